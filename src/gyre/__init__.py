@@ -1,0 +1,97 @@
+"""gyre: training loops for JAX.
+
+A loop is a table from schedules to callbacks, run by one small engine::
+
+    state, history, elapsed = gyre.loop(state, batches, {gyre.every(1): [train_step]}, stop=1000)
+
+See the README for the ladder of APIs built on it.
+"""
+
+from gyre.callbacks.bars import keras_bar as keras_bar
+from gyre.callbacks.bars import tqdm_bar as tqdm_bar
+from gyre.callbacks.checkpoint import checkpoint as checkpoint
+from gyre.callbacks.early_stopping import early_stopping as early_stopping
+from gyre.callbacks.noop import noop as noop
+from gyre.core.clock import Elapsed as Elapsed
+from gyre.core.clock import Period as Period
+from gyre.core.clock import at as at
+from gyre.core.history import History as History
+from gyre.core.history import history as history
+from gyre.core.logs import Logs as Logs
+from gyre.core.logs import logs as logs
+from gyre.core.schedules import Schedule as Schedule
+from gyre.core.schedules import after as after
+from gyre.core.schedules import always as always
+from gyre.core.schedules import as_schedule as as_schedule
+from gyre.core.schedules import every as every
+from gyre.core.schedules import never as never
+from gyre.core.schedules import piecewise as piecewise
+from gyre.loop.engine import LoopState as LoopState
+from gyre.loop.engine import elapse as elapse
+from gyre.loop.engine import loop as loop
+from gyre.loop.inner import inner_loop as inner_loop
+from gyre.loop.named import on_epoch_begin as on_epoch_begin
+from gyre.loop.named import on_epoch_end as on_epoch_end
+from gyre.loop.named import on_predict_batch_end as on_predict_batch_end
+from gyre.loop.named import on_predict_begin as on_predict_begin
+from gyre.loop.named import on_predict_end as on_predict_end
+from gyre.loop.named import on_predict_step as on_predict_step
+from gyre.loop.named import on_reset_step as on_reset_step
+from gyre.loop.named import on_test_batch_end as on_test_batch_end
+from gyre.loop.named import on_test_begin as on_test_begin
+from gyre.loop.named import on_test_end as on_test_end
+from gyre.loop.named import on_test_step as on_test_step
+from gyre.loop.named import on_train_batch_end as on_train_batch_end
+from gyre.loop.named import on_train_begin as on_train_begin
+from gyre.loop.named import on_train_end as on_train_end
+from gyre.loop.named import on_train_step as on_train_step
+from gyre.loop.named import predict_loop as predict_loop
+from gyre.loop.named import test_loop as test_loop
+from gyre.loop.named import train_loop as train_loop
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Elapsed",
+    "History",
+    "Logs",
+    "LoopState",
+    "Period",
+    "Schedule",
+    "__version__",
+    "after",
+    "always",
+    "as_schedule",
+    "at",
+    "checkpoint",
+    "early_stopping",
+    "elapse",
+    "every",
+    "history",
+    "inner_loop",
+    "keras_bar",
+    "logs",
+    "loop",
+    "never",
+    "noop",
+    "on_epoch_begin",
+    "on_epoch_end",
+    "on_predict_batch_end",
+    "on_predict_begin",
+    "on_predict_end",
+    "on_predict_step",
+    "on_reset_step",
+    "on_test_batch_end",
+    "on_test_begin",
+    "on_test_end",
+    "on_test_step",
+    "on_train_batch_end",
+    "on_train_begin",
+    "on_train_end",
+    "on_train_step",
+    "piecewise",
+    "predict_loop",
+    "test_loop",
+    "tqdm_bar",
+    "train_loop",
+]

@@ -1,0 +1,1 @@
+"""Ready-made callbacks: progress bars, checkpoints, early stopping."""

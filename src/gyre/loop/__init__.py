@@ -1,0 +1,1 @@
+"""The engine (``loop``, ``elapse``), the named loops and ``inner_loop``."""
