@@ -58,6 +58,8 @@ class Logs(dict):
     def __getattr__(self, name: str) -> Collection:
         if name.startswith("__"):
             raise AttributeError(name)
+        if name == "updates":  # the property's getter raised: keep its message
+            raise AttributeError("logs.updates is write-only: assign logs to it to merge them in")
         try:
             return self[name]
         except KeyError:

@@ -1,0 +1,107 @@
+import jax.numpy as jnp
+import pytest
+
+import gyre
+
+
+def run(values, es, *, state_fn=lambda state: state + 1):
+    """A loop whose step i logs `values[i]` as loss and bumps the state; es runs every step."""
+    values = list(values)
+
+    def evaluate(state, elapsed):
+        return gyre.logs().add_loss("loss", jnp.float32(values[elapsed.steps])).add_metric("acc", jnp.float32(values[elapsed.steps])), state_fn(state)
+
+    return gyre.loop(0, range(len(values)), {gyre.every(1): [evaluate, es]}, on_end=es.on_train_end)
+
+
+def test_stops_after_patience_evaluations_without_improvement():
+    es = gyre.early_stopping("loss", patience=2)
+    _, _, elapsed = run([3, 2, 2.5, 2.4, 1, 0], es)
+    assert elapsed.steps == 4 and es.best == 2.0 and es.best_step == 1 and es.stopped_step == 3
+
+
+def test_min_delta_absolute_and_relative():
+    es = gyre.early_stopping("loss", patience=1, min_delta=0.5)
+    _, _, elapsed = run([3, 2.6, 2, 1], es)
+    assert elapsed.steps == 2  # 2.6 is not 0.5 better than 3
+    es = gyre.early_stopping("loss", patience=1, min_delta=0.1, delta_mode="relative")
+    _, _, elapsed = run([10, 9.5, 8, 1], es)
+    assert elapsed.steps == 2  # 9.5 is not 10% better than 10
+
+
+def test_max_and_auto_mode():
+    es = gyre.early_stopping("acc", patience=1, mode="max")
+    _, _, elapsed = run([0.1, 0.5, 0.4, 0.9], es)
+    assert elapsed.steps == 3 and es.best == 0.5
+    assert gyre.early_stopping("accuracy_test", patience=1, mode="auto").mode == "max"
+    assert gyre.early_stopping("loss_test", patience=1, mode="auto").mode == "min"
+
+
+def test_baseline_must_be_beaten():
+    es = gyre.early_stopping("loss", patience=2, baseline=1.0)
+    _, _, elapsed = run([3, 2, 1.5, 0.5], es)
+    assert elapsed.steps == 2 and es.best == 1.0 and es.best_step is None
+
+
+def test_initial_patience_is_a_warm_up():
+    es = gyre.early_stopping("loss", patience=1, initial_patience=3)
+    _, _, elapsed = run([1, 2, 3, 4, 5, 6], es)
+    assert elapsed.steps == 4  # evaluations 2 and 3 are warm-up; the 4th stops
+
+
+def test_restore_best_weights_when_stopping_and_when_loop_ends_normally():
+    es = gyre.early_stopping("loss", patience=1, restore_best_weights=True)
+    state, _, _ = run([3, 1, 2, 5], es, state_fn=lambda s: s + 10)
+    assert state == 20
+    es = gyre.early_stopping("loss", patience=10, restore_best_weights=True)
+    state, _, elapsed = run([3, 1, 2, 5], es, state_fn=lambda s: s + 10)
+    assert elapsed.steps == 4 and state == 20  # the loop ran out of data, still restored
+
+
+def test_best_weights_survive_donation():
+    import jax
+
+    step = jax.jit(lambda s: s + 1, donate_argnums=0)
+    es = gyre.early_stopping("loss", patience=5, restore_best_weights=True)
+    values = [1.0, 2.0, 3.0]
+
+    def evaluate(state, elapsed):
+        return gyre.logs().add_loss("loss", values[elapsed.steps]), step(state)
+
+    state, _, _ = gyre.loop(jnp.zeros(3), range(3), {gyre.every(1): [evaluate, es]}, on_end=es.on_train_end)
+    assert state.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_in_train_loop_on_epoch_end_with_test_metrics():
+    losses = iter([5.0, 4.0, 4.5, 4.6, 1.0])
+
+    def test_step(state, batch):
+        return gyre.logs().add_loss("loss", next(losses))
+
+    es = gyre.early_stopping("loss_test", patience=2)
+    _, history, elapsed = gyre.train_loop(
+        0, range(100), {gyre.on_test_step: test_step}, callbacks=[es], test_dataset=lambda: [0], epoch_duration=10,
+    )
+    assert elapsed.steps == 40 and history.collect("loss_test") == pytest.approx([5.0, 4.0, 4.5, 4.6])
+
+
+def test_monitor_never_logged_is_explained():
+    es = gyre.early_stopping("val_loss", patience=1)
+    with pytest.raises(KeyError, match="val_loss") as err:
+        run([1, 2], es)
+    assert "losses.loss" in str(err.value) and "fix:" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"monitor": "", "patience": 1}, "name of the value"),
+        ({"monitor": "l", "patience": -1}, "patience"),
+        ({"monitor": "l", "patience": 1, "mode": "up"}, "mode"),
+        ({"monitor": "l", "patience": 1, "delta_mode": "pct"}, "delta_mode"),
+        ({"monitor": "l", "patience": 1, "min_delta": -1}, "min_delta"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        gyre.early_stopping(**kwargs)

@@ -1,0 +1,77 @@
+import datetime
+
+import jax
+import pytest
+
+import gyre
+from gyre.core.clock import Elapsed, Period, infer_batch_size
+
+
+def test_update_counts_steps_samples_epochs():
+    e = Elapsed()
+    for i in range(5):
+        e = e.update(10, time=float(i), date=100.0 + i, epoch_steps=2)
+    assert (e.steps, e.samples, e.epochs, e.step_in_epoch, e.time, e.date) == (5, 50, 2, 1, 4.0, 104.0)
+
+
+def test_no_epoch_steps_means_no_epochs():
+    e = Elapsed().update(3, time=0.0, date=0.0).update(3, time=0.0, date=0.0)
+    assert (e.epochs, e.step_in_epoch) == (0, 2)
+
+
+def test_period_any_quantity_reached():
+    p = gyre.at(steps=10, time=5.0)
+    assert not (Elapsed(steps=9, time=4.9) >= p)
+    assert Elapsed(steps=10) >= p
+    assert Elapsed(steps=0, time=5.0) >= p
+    assert Elapsed(steps=3) < p
+    assert Elapsed(samples=64) >= gyre.at(samples=64)
+    assert Elapsed(epochs=2) >= gyre.at(epochs=2)
+
+
+def test_period_date_accepts_datetime():
+    when = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
+    p = gyre.at(date=when)
+    assert p.date == when.timestamp()
+    assert Elapsed(date=when.timestamp() + 1) >= p
+    assert not Elapsed(date=when.timestamp() - 1) >= p
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"steps": -1}, {"steps": 1.5}, {"time": -2.0}, {"steps": True}])
+def test_bad_period(kwargs):
+    with pytest.raises(ValueError, match="expected"):
+        Period(**kwargs)
+
+
+def test_compare_with_non_period_is_explained():
+    with pytest.raises(TypeError, match="gyre.at"):
+        Elapsed() >= 3  # noqa: B015
+
+
+def test_elapsed_is_a_pytree_and_round_trips():
+    e = Elapsed(steps=3, samples=96, epochs=1, step_in_epoch=0, time=1.5, date=2.0)
+    leaves, tree = jax.tree_util.tree_flatten(e)
+    assert leaves == [3, 96, 1, 0, 1.5, 2.0]
+    assert jax.tree_util.tree_unflatten(tree, leaves) == e
+    assert Elapsed.from_dict(e.to_dict()) == e
+
+
+def test_since_is_relative():
+    e = Elapsed(steps=15, samples=150, epochs=3, step_in_epoch=1, time=9.0).since(
+        Elapsed(steps=10, samples=100, epochs=2, time=4.0)
+    )
+    assert (e.steps, e.samples, e.epochs, e.step_in_epoch, e.time) == (5, 50, 1, 1, 5.0)
+
+
+def test_replace_unknown_field():
+    with pytest.raises(TypeError, match="no counter"):
+        Elapsed().replace(step=1)
+
+
+def test_infer_batch_size():
+    import numpy as np
+
+    assert infer_batch_size((np.zeros((8, 3)), np.zeros(16))) == 16
+    assert infer_batch_size({"x": np.zeros(())}) == 1
+    assert infer_batch_size(None) == 1
+    assert infer_batch_size(3.0) == 1

@@ -1,0 +1,67 @@
+import jax.numpy as jnp
+import pytest
+
+import gyre
+
+
+def evaluation(values, sizes=None):
+    """An inner loop over batches whose metric is `values[i]` (batch size `sizes[i]`)."""
+    sizes = sizes or [1] * len(values)
+    batches = [jnp.zeros(n) + v for v, n in zip(values, sizes, strict=True)]
+
+    def step(batch):
+        v = batch[0]
+        return gyre.logs().add_metric("m", v).add_loss("l", v * 2).add_stateful_metric("s", v + 1)
+
+    return lambda state: gyre.loop(state, batches, {gyre.every(1): step})
+
+
+@pytest.mark.parametrize(
+    "aggregation, expected",
+    [
+        ("last", 4.0),
+        ("first", 1.0),
+        ("mean", 2.5),
+        ("sum", 10.0),
+        ("min", 1.0),
+        ("max", 4.0),
+        (lambda values: values[1] * 10, 30.0),
+    ],
+)
+def test_aggregations(aggregation, expected):
+    logs, state = gyre.inner_loop("test", evaluation([1.0, 3.0, 2.0, 4.0]), aggregation=aggregation)(None)
+    assert float(logs.metrics.m_test) == pytest.approx(expected)
+    assert state is None
+
+
+def test_mean_is_weighted_by_batch_size():
+    logs, _ = gyre.inner_loop("t", evaluation([1.0, 0.0], sizes=[3, 1]), aggregation="mean")(None)
+    assert float(logs.metrics.m_t) == pytest.approx(0.75)
+
+
+def test_per_collection_aggregation_and_default_last():
+    logs, _ = gyre.inner_loop("x", evaluation([1.0, 3.0]), aggregation={"metrics": "mean", "losses": "sum"})(None)
+    assert float(logs.metrics.m_x) == 2.0
+    assert float(logs.losses.l_x) == 8.0
+    assert float(logs.stateful_metrics.s_x) == 4.0  # not named: last
+
+
+def test_no_name_keeps_names_and_output_state():
+    fn = lambda state: gyre.loop(state + 1, [0], {gyre.every(1): lambda: gyre.logs().add_metric("m", 5)})  # noqa: E731
+    logs, state = gyre.inner_loop(None, fn, output_state=True)(1)
+    assert dict(logs.metrics) == {"m": 5} and state == 2
+
+
+def test_inner_loop_inside_outer_loop():
+    inner = gyre.inner_loop("test", evaluation([1.0, 2.0]), aggregation="mean")
+    _, history, _ = gyre.loop(0, range(4), {gyre.every(2): inner})
+    assert history.collect("steps", "m_test") == ([0, 2], [1.5, 1.5])
+
+
+def test_inner_loop_errors():
+    with pytest.raises(ValueError, match="unknown aggregation"):
+        gyre.inner_loop("t", evaluation([1.0]), aggregation="median")
+    with pytest.raises(TypeError, match="state -> "):
+        gyre.inner_loop("t", 5)
+    with pytest.raises(TypeError, match="must return what a loop returns"):
+        gyre.inner_loop("t", lambda state: 3)(None)

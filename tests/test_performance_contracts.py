@@ -1,0 +1,112 @@
+"""Performance rules 1 and 2 of DESIGN.md, as tests.
+
+On CPU, JAX's transfer guard never fires (device buffers are host memory), so the no-sync
+test also installs a detector that works everywhere: every read of a device value goes
+through ``ArrayImpl._value``, which is patched to raise unless the read happens inside an
+explicit ``jax.device_get`` (gyre's one, batched, door to the host: ``gyre.core.host.fetch``).
+"""
+
+import io
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax._src import array as jax_array
+
+import gyre
+
+
+def make_problem(n_batches=20, batch=16, features=8, classes=3):
+    rng = np.random.default_rng(0)
+    true_w = rng.normal(size=(features, classes))
+    xs = [rng.normal(size=(batch, features)).astype(np.float32) for _ in range(n_batches)]
+    batches = [(x, np.argmax(x @ true_w, axis=-1).astype(np.int32)) for x in xs]  # learnable
+    params = {"w": jnp.zeros((features, classes)), "b": jnp.zeros(classes)}
+    tx = optax.sgd(0.1)
+    traces = []
+
+    def step(state, batch):
+        traces.append(1)
+        params, opt_state = state
+        x, y = batch
+
+        def loss_fn(p):
+            logits = x @ p["w"] + p["b"][None, :]
+            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), logits
+
+        (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        logs = gyre.logs().add_loss("loss", loss).add_metric("accuracy", jnp.mean(jnp.argmax(logits, -1) == y))
+        return logs, (params, opt_state)
+
+    return batches, (params, tx.init(params)), jax.jit(step, donate_argnums=0), traces
+
+
+class SyncDetector:
+    """Raises on any implicit device-to-host read; counts the explicit batched ones."""
+
+    def __init__(self, monkeypatch):
+        self.explicit = 0
+        self._inside = False
+        original_value = jax_array.ArrayImpl.__dict__["_value"]
+        original_get = jax.device_get
+        detector = self
+
+        def guarded(self_):
+            if not detector._inside:
+                raise AssertionError("implicit host sync: a device value was read outside jax.device_get")
+            return original_value.fget(self_)
+
+        def device_get(tree):
+            detector.explicit += 1
+            detector._inside = True
+            try:
+                return original_get(tree)
+            finally:
+                detector._inside = False
+
+        monkeypatch.setattr(jax_array.ArrayImpl, "_value", property(guarded))
+        monkeypatch.setattr(jax, "device_get", device_get)
+
+
+def test_detector_catches_an_implicit_sync(monkeypatch):
+    x = jnp.ones(3) * 2
+    SyncDetector(monkeypatch)
+    with pytest.raises(AssertionError, match="implicit host sync"):
+        float(x[0])
+
+
+def test_train_loop_with_bar_and_history_has_no_hidden_host_syncs(monkeypatch):
+    batches, state, step, _ = make_problem()
+    # compile (and read nothing) before the detector is installed
+    warm_logs, warm_state = step(jax.tree_util.tree_map(jnp.copy, state), batches[0])
+    jax.block_until_ready(warm_state)
+    detector = SyncDetector(monkeypatch)
+    out = io.StringIO()
+    data = (batches[i % len(batches)] for i in range(200))
+    with jax.transfer_guard_device_to_host("disallow"):
+        state, history, elapsed = gyre.train_loop(
+            state, data, {gyre.on_train_step: step},
+            callbacks=[gyre.keras_bar(total=200, file=out, interval=0.05)],
+            stop=200, epoch_duration=50,
+        )
+        # everything the bar and the history read came through few, batched, explicit reads
+        assert detector.explicit <= 10, detector.explicit
+    assert elapsed.steps == 200
+    losses = history.collect("loss")
+    assert len(losses) == 200 and np.mean(losses[-20:]) < 0.5 * losses[0]
+    assert "200/200" in out.getvalue()
+
+
+def test_step_is_compiled_once_over_50_steps():
+    batches, state, step, traces = make_problem()
+    data = (batches[i % len(batches)] for i in range(50))
+    state, history, elapsed = gyre.loop(
+        state, data, {gyre.every(1): [step, gyre.keras_bar(total=50, file=io.StringIO())]}, stop=50
+    )
+    assert elapsed.steps == 50 and len(history) == 50
+    assert len(traces) == 1  # traced once: no retracing
+    assert step._cache_size() == 1  # one compiled executable
