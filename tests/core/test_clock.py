@@ -30,7 +30,7 @@ def test_period_any_quantity_reached():
 
 
 def test_period_date_accepts_datetime():
-    when = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
+    when = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
     p = gyre.at(date=when)
     assert p.date == when.timestamp()
     assert Elapsed(date=when.timestamp() + 1) >= p

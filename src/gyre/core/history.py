@@ -9,7 +9,7 @@ everything first: they are the moments a user asks for numbers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 from gyre.core.clock import _FIELDS as CLOCK_FIELDS
@@ -314,5 +314,3 @@ def history(*, flush_every: int = 256, lag: int = 16) -> History:
     """
     return History(flush_every=flush_every, lag=lag)
 
-
-HistoryLike = History | Callable[[], History]
