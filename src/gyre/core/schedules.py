@@ -372,7 +372,7 @@ def piecewise(initial: ScheduleLike, pieces: Mapping[Period, ScheduleLike]) -> P
     counted from the step where its period was reached (see :meth:`Elapsed.since`).
 
     Example:
-        >>> s = piecewise(every(1), {at(steps=4): every(3)})
+        >>> s = piecewise(every(1), {Period(steps=4): every(3)})
         >>> [i for i in range(12) if s(Elapsed(steps=i))]
         [0, 1, 2, 3, 4, 7, 10]
     """
