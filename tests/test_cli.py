@@ -1,0 +1,113 @@
+"""The ``gyre`` command and the digits demo behind ``gyre fit``."""
+
+import csv
+import datetime
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gyre
+from gyre import cli, demo
+
+
+@pytest.fixture(scope="module")
+def one_epoch(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    return out, demo.fit_digits(epochs=1, out=out, quiet=True)
+
+
+def test_fit_digits_writes_a_run_folder(one_epoch):
+    out, result = one_epoch
+    assert result.run_dir.parent == out
+    datetime.datetime.strptime(result.run_dir.name, "%Y%m%d-%H%M%S")
+    with open(result.run_dir / "history.csv", newline="") as f:
+        header = next(csv.reader(f))
+    assert {"steps", "loss", "accuracy", "loss_test", "accuracy_test"} <= set(header)
+    assert (result.run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert any((result.run_dir / "checkpoints").iterdir())
+
+
+def test_fit_digits_result(one_epoch):
+    _, result = one_epoch
+    assert result.elapsed.steps == 22 and result.elapsed.epochs == 1
+    assert result.test_accuracy > 0.8
+    assert result.test_accuracy == result.history.collect("accuracy_test")[-1]
+    assert result.seconds > 0
+
+
+def test_fit_digits_checkpoint_restores(one_epoch):
+    _, result = one_epoch
+    model, tx = demo.MLP(), demo.optax.adam(1e-3)
+    target = demo.create_state(model, tx, features=64, seed=1)
+    state, elapsed = gyre.checkpoint(result.run_dir / "checkpoints").restore(target)
+    assert elapsed.steps == 22
+    (_, _), (x_test, y_test) = gyre.data.digits()
+    _, test_step = demo.make_steps(model, tx)
+    accuracy = float(test_step(state, (x_test, y_test)).metrics.accuracy)
+    assert accuracy == pytest.approx(result.test_accuracy, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"epochs": 0}, "epochs"), ({"batch_size": 2.5}, "batch_size"), ({"learning_rate": -1.0}, "learning_rate")],
+)
+def test_fit_digits_bad_arguments(kwargs, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        demo.fit_digits(out=tmp_path, quiet=True, **kwargs)
+    assert not any(tmp_path.iterdir())  # checked before a run folder is made
+
+
+def test_make_run_dir_adds_a_suffix(tmp_path):
+    when = datetime.datetime(2024, 1, 2, 3, 4, 5)
+    names = [demo.make_run_dir(tmp_path / "runs", now=when).name for _ in range(3)]
+    assert names == ["20240102-030405", "20240102-030405-1", "20240102-030405-2"]
+
+
+def test_cli_fit_passes_options_and_prints_the_result(monkeypatch, capsys, tmp_path):
+    seen = {}
+
+    def fake_fit(**kwargs):
+        seen.update(kwargs)
+        return demo.DemoResult(
+            tmp_path / "run", 0.97361, gyre.history(), gyre.Elapsed(steps=44, epochs=2), 1.25
+        )
+
+    monkeypatch.setattr(demo, "fit_digits", fake_fit)
+    code = cli.main(["fit", "--epochs", "2", "--batch-size", "32", "--learning-rate", "0.01",
+                     "--seed", "3", "--out", str(tmp_path), "--quiet"])
+    assert code == 0
+    assert seen == {"epochs": 2, "batch_size": 32, "learning_rate": 0.01, "seed": 3,
+                    "out": str(tmp_path), "quiet": True}
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"run folder: {tmp_path / 'run'}"
+    assert lines[-1] == "final test accuracy: 0.9736"
+
+
+def test_cli_defaults():
+    args = cli.build_parser().parse_args(["fit"])
+    assert (args.epochs, args.batch_size, args.learning_rate, args.seed, args.out, args.quiet) == (
+        15, 64, 1e-3, 0, "runs", False)
+
+
+@pytest.mark.parametrize("argv", [["fit", "--epochs", "0"], ["fit", "--learning-rate", "x"], ["nope"]])
+def test_cli_rejects_bad_arguments(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    assert "usage: gyre" in capsys.readouterr().err
+
+
+def test_plain_gyre_prints_help(capsys):
+    assert cli.main([]) == 0
+    assert "fit" in capsys.readouterr().out
+
+
+def test_python_m_gyre_help():
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "gyre", "--help"], capture_output=True, text=True, cwd=root, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "usage: gyre" in done.stdout and "fit" in done.stdout

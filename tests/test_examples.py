@@ -1,0 +1,69 @@
+"""Every example runs end to end with a few steps and learns something."""
+
+import importlib.util
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+STEPS = 30
+
+
+@pytest.fixture
+def load(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))  # the examples import _digits_common
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
+
+
+def _saved_steps(directory):
+    return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
+
+
+def test_00_linear_regression(load, tmp_path):
+    example = load("00_linear_regression")
+    x, y = example.make_data()
+    initial = float(np.mean(y**2))  # the error of the zero initial parameters
+    final = example.main(steps=STEPS, workdir=str(tmp_path))
+    assert final < initial / 4
+    header = (tmp_path / "history.csv").read_text().splitlines()[0].split(",")
+    assert "mse" in header and "mse_all" in header
+
+
+def test_01_loop(load, tmp_path):
+    accuracy = load("01_loop").main(steps=STEPS, workdir=str(tmp_path))
+    assert accuracy > 0.5  # chance is 0.1
+    # every(3) fires at steps 0, 3, ..., 27; each saves the clock once its step completes.
+    assert _saved_steps(tmp_path / "checkpoints") == [28]
+
+
+def test_02_train_loop(load, tmp_path, capsys):
+    accuracy = load("02_train_loop").main(steps=STEPS, workdir=str(tmp_path))
+    assert accuracy > 0.5
+    assert "1 epochs" in capsys.readouterr().out  # one evaluation, after 22 steps
+    assert _saved_steps(tmp_path / "checkpoints") == [22]
+
+
+def test_03_manual_iteration(load, tmp_path, capsys):
+    accuracy = load("03_manual_iteration").main(steps=STEPS, workdir=str(tmp_path))
+    assert accuracy > 0.5
+    out = capsys.readouterr().out
+    assert f"{STEPS}/{STEPS} [" in out  # the bar reached its end
+    first, last = (float(v) for v in out.split("loss: ")[-1].split(";")[0].split(" -> "))
+    assert last < first
+    assert _saved_steps(tmp_path / "checkpoints") == [27]  # called by hand: saved as elapsed.steps
+
+
+def test_examples_default_to_a_temporary_workdir(load):
+    common = load("_digits_common")
+    first, second = common.make_workdir(None, "x"), common.make_workdir(None, "x")
+    assert first != second and os.path.isdir(first)
+    assert common.make_workdir("given", "x") == "given"
