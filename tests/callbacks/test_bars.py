@@ -87,3 +87,19 @@ def test_bad_total(total):
         gyre.keras_bar(total=total)
     with pytest.raises(ValueError, match="total"):
         gyre.tqdm_bar(total=total)
+
+
+def test_lagged_values_keep_occasional_entries_between_reads():
+    lagged = LaggedValues()
+    lagged.push(gyre.logs().add_loss("loss", 1.0))
+    lagged.push(gyre.logs().add_loss("loss", 0.9).add_metric("acc_test", 0.8))  # epoch end
+    for i in range(20):  # many ordinary steps before the next redraw
+        lagged.push(gyre.logs().add_loss("loss", 0.5 - i / 100))
+    assert lagged.read() == {"loss": 0.31, "acc_test": 0.8}
+
+
+def test_non_tty_bar_final_line_shows_evaluation_logged_between_redraws():
+    out = io.StringIO()
+    evaluation = lambda elapsed: gyre.logs().add_metric("acc_test", 0.7) if elapsed.steps == 5 else None  # noqa: E731
+    gyre.loop(None, range(40), {gyre.every(1): [metric_step, evaluation, gyre.keras_bar(total=40, file=out, interval=3600)]})
+    assert out.getvalue().splitlines()[-1].endswith("acc_test: 0.7000")

@@ -20,6 +20,10 @@ DISPLAYED = ("losses", "metrics", "stateful_metrics")
 class LaggedValues:
     """The latest *ready* scalar values of a stream of logs, for bars and console writers.
 
+    Logs are remembered by their shape (which entries they hold), a few of each, so entries
+    logged now and then (an evaluation at the end of an epoch) are not pushed out by the
+    per-step ones before a redraw reads them.
+
     Example:
         >>> from gyre.core.logs import Logs
         >>> lagged = LaggedValues()
@@ -28,37 +32,47 @@ class LaggedValues:
         {'loss': 0.5}
     """
 
-    def __init__(self, depth: int = 8) -> None:
-        self._pending: deque[Logs] = deque(maxlen=depth)
+    def __init__(self, depth: int = 4) -> None:
+        self._depth = depth
+        self._by_shape: dict[tuple[Any, ...], deque[Logs]] = {}
+        self._pushed: dict[tuple[Any, ...], int] = {}
+        self._count = 0
         self.values: dict[str, Any] = {}
 
     def push(self, logs: Logs) -> None:
         """Remembers a step's logs (a reference only)."""
-        if logs:
-            self._pending.append(logs)
+        if not logs:
+            return
+        shape = tuple([(c, *v) for c, v in logs.items()])
+        pending = self._by_shape.get(shape)
+        if pending is None:
+            pending = self._by_shape[shape] = deque(maxlen=self._depth)
+        pending.append(logs)
+        self._count += 1
+        self._pushed[shape] = self._count
 
     def read(self, *, wait: bool = False) -> dict[str, Any]:
-        """Updates and returns the values from the newest logs that are ready.
+        """Updates and returns the values from the newest logs of each shape that are ready.
 
         Args:
             wait: take the newest logs even if the device is still computing them (use only
                 when the loop is over).
         """
-        pending = self._pending
-        chosen = None
-        for i in range(len(pending) - 1, -1, -1):
-            if wait or is_ready(pending[i]):
-                chosen = pending[i]
-                for _ in range(i + 1):  # it and everything older are done with
-                    pending.popleft()
-                break
-        if chosen is not None:
-            self._absorb(chosen)
+        chosen = []
+        for shape in sorted(self._by_shape, key=self._pushed.__getitem__):
+            pending = self._by_shape[shape]
+            for i in range(len(pending) - 1, -1, -1):
+                if wait or is_ready(pending[i]):
+                    chosen.append(pending[i])
+                    for _ in range(i + 1):  # it and everything older are done with
+                        pending.popleft()
+                    break
+        if chosen:
+            for host in fetch([_shown(c) for c in chosen]):
+                self._absorb(host)
         return self.values
 
-    def _absorb(self, logs: Logs) -> None:
-        shown = {c: v for c, v in logs.items() if c in DISPLAYED}
-        host = fetch(shown)
+    def _absorb(self, host: dict[str, Any]) -> None:
         names: dict[str, int] = {}
         for values in host.values():
             for name in values:
@@ -69,3 +83,7 @@ class LaggedValues:
                 if isinstance(value, (int, float)):
                     key = name if names[name] == 1 else f"{collection}.{name}"
                     self.values[key] = value
+
+
+def _shown(logs: Logs) -> dict[str, Any]:
+    return {c: dict(v) for c, v in logs.items() if c in DISPLAYED}
