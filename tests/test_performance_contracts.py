@@ -45,20 +45,33 @@ def make_problem(n_batches=20, batch=16, features=8, classes=3):
     return batches, (params, tx.init(params)), jax.jit(step, donate_argnums=0), traces
 
 
+# Every way a jax.Array hands its value to Python or numpy.
+READERS = ("_value", "__array__", "item", "tolist", "__float__", "__int__", "__bool__", "__index__", "__format__")
+
+
 class SyncDetector:
     """Raises on any implicit device-to-host read; counts the explicit batched ones."""
 
     def __init__(self, monkeypatch):
         self.explicit = 0
         self._inside = False
-        original_value = jax_array.ArrayImpl.__dict__["_value"]
         original_get = jax.device_get
         detector = self
 
-        def guarded(self_):
-            if not detector._inside:
-                raise AssertionError("implicit host sync: a device value was read outside jax.device_get")
-            return original_value.fget(self_)
+        def guard(name, original):
+            def guarded(self_, *args, **kwargs):
+                if not detector._inside:
+                    raise AssertionError(f"implicit host sync: {name} read a device value outside jax.device_get")
+                return original(self_, *args, **kwargs)
+
+            return guarded
+
+        for name in READERS:
+            original = jax_array.ArrayImpl.__dict__[name]
+            if isinstance(original, property):
+                monkeypatch.setattr(jax_array.ArrayImpl, name, property(guard(name, original.fget)))
+            else:
+                monkeypatch.setattr(jax_array.ArrayImpl, name, guard(name, original))
 
         def device_get(tree):
             detector.explicit += 1
@@ -68,15 +81,31 @@ class SyncDetector:
             finally:
                 detector._inside = False
 
-        monkeypatch.setattr(jax_array.ArrayImpl, "_value", property(guarded))
         monkeypatch.setattr(jax, "device_get", device_get)
 
 
-def test_detector_catches_an_implicit_sync(monkeypatch):
-    x = jnp.ones(3) * 2
+CPU_BUFFER_PROTOCOL = pytest.mark.xfail(
+    jax.default_backend() == "cpu",
+    reason="on CPU numpy reads a jax.Array through the C buffer protocol, which Python cannot "
+    "intercept (test_step_path_modules_never_convert_to_numpy covers it); on GPU numpy goes "
+    "through __array__ and is caught",
+    strict=True,
+)
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        float, int, bool, lambda x: x.item(), lambda x: x.tolist(), lambda x: f"{x:.2f}",
+        pytest.param(np.asarray, marks=CPU_BUFFER_PROTOCOL),
+    ],
+)
+def test_detector_catches_every_implicit_read(monkeypatch, read):
+    x = jnp.float32(2.0) * 2
     SyncDetector(monkeypatch)
     with pytest.raises(AssertionError, match="implicit host sync"):
-        float(x[0])
+        read(x)
+    assert jax.device_get(x) == 4.0  # the explicit door stays open
 
 
 def test_train_loop_with_bar_and_history_has_no_hidden_host_syncs(monkeypatch):
@@ -110,3 +139,24 @@ def test_step_is_compiled_once_over_50_steps():
     assert elapsed.steps == 50 and len(history) == 50
     assert len(traces) == 1  # traced once: no retracing
     assert step._cache_size() == 1  # one compiled executable
+
+
+STEP_PATH_MODULES = [
+    "core/clock.py", "core/schedules.py", "core/logs.py", "core/history.py",
+    "loop/engine.py", "loop/binding.py", "loop/named.py", "loop/inner.py",
+    "callbacks/bars.py", "callbacks/lagged.py",
+]
+
+
+@pytest.mark.parametrize("module", STEP_PATH_MODULES)
+def test_step_path_modules_never_convert_to_numpy(module):
+    """The path the detector cannot watch on CPU: numpy conversions of device values.
+
+    Host reads belong in gyre/core/host.py (``fetch``/``fetch_all``), nowhere else.
+    """
+    import pathlib
+    import re
+
+    source = (pathlib.Path(gyre.__file__).parent / module).read_text()
+    code = "\n".join(line for line in source.splitlines() if not line.strip().startswith(("#", ">>>", "...")))
+    assert not re.search(r"\bnp\.(asarray|array|asanyarray)\(|\.item\(\)|\.tolist\(\)|device_get", code)

@@ -102,8 +102,8 @@ def test_history_moves_values_to_host_in_batches(monkeypatch):
     import gyre.core.history as history_module
 
     calls = []
-    real = history_module.fetch
-    monkeypatch.setattr(history_module, "fetch", lambda tree: calls.append(len(tree)) or real(tree))
+    real = history_module.fetch_all
+    monkeypatch.setattr(history_module, "fetch_all", lambda trees: calls.append(len(trees)) or real(trees))
     h = gyre.history(flush_every=10, lag=2)
     for i in range(35):
         h.commit(Elapsed(steps=i), gyre.logs().add_metric("x", jnp.float32(i)))

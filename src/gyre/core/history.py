@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from gyre.core.clock import _FIELDS as CLOCK_FIELDS
 from gyre.core.clock import Elapsed
 from gyre.core.errors import describe, explain
-from gyre.core.host import fetch, to_python
+from gyre.core.host import fetch_all, to_python
 from gyre.core.logs import Logs, resolution_order
 
 
@@ -81,7 +81,7 @@ class History:
         if stop <= self._on_host:
             return
         pending = self._records[self._on_host : stop]
-        host_logs = fetch([r.logs for r in pending])
+        host_logs = fetch_all([r.logs for r in pending])
         for i, (record, logs_) in enumerate(zip(pending, host_logs, strict=True)):
             self._records[self._on_host + i] = record._replace(logs=logs_)
         self._on_host = stop

@@ -161,25 +161,9 @@ class Logs(dict):
         """
         if other is None or other is self:
             return self
-        if not isinstance(other, Mapping):
-            raise TypeError(
-                explain(
-                    "logs can only be merged with logs",
-                    expected="a gyre.Logs or a dict of collections like {'metrics': {...}}",
-                    received=describe(other),
-                    fix="build the value with gyre.logs().add_metric(name, value)",
-                )
-            )
+        if type(other) is not Logs:  # a Logs is well formed by construction
+            _check_collections(other)
         for collection, entries in other.items():
-            if not isinstance(entries, Mapping):
-                raise TypeError(
-                    explain(
-                        f"collection {collection!r} of the logs is not a mapping",
-                        expected="{collection: {name: value}}, e.g. {'metrics': {'acc': acc}}",
-                        received=f"{collection!r}: {describe(entries)}",
-                        fix="build the value with gyre.logs().add_metric(name, value)",
-                    )
-                )
             mine = self.get(collection)
             if mine is None:
                 self[collection] = Collection(entries)
@@ -235,6 +219,28 @@ class Logs(dict):
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={dict(v)!r}" for k, v in self.items())
         return f"Logs({inner})"
+
+
+def _check_collections(other: Any) -> None:
+    if not isinstance(other, Mapping):
+        raise TypeError(
+            explain(
+                "logs can only be merged with logs",
+                expected="a gyre.Logs or a dict of collections like {'metrics': {...}}",
+                received=describe(other),
+                fix="build the value with gyre.logs().add_metric(name, value)",
+            )
+        )
+    for collection, entries in other.items():
+        if not isinstance(entries, Mapping):
+            raise TypeError(
+                explain(
+                    f"collection {collection!r} of the logs is not a mapping",
+                    expected="{collection: {name: value}}, e.g. {'metrics': {'acc': acc}}",
+                    received=f"{collection!r}: {describe(entries)}",
+                    fix="build the value with gyre.logs().add_metric(name, value)",
+                )
+            )
 
 
 def resolution_order(collections: Mapping[str, Any]) -> list[str]:

@@ -145,6 +145,8 @@ class Elapse:
         clock: Callable[[], float] | None = None,
     ) -> None:
         self._stop = _check_stop(stop)
+        only_steps = self._stop is not None and [n for n, _ in self._stop.items()] == ["steps"]
+        self._stop_steps = self._stop.steps if only_steps else None
         self._epoch_steps = _check_epoch_steps(epoch_duration, dataset)
         self._it = _iterate(dataset)
         self._size = batch_size_fn or infer_batch_size
@@ -172,8 +174,10 @@ class Elapse:
     def __next__(self) -> tuple[Elapsed, Any]:
         if self._pending is not None:
             self.complete()
-        stop = self._stop
-        if stop is not None and self.elapsed.reached(stop):
+        if self._stop_steps is not None:
+            if self.elapsed.steps >= self._stop_steps:
+                raise StopIteration
+        elif self._stop is not None and self.elapsed.reached(self._stop):
             raise StopIteration
         batch = next(self._it)
         self._pending = self._size(batch)
@@ -293,7 +297,9 @@ def _apply(out: Any, logs: Logs, state: Any, where: Any) -> Any:
                 )
             )
         new_logs, new_state = out
-        if new_logs is not None:
+        if type(new_logs) is Logs:
+            logs.merge(new_logs)
+        elif new_logs is not None:
             _merge(logs, new_logs, where)
         return state if new_state is None else new_state
     if isinstance(out, Logs):
