@@ -83,12 +83,18 @@ def fetch_all(trees: list[Any]) -> list[Any]:
     for i, (leaves, _) in enumerate(flat):
         for j, leaf in enumerate(leaves):
             if isinstance(leaf, jax.Array):
-                groups.setdefault((leaf.shape, leaf.dtype, leaf.sharding), []).append((i, j))
+                groups.setdefault((leaf.shape, leaf.dtype), []).append((i, j))
     for places in groups.values():
         arrays = [out[i][j] for i, j in places]
+        stacked = None
         if len(arrays) >= _MIN_STACK and arrays[0].is_fully_addressable:
             size = 1 << (len(arrays) - 1).bit_length()
-            host = fetch(_stack_jit(*arrays, *([arrays[0]] * (size - len(arrays)))))
+            try:
+                stacked = _stack_jit(*arrays, *([arrays[0]] * (size - len(arrays))))
+            except ValueError:  # values placed on different devices: fetch them one by one
+                stacked = None
+        if stacked is not None:
+            host = fetch(stacked)
             for k, (i, j) in enumerate(places):
                 out[i][j] = host[k, ...]
         else:

@@ -264,17 +264,20 @@ def logs() -> Logs:
     return Logs()
 
 
-def _flatten(value: Logs) -> tuple[tuple[Any, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
-    keys = tuple((c, tuple(v)) for c, v in value.items())
-    children = tuple(v[name] for c, v in value.items() for name in v)
+def _flatten(value: Logs) -> tuple[list[Any], tuple[tuple[str, tuple[str, ...]], ...]]:
+    keys = tuple([(c, tuple(v)) for c, v in value.items()])
+    children = [x for v in value.values() for x in v.values()]
     return children, keys
 
 
 def _unflatten(keys: tuple[tuple[str, tuple[str, ...]], ...], children: Any) -> Logs:
     out = Logs()
-    it = iter(children)
+    children = tuple(children)
+    start = 0
     for collection, names in keys:
-        out[collection] = Collection((name, next(it)) for name in names)
+        stop = start + len(names)
+        out[collection] = Collection(zip(names, children[start:stop], strict=True))
+        start = stop
     return out
 
 
