@@ -90,10 +90,16 @@ def _check_stop(stop: Any) -> StopLike:
     )
 
 
+def _steps_only(period: Period | None) -> int | None:
+    """The step count of a Period that counts steps and nothing else, else None."""
+    if period is not None and [name for name, _ in period.items()] == ["steps"]:
+        return period.steps
+    return None
+
+
 def _check_epoch_steps(epoch_duration: Any, dataset: Any) -> int | None:
-    if isinstance(epoch_duration, Period):
-        if epoch_duration.items() and [n for n, _ in epoch_duration.items()] == ["steps"]:
-            epoch_duration = epoch_duration.steps
+    if isinstance(epoch_duration, Period) and _steps_only(epoch_duration) is not None:
+        epoch_duration = epoch_duration.steps
     if epoch_duration is None:
         try:
             size = len(dataset)
@@ -145,8 +151,7 @@ class Elapse:
         clock: Callable[[], float] | None = None,
     ) -> None:
         self._stop = _check_stop(stop)
-        only_steps = self._stop is not None and [n for n, _ in self._stop.items()] == ["steps"]
-        self._stop_steps = self._stop.steps if only_steps else None
+        self._stop_steps = _steps_only(self._stop)
         self._epoch_steps = _check_epoch_steps(epoch_duration, dataset)
         self._it = _iterate(dataset)
         self._size = batch_size_fn or infer_batch_size
