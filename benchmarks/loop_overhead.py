@@ -221,20 +221,24 @@ def report(rates: dict[str, list[float]], cpu: dict[str, list[float]], steps: in
     lines = [
         f"{steps} steps x {rounds} rounds, interleaved",
         "",
-        "| variant | steps/s (median) | ratio vs hand-written (median) | ratio (best) |",
-        "|---|---:|---:|---:|",
+        "| variant | steps/s (median) | ratio (median of rounds) | ratio of medians | ratio (best) |",
+        "|---|---:|---:|---:|---:|",
     ]
     worst = float("inf")
     for name in VARIANTS:
         median = statistics.median(rates[name])
-        ratio = median / hand_median
+        # Each round runs every variant back to back, so a slow patch of the machine slows all
+        # of them: the ratio within a round cancels it, the ratio of medians does not.
+        paired = statistics.median(v / h for v, h in zip(rates[name], rates[HAND], strict=True))
         best_ratio = max(rates[name]) / hand_best
         if name != HAND:
-            worst = min(worst, ratio)
-        lines.append(f"| {name} | {median:,.0f} | {ratio:.3f} | {best_ratio:.3f} |")
+            worst = min(worst, paired)
+        lines.append(
+            f"| {name} | {median:,.0f} | {paired:.3f} | {median / hand_median:.3f} | {best_ratio:.3f} |"
+        )
     verdict = "PASS" if worst >= TARGET else "FAIL"
-    lines += ["", f"target: median ratio >= {TARGET:.2f} for every gyre variant -> {verdict} "
-              f"(lowest median ratio {worst:.3f})"]
+    lines += ["", f"target: ratio (median of rounds) >= {TARGET:.2f} for every gyre variant -> "
+              f"{verdict} (lowest {worst:.3f})"]
     spread = max(rates[HAND]) / min(rates[HAND]) - 1
     if spread > 0.10:
         lines.append(f"warning: the hand-written runs differ by {spread:.0%} (max/min): the "

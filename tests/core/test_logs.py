@@ -102,8 +102,13 @@ def test_history_moves_values_to_host_in_batches(monkeypatch):
     import gyre.core.history as history_module
 
     calls = []
-    real = history_module.fetch_all
-    monkeypatch.setattr(history_module, "fetch_all", lambda trees: calls.append(len(trees)) or real(trees))
+    real = history_module.fetch_columns
+
+    def counting(columns):
+        calls.append(len(columns[0]))
+        return real(columns)
+
+    monkeypatch.setattr(history_module, "fetch_columns", counting)
     h = gyre.history(flush_every=10, lag=2)
     for i in range(35):
         h.commit(Elapsed(steps=i), gyre.logs().add_metric("x", jnp.float32(i)))
@@ -111,7 +116,8 @@ def test_history_moves_values_to_host_in_batches(monkeypatch):
     assert calls == [10, 10, 10]
     assert h.collect("x") == [float(i) for i in range(35)]
     assert calls == [10, 10, 10, 5]
-    assert isinstance(h[0].logs.metrics.x, np.ndarray)
+    first = h[0].logs.metrics.x
+    assert isinstance(first, (np.ndarray, np.generic)) and first.dtype == np.float32
 
 
 def test_to_records_and_csv(tmp_path):
@@ -137,3 +143,27 @@ def test_plot_writes_png(tmp_path):
     titles = [ax.get_title() for ax in fig.axes]
     assert titles == ["loss", "acc"]
     assert [line.get_label() for line in fig.axes[0].lines] == ["loss", "loss_test"]
+
+
+def test_history_keeps_order_across_shapes_and_host_values():
+    h = gyre.history(flush_every=8, lag=1)
+    for i in range(20):
+        logs = gyre.logs().add_loss("loss", jnp.float32(i))
+        if i % 5 == 4:  # an occasional entry, a host value, and an array output
+            logs.add_metric("acc", float(i)).add_output("y", jnp.full((2,), i, jnp.int32))
+        h.commit(Elapsed(steps=i), logs)
+    assert len(h) == 20
+    assert h.collect("steps") == list(range(20))
+    assert h.collect("loss") == [float(i) for i in range(20)]
+    assert h.collect("steps", "acc") == ([4, 9, 14, 19], [4.0, 9.0, 14.0, 19.0])
+    assert [y.tolist() for y in h.collect("y")] == [[i, i] for i in (4, 9, 14, 19)]
+
+
+def test_fetch_columns_keeps_unstackable_columns_as_lists():
+    from gyre.core.host import fetch_columns
+
+    mixed = [jnp.zeros((i % 2 + 1,)) for i in range(8)]  # two shapes: not stackable
+    same = [jnp.float32(i) for i in range(9)]
+    host_mixed, host_same = fetch_columns([mixed, same])
+    assert [v.shape for v in host_mixed] == [(1,), (2,)] * 4
+    assert isinstance(host_same, np.ndarray) and host_same.tolist() == list(range(9))

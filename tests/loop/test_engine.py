@@ -259,3 +259,17 @@ def test_bad_tasks_history_elapsed():
         gyre.loop(None, range(3), {}, elapsed=5)
     with pytest.raises(ValueError, match="epoch_duration"):
         gyre.loop(None, range(3), {}, epoch_duration=0)
+
+
+def test_schedules_that_fire_always_are_not_asked():
+    class Counting(gyre.Schedule):
+        fires_always = True
+
+        def __call__(self, elapsed):
+            raise AssertionError("a schedule that fires always is never called")
+
+    seen = []
+    gyre.loop(None, range(3), {Counting(): [lambda elapsed: seen.append(elapsed.steps)]})
+    assert seen == [0, 1, 2]
+    assert gyre.every(1).fires_always and gyre.always().fires_always
+    assert not gyre.every(2).fires_always and not gyre.every(samples=1).fires_always

@@ -87,8 +87,8 @@ class KerasBar:
             self._t_first, self._step_first = now, steps
             self._closed = False
         interval = self._interval
-        if interval is None:
-            interval = 0.1 if self._isatty() else 10.0
+        if interval is None:  # decided once: a terminal redraws often, a log file seldom
+            interval = self._interval = 0.1 if self._isatty() else 10.0
         if now - self._last_draw >= interval or steps == self.total:
             self._draw(now, final=steps == self.total)
 

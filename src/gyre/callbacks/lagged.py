@@ -43,7 +43,7 @@ class LaggedValues:
         """Remembers a step's logs (a reference only)."""
         if not logs:
             return
-        shape = tuple([(c, *v) for c, v in logs.items()])
+        shape = (*logs, *map(tuple, logs.values()))
         pending = self._by_shape.get(shape)
         if pending is None:
             pending = self._by_shape[shape] = deque(maxlen=self._depth)

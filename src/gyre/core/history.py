@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 from gyre.core.clock import _FIELDS as CLOCK_FIELDS
 from gyre.core.clock import Elapsed
 from gyre.core.errors import describe, explain
-from gyre.core.host import fetch_all, to_python
-from gyre.core.logs import Logs, resolution_order
+from gyre.core.host import fetch_columns, to_python
+from gyre.core.logs import Collection, Logs, resolution_order
 
 
 class Record(NamedTuple):
@@ -25,6 +25,27 @@ class Record(NamedTuple):
     elapsed: Elapsed
     logs: Logs
     batch_size: int | None = None
+
+
+class _Chunk(NamedTuple):
+    """Records moved to the host together: their clocks, and their values by column."""
+
+    clocks: list[tuple[Elapsed, int | None]]
+    # one (entry names by collection, record positions, host columns) per shape of logs
+    columns: list[tuple[tuple[tuple[str, tuple[str, ...]], ...], list[int], list[Any]]]
+
+    def records(self) -> list[Record]:
+        logs: list[Any] = [None] * len(self.clocks)
+        for shape, rows, columns in self.columns:
+            for k, i in enumerate(rows):
+                out = logs[i] = Logs()
+                j = 0
+                for collection, names in shape:
+                    out[collection] = Collection(
+                        zip(names, [columns[j + n][k] for n in range(len(names))], strict=True)
+                    )
+                    j += len(names)
+        return [Record(e, lg, b) for (e, b), lg in zip(self.clocks, logs, strict=True)]
 
 
 class History:
@@ -59,42 +80,66 @@ class History:
                     fix="pass positive numbers",
                 )
             )
-        self._records: list[Record] = []
-        self._on_host = 0  # records[:_on_host] hold host values
+        self._records: list[Record] = []  # on the host, ready to read
+        self._chunks: list[_Chunk] = []  # on the host, not yet turned into records
+        self._pending: list[tuple[Elapsed, Logs, int | None]] = []  # still on the device
         self._flush_every = flush_every
         self._lag = lag
 
     # -- the step path ---------------------------------------------------------------------
     def commit(self, elapsed: Elapsed, logs: Logs, *, batch_size: int | None = None) -> None:
         """Appends one step's logs (device values are kept; nothing waits)."""
-        self._records.append(Record(elapsed, logs, batch_size))
-        if len(self._records) - self._on_host >= self._flush_every + self._lag:
+        if type(logs) is not Logs:
+            logs = Logs().merge(logs)
+        pending = self._pending
+        pending.append((elapsed, logs, batch_size))
+        if len(pending) >= self._flush_every + self._lag:
             self.flush(lag=self._lag)
 
     def flush(self, *, lag: int = 0) -> None:
-        """Copies all records but the newest ``lag`` to the host, in one transfer.
+        """Copies all records but the newest ``lag`` to the host, one transfer per entry.
+
+        Records of the same entries are fetched column by column; they become :class:`Record`
+        objects only when read, so the step path pays for the transfer and nothing else.
 
         Example:
             >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1)); h.flush()
         """
-        stop = len(self._records) - lag
-        if stop <= self._on_host:
+        stop = len(self._pending) - lag
+        if stop <= 0:
             return
-        pending = self._records[self._on_host : stop]
-        host_logs = fetch_all([r.logs for r in pending])
-        for i, (record, logs_) in enumerate(zip(pending, host_logs, strict=True)):
-            self._records[self._on_host + i] = record._replace(logs=logs_)
-        self._on_host = stop
+        moving, self._pending = self._pending[:stop], self._pending[stop:]
+        groups: dict[Any, tuple[list[int], list[list[Any]]]] = {}
+        for i, (_, logs, _) in enumerate(moving):
+            shape = tuple([(c, tuple(v)) for c, v in logs.items()])
+            group = groups.get(shape)
+            if group is None:
+                group = groups[shape] = ([], [])
+            group[0].append(i)
+            group[1].append([x for v in logs.values() for x in v.values()])
+        columns = [
+            (shape, rows, fetch_columns(list(zip(*leaves, strict=True))))
+            for shape, (rows, leaves) in groups.items()
+        ]
+        self._chunks.append(_Chunk([(e, b) for e, _, b in moving], columns))
+
+    def _host_records(self) -> list[Record]:
+        """Every record, on the host (flushes and builds the pending ones)."""
+        self.flush()
+        for chunk in self._chunks:
+            self._records.extend(chunk.records())
+        self._chunks = []
+        return self._records
 
     # -- reading -----------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self._records) + sum(len(c.clocks) for c in self._chunks) + len(self._pending)
 
     def __iter__(self) -> Iterator[Record]:
-        return iter(self._records)
+        return iter(self._host_records())
 
     def __getitem__(self, index: int) -> Record:
-        return self._records[index]
+        return self._host_records()[index]
 
     def extend(self, other: History) -> None:
         """Appends every record of ``other`` (used when a run is continued).
@@ -139,9 +184,8 @@ class History:
                         fix="pass the key's name as a string",
                     )
                 )
-        self.flush()
         columns: list[list[Any]] = [[] for _ in keys]
-        for record in self._records:
+        for record in self._host_records():
             row = []
             for key in keys:
                 found, value = _find(record, key)
@@ -161,7 +205,7 @@ class History:
             {'metrics': ['a']}
         """
         seen: dict[str, dict[str, None]] = {}
-        for record in self._records:
+        for record in self._host_records():
             for collection, values in record.logs.items():
                 bucket = seen.setdefault(collection, {})
                 for name in values:
@@ -179,13 +223,12 @@ class History:
             >>> h.to_records()[0]["steps"], h.to_records()[0]["a"]
             (3, 1)
         """
-        self.flush()
         owners: dict[str, int] = {}
         for names in self.names().values():
             for name in names:
                 owners[name] = owners.get(name, 0) + 1
         rows = []
-        for record in self._records:
+        for record in self._host_records():
             row: dict[str, Any] = record.elapsed.to_dict()
             for collection, name, value in record.logs.entries():
                 column = name if owners[name] == 1 and name not in row else f"{collection}.{name}"

@@ -8,6 +8,7 @@ those implicit paths to raise and lets only this function through.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -54,50 +55,84 @@ def to_python(value: Any) -> Any:
     return value
 
 
-def _stack(*arrays: Any) -> Any:
+def _stack_columns(columns: tuple[tuple[Any, ...], ...]) -> list[Any]:
     import jax.numpy as jnp
 
-    return jnp.stack(arrays)
+    out: list[Any] = []
+    for column in columns:
+        first = column[0]
+        if all(x.shape == first.shape and x.dtype == first.dtype for x in column):
+            out.append(jnp.stack(column))
+        else:  # mixed shapes: decided once per signature, at trace time
+            out.append(list(column))
+    return out
 
 
-_stack_jit = jax.jit(_stack)
+_stack_columns_jit = jax.jit(_stack_columns)
 _MIN_STACK = 8
+_ARRAY_TYPES = (type(jax.numpy.zeros(())),)
 
 
-def fetch_all(trees: list[Any]) -> list[Any]:
-    """Copies a list of pytrees to the host, stacking same-shaped values into one transfer.
+def _stackable(column: Sequence[Any]) -> bool:
+    if len(column) < _MIN_STACK or not set(map(type, column)) <= set(_ARRAY_TYPES):
+        return False
+    return bool(column[0].is_fully_addressable)
 
-    ``jax.device_get`` pays several microseconds per array; a history of scalar metrics
-    would pay that per step. Here the device arrays of equal shape, dtype and placement are
-    stacked on the device by one jitted call (padded to a power of two, so few lengths ever
-    compile) and fetched as one array.
+
+def fetch_columns(columns: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
+    """Copies columns of values to the host; each column of device arrays in one transfer.
+
+    ``jax.device_get`` pays several microseconds per array, so a history of scalar metrics
+    would pay that per step. Here every column of same-shaped device arrays is stacked on the
+    device by one jitted call for all columns (padded to a power of two rows, so few lengths
+    ever compile) and fetched as one array. A column comes back as a numpy array whose rows
+    are the values, or as a list when its values could not be stacked.
 
     Example:
         >>> import jax.numpy as jnp
-        >>> fetch_all([{"x": jnp.float32(i)} for i in range(10)])[9]
-        {'x': array(9., dtype=float32)}
+        >>> loss, acc = fetch_columns([[jnp.float32(i) for i in range(10)], [1.0, 2.0]])
+        >>> loss[9].item(), acc
+        (9.0, [1.0, 2.0])
+    """
+    out: list[Sequence[Any]] = [list(c) for c in columns]
+    chosen = [i for i, column in enumerate(columns) if _stackable(column)]
+    if chosen:
+        size = 1 << (max(len(columns[i]) for i in chosen) - 1).bit_length()
+        padded = tuple(
+            tuple(columns[i]) + (columns[i][0],) * (size - len(columns[i])) for i in chosen
+        )
+        try:
+            stacked = _stack_columns_jit(padded)
+        except ValueError:  # values placed on different devices: fetch them one by one
+            chosen, stacked = [], []
+        for i, host in zip(chosen, fetch(stacked), strict=True):
+            out[i] = host[: len(columns[i])]
+    rest = [i for i in range(len(columns)) if i not in set(chosen)]
+    if rest:
+        for i, host in zip(rest, fetch([out[i] for i in rest]), strict=True):
+            out[i] = host
+    return out
+
+
+def fetch_all(trees: Sequence[Any]) -> list[Any]:
+    """Copies a list of pytrees to the host, one transfer per column of same-placed leaves.
+
+    Trees of the same structure have their leaves fetched column by column with
+    :func:`fetch_columns`.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> fetch_all([{"x": jnp.float32(i)} for i in range(10)])[9]["x"].item()
+        9.0
     """
     flat = [jax.tree_util.tree_flatten(tree) for tree in trees]
-    out = [list(leaves) for leaves, _ in flat]
-    groups: dict[Any, list[tuple[int, int]]] = {}
-    for i, (leaves, _) in enumerate(flat):
-        for j, leaf in enumerate(leaves):
-            if isinstance(leaf, jax.Array):
-                groups.setdefault((leaf.shape, leaf.dtype), []).append((i, j))
-    for places in groups.values():
-        arrays = [out[i][j] for i, j in places]
-        stacked = None
-        if len(arrays) >= _MIN_STACK and arrays[0].is_fully_addressable:
-            size = 1 << (len(arrays) - 1).bit_length()
-            try:
-                stacked = _stack_jit(*arrays, *([arrays[0]] * (size - len(arrays))))
-            except ValueError:  # values placed on different devices: fetch them one by one
-                stacked = None
-        if stacked is not None:
-            host = fetch(stacked)
-            for k, (i, j) in enumerate(places):
-                out[i][j] = host[k, ...]
-        else:
-            for (i, j), value in zip(places, fetch(arrays), strict=True):
-                out[i][j] = value
-    return [jax.tree_util.tree_unflatten(treedef, leaves) for leaves, (_, treedef) in zip(out, flat, strict=True)]
+    groups: dict[Any, list[int]] = {}
+    for i, (_, treedef) in enumerate(flat):
+        groups.setdefault(treedef, []).append(i)
+    out: list[Any] = [None] * len(trees)
+    for treedef, rows in groups.items():
+        columns = list(zip(*[flat[i][0] for i in rows], strict=True))
+        host = fetch_columns(columns)
+        for k, i in enumerate(rows):
+            out[i] = jax.tree_util.tree_unflatten(treedef, [column[k] for column in host])
+    return out

@@ -66,6 +66,10 @@ class Schedule:
     def __invert__(self) -> Schedule:
         return _Not(self)
 
+    #: True when the schedule fires on every step whatever the clock; loops then skip the
+    #: call. Only stateless schedules may set it.
+    fires_always: bool = False
+
     def state_dict(self) -> dict[str, Any]:
         """The schedule's state (empty for stateless schedules)."""
         return {}
@@ -148,6 +152,8 @@ class _Not(_And):
 
 
 class _Always(Schedule):
+    fires_always = True
+
     def __call__(self, elapsed: Elapsed) -> bool:
         return True
 
@@ -217,6 +223,7 @@ class Every(Schedule):
         self.unit = unit
         self.amount = amount
         self._last: int | None = None  # the last bucket fired, for samples and time
+        self.fires_always = unit == "steps" and amount == 1
 
     def __call__(self, elapsed: Elapsed) -> bool:
         if self.unit == "steps":

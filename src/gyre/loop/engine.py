@@ -251,8 +251,12 @@ def _as_list(value: Callback | Sequence[Callback] | None) -> list[Callback]:
     return [value]
 
 
-def compile_tasks(tasks: Tasks | None) -> list[tuple[Callable[[Elapsed], bool], list[Invoker]]]:
+def compile_tasks(
+    tasks: Tasks | None,
+) -> list[tuple[Callable[[Elapsed], bool] | None, list[Invoker]]]:
     """Validates a task table and binds its callbacks: ``[(schedule, [invoker, ...]), ...]``.
+
+    A schedule that fires on every step (``fires_always``) comes back as ``None``.
 
     The caller's dict is only read. Example: ``compile_tasks({gyre.every(1): [f]})``.
     """
@@ -283,7 +287,9 @@ def compile_tasks(tasks: Tasks | None) -> list[tuple[Callable[[Elapsed], bool], 
                     fix="use a schedule object." + suggest(key, ALL_HOOKS),
                 )
             )
-        schedule = as_schedule(key)
+        schedule: Callable[[Elapsed], bool] | None = as_schedule(key)
+        if getattr(schedule, "fires_always", False):
+            schedule = None  # nothing to ask: the loop skips the call
         plan.append((schedule, [bind(cb) for cb in _as_list(callbacks)]))
     return plan
 
@@ -424,11 +430,16 @@ def loop(
             loop_state.logs = logs
             loop_state.batch = batch
             for schedule, callbacks in plan:
-                if schedule(now):
+                if schedule is None or schedule(now):
                     for callback in callbacks:
                         out = callback(state, batch, now, logs, loop_state)
                         if out is not None:
-                            state = loop_state.state = _apply(out, logs, state, callback)
+                            if type(out) is tuple and len(out) == 2 and type(out[0]) is Logs:
+                                logs.merge(out[0])  # the common (logs, state) return, inlined
+                                if out[1] is not None:
+                                    state = loop_state.state = out[1]
+                            else:
+                                state = loop_state.state = _apply(out, logs, state, callback)
                         if loop_state.stop_requested:
                             break
                     if loop_state.stop_requested:
