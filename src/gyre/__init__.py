@@ -26,6 +26,7 @@ from gyre.core.schedules import as_schedule as as_schedule
 from gyre.core.schedules import every as every
 from gyre.core.schedules import never as never
 from gyre.core.schedules import piecewise as piecewise
+from gyre.core.state import TrainState as TrainState
 from gyre.loop.engine import LoopState as LoopState
 from gyre.loop.engine import elapse as elapse
 from gyre.loop.engine import loop as loop
@@ -48,16 +49,31 @@ from gyre.loop.named import on_train_step as on_train_step
 from gyre.loop.named import predict_loop as predict_loop
 from gyre.loop.named import test_loop as test_loop
 from gyre.loop.named import train_loop as train_loop
+from gyre.parallel.strategies import FSDP as FSDP
+from gyre.parallel.strategies import DataParallel as DataParallel
+from gyre.parallel.strategies import Eager as Eager
+from gyre.parallel.strategies import Jit as Jit
+from gyre.parallel.strategies import Strategy as Strategy
+from gyre.parallel.strategies import get_strategy as get_strategy
+from gyre.steps import managed as managed
+from gyre.steps.precision import Policy as Policy
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "FSDP",
+    "DataParallel",
+    "Eager",
     "Elapsed",
     "History",
+    "Jit",
     "Logs",
     "LoopState",
     "Period",
+    "Policy",
     "Schedule",
+    "Strategy",
+    "TrainState",
     "__version__",
     "after",
     "always",
@@ -67,11 +83,13 @@ __all__ = [
     "early_stopping",
     "elapse",
     "every",
+    "get_strategy",
     "history",
     "inner_loop",
     "keras_bar",
     "logs",
     "loop",
+    "managed",
     "never",
     "noop",
     "on_epoch_begin",

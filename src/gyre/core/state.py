@@ -1,0 +1,185 @@
+"""``TrainState``: the default state pytree (step, params, optimizer state, rng, model state).
+
+Randomness is stateless: the key of step ``n`` is ``jax.random.fold_in(rng, n)``, so a resumed
+run draws the same numbers as one that never stopped. ``apply_fn`` and ``tx`` are static
+(part of the tree structure, not leaves), so a jitted step sees only arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from gyre.core.errors import describe, explain
+
+
+def _as_key(rng: Any) -> jax.Array:
+    if rng is None:
+        return jax.random.PRNGKey(0)
+    if isinstance(rng, int) and not isinstance(rng, bool):
+        return jax.random.PRNGKey(rng)
+    if isinstance(rng, jax.Array) and (
+        jnp.issubdtype(rng.dtype, jax.dtypes.prng_key) or (rng.dtype == jnp.uint32 and rng.shape == (2,))
+    ):
+        return rng
+    raise TypeError(
+        explain(
+            "rng= must be a seed or a PRNG key",
+            expected="an int seed, jax.random.PRNGKey(seed) or jax.random.key(seed)",
+            received=describe(rng),
+            fix="pass rng=0 or rng=jax.random.PRNGKey(0)",
+        )
+    )
+
+
+class TrainState(struct.PyTreeNode):
+    """The training state: a pytree with ``step``, ``params``, ``opt_state``, ``rng``,
+    ``model_state`` (mutable collections such as ``batch_stats``) and ``extras``.
+
+    Subclasses may declare more fields (``flax.struct`` style); ``create`` puts unknown
+    keyword arguments in ``extras``, readable as attributes (``state.ema``).
+
+    Example:
+        >>> import jax.numpy as jnp, optax
+        >>> state = TrainState.create(params={"w": jnp.ones(2)}, tx=optax.sgd(0.5), rng=0)
+        >>> state = state.apply_gradients(grads={"w": jnp.ones(2)})
+        >>> state.params["w"].tolist(), int(state.step)
+        ([0.5, 0.5], 1)
+    """
+
+    step: jax.Array
+    params: Any
+    opt_state: Any
+    rng: jax.Array
+    model_state: Mapping[str, Any] = struct.field(default_factory=dict)
+    extras: Mapping[str, Any] = struct.field(default_factory=dict)
+    apply_fn: Callable[..., Any] | None = struct.field(pytree_node=False, default=None)
+    tx: optax.GradientTransformation | None = struct.field(pytree_node=False, default=None)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        params: Any,
+        tx: optax.GradientTransformation | None = None,
+        apply_fn: Callable[..., Any] | None = None,
+        rng: Any = None,
+        model_state: Mapping[str, Any] | None = None,
+        **extras: Any,
+    ) -> Any:
+        """A state at step 0, with the optimizer state initialised from ``params``.
+
+        Args:
+            params: the trainable parameters (any pytree).
+            tx: an optax optimizer; ``None`` for a state that is never updated.
+            apply_fn: the model's apply function, kept static.
+            rng: a seed or PRNG key; per-step keys are folded from it.
+            model_state: mutable model collections (``{"batch_stats": ...}``).
+            **extras: fields a subclass declares, or else extra values kept in ``extras``.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> TrainState.create(params=jnp.zeros(3), ema=jnp.zeros(3)).ema.shape
+            (3,)
+        """
+        if tx is not None and not isinstance(tx, optax.GradientTransformation):
+            raise TypeError(
+                explain(
+                    "tx= must be an optax optimizer",
+                    expected="e.g. optax.adam(1e-3), or None for a state that is not trained",
+                    received=describe(tx),
+                    fix="build the optimizer with optax: tx=optax.adamw(1e-3)",
+                )
+            )
+        declared = {f for f in cls.__dataclass_fields__ if f not in TrainState.__dataclass_fields__}
+        fields = {k: v for k, v in extras.items() if k in declared}
+        rest = {k: v for k, v in extras.items() if k not in declared}
+        return cls(
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            opt_state=tx.init(params) if tx is not None else None,
+            rng=_as_key(rng),
+            model_state=dict(model_state or {}),
+            extras=rest,
+            apply_fn=apply_fn,
+            tx=tx,
+            **fields,
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names that are not fields: model collections and extras.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        for where in ("model_state", "extras"):
+            values = object.__getattribute__(self, where)
+            if name in values:
+                return values[name]
+        if name == "batch_stats":
+            return None
+        raise AttributeError(
+            f"{type(self).__name__} has no field {name!r}; its model_state holds "
+            f"{sorted(self.model_state)} and its extras {sorted(self.extras)}"
+        )
+
+    def apply_gradients(self, *, grads: Any, **changes: Any) -> Any:
+        """One optimizer update: new params and optimizer state, ``step + 1``.
+
+        Args:
+            grads: gradients shaped like ``params``.
+            **changes: other fields to replace at the same time (e.g. ``model_state=``).
+
+        Example:
+            >>> import jax.numpy as jnp, optax
+            >>> s = TrainState.create(params=jnp.ones(()), tx=optax.sgd(1.0))
+            >>> float(s.apply_gradients(grads=jnp.ones(())).params)
+            0.0
+        """
+        if self.tx is None:
+            raise ValueError(
+                explain(
+                    "this state has no optimizer",
+                    expected="a state created with tx=<an optax optimizer>",
+                    received="tx=None",
+                    fix="create the state with TrainState.create(params=..., tx=optax.adam(1e-3))",
+                )
+            )
+        updates, opt_state = self.tx.update(grads, self.opt_state, self.params)
+        params = optax.apply_updates(self.params, updates)
+        return self.replace(step=self.step + 1, params=params, opt_state=opt_state, **changes)
+
+    def step_key(self, stream: int | str | None = None) -> jax.Array:
+        """The PRNG key of the current step (``fold_in(rng, step)``), optionally of a named
+        stream, so dropout and noise draw independent numbers.
+
+        Example:
+            >>> s = TrainState.create(params=(), rng=0)
+            >>> bool((s.step_key() == s.step_key()).all()), bool((s.step_key("a") != s.step_key()).any())
+            (True, True)
+        """
+        key = jax.random.fold_in(self.rng, self.step)
+        if stream is None:
+            return key
+        if isinstance(stream, str):
+            stream = _stream_id(stream)
+        return jax.random.fold_in(key, stream)
+
+    def step_rngs(self, *streams: str) -> dict[str, jax.Array]:
+        """Keys for flax's ``rngs=`` argument, one per named stream.
+
+        Example:
+            >>> sorted(TrainState.create(params=(), rng=0).step_rngs("dropout", "noise"))
+            ['dropout', 'noise']
+        """
+        return {name: self.step_key(name) for name in streams}
+
+
+def _stream_id(name: str) -> int:
+    """A stable 31-bit id of a stream name (Python's ``hash`` of strings is salted)."""
+    import zlib
+
+    return zlib.crc32(name.encode()) & 0x7FFFFFFF

@@ -1,0 +1,408 @@
+"""The managed API: write the maths of a step, gyre compiles, differentiates and shards it.
+
+``ManagedState`` is a :class:`~gyre.TrainState` that carries a strategy. ``train_step``
+turns ``(state, batch) -> (logs, state)`` into a full training step: it differentiates the
+sum of the losses the function logged with ``add_loss`` with respect to ``state.params``,
+applies the optimizer, and compiles the whole for the state's strategy (donating the state).
+``step`` compiles without gradients (evaluation, prediction).
+
+Example:
+    >>> import gyre, jax.numpy as jnp, optax
+    >>> from gyre import managed
+    >>> @managed.train_step
+    ... def train_step(state, batch):
+    ...     x, y = batch
+    ...     loss = jnp.mean((x * state.params["w"] - y) ** 2)
+    ...     return gyre.logs().add_loss("mse", loss), state
+    >>> state = managed.ManagedState.create(params={"w": jnp.float32(0.0)}, tx=optax.sgd(0.1))
+    >>> batch = (jnp.ones(8), 2 * jnp.ones(8))
+    >>> for _ in range(50):
+    ...     logs, state = train_step(state, batch)
+    >>> round(float(state.params["w"]), 3), int(state.step)
+    (2.0, 50)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from gyre.core.errors import describe, explain
+from gyre.core.logs import Logs
+from gyre.core.state import TrainState
+from gyre.parallel.strategies import Jit, Strategy, get_strategy
+from gyre.steps.precision import Policy, get_policy
+
+StepFn = Callable[[Any, Any], tuple[Logs, Any]]
+
+
+class ManagedState(TrainState):
+    """A :class:`~gyre.TrainState` with a strategy (static), placed on its devices.
+
+    Example:
+        >>> import jax.numpy as jnp, optax
+        >>> s = ManagedState.create(params=jnp.zeros(4), tx=optax.adam(1e-3), strategy="jit")
+        >>> s.strategy.name, s.with_strategy("eager").strategy.name
+        ('jit', 'eager')
+    """
+
+    strategy: Strategy = struct.field(pytree_node=False, default_factory=Jit)
+
+    @classmethod
+    def create(  # type: ignore[override]
+        cls,
+        *,
+        params: Any,
+        tx: optax.GradientTransformation | None = None,
+        strategy: str | Strategy = "jit",
+        apply_fn: Callable[..., Any] | None = None,
+        rng: Any = None,
+        model_state: Any = None,
+        **extra: Any,
+    ) -> Any:
+        """A state at step 0 placed for ``strategy`` (``"eager"``, ``"jit"``,
+        ``"data_parallel"``, ``"fsdp"`` or a :class:`~gyre.Strategy`).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> ManagedState.create(params=jnp.zeros(2), strategy="fsdp").strategy.name
+            'fsdp'
+        """
+        chosen = get_strategy(strategy)
+        state = super().create(
+            params=params, tx=tx, apply_fn=apply_fn, rng=rng, model_state=model_state,
+            strategy=chosen, **extra,
+        )
+        return chosen.place_state(state)
+
+    def with_strategy(self, strategy: str | Strategy) -> Any:
+        """The same state under another strategy, moved onto its devices.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> ManagedState.create(params=jnp.zeros(2)).with_strategy("data_parallel").strategy.name
+            'data_parallel'
+        """
+        chosen = get_strategy(strategy)
+        return chosen.place_state(self.replace(strategy=chosen))
+
+
+def _strategy_of(state: Any) -> Strategy:
+    strategy = getattr(state, "strategy", None)
+    return strategy if isinstance(strategy, Strategy) else _DEFAULT
+
+
+_DEFAULT = Jit()
+
+
+class ManagedStep:
+    """A step compiled per strategy; built by :func:`train_step` and :func:`step`.
+
+    Call it as ``step(state, batch)``, as a method ``state.train_step(batch)`` when it is a
+    class attribute of the state, or put it in a loop's task table. ``fuse(k)`` gives the
+    ``lax.scan`` of ``k`` steps over stacked batches (used by ``steps_per_call``).
+    """
+
+    def __init__(self, fn: StepFn, pure: StepFn, *, kind: str) -> None:
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self.pure = pure
+        self.kind = kind
+        self._compiled: dict[tuple[Strategy, bool], StepFn] = {}
+        self._last: tuple[Strategy | None, StepFn | None] = (None, None)
+
+    def __repr__(self) -> str:
+        return f"<gyre managed {self.kind} {getattr(self._fn, '__qualname__', self._fn)!r}>"
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def _get(self, strategy: Strategy, state: Any, fused: bool) -> StepFn:
+        run = self._compiled.get((strategy, fused))
+        if run is None:
+            if fused:
+
+                def scan(state: Any, batches: Any) -> tuple[Logs, Any]:
+                    def body(carry: Any, batch: Any) -> tuple[Any, Logs]:
+                        logs, carry = self.pure(carry, batch)
+                        return carry, logs
+
+                    state, logs = jax.lax.scan(body, state, batches)
+                    return logs, state
+
+                run = strategy.compile(scan, state, batch_axis=1)
+            else:
+                run = strategy.compile(self.pure, state)
+            self._compiled[(strategy, fused)] = run
+        return run
+
+    def __call__(self, state: Any, batch: Any) -> tuple[Logs, Any]:
+        strategy = _strategy_of(state)
+        last_strategy, run = self._last
+        if strategy is not last_strategy or run is None:
+            run = self._get(strategy, state, fused=False)
+            self._last = (strategy, run)
+        if strategy.data_size > 1 or not strategy.compiles:
+            batch = strategy.place_batch(batch)
+        return run(state, batch)
+
+    def fuse(self, steps: int) -> StepFn:
+        """``(state, batches) -> (logs, state)`` running one step per row of ``batches``
+        (leaves stacked on a new leading axis) in one ``lax.scan``; logs come back stacked.
+
+        Example:
+            >>> import gyre, jax.numpy as jnp
+            >>> from gyre import managed
+            >>> count = managed.step(lambda s, b: (gyre.logs().add_metric("b", b.sum()), s))
+            >>> logs, _ = count.fuse(3)(managed.ManagedState.create(params=()), jnp.ones((3, 2)))
+            >>> logs.metrics.b.tolist()
+            [2.0, 2.0, 2.0]
+        """
+
+        def fused(state: Any, batches: Any) -> tuple[Logs, Any]:
+            strategy = _strategy_of(state)
+            run = self._get(strategy, state, fused=True)
+            if strategy.data_size > 1 or not strategy.compiles:
+                batches = strategy.place_batch(batches, axis=1)
+            return run(state, batches)
+
+        return fused
+
+    def compiled_count(self) -> int:
+        """How many programs the compiled functions of this step hold (for tests).
+
+        Example:
+            >>> step(lambda s, b: (None, s)).compiled_count()
+            0
+        """
+        return sum(getattr(f, "_cache_size", lambda: 0)() for f in self._compiled.values())
+
+
+# -- losses ------------------------------------------------------------------------------------
+
+
+def total_loss(logs: Any, where: str = "train_step") -> jax.Array:
+    """The sum of the losses in ``logs``, in float32; a clear error when there are none or one
+    is not a scalar.
+
+    Example:
+        >>> import gyre, jax.numpy as jnp
+        >>> float(total_loss(gyre.logs().add_loss("a", jnp.float32(1)).add_loss("b", 2.0)))
+        3.0
+    """
+    losses = logs.get("losses") if isinstance(logs, dict) else None
+    if not losses:
+        raise ValueError(
+            explain(
+                f"{where} logged no loss to differentiate",
+                expected="the step to log at least one scalar with logs.add_loss(name, value)",
+                received="logs with collections " + (repr(sorted(logs)) if isinstance(logs, dict) else describe(logs)),
+                fix="return (gyre.logs().add_loss('loss', loss), state); metrics logged with "
+                "add_metric are not differentiated",
+            )
+        )
+    total = jnp.zeros((), jnp.float32)
+    for name, value in losses.items():
+        shape = jnp.shape(value)
+        if shape != ():
+            raise ValueError(
+                explain(
+                    f"loss {name!r} is not a scalar",
+                    expected="a scalar loss (shape ()) per add_loss",
+                    received=f"shape {shape}",
+                    fix=f"reduce it before logging, e.g. logs.add_loss({name!r}, per_example.mean())",
+                )
+            )
+        total = total + jnp.asarray(value, jnp.float32)
+    return total
+
+
+def _check_pair(out: Any, where: str) -> tuple[Any, Any]:
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise TypeError(
+            explain(
+                f"{where} must return (logs, state)",
+                expected="a pair: (gyre.logs().add_loss(...), state)",
+                received=describe(out),
+                fix="return logs, state",
+            )
+        )
+    return out
+
+
+# -- the train step ----------------------------------------------------------------------------
+
+
+def _split_micro(batch: Any, k: int) -> Any:
+    def split(x: Any) -> Any:
+        x = jnp.asarray(x)
+        if x.ndim == 0 or x.shape[0] % k != 0:
+            raise ValueError(
+                explain(
+                    f"a batch of {x.shape[0] if x.ndim else 'a scalar'} cannot be split into "
+                    f"{k} microbatches",
+                    expected=f"every batch leaf with a leading dimension divisible by accumulate_steps={k}",
+                    received=f"a leaf of shape {x.shape}",
+                    fix="use a batch size that is a multiple of accumulate_steps",
+                )
+            )
+        return x.reshape((k, x.shape[0] // k, *x.shape[1:]))
+
+    return jax.tree_util.tree_map(split, batch)
+
+
+def _mean_logs(stacked: Logs) -> Logs:
+    """Microbatch logs: losses and metrics averaged, everything else from the last one."""
+    out = Logs()
+    for collection, values in stacked.items():
+        reduce = (lambda v: jnp.mean(v, axis=0)) if collection in ("losses", "metrics") else (lambda v: v[-1])
+        for name, value in values.items():
+            out.add_entry(collection, name, jax.tree_util.tree_map(reduce, value))
+    return out
+
+
+def _make_train(
+    fn: StepFn, *, accumulate_steps: int, clip_grad_norm: float | None, policy: Policy
+) -> StepFn:
+    where = getattr(fn, "__qualname__", "train_step")
+
+    def grads_of(state: Any, batch: Any) -> tuple[Any, Logs, Any]:
+        def loss_fn(params: Any) -> tuple[jax.Array, tuple[Logs, Any]]:
+            inner = state.replace(params=policy.cast_to_compute(params))
+            logs, new_state = _check_pair(fn(inner, policy.cast_to_compute(batch)), where)
+            logs = logs if logs is not None else Logs()
+            return total_loss(logs, where), (logs, new_state)
+
+        (_, (logs, new_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        return grads, logs, new_state
+
+    def train(state: Any, batch: Any) -> tuple[Logs, Any]:
+        if accumulate_steps == 1:
+            grads, logs, new_state = grads_of(state, batch)
+        else:
+            micro = _split_micro(batch, accumulate_steps)
+            zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+
+            def body(carry: tuple[Any, Any], xs: tuple[jax.Array, Any]) -> tuple[tuple[Any, Any], Logs]:
+                acc, model_state = carry
+                i, mb = xs
+                sub = state.replace(rng=jax.random.fold_in(state.rng, i), model_state=model_state)
+                grads, logs, new_state = grads_of(sub, mb)
+                acc = jax.tree_util.tree_map(jnp.add, acc, grads)
+                return (acc, new_state.model_state), logs
+
+            index = jnp.arange(accumulate_steps)
+            (acc, model_state), stacked = jax.lax.scan(body, (zeros, state.model_state), (index, micro))
+            grads = jax.tree_util.tree_map(lambda g: g / accumulate_steps, acc)
+            logs = _mean_logs(stacked)
+            new_state = state.replace(model_state=model_state)
+        if clip_grad_norm is not None:
+            norm = optax.global_norm(grads)
+            scale = jnp.minimum(1.0, clip_grad_norm / (norm + 1e-6))
+            grads = jax.tree_util.tree_map(lambda g: g * scale.astype(g.dtype), grads)
+            logs.add_metric("grad_norm", norm)
+        # The function saw compute-dtype params; the update applies to the float32 ones.
+        new_state = new_state.replace(params=state.params, rng=state.rng)
+        return logs, new_state.apply_gradients(grads=grads)
+
+    return train
+
+
+def _check_options(accumulate_steps: Any, clip_grad_norm: Any) -> None:
+    if not (isinstance(accumulate_steps, int) and not isinstance(accumulate_steps, bool) and accumulate_steps >= 1):
+        raise ValueError(
+            explain(
+                "accumulate_steps= must be a whole number >= 1",
+                expected="e.g. accumulate_steps=4 to average the gradients of 4 microbatches",
+                received=describe(accumulate_steps),
+                fix="pass a positive int",
+            )
+        )
+    if clip_grad_norm is not None and not (isinstance(clip_grad_norm, (int, float)) and clip_grad_norm > 0):
+        raise ValueError(
+            explain(
+                "clip_grad_norm= must be a positive number or None",
+                expected="e.g. clip_grad_norm=1.0",
+                received=describe(clip_grad_norm),
+                fix="pass a positive float, or None for no clipping",
+            )
+        )
+
+
+def train_step(
+    fn: StepFn | None = None,
+    *,
+    accumulate_steps: int = 1,
+    clip_grad_norm: float | None = None,
+    policy: str | Policy | None = None,
+) -> Any:
+    """Makes ``fn(state, batch) -> (logs, state)`` a compiled training step.
+
+    The sum of the losses ``fn`` logs with ``add_loss`` is differentiated with respect to
+    ``state.params``; the optimizer update is applied and ``state.step`` grows by one.
+
+    Args:
+        fn: the step's maths (usable bare, ``@train_step``, or with options,
+            ``@train_step(accumulate_steps=4)``).
+        accumulate_steps: split each batch into this many microbatches and average their
+            gradients inside the compiled step (a ``lax.scan``; each microbatch gets its
+            own rng, ``fold_in(rng, i)``); losses and metrics are averaged.
+        clip_grad_norm: clip gradients to this global norm (logs ``grad_norm``).
+        policy: mixed precision, e.g. ``"bfloat16"``: ``fn`` sees params and floating batch
+            values in bfloat16, the update is applied to float32 params.
+
+    Example:
+        >>> import gyre, jax.numpy as jnp, optax
+        >>> @train_step(clip_grad_norm=1.0)
+        ... def fit(state, batch):
+        ...     return gyre.logs().add_loss("l", jnp.sum((state.params - batch) ** 2)), state
+        >>> state = ManagedState.create(params=jnp.zeros(2), tx=optax.sgd(0.1))
+        >>> logs, state = fit(state, jnp.ones(2))
+        >>> round(float(logs.metrics.grad_norm), 3)
+        2.828
+    """
+    _check_options(accumulate_steps, clip_grad_norm)
+    chosen = get_policy(policy)
+
+    def wrap(f: StepFn) -> ManagedStep:
+        pure = _make_train(f, accumulate_steps=accumulate_steps, clip_grad_norm=clip_grad_norm, policy=chosen)
+        return ManagedStep(f, pure, kind="train_step")
+
+    return wrap if fn is None else wrap(fn)
+
+
+def step(fn: StepFn | None = None, *, policy: str | Policy | None = None) -> Any:
+    """Makes ``fn(state, batch) -> (logs, state)`` a compiled step without gradients.
+
+    Example:
+        >>> import gyre, jax.numpy as jnp
+        >>> @step
+        ... def evaluate(state, batch):
+        ...     return gyre.logs().add_metric("mean", batch.mean()), state
+        >>> logs, _ = evaluate(ManagedState.create(params=()), jnp.arange(4.0))
+        >>> float(logs.metrics.mean)
+        1.5
+    """
+    chosen = get_policy(policy)
+
+    def wrap(f: StepFn) -> ManagedStep:
+        where = getattr(f, "__qualname__", "step")
+
+        def pure(state: Any, batch: Any) -> tuple[Logs, Any]:
+            inner = state.replace(params=chosen.cast_to_compute(state.params)) if chosen.casts else state
+            logs, new_state = _check_pair(f(inner, chosen.cast_to_compute(batch)), where)
+            if chosen.casts:
+                new_state = new_state.replace(params=state.params)
+            return (logs if logs is not None else Logs()), new_state
+
+        return ManagedStep(f, pure, kind="step")
+
+    return wrap if fn is None else wrap(fn)
