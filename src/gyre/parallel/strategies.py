@@ -289,7 +289,7 @@ class FSDP(DataParallel):
         >>> n = fsdp.data_size
         >>> sharding = fsdp.state_sharding({"w": jnp.zeros((8 * n, 3)), "b": jnp.zeros(())})
         >>> sharding["w"].spec, sharding["b"].spec
-        (PartitionSpec('data',), PartitionSpec())
+        (P('data',), P())
     """
 
     name = "fsdp"
