@@ -135,11 +135,15 @@ class Strategy:
                 )
 
     # -- compilation -------------------------------------------------------------------------
-    def compile(self, step: Step, state: Any, *, batch_axis: int = 0) -> Step:
+    def compile(
+        self, step: Step, state: Any, *, batch_axis: int = 0, donate: bool | None = None
+    ) -> Step:
         """``step`` compiled for this strategy, its shardings fixed from ``state``.
 
-        The state is donated unless the strategy was built with ``donate=False``. The
-        returned function expects batches placed by :meth:`place_batch`.
+        The state is donated unless the strategy was built with ``donate=False`` or
+        ``donate=False`` is passed here (steps that leave the state unchanged, such as
+        evaluation, should not donate it). The returned function expects batches placed by
+        :meth:`place_batch`.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -153,7 +157,7 @@ class Strategy:
         return jax.jit(
             step,
             out_shardings=(self.replicated(), state_sharding),
-            donate_argnums=(0,) if self.donate else (),
+            donate_argnums=(0,) if (self.donate if donate is None else donate) else (),
         )
 
 
@@ -175,7 +179,9 @@ class Eager(Strategy):
     def place_batch(self, batch: Any, *, axis: int = 0) -> Any:
         return batch
 
-    def compile(self, step: Step, state: Any, *, batch_axis: int = 0) -> Step:
+    def compile(
+        self, step: Step, state: Any, *, batch_axis: int = 0, donate: bool | None = None
+    ) -> Step:
         return step
 
 

@@ -114,6 +114,9 @@ class ManagedStep:
         self._fn = fn
         self.pure = pure
         self.kind = kind
+        # A training step replaces the state: donate it. Other steps (evaluation, prediction)
+        # return it unchanged and callers keep using the one they passed: never donate.
+        self.donates: bool | None = None if kind == "train_step" else False
         self._compiled: dict[tuple[Strategy, bool], StepFn] = {}
         self._last: tuple[Strategy | None, StepFn | None] = (None, None)
 
@@ -138,9 +141,9 @@ class ManagedStep:
                     state, logs = jax.lax.scan(body, state, batches)
                     return logs, state
 
-                run = strategy.compile(scan, state, batch_axis=1)
+                run = strategy.compile(scan, state, batch_axis=1, donate=self.donates)
             else:
-                run = strategy.compile(self.pure, state)
+                run = strategy.compile(self.pure, state, donate=self.donates)
             self._compiled[(strategy, fused)] = run
         return run
 
