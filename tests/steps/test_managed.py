@@ -91,7 +91,7 @@ def test_bfloat16_policy_computes_low_and_keeps_float32_params():
         return gyre.logs().add_loss("mse", mse(state.params, x, y)), state
 
     state = fresh()
-    for i in range(30):
+    for _ in range(30):
         logs, state = train_step(state, batch_of(16, seed=0))
     assert dtypes[0] == (jnp.bfloat16, jnp.bfloat16)
     assert state.params["w"].dtype == jnp.float32
