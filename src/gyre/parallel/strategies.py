@@ -255,6 +255,7 @@ class DataParallel(Strategy):
             )
         self._mesh = mesh
         self.data_axis: tuple[str, ...] = axes
+        self._data_size = int(np.prod([mesh.shape[a] for a in axes]))  # read on every step
 
     def _key(self) -> tuple[Any, ...]:
         return (*super()._key(), self._mesh, self.data_axis)
@@ -269,7 +270,7 @@ class DataParallel(Strategy):
 
     @property
     def data_size(self) -> int:
-        return int(np.prod([self._mesh.shape[a] for a in self.data_axis]))
+        return self._data_size
 
     def _axis_spec(self) -> str | tuple[str, ...]:
         return self.data_axis[0] if len(self.data_axis) == 1 else self.data_axis
