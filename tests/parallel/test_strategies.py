@@ -136,3 +136,10 @@ def test_unknown_strategy_lists_the_valid_ones():
     assert "did you mean 'fsdp'" in message.lower()
     with pytest.raises(ValueError, match="unknown strategy"):
         gyre.get_strategy(3)
+
+
+def test_creating_a_state_never_aliases_the_callers_arrays():
+    params = init_params()
+    state = managed.ManagedState.create(params=params, tx=optax.sgd(0.1))
+    make_train_step()(state, make_batches(1)[0])  # donates the state's buffers
+    assert not params["w1"].is_deleted()

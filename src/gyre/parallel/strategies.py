@@ -97,7 +97,7 @@ class Strategy:
             # process holds alike (device_put onto a global sharding makes arrays orbax
             # cannot save).
             return jax.jit(lambda tree: tree, out_shardings=shardings)(jax.device_get(state))
-        return _put(state, shardings)
+        return _put(state, shardings, copy=True)
 
     def place_batch(self, batch: Any, *, axis: int = 0) -> Any:
         """The batch moved onto the batch sharding; with several processes, each process's
@@ -373,10 +373,17 @@ def _local_share(n: int) -> int:
     return n // processes if processes > 1 and n % processes == 0 else n
 
 
-def _put(tree: Any, shardings: Any) -> Any:
-    return jax.device_put(tree, shardings)
+def _put(tree: Any, shardings: Any, *, copy: bool = False) -> Any:
+    # A state is donated to its step: it must not share buffers with the caller's arrays,
+    # or the first step would delete them.
+    return jax.device_put(tree, shardings, may_alias=False if copy else None)
 
 
 def _global_array(sharding: Sharding, local: Any) -> jax.Array:
-    """One process's slice of a global batch, as a global array (data from numpy)."""
+    """One process's slice of a global batch, as a global array (data from numpy).
+
+    A leaf that already is a global array (placed by :func:`gyre.prefetch_to_device`) is
+    kept as it is."""
+    if isinstance(local, jax.Array) and not local.is_fully_addressable:
+        return local
     return jax.make_array_from_process_local_data(sharding, np.asarray(local))
