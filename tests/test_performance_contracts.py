@@ -130,6 +130,36 @@ def test_train_loop_with_bar_and_history_has_no_hidden_host_syncs(monkeypatch):
     assert "200/200" in out.getvalue()
 
 
+def test_data_parallel_managed_step_has_no_hidden_host_syncs(monkeypatch):
+    import optax
+
+    from gyre import managed
+
+    batches, state, _, _ = make_problem()
+    mlp = lambda params, x: x @ params["w"] + params["b"][None]  # noqa: E731
+
+    @managed.train_step
+    def train_step(state, batch):
+        x, y = batch
+        loss = optax.softmax_cross_entropy_with_integer_labels(mlp(state.params, x), y).mean()
+        return gyre.logs().add_loss("loss", loss), state
+
+    params = {"w": jnp.zeros((8, 3)), "b": jnp.zeros(3)}
+    state = managed.ManagedState.create(params=params, tx=optax.adam(0.05), strategy="data_parallel")
+    _, state = train_step(state, batches[0])  # compile before the detector is installed
+    jax.block_until_ready(state)
+    detector = SyncDetector(monkeypatch)
+    with jax.transfer_guard_device_to_host("disallow"):
+        state, history, _ = gyre.train_loop(
+            state, (batches[i % len(batches)] for i in range(100)), {gyre.on_train_step: train_step},
+            callbacks=[gyre.keras_bar(total=100, file=io.StringIO(), interval=0.05)], stop=100,
+        )
+        assert detector.explicit <= 10, detector.explicit
+    losses = history.collect("loss")
+    assert len(losses) == 100 and losses[-1] < losses[0]
+    assert train_step.compiled_count() == 1
+
+
 def test_step_is_compiled_once_over_50_steps():
     batches, state, step, traces = make_problem()
     data = (batches[i % len(batches)] for i in range(50))
@@ -144,7 +174,7 @@ def test_step_is_compiled_once_over_50_steps():
 STEP_PATH_MODULES = [
     "core/clock.py", "core/schedules.py", "core/logs.py", "core/history.py",
     "loop/engine.py", "loop/binding.py", "loop/named.py", "loop/inner.py",
-    "callbacks/bars.py", "callbacks/lagged.py",
+    "callbacks/bars.py", "callbacks/lagged.py", "steps/managed.py",
 ]
 
 
