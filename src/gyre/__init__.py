@@ -49,6 +49,8 @@ from gyre.loop.named import on_train_step as on_train_step
 from gyre.loop.named import predict_loop as predict_loop
 from gyre.loop.named import test_loop as test_loop
 from gyre.loop.named import train_loop as train_loop
+from gyre.parallel import distributed as distributed
+from gyre.parallel.prefetch import prefetch_to_device as prefetch_to_device
 from gyre.parallel.strategies import FSDP as FSDP
 from gyre.parallel.strategies import DataParallel as DataParallel
 from gyre.parallel.strategies import Eager as Eager
@@ -80,6 +82,7 @@ __all__ = [
     "as_schedule",
     "at",
     "checkpoint",
+    "distributed",
     "early_stopping",
     "elapse",
     "every",
@@ -109,6 +112,7 @@ __all__ = [
     "on_train_step",
     "piecewise",
     "predict_loop",
+    "prefetch_to_device",
     "test_loop",
     "tqdm_bar",
     "train_loop",

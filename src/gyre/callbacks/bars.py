@@ -4,6 +4,9 @@ Both run on ``on_train_batch_end`` when given to a named loop, or on any schedul
 table. They never wait for the device: the values shown are those of the newest step that
 has finished computing (see :class:`~gyre.callbacks.lagged.LaggedValues`), and redraws are
 rate-limited.
+
+In a multi-process run (:mod:`gyre.distributed`) only process 0 draws; on the others a bar
+does nothing (the values it would show are the same global ones everywhere).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from gyre.callbacks.lagged import LaggedValues
 from gyre.core.clock import Elapsed
 from gyre.core.errors import describe, explain
 from gyre.core.logs import Logs
+from gyre.parallel.distributed import is_main_process
 
 
 def _check_total(total: Any) -> int | None:
@@ -69,6 +73,7 @@ class KerasBar:
         self._steps = 0
         self._closed = False
         self._width_drawn = 0
+        self._silent: bool | None = None  # decided at the first call: not process 0
 
     @property
     def _out(self) -> IO[str]:
@@ -79,6 +84,11 @@ class KerasBar:
         return bool(isatty and isatty())
 
     def __call__(self, elapsed: Elapsed, logs: Logs) -> None:
+        if self._silent is not False:
+            if self._silent is None:
+                self._silent = not is_main_process()
+            if self._silent:
+                return
         now = time.perf_counter()
         self._lagged.push(logs)
         steps = self._steps = elapsed.steps + 1
@@ -180,8 +190,14 @@ class TqdmBar:
         self._bar: Any = None
         self._lagged = LaggedValues()
         self._last_post = -float("inf")
+        self._silent: bool | None = None  # decided at the first call: not process 0
 
     def __call__(self, elapsed: Elapsed, logs: Logs) -> None:
+        if self._silent is not False:
+            if self._silent is None:
+                self._silent = not is_main_process()
+            if self._silent:
+                return
         self._lagged.push(logs)
         if self._bar is None:
             from tqdm.auto import tqdm

@@ -13,16 +13,37 @@ from typing import Any
 
 import jax
 
+from gyre.core.errors import explain
+
 
 def fetch(tree: Any) -> Any:
     """Copies a pytree of device values to host numpy values in one explicit transfer.
+
+    In a multi-process run, a global array can be read when it is fully replicated (what a
+    data-parallel step's logs are): each process reads its own copy, no process waits for
+    another. A global array split over several processes cannot be read by one of them.
 
     Example:
         >>> import jax.numpy as jnp
         >>> fetch({"loss": jnp.float32(0.5)})
         {'loss': array(0.5, dtype=float32)}
     """
-    return jax.device_get(tree)
+    try:
+        return jax.device_get(tree)
+    except RuntimeError as err:
+        if "non-addressable" not in str(err):
+            raise
+        raise ValueError(
+            explain(
+                "a value split over several processes cannot be read by one of them",
+                expected="logged values every process holds whole (fully replicated), "
+                "as a step's out_shardings=replicated gives",
+                received="a global array sharded over devices of other processes",
+                fix="log a reduced value (a mean or sum over the batch) instead of a "
+                "per-example array, or gather it first with "
+                "jax.experimental.multihost_utils.process_allgather",
+            )
+        ) from err
 
 
 def is_ready(tree: Any) -> bool:
@@ -70,13 +91,26 @@ def _stack_columns(columns: tuple[tuple[Any, ...], ...]) -> list[Any]:
 
 _stack_columns_jit = jax.jit(_stack_columns)
 _MIN_STACK = 8
-_ARRAY_TYPES = (type(jax.numpy.zeros(())),)
 
 
 def _stackable(column: Sequence[Any]) -> bool:
-    if len(column) < _MIN_STACK or not set(map(type, column)) <= set(_ARRAY_TYPES):
+    # The array type is read from the values (never built at import: importing gyre must not
+    # start JAX's backend, or gyre.distributed.initialize could not run after it).
+    if len(column) < _MIN_STACK or not isinstance(column[0], jax.Array):
         return False
-    return bool(column[0].is_fully_addressable)
+    kind = type(column[0])
+    if not all(type(x) is kind for x in column):
+        return False
+    if column[0].is_fully_addressable:
+        return True
+    # multi-process: global arrays every process holds whole are read from the local copy
+    return all(x.is_fully_replicated for x in column)
+
+
+def _local(x: Any) -> Any:
+    """A fully replicated global array's copy on this process's first device holding it
+    (stacking those is a computation of this process alone: no process waits for another)."""
+    return x if x.is_fully_addressable else x.addressable_data(0)
 
 
 def fetch_columns(columns: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
@@ -99,7 +133,8 @@ def fetch_columns(columns: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
     if chosen:
         size = 1 << (max(len(columns[i]) for i in chosen) - 1).bit_length()
         padded = tuple(
-            tuple(columns[i]) + (columns[i][0],) * (size - len(columns[i])) for i in chosen
+            tuple(map(_local, columns[i])) + (_local(columns[i][0]),) * (size - len(columns[i]))
+            for i in chosen
         )
         try:
             stacked = _stack_columns_jit(padded)

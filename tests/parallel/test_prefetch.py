@@ -1,0 +1,155 @@
+"""gyre.prefetch_to_device: order, len, placement on 8 simulated devices, bounded look-ahead,
+errors at their position, and use inside loops."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+
+import gyre
+from gyre import managed
+
+
+def batches(n, size=8):
+    return [(np.full((size, 3), i, np.float32), np.full(size, i, np.int32)) for i in range(n)]
+
+
+class Counting:
+    """A one-shot source that counts the items taken from it and can fail at one of them."""
+
+    def __init__(self, n, fail_at=None):
+        self.n, self.fail_at, self.pulled = n, fail_at, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.pulled == self.fail_at:
+            self.pulled += 1
+            raise KeyError(f"bad item {self.fail_at}")
+        if self.pulled >= self.n:
+            raise StopIteration
+        self.pulled += 1
+        return np.full((8,), self.pulled - 1, np.float32)
+
+
+def test_order_and_len_are_kept():
+    source = batches(5)
+    placed = gyre.prefetch_to_device(source)
+    assert len(placed) == 5
+    got = [int(x[0, 0]) for x, _ in placed]
+    assert got == [0, 1, 2, 3, 4]
+    # a list can be iterated again: every pass starts from the first batch
+    assert [int(y[0]) for _, y in placed] == [0, 1, 2, 3, 4]
+    assert all(isinstance(x, jax.Array) for x, _ in placed)
+
+
+def test_a_source_without_len_has_no_len():
+    placed = gyre.prefetch_to_device(np.ones(2) * i for i in range(3))
+    with pytest.raises(TypeError):
+        len(placed)
+    assert [float(x[0]) for x in placed] == [0.0, 1.0, 2.0]
+
+
+def test_a_strategy_splits_batches_over_the_mesh():
+    assert jax.device_count() == 8
+    strategy = gyre.DataParallel()
+    for x, y in gyre.prefetch_to_device(batches(3, size=16), sharding=strategy):
+        assert x.sharding == NamedSharding(strategy.mesh, PartitionSpec("data"))
+        assert y.sharding == NamedSharding(strategy.mesh, PartitionSpec("data"))
+        assert len(x.addressable_shards) == 8 and x.addressable_shards[0].data.shape == (2, 3)
+
+
+def test_a_sharding_or_a_tree_of_shardings_is_applied():
+    mesh = jax.make_mesh((8,), ("batch",))
+    split = NamedSharding(mesh, PartitionSpec("batch"))
+    for x, y in gyre.prefetch_to_device(batches(2), sharding=split):
+        assert x.sharding == split and y.sharding == split
+    one = SingleDeviceSharding(jax.devices()[3])
+    for x, y in gyre.prefetch_to_device(batches(2), sharding=(split, one)):
+        assert x.sharding == split and y.sharding == one
+
+
+def test_default_places_arrays_and_leaves_other_leaves_alone():
+    source = [{"x": np.ones(4), "id": "a", "n": 3}]
+    (batch,) = list(gyre.prefetch_to_device(source))
+    assert isinstance(batch["x"], jax.Array) and batch["id"] == "a" and batch["n"] == 3
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 5])
+def test_never_more_than_size_items_ahead(size):
+    source = Counting(20)
+    placed = gyre.prefetch_to_device(source, size=size)
+    assert source.pulled == 0  # nothing is taken before the first request
+    for k in range(1, 11):
+        next(placed)
+        assert source.pulled == k + size
+    assert placed.pulled - placed.delivered == size
+
+
+def test_early_stop_takes_at_most_the_window_and_the_iterator_continues():
+    source = Counting(20)
+    placed = gyre.prefetch_to_device(source, size=2)
+    seen = []
+    gyre.loop(None, placed, {gyre.every(1): lambda batch: seen.append(int(batch[0]))}, stop=3)
+    assert seen == [0, 1, 2] and source.pulled == 5
+    # a one-shot source: the prefetch object is the iterator, and keeps its window
+    gyre.loop(None, placed, {gyre.every(1): lambda batch: seen.append(int(batch[0]))}, stop=3)
+    assert seen == [0, 1, 2, 3, 4, 5] and source.pulled == 8
+
+
+def test_a_source_error_arrives_at_its_position():
+    placed = gyre.prefetch_to_device(Counting(10, fail_at=3), size=2)
+    got = [int(next(placed)[0]) for _ in range(3)]
+    assert got == [0, 1, 2]
+    with pytest.raises(KeyError, match="bad item 3"):
+        next(placed)
+    with pytest.raises(StopIteration):
+        next(placed)
+
+
+def test_a_placement_error_arrives_at_its_position():
+    odd = batches(2, size=16) + batches(1, size=5) + batches(1, size=16)
+    it = iter(gyre.prefetch_to_device(odd, sharding=gyre.DataParallel()))
+    next(it), next(it)
+    with pytest.raises(ValueError, match="cannot be split evenly over 8 devices"):
+        next(it)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="size"):
+        gyre.prefetch_to_device([], size=-1)
+    with pytest.raises(TypeError, match="sharding"):
+        gyre.prefetch_to_device([], sharding="data")
+    with pytest.raises(TypeError, match="iterable"):
+        gyre.prefetch_to_device(3)
+
+
+def test_a_loop_over_prefetched_batches_trains_as_without():
+    @managed.train_step
+    def train_step(state, batch):
+        x, y = batch
+        loss = jnp.mean((x @ state.params["w"] - y[:, None]) ** 2)
+        return gyre.logs().add_loss("loss", loss), state
+
+    def run(prefetch):
+        state = managed.ManagedState.create(
+            params={"w": jnp.zeros((3, 1))}, tx=optax.sgd(0.01), strategy="data_parallel"
+        )
+        data = batches(6, size=16)
+        if prefetch:
+            data = gyre.prefetch_to_device(data, sharding=state.strategy)
+        state, history, elapsed = gyre.loop(
+            state, data, {gyre.every(1): train_step}
+        )
+        return np.asarray(state.params["w"]), history.collect("loss"), elapsed
+
+    w_ref, loss_ref, elapsed_ref = run(False)
+    w, loss, elapsed = run(True)
+    # len() is kept, so epochs are inferred as without prefetching
+    assert elapsed.steps == elapsed_ref.steps == 6
+    assert elapsed.epochs == elapsed_ref.epochs == 1
+    np.testing.assert_array_equal(w, w_ref)
+    assert loss == loss_ref
