@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from gyre.core.clock import _FIELDS as CLOCK_FIELDS
 from gyre.core.clock import Elapsed
 from gyre.core.errors import describe, explain
-from gyre.core.host import fetch_columns, to_python
+from gyre.core.host import fetch, fetch_columns, to_python
 from gyre.core.logs import Collection, Logs, resolution_order
 
 
@@ -46,6 +46,15 @@ class _Chunk(NamedTuple):
                     )
                     j += len(names)
         return [Record(e, lg, b) for (e, b), lg in zip(self.clocks, logs, strict=True)]
+
+
+class _Stacked(NamedTuple):
+    """A block of steps committed together, their logs stacked (rows start, start+1, ...)."""
+
+    clocks: list[Elapsed]
+    logs: Logs
+    batch_sizes: list[int | None]
+    start: int
 
 
 class History:
@@ -82,7 +91,8 @@ class History:
             )
         self._records: list[Record] = []  # on the host, ready to read
         self._chunks: list[_Chunk] = []  # on the host, not yet turned into records
-        self._pending: list[tuple[Elapsed, Logs, int | None]] = []  # still on the device
+        self._pending: list[Any] = []  # still on the device: commits, or _Stacked blocks
+        self._stacked_extra = 0  # rows beyond the first of the _Stacked blocks in _pending
         self._flush_every = flush_every
         self._lag = lag
 
@@ -96,21 +106,102 @@ class History:
         if len(pending) >= self._flush_every + self._lag:
             self.flush(lag=self._lag)
 
+    def commit_stacked(
+        self,
+        clocks: Sequence[Elapsed],
+        logs: Logs,
+        *,
+        batch_sizes: Sequence[int | None] | None = None,
+        start: int = 0,
+    ) -> None:
+        """Appends ``len(clocks)`` steps whose logs come stacked, one row per step.
+
+        Every value of ``logs`` has a leading axis (what a fused step returns: see
+        :func:`gyre.fuse`); step ``i`` gets row ``start + i``. Nothing is sliced on the device:
+        the rows are split on the host when the values are moved there.
+
+        Args:
+            clocks: the clock of each step.
+            logs: the stacked logs.
+            batch_sizes: samples of each step (default: unknown).
+            start: the row of the first step.
+
+        Example:
+            >>> import numpy as np
+            >>> h = History()
+            >>> h.commit_stacked([Elapsed(steps=i) for i in range(3)],
+            ...                  Logs().add_loss("loss", np.array([3.0, 2.0, 1.0])))
+            >>> h.collect("steps", "loss")
+            ([0, 1, 2], [3.0, 2.0, 1.0])
+        """
+        rows = len(clocks)
+        if rows == 0:
+            return
+        if type(logs) is not Logs:
+            logs = Logs().merge(logs)
+        for collection, name, value in logs.entries():
+            shape = getattr(value, "shape", ())
+            if not shape or shape[0] < start + rows:
+                raise ValueError(
+                    explain(
+                        f"stacked logs entry {collection}.{name} has no row for every step",
+                        expected=f"arrays with a leading axis of at least {start + rows} "
+                        "(one row per step)",
+                        received=f"shape {tuple(shape)}",
+                        fix="commit per-step logs with History.commit, or stack them along axis 0",
+                    )
+                )
+        sizes = [None] * rows if batch_sizes is None else list(batch_sizes)
+        if len(sizes) != rows:
+            raise ValueError(
+                explain(
+                    "commit_stacked needs one batch size per clock",
+                    expected=f"{rows} batch sizes",
+                    received=f"{len(sizes)}",
+                    fix="pass batch_sizes=[...] of the same length as clocks, or leave it out",
+                )
+            )
+        self._pending.append(_Stacked(list(clocks), logs, sizes, start))
+        self._stacked_extra += rows - 1
+        if len(self._pending) + self._stacked_extra >= self._flush_every + self._lag:
+            self.flush(lag=self._lag)
+
     def flush(self, *, lag: int = 0) -> None:
         """Copies all records but the newest ``lag`` to the host, one transfer per entry.
 
         Records of the same entries are fetched column by column; they become :class:`Record`
         objects only when read, so the step path pays for the transfer and nothing else.
+        Stacked commits (:meth:`commit_stacked`) move whole, in one transfer for all of them.
 
         Example:
             >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1)); h.flush()
         """
         stop = len(self._pending) - lag
+        if self._stacked_extra:  # lag counts rows: keep the newest blocks that hold lag rows
+            kept, stop = 0, len(self._pending)
+            while stop > 0 and kept < lag:
+                stop -= 1
+                entry = self._pending[stop]
+                kept += len(entry.clocks) if type(entry) is _Stacked else 1
         if stop <= 0:
             return
         moving, self._pending = self._pending[:stop], self._pending[stop:]
         groups: dict[Any, tuple[list[int], list[list[Any]]]] = {}
-        for i, (_, logs, _) in enumerate(moving):
+        clocks: list[tuple[Elapsed, int | None]] = []
+        stacked: list[tuple[Any, list[int], int, int, list[Any]]] = []
+        for entry in moving:
+            if type(entry) is _Stacked:
+                self._stacked_extra -= len(entry.clocks) - 1
+                first = len(clocks)
+                clocks.extend(zip(entry.clocks, entry.batch_sizes, strict=True))
+                logs = entry.logs
+                shape = tuple([(c, tuple(v)) for c, v in logs.items()])
+                leaves = [x for v in logs.values() for x in v.values()]
+                stacked.append((shape, list(range(first, len(clocks))), entry.start, len(entry.clocks), leaves))
+                continue
+            elapsed, logs, batch_size = entry
+            i = len(clocks)
+            clocks.append((elapsed, batch_size))
             shape = tuple([(c, tuple(v)) for c, v in logs.items()])
             group = groups.get(shape)
             if group is None:
@@ -121,7 +212,11 @@ class History:
             (shape, rows, fetch_columns(list(zip(*leaves, strict=True))))
             for shape, (rows, leaves) in groups.items()
         ]
-        self._chunks.append(_Chunk([(e, b) for e, _, b in moving], columns))
+        if stacked:
+            host = fetch([leaves for *_, leaves in stacked])
+            for (shape, rows, start, count, _), values in zip(stacked, host, strict=True):
+                columns.append((shape, rows, [v[start : start + count] for v in values]))
+        self._chunks.append(_Chunk(clocks, columns))
 
     def _host_records(self) -> list[Record]:
         """Every record, on the host (flushes and builds the pending ones)."""
@@ -133,7 +228,10 @@ class History:
 
     # -- reading -----------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._records) + sum(len(c.clocks) for c in self._chunks) + len(self._pending)
+        return (
+            len(self._records) + sum(len(c.clocks) for c in self._chunks) + len(self._pending)
+            + self._stacked_extra
+        )
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self._host_records())
