@@ -1,0 +1,36 @@
+"""Framework support: flax linen, flax nnx and equinox models behind one pure ``apply``, and
+:func:`create_flax_state`, a state whose train, test and predict steps need no code.
+
+Example:
+    >>> import flax.linen as nn, gyre, jax.numpy as jnp, optax
+    >>> state = gyre.create_flax_state(nn.Dense(3), inputs=jnp.zeros((1, 4)), tx=optax.adam(1e-3),
+    ...     losses={"loss": optax.softmax_cross_entropy_with_integer_labels})
+    >>> state.adapter.framework
+    'linen'
+"""
+
+from gyre.frameworks.adapters import Adapter as Adapter
+from gyre.frameworks.adapters import EquinoxAdapter as EquinoxAdapter
+from gyre.frameworks.adapters import LinenAdapter as LinenAdapter
+from gyre.frameworks.adapters import NnxAdapter as NnxAdapter
+from gyre.frameworks.adapters import adapt as adapt
+from gyre.frameworks.adapters import framework_of as framework_of
+from gyre.frameworks.flax_state import FlaxState as FlaxState
+from gyre.frameworks.flax_state import create_flax_state as create_flax_state
+from gyre.frameworks.flax_state import unpack_batch as unpack_batch
+from gyre.frameworks.metrics import Accuracy as Accuracy
+from gyre.frameworks.metrics import Mean as Mean
+
+__all__ = [
+    "Accuracy",
+    "Adapter",
+    "EquinoxAdapter",
+    "FlaxState",
+    "LinenAdapter",
+    "Mean",
+    "NnxAdapter",
+    "adapt",
+    "create_flax_state",
+    "framework_of",
+    "unpack_batch",
+]
