@@ -27,7 +27,6 @@ from gyre.core.schedules import every as every
 from gyre.core.schedules import never as never
 from gyre.core.schedules import piecewise as piecewise
 from gyre.core.state import TrainState as TrainState
-from gyre.frameworks.flax_state import create_flax_state as create_flax_state
 from gyre.loop.engine import LoopState as LoopState
 from gyre.loop.engine import elapse as elapse
 from gyre.loop.engine import loop as loop
@@ -51,6 +50,10 @@ from gyre.loop.named import predict_loop as predict_loop
 from gyre.loop.named import test_loop as test_loop
 from gyre.loop.named import train_loop as train_loop
 from gyre.parallel import distributed as distributed
+from gyre.parallel.partitioners import DataParallelPartitioner as DataParallelPartitioner
+from gyre.parallel.partitioners import Partitioner as Partitioner
+from gyre.parallel.partitioners import SingleDevicePartitioner as SingleDevicePartitioner
+from gyre.parallel.partitioners import SPMDPartitioner as SPMDPartitioner
 from gyre.parallel.prefetch import prefetch_to_device as prefetch_to_device
 from gyre.parallel.strategies import FSDP as FSDP
 from gyre.parallel.strategies import DataParallel as DataParallel
@@ -60,12 +63,14 @@ from gyre.parallel.strategies import Strategy as Strategy
 from gyre.parallel.strategies import get_strategy as get_strategy
 from gyre.steps import managed as managed
 from gyre.steps.precision import Policy as Policy
+from gyre.steps.step import Step as Step
 
 __version__ = "0.1.0"
 
 __all__ = [
     "FSDP",
     "DataParallel",
+    "DataParallelPartitioner",
     "Eager",
     "Elapsed",
     "History",
@@ -73,8 +78,12 @@ __all__ = [
     "Logs",
     "LoopState",
     "Period",
+    "Partitioner",
     "Policy",
+    "SPMDPartitioner",
     "Schedule",
+    "SingleDevicePartitioner",
+    "Step",
     "Strategy",
     "TrainState",
     "__version__",
@@ -83,7 +92,6 @@ __all__ = [
     "as_schedule",
     "at",
     "checkpoint",
-    "create_flax_state",
     "distributed",
     "early_stopping",
     "elapse",
