@@ -69,6 +69,29 @@ def test_examples_default_to_a_temporary_workdir(load):
     assert common.make_workdir("given", "x") == "given"
 
 
+def test_04_managed_api(load, tmp_path, capsys):
+    accuracy = load("04_managed_api").main(steps=STEPS, workdir=str(tmp_path))
+    assert accuracy > 0.5
+    assert "accuracy_valid" in capsys.readouterr().out
+    assert len(_saved_steps(tmp_path / "checkpoints")) == 1  # the best evaluation is kept
+
+
+def test_05_flax_state(load, tmp_path, capsys):
+    accuracy = load("05_flax_state").main(steps=STEPS, workdir=str(tmp_path))
+    assert accuracy > 0.5
+    assert "1 epochs" in capsys.readouterr().out
+    assert _saved_steps(tmp_path / "checkpoints") == [22]
+
+
+def test_06_nnx(load, tmp_path):
+    assert load("06_nnx").main(steps=STEPS, workdir=str(tmp_path)) > 0.5
+
+
+def test_07_equinox(load, tmp_path):
+    pytest.importorskip("equinox")
+    assert load("07_equinox").main(steps=STEPS, workdir=str(tmp_path)) > 0.5
+
+
 def test_08_jaxloop_step(load, tmp_path, capsys):
     accuracy = load("08_jaxloop_step").main(steps=STEPS, workdir=str(tmp_path))
     assert accuracy > 0.5

@@ -27,6 +27,7 @@ from gyre.core.schedules import every as every
 from gyre.core.schedules import never as never
 from gyre.core.schedules import piecewise as piecewise
 from gyre.core.state import TrainState as TrainState
+from gyre.frameworks.flax_state import create_flax_state as create_flax_state
 from gyre.loop.engine import LoopState as LoopState
 from gyre.loop.engine import elapse as elapse
 from gyre.loop.engine import loop as loop
@@ -92,6 +93,7 @@ __all__ = [
     "as_schedule",
     "at",
     "checkpoint",
+    "create_flax_state",
     "distributed",
     "early_stopping",
     "elapse",
