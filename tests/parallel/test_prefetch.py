@@ -100,6 +100,19 @@ def test_early_stop_takes_at_most_the_window_and_the_iterator_continues():
     assert seen == [0, 1, 2, 3, 4, 5] and source.pulled == 8
 
 
+def test_limit_bounds_what_is_taken_from_the_source():
+    source = Counting(20)
+    placed = gyre.prefetch_to_device(source, size=2, limit=3)
+    seen = []
+    gyre.loop(None, placed, {gyre.every(1): lambda batch: seen.append(int(batch[0]))}, stop=3)
+    assert seen == [0, 1, 2] and source.pulled == 3
+    assert next(source)[0] == 3  # the source continues with the first unused item
+    assert len(gyre.prefetch_to_device(batches(5), limit=3)) == 3
+    assert len(list(gyre.prefetch_to_device(batches(5), limit=3))) == 3
+    with pytest.raises(ValueError, match="limit"):
+        gyre.prefetch_to_device([], limit=-1)
+
+
 def test_a_source_error_arrives_at_its_position():
     placed = gyre.prefetch_to_device(Counting(10, fail_at=3), size=2)
     got = [int(next(placed)[0]) for _ in range(3)]

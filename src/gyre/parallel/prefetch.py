@@ -99,10 +99,13 @@ class PrefetchIterator(Iterator[Any]):
             ahead and not yet used).
     """
 
-    def __init__(self, source: Iterator[Any], size: int, place: Placer) -> None:
+    def __init__(
+        self, source: Iterator[Any], size: int, place: Placer, limit: int | None = None
+    ) -> None:
         self._source: Iterator[Any] | None = source
         self._size = size
         self._place = place
+        self._limit = limit
         self._queue: deque[Any] = deque()
         self.pulled = 0
         self.delivered = 0
@@ -115,6 +118,10 @@ class PrefetchIterator(Iterator[Any]):
         its position, so earlier batches are still delivered first."""
         source = self._source
         if source is None:
+            return
+        if self._limit is not None and self.pulled >= self._limit:
+            self._queue.append(_End(None))
+            self._source = None
             return
         try:
             item = next(source)
@@ -154,12 +161,13 @@ class PrefetchIterator(Iterator[Any]):
 class SizedPrefetchIterator(PrefetchIterator):
     """A :class:`PrefetchIterator` over a one-shot source with ``len()``, reported as its own."""
 
-    def __init__(self, source: Any, size: int, place: Placer) -> None:
-        super().__init__(source, size, place)
+    def __init__(self, source: Any, size: int, place: Placer, limit: int | None = None) -> None:
+        super().__init__(source, size, place, limit)
         self._sized = source
 
     def __len__(self) -> int:
-        return len(self._sized)
+        n = len(self._sized)
+        return n if self._limit is None else min(n, self._limit)
 
 
 class Prefetch:
@@ -167,13 +175,16 @@ class Prefetch:
     every ``iter()`` starts a new pass, ``size`` batches ahead; see :func:`prefetch_to_device`.
     """
 
-    def __init__(self, iterable: Iterable[Any], size: int, place: Placer) -> None:
+    def __init__(
+        self, iterable: Iterable[Any], size: int, place: Placer, limit: int | None = None
+    ) -> None:
         self.source = iterable
         self.size = size
+        self.limit = limit
         self._place = place
 
     def __iter__(self) -> PrefetchIterator:
-        return PrefetchIterator(iter(self.source), self.size, self._place)
+        return PrefetchIterator(iter(self.source), self.size, self._place, self.limit)
 
     def __repr__(self) -> str:
         return f"<prefetch_to_device over {type(self.source).__name__}, size={self.size}>"
@@ -183,13 +194,16 @@ class SizedPrefetch(Prefetch):
     """A :class:`Prefetch` over a source with ``len()``, which it reports as its own."""
 
     def __len__(self) -> int:
-        return len(self.source)  # type: ignore[arg-type]
+        n = len(self.source)  # type: ignore[arg-type]
+        return n if self.limit is None else min(n, self.limit)
 
 
 def prefetch_to_device(
     iterable: Iterable[Any],
     size: int = 2,
     sharding: Sharding | Strategy | Any | None = None,
+    *,
+    limit: int | None = None,
 ) -> Prefetch | PrefetchIterator:
     """Batches moved to their devices ahead of use, so the copy overlaps the running step.
 
@@ -215,12 +229,14 @@ def prefetch_to_device(
     position: every earlier batch is delivered first. Stopping early (``break``, a loop's
     ``stop=``) leaves up to ``size`` items taken from the source but never delivered: over a
     one-shot iterator, keep using the same prefetch object (it continues where it stopped)
-    rather than the source, or they are skipped.
+    rather than the source, or they are skipped; or pass ``limit=`` the number of batches
+    that will be used (a loop's ``stop``), and no item beyond it is ever taken.
 
     Args:
         iterable: the batches, on the host (numpy) or anywhere.
         size: batches kept on their way ahead of the consumer (0: placed when asked).
         sharding: where batches go; see above.
+        limit: take at most this many items from the source (per pass); ``None``: all.
 
     Returns:
         An iterable of placed batches (an iterator when ``iterable`` is one).
@@ -235,10 +251,19 @@ def prefetch_to_device(
         P('data',)
     """
     size = _check_size(size)
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise ValueError(
+            explain(
+                "prefetch limit must be a number of batches >= 0, or None",
+                expected="limit=1000 (the steps the loop will run), or None for every batch",
+                received=describe(limit),
+                fix="pass the loop's stop as a whole number, or leave limit out",
+            )
+        )
     place = _placer(sharding)
-    try:
-        one_shot = iter(iterable) is iterable
-    except TypeError:
+    # decided without calling iter(): starting a pass of a data loader can be costly
+    one_shot = isinstance(iterable, Iterator)
+    if not (isinstance(iterable, Iterable) or hasattr(iterable, "__getitem__")):
         raise TypeError(
             explain(
                 "prefetch_to_device needs an iterable of batches",
@@ -246,8 +271,8 @@ def prefetch_to_device(
                 received=describe(iterable),
                 fix="pass something a for-loop can run over",
             )
-        ) from None
+        )
     sized = hasattr(iterable, "__len__")
     if one_shot:
-        return (SizedPrefetchIterator if sized else PrefetchIterator)(iterable, size, place)  # type: ignore[arg-type]
-    return (SizedPrefetch if sized else Prefetch)(iterable, size, place)
+        return (SizedPrefetchIterator if sized else PrefetchIterator)(iterable, size, place, limit)  # type: ignore[arg-type]
+    return (SizedPrefetch if sized else Prefetch)(iterable, size, place, limit)
