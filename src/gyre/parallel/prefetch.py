@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
 from jax.sharding import Sharding
 
 from gyre.core.errors import describe, explain
-from gyre.parallel.strategies import Strategy
+
+if TYPE_CHECKING:
+    from gyre.parallel.strategies import Strategy
 
 Placer = Callable[[Any], Any]
 _ARRAYS = (np.ndarray, np.generic, jax.Array)
@@ -39,8 +41,11 @@ def _check_size(size: Any) -> int:
 
 def _placer(sharding: Any) -> Placer:
     """The function that moves one batch to the devices."""
-    if isinstance(sharding, Strategy):
-        return sharding.place_batch
+    # a Strategy, recognised by its method: this module needs nothing above gyre.core, so
+    # the loop engine may use it without importing the parallel layer
+    place_batch = getattr(sharding, "place_batch", None)
+    if callable(place_batch):
+        return place_batch
     if sharding is None:
         if jax.process_count() > 1:
             # A batch on one local device cannot feed a global computation: leave it on the
