@@ -31,6 +31,7 @@ from gyre.frameworks.flax_state import create_flax_state as create_flax_state
 from gyre.loop.engine import LoopState as LoopState
 from gyre.loop.engine import elapse as elapse
 from gyre.loop.engine import loop as loop
+from gyre.loop.fused import fuse as fuse
 from gyre.loop.inner import inner_loop as inner_loop
 from gyre.loop.named import on_epoch_begin as on_epoch_begin
 from gyre.loop.named import on_epoch_end as on_epoch_end
@@ -98,6 +99,7 @@ __all__ = [
     "early_stopping",
     "elapse",
     "every",
+    "fuse",
     "get_strategy",
     "history",
     "inner_loop",

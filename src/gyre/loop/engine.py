@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time as _time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import islice as _islice
 from typing import Any
 
 from gyre.core.clock import BatchSizeFn, Elapsed, Period, infer_batch_size
@@ -175,6 +176,64 @@ class Elapse:
 
     def __iter__(self) -> Elapse:
         return self
+
+    def take(self, limit: int) -> tuple[list[Any], list[int]]:
+        """Pulls the batches of one fused chunk, and their sizes.
+
+        At most ``limit`` batches, never one past the stop, and never across the end of an
+        epoch (the chunk ends on the epoch's last step). The chunk is in progress until
+        :meth:`advance` counts it.
+        """
+        if self._pending is not None:
+            self.complete()
+        now = self.elapsed
+        n = limit
+        if self._epoch_steps is not None:
+            n = min(n, max(self._epoch_steps - now.step_in_epoch, 1))
+        size = self._size
+        if self._stop_steps is not None or self._stop is None:
+            if self._stop_steps is not None:
+                n = min(n, self._stop_steps - now.steps)
+            batches = list(_islice(self._it, n)) if n > 0 else []
+            if size is infer_batch_size and batches:  # a chunk's batches share their shapes
+                return batches, [size(batches[0])] * len(batches)
+            return batches, [size(b) for b in batches]
+        batches, sizes = [], []  # a stop in samples, epochs or time: count as we go
+        stop, clock = self._stop, now
+        while len(batches) < n and not clock.reached(stop):
+            try:
+                batch = next(self._it)
+            except StopIteration:
+                break
+            batches.append(batch)
+            sizes.append(size(batch))
+            clock = clock.update(sizes[-1], time=clock.time, date=clock.date, epoch_steps=self._epoch_steps)
+        return batches, sizes
+
+    def preview(self, sizes: Sequence[int]) -> list[Elapsed]:
+        """The clock each step of a chunk of ``sizes`` will see, timed now (nothing changes)."""
+        now = self._clock()
+        return self._clocks(sizes, now - self._t0, self._d0 + now)
+
+    def advance(self, sizes: Sequence[int]) -> list[Elapsed]:
+        """Counts a chunk's steps as done but the last, which stays in progress (as the step of
+        a per-step loop does while its callbacks run); returns the clock of each step."""
+        if self._pending is not None:
+            self.complete()
+        now = self._clock()
+        clocks = self._clocks(sizes, now - self._t0, self._d0 + now)
+        self.elapsed = clocks[-1]
+        self._pending = sizes[-1]
+        return clocks
+
+    def _clocks(self, sizes: Sequence[int], time: float, date: float) -> list[Elapsed]:
+        clock = self.elapsed
+        clocks = [clock]
+        epoch_steps = self._epoch_steps
+        for size in sizes[:-1]:
+            clock = clock.update(size, time=time, date=date, epoch_steps=epoch_steps)
+            clocks.append(clock)
+        return clocks
 
     def __next__(self) -> tuple[Elapsed, Any]:
         if self._pending is not None:
@@ -360,6 +419,7 @@ def loop(
     metadata: Any = None,
     epoch_duration: int | Period | None = None,
     clock: Callable[[], float] | None = None,
+    steps_per_call: int = 1,
 ) -> tuple[Any, History, Elapsed]:
     """Runs a task table over a dataset: the loop language.
 
@@ -380,6 +440,10 @@ def loop(
         metadata: anything, exposed to callbacks as ``loop.metadata``.
         epoch_duration: steps per epoch; by default ``len(dataset)`` when it has one.
         clock: seconds source (default ``time.monotonic``), injectable for tests.
+        steps_per_call: run this many steps per call of the step, in one ``lax.scan`` over
+            stacked batches (see :mod:`gyre.loop.fused`): the compiled step under
+            ``every(1)``/``always()`` is fused, the other callbacks run once per chunk, and
+            the history still gets one record per step. 1 (the default) runs step by step.
 
     Returns:
         ``(state, history, elapsed)``, where ``elapsed`` counts the completed steps.
@@ -401,6 +465,11 @@ def loop(
         (6.0, 3, [1.0, 3.0, 6.0])
     """
     plan = compile_tasks(tasks)
+    if steps_per_call != 1:
+        from gyre.loop.fused import check_steps, split_plan  # same layer; imports this module
+
+        check_steps(steps_per_call, "steps_per_call")
+        chunked = split_plan(tasks, plan, steps_per_call)
     starts = [bind(cb) for cb in _as_list(on_start)]
     ends = [bind(cb) for cb in _as_list(on_end)]
     if history is None:
@@ -424,30 +493,35 @@ def loop(
     state = loop_state.state
     commit = history.commit
     try:
-        for now, batch in clock_iter:
-            logs = Logs()
-            loop_state.elapsed = now
-            loop_state.logs = logs
-            loop_state.batch = batch
-            for schedule, callbacks in plan:
-                if schedule is None or schedule(now):
-                    for callback in callbacks:
-                        out = callback(state, batch, now, logs, loop_state)
-                        if out is not None:
-                            if type(out) is tuple and len(out) == 2 and type(out[0]) is Logs:
-                                logs.merge(out[0])  # the common (logs, state) return, inlined
-                                if out[1] is not None:
-                                    state = loop_state.state = out[1]
-                            else:
-                                state = loop_state.state = _apply(out, logs, state, callback)
+        if steps_per_call != 1:
+            from gyre.loop.fused import run_chunks
+
+            run_chunks(chunked, clock_iter, loop_state, steps_per_call)
+        else:
+            for now, batch in clock_iter:
+                logs = Logs()
+                loop_state.elapsed = now
+                loop_state.logs = logs
+                loop_state.batch = batch
+                for schedule, callbacks in plan:
+                    if schedule is None or schedule(now):
+                        for callback in callbacks:
+                            out = callback(state, batch, now, logs, loop_state)
+                            if out is not None:
+                                if type(out) is tuple and len(out) == 2 and type(out[0]) is Logs:
+                                    logs.merge(out[0])  # the common (logs, state) return, inlined
+                                    if out[1] is not None:
+                                        state = loop_state.state = out[1]
+                                else:
+                                    state = loop_state.state = _apply(out, logs, state, callback)
+                            if loop_state.stop_requested:
+                                break
                         if loop_state.stop_requested:
                             break
-                    if loop_state.stop_requested:
-                        break
-            if logs:
-                commit(now, logs, batch_size=clock_iter.batch_size)
-            if loop_state.stop_requested:
-                break
+                if logs:
+                    commit(now, logs, batch_size=clock_iter.batch_size)
+                if loop_state.stop_requested:
+                    break
     except KeyboardInterrupt:
         # The batch in progress was consumed and its callbacks may have changed the state:
         # it counts as completed, so a continued run does not repeat its index.
@@ -455,7 +529,8 @@ def loop(
             raise
         loop_state.request_stop("KeyboardInterrupt")
     final = clock_iter.complete()
-    loop_state.state = state
+    if steps_per_call == 1:
+        loop_state.state = state
     loop_state.batch = None
     logs = _run_hooks(ends, loop_state, final)
     if logs:

@@ -178,6 +178,13 @@ def _always(label: str) -> _When:
     return _When(lambda e: True, label)
 
 
+def _step_point(label: str) -> _When:
+    """The key of a loop's step point: with ``steps_per_call`` its callback is the fused step."""
+    key = _always(label)
+    key.gyre_fused_step = True  # type: ignore[attr-defined]
+    return key
+
+
 def _test_factory(test_dataset: Any) -> Callable[[], Iterable[Any]]:
     if callable(test_dataset):
         return test_dataset
@@ -211,6 +218,7 @@ def test_loop(
     metadata: Any = None,
     catch_keyboard_interrupt: bool = True,
     clock: Callable[[], float] | None = None,
+    steps_per_call: int = 1,
 ) -> tuple[Any, History, Elapsed]:
     """An evaluation loop: ``on_reset_step`` and ``on_test_begin``, then per batch
     ``on_test_step``, the clock-scheduled tasks, ``on_test_batch_end``; then ``on_test_end``.
@@ -223,6 +231,8 @@ def test_loop(
         stop: steps or a Period (default: the whole dataset).
         history, elapsed, batch_size_fn, metadata, catch_keyboard_interrupt, clock:
             as in :func:`gyre.loop`.
+        steps_per_call: fuse this many ``on_test_step`` steps into one call (see
+            :mod:`gyre.loop.fused`); the other callbacks run once per chunk.
 
     Returns:
         ``(state, history, elapsed)``.
@@ -242,7 +252,7 @@ def test_loop(
     return _run_simple(
         hooks, "test", state, dataset, stop=stop, history=history, elapsed=elapsed,
         batch_size_fn=batch_size_fn, metadata=metadata,
-        catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock,
+        catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
     )
 
 
@@ -259,11 +269,13 @@ def predict_loop(
     metadata: Any = None,
     catch_keyboard_interrupt: bool = True,
     clock: Callable[[], float] | None = None,
+    steps_per_call: int = 1,
 ) -> tuple[Any, History, Elapsed]:
     """An inference loop: ``on_predict_begin``, per batch ``on_predict_step``, the
     clock-scheduled tasks and ``on_predict_batch_end``, then ``on_predict_end``.
 
-    Predictions logged with ``logs.add_output`` are in the returned history.
+    Predictions logged with ``logs.add_output`` are in the returned history. Arguments are
+    those of :func:`test_loop`; ``steps_per_call`` fuses ``on_predict_step``.
 
     Example:
         >>> import gyre
@@ -280,14 +292,14 @@ def predict_loop(
     return _run_simple(
         hooks, "predict", state, dataset, stop=stop, history=history, elapsed=elapsed,
         batch_size_fn=batch_size_fn, metadata=metadata,
-        catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock,
+        catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
     )
 
 
 def _run_simple(hooks: _Hooks, kind: str, state: Any, dataset: Iterable[Any], **kwargs: Any) -> tuple[Any, History, Elapsed]:
     named = hooks.named
     tasks: dict[Any, list[Callable[..., Any]]] = {}
-    tasks[_always(f"on_{kind}_step")] = named[f"on_{kind}_step"]
+    tasks[_step_point(f"on_{kind}_step")] = named[f"on_{kind}_step"]
     tasks.update(hooks.clock_tasks())
     tasks[_always(f"on_{kind}_batch_end")] = named[f"on_{kind}_batch_end"]
     on_start = named.get("on_reset_step", []) + named[f"on_{kind}_begin"]
@@ -314,6 +326,7 @@ def train_loop(
     metadata: Any = None,
     catch_keyboard_interrupt: bool = True,
     clock: Callable[[], float] | None = None,
+    steps_per_call: int = 1,
 ) -> tuple[Any, History, Elapsed]:
     """A training loop with epochs and an evaluation at the end of each epoch.
 
@@ -332,6 +345,9 @@ def train_loop(
             default batch-weighted means of losses and metrics, last value of stateful metrics.
         stop, history, elapsed, batch_size_fn, metadata, catch_keyboard_interrupt, clock:
             as in :func:`gyre.loop`.
+        steps_per_call: fuse this many ``on_train_step`` steps into one call (see
+            :mod:`gyre.loop.fused`); chunks end at epoch ends, so evaluations happen after the
+            same steps as step by step, and run step by step themselves.
 
     Returns:
         ``(state, history, elapsed)``.
@@ -387,7 +403,7 @@ def train_loop(
     table: dict[Any, list[Callable[..., Any]]] = {}
     if epoch_begin:
         table[_When(lambda e: e.step_in_epoch == 0, "on_epoch_begin")] = epoch_begin
-    table[_always("on_train_step")] = named["on_train_step"]
+    table[_step_point("on_train_step")] = named["on_train_step"]
     table.update(hooks.clock_tasks())
     if epoch_end:
         last = (epoch_steps or 0) - 1
@@ -397,5 +413,5 @@ def train_loop(
         state, dataset, table, stop=stop, on_start=named["on_train_begin"],
         on_end=named["on_train_end"], history=history, elapsed=elapsed,
         catch_keyboard_interrupt=catch_keyboard_interrupt, batch_size_fn=batch_size_fn,
-        metadata=metadata, epoch_duration=epoch_steps, clock=clock,
+        metadata=metadata, epoch_duration=epoch_steps, clock=clock, steps_per_call=steps_per_call,
     )
