@@ -136,14 +136,18 @@ class Strategy:
 
     # -- compilation -------------------------------------------------------------------------
     def compile(
-        self, step: Step, state: Any, *, batch_axis: int = 0, donate: bool | None = None
+        self, step: Step, state: Any = None, *, batch_axis: int = 0, donate: bool | None = None
     ) -> Step:
-        """``step`` compiled for this strategy, its shardings fixed from ``state``.
+        """``step`` compiled for this strategy.
 
+        The new state is constrained to :meth:`state_sharding` and the logs to
+        :meth:`replicated` inside the compiled function, so the state keeps its placement
+        from step to step (and donation reuses its buffers) whatever its structure; one
+        compiled function serves every state structure (``jax.jit`` retraces per structure).
         The state is donated unless the strategy was built with ``donate=False`` or
         ``donate=False`` is passed here (steps that leave the state unchanged, such as
         evaluation, should not donate it). The returned function expects batches placed by
-        :meth:`place_batch`.
+        :meth:`place_batch`; ``state`` is accepted for symmetry and not needed.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -153,12 +157,25 @@ class Strategy:
             >>> float(run(state, strategy.place_batch(jnp.ones(4)))[1])
             4.0
         """
-        state_sharding = self.state_sharding(state)
-        return jax.jit(
-            step,
-            out_shardings=(self.replicated(), state_sharding),
-            donate_argnums=(0,) if (self.donate if donate is None else donate) else (),
-        )
+        donate_argnums = (0,) if (self.donate if donate is None else donate) else ()
+        if self.mesh is None:
+            return jax.jit(step, donate_argnums=donate_argnums)
+        replicated = self.replicated()
+
+        def constrain(sharding: Sharding, subtree: Any) -> Any:
+            # ``state_sharding`` may give one sharding for a whole subtree (a flax box).
+            return jax.tree_util.tree_map(
+                lambda x: jax.lax.with_sharding_constraint(x, sharding) if isinstance(x, jax.Array) else x,
+                subtree,
+            )
+
+        def placed_step(state: Any, batch: Any) -> tuple[Any, Any]:
+            logs, new_state = step(state, batch)
+            logs = constrain(replicated, logs)
+            new_state = jax.tree_util.tree_map(constrain, self.state_sharding(new_state), new_state)
+            return logs, new_state
+
+        return jax.jit(placed_step, donate_argnums=donate_argnums)
 
 
 class Eager(Strategy):

@@ -117,11 +117,10 @@ class ManagedStep:
         # A training step replaces the state: donate it. Other steps (evaluation, prediction)
         # return it unchanged and callers keep using the one they passed: never donate.
         self.donates: bool | None = None if kind == "train_step" else False
-        # Keyed by the state's tree structure too: the compiled function fixes the output
-        # shardings from the first state, so states of another structure (other static
-        # fields, other params) need their own.
-        self._compiled: dict[tuple[Strategy, bool, Any], StepFn] = {}
-        self._last: tuple[Strategy | None, Any, StepFn | None] = (None, None, None)
+        # One compiled function per strategy; jax.jit itself retraces for states of another
+        # structure (the strategy constrains shardings inside the trace).
+        self._compiled: dict[tuple[Strategy, bool], StepFn] = {}
+        self._last: tuple[Strategy | None, StepFn | None] = (None, None)
 
     def __repr__(self) -> str:
         return f"<gyre managed {self.kind} {getattr(self._fn, '__qualname__', self._fn)!r}>"
@@ -131,10 +130,8 @@ class ManagedStep:
             return self
         return functools.partial(self, obj)
 
-    def _get(self, strategy: Strategy, state: Any, fused: bool, treedef: Any = None) -> StepFn:
-        if treedef is None:
-            treedef = jax.tree_util.tree_structure(state)
-        run = self._compiled.get((strategy, fused, treedef))
+    def _get(self, strategy: Strategy, state: Any, fused: bool) -> StepFn:
+        run = self._compiled.get((strategy, fused))
         if run is None:
             if fused:
 
@@ -149,16 +146,15 @@ class ManagedStep:
                 run = strategy.compile(scan, state, batch_axis=1, donate=self.donates)
             else:
                 run = strategy.compile(self.pure, state, donate=self.donates)
-            self._compiled[(strategy, fused, treedef)] = run
+            self._compiled[(strategy, fused)] = run
         return run
 
     def __call__(self, state: Any, batch: Any) -> tuple[Logs, Any]:
         strategy = _strategy_of(state)
-        treedef = jax.tree_util.tree_structure(state)
-        last_strategy, last_treedef, run = self._last
-        if strategy is not last_strategy or run is None or treedef != last_treedef:
-            run = self._get(strategy, state, fused=False, treedef=treedef)
-            self._last = (strategy, treedef, run)
+        last_strategy, run = self._last
+        if strategy is not last_strategy or run is None:
+            run = self._get(strategy, state, fused=False)
+            self._last = (strategy, run)
         if strategy.data_size > 1 or not strategy.compiles:
             batch = strategy.place_batch(batch)
         return run(state, batch)
