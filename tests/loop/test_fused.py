@@ -1,5 +1,7 @@
 """steps_per_call: fused steps give the same parameters and per-step history as step by step."""
 
+import dataclasses
+import functools
 import io
 
 import jax
@@ -223,17 +225,18 @@ def test_batches_of_a_chunk_must_share_their_shapes():
 
 
 class ManagedStep:
-    """A stand-in for a managed step: fuses itself."""
+    """A stand-in for a managed step: a callable step that fuses itself."""
 
-    def __init__(self):
+    def __init__(self, fn=add_step):
+        self.fn = fn
         self.lengths = []
 
     def __call__(self, state, batch):
-        return add_step(state, batch)
+        return self.fn(state, batch)
 
     def fuse(self, steps):
         self.lengths.append(steps)
-        return gyre.fuse(add_step, steps)
+        return gyre.fuse(self.fn, steps)
 
 
 def test_fusable_step_objects_fuse_themselves():
@@ -242,6 +245,21 @@ def test_fusable_step_objects_fuse_themselves():
         jnp.float32(0), [np.float32(1)] * 5, {gyre.on_train_step: managed}, steps_per_call=2
     )
     assert float(state) == 5.0 and managed.lengths == [2, 1] and len(history) == 5
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["total"], meta_fields=[])
+@dataclasses.dataclass
+class Counter:
+    total: jax.Array
+    train_step = ManagedStep(jax.jit(lambda state, batch: (None, Counter(state.total + batch))))
+
+
+def test_a_state_method_step_is_fused():
+    state, history, elapsed = gyre.train_loop(
+        Counter(jnp.float32(0)), [np.float32(2)] * 5, steps_per_call=4
+    )
+    assert float(state.total) == 10.0 and elapsed.steps == 5
+    assert Counter.train_step.lengths == [4, 1]
 
 
 def test_commit_stacked_keeps_order_and_splits_rows_on_the_host():

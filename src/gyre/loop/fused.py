@@ -250,7 +250,8 @@ def split_plan(
     ``plan`` is what :func:`gyre.loop.engine.compile_tasks` made of ``tasks``. The step is the
     one compiled callback under a schedule that fires on every step, or under a key marked
     ``gyre_fused_step`` (the named loops' ``on_train_step``, ...), whose callbacks must all be
-    compiled.
+    compiled. A callback with a ``gyre_step`` attribute (a state's ``train_step`` method, as
+    the named loops wrap it) is fused as that step, called ``step(state, batch)``.
 
     Example:
         >>> import gyre, jax
@@ -272,6 +273,7 @@ def split_plan(
         pre: list[Invoker] = []
         post: list[Invoker] = []
         for callback, invoker in zip(_as_list(callbacks), invokers, strict=True):
+            callback = getattr(callback, "gyre_step", callback)  # a state's method: the step
             if is_fusable(callback):
                 if step is not None:
                     raise ValueError(

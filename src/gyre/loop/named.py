@@ -155,6 +155,7 @@ class _StateMethod:
 
         self.invoke = bind(method, self_is_state=True)
         self.gyre_name = getattr(method, "__qualname__", repr(method))
+        self.gyre_step = method  # what steps_per_call fuses: called as method(state, batch)
 
     def __call__(self, state: Any, batch: Any, elapsed: Elapsed, logs: Any, loop: Any) -> Any:
         return self.invoke(state, batch, elapsed, logs, loop)
