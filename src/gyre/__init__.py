@@ -51,12 +51,12 @@ from gyre.loop.named import on_train_step as on_train_step
 from gyre.loop.named import predict_loop as predict_loop
 from gyre.loop.named import test_loop as test_loop
 from gyre.loop.named import train_loop as train_loop
+from gyre.loop.prefetch import prefetch_to_device as prefetch_to_device
 from gyre.parallel import distributed as distributed
 from gyre.parallel.partitioners import DataParallelPartitioner as DataParallelPartitioner
 from gyre.parallel.partitioners import Partitioner as Partitioner
 from gyre.parallel.partitioners import SingleDevicePartitioner as SingleDevicePartitioner
 from gyre.parallel.partitioners import SPMDPartitioner as SPMDPartitioner
-from gyre.parallel.prefetch import prefetch_to_device as prefetch_to_device
 from gyre.parallel.strategies import FSDP as FSDP
 from gyre.parallel.strategies import DataParallel as DataParallel
 from gyre.parallel.strategies import Eager as Eager

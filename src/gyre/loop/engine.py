@@ -98,6 +98,20 @@ def _steps_only(period: Period | None) -> int | None:
     return None
 
 
+def _prefetched(dataset: Any, state: Any, size: int, stop: Any, initial: Elapsed | None) -> Any:
+    """The dataset placed ahead on the state's strategy's devices (managed states only)."""
+    strategy = getattr(state, "strategy", None)
+    if not callable(getattr(strategy, "place_batch", None)) or not getattr(strategy, "compiles", False):
+        return dataset
+    if not hasattr(dataset, "__iter__"):
+        return dataset  # Elapse raises the explanation
+    from gyre.loop.prefetch import prefetch_to_device  # same layer
+
+    steps = _steps_only(_check_stop(stop))
+    limit = None if steps is None else max(steps - (initial.steps if initial is not None else 0), 0)
+    return prefetch_to_device(dataset, size=size, sharding=strategy, limit=limit)
+
+
 def _check_epoch_steps(epoch_duration: Any, dataset: Any) -> int | None:
     if isinstance(epoch_duration, Period) and _steps_only(epoch_duration) is not None:
         epoch_duration = epoch_duration.steps
@@ -420,6 +434,7 @@ def loop(
     epoch_duration: int | Period | None = None,
     clock: Callable[[], float] | None = None,
     steps_per_call: int = 1,
+    prefetch: int = 2,
 ) -> tuple[Any, History, Elapsed]:
     """Runs a task table over a dataset: the loop language.
 
@@ -444,6 +459,9 @@ def loop(
             stacked batches (see :mod:`gyre.loop.fused`): the compiled step under
             ``every(1)``/``always()`` is fused, the other callbacks run once per chunk, and
             the history still gets one record per step. 1 (the default) runs step by step.
+        prefetch: when the state has a strategy (a managed state), this many batches are
+            placed on its devices ahead of the step that uses them (0: off). Batches are
+            never taken beyond ``stop`` when it is a number of steps.
 
     Returns:
         ``(state, history, elapsed)``, where ``elapsed`` counts the completed steps.
@@ -483,6 +501,8 @@ def loop(
                 fix="pass the second value a loop returned",
             )
         )
+    if prefetch and steps_per_call == 1:
+        dataset = _prefetched(dataset, state, prefetch, stop, elapsed)
     clock_iter = Elapse(
         dataset, stop=stop, initial=elapsed, epoch_duration=epoch_duration,
         batch_size_fn=batch_size_fn, clock=clock,

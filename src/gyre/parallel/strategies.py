@@ -108,6 +108,9 @@ class Strategy:
             >>> gyre.get_strategy("jit").place_batch((np.ones((4, 2)), np.zeros(4)))[0].shape
             (4, 2)
         """
+        leaves = jax.tree_util.tree_leaves(batch)
+        if all(isinstance(x, jax.Array) and x.sharding == self.batch_sharding(x, axis=axis) for x in leaves):
+            return batch  # already placed (prefetched): nothing to move or check
         self.check_batch(batch, axis=axis)
         shardings = jax.tree_util.tree_map(lambda x: self.batch_sharding(x, axis=axis), batch)
         if jax.process_count() > 1 and self.mesh is not None:

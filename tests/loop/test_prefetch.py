@@ -166,3 +166,26 @@ def test_a_loop_over_prefetched_batches_trains_as_without():
     assert elapsed.epochs == elapsed_ref.epochs == 1
     np.testing.assert_array_equal(w, w_ref)
     assert loss == loss_ref
+
+
+def test_loops_prefetch_for_managed_states_by_default():
+    state = managed.ManagedState.create(params=jnp.zeros(()), tx=optax.sgd(0.1), strategy="data_parallel")
+    pulled, seen = [], []
+
+    def source():
+        for i in range(100):
+            pulled.append(i)
+            yield np.full((16, 2), float(i), np.float32)
+
+    def look(batch):
+        seen.append((type(batch).__name__, len(batch.sharding.device_set)))
+
+    gyre.loop(state, source(), {gyre.every(1): [look]}, stop=5)
+    assert seen == [("ArrayImpl", 8)] * 5  # placed over the 8 devices before the step
+    assert pulled == list(range(5))  # never beyond stop
+    plain = []
+    gyre.loop(None, [np.zeros(2)] * 3, {gyre.every(1): [lambda batch: plain.append(type(batch))]})
+    assert plain == [np.ndarray] * 3  # other states: batches untouched
+    untouched = []
+    gyre.loop(state, [np.zeros((16, 2))], {gyre.every(1): [lambda batch: untouched.append(type(batch))]}, prefetch=0)
+    assert untouched == [np.ndarray]

@@ -41,8 +41,8 @@ def _check_size(size: Any) -> int:
 
 def _placer(sharding: Any) -> Placer:
     """The function that moves one batch to the devices."""
-    # a Strategy, recognised by its method: this module needs nothing above gyre.core, so
-    # the loop engine may use it without importing the parallel layer
+    # a Strategy, recognised by its method, so this module (in the loop layer) never imports
+    # the parallel layer above it
     place_batch = getattr(sharding, "place_batch", None)
     if callable(place_batch):
         return place_batch
