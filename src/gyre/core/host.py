@@ -98,8 +98,7 @@ def _stackable(column: Sequence[Any]) -> bool:
     # start JAX's backend, or gyre.distributed.initialize could not run after it).
     if len(column) < _MIN_STACK or not isinstance(column[0], jax.Array):
         return False
-    kind = type(column[0])
-    if not all(type(x) is kind for x in column):
+    if len(set(map(type, column))) != 1:
         return False
     if column[0].is_fully_addressable:
         return True
@@ -111,6 +110,13 @@ def _local(x: Any) -> Any:
     """A fully replicated global array's copy on this process's first device holding it
     (stacking those is a computation of this process alone: no process waits for another)."""
     return x if x.is_fully_addressable else x.addressable_data(0)
+
+
+def _local_column(column: Sequence[Any]) -> tuple[Any, ...]:
+    # one property read per column, not per value: the step path pays for every value
+    if column[0].is_fully_addressable:
+        return tuple(column)
+    return tuple(map(_local, column))
 
 
 def fetch_columns(columns: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
@@ -133,7 +139,7 @@ def fetch_columns(columns: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
     if chosen:
         size = 1 << (max(len(columns[i]) for i in chosen) - 1).bit_length()
         padded = tuple(
-            tuple(map(_local, columns[i])) + (_local(columns[i][0]),) * (size - len(columns[i]))
+            _local_column(columns[i]) + (_local(columns[i][0]),) * (size - len(columns[i]))
             for i in chosen
         )
         try:
