@@ -75,7 +75,7 @@ from loop_overhead import (  # noqa: E402  (the foundation benchmark's model and
     fresh_copy,
     init_params,
     make_batches,
-    mlp,
+    make_step_fn,
 )
 
 Runner = Callable[[State], State]
@@ -85,27 +85,6 @@ SCAN = "hand-written scan"
 FUSED = "gyre fused"
 PER_STEP = "per-step jit"
 VARIANTS = (SCAN, FUSED, PER_STEP)
-
-
-def make_step_fn(tx: optax.GradientTransformation) -> Callable[[State, Batch], tuple[gyre.Logs, State]]:
-    """The training step of ``loop_overhead.py``, undecorated."""
-
-    def loss_fn(params: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
-        logits = mlp(params, x)
-        loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-        return loss, logits
-
-    def step(state: State, batch: Batch) -> tuple[gyre.Logs, State]:
-        params, opt_state = state
-        x, y = batch
-        (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, x, y)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        accuracy = (logits.argmax(axis=-1) == y).mean()
-        logs = gyre.logs().add_loss("loss", loss).add_metric("accuracy", accuracy)
-        return logs, (params, opt_state)
-
-    return step
 
 
 def make_scan(step_fn: Callable[[State, Batch], tuple[gyre.Logs, State]]) -> Callable[[State, Batch], tuple[gyre.Logs, State]]:

@@ -138,8 +138,8 @@ def mlp(params: list[dict[str, jax.Array]], x: jax.Array) -> jax.Array:
     return x @ last["w"] + last["b"]
 
 
-def make_step(tx: optax.GradientTransformation) -> Step:
-    """The jitted training step shared by all variants (state = (params, opt_state), donated)."""
+def make_step_fn(tx: optax.GradientTransformation) -> Callable[[State, Batch], tuple[gyre.Logs, State]]:
+    """The training step shared by all variants, undecorated (state = (params, opt_state))."""
 
     def loss_fn(params: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
         logits = mlp(params, x)
@@ -156,7 +156,12 @@ def make_step(tx: optax.GradientTransformation) -> Step:
         logs = gyre.logs().add_loss("loss", loss).add_metric("accuracy", accuracy)
         return logs, (params, opt_state)
 
-    return jax.jit(step, donate_argnums=0)
+    return step
+
+
+def make_step(tx: optax.GradientTransformation) -> Step:
+    """The jitted training step shared by all variants (the state donated)."""
+    return jax.jit(make_step_fn(tx), donate_argnums=0)
 
 
 def fresh_copy(state: State) -> State:
