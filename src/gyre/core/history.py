@@ -16,7 +16,7 @@ from gyre.core.clock import _FIELDS as CLOCK_FIELDS
 from gyre.core.clock import Elapsed
 from gyre.core.errors import describe, explain
 from gyre.core.host import fetch, fetch_columns, to_python
-from gyre.core.logs import Collection, Logs, resolution_order
+from gyre.core.logs import Logs, Shape, flatten_logs, resolution_order, unflatten_logs
 
 
 class Record(NamedTuple):
@@ -31,20 +31,14 @@ class _Chunk(NamedTuple):
     """Records moved to the host together: their clocks, and their values by column."""
 
     clocks: list[tuple[Elapsed, int | None]]
-    # one (entry names by collection, record positions, host columns) per shape of logs
-    columns: list[tuple[tuple[tuple[str, tuple[str, ...]], ...], list[int], list[Any]]]
+    # one (structure of the logs, record positions, host columns) per structure
+    columns: list[tuple[Shape, list[int], list[Any]]]
 
     def records(self) -> list[Record]:
         logs: list[Any] = [None] * len(self.clocks)
         for shape, rows, columns in self.columns:
             for k, i in enumerate(rows):
-                out = logs[i] = Logs()
-                j = 0
-                for collection, names in shape:
-                    out[collection] = Collection(
-                        zip(names, [columns[j + n][k] for n in range(len(names))], strict=True)
-                    )
-                    j += len(names)
+                logs[i] = unflatten_logs(shape, [column[k] for column in columns])
         return [Record(e, lg, b) for (e, b), lg in zip(self.clocks, logs, strict=True)]
 
 
@@ -194,20 +188,18 @@ class History:
                 self._stacked_extra -= len(entry.clocks) - 1
                 first = len(clocks)
                 clocks.extend(zip(entry.clocks, entry.batch_sizes, strict=True))
-                logs = entry.logs
-                shape = tuple([(c, tuple(v)) for c, v in logs.items()])
-                leaves = [x for v in logs.values() for x in v.values()]
+                leaves, shape = flatten_logs(entry.logs)
                 stacked.append((shape, list(range(first, len(clocks))), entry.start, len(entry.clocks), leaves))
                 continue
             elapsed, logs, batch_size = entry
             i = len(clocks)
             clocks.append((elapsed, batch_size))
-            shape = tuple([(c, tuple(v)) for c, v in logs.items()])
+            leaves, shape = flatten_logs(logs)
             group = groups.get(shape)
             if group is None:
                 group = groups[shape] = ([], [])
             group[0].append(i)
-            group[1].append([x for v in logs.values() for x in v.values()])
+            group[1].append(leaves)
         columns = [
             (shape, rows, fetch_columns(list(zip(*leaves, strict=True))))
             for shape, (rows, leaves) in groups.items()

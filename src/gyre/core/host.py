@@ -154,26 +154,3 @@ def fetch_columns(columns: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
             out[i] = host
     return out
 
-
-def fetch_all(trees: Sequence[Any]) -> list[Any]:
-    """Copies a list of pytrees to the host, one transfer per column of same-placed leaves.
-
-    Trees of the same structure have their leaves fetched column by column with
-    :func:`fetch_columns`.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> fetch_all([{"x": jnp.float32(i)} for i in range(10)])[9]["x"].item()
-        9.0
-    """
-    flat = [jax.tree_util.tree_flatten(tree) for tree in trees]
-    groups: dict[Any, list[int]] = {}
-    for i, (_, treedef) in enumerate(flat):
-        groups.setdefault(treedef, []).append(i)
-    out: list[Any] = [None] * len(trees)
-    for treedef, rows in groups.items():
-        columns = list(zip(*[flat[i][0] for i in rows], strict=True))
-        host = fetch_columns(columns)
-        for k, i in enumerate(rows):
-            out[i] = jax.tree_util.tree_unflatten(treedef, [column[k] for column in host])
-    return out

@@ -264,21 +264,37 @@ def logs() -> Logs:
     return Logs()
 
 
-def _flatten(value: Logs) -> tuple[list[Any], tuple[tuple[str, tuple[str, ...]], ...]]:
-    keys = tuple([(c, tuple(v)) for c, v in value.items()])
+#: A Logs' structure: ``((collection, (name, ...)), ...)``, hashable.
+Shape = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def flatten_logs(value: Logs) -> tuple[list[Any], Shape]:
+    """The values of a ``Logs`` in order, and its structure (also its pytree flattening).
+
+    Example:
+        >>> flatten_logs(Logs().add_loss("l", 1).add_metric("a", 2))
+        ([1, 2], (('losses', ('l',)), ('metrics', ('a',))))
+    """
+    shape = tuple([(c, tuple(v)) for c, v in value.items()])
     children = [x for v in value.values() for x in v.values()]
-    return children, keys
+    return children, shape
 
 
-def _unflatten(keys: tuple[tuple[str, tuple[str, ...]], ...], children: Any) -> Logs:
+def unflatten_logs(shape: Shape, children: Any) -> Logs:
+    """The ``Logs`` of :func:`flatten_logs`' structure holding ``children``.
+
+    Example:
+        >>> unflatten_logs((("metrics", ("a",)),), [2])
+        Logs(metrics={'a': 2})
+    """
     out = Logs()
     children = tuple(children)
     start = 0
-    for collection, names in keys:
+    for collection, names in shape:
         stop = start + len(names)
         out[collection] = Collection(zip(names, children[start:stop], strict=True))
         start = stop
     return out
 
 
-jax.tree_util.register_pytree_node(Logs, _flatten, _unflatten)
+jax.tree_util.register_pytree_node(Logs, flatten_logs, unflatten_logs)

@@ -155,7 +155,7 @@ class ManagedStep:
         if strategy is not last_strategy or run is None:
             run = self._get(strategy, state, fused=False)
             self._last = (strategy, run)
-        if strategy.data_size > 1 or not strategy.compiles:
+        if strategy.data_size > 1:  # one device: jax.jit moves host batches itself
             batch = strategy.place_batch(batch)
         return run(state, batch)
 
@@ -175,7 +175,7 @@ class ManagedStep:
         def fused(state: Any, batches: Any) -> tuple[Logs, Any]:
             strategy = _strategy_of(state)
             run = self._get(strategy, state, fused=True)
-            if strategy.data_size > 1 or not strategy.compiles:
+            if strategy.data_size > 1:  # one device: jax.jit moves host batches itself
                 batches = strategy.place_batch(batches, axis=1)
             return run(state, batches)
 
