@@ -17,21 +17,20 @@ from typing import IO, Any
 
 from gyre.callbacks.lagged import LaggedValues
 from gyre.core.clock import Elapsed
-from gyre.core.errors import describe, explain
+from gyre.core.errors import whole_number
 from gyre.core.logs import Logs
 from gyre.parallel.distributed import is_main_process
 
 
 def _check_total(total: Any) -> int | None:
-    if total is None or (isinstance(total, int) and not isinstance(total, bool) and total >= 1):
-        return total
-    raise ValueError(
-        explain(
-            "a progress bar's total must be a number of steps >= 1 or None",
-            expected="total=1000 (the loop's stop), or None for a bar without an end",
-            received=describe(total),
-            fix="pass the number of steps the loop will run",
-        )
+    if total is None:
+        return None
+    return whole_number(
+        total,
+        minimum=1,
+        problem="a progress bar's total must be a number of steps >= 1 or None",
+        expected="total=1000 (the loop's stop), or None for a bar without an end",
+        fix="pass the number of steps the loop will run",
     )
 
 

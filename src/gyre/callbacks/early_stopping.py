@@ -7,7 +7,7 @@ from typing import Any
 
 import jax
 
-from gyre.core.errors import describe, explain
+from gyre.core.errors import describe, explain, whole_number
 from gyre.core.host import fetch, to_python
 from gyre.core.logs import Logs
 
@@ -49,15 +49,13 @@ class EarlyStopping:
                 )
             )
         for name, value in (("patience", patience), ("initial_patience", initial_patience)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(
-                    explain(
-                        f"early_stopping's {name} must be a whole number >= 0",
-                        expected=f"{name}=3 (counted in evaluations of the monitored value)",
-                        received=describe(value),
-                        fix=f"pass {name} as a non-negative int",
-                    )
-                )
+            whole_number(
+                value,
+                minimum=0,
+                problem=f"early_stopping's {name} must be a whole number >= 0",
+                expected=f"{name}=3 (counted in evaluations of the monitored value)",
+                fix=f"pass {name} as a non-negative int",
+            )
         if mode not in ("min", "max", "auto"):
             raise ValueError(
                 explain(

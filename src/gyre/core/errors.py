@@ -50,3 +50,20 @@ def suggest(name: str, choices: Iterable[str]) -> str:
     """
     close = difflib.get_close_matches(name, list(choices), n=1)
     return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def whole_number(value: object, *, minimum: int, problem: str, expected: str, fix: str) -> int:
+    """``value`` when it is an ``int`` (not a ``bool``) of at least ``minimum``, else a
+    ``ValueError`` built by :func:`explain` from the caller's words.
+
+    Example:
+        >>> whole_number(3, minimum=1, problem="steps", expected="an int", fix="pass 3")
+        3
+        >>> whole_number(0, minimum=1, problem="steps must be >= 1", expected="an int >= 1",
+        ...              fix="pass 1")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: steps must be >= 1...
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
+        return value
+    raise ValueError(explain(problem, expected=expected, received=describe(value), fix=fix))

@@ -14,7 +14,7 @@ from itertools import islice as _islice
 from typing import Any
 
 from gyre.core.clock import BatchSizeFn, Elapsed, Period, infer_batch_size
-from gyre.core.errors import describe, explain, suggest
+from gyre.core.errors import describe, explain, suggest, whole_number
 from gyre.core.history import History
 from gyre.core.logs import Logs
 from gyre.core.schedules import NamedSchedule, as_schedule
@@ -121,15 +121,12 @@ def _check_epoch_steps(epoch_duration: Any, dataset: Any) -> int | None:
         except TypeError:
             return None
         return size if size > 0 else None
-    if isinstance(epoch_duration, int) and not isinstance(epoch_duration, bool) and epoch_duration >= 1:
-        return epoch_duration
-    raise ValueError(
-        explain(
-            "epoch_duration= must be a number of steps >= 1",
-            expected="epoch_duration=len(train_batches) or gyre.at(steps=...)",
-            received=describe(epoch_duration),
-            fix="pass the number of steps in one epoch",
-        )
+    return whole_number(
+        epoch_duration,
+        minimum=1,
+        problem="epoch_duration= must be a number of steps >= 1",
+        expected="epoch_duration=len(train_batches) or gyre.at(steps=...)",
+        fix="pass the number of steps in one epoch",
     )
 
 

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gyre.core.clock import Elapsed
-from gyre.core.errors import describe, explain
+from gyre.core.errors import describe, explain, whole_number
 from gyre.core.logs import Logs
 from gyre.loop.binding import Invoker, bind
 from gyre.loop.engine import Elapse, LoopState, _apply, _as_list
@@ -72,15 +72,12 @@ def check_steps(steps: Any, name: str = "steps") -> int:
         >>> check_steps(4)
         4
     """
-    if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1:
-        return steps
-    raise ValueError(
-        explain(
-            f"{name} must be a whole number of steps >= 1",
-            expected=f"{name}=100 (fuse 100 steps per call), or 1 to run step by step",
-            received=describe(steps),
-            fix=f"pass a positive int, e.g. {name}=100",
-        )
+    return whole_number(
+        steps,
+        minimum=1,
+        problem=f"{name} must be a whole number of steps >= 1",
+        expected=f"{name}=100 (fuse 100 steps per call), or 1 to run step by step",
+        fix=f"pass a positive int, e.g. {name}=100",
     )
 
 

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import Sharding
 
-from gyre.core.errors import describe, explain
+from gyre.core.errors import describe, explain, whole_number
 
 if TYPE_CHECKING:
     from gyre.parallel.strategies import Strategy
@@ -27,15 +27,12 @@ _ARRAYS = (np.ndarray, np.generic, jax.Array)
 
 
 def _check_size(size: Any) -> int:
-    if isinstance(size, int) and not isinstance(size, bool) and size >= 0:
-        return size
-    raise ValueError(
-        explain(
-            "prefetch size must be a number of batches >= 0",
-            expected="size=2 (two batches on their way while a step runs), or 0 for none",
-            received=describe(size),
-            fix="pass a small whole number such as size=2",
-        )
+    return whole_number(
+        size,
+        minimum=0,
+        problem="prefetch size must be a number of batches >= 0",
+        expected="size=2 (two batches on their way while a step runs), or 0 for none",
+        fix="pass a small whole number such as size=2",
     )
 
 

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import jax
 
-from gyre.core.errors import describe, explain
+from gyre.core.errors import describe, explain, whole_number
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -63,15 +63,13 @@ def _env_int(name: str) -> int | None:
 def _check_int(name: str, value: Any, *, low: int) -> None:
     if value is None:
         return
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(
-            explain(
-                f"{name} must be an integer >= {low}",
-                expected=f"{name}=<int >= {low}>",
-                received=describe(value),
-                fix=f"pass {name} as a whole number (or set it through the environment)",
-            )
-        )
+    whole_number(
+        value,
+        minimum=low,
+        problem=f"{name} must be an integer >= {low}",
+        expected=f"{name}=<int >= {low}>",
+        fix=f"pass {name} as a whole number (or set it through the environment)",
+    )
 
 
 def _check_address(address: Any) -> None:

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from gyre.core.errors import describe, explain
+from gyre.core.errors import describe, explain, whole_number
 from gyre.core.logs import Logs
 from gyre.core.state import TrainState
 from gyre.parallel.strategies import Jit, Strategy, get_strategy
@@ -322,15 +322,13 @@ def _make_train(
 
 
 def _check_options(accumulate_steps: Any, clip_grad_norm: Any) -> None:
-    if not (isinstance(accumulate_steps, int) and not isinstance(accumulate_steps, bool) and accumulate_steps >= 1):
-        raise ValueError(
-            explain(
-                "accumulate_steps= must be a whole number >= 1",
-                expected="e.g. accumulate_steps=4 to average the gradients of 4 microbatches",
-                received=describe(accumulate_steps),
-                fix="pass a positive int",
-            )
-        )
+    whole_number(
+        accumulate_steps,
+        minimum=1,
+        problem="accumulate_steps= must be a whole number >= 1",
+        expected="e.g. accumulate_steps=4 to average the gradients of 4 microbatches",
+        fix="pass a positive int",
+    )
     if clip_grad_norm is not None and not (isinstance(clip_grad_norm, (int, float)) and clip_grad_norm > 0):
         raise ValueError(
             explain(
