@@ -17,7 +17,6 @@ and compilation are the strategies' own:
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -124,8 +123,8 @@ class Partitioner:
     ) -> Callable[..., tuple[Any, Any]]:
         """``fn(state, batch, **kwargs) -> (state, outputs)`` compiled by the strategy.
 
-        With ``state`` given, the output state keeps the strategy's shardings of ``state``
-        and the outputs are replicated, so the step compiles once. The state is donated
+        :meth:`gyre.Strategy.compile` does the work: the output state keeps the strategy's
+        shardings and the outputs are replicated, so the step compiles once. The state is donated
         unless ``donate=False`` (or ``jit_kwargs`` names its own ``donate_argnums`` /
         ``donate_argnames``). Other ``jit_kwargs`` go to ``jax.jit``.
 
@@ -137,11 +136,6 @@ class Partitioner:
             >>> float(state), int(out["n"])
             (4.0, 4)
         """
-        strategy = self.strategy
-        if strategy.donate != donate:
-            strategy = copy.copy(strategy)
-            strategy.donate = donate
-
         traces = [0]
 
         def as_step(state: Any, batch: Any, **kwargs: Any) -> tuple[Any, Any]:
@@ -149,18 +143,7 @@ class Partitioner:
             new_state, outputs = fn(state, batch, **kwargs)
             return outputs, new_state  # the strategies' (logs, state) order
 
-        if not strategy.compiles:
-            compiled = as_step
-        elif state is not None and not jit_kwargs:
-            compiled = strategy.compile(as_step, state)
-        else:
-            options: dict[str, Any] = {}
-            if state is not None:
-                options["out_shardings"] = (strategy.replicated(), strategy.state_sharding(state))
-            if "donate_argnums" not in jit_kwargs and "donate_argnames" not in jit_kwargs:
-                options["donate_argnums"] = (0,) if strategy.donate else ()
-            options.update(jit_kwargs)
-            compiled = jax.jit(as_step, **options)
+        compiled = self.strategy.compile(as_step, state, donate=donate, **jit_kwargs)
 
         def run(state: Any, batch: Any, **kwargs: Any) -> tuple[Any, Any]:
             outputs, state = compiled(state, batch, **kwargs)

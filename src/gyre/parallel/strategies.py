@@ -139,7 +139,13 @@ class Strategy:
 
     # -- compilation -------------------------------------------------------------------------
     def compile(
-        self, step: Step, state: Any = None, *, batch_axis: int = 0, donate: bool | None = None
+        self,
+        step: Step,
+        state: Any = None,
+        *,
+        batch_axis: int = 0,
+        donate: bool | None = None,
+        **jit_kwargs: Any,
     ) -> Step:
         """``step`` compiled for this strategy.
 
@@ -150,7 +156,9 @@ class Strategy:
         The state is donated unless the strategy was built with ``donate=False`` or
         ``donate=False`` is passed here (steps that leave the state unchanged, such as
         evaluation, should not donate it). The returned function expects batches placed by
-        :meth:`place_batch`; ``state`` is accepted for symmetry and not needed.
+        :meth:`place_batch`; ``state`` is accepted for symmetry and not needed. Other
+        ``jit_kwargs`` go to ``jax.jit`` (its own ``donate_argnums``/``donate_argnames`` win);
+        keyword arguments of the call reach ``step``.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -160,9 +168,11 @@ class Strategy:
             >>> float(run(state, strategy.place_batch(jnp.ones(4)))[1])
             4.0
         """
-        donate_argnums = (0,) if (self.donate if donate is None else donate) else ()
+        options = dict(jit_kwargs)
+        if "donate_argnums" not in options and "donate_argnames" not in options:
+            options["donate_argnums"] = (0,) if (self.donate if donate is None else donate) else ()
         if self.mesh is None:
-            return jax.jit(step, donate_argnums=donate_argnums)
+            return jax.jit(step, **options)
         replicated = self.replicated()
 
         def constrain(sharding: Sharding, subtree: Any) -> Any:
@@ -172,13 +182,13 @@ class Strategy:
                 subtree,
             )
 
-        def placed_step(state: Any, batch: Any) -> tuple[Any, Any]:
-            logs, new_state = step(state, batch)
+        def placed_step(state: Any, batch: Any, **kwargs: Any) -> tuple[Any, Any]:
+            logs, new_state = step(state, batch, **kwargs)
             logs = constrain(replicated, logs)
             new_state = jax.tree_util.tree_map(constrain, self.state_sharding(new_state), new_state)
             return logs, new_state
 
-        return jax.jit(placed_step, donate_argnums=donate_argnums)
+        return jax.jit(placed_step, **options)
 
 
 class Eager(Strategy):
@@ -200,7 +210,13 @@ class Eager(Strategy):
         return batch
 
     def compile(
-        self, step: Step, state: Any, *, batch_axis: int = 0, donate: bool | None = None
+        self,
+        step: Step,
+        state: Any = None,
+        *,
+        batch_axis: int = 0,
+        donate: bool | None = None,
+        **jit_kwargs: Any,
     ) -> Step:
         return step
 
