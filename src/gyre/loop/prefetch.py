@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import jax
 import numpy as np
@@ -19,8 +19,11 @@ from jax.sharding import Sharding
 
 from gyre.core.errors import describe, explain, whole_number
 
-if TYPE_CHECKING:
-    from gyre.parallel.strategies import Strategy
+
+class BatchPlacer(Protocol):
+    """What prefetching needs of a :class:`~gyre.Strategy` (the loop layer cannot import it)."""
+
+    def place_batch(self, batch: Any, *, axis: int = 0) -> Any: ...  # pragma: no cover
 
 Placer = Callable[[Any], Any]
 _ARRAYS = (np.ndarray, np.generic, jax.Array)
@@ -203,7 +206,7 @@ class SizedPrefetch(Prefetch):
 def prefetch_to_device(
     iterable: Iterable[Any],
     size: int = 2,
-    sharding: Sharding | Strategy | Any | None = None,
+    sharding: Sharding | BatchPlacer | Any | None = None,
     *,
     limit: int | None = None,
 ) -> Prefetch | PrefetchIterator:
