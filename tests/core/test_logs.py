@@ -102,22 +102,91 @@ def test_history_moves_values_to_host_in_batches(monkeypatch):
     import gyre.core.history as history_module
 
     calls = []
-    real = history_module.fetch_columns
+    real = history_module.start_fetch
 
     def counting(columns):
         calls.append(len(columns[0]))
         return real(columns)
 
-    monkeypatch.setattr(history_module, "fetch_columns", counting)
+    monkeypatch.setattr(history_module, "start_fetch", counting)
     h = gyre.history(flush_every=10, lag=2)
     for i in range(35):
         h.commit(Elapsed(steps=i), gyre.logs().add_metric("x", jnp.float32(i)))
     # every 10 commits past the lag: three batched transfers of 10 records, none per step
     assert calls == [10, 10, 10]
+    assert len(h) == 35
     assert h.collect("x") == [float(i) for i in range(35)]
     assert calls == [10, 10, 10, 5]
     first = h[0].logs.metrics.x
     assert isinstance(first, (np.ndarray, np.generic)) and first.dtype == np.float32
+
+
+def test_the_step_path_never_waits_for_a_transfer(monkeypatch):
+    from gyre.core.host import ColumnFetch
+
+    waited = []
+    real_result = ColumnFetch.result
+
+    def result(self):
+        waited.append(self._lengths[0])
+        return real_result(self)
+
+    # values that never arrive: commits must go on without reading them
+    monkeypatch.setattr(ColumnFetch, "ready", lambda self: False)
+    monkeypatch.setattr(ColumnFetch, "result", result)
+    h = gyre.history(flush_every=8, lag=0)
+    for i in range(40):
+        h.commit(Elapsed(steps=i), gyre.logs().add_loss("loss", jnp.float32(i)))
+    assert waited == [] and len(h) == 40
+    # a reader waits for everything, in order
+    assert h.collect("steps", "loss") == (list(range(40)), [float(i) for i in range(40)])
+    assert waited == [8, 8, 8, 8, 8]
+
+
+def test_sent_values_let_go_of_the_per_step_arrays():
+    import weakref
+
+    h = gyre.history(flush_every=16, lag=0)
+    refs = []
+    for i in range(16):
+        loss = jnp.float32(i) + 0  # a fresh device array no one else holds
+        refs.append(weakref.ref(loss))
+        h.commit(Elapsed(steps=i), gyre.logs().add_loss("loss", loss))
+        del loss
+    # sent as one stacked array: the 16 per-step arrays are no longer kept alive
+    assert [r() for r in refs] == [None] * 16
+    assert h.collect("loss") == [float(i) for i in range(16)]
+
+
+def test_history_index_errors():
+    h = make_history()
+    with pytest.raises(IndexError, match="3 records"):
+        h[3]
+    with pytest.raises(TypeError, match="integers or slices"):
+        h["loss"]
+    with pytest.raises(TypeError, match="gyre.Elapsed"):
+        h.commit(3, gyre.logs())
+
+
+def test_history_retains_no_python_object_per_record():
+    import gc
+
+    logs = [gyre.logs().add_loss("loss", jnp.float32(i)).add_metric("acc", jnp.float32(i)) for i in range(8)]
+    elapsed = [Elapsed(steps=i, samples=8 * i) for i in range(2048)]
+    warm = gyre.history(flush_every=64, lag=0)  # compiles the stacking of 64 rows
+    for i in range(64):
+        warm.commit(elapsed[i], logs[i % 8])
+    warm.collect("loss")
+    h = gyre.history(flush_every=64, lag=0)
+    gc.collect()
+    before = len(gc.get_objects())
+    for i, e in enumerate(elapsed):
+        h.commit(e, logs[i % 8], batch_size=8)
+    h.flush()
+    gc.collect()
+    # 2048 records kept as numpy columns: a few objects per block of 64, none per record
+    assert len(gc.get_objects()) - before < 2048 // 4
+    assert h.collect("samples")[-1] == 8 * 2047 and len(h) == 2048
 
 
 def test_to_records_and_csv(tmp_path):

@@ -9,46 +9,60 @@ everything first: they are the moments a user asks for numbers.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from numbers import Integral
+from typing import Any, NamedTuple, overload
 
-from gyre.core.clock import _FIELDS as CLOCK_FIELDS
 from gyre.core.clock import Elapsed
+from gyre.core.columns import Block, Group, Record
 from gyre.core.errors import describe, explain
-from gyre.core.host import fetch, fetch_columns, to_python
-from gyre.core.logs import Logs, Shape, flatten_logs, resolution_order, unflatten_logs
+from gyre.core.host import ColumnFetch, fetch, is_ready, start_fetch, to_python
+from gyre.core.logs import Logs, Shape, flatten_logs, resolution_order
+
+__all__ = ["History", "Record", "history"]
 
 
-class Record(NamedTuple):
-    """One committed step: the clock at the step, its logs, and its batch size (or None)."""
-
-    elapsed: Elapsed
-    logs: Logs
-    batch_size: int | None = None
+#: Batches sent before the step path lands the arrived ones: landing costs the device more
+#: than its share of host time (it competes with the queued steps), so it is done seldom.
+_LAND_AFTER = 8
 
 
-class _Chunk(NamedTuple):
-    """Records moved to the host together: their clocks, and their values by column."""
+class _Pending:
+    """Records of one structure still on the device: their rows, and a list per entry."""
 
-    clocks: list[tuple[Elapsed, int | None]]
-    # one (structure of the logs, record positions, host columns) per structure
-    columns: list[tuple[Shape, list[int], list[Any]]]
+    __slots__ = ("shape", "rows", "columns")
 
-    def records(self) -> list[Record]:
-        logs: list[Any] = [None] * len(self.clocks)
-        for shape, rows, columns in self.columns:
-            for k, i in enumerate(rows):
-                logs[i] = unflatten_logs(shape, [column[k] for column in columns])
-        return [Record(e, lg, b) for (e, b), lg in zip(self.clocks, logs, strict=True)]
+    def __init__(self, shape: Shape) -> None:
+        self.shape = shape
+        self.rows: list[int] = []
+        self.columns: list[list[Any]] = [[] for _, names in shape for _ in names]
 
 
-class _Stacked(NamedTuple):
-    """A block of steps committed together, their logs stacked (rows start, start+1, ...)."""
+class _Transit(NamedTuple):
+    """Records sent to the host whose values may not have arrived yet."""
 
     clocks: list[Elapsed]
-    logs: Logs
-    batch_sizes: list[int | None]
-    start: int
+    sizes: list[int | None]
+    moving: list[tuple[Shape, list[int], int]]  # structure, rows, entries, in column order
+    columns: ColumnFetch
+    stacked: list[tuple[int, int, int, Shape, list[Any]]]  # row, count, start, structure, leaves
+
+    def ready(self) -> bool:
+        return self.columns.ready() and all(is_ready(leaves) for *_, leaves in self.stacked)
+
+    def land(self) -> Block:
+        host = self.columns.result()
+        groups, taken = [], 0
+        for shape, rows, width in self.moving:
+            groups.append(Group.of(shape, rows, host[taken : taken + width]))
+            taken += width
+        if self.stacked:
+            values = fetch([leaves for *_, leaves in self.stacked])
+            for (row, count, start, shape, _), leaves in zip(self.stacked, values, strict=True):
+                rows = list(range(row, row + count))
+                groups.append(Group.of(shape, rows, [v[start : start + count] for v in leaves]))
+        return Block.build(self.clocks, self.sizes, groups)
 
 
 class History:
@@ -60,6 +74,10 @@ class History:
     first collection that holds it in *that record*, in the order ``losses``, ``metrics``,
     ``stateful_metrics``, ``outputs``, then custom collections by name; if no collection
     holds it, a clock counter of that name is used. Records missing a key are skipped.
+
+    Records are kept by column, on the device until a batched transfer and in numpy arrays
+    after it, never as one Python object per step: a history of a million steps costs the
+    garbage collector nothing. :class:`Record` objects are built when read.
 
     Args:
         flush_every: commits between two batched host transfers.
@@ -83,22 +101,46 @@ class History:
                     fix="pass positive numbers",
                 )
             )
-        self._records: list[Record] = []  # on the host, ready to read
-        self._chunks: list[_Chunk] = []  # on the host, not yet turned into records
-        self._pending: list[Any] = []  # still on the device: commits, or _Stacked blocks
-        self._stacked_extra = 0  # rows beyond the first of the _Stacked blocks in _pending
+        self._blocks: list[Block] = []  # on the host
+        self._starts: list[int] = []  # index of each block's first record
+        self._host_count = 0
+        # sent to the host, not arrived yet
+        self._transit: list[_Transit] = []
+        self._transit_rows = 0
+        # still on the device: rows 0.._rows-1 of the next block
+        self._rows = 0
+        self._clocks: list[Elapsed] = []
+        self._sizes: list[int | None] = []
+        self._groups: dict[Shape, _Pending] = {}
+        self._stacked: list[tuple[int, int, int, Shape, list[Any]]] = []  # row, count, start, ...
         self._flush_every = flush_every
         self._lag = lag
+        self._flush_at = flush_every + lag
 
     # -- the step path ---------------------------------------------------------------------
     def commit(self, elapsed: Elapsed, logs: Logs, *, batch_size: int | None = None) -> None:
-        """Appends one step's logs (device values are kept; nothing waits)."""
+        """Appends one step's logs (device values are kept; nothing waits).
+
+        Only the values are kept, not ``logs`` itself: changing it afterwards changes nothing.
+        """
+        if type(elapsed) is not Elapsed:
+            _not_a_clock(elapsed)
         if type(logs) is not Logs:
             logs = Logs().merge(logs)
-        pending = self._pending
-        pending.append((elapsed, logs, batch_size))
-        if len(pending) >= self._flush_every + self._lag:
-            self.flush(lag=self._lag)
+        shape = tuple([(c, tuple(v)) for c, v in logs.items()])
+        group = self._groups.get(shape)
+        if group is None:
+            group = self._groups[shape] = _Pending(shape)
+        group.rows.append(self._rows)
+        columns = iter(group.columns)
+        for values in logs.values():
+            for value in values.values():
+                next(columns).append(value)
+        self._clocks.append(elapsed)
+        self._sizes.append(batch_size)
+        self._rows += 1
+        if self._rows >= self._flush_at:
+            self.flush(lag=self._lag, wait=False)
 
     def commit_stacked(
         self,
@@ -155,81 +197,111 @@ class History:
                     fix="pass batch_sizes=[...] of the same length as clocks, or leave it out",
                 )
             )
-        self._pending.append(_Stacked(list(clocks), logs, sizes, start))
-        self._stacked_extra += rows - 1
-        if len(self._pending) + self._stacked_extra >= self._flush_every + self._lag:
-            self.flush(lag=self._lag)
+        leaves, shape = flatten_logs(logs)
+        self._stacked.append((self._rows, rows, start, shape, leaves))
+        self._clocks.extend(clocks)
+        self._sizes.extend(sizes)
+        self._rows += rows
+        if self._rows >= self._flush_at:
+            self.flush(lag=self._lag, wait=False)
 
-    def flush(self, *, lag: int = 0) -> None:
-        """Copies all records but the newest ``lag`` to the host, one transfer per entry.
+    def flush(self, *, lag: int = 0, wait: bool = True) -> None:
+        """Sends all records but the newest ``lag`` to the host, one transfer for all.
 
-        Records of the same entries are fetched column by column; they become :class:`Record`
-        objects only when read, so the step path pays for the transfer and nothing else.
-        Stacked commits (:meth:`commit_stacked`) move whole, in one transfer for all of them.
+        Each entry's values move as one column (stacked on the device when they can be); the
+        records become :class:`Record` objects only when read. Stacked commits
+        (:meth:`commit_stacked`) move whole: a block of them is kept back rather than split.
+
+        Args:
+            lag: newest records to leave on the device.
+            wait: wait for the values to arrive. The step path passes ``False``: the
+                transfer is queued behind the work already on the device, and the records
+                land at a later flush, once their values are there, so the host never waits
+                for the device and the device never runs dry.
 
         Example:
             >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1)); h.flush()
         """
-        stop = len(self._pending) - lag
-        if self._stacked_extra:  # lag counts rows: keep the newest blocks that hold lag rows
-            kept, stop = 0, len(self._pending)
-            while stop > 0 and kept < lag:
-                stop -= 1
-                entry = self._pending[stop]
-                kept += len(entry.clocks) if type(entry) is _Stacked else 1
-        if stop <= 0:
-            return
-        moving, self._pending = self._pending[:stop], self._pending[stop:]
-        groups: dict[Any, tuple[list[int], list[list[Any]]]] = {}
-        clocks: list[tuple[Elapsed, int | None]] = []
-        stacked: list[tuple[Any, list[int], int, int, list[Any]]] = []
-        for entry in moving:
-            if type(entry) is _Stacked:
-                self._stacked_extra -= len(entry.clocks) - 1
-                first = len(clocks)
-                clocks.extend(zip(entry.clocks, entry.batch_sizes, strict=True))
-                leaves, shape = flatten_logs(entry.logs)
-                stacked.append((shape, list(range(first, len(clocks))), entry.start, len(entry.clocks), leaves))
-                continue
-            elapsed, logs, batch_size = entry
-            i = len(clocks)
-            clocks.append((elapsed, batch_size))
-            leaves, shape = flatten_logs(logs)
-            group = groups.get(shape)
-            if group is None:
-                group = groups[shape] = ([], [])
-            group[0].append(i)
-            group[1].append(leaves)
-        columns = [
-            (shape, rows, fetch_columns(list(zip(*leaves, strict=True))))
-            for shape, (rows, leaves) in groups.items()
-        ]
-        if stacked:
-            host = fetch([leaves for *_, leaves in stacked])
-            for (shape, rows, start, count, _), values in zip(stacked, host, strict=True):
-                columns.append((shape, rows, [v[start : start + count] for v in values]))
-        self._chunks.append(_Chunk(clocks, columns))
+        cut = self._rows - lag
+        for row, count, *_ in self._stacked:
+            if row < cut < row + count:
+                cut = row
+        if cut > 0:
+            self._send(cut)
+        if wait or len(self._transit) >= _LAND_AFTER:
+            self._land(wait=wait)
 
-    def _host_records(self) -> list[Record]:
-        """Every record, on the host (flushes and builds the pending ones)."""
+    def _send(self, cut: int) -> None:
+        """Starts moving the pending rows before ``cut`` to the host."""
+        moving: list[tuple[Shape, list[int], int]] = []
+        columns: list[list[Any]] = []
+        kept: dict[Shape, _Pending] = {}
+        for shape, group in self._groups.items():
+            k = bisect_left(group.rows, cut)
+            if k:
+                moving.append((shape, group.rows[:k], len(group.columns)))
+                columns.extend(c[:k] for c in group.columns)
+            if k < len(group.rows):
+                left = kept[shape] = _Pending(shape)
+                left.rows = [r - cut for r in group.rows[k:]]
+                left.columns = [c[k:] for c in group.columns]
+        self._groups = kept
+        stacked = [s for s in self._stacked if s[0] < cut]
+        self._stacked = [(r - cut, *rest) for r, *rest in self._stacked if r >= cut]
+        for *_, leaves in stacked:
+            for leaf in leaves:
+                copy = getattr(leaf, "copy_to_host_async", None)
+                if copy is not None:
+                    copy()
+        self._transit.append(
+            _Transit(self._clocks[:cut], self._sizes[:cut], moving, start_fetch(columns), stacked)
+        )
+        self._transit_rows += cut
+        del self._clocks[:cut], self._sizes[:cut]
+        self._rows -= cut
+
+    def _land(self, *, wait: bool) -> None:
+        """Turns the sent records whose values arrived (all of them if ``wait``) into blocks,
+        oldest first."""
+        while self._transit and (wait or self._transit[0].ready()):
+            moved = self._transit.pop(0)
+            block = moved.land()
+            self._transit_rows -= block.size
+            self._starts.append(self._host_count)
+            self._blocks.append(block)
+            self._host_count += block.size
+
+    def _host_blocks(self) -> list[Block]:
+        """Every record on the host (flushes first)."""
         self.flush()
-        for chunk in self._chunks:
-            self._records.extend(chunk.records())
-        self._chunks = []
-        return self._records
+        return self._blocks
 
     # -- reading -----------------------------------------------------------------------------
     def __len__(self) -> int:
-        return (
-            len(self._records) + sum(len(c.clocks) for c in self._chunks) + len(self._pending)
-            + self._stacked_extra
-        )
+        return self._host_count + self._transit_rows + self._rows
 
     def __iter__(self) -> Iterator[Record]:
-        return iter(self._host_records())
+        for block in self._host_blocks():
+            yield from block.records()
 
-    def __getitem__(self, index: int) -> Record:
-        return self._host_records()[index]
+    @overload
+    def __getitem__(self, index: int) -> Record: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Record]: ...
+
+    def __getitem__(self, index: int | slice) -> Record | list[Record]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        blocks = self._host_blocks()
+        n = self._host_count
+        if not isinstance(index, Integral) or isinstance(index, bool):
+            raise TypeError(f"history indices are integers or slices, not {describe(index)}")
+        i = int(index) + n if index < 0 else int(index)
+        if not 0 <= i < n:
+            raise IndexError(f"history index {index} out of range: the history has {n} records")
+        b = bisect_right(self._starts, i) - 1
+        return blocks[b].record(i - self._starts[b])
 
     def extend(self, other: History) -> None:
         """Appends every record of ``other`` (used when a run is continued).
@@ -275,16 +347,9 @@ class History:
                     )
                 )
         columns: list[list[Any]] = [[] for _ in keys]
-        for record in self._host_records():
-            row = []
-            for key in keys:
-                found, value = _find(record, key)
-                if not found:
-                    break
-                row.append(to_python(value))
-            else:
-                for column, value in zip(columns, row, strict=True):
-                    column.append(value)
+        for block in self._host_blocks():
+            for column, values in zip(columns, block.collect(keys), strict=True):
+                column.extend(values)
         return columns[0] if len(keys) == 1 else tuple(columns)
 
     def names(self) -> dict[str, list[str]]:
@@ -295,11 +360,12 @@ class History:
             {'metrics': ['a']}
         """
         seen: dict[str, dict[str, None]] = {}
-        for record in self._host_records():
-            for collection, values in record.logs.items():
-                bucket = seen.setdefault(collection, {})
-                for name in values:
-                    bucket.setdefault(name, None)
+        for block in self._host_blocks():
+            for group in sorted(block.groups, key=lambda g: int(g.rows[0])):
+                for collection, names in group.shape:
+                    bucket = seen.setdefault(collection, {})
+                    for name in names:
+                        bucket.setdefault(name, None)
         return {c: list(v) for c, v in seen.items()}
 
     def to_records(self) -> list[dict[str, Any]]:
@@ -318,7 +384,7 @@ class History:
             for name in names:
                 owners[name] = owners.get(name, 0) + 1
         rows = []
-        for record in self._host_records():
+        for record in self:
             row: dict[str, Any] = record.elapsed.to_dict()
             for collection, name, value in record.logs.entries():
                 column = name if owners[name] == 1 and name not in row else f"{collection}.{name}"
@@ -404,18 +470,15 @@ class History:
         return fig
 
 
-def _find(record: Record, key: str) -> tuple[bool, Any]:
-    if key.startswith("elapsed."):
-        name = key[len("elapsed.") :]
-        if name in CLOCK_FIELDS:
-            return True, getattr(record.elapsed, name)
-        return False, None
-    found, value = record.logs.lookup(key)
-    if found:
-        return True, value
-    if key in CLOCK_FIELDS:
-        return True, getattr(record.elapsed, key)
-    return False, None
+def _not_a_clock(elapsed: Any) -> None:
+    raise TypeError(
+        explain(
+            "History.commit needs the step's clock",
+            expected="a gyre.Elapsed (what the loop passes as elapsed)",
+            received=describe(elapsed),
+            fix="commit(elapsed, logs): pass the callback's elapsed, or gyre.Elapsed(steps=i)",
+        )
+    )
 
 
 def _plot_groups(

@@ -119,23 +119,60 @@ def _local_column(column: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(map(_local, column))
 
 
-def fetch_columns(columns: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
-    """Copies columns of values to the host; each column of device arrays in one transfer.
+class ColumnFetch:
+    """Columns of values on their way to the host (see :func:`start_fetch`).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> moving = start_fetch([[jnp.float32(i) for i in range(8)]])
+        >>> column, = moving.result()
+        >>> moving.ready(), column.tolist()
+        (True, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+    """
+
+    __slots__ = ("_lengths", "_chosen", "_stacked", "_rest")
+
+    def __init__(self, columns: Sequence[Sequence[Any]], chosen: list[int], stacked: Any) -> None:
+        # the stacked columns' values are let go: only the stacked copy stays on the device
+        self._lengths = [len(c) for c in columns]
+        self._chosen = chosen
+        self._stacked = stacked
+        taken = set(chosen)
+        self._rest = {i: list(c) for i, c in enumerate(columns) if i not in taken}
+
+    def ready(self) -> bool:
+        """True when :meth:`result` will not wait for the device (never blocks)."""
+        return is_ready(self._stacked) and is_ready(self._rest)
+
+    def result(self) -> list[Sequence[Any]]:
+        """The columns on the host: a numpy array per stacked column (a row per value), a
+        list for the others. Waits for the device if the values are not computed yet."""
+        out: list[Sequence[Any]] = [()] * len(self._lengths)
+        for i, host in zip(self._chosen, fetch(self._stacked), strict=True):
+            out[i] = host[: self._lengths[i]]
+        for i, host in fetch(self._rest).items():
+            out[i] = host
+        return out
+
+
+def start_fetch(columns: Sequence[Sequence[Any]]) -> ColumnFetch:
+    """Starts copying columns of values to the host, without waiting for the device.
 
     ``jax.device_get`` pays several microseconds per array, so a history of scalar metrics
     would pay that per step. Here every column of same-shaped device arrays is stacked on the
     device by one jitted call for all columns (padded to a power of two rows, so few lengths
-    ever compile) and fetched as one array. A column comes back as a numpy array whose rows
-    are the values, or as a list when its values could not be stacked.
+    ever compile) and its copy to the host starts at once. The stacking runs after the work
+    already queued on the device, so the caller does not wait for it: it reads the result
+    later (:meth:`ColumnFetch.result`), once :meth:`ColumnFetch.ready` says it is there.
 
     Example:
         >>> import jax.numpy as jnp
-        >>> loss, acc = fetch_columns([[jnp.float32(i) for i in range(10)], [1.0, 2.0]])
+        >>> loss, acc = start_fetch([[jnp.float32(i) for i in range(10)], [1.0, 2.0]]).result()
         >>> loss[9].item(), acc
         (9.0, [1.0, 2.0])
     """
-    out: list[Sequence[Any]] = [list(c) for c in columns]
     chosen = [i for i, column in enumerate(columns) if _stackable(column)]
+    stacked: Any = []
     if chosen:
         size = 1 << (max(len(columns[i]) for i in chosen) - 1).bit_length()
         padded = tuple(
@@ -146,11 +183,21 @@ def fetch_columns(columns: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
             stacked = _stack_columns_jit(padded)
         except ValueError:  # values placed on different devices: fetch them one by one
             chosen, stacked = [], []
-        for i, host in zip(chosen, fetch(stacked), strict=True):
-            out[i] = host[: len(columns[i])]
-    rest = [i for i in range(len(columns)) if i not in set(chosen)]
-    if rest:
-        for i, host in zip(rest, fetch([out[i] for i in rest]), strict=True):
-            out[i] = host
-    return out
+        for value in stacked:
+            copy = getattr(value, "copy_to_host_async", None)
+            if copy is not None:
+                copy()
+    return ColumnFetch(columns, chosen, stacked)
 
+
+def fetch_columns(columns: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
+    """Copies columns of values to the host, each column of device arrays in one transfer:
+    :func:`start_fetch` followed by waiting for its result.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> loss, acc = fetch_columns([[jnp.float32(i) for i in range(10)], [1.0, 2.0]])
+        >>> loss[9].item(), acc
+        (9.0, [1.0, 2.0])
+    """
+    return start_fetch(columns).result()
