@@ -321,6 +321,17 @@ def infer_batch_size(batch: Any) -> int:
         >>> infer_batch_size(7)
         1
     """
+    kind = type(batch)
+    if kind is tuple or kind is list or kind is dict:  # the common batches, without flattening
+        size = 1
+        for leaf in batch.values() if kind is dict else batch:
+            if type(leaf) not in _ARRAY_TYPES and not _is_array(leaf):
+                break
+            shape = leaf.shape
+            if shape and shape[0] > size:
+                size = shape[0]
+        else:
+            return size
     size = 1
     for leaf in jax.tree_util.tree_leaves(batch):
         shape = getattr(leaf, "shape", None)
@@ -328,6 +339,18 @@ def infer_batch_size(batch: Any) -> int:
             if shape[0] > size:
                 size = shape[0]
     return size
+
+
+_ARRAY_TYPES: set[type] = set()  # array types met so far (numpy, jax's concrete array types)
+
+
+def _is_array(value: Any) -> bool:
+    import numpy as np
+
+    if isinstance(value, (np.ndarray, np.generic, jax.Array)):
+        _ARRAY_TYPES.add(type(value))
+        return True
+    return False
 
 
 BatchSizeFn = Callable[[Any], int]

@@ -176,7 +176,9 @@ class _When(Schedule):
 
 
 def _always(label: str) -> _When:
-    return _When(lambda e: True, label)
+    key = _When(lambda e: True, label)
+    key.fires_always = True  # the loop skips asking it
+    return key
 
 
 def _step_point(label: str) -> _When:
