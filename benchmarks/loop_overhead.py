@@ -17,7 +17,7 @@ Every variant calls the same ``jax.jit(step, donate_argnums=0)``, which returns
 ``(gyre.logs().add_loss(...).add_metric(...), state)`` (the hand-written loop drops the logs),
 on the same list of numpy batches, generated once from a fixed seed outside the timed region.
 The progress bars write to a null sink. The step is compiled once before timing, and each
-variant is warmed up once.
+variant is warmed up once, for long enough (300 steps) to compile the history's batched transfer.
 
 Timing noise on a small machine is several percent, so the variants run interleaved for
 ``--rounds`` rounds (the order rotates each round), each run from a fresh copy of the initial
@@ -33,7 +33,7 @@ How to run
 ----------
 From the repository root::
 
-    .venv/bin/python benchmarks/loop_overhead.py                  # 2000 steps x 7 rounds
+    .venv/bin/python benchmarks/loop_overhead.py                  # 2000 steps x 15 rounds
     .venv/bin/python benchmarks/loop_overhead.py --steps 5000 --rounds 11
     .venv/bin/python benchmarks/loop_overhead.py --profile        # cProfile of gyre.loop
 
@@ -297,10 +297,12 @@ def _where(filename: str, line: int, name: str) -> str:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=2000, help="steps per run (default 2000)")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the batches and the model")
-    parser.add_argument("--warmup-steps", type=int, default=100,
-                        help="steps of the untimed warm-up run of each variant (default 100)")
+    parser.add_argument("--warmup-steps", type=int, default=300,
+                        help="steps of the untimed warm-up run of each variant (default 300: "
+                        "enough for one of the history's batched transfers, every 256 steps, so "
+                        "that its stacking is compiled before timing)")
     parser.add_argument("--profile", action="store_true",
                         help="instead of timing, run one variant under cProfile and print the "
                         "top 25 functions by own time")
