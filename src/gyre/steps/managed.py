@@ -36,6 +36,7 @@ from flax import struct
 from gyre.core.errors import describe, explain, whole_number
 from gyre.core.logs import Logs
 from gyre.core.state import TrainState
+from gyre.loop.fused import scan_steps
 from gyre.parallel.strategies import Jit, Strategy, get_strategy
 from gyre.steps.precision import Policy, get_policy
 
@@ -140,7 +141,7 @@ class ManagedStep:
                         logs, carry = self.pure(carry, batch)
                         return carry, logs
 
-                    state, logs = jax.lax.scan(body, state, batches)
+                    state, logs = scan_steps(body, state, batches)
                     return logs, state
 
                 run = strategy.compile(scan, state, batch_axis=1, donate=self.donates)
