@@ -51,7 +51,12 @@ def pack(values: list[Any]) -> Any:
 
 
 def as_list(column: Any) -> list[Any]:
-    """A packed column as a list of Python values (numbers stay exact)."""
+    """A packed column as a list of Python values (numbers stay exact).
+
+    Example:
+        >>> as_list(pack([1, 2])), as_list([None])
+        ([1, 2], [None])
+    """
     return column.tolist() if isinstance(column, np.ndarray) else list(column)
 
 
@@ -111,7 +116,7 @@ class Block(NamedTuple):
         return cls(len(clocks), [pack(list(f)) for f in fields], pack(batch_sizes), groups)
 
     def records(self) -> Iterator[Record]:
-        """The records, in order (built now; nothing is kept)."""
+        """The records, in order (built now; nothing is kept). Example: see :class:`Block`."""
         logs: list[Any] = [None] * self.size
         for shape, rows, columns in self.groups:
             for k, i in enumerate(rows.tolist()):
@@ -122,7 +127,13 @@ class Block(NamedTuple):
             yield Record(Elapsed(*clock), lg, size)
 
     def record(self, i: int) -> Record:
-        """Record ``i`` of the block."""
+        """Record ``i`` of the block.
+
+        Example:
+            >>> b = Block.build([Elapsed(steps=4)], [None], [Group.of((("metrics", ("m",)),), [0], [[7]])])
+            >>> b.record(0).elapsed.steps, b.record(0).logs.metrics.m
+            (4, 7)
+        """
         for shape, rows, columns in self.groups:
             k = int(np.searchsorted(rows, i))
             if k < len(rows) and rows[k] == i:
@@ -134,7 +145,16 @@ class Block(NamedTuple):
         return Record(clock, logs, as_list(self.batch_sizes[i : i + 1])[0])
 
     def collect(self, keys: Sequence[str]) -> list[list[Any]]:
-        """The values of ``keys`` (one list per key) of the records that have all of them."""
+        """The values of ``keys`` (one list per key) of the records that have all of them, in
+        record order (see :meth:`gyre.History.collect` for how keys are found).
+
+        Example:
+            >>> b = Block.build([Elapsed(steps=0), Elapsed(steps=1)], [None, None],
+            ...                 [Group.of((("metrics", ("m",)),), [1], [np.array([0.5])]),
+            ...                  Group.of((), [0], [])])
+            >>> b.collect(["steps", "m"]), b.collect(["steps"])
+            ([[1], [0.5]], [[0, 1]])
+        """
         found: list[tuple[np.ndarray, list[list[Any]]]] = []
         clocks: list[list[Any]] | None = None
         for shape, rows, columns in self.groups:
