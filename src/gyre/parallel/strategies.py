@@ -292,6 +292,7 @@ class DataParallel(Strategy):
         self._mesh = mesh
         self.data_axis: tuple[str, ...] = axes
         self._data_size = int(np.prod([mesh.shape[a] for a in axes]))  # read on every step
+        self._batch_shardings: dict[int, Sharding] = {}
 
     def _key(self) -> tuple[Any, ...]:
         return (*super()._key(), self._mesh, self.data_axis)
@@ -317,7 +318,11 @@ class DataParallel(Strategy):
     def batch_sharding(self, leaf: Any, *, axis: int = 0) -> Sharding:
         if np.ndim(leaf) <= axis:
             return self.replicated()
-        return NamedSharding(self._mesh, PartitionSpec(*([None] * axis), self._axis_spec()))
+        sharding = self._batch_shardings.get(axis)  # read per leaf on every step: built once
+        if sharding is None:
+            spec = PartitionSpec(*([None] * axis), self._axis_spec())
+            sharding = self._batch_shardings[axis] = NamedSharding(self._mesh, spec)
+        return sharding
 
 
 class FSDP(DataParallel):
