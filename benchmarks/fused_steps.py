@@ -12,7 +12,9 @@ adam 1e-3; softmax cross-entropy on the scikit-learn digits, batches of 64), tra
   with ``jax.block_until_ready(state)``;
 * ``gyre fused``: ``gyre.loop(state, batches, {gyre.every(1): [step, keras_bar]}, stop=N,
   steps_per_call=chunk)`` on the per-step list of numpy batches: gyre pulls, stacks, runs the
-  fused step, commits one history record per step and draws the bar once per chunk;
+  fused step (a scan of two steps per iteration, ``gyre.loop.fused.UNROLL``, which spares the
+  per-iteration weight copies a one-step scan body has), commits one history record per step
+  and draws the bar once per chunk;
 * ``per-step jit``: ``for batch in batches: logs, state = step(state, batch)``, the
   hand-written loop of ``loop_overhead.py``.
 
