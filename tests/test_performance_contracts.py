@@ -182,7 +182,7 @@ STEP_PATH_MODULES = [
 def test_step_path_modules_never_convert_to_numpy(module):
     """The path the detector cannot watch on CPU: numpy conversions of device values.
 
-    Host reads belong in gyre/core/host.py (``fetch``/``fetch_columns``), nowhere else.
+    Host reads belong in gyre/core/host.py (``fetch``/``start_fetch``), nowhere else.
     """
     import pathlib
     import re

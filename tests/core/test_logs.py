@@ -228,11 +228,11 @@ def test_history_keeps_order_across_shapes_and_host_values():
     assert [y.tolist() for y in h.collect("y")] == [[i, i] for i in (4, 9, 14, 19)]
 
 
-def test_fetch_columns_keeps_unstackable_columns_as_lists():
-    from gyre.core.host import fetch_columns
+def test_fetched_columns_keep_unstackable_columns_as_lists():
+    from gyre.core.host import start_fetch
 
     mixed = [jnp.zeros((i % 2 + 1,)) for i in range(8)]  # two shapes: not stackable
     same = [jnp.float32(i) for i in range(9)]
-    host_mixed, host_same = fetch_columns([mixed, same])
+    host_mixed, host_same = start_fetch([mixed, same]).result()
     assert [v.shape for v in host_mixed] == [(1,), (2,)] * 4
     assert isinstance(host_same, np.ndarray) and host_same.tolist() == list(range(9))

@@ -1,10 +1,10 @@
 """``History``: the per-step records of a run, moved to the host in batches.
 
 ``commit`` keeps device values as they are (it never waits for the device). Every
-``flush_every`` commits, the records older than the newest ``lag`` are copied to the host in
-one explicit transfer, so the device is never stalled on the value it just produced and the
-host never pays one transfer per step. ``collect``, ``to_records`` and ``plot`` flush
-everything first: they are the moments a user asks for numbers.
+``flush_every`` commits, the records older than the newest ``lag`` are sent to the host in
+one explicit transfer, read once it has arrived: the host never pays one transfer per step
+and never waits for the device. ``collect``, ``to_records`` and ``plot`` flush everything
+and wait: they are the moments a user asks for numbers.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, overload
 from gyre.core.clock import Elapsed
 from gyre.core.columns import Block, Group, Record
 from gyre.core.errors import describe, explain
-from gyre.core.host import ColumnFetch, fetch, is_ready, start_fetch, to_python
+from gyre.core.host import ColumnFetch, fetch, is_ready, start_copy, start_fetch, to_python
 from gyre.core.logs import Logs, Shape, flatten_logs, resolution_order
 
 __all__ = ["History", "Record", "history"]
@@ -113,7 +113,6 @@ class History:
         self._sizes: list[int | None] = []
         self._groups: dict[Shape, _Pending] = {}
         self._stacked: list[tuple[int, int, int, Shape, list[Any]]] = []  # row, count, start, ...
-        self._flush_every = flush_every
         self._lag = lag
         self._flush_at = flush_every + lag
 
@@ -248,11 +247,7 @@ class History:
         self._groups = kept
         stacked = [s for s in self._stacked if s[0] < cut]
         self._stacked = [(r - cut, *rest) for r, *rest in self._stacked if r >= cut]
-        for *_, leaves in stacked:
-            for leaf in leaves:
-                copy = getattr(leaf, "copy_to_host_async", None)
-                if copy is not None:
-                    copy()
+        start_copy([leaves for *_, leaves in stacked])
         self._transit.append(
             _Transit(self._clocks[:cut], self._sizes[:cut], moving, start_fetch(columns), stacked)
         )
@@ -293,10 +288,10 @@ class History:
     def __getitem__(self, index: int | slice) -> Record | list[Record]:
         if isinstance(index, slice):
             return list(self)[index]
-        blocks = self._host_blocks()
-        n = self._host_count
         if not isinstance(index, Integral) or isinstance(index, bool):
             raise TypeError(f"history indices are integers or slices, not {describe(index)}")
+        blocks = self._host_blocks()
+        n = self._host_count
         i = int(index) + n if index < 0 else int(index)
         if not 0 <= i < n:
             raise IndexError(f"history index {index} out of range: the history has {n} records")

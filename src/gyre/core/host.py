@@ -183,21 +183,21 @@ def start_fetch(columns: Sequence[Sequence[Any]]) -> ColumnFetch:
             stacked = _stack_columns_jit(padded)
         except ValueError:  # values placed on different devices: fetch them one by one
             chosen, stacked = [], []
-        for value in stacked:
-            copy = getattr(value, "copy_to_host_async", None)
-            if copy is not None:
-                copy()
+        start_copy(stacked)
     return ColumnFetch(columns, chosen, stacked)
 
 
-def fetch_columns(columns: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
-    """Copies columns of values to the host, each column of device arrays in one transfer:
-    :func:`start_fetch` followed by waiting for its result.
+def start_copy(tree: Any) -> None:
+    """Starts copying the device arrays of ``tree`` to the host, without waiting; a later
+    :func:`fetch` of them then finds them there.
 
     Example:
         >>> import jax.numpy as jnp
-        >>> loss, acc = fetch_columns([[jnp.float32(i) for i in range(10)], [1.0, 2.0]])
-        >>> loss[9].item(), acc
-        (9.0, [1.0, 2.0])
+        >>> x = jnp.arange(3); start_copy([x]); fetch(x).tolist()
+        [0, 1, 2]
     """
-    return start_fetch(columns).result()
+    for leaf in jax.tree_util.tree_leaves(tree):
+        copy = getattr(leaf, "copy_to_host_async", None)
+        if copy is not None:
+            copy()
+
