@@ -247,13 +247,8 @@ class Elapse:
         return clocks
 
     def __next__(self) -> tuple[Elapsed, Any]:
-        pending = self._pending
-        if pending is not None:  # complete(), inlined: this runs on every step
-            now = self._clock()
-            self.elapsed = self.elapsed.update(
-                pending, time=now - self._t0, date=self._d0 + now, epoch_steps=self._epoch_steps
-            )
-            self._pending = None
+        if self._pending is not None:
+            self.complete()
         if self._stop_steps is not None:
             if self.elapsed.steps >= self._stop_steps:
                 raise StopIteration
