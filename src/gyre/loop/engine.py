@@ -403,15 +403,43 @@ def _merge(logs: Logs, new: Any, where: Any) -> None:
     logs.merge(new)
 
 
-def _run_hooks(hooks: list[Invoker], loop_state: LoopState, elapsed: Elapsed) -> Logs:
-    logs = Logs()
-    loop_state.logs = logs
+def run_callbacks(
+    callbacks: list[Invoker],
+    loop_state: LoopState,
+    elapsed: Elapsed,
+    batch: Any = None,
+    logs: Logs | None = None,
+    *,
+    until_stop: bool = False,
+) -> Logs:
+    """Runs bound callbacks in order outside the per-step fast path (start and end hooks,
+    the callbacks between fused chunks), folding their returns into ``logs`` and the state.
+
+    Args:
+        callbacks: invokers from :func:`~gyre.loop.binding.bind`.
+        loop_state: what the callbacks see as ``loop``; its state is updated.
+        elapsed, batch: what the callbacks see.
+        logs: the logs they add to (a new ``Logs`` by default), returned.
+        until_stop: stop after the callback that requests a stop.
+
+    Example:
+        >>> from gyre.core.history import History
+        >>> from gyre.loop.binding import bind
+        >>> ls = LoopState(1, History(), Elapsed(), None)
+        >>> run_callbacks([bind(lambda state: state + 1)], ls, Elapsed()), ls.state
+        (Logs(), 2)
+    """
+    logs = Logs() if logs is None else logs
     loop_state.elapsed = elapsed
+    loop_state.logs = logs
+    loop_state.batch = batch
     state = loop_state.state
-    for hook in hooks:
-        out = hook(state, None, elapsed, logs, loop_state)
+    for callback in callbacks:
+        out = callback(state, batch, elapsed, logs, loop_state)
         if out is not None:
-            state = loop_state.state = _apply(out, logs, state, hook)
+            state = loop_state.state = _apply(out, logs, state, callback)
+        if until_stop and loop_state.stop_requested:
+            break
     return logs
 
 
@@ -506,7 +534,7 @@ def loop(
     )
     loop_state = LoopState(state, history, clock_iter.elapsed, metadata)
     loop_state._completed = clock_iter.peek_completed
-    _run_hooks(starts, loop_state, clock_iter.elapsed)
+    run_callbacks(starts, loop_state, clock_iter.elapsed)
     state = loop_state.state
     commit = history.commit
     try:
@@ -549,7 +577,7 @@ def loop(
     if steps_per_call == 1:
         loop_state.state = state
     loop_state.batch = None
-    logs = _run_hooks(ends, loop_state, final)
+    logs = run_callbacks(ends, loop_state, final)
     if logs:
         history.commit(final, logs)
     return loop_state.state, history, final

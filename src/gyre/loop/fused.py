@@ -42,7 +42,7 @@ from gyre.core.clock import Elapsed
 from gyre.core.errors import describe, explain, whole_number
 from gyre.core.logs import Logs
 from gyre.loop.binding import Invoker, bind
-from gyre.loop.engine import Elapse, LoopState, _apply, _as_list
+from gyre.loop.engine import Elapse, LoopState, _apply, _as_list, run_callbacks
 
 FusedStep = Callable[[Any, Any], tuple[Logs, Any]]
 """``fused(state, stacked_batch) -> (stacked_logs, state)``: K steps in one call."""
@@ -463,19 +463,6 @@ def _firing(entries: list[Entry], clocks: list[Elapsed]) -> list[Invoker]:
     return out
 
 
-def _run(callbacks: list[Invoker], clock: Elapsed, batch: Any, logs: Logs, loop_state: LoopState) -> None:
-    loop_state.elapsed = clock
-    loop_state.logs = logs
-    loop_state.batch = batch
-    state = loop_state.state
-    for callback in callbacks:
-        out = callback(state, batch, clock, logs, loop_state)
-        if out is not None:
-            state = loop_state.state = _apply(out, logs, state, callback)
-        if loop_state.stop_requested:
-            return
-
-
 def run_chunks(chunked: ChunkPlan, clock_iter: Elapse, loop_state: LoopState, steps: int) -> None:
     """The loop of :func:`gyre.loop` with ``steps_per_call=steps``; keeps ``loop_state.state``.
 
@@ -501,7 +488,7 @@ def run_chunks(chunked: ChunkPlan, clock_iter: Elapse, loop_state: LoopState, st
             if before:
                 firing = _firing(before, clock_iter.preview(sizes))
                 if firing:
-                    _run(firing, clock_iter.elapsed, batches[0], first, loop_state)
+                    run_callbacks(firing, loop_state, clock_iter.elapsed, batches[0], first, until_stop=True)
             logs, loop_state.state = fused(loop_state.state, stacked)
             del stacked
             stager.release(slot, jax.tree_util.tree_leaves(logs))
@@ -518,7 +505,7 @@ def run_chunks(chunked: ChunkPlan, clock_iter: Elapse, loop_state: LoopState, st
                 last.merge(first)
             if logs:
                 last.merge(_row(logs, k - 1))
-            _run(firing, clocks[-1], batches[-1], last, loop_state)
+            run_callbacks(firing, loop_state, clocks[-1], batches[-1], last, until_stop=True)
         start, stop = 0, k
         if first and (k > 1 or last is None):
             head = Logs().merge(first)
