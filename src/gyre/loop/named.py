@@ -76,6 +76,24 @@ class _Hooks:
         self.named: dict[str, list[Callable[..., Any]]] = {h: [] for h in self.accepted}
         self.clock: dict[Any, list[Callable[..., Any]]] = {}
 
+    @classmethod
+    def gather(
+        cls,
+        loop_name: str,
+        hooks: Sequence[str],
+        tasks: Tasks | None,
+        callbacks: Sequence[Any] | None,
+        state: Any,
+        extra: Sequence[str] = (),
+    ) -> _Hooks:
+        """The hooks of one named loop: its task table, then its callback objects, then the
+        methods of the state's class, in that order at each named point."""
+        found = cls(loop_name, hooks, extra)
+        found.add_tasks(tasks)
+        found.add_callbacks(callbacks)
+        found.add_state_methods(state)
+        return found
+
     def add_tasks(self, tasks: Tasks | None) -> None:
         if tasks is None:
             return
@@ -248,10 +266,7 @@ def test_loop(
         >>> history.collect("x")
         [1, 2, 3]
     """
-    hooks = _Hooks("test_loop", TEST_HOOKS)
-    hooks.add_tasks(tasks)
-    hooks.add_callbacks(callbacks)
-    hooks.add_state_methods(state)
+    hooks = _Hooks.gather("test_loop", TEST_HOOKS, tasks, callbacks, state)
     return _run_simple(
         hooks, "test", state, dataset, stop=stop, history=history, elapsed=elapsed,
         batch_size_fn=batch_size_fn, metadata=metadata,
@@ -288,10 +303,7 @@ def predict_loop(
         >>> history.collect("outputs.y")
         [2, 4]
     """
-    hooks = _Hooks("predict_loop", PREDICT_HOOKS)
-    hooks.add_tasks(tasks)
-    hooks.add_callbacks(callbacks)
-    hooks.add_state_methods(state)
+    hooks = _Hooks.gather("predict_loop", PREDICT_HOOKS, tasks, callbacks, state)
     return _run_simple(
         hooks, "predict", state, dataset, stop=stop, history=history, elapsed=elapsed,
         batch_size_fn=batch_size_fn, metadata=metadata,
@@ -367,10 +379,7 @@ def train_loop(
         >>> state, elapsed.epochs, history.collect("steps", "score_test")
         (6, 2, ([2, 5], [3.0, 6.0]))
     """
-    hooks = _Hooks("train_loop", TRAIN_HOOKS, extra=TEST_HOOKS)
-    hooks.add_tasks(tasks)
-    hooks.add_callbacks(callbacks)
-    hooks.add_state_methods(state)
+    hooks = _Hooks.gather("train_loop", TRAIN_HOOKS, tasks, callbacks, state, extra=TEST_HOOKS)
     named = hooks.named
     epoch_steps = _check_epoch_steps(epoch_duration, dataset)
 
