@@ -37,6 +37,32 @@ def _as_key(rng: Any) -> jax.Array:
     )
 
 
+def check_optimizer(value: Any, *, argument: str, none_means: str) -> None:
+    """Raises a clear error unless ``value`` is an optax optimizer or ``None``.
+
+    Args:
+        value: what the user passed.
+        argument: the parameter's name, for the message.
+        none_means: what ``None`` stands for there, for the message.
+
+    Example:
+        >>> import optax
+        >>> check_optimizer(optax.sgd(0.1), argument="tx", none_means="no training")
+        >>> check_optimizer("adam", argument="tx", none_means="no training")
+        Traceback (most recent call last):
+        TypeError: tx= must be an optax optimizer...
+    """
+    if value is not None and not isinstance(value, optax.GradientTransformation):
+        raise TypeError(
+            explain(
+                f"{argument}= must be an optax optimizer",
+                expected=f"e.g. optax.adam(1e-3), or None for {none_means}",
+                received=describe(value),
+                fix=f"build it with optax: {argument}=optax.adamw(1e-3)",
+            )
+        )
+
+
 class TrainState(struct.PyTreeNode):
     """The training state: a pytree with ``step``, ``params``, ``opt_state``, ``rng``,
     ``model_state`` (mutable collections such as ``batch_stats``) and ``extras``.
@@ -87,15 +113,7 @@ class TrainState(struct.PyTreeNode):
             >>> TrainState.create(params=jnp.zeros(3), ema=jnp.zeros(3)).ema.shape
             (3,)
         """
-        if tx is not None and not isinstance(tx, optax.GradientTransformation):
-            raise TypeError(
-                explain(
-                    "tx= must be an optax optimizer",
-                    expected="e.g. optax.adam(1e-3), or None for a state that is not trained",
-                    received=describe(tx),
-                    fix="build the optimizer with optax: tx=optax.adamw(1e-3)",
-                )
-            )
+        check_optimizer(tx, argument="tx", none_means="a state that is not trained")
         declared = {f for f in cls.__dataclass_fields__ if f not in TrainState.__dataclass_fields__}
         fields = {k: v for k, v in extras.items() if k in declared}
         rest = {k: v for k, v in extras.items() if k not in declared}

@@ -30,7 +30,7 @@ from flax.core import FrozenDict
 
 from gyre.core.errors import describe, explain
 from gyre.core.logs import Logs
-from gyre.core.state import TrainState
+from gyre.core.state import TrainState, check_optimizer
 from gyre.parallel.partitioners import Partitioner, SingleDevicePartitioner
 
 Batch = Any
@@ -94,15 +94,7 @@ class Step:
     ) -> None:
         self._base_prng = base_prng
         self._model = _as_linen(model, nnx_model_args, nnx_model_kwargs)
-        if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
-            raise TypeError(
-                explain(
-                    "optimizer= must be an optax optimizer",
-                    expected="e.g. optax.adam(1e-3), or None for an evaluation step",
-                    received=describe(optimizer),
-                    fix="build it with optax: optimizer=optax.sgd(0.005, momentum=0.9)",
-                )
-            )
+        check_optimizer(optimizer, argument="optimizer", none_means="an evaluation step")
         self._optimizer = optimizer
         self._partitioner = _as_partitioner(partitioner)
         self._train = bool(train)
