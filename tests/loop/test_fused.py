@@ -224,6 +224,33 @@ def test_batches_of_a_chunk_must_share_their_shapes():
     assert "drop_remainder" in str(err.value)
 
 
+def test_tuple_batches_of_a_chunk_must_share_their_shapes():
+    x, y = np.ones((4, 3), np.float32), np.zeros(4, np.int32)
+    data = [(x, y)] * 3 + [(x, np.zeros(3, np.int32))]
+    step = jax.jit(lambda state, batch: (None, state + batch[0].sum()))
+    with pytest.raises(ValueError, match="same shapes") as err:
+        gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, steps_per_call=4)
+    assert "batch 3 of the chunk with a leaf of shape (3,)" in str(err.value)
+
+
+def test_staging_buffers_are_aligned_and_reused_once_their_call_is_done():
+    from gyre.loop.fused import ALIGNMENT, Stager
+
+    stager = Stager(slots=2)
+    batches = [(np.full((2, 3), i, np.float32), np.int32(i)) for i in range(4)]
+    first, slot = stager.stack(batches)
+    assert all(leaf.ctypes.data % ALIGNMENT == 0 for leaf in first)  # read in place on CPU
+    np.testing.assert_array_equal(first[1], [0, 1, 2, 3])
+    pending = jnp.asarray(first[0]).sum()  # stands for the fused call's outputs
+    stager.release(slot, [pending])
+    _, other = stager.stack(batches)
+    stager.release(other, [])
+    again, slot_again = stager.stack(batches[::-1])  # waits for `pending`, then reuses
+    assert slot_again == slot and again[0] is first[0]
+    np.testing.assert_array_equal(first[1], [3, 2, 1, 0])
+    assert float(pending) == 2 * 3 * (0 + 1 + 2 + 3)
+
+
 class ManagedStep:
     """A stand-in for a managed step: a callable step that fuses itself."""
 

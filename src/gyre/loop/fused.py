@@ -377,14 +377,36 @@ def stack(batches: Sequence[Any]) -> Any:
     return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *batches)
 
 
+#: Byte alignment of the staging buffers: JAX on CPU reads a numpy argument aligned like this
+#: in place instead of copying it (a 1.6 MB chunk: 62 us per call against 230 us).
+ALIGNMENT = 64
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised numpy array whose data starts at a multiple of :data:`ALIGNMENT` bytes.
+
+    Example:
+        >>> a = aligned_empty((3, 5), np.float32)
+        >>> a.shape, a.dtype, a.ctypes.data % ALIGNMENT
+        ((3, 5), dtype('float32'), 0)
+    """
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    offset = -raw.ctypes.data % ALIGNMENT
+    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
 class Stager:
-    """Stacks the host batches of each chunk into a few reused buffers.
+    """Stacks the host batches of each chunk into a few reused, aligned buffers.
 
     A fresh array of a chunk's size costs a page fault per 4 KiB on first touch, several times
     the copy itself (about 0.65 ms per 1.6 MB chunk of digits batches, against 0.05 ms into a
-    buffer already touched). JAX on CPU may read a numpy argument in place while the
-    computation runs, so a buffer is reused only once the call that read it has finished
-    (its outputs are ready): :meth:`release` records those outputs.
+    buffer already touched). The buffers are aligned (:func:`aligned_empty`), so JAX on CPU
+    reads them in place rather than copying each chunk a second time; a buffer is therefore
+    reused only once the call that read it has finished (its outputs are ready):
+    :meth:`release` records those outputs. (A fused step must not return its stacked batch
+    as an output: on CPU that output would be the buffer, overwritten three chunks later.)
 
     Example:
         >>> import numpy as np
@@ -417,17 +439,25 @@ class Stager:
         if buffers is None:
             self._buffers[slot].clear()  # keep one set per slot: a new shape replaces it
             buffers = self._buffers[slot][key] = [
-                np.empty((len(batches), *shape), dtype) for shape, dtype in shapes
+                aligned_empty((len(batches), *shape), dtype) for shape, dtype in shapes
             ]
+        expected = [b.shape[1:] for b in buffers]
+        kind, width = type(batches[0]), len(leaves)
+        # a tuple or list of arrays (x, y) is its own list of leaves: no flattening per batch
+        flat_batches = kind in (tuple, list) and len(batches[0]) == width
+        ndarray = np.ndarray
         for i, batch in enumerate(batches):
-            flat = leaves if i == 0 else treedef.flatten_up_to(batch)
-            for buffer, x in zip(buffers, flat, strict=True):
-                if getattr(x, "shape", ()) != buffer.shape[1:]:
+            if flat_batches and type(batch) is kind and len(batch) == width:
+                flat = batch
+            else:
+                flat = treedef.flatten_up_to(batch)
+            for buffer, shape, x in zip(buffers, expected, flat, strict=True):
+                if (x.shape if type(x) is ndarray else np.shape(x)) != shape:
                     raise ValueError(
                         explain(
                             "the batches of a fused chunk must all have the same shapes",
                             expected=f"every batch shaped like the first: {[s for s, _ in shapes]}",
-                            received=f"batch {i} of the chunk with a leaf of shape {getattr(x, 'shape', ())}",
+                            received=f"batch {i} of the chunk with a leaf of shape {np.shape(x)}",
                             fix="drop or pad the last, smaller batch (drop_remainder=True), "
                             "or use steps_per_call=1",
                         )
