@@ -251,6 +251,30 @@ def test_staging_buffers_are_aligned_and_reused_once_their_call_is_done():
     assert float(pending) == 2 * 3 * (0 + 1 + 2 + 3)
 
 
+def test_boundary_callbacks_that_only_read_leave_the_history_as_step_by_step():
+    read = []
+
+    def reader(elapsed, logs):  # reads the last step's logs, adds nothing
+        read.append((elapsed.steps, logs))
+
+    def overwrite(logs):  # replaces a value of the last step's record
+        return gyre.logs().add_metric("total", -1.0)
+
+    data = [np.float32(i) for i in range(10)]
+    runs = [
+        gyre.loop(jnp.float32(0), data, {gyre.every(1): add_step, gyre.every(4): reader},
+                  steps_per_call=k)[1]
+        for k in (1, 4)
+    ]
+    assert_same_history(*runs, "total")
+    assert [steps for steps, _ in read] == [0, 4, 8, 3, 7, 9]
+    _, history, _ = gyre.loop(
+        jnp.float32(0), data, {gyre.every(1): add_step, gyre.every(4): overwrite}, steps_per_call=4
+    )
+    assert history.collect("total")[2:5] == [3.0, -1.0, 10.0]
+    assert len(history) == 10
+
+
 class ManagedStep:
     """A stand-in for a managed step: a callable step that fuses itself."""
 

@@ -483,6 +483,12 @@ def _take_row(tree: Any, i: Any) -> Any:
 _row = jax.jit(_take_row)
 
 
+def _identities(logs: Logs) -> list[tuple[str, str, int]]:
+    """What ``logs`` holds, by entry and value identity: equal lists mean nothing was added
+    or replaced."""
+    return [(c, n, id(v)) for c, n, v in logs.entries()]
+
+
 def _firing(entries: list[Entry], clocks: list[Elapsed]) -> list[Invoker]:
     """The callbacks whose schedule fires on any of ``clocks``; every schedule is asked about
     every clock, in order, so stateful schedules count as they would step by step."""
@@ -535,7 +541,10 @@ def run_chunks(chunked: ChunkPlan, clock_iter: Elapse, loop_state: LoopState, st
                 last.merge(first)
             if logs:
                 last.merge(_row(logs, k - 1))
+            shown = None if first and k == 1 else _identities(last)
             run_callbacks(firing, loop_state, clocks[-1], batches[-1], last, until_stop=True)
+            if shown is not None and shown == _identities(last):
+                last = None  # the callbacks only read the last row: it stays in the stacked commit
         start, stop = 0, k
         if first and (k > 1 or last is None):
             head = Logs().merge(first)
