@@ -38,15 +38,18 @@ per-step comparison with it: on a 2-core CPU machine the per-step loop's dispatc
 40 us of host CPU per step) runs alongside the computation, so when the machine is otherwise
 idle it costs little wall time and the scan (either one) and the per-step loop come within a
 few percent of each other, either way round; when other work competes for the cores, the
-scan's lower CPU use per step shows as a wall-time lead. The script always exits 0: it is a
-report, not a test.
+scan's lower CPU use per step shows as a wall-time lead. ``--cpus 1`` shows that case on
+purpose: pinned to one core, the per-step loop's dispatching can no longer hide behind the
+computation (as on an accelerator, where the step's computation is short next to its dispatch).
+The script always exits 0: it is a report, not a test.
 
 How to run
 ----------
 From the repository root::
 
-    .venv/bin/python benchmarks/fused_steps.py                  # 2000 steps x 7 rounds, chunks of 100
-    .venv/bin/python benchmarks/fused_steps.py --steps 5000 --rounds 11 --chunk 100
+    .venv/bin/python benchmarks/fused_steps.py                  # 2000 steps x 15 rounds, chunks of 100
+    .venv/bin/python benchmarks/fused_steps.py --steps 5000 --rounds 21 --chunk 100
+    .venv/bin/python benchmarks/fused_steps.py --cpus 1         # pinned to one core (Linux)
 """
 
 from __future__ import annotations
@@ -214,18 +217,36 @@ def report(
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=2000, help="steps per run (default 2000)")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
     parser.add_argument("--chunk", type=int, default=100,
                         help="steps per fused call, gyre's steps_per_call (default 100)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the batches and the model")
+    parser.add_argument("--cpus", type=int, default=None,
+                        help="pin the process to its first N allowed CPUs before JAX starts "
+                        "(Linux; default: all)")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.rounds < 1 or args.chunk < 1:
         parser.error("--steps, --rounds and --chunk must be >= 1")
+    if args.cpus is not None:
+        allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        if not allowed:
+            parser.error("--cpus needs os.sched_setaffinity (Linux)")
+        if not 1 <= args.cpus <= len(allowed):
+            parser.error(f"--cpus must be between 1 and {len(allowed)}, the CPUs this process may use")
     return args
+
+
+def pin_cpus(count: int) -> list[int]:
+    """Restricts this process to its first ``count`` allowed CPUs; returns them. Must run
+    before JAX creates its CPU client, which sizes its thread pools from the CPUs it may use."""
+    cpus = sorted(os.sched_getaffinity(0))[:count]
+    os.sched_setaffinity(0, cpus)
+    return cpus
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    pinned = pin_cpus(args.cpus) if args.cpus is not None else None
     steps, chunk = args.steps, args.chunk
     batches = make_batches(steps, args.seed)
     tx = optax.adam(LEARNING_RATE)
@@ -235,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     device = jax.devices()[0]
     print(f"jax {jax.__version__} on {device.platform} ({device.device_kind}), "
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}"
+          + (f"; pinned to CPU {', '.join(map(str, pinned))}" if pinned else ""))
 
     runners = make_runners(step_fn, batches, steps, chunk)
     for run in runners.values():  # compile every chunk length and warm up, untimed
