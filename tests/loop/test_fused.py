@@ -251,6 +251,23 @@ def test_staging_buffers_are_aligned_and_reused_once_their_call_is_done():
     assert float(pending) == 2 * 3 * (0 + 1 + 2 + 3)
 
 
+class LogsItsBatch:
+    """A fusable step whose fused function is plain Python and logs the stacked batch itself."""
+
+    def __call__(self, state, batch):  # pragma: no cover - only fused here
+        raise AssertionError
+
+    def fuse(self, steps):
+        return lambda state, batch: (gyre.logs().add_output("x", batch), state)
+
+
+def test_a_fused_step_that_returns_its_staging_buffer_keeps_it():
+    data = [np.full(2, i, np.float32) for i in range(12)]
+    _, history, _ = gyre.loop(jnp.float32(0), data, {gyre.every(1): LogsItsBatch()},
+                              steps_per_call=2)
+    assert [row.tolist() for row in history.collect("x")] == [[i, i] for i in range(12)]
+
+
 def test_boundary_callbacks_that_only_read_leave_the_history_as_step_by_step():
     read = []
 

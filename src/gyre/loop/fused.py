@@ -397,6 +397,19 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return raw[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
+def _in_buffers(value: Any, buffers: dict[Any, list[np.ndarray]]) -> bool:
+    """True when ``value`` (an output of a finished call) lies in one of ``buffers``."""
+    if isinstance(value, np.ndarray):
+        return any(np.may_share_memory(value, b) for bs in buffers.values() for b in bs)
+    try:
+        address = value.unsafe_buffer_pointer()
+    except Exception:  # not a single-buffer array: never one of ours
+        return False
+    return any(
+        b.ctypes.data <= address < b.ctypes.data + b.nbytes for bs in buffers.values() for b in bs
+    )
+
+
 class Stager:
     """Stacks the host batches of each chunk into a few reused, aligned buffers.
 
@@ -405,8 +418,8 @@ class Stager:
     buffer already touched). The buffers are aligned (:func:`aligned_empty`), so JAX on CPU
     reads them in place rather than copying each chunk a second time; a buffer is therefore
     reused only once the call that read it has finished (its outputs are ready):
-    :meth:`release` records those outputs. (A fused step must not return its stacked batch
-    as an output: on CPU that output would be the buffer, overwritten three chunks later.)
+    :meth:`release` records those outputs. A step whose outputs are the buffer itself (an
+    uncompiled fused step that logs its batch) keeps it: the slot gets new buffers.
 
     Example:
         >>> import numpy as np
@@ -431,7 +444,10 @@ class Stager:
         slot = self._next
         self._next = (slot + 1) % self._slots
         if self._busy[slot]:
-            jax.block_until_ready(self._busy[slot])  # a wait for compute, never a transfer
+            outputs = self._busy[slot]
+            jax.block_until_ready(outputs)  # a wait for compute, never a transfer
+            if any(_in_buffers(x, self._buffers[slot]) for x in outputs):
+                self._buffers[slot].clear()  # an output is the buffer: leave it to its owner
             self._busy[slot] = []
         shapes = tuple([(np.shape(x), np.result_type(x)) for x in leaves])
         key = (treedef, len(batches), shapes)
