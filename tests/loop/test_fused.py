@@ -233,6 +233,14 @@ def test_tuple_batches_of_a_chunk_must_share_their_shapes():
     assert "batch 3 of the chunk with a leaf of shape (3,)" in str(err.value)
 
 
+def test_nested_batches_are_stacked_leaf_by_leaf():
+    data = [({"x": np.full(2, i, np.float32)}, np.float32(i)) for i in range(4)]
+    step = jax.jit(lambda state, batch: (gyre.logs().add_metric("s", batch[0]["x"].sum() + batch[1]),
+                                         state + 1))
+    _, history, _ = gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, steps_per_call=2)
+    assert history.collect("s") == [3.0 * i for i in range(4)]
+
+
 def test_staging_buffers_are_aligned_and_reused_once_their_call_is_done():
     from gyre.loop.fused import ALIGNMENT, Stager
 

@@ -458,15 +458,9 @@ class Stager:
                 aligned_empty((len(batches), *shape), dtype) for shape, dtype in shapes
             ]
         expected = [b.shape[1:] for b in buffers]
-        kind, width = type(batches[0]), len(leaves)
-        # a tuple or list of arrays (x, y) is its own list of leaves: no flattening per batch
-        flat_batches = kind in (tuple, list) and len(batches[0]) == width
         ndarray = np.ndarray
         for i, batch in enumerate(batches):
-            if flat_batches and type(batch) is kind and len(batch) == width:
-                flat = batch
-            else:
-                flat = treedef.flatten_up_to(batch)
+            flat = leaves if i == 0 else treedef.flatten_up_to(batch)
             for buffer, shape, x in zip(buffers, expected, flat, strict=True):
                 if (x.shape if type(x) is ndarray else np.shape(x)) != shape:
                     raise ValueError(
