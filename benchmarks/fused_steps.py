@@ -55,12 +55,10 @@ From the repository root::
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -79,6 +77,7 @@ from loop_overhead import (  # noqa: E402  (the foundation benchmark's model and
     State,
     fresh_copy,
     init_params,
+    interleave,
     make_batches,
     make_step_fn,
 )
@@ -139,21 +138,6 @@ def make_runners(step_fn: Any, batches: Sequence[Batch], steps: int, chunk: int)
         return jax.block_until_ready(state)
 
     return {SCAN: hand_scan, FUSED: fused, PER_STEP: per_step}
-
-
-def time_run(run: Runner, initial: State, steps: int) -> tuple[float, float, float]:
-    """One run from a fresh copy of ``initial``: steps per second of wall time, and CPU
-    microseconds per step spent by the thread that runs the loop and by the whole process
-    (XLA's compute threads included)."""
-    state = fresh_copy(initial)
-    gc.collect()
-    cpu_start, process_start = time.thread_time(), time.process_time()
-    start = time.perf_counter()
-    final = run(state)
-    seconds = time.perf_counter() - start
-    cpu, process = time.thread_time() - cpu_start, time.process_time() - process_start
-    del final
-    return steps / seconds, cpu / steps * 1e6, process / steps * 1e6
 
 
 def report(
@@ -263,18 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for run in runners.values():  # compile every chunk length and warm up, untimed
         run(fresh_copy(initial))
 
-    rates: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    cpu: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    process: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    for r in range(args.rounds):
-        order = VARIANTS[r % len(VARIANTS):] + VARIANTS[: r % len(VARIANTS)]
-        for name in order:
-            rate, cpu_per_step, process_per_step = time_run(runners[name], initial, steps)
-            rates[name].append(rate)
-            cpu[name].append(cpu_per_step)
-            process[name].append(process_per_step)
-        shown = ", ".join(f"{name} {rates[name][-1]:,.0f}" for name in VARIANTS)
-        print(f"round {r + 1}/{args.rounds}: steps/s {shown}", flush=True)
+    rates, cpu, process = interleave(runners, initial, steps, args.rounds)
     print()
     print(report(rates, cpu, process, steps, args.rounds, chunk))
     return 0

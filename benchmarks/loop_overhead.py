@@ -197,18 +197,43 @@ def make_runners(step: Step, batches: Sequence[Batch], steps: int) -> dict[str, 
     return {HAND: hand_written, LOOP: with_loop, TRAIN_LOOP: with_train_loop}
 
 
-def time_run(run: Runner, initial: State, steps: int) -> tuple[float, float]:
-    """One run from a fresh copy of ``initial``: (steps per second of wall time, CPU
-    microseconds per step spent by the thread that runs the loop)."""
+def time_run(run: Runner, initial: State, steps: int) -> tuple[float, float, float]:
+    """One run from a fresh copy of ``initial``: steps per second of wall time, and CPU
+    microseconds per step spent by the thread that runs the loop and by the whole process
+    (XLA's compute threads included)."""
     state = fresh_copy(initial)
     gc.collect()
-    cpu_start = time.thread_time()
+    cpu_start, process_start = time.thread_time(), time.process_time()
     start = time.perf_counter()
     final = run(state)
     seconds = time.perf_counter() - start
-    cpu = time.thread_time() - cpu_start
+    cpu, process = time.thread_time() - cpu_start, time.process_time() - process_start
     del final
-    return steps / seconds, cpu / steps * 1e6
+    return steps / seconds, cpu / steps * 1e6, process / steps * 1e6
+
+
+Samples = dict[str, list[float]]
+
+
+def interleave(
+    runners: dict[str, Runner], initial: State, steps: int, rounds: int
+) -> tuple[Samples, Samples, Samples]:
+    """Times every runner once per round, in an order that rotates each round, and prints each
+    round's rates; returns, per variant, the steps/s, loop-thread CPU us/step and process CPU
+    us/step of every round."""
+    names = tuple(runners)
+    rates: Samples = {name: [] for name in names}
+    cpu: Samples = {name: [] for name in names}
+    process: Samples = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            rate, cpu_per_step, process_per_step = time_run(runners[name], initial, steps)
+            rates[name].append(rate)
+            cpu[name].append(cpu_per_step)
+            process[name].append(process_per_step)
+        shown = ", ".join(f"{name} {rates[name][-1]:,.0f}" for name in names)
+        print(f"round {r + 1}/{rounds}: steps/s {shown}", flush=True)
+    return rates, cpu, process
 
 
 # -- reporting -------------------------------------------------------------------------------
@@ -346,16 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_profile(profile, steps)
         return 0
 
-    rates: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    cpu: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    for r in range(args.rounds):
-        order = VARIANTS[r % len(VARIANTS):] + VARIANTS[: r % len(VARIANTS)]
-        for name in order:
-            rate, cpu_per_step = time_run(runners[name], initial, steps)
-            rates[name].append(rate)
-            cpu[name].append(cpu_per_step)
-        shown = ", ".join(f"{name} {rates[name][-1]:,.0f}" for name in VARIANTS)
-        print(f"round {r + 1}/{args.rounds}: steps/s {shown}", flush=True)
+    rates, cpu, _ = interleave(runners, initial, steps, args.rounds)
     print()
     print(report(rates, cpu, steps, args.rounds))
     return 0
