@@ -12,22 +12,21 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core.errors import describe, explain
+from gyre.core.errors import describe, explain, whole_number
 
 Batch = tuple[np.ndarray, ...] | np.ndarray
 
 
 def _check_count(name: str, value: Any, *, minimum: int, example: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(
-            explain(
-                f"{name} must be a whole number >= {minimum}",
-                expected=f"an int >= {minimum}, e.g. {example}",
-                received=describe(value),
-                fix=f"pass {example}",
-            )
-        )
-    return int(value)
+    if isinstance(value, np.integer) and value >= minimum:  # a count read from an array
+        return int(value)
+    return whole_number(
+        value,
+        minimum=minimum,
+        problem=f"{name} must be a whole number >= {minimum}",
+        expected=f"an int >= {minimum}, e.g. {example}",
+        fix=f"pass {example}",
+    )
 
 
 def steps_per_epoch(n: int, batch_size: int, drop_remainder: bool = True) -> int:
