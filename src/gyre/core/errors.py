@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import numbers
 from collections.abc import Iterable
 
 
@@ -52,18 +53,53 @@ def suggest(name: str, choices: Iterable[str]) -> str:
     return f" Did you mean {close[0]!r}?" if close else ""
 
 
-def whole_number(value: object, *, minimum: int, problem: str, expected: str, fix: str) -> int:
-    """``value`` when it is an ``int`` (not a ``bool``) of at least ``minimum``, else a
-    ``ValueError`` built by :func:`explain` from the caller's words.
+def as_integer(value: object) -> int | None:
+    """``value`` as a Python ``int`` when it is an integral number of any kind (``int``,
+    ``numpy.int64``, a 0-d integer numpy or JAX array), else ``None``. Booleans are not
+    numbers here. Call it at construction time: reading a JAX array waits for the device.
 
     Example:
-        >>> whole_number(3, minimum=1, problem="steps", expected="an int", fix="pass 3")
+        >>> import numpy as np
+        >>> as_integer(3), as_integer(np.int32(4)), as_integer(np.array(5)), as_integer(2.0)
+        (3, 4, 5, None)
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    dtype = getattr(value, "dtype", None)
+    if getattr(value, "shape", None) == () and getattr(dtype, "kind", None) in ("i", "u"):
+        return int(value)  # type: ignore[call-overload]
+    return None
+
+
+def whole_number(value: object, *, minimum: int, problem: str, expected: str, fix: str) -> int:
+    """``value`` as an ``int`` when it is an integral number (see :func:`as_integer`) of at
+    least ``minimum``, else a ``ValueError`` built by :func:`explain` from the caller's words.
+
+    Example:
+        >>> import numpy as np
+        >>> whole_number(np.int64(3), minimum=1, problem="steps", expected="an int", fix="pass 3")
         3
         >>> whole_number(0, minimum=1, problem="steps must be >= 1", expected="an int >= 1",
         ...              fix="pass 1")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ValueError: steps must be >= 1...
     """
-    if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
-        return value
+    number = as_integer(value)
+    if number is not None and number >= minimum:
+        return number
     raise ValueError(explain(problem, expected=expected, received=describe(value), fix=fix))
+
+
+class ExplainedKeyError(KeyError):
+    """A ``KeyError`` that prints its message as written (Python prints a plain
+    ``KeyError``'s message as its repr: one line with literal ``\\n``).
+
+    Example:
+        >>> str(ExplainedKeyError("no entry 'los'\\n  fix: use 'loss'"))
+        "no entry 'los'\\n  fix: use 'loss'"
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

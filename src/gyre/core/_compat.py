@@ -1,0 +1,72 @@
+"""Every use of a private JAX API in gyre, in one place, each behind a small function.
+
+JAX changes its internals between releases; gyre keeps the few it needs here, each with a
+fallback that keeps gyre working (less precisely) when the internal is gone, and each with a
+test in ``tests/core/test_compat.py``, so a JAX upgrade that breaks one shows up as one failing
+test of this file rather than as errors anywhere in the library.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+
+def is_jitted(fn: Any) -> bool:
+    """True when ``fn`` is a ``jax.jit``-wrapped function (public: ``jax.stages.Wrapped``).
+
+    Example:
+        >>> import jax
+        >>> is_jitted(jax.jit(lambda x: x)), is_jitted(lambda x: x)
+        (True, False)
+    """
+    return isinstance(fn, jax.stages.Wrapped) and callable(getattr(fn, "lower", None))
+
+
+def donated_argnums(fn: Any) -> tuple[int, ...] | None:
+    """The positional arguments a ``jax.jit`` function donates, or ``None`` when JAX does not
+    say (private: ``PjitFunction._jit_info``).
+
+    Example:
+        >>> import jax
+        >>> donated_argnums(jax.jit(lambda s, b: s, donate_argnums=0))
+        (0,)
+    """
+    info = getattr(fn, "_jit_info", None)
+    donated = getattr(info, "donate_argnums", None)
+    return None if donated is None else tuple(donated)
+
+
+def cache_size(fn: Any) -> int:
+    """How many compiled programs a ``jax.jit`` function holds (private:
+    ``PjitFunction._cache_size``); 0 for anything else.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> f = jax.jit(lambda x: x + 1)
+        >>> _ = f(jnp.ones(2)); _ = f(jnp.ones(2)); _ = f(jnp.ones(3))
+        >>> cache_size(f)
+        2
+    """
+    size = getattr(fn, "_cache_size", None)
+    return int(size()) if callable(size) else 0
+
+
+def backends_started() -> bool:
+    """True once JAX has started its backends (after which ``jax.distributed.initialize`` is
+    too late). Private: ``jax._src.xla_bridge.backends_are_initialized``; without it, gyre
+    assumes they have not started and lets JAX raise its own error.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> _ = jnp.zeros(1)
+        >>> backends_started()
+        True
+    """
+    try:
+        from jax._src import xla_bridge
+    except ImportError:  # pragma: no cover - a JAX without the module
+        return False
+    started = getattr(xla_bridge, "backends_are_initialized", None)
+    return bool(started()) if callable(started) else False
