@@ -15,8 +15,28 @@ from gyre.callbacks.noop import noop as noop
 from gyre.core.clock import Elapsed as Elapsed
 from gyre.core.clock import Period as Period
 from gyre.core.clock import at as at
+from gyre.core.errors import LoopWarning as LoopWarning
 from gyre.core.history import History as History
 from gyre.core.history import history as history
+from gyre.core.hooks import NamedSchedule as NamedSchedule
+from gyre.core.hooks import on_epoch_begin as on_epoch_begin
+from gyre.core.hooks import on_epoch_end as on_epoch_end
+from gyre.core.hooks import on_predict_batch_begin as on_predict_batch_begin
+from gyre.core.hooks import on_predict_batch_end as on_predict_batch_end
+from gyre.core.hooks import on_predict_begin as on_predict_begin
+from gyre.core.hooks import on_predict_end as on_predict_end
+from gyre.core.hooks import on_predict_step as on_predict_step
+from gyre.core.hooks import on_reset_step as on_reset_step
+from gyre.core.hooks import on_test_batch_begin as on_test_batch_begin
+from gyre.core.hooks import on_test_batch_end as on_test_batch_end
+from gyre.core.hooks import on_test_begin as on_test_begin
+from gyre.core.hooks import on_test_end as on_test_end
+from gyre.core.hooks import on_test_step as on_test_step
+from gyre.core.hooks import on_train_batch_begin as on_train_batch_begin
+from gyre.core.hooks import on_train_batch_end as on_train_batch_end
+from gyre.core.hooks import on_train_begin as on_train_begin
+from gyre.core.hooks import on_train_end as on_train_end
+from gyre.core.hooks import on_train_step as on_train_step
 from gyre.core.logs import Logs as Logs
 from gyre.core.logs import logs as logs
 from gyre.core.schedules import Schedule as Schedule
@@ -28,30 +48,23 @@ from gyre.core.schedules import never as never
 from gyre.core.schedules import piecewise as piecewise
 from gyre.core.state import TrainState as TrainState
 from gyre.frameworks.flax_state import create_flax_state as create_flax_state
-from gyre.loop.engine import LoopState as LoopState
-from gyre.loop.engine import elapse as elapse
+from gyre.loop.binding import inject as inject
+from gyre.loop.elapse import elapse as elapse
 from gyre.loop.engine import loop as loop
-from gyre.loop.fused import fuse as fuse
+from gyre.loop.fuse import FusableStep as FusableStep
+from gyre.loop.fuse import fuse as fuse
+from gyre.loop.inner import InnerLoop as InnerLoop
 from gyre.loop.inner import inner_loop as inner_loop
-from gyre.loop.named import on_epoch_begin as on_epoch_begin
-from gyre.loop.named import on_epoch_end as on_epoch_end
-from gyre.loop.named import on_predict_batch_end as on_predict_batch_end
-from gyre.loop.named import on_predict_begin as on_predict_begin
-from gyre.loop.named import on_predict_end as on_predict_end
-from gyre.loop.named import on_predict_step as on_predict_step
-from gyre.loop.named import on_reset_step as on_reset_step
-from gyre.loop.named import on_test_batch_end as on_test_batch_end
-from gyre.loop.named import on_test_begin as on_test_begin
-from gyre.loop.named import on_test_end as on_test_end
-from gyre.loop.named import on_test_step as on_test_step
-from gyre.loop.named import on_train_batch_end as on_train_batch_end
-from gyre.loop.named import on_train_begin as on_train_begin
-from gyre.loop.named import on_train_end as on_train_end
-from gyre.loop.named import on_train_step as on_train_step
 from gyre.loop.named import predict_loop as predict_loop
 from gyre.loop.named import test_loop as test_loop
 from gyre.loop.named import train_loop as train_loop
 from gyre.loop.prefetch import prefetch_to_device as prefetch_to_device
+from gyre.loop.state import LoopState as LoopState
+from gyre.loop.state import replace_state as replace_state
+from gyre.loop.tasks import ChunkSafe as ChunkSafe
+from gyre.loop.tasks import LoopCallbackBase as LoopCallbackBase
+from gyre.loop.tasks import LoopElement as LoopElement
+from gyre.loop.tasks import callback as callback
 from gyre.parallel import distributed as distributed
 from gyre.parallel.partitioners import DataParallelPartitioner as DataParallelPartitioner
 from gyre.parallel.partitioners import Partitioner as Partitioner
@@ -70,17 +83,24 @@ from gyre.steps.step import Step as Step
 __version__ = "0.1.0"
 
 __all__ = [
-    "FSDP",
+    "ChunkSafe",
     "DataParallel",
     "DataParallelPartitioner",
     "Eager",
     "Elapsed",
+    "FSDP",
+    "FusableStep",
     "History",
+    "InnerLoop",
     "Jit",
     "Logs",
+    "LoopCallbackBase",
+    "LoopElement",
     "LoopState",
-    "Period",
+    "LoopWarning",
+    "NamedSchedule",
     "Partitioner",
+    "Period",
     "Policy",
     "SPMDPartitioner",
     "Schedule",
@@ -93,6 +113,7 @@ __all__ = [
     "always",
     "as_schedule",
     "at",
+    "callback",
     "checkpoint",
     "create_flax_state",
     "distributed",
@@ -102,6 +123,7 @@ __all__ = [
     "fuse",
     "get_strategy",
     "history",
+    "inject",
     "inner_loop",
     "keras_bar",
     "logs",
@@ -111,15 +133,18 @@ __all__ = [
     "noop",
     "on_epoch_begin",
     "on_epoch_end",
+    "on_predict_batch_begin",
     "on_predict_batch_end",
     "on_predict_begin",
     "on_predict_end",
     "on_predict_step",
     "on_reset_step",
+    "on_test_batch_begin",
     "on_test_batch_end",
     "on_test_begin",
     "on_test_end",
     "on_test_step",
+    "on_train_batch_begin",
     "on_train_batch_end",
     "on_train_begin",
     "on_train_end",
@@ -127,6 +152,7 @@ __all__ = [
     "piecewise",
     "predict_loop",
     "prefetch_to_device",
+    "replace_state",
     "test_loop",
     "tqdm_bar",
     "train_loop",

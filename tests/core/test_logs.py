@@ -78,7 +78,13 @@ def test_collect_skips_records_missing_a_key():
     assert h.collect("loss") == [3.0, 2.0, 1.0]
     assert h.collect("steps", "acc") == ([0, 2], [0.25, 0.75])
     assert h.collect("losses.loss", "elapsed.steps") == ([3.0, 2.0, 1.0], [0, 1, 2])
-    assert h.collect("nothing") == []
+    with pytest.raises(KeyError, match="no record of this history has the key 'acc_'") as err:
+        h.collect("acc_")  # a typo is an error naming the logged names, closest first
+    assert "closest first: ['acc'," in str(err.value) and "\n  fix:" in str(err.value)
+    apart = gyre.history()
+    apart.commit(Elapsed(steps=0), gyre.logs().add_metric("a", 1.0))
+    apart.commit(Elapsed(steps=1), gyre.logs().add_metric("b", 2.0))
+    assert apart.collect("a", "b") == ([], [])  # both logged, never together: no error
 
 
 def test_collect_bare_name_resolution_and_clock_fallback():

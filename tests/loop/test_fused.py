@@ -13,6 +13,7 @@ import pytest
 import gyre
 from gyre.core.clock import Elapsed
 from gyre.core.history import History
+from gyre.core._compat import cache_size
 from gyre.core.logs import Logs
 
 CLOCK = ("steps", "samples", "epochs", "step_in_epoch")
@@ -117,44 +118,49 @@ def add_step(state, batch):
     return gyre.logs().add_metric("total", state), state
 
 
-def test_boundary_callbacks_see_the_last_step_and_fire_once_per_chunk():
-    calls = []
-    seen = []
+def test_callbacks_run_after_the_same_steps_as_step_by_step():
+    seen = {}
+    calls = {}
+    for k in (1, 4):
+        asked = seen[k] = []
+        log = calls[k] = []
 
-    def schedule(elapsed):  # a stateful-looking schedule: asked once per step, in order
-        seen.append(elapsed.steps)
-        return elapsed.steps % 3 == 0
+        def schedule(elapsed, asked=asked):  # a stateful-looking schedule: once per step, in order
+            asked.append(elapsed.steps)
+            return elapsed.steps % 3 == 0
 
-    def after(elapsed, logs, batch):
-        calls.append((elapsed.steps, float(jax.device_get(logs.metrics.total)), float(batch)))
-        return gyre.logs().add_metric("extra", elapsed.steps)
+        def after(elapsed, logs, batch, log=log):
+            log.append((elapsed.steps, float(jax.device_get(logs.metrics.total)), float(batch)))
+            return gyre.logs().add_metric("extra", elapsed.steps)
 
-    def before(elapsed):
-        calls.append(("before", elapsed.steps))
+        def before(elapsed, log=log):
+            log.append(("before", elapsed.steps))
 
-    data = [np.float32(i) for i in range(10)]
-    tasks = {gyre.every(5): before, gyre.every(1): add_step, schedule: after}
-    _, history, _ = gyre.loop(jnp.float32(0), data, tasks, steps_per_call=4)
-    # chunks [0..3], [4..7], [8, 9]: every(5) fires on 0 and 5, `schedule` on 0, 3, 6, 9
-    assert calls == [
-        ("before", 0), (3, 6.0, 3.0),
-        ("before", 4), (7, 28.0, 7.0),
-        (9, 45.0, 9.0),
+        data = [np.float32(i) for i in range(10)]
+        tasks = {gyre.every(5): before, gyre.every(1): add_step, schedule: after}
+        _, history, _ = gyre.loop(jnp.float32(0), data, tasks, steps_per_call=k)
+        calls[k] = (log, history.collect("steps", "extra"), history.collect("total"))
+    # every(5) before the step fires on 0 and 5, `schedule` after it on 0, 3, 6, 9: the chunks
+    # are [0], [1..3], [4], [5, 6], [7..9]
+    log, extra, total = calls[4]
+    assert log == [
+        ("before", 0), (0, 0.0, 0.0), (3, 6.0, 3.0), ("before", 5), (6, 21.0, 6.0), (9, 45.0, 9.0),
     ]
-    assert seen == list(range(10))
-    assert history.collect("steps", "extra") == ([3, 7, 9], [3, 7, 9])
-    assert history.collect("total") == [float(sum(range(i + 1))) for i in range(10)]
+    assert calls[4] == calls[1] and seen[4] == seen[1] == list(range(10))
+    assert extra == ([0, 3, 6, 9], [0, 3, 6, 9])
+    assert total == [float(sum(range(i + 1))) for i in range(10)]
 
 
-def test_stop_request_takes_effect_at_the_chunk_end():
+def test_stop_request_takes_effect_after_the_same_step_as_step_by_step():
     def stop_after_five(elapsed, loop):
         if elapsed.steps >= 5:
             loop.request_stop("enough")
 
     data = [np.float32(1)] * 20
     tasks = {gyre.every(1): add_step, gyre.every(2): stop_after_five}
-    state, history, elapsed = gyre.loop(jnp.float32(0), data, tasks, steps_per_call=4)
-    assert elapsed.steps == 8 and float(state) == 8.0 and len(history) == 8
+    for k in (1, 4):
+        state, history, elapsed = gyre.loop(jnp.float32(0), data, tasks, steps_per_call=k)
+        assert elapsed.steps == 7 and float(state) == 7.0 and len(history) == 7
 
 
 def test_progress_bar_counts_every_step_at_chunk_boundaries():
@@ -182,10 +188,10 @@ def test_fused_function_compiles_once_per_chunk_length():
     data = [np.float32(1)] * 10
     for _ in range(2):
         gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, steps_per_call=4)
-    assert gyre.fuse(step, 4)._cache_size() == 1  # chunks of 4 ...
-    assert gyre.fuse(step, 2)._cache_size() == 1  # ... and the last one of 2
+    assert cache_size(gyre.fuse(step, 4)) == 1  # chunks of 4 ...
+    assert cache_size(gyre.fuse(step, 2)) == 1  # ... and the last one of 2
     assert gyre.fuse(step, 4) is gyre.fuse(step, 4)
-    assert len(traces) == 2  # one trace of the step per chunk length, none on the second run
+    assert len(traces) == 1  # the scans call the jitted step: it is traced once, for any length
 
 
 def test_a_plain_function_cannot_be_fused():
@@ -201,19 +207,26 @@ def test_a_plain_function_cannot_be_fused():
         gyre.fuse(step, 2)
 
 
+class Marks(gyre.ChunkSafe):
+    def __init__(self):
+        self.steps = []
+
+    def __call__(self, elapsed):
+        self.steps.append(elapsed.steps)
+
+
 def test_table_errors_name_the_problem():
     log = []
-    with pytest.raises(TypeError, match="runs on every step"):
-        gyre.loop(0.0, [1.0] * 4, {gyre.every(1): [add_step, log.append]}, steps_per_call=2)
+    with pytest.warns(gyre.LoopWarning, match="fires so often"):  # a plain callback on every step
+        gyre.loop(jnp.float32(0), [np.float32(1)] * 8, {gyre.every(1): [add_step, lambda elapsed: log.append(elapsed.steps)]}, steps_per_call=4)
+    assert log == list(range(8))  # ... runs on every step: the chunks are one step long
     with pytest.raises(ValueError, match="fuses one step"):
         gyre.loop(0.0, [1.0] * 4, {gyre.every(1): [add_step, add_step]}, steps_per_call=2)
     with pytest.raises(ValueError, match="steps_per_call must be"):
         gyre.loop(0.0, [1.0] * 4, {gyre.every(1): add_step}, steps_per_call=0)
-    safe = log.append
-    marked = lambda elapsed: log.append(elapsed.steps)  # noqa: E731
-    marked.gyre_boundary_safe = True
-    gyre.loop(jnp.float32(0), [np.float32(1)] * 4, {gyre.every(1): [add_step, marked]}, steps_per_call=2)
-    assert log == [1, 3] and safe
+    marks = Marks()  # a ChunkSafe callback runs once per chunk, with its last step
+    gyre.loop(jnp.float32(0), [np.float32(1)] * 4, {gyre.every(1): [marks, add_step]}, steps_per_call=2)
+    assert marks.steps == [1, 3]
 
 
 def test_batches_of_a_chunk_must_share_their_shapes():
@@ -242,7 +255,7 @@ def test_nested_batches_are_stacked_leaf_by_leaf():
 
 
 def test_staging_buffers_are_aligned_and_reused_once_their_call_is_done():
-    from gyre.loop.fused import ALIGNMENT, Stager
+    from gyre.loop.staging import ALIGNMENT, Stager
 
     stager = Stager(slots=2)
     batches = [(np.full((2, 3), i, np.float32), np.int32(i)) for i in range(4)]
@@ -292,11 +305,11 @@ def test_boundary_callbacks_that_only_read_leave_the_history_as_step_by_step():
         for k in (1, 4)
     ]
     assert_same_history(*runs, "total")
-    assert [steps for steps, _ in read] == [0, 4, 8, 3, 7, 9]
+    assert [steps for steps, _ in read] == [0, 4, 8, 0, 4, 8]
     _, history, _ = gyre.loop(
         jnp.float32(0), data, {gyre.every(1): add_step, gyre.every(4): overwrite}, steps_per_call=4
     )
-    assert history.collect("total")[2:5] == [3.0, -1.0, 10.0]
+    assert history.collect("total")[2:6] == [3.0, 6.0, -1.0, 15.0]
     assert len(history) == 10
 
 

@@ -185,7 +185,7 @@ def test_callback_object_matching_no_hook_is_an_error():
 
 def test_epoch_hooks_need_an_epoch_length():
     with pytest.raises(ValueError, match="epoch_duration"):
-        gyre.train_loop(0, iter(range(3)), test_dataset=lambda: [0])
+        gyre.train_loop(0, iter(range(3)), {gyre.on_test_step: lambda: None}, test_dataset=lambda: [0])
 
 
 def test_test_dataset_iterator_is_rejected():

@@ -14,7 +14,7 @@ from typing import Any
 
 import jax
 
-from gyre.core.errors import describe, explain
+from gyre.core.errors import as_integer, describe, explain
 
 _FIELDS = ("steps", "samples", "epochs", "step_in_epoch", "time", "date")
 
@@ -42,7 +42,7 @@ class Elapsed:
         (True, False)
     """
 
-    __slots__ = _FIELDS
+    __slots__ = (*_FIELDS, "_step")
 
     def __init__(
         self,
@@ -59,18 +59,76 @@ class Elapsed:
         self.step_in_epoch = step_in_epoch
         self.time = time
         self.date = date
+        self._step: tuple[int, int | None] | None = None  # (batch size, epoch length) in progress
 
     @classmethod
-    def create(cls, *, date: float | None = None) -> Elapsed:
-        """A clock at zero, dated now (or at ``date``).
+    def create(
+        cls, steps: int = 0, samples: int = 0, *, epochs: int = 0, date: float | None = None
+    ) -> Elapsed:
+        """A clock at the given counts (zero by default), dated now (or at ``date``).
 
         Example:
             >>> Elapsed.create(date=10.0)
             Elapsed(steps=0, samples=0, epochs=0, step_in_epoch=0, time=0.0, date=10.0)
+            >>> Elapsed.create(steps=5, samples=40, date=0.0).samples
+            40
         """
         import time as _time
 
-        return cls(date=_time.time() if date is None else float(date))
+        for name, value in (("steps", steps), ("samples", samples), ("epochs", epochs)):
+            _check_amount(name, value, integral=True)
+        when = _time.time() if date is None else float(date)
+        return cls(int(steps), int(samples), int(epochs), date=when)
+
+    @property
+    def in_progress(self) -> bool:
+        """True for the clock a loop hands out *during* a step (``gyre.elapse``, callbacks):
+        it counts the steps completed before this one, and :meth:`completed` gives the clock
+        once this step is done.
+
+        Example:
+            >>> import gyre
+            >>> [(e.steps, e.in_progress) for e, _ in gyre.elapse([10, 20])]
+            [(0, True), (1, True)]
+            >>> Elapsed(steps=2).in_progress
+            False
+        """
+        return self._step is not None
+
+    def completed(self, *, time: float | None = None, date: float | None = None) -> Elapsed:
+        """The clock once the step in progress completes (itself when no step is in
+        progress): what a checkpoint saves, so a resumed run starts at the next step index.
+
+        Args:
+            time, date: the moment of completion (default: this clock's own).
+
+        Example:
+            >>> import gyre, numpy as np
+            >>> for elapsed, batch in gyre.elapse([np.zeros(32), np.zeros(32)], stop=1):
+            ...     done = elapsed.completed()
+            >>> (elapsed.steps, elapsed.samples), (done.steps, done.samples)
+            ((0, 0), (1, 32))
+        """
+        if self._step is None:
+            return self
+        batch_size, epoch_steps = self._step
+        return self.update(
+            batch_size,
+            time=self.time if time is None else time,
+            date=self.date if date is None else date,
+            epoch_steps=epoch_steps,
+        )
+
+    def started(self, batch_size: int, epoch_steps: int | None) -> Elapsed:
+        """This clock, marked as the clock of a step in progress of ``batch_size`` samples
+        (see :attr:`in_progress`). Used by loops; returns ``self``.
+
+        Example:
+            >>> Elapsed().started(8, None).completed().samples
+            8
+        """
+        self._step = (batch_size, epoch_steps)
+        return self
 
     def update(
         self,
@@ -165,16 +223,40 @@ class Elapsed:
             or (period.date is not None and self.date >= period.date)
         )
 
+    def passed(self, period: Period) -> bool:
+        """True when any quantity set in ``period`` has been exceeded (strictly).
+
+        Example:
+            >>> Elapsed(steps=3).passed(at(steps=3)), Elapsed(steps=4).passed(at(steps=3))
+            (False, True)
+        """
+        self.reached(period)  # the type check and its explanation
+        return any(getattr(self, name) > value for name, value in period.items())
+
+    # Comparisons with a Period (ciclo's operators): ``>=`` reached, ``>`` passed, and ``<`` /
+    # ``<=`` their negations; ``==`` is true when any quantity of the period is exactly hit.
     def __ge__(self, period: Period) -> bool:
         return self.reached(period)
 
     def __lt__(self, period: Period) -> bool:
         return not self.reached(period)
 
+    def __gt__(self, period: Period) -> bool:
+        return self.passed(period)
+
+    def __le__(self, period: Period) -> bool:
+        return not self.passed(period)
+
     def __eq__(self, other: object) -> bool:
+        if isinstance(other, Period):
+            return any(getattr(self, name) == value for name, value in other.items())
         if not isinstance(other, Elapsed):
             return NotImplemented
         return all(getattr(self, n) == getattr(other, n) for n in _FIELDS)
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -210,8 +292,11 @@ jax.tree_util.register_pytree_node(
 
 
 def _check_amount(name: str, value: Any, *, integral: bool) -> None:
-    kind = numbers.Integral if integral else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, kind) or value < 0:
+    if integral:
+        number = as_integer(value)
+    else:
+        number = None if isinstance(value, bool) or not isinstance(value, numbers.Real) else value
+    if number is None or number < 0:
         want = "a whole number >= 0" if integral else "a number >= 0"
         raise ValueError(
             explain(
@@ -244,9 +329,11 @@ class Period:
         steps: int | None = None,
         samples: int | None = None,
         epochs: int | None = None,
-        time: float | None = None,
+        time: float | _dt.timedelta | None = None,
         date: float | _dt.datetime | None = None,
     ) -> None:
+        if isinstance(time, _dt.timedelta):
+            time = time.total_seconds()
         for name, value, integral in (
             ("steps", steps, True),
             ("samples", samples, True),
@@ -255,6 +342,7 @@ class Period:
         ):
             if value is not None:
                 _check_amount(name, value, integral=integral)
+        steps, samples, epochs = (None if v is None else as_integer(v) for v in (steps, samples, epochs))
         if isinstance(date, _dt.datetime):
             date = date.timestamp()
         elif date is not None:
@@ -273,6 +361,25 @@ class Period:
         self.epochs = epochs
         self.time = time
         self.date = date
+
+    @classmethod
+    def create(
+        cls,
+        steps: int | None = None,
+        samples: int | None = None,
+        time: float | _dt.timedelta | None = None,
+        date: float | _dt.datetime | None = None,
+        *,
+        epochs: int | None = None,
+    ) -> Period:
+        """ciclo's constructor: ``Period.create(steps=, samples=, time=, date=)``.
+
+        Example:
+            >>> import datetime
+            >>> Period.create(time=datetime.timedelta(minutes=1))
+            Period(time=60.0)
+        """
+        return cls(steps, samples, epochs, time, date)
 
     def items(self) -> list[tuple[str, float]]:
         """The quantities that are set, as (name, value) pairs.

@@ -17,6 +17,7 @@ import numpy as np
 
 from gyre.core.clock import _FIELDS as CLOCK_FIELDS
 from gyre.core.clock import Elapsed
+from gyre.core.errors import ExplainedKeyError, explain
 from gyre.core.host import to_python
 from gyre.core.logs import Logs, Shape, unflatten_logs
 
@@ -27,11 +28,40 @@ Place = tuple[str, int] | None
 
 
 class Record(NamedTuple):
-    """One committed step: the clock at the step, its logs, and its batch size (or None)."""
+    """One committed step: the clock at the step, its logs, and its batch size (or None).
+
+    A record also reads like ciclo's (a dict of collections plus ``"elapsed"``):
+    ``record["metrics"]["accuracy_test"]``, ``record["elapsed"]["steps"]``.
+
+    Example:
+        >>> r = Record(Elapsed(steps=3), Logs().add_metric("acc", 0.5))
+        >>> r["metrics"]["acc"], r["elapsed"]["steps"], r.keys()
+        (0.5, 3, ['elapsed', 'metrics'])
+    """
 
     elapsed: Elapsed
     logs: Logs
     batch_size: int | None = None
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        if not isinstance(key, str):
+            return tuple.__getitem__(self, key)
+        if key == "elapsed":
+            return self.elapsed.to_dict()
+        if key in self.logs:
+            return self.logs[key]
+        raise ExplainedKeyError(
+            explain(
+                f"this record has no collection {key!r}",
+                expected=f"one of {self.keys()}",
+                received=repr(key),
+                fix="index a collection, then an entry: record['metrics']['accuracy']",
+            )
+        )
+
+    def keys(self) -> list[str]:
+        """``"elapsed"`` and the record's collections."""
+        return ["elapsed", *self.logs]
 
 
 def pack(values: list[Any]) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import numbers
+import warnings
 from collections.abc import Iterable
 
 
@@ -103,3 +104,40 @@ class ExplainedKeyError(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class LoopWarning(UserWarning):
+    """Something a loop did that the user probably did not intend (the data ended before
+    ``stop``, a Ctrl-C, fused chunks cut short, a train step that returns no state): said
+    once, never silent.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warnings.warn("the data ended early", LoopWarning)
+        >>> caught[0].category.__name__
+        'LoopWarning'
+    """
+
+
+def warn(message: str, category: type[Warning] = LoopWarning) -> None:
+    """Issues a warning attributed to the user's code: the first caller outside gyre (so the
+    warning shows the user's line, and ``-W error`` filters on their module work).
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn("the data ended early")
+        >>> str(caught[0].message)
+        'the data ended early'
+    """
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level + 1)

@@ -9,14 +9,18 @@ and wait: they are the moments a user asks for numbers.
 
 from __future__ import annotations
 
+import difflib
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from numbers import Integral
 from typing import Any, NamedTuple, overload
 
+import numpy as np
+
+from gyre.core.clock import _FIELDS as CLOCK_FIELDS
 from gyre.core.clock import Elapsed
-from gyre.core.columns import Block, Group, Record
-from gyre.core.errors import describe, explain
+from gyre.core.columns import Block, Group, Record, as_list, place
+from gyre.core.errors import ExplainedKeyError, describe, explain
 from gyre.core.host import ColumnFetch, fetch, is_ready, start_copy, start_fetch, to_python
 from gyre.core.logs import Logs, Shape, flatten_logs, resolution_order
 
@@ -39,6 +43,25 @@ class _Pending:
         self.columns: list[list[Any]] = [[] for _, names in shape for _ in names]
 
 
+def _names(shape: Shape) -> list[tuple[str, str]]:
+    return [(collection, name) for collection, names in shape for name in names]
+
+
+class Segment(NamedTuple):
+    """Records of one structure wherever they are (host, in transit, device), for reading
+    without waiting: their indices in the history, and one column per entry, each a stacked
+    array (a row per record) or a list of per-record values."""
+
+    rows: np.ndarray
+    shape: Shape
+    columns: list[Any]
+
+
+def _stacked_segment(offset: int, row: int, count: int, start: int, shape: Shape, leaves: list[Any]) -> Segment:
+    columns = [x if start == 0 and x.shape[0] == count else x[start : start + count] for x in leaves]
+    return Segment(np.arange(offset + row, offset + row + count), shape, columns)
+
+
 class _Transit(NamedTuple):
     """Records sent to the host whose values may not have arrived yet."""
 
@@ -50,6 +73,16 @@ class _Transit(NamedTuple):
 
     def ready(self) -> bool:
         return self.columns.ready() and all(is_ready(leaves) for *_, leaves in self.stacked)
+
+    def segments(self, offset: int) -> list[Segment]:
+        """The records as segments (device values as they are: nothing waits)."""
+        columns = self.columns.device_columns()
+        out, taken = [], 0
+        for shape, rows, width in self.moving:
+            out.append(Segment(offset + np.asarray(rows, np.int64), shape, columns[taken : taken + width]))
+            taken += width
+        out.extend(_stacked_segment(offset, *entry) for entry in self.stacked)
+        return out
 
     def land(self) -> Block:
         host = self.columns.result()
@@ -271,6 +304,64 @@ class History:
         self.flush()
         return self._blocks
 
+    # -- reading without waiting -------------------------------------------------------------
+    def segments(self) -> list[Segment]:
+        """Every record, grouped by structure, wherever its values are: host columns for the
+        records that arrived, device values for the others. Nothing waits for the device and
+        nothing moves: reductions over a history (an evaluation's means) run on the device.
+
+        Example:
+            >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1.0))
+            >>> [(seg.rows.tolist(), seg.shape) for seg in h.segments()]
+            [([0], (('metrics', ('a',)),))]
+        """
+        out = []
+        for start, block in zip(self._starts, self._blocks, strict=True):
+            out.extend(Segment(start + g.rows, g.shape, g.columns) for g in block.groups)
+        offset = self._host_count
+        for moving in self._transit:
+            out.extend(moving.segments(offset))
+            offset += len(moving.clocks)
+        for shape, group in self._groups.items():
+            out.append(Segment(offset + np.asarray(group.rows, np.int64), shape, group.columns))
+        out.extend(_stacked_segment(offset, *entry) for entry in self._stacked)
+        return out
+
+    def batch_sizes(self) -> list[int | None]:
+        """The batch size of every record (``None`` where the loop did not record one).
+
+        Example:
+            >>> h = History(); h.commit(Elapsed(), Logs(), batch_size=8); h.batch_sizes()
+            [8]
+        """
+        sizes: list[int | None] = []
+        for block in self._blocks:
+            sizes.extend(as_list(block.batch_sizes))
+        for moving in self._transit:
+            sizes.extend(moving.sizes)
+        return sizes + self._sizes
+
+    def latest(self) -> Logs:
+        """The newest value of every entry ever logged (device values as they are).
+
+        Example:
+            >>> h = History()
+            >>> h.commit(Elapsed(), Logs().add_metric("a", 1).add_metric("b", 2))
+            >>> h.commit(Elapsed(steps=1), Logs().add_metric("a", 3))
+            >>> dict(h.latest().metrics) == {"a": 3, "b": 2}
+            True
+        """
+        newest: dict[tuple[str, str], tuple[int, Any, int]] = {}
+        for segment in self.segments():
+            last = int(segment.rows[-1])
+            for (collection, name), column in zip(_names(segment.shape), segment.columns, strict=True):
+                if newest.get((collection, name), (-1,))[0] < last:
+                    newest[(collection, name)] = (last, column, len(segment.rows) - 1)
+        out = Logs()
+        for (collection, name), (_, column, k) in sorted(newest.items(), key=lambda kv: kv[1][0]):
+            out.add_entry(collection, name, to_python(column[k]) if isinstance(column, np.ndarray) else column[k])
+        return out
+
     # -- reading -----------------------------------------------------------------------------
     def __len__(self) -> int:
         return self._host_count + self._transit_rows + self._rows
@@ -345,7 +436,28 @@ class History:
         for block in self._host_blocks():
             for column, values in zip(columns, block.collect(keys), strict=True):
                 column.extend(values)
+        if not columns[0] and len(self):
+            self._check_keys(keys)
         return columns[0] if len(keys) == 1 else tuple(columns)
+
+    def _check_keys(self, keys: Sequence[str]) -> None:
+        """Raises a KeyError for a key that no record holds (a typo would otherwise give [])."""
+        shapes = {g.shape for block in self._blocks for g in block.groups}
+        for key in keys:
+            if any(place(shape, key) is not None for shape in shapes):
+                continue
+            names = self.names()
+            known = [f"{c}.{n}" for c, ns in names.items() for n in ns] + [n for ns in names.values() for n in ns]
+            close = difflib.get_close_matches(key, known, n=len(known), cutoff=0.0)
+            raise ExplainedKeyError(
+                explain(
+                    f"no record of this history has the key {key!r}",
+                    expected="a logged name, 'collection.name', or a clock counter ("
+                    + ", ".join(CLOCK_FIELDS) + ")",
+                    received=f"{key!r}; the logged names, closest first: {close[:12]}",
+                    fix=f"use one of the logged names{', e.g. ' + repr(close[0]) if close else ''}",
+                )
+            )
 
     def names(self) -> dict[str, list[str]]:
         """Every entry name seen, by collection, in order of first appearance.

@@ -76,34 +76,18 @@ def to_python(value: Any) -> Any:
     return value
 
 
-def _stack_columns(columns: tuple[tuple[Any, ...], ...]) -> list[Any]:
+def _stack(values: tuple[Any, ...]) -> Any:
     import jax.numpy as jnp
 
-    out: list[Any] = []
-    for column in columns:
-        first = column[0]
-        if all(x.shape == first.shape and x.dtype == first.dtype for x in column):
-            out.append(jnp.stack(column))
-        else:  # mixed shapes: decided once per signature, at trace time
-            out.append(list(column))
-    return out
+    return jnp.stack(values)
 
 
-_stack_columns_jit = jax.jit(_stack_columns)
+#: One compiled stacking per (number of values, shape, dtype): a history stacks its columns by
+#: shape group, so values of new shapes (a short last batch) never recompile the others.
+_stack_jit = jax.jit(_stack)
 _MIN_STACK = 8
 
-
-def _stackable(column: Sequence[Any]) -> bool:
-    # The array type is read from the values (never built at import: importing gyre must not
-    # start JAX's backend, or gyre.distributed.initialize could not run after it).
-    if len(column) < _MIN_STACK or not isinstance(column[0], jax.Array):
-        return False
-    if len(set(map(type, column))) != 1:
-        return False
-    if column[0].is_fully_addressable:
-        return True
-    # multi-process: global arrays every process holds whole are read from the local copy
-    return all(x.is_fully_replicated for x in column)
+Signature = tuple[tuple[int, ...], Any]
 
 
 def _local(x: Any) -> Any:
@@ -112,11 +96,42 @@ def _local(x: Any) -> Any:
     return x if x.is_fully_addressable else x.addressable_data(0)
 
 
-def _local_column(column: Sequence[Any]) -> tuple[Any, ...]:
-    # one property read per column, not per value: the step path pays for every value
-    if column[0].is_fully_addressable:
-        return tuple(column)
-    return tuple(map(_local, column))
+def _signature(x: Any) -> Signature | None:
+    """The stacking group of one value: its (shape, dtype), or None when it is not a device
+    array this process can stack (a host value, or a global array split over processes)."""
+    if not isinstance(x, jax.Array):
+        return None
+    if not x.is_fully_addressable and not x.is_fully_replicated:
+        return None
+    return (x.shape, x.dtype)
+
+
+class _Groups:
+    """Values sorted into stacking groups; ``runs`` says where each column's values went:
+    ``(column, first row, count, group, offset in the group)``."""
+
+    def __init__(self) -> None:
+        self.values: dict[Signature, list[Any]] = {}
+        self.runs: list[tuple[int, int, int, Signature | None, int]] = []
+
+    def add(self, column: int, row: int, values: Sequence[Any], sig: Signature | None) -> None:
+        if sig is None:
+            self.runs.append((column, row, len(values), None, 0))
+            return
+        bucket = self.values.setdefault(sig, [])
+        self.runs.append((column, row, len(values), sig, len(bucket)))
+        bucket.extend(values if values[0].is_fully_addressable else map(_local, values))
+
+    def add_column(self, i: int, column: Sequence[Any]) -> None:
+        first = column[0]
+        sig = _signature(first)
+        if sig is not None and all(type(x) is type(first) for x in column):
+            sigs = {(x.shape, x.dtype) for x in column}
+            if len(sigs) == 1 and (first.is_fully_addressable or all(x.is_fully_replicated for x in column)):
+                self.add(i, 0, column, sig)
+                return
+        for r, x in enumerate(column):  # mixed values: each one to its own group
+            self.add(i, r, [x], _signature(x))
 
 
 class ColumnFetch:
@@ -130,28 +145,48 @@ class ColumnFetch:
         (True, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
     """
 
-    __slots__ = ("_lengths", "_chosen", "_stacked", "_rest")
+    __slots__ = ("_lengths", "_runs", "_stacked", "_rest")
 
-    def __init__(self, columns: Sequence[Sequence[Any]], chosen: list[int], stacked: Any) -> None:
-        # the stacked columns' values are let go: only the stacked copy stays on the device
-        self._lengths = [len(c) for c in columns]
-        self._chosen = chosen
-        self._stacked = stacked
-        taken = set(chosen)
-        self._rest = {i: list(c) for i, c in enumerate(columns) if i not in taken}
+    def __init__(self, lengths: list[int], runs: list[Any], stacked: dict[Any, Any], rest: dict[Any, Any]) -> None:
+        self._lengths = lengths
+        self._runs = runs  # (column, row, count, group or None, offset)
+        self._stacked = stacked  # group -> stacked device array (only it stays on the device)
+        self._rest = rest  # (column, row) -> the values fetched as they are
 
     def ready(self) -> bool:
         """True when :meth:`result` will not wait for the device (never blocks)."""
         return is_ready(self._stacked) and is_ready(self._rest)
 
     def result(self) -> list[Sequence[Any]]:
-        """The columns on the host: a numpy array per stacked column (a row per value), a
-        list for the others. Waits for the device if the values are not computed yet."""
-        out: list[Sequence[Any]] = [()] * len(self._lengths)
-        for i, host in zip(self._chosen, fetch(self._stacked), strict=True):
-            out[i] = host[: self._lengths[i]]
-        for i, host in fetch(self._rest).items():
-            out[i] = host
+        """The columns on the host: a numpy array for a column stacked whole (a row per
+        value), a list for the others. Waits for the device if the values are not computed."""
+        stacked, rest = fetch((self._stacked, self._rest))
+        out: list[Any] = [None] * len(self._lengths)
+        for column, row, count, group, offset in self._runs:
+            values = rest[(column, row)] if group not in stacked else stacked[group][offset : offset + count]
+            if count == self._lengths[column]:
+                out[column] = values
+                continue
+            if out[column] is None:
+                out[column] = [None] * self._lengths[column]
+            out[column][row : row + count] = list(values)
+        return out
+
+    def device_columns(self) -> list[Any]:
+        """The columns as they are on the device now, without waiting: a stacked array (a row
+        per value) for a column stacked whole, else a list of per-row values."""
+        out: list[Any] = [None] * len(self._lengths)
+        for column, row, count, group, offset in self._runs:
+            if group in self._stacked:
+                values = self._stacked[group][offset : offset + count]
+            else:
+                values = self._rest[(column, row)]
+            if count == self._lengths[column]:
+                out[column] = values
+                continue
+            if out[column] is None:
+                out[column] = [None] * self._lengths[column]
+            out[column][row : row + count] = [values[k] for k in range(count)]
         return out
 
 
@@ -159,11 +194,12 @@ def start_fetch(columns: Sequence[Sequence[Any]]) -> ColumnFetch:
     """Starts copying columns of values to the host, without waiting for the device.
 
     ``jax.device_get`` pays several microseconds per array, so a history of scalar metrics
-    would pay that per step. Here every column of same-shaped device arrays is stacked on the
-    device by one jitted call for all columns (padded to a power of two rows, so few lengths
-    ever compile) and its copy to the host starts at once. The stacking runs after the work
-    already queued on the device, so the caller does not wait for it: it reads the result
-    later (:meth:`ColumnFetch.result`), once :meth:`ColumnFetch.ready` says it is there.
+    would pay that per step. Here the device values are sorted by shape and dtype, and each
+    group is stacked on the device by one jitted call (padded to a power of two rows, so few
+    lengths ever compile; a new shape compiles its own group only) and its copy to the host
+    starts at once. The stacking runs after the work already queued on the device, so the
+    caller does not wait: it reads the result later (:meth:`ColumnFetch.result`), once
+    :meth:`ColumnFetch.ready` says it is there.
 
     Example:
         >>> import jax.numpy as jnp
@@ -171,20 +207,24 @@ def start_fetch(columns: Sequence[Sequence[Any]]) -> ColumnFetch:
         >>> loss[9].item(), acc
         (9.0, [1.0, 2.0])
     """
-    chosen = [i for i, column in enumerate(columns) if _stackable(column)]
-    stacked: Any = []
-    if chosen:
-        size = 1 << (max(len(columns[i]) for i in chosen) - 1).bit_length()
-        padded = tuple(
-            _local_column(columns[i]) + (_local(columns[i][0]),) * (size - len(columns[i]))
-            for i in chosen
-        )
-        try:
-            stacked = _stack_columns_jit(padded)
-        except ValueError:  # values placed on different devices: fetch them one by one
-            chosen, stacked = [], []
-        start_copy(stacked)
-    return ColumnFetch(columns, chosen, stacked)
+    groups = _Groups()
+    for i, column in enumerate(columns):
+        if len(column):
+            groups.add_column(i, column)
+    stacked: dict[Any, Any] = {}
+    for sig, values in groups.values.items():
+        if len(values) >= _MIN_STACK:
+            size = 1 << (len(values) - 1).bit_length()
+            try:
+                stacked[sig] = _stack_jit(tuple(values) + (values[0],) * (size - len(values)))
+            except ValueError:  # values placed on different devices: fetch them one by one
+                continue
+    rest = {}
+    for column, row, count, group, _ in groups.runs:
+        if group not in stacked:
+            rest[(column, row)] = list(columns[column][row : row + count])
+    start_copy(stacked)
+    return ColumnFetch([len(c) for c in columns], groups.runs, stacked, rest)
 
 
 def start_copy(tree: Any) -> None:

@@ -70,6 +70,17 @@ class Schedule:
     #: call. Only stateless schedules may set it.
     fires_always: bool = False
 
+    def reads(self) -> frozenset[str] | None:
+        """The clock counters the schedule reads (``"steps"``, ``"epochs"``, ...), or ``None``
+        when it cannot tell (a plain function). Loops use it to refuse epoch-based schedules
+        over data of unknown epoch length, and to explain how fused chunks are cut.
+
+        Example:
+            >>> sorted(every(epochs=1).reads()), (every(2) | every(time=1.0)).reads() >= {"time"}
+            (['epochs', 'step_in_epoch'], True)
+        """
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         """The schedule's state (empty for stateless schedules)."""
         return {}
@@ -123,6 +134,9 @@ class _And(Schedule):
         results = [part(elapsed) for part in self.parts]
         return all(results)
 
+    def reads(self) -> frozenset[str] | None:
+        return _union(part.reads() for part in self.parts)
+
     def state_dict(self) -> dict[str, Any]:
         return {"parts": [p.state_dict() for p in self.parts]}
 
@@ -151,8 +165,20 @@ class _Not(_And):
         return f"~{self.parts[0]!r}"
 
 
+def _union(parts: Any) -> frozenset[str] | None:
+    out: frozenset[str] = frozenset()
+    for part in parts:
+        if part is None:
+            return None
+        out |= part
+    return out
+
+
 class _Always(Schedule):
     fires_always = True
+
+    def reads(self) -> frozenset[str]:
+        return frozenset()
 
     def __call__(self, elapsed: Elapsed) -> bool:
         return True
@@ -162,6 +188,9 @@ class _Always(Schedule):
 
 
 class _Never(Schedule):
+    def reads(self) -> frozenset[str]:
+        return frozenset()
+
     def __call__(self, elapsed: Elapsed) -> bool:
         return False
 
@@ -236,6 +265,9 @@ class Every(Schedule):
             self._last = bucket
             return True
         return False
+
+    def reads(self) -> frozenset[str]:
+        return frozenset(("epochs", "step_in_epoch") if self.unit == "epochs" else (self.unit,))
 
     def state_dict(self) -> dict[str, Any]:
         return {} if self._last is None else {"last": self._last}
@@ -352,6 +384,11 @@ class Piecewise(Schedule):
         """
         return self.then(every(steps, samples=samples, epochs=epochs, time=time))
 
+    def reads(self) -> frozenset[str] | None:
+        periods = frozenset(name for p in self.periods for name, _ in p.items())
+        inner = _union([self.initial.reads(), *(s.reads() for s in self.schedules)])
+        return None if inner is None else periods | inner
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "origins": [None if o is None else o.to_dict() for o in self._origins],
@@ -407,38 +444,3 @@ def after(
         (True, False)
     """
     return Piecewise(never(), {Period(steps, samples, epochs, time): always()})
-
-
-class NamedSchedule(Schedule):
-    """A named point of a predefined loop (``on_train_step``, ``on_epoch_end``, ...).
-
-    Named schedules are keys of the task table of :func:`gyre.train_loop`,
-    :func:`gyre.test_loop` and :func:`gyre.predict_loop`; the loop decides when they fire.
-
-    Example:
-        >>> on_train_step = NamedSchedule("on_train_step")
-        >>> on_train_step.name
-        'on_train_step'
-    """
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __call__(self, elapsed: Elapsed) -> bool:
-        raise TypeError(
-            explain(
-                f"the named schedule {self.name} was evaluated as a plain schedule",
-                expected="named schedules as keys of train_loop/test_loop/predict_loop tasks",
-                received=f"{self.name} used in gyre.loop or called directly",
-                fix="use gyre.train_loop(...) or replace it with a clock schedule like gyre.every(1)",
-            )
-        )
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, NamedSchedule) and other.name == self.name
-
-    def __hash__(self) -> int:
-        return hash(("NamedSchedule", self.name))
-
-    def __repr__(self) -> str:
-        return f"gyre.{self.name}"

@@ -1,1 +1,54 @@
-"""The engine (``loop``, ``elapse``), the named loops and ``inner_loop``."""
+"""The engine: the loop language (``loop``, ``elapse``), the named loops, fused steps, inner
+loops and prefetching. See ``README.md`` in this folder for how the pieces fit.
+
+Example:
+    >>> import gyre
+    >>> gyre.loop(0, range(3), {gyre.every(1): lambda state, batch: state + batch})[0]
+    3
+"""
+
+from gyre.core.errors import LoopWarning as LoopWarning
+from gyre.loop.binding import StateMethod as StateMethod
+from gyre.loop.binding import inject as inject
+from gyre.loop.elapse import Elapse as Elapse
+from gyre.loop.elapse import elapse as elapse
+from gyre.loop.engine import loop as loop
+from gyre.loop.fuse import FusableStep as FusableStep
+from gyre.loop.fuse import fuse as fuse
+from gyre.loop.inner import InnerLoop as InnerLoop
+from gyre.loop.inner import aggregate as aggregate
+from gyre.loop.inner import inner_loop as inner_loop
+from gyre.loop.named import predict_loop as predict_loop
+from gyre.loop.named import test_loop as test_loop
+from gyre.loop.named import train_loop as train_loop
+from gyre.loop.prefetch import prefetch_to_device as prefetch_to_device
+from gyre.loop.state import LoopState as LoopState
+from gyre.loop.state import replace_state as replace_state
+from gyre.loop.tasks import ChunkSafe as ChunkSafe
+from gyre.loop.tasks import LoopCallbackBase as LoopCallbackBase
+from gyre.loop.tasks import LoopElement as LoopElement
+from gyre.loop.tasks import callback as callback
+
+__all__ = [
+    "ChunkSafe",
+    "Elapse",
+    "FusableStep",
+    "InnerLoop",
+    "LoopCallbackBase",
+    "LoopElement",
+    "LoopState",
+    "LoopWarning",
+    "StateMethod",
+    "aggregate",
+    "callback",
+    "elapse",
+    "fuse",
+    "inject",
+    "inner_loop",
+    "loop",
+    "predict_loop",
+    "prefetch_to_device",
+    "replace_state",
+    "test_loop",
+    "train_loop",
+]

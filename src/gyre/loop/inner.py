@@ -2,7 +2,9 @@
 
 The inner loop's history is reduced to one value per entry (``aggregation``), the names are
 suffixed with ``_<name>`` (``accuracy`` becomes ``accuracy_test``) and the result is merged
-into the outer step's logs. Reductions run on the device: nothing is read back here.
+into the outer step's logs. The reductions run on the device, over the history's values
+wherever they are (:meth:`gyre.History.segments`): an evaluation never waits for the device
+and moves nothing to the host (the means are read later, lagged, like every logged value).
 """
 
 from __future__ import annotations
@@ -11,15 +13,21 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
 from gyre.core.errors import describe, explain
 from gyre.core.history import History
 from gyre.core.logs import Logs
+from gyre.core.metrics import get_reduction
+from gyre.loop.tasks import LoopElement
 
 Reduction = str | Callable[[list[Any]], Any]
 Aggregation = Reduction | Mapping[str, Reduction]
 
-REDUCTIONS = ("last", "first", "mean", "sum", "min", "max")
+REDUCTIONS = ("last", "first", "mean", "sum", "min", "max", "std", "concat")
+
+#: (record indices, column): a column is a stacked array (a row per record) or a list.
+Piece = tuple[np.ndarray, Any]
 
 
 def _check_reduction(reduction: Any) -> None:
@@ -49,33 +57,60 @@ def check_aggregation(aggregation: Aggregation) -> None:
         _check_reduction(aggregation)
 
 
-def _reduce(reduction: Reduction, values: list[Any], weights: list[int] | None) -> Any:
-    if reduction == "last":
-        return values[-1]
-    if reduction == "first":
-        return values[0]
+def _values(pieces: Sequence[Piece]) -> list[Any]:
+    """Every record's value, in record order."""
+    rows = np.concatenate([r for r, _ in pieces])
+    values = [column[k] for _, column in pieces for k in range(len(column))]
+    return [values[i] for i in np.argsort(rows, kind="stable")]
+
+
+def _pick(pieces: Sequence[Piece], last: bool) -> Any:
+    rows, column = max(pieces, key=lambda p: p[0][-1]) if last else min(pieces, key=lambda p: p[0][0])
+    return column[-1 if last else 0]
+
+
+def _stack(pieces: Sequence[Piece], name: str) -> tuple[Any, np.ndarray]:
+    """All records' values stacked on the device (a row per record), and their indices."""
+    try:
+        parts = [jnp.asarray(c) if not isinstance(c, list) else jnp.stack(c) for _, c in pieces]
+        return jnp.concatenate(parts) if len(parts) > 1 else parts[0], np.concatenate([r for r, _ in pieces])
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            explain(
+                f"entry {name} cannot be reduced: its values have different shapes",
+                expected="values of one shape across the inner loop's steps (a mean, a sum...)",
+                received=f"{type(err).__name__}: {str(err).splitlines()[0]}",
+                fix="aggregate it with 'last', 'first' or 'concat', or pad the short last batch",
+            )
+        ) from err
+
+
+def reduce(reduction: Reduction, pieces: Sequence[Piece], weights: np.ndarray | None, name: str = "") -> Any:
+    """One entry's records reduced to one value, on the device.
+
+    Example:
+        >>> import numpy as np
+        >>> float(reduce("mean", [(np.arange(2), [1.0, 0.0])], np.array([3, 1])))
+        0.75
+    """
+    if reduction in ("last", "first"):
+        return _pick(pieces, reduction == "last")
     if callable(reduction):
-        return reduction(values)
-    stacked = jnp.stack([jnp.asarray(v) for v in values])
-    if reduction == "mean":
-        if weights is None:
-            return jnp.mean(stacked, axis=0)
-        w = jnp.asarray(weights, dtype=jnp.float32).reshape((-1,) + (1,) * (stacked.ndim - 1))
-        return jnp.sum(stacked * w, axis=0) / jnp.sum(w)
-    if reduction == "sum":
-        return jnp.sum(stacked, axis=0)
-    if reduction == "min":
-        return jnp.min(stacked, axis=0)
-    return jnp.max(stacked, axis=0)
+        return reduction(_values(pieces))
+    if reduction == "concat":
+        return jnp.concatenate([jnp.asarray(v) for v in _values(pieces)])
+    values, rows = _stack(pieces, name)
+    counts = None if weights is None or reduction != "mean" else weights[rows]
+    return get_reduction(reduction).from_stacked(values, counts).compute()
 
 
 def aggregate(history: History, aggregation: Aggregation = "last") -> Logs:
-    """Reduces every entry of a history to one value, per collection.
+    """Reduces every entry of a history to one value, per collection, on the device.
 
     ``"mean"`` is weighted by the batch size of each record when the loop recorded it, so the
     mean of a per-batch accuracy over a test set with a short last batch is the accuracy of
     the whole set. A dict gives one aggregation per collection; collections it does not name
-    use ``"last"``.
+    use ``"last"``. Nothing waits for the device.
 
     Example:
         >>> from gyre.core.clock import Elapsed
@@ -86,25 +121,17 @@ def aggregate(history: History, aggregation: Aggregation = "last") -> Logs:
         (0.75, 0.0)
     """
     check_aggregation(aggregation)
-    values: dict[tuple[str, str], list[Any]] = {}
-    weights: dict[tuple[str, str], list[int] | None] = {}
-    for record in history:
-        for collection, name, value in record.logs.entries():
-            key = (collection, name)
-            values.setdefault(key, []).append(value)
-            w = weights.setdefault(key, [])
-            if w is not None:
-                if record.batch_size is None:
-                    weights[key] = None
-                else:
-                    w.append(record.batch_size)
+    sizes = history.batch_sizes()
+    weights = None if not sizes or None in sizes else np.asarray(sizes, np.float32)
+    pieces: dict[tuple[str, str], list[Piece]] = {}
+    for segment in history.segments():
+        names = [(c, n) for c, ns in segment.shape for n in ns]
+        for key, column in zip(names, segment.columns, strict=True):
+            pieces.setdefault(key, []).append((segment.rows, column))
     out = Logs()
-    for (collection, name), vals in values.items():
-        if isinstance(aggregation, Mapping):
-            reduction = aggregation.get(collection, "last")
-        else:
-            reduction = aggregation
-        out.add_entry(collection, name, _reduce(reduction, vals, weights[(collection, name)]))
+    for (collection, name), found in sorted(pieces.items(), key=lambda kv: min(r[0] for r, _ in kv[1])):
+        reduction = aggregation.get(collection, "last") if isinstance(aggregation, Mapping) else aggregation
+        out.add_entry(collection, name, reduce(reduction, found, weights, f"{collection}.{name}"))
     return out
 
 
@@ -123,8 +150,8 @@ def suffixed(logs: Logs, name: str | None) -> Logs:
     return out
 
 
-class InnerLoop:
-    """The callback :func:`inner_loop` returns."""
+class InnerLoop(LoopElement):
+    """The callback :func:`inner_loop` returns (a loop element: it spreads into a table)."""
 
     def __init__(
         self,
@@ -153,10 +180,13 @@ class InnerLoop:
         logs = suffixed(aggregate(inner_history, self.aggregation), self.name)
         return logs, (inner_state if self.output_state else None)
 
+    def __repr__(self) -> str:
+        return f"inner_loop({self.name!r})"
+
 
 def inner_loop(
-    name: str | None,
-    fn: Callable[[Any], tuple[Any, History, Any]],
+    name: str | None | Callable[[Any], tuple[Any, History, Any]],
+    fn: Callable[[Any], tuple[Any, History, Any]] | None = None,
     *,
     aggregation: Aggregation = "last",
     output_state: bool = False,
@@ -165,11 +195,12 @@ def inner_loop(
 
     Args:
         name: suffix for the entry names (``accuracy`` becomes ``accuracy_<name>``); ``None``
-            keeps the names.
+            keeps the names. ciclo's one-argument form ``inner_loop(fn)`` is accepted too.
         fn: ``state -> (state, history, elapsed)``, typically a call of :func:`gyre.test_loop`.
         aggregation: how each entry of the inner history becomes one value: ``"last"``,
-            ``"first"``, ``"mean"`` (batch-size weighted), ``"sum"``, ``"min"``, ``"max"``, a
-            callable ``list -> value``, or a dict ``{collection: aggregation}``.
+            ``"first"``, ``"mean"`` (batch-size weighted), ``"sum"``, ``"min"``, ``"max"``,
+            ``"std"``, ``"concat"`` (along the first axis), a callable ``list -> value``, or a
+            dict ``{collection: aggregation}``.
         output_state: pass the inner loop's final state on (default: the outer state is kept).
 
     Example:
@@ -181,6 +212,8 @@ def inner_loop(
         >>> float(logs.metrics.acc_test)
         0.75
     """
+    if fn is None and callable(name) and not isinstance(name, str):
+        name, fn = None, name
     if name is not None and not isinstance(name, str):
         raise TypeError(
             explain(

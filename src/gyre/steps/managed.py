@@ -36,7 +36,7 @@ from flax import struct
 from gyre.core.errors import describe, explain, whole_number
 from gyre.core.logs import Logs
 from gyre.core.state import TrainState
-from gyre.loop.fused import scan_steps
+from gyre.loop.fuse import scan_steps
 from gyre.parallel.strategies import Jit, Strategy, get_strategy
 from gyre.steps.precision import Policy, get_policy
 
