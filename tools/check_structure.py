@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""The structure of src/gyre, checked (the suite runs it: tests/test_structure.py).
+
+1. No import cycle among modules (imports inside functions count).
+2. No module imports a higher layer (DESIGN.md's direction rule:
+   core <- loop <- steps/parallel/frameworks <- callbacks/loggers <- jaxloop/trainer/config <- cli).
+3. No function in src/gyre/loop longer than 80 lines of code (docstrings, comments and blank
+   lines excluded): the engine stays readable by the next maintainer.
+
+Prints one line per finding and exits 1 if there is any; run from anywhere:
+``python tools/check_structure.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "src" / "gyre"
+LAYERS = {
+    "core": 0, "data": 0, "loop": 1, "steps": 2, "parallel": 2, "frameworks": 2,
+    "callbacks": 3, "loggers": 3, "jaxloop": 4, "trainer": 4, "config": 4, "cli": 5,
+}
+MAX_LINES = 80
+LIMITED = ("loop",)
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def layer(module: str) -> int | None:
+    parts = module.split(".")
+    return LAYERS.get(parts[1]) if len(parts) > 1 else None
+
+
+def imports(tree: ast.AST, modules: dict[str, pathlib.Path], me: str) -> set[str]:
+    found = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            if name in modules and name != me and modules[name].name != "__init__.py":
+                found.add(name)
+    return found
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def code_lines(node: ast.AST, source: list[str]) -> int:
+    """Lines of code in a function: without its docstring, comments and blank lines."""
+    skip: set[int] = set()
+    body = getattr(node, "body", [])
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        skip.update(range(body[0].lineno, body[0].end_lineno + 1))
+    count = 0
+    for number in range(node.lineno, node.end_lineno + 1):
+        text = source[number - 1].strip()
+        if number not in skip and text and not text.startswith("#"):
+            count += 1
+    return count
+
+
+def main() -> int:
+    modules = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+    edges: dict[str, set[str]] = {}
+    problems: list[str] = []
+    for name, path in modules.items():
+        source = path.read_text()
+        tree = ast.parse(source)
+        edges[name] = imports(tree, modules, name)
+        for target in edges[name]:
+            mine, theirs = layer(name), layer(target)
+            if mine is not None and theirs is not None and theirs > mine:
+                problems.append(f"upward import: {name} -> {target}")
+        if layer(name) is not None and name.split(".")[1] in LIMITED:
+            lines = source.splitlines()
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    n = code_lines(node, lines)
+                    if n > MAX_LINES:
+                        problems.append(f"long function: {name}.{node.name} has {n} lines of code (max {MAX_LINES})")
+    problems += [f"import cycle: {' <-> '.join(c)}" for c in cycles(edges)]
+    print("\n".join(problems) if problems else "structure: no cycles, no upward imports, no long functions")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
