@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from jax._src import array as jax_array
 
 import gyre
 
@@ -45,50 +44,10 @@ def make_problem(n_batches=20, batch=16, features=8, classes=3):
     return batches, (params, tx.init(params)), jax.jit(step, donate_argnums=0), traces
 
 
-# Every way a jax.Array hands its value to Python or numpy.
-READERS = ("_value", "__array__", "item", "tolist", "__float__", "__int__", "__bool__", "__index__", "__format__")
-
-
-class SyncDetector:
-    """Raises on any implicit device-to-host read; counts the explicit batched ones."""
-
-    def __init__(self, monkeypatch):
-        self.explicit = 0
-        self._inside = False
-        original_get = jax.device_get
-        detector = self
-
-        def guard(name, original):
-            def guarded(self_, *args, **kwargs):
-                if not detector._inside:
-                    raise AssertionError(f"implicit host sync: {name} read a device value outside jax.device_get")
-                return original(self_, *args, **kwargs)
-
-            return guarded
-
-        for name in READERS:
-            original = jax_array.ArrayImpl.__dict__[name]
-            if isinstance(original, property):
-                monkeypatch.setattr(jax_array.ArrayImpl, name, property(guard(name, original.fget)))
-            else:
-                monkeypatch.setattr(jax_array.ArrayImpl, name, guard(name, original))
-
-        def device_get(tree):
-            detector.explicit += 1
-            detector._inside = True
-            try:
-                return original_get(tree)
-            finally:
-                detector._inside = False
-
-        monkeypatch.setattr(jax, "device_get", device_get)
-
-
 CPU_BUFFER_PROTOCOL = pytest.mark.xfail(
     jax.default_backend() == "cpu",
     reason="on CPU numpy reads a jax.Array through the C buffer protocol, which Python cannot "
-    "intercept (test_step_path_modules_never_convert_to_numpy covers it); on GPU numpy goes "
-    "through __array__ and is caught",
+    "intercept; on GPU numpy goes through __array__ and is caught",
     strict=True,
 )
 
@@ -100,20 +59,19 @@ CPU_BUFFER_PROTOCOL = pytest.mark.xfail(
         pytest.param(np.asarray, marks=CPU_BUFFER_PROTOCOL),
     ],
 )
-def test_detector_catches_every_implicit_read(monkeypatch, read):
+def test_detector_catches_every_implicit_read(sync_detector, read):
     x = jnp.float32(2.0) * 2
-    SyncDetector(monkeypatch)
     with pytest.raises(AssertionError, match="implicit host sync"):
         read(x)
     assert jax.device_get(x) == 4.0  # the explicit door stays open
 
 
-def test_train_loop_with_bar_and_history_has_no_hidden_host_syncs(monkeypatch):
+def test_train_loop_with_bar_and_history_has_no_hidden_host_syncs(sync_detector):
     batches, state, step, _ = make_problem()
     # compile (and read nothing) before the detector is installed
     warm_logs, warm_state = step(jax.tree_util.tree_map(jnp.copy, state), batches[0])
     jax.block_until_ready(warm_state)
-    detector = SyncDetector(monkeypatch)
+    detector = sync_detector
     out = io.StringIO()
     data = (batches[i % len(batches)] for i in range(200))
     with jax.transfer_guard_device_to_host("disallow"):
@@ -130,7 +88,7 @@ def test_train_loop_with_bar_and_history_has_no_hidden_host_syncs(monkeypatch):
     assert "200/200" in out.getvalue()
 
 
-def test_data_parallel_managed_step_has_no_hidden_host_syncs(monkeypatch):
+def test_data_parallel_managed_step_has_no_hidden_host_syncs(sync_detector):
     import optax
 
     from gyre import managed
@@ -148,7 +106,7 @@ def test_data_parallel_managed_step_has_no_hidden_host_syncs(monkeypatch):
     state = managed.ManagedState.create(params=params, tx=optax.adam(0.05), strategy="data_parallel")
     _, state = train_step(state, batches[0])  # compile before the detector is installed
     jax.block_until_ready(state)
-    detector = SyncDetector(monkeypatch)
+    detector = sync_detector
     with jax.transfer_guard_device_to_host("disallow"):
         state, history, _ = gyre.train_loop(
             state, (batches[i % len(batches)] for i in range(100)), {gyre.on_train_step: train_step},
@@ -158,6 +116,44 @@ def test_data_parallel_managed_step_has_no_hidden_host_syncs(monkeypatch):
     losses = history.collect("loss")
     assert len(losses) == 100 and losses[-1] < losses[0]
     assert train_step.compiled_count() == 1
+
+
+W = np.full((128, 128), 0.01, np.float32)  # numpy: a jax constant would be read when traced
+
+
+@jax.jit
+def slow_train_step(state, batch):
+    """About a millisecond of device work per step, so the host runs ahead of the device and
+    any read of a recent value would wait for it."""
+    x = jax.lax.fori_loop(0, 3, lambda i, x: jnp.tanh(x @ W + batch.mean()), jnp.ones((128, 128)))
+    state = state + x.mean()
+    return gyre.logs().add_loss("loss", state).add_metric("x", x[0, 0]), state
+
+
+@jax.jit
+def slow_test_step(state, batch):
+    x = jax.lax.fori_loop(0, 3, lambda i, x: jnp.tanh(x @ W + state), jnp.ones((128, 128)))
+    return gyre.logs().add_metric("accuracy", x.mean() + batch.mean())
+
+
+def test_train_loop_with_bar_and_evaluations_never_waits_for_the_device(sync_detector):
+    """200 steps with a per-step metric, a progress bar and an evaluation every epoch: no read
+    of a value that is not ready until the loop ends (the bar's last line may wait)."""
+    data = [np.full(8, i, np.float32) for i in range(200)]
+    test = [np.full(8, i, np.float32) for i in range(5)] + [np.ones(3, np.float32)]
+    out = io.StringIO()
+    jax.block_until_ready(slow_train_step(jnp.float32(0), data[0]))  # compile first
+    state, history, elapsed = gyre.train_loop(
+        jnp.float32(0), data,
+        {gyre.on_train_step: slow_train_step, gyre.on_test_step: slow_test_step,
+         gyre.on_train_end: sync_detector.end},
+        callbacks=[gyre.keras_bar(total=200, file=out, interval=0.0)],
+        test_dataset=lambda: test, epoch_duration=50,
+    )
+    assert sync_detector.stalls == [], sync_detector.stalls[0]
+    assert elapsed.steps == 200 and len(history.collect("accuracy_test")) == 4
+    assert sync_detector.explicit > 3  # the bar did read, only what was ready
+    assert "200/200" in out.getvalue()
 
 
 def test_step_is_compiled_once_over_50_steps():
@@ -171,22 +167,18 @@ def test_step_is_compiled_once_over_50_steps():
     assert step._cache_size() == 1  # one compiled executable
 
 
-STEP_PATH_MODULES = [
-    "core/clock.py", "core/schedules.py", "core/logs.py", "core/history.py",
-    "loop/engine.py", "loop/binding.py", "loop/named.py", "loop/inner.py",
-    "callbacks/bars.py", "callbacks/lagged.py", "steps/managed.py",
-]
+def test_history_stacks_by_shape_group_without_recompiling():
+    """A predict loop over 10 batches of 64 and a last batch of 17: the history's transfer
+    compiles its stacking at most once per shape group, and never again for the same groups."""
+    from gyre.core import _compat, host
 
-
-@pytest.mark.parametrize("module", STEP_PATH_MODULES)
-def test_step_path_modules_never_convert_to_numpy(module):
-    """The path the detector cannot watch on CPU: numpy conversions of device values.
-
-    Host reads belong in gyre/core/host.py (``fetch``/``start_fetch``), nowhere else.
-    """
-    import pathlib
-    import re
-
-    source = (pathlib.Path(gyre.__file__).parent / module).read_text()
-    code = "\n".join(line for line in source.splitlines() if not line.strip().startswith(("#", ">>>", "...")))
-    assert not re.search(r"\bnp\.(asarray|array|asanyarray)\(|\.item\(\)|\.tolist\(\)|device_get", code)
+    predict = jax.jit(lambda state, batch: gyre.logs().add_output("y", batch * 2.0).add_metric("n", batch.sum()))
+    before = _compat.cache_size(host._stack_jit)
+    for last in (17, 13, 17, 5):  # a new last shape must not recompile the other groups
+        data = [np.ones((64, 10), np.float32)] * 10 + [np.ones((last, 10), np.float32)]
+        _, history, _ = gyre.predict_loop(None, data, {gyre.on_predict_step: predict})
+        ys = history.collect("y")
+        assert [y.shape for y in ys] == [(64, 10)] * 10 + [(last, 10)]
+        assert len(history.collect("n")) == 11
+    # groups: (64, 10) float32 (10 values) and () float32 (11 values); a last batch is one value
+    assert _compat.cache_size(host._stack_jit) - before <= 2

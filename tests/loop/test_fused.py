@@ -11,9 +11,9 @@ import optax
 import pytest
 
 import gyre
+from gyre.core._compat import cache_size
 from gyre.core.clock import Elapsed
 from gyre.core.history import History
-from gyre.core._compat import cache_size
 from gyre.core.logs import Logs
 
 CLOCK = ("steps", "samples", "epochs", "step_in_epoch")
@@ -365,7 +365,7 @@ def test_commit_stacked_keeps_order_and_splits_rows_on_the_host():
 
 
 def test_fused_loop_never_syncs_with_the_host(monkeypatch):
-    from tests.test_performance_contracts import SyncDetector
+    from tests.conftest import SyncDetector
 
     batches, init, step, _ = make_problem(n_batches=12)
     state = init()
