@@ -328,19 +328,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="steps of the untimed warm-up run of each variant (default 300: "
                         "enough for one of the history's batched transfers, every 256 steps, so "
                         "that its stacking is compiled before timing)")
+    parser.add_argument("--hidden", type=int, default=256,
+                        help="width of the two hidden layers (default 256; 32 gives a tiny model "
+                        "whose step is short, so gyre's per-step host overhead shows)")
     parser.add_argument("--profile", action="store_true",
                         help="instead of timing, run one variant under cProfile and print the "
                         "top 25 functions by own time")
     parser.add_argument("--profile-variant", choices=VARIANTS, default=LOOP,
                         help=f"the variant --profile runs (default {LOOP})")
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.rounds < 1 or args.warmup_steps < 1:
-        parser.error("--steps, --rounds and --warmup-steps must be >= 1")
+    if args.steps < 1 or args.rounds < 1 or args.warmup_steps < 1 or args.hidden < 1:
+        parser.error("--steps, --rounds, --warmup-steps and --hidden must be >= 1")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    global LAYERS
+    LAYERS = (64, args.hidden, args.hidden, 10)
     steps = args.steps
     batches = make_batches(max(steps, args.warmup_steps), args.seed)
     tx = optax.adam(LEARNING_RATE)
@@ -350,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     device = jax.devices()[0]
     print(f"jax {jax.__version__} on {device.platform} ({device.device_kind}), "
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}, MLP {LAYERS}")
 
     # Compile once, then run each variant briefly so that first-call costs are not timed.
     jax.block_until_ready(step(fresh_copy(initial), batches[0]))

@@ -164,10 +164,8 @@ class History:
         if group is None:
             group = self._groups[shape] = _Pending(shape)
         group.rows.append(self._rows)
-        columns = iter(group.columns)
-        for values in logs.values():
-            for value in values.values():
-                next(columns).append(value)
+        for column, value in zip(group.columns, [x for v in logs.values() for x in v.values()]):
+            column.append(value)
         self._clocks.append(elapsed)
         self._sizes.append(batch_size)
         self._rows += 1

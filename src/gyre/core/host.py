@@ -122,16 +122,41 @@ class _Groups:
         self.runs.append((column, row, len(values), sig, len(bucket)))
         bucket.extend(values if values[0].is_fully_addressable else map(_local, values))
 
-    def add_column(self, i: int, column: Sequence[Any]) -> None:
+    def add_column(self, i: int, column: Sequence[Any], *, trust: bool) -> None:
+        """Adds a column whole under its first value's group when its values are device arrays
+        of one type and shape; else value by value. ``trust``: the shapes in between the first
+        and the last value are checked by the stacking itself (in C++), so the step path reads
+        no property per value; the caller retries untrusted if the stacking refuses them."""
         first = column[0]
         sig = _signature(first)
-        if sig is not None and all(type(x) is type(first) for x in column):
-            sigs = {(x.shape, x.dtype) for x in column}
-            if len(sigs) == 1 and (first.is_fully_addressable or all(x.is_fully_replicated for x in column)):
+        if sig is not None and len(set(map(type, column))) == 1 and first.shape == column[-1].shape:
+            whole = trust or len({(x.shape, x.dtype) for x in column}) == 1
+            if whole and (first.is_fully_addressable or all(x.is_fully_replicated for x in column)):
                 self.add(i, 0, column, sig)
                 return
         for r, x in enumerate(column):  # mixed values: each one to its own group
             self.add(i, r, [x], _signature(x))
+
+
+def _stack_groups(columns: Sequence[Sequence[Any]], trust: bool) -> tuple[_Groups, dict[Any, Any]] | None:
+    """The stacking groups of ``columns`` and their stacked device arrays; ``None`` when a
+    trusted column turned out to mix shapes (the caller sorts value by value instead)."""
+    groups = _Groups()
+    for i, column in enumerate(columns):
+        if len(column):
+            groups.add_column(i, column, trust=trust)
+    stacked: dict[Any, Any] = {}
+    for sig, values in groups.values.items():
+        if len(values) < _MIN_STACK:
+            continue
+        size = 1 << (len(values) - 1).bit_length()
+        try:
+            stacked[sig] = _stack_jit(tuple(values) + (values[0],) * (size - len(values)))
+        except ValueError:
+            if trust:  # a trusted column mixes shapes (or devices): sort value by value
+                return None
+            continue  # values placed on different devices: fetch them one by one
+    return groups, stacked
 
 
 class ColumnFetch:
@@ -207,18 +232,10 @@ def start_fetch(columns: Sequence[Sequence[Any]]) -> ColumnFetch:
         >>> loss[9].item(), acc
         (9.0, [1.0, 2.0])
     """
-    groups = _Groups()
-    for i, column in enumerate(columns):
-        if len(column):
-            groups.add_column(i, column)
-    stacked: dict[Any, Any] = {}
-    for sig, values in groups.values.items():
-        if len(values) >= _MIN_STACK:
-            size = 1 << (len(values) - 1).bit_length()
-            try:
-                stacked[sig] = _stack_jit(tuple(values) + (values[0],) * (size - len(values)))
-            except ValueError:  # values placed on different devices: fetch them one by one
-                continue
+    found = _stack_groups(columns, trust=True)
+    if found is None:  # a column mixes shapes: sort its values one by one
+        found = _stack_groups(columns, trust=False) or (_Groups(), {})
+    groups, stacked = found
     rest = {}
     for column, row, count, group, _ in groups.runs:
         if group not in stacked:

@@ -288,12 +288,9 @@ def unflatten_logs(shape: Shape, children: Any) -> Logs:
         Logs(metrics={'a': 2})
     """
     out = Logs()
-    children = tuple(children)
-    start = 0
+    values = iter(children)  # zip takes from ``names`` first: it never consumes a value too many
     for collection, names in shape:
-        stop = start + len(names)
-        out[collection] = Collection(zip(names, children[start:stop], strict=True))
-        start = stop
+        out[collection] = Collection(zip(names, values))
     return out
 
 

@@ -233,13 +233,26 @@ class Elapse:
             return END
 
     def __next__(self) -> tuple[Elapsed, Any]:
+        # the per-step path: complete() and pull() inlined
+        clock = self.elapsed
         if self._pending is not None:
-            self.complete()
-        batch = self.pull(self.elapsed)
-        if batch is END:
+            now = self._clock()
+            clock = self.elapsed = clock.update(
+                self._pending, time=now - self._t0, date=self._d0 + now, epoch_steps=self.epoch_steps
+            )
+        stop = self._stop_steps
+        if (clock.steps >= stop) if stop is not None else (self.stop is not None and clock.reached(self.stop)):
+            self._pending = None
             raise StopIteration
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            self._pending = None
+            self.exhausted = True
+            raise
         size = self._pending = self.size_of(batch)
-        return self.elapsed.started(size, self.epoch_steps), batch
+        clock._step = (size, self.epoch_steps)
+        return clock, batch
 
     @property
     def batch_size(self) -> int | None:

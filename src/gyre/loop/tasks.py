@@ -284,7 +284,9 @@ def compile_tasks(tasks: Tasks | None) -> list[Task]:
         schedule: Schedule | None = as_schedule(key)
         if getattr(schedule, "fires_always", False):
             schedule = None  # nothing to ask: the loop skips the call
-        plan.append(Task(key, schedule, [bind(cb) for cb in as_list(callbacks)]))
+        invokers = [bind(cb) for cb in as_list(callbacks)]
+        if invokers or (schedule is not None and schedule.state_dict()):
+            plan.append(Task(key, schedule, invokers))  # a task with nothing to run is dropped
     return plan
 
 
