@@ -1,6 +1,7 @@
 """gyre.data: the digits data set, array batching, steps_per_epoch, and their errors."""
 
 import itertools
+import subprocess
 import sys
 
 import numpy as np
@@ -186,3 +187,27 @@ def test_steps_per_epoch():
 
 def test_public_names():
     assert set(gyre.data.__all__) >= {"batches", "digits", "steps_per_epoch"}
+
+
+def test_import_gyre_is_enough_and_does_not_import_scikit_learn():
+    # A fresh interpreter: this one has scikit-learn loaded already.
+    code = (
+        "import sys, gyre\n"
+        "assert 'sklearn' not in sys.modules, 'import gyre loaded scikit-learn'\n"
+        "(x, y), _ = gyre.data.digits()\n"
+        "assert 'sklearn' in sys.modules\n"
+        "print(x.shape, gyre.data.steps_per_epoch(len(x), 64))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "(1437, 64) 22"
+
+
+def test_gyre_data_is_a_facade():
+    import gyre
+
+    assert gyre.data is sys.modules["gyre.data"] and "data" in gyre.__all__
+    assert gyre.data.__all__ == sorted(gyre.data.__all__)
+    for name in gyre.data.__all__:
+        assert callable(getattr(gyre.data, name)), name
+        assert getattr(gyre.data, name).__doc__, name
