@@ -211,3 +211,29 @@ def test_gyre_data_is_a_facade():
     for name in gyre.data.__all__:
         assert callable(getattr(gyre.data, name)), name
         assert getattr(gyre.data, name).__doc__, name
+
+
+@pytest.mark.parametrize("call", [
+    lambda seed: digits(seed=seed),
+    lambda seed: stratified_split(np.arange(4) % 2, test_size=0.5, seed=seed),
+    lambda seed: batches(_data(), 2, seed=seed),  # checked at the call, not at the first batch
+])
+@pytest.mark.parametrize("seed", [-1, 1.5, "0", None])
+def test_bad_seeds_are_explained_at_the_call(call, seed):
+    with pytest.raises(ValueError) as info:
+        call(seed)
+    assert str(info.value).splitlines()[0] == "a seed must be a whole number >= 0"
+    assert f"received: {type(seed).__name__}" in str(info.value)
+
+
+def test_numpy_numbers_are_accepted_everywhere():
+    import jax.numpy as jnp
+
+    (x_train, _), (x_test, _) = digits(test_size=np.float32(0.5), seed=np.int64(3))
+    assert len(x_test) == 899
+    assert np.array_equal(x_train, digits(test_size=0.5, seed=3)[0][0])
+    x, y = _data()
+    first = next(batches((x, y), np.int64(4), seed=jnp.array(5), epochs=np.int32(1)))
+    assert first[0].shape == (4, 2)
+    assert np.array_equal(first[1], next(batches((x, y), 4, seed=5))[1])
+    assert steps_per_epoch(np.int64(10), jnp.array(3)) == 3
