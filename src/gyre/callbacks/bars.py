@@ -1,9 +1,13 @@
 """Progress bars: ``keras_bar`` (Keras-style line) and ``tqdm_bar``.
 
 Both run on ``on_train_batch_end`` when given to a named loop, or on any schedule in a task
-table. They never wait for the device: the values shown are those of the newest step that
-has finished computing (see :class:`~gyre.callbacks.lagged.LaggedValues`), and redraws are
-rate-limited.
+table, before or after the step: they show what the step logs wherever they sit. They never
+wait for the device: the values shown are those of the newest step that has finished
+computing (see :class:`~gyre.callbacks.lagged.LaggedValues`), and redraws are rate-limited.
+When the loop ends (``on_loop_end``, or ``on_train_end`` in a named loop) they draw the
+final values and end their line, also when the loop stopped before ``total``.
+
+Arguments are checked when the bar is made, not at its first draw.
 
 In a multi-process run (:mod:`gyre.distributed`) only process 0 draws; on the others a bar
 does nothing (the values it would show are the same global ones everywhere).
@@ -11,13 +15,17 @@ does nothing (the values it would show are the same global ones everywhere).
 
 from __future__ import annotations
 
+import inspect
+import math
+import numbers
+import os
 import sys
 import time
 from typing import IO, Any
 
 from gyre.callbacks.lagged import LaggedValues
 from gyre.core.clock import Elapsed
-from gyre.core.errors import whole_number
+from gyre.core.errors import describe, explain, suggest, whole_number
 from gyre.core.logs import Logs
 from gyre.parallel.distributed import is_main_process
 
@@ -31,6 +39,58 @@ def _check_total(total: Any) -> int | None:
         problem="a progress bar's total must be a number of steps >= 1 or None",
         expected="total=1000 (the loop's stop), or None for a bar without an end",
         fix="pass the number of steps the loop will run",
+    )
+
+
+def _check_width(width: Any) -> int:
+    return whole_number(
+        width,
+        minimum=1,
+        problem="keras_bar's width must be a number of characters >= 1",
+        expected="width=30 (the characters between the brackets)",
+        fix="pass width as an int, e.g. width=30",
+    )
+
+
+def _check_interval(interval: Any, *, owner: str, optional: bool) -> float | None:
+    if interval is None and optional:
+        return None
+    good = isinstance(interval, numbers.Real) and not isinstance(interval, bool)
+    if good and math.isfinite(interval) and interval >= 0:  # type: ignore[arg-type]
+        return float(interval)  # type: ignore[arg-type]
+    default = " (or None: 0.1 on a terminal, 10 in a log file)" if optional else ""
+    raise ValueError(
+        explain(
+            f"{owner}'s interval must be a number of seconds >= 0{' or None' if optional else ''}",
+            expected=f"interval=0.5 (seconds between redraws){default}",
+            received=describe(interval),
+            fix="pass the seconds between redraws as a number, e.g. interval=0.5",
+        )
+    )
+
+
+def _check_file(file: Any, owner: str) -> Any:
+    if file is None or callable(getattr(file, "write", None)):
+        return file
+    if isinstance(file, (str, bytes, os.PathLike)):
+        raise TypeError(
+            explain(
+                f"{owner}'s file must be an open text file, not a path",
+                expected="an object with a write() method: sys.stdout, sys.stderr, io.StringIO(), "
+                "or a file you opened",
+                received=describe(file),
+                fix=f"open the file yourself and close it after the loop: "
+                f"f = open({os.fsdecode(file)!r}, 'w'); {owner}(..., file=f)",
+            )
+        )
+    raise TypeError(
+        explain(
+            f"{owner}'s file must be an open text file or None",
+            expected="an object with a write() method (sys.stdout, io.StringIO(), open(...)), "
+            "or None for sys.stdout",
+            received=describe(file),
+            fix=f"{owner}(..., file=sys.stderr)",
+        )
     )
 
 
@@ -51,7 +111,19 @@ def _format_value(value: float) -> str:
 
 
 class KerasBar:
-    """The callback :func:`keras_bar` returns."""
+    """The callback :func:`keras_bar` returns (see there).
+
+    Attributes:
+        total: the step count at which the bar is full, or ``None``.
+        width: characters between the brackets.
+        file: where it writes (``None``: ``sys.stdout``).
+
+    Example:
+        >>> import gyre, io, numpy as np
+        >>> bar = gyre.keras_bar(total=np.int64(100), file=io.StringIO())
+        >>> isinstance(bar, gyre.callbacks.KerasBar), bar.total
+        (True, 100)
+    """
 
     def __init__(
         self,
@@ -62,9 +134,9 @@ class KerasBar:
         file: IO[str] | None,
     ) -> None:
         self.total = _check_total(total)
-        self.file = file
-        self.width = width
-        self._interval = interval
+        self.file = _check_file(file, "keras_bar")
+        self.width = _check_width(width)
+        self._interval = _check_interval(interval, owner="keras_bar", optional=True)
         self._lagged = LaggedValues()
         self._t_first: float | None = None
         self._step_first = 0
@@ -98,16 +170,34 @@ class KerasBar:
         interval = self._interval
         if interval is None:  # decided once: a terminal redraws often, a log file seldom
             interval = self._interval = 0.1 if self._isatty() else 10.0
-        if now - self._last_draw >= interval or steps == self.total:
-            self._draw(now, final=steps == self.total)
+        full = steps == self.total
+        if full and self._lagged.awaiting_entries():
+            return  # listed before the step: the last line waits for its values (on_loop_end)
+        if now - self._last_draw >= interval or full:
+            self._draw(now, final=full)
 
     on_train_batch_end = __call__
 
-    def on_train_end(self) -> None:
-        """Draws the final values and ends the line."""
+    def on_loop_end(self) -> None:
+        """Draws the final values and ends the line, once (later calls do nothing until
+        the bar is used again).
+
+        The engine calls it when a loop that holds the bar ends, whatever ended it; a named
+        loop also calls :meth:`on_train_end`, which is the same.
+
+        Example:
+            >>> import gyre, io
+            >>> out = io.StringIO()
+            >>> bar = gyre.keras_bar(file=out)
+            >>> bar(gyre.Elapsed(steps=0), gyre.logs().add_loss("loss", 0.5))
+            >>> bar.on_loop_end(); bar.on_loop_end()
+            >>> out.getvalue().splitlines()[-1]
+            '1 steps - 0s - loss: 0.5000'
+        """
         if self._t_first is not None and not self._closed:
-            self._lagged.read(wait=True)
             self._draw(time.perf_counter(), final=True)
+
+    on_train_end = on_loop_end
 
     def _draw(self, now: float, *, final: bool) -> None:
         values = self._lagged.read(wait=final)
@@ -143,9 +233,10 @@ class KerasBar:
         else:
             out.write(line + "\n")
         out.flush()
-        if final:
+        if final:  # a later use starts a new line, drawn at once
             self._closed = True
             self._t_first = None
+            self._last_draw = -float("inf")
 
 
 def keras_bar(
@@ -161,12 +252,22 @@ def keras_bar(
     Values are those of the newest step the device has finished (never a wait), and entries
     logged only now and then (``accuracy_test``) stay shown until updated.
 
+    The line ends when the bar reaches ``total``, or when the loop ends
+    (:meth:`KerasBar.on_loop_end`), whichever comes first. A bar listed before the step in
+    a task table shows the step's values too.
+
     Args:
-        total: steps the loop will run (the bar's end); ``None`` shows a counter.
+        total: steps the loop will run (the bar's end): any whole number >= 1, numpy and
+            0-d JAX integers included; ``None`` shows a counter.
         interval: seconds between redraws (default 0.1 on a terminal, 10 otherwise, where
             each redraw is a new line).
         width: characters of the bar.
-        file: where to write (default ``sys.stdout``).
+        file: an open text file to write to (default ``sys.stdout``); to write to a path,
+            open it yourself: ``file=open("train.log", "w")``.
+
+    Raises:
+        ValueError: ``total``, ``width`` or ``interval`` out of range.
+        TypeError: ``file`` is not an open file (a path string, say).
 
     Example:
         >>> import gyre, io
@@ -179,13 +280,60 @@ def keras_bar(
     return KerasBar(total, interval=interval, width=width, file=file)
 
 
+def _check_tqdm_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    from tqdm.auto import tqdm
+    from tqdm.std import tqdm as std_tqdm
+
+    taken = {"iterable", "initial"}  # the bar sets them: it is called, the clock says where
+    accepted: set[str] = set()
+    for cls in {tqdm, std_tqdm}:
+        params = inspect.signature(cls.__init__).parameters.values()
+        accepted |= {p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD}
+    accepted -= {"self", "total", *taken}  # total is tqdm_bar's own argument
+    for name in kwargs:
+        if name in taken:
+            raise TypeError(
+                explain(
+                    f"tqdm_bar sets tqdm's {name!r} itself",
+                    expected="tqdm options other than iterable and initial (the bar is "
+                    "called by the loop, and starts where the loop's clock does)",
+                    received=f"{name}={describe(kwargs[name])}",
+                    fix=f"remove {name}=; to continue a run, pass the loop its elapsed=",
+                )
+            )
+        if name not in accepted:
+            raise TypeError(
+                explain(
+                    f"tqdm_bar got {name!r}, which tqdm does not take",
+                    expected=f"tqdm options: {', '.join(sorted(accepted))}",
+                    received=f"{name}={describe(kwargs[name])}",
+                    fix="check the name." + suggest(name, accepted),
+                )
+            )
+    if "file" in kwargs:
+        _check_file(kwargs["file"], "tqdm_bar")
+    return kwargs
+
+
 class TqdmBar:
-    """The callback :func:`tqdm_bar` returns."""
+    """The callback :func:`tqdm_bar` returns (see there).
+
+    Attributes:
+        total: the step count at which the bar is full, or ``None``.
+        interval: seconds between updates of the values shown.
+        tqdm_kwargs: the options passed to ``tqdm``.
+
+    Example:
+        >>> import gyre, io
+        >>> bar = gyre.tqdm_bar(total=10, desc="train", file=io.StringIO())
+        >>> isinstance(bar, gyre.callbacks.TqdmBar), bar.tqdm_kwargs["desc"]
+        (True, 'train')
+    """
 
     def __init__(self, total: int | None, *, interval: float, **tqdm_kwargs: Any) -> None:
         self.total = _check_total(total)
-        self.interval = interval
-        self.tqdm_kwargs = tqdm_kwargs
+        self.interval = _check_interval(interval, owner="tqdm_bar", optional=False)
+        self.tqdm_kwargs = _check_tqdm_kwargs(tqdm_kwargs)
         self._bar: Any = None
         self._lagged = LaggedValues()
         self._last_post = -float("inf")
@@ -208,26 +356,46 @@ class TqdmBar:
         if now - self._last_post >= self.interval:
             self._last_post = now
             self._bar.set_postfix(self._lagged.read(), refresh=False)
-        if self.total is not None and steps >= self.total:
-            self.on_train_end()
+        if self.total is not None and steps >= self.total and not self._lagged.awaiting_entries():
+            self.on_loop_end()
 
     on_train_batch_end = __call__
 
-    def on_train_end(self) -> None:
-        """Shows the final values and closes the bar."""
+    def on_loop_end(self) -> None:
+        """Shows the final values and closes the bar, once (later calls do nothing until
+        the bar is used again). The engine calls it when a loop that holds the bar ends; a
+        named loop also calls :meth:`on_train_end`, which is the same.
+
+        Example:
+            >>> import gyre, io
+            >>> out = io.StringIO()
+            >>> bar = gyre.tqdm_bar(file=out, interval=0)
+            >>> bar(gyre.Elapsed(steps=0), gyre.logs().add_loss("loss", 0.5))
+            >>> bar.on_loop_end(); bar.on_loop_end()
+            >>> "loss=0.5" in out.getvalue()
+            True
+        """
         if self._bar is not None:
             self._bar.set_postfix(self._lagged.read(wait=True), refresh=False)
             self._bar.close()
             self._bar = None
+
+    on_train_end = on_loop_end
 
 
 def tqdm_bar(total: int | None = None, *, interval: float = 0.5, **tqdm_kwargs: Any) -> TqdmBar:
     """A tqdm progress bar with the latest finished step's values as its postfix.
 
     Args:
-        total: steps the loop will run.
+        total: steps the loop will run: any whole number >= 1 (numpy and 0-d JAX integers
+            included), or ``None``.
         interval: seconds between postfix updates.
-        **tqdm_kwargs: passed to ``tqdm`` (``desc``, ``file``, ``disable``, ...).
+        **tqdm_kwargs: passed to ``tqdm`` (``desc``, ``file``, ``disable``, ...); checked
+            against tqdm's options when the bar is made.
+
+    Raises:
+        ValueError: ``total`` or ``interval`` out of range.
+        TypeError: an option tqdm does not take, or ``file`` that is not an open file.
 
     Example:
         >>> import gyre, io
