@@ -3,6 +3,7 @@
 import itertools
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -237,3 +238,14 @@ def test_numpy_numbers_are_accepted_everywhere():
     assert first[0].shape == (4, 2)
     assert np.array_equal(first[1], next(batches((x, y), 4, seed=5))[1])
     assert steps_per_epoch(np.int64(10), jnp.array(3)) == 3
+
+
+def test_readme_data_section_runs(tmp_path, monkeypatch):
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Data: `gyre.data`")[1].split("\n## ")[0]
+    code = section.split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(code, "README.md (Data)", "exec"), namespace)
+    assert namespace["x"].shape == (64, 64) and namespace["y"].dtype == np.int32
+    assert namespace["steps"] == 22 and len(list(namespace["test"]())) == 6

@@ -372,3 +372,17 @@ def test_missing_monitor_error_prints_real_newlines(tmp_path):
         "  expected: an entry named 'loss_test' in the logs when checkpoint runs",
         "  received: entries ['losses.loss']",
     ]
+
+
+def test_readme_checkpoint_section_runs(tmp_path, monkeypatch, capsys):
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Checkpoints")[1].split("\n## ")[0]
+    code = section.split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md (Checkpoints)", "exec"), {})
+    assert capsys.readouterr().out == "10 [10. 10.]\n"
+    assert _saved_steps_in(tmp_path / "runs" / "readme" / "checkpoints") == [9]
+
+
+def _saved_steps_in(directory):
+    return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
