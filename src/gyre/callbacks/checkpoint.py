@@ -254,8 +254,24 @@ class Checkpoint:
     on_epoch_end = __call__
 
     def on_train_end(self) -> None:
-        """Waits for a save still being written when the loop ends."""
+        """Waits for a save still being written when the loop ends.
+
+        ``on_loop_end``, which the engine calls when any loop holding the checkpoint ends,
+        is the same, so a plain ``gyre.loop`` needs no ``on_end=ckpt.on_train_end``.
+
+        Example:
+            >>> import os, tempfile, gyre, jax.numpy as jnp
+            >>> tmp = tempfile.TemporaryDirectory()
+            >>> ckpt = gyre.checkpoint(tmp.name)
+            >>> ckpt(gyre.Elapsed(steps=1), {"w": jnp.ones(2)})
+            >>> ckpt.on_loop_end()  # the save is on disk now
+            >>> [name for name in os.listdir(tmp.name) if name.isdigit()]
+            ['1']
+            >>> ckpt.close(); tmp.cleanup()
+        """
         self.wait_until_finished()
+
+    on_loop_end = on_train_end
 
     # -- reading -------------------------------------------------------------------------
 
