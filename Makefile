@@ -22,8 +22,12 @@ $(VENV)/.stamp-test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.stamp-demo
 	$(BIN)/gyre fit
 
+# The suite's temporary files (pytest's tmp_path, anything made through tempfile) go to a
+# folder of this run, removed at the end whatever the result: nothing is left in /tmp.
 test: $(VENV)/.stamp-test
-	$(BIN)/python -m pytest -q -n 2 --durations=10
+	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/gyre-test.XXXXXX") && \
+	TMPDIR="$$tmp" $(BIN)/python -m pytest -q -n 2 --durations=10; \
+	status=$$?; rm -rf "$$tmp"; exit $$status
 
 bench: $(VENV)/.stamp-test
 	$(BIN)/python benchmarks/loop_overhead.py

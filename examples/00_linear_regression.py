@@ -5,6 +5,8 @@ runs the step every step, an evaluation on the whole data set every 100 steps, a
 progress bar.
 
     python examples/00_linear_regression.py
+
+Writes no files (``main(workdir=...)`` writes ``history.csv`` into the folder it is given).
 """
 
 from __future__ import annotations

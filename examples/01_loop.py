@@ -4,6 +4,9 @@ Every step runs the train step; every tenth of the run a checkpoint is saved; th
 bar comes last so it shows what the step logged.
 
     python examples/01_loop.py
+
+Writes its checkpoints to ``runs/01_loop/<timestamp>/checkpoints/`` (``runs/`` is gitignored;
+``make clean`` removes it), or under ``main(workdir=...)``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ def main(steps: int = 1000, workdir: str | None = None) -> float:
 
     Args:
         steps: training steps.
-        workdir: where ``checkpoints/`` goes (a temporary directory by default).
+        workdir: where ``checkpoints/`` goes (default: a new ``runs/<example>/<timestamp>/``).
     """
     workdir = make_workdir(workdir, "01_loop")
     (x_train, y_train), test = gyre.data.digits()

@@ -5,6 +5,9 @@ The train and test steps go under the named schedules ``on_train_step`` and
 registers itself on ``on_train_batch_end`` and the checkpoint on ``on_epoch_end``.
 
     python examples/02_train_loop.py
+
+Writes its checkpoints to ``runs/02_train_loop/<timestamp>/checkpoints/`` (``runs/`` is
+gitignored; ``make clean`` removes it), or under ``main(workdir=...)``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ def main(steps: int = 1000, workdir: str | None = None) -> float:
 
     Args:
         steps: training steps (an evaluation runs at the end of every epoch).
-        workdir: where ``checkpoints/`` goes (a temporary directory by default).
+        workdir: where ``checkpoints/`` goes (default: a new ``runs/<example>/<timestamp>/``).
     """
     workdir = make_workdir(workdir, "02_train_loop")
     (x_train, y_train), (x_test, y_test) = gyre.data.digits()

@@ -4,6 +4,9 @@
 the checkpoint, the progress bar and the history are called directly.
 
     python examples/03_manual_iteration.py
+
+Writes its checkpoints to ``runs/03_manual_iteration/<timestamp>/checkpoints/`` (``runs/`` is
+gitignored; ``make clean`` removes it), or under ``main(workdir=...)``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ def main(steps: int = 1000, workdir: str | None = None) -> float:
 
     Args:
         steps: training steps.
-        workdir: where ``checkpoints/`` goes (a temporary directory by default).
+        workdir: where ``checkpoints/`` goes (default: a new ``runs/<example>/<timestamp>/``).
     """
     workdir = make_workdir(workdir, "03_manual_iteration")
     (x_train, y_train), test = gyre.data.digits()

@@ -6,6 +6,9 @@ the losses the step logs; ``managed.step`` compiles without gradients. The runni
 accuracy is a metric object kept in the state and emptied before each evaluation.
 
     python examples/04_managed_api.py
+
+Writes its checkpoints to ``runs/04_managed_api/<timestamp>/checkpoints/`` (``runs/`` is
+gitignored; ``make clean`` removes it), or under ``main(workdir=...)``.
 """
 
 import os
@@ -55,7 +58,7 @@ def main(steps: int = 1000, workdir: str | None = None) -> float:
     Args:
         steps: training steps (the test set is evaluated every tenth of them, at most
             every 10 steps).
-        workdir: where ``checkpoints/`` goes (a temporary directory by default).
+        workdir: where ``checkpoints/`` goes (default: a new ``runs/<example>/<timestamp>/``).
     """
     workdir = make_workdir(workdir, "04_managed_api")
     (x_train, y_train), (x_test, y_test) = gyre.data.digits()

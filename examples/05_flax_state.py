@@ -4,6 +4,9 @@ The state's ``train_step``, ``test_step`` and ``reset_step`` register themselves
 ``gyre.train_loop``, which evaluates on the test set at the end of every epoch.
 
     python examples/05_flax_state.py
+
+Writes its checkpoints to ``runs/05_flax_state/<timestamp>/checkpoints/`` (``runs/`` is
+gitignored; ``make clean`` removes it), or under ``main(workdir=...)``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ def main(steps: int = 1000, workdir: str | None = None) -> float:
 
     Args:
         steps: training steps (an evaluation runs at the end of every epoch).
-        workdir: where ``checkpoints/`` goes (a temporary directory by default).
+        workdir: where ``checkpoints/`` goes (default: a new ``runs/<example>/<timestamp>/``).
     """
     workdir = make_workdir(workdir, "05_flax_state")
     (x_train, y_train), (x_test, y_test) = gyre.data.digits()

@@ -5,6 +5,8 @@ The model is kept as ``graphdef`` + state and rebuilt with ``nnx.merge`` inside 
 and its batch statistics are updated in training and used in evaluation.
 
     python examples/06_nnx.py
+
+Writes no files.
 """
 
 from __future__ import annotations

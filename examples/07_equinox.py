@@ -5,6 +5,8 @@ updates) and the static rest, which the step closes over; ``managed.train_step``
 differentiates the logged loss. (``gyre.create_flax_state`` also takes equinox models.)
 
     python examples/07_equinox.py
+
+Writes no files.
 """
 
 from __future__ import annotations

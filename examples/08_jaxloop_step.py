@@ -10,6 +10,8 @@ MNIST uses ``[1, 28, 28, 1]``), and the learning rate is larger than the seed's 
 few dozen steps learn something.
 
     python examples/08_jaxloop_step.py
+
+Writes no files.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from _digits_common import BATCH_SIZE, make_workdir
+from _digits_common import BATCH_SIZE
 from jax.sharding import Mesh
 
 import gyre
@@ -92,7 +94,6 @@ def main(steps: int = 500, workdir: str | None = None) -> float:
         steps: training steps.
         workdir: unused (this example writes nothing); kept for a uniform ``main``.
     """
-    make_workdir(workdir, "08_jaxloop_step")
     (x_train, y_train), (x_test, y_test) = gyre.data.digits()
 
     mesh = Mesh(np.asarray(jax.devices()), ("data",))

@@ -1,13 +1,18 @@
-"""What the digits examples share: an MLP, its state, and its train and test steps.
+"""What the digits examples share: an MLP, its state, its train and test steps, and where
+the examples write.
 
 The state is a plain dict ``{"params", "opt_state"}``; a step is
 ``(state, (x, y)) -> (logs, state)``, compiled once, the train step donating its state.
+
+Examples that write files (checkpoints) write them under ``runs/<example>/<timestamp>/`` in
+the repository, a new folder per run: ``runs/`` is gitignored and ``make clean`` removes it.
+Nothing goes to the system's temporary directory.
 """
 
 from __future__ import annotations
 
-import tempfile
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import flax.linen as nn
@@ -16,8 +21,10 @@ import jax.numpy as jnp
 import optax
 
 import gyre
+from gyre.demo import make_run_dir
 
 BATCH_SIZE = 64
+RUNS = Path(__file__).resolve().parent.parent / "runs"  # gitignored
 State = dict[str, Any]
 Batch = tuple[jax.Array, jax.Array]
 
@@ -71,5 +78,6 @@ def test_accuracy(state: State, test: tuple[Any, Any]) -> float:
 
 
 def make_workdir(workdir: str | None, name: str) -> str:
-    """``workdir``, or a fresh temporary directory when it is None."""
-    return workdir if workdir is not None else tempfile.mkdtemp(prefix=f"gyre-{name}-")
+    """``workdir``, or when it is None a new ``runs/<name>/<YYYYmmdd-HHMMSS>/`` (a new folder
+    per run, so a second run never finds the first one's checkpoints)."""
+    return workdir if workdir is not None else str(make_run_dir(RUNS / name))

@@ -2,6 +2,7 @@
 
 import csv
 import datetime
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +112,116 @@ def test_python_m_gyre_help():
     )
     assert done.returncode == 0, done.stderr
     assert "usage: gyre" in done.stdout and "fit" in done.stdout
+
+
+# -- usage errors: never a traceback ------------------------------------------------------
+
+
+def _usage_error(argv, capsys):
+    """Runs the command, expects argparse's usage error; returns its message line."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: gyre fit") and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("gyre fit: error: argument ")
+    return last
+
+
+def test_cli_out_naming_a_file(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("keep me")
+    message = _usage_error(["fit", "--quiet", "--out", str(tmp_path / "notes.txt")], capsys)
+    assert message.endswith(f"argument --out: {str(tmp_path / 'notes.txt')!r} is a file, not a "
+                            "folder to hold the run folders")
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
+
+
+def test_cli_out_under_a_file(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("")
+    out = tmp_path / "notes.txt" / "runs"
+    message = _usage_error(["fit", "--quiet", "--out", str(out)], capsys)
+    assert f"argument --out: {str(out)!r} cannot be created: " in message
+    assert message.endswith("is a file")
+
+
+def test_cli_out_that_cannot_be_written(tmp_path, capsys, monkeypatch):
+    # Root writes anywhere a mode allows, so the refusal of the file system is simulated.
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(demo.Path, "mkdir", refuse)
+    message = _usage_error(["fit", "--quiet", "--out", str(tmp_path / "runs")], capsys)
+    assert message.endswith(f"cannot create a run folder in {str(tmp_path / 'runs')!r}: Permission denied")
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root can write anywhere")
+def test_cli_out_in_a_read_only_folder(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    message = _usage_error(["fit", "--quiet", "--out", str(locked / "runs")], capsys)
+    assert "is not writable" in message
+
+
+@pytest.mark.parametrize("seed", ["-1", "x", str(2**63)])
+def test_cli_bad_seed(seed, capsys, tmp_path):
+    message = _usage_error(["fit", "--seed", seed, "--out", str(tmp_path)], capsys)
+    assert message.endswith(f"argument --seed: expected a whole number from 0 to {2**63 - 1}, "
+                            f"received {seed!r}")
+    assert not any(tmp_path.iterdir())
+    assert cli.MAX_SEED == demo.MAX_SEED  # the CLI does not import the demo to check it
+
+
+def test_cli_batch_larger_than_the_data(capsys, tmp_path):
+    message = _usage_error(["fit", "--quiet", "--batch-size", "5000", "--out", str(tmp_path)], capsys)
+    assert message.endswith("argument --batch-size: must be at most 1437, the number of digits "
+                            "training samples, received 5000")
+    assert not any(tmp_path.iterdir())  # no run folder for a run that cannot start
+
+
+def test_cli_learning_rate_must_be_finite(capsys):
+    message = _usage_error(["fit", "--learning-rate", "inf"], capsys)
+    assert message.endswith("expected a finite number > 0, received 'inf'")
+
+
+def test_fit_digits_explains_the_same_mistakes(tmp_path):
+    with pytest.raises(demo.DemoArgumentError) as info:
+        demo.fit_digits(batch_size=5000, out=tmp_path, quiet=True)
+    assert info.value.argument == "batch_size"
+    assert str(info.value).splitlines() == [
+        "fit_digits: batch_size must be at most 1437, the number of digits training samples, received 5000",
+        "  expected: batch_size <= 1437 (every training batch is full)",
+        "  received: batch_size=5000",
+        "  fix: pass batch_size=64 (or any value up to 1437)",
+    ]
+    with pytest.raises(demo.DemoArgumentError, match=r"seed must be a whole number from 0 to"):
+        demo.fit_digits(seed=-1, out=tmp_path)
+    with pytest.raises(demo.DemoArgumentError, match="learning_rate must be a finite number"):
+        demo.fit_digits(learning_rate=float("nan"), out=tmp_path)
+    with pytest.raises(demo.DemoArgumentError, match="out must be a folder name"):
+        demo.fit_digits(out=3)
+    assert not any(tmp_path.iterdir())
+
+
+def test_fit_digits_accepts_numpy_integers(monkeypatch, tmp_path):
+    import numpy as np
+
+    def stop_here():
+        raise RuntimeError("checked")
+
+    monkeypatch.setattr(demo, "_require_plotting", stop_here)
+    with pytest.raises(RuntimeError, match="checked"):  # got past every argument check
+        demo.fit_digits(epochs=np.int64(2), batch_size=np.int32(32), seed=np.int64(1),
+                        learning_rate=np.float32(1e-3), out=tmp_path)
+
+
+def test_gyre_fit_usage_error_in_a_subprocess(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "gyre", "fit", "--quiet", "--batch-size", "5000", "--out", str(tmp_path)],
+        capture_output=True, text=True, cwd=root, timeout=300,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: gyre fit") and "Traceback" not in done.stderr
+    assert "gyre fit: error: argument --batch-size: must be at most 1437" in done.stderr
+    assert done.stdout == ""

@@ -1,7 +1,9 @@
 """gyre.data: the digits data set, array batching, steps_per_epoch, and their errors."""
 
 import itertools
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -186,3 +188,64 @@ def test_steps_per_epoch():
 
 def test_public_names():
     assert set(gyre.data.__all__) >= {"batches", "digits", "steps_per_epoch"}
+
+
+def test_import_gyre_is_enough_and_does_not_import_scikit_learn():
+    # A fresh interpreter: this one has scikit-learn loaded already.
+    code = (
+        "import sys, gyre\n"
+        "assert 'sklearn' not in sys.modules, 'import gyre loaded scikit-learn'\n"
+        "(x, y), _ = gyre.data.digits()\n"
+        "assert 'sklearn' in sys.modules\n"
+        "print(x.shape, gyre.data.steps_per_epoch(len(x), 64))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "(1437, 64) 22"
+
+
+def test_gyre_data_is_a_facade():
+    import gyre
+
+    assert gyre.data is sys.modules["gyre.data"] and "data" in gyre.__all__
+    assert gyre.data.__all__ == sorted(gyre.data.__all__)
+    for name in gyre.data.__all__:
+        assert callable(getattr(gyre.data, name)), name
+        assert getattr(gyre.data, name).__doc__, name
+
+
+@pytest.mark.parametrize("call", [
+    lambda seed: digits(seed=seed),
+    lambda seed: stratified_split(np.arange(4) % 2, test_size=0.5, seed=seed),
+    lambda seed: batches(_data(), 2, seed=seed),  # checked at the call, not at the first batch
+])
+@pytest.mark.parametrize("seed", [-1, 1.5, "0", None])
+def test_bad_seeds_are_explained_at_the_call(call, seed):
+    with pytest.raises(ValueError) as info:
+        call(seed)
+    assert str(info.value).splitlines()[0] == "a seed must be a whole number >= 0"
+    assert f"received: {type(seed).__name__}" in str(info.value)
+
+
+def test_numpy_numbers_are_accepted_everywhere():
+    import jax.numpy as jnp
+
+    (x_train, _), (x_test, _) = digits(test_size=np.float32(0.5), seed=np.int64(3))
+    assert len(x_test) == 899
+    assert np.array_equal(x_train, digits(test_size=0.5, seed=3)[0][0])
+    x, y = _data()
+    first = next(batches((x, y), np.int64(4), seed=jnp.array(5), epochs=np.int32(1)))
+    assert first[0].shape == (4, 2)
+    assert np.array_equal(first[1], next(batches((x, y), 4, seed=5))[1])
+    assert steps_per_epoch(np.int64(10), jnp.array(3)) == 3
+
+
+def test_readme_data_section_runs(tmp_path, monkeypatch):
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Data: `gyre.data`")[1].split("\n## ")[0]
+    code = section.split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(code, "README.md (Data)", "exec"), namespace)
+    assert namespace["x"].shape == (64, 64) and namespace["y"].dtype == np.int32
+    assert namespace["steps"] == 22 and len(list(namespace["test"]())) == 6

@@ -2,6 +2,8 @@
 
 import importlib.util
 import os
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -62,11 +64,33 @@ def test_03_manual_iteration(load, tmp_path, capsys):
     assert _saved_steps(tmp_path / "checkpoints") == [27]  # called by hand: saved as elapsed.steps
 
 
-def test_examples_default_to_a_temporary_workdir(load):
+def test_examples_default_to_a_new_run_folder_under_runs(load, tmp_path, monkeypatch):
     common = load("_digits_common")
+    assert common.RUNS == EXAMPLES.parent / "runs"  # the repository's runs/, gitignored
+    assert "runs/" in (EXAMPLES.parent / ".gitignore").read_text().splitlines()
+    monkeypatch.setattr(common, "RUNS", tmp_path / "runs")
     first, second = common.make_workdir(None, "x"), common.make_workdir(None, "x")
-    assert first != second and os.path.isdir(first)
+    assert first != second and os.path.isdir(first) and os.path.isdir(second)
+    assert Path(first).parent == tmp_path / "runs" / "x"
     assert common.make_workdir("given", "x") == "given"
+
+
+def test_an_example_writes_only_under_runs(load, tmp_path, monkeypatch):
+    temporary = tmp_path / "system-tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))  # what tempfile.* would use
+    example = load("01_loop")
+    monkeypatch.setattr(sys.modules["_digits_common"], "RUNS", tmp_path / "runs")
+    example.main(steps=4)
+    assert list(temporary.iterdir()) == []
+    (run,) = (tmp_path / "runs" / "01_loop").iterdir()
+    assert _saved_steps(run / "checkpoints") == [4]
+
+
+def test_examples_document_where_they_write():
+    for path in sorted(EXAMPLES.glob("[0-9]*.py")):
+        doc = path.read_text().split('"""')[1]
+        assert "Writes no files" in doc or f"runs/{path.stem}/<timestamp>/" in doc, path.name
 
 
 def test_04_managed_api(load, tmp_path, capsys):

@@ -7,6 +7,8 @@ A loop is a table from schedules to callbacks, run by one small engine::
 See the README for the ladder of APIs built on it.
 """
 
+from gyre import callbacks as callbacks
+from gyre import data as data
 from gyre.callbacks.bars import keras_bar as keras_bar
 from gyre.callbacks.bars import tqdm_bar as tqdm_bar
 from gyre.callbacks.checkpoint import checkpoint as checkpoint
@@ -114,8 +116,10 @@ __all__ = [
     "as_schedule",
     "at",
     "callback",
+    "callbacks",
     "checkpoint",
     "create_flax_state",
+    "data",
     "distributed",
     "early_stopping",
     "elapse",

@@ -2,13 +2,20 @@
 
 ``gyre fit`` trains the digits demo (:func:`gyre.demo.fit_digits`) and prints where its run
 folder is and the final test accuracy. Plain ``gyre`` prints the help.
+
+A mistake in the options (a batch larger than the data set, ``--out`` naming a file or a
+folder that cannot be written, a negative seed) is reported as a usage error, exit code 2,
+before any training, never as a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
+
+MAX_SEED = 2**63 - 1  # what jax.random.key takes (kept equal to gyre.demo.MAX_SEED)
 
 
 def _positive_int(text: str) -> int:
@@ -26,8 +33,20 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number > 0, received {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, received {text!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, received {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from 0 to {MAX_SEED}, received {text!r}"
+        )
     return value
 
 
@@ -54,23 +73,28 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--epochs", type=_positive_int, default=15, help="passes over the training set")
     fit.add_argument("--batch-size", type=_positive_int, default=64, help="samples per step")
     fit.add_argument("--learning-rate", type=_positive_float, default=1e-3, help="Adam's learning rate")
-    fit.add_argument("--seed", type=int, default=0, help="seed of the split, shuffles and initial parameters")
+    fit.add_argument("--seed", type=_seed, default=0, help="seed of the split, shuffles and initial parameters")
     fit.add_argument("--out", default="runs", help="folder that holds the run folders")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
+    fit.set_defaults(command_parser=fit)
     return parser
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from gyre.demo import fit_digits
+    from gyre import demo
 
-    result = fit_digits(
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        learning_rate=args.learning_rate,
-        seed=args.seed,
-        out=args.out,
-        quiet=args.quiet,
-    )
+    try:
+        result = demo.fit_digits(
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            learning_rate=args.learning_rate,
+            seed=args.seed,
+            out=args.out,
+            quiet=args.quiet,
+        )
+    except demo.DemoArgumentError as err:  # raised before training: a usage error
+        option = "--" + err.argument.replace("_", "-")
+        args.command_parser.error(f"argument {option}: {err.summary}")
     steps, epochs = result.elapsed.steps, result.elapsed.epochs
     print(f"run folder: {result.run_dir}")
     print(f"trained {steps} steps ({epochs} epochs) in {result.seconds:.1f}s")
@@ -81,12 +105,23 @@ def _fit(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the ``gyre`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit code.
 
+    A usage error (an option that cannot work) prints the usage line and one message to
+    stderr and exits with code 2, as ``argparse`` does.
+
     Example:
         >>> import contextlib, io
         >>> with contextlib.redirect_stdout(io.StringIO()) as out:
         ...     code = main([])
         >>> code, out.getvalue().startswith("usage: gyre")
         (0, True)
+        >>> with contextlib.redirect_stderr(io.StringIO()) as err:
+        ...     try:
+        ...         main(["fit", "--seed", "-1"])
+        ...     except SystemExit as exit:
+        ...         print(exit.code)
+        2
+        >>> print(err.getvalue().splitlines()[-1])
+        gyre fit: error: argument --seed: expected a whole number from 0 to 9223372036854775807, received '-1'
     """
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))

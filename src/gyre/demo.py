@@ -11,6 +11,9 @@ Needs the ``examples`` extra (scikit-learn for the data, matplotlib for the plot
 from __future__ import annotations
 
 import datetime as _dt
+import math
+import numbers
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +28,7 @@ import optax
 import gyre
 import gyre.data
 from gyre.core.clock import Elapsed
-from gyre.core.errors import describe, explain
+from gyre.core.errors import as_integer, describe, explain
 from gyre.core.history import History
 from gyre.core.logs import Logs
 
@@ -113,24 +116,32 @@ def create_state(model: nn.Module, tx: optax.GradientTransformation, *, features
 def make_run_dir(out: str | Path, *, now: _dt.datetime | None = None) -> Path:
     """Creates and returns ``<out>/<YYYYmmdd-HHMMSS>/``, with a ``-1``, ``-2``... suffix if taken.
 
+    Raises:
+        DemoArgumentError: ``out`` is a file, or the folder cannot be created there.
+
     Example:
         >>> import tempfile, datetime
-        >>> root, when = tempfile.mkdtemp(), datetime.datetime(2024, 5, 1, 12, 0, 0)
-        >>> make_run_dir(root, now=when).name, make_run_dir(root, now=when).name
+        >>> when = datetime.datetime(2024, 5, 1, 12, 0, 0)
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     make_run_dir(root, now=when).name, make_run_dir(root, now=when).name
         ('20240501-120000', '20240501-120000-1')
     """
-    base = Path(out)
+    base = check_out(out)
     stamp = (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
-    base.mkdir(parents=True, exist_ok=True)
     suffix = 0
-    while True:
-        candidate = base / (stamp if suffix == 0 else f"{stamp}-{suffix}")
-        try:
-            candidate.mkdir()
-        except FileExistsError:
-            suffix += 1
-            continue
-        return candidate
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        while True:
+            candidate = base / (stamp if suffix == 0 else f"{stamp}-{suffix}")
+            try:
+                candidate.mkdir()
+            except FileExistsError:
+                suffix += 1
+                continue
+            return candidate
+    except OSError as err:  # no permission, a read-only or special file system, ...
+        reason = err.strerror or type(err).__name__
+        raise _out_error(base, f"cannot create a run folder in {str(base)!r}: {reason}") from err
 
 
 @dataclass(frozen=True)
@@ -152,17 +163,120 @@ class DemoResult:
     seconds: float
 
 
-def _check_positive(name: str, value: Any, kind: type, example: str) -> None:
-    bad = isinstance(value, bool) or not isinstance(value, kind) or not value > 0
-    if bad:
-        raise ValueError(
-            explain(
-                f"fit_digits: {name} must be a positive {kind.__name__}",
-                expected=example,
-                received=describe(value),
-                fix=f"pass {example}",
-            )
+class DemoArgumentError(ValueError):
+    """An argument of :func:`fit_digits` (or :func:`make_run_dir`) that cannot work.
+
+    ``str(err)`` is the full explanation (expected, received, fix); the ``gyre`` command
+    prints ``argument --<name>: <summary>`` with its usage line instead.
+
+    Attributes:
+        argument: the parameter's name (``"batch_size"``; the option is ``--batch-size``).
+        summary: what is wrong, in one line that names the value received.
+
+    Example:
+        >>> try:
+        ...     fit_digits(epochs=0)
+        ... except DemoArgumentError as err:
+        ...     print(err.argument, "-", err.summary)
+        epochs - must be a whole number >= 1, received int 0
+    """
+
+    def __init__(self, argument: str, summary: str, *, expected: str, received: str, fix: str) -> None:
+        super().__init__(
+            explain(f"fit_digits: {argument} {summary}", expected=expected, received=received, fix=fix)
         )
+        self.argument = argument
+        self.summary = summary
+
+
+MAX_SEED = 2**63 - 1  # what jax.random.key takes
+
+
+def _check_whole(name: str, value: Any, *, minimum: int, maximum: int | None, example: str) -> int:
+    number = as_integer(value)
+    if number is not None and number >= minimum and (maximum is None or number <= maximum):
+        return number
+    span = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+    raise DemoArgumentError(
+        name,
+        f"must be a whole number {span}, received {describe(value)}",
+        expected=f"an int {span}, e.g. {example}",
+        received=describe(value),
+        fix=f"pass {example}",
+    )
+
+
+def _check_learning_rate(value: Any) -> float:
+    good = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if good and math.isfinite(value) and value > 0:  # type: ignore[arg-type]
+        return float(value)  # type: ignore[arg-type]
+    raise DemoArgumentError(
+        "learning_rate",
+        f"must be a finite number > 0, received {describe(value)}",
+        expected="a float such as learning_rate=1e-3",
+        received=describe(value),
+        fix="pass learning_rate=1e-3",
+    )
+
+
+def _check_batch_size(batch_size: int, samples: int) -> None:
+    if batch_size > samples:
+        raise DemoArgumentError(
+            "batch_size",
+            f"must be at most {samples}, the number of digits training samples, received "
+            f"{batch_size}",
+            expected=f"batch_size <= {samples} (every training batch is full)",
+            received=f"batch_size={batch_size}",
+            fix=f"pass batch_size={min(64, samples)} (or any value up to {samples})",
+        )
+
+
+def _out_error(out: Path, summary: str) -> DemoArgumentError:
+    return DemoArgumentError(
+        "out",
+        summary,
+        expected="a folder that holds the run folders (created if missing), e.g. out='runs'",
+        received=repr(str(out)),
+        fix="choose a folder you can write to, e.g. out='runs'",
+    )
+
+
+def check_out(out: str | Path) -> Path:
+    """Checks, before any work, that run folders can be made in ``out``.
+
+    ``out`` may be missing (it is created); it must not be a file, nor lie under a file or
+    a folder that cannot be written to.
+
+    Example:
+        >>> import tempfile, os
+        >>> root = tempfile.TemporaryDirectory()
+        >>> check_out(os.path.join(root.name, "runs")).name  # missing: it will be created
+        'runs'
+        >>> open(os.path.join(root.name, "notes.txt"), "w").close()
+        >>> check_out(os.path.join(root.name, "notes.txt"))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        gyre.demo.DemoArgumentError: fit_digits: out '...notes.txt' is a file, not a folder...
+        >>> root.cleanup()
+    """
+    if isinstance(out, bytes) or not isinstance(out, (str, os.PathLike)) or not os.fspath(out):
+        raise DemoArgumentError(
+            "out",
+            f"must be a folder name, received {describe(out)}",
+            expected="a str or pathlib.Path naming a folder, e.g. out='runs'",
+            received=describe(out),
+            fix="pass out='runs'",
+        )
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise _out_error(path, f"{str(path)!r} is a file, not a folder to hold the run folders")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise _out_error(path, f"{str(path)!r} cannot be created: {str(existing)!r} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise _out_error(path, f"{str(path)!r} cannot be created: {str(existing)!r} is not writable")
+    return path
 
 
 def _require_plotting() -> None:
@@ -205,16 +319,23 @@ def fit_digits(
     Returns:
         A :class:`DemoResult`.
 
+    Raises:
+        DemoArgumentError: an argument that cannot work (checked before any training, and
+            before the run folder is made, except that folder's own creation).
+
     Example:
         >>> result = fit_digits(epochs=10, out="runs")  # doctest: +SKIP
         >>> result.test_accuracy > 0.95  # doctest: +SKIP
         True
     """
-    _check_positive("epochs", epochs, int, "epochs=10")
-    _check_positive("batch_size", batch_size, int, "batch_size=64")
-    _check_positive("learning_rate", learning_rate, float, "learning_rate=1e-3")
+    epochs = _check_whole("epochs", epochs, minimum=1, maximum=None, example="epochs=10")
+    batch_size = _check_whole("batch_size", batch_size, minimum=1, maximum=None, example="batch_size=64")
+    learning_rate = _check_learning_rate(learning_rate)
+    seed = _check_whole("seed", seed, minimum=0, maximum=MAX_SEED, example="seed=0")
+    check_out(out)
     _require_plotting()
     (x_train, y_train), (x_test, y_test) = gyre.data.digits(seed=seed)
+    _check_batch_size(batch_size, len(x_train))
     steps = gyre.data.steps_per_epoch(len(x_train), batch_size)
     train = gyre.data.batches((x_train, y_train), batch_size, seed=seed, epochs=epochs)
     total = epochs * steps
@@ -224,10 +345,10 @@ def fit_digits(
             (x_test, y_test), batch_size, shuffle=False, epochs=1, drop_remainder=False
         )
 
+    run_dir = make_run_dir(out)
     model, tx = MLP(), optax.adam(learning_rate)
     train_step, test_step = make_steps(model, tx)
     state = create_state(model, tx, features=x_train.shape[1], seed=seed)
-    run_dir = make_run_dir(out)
     callbacks: list[Any] = [gyre.checkpoint(str((run_dir / "checkpoints").resolve()))]
     if not quiet:
         callbacks.insert(0, gyre.keras_bar(total=total))

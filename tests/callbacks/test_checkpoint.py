@@ -315,3 +315,74 @@ def test_restore_into_a_different_structure(tmp_path):
 def test_best_step_needs_a_monitor(tmp_path):
     with pytest.raises(ValueError, match="needs a checkpoint that monitors"):
         gyre.checkpoint(tmp_path).best_step()
+
+
+# -- numpy numbers, construction-time checks, errors that print as written ------------------
+
+
+def test_numpy_and_jax_integers_as_keep_and_restore_step(tmp_path):
+    ckpt = gyre.checkpoint(tmp_path, keep=np.int64(2))
+    assert ckpt.keep == 2 and type(ckpt.keep) is int
+    for step in (1, 2, 3):
+        ckpt(gyre.Elapsed(steps=step), make_state(float(step)))
+    assert ckpt.all_steps() == [2, 3]
+    state, elapsed = ckpt.restore(target(), step=jnp.array(2))
+    assert elapsed.steps == 2 and float(state["w"][0, 0]) == 2.0
+    state, _ = ckpt.restore(target(), step=np.int32(3))
+    assert float(state["w"][0, 0]) == 3.0
+
+
+def test_directory_under_a_file_is_refused_at_construction(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ValueError) as info:
+        gyre.checkpoint(tmp_path / "notes.txt" / "ckpts")
+    assert str(info.value).splitlines()[0] == "checkpoint's directory cannot be created: a file is in the way"
+    assert f"under the file {str(tmp_path / 'notes.txt')!r}" in str(info.value)
+
+
+def test_unwritable_directory_is_refused_at_construction(tmp_path, monkeypatch):
+    # Root writes anywhere, so the permission is simulated.
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(PermissionError) as info:
+        gyre.checkpoint(tmp_path / "ckpts")
+    lines = str(info.value).splitlines()
+    assert lines[0] == "checkpoint's directory cannot be written"
+    assert lines[2] == f"  received: {str(tmp_path / 'ckpts')!r}, under {str(tmp_path)!r}, which is not writable"
+
+
+def test_vector_monitor_names_the_entry_and_its_shape(tmp_path):
+    ckpt = gyre.checkpoint(tmp_path, monitor="per_class")
+    logs = gyre.logs().add_metric("per_class", jnp.ones((2, 5)))
+    with pytest.raises(ValueError) as info:
+        ckpt(gyre.Elapsed(steps=1), make_state(), logs)
+    lines = str(info.value).splitlines()
+    assert lines[0] == "checkpoint monitors 'per_class', which is not a single number at step 1"
+    assert lines[2] == "  received: an array of shape (2, 5) (float32)"
+    assert ckpt.all_steps() == []
+
+
+def test_missing_monitor_error_prints_real_newlines(tmp_path):
+    ckpt = gyre.checkpoint(tmp_path, monitor="loss_test")
+    with pytest.raises(KeyError) as info:
+        ckpt(gyre.Elapsed(steps=1), make_state(), gyre.logs().add_loss("loss", 1.0))
+    assert isinstance(info.value, gyre.core.errors.ExplainedKeyError)
+    text = str(info.value)
+    assert "\\n" not in text and text.splitlines()[:3] == [
+        "checkpoint monitors 'loss_test', which was not logged at step 1",
+        "  expected: an entry named 'loss_test' in the logs when checkpoint runs",
+        "  received: entries ['losses.loss']",
+    ]
+
+
+def test_readme_checkpoint_section_runs(tmp_path, monkeypatch, capsys):
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Checkpoints")[1].split("\n## ")[0]
+    code = section.split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md (Checkpoints)", "exec"), {})
+    assert capsys.readouterr().out == "10 [10. 10.]\n"
+    assert _saved_steps_in(tmp_path / "runs" / "readme" / "checkpoints") == [9]
+
+
+def _saved_steps_in(directory):
+    return sorted(int(name) for name in os.listdir(directory) if name.isdigit())

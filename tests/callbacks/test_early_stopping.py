@@ -105,3 +105,88 @@ def test_monitor_never_logged_is_explained():
 def test_bad_arguments(kwargs, match):
     with pytest.raises((TypeError, ValueError), match=match):
         gyre.early_stopping(**kwargs)
+
+
+# -- arguments checked when it is made; errors at first use name the entry ------------------
+
+
+@pytest.mark.parametrize("baseline", ["low", float("nan"), True, [0.5], jnp.ones(2)])
+def test_bad_baseline_at_construction(baseline):
+    with pytest.raises(ValueError) as info:
+        gyre.early_stopping("loss", patience=2, baseline=baseline)
+    lines = str(info.value).splitlines()
+    assert lines[0] == "early_stopping's baseline must be a number or None"
+    assert lines[2].startswith("  received: ") and lines[3].startswith("  fix: pass the monitored")
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, first_line",
+    [
+        ({"patience": "3"}, ValueError, "early_stopping's patience must be a whole number >= 0"),
+        ({"patience": 1.5}, ValueError, "early_stopping's patience must be a whole number >= 0"),
+        ({"initial_patience": -1}, ValueError, "early_stopping's initial_patience must be a whole number >= 0"),
+        ({"min_delta": "0.1"}, ValueError, "early_stopping's min_delta must be a number >= 0"),
+        ({"min_delta": float("inf")}, ValueError, "early_stopping's min_delta must be a number >= 0"),
+        ({"min_delta": True}, ValueError, "early_stopping's min_delta must be a number >= 0"),
+        ({"mode": None}, ValueError, "early_stopping's mode must be 'min', 'max' or 'auto'"),
+        ({"mode": ["min"]}, ValueError, "early_stopping's mode must be 'min', 'max' or 'auto'"),
+        ({"delta_mode": None}, ValueError, "early_stopping's delta_mode must be 'absolute' or 'relative'"),
+        ({"restore_best_weights": "yes"}, TypeError, "early_stopping's restore_best_weights must be True or False"),
+        ({"monitor": 3}, TypeError, "early_stopping needs the name of the value to monitor"),
+    ],
+)
+def test_each_argument_is_checked_at_construction(kwargs, error, first_line):
+    arguments = {"monitor": "loss", "patience": 2, **kwargs}
+    with pytest.raises(error) as info:
+        gyre.early_stopping(**arguments)
+    assert str(info.value).splitlines()[0] == first_line
+    assert "  fix: " in str(info.value)
+
+
+def test_numpy_and_jax_numbers_are_accepted():
+    import numpy as np
+
+    es = gyre.early_stopping("loss", patience=np.int64(2), initial_patience=jnp.array(1),
+                             min_delta=np.float32(0.5), baseline=jnp.float32(2.5))
+    assert (es.patience, es.initial_patience, es.min_delta, es.best) == (2, 1, 0.5, 2.5)
+    assert type(es.patience) is int and type(es.best) is float
+    run([3, 2, 1.8, 1.7, 1.6], es)  # improving means going below best - 0.5, from 2.5
+    assert es.best == pytest.approx(1.8) and es.best_step == 2 and es.stopped_step == 4
+
+
+def test_a_vector_monitor_names_the_entry_and_its_shape():
+    es = gyre.early_stopping("per_class", patience=2)
+
+    def step(state):
+        return gyre.logs().add_metric("per_class", jnp.ones((3,))).add_loss("loss", jnp.float32(1))
+
+    with pytest.raises(ValueError) as info:
+        gyre.loop(0, range(2), {gyre.every(1): [step, es]})
+    assert str(info.value).splitlines() == [
+        "early_stopping monitors 'per_class', which is not a single number at step 0",
+        "  expected: a scalar logged as 'per_class' (a loss or a metric averaged over the batch)",
+        "  received: an array of shape (3,) (float32)",
+        "  fix: log one number under 'per_class', e.g. logs.add_metric(name, values.mean()), "
+        "or monitor another entry",
+    ]
+
+
+def test_a_value_holding_one_number_is_a_scalar():
+    es = gyre.early_stopping("loss", patience=1)
+    es(0, gyre.Elapsed(steps=0), gyre.logs().add_loss("loss", jnp.ones((1, 1))))
+    assert es.best == 1.0
+
+
+def test_missing_monitor_prints_its_lines():
+    es = gyre.early_stopping("val_loss", patience=1)
+    with pytest.raises(KeyError) as info:
+        es(0, gyre.Elapsed(steps=4), gyre.logs().add_loss("loss", 1.0))
+    assert isinstance(info.value, gyre.core.errors.ExplainedKeyError)
+    assert str(info.value).splitlines() == [
+        "early_stopping monitors 'val_loss', which was not logged at step 4",
+        "  expected: an entry named 'val_loss' in the logs when early_stopping runs",
+        "  received: entries ['losses.loss']",
+        "  fix: monitor one of the received names (evaluation entries carry the test suffix, "
+        "e.g. 'loss_test'), and run early stopping where it is logged (it registers itself "
+        "on on_epoch_end, after evaluation)",
+    ]

@@ -1,1 +1,42 @@
-"""Ready-made callbacks: progress bars, checkpoints, early stopping."""
+"""Ready-made callbacks: progress bars, checkpoints, early stopping, nested evaluation.
+
+Each factory returns an object that can sit in a task table under any schedule, or be given
+to a named loop's ``callbacks=``, where it registers itself on the points it is made for
+(a bar on ``on_train_batch_end``, a checkpoint and early stopping on ``on_epoch_end``).
+The classes are exported for type hints and ``isinstance`` checks; build them with the
+factories.
+
+Example:
+    >>> import io
+    >>> import gyre
+    >>> bar = gyre.callbacks.keras_bar(total=3, file=io.StringIO())
+    >>> isinstance(bar, gyre.callbacks.KerasBar)
+    True
+    >>> _ = gyre.loop(None, range(3), {gyre.every(1): [gyre.callbacks.noop, bar]})
+"""
+
+from gyre.callbacks.bars import KerasBar as KerasBar
+from gyre.callbacks.bars import TqdmBar as TqdmBar
+from gyre.callbacks.bars import keras_bar as keras_bar
+from gyre.callbacks.bars import tqdm_bar as tqdm_bar
+from gyre.callbacks.checkpoint import Checkpoint as Checkpoint
+from gyre.callbacks.checkpoint import checkpoint as checkpoint
+from gyre.callbacks.early_stopping import EarlyStopping as EarlyStopping
+from gyre.callbacks.early_stopping import early_stopping as early_stopping
+from gyre.callbacks.noop import noop as noop
+from gyre.loop.inner import InnerLoop as InnerLoop
+from gyre.loop.inner import inner_loop as inner_loop
+
+__all__ = [
+    "Checkpoint",
+    "EarlyStopping",
+    "InnerLoop",
+    "KerasBar",
+    "TqdmBar",
+    "checkpoint",
+    "early_stopping",
+    "inner_loop",
+    "keras_bar",
+    "noop",
+    "tqdm_bar",
+]

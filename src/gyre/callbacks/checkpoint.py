@@ -16,9 +16,10 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from gyre.callbacks import _monitor
 from gyre.core.clock import Elapsed
-from gyre.core.errors import describe, explain
-from gyre.core.host import fetch, to_python
+from gyre.core.errors import as_integer, describe, explain, whole_number
+from gyre.core.host import to_python
 from gyre.core.logs import Logs
 
 _MODES = ("min", "max")
@@ -54,20 +55,39 @@ def _check_directory(directory: Any) -> str:
                 fix="choose another path, or remove the file",
             )
         )
+    existing = path
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ValueError(
+            explain(
+                "checkpoint's directory cannot be created: a file is in the way",
+                expected="a directory, or a path where one can be created",
+                received=f"{path!r}, under the file {existing!r}",
+                fix="choose another path",
+            )
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(
+            explain(
+                "checkpoint's directory cannot be written",
+                expected="a directory you can write to, or one that can be created",
+                received=f"{path!r}" + (f", under {existing!r}" if existing != path else "")
+                + ", which is not writable",
+                fix="choose a directory you can write to, e.g. under runs/",
+            )
+        )
     return path
 
 
 def _check_keep(keep: Any) -> int:
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-        raise ValueError(
-            explain(
-                "checkpoint's keep must be a whole number >= 1",
-                expected="keep=3 (how many checkpoints to keep on disk)",
-                received=describe(keep),
-                fix="pass keep as a positive int; keep=1 keeps only the latest",
-            )
-        )
-    return keep
+    return whole_number(
+        keep,
+        minimum=1,
+        problem="checkpoint's keep must be a whole number >= 1",
+        expected="keep=3 (how many checkpoints to keep on disk)",
+        fix="pass keep as a positive int; keep=1 keeps only the latest",
+    )
 
 
 def _check_monitor(monitor: Any, mode: Any) -> None:
@@ -99,6 +119,12 @@ class Checkpoint:
         keep: how many checkpoints are kept (the latest, or the best when ``monitor``).
         monitor: the logged value ranking checkpoints, or ``None``.
         mode: ``"min"`` or ``"max"``: which values of ``monitor`` are better.
+
+    Example:
+        >>> import gyre
+        >>> ckpt = gyre.checkpoint("runs/exp1/checkpoints", keep=3)  # nothing written yet
+        >>> isinstance(ckpt, gyre.callbacks.Checkpoint), ckpt.keep, ckpt.directory.endswith("checkpoints")
+        (True, 3, True)
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, keep: int, monitor: str | None, mode: str) -> None:
@@ -151,37 +177,16 @@ class Checkpoint:
     # -- saving --------------------------------------------------------------------------
 
     def _monitored(self, logs: Logs | None, clock: Elapsed) -> Any:
-        found, value = (False, None) if logs is None else logs.lookup(self.monitor)  # type: ignore[arg-type]
-        if not found:
-            available = [] if logs is None else sorted({f"{c}.{n}" for c, n, _ in logs.entries()})
-            raise KeyError(
-                explain(
-                    f"checkpoint monitors {self.monitor!r}, which was not logged at step {clock.steps}",
-                    expected=f"an entry named {self.monitor!r} in the logs when the checkpoint runs",
-                    received=f"entries {available}" if logs is not None else "no logs (logs=None)",
-                    fix="monitor one of the received names (evaluation entries carry the test "
-                    "suffix, e.g. 'loss_test'), and save where it is logged (the checkpoint "
-                    "registers itself on on_epoch_end, after evaluation); when calling it by "
-                    "hand, pass the logs: ckpt(elapsed, state, logs)",
-                )
-            )
-        return value
-
-    def _metric(self, value: Any, clock: Elapsed) -> float:
-        host = fetch(value)
-        size = getattr(host, "size", 1)
-        if size != 1:
-            raise ValueError(
-                explain(
-                    f"checkpoint monitors {self.monitor!r}, which is not a single number at step {clock.steps}",
-                    expected="a scalar (a loss or a metric averaged over the batch)",
-                    received=f"a value of shape {getattr(host, 'shape', '?')}",
-                    fix="log the mean, e.g. logs.add_metric(name, values.mean())",
-                )
-            )
-        if hasattr(host, "reshape"):
-            host = host.reshape(())
-        return float(to_python(host))
+        return _monitor.find(
+            logs,
+            self.monitor,  # type: ignore[arg-type]
+            owner="checkpoint",
+            step=clock.steps,
+            fix="monitor one of the received names (evaluation entries carry the test "
+            "suffix, e.g. 'loss_test'), and save where it is logged (the checkpoint "
+            "registers itself on on_epoch_end, after evaluation); when calling it by "
+            "hand, pass the logs: ckpt(elapsed, state, logs)",
+        )
 
     def __call__(self, elapsed: Elapsed, state: Any, logs: Logs | None = None, loop: Any = None) -> None:
         """Saves ``state`` and the clock (asynchronously); skips a step already saved.
@@ -198,10 +203,12 @@ class Checkpoint:
 
         Example:
             >>> import tempfile, gyre, jax.numpy as jnp
-            >>> ckpt = gyre.checkpoint(tempfile.mkdtemp())
+            >>> tmp = tempfile.TemporaryDirectory()
+            >>> ckpt = gyre.checkpoint(tmp.name)
             >>> ckpt(gyre.Elapsed(steps=7), {"w": jnp.ones(2)})
             >>> ckpt.latest_step()
             7
+            >>> ckpt.close(); tmp.cleanup()
         """
         if loop is not None:
             clock = loop.completed
@@ -228,7 +235,10 @@ class Checkpoint:
                     stacklevel=2,
                 )
             return None
-        metrics = None if value is None else {self.monitor: self._metric(value, clock)}
+        metrics = None
+        if value is not None:
+            number = _monitor.as_number(value, self.monitor, owner="checkpoint", step=clock.steps)  # type: ignore[arg-type]
+            metrics = {self.monitor: number}
         import orbax.checkpoint as ocp
 
         counters = {name: to_python(v) for name, v in clock.to_dict().items()}
@@ -244,8 +254,24 @@ class Checkpoint:
     on_epoch_end = __call__
 
     def on_train_end(self) -> None:
-        """Waits for a save still being written when the loop ends."""
+        """Waits for a save still being written when the loop ends.
+
+        ``on_loop_end``, which the engine calls when any loop holding the checkpoint ends,
+        is the same, so a plain ``gyre.loop`` needs no ``on_end=ckpt.on_train_end``.
+
+        Example:
+            >>> import os, tempfile, gyre, jax.numpy as jnp
+            >>> tmp = tempfile.TemporaryDirectory()
+            >>> ckpt = gyre.checkpoint(tmp.name)
+            >>> ckpt(gyre.Elapsed(steps=1), {"w": jnp.ones(2)})
+            >>> ckpt.on_loop_end()  # the save is on disk now
+            >>> [name for name in os.listdir(tmp.name) if name.isdigit()]
+            ['1']
+            >>> ckpt.close(); tmp.cleanup()
+        """
         self.wait_until_finished()
+
+    on_loop_end = on_train_end
 
     # -- reading -------------------------------------------------------------------------
 
@@ -254,7 +280,8 @@ class Checkpoint:
 
         Example:
             >>> import tempfile, gyre
-            >>> print(gyre.checkpoint(tempfile.mkdtemp()).latest_step())
+            >>> with tempfile.TemporaryDirectory() as tmp, gyre.checkpoint(tmp) as ckpt:
+            ...     print(ckpt.latest_step())
             None
         """
         return self._manager.latest_step()
@@ -264,10 +291,10 @@ class Checkpoint:
 
         Example:
             >>> import tempfile, gyre, jax.numpy as jnp
-            >>> ckpt = gyre.checkpoint(tempfile.mkdtemp(), keep=2)
-            >>> for s in (1, 2, 3):
-            ...     ckpt(gyre.Elapsed(steps=s), {"w": jnp.ones(2)})
-            >>> ckpt.all_steps()
+            >>> with tempfile.TemporaryDirectory() as tmp, gyre.checkpoint(tmp, keep=2) as ckpt:
+            ...     for s in (1, 2, 3):
+            ...         ckpt(gyre.Elapsed(steps=s), {"w": jnp.ones(2)})
+            ...     print(ckpt.all_steps())
             [2, 3]
         """
         return sorted(self._manager.all_steps())
@@ -277,11 +304,13 @@ class Checkpoint:
 
         Example:
             >>> import tempfile, gyre, jax.numpy as jnp
-            >>> ckpt = gyre.checkpoint(tempfile.mkdtemp(), monitor="loss", mode="min")
+            >>> tmp = tempfile.TemporaryDirectory()
+            >>> ckpt = gyre.checkpoint(tmp.name, monitor="loss", mode="min")
             >>> for s, loss in ((1, 0.5), (2, 0.9)):
             ...     ckpt(gyre.Elapsed(steps=s), {"w": jnp.ones(2)}, gyre.logs().add_loss("loss", loss))
             >>> ckpt.best_step(), ckpt.all_steps()
             (1, [1, 2])
+            >>> ckpt.close(); tmp.cleanup()
         """
         if self.monitor is None:
             raise ValueError(
@@ -308,11 +337,13 @@ class Checkpoint:
 
         Example:
             >>> import tempfile, gyre, jax.numpy as jnp
-            >>> ckpt = gyre.checkpoint(tempfile.mkdtemp())
+            >>> tmp = tempfile.TemporaryDirectory()
+            >>> ckpt = gyre.checkpoint(tmp.name)
             >>> ckpt(gyre.Elapsed(steps=3), {"w": jnp.full(2, 3.0)})
             >>> state, elapsed = ckpt.restore({"w": jnp.zeros(2)})
             >>> state["w"].tolist(), elapsed.steps
             ([3.0, 3.0], 3)
+            >>> ckpt.close(); tmp.cleanup()
         """
         import orbax.checkpoint as ocp
 
@@ -330,7 +361,7 @@ class Checkpoint:
                     )
                 )
             step = steps[-1]
-        elif isinstance(step, bool) or not isinstance(step, int) or step not in steps:
+        elif as_integer(step) not in steps:
             raise FileNotFoundError(
                 explain(
                     f"no checkpoint for step {step!r} in {self.directory}",
@@ -339,6 +370,7 @@ class Checkpoint:
                     fix="pass one of the saved steps, or step=None for the latest",
                 )
             )
+        step = as_integer(step)
         args = ocp.args.Composite(
             state=ocp.args.StandardRestore(target_state), elapsed=ocp.args.JsonRestore()
         )
@@ -363,7 +395,8 @@ class Checkpoint:
 
         Example:
             >>> import tempfile, gyre
-            >>> gyre.checkpoint(tempfile.mkdtemp()).wait_until_finished()
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     gyre.checkpoint(tmp).wait_until_finished()
         """
         if self._manager_ is not None:
             self._manager_.wait_until_finished()
@@ -373,7 +406,7 @@ class Checkpoint:
 
         Example:
             >>> import tempfile, gyre
-            >>> with gyre.checkpoint(tempfile.mkdtemp()) as ckpt:
+            >>> with tempfile.TemporaryDirectory() as tmp, gyre.checkpoint(tmp) as ckpt:
             ...     pass
         """
         if self._manager_ is not None:
@@ -417,7 +450,8 @@ def checkpoint(
         >>> import tempfile, gyre, jax.numpy as jnp
         >>> def train_step(state):
         ...     return {"w": state["w"] + 1.0}
-        >>> ckpt = gyre.checkpoint(tempfile.mkdtemp(), keep=2)
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> ckpt = gyre.checkpoint(tmp.name, keep=2)
         >>> state, _, elapsed = gyre.loop(
         ...     {"w": jnp.zeros(2)}, range(6), {gyre.every(1): train_step, gyre.every(2): ckpt},
         ...     on_end=ckpt.on_train_end)
@@ -426,5 +460,6 @@ def checkpoint(
         >>> state, elapsed = ckpt.restore({"w": jnp.zeros(2)})
         >>> state["w"].tolist(), elapsed.steps
         ([5.0, 5.0], 5)
+        >>> ckpt.close(); tmp.cleanup()
     """
     return Checkpoint(directory, keep=keep, monitor=monitor, mode=mode)

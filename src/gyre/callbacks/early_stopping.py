@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import jax
+import numpy as np
 
+from gyre.callbacks import _monitor
 from gyre.core.errors import describe, explain, whole_number
-from gyre.core.host import fetch, to_python
 from gyre.core.logs import Logs
 
 _MAX_WORDS = ("acc", "accuracy", "auc", "f1", "precision", "recall", "iou", "score", "r2")
@@ -19,13 +21,64 @@ def _auto_mode(monitor: str) -> str:
     return "max" if any(word in base.split("_") or base.startswith(word) for word in _MAX_WORDS) else "min"
 
 
+def _check_baseline(baseline: Any) -> float | None:
+    if baseline is None:
+        return None
+    number = None
+    if isinstance(baseline, numbers.Real) and not isinstance(baseline, (bool, np.bool_)):
+        number = float(baseline)
+    elif getattr(baseline, "shape", None) == () and getattr(getattr(baseline, "dtype", None), "kind", "") in "iuf":
+        number = float(baseline)  # a 0-d numpy or JAX number, read once here
+    if number is None or math.isnan(number):
+        raise ValueError(
+            explain(
+                "early_stopping's baseline must be a number or None",
+                expected="the value to beat, e.g. baseline=0.5 for a loss (mode='min') or "
+                "baseline=0.9 for an accuracy (mode='max'); None for no baseline",
+                received=describe(baseline),
+                fix="pass the monitored value's threshold as a float, e.g. baseline=0.5",
+            )
+        )
+    return number
+
+
+def _check_min_delta(min_delta: Any) -> float:
+    good = isinstance(min_delta, numbers.Real) and not isinstance(min_delta, (bool, np.bool_))
+    if good and math.isfinite(min_delta) and min_delta >= 0:  # type: ignore[arg-type]
+        return float(min_delta)  # type: ignore[arg-type]
+    raise ValueError(
+        explain(
+            "early_stopping's min_delta must be a number >= 0",
+            expected="min_delta=0.001 (how much better a value must be to count)",
+            received=describe(min_delta),
+            fix="pass a non-negative float, e.g. min_delta=0.001 (0 counts any improvement)",
+        )
+    )
+
+
 def _copy(state: Any) -> Any:
     # The loop donates the state to the next step; keep buffers of our own.
     return jax.tree_util.tree_map(lambda x: x.copy() if isinstance(x, jax.Array) else x, state)
 
 
 class EarlyStopping:
-    """The callback :func:`early_stopping` returns (see there)."""
+    """The callback :func:`early_stopping` returns (see there).
+
+    Its arguments are checked when it is made; the monitored value is read when it runs,
+    and must then be a single number.
+
+    Attributes:
+        best: the best value seen (or the baseline), ``None`` before the first evaluation.
+        best_step: the step of the best value.
+        wait: evaluations since the last improvement.
+        stopped_step: the step at which it asked the loop to stop, or ``None``.
+
+    Example:
+        >>> import gyre
+        >>> es = gyre.early_stopping("loss_test", patience=3, baseline=2.0)
+        >>> isinstance(es, gyre.callbacks.EarlyStopping), es.best, es.mode
+        (True, 2.0, 'min')
+    """
 
     def __init__(
         self,
@@ -48,7 +101,7 @@ class EarlyStopping:
                     fix="early_stopping('loss_test', patience=3)",
                 )
             )
-        for name, value in (("patience", patience), ("initial_patience", initial_patience)):
+        patience, initial_patience = (
             whole_number(
                 value,
                 minimum=0,
@@ -56,7 +109,9 @@ class EarlyStopping:
                 expected=f"{name}=3 (counted in evaluations of the monitored value)",
                 fix=f"pass {name} as a non-negative int",
             )
-        if mode not in ("min", "max", "auto"):
+            for name, value in (("patience", patience), ("initial_patience", initial_patience))
+        )
+        if not isinstance(mode, str) or mode not in ("min", "max", "auto"):
             raise ValueError(
                 explain(
                     "early_stopping's mode must be 'min', 'max' or 'auto'",
@@ -65,7 +120,7 @@ class EarlyStopping:
                     fix="mode='min'",
                 )
             )
-        if delta_mode not in ("absolute", "relative"):
+        if not isinstance(delta_mode, str) or delta_mode not in ("absolute", "relative"):
             raise ValueError(
                 explain(
                     "early_stopping's delta_mode must be 'absolute' or 'relative'",
@@ -74,22 +129,22 @@ class EarlyStopping:
                     fix="delta_mode='absolute'",
                 )
             )
-        if not isinstance(min_delta, (int, float)) or min_delta < 0:
-            raise ValueError(
+        if not isinstance(restore_best_weights, (bool, np.bool_)):
+            raise TypeError(
                 explain(
-                    "early_stopping's min_delta must be a number >= 0",
-                    expected="min_delta=0.001",
-                    received=describe(min_delta),
-                    fix="pass a non-negative number",
+                    "early_stopping's restore_best_weights must be True or False",
+                    expected="restore_best_weights=True to return the best state at the end",
+                    received=describe(restore_best_weights),
+                    fix="pass restore_best_weights=True or False",
                 )
             )
         self.monitor = monitor
         self.patience = patience
-        self.min_delta = float(min_delta)
+        self.min_delta = _check_min_delta(min_delta)
         self.delta_mode = delta_mode
         self.mode = _auto_mode(monitor) if mode == "auto" else mode
-        self.baseline = baseline
-        self.restore_best_weights = restore_best_weights
+        self.baseline = _check_baseline(baseline)
+        self.restore_best_weights = bool(restore_best_weights)
         self.initial_patience = initial_patience
         self.reset()
 
@@ -113,20 +168,16 @@ class EarlyStopping:
         return value > self.best + margin
 
     def __call__(self, state: Any, elapsed: Any, logs: Logs, loop: Any = None) -> None:
-        found, value = logs.lookup(self.monitor)
-        if not found:
-            available = sorted({f"{c}.{n}" for c, n, _ in logs.entries()})
-            raise KeyError(
-                explain(
-                    f"early_stopping monitors {self.monitor!r}, which was not logged at step {elapsed.steps}",
-                    expected=f"an entry named {self.monitor!r} in the logs when early stopping runs",
-                    received=f"entries {available}",
-                    fix="monitor one of the received names (evaluation entries carry the test "
-                    "suffix, e.g. 'loss_test'), and run early stopping where it is logged "
-                    "(it registers itself on on_epoch_end, after evaluation)",
-                )
-            )
-        value = float(to_python(fetch(value)))
+        value = _monitor.find(
+            logs,
+            self.monitor,
+            owner="early_stopping",
+            step=elapsed.steps,
+            fix="monitor one of the received names (evaluation entries carry the test "
+            "suffix, e.g. 'loss_test'), and run early stopping where it is logged "
+            "(it registers itself on on_epoch_end, after evaluation)",
+        )
+        value = _monitor.as_number(value, self.monitor, owner="early_stopping", step=elapsed.steps)
         self.evaluations += 1
         if self._improved(value):
             self.best = value

@@ -23,6 +23,7 @@ from gyre.core.columns import Block, Group, Record, as_list, place
 from gyre.core.errors import ExplainedKeyError, describe, explain
 from gyre.core.host import ColumnFetch, fetch, is_ready, start_copy, start_fetch, to_python
 from gyre.core.logs import Logs, Shape, flatten_logs, resolution_order
+from gyre.core.reader import HistoryReader
 
 __all__ = ["History", "Record", "history"]
 
@@ -164,7 +165,7 @@ class History:
         if group is None:
             group = self._groups[shape] = _Pending(shape)
         group.rows.append(self._rows)
-        for column, value in zip(group.columns, [x for v in logs.values() for x in v.values()]):
+        for column, value in zip(group.columns, [x for v in logs.values() for x in v.values()], strict=True):
             column.append(value)
         self._clocks.append(elapsed)
         self._sizes.append(batch_size)
@@ -303,6 +304,17 @@ class History:
         return self._blocks
 
     # -- reading without waiting -------------------------------------------------------------
+    def reader(self, start: int | None = None, *, limit: int = 512) -> HistoryReader:
+        """A :class:`~gyre.core.reader.HistoryReader`: the records after ``start`` (default:
+        from the next one committed), handed out as soon as they can be read without waiting.
+
+        Example:
+            >>> h = History(); r = h.reader(); h.commit(Elapsed(), Logs().add_metric("a", 1.0))
+            >>> r.read().count
+            1
+        """
+        return HistoryReader(self, start, limit=limit)
+
     def segments(self) -> list[Segment]:
         """Every record, grouped by structure, wherever its values are: host columns for the
         records that arrived, device values for the others. Nothing waits for the device and

@@ -290,7 +290,7 @@ def unflatten_logs(shape: Shape, children: Any) -> Logs:
     out = Logs()
     values = iter(children)  # zip takes from ``names`` first: it never consumes a value too many
     for collection, names in shape:
-        out[collection] = Collection(zip(names, values))
+        out[collection] = Collection(zip(names, values))  # noqa: B905 - names bounds it
     return out
 
 

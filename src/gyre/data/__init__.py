@@ -1,11 +1,21 @@
 """Data for gyre loops: batches of in-memory arrays and built-in data sets.
 
+``import gyre`` is enough: ``gyre.data`` needs only numpy; scikit-learn, which ships the
+digits, is imported when :func:`digits` is called (``pip install 'gyre[examples]'``).
+
+- :func:`digits`: ``((x_train, y_train), (x_test, y_test))`` as numpy arrays.
+- :func:`batches`: an iterator of ``(x, y)`` batches, reshuffled every epoch.
+- :func:`steps_per_epoch`: how many batches one epoch holds (for ``epoch_duration=``).
+- :func:`stratified_split`: the train/test indices ``digits`` uses, for your own arrays.
+
 Example:
-    >>> import gyre.data
+    >>> import gyre
     >>> (x_train, y_train), _ = gyre.data.digits()
     >>> x, y = next(gyre.data.batches((x_train, y_train), 32))
     >>> x.shape, y.shape
     ((32, 64), (32,))
+    >>> gyre.data.steps_per_epoch(len(x_train), 32)
+    44
 """
 
 from gyre.data.arrays import batches as batches

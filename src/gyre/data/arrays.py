@@ -29,6 +29,24 @@ def _check_count(name: str, value: Any, *, minimum: int, example: str) -> int:
     )
 
 
+def check_seed(seed: Any) -> int:
+    """``seed`` as an ``int`` when it can seed numpy's generators (a whole number >= 0,
+    numpy and 0-d integer arrays included), else a ``ValueError`` that says so.
+
+    Example:
+        >>> import numpy as np
+        >>> check_seed(np.int64(7))
+        7
+    """
+    return whole_number(
+        seed,
+        minimum=0,
+        problem="a seed must be a whole number >= 0",
+        expected="an int >= 0, e.g. seed=0",
+        fix="pass seed=0 (any non-negative int; the same seed gives the same order)",
+    )
+
+
 def steps_per_epoch(n: int, batch_size: int, drop_remainder: bool = True) -> int:
     """Batches in one epoch of ``n`` samples.
 
@@ -119,7 +137,7 @@ def batches(
         batch_size: samples per batch.
         shuffle: draw a new order every epoch (epoch ``k`` uses the generator seeded by
             ``(seed, k)``); ``False`` keeps the original order.
-        seed: the seed of the shuffles.
+        seed: the seed of the shuffles (a whole number >= 0).
         epochs: passes over the data; ``None`` repeats forever (bound the loop with ``stop=``).
         drop_remainder: drop the last batch of an epoch when it is smaller than
             ``batch_size``, so every batch has the same shape (one compilation of the step).
@@ -129,8 +147,9 @@ def batches(
         single array was given).
 
     Raises:
-        ValueError: the arrays disagree on the number of samples, ``batch_size < 1``, or a
-            whole batch does not fit in the data while ``drop_remainder=True``.
+        ValueError: the arrays disagree on the number of samples, ``batch_size < 1``, a
+            negative ``seed``, or a whole batch does not fit in the data while
+            ``drop_remainder=True``.
 
     Example:
         >>> import numpy as np
@@ -147,6 +166,7 @@ def batches(
     batch_size = _check_count("batch_size", batch_size, minimum=1, example="batch_size=32")
     if epochs is not None:
         epochs = _check_count("epochs", epochs, minimum=1, example="epochs=1 (or None to repeat forever)")
+    seed = check_seed(seed)
     n = data[0].shape[0]
     if n == 0:
         raise ValueError(

@@ -6,11 +6,27 @@ small enough to train an MLP to ~97% test accuracy in seconds on a laptop CPU.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from gyre.core.errors import describe, explain
+from gyre.data.arrays import check_seed
 
 Split = tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def _check_test_size(test_size: object) -> float:
+    if isinstance(test_size, bool) or not isinstance(test_size, numbers.Real) or not 0 < test_size < 1:
+        raise ValueError(
+            explain(
+                "test_size must be a fraction strictly between 0 and 1",
+                expected="e.g. test_size=0.2 (20% of the samples held out)",
+                received=describe(test_size),
+                fix="pass a float in (0, 1)",
+            )
+        )
+    return float(test_size)
 
 
 def stratified_split(labels: np.ndarray, *, test_size: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -33,16 +49,8 @@ def stratified_split(labels: np.ndarray, *, test_size: float, seed: int) -> tupl
         >>> len(train), len(test), sorted(np.array([0, 0, 0, 0, 1, 1, 1, 1])[test].tolist())
         (4, 4, [0, 0, 1, 1])
     """
-    if isinstance(test_size, bool) or not isinstance(test_size, (int, float)) or not 0 < test_size < 1:
-        raise ValueError(
-            explain(
-                "test_size must be a fraction strictly between 0 and 1",
-                expected="e.g. test_size=0.2 (20% of the samples held out)",
-                received=describe(test_size),
-                fix="pass a float in (0, 1)",
-            )
-        )
-    rng = np.random.default_rng(seed)
+    test_size = _check_test_size(test_size)
+    rng = np.random.default_rng(check_seed(seed))
     labels = np.asarray(labels)
     classes, counts = np.unique(labels, return_counts=True)
     # Largest-remainder apportionment: the test set holds ceil(test_size * n) samples in all,
@@ -69,7 +77,8 @@ def digits(*, test_size: float = 0.2, seed: int = 0) -> Split:
 
     Args:
         test_size: fraction held out for the test set, stratified by class.
-        seed: the seed of the split (the same seed always gives the same split).
+        seed: the seed of the split, a whole number >= 0 (the same seed always gives the
+            same split).
 
     Returns:
         ``((x_train, y_train), (x_test, y_test))``: images flattened to float32 vectors of 64
@@ -82,6 +91,7 @@ def digits(*, test_size: float = 0.2, seed: int = 0) -> Split:
         >>> float(x_train.min()), float(x_train.max())
         (0.0, 1.0)
     """
+    seed, test_size = check_seed(seed), _check_test_size(test_size)
     try:
         from sklearn.datasets import load_digits
     except ImportError as err:

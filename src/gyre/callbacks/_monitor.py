@@ -1,0 +1,76 @@
+"""What checkpoint and early stopping share: finding the monitored entry in the logs and
+reading it as one number, with errors that name the entry."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from gyre.core.errors import ExplainedKeyError, describe, explain
+from gyre.core.host import fetch, to_python
+from gyre.core.logs import Logs
+
+
+def find(logs: Logs | None, monitor: str, *, owner: str, step: int, fix: str) -> Any:
+    """The value logged as ``monitor`` (``"name"`` or ``"collection.name"``), else an
+    :class:`~gyre.core.errors.ExplainedKeyError` listing the logged entries.
+
+    Example:
+        >>> from gyre.core.logs import Logs
+        >>> find(Logs().add_loss("loss", 0.5), "loss", owner="early_stopping", step=0, fix="")
+        0.5
+    """
+    found, value = (False, None) if logs is None else logs.lookup(monitor)
+    if found:
+        return value
+    available = [] if logs is None else sorted({f"{c}.{n}" for c, n, _ in logs.entries()})
+    raise ExplainedKeyError(
+        explain(
+            f"{owner} monitors {monitor!r}, which was not logged at step {step}",
+            expected=f"an entry named {monitor!r} in the logs when {owner} runs",
+            received=f"entries {available}" if logs is not None else "no logs (logs=None)",
+            fix=fix,
+        )
+    )
+
+
+def as_number(value: Any, monitor: str, *, owner: str, step: int) -> float:
+    """Reads a monitored value as one float; its shape is checked before any transfer.
+
+    A single number is a scalar, or any array holding one value (shape ``(1,)``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> as_number(jnp.float32(0.25), "loss", owner="early_stopping", step=3)
+        0.25
+        >>> as_number(jnp.ones(3), "loss", owner="early_stopping", step=3)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: early_stopping monitors 'loss', which is not a single number at step 3...
+    """
+    shape = tuple(np.shape(value))  # read from the array's metadata: no transfer
+    dtype = getattr(value, "dtype", None)
+    if math.prod(shape) != 1:
+        kind = f"an array of shape {shape}" + (f" ({dtype})" if dtype is not None else "")
+        raise ValueError(
+            explain(
+                f"{owner} monitors {monitor!r}, which is not a single number at step {step}",
+                expected=f"a scalar logged as {monitor!r} (a loss or a metric averaged over "
+                "the batch)",
+                received=kind,
+                fix=f"log one number under {monitor!r}, e.g. logs.add_metric(name, "
+                "values.mean()), or monitor another entry",
+            )
+        )
+    host = to_python(np.reshape(fetch(value), ()))
+    if isinstance(host, bool) or not isinstance(host, (int, float)):
+        raise TypeError(
+            explain(
+                f"{owner} monitors {monitor!r}, which is not a number at step {step}",
+                expected="an int or float value (a loss or a metric)",
+                received=describe(value),
+                fix=f"log a number under {monitor!r}, or monitor another entry",
+            )
+        )
+    return float(host)
