@@ -115,11 +115,27 @@ def test_manual_call_with_elapsed_then_state(tmp_path):
         state = add_batch(state, batch)
         assert ckpt(elapsed, state) is None
     ckpt.wait_until_finished()
-    assert ckpt.all_steps() == [0, 1, 2]  # by hand: elapsed.steps as given
-    restored, clock = ckpt.restore(target(), step=2)
+    assert ckpt.all_steps() == [1, 2, 3]  # one numbering: the steps completed, as in gyre.loop
+    restored, clock = ckpt.restore(target(), step=3)
     assert leaves_equal(restored, state)
-    assert clock.steps == 2
+    assert clock.steps == 3 and clock.samples == 3
     ckpt.close()
+
+
+def test_hand_loop_and_gyre_loop_number_checkpoints_alike(tmp_path):
+    by_hand = gyre.checkpoint(tmp_path / "hand", keep=5)
+    state = make_state()
+    for elapsed, batch in gyre.elapse([1.0] * 4):
+        state = add_batch(state, batch)
+        if gyre.every(2)(elapsed):
+            by_hand(elapsed, state)
+    in_loop = gyre.checkpoint(tmp_path / "loop", keep=5)
+    gyre.loop(make_state(), [1.0] * 4, {gyre.every(1): add_batch, gyre.every(2): in_loop})
+    by_hand.wait_until_finished()
+    in_loop.wait_until_finished()
+    assert by_hand.all_steps() == in_loop.all_steps() == [1, 3]
+    by_hand.close()
+    in_loop.close()
 
 
 def test_same_step_twice_is_skipped(tmp_path):

@@ -191,9 +191,11 @@ class Checkpoint:
     def __call__(self, elapsed: Elapsed, state: Any, logs: Logs | None = None, loop: Any = None) -> None:
         """Saves ``state`` and the clock (asynchronously); skips a step already saved.
 
-        Inside a loop the state already includes the current step's update, so it is saved
-        under ``loop.completed`` (the clock once this step completes). Called by hand, it is
-        saved under ``elapsed.steps`` with ``elapsed`` as the clock.
+        One numbering, the completed steps: during a step (in a loop, or in a hand loop over
+        ``gyre.elapse``) the state already holds the step's update, so it is saved under the
+        clock once the step completes (``elapsed.completed()``: step ``k`` saves as ``k + 1``),
+        and a run resumed from it starts at the next step index. A clock that is not in
+        progress (the one a loop returned) is saved as it is.
 
         Args:
             elapsed: the clock (``gyre.Elapsed``).
@@ -213,7 +215,7 @@ class Checkpoint:
         if loop is not None:
             clock = loop.completed
         elif isinstance(elapsed, Elapsed):
-            clock = elapsed
+            clock = elapsed.completed()
         else:
             raise TypeError(
                 explain(
