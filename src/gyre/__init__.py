@@ -58,11 +58,14 @@ from gyre.parallel.partitioners import Partitioner as Partitioner
 from gyre.parallel.partitioners import SingleDevicePartitioner as SingleDevicePartitioner
 from gyre.parallel.partitioners import SPMDPartitioner as SPMDPartitioner
 from gyre.parallel.strategies import FSDP as FSDP
+from gyre.parallel.strategies import JIT as JIT
+from gyre.parallel.strategies import SPMD as SPMD
 from gyre.parallel.strategies import DataParallel as DataParallel
 from gyre.parallel.strategies import Eager as Eager
 from gyre.parallel.strategies import Jit as Jit
 from gyre.parallel.strategies import Strategy as Strategy
 from gyre.parallel.strategies import get_strategy as get_strategy
+from gyre.parallel.strategies import register_strategy as register_strategy
 from gyre.steps import managed as managed
 from gyre.steps.precision import Policy as Policy
 from gyre.steps.step import Step as Step
@@ -76,12 +79,14 @@ __all__ = [
     "Eager",
     "Elapsed",
     "History",
+    "JIT",
     "Jit",
     "Logs",
     "LoopState",
     "Period",
     "Partitioner",
     "Policy",
+    "SPMD",
     "SPMDPartitioner",
     "Schedule",
     "SingleDevicePartitioner",
@@ -126,6 +131,7 @@ __all__ = [
     "on_train_step",
     "piecewise",
     "predict_loop",
+    "register_strategy",
     "prefetch_to_device",
     "test_loop",
     "tqdm_bar",
