@@ -7,6 +7,7 @@ A loop is a table from schedules to callbacks, run by one small engine::
 See the README for the ladder of APIs built on it.
 """
 
+from gyre import testing as testing
 from gyre.callbacks.bars import keras_bar as keras_bar
 from gyre.callbacks.bars import tqdm_bar as tqdm_bar
 from gyre.callbacks.checkpoint import checkpoint as checkpoint
@@ -131,9 +132,10 @@ __all__ = [
     "on_train_step",
     "piecewise",
     "predict_loop",
-    "register_strategy",
     "prefetch_to_device",
+    "register_strategy",
     "test_loop",
+    "testing",
     "tqdm_bar",
     "train_loop",
 ]
