@@ -1,6 +1,8 @@
 """One model, 20 steps, every strategy: the same numbers, one compilation each; the spmd
 strategy on a flax model with logical axis annotations; ciclo's strategy names."""
 
+import warnings
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -323,6 +325,18 @@ def test_spmd_errors_are_explained():
     with pytest.raises(ValueError, match="cannot be split over mesh axis 'data'") as info:
         gyre.SPMD(rules=[("mlp", "data")]).state_sharding({"w": odd})
     assert "dimension 1" in str(info.value) and "(4, 6)" in str(info.value)
+
+
+def test_spmd_without_rules_says_the_annotations_are_unused():
+    strategy = gyre.SPMD()
+    with pytest.warns(UserWarning, match="no rules, so the 3 logically partitioned parameters") as record:
+        state = managed.ManagedState.create(params=tagged_params(), strategy=strategy)
+    assert "nn.logical_axis_rules" in str(record[0].message)
+    assert meta.unbox(state.params["Dense_0"]["kernel"]).sharding.is_fully_replicated
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        strategy.place_state(state)  # said once per strategy
+        gyre.SPMD(rules=[("mlp", "data")]).place_state(state)  # rules: nothing to say
 
 
 # -- ciclo's strategy surface --------------------------------------------------------------------

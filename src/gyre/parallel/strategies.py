@@ -24,6 +24,7 @@ Strategies are looked up by name in a registry (:func:`get_strategy`); ciclo's n
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, overload
 
@@ -485,6 +486,7 @@ class SPMD(DataParallel):
     ) -> None:
         super().__init__(mesh=mesh, data_axis=data_axis, donate=donate, donate_args=donate_args)
         self.rules = _check_rules(nn.get_logical_axis_rules() if rules is None else rules)
+        self._warned = False  # about logical names with no rules to map them
         explicit = [
             name for name, kind in zip(self.mesh.axis_names, self.mesh.axis_types, strict=True)
             if kind == jax.sharding.AxisType.Explicit
@@ -525,7 +527,11 @@ class SPMD(DataParallel):
         return PartitionSpec()
 
     def state_sharding(self, state: Any) -> Any:
+        unruled: list[str] = []
+
         def sharding(path: Any, leaf: Any) -> Sharding:
+            if isinstance(leaf, nn.LogicallyPartitioned) and leaf.rules is None and not self.rules:
+                unruled.append(jax.tree_util.keystr(path))
             spec = self.spec(leaf)
             where = jax.tree_util.keystr(path) or "the state"
             try:
@@ -544,9 +550,21 @@ class SPMD(DataParallel):
             self._check_divisible(where, leaf, spec)
             return named
 
-        return jax.tree_util.tree_map_with_path(
+        shardings = jax.tree_util.tree_map_with_path(
             sharding, state, is_leaf=lambda x: isinstance(x, nn.Partitioned)
         )
+        if unruled and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"the spmd strategy has no rules, so the {len(unruled)} logically partitioned "
+                f"parameters ({', '.join(unruled[:3])}{', ...' if len(unruled) > 3 else ''}) are "
+                "replicated on every device. Pass rules=[(logical_name, mesh_axis), ...] to "
+                "gyre.SPMD, or build the strategy (or the state, with strategy='spmd') inside "
+                "`with nn.logical_axis_rules(rules):`.",
+                UserWarning,
+                stacklevel=2,
+            )
+        return shardings
 
     def _check_divisible(self, where: str, leaf: Any, spec: PartitionSpec) -> None:
         shape = np.shape(leaf.value if isinstance(leaf, nn.Partitioned) else leaf)
