@@ -61,7 +61,7 @@ def test_03_manual_iteration(load, tmp_path, capsys):
     assert f"{STEPS}/{STEPS} [" in out  # the bar reached its end
     first, last = (float(v) for v in out.split("loss: ")[-1].split(";")[0].split(" -> "))
     assert last < first
-    assert _saved_steps(tmp_path / "checkpoints") == [27]  # called by hand: saved as elapsed.steps
+    assert _saved_steps(tmp_path / "checkpoints") == [28]  # by hand too: the completed steps, as gyre.loop
 
 
 def test_examples_default_to_a_new_run_folder_under_runs(load, tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ See the README for the ladder of APIs built on it.
 
 from gyre import callbacks as callbacks
 from gyre import data as data
+from gyre import testing as testing
 from gyre.callbacks.bars import keras_bar as keras_bar
 from gyre.callbacks.bars import tqdm_bar as tqdm_bar
 from gyre.callbacks.checkpoint import checkpoint as checkpoint
@@ -73,11 +74,14 @@ from gyre.parallel.partitioners import Partitioner as Partitioner
 from gyre.parallel.partitioners import SingleDevicePartitioner as SingleDevicePartitioner
 from gyre.parallel.partitioners import SPMDPartitioner as SPMDPartitioner
 from gyre.parallel.strategies import FSDP as FSDP
+from gyre.parallel.strategies import JIT as JIT
+from gyre.parallel.strategies import SPMD as SPMD
 from gyre.parallel.strategies import DataParallel as DataParallel
 from gyre.parallel.strategies import Eager as Eager
 from gyre.parallel.strategies import Jit as Jit
 from gyre.parallel.strategies import Strategy as Strategy
 from gyre.parallel.strategies import get_strategy as get_strategy
+from gyre.parallel.strategies import register_strategy as register_strategy
 from gyre.steps import managed as managed
 from gyre.steps.precision import Policy as Policy
 from gyre.steps.step import Step as Step
@@ -94,6 +98,7 @@ __all__ = [
     "FusableStep",
     "History",
     "InnerLoop",
+    "JIT",
     "Jit",
     "Logs",
     "LoopCallbackBase",
@@ -104,6 +109,7 @@ __all__ = [
     "Partitioner",
     "Period",
     "Policy",
+    "SPMD",
     "SPMDPartitioner",
     "Schedule",
     "SingleDevicePartitioner",
@@ -157,7 +163,9 @@ __all__ = [
     "predict_loop",
     "prefetch_to_device",
     "replace_state",
+    "register_strategy",
     "test_loop",
+    "testing",
     "tqdm_bar",
     "train_loop",
 ]

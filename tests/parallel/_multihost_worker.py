@@ -5,23 +5,28 @@
 With NUM_PROCESSES > 1 the process joins the others through ``gyre.distributed.initialize``;
 with 1 it runs alone on every local device (the reference). Either way it trains a small MLP
 data-parallel for STEPS steps on the same global batches, each process feeding its slice of
-every batch, with a progress bar, the history and a checkpoint, then writes (process 0 only)
-the final parameters and the per-step losses to OUT_DIR/result.npz. Every process writes
-the losses its own history collected to OUT_DIR/losses_<PROCESS_ID>.npy.
+every batch, with a progress bar, the history and a checkpoint.
+
+Results go to files only, never through the process's output streams, which JAX's collectives
+(gloo) share from several C++ threads: every process writes OUT_DIR/result_<PROCESS_ID>.json
+(its losses, what gyre printed through Python's ``sys.stdout``, and where it stopped if it
+failed), and process 0 writes the final and restored parameters to OUT_DIR/result.npz. Each
+file is written whole and then renamed into place, so a reader never sees half of one.
 """
 
+import contextlib
+import io
+import json
 import os
 import sys
-import time
+import traceback
 
-T0 = time.perf_counter()
+import jax
+import numpy as np
+import optax
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
-
-import gyre  # noqa: E402
-from gyre import managed  # noqa: E402
+import gyre
+from gyre import managed
 
 STEPS = 20
 GLOBAL_BATCH = 16
@@ -56,17 +61,26 @@ def train_step(state, batch):
     return gyre.logs().add_loss("loss", loss), state
 
 
-def main() -> None:
-    out, processes, index, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    if processes > 1:
-        gyre.distributed.initialize(f"127.0.0.1:{port}", processes, index)
-    assert gyre.distributed.process_count() == processes
-    assert gyre.distributed.process_index() == index
+def write_atomically(path, write):
+    temporary = f"{path}.tmp"
+    write(temporary)
+    os.replace(temporary, path)
+
+
+def save_json(path, payload):
+    def write(name):
+        with open(name, "w") as f:
+            json.dump(payload, f)
+
+    write_atomically(path, write)
+
+
+def train(out, processes, index):
+    """The run itself; returns what the JSON result reports."""
     cache = os.environ.get("GYRE_TEST_JAX_CACHE")
     if cache:
         jax.config.update("jax_compilation_cache_dir", cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-
     state = managed.ManagedState.create(
         params=init_params(), tx=optax.adam(1e-2), strategy="data_parallel"
     )
@@ -84,19 +98,43 @@ def main() -> None:
         stop=STEPS,
         on_end=[bar.on_train_end, ckpt.on_train_end],
     )
-    losses = np.asarray(history.collect("loss"), np.float64)
+    losses = [float(v) for v in history.collect("loss")]
     # every process joins the restore (orbax reads collectively), into the live shardings
     restored, clock = ckpt.restore(state)
-    np.save(os.path.join(out, f"losses_{index}.npy"), losses)
     # parameters are replicated global arrays: each process reads its local copy
     params = {k: np.asarray(v.addressable_data(0)) for k, v in state.params.items()}
-    saved_w1 = np.asarray(restored.params["w1"].addressable_data(0))
     if gyre.distributed.is_main_process():
-        np.savez(os.path.join(out, "result.npz"), losses=losses, steps=elapsed.steps,
-                 checkpoints=np.asarray(ckpt.all_steps()), restored_steps=clock.steps,
-                 restored_w1=saved_w1, **params)
-    print(f"worker {index}: done in {time.perf_counter() - T0:.1f}s", file=sys.stderr)
+        saved_w1 = np.asarray(restored.params["w1"].addressable_data(0))
+
+        def write(name):
+            with open(name, "wb") as f:
+                np.savez(f, steps=elapsed.steps, checkpoints=np.asarray(ckpt.all_steps()),
+                         restored_steps=clock.steps, restored_w1=saved_w1, **params)
+
+        write_atomically(os.path.join(out, "result.npz"), write)
+    return {"steps": int(elapsed.steps), "losses": losses}
+
+
+def main() -> int:
+    out, processes, index, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    result = {"process": index, "processes": processes, "failed_in": None, "error": None}
+    printed = io.StringIO()  # gyre's own output (Python's sys.stdout), apart from gloo's
+    phase = "initialize"
+    try:
+        with contextlib.redirect_stdout(printed):
+            if processes > 1:
+                gyre.distributed.initialize(f"127.0.0.1:{port}", processes, index)
+            phase = "train"
+            result["process_count"] = gyre.distributed.process_count()
+            result["process_index"] = gyre.distributed.process_index()
+            result.update(train(out, processes, index))
+    except Exception as err:  # reported through the result file
+        result["failed_in"] = phase
+        result["error"] = "".join(traceback.format_exception(err))[-4000:]
+    result["printed"] = printed.getvalue()
+    save_json(os.path.join(out, f"result_{index}.json"), result)
+    return 0 if result["failed_in"] is None else 3
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

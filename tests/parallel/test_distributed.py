@@ -1,7 +1,13 @@
 """gyre.distributed: a 2-process run (2 CPU devices each) against 1 process of 4 devices,
-and the single-process behaviour of initialize, process queries and process-0-only bars."""
+and the single-process behaviour of initialize, process queries and process-0-only bars.
+
+The workers report through files they write whole (result_<i>.json, result.npz), never
+through their output streams: JAX's collectives (gloo) log to those from several C++
+threads, and their lines interleave mid-line. Their streams appear only in failure messages.
+"""
 
 import io
+import json
 import os
 import socket
 import subprocess
@@ -16,7 +22,7 @@ from gyre.callbacks import bars
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_multihost_worker.py")
 CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(WORKER))), ".jax_cache")
-TIMEOUT = 90
+TIMEOUT = 240  # a hang guard, not a speed claim (benchmarks/ holds those)
 
 
 def free_port() -> int:
@@ -34,67 +40,83 @@ def spawn(out, processes, index, port, devices):
     )
     return subprocess.Popen(
         [sys.executable, WORKER, str(out), str(processes), str(index), str(port)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
 
 
 def finish(procs, deadline):
-    """(returncode, stdout, stderr) of each process; kills them all past the deadline."""
-    results = []
+    """The output of each process (for failure messages); kills them all past the deadline."""
+    outputs = []
     try:
         for proc in procs:
-            out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1))
-            results.append((proc.returncode, out, err))
+            out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 1))
+            outputs.append(out)
     except subprocess.TimeoutExpired:
         for proc in procs:
             proc.kill()
-        outputs = [p.communicate() for p in procs]
-        pytest.fail(
-            f"multi-host run took more than {TIMEOUT}s; stderr:\n"
-            + "\n".join(err[-3000:] for _, err in outputs)
-        )
-    return results
+        outputs = [p.communicate()[0] for p in procs]
+        pytest.fail(f"the multi-host run did not end within {TIMEOUT}s:\n" + tails(outputs))
+    return outputs
+
+
+def tails(outputs):
+    return "\n\n".join(f"process {i} output (tail):\n{out[-3000:]}" for i, out in enumerate(outputs))
+
+
+def start(out, processes, devices):
+    port = free_port()
+    return [spawn(out, processes, i, port, devices) for i in range(processes)]
+
+
+def collect(out, processes, outputs, *, retry_allowed):
+    """Each process's result_<i>.json; ``None`` when the run is worth one more try (the
+    processes failed while connecting: another program may have taken the port)."""
+    found = []
+    for i in range(processes):
+        path = out / f"result_{i}.json"
+        found.append(json.loads(path.read_text()) if path.exists() else None)
+    if all(r is not None and r["failed_in"] is None for r in found):
+        return found
+    connecting = all(r is not None and r["failed_in"] in (None, "initialize") for r in found)
+    if retry_allowed and connecting:
+        for i in range(processes):
+            (out / f"result_{i}.json").unlink(missing_ok=True)
+        return None
+    errors = "\n\n".join(
+        f"process {i}: " + ("wrote no result" if r is None else f"failed in {r['failed_in']}:\n{r['error']}")
+        for i, r in enumerate(found)
+        if r is None or r["failed_in"] is not None
+    )
+    pytest.fail(f"{errors}\n\n{tails(outputs)}")
 
 
 def test_two_processes_match_one_process_of_four_devices(tmp_path):
     reference, multi = tmp_path / "reference", tmp_path / "multi"
     reference.mkdir()
     multi.mkdir()
-    start = time.monotonic()
-    deadline = start + TIMEOUT
-    for attempt in range(2):  # a second port if another program took the first meanwhile
-        port = free_port()
-        procs = [spawn(reference, 1, 0, free_port(), 4)] if attempt == 0 else []
-        procs += [spawn(multi, 2, i, port, 2) for i in range(2)]
-        results = finish(procs, deadline)
-        if attempt == 0:
-            ref_result, results = results[0], results[1:]
-            assert ref_result[0] == 0, ref_result[2][-3000:]
-        if all(rc == 0 for rc, _, _ in results):
-            break
-        if attempt == 1 or not any("in use" in err for _, _, err in results):
-            pytest.fail("\n\n".join(f"process {i} rc={rc}:\n{err[-3000:]}" for i, (rc, _, err) in enumerate(results)))
-    duration = time.monotonic() - start
-
-    ref = np.load(reference / "result.npz")
-    got = np.load(multi / "result.npz")
-    assert int(got["steps"]) == int(ref["steps"]) == 20
+    deadline = time.monotonic() + TIMEOUT
+    reference_procs, multi_procs = start(reference, 1, 4), start(multi, 2, 2)  # side by side
+    reference_out, multi_out = finish(reference_procs, deadline), finish(multi_procs, deadline)
+    (ref,) = collect(reference, 1, reference_out, retry_allowed=False)
+    got = collect(multi, 2, multi_out, retry_allowed=True)
+    if got is None:  # a second port
+        got = collect(multi, 2, finish(start(multi, 2, 2), deadline), retry_allowed=False)
+    assert [(r["process_index"], r["process_count"]) for r in got] == [(0, 2), (1, 2)]
+    ref_npz, got_npz = np.load(reference / "result.npz"), np.load(multi / "result.npz")
+    assert ref["steps"] == got[0]["steps"] == int(got_npz["steps"]) == 20
     for name in ("w1", "b1", "w2", "b2"):
-        np.testing.assert_allclose(got[name], ref[name], atol=1e-5, rtol=0)
-    # metrics are global: the per-step losses match the reference and every process's history
-    np.testing.assert_allclose(got["losses"], ref["losses"], atol=1e-5, rtol=0)
-    assert len(got["losses"]) == 20
-    for i in range(2):
-        np.testing.assert_array_equal(np.load(multi / f"losses_{i}.npy"), got["losses"])
+        np.testing.assert_allclose(got_npz[name], ref_npz[name], atol=1e-5, rtol=0)
+    # metrics are global: the per-step losses match the reference, and every process's history
+    assert len(got[0]["losses"]) == 20
+    np.testing.assert_allclose(got[0]["losses"], ref["losses"], atol=1e-5, rtol=0)
+    assert got[1]["losses"] == got[0]["losses"]
     # the checkpoint written by both processes together restores on both
-    assert got["checkpoints"].tolist() == ref["checkpoints"].tolist() == [11]
-    assert int(got["restored_steps"]) == 11
-    np.testing.assert_allclose(got["restored_w1"], ref["restored_w1"], atol=1e-5, rtol=0)
-    # only process 0 draws the bar; process 1 prints nothing of gyre's (gloo logs its peers)
-    (_, out0, _), (_, out1, _) = results
-    assert "20/20 [" in out0
-    assert [line for line in out1.splitlines() if not line.startswith("[Gloo]")] == []
-    assert duration < 60, f"the multi-host test took {duration:.1f}s"
+    assert got_npz["checkpoints"].tolist() == ref_npz["checkpoints"].tolist() == [11]
+    assert int(got_npz["restored_steps"]) == 11
+    np.testing.assert_allclose(got_npz["restored_w1"], ref_npz["restored_w1"], atol=1e-5, rtol=0)
+    # only process 0 draws the bar: process 1 prints nothing at all through Python
+    assert "20/20 [" in got[0]["printed"] and "20/20 [" in ref["printed"]
+    assert got[1]["printed"] == ""
 
 
 # -- single process --------------------------------------------------------------------------
@@ -145,8 +167,8 @@ def test_initialize_after_the_backend_started_says_to_move_it():
 def test_importing_gyre_does_not_start_the_backend():
     code = (
         "import gyre\n"
-        "from jax._src import xla_bridge\n"
-        "assert not xla_bridge.backends_are_initialized(), 'importing gyre started JAX'\n"
+        "from gyre.core._compat import backends_started\n"
+        "assert not backends_started(), 'importing gyre started JAX'\n"
     )
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)

@@ -9,6 +9,7 @@ import pytest
 from flax.linen import meta
 
 import gyre
+from gyre.testing import assert_compiled_once
 
 BATCH = 16
 STEPS = 3
@@ -71,9 +72,10 @@ def _train(partitioner):
     )
     state = step.initialize_model((1, 4))
     losses = []
-    for batch in _batches():
-        state, outputs = step(state, batch)
-        losses.append(outputs["loss"])
+    with assert_compiled_once(step) as run:  # compiled once, no retracing
+        for batch in _batches():
+            state, outputs = run(state, batch)
+            losses.append(outputs["loss"])
     return step, state, losses
 
 
@@ -87,13 +89,14 @@ PARTITIONERS = {
         mesh=_mesh_2d(), rules=[("mlp", "model"), ("embed", None)], data_axis="data"
     ),
     "fsdp_strategy": lambda: gyre.Partitioner(gyre.FSDP()),
+    # a strategy given as the partitioner: the same adapter, built by Step
+    "spmd_strategy": lambda: gyre.SPMD(mesh=_mesh_2d(), rules=[("mlp", "model"), ("embed", None)]),
 }
 
 
 @pytest.fixture(scope="module")
 def reference():
     step, state, losses = _train(gyre.SingleDevicePartitioner())
-    assert step.compiled_count() == 1
     assert step.calls == ["begin", "end"] * STEPS
     assert int(state.step) == STEPS
     return meta.unbox(state.params), [float(x) for x in losses]
@@ -109,10 +112,10 @@ def test_partitioners_train_to_the_same_params(name, reference):
         lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5),
         meta.unbox(state.params), params,
     )
-    assert step.compiled_count() == 1  # compiled once, no retracing
     assert step.calls == ["begin", "end"] * STEPS
     kernel = meta.unbox(state.params)["Dense_0"]["kernel"]
-    if name == "spmd":
+    if name.startswith("spmd"):
+        assert isinstance(step.partitioner.strategy, gyre.SPMD)
         assert kernel.sharding.spec == jax.sharding.PartitionSpec(None, "model")
         # the optimizer state inherits the boxes, so it is sharded like the params
         trace = meta.unbox(state.opt_state[0].trace)["Dense_0"]["kernel"]
@@ -120,6 +123,21 @@ def test_partitioners_train_to_the_same_params(name, reference):
     elif name == "data_parallel":
         assert kernel.sharding.is_fully_replicated
         assert len(kernel.sharding.device_set) == 8
+
+
+def test_partitioners_are_adapters_over_their_strategy():
+    mesh = _mesh_2d()
+    partitioner = gyre.SPMDPartitioner(mesh=mesh, rules=[("mlp", "model")])
+    assert partitioner.strategy == gyre.SPMD(mesh=mesh, rules=[("mlp", "model")])
+    assert partitioner.rules == (("mlp", "model"),) and partitioner.mesh is mesh
+    step = MLPStep(jax.random.key(0), MLP(), partitioner=partitioner)
+    state = step.initialize_model((1, 4))
+    # the state the partitioner's init built is where the strategy says it goes
+    kernel = state.params["Dense_0"]["kernel"]
+    assert kernel.value.sharding == partitioner.strategy.state_sharding(state.params)["Dense_0"]["kernel"]
+    assert partitioner.sharding.params["Dense_0"]["kernel"] == kernel.value.sharding
+    assert gyre.SingleDevicePartitioner().sharding is None
+    assert gyre.DataParallelPartitioner().sharding.is_fully_replicated
 
 
 def test_spmd_partitioner_errors_are_explained():

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 import jax
-import numpy as np
 from jax.sharding import Sharding
 
 from gyre.core.errors import describe, explain, whole_number
+from gyre.core.placement import is_array, place
 
 
 class BatchPlacer(Protocol):
@@ -26,7 +26,6 @@ class BatchPlacer(Protocol):
     def place_batch(self, batch: Any, *, axis: int = 0) -> Any: ...  # pragma: no cover
 
 Placer = Callable[[Any], Any]
-_ARRAYS = (np.ndarray, np.generic, jax.Array)
 
 
 def _check_size(size: Any) -> int:
@@ -40,7 +39,8 @@ def _check_size(size: Any) -> int:
 
 
 def _placer(sharding: Any) -> Placer:
-    """The function that moves one batch to the devices."""
+    """The function that moves one batch to the devices (:mod:`gyre.core.placement` does the
+    moving, the same function a strategy's ``place_batch`` uses)."""
     # a Strategy, recognised by its method, so this module (in the loop layer) never imports
     # the parallel layer above it
     place_batch = getattr(sharding, "place_batch", None)
@@ -51,17 +51,9 @@ def _placer(sharding: Any) -> Placer:
             # A batch on one local device cannot feed a global computation: leave it on the
             # host, where the step's strategy (or jit) turns it into a global array.
             return lambda batch: batch
-        return lambda batch: jax.tree_util.tree_map(
-            lambda x: jax.device_put(x) if isinstance(x, _ARRAYS) else x, batch
-        )
-    if isinstance(sharding, Sharding):
-        return lambda batch: jax.tree_util.tree_map(lambda x: _place(sharding, x), batch)
-    try:  # a pytree of shardings shaped like (a prefix of) the batch
-        leaves = jax.tree_util.tree_leaves(sharding)
-    except Exception:  # noqa: BLE001 - anything that is not a pytree
-        leaves = []
-    if leaves and all(isinstance(s, Sharding) for s in leaves):
-        return lambda batch: jax.tree_util.tree_map(_place, sharding, batch)
+        return lambda batch: jax.tree_util.tree_map(lambda x: jax.device_put(x) if is_array(x) else x, batch)
+    if isinstance(sharding, Sharding) or _sharding_tree(sharding):
+        return lambda batch: place(batch, sharding)
     raise TypeError(
         explain(
             "prefetch_to_device got a sharding it cannot use",
@@ -74,16 +66,12 @@ def _placer(sharding: Any) -> Placer:
     )
 
 
-def _place(sharding: Sharding, leaf: Any) -> Any:
-    """One leaf onto ``sharding`` (a global array from this process's slice when the
-    sharding spans several processes)."""
-    if not isinstance(leaf, _ARRAYS):
-        return leaf
-    if sharding.is_fully_addressable:
-        return jax.device_put(leaf, sharding)
-    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
-        return leaf  # already global
-    return jax.make_array_from_process_local_data(sharding, np.asarray(leaf))
+def _sharding_tree(value: Any) -> bool:
+    try:  # a pytree of shardings shaped like (a prefix of) the batch
+        leaves = jax.tree_util.tree_leaves(value)
+    except Exception:  # noqa: BLE001 - anything that is not a pytree
+        return False
+    return bool(leaves) and all(isinstance(s, Sharding) for s in leaves)
 
 
 class _End:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import jax
 
+from gyre.core._compat import backends_started
 from gyre.core.errors import describe, explain, whole_number
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,12 +36,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 ENV_COORDINATOR = "JAX_COORDINATOR_ADDRESS"
 ENV_NUM_PROCESSES = "JAX_NUM_PROCESSES"
 ENV_PROCESS_ID = "JAX_PROCESS_ID"
-
-
-def _backend_started() -> bool:
-    from jax._src import xla_bridge
-
-    return bool(xla_bridge.backends_are_initialized())
 
 
 def _env_int(name: str) -> int | None:
@@ -158,7 +153,7 @@ def initialize(
                 fix="remove the second call; check gyre.distributed.is_initialized() first",
             )
         )
-    if _backend_started():
+    if backends_started():
         raise RuntimeError(
             explain(
                 "gyre.distributed.initialize must run before JAX starts its backend",

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from gyre.core._compat import cache_size
 from gyre.core.errors import describe, explain, whole_number
 from gyre.core.logs import Logs
 from gyre.core.state import TrainState
@@ -189,7 +190,7 @@ class ManagedStep:
             >>> step(lambda s, b: (None, s)).compiled_count()
             0
         """
-        return sum(getattr(f, "_cache_size", lambda: 0)() for f in self._compiled.values())
+        return sum(cache_size(f) for f in self._compiled.values())
 
 
 # -- losses ------------------------------------------------------------------------------------

@@ -1,0 +1,453 @@
+"""Helpers for tests of JAX training code: count compilations, assert a step compiles once.
+
+A step that recompiles silently costs seconds per call; these helpers make "compiled once"
+a one-line assertion in your own tests (and in gyre's). They count the programs XLA builds,
+through JAX's public monitoring events (``jax.monitoring``), so they work for anything that
+compiles: a ``jax.jit`` function, a gyre managed step (``gyre.managed.train_step``), a
+``gyre.Step``, a ``fuse``\\ d loop. A program JAX takes from its persistent compilation cache
+counts too: it is still a new program for this process.
+
+* :func:`assert_compiled_once` wraps one function; only compilations that happen during its
+  calls count, and a failure says how many happened, at which calls, and what changed in the
+  arguments (shapes, dtypes, weak types, shardings, structure) since the call that compiled
+  first.
+* :func:`count_compilations` counts every compilation in a ``with`` block.
+
+Example:
+    >>> import gyre, jax, jax.numpy as jnp
+    >>> with gyre.testing.assert_compiled_once(jax.jit(lambda x: x * 2)) as double:
+    ...     for _ in range(3):
+    ...         y = double(jnp.ones(3))
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import jax
+import numpy as np
+
+from gyre.core.errors import describe, explain
+
+__all__ = [
+    "Compilation",
+    "CompilationCounter",
+    "CompiledOnceCheck",
+    "assert_compiled_once",
+    "count_compilations",
+]
+
+#: The ``jax.monitoring`` event JAX records once per program it builds for a backend (XLA
+#: compilation, or retrieval from the persistent compilation cache); ``fun_name`` names it.
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+@dataclass(frozen=True)
+class Compilation:
+    """One program built by JAX.
+
+    Attributes:
+        name: the program's name as JAX gives it (``jit(<function name>)``).
+        seconds: how long building it took.
+        call: the index of the call of the checked function during which it happened
+            (:func:`assert_compiled_once`), or ``None`` (:func:`count_compilations`).
+
+    Example:
+        >>> Compilation("jit(step)", 0.5, call=0).name
+        'jit(step)'
+    """
+
+    name: str
+    seconds: float
+    call: int | None = None
+
+
+class CompilationCounter:
+    """Counts the programs JAX builds in this thread while it is active (a ``with`` block).
+
+    Built by :func:`count_compilations`; read :attr:`count`, :attr:`names` or
+    :attr:`compilations` after (or during) the block.
+
+    Example:
+        >>> import gyre, jax, jax.numpy as jnp
+        >>> f = jax.jit(lambda x: x + 1)
+        >>> two, five = jnp.ones(2), jnp.ones(5)
+        >>> with gyre.testing.count_compilations() as compiled:
+        ...     _ = f(two); _ = f(two); _ = f(five)
+        >>> compiled.count, compiled.names
+        (2, ['jit(<lambda>)', 'jit(<lambda>)'])
+    """
+
+    def __init__(self) -> None:
+        self.compilations: list[Compilation] = []
+        self._thread: int | None = None
+        self._listening = False
+
+    # -- reading ---------------------------------------------------------------------------
+    @property
+    def count(self) -> int:
+        """How many programs were built."""
+        return len(self.compilations)
+
+    @property
+    def names(self) -> list[str]:
+        """The names of the programs built, in order."""
+        return [c.name for c in self.compilations]
+
+    def report(self) -> str:
+        """One line per program built (name and seconds).
+
+        Example:
+            >>> counter = CompilationCounter()
+            >>> counter.report()
+            'no compilation'
+        """
+        if not self.compilations:
+            return "no compilation"
+        return "\n".join(f"{c.name} ({c.seconds:.2f}s)" for c in self.compilations)
+
+    def __repr__(self) -> str:
+        return f"<CompilationCounter count={self.count} names={self.names}>"
+
+    # -- listening -------------------------------------------------------------------------
+    def _record(self, name: str, seconds: float) -> None:
+        self.compilations.append(Compilation(name, seconds))
+
+    def _on_event(self, event: str, duration: float, **kwargs: Any) -> None:
+        if event == COMPILE_EVENT and threading.get_ident() == self._thread:
+            self._record(str(kwargs.get("fun_name", "?")), float(duration))
+
+    def _start(self) -> None:
+        if self._listening:
+            raise RuntimeError(
+                explain(
+                    "this compilation counter is already counting",
+                    expected="one with-block per counter",
+                    received="a second `with` on the same counter",
+                    fix="create a new one with gyre.testing.count_compilations()",
+                )
+            )
+        self._thread = threading.get_ident()
+        self._listening = True
+        jax.monitoring.register_event_duration_secs_listener(self._on_event)
+
+    def _stop(self) -> None:
+        if self._listening:
+            jax.monitoring.unregister_event_duration_listener(self._on_event)
+            self._listening = False
+
+    def __enter__(self) -> CompilationCounter:
+        self._start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop()
+
+
+def count_compilations() -> CompilationCounter:
+    """A context manager counting every program JAX builds in this thread during the block.
+
+    Everything counts: the steps you call, and the small programs of operations run eagerly
+    (``jnp.zeros(...)`` outside ``jit`` compiles once per shape). To attribute compilations
+    to one function, use :func:`assert_compiled_once`.
+
+    Returns:
+        A :class:`CompilationCounter`; ``.count`` after the block.
+
+    Example:
+        >>> import gyre, jax, jax.numpy as jnp
+        >>> step = jax.jit(lambda s, b: s + b.sum())
+        >>> _ = step(0.0, jnp.ones(4))  # compiled here
+        >>> with gyre.testing.count_compilations() as compiled:
+        ...     for _ in range(3):
+        ...         _ = step(1.0, jnp.ones(4))
+        >>> compiled.count  # no recompilation
+        0
+    """
+    return CompilationCounter()
+
+
+# -- argument signatures ------------------------------------------------------------------------
+
+
+def _sharding_text(sharding: Any) -> str:
+    spec = getattr(sharding, "spec", None)
+    if spec is not None:
+        mesh = getattr(sharding, "mesh", None)
+        shape = dict(getattr(mesh, "shape", {}) or {})
+        return f"{spec} on mesh {shape}"
+    devices = getattr(sharding, "device_set", None)
+    if devices and len(devices) == 1:
+        return f"on {next(iter(devices))}"
+    return type(sharding).__name__
+
+
+def _leaf_signature(leaf: Any) -> tuple[str, str]:
+    """(type, placement) of one argument leaf, as a compilation sees it."""
+    if isinstance(leaf, jax.Array):
+        weak = " (weakly typed)" if getattr(leaf, "weak_type", False) else ""
+        try:
+            placed = _sharding_text(leaf.sharding)
+        except Exception:  # noqa: BLE001 - a deleted or abstract array
+            placed = "?"
+        return f"{leaf.dtype}{list(leaf.shape)}{weak}", placed
+    if isinstance(leaf, np.ndarray | np.generic):
+        return f"{leaf.dtype}{list(np.shape(leaf))} (numpy)", "host"
+    if isinstance(leaf, bool | int | float | complex | str):
+        return f"{type(leaf).__name__} {leaf!r}", "host"
+    return type(leaf).__name__, "host"
+
+
+@dataclass
+class _Signature:
+    treedef: Any
+    leaves: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Signature:
+        pairs, treedef = jax.tree_util.tree_flatten_with_path((args, kwargs))
+        leaves = {}
+        for path, leaf in pairs:
+            leaves[_path_text(path)] = _leaf_signature(leaf)
+        return cls(treedef, leaves)
+
+    def changes_since(self, before: _Signature, limit: int = 8) -> list[str]:
+        lines = []
+        for path in before.leaves.keys() - self.leaves.keys():
+            lines.append(f"{path}: gone (was {before.leaves[path][0]})")
+        for path in self.leaves.keys() - before.leaves.keys():
+            lines.append(f"{path}: new ({self.leaves[path][0]})")
+        for path, (kind, placed) in self.leaves.items():
+            old = before.leaves.get(path)
+            if old is None:
+                continue
+            if old[0] != kind:
+                lines.append(f"{path}: {old[0]} -> {kind}")
+            elif old[1] != placed:
+                lines.append(f"{path}: placed {old[1]} -> {placed}")
+        if not lines and self.treedef != before.treedef:
+            lines.append(
+                "same leaves, but the tree structure or a static field changed (a container "
+                "type, a flax struct's static field such as a state's strategy or apply_fn)"
+            )
+        lines.sort()
+        if len(lines) > limit:
+            lines = [*lines[:limit], f"... and {len(lines) - limit} more"]
+        return lines
+
+
+def _path_text(path: tuple[Any, ...]) -> str:
+    """``args[1][0]`` / ``kwargs['x']`` for a leaf of ``(args, kwargs)``."""
+    head, *rest = path
+    where = "args" if getattr(head, "idx", None) == 0 else "kwargs"
+    return where + jax.tree_util.keystr(tuple(rest))
+
+
+# -- assert_compiled_once ---------------------------------------------------------------------
+
+
+class CompiledOnceCheck(CompilationCounter):
+    """The checker :func:`assert_compiled_once` returns: call it in place of the function
+    inside the ``with`` block; at the end of the block it asserts exactly one compilation
+    happened during those calls.
+
+    Attributes of the function (``fuse``, ``compile``, ...) are reachable through it, and it
+    has the function's signature, so it can stand in a ``gyre.loop`` task table.
+
+    Example:
+        >>> import gyre, jax, jax.numpy as jnp
+        >>> with gyre.testing.assert_compiled_once(jax.jit(jnp.sin)) as sin:
+        ...     _ = sin(jnp.zeros(2)); _ = sin(jnp.ones(2))
+        >>> sin.calls, sin.count
+        (2, 1)
+    """
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+        self.calls = 0
+        self._current: int | None = None
+        self._signatures: dict[int, _Signature] = {}
+        functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for names the checker lacks: the wrapped function's attributes
+        if name.startswith("__") or name == "fn":
+            raise AttributeError(name)
+        return getattr(self.fn, name)
+
+    def _record(self, name: str, seconds: float) -> None:
+        if self._current is not None:
+            self.compilations.append(Compilation(name, seconds, call=self._current))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._listening:
+            raise RuntimeError(
+                explain(
+                    "the compiled-once checker is called outside its with-block",
+                    expected="calls inside `with gyre.testing.assert_compiled_once(fn) as fn:`",
+                    received=f"a call of {_name_of(self.fn)} after (or before) the block",
+                    fix="call the function itself outside the block, or move the call inside",
+                )
+            )
+        index, outer = self.calls, self._current
+        self.calls += 1
+        before = self.count
+        signature = _Signature.of(args, kwargs)
+        self._current = index if outer is None else outer  # a nested call counts for the outer
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self._current = outer
+            if self.count > before or not self._signatures:
+                self._signatures[index] = signature
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop()
+        if exc_type is None:
+            self.check()
+
+    def check(self) -> None:
+        """Raises ``AssertionError`` unless exactly one compilation happened during the calls
+        so far (called at the end of the ``with`` block).
+
+        Example:
+            >>> import gyre, jax, jax.numpy as jnp
+            >>> check = gyre.testing.assert_compiled_once(jax.jit(lambda x: x * 3))
+            >>> with check as triple:
+            ...     _ = triple(jnp.ones(2))
+            >>> check.check()  # still one
+        """
+        name = _name_of(self.fn)
+        if self.calls == 0:
+            raise AssertionError(
+                explain(
+                    f"{name} was never called through the checker",
+                    expected="calls of the object the with-statement gives",
+                    received="no call",
+                    fix=f"write `with gyre.testing.assert_compiled_once({name}) as {name}:` and "
+                    f"call {name}(...) (or put it in the loop's task table) inside the block",
+                )
+            )
+        if self.count == 1:
+            return
+        if self.count == 0:
+            raise AssertionError(
+                explain(
+                    f"{name} was not compiled during its {self.calls} call(s)",
+                    expected="one compilation, at the first call",
+                    received="none: it was compiled before the block (an earlier call with the "
+                    "same argument types), or it does not compile (run eagerly)",
+                    fix="check a fresh function, or, to check that an already compiled function "
+                    "does not compile again, assert `.count == 0` on "
+                    "gyre.testing.count_compilations()",
+                )
+            )
+        raise AssertionError(
+            explain(
+                f"{name} compiled {self.count} times in {self.calls} calls, expected once",
+                expected="one compilation, at the first call, and none after",
+                received=f"{self.count} compilations:\n" + self._explain_calls(),
+                fix="give every call the same shapes, dtypes, shardings and tree structure "
+                "(pad or drop a short last batch; keep Python scalars and static fields the "
+                "same), build the function once outside the loop, and run no new operation "
+                "eagerly inside it",
+            )
+        )
+
+    def _explain_calls(self) -> str:
+        by_call: dict[int, list[Compilation]] = {}
+        for c in self.compilations:
+            by_call.setdefault(c.call if c.call is not None else -1, []).append(c)
+        first = min(by_call)
+        lines = []
+        for call, compiled in sorted(by_call.items()):
+            names = ", ".join(f"{c.name} ({c.seconds:.2f}s)" for c in compiled)
+            lines.append(f"    call {call}: compiled {names}")
+            if call != first and call in self._signatures and first in self._signatures:
+                changes = self._signatures[call].changes_since(self._signatures[first])
+                if changes:
+                    lines.append(f"      changed since call {first}:")
+                    lines.extend(f"        {change}" for change in changes)
+                else:
+                    lines.append(
+                        f"      the arguments look as at call {first}: the function was "
+                        "re-created (a new jax.jit per call?), a Python value it closes over or "
+                        "a static argument changed, or an operation ran eagerly for the first time"
+                    )
+            elif call == first and len(compiled) > 1:
+                lines.append(
+                    "      several programs in one call: the function runs operations outside "
+                    "jit (eagerly, each compiled once per shape), or calls several jitted functions"
+                )
+        return "\n".join(lines)
+
+
+def assert_compiled_once(fn: Callable[..., Any]) -> CompiledOnceCheck:
+    """A context manager that asserts ``fn`` compiles exactly once during the calls made
+    through it in the ``with`` block.
+
+    Use the object the ``with`` statement gives in place of ``fn`` (call it, or put it in a
+    ``gyre.loop`` task table); only compilations during its calls count, so the loop's own
+    programs (history, metrics) do not. A failure says how many compilations happened, at
+    which calls, and what changed in the arguments since the first compiling call.
+
+    Args:
+        fn: anything callable that compiles: a ``jax.jit`` function, a gyre managed step
+            (``gyre.managed.train_step``, ``state.train_step``), a ``gyre.Step``.
+
+    Returns:
+        A :class:`CompiledOnceCheck` (a context manager, callable like ``fn``).
+
+    Raises:
+        AssertionError: at the end of the block, when the calls compiled zero or several
+            programs, or ``fn`` was never called through the checker.
+
+    Example:
+        >>> import gyre, jax, jax.numpy as jnp, optax
+        >>> from gyre import managed
+        >>> @managed.train_step
+        ... def fit(state, x):
+        ...     return gyre.logs().add_loss("l", jnp.sum((state.params - x) ** 2)), state
+        >>> state = managed.ManagedState.create(params=jnp.zeros(2), tx=optax.sgd(0.1))
+        >>> with gyre.testing.assert_compiled_once(fit) as fit:
+        ...     for _ in range(3):
+        ...         logs, state = fit(state, jnp.ones(2))
+        >>> with gyre.testing.assert_compiled_once(jax.jit(lambda x: x.sum())) as total:
+        ...     _ = total(jnp.ones(3)); _ = total(jnp.ones(4))
+        Traceback (most recent call last):
+        AssertionError: <lambda> compiled 2 times in 2 calls, expected once
+        ...
+                args[0]: float32[3] -> float32[4]
+        ...
+    """
+    if not callable(fn):
+        raise TypeError(
+            explain(
+                "assert_compiled_once needs the function to check",
+                expected="a callable: a jax.jit function, a managed step, a gyre.Step",
+                received=describe(fn),
+                fix="pass the step itself: `with assert_compiled_once(step) as step: ...`",
+            )
+        )
+    return CompiledOnceCheck(fn)
+
+
+def _name_of(fn: Any) -> str:
+    name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", None)
+    return str(name) if name else type(fn).__name__
