@@ -27,6 +27,7 @@ from gyre.core.schedules import every as every
 from gyre.core.schedules import never as never
 from gyre.core.schedules import piecewise as piecewise
 from gyre.core.state import TrainState as TrainState
+from gyre.frameworks.flax_state import FlaxState as FlaxState
 from gyre.frameworks.flax_state import create_flax_state as create_flax_state
 from gyre.loop.engine import LoopState as LoopState
 from gyre.loop.engine import elapse as elapse
@@ -64,6 +65,7 @@ from gyre.parallel.strategies import Jit as Jit
 from gyre.parallel.strategies import Strategy as Strategy
 from gyre.parallel.strategies import get_strategy as get_strategy
 from gyre.steps import managed as managed
+from gyre.steps.precision import MixedPrecision as MixedPrecision
 from gyre.steps.precision import Policy as Policy
 from gyre.steps.step import Step as Step
 
@@ -75,10 +77,12 @@ __all__ = [
     "DataParallelPartitioner",
     "Eager",
     "Elapsed",
+    "FlaxState",
     "History",
     "Jit",
     "Logs",
     "LoopState",
+    "MixedPrecision",
     "Period",
     "Partitioner",
     "Policy",
