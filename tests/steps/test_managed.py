@@ -243,6 +243,12 @@ def test_returns_logs_alone_state_alone_or_none_parts():
     assert logs == {} and same.params["w"].shape == (5, 3)
 
 
+def test_a_step_taking_more_than_state_and_batch_is_explained():
+    with pytest.raises(TypeError, match="takes 3 arguments; a managed step gets \\(state, batch\\)") as info:
+        managed.train_step(lambda state, batch, elapsed: (gyre.logs(), state))
+    assert "state.step" in str(info.value)
+
+
 def test_swapped_pair_is_explained():
     swapped = managed.step(lambda s, b: (s, gyre.logs()))
     with pytest.raises(TypeError, match="wrong order") as info:

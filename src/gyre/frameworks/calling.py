@@ -162,7 +162,12 @@ def takes_sample_weight(fn: Callable[..., Any]) -> bool:
 class Plan:
     """How to call one function: by keyword (``names``: the keywords it takes, ``None`` for
     all; ``required``: those it needs) or by position; ``weighs``: it applies the sample
-    weights itself."""
+    weights itself.
+
+    Example:
+        >>> plan(lambda preds, labels, sample_weight=None: 0, frozenset(KEYWORDS))
+        Plan(keyword=True, names=frozenset({...}), required=frozenset({...}), weighs=True)
+    """
 
     keyword: bool
     names: frozenset[str] | None
@@ -311,24 +316,16 @@ class Call:
 
 
 def check_loss_dtype(name: str, value: Any) -> None:
-    """A clear error for an integer or bool loss (its gradient is zero).
+    """A clear error for an integer or bool loss of create_flax_state (its gradient is zero).
 
     Example:
         >>> check_loss_dtype("acc", True)
         Traceback (most recent call last):
-        TypeError: loss 'acc' is not floating point...
+        TypeError: loss 'acc' of create_flax_state is bool: its gradient would be zero...
     """
-    dtype = jnp.result_type(value)
-    if not jnp.issubdtype(dtype, jnp.inexact):
-        raise TypeError(
-            explain(
-                f"loss {name!r} is not floating point: its gradient would be zero",
-                expected="a floating-point loss (float32, bfloat16, ...)",
-                received=f"dtype {dtype}",
-                fix="compute the loss in floating point, e.g. cast with .astype(jnp.float32) "
-                "before the arithmetic; log counts and accuracies as metrics instead",
-            )
-        )
+    from gyre.steps.managed import check_floating_loss
+
+    check_floating_loss(name, value, "create_flax_state")
 
 
 def bind(name: str, fn: Any, *, what: str, extra: frozenset[str] = frozenset()) -> Call:

@@ -289,6 +289,17 @@ def _takes_batch(fn: Callable[..., Any], where: str) -> bool:
                 fix="def step(state, batch): ...",
             )
         )
+    required = [p for p in positional if p.default is P.empty]
+    if len(required) > 2:
+        raise TypeError(
+            explain(
+                f"{where} takes {len(required)} arguments; a managed step gets (state, batch)",
+                expected="fn(state, batch) or fn(state)",
+                received=f"signature {inspect.signature(fn)}",
+                fix="drop the other parameters (ciclo's elapsed: the state's step counter is "
+                "state.step, and its per-step key state.step_key()), or give them defaults",
+            )
+        )
     return len(positional) >= 2
 
 
