@@ -487,3 +487,13 @@ def test_ciclo_create_flax_state_run_through_train_loop():
     for name in names:
         assert len(history.collect(name)) > 0, name
     assert all(float(v) == 1.0 for v in history.collect("avg_a_test"))
+
+
+def test_accumulated_microbatches_keep_the_metric_states():
+    x, y = _data(16)
+    state = gyre.create_flax_state(nn.Dense(3), inputs=jnp.zeros((1, 4)), tx=optax.sgd(0.1), losses={"loss": xent},
+                                   metrics={"accuracy": Accuracy()}, accumulate_steps=4)
+    logs, state = state.train_step((x, y))
+    assert float(state.metric_states["accuracy"].total) == 16.0  # every microbatch counted
+    assert float(state.metric_states["avg_loss"].count) == 16.0
+    np.testing.assert_allclose(logs.stateful_metrics.accuracy, state.metric_states["accuracy"].compute())

@@ -518,19 +518,19 @@ def _make_train(
             micro = _split_micro(batch, accumulate_steps)
             zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
 
+            # The state each microbatch returns (model_state, extras, metric states...) is
+            # carried to the next one; params and rng stay those of the step.
             def body(carry: tuple[Any, Any], xs: tuple[jax.Array, Any]) -> tuple[tuple[Any, Any], Any]:
-                acc, model_state = carry
+                acc, current = carry
                 i, mb = xs
-                sub = state.replace(rng=jax.random.fold_in(state.rng, i), model_state=model_state)
-                grads, logs, new_state = grads_of(sub, mb)
+                grads, logs, new_state = grads_of(current.replace(rng=jax.random.fold_in(state.rng, i)), mb)
                 acc = jax.tree_util.tree_map(jnp.add, acc, grads)
-                return (acc, new_state.model_state), logs
+                return (acc, new_state.replace(params=current.params, rng=current.rng)), logs
 
             index = jnp.arange(accumulate_steps)
-            (acc, model_state), stacked = jax.lax.scan(body, (zeros, state.model_state), (index, micro))
+            (acc, new_state), stacked = jax.lax.scan(body, (zeros, state), (index, micro))
             grads = jax.tree_util.tree_map(lambda g: g / accumulate_steps, acc)
             logs = _mean_logs(stacked)
-            new_state = state.replace(model_state=model_state)
         logs, new_state = merge_stateful_metrics(logs, new_state, where)
         if not isinstance(logs, Logs):
             logs = Logs().merge(logs)
