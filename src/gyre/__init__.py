@@ -50,6 +50,7 @@ from gyre.core.schedules import every as every
 from gyre.core.schedules import never as never
 from gyre.core.schedules import piecewise as piecewise
 from gyre.core.state import TrainState as TrainState
+from gyre.frameworks.flax_state import FlaxState as FlaxState
 from gyre.frameworks.flax_state import create_flax_state as create_flax_state
 from gyre.loop.binding import inject as inject
 from gyre.loop.elapse import elapse as elapse
@@ -83,6 +84,7 @@ from gyre.parallel.strategies import Strategy as Strategy
 from gyre.parallel.strategies import get_strategy as get_strategy
 from gyre.parallel.strategies import register_strategy as register_strategy
 from gyre.steps import managed as managed
+from gyre.steps.precision import MixedPrecision as MixedPrecision
 from gyre.steps.precision import Policy as Policy
 from gyre.steps.step import Step as Step
 
@@ -95,6 +97,7 @@ __all__ = [
     "Eager",
     "Elapsed",
     "FSDP",
+    "FlaxState",
     "FusableStep",
     "History",
     "InnerLoop",
@@ -105,6 +108,7 @@ __all__ = [
     "LoopElement",
     "LoopState",
     "LoopWarning",
+    "MixedPrecision",
     "NamedSchedule",
     "Partitioner",
     "Period",
@@ -162,8 +166,8 @@ __all__ = [
     "piecewise",
     "predict_loop",
     "prefetch_to_device",
-    "replace_state",
     "register_strategy",
+    "replace_state",
     "test_loop",
     "testing",
     "tqdm_bar",

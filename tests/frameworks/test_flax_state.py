@@ -65,7 +65,7 @@ def test_dropout_keys_differ_per_step_and_are_reproducible():
         out = []
         for step in range(2):
             # the forward pass of training, at steps 0 and 1
-            preds, _ = state.replace(step=jnp.int32(step))._forward(x, training=True)
+            preds, _, _ = state.replace(step=jnp.int32(step))._forward(x, training=True)
             out.append(np.asarray(preds))
         return out
 
@@ -231,18 +231,13 @@ def test_bad_losses_and_metrics_are_clear_errors():
         gyre.create_flax_state(lambda x: x, losses=xent, **kwargs)
 
 
-def test_clu_metric_classes_need_clu():
-    pytest.importorskip("numpy")
-    try:
-        import clu  # noqa: F401
-    except ImportError:
-        class NotAMetric:
-            pass
+def test_a_class_that_is_not_a_metric_is_explained():
+    class NotAMetric:
+        pass
 
-        with pytest.raises(ImportError, match="pip install clu"):
-            gyre.create_flax_state(nn.Dense(3), inputs=jnp.zeros((1, 4)), tx=None, metrics={"m": NotAMetric})
-    else:
-        pytest.skip("clu is installed")
+    with pytest.raises(TypeError, match="neither a callable nor a metric object") as info:
+        gyre.create_flax_state(nn.Dense(3), inputs=jnp.zeros((1, 4)), tx=None, metrics={"m": NotAMetric})
+    assert "empty/from_model_output/merge/compute" in str(info.value)
 
 
 def test_clu_style_metric_instances():
@@ -273,3 +268,232 @@ def test_clu_style_metric_instances():
     logs, state = state.test_step((x, y))
     assert float(state.metric_states["acc"].count) == 16.0
     assert float(state.reset_step().metric_states["acc"].count) == 0.0
+
+
+# -- ciclo's conventions -----------------------------------------------------------------------
+
+
+def _dense(**kwargs):
+    return gyre.create_flax_state(nn.Dense(3), inputs=jnp.zeros((1, 4)), tx=optax.sgd(0.1), **kwargs)
+
+
+def test_ciclo_keyword_losses_and_metrics_give_the_positional_results():
+    x, y = _data(8)
+    w = np.linspace(0.0, 1.0, 8).astype(np.float32)
+
+    def ciclo_loss(*, preds, target, **_):
+        return xent(preds, target).mean()
+
+    def keras_order(y_true, y_pred):  # by name, never by position
+        return xent(y_pred, y_true)
+
+    def acc(*, preds, target, loss, **_):  # a metric receives the losses by name
+        return (preds.argmax(-1) == target).astype(jnp.float32) + 0 * loss
+
+    positional = _dense(losses={"loss": xent}, metrics={"acc": lambda p, t: p.argmax(-1) == t})
+    for losses in ({"loss": ciclo_loss}, {"loss": keras_order}, {"loss": gyre.frameworks.Crossentropy()}):
+        keyword = _dense(losses=losses, metrics={"acc": acc})
+        a, _ = positional.test_step((x, y))
+        b, _ = keyword.test_step((x, y))
+        np.testing.assert_allclose(a.metrics.acc, b.metrics.acc, rtol=1e-6)
+        np.testing.assert_allclose(a.metrics.loss, b.metrics.loss, rtol=1e-6)
+    weighted_a, _ = positional.test_step((x, y, w))
+    weighted_b, _ = _dense(losses={"loss": gyre.frameworks.Crossentropy()}).test_step((x, y, w))
+    np.testing.assert_allclose(weighted_a.metrics.loss, weighted_b.metrics.loss, rtol=1e-6)
+    # per-example values of a keyword loss that does not take sample_weight are weighted by it
+    per_example = _dense(losses={"loss": lambda *, preds, target, **_: xent(preds, target)})
+    np.testing.assert_allclose(per_example.test_step((x, y, w))[0].metrics.loss,
+                               positional.test_step((x, y, w))[0].metrics.loss, rtol=1e-6)
+
+
+def test_jax_metrics_style_objects_and_avg_losses_like_ciclo():
+    import gyre.frameworks as jm  # ciclo's examples: import jax_metrics as jm
+
+    x, y = _data(16)
+    state = _dense(losses={"loss": jm.losses.Crossentropy()}, metrics={"accuracy": jm.metrics.Accuracy()})
+    batches = [(x[:8], y[:8]), (x[8:12], y[8:12])]
+    losses = []
+    for batch in batches:
+        logs, state = state.train_step(batch)
+        losses.append(float(logs.losses.loss))
+    assert sorted(logs.stateful_metrics) == ["accuracy", "avg_loss"]
+    # avg_loss: the running mean over the epoch's examples (weighted by batch size)
+    assert float(logs.stateful_metrics.avg_loss) == pytest.approx((8 * losses[0] + 4 * losses[1]) / 12, rel=1e-5)
+    logs, _ = state.reset_step().test_step(batches[0])
+    assert sorted(logs.metrics) == ["loss"] and sorted(logs.stateful_metrics) == ["accuracy", "avg_loss"]
+
+
+def test_clu_metrics_detect_their_keywords():
+    clu = pytest.importorskip("clu.metrics")
+    from flax import struct
+
+    @struct.dataclass
+    class CicloAccuracy(clu.Average):  # a subclass taking ciclo's names
+        @classmethod
+        def from_model_output(cls, *, preds, target, **_):
+            return super().from_model_output(values=(preds.argmax(-1) == target).astype(jnp.float32))
+
+    @struct.dataclass
+    class Both(clu.Collection):
+        accuracy: clu.Accuracy
+        mean_loss: clu.Average.from_output("loss")
+
+    x, y = _data(12)
+    state = _dense(losses={"loss": xent}, metrics={"clu": clu.Accuracy, "ciclo": CicloAccuracy.empty(), "both": Both})
+    for i in (0, 4, 8):
+        logs, state = state.test_step((x[i : i + 4], y[i : i + 4]))
+    whole, _ = _dense(losses={"loss": xent}, metrics={"acc": gyre.frameworks.Accuracy()}).test_step((x, y))
+    for name in ("clu", "ciclo", "accuracy"):  # the Collection's compute() adds its entries
+        np.testing.assert_allclose(logs.stateful_metrics[name], whole.stateful_metrics.acc, rtol=1e-6)
+    assert "mean_loss" in logs.stateful_metrics
+    assert int(state.reset_step().metric_states["clu"].count) == 0
+
+
+def test_signatures_gyre_cannot_call_are_explained_at_creation():
+    with pytest.raises(TypeError, match="loss 'loss' cannot be called by create_flax_state") as info:
+        _dense(losses={"loss": lambda x: x})
+    text = str(info.value)
+    assert "signature (x)" in text and "fn(preds, labels)" in text and "target" in text
+    with pytest.raises(TypeError, match="unknown parameter\\(s\\) \\['y', 'z'\\]"):
+        _dense(losses={"loss": lambda preds, labels, y, z: preds})
+    with pytest.raises(TypeError, match="metric 'm' cannot be called"):
+        _dense(losses={"loss": xent}, metrics={"m": lambda a, b, c, d: a})
+
+    class Odd:
+        @classmethod
+        def empty(cls):
+            return cls()
+
+        @classmethod
+        def from_model_output(cls, scores, truth):
+            return cls()
+
+        def merge(self, other):
+            return self
+
+        def compute(self):
+            return 0.0
+
+    with pytest.raises(TypeError, match="metric 'odd' cannot be called by create_flax_state \\(its from_model_output"):
+        _dense(losses={"loss": xent}, metrics={"odd": Odd})
+    with pytest.raises(ValueError, match="loss name 'preds' is one of the keywords"):
+        _dense(losses={"preds": xent})
+
+
+def test_keywords_from_dict_labels_and_missing_ones():
+    x, y = _data(8)
+    state = _dense(losses={"loss": lambda *, preds, cls, **_: xent(preds, cls)})
+    logs, _ = state.test_step((x, {"cls": y}))
+    np.testing.assert_allclose(logs.metrics.loss, xent(state.predict_step(x)[0].outputs.preds, y).mean(), rtol=1e-6)
+    with pytest.raises(TypeError, match="takes \\['cls'\\], which this batch does not provide"):
+        state.test_step((x, y))
+
+
+def test_an_integer_loss_function_is_an_error():
+    x, y = _data(8)
+    state = _dense(losses={"hits": lambda p, t: p.argmax(-1) == t})
+    with pytest.raises(TypeError, match="loss 'hits' of create_flax_state is bool: its gradient would be zero"):
+        state.train_step((x, y))
+
+
+class Reporter(nn.Module):
+    """ciclo's integration test model: it writes a loss and a metric into its collections."""
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.Dense(3)(x)
+        self.put_variable("losses", "a", jnp.array(1.0))
+        self.put_variable("metrics", "b", jnp.array(2.0))
+        self.sow("losses", "l2", 0.01 * jnp.sum(self.variables["params"]["Dense_0"]["kernel"] ** 2))
+        return x
+
+
+class Quiet(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(3)(x)
+
+
+def test_model_collections_are_logged_as_ciclo_does():
+    x, y = _data(16)
+    state = gyre.create_flax_state(Reporter(), inputs=jnp.zeros((1, 4)), tx=optax.sgd(0.1),
+                                   losses={"loss": xent}, metrics={"accuracy": Accuracy()})
+    assert state.model_state == {}  # reported collections are not state
+    kernel = np.asarray(state.params["Dense_0"]["kernel"])  # the state is donated
+    logs, trained = state.train_step((x, y))
+    assert sorted(logs.losses) == ["a", "l2", "loss"] and float(logs.losses.a) == 1.0
+    assert float(logs.metrics.b) == 2.0
+    assert sorted(logs.stateful_metrics) == ["accuracy", "avg_a", "avg_l2", "avg_loss"]
+    logs, _ = trained.test_step((x, y))  # was: "collection 'losses' is immutable"
+    assert sorted(logs.metrics) == ["a", "b", "l2", "loss"]
+    # the model's losses are minimised too: the kernel shrinks faster than with xent alone
+    plain = gyre.create_flax_state(Quiet(), inputs=jnp.zeros((1, 4)), tx=optax.sgd(0.1), losses={"loss": xent})
+    np.testing.assert_array_equal(plain.params["Dense_0"]["kernel"], kernel)  # same initialisation
+    _, plain = plain.train_step((x, y))
+    with_l2 = kernel - trained.params["Dense_0"]["kernel"]
+    without = kernel - plain.params["Dense_0"]["kernel"]
+    np.testing.assert_allclose(with_l2 - without, 0.1 * 0.02 * kernel, atol=1e-6)  # lr * d(0.01 k^2)/dk
+    # names by path, and clashes
+    full = gyre.create_flax_state(Reporter(), inputs=jnp.zeros((1, 4)), tx=None, losses={"loss": xent}, logs_full_path=True)
+    assert sorted(full.test_step((x, y))[0].metrics) == ["a", "b", "l2", "loss"]  # top-level: no path to add
+    with pytest.raises(ValueError, match="the model reports a loss named 'a', which another loss already has"):
+        gyre.create_flax_state(Reporter(), inputs=jnp.zeros((1, 4)), tx=None, losses={"a": xent})
+
+
+def test_models_that_write_other_collections_train_and_evaluate():
+    class Counter(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            seen = self.variable("counters", "seen", lambda: jnp.zeros((), jnp.int32))
+            seen.value = seen.value + x.shape[0]
+            self.put_variable("notes", "last", x.mean())
+            return nn.Dense(3)(x)
+
+    x, y = _data(8)
+    state = gyre.create_flax_state(Counter(), inputs=jnp.zeros((1, 4)), tx=optax.sgd(0.1), losses={"loss": xent})
+    _, state = state.train_step((x, y))
+    _, state = state.train_step((x, y))
+    logs, tested = state.test_step((x, y))  # writes allowed in evaluation, not kept
+    assert int(state.model_state["counters"]["seen"]) == 1 + 16
+    assert int(tested.model_state["counters"]["seen"]) == 17
+    assert "loss" in logs.metrics
+
+
+def test_sowing_into_a_state_collection_is_explained():
+    class Grows(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            self.sow("history", "mean", x.mean())
+            return nn.Dense(3)(x)
+
+    x, y = _data(8)
+    state = gyre.create_flax_state(Grows(), inputs=jnp.zeros((1, 4)), tx=optax.sgd(0.1), losses={"loss": xent})
+    with pytest.raises(ValueError, match="changed the structure of its collection\\(s\\) \\['history'\\]") as info:
+        state.train_step((x, y))
+    assert "sow into 'losses', 'metrics' or 'intermediates'" in str(info.value)
+
+
+def test_ciclo_create_flax_state_run_through_train_loop():
+    import gyre.frameworks as jm
+
+    x, y = _data(24)
+    state = gyre.create_flax_state(Reporter(), inputs=jnp.zeros((1, 4)), tx=optax.adamw(1e-3),
+                                   losses={"loss": jm.losses.Crossentropy()}, metrics={"accuracy": jm.metrics.Accuracy()})
+    state, history, _ = gyre.train_loop(
+        state, gyre.data.batches((x, y), 3), test_dataset=lambda: gyre.data.batches((x, y), 3, epochs=1),
+        epoch_duration=3, test_duration=2, stop=12,
+    )
+    names = ("avg_loss", "accuracy", "avg_loss_test", "accuracy_test", "avg_a", "b", "avg_a_test", "b_test")
+    for name in names:
+        assert len(history.collect(name)) > 0, name
+    assert all(float(v) == 1.0 for v in history.collect("avg_a_test"))
+
+
+def test_accumulated_microbatches_keep_the_metric_states():
+    x, y = _data(16)
+    state = gyre.create_flax_state(nn.Dense(3), inputs=jnp.zeros((1, 4)), tx=optax.sgd(0.1), losses={"loss": xent},
+                                   metrics={"accuracy": Accuracy()}, accumulate_steps=4)
+    logs, state = state.train_step((x, y))
+    assert float(state.metric_states["accuracy"].total) == 16.0  # every microbatch counted
+    assert float(state.metric_states["avg_loss"].count) == 16.0
+    np.testing.assert_allclose(logs.stateful_metrics.accuracy, state.metric_states["accuracy"].compute())

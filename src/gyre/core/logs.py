@@ -111,9 +111,16 @@ class Logs(dict):
         """Adds a metric. Example: ``Logs().add_metric("acc", 1.0)``."""
         return self.add_entry("metrics", name, value)
 
-    def add_metrics(self, values: Mapping[str, Any]) -> Logs:
-        """Adds several metrics. Example: ``Logs().add_metrics({"acc": 1.0})``."""
-        return self.add_entries("metrics", values)
+    def add_metrics(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
+        """Adds several metrics, as a dict and/or as keywords (ciclo's form).
+
+        Example:
+            >>> Logs().add_metrics({"acc": 1.0}, f1=0.5)
+            Logs(metrics={'acc': 1.0, 'f1': 0.5})
+        """
+        if values is not None:
+            self.add_entries("metrics", values)
+        return self.add_entries("metrics", entries)
 
     def add_loss(self, name: str, value: Any) -> Logs:
         """Adds a loss (managed steps differentiate the sum of the losses).
@@ -124,9 +131,16 @@ class Logs(dict):
         """
         return self.add_entry("losses", name, value)
 
-    def add_losses(self, values: Mapping[str, Any]) -> Logs:
-        """Adds several losses. Example: ``Logs().add_losses({"mse": 0.1})``."""
-        return self.add_entries("losses", values)
+    def add_losses(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
+        """Adds several losses, as a dict and/or as keywords.
+
+        Example:
+            >>> Logs().add_losses(mse=0.1, kl=0.2)
+            Logs(losses={'mse': 0.1, 'kl': 0.2})
+        """
+        if values is not None:
+            self.add_entries("losses", values)
+        return self.add_entries("losses", entries)
 
     def add_stateful_metric(self, name: str, value: Any) -> Logs:
         """Adds a metric accumulated across steps (its last value is the running result).
@@ -137,17 +151,32 @@ class Logs(dict):
         """
         return self.add_entry("stateful_metrics", name, value)
 
-    def add_stateful_metrics(self, values: Mapping[str, Any]) -> Logs:
-        """Adds several stateful metrics. Example: ``Logs().add_stateful_metrics({"a": 1})``."""
-        return self.add_entries("stateful_metrics", values)
+    def add_stateful_metrics(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
+        """Adds several stateful metrics, as a dict and/or as keywords (ciclo's
+        ``add_stateful_metrics(**metrics.compute())``).
+
+        Example:
+            >>> Logs().add_stateful_metrics(**{"a": 1, "b": 2})
+            Logs(stateful_metrics={'a': 1, 'b': 2})
+        """
+        if values is not None:
+            self.add_entries("stateful_metrics", values)
+        return self.add_entries("stateful_metrics", entries)
 
     def add_output(self, name: str, value: Any) -> Logs:
         """Adds an output (predictions, embeddings...). Example: ``Logs().add_output("y", 1)``."""
         return self.add_entry("outputs", name, value)
 
-    def add_outputs(self, values: Mapping[str, Any]) -> Logs:
-        """Adds several outputs. Example: ``Logs().add_outputs({"y": 1})``."""
-        return self.add_entries("outputs", values)
+    def add_outputs(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
+        """Adds several outputs, as a dict and/or as keywords.
+
+        Example:
+            >>> Logs().add_outputs(y=1)
+            Logs(outputs={'y': 1})
+        """
+        if values is not None:
+            self.add_entries("outputs", values)
+        return self.add_entries("outputs", entries)
 
     def merge(self, other: Mapping[str, Mapping[str, Any]] | None) -> Logs:
         """Merges another ``Logs`` (or dict of collections) into this one; returns self.

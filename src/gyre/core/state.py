@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from gyre.core.errors import describe, explain
+from gyre.core.errors import describe, explain, suggest
 
 
 def _as_key(rng: Any) -> jax.Array:
@@ -63,19 +63,28 @@ def check_optimizer(value: Any, *, argument: str, none_means: str) -> None:
         )
 
 
-class TrainState(struct.PyTreeNode):
+class TrainState(struct.PyTreeNode, kw_only=True):
     """The training state: a pytree with ``step``, ``params``, ``opt_state``, ``rng``,
     ``model_state`` (mutable collections such as ``batch_stats``) and ``extras``.
 
-    Subclasses may declare more fields (``flax.struct`` style); ``create`` puts unknown
-    keyword arguments in ``extras``, readable as attributes (``state.ema``).
+    Subclasses may declare more fields (``flax.struct`` style), with or without defaults:
+    gyre's own fields are keyword-only, so ``class MyState(TrainState): ema: Any`` works, and
+    ``create`` takes them as keywords. ``create`` puts unknown keyword arguments in
+    ``extras``. Model collections and extras read as attributes (``state.batch_stats``,
+    ``state.ema``); ``state.batch_stats`` is ``None`` when the model has no batch statistics
+    (the one name that answers without existing, as flax's examples expect). Any other
+    unknown name is an ``AttributeError`` listing the fields, collections and extras, with
+    the closest name.
 
     Example:
         >>> import jax.numpy as jnp, optax
         >>> state = TrainState.create(params={"w": jnp.ones(2)}, tx=optax.sgd(0.5), rng=0)
         >>> state = state.apply_gradients(grads={"w": jnp.ones(2)})
-        >>> state.params["w"].tolist(), int(state.step)
-        ([0.5, 0.5], 1)
+        >>> state.params["w"].tolist(), int(state.step), state.batch_stats
+        ([0.5, 0.5], 1, None)
+        >>> state.parms
+        Traceback (most recent call last):
+        AttributeError: TrainState has no attribute 'parms'. Did you mean 'params'?...
     """
 
     step: jax.Array
@@ -106,7 +115,11 @@ class TrainState(struct.PyTreeNode):
             apply_fn: the model's apply function, kept static.
             rng: a seed or PRNG key; per-step keys are folded from it.
             model_state: mutable model collections (``{"batch_stats": ...}``).
-            **extras: fields a subclass declares, or else extra values kept in ``extras``.
+            **extras: fields a subclass declares (required when they have no default), or
+                else extra values kept in ``extras``.
+
+        Raises:
+            TypeError: a field the subclass declares without a default is missing.
 
         Example:
             >>> import jax.numpy as jnp
@@ -114,9 +127,21 @@ class TrainState(struct.PyTreeNode):
             (3,)
         """
         check_optimizer(tx, argument="tx", none_means="a state that is not trained")
-        declared = {f for f in cls.__dataclass_fields__ if f not in TrainState.__dataclass_fields__}
+        declared = {f: d for f, d in cls.__dataclass_fields__.items() if f not in TrainState.__dataclass_fields__}
         fields = {k: v for k, v in extras.items() if k in declared}
         rest = {k: v for k, v in extras.items() if k not in declared}
+        missing = sorted(f for f, d in declared.items() if f not in fields and _required(d))
+        if missing:
+            raise TypeError(
+                explain(
+                    f"{cls.__name__}.create is missing the field(s) {missing}",
+                    expected=f"a value for every field {cls.__name__} declares without a default",
+                    received=f"keywords {sorted(extras)}",
+                    fix=f"pass them: {cls.__name__}.create(params=..., "
+                    + ", ".join(f"{m}=..." for m in missing)
+                    + "), or give the fields defaults (struct.field(default_factory=...))",
+                )
+            )
         return cls(
             step=jnp.zeros((), jnp.int32),
             params=params,
@@ -133,16 +158,17 @@ class TrainState(struct.PyTreeNode):
         # Only reached for names that are not fields: model collections and extras.
         if name.startswith("__"):
             raise AttributeError(name)
-        for where in ("model_state", "extras"):
-            values = object.__getattribute__(self, where)
-            if name in values:
+        try:
+            model_state = object.__getattribute__(self, "model_state")
+            extras = object.__getattribute__(self, "extras")
+        except AttributeError:  # not built yet (copy, unpickling)
+            raise AttributeError(name) from None
+        for values in (model_state, extras):
+            if isinstance(values, Mapping) and name in values:
                 return values[name]
-        if name == "batch_stats":
+        if name == "batch_stats":  # documented: None for a model without batch statistics
             return None
-        raise AttributeError(
-            f"{type(self).__name__} has no field {name!r}; its model_state holds "
-            f"{sorted(self.model_state)} and its extras {sorted(self.extras)}"
-        )
+        raise AttributeError(_unknown_attribute(self, name, model_state, extras))
 
     def apply_gradients(self, *, grads: Any, **changes: Any) -> Any:
         """One optimizer update: new params and optimizer state, ``step + 1``.
@@ -194,6 +220,28 @@ class TrainState(struct.PyTreeNode):
             ['dropout', 'noise']
         """
         return {name: self.step_key(name) for name in streams}
+
+
+def _required(field: Any) -> bool:
+    import dataclasses
+
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
+def _unknown_attribute(state: Any, name: str, model_state: Any, extras: Any) -> str:
+    fields = [f for f in type(state).__dataclass_fields__]
+    collections = sorted(model_state) if isinstance(model_state, Mapping) else []
+    extra = sorted(extras) if isinstance(extras, Mapping) else []
+    methods = [m for m in dir(type(state)) if not m.startswith("_") and m not in fields]
+    hint = suggest(name, [*fields, *collections, *extra, "batch_stats", *methods])
+    return explain(
+        f"{type(state).__name__} has no attribute {name!r}.{hint}",
+        expected=f"a field ({', '.join(fields)}), a model_state collection ({collections or 'none'}) "
+        f"or an extra ({extra or 'none'})",
+        received=repr(name),
+        fix=(f"use {hint.split(chr(39))[1]!r}" if hint else "check the name")
+        + "; values passed to create() that are not fields are kept in extras",
+    )
 
 
 def _stream_id(name: str) -> int:

@@ -62,6 +62,14 @@ class Adapter:
     ) -> tuple[Any, dict[str, Any]]:
         raise NotImplementedError
 
+    def apply_collect(
+        self, params: Any, model_state: Mapping[str, Any], inputs: Any, *, training: bool, rngs: Rngs
+    ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        """``apply``, plus what the model reported during this call (the linen collections of
+        :data:`STEP_COLLECTIONS`, e.g. ``{"losses": {...}}``); ``{}`` for other frameworks."""
+        out, model_state = self.apply(params, model_state, inputs, training=training, rngs=rngs)
+        return out, model_state, {}
+
     def __repr__(self) -> str:
         return f"<gyre {self.framework} adapter of {type(self.module).__name__}>"  # type: ignore[attr-defined]
 
@@ -88,9 +96,18 @@ def _shapes(inputs: Any) -> Any:
 # -- flax linen --------------------------------------------------------------------------------
 
 
+#: Linen collections that hold what a model reports on each call (``self.sow(...)`` or
+#: ``self.put_variable(...)`` into them), not state: they start empty on every call, and
+#: :func:`~gyre.create_flax_state` logs ``losses`` (as losses) and ``metrics``.
+STEP_COLLECTIONS = ("losses", "metrics", "intermediates")
+
+
 class LinenAdapter(Adapter):
     """A ``flax.linen`` module: params in ``params``, the other collections (``batch_stats``,
-    ...) in ``model_state``, updated in training through ``apply(..., mutable=...)``.
+    ``cache``, your own) in ``model_state``, updated in training; in evaluation every
+    collection but ``params`` and ``batch_stats`` may be written, and the writes to
+    ``model_state`` are dropped. The collections of :data:`STEP_COLLECTIONS` are not state:
+    :meth:`apply_collect` returns what the model wrote in them during the call.
 
     Example:
         >>> import flax.linen as nn, jax.numpy as jnp
@@ -105,18 +122,29 @@ class LinenAdapter(Adapter):
         self.module = module
         self.rng_streams = tuple(rng_streams)
         self.collections = tuple(collections)
+        #: what the model reported at initialisation (``{"losses": {...}}``), for the names
+        self.reported: dict[str, Any] = {}
 
     def apply(
         self, params: Any, model_state: Mapping[str, Any], inputs: Any, *, training: bool, rngs: Rngs
     ) -> tuple[Any, dict[str, Any]]:
+        out, model_state, _ = self.apply_collect(params, model_state, inputs, training=training, rngs=rngs)
+        return out, model_state
+
+    def apply_collect(
+        self, params: Any, model_state: Mapping[str, Any], inputs: Any, *, training: bool, rngs: Rngs
+    ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        from flax.core import DenyList
+
         variables = {"params": params, **model_state}
         flags = _flag_kwargs(self.module.__call__, training)
-        if training and model_state:
-            out, updates = self.module.apply(
-                variables, inputs, rngs=dict(rngs), mutable=list(model_state), **flags
-            )
-            return out, {**model_state, **updates}
-        return self.module.apply(variables, inputs, rngs=dict(rngs) or None, **flags), dict(model_state)
+        frozen = DenyList(["params"] if training else ["params", "batch_stats"])
+        out, updates = self.module.apply(variables, inputs, rngs=dict(rngs) or None, mutable=frozen, **flags)
+        updates = dict(updates)
+        reported = {k: v for k, v in updates.items() if k not in model_state}
+        if not training:
+            return out, dict(model_state), reported
+        return out, {k: updates.get(k, v) for k, v in model_state.items()}, reported
 
 
 def _init_linen(module: Any, inputs: Any, key: jax.Array, rng_streams: Sequence[str]) -> tuple[Adapter, Any, dict[str, Any]]:
@@ -126,7 +154,9 @@ def _init_linen(module: Any, inputs: Any, key: jax.Array, rng_streams: Sequence[
     variables = jax.jit(lambda k, x: module.init(k, x, **flags))(keys, inputs)
     variables = dict(variables)
     params = variables.pop("params", {})
+    reported = {k: variables.pop(k) for k in STEP_COLLECTIONS if k in variables}
     adapter = LinenAdapter(module, rng_streams=[s for s in streams if s != "params"], collections=list(variables))
+    adapter.reported = reported
     return adapter, params, variables
 
 

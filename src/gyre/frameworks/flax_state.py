@@ -6,6 +6,19 @@ strategy) and ``reset_step``, so ``gyre.train_loop(state, data, test_dataset=...
 no task table, and ``logs, state = state.train_step(batch)`` works by hand.
 
 Batches are Keras-style: ``x``, ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)``.
+
+Losses and metrics are called in gyre's positional convention (``fn(preds, labels)``, as
+optax's losses are) or in ciclo's keyword one (``fn(*, preds, target, **_)``, jax_metrics'
+``Crossentropy()``), told apart from their signatures: see :mod:`gyre.frameworks.calling`.
+Metric objects (gyre's, jax_metrics-style, CLU's) are described in
+:mod:`gyre.frameworks.metrics`.
+
+What it logs, as ciclo's ``FlaxState`` does: each loss (``losses.<name>`` in training,
+``metrics.<name>`` in evaluation), ``avg_<name>``, the running mean of each loss over the epoch
+(a stateful metric), each metric, and what a linen model reports itself: values it writes
+(``self.sow`` or ``self.put_variable``) into its ``losses`` collection are losses (minimised
+in training, with their ``avg_`` means) and into its ``metrics`` collection are metrics, named
+by the last key of their path (the whole path with ``logs_full_path=True``).
 """
 
 from __future__ import annotations
@@ -20,11 +33,12 @@ from flax import struct
 
 from gyre.core.errors import describe, explain
 from gyre.core.logs import Logs
+from gyre.frameworks import calling
 from gyre.frameworks import metrics as _metrics
 from gyre.frameworks.adapters import Adapter, adapt
 from gyre.parallel.strategies import Strategy
 from gyre.steps import managed
-from gyre.steps.precision import Policy
+from gyre.steps.precision import MixedPrecision
 
 LossFn = Callable[..., Any]
 
@@ -51,7 +65,7 @@ def unpack_batch(batch: Any) -> tuple[Any, Any, Any]:
     )
 
 
-class FlaxState(managed.ManagedState):
+class FlaxState(managed.ManagedState, kw_only=True):
     """The state :func:`create_flax_state` returns: model params and collections, optimizer
     state, metric states, and the static model adapter, losses and metrics.
 
@@ -64,21 +78,22 @@ class FlaxState(managed.ManagedState):
         >>> state = create_flax_state(nn.Dense(1), inputs=jnp.zeros((1, 2)), tx=optax.sgd(0.1),
         ...     losses={"mse": lambda p, y: (p[:, 0] - y) ** 2})
         >>> logs, state = state.train_step((jnp.ones((4, 2)), jnp.ones(4)))
-        >>> sorted(logs.losses), int(state.step)
-        (['mse'], 1)
+        >>> sorted(logs.losses), sorted(logs.stateful_metrics), int(state.step)
+        (['mse'], ['avg_mse'], 1)
     """
 
     metric_states: Mapping[str, Any] = struct.field(default_factory=dict)
     adapter: Adapter | None = struct.field(pytree_node=False, default=None)
-    loss_fns: tuple[tuple[str, LossFn], ...] = struct.field(pytree_node=False, default=())
-    metric_fns: tuple[tuple[str, LossFn], ...] = struct.field(pytree_node=False, default=())
+    loss_fns: tuple[tuple[str, calling.Call], ...] = struct.field(pytree_node=False, default=())
+    metric_fns: tuple[tuple[str, calling.Call], ...] = struct.field(pytree_node=False, default=())
+    logs_full_path: bool = struct.field(pytree_node=False, default=False)
 
     # -- the maths -------------------------------------------------------------------------
-    def _forward(self, inputs: Any, training: bool) -> tuple[Any, Any]:
+    def _forward(self, inputs: Any, training: bool) -> tuple[Any, Any, dict[str, Any]]:
         assert self.adapter is not None
         rngs = self.step_rngs(*self.adapter.rng_streams) if training else {}
         try:
-            return self.adapter.apply(self.params, self.model_state, inputs, training=training, rngs=rngs)
+            return self.adapter.apply_collect(self.params, self.model_state, inputs, training=training, rngs=rngs)
         except Exception as err:
             expected = self.adapter.input_shapes
             received = jax.tree_util.tree_map(lambda x: tuple(jnp.shape(x)), inputs)
@@ -97,32 +112,45 @@ class FlaxState(managed.ManagedState):
 
     def _evaluate(self, batch: Any, training: bool) -> tuple[Logs, Any]:
         inputs, labels, weight = unpack_batch(batch)
-        if training and not self.loss_fns:
+        preds, model_state, reported = self._forward(inputs, training)
+        aux_losses = calling.flatten_names(reported.get("losses", {}), full_path=self.logs_full_path)
+        if training and not self.loss_fns and not aux_losses:
             raise ValueError(
                 explain(
                     "train_step has no loss to minimise",
                     expected="create_flax_state(..., losses={'loss': fn}) with fn(preds, labels)",
-                    received="losses=None",
+                    received="losses=None, and the model reports no 'losses' collection",
                     fix="pass losses=, e.g. losses={'loss': optax.softmax_cross_entropy_with_integer_labels}",
                 )
             )
-        preds, model_state = self._forward(inputs, training)
+        args = calling.arguments(
+            preds=preds, labels=labels, sample_weight=weight, inputs=inputs, state=self,
+            key=self.step_key("losses"),
+        )
+        losses = {name: call(args) for name, call in self.loss_fns}
+        for name, value in aux_losses.items():
+            losses[_unclaimed(name, losses, "loss")] = jnp.asarray(value)
         logs = Logs()
-        values: dict[str, Any] = {}
-        for name, fn in self.loss_fns:
-            values[name] = _metrics.call_metric(fn, preds, labels, weight)
+        for name, value in losses.items():
             if training:
-                logs.add_loss(name, values[name])
+                calling.check_loss_dtype(name, value)
+                logs.add_loss(name, value)
             else:
-                logs.add_metric(name, values[name])
-        for name, fn in self.metric_fns:
-            logs.add_metric(name, _metrics.call_metric(fn, preds, labels, weight))
-        metric_states = {}
+                logs.add_metric(name, value)
+        keywords = {**args, **losses}
+        for name, call in self.metric_fns:
+            logs.add_metric(name, call(keywords))
+        for name, value in calling.flatten_names(reported.get("metrics", {}), full_path=self.logs_full_path).items():
+            logs.add_metric(_unclaimed(name, logs.get("metrics", {}), "metric"), jnp.asarray(value))
+        metric_states, stateful = {}, {}
         for name, metric in self.metric_states.items():
-            metric_states[name] = _metrics.update(metric, preds, labels, weight, values)
-            logs.add_stateful_metric(name, metric_states[name].compute())
+            metric_states[name] = _metrics.update(metric, keywords)
+            _metrics.spread(stateful, name, metric_states[name].compute())
+        if stateful:
+            logs.add_stateful_metrics(stateful)
         changes: dict[str, Any] = {"metric_states": metric_states}
         if training:
+            _check_same_collections(self.model_state, model_state)
             changes["model_state"] = model_state
         return logs, self.replace(**changes)
 
@@ -134,7 +162,7 @@ class FlaxState(managed.ManagedState):
 
     def _predict(self, batch: Any) -> tuple[Logs, Any]:
         inputs, _, _ = unpack_batch(batch)
-        preds, _ = self._forward(inputs, training=False)
+        preds, _, _ = self._forward(inputs, training=False)
         logs = Logs()
         if isinstance(preds, Mapping):
             logs.add_outputs({str(k): v for k, v in preds.items()})
@@ -169,10 +197,44 @@ def _trailing(shapes: Any) -> Any:
     return jax.tree_util.tree_map(lambda s: s[1:], shapes, is_leaf=lambda s: isinstance(s, tuple))
 
 
+def _unclaimed(name: str, taken: Mapping[str, Any], what: str) -> str:
+    """``name`` for a value the model reported, or a clear error when a given loss or metric
+    already has it."""
+    if name in taken:
+        raise ValueError(
+            explain(
+                f"the model reports a {what} named {name!r}, which another {what} already has",
+                expected="distinct names",
+                received=f"{what} names {sorted(taken)} and the model's {name!r}",
+                fix="rename one of them, or pass logs_full_path=True to name the model's values "
+                "by their whole path",
+            )
+        )
+    return name
+
+
+def _check_same_collections(before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+    """A clear error when a training step changes the structure of the model's state (a
+    ``sow`` into a collection kept as state grows it by one value per step)."""
+    old, new = jax.tree_util.tree_structure(dict(before)), jax.tree_util.tree_structure(dict(after))
+    if old != new:
+        grown = sorted(k for k in before if jax.tree_util.tree_structure(before[k]) != jax.tree_util.tree_structure(after.get(k)))
+        raise ValueError(
+            explain(
+                f"the model changed the structure of its collection(s) {grown} in a training step",
+                expected="collections of a fixed structure (the state is compiled once)",
+                received=f"{old} became {new}",
+                fix="self.sow(...) appends a value per call: sow into 'losses', 'metrics' or "
+                "'intermediates' (reported per step, not kept), or use self.put_variable to "
+                "overwrite a state value",
+            )
+        )
+
+
 _CLASSES: dict[Any, type[FlaxState]] = {}
 
 
-def _state_class(accumulate_steps: int, clip_grad_norm: float | None, policy: str | Policy | None) -> type[FlaxState]:
+def _state_class(accumulate_steps: int, clip_grad_norm: float | None, policy: str | MixedPrecision | None) -> type[FlaxState]:
     """FlaxState, or a subclass whose steps carry the managed options."""
     if accumulate_steps == 1 and clip_grad_norm is None and policy is None:
         return FlaxState
@@ -226,27 +288,53 @@ def create_flax_state(
     batched: bool = False,
     accumulate_steps: int = 1,
     clip_grad_norm: float | None = None,
-    policy: str | Policy | None = None,
+    policy: str | MixedPrecision | None = None,
+    logs_full_path: bool = False,
 ) -> FlaxState:
     """A trainable state for a flax linen, flax nnx or equinox model, with its steps built in.
+
+    **Losses and metric functions** are called in one of two conventions, chosen from the
+    signature when the state is created (a signature that fits neither is refused here,
+    with the accepted ones):
+
+    * positional, gyre's and optax's: ``fn(preds, labels)`` or ``fn(preds, labels,
+      sample_weight)``, e.g. ``optax.softmax_cross_entropy_with_integer_labels``;
+    * keyword, ciclo's and jax_metrics': every parameter named from ``preds`` (or
+      ``logits``, ``y_pred``), ``target`` (or ``labels``, ``y_true``), ``sample_weight``,
+      ``mask``, ``inputs``, ``params``, ``batch_stats``, ``model_state``, ``state`` (or
+      ``module``), ``key_seq``, the keys of a dict of labels or inputs, and, for metrics, the
+      batch's losses by name; e.g. ``def loss(*, preds, target, **_)`` or
+      ``gyre.frameworks.losses.Crossentropy()``. A ``**kwargs`` receives them all.
+
+    A loss or metric function returns a scalar, or per-example values (batch first) that are
+    averaged, weighted by ``sample_weight`` unless the function takes ``sample_weight`` or
+    ``mask`` itself. Losses must be floating point (an integer loss has no gradient).
+
+    **Metric objects** accumulate over an epoch and are logged as stateful metrics:
+    ``reset``/``update``/``compute`` objects (:class:`gyre.frameworks.Accuracy`,
+    :class:`gyre.frameworks.Mean`, jax_metrics-style ``Accuracy()``), whose ``update`` gets
+    the keywords above it takes, and CLU metrics (``clu.metrics.Accuracy``, your subclass of
+    ``clu.metrics.Metric``, a ``clu.metrics.Collection``; a class or an instance), whose
+    ``from_model_output`` gets the keywords it declares (``logits=``/``labels=`` or
+    ``preds=``/``target=``; ``mask=`` is ``sample_weight > 0``).
 
     Args:
         module: a ``flax.linen.Module`` (initialised here from ``inputs``), a ``flax.nnx.Module``
             or an ``equinox.Module`` (already initialised; ``inputs`` checks them).
         inputs: an example batch of inputs (a batch of 1 is enough), e.g. ``jnp.zeros((1, 64))``.
         tx: the optax optimizer (``None`` for a state that is only evaluated).
-        losses: ``{name: fn(preds, labels[, sample_weight])}`` (or one callable, named
-            ``loss``); per-example values are averaged (weighted by ``sample_weight``). Their
-            sum is minimised.
-        metrics: ``{name: metric}``: callables like losses (logged per step), metric objects
-            such as :class:`gyre.frameworks.Accuracy` (accumulated over an epoch, logged as
-            stateful metrics), or ``clu.metrics.Metric`` classes.
+        losses: ``{name: fn}`` (or one callable, named ``loss``); their sum is minimised, and
+            each is also logged as ``avg_<name>``, its running mean over the epoch.
+        metrics: ``{name: metric}``: functions like losses (logged per step) or metric objects
+            (accumulated, logged as stateful metrics).
         strategy: ``"jit"``, ``"eager"``, ``"data_parallel"``, ``"fsdp"`` or a ``gyre.Strategy``.
         rng: seed or key; linen params are drawn from it and each step's dropout keys are
             ``fold_in(rng, step)`` per stream.
         rng_streams: linen rng streams given to the model in training.
         batched: equinox only: the model takes whole batches (no ``jax.vmap``).
         accumulate_steps, clip_grad_norm, policy: options of :func:`gyre.managed.train_step`.
+        logs_full_path: name the values a linen model reports in its ``losses``/``metrics``
+            collections by their whole path (``"Encoder_0/kl"``) instead of the last key.
 
     Returns:
         A :class:`FlaxState`; ``state.train_step(batch)``, ``test_step``, ``predict_step`` and
@@ -255,6 +343,8 @@ def create_flax_state(
     Raises:
         ValueError: the model cannot run on ``inputs`` (a shape mismatch), names clash, or a
             train step without losses.
+        TypeError: a loss or metric gyre cannot call (its signature and the conventions are
+            in the message).
 
     Example:
         >>> import flax.linen as nn, gyre, jax.numpy as jnp, numpy as np, optax
@@ -267,41 +357,43 @@ def create_flax_state(
         >>> loss = history.collect("loss")
         >>> bool(loss[-1] < loss[0]), float(state.metric_states["accuracy"].total)  # 20 x 3 seen
         (True, 60.0)
+
+        ciclo's keyword convention works as well:
+
+        >>> def ciclo_loss(*, preds, target, **_):
+        ...     return optax.softmax_cross_entropy_with_integer_labels(preds, target).mean()
+        >>> state = gyre.create_flax_state(nn.Dense(2), inputs=jnp.zeros((1, 3)), tx=optax.sgd(0.1),
+        ...     losses={"loss": ciclo_loss})
+        >>> logs, state = state.train_step((x, y))
+        >>> sorted(logs.losses), sorted(logs.stateful_metrics)
+        (['loss'], ['avg_loss'])
     """
     losses_ = _named("losses", losses)
     metrics_ = _named("metrics", metrics)
-    clash = sorted(set(losses_) & set(metrics_))
-    if clash:
-        raise ValueError(
-            explain(
-                f"{clash[0]!r} names both a loss and a metric",
-                expected="distinct names (in evaluation losses are logged as metrics)",
-                received=f"losses {sorted(losses_)} and metrics {sorted(metrics_)}",
-                fix="rename one of them",
-            )
-        )
-    for name, fn in losses_.items():
-        if not callable(fn) or isinstance(fn, type):
-            raise TypeError(
-                explain(
-                    f"loss {name!r} is not a function",
-                    expected="a callable (preds, labels[, sample_weight]) -> value",
-                    received=describe(fn),
-                    fix="e.g. losses={'loss': optax.softmax_cross_entropy_with_integer_labels}",
-                )
-            )
-    states: dict[str, Any] = {}
-    fns: list[tuple[str, LossFn]] = []
-    for name, spec in metrics_.items():
-        initial = _metrics.metric_state(name, spec)
-        if initial is None:
-            fns.append((name, spec))
-        else:
-            states[name] = initial
+    _check_names(losses_, metrics_)
     from gyre.core.state import _as_key
 
     key = _as_key(rng)
     adapter, params, model_state = adapt(module, inputs=inputs, rng=key, rng_streams=rng_streams, batched=batched)
+    reported = getattr(adapter, "reported", {})
+    aux_losses = list(calling.flatten_names(reported.get("losses", {}), full_path=logs_full_path))
+    for name in aux_losses:
+        _unclaimed(name, losses_, "loss")
+    for name in calling.flatten_names(reported.get("metrics", {}), full_path=logs_full_path):
+        _unclaimed(name, metrics_, "metric")
+    loss_names = frozenset(losses_) | frozenset(aux_losses)
+    loss_calls = tuple((name, calling.bind(name, fn, what="loss")) for name, fn in losses_.items())
+    states: dict[str, Any] = {}
+    fns: list[tuple[str, calling.Call]] = []
+    for name, spec in metrics_.items():
+        initial = _metrics.metric_state(name, spec, loss_names)
+        if initial is None:
+            fns.append((name, calling.bind(name, spec, what="metric", extra=loss_names)))
+        else:
+            states[name] = initial
+    for name in [*losses_, *aux_losses]:  # ciclo's running means of the losses
+        if f"avg_{name}" not in metrics_:
+            states[f"avg_{name}"] = _metrics.Mean(name)
     cls = _state_class(accumulate_steps, clip_grad_norm, policy)
     return cls.create(
         params=params,
@@ -312,6 +404,31 @@ def create_flax_state(
         model_state=model_state,
         metric_states=states,
         adapter=adapter,
-        loss_fns=tuple(losses_.items()),
+        loss_fns=loss_calls,
         metric_fns=tuple(fns),
+        logs_full_path=bool(logs_full_path),
     )
+
+
+def _check_names(losses: Mapping[str, Any], metrics: Mapping[str, Any]) -> None:
+    clash = sorted(set(losses) & set(metrics))
+    if clash:
+        raise ValueError(
+            explain(
+                f"{clash[0]!r} names both a loss and a metric",
+                expected="distinct names (in evaluation losses are logged as metrics)",
+                received=f"losses {sorted(losses)} and metrics {sorted(metrics)}",
+                fix="rename one of them",
+            )
+        )
+    reserved = sorted(set(losses) & set(calling.KEYWORDS))
+    if reserved:
+        raise ValueError(
+            explain(
+                f"loss name {reserved[0]!r} is one of the keywords metrics receive",
+                expected=f"loss names other than {', '.join(calling.KEYWORDS)} (metrics receive "
+                "the losses by name, next to those keywords)",
+                received=f"losses {sorted(losses)}",
+                fix=f"rename it, e.g. {reserved[0] + '_loss'!r}",
+            )
+        )

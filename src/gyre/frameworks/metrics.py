@@ -1,68 +1,135 @@
-"""Losses and metrics for :func:`~gyre.create_flax_state`: callables, metric objects, CLU.
+"""Metric objects for :func:`~gyre.create_flax_state` and the managed API, built on
+:mod:`gyre.core.metrics`, and the protocols of the metric objects gyre accepts.
 
-Three kinds are accepted:
+Metric objects are accumulated over an epoch in the state (``state.metric_states``) and
+emptied by the state's ``reset_step``, which the named loops call at the start of every epoch
+and evaluation. Three protocols are accepted, by duck typing (no import needed):
 
-* a **callable** ``(preds, labels) -> value`` or ``(preds, labels, sample_weight) -> value``;
-  a per-example value (any shape with the batch first) is averaged, weighted by
-  ``sample_weight`` when the batch has one and the callable does not take it;
-* a **metric object** accumulated over an epoch: a pytree with ``reset()``,
-  ``update(preds=, labels=, sample_weight=, **losses) -> metric`` and ``compute()``, such as
-  :class:`Accuracy` and :class:`Mean` here (or such a class, built with no arguments);
-* a **CLU metric**: a ``clu.metrics.Metric`` class or instance, fed through
-  ``from_model_output(logits=preds, labels=labels, mask=..., **losses)`` and ``merge``.
+* **update-style** (gyre, jax_metrics): ``reset()``, ``update(**keywords) -> metric`` and
+  ``compute()``, such as :class:`Accuracy`, :class:`Mean` and :class:`Metrics` here, or
+  ``jax_metrics``' ``Accuracy()``; ``update`` receives the keywords of
+  :data:`gyre.frameworks.calling.KEYWORDS` it takes (``preds=``, ``target=``/``labels=``,
+  ``sample_weight=``, ...) and the batch's losses by name;
+* **CLU-style**: ``empty()``, ``from_model_output(**keywords)`` (or a ``Collection``'s
+  ``single_from_model_output``) and ``merge``/``compute``, e.g. ``clu.metrics.Accuracy``
+  (``logits=``, ``labels=``), ``clu.metrics.Average.from_output("loss")`` or your own
+  subclass taking ``preds=``/``target=``: the keywords it declares are passed, ``mask=``
+  being ``sample_weight > 0``;
+* a **class** of either kind, built with no arguments (``reset``-style) or ``empty()``.
 
-Metric objects live in the state (``state.metric_states``); the state's ``reset_step`` empties
-them, which the named loops call at the start of every epoch and evaluation.
+A ``compute()`` that returns a dict logs one entry per key.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
+from gyre.core import metrics as core
 from gyre.core.errors import describe, explain
+from gyre.frameworks import calling
+
+
+def _batch_weight(preds: Any, sample_weight: Any) -> jax.Array:
+    """A batch's weight: the sum of its sample weights, else its size (1 without preds)."""
+    if sample_weight is not None:
+        return jnp.sum(jnp.asarray(sample_weight, jnp.float32))
+    leaves = jax.tree_util.tree_leaves(preds)
+    if leaves and jnp.ndim(leaves[0]) > 0:
+        return jnp.float32(jnp.shape(leaves[0])[0])
+    return jnp.float32(1.0)
 
 
 class Accuracy(struct.PyTreeNode):
     """Running accuracy of ``argmax(preds)`` against integer (or one-hot) labels, weighted by
-    ``sample_weight``.
+    ``sample_weight``: a :class:`gyre.core.metrics.Mean` of the hits.
+
+    Labels come as ``labels=`` (gyre) or ``target=`` (ciclo, jax_metrics); predictions as
+    ``preds=`` or ``logits=``. Per-position labels (``(batch, length)``) count every position.
 
     Example:
         >>> import jax.numpy as jnp
         >>> m = Accuracy().update(preds=jnp.array([[0.0, 1.0], [1.0, 0.0]]), labels=jnp.array([1, 1]))
-        >>> m = m.update(preds=jnp.array([[0.0, 1.0]]), labels=jnp.array([1]))
-        >>> round(float(m.compute()), 4)
-        0.6667
+        >>> m = m.update(preds=jnp.array([[0.0, 1.0]]), target=jnp.array([1]))
+        >>> round(float(m.compute()), 4), float(m.correct), float(m.total)
+        (0.6667, 2.0, 3.0)
     """
 
-    correct: jax.Array = struct.field(default_factory=lambda: jnp.zeros((), jnp.float32))
-    total: jax.Array = struct.field(default_factory=lambda: jnp.zeros((), jnp.float32))
+    hits: core.Mean = struct.field(default_factory=core.Mean.empty)
+
+    @property
+    def correct(self) -> jax.Array:
+        """The (weighted) number of correct predictions so far."""
+        return self.hits.total
+
+    @property
+    def total(self) -> jax.Array:
+        """The (weighted) number of predictions so far."""
+        return self.hits.count
+
+    @classmethod
+    def empty(cls) -> Accuracy:
+        """An empty accuracy (CLU's name for ``Accuracy()``)."""
+        return cls()
 
     def reset(self) -> Accuracy:
         """An empty accuracy."""
         return Accuracy()
 
-    def update(self, *, preds: Any, labels: Any, sample_weight: Any = None, **_: Any) -> Accuracy:
+    def update(
+        self,
+        *,
+        preds: Any = None,
+        labels: Any = None,
+        target: Any = None,
+        logits: Any = None,
+        sample_weight: Any = None,
+        **_: Any,
+    ) -> Accuracy:
         """This accuracy with one batch added."""
-        labels = jnp.asarray(labels)
-        if labels.ndim == jnp.ndim(preds):
+        preds = logits if preds is None else preds
+        labels = target if labels is None else labels
+        if preds is None or labels is None:
+            raise TypeError(
+                explain(
+                    "Accuracy.update needs predictions and labels",
+                    expected="update(preds=..., labels=...) (or logits=, target=)",
+                    received=f"preds={describe(preds)}, labels={describe(labels)}",
+                    fix="give the batch labels: a batch (x, y) in create_flax_state",
+                )
+            )
+        preds, labels = jnp.asarray(preds), jnp.asarray(labels)
+        if labels.ndim == preds.ndim and preds.ndim >= 2:  # one-hot
             labels = jnp.argmax(labels, axis=-1)
         hits = (jnp.argmax(preds, axis=-1) == labels).astype(jnp.float32)
-        weight = jnp.ones_like(hits) if sample_weight is None else jnp.asarray(sample_weight, jnp.float32)
-        return Accuracy(correct=self.correct + jnp.sum(hits * weight), total=self.total + jnp.sum(weight))
+        counts = None
+        if sample_weight is not None:
+            w = jnp.asarray(sample_weight, jnp.float32)
+            counts = jnp.broadcast_to(w.reshape(w.shape + (1,) * (hits.ndim - w.ndim)), hits.shape).reshape(-1)
+        return Accuracy(hits=self.hits.merge(core.Mean.from_stacked(hits.reshape(-1), counts)))
+
+    def batch_updates(self, **keywords: Any) -> Accuracy:
+        """``reset().update(...)`` (jax_metrics' name)."""
+        return self.reset().update(**keywords)
+
+    def merge(self, other: Accuracy) -> Accuracy:
+        """Both accuracies' predictions together."""
+        return Accuracy(hits=self.hits.merge(other.hits))
 
     def compute(self) -> jax.Array:
         """Correct over total (0 before any update)."""
-        return self.correct / jnp.maximum(self.total, 1e-12)
+        return self.hits.compute()
 
 
 class Mean(struct.PyTreeNode):
-    """Running mean of a logged loss (``Mean("loss")``), weighted by batch size.
+    """Running mean of a logged value (a loss, by default ``"loss"``), weighted by the batch's
+    total sample weight, else its size: a :class:`gyre.core.metrics.Mean`.
+
+    ``Mean().from_argument("loss")`` (jax_metrics' spelling) is ``Mean("loss")``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -72,87 +139,168 @@ class Mean(struct.PyTreeNode):
     """
 
     name: str = struct.field(pytree_node=False, default="loss")
-    total: jax.Array = struct.field(default_factory=lambda: jnp.zeros((), jnp.float32))
-    count: jax.Array = struct.field(default_factory=lambda: jnp.zeros((), jnp.float32))
+    mean: core.Mean = struct.field(default_factory=core.Mean.empty)
+
+    @property
+    def total(self) -> jax.Array:
+        """The weighted sum so far."""
+        return self.mean.total
+
+    @property
+    def count(self) -> jax.Array:
+        """The total weight so far."""
+        return self.mean.count
+
+    def from_argument(self, name: str) -> Mean:
+        """The same mean of the value named ``name``.
+
+        Example:
+            >>> Mean().from_argument("kl").name
+            'kl'
+        """
+        return Mean(name)
 
     def reset(self) -> Mean:
         """An empty mean of the same value."""
         return Mean(self.name)
 
-    def update(self, *, preds: Any, labels: Any = None, sample_weight: Any = None, **values: Any) -> Mean:
+    def update(self, *, preds: Any = None, labels: Any = None, sample_weight: Any = None, **values: Any) -> Mean:
         """This mean with the batch's value of ``name`` added."""
         if self.name not in values:
-            raise KeyError(
+            raise TypeError(
                 explain(
                     f"Mean({self.name!r}) found no value {self.name!r}",
-                    expected=f"a loss named {self.name!r}",
+                    expected=f"a loss (or keyword) named {self.name!r}",
                     received=f"values {sorted(values)}",
                     fix="name a loss of losses= in Mean(...)",
                 )
             )
-        n = jnp.float32(jax.tree_util.tree_leaves(preds)[0].shape[0])
-        value = jnp.asarray(values[self.name], jnp.float32)
-        return self.replace(total=self.total + value * n, count=self.count + n)
+        value = calling.weighted_mean(values[self.name], sample_weight)
+        count = _batch_weight(preds, sample_weight)
+        return self.replace(mean=self.mean.merge(core.Mean.from_value(value, count)))
+
+    def batch_updates(self, **keywords: Any) -> Mean:
+        """``reset().update(...)`` (jax_metrics' name)."""
+        return self.reset().update(**keywords)
+
+    def merge(self, other: Mean) -> Mean:
+        """Both means' batches together."""
+        return self.replace(mean=self.mean.merge(other.mean))
 
     def compute(self) -> jax.Array:
         """The mean so far (0 before any update)."""
-        return self.total / jnp.maximum(self.count, 1e-12)
+        return self.mean.compute()
 
 
-# -- classification ----------------------------------------------------------------------------
+class Metrics(struct.PyTreeNode):
+    """Several update-style metrics updated together (jax_metrics' ``Metrics``): ``update``
+    passes each the keywords it takes; ``compute`` gives ``{name: value}``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> ms = Metrics({"accuracy": Accuracy(), "loss": Mean().from_argument("loss")})
+        >>> ms = ms.update(preds=jnp.eye(2), target=jnp.array([0, 0]), loss=jnp.float32(0.5))
+        >>> {k: float(v) for k, v in ms.compute().items()}
+        {'accuracy': 0.5, 'loss': 0.5}
+    """
+
+    metrics: dict[str, Any]
+
+    def reset(self) -> Metrics:
+        """Every metric emptied."""
+        return Metrics({name: reset(m) for name, m in self.metrics.items()})
+
+    def update(self, **keywords: Any) -> Metrics:
+        """Every metric with one batch added."""
+        return Metrics({name: update(m, keywords) for name, m in self.metrics.items()})
+
+    def batch_updates(self, **keywords: Any) -> Metrics:
+        """``reset().update(...)`` (jax_metrics' name)."""
+        return self.reset().update(**keywords)
+
+    def merge(self, other: Metrics) -> Metrics:
+        """Each metric merged with its namesake."""
+        return Metrics({name: m.merge(other.metrics[name]) for name, m in self.metrics.items()})
+
+    def compute(self) -> dict[str, Any]:
+        """``{name: value}`` (a metric computing a dict adds its entries)."""
+        out: dict[str, Any] = {}
+        for name, metric in self.metrics.items():
+            spread(out, name, metric.compute())
+        return out
 
 
-def _is_gyre_metric(obj: Any) -> bool:
-    return all(callable(getattr(obj, m, None)) for m in ("reset", "update", "compute"))
+# -- the protocols -----------------------------------------------------------------------------
 
 
-def _is_clu_metric(obj: Any) -> bool:
-    return all(callable(getattr(obj, m, None)) for m in ("from_model_output", "merge", "compute"))
+def _has(obj: Any, *methods: str) -> bool:
+    return all(callable(getattr(obj, m, None)) for m in methods)
 
 
-def _require_clu() -> Any:
-    try:
-        import clu.metrics
-    except ImportError as err:
-        raise ImportError(
-            explain(
-                "CLU metrics need the clu package, which is not installed",
-                expected="clu installed, for clu.metrics.Metric classes",
-                received="ImportError: " + str(err),
-                fix="pip install clu  (or pass a callable (preds, labels) -> value, or "
-                "gyre.frameworks.Accuracy())",
-            )
-        ) from err
-    return clu.metrics
+def kind_of(obj: Any) -> str | None:
+    """``"update"`` (reset/update/compute), ``"clu"`` (empty/from_model_output/merge/compute)
+    or ``None``, for an object or a class.
+
+    Example:
+        >>> kind_of(Accuracy()), kind_of(Accuracy), kind_of(lambda p, y: p)
+        ('update', 'update', None)
+    """
+    if _has(obj, "reset", "update", "compute"):
+        return "update"
+    if _has(obj, "empty", "merge", "compute") and (
+        _has(obj, "from_model_output") or _has(obj, "single_from_model_output")
+    ):
+        return "clu"
+    return None
 
 
-def metric_state(name: str, spec: Any) -> Any:
+def _from_output(cls: Any) -> Any:
+    return cls.single_from_model_output if _has(cls, "single_from_model_output") else cls.from_model_output
+
+
+def _method_of(metric: Any) -> Any:
+    return metric.update if kind_of(metric) == "update" else _from_output(type(metric))
+
+
+def metric_state(name: str, spec: Any, extra: frozenset[str] = frozenset()) -> Any:
     """The initial accumulated state of a metric given as an object or class, or ``None``
-    when ``spec`` is a plain callable.
+    when ``spec`` is a plain callable (a per-batch metric). Refuses, explained, a metric
+    whose ``update``/``from_model_output`` takes keywords gyre cannot give.
 
     Example:
         >>> metric_state("acc", Accuracy).total.tolist(), metric_state("f", lambda p, y: p)
         (0.0, None)
     """
-    if isinstance(spec, type):
-        if _is_gyre_metric(spec):
-            return spec()
-        clu_metrics = _require_clu()
-        if issubclass(spec, clu_metrics.Metric):
-            return spec.empty()
+    kind = kind_of(spec)
+    if kind is None:
+        if callable(spec) and not isinstance(spec, type):
+            return None
         raise TypeError(_bad_metric(name, spec))
-    if _is_gyre_metric(spec) or _is_clu_metric(spec):
-        return spec
-    if callable(spec):
-        return None
-    raise TypeError(_bad_metric(name, spec))
+    if isinstance(spec, type):
+        try:
+            spec = spec() if kind == "update" else spec.empty()
+        except TypeError as err:
+            raise TypeError(
+                explain(
+                    f"metric {name!r} is a class gyre cannot build without arguments",
+                    expected=f"{spec.__name__}() to work, or an instance",
+                    received=f"TypeError: {err}",
+                    fix=f"pass an instance: metrics={{{name!r}: {spec.__name__}(...)}}",
+                )
+            ) from err
+    method = _method_of(spec)
+    known = frozenset(calling.KEYWORDS) | extra
+    if calling.plan(method, known, positional=False) is None:
+        via = f" (its {getattr(method, '__name__', 'update')} method)"
+        raise calling.refuse("metric", name, method, known, via=via)
+    return spec
 
 
 def _bad_metric(name: str, spec: Any) -> str:
     return explain(
         f"metric {name!r} is neither a callable nor a metric object",
-        expected="a callable (preds, labels) -> value, gyre.frameworks.Accuracy(), or a "
-        "clu.metrics.Metric class",
+        expected="a callable (preds, labels) -> value, a metric object with reset/update/compute "
+        "(gyre.frameworks.Accuracy()) or empty/from_model_output/merge/compute (clu.metrics)",
         received=describe(spec),
         fix="e.g. metrics={'accuracy': gyre.frameworks.Accuracy()} or "
         "metrics={'accuracy': lambda preds, labels: preds.argmax(-1) == labels}",
@@ -164,80 +312,41 @@ def reset(metric: Any) -> Any:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> reset(Accuracy(correct=jnp.float32(3), total=jnp.float32(4))).total.tolist()
+        >>> reset(Accuracy().update(preds=jnp.eye(2), labels=jnp.array([0, 1]))).total.tolist()
         0.0
     """
-    if _is_gyre_metric(metric):
+    if kind_of(metric) == "update":
         return metric.reset()
     return type(metric).empty()
 
 
-def update(metric: Any, preds: Any, labels: Any, sample_weight: Any, values: Mapping[str, Any]) -> Any:
-    """The metric state with one batch added.
+def update(metric: Any, keywords: Mapping[str, Any]) -> Any:
+    """The metric state with one batch added, given the batch's keywords.
 
     Example:
         >>> import jax.numpy as jnp
-        >>> update(Accuracy(), jnp.eye(2), jnp.array([0, 0]), None, {}).compute().tolist()
+        >>> update(Accuracy(), {"preds": jnp.eye(2), "target": jnp.array([0, 0])}).compute().tolist()
         0.5
     """
-    if _is_gyre_metric(metric):
-        return metric.update(preds=preds, labels=labels, sample_weight=sample_weight, **values)
-    mask = None if sample_weight is None else jnp.asarray(sample_weight) > 0
-    batch = type(metric).from_model_output(logits=preds, labels=labels, mask=mask, **values)
-    return metric.merge(batch)
+    method = _method_of(metric)
+    found = calling.plan(method, frozenset(keywords), positional=False)
+    if found is None:
+        raise calling.refuse("metric", type(metric).__name__, method, frozenset(keywords))
+    values = calling.call_keywords(method, keywords, found)
+    if kind_of(metric) == "update":
+        return metric.update(**values)
+    return metric.merge(method(**values))
 
 
-# -- callables ---------------------------------------------------------------------------------
-
-
-def takes_sample_weight(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` takes the sample weights: a parameter named ``sample_weight``, or a
-    third positional parameter without a default (optax's ``axis=-1`` is not one).
-
-    Example:
-        >>> takes_sample_weight(lambda p, y, axis=-1: p), takes_sample_weight(lambda p, y, w: p)
-        (False, True)
-    """
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    if any(p.name == "sample_weight" for p in params):
-        return True
-    P = inspect.Parameter
-    positional = [p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 3 and positional[2].default is P.empty
-
-
-def weighted_mean(value: Any, sample_weight: Any = None) -> jax.Array:
-    """A scalar from a callable's result: scalars as they are, per-example values averaged,
-    weighted by ``sample_weight`` (batch dimension first) when given.
+def spread(out: dict[str, Any], name: str, value: Any) -> None:
+    """Puts ``value`` in ``out`` under ``name``, or its entries when it is a dict.
 
     Example:
-        >>> import jax.numpy as jnp
-        >>> float(weighted_mean(jnp.array([1.0, 3.0]), jnp.array([1.0, 0.0])))
-        1.0
+        >>> d = {}; spread(d, "m", {"a": 1}); spread(d, "b", 2); d
+        {'a': 1, 'b': 2}
     """
-    value = jnp.asarray(value)
-    if value.dtype == jnp.bool_ or jnp.issubdtype(value.dtype, jnp.integer):
-        value = value.astype(jnp.float32)
-    if value.ndim == 0:
-        return value
-    if sample_weight is None:
-        return jnp.mean(value)
-    w = jnp.asarray(sample_weight, value.dtype)
-    w = jnp.broadcast_to(w.reshape(w.shape + (1,) * (value.ndim - w.ndim)), value.shape)
-    return jnp.sum(value * w) / jnp.maximum(jnp.sum(w), jnp.finfo(value.dtype).tiny)
-
-
-def call_metric(fn: Callable[..., Any], preds: Any, labels: Any, sample_weight: Any) -> jax.Array:
-    """``fn``'s scalar value for one batch (see :func:`weighted_mean`).
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> float(call_metric(lambda p, y: (p - y) ** 2, jnp.ones(2), jnp.zeros(2), None))
-        1.0
-    """
-    if sample_weight is not None and takes_sample_weight(fn):
-        return weighted_mean(fn(preds, labels, sample_weight))
-    return weighted_mean(fn(preds, labels), sample_weight)
+    if isinstance(value, Mapping):
+        for key, v in value.items():
+            out[str(key)] = v
+    else:
+        out[name] = value

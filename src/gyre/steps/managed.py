@@ -6,6 +6,14 @@ sum of the losses the function logged with ``add_loss`` with respect to ``state.
 applies the optimizer, and compiles the whole for the state's strategy (donating the state).
 ``step`` compiles without gradients (evaluation, prediction).
 
+The function may take ``(state, batch)`` or just ``(state)``, and return ``(logs, state)``
+(``None`` for either means "none" / "unchanged"), the logs alone or the state alone.
+Metric objects logged as stateful metrics (``logs.add_stateful_metric("accuracy",
+clu.metrics.Accuracy.from_model_output(...))``, or any object with ``merge`` and
+``compute``) are merged into the state's accumulator of the same name (a field or extra
+``state.accuracy``), which is replaced, and logged as its ``compute()`` (a dict adds one entry
+per key), as ciclo's managed API does, on the device.
+
 Example:
     >>> import gyre, jax.numpy as jnp, optax
     >>> from gyre import managed
@@ -25,7 +33,8 @@ Example:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -33,19 +42,23 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from gyre.core import metrics
 from gyre.core._compat import cache_size
 from gyre.core.errors import describe, explain, whole_number
 from gyre.core.logs import Logs
 from gyre.core.state import TrainState
 from gyre.loop.fuse import scan_steps
 from gyre.parallel.strategies import Jit, Strategy, get_strategy
-from gyre.steps.precision import Policy, get_policy
+from gyre.steps.precision import MixedPrecision, get_policy
 
 StepFn = Callable[[Any, Any], tuple[Logs, Any]]
 
 
-class ManagedState(TrainState):
+class ManagedState(TrainState, kw_only=True):
     """A :class:`~gyre.TrainState` with a strategy (static), placed on its devices.
+
+    Subclasses may declare fields with or without defaults (``ema_params: Any``); ``create``
+    takes them as keywords.
 
     Example:
         >>> import jax.numpy as jnp, optax
@@ -151,7 +164,7 @@ class ManagedStep:
             self._compiled[(strategy, fused)] = run
         return run
 
-    def __call__(self, state: Any, batch: Any) -> tuple[Logs, Any]:
+    def __call__(self, state: Any, batch: Any = None) -> tuple[Logs, Any]:
         strategy = _strategy_of(state)
         last_strategy, run = self._last
         if strategy is not last_strategy or run is None:
@@ -196,9 +209,30 @@ class ManagedStep:
 # -- losses ------------------------------------------------------------------------------------
 
 
+def check_floating_loss(name: str, value: Any, where: str) -> None:
+    """A clear error for an integer or bool loss, whose gradient is silently zero.
+
+    Example:
+        >>> check_floating_loss("hits", 3, "train_step")
+        Traceback (most recent call last):
+        TypeError: loss 'hits' of train_step is int32...
+    """
+    dtype = jnp.result_type(value)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        raise TypeError(
+            explain(
+                f"loss {name!r} of {where} is {dtype}: its gradient would be zero",
+                expected="a floating-point loss (float32, bfloat16, ...)",
+                received=f"a loss of dtype {dtype}",
+                fix="compute the loss in floating point (cast its inputs with .astype(jnp.float32) "
+                "before the arithmetic); log counts and accuracies with add_metric instead",
+            )
+        )
+
+
 def total_loss(logs: Any, where: str = "train_step") -> jax.Array:
-    """The sum of the losses in ``logs``, in float32; a clear error when there are none or one
-    is not a scalar.
+    """The sum of the losses in ``logs``, in float32; a clear error when there are none, or
+    one is not a floating-point scalar.
 
     Example:
         >>> import gyre, jax.numpy as jnp
@@ -228,21 +262,192 @@ def total_loss(logs: Any, where: str = "train_step") -> jax.Array:
                     fix=f"reduce it before logging, e.g. logs.add_loss({name!r}, per_example.mean())",
                 )
             )
+        check_floating_loss(name, value, where)
         total = total + jnp.asarray(value, jnp.float32)
     return total
 
 
-def _check_pair(out: Any, where: str) -> tuple[Any, Any]:
-    if not (isinstance(out, tuple) and len(out) == 2):
+# -- calling the user's function -----------------------------------------------------------------
+
+
+def _takes_batch(fn: Callable[..., Any], where: str) -> bool:
+    """Whether ``fn`` takes ``(state, batch)`` (else ``(state)``)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    P = inspect.Parameter
+    if any(p.kind is P.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+    if not positional:
         raise TypeError(
             explain(
-                f"{where} must return (logs, state)",
-                expected="a pair: (gyre.logs().add_loss(...), state)",
-                received=describe(out),
-                fix="return logs, state",
+                f"{where} cannot be a managed step: it takes no state",
+                expected="fn(state, batch) -> (logs, state), or fn(state) -> state",
+                received=f"signature {inspect.signature(fn)}",
+                fix="def step(state, batch): ...",
             )
         )
-    return out
+    required = [p for p in positional if p.default is P.empty]
+    if len(required) > 2:
+        raise TypeError(
+            explain(
+                f"{where} takes {len(required)} arguments; a managed step gets (state, batch)",
+                expected="fn(state, batch) or fn(state)",
+                received=f"signature {inspect.signature(fn)}",
+                fix="drop the other parameters (ciclo's elapsed: the state's step counter is "
+                "state.step, and its per-step key state.step_key()), or give them defaults",
+            )
+        )
+    return len(positional) >= 2
+
+
+def _as_pair(out: Any, state: Any, where: str) -> tuple[Any, Any]:
+    """``(logs, state)`` from what the function returned: the pair (``None`` parts meaning
+    none / unchanged), the logs alone or the state alone."""
+    if isinstance(out, tuple) and len(out) == 2:
+        logs, new = out
+        if type(logs) is type(state) and isinstance(new, Mapping) and type(new) is not type(state):
+            raise TypeError(
+                explain(
+                    f"{where} returned (state, logs): the pair is in the wrong order",
+                    expected="(logs, state)",
+                    received=f"({type(logs).__name__}, {type(new).__name__})",
+                    fix="return logs, state",
+                )
+            )
+        if logs is not None and not isinstance(logs, Mapping):
+            raise TypeError(
+                explain(
+                    f"{where} must return (logs, state)",
+                    expected="a pair: (gyre.logs().add_loss(...), state)",
+                    received=f"a pair whose first value is {describe(logs)}",
+                    fix="return logs, state",
+                )
+            )
+        return (Logs() if logs is None else logs), (state if new is None else new)
+    if out is None:
+        return Logs(), state
+    if type(out) is type(state):
+        return Logs(), out
+    if isinstance(out, Mapping):
+        return out, state
+    raise TypeError(
+        explain(
+            f"{where} must return (logs, state)",
+            expected="a pair: (gyre.logs().add_loss(...), state), the logs, or the state",
+            received=describe(out),
+            fix="return logs, state",
+        )
+    )
+
+
+def _call(fn: Callable[..., Any], takes_batch: bool, state: Any, batch: Any, where: str) -> tuple[Any, Any]:
+    out = fn(state, batch) if takes_batch else fn(state)
+    return _as_pair(out, state, where)
+
+
+def _shapes(tree: Any, limit: int = 300) -> str:
+    text = str(jax.tree_util.tree_map(lambda x: f"{jnp.result_type(x)}{list(jnp.shape(x))}", tree))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_params(given: Any, returned: Any, where: str) -> None:
+    """A clear error when the function returned params unlike those it received (they would
+    be dropped: the step computes the params update itself)."""
+    if returned is given:
+        return
+    same = jax.tree_util.tree_structure(given) == jax.tree_util.tree_structure(returned) and all(
+        jnp.shape(a) == jnp.shape(b) and jnp.result_type(a) == jnp.result_type(b)
+        for a, b in zip(jax.tree_util.tree_leaves(given), jax.tree_util.tree_leaves(returned), strict=True)
+    )
+    if not same:
+        raise ValueError(
+            explain(
+                f"{where} returned params of another structure or shape than it received",
+                expected=f"the params it received: {_shapes(given)}",
+                received=_shapes(returned),
+                fix="a managed train step computes the params update itself from the logged "
+                "losses: return the state you received, changing only model_state or extras "
+                "(return logs, state); to update params yourself write a plain jax.jit step",
+            )
+        )
+
+
+# -- stateful metric objects --------------------------------------------------------------------
+
+
+def _is_metric(value: Any) -> bool:
+    return not isinstance(value, jax.Array) and all(
+        callable(getattr(value, m, None)) for m in ("merge", "compute")
+    )
+
+
+def _accumulator(state: Any, name: str, value: Any, where: str) -> tuple[Any, bool]:
+    """The state's accumulator ``name`` and whether it is a field (else an extra)."""
+    fields = getattr(type(state), "__dataclass_fields__", {})
+    extras = getattr(state, "extras", None) if "extras" in fields else None
+    if name in fields and name != "extras":
+        found, is_field = getattr(state, name), True
+    elif isinstance(extras, Mapping) and name in extras:
+        found, is_field = extras[name], False
+    else:
+        kind = type(value).__name__
+        raise ValueError(
+            explain(
+                f"{where} logged the metric object {name!r} ({kind}) as a stateful metric, but the "
+                f"state has no {name!r} to accumulate it in",
+                expected=f"a state field or extra named {name!r} holding an empty {kind}",
+                received=f"a {type(state).__name__} with fields {sorted(f for f in fields if f != 'extras')}",
+                fix=f"create the state with {name}={kind}.empty() (ManagedState.create(..., {name}=...)) "
+                f"or declare `{name}: {kind}` in your state class; reset it with "
+                f"state.replace({name}={kind}.empty()); or log {name}.compute() for this batch alone",
+            )
+        )
+    if type(found) is not type(value):
+        raise TypeError(
+            explain(
+                f"state.{name} cannot accumulate the stateful metric {name!r} logged by {where}",
+                expected=f"state.{name} of the logged metric's type, {type(value).__name__}",
+                received=f"state.{name} = {describe(found)}",
+                fix=f"initialise it with {type(value).__name__}.empty()",
+            )
+        )
+    return found, is_field
+
+
+def merge_stateful_metrics(logs: Any, state: Any, where: str = "step") -> tuple[Any, Any]:
+    """Merges each metric object of ``logs.stateful_metrics`` into the state's accumulator of
+    the same name and logs the accumulator's ``compute()`` instead (a dict: one entry per
+    key), as ciclo's managed steps do. Other entries are left as they are.
+
+    Example:
+        >>> import gyre, jax.numpy as jnp
+        >>> from gyre.core.metrics import Mean
+        >>> state = ManagedState.create(params=(), acc=Mean.empty().update(1.0))
+        >>> logs, state = merge_stateful_metrics(gyre.logs().add_stateful_metric("acc", Mean.from_value(0.0)), state)
+        >>> float(logs.stateful_metrics.acc), float(state.acc.count)
+        (0.5, 2.0)
+    """
+    entries = logs.get("stateful_metrics") if isinstance(logs, Mapping) else None
+    if not entries or not any(_is_metric(v) for v in entries.values()):
+        return logs, state
+    values: dict[str, Any] = {}
+    for name, value in entries.items():
+        if not _is_metric(value):
+            values[name] = value
+            continue
+        accumulator, is_field = _accumulator(state, name, value, where)
+        merged = accumulator.merge(value)
+        state = state.replace(**{name: merged}) if is_field else state.replace(extras={**state.extras, name: merged})
+        result = merged.compute()
+        if isinstance(result, Mapping):
+            values.update({str(k): v for k, v in result.items()})
+        else:
+            values[name] = result
+    out = Logs().merge({c: v for c, v in logs.items() if c != "stateful_metrics"})
+    return out.add_stateful_metrics(values), state
 
 
 # -- the train step ----------------------------------------------------------------------------
@@ -266,26 +471,41 @@ def _split_micro(batch: Any, k: int) -> Any:
     return jax.tree_util.tree_map(split, batch)
 
 
+def _merge_rows(stacked: Any) -> Any:
+    """One metric object from a metric object stacked over microbatches (merged in order)."""
+    first = jax.tree_util.tree_map(lambda x: x[0], stacked)
+    rest = jax.tree_util.tree_map(lambda x: x[1:], stacked)
+    merged, _ = jax.lax.scan(lambda acc, m: (acc.merge(m), None), first, rest)
+    return merged
+
+
 def _mean_logs(stacked: Logs) -> Logs:
-    """Microbatch logs: losses and metrics averaged, everything else from the last one."""
+    """Microbatch logs: losses and metrics averaged (:class:`gyre.core.metrics.Mean`), metric
+    objects merged, everything else from the last microbatch (:class:`~gyre.core.metrics.Last`)."""
     out = Logs()
     for collection, values in stacked.items():
-        reduce = (lambda v: jnp.mean(v, axis=0)) if collection in ("losses", "metrics") else (lambda v: v[-1])
+        reduction = metrics.Mean if collection in ("losses", "metrics") else metrics.Last
         for name, value in values.items():
-            out.add_entry(collection, name, jax.tree_util.tree_map(reduce, value))
+            if _is_metric(value):
+                out.add_entry(collection, name, _merge_rows(value))
+            else:
+                out.add_entry(
+                    collection, name, jax.tree_util.tree_map(lambda v, r=reduction: r.from_stacked(v).compute(), value)
+                )
     return out
 
 
 def _make_train(
-    fn: StepFn, *, accumulate_steps: int, clip_grad_norm: float | None, policy: Policy
+    fn: StepFn, *, accumulate_steps: int, clip_grad_norm: float | None, policy: MixedPrecision
 ) -> StepFn:
     where = getattr(fn, "__qualname__", "train_step")
+    takes_batch = _takes_batch(fn, where)
 
-    def grads_of(state: Any, batch: Any) -> tuple[Any, Logs, Any]:
-        def loss_fn(params: Any) -> tuple[jax.Array, tuple[Logs, Any]]:
+    def grads_of(state: Any, batch: Any) -> tuple[Any, Any, Any]:
+        def loss_fn(params: Any) -> tuple[jax.Array, tuple[Any, Any]]:
             inner = state.replace(params=policy.cast_to_compute(params))
-            logs, new_state = _check_pair(fn(inner, policy.cast_to_compute(batch)), where)
-            logs = logs if logs is not None else Logs()
+            logs, new_state = _call(fn, takes_batch, inner, policy.cast_to_compute(batch), where)
+            _check_params(inner.params, getattr(new_state, "params", None), where)
             return total_loss(logs, where), (logs, new_state)
 
         (_, (logs, new_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
@@ -298,19 +518,22 @@ def _make_train(
             micro = _split_micro(batch, accumulate_steps)
             zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
 
-            def body(carry: tuple[Any, Any], xs: tuple[jax.Array, Any]) -> tuple[tuple[Any, Any], Logs]:
-                acc, model_state = carry
+            # The state each microbatch returns (model_state, extras, metric states...) is
+            # carried to the next one; params and rng stay those of the step.
+            def body(carry: tuple[Any, Any], xs: tuple[jax.Array, Any]) -> tuple[tuple[Any, Any], Any]:
+                acc, current = carry
                 i, mb = xs
-                sub = state.replace(rng=jax.random.fold_in(state.rng, i), model_state=model_state)
-                grads, logs, new_state = grads_of(sub, mb)
+                grads, logs, new_state = grads_of(current.replace(rng=jax.random.fold_in(state.rng, i)), mb)
                 acc = jax.tree_util.tree_map(jnp.add, acc, grads)
-                return (acc, new_state.model_state), logs
+                return (acc, new_state.replace(params=current.params, rng=current.rng)), logs
 
             index = jnp.arange(accumulate_steps)
-            (acc, model_state), stacked = jax.lax.scan(body, (zeros, state.model_state), (index, micro))
+            (acc, new_state), stacked = jax.lax.scan(body, (zeros, state), (index, micro))
             grads = jax.tree_util.tree_map(lambda g: g / accumulate_steps, acc)
             logs = _mean_logs(stacked)
-            new_state = state.replace(model_state=model_state)
+        logs, new_state = merge_stateful_metrics(logs, new_state, where)
+        if not isinstance(logs, Logs):
+            logs = Logs().merge(logs)
         if clip_grad_norm is not None:
             norm = optax.global_norm(grads)
             scale = jnp.minimum(1.0, clip_grad_norm / (norm + 1e-6))
@@ -347,7 +570,7 @@ def train_step(
     *,
     accumulate_steps: int = 1,
     clip_grad_norm: float | None = None,
-    policy: str | Policy | None = None,
+    policy: str | MixedPrecision | None = None,
 ) -> Any:
     """Makes ``fn(state, batch) -> (logs, state)`` a compiled training step.
 
@@ -384,8 +607,9 @@ def train_step(
     return wrap if fn is None else wrap(fn)
 
 
-def step(fn: StepFn | None = None, *, policy: str | Policy | None = None) -> Any:
-    """Makes ``fn(state, batch) -> (logs, state)`` a compiled step without gradients.
+def step(fn: StepFn | None = None, *, policy: str | MixedPrecision | None = None) -> Any:
+    """Makes ``fn(state, batch) -> (logs, state)`` (or ``fn(state) -> state``) a compiled step
+    without gradients.
 
     Example:
         >>> import gyre, jax.numpy as jnp
@@ -400,13 +624,16 @@ def step(fn: StepFn | None = None, *, policy: str | Policy | None = None) -> Any
 
     def wrap(f: StepFn) -> ManagedStep:
         where = getattr(f, "__qualname__", "step")
+        takes_batch = _takes_batch(f, where)
 
         def pure(state: Any, batch: Any) -> tuple[Logs, Any]:
             inner = state.replace(params=chosen.cast_to_compute(state.params)) if chosen.casts else state
-            logs, new_state = _check_pair(f(inner, chosen.cast_to_compute(batch)), where)
+            logs, new_state = _call(f, takes_batch, inner, chosen.cast_to_compute(batch), where)
             if chosen.casts:
+                _check_params(inner.params, getattr(new_state, "params", None), where)
                 new_state = new_state.replace(params=state.params)
-            return (logs if logs is not None else Logs()), new_state
+            logs, new_state = merge_stateful_metrics(logs, new_state, where)
+            return (logs if isinstance(logs, Logs) else Logs().merge(logs)), new_state
 
         return ManagedStep(f, pure, kind="step")
 

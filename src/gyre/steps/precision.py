@@ -1,7 +1,13 @@
-"""Mixed precision: parameters kept in float32, the step computed in a lower precision."""
+"""Mixed precision: parameters kept in float32, the step computed in a lower precision.
+
+:class:`MixedPrecision` was called ``Policy`` before; ``gyre.Policy`` and
+``gyre.steps.precision.Policy`` still work and warn (``DeprecationWarning``) when used.
+The ``policy=`` arguments of the managed steps keep their name.
+"""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +18,7 @@ from gyre.core.errors import describe, explain
 
 
 @dataclass(frozen=True)
-class Policy:
+class MixedPrecision:
     """Which dtype the step computes in; parameters stay in their own (float32) dtype.
 
     Floating leaves of the params and of the batch are cast to ``compute_dtype`` before the
@@ -20,7 +26,7 @@ class Policy:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> Policy(compute_dtype=jnp.bfloat16).cast_to_compute(jnp.ones(2)).dtype
+        >>> MixedPrecision(compute_dtype=jnp.bfloat16).cast_to_compute(jnp.ones(2)).dtype
         dtype(bfloat16)
     """
 
@@ -45,16 +51,38 @@ class Policy:
         return jax.tree_util.tree_map(cast, tree)
 
 
+class Policy(MixedPrecision):
+    """Deprecated: the old name of :class:`MixedPrecision` (it warns when built).
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     p = Policy()
+        >>> str(caught[0].message).startswith("gyre.Policy is deprecated"), isinstance(p, MixedPrecision)
+        (True, True)
+    """
+
+    def __init__(self, compute_dtype: Any = None) -> None:
+        warnings.warn(
+            "gyre.Policy is deprecated: use gyre.MixedPrecision (the same class, renamed: "
+            "'Policy' read like any policy; policy= arguments keep their name)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        super().__init__(compute_dtype=compute_dtype)
+
+
 POLICIES = {
-    "float32": Policy(),
-    "bfloat16": Policy(compute_dtype=jnp.bfloat16),
-    "float16": Policy(compute_dtype=jnp.float16),
+    "float32": MixedPrecision(),
+    "bfloat16": MixedPrecision(compute_dtype=jnp.bfloat16),
+    "float16": MixedPrecision(compute_dtype=jnp.float16),
 }
 
 
-def get_policy(policy: str | Policy | None) -> Policy:
-    """A policy from its name (``"float32"``, ``"bfloat16"``, ``"float16"``), ``None`` (float32)
-    or a :class:`Policy`.
+def get_policy(policy: str | MixedPrecision | None) -> MixedPrecision:
+    """A precision from its name (``"float32"``, ``"bfloat16"``, ``"float16"``), ``None``
+    (float32) or a :class:`MixedPrecision`.
 
     Example:
         >>> get_policy("bfloat16").casts, get_policy(None).casts
@@ -62,14 +90,14 @@ def get_policy(policy: str | Policy | None) -> Policy:
     """
     if policy is None:
         return POLICIES["float32"]
-    if isinstance(policy, Policy):
+    if isinstance(policy, MixedPrecision):
         return policy
     if isinstance(policy, str) and policy in POLICIES:
         return POLICIES[policy]
     raise ValueError(
         explain(
             f"unknown precision policy {policy!r}",
-            expected=f"one of {list(POLICIES)}, None, or gyre.Policy(compute_dtype=...)",
+            expected=f"one of {list(POLICIES)}, None, or gyre.MixedPrecision(compute_dtype=...)",
             received=describe(policy),
             fix="e.g. policy='bfloat16' to compute in bfloat16 with float32 parameters",
         )
