@@ -1,3 +1,5 @@
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import gyre
@@ -107,10 +109,12 @@ def test_any_callable_is_a_schedule_in_a_loop():
     [
         (lambda: gyre.every(), "exactly one"),
         (lambda: gyre.every(2, samples=3), "exactly one"),
-        (lambda: gyre.every(0), "positive"),
-        (lambda: gyre.every(-3), "positive"),
-        (lambda: gyre.every(time=0.0), "positive"),
-        (lambda: gyre.every(1.5), "positive"),
+        (lambda: gyre.every(0), "whole number >= 1"),
+        (lambda: gyre.every(-3), "whole number >= 1"),
+        (lambda: gyre.every(time=0.0), "seconds > 0"),
+        (lambda: gyre.every(time=float("inf")), "seconds > 0"),
+        (lambda: gyre.every(1.5), "must be a whole number >= 1"),
+        (lambda: gyre.every(True), "whole number"),
         (lambda: gyre.piecewise(gyre.always(), {3: gyre.always()}), "periods"),
         (lambda: gyre.as_schedule(3), "callable"),
     ],
@@ -118,6 +122,14 @@ def test_any_callable_is_a_schedule_in_a_loop():
 def test_bad_schedules(make, match):
     with pytest.raises((TypeError, ValueError), match=match):
         make()
+
+
+@pytest.mark.parametrize("n", [np.int64(3), np.int32(3), np.array(3), jnp.array(3), jnp.int32(3)])
+def test_numpy_and_jax_integers_are_whole_numbers(n):
+    s = gyre.every(n)
+    assert [i for i in range(10) if s(Elapsed(steps=i))] == [0, 3, 6, 9]
+    assert gyre.every(epochs=n).amount == 3 and type(gyre.every(samples=n).amount) is int
+    assert gyre.every(time=np.float32(1.5)).amount == 1.5
 
 
 def test_named_schedule_called_directly_is_explained():

@@ -515,9 +515,10 @@ class History:
         Example:
             >>> import tempfile, os
             >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1))
-            >>> p = os.path.join(tempfile.mkdtemp(), "h.csv"); h.to_csv(p)
+            >>> tmp = tempfile.TemporaryDirectory(); p = os.path.join(tmp.name, "h.csv"); h.to_csv(p)
             >>> open(p).read().splitlines()[0]
             'steps,samples,epochs,step_in_epoch,time,date,a'
+            >>> tmp.cleanup()
         """
         import csv
 
@@ -557,7 +558,8 @@ class History:
             >>> import tempfile, os
             >>> h = History()
             >>> for i in range(3): h.commit(Elapsed(steps=i), Logs().add_loss("loss", 1.0 / (i + 1)))
-            >>> fig = h.plot(os.path.join(tempfile.mkdtemp(), "curves.png"))
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     fig = h.plot(os.path.join(tmp, "curves.png"))
         """
         try:
             import matplotlib

@@ -27,11 +27,12 @@ When each one fires:
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from gyre.core.clock import Elapsed, Period
-from gyre.core.errors import describe, explain
+from gyre.core.errors import as_integer, describe, explain
 
 ScheduleLike = Callable[[Elapsed], bool]
 
@@ -231,18 +232,24 @@ def _one_quantity(fname: str, **given: Any) -> tuple[str, float]:
             )
         )
     name, value = chosen[0]
-    integral = name != "time"
-    bad = isinstance(value, bool) or not isinstance(value, int if integral else (int, float))
-    if bad or value <= 0:
+    if name == "time":
+        number = None if isinstance(value, bool) or not isinstance(value, numbers.Real) else float(value)
+        ok = number is not None and math.isfinite(number) and number > 0
+        want = "a number of seconds > 0"
+    else:
+        number = as_integer(value)  # numpy and 0-d integers are whole numbers too
+        ok = number is not None and number >= 1
+        want = "a whole number >= 1"
+    if not ok:
         raise ValueError(
             explain(
-                f"{fname}({name}=...) must be positive",
-                expected="a whole number >= 1" if integral else "a number of seconds > 0",
+                f"{fname}({name}=...) must be {want}",
+                expected=want,
                 received=describe(value),
-                fix=f"e.g. {fname}({name}={1 if integral else 60.0})",
+                fix=f"e.g. {fname}({name}={60.0 if name == 'time' else 1})",
             )
         )
-    return name, value
+    return name, number
 
 
 class Every(Schedule):

@@ -48,6 +48,7 @@ from gyre.core.errors import describe, explain, whole_number
 from gyre.core.logs import Logs
 from gyre.core.state import TrainState
 from gyre.loop.fuse import scan_steps
+from gyre.loop.tasks import LoopElement
 from gyre.parallel.strategies import Jit, Strategy, get_strategy
 from gyre.steps.precision import MixedPrecision, get_policy
 
@@ -116,12 +117,19 @@ def _strategy_of(state: Any) -> Strategy:
 _DEFAULT = Jit()
 
 
-class ManagedStep:
+class ManagedStep(LoopElement):
     """A step compiled per strategy; built by :func:`train_step` and :func:`step`.
 
     Call it as ``step(state, batch)``, as a method ``state.train_step(batch)`` when it is a
-    class attribute of the state, or put it in a loop's task table. ``fuse(k)`` gives the
-    ``lax.scan`` of ``k`` steps over stacked batches (used by ``steps_per_call``).
+    class attribute of the state, or put it in a loop's task table, where it spreads under
+    ``every(1)`` as in ciclo (``{**train_step, gyre.every(100): [...]}``). ``fuse(k)`` gives
+    the ``lax.scan`` of ``k`` steps over stacked batches (used by ``steps_per_call``).
+
+    Example:
+        >>> import gyre
+        >>> count = step(lambda s, b: (gyre.logs().add_metric("b", b), s))
+        >>> [repr(k) for k in {**count}]
+        ['every(steps=1)']
     """
 
     def __init__(self, fn: StepFn, pure: StepFn, *, kind: str) -> None:

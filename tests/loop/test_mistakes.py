@@ -1,0 +1,145 @@
+"""The mistakes a new user makes with the engine: each one gets an error or a warning that
+names the problem, what was received and the fix, never a silent wrong result."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import gyre
+
+
+def test_a_train_step_that_returns_no_state_warns_once_naming_it():
+    def train_step(state, batch):  # forgot to return the state
+        return gyre.logs().add_loss("loss", float(batch))
+
+    with pytest.warns(gyre.LoopWarning, match=r"train_step\) returned no state.*trains nothing") as caught:
+        state, _, _ = gyre.train_loop(0, range(5), {gyre.on_train_step: train_step})
+    assert state == 0 and len([w for w in caught if w.category is gyre.LoopWarning]) == 1
+    assert caught[0].filename == __file__  # attributed to the user's line, not gyre's
+
+
+def test_a_returned_value_of_another_structure_is_refused_naming_both():
+    def log_metrics(state):
+        return {"accuracy": 0.5}  # meant as logs: would silently become the state
+
+    with pytest.raises(TypeError) as err:
+        gyre.loop({"params": 1.0}, range(2), {gyre.every(1): log_metrics})
+    text = str(err.value)
+    assert "log_metrics returned a value whose structure differs" in text
+    assert "'params'" in text and "'accuracy'" in text and "gyre.replace_state" in text
+
+
+def test_replace_state_changes_the_structure_on_purpose():
+    grow = lambda state: gyre.replace_state({**state, "ema": 0.0})  # noqa: E731
+    state, _, _ = gyre.loop({"w": 1.0}, range(3), {gyre.every(1): grow})
+    assert state == {"w": 1.0, "ema": 0.0}
+    pair = lambda state: (gyre.logs().add_metric("n", 1), gyre.replace_state([state]))  # noqa: E731
+    assert gyre.loop(1.0, range(1), {gyre.every(1): pair})[0] == [1.0]
+
+
+def test_a_pair_in_swapped_order_is_explained():
+    def step(state, batch):
+        return state + batch, gyre.logs().add_loss("loss", 1.0)
+
+    with pytest.raises(TypeError, match=r"returned \(state, logs\): the pair is \(logs, state\)") as err:
+        gyre.loop(0.0, [1.0], {gyre.every(1): step})
+    assert "swap them: return logs, state" in str(err.value)
+
+
+def test_a_misspelt_parameter_name_is_refused_with_the_closest_name():
+    def report(elapsed, log):
+        pass
+
+    with pytest.raises(TypeError) as err:
+        gyre.loop(None, range(1), {gyre.every(1): report})
+    text = str(err.value)
+    assert "names some of its parameters after the loop's values" in text
+    assert "'log': Did you mean 'logs'?" in text
+    assert "would hand them the wrong values" in text
+
+
+def test_ciclos_loop_state_name_binds_by_name():
+    seen = []
+    gyre.loop(7, range(2), {gyre.every(1): lambda state, batch, elapsed, loop_state: seen.append(
+        (state, batch, elapsed.steps, loop_state.state))})
+    assert seen == [(7, 0, 0, 7), (7, 1, 1, 7)]
+
+
+@pytest.mark.parametrize("stop", [np.int64(3), np.int32(3), np.array(3)])
+def test_numpy_integers_are_steps(stop):
+    _, _, elapsed = gyre.loop(None, range(10), {}, stop=stop, epoch_duration=np.int64(2))
+    assert (elapsed.steps, elapsed.epochs) == (3, 1)
+
+
+def test_whole_arrays_as_the_dataset_point_to_batches():
+    x, y = np.zeros((100, 4), np.float32), np.zeros(100, np.int32)
+    with pytest.raises(TypeError) as err:
+        gyre.loop(None, (x, y), {})
+    assert "a Keras habit" in str(err.value) and "gyre.data.batches((X, Y), batch_size=32" in str(err.value)
+    assert "(100, 4), (100,)" in str(err.value)
+    gyre.loop(None, (x[:8], x[8:16]), {})  # two batches alike: a dataset of two batches
+
+
+def test_epoch_timing_over_data_of_unknown_length_is_refused_at_the_start():
+    endless = itertools.count()
+    with pytest.raises(ValueError, match="counts epochs, and the loop cannot tell where an epoch ends"):
+        gyre.loop(None, endless, {}, stop=gyre.at(epochs=2))
+    with pytest.raises(ValueError, match=r"every\(epochs=1\).*cannot tell where an epoch ends"):
+        gyre.loop(None, endless, {gyre.every(epochs=1): print}, stop=10)
+    gyre.loop(None, endless, {gyre.every(epochs=1): lambda: None}, stop=4, epoch_duration=2)
+
+
+def test_data_that_ends_before_stop_says_so_once():
+    with pytest.warns(gyre.LoopWarning, match=r"the data ended after 46 steps, before stop=Period\(steps=1000\)"):
+        _, _, elapsed = gyre.loop(None, range(46), {}, stop=1000)
+    assert elapsed.steps == 46
+
+
+def test_a_test_dataset_without_a_test_step_is_an_error():
+    with pytest.raises(ValueError, match="test_dataset but no test step") as err:
+        gyre.train_loop(0, range(4), {gyre.on_train_step: lambda state: state}, test_dataset=lambda: [1])
+    assert "gyre.on_test_step: test_step" in str(err.value)
+
+
+@pytest.mark.parametrize("duration", [0, -1, 2.5, "all"])
+def test_test_duration_is_checked_at_construction(duration):
+    with pytest.raises(ValueError, match="test_duration= must be a number of steps >= 1"):
+        gyre.train_loop(0, range(4), {gyre.on_test_step: lambda: None}, test_dataset=lambda: [1],
+                        epoch_duration=2, test_duration=duration)
+
+
+def test_ctrl_c_says_once_where_the_loop_stopped():
+    def interrupt(elapsed):
+        if elapsed.steps == 3:
+            raise KeyboardInterrupt
+
+    with pytest.warns(gyre.LoopWarning, match=r"interrupted \(Ctrl-C\) during step 3: the loop stopped after 4 steps"):
+        _, _, elapsed = gyre.loop(None, range(10), {gyre.every(1): interrupt})
+    assert elapsed.steps == 4
+
+
+def test_ctrl_c_during_an_evaluation_is_not_swallowed_by_it():
+    evaluated = []
+
+    def test_step(state, batch, elapsed):
+        if batch == 2 and len(evaluated) == 1:  # in the second evaluation, mid test set
+            raise KeyboardInterrupt
+        return gyre.logs().add_metric("score", float(batch))
+
+    def train_step(state, batch):
+        return gyre.logs().add_loss("loss", 1.0), state + 1
+
+    with pytest.warns(gyre.LoopWarning, match="interrupted"):
+        state, history, elapsed = gyre.train_loop(
+            0, range(100), {gyre.on_train_step: train_step, gyre.on_test_step: test_step,
+                            gyre.on_epoch_end: lambda: evaluated.append(1)},
+            test_dataset=lambda: [0, 1, 2, 3], epoch_duration=5,
+        )
+    # training stopped at the second evaluation (the outer loop caught Ctrl-C), and that
+    # evaluation reports nothing: a partial mean would look like a complete one
+    assert elapsed.steps == 10 and state == 10
+    assert history.collect("steps", "score_test") == ([4], [1.5])
+    with pytest.raises(KeyboardInterrupt):  # the inner loop never catches it, even when asked to
+        gyre.test_loop(0, [2], {gyre.on_test_step: lambda batch: (_ for _ in ()).throw(KeyboardInterrupt)},
+                       catch_keyboard_interrupt=False)
