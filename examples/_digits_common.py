@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import optax
 
 import gyre
-from gyre.demo import make_run_dir
+from gyre._demo import make_run_dir
 
 BATCH_SIZE = 64
 RUNS = Path(__file__).resolve().parent.parent / "runs"  # gitignored

@@ -34,7 +34,7 @@ class SyncDetector:
     """Watches every read of a device value while installed.
 
     * An implicit read (``float(x)``, ``x.item()``, ``f"{x}"``...) raises: gyre reads device
-      values only through ``jax.device_get`` (``gyre.core.host.fetch``), in batches.
+      values only through ``jax.device_get`` (``gyre.core._host.fetch``), in batches.
     * An explicit read is counted (``explicit``); when a value it reads is not computed yet,
       the host waits for the device: that is a *stall*, recorded in ``stalls`` with the
       place that read it. Values read after ``end()`` was called are not stalls (a loop may

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import gyre
-from gyre import cli, demo
+from gyre import _demo as demo
+from gyre import cli
 
 
 @pytest.fixture(scope="module")

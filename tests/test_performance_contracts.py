@@ -3,7 +3,7 @@
 On CPU, JAX's transfer guard never fires (device buffers are host memory), so the no-sync
 test also installs a detector that works everywhere: every read of a device value goes
 through ``ArrayImpl._value``, which is patched to raise unless the read happens inside an
-explicit ``jax.device_get`` (gyre's one, batched, door to the host: ``gyre.core.host.fetch``).
+explicit ``jax.device_get`` (gyre's one, batched, door to the host: ``gyre.core._host.fetch``).
 """
 
 import io
@@ -170,7 +170,8 @@ def test_step_is_compiled_once_over_50_steps():
 def test_history_stacks_by_shape_group_without_recompiling():
     """A predict loop over 10 batches of 64 and a last batch of 17: the history's transfer
     compiles its stacking at most once per shape group, and never again for the same groups."""
-    from gyre.core import _compat, host
+    from gyre.core import _compat
+    from gyre.core import _host as host
 
     predict = jax.jit(lambda state, batch: gyre.logs().add_output("y", batch * 2.0).add_metric("n", batch.sum()))
     before = _compat.cache_size(host._stack_jit)

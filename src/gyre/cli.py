@@ -1,6 +1,6 @@
 """The ``gyre`` command (also ``python -m gyre``).
 
-``gyre fit`` trains the digits demo (:func:`gyre.demo.fit_digits`) and prints where its run
+``gyre fit`` trains the digits demo (:func:`gyre._demo.fit_digits`) and prints where its run
 folder is and the final test accuracy. Plain ``gyre`` prints the help.
 
 A mistake in the options (a batch larger than the data set, ``--out`` naming a file or a
@@ -15,7 +15,7 @@ import math
 import sys
 from collections.abc import Sequence
 
-MAX_SEED = 2**63 - 1  # what jax.random.key takes (kept equal to gyre.demo.MAX_SEED)
+MAX_SEED = 2**63 - 1  # what jax.random.key takes (kept equal to gyre._demo.MAX_SEED)
 
 
 def _positive_int(text: str) -> int:
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from gyre import demo
+    from gyre import _demo as demo
 
     try:
         result = demo.fit_digits(

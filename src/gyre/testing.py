@@ -32,7 +32,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from gyre.core.errors import describe, explain
+from gyre.core._errors import describe, explain
 
 __all__ = [
     "Compilation",

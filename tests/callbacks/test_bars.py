@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.callbacks.shown import BarValues, RunningValues
-from gyre.core.reader import Columns
+from gyre.callbacks._shown import BarValues, RunningValues
+from gyre.core._reader import Columns
 
 
 class FakeTTY(io.StringIO):

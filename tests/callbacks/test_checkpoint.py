@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.callbacks.checkpoint import Checkpoint
+from gyre.callbacks._checkpoint import Checkpoint
 
 
 def make_state(value=0.0):
@@ -381,7 +381,7 @@ def test_missing_monitor_error_prints_real_newlines(tmp_path):
     ckpt = gyre.checkpoint(tmp_path, monitor="loss_test")
     with pytest.raises(KeyError) as info:
         ckpt(gyre.Elapsed(steps=1), make_state(), gyre.logs().add_loss("loss", 1.0))
-    assert isinstance(info.value, gyre.core.errors.ExplainedKeyError)
+    assert isinstance(info.value, gyre.core.ExplainedKeyError)
     text = str(info.value)
     assert "\\n" not in text and text.splitlines()[:3] == [
         "checkpoint monitors 'loss_test', which was not logged at step 1",

@@ -181,7 +181,7 @@ def test_missing_monitor_prints_its_lines():
     es = gyre.early_stopping("val_loss", patience=1)
     with pytest.raises(KeyError) as info:
         es(0, gyre.Elapsed(steps=4), gyre.logs().add_loss("loss", 1.0))
-    assert isinstance(info.value, gyre.core.errors.ExplainedKeyError)
+    assert isinstance(info.value, gyre.core.ExplainedKeyError)
     assert str(info.value).splitlines() == [
         "early_stopping monitors 'val_loss', which was not logged at step 4",
         "  expected: an entry named 'val_loss' in the logs when early_stopping runs",

@@ -4,7 +4,7 @@ import jax
 import pytest
 
 import gyre
-from gyre.core.clock import Elapsed, Period, infer_batch_size
+from gyre.core._clock import Elapsed, Period, infer_batch_size
 
 
 def test_update_counts_steps_samples_epochs():

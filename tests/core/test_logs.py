@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.core.clock import Elapsed
+from gyre.core._clock import Elapsed
 
 
 def test_collections_and_attribute_access():
@@ -105,7 +105,7 @@ def test_collect_errors():
 
 
 def test_history_moves_values_to_host_in_batches(monkeypatch):
-    import gyre.core.history as history_module
+    import gyre.core._history as history_module
 
     calls = []
     real = history_module.start_fetch
@@ -128,7 +128,7 @@ def test_history_moves_values_to_host_in_batches(monkeypatch):
 
 
 def test_the_step_path_never_waits_for_a_transfer(monkeypatch):
-    from gyre.core.host import ColumnFetch
+    from gyre.core._host import ColumnFetch
 
     waited = []
     real_result = ColumnFetch.result
@@ -235,7 +235,7 @@ def test_history_keeps_order_across_shapes_and_host_values():
 
 
 def test_fetched_columns_keep_unstackable_columns_as_lists():
-    from gyre.core.host import start_fetch
+    from gyre.core._host import start_fetch
 
     mixed = [jnp.zeros((i % 2 + 1,)) for i in range(8)]  # two shapes: not stackable
     same = [jnp.float32(i) for i in range(9)]

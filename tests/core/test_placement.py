@@ -1,4 +1,4 @@
-"""gyre.core.placement: the one function that moves values onto shardings (8 CPU devices).
+"""gyre.core._placement: the one function that moves values onto shardings (8 CPU devices).
 
 Several processes (global arrays from per-process slices) are covered by
 tests/parallel/test_distributed.py."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
-from gyre.core.placement import is_array, place, place_leaf
+from gyre.core._placement import is_array, place, place_leaf
 
 MESH = jax.sharding.Mesh(np.asarray(jax.devices()), ("data",))
 SPLIT = NamedSharding(MESH, PartitionSpec("data"))

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.core.clock import Elapsed
+from gyre.core._clock import Elapsed
 
 
 def fired(schedule, clocks):

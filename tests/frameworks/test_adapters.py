@@ -5,7 +5,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import pytest
 
-from gyre.frameworks.adapters import STEP_COLLECTIONS, adapt
+from gyre.frameworks._adapters import STEP_COLLECTIONS, adapt
 
 
 class Writes(nn.Module):

@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from gyre.frameworks import calling
+from gyre.frameworks import _calling as calling
 from gyre.frameworks.losses import Crossentropy
 
 KNOWN = frozenset(calling.KEYWORDS)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gyre.core import metrics as core
-from gyre.frameworks import calling
+from gyre.frameworks import _calling as calling
 from gyre.frameworks.metrics import Accuracy, Mean, Metrics, kind_of, metric_state, reset, update
 
 PREDS = jnp.array([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]])

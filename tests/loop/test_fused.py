@@ -11,10 +11,10 @@ import optax
 import pytest
 
 import gyre
+from gyre.core._clock import Elapsed
 from gyre.core._compat import cache_size
-from gyre.core.clock import Elapsed
-from gyre.core.history import History
-from gyre.core.logs import Logs
+from gyre.core._history import History
+from gyre.core._logs import Logs
 
 CLOCK = ("steps", "samples", "epochs", "step_in_epoch")
 
@@ -255,7 +255,7 @@ def test_nested_batches_are_stacked_leaf_by_leaf():
 
 
 def test_staging_buffers_are_aligned_and_reused_once_their_call_is_done():
-    from gyre.loop.staging import ALIGNMENT, Stager
+    from gyre.loop._staging import ALIGNMENT, Stager
 
     stager = Stager(slots=2)
     batches = [(np.full((2, 3), i, np.float32), np.int32(i)) for i in range(4)]

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.callbacks import bars
+from gyre.callbacks import _bars as bars
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_multihost_worker.py")
 CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(WORKER))), ".jax_cache")

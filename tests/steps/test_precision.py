@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 
 import gyre
-from gyre.steps import precision
+from gyre.steps import _precision as precision
 
 
 def test_mixed_precision_is_exported_and_does_not_warn():

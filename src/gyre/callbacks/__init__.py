@@ -15,17 +15,17 @@ Example:
     >>> _ = gyre.loop(None, range(3), {gyre.every(1): [gyre.callbacks.noop, bar]})
 """
 
-from gyre.callbacks.bars import KerasBar as KerasBar
-from gyre.callbacks.bars import TqdmBar as TqdmBar
-from gyre.callbacks.bars import keras_bar as keras_bar
-from gyre.callbacks.bars import tqdm_bar as tqdm_bar
-from gyre.callbacks.checkpoint import Checkpoint as Checkpoint
-from gyre.callbacks.checkpoint import checkpoint as checkpoint
-from gyre.callbacks.early_stopping import EarlyStopping as EarlyStopping
-from gyre.callbacks.early_stopping import early_stopping as early_stopping
-from gyre.callbacks.noop import noop as noop
-from gyre.loop.inner import InnerLoop as InnerLoop
-from gyre.loop.inner import inner_loop as inner_loop
+from gyre.callbacks._bars import KerasBar as KerasBar
+from gyre.callbacks._bars import TqdmBar as TqdmBar
+from gyre.callbacks._bars import keras_bar as keras_bar
+from gyre.callbacks._bars import tqdm_bar as tqdm_bar
+from gyre.callbacks._checkpoint import Checkpoint as Checkpoint
+from gyre.callbacks._checkpoint import checkpoint as checkpoint
+from gyre.callbacks._early_stopping import EarlyStopping as EarlyStopping
+from gyre.callbacks._early_stopping import early_stopping as early_stopping
+from gyre.callbacks._noop import noop as noop
+from gyre.loop._inner import InnerLoop as InnerLoop
+from gyre.loop._inner import inner_loop as inner_loop
 
 __all__ = [
     "Checkpoint",

@@ -8,17 +8,17 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core.errors import ExplainedKeyError, describe, explain
-from gyre.core.host import fetch, to_python
-from gyre.core.logs import Logs
+from gyre.core._errors import ExplainedKeyError, describe, explain
+from gyre.core._host import fetch, to_python
+from gyre.core._logs import Logs
 
 
 def find(logs: Logs | None, monitor: str, *, owner: str, step: int, fix: str) -> Any:
     """The value logged as ``monitor`` (``"name"`` or ``"collection.name"``), else an
-    :class:`~gyre.core.errors.ExplainedKeyError` listing the logged entries.
+    :class:`~gyre.core._errors.ExplainedKeyError` listing the logged entries.
 
     Example:
-        >>> from gyre.core.logs import Logs
+        >>> from gyre.core._logs import Logs
         >>> find(Logs().add_loss("loss", 0.5), "loss", owner="early_stopping", step=0, fix="")
         0.5
     """

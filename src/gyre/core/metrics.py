@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from gyre.core.errors import describe, explain
+from gyre.core._errors import describe, explain
 
 _F32 = jnp.float32
 

@@ -18,9 +18,9 @@ Example:
     44
 """
 
-from gyre.data.arrays import batches as batches
-from gyre.data.arrays import steps_per_epoch as steps_per_epoch
-from gyre.data.datasets import digits as digits
-from gyre.data.datasets import stratified_split as stratified_split
+from gyre.data._arrays import batches as batches
+from gyre.data._arrays import steps_per_epoch as steps_per_epoch
+from gyre.data._datasets import digits as digits
+from gyre.data._datasets import stratified_split as stratified_split
 
 __all__ = ["batches", "digits", "steps_per_epoch", "stratified_split"]

@@ -2,7 +2,7 @@
 code written for ciclo: ``losses={"loss": Crossentropy()}`` in :func:`~gyre.create_flax_state`.
 
 Each returns the batch's mean, weighted by ``sample_weight`` when given. Any function works as
-a loss too (see :mod:`gyre.frameworks.calling`); these exist so ciclo's examples port unchanged
+a loss too (see :mod:`gyre.frameworks._calling`); these exist so ciclo's examples port unchanged
 (``import gyre.frameworks as jm``: ``jm.losses.Crossentropy()``, ``jm.metrics.Accuracy()``).
 """
 
@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from gyre.core.errors import explain
-from gyre.frameworks.calling import weighted_mean
+from gyre.core._errors import explain
+from gyre.frameworks._calling import weighted_mean
 
 
 def _target(target: Any, labels: Any, loss: str) -> jax.Array:

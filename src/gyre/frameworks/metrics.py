@@ -8,7 +8,7 @@ and evaluation. Three protocols are accepted, by duck typing (no import needed):
 * **update-style** (gyre, jax_metrics): ``reset()``, ``update(**keywords) -> metric`` and
   ``compute()``, such as :class:`Accuracy`, :class:`Mean` and :class:`Metrics` here, or
   ``jax_metrics``' ``Accuracy()``; ``update`` receives the keywords of
-  :data:`gyre.frameworks.calling.KEYWORDS` it takes (``preds=``, ``target=``/``labels=``,
+  :data:`gyre.frameworks._calling.KEYWORDS` it takes (``preds=``, ``target=``/``labels=``,
   ``sample_weight=``, ...) and the batch's losses by name;
 * **CLU-style**: ``empty()``, ``from_model_output(**keywords)`` (or a ``Collection``'s
   ``single_from_model_output``) and ``merge``/``compute``, e.g. ``clu.metrics.Accuracy``
@@ -30,8 +30,8 @@ import jax.numpy as jnp
 from flax import struct
 
 from gyre.core import metrics as core
-from gyre.core.errors import describe, explain
-from gyre.frameworks import calling
+from gyre.core._errors import describe, explain
+from gyre.frameworks import _calling as calling
 
 
 def _batch_weight(preds: Any, sample_weight: Any) -> jax.Array:

@@ -7,27 +7,27 @@ Example:
     3
 """
 
-from gyre.core.errors import LoopWarning as LoopWarning
-from gyre.loop.binding import StateMethod as StateMethod
-from gyre.loop.binding import inject as inject
-from gyre.loop.elapse import Elapse as Elapse
-from gyre.loop.elapse import elapse as elapse
-from gyre.loop.engine import loop as loop
-from gyre.loop.fuse import FusableStep as FusableStep
-from gyre.loop.fuse import fuse as fuse
-from gyre.loop.inner import InnerLoop as InnerLoop
-from gyre.loop.inner import aggregate as aggregate
-from gyre.loop.inner import inner_loop as inner_loop
-from gyre.loop.named import predict_loop as predict_loop
-from gyre.loop.named import test_loop as test_loop
-from gyre.loop.named import train_loop as train_loop
-from gyre.loop.prefetch import prefetch_to_device as prefetch_to_device
-from gyre.loop.state import LoopState as LoopState
-from gyre.loop.state import replace_state as replace_state
-from gyre.loop.tasks import ChunkSafe as ChunkSafe
-from gyre.loop.tasks import LoopCallbackBase as LoopCallbackBase
-from gyre.loop.tasks import LoopElement as LoopElement
-from gyre.loop.tasks import callback as callback
+from gyre.core._errors import LoopWarning as LoopWarning
+from gyre.loop._binding import StateMethod as StateMethod
+from gyre.loop._binding import inject as inject
+from gyre.loop._elapse import Elapse as Elapse
+from gyre.loop._elapse import elapse as elapse
+from gyre.loop._engine import loop as loop
+from gyre.loop._fuse import FusableStep as FusableStep
+from gyre.loop._fuse import fuse as fuse
+from gyre.loop._inner import InnerLoop as InnerLoop
+from gyre.loop._inner import aggregate as aggregate
+from gyre.loop._inner import inner_loop as inner_loop
+from gyre.loop._named import predict_loop as predict_loop
+from gyre.loop._named import test_loop as test_loop
+from gyre.loop._named import train_loop as train_loop
+from gyre.loop._prefetch import prefetch_to_device as prefetch_to_device
+from gyre.loop._state import LoopState as LoopState
+from gyre.loop._state import replace_state as replace_state
+from gyre.loop._tasks import ChunkSafe as ChunkSafe
+from gyre.loop._tasks import LoopCallbackBase as LoopCallbackBase
+from gyre.loop._tasks import LoopElement as LoopElement
+from gyre.loop._tasks import callback as callback
 
 __all__ = [
     "ChunkSafe",

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import jax
 
 from gyre.core._compat import backends_started
-from gyre.core.errors import describe, explain, whole_number
+from gyre.core._errors import describe, explain, whole_number
 
 F = TypeVar("F", bound=Callable[..., Any])
 

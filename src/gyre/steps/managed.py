@@ -44,13 +44,13 @@ from flax import struct
 
 from gyre.core import metrics
 from gyre.core._compat import cache_size
-from gyre.core.errors import describe, explain, whole_number
-from gyre.core.logs import Logs
-from gyre.core.state import TrainState
-from gyre.loop.fuse import scan_steps
-from gyre.loop.tasks import LoopElement
-from gyre.parallel.strategies import Jit, Strategy, get_strategy
-from gyre.steps.precision import MixedPrecision, get_policy
+from gyre.core._errors import describe, explain, whole_number
+from gyre.core._logs import Logs
+from gyre.core._state import TrainState
+from gyre.loop._fuse import scan_steps
+from gyre.loop._tasks import LoopElement
+from gyre.parallel._strategies import Jit, Strategy, get_strategy
+from gyre.steps._precision import MixedPrecision, get_policy
 
 StepFn = Callable[[Any, Any], tuple[Logs, Any]]
 

@@ -1,0 +1,418 @@
+"""Progress bars: ``keras_bar`` (Keras-style line) and ``tqdm_bar``.
+
+Both run on ``on_train_batch_end`` when given to a named loop, or on any schedule in a task
+table, before or after the step: they show what the step logs wherever they sit. They never
+wait for the device: the values shown are those of the newest step that has finished
+computing (see :class:`~gyre.callbacks.lagged.LaggedValues`), and redraws are rate-limited.
+When the loop ends (``on_loop_end``, or ``on_train_end`` in a named loop) they draw the
+final values and end their line, also when the loop stopped before ``total``.
+
+Arguments are checked when the bar is made, not at its first draw.
+
+In a multi-process run (:mod:`gyre.distributed`) only process 0 draws; on the others a bar
+does nothing (the values it would show are the same global ones everywhere).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import numbers
+import os
+import sys
+import time
+from typing import IO, Any
+
+from gyre.callbacks._shown import BarValues, check_mode
+from gyre.core._clock import Elapsed
+from gyre.core._errors import describe, explain, suggest, whole_number
+from gyre.core._logs import Logs
+from gyre.loop._tasks import ChunkSafe, LoopElement
+from gyre.parallel.distributed import is_main_process
+
+
+def _check_total(total: Any) -> int | None:
+    if total is None:
+        return None
+    return whole_number(
+        total,
+        minimum=1,
+        problem="a progress bar's total must be a number of steps >= 1 or None",
+        expected="total=1000 (the loop's stop), or None for a bar without an end",
+        fix="pass the number of steps the loop will run",
+    )
+
+
+def _check_width(width: Any) -> int:
+    return whole_number(
+        width,
+        minimum=1,
+        problem="keras_bar's width must be a number of characters >= 1",
+        expected="width=30 (the characters between the brackets)",
+        fix="pass width as an int, e.g. width=30",
+    )
+
+
+def _check_interval(interval: Any, *, owner: str, optional: bool) -> float | None:
+    if interval is None and optional:
+        return None
+    good = isinstance(interval, numbers.Real) and not isinstance(interval, bool)
+    if good and math.isfinite(interval) and interval >= 0:  # type: ignore[arg-type]
+        return float(interval)  # type: ignore[arg-type]
+    default = " (or None: 0.1 on a terminal, 10 in a log file)" if optional else ""
+    raise ValueError(
+        explain(
+            f"{owner}'s interval must be a number of seconds >= 0{' or None' if optional else ''}",
+            expected=f"interval=0.5 (seconds between redraws){default}",
+            received=describe(interval),
+            fix="pass the seconds between redraws as a number, e.g. interval=0.5",
+        )
+    )
+
+
+def _check_file(file: Any, owner: str) -> Any:
+    if file is None or callable(getattr(file, "write", None)):
+        return file
+    if isinstance(file, (str, bytes, os.PathLike)):
+        raise TypeError(
+            explain(
+                f"{owner}'s file must be an open text file, not a path",
+                expected="an object with a write() method: sys.stdout, sys.stderr, io.StringIO(), "
+                "or a file you opened",
+                received=describe(file),
+                fix=f"open the file yourself and close it after the loop: "
+                f"f = open({os.fsdecode(file)!r}, 'w'); {owner}(..., file=f)",
+            )
+        )
+    raise TypeError(
+        explain(
+            f"{owner}'s file must be an open text file or None",
+            expected="an object with a write() method (sys.stdout, io.StringIO(), open(...)), "
+            "or None for sys.stdout",
+            received=describe(file),
+            fix=f"{owner}(..., file=sys.stderr)",
+        )
+    )
+
+
+def _format_seconds(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+    if seconds >= 60:
+        return f"{seconds // 60}:{seconds % 60:02d}"
+    return f"{seconds}s"
+
+
+def _format_value(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    magnitude = abs(value)
+    return f"{value:.4e}" if (magnitude and (magnitude < 1e-3 or magnitude >= 1e5)) else f"{value:.4f}"
+
+
+class KerasBar(ChunkSafe, LoopElement):
+    """The callback :func:`keras_bar` returns (see there).
+
+    Attributes:
+        total: the step count at which the bar is full, or ``None``.
+        width: characters between the brackets.
+        file: where it writes (``None``: ``sys.stdout``).
+
+    Example:
+        >>> import gyre, io, numpy as np
+        >>> bar = gyre.keras_bar(total=np.int64(100), file=io.StringIO())
+        >>> isinstance(bar, gyre.callbacks.KerasBar), bar.total
+        (True, 100)
+    """
+
+    def __init__(
+        self,
+        total: int | None,
+        *,
+        interval: float | None,
+        width: int,
+        file: IO[str] | None,
+        values: str = "mean",
+    ) -> None:
+        self.total = _check_total(total)
+        self.file = _check_file(file, "keras_bar")
+        self.width = _check_width(width)
+        self._interval = _check_interval(interval, owner="keras_bar", optional=True)
+        self._shown = BarValues(check_mode(values, "keras_bar"))
+        self._in_loop = False
+        self._t_first: float | None = None
+        self._step_first = 0
+        self._last_draw = -float("inf")
+        self._steps = 0
+        self._closed = False
+        self._width_drawn = 0
+        self._silent: bool | None = None  # decided at the first call: not process 0
+
+    @property
+    def _out(self) -> IO[str]:
+        return self.file if self.file is not None else sys.stdout
+
+    def _isatty(self) -> bool:
+        isatty = getattr(self._out, "isatty", None)
+        return bool(isatty and isatty())
+
+    def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
+        if self._silent is not False:
+            if self._silent is None:
+                self._silent = not is_main_process()
+            if self._silent:
+                return
+        now = time.perf_counter()
+        self._shown.see(elapsed, logs, loop)
+        self._in_loop = loop is not None
+        steps = self._steps = elapsed.steps + 1
+        if self._t_first is None:
+            # The first call comes after the first step compiled: time the rate from here.
+            self._t_first, self._step_first = now, steps
+            self._closed = False
+        interval = self._interval
+        if interval is None:  # decided once: a terminal redraws often, a log file seldom
+            interval = self._interval = 0.1 if self._isatty() else 10.0
+        full = steps == self.total
+        if full and self._in_loop:
+            return  # the last line comes at the loop's end (on_loop_end), with every value
+        if now - self._last_draw >= interval or full:
+            self._draw(now, final=full)
+
+    on_train_batch_end = __call__
+
+    def on_loop_end(self) -> None:
+        """Draws the final values and ends the line, once (later calls do nothing until
+        the bar is used again).
+
+        The engine calls it when a loop that holds the bar ends, whatever ended it; a named
+        loop also calls :meth:`on_train_end`, which is the same.
+
+        Example:
+            >>> import gyre, io
+            >>> out = io.StringIO()
+            >>> bar = gyre.keras_bar(file=out)
+            >>> bar(gyre.Elapsed(steps=0), gyre.logs().add_loss("loss", 0.5))
+            >>> bar.on_loop_end(); bar.on_loop_end()
+            >>> out.getvalue().splitlines()[-1]
+            '1 steps - 0s - loss: 0.5000'
+        """
+        if self._t_first is not None and not self._closed:
+            self._draw(time.perf_counter(), final=True)
+
+    on_train_end = on_loop_end
+
+    def _draw(self, now: float, *, final: bool) -> None:
+        values = self._shown.read(wait=final)
+        self._last_draw = now
+        steps, total = self._steps, self.total
+        parts = []
+        if total is not None:
+            done = min(steps, total)
+            filled = int(self.width * done / total)
+            arrow = ">" if filled < self.width else ""
+            bar = "=" * max(filled - (1 if arrow else 0), 0) + arrow
+            digits = len(str(total))
+            parts.append(f"{steps:>{digits}}/{total} [{bar:<{self.width}}]")
+        else:
+            parts.append(f"{steps} steps")
+        spent = now - self._t_first if self._t_first is not None else 0.0
+        rate_steps = steps - self._step_first
+        if final or total is None:
+            parts.append(_format_seconds(spent))
+        elif rate_steps > 0 and spent > 0:
+            eta = (total - steps) * spent / rate_steps
+            parts.append(f"ETA: {_format_seconds(eta)}")
+        else:
+            parts.append("ETA: ?")
+        for name, value in values.items():
+            parts.append(f"{name}: {_format_value(value)}")
+        line = " - ".join(parts)
+        out = self._out
+        if self._isatty():
+            pad = max(self._width_drawn - len(line), 0)
+            out.write("\r" + line + " " * pad + ("\n" if final else ""))
+            self._width_drawn = len(line)
+        else:
+            out.write(line + "\n")
+        out.flush()
+        if final:  # a later use starts a new line, drawn at once
+            self._closed = True
+            self._t_first = None
+            self._last_draw = -float("inf")
+            self._shown.reset()
+
+
+def keras_bar(
+    total: int | None = None,
+    *,
+    interval: float | None = None,
+    width: int = 30,
+    file: IO[str] | None = None,
+    values: str = "mean",
+) -> KerasBar:
+    """A Keras-style progress line: ``80/100 [=====>...] - ETA: 4s - loss: 0.1234``.
+
+    The ETA is measured from the end of the first step, so compilation does not inflate it.
+    As in Keras, losses and metrics are running means over the current epoch (stateful
+    metrics and entries logged now and then, such as ``accuracy_test``, show their last
+    value); they are read from the loop's history as soon as the device has computed them,
+    never waiting for it, so the bar sees every step (fused chunks included) wherever it sits
+    in the task table (see :mod:`gyre.callbacks._shown`).
+
+    In a loop the line ends when the loop ends (:meth:`KerasBar.on_loop_end`); called by hand
+    (``bar(elapsed, logs)``), when it reaches ``total``. A bar is a
+    :class:`~gyre.LoopElement`: ``{gyre.every(1): step, **gyre.keras_bar(total=n)}``.
+
+    Args:
+        total: steps the loop will run (the bar's end): any whole number >= 1, numpy and
+            0-d JAX integers included; ``None`` shows a counter.
+        interval: seconds between redraws (default 0.1 on a terminal, 10 otherwise, where
+            each redraw is a new line).
+        width: characters of the bar.
+        file: an open text file to write to (default ``sys.stdout``); to write to a path,
+            open it yourself: ``file=open("train.log", "w")``.
+        values: ``"mean"`` (running means over the epoch) or ``"last"`` (last values).
+
+    Raises:
+        ValueError: ``total``, ``width``, ``interval`` or ``values`` out of range.
+        TypeError: ``file`` is not an open file (a path string, say).
+
+    Example:
+        >>> import gyre, io
+        >>> out = io.StringIO()
+        >>> bar = gyre.keras_bar(total=3, file=out)
+        >>> _ = gyre.loop(None, range(3), {gyre.every(1): [lambda: gyre.logs().add_metric("m", 1.0), bar]})
+        >>> out.getvalue().splitlines()[-1].startswith("3/3 [==============================]")
+        True
+    """
+    return KerasBar(total, interval=interval, width=width, file=file, values=values)
+
+
+def _check_tqdm_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    from tqdm.auto import tqdm
+    from tqdm.std import tqdm as std_tqdm
+
+    taken = {"iterable", "initial"}  # the bar sets them: it is called, the clock says where
+    accepted: set[str] = set()
+    for cls in {tqdm, std_tqdm}:
+        params = inspect.signature(cls.__init__).parameters.values()
+        accepted |= {p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD}
+    accepted -= {"self", "total", *taken}  # total is tqdm_bar's own argument
+    for name in kwargs:
+        if name in taken:
+            raise TypeError(
+                explain(
+                    f"tqdm_bar sets tqdm's {name!r} itself",
+                    expected="tqdm options other than iterable and initial (the bar is "
+                    "called by the loop, and starts where the loop's clock does)",
+                    received=f"{name}={describe(kwargs[name])}",
+                    fix=f"remove {name}=; to continue a run, pass the loop its elapsed=",
+                )
+            )
+        if name not in accepted:
+            raise TypeError(
+                explain(
+                    f"tqdm_bar got {name!r}, which tqdm does not take",
+                    expected=f"tqdm options: {', '.join(sorted(accepted))}",
+                    received=f"{name}={describe(kwargs[name])}",
+                    fix="check the name." + suggest(name, accepted),
+                )
+            )
+    if "file" in kwargs:
+        _check_file(kwargs["file"], "tqdm_bar")
+    return kwargs
+
+
+class TqdmBar(ChunkSafe, LoopElement):
+    """The callback :func:`tqdm_bar` returns (see there).
+
+    Attributes:
+        total: the step count at which the bar is full, or ``None``.
+        interval: seconds between updates of the values shown.
+        tqdm_kwargs: the options passed to ``tqdm``.
+
+    Example:
+        >>> import gyre, io
+        >>> bar = gyre.tqdm_bar(total=10, desc="train", file=io.StringIO())
+        >>> isinstance(bar, gyre.callbacks.TqdmBar), bar.tqdm_kwargs["desc"]
+        (True, 'train')
+    """
+
+    def __init__(self, total: int | None, *, interval: float, values: str = "mean", **tqdm_kwargs: Any) -> None:
+        self.total = _check_total(total)
+        self.interval = _check_interval(interval, owner="tqdm_bar", optional=False)
+        self.tqdm_kwargs = _check_tqdm_kwargs(tqdm_kwargs)
+        self._bar: Any = None
+        self._shown = BarValues(check_mode(values, "tqdm_bar"))
+        self._last_post = -float("inf")
+        self._silent: bool | None = None  # decided at the first call: not process 0
+
+    def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
+        if self._silent is not False:
+            if self._silent is None:
+                self._silent = not is_main_process()
+            if self._silent:
+                return
+        self._shown.see(elapsed, logs, loop)
+        if self._bar is None:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=self.total, initial=elapsed.steps, **self.tqdm_kwargs)
+        steps = elapsed.steps + 1
+        self._bar.update(steps - self._bar.n)
+        now = time.perf_counter()
+        if now - self._last_post >= self.interval:
+            self._last_post = now
+            self._bar.set_postfix(self._shown.read(), refresh=False)
+        if self.total is not None and steps >= self.total and loop is None:
+            self.on_loop_end()  # by hand; in a loop, at the loop's end
+
+    on_train_batch_end = __call__
+
+    def on_loop_end(self) -> None:
+        """Shows the final values and closes the bar, once (later calls do nothing until
+        the bar is used again). The engine calls it when a loop that holds the bar ends; a
+        named loop also calls :meth:`on_train_end`, which is the same.
+
+        Example:
+            >>> import gyre, io
+            >>> out = io.StringIO()
+            >>> bar = gyre.tqdm_bar(file=out, interval=0)
+            >>> bar(gyre.Elapsed(steps=0), gyre.logs().add_loss("loss", 0.5))
+            >>> bar.on_loop_end(); bar.on_loop_end()
+            >>> "loss=0.5" in out.getvalue()
+            True
+        """
+        if self._bar is not None:
+            self._bar.set_postfix(self._shown.read(wait=True), refresh=False)
+            self._bar.close()
+            self._bar = None
+            self._shown.reset()
+
+    on_train_end = on_loop_end
+
+
+def tqdm_bar(total: int | None = None, *, interval: float = 0.5, values: str = "mean", **tqdm_kwargs: Any) -> TqdmBar:
+    """A tqdm progress bar with the running means of the epoch's values as its postfix (see
+    :func:`keras_bar` for what is shown, and when the bar closes).
+
+    Args:
+        total: steps the loop will run: any whole number >= 1 (numpy and 0-d JAX integers
+            included), or ``None``.
+        interval: seconds between postfix updates.
+        values: ``"mean"`` (running means over the epoch) or ``"last"`` (last values).
+        **tqdm_kwargs: passed to ``tqdm`` (``desc``, ``file``, ``disable``, ...); checked
+            against tqdm's options when the bar is made.
+
+    Raises:
+        ValueError: ``total`` or ``interval`` out of range.
+        TypeError: an option tqdm does not take, or ``file`` that is not an open file.
+
+    Example:
+        >>> import gyre, io
+        >>> bar = gyre.tqdm_bar(total=2, file=io.StringIO())
+        >>> _ = gyre.loop(None, range(2), {gyre.every(1): bar})
+    """
+    return TqdmBar(total, interval=interval, values=values, **tqdm_kwargs)

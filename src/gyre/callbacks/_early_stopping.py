@@ -1,0 +1,267 @@
+"""``early_stopping``: stop when a monitored value stops improving; keep the best weights."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import jax
+import numpy as np
+
+from gyre.callbacks import _monitor
+from gyre.core._errors import describe, explain, whole_number
+from gyre.core._logs import Logs
+
+_MAX_WORDS = ("acc", "accuracy", "auc", "f1", "precision", "recall", "iou", "score", "r2")
+
+
+def _auto_mode(monitor: str) -> str:
+    base = monitor.rsplit(".", 1)[-1].lower()
+    return "max" if any(word in base.split("_") or base.startswith(word) for word in _MAX_WORDS) else "min"
+
+
+def _check_baseline(baseline: Any) -> float | None:
+    if baseline is None:
+        return None
+    number = None
+    if isinstance(baseline, numbers.Real) and not isinstance(baseline, (bool, np.bool_)):
+        number = float(baseline)
+    elif getattr(baseline, "shape", None) == () and getattr(getattr(baseline, "dtype", None), "kind", "") in "iuf":
+        number = float(baseline)  # a 0-d numpy or JAX number, read once here
+    if number is None or math.isnan(number):
+        raise ValueError(
+            explain(
+                "early_stopping's baseline must be a number or None",
+                expected="the value to beat, e.g. baseline=0.5 for a loss (mode='min') or "
+                "baseline=0.9 for an accuracy (mode='max'); None for no baseline",
+                received=describe(baseline),
+                fix="pass the monitored value's threshold as a float, e.g. baseline=0.5",
+            )
+        )
+    return number
+
+
+def _check_min_delta(min_delta: Any) -> float:
+    good = isinstance(min_delta, numbers.Real) and not isinstance(min_delta, (bool, np.bool_))
+    if good and math.isfinite(min_delta) and min_delta >= 0:  # type: ignore[arg-type]
+        return float(min_delta)  # type: ignore[arg-type]
+    raise ValueError(
+        explain(
+            "early_stopping's min_delta must be a number >= 0",
+            expected="min_delta=0.001 (how much better a value must be to count)",
+            received=describe(min_delta),
+            fix="pass a non-negative float, e.g. min_delta=0.001 (0 counts any improvement)",
+        )
+    )
+
+
+def _copy(state: Any) -> Any:
+    # The loop donates the state to the next step; keep buffers of our own.
+    return jax.tree_util.tree_map(lambda x: x.copy() if isinstance(x, jax.Array) else x, state)
+
+
+class EarlyStopping:
+    """The callback :func:`early_stopping` returns (see there).
+
+    Its arguments are checked when it is made; the monitored value is read when it runs,
+    and must then be a single number.
+
+    Attributes:
+        best: the best value seen (or the baseline), ``None`` before the first evaluation.
+        best_step: the step of the best value.
+        wait: evaluations since the last improvement.
+        stopped_step: the step at which it asked the loop to stop, or ``None``.
+
+    Example:
+        >>> import gyre
+        >>> es = gyre.early_stopping("loss_test", patience=3, baseline=2.0)
+        >>> isinstance(es, gyre.callbacks.EarlyStopping), es.best, es.mode
+        (True, 2.0, 'min')
+    """
+
+    def __init__(
+        self,
+        monitor: str,
+        *,
+        patience: int,
+        min_delta: float,
+        delta_mode: str,
+        mode: str,
+        baseline: float | None,
+        restore_best_weights: bool,
+        initial_patience: int,
+    ) -> None:
+        if not isinstance(monitor, str) or not monitor:
+            raise TypeError(
+                explain(
+                    "early_stopping needs the name of the value to monitor",
+                    expected="a logged name such as 'loss_test' or 'metrics.accuracy_test'",
+                    received=describe(monitor),
+                    fix="early_stopping('loss_test', patience=3)",
+                )
+            )
+        patience, initial_patience = (
+            whole_number(
+                value,
+                minimum=0,
+                problem=f"early_stopping's {name} must be a whole number >= 0",
+                expected=f"{name}=3 (counted in evaluations of the monitored value)",
+                fix=f"pass {name} as a non-negative int",
+            )
+            for name, value in (("patience", patience), ("initial_patience", initial_patience))
+        )
+        if not isinstance(mode, str) or mode not in ("min", "max", "auto"):
+            raise ValueError(
+                explain(
+                    "early_stopping's mode must be 'min', 'max' or 'auto'",
+                    expected="'min' for losses, 'max' for accuracies, 'auto' to guess by name",
+                    received=describe(mode),
+                    fix="mode='min'",
+                )
+            )
+        if not isinstance(delta_mode, str) or delta_mode not in ("absolute", "relative"):
+            raise ValueError(
+                explain(
+                    "early_stopping's delta_mode must be 'absolute' or 'relative'",
+                    expected="'absolute' (improve by min_delta) or 'relative' (by min_delta * |best|)",
+                    received=describe(delta_mode),
+                    fix="delta_mode='absolute'",
+                )
+            )
+        if not isinstance(restore_best_weights, (bool, np.bool_)):
+            raise TypeError(
+                explain(
+                    "early_stopping's restore_best_weights must be True or False",
+                    expected="restore_best_weights=True to return the best state at the end",
+                    received=describe(restore_best_weights),
+                    fix="pass restore_best_weights=True or False",
+                )
+            )
+        self.monitor = monitor
+        self.patience = patience
+        self.min_delta = _check_min_delta(min_delta)
+        self.delta_mode = delta_mode
+        self.mode = _auto_mode(monitor) if mode == "auto" else mode
+        self.baseline = _check_baseline(baseline)
+        self.restore_best_weights = bool(restore_best_weights)
+        self.initial_patience = initial_patience
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets what was seen (best value, counters and best weights)."""
+        self.best: float | None = None if self.baseline is None else float(self.baseline)
+        self.best_step: int | None = None
+        self.best_state: Any = None
+        self.wait = 0
+        self.evaluations = 0
+        self.stopped_step: int | None = None
+
+    def _improved(self, value: float) -> bool:
+        if math.isnan(value):
+            return False
+        if self.best is None:
+            return True
+        margin = self.min_delta if self.delta_mode == "absolute" else self.min_delta * abs(self.best)
+        if self.mode == "min":
+            return value < self.best - margin
+        return value > self.best + margin
+
+    def __call__(self, state: Any, elapsed: Any, logs: Logs, loop: Any = None) -> None:
+        value = _monitor.find(
+            logs,
+            self.monitor,
+            owner="early_stopping",
+            step=elapsed.steps,
+            fix="monitor one of the received names (evaluation entries carry the test "
+            "suffix, e.g. 'loss_test'), and run early stopping where it is logged "
+            "(it registers itself on on_epoch_end, after evaluation)",
+        )
+        value = _monitor.as_number(value, self.monitor, owner="early_stopping", step=elapsed.steps)
+        self.evaluations += 1
+        if self._improved(value):
+            self.best = value
+            self.best_step = elapsed.steps
+            self.wait = 0
+            if self.restore_best_weights:
+                self.best_state = _copy(state)
+            return None
+        if self.evaluations <= self.initial_patience:
+            return None
+        self.wait += 1
+        if self.wait >= self.patience and loop is not None:
+            self.stopped_step = elapsed.steps
+            loop.request_stop(
+                f"early stopping: {self.monitor} did not improve for {self.wait} evaluations "
+                f"(best {self.best:.6g} at step {self.best_step})"
+            )
+        return None
+
+    on_epoch_end = __call__
+
+    def on_train_end(self, state: Any) -> Any:
+        """Returns the best state when ``restore_best_weights`` (whatever ended the loop)."""
+        if self.restore_best_weights and self.best_state is not None:
+            return self.best_state
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counters (not the weights) for a checkpoint."""
+        return {
+            "best": self.best, "best_step": self.best_step, "wait": self.wait,
+            "evaluations": self.evaluations,
+        }
+
+    def load_state_dict(self, values: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict`."""
+        self.best = values.get("best")
+        self.best_step = values.get("best_step")
+        self.wait = values.get("wait", 0)
+        self.evaluations = values.get("evaluations", 0)
+
+
+def early_stopping(
+    monitor: str,
+    *,
+    patience: int,
+    min_delta: float = 0.0,
+    delta_mode: str = "absolute",
+    mode: str = "min",
+    baseline: float | None = None,
+    restore_best_weights: bool = False,
+    initial_patience: int = 0,
+) -> EarlyStopping:
+    """Stops the loop when ``monitor`` has not improved for ``patience`` evaluations.
+
+    An *evaluation* is one call in which the monitored value is present; in a named loop the
+    callback registers itself on ``on_epoch_end``, after the evaluation on ``test_dataset``.
+
+    Args:
+        monitor: a logged name (``"loss_test"``) or ``"collection.name"``.
+        patience: evaluations in a row without improvement after which the loop stops.
+        min_delta: how much better a value must be to count as an improvement.
+        delta_mode: ``"absolute"`` (by ``min_delta``) or ``"relative"`` (by
+            ``min_delta * |best|``).
+        mode: ``"min"``, ``"max"``, or ``"auto"`` (max for names like accuracy, f1, auc).
+        baseline: a value to beat; until it is beaten, evaluations count against patience.
+        restore_best_weights: when the loop ends, for any reason, return the state of the
+            best evaluation (a copy is kept on the device).
+        initial_patience: the first evaluations that cannot count against patience (a
+            warm-up); they still record the best value.
+
+    Example:
+        >>> import gyre
+        >>> losses = iter([3.0, 2.0, 2.5, 2.4, 2.6, 1.0])
+        >>> def evaluate(state):
+        ...     return gyre.logs().add_loss("loss", next(losses)), state + 1
+        >>> es = gyre.early_stopping("loss", patience=2, restore_best_weights=True)
+        >>> state, _, elapsed = gyre.loop(0, range(6), {gyre.every(1): [evaluate, es]},
+        ...                               on_end=es.on_train_end)
+        >>> elapsed.steps, state, es.best
+        (4, 2, 2.0)
+    """
+    return EarlyStopping(
+        monitor, patience=patience, min_delta=min_delta, delta_mode=delta_mode, mode=mode,
+        baseline=baseline, restore_best_weights=restore_best_weights,
+        initial_patience=initial_patience,
+    )

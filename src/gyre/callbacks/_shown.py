@@ -1,0 +1,147 @@
+"""What progress bars show, read without ever waiting for the device.
+
+A bar reads the records of the loop's history (:meth:`gyre.History.reader`) as they become
+readable: records already moved to the host, and newer ones whose values are computed, in
+one explicit transfer. It therefore sees every step, fused chunks included, whatever its
+place in the task table, and never stalls the loop. Outside a loop (a bar called by hand,
+``bar(elapsed, logs)``), the bar keeps a small history of its own.
+
+As Keras shows them, losses and metrics are running means over the current epoch (over the
+whole run when the loop has no epochs); stateful metrics, and entries not logged in the
+current epoch (an evaluation's ``accuracy_test``), show their last value. ``values="last"``
+shows every entry's last value instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gyre.core._clock import Elapsed
+from gyre.core._errors import describe, explain
+from gyre.core._history import History
+from gyre.core._logs import Logs
+from gyre.core._reader import Columns, HistoryReader
+
+DISPLAYED = ("losses", "metrics", "stateful_metrics")
+MODES = ("mean", "last")
+
+
+def check_mode(values: Any, owner: str) -> str:
+    """A bar's ``values=`` option: ``"mean"`` or ``"last"``.
+
+    Example:
+        >>> check_mode("last", "keras_bar")
+        'last'
+    """
+    if values in MODES:
+        return values
+    raise ValueError(
+        explain(
+            f"{owner}(values=...) must be 'mean' or 'last'",
+            expected="values='mean' (running means over the epoch, as Keras) or values='last'",
+            received=describe(values),
+            fix=f"{owner}(values='mean')",
+        )
+    )
+
+
+class RunningValues:
+    """Running means over the current epoch (or last values) of the scalar entries of the
+    records absorbed.
+
+    Example:
+        >>> import numpy as np
+        >>> from gyre.core._reader import Columns
+        >>> running = RunningValues("mean")
+        >>> cols = Columns(2, {"epochs": np.array([0, 0])},
+        ...                {("losses", "loss"): (np.array([0, 1]), np.array([1.0, 3.0]))})
+        >>> running.absorb(cols); running.shown()
+        {'loss': 2.0}
+    """
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.epoch: int | None = None
+        self.sums: dict[tuple[str, str], float] = {}
+        self.counts: dict[tuple[str, str], int] = {}
+        self.last: dict[tuple[str, str], float] = {}
+
+    def absorb(self, columns: Columns) -> None:
+        """Adds records read from a history."""
+        if not columns.count:
+            return
+        epochs = np.asarray(columns.clocks["epochs"])
+        latest = int(epochs[-1])
+        if latest != self.epoch:
+            self.epoch, self.sums, self.counts = latest, {}, {}
+        for key, (rows, values) in columns.entries.items():
+            if key[0] not in DISPLAYED or not _numbers(values):
+                continue
+            self.last[key] = float(values[-1])
+            if self.mode == "mean" and key[0] != "stateful_metrics":
+                current = values[epochs[rows] == latest]
+                if current.size:
+                    self.sums[key] = self.sums.get(key, 0.0) + float(current.sum(dtype=np.float64))
+                    self.counts[key] = self.counts.get(key, 0) + int(current.size)
+
+    def shown(self) -> dict[str, float]:
+        """``name: value`` per entry (``collection.name`` where two collections share a name)."""
+        owners: dict[str, int] = {}
+        for _, name in self.last:
+            owners[name] = owners.get(name, 0) + 1
+        out = {}
+        for key, last in self.last.items():
+            count = self.counts.get(key, 0)
+            value = self.sums[key] / count if count else last
+            out[key[1] if owners[key[1]] == 1 else f"{key[0]}.{key[1]}"] = value
+        return out
+
+
+def _numbers(values: Any) -> bool:
+    return isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "biuf"
+
+
+class BarValues:
+    """The values a bar shows: read from the loop's history (see the module docs).
+
+    Example:
+        >>> import gyre
+        >>> shown = BarValues("mean")
+        >>> for step, loss in enumerate([1.0, 2.0, 6.0]):  # by hand: no loop, its own history
+        ...     shown.see(gyre.Elapsed(steps=step), gyre.logs().add_loss("loss", loss), None)
+        >>> shown.read(wait=True)
+        {'loss': 3.0}
+    """
+
+    def __init__(self, mode: str) -> None:
+        self.running = RunningValues(mode)
+        self._history: History | None = None
+        self._reader: HistoryReader | None = None
+        self._own: History | None = None
+
+    def see(self, elapsed: Elapsed, logs: Logs, loop: Any) -> None:
+        """Called by the bar at each of its calls: follows the loop's history (a new loop, a
+        new history), or records the step in its own when called by hand."""
+        if loop is not None:
+            history = loop.history
+            if history is not self._history:
+                self._history, self._reader = history, history.reader()
+            return
+        if self._own is None:
+            self._own = self._history = History()
+            self._reader = self._own.reader()
+        self._own.commit(elapsed, logs)
+
+    def read(self, *, wait: bool = False) -> dict[str, float]:
+        """The values to show now (``wait``: every record so far, waiting for the device;
+        only when the loop is over)."""
+        if self._reader is not None:
+            self.running.absorb(self._reader.read(wait=wait))
+        return self.running.shown()
+
+    def reset(self) -> None:
+        """Forgets the history followed (a bar used again starts from the next records)."""
+        self._history = self._reader = self._own = None
+        self.running = RunningValues(self.running.mode)

@@ -1,0 +1,463 @@
+"""The clock of a loop: :class:`Elapsed`, the :class:`Period` it is compared with, and ``at``.
+
+``Elapsed`` counts *completed* work: during step ``i`` a callback sees ``elapsed.steps == i``
+(``i`` steps done before this one); the loop returns the clock after its last step, so passing
+it back as ``elapsed=`` continues at the next step index without repeating one.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+
+from gyre.core._errors import as_integer, describe, explain
+
+_FIELDS = ("steps", "samples", "epochs", "step_in_epoch", "time", "date")
+
+
+class Elapsed:
+    """Completed steps, samples, epochs, step within the epoch, seconds since start, and date.
+
+    An ``Elapsed`` is immutable and a pytree (its six counters are the leaves), so it can be
+    saved in a checkpoint next to the state. ``elapsed >= period`` is true when *any* of the
+    quantities set in the :class:`Period` has been reached.
+
+    Attributes:
+        steps: completed steps.
+        samples: completed samples (sum of the batch sizes of completed steps).
+        epochs: completed epochs.
+        step_in_epoch: completed steps of the current epoch.
+        time: seconds of training since the start (excluding time between resumed runs).
+        date: wall-clock POSIX timestamp of the last update.
+
+    Example:
+        >>> e = Elapsed.create(date=0.0).update(32, time=1.5, date=1.5)
+        >>> e.steps, e.samples, e.time
+        (1, 32, 1.5)
+        >>> e >= at(steps=1), e >= at(samples=64)
+        (True, False)
+    """
+
+    __slots__ = (*_FIELDS, "_step")
+
+    def __init__(
+        self,
+        steps: int = 0,
+        samples: int = 0,
+        epochs: int = 0,
+        step_in_epoch: int = 0,
+        time: float = 0.0,
+        date: float = 0.0,
+    ) -> None:
+        self.steps = steps
+        self.samples = samples
+        self.epochs = epochs
+        self.step_in_epoch = step_in_epoch
+        self.time = time
+        self.date = date
+        self._step: tuple[int, int | None] | None = None  # (batch size, epoch length) in progress
+
+    @classmethod
+    def create(
+        cls, steps: int = 0, samples: int = 0, *, epochs: int = 0, date: float | None = None
+    ) -> Elapsed:
+        """A clock at the given counts (zero by default), dated now (or at ``date``).
+
+        Example:
+            >>> Elapsed.create(date=10.0)
+            Elapsed(steps=0, samples=0, epochs=0, step_in_epoch=0, time=0.0, date=10.0)
+            >>> Elapsed.create(steps=5, samples=40, date=0.0).samples
+            40
+        """
+        import time as _time
+
+        for name, value in (("steps", steps), ("samples", samples), ("epochs", epochs)):
+            _check_amount(name, value, integral=True)
+        when = _time.time() if date is None else float(date)
+        return cls(int(steps), int(samples), int(epochs), date=when)
+
+    @property
+    def in_progress(self) -> bool:
+        """True for the clock a loop hands out *during* a step (``gyre.elapse``, callbacks):
+        it counts the steps completed before this one, and :meth:`completed` gives the clock
+        once this step is done.
+
+        Example:
+            >>> import gyre
+            >>> [(e.steps, e.in_progress) for e, _ in gyre.elapse([10, 20])]
+            [(0, True), (1, True)]
+            >>> Elapsed(steps=2).in_progress
+            False
+        """
+        return self._step is not None
+
+    def completed(self, *, time: float | None = None, date: float | None = None) -> Elapsed:
+        """The clock once the step in progress completes (itself when no step is in
+        progress): what a checkpoint saves, so a resumed run starts at the next step index.
+
+        Args:
+            time, date: the moment of completion (default: this clock's own).
+
+        Example:
+            >>> import gyre, numpy as np
+            >>> for elapsed, batch in gyre.elapse([np.zeros(32), np.zeros(32)], stop=1):
+            ...     done = elapsed.completed()
+            >>> (elapsed.steps, elapsed.samples), (done.steps, done.samples)
+            ((0, 0), (1, 32))
+        """
+        if self._step is None:
+            return self
+        batch_size, epoch_steps = self._step
+        return self.update(
+            batch_size,
+            time=self.time if time is None else time,
+            date=self.date if date is None else date,
+            epoch_steps=epoch_steps,
+        )
+
+    def started(self, batch_size: int, epoch_steps: int | None) -> Elapsed:
+        """This clock, marked as the clock of a step in progress of ``batch_size`` samples
+        (see :attr:`in_progress`). Used by loops; returns ``self``.
+
+        Example:
+            >>> Elapsed().started(8, None).completed().samples
+            8
+        """
+        self._step = (batch_size, epoch_steps)
+        return self
+
+    def update(
+        self,
+        batch_size: int,
+        *,
+        time: float,
+        date: float,
+        epoch_steps: int | None = None,
+    ) -> Elapsed:
+        """The clock after one more completed step of ``batch_size`` samples.
+
+        Args:
+            batch_size: samples in the step just completed.
+            time: seconds since start, now.
+            date: POSIX timestamp, now.
+            epoch_steps: steps per epoch; when the epoch fills up, ``epochs`` grows by one and
+                ``step_in_epoch`` goes back to 0. ``None``: epochs never advance.
+
+        Example:
+            >>> e = Elapsed().update(8, time=0.1, date=0.1, epoch_steps=1)
+            >>> e.epochs, e.step_in_epoch
+            (1, 0)
+        """
+        step_in_epoch = self.step_in_epoch + 1
+        epochs = self.epochs
+        if epoch_steps is not None and step_in_epoch >= epoch_steps:
+            epochs += 1
+            step_in_epoch = 0
+        return Elapsed(self.steps + 1, self.samples + batch_size, epochs, step_in_epoch, time, date)
+
+    def replace(self, **changes: Any) -> Elapsed:
+        """A copy with some counters changed.
+
+        Example:
+            >>> Elapsed().replace(steps=5).steps
+            5
+        """
+        unknown = set(changes) - set(_FIELDS)
+        if unknown:
+            raise TypeError(
+                explain(
+                    f"Elapsed has no counter {sorted(unknown)}",
+                    expected=f"some of {_FIELDS}",
+                    received=str(sorted(changes)),
+                    fix="use one of the names listed as expected",
+                )
+            )
+        values = {name: getattr(self, name) for name in _FIELDS}
+        values.update(changes)
+        return Elapsed(**values)
+
+    def since(self, origin: Elapsed) -> Elapsed:
+        """The clock counted from ``origin``: steps, samples, epochs and time are differences.
+
+        ``step_in_epoch`` and ``date`` are kept as they are. Schedules that start part-way
+        through training (``after(...).every(...)``, ``piecewise``) see this relative clock.
+
+        Example:
+            >>> Elapsed(steps=12, samples=96).since(Elapsed(steps=10, samples=80)).steps
+            2
+        """
+        return Elapsed(
+            self.steps - origin.steps,
+            self.samples - origin.samples,
+            self.epochs - origin.epochs,
+            self.step_in_epoch,
+            self.time - origin.time,
+            self.date,
+        )
+
+    def reached(self, period: Period) -> bool:
+        """True when any quantity set in ``period`` has been reached.
+
+        Example:
+            >>> Elapsed(steps=3).reached(at(steps=3))
+            True
+        """
+        if not isinstance(period, Period):
+            raise TypeError(
+                explain(
+                    "an Elapsed can only be compared with a Period",
+                    expected="gyre.at(steps=..., samples=..., epochs=..., time=..., date=...)",
+                    received=describe(period),
+                    fix="wrap the bound in gyre.at(...), e.g. elapsed >= gyre.at(steps=100)",
+                )
+            )
+        return (
+            (period.steps is not None and self.steps >= period.steps)
+            or (period.samples is not None and self.samples >= period.samples)
+            or (period.epochs is not None and self.epochs >= period.epochs)
+            or (period.time is not None and self.time >= period.time)
+            or (period.date is not None and self.date >= period.date)
+        )
+
+    def passed(self, period: Period) -> bool:
+        """True when any quantity set in ``period`` has been exceeded (strictly).
+
+        Example:
+            >>> Elapsed(steps=3).passed(at(steps=3)), Elapsed(steps=4).passed(at(steps=3))
+            (False, True)
+        """
+        self.reached(period)  # the type check and its explanation
+        return any(getattr(self, name) > value for name, value in period.items())
+
+    # Comparisons with a Period (ciclo's operators): ``>=`` reached, ``>`` passed, and ``<`` /
+    # ``<=`` their negations; ``==`` is true when any quantity of the period is exactly hit.
+    def __ge__(self, period: Period) -> bool:
+        return self.reached(period)
+
+    def __lt__(self, period: Period) -> bool:
+        return not self.reached(period)
+
+    def __gt__(self, period: Period) -> bool:
+        return self.passed(period)
+
+    def __le__(self, period: Period) -> bool:
+        return not self.passed(period)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Period):
+            return any(getattr(self, name) == value for name, value in other.items())
+        if not isinstance(other, Elapsed):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in _FIELDS)
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_dict(self) -> dict[str, float]:
+        """The counters as a plain dict (JSON-ready).
+
+        Example:
+            >>> Elapsed(steps=2).to_dict()["steps"]
+            2
+        """
+        return {name: getattr(self, name) for name in _FIELDS}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Elapsed:
+        """The inverse of :meth:`to_dict`.
+
+        Example:
+            >>> Elapsed.from_dict({"steps": 4}).steps
+            4
+        """
+        return cls().replace(**dict(values))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in _FIELDS)
+        return f"Elapsed({inner})"
+
+
+jax.tree_util.register_pytree_node(
+    Elapsed,
+    lambda e: ((e.steps, e.samples, e.epochs, e.step_in_epoch, e.time, e.date), None),
+    lambda _, children: Elapsed(*children),
+)
+
+
+def _check_amount(name: str, value: Any, *, integral: bool) -> None:
+    if integral:
+        number = as_integer(value)
+    else:
+        number = None if isinstance(value, bool) or not isinstance(value, numbers.Real) else value
+    if number is None or number < 0:
+        want = "a whole number >= 0" if integral else "a number >= 0"
+        raise ValueError(
+            explain(
+                f"{name}= must be {want}",
+                expected=want,
+                received=describe(value),
+                fix=f"pass {name}=10 (or leave it out)",
+            )
+        )
+
+
+class Period:
+    """A point on the clock: any of steps, samples, epochs, seconds of training, or a date.
+
+    ``elapsed >= period`` is true as soon as *any* of the given quantities is reached, so
+    ``at(steps=1000, time=3600)`` means "after 1000 steps or one hour, whichever comes first".
+
+    Example:
+        >>> p = Period(steps=100, time=60.0)
+        >>> p
+        Period(steps=100, time=60.0)
+        >>> Elapsed(steps=5, time=61.0) >= p
+        True
+    """
+
+    __slots__ = ("steps", "samples", "epochs", "time", "date")
+
+    def __init__(
+        self,
+        steps: int | None = None,
+        samples: int | None = None,
+        epochs: int | None = None,
+        time: float | _dt.timedelta | None = None,
+        date: float | _dt.datetime | None = None,
+    ) -> None:
+        if isinstance(time, _dt.timedelta):
+            time = time.total_seconds()
+        for name, value, integral in (
+            ("steps", steps, True),
+            ("samples", samples, True),
+            ("epochs", epochs, True),
+            ("time", time, False),
+        ):
+            if value is not None:
+                _check_amount(name, value, integral=integral)
+        steps, samples, epochs = (None if v is None else as_integer(v) for v in (steps, samples, epochs))
+        if isinstance(date, _dt.datetime):
+            date = date.timestamp()
+        elif date is not None:
+            _check_amount("date", date, integral=False)
+        if steps is None and samples is None and epochs is None and time is None and date is None:
+            raise ValueError(
+                explain(
+                    "a Period needs at least one quantity",
+                    expected="one or more of steps=, samples=, epochs=, time=, date=",
+                    received="none of them",
+                    fix="e.g. gyre.at(steps=1000) or gyre.at(epochs=5)",
+                )
+            )
+        self.steps = steps
+        self.samples = samples
+        self.epochs = epochs
+        self.time = time
+        self.date = date
+
+    @classmethod
+    def create(
+        cls,
+        steps: int | None = None,
+        samples: int | None = None,
+        time: float | _dt.timedelta | None = None,
+        date: float | _dt.datetime | None = None,
+        *,
+        epochs: int | None = None,
+    ) -> Period:
+        """ciclo's constructor: ``Period.create(steps=, samples=, time=, date=)``.
+
+        Example:
+            >>> import datetime
+            >>> Period.create(time=datetime.timedelta(minutes=1))
+            Period(time=60.0)
+        """
+        return cls(steps, samples, epochs, time, date)
+
+    def items(self) -> list[tuple[str, float]]:
+        """The quantities that are set, as (name, value) pairs.
+
+        Example:
+            >>> Period(epochs=2).items()
+            [('epochs', 2)]
+        """
+        return [(n, getattr(self, n)) for n in self.__slots__ if getattr(self, n) is not None]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Period) and self.items() == other.items()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.items()))
+
+    def __repr__(self) -> str:
+        return "Period(" + ", ".join(f"{n}={v!r}" for n, v in self.items()) + ")"
+
+
+def at(
+    steps: int | None = None,
+    *,
+    samples: int | None = None,
+    epochs: int | None = None,
+    time: float | None = None,
+    date: float | _dt.datetime | None = None,
+) -> Period:
+    """A :class:`Period`: the point where any of the given quantities is reached.
+
+    Example:
+        >>> end = at(steps=10_000, time=3600)
+        >>> Elapsed(steps=10_000) >= end
+        True
+    """
+    return Period(steps, samples, epochs, time, date)
+
+
+def infer_batch_size(batch: Any) -> int:
+    """Samples in a batch: the largest leading dimension of its leaves (a scalar counts 1).
+
+    Example:
+        >>> import numpy as np
+        >>> infer_batch_size({"x": np.zeros((32, 8)), "y": np.zeros(32)})
+        32
+        >>> infer_batch_size(7)
+        1
+    """
+    kind = type(batch)
+    if kind is tuple or kind is list or kind is dict:  # the common batches, without flattening
+        size = 1
+        for leaf in batch.values() if kind is dict else batch:
+            if type(leaf) not in _ARRAY_TYPES and not _is_array(leaf):
+                break
+            shape = leaf.shape
+            if shape and shape[0] > size:
+                size = shape[0]
+        else:
+            return size
+    size = 1
+    for leaf in jax.tree_util.tree_leaves(batch):
+        shape = getattr(leaf, "shape", None)
+        if shape:
+            if shape[0] > size:
+                size = shape[0]
+    return size
+
+
+_ARRAY_TYPES: set[type] = set()  # array types met so far (numpy, jax's concrete array types)
+
+
+def _is_array(value: Any) -> bool:
+    import numpy as np
+
+    if isinstance(value, (np.ndarray, np.generic, jax.Array)):
+        _ARRAY_TYPES.add(type(value))
+        return True
+    return False
+
+
+BatchSizeFn = Callable[[Any], int]

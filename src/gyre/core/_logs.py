@@ -1,0 +1,326 @@
+"""``Logs``: what a step reports, grouped in collections, as a pytree that can leave ``jit``.
+
+Collections: ``losses`` (what managed steps differentiate), ``metrics``, ``stateful_metrics``
+(accumulated over an epoch; the last value is the running result), ``outputs`` (predictions
+and other arrays) and any custom name given to :meth:`Logs.add_entry`.
+Values stay on the device: nothing here reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import jax
+
+from gyre.core._errors import describe, explain
+
+#: The standard collections, in the order a bare name is resolved (see :meth:`Logs.lookup`).
+COLLECTIONS = ("losses", "metrics", "stateful_metrics", "outputs")
+
+
+class Collection(dict):
+    """One collection of a :class:`Logs`: a dict whose entries read as attributes.
+
+    Example:
+        >>> c = Collection(loss=1.0)
+        >>> c.loss
+        1.0
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(
+                f"no entry {name!r} in this collection; it has {sorted(self)}"
+            ) from None
+
+
+class Logs(dict):
+    """Named values a step reports, by collection: ``logs.metrics.accuracy``.
+
+    A ``Logs`` is a pytree, so a jitted step can return one. Entries are added with
+    ``add_metric``/``add_loss``/... and a whole other ``Logs`` (or a dict of collections)
+    is merged in with :meth:`merge` or with the write-only ``logs.updates = other``.
+
+    Example:
+        >>> logs = Logs()
+        >>> logs.add_loss("loss", 0.5).add_metric("accuracy", 0.9)
+        Logs(losses={'loss': 0.5}, metrics={'accuracy': 0.9})
+        >>> logs.metrics.accuracy
+        0.9
+        >>> logs.updates = {"metrics": {"f1": 0.8}}
+        >>> sorted(logs.metrics)
+        ['accuracy', 'f1']
+    """
+
+    def __getattr__(self, name: str) -> Collection:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name == "updates":  # the property's getter raised: keep its message
+            raise AttributeError("logs.updates is write-only: assign logs to it to merge them in")
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"no collection {name!r} in these logs; they have {sorted(self)}") from None
+
+    def add_entry(self, collection: str, name: str, value: Any) -> Logs:
+        """Adds ``value`` under ``collection.name`` (creating the collection); returns self.
+
+        Example:
+            >>> Logs().add_entry("images", "sample", 1)
+            Logs(images={'sample': 1})
+        """
+        if not isinstance(collection, str) or not isinstance(name, str):
+            raise TypeError(
+                explain(
+                    "log entries are named by strings",
+                    expected="add_entry(collection: str, name: str, value)",
+                    received=f"collection={describe(collection)}, name={describe(name)}",
+                    fix="pass the collection and entry names as strings",
+                )
+            )
+        coll = self.get(collection)
+        if coll is None:
+            coll = self[collection] = Collection()
+        coll[name] = value
+        return self
+
+    def add_entries(self, collection: str, values: Mapping[str, Any]) -> Logs:
+        """Adds every ``name: value`` of a mapping to ``collection``; returns self.
+
+        Example:
+            >>> Logs().add_entries("metrics", {"a": 1, "b": 2})
+            Logs(metrics={'a': 1, 'b': 2})
+        """
+        if not isinstance(values, Mapping):
+            raise TypeError(
+                explain(
+                    f"add_{collection}() takes a mapping of names to values",
+                    expected="a dict like {'accuracy': acc}",
+                    received=describe(values),
+                    fix="pass a dict, or call the singular form for one value",
+                )
+            )
+        for name, value in values.items():
+            self.add_entry(collection, name, value)
+        return self
+
+    def add_metric(self, name: str, value: Any) -> Logs:
+        """Adds a metric. Example: ``Logs().add_metric("acc", 1.0)``."""
+        return self.add_entry("metrics", name, value)
+
+    def add_metrics(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
+        """Adds several metrics, as a dict and/or as keywords (ciclo's form).
+
+        Example:
+            >>> Logs().add_metrics({"acc": 1.0}, f1=0.5)
+            Logs(metrics={'acc': 1.0, 'f1': 0.5})
+        """
+        if values is not None:
+            self.add_entries("metrics", values)
+        return self.add_entries("metrics", entries)
+
+    def add_loss(self, name: str, value: Any) -> Logs:
+        """Adds a loss (managed steps differentiate the sum of the losses).
+
+        Example:
+            >>> Logs().add_loss("mse", 0.1).losses.mse
+            0.1
+        """
+        return self.add_entry("losses", name, value)
+
+    def add_losses(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
+        """Adds several losses, as a dict and/or as keywords.
+
+        Example:
+            >>> Logs().add_losses(mse=0.1, kl=0.2)
+            Logs(losses={'mse': 0.1, 'kl': 0.2})
+        """
+        if values is not None:
+            self.add_entries("losses", values)
+        return self.add_entries("losses", entries)
+
+    def add_stateful_metric(self, name: str, value: Any) -> Logs:
+        """Adds a metric accumulated across steps (its last value is the running result).
+
+        Example:
+            >>> Logs().add_stateful_metric("acc", 0.5).stateful_metrics.acc
+            0.5
+        """
+        return self.add_entry("stateful_metrics", name, value)
+
+    def add_stateful_metrics(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
+        """Adds several stateful metrics, as a dict and/or as keywords (ciclo's
+        ``add_stateful_metrics(**metrics.compute())``).
+
+        Example:
+            >>> Logs().add_stateful_metrics(**{"a": 1, "b": 2})
+            Logs(stateful_metrics={'a': 1, 'b': 2})
+        """
+        if values is not None:
+            self.add_entries("stateful_metrics", values)
+        return self.add_entries("stateful_metrics", entries)
+
+    def add_output(self, name: str, value: Any) -> Logs:
+        """Adds an output (predictions, embeddings...). Example: ``Logs().add_output("y", 1)``."""
+        return self.add_entry("outputs", name, value)
+
+    def add_outputs(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
+        """Adds several outputs, as a dict and/or as keywords.
+
+        Example:
+            >>> Logs().add_outputs(y=1)
+            Logs(outputs={'y': 1})
+        """
+        if values is not None:
+            self.add_entries("outputs", values)
+        return self.add_entries("outputs", entries)
+
+    def merge(self, other: Mapping[str, Mapping[str, Any]] | None) -> Logs:
+        """Merges another ``Logs`` (or dict of collections) into this one; returns self.
+
+        Entries of ``other`` replace entries of the same name. ``None`` merges nothing.
+
+        Example:
+            >>> a = Logs().add_metric("x", 1)
+            >>> a.merge(Logs().add_metric("x", 2).add_loss("l", 3))
+            Logs(metrics={'x': 2}, losses={'l': 3})
+        """
+        if other is None or other is self:
+            return self
+        if type(other) is not Logs:  # a Logs is well formed by construction
+            _check_collections(other)
+        for collection, entries in other.items():
+            mine = self.get(collection)
+            if mine is None:
+                self[collection] = Collection(entries)
+            else:
+                mine.update(entries)
+        return self
+
+    @property
+    def updates(self) -> None:
+        """Write-only: ``logs.updates = other`` merges ``other`` in (``None`` is ignored)."""
+        raise AttributeError("logs.updates is write-only: assign logs to it to merge them in")
+
+    @updates.setter
+    def updates(self, other: Mapping[str, Mapping[str, Any]] | None) -> None:
+        self.merge(other)
+
+    def entries(self) -> Iterator[tuple[str, str, Any]]:
+        """Every ``(collection, name, value)``.
+
+        Example:
+            >>> list(Logs().add_metric("a", 1).entries())
+            [('metrics', 'a', 1)]
+        """
+        for collection, values in self.items():
+            for name, value in values.items():
+                yield collection, name, value
+
+    def lookup(self, key: str) -> tuple[bool, Any]:
+        """Finds an entry by ``"collection.name"`` or by bare ``"name"``.
+
+        A bare name resolves to the first collection holding it in the order ``losses``,
+        ``metrics``, ``stateful_metrics``, ``outputs``, then custom collections by name.
+
+        Returns:
+            ``(found, value)``.
+
+        Example:
+            >>> logs = Logs().add_metric("loss", 2).add_loss("loss", 1)
+            >>> logs.lookup("loss"), logs.lookup("metrics.loss"), logs.lookup("nope")
+            ((True, 1), (True, 2), (False, None))
+        """
+        if "." in key:
+            collection, _, name = key.partition(".")
+            values = self.get(collection)
+            if values is not None and name in values:
+                return True, values[name]
+        for collection in resolution_order(self):
+            values = self[collection]
+            if key in values:
+                return True, values[key]
+        return False, None
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={dict(v)!r}" for k, v in self.items())
+        return f"Logs({inner})"
+
+
+def _check_collections(other: Any) -> None:
+    if not isinstance(other, Mapping):
+        raise TypeError(
+            explain(
+                "logs can only be merged with logs",
+                expected="a gyre.Logs or a dict of collections like {'metrics': {...}}",
+                received=describe(other),
+                fix="build the value with gyre.logs().add_metric(name, value)",
+            )
+        )
+    for collection, entries in other.items():
+        if not isinstance(entries, Mapping):
+            raise TypeError(
+                explain(
+                    f"collection {collection!r} of the logs is not a mapping",
+                    expected="{collection: {name: value}}, e.g. {'metrics': {'acc': acc}}",
+                    received=f"{collection!r}: {describe(entries)}",
+                    fix="build the value with gyre.logs().add_metric(name, value)",
+                )
+            )
+
+
+def resolution_order(collections: Mapping[str, Any]) -> list[str]:
+    """The order in which a bare name is looked up among ``collections``.
+
+    Example:
+        >>> resolution_order({"zz": {}, "metrics": {}, "aa": {}, "losses": {}})
+        ['losses', 'metrics', 'aa', 'zz']
+    """
+    standard = [c for c in COLLECTIONS if c in collections]
+    return standard + sorted(c for c in collections if c not in COLLECTIONS)
+
+
+def logs() -> Logs:
+    """A new, empty :class:`Logs`.
+
+    Example:
+        >>> logs().add_metric("accuracy", 0.5)
+        Logs(metrics={'accuracy': 0.5})
+    """
+    return Logs()
+
+
+#: A Logs' structure: ``((collection, (name, ...)), ...)``, hashable.
+Shape = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def flatten_logs(value: Logs) -> tuple[list[Any], Shape]:
+    """The values of a ``Logs`` in order, and its structure (also its pytree flattening).
+
+    Example:
+        >>> flatten_logs(Logs().add_loss("l", 1).add_metric("a", 2))
+        ([1, 2], (('losses', ('l',)), ('metrics', ('a',))))
+    """
+    shape = tuple([(c, tuple(v)) for c, v in value.items()])
+    children = [x for v in value.values() for x in v.values()]
+    return children, shape
+
+
+def unflatten_logs(shape: Shape, children: Any) -> Logs:
+    """The ``Logs`` of :func:`flatten_logs`' structure holding ``children``.
+
+    Example:
+        >>> unflatten_logs((("metrics", ("a",)),), [2])
+        Logs(metrics={'a': 2})
+    """
+    out = Logs()
+    values = iter(children)  # zip takes from ``names`` first: it never consumes a value too many
+    for collection, names in shape:
+        out[collection] = Collection(zip(names, values))  # noqa: B905 - names bounds it
+    return out
+
+
+jax.tree_util.register_pytree_node(Logs, flatten_logs, unflatten_logs)

@@ -1,0 +1,251 @@
+"""``TrainState``: the default state pytree (step, params, optimizer state, rng, model state).
+
+Randomness is stateless: the key of step ``n`` is ``jax.random.fold_in(rng, n)``, so a resumed
+run draws the same numbers as one that never stopped. ``apply_fn`` and ``tx`` are static
+(part of the tree structure, not leaves), so a jitted step sees only arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from gyre.core._errors import describe, explain, suggest
+
+
+def _as_key(rng: Any) -> jax.Array:
+    if rng is None:
+        return jax.random.PRNGKey(0)
+    if isinstance(rng, int) and not isinstance(rng, bool):
+        return jax.random.PRNGKey(rng)
+    if isinstance(rng, jax.Array) and (
+        jnp.issubdtype(rng.dtype, jax.dtypes.prng_key) or (rng.dtype == jnp.uint32 and rng.shape == (2,))
+    ):
+        return rng
+    raise TypeError(
+        explain(
+            "rng= must be a seed or a PRNG key",
+            expected="an int seed, jax.random.PRNGKey(seed) or jax.random.key(seed)",
+            received=describe(rng),
+            fix="pass rng=0 or rng=jax.random.PRNGKey(0)",
+        )
+    )
+
+
+def check_optimizer(value: Any, *, argument: str, none_means: str) -> None:
+    """Raises a clear error unless ``value`` is an optax optimizer or ``None``.
+
+    Args:
+        value: what the user passed.
+        argument: the parameter's name, for the message.
+        none_means: what ``None`` stands for there, for the message.
+
+    Example:
+        >>> import optax
+        >>> check_optimizer(optax.sgd(0.1), argument="tx", none_means="no training")
+        >>> check_optimizer("adam", argument="tx", none_means="no training")
+        Traceback (most recent call last):
+        TypeError: tx= must be an optax optimizer...
+    """
+    if value is not None and not isinstance(value, optax.GradientTransformation):
+        raise TypeError(
+            explain(
+                f"{argument}= must be an optax optimizer",
+                expected=f"e.g. optax.adam(1e-3), or None for {none_means}",
+                received=describe(value),
+                fix=f"build it with optax: {argument}=optax.adamw(1e-3)",
+            )
+        )
+
+
+class TrainState(struct.PyTreeNode, kw_only=True):
+    """The training state: a pytree with ``step``, ``params``, ``opt_state``, ``rng``,
+    ``model_state`` (mutable collections such as ``batch_stats``) and ``extras``.
+
+    Subclasses may declare more fields (``flax.struct`` style), with or without defaults:
+    gyre's own fields are keyword-only, so ``class MyState(TrainState): ema: Any`` works, and
+    ``create`` takes them as keywords. ``create`` puts unknown keyword arguments in
+    ``extras``. Model collections and extras read as attributes (``state.batch_stats``,
+    ``state.ema``); ``state.batch_stats`` is ``None`` when the model has no batch statistics
+    (the one name that answers without existing, as flax's examples expect). Any other
+    unknown name is an ``AttributeError`` listing the fields, collections and extras, with
+    the closest name.
+
+    Example:
+        >>> import jax.numpy as jnp, optax
+        >>> state = TrainState.create(params={"w": jnp.ones(2)}, tx=optax.sgd(0.5), rng=0)
+        >>> state = state.apply_gradients(grads={"w": jnp.ones(2)})
+        >>> state.params["w"].tolist(), int(state.step), state.batch_stats
+        ([0.5, 0.5], 1, None)
+        >>> state.parms
+        Traceback (most recent call last):
+        AttributeError: TrainState has no attribute 'parms'. Did you mean 'params'?...
+    """
+
+    step: jax.Array
+    params: Any
+    opt_state: Any
+    rng: jax.Array
+    model_state: Mapping[str, Any] = struct.field(default_factory=dict)
+    extras: Mapping[str, Any] = struct.field(default_factory=dict)
+    apply_fn: Callable[..., Any] | None = struct.field(pytree_node=False, default=None)
+    tx: optax.GradientTransformation | None = struct.field(pytree_node=False, default=None)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        params: Any,
+        tx: optax.GradientTransformation | None = None,
+        apply_fn: Callable[..., Any] | None = None,
+        rng: Any = None,
+        model_state: Mapping[str, Any] | None = None,
+        **extras: Any,
+    ) -> Any:
+        """A state at step 0, with the optimizer state initialised from ``params``.
+
+        Args:
+            params: the trainable parameters (any pytree).
+            tx: an optax optimizer; ``None`` for a state that is never updated.
+            apply_fn: the model's apply function, kept static.
+            rng: a seed or PRNG key; per-step keys are folded from it.
+            model_state: mutable model collections (``{"batch_stats": ...}``).
+            **extras: fields a subclass declares (required when they have no default), or
+                else extra values kept in ``extras``.
+
+        Raises:
+            TypeError: a field the subclass declares without a default is missing.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> TrainState.create(params=jnp.zeros(3), ema=jnp.zeros(3)).ema.shape
+            (3,)
+        """
+        check_optimizer(tx, argument="tx", none_means="a state that is not trained")
+        declared = {f: d for f, d in cls.__dataclass_fields__.items() if f not in TrainState.__dataclass_fields__}
+        fields = {k: v for k, v in extras.items() if k in declared}
+        rest = {k: v for k, v in extras.items() if k not in declared}
+        missing = sorted(f for f, d in declared.items() if f not in fields and _required(d))
+        if missing:
+            raise TypeError(
+                explain(
+                    f"{cls.__name__}.create is missing the field(s) {missing}",
+                    expected=f"a value for every field {cls.__name__} declares without a default",
+                    received=f"keywords {sorted(extras)}",
+                    fix=f"pass them: {cls.__name__}.create(params=..., "
+                    + ", ".join(f"{m}=..." for m in missing)
+                    + "), or give the fields defaults (struct.field(default_factory=...))",
+                )
+            )
+        return cls(
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            opt_state=tx.init(params) if tx is not None else None,
+            rng=_as_key(rng),
+            model_state=dict(model_state or {}),
+            extras=rest,
+            apply_fn=apply_fn,
+            tx=tx,
+            **fields,
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names that are not fields: model collections and extras.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            model_state = object.__getattribute__(self, "model_state")
+            extras = object.__getattribute__(self, "extras")
+        except AttributeError:  # not built yet (copy, unpickling)
+            raise AttributeError(name) from None
+        for values in (model_state, extras):
+            if isinstance(values, Mapping) and name in values:
+                return values[name]
+        if name == "batch_stats":  # documented: None for a model without batch statistics
+            return None
+        raise AttributeError(_unknown_attribute(self, name, model_state, extras))
+
+    def apply_gradients(self, *, grads: Any, **changes: Any) -> Any:
+        """One optimizer update: new params and optimizer state, ``step + 1``.
+
+        Args:
+            grads: gradients shaped like ``params``.
+            **changes: other fields to replace at the same time (e.g. ``model_state=``).
+
+        Example:
+            >>> import jax.numpy as jnp, optax
+            >>> s = TrainState.create(params=jnp.ones(()), tx=optax.sgd(1.0))
+            >>> float(s.apply_gradients(grads=jnp.ones(())).params)
+            0.0
+        """
+        if self.tx is None:
+            raise ValueError(
+                explain(
+                    "this state has no optimizer",
+                    expected="a state created with tx=<an optax optimizer>",
+                    received="tx=None",
+                    fix="create the state with TrainState.create(params=..., tx=optax.adam(1e-3))",
+                )
+            )
+        updates, opt_state = self.tx.update(grads, self.opt_state, self.params)
+        params = optax.apply_updates(self.params, updates)
+        return self.replace(step=self.step + 1, params=params, opt_state=opt_state, **changes)
+
+    def step_key(self, stream: int | str | None = None) -> jax.Array:
+        """The PRNG key of the current step (``fold_in(rng, step)``), optionally of a named
+        stream, so dropout and noise draw independent numbers.
+
+        Example:
+            >>> s = TrainState.create(params=(), rng=0)
+            >>> bool((s.step_key() == s.step_key()).all()), bool((s.step_key("a") != s.step_key()).any())
+            (True, True)
+        """
+        key = jax.random.fold_in(self.rng, self.step)
+        if stream is None:
+            return key
+        if isinstance(stream, str):
+            stream = _stream_id(stream)
+        return jax.random.fold_in(key, stream)
+
+    def step_rngs(self, *streams: str) -> dict[str, jax.Array]:
+        """Keys for flax's ``rngs=`` argument, one per named stream.
+
+        Example:
+            >>> sorted(TrainState.create(params=(), rng=0).step_rngs("dropout", "noise"))
+            ['dropout', 'noise']
+        """
+        return {name: self.step_key(name) for name in streams}
+
+
+def _required(field: Any) -> bool:
+    import dataclasses
+
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
+def _unknown_attribute(state: Any, name: str, model_state: Any, extras: Any) -> str:
+    fields = [f for f in type(state).__dataclass_fields__]
+    collections = sorted(model_state) if isinstance(model_state, Mapping) else []
+    extra = sorted(extras) if isinstance(extras, Mapping) else []
+    methods = [m for m in dir(type(state)) if not m.startswith("_") and m not in fields]
+    hint = suggest(name, [*fields, *collections, *extra, "batch_stats", *methods])
+    return explain(
+        f"{type(state).__name__} has no attribute {name!r}.{hint}",
+        expected=f"a field ({', '.join(fields)}), a model_state collection ({collections or 'none'}) "
+        f"or an extra ({extra or 'none'})",
+        received=repr(name),
+        fix=(f"use {hint.split(chr(39))[1]!r}" if hint else "check the name")
+        + "; values passed to create() that are not fields are kept in extras",
+    )
+
+
+def _stream_id(name: str) -> int:
+    """A stable 31-bit id of a stream name (Python's ``hash`` of strings is salted)."""
+    import zlib
+
+    return zlib.crc32(name.encode()) & 0x7FFFFFFF

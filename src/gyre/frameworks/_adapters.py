@@ -1,0 +1,387 @@
+"""Model adapters: one pure ``apply`` for flax linen, flax nnx and equinox models.
+
+An adapter turns a framework's model into three things a :class:`~gyre.TrainState` can hold:
+``params`` (what the optimizer updates), ``model_state`` (mutable collections such as
+``batch_stats``) and a static ``apply`` function::
+
+    outputs, model_state = adapter.apply(params, model_state, inputs, training=..., rngs=...)
+
+``apply`` is a plain function of arrays, so the step around it is one ``jax.jit`` region: nnx
+models are kept as ``graphdef`` + state and merged inside the compiled step (no ``nnx.jit``
+and no object-graph walk per step on the host); equinox models as ``eqx.partition``'s
+params + static parts. ``rngs`` maps stream names (``adapter.rng_streams``) to the keys of
+the current step (``state.step_rngs(*adapter.rng_streams)``); it is empty in evaluation.
+
+Equinox is optional: it is imported only when an equinox model is given.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from gyre.core._errors import describe, explain
+
+Rngs = Mapping[str, jax.Array]
+
+#: Keyword names a model's ``__call__`` may use for the training flag (``True`` in training).
+TRAINING_ARGS = ("training", "train")
+#: ... and for its inverse (``True`` in evaluation).
+DETERMINISTIC_ARGS = ("deterministic",)
+
+
+class Adapter:
+    """Base class: ``apply(params, model_state, inputs, *, training, rngs)``.
+
+    Adapters compare by identity: a state holds its adapter as a static field, so the
+    compiled step of one state is reused by every state derived from it.
+
+    Attributes:
+        framework: ``"linen"``, ``"nnx"`` or ``"equinox"``.
+        rng_streams: the rng streams the model draws from in training.
+        input_shapes: the shapes of the example ``inputs`` (for error messages).
+
+    Example:
+        >>> import flax.linen as nn, jax.numpy as jnp
+        >>> adapter, params, model_state = adapt(nn.Dense(2), inputs=jnp.zeros((1, 3)))
+        >>> out, _ = adapter.apply(params, model_state, jnp.ones((4, 3)), training=False, rngs={})
+        >>> adapter.framework, out.shape
+        ('linen', (4, 2))
+    """
+
+    framework = "base"
+    rng_streams: tuple[str, ...] = ()
+    input_shapes: Any = None
+
+    def apply(
+        self, params: Any, model_state: Mapping[str, Any], inputs: Any, *, training: bool, rngs: Rngs
+    ) -> tuple[Any, dict[str, Any]]:
+        raise NotImplementedError
+
+    def apply_collect(
+        self, params: Any, model_state: Mapping[str, Any], inputs: Any, *, training: bool, rngs: Rngs
+    ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        """``apply``, plus what the model reported during this call (the linen collections of
+        :data:`STEP_COLLECTIONS`, e.g. ``{"losses": {...}}``); ``{}`` for other frameworks."""
+        out, model_state = self.apply(params, model_state, inputs, training=training, rngs=rngs)
+        return out, model_state, {}
+
+    def __repr__(self) -> str:
+        return f"<gyre {self.framework} adapter of {type(self.module).__name__}>"  # type: ignore[attr-defined]
+
+
+def _flag_kwargs(fn: Callable[..., Any], training: bool) -> dict[str, bool]:
+    """``{"training": training}`` (or ``train``/``deterministic``) when ``fn`` takes it."""
+    try:
+        names = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    for name in TRAINING_ARGS:
+        if name in names:
+            return {name: training}
+    for name in DETERMINISTIC_ARGS:
+        if name in names:
+            return {name: not training}
+    return {}
+
+
+def _shapes(inputs: Any) -> Any:
+    return jax.tree_util.tree_map(lambda x: tuple(jnp.shape(x)), inputs)
+
+
+# -- flax linen --------------------------------------------------------------------------------
+
+
+#: Linen collections that hold what a model reports on each call (``self.sow(...)`` or
+#: ``self.put_variable(...)`` into them), not state: they start empty on every call, and
+#: :func:`~gyre.create_flax_state` logs ``losses`` (as losses) and ``metrics``.
+STEP_COLLECTIONS = ("losses", "metrics", "intermediates")
+
+
+class LinenAdapter(Adapter):
+    """A ``flax.linen`` module: params in ``params``, the other collections (``batch_stats``,
+    ``cache``, your own) in ``model_state``, updated in training; in evaluation every
+    collection but ``params`` and ``batch_stats`` may be written, and the writes to
+    ``model_state`` are dropped. The collections of :data:`STEP_COLLECTIONS` are not state:
+    :meth:`apply_collect` returns what the model wrote in them during the call.
+
+    Example:
+        >>> import flax.linen as nn, jax.numpy as jnp
+        >>> adapter, params, state = adapt(nn.BatchNorm(use_running_average=False), inputs=jnp.ones((2, 3)))
+        >>> sorted(state), adapter.rng_streams
+        (['batch_stats'], ('dropout',))
+    """
+
+    framework = "linen"
+
+    def __init__(self, module: Any, *, rng_streams: Sequence[str], collections: Sequence[str]) -> None:
+        self.module = module
+        self.rng_streams = tuple(rng_streams)
+        self.collections = tuple(collections)
+        #: what the model reported at initialisation (``{"losses": {...}}``), for the names
+        self.reported: dict[str, Any] = {}
+
+    def apply(
+        self, params: Any, model_state: Mapping[str, Any], inputs: Any, *, training: bool, rngs: Rngs
+    ) -> tuple[Any, dict[str, Any]]:
+        out, model_state, _ = self.apply_collect(params, model_state, inputs, training=training, rngs=rngs)
+        return out, model_state
+
+    def apply_collect(
+        self, params: Any, model_state: Mapping[str, Any], inputs: Any, *, training: bool, rngs: Rngs
+    ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        from flax.core import DenyList
+
+        variables = {"params": params, **model_state}
+        flags = _flag_kwargs(self.module.__call__, training)
+        frozen = DenyList(["params"] if training else ["params", "batch_stats"])
+        out, updates = self.module.apply(variables, inputs, rngs=dict(rngs) or None, mutable=frozen, **flags)
+        updates = dict(updates)
+        reported = {k: v for k, v in updates.items() if k not in model_state}
+        if not training:
+            return out, dict(model_state), reported
+        return out, {k: updates.get(k, v) for k, v in model_state.items()}, reported
+
+
+def _init_linen(module: Any, inputs: Any, key: jax.Array, rng_streams: Sequence[str]) -> tuple[Adapter, Any, dict[str, Any]]:
+    streams = ("params", *[s for s in rng_streams if s != "params"])
+    keys = {name: jax.random.fold_in(key, i) for i, name in enumerate(streams)}
+    flags = _flag_kwargs(module.__call__, True)
+    variables = jax.jit(lambda k, x: module.init(k, x, **flags))(keys, inputs)
+    variables = dict(variables)
+    params = variables.pop("params", {})
+    reported = {k: variables.pop(k) for k in STEP_COLLECTIONS if k in variables}
+    adapter = LinenAdapter(module, rng_streams=[s for s in streams if s != "params"], collections=list(variables))
+    adapter.reported = reported
+    return adapter, params, variables
+
+
+# -- flax nnx ----------------------------------------------------------------------------------
+
+
+class NnxAdapter(Adapter):
+    """A ``flax.nnx`` module kept as ``graphdef`` + states: ``nnx.Param`` variables are the
+    params; everything else (``BatchStat``, rng counters, ...) is ``model_state``. The model
+    is rebuilt with ``nnx.merge`` inside the compiled step; its rng streams are reseeded from
+    the step's keys in training, so dropout follows ``fold_in(state.rng, state.step)``.
+
+    Example:
+        >>> from flax import nnx
+        >>> import jax.numpy as jnp
+        >>> adapter, params, state = adapt(nnx.Linear(3, 2, rngs=nnx.Rngs(0)))
+        >>> out, _ = adapter.apply(params, state, jnp.ones((4, 3)), training=True, rngs={})
+        >>> adapter.framework, out.shape
+        ('nnx', (4, 2))
+    """
+
+    framework = "nnx"
+
+    def __init__(self, module: Any, *, train_def: Any, eval_def: Any, key_impl: Any, rng_streams: Sequence[str]) -> None:
+        self.module = module
+        self.train_def = train_def
+        self.eval_def = eval_def
+        self.key_impl = key_impl
+        self.rng_streams = tuple(rng_streams)
+
+    def apply(
+        self, params: Any, model_state: Mapping[str, Any], inputs: Any, *, training: bool, rngs: Rngs
+    ) -> tuple[Any, dict[str, Any]]:
+        from flax import nnx
+
+        keys = jax.tree_util.tree_map(
+            lambda k: jax.random.wrap_key_data(k, impl=self.key_impl), model_state["rng_keys"]
+        )
+        # copy=True: fresh variables at this trace level (they are mutated by reseed and
+        # by the rng counters, possibly under jax.grad)
+        graphdef = self.train_def if training else self.eval_def
+        model = nnx.merge(graphdef, params, keys, model_state["other"], copy=True)
+        if training and rngs:
+            nnx.reseed(model, **{name: rngs[name] for name in self.rng_streams if name in rngs})
+        out = model(inputs)
+        if not training:
+            return out, dict(model_state)
+        _, _, keys, other = nnx.split(model, nnx.Param, nnx.RngKey, ...)
+        return out, {"rng_keys": jax.tree_util.tree_map(jax.random.key_data, keys), "other": other}
+
+
+def _init_nnx(module: Any) -> tuple[Adapter, Any, dict[str, Any]]:
+    from flax import nnx
+
+    train_model = nnx.clone(module)
+    train_model.train()
+    eval_model = nnx.clone(module)
+    eval_model.eval()
+    train_def, params, keys, other = nnx.split(train_model, nnx.Param, nnx.RngKey, ...)
+    eval_def = nnx.graphdef(eval_model)
+    leaves = jax.tree_util.tree_leaves(keys)
+    key_impl = jax.random.key_impl(leaves[0]) if leaves else "threefry2x32"
+    streams = sorted({v.tag for _, v in nnx.to_flat_state(keys) if getattr(v, "tag", None)})
+    model_state = {"rng_keys": jax.tree_util.tree_map(jax.random.key_data, keys), "other": other}
+    adapter = NnxAdapter(module, train_def=train_def, eval_def=eval_def, key_impl=str(key_impl), rng_streams=streams)
+    return adapter, params, model_state
+
+
+# -- equinox -----------------------------------------------------------------------------------
+
+
+class EquinoxAdapter(Adapter):
+    """An ``equinox.Module`` split by ``eqx.partition(model, eqx.is_inexact_array)``: the
+    floating arrays are the params, the rest is static. Equinox models take one example, so
+    ``apply`` maps the model over the batch (``jax.vmap``) unless ``batched=True``. A model
+    whose ``__call__`` takes ``key`` gets one key per example from the ``dropout`` stream in
+    training; evaluation runs under ``eqx.nn.inference_mode``. Stateful equinox layers
+    (``eqx.nn.BatchNorm`` with ``eqx.nn.State``) are not handled here: write the step with
+    the managed API (``examples/07_equinox.py``).
+
+    Example:
+        >>> import equinox as eqx, jax, jax.numpy as jnp
+        >>> model = eqx.nn.Linear(3, 2, key=jax.random.key(0))
+        >>> adapter, params, state = adapt(model)
+        >>> out, _ = adapter.apply(params, state, jnp.ones((4, 3)), training=True, rngs={})
+        >>> adapter.framework, out.shape
+        ('equinox', (4, 2))
+    """
+
+    framework = "equinox"
+
+    def __init__(self, module: Any, *, train_static: Any, eval_static: Any, takes_key: bool, batched: bool) -> None:
+        self.module = module
+        self.train_static = train_static
+        self.eval_static = eval_static
+        self.takes_key = takes_key
+        self.batched = batched
+        self.rng_streams = ("dropout",) if takes_key else ()
+
+    def apply(
+        self, params: Any, model_state: Mapping[str, Any], inputs: Any, *, training: bool, rngs: Rngs
+    ) -> tuple[Any, dict[str, Any]]:
+        import equinox as eqx
+
+        model = eqx.combine(params, self.train_static if training else self.eval_static)
+        key = rngs.get("dropout") if training and self.takes_key else None
+        if self.batched:
+            out = model(inputs, key=key) if key is not None else model(inputs)
+        elif key is not None:
+            n = jax.tree_util.tree_leaves(inputs)[0].shape[0]
+            out = jax.vmap(lambda x, k: model(x, key=k))(inputs, jax.random.split(key, n))
+        else:
+            out = jax.vmap(model)(inputs)
+        return out, dict(model_state)
+
+
+def _init_equinox(module: Any, batched: bool) -> tuple[Adapter, Any, dict[str, Any]]:
+    import equinox as eqx
+
+    params, train_static = eqx.partition(module, eqx.is_inexact_array)
+    _, eval_static = eqx.partition(eqx.nn.inference_mode(module), eqx.is_inexact_array)
+    try:
+        takes_key = "key" in inspect.signature(module.__call__).parameters
+    except (TypeError, ValueError):
+        takes_key = False
+    adapter = EquinoxAdapter(module, train_static=train_static, eval_static=eval_static, takes_key=takes_key, batched=batched)
+    return adapter, params, {}
+
+
+# -- dispatch ----------------------------------------------------------------------------------
+
+
+def framework_of(module: Any) -> str | None:
+    """``"linen"``, ``"nnx"``, ``"equinox"`` or ``None`` for an unknown object.
+
+    Example:
+        >>> import flax.linen as nn
+        >>> framework_of(nn.Dense(2)), framework_of(3)
+        ('linen', None)
+    """
+    import flax.linen as nn
+    from flax import nnx
+
+    if isinstance(module, nn.Module):
+        return "linen"
+    if isinstance(module, nnx.Module):
+        return "nnx"
+    if "equinox" in __import__("sys").modules:
+        import equinox as eqx
+
+        if isinstance(module, eqx.Module):
+            return "equinox"
+    return None
+
+
+def adapt(
+    module: Any,
+    *,
+    inputs: Any = None,
+    rng: jax.Array | None = None,
+    rng_streams: Sequence[str] = ("dropout",),
+    batched: bool = False,
+) -> tuple[Adapter, Any, dict[str, Any]]:
+    """``(adapter, params, model_state)`` for a linen, nnx or equinox model.
+
+    Args:
+        module: a ``flax.linen.Module`` (initialised here, with ``inputs``), a ``flax.nnx.Module``
+            or an ``equinox.Module`` (both already initialised).
+        inputs: an example batch; needed for linen, checked against the model for the others.
+        rng: the key linen's ``init`` draws from (default ``PRNGKey(0)``).
+        rng_streams: linen rng streams supplied in training (``dropout`` by default).
+        batched: equinox only: the model takes a whole batch (no ``vmap``).
+
+    Raises:
+        ValueError: the model cannot run on ``inputs`` (a shape mismatch), or linen without
+            ``inputs``.
+        TypeError: an object of no supported framework.
+
+    Example:
+        >>> import flax.linen as nn, jax.numpy as jnp
+        >>> adapter, params, _ = adapt(nn.Dense(2), inputs=jnp.zeros((1, 3)))
+        >>> params["kernel"].shape
+        (3, 2)
+    """
+    framework = framework_of(module)
+    key = jax.random.PRNGKey(0) if rng is None else rng
+    if framework is None:
+        raise TypeError(
+            explain(
+                "create_flax_state got a model of no supported framework",
+                expected="a flax.linen.Module, a flax.nnx.Module or an equinox.Module",
+                received=describe(module),
+                fix="pass the model object (e.g. MLP(), not MLP); for other frameworks build a "
+                "gyre.managed.ManagedState yourself and write the step with @gyre.managed.train_step",
+            )
+        )
+    if framework == "linen" and inputs is None:
+        raise ValueError(
+            explain(
+                "a linen model needs example inputs to initialise its parameters",
+                expected="inputs= an example batch, e.g. inputs=jnp.zeros((1, 784))",
+                received="inputs=None",
+                fix="pass inputs= shaped like one batch of the data (a batch of 1 is enough)",
+            )
+        )
+    try:
+        if framework == "linen":
+            adapter, params, model_state = _init_linen(module, inputs, key, rng_streams)
+        elif framework == "nnx":
+            adapter, params, model_state = _init_nnx(module)
+        else:
+            adapter, params, model_state = _init_equinox(module, batched)
+        if inputs is not None and framework != "linen":
+            rngs = {name: jax.random.PRNGKey(0) for name in adapter.rng_streams}
+            jax.eval_shape(lambda p, s, x: adapter.apply(p, s, x, training=True, rngs=rngs), params, model_state, inputs)
+    except Exception as err:  # a user's model failing on the user's inputs
+        raise ValueError(
+            explain(
+                f"the {framework} model {type(module).__name__} cannot run on the given inputs",
+                expected="inputs= shaped like one batch the model accepts (batch dimension first)",
+                received=f"inputs with shapes {_shapes(inputs)}; the model raised "
+                f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
+                fix="pass inputs of the shape your data has (e.g. jnp.zeros((1, 64)) for 64 "
+                "features), or fix the model's layer sizes to match the data",
+            )
+        ) from err
+    adapter.input_shapes = None if inputs is None else _shapes(inputs)
+    return adapter, params, model_state

@@ -1,0 +1,406 @@
+"""How :func:`~gyre.create_flax_state` calls a loss or a metric.
+
+Two conventions are accepted, told apart from the signature once, when the state is created:
+
+* **positional** (gyre, optax): ``fn(preds, labels)`` or ``fn(preds, labels, sample_weight)``,
+  e.g. ``optax.softmax_cross_entropy_with_integer_labels`` or ``lambda p, y: p.argmax(-1) == y``;
+* **keyword** (ciclo, jax_metrics, CLU): ``fn(*, preds, target, **_)``: every parameter is
+  one of the names of :data:`KEYWORDS` (or, for a metric, a loss's name), and gyre passes
+  the ones it takes (all of them to a ``**kwargs``).
+
+A function that takes at least one name of :data:`KEYWORDS` (or ``**kwargs``) and whose
+required parameters all have such names, or are keyword-only (keys of a dict of labels or
+inputs, checked at the first batch), is called by keyword; any other function with two or
+three positional parameters is called by position; anything else is refused at creation
+with the signature and these rules.
+
+Each call gives one value per batch: a scalar is taken as it is; a per-example value (batch
+first) is averaged, weighted by the batch's ``sample_weight`` unless the function takes
+``sample_weight`` (or ``mask``) itself. A loss must be floating point: an integer or bool
+loss has no gradient.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from gyre.core._errors import describe, explain, suggest
+
+#: The keyword names a loss or metric may take, and what each receives. Aliases receive the
+#: same value as the name they follow. Entries of a dict of labels or of inputs are passed
+#: under their own keys too, and a metric also receives each loss of the batch by its name.
+KEYWORDS: dict[str, str] = {
+    "preds": "the model's outputs",
+    "logits": "= preds (CLU's name)",
+    "y_pred": "= preds (Keras' name)",
+    "target": "the batch's labels (None when the batch has none)",
+    "labels": "= target (gyre's and CLU's name)",
+    "y_true": "= target (Keras' name)",
+    "sample_weight": "the batch's weights, or None",
+    "mask": "sample_weight > 0 (CLU's name), or None",
+    "inputs": "the batch's inputs",
+    "params": "the model's parameters (differentiated in training)",
+    "batch_stats": "the model's batch statistics, or None",
+    "model_state": "the model's mutable collections",
+    "state": "the FlaxState itself",
+    "module": "= state (ciclo's name)",
+    "key_seq": "a KeySeq of this step: key_seq.next() gives a new key",
+}
+
+_WEIGHT_NAMES = ("sample_weight", "mask")
+_P = inspect.Parameter
+
+
+class KeySeq:
+    """A sequence of PRNG keys drawn from one key: ``next()`` gives a new one each call
+    (``fold_in(key, i)``). Losses that draw noise take it as ``key_seq=``.
+
+    Example:
+        >>> import jax
+        >>> seq = KeySeq(jax.random.key(0))
+        >>> bool((jax.random.key_data(seq.next()) != jax.random.key_data(seq.next())).any())
+        True
+    """
+
+    def __init__(self, key: jax.Array) -> None:
+        self.key = key
+        self.index = 0
+
+    def next(self) -> jax.Array:
+        """A key not returned before by this sequence."""
+        key = jax.random.fold_in(self.key, self.index)
+        self.index += 1
+        return key
+
+    __next__ = next
+
+
+def arguments(
+    *, preds: Any, labels: Any, sample_weight: Any, inputs: Any, state: Any, key: jax.Array | None
+) -> dict[str, Any]:
+    """Every keyword value of one batch (see :data:`KEYWORDS`).
+
+    Example:
+        >>> args = arguments(preds=1, labels={"y": 2}, sample_weight=None, inputs=0, state=None, key=None)
+        >>> args["logits"], args["target"], args["y"], args["mask"]
+        (1, {'y': 2}, 2, None)
+    """
+    model_state = getattr(state, "model_state", None)
+    out: dict[str, Any] = {
+        "preds": preds,
+        "logits": preds,
+        "y_pred": preds,
+        "target": labels,
+        "labels": labels,
+        "y_true": labels,
+        "sample_weight": sample_weight,
+        "mask": None if sample_weight is None else jnp.asarray(sample_weight) > 0,
+        "inputs": inputs,
+        "params": getattr(state, "params", None),
+        "batch_stats": None if not isinstance(model_state, Mapping) else model_state.get("batch_stats"),
+        "model_state": model_state,
+        "state": state,
+        "module": state,
+        "key_seq": None if key is None else KeySeq(key),
+    }
+    for spread in (labels, inputs):
+        if isinstance(spread, Mapping):
+            for name, value in spread.items():
+                if isinstance(name, str) and name not in out:
+                    out[name] = value
+    return out
+
+
+# -- signatures ----------------------------------------------------------------------------------
+
+
+def signature_text(fn: Any) -> str:
+    """``fn``'s signature for a message (``(...)`` when Python cannot tell it).
+
+    Example:
+        >>> signature_text(lambda preds, labels: 0)
+        '(preds, labels)'
+    """
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def _parameters(fn: Any) -> list[inspect.Parameter] | None:
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+
+
+def takes_sample_weight(fn: Callable[..., Any]) -> bool:
+    """Whether a positional ``fn`` takes the sample weights: a parameter named
+    ``sample_weight``, or a third positional parameter without a default (optax's ``axis=-1``
+    is not one).
+
+    Example:
+        >>> takes_sample_weight(lambda p, y, axis=-1: p), takes_sample_weight(lambda p, y, w: p)
+        (False, True)
+    """
+    params = _parameters(fn)
+    if params is None:
+        return False
+    if any(p.name == "sample_weight" for p in params):
+        return True
+    positional = [p for p in params if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 and positional[2].default is _P.empty
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to call one function: by keyword (``names``: the keywords it takes, ``None`` for
+    all; ``required``: those it needs) or by position; ``weighs``: it applies the sample
+    weights itself.
+
+    Example:
+        >>> plan(lambda preds, labels, sample_weight=None: 0, frozenset(KEYWORDS))
+        Plan(keyword=True, names=frozenset({...}), required=frozenset({...}), weighs=True)
+    """
+
+    keyword: bool
+    names: frozenset[str] | None
+    required: frozenset[str]
+    weighs: bool
+
+
+def plan(fn: Any, known: frozenset[str], *, positional: bool = True) -> Plan | None:
+    """How ``fn`` is called given the keyword names ``known`` (``None``: it cannot be).
+
+    Example:
+        >>> known = frozenset(KEYWORDS)
+        >>> plan(lambda *, preds, target, **_: 0, known).keyword
+        True
+        >>> plan(lambda p, y: 0, known).keyword, plan(lambda x: 0, known)
+        (False, None)
+    """
+    params = _parameters(fn)
+    if params is None:  # a builtin or extension: gyre's convention
+        return Plan(False, None, frozenset(), False) if positional else Plan(True, None, frozenset(), False)
+    var_kw = any(p.kind is _P.VAR_KEYWORD for p in params)
+    var_pos = any(p.kind is _P.VAR_POSITIONAL for p in params)
+    required = [p for p in params if p.default is _P.empty and p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD)]
+    by_name = [p.name for p in params if p.kind in (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY)]
+    required_positional = [p for p in required if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)]
+    keyword_only = any(p.kind is _P.KEYWORD_ONLY for p in required)
+    no_positional_only = not any(p.kind is _P.POSITIONAL_ONLY for p in required)
+    all_known = all(p.name in known for p in required)
+    takes_known = var_kw or any(n in known for n in by_name)
+    # other keyword-only names may be keys of a dict of labels or inputs: checked per batch
+    if no_positional_only and takes_known and (keyword_only or all_known or not required_positional):
+        names = None if var_kw else frozenset(by_name)
+        weighs = any(n in by_name for n in _WEIGHT_NAMES)
+        return Plan(True, names, frozenset(p.name for p in required), weighs)
+    positional_count = sum(p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD) for p in params)
+    if positional and (positional_count >= 2 or var_pos) and len(required_positional) <= 3 and not keyword_only:
+        return Plan(False, None, frozenset(), takes_sample_weight(fn))
+    return None
+
+
+def conventions(what: str) -> str:
+    """The accepted conventions, for messages.
+
+    Example:
+        >>> "fn(preds, labels)" in conventions("loss")
+        True
+    """
+    extra = " and the batch's losses by name" if what == "metric" else ""
+    return (
+        "fn(preds, labels) or fn(preds, labels, sample_weight) (positional, e.g. optax's "
+        f"losses), or keyword parameters among {', '.join(KEYWORDS)}{extra} "
+        "(e.g. def fn(*, preds, target, **_))"
+    )
+
+
+def refuse(what: str, name: str, fn: Any, known: frozenset[str], *, via: str = "") -> TypeError:
+    """The error for a function gyre cannot call.
+
+    Example:
+        >>> print(refuse("loss", "l", lambda x: x, frozenset(KEYWORDS)))  # doctest: +ELLIPSIS
+        loss 'l' cannot be called by create_flax_state...
+    """
+    params = _parameters(fn) or []
+    unknown = [p.name for p in params if p.default is _P.empty and p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD)
+               and p.name not in known]
+    hint = next((h for h in (suggest(u, known) for u in unknown) if h), "")
+    return TypeError(
+        explain(
+            f"{what} {name!r} cannot be called by create_flax_state{via}",
+            expected=conventions(what),
+            received=f"{describe(fn, 60)} with signature {signature_text(fn)}"
+            + (f"; unknown parameter(s) {unknown}.{hint}" if unknown else ""),
+            fix="rename its parameters to those names (e.g. def loss(*, preds, target, **_)), "
+            "or wrap it: lambda preds, labels: fn(...)",
+        )
+    )
+
+
+# -- calling -------------------------------------------------------------------------------------
+
+
+def weighted_mean(value: Any, sample_weight: Any = None) -> jax.Array:
+    """A scalar from a callable's result: scalars as they are, per-example values averaged,
+    weighted by ``sample_weight`` (batch dimension first) when given.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> float(weighted_mean(jnp.array([1.0, 3.0]), jnp.array([1.0, 0.0])))
+        1.0
+    """
+    value = jnp.asarray(value)
+    if value.dtype == jnp.bool_ or jnp.issubdtype(value.dtype, jnp.integer):
+        value = value.astype(jnp.float32)
+    if value.ndim == 0:
+        return value
+    if sample_weight is None:
+        return jnp.mean(value)
+    w = jnp.asarray(sample_weight, value.dtype)
+    w = jnp.broadcast_to(w.reshape(w.shape + (1,) * (value.ndim - w.ndim)), value.shape)
+    return jnp.sum(value * w) / jnp.maximum(jnp.sum(w), jnp.finfo(value.dtype).tiny)
+
+
+@dataclass(frozen=True, eq=False)
+class Call:
+    """A loss or metric function bound to its convention; ``call(args)`` gives the batch's
+    value. Built by :func:`bind` (which refuses what it cannot call).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> c = bind("mse", lambda *, preds, target, **_: (preds - target) ** 2, what="loss")
+        >>> args = arguments(preds=jnp.ones(2), labels=jnp.zeros(2), sample_weight=None,
+        ...                  inputs=None, state=None, key=None)
+        >>> float(c(args))
+        1.0
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    what: str
+    plan: Plan
+
+    def __call__(self, args: Mapping[str, Any]) -> jax.Array:
+        weight = args.get("sample_weight")
+        if self.plan.keyword:
+            names = self.plan.names
+            kwargs = dict(args) if names is None else {n: v for n, v in args.items() if n in names}
+            missing = sorted(self.plan.required - set(kwargs))
+            if missing:
+                raise TypeError(
+                    explain(
+                        f"{self.what} {self.name!r} takes {missing}, which this batch does not provide",
+                        expected=f"parameters among {sorted(args)}",
+                        received=f"signature {signature_text(self.fn)}",
+                        fix="give the batch's labels (or inputs) as a dict with those keys, or "
+                        f"rename the parameters.{suggest(missing[0], args)}",
+                    )
+                )
+            value = self.fn(**kwargs)
+        elif weight is not None and self.plan.weighs:
+            value = self.fn(args["preds"], args["target"], weight)
+        else:
+            value = self.fn(args["preds"], args["target"])
+        if self.what == "loss":
+            check_loss_dtype(self.name, value)
+        return weighted_mean(value, None if self.plan.weighs else weight)
+
+
+def check_loss_dtype(name: str, value: Any) -> None:
+    """A clear error for an integer or bool loss of create_flax_state (its gradient is zero).
+
+    Example:
+        >>> check_loss_dtype("acc", True)
+        Traceback (most recent call last):
+        TypeError: loss 'acc' of create_flax_state is bool: its gradient would be zero...
+    """
+    from gyre.steps.managed import check_floating_loss
+
+    check_floating_loss(name, value, "create_flax_state")
+
+
+def bind(name: str, fn: Any, *, what: str, extra: frozenset[str] = frozenset()) -> Call:
+    """``fn`` bound to the convention its signature asks for.
+
+    Args:
+        name: the loss's or metric's name (for messages).
+        fn: the callable.
+        what: ``"loss"`` or ``"metric"``.
+        extra: more keyword names it may take (the losses' names, for a metric).
+
+    Raises:
+        TypeError: a signature gyre cannot call, explained.
+
+    Example:
+        >>> import optax
+        >>> bind("xent", optax.softmax_cross_entropy_with_integer_labels, what="loss").plan.keyword
+        True
+    """
+    if not callable(fn) or isinstance(fn, type):
+        raise TypeError(
+            explain(
+                f"{what} {name!r} is not a function",
+                expected=conventions(what),
+                received=describe(fn),
+                fix="e.g. losses={'loss': optax.softmax_cross_entropy_with_integer_labels}",
+            )
+        )
+    known = frozenset(KEYWORDS) | extra
+    found = plan(fn, known)
+    if found is None:
+        raise refuse(what, name, fn, known)
+    return Call(name, fn, what, found)
+
+
+def call_keywords(fn: Any, args: Mapping[str, Any], found: Plan) -> dict[str, Any]:
+    """The keyword arguments ``fn`` takes among ``args`` (by a keyword ``found`` plan).
+
+    Example:
+        >>> call_keywords(lambda preds, target: 0, {"preds": 1, "target": 2, "inputs": 3},
+        ...               plan(lambda preds, target: 0, frozenset(KEYWORDS)))
+        {'preds': 1, 'target': 2}
+    """
+    if found.names is None:
+        return dict(args)
+    return {n: v for n, v in args.items() if n in found.names}
+
+
+def flatten_names(tree: Any, *, full_path: bool = False) -> dict[str, Any]:
+    """Names for the leaves of a model's ``losses``/``metrics`` collection: the last key of
+    each path (``"Encoder_0/kl"`` with ``full_path``), made unique with ``_1``, ``_2``...;
+    the values ``sow`` collects in a tuple share their path.
+
+    Example:
+        >>> flatten_names({"a": {"kl": (1, 2)}, "b": {"kl": 3}})
+        {'kl': 1, 'kl_1': 2, 'kl_2': 3}
+        >>> flatten_names({"a": {"kl": 1}}, full_path=True)
+        {'a/kl': 1}
+    """
+    out: dict[str, Any] = {}
+
+    def walk(path: tuple[str, ...], node: Any) -> None:
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                walk((*path, str(key)), value)
+        elif isinstance(node, (tuple, list)):
+            for value in node:
+                walk(path, value)
+        else:
+            base = ("/".join(path) if full_path else path[-1]) if path else "value"
+            name, i = base, 0
+            while name in out:
+                i += 1
+                name = f"{base}_{i}"
+            out[name] = node
+
+    walk((), tree)
+    return out

@@ -1,0 +1,241 @@
+"""Binding a callback's parameters to the loop's values, once, before the loop starts.
+
+The loop offers five values, in this order: ``state``, ``batch``, ``elapsed``, ``logs``,
+``loop`` (ciclo's name ``loop_state`` is accepted for ``loop``). A callback whose parameters
+use those names gets them by name; a callback whose parameters use none of them gets the first
+``n`` by position, ``n`` being its number of required positional parameters. A callback that
+mixes the two (``def cb(elapsed, log)``) is refused, with the closest name suggested: binding
+it by position would silently hand it the state as ``elapsed``.
+
+Objects with ciclo's ``__loop_callback__(loop_state)`` method are called through it, and
+methods taken from the state's class (:class:`StateMethod`) receive the state as ``self``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from gyre.core._errors import describe, explain, suggest
+
+ARG_NAMES = ("state", "batch", "elapsed", "logs", "loop")
+#: Other names accepted for the loop's values (ciclo's).
+ALIASES = {"loop_state": "loop"}
+_INDEX = {name: i for i, name in enumerate(ARG_NAMES)}
+_INDEX.update({alias: _INDEX[name] for alias, name in ALIASES.items()})
+
+Call = Callable[[Any, Any, Any, Any, Any], Any]
+
+
+def callback_name(fn: Any) -> str:
+    """A readable name for a callback, for messages.
+
+    Example:
+        >>> callback_name(len), callback_name(lambda: 0)
+        ('len', '<lambda>')
+    """
+    if isinstance(fn, Invoker):
+        return fn.name
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not isinstance(owner, type) and inspect.ismethod(fn):
+        return f"{type(owner).__name__}.{fn.__name__}"
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+class Invoker:
+    """A bound callback: ``invoker.call(state, batch, elapsed, logs, loop)`` calls it with the
+    values it asked for. Built by :func:`bind`.
+
+    Attributes:
+        fn: the callback as the user gave it.
+        name: its name, for messages.
+        call: the calling function.
+        returned_state: set once the callback has returned a new state (the loop checks that
+            state's structure the first time).
+
+    Example:
+        >>> inv = bind(lambda logs, state: (logs, state + 1))
+        >>> inv.name, inv.call(1, "batch", "elapsed", {}, None)
+        ('<lambda>', ({}, 2))
+    """
+
+    __slots__ = ("fn", "name", "call", "returned_state")
+
+    def __init__(self, fn: Any, call: Call, name: str) -> None:
+        self.fn = fn
+        self.name = name
+        self.call = call
+        self.returned_state = False
+
+    def __repr__(self) -> str:
+        return f"<gyre callback {self.name}>"
+
+
+class StateMethod:
+    """A method of the state's class registered at a named point (``train_step``, ...):
+    called on the current state, ``method(state, ...)``. Fused loops fuse ``method`` itself.
+
+    Example:
+        >>> class S(int):
+        ...     def train_step(self, batch):
+        ...         return S(self + batch)
+        >>> bind(StateMethod(S.train_step)).call(S(1), 2, None, None, None)
+        3
+    """
+
+    __slots__ = ("method",)
+
+    def __init__(self, method: Callable[..., Any]) -> None:
+        self.method = method
+
+    def __repr__(self) -> str:
+        return f"<state method {callback_name(self.method)}>"
+
+
+def bind(fn: Any) -> Invoker:
+    """Turns a callback into an :class:`Invoker` (see the module docs for the rules).
+
+    Example:
+        >>> bind(lambda s, b: s + b).call(1, 2, None, None, None)  # no known names: by position
+        3
+        >>> bind(lambda batch, state: state * batch).call(3, 2, None, None, None)
+        6
+    """
+    if isinstance(fn, Invoker):
+        return fn
+    if isinstance(fn, StateMethod):
+        return Invoker(fn, _make(fn.method, *_plan(fn.method, _params(fn.method)[1:], 1), True), callback_name(fn.method))
+    loop_callback = getattr(fn, "__loop_callback__", None)
+    if callable(loop_callback) and not isinstance(fn, type):
+        return Invoker(fn, lambda s, b, e, lg, lp: loop_callback(lp), callback_name(fn))
+    if not callable(fn):
+        raise TypeError(
+            explain(
+                "a callback must be callable",
+                expected="a function of (state, batch, elapsed, logs, loop), or any callable",
+                received=describe(fn),
+                fix="pass a function or an object with __call__",
+            )
+        )
+    idx, kw = _plan(fn, _params(fn), 0)
+    return Invoker(fn, _make(fn, idx, kw, False), callback_name(fn))
+
+
+def _params(fn: Any) -> list[inspect.Parameter]:
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        raise TypeError(
+            explain(
+                f"cannot read the signature of callback {callback_name(fn)}",
+                expected="a Python callable whose parameters inspect.signature can read",
+                received=describe(fn),
+                fix="wrap it: lambda state, batch: fn(state, batch)",
+            )
+        ) from None
+
+
+_P = inspect.Parameter
+_POSITIONAL = (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)
+
+
+def _plan(fn: Any, params: list[inspect.Parameter], offset: int) -> tuple[tuple[int, ...], tuple[tuple[str, int], ...]]:
+    """Which of the five values go to which parameter: (positional indices, keyword pairs)."""
+    names = {n for n, i in _INDEX.items() if i >= offset}
+    required = [p for p in params if p.default is _P.empty and p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD)]
+    if any(p.name in names for p in params):
+        unknown = [p for p in required if p.name not in names]
+        if unknown:
+            _mixed(fn, params, unknown, names)
+        return _by_name(params, names)
+    if any(p.kind is _P.VAR_POSITIONAL for p in params):
+        count = len(ARG_NAMES) - offset
+    else:
+        count = len([p for p in params if p.kind in _POSITIONAL and p.default is _P.empty])
+    missing_kw = [p.name for p in required if p.kind is _P.KEYWORD_ONLY]
+    if count > len(ARG_NAMES) - offset or missing_kw:
+        raise TypeError(
+            explain(
+                f"cannot bind the parameters of callback {callback_name(fn)}",
+                expected=f"parameters named from {list(ARG_NAMES[offset:])}, or at most "
+                f"{len(ARG_NAMES) - offset} positional ones",
+                received=f"parameters {[p.name for p in params]}",
+                fix="name the parameters state, batch, elapsed, logs, loop (any subset), "
+                "or give the extra ones defaults",
+            )
+        )
+    return tuple(range(offset, offset + count)), ()
+
+
+def _by_name(params: list[inspect.Parameter], names: set[str]) -> tuple[tuple[int, ...], tuple[tuple[str, int], ...]]:
+    idx: list[int] = []
+    kw: list[tuple[str, int]] = []
+    in_order = True
+    for p in params:
+        if p.name not in names or p.kind is _P.POSITIONAL_ONLY:
+            if p.kind in _POSITIONAL:
+                in_order = False  # an unknown positional with a default: later ones by keyword
+            continue
+        if p.kind is _P.POSITIONAL_OR_KEYWORD and in_order:
+            idx.append(_INDEX[p.name])
+        elif p.kind in (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY):
+            kw.append((p.name, _INDEX[p.name]))
+    return tuple(idx), tuple(kw)
+
+
+def _mixed(fn: Any, params: list[inspect.Parameter], unknown: list[inspect.Parameter], names: set[str]) -> None:
+    hints = [f"{p.name!r}:{suggest(p.name, sorted(names)) or ' no close name'}" for p in unknown]
+    raise TypeError(
+        explain(
+            f"callback {callback_name(fn)} names some of its parameters after the loop's "
+            "values and not the others",
+            expected=f"every required parameter named from {sorted(names)} (bound by name), or "
+            "none of them (bound by position: state, batch, elapsed, logs, loop)",
+            received=f"parameters {[p.name for p in params]}; not loop values: " + "; ".join(hints),
+            fix="rename the parameters (e.g. def cb(elapsed, logs)), or give the others "
+            "defaults; binding by position would hand them the wrong values",
+        )
+    )
+
+
+def _make(fn: Any, idx: tuple[int, ...], kw: tuple[tuple[str, int], ...], self_is_state: bool) -> Call:
+    if self_is_state:
+        idx = (0, *idx)
+    if kw:
+
+        def call_kw(*args: Any) -> Any:
+            return fn(*[args[i] for i in idx], **{name: args[i] for name, i in kw})
+
+        return call_kw
+    if idx == (0, 1):
+        return lambda s, b, e, lg, lp: fn(s, b)
+    if not idx:
+        return lambda s, b, e, lg, lp: fn()
+    if len(idx) == 1:
+        (i,) = idx
+        return lambda *args: fn(args[i])
+    if len(idx) == 2:
+        i, j = idx
+        return lambda *args: fn(args[i], args[j])
+    return lambda *args: fn(*[args[i] for i in idx])
+
+
+def inject(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """ciclo's ``inject``: ``inject(fn)(*values)`` calls ``fn`` with as many of ``values`` as it
+    has positional parameters (ciclo passes ``state, batch, elapsed, loop_state``).
+
+    Example:
+        >>> inject(lambda state, batch: state + batch)(1, 2, "elapsed", "loop")
+        3
+    """
+    params = _params(fn)
+    if any(p.kind is _P.VAR_POSITIONAL for p in params):
+        return fn
+    count = len([p for p in params if p.kind in _POSITIONAL])
+
+    def injected(*args: Any) -> Any:
+        return fn(*args[:count])
+
+    injected.__wrapped__ = fn  # type: ignore[attr-defined]
+    return injected

@@ -1,0 +1,260 @@
+"""The fused loop: ``steps_per_call=K`` runs up to K steps per call of the fused step.
+
+Fusing changes speed, never meaning: every callback runs after the same steps, with the same
+clock, batch, logs and state, as step by step. A chunk is planned one step at a time: each
+step's batch is pulled (never one past ``stop``), then the schedules of the tasks around the
+step are asked about that step's clock, in table order, each exactly once per step (so
+stateful schedules count as step by step). A task placed before the step that fires on a
+later step ends the chunk before that step (which starts the next chunk); a task placed after
+the step that fires ends the chunk on that step. The tasks before the step run before the
+chunk's call, those after it after the call, with the last step's clock and logs.
+
+Within a chunk the steps' clocks are known in advance but for their time: ``time`` and
+``date`` schedules read the time at the start of the chunk. Progress bars and other
+:class:`~gyre.loop._tasks.ChunkSafe` callbacks run once per chunk, after it, when their
+schedule fired on any of its steps. When schedules cut the chunks to half of K or less, the
+loop says so once (a :class:`~gyre.LoopWarning` naming the schedule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+
+from gyre.core._clock import Elapsed
+from gyre.core._compat import is_jitted
+from gyre.core._errors import warn
+from gyre.core._logs import Logs
+from gyre.loop._elapse import END, Elapse
+from gyre.loop._fuse import FusedStep, fuse, step_function
+from gyre.loop._split import ChunkPlan, describe_task
+from gyre.loop._staging import Stager
+from gyre.loop._state import LoopState, run_callbacks
+from gyre.loop._tasks import Task, warn_if_untrained
+
+#: Short chunks caused by one task before the loop says so.
+SHORT_CUTS_BEFORE_WARNING = 3
+
+
+class Chunk:
+    """The steps of one fused call, as planned."""
+
+    __slots__ = ("batches", "sizes", "clocks", "first", "after", "shown", "cut_by")
+
+    def __init__(self, batch: Any, size: int, clock: Elapsed, displays: int) -> None:
+        self.batches = [batch]
+        self.sizes = [size]
+        self.clocks = [clock]
+        self.first = Logs()  # what the tasks before the step logged on the first step
+        self.after: list[bool] = []  # answers of the after tasks on the last step so far
+        self.shown = [False] * displays  # display tasks that fired on some step
+        self.cut_by: Task | None = None
+
+    def append(self, batch: Any, size: int, clock: Elapsed) -> None:
+        self.batches.append(batch)
+        self.sizes.append(size)
+        self.clocks.append(clock)
+
+
+def _asks(task: Task, clock: Elapsed) -> bool:
+    return task.schedule is None or bool(task.schedule(clock))
+
+
+def first_firing(tasks: Sequence[Task], clock: Elapsed, answers: list[bool]) -> int | None:
+    """Asks the tasks not yet in ``answers``, in order, until one fires (its index), appending
+    each answer; ``None`` when none fires.
+
+    Example:
+        >>> import gyre
+        >>> answers = []
+        >>> first_firing([Task(1, gyre.every(2), []), Task(2, gyre.every(3), [])], Elapsed(steps=3), answers), answers
+        (1, [False, True])
+    """
+    for k in range(len(answers), len(tasks)):
+        fired = _asks(tasks[k], clock)
+        answers.append(fired)
+        if fired:
+            return k
+    return None
+
+
+def _take_row(tree: Any, i: Any) -> Any:
+    return jax.tree_util.tree_map(lambda x: x[i], tree)
+
+
+_row = jax.jit(_take_row)
+
+
+def _identities(logs: Logs) -> list[tuple[str, str, int]]:
+    """What ``logs`` holds, by entry and value identity: equal lists mean nothing was added
+    or replaced."""
+    return [(c, n, id(v)) for c, n, v in logs.entries()]
+
+
+class ChunkRunner:
+    """Runs a loop's steps chunk by chunk (see the module docs); built by :func:`gyre.loop`.
+
+    Example: ``gyre.loop(state, batches, {gyre.every(1): [step]}, steps_per_call=4)``.
+    """
+
+    def __init__(self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, steps: int) -> None:
+        self.plan = plan
+        self.elapse = elapse
+        self.ls = loop_state
+        self.steps = steps
+        self.fused: dict[int, FusedStep] = {}
+        self.stager = Stager()
+        self.carry: tuple[Any, list[bool]] | None = None  # a pulled batch that starts the next chunk
+        self.short: dict[int, int] = {}
+        self.warned = False
+        self.fused_once = False
+
+    def run(self) -> None:
+        """Runs chunks until the data, the stop or a stop request ends the loop."""
+        while not self.ls.stop_requested:
+            chunk = self.start()
+            if chunk is None:
+                return
+            if self.ls.stop_requested:  # a task before the step stopped the loop
+                self.elapse.advance(chunk.clocks, chunk.sizes)
+                if chunk.first:
+                    self.ls.history.commit(chunk.clocks[0], chunk.first, batch_size=chunk.sizes[0])
+                return
+            self.extend(chunk)
+            self.execute(chunk)
+            if not self.fused_once:
+                self.fused_once = True
+                if not is_jitted(step_function(self.plan.step.fn)):
+                    self.plan.step.returned_state = True  # a FusableStep returns its state
+                warn_if_untrained([self.plan.step_task])
+
+    def start(self) -> Chunk | None:
+        """Pulls the first step of a chunk and runs the tasks before the step that fire on it."""
+        clock = self.elapse.complete()
+        batch, answers = self.carry if self.carry is not None else (self.elapse.pull(clock), [])
+        self.carry = None
+        if batch is END:
+            return None
+        size = self.elapse.size_of(batch)
+        clock = clock.started(size, self.elapse.epoch_steps)
+        chunk = Chunk(batch, size, clock, len(self.plan.display))
+        self.run_lazily(self.plan.before, answers, clock, batch, chunk.first)
+        return chunk
+
+    def run_lazily(self, tasks: Sequence[Task], answers: list[bool], clock: Elapsed, batch: Any, logs: Logs) -> None:
+        """Runs the tasks that fire on ``clock`` in order (``answers`` holds those already
+        asked), asking each remaining schedule only when no stop was requested before it."""
+        for k, task in enumerate(tasks):
+            if answers[k] if k < len(answers) else _asks(task, clock):
+                run_callbacks(task.invokers, self.ls, clock, batch, logs)
+                if self.ls.stop_requested:
+                    return
+
+    def extend(self, chunk: Chunk) -> None:
+        """Adds steps to the chunk until a task fires, K steps, the stop or the data's end."""
+        time, date = self.elapse.now()
+        plan = self.plan
+        while True:
+            clock = chunk.clocks[-1]
+            chunk.after = []
+            fired = first_firing(plan.after, clock, chunk.after)
+            for i, task in enumerate(plan.display):
+                chunk.shown[i] = _asks(task, clock) or chunk.shown[i]
+            if fired is not None:
+                chunk.cut_by = plan.after[fired]
+                return
+            if len(chunk.batches) == self.steps:
+                return
+            clock = self.elapse.next_clock(clock, chunk.sizes[-1], time, date)
+            batch = self.elapse.pull(clock)
+            if batch is END:
+                return
+            answers: list[bool] = []
+            fired = first_firing(plan.before, clock, answers)
+            if fired is not None:
+                self.carry, chunk.cut_by = (batch, answers), plan.before[fired]
+                return
+            chunk.append(batch, self.elapse.size_of(batch), clock)
+
+    def execute(self, chunk: Chunk) -> None:
+        """Calls the fused step on the chunk, then runs the tasks after it and commits."""
+        k = len(chunk.batches)
+        advanced = False
+        try:
+            fused = self.fused.get(k)
+            if fused is None:
+                fused = self.fused[k] = fuse(self.plan.step, k)
+            stacked, slot = self.stager.stack(chunk.batches)
+            logs, self.ls.state = fused(self.ls.state, stacked)
+            del stacked
+            self.stager.release(slot, jax.tree_util.tree_leaves(logs))
+            self.elapse.advance(chunk.clocks, chunk.sizes)
+            advanced = True
+        finally:
+            if not advanced:  # interrupted: the chunk's batches were consumed, count them
+                self.elapse.advance(chunk.clocks, chunk.sizes)
+        last = self.after_chunk(chunk, logs)
+        self.commit(chunk, logs, last)
+        self.note_cut(chunk)
+
+    def after_chunk(self, chunk: Chunk, logs: Logs) -> Logs | None:
+        """Runs the tasks after the step that fire on the last step, then the display tasks
+        that fired; returns the last step's logs when they must be committed on their own."""
+        after = bool(chunk.after) and chunk.after[-1]
+        shown = [t for t, fired in zip(self.plan.display, chunk.shown, strict=True) if fired]
+        if not after and not shown:
+            return None
+        k = len(chunk.batches)
+        last = Logs()
+        if chunk.first and k == 1:
+            last.merge(chunk.first)
+        if logs:
+            last.merge(_row(logs, k - 1))
+        before = None if chunk.first and k == 1 else _identities(last)
+        clock, batch = chunk.clocks[-1], chunk.batches[-1]
+        if after:
+            self.run_lazily(self.plan.after, chunk.after, clock, batch, last)
+        for task in shown:
+            if self.ls.stop_requested:
+                break
+            run_callbacks(task.invokers, self.ls, clock, batch, last)
+        if before is not None and before == _identities(last):
+            return None  # the callbacks only read the last row: it stays in the stacked commit
+        return last
+
+    def commit(self, chunk: Chunk, logs: Logs, last: Logs | None) -> None:
+        """Commits the chunk's records: the first step with what the tasks before it logged,
+        the middle rows stacked (split on the host later), the last step with what the tasks
+        after it logged."""
+        history, clocks, sizes, first = self.ls.history, chunk.clocks, chunk.sizes, chunk.first
+        k = len(clocks)
+        start, stop = 0, k
+        if first and (k > 1 or last is None):
+            head = Logs().merge(first)
+            if logs:
+                head.merge(_row(logs, 0))
+            history.commit(clocks[0], head, batch_size=sizes[0])
+            start = 1
+        if last is not None:
+            stop = k - 1
+        if logs and stop > start:
+            history.commit_stacked(clocks[start:stop], logs, batch_sizes=sizes[start:stop], start=start)
+        if last:
+            history.commit(clocks[-1], last, batch_size=sizes[-1])
+
+    def note_cut(self, chunk: Chunk) -> None:
+        """Says once when a task keeps cutting chunks to half of ``steps_per_call`` or less."""
+        task = chunk.cut_by
+        if task is None or self.warned or len(chunk.batches) > max(self.steps // 2, 1):
+            return
+        count = self.short[id(task)] = self.short.get(id(task), 0) + 1
+        if count >= SHORT_CUTS_BEFORE_WARNING:
+            self.warned = True
+            warn(
+                f"steps_per_call={self.steps}, but the task {describe_task(task)} fires so often "
+                f"that fused chunks end after {len(chunk.batches)} step(s): each callback must "
+                "run after the same steps as step by step. Schedule it less often, or make it a "
+                "gyre.ChunkSafe callback if running once per chunk is right."
+            )

@@ -1,0 +1,359 @@
+"""The clock of a running loop: :class:`Elapse` pulls batches and counts completed steps.
+
+During step ``i`` the clock says ``steps == i`` (the steps completed before it) and is marked
+:attr:`~gyre.Elapsed.in_progress`; the step counts as completed when the next batch is asked
+for, or when the loop ends. A batch is pulled only for a step that will run: never past
+``stop``. See ``src/gyre/loop/README.md`` for the whole picture.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time as _time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import jax
+
+from gyre.core._clock import BatchSizeFn, Elapsed, Period, infer_batch_size
+from gyre.core._errors import as_integer, describe, explain, warn, whole_number
+
+StopLike = int | Period | None
+
+#: What :meth:`Elapse.pull` returns when no step will run.
+END = object()
+
+
+def check_stop(stop: Any, name: str = "stop") -> StopLike:
+    """A loop's ``stop`` (or ``test_duration``): steps as an integral number >= 1, a Period,
+    or None; numpy and 0-d integers are accepted.
+
+    Example:
+        >>> import numpy as np
+        >>> check_stop(np.int64(5))
+        Period(steps=5)
+    """
+    if stop is None or isinstance(stop, Period):
+        return stop
+    steps = as_integer(stop)
+    if steps is not None and steps >= 1:
+        return Period(steps=steps)
+    raise ValueError(
+        explain(
+            f"{name}= must be a number of steps >= 1, a Period, or None",
+            expected=f"{name}=1000, {name}=gyre.at(epochs=5), or {name}=None (until the data ends)",
+            received=describe(stop),
+            fix=f"pass a positive number of steps, e.g. {name}=100",
+        )
+    )
+
+
+def steps_only(period: Period | None) -> int | None:
+    """The step count of a Period that counts steps and nothing else, else None.
+
+    Example:
+        >>> steps_only(Period(steps=3)), steps_only(Period(steps=3, time=1.0))
+        (3, None)
+    """
+    if period is not None and [name for name, _ in period.items()] == ["steps"]:
+        return period.steps
+    return None
+
+
+def epoch_steps_of(epoch_duration: Any, dataset: Any) -> int | None:
+    """Steps per epoch: ``epoch_duration`` (steps or ``at(steps=...)``), else ``len(dataset)``
+    when it has one, else None (unknown).
+
+    Example:
+        >>> epoch_steps_of(None, [1, 2, 3]), epoch_steps_of(5, iter([]))
+        (3, 5)
+    """
+    if isinstance(epoch_duration, Period) and steps_only(epoch_duration) is not None:
+        epoch_duration = epoch_duration.steps
+    if epoch_duration is None:
+        try:
+            size = len(dataset)
+        except TypeError:
+            return None
+        return size if size > 0 else None
+    return whole_number(
+        epoch_duration,
+        minimum=1,
+        problem="epoch_duration= must be a number of steps >= 1",
+        expected="epoch_duration=len(train_batches) or gyre.at(steps=...)",
+        fix="pass the number of steps in one epoch",
+    )
+
+
+def check_dataset(dataset: Any) -> Iterator[Any]:
+    """An iterator over the dataset, or the explained error (not iterable, or a Keras-style
+    ``(X, Y)`` pair of whole arrays).
+
+    Example:
+        >>> next(check_dataset([1, 2]))
+        1
+    """
+    if _looks_like_arrays(dataset):
+        shapes = ", ".join(str(tuple(x.shape)) for x in dataset)
+        raise TypeError(
+            explain(
+                "the dataset is a tuple of whole arrays, which the loop would iterate "
+                "array by array (a Keras habit: fit(x, y))",
+                expected="an iterable of batches",
+                received=f"a tuple of {len(dataset)} arrays with shapes {shapes}",
+                fix="batch them: gyre.data.batches((X, Y), batch_size=32, seed=0)",
+            )
+        )
+    try:
+        return iter(dataset)
+    except TypeError:
+        raise TypeError(
+            explain(
+                "the dataset is not iterable",
+                expected="an iterable of batches: a list, a generator, a data loader",
+                received=describe(dataset),
+                fix="pass e.g. [batch0, batch1, ...] or a generator that yields batches; "
+                "for one batch repeated, itertools.repeat(batch)",
+            )
+        ) from None
+
+
+def _looks_like_arrays(dataset: Any) -> bool:
+    """A tuple of 2 or 3 arrays of equal length but different shapes or dtypes (whole
+    features and labels; several batches would look alike)."""
+    if type(dataset) is not tuple or not 2 <= len(dataset) <= 3:
+        return False
+    if not all(hasattr(x, "shape") and hasattr(x, "dtype") and len(x.shape) >= 1 for x in dataset):
+        return False
+    if len({x.shape[0] for x in dataset}) != 1:
+        return False
+    return len({(tuple(x.shape), str(x.dtype)) for x in dataset}) > 1
+
+
+def size_function(batch_size_fn: Any) -> BatchSizeFn:
+    """The function giving a batch's samples: by default the largest leading dimension; a
+    ``batch_size_fn`` whose parameter is named ``batch`` gets the batch, any other gets the
+    list of leaf shapes as ciclo passes it (scalars as ``(1,)``).
+
+    Example:
+        >>> import numpy as np
+        >>> size_function(lambda shapes: shapes[0][0])((np.zeros((4, 2)), np.zeros(4)))
+        4
+        >>> size_function(lambda batch: len(batch[1]))((np.zeros((4, 2)), np.zeros(3)))
+        3
+    """
+    if batch_size_fn is None:
+        return infer_batch_size
+    if not callable(batch_size_fn):
+        raise TypeError(
+            explain(
+                "batch_size_fn must be a function",
+                expected="batch_size_fn=lambda shapes: shapes[0][0] (ciclo's form: the list of "
+                "leaf shapes) or a function with a parameter named batch",
+                received=describe(batch_size_fn),
+                fix="pass a function returning the number of samples in a batch",
+            )
+        )
+    try:
+        first = next(iter(inspect.signature(batch_size_fn).parameters), None)
+    except (TypeError, ValueError):
+        first = None
+    if first == "batch":
+        return batch_size_fn
+
+    def from_shapes(batch: Any) -> int:
+        shapes = [tuple(getattr(x, "shape", ())) or (1,) for x in jax.tree_util.tree_leaves(batch)]
+        return batch_size_fn(shapes) if shapes else 1
+
+    return from_shapes
+
+
+class Elapse:
+    """Iterates ``(elapsed, batch)`` pairs, counting a step completed when the next one is
+    asked for (or by :meth:`complete`). Built by :func:`elapse`; the loops use it too, and the
+    fused loop pulls through :meth:`pull` and counts chunks with :meth:`advance`.
+
+    Attributes:
+        elapsed: the clock: of the step in progress, or of the next step between steps.
+        exhausted: the data ended (rather than the stop).
+    """
+
+    def __init__(
+        self,
+        dataset: Iterable[Any],
+        *,
+        stop: StopLike = None,
+        initial: Elapsed | None = None,
+        epoch_duration: int | Period | None = None,
+        batch_size_fn: Any = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.stop = check_stop(stop)
+        self._stop_steps = steps_only(self.stop)
+        self.epoch_steps = epoch_steps_of(epoch_duration, dataset)
+        self._check_epochs()
+        self._it = check_dataset(dataset)
+        self.size_of = size_function(batch_size_fn)
+        self._clock = clock or _time.monotonic
+        base = _check_initial(initial)
+        start = self._clock()
+        # time counts seconds inside loops; date is the wall clock moved by the same amount.
+        self._t0 = start - base.time
+        self._d0 = _time.time() - start
+        self.elapsed = base.replace(date=self._d0 + start)
+        self._pending: int | None = None  # batch size of the step in progress
+        self.exhausted = False
+
+    def _check_epochs(self) -> None:
+        if self.stop is not None and self.stop.epochs is not None and self.epoch_steps is None:
+            raise ValueError(epochs_unknown(f"stop={self.stop!r}"))
+
+    def __iter__(self) -> Elapse:
+        return self
+
+    def now(self) -> tuple[float, float]:
+        """``(time, date)`` now, as the clock counts them."""
+        now = self._clock()
+        return now - self._t0, self._d0 + now
+
+    def _done(self, clock: Elapsed) -> bool:
+        if self._stop_steps is not None:
+            return clock.steps >= self._stop_steps
+        return self.stop is not None and clock.reached(self.stop)
+
+    def pull(self, clock: Elapsed) -> Any:
+        """The batch of the step whose clock is ``clock``, or :data:`END` when the stop is
+        reached at ``clock`` or the data has ended."""
+        if self._done(clock):
+            return END
+        try:
+            return next(self._it)
+        except StopIteration:
+            self.exhausted = True
+            return END
+
+    def __next__(self) -> tuple[Elapsed, Any]:
+        # the per-step path: complete() and pull() inlined
+        clock = self.elapsed
+        if self._pending is not None:
+            now = self._clock()
+            clock = self.elapsed = clock.update(
+                self._pending, time=now - self._t0, date=self._d0 + now, epoch_steps=self.epoch_steps
+            )
+        stop = self._stop_steps
+        if (clock.steps >= stop) if stop is not None else (self.stop is not None and clock.reached(self.stop)):
+            self._pending = None
+            raise StopIteration
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            self._pending = None
+            self.exhausted = True
+            raise
+        size = self._pending = self.size_of(batch)
+        clock._step = (size, self.epoch_steps)
+        return clock, batch
+
+    @property
+    def batch_size(self) -> int | None:
+        """Samples in the step in progress (``None`` between steps)."""
+        return self._pending
+
+    def next_clock(self, clock: Elapsed, size: int, time: float, date: float) -> Elapsed:
+        """The clock after a step of ``size`` samples that started at ``clock``."""
+        return clock.update(size, time=time, date=date, epoch_steps=self.epoch_steps)
+
+    def advance(self, clocks: Sequence[Elapsed], sizes: Sequence[int]) -> None:
+        """Counts the steps of a fused chunk as done, but the last, which stays in progress (as
+        the step of a per-step loop does while its callbacks run)."""
+        self.elapsed = clocks[-1].started(sizes[-1], self.epoch_steps)
+        self._pending = sizes[-1]
+
+    def complete(self) -> Elapsed:
+        """Counts the step in progress as completed; returns the clock."""
+        if self._pending is not None:
+            time, date = self.now()
+            self.elapsed = self.next_clock(self.elapsed, self._pending, time, date)
+            self._pending = None
+        return self.elapsed
+
+    def peek_completed(self) -> Elapsed:
+        """The clock as it will be when the step in progress completes (changes nothing)."""
+        if self._pending is None:
+            return self.elapsed
+        time, date = self.now()
+        return self.next_clock(self.elapsed, self._pending, time, date)
+
+    def warn_if_short(self, stopped: bool) -> None:
+        """Says once when the data ended before ``stop`` (a loop that silently ran 46 of 1000
+        steps looks like a finished one)."""
+        if self.exhausted and self.stop is not None and not stopped and not self.elapsed.reached(self.stop):
+            warn(
+                f"the data ended after {self.elapsed.steps} steps, before stop={self.stop!r}: "
+                "the loop ran every batch it was given (repeat the data for more epochs, e.g. "
+                "gyre.data.batches(..., epochs=None), or lower stop)"
+            )
+
+
+def _check_initial(initial: Any) -> Elapsed:
+    if initial is None:
+        return Elapsed()
+    if not isinstance(initial, Elapsed):
+        raise TypeError(
+            explain(
+                "elapsed= / initial= must be a gyre.Elapsed",
+                expected="the Elapsed returned by a previous loop, or None",
+                received=describe(initial),
+                fix="pass the third value a loop returned: state, history, elapsed = gyre.loop(...)",
+            )
+        )
+    return initial.completed()
+
+
+def epochs_unknown(what: str) -> str:
+    """The explanation for epoch-based timing over data of unknown epoch length.
+
+    Example:
+        >>> print(epochs_unknown("stop=Period(epochs=2)").splitlines()[0])
+        stop=Period(epochs=2) counts epochs, and the loop cannot tell where an epoch ends
+    """
+    return explain(
+        f"{what} counts epochs, and the loop cannot tell where an epoch ends",
+        expected="epoch_duration=<steps per epoch>, or a dataset with len()",
+        received="a dataset without len() and no epoch_duration",
+        fix="pass epoch_duration=steps_per_epoch (e.g. len(train_batches)), or count in steps",
+    )
+
+
+def elapse(
+    dataset: Iterable[Any],
+    *,
+    stop: StopLike = None,
+    initial: Elapsed | None = None,
+    epoch_duration: int | Period | None = None,
+    batch_size_fn: Any = None,
+    clock: Callable[[], float] | None = None,
+) -> Elapse:
+    """Yields ``(elapsed, batch)`` for a hand-written loop; the clock counts completed steps.
+
+    Args:
+        dataset: an iterable of batches.
+        stop: steps (an integral number) or a :class:`Period` after which iteration ends.
+        initial: the clock to continue from (the ``elapsed`` a previous loop returned).
+        epoch_duration: steps per epoch; by default ``len(dataset)`` when it has one.
+        batch_size_fn: samples in a batch (see :func:`size_function`); by default the largest
+            leading dimension.
+        clock: seconds source (default ``time.monotonic``), injectable for tests.
+
+    Each ``elapsed`` is the clock of the step in progress: ``elapsed.completed()`` is the clock
+    once it is done (what ``gyre.checkpoint`` saves, as inside ``gyre.loop``).
+
+    Example:
+        >>> import gyre
+        >>> [e.steps for e, batch in gyre.elapse(range(100), stop=3)]
+        [0, 1, 2]
+    """
+    return Elapse(
+        dataset, stop=stop, initial=initial, epoch_duration=epoch_duration,
+        batch_size_fn=batch_size_fn, clock=clock,
+    )

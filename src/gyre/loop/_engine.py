@@ -1,0 +1,234 @@
+"""The engine: ``loop`` runs a task table over a dataset.
+
+A step of :func:`loop`: take a batch (never one the loop will not use), then for each
+``schedule: callbacks`` entry in table order, if the schedule fires on the clock, run the
+callbacks in list order, folding each return into the step's logs and the loop's state
+(:func:`gyre.loop._state.fold`). The step's logs are committed to the history; the step
+counts as completed when the next one starts. ``steps_per_call`` runs the same table in fused
+chunks (:mod:`gyre.loop._chunks`), with the same meaning.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from gyre.core._clock import Elapsed, Period
+from gyre.core._errors import describe, explain, warn
+from gyre.core._history import History
+from gyre.core._logs import Logs
+from gyre.loop._binding import bind
+from gyre.loop._chunks import ChunkRunner
+from gyre.loop._elapse import Elapse, StopLike, check_stop, epochs_unknown, steps_only
+from gyre.loop._fuse import check_steps
+from gyre.loop._split import split_tasks
+from gyre.loop._state import LoopState, fold, run_callbacks
+from gyre.loop._tasks import (
+    Callback,
+    Task,
+    Tasks,
+    as_list,
+    compile_tasks,
+    loop_end_hooks,
+    warn_if_untrained,
+)
+
+_DEPTH = threading.local()  # loops running on this thread: only the outermost catches Ctrl-C
+
+
+def run_step(tasks: Sequence[Task], ls: LoopState, now: Elapsed, batch: Any, logs: Logs) -> None:
+    """Runs the callbacks of one step (the per-step path): every task whose schedule fires on
+    ``now``, in table order, each callback's return folded into ``logs`` and ``ls.state``;
+    the rest of the step is skipped once a stop is requested."""
+    ls.elapsed, ls.logs, ls.batch = now, logs, batch
+    for task in tasks:
+        schedule = task.schedule
+        if schedule is None or schedule(now):
+            for invoker in task.invokers:
+                out = invoker.call(ls.state, batch, now, logs, ls)
+                if out is not None:
+                    ls.state = fold(out, logs, ls.state, invoker)
+                if ls.stop_requested:
+                    return
+
+
+def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState) -> None:
+    """The per-step loop: one :func:`run_step` per batch, its logs committed."""
+    commit = ls.history.commit
+    first = True
+    for now, batch in clock:
+        logs = Logs()
+        run_step(tasks, ls, now, batch, logs)
+        if logs:
+            commit(now, logs, batch_size=clock.batch_size)
+        if first:
+            first = False
+            warn_if_untrained(tasks)
+        if ls.stop_requested:
+            return
+
+
+def _check_history(history: Any) -> History:
+    if history is None:
+        return History()
+    if not isinstance(history, History):
+        raise TypeError(
+            explain(
+                "history= must be a gyre.History",
+                expected="the history a previous loop returned, gyre.history(), or None",
+                received=describe(history),
+                fix="pass the second value a loop returned",
+            )
+        )
+    return history
+
+
+def _check_epoch_schedules(tasks: Sequence[Task], clock: Elapse) -> None:
+    if clock.epoch_steps is not None:
+        return
+    for task in tasks:
+        reads = task.schedule.reads() if task.schedule is not None else None
+        if reads and reads & {"epochs", "step_in_epoch"}:
+            raise ValueError(epochs_unknown(f"the schedule {task.key!r} of {[i.name for i in task.invokers]}"))
+
+
+def _prefetched(dataset: Any, state: Any, size: int, stop: Any, initial: Elapsed | None) -> Any:
+    """The dataset placed ahead on the state's strategy's devices (managed states only)."""
+    strategy = getattr(state, "strategy", None)
+    if not size or not callable(getattr(strategy, "place_batch", None)) or not getattr(strategy, "compiles", False):
+        return dataset
+    if not hasattr(dataset, "__iter__"):
+        return dataset  # Elapse raises the explanation
+    from gyre.loop._prefetch import prefetch_to_device
+
+    steps = steps_only(check_stop(stop))
+    done = initial.completed().steps if initial is not None else 0
+    limit = None if steps is None else max(steps - done, 0)
+    return prefetch_to_device(dataset, size=size, sharding=strategy, limit=limit)
+
+
+def _finish(clock: Elapse, ls: LoopState, ends: list[Any], hooks: list[Callable[[], Any]]) -> Elapsed:
+    """Ends a loop: completes the last step, runs ``on_end`` and the ``on_loop_end`` hooks."""
+    final = clock.complete()
+    ls.batch = None
+    logs = run_callbacks(ends, ls, final)
+    if logs:
+        ls.history.commit(final, logs)
+    for hook in hooks:
+        hook()
+    clock.warn_if_short(ls.stop_requested)
+    return final
+
+
+def _interrupted(ls: LoopState, clock: Elapse, catch: bool) -> None:
+    """Ctrl-C: only the outermost loop catches it (an evaluation that was cut short must not
+    report its partial result as complete); it says once where training stopped."""
+    if not catch or _DEPTH.value > 1:
+        raise KeyboardInterrupt
+    ls.request_stop("KeyboardInterrupt")
+    warn(
+        f"interrupted (Ctrl-C) during step {clock.elapsed.steps}: the loop stopped after "
+        f"{clock.elapsed.steps + (clock.batch_size is not None)} steps and ran its end callbacks"
+    )
+
+
+def loop(
+    state: Any,
+    dataset: Iterable[Any],
+    tasks: Tasks | None = None,
+    *,
+    stop: StopLike = None,
+    on_start: Callback | Sequence[Callback] | None = None,
+    on_end: Callback | Sequence[Callback] | None = None,
+    history: History | None = None,
+    elapsed: Elapsed | None = None,
+    catch_keyboard_interrupt: bool = True,
+    batch_size_fn: Any = None,
+    metadata: Any = None,
+    epoch_duration: int | Period | None = None,
+    clock: Callable[[], float] | None = None,
+    steps_per_call: int = 1,
+    prefetch: int = 2,
+) -> tuple[Any, History, Elapsed]:
+    """Runs a task table over a dataset: the loop language.
+
+    Args:
+        state: any pytree (params, optimizer state, ...), threaded through the callbacks.
+        dataset: an iterable of batches. A batch is pulled only for a step that will run.
+        tasks: ``{schedule: callback or [callbacks]}``; entries run in table order, and a
+            schedule is any callable ``elapsed -> bool``. The dict is never modified. A
+            :class:`~gyre.LoopElement` (a progress bar, ``gyre.callback(fn)``) spreads into
+            it under its default schedule: ``{gyre.every(1): step, **gyre.keras_bar(total=n)}``.
+        stop: steps (an integral number >= 1) or a :class:`Period`; ``None`` runs until the
+            data ends.
+        on_start: callbacks run once before the first step (their logs are not committed).
+        on_end: callbacks run once at the end, also after a stop request or Ctrl-C; logs they
+            return are committed to the history with the final clock. Callback objects in the
+            table with an ``on_loop_end()`` method have it called after them.
+        history: a history to append to (to continue a run); a new one by default.
+        elapsed: the clock to continue from (the third value a previous loop returned).
+        catch_keyboard_interrupt: Ctrl-C ends the outermost loop cleanly (``on_end`` runs,
+            and a warning says where) instead of raising; loops nested in a callback re-raise.
+        batch_size_fn: samples in a batch: a function of the list of leaf shapes (ciclo's
+            form), or of the batch when its parameter is named ``batch``; by default the
+            largest leading dimension.
+        metadata: anything, exposed to callbacks as ``loop.metadata``.
+        epoch_duration: steps per epoch; by default ``len(dataset)`` when it has one.
+        clock: seconds source (default ``time.monotonic``), injectable for tests.
+        steps_per_call: run up to this many steps per call of the compiled step under
+            ``every(1)``/``always()``, in one ``lax.scan`` (see :mod:`gyre.loop._chunks`):
+            every callback still runs after the same steps, with the same clock and state,
+            and the history gets one record per step. 1 (the default) runs step by step.
+        prefetch: when the state has a strategy (a managed state), this many batches are
+            placed on its devices ahead of the step that uses them (0: off). Batches are
+            never taken beyond ``stop`` when it is a number of steps.
+
+    Returns:
+        ``(state, history, elapsed)``, where ``elapsed`` counts the completed steps.
+
+    Callbacks receive ``state``, ``batch``, ``elapsed``, ``logs``, ``loop`` by parameter name
+    (any subset, any order), or else the first ``n`` of them by position. They return
+    ``None``, a :class:`~gyre.Logs`, a new state, or ``(logs, state)`` where ``None`` means
+    "unchanged" and any other value (``0``, ``{}``) is taken as given; or they assign
+    ``loop.state``. A returned state keeps the state's structure (``gyre.replace_state``
+    changes it on purpose).
+
+    Example:
+        >>> import gyre, jax, jax.numpy as jnp
+        >>> @jax.jit
+        ... def step(state, batch):
+        ...     state = state + batch
+        ...     return gyre.logs().add_metric("total", state), state
+        >>> state, history, elapsed = gyre.loop(
+        ...     jnp.float32(0), [1.0, 2.0, 3.0, 4.0], {gyre.every(1): [step]}, stop=3)
+        >>> float(state), elapsed.steps, history.collect("total")
+        (6.0, 3, [1.0, 3.0, 6.0])
+    """
+    table = compile_tasks(tasks)
+    steps = check_steps(steps_per_call, "steps_per_call")
+    chunks = split_tasks(table, steps) if steps > 1 else None
+    starts, ends = [bind(cb) for cb in as_list(on_start)], [bind(cb) for cb in as_list(on_end)]
+    history = _check_history(history)
+    dataset = _prefetched(dataset, state, prefetch, stop, elapsed)
+    clock_iter = Elapse(
+        dataset, stop=stop, initial=elapsed, epoch_duration=epoch_duration,
+        batch_size_fn=batch_size_fn, clock=clock,
+    )
+    _check_epoch_schedules(table, clock_iter)
+    ls = LoopState(state, history, clock_iter.elapsed, metadata)
+    ls._completed = clock_iter.peek_completed
+    _DEPTH.value = getattr(_DEPTH, "value", 0) + 1
+    try:
+        run_callbacks(starts, ls, clock_iter.elapsed)
+        try:
+            if chunks is not None:
+                ChunkRunner(chunks, clock_iter, ls, steps).run()
+            else:
+                run_steps(table, clock_iter, ls)
+        except KeyboardInterrupt:
+            _interrupted(ls, clock_iter, catch_keyboard_interrupt)
+        final = _finish(clock_iter, ls, ends, loop_end_hooks(table))
+    finally:
+        _DEPTH.value -= 1
+    return ls.state, history, final

@@ -1,0 +1,249 @@
+"""``LoopState``, the one owner of a running loop's state, clock and logs, and the one function
+that folds a callback's return into them.
+
+Every path of the engine (step by step, the callbacks between fused chunks, the start and end
+hooks, and the body of a fused ``lax.scan``) goes through :func:`fold` and :func:`run_callbacks`,
+so a callback means the same thing wherever it runs.
+
+A callback changes the state by returning it (or ``(logs, state)``), or by assigning
+``loop.state = new_state``; both are allowed, in every path, and the next callback sees the
+change. A returned state must have the structure of the current one: a callback that returns
+something else (a dict of metrics, say) would otherwise become the new state silently and fail
+steps later. To change the state's structure on purpose, return ``gyre.replace_state(new)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+
+from gyre.core._clock import Elapsed
+from gyre.core._errors import describe, explain
+from gyre.core._history import History
+from gyre.core._logs import Logs
+from gyre.loop._binding import Invoker
+
+
+class LoopState:
+    """What a callback that takes a ``loop`` parameter sees, and how it asks to stop.
+
+    Attributes:
+        state: the current state (assign to replace it, as a callback's return would).
+        history: the run's :class:`~gyre.History`.
+        elapsed: the clock of the current step.
+        logs: the current step's logs.
+        batch: the current batch.
+        metadata: whatever was passed as ``metadata=`` to the loop.
+        stop_requested: whether a callback asked to stop (ciclo's ``stop_iteration`` too).
+        stop_reason: the reason given.
+
+    Example:
+        >>> import gyre
+        >>> def stop_at_three(elapsed, loop):
+        ...     if elapsed.steps == 3:
+        ...         loop.request_stop("enough")
+        >>> _, _, elapsed = gyre.loop(None, range(10), {gyre.every(1): [stop_at_three]})
+        >>> elapsed.steps
+        4
+    """
+
+    __slots__ = (
+        "state", "history", "elapsed", "logs", "batch", "metadata",
+        "stop_requested", "stop_reason", "_completed",
+    )
+
+    def __init__(self, state: Any, history: History, elapsed: Elapsed, metadata: Any = None) -> None:
+        self.state = state
+        self.history = history
+        self.elapsed = elapsed
+        self.logs = Logs()
+        self.batch: Any = None
+        self.metadata = metadata
+        self.stop_requested = False
+        self.stop_reason = ""
+        self._completed: Callable[[], Elapsed] = lambda: self.elapsed.completed()
+
+    def request_stop(self, reason: str = "") -> None:
+        """Asks the loop to stop: the rest of this step is skipped, its logs are kept, the step
+        counts as completed, and ``on_end`` callbacks still run."""
+        self.stop_requested = True
+        self.stop_reason = reason
+
+    @property
+    def stop_iteration(self) -> bool:
+        """ciclo's name for :attr:`stop_requested`; setting it to True requests a stop."""
+        return self.stop_requested
+
+    @stop_iteration.setter
+    def stop_iteration(self, value: bool) -> None:
+        if value:
+            self.request_stop("stop_iteration")
+        else:
+            self.stop_requested = False
+
+    @property
+    def completed(self) -> Elapsed:
+        """The clock as it will be once the current step completes (what a checkpoint saves)."""
+        return self._completed()
+
+    @property
+    def accumulated_logs(self) -> Logs:
+        """ciclo's accumulated logs: the latest value of every entry logged so far in this
+        history, the current step's included (device values; nothing waits)."""
+        return self.history.latest().merge(self.logs)
+
+
+class ReplaceState:
+    """A state returned by :func:`replace_state`: taken as the new state whatever its
+    structure."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+
+
+def replace_state(state: Any) -> ReplaceState:
+    """Marks a callback's returned state as a deliberate change of the state's structure.
+
+    A returned state must otherwise have the structure of the current one (a returned dict of
+    metrics would silently become the state); return ``gyre.replace_state(new)``, or
+    ``(logs, gyre.replace_state(new))``, when the structure changes on purpose.
+
+    Example:
+        >>> import gyre
+        >>> grow = lambda state: gyre.replace_state({**state, "ema": 0.0})
+        >>> gyre.loop({"w": 1.0}, [0], {gyre.every(1): grow})[0]
+        {'w': 1.0, 'ema': 0.0}
+    """
+    return ReplaceState(state)
+
+
+def fold(out: Any, logs: Logs, state: Any, invoker: Invoker) -> Any:
+    """Folds a callback's return value into the step's ``logs``; returns the new state.
+
+    ``None`` changes nothing; a :class:`~gyre.Logs` is merged; a pair ``(logs, state)`` does
+    both (``None`` in the pair means unchanged, any other value is taken as given); anything
+    else is the new state.
+
+    Example:
+        >>> from gyre.loop._binding import bind
+        >>> logs = Logs()
+        >>> fold((Logs().add_metric("a", 1), 5), logs, 4, bind(lambda: None)), logs
+        (5, Logs(metrics={'a': 1}))
+    """
+    if type(out) is tuple:
+        if len(out) != 2:
+            _not_a_pair(out, invoker)
+        first, second = out
+        if type(first) is Logs:
+            logs.merge(first)
+        elif first is not None:
+            _merge_other(first, second, logs, invoker)
+        if second is None:
+            return state
+        out = second
+    elif isinstance(out, Logs):
+        logs.merge(out)
+        return state
+    if type(out) is ReplaceState:
+        return out.state
+    if not invoker.returned_state:
+        check_structure(out, state, invoker)
+        invoker.returned_state = True
+    return out
+
+
+def _not_a_pair(out: tuple[Any, ...], invoker: Invoker) -> None:
+    raise TypeError(
+        explain(
+            f"callback {invoker.name} returned a {len(out)}-tuple",
+            expected="None, Logs, a new state, or a pair (logs, state)",
+            received=f"a tuple of {len(out)} values: ({', '.join(type(v).__name__ for v in out)})",
+            fix="return (logs, state); use None in the pair for what did not change",
+        )
+    )
+
+
+def _merge_other(first: Any, second: Any, logs: Logs, invoker: Invoker) -> None:
+    if isinstance(second, Logs):
+        raise TypeError(
+            explain(
+                f"callback {invoker.name} returned (state, logs): the pair is (logs, state)",
+                expected="(logs, state)",
+                received=f"({describe(first, 40)}, Logs(...))",
+                fix="swap them: return logs, state",
+            )
+        )
+    if not isinstance(first, Mapping):
+        raise TypeError(
+            explain(
+                f"callback {invoker.name} returned a pair whose first value is not logs",
+                expected="(logs, state) with logs a gyre.Logs, a dict of collections, or None",
+                received=f"({describe(first)}, ...)",
+                fix="return (gyre.logs().add_metric(...), state); if your state is itself a "
+                "pair, return (None, state)",
+            )
+        )
+    logs.merge(first)
+
+
+def check_structure(new: Any, old: Any, invoker: Invoker) -> None:
+    """Raises a clear error when a callback's returned state does not have the structure of
+    the current state (a state of ``None`` takes any structure: it is not set yet).
+
+    Example:
+        >>> from gyre.loop._binding import bind
+        >>> check_structure({"w": 2}, {"w": 1}, bind(lambda: None))
+    """
+    if old is None:
+        return
+    before, after = jax.tree_util.tree_structure(old), jax.tree_util.tree_structure(new)
+    if before == after:
+        return
+    raise TypeError(
+        explain(
+            f"callback {invoker.name} returned a value whose structure differs from the state's, "
+            "so it would silently become the new state",
+            expected=f"a state structured like the current one: {_short(before)}",
+            received=f"{_short(after)}",
+            fix="return (logs, state) to log values with an unchanged state, or (logs, None); "
+            "to change the state's structure on purpose, return gyre.replace_state(new_state)",
+        )
+    )
+
+
+def _short(treedef: Any, limit: int = 300) -> str:
+    text = str(treedef)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def run_callbacks(
+    invokers: Sequence[Invoker],
+    loop_state: LoopState,
+    elapsed: Elapsed,
+    batch: Any = None,
+    logs: Logs | None = None,
+) -> Logs:
+    """Runs bound callbacks in order, folding their returns into ``logs`` and
+    ``loop_state.state``; stops after a callback that requests a stop. Returns the logs.
+
+    Example:
+        >>> from gyre.loop._binding import bind
+        >>> ls = LoopState(1, History(), Elapsed())
+        >>> run_callbacks([bind(lambda state: state + 1)], ls, Elapsed()), ls.state
+        (Logs(), 2)
+    """
+    logs = Logs() if logs is None else logs
+    loop_state.elapsed = elapsed
+    loop_state.logs = logs
+    loop_state.batch = batch
+    for invoker in invokers:
+        out = invoker.call(loop_state.state, batch, elapsed, logs, loop_state)
+        if out is not None:
+            loop_state.state = fold(out, logs, loop_state.state, invoker)
+        if loop_state.stop_requested:
+            break
+    return logs

@@ -1,0 +1,347 @@
+"""Task tables: validation, binding, and the explicit types the engine reads instead of
+attributes set on users' objects.
+
+A task table maps schedules to callbacks. :func:`compile_tasks` turns one into a list of
+:class:`Task` (a schedule, or ``None`` when it fires on every step, and its bound callbacks).
+Three types tell the engine what it needs to know:
+
+* :class:`StepPoint`: the schedule of a named loop's step (``on_train_step``, ...), whose
+  callbacks are the step that ``steps_per_call`` fuses.
+* :class:`ChunkSafe`: a base class for callbacks that only display progress (the bars): with
+  ``steps_per_call`` they run once per fused chunk, with its last step, instead of cutting the
+  chunks to one step.
+* :class:`LoopElement` / :class:`LoopCallbackBase`: ciclo's protocol; an element spreads into a
+  table with its default schedule (``{**gyre.keras_bar(total=n)}``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from gyre.core._clock import Elapsed
+from gyre.core._errors import describe, explain, suggest, warn
+from gyre.core._hooks import ALL_HOOKS, NamedSchedule
+from gyre.core._logs import Logs
+from gyre.core._schedules import Schedule, as_schedule, every
+from gyre.loop._binding import Invoker, bind, callback_name, inject
+
+Callback = Callable[..., Any]
+Tasks = Mapping[Any, Callback | Sequence[Callback]]
+
+
+class StepPoint(Schedule):
+    """The schedule of a named loop's step point: fires on every step; with
+    ``steps_per_call`` its callbacks are the compiled step that is fused.
+
+    Args:
+        name: the named point (``"on_train_step"``).
+        expects_state: the step trains, so it should return a new state (a train step that
+            never does trains nothing: the loop warns once).
+
+    Example:
+        >>> StepPoint("on_train_step")(Elapsed()), StepPoint("on_test_step").fires_always
+        (True, True)
+    """
+
+    fires_always = True
+
+    def __init__(self, name: str, *, expects_state: bool = False) -> None:
+        self.name = name
+        self.expects_state = expects_state
+
+    def __call__(self, elapsed: Elapsed) -> bool:
+        return True
+
+    def reads(self) -> frozenset[str]:
+        return frozenset()
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class When(Schedule):
+    """A named loop's own schedule (a fresh task-table key) with a fixed predicate.
+
+    Example:
+        >>> last = When(lambda e: e.step_in_epoch == 2, "on_epoch_end", reads=("step_in_epoch",))
+        >>> last(Elapsed(step_in_epoch=2)), last
+        (True, on_epoch_end)
+    """
+
+    def __init__(
+        self, predicate: Callable[[Elapsed], bool], label: str, *, reads: Sequence[str] = ()
+    ) -> None:
+        self.predicate = predicate
+        self.label = label
+        self._reads = frozenset(reads)
+
+    def __call__(self, elapsed: Elapsed) -> bool:
+        return self.predicate(elapsed)
+
+    def reads(self) -> frozenset[str]:
+        return self._reads
+
+    def __repr__(self) -> str:
+        return self.label
+
+
+class Every(When):
+    """A named loop's point that fires on every step (``on_train_batch_end``, ...).
+
+    Example:
+        >>> Every("on_train_batch_end").fires_always
+        True
+    """
+
+    fires_always = True
+
+    def __init__(self, label: str) -> None:
+        super().__init__(lambda e: True, label)
+
+
+class ChunkSafe:
+    """Base class of callbacks that only show progress: with ``steps_per_call`` they run once
+    per fused chunk, after its last step, wherever they sit in the table (step by step they
+    run every step, in table order). Progress bars are ChunkSafe.
+
+    Example:
+        >>> class Dots(ChunkSafe):
+        ...     def __call__(self, elapsed):
+        ...         print(".", end="")
+        >>> is_chunk_safe(Dots()), is_chunk_safe(print)
+        (True, False)
+    """
+
+
+def is_chunk_safe(fn: Any) -> bool:
+    """Whether a callback (or the object of a bound method) is :class:`ChunkSafe`.
+
+    Example:
+        >>> is_chunk_safe(len)
+        False
+    """
+    return isinstance(fn, ChunkSafe) or isinstance(getattr(fn, "__self__", None), ChunkSafe)
+
+
+class LoopElement:
+    """ciclo's loop element: spreads into a task table under its default schedule,
+    ``{gyre.every(1): step, **element}`` (the dict calls :meth:`keys` and ``element[key]``).
+
+    Example:
+        >>> class Printer(LoopElement):
+        ...     def __call__(self, elapsed):
+        ...         pass
+        >>> p = Printer()
+        >>> [(repr(k), v) for k, v in {**p}.items()] == [("every(steps=1)", [p])]
+        True
+    """
+
+    def default_schedule(self) -> Schedule:
+        """The schedule the element runs under when spread into a table (every step)."""
+        return every(1)
+
+    def keys(self) -> list[Schedule]:
+        return [self.default_schedule()]
+
+    def __getitem__(self, key: Any) -> list[Any]:
+        return [self]
+
+
+class LoopCallbackBase(LoopElement):
+    """ciclo's callback base class: subclasses define ``__loop_callback__(loop_state)`` and
+    return ``(logs, state)``; the loop calls it with its :class:`~gyre.LoopState`.
+
+    Example:
+        >>> import gyre
+        >>> class Count(LoopCallbackBase):
+        ...     def __loop_callback__(self, loop_state):
+        ...         return gyre.logs().add_metric("n", loop_state.elapsed.steps), loop_state.state
+        >>> gyre.loop(None, [0, 0], {**Count()})[1].collect("n")
+        [0, 1]
+    """
+
+    def __loop_callback__(self, loop_state: Any) -> tuple[Logs, Any]:  # pragma: no cover
+        raise NotImplementedError
+
+
+class FunctionCallback(LoopCallbackBase):
+    """What :func:`callback` returns: a function called ciclo's way (by position: state,
+    batch, elapsed, loop_state), its return normalised to ``(logs, state)``."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self._call = inject(fn)
+
+    def __loop_callback__(self, loop_state: Any) -> tuple[Logs, Any]:
+        out = self._call(loop_state.state, loop_state.batch, loop_state.elapsed, loop_state)
+        if out is None:
+            return Logs(), loop_state.state
+        if type(out) is tuple and len(out) == 2:
+            return out[0] if out[0] is not None else Logs(), out[1] if out[1] is not None else loop_state.state
+        if isinstance(out, Logs):
+            return out, loop_state.state
+        return Logs(), out
+
+    def __repr__(self) -> str:
+        return f"gyre.callback({callback_name(self.fn)})"
+
+
+def callback(fn: Callable[..., Any]) -> FunctionCallback:
+    """ciclo's ``callback``: a function as a loop element, called by position with ``state,
+    batch, elapsed, loop_state``; spreads into a table under ``every(1)``.
+
+    Example:
+        >>> import gyre
+        >>> log = gyre.callback(lambda state, batch: gyre.logs().add_metric("b", batch))
+        >>> gyre.loop(None, [3, 4], {**log})[1].collect("b")
+        [3, 4]
+    """
+    if not callable(fn):
+        raise TypeError(
+            explain(
+                "gyre.callback needs a function",
+                expected="a function of (state, batch, elapsed, loop_state), or a prefix of them",
+                received=describe(fn),
+                fix="pass the function itself: gyre.callback(my_fn)",
+            )
+        )
+    return FunctionCallback(fn)
+
+
+class Task:
+    """One entry of a compiled task table.
+
+    Attributes:
+        key: the table's key, as given.
+        schedule: the schedule, or ``None`` when it fires on every step (not asked).
+        invokers: the bound callbacks, in list order.
+
+    Example:
+        >>> import gyre
+        >>> [t.schedule for t in compile_tasks({gyre.every(1): print, gyre.every(2): print})]
+        [None, every(steps=2)]
+    """
+
+    __slots__ = ("key", "schedule", "invokers")
+
+    def __init__(self, key: Any, schedule: Schedule | None, invokers: list[Invoker]) -> None:
+        self.key = key
+        self.schedule = schedule
+        self.invokers = invokers
+
+    def __repr__(self) -> str:
+        return f"Task({self.key!r}: {[i.name for i in self.invokers]})"
+
+
+def as_list(value: Any) -> list[Any]:
+    """Callbacks given as one, a list or a tuple, as a list (``None``: none).
+
+    Example:
+        >>> as_list(None), as_list(print), as_list((len, print))
+        ([], [<built-in function print>], [<built-in function len>, <built-in function print>])
+    """
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def check_table(tasks: Any, where: str = "tasks") -> Mapping[Any, Any]:
+    """``tasks`` when it is a dict (``None``: empty), else the explained error.
+
+    Example:
+        >>> check_table(None)
+        {}
+    """
+    if tasks is None:
+        return {}
+    if not isinstance(tasks, Mapping):
+        raise TypeError(
+            explain(
+                f"{where} must be a dict from schedules to callbacks",
+                expected="{gyre.every(1): [train_step], gyre.every(100): [save]}",
+                received=describe(tasks),
+                fix="wrap the callbacks in a dict keyed by their schedule; a callback object "
+                "that is a gyre.LoopElement spreads into one: {**gyre.keras_bar(total=n)}",
+            )
+        )
+    return tasks
+
+
+def compile_tasks(tasks: Tasks | None) -> list[Task]:
+    """Validates a task table and binds its callbacks; the caller's dict is only read.
+
+    Example:
+        >>> import gyre
+        >>> compile_tasks({gyre.every(3): [print]})
+        [Task(every(steps=3): ['print'])]
+    """
+    plan = []
+    for key, callbacks in check_table(tasks).items():
+        _check_key(key)
+        schedule: Schedule | None = as_schedule(key)
+        if getattr(schedule, "fires_always", False):
+            schedule = None  # nothing to ask: the loop skips the call
+        invokers = [bind(cb) for cb in as_list(callbacks)]
+        if invokers or (schedule is not None and schedule.state_dict()):
+            plan.append(Task(key, schedule, invokers))  # a task with nothing to run is dropped
+    return plan
+
+
+def _check_key(key: Any) -> None:
+    if isinstance(key, NamedSchedule):
+        key(Elapsed())  # raises the explanation
+    if isinstance(key, str):
+        raise TypeError(
+            explain(
+                f"unknown schedule {key!r} in the task table",
+                expected="a schedule such as gyre.every(10); named schedules "
+                "(gyre.on_train_step, ...) belong to train_loop/test_loop/predict_loop",
+                received=f"the string {key!r}",
+                fix="use a schedule object." + suggest(key, ALL_HOOKS),
+            )
+        )
+
+
+def loop_end_hooks(tasks: Sequence[Task]) -> list[Callable[[], Any]]:
+    """The ``on_loop_end()`` methods of the callback objects in a table (each object once; for
+    a bound method, its object's): the loop calls them when it ends.
+
+    Example:
+        >>> class Bar:
+        ...     def __call__(self): pass
+        ...     def on_loop_end(self): print("done")
+        >>> [hook() for hook in loop_end_hooks(compile_tasks({every(1): Bar()}))]
+        done
+        [None]
+    """
+    hooks: dict[int, Callable[[], Any]] = {}
+    for task in tasks:
+        for invoker in task.invokers:
+            for obj in _owners(invoker.fn):
+                hook = getattr(obj, "on_loop_end", None)
+                if callable(hook) and id(obj) not in hooks:
+                    hooks[id(obj)] = hook
+    return list(hooks.values())
+
+
+def _owners(fn: Any) -> Iterator[Any]:
+    yield fn
+    owner = getattr(fn, "__self__", None)
+    if owner is not None:
+        yield owner
+
+
+def warn_if_untrained(tasks: Sequence[Task]) -> None:
+    """Warns once when a training step point ran and none of its callbacks returned a state:
+    the loop trained nothing (a step that returns only its logs)."""
+    for task in tasks:
+        if isinstance(task.key, StepPoint) and task.key.expects_state and task.invokers:
+            if not any(inv.returned_state for inv in task.invokers):
+                names = ", ".join(inv.name for inv in task.invokers)
+                warn(
+                    f"the {task.key!r} callbacks ({names}) returned no state on the first "
+                    "step, so the loop trains nothing: a train step returns (logs, new_state)"
+                )

@@ -1,0 +1,228 @@
+"""jaxloop's partitioners, as thin adapters over gyre's strategies.
+
+A partitioner tells a :class:`~gyre.Step` how to shard three things: the batch
+(:meth:`Partitioner.shard_batch`), the model initialisation (:meth:`Partitioner.shard_init_fn`)
+and the step itself (:meth:`Partitioner.partition`). Each one holds a gyre
+:class:`~gyre.Strategy` (``partitioner.strategy``) and forwards every one of those to it
+(:meth:`~gyre.Strategy.place_batch`, :meth:`~gyre.Strategy.sharded_init`,
+:meth:`~gyre.Strategy.compile`); the partitioners only translate jaxloop's conventions
+(``(state, outputs)`` returned by a step, ``shard_*`` names):
+
+* :class:`SingleDevicePartitioner`: :class:`~gyre.Jit`, one device.
+* :class:`DataParallelPartitioner`: :class:`~gyre.DataParallel`, the batch split over
+  ``data_axis``, the state replicated.
+* :class:`SPMDPartitioner`: :class:`~gyre.SPMD`, the batch split over ``data_axis`` and each
+  parameter sharded as its flax annotation says.
+* ``Partitioner(strategy)``: any other strategy, e.g. ``Partitioner(gyre.FSDP())``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+from jax.sharding import Mesh, Sharding
+
+from gyre.parallel._strategies import SPMD, DataParallel, Jit, Rules, Strategy, get_strategy
+
+#: The strategy of :class:`SPMDPartitioner`, under its former name.
+LogicalSharding = SPMD
+
+
+class Partitioner:
+    """Shards a :class:`~gyre.Step`'s batches, initialisation and computation with a strategy.
+
+    Args:
+        strategy: a :class:`~gyre.Strategy` or its name (``"jit"``, ``"data_parallel"``,
+            ``"fsdp"``, ``"eager"``).
+
+    Example:
+        >>> import gyre
+        >>> p = gyre.Partitioner(gyre.FSDP())
+        >>> p.strategy.name, p.data_axis
+        ('fsdp', 'data')
+    """
+
+    def __init__(self, strategy: Strategy | str = "jit") -> None:
+        self.strategy: Strategy = get_strategy(strategy)
+        self._last_state_sharding: Any = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(strategy={self.strategy!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.strategy == self.strategy  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.strategy))
+
+    # -- jaxloop's properties --------------------------------------------------------------------
+    @property
+    def mesh(self) -> Mesh | None:
+        """The device mesh (``None`` on one device)."""
+        return self.strategy.mesh
+
+    @property
+    def data_axis(self) -> str | None:
+        """The mesh axis the batch is split over (``None`` on one device)."""
+        axes = getattr(self.strategy, "data_axis", None)
+        if not axes:
+            return None
+        return axes[0] if len(axes) == 1 else axes  # type: ignore[return-value]
+
+    @property
+    def sharding(self) -> Any:
+        """The state's sharding as jaxloop reports it: ``None`` on one device, the replicated
+        sharding for data parallelism, the tree of shardings of the last initialised state
+        otherwise."""
+        return self._last_state_sharding
+
+    # -- jaxloop's methods -----------------------------------------------------------------------
+    def shard_batch(self, batch: Any) -> Any:
+        """The batch placed on the strategy's batch sharding (split over the data axis).
+
+        Example:
+            >>> import gyre, numpy as np
+            >>> p = gyre.DataParallelPartitioner()
+            >>> x = p.shard_batch(np.zeros((8 * p.strategy.data_size, 3)))
+            >>> x.sharding.spec
+            P('data',)
+        """
+        return self.strategy.place_batch(batch)
+
+    def shard_init_fn(self, init_fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``init_fn`` compiled so the state it builds lands directly on the strategy's state
+        shardings (nothing is built whole on one device first).
+
+        Example:
+            >>> import gyre, jax.numpy as jnp
+            >>> init = gyre.DataParallelPartitioner().shard_init_fn(lambda x: {"w": x * 2})
+            >>> init(jnp.ones(3))["w"].sharding.spec
+            P()
+        """
+        init = self.strategy.sharded_init(init_fn)
+        if self.mesh is None:
+            return init
+
+        def sharded_init(*args: Any, **kwargs: Any) -> Any:
+            state = init(*args, **kwargs)
+            self._last_state_sharding = self.strategy.state_sharding(state)
+            return state
+
+        return sharded_init
+
+    def partition(
+        self,
+        fn: Callable[..., tuple[Any, Any]],
+        state: Any = None,
+        *,
+        donate: bool = True,
+        **jit_kwargs: Any,
+    ) -> Callable[..., tuple[Any, Any]]:
+        """``fn(state, batch, **kwargs) -> (state, outputs)`` compiled by the strategy.
+
+        :meth:`gyre.Strategy.compile` does the work: the output state keeps the strategy's
+        shardings and the outputs are replicated, so the step compiles once. The state is donated
+        unless ``donate=False`` (or ``jit_kwargs`` names its own ``donate_argnums`` /
+        ``donate_argnames``). Other ``jit_kwargs`` go to ``jax.jit``.
+
+        Example:
+            >>> import gyre, jax.numpy as jnp
+            >>> p = gyre.SingleDevicePartitioner()
+            >>> run = p.partition(lambda s, b: (s + b.sum(), {"n": b.size}), jnp.zeros(()))
+            >>> state, out = run(jnp.zeros(()), jnp.ones(4))
+            >>> float(state), int(out["n"])
+            (4.0, 4)
+        """
+        traces = [0]
+
+        def as_step(state: Any, batch: Any, **kwargs: Any) -> tuple[Any, Any]:
+            traces[0] += 1
+            new_state, outputs = fn(state, batch, **kwargs)
+            return outputs, new_state  # the strategies' (logs, state) order
+
+        compiled = self.strategy.compile(as_step, state, donate=donate, **jit_kwargs)
+
+        def run(state: Any, batch: Any, **kwargs: Any) -> tuple[Any, Any]:
+            outputs, state = compiled(state, batch, **kwargs)
+            return state, outputs
+
+        run.compiled = compiled  # type: ignore[attr-defined]
+        run.trace_count = lambda: traces[0]  # type: ignore[attr-defined]
+        return run
+
+
+class SingleDevicePartitioner(Partitioner):
+    """One device (:class:`~gyre.Jit`).
+
+    Args:
+        device: the device; by default ``jax.devices()[0]``.
+
+    Example:
+        >>> import gyre
+        >>> p = gyre.SingleDevicePartitioner()
+        >>> p.strategy.name, p.mesh, p.sharding
+        ('jit', None, None)
+    """
+
+    def __init__(self, *, device: jax.Device | None = None) -> None:
+        super().__init__(Jit(device=device))
+
+
+class DataParallelPartitioner(Partitioner):
+    """The batch split over ``data_axis`` of ``mesh``, the state replicated
+    (:class:`~gyre.DataParallel`).
+
+    Args:
+        mesh: the device mesh; by default every device on one axis named ``data_axis``.
+        data_axis: the mesh axis the batch is split over.
+
+    Example:
+        >>> import gyre, jax
+        >>> p = gyre.DataParallelPartitioner(data_axis="data")
+        >>> p.mesh.shape["data"] == jax.device_count(), p.data_axis
+        (True, 'data')
+    """
+
+    def __init__(self, mesh: Mesh | None = None, data_axis: str = "data") -> None:
+        super().__init__(DataParallel(mesh=mesh, data_axis=data_axis))
+
+    @property
+    def sharding(self) -> Sharding:
+        """The replicated sharding of the state (jaxloop's ``sharding``)."""
+        return self.strategy.replicated()
+
+
+class SPMDPartitioner(Partitioner):
+    """Parameters sharded as their flax annotations say, the batch split over ``data_axis``.
+
+    The strategy is :class:`~gyre.SPMD` (its docstring has the details): annotate parameters
+    with ``nn.with_logical_partitioning(init, ("embed", "mlp"))`` and map the logical names to
+    mesh axes with ``rules``; ``nn.with_partitioning`` annotations name mesh axes directly.
+    The boxes stay in the state (flax's way), so the optimizer state is sharded like the
+    parameters; ``flax.linen.meta.unbox(state.params)`` gives plain arrays.
+
+    Args:
+        mesh: the device mesh; by default every device on one axis named ``data_axis``.
+        rules: ``(logical_name, mesh_axis)`` pairs, in order of precedence (flax's rules);
+            by default those flax holds when the partitioner is built.
+        data_axis: the mesh axis the batch is split over.
+
+    Example:
+        >>> import gyre, jax, numpy as np
+        >>> mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(-1, 1), ("data", "model"))
+        >>> p = gyre.SPMDPartitioner(mesh=mesh, rules=[("mlp", "model")])
+        >>> p.strategy.name, p.data_axis
+        ('spmd', 'data')
+    """
+
+    def __init__(
+        self, mesh: Mesh | None = None, rules: Rules | None = None, data_axis: str = "data"
+    ) -> None:
+        super().__init__(SPMD(mesh=mesh, rules=rules, data_axis=data_axis))
+
+    @property
+    def rules(self) -> tuple[tuple[str, Any], ...]:
+        """The logical-to-mesh axis rules."""
+        return self.strategy.rules  # type: ignore[attr-defined]

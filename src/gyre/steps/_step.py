@@ -1,0 +1,603 @@
+"""jaxloop's ``Step``: a class whose ``run`` is the maths of one step, compiled and sharded
+by a partitioner.
+
+Subclass :class:`Step`, write ``run(state, batch) -> (state, outputs)`` (jittable; ``outputs``
+a dict of metrics), then::
+
+    step = MyStep(jax.random.key(0), model, optimizer=optax.adam(1e-3),
+                  partitioner=gyre.DataParallelPartitioner(), train=True)
+    state = step.initialize_model((1, 64))        # the shape of one input batch
+    state, outputs = step(state, batch)           # preprocess, shard, begin, run, end
+
+A call runs ``preprocess_batch`` and ``shard_batch`` on the host, then ``begin``, the compiled
+``run`` and ``end``. As in jaxloop, ``begin`` and ``end`` run outside ``jit`` (they may
+convert data or touch the host); only ``run`` is compiled, once, by the partitioner, with the
+state donated when the step trains. ``step.as_callback()`` gives a ``gyre.loop`` callback
+``(state, batch) -> (Logs, state)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import flax.linen as nn
+import jax
+import numpy as np
+import optax
+from flax.core import FrozenDict
+
+from gyre.core._errors import describe, explain
+from gyre.core._logs import Logs
+from gyre.core._state import TrainState, check_optimizer
+from gyre.parallel._partitioners import Partitioner, SingleDevicePartitioner
+
+Batch = Any
+Output = dict[str, Any]
+State = TrainState
+
+_log = logging.getLogger(__name__)
+
+
+class Step:
+    """One train or eval step in jaxloop's shape: override :meth:`run` (and optionally
+    :meth:`preprocess_batch`, :meth:`begin`, :meth:`end`).
+
+    Args:
+        base_prng: the base PRNG key (or a pytree of keys, e.g. one per flax rng stream);
+            it initialises the model and :meth:`prng_key` folds the step number into it.
+        model: a flax linen module, or an ``nnx.Module`` class built with
+            ``nnx_model_args`` / ``**nnx_model_kwargs`` (bridged to linen).
+        optimizer: an optax optimizer; ``None`` for a step that never updates the state
+            (evaluation).
+        partitioner: how batches, initialisation and ``run`` are sharded; by default
+            :class:`~gyre.SingleDevicePartitioner`. A gyre strategy or strategy name is
+            accepted too (``partitioner=gyre.FSDP()``).
+        train: whether this is a training step (``self.train`` inside ``run``); a training
+            step donates its state to the compiled ``run``.
+        should_shard_batch: shard each batch before ``begin``; ``False`` leaves it to you
+            (call :meth:`shard_batch`).
+        nnx_model_args: positional arguments of an ``nnx.Module`` class's ``__init__``
+            (its ``rngs`` is given by the bridge).
+        **nnx_model_kwargs: keyword arguments of an ``nnx.Module`` class's ``__init__``.
+
+    Example:
+        >>> import gyre, jax, jax.numpy as jnp, optax, flax.linen as nn
+        >>> class Regression(gyre.Step):
+        ...     def run(self, state, batch):
+        ...         x, y = batch
+        ...         def loss_fn(params):
+        ...             return jnp.mean((state.apply_fn({"params": params}, x) - y) ** 2)
+        ...         loss, grads = jax.value_and_grad(loss_fn)(state.params)
+        ...         return state.apply_gradients(grads=grads), {"loss": loss}
+        >>> step = Regression(jax.random.key(0), nn.Dense(1), optimizer=optax.sgd(0.1), train=True)
+        >>> state = step.initialize_model((1, 2))
+        >>> x = jnp.ones((4, 2)); y = jnp.full((4, 1), 3.0)
+        >>> for _ in range(60):
+        ...     state, outputs = step(state, (x, y))
+        >>> round(float(outputs["loss"]), 4), int(state.step), step.compiled_count()
+        (0.0, 60, 1)
+    """
+
+    def __init__(
+        self,
+        base_prng: Any,
+        model: Any,
+        *,
+        optimizer: optax.GradientTransformation | None = None,
+        partitioner: Partitioner | Any = None,
+        train: bool = False,
+        should_shard_batch: bool = True,
+        nnx_model_args: tuple[Any, ...] | None = None,
+        **nnx_model_kwargs: Any,
+    ) -> None:
+        self._base_prng = base_prng
+        self._model = _as_linen(model, nnx_model_args, nnx_model_kwargs)
+        check_optimizer(optimizer, argument="optimizer", none_means="an evaluation step")
+        self._optimizer = optimizer
+        self._partitioner = _as_partitioner(partitioner)
+        self._train = bool(train)
+        self._should_shard_batch = should_shard_batch
+        self._jit_kwargs: dict[str, Any] = {}
+        self._donate = self._train
+        self._cached_run: Callable[..., tuple[Any, Any]] | None = None
+        self._num_params: int | None = None
+        self._num_flops: float | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(model={type(self._model).__name__}, train={self._train}, "
+            f"partitioner={self._partitioner!r})"
+        )
+
+    # -- properties ----------------------------------------------------------------------------
+    @property
+    def train(self) -> bool:
+        """Whether this is a training step."""
+        return self._train
+
+    @property
+    def model(self) -> nn.Module:
+        """The (linen) model."""
+        return self._model
+
+    @property
+    def optimizer(self) -> optax.GradientTransformation | None:
+        """The optimizer the state is created with."""
+        return self._optimizer
+
+    @property
+    def partitioner(self) -> Partitioner:
+        """The partitioner (its ``strategy`` does the placing and compiling)."""
+        return self._partitioner
+
+    @property
+    def num_params(self) -> int | None:
+        """The parameter count, once :meth:`compute_num_params` ran."""
+        return self._num_params
+
+    @property
+    def num_flops(self) -> float | None:
+        """The compiled ``run``'s flop count, once :meth:`compute_num_flops` ran."""
+        return self._num_flops
+
+    # -- the model -------------------------------------------------------------------------------
+    def initialize_model(self, spec: Any, log_num_params: bool = False, **kwargs: Any) -> TrainState:
+        """A :class:`~gyre.TrainState` for the model, initialised from a spec of its input.
+
+        The spec describes one input batch of the model: a shape (``(1, 28, 28, 1)`` or a
+        list), a ``(shape, dtype)`` pair, a ``jax.ShapeDtypeStruct``, an array, or a pytree
+        of these. A zero batch is built from it, passed through :meth:`preprocess_batch`,
+        and the model is initialised inside ``jit`` with the state landing directly on the
+        partitioner's shardings. Parameters go to ``state.params``, other collections
+        (``batch_stats``...) to ``state.model_state``; ``state.rng`` is the base key.
+
+        Args:
+            spec: the input spec (see above).
+            log_num_params: log the parameter count (``logging`` at INFO).
+            **kwargs: keyword arguments of the model's ``__call__`` at initialisation
+                (e.g. ``train=False``); they are static.
+
+        Returns:
+            The state, placed by the partitioner.
+
+        Raises:
+            ValueError: the spec is not a spec, or the model cannot run on inputs of its
+                shapes (the model's own error is chained).
+
+        Example:
+            >>> import gyre, jax, flax.linen as nn, optax
+            >>> step = gyre.Step(jax.random.key(0), nn.Dense(3), optimizer=optax.adam(1e-3))
+            >>> state = step.initialize_model((1, 5))
+            >>> state.params["kernel"].shape, int(state.step)
+            ((5, 3), 0)
+        """
+        batch = self.preprocess_batch(zeroed_batch(spec))
+        model, rngs, tx = self._model, self._base_prng, self._optimizer
+        rng = _first_key(rngs)
+
+        def init_fn(batch: Any) -> TrainState:
+            variables = dict(model.init(rngs, batch, **kwargs))
+            params = variables.pop("params", {})
+            return TrainState.create(
+                params=params, tx=tx, apply_fn=model.apply, rng=rng, model_state=variables
+            )
+
+        try:
+            jax.eval_shape(init_fn, batch)
+        except Exception as err:  # the model's own error, about its input, is chained
+            raise ValueError(
+                explain(
+                    f"initialize_model could not run {type(model).__name__} on inputs built "
+                    "from the spec",
+                    expected=f"a spec of one input batch that {type(model).__name__}.__call__ "
+                    "accepts (a shape with its batch dimension, e.g. (1, 28, 28, 1), a "
+                    "(shape, dtype) pair, a jax.ShapeDtypeStruct, or a pytree of them shaped "
+                    "like the model's input)",
+                    received=f"spec {_short(spec)} -> inputs {_shapes(batch)}; the model "
+                    f"raised {type(err).__name__}: {_first_line(err)}",
+                    fix="pass the shape of what the model takes, e.g. "
+                    "step.initialize_model((1, <features>)); if preprocess_batch reshapes "
+                    "the batch, give the spec of the batch before it",
+                )
+            ) from err
+        state = self._partitioner.shard_init_fn(init_fn)(batch)
+        if log_num_params:
+            _log.info("Initialized model with %d parameters.", self.compute_num_params(state))
+        return state
+
+    def compute_num_params(self, state: TrainState) -> int:
+        """The number of parameters in ``state.params`` (also kept in :attr:`num_params`).
+
+        Example:
+            >>> import gyre, jax, flax.linen as nn
+            >>> step = gyre.Step(jax.random.key(0), nn.Dense(3))
+            >>> step.compute_num_params(step.initialize_model((1, 5)))
+            18
+        """
+        self._num_params = int(sum(np.size(x) for x in jax.tree_util.tree_leaves(state.params)))
+        return self._num_params
+
+    def compute_num_flops(self, state: TrainState, batch: Batch) -> float:
+        """The flop count of the compiled ``run`` on ``batch`` (XLA's cost analysis).
+
+        Example:
+            >>> import gyre, jax, jax.numpy as jnp, flax.linen as nn
+            >>> class Forward(gyre.Step):
+            ...     def run(self, state, batch):
+            ...         return state, {"y": state.apply_fn({"params": state.params}, batch)}
+            >>> step = Forward(jax.random.key(0), nn.Dense(3))
+            >>> state = step.initialize_model((1, 5))
+            >>> step.compute_num_flops(state, jnp.ones((2, 5))) > 0
+            True
+        """
+        batch = self.preprocess_batch(batch)
+        if self._should_shard_batch:
+            batch = self.shard_batch(batch)
+        compiled = getattr(self._get_run(state), "compiled", None)
+        if compiled is None or not hasattr(compiled, "lower"):
+            return 0.0
+        analysis = compiled.lower(state, batch).compile().cost_analysis()
+        if isinstance(analysis, list | tuple):
+            analysis = analysis[0] if analysis else {}
+        self._num_flops = float((analysis or {}).get("flops", 0.0))
+        return self._num_flops
+
+    def prng_key(self, step: int | jax.Array) -> Any:
+        """The PRNG key of step ``step``: ``fold_in(base_prng, step)`` (each key of a pytree
+        of keys). Deterministic, and usable inside ``run`` with ``state.step``.
+
+        Example:
+            >>> import gyre, jax, flax.linen as nn
+            >>> key = jax.random.PRNGKey(0)
+            >>> step = gyre.Step(key, nn.Dense(1))
+            >>> bool((step.prng_key(3) == jax.random.fold_in(key, 3)).all())
+            True
+        """
+        return jax.tree_util.tree_map(lambda key: jax.random.fold_in(key, step), self._base_prng)
+
+    # -- the hooks -------------------------------------------------------------------------------
+    def preprocess_batch(self, batch: Batch) -> Batch:
+        """Prepares a raw batch (on the host, before sharding); the identity by default.
+
+        Also applied to the zero batch of :meth:`initialize_model`.
+
+        Example:
+            >>> import gyre, jax, flax.linen as nn
+            >>> gyre.Step(jax.random.key(0), nn.Dense(1)).preprocess_batch({"x": 1})
+            {'x': 1}
+        """
+        return batch
+
+    def shard_batch(self, batch: Batch) -> Batch:
+        """The batch placed by the partitioner (split over its data axis).
+
+        Example:
+            >>> import gyre, jax, flax.linen as nn, numpy as np
+            >>> step = gyre.Step(jax.random.key(0), nn.Dense(1),
+            ...                  partitioner=gyre.DataParallelPartitioner())
+            >>> step.shard_batch(np.zeros((8 * jax.device_count(), 2))).sharding.spec
+            P('data',)
+        """
+        return self._partitioner.shard_batch(batch)
+
+    def begin(self, state: TrainState, batch: Batch) -> tuple[TrainState, Batch]:
+        """Runs before the compiled :meth:`run`, outside ``jit``; the identity by default.
+
+        Example:
+            >>> import gyre, jax, flax.linen as nn
+            >>> gyre.Step(jax.random.key(0), nn.Dense(1)).begin("state", "batch")
+            ('state', 'batch')
+        """
+        return state, batch
+
+    def run(self, state: TrainState, batch: Batch) -> tuple[TrainState, Output | None]:
+        """The step itself: override it. It is compiled (so it must be jittable) and returns
+        ``(state, outputs)`` with ``outputs`` a dict of named values (loss, metrics...).
+
+        Example:
+            >>> import gyre, jax, flax.linen as nn
+            >>> gyre.Step(jax.random.key(0), nn.Dense(1)).run(None, None)
+            Traceback (most recent call last):
+            ...
+            NotImplementedError: Step.run is not implemented
+            ...
+        """
+        raise NotImplementedError(_not_implemented(type(self)))
+
+    def end(
+        self, state: TrainState, outputs: Output | None
+    ) -> tuple[TrainState, Output | None]:
+        """Runs after the compiled :meth:`run`, outside ``jit``; the identity by default.
+
+        Example:
+            >>> import gyre, jax, flax.linen as nn
+            >>> gyre.Step(jax.random.key(0), nn.Dense(1)).end("state", {"loss": 0.0})
+            ('state', {'loss': 0.0})
+        """
+        return state, outputs
+
+    # -- compiling and calling -----------------------------------------------------------------
+    def compile(self, *, donate: bool | None = None, **jit_kwargs: Any) -> None:
+        """Sets the options ``run`` is compiled with; it is compiled at the next call (its
+        shardings are fixed from that call's state).
+
+        Args:
+            donate: donate the state to ``run`` (default: when the step trains).
+            **jit_kwargs: more ``jax.jit`` options (e.g. ``compiler_options=``).
+
+        Example:
+            >>> import gyre, jax, flax.linen as nn
+            >>> step = gyre.Step(jax.random.key(0), nn.Dense(1), train=True)
+            >>> step.compile(donate=False)
+            >>> step.compiled_count()
+            0
+        """
+        self._donate = self._train if donate is None else bool(donate)
+        self._jit_kwargs = dict(jit_kwargs)
+        self._cached_run = None
+
+    def _get_run(self, state: TrainState) -> Callable[..., tuple[Any, Any]]:
+        run = self._cached_run
+        if run is None:
+            if getattr(type(self).run, "__func__", type(self).run) is Step.run:
+                raise NotImplementedError(_not_implemented(type(self)))
+            run = self._partitioner.partition(
+                self.run, state, donate=self._donate, **self._jit_kwargs
+            )
+            self._cached_run = run
+        return run
+
+    def __call__(
+        self,
+        state: TrainState,
+        batch: Batch,
+        per_loop_step_number: int = 0,
+        **kwargs: Any,
+    ) -> tuple[TrainState, Output | None]:
+        """Runs the step: ``preprocess_batch``, ``shard_batch``, ``begin``, the compiled
+        ``run`` (compiled at the first call), ``end``.
+
+        Args:
+            state: the state (donated when the step trains: use the returned one).
+            batch: the raw batch.
+            per_loop_step_number: the step's index within its loop (kept for jaxloop
+                compatibility; not passed to ``run``).
+            **kwargs: passed to ``run`` as traced arguments.
+
+        Returns:
+            ``(state, outputs)``.
+
+        Example:
+            >>> import gyre, jax, jax.numpy as jnp, flax.linen as nn
+            >>> class Count(gyre.Step):
+            ...     def run(self, state, batch):
+            ...         return state.replace(step=state.step + 1), {"n": batch.shape[0]}
+            >>> step = Count(jax.random.key(0), nn.Dense(1))
+            >>> state, outputs = step(step.initialize_model((1, 2)), jnp.ones((4, 2)))
+            >>> int(state.step), int(outputs["n"])
+            (1, 4)
+        """
+        del per_loop_step_number
+        batch = self.preprocess_batch(batch)
+        if self._should_shard_batch:
+            batch = self.shard_batch(batch)
+        state, batch = self.begin(state, batch)
+        state, outputs = self._get_run(state)(state, batch, **kwargs)
+        return self.end(state, outputs)
+
+    def as_callback(self, collection: str = "metrics") -> Callable[[Any, Any], tuple[Logs, Any]]:
+        """This step as a ``gyre.loop`` callback ``(state, batch) -> (Logs, state)``, its
+        outputs logged under ``collection``.
+
+        Example:
+            >>> import gyre, jax, jax.numpy as jnp, flax.linen as nn
+            >>> class Mean(gyre.Step):
+            ...     def run(self, state, batch):
+            ...         return state, {"mean": batch.mean()}
+            >>> step = Mean(jax.random.key(0), nn.Dense(1))
+            >>> state, history, _ = gyre.loop(step.initialize_model((1, 2)),
+            ...     [jnp.ones((2, 2))] * 3, {gyre.every(1): [step.as_callback()]})
+            >>> history.collect("mean")
+            [1.0, 1.0, 1.0]
+        """
+
+        def step_callback(state: Any, batch: Any) -> tuple[Logs, Any]:
+            state, outputs = self(state, batch)
+            return to_logs(outputs, collection), state
+
+        step_callback.__name__ = f"{type(self).__name__}.as_callback"
+        step_callback.__qualname__ = step_callback.__name__
+        return step_callback
+
+    def compiled_count(self) -> int:
+        """How many times ``run`` was traced for compilation (1 after any number of calls
+        with same-shaped batches: no retracing).
+
+        Example:
+            >>> import gyre, jax, flax.linen as nn
+            >>> gyre.Step(jax.random.key(0), nn.Dense(1)).compiled_count()
+            0
+        """
+        if self._cached_run is None or not self._partitioner.strategy.compiles:
+            return 0
+        return int(getattr(self._cached_run, "trace_count", lambda: 0)())
+
+
+def to_logs(outputs: Mapping[str, Any] | Logs | None, collection: str = "metrics") -> Logs:
+    """A step's outputs dict as :class:`~gyre.Logs` (a ``Logs`` is returned as it is).
+
+    Example:
+        >>> to_logs({"loss": 0.5})
+        Logs(metrics={'loss': 0.5})
+    """
+    if isinstance(outputs, Logs):
+        return outputs
+    logs = Logs()
+    if outputs is None:
+        return logs
+    if not isinstance(outputs, Mapping):
+        raise TypeError(
+            explain(
+                "a Step's run must return (state, outputs) with outputs a dict",
+                expected="outputs like {'loss': loss, 'accuracy': accuracy}, or None",
+                received=describe(outputs),
+                fix="return state, {'name': value, ...} from run",
+            )
+        )
+    return logs.add_entries(collection, outputs)
+
+
+def zeroed_batch(spec: Any) -> Any:
+    """A batch of zeros (numpy) from a spec: shapes (float32), ``(shape, dtype)`` pairs,
+    ``jax.ShapeDtypeStruct``\\ s or arrays, in any pytree.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> b = zeroed_batch({"x": (2, 3), "y": ((2,), jnp.int32), "z": jax.ShapeDtypeStruct((1,), jnp.bool_)})
+        >>> {k: (v.shape, str(v.dtype)) for k, v in b.items()}
+        {'x': ((2, 3), 'float32'), 'y': ((2,), 'int32'), 'z': ((1,), 'bool')}
+    """
+
+    def leaf(x: Any) -> Any:
+        if _is_shape(x):
+            return np.zeros(_shape(x), np.float32)
+        if _is_pair(x):
+            return np.zeros(_shape(x[0]), np.dtype(x[1]))
+        if hasattr(x, "shape") and hasattr(x, "dtype"):
+            return np.zeros(tuple(x.shape), x.dtype)
+        raise ValueError(
+            explain(
+                "initialize_model's spec has a leaf that is not a shape",
+                expected="shapes like (1, 28, 28, 1), (shape, dtype) pairs, "
+                "jax.ShapeDtypeStruct or arrays, in any pytree",
+                received=f"{describe(x)} in spec {_short(spec)}",
+                fix="describe each input as a shape, e.g. initialize_model({'image': (1, 8, 8, 1)})",
+            )
+        )
+
+    return jax.tree_util.tree_map(
+        leaf, spec, is_leaf=lambda x: _is_shape(x) or _is_pair(x) or hasattr(x, "shape")
+    )
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)
+
+
+def _is_shape(x: Any) -> bool:
+    return _is_int(x) or (isinstance(x, tuple | list) and all(_is_int(i) for i in x))
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return (int(x),) if _is_int(x) else tuple(int(i) for i in x)
+
+
+def _is_pair(x: Any) -> bool:
+    if not (isinstance(x, tuple | list) and len(x) == 2 and _is_shape(x[0])):
+        return False
+    if _is_int(x[1]) or isinstance(x[1], tuple | list):
+        return False
+    try:
+        np.dtype(x[1])
+    except TypeError:
+        return False
+    return True
+
+
+def _shapes(batch: Any) -> str:
+    shapes = jax.tree_util.tree_map(lambda x: f"{tuple(np.shape(x))} {np.asarray(x).dtype}", batch)
+    return str(shapes)
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+def _first_key(rngs: Any) -> jax.Array:
+    leaves = jax.tree_util.tree_leaves(rngs)
+    if not leaves:
+        raise TypeError(
+            explain(
+                "base_prng holds no PRNG key",
+                expected="jax.random.key(seed), jax.random.PRNGKey(seed), or a dict of keys",
+                received=describe(rngs),
+                fix="pass base_prng=jax.random.key(0)",
+            )
+        )
+    return leaves[0]
+
+
+def _not_implemented(cls: type) -> str:
+    return explain(
+        f"{cls.__name__}.run is not implemented" if cls is not Step else "Step.run is not implemented",
+        expected="a subclass of gyre.Step that overrides run(self, state, batch) -> "
+        "(state, outputs)",
+        received=f"{cls.__qualname__}, which inherits Step.run",
+        fix="define run in your subclass: compute the loss (and gradients with "
+        "jax.value_and_grad when self.train), return (state, {'loss': loss, ...})",
+    )
+
+
+def _as_linen(model: Any, args: tuple[Any, ...] | None, kwargs: dict[str, Any]) -> nn.Module:
+    if isinstance(model, nn.Module):
+        if args is not None or kwargs:
+            raise ValueError(
+                explain(
+                    "nnx_model_args / model keyword arguments are only for an nnx.Module class",
+                    expected="a linen module alone, or an nnx.Module class with its arguments",
+                    received=f"{type(model).__name__} with args={args!r}, kwargs={sorted(kwargs)}",
+                    fix="drop the extra arguments, or build the linen module with them",
+                )
+            )
+        return model
+    from flax import nnx
+
+    if isinstance(model, type) and issubclass(model, nnx.Module):
+        return nnx.bridge.ToLinen(model, tuple(args or ()), kwargs=FrozenDict(kwargs))
+    received = describe(model)
+    fix = "pass a flax.linen module instance, e.g. model=MLP()"
+    if isinstance(model, nnx.Module):
+        fix = (
+            f"pass the class and its arguments: model={type(model).__name__}, "
+            "nnx_model_args=(...) (the bridge builds it with its own rngs)"
+        )
+    raise TypeError(
+        explain(
+            "Step's model must be a flax linen module or an nnx.Module class",
+            expected="nn.Module instance, or an nnx.Module subclass with nnx_model_args=",
+            received=received,
+            fix=fix,
+        )
+    )
+
+
+def _as_partitioner(partitioner: Any) -> Partitioner:
+    if partitioner is None:
+        return SingleDevicePartitioner()
+    if isinstance(partitioner, Partitioner):
+        return partitioner
+    try:
+        return Partitioner(partitioner)
+    except ValueError:
+        pass
+    raise TypeError(
+        explain(
+            "partitioner= must be a gyre partitioner or strategy",
+            expected="gyre.SingleDevicePartitioner(), gyre.DataParallelPartitioner(mesh=..., "
+            "data_axis=...), gyre.SPMDPartitioner(mesh=..., rules=...), or a strategy such "
+            "as gyre.FSDP()",
+            received=describe(partitioner),
+            fix="pass one of the above",
+        )
+    )
