@@ -189,3 +189,57 @@ def test_loops_prefetch_for_managed_states_by_default():
     untouched = []
     gyre.loop(state, [np.zeros((16, 2))], {gyre.every(1): [lambda batch: untouched.append(type(batch))]}, prefetch=0)
     assert untouched == [np.ndarray]
+
+
+def test_fused_loops_prefetch_too_and_train_as_step_by_step():
+    @managed.train_step
+    def train_step(state, batch):
+        x, y = batch
+        loss = jnp.mean((x @ state.params["w"] - y[:, None]) ** 2)
+        return gyre.logs().add_loss("loss", loss), state
+
+    pulled = []
+
+    def source():
+        for i, batch in enumerate(batches(12, size=16)):
+            pulled.append(i)
+            yield batch
+
+    def run(steps_per_call, prefetch):
+        state = managed.ManagedState.create(
+            params={"w": jnp.zeros((3, 1))}, tx=optax.sgd(0.01), strategy="data_parallel"
+        )
+        pulled.clear()
+        state, history, elapsed = gyre.loop(
+            state, source(), {gyre.every(1): train_step}, stop=10, steps_per_call=steps_per_call,
+            prefetch=prefetch,
+        )
+        return np.asarray(state.params["w"]), history.collect("loss"), elapsed.steps
+
+    reference = run(1, 0)
+    fused = run(4, 2)
+    assert pulled == list(range(10))  # placed ahead, never beyond stop
+    np.testing.assert_allclose(fused[0], reference[0], rtol=1e-6)
+    np.testing.assert_allclose(fused[1], reference[1], rtol=1e-6)
+    assert fused[2] == reference[2] == 10
+
+
+def test_a_fused_chunk_of_prefetched_batches_reaches_the_step_on_the_devices():
+    state = managed.ManagedState.create(params=jnp.zeros(()), tx=optax.sgd(0.1), strategy="data_parallel")
+    seen = []
+
+    class Probe:
+        """A fusable step that records what its fused function receives."""
+
+        def __call__(self, state, batch):  # pragma: no cover - only fused here
+            raise AssertionError
+
+        def fuse(self, steps):
+            def fused(state, stacked):
+                seen.append((type(stacked).__name__, stacked.shape, len(stacked.sharding.device_set)))
+                return gyre.logs(), state
+
+            return fused
+
+    gyre.loop(state, [np.ones((16, 2), np.float32)] * 8, {gyre.every(1): Probe()}, steps_per_call=4)
+    assert seen == [("ArrayImpl", (4, 16, 2), 8)] * 2  # stacked on the devices, batches split
