@@ -34,14 +34,30 @@ _LAND_AFTER = 8
 
 
 class _Pending:
-    """Records of one structure still on the device: their rows, and a list per entry."""
+    """Records of one structure still on the device: their rows, and their values row by row
+    (one append per step; :attr:`columns` transposes them when they are read or sent)."""
 
-    __slots__ = ("shape", "rows", "columns")
+    __slots__ = ("shape", "rows", "values", "width")
 
     def __init__(self, shape: Shape) -> None:
         self.shape = shape
         self.rows: list[int] = []
-        self.columns: list[list[Any]] = [[] for _, names in shape for _ in names]
+        self.values: list[list[Any]] = []
+        self.width = sum(len(names) for _, names in shape)
+
+    @property
+    def columns(self) -> list[list[Any]]:
+        """One list per entry, a value per row."""
+        if not self.values:
+            return [[] for _ in range(self.width)]
+        return [list(column) for column in zip(*self.values, strict=True)]
+
+
+def _rows_of(group: _Pending, k: int) -> _Pending:
+    """The first ``k`` rows of a pending group."""
+    head = _Pending(group.shape)
+    head.rows, head.values = group.rows[:k], group.values[:k]
+    return head
 
 
 def _names(shape: Shape) -> list[tuple[str, str]]:
@@ -165,8 +181,7 @@ class History:
         if group is None:
             group = self._groups[shape] = _Pending(shape)
         group.rows.append(self._rows)
-        for column, value in zip(group.columns, [x for v in logs.values() for x in v.values()], strict=True):
-            column.append(value)
+        group.values.append([x for v in logs.values() for x in v.values()])
         self._clocks.append(elapsed)
         self._sizes.append(batch_size)
         self._rows += 1
@@ -270,12 +285,12 @@ class History:
         for shape, group in self._groups.items():
             k = bisect_left(group.rows, cut)
             if k:
-                moving.append((shape, group.rows[:k], len(group.columns)))
-                columns.extend(c[:k] for c in group.columns)
+                moving.append((shape, group.rows[:k], group.width))
+                columns.extend(_rows_of(group, k).columns)
             if k < len(group.rows):
                 left = kept[shape] = _Pending(shape)
                 left.rows = [r - cut for r in group.rows[k:]]
-                left.columns = [c[k:] for c in group.columns]
+                left.values = group.values[k:]
         self._groups = kept
         stacked = [s for s in self._stacked if s[0] < cut]
         self._stacked = [(r - cut, *rest) for r, *rest in self._stacked if r >= cut]

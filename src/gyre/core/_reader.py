@@ -133,7 +133,7 @@ class HistoryReader:
             for k, row in enumerate(group.rows):
                 if row >= cut:
                     break
-                if row >= first and not is_ready([c[k] for c in group.columns]):
+                if row >= first and not is_ready(group.values[k]):
                     cut = row
                     break
         for row, count, _, _, leaves in h._stacked:
