@@ -111,7 +111,18 @@ def _format_value(value: float) -> str:
     return f"{value:.4e}" if (magnitude and (magnitude < 1e-3 or magnitude >= 1e5)) else f"{value:.4f}"
 
 
-class KerasBar(ChunkSafe, LoopElement):
+class _Bar(ChunkSafe, LoopElement):
+    """What both bars share: they draw on process 0 only (decided at their first call)."""
+
+    _silent: bool | None = None
+
+    def _skip(self) -> bool:
+        if self._silent is None:
+            self._silent = not is_main_process()
+        return self._silent
+
+
+class KerasBar(_Bar):
     """The callback :func:`keras_bar` returns (see there).
 
     Attributes:
@@ -147,7 +158,6 @@ class KerasBar(ChunkSafe, LoopElement):
         self._steps = 0
         self._closed = False
         self._width_drawn = 0
-        self._silent: bool | None = None  # decided at the first call: not process 0
 
     @property
     def _out(self) -> IO[str]:
@@ -158,11 +168,8 @@ class KerasBar(ChunkSafe, LoopElement):
         return bool(isatty and isatty())
 
     def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
-        if self._silent is not False:
-            if self._silent is None:
-                self._silent = not is_main_process()
-            if self._silent:
-                return
+        if self._silent is not False and self._skip():
+            return
         now = time.perf_counter()
         self._shown.see(elapsed, logs, loop)
         self._in_loop = loop is not None
@@ -325,7 +332,7 @@ def _check_tqdm_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-class TqdmBar(ChunkSafe, LoopElement):
+class TqdmBar(_Bar):
     """The callback :func:`tqdm_bar` returns (see there).
 
     Attributes:
@@ -347,14 +354,10 @@ class TqdmBar(ChunkSafe, LoopElement):
         self._bar: Any = None
         self._shown = BarValues(check_mode(values, "tqdm_bar"))
         self._last_post = -float("inf")
-        self._silent: bool | None = None  # decided at the first call: not process 0
 
     def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
-        if self._silent is not False:
-            if self._silent is None:
-                self._silent = not is_main_process()
-            if self._silent:
-                return
+        if self._silent is not False and self._skip():
+            return
         self._shown.see(elapsed, logs, loop)
         if self._bar is None:
             from tqdm.auto import tqdm
