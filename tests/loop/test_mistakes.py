@@ -143,3 +143,27 @@ def test_ctrl_c_during_an_evaluation_is_not_swallowed_by_it():
     with pytest.raises(KeyboardInterrupt):  # the inner loop never catches it, even when asked to
         gyre.test_loop(0, [2], {gyre.on_test_step: lambda batch: (_ for _ in ()).throw(KeyboardInterrupt)},
                        catch_keyboard_interrupt=False)
+
+
+def test_the_no_state_warning_holds_for_fused_steps_and_reruns():
+    import jax
+
+    @jax.jit
+    def logs_only(state, batch):
+        return gyre.logs().add_loss("loss", batch)
+
+    @jax.jit
+    def trains(state, batch):
+        return gyre.logs().add_loss("loss", batch), state + batch
+
+    data = [np.float32(1)] * 4
+    for _ in range(2):  # the fused function is cached: the second run must say the same
+        with pytest.warns(gyre.LoopWarning, match="returned no state"):
+            gyre.train_loop(0.0, data, {gyre.on_train_step: logs_only}, steps_per_call=2)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gyre.LoopWarning)
+        for _ in range(2):
+            state, _, _ = gyre.train_loop(0.0, data, {gyre.on_train_step: trains}, steps_per_call=2)
+            assert float(state) == 4.0

@@ -121,15 +121,37 @@ class _NotInFusedStep:
         )
 
 
+#: For each fused function built here: whether the step it scans returned a state when traced.
+_RETURNS_STATE: weakref.WeakKeyDictionary[Any, list[bool]] = weakref.WeakKeyDictionary()
+
+
+def returns_state(fused: Any) -> bool:
+    """Whether the step a fused function scans returned a new state (known once it has been
+    called); True for a :class:`FusableStep`'s own fused functions, which always do.
+
+    Example:
+        >>> import gyre, jax, numpy as np
+        >>> logs_only = jax.jit(lambda state, batch: gyre.logs().add_metric("b", batch))
+        >>> fused = fuse(logs_only, 2); _ = fused(0.0, np.zeros(2))
+        >>> returns_state(fused)
+        False
+    """
+    seen = _RETURNS_STATE.get(fused)
+    return True if seen is None else seen[0]
+
+
 def _scan_of(invoker: Invoker, steps: int) -> FusedStep:
     """``steps`` calls of the callback in one scan; its return folded as in the loop."""
     missing = [_NotInFusedStep(a, invoker.name) for a in ("elapsed", "logs", "loop")]
+    seen = [False]
 
     def body(state: Any, batch: Any) -> tuple[Any, Logs]:
         logs = Logs()
         out = invoker.call(state, batch, *missing)
         if out is not None:
-            state = fold(out, logs, state, invoker)
+            new = fold(out, logs, state, invoker)
+            seen[0] = seen[0] or new is not state
+            state = new
         return state, logs
 
     def fused(state: Any, batches: Any) -> tuple[Logs, Any]:
@@ -137,6 +159,7 @@ def _scan_of(invoker: Invoker, steps: int) -> FusedStep:
         return logs, state
 
     fused.__name__ = fused.__qualname__ = f"fused_{steps}_{invoker.name.split('.')[-1]}"
+    fused.seen = seen  # type: ignore[attr-defined]  # our own function: read by _fuse_jitted
     return fused
 
 
@@ -152,7 +175,9 @@ def _fuse_jitted(invoker: Invoker, jitted: Any, steps: int) -> FusedStep:
     if fused is None:
         donated = _compat.donated_argnums(jitted)
         donate = (0,) if donated is None or 0 in donated else ()
-        fused = by_length[steps] = jax.jit(_scan_of(invoker, steps), donate_argnums=donate)
+        scan = _scan_of(invoker, steps)
+        fused = by_length[steps] = jax.jit(scan, donate_argnums=donate)
+        _RETURNS_STATE[fused] = scan.seen
     return fused
 
 
