@@ -15,6 +15,7 @@ from gyre.callbacks.bars import tqdm_bar as tqdm_bar
 from gyre.callbacks.checkpoint import checkpoint as checkpoint
 from gyre.callbacks.early_stopping import early_stopping as early_stopping
 from gyre.callbacks.noop import noop as noop
+from gyre.callbacks.wandb_logger import wandb_logger as wandb_logger
 from gyre.core.clock import Elapsed as Elapsed
 from gyre.core.clock import Period as Period
 from gyre.core.clock import at as at
@@ -168,4 +169,5 @@ __all__ = [
     "testing",
     "tqdm_bar",
     "train_loop",
+    "wandb_logger",
 ]

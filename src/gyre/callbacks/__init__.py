@@ -23,7 +23,10 @@ from gyre.callbacks.checkpoint import Checkpoint as Checkpoint
 from gyre.callbacks.checkpoint import checkpoint as checkpoint
 from gyre.callbacks.early_stopping import EarlyStopping as EarlyStopping
 from gyre.callbacks.early_stopping import early_stopping as early_stopping
+from gyre.callbacks.noop import NoOp as NoOp
 from gyre.callbacks.noop import noop as noop
+from gyre.callbacks.wandb_logger import WandbLogger as WandbLogger
+from gyre.callbacks.wandb_logger import wandb_logger as wandb_logger
 from gyre.loop.inner import InnerLoop as InnerLoop
 from gyre.loop.inner import inner_loop as inner_loop
 
@@ -32,11 +35,14 @@ __all__ = [
     "EarlyStopping",
     "InnerLoop",
     "KerasBar",
+    "NoOp",
     "TqdmBar",
+    "WandbLogger",
     "checkpoint",
     "early_stopping",
     "inner_loop",
     "keras_bar",
     "noop",
     "tqdm_bar",
+    "wandb_logger",
 ]
