@@ -210,6 +210,17 @@ class Elapsed:
             self.date,
         )
 
+    def __sub__(self, origin: Elapsed) -> Elapsed:
+        """``elapsed - origin`` (ciclo's spelling of :meth:`since`).
+
+        Example:
+            >>> (Elapsed(steps=12, samples=96) - Elapsed(steps=10, samples=80)).samples
+            16
+        """
+        if not isinstance(origin, Elapsed):
+            return NotImplemented
+        return self.since(origin)
+
     def reached(self, period: Period) -> bool:
         """True when any quantity set in ``period`` has been reached.
 
