@@ -211,6 +211,8 @@ def test_elapsed_and_period_are_made_and_compared_as_in_ciclo():
     assert ciclo.Elapsed.create(steps=0, samples=100) >= ciclo.at(samples=64)  # any quantity
     dated = ciclo.Period.create(date=datetime.datetime(2000, 1, 1))
     assert ciclo.Elapsed.create() >= dated
+    since = ciclo.Elapsed.create(steps=12, samples=96) - ciclo.Elapsed.create(steps=10, samples=80)
+    assert (since.steps, since.samples) == (2, 16)
 
 
 @pytest.mark.parametrize(
@@ -268,6 +270,28 @@ def test_logs_keyword_forms():
     logs.add_metrics(loss=1.0, accuracy=0.5)
     logs.add_stateful_metrics(**{"seen": 3})
     assert logs.metrics.accuracy == 0.5 and logs.stateful_metrics.seen == 3
+
+
+def _ciclo_logs_helpers() -> bool:
+    loss_params = inspect.signature(ciclo.Logs.add_loss).parameters
+    return "add_metric" in loss_params and hasattr(ciclo.Logs, "entry_value")
+
+
+@pytest.mark.xfail(
+    not _ciclo_logs_helpers(),
+    reason="pending src/gyre/core/logs.py (H1's file): add_loss(..., add_metric=True), "
+    "add_losses(add_metrics=True, **losses), entry_value/entry_path/entry_collection",
+    strict=False,
+)
+def test_logs_helpers_ciclo_has():
+    logs = ciclo.logs()
+    logs.add_loss("loss", 1.0, add_metric=True)
+    logs.add_losses(add_metrics=True, aux=0.5)
+    assert logs.metrics.loss == 1.0 and logs.metrics.aux == 0.5
+    logs.add_metric("accuracy", 0.75)
+    assert logs.entry_value("accuracy") == 0.75 and logs.entry_value("metrics.loss") == 1.0
+    assert logs.entry_path("accuracy") == ("metrics", "accuracy")
+    assert logs.entry_collection("accuracy") == "metrics"
 
 
 def test_history_records_read_like_ciclos_dicts():
