@@ -59,6 +59,15 @@ class WandbLogger(ChunkSafe, LoopElement):
         run: the run it logs to.
         interval: seconds between two sends.
         sent: how many records it has sent.
+
+    Example:
+        >>> import gyre
+        >>> class Run:
+        ...     def log(self, data, step):
+        ...         pass
+        >>> logger = gyre.wandb_logger(Run(), interval=5)
+        >>> isinstance(logger, gyre.callbacks.WandbLogger), logger.interval, logger.sent
+        (True, 5.0, 0)
     """
 
     def __init__(self, run: Any, *, interval: float) -> None:
