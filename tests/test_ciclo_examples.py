@@ -116,6 +116,7 @@ def test_01_mnist_simple(run_example, tmp_path):
     strict=False,
 )
 def test_02_mnist_train_loop(run_example, tmp_path):
+    pytest.importorskip("clu")
     g = run_example("02_mnist_train_loop")
     history = g["history"]
     steps_test, loss_test, accuracy_test = history.collect("steps", "loss_test", "accuracy_test")
@@ -147,6 +148,7 @@ def test_03_mnist_manual_iteration(run_example, tmp_path, capsys):
     strict=False,
 )
 def test_04_mnist_managed_api(run_example, tmp_path):
+    pytest.importorskip("clu")
     g = run_example("04_mnist_managed_api")
     history = g["history"]
     steps, losses = history.collect("steps", "losses.loss")
