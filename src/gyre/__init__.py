@@ -19,6 +19,7 @@ from gyre.callbacks import early_stopping as early_stopping
 from gyre.callbacks import keras_bar as keras_bar
 from gyre.callbacks import noop as noop
 from gyre.callbacks import tqdm_bar as tqdm_bar
+from gyre.callbacks import wandb_logger as wandb_logger
 from gyre.core import Elapsed as Elapsed
 from gyre.core import History as History
 from gyre.core import Logs as Logs
@@ -184,4 +185,5 @@ __all__ = [
     "testing",
     "tqdm_bar",
     "train_loop",
+    "wandb_logger",
 ]

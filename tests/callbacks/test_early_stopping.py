@@ -190,3 +190,31 @@ def test_missing_monitor_prints_its_lines():
         "e.g. 'loss_test'), and run early stopping where it is logged (it registers itself "
         "on on_epoch_end, after evaluation)",
     ]
+
+
+def test_patience_as_a_period_counts_the_clock_since_the_best_value():
+    # ciclo's meaning: stop once `patience` has elapsed since the first evaluation or the last
+    # improvement (here every 2 steps, so 2 evaluations without improvement)
+    es = gyre.early_stopping("loss", patience=gyre.at(steps=4))
+    evaluate_every_two = gyre.every(2)
+    values = iter([3.0, 2.0, 2.5, 2.4, 2.6, 1.0])
+
+    def evaluate(state):
+        return gyre.logs().add_loss("loss", jnp.float32(next(values))), state
+
+    _, _, elapsed = gyre.loop(0, range(20), {evaluate_every_two: [evaluate, es]})
+    assert es.best == 2.0 and es.best_step == 2 and es.stopped_step == 6 and elapsed.steps == 7
+    assert es.wait == 2  # evaluations are still counted
+
+
+def test_a_period_patience_resumes_from_its_state_dict():
+    es = gyre.early_stopping("loss", patience=gyre.at(steps=3))
+    run([3, 2, 2.5], es)
+    saved = es.state_dict()
+    assert saved["since"]["steps"] == 1
+    again = gyre.early_stopping("loss", patience=gyre.at(steps=3))
+    again.load_state_dict(saved)
+    assert again.since.steps == 1 and again.best == 2.0
+    stop = []
+    again(0, gyre.Elapsed(steps=4), gyre.logs().add_loss("loss", 2.9), loop=type("L", (), {"request_stop": lambda self, why: stop.append(why)})())
+    assert stop and "did not improve for 3 steps (Period(steps=3))" in stop[0]

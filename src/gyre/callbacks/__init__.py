@@ -23,7 +23,10 @@ from gyre.callbacks._checkpoint import Checkpoint as Checkpoint
 from gyre.callbacks._checkpoint import checkpoint as checkpoint
 from gyre.callbacks._early_stopping import EarlyStopping as EarlyStopping
 from gyre.callbacks._early_stopping import early_stopping as early_stopping
+from gyre.callbacks._noop import NoOp as NoOp
 from gyre.callbacks._noop import noop as noop
+from gyre.callbacks._wandb_logger import WandbLogger as WandbLogger
+from gyre.callbacks._wandb_logger import wandb_logger as wandb_logger
 from gyre.loop._inner import InnerLoop as InnerLoop
 from gyre.loop._inner import inner_loop as inner_loop
 
@@ -32,11 +35,14 @@ __all__ = [
     "EarlyStopping",
     "InnerLoop",
     "KerasBar",
+    "NoOp",
     "TqdmBar",
+    "WandbLogger",
     "checkpoint",
     "early_stopping",
     "inner_loop",
     "keras_bar",
     "noop",
     "tqdm_bar",
+    "wandb_logger",
 ]

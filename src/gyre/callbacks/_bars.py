@@ -24,7 +24,7 @@ import time
 from typing import IO, Any
 
 from gyre.callbacks._shown import BarValues, check_mode
-from gyre.core._clock import Elapsed
+from gyre.core._clock import Elapsed, Period
 from gyre.core._errors import describe, explain, suggest, whole_number
 from gyre.core._logs import Logs
 from gyre.loop._tasks import ChunkSafe, LoopElement
@@ -34,6 +34,18 @@ from gyre.parallel.distributed import is_main_process
 def _check_total(total: Any) -> int | None:
     if total is None:
         return None
+    if isinstance(total, Period):  # ciclo's total=Period.create(steps=n) / gyre.at(n)
+        if total.items() and all(name == "steps" for name, _ in total.items()):
+            return total.steps
+        raise ValueError(
+            explain(
+                "a progress bar counts steps: its total must be a number of steps",
+                expected="total=1000 or total=gyre.at(steps=1000)",
+                received=f"total={total!r}",
+                fix="give the number of steps the loop will run (a bar by samples or time, "
+                "as ciclo's, is not drawn by gyre)",
+            )
+        )
     return whole_number(
         total,
         minimum=1,
@@ -139,7 +151,7 @@ class KerasBar(_Bar):
 
     def __init__(
         self,
-        total: int | None,
+        total: int | Period | None,
         *,
         interval: float | None,
         width: int,
@@ -252,7 +264,7 @@ class KerasBar(_Bar):
 
 
 def keras_bar(
-    total: int | None = None,
+    total: int | Period | None = None,
     *,
     interval: float | None = None,
     width: int = 30,
@@ -274,7 +286,8 @@ def keras_bar(
 
     Args:
         total: steps the loop will run (the bar's end): any whole number >= 1, numpy and
-            0-d JAX integers included; ``None`` shows a counter.
+            0-d JAX integers included, or ``gyre.at(steps=n)`` (ciclo's form); ``None`` shows
+            a counter.
         interval: seconds between redraws (default 0.1 on a terminal, 10 otherwise, where
             each redraw is a new line).
         width: characters of the bar.
@@ -347,7 +360,7 @@ class TqdmBar(_Bar):
         (True, 'train')
     """
 
-    def __init__(self, total: int | None, *, interval: float, values: str = "mean", **tqdm_kwargs: Any) -> None:
+    def __init__(self, total: int | Period | None, *, interval: float, values: str = "mean", **tqdm_kwargs: Any) -> None:
         self.total = _check_total(total)
         self.interval = _check_interval(interval, owner="tqdm_bar", optional=False)
         self.tqdm_kwargs = _check_tqdm_kwargs(tqdm_kwargs)
@@ -397,13 +410,13 @@ class TqdmBar(_Bar):
     on_train_end = on_loop_end
 
 
-def tqdm_bar(total: int | None = None, *, interval: float = 0.5, values: str = "mean", **tqdm_kwargs: Any) -> TqdmBar:
+def tqdm_bar(total: int | Period | None = None, *, interval: float = 0.5, values: str = "mean", **tqdm_kwargs: Any) -> TqdmBar:
     """A tqdm progress bar with the running means of the epoch's values as its postfix (see
     :func:`keras_bar` for what is shown, and when the bar closes).
 
     Args:
         total: steps the loop will run: any whole number >= 1 (numpy and 0-d JAX integers
-            included), or ``None``.
+            included) or ``gyre.at(steps=n)``, or ``None``.
         interval: seconds between postfix updates.
         values: ``"mean"`` (running means over the epoch) or ``"last"`` (last values).
         **tqdm_kwargs: passed to ``tqdm`` (``desc``, ``file``, ``disable``, ...); checked

@@ -21,6 +21,7 @@ from gyre.core._clock import Elapsed
 from gyre.core._errors import as_integer, describe, explain, whole_number
 from gyre.core._host import to_python
 from gyre.core._logs import Logs
+from gyre.loop._tasks import LoopElement
 
 _MODES = ("min", "max")
 
@@ -111,8 +112,9 @@ def _check_monitor(monitor: Any, mode: Any) -> None:
         )
 
 
-class Checkpoint:
-    """The callback :func:`checkpoint` returns (see there).
+class Checkpoint(LoopElement):
+    """The callback :func:`checkpoint` returns (see there). A :class:`~gyre.LoopElement`:
+    ciclo's ``{**gyre.checkpoint(directory)}`` saves after every step.
 
     Attributes:
         directory: the absolute directory holding one sub-directory per saved step.

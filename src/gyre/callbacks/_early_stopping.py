@@ -10,8 +10,10 @@ import jax
 import numpy as np
 
 from gyre.callbacks import _monitor
+from gyre.core._clock import Elapsed, Period
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._logs import Logs
+from gyre.loop._tasks import LoopElement
 
 _MAX_WORDS = ("acc", "accuracy", "auc", "f1", "precision", "recall", "iou", "score", "r2")
 
@@ -61,11 +63,12 @@ def _copy(state: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: x.copy() if isinstance(x, jax.Array) else x, state)
 
 
-class EarlyStopping:
+class EarlyStopping(LoopElement):
     """The callback :func:`early_stopping` returns (see there).
 
     Its arguments are checked when it is made; the monitored value is read when it runs,
-    and must then be a single number.
+    and must then be a single number. A :class:`~gyre.LoopElement`: ciclo's
+    ``{**gyre.early_stopping(...)}`` puts it under ``every(1)``.
 
     Attributes:
         best: the best value seen (or the baseline), ``None`` before the first evaluation.
@@ -84,7 +87,7 @@ class EarlyStopping:
         self,
         monitor: str,
         *,
-        patience: int,
+        patience: int | Period,
         min_delta: float,
         delta_mode: str,
         mode: str,
@@ -102,11 +105,15 @@ class EarlyStopping:
                 )
             )
         patience, initial_patience = (
-            whole_number(
+            value
+            if name == "patience" and isinstance(value, Period)
+            else whole_number(
                 value,
                 minimum=0,
                 problem=f"early_stopping's {name} must be a whole number >= 0",
-                expected=f"{name}=3 (counted in evaluations of the monitored value)",
+                expected=f"{name}=3 (counted in evaluations of the monitored value)"
+                + (", or patience=gyre.at(steps=200) (the clock since the best value, ciclo's "
+                   "meaning)" if name == "patience" else ""),
                 fix=f"pass {name} as a non-negative int",
             )
             for name, value in (("patience", patience), ("initial_patience", initial_patience))
@@ -153,6 +160,7 @@ class EarlyStopping:
         self.best: float | None = None if self.baseline is None else float(self.baseline)
         self.best_step: int | None = None
         self.best_state: Any = None
+        self.since: Elapsed | None = None  # the clock of the first evaluation or the last improvement
         self.wait = 0
         self.evaluations = 0
         self.stopped_step: int | None = None
@@ -179,9 +187,12 @@ class EarlyStopping:
         )
         value = _monitor.as_number(value, self.monitor, owner="early_stopping", step=elapsed.steps)
         self.evaluations += 1
+        if self.since is None:
+            self.since = elapsed.replace()  # a plain copy: not the clock of a step in progress
         if self._improved(value):
             self.best = value
             self.best_step = elapsed.steps
+            self.since = elapsed.replace()
             self.wait = 0
             if self.restore_best_weights:
                 self.best_state = _copy(state)
@@ -189,10 +200,15 @@ class EarlyStopping:
         if self.evaluations <= self.initial_patience:
             return None
         self.wait += 1
-        if self.wait >= self.patience and loop is not None:
+        if isinstance(self.patience, Period):
+            waited = elapsed.since(self.since)
+            run_out, how_long = waited >= self.patience, f"{waited.steps} steps ({self.patience})"
+        else:
+            run_out, how_long = self.wait >= self.patience, f"{self.wait} evaluations"
+        if run_out and loop is not None:
             self.stopped_step = elapsed.steps
             loop.request_stop(
-                f"early stopping: {self.monitor} did not improve for {self.wait} evaluations "
+                f"early stopping: {self.monitor} did not improve for {how_long} "
                 f"(best {self.best:.6g} at step {self.best_step})"
             )
         return None
@@ -210,6 +226,7 @@ class EarlyStopping:
         return {
             "best": self.best, "best_step": self.best_step, "wait": self.wait,
             "evaluations": self.evaluations,
+            "since": None if self.since is None else self.since.to_dict(),
         }
 
     def load_state_dict(self, values: dict[str, Any]) -> None:
@@ -218,12 +235,14 @@ class EarlyStopping:
         self.best_step = values.get("best_step")
         self.wait = values.get("wait", 0)
         self.evaluations = values.get("evaluations", 0)
+        since = values.get("since")
+        self.since = None if since is None else Elapsed.from_dict(since)
 
 
 def early_stopping(
     monitor: str,
     *,
-    patience: int,
+    patience: int | Period,
     min_delta: float = 0.0,
     delta_mode: str = "absolute",
     mode: str = "min",
@@ -238,7 +257,10 @@ def early_stopping(
 
     Args:
         monitor: a logged name (``"loss_test"``) or ``"collection.name"``.
-        patience: evaluations in a row without improvement after which the loop stops.
+        patience: evaluations in a row without improvement after which the loop stops; or a
+            :class:`~gyre.Period` (``gyre.at(steps=200)``): the clock since the first
+            evaluation or the last improvement after which it stops, as ciclo counts it
+            (ciclo reads a plain int as steps; gyre, as Keras, as evaluations).
         min_delta: how much better a value must be to count as an improvement.
         delta_mode: ``"absolute"`` (by ``min_delta``) or ``"relative"`` (by
             ``min_delta * |best|``).

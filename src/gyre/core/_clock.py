@@ -134,16 +134,18 @@ class Elapsed:
         self,
         batch_size: int,
         *,
-        time: float,
-        date: float,
+        time: float | None = None,
+        date: float | None = None,
         epoch_steps: int | None = None,
     ) -> Elapsed:
         """The clock after one more completed step of ``batch_size`` samples.
 
         Args:
             batch_size: samples in the step just completed.
-            time: seconds since start, now.
-            date: POSIX timestamp, now.
+            time: seconds since start, now. Left out (ciclo's ``elapsed.update(batch_size)``):
+                this clock's time plus the wall-clock seconds since its ``date`` (unchanged
+                when this clock is undated, ``date == 0``).
+            date: POSIX timestamp, now (left out: the current time).
             epoch_steps: steps per epoch; when the epoch fills up, ``epochs`` grows by one and
                 ``step_in_epoch`` goes back to 0. ``None``: epochs never advance.
 
@@ -151,7 +153,16 @@ class Elapsed:
             >>> e = Elapsed().update(8, time=0.1, date=0.1, epoch_steps=1)
             >>> e.epochs, e.step_in_epoch
             (1, 0)
+            >>> e = Elapsed.create().update(32)  # ciclo's form: dated now
+            >>> e.steps, e.samples, e.time >= 0.0
+            (1, 32, True)
         """
+        if date is None:
+            import time as _time
+
+            date = _time.time()
+        if time is None:
+            time = self.time + max(date - self.date, 0.0) if self.date else self.time
         step_in_epoch = self.step_in_epoch + 1
         epochs = self.epochs
         if epoch_steps is not None and step_in_epoch >= epoch_steps:
@@ -198,6 +209,17 @@ class Elapsed:
             self.time - origin.time,
             self.date,
         )
+
+    def __sub__(self, origin: Elapsed) -> Elapsed:
+        """``elapsed - origin`` (ciclo's spelling of :meth:`since`).
+
+        Example:
+            >>> (Elapsed(steps=12, samples=96) - Elapsed(steps=10, samples=80)).samples
+            16
+        """
+        if not isinstance(origin, Elapsed):
+            return NotImplemented
+        return self.since(origin)
 
     def reached(self, period: Period) -> bool:
         """True when any quantity set in ``period`` has been reached.

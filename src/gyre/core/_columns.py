@@ -63,6 +63,26 @@ class Record(NamedTuple):
         """``"elapsed"`` and the record's collections."""
         return ["elapsed", *self.logs]
 
+    def __contains__(self, key: object) -> bool:
+        """``"metrics" in record``: a collection of the record, or ``"elapsed"`` (as a
+        ciclo record, a dict, answers).
+
+        Example:
+            >>> r = Record(Elapsed(), Logs().add_metric("acc", 0.5))
+            >>> "metrics" in r, "elapsed" in r, "losses" in r
+            (True, True, False)
+        """
+        return key == "elapsed" or key in self.logs
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``record[key]``, or ``default`` when the record has no such collection.
+
+        Example:
+            >>> Record(Elapsed(), Logs()).get("metrics", {})
+            {}
+        """
+        return self[key] if key in self else default
+
 
 def pack(values: list[Any]) -> Any:
     """A list of numbers as a numpy column (a list when the values are not all numbers).

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from numbers import Integral
 from typing import Any, NamedTuple, overload
 
@@ -635,12 +635,51 @@ def _plot_groups(
     return list(groups.values())
 
 
-def history(*, flush_every: int = 256, lag: int = 16) -> History:
-    """A new, empty :class:`History`.
+def history(
+    logs_list: Iterable[Any] | None = None, *, flush_every: int = 256, lag: int = 16
+) -> History:
+    """A new :class:`History`: empty, or holding the records of ``logs_list``.
+
+    Args:
+        logs_list: records as ciclo keeps them (its ``History`` is a list of them): one dict per
+            step of collections of entries, ``{"metrics": {"loss": 0.5}}``, the step's clock
+            under ``"elapsed"`` (an :class:`~gyre.Elapsed` or a dict of its counters; other
+            keys such as ciclo's ``date_start`` are ignored; a record without one gets
+            ``steps`` = its index). gyre's own records (iterating a history) are accepted too.
+        flush_every, lag: see :class:`History`.
 
     Example:
         >>> len(history())
         0
+        >>> h = history([{"metrics": {"a": 1.0}, "elapsed": {"steps": 4}}, {"metrics": {"a": 3.0}}])
+        >>> h.collect("steps", "a")
+        ([4, 1], [1.0, 3.0])
     """
-    return History(flush_every=flush_every, lag=lag)
-
+    out = History(flush_every=flush_every, lag=lag)
+    for index, record in enumerate([] if logs_list is None else logs_list):
+        if isinstance(record, Record):
+            out.commit(record.elapsed, record.logs, batch_size=record.batch_size)
+            continue
+        if not isinstance(record, Mapping) or not all(
+            isinstance(v, Mapping) or (k == "elapsed" and isinstance(v, Elapsed)) for k, v in record.items()
+        ):
+            raise TypeError(
+                explain(
+                    f"record {index} of the list given to history() is not a dict of collections",
+                    expected='{"metrics": {"loss": 0.5}, "elapsed": {"steps": 3}} (ciclo\'s records)',
+                    received=describe(record),
+                    fix="give one dict per step, each collection a dict of entries",
+                )
+            )
+        clock = record.get("elapsed")
+        if clock is None:
+            clock = Elapsed(steps=index)
+        elif not isinstance(clock, Elapsed):
+            clock = Elapsed.from_dict({k: v for k, v in clock.items() if k in CLOCK_FIELDS})
+        logs = Logs()
+        for collection, entries in record.items():
+            if collection != "elapsed":
+                for name, value in entries.items():
+                    logs.add_entry(collection, name, value)
+        out.commit(clock, logs)
+    return out

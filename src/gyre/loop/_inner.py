@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gyre.core._errors import describe, explain
-from gyre.core._history import History
+from gyre.core._history import History, history
 from gyre.core._logs import Logs
 from gyre.core.metrics import get_reduction
 from gyre.loop._tasks import LoopElement
@@ -167,16 +167,20 @@ class InnerLoop(LoopElement):
 
     def __call__(self, state: Any) -> tuple[Logs, Any]:
         result = self.fn(state)
-        if not (isinstance(result, Sequence) and len(result) == 3 and isinstance(result[1], History)):
+        records = result[1] if isinstance(result, Sequence) and len(result) == 3 else None
+        if isinstance(records, list):  # ciclo's History is a list of log dicts
+            records = history(records)
+        if not isinstance(records, History):
             raise TypeError(
                 explain(
                     f"the function of inner_loop({self.name!r}) must return what a loop returns",
-                    expected="(state, history, elapsed), e.g. lambda state: gyre.test_loop(state, data)",
+                    expected="(state, history, elapsed), e.g. lambda state: gyre.test_loop(state, data); "
+                    "the history may also be a list of ciclo's records ({collection: {entry: value}})",
                     received=describe(result),
                     fix="return the result of gyre.loop / gyre.test_loop from the function",
                 )
             )
-        inner_state, inner_history, _ = result
+        inner_state, inner_history = result[0], records
         logs = suffixed(aggregate(inner_history, self.aggregation), self.name)
         return logs, (inner_state if self.output_state else None)
 
@@ -196,7 +200,8 @@ def inner_loop(
     Args:
         name: suffix for the entry names (``accuracy`` becomes ``accuracy_<name>``); ``None``
             keeps the names. ciclo's one-argument form ``inner_loop(fn)`` is accepted too.
-        fn: ``state -> (state, history, elapsed)``, typically a call of :func:`gyre.test_loop`.
+        fn: ``state -> (state, history, elapsed)``, typically a call of :func:`gyre.test_loop`;
+            the history may be a list of ciclo's records (see :func:`gyre.history`).
         aggregation: how each entry of the inner history becomes one value: ``"last"``,
             ``"first"``, ``"mean"`` (batch-size weighted), ``"sum"``, ``"min"``, ``"max"``,
             ``"std"``, ``"concat"`` (along the first axis), a callable ``list -> value``, or a

@@ -1,0 +1,184 @@
+"""``wandb_logger``: every step's scalar entries sent to a Weights & Biases run (ciclo's name).
+
+The logger follows the loop's history (:class:`~gyre.core._reader.HistoryReader`) instead of
+reading the step's logs: every ``interval`` seconds it sends the records whose values the
+device has computed, in step order, in one transfer, and never waits for the device, so the
+step path stays free of host syncs (fused chunks included: it sees every step). When the
+loop ends (``on_loop_end``, or ``on_train_end`` in a named loop) it sends the rest. Called by
+hand (``logger(elapsed, logs)`` in a loop over ``gyre.elapse``), it keeps a history of its own;
+call :meth:`WandbLogger.flush` after the loop.
+
+Nothing here imports ``wandb``: the run is any object with ``log(data, step=...)``, such as
+the one ``wandb.init()`` returns (``pip install 'gyre[wandb]'``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from typing import Any
+
+import numpy as np
+
+from gyre.core._clock import Elapsed
+from gyre.core._errors import describe, explain
+from gyre.core._history import History
+from gyre.core._logs import Logs
+from gyre.core._reader import Columns, HistoryReader
+from gyre.loop._tasks import ChunkSafe, LoopElement
+from gyre.parallel.distributed import is_main_process
+
+
+def rows_of(columns: Columns) -> list[tuple[int, dict[str, float]]]:
+    """The records read, as ``(step, {name: number})`` pairs, scalar numbers only.
+
+    An entry is named by its bare name, or ``collection.name`` when an entry of an earlier
+    collection of that record already took the bare name (ciclo's rule).
+
+    Example:
+        >>> import gyre
+        >>> h = gyre.history([{"losses": {"loss": 1.0}, "metrics": {"loss": 2.0, "acc": 0.5}}])
+        >>> rows_of(h.reader(0).read())
+        [(0, {'loss': 1.0, 'metrics.loss': 2.0, 'acc': 0.5})]
+    """
+    out: list[tuple[int, dict[str, float]]] = [(int(s), {}) for s in columns.clocks["steps"]]
+    for (collection, name), (rows, values) in columns.entries.items():
+        for row, value in zip(rows, values, strict=True):
+            if np.ndim(value) != 0 or not np.isreal(value) or isinstance(value, (str, bytes)):
+                continue
+            data = out[int(row)][1]
+            data[f"{collection}.{name}" if name in data else name] = float(value)
+    return out
+
+
+class WandbLogger(ChunkSafe, LoopElement):
+    """The callback :func:`wandb_logger` returns (see there).
+
+    Attributes:
+        run: the run it logs to.
+        interval: seconds between two sends.
+        sent: how many records it has sent.
+
+    Example:
+        >>> import gyre
+        >>> class Run:
+        ...     def log(self, data, step):
+        ...         pass
+        >>> logger = gyre.wandb_logger(Run(), interval=5)
+        >>> isinstance(logger, gyre.callbacks.WandbLogger), logger.interval, logger.sent
+        (True, 5.0, 0)
+    """
+
+    def __init__(self, run: Any, *, interval: float) -> None:
+        if not callable(getattr(run, "log", None)):
+            raise TypeError(
+                explain(
+                    "wandb_logger needs a W&B run",
+                    expected="the run wandb.init() returns (any object with log(data, step=...))",
+                    received=describe(run),
+                    fix="run = wandb.init(project=...); gyre.wandb_logger(run)",
+                )
+            )
+        good = isinstance(interval, numbers.Real) and not isinstance(interval, bool)
+        if not (good and math.isfinite(interval) and interval >= 0):
+            raise ValueError(
+                explain(
+                    "wandb_logger's interval must be a number of seconds >= 0",
+                    expected="interval=1.0 (0 sends at every call)",
+                    received=describe(interval),
+                    fix="pass interval as a number, e.g. interval=1.0",
+                )
+            )
+        self.run = run
+        self.interval = float(interval)
+        self.sent = 0
+        self._last = -math.inf
+        self._history: History | None = None
+        self._reader: HistoryReader | None = None
+        self._own: History | None = None
+        self._silent: bool | None = None
+
+    def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
+        if self._silent is None:
+            self._silent = not is_main_process()
+        if self._silent:
+            return
+        if loop is not None:
+            if loop.history is not self._history:  # a new loop: follow its history from here
+                self._send(wait=True)
+                self._history, self._reader = loop.history, loop.history.reader()
+                self._own = None
+        else:
+            if self._own is None:
+                self._send(wait=True)
+                self._own = self._history = History()
+                self._reader = self._own.reader()
+            self._own.commit(elapsed, logs)
+        now = time.perf_counter()
+        if now - self._last >= self.interval:
+            self._last = now
+            self._send(wait=False)
+
+    on_train_batch_end = __call__
+
+    def flush(self) -> None:
+        """Sends every record not sent yet, waiting for the device (the loop's end).
+
+        Example:
+            >>> import gyre
+            >>> class Run:
+            ...     def log(self, data, step):
+            ...         print(step, data)
+            >>> logger = gyre.wandb_logger(Run(), interval=60)
+            >>> logger(gyre.Elapsed(steps=0), gyre.logs().add_loss("loss", 0.5)); logger.flush()
+            0 {'loss': 0.5}
+        """
+        self._send(wait=True)
+
+    on_loop_end = flush
+    on_train_end = flush
+
+    def _send(self, *, wait: bool) -> None:
+        if self._reader is None:
+            return
+        for step, data in rows_of(self._reader.read(wait=wait)):
+            if data:
+                self.run.log(data, step=step)
+            self.sent += 1
+
+    def __repr__(self) -> str:
+        return f"gyre.wandb_logger({self.run!r})"
+
+
+def wandb_logger(run: Any, *, interval: float = 1.0) -> WandbLogger:
+    """A callback that logs every step's scalar entries to a Weights & Biases run.
+
+    Each record goes out as ``run.log({name: value}, step=elapsed.steps)``, as ciclo sends it:
+    losses, metrics, stateful metrics and evaluation entries (``accuracy_test``) by their bare
+    names, ``collection.name`` when two collections of a step share a name; arrays are left
+    out. Every ``interval`` seconds the records the device has computed are sent (never
+    waiting for it), the rest when the loop ends. A :class:`~gyre.LoopElement`: ``{**gyre.wandb_logger(run)}`` runs it
+    every step; given to a named loop's ``callbacks=``, after every training step.
+
+    Args:
+        run: the run ``wandb.init()`` returns, or any object with ``log(data, step=...)``.
+        interval: seconds between two sends (each one explicit transfer of the records
+            computed since the last).
+
+    Raises:
+        TypeError: ``run`` has no ``log`` method.
+        ValueError: ``interval`` is not a number >= 0.
+
+    Example:
+        >>> import gyre
+        >>> class Run:  # stands in for wandb.init()
+        ...     def log(self, data, step):
+        ...         print(step, data)
+        >>> step = lambda elapsed: gyre.logs().add_loss("loss", 1.0 / 2 ** elapsed.steps)
+        >>> _ = gyre.loop(None, range(3), {gyre.every(1): step, **gyre.wandb_logger(Run())})
+        0 {'loss': 1.0}
+        1 {'loss': 0.5}
+        2 {'loss': 0.25}
+    """
+    return WandbLogger(run, interval=interval)
