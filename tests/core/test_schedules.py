@@ -130,8 +130,3 @@ def test_numpy_and_jax_integers_are_whole_numbers(n):
     assert [i for i in range(10) if s(Elapsed(steps=i))] == [0, 3, 6, 9]
     assert gyre.every(epochs=n).amount == 3 and type(gyre.every(samples=n).amount) is int
     assert gyre.every(time=np.float32(1.5)).amount == 1.5
-
-
-def test_named_schedule_called_directly_is_explained():
-    with pytest.raises(TypeError, match="train_loop"):
-        gyre.on_train_step(Elapsed())
