@@ -92,3 +92,29 @@ def test_bar_values_in_a_loop_follow_the_loops_history_from_where_they_joined():
     # a new loop with a new history: the values follow it
     gyre.loop(None, range(2), {gyre.every(1): [lambda: gyre.logs().add_metric("n", 7.0), watch]})
     assert shown.read(wait=True) == {"m": 2.0, "n": 7.0}
+
+
+def test_the_last_value_is_the_newest_records_when_rows_come_grouped_by_structure():
+    # A history hands out an entry's rows grouped by record structure: "loss" of the steps
+    # that also logged "acc_test" comes after the others. The last value is the newest row's.
+    running = RunningValues("last")
+    rows_alone, rows_with_test = np.array([0, 1, 3, 4, 6]), np.array([2, 5])
+    loss = (np.concatenate([rows_alone, rows_with_test]), np.array([0.0, 1.0, 3.0, 4.0, 6.0, 2.0, 5.0]))
+    running.absorb(Columns(7, {"epochs": np.zeros(7)}, {("losses", "loss"): loss}))
+    assert running.shown() == {"loss": 6.0}
+
+
+def test_a_bar_showing_last_values_shows_the_last_step():
+    import io
+
+    out = io.StringIO()
+
+    def step(elapsed):
+        logs = gyre.logs().add_loss("loss", float(elapsed.steps))
+        if elapsed.steps in (2, 5):
+            logs.add_metric("acc_test", 0.5)
+        return logs
+
+    bar = gyre.keras_bar(total=7, file=out, interval=3600, values="last")
+    gyre.loop(None, range(7), {gyre.every(1): [step, bar]})
+    assert out.getvalue().splitlines()[-1].endswith("loss: 6.0000 - acc_test: 0.5000")
