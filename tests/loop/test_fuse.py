@@ -170,3 +170,28 @@ def test_a_fuse_method_that_returns_no_function_is_explained():
 
     with pytest.raises(TypeError, match=r"Broken.fuse\(2\) did not return a function"):
         gyre.fuse(Broken(), 2)
+
+
+def test_a_compiled_step_that_reads_the_clock_is_explained_when_fused():
+    @jax.jit
+    def step(state, batch, elapsed):
+        return None, state + batch * elapsed.steps
+
+    data = [np.float32(1)] * 4
+    state, _, _ = gyre.loop(jnp.float32(0), data, {gyre.every(1): step})  # step by step: fine
+    assert float(state) == 0 + 1 + 2 + 3
+    with pytest.raises(TypeError) as err:
+        gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, steps_per_call=2)
+    lines = str(err.value).splitlines()
+    assert lines[0].endswith("step reads elapsed.steps")
+    assert "keep the step counter in the state" in lines[-1]
+
+
+def test_a_compiled_step_that_takes_the_clock_without_reading_it_fuses():
+    @jax.jit
+    def step(state, batch, elapsed):
+        return gyre.logs().add_metric("s", state), state + batch
+
+    data = [np.float32(1)] * 4
+    _, history, _ = gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, steps_per_call=2)
+    assert history.collect("s") == [0.0, 1.0, 2.0, 3.0]

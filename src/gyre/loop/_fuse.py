@@ -102,13 +102,18 @@ def scan_steps(
 
 
 class _NotInFusedStep:
-    """Stands for ``elapsed``/``logs``/``loop`` inside a fused step, where they do not exist."""
+    """Stands for ``elapsed``/``logs``/``loop`` inside a fused step, where they do not exist.
+
+    A pytree without leaves, so a ``jax.jit`` step that takes the parameter accepts it (and
+    fuses when it does not read it); reading it raises the explanation."""
 
     def __init__(self, arg: str, step: str) -> None:
         self._arg = arg
         self._step = step
 
     def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):  # protocol probes (copy, pickle, jax): not a read
+            raise AttributeError(attr)
         raise TypeError(
             explain(
                 f"the fused step {self._step} reads {self._arg}.{attr}",
@@ -119,6 +124,13 @@ class _NotInFusedStep:
                 "(logs, state); or run with steps_per_call=1",
             )
         )
+
+
+jax.tree_util.register_pytree_node(
+    _NotInFusedStep,
+    lambda x: ((), (x._arg, x._step)),
+    lambda aux, _: _NotInFusedStep(*aux),
+)
 
 
 def _scan_of(invoker: Invoker, steps: int) -> FusedStep:
