@@ -167,3 +167,22 @@ def test_fused_loop_never_syncs_with_the_host(monkeypatch):
         state, history, _ = run(state, gyre.history(flush_every=4, lag=2))
     monkeypatch.undo()
     assert len(history.collect("loss")) == 12 and detector.explicit >= 1
+
+
+def test_a_second_fused_train_loop_with_the_same_step_does_not_warn_it_trains_nothing():
+    import warnings
+
+    @jax.jit
+    def step(state, batch):  # a fresh step: its fused scans are compiled by the first loop
+        return gyre.logs().add_metric("s", state), state + batch
+
+    data = [np.float32(1)] * 8
+    for _ in range(2):  # the second loop reuses the fused scans the first one traced
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", gyre.LoopWarning)
+            state, _, _ = gyre.train_loop(jnp.float32(0), data, {gyre.on_train_step: step}, steps_per_call=4)
+        assert float(state) == 8.0
+    only_logs = jax.jit(lambda state, batch: gyre.logs().add_metric("s", batch))
+    for _ in range(2):  # a step that truly returns no state is still reported, every time
+        with pytest.warns(gyre.LoopWarning, match="trains nothing"):
+            gyre.train_loop(jnp.float32(0), data, {gyre.on_train_step: only_logs}, steps_per_call=4)

@@ -153,19 +153,45 @@ def _scan_of(invoker: Invoker, steps: int) -> FusedStep:
 
 
 _FUSED: weakref.WeakKeyDictionary[Any, dict[int, FusedStep]] = weakref.WeakKeyDictionary()
+#: The invoker the cached scans of a jitted step fold its returns with, when traced: whether
+#: the step returned a state is known there, whichever loop's invoker asks later.
+_TRACING: weakref.WeakKeyDictionary[Any, Invoker] = weakref.WeakKeyDictionary()
 
 
 def _fuse_jitted(invoker: Invoker, jitted: Any, steps: int) -> FusedStep:
     try:
         by_length = _FUSED.setdefault(jitted, {})
+        tracing = _TRACING.setdefault(jitted, invoker)
     except TypeError:  # not weakly referenceable: no cache
-        by_length = {}
+        by_length, tracing = {}, invoker
     fused = by_length.get(steps)
     if fused is None:
         donated = _compat.donated_argnums(jitted)
         donate = (0,) if donated is None or 0 in donated else ()
-        fused = by_length[steps] = jax.jit(_scan_of(invoker, steps), donate_argnums=donate)
+        fused = by_length[steps] = jax.jit(_scan_of(tracing, steps), donate_argnums=donate)
     return fused
+
+
+def returned_state(invoker: Invoker) -> bool:
+    """Whether a fused step has returned a state, once it ran: a :class:`FusableStep` always
+    does; a jitted step's scans record it when traced, possibly by an earlier loop, whose
+    compiled scans this loop reuses.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> step = bind(jax.jit(lambda state, batch: state + batch))
+        >>> _ = fuse(step, 2)(np.float32(0), np.ones(2, np.float32))
+        >>> returned_state(step), returned_state(bind(step.fn))  # a later loop's own invoker
+        (True, True)
+    """
+    fn = step_function(invoker.fn)
+    if invoker.returned_state or not _compat.is_jitted(fn):
+        return True
+    try:
+        tracing = _TRACING.get(fn)
+    except TypeError:  # not weakly referenceable: never cached, traced with this invoker
+        return False
+    return tracing is not None and tracing.returned_state
 
 
 def fuse(step: Any, steps: int) -> FusedStep:
