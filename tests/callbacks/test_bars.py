@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import gyre
+from gyre.callbacks import _bars as bars
 
 
 class FakeTTY(io.StringIO):
@@ -240,3 +241,22 @@ def test_tqdm_bar_unknown_option_suggests_the_closest():
 def test_tqdm_bar_options_it_sets_itself(name):
     with pytest.raises(TypeError, match=f"tqdm_bar sets tqdm's '{name}' itself"):
         gyre.tqdm_bar(**{name: 3})
+
+
+# -- multi-process runs ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [lambda out: gyre.keras_bar(total=3, file=out),
+                                  lambda out: gyre.tqdm_bar(total=3, file=out)])
+def test_bars_draw_only_on_process_zero(monkeypatch, make):
+    out = io.StringIO()
+    bar = make(out)
+    monkeypatch.setattr(bars, "is_main_process", lambda: False)
+    metric = lambda: gyre.logs().add_metric("m", 1.0)  # noqa: E731
+    gyre.loop(None, range(3), {gyre.every(1): [metric, bar]}, on_end=bar.on_train_end)
+    assert out.getvalue() == ""
+    monkeypatch.setattr(bars, "is_main_process", lambda: True)
+    out = io.StringIO()
+    bar = make(out)
+    gyre.loop(None, range(3), {gyre.every(1): [metric, bar]}, on_end=bar.on_train_end)
+    assert "3/3" in out.getvalue()
