@@ -1,5 +1,6 @@
 """The structure check (tools/check_structure.py) runs in the suite: no import cycle, no
-import from a higher layer, no function of the engine over 80 lines of code."""
+import from a higher layer, no function of the engine over 80 lines of code; and tests/
+mirrors src/gyre/: every module has its test file."""
 
 import pathlib
 import subprocess
@@ -27,3 +28,42 @@ def test_the_check_finds_each_kind_of_problem(tmp_path, monkeypatch):
     source = "def f():\n    '''doc\n    more'''\n    # comment\n\n    x = 1\n    return x\n"
     node = ast.parse(source).body[0]
     assert check.code_lines(node, source.splitlines()) == 3  # def, x = 1, return
+
+
+# -- tests/ mirrors src/gyre/ module by module -------------------------------------------------
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def expected_test_file(module: pathlib.Path) -> pathlib.Path | None:
+    """Where the tests of ``src/gyre/<pkg>/_<mod>.py`` (or ``<mod>.py``) live:
+    ``tests/<pkg>/test_<mod>.py``; ``__main__.py`` is tested in ``test_main.py``; a
+    package's ``__init__.py`` (its facade) needs no file of its own."""
+    relative = module.relative_to(ROOT / "src" / "gyre")
+    name = module.stem
+    if name == "__init__":
+        return None
+    stem = "main" if name == "__main__" else name.lstrip("_")
+    return ROOT / "tests" / relative.parent / f"test_{stem}.py"
+
+
+def test_every_module_has_its_test_file():
+    modules = sorted((ROOT / "src" / "gyre").rglob("*.py"))
+    assert len(modules) > 40
+    missing = [
+        f"{module.relative_to(ROOT)} -> {expected.relative_to(ROOT)}"
+        for module in modules
+        if (expected := expected_test_file(module)) is not None and not expected.is_file()
+    ]
+    assert missing == [], "modules without their test file:\n" + "\n".join(missing)
+
+
+def test_the_test_file_of_each_kind_of_module():
+    src = ROOT / "src" / "gyre"
+    tests = ROOT / "tests"
+    assert expected_test_file(src / "loop" / "_engine.py") == tests / "loop" / "test_engine.py"
+    assert expected_test_file(src / "core" / "metrics.py") == tests / "core" / "test_metrics.py"
+    assert expected_test_file(src / "_demo.py") == tests / "test_demo.py"
+    assert expected_test_file(src / "__main__.py") == tests / "test_main.py"
+    assert expected_test_file(src / "cli.py") == tests / "test_cli.py"
+    assert expected_test_file(src / "data" / "__init__.py") is None

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.callbacks._shown import BarValues, RunningValues
-from gyre.core._reader import Columns
+from gyre.callbacks import _bars as bars
 
 
 class FakeTTY(io.StringIO):
@@ -62,45 +61,6 @@ def test_tqdm_bar():
     gyre.train_loop(None, range(5), {gyre.on_train_step: metric_step}, callbacks=[bar])
     text = out.getvalue()
     assert "5/5" in text and "loss=0.457" in text  # the mean of 1, 1/2, ... 1/5
-
-
-class NotReady:
-    """A stand-in for a device value the device has not finished."""
-
-    def is_ready(self):
-        return False
-
-
-def test_bar_values_never_wait_for_unfinished_values():
-    shown = BarValues("last")
-    shown.see(gyre.Elapsed(steps=0), gyre.logs().add_loss("loss", 2.0), None)
-    shown.see(gyre.Elapsed(steps=1), gyre.logs().add_loss("loss", NotReady()), None)
-    assert shown.read() == {"loss": 2.0}  # the newest *finished* step
-    assert shown.read() == {"loss": 2.0}  # still waiting on the unfinished one, not blocking
-
-
-def test_bar_values_name_clashes_are_qualified_and_outputs_left_out():
-    shown = BarValues("mean")
-    shown.see(gyre.Elapsed(), gyre.logs().add_loss("x", 1.0).add_metric("x", 2.0).add_output("y", 3.0), None)
-    assert shown.read() == {"losses.x": 1.0, "metrics.x": 2.0}
-
-
-def test_running_means_reset_each_epoch_and_keep_occasional_entries():
-    running = RunningValues("mean")
-    epochs = np.array([0, 0, 0, 1, 1])
-    loss = (np.arange(5), np.array([1.0, 2.0, 3.0, 10.0, 20.0]))
-    acc_test = (np.array([2]), np.array([0.8]))  # an evaluation at the end of epoch 0
-    kept = (np.arange(5), np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
-    entries = {("losses", "loss"): (loss[0][:3], loss[1][:3]), ("metrics", "acc_test"): acc_test,
-               ("stateful_metrics", "auc"): (kept[0][:3], kept[1][:3])}
-    running.absorb(Columns(3, {"epochs": epochs[:3]}, entries))
-    assert running.shown() == {"loss": 2.0, "acc_test": 0.8, "auc": 3.0}
-    later = {("losses", "loss"): (np.arange(2), loss[1][3:]), ("stateful_metrics", "auc"): (np.arange(2), kept[1][3:])}
-    running.absorb(Columns(2, {"epochs": epochs[3:]}, later))
-    assert running.shown() == {"loss": 15.0, "acc_test": 0.8, "auc": 5.0}  # epoch 1 alone
-    last = RunningValues("last")
-    last.absorb(Columns(3, {"epochs": epochs[:3]}, entries))
-    assert last.shown() == {"loss": 3.0, "acc_test": 0.8, "auc": 3.0}
 
 
 def test_bar_values_mode_is_checked():
@@ -281,3 +241,22 @@ def test_tqdm_bar_unknown_option_suggests_the_closest():
 def test_tqdm_bar_options_it_sets_itself(name):
     with pytest.raises(TypeError, match=f"tqdm_bar sets tqdm's '{name}' itself"):
         gyre.tqdm_bar(**{name: 3})
+
+
+# -- multi-process runs ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [lambda out: gyre.keras_bar(total=3, file=out),
+                                  lambda out: gyre.tqdm_bar(total=3, file=out)])
+def test_bars_draw_only_on_process_zero(monkeypatch, make):
+    out = io.StringIO()
+    bar = make(out)
+    monkeypatch.setattr(bars, "is_main_process", lambda: False)
+    metric = lambda: gyre.logs().add_metric("m", 1.0)  # noqa: E731
+    gyre.loop(None, range(3), {gyre.every(1): [metric, bar]}, on_end=bar.on_train_end)
+    assert out.getvalue() == ""
+    monkeypatch.setattr(bars, "is_main_process", lambda: True)
+    out = io.StringIO()
+    bar = make(out)
+    gyre.loop(None, range(3), {gyre.every(1): [metric, bar]}, on_end=bar.on_train_end)
+    assert "3/3" in out.getvalue()

@@ -1,3 +1,7 @@
+import json
+import warnings
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -132,6 +136,190 @@ def test_numpy_and_jax_integers_are_whole_numbers(n):
     assert gyre.every(time=np.float32(1.5)).amount == 1.5
 
 
-def test_named_schedule_called_directly_is_explained():
-    with pytest.raises(TypeError, match="train_loop"):
-        gyre.on_train_step(Elapsed())
+# -- the contract table: every schedule through the same checks ---------------------------------
+#
+# One fixed run of 16 steps: batches of 3 samples, epochs of 4 steps, and the seconds at which
+# each step starts. Each row gives a schedule (built fresh for each use), the steps it fires on
+# over that run, and the clock counters its reads() names. Every row is checked asked directly
+# on the clocks, inside gyre.loop (the same steps, the same clocks), and across a
+# state_dict() / load_state_dict() round trip in the middle of the run, directly and between
+# two loops (a resumed run fires where the uninterrupted one does).
+
+N = 16
+TIMES = [0.0, 0.4, 0.9, 1.3, 1.5, 2.2, 2.3, 3.1, 3.2, 3.3, 4.6, 5.0, 5.1, 6.7, 6.8, 7.0]
+CLOCKS = [Elapsed(steps=i, samples=3 * i, epochs=i // 4, step_in_epoch=i % 4, time=TIMES[i]) for i in range(N)]
+REFUSES = "refuses to be asked"
+
+
+class EveryThirdAsk(gyre.Schedule):
+    """A user's own stateful schedule: fires on the first of every three times it is asked."""
+
+    def __init__(self):
+        self.asked = 0
+
+    def __call__(self, elapsed):
+        self.asked += 1
+        return self.asked % 3 == 1
+
+    def reads(self):
+        return frozenset()
+
+    def state_dict(self):
+        return {"asked": self.asked}
+
+    def load_state_dict(self, state):
+        self.asked = state["asked"]
+
+
+def _listed(elapsed):
+    return elapsed.steps in (2, 3, 11)
+
+
+ALL = list(range(N))
+SCHEDULES = {  # name: (make, fires on, reads)
+    "every(4)": (lambda: gyre.every(4), [0, 4, 8, 12], {"steps"}),
+    "every(samples=7)": (lambda: gyre.every(samples=7), [0, 3, 5, 7, 10, 12, 14], {"samples"}),
+    "every(epochs=2)": (lambda: gyre.every(epochs=2), [0, 8], {"epochs", "step_in_epoch"}),
+    "every(time=2.0)": (lambda: gyre.every(time=2.0), [0, 5, 10, 13], {"time"}),
+    "after(steps=6)": (lambda: gyre.after(steps=6), list(range(6, N)), {"steps"}),
+    "after(samples=20).every(3)": (lambda: gyre.after(samples=20).every(3), [7, 10, 13], {"samples", "steps"}),
+    "after(epochs=1) >> every(samples=9)": (
+        lambda: gyre.after(epochs=1) >> gyre.every(samples=9), [4, 7, 10, 13], {"epochs", "samples"}),
+    "piecewise": (
+        lambda: gyre.piecewise(gyre.every(5), {gyre.at(steps=6): gyre.every(2), gyre.at(time=5.0): gyre.never()}),
+        [0, 5, 6, 8, 10], {"steps", "time"}),
+    "always()": (gyre.always, ALL, set()),
+    "never()": (gyre.never, [], set()),
+    "every(2) & every(samples=10)": (lambda: gyre.every(2) & gyre.every(samples=10), [0, 4, 10, 14], {"steps", "samples"}),
+    "every(6) | every(epochs=3)": (lambda: gyre.every(6) | gyre.every(epochs=3), [0, 6, 12], {"steps", "epochs", "step_in_epoch"}),
+    "~every(time=3.0)": (lambda: ~gyre.every(time=3.0), [i for i in ALL if i not in (0, 7, 13)], {"time"}),
+    "a plain function": (lambda: _listed, [2, 3, 11], None),
+    "a Schedule subclass with state": (EveryThirdAsk, [0, 3, 6, 9, 12, 15], set()),
+    "NamedSchedule": (lambda: gyre.on_train_step, REFUSES, set()),
+}
+NAMES = list(SCHEDULES)
+
+
+def _fired(schedule, clocks):
+    return [e.steps for e in clocks if schedule(e)]
+
+
+def _run(make, schedule, *, stop=None, elapsed=None, history=None):
+    """gyre.loop over the fixed run; returns the steps the schedule fired on, the clocks the
+    steps saw and the loop's (history, elapsed)."""
+    fired, clocks = [], []
+    first = 0 if elapsed is None else elapsed.steps
+    _NOW[0] = TIMES[first]
+
+    def tick(elapsed):  # the injected clock says when the next step starts
+        clocks.append((elapsed.steps, elapsed.samples, elapsed.epochs, elapsed.step_in_epoch, elapsed.time))
+        _NOW[0] = TIMES[min(elapsed.steps + 1, N - 1)]
+
+    tasks = {schedule: lambda elapsed: fired.append(elapsed.steps), gyre.always(): tick}
+    _, history, elapsed = gyre.loop(
+        None, range(first, N), tasks, stop=stop, elapsed=elapsed, history=history,
+        batch_size_fn=lambda batch: 3, epoch_duration=4, clock=lambda: _NOW[0],
+    )
+    return fired, clocks, elapsed
+
+
+_NOW = [0.0]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_schedule_fires_on_its_steps(name):
+    make, expected, _ = SCHEDULES[name]
+    schedule = gyre.as_schedule(make())
+    if expected == REFUSES:
+        with pytest.raises(TypeError, match="evaluated as a plain schedule"):
+            schedule(CLOCKS[0])
+        return
+    assert _fired(schedule, CLOCKS) == expected
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_schedule_says_what_it_reads(name):
+    make, _, reads = SCHEDULES[name]
+    got = gyre.as_schedule(make()).reads()
+    assert got == (None if reads is None else frozenset(reads))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_schedule_fires_on_the_same_steps_in_a_loop(name):
+    make, expected, _ = SCHEDULES[name]
+    if expected == REFUSES:
+        with pytest.raises(TypeError, match="train_loop"):
+            _run(make, make())
+        return
+    fired, clocks, elapsed = _run(make, make())
+    assert clocks == [(e.steps, e.samples, e.epochs, e.step_in_epoch, e.time) for e in CLOCKS]
+    assert fired == expected and elapsed.steps == N
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_state_dict_round_trip_mid_run_gives_the_same_later_firings(name):
+    make, expected, _ = SCHEDULES[name]
+    for middle in range(1, N):
+        first = gyre.as_schedule(make())
+        if expected == REFUSES:
+            saved = first.state_dict()
+            assert saved == {}
+            first.load_state_dict(saved)
+            with pytest.raises(TypeError):
+                first(CLOCKS[middle])
+            return
+        before = _fired(first, CLOCKS[:middle])
+        saved = json.loads(json.dumps(first.state_dict()))  # plain data, as a checkpoint keeps it
+        resumed = gyre.as_schedule(make())
+        resumed.load_state_dict(saved)
+        after = _fired(resumed, CLOCKS[middle:])
+        assert before + after == expected, f"resumed at step {middle}"
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if SCHEDULES[n][1] != REFUSES])
+@pytest.mark.parametrize("middle", [5, 7, 11])
+def test_a_loop_resumed_from_its_state_dict_fires_as_one_never_interrupted(name, middle):
+    make, expected, _ = SCHEDULES[name]
+    schedule = make()
+    fired, _, elapsed = _run(make, schedule, stop=middle)
+    assert elapsed.steps == middle
+    saved = json.loads(json.dumps(gyre.as_schedule(schedule).state_dict()))
+    again = make()  # a new process builds its table anew, then loads what was saved
+    gyre.as_schedule(again).load_state_dict(saved)
+    later, clocks, final = _run(make, again, elapsed=elapsed)
+    assert clocks[0][:4] == (middle, 3 * middle, middle // 4, middle % 4) and clocks[0][4] == TIMES[middle]
+    assert fired + later == expected and final.steps == N
+
+
+def test_the_table_covers_every_schedule_factory():
+    factories = {"every", "after", "piecewise", "always", "never", "as_schedule"}
+    assert factories <= set(gyre.__all__)
+    kinds = {type(gyre.as_schedule(make())).__name__ for make, _, _ in SCHEDULES.values()}
+    assert {"Every", "Piecewise", "_Always", "_Never", "_And", "_Or", "_Not", "_Function", "NamedSchedule"} <= kinds
+
+
+@jax.jit
+def _count_step(state, batch):
+    return None, state + 1
+
+
+@pytest.mark.parametrize("position", ["before the step", "after the step"])
+@pytest.mark.parametrize(
+    "name", [n for n in NAMES if SCHEDULES[n][1] != REFUSES and "time" not in (SCHEDULES[n][2] or ())]
+)
+def test_fused_chunks_end_where_each_schedule_fires(name, position):
+    """steps_per_call cuts chunks where a schedule fires, so it fires on the same steps (each
+    schedule is asked once per step, in order); time-based schedules are checked at chunk ends
+    only (documented), so they are left out here."""
+    make, expected, _ = SCHEDULES[name]
+    fired = []
+    record = {make(): lambda elapsed: fired.append(elapsed.steps)}
+    step = {gyre.every(1): _count_step}
+    tasks = {**record, **step} if position == "before the step" else {**step, **record}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gyre.LoopWarning)  # always() cuts chunks to one step
+        state, _, elapsed = gyre.loop(
+            jnp.int32(0), range(N), tasks, batch_size_fn=lambda batch: 3, epoch_duration=4,
+            steps_per_call=4,
+        )
+    assert fired == expected and elapsed.steps == N and int(jax.device_get(state)) == N

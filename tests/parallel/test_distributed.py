@@ -6,7 +6,6 @@ through their output streams: JAX's collectives (gloo) log to those from several
 threads, and their lines interleave mid-line. Their streams appear only in failure messages.
 """
 
-import io
 import json
 import os
 import socket
@@ -18,7 +17,6 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.callbacks import _bars as bars
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_multihost_worker.py")
 CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(WORKER))), ".jax_cache")
@@ -189,19 +187,3 @@ def test_main_process_only_runs_on_process_zero(monkeypatch):
     assert calls == [0, 1] and history.collect("seen") == [1.0, 1.0]
     monkeypatch.setattr(jax, "process_index", lambda: 1)
     assert record(gyre.Elapsed()) is None and calls == [0, 1]
-
-
-@pytest.mark.parametrize("make", [lambda out: gyre.keras_bar(total=3, file=out),
-                                  lambda out: gyre.tqdm_bar(total=3, file=out)])
-def test_bars_draw_only_on_process_zero(monkeypatch, make):
-    out = io.StringIO()
-    bar = make(out)
-    monkeypatch.setattr(bars, "is_main_process", lambda: False)
-    metric = lambda: gyre.logs().add_metric("m", 1.0)  # noqa: E731
-    gyre.loop(None, range(3), {gyre.every(1): [metric, bar]}, on_end=bar.on_train_end)
-    assert out.getvalue() == ""
-    monkeypatch.setattr(bars, "is_main_process", lambda: True)
-    out = io.StringIO()
-    bar = make(out)
-    gyre.loop(None, range(3), {gyre.every(1): [metric, bar]}, on_end=bar.on_train_end)
-    assert "3/3" in out.getvalue()

@@ -79,7 +79,8 @@ class RunningValues:
         for key, (rows, values) in columns.entries.items():
             if key[0] not in DISPLAYED or not _numbers(values):
                 continue
-            self.last[key] = float(values[-1])
+            # rows come grouped by record structure, not in record order: the newest row
+            self.last[key] = float(values[int(np.argmax(rows))])
             if self.mode == "mean" and key[0] != "stateful_metrics":
                 current = values[epochs[rows] == latest]
                 if current.size:

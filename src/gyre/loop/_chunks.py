@@ -27,7 +27,7 @@ from gyre.core._clock import Elapsed
 from gyre.core._errors import warn
 from gyre.core._logs import Logs
 from gyre.loop._elapse import END, Elapse
-from gyre.loop._fuse import FusedStep, fuse, returns_state
+from gyre.loop._fuse import FusedStep, fuse, returned_state
 from gyre.loop._split import ChunkPlan, describe_task
 from gyre.loop._staging import Stager
 from gyre.loop._state import LoopState, run_callbacks
@@ -125,8 +125,7 @@ class ChunkRunner:
             self.execute(chunk)
             if not self.fused_once:
                 self.fused_once = True
-                if any(returns_state(f) for f in self.fused.values()):
-                    self.plan.step.returned_state = True
+                self.plan.step.returned_state = returned_state(self.plan.step)
                 warn_if_untrained([self.plan.step_task])
 
     def start(self) -> Chunk | None:

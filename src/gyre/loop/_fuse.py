@@ -102,13 +102,18 @@ def scan_steps(
 
 
 class _NotInFusedStep:
-    """Stands for ``elapsed``/``logs``/``loop`` inside a fused step, where they do not exist."""
+    """Stands for ``elapsed``/``logs``/``loop`` inside a fused step, where they do not exist.
+
+    A pytree without leaves, so a ``jax.jit`` step that takes the parameter accepts it (and
+    fuses when it does not read it); reading it raises the explanation."""
 
     def __init__(self, arg: str, step: str) -> None:
         self._arg = arg
         self._step = step
 
     def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):  # protocol probes (copy, pickle, jax): not a read
+            raise AttributeError(attr)
         raise TypeError(
             explain(
                 f"the fused step {self._step} reads {self._arg}.{attr}",
@@ -121,37 +126,22 @@ class _NotInFusedStep:
         )
 
 
-#: For each fused function built here: whether the step it scans returned a state when traced.
-_RETURNS_STATE: weakref.WeakKeyDictionary[Any, list[bool]] = weakref.WeakKeyDictionary()
-
-
-def returns_state(fused: Any) -> bool:
-    """Whether the step a fused function scans returned a new state (known once it has been
-    called); True for a :class:`FusableStep`'s own fused functions, which always do.
-
-    Example:
-        >>> import gyre, jax, numpy as np
-        >>> logs_only = jax.jit(lambda state, batch: gyre.logs().add_metric("b", batch))
-        >>> fused = fuse(logs_only, 2); _ = fused(0.0, np.zeros(2))
-        >>> returns_state(fused)
-        False
-    """
-    seen = _RETURNS_STATE.get(fused)
-    return True if seen is None else seen[0]
+jax.tree_util.register_pytree_node(
+    _NotInFusedStep,
+    lambda x: ((), (x._arg, x._step)),
+    lambda aux, _: _NotInFusedStep(*aux),
+)
 
 
 def _scan_of(invoker: Invoker, steps: int) -> FusedStep:
     """``steps`` calls of the callback in one scan; its return folded as in the loop."""
     missing = [_NotInFusedStep(a, invoker.name) for a in ("elapsed", "logs", "loop")]
-    seen = [False]
 
     def body(state: Any, batch: Any) -> tuple[Any, Logs]:
         logs = Logs()
         out = invoker.call(state, batch, *missing)
         if out is not None:
-            new = fold(out, logs, state, invoker)
-            seen[0] = seen[0] or new is not state
-            state = new
+            state = fold(out, logs, state, invoker)
         return state, logs
 
     def fused(state: Any, batches: Any) -> tuple[Logs, Any]:
@@ -159,26 +149,49 @@ def _scan_of(invoker: Invoker, steps: int) -> FusedStep:
         return logs, state
 
     fused.__name__ = fused.__qualname__ = f"fused_{steps}_{invoker.name.split('.')[-1]}"
-    fused.seen = seen  # type: ignore[attr-defined]  # our own function: read by _fuse_jitted
     return fused
 
 
 _FUSED: weakref.WeakKeyDictionary[Any, dict[int, FusedStep]] = weakref.WeakKeyDictionary()
+#: The invoker the cached scans of a jitted step fold its returns with, when traced: whether
+#: the step returned a state is known there, whichever loop's invoker asks later.
+_TRACING: weakref.WeakKeyDictionary[Any, Invoker] = weakref.WeakKeyDictionary()
 
 
 def _fuse_jitted(invoker: Invoker, jitted: Any, steps: int) -> FusedStep:
     try:
         by_length = _FUSED.setdefault(jitted, {})
+        tracing = _TRACING.setdefault(jitted, invoker)
     except TypeError:  # not weakly referenceable: no cache
-        by_length = {}
+        by_length, tracing = {}, invoker
     fused = by_length.get(steps)
     if fused is None:
         donated = _compat.donated_argnums(jitted)
         donate = (0,) if donated is None or 0 in donated else ()
-        scan = _scan_of(invoker, steps)
-        fused = by_length[steps] = jax.jit(scan, donate_argnums=donate)
-        _RETURNS_STATE[fused] = scan.seen
+        fused = by_length[steps] = jax.jit(_scan_of(tracing, steps), donate_argnums=donate)
     return fused
+
+
+def returned_state(invoker: Invoker) -> bool:
+    """Whether a fused step has returned a state, once it ran: a :class:`FusableStep` always
+    does; a jitted step's scans record it when traced, possibly by an earlier loop, whose
+    compiled scans this loop reuses.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> step = bind(jax.jit(lambda state, batch: state + batch))
+        >>> _ = fuse(step, 2)(np.float32(0), np.ones(2, np.float32))
+        >>> returned_state(step), returned_state(bind(step.fn))  # a later loop's own invoker
+        (True, True)
+    """
+    fn = step_function(invoker.fn)
+    if invoker.returned_state or not _compat.is_jitted(fn):
+        return True
+    try:
+        tracing = _TRACING.get(fn)
+    except TypeError:  # not weakly referenceable: never cached, traced with this invoker
+        return False
+    return tracing is not None and tracing.returned_state
 
 
 def fuse(step: Any, steps: int) -> FusedStep:

@@ -1,72 +1,12 @@
-"""gyre.data: the digits data set, array batching, steps_per_epoch, and their errors."""
+"""gyre.data._arrays: array batching, steps_per_epoch, and their errors."""
 
 import itertools
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-import gyre.data
-from gyre.data import batches, digits, steps_per_epoch, stratified_split
-
-
-@pytest.fixture(scope="module")
-def split():
-    return digits()
-
-
-# -- digits -------------------------------------------------------------------------------
-
-
-def test_digits_shapes_dtypes_and_range(split):
-    (x_train, y_train), (x_test, y_test) = split
-    assert x_train.shape == (1437, 64) and x_test.shape == (360, 64)
-    assert y_train.shape == (1437,) and y_test.shape == (360,)
-    assert x_train.dtype == np.float32 and y_train.dtype == np.int32
-    assert x_train.min() == 0.0 and x_train.max() == 1.0
-    assert set(np.unique(y_train)) == set(range(10))
-
-
-def test_digits_split_is_deterministic_disjoint_and_stratified(split):
-    (x_train, y_train), (x_test, y_test) = split
-    (x_train2, _), (x_test2, y_test2) = digits(seed=0)
-    np.testing.assert_array_equal(x_test, x_test2)
-    np.testing.assert_array_equal(y_test, y_test2)
-    np.testing.assert_array_equal(x_train, x_train2)
-    (_, _), (x_other, _) = digits(seed=1)
-    assert not np.array_equal(x_test, x_other)
-    # Disjoint and complete, checked on indices of a labelled toy problem (digits has
-    # duplicate images, so rows cannot be matched).
-    labels = np.repeat(np.arange(10), 50)
-    train, test = stratified_split(labels, test_size=0.2, seed=0)
-    assert sorted(np.concatenate([train, test]).tolist()) == list(range(500))
-    assert np.bincount(labels[test]).tolist() == [10] * 10
-    # Class proportions of the real split stay within one sample of the whole set's.
-    all_counts = np.bincount(np.concatenate([y_train, y_test]))
-    assert np.all(np.abs(np.bincount(y_test) - 0.2 * all_counts) <= 1)
-
-
-def test_digits_test_size():
-    (x_train, _), (x_test, _) = digits(test_size=0.5)
-    assert len(x_train) + len(x_test) == 1797 and len(x_test) == 899
-
-
-@pytest.mark.parametrize("bad", [0, 1, 1.5, -0.1, "0.2", True])
-def test_digits_bad_test_size(bad):
-    with pytest.raises(ValueError, match="test_size must be a fraction") as info:
-        digits(test_size=bad)
-    assert "expected:" in str(info.value) and "fix:" in str(info.value)
-
-
-def test_digits_without_scikit_learn_names_the_extra(monkeypatch):
-    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)  # makes the import fail
-    with pytest.raises(ImportError, match=r"pip install 'gyre\[examples\]'"):
-        digits()
-
-
-# -- batches --------------------------------------------------------------------------------
+from gyre.data import batches, steps_per_epoch
+from gyre.data._arrays import check_seed
 
 
 def _data(n=10):
@@ -172,9 +112,6 @@ def test_batches_bad_epochs_are_reported_at_the_call():
         batches(_data(), 2, epochs=0)  # not deferred to the first next()
 
 
-# -- steps_per_epoch --------------------------------------------------------------------------
-
-
 def test_steps_per_epoch():
     assert steps_per_epoch(1437, 64) == 22
     assert steps_per_epoch(1437, 64, drop_remainder=False) == 23
@@ -186,37 +123,7 @@ def test_steps_per_epoch():
         steps_per_epoch(-1, 2)
 
 
-def test_public_names():
-    assert set(gyre.data.__all__) >= {"batches", "digits", "steps_per_epoch"}
-
-
-def test_import_gyre_is_enough_and_does_not_import_scikit_learn():
-    # A fresh interpreter: this one has scikit-learn loaded already.
-    code = (
-        "import sys, gyre\n"
-        "assert 'sklearn' not in sys.modules, 'import gyre loaded scikit-learn'\n"
-        "(x, y), _ = gyre.data.digits()\n"
-        "assert 'sklearn' in sys.modules\n"
-        "print(x.shape, gyre.data.steps_per_epoch(len(x), 64))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "(1437, 64) 22"
-
-
-def test_gyre_data_is_a_facade():
-    import gyre
-
-    assert gyre.data is sys.modules["gyre.data"] and "data" in gyre.__all__
-    assert gyre.data.__all__ == sorted(gyre.data.__all__)
-    for name in gyre.data.__all__:
-        assert callable(getattr(gyre.data, name)), name
-        assert getattr(gyre.data, name).__doc__, name
-
-
 @pytest.mark.parametrize("call", [
-    lambda seed: digits(seed=seed),
-    lambda seed: stratified_split(np.arange(4) % 2, test_size=0.5, seed=seed),
     lambda seed: batches(_data(), 2, seed=seed),  # checked at the call, not at the first batch
 ])
 @pytest.mark.parametrize("seed", [-1, 1.5, "0", None])
@@ -230,9 +137,6 @@ def test_bad_seeds_are_explained_at_the_call(call, seed):
 def test_numpy_numbers_are_accepted_everywhere():
     import jax.numpy as jnp
 
-    (x_train, _), (x_test, _) = digits(test_size=np.float32(0.5), seed=np.int64(3))
-    assert len(x_test) == 899
-    assert np.array_equal(x_train, digits(test_size=0.5, seed=3)[0][0])
     x, y = _data()
     first = next(batches((x, y), np.int64(4), seed=jnp.array(5), epochs=np.int32(1)))
     assert first[0].shape == (4, 2)
@@ -240,12 +144,14 @@ def test_numpy_numbers_are_accepted_everywhere():
     assert steps_per_epoch(np.int64(10), jnp.array(3)) == 3
 
 
-def test_readme_data_section_runs(tmp_path, monkeypatch):
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## Data: `gyre.data`")[1].split("\n## ")[0]
-    code = section.split("```python\n")[1].split("```")[0]
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {}
-    exec(compile(code, "README.md (Data)", "exec"), namespace)
-    assert namespace["x"].shape == (64, 64) and namespace["y"].dtype == np.int32
-    assert namespace["steps"] == 22 and len(list(namespace["test"]())) == 6
+def test_check_seed_takes_whole_numbers_from_zero():
+    assert check_seed(0) == 0 and type(check_seed(np.uint16(9))) is int
+    with pytest.raises(ValueError, match="a seed must be a whole number >= 0"):
+        check_seed(-1)
+
+
+def test_each_epoch_has_its_own_order_whatever_ran_before():
+    x, y = _data(12)
+    two_epochs = [b[1].tolist() for b in batches((x, y), 4, epochs=2, seed=1)]
+    three_epochs = [b[1].tolist() for b in batches((x, y), 4, epochs=3, seed=1)]
+    assert three_epochs[:6] == two_epochs  # epoch k's order is seeded by (seed, k)

@@ -1,0 +1,93 @@
+"""The digits demo behind ``gyre fit`` (gyre._demo): a run folder, its result, its checks."""
+
+import csv
+import datetime
+
+import pytest
+
+import gyre
+from gyre import _demo as demo
+
+
+@pytest.fixture(scope="module")
+def one_epoch(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    return out, demo.fit_digits(epochs=1, out=out, quiet=True)
+
+
+def test_fit_digits_writes_a_run_folder(one_epoch):
+    out, result = one_epoch
+    assert result.run_dir.parent == out
+    datetime.datetime.strptime(result.run_dir.name, "%Y%m%d-%H%M%S")
+    with open(result.run_dir / "history.csv", newline="") as f:
+        header = next(csv.reader(f))
+    assert {"steps", "loss", "accuracy", "loss_test", "accuracy_test"} <= set(header)
+    assert (result.run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert any((result.run_dir / "checkpoints").iterdir())
+
+
+def test_fit_digits_result(one_epoch):
+    _, result = one_epoch
+    assert result.elapsed.steps == 22 and result.elapsed.epochs == 1
+    assert result.test_accuracy > 0.8
+    assert result.test_accuracy == result.history.collect("accuracy_test")[-1]
+    assert result.seconds > 0
+
+
+def test_fit_digits_checkpoint_restores(one_epoch):
+    _, result = one_epoch
+    model, tx = demo.MLP(), demo.optax.adam(1e-3)
+    target = demo.create_state(model, tx, features=64, seed=1)
+    state, elapsed = gyre.checkpoint(result.run_dir / "checkpoints").restore(target)
+    assert elapsed.steps == 22
+    (_, _), (x_test, y_test) = gyre.data.digits()
+    _, test_step = demo.make_steps(model, tx)
+    accuracy = float(test_step(state, (x_test, y_test)).metrics.accuracy)
+    assert accuracy == pytest.approx(result.test_accuracy, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"epochs": 0}, "epochs"), ({"batch_size": 2.5}, "batch_size"), ({"learning_rate": -1.0}, "learning_rate")],
+)
+def test_fit_digits_bad_arguments(kwargs, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        demo.fit_digits(out=tmp_path, quiet=True, **kwargs)
+    assert not any(tmp_path.iterdir())  # checked before a run folder is made
+
+
+def test_make_run_dir_adds_a_suffix(tmp_path):
+    when = datetime.datetime(2024, 1, 2, 3, 4, 5)
+    names = [demo.make_run_dir(tmp_path / "runs", now=when).name for _ in range(3)]
+    assert names == ["20240102-030405", "20240102-030405-1", "20240102-030405-2"]
+
+
+def test_fit_digits_explains_the_same_mistakes(tmp_path):
+    with pytest.raises(demo.DemoArgumentError) as info:
+        demo.fit_digits(batch_size=5000, out=tmp_path, quiet=True)
+    assert info.value.argument == "batch_size"
+    assert str(info.value).splitlines() == [
+        "fit_digits: batch_size must be at most 1437, the number of digits training samples, received 5000",
+        "  expected: batch_size <= 1437 (every training batch is full)",
+        "  received: batch_size=5000",
+        "  fix: pass batch_size=64 (or any value up to 1437)",
+    ]
+    with pytest.raises(demo.DemoArgumentError, match=r"seed must be a whole number from 0 to"):
+        demo.fit_digits(seed=-1, out=tmp_path)
+    with pytest.raises(demo.DemoArgumentError, match="learning_rate must be a finite number"):
+        demo.fit_digits(learning_rate=float("nan"), out=tmp_path)
+    with pytest.raises(demo.DemoArgumentError, match="out must be a folder name"):
+        demo.fit_digits(out=3)
+    assert not any(tmp_path.iterdir())
+
+
+def test_fit_digits_accepts_numpy_integers(monkeypatch, tmp_path):
+    import numpy as np
+
+    def stop_here():
+        raise RuntimeError("checked")
+
+    monkeypatch.setattr(demo, "_require_plotting", stop_here)
+    with pytest.raises(RuntimeError, match="checked"):  # got past every argument check
+        demo.fit_digits(epochs=np.int64(2), batch_size=np.int32(32), seed=np.int64(1),
+                        learning_rate=np.float32(1e-3), out=tmp_path)
