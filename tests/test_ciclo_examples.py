@@ -5,12 +5,8 @@
 Each test checks what the example produced: the history's entries and a loss that went down,
 the checkpoints where the example asks for them, the plot file. ``GYRE_EXAMPLE_STEPS`` (the
 examples' length knob) keeps the long one short; the others run ciclo's own 100 steps.
-Examples that need names still on the frameworks/managed branch (H1) are marked xfail while
-those names are missing.
 """
 
-import dataclasses
-import inspect
 import os
 import runpy
 from pathlib import Path
@@ -21,23 +17,6 @@ import pytest
 import gyre
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "ciclo"
-PENDING_H1 = "needs the frameworks/managed branch (H1), not merged into this one yet: "
-
-
-def _keyword_logs() -> bool:
-    params = inspect.signature(gyre.Logs.add_metrics).parameters.values()
-    return any(p.kind is p.VAR_KEYWORD for p in params)
-
-
-def _jax_metrics_names() -> bool:
-    return hasattr(gyre.frameworks, "losses") and hasattr(gyre.frameworks, "Metrics")
-
-
-def _managed_api() -> bool:
-    from gyre.steps.managed import ManagedStep
-
-    fields_ok = all(f.kw_only for f in dataclasses.fields(gyre.TrainState))
-    return fields_ok and issubclass(ManagedStep, gyre.LoopElement)
 
 
 @pytest.fixture
@@ -109,12 +88,6 @@ def test_01_mnist_simple(run_example, tmp_path):
     assert _is_png(_runs(tmp_path, "01_mnist_simple") / "history.png")
 
 
-@pytest.mark.xfail(
-    not (_jax_metrics_names() and _keyword_logs()),
-    reason=PENDING_H1 + "gyre.frameworks' jax_metrics names (jm.Metrics, jm.metrics.Mean/Accuracy) "
-    "and Logs.add_stateful_metrics(**m)",
-    strict=False,
-)
 def test_02_mnist_train_loop(run_example, tmp_path):
     pytest.importorskip("clu")
     g = run_example("02_mnist_train_loop")
@@ -129,7 +102,6 @@ def test_02_mnist_train_loop(run_example, tmp_path):
     assert _is_png(_runs(tmp_path, "02_mnist_train_loop") / "history.png")
 
 
-@pytest.mark.xfail(not _keyword_logs(), reason=PENDING_H1 + "Logs.add_metrics(**m)", strict=False)
 def test_03_mnist_manual_iteration(run_example, tmp_path, capsys):
     g = run_example("03_mnist_manual_iteration")
     steps, loss = g["history"].collect("steps", "loss")
@@ -140,13 +112,6 @@ def test_03_mnist_manual_iteration(run_example, tmp_path, capsys):
     assert _is_png(_runs(tmp_path, "03_mnist_manual_iteration") / "history.png")
 
 
-@pytest.mark.xfail(
-    not _managed_api(),
-    reason=PENDING_H1 + "ManagedState subclasses adding fields without defaults, CLU metrics as "
-    "stateful metrics, and managed steps that spread into a table (**train_step: ManagedStep "
-    "a gyre.LoopElement)",
-    strict=False,
-)
 def test_04_mnist_managed_api(run_example, tmp_path):
     pytest.importorskip("clu")
     g = run_example("04_mnist_managed_api")
@@ -164,12 +129,6 @@ def test_04_mnist_managed_api(run_example, tmp_path):
     assert int(g["state"].accuracy.count) == 8 * 32
 
 
-@pytest.mark.xfail(
-    not _jax_metrics_names(),
-    reason=PENDING_H1 + "create_flax_state with jax_metrics-style losses and metrics "
-    "(jm.losses.Crossentropy(), jm.metrics.Accuracy()) and its avg_<loss> entries",
-    strict=False,
-)
 def test_05_mnist_flax_state(run_example, tmp_path):
     g = run_example("05_mnist_flax_state")
     steps, avg_loss, avg_loss_test, accuracy_test = g["history"].collect(

@@ -1,13 +1,8 @@
 """ciclo's public surface, under its names, used the way ciclo's README and examples use it:
 code written for ciclo runs with ``import gyre as ciclo``.
-
-Names still coming from the frameworks/managed branch (H1) are marked xfail while they are
-missing, so these tests start passing, and then guard the names, once it is merged.
 """
 
-import dataclasses
 import datetime
-import inspect
 import io
 import os
 
@@ -32,23 +27,6 @@ CICLO_NAMES = [
     "loop", "JIT", "DataParallel", "Eager", "Elapsed", "Period",
 ]
 
-PENDING_H1 = "pending the frameworks/managed branch (H1), not merged into this one yet"
-
-
-def _keyword_logs() -> bool:
-    params = inspect.signature(ciclo.Logs.add_metrics).parameters.values()
-    return any(p.kind is p.VAR_KEYWORD for p in params)
-
-
-def _fields_without_defaults() -> bool:
-    return all(f.kw_only for f in dataclasses.fields(ciclo.TrainState))
-
-
-def _managed_steps_spread() -> bool:
-    from gyre.steps.managed import ManagedStep
-
-    return issubclass(ManagedStep, ciclo.LoopElement)
-
 
 # -- names -----------------------------------------------------------------------------------
 
@@ -59,7 +37,6 @@ def test_every_ciclo_name_is_at_the_top_level(name):
     assert name in ciclo.__all__
 
 
-@pytest.mark.xfail(not hasattr(ciclo, "FlaxState"), reason=PENDING_H1 + ": gyre.FlaxState", strict=False)
 def test_flax_state_is_at_the_top_level():
     assert "FlaxState" in ciclo.__all__
     assert ciclo.FlaxState is ciclo.frameworks.FlaxState
@@ -264,7 +241,6 @@ def test_logs_as_ciclo_builds_them():
     assert other.metrics.recall == 0.25
 
 
-@pytest.mark.xfail(not _keyword_logs(), reason=PENDING_H1 + ": Logs.add_metrics(**m)", strict=False)
 def test_logs_keyword_forms():
     logs = ciclo.logs()
     logs.add_metrics(loss=1.0, accuracy=0.5)
@@ -272,17 +248,6 @@ def test_logs_keyword_forms():
     assert logs.metrics.accuracy == 0.5 and logs.stateful_metrics.seen == 3
 
 
-def _ciclo_logs_helpers() -> bool:
-    loss_params = inspect.signature(ciclo.Logs.add_loss).parameters
-    return "add_metric" in loss_params and hasattr(ciclo.Logs, "entry_value")
-
-
-@pytest.mark.xfail(
-    not _ciclo_logs_helpers(),
-    reason="pending src/gyre/core/logs.py (H1's file): add_loss(..., add_metric=True), "
-    "add_losses(add_metrics=True, **losses), entry_value/entry_path/entry_collection",
-    strict=False,
-)
 def test_logs_helpers_ciclo_has():
     logs = ciclo.logs()
     logs.add_loss("loss", 1.0, add_metric=True)
@@ -447,7 +412,6 @@ def _linear_loss(state, batch):
     return ciclo.logs().add_loss("loss", loss), state
 
 
-@pytest.mark.xfail(not _managed_steps_spread(), reason=PENDING_H1 + ": ManagedStep as a LoopElement", strict=False)
 def test_a_managed_train_step_spreads_into_a_table():
     train_step = managed.train_step(_linear_loss)
     state = managed.ManagedState.create(params={"w": jnp.zeros((2, 1))}, tx=optax.sgd(0.1), strategy="jit")
@@ -458,7 +422,6 @@ def test_a_managed_train_step_spreads_into_a_table():
     assert len(losses) == 5 and losses[-1] < losses[0]
 
 
-@pytest.mark.xfail(not _fields_without_defaults(), reason=PENDING_H1 + ": ManagedState fields without defaults", strict=False)
 def test_managed_state_subclass_adds_fields_without_defaults():
     class State(managed.ManagedState):
         ema: dict

@@ -88,3 +88,13 @@ def test_ciclo_spreads_a_computed_dict():
 def test_a_non_mapping_is_still_explained():
     with pytest.raises(TypeError, match="takes a mapping of names to values"):
         gyre.logs().add_metrics([("a", 1)])
+
+
+def test_ciclo_logs_helpers():
+    logs = gyre.logs().add_loss("loss", 1.0, add_metric=True).add_losses(add_metrics=True, aux=0.5)
+    assert dict(logs.metrics) == {"loss": 1.0, "aux": 0.5} and dict(logs.losses) == {"loss": 1.0, "aux": 0.5}
+    assert logs.entry_path("aux") == ("losses", "aux") and logs.entry_path("metrics.aux") == ("metrics", "aux")
+    assert logs.entry_collection("nope") is None and logs.entry_value("metrics.loss") == 1.0
+    with pytest.raises(KeyError, match="no entry 'los'") as err:
+        logs.entry_value("los")
+    assert "Did you mean 'loss'?" in str(err.value)

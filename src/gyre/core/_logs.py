@@ -13,7 +13,7 @@ from typing import Any
 
 import jax
 
-from gyre.core._errors import describe, explain
+from gyre.core._errors import ExplainedKeyError, describe, explain, suggest
 
 #: The standard collections, in the order a bare name is resolved (see :meth:`Logs.lookup`).
 COLLECTIONS = ("losses", "metrics", "stateful_metrics", "outputs")
@@ -122,25 +122,34 @@ class Logs(dict):
             self.add_entries("metrics", values)
         return self.add_entries("metrics", entries)
 
-    def add_loss(self, name: str, value: Any) -> Logs:
-        """Adds a loss (managed steps differentiate the sum of the losses).
+    def add_loss(self, name: str, value: Any, *, add_metric: bool = False) -> Logs:
+        """Adds a loss (managed steps differentiate the sum of the losses); with
+        ``add_metric=True`` (ciclo's option) it is logged as a metric too.
 
         Example:
             >>> Logs().add_loss("mse", 0.1).losses.mse
             0.1
+            >>> Logs().add_loss("mse", 0.1, add_metric=True)
+            Logs(losses={'mse': 0.1}, metrics={'mse': 0.1})
         """
-        return self.add_entry("losses", name, value)
+        self.add_entry("losses", name, value)
+        return self.add_entry("metrics", name, value) if add_metric else self
 
-    def add_losses(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
-        """Adds several losses, as a dict and/or as keywords.
+    def add_losses(
+        self, values: Mapping[str, Any] | None = None, /, *, add_metrics: bool = False, **entries: Any
+    ) -> Logs:
+        """Adds several losses, as a dict and/or as keywords; ``add_metrics=True`` logs them as
+        metrics too.
 
         Example:
             >>> Logs().add_losses(mse=0.1, kl=0.2)
             Logs(losses={'mse': 0.1, 'kl': 0.2})
         """
+        given = {**(values or {}), **entries}
         if values is not None:
             self.add_entries("losses", values)
-        return self.add_entries("losses", entries)
+        self.add_entries("losses", entries)
+        return self.add_entries("metrics", given) if add_metrics else self
 
     def add_stateful_metric(self, name: str, value: Any) -> Logs:
         """Adds a metric accumulated across steps (its last value is the running result).
@@ -219,6 +228,55 @@ class Logs(dict):
         for collection, values in self.items():
             for name, value in values.items():
                 yield collection, name, value
+
+    def entry_path(self, key: str) -> tuple[str, str] | None:
+        """ciclo's ``entry_path``: where ``"name"`` or ``"collection.name"`` is, as
+        ``(collection, name)``, or ``None``. A bare name held by several collections resolves
+        as :meth:`lookup` does (``losses`` first).
+
+        Example:
+            >>> Logs().add_metric("acc", 1).entry_path("acc")
+            ('metrics', 'acc')
+        """
+        if "." in key:
+            collection, _, name = key.partition(".")
+            if name in self.get(collection, ()):
+                return collection, name
+        for collection in resolution_order(self):
+            if key in self[collection]:
+                return collection, key
+        return None
+
+    def entry_collection(self, key: str) -> str | None:
+        """The collection holding ``key`` (see :meth:`entry_path`), or ``None``.
+
+        Example:
+            >>> Logs().add_loss("l", 1).entry_collection("l")
+            'losses'
+        """
+        path = self.entry_path(key)
+        return None if path is None else path[0]
+
+    def entry_value(self, key: str) -> Any:
+        """The value of ``key`` (see :meth:`entry_path`); a ``KeyError`` listing the entries
+        when it is missing.
+
+        Example:
+            >>> Logs().add_metric("acc", 0.5).entry_value("metrics.acc")
+            0.5
+        """
+        path = self.entry_path(key)
+        if path is None:
+            names = [f"{c}.{n}" for c, n, _ in self.entries()]
+            raise ExplainedKeyError(
+                explain(
+                    f"no entry {key!r} in these logs",
+                    expected="a logged name or 'collection.name'",
+                    received=f"{key!r}; the logs hold {names}",
+                    fix="use one of the names held" + suggest(key, [n.split('.')[1] for n in names]),
+                )
+            )
+        return self[path[0]][path[1]]
 
     def lookup(self, key: str) -> tuple[bool, Any]:
         """Finds an entry by ``"collection.name"`` or by bare ``"name"``.
