@@ -23,7 +23,7 @@ from typing import Any
 
 import jax
 
-from gyre.core._clock import Elapsed
+from gyre.core._clock import Elapsed, infer_batch_size
 from gyre.core._errors import warn
 from gyre.core._logs import Logs
 from gyre.loop._elapse import END, Elapse
@@ -50,11 +50,6 @@ class Chunk:
         self.after: list[bool] = []  # answers of the after tasks on the last step so far
         self.shown = [False] * displays  # display tasks that fired on some step
         self.cut_by: Task | None = None
-
-    def append(self, batch: Any, size: int, clock: Elapsed) -> None:
-        self.batches.append(batch)
-        self.sizes.append(size)
-        self.clocks.append(clock)
 
 
 def _asks(task: Task, clock: Elapsed) -> bool:
@@ -153,28 +148,37 @@ class ChunkRunner:
     def extend(self, chunk: Chunk) -> None:
         """Adds steps to the chunk until a task fires, K steps, the stop or the data's end."""
         time, date = self.elapse.now()
-        plan = self.plan
+        plan, elapse = self.plan, self.elapse
+        pull, epoch_steps = elapse.pull, elapse.epoch_steps
+        asked = [(i, t.schedule) for i, t in enumerate(plan.display) if t.schedule is not None]
+        # the batches of a chunk share their shapes (staging checks it): so do their sizes
+        same_size = elapse.size_of is infer_batch_size
+        for i, task in enumerate(plan.display):
+            chunk.shown[i] = chunk.shown[i] or task.schedule is None
         while True:
             clock = chunk.clocks[-1]
             chunk.after = []
-            fired = first_firing(plan.after, clock, chunk.after)
-            for i, task in enumerate(plan.display):
-                chunk.shown[i] = _asks(task, clock) or chunk.shown[i]
+            fired = first_firing(plan.after, clock, chunk.after) if plan.after else None
+            for i, schedule in asked:  # every display schedule, once per step
+                chunk.shown[i] = bool(schedule(clock)) or chunk.shown[i]
             if fired is not None:
                 chunk.cut_by = plan.after[fired]
                 return
             if len(chunk.batches) == self.steps:
                 return
-            clock = self.elapse.next_clock(clock, chunk.sizes[-1], time, date)
-            batch = self.elapse.pull(clock)
+            clock = clock.update(chunk.sizes[-1], time=time, date=date, epoch_steps=epoch_steps)
+            batch = pull(clock)
             if batch is END:
                 return
-            answers: list[bool] = []
-            fired = first_firing(plan.before, clock, answers)
-            if fired is not None:
-                self.carry, chunk.cut_by = (batch, answers), plan.before[fired]
-                return
-            chunk.append(batch, self.elapse.size_of(batch), clock)
+            if plan.before:
+                answers: list[bool] = []
+                fired = first_firing(plan.before, clock, answers)
+                if fired is not None:
+                    self.carry, chunk.cut_by = (batch, answers), plan.before[fired]
+                    return
+            chunk.batches.append(batch)
+            chunk.sizes.append(chunk.sizes[0] if same_size else elapse.size_of(batch))
+            chunk.clocks.append(clock)
 
     def execute(self, chunk: Chunk) -> None:
         """Calls the fused step on the chunk, then runs the tasks after it and commits."""

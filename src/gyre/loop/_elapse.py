@@ -216,15 +216,11 @@ class Elapse:
         now = self._clock()
         return now - self._t0, self._d0 + now
 
-    def _done(self, clock: Elapsed) -> bool:
-        if self._stop_steps is not None:
-            return clock.steps >= self._stop_steps
-        return self.stop is not None and clock.reached(self.stop)
-
     def pull(self, clock: Elapsed) -> Any:
         """The batch of the step whose clock is ``clock``, or :data:`END` when the stop is
         reached at ``clock`` or the data has ended."""
-        if self._done(clock):
+        stop = self._stop_steps
+        if (clock.steps >= stop) if stop is not None else (self.stop is not None and clock.reached(self.stop)):
             return END
         try:
             return next(self._it)
@@ -240,16 +236,10 @@ class Elapse:
             clock = self.elapsed = clock.update(
                 self._pending, time=now - self._t0, date=self._d0 + now, epoch_steps=self.epoch_steps
             )
-        stop = self._stop_steps
-        if (clock.steps >= stop) if stop is not None else (self.stop is not None and clock.reached(self.stop)):
+        batch = self.pull(clock)
+        if batch is END:
             self._pending = None
             raise StopIteration
-        try:
-            batch = next(self._it)
-        except StopIteration:
-            self._pending = None
-            self.exhausted = True
-            raise
         size = self._pending = self.size_of(batch)
         clock._step = (size, self.epoch_steps)
         return clock, batch
