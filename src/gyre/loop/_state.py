@@ -24,6 +24,7 @@ from gyre.core._errors import describe, explain
 from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.loop._binding import Invoker
+from gyre.loop._snapshot import Snapshot
 
 
 class LoopState:
@@ -64,6 +65,18 @@ class LoopState:
         self.stop_requested = False
         self.stop_reason = ""
         self._completed: Callable[[], Elapsed] = lambda: self.elapsed.completed()
+
+    def snapshot(self) -> Snapshot:
+        """What a checkpoint saves of this loop now: the state and the completed clock (and,
+        as the engine grows them, the state of the schedules, callbacks, data and history).
+
+        Example:
+            >>> ls = LoopState({"w": 1.0}, History(), Elapsed(steps=2))
+            >>> snap = ls.snapshot(); snap.step, snap.state
+            (2, {'w': 1.0})
+        """
+        clock = self.completed
+        return Snapshot(step=int(clock.steps), state=self.state, elapsed=clock)
 
     def request_stop(self, reason: str = "") -> None:
         """Asks the loop to stop: the rest of this step is skipped, its logs are kept, the step
