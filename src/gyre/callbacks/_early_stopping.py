@@ -218,25 +218,58 @@ class EarlyStopping(LoopElement):
     def on_train_end(self, state: Any) -> Any:
         """Returns the best state when ``restore_best_weights`` (whatever ended the loop)."""
         if self.restore_best_weights and self.best_state is not None:
+            if isinstance(self.best_state, _Leaves):
+                self.best_state = self.best_state.like(state)
             return self.best_state
         return None
 
     def state_dict(self) -> dict[str, Any]:
-        """The counters (not the weights) for a checkpoint."""
+        """What a checkpoint saves: the counters, the best value, and the best weights (as
+        the list of the state's leaves; rebuilt with the state's structure when used).
+
+        Example:
+            >>> es = early_stopping("loss", patience=2)
+            >>> es.state_dict()["wait"], es.state_dict()["best_leaves"]
+            (0, None)
+        """
+        best = self.best_state
         return {
             "best": self.best, "best_step": self.best_step, "wait": self.wait,
             "evaluations": self.evaluations,
             "since": None if self.since is None else self.since.to_dict(),
+            "stopped_step": self.stopped_step,
+            "best_leaves": None if best is None else jax.tree_util.tree_leaves(best),
         }
 
     def load_state_dict(self, values: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict`."""
+        """Restores :meth:`state_dict` (the best weights take the structure of the state the
+        callback sees next).
+
+        Example:
+            >>> es = early_stopping("loss", patience=2)
+            >>> es.load_state_dict({"best": 0.5, "wait": 1, "evaluations": 3})
+            >>> es.best, es.wait
+            (0.5, 1)
+        """
         self.best = values.get("best")
         self.best_step = values.get("best_step")
         self.wait = values.get("wait", 0)
         self.evaluations = values.get("evaluations", 0)
+        self.stopped_step = values.get("stopped_step")
         since = values.get("since")
         self.since = None if since is None else Elapsed.from_dict(since)
+        leaves = values.get("best_leaves")
+        self.best_state = None if leaves is None else _Leaves(list(leaves))
+
+
+class _Leaves:
+    """Best weights restored from a checkpoint: leaves waiting for the state's structure."""
+
+    def __init__(self, leaves: list[Any]) -> None:
+        self.leaves = leaves
+
+    def like(self, state: Any) -> Any:
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(state), self.leaves)
 
 
 def early_stopping(

@@ -165,6 +165,9 @@ class History:
         self._stacked: list[tuple[int, int, int, Shape, list[Any]]] = []  # row, count, start, ...
         self._lag = lag
         self._flush_at = flush_every + lag
+        #: why the last loop that wrote this history stopped early (``"preempted"``, a
+        #: callback's reason), or ``None`` when it ran to its stop or the data's end
+        self.stop_reason: str | None = None
 
     # -- the step path ---------------------------------------------------------------------
     def commit(self, elapsed: Elapsed, logs: Logs, *, batch_size: int | None = None) -> None:
@@ -413,6 +416,27 @@ class History:
             raise IndexError(f"history index {index} out of range: the history has {n} records")
         b = bisect_right(self._starts, i) - 1
         return blocks[b].record(i - self._starts[b])
+
+    def records(self, start: int = 0, stop: int | None = None) -> Iterator[Record]:
+        """Records ``start`` to ``stop - 1`` (flushes first), reading only the blocks that hold
+        them: what a checkpoint appends to its history files costs the new records only.
+
+        Example:
+            >>> h = History()
+            >>> for i in range(5):
+            ...     h.commit(Elapsed(steps=i), Logs().add_metric("m", i))
+            >>> [r.elapsed.steps for r in h.records(2, 4)]
+            [2, 3]
+        """
+        blocks = self._host_blocks()
+        stop = self._host_count if stop is None else min(stop, self._host_count)
+        b = max(bisect_right(self._starts, start) - 1, 0)
+        while b < len(blocks) and self._starts[b] < stop:
+            first = self._starts[b]
+            for i, record in enumerate(blocks[b].records()):
+                if start <= first + i < stop:
+                    yield record
+            b += 1
 
     def extend(self, other: History) -> None:
         """Appends every record of ``other`` (used when a run is continued).

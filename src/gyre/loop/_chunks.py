@@ -116,6 +116,7 @@ class ChunkRunner:
                 if chunk.first:
                     self.ls.history.commit(chunk.clocks[0], chunk.first, batch_size=chunk.sizes[0])
                 return
+            self.ls.step_start = self.ls.state
             self.extend(chunk)
             self.execute(chunk)
             if not self.fused_once:
@@ -164,8 +165,8 @@ class ChunkRunner:
             if fired is not None:
                 chunk.cut_by = plan.after[fired]
                 return
-            if len(chunk.batches) == self.steps:
-                return
+            if len(chunk.batches) == self.steps or self.ls.saves:
+                return  # (a save asked for before the step is made after the chunk's first step)
             clock = clock.update(chunk.sizes[-1], time=time, date=date, epoch_steps=epoch_steps)
             batch = pull(clock)
             if batch is END:
@@ -200,6 +201,12 @@ class ChunkRunner:
         last = self.after_chunk(chunk, logs)
         self.commit(chunk, logs, last)
         self.note_cut(chunk)
+        first, end = chunk.clocks[0].steps, chunk.clocks[-1].steps
+        for step in range(first, end):  # the preemption sync point is asked at every step
+            if self.ls.preempted(step):
+                self.ls.request_stop("preempted")
+                break
+        self.ls.end_step(end)
 
     def after_chunk(self, chunk: Chunk, logs: Logs) -> Logs | None:
         """Runs the tasks after the step that fire on the last step, then the display tasks

@@ -22,6 +22,16 @@ from gyre.loop._binding import bind
 from gyre.loop._chunks import ChunkRunner
 from gyre.loop._elapse import Elapse, StopLike, check_stop, epochs_unknown, steps_only
 from gyre.loop._fuse import check_steps
+from gyre.loop._preempt import Preemption
+from gyre.loop._resumables import checkpointers
+from gyre.loop._resume import (
+    check_resume,
+    final_save,
+    find_checkpointer,
+    prepare,
+    restore_objects,
+    resume_from,
+)
 from gyre.loop._split import split_tasks
 from gyre.loop._state import LoopState, fold, run_callbacks
 from gyre.loop._tasks import (
@@ -41,7 +51,7 @@ def run_step(tasks: Sequence[Task], ls: LoopState, now: Elapsed, batch: Any, log
     """Runs the callbacks of one step (the per-step path): every task whose schedule fires on
     ``now``, in table order, each callback's return folded into ``logs`` and ``ls.state``;
     the rest of the step is skipped once a stop is requested."""
-    ls.elapsed, ls.logs, ls.batch = now, logs, batch
+    ls.elapsed, ls.logs, ls.batch, ls.step_start = now, logs, batch, ls.state
     for task in tasks:
         schedule = task.schedule
         if schedule is None or schedule(now):
@@ -62,6 +72,7 @@ def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState) -> None:
         run_step(tasks, ls, now, batch, logs)
         if logs:
             commit(now, logs, batch_size=clock.batch_size)
+        ls.end_step(now.steps)
         if first:
             first = False
             warn_if_untrained(tasks)
@@ -108,17 +119,54 @@ def _prefetched(dataset: Any, state: Any, size: int, stop: Any, initial: Elapsed
     return prefetch_to_device(dataset, size=size, sharding=strategy, limit=limit)
 
 
-def _finish(clock: Elapse, ls: LoopState, ends: list[Any], hooks: list[Callable[[], Any]]) -> Elapsed:
-    """Ends a loop: completes the last step, runs ``on_end`` and the ``on_loop_end`` hooks."""
+def _finish(clock: Elapse, ls: LoopState, ends: list[Any], table: Sequence[Task], starts: list[Any]) -> Elapsed:
+    """Ends a loop: completes the last step, saves it through the loop's checkpoints (unless
+    saved), runs ``on_end`` and the ``on_loop_end`` hooks (which wait for the saves)."""
     final = clock.complete()
     ls.batch = None
+    preempted = ls.stop_reason == "preempted"
+    final_save(ls, table, starts + ends, wait=preempted)
     logs = run_callbacks(ends, ls, final)
     if logs:
         ls.history.commit(final, logs)
-    for hook in hooks:
+    for hook in loop_end_hooks(table):
         hook()
+    ls.history.stop_reason = ls.stop_reason if ls.stop_requested else None
+    if preempted:
+        warn(
+            f"preempted ({Preemption.signal_name()}) during step {final.steps - 1}: the loop "
+            f"stopped after {final.steps} steps, saved them, and ran its end callbacks; run it "
+            "again with resume='latest' to continue"
+        )
     clock.warn_if_short(ls.stop_requested)
     return final
+
+
+def _failed(err: BaseException, ls: LoopState, clock: Elapse, saving: Sequence[Any]) -> None:
+    """Hands the caller the last consistent state and clock on an exception leaving the loop
+    (``err.state``, ``err.elapsed``): the state when the failing step started if it still
+    exists, else (its arrays were donated to the step) the state the step produced, counted
+    as completed. Saves in flight are finished, so the last good checkpoint stays whole."""
+    start = ls.step_start
+    if start is not None and _alive(start):
+        state, elapsed = start, clock.elapsed.replace()
+    else:
+        state, elapsed = ls.state, clock.peek_completed().replace()
+    if not _alive(state):
+        state = None
+        err.add_note("gyre: err.state is None: the state's arrays were donated to the step that failed")
+    err.state, err.elapsed = state, elapsed  # type: ignore[attr-defined]
+    for checkpoint in saving:
+        try:
+            checkpoint.wait_until_finished()
+        except Exception as other:  # noqa: BLE001 - the loop's own error is the one to raise
+            err.add_note(f"gyre: a checkpoint save also failed: {other}")
+
+
+def _alive(tree: Any) -> bool:
+    import jax
+
+    return not any(getattr(x, "is_deleted", lambda: False)() for x in jax.tree_util.tree_leaves(tree))
 
 
 def _interrupted(ls: LoopState, clock: Elapse, catch: bool) -> None:
@@ -150,6 +198,7 @@ def loop(
     clock: Callable[[], float] | None = None,
     steps_per_call: int = 1,
     prefetch: int = 2,
+    resume: Any = None,
 ) -> tuple[Any, History, Elapsed]:
     """Runs a task table over a dataset: the loop language.
 
@@ -183,9 +232,27 @@ def loop(
         prefetch: when the state has a strategy (a managed state), this many batches are
             placed on its devices ahead of the step that uses them (0: off). Batches are
             never taken beyond ``stop`` when it is a number of steps.
+        resume: continue from a checkpoint of the loop's ``gyre.checkpoint``: ``"latest"``
+            (the newest good one; a fresh start when there is none), ``"best"``, a saved step,
+            or a checkpoint's path; ``None`` (the default) starts from ``state``. The state,
+            clock, history, the ``state_dict`` of every stateful schedule and callback, and
+            the data position are restored (see :mod:`gyre.loop._resumables`); ``state``
+            gives the structure (and shardings) to restore into.
 
     Returns:
-        ``(state, history, elapsed)``, where ``elapsed`` counts the completed steps.
+        ``(state, history, elapsed)``, where ``elapsed`` counts the completed steps, and
+        ``history.stop_reason`` says why the loop stopped early (``"preempted"`` after
+        SIGTERM, a callback's reason), or is ``None``.
+
+    Raises:
+        Exception: whatever a callback raised, carrying ``err.state`` and ``err.elapsed``:
+            the last consistent state and its clock (the caller's own state may have been
+            donated to the step), to inspect or continue from.
+
+    When a loop ends (its data, its ``stop``, a stop request, SIGTERM), its checkpoints save
+    the final step unless it is saved, and the loop returns once the saves are on disk.
+    SIGTERM (and Ctrl-C, with ``catch_keyboard_interrupt``) finishes the current step, saves
+    synchronously and ends the loop (:mod:`gyre.loop._preempt`).
 
     Callbacks receive ``state``, ``batch``, ``elapsed``, ``logs``, ``loop`` by parameter name
     (any subset, any order), or else the first ``n`` of them by position. They return
@@ -210,6 +277,11 @@ def loop(
     chunks = split_tasks(table, steps) if steps > 1 else None
     starts, ends = [bind(cb) for cb in as_list(on_start)], [bind(cb) for cb in as_list(on_end)]
     history = _check_history(history)
+    resume = check_resume(resume)
+    checkpoint = find_checkpointer(table, starts + ends, resume)
+    resumed = None
+    if resume is not None:
+        state, history, elapsed, resumed = resume_from(checkpoint, resume, state, history, elapsed)  # type: ignore[arg-type]
     dataset = _prefetched(dataset, state, prefetch, stop, elapsed)
     clock_iter = Elapse(
         dataset, stop=stop, initial=elapsed, epoch_duration=epoch_duration,
@@ -218,17 +290,33 @@ def loop(
     _check_epoch_schedules(table, clock_iter)
     ls = LoopState(state, history, clock_iter.elapsed, metadata)
     ls._completed = clock_iter.peek_completed
+    prepare(ls, table, starts + ends, resumed)
+    if resumed is not None:
+        restore_objects(ls, resumed)
     _DEPTH.value = getattr(_DEPTH, "value", 0) + 1
     try:
-        run_callbacks(starts, ls, clock_iter.elapsed)
-        try:
-            if chunks is not None:
-                ChunkRunner(chunks, clock_iter, ls, steps).run()
-            else:
-                run_steps(table, clock_iter, ls)
-        except KeyboardInterrupt:
-            _interrupted(ls, clock_iter, catch_keyboard_interrupt)
-        final = _finish(clock_iter, ls, ends, loop_end_hooks(table))
+        with Preemption(catch_interrupt=catch_keyboard_interrupt, outermost=_DEPTH.value == 1) as preemption:
+            ls.preempted = preemption.check
+            try:
+                final = _run(ls, clock_iter, table, chunks, steps, starts, ends, catch_keyboard_interrupt)
+            except BaseException as err:
+                _failed(err, ls, clock_iter, checkpointers(table, starts + ends))
+                raise
     finally:
         _DEPTH.value -= 1
-    return ls.state, history, final
+    return ls.state, ls.history, final
+
+
+def _run(
+    ls: LoopState, clock_iter: Elapse, table: list[Task], chunks: Any, steps: int,
+    starts: list[Any], ends: list[Any], catch: bool,
+) -> Elapsed:
+    run_callbacks(starts, ls, clock_iter.elapsed)
+    try:
+        if chunks is not None:
+            ChunkRunner(chunks, clock_iter, ls, steps).run()
+        else:
+            run_steps(table, clock_iter, ls)
+    except KeyboardInterrupt:
+        _interrupted(ls, clock_iter, catch)
+    return _finish(clock_iter, ls, ends, table, starts)

@@ -156,6 +156,7 @@ def test_loop(
     stop: StopLike = None,
     history: History | None = None,
     elapsed: Elapsed | None = None,
+    resume: Any = None,
     batch_size_fn: Any = None,
     metadata: Any = None,
     catch_keyboard_interrupt: bool = True,
@@ -172,7 +173,7 @@ def test_loop(
         tasks: ``{named or clock schedule: callbacks}``.
         callbacks: objects registered under the named points whose names they have as methods.
         stop: steps or a Period (default: the whole dataset).
-        history, elapsed, batch_size_fn, metadata, catch_keyboard_interrupt, clock:
+        history, elapsed, resume, batch_size_fn, metadata, catch_keyboard_interrupt, clock:
             as in :func:`gyre.loop`.
         steps_per_call: fuse up to this many ``on_test_step`` steps into one call.
 
@@ -189,7 +190,7 @@ def test_loop(
     """
     hooks = NamedHooks("test_loop", TEST_HOOKS, tasks, callbacks, state)
     return _run_simple(
-        hooks, "test", state, dataset, stop=stop, history=history, elapsed=elapsed,
+        hooks, "test", state, dataset, stop=stop, history=history, elapsed=elapsed, resume=resume,
         batch_size_fn=batch_size_fn, metadata=metadata,
         catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
     )
@@ -204,6 +205,7 @@ def predict_loop(
     stop: StopLike = None,
     history: History | None = None,
     elapsed: Elapsed | None = None,
+    resume: Any = None,
     batch_size_fn: Any = None,
     metadata: Any = None,
     catch_keyboard_interrupt: bool = True,
@@ -227,7 +229,7 @@ def predict_loop(
     """
     hooks = NamedHooks("predict_loop", PREDICT_HOOKS, tasks, callbacks, state)
     return _run_simple(
-        hooks, "predict", state, dataset, stop=stop, history=history, elapsed=elapsed,
+        hooks, "predict", state, dataset, stop=stop, history=history, elapsed=elapsed, resume=resume,
         batch_size_fn=batch_size_fn, metadata=metadata,
         catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
     )
@@ -296,6 +298,7 @@ def train_loop(
     stop: StopLike = None,
     history: History | None = None,
     elapsed: Elapsed | None = None,
+    resume: Any = None,
     batch_size_fn: Any = None,
     metadata: Any = None,
     catch_keyboard_interrupt: bool = True,
@@ -319,8 +322,9 @@ def train_loop(
         test_name: suffix of evaluation entries (``accuracy`` becomes ``accuracy_test``).
         test_aggregation: how each evaluation is reduced (see :func:`gyre.inner_loop`); by
             default batch-weighted means of losses and metrics, last value of stateful metrics.
-        stop, history, elapsed, batch_size_fn, metadata, catch_keyboard_interrupt, clock:
-            as in :func:`gyre.loop`.
+        stop, history, elapsed, resume, batch_size_fn, metadata, catch_keyboard_interrupt,
+            clock: as in :func:`gyre.loop` (``resume="latest"`` continues from the newest good
+            checkpoint of a ``gyre.checkpoint`` among the tasks or callbacks).
         steps_per_call: fuse up to this many ``on_train_step`` steps into one call; every
             callback (evaluations included) still runs after the same steps as step by step.
         inner_loop_kwargs: more arguments of the evaluation's :func:`gyre.inner_loop`
@@ -367,7 +371,7 @@ def train_loop(
     table[Every("on_train_batch_end")] = named["on_train_batch_end"]
     return loop(
         state, dataset, table, stop=stop, on_start=named["on_train_begin"],
-        on_end=named["on_train_end"], history=history, elapsed=elapsed,
+        on_end=named["on_train_end"], history=history, elapsed=elapsed, resume=resume,
         catch_keyboard_interrupt=catch_keyboard_interrupt, batch_size_fn=batch_size_fn,
         metadata=metadata, epoch_duration=epoch_steps, clock=clock, steps_per_call=steps_per_call,
     )

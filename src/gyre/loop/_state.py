@@ -24,6 +24,8 @@ from gyre.core._errors import describe, explain
 from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.loop._binding import Invoker
+from gyre.loop._history_files import new_block
+from gyre.loop._resumables import state_dicts
 from gyre.loop._snapshot import Snapshot
 
 
@@ -53,6 +55,7 @@ class LoopState:
     __slots__ = (
         "state", "history", "elapsed", "logs", "batch", "metadata",
         "stop_requested", "stop_reason", "_completed",
+        "resumables", "data", "saves", "history_saved", "preempted", "step_start",
     )
 
     def __init__(self, state: Any, history: History, elapsed: Elapsed, metadata: Any = None) -> None:
@@ -65,18 +68,68 @@ class LoopState:
         self.stop_requested = False
         self.stop_reason = ""
         self._completed: Callable[[], Elapsed] = lambda: self.elapsed.completed()
+        #: what a checkpoint carries besides the state (see :mod:`gyre.loop._resumables`)
+        self.resumables: dict[str, Any] = {}
+        #: the data position's keeper (``state_dict``/``load_state_dict``), or None
+        self.data: Any = None
+        #: checkpoints that asked to save at the end of this step, with their metrics
+        self.saves: list[tuple[Any, dict[str, float] | None]] = []
+        #: per checkpoint (by id): history records already written to its directory
+        self.history_saved: dict[int, int] = {}
+        #: ``preempted(step) -> bool``, asked after each step (see :mod:`gyre.loop._preempt`)
+        self.preempted: Callable[[int], bool] = lambda step: False
+        #: the state when the current step started (what an exception hands back)
+        self.step_start: Any = None
 
-    def snapshot(self) -> Snapshot:
-        """What a checkpoint saves of this loop now: the state and the completed clock (and,
-        as the engine grows them, the state of the schedules, callbacks, data and history).
+    def snapshot(self, owner: Any = None, metrics: dict[str, float] | None = None) -> Snapshot:
+        """What a checkpoint saves of this loop now: the state, the completed clock, the
+        ``state_dict`` of every resumable schedule and callback, the data position, and (for
+        ``owner``, the checkpoint writing it) the history records it has not written yet.
 
         Example:
             >>> ls = LoopState({"w": 1.0}, History(), Elapsed(steps=2))
-            >>> snap = ls.snapshot(); snap.step, snap.state
-            (2, {'w': 1.0})
+            >>> snap = ls.snapshot(); snap.step, snap.state, snap.meta["history"]
+            (2, {'w': 1.0}, 0)
         """
         clock = self.completed
-        return Snapshot(step=int(clock.steps), state=self.state, elapsed=clock)
+        arrays: dict[str, Any] = {}
+        meta = {
+            "format": 1,
+            "resumables": state_dicts(self.resumables, arrays),
+            "data": None if self.data is None else self.data.state_dict(),
+            "history": len(self.history),
+        }
+        files = {}
+        if owner is not None:
+            block = new_block(self.history, self.history_saved.get(id(owner), 0))
+            if block is not None:
+                files[block[0]] = block[1]
+            self.history_saved[id(owner)] = meta["history"]
+        return Snapshot(
+            step=int(clock.steps), state=self.state, elapsed=clock, meta=meta,
+            arrays={"resumables": arrays} if arrays else {}, metrics=metrics, files=files,
+        )
+
+    def end_step(self, step: int) -> None:
+        """What happens between two steps: the saves asked for during the step, and a stop
+        when a preemption signal arrived (the engine calls it after committing a step)."""
+        if self.saves:
+            self.run_saves()
+        if self.preempted(step) and not self.stop_requested:
+            self.request_stop("preempted")
+
+    def request_save(self, checkpoint: Any, metrics: dict[str, float] | None = None) -> None:
+        """Asks the engine to save through ``checkpoint`` once this step has completed (its
+        logs committed, every callback of the step run), so the checkpoint holds the state,
+        the history and the callbacks' state of a step boundary."""
+        if all(c is not checkpoint for c, _ in self.saves):
+            self.saves.append((checkpoint, metrics))
+
+    def run_saves(self, *, wait: bool = False) -> None:
+        """Saves what :meth:`request_save` asked for (the engine calls it at step ends)."""
+        saves, self.saves = self.saves, []
+        for checkpoint, metrics in saves:
+            checkpoint.save_snapshot(self.snapshot(checkpoint, metrics), wait=wait)
 
     def request_stop(self, reason: str = "") -> None:
         """Asks the loop to stop: the rest of this step is skipped, its logs are kept, the step

@@ -1,0 +1,125 @@
+"""The history in a checkpoint: appended blocks of JSON, so a save costs its new records only.
+
+Each save of a loop writes the records committed since its previous save as one file,
+``history/<first record, 12 digits>.json``, and the checkpoint records how many records belong
+to it. A resumed loop reads the chain of blocks from record 0 (each block names where the next
+one starts) up to that count and truncates the last one: blocks a dead run wrote after its
+last good checkpoint are never read, and are overwritten by the resumed run's own.
+
+Values keep their dtype and shape (``{"dtype": "float32", "shape": [], "data": 0.25}``);
+Python numbers stay Python numbers. JSON holds NaN and infinities as ``NaN``/``Infinity``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from gyre.core._clock import Elapsed
+from gyre.core._errors import explain
+from gyre.core._history import History, Record
+from gyre.core._logs import Logs
+
+FOLDER = "history"
+FORMAT = 1
+
+
+def block_name(start: int) -> str:
+    """The file of the block whose first record is ``start``.
+
+    Example:
+        >>> block_name(120)
+        'history/000000000120.json'
+    """
+    return f"{FOLDER}/{start:012d}.json"
+
+
+def _encode_value(value: Any) -> Any:
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if hasattr(value, "dtype") and hasattr(value, "shape"):
+        array = np.asarray(value)
+        return {"dtype": array.dtype.name, "shape": list(array.shape), "data": array.tolist()}
+    raise TypeError(
+        explain(
+            "a history value cannot be saved in a checkpoint",
+            expected="numbers, strings or arrays in the logs",
+            received=f"a {type(value).__name__}",
+            fix="log arrays or numbers (e.g. gyre.logs().add_metric(name, value))",
+        )
+    )
+
+
+def _decode_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        return np.asarray(value["data"], dtype=np.dtype(value["dtype"])).reshape(value["shape"])
+    return value
+
+
+def encode_block(records: Iterable[Record], start: int, stop: int) -> bytes:
+    """Records ``start`` to ``stop - 1`` as one JSON block.
+
+    Example:
+        >>> h = History(); h.commit(Elapsed(steps=0), Logs().add_loss("loss", np.float32(0.5)))
+        >>> json.loads(encode_block(h.records(0, 1), 0, 1))["records"][0]["logs"]
+        {'losses': {'loss': {'dtype': 'float32', 'shape': [], 'data': 0.5}}}
+    """
+    rows = []
+    for record in records:
+        logs = {c: {n: _encode_value(v) for n, v in entries.items()} for c, entries in record.logs.items()}
+        rows.append({"elapsed": record.elapsed.to_dict(), "batch_size": record.batch_size, "logs": logs})
+    if len(rows) != stop - start:
+        raise ValueError(f"history block {start}..{stop} holds {len(rows)} records")
+    return json.dumps({"format": FORMAT, "start": start, "stop": stop, "records": rows}).encode()
+
+
+def new_block(history: History, start: int) -> tuple[str, bytes] | None:
+    """The block of the records after ``start`` (``None`` when there are none)."""
+    stop = len(history)
+    if stop <= start:
+        return None
+    return block_name(start), encode_block(history.records(start, stop), start, stop)
+
+
+def load_history(read: Callable[[str], bytes | None], count: int, where: str) -> History:
+    """The first ``count`` records, read from the chain of blocks.
+
+    Args:
+        read: reads a file of the checkpoint directory (``None`` when absent).
+        count: the records that belong to the checkpoint.
+        where: the checkpoint, for messages.
+
+    Example:
+        >>> h = History()
+        >>> for i in range(3):
+        ...     h.commit(Elapsed(steps=i), Logs().add_metric("m", i))
+        >>> files = dict([new_block(h, 0)])
+        >>> load_history(files.get, 2, "ckpt").collect("m")
+        [0, 1]
+    """
+    history = History()
+    start = 0
+    while start < count:
+        data = read(block_name(start))
+        if data is None:
+            raise FileNotFoundError(
+                explain(
+                    f"the history of {where} is incomplete",
+                    expected=f"{count} records in {FOLDER}/, in blocks from record 0",
+                    received=f"no block starting at record {start}",
+                    fix="resume from another checkpoint, or pass resume=None to start afresh",
+                )
+            )
+        block = json.loads(data)
+        for row in block["records"][: count - start]:
+            logs = Logs()
+            for collection, entries in row["logs"].items():
+                for name, value in entries.items():
+                    logs.add_entry(collection, name, _decode_value(value))
+            history.commit(Elapsed.from_dict(row["elapsed"]), logs, batch_size=row["batch_size"])
+        start = block["stop"]
+    history.flush()
+    return history

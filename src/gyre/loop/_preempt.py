@@ -1,0 +1,82 @@
+"""Preemption: SIGTERM (and Ctrl-C, when the loop catches it) ends a loop cleanly at a step
+boundary: the current step finishes, the loop's checkpoints save synchronously, ``on_end``
+callbacks run, and the loop returns with ``history.stop_reason == "preempted"``. A second
+signal stops at once (``KeyboardInterrupt`` for Ctrl-C, exit status 143 for SIGTERM).
+
+On several processes, SIGTERM is JAX's own preemption notice: every process asks
+``jax.experimental.multihost_utils.reached_preemption_sync_point(step)`` after each step (a
+local check, no collective), and all of them stop at the same step. Only the outermost loop
+on the main thread installs handlers; nested loops (evaluations) see the same flag.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+#: Signals received and not handled yet (a list, so the handler only appends).
+_RECEIVED: list[int] = []
+
+
+def requested() -> bool:
+    """Whether a preemption signal arrived (cheap: the step path asks it)."""
+    return bool(_RECEIVED)
+
+
+def _handler(signum: int, frame: Any) -> None:
+    if _RECEIVED:  # the second signal: stop now
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        sys.exit(128 + signum)
+    _RECEIVED.append(signum)
+
+
+class Preemption:
+    """Installs the handlers for the duration of the outermost loop (a context manager).
+
+    Attributes:
+        check: ``check(step) -> bool``, asked after each step: whether to stop now.
+    """
+
+    def __init__(self, *, catch_interrupt: bool, outermost: bool) -> None:
+        self.catch_interrupt = catch_interrupt
+        self.outermost = outermost
+        self.install = outermost and threading.current_thread() is threading.main_thread()
+        self.previous: dict[int, Any] = {}
+        self.check: Callable[[int], bool] = lambda step: bool(_RECEIVED)
+
+    def __enter__(self) -> Preemption:
+        if not self.outermost:
+            self.check = lambda step: False  # an evaluation inside a step runs to its end
+            return self
+        if jax.process_count() > 1:
+            # JAX's runtime handles SIGTERM and agrees on the step; a Ctrl-C on one process
+            # alone cannot be agreed on, so it keeps its default meaning there.
+            from jax.experimental import multihost_utils
+
+            self.check = multihost_utils.reached_preemption_sync_point
+            return self
+        signals: tuple[int, ...] = (signal.SIGTERM,)
+        if self.catch_interrupt:
+            signals += (signal.SIGINT,)
+        if self.install:
+            _RECEIVED.clear()
+            for signum in signals:
+                self.previous[signum] = signal.signal(signum, _handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, previous in self.previous.items():
+            signal.signal(signum, previous)
+        if self.install:
+            _RECEIVED.clear()
+
+    @staticmethod
+    def signal_name() -> str:
+        """The signal received, for messages (``"SIGTERM"``)."""
+        return signal.Signals(_RECEIVED[0]).name if _RECEIVED else "SIGTERM"

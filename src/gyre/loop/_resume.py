@@ -1,0 +1,120 @@
+"""``resume=``: a loop continues from a checkpoint of its own as if it had never stopped.
+
+The loop finds its checkpoint (a ``gyre.checkpoint`` in the task table or callbacks), asks it
+for the snapshot ``resume`` names, and continues from it: the state, the clock, the history (the
+records that belong to the checkpoint), the ``state_dict`` of every stateful schedule and
+callback, and the data position. When a loop ends, for any reason, its final state is saved
+unless that step already is (:func:`final_save`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from numbers import Integral
+from typing import Any
+
+from gyre.core._clock import Elapsed
+from gyre.core._errors import describe, explain, warn
+from gyre.core._history import History
+from gyre.loop._binding import Invoker
+from gyre.loop._history_files import load_history
+from gyre.loop._resumables import checkpointers, collect, load_state_dicts
+from gyre.loop._snapshot import Checkpointer, Snapshot
+from gyre.loop._state import LoopState
+from gyre.loop._tasks import Task
+
+_WORDS = ("latest", "best")
+
+
+def check_resume(resume: Any) -> Any:
+    """``resume`` checked: ``None``, ``"latest"``, ``"best"``, a step (>= 0) or a path.
+
+    Example:
+        >>> check_resume("latest"), check_resume(5), check_resume(None)
+        ('latest', 5, None)
+    """
+    if resume is None or resume in _WORDS:
+        return resume
+    if isinstance(resume, Integral) and not isinstance(resume, bool) and resume >= 0:
+        return int(resume)
+    if isinstance(resume, os.PathLike) or (isinstance(resume, str) and os.sep in resume):
+        return os.fspath(resume)
+    raise ValueError(
+        explain(
+            "resume= names the checkpoint a loop continues from",
+            expected="None (start afresh), 'latest', 'best', a saved step number, or the path "
+            "of a checkpoint's step directory",
+            received=describe(resume),
+            fix="resume='latest' continues from the newest good checkpoint, or starts afresh "
+            "when there is none",
+        )
+    )
+
+
+def find_checkpointer(tasks: Sequence[Task], extra: Sequence[Invoker], resume: Any) -> Checkpointer | None:
+    """The checkpoint a loop resumes through (the first one of its table), or ``None``."""
+    found = checkpointers(tasks, extra)
+    if resume is not None and not found:
+        raise ValueError(
+            explain(
+                f"resume={resume!r} needs a checkpoint in the loop to resume from",
+                expected="a gyre.checkpoint(directory) in the tasks (or callbacks=) of the loop",
+                received="no checkpoint among the loop's callbacks",
+                fix="add {gyre.every(500): gyre.checkpoint('runs/exp1/checkpoints')} to the "
+                "tasks, or restore by hand with gyre.restore(directory, state)",
+            )
+        )
+    return found[0] if found else None
+
+
+def resume_from(
+    checkpoint: Checkpointer, resume: Any, state: Any, history: History, elapsed: Elapsed | None
+) -> tuple[Any, History, Elapsed | None, Snapshot | None]:
+    """Loads the snapshot ``resume`` names; returns the state, history and clock to start from
+    (those given when there is nothing to resume) and the snapshot."""
+    snapshot = checkpoint.load_snapshot(resume, state)
+    if snapshot is None:
+        return state, history, elapsed, None
+    count = int(snapshot.meta.get("history", 0))
+    where = f"the checkpoint of step {snapshot.step}"
+    loaded = load_history(checkpoint.read_file, count, where)
+    if len(history):
+        warn(
+            f"resume={resume!r}: the loop continues the history saved with step {snapshot.step} "
+            f"({count} records); the {len(history)} records of the history= given are not used"
+        )
+    return snapshot.state, loaded, snapshot.elapsed, snapshot
+
+
+def restore_objects(ls: LoopState, snapshot: Snapshot) -> None:
+    """Hands the schedules, callbacks and data of a resumed loop their saved state."""
+    meta = snapshot.meta
+    arrays = snapshot.arrays.get("resumables", {})
+    missing = load_state_dicts(ls.resumables, meta.get("resumables", {}), arrays)
+    if missing:
+        warn(
+            f"resuming from step {snapshot.step}: nothing was saved for {missing} (the loop's "
+            "callbacks differ from the saved run's), so they start afresh"
+        )
+    if ls.data is not None and meta.get("data") is not None:
+        ls.data.load_state_dict(meta["data"])
+
+
+def prepare(ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], resumed: Snapshot | None) -> None:
+    """Fills what the loop's checkpoints save: its resumable objects, and where the history
+    files of the checkpoint it resumed from stand (the others write theirs from record 0)."""
+    ls.resumables = collect(tasks, extra)
+    checkpoint = find_checkpointer(tasks, extra, None)
+    if checkpoint is not None and resumed is not None:
+        ls.history_saved[id(checkpoint)] = int(resumed.meta.get("history", 0))
+
+
+def final_save(ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], *, wait: bool) -> None:
+    """Saves the end of the loop through each of its checkpoints, unless that step is saved."""
+    ls.run_saves(wait=wait)
+    step = int(ls.completed.steps)
+    for checkpoint in checkpointers(tasks, extra):
+        saved = checkpoint.saved_step()
+        if saved is None or saved < step:
+            checkpoint.save_snapshot(ls.snapshot(checkpoint), wait=wait)
