@@ -1,0 +1,90 @@
+"""History blocks in a checkpoint (``gyre.loop._history_files``): exact values, chains, and
+the blocks of a dead run that must never be read."""
+
+import json
+
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import gyre
+from gyre.core._history import History
+from gyre.core._logs import Logs
+from gyre.loop._history_files import block_name, encode_block, load_history, new_block
+
+
+def _history(n, start=0):
+    h = History()
+    for i in range(start, start + n):
+        logs = (
+            Logs()
+            .add_loss("loss", jnp.float32(1.0 / (i + 1)))
+            .add_metric("count", i)
+            .add_metric("half", np.asarray(i / 2, dtype=ml_dtypes.bfloat16))
+            .add_output("vec", jnp.arange(3, dtype=jnp.int32) * i)
+        )
+        h.commit(gyre.Elapsed(steps=i, samples=8 * i, time=0.1 * i), logs, batch_size=8)
+    return h
+
+
+def _records(h):
+    return [(r.elapsed, r.batch_size, r.logs) for r in h]
+
+
+def _equal(a, b):
+    assert len(a) == len(b)
+    for (ca, sa, la), (cb, sb, lb) in zip(_records(a), _records(b), strict=True):
+        assert ca == cb and sa == sb
+        for (col, name, x), (col2, name2, y) in zip(la.entries(), lb.entries(), strict=True):
+            assert (col, name) == (col2, name2)
+            x, y = np.asarray(x), np.asarray(y)
+            assert x.dtype == y.dtype and x.shape == y.shape
+            np.testing.assert_array_equal(x, y)
+
+
+def test_blocks_round_trip_values_dtypes_and_clocks_exactly():
+    h = _history(7)
+    files = {}
+    for start, stop in ((0, 3), (3, 7)):
+        files[block_name(start)] = encode_block(h.records(start, stop), start, stop)
+    _equal(load_history(files.get, 7, "test"), h)
+
+
+def test_a_resume_truncates_to_the_checkpoint_and_ignores_later_blocks():
+    h = _history(9)
+    files = {block_name(0): encode_block(h.records(0, 4), 0, 4),
+             block_name(4): encode_block(h.records(4, 9), 4, 9)}
+    loaded = load_history(files.get, 6, "test")  # a checkpoint of 6 records: truncated
+    assert loaded.collect("count") == [0, 1, 2, 3, 4, 5]
+    assert load_history(files.get, 4, "test").collect("count") == [0, 1, 2, 3]  # 4..9 not read
+    assert len(load_history(files.get, 0, "test")) == 0
+
+
+def test_non_finite_values_survive():
+    h = History()
+    h.commit(gyre.Elapsed(), Logs().add_loss("loss", jnp.float32(np.nan)).add_metric("m", float("inf")))
+    files = dict([new_block(h, 0)])
+    loss, m = load_history(files.get, 1, "test").collect("loss", "m")
+    assert np.isnan(loss[0]) and m == [float("inf")]
+
+
+def test_new_block_is_none_without_new_records():
+    h = _history(3)
+    assert new_block(h, 3) is None
+    name, data = new_block(h, 1)
+    assert name == "history/000000000001.json" and json.loads(data)["stop"] == 3
+
+
+def test_a_missing_block_is_a_clear_error():
+    h = _history(4)
+    files = {block_name(2): encode_block(h.records(2, 4), 2, 4)}
+    with pytest.raises(FileNotFoundError, match=r"history of ckpt 7 is incomplete(.|\n)*no block starting at record 0"):
+        load_history(files.get, 4, "ckpt 7")
+
+
+def test_unsaveable_values_are_named():
+    h = History()
+    h.commit(gyre.Elapsed(), Logs().add_metric("m", object()))
+    with pytest.raises(TypeError, match="a history value cannot be saved"):
+        new_block(h, 0)
