@@ -22,6 +22,7 @@ from gyre.loop._binding import bind
 from gyre.loop._chunks import ChunkRunner
 from gyre.loop._elapse import Elapse, StopLike, check_stop, epochs_unknown, steps_only
 from gyre.loop._fuse import check_steps
+from gyre.loop._nan import apply_nan_policy, check_nan_policy, finite_check
 from gyre.loop._split import split_tasks
 from gyre.loop._state import LoopState, fold, run_callbacks
 from gyre.loop._tasks import (
@@ -56,12 +57,15 @@ def run_step(tasks: Sequence[Task], ls: LoopState, now: Elapsed, batch: Any, log
 def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState) -> None:
     """The per-step loop: one :func:`run_step` per batch, its logs committed."""
     commit = ls.history.commit
+    nan = ls._nan
     first = True
     for now, batch in clock:
         logs = Logs()
         run_step(tasks, ls, now, batch, logs)
         if logs:
             commit(now, logs, batch_size=clock.batch_size)
+        if nan is not None:
+            nan.poll()
         if first:
             first = False
             warn_if_untrained(tasks)
@@ -150,6 +154,7 @@ def loop(
     clock: Callable[[], float] | None = None,
     steps_per_call: int = 1,
     prefetch: int = 2,
+    nan_policy: str = "raise",
 ) -> tuple[Any, History, Elapsed]:
     """Runs a task table over a dataset: the loop language.
 
@@ -183,6 +188,13 @@ def loop(
         prefetch: when the state has a strategy (a managed state), this many batches are
             placed on its devices ahead of the step that uses them (0: off). Batches are
             never taken beyond ``stop`` when it is a number of steps.
+        nan_policy: what a NaN or infinite loss or metric (the ``losses`` and ``metrics``
+            collections) does: ``"raise"`` stops the loop with :class:`gyre.NonFiniteError`
+            naming the step and the entry, before any checkpoint saves a state made from it
+            (values are read lagged, as they reach the host: no host sync per step; the rest
+            is checked before each checkpoint and when the loop ends); ``"skip"`` makes the
+            table's managed train steps drop such updates inside the compiled step and count
+            them (``state.skipped_steps``); ``"ignore"`` checks nothing.
 
     Returns:
         ``(state, history, elapsed)``, where ``elapsed`` counts the completed steps.
@@ -205,6 +217,8 @@ def loop(
         >>> float(state), elapsed.steps, history.collect("total")
         (6.0, 3, [1.0, 3.0, 6.0])
     """
+    policy = check_nan_policy(nan_policy, "gyre.loop")
+    tasks, skipping = apply_nan_policy(tasks, policy)
     table = compile_tasks(tasks)
     steps = check_steps(steps_per_call, "steps_per_call")
     chunks = split_tasks(table, steps) if steps > 1 else None
@@ -218,6 +232,7 @@ def loop(
     _check_epoch_schedules(table, clock_iter)
     ls = LoopState(state, history, clock_iter.elapsed, metadata)
     ls._completed = clock_iter.peek_completed
+    ls._nan = finite_check(policy, history, lambda: ls.elapsed, skipping=skipping, state=state)
     _DEPTH.value = getattr(_DEPTH, "value", 0) + 1
     try:
         run_callbacks(starts, ls, clock_iter.elapsed)
@@ -229,6 +244,8 @@ def loop(
         except KeyboardInterrupt:
             _interrupted(ls, clock_iter, catch_keyboard_interrupt)
         final = _finish(clock_iter, ls, ends, loop_end_hooks(table))
+        if ls._nan is not None:  # a nested loop (an evaluation) never waits: its outer loop checks
+            ls._nan.check(wait=_DEPTH.value == 1)
     finally:
         _DEPTH.value -= 1
     return ls.state, history, final

@@ -52,7 +52,7 @@ class LoopState:
 
     __slots__ = (
         "state", "history", "elapsed", "logs", "batch", "metadata",
-        "stop_requested", "stop_reason", "_completed",
+        "stop_requested", "stop_reason", "_completed", "_nan",
     )
 
     def __init__(self, state: Any, history: History, elapsed: Elapsed, metadata: Any = None) -> None:
@@ -65,6 +65,7 @@ class LoopState:
         self.stop_requested = False
         self.stop_reason = ""
         self._completed: Callable[[], Elapsed] = lambda: self.elapsed.completed()
+        self._nan: Any = None  # the loop's FiniteCheck (gyre.loop._nan), None for "ignore"
 
     def snapshot(self) -> Snapshot:
         """What a checkpoint saves of this loop now: the state and the completed clock (and,
@@ -75,8 +76,30 @@ class LoopState:
             >>> snap = ls.snapshot(); snap.step, snap.state
             (2, {'w': 1.0})
         """
+        self.check_finite()
         clock = self.completed
         return Snapshot(step=int(clock.steps), state=self.state, elapsed=clock)
+
+    def check_finite(self) -> None:
+        """Raises :class:`gyre.NonFiniteError` if the loop has logged a NaN or infinite loss
+        or metric so far, the current step's included (under ``nan_policy="raise"`` or
+        ``"skip"``; ``"ignore"``: nothing). It waits for the device: call it where the loop
+        waits anyway. :meth:`snapshot` calls it, so no checkpoint holds a state made from a
+        non-finite loss.
+
+        Example:
+            >>> import gyre, math
+            >>> def save(loop):
+            ...     loop.check_finite()  # what a checkpoint does before it saves
+            >>> step = lambda state, batch: (gyre.logs().add_loss("loss", batch), state)
+            >>> try:
+            ...     gyre.loop(0, [1.0, math.inf], {gyre.every(1): [step, save]})
+            ... except gyre.NonFiniteError as err:
+            ...     print(err.step, err.value)
+            1 inf
+        """
+        if self._nan is not None:
+            self._nan.check(self.logs, self.elapsed)
 
     def request_stop(self, reason: str = "") -> None:
         """Asks the loop to stop: the rest of this step is skipped, its logs are kept, the step
