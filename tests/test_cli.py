@@ -116,3 +116,30 @@ def test_cli_batch_larger_than_the_data(capsys, tmp_path):
 def test_cli_learning_rate_must_be_finite(capsys):
     message = _usage_error(["fit", "--learning-rate", "inf"], capsys)
     assert message.endswith("expected a finite number > 0, received 'inf'")
+
+
+# -- a training that diverges: exit code 3, the explanation, no traceback ------------------
+
+
+def test_cli_fit_exits_3_with_the_explanation_when_the_training_diverges(tmp_path, capsys):
+    # a finite but absurd learning rate: the loss is NaN from the second step on
+    argv = ["fit", "--learning-rate", "1e30", "--epochs", "1", "--batch-size", "512", "--quiet", "--out", str(tmp_path)]
+    assert cli.main(argv) == cli.EXIT_NON_FINITE == 3
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert lines[0] == 'gyre fit: error: "loss" is nan at step 1'
+    assert "lower the learning rate" in captured.err and "Traceback" not in captured.err
+    (run_dir,) = tmp_path.iterdir()
+    assert lines[-1] == f"run folder: {run_dir}"
+    assert "final test accuracy" not in captured.out  # no result is reported as if it went well
+
+
+def test_help_documents_the_exit_codes(capsys):
+    cli.main([])
+    out = capsys.readouterr().out
+    assert "exit codes:" in out
+    for code in (cli.EXIT_OK, cli.EXIT_USAGE, cli.EXIT_NON_FINITE):
+        assert f"\n  {code}  " in out
+    with pytest.raises(SystemExit):
+        cli.main(["fit", "--help"])
+    assert "3  the training diverged" in capsys.readouterr().out

@@ -183,3 +183,23 @@ def test_history_stacks_by_shape_group_without_recompiling():
         assert len(history.collect("n")) == 11
     # groups: (64, 10) float32 (10 values) and () float32 (11 values); a last batch is one value
     assert _compat.cache_size(host._stack_jit) - before <= 2
+
+
+def test_the_nan_check_reads_only_values_that_reached_the_host(sync_detector):
+    """The default nan_policy="raise" reads the losses the history has already moved to the
+    host: a long run neither stalls nor reads per step, and a NaN at step 100 stops the loop
+    a few hundred steps later, still without a stall (the check that waits runs at the end)."""
+    data = [np.full(8, i % 7, np.float32) for i in range(1200)]
+    jax.block_until_ready(slow_train_step(jnp.float32(0), data[0]))  # compile first
+    history = gyre.history(flush_every=32, lag=4)  # values land during the run
+    _, history, elapsed = gyre.loop(
+        jnp.float32(0), data, {gyre.every(1): slow_train_step}, history=history, on_end=sync_detector.end
+    )
+    assert sync_detector.stalls == [], sync_detector.stalls[0]
+    assert elapsed.steps == 1200 and sync_detector.explicit < 1200 // 16
+    data[100] = np.full(8, np.nan, np.float32)
+    sync_detector.ended = False
+    with pytest.raises(gyre.NonFiniteError, match="at step 100") as info:
+        gyre.loop(jnp.float32(0), data, {gyre.every(1): slow_train_step}, history=gyre.history(flush_every=32, lag=4))
+    assert "the loop noticed it during step" in str(info.value)
+    assert sync_detector.stalls == [], sync_detector.stalls[0]

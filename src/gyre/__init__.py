@@ -63,6 +63,7 @@ from gyre.loop import InnerLoop as InnerLoop
 from gyre.loop import LoopCallbackBase as LoopCallbackBase
 from gyre.loop import LoopElement as LoopElement
 from gyre.loop import LoopState as LoopState
+from gyre.loop import NonFiniteError as NonFiniteError
 from gyre.loop import callback as callback
 from gyre.loop import elapse as elapse
 from gyre.loop import fuse as fuse
@@ -122,6 +123,7 @@ __all__ = [
     "ManagedStep",
     "MixedPrecision",
     "NamedSchedule",
+    "NonFiniteError",
     "Partitioner",
     "Period",
     "Policy",

@@ -322,6 +322,8 @@ def fit_digits(
     Raises:
         DemoArgumentError: an argument that cannot work (checked before any training, and
             before the run folder is made, except that folder's own creation).
+        gyre.NonFiniteError: the training diverged (a NaN or infinite loss or metric); a
+            note names the run folder.
 
     Example:
         >>> result = fit_digits(epochs=10, out="runs")  # doctest: +SKIP
@@ -354,15 +356,19 @@ def fit_digits(
         callbacks.insert(0, gyre.keras_bar(total=total))
 
     start = time.perf_counter()
-    state, history, elapsed = gyre.train_loop(
-        state,
-        train,
-        {gyre.on_train_step: [train_step], gyre.on_test_step: [test_step]},
-        test_dataset=test_batches,
-        epoch_duration=steps,
-        callbacks=callbacks,
-        stop=total,
-    )
+    try:
+        state, history, elapsed = gyre.train_loop(
+            state,
+            train,
+            {gyre.on_train_step: [train_step], gyre.on_test_step: [test_step]},
+            test_dataset=test_batches,
+            epoch_duration=steps,
+            callbacks=callbacks,
+            stop=total,
+        )
+    except gyre.NonFiniteError as err:  # diverged: the checkpoints hold the last good state
+        err.add_note(f"run folder: {run_dir}")
+        raise
     seconds = time.perf_counter() - start
 
     history.to_csv(str(run_dir / "history.csv"))

@@ -4,8 +4,11 @@
 folder is and the final test accuracy. Plain ``gyre`` prints the help.
 
 A mistake in the options (a batch larger than the data set, ``--out`` naming a file or a
-folder that cannot be written, a negative seed) is reported as a usage error, exit code 2,
-before any training, never as a traceback.
+folder that cannot be written, a negative seed, a learning rate that is not a finite number)
+is reported as a usage error, exit code 2, before any training, never as a traceback. A
+training that diverges (a NaN or infinite loss or metric: :class:`gyre.NonFiniteError`)
+stops at once and exits with code 3, printing the error's explanation (the step, the entry,
+the fix) and the run folder, whose checkpoints hold no state made after the divergence.
 """
 
 from __future__ import annotations
@@ -16,6 +19,17 @@ import sys
 from collections.abc import Sequence
 
 MAX_SEED = 2**63 - 1  # what jax.random.key takes (kept equal to gyre._demo.MAX_SEED)
+
+#: Exit codes of the ``gyre`` command.
+EXIT_OK = 0
+EXIT_USAGE = 2  # an option that cannot work (argparse's code)
+EXIT_NON_FINITE = 3  # the training diverged: a NaN or infinite loss or metric
+
+EXIT_CODES = f"""exit codes:
+  {EXIT_OK}  the command succeeded
+  {EXIT_USAGE}  usage error: an option that cannot work, reported before any training
+  {EXIT_NON_FINITE}  the training diverged: a loss or metric became NaN or infinite (the message
+     names the step and the entry; the run's checkpoints hold no state made after it)"""
 
 
 def _positive_int(text: str) -> int:
@@ -50,6 +64,10 @@ def _seed(text: str) -> int:
     return value
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Option defaults shown, the epilog (the exit codes) kept as written."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``gyre`` command.
 
@@ -61,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gyre",
         description="gyre: training loops for JAX.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     fit = commands.add_parser(
@@ -68,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="train an MLP on the digits data set (the demo)",
         description="Train a 64-256-256-10 MLP on scikit-learn's digits with gyre.train_loop. "
         "Writes <out>/<timestamp>/ with history.csv, curves.png and checkpoints/.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog=EXIT_CODES,
+        formatter_class=_HelpFormatter,
     )
     fit.add_argument("--epochs", type=_positive_int, default=15, help="passes over the training set")
     fit.add_argument("--batch-size", type=_positive_int, default=64, help="samples per step")
@@ -82,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _fit(args: argparse.Namespace) -> int:
     from gyre import _demo as demo
+    from gyre.loop import NonFiniteError
 
     try:
         result = demo.fit_digits(
@@ -95,18 +117,23 @@ def _fit(args: argparse.Namespace) -> int:
     except demo.DemoArgumentError as err:  # raised before training: a usage error
         option = "--" + err.argument.replace("_", "-")
         args.command_parser.error(f"argument {option}: {err.summary}")
+    except NonFiniteError as err:  # the training diverged: say where, and how to fix it
+        notes = "".join(f"\n{note}" for note in getattr(err, "__notes__", ()))
+        print(f"gyre fit: error: {err}{notes}", file=sys.stderr)
+        return EXIT_NON_FINITE
     steps, epochs = result.elapsed.steps, result.elapsed.epochs
     print(f"run folder: {result.run_dir}")
     print(f"trained {steps} steps ({epochs} epochs) in {result.seconds:.1f}s")
     print(f"final test accuracy: {result.test_accuracy:.4f}")
-    return 0
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the ``gyre`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit code.
 
     A usage error (an option that cannot work) prints the usage line and one message to
-    stderr and exits with code 2, as ``argparse`` does.
+    stderr and exits with code 2, as ``argparse`` does. A training that diverges (a NaN or
+    infinite loss or metric) returns 3 after printing the explanation to stderr.
 
     Example:
         >>> import contextlib, io
@@ -128,4 +155,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "fit":
         return _fit(args)
     parser.print_help()
-    return 0
+    return EXIT_OK

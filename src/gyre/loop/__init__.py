@@ -21,6 +21,7 @@ from gyre.loop._inner import inner_loop as inner_loop
 from gyre.loop._named import predict_loop as predict_loop
 from gyre.loop._named import test_loop as test_loop
 from gyre.loop._named import train_loop as train_loop
+from gyre.loop._nan import NonFiniteError as NonFiniteError
 from gyre.loop._prefetch import prefetch_to_device as prefetch_to_device
 from gyre.loop._state import LoopState as LoopState
 from gyre.loop._state import replace_state as replace_state
@@ -38,6 +39,7 @@ __all__ = [
     "LoopElement",
     "LoopState",
     "LoopWarning",
+    "NonFiniteError",
     "StateMethod",
     "aggregate",
     "callback",

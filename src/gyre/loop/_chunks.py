@@ -198,8 +198,14 @@ class ChunkRunner:
         finally:
             if not advanced:  # interrupted: the chunk's batches were consumed, count them
                 self.elapse.advance(chunk.clocks, chunk.sizes)
+        nan = self.ls._nan
+        if nan is not None:  # checked by a checkpoint after the chunk, before it is committed
+            nan.pending = (chunk.clocks, logs)
         last = self.after_chunk(chunk, logs)
         self.commit(chunk, logs, last)
+        if nan is not None:
+            nan.pending = None
+            nan.poll(k)
         self.note_cut(chunk)
         first, end = chunk.clocks[0].steps, chunk.clocks[-1].steps
         for step in range(first, end):  # the preemption sync point is asked at every step

@@ -22,6 +22,7 @@ from gyre.loop._binding import bind
 from gyre.loop._chunks import ChunkRunner
 from gyre.loop._elapse import Elapse, StopLike, check_stop, epochs_unknown, steps_only
 from gyre.loop._fuse import check_steps
+from gyre.loop._nan import apply_nan_policy, check_nan_policy, finite_check
 from gyre.loop._preempt import Preemption
 from gyre.loop._resumables import checkpointers
 from gyre.loop._resume import (
@@ -66,12 +67,15 @@ def run_step(tasks: Sequence[Task], ls: LoopState, now: Elapsed, batch: Any, log
 def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState) -> None:
     """The per-step loop: one :func:`run_step` per batch, its logs committed."""
     commit = ls.history.commit
+    nan = ls._nan
     first = True
     for now, batch in clock:
         logs = Logs()
         run_step(tasks, ls, now, batch, logs)
         if logs:
             commit(now, logs, batch_size=clock.batch_size)
+        if nan is not None:
+            nan.poll()
         ls.end_step(now.steps)
         if first:
             first = False
@@ -199,6 +203,7 @@ def loop(
     steps_per_call: int = 1,
     prefetch: int = 2,
     resume: Any = None,
+    nan_policy: str = "raise",
 ) -> tuple[Any, History, Elapsed]:
     """Runs a task table over a dataset: the loop language.
 
@@ -238,6 +243,13 @@ def loop(
             clock, history, the ``state_dict`` of every stateful schedule and callback, and
             the data position are restored (see :mod:`gyre.loop._resumables`); ``state``
             gives the structure (and shardings) to restore into.
+        nan_policy: what a NaN or infinite loss or metric (the ``losses`` and ``metrics``
+            collections) does: ``"raise"`` stops the loop with :class:`gyre.NonFiniteError`
+            naming the step and the entry, before any checkpoint saves a state made from it
+            (values are read lagged, as they reach the host: no host sync per step; the rest
+            is checked before each checkpoint and when the loop ends); ``"skip"`` makes the
+            table's managed train steps drop such updates inside the compiled step and count
+            them (``state.skipped_steps``); ``"ignore"`` checks nothing.
 
     Returns:
         ``(state, history, elapsed)``, where ``elapsed`` counts the completed steps, and
@@ -272,6 +284,8 @@ def loop(
         >>> float(state), elapsed.steps, history.collect("total")
         (6.0, 3, [1.0, 3.0, 6.0])
     """
+    policy = check_nan_policy(nan_policy, "gyre.loop")
+    tasks, skipping = apply_nan_policy(tasks, policy)
     table = compile_tasks(tasks)
     steps = check_steps(steps_per_call, "steps_per_call")
     chunks = split_tasks(table, steps) if steps > 1 else None
@@ -290,6 +304,7 @@ def loop(
     _check_epoch_schedules(table, clock_iter)
     ls = LoopState(state, history, clock_iter.elapsed, metadata)
     ls._completed = clock_iter.peek_completed
+    ls._nan = finite_check(policy, ls.history, lambda: ls.elapsed, skipping=skipping, state=ls.state)
     prepare(ls, table, starts + ends, resumed)
     if resumed is not None:
         restore_objects(ls, resumed)
@@ -299,6 +314,8 @@ def loop(
             ls.preempted = preemption.check
             try:
                 final = _run(ls, clock_iter, table, chunks, steps, starts, ends, catch_keyboard_interrupt)
+                if ls._nan is not None:  # a nested loop (an evaluation) never waits: its outer loop checks
+                    ls._nan.check(wait=_DEPTH.value == 1)
             except BaseException as err:
                 _failed(err, ls, clock_iter, checkpointers(table, starts + ends))
                 raise

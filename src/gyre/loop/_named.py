@@ -30,6 +30,7 @@ from gyre.loop._binding import StateMethod
 from gyre.loop._elapse import StopLike, check_stop, epoch_steps_of, epochs_unknown
 from gyre.loop._engine import loop
 from gyre.loop._inner import Aggregation, check_aggregation, inner_loop
+from gyre.loop._nan import check_nan_policy
 from gyre.loop._tasks import Every, StepPoint, Tasks, When, as_list, check_table
 
 DEFAULT_TEST_AGGREGATION: dict[str, str] = {
@@ -162,6 +163,7 @@ def test_loop(
     catch_keyboard_interrupt: bool = True,
     clock: Callable[[], float] | None = None,
     steps_per_call: int = 1,
+    nan_policy: str = "raise",
 ) -> tuple[Any, History, Elapsed]:
     """An evaluation loop: ``on_reset_step`` and ``on_test_begin``, then per batch
     ``on_test_batch_begin``, ``on_test_step``, the clock-scheduled tasks,
@@ -176,6 +178,9 @@ def test_loop(
         history, elapsed, resume, batch_size_fn, metadata, catch_keyboard_interrupt, clock:
             as in :func:`gyre.loop`.
         steps_per_call: fuse up to this many ``on_test_step`` steps into one call.
+        nan_policy: ``"raise"`` (a NaN or infinite loss or metric stops the loop with
+            :class:`gyre.NonFiniteError`) or ``"ignore"``; see :func:`gyre.loop`. An
+            evaluation makes no update, so ``"skip"`` is an error here.
 
     Returns:
         ``(state, history, elapsed)``.
@@ -188,11 +193,13 @@ def test_loop(
         >>> history.collect("x")
         [1, 2, 3]
     """
+    policy = check_nan_policy(nan_policy, "test_loop")
     hooks = NamedHooks("test_loop", TEST_HOOKS, tasks, callbacks, state)
     return _run_simple(
         hooks, "test", state, dataset, stop=stop, history=history, elapsed=elapsed, resume=resume,
         batch_size_fn=batch_size_fn, metadata=metadata,
         catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
+        nan_policy=policy,
     )
 
 
@@ -211,13 +218,15 @@ def predict_loop(
     catch_keyboard_interrupt: bool = True,
     clock: Callable[[], float] | None = None,
     steps_per_call: int = 1,
+    nan_policy: str = "raise",
 ) -> tuple[Any, History, Elapsed]:
     """An inference loop: ``on_predict_begin``, per batch ``on_predict_batch_begin``,
     ``on_predict_step``, the clock-scheduled tasks and ``on_predict_batch_end``, then
     ``on_predict_end``.
 
     Predictions logged with ``logs.add_output`` are in the returned history. Arguments are
-    those of :func:`test_loop`; ``steps_per_call`` fuses ``on_predict_step``.
+    those of :func:`test_loop`; ``steps_per_call`` fuses ``on_predict_step``; ``nan_policy``
+    checks the losses and metrics it logs, not its outputs.
 
     Example:
         >>> import gyre
@@ -227,11 +236,13 @@ def predict_loop(
         >>> history.collect("outputs.y")
         [2, 4]
     """
+    policy = check_nan_policy(nan_policy, "predict_loop")
     hooks = NamedHooks("predict_loop", PREDICT_HOOKS, tasks, callbacks, state)
     return _run_simple(
         hooks, "predict", state, dataset, stop=stop, history=history, elapsed=elapsed, resume=resume,
         batch_size_fn=batch_size_fn, metadata=metadata,
         catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
+        nan_policy=policy,
     )
 
 
@@ -264,9 +275,11 @@ def _evaluation(
     test_tasks["on_reset_step"] = named["on_reset_step"]
 
     def evaluate(state: Any) -> tuple[Any, History, Elapsed]:
+        # checked by the training loop, through the entries it logs (loss_test...): an
+        # evaluation never waits for the device
         return test_loop(
             state, make_test(), test_tasks, stop=test_duration,
-            batch_size_fn=batch_size_fn, metadata=metadata, clock=clock,
+            batch_size_fn=batch_size_fn, metadata=metadata, clock=clock, nan_policy="ignore",
         )
 
     options = {"aggregation": aggregation, **dict(inner_loop_kwargs or {})}
@@ -305,6 +318,7 @@ def train_loop(
     clock: Callable[[], float] | None = None,
     steps_per_call: int = 1,
     inner_loop_kwargs: Mapping[str, Any] | None = None,
+    nan_policy: str = "raise",
 ) -> tuple[Any, History, Elapsed]:
     """A training loop with epochs and an evaluation at the end of each epoch.
 
@@ -329,6 +343,10 @@ def train_loop(
             callback (evaluations included) still runs after the same steps as step by step.
         inner_loop_kwargs: more arguments of the evaluation's :func:`gyre.inner_loop`
             (ciclo's), e.g. ``{"aggregation": "last"}``.
+        nan_policy: ``"raise"`` (default: a NaN or infinite loss or metric, an evaluation's
+            included, stops the loop with :class:`gyre.NonFiniteError`), ``"skip"`` (the
+            managed train step drops non-finite updates and counts them in
+            ``state.skipped_steps``) or ``"ignore"``; see :func:`gyre.loop`.
 
     Returns:
         ``(state, history, elapsed)``.
@@ -345,6 +363,7 @@ def train_loop(
         >>> state, elapsed.epochs, history.collect("steps", "score_test")
         (6, 2, ([2, 5], [3.0, 6.0]))
     """
+    policy = check_nan_policy(nan_policy, "train_loop")
     hooks = NamedHooks("train_loop", TRAIN_HOOKS, tasks, callbacks, state, extra=TEST_HOOKS)
     epoch_steps = epoch_steps_of(epoch_duration, dataset)
     test_duration = check_stop(test_duration, "test_duration")
@@ -374,4 +393,5 @@ def train_loop(
         on_end=named["on_train_end"], history=history, elapsed=elapsed, resume=resume,
         catch_keyboard_interrupt=catch_keyboard_interrupt, batch_size_fn=batch_size_fn,
         metadata=metadata, epoch_duration=epoch_steps, clock=clock, steps_per_call=steps_per_call,
+        nan_policy=policy,
     )

@@ -54,7 +54,7 @@ class LoopState:
 
     __slots__ = (
         "state", "history", "elapsed", "logs", "batch", "metadata",
-        "stop_requested", "stop_reason", "_completed",
+        "stop_requested", "stop_reason", "_completed", "_nan",
         "resumables", "data", "saves", "history_saved", "preempted", "step_start",
     )
 
@@ -80,6 +80,7 @@ class LoopState:
         self.preempted: Callable[[int], bool] = lambda step: False
         #: the state when the current step started (what an exception hands back)
         self.step_start: Any = None
+        self._nan: Any = None  # the loop's FiniteCheck (gyre.loop._nan), None for "ignore"
 
     def snapshot(self, owner: Any = None, metrics: dict[str, float] | None = None) -> Snapshot:
         """What a checkpoint saves of this loop now: the state, the completed clock, the
@@ -91,6 +92,7 @@ class LoopState:
             >>> snap = ls.snapshot(); snap.step, snap.state, snap.meta["history"]
             (2, {'w': 1.0}, 0)
         """
+        self.check_finite()
         clock = self.completed
         arrays: dict[str, Any] = {}
         meta = {
@@ -130,6 +132,27 @@ class LoopState:
         saves, self.saves = self.saves, []
         for checkpoint, metrics in saves:
             checkpoint.save_snapshot(self.snapshot(checkpoint, metrics), wait=wait)
+
+    def check_finite(self) -> None:
+        """Raises :class:`gyre.NonFiniteError` if the loop has logged a NaN or infinite loss
+        or metric so far, the current step's included (under ``nan_policy="raise"`` or
+        ``"skip"``; ``"ignore"``: nothing). It waits for the device: call it where the loop
+        waits anyway. :meth:`snapshot` calls it, so no checkpoint holds a state made from a
+        non-finite loss.
+
+        Example:
+            >>> import gyre, math
+            >>> def save(loop):
+            ...     loop.check_finite()  # what a checkpoint does before it saves
+            >>> step = lambda state, batch: (gyre.logs().add_loss("loss", batch), state)
+            >>> try:
+            ...     gyre.loop(0, [1.0, math.inf], {gyre.every(1): [step, save]})
+            ... except gyre.NonFiniteError as err:
+            ...     print(err.step, err.value)
+            1 inf
+        """
+        if self._nan is not None:
+            self._nan.check(self.logs, self.elapsed)
 
     def request_stop(self, reason: str = "") -> None:
         """Asks the loop to stop: the rest of this step is skipped, its logs are kept, the step

@@ -14,6 +14,12 @@ clu.metrics.Accuracy.from_model_output(...))``, or any object with ``merge`` and
 ``state.accuracy``), which is replaced, and logged as its ``compute()`` (a dict adds one entry
 per key), as ciclo's managed API does, on the device.
 
+Non-finite updates: ``train_step(nan_policy="skip")``, or a loop run with
+``nan_policy="skip"``, drops an update whose loss or gradients are NaN or infinite inside the
+compiled step (the whole state is kept as it was, ``state.step`` included: it counts the
+updates applied) and adds one to ``state.skipped_steps``, logged as the stateful metric
+``skipped_steps``.
+
 Example:
     >>> import gyre, jax.numpy as jnp, optax
     >>> from gyre import managed
@@ -48,6 +54,7 @@ from gyre.core._errors import describe, explain, whole_number
 from gyre.core._logs import Logs
 from gyre.core._state import TrainState
 from gyre.loop._fuse import scan_steps
+from gyre.loop._nan import SKIPPED_STEPS
 from gyre.loop._tasks import LoopElement
 from gyre.parallel._strategies import Jit, Strategy, get_strategy
 from gyre.steps._precision import MixedPrecision, get_policy
@@ -55,11 +62,17 @@ from gyre.steps._precision import MixedPrecision, get_policy
 StepFn = Callable[[Any, Any], tuple[Logs, Any]]
 
 
+def _no_skipped_steps() -> jax.Array:
+    return jnp.zeros((), jnp.int32)
+
+
 class ManagedState(TrainState, kw_only=True):
     """A :class:`~gyre.TrainState` with a strategy (static), placed on its devices.
 
     Subclasses may declare fields with or without defaults (``ema_params: Any``); ``create``
-    takes them as keywords.
+    takes them as keywords. ``skipped_steps`` (an int32 scalar, 0 at creation) counts the
+    updates a train step dropped because its loss or gradients were not finite
+    (``nan_policy="skip"``); it is part of the state, so a checkpoint keeps it.
 
     Example:
         >>> import jax.numpy as jnp, optax
@@ -69,6 +82,7 @@ class ManagedState(TrainState, kw_only=True):
     """
 
     strategy: Strategy = struct.field(pytree_node=False, default_factory=Jit)
+    skipped_steps: jax.Array = struct.field(default_factory=_no_skipped_steps)
 
     @classmethod
     def create(  # type: ignore[override]
@@ -125,6 +139,10 @@ class ManagedStep(LoopElement):
     ``every(1)`` as in ciclo (``{**train_step, gyre.every(100): [...]}``). ``fuse(k)`` gives
     the ``lax.scan`` of ``k`` steps over stacked batches (used by ``steps_per_call``).
 
+    ``nan_policy`` is ``"skip"`` when the step drops updates whose loss or gradients are not
+    finite, else ``None``; ``with_nan_policy("skip")`` gives the step that does (what a loop
+    run with ``nan_policy="skip"`` uses).
+
     Example:
         >>> import gyre
         >>> count = step(lambda s, b: (gyre.logs().add_metric("b", b), s))
@@ -132,11 +150,22 @@ class ManagedStep(LoopElement):
         ['every(steps=1)']
     """
 
-    def __init__(self, fn: StepFn, pure: StepFn, *, kind: str) -> None:
+    def __init__(
+        self,
+        fn: StepFn,
+        pure: StepFn,
+        *,
+        kind: str,
+        nan_policy: str | None = None,
+        make: Callable[[bool], StepFn] | None = None,
+    ) -> None:
         functools.update_wrapper(self, fn)
         self._fn = fn
         self.pure = pure
         self.kind = kind
+        self.nan_policy = nan_policy
+        self._make = make  # builds the pure step, skipping or not (train steps only)
+        self._variants: dict[str, ManagedStep] = {}
         # A training step replaces the state: donate it. Other steps (evaluation, prediction)
         # return it unchanged and callers keep using the one they passed: never donate.
         self.donates: bool | None = None if kind == "train_step" else False
@@ -204,14 +233,35 @@ class ManagedStep(LoopElement):
 
         return fused
 
+    def with_nan_policy(self, policy: str) -> ManagedStep:
+        """This step as it runs in a loop with ``nan_policy=policy``: under ``"skip"``, a train
+        step that drops updates whose loss or gradients are not finite (built once, then
+        reused); otherwise, or for a step that makes no update, this step.
+
+        Example:
+            >>> import gyre, jax.numpy as jnp
+            >>> fit = train_step(lambda s, b: (gyre.logs().add_loss("l", jnp.sum(s.params * b)), s))
+            >>> fit.nan_policy, fit.with_nan_policy("skip").nan_policy, fit.with_nan_policy("raise") is fit
+            (None, 'skip', True)
+        """
+        if policy != "skip" or self.nan_policy == "skip" or self._make is None:
+            return self
+        variant = self._variants.get(policy)
+        if variant is None:
+            variant = ManagedStep(self._fn, self._make(True), kind=self.kind, nan_policy="skip", make=self._make)
+            self._variants[policy] = variant
+        return variant
+
     def compiled_count(self) -> int:
-        """How many programs the compiled functions of this step hold (for tests).
+        """How many programs the compiled functions of this step hold (for tests), its
+        skipping form's (:meth:`with_nan_policy`) included.
 
         Example:
             >>> step(lambda s, b: (None, s)).compiled_count()
             0
         """
-        return sum(cache_size(f) for f in self._compiled.values())
+        own = sum(cache_size(f) for f in self._compiled.values())
+        return own + sum(v.compiled_count() for v in self._variants.values())
 
 
 # -- losses ------------------------------------------------------------------------------------
@@ -503,8 +553,86 @@ def _mean_logs(stacked: Logs) -> Logs:
     return out
 
 
+def _skip_counter(state: Any, where: str) -> tuple[Any, Callable[[Any, Any], Any]]:
+    """The state's count of skipped steps and how to replace it (a field, or an extra)."""
+    fields = getattr(type(state), "__dataclass_fields__", {})
+    if SKIPPED_STEPS in fields:
+        return getattr(state, SKIPPED_STEPS), lambda s, count: s.replace(**{SKIPPED_STEPS: count})
+    extras = getattr(state, "extras", None) if "extras" in fields else None
+    if isinstance(extras, Mapping) and SKIPPED_STEPS in extras:
+        return extras[SKIPPED_STEPS], lambda s, count: s.replace(extras={**s.extras, SKIPPED_STEPS: count})
+    raise TypeError(
+        explain(
+            f"{where} skips non-finite updates (nan_policy='skip'), but its state has no "
+            "skipped_steps to count them in",
+            expected="a gyre.managed.ManagedState (its field skipped_steps starts at 0), or a "
+            "state with a skipped_steps field or extra",
+            received=f"a {type(state).__name__} with fields {sorted(f for f in fields if f != 'extras')}"
+            + (f" and extras {sorted(extras)}" if isinstance(extras, Mapping) else ""),
+            fix="create the state with gyre.managed.ManagedState.create(...); or "
+            "TrainState.create(..., skipped_steps=jnp.zeros((), jnp.int32)), which keeps it in "
+            "extras; or declare `skipped_steps: jax.Array` in your state class",
+        )
+    )
+
+
+def _all_finite(tree: Any) -> jax.Array:
+    """Whether every floating value of ``tree`` is finite (a boolean scalar on the device)."""
+    ok = jnp.array(True)
+    for leaf in jax.tree_util.tree_leaves(tree):
+        if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
+            ok = ok & jnp.all(jnp.isfinite(leaf))
+    return ok
+
+
+def _keep(ok: jax.Array, new: Any, old: Any) -> Any:
+    if new is old:  # unchanged by the step (the rng, a counter): nothing to choose
+        return new
+    kept = jnp.where(ok, new, old)
+    return kept if kept.dtype == jnp.result_type(new) else kept.astype(jnp.result_type(new))
+
+
+def skip_non_finite(before: Any, after: Any, loss: Any, grads: Any, logs: Logs, where: str = "train_step") -> Any:
+    """``after`` when ``loss`` and ``grads`` are finite, else ``before`` (every leaf: params,
+    optimizer state, ``step``, model state, metric accumulators), with the state's
+    ``skipped_steps`` grown by one; logs the count as the stateful metric ``skipped_steps``.
+    Runs inside the compiled step: no host sync.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> before = ManagedState.create(params=jnp.ones(2))
+        >>> after = before.replace(params=jnp.full(2, jnp.nan), step=before.step + 1)
+        >>> logs = Logs()
+        >>> kept = skip_non_finite(before, after, jnp.float32(jnp.nan), after.params, logs)
+        >>> kept.params.tolist(), int(kept.step), int(kept.skipped_steps), int(logs.stateful_metrics.skipped_steps)
+        ([1.0, 1.0], 0, 1, 1)
+    """
+    count, put = _skip_counter(before, where)
+    if jax.tree_util.tree_structure(before) != jax.tree_util.tree_structure(after):
+        raise ValueError(
+            explain(
+                f"{where} skips non-finite updates, and returned a state of another structure "
+                "than it received, so the previous one cannot be kept",
+                expected=f"a state structured like the one it received: {_shapes(before)}",
+                received=_shapes(after),
+                fix="return the state you received, changing only the values of its fields "
+                "(state.replace(...)); create every field and extra before the loop",
+            )
+        )
+    ok = jnp.isfinite(jnp.asarray(loss)) & _all_finite(grads)
+    kept = jax.tree_util.tree_map(lambda new, old: _keep(ok, new, old), after, before)
+    count = jnp.asarray(count) + jnp.where(ok, 0, 1).astype(jnp.result_type(count))
+    logs.add_stateful_metric(SKIPPED_STEPS, count)
+    return put(kept, count)
+
+
 def _make_train(
-    fn: StepFn, *, accumulate_steps: int, clip_grad_norm: float | None, policy: MixedPrecision
+    fn: StepFn,
+    *,
+    accumulate_steps: int,
+    clip_grad_norm: float | None,
+    policy: MixedPrecision,
+    skip: bool = False,
 ) -> StepFn:
     where = getattr(fn, "__qualname__", "train_step")
     takes_batch = _takes_batch(fn, where)
@@ -549,9 +677,32 @@ def _make_train(
             logs.add_metric("grad_norm", norm)
         # The function saw compute-dtype params; the update applies to the float32 ones.
         new_state = new_state.replace(params=state.params, rng=state.rng)
-        return logs, new_state.apply_gradients(grads=grads)
+        updated = new_state.apply_gradients(grads=grads)
+        if skip:
+            updated = skip_non_finite(state, updated, total_loss(logs, where), grads, logs, where)
+        return logs, updated
 
     return train
+
+
+def _check_nan_policy(nan_policy: Any) -> None:
+    if nan_policy is None or nan_policy == "skip":
+        return
+    raising = nan_policy in ("raise", "ignore")
+    raise ValueError(
+        explain(
+            "train_step's nan_policy= must be None or 'skip'",
+            expected="None (follow the loop's nan_policy: skip under a loop's 'skip', else apply "
+            "every update) or 'skip' (always drop an update whose loss or gradients are not "
+            "finite, also when called by hand)",
+            received=describe(nan_policy),
+            fix="pass nan_policy='raise' or 'ignore' to the loop, not to the step (a compiled step "
+            "cannot stop the loop without waiting for the device): gyre.train_loop(..., "
+            "nan_policy=...)"
+            if raising
+            else "pass nan_policy='skip', or leave it out",
+        )
+    )
 
 
 def _check_options(accumulate_steps: Any, clip_grad_norm: Any) -> None:
@@ -579,6 +730,7 @@ def train_step(
     accumulate_steps: int = 1,
     clip_grad_norm: float | None = None,
     policy: str | MixedPrecision | None = None,
+    nan_policy: str | None = None,
 ) -> Any:
     """Makes ``fn(state, batch) -> (logs, state)`` a compiled training step.
 
@@ -594,6 +746,11 @@ def train_step(
         clip_grad_norm: clip gradients to this global norm (logs ``grad_norm``).
         policy: mixed precision, e.g. ``"bfloat16"``: ``fn`` sees params and floating batch
             values in bfloat16, the update is applied to float32 params.
+        nan_policy: ``"skip"``: when the summed loss or a gradient is NaN or infinite, the
+            update is dropped inside the compiled step (the whole state is kept as it was;
+            ``state.step`` counts applied updates) and ``state.skipped_steps`` grows by one,
+            logged as the stateful metric ``skipped_steps``. ``None`` (default): follow the
+            loop (skip under a loop's ``nan_policy="skip"``; by hand, apply every update).
 
     Example:
         >>> import gyre, jax.numpy as jnp, optax
@@ -606,11 +763,16 @@ def train_step(
         2.828
     """
     _check_options(accumulate_steps, clip_grad_norm)
+    _check_nan_policy(nan_policy)
     chosen = get_policy(policy)
 
     def wrap(f: StepFn) -> ManagedStep:
-        pure = _make_train(f, accumulate_steps=accumulate_steps, clip_grad_norm=clip_grad_norm, policy=chosen)
-        return ManagedStep(f, pure, kind="train_step")
+        def make(skip: bool) -> StepFn:
+            return _make_train(
+                f, accumulate_steps=accumulate_steps, clip_grad_norm=clip_grad_norm, policy=chosen, skip=skip
+            )
+
+        return ManagedStep(f, make(nan_policy == "skip"), kind="train_step", nan_policy=nan_policy, make=make)
 
     return wrap if fn is None else wrap(fn)
 
