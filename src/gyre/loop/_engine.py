@@ -20,6 +20,7 @@ from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.loop._binding import bind
 from gyre.loop._chunks import ChunkRunner
+from gyre.loop._data import track_data
 from gyre.loop._elapse import Elapse, StopLike, check_stop, epochs_unknown, steps_only
 from gyre.loop._fuse import check_steps
 from gyre.loop._split import split_tasks
@@ -150,6 +151,7 @@ def loop(
     clock: Callable[[], float] | None = None,
     steps_per_call: int = 1,
     prefetch: int = 2,
+    data_resume: str = "restart",
 ) -> tuple[Any, History, Elapsed]:
     """Runs a task table over a dataset: the loop language.
 
@@ -183,6 +185,12 @@ def loop(
         prefetch: when the state has a strategy (a managed state), this many batches are
             placed on its devices ahead of the step that uses them (0: off). Batches are
             never taken beyond ``stop`` when it is a number of steps.
+        data_resume: on resume, what happens to data that cannot save its position (a
+            list, a generator): ``"restart"`` starts it again from its beginning, with a
+            warning; ``"skip"`` pulls and drops the batches consumed before the checkpoint
+            (O(position)). Data with ``state_dict``/``load_state_dict``
+            (``gyre.data.batches``) or grain's ``get_state``/``set_state`` always continues
+            with exactly the next batch; see :mod:`gyre.loop._data`.
 
     Returns:
         ``(state, history, elapsed)``, where ``elapsed`` counts the completed steps.
@@ -210,7 +218,8 @@ def loop(
     chunks = split_tasks(table, steps) if steps > 1 else None
     starts, ends = [bind(cb) for cb in as_list(on_start)], [bind(cb) for cb in as_list(on_end)]
     history = _check_history(history)
-    dataset = _prefetched(dataset, state, prefetch, stop, elapsed)
+    data = track_data(dataset, data_resume)
+    dataset = _prefetched(data, state, prefetch, stop, elapsed)
     clock_iter = Elapse(
         dataset, stop=stop, initial=elapsed, epoch_duration=epoch_duration,
         batch_size_fn=batch_size_fn, clock=clock,
@@ -218,6 +227,7 @@ def loop(
     _check_epoch_schedules(table, clock_iter)
     ls = LoopState(state, history, clock_iter.elapsed, metadata)
     ls._completed = clock_iter.peek_completed
+    ls.data = data.follow(clock_iter)
     _DEPTH.value = getattr(_DEPTH, "value", 0) + 1
     try:
         run_callbacks(starts, ls, clock_iter.elapsed)

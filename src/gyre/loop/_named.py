@@ -161,6 +161,7 @@ def test_loop(
     catch_keyboard_interrupt: bool = True,
     clock: Callable[[], float] | None = None,
     steps_per_call: int = 1,
+    data_resume: str = "restart",
 ) -> tuple[Any, History, Elapsed]:
     """An evaluation loop: ``on_reset_step`` and ``on_test_begin``, then per batch
     ``on_test_batch_begin``, ``on_test_step``, the clock-scheduled tasks,
@@ -172,8 +173,8 @@ def test_loop(
         tasks: ``{named or clock schedule: callbacks}``.
         callbacks: objects registered under the named points whose names they have as methods.
         stop: steps or a Period (default: the whole dataset).
-        history, elapsed, batch_size_fn, metadata, catch_keyboard_interrupt, clock:
-            as in :func:`gyre.loop`.
+        history, elapsed, batch_size_fn, metadata, catch_keyboard_interrupt, clock,
+            data_resume: as in :func:`gyre.loop`.
         steps_per_call: fuse up to this many ``on_test_step`` steps into one call.
 
     Returns:
@@ -192,6 +193,7 @@ def test_loop(
         hooks, "test", state, dataset, stop=stop, history=history, elapsed=elapsed,
         batch_size_fn=batch_size_fn, metadata=metadata,
         catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
+        data_resume=data_resume,
     )
 
 
@@ -209,6 +211,7 @@ def predict_loop(
     catch_keyboard_interrupt: bool = True,
     clock: Callable[[], float] | None = None,
     steps_per_call: int = 1,
+    data_resume: str = "restart",
 ) -> tuple[Any, History, Elapsed]:
     """An inference loop: ``on_predict_begin``, per batch ``on_predict_batch_begin``,
     ``on_predict_step``, the clock-scheduled tasks and ``on_predict_batch_end``, then
@@ -230,6 +233,7 @@ def predict_loop(
         hooks, "predict", state, dataset, stop=stop, history=history, elapsed=elapsed,
         batch_size_fn=batch_size_fn, metadata=metadata,
         catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
+        data_resume=data_resume,
     )
 
 
@@ -271,15 +275,25 @@ def _evaluation(
     return inner_loop(test_name, evaluate, **options)
 
 
-def _epoch_tasks(hooks: NamedHooks, evaluation: Any, epoch_steps: int | None) -> tuple[list[Any], list[Any]]:
+def _epoch_tasks(
+    hooks: NamedHooks, evaluation: Any, epoch_steps: int | None, dataset: Any
+) -> tuple[list[Any], list[Any]]:
     named = hooks.named
     epoch_begin = named["on_reset_step"] + named["on_epoch_begin"]
     epoch_end = ([evaluation] if evaluation is not None else []) + named["on_epoch_end"]
-    needs = [n for n, cbs in (("on_epoch_begin", epoch_begin), ("on_epoch_end", epoch_end)) if cbs]
-    if epoch_steps is None and needs:
-        what = f"callbacks on {needs}" + (" (an evaluation on test_dataset)" if evaluation else "")
-        raise ValueError(epochs_unknown(f"train_loop with {what}"))
+    if epoch_steps is None and (epoch_begin or epoch_end):
+        raise ValueError(epochs_unknown(f"train_loop with {_epoch_users(hooks, evaluation)}", dataset))
     return epoch_begin, epoch_end
+
+
+def _epoch_users(hooks: NamedHooks, evaluation: Any) -> str:
+    """What needs the epoch's end, in the user's words: the evaluation, and only the named
+    points that the user filled."""
+    parts = ["an evaluation on test_dataset= (run at the end of each epoch)"] if evaluation is not None else []
+    filled = [h for h in ("on_reset_step", "on_epoch_begin", "on_epoch_end") if hooks.named[h]]
+    if filled:
+        parts.append(f"callbacks on {filled}")
+    return " and ".join(parts)
 
 
 def train_loop(
@@ -302,6 +316,7 @@ def train_loop(
     clock: Callable[[], float] | None = None,
     steps_per_call: int = 1,
     inner_loop_kwargs: Mapping[str, Any] | None = None,
+    data_resume: str = "restart",
 ) -> tuple[Any, History, Elapsed]:
     """A training loop with epochs and an evaluation at the end of each epoch.
 
@@ -313,14 +328,14 @@ def train_loop(
         callbacks: objects registered under every named point whose name they have as a method.
         test_dataset: a function returning the evaluation batches, called at each evaluation
             (it needs a step at ``on_test_step``).
-        epoch_duration: steps per epoch (default: ``len(dataset)`` when it has one); needed
-            for epochs, epoch hooks and evaluation.
+        epoch_duration: steps per epoch (default: the dataset's own: ``gyre.data.batches``
+            knows it, or ``len(dataset)``); needed for epochs, epoch hooks and evaluation.
         test_duration: steps (or Period) of each evaluation (default: the whole test set).
         test_name: suffix of evaluation entries (``accuracy`` becomes ``accuracy_test``).
         test_aggregation: how each evaluation is reduced (see :func:`gyre.inner_loop`); by
             default batch-weighted means of losses and metrics, last value of stateful metrics.
-        stop, history, elapsed, batch_size_fn, metadata, catch_keyboard_interrupt, clock:
-            as in :func:`gyre.loop`.
+        stop, history, elapsed, batch_size_fn, metadata, catch_keyboard_interrupt, clock,
+            data_resume: as in :func:`gyre.loop`.
         steps_per_call: fuse up to this many ``on_train_step`` steps into one call; every
             callback (evaluations included) still runs after the same steps as step by step.
         inner_loop_kwargs: more arguments of the evaluation's :func:`gyre.inner_loop`
@@ -353,7 +368,7 @@ def train_loop(
             aggregation=aggregation, batch_size_fn=batch_size_fn, metadata=metadata, clock=clock,
             inner_loop_kwargs=inner_loop_kwargs,
         )
-    epoch_begin, epoch_end = _epoch_tasks(hooks, evaluation, epoch_steps)
+    epoch_begin, epoch_end = _epoch_tasks(hooks, evaluation, epoch_steps, dataset)
     named = hooks.named
     table: dict[Any, list[Any]] = {}
     if epoch_begin:
@@ -370,4 +385,5 @@ def train_loop(
         on_end=named["on_train_end"], history=history, elapsed=elapsed,
         catch_keyboard_interrupt=catch_keyboard_interrupt, batch_size_fn=batch_size_fn,
         metadata=metadata, epoch_duration=epoch_steps, clock=clock, steps_per_call=steps_per_call,
+        data_resume=data_resume,
     )

@@ -39,6 +39,9 @@ class LoopState:
         metadata: whatever was passed as ``metadata=`` to the loop.
         stop_requested: whether a callback asked to stop (ciclo's ``stop_iteration`` too).
         stop_reason: the reason given.
+        data: the position of the loop's data (a :class:`~gyre.loop._data.DataTracker`):
+            ``loop.data.state_dict()`` after the batches consumed so far, what a checkpoint
+            saves; ``None`` outside a loop.
 
     Example:
         >>> import gyre
@@ -52,7 +55,7 @@ class LoopState:
 
     __slots__ = (
         "state", "history", "elapsed", "logs", "batch", "metadata",
-        "stop_requested", "stop_reason", "_completed",
+        "stop_requested", "stop_reason", "_completed", "data",
     )
 
     def __init__(self, state: Any, history: History, elapsed: Elapsed, metadata: Any = None) -> None:
@@ -65,6 +68,7 @@ class LoopState:
         self.stop_requested = False
         self.stop_reason = ""
         self._completed: Callable[[], Elapsed] = lambda: self.elapsed.completed()
+        self.data: Any = None
 
     def snapshot(self) -> Snapshot:
         """What a checkpoint saves of this loop now: the state and the completed clock (and,
