@@ -280,3 +280,11 @@ def test_load_state_dict_bad_states(state, error, match):
         it.load_state_dict(state)
     assert "fix:" in str(info.value)
     assert it.state_dict()["position"] == 0  # unchanged
+
+
+def test_state_dict_at_any_index_is_the_state_dict_there():
+    it = batches(_data(10), 3, seed=4)  # 3 batches per epoch
+    ahead = batches(_data(10), 3, seed=4)
+    for index in range(8):
+        assert it.index == index and ahead.state_dict_at(index) == it.state_dict()
+        next(it)

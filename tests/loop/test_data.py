@@ -63,15 +63,25 @@ def test_the_position_is_that_of_the_consumed_batches_not_of_those_read_ahead(ah
     assert [r[1].tolist() for r in rest] == whole[consumed:]
 
 
-def test_without_tracking_the_loop_pulls_from_the_dataset_itself():
+def test_gyres_batches_are_pulled_directly_their_position_known_from_the_index():
     batches = data()
-    tracker = track_data(batches, track=False)
+    tracker = track_data(batches)
     assert iter(tracker) is batches  # nothing between the loop and the data: no per-step cost
+    drive(tracker, 7, ahead=3)
+    assert batches.index == 10  # read 3 ahead
+    assert (tracker.state_dict()["state"]["epoch"], tracker.state_dict()["state"]["position"]) == (1, 2)
+
+
+def test_without_tracking_a_source_is_pulled_directly_and_cannot_read_ahead():
+    loader = Loader()
+    tracker = track_data(loader, track=False)
+    it = iter(tracker)
+    assert type(it).__name__ == "generator"  # the loader's own iterator: no per-step cost
     clock = Elapse(tracker)
     tracker.follow(clock)
     next(clock)
-    assert tracker.state_dict()["state"]["position"] == 1
-    ahead = track_data(data(), track=False)
+    assert tracker.state_dict()["state"]["next_index"] == 1
+    ahead = track_data(Loader(), track=False)
     drive(ahead, 2, ahead=2)
     with pytest.raises(RuntimeError, match="not tracked"):
         ahead.state_dict()

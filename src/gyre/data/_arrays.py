@@ -245,6 +245,11 @@ class Batches(Iterator[Batch]):
         """The index of the next batch in its epoch (``0 <= position < epoch_steps``)."""
         return self._position
 
+    @property
+    def index(self) -> int:
+        """The next batch counted from the first of epoch 0: ``epoch * epoch_steps + position``."""
+        return self._epoch * self.epoch_steps + self._position
+
     def state_dict(self) -> dict[str, Any]:
         """The position of the next batch, JSON-able: ``{"epoch", "position", "seed"}`` and the
         arguments that decide the batches (``samples``, ``shapes``, ``batch_size``,
@@ -257,7 +262,21 @@ class Batches(Iterator[Batch]):
             >>> it.state_dict()
             {'epoch': 1, 'position': 0, 'seed': 1, 'samples': 10, 'shapes': [[3]], 'batch_size': 5, 'drop_remainder': True, 'shuffle': True}
         """
-        return {"epoch": self._epoch, "position": self._position, "seed": self.seed, **self._identity}
+        return self.state_dict_at(self.index)
+
+    def state_dict_at(self, index: int) -> dict[str, Any]:
+        """The :meth:`state_dict` these batches had, or will have, when their next batch is
+        number ``index`` (see :attr:`index`): a loop that reads ahead of its use saves the
+        position of the batch it used, with no cost per batch.
+
+        Example:
+            >>> import numpy as np
+            >>> it = batches(np.zeros((10, 3)), 5)
+            >>> state = it.state_dict_at(5); state["epoch"], state["position"]
+            (2, 1)
+        """
+        epoch, position = divmod(int(index), self.epoch_steps)
+        return {"epoch": epoch, "position": position, "seed": self.seed, **self._identity}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continues with the batch a :meth:`state_dict` points at: the next batch is the one

@@ -14,9 +14,10 @@ How a dataset's position is saved, by what it is:
 
   - ``state_dict() -> dict``: the position after the batches handed out so far, as JSON-able
     values (ints, floats, strings, bools, lists, dicts with string keys), in a *new* dict
-    each call. Keep it cheap: while the loop reads ahead (prefetching to the device, fused
-    steps) it is called after every batch pulled, so that the position of the batch the
-    loop actually consumed is known.
+    each call. Keep it cheap: it is called after every batch pulled (a loop may read ahead
+    of its use: prefetching to the device, fused steps), so that the position of the batch
+    the loop actually consumed is known. (``gyre.data.batches`` skips this: the position
+    of any of its batches follows from its index, see ``Batches.state_dict_at``.)
   - ``load_state_dict(d)``: continue with the batch that followed when ``d`` was taken.
     It is called before the loop asks the object for its iterator (``iter(obj)``), so a
     re-iterable source (a data loader) can apply it to the pass it starts next; raise a
@@ -48,6 +49,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from gyre.core._errors import describe, explain, suggest, warn, whole_number
+from gyre.data._arrays import Batches
 from gyre.loop._elapse import check_dataset, check_iterable, dataset_epoch_steps
 
 #: The values of ``data_resume=``.
@@ -167,6 +169,9 @@ class DataTracker:
         self._offset = 0  # count kind: batches of the source consumed before this loop
         self._clock: Clock | None = None
         self._start = 0
+        # gyre's batches: the position of any batch is known from its index, no recording
+        self._indexed = isinstance(dataset, Batches)
+        self._base = 0  # their index when the loop started pulling
 
     @property
     def wrapped_dataset(self) -> Any:
@@ -221,7 +226,7 @@ class DataTracker:
         if self._it is None:
             self._it = check_dataset(self.dataset)
         handed = self._it
-        if self._track and self._kind != "count":
+        if self._track and self._kind != "count" and not self._indexed:
             # fused chunks read one batch ahead, prefetching `size` more
             handed = self._recorder = _Recorder(self._it, self._capture(), self._ahead + 8)
         self._handed = handed
@@ -232,6 +237,8 @@ class DataTracker:
         counts, as in the checkpoint's clock); returns the tracker."""
         self._clock = clock
         self._start = clock.elapsed.steps + (clock.batch_size is not None)
+        if self._indexed:
+            self._base = self.dataset.index
         return self
 
     @property
@@ -271,6 +278,8 @@ class DataTracker:
         return out
 
     def _position(self) -> Any:
+        if self._indexed and self._clock is not None:
+            return self.dataset.state_dict_at(self._base + self.consumed)
         if self._recorder is not None:
             consumed = self.consumed if self._clock is not None else self._recorder.pulled
             return self._recorder.state_after(consumed)
@@ -321,6 +330,8 @@ class DataTracker:
             raise
         if self._recorder is not None:
             self._recorder.restart()
+        if self._indexed:
+            self._base = self.dataset.index
 
     def _load_count(self, saved: Any) -> None:
         count = _count(saved)
@@ -488,9 +499,10 @@ def track_data(dataset: Any, data_resume: str = "restart", *, track: bool = True
             ``"restart"`` (start it again, with a warning) or ``"skip"`` (pull and drop the
             consumed batches first: O(position)).
         track: keep the positions of batches read ahead of their use (one ``state_dict()``
-            of the source per batch pulled). ``False`` costs nothing per step, and
-            :meth:`DataTracker.state_dict` is then only available for a loop that does not
-            read ahead.
+            or ``get_state()`` of the source per batch pulled; nothing for
+            ``gyre.data.batches`` or data without a state). ``False`` costs nothing per step,
+            and :meth:`DataTracker.state_dict` of such a source is then only available in a
+            loop that does not read ahead.
 
     Returns:
         A :class:`DataTracker`: iterate it (once) for the batches.
