@@ -73,10 +73,10 @@ def test_gyres_batches_are_pulled_directly_their_position_known_from_the_index()
 
 
 def test_without_tracking_a_source_is_pulled_directly_and_cannot_read_ahead():
-    loader = Loader()
-    tracker = track_data(loader, track=False)
-    it = iter(tracker)
-    assert type(it).__name__ == "generator"  # the loader's own iterator: no per-step cost
+    source = Source()
+    tracker = track_data(source, track=False)
+    assert iter(tracker) is source  # nothing between the loop and the data: no per-step cost
+    tracker = track_data(Loader(), track=False)
     clock = Elapse(tracker)
     tracker.follow(clock)
     next(clock)
@@ -87,25 +87,28 @@ def test_without_tracking_a_source_is_pulled_directly_and_cannot_read_ahead():
         ahead.state_dict()
 
 
+class Source:
+    """An iterator with the state protocol, counting how often its state is asked."""
+
+    def __init__(self):
+        self.i, self.asked = 0, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.i += 1
+        return np.full(2, self.i)
+
+    def state_dict(self):
+        self.asked += 1
+        return {"i": self.i}
+
+    def load_state_dict(self, d):
+        self.i = d["i"]
+
+
 def test_tracking_asks_the_source_once_per_batch_pulled():
-    class Source:
-        def __init__(self):
-            self.i, self.asked = 0, 0
-
-        def __iter__(self):
-            return self
-
-        def __next__(self):
-            self.i += 1
-            return np.full(2, self.i)
-
-        def state_dict(self):
-            self.asked += 1
-            return {"i": self.i}
-
-        def load_state_dict(self, d):
-            self.i = d["i"]
-
     source = Source()
     tracker = track_data(source)
     drive(tracker, 6, ahead=2)
@@ -199,6 +202,16 @@ def test_a_users_loader_resumes_through_its_own_state_dict():
     again.load_state_dict(saved)  # before the loop takes the loader's iterator
     _, got = drive(again, 3, ahead=2)
     assert [int(g[0]) for g in got] == [6, 7, 8]
+    for track in (True, False):  # loaded after the loop took its iterator, before a pull
+        late = track_data(Loader(), track=track)
+        clock = Elapse(late)
+        late.follow(clock)
+        late.load_state_dict(saved)
+        assert [int(b[0]) for _, b in itertools.islice(clock, 2)] == [6, 7]
+    started = track_data(Loader(), track=False)
+    next(iter(started))
+    with pytest.raises(RuntimeError, match="after its iterator was made"):
+        started.load_state_dict(saved)
 
 
 def test_a_state_json_cannot_hold_is_explained():

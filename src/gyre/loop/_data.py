@@ -100,8 +100,8 @@ class _Recorder(Iterator[Any]):
 
     __slots__ = ("_next", "_capture", "states", "pulled")
 
-    def __init__(self, it: Iterator[Any], capture: Callable[[], Any], keep: int) -> None:
-        self._next = it.__next__
+    def __init__(self, pull: Callable[[], Any], capture: Callable[[], Any], keep: int) -> None:
+        self._next = pull
         self._capture = capture
         self.states: deque[Any] = deque([capture()], maxlen=keep)  # the last: after `pulled`
         self.pulled = 0
@@ -133,6 +133,26 @@ class _Recorder(Iterator[Any]):
                 f"known ({self.pulled} pulled, the last {len(self.states)} positions kept)"
             )
         return self.states[index]
+
+
+class _Later(Iterator[Any]):
+    """Starts a pass over a re-iterable source at its first pull, so a position loaded after
+    the loop took its iterator still applies to the pass."""
+
+    __slots__ = ("_start", "_it")
+
+    def __init__(self, start: Callable[[], Iterator[Any]]) -> None:
+        self._start = start
+        self._it: Iterator[Any] | None = None
+
+    def __iter__(self) -> _Later:
+        return self
+
+    def __next__(self) -> Any:
+        it = self._it
+        if it is None:
+            it = self._it = self._start()
+        return next(it)
 
 
 class DataTracker:
@@ -223,14 +243,22 @@ class DataTracker:
         if self._handed is not None:
             return self._handed
         self._open()
-        if self._it is None:
-            self._it = check_dataset(self.dataset)
-        handed = self._it
+        later = self._it is None and self._target is self.dataset and not isinstance(self.dataset, Iterator)
+        if later:  # a data loader with state_dict: its pass starts at the first pull
+            handed: Iterator[Any] = _Later(self._start_pass)
+        else:
+            if self._it is None:
+                self._it = check_dataset(self.dataset)
+            handed = self._it
         if self._track and self._kind != "count" and not self._indexed:
             # fused chunks read one batch ahead, prefetching `size` more
-            handed = self._recorder = _Recorder(self._it, self._capture(), self._ahead + 8)
+            handed = self._recorder = _Recorder(handed.__next__, self._capture(), self._ahead + 8)
         self._handed = handed
         return handed
+
+    def _start_pass(self) -> Iterator[Any]:
+        self._it = check_dataset(self.dataset)
+        return self._it
 
     def follow(self, clock: Clock) -> DataTracker:
         """Counts the batches consumed by the loop's clock from now on (a step in progress
@@ -317,7 +345,7 @@ class DataTracker:
                 saved = _decode(saved, state.get("encoding"))
             apply = self._target.set_state
         else:
-            if self._handed is not None and self._target is self.dataset and self._it is not self.dataset:
+            if self._it is not None and self._target is self.dataset and self._it is not self.dataset:
                 raise RuntimeError(
                     f"gyre internal error: the position of {source} was loaded after its "
                     "iterator was made"
