@@ -433,3 +433,34 @@ def test_the_epoch_error_names_what_the_user_asked_for():
     with pytest.raises(ValueError, match="callbacks on \\['on_epoch_end'\\]") as info:
         gyre.train_loop(0, stream(), {**step, gyre.on_epoch_end: lambda: None})
     assert "evaluation" not in str(info.value).splitlines()[0]
+
+
+def test_a_resumed_train_loop_evaluates_and_continues_as_without_the_break():
+    def test_step(state, batch):
+        return gyre.logs().add_metric("w", jnp.sum(state.params["w"]))
+
+    def run_train(stop, at=None, resume=None):
+        saved = {}
+
+        def probe(loop):
+            saved["data"] = json_round_trip(loop.data.state_dict())
+            loop.request_stop("killed")
+
+        tasks = {gyre.on_train_step: train_step, gyre.on_test_step: test_step}
+        if at is not None:
+            tasks[lambda e: e.steps == at] = probe
+        if resume is not None:
+            tasks[gyre.on_train_begin] = lambda loop: loop.data.load_state_dict(resume[3])
+        state, elapsed, history = (fresh_state(), None, None) if resume is None else resume[:3]
+        state, history, elapsed = gyre.train_loop(
+            state, data(), tasks, test_dataset=lambda: [(X[:16], Y[:16])], stop=stop,
+            elapsed=elapsed, history=history, steps_per_call=2,
+        )
+        return state, elapsed, history, saved.get("data")
+
+    reference = run_train(13)
+    state, elapsed, history, _ = run_train(13, resume=run_train(13, at=7))
+    assert history.collect("steps", "first") == reference[2].collect("steps", "first")
+    assert history.collect("steps", "w_test") == reference[2].collect("steps", "w_test")
+    assert history.collect("steps", "w_test")[0] == [4, 9]  # epochs inferred from the batches
+    np.testing.assert_array_equal(np.asarray(state.params["w"]), np.asarray(reference[0].params["w"]))

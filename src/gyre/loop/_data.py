@@ -201,29 +201,27 @@ class DataTracker:
     @property
     def kind(self) -> str:
         """How the position is saved: ``"state_dict"``, ``"grain"`` or ``"count"``."""
-        self._open()
-        assert self._kind is not None
-        return self._kind
+        return self._open()
 
-    def _open(self) -> None:
-        """Finds how the dataset saves its position; makes its iterator when that is needed
-        to tell (a grain dataset's state is its iterator's)."""
+    def _open(self) -> str:
+        """Finds how the dataset saves its position (the kind); makes its iterator when that
+        is needed to tell (a grain dataset's state is its iterator's)."""
         if self._kind is not None:
-            return
+            return self._kind
         dataset = self.dataset
         if _has(dataset, "state_dict", "load_state_dict"):
             self._kind, self._target = "state_dict", dataset
-            return
-        if _has(dataset, "get_state", "set_state"):
+        elif _has(dataset, "get_state", "set_state"):
             self._kind, self._target = "grain", dataset
-            return
-        self._it = it = check_dataset(dataset)
-        if _has(it, "get_state", "set_state"):
-            self._kind, self._target = "grain", it
-        elif _has(it, "state_dict", "load_state_dict"):
-            self._kind, self._target = "state_dict", it
         else:
-            self._kind = "count"
+            self._it = it = check_dataset(dataset)
+            if _has(it, "get_state", "set_state"):
+                self._kind, self._target = "grain", it
+            elif _has(it, "state_dict", "load_state_dict"):
+                self._kind, self._target = "state_dict", it
+            else:
+                self._kind = "count"
+        return self._kind
 
     def _capture(self) -> Callable[[], Any]:
         target = self._target
@@ -321,8 +319,8 @@ class DataTracker:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Puts the dataset at the position ``state`` (from :meth:`state_dict`) names, so the
         loop's first batch is the one that followed it. Call it before the first batch is
-        pulled (and, for a re-iterable source with its own ``load_state_dict``, before the
-        loop takes its iterator).
+        pulled (after the loop took its iterator is fine: a re-iterable source with its own
+        ``load_state_dict``, a data loader, starts its pass at the first pull).
 
         Raises:
             TypeError, ValueError: ``state`` is not a saved data position, or belongs to a
