@@ -155,3 +155,136 @@ def test_each_epoch_has_its_own_order_whatever_ran_before():
     two_epochs = [b[1].tolist() for b in batches((x, y), 4, epochs=2, seed=1)]
     three_epochs = [b[1].tolist() for b in batches((x, y), 4, epochs=3, seed=1)]
     assert three_epochs[:6] == two_epochs  # epoch k's order is seeded by (seed, k)
+
+
+# --- the resumable iterator: same batches as the generator it replaced, position save/load
+
+
+def _reference(data, batch_size, shuffle, seed, epochs, drop_remainder):
+    """The batches as gyre.data.batches produced them before it became resumable (the order
+    a saved run depends on must never change)."""
+    n = data[0].shape[0]
+    steps = n // batch_size if drop_remainder else -(-n // batch_size)
+    epoch = 0
+    while epochs is None or epoch < epochs:
+        order = np.random.default_rng((seed, epoch)).permutation(n) if shuffle else None
+        for i in range(steps):
+            start, end = i * batch_size, min((i + 1) * batch_size, n)
+            index = slice(start, end) if order is None else order[start:end]
+            yield tuple(a[index] for a in data)
+        epoch += 1
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("drop_remainder", [True, False])
+def test_batches_are_those_of_the_generator_they_replaced(shuffle, drop_remainder):
+    x, y = _data(23)
+    ours = list(batches((x, y), 5, shuffle=shuffle, seed=4, epochs=3, drop_remainder=drop_remainder))
+    ref = list(_reference((x, y), 5, shuffle, 4, 3, drop_remainder))
+    assert len(ours) == len(ref) == 3 * steps_per_epoch(23, 5, drop_remainder)
+    for a, b in zip(ours, ref, strict=True):
+        assert all(np.array_equal(u, v) and u.dtype == v.dtype for u, v in zip(a, b, strict=True))
+
+
+def test_batches_is_an_iterator_that_knows_its_epoch_length():
+    from collections.abc import Iterator
+
+    from gyre.data import Batches
+
+    it = batches(_data(10), 3)
+    assert isinstance(it, Batches) and isinstance(it, Iterator) and iter(it) is it
+    assert it.epoch_steps == 3 and it.epochs is None
+    assert batches(_data(10), 3, drop_remainder=False).epoch_steps == 4
+    assert "epoch_steps=3" in repr(it)
+
+
+def test_state_dict_is_json_and_names_the_next_batch():
+    import json
+
+    it = batches(_data(10), 4, seed=2)  # 2 batches per epoch
+    assert it.state_dict()["epoch"] == 0 and it.state_dict()["position"] == 0
+    next(it)
+    state = it.state_dict()
+    assert (state["epoch"], state["position"], state["seed"]) == (0, 1, 2)
+    assert json.loads(json.dumps(state)) == state
+    next(it)  # the last batch of epoch 0: the next one is the first of epoch 1
+    assert (it.state_dict()["epoch"], it.state_dict()["position"]) == (1, 0)
+    assert (it.epoch, it.position) == (1, 0)
+
+
+@pytest.mark.parametrize("taken", [0, 1, 2, 3, 5, 6, 7, 11])
+def test_load_state_dict_continues_with_exactly_the_next_batch(taken):
+    import json
+
+    x, y = _data(13)
+    whole = list(itertools.islice(batches((x, y), 4, seed=9), 15))
+    it = batches((x, y), 4, seed=9)  # 3 batches per epoch: taken 3 and 6 are epoch boundaries
+    for _ in range(taken):
+        next(it)
+    saved = json.loads(json.dumps(it.state_dict()))
+    resumed = batches((x, y), 4, seed=9)
+    resumed.load_state_dict(saved)
+    rest = list(itertools.islice(resumed, 15 - taken))
+    for a, b in zip(rest, whole[taken:], strict=True):
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_a_loaded_position_past_the_last_epoch_ends_the_batches():
+    it = batches(_data(6), 3, epochs=2, seed=0)
+    assert len(list(it)) == 4 and it.state_dict()["epoch"] == 2
+    again = batches(_data(6), 3, epochs=2, seed=0)
+    again.load_state_dict(it.state_dict())
+    assert list(again) == []
+    more = batches(_data(6), 3, epochs=3, seed=0)  # more epochs: continues with epoch 2
+    more.load_state_dict(it.state_dict())
+    assert len(list(more)) == 2
+
+
+def test_load_state_dict_from_other_batches_says_what_differs():
+    x, y = _data(12)
+    saved = batches((x, y), 4, seed=1).state_dict()
+    with pytest.raises(ValueError, match="built with other arguments") as info:
+        batches((x, y), 3, seed=2).load_state_dict(saved)
+    text = str(info.value)
+    assert "batch_size: saved 4, here 3" in text and "seed: saved 1, here 2" in text
+    assert "fix:" in text and "samples" not in text
+    with pytest.raises(ValueError, match="shapes: saved \\[\\[2\\], \\[\\]\\], here \\[\\[3\\], \\[\\]\\]"):
+        batches((np.zeros((12, 3)), y), 4, seed=1).load_state_dict(saved)
+    with pytest.raises(ValueError, match="samples: saved 12, here 11"):
+        batches(_data(11), 4, seed=1).load_state_dict(saved)
+
+
+def test_the_seed_is_not_checked_when_nothing_is_shuffled():
+    saved = batches(_data(8), 2, shuffle=False, seed=1).state_dict()
+    it = batches(_data(8), 2, shuffle=False, seed=5)
+    it.load_state_dict({**saved, "position": 3})
+    assert next(it)[1].tolist() == [6, 7]
+    with pytest.raises(ValueError, match="shuffle: saved False, here True"):
+        batches(_data(8), 2, seed=1).load_state_dict(saved)
+
+
+@pytest.mark.parametrize(
+    ("state", "error", "match"),
+    [
+        ([0, 1], TypeError, "takes the dict that state_dict\\(\\) returned"),
+        ({"epoch": 0}, ValueError, "lacks 'position'"),
+        ({"seed": 0}, ValueError, "lacks 'epoch', 'position'"),
+        ({"epoch": -1, "position": 0}, ValueError, "epoch must be a whole number >= 0"),
+        ({"epoch": 0, "position": 1.5}, ValueError, "position must be a whole number >= 0"),
+        ({"epoch": 0, "position": 5}, ValueError, "position 5 is past the end of an epoch of 5"),
+    ],
+)
+def test_load_state_dict_bad_states(state, error, match):
+    it = batches(_data(10), 2)
+    with pytest.raises(error, match=match) as info:
+        it.load_state_dict(state)
+    assert "fix:" in str(info.value)
+    assert it.state_dict()["position"] == 0  # unchanged
+
+
+def test_state_dict_at_any_index_is_the_state_dict_there():
+    it = batches(_data(10), 3, seed=4)  # 3 batches per epoch
+    ahead = batches(_data(10), 3, seed=4)
+    for index in range(8):
+        assert it.index == index and ahead.state_dict_at(index) == it.state_dict()
+        next(it)

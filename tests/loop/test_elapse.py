@@ -169,3 +169,49 @@ def test_a_continued_clock_counts_time_from_where_it_stopped():
     second, _ = next(clock)
     assert (first.steps, first.time) == (4, 2.0) and (second.steps, second.time) == (5, 3.0)
     assert clock.complete().time == 4.5
+
+
+# --- epoch length: the dataset's own; the explanation when it has none
+
+
+def test_the_epoch_length_is_the_datasets_own():
+    import sys
+
+    import numpy as np
+
+    from gyre.loop._elapse import dataset_epoch_steps, epoch_steps_of
+
+    batches = gyre.data.batches(np.zeros((10, 2)), 3)
+    assert dataset_epoch_steps(batches) == 3  # epoch_steps, as gyre.data.batches knows it
+    assert dataset_epoch_steps([1, 2]) == 2 and dataset_epoch_steps(iter([1])) is None
+
+    class Endless:  # grain gives a repeated dataset the length sys.maxsize
+        def __len__(self):
+            return sys.maxsize
+
+    class NotACount:
+        epoch_steps = "many"
+
+        def __len__(self):
+            return 4
+
+    assert dataset_epoch_steps(Endless()) is None and dataset_epoch_steps([]) is None
+    assert dataset_epoch_steps(NotACount()) == 4
+    assert epoch_steps_of(7, batches) == 7  # epoch_duration wins
+    assert gyre.elapse(batches).epoch_steps == 3
+
+
+def test_epochs_over_data_without_a_length_name_the_datasets_type():
+    from gyre.loop._elapse import check_iterable
+
+    with pytest.raises(ValueError) as info:
+        gyre.elapse((i for i in range(3)), stop=gyre.at(epochs=1))
+    text = str(info.value)
+    assert "a dataset of type generator with neither len() nor epoch_steps" in text
+    assert "gyre.data.batches" in text and "epoch_duration=" in text
+
+    class Once:
+        def __iter__(self):
+            raise AssertionError("a pass was started")
+
+    check_iterable(Once())  # checked without starting a pass

@@ -243,3 +243,12 @@ def test_a_fused_chunk_of_prefetched_batches_reaches_the_step_on_the_devices():
 
     gyre.loop(state, [np.ones((16, 2), np.float32)] * 8, {gyre.every(1): Probe()}, steps_per_call=4)
     assert seen == [("ArrayImpl", (4, 16, 2), 8)] * 2  # stacked on the devices, batches split
+
+
+def test_prefetching_keeps_the_epoch_length_of_the_source():
+    source = gyre.data.batches(np.zeros((32, 2), np.float32), 8)
+    assert gyre.prefetch_to_device(source).epoch_steps == 4  # an iterator that knows it
+    assert gyre.prefetch_to_device(batches(6), limit=2).epoch_steps == 6  # not the limit
+    state = managed.ManagedState.create(params=jnp.zeros(()), tx=optax.sgd(0.1), strategy="data_parallel")
+    _, _, elapsed = gyre.loop(state, [np.zeros((16, 2), np.float32)] * 10, {}, stop=3)
+    assert (elapsed.steps, elapsed.epochs, elapsed.step_in_epoch) == (3, 0, 3)

@@ -1,13 +1,15 @@
-"""Batches from in-memory arrays: ``batches`` and ``steps_per_epoch``.
+"""Batches from in-memory arrays: ``batches`` (a resumable :class:`Batches` iterator) and
+``steps_per_epoch``.
 
 Numpy only: the batches are host arrays, moved to the device by the step that consumes
 them. Each epoch is shuffled with its own generator, seeded by ``(seed, epoch)``, so the
-order of epoch ``k`` does not depend on how many epochs ran before it.
+order of epoch ``k`` does not depend on how many epochs ran before it, and a position
+``(epoch, index in the epoch)`` is all a resumed run needs to continue with the same batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -118,6 +120,260 @@ def _as_arrays(arrays: Any) -> tuple[tuple[np.ndarray, ...], bool]:
     return tuple(out), False
 
 
+#: The arguments that decide which batches a :class:`Batches` hands out, saved with its
+#: position so a position is never loaded into batches that would give other data.
+_IDENTITY = ("samples", "shapes", "batch_size", "drop_remainder", "shuffle", "seed")
+
+
+class Batches(Iterator[Batch]):
+    """Batches of in-memory arrays that can save and restore their position: what
+    :func:`batches` returns (see it for the arguments and the order of the batches).
+
+    An iterator (one pass; ``iter(it) is it``) that also knows:
+
+    * :attr:`epoch_steps`: batches per epoch, read by ``gyre.train_loop`` and ``gyre.loop``
+      (so epochs, epoch hooks and evaluations need no ``epoch_duration``);
+    * :meth:`state_dict` / :meth:`load_state_dict`: the position of the next batch, as
+      JSON-able numbers, which a checkpoint saves and a resumed run loads, continuing with
+      exactly that batch.
+
+    Attributes:
+        epoch_steps: batches in one epoch.
+        epochs: passes over the data (``None``: forever).
+        batch_size: samples per batch.
+        seed: the seed of the shuffles.
+
+    Example:
+        >>> import numpy as np, gyre
+        >>> x = np.arange(10)
+        >>> it = gyre.data.batches(x, 4, seed=3)
+        >>> it.epoch_steps, next(it).tolist()
+        (2, [9, 6, 0, 2])
+        >>> saved = it.state_dict()
+        >>> saved["epoch"], saved["position"], saved["seed"]
+        (0, 1, 3)
+        >>> after = [next(it).tolist() for _ in range(2)]
+        >>> again = gyre.data.batches(x, 4, seed=3)
+        >>> again.load_state_dict(saved)
+        >>> [next(again).tolist() for _ in range(2)] == after
+        True
+    """
+
+    def __init__(
+        self,
+        arrays: Sequence[Any] | np.ndarray,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        epochs: int | None = None,
+        drop_remainder: bool = True,
+    ) -> None:
+        data, single = _as_arrays(arrays)
+        batch_size = _check_count("batch_size", batch_size, minimum=1, example="batch_size=32")
+        if epochs is not None:
+            epochs = _check_count("epochs", epochs, minimum=1, example="epochs=1 (or None to repeat forever)")
+        seed = check_seed(seed)
+        n = data[0].shape[0]
+        if n == 0:
+            raise ValueError(
+                explain(
+                    "batches() was given empty arrays",
+                    expected="at least one sample",
+                    received=f"arrays of shapes {[a.shape for a in data]}",
+                    fix="check the data split that produced them",
+                )
+            )
+        if drop_remainder and batch_size > n:
+            raise ValueError(
+                explain(
+                    "the batch is larger than the data, so every batch would be dropped",
+                    expected=f"batch_size <= {n} (the number of samples)",
+                    received=f"batch_size={batch_size} with drop_remainder=True",
+                    fix=f"use batch_size <= {n}, or drop_remainder=False to get one batch of {n}",
+                )
+            )
+        self._data, self._single, self._n = data, single, n
+        self.batch_size, self.seed, self.epochs = batch_size, seed, epochs
+        self.shuffle, self.drop_remainder = bool(shuffle), bool(drop_remainder)
+        self.epoch_steps = steps_per_epoch(n, batch_size, drop_remainder)
+        self._identity: dict[str, Any] = {
+            "samples": n,
+            "shapes": [list(a.shape[1:]) for a in data],
+            "batch_size": batch_size,
+            "drop_remainder": self.drop_remainder,
+            "shuffle": self.shuffle,
+        }
+        self._epoch = 0  # the epoch of the next batch
+        self._position = 0  # its index in the epoch
+        self._ready = -1  # the epoch whose order is drawn (-1: none yet)
+        self._order: np.ndarray | None = None
+
+    def __iter__(self) -> Batches:
+        return self
+
+    def __next__(self) -> Batch:
+        epoch = self._epoch
+        if epoch != self._ready:  # the first batch of an epoch (or of a loaded position)
+            if self.epochs is not None and epoch >= self.epochs:
+                raise StopIteration
+            self._order = np.random.default_rng((self.seed, epoch)).permutation(self._n) if self.shuffle else None
+            self._ready = epoch
+        position = self._position
+        start = position * self.batch_size
+        end = start + self.batch_size
+        order = self._order
+        if order is None:
+            batch = tuple(a[start:end] for a in self._data)
+        else:
+            index = order[start:end]
+            batch = tuple(a[index] for a in self._data)
+        position += 1
+        if position == self.epoch_steps:
+            self._epoch, self._position = epoch + 1, 0
+        else:
+            self._position = position
+        return batch[0] if self._single else batch
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the next batch (0-based; ``epochs`` once every epoch is done)."""
+        return self._epoch
+
+    @property
+    def position(self) -> int:
+        """The index of the next batch in its epoch (``0 <= position < epoch_steps``)."""
+        return self._position
+
+    @property
+    def index(self) -> int:
+        """The next batch counted from the first of epoch 0: ``epoch * epoch_steps + position``."""
+        return self._epoch * self.epoch_steps + self._position
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position of the next batch, JSON-able: ``{"epoch", "position", "seed"}`` and the
+        arguments that decide the batches (``samples``, ``shapes``, ``batch_size``,
+        ``drop_remainder``, ``shuffle``), which :meth:`load_state_dict` checks.
+
+        Example:
+            >>> import numpy as np
+            >>> it = batches(np.zeros((10, 3)), 5, seed=1)
+            >>> _ = next(it); _ = next(it)
+            >>> it.state_dict()
+            {'epoch': 1, 'position': 0, 'seed': 1, 'samples': 10, 'shapes': [[3]], 'batch_size': 5, 'drop_remainder': True, 'shuffle': True}
+        """
+        return self.state_dict_at(self.index)
+
+    def state_dict_at(self, index: int) -> dict[str, Any]:
+        """The :meth:`state_dict` these batches had, or will have, when their next batch is
+        number ``index`` (see :attr:`index`): a loop that reads ahead of its use saves the
+        position of the batch it used, with no cost per batch.
+
+        Example:
+            >>> import numpy as np
+            >>> it = batches(np.zeros((10, 3)), 5)
+            >>> state = it.state_dict_at(5); state["epoch"], state["position"]
+            (2, 1)
+        """
+        epoch, position = divmod(int(index), self.epoch_steps)
+        return {"epoch": epoch, "position": position, "seed": self.seed, **self._identity}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continues with the batch a :meth:`state_dict` points at: the next batch is the one
+        that followed when the state was taken, bit for bit.
+
+        Args:
+            state: a dict from :meth:`state_dict` (after a JSON round trip, too). Only
+                ``epoch`` and ``position`` are required; every other key it holds must match
+                these batches (the seed only matters, and is only checked, when shuffling).
+
+        Raises:
+            TypeError: ``state`` is not a dict.
+            ValueError: a key is missing or out of range, or the state comes from batches
+                built with other arguments (the message lists each difference).
+
+        Example:
+            >>> import numpy as np
+            >>> it = batches(np.arange(6), 2, shuffle=False)
+            >>> it.load_state_dict({"epoch": 3, "position": 2})
+            >>> next(it).tolist(), it.epoch
+            ([4, 5], 4)
+        """
+        if not isinstance(state, Mapping):
+            raise TypeError(
+                explain(
+                    "Batches.load_state_dict() takes the dict that state_dict() returned",
+                    expected="a dict such as {'epoch': 2, 'position': 5, 'seed': 0, ...}",
+                    received=describe(state),
+                    fix="pass batches.state_dict() of the run being continued",
+                )
+            )
+        missing = [key for key in ("epoch", "position") if key not in state]
+        if missing:
+            raise ValueError(
+                explain(
+                    f"the batches' position lacks {', '.join(repr(k) for k in missing)}",
+                    expected="a dict from Batches.state_dict(), with 'epoch' and 'position'",
+                    received=f"a dict with keys {sorted(map(str, state))}",
+                    fix="pass the whole dict that state_dict() returned",
+                )
+            )
+        self._check_identity(state)
+        epoch = _position_number(state["epoch"], "epoch", minimum=0)
+        position = _position_number(state["position"], "position", minimum=0)
+        if position >= self.epoch_steps:
+            raise ValueError(
+                explain(
+                    f"position {position} is past the end of an epoch of {self.epoch_steps} batches",
+                    expected=f"0 <= position < {self.epoch_steps} (batches per epoch here)",
+                    received=f"epoch={epoch}, position={position}",
+                    fix="pass a state_dict() of batches with the same data and batch_size",
+                )
+            )
+        self._epoch, self._position, self._ready = epoch, position, -1
+
+    def _check_identity(self, state: Mapping[str, Any]) -> None:
+        here = {"seed": self.seed, **self._identity}
+        shuffled = self.shuffle and state.get("shuffle", True)
+        differ = []
+        for key in _IDENTITY:
+            if key not in state or (key == "seed" and not shuffled):
+                continue
+            saved = state[key]
+            if key == "shapes" and isinstance(saved, (list, tuple)):
+                saved = [list(s) if isinstance(s, (list, tuple)) else s for s in saved]
+            if saved != here[key]:
+                differ.append(f"{key}: saved {saved!r}, here {here[key]!r}")
+        if differ:
+            raise ValueError(
+                explain(
+                    "the position comes from batches built with other arguments, so it would "
+                    "continue with other data",
+                    expected="a state_dict() of batches over the same arrays, with the same "
+                    "batch_size, seed, shuffle and drop_remainder",
+                    received="; ".join(differ),
+                    fix="build the batches as the run that saved the position did (the saved "
+                    "values above), or start a new run instead of resuming",
+                )
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"Batches(samples={self._n}, batch_size={self.batch_size}, epoch_steps={self.epoch_steps}, "
+            f"epochs={self.epochs}, seed={self.seed}, epoch={self._epoch}, position={self._position})"
+        )
+
+
+def _position_number(value: Any, name: str, *, minimum: int) -> int:
+    return whole_number(
+        value,
+        minimum=minimum,
+        problem=f"the batches' {name} must be a whole number >= {minimum}",
+        expected=f"{name} as Batches.state_dict() saved it, e.g. {{'{name}': 3}}",
+        fix="pass the dict that state_dict() returned, unchanged",
+    )
+
+
 def batches(
     arrays: Sequence[Any] | np.ndarray,
     batch_size: int,
@@ -126,8 +382,9 @@ def batches(
     seed: int = 0,
     epochs: int | None = None,
     drop_remainder: bool = True,
-) -> Iterator[Batch]:
-    """Batches of in-memory arrays, reshuffled every epoch with a deterministic order.
+) -> Batches:
+    """Batches of in-memory arrays, reshuffled every epoch with a deterministic order, with a
+    position that a checkpoint saves and a resumed run continues from.
 
     Arguments are checked at once (not when the first batch is pulled).
 
@@ -143,8 +400,10 @@ def batches(
             ``batch_size``, so every batch has the same shape (one compilation of the step).
 
     Returns:
-        An iterator of tuples of numpy arrays, one per input array (a single array when a
-        single array was given).
+        A :class:`Batches` iterator of tuples of numpy arrays, one per input array (a single
+        array when a single array was given). It knows its epoch length
+        (:attr:`Batches.epoch_steps`, so ``gyre.train_loop`` needs no ``epoch_duration``)
+        and its position (:meth:`Batches.state_dict` / :meth:`Batches.load_state_dict`).
 
     Raises:
         ValueError: the arrays disagree on the number of samples, ``batch_size < 1``, a
@@ -161,54 +420,9 @@ def batches(
         >>> it = batches((x, y), 5, seed=1)
         >>> sorted(next(it)[1].tolist()), sorted(next(it)[1].tolist())
         ([0, 1, 2, 3, 4], [0, 1, 2, 3, 4])
+        >>> it.epoch_steps, it.state_dict()["epoch"]
+        (1, 2)
     """
-    data, single = _as_arrays(arrays)
-    batch_size = _check_count("batch_size", batch_size, minimum=1, example="batch_size=32")
-    if epochs is not None:
-        epochs = _check_count("epochs", epochs, minimum=1, example="epochs=1 (or None to repeat forever)")
-    seed = check_seed(seed)
-    n = data[0].shape[0]
-    if n == 0:
-        raise ValueError(
-            explain(
-                "batches() was given empty arrays",
-                expected="at least one sample",
-                received=f"arrays of shapes {[a.shape for a in data]}",
-                fix="check the data split that produced them",
-            )
-        )
-    if drop_remainder and batch_size > n:
-        raise ValueError(
-            explain(
-                "the batch is larger than the data, so every batch would be dropped",
-                expected=f"batch_size <= {n} (the number of samples)",
-                received=f"batch_size={batch_size} with drop_remainder=True",
-                fix=f"use batch_size <= {n}, or drop_remainder=False to get one batch of {n}",
-            )
-        )
-    return _generate(data, single, batch_size, shuffle, seed, epochs, drop_remainder)
-
-
-def _generate(
-    data: tuple[np.ndarray, ...],
-    single: bool,
-    batch_size: int,
-    shuffle: bool,
-    seed: int,
-    epochs: int | None,
-    drop_remainder: bool,
-) -> Iterator[Batch]:
-    n = data[0].shape[0]
-    steps = steps_per_epoch(n, batch_size, drop_remainder)
-    epoch = 0
-    while epochs is None or epoch < epochs:
-        order = np.random.default_rng((seed, epoch)).permutation(n) if shuffle else None
-        for i in range(steps):
-            start, end = i * batch_size, min((i + 1) * batch_size, n)
-            if order is None:
-                batch = tuple(a[start:end] for a in data)
-            else:
-                index = order[start:end]
-                batch = tuple(a[index] for a in data)
-            yield batch[0] if single else batch
-        epoch += 1
+    return Batches(
+        arrays, batch_size, shuffle=shuffle, seed=seed, epochs=epochs, drop_remainder=drop_remainder
+    )

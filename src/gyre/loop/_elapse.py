@@ -9,6 +9,7 @@ for, or when the loop ends. A batch is pulled only for a step that will run: nev
 from __future__ import annotations
 
 import inspect
+import sys
 import time as _time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -61,8 +62,8 @@ def steps_only(period: Period | None) -> int | None:
 
 
 def epoch_steps_of(epoch_duration: Any, dataset: Any) -> int | None:
-    """Steps per epoch: ``epoch_duration`` (steps or ``at(steps=...)``), else ``len(dataset)``
-    when it has one, else None (unknown).
+    """Steps per epoch: ``epoch_duration`` (steps or ``at(steps=...)``), else what the dataset
+    says (see :func:`dataset_epoch_steps`), else None (unknown).
 
     Example:
         >>> epoch_steps_of(None, [1, 2, 3]), epoch_steps_of(5, iter([]))
@@ -71,11 +72,7 @@ def epoch_steps_of(epoch_duration: Any, dataset: Any) -> int | None:
     if isinstance(epoch_duration, Period) and steps_only(epoch_duration) is not None:
         epoch_duration = epoch_duration.steps
     if epoch_duration is None:
-        try:
-            size = len(dataset)
-        except TypeError:
-            return None
-        return size if size > 0 else None
+        return dataset_epoch_steps(dataset)
     return whole_number(
         epoch_duration,
         minimum=1,
@@ -85,13 +82,38 @@ def epoch_steps_of(epoch_duration: Any, dataset: Any) -> int | None:
     )
 
 
-def check_dataset(dataset: Any) -> Iterator[Any]:
-    """An iterator over the dataset, or the explained error (not iterable, or a Keras-style
-    ``(X, Y)`` pair of whole arrays).
+def dataset_epoch_steps(dataset: Any) -> int | None:
+    """The batches in one epoch of ``dataset``, as it knows them: its ``epoch_steps``
+    attribute (``gyre.data.batches``, and the loop's own wrappers around a dataset), else
+    ``len(dataset)``; None when it has neither, or a length that only marks an endless
+    dataset (``sys.maxsize``, as grain gives a repeated dataset).
 
     Example:
-        >>> next(check_dataset([1, 2]))
-        1
+        >>> import gyre, numpy as np
+        >>> dataset_epoch_steps(gyre.data.batches(np.zeros((10, 2)), 4)), dataset_epoch_steps(range(3))
+        (2, 3)
+        >>> dataset_epoch_steps(iter([1, 2])) is None
+        True
+    """
+    steps = as_integer(getattr(dataset, "epoch_steps", None))
+    if steps is not None and steps >= 1:
+        return steps
+    try:
+        size = len(dataset)
+    except TypeError:
+        return None
+    return size if 0 < size < sys.maxsize else None
+
+
+def check_iterable(dataset: Any) -> None:
+    """Raises the explained error for a dataset a loop cannot iterate (not iterable, or a
+    Keras-style ``(X, Y)`` pair of whole arrays), without starting a pass over it.
+
+    Example:
+        >>> check_iterable([1, 2])
+        >>> check_iterable(3)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        TypeError: the dataset is not iterable...
     """
     if _looks_like_arrays(dataset):
         shapes = ", ".join(str(tuple(x.shape)) for x in dataset)
@@ -104,18 +126,34 @@ def check_dataset(dataset: Any) -> Iterator[Any]:
                 fix="batch them: gyre.data.batches((X, Y), batch_size=32, seed=0)",
             )
         )
+    if not (isinstance(dataset, Iterable) or hasattr(type(dataset), "__getitem__")):
+        raise _not_iterable(dataset)
+
+
+def _not_iterable(dataset: Any) -> TypeError:
+    return TypeError(
+        explain(
+            "the dataset is not iterable",
+            expected="an iterable of batches: a list, a generator, a data loader",
+            received=describe(dataset),
+            fix="pass e.g. [batch0, batch1, ...] or a generator that yields batches; "
+            "for one batch repeated, itertools.repeat(batch)",
+        )
+    )
+
+
+def check_dataset(dataset: Any) -> Iterator[Any]:
+    """An iterator over the dataset, or the explained error (see :func:`check_iterable`).
+
+    Example:
+        >>> next(check_dataset([1, 2]))
+        1
+    """
+    check_iterable(dataset)
     try:
         return iter(dataset)
     except TypeError:
-        raise TypeError(
-            explain(
-                "the dataset is not iterable",
-                expected="an iterable of batches: a list, a generator, a data loader",
-                received=describe(dataset),
-                fix="pass e.g. [batch0, batch1, ...] or a generator that yields batches; "
-                "for one batch repeated, itertools.repeat(batch)",
-            )
-        ) from None
+        raise _not_iterable(dataset) from None
 
 
 def _looks_like_arrays(dataset: Any) -> bool:
@@ -191,7 +229,7 @@ class Elapse:
         self.stop = check_stop(stop)
         self._stop_steps = steps_only(self.stop)
         self.epoch_steps = epoch_steps_of(epoch_duration, dataset)
-        self._check_epochs()
+        self._check_epochs(dataset)
         self._it = check_dataset(dataset)
         self.size_of = size_function(batch_size_fn)
         self._clock = clock or _time.monotonic
@@ -204,9 +242,9 @@ class Elapse:
         self._pending: int | None = None  # batch size of the step in progress
         self.exhausted = False
 
-    def _check_epochs(self) -> None:
+    def _check_epochs(self, dataset: Any) -> None:
         if self.stop is not None and self.stop.epochs is not None and self.epoch_steps is None:
-            raise ValueError(epochs_unknown(f"stop={self.stop!r}"))
+            raise ValueError(epochs_unknown(f"stop={self.stop!r}", dataset))
 
     def __iter__(self) -> Elapse:
         return self
@@ -300,19 +338,39 @@ def _check_initial(initial: Any) -> Elapsed:
     return initial.completed()
 
 
-def epochs_unknown(what: str) -> str:
+def epochs_unknown(what: str, dataset: Any = None) -> str:
     """The explanation for epoch-based timing over data of unknown epoch length.
 
     Example:
-        >>> print(epochs_unknown("stop=Period(epochs=2)").splitlines()[0])
+        >>> print(epochs_unknown("stop=Period(epochs=2)", iter([])).splitlines()[0])
         stop=Period(epochs=2) counts epochs, and the loop cannot tell where an epoch ends
     """
+    source = source_of(dataset)
+    kind = "a dataset" if source is None else f"a dataset of type {type(source).__name__}"
     return explain(
         f"{what} counts epochs, and the loop cannot tell where an epoch ends",
-        expected="epoch_duration=<steps per epoch>, or a dataset with len()",
-        received="a dataset without len() and no epoch_duration",
-        fix="pass epoch_duration=steps_per_epoch (e.g. len(train_batches)), or count in steps",
+        expected="epoch_duration=<steps per epoch>, or a dataset that knows its epoch length "
+        "(gyre.data.batches(...), or anything with len())",
+        received=f"{kind} with neither len() nor epoch_steps, and no epoch_duration",
+        fix="pass epoch_duration=<batches per epoch> (e.g. gyre.data.steps_per_epoch(len(x), "
+        "batch_size)), iterate gyre.data.batches(...), or count in steps",
     )
+
+
+def source_of(dataset: Any) -> Any:
+    """The user's dataset inside the loop's wrappers (each names what it wraps as
+    ``wrapped_dataset``).
+
+    Example:
+        >>> source_of([1, 2])
+        [1, 2]
+    """
+    for _ in range(8):  # wrappers are a few levels deep at most
+        inner = getattr(dataset, "wrapped_dataset", None)
+        if inner is None:
+            break
+        dataset = inner
+    return dataset
 
 
 def elapse(
@@ -330,7 +388,8 @@ def elapse(
         dataset: an iterable of batches.
         stop: steps (an integral number) or a :class:`Period` after which iteration ends.
         initial: the clock to continue from (the ``elapsed`` a previous loop returned).
-        epoch_duration: steps per epoch; by default ``len(dataset)`` when it has one.
+        epoch_duration: steps per epoch; by default the dataset's own (``epoch_steps`` of
+            ``gyre.data.batches``, or ``len(dataset)``) when it has one.
         batch_size_fn: samples in a batch (see :func:`size_function`); by default the largest
             leading dimension.
         clock: seconds source (default ``time.monotonic``), injectable for tests.

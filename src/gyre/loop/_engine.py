@@ -20,6 +20,7 @@ from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.loop._binding import bind
 from gyre.loop._chunks import ChunkRunner
+from gyre.loop._data import track_data
 from gyre.loop._elapse import Elapse, StopLike, check_stop, epochs_unknown, steps_only
 from gyre.loop._fuse import check_steps
 from gyre.loop._nan import apply_nan_policy, check_nan_policy, finite_check
@@ -204,6 +205,7 @@ def loop(
     prefetch: int = 2,
     resume: Any = None,
     nan_policy: str = "raise",
+    data_resume: str = "restart",
 ) -> tuple[Any, History, Elapsed]:
     """Runs a task table over a dataset: the loop language.
 
@@ -250,6 +252,12 @@ def loop(
             is checked before each checkpoint and when the loop ends); ``"skip"`` makes the
             table's managed train steps drop such updates inside the compiled step and count
             them (``state.skipped_steps``); ``"ignore"`` checks nothing.
+        data_resume: on resume, what happens to data that cannot save its position (a
+            list, a generator): ``"restart"`` starts it again from its beginning, with a
+            warning; ``"skip"`` pulls and drops the batches consumed before the checkpoint
+            (O(position)). Data with ``state_dict``/``load_state_dict``
+            (``gyre.data.batches``) or grain's ``get_state``/``set_state`` always continues
+            with exactly the next batch; see :mod:`gyre.loop._data`.
 
     Returns:
         ``(state, history, elapsed)``, where ``elapsed`` counts the completed steps, and
@@ -296,7 +304,8 @@ def loop(
     resumed = None
     if resume is not None:
         state, history, elapsed, resumed = resume_from(checkpoint, resume, state, history, elapsed)  # type: ignore[arg-type]
-    dataset = _prefetched(dataset, state, prefetch, stop, elapsed)
+    data = track_data(dataset, data_resume)
+    dataset = _prefetched(data, state, prefetch, stop, elapsed)
     clock_iter = Elapse(
         dataset, stop=stop, initial=elapsed, epoch_duration=epoch_duration,
         batch_size_fn=batch_size_fn, clock=clock,
@@ -304,6 +313,7 @@ def loop(
     _check_epoch_schedules(table, clock_iter)
     ls = LoopState(state, history, clock_iter.elapsed, metadata)
     ls._completed = clock_iter.peek_completed
+    ls.data = data.follow(clock_iter)
     ls._nan = finite_check(policy, ls.history, lambda: ls.elapsed, skipping=skipping, state=ls.state)
     prepare(ls, table, starts + ends, resumed)
     if resumed is not None:

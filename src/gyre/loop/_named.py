@@ -164,6 +164,7 @@ def test_loop(
     clock: Callable[[], float] | None = None,
     steps_per_call: int = 1,
     nan_policy: str = "raise",
+    data_resume: str = "restart",
 ) -> tuple[Any, History, Elapsed]:
     """An evaluation loop: ``on_reset_step`` and ``on_test_begin``, then per batch
     ``on_test_batch_begin``, ``on_test_step``, the clock-scheduled tasks,
@@ -175,8 +176,8 @@ def test_loop(
         tasks: ``{named or clock schedule: callbacks}``.
         callbacks: objects registered under the named points whose names they have as methods.
         stop: steps or a Period (default: the whole dataset).
-        history, elapsed, resume, batch_size_fn, metadata, catch_keyboard_interrupt, clock:
-            as in :func:`gyre.loop`.
+        history, elapsed, resume, batch_size_fn, metadata, catch_keyboard_interrupt, clock,
+            data_resume: as in :func:`gyre.loop`.
         steps_per_call: fuse up to this many ``on_test_step`` steps into one call.
         nan_policy: ``"raise"`` (a NaN or infinite loss or metric stops the loop with
             :class:`gyre.NonFiniteError`) or ``"ignore"``; see :func:`gyre.loop`. An
@@ -200,6 +201,7 @@ def test_loop(
         batch_size_fn=batch_size_fn, metadata=metadata,
         catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
         nan_policy=policy,
+        data_resume=data_resume,
     )
 
 
@@ -219,6 +221,7 @@ def predict_loop(
     clock: Callable[[], float] | None = None,
     steps_per_call: int = 1,
     nan_policy: str = "raise",
+    data_resume: str = "restart",
 ) -> tuple[Any, History, Elapsed]:
     """An inference loop: ``on_predict_begin``, per batch ``on_predict_batch_begin``,
     ``on_predict_step``, the clock-scheduled tasks and ``on_predict_batch_end``, then
@@ -243,6 +246,7 @@ def predict_loop(
         batch_size_fn=batch_size_fn, metadata=metadata,
         catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
         nan_policy=policy,
+        data_resume=data_resume,
     )
 
 
@@ -286,15 +290,25 @@ def _evaluation(
     return inner_loop(test_name, evaluate, **options)
 
 
-def _epoch_tasks(hooks: NamedHooks, evaluation: Any, epoch_steps: int | None) -> tuple[list[Any], list[Any]]:
+def _epoch_tasks(
+    hooks: NamedHooks, evaluation: Any, epoch_steps: int | None, dataset: Any
+) -> tuple[list[Any], list[Any]]:
     named = hooks.named
     epoch_begin = named["on_reset_step"] + named["on_epoch_begin"]
     epoch_end = ([evaluation] if evaluation is not None else []) + named["on_epoch_end"]
-    needs = [n for n, cbs in (("on_epoch_begin", epoch_begin), ("on_epoch_end", epoch_end)) if cbs]
-    if epoch_steps is None and needs:
-        what = f"callbacks on {needs}" + (" (an evaluation on test_dataset)" if evaluation else "")
-        raise ValueError(epochs_unknown(f"train_loop with {what}"))
+    if epoch_steps is None and (epoch_begin or epoch_end):
+        raise ValueError(epochs_unknown(f"train_loop with {_epoch_users(hooks, evaluation)}", dataset))
     return epoch_begin, epoch_end
+
+
+def _epoch_users(hooks: NamedHooks, evaluation: Any) -> str:
+    """What needs the epoch's end, in the user's words: the evaluation, and only the named
+    points that the user filled."""
+    parts = ["an evaluation on test_dataset= (run at the end of each epoch)"] if evaluation is not None else []
+    filled = [h for h in ("on_reset_step", "on_epoch_begin", "on_epoch_end") if hooks.named[h]]
+    if filled:
+        parts.append(f"callbacks on {filled}")
+    return " and ".join(parts)
 
 
 def train_loop(
@@ -319,6 +333,7 @@ def train_loop(
     steps_per_call: int = 1,
     inner_loop_kwargs: Mapping[str, Any] | None = None,
     nan_policy: str = "raise",
+    data_resume: str = "restart",
 ) -> tuple[Any, History, Elapsed]:
     """A training loop with epochs and an evaluation at the end of each epoch.
 
@@ -330,15 +345,15 @@ def train_loop(
         callbacks: objects registered under every named point whose name they have as a method.
         test_dataset: a function returning the evaluation batches, called at each evaluation
             (it needs a step at ``on_test_step``).
-        epoch_duration: steps per epoch (default: ``len(dataset)`` when it has one); needed
-            for epochs, epoch hooks and evaluation.
+        epoch_duration: steps per epoch (default: the dataset's own: ``gyre.data.batches``
+            knows it, or ``len(dataset)``); needed for epochs, epoch hooks and evaluation.
         test_duration: steps (or Period) of each evaluation (default: the whole test set).
         test_name: suffix of evaluation entries (``accuracy`` becomes ``accuracy_test``).
         test_aggregation: how each evaluation is reduced (see :func:`gyre.inner_loop`); by
             default batch-weighted means of losses and metrics, last value of stateful metrics.
         stop, history, elapsed, resume, batch_size_fn, metadata, catch_keyboard_interrupt,
-            clock: as in :func:`gyre.loop` (``resume="latest"`` continues from the newest good
-            checkpoint of a ``gyre.checkpoint`` among the tasks or callbacks).
+            clock, data_resume: as in :func:`gyre.loop` (``resume="latest"`` continues from the
+            newest good checkpoint of a ``gyre.checkpoint`` among the tasks or callbacks).
         steps_per_call: fuse up to this many ``on_train_step`` steps into one call; every
             callback (evaluations included) still runs after the same steps as step by step.
         inner_loop_kwargs: more arguments of the evaluation's :func:`gyre.inner_loop`
@@ -376,7 +391,7 @@ def train_loop(
             aggregation=aggregation, batch_size_fn=batch_size_fn, metadata=metadata, clock=clock,
             inner_loop_kwargs=inner_loop_kwargs,
         )
-    epoch_begin, epoch_end = _epoch_tasks(hooks, evaluation, epoch_steps)
+    epoch_begin, epoch_end = _epoch_tasks(hooks, evaluation, epoch_steps, dataset)
     named = hooks.named
     table: dict[Any, list[Any]] = {}
     if epoch_begin:
@@ -394,4 +409,5 @@ def train_loop(
         catch_keyboard_interrupt=catch_keyboard_interrupt, batch_size_fn=batch_size_fn,
         metadata=metadata, epoch_duration=epoch_steps, clock=clock, steps_per_call=steps_per_call,
         nan_policy=policy,
+        data_resume=data_resume,
     )

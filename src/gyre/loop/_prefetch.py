@@ -18,6 +18,8 @@ from jax.sharding import Sharding
 
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._placement import is_array, place
+from gyre.loop._data import DataTracker
+from gyre.loop._elapse import dataset_epoch_steps
 
 
 class BatchPlacer(Protocol):
@@ -102,6 +104,8 @@ class PrefetchIterator(Iterator[Any]):
         self._queue: deque[Any] = deque()
         self.pulled = 0
         self.delivered = 0
+        self.wrapped_dataset = source
+        self.epoch_steps = dataset_epoch_steps(source)
 
     def __iter__(self) -> PrefetchIterator:
         return self
@@ -179,6 +183,16 @@ class Prefetch:
     def __iter__(self) -> PrefetchIterator:
         return PrefetchIterator(iter(self.source), self.size, self._place, self.limit)
 
+    @property
+    def wrapped_dataset(self) -> Any:
+        """The source (for messages about the loop's dataset)."""
+        return self.source
+
+    @property
+    def epoch_steps(self) -> int | None:
+        """Batches per epoch of the source (its ``epoch_steps``, else its ``len()``)."""
+        return dataset_epoch_steps(self.source)
+
     def __repr__(self) -> str:
         return f"<prefetch_to_device over {type(self.source).__name__}, size={self.size}>"
 
@@ -217,7 +231,8 @@ def prefetch_to_device(
 
     Non-array leaves (strings, Python numbers) are left as they are, except by a strategy.
 
-    ``len()`` is the source's when it has one (so loops still infer epochs). An error raised
+    ``len()`` is the source's when it has one, and so is ``epoch_steps`` (so loops still
+    infer epochs: ``gyre.data.batches`` knows its epoch length). An error raised
     by the source, or by the placement of a batch, reaches the consumer at that batch's
     position: every earlier batch is delivered first. Stopping early (``break``, a loop's
     ``stop=``) leaves up to ``size`` items taken from the source but never delivered: over a
@@ -254,6 +269,8 @@ def prefetch_to_device(
             )
         )
     place = _placer(sharding)
+    if isinstance(iterable, DataTracker):  # a loop's data: keep positions `size` back
+        iterable.read_ahead(size)
     # decided without calling iter(): starting a pass of a data loader can be costly
     one_shot = isinstance(iterable, Iterator)
     if not (isinstance(iterable, Iterable) or hasattr(iterable, "__getitem__")):

@@ -41,6 +41,9 @@ class LoopState:
         metadata: whatever was passed as ``metadata=`` to the loop.
         stop_requested: whether a callback asked to stop (ciclo's ``stop_iteration`` too).
         stop_reason: the reason given.
+        data: the position of the loop's data (a :class:`~gyre.loop._data.DataTracker`):
+            ``loop.data.state_dict()`` after the batches consumed so far, what a checkpoint
+            saves; ``None`` outside a loop.
 
     Example:
         >>> import gyre
