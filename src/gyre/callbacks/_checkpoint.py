@@ -32,134 +32,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from gyre.callbacks import _loading, _monitor
+from gyre.callbacks._files import Files
 from gyre.callbacks._integrity import Unreadable
+from gyre.callbacks._options import check_directory, check_flag, check_keep, check_monitor
 from gyre.callbacks._store import CheckpointError, Store, is_primary, sync
 from gyre.core._clock import Elapsed
-from gyre.core._errors import as_integer, describe, explain, warn, whole_number
+from gyre.core._errors import describe, explain, warn, whole_number
 from gyre.core._logs import Logs
 from gyre.loop._snapshot import Checkpointer, Snapshot
-
-_MODES = ("min", "max")
-
-
-def _check_directory(directory: Any) -> str:
-    if isinstance(directory, bytes) or not isinstance(directory, (str, os.PathLike)):
-        raise TypeError(
-            explain(
-                "checkpoint's directory must be a path",
-                expected="a str or os.PathLike (pathlib.Path) naming a directory",
-                received=describe(directory),
-                fix="gyre.checkpoint('runs/exp1/checkpoints')",
-            )
-        )
-    path = os.fspath(directory)
-    if not isinstance(path, str) or not path:
-        raise ValueError(
-            explain(
-                "checkpoint's directory must be a non-empty path",
-                expected="a directory name such as 'checkpoints'",
-                received=describe(directory),
-                fix="gyre.checkpoint('runs/exp1/checkpoints')",
-            )
-        )
-    path = os.path.abspath(os.path.expanduser(path))  # orbax requires an absolute path
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(
-            explain(
-                "checkpoint's directory exists and is not a directory",
-                expected="a directory, or a path where one can be created",
-                received=f"the file {path!r}",
-                fix="choose another path, or remove the file",
-            )
-        )
-    existing = path
-    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise ValueError(
-            explain(
-                "checkpoint's directory cannot be created: a file is in the way",
-                expected="a directory, or a path where one can be created",
-                received=f"{path!r}, under the file {existing!r}",
-                fix="choose another path",
-            )
-        )
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise PermissionError(
-            explain(
-                "checkpoint's directory cannot be written",
-                expected="a directory you can write to, or one that can be created",
-                received=f"{path!r}" + (f", under {existing!r}" if existing != path else "")
-                + ", which is not writable",
-                fix="choose a directory you can write to, e.g. under runs/",
-            )
-        )
-    return path
-
-
-def _check_keep(keep: Any, keep_best: Any, monitor: Any) -> tuple[int, int]:
-    kept = whole_number(
-        keep,
-        minimum=1,
-        problem="checkpoint's keep must be a whole number >= 1",
-        expected="keep=3 (how many of the latest checkpoints to keep on disk; the newest is "
-        "what a run resumes from, so at least 1)",
-        fix="pass keep as a positive int; keep=1 keeps only the latest",
-    )
-    best = whole_number(
-        keep_best,
-        minimum=0,
-        problem="checkpoint's keep_best must be a whole number >= 0",
-        expected="keep_best=2 (how many of the best checkpoints by monitor to keep as well)",
-        fix="pass keep_best as an int >= 0 (0: keep only the latest)",
-    )
-    if best and monitor is None:
-        raise ValueError(
-            explain(
-                "checkpoint's keep_best needs a monitored value to rank checkpoints by",
-                expected="keep_best=2 together with monitor='loss_test' (and mode=)",
-                received=f"keep_best={best} without monitor=",
-                fix="gyre.checkpoint(directory, keep_best=2, monitor='loss_test', mode='min'), "
-                "or leave keep_best=0",
-            )
-        )
-    return kept, best
-
-
-def _check_flag(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(
-            explain(
-                f"checkpoint's {name} must be True or False",
-                expected=f"{name}=True or {name}=False",
-                received=describe(value),
-                fix=f"pass {name}=True or {name}=False",
-            )
-        )
-    return value
-
-
-def _check_monitor(monitor: Any, mode: Any) -> None:
-    if monitor is not None and (not isinstance(monitor, str) or not monitor):
-        raise TypeError(
-            explain(
-                "checkpoint's monitor must be the name of a logged value, or None",
-                expected="a logged name such as 'loss_test' or 'metrics.accuracy_test'",
-                received=describe(monitor),
-                fix="gyre.checkpoint(directory, monitor='loss_test', mode='min')",
-            )
-        )
-    if mode not in _MODES:
-        raise ValueError(
-            explain(
-                "checkpoint's mode must be 'min' or 'max'",
-                expected="'min' when lower is better (losses), 'max' when higher is (accuracy)",
-                received=describe(mode),
-                fix="mode='min'",
-            )
-        )
-
-
 
 
 class Checkpoint(Checkpointer):
@@ -197,13 +77,13 @@ class Checkpoint(Checkpointer):
         overwrite: bool = False,
         checksums: bool = True,
     ) -> None:
-        self.directory = _check_directory(directory)
-        _check_monitor(monitor, mode)
-        self.keep, self.keep_best = _check_keep(keep, keep_best, monitor)
+        self.directory = check_directory(directory)
+        check_monitor(monitor, mode)
+        self.keep, self.keep_best = check_keep(keep, keep_best, monitor)
         self.monitor, self.mode = monitor, mode
-        self.async_save = _check_flag(async_save, "async_save")
-        self.overwrite = _check_flag(overwrite, "overwrite")
-        self.checksums = _check_flag(checksums, "checksums")
+        self.async_save = check_flag(async_save, "async_save")
+        self.overwrite = check_flag(overwrite, "overwrite")
+        self.checksums = check_flag(checksums, "checksums")
         self._store = Store(
             self.directory, keep=self.keep, keep_best=self.keep_best,
             score=self._score if monitor is not None else None, async_save=self.async_save,
@@ -267,9 +147,9 @@ class Checkpoint(Checkpointer):
                          f"(unfinished or damaged): moved aside to {where}", UserWarning)
             store.delete_temporaries()
             if self._resumed is None:
-                store.delete_files()  # they belong to no checkpoint of this directory
+                store.files.delete()  # they belong to no checkpoint of this directory
             if self._source is not None:
-                store.copy_files_from(self._source)
+                store.files.copy_from(self._source.files)
         sync("claim")
         store.reload()
         self._source = None
@@ -526,7 +406,7 @@ class Checkpoint(Checkpointer):
                 snapshot = _loading.one_step(source, step, target_state, target_arrays)
                 self._source = source
                 if self._claimed and is_primary():
-                    store.copy_files_from(source)
+                    store.files.copy_from(source.files)
                     self._source = None
                 return snapshot
             kind, value = "step", step
@@ -576,17 +456,17 @@ class Checkpoint(Checkpointer):
         if step is None:
             self.wait_until_finished()
             if not self._store.on_disk():
-                raise _nothing_to_restore(self.directory)
+                raise _loading.nothing_to_restore(self.directory)
             snapshot = self.load_snapshot("latest", target_state)
         else:
-            snapshot = self.load_snapshot(_as_step(step), target_state)
+            snapshot = self.load_snapshot(_loading.as_step(step), target_state)
         assert snapshot is not None
         return snapshot.state, snapshot.elapsed
 
     # -- files -------------------------------------------------------------------------------
 
-    def _files(self) -> Store:
-        return self._source if self._source is not None else self._store
+    def _files(self) -> Files:
+        return (self._source if self._source is not None else self._store).files
 
     def read_file(self, name: str) -> bytes | None:
         """A file saved from :attr:`Snapshot.files` (``None`` if absent); after resuming from
@@ -598,7 +478,7 @@ class Checkpoint(Checkpointer):
             ...     print(gyre.checkpoint(tmp).read_file("history/000001.json"))
             None
         """
-        return self._files().read_file(name)
+        return self._files().read(name)
 
     def list_files(self, folder: str) -> list[str]:
         """The files saved under ``folder`` from snapshots: relative paths, sorted.
@@ -609,7 +489,7 @@ class Checkpoint(Checkpointer):
             ...     print(gyre.checkpoint(tmp).list_files("history"))
             []
         """
-        return self._files().list_files(folder)
+        return self._files().list(folder)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -696,32 +576,6 @@ class Checkpoint(Checkpointer):
         self.close()
 
 
-def _as_step(step: Any) -> int:
-    number = as_integer(step)
-    if number is None or number < 0:
-        raise TypeError(
-            explain(
-                "step= must be a saved step number",
-                expected="an int >= 0 (one of ckpt.all_steps()), or None for the latest",
-                received=describe(step),
-                fix="step=ckpt.latest_step()",
-            )
-        )
-    return number
-
-
-def _nothing_to_restore(directory: str) -> FileNotFoundError:
-    return FileNotFoundError(
-        explain(
-            f"no checkpoint to restore in {directory}",
-            expected="a directory holding at least one saved step",
-            received="an empty directory (or one with only unfinished saves)",
-            fix="check the directory, or start from a fresh state when there is nothing to "
-            "resume: resume='latest' on the loop does both",
-        )
-    )
-
-
 def checkpoint(
     directory: str | os.PathLike[str],
     *,
@@ -787,60 +641,3 @@ def checkpoint(
         async_save=async_save, overwrite=overwrite, checksums=checksums,
     )
 
-
-def restore(directory: str | os.PathLike[str], target: Any, step: int | None = None) -> tuple[Any, Elapsed]:
-    """Loads a checkpoint saved by :func:`checkpoint` into the structure of ``target``, without
-    a :class:`Checkpoint` object (nothing is written to the directory).
-
-    The newest checkpoint that loads (a damaged one, or one that does not fit ``target``, is
-    skipped with a warning), or ``step``. ``target`` may hold concrete arrays or
-    ``jax.ShapeDtypeStruct`` leaves with shardings; the arrays get those shardings, whatever
-    the number of devices or the sharding at save time. A dtype is never cast.
-
-    Args:
-        directory: the checkpoint directory, or one step's directory (``.../checkpoints/120``).
-        target: the structure, shapes and dtypes of the saved state.
-        step: the step to load; the newest good one by default.
-
-    Returns:
-        ``(state, elapsed)``.
-
-    Example:
-        >>> import tempfile, gyre, jax.numpy as jnp
-        >>> tmp = tempfile.TemporaryDirectory()
-        >>> with gyre.checkpoint(tmp.name) as ckpt:
-        ...     ckpt(gyre.Elapsed(steps=3), {"w": jnp.full(2, 3.0)})
-        >>> state, elapsed = gyre.restore(tmp.name, {"w": jnp.zeros(2)})
-        >>> state["w"].tolist(), elapsed.steps
-        ([3.0, 3.0], 3)
-        >>> tmp.cleanup()
-    """
-    if isinstance(directory, bytes) or not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
-        raise TypeError(
-            explain(
-                "gyre.restore's directory must be a path",
-                expected="a str or os.PathLike naming a checkpoint directory",
-                received=describe(directory),
-                fix="gyre.restore('runs/exp1/checkpoints', target)",
-            )
-        )
-    root = os.path.abspath(os.path.expanduser(os.fspath(directory)))
-    if not os.path.isdir(root):
-        raise _nothing_to_restore(root)
-    if step is None and os.path.basename(root).isdigit():
-        try:
-            root, step = _loading.step_of_path(root)
-        except FileNotFoundError:
-            pass
-    store = Store(root, read_only=True)
-    try:
-        if step is not None:
-            snapshot = _loading.one_step(store, _as_step(step), target, None)
-        else:
-            steps = store.on_disk()[::-1]
-            if not steps:
-                raise _nothing_to_restore(root)
-            snapshot, _ = _loading.first_readable(store, steps, target, None, _loading.saying(root, set()))
-    finally:
-        store.close()
-    return snapshot.state, snapshot.elapsed

@@ -15,6 +15,7 @@ from typing import Any
 
 from gyre.callbacks._integrity import Unreadable
 from gyre.callbacks._store import RECORD_FILE, RECORD_ITEM, CheckpointError, Store
+from gyre.core._clock import Elapsed
 from gyre.core._errors import as_integer, describe, explain, warn
 from gyre.loop._snapshot import Snapshot
 
@@ -179,3 +180,87 @@ def no_best(root: str, monitor: str) -> FileNotFoundError:
             fix="resume='latest', or pass the step to resume from",
         )
     )
+
+
+def as_step(step: Any) -> int:
+    number = as_integer(step)
+    if number is None or number < 0:
+        raise TypeError(
+            explain(
+                "step= must be a saved step number",
+                expected="an int >= 0 (one of ckpt.all_steps()), or None for the latest",
+                received=describe(step),
+                fix="step=ckpt.latest_step()",
+            )
+        )
+    return number
+
+
+def nothing_to_restore(directory: str) -> FileNotFoundError:
+    return FileNotFoundError(
+        explain(
+            f"no checkpoint to restore in {directory}",
+            expected="a directory holding at least one saved step",
+            received="an empty directory (or one with only unfinished saves)",
+            fix="check the directory, or start from a fresh state when there is nothing to "
+            "resume: resume='latest' on the loop does both",
+        )
+    )
+
+
+def restore(directory: str | os.PathLike[str], target: Any, step: int | None = None) -> tuple[Any, Elapsed]:
+    """Loads a checkpoint saved by :func:`checkpoint` into the structure of ``target``, without
+    a :class:`Checkpoint` object (nothing is written to the directory).
+
+    The newest checkpoint that loads (a damaged one, or one that does not fit ``target``, is
+    skipped with a warning), or ``step``. ``target`` may hold concrete arrays or
+    ``jax.ShapeDtypeStruct`` leaves with shardings; the arrays get those shardings, whatever
+    the number of devices or the sharding at save time. A dtype is never cast.
+
+    Args:
+        directory: the checkpoint directory, or one step's directory (``.../checkpoints/120``).
+        target: the structure, shapes and dtypes of the saved state.
+        step: the step to load; the newest good one by default.
+
+    Returns:
+        ``(state, elapsed)``.
+
+    Example:
+        >>> import tempfile, gyre, jax.numpy as jnp
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> with gyre.checkpoint(tmp.name) as ckpt:
+        ...     ckpt(gyre.Elapsed(steps=3), {"w": jnp.full(2, 3.0)})
+        >>> state, elapsed = gyre.restore(tmp.name, {"w": jnp.zeros(2)})
+        >>> state["w"].tolist(), elapsed.steps
+        ([3.0, 3.0], 3)
+        >>> tmp.cleanup()
+    """
+    if isinstance(directory, bytes) or not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
+        raise TypeError(
+            explain(
+                "gyre.restore's directory must be a path",
+                expected="a str or os.PathLike naming a checkpoint directory",
+                received=describe(directory),
+                fix="gyre.restore('runs/exp1/checkpoints', target)",
+            )
+        )
+    root = os.path.abspath(os.path.expanduser(os.fspath(directory)))
+    if not os.path.isdir(root):
+        raise nothing_to_restore(root)
+    if step is None and os.path.basename(root).isdigit():
+        try:
+            root, step = step_of_path(root)
+        except FileNotFoundError:
+            pass
+    store = Store(root, read_only=True)
+    try:
+        if step is not None:
+            snapshot = one_step(store, as_step(step), target, None)
+        else:
+            steps = store.on_disk()[::-1]
+            if not steps:
+                raise nothing_to_restore(root)
+            snapshot, _ = first_readable(store, steps, target, None, saying(root, set()))
+    finally:
+        store.close()
+    return snapshot.state, snapshot.elapsed

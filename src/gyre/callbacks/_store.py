@@ -11,11 +11,10 @@ name (``N.orbax-checkpoint-tmp``) and renamed when complete. It holds:
   dtype and CRC-32 (:mod:`gyre.callbacks._integrity`);
 * orbax's own ``_CHECKPOINT_METADATA`` and, with a monitor, ``metrics/``.
 
-Beside the steps, process 0 writes :attr:`Snapshot.files` (``history/000120.json``) under the
-root, each atomically (a temporary name, then ``os.replace``) and before its step's save
-starts; rotation never deletes them. ``gyre-files.json`` lists their top-level names, so
-``overwrite=True`` knows what gyre wrote. A step directory that could not be loaded is set
-aside as ``N.corrupt`` (orbax ignores that name), never deleted.
+Beside the steps, process 0 writes :attr:`Snapshot.files` (``history/000120.json``) before the
+step's save starts (:mod:`gyre.callbacks._files`); rotation never deletes them. A step
+directory that could not be loaded is set aside as ``N.corrupt`` (orbax ignores that name),
+never deleted.
 
 Nothing is unpickled: arrays go through orbax, everything else through JSON.
 """
@@ -24,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -32,6 +30,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from gyre.callbacks._files import Files
 from gyre.callbacks._integrity import Unreadable, abstract, describe_tree, mismatch, reason, verify
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
@@ -41,10 +40,8 @@ from gyre.loop._snapshot import Snapshot
 FORMAT = 1
 RECORD_ITEM = "gyre"
 RECORD_FILE = "metadata"  # the file name orbax's JsonCheckpointHandler writes
-MARKER = "gyre-files.json"
 TEMPORARY = ".orbax-checkpoint-tmp"
 SET_ASIDE = ".corrupt"
-_NAME_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.=-]*$")
 
 
 class CheckpointError(RuntimeError):
@@ -77,36 +74,6 @@ def sync(name: str) -> None:
         from orbax.checkpoint import multihost
 
         multihost.sync_global_processes(f"gyre_checkpoint:{name}")
-
-
-def check_file_name(name: Any) -> str:
-    """A :attr:`Snapshot.files` name, checked: a relative path of plain parts that cannot be
-    taken for a step, a temporary directory or gyre's marker.
-
-    Example:
-        >>> check_file_name("history/000120.json")
-        'history/000120.json'
-    """
-    parts = name.split("/") if isinstance(name, str) else []
-    top = parts[0] if parts else ""
-    if (
-        not parts
-        or not all(_NAME_PART.match(p) for p in parts)
-        or top.isdigit()
-        or top == MARKER
-        or TEMPORARY in top
-        or SET_ASIDE in top
-    ):
-        raise ValueError(
-            explain(
-                "a checkpoint file name must be a relative path of plain names",
-                expected="'folder/name.json': letters, digits, '_', '-', '.', '=' per part, "
-                "not starting with '.', and a first part that is not a step number",
-                received=describe(name),
-                fix="name the files of a Snapshot like 'history/000120.json'",
-            )
-        )
-    return name
 
 
 def _json_default(value: Any) -> Any:
@@ -186,6 +153,7 @@ class Store:
         self.keep, self.keep_best, self.score = keep, keep_best, score
         self.async_save, self.read_only = async_save, read_only
         self.pending: int | None = None  # the step being written in the background
+        self.files = Files(root)
         self._manager: Any = None
 
     @property
@@ -284,7 +252,8 @@ class Store:
         if snapshot.arrays:
             items["arrays"] = ocp.args.StandardSave(snapshot.arrays)
         self.wait()
-        self.write_files(snapshot.files)
+        if snapshot.files and is_primary():
+            self.files.write(snapshot.files)
         try:
             self.manager.save(step, args=ocp.args.Composite(**items), metrics=record["metrics"], force=True)
         except Exception as err:
@@ -398,53 +367,6 @@ class Store:
             metrics=record.get("metrics"),
         )
 
-    # -- files -----------------------------------------------------------------------------
-
-    def write_files(self, files: Mapping[str, bytes]) -> None:
-        """Writes each file atomically under the root (process 0 only)."""
-        names = [check_file_name(name) for name in files]
-        if not names or not is_primary():
-            return
-        for name in names:
-            path = os.path.join(self.root, *name.split("/"))
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            temporary = f"{path}.tmp-gyre-{os.getpid()}"
-            with open(temporary, "wb") as f:
-                f.write(bytes(files[name]))
-            os.replace(temporary, path)
-        tops = sorted(set(self.file_tops()) | {name.split("/")[0] for name in names})
-        if tops != self.file_tops():
-            temporary = os.path.join(self.root, f"{MARKER}.tmp-gyre-{os.getpid()}")
-            with open(temporary, "w") as f:
-                json.dump({"names": tops}, f)
-            os.replace(temporary, os.path.join(self.root, MARKER))
-
-    def file_tops(self) -> list[str]:
-        """The top-level names of the files gyre wrote here."""
-        try:
-            with open(os.path.join(self.root, MARKER)) as f:
-                names = json.load(f).get("names", [])
-        except (OSError, ValueError, AttributeError):
-            return []
-        return sorted(n for n in names if isinstance(n, str) and _NAME_PART.match(n))
-
-    def read_file(self, name: str) -> bytes | None:
-        path = os.path.join(self.root, *check_file_name(name).split("/"))
-        try:
-            with open(path, "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
-
-    def list_files(self, folder: str) -> list[str]:
-        base = os.path.join(self.root, *check_file_name(folder.rstrip("/")).split("/"))
-        found = []
-        for here, _, names in os.walk(base):
-            for name in names:
-                if ".tmp-gyre-" not in name:
-                    found.append(os.path.relpath(os.path.join(here, name), self.root).replace(os.sep, "/"))
-        return sorted(found)
-
     # -- housekeeping (process 0; the caller syncs) ----------------------------------------
 
     def _temporaries(self) -> list[str]:
@@ -468,29 +390,6 @@ class Store:
     def delete_temporaries(self) -> None:
         for name in self._temporaries():
             shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
-
-    def delete_files(self) -> None:
-        for name in self.file_tops():
-            path = os.path.join(self.root, name)
-            if os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
-            elif os.path.exists(path):
-                os.remove(path)
-        if os.path.exists(os.path.join(self.root, MARKER)):
-            os.remove(os.path.join(self.root, MARKER))
-
-    def copy_files_from(self, other: Store) -> None:
-        """Copies another directory's files here (a run resumed from a checkpoint elsewhere)."""
-        for name in other.file_tops():
-            source = os.path.join(other.root, name)
-            if os.path.isdir(source):
-                shutil.copytree(source, os.path.join(self.root, name), dirs_exist_ok=True)
-            elif os.path.isfile(source):
-                shutil.copy2(source, os.path.join(self.root, name))
-        tops = sorted(set(self.file_tops()) | set(other.file_tops()))
-        if tops:
-            with open(os.path.join(self.root, MARKER), "w") as f:
-                json.dump({"names": tops}, f)
 
     def reload(self) -> None:
         if self._manager is not None:
