@@ -237,7 +237,9 @@ def reason(err: BaseException, step_dir: str | None = None) -> str:
         ...                   '[tensorstore_spec=...]'), "/c/5")
         'a file is missing (state/d/ab12)'
     """
-    text = str(err).strip() or type(err).__name__
+    text = str(err).strip()
+    if not text:
+        return type(err).__name__
     status = re.match(r"([A-Z_]{4,}):", text)
     if status:
         files = re.findall(r'local file "([^"]+)"', text.split("[tensorstore_spec")[0])

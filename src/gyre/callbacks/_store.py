@@ -154,6 +154,7 @@ class Store:
         self.async_save, self.read_only = async_save, read_only
         self.pending: int | None = None  # the step being written in the background
         self.files = Files(root)
+        self._unfinished: set[int] = set()  # steps whose save failed
         self._manager: Any = None
 
     @property
@@ -252,6 +253,7 @@ class Store:
         if snapshot.arrays:
             items["arrays"] = ocp.args.StandardSave(snapshot.arrays)
         self.wait()
+        self._remove_unfinished()
         if snapshot.files and is_primary():
             self.files.write(snapshot.files)
         try:
@@ -275,10 +277,8 @@ class Store:
             self._failed(step, err)
 
     def _failed(self, step: int | None, err: BaseException) -> None:
-        if is_primary() and step is not None:
-            for name in self._temporaries():
-                if name.split(".")[0] == str(step):
-                    shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+        if step is not None:
+            self._unfinished.add(step)  # removed at the next save: orbax may still write there
         self.manager.reload()  # orbax forgot the steps it meant to delete after this save
         kept = self.steps()
         raise CheckpointError(
@@ -369,6 +369,15 @@ class Store:
 
     # -- housekeeping (process 0; the caller syncs) ----------------------------------------
 
+    def _remove_unfinished(self) -> None:
+        """Deletes what failed saves left (a full disk is full of them). orbax's writers of a
+        failed save may still be running when it is reported, so this runs at every later save
+        and at :meth:`close`."""
+        if self._unfinished and is_primary():
+            for name in self._temporaries():
+                if name.split(".")[0] in {str(s) for s in self._unfinished}:
+                    shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+
     def _temporaries(self) -> list[str]:
         if not os.path.isdir(self.root):
             return []
@@ -403,3 +412,4 @@ class Store:
             finally:
                 manager, self._manager = self._manager, None
                 manager.close()
+                self._remove_unfinished()
