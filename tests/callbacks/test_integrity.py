@@ -163,6 +163,20 @@ def test_reason_turns_a_tensorstore_status_into_one_line():
     assert reason(ValueError("UNAVAILABLE: busy")) == "unavailable"
 
 
+def test_reason_looks_through_the_causes_and_names_the_array():
+    try:
+        try:
+            raise ValueError('FAILED_PRECONDITION: Error reading "w/0.0" in OCDBT database at local '
+                             'file "/c/1/state/": Truncated Zstd-compressed stream; at byte 0')
+        except ValueError as inner:
+            raise Exception("Encountered error while reading array index: (slice(0, 64, 1),). See full "
+                            "TensorStore details: <bound method spec of TensorStore({...})>.") from inner
+    except Exception as outer:
+        assert reason(outer, "/c/1") == "a file is damaged (array w)"
+    spec = Exception("Encountered error while reading. See full TensorStore details: <spec " + "x" * 900)
+    assert reason(spec) == "Exception: Encountered error while reading."
+
+
 def test_reason_of_other_errors_is_their_first_line_clipped():
     assert reason(json.JSONDecodeError("Expecting value", "", 0)) == (
         "JSONDecodeError: Expecting value: line 1 column 1 (char 0)"

@@ -228,27 +228,44 @@ _STATUS = {
 }
 
 
+def _status_line(text: str, step_dir: str | None) -> str | None:
+    status = re.match(r"([A-Z_]{4,}):", text)
+    if not status:
+        return None
+    head = text.split("[tensorstore_spec")[0]
+    files = re.findall(r'local file "([^"]+)"', head)
+    where = files[-1] if files else ""
+    if where.endswith("/"):  # the database, not a file: name the array read instead
+        keys = re.findall(r'Error (?:reading|writing) "([^"/]+)/', head)
+        where = f"array {keys[0]}" if keys else ""
+    elif where and step_dir and where.startswith(step_dir.rstrip("/") + "/"):
+        where = where[len(step_dir.rstrip("/")) + 1 :]
+    meaning = _STATUS.get(status.group(1), status.group(1).lower().replace("_", " "))
+    return f"{meaning} ({where})" if where else meaning
+
+
 def reason(err: BaseException, step_dir: str | None = None) -> str:
-    """One readable line for an exception raised while reading a checkpoint (a TensorStore
-    status becomes what it means and the file it names, not its 2 kB spec).
+    """One readable line for an exception raised while reading a checkpoint: a TensorStore
+    status (here or in the exceptions that caused it) becomes what it means and the file or
+    array it names, never its 2 kB spec.
 
     Example:
         >>> reason(ValueError('NOT_FOUND: Error reading "x" of local file "/c/5/state/d/ab12" '
         ...                   '[tensorstore_spec=...]'), "/c/5")
         'a file is missing (state/d/ab12)'
     """
+    chain, seen = [err], {id(err)}
+    while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and id(nxt) not in seen:
+        chain.append(nxt)
+        seen.add(id(nxt))
+    for one in chain:
+        line = _status_line(str(one).strip(), step_dir)
+        if line is not None:
+            return line
     text = str(err).strip()
     if not text:
         return type(err).__name__
-    status = re.match(r"([A-Z_]{4,}):", text)
-    if status:
-        files = re.findall(r'local file "([^"]+)"', text.split("[tensorstore_spec")[0])
-        where = files[-1] if files else ""
-        if where and step_dir and where.startswith(step_dir.rstrip("/") + "/"):
-            where = where[len(step_dir.rstrip("/")) + 1 :]
-        meaning = _STATUS.get(status.group(1), status.group(1).lower().replace("_", " "))
-        return f"{meaning} ({where})" if where else meaning
-    line = text.splitlines()[0]
+    line = re.split(r"\s*(?:See full TensorStore details|\[tensorstore_spec)", text.splitlines()[0])[0]
     if len(line) > 160:
         line = line[:157] + "..."
     return f"{type(err).__name__}: {line}"
