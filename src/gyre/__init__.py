@@ -18,6 +18,7 @@ from gyre.callbacks import checkpoint as checkpoint
 from gyre.callbacks import early_stopping as early_stopping
 from gyre.callbacks import keras_bar as keras_bar
 from gyre.callbacks import noop as noop
+from gyre.callbacks import restore as restore
 from gyre.callbacks import tqdm_bar as tqdm_bar
 from gyre.callbacks import wandb_logger as wandb_logger
 from gyre.core import Elapsed as Elapsed
@@ -183,6 +184,7 @@ __all__ = [
     "prefetch_to_device",
     "register_strategy",
     "replace_state",
+    "restore",
     "test_loop",
     "testing",
     "tqdm_bar",

@@ -96,7 +96,7 @@ def test_train_loop_with_monitor_after_evaluation(tmp_path):
     def test_step(state, batch):
         return gyre.logs().add_loss("loss", jnp.float32(next(losses)))
 
-    ckpt = gyre.checkpoint(tmp_path, keep=1, monitor="loss_test", mode="min")
+    ckpt = gyre.checkpoint(tmp_path, keep=1, keep_best=1, monitor="loss_test", mode="min")
     gyre.train_loop(
         make_state(), [1.0] * 8, {gyre.on_train_step: add_batch, gyre.on_test_step: test_step},
         callbacks=[ckpt], test_dataset=lambda: [0], epoch_duration=2,
@@ -187,7 +187,7 @@ def test_keep_two_keeps_the_two_latest(tmp_path):
 
 
 def test_monitor_min_keeps_best_and_latest(tmp_path):
-    ckpt = gyre.checkpoint(tmp_path, keep=2, monitor="loss", mode="min")
+    ckpt = gyre.checkpoint(tmp_path, keep=1, keep_best=2, monitor="loss", mode="min")
     for step, loss in [(1, 5.0), (2, 1.0), (3, 4.0), (4, 2.0), (5, 3.0), (6, 9.0)]:
         logs = gyre.logs().add_loss("loss", jnp.float32(loss))
         ckpt(gyre.Elapsed(steps=step), make_state(float(step)), logs)
@@ -199,18 +199,18 @@ def test_monitor_min_keeps_best_and_latest(tmp_path):
 
 
 def test_monitor_max_and_reopening_the_directory(tmp_path):
-    ckpt = gyre.checkpoint(tmp_path, keep=1, monitor="metrics.acc", mode="max")
+    ckpt = gyre.checkpoint(tmp_path, keep=1, keep_best=1, monitor="metrics.acc", mode="max")
     for step, acc in [(1, 0.2), (2, 0.9), (3, 0.5)]:
         ckpt(gyre.Elapsed(steps=step), make_state(), gyre.logs().add_metric("acc", acc))
     ckpt.close()
-    again = gyre.checkpoint(tmp_path, keep=1, monitor="metrics.acc", mode="max")
+    again = gyre.checkpoint(tmp_path, keep=1, keep_best=1, monitor="metrics.acc", mode="max")
     assert again.all_steps() == [2, 3]
     assert again.best_step() == 2  # the metrics are read back from disk
     again.close()
 
 
 def test_nan_monitored_value_ranks_last(tmp_path):
-    ckpt = gyre.checkpoint(tmp_path, keep=1, monitor="loss")
+    ckpt = gyre.checkpoint(tmp_path, keep=1, keep_best=1, monitor="loss")
     for step, loss in [(1, 1.0), (2, float("nan")), (3, 2.0)]:
         ckpt(gyre.Elapsed(steps=step), make_state(), gyre.logs().add_loss("loss", loss))
     ckpt.wait_until_finished()
@@ -324,7 +324,9 @@ def test_restore_unknown_step_lists_saved_steps(tmp_path):
 def test_restore_into_a_different_structure(tmp_path):
     ckpt = gyre.checkpoint(tmp_path)
     ckpt(gyre.Elapsed(steps=3), make_state())
-    with pytest.raises(ValueError, match="does not fit target_state"):
+    with pytest.warns(UserWarning, match="saved leaves not in the target"), pytest.raises(
+        ValueError, match="do not fit target_state"
+    ):
         ckpt.restore({"w": jnp.zeros((2, 3))})
 
 
@@ -396,9 +398,467 @@ def test_readme_checkpoint_section_runs(tmp_path, monkeypatch, capsys):
     code = section.split("```python\n")[1].split("```")[0]
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "README.md (Checkpoints)", "exec"), {})
-    assert capsys.readouterr().out == "10 [10. 10.]\n"
-    assert _saved_steps_in(tmp_path / "runs" / "readme" / "checkpoints") == [9]
+    assert capsys.readouterr().out == "9 [9. 9.]\n"
+    assert _saved_steps_in(tmp_path / "runs" / "readme" / "checkpoints") == [5, 7, 9]
 
 
 def _saved_steps_in(directory):
     return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
+
+
+# -- issue 10: keep and keep_best, resume, integrity, one run per directory ---------------------
+
+import glob  # noqa: E402
+import shutil  # noqa: E402
+import warnings  # noqa: E402
+
+import optax  # noqa: E402
+
+from gyre.callbacks import CheckpointError  # noqa: E402
+from gyre.loop._snapshot import Checkpointer, Snapshot  # noqa: E402
+
+
+def save_steps(directory, steps, **kwargs):
+    """A finished run: ``steps`` saved through one checkpoint, closed."""
+    with gyre.checkpoint(directory, keep=10, **kwargs) as ckpt:
+        for step in steps:
+            ckpt(gyre.Elapsed(steps=step), make_state(float(step)))
+    return directory
+
+
+def messages(caught):
+    return [str(w.message) for w in caught]
+
+
+def test_defaults_and_the_checkpointer_protocol(tmp_path):
+    ckpt = gyre.checkpoint(tmp_path)
+    assert (ckpt.keep, ckpt.keep_best, ckpt.monitor, ckpt.async_save, ckpt.overwrite, ckpt.checksums) == (
+        3, 0, None, True, False, True
+    )
+    assert isinstance(ckpt, Checkpointer) and isinstance(ckpt, gyre.LoopElement)
+    for name in ("save_snapshot", "saved_step", "load_snapshot", "read_file", "list_files", "wait_until_finished"):
+        assert getattr(type(ckpt), name) is not getattr(Checkpointer, name), name
+    assert repr(gyre.checkpoint(tmp_path, keep_best=2, monitor="loss", overwrite=True)).endswith(
+        "keep=3, keep_best=2, monitor='loss', mode='min', overwrite=True)"
+    )
+
+
+def test_latest_and_best_are_kept_at_the_same_time(tmp_path):
+    ckpt = gyre.checkpoint(tmp_path, keep=2, keep_best=2, monitor="loss", mode="min")
+    losses = [0.5, 0.1, 0.9, 0.2, 0.8, 0.7, 3.0]
+    for step, loss in enumerate(losses, start=1):
+        ckpt(gyre.Elapsed(steps=step), make_state(float(step)), gyre.logs().add_loss("loss", loss))
+    ckpt.wait_until_finished()
+    # the two best (steps 2 and 4) and the two latest (6, 7): the newest is the worst and stays
+    assert ckpt.all_steps() == [2, 4, 6, 7] and ckpt.best_step() == 2
+    ckpt.close()
+
+
+def test_async_save_off_writes_before_returning(tmp_path):
+    ckpt = gyre.checkpoint(tmp_path, async_save=False)
+    ckpt(gyre.Elapsed(steps=1), make_state(1.0))
+    assert os.path.isdir(tmp_path / "1") and not glob.glob(str(tmp_path / "*tmp*"))
+    ckpt.close()
+
+
+def test_a_loop_returns_with_every_save_on_disk(tmp_path):
+    ckpt = gyre.checkpoint(tmp_path, keep=10)
+    gyre.loop(make_state(), [1.0] * 6, {gyre.every(1): add_batch, gyre.every(2): ckpt})
+    assert sorted(os.listdir(tmp_path)) == ["1", "3", "5"]  # no *.orbax-checkpoint-tmp left
+    assert all(os.path.isfile(tmp_path / s / "commit_success.txt") for s in ("1", "3", "5"))
+
+
+# -- save_snapshot / load_snapshot ---------------------------------------------------------------
+
+
+def test_a_snapshot_round_trips_with_its_meta_arrays_metrics_and_files(tmp_path):
+    best = {"w": jnp.arange(4.0)}
+    snap = Snapshot(
+        step=6, state=make_state(6.0), elapsed=gyre.Elapsed(steps=6, epochs=2),
+        meta={"resumables": {"early_stopping": {"wait": 2}}, "history": 6},
+        arrays={"resumables": {"early_stopping": {"best": best}}},
+        metrics={"loss_test": 0.25}, files={"history/000000000000.json": b'{"records": []}'},
+    )
+    with gyre.checkpoint(tmp_path, monitor="loss_test") as ckpt:
+        ckpt.save_snapshot(snap, wait=True)
+        assert ckpt.saved_step() == 6 and ckpt.best_step() == 6
+    resumed = gyre.checkpoint(tmp_path, monitor="loss_test")
+    loaded = resumed.load_snapshot("latest", target())
+    assert loaded.step == 6 and loaded.elapsed == gyre.Elapsed(steps=6, epochs=2)
+    assert leaves_equal(loaded.state, make_state(6.0))
+    assert loaded.meta == snap.meta and loaded.metrics == {"loss_test": 0.25}
+    assert np.asarray(loaded.arrays["resumables"]["early_stopping"]["best"]["w"]).tolist() == [0, 1, 2, 3]
+    assert resumed.read_file("history/000000000000.json") == b'{"records": []}'
+    assert resumed.list_files("history") == ["history/000000000000.json"]
+    assert resumed.saved_step() == 6
+    # resumed: it saves on in the same directory, and skips the step it resumed from
+    resumed.save_snapshot(Snapshot(step=6, state=make_state(0.0), elapsed=gyre.Elapsed(steps=6)))
+    resumed(gyre.Elapsed(steps=8), make_state(8.0), gyre.logs().add_loss("loss_test", 0.5))
+    resumed.wait_until_finished()
+    assert resumed.all_steps() == [6, 8] and resumed.saved_step() == 8
+    assert float(resumed.restore(target(), step=6)[0]["w"][0, 0]) == 6.0
+    resumed.close()
+
+
+def test_arrays_restore_into_a_given_structure(tmp_path):
+    arrays = {"best": (jnp.ones(2), jnp.zeros((1, 3), jnp.int32))}
+    with gyre.checkpoint(tmp_path) as ckpt:
+        ckpt.save_snapshot(Snapshot(step=1, state=make_state(), elapsed=gyre.Elapsed(steps=1), arrays=arrays))
+    into = {"best": (jnp.zeros(2), jnp.ones((1, 3), jnp.int32))}
+    loaded = gyre.checkpoint(tmp_path).load_snapshot(1, target(), target_arrays=into)
+    assert isinstance(loaded.arrays["best"], tuple) and leaves_equal(loaded.arrays, arrays)
+
+
+def test_latest_in_an_empty_directory_starts_fresh_and_says_so_once(tmp_path):
+    ckpt = gyre.checkpoint(tmp_path / "new")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert ckpt.load_snapshot("latest", target()) is None
+        assert ckpt.load_snapshot("latest", target()) is None
+        assert gyre.checkpoint(tmp_path / "new", monitor="loss").load_snapshot("best", target()) is None
+    assert messages(caught) == [f"checkpoint: no checkpoint in {tmp_path / 'new'}: starting fresh"] * 2
+    assert caught[0].filename == __file__  # attributed to the caller
+    ckpt(gyre.Elapsed(steps=1), make_state())  # a fresh start saves without complaint
+    ckpt.close()
+
+
+def test_resume_best_picks_the_best_monitored_value(tmp_path):
+    with gyre.checkpoint(tmp_path, keep=5, monitor="metrics.acc", mode="max") as ckpt:
+        for step, acc in [(1, 0.5), (2, 0.9), (3, 0.7)]:
+            ckpt(gyre.Elapsed(steps=step), make_state(float(step)), gyre.logs().add_metric("acc", acc))
+        ckpt.save_snapshot(Snapshot(step=4, state=make_state(4.0), elapsed=gyre.Elapsed(steps=4)))
+    assert gyre.checkpoint(tmp_path, monitor="metrics.acc", mode="max").load_snapshot("best", target()).step == 2
+    assert gyre.checkpoint(tmp_path, monitor="metrics.acc", mode="min").load_snapshot("best", target()).step == 1
+
+
+def test_resume_best_needs_a_monitor_and_values(tmp_path):
+    save_steps(tmp_path, [1])
+    with pytest.raises(ValueError) as info:
+        gyre.checkpoint(tmp_path).load_snapshot("best", target())
+    assert str(info.value).splitlines()[0] == "resume= 'best' needs a checkpoint that monitors a value"
+    with pytest.raises(FileNotFoundError, match="has a value of 'loss' to rank it by"):
+        gyre.checkpoint(tmp_path, monitor="loss").load_snapshot("best", target())
+
+
+def test_resume_a_step_that_does_not_exist_lists_the_saved_ones(tmp_path):
+    save_steps(tmp_path, [2, 4])
+    with pytest.raises(FileNotFoundError) as info:
+        gyre.checkpoint(tmp_path).load_snapshot(3, target())
+    assert str(info.value).splitlines()[:3] == [
+        f"no checkpoint for step 3 in {tmp_path}",
+        "  expected: one of the saved steps [2, 4]",
+        "  received: int 3",
+    ]
+    with pytest.raises(TypeError, match="resume= names the checkpoint to continue from"):
+        gyre.checkpoint(tmp_path).load_snapshot(2.0, target())
+
+
+def test_resume_from_a_step_directory_here_or_elsewhere(tmp_path):
+    old = tmp_path / "old"
+    with gyre.checkpoint(old) as ckpt:
+        ckpt.save_snapshot(Snapshot(step=3, state=make_state(3.0), elapsed=gyre.Elapsed(steps=3),
+                                    files={"history/000000000000.json": b"[3]"}))
+    assert gyre.checkpoint(old).load_snapshot(old / "3", target()).step == 3  # its own directory
+    new = gyre.checkpoint(tmp_path / "new")
+    loaded = new.load_snapshot(str(old / "3"), target())
+    assert loaded.step == 3 and new.read_file("history/000000000000.json") == b"[3]"  # read there
+    new.save_snapshot(Snapshot(step=5, state=make_state(5.0), elapsed=gyre.Elapsed(steps=5)), wait=True)
+    assert sorted(os.listdir(tmp_path / "new")) == ["5", "gyre-files.json", "history"]  # copied here
+    assert new.read_file("history/000000000000.json") == b"[3]" and new.all_steps() == [5]
+    assert gyre.checkpoint(old).all_steps() == [3]  # the other directory is untouched
+    new.close()
+    with pytest.raises(FileNotFoundError, match="not a checkpoint"):
+        gyre.checkpoint(tmp_path / "new").load_snapshot(tmp_path / "old", target())
+
+
+def test_save_snapshot_checks_its_argument(tmp_path):
+    ckpt = gyre.checkpoint(tmp_path)
+    with pytest.raises(TypeError, match="save_snapshot takes a gyre Snapshot"):
+        ckpt.save_snapshot({"step": 1})
+    with pytest.raises(ValueError, match="a Snapshot's step must be a whole number >= 0"):
+        ckpt.save_snapshot(Snapshot(step=-1, state=make_state(), elapsed=gyre.Elapsed()))
+    with pytest.raises(ValueError, match="a checkpoint file name must be a relative path"):
+        ckpt.save_snapshot(Snapshot(step=1, state=make_state(), elapsed=gyre.Elapsed(steps=1),
+                                    files={"../escape.json": b""}))
+    ckpt.close()
+
+
+# -- integrity ----------------------------------------------------------------------------------
+
+
+def big_state(value):
+    return {"w": jax.random.normal(jax.random.key(int(value)), (64, 64)), "b": jnp.full(8, float(value))}
+
+
+def big_target():
+    return {"w": jnp.zeros((64, 64)), "b": jnp.zeros(8)}
+
+
+def largest_array_file(step_dir):
+    files = glob.glob(os.path.join(step_dir, "state", "**", "d", "*"), recursive=True)
+    return max(files, key=os.path.getsize)
+
+
+def flip_bytes(path):
+    data = bytearray(open(path, "rb").read())
+    for i in range(len(data) // 2, len(data) // 2 + 4):
+        data[i] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+
+
+def truncate(path):
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
+def leftover_temporary(root):
+    shutil.copytree(root / "2", root / "3.orbax-checkpoint-tmp")
+
+
+def empty_step_directory(root):
+    (root / "3").mkdir()
+
+
+CORRUPTIONS = {
+    "temporary-directory": (leftover_temporary, None),
+    "empty-step-directory": (empty_step_directory, "3 is not loaded: the step directory is empty"),
+    "deleted-array-file": (lambda root: os.remove(largest_array_file(root / "2")), "2 is not loaded: a file is "),
+    "truncated-array-file": (lambda root: truncate(largest_array_file(root / "2")), "2 is not loaded: a file is "),
+    "flipped-bytes": (lambda root: flip_bytes(largest_array_file(root / "2")), "2 is not loaded: the values of w differ from those saved (checksum mismatch"),
+    "emptied-manifest": (lambda root: open(root / "2" / "state" / "manifest.ocdbt", "w").close(), "2 is not loaded: state/manifest.ocdbt is empty"),
+    "emptied-metadata": (lambda root: open(root / "2" / "state" / "_METADATA", "w").close(), "2 is not loaded: state/_METADATA is empty"),
+    "emptied-record": (lambda root: open(root / "2" / "gyre" / "metadata", "w").close(), "2 is not loaded: gyre/metadata is empty"),
+}
+
+
+@pytest.mark.parametrize("name", list(CORRUPTIONS))
+def test_a_planted_corruption_is_skipped_with_one_warning_and_the_previous_one_used(tmp_path, name):
+    plant, said = CORRUPTIONS[name]
+    with gyre.checkpoint(tmp_path, keep=5) as ckpt:
+        for step in (1, 2):
+            ckpt(gyre.Elapsed(steps=step), big_state(step))
+    plant(tmp_path)
+    resumed = gyre.checkpoint(tmp_path, keep=5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = resumed.load_snapshot("latest", big_target())
+    expected_step = 2 if name in ("temporary-directory", "empty-step-directory") else 1
+    assert loaded.step == expected_step and leaves_equal(loaded.state, big_state(expected_step))
+    if said is None:
+        assert messages(caught) == []
+    else:
+        (line,) = messages(caught)
+        assert line.startswith(f"checkpoint {tmp_path}/") and said in line and line.endswith("trying the previous one")
+        assert "\n" not in line and "tensorstore" not in line and len(line) < 300
+    # the next save sets the damaged step aside and goes on from the one loaded
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed(gyre.Elapsed(steps=expected_step + 5), big_state(7))
+        resumed.wait_until_finished()
+    assert messages(caught) == []  # already said once
+    assert resumed.all_steps() == list(range(1, expected_step + 1)) + [expected_step + 5]
+    assert not glob.glob(str(tmp_path / "*orbax-checkpoint-tmp*"))
+    if said is not None:
+        damaged = said.split(" ")[0]
+        assert os.path.isdir(tmp_path / f"{damaged}.corrupt") and not os.path.exists(tmp_path / damaged)
+    resumed.close()
+
+
+def test_a_damaged_step_named_explicitly_raises(tmp_path):
+    save_steps(tmp_path, [1, 2])
+    open(tmp_path / "2" / "state" / "_METADATA", "w").close()
+    with pytest.raises(CheckpointError) as info:
+        gyre.checkpoint(tmp_path).load_snapshot(2, target())
+    assert str(info.value).splitlines() == [
+        f"the checkpoint of step 2 in {tmp_path} cannot be loaded",
+        "  expected: an intact checkpoint",
+        "  received: state/_METADATA is empty",
+        "  fix: load another step (on disk: [1, 2]), or 'latest', which skips damaged checkpoints",
+    ]
+    with pytest.warns(UserWarning, match="2 is not loaded"):
+        assert gyre.checkpoint(tmp_path).restore(target())[1].steps == 1
+
+
+def test_every_checkpoint_damaged_is_one_error(tmp_path):
+    save_steps(tmp_path, [1])
+    open(tmp_path / "1" / "_CHECKPOINT_METADATA", "w").close()
+    with pytest.warns(UserWarning), pytest.raises(CheckpointError, match="no checkpoint in .* can be loaded"):
+        gyre.checkpoint(tmp_path).load_snapshot("latest", target())
+
+
+def test_a_dtype_that_differs_is_an_error_not_a_cast(tmp_path):
+    save_steps(tmp_path, [1])
+    int_target = {"w": jnp.zeros((2, 3), jnp.int32), "b": jnp.zeros(3, jnp.int32)}
+    with pytest.warns(UserWarning, match="dtype of w: saved float32, target int32"):
+        with pytest.raises(ValueError) as info:
+            gyre.checkpoint(tmp_path).restore(int_target)
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"the checkpoints in {tmp_path} do not fit target_state"
+    assert lines[2] == "  received: step 1: its state does not fit the target: dtype of w: saved float32, target int32"
+    assert lines[3].startswith("  fix: build target_state as the saved state was built")
+
+
+def test_a_newest_checkpoint_that_does_not_fit_falls_back_to_one_that_does(tmp_path):
+    save_steps(tmp_path, [1])
+    from gyre.callbacks._store import Store
+
+    other = Store(str(tmp_path), keep=10)  # a later save of another structure (another model)
+    other.save(Snapshot(step=2, state={"w": jnp.zeros(5)}, elapsed=gyre.Elapsed(steps=2)), metrics=None, wait=True)
+    other.close()
+    ckpt = gyre.checkpoint(tmp_path)
+    with pytest.warns(UserWarning, match="2 is not loaded: its state does not fit the target"):
+        assert ckpt.load_snapshot("latest", target()).step == 1
+    # it is not damaged: it stays, and saving on would mix two runs, so the save refuses
+    with pytest.raises(FileExistsError, match="holds checkpoints later than step 1"):
+        ckpt(gyre.Elapsed(steps=3), make_state())
+
+
+def test_a_failed_background_save_is_raised_at_the_next_save_naming_the_step(tmp_path, monkeypatch):
+    import orbax.checkpoint as ocp
+
+    ckpt = gyre.checkpoint(tmp_path, keep=2)
+    for step in (1, 2):
+        ckpt(gyre.Elapsed(steps=step), make_state(float(step)))
+
+    class Full:
+        def result(self, timeout=None):
+            import time
+
+            time.sleep(0.2)
+            raise OSError(28, "No space left on device")
+
+    async def failing(self, directory, *args, **kwargs):
+        return [Full()]
+
+    monkeypatch.setattr(ocp.JsonCheckpointHandler, "async_save", failing)
+    ckpt(gyre.Elapsed(steps=3), make_state(3.0))  # returns: it fails in the background
+    assert ckpt.saved_step() == 3
+    monkeypatch.undo()
+    with pytest.raises(CheckpointError) as info:
+        ckpt(gyre.Elapsed(steps=4), make_state(4.0))
+    assert info.value.step == 3
+    assert str(info.value).splitlines()[0] == f"checkpoint: the save of step 3 to {tmp_path} failed"
+    assert "No space left on device" in str(info.value)
+    assert ckpt.saved_step() == 2 and ckpt.all_steps() == [1, 2]  # step 1 was not rotated out
+    assert float(ckpt.restore(target(), step=1)[0]["w"][0, 0]) == 1.0
+    ckpt(gyre.Elapsed(steps=5), make_state(5.0))
+    ckpt.close()
+    assert sorted(os.listdir(tmp_path)) == ["2", "5"]
+
+
+# -- one run per directory ----------------------------------------------------------------------
+
+
+def test_a_new_run_refuses_another_runs_checkpoints(tmp_path):
+    save_steps(tmp_path, [3, 6])
+    ckpt = gyre.checkpoint(tmp_path)
+    with pytest.raises(FileExistsError) as info:
+        ckpt(gyre.Elapsed(steps=1), make_state())
+    assert str(info.value).splitlines() == [
+        f"checkpoint: {tmp_path} holds another run's checkpoints",
+        "  expected: an empty directory, or checkpoints this run resumed from",
+        "  received: the checkpoints of steps [3, 6], which this run did not resume from",
+        "  fix: resume from them (resume='latest' on the loop, or ckpt.restore(state) first), start over "
+        "with gyre.checkpoint(directory, overwrite=True), which deletes them, or use a new directory",
+    ]
+    with pytest.raises(FileExistsError):
+        gyre.checkpoint(tmp_path).on_loop_start()  # before training, at once
+    assert ckpt.all_steps() == [3, 6]
+    with pytest.raises(FileExistsError):  # inside a loop too: saves are never silently skipped
+        gyre.loop(make_state(), [1.0] * 9, {gyre.every(1): add_batch, gyre.every(9): gyre.checkpoint(tmp_path)})
+
+
+def test_a_resumed_run_saves_on(tmp_path):
+    save_steps(tmp_path, [3, 6])
+    ckpt = gyre.checkpoint(tmp_path)
+    state, clock = ckpt.restore(target())
+    gyre.loop(state, [1.0] * 2, {gyre.every(1): [add_batch, ckpt]}, elapsed=clock)
+    ckpt.close()
+    assert ckpt.all_steps() == gyre.checkpoint(tmp_path).all_steps() == [6, 7, 8]  # keep=3
+
+
+def test_overwrite_deletes_another_runs_checkpoints_and_files(tmp_path):
+    with gyre.checkpoint(tmp_path) as old:
+        old.save_snapshot(Snapshot(step=5, state=make_state(), elapsed=gyre.Elapsed(steps=5),
+                                   files={"history/000000000000.json": b"old"}))
+    (tmp_path / "notes.txt").write_text("mine")
+    ckpt = gyre.checkpoint(tmp_path, overwrite=True)
+    ckpt(gyre.Elapsed(steps=1), make_state(1.0))
+    ckpt.close()
+    assert sorted(os.listdir(tmp_path)) == ["1", "notes.txt"]  # gyre deletes only what gyre wrote
+
+
+def test_resuming_an_older_step_refuses_the_later_ones_unless_overwrite(tmp_path):
+    save_steps(tmp_path, [2, 4, 6])
+    ckpt = gyre.checkpoint(tmp_path)
+    assert ckpt.load_snapshot(2, target()).step == 2
+    with pytest.raises(FileExistsError) as info:
+        ckpt(gyre.Elapsed(steps=3), make_state())
+    assert str(info.value).splitlines()[0] == f"checkpoint: {tmp_path} holds checkpoints later than step 2, which this run resumed from"
+    assert "received: the checkpoints of steps [4, 6]" in str(info.value)
+    branch = gyre.checkpoint(tmp_path, overwrite=True)
+    branch.load_snapshot(2, target())
+    branch(gyre.Elapsed(steps=3), make_state(3.0))
+    branch.close()
+    assert gyre.checkpoint(tmp_path).all_steps() == [2, 3]
+
+
+def test_a_directory_holding_only_leftovers_is_cleaned_for_a_new_run(tmp_path):
+    (tmp_path / "4").mkdir()  # an empty step directory
+    (tmp_path / "5.orbax-checkpoint-tmp").mkdir()  # a save cut short
+    from gyre.callbacks._files import Files
+
+    Files(str(tmp_path)).write({"history/000000000000.json": b"a dead run's block"})
+    ckpt = gyre.checkpoint(tmp_path)
+    assert ckpt.all_steps() == []
+    with pytest.warns(UserWarning, match="step 4 of .* cannot be loaded .*: moved aside to .*4.corrupt"):
+        ckpt(gyre.Elapsed(steps=1), make_state())
+    ckpt.close()
+    assert sorted(os.listdir(tmp_path)) == ["1", "4.corrupt"]
+
+
+# -- shardings, abstract targets, train states --------------------------------------------------
+
+
+def fsdp_params():
+    return {"w": jnp.arange(64.0).reshape(16, 4), "b": jnp.arange(4.0), "k": jnp.ones((8, 8), jnp.bfloat16)}
+
+
+def test_saved_on_8_devices_with_fsdp_restores_on_1_device_and_back(tmp_path):
+    assert jax.device_count() == 8
+    fsdp = gyre.FSDP()
+    sharded = fsdp.place_state(fsdp_params())
+    assert len(sharded["w"].sharding.device_set) == 8 and not sharded["w"].sharding.is_fully_replicated
+    with gyre.checkpoint(tmp_path / "eight") as ckpt:
+        ckpt(gyre.Elapsed(steps=1), sharded)
+    one_device = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), fsdp_params())
+    state, _ = gyre.restore(tmp_path / "eight", one_device)
+    assert all(x.sharding.device_set == {jax.devices()[0]} for x in jax.tree_util.tree_leaves(state))
+    assert leaves_equal(state, fsdp_params())
+    # and back: saved on one device, restored into the fsdp shardings
+    with gyre.checkpoint(tmp_path / "one") as ckpt:
+        ckpt(gyre.Elapsed(steps=1), fsdp_params())
+    abstract = jax.tree_util.tree_map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), fsdp_params(), fsdp.state_sharding(fsdp_params())
+    )
+    state, _ = gyre.restore(tmp_path / "one", abstract)
+    assert state["w"].sharding == fsdp.state_sharding(fsdp_params())["w"]
+    assert leaves_equal(state, fsdp_params())
+
+
+def test_a_train_state_with_adam_and_a_typed_key_restores_into_an_abstract_target(tmp_path):
+    def init():
+        return gyre.TrainState.create(params={"w": jnp.ones((3, 2))}, tx=optax.adam(1e-3), rng=jax.random.key(7))
+
+    state = init()
+    grads = {"w": jnp.full((3, 2), 0.5)}
+    state = state.replace(step=state.step + 1, opt_state=state.tx.update(grads, state.opt_state, state.params)[1])
+    with gyre.checkpoint(tmp_path) as ckpt:
+        ckpt(gyre.Elapsed(steps=1), state)
+    restored, _ = gyre.restore(tmp_path, jax.eval_shape(init))
+    assert jax.dtypes.issubdtype(restored.rng.dtype, jax.dtypes.prng_key)
+    assert (jax.random.key_data(restored.rng) == jax.random.key_data(state.rng)).all()
+    assert leaves_equal(
+        jax.tree_util.tree_map(np.asarray, (restored.params, restored.opt_state, restored.step)),
+        jax.tree_util.tree_map(np.asarray, (state.params, state.opt_state, state.step)),
+    )

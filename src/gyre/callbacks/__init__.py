@@ -23,8 +23,10 @@ from gyre.callbacks._checkpoint import Checkpoint as Checkpoint
 from gyre.callbacks._checkpoint import checkpoint as checkpoint
 from gyre.callbacks._early_stopping import EarlyStopping as EarlyStopping
 from gyre.callbacks._early_stopping import early_stopping as early_stopping
+from gyre.callbacks._loading import restore as restore
 from gyre.callbacks._noop import NoOp as NoOp
 from gyre.callbacks._noop import noop as noop
+from gyre.callbacks._store import CheckpointError as CheckpointError
 from gyre.callbacks._wandb_logger import WandbLogger as WandbLogger
 from gyre.callbacks._wandb_logger import wandb_logger as wandb_logger
 from gyre.loop._inner import InnerLoop as InnerLoop
@@ -32,6 +34,7 @@ from gyre.loop._inner import inner_loop as inner_loop
 
 __all__ = [
     "Checkpoint",
+    "CheckpointError",
     "EarlyStopping",
     "InnerLoop",
     "KerasBar",
@@ -43,6 +46,7 @@ __all__ = [
     "inner_loop",
     "keras_bar",
     "noop",
+    "restore",
     "tqdm_bar",
     "wandb_logger",
 ]

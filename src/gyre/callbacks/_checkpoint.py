@@ -1,9 +1,24 @@
-"""``checkpoint``: save the state and the clock with orbax, keep the latest (or best) ones.
+"""``checkpoint``: save a run with orbax, keep the latest and the best checkpoints, and load
+the newest good one to resume exactly.
 
-Saves are asynchronous: a call returns once the arrays are copied off the device, and the
-files are written on a background thread (orbax writes to ``<step>.orbax-checkpoint-tmp``
-and renames it when done, so a half-written checkpoint is never loaded). The next save, a
-restore, :meth:`Checkpoint.wait_until_finished` and ``on_train_end`` wait for it.
+Saves are asynchronous: a call returns once the arrays are copied off the device, and orbax
+writes the files on a background thread, under a temporary name renamed when complete, so a
+half-written checkpoint is never loaded. The next save waits for the previous one (the loop
+waits only then), as do :meth:`Checkpoint.wait_until_finished`, ``on_loop_end`` and a
+restore. A save that failed in the background (a full disk) is raised at the next save or
+wait, naming its step; the older checkpoints stay (rotation runs only after a save
+succeeds).
+
+Loading checks before it trusts: the record and orbax's metadata must parse, the saved leaves
+must match the target's paths, shapes and dtypes (nothing is cast), and each array's CRC-32
+must match the one computed when it was saved (:mod:`gyre.callbacks._integrity`). A
+checkpoint that fails is skipped with one warning and the previous one is loaded
+(:mod:`gyre.callbacks._loading`). The storage itself is :mod:`gyre.callbacks._store`.
+
+A directory belongs to one run. A :class:`Checkpoint` whose directory already holds
+checkpoints refuses to save there (:class:`FileExistsError`) unless it *resumed* from them, that is,
+:meth:`Checkpoint.load_snapshot` or :meth:`Checkpoint.restore` loaded one of them through
+this object, or it was made with ``overwrite=True`` (which deletes them at the first save).
 
 orbax is imported on first use, so ``import gyre`` stays fast.
 """
@@ -12,115 +27,36 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
-from gyre.callbacks import _monitor
+from gyre.callbacks import _loading, _monitor
+from gyre.callbacks._files import Files
+from gyre.callbacks._integrity import Unreadable
+from gyre.callbacks._options import check_directory, check_flag, check_keep, check_monitor
+from gyre.callbacks._store import CheckpointError, Store, is_primary, sync
 from gyre.core._clock import Elapsed
-from gyre.core._errors import as_integer, describe, explain, whole_number
-from gyre.core._host import to_python
+from gyre.core._errors import describe, explain, warn, whole_number
 from gyre.core._logs import Logs
-from gyre.loop._tasks import LoopElement
-
-_MODES = ("min", "max")
+from gyre.loop._snapshot import Checkpointer, Snapshot
 
 
-def _check_directory(directory: Any) -> str:
-    if isinstance(directory, bytes) or not isinstance(directory, (str, os.PathLike)):
-        raise TypeError(
-            explain(
-                "checkpoint's directory must be a path",
-                expected="a str or os.PathLike (pathlib.Path) naming a directory",
-                received=describe(directory),
-                fix="gyre.checkpoint('runs/exp1/checkpoints')",
-            )
-        )
-    path = os.fspath(directory)
-    if not isinstance(path, str) or not path:
-        raise ValueError(
-            explain(
-                "checkpoint's directory must be a non-empty path",
-                expected="a directory name such as 'checkpoints'",
-                received=describe(directory),
-                fix="gyre.checkpoint('runs/exp1/checkpoints')",
-            )
-        )
-    path = os.path.abspath(os.path.expanduser(path))  # orbax requires an absolute path
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(
-            explain(
-                "checkpoint's directory exists and is not a directory",
-                expected="a directory, or a path where one can be created",
-                received=f"the file {path!r}",
-                fix="choose another path, or remove the file",
-            )
-        )
-    existing = path
-    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise ValueError(
-            explain(
-                "checkpoint's directory cannot be created: a file is in the way",
-                expected="a directory, or a path where one can be created",
-                received=f"{path!r}, under the file {existing!r}",
-                fix="choose another path",
-            )
-        )
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise PermissionError(
-            explain(
-                "checkpoint's directory cannot be written",
-                expected="a directory you can write to, or one that can be created",
-                received=f"{path!r}" + (f", under {existing!r}" if existing != path else "")
-                + ", which is not writable",
-                fix="choose a directory you can write to, e.g. under runs/",
-            )
-        )
-    return path
-
-
-def _check_keep(keep: Any) -> int:
-    return whole_number(
-        keep,
-        minimum=1,
-        problem="checkpoint's keep must be a whole number >= 1",
-        expected="keep=3 (how many checkpoints to keep on disk)",
-        fix="pass keep as a positive int; keep=1 keeps only the latest",
-    )
-
-
-def _check_monitor(monitor: Any, mode: Any) -> None:
-    if monitor is not None and (not isinstance(monitor, str) or not monitor):
-        raise TypeError(
-            explain(
-                "checkpoint's monitor must be the name of a logged value, or None",
-                expected="a logged name such as 'loss_test' or 'metrics.accuracy_test'",
-                received=describe(monitor),
-                fix="gyre.checkpoint(directory, monitor='loss_test', mode='min')",
-            )
-        )
-    if mode not in _MODES:
-        raise ValueError(
-            explain(
-                "checkpoint's mode must be 'min' or 'max'",
-                expected="'min' when lower is better (losses), 'max' when higher is (accuracy)",
-                received=describe(mode),
-                fix="mode='min'",
-            )
-        )
-
-
-class Checkpoint(LoopElement):
-    """The callback :func:`checkpoint` returns (see there). A :class:`~gyre.LoopElement`:
-    ciclo's ``{**gyre.checkpoint(directory)}`` saves after every step.
+class Checkpoint(Checkpointer):
+    """The callback :func:`checkpoint` returns (see there): a :class:`~gyre.LoopElement`
+    (ciclo's ``{**gyre.checkpoint(directory)}`` saves after every step) and the
+    :class:`~gyre.loop.Checkpointer` the engine saves and resumes through.
 
     Attributes:
         directory: the absolute directory holding one sub-directory per saved step.
-        keep: how many checkpoints are kept (the latest, or the best when ``monitor``).
+        keep: how many of the latest checkpoints are kept.
+        keep_best: how many of the best checkpoints by ``monitor`` are kept as well.
         monitor: the logged value ranking checkpoints, or ``None``.
         mode: ``"min"`` or ``"max"``: which values of ``monitor`` are better.
+        async_save: whether files are written in the background.
+        overwrite: whether another run's checkpoints in ``directory`` are deleted at the
+            first save (instead of refused).
+        checksums: whether each array's CRC-32 is stored and verified.
 
     Example:
         >>> import gyre
@@ -129,57 +65,120 @@ class Checkpoint(LoopElement):
         (True, 3, True)
     """
 
-    def __init__(self, directory: str | os.PathLike[str], *, keep: int, monitor: str | None, mode: str) -> None:
-        self.directory = _check_directory(directory)
-        self.keep = _check_keep(keep)
-        _check_monitor(monitor, mode)
-        self.monitor = monitor
-        self.mode = mode
-        self._manager_: Any = None
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        keep: int = 3,
+        keep_best: int = 0,
+        monitor: str | None = None,
+        mode: str = "min",
+        async_save: bool = True,
+        overwrite: bool = False,
+        checksums: bool = True,
+    ) -> None:
+        self.directory = check_directory(directory)
+        check_monitor(monitor, mode)
+        self.keep, self.keep_best = check_keep(keep, keep_best, monitor)
+        self.monitor, self.mode = monitor, mode
+        self.async_save = check_flag(async_save, "async_save")
+        self.overwrite = check_flag(overwrite, "overwrite")
+        self.checksums = check_flag(checksums, "checksums")
+        self._store = Store(
+            self.directory, keep=self.keep, keep_best=self.keep_best,
+            score=self._score if monitor is not None else None, async_save=self.async_save,
+        )
+        self._claimed = False  # the directory is this run's (checked at the first save)
+        self._resumed: int | None = None  # the step of this directory the run resumed from
+        self._source: Store | None = None  # a checkpoint directory elsewhere it resumed from
+        self._unreadable: set[int] = set()  # damaged steps met while loading: set aside later
+        self._warned: set[int] = set()
+        self._said_fresh = False
+        self._saved: set[int] = set()  # the steps this object saved
+        self._last: int | None = None
 
     def __repr__(self) -> str:
-        extra = f", monitor={self.monitor!r}, mode={self.mode!r}" if self.monitor else ""
+        extra = f", keep_best={self.keep_best}" if self.keep_best else ""
+        extra += f", monitor={self.monitor!r}, mode={self.mode!r}" if self.monitor else ""
+        extra += ", overwrite=True" if self.overwrite else ""
         return f"Checkpoint({self.directory!r}, keep={self.keep}{extra})"
-
-    # -- orbax ---------------------------------------------------------------------------
-
-    @property
-    def _manager(self) -> Any:
-        if self._manager_ is None:
-            import orbax.checkpoint as ocp
-            from orbax.checkpoint import checkpoint_managers as cm
-
-            if self.monitor is None:
-                policy: Any = cm.LatestN(n=self.keep)
-                best_fn = None
-            else:
-                # best_fn with max_to_keep would delete the newest checkpoint when its value is
-                # poor; keep the latest one and the best `keep` ones side by side instead.
-                policy = cm.AnyPreservationPolicy(
-                    [cm.LatestN(n=1), cm.BestN(get_metric_fn=self._score, reverse=False, n=self.keep)]
-                )
-                best_fn = self._score  # also makes orbax write the metrics next to each step
-            options = ocp.CheckpointManagerOptions(
-                preservation_policy=policy,
-                best_fn=best_fn,
-                best_mode="max",  # _score is "higher is better" in both modes
-                enable_async_checkpointing=True,
-                create=True,
-            )
-            self._manager_ = ocp.CheckpointManager(self.directory, options=options)
-        return self._manager_
 
     def _score(self, metrics: Any) -> float:
         """Higher is better; missing or NaN values rank last."""
         value = metrics.get(self.monitor) if isinstance(metrics, Mapping) else None
-        if not isinstance(value, (int, float)) or math.isnan(value):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
             return -math.inf
         return float(value) if self.mode == "max" else -float(value)
 
-    # -- saving --------------------------------------------------------------------------
+    # -- the directory belongs to one run ----------------------------------------------------
 
-    def _monitored(self, logs: Logs | None, clock: Elapsed) -> Any:
-        return _monitor.find(
+    def on_loop_start(self) -> None:
+        """Claims the directory for this run, as the first save does: refuses another run's
+        checkpoints there (:class:`FileExistsError`) unless this object resumed from them or
+        ``overwrite=True`` (then deletes them); sets damaged step directories aside as
+        ``N.corrupt``; deletes unfinished saves and, for a run that did not resume, files
+        left by one that never finished a checkpoint. Call it before training to fail at
+        once rather than at the first save.
+
+        Example:
+            >>> import tempfile, gyre, jax.numpy as jnp
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     with gyre.checkpoint(tmp) as first_run:
+            ...         first_run(gyre.Elapsed(steps=1), {"w": jnp.ones(2)})
+            ...     gyre.checkpoint(tmp).on_loop_start()  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            FileExistsError: checkpoint: ... holds another run's checkpoints...
+        """
+        if self._claimed:
+            return
+        store = self._store
+        on_disk = store.on_disk()
+        damaged = sorted(s for s in on_disk if s in self._unreadable or not store.has_record(s))
+        good = [s for s in on_disk if s not in damaged]
+        later = good if self._resumed is None else [s for s in good if s > self._resumed]
+        if later and not self.overwrite:
+            raise FileExistsError(self._refusal(later))
+        if is_primary():
+            store.delete_steps(later)
+            for step in damaged:
+                where = store.set_aside(step)
+                if step not in self._warned:
+                    warn(f"checkpoint: step {step} of {self.directory} cannot be loaded "
+                         f"(unfinished or damaged): moved aside to {where}", UserWarning)
+            store.delete_temporaries()
+            if self._resumed is None:
+                store.files.delete()  # they belong to no checkpoint of this directory
+            if self._source is not None:
+                store.files.copy_from(self._source.files)
+        sync("claim")
+        store.reload()
+        self._source = None
+        self._claimed = True
+
+    def _refusal(self, steps: list[int]) -> str:
+        if self._resumed is None:
+            problem = f"checkpoint: {self.directory} holds another run's checkpoints"
+            received = f"the checkpoints of steps {steps}, which this run did not resume from"
+            fix = ("resume from them (resume='latest' on the loop, or ckpt.restore(state) "
+                   "first), start over with gyre.checkpoint(directory, overwrite=True), which "
+                   "deletes them, or use a new directory")
+        else:
+            problem = (f"checkpoint: {self.directory} holds checkpoints later than step "
+                       f"{self._resumed}, which this run resumed from")
+            received = f"the checkpoints of steps {steps}"
+            fix = ("resume from the newest (resume='latest'), pass overwrite=True to delete "
+                   f"the later ones and continue from step {self._resumed}, or use a new directory")
+        return explain(
+            problem,
+            expected="an empty directory, or checkpoints this run resumed from",
+            received=received,
+            fix=fix,
+        )
+
+    # -- saving ------------------------------------------------------------------------------
+
+    def _monitored(self, logs: Logs | None, clock: Elapsed) -> float:
+        value = _monitor.find(
             logs,
             self.monitor,  # type: ignore[arg-type]
             owner="checkpoint",
@@ -189,15 +188,18 @@ class Checkpoint(LoopElement):
             "registers itself on on_epoch_end, after evaluation); when calling it by "
             "hand, pass the logs: ckpt(elapsed, state, logs)",
         )
+        return _monitor.as_number(value, self.monitor, owner="checkpoint", step=clock.steps)  # type: ignore[arg-type]
 
     def __call__(self, elapsed: Elapsed, state: Any, logs: Logs | None = None, loop: Any = None) -> None:
-        """Saves ``state`` and the clock (asynchronously); skips a step already saved.
+        """Saves the run (asynchronously); skips a step already saved.
 
-        One numbering, the completed steps: during a step (in a loop, or in a hand loop over
-        ``gyre.elapse``) the state already holds the step's update, so it is saved under the
-        clock once the step completes (``elapsed.completed()``: step ``k`` saves as ``k + 1``),
-        and a run resumed from it starts at the next step index. A clock that is not in
-        progress (the one a loop returned) is saved as it is.
+        In a loop it asks the engine to save (``loop.request_save``) once the step has
+        completed: the engine then hands :meth:`save_snapshot` the loop's snapshot (the
+        state, the clock, the schedules', callbacks' and data's state, the history blocks).
+        Called by hand it saves ``state`` and the clock. One numbering, the completed steps: during step
+        ``k`` the state already holds the step's update, so it is saved as step ``k + 1``
+        (``elapsed.completed()``), and a run resumed from it starts at the next step index. A
+        clock that is not in progress (the one a loop returned) is saved as it is.
 
         Args:
             elapsed: the clock (``gyre.Elapsed``).
@@ -228,40 +230,107 @@ class Checkpoint(LoopElement):
                 )
             )
         step = int(clock.steps)
-        value = self._monitored(logs, clock) if self.monitor is not None else None
-        manager = self._manager
-        latest = manager.latest_step()
-        if latest is not None and step <= latest:
-            if step < latest:
-                warnings.warn(
-                    f"checkpoint: step {step} not saved in {self.directory}: it holds a later "
-                    f"step ({latest}); use a new directory for a run that goes back in time",
-                    stacklevel=2,
-                )
+        metrics = {self.monitor: self._monitored(logs, clock)} if self.monitor is not None else None
+        if step in self._saved or step == self._resumed:
             return None
-        metrics = None
-        if value is not None:
-            number = _monitor.as_number(value, self.monitor, owner="checkpoint", step=clock.steps)  # type: ignore[arg-type]
-            metrics = {self.monitor: number}
-        import orbax.checkpoint as ocp
-
-        counters = {name: to_python(v) for name, v in clock.to_dict().items()}
-        manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), elapsed=ocp.args.JsonSave(counters)
-            ),
-            metrics=metrics,
-        )
+        if callable(getattr(loop, "request_save", None)):
+            loop.request_save(self, metrics)  # the engine saves once the step has completed
+            return None
+        snapshot = Snapshot(step=step, state=state, elapsed=clock, metrics=metrics)
+        self.save_snapshot(snapshot)
         return None
 
     on_epoch_end = __call__
 
+    def save_snapshot(self, snapshot: Snapshot, *, wait: bool = False) -> None:
+        """Saves ``snapshot``: its files first (process 0, atomically), then the state, the
+        arrays and the record through orbax, in the background unless ``wait``.
+
+        A step this object already saved, or resumed from, is skipped (``wait`` still waits);
+        a step older than the newest one on disk is skipped with a warning. The first save
+        claims the directory (:meth:`on_loop_start`). Only ``snapshot.metrics[monitor]`` is
+        kept, for best-k ranking; a snapshot without it is kept by recency only.
+
+        Raises:
+            CheckpointError: the save, or the previous one still in flight, failed (its step
+                is named; older checkpoints stay on disk).
+
+        Example:
+            >>> import tempfile, gyre, jax.numpy as jnp
+            >>> from gyre.loop._snapshot import Snapshot
+            >>> tmp = tempfile.TemporaryDirectory()
+            >>> ckpt = gyre.checkpoint(tmp.name)
+            >>> snap = Snapshot(step=4, state={"w": jnp.ones(2)}, elapsed=gyre.Elapsed(steps=4),
+            ...                 meta={"seed": 1}, files={"history/000004.json": b"[]"})
+            >>> ckpt.save_snapshot(snap, wait=True)
+            >>> ckpt.saved_step(), ckpt.list_files("history")
+            (4, ['history/000004.json'])
+            >>> ckpt.close(); tmp.cleanup()
+        """
+        if not isinstance(snapshot, Snapshot):
+            raise TypeError(
+                explain(
+                    "save_snapshot takes a gyre Snapshot",
+                    expected="Snapshot(step=..., state=..., elapsed=...) (loop.snapshot() gives one)",
+                    received=describe(snapshot),
+                    fix="save a state by hand with ckpt(elapsed, state)",
+                )
+            )
+        step = whole_number(
+            snapshot.step, minimum=0, problem="a Snapshot's step must be a whole number >= 0",
+            expected="the completed steps (elapsed.steps)", fix="Snapshot(step=elapsed.steps, ...)",
+        )
+        if step in self._saved or step == self._resumed:
+            if wait:
+                self.wait_until_finished()
+            return
+        self.on_loop_start()
+        latest = max(self._store.steps(), default=None)
+        if latest is not None and step <= latest:
+            warn(
+                f"checkpoint: step {step} not saved in {self.directory}: it holds a later "
+                f"step ({latest}); use a new directory for a run that goes back in time",
+                UserWarning,
+            )
+            return
+        metrics = None
+        if self.monitor is not None and snapshot.metrics and snapshot.metrics.get(self.monitor) is not None:
+            value = _monitor.as_number(snapshot.metrics[self.monitor], self.monitor, owner="checkpoint", step=step)
+            metrics = {self.monitor: value}
+        with self._failures():
+            self._store.save(snapshot, metrics=metrics, checksums=self.checksums, wait=wait)
+        self._saved.add(step)
+        self._last = step
+
+    @contextmanager
+    def _failures(self) -> Iterator[None]:
+        """Keeps the bookkeeping right when a save fails (the failed step is not saved)."""
+        try:
+            yield
+        except CheckpointError as err:
+            self._saved.discard(err.step)  # type: ignore[arg-type]
+            mine = list(self._saved) + ([self._resumed] if self._resumed is not None else [])
+            self._last = max(mine, default=None)
+            raise
+
+    def saved_step(self) -> int | None:
+        """The newest step this object saved (or is saving), or resumed from; ``None`` before.
+
+        Example:
+            >>> import tempfile, gyre, jax.numpy as jnp
+            >>> with tempfile.TemporaryDirectory() as tmp, gyre.checkpoint(tmp) as ckpt:
+            ...     before = ckpt.saved_step()
+            ...     ckpt(gyre.Elapsed(steps=2), {"w": jnp.ones(2)})
+            ...     print(before, ckpt.saved_step())
+            None 2
+        """
+        return self._last
+
     def on_train_end(self) -> None:
-        """Waits for a save still being written when the loop ends.
+        """Waits until every save is on disk when the loop ends (raises a failed one).
 
         ``on_loop_end``, which the engine calls when any loop holding the checkpoint ends,
-        is the same, so a plain ``gyre.loop`` needs no ``on_end=ckpt.on_train_end``.
+        is the same, so a plain ``gyre.loop`` returns only once its saves are on disk.
 
         Example:
             >>> import os, tempfile, gyre, jax.numpy as jnp
@@ -277,62 +346,97 @@ class Checkpoint(LoopElement):
 
     on_loop_end = on_train_end
 
-    # -- reading -------------------------------------------------------------------------
+    # -- loading -----------------------------------------------------------------------------
 
-    def latest_step(self) -> int | None:
-        """The latest saved step, or ``None`` when there is none.
+    def _fresh(self) -> None:
+        if not self._said_fresh:
+            self._said_fresh = True
+            warn(f"checkpoint: no checkpoint in {self.directory}: starting fresh", UserWarning)
+        return None
+
+    def load_snapshot(self, resume: Any, target_state: Any, *, target_arrays: Any = None) -> Snapshot | None:
+        """The snapshot ``resume`` names, restored into the structure of ``target_state``.
+
+        ``"latest"``: the newest checkpoint that loads; damaged ones, and ones that do not
+        fit the target, are skipped with one warning each (the damaged ones are set aside at
+        the first save); ``None`` when the directory holds none, after saying once "no
+        checkpoint in <dir>: starting fresh". ``"best"``: the same, best ``monitor`` value
+        first. A step number or a checkpoint's path (a step directory, here or elsewhere):
+        that one, or an error. Loading marks this object as resumed, so it saves on in the
+        directory (see :meth:`on_loop_start`); a run resumed from another directory copies
+        that directory's files (history blocks) here at its first save.
+
+        Args:
+            resume: ``"latest"``, ``"best"``, a step, or a path.
+            target_state: the structure to restore into: concrete arrays, or
+                ``jax.ShapeDtypeStruct`` leaves, whose shardings the arrays get (another
+                device count or sharding than at save time works).
+            target_arrays: the structure of :attr:`Snapshot.arrays`; by default they are
+                restored as saved, onto the first local device.
+
+        Raises:
+            ValueError: no checkpoint fits ``target_state`` (the leaves, shapes and dtypes
+                are listed), or ``"best"`` without a monitor.
+            FileNotFoundError: the step or path is not a checkpoint here.
+            CheckpointError: the named checkpoint, or every one, is damaged.
 
         Example:
-            >>> import tempfile, gyre
-            >>> with tempfile.TemporaryDirectory() as tmp, gyre.checkpoint(tmp) as ckpt:
-            ...     print(ckpt.latest_step())
-            None
-        """
-        return self._manager.latest_step()
-
-    def all_steps(self) -> list[int]:
-        """The saved steps, in increasing order.
-
-        Example:
-            >>> import tempfile, gyre, jax.numpy as jnp
-            >>> with tempfile.TemporaryDirectory() as tmp, gyre.checkpoint(tmp, keep=2) as ckpt:
-            ...     for s in (1, 2, 3):
-            ...         ckpt(gyre.Elapsed(steps=s), {"w": jnp.ones(2)})
-            ...     print(ckpt.all_steps())
-            [2, 3]
-        """
-        return sorted(self._manager.all_steps())
-
-    def best_step(self) -> int | None:
-        """The saved step with the best monitored value, or ``None`` when there is none.
-
-        Example:
-            >>> import tempfile, gyre, jax.numpy as jnp
+            >>> import tempfile, warnings, gyre, jax.numpy as jnp
             >>> tmp = tempfile.TemporaryDirectory()
-            >>> ckpt = gyre.checkpoint(tmp.name, monitor="loss", mode="min")
-            >>> for s, loss in ((1, 0.5), (2, 0.9)):
-            ...     ckpt(gyre.Elapsed(steps=s), {"w": jnp.ones(2)}, gyre.logs().add_loss("loss", loss))
-            >>> ckpt.best_step(), ckpt.all_steps()
-            (1, [1, 2])
+            >>> ckpt = gyre.checkpoint(tmp.name)
+            >>> with warnings.catch_warnings(record=True) as said:
+            ...     warnings.simplefilter("always")
+            ...     print(ckpt.load_snapshot("latest", {"w": jnp.zeros(2)}))
+            None
+            >>> "starting fresh" in str(said[0].message)
+            True
+            >>> ckpt(gyre.Elapsed(steps=3), {"w": jnp.full(2, 3.0)})
+            >>> snap = ckpt.load_snapshot("latest", {"w": jnp.zeros(2)})
+            >>> snap.step, snap.state["w"].tolist()
+            (3, [3.0, 3.0])
             >>> ckpt.close(); tmp.cleanup()
         """
-        if self.monitor is None:
-            raise ValueError(
-                explain(
-                    "best_step() needs a checkpoint that monitors a value",
-                    expected="gyre.checkpoint(directory, monitor='loss_test', mode='min')",
-                    received=f"{self!r} (no monitor)",
-                    fix="pass monitor= to gyre.checkpoint, or use latest_step()",
-                )
-            )
-        return self._manager.best_step()
+        kind, value = _loading.resolve(resume)
+        self.wait_until_finished()
+        store, say = self._store, _loading.saying(self.directory, self._warned)
+        if kind == "path":
+            root, step = _loading.step_of_path(value)
+            if os.path.realpath(root) != os.path.realpath(self.directory):
+                source = Store(root, read_only=True)
+                snapshot = _loading.one_step(source, step, target_state, target_arrays)
+                self._source = source
+                if self._claimed and is_primary():
+                    store.files.copy_from(source.files)
+                    self._source = None
+                return snapshot
+            kind, value = "step", step
+        if kind == "step":
+            snapshot = _loading.one_step(store, value, target_state, target_arrays)
+            failures: list[tuple[int, Unreadable]] = []
+        else:
+            if kind == "best" and self.monitor is None:
+                raise _loading.no_monitor("resume=")
+            if not store.on_disk():
+                return self._fresh()
+            candidates = store.ranked() if kind == "best" else store.on_disk()[::-1]
+            if not candidates:
+                raise _loading.no_best(self.directory, self.monitor)  # type: ignore[arg-type]
+            snapshot, failures = _loading.first_readable(store, candidates, target_state, target_arrays, say)
+        self._unreadable |= {s for s, e in failures if e.kind == "corrupt"}
+        self._resumed = snapshot.step
+        if not self._claimed:
+            self._last = snapshot.step
+        return snapshot
 
     def restore(self, target_state: Any, step: int | None = None) -> tuple[Any, Elapsed]:
         """Loads a saved state into the structure of ``target_state``, and its clock.
 
+        The newest checkpoint that loads (damaged ones are skipped with a warning), or
+        ``step``. Like :meth:`load_snapshot`, it marks this object as resumed.
+
         Args:
             target_state: a pytree with the structure, shapes and dtypes of the saved state
-                (e.g. a freshly initialised state; ``jax.ShapeDtypeStruct`` leaves work too).
+                (a freshly initialised state; ``jax.ShapeDtypeStruct`` leaves work too).
                 Its arrays' shardings are used for the restored ones.
             step: the step to load; the latest by default.
 
@@ -349,61 +453,110 @@ class Checkpoint(LoopElement):
             ([3.0, 3.0], 3)
             >>> ckpt.close(); tmp.cleanup()
         """
-        import orbax.checkpoint as ocp
-
-        self.wait_until_finished()
-        steps = self.all_steps()
         if step is None:
-            if not steps:
-                raise FileNotFoundError(
-                    explain(
-                        f"no checkpoint to restore in {self.directory}",
-                        expected="a directory holding at least one saved step",
-                        received="an empty directory (or one with only unfinished saves)",
-                        fix="check the directory, or start from a fresh state when there is "
-                        "nothing to resume: `if ckpt.latest_step() is not None: ...`",
-                    )
-                )
-            step = steps[-1]
-        elif as_integer(step) not in steps:
-            raise FileNotFoundError(
-                explain(
-                    f"no checkpoint for step {step!r} in {self.directory}",
-                    expected=f"one of the saved steps {steps}",
-                    received=describe(step),
-                    fix="pass one of the saved steps, or step=None for the latest",
-                )
-            )
-        step = as_integer(step)
-        args = ocp.args.Composite(
-            state=ocp.args.StandardRestore(target_state), elapsed=ocp.args.JsonRestore()
-        )
-        try:
-            restored = self._manager.restore(step, args=args)
-        except ValueError as err:
+            self.wait_until_finished()
+            if not self._store.on_disk():
+                raise _loading.nothing_to_restore(self.directory)
+            snapshot = self.load_snapshot("latest", target_state)
+        else:
+            snapshot = self.load_snapshot(_loading.as_step(step), target_state)
+        assert snapshot is not None
+        return snapshot.state, snapshot.elapsed
+
+    # -- files -------------------------------------------------------------------------------
+
+    def _files(self) -> Files:
+        return (self._source if self._source is not None else self._store).files
+
+    def read_file(self, name: str) -> bytes | None:
+        """A file saved from :attr:`Snapshot.files` (``None`` if absent); after resuming from
+        another directory, read from there until the first save copies them here.
+
+        Example:
+            >>> import tempfile, gyre
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     print(gyre.checkpoint(tmp).read_file("history/000001.json"))
+            None
+        """
+        return self._files().read(name)
+
+    def list_files(self, folder: str) -> list[str]:
+        """The files saved under ``folder`` from snapshots: relative paths, sorted.
+
+        Example:
+            >>> import tempfile, gyre
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     print(gyre.checkpoint(tmp).list_files("history"))
+            []
+        """
+        return self._files().list(folder)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def latest_step(self) -> int | None:
+        """The latest saved (or being saved) step, or ``None`` when there is none.
+
+        Example:
+            >>> import tempfile, gyre
+            >>> with tempfile.TemporaryDirectory() as tmp, gyre.checkpoint(tmp) as ckpt:
+            ...     print(ckpt.latest_step())
+            None
+        """
+        return max(self._store.steps(), default=None)
+
+    def all_steps(self) -> list[int]:
+        """The saved steps, in increasing order (a step directory without gyre's record,
+        empty or unfinished, is not one).
+
+        Example:
+            >>> import tempfile, gyre, jax.numpy as jnp
+            >>> with tempfile.TemporaryDirectory() as tmp, gyre.checkpoint(tmp, keep=2) as ckpt:
+            ...     for s in (1, 2, 3):
+            ...         ckpt(gyre.Elapsed(steps=s), {"w": jnp.ones(2)})
+            ...     print(ckpt.all_steps())
+            [2, 3]
+        """
+        return self._store.steps()
+
+    def best_step(self) -> int | None:
+        """The saved step with the best monitored value, or ``None`` when there is none.
+
+        Example:
+            >>> import tempfile, gyre, jax.numpy as jnp
+            >>> tmp = tempfile.TemporaryDirectory()
+            >>> ckpt = gyre.checkpoint(tmp.name, keep=1, keep_best=1, monitor="loss", mode="min")
+            >>> for s, loss in ((1, 0.5), (2, 0.9)):
+            ...     ckpt(gyre.Elapsed(steps=s), {"w": jnp.ones(2)}, gyre.logs().add_loss("loss", loss))
+            >>> ckpt.best_step(), ckpt.all_steps()
+            (1, [1, 2])
+            >>> ckpt.close(); tmp.cleanup()
+        """
+        if self.monitor is None:
             raise ValueError(
                 explain(
-                    f"the checkpoint of step {step} in {self.directory} does not fit target_state",
-                    expected="a target_state with the structure, shapes and dtypes of the saved state",
-                    received=f"orbax says: {err}",
-                    fix="build target_state as the saved state was built (same model, optimizer "
-                    "and state class), e.g. by running your init function again",
+                    "best_step() needs a checkpoint that monitors a value",
+                    expected="gyre.checkpoint(directory, monitor='loss_test', mode='min')",
+                    received=f"{self!r} (no monitor)",
+                    fix="pass monitor= to gyre.checkpoint, or use latest_step()",
                 )
-            ) from err
-        return restored["state"], Elapsed.from_dict(restored["elapsed"])
+            )
+        return self._store.best_step()
 
-    # -- lifetime ------------------------------------------------------------------------
+    # -- lifetime ----------------------------------------------------------------------------
 
     def wait_until_finished(self) -> None:
         """Blocks until every save started so far is on disk.
+
+        Raises:
+            CheckpointError: a save failed in the background (its step is named).
 
         Example:
             >>> import tempfile, gyre
             >>> with tempfile.TemporaryDirectory() as tmp:
             ...     gyre.checkpoint(tmp).wait_until_finished()
         """
-        if self._manager_ is not None:
-            self._manager_.wait_until_finished()
+        with self._failures():
+            self._store.wait()
 
     def close(self) -> None:
         """Waits for pending saves and releases orbax's resources; the object can be reused.
@@ -413,10 +566,8 @@ class Checkpoint(LoopElement):
             >>> with tempfile.TemporaryDirectory() as tmp, gyre.checkpoint(tmp) as ckpt:
             ...     pass
         """
-        if self._manager_ is not None:
-            manager, self._manager_ = self._manager_, None
-            manager.wait_until_finished()
-            manager.close()
+        with self._failures():
+            self._store.close()
 
     def __enter__(self) -> Checkpoint:
         return self
@@ -428,27 +579,47 @@ class Checkpoint(LoopElement):
 def checkpoint(
     directory: str | os.PathLike[str],
     *,
-    keep: int = 1,
+    keep: int = 3,
+    keep_best: int = 0,
     monitor: str | None = None,
     mode: str = "min",
+    async_save: bool = True,
+    overwrite: bool = False,
+    checksums: bool = True,
 ) -> Checkpoint:
-    """Saves the state and the clock with orbax, keeping the latest ``keep`` checkpoints.
+    """Saves a run with orbax, keeping the latest ``keep`` checkpoints and the best
+    ``keep_best`` by ``monitor``, for an exact resume.
 
     Put it in a task table under any schedule, or pass it to a named loop's ``callbacks=``,
-    where it registers itself on ``on_epoch_end`` (after the evaluation) and, on
-    ``on_train_end``, waits for the last save. It can also be called by hand as
-    ``ckpt(elapsed, state)``. Saves are asynchronous; a step that is already saved is skipped.
+    where it registers itself on ``on_epoch_end`` (after the evaluation). In a loop it saves
+    ``loop.snapshot()``: the state, the clock and what the engine adds to resume exactly;
+    by hand, ``ckpt(elapsed, state)`` saves a state and its clock. Saves are asynchronous
+    (the next save waits for the previous one); a step already saved is skipped; a loop
+    returns only once its saves are on disk (``on_loop_end``).
+
+    What a checkpoint holds: the state (orbax), ``Snapshot.arrays`` (orbax), and as JSON the
+    clock, ``Snapshot.meta``, the monitored value, and each array leaf's path, shape, dtype
+    and CRC-32. Nothing is unpickled. On several processes every process takes part (orbax's
+    multi-host save) and process 0 writes the JSON and the files.
 
     Args:
-        directory: where to save (one sub-directory per step); made absolute.
-        keep: how many checkpoints to keep: the latest ones, or with ``monitor`` the best
-            ones (the latest is kept as well, to resume from).
-        monitor: a logged name (``"loss_test"``) or ``"collection.name"`` that ranks the
-            checkpoints; it must be in the logs whenever the checkpoint runs.
+        directory: where to save (one sub-directory per step); made absolute. It must be
+            empty, or hold the checkpoints this run resumes from (see ``overwrite``).
+        keep: how many of the latest checkpoints to keep (>= 1: the newest always stays).
+        keep_best: how many of the best checkpoints by ``monitor`` to keep as well (they
+            survive rotation by recency); needs ``monitor``.
+        monitor: a logged name (``"loss_test"``) or ``"collection.name"`` ranking the
+            checkpoints; it must be in the logs whenever the checkpoint runs. Needed for
+            ``keep_best``, ``best_step()`` and ``resume="best"``.
         mode: ``"min"`` (lower is better) or ``"max"``.
+        async_save: write in the background (``False``: each save blocks until on disk).
+        overwrite: delete another run's checkpoints found in ``directory`` at the first save,
+            instead of refusing to save there.
+        checksums: store a CRC-32 of each array (one host copy of the state per save) and
+            verify it when loading, so a file changed after the save is never loaded.
 
     Returns:
-        A :class:`Checkpoint`, also able to list and restore what it saved.
+        A :class:`Checkpoint`, also able to list, restore and resume what it saved.
 
     Example:
         >>> import tempfile, gyre, jax.numpy as jnp
@@ -457,8 +628,7 @@ def checkpoint(
         >>> tmp = tempfile.TemporaryDirectory()
         >>> ckpt = gyre.checkpoint(tmp.name, keep=2)
         >>> state, _, elapsed = gyre.loop(
-        ...     {"w": jnp.zeros(2)}, range(6), {gyre.every(1): train_step, gyre.every(2): ckpt},
-        ...     on_end=ckpt.on_train_end)
+        ...     {"w": jnp.zeros(2)}, range(6), {gyre.every(1): train_step, gyre.every(2): ckpt})
         >>> ckpt.all_steps()
         [3, 5]
         >>> state, elapsed = ckpt.restore({"w": jnp.zeros(2)})
@@ -466,4 +636,8 @@ def checkpoint(
         ([5.0, 5.0], 5)
         >>> ckpt.close(); tmp.cleanup()
     """
-    return Checkpoint(directory, keep=keep, monitor=monitor, mode=mode)
+    return Checkpoint(
+        directory, keep=keep, keep_best=keep_best, monitor=monitor, mode=mode,
+        async_save=async_save, overwrite=overwrite, checksums=checksums,
+    )
+

@@ -1,0 +1,415 @@
+"""Where ``gyre.checkpoint`` keeps its checkpoints: orbax's ``CheckpointManager`` and the files
+beside it.
+
+A checkpoint of step ``N`` is the directory ``<root>/N``, written by orbax under a temporary
+name (``N.orbax-checkpoint-tmp``) and renamed when complete. It holds:
+
+* ``state/``: the state (orbax ``StandardSave``: every process writes its shards);
+* ``arrays/``: :attr:`Snapshot.arrays`, when not empty (early stopping's best weights);
+* ``gyre/metadata``: the *record*, one JSON dict written by process 0: the format, the step,
+  the clock, :attr:`Snapshot.meta`, the monitored metrics, and every array leaf's path, shape,
+  dtype and CRC-32 (:mod:`gyre.callbacks._integrity`);
+* orbax's own ``_CHECKPOINT_METADATA`` and, with a monitor, ``metrics/``.
+
+Beside the steps, process 0 writes :attr:`Snapshot.files` (``history/000120.json``) before the
+step's save starts (:mod:`gyre.callbacks._files`); rotation never deletes them. A step
+directory that could not be loaded is set aside as ``N.corrupt`` (orbax ignores that name),
+never deleted.
+
+Nothing is unpickled: arrays go through orbax, everything else through JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from gyre.callbacks._files import Files
+from gyre.callbacks._integrity import Unreadable, abstract, describe_tree, mismatch, reason, verify
+from gyre.core._clock import Elapsed
+from gyre.core._errors import describe, explain
+from gyre.core._host import to_python
+from gyre.loop._snapshot import Snapshot
+
+FORMAT = 1
+RECORD_ITEM = "gyre"
+RECORD_FILE = "metadata"  # the file name orbax's JsonCheckpointHandler writes
+TEMPORARY = ".orbax-checkpoint-tmp"
+SET_ASIDE = ".corrupt"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that could not be written (``step`` names it) or that cannot be loaded.
+
+    Example:
+        >>> err = CheckpointError("the save of step 3 failed", step=3)
+        >>> err.step, isinstance(err, RuntimeError)
+        (3, True)
+    """
+
+    def __init__(self, message: str, *, step: int | None = None) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+def is_primary() -> bool:
+    """True on the process that writes what is written once (process 0).
+
+    Example:
+        >>> is_primary()
+        True
+    """
+    return jax.process_index() == 0
+
+
+def sync(name: str) -> None:
+    """Waits for every process at the barrier ``name`` (nothing on one process)."""
+    if jax.process_count() > 1:
+        from orbax.checkpoint import multihost
+
+        multihost.sync_global_processes(f"gyre_checkpoint:{name}")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return to_python(value)
+    raise TypeError(f"{type(value).__name__} is not JSON-able")
+
+
+def as_json(value: Any, *, what: str) -> Any:
+    """``value`` through a JSON round trip (numpy scalars become Python numbers); a clear
+    error when it holds anything else that JSON cannot hold.
+
+    Example:
+        >>> import numpy as np
+        >>> as_json({"best": np.float32(0.5), "n": 3}, what="meta")
+        {'best': 0.5, 'n': 3}
+    """
+    try:
+        return json.loads(json.dumps(value, default=_json_default))
+    except (TypeError, ValueError) as err:
+        raise TypeError(
+            explain(
+                f"a checkpoint's {what} must be JSON-able",
+                expected="dicts, lists, strings, numbers, booleans and None",
+                received=f"{describe(value, 120)} ({err})",
+                fix="return JSON-able values from state_dict(); put arrays in Snapshot.arrays",
+            )
+        ) from err
+
+
+def _read_json(path: str, rel: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise Unreadable("corrupt", f"{rel} is missing") from None
+    if not text.strip():
+        raise Unreadable("corrupt", f"{rel} is empty")
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise Unreadable("corrupt", f"{rel} is not valid JSON (damaged)") from None
+
+
+class Store:
+    """The checkpoints of one directory, through orbax (see the module's docstring).
+
+    Args:
+        root: the absolute directory.
+        keep: how many of the latest checkpoints rotation keeps.
+        keep_best: how many of the best-scored checkpoints it keeps as well.
+        score: ``metrics -> float``, higher is better (``None``: no monitor).
+        async_save: write in the background (orbax's async checkpointing).
+        read_only: only read (``gyre.restore``): nothing is created, saved or deleted.
+
+    Example:
+        >>> import tempfile, jax.numpy as jnp
+        >>> from gyre.core._clock import Elapsed
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     store = Store(tmp)
+        ...     store.save(Snapshot(2, {"w": jnp.ones(2)}, Elapsed(steps=2)), metrics=None, wait=True)
+        ...     store.read(2, {"w": jnp.zeros(2)}).state["w"].tolist(), store.steps()
+        ([1.0, 1.0], [2])
+    """
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        keep: int = 1,
+        keep_best: int = 0,
+        score: Callable[[Any], float] | None = None,
+        async_save: bool = True,
+        read_only: bool = False,
+    ) -> None:
+        self.root = root
+        self.keep, self.keep_best, self.score = keep, keep_best, score
+        self.async_save, self.read_only = async_save, read_only
+        self.pending: int | None = None  # the step being written in the background
+        self.files = Files(root)
+        self._unfinished: set[int] = set()  # steps whose save failed
+        self._manager: Any = None
+
+    @property
+    def manager(self) -> Any:
+        """orbax's ``CheckpointManager``, made on first use (orbax imports in a second)."""
+        if self._manager is None:
+            import orbax.checkpoint as ocp
+            from orbax.checkpoint import checkpoint_managers as cm
+
+            policies: list[Any] = [cm.LatestN(n=self.keep)]
+            if self.score is not None and self.keep_best:
+                # BestN alone would rank the newest checkpoint out when its value is poor;
+                # with LatestN beside it the newest always stays.
+                policies.append(
+                    cm.BestN(get_metric_fn=self.score, reverse=False, n=self.keep_best,
+                             keep_checkpoints_without_metrics=False)
+                )
+            options = ocp.CheckpointManagerOptions(
+                preservation_policy=cm.AnyPreservationPolicy(policies),
+                best_fn=self.score,  # also makes orbax write the metrics beside each step
+                best_mode="max",  # score is "higher is better"
+                enable_async_checkpointing=self.async_save,
+                create=not self.read_only,
+                read_only=self.read_only,
+            )
+            handlers = {
+                "state": ocp.StandardCheckpointHandler(),
+                "arrays": ocp.StandardCheckpointHandler(),
+                RECORD_ITEM: ocp.JsonCheckpointHandler(),
+            }
+            self._manager = ocp.CheckpointManager(self.root, options=options, item_handlers=handlers)
+        return self._manager
+
+    # -- listing ---------------------------------------------------------------------------
+
+    def step_dir(self, step: int) -> str:
+        return os.path.join(self.root, str(step))
+
+    def has_record(self, step: int) -> bool:
+        """Whether step ``step``'s directory holds gyre's record (a finished save does)."""
+        return os.path.isfile(os.path.join(self.step_dir(step), RECORD_ITEM, RECORD_FILE))
+
+    def on_disk(self) -> list[int]:
+        """Every step directory on disk, finished or not, in increasing order."""
+        if not os.path.isdir(self.root):
+            return []
+        return sorted(int(n) for n in os.listdir(self.root) if n.isdigit() and os.path.isdir(self.step_dir(int(n))))
+
+    def steps(self) -> list[int]:
+        """The saved steps (and the one being saved), in increasing order; a step directory
+        without a record (empty, or from a crashed save) is not one."""
+        return sorted(
+            s for s in self.manager.all_steps() if self.has_record(s) or not os.path.isdir(self.step_dir(s))
+        )
+
+    def metrics(self, step: int) -> Any:
+        """The metrics saved with ``step`` (``None`` when none)."""
+        return self.manager.metrics(step) if self.score is not None else None
+
+    def ranked(self) -> list[int]:
+        """The finished steps with a monitored value, best first."""
+        assert self.score is not None
+        scored = [(self.score(m), s) for s in self.on_disk() if self.has_record(s) and (m := self.metrics(s))]
+        return [s for _, s in sorted(scored, key=lambda pair: (-pair[0], -pair[1]))]
+
+    def best_step(self) -> int | None:
+        return self.manager.best_step() if self.steps() else None
+
+    # -- saving ----------------------------------------------------------------------------
+
+    def record(self, snapshot: Snapshot, metrics: Mapping[str, float] | None, checksums: bool) -> dict[str, Any]:
+        """The JSON record of a snapshot (computes the checksums: one host copy)."""
+        return {
+            "format": FORMAT,
+            "step": int(snapshot.step),
+            "elapsed": as_json(snapshot.elapsed.to_dict(), what="clock"),
+            "meta": as_json(snapshot.meta, what="Snapshot.meta"),
+            "metrics": as_json(dict(metrics), what="metrics") if metrics else None,
+            "state": describe_tree(snapshot.state, with_checksums=checksums),
+            "arrays": describe_tree(snapshot.arrays, with_checksums=checksums, where="Snapshot.arrays")
+            if snapshot.arrays
+            else None,
+            "processes": jax.process_count(),
+        }
+
+    def save(
+        self, snapshot: Snapshot, *, metrics: Mapping[str, float] | None, checksums: bool = True, wait: bool = False
+    ) -> None:
+        """Writes ``snapshot`` (in the background unless ``wait``) after its files; waits for
+        the previous save first, raising :class:`CheckpointError` if it failed."""
+        import orbax.checkpoint as ocp
+
+        step = int(snapshot.step)
+        record = self.record(snapshot, metrics, checksums)
+        items = {"state": ocp.args.StandardSave(snapshot.state), RECORD_ITEM: ocp.args.JsonSave(record)}
+        if snapshot.arrays:
+            items["arrays"] = ocp.args.StandardSave(snapshot.arrays)
+        self.wait()
+        self._remove_unfinished()
+        if snapshot.files and is_primary():
+            self.files.write(snapshot.files)
+        try:
+            self.manager.save(step, args=ocp.args.Composite(**items), metrics=record["metrics"], force=True)
+        except Exception as err:
+            self._failed(step, err)
+        self.pending = step
+        if wait:
+            self.wait()
+
+    def wait(self) -> None:
+        """Blocks until the save in flight is on disk; raises :class:`CheckpointError` naming
+        its step if it failed (the older checkpoints stay: rotation runs only after a save
+        succeeds)."""
+        if self._manager is None:
+            return
+        step, self.pending = self.pending, None
+        try:
+            self._manager.wait_until_finished()
+        except Exception as err:
+            self._failed(step, err)
+
+    def _failed(self, step: int | None, err: BaseException) -> None:
+        if step is not None:
+            self._unfinished.add(step)  # removed at the next save: orbax may still write there
+        self.manager.reload()  # orbax forgot the steps it meant to delete after this save
+        kept = self.steps()
+        raise CheckpointError(
+            explain(
+                f"checkpoint: the save of step {step} to {self.root} failed",
+                expected="the checkpoint written to disk",
+                received=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip(": "),
+                fix="free disk space or fix the directory (permissions, mount); the checkpoints "
+                f"already on disk are intact ({kept}), so a run resumed from them loses only the "
+                "steps since",
+            ),
+            step=step,
+        ) from err
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def read_record(self, step: int) -> dict[str, Any]:
+        """Step ``step``'s record; :class:`Unreadable` when missing or damaged."""
+        path = os.path.join(self.step_dir(step), RECORD_ITEM, RECORD_FILE)
+        if not os.path.isdir(self.step_dir(step)):
+            raise Unreadable("corrupt", "the step directory is missing")
+        if not os.listdir(self.step_dir(step)):
+            raise Unreadable("corrupt", "the step directory is empty")
+        record = _read_json(path, f"{RECORD_ITEM}/{RECORD_FILE}")
+        if not isinstance(record, dict) or not isinstance(record.get("format"), int):
+            raise Unreadable("corrupt", f"{RECORD_ITEM}/{RECORD_FILE} is not a gyre checkpoint record")
+        if record["format"] > FORMAT:
+            raise Unreadable("fit", f"it was written by a newer gyre (format {record['format']})")
+        return record
+
+    def _check_files(self, step: int, record: dict[str, Any]) -> None:
+        """orbax's metadata files must be present and parse (orbax reads some of them
+        leniently: an emptied one would otherwise load)."""
+        items = ["state"] + (["arrays"] if record.get("arrays") else [])
+        _read_json(os.path.join(self.step_dir(step), "_CHECKPOINT_METADATA"), "_CHECKPOINT_METADATA")
+        for item in items:
+            _read_json(os.path.join(self.step_dir(step), item, "_METADATA"), f"{item}/_METADATA")
+            manifest = os.path.join(self.step_dir(step), item, "manifest.ocdbt")
+            if os.path.isfile(manifest) and os.path.getsize(manifest) == 0:
+                raise Unreadable("corrupt", f"{item}/manifest.ocdbt is empty")
+
+    def _saved_tree(self, step: int, item: str) -> Any:
+        """The abstract tree of a saved item, on the first local device (no target given)."""
+        meta = self.manager.item_metadata(step)[item]
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        tree = getattr(meta, "tree", meta)
+        return jax.tree_util.tree_map(
+            lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype, sharding=device), tree
+        )
+
+    def read(self, step: int, target_state: Any, target_arrays: Any = None) -> Snapshot:
+        """Step ``step`` restored into ``target_state`` (and ``target_arrays``, else onto the
+        first local device) and verified; :class:`Unreadable` says why it cannot be."""
+        import orbax.checkpoint as ocp
+
+        record = self.read_record(step)
+        problem = mismatch(record["state"], target_state)
+        if problem:
+            raise Unreadable("fit", f"its state does not fit the target: {problem}")
+        has_arrays = record.get("arrays") is not None
+        if has_arrays and target_arrays is not None:
+            problem = mismatch(record["arrays"], target_arrays, where="Snapshot.arrays")
+            if problem:
+                raise Unreadable("fit", f"its Snapshot.arrays do not fit the target: {problem}")
+        self._check_files(step, record)
+        try:
+            items = {"state": ocp.args.StandardRestore(abstract(target_state))}
+            if has_arrays:
+                into = abstract(target_arrays) if target_arrays is not None else self._saved_tree(step, "arrays")
+                items["arrays"] = ocp.args.StandardRestore(into)
+            restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+        except Unreadable:
+            raise
+        except Exception as err:
+            raise Unreadable("corrupt", reason(err, self.step_dir(step))) from err
+        verify(record["state"], restored["state"])
+        arrays = restored["arrays"] if has_arrays else {}
+        if has_arrays:
+            verify(record["arrays"], arrays)
+        return Snapshot(
+            step=int(record["step"]),
+            state=restored["state"],
+            elapsed=Elapsed.from_dict(record["elapsed"]),
+            meta=record.get("meta") or {},
+            arrays=dict(arrays),
+            metrics=record.get("metrics"),
+        )
+
+    # -- housekeeping (process 0; the caller syncs) ----------------------------------------
+
+    def _remove_unfinished(self) -> None:
+        """Deletes what failed saves left (a full disk is full of them). orbax's writers of a
+        failed save may still be running when it is reported, so this runs at every later save
+        and at :meth:`close`."""
+        if self._unfinished and is_primary():
+            for name in self._temporaries():
+                if name.split(".")[0] in {str(s) for s in self._unfinished}:
+                    shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+
+    def _temporaries(self) -> list[str]:
+        if not os.path.isdir(self.root):
+            return []
+        return sorted(n for n in os.listdir(self.root) if TEMPORARY in n)
+
+    def set_aside(self, step: int) -> str:
+        """Renames step ``step``'s directory to ``N.corrupt`` (``N.corrupt-2``...); returns it."""
+        target, n = f"{self.step_dir(step)}{SET_ASIDE}", 1
+        while os.path.exists(target):
+            n += 1
+            target = f"{self.step_dir(step)}{SET_ASIDE}-{n}"
+        os.replace(self.step_dir(step), target)
+        return target
+
+    def delete_steps(self, steps: list[int]) -> None:
+        for step in steps:
+            shutil.rmtree(self.step_dir(step), ignore_errors=True)
+
+    def delete_temporaries(self) -> None:
+        for name in self._temporaries():
+            shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+
+    def reload(self) -> None:
+        if self._manager is not None:
+            self._manager.reload()
+
+    def close(self) -> None:
+        """Waits for the save in flight (raising its failure) and releases orbax."""
+        if self._manager is not None:
+            try:
+                self.wait()
+            finally:
+                manager, self._manager = self._manager, None
+                manager.close()
+                self._remove_unfinished()
