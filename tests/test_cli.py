@@ -143,3 +143,44 @@ def test_help_documents_the_exit_codes(capsys):
     with pytest.raises(SystemExit):
         cli.main(["fit", "--help"])
     assert "3  the training diverged" in capsys.readouterr().out
+
+
+def test_sigterm_saves_the_step_exits_75_and_resume_continues(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    args = [sys.executable, "-m", "gyre", "fit", "--epochs", "100", "--batch-size", "256", "--quiet", "--out", str(tmp_path)]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait for the first epoch's checkpoint: training runs
+        if any(p.name.isdigit() for p in tmp_path.glob("*/checkpoints/*")):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, out + err
+    run_dir = next(tmp_path.iterdir())
+    assert f"gyre fit --resume {run_dir}" in out
+    steps = int(out.split("preempted after ")[1].split()[0])
+    saved = max(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
+    assert saved == steps and 0 < steps < 100 * 5  # the signalled step, saved (5 steps per epoch)
+
+    done = subprocess.run(args + ["--resume", str(run_dir)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "trained 500 steps (100 epochs)" in done.stdout
+    with open(run_dir / "history.csv") as f:
+        lines = f.read().splitlines()
+    steps_column = [int(line.split(",")[0]) for line in lines[1:] if line.split(",")[0].isdigit()]
+    assert [s for s in steps_column if s < 500] == list(range(500))  # no step twice, none missing
+
+
+def test_resume_names_a_run_folder(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["fit", "--resume", str(tmp_path / "nope")])
+    assert info.value.code == 2
+    assert "--resume: must name the run folder of an earlier run" in capsys.readouterr().err

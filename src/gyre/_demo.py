@@ -154,6 +154,8 @@ class DemoResult:
         history: the run's history.
         elapsed: the loop's final clock.
         seconds: wall-clock seconds of training, compilation and evaluations included.
+        preempted: the run stopped on SIGTERM (or Ctrl-C), its last step saved; run again
+            with ``resume=run_dir`` to continue.
     """
 
     run_dir: Path
@@ -161,6 +163,7 @@ class DemoResult:
     history: History
     elapsed: Elapsed
     seconds: float
+    preempted: bool = False
 
 
 class DemoArgumentError(ValueError):
@@ -301,6 +304,7 @@ def fit_digits(
     seed: int = 0,
     out: str | Path = "runs",
     quiet: bool = False,
+    resume: str | Path | None = None,
 ) -> DemoResult:
     """Trains a 64-256-256-10 MLP on the digits with Adam; writes a run folder.
 
@@ -315,6 +319,9 @@ def fit_digits(
         seed: seeds the data split, the shuffles and the initial parameters.
         out: the folder that holds run folders.
         quiet: no progress bar.
+        resume: a run folder of an earlier, stopped run (SIGTERM, a crash): the run
+            continues there from its newest good checkpoint, exactly as if it had never
+            stopped (same arguments expected).
 
     Returns:
         A :class:`DemoResult`.
@@ -347,7 +354,7 @@ def fit_digits(
             (x_test, y_test), batch_size, shuffle=False, epochs=1, drop_remainder=False
         )
 
-    run_dir = make_run_dir(out)
+    run_dir = make_run_dir(out) if resume is None else _resume_dir(resume)
     model, tx = MLP(), optax.adam(learning_rate)
     train_step, test_step = make_steps(model, tx)
     state = create_state(model, tx, features=x_train.shape[1], seed=seed)
@@ -365,6 +372,7 @@ def fit_digits(
             epoch_duration=steps,
             callbacks=callbacks,
             stop=total,
+            resume=None if resume is None else "latest",
         )
     except gyre.NonFiniteError as err:  # diverged: the checkpoints hold the last good state
         err.add_note(f"run folder: {run_dir}")
@@ -373,5 +381,22 @@ def fit_digits(
 
     history.to_csv(str(run_dir / "history.csv"))
     history.plot(str(run_dir / "curves.png"), keys=[["loss", "loss_test"], ["accuracy", "accuracy_test"]])
-    accuracy = float(history.collect("accuracy_test")[-1])
-    return DemoResult(run_dir, accuracy, history, elapsed, seconds)
+    accuracies = history.collect("accuracy_test") if "accuracy_test" in history.names().get("metrics", []) else []
+    accuracy = float(accuracies[-1]) if accuracies else math.nan  # none yet: preempted early
+    preempted = history.stop_reason == "preempted"
+    return DemoResult(run_dir, accuracy, history, elapsed, seconds, preempted)
+
+
+def _resume_dir(resume: str | Path) -> Path:
+    """The run folder to continue (it must hold the checkpoints of an earlier run)."""
+    run_dir = Path(resume).expanduser()
+    if not (run_dir / "checkpoints").is_dir():
+        raise DemoArgumentError(
+            "resume",
+            f"must name the run folder of an earlier run: {str(run_dir)!r} "
+            + ("holds no checkpoints/" if run_dir.is_dir() else "does not exist"),
+            expected="a folder made by gyre fit, holding checkpoints/",
+            received=repr(str(run_dir)),
+            fix="pass the run folder gyre fit printed, e.g. --resume runs/20240501-120000",
+        )
+    return run_dir

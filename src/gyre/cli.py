@@ -24,12 +24,15 @@ MAX_SEED = 2**63 - 1  # what jax.random.key takes (kept equal to gyre._demo.MAX_
 EXIT_OK = 0
 EXIT_USAGE = 2  # an option that cannot work (argparse's code)
 EXIT_NON_FINITE = 3  # the training diverged: a NaN or infinite loss or metric
+EXIT_PREEMPTED = 75  # SIGTERM (or Ctrl-C): the step finished and was saved (EX_TEMPFAIL)
 
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}  the command succeeded
   {EXIT_USAGE}  usage error: an option that cannot work, reported before any training
   {EXIT_NON_FINITE}  the training diverged: a loss or metric became NaN or infinite (the message
-     names the step and the entry; the run's checkpoints hold no state made after it)"""
+     names the step and the entry; the run's checkpoints hold no state made after it)
+  {EXIT_PREEMPTED} preempted: SIGTERM (or Ctrl-C) arrived; the current step finished and was
+     saved; continue with gyre fit --resume RUN_FOLDER (a second signal stops at once)"""
 
 
 def _positive_int(text: str) -> int:
@@ -97,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--seed", type=_seed, default=0, help="seed of the split, shuffles and initial parameters")
     fit.add_argument("--out", default="runs", help="folder that holds the run folders")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
+    fit.add_argument(
+        "--resume", metavar="RUN_FOLDER", default=None,
+        help="continue a stopped run (SIGTERM, a crash) in its run folder, from its newest good "
+        "checkpoint, exactly as if it had never stopped; pass the same options",
+    )
     fit.set_defaults(command_parser=fit)
     return parser
 
@@ -113,6 +121,7 @@ def _fit(args: argparse.Namespace) -> int:
             seed=args.seed,
             out=args.out,
             quiet=args.quiet,
+            resume=args.resume,
         )
     except demo.DemoArgumentError as err:  # raised before training: a usage error
         option = "--" + err.argument.replace("_", "-")
@@ -123,6 +132,9 @@ def _fit(args: argparse.Namespace) -> int:
         return EXIT_NON_FINITE
     steps, epochs = result.elapsed.steps, result.elapsed.epochs
     print(f"run folder: {result.run_dir}")
+    if result.preempted:
+        print(f"preempted after {steps} steps, saved; continue with: gyre fit --resume {result.run_dir}")
+        return EXIT_PREEMPTED
     print(f"trained {steps} steps ({epochs} epochs) in {result.seconds:.1f}s")
     print(f"final test accuracy: {result.test_accuracy:.4f}")
     return EXIT_OK
