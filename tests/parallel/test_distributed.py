@@ -8,6 +8,7 @@ threads, and their lines interleave mid-line. Their streams appear only in failu
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -187,3 +188,41 @@ def test_main_process_only_runs_on_process_zero(monkeypatch):
     assert calls == [0, 1] and history.collect("seen") == [1.0, 1.0]
     monkeypatch.setattr(jax, "process_index", lambda: 1)
     assert record(gyre.Elapsed()) is None and calls == [0, 1]
+
+
+PREEMPT_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_preempt_worker.py")
+
+
+def spawn_preempt(out, processes, index, port, devices, mode):
+    env = dict(os.environ)
+    env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    return subprocess.Popen(
+        [sys.executable, PREEMPT_WORKER, str(out), str(processes), str(index), str(port), mode],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def test_sigterm_to_two_processes_saves_one_step_and_resumes_on_one_process(tmp_path):
+    deadline = time.monotonic() + TIMEOUT
+    port = free_port()
+    procs = [spawn_preempt(tmp_path, 2, i, port, 2, "train") for i in range(2)]
+    while not all((tmp_path / f"started_{i}").exists() for i in range(2)):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            finish(procs, deadline)
+            pytest.fail("the two processes did not start training")
+        time.sleep(0.05)
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    outputs = finish(procs, deadline)
+    results = [json.loads((tmp_path / f"train_{i}.json").read_text()) for i in range(2)]
+    assert all(r["failed"] is None for r in results), tails(outputs) + str(results)
+    steps = results[0]["steps"]
+    assert results[1]["steps"] == steps and 5 < steps < 2000  # one step, agreed by both
+    assert [r["stop_reason"] for r in results] == ["preempted", "preempted"]
+    assert results[0]["checkpoints"] == results[1]["checkpoints"] == [steps]
+
+    resume = spawn_preempt(tmp_path, 1, 0, free_port(), 4, "resume")
+    outputs = finish([resume], deadline)
+    result = json.loads((tmp_path / "resume_0.json").read_text())
+    assert result["failed"] is None, tails(outputs) + str(result)
+    assert result["steps"] == 2000 and result["checkpoints"][0] == steps
