@@ -80,7 +80,9 @@ def main(steps: int = 1000, workdir: str | None = None) -> float:
             {gyre.every(1): [eval_step]},
         )
 
-    checkpoint = gyre.checkpoint(os.path.join(workdir, "checkpoints"), monitor="accuracy_valid", mode="max")
+    checkpoint = gyre.checkpoint(  # the latest checkpoint (to resume) and the best one (to use)
+        os.path.join(workdir, "checkpoints"), keep=1, keep_best=1, monitor="accuracy_valid", mode="max"
+    )
     state, history, _ = gyre.loop(
         state,
         gyre.data.batches((x_train, y_train), BATCH_SIZE),

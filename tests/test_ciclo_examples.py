@@ -83,8 +83,9 @@ def test_01_mnist_simple(run_example, tmp_path):
     steps, loss, accuracy = g["history"].collect("steps", "loss", "accuracy")
     assert steps == list(range(100)) and _went_down(loss)
     assert np.mean(accuracy[-10:]) > 0.5  # chance is 0.1
-    # every(10) saves after steps 0, 10, ..., 90 (the completed clock), keeping the latest
-    assert _saved_steps(_runs(tmp_path, "01_mnist_simple")) == [91]
+    # every(10) saves after steps 0, 10, ..., 90 (the completed clock) and the loop's end
+    # saves step 100: the latest 3 are kept
+    assert _saved_steps(_runs(tmp_path, "01_mnist_simple")) == [81, 91, 100]
     assert _is_png(_runs(tmp_path, "01_mnist_simple") / "history.png")
 
 
@@ -96,9 +97,9 @@ def test_02_mnist_train_loop(run_example, tmp_path):
     assert steps_test == list(range(9, 100, 10))  # an evaluation at the end of every epoch of 10
     assert loss_test[-1] < loss_test[0] and accuracy_test[-1] > 0.5
     assert len(history.collect("loss")) == 100
-    # the best evaluation by accuracy_test is the one kept
+    # keep=1, keep_best=1: the best evaluation by accuracy_test and the end of training (100)
     best = steps_test[int(np.argmax(accuracy_test))] + 1
-    assert _saved_steps(_runs(tmp_path, "02_mnist_train_loop")) == [best]
+    assert _saved_steps(_runs(tmp_path, "02_mnist_train_loop")) == sorted({best, 100})
     assert _is_png(_runs(tmp_path, "02_mnist_train_loop") / "history.png")
 
 
@@ -121,9 +122,10 @@ def test_04_mnist_managed_api(run_example, tmp_path):
     valid_steps, accuracy_valid = history.collect("steps", "accuracy_valid")
     assert valid_steps == list(range(1, 100, 10))  # after(1).every(10)
     assert accuracy_valid[-1] > 0.5
-    # keep=3 best by accuracy_valid, each saved with the completed clock (step + 1)
-    best = sorted(np.asarray(valid_steps)[np.argsort(accuracy_valid, kind="stable")[-3:]] + 1)
-    assert _saved_steps(_runs(tmp_path, "04_mnist_managed_api")) == [int(s) for s in best]
+    # keep_best=3 by accuracy_valid, each saved with the completed clock (step + 1), and the
+    # latest (keep=1): the end of training, saved when the loop stops at step 100
+    best = np.asarray(valid_steps)[np.argsort(accuracy_valid, kind="stable")[-3:]] + 1
+    assert _saved_steps(_runs(tmp_path, "04_mnist_managed_api")) == sorted({*map(int, best), 100})
     # the metrics in the state were reset after the evaluation at step 91: they hold the
     # training batches of steps 92..99 (the train step logs them as stateful metrics)
     assert int(g["state"].accuracy.count) == 8 * 32
@@ -136,7 +138,8 @@ def test_05_mnist_flax_state(run_example, tmp_path):
     )
     assert steps == list(range(9, 100, 10)) and avg_loss[-1] < avg_loss[0]
     assert avg_loss_test[-1] < avg_loss_test[0] and accuracy_test[-1] > 0.5
-    assert len(_saved_steps(_runs(tmp_path, "05_mnist_flax_state"))) == 1  # the best one
+    best = steps[int(np.argmax(accuracy_test))] + 1  # keep_best=1, and the latest: the end
+    assert _saved_steps(_runs(tmp_path, "05_mnist_flax_state")) == sorted({best, 100})
     assert _is_png(_runs(tmp_path, "05_mnist_flax_state") / "history.png")
 
 
@@ -155,7 +158,7 @@ def test_01_mnist_haiku(run_example, tmp_path):
     g = run_example("01_mnist_haiku")
     steps, loss, accuracy = g["history"].collect("steps", "loss", "accuracy")
     assert steps == list(range(100)) and _went_down(loss) and np.mean(accuracy[-10:]) > 0.5
-    assert _saved_steps(_runs(tmp_path, "haiku_mnist_simple")) == [91]
+    assert _saved_steps(_runs(tmp_path, "haiku_mnist_simple")) == [81, 91, 100]
     assert _is_png(_runs(tmp_path, "haiku_mnist_simple") / "history.png")
 
 
@@ -163,5 +166,5 @@ def test_the_length_knob_ends_the_data(run_example, tmp_path):
     with pytest.warns(gyre.LoopWarning, match="the data ended after 12 steps, before stop=Period"):
         g = run_example("01_mnist_simple", steps=12)
     assert g["history"].collect("steps", "loss")[0] == list(range(12))
-    assert _saved_steps(_runs(tmp_path, "01_mnist_simple")) == [11]
+    assert _saved_steps(_runs(tmp_path, "01_mnist_simple")) == [1, 11, 12]  # and the end
     assert os.environ["GYRE_EXAMPLE_STEPS"] == "12"

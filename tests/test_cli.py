@@ -23,7 +23,7 @@ def test_cli_fit_passes_options_and_prints_the_result(monkeypatch, capsys, tmp_p
                      "--seed", "3", "--out", str(tmp_path), "--quiet"])
     assert code == 0
     assert seen == {"epochs": 2, "batch_size": 32, "learning_rate": 0.01, "seed": 3,
-                    "out": str(tmp_path), "quiet": True}
+                    "out": str(tmp_path), "quiet": True, "resume": None}
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"run folder: {tmp_path / 'run'}"
     assert lines[-1] == "final test accuracy: 0.9736"

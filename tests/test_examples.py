@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import gyre
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 STEPS = 30
 
@@ -43,15 +45,16 @@ def test_00_linear_regression(load, tmp_path):
 def test_01_loop(load, tmp_path):
     accuracy = load("01_loop").main(steps=STEPS, workdir=str(tmp_path))
     assert accuracy > 0.5  # chance is 0.1
-    # every(3) fires at steps 0, 3, ..., 27; each saves the clock once its step completes.
-    assert _saved_steps(tmp_path / "checkpoints") == [28]
+    # every(3) fires at steps 0, 3, ..., 27; each saves the clock once its step completes, and
+    # the loop's end saves step 30: the latest 3 are kept.
+    assert _saved_steps(tmp_path / "checkpoints") == [25, 28, 30]
 
 
 def test_02_train_loop(load, tmp_path, capsys):
     accuracy = load("02_train_loop").main(steps=STEPS, workdir=str(tmp_path))
     assert accuracy > 0.5
     assert "1 epochs" in capsys.readouterr().out  # one evaluation, after 22 steps
-    assert _saved_steps(tmp_path / "checkpoints") == [22]
+    assert _saved_steps(tmp_path / "checkpoints") == [22, 30]  # the epoch's end, the loop's end
 
 
 def test_03_manual_iteration(load, tmp_path, capsys):
@@ -61,7 +64,8 @@ def test_03_manual_iteration(load, tmp_path, capsys):
     assert f"{STEPS}/{STEPS} [" in out  # the bar reached its end
     first, last = (float(v) for v in out.split("loss: ")[-1].split(";")[0].split(" -> "))
     assert last < first
-    assert _saved_steps(tmp_path / "checkpoints") == [28]  # by hand too: the completed steps, as gyre.loop
+    # by hand too: the completed steps, as gyre.loop (the latest 3; no end-of-loop save by hand)
+    assert _saved_steps(tmp_path / "checkpoints") == [22, 25, 28]
 
 
 def test_examples_default_to_a_new_run_folder_under_runs(load, tmp_path, monkeypatch):
@@ -84,7 +88,7 @@ def test_an_example_writes_only_under_runs(load, tmp_path, monkeypatch):
     example.main(steps=4)
     assert list(temporary.iterdir()) == []
     (run,) = (tmp_path / "runs" / "01_loop").iterdir()
-    assert _saved_steps(run / "checkpoints") == [4]
+    assert _saved_steps(run / "checkpoints") == [2, 3, 4]
 
 
 def test_examples_document_where_they_write():
@@ -94,17 +98,21 @@ def test_examples_document_where_they_write():
 
 
 def test_04_managed_api(load, tmp_path, capsys):
-    accuracy = load("04_managed_api").main(steps=STEPS, workdir=str(tmp_path))
+    example = load("04_managed_api")
+    accuracy = example.main(steps=STEPS, workdir=str(tmp_path))
     assert accuracy > 0.5
     assert "accuracy_valid" in capsys.readouterr().out
-    assert len(_saved_steps(tmp_path / "checkpoints")) == 1  # the best evaluation is kept
+    # keep=1, keep_best=1: the best evaluation (saved after steps 10, 20, 30) and the latest
+    ckpt = gyre.checkpoint(tmp_path / "checkpoints", keep=1, keep_best=1, monitor="accuracy_valid", mode="max")
+    best = ckpt.best_step()
+    assert best in (10, 20, 30) and _saved_steps(tmp_path / "checkpoints") == sorted({best, 30})
 
 
 def test_05_flax_state(load, tmp_path, capsys):
     accuracy = load("05_flax_state").main(steps=STEPS, workdir=str(tmp_path))
     assert accuracy > 0.5
     assert "1 epochs" in capsys.readouterr().out
-    assert _saved_steps(tmp_path / "checkpoints") == [22]
+    assert _saved_steps(tmp_path / "checkpoints") == [22, 30]  # the epoch's end, the loop's end
 
 
 def test_06_nnx(load, tmp_path):

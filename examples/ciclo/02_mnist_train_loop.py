@@ -154,6 +154,8 @@ state, history, _ = ciclo.train_loop(
             f"runs/ciclo/{Path(__file__).stem}/{int(time())}",  # gyre: was logdir/
             monitor="accuracy_test",
             mode="max",
+            keep=1,
+            keep_best=1,  # gyre: ciclo's monitor= kept only the best; gyre keeps the latest `keep` and the best `keep_best`
         ),
         ciclo.keras_bar(total=total_steps),
     ],

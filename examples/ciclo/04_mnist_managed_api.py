@@ -3,7 +3,7 @@
 (``managed.step``), on a ``ManagedState`` subclass carrying CLU metrics as fields; the table
 spreads the train step and a Keras bar (``**train_step``, ``**ciclo.keras_bar(...)``) and, after
 the first step, every tenth of the run resets the metrics, evaluates in an ``inner_loop``, keeps
-the 3 best checkpoints and checks early stopping.
+the 3 best checkpoints (and the latest) and checks early stopping.
 
 Adapted from ciclo's examples/flax/04_mnist_managed_api.py (MIT License, Copyright (c) 2022
 Cristian Garcia): only the imports and the data loading changed. The data are scikit-learn's
@@ -140,7 +140,8 @@ state, history, *_ = ciclo.loop(
                 f"runs/ciclo/{Path(__file__).stem}/{int(time())}",  # gyre: was logdir/
                 monitor="accuracy_valid",
                 mode="max",
-                keep=3,
+                keep=1,
+                keep_best=3,  # gyre: ciclo's monitor= kept only the best; gyre keeps the latest `keep` and the best `keep_best`
             ),
             ciclo.early_stopping(
                 monitor="accuracy_valid",

@@ -159,11 +159,6 @@ def test_no_snapshot_holds_a_state_made_after_the_first_non_finite_loss(steps_pe
     assert all(np.isfinite(state) for state in saver.saved.values())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs gyre.checkpoint to save through loop.snapshot() (the engine's exact-resume "
-    "work): until then it saves the diverged state, and rotation deletes a good checkpoint",
-)
 def test_gyre_checkpoint_never_saves_or_rotates_after_the_first_non_finite_loss(tmp_path):
     @jax.jit
     def step(state, batch):

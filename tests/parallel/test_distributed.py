@@ -109,10 +109,12 @@ def test_two_processes_match_one_process_of_four_devices(tmp_path):
     assert len(got[0]["losses"]) == 20
     np.testing.assert_allclose(got[0]["losses"], ref["losses"], atol=1e-5, rtol=0)
     assert got[1]["losses"] == got[0]["losses"]
-    # the checkpoint written by both processes together restores on both
-    assert got_npz["checkpoints"].tolist() == ref_npz["checkpoints"].tolist() == [11]
-    assert int(got_npz["restored_steps"]) == 11
+    # the checkpoint written by both processes together restores on both: keep=1 leaves the
+    # loop's final save (step 20), after the scheduled one at step 11
+    assert got_npz["checkpoints"].tolist() == ref_npz["checkpoints"].tolist() == [20]
+    assert int(got_npz["restored_steps"]) == 20
     np.testing.assert_allclose(got_npz["restored_w1"], ref_npz["restored_w1"], atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(got_npz["restored_w1"], got_npz["w1"])  # the end of training
     # only process 0 draws the bar: process 1 prints nothing at all through Python
     assert "20/20 [" in got[0]["printed"] and "20/20 [" in ref["printed"]
     assert got[1]["printed"] == ""

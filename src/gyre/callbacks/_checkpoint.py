@@ -629,11 +629,11 @@ def checkpoint(
         >>> ckpt = gyre.checkpoint(tmp.name, keep=2)
         >>> state, _, elapsed = gyre.loop(
         ...     {"w": jnp.zeros(2)}, range(6), {gyre.every(1): train_step, gyre.every(2): ckpt})
-        >>> ckpt.all_steps()
-        [3, 5]
+        >>> ckpt.all_steps()  # after steps 1, 3, 5 and the loop's end; the latest 2 kept
+        [5, 6]
         >>> state, elapsed = ckpt.restore({"w": jnp.zeros(2)})
         >>> state["w"].tolist(), elapsed.steps
-        ([5.0, 5.0], 5)
+        ([6.0, 6.0], 6)
         >>> ckpt.close(); tmp.cleanup()
     """
     return Checkpoint(
