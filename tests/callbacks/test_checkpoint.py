@@ -766,8 +766,10 @@ def test_a_new_run_refuses_another_runs_checkpoints(tmp_path):
     with pytest.raises(FileExistsError):
         gyre.checkpoint(tmp_path).on_loop_start()  # before training, at once
     assert ckpt.all_steps() == [3, 6]
-    with pytest.raises(FileExistsError):  # inside a loop too: saves are never silently skipped
-        gyre.loop(make_state(), [1.0] * 9, {gyre.every(1): add_batch, gyre.every(9): gyre.checkpoint(tmp_path)})
+    ran = []
+    with pytest.raises(FileExistsError):  # inside a loop too, before its first step
+        gyre.loop(make_state(), [1.0] * 9, {gyre.every(1): [add_batch, ran.append], gyre.every(9): gyre.checkpoint(tmp_path)})
+    assert ran == []
 
 
 def test_a_resumed_run_saves_on(tmp_path):

@@ -103,11 +103,14 @@ def restore_objects(ls: LoopState, snapshot: Snapshot) -> None:
 
 def prepare(ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], resumed: Snapshot | None) -> None:
     """Fills what the loop's checkpoints save: its resumable objects, and where the history
-    files of the checkpoint it resumed from stand (the others write theirs from record 0)."""
+    files of the checkpoint it resumed from stand (the others write theirs from record 0);
+    then lets each checkpoint claim its directory before the first step."""
     ls.resumables = collect(tasks, extra)
     checkpoint = find_checkpointer(tasks, extra, None)
     if checkpoint is not None and resumed is not None:
         ls.history_saved[id(checkpoint)] = int(resumed.meta.get("history", 0))
+    for each in checkpointers(tasks, extra):
+        each.on_loop_start()  # another run's checkpoints are refused now, not at the first save
 
 
 def final_save(ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], *, wait: bool) -> None:

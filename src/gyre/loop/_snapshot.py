@@ -61,6 +61,11 @@ class Checkpointer(LoopElement):
     the loop is given ``resume=``.
     """
 
+    def on_loop_start(self) -> None:
+        """Called before the loop's first step, after any resume: a checkpointer checks here
+        what it will write to (``gyre.checkpoint`` refuses another run's checkpoints), so a
+        run fails before training rather than at its first save. The default does nothing."""
+
     def save_snapshot(self, snapshot: Snapshot, *, wait: bool = False) -> None:  # pragma: no cover
         """Saves ``snapshot`` (asynchronously unless ``wait``); skips a step already saved."""
         raise NotImplementedError
