@@ -37,12 +37,22 @@ def block_name(start: int) -> str:
     return f"{FOLDER}/{start:012d}.json"
 
 
+_DTYPE_NAMES: dict[Any, str] = {}  # numpy's dtype.name costs microseconds; a save names thousands
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = dtype.name
+    return name
+
+
 def _encode_value(value: Any) -> Any:
     if isinstance(value, (bool, int, float, str)) or value is None:
         return value
     if hasattr(value, "dtype") and hasattr(value, "shape"):
         array = np.asarray(value)
-        return {"dtype": array.dtype.name, "shape": list(array.shape), "data": array.tolist()}
+        return {"dtype": _dtype_name(array.dtype), "shape": list(array.shape), "data": array.tolist()}
     raise TypeError(
         explain(
             "a history value cannot be saved in a checkpoint",
