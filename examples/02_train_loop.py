@@ -29,11 +29,10 @@ def main(steps: int = 1000, workdir: str | None = None) -> float:
     """
     workdir = make_workdir(workdir, "02_train_loop")
     (x_train, y_train), (x_test, y_test) = gyre.data.digits()
-    steps_per_epoch = gyre.data.steps_per_epoch(len(x_train), BATCH_SIZE)
 
     state, history, elapsed = gyre.train_loop(
         create_state(seed=0),
-        gyre.data.batches((x_train, y_train), BATCH_SIZE),
+        gyre.data.batches((x_train, y_train), BATCH_SIZE),  # knows its epoch: 22 steps
         {
             gyre.on_train_step: [train_step],
             gyre.on_test_step: [test_step],
@@ -41,7 +40,6 @@ def main(steps: int = 1000, workdir: str | None = None) -> float:
         test_dataset=lambda: gyre.data.batches(
             (x_test, y_test), BATCH_SIZE, shuffle=False, epochs=1, drop_remainder=False
         ),
-        epoch_duration=steps_per_epoch,
         callbacks=[
             gyre.keras_bar(total=steps),  # on_train_batch_end
             gyre.checkpoint(os.path.join(workdir, "checkpoints")),  # on_epoch_end

@@ -45,7 +45,6 @@ def main(steps: int = 1000, workdir: str | None = None) -> float:
         test_dataset=lambda: gyre.data.batches(
             (x_test, y_test), BATCH_SIZE, shuffle=False, epochs=1, drop_remainder=False
         ),
-        epoch_duration=gyre.data.steps_per_epoch(len(x_train), BATCH_SIZE),
         callbacks=[
             gyre.keras_bar(total=steps),
             gyre.checkpoint(os.path.join(workdir, "checkpoints"), monitor="accuracy_test", mode="max"),
