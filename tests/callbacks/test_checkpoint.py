@@ -748,6 +748,38 @@ def test_a_failed_background_save_is_raised_at_the_next_save_naming_the_step(tmp
     assert sorted(os.listdir(tmp_path)) == ["2", "5"]
 
 
+def test_a_background_save_failing_inside_a_loop_stops_it_at_once(tmp_path, monkeypatch):
+    import time
+
+    import orbax.checkpoint as ocp
+
+    class Full:
+        def result(self, timeout=None):
+            raise OSError(28, "No space left on device")
+
+    async def failing(self, directory, *args, **kwargs):
+        return [Full()]
+
+    ckpt = gyre.checkpoint(tmp_path, keep=2)
+    seen = []
+
+    def slow(elapsed):  # steps slow enough for the background save to end within a few
+        seen.append(elapsed.steps)
+        time.sleep(0.02)
+        if elapsed.steps == 5:  # every(5) fires in steps 0, 5, 10: the save of step 6 will fail
+            monkeypatch.setattr(ocp.JsonCheckpointHandler, "async_save", failing)
+
+    with pytest.raises(CheckpointError) as info:
+        gyre.loop(make_state(), [1.0] * 200, {gyre.every(1): [add_batch, slow], gyre.every(5): ckpt})
+    monkeypatch.undo()
+    assert info.value.step == 6
+    # raised a few steps later, not at the next save (in step 10) nor at the end (step 200)
+    assert max(seen) < 10
+    assert info.value.elapsed.steps in (max(seen), max(seen) + 1)  # the state handed back
+    assert ckpt.all_steps() == [1]  # the good one stays
+    ckpt.close()
+
+
 # -- one run per directory ----------------------------------------------------------------------
 
 

@@ -544,6 +544,23 @@ class Checkpoint(Checkpointer):
 
     # -- lifetime ----------------------------------------------------------------------------
 
+    def poll(self) -> None:
+        """Raises a background save that has finished failing (:class:`CheckpointError`
+        naming its step); never waits for one still running. The loop calls it after every
+        step, so a failed save (a full disk) stops training at once; on several processes
+        the failure is raised at the next save or at the loop's end, where every process
+        waits together.
+
+        Example:
+            >>> import tempfile, gyre, jax.numpy as jnp
+            >>> with tempfile.TemporaryDirectory() as tmp, gyre.checkpoint(tmp) as ckpt:
+            ...     ckpt(gyre.Elapsed(steps=1), {"w": jnp.ones(2)})
+            ...     ckpt.poll()  # nothing failed: returns at once
+        """
+        if self._store.finished_pending():
+            with self._failures():
+                self._store.wait()
+
     def wait_until_finished(self) -> None:
         """Blocks until every save started so far is on disk.
 

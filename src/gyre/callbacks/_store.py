@@ -264,6 +264,14 @@ class Store:
         if wait:
             self.wait()
 
+    def finished_pending(self) -> bool:
+        """True when a background save was started and has ended (well or not): :meth:`wait`
+        then returns at once. Never waits; on several processes always ``False`` (waiting
+        there is a collective step every process must take together, at a save)."""
+        if self.pending is None or self._manager is None or jax.process_count() > 1:
+            return False
+        return not self._manager.is_saving_in_progress()
+
     def wait(self) -> None:
         """Blocks until the save in flight is on disk; raises :class:`CheckpointError` naming
         its step if it failed (the older checkpoints stay: rotation runs only after a save

@@ -109,7 +109,8 @@ def prepare(ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], resu
     checkpoint = find_checkpointer(tasks, extra, None)
     if checkpoint is not None and resumed is not None:
         ls.history_saved[id(checkpoint)] = int(resumed.meta.get("history", 0))
-    for each in checkpointers(tasks, extra):
+    ls.checkpoints = checkpointers(tasks, extra)
+    for each in ls.checkpoints:
         each.on_loop_start()  # another run's checkpoints are refused now, not at the first save
 
 

@@ -66,6 +66,12 @@ class Checkpointer(LoopElement):
         what it will write to (``gyre.checkpoint`` refuses another run's checkpoints), so a
         run fails before training rather than at its first save. The default does nothing."""
 
+    def poll(self) -> None:
+        """Called after every step (every chunk when fused) while the loop runs: raises the
+        failure of a background save that has finished failing, without waiting for one still
+        running, so a failed save stops training at once rather than at the next save. The
+        default does nothing."""
+
     def save_snapshot(self, snapshot: Snapshot, *, wait: bool = False) -> None:  # pragma: no cover
         """Saves ``snapshot`` (asynchronously unless ``wait``); skips a step already saved."""
         raise NotImplementedError

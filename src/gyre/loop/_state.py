@@ -59,6 +59,7 @@ class LoopState:
         "state", "history", "elapsed", "logs", "batch", "metadata",
         "stop_requested", "stop_reason", "_completed", "_nan",
         "resumables", "data", "saves", "history_saved", "preempted", "step_start",
+        "checkpoints",
     )
 
     def __init__(self, state: Any, history: History, elapsed: Elapsed, metadata: Any = None) -> None:
@@ -77,6 +78,8 @@ class LoopState:
         self.data: Any = None
         #: checkpoints that asked to save at the end of this step, with their metrics
         self.saves: list[tuple[Any, dict[str, float] | None]] = []
+        #: the loop's checkpoints, polled after each step for a failed background save
+        self.checkpoints: list[Any] = []
         #: per checkpoint (by id): history records already written to its directory
         self.history_saved: dict[int, int] = {}
         #: ``preempted(step) -> bool``, asked after each step (see :mod:`gyre.loop._preempt`)
@@ -120,6 +123,8 @@ class LoopState:
         when a preemption signal arrived (the engine calls it after committing a step)."""
         if self.saves:
             self.run_saves()
+        for checkpoint in self.checkpoints:
+            checkpoint.poll()
         if self.preempted(step) and not self.stop_requested:
             self.request_stop("preempted")
 
