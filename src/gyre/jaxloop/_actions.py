@@ -22,7 +22,7 @@ import numpy as np
 
 from gyre.callbacks._checkpoint import Checkpoint, checkpoint
 from gyre.core._clock import Elapsed
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, whole_number
 from gyre.jaxloop._loop import check_interval, reduce_outputs
 
 Output = dict[str, Any]
@@ -547,7 +547,10 @@ class MetricMonitoringStopHandler:
             )
         self.monitored_metric = monitored_metric
         self.min_delta = abs(float(min_delta))
-        self.patience = check_interval(patience, "MetricMonitoringStopHandler's patience")
+        self.patience = whole_number(
+            patience, minimum=1, problem="MetricMonitoringStopHandler's patience must be a positive whole number",
+            expected="the checks without improvement before stopping (an int >= 1)", fix="pass patience=3",
+        )
         if mode == "auto":
             mode = "max" if monitored_metric.endswith(("acc", "accuracy", "auc")) else "min"
         self.mode = mode

@@ -17,13 +17,14 @@ from __future__ import annotations
 import collections
 import logging
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._errors import LoopWarning, describe, explain, whole_number
 from gyre.core._schedules import always
 from gyre.loop._engine import loop as _engine_loop
 
@@ -188,10 +189,14 @@ class Loop:
             box[0] = self.update_outputs(box[0], step_outputs)
             return new_state if keep_state else None
 
-        state, _, _ = _engine_loop(
-            state, data, {always(): [jaxloop_step]}, stop=num_steps, prefetch=0,
-            nan_policy="ignore", catch_keyboard_interrupt=False,
-        )
+        with warnings.catch_warnings():
+            # data that ends before num_steps is how a jaxloop loop ends (an evaluation, the
+            # last train loop): not worth the engine's warning
+            warnings.filterwarnings("ignore", message="the data ended", category=LoopWarning)
+            state, _, _ = _engine_loop(
+                state, data, {always(): [jaxloop_step]}, stop=num_steps, prefetch=0,
+                nan_policy="ignore", catch_keyboard_interrupt=False,
+            )
         self._last_steps = count[0]
         return state, box[0]
 

@@ -400,11 +400,11 @@ class OuterLoop:
                     break
                 step = _int_step(state) if _int_step(state) is not None else step + ran
                 outputs = new_outputs if new_outputs is not None else {}
-                stop = _stop_flag(outputs) or (ran < want and not epochs)
+                stop = _stop_flag(outputs)
+                stop = self._evaluate(state, step, total, outputs, specs, evals) or stop
                 if ran < want and not epochs:
                     _log.warning("train    | the training data ended at step %d, before step %d", step, total)
-                stop = self._evaluate(state, step, total, outputs, specs, evals) or stop
-                stop = stop or _stop_flag(outputs)
+                    break
         except StopTrainingError as err:
             state = self._state_after(err, state)
             step = _int_step(state) or step
