@@ -7,9 +7,14 @@ with evaluations) on gyre's engine, so jaxloop code ports by changing imports::
     state, outputs = outer_loop(state, train_dataset=it, train_total_steps=1000,
                                 train_loop_steps=100, eval_specs=[jaxloop.EvalSpec(dataset=ds)])
 
-``jaxloop.Step`` is :class:`gyre.Step`. See the README's "Coming from jaxloop".
+``jaxloop.Step`` is :class:`gyre.Step`; jaxloop's ``types`` are here too (``Batch``,
+``Output``, ``TrainState``), so ``from gyre import jaxloop as types`` ports
+``from jaxloop import types``. See the README's "Coming from jaxloop".
 """
 
+from typing import Any
+
+from gyre.core import TrainState as TrainState
 from gyre.jaxloop._actions import Action as Action
 from gyre.jaxloop._actions import CheckpointAction as CheckpointAction
 from gyre.jaxloop._actions import EarlyStoppingAction as EarlyStoppingAction
@@ -47,6 +52,11 @@ from gyre.parallel import SingleDevicePartitioner as SingleDevicePartitioner
 from gyre.parallel import SPMDPartitioner as SPMDPartitioner
 from gyre.steps import Step as Step
 
+Batch = Any
+"""A batch: any pytree of arrays (jaxloop's ``types.Batch``)."""
+Output = dict[str, Any]
+"""A step's or a loop's outputs (jaxloop's ``types.Output``)."""
+
 __all__ = [
     "STAT_BEGIN_TIME",
     "STAT_EXAMPLES_PER_SEC",
@@ -60,6 +70,7 @@ __all__ = [
     "STOP_FILE_NAME",
     "STOP_LOOP",
     "Action",
+    "Batch",
     "ActionLoop",
     "CheckpointAction",
     "CheckpointSpec",
@@ -74,6 +85,7 @@ __all__ = [
     "MetricType",
     "MetricWithMetadata",
     "OuterLoop",
+    "Output",
     "SPMDPartitioner",
     "SingleDevicePartitioner",
     "StatLoop",
@@ -83,5 +95,6 @@ __all__ = [
     "StopTrainingError",
     "SummaryAction",
     "TrainLoop",
+    "TrainState",
     "reduce_outputs",
 ]
