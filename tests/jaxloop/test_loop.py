@@ -185,3 +185,11 @@ def test_bad_input_is_explained():
 def test_outputs_is_a_defaultdict_of_lists_like_jaxloop():
     _, outputs = jaxloop.Loop(add_step).run(fresh(), [1])
     assert isinstance(outputs, collections.defaultdict) and outputs["missing"] == []
+
+
+def test_a_state_that_is_a_pair_stays_the_state():
+    def step(state, batch, n, **kwargs):
+        return (state[0] + batch, state[1]), {"b": batch}
+
+    state, outputs = jaxloop.Loop(step)((0, "opt"), [1, 2, 3])
+    assert state == (6, "opt") and outputs["b"] == [1, 2, 3]

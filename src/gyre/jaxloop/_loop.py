@@ -187,7 +187,8 @@ class Loop:
                 step.compute_num_flops(state, batch)
             new_state, step_outputs = step(state, batch, count[0], **kwargs)
             box[0] = self.update_outputs(box[0], step_outputs)
-            return new_state if keep_state else None
+            # (None, state): a state that is itself a pair is never read as (logs, state)
+            return (None, new_state) if keep_state else None
 
         with warnings.catch_warnings():
             # data that ends before num_steps is how a jaxloop loop ends (an evaluation, the
