@@ -176,6 +176,7 @@ class Loop:
         keep_state = bool(kwargs.pop("return_state_from_step", True))
         data = _as_iterator(dataset)
         loop_outputs: Output = collections.defaultdict(list)
+        self._last_steps = 0
         if num_steps == 0:
             return state, loop_outputs
         step, count, box = self._step, [0], [loop_outputs]

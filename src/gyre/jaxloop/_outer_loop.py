@@ -347,7 +347,26 @@ class OuterLoop:
         Returns:
             ``(state, outputs)``: the training state (never changed by an evaluation), and
             the last train loop's outputs, with :data:`STOP_LOOP` and each eval loop's
-            latest outputs under its name (see :attr:`eval_names`).
+            latest outputs under its name (see :attr:`eval_names`). Continuous evaluation
+            returns the last evaluated state, each eval loop's latest outputs and
+            ``"checkpoint_steps"``, the steps evaluated.
+
+        Raises:
+            ValueError: ``train_dataset`` is missing, ``train_total_steps`` or
+                ``train_loop_steps`` is not a positive whole number, or the eval specs do
+                not match the eval loops one to one.
+
+        Example:
+            >>> import gyre
+            >>> outer = gyre.jaxloop.OuterLoop(
+            ...     train_loop=gyre.jaxloop.TrainLoop(lambda s, b, n: ({"step": s["step"] + 1}, {})))
+            >>> outer({"step": 0}, train_dataset=iter(range(10)), train_total_steps=4)[0]
+            {'step': 4}
+            >>> outer({"step": 0}, train_total_steps=4)
+            Traceback (most recent call last):
+            ...
+            ValueError: OuterLoop with a train loop needs train_dataset=
+            ...
         """
         total, loop_steps, specs = self._precheck(train_dataset, train_total_steps, train_loop_steps, eval_specs)
         if self._train_loop is None:
@@ -474,6 +493,8 @@ class OuterLoop:
                         outputs[self._names[i]] = eval_outputs
                     outputs["checkpoint_steps"].append(step)
                     last = step
+                if ckpt is not None:
+                    ckpt.close()  # a new one per look: orbax's step list is cached per manager
                 if stopping and not new:
                     break
                 if not new:

@@ -128,12 +128,27 @@ class Step:
 
     @property
     def begin_actions(self) -> list[Any]:
-        """The actions run before the step (see ``begin_actions=``)."""
+        """The actions run before the step (see ``begin_actions=``).
+
+        Example:
+            >>> import gyre, jax, flax.linen as nn
+            >>> gyre.Step(jax.random.key(0), nn.Dense(1)).begin_actions
+            []
+        """
         return self._begin_actions
 
     @property
     def end_actions(self) -> list[Any]:
-        """The actions run after the step (see ``end_actions=``)."""
+        """The actions run after the step (see ``end_actions=``).
+
+        Example:
+            >>> import gyre, jax, flax.linen as nn
+            >>> writer = gyre.jaxloop.StepNumberWriter()
+            >>> action = gyre.jaxloop.StepNumberAction(writer, interval=2)
+            >>> step = gyre.Step(jax.random.key(0), nn.Dense(1), end_actions=[action])
+            >>> step.end_actions == [action]
+            True
+        """
         return self._end_actions
 
     @property
