@@ -106,11 +106,17 @@ def _ckpt_state():
 
 def test_resume_continues_from_the_latest_checkpoint_with_aligned_loop_ends(tmp_path):
     directory = str(tmp_path / "ckpt")
+    marker = os.path.join(directory, jaxloop.STOP_FILE_NAME)
     spec = jaxloop.CheckpointSpec(directory)
+    marker_seen = []
+
+    class Marker(jaxloop.Action):
+        def __call__(self, state, outputs, **kwargs):
+            marker_seen.append(os.path.exists(marker))
 
     def run(total, log):
         action = jaxloop.CheckpointAction(directory)
-        train = jaxloop.TrainLoop(add_step, end_actions=[action, Record(log, "end")])
+        train = jaxloop.TrainLoop(add_step, end_actions=[action, Record(log, "end"), Marker()])
         outer = jaxloop.OuterLoop(train_loop=train, checkpoint_spec=spec)
         state, outputs = outer(_ckpt_state(), train_dataset=iter(jnp.ones(100)), train_total_steps=total,
                                train_loop_steps=3)
@@ -119,10 +125,12 @@ def test_resume_continues_from_the_latest_checkpoint_with_aligned_loop_ends(tmp_
     first = []
     state, _, train, action = run(5, first)  # "killed" after step 5
     assert _ends(first) == [3, 5] and action.checkpoint.all_steps() == [3, 5]
-    assert os.path.exists(os.path.join(directory, jaxloop.STOP_FILE_NAME))
+    assert os.path.exists(marker)
     second = []
+    marker_seen.clear()
     state, outputs, train, action = run(11, second)
     assert _ends(second) == [6, 9, 11]  # the first loop after the resume ends at a multiple of 3
+    assert marker_seen == [False, False, False] and os.path.exists(marker)  # removed while training
     assert int(state["step"]) == 11 and float(state["total"]) == 11.0
     assert train.loop_count == 4  # 5 // 3 = 1, then three loops
     assert action.checkpoint.all_steps() == [6, 9, 11]
@@ -186,6 +194,35 @@ def test_a_stop_training_error_from_a_train_action_returns_the_loop_state():
         fresh(), train_dataset=iter(range(100)), train_total_steps=20, train_loop_steps=2
     )
     assert state["step"] == 4 and outputs[STOP_LOOP] is True and writer.closed == 1
+
+
+def test_a_stop_training_error_from_a_step_action_returns_the_last_state():
+    class StopAtStep(jaxloop.Action):
+        def __call__(self, state, outputs, **kwargs):
+            if state["step"] >= 3:
+                raise jaxloop.StopTrainingError("enough")
+
+    class Stepper:  # a gyre.Step-like callable that runs its step-level end actions
+        end_actions = [StopAtStep()]
+        begin_actions = []
+
+        def __call__(self, state, batch, n, **kwargs):
+            state, outputs = add_step(state, batch, n)
+            for action in self.end_actions:
+                action(state, outputs, per_loop_step_number=n)
+            return state, outputs
+
+    state, outputs = jaxloop.OuterLoop(train_loop=jaxloop.TrainLoop(Stepper()))(
+        fresh(), train_dataset=iter(range(100)), train_total_steps=20, train_loop_steps=5
+    )
+    assert state["step"] == 2 and outputs[STOP_LOOP] is True  # the state before the stopped step
+
+
+def test_writers_close_at_a_normal_end():
+    writer = FakeWriter()
+    train = jaxloop.TrainLoop(add_step, end_actions=[jaxloop.SummaryAction(writer, interval=2)])
+    jaxloop.OuterLoop(train_loop=train)(fresh(), train_dataset=iter(range(10)), train_total_steps=6, train_loop_steps=2)
+    assert [c[1] for c in writer.calls] == [4] and writer.closed == 1
 
 
 def test_continuous_evaluation_of_two_checkpoints_then_the_marker(tmp_path):

@@ -394,6 +394,7 @@ class OuterLoop:
     ) -> tuple[Any, Output]:
         train = self._train_loop
         assert train is not None
+        self._remove_marker()
         state = self._resume(state)
         step = _int_step(state) or 0
         if log:
@@ -540,6 +541,15 @@ class OuterLoop:
                     errors.append(err)
         if errors:
             raise errors[0]
+
+    def _remove_marker(self) -> None:
+        """Training (re)starts: a marker left by an earlier run would stop an evaluator now."""
+        spec = self._checkpoint_spec
+        if spec is None or jax.process_index() != 0:
+            return
+        marker = os.path.join(spec.directory, STOP_FILE_NAME)
+        if os.path.exists(marker):
+            os.remove(marker)
 
     def _write_marker(self) -> None:
         spec = self._checkpoint_spec
