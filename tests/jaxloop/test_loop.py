@@ -193,3 +193,15 @@ def test_a_state_that_is_a_pair_stays_the_state():
 
     state, outputs = jaxloop.Loop(step)((0, "opt"), [1, 2, 3])
     assert state == (6, "opt") and outputs["b"] == [1, 2, 3]
+
+
+def test_train_and_eval_loops_read_no_value_per_step_and_one_state_wait_per_loop():
+    train = jaxloop.TrainLoop(jit_step)
+    evals = jaxloop.EvalLoop(jit_step)
+    batches = [jnp.float32(x) for x in range(10)]
+    state, _ = train(device_state(), batches[:1])
+    with jax.transfer_guard_device_to_host("disallow"):
+        state, outputs = train(state, batches)
+        _, eval_outputs = evals(state, batches, return_state_from_step=False)
+    assert len(outputs["loss"]) == 10 and outputs[jaxloop.STAT_STEPS_PER_SEC] > 0
+    assert eval_outputs[jaxloop.STAT_LOOP_TIME_SECS] > 0

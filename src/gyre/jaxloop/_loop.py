@@ -522,7 +522,7 @@ class TrainLoop(ActionLoop):
             ['jaxloop/loop_time_secs']
         """
         state, outputs = super().end(state, outputs)
-        if outputs is not None and STAT_STEPS_PER_SEC in outputs:
+        if outputs is not None and STAT_STEPS_PER_SEC in outputs and _log.isEnabledFor(logging.INFO):
             _log.info("train    | step: %s | steps_per_sec: %6.1f", _int_step(state), outputs[STAT_STEPS_PER_SEC])
         return state, outputs
 
@@ -563,7 +563,7 @@ class EvalLoop(ActionLoop):
             ['jaxloop/loop_time_secs']
         """
         state, outputs = super().end(state, outputs)
-        if outputs is not None and STAT_LOOP_TIME_SECS in outputs:
+        if outputs is not None and STAT_LOOP_TIME_SECS in outputs and _log.isEnabledFor(logging.INFO):
             _log.info("eval     | step: %s | eval time: %4.2f seconds.", _int_step(state), outputs[STAT_LOOP_TIME_SECS])
         return state, outputs
 

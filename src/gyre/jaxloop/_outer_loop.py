@@ -386,7 +386,7 @@ class OuterLoop:
         if ckpt.latest_step() is None:
             return state
         state, _ = ckpt.restore(state)
-        _log.info("train    | resumed from step %s of %s", _int_step(state), spec.directory)
+        _log.info("train    | resumed from checkpoint %s of %s", ckpt.saved_step(), spec.directory)
         return state
 
     def _train(
