@@ -126,3 +126,14 @@ def test_early_stopping_action_raises_with_the_best_step_and_metric():
 def test_an_action_needs_the_state_step():
     with pytest.raises(TypeError, match="needs the state's step"):
         jaxloop.StepNumberAction(jaxloop.StepNumberWriter())({"w": 1})
+
+
+def test_checkpoint_action_ranks_by_a_monitored_output(tmp_path):
+    import gyre
+
+    ckpt = gyre.checkpoint(str(tmp_path / "ckpt"), keep=1, keep_best=1, monitor="loss", mode="min")
+    action = jaxloop.CheckpointAction(ckpt)
+    for step, losses in ((1, [0.5, 0.3]), (2, [0.9, 0.9]), (3, [0.8])):
+        action({"step": jnp.int32(step), "w": jnp.ones(2)}, {"loss": [jnp.float32(x) for x in losses]})
+    action.close()
+    assert ckpt.best_step() == 1 and ckpt.all_steps() == [1, 3]

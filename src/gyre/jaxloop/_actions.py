@@ -23,6 +23,7 @@ import numpy as np
 from gyre.callbacks._checkpoint import Checkpoint, checkpoint
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, whole_number
+from gyre.core._logs import Logs
 from gyre.jaxloop._loop import check_interval, reduce_outputs
 
 Output = dict[str, Any]
@@ -298,7 +299,9 @@ class CheckpointAction(Action):
     """Saves the state through :func:`gyre.checkpoint` at ``int(state.step)``.
 
     Saves are asynchronous (orbax) and checked (checksums); an :class:`OuterLoop` with a
-    :class:`~gyre.jaxloop.CheckpointSpec` on the same directory resumes from them.
+    :class:`~gyre.jaxloop.CheckpointSpec` on the same directory resumes from them. A checkpoint
+    with ``monitor=`` ranks the saves by that output (reduced over the loop), as jaxloop's
+    ``metrics=outputs``: ``gyre.checkpoint(directory, keep=1, keep_best=1, monitor="loss")``.
 
     Args:
         checkpoint_or_directory: a :class:`gyre.Checkpoint`, or a directory to make one in
@@ -368,7 +371,11 @@ class CheckpointAction(Action):
             1
         """
         step = _step_of(state)
-        self._checkpoint(Elapsed(steps=step), state)
+        logs = None
+        if self._checkpoint.monitor is not None:  # best-k ranks by the loop's (reduced) output
+            reduced = reduce_outputs({k: v for k, v in (outputs or {}).items() if not isinstance(v, MetricWithMetadata)})
+            logs = Logs().add_entries("metrics", {k: v for k, v in reduced.items() if _is_scalar(v)})
+        self._checkpoint(Elapsed(steps=step), state, logs)
         _log.info("Saving checkpoint to %s at step %d.", self.directory, step)
 
     def wait_until_finished(self) -> None:
