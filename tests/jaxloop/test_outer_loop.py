@@ -289,3 +289,32 @@ def test_bad_input_is_explained():
         jaxloop.OuterLoop(train_loop=add_step)
     with pytest.raises(ValueError, match="transforms are not supported"):
         jaxloop.CheckpointSpec("x", transforms=object())
+
+
+def test_resume_continues_the_data_of_gyre_batches_at_the_next_batch(tmp_path):
+    import numpy as np
+
+    import gyre
+
+    xs = np.arange(40, dtype=np.float32)
+
+    def data():
+        return gyre.data.batches(xs, 2, seed=3, epochs=None)  # shuffled, resumable
+
+    def run(directory, total, seen):
+        def step(state, batch, n, **kwargs):
+            seen.append(batch.tolist())
+            return {"step": state["step"] + 1, "total": state["total"] + batch.sum()}, {}
+
+        train = jaxloop.TrainLoop(step, end_actions=[jaxloop.CheckpointAction(directory)])
+        outer = jaxloop.OuterLoop(train_loop=train, checkpoint_spec=jaxloop.CheckpointSpec(directory))
+        state, _ = outer(_ckpt_state(), train_dataset=data(), train_total_steps=total, train_loop_steps=3)
+        return state
+
+    straight = []
+    expected = run(str(tmp_path / "a"), 11, straight)
+    first, second = [], []
+    run(str(tmp_path / "b"), 5, first)  # stopped after step 5
+    resumed = run(str(tmp_path / "b"), 11, second)  # a fresh iterator, positioned from the checkpoint
+    assert first + second == straight
+    assert float(resumed["total"]) == float(expected["total"]) and int(resumed["step"]) == 11

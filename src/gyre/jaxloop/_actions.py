@@ -25,8 +25,10 @@ from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._logs import Logs
 from gyre.jaxloop._loop import check_interval, reduce_outputs
+from gyre.loop._snapshot import Snapshot
 
 Output = dict[str, Any]
+DATA_META = "jaxloop_data"  # the key of the training data's position in a checkpoint's meta
 _log = logging.getLogger(__name__)
 
 
@@ -321,6 +323,10 @@ class CheckpointAction(Action):
 
     def __init__(self, checkpoint_or_directory: Any, interval: int = 1, *, keep: int = 3) -> None:
         super().__init__(interval=interval)
+        self.data_source: Any = None
+        """The training data whose position (``state_dict()``) is saved with each state;
+        an :class:`~gyre.jaxloop.OuterLoop` sets it when its train dataset has one
+        (``gyre.data.batches``)."""
         if isinstance(checkpoint_or_directory, Checkpoint):
             self._checkpoint = checkpoint_or_directory
         elif isinstance(checkpoint_or_directory, str | os.PathLike):
@@ -375,7 +381,17 @@ class CheckpointAction(Action):
         if self._checkpoint.monitor is not None:  # best-k ranks by the loop's (reduced) output
             reduced = reduce_outputs({k: v for k, v in (outputs or {}).items() if not isinstance(v, MetricWithMetadata)})
             logs = Logs().add_entries("metrics", {k: v for k, v in reduced.items() if _is_scalar(v)})
-        self._checkpoint(Elapsed(steps=step), state, logs)
+        source = self.data_source
+        if source is None:
+            self._checkpoint(Elapsed(steps=step), state, logs)
+        else:  # the training data's position goes with the state (an OuterLoop resumes both)
+            metrics = None
+            if logs is not None:
+                metrics = {self._checkpoint.monitor: self._checkpoint._monitored(logs, Elapsed(steps=step))}
+            meta = {DATA_META: source.state_dict()}
+            self._checkpoint.save_snapshot(
+                Snapshot(step=step, state=state, elapsed=Elapsed(steps=step), meta=meta, metrics=metrics)
+            )
         _log.info("Saving checkpoint to %s at step %d.", self.directory, step)
 
     def wait_until_finished(self) -> None:

@@ -23,7 +23,7 @@ import jax
 
 from gyre.callbacks._checkpoint import checkpoint
 from gyre.core._errors import describe, explain, whole_number
-from gyre.jaxloop._actions import CheckpointAction, StopTrainingError, SummaryAction
+from gyre.jaxloop._actions import DATA_META, CheckpointAction, StopTrainingError, SummaryAction
 from gyre.jaxloop._loop import STAT_PREFIX, ActionLoop, EvalLoop, Loop, _as_iterator
 
 STOP_LOOP = f"{STAT_PREFIX}/stop_loop"
@@ -184,6 +184,10 @@ def _stop_flag(outputs: Any) -> bool:
     if isinstance(value, list | tuple):
         return any(bool(v) for v in jax.device_get(list(value)))
     return bool(value)
+
+
+def _has_position(dataset: Any) -> bool:
+    return callable(getattr(dataset, "state_dict", None)) and callable(getattr(dataset, "load_state_dict", None))
 
 
 def _int_step(state: Any) -> int | None:
@@ -376,16 +380,26 @@ class OuterLoop:
         finally:
             self._close_actions()
 
-    def _resume(self, state: Any) -> Any:
+    def _resume(self, state: Any, train_dataset: Any) -> Any:
+        mine = [a for a in self._actions(self._train_loop) if isinstance(a, CheckpointAction)]
+        source = train_dataset if _has_position(train_dataset) else None
+        for action in mine:
+            action.data_source = source
         spec = self._checkpoint_spec
         if spec is None:
             return state
-        mine = [a for a in self._actions(self._train_loop) if isinstance(a, CheckpointAction)]
         same = [a for a in mine if os.path.abspath(a.directory) == spec.directory]
         ckpt = same[0].checkpoint if same else checkpoint(spec.directory)
         if ckpt.latest_step() is None:
             return state
-        state, _ = ckpt.restore(state)
+        ckpt.wait_until_finished()
+        snapshot = ckpt.load_snapshot("latest", state)
+        if snapshot is None:
+            return state
+        state = snapshot.state
+        position = (snapshot.meta or {}).get(DATA_META)
+        if position is not None and source is not None:
+            source.load_state_dict(position)  # the next batch is the one after the checkpoint
         _log.info("train    | resumed from checkpoint %s of %s", ckpt.saved_step(), spec.directory)
         return state
 
@@ -395,7 +409,7 @@ class OuterLoop:
         train = self._train_loop
         assert train is not None
         self._remove_marker()
-        state = self._resume(state)
+        state = self._resume(state, train_dataset)
         step = _int_step(state) or 0
         if log:
             _log.info("train    | step: %6d | training until step %6d.", step, total)
