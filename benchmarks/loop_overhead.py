@@ -11,7 +11,12 @@ three ways, all in one process and on the same data:
 * ``gyre.loop``: ``gyre.loop(state, batches, {gyre.every(1): [step, keras_bar]}, stop=N)``,
   which also keeps a history (the default);
 * ``gyre.train_loop``: ``gyre.train_loop(state, batches, {gyre.on_train_step: [step]},
-  callbacks=[keras_bar], stop=N)``.
+  callbacks=[keras_bar], stop=N)``;
+* ``jaxloop.OuterLoop``: ``gyre.jaxloop.OuterLoop(train_loop=TrainLoop(jaxloop_step))(state,
+  train_dataset=iter(batches), train_total_steps=N, train_loop_steps=100)`` with no evaluation,
+  where ``jaxloop_step`` calls the same step and returns its logs as the step's outputs (kept
+  per step, on the device, as jaxloop does); each inner loop ends by waiting for the state
+  (its ``steps_per_sec``), as jaxloop's do.
 
 Every variant calls the same ``jax.jit(step, donate_argnums=0)``, which returns
 ``(gyre.logs().add_loss(...).add_metric(...), state)`` (the hand-written loop drops the logs),
@@ -78,7 +83,9 @@ LEARNING_RATE = 1e-3
 HAND = "hand-written"
 LOOP = "gyre.loop"
 TRAIN_LOOP = "gyre.train_loop"
-VARIANTS = (HAND, LOOP, TRAIN_LOOP)
+OUTER_LOOP = "jaxloop.OuterLoop"
+OUTER_LOOP_STEPS = 100  # steps per inner train loop of the OuterLoop variant
+VARIANTS = (HAND, LOOP, TRAIN_LOOP, OUTER_LOOP)
 
 
 class NullSink(io.TextIOBase):
@@ -194,7 +201,17 @@ def make_runners(step: Step, batches: Sequence[Batch], steps: int) -> dict[str, 
         )
         return jax.block_until_ready(state)
 
-    return {HAND: hand_written, LOOP: with_loop, TRAIN_LOOP: with_train_loop}
+    def jaxloop_step(state: State, batch: Batch, per_loop_step_number: int, **kwargs: Any) -> tuple[State, Any]:
+        logs, state = step(state, batch)
+        return state, logs
+
+    def with_outer_loop(state: State) -> State:
+        outer = gyre.jaxloop.OuterLoop(train_loop=gyre.jaxloop.TrainLoop(jaxloop_step))
+        state, _ = outer(state, train_dataset=iter(batches), train_total_steps=steps,
+                         train_loop_steps=min(OUTER_LOOP_STEPS, steps), log_train_total_steps=False)
+        return jax.block_until_ready(state)
+
+    return {HAND: hand_written, LOOP: with_loop, TRAIN_LOOP: with_train_loop, OUTER_LOOP: with_outer_loop}
 
 
 def time_run(run: Runner, initial: State, steps: int) -> tuple[float, float, float]:

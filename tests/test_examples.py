@@ -128,3 +128,20 @@ def test_08_jaxloop_step(load, tmp_path, capsys):
     accuracy = load("08_jaxloop_step").main(steps=STEPS, workdir=str(tmp_path))
     assert accuracy > 0.5
     assert f"{STEPS} steps on 8 device(s)" in capsys.readouterr().out  # data parallel
+
+
+def test_09_jaxloop_outer_loop(tmp_path, monkeypatch, capsys):
+    """Seed 002's experiment, run as a script: 300 steps in 30 train loops of 10, an evaluation
+    after each, the summaries of the train and eval loops every 100th loop (never, in 30 loops,
+    as in the seed), and a test accuracy of at least 0.95."""
+    import runpy
+
+    monkeypatch.setenv("GYRE_EXAMPLE_WORKDIR", str(tmp_path))
+    monkeypatch.setenv("GYRE_EXAMPLE_STEPS", "300")
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    example = runpy.run_path(str(EXAMPLES / "09_jaxloop_outer_loop.py"), run_name="__main__")
+    assert int(example["state"].step) == 300 and example["train_loop"].loop_count == 30
+    assert example["test_accuracy"] >= 0.95
+    assert len(example["outputs"]["eval"]["accuracy"]) == 11  # 352 of the 360 test images
+    assert (tmp_path / "summaries.csv").read_text().splitlines() == ["step,name,value"]
+    assert "300 steps, test accuracy" in capsys.readouterr().out

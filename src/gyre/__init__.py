@@ -9,6 +9,7 @@ See the README for the ladder of APIs built on it.
 
 from gyre import callbacks as callbacks
 from gyre import data as data
+from gyre import jaxloop as jaxloop
 from gyre import testing as testing
 from gyre.callbacks import Checkpoint as Checkpoint
 from gyre.callbacks import EarlyStopping as EarlyStopping
@@ -154,6 +155,7 @@ __all__ = [
     "get_strategy",
     "history",
     "inject",
+    "jaxloop",
     "inner_loop",
     "keras_bar",
     "logs",

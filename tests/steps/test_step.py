@@ -147,3 +147,26 @@ def test_nnx_model_class_through_the_bridge():
     assert np.isfinite(float(outputs["loss"])) and int(state.step) == 1
     with pytest.raises(ValueError, match="only for an nnx.Module class"):
         MLPStep(jax.random.key(0), MLP(), nnx_model_args=(1,))
+
+
+def test_step_actions_run_on_the_per_loop_step_number_and_never_by_hand():
+    seen = []
+
+    class Record:
+        def __init__(self, tag, interval):
+            self.tag, self.interval = tag, interval
+
+        def __call__(self, state, outputs, **kwargs):
+            seen.append((self.tag, kwargs["per_loop_step_number"], outputs is None))
+
+    step = MLPStep(jax.random.key(0), MLP(), optimizer=optax.sgd(0.1), train=True,
+                   begin_actions=[Record("begin", 2)], end_actions=[Record("end", 3)])
+    state = step.initialize_model((1, 4))
+    batch = _batches(1)[0]
+    state, _ = step(state, batch)  # by hand (per_loop_step_number=0): no action runs
+    assert seen == []
+    for n in range(1, 7):
+        state, _ = step(state, batch, n)
+    assert seen == [("begin", 2, True), ("end", 3, False), ("begin", 4, True), ("begin", 6, True), ("end", 6, False)]
+    with pytest.raises(TypeError, match="Step's end_actions must hold actions"):
+        MLPStep(jax.random.key(0), MLP(), end_actions=[Record("x", 0)])

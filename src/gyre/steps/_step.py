@@ -19,7 +19,7 @@ state donated when the step trains. ``step.as_callback()`` gives a ``gyre.loop``
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -58,6 +58,11 @@ class Step:
             step donates its state to the compiled ``run``.
         should_shard_batch: shard each batch before ``begin``; ``False`` leaves it to you
             (call :meth:`shard_batch`).
+        begin_actions: jaxloop actions (objects with an ``interval`` and a
+            ``__call__(state, outputs, **kwargs)``, e.g. ``gyre.jaxloop.StepNumberAction``)
+            run before the step, with ``outputs=None``, when the 1-based
+            ``per_loop_step_number`` a loop passes is a multiple of their interval.
+        end_actions: the same, run after the step with its state and outputs.
         nnx_model_args: positional arguments of an ``nnx.Module`` class's ``__init__``
             (its ``rngs`` is given by the bridge).
         **nnx_model_kwargs: keyword arguments of an ``nnx.Module`` class's ``__init__``.
@@ -89,9 +94,13 @@ class Step:
         partitioner: Partitioner | Any = None,
         train: bool = False,
         should_shard_batch: bool = True,
+        begin_actions: Sequence[Any] | None = None,
+        end_actions: Sequence[Any] | None = None,
         nnx_model_args: tuple[Any, ...] | None = None,
         **nnx_model_kwargs: Any,
     ) -> None:
+        self._begin_actions = _check_actions(begin_actions, "begin_actions")
+        self._end_actions = _check_actions(end_actions, "end_actions")
         self._base_prng = base_prng
         self._model = _as_linen(model, nnx_model_args, nnx_model_kwargs)
         check_optimizer(optimizer, argument="optimizer", none_means="an evaluation step")
@@ -116,6 +125,31 @@ class Step:
     def train(self) -> bool:
         """Whether this is a training step."""
         return self._train
+
+    @property
+    def begin_actions(self) -> list[Any]:
+        """The actions run before the step (see ``begin_actions=``).
+
+        Example:
+            >>> import gyre, jax, flax.linen as nn
+            >>> gyre.Step(jax.random.key(0), nn.Dense(1)).begin_actions
+            []
+        """
+        return self._begin_actions
+
+    @property
+    def end_actions(self) -> list[Any]:
+        """The actions run after the step (see ``end_actions=``).
+
+        Example:
+            >>> import gyre, jax, flax.linen as nn
+            >>> writer = gyre.jaxloop.StepNumberWriter()
+            >>> action = gyre.jaxloop.StepNumberAction(writer, interval=2)
+            >>> step = gyre.Step(jax.random.key(0), nn.Dense(1), end_actions=[action])
+            >>> step.end_actions == [action]
+            True
+        """
+        return self._end_actions
 
     @property
     def model(self) -> nn.Module:
@@ -362,8 +396,10 @@ class Step:
         Args:
             state: the state (donated when the step trains: use the returned one).
             batch: the raw batch.
-            per_loop_step_number: the step's index within its loop (kept for jaxloop
-                compatibility; not passed to ``run``).
+            per_loop_step_number: the step's 1-based number within its loop (a jaxloop
+                loop passes it; not passed to ``run``): the step's ``begin_actions`` and
+                ``end_actions`` run when it is a multiple of their interval (never at 0,
+                a call outside a loop).
             **kwargs: passed to ``run`` as traced arguments.
 
         Returns:
@@ -379,13 +415,18 @@ class Step:
             >>> int(state.step), int(outputs["n"])
             (1, 4)
         """
-        del per_loop_step_number
+        n = per_loop_step_number
+        if n and self._begin_actions:
+            _run_actions(self._begin_actions, n, state, None)
         batch = self.preprocess_batch(batch)
         if self._should_shard_batch:
             batch = self.shard_batch(batch)
         state, batch = self.begin(state, batch)
         state, outputs = self._get_run(state)(state, batch, **kwargs)
-        return self.end(state, outputs)
+        state, outputs = self.end(state, outputs)
+        if n and self._end_actions:
+            _run_actions(self._end_actions, n, state, outputs)
+        return state, outputs
 
     def as_callback(self, collection: str = "metrics") -> Callable[[Any, Any], tuple[Logs, Any]]:
         """This step as a ``gyre.loop`` callback ``(state, batch) -> (Logs, state)``, its
@@ -483,6 +524,30 @@ def zeroed_batch(spec: Any) -> Any:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def _check_actions(actions: Sequence[Any] | None, name: str) -> list[Any]:
+    actions = list(actions or ())
+    for action in actions:
+        interval = getattr(action, "interval", None)
+        if not callable(action) or not _is_int(interval) or interval < 1:
+            raise TypeError(
+                explain(
+                    f"Step's {name} must hold actions",
+                    expected="objects with a positive int interval, called as "
+                    "action(state, outputs, per_loop_step_number=n) (gyre.jaxloop.Action "
+                    "subclasses)",
+                    received=describe(action),
+                    fix=f"pass {name}=[gyre.jaxloop.StepNumberAction(writer, interval=10)]",
+                )
+            )
+    return actions
+
+
+def _run_actions(actions: Sequence[Any], n: int, state: Any, outputs: Any) -> None:
+    for action in actions:
+        if n % action.interval == 0:
+            action(state, outputs, per_loop_step_number=n)
 
 
 def _is_int(x: Any) -> bool:

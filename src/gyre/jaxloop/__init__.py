@@ -1,0 +1,100 @@
+"""``gyre.jaxloop``: jaxloop's vocabulary (steps, inner loops with actions, an outer loop
+with evaluations) on gyre's engine, so jaxloop code ports by changing imports::
+
+    from gyre import jaxloop
+    train_loop = jaxloop.TrainLoop(train_step, end_actions=[summary_action, ckpt_action])
+    outer_loop = jaxloop.OuterLoop(train_loop=train_loop, eval_loops=[eval_loop])
+    state, outputs = outer_loop(state, train_dataset=it, train_total_steps=1000,
+                                train_loop_steps=100, eval_specs=[jaxloop.EvalSpec(dataset=ds)])
+
+``jaxloop.Step`` is :class:`gyre.Step`; jaxloop's ``types`` are here too (``Batch``,
+``Output``, ``TrainState``), so ``from gyre import jaxloop as types`` ports
+``from jaxloop import types``. See the README's "Coming from jaxloop".
+"""
+
+from typing import Any
+
+from gyre.core import TrainState as TrainState
+from gyre.jaxloop._actions import Action as Action
+from gyre.jaxloop._actions import CheckpointAction as CheckpointAction
+from gyre.jaxloop._actions import EarlyStoppingAction as EarlyStoppingAction
+from gyre.jaxloop._actions import LocalFileStepNumberWriter as LocalFileStepNumberWriter
+from gyre.jaxloop._actions import MetricMonitoringStopHandler as MetricMonitoringStopHandler
+from gyre.jaxloop._actions import MetricType as MetricType
+from gyre.jaxloop._actions import MetricWithMetadata as MetricWithMetadata
+from gyre.jaxloop._actions import StepNumberAction as StepNumberAction
+from gyre.jaxloop._actions import StepNumberWriter as StepNumberWriter
+from gyre.jaxloop._actions import StopTrainingError as StopTrainingError
+from gyre.jaxloop._actions import SummaryAction as SummaryAction
+from gyre.jaxloop._loop import STAT_BEGIN_TIME as STAT_BEGIN_TIME
+from gyre.jaxloop._loop import STAT_EXAMPLES_PER_SEC as STAT_EXAMPLES_PER_SEC
+from gyre.jaxloop._loop import STAT_INIT_TIME as STAT_INIT_TIME
+from gyre.jaxloop._loop import STAT_LIFE_TIME_SECS as STAT_LIFE_TIME_SECS
+from gyre.jaxloop._loop import STAT_LOOP_TIME_SECS as STAT_LOOP_TIME_SECS
+from gyre.jaxloop._loop import STAT_NUM_FLOPS as STAT_NUM_FLOPS
+from gyre.jaxloop._loop import STAT_NUM_PARAMS as STAT_NUM_PARAMS
+from gyre.jaxloop._loop import STAT_PREFIX as STAT_PREFIX
+from gyre.jaxloop._loop import STAT_STEPS_PER_SEC as STAT_STEPS_PER_SEC
+from gyre.jaxloop._loop import ActionLoop as ActionLoop
+from gyre.jaxloop._loop import EvalLoop as EvalLoop
+from gyre.jaxloop._loop import Loop as Loop
+from gyre.jaxloop._loop import StatLoop as StatLoop
+from gyre.jaxloop._loop import TrainLoop as TrainLoop
+from gyre.jaxloop._loop import reduce_outputs as reduce_outputs
+from gyre.jaxloop._outer_loop import STOP_FILE_NAME as STOP_FILE_NAME
+from gyre.jaxloop._outer_loop import STOP_LOOP as STOP_LOOP
+from gyre.jaxloop._outer_loop import CheckpointSpec as CheckpointSpec
+from gyre.jaxloop._outer_loop import EvalContext as EvalContext
+from gyre.jaxloop._outer_loop import EvalSpec as EvalSpec
+from gyre.jaxloop._outer_loop import OuterLoop as OuterLoop
+from gyre.parallel import DataParallelPartitioner as DataParallelPartitioner
+from gyre.parallel import SingleDevicePartitioner as SingleDevicePartitioner
+from gyre.parallel import SPMDPartitioner as SPMDPartitioner
+from gyre.steps import Step as Step
+
+Batch = Any
+"""A batch: any pytree of arrays (jaxloop's ``types.Batch``)."""
+Output = dict[str, Any]
+"""A step's or a loop's outputs (jaxloop's ``types.Output``)."""
+
+__all__ = [
+    "STAT_BEGIN_TIME",
+    "STAT_EXAMPLES_PER_SEC",
+    "STAT_INIT_TIME",
+    "STAT_LIFE_TIME_SECS",
+    "STAT_LOOP_TIME_SECS",
+    "STAT_NUM_FLOPS",
+    "STAT_NUM_PARAMS",
+    "STAT_PREFIX",
+    "STAT_STEPS_PER_SEC",
+    "STOP_FILE_NAME",
+    "STOP_LOOP",
+    "Action",
+    "Batch",
+    "ActionLoop",
+    "CheckpointAction",
+    "CheckpointSpec",
+    "DataParallelPartitioner",
+    "EarlyStoppingAction",
+    "EvalContext",
+    "EvalLoop",
+    "EvalSpec",
+    "LocalFileStepNumberWriter",
+    "Loop",
+    "MetricMonitoringStopHandler",
+    "MetricType",
+    "MetricWithMetadata",
+    "OuterLoop",
+    "Output",
+    "SPMDPartitioner",
+    "SingleDevicePartitioner",
+    "StatLoop",
+    "Step",
+    "StepNumberAction",
+    "StepNumberWriter",
+    "StopTrainingError",
+    "SummaryAction",
+    "TrainLoop",
+    "TrainState",
+    "reduce_outputs",
+]

@@ -1,0 +1,696 @@
+"""jaxloop's actions: small host-side objects a loop (or a step) calls every ``interval``
+loops (or steps), with the state and the loop's outputs.
+
+``SummaryAction`` writes to any writer with gyre's writer methods (``write_scalars``,
+``write_histograms``, ``write_images``, ``write_texts``, ``flush``, ``close``);
+``CheckpointAction`` saves through :func:`gyre.checkpoint`; ``StepNumberAction`` writes the
+step number; ``EarlyStoppingAction`` raises :class:`StopTrainingError`, which an
+:class:`~gyre.jaxloop.OuterLoop` handles (the state is returned, saves finish, writers close).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gyre.callbacks._checkpoint import Checkpoint, checkpoint
+from gyre.core._clock import Elapsed
+from gyre.core._errors import describe, explain, whole_number
+from gyre.core._logs import Logs
+from gyre.jaxloop._loop import check_interval, reduce_outputs
+from gyre.loop._snapshot import Snapshot
+
+Output = dict[str, Any]
+DATA_META = "jaxloop_data"  # the key of the training data's position in a checkpoint's meta
+_log = logging.getLogger(__name__)
+
+
+def _step_of(state: Any) -> int:
+    step = getattr(state, "step", None)
+    if step is None and isinstance(state, Mapping):
+        step = state.get("step")
+    if step is None:
+        raise TypeError(
+            explain(
+                "a jaxloop action needs the state's step",
+                expected="a state with a step (gyre.TrainState, or a dict with 'step')",
+                received=describe(state),
+                fix="train with gyre.Step.initialize_model's TrainState, or keep a 'step' entry",
+            )
+        )
+    return int(step)
+
+
+class Action:
+    """An operation run every ``interval`` loops (in a loop's ``begin_actions`` /
+    ``end_actions``) or steps (in a ``gyre.Step``'s). Subclass it and define
+    ``__call__(state, outputs, **kwargs)``; the return value is ignored by the loops.
+
+    Args:
+        interval: a positive int.
+
+    Example:
+        >>> import gyre
+        >>> class Hello(gyre.jaxloop.Action):
+        ...     def __call__(self, state, outputs, **kwargs):
+        ...         print("step", state["step"])
+        >>> Hello(interval=2)({"step": 4}, None)
+        step 4
+        >>> Hello(interval=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: Hello's interval must be a positive whole number
+        ...
+    """
+
+    def __init__(self, interval: int = 1) -> None:
+        self._interval = check_interval(interval, type(self).__name__)
+
+    @property
+    def interval(self) -> int:
+        """Every how many loops (or steps) the action runs.
+
+        Example:
+            >>> import gyre
+            >>> gyre.jaxloop.StepNumberAction(gyre.jaxloop.StepNumberWriter(), interval=3).interval
+            3
+        """
+        return self._interval
+
+    def __call__(self, state: Any, outputs: Output | None, **kwargs: Any) -> Any:
+        """Runs the action; override it.
+
+        Example:
+            >>> import gyre
+            >>> gyre.jaxloop.Action()(None, None)
+            Traceback (most recent call last):
+            ...
+            NotImplementedError: Action.__call__ is not implemented
+            ...
+        """
+        raise NotImplementedError(
+            explain(
+                f"{type(self).__name__}.__call__ is not implemented",
+                expected="an Action subclass defining __call__(self, state, outputs, **kwargs)",
+                received=type(self).__qualname__,
+                fix="define __call__ in your subclass",
+            )
+        )
+
+
+class MetricType(enum.Enum):
+    """The kinds of value :class:`SummaryAction` writes.
+
+    Example:
+        >>> import gyre
+        >>> gyre.jaxloop.MetricType.SCALAR.value
+        'scalar'
+    """
+
+    SCALAR = "scalar"
+    HISTOGRAM = "histogram"
+    IMAGE = "image"
+    VIDEO = "video"
+    TEXT = "text"
+
+
+@dataclass(frozen=True)
+class MetricWithMetadata:
+    """An output value with its kind, for :class:`SummaryAction` (a bare value is a scalar).
+
+    Example:
+        >>> import gyre
+        >>> m = gyre.jaxloop.MetricWithMetadata([1.0, 2.0], gyre.jaxloop.MetricType.HISTOGRAM)
+        >>> m.type.name
+        'HISTOGRAM'
+    """
+
+    value: Any
+    type: MetricType = MetricType.SCALAR
+
+
+_METHODS = {
+    MetricType.SCALAR: "write_scalars",
+    MetricType.HISTOGRAM: "write_histograms",
+    MetricType.IMAGE: "write_images",
+    MetricType.TEXT: "write_texts",
+}
+
+
+class SummaryAction(Action):
+    """Writes a loop's outputs to a writer at its step (``int(state.step)``).
+
+    Bare values are scalars: a per-step list is reduced to its mean (metric objects are
+    merged and computed, :func:`~gyre.jaxloop.reduce_outputs`). A
+    :class:`MetricWithMetadata` goes to the writer's method for its type (the last value
+    of a per-step list); ``VIDEO`` is not supported by gyre's writers and raises.
+
+    Args:
+        writer: any object with ``write_scalars(step, values)`` (and ``write_histograms``,
+            ``write_images``, ``write_texts`` for those types), ``flush()``, ``close()``:
+            gyre's writers, or CLU's.
+        interval: every how many loops.
+        flush_each_call: flush the writer after each call.
+
+    Example:
+        >>> import gyre
+        >>> class Printer:
+        ...     def write_scalars(self, step, values):
+        ...         print(step, {k: round(float(v), 3) for k, v in values.items()})
+        ...     def flush(self): pass
+        ...     def close(self): pass
+        >>> gyre.jaxloop.SummaryAction(Printer())({"step": 10}, {"loss": [0.5, 0.25]})
+        10 {'loss': 0.375}
+    """
+
+    supported_types = frozenset(_METHODS)
+
+    def __init__(self, writer: Any, interval: int = 1, flush_each_call: bool = False) -> None:
+        super().__init__(interval=interval)
+        if not callable(getattr(writer, "write_scalars", None)):
+            raise TypeError(
+                explain(
+                    "SummaryAction needs a writer",
+                    expected="an object with write_scalars(step, values), flush() and close() "
+                    "(a gyre writer, or a CLU metric writer)",
+                    received=describe(writer),
+                    fix="pass a writer, e.g. gyre.loggers.CSVWriter(path)",
+                )
+            )
+        self._writer = writer
+        self._flush_each_call = bool(flush_each_call)
+        self._closed = False
+
+    @property
+    def summary_writer(self) -> Any:
+        """The writer.
+
+        Example:
+            >>> import gyre
+            >>> class W:
+            ...     def write_scalars(self, step, values): pass
+            >>> w = W(); gyre.jaxloop.SummaryAction(w).summary_writer is w
+            True
+        """
+        return self._writer
+
+    def split_outputs(self, outputs: Output | None) -> dict[MetricType, dict[str, Any]]:
+        """The outputs by type, ready to write (scalars reduced, others their last value).
+
+        Raises:
+            ValueError: a value's type is not supported.
+
+        Example:
+            >>> import gyre
+            >>> from gyre.jaxloop import MetricType, MetricWithMetadata
+            >>> class W:
+            ...     def write_scalars(self, step, values): pass
+            >>> action = gyre.jaxloop.SummaryAction(W())
+            >>> split = action.split_outputs({"loss": [1.0, 3.0], "note": MetricWithMetadata("hi", MetricType.TEXT)})
+            >>> float(split[MetricType.SCALAR]["loss"]), split[MetricType.TEXT]
+            (2.0, {'note': 'hi'})
+        """
+        by_type: dict[MetricType, dict[str, Any]] = {}
+        scalars: dict[str, Any] = {}
+        for key, value in (outputs or {}).items():
+            if isinstance(value, list) and value and all(isinstance(v, MetricWithMetadata) for v in value):
+                value = value[-1]
+            if not isinstance(value, MetricWithMetadata):
+                if value is not None:
+                    scalars[key] = value
+                continue
+            if value.type not in self.supported_types:
+                raise ValueError(
+                    explain(
+                        f"SummaryAction cannot write {key!r}: type {value.type.name} is not supported",
+                        expected=f"one of {sorted(t.name for t in self.supported_types)}",
+                        received=f"MetricWithMetadata(type=MetricType.{value.type.name})",
+                        fix="write it yourself in an Action, or log it as another type",
+                    )
+                )
+            inner = value.value[-1] if isinstance(value.value, list) and value.value else value.value
+            by_type.setdefault(value.type, {})[key] = inner
+        if scalars:
+            reduced = reduce_outputs(scalars)
+            numbers = {k: v for k, v in reduced.items() if _is_scalar(v)}
+            if numbers:
+                by_type[MetricType.SCALAR] = numbers
+        return by_type
+
+    def __call__(self, state: Any, outputs: Output | None, **kwargs: Any) -> None:
+        """Writes the outputs at the state's step.
+
+        Example:
+            >>> import gyre
+            >>> class Printer:
+            ...     def write_scalars(self, step, values): print(step, sorted(values))
+            >>> gyre.jaxloop.SummaryAction(Printer())({"step": 3}, {"acc": [1.0]})
+            3 ['acc']
+        """
+        step = _step_of(state)
+        for metric_type, values in self.split_outputs(outputs).items():
+            method = getattr(self._writer, _METHODS[metric_type], None)
+            if method is None:
+                raise TypeError(
+                    explain(
+                        f"the writer cannot write {metric_type.name.lower()} values",
+                        expected=f"a writer with {_METHODS[metric_type]}(step, values)",
+                        received=describe(self._writer),
+                        fix="use a writer that supports the type, or log the values as scalars",
+                    )
+                )
+            method(step, values)
+        if self._flush_each_call and callable(getattr(self._writer, "flush", None)):
+            self._writer.flush()
+
+    def close(self) -> None:
+        """Flushes and closes the writer, once (an :class:`OuterLoop` calls it when it ends).
+
+        Example:
+            >>> import gyre
+            >>> class W:
+            ...     def write_scalars(self, step, values): pass
+            ...     def close(self): print("closed")
+            >>> action = gyre.jaxloop.SummaryAction(W())
+            >>> action.close(); action.close()
+            closed
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for name in ("flush", "close"):
+            method = getattr(self._writer, name, None)
+            if callable(method):
+                method()
+
+
+def _is_scalar(value: Any) -> bool:
+    if isinstance(value, bool | int | float | np.number):
+        return True
+    return isinstance(value, np.ndarray) and value.ndim == 0
+
+
+class CheckpointAction(Action):
+    """Saves the state through :func:`gyre.checkpoint` at ``int(state.step)``.
+
+    Saves are asynchronous (orbax) and checked (checksums); an :class:`OuterLoop` with a
+    :class:`~gyre.jaxloop.CheckpointSpec` on the same directory resumes from them. A checkpoint
+    with ``monitor=`` ranks the saves by that output (reduced over the loop), as jaxloop's
+    ``metrics=outputs``: ``gyre.checkpoint(directory, keep=1, keep_best=1, monitor="loss")``.
+
+    Args:
+        checkpoint_or_directory: a :class:`gyre.Checkpoint`, or a directory to make one in
+            (keeping the latest ``keep``).
+        interval: every how many loops.
+        keep: how many checkpoints a directory given here keeps.
+
+    Example:
+        >>> import tempfile, gyre, jax.numpy as jnp
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> action = gyre.jaxloop.CheckpointAction(tmp.name)
+        >>> action({"step": jnp.int32(5), "w": jnp.ones(2)}, None)
+        >>> action.close(); action.checkpoint.all_steps()
+        [5]
+        >>> tmp.cleanup()
+    """
+
+    def __init__(self, checkpoint_or_directory: Any, interval: int = 1, *, keep: int = 3) -> None:
+        super().__init__(interval=interval)
+        self.data_source: Any = None
+        """The training data whose position (``state_dict()``) is saved with each state;
+        an :class:`~gyre.jaxloop.OuterLoop` sets it when its train dataset has one
+        (``gyre.data.batches``)."""
+        if isinstance(checkpoint_or_directory, Checkpoint):
+            self._checkpoint = checkpoint_or_directory
+        elif isinstance(checkpoint_or_directory, str | os.PathLike):
+            self._checkpoint = checkpoint(checkpoint_or_directory, keep=keep)
+        else:
+            raise TypeError(
+                explain(
+                    "CheckpointAction needs a gyre checkpoint or a directory",
+                    expected="gyre.checkpoint(directory, ...) or a path",
+                    received=describe(checkpoint_or_directory),
+                    fix="pass CheckpointAction('runs/exp/checkpoints', interval=10)",
+                )
+            )
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        """The :class:`gyre.Checkpoint` saving (and restoring) the states.
+
+        Example:
+            >>> import tempfile, gyre
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     isinstance(gyre.jaxloop.CheckpointAction(tmp).checkpoint, gyre.Checkpoint)
+            True
+        """
+        return self._checkpoint
+
+    @property
+    def directory(self) -> str:
+        """The checkpoint directory (absolute).
+
+        Example:
+            >>> import os, tempfile, gyre
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     os.path.isabs(gyre.jaxloop.CheckpointAction(tmp).directory)
+            True
+        """
+        return self._checkpoint.directory
+
+    def __call__(self, state: Any, outputs: Output | None, **kwargs: Any) -> None:
+        """Saves ``state`` at its step (in the background; a step already saved is skipped).
+
+        Example:
+            >>> import tempfile, gyre, jax.numpy as jnp
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     action = gyre.jaxloop.CheckpointAction(tmp)
+            ...     action({"step": jnp.int32(1)}, None); action.close()
+            ...     action.checkpoint.latest_step()
+            1
+        """
+        step = _step_of(state)
+        logs = None
+        if self._checkpoint.monitor is not None:  # best-k ranks by the loop's (reduced) output
+            reduced = reduce_outputs({k: v for k, v in (outputs or {}).items() if not isinstance(v, MetricWithMetadata)})
+            logs = Logs().add_entries("metrics", {k: v for k, v in reduced.items() if _is_scalar(v)})
+        source = self.data_source
+        if source is None:
+            self._checkpoint(Elapsed(steps=step), state, logs)
+        else:  # the training data's position goes with the state (an OuterLoop resumes both)
+            metrics = None
+            if logs is not None:
+                metrics = {self._checkpoint.monitor: self._checkpoint._monitored(logs, Elapsed(steps=step))}
+            meta = {DATA_META: source.state_dict()}
+            self._checkpoint.save_snapshot(
+                Snapshot(step=step, state=state, elapsed=Elapsed(steps=step), meta=meta, metrics=metrics)
+            )
+        _log.info("Saving checkpoint to %s at step %d.", self.directory, step)
+
+    def wait_until_finished(self) -> None:
+        """Blocks until the saves are on disk.
+
+        Example:
+            >>> import tempfile, gyre
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     gyre.jaxloop.CheckpointAction(tmp).wait_until_finished()
+        """
+        self._checkpoint.wait_until_finished()
+
+    def close(self) -> None:
+        """Waits for the saves and releases orbax's resources (the action stays usable).
+
+        Example:
+            >>> import tempfile, gyre
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     gyre.jaxloop.CheckpointAction(tmp).close()
+        """
+        self._checkpoint.close()
+
+
+class StepNumberWriter:
+    """Where :class:`StepNumberAction` writes the step number; this one keeps it in memory.
+
+    Example:
+        >>> import gyre
+        >>> w = gyre.jaxloop.StepNumberWriter(); w.write(7); w.last
+        7
+    """
+
+    def __init__(self) -> None:
+        self.last: int | None = None
+
+    def write(self, step: int) -> None:
+        """Records ``step``.
+
+        Example:
+            >>> import gyre
+            >>> gyre.jaxloop.StepNumberWriter().write(1)
+        """
+        self.last = int(step)
+
+
+class LocalFileStepNumberWriter(StepNumberWriter):
+    """Writes the step number to a local file (replaced atomically at each write).
+
+    Example:
+        >>> import os, tempfile, gyre
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     w = gyre.jaxloop.LocalFileStepNumberWriter(os.path.join(tmp, "step.txt"))
+        ...     w.write(12)
+        ...     open(os.path.join(tmp, "step.txt")).read()
+        '12'
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__()
+        if not isinstance(path, str | os.PathLike):
+            raise TypeError(
+                explain(
+                    "LocalFileStepNumberWriter needs a file path",
+                    expected="a str or os.PathLike path",
+                    received=describe(path),
+                    fix="pass LocalFileStepNumberWriter('runs/exp/step.txt')",
+                )
+            )
+        self.path = os.fspath(path)
+
+    def write(self, step: int) -> None:
+        """Writes ``step`` to the file (its folder is created).
+
+        Example:
+            >>> import os, tempfile, gyre
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     gyre.jaxloop.LocalFileStepNumberWriter(os.path.join(tmp, "a", "s")).write(3)
+        """
+        super().write(step)
+        folder = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w") as f:
+            f.write(str(int(step)))
+        os.replace(tmp, self.path)
+
+
+class StepNumberAction(Action):
+    """Writes the state's step number through a :class:`StepNumberWriter`.
+
+    Example:
+        >>> import gyre
+        >>> writer = gyre.jaxloop.StepNumberWriter()
+        >>> gyre.jaxloop.StepNumberAction(writer)({"step": 40}, None)
+        >>> writer.last
+        40
+    """
+
+    def __init__(self, step_writer: StepNumberWriter, interval: int = 1) -> None:
+        super().__init__(interval=interval)
+        if not callable(getattr(step_writer, "write", None)):
+            raise TypeError(
+                explain(
+                    "StepNumberAction needs a step number writer",
+                    expected="an object with write(step), e.g. LocalFileStepNumberWriter(path)",
+                    received=describe(step_writer),
+                    fix="pass StepNumberAction(gyre.jaxloop.LocalFileStepNumberWriter(path))",
+                )
+            )
+        self._step_number_writer = step_writer
+
+    def __call__(self, state: Any, outputs: Output | None = None, **kwargs: Any) -> None:
+        """Writes the step number.
+
+        Example:
+            >>> import gyre
+            >>> w = gyre.jaxloop.StepNumberWriter()
+            >>> gyre.jaxloop.StepNumberAction(w)({"step": 2}); w.last
+            2
+        """
+        self._step_number_writer.write(_step_of(state))
+
+
+class StopTrainingError(Exception):
+    """Raised by an action to stop training; an :class:`~gyre.jaxloop.OuterLoop` handles it.
+
+    Example:
+        >>> import gyre
+        >>> str(gyre.jaxloop.StopTrainingError("no progress", best_step=20, best_metric=0.25))
+        'no progress Training stopped early. Best step: 20, best metric: 0.2500.'
+    """
+
+    def __init__(self, message: str, best_step: int | None = None, best_metric: float | None = None) -> None:
+        super().__init__(message)
+        self.best_step = best_step
+        self.best_metric = best_metric
+
+    def __str__(self) -> str:
+        metric = "None" if self.best_metric is None else f"{float(self.best_metric):.4f}"
+        return f"{self.args[0]} Training stopped early. Best step: {self.best_step}, best metric: {metric}."
+
+
+class MetricMonitoringStopHandler:
+    """Decides when training stops, from a monitored metric: after ``patience`` checks
+    without an improvement of more than ``min_delta``.
+
+    Args:
+        monitored_metric: the output's name.
+        min_delta: the smallest change that counts as an improvement.
+        patience: checks without improvement before stopping (>= 1).
+        mode: ``"min"``, ``"max"``, or ``"auto"`` (``max`` for names ending in ``acc``,
+            ``accuracy`` or ``auc``, else ``min``).
+        baseline: a value to beat before anything counts as an improvement.
+
+    Example:
+        >>> import gyre
+        >>> handler = gyre.jaxloop.MetricMonitoringStopHandler("loss", patience=2)
+        >>> [handler.update_state(v, s) for s, v in enumerate([1.0, 0.5, 0.6, 0.7])]
+        [True, True, False, False]
+        >>> handler.should_stop(), handler.get_best_info()
+        (True, (0.5, 1))
+    """
+
+    def __init__(
+        self, monitored_metric: str, min_delta: float = 1e-8, patience: int = 10,
+        mode: str = "auto", baseline: float | None = None,
+    ) -> None:
+        if mode not in ("min", "max", "auto"):
+            raise ValueError(
+                explain(
+                    "MetricMonitoringStopHandler's mode is not known",
+                    expected="'min', 'max' or 'auto'",
+                    received=describe(mode),
+                    fix="pass mode='min' for a loss, mode='max' for an accuracy",
+                )
+            )
+        self.monitored_metric = monitored_metric
+        self.min_delta = abs(float(min_delta))
+        self.patience = whole_number(
+            patience, minimum=1, problem="MetricMonitoringStopHandler's patience must be a positive whole number",
+            expected="the checks without improvement before stopping (an int >= 1)", fix="pass patience=3",
+        )
+        if mode == "auto":
+            mode = "max" if monitored_metric.endswith(("acc", "accuracy", "auc")) else "min"
+        self.mode = mode
+        self.baseline = baseline
+        self._patience_left = self.patience
+        self.best_step = 0
+        self._initialized = baseline is not None
+        self.best = float(baseline) if baseline is not None else (math.inf if mode == "min" else -math.inf)
+
+    def _better(self, a: float, b: float) -> bool:
+        return a < b - self.min_delta if self.mode == "min" else a > b + self.min_delta
+
+    def update_state(self, current_metric: float, current_step: int) -> bool:
+        """Records a check; returns whether the metric improved.
+
+        Example:
+            >>> import gyre
+            >>> gyre.jaxloop.MetricMonitoringStopHandler("acc").update_state(0.5, 10)
+            True
+        """
+        current = float(current_metric)
+        if not self._initialized:
+            self._initialized = True
+            self.best, self.best_step = current, int(current_step)
+            return True
+        if self._better(current, self.best):
+            self.best, self.best_step = current, int(current_step)
+            self._patience_left = self.patience
+            return True
+        self._patience_left -= 1
+        return False
+
+    def should_stop(self) -> bool:
+        """Whether the patience ran out.
+
+        Example:
+            >>> import gyre
+            >>> gyre.jaxloop.MetricMonitoringStopHandler("loss").should_stop()
+            False
+        """
+        return self._initialized and self._patience_left <= 0
+
+    def get_best_info(self) -> tuple[float, int]:
+        """``(best_metric, best_step)``.
+
+        Example:
+            >>> import gyre
+            >>> gyre.jaxloop.MetricMonitoringStopHandler("loss", baseline=2.0).get_best_info()
+            (2.0, 0)
+        """
+        return self.best, self.best_step
+
+
+class EarlyStoppingAction(Action):
+    """Raises :class:`StopTrainingError` when the handler says to stop (or the metric is
+    NaN); put it in an eval loop's ``end_actions``. The metric is the mean of its output.
+
+    Example:
+        >>> import gyre
+        >>> action = gyre.jaxloop.EarlyStoppingAction(
+        ...     gyre.jaxloop.MetricMonitoringStopHandler("loss", patience=1))
+        >>> _ = action({"step": 1}, {"loss": [1.0]})
+        >>> action({"step": 2}, {"loss": [2.0]})
+        Traceback (most recent call last):
+        ...
+        gyre.jaxloop._actions.StopTrainingError: Early stopping triggered for metric 'loss' Training stopped early. Best step: 1, best metric: 1.0000.
+    """
+
+    def __init__(self, handler: MetricMonitoringStopHandler, interval: int = 1) -> None:
+        super().__init__(interval=interval)
+        if not isinstance(handler, MetricMonitoringStopHandler):
+            raise TypeError(
+                explain(
+                    "EarlyStoppingAction needs a MetricMonitoringStopHandler",
+                    expected="MetricMonitoringStopHandler('loss', patience=3)",
+                    received=describe(handler),
+                    fix="wrap the metric's name: EarlyStoppingAction(MetricMonitoringStopHandler(name))",
+                )
+            )
+        self._handler = handler
+        self.monitored_metric = handler.monitored_metric
+
+    @property
+    def handler(self) -> MetricMonitoringStopHandler:
+        """The stop handler.
+
+        Example:
+            >>> import gyre
+            >>> h = gyre.jaxloop.MetricMonitoringStopHandler("loss")
+            >>> gyre.jaxloop.EarlyStoppingAction(h).handler is h
+            True
+        """
+        return self._handler
+
+    def __call__(self, state: Any, outputs: Output | None, **kwargs: Any) -> Output | None:
+        """Checks the metric; raises :class:`StopTrainingError` to stop.
+
+        Example:
+            >>> import gyre
+            >>> h = gyre.jaxloop.MetricMonitoringStopHandler("loss")
+            >>> gyre.jaxloop.EarlyStoppingAction(h)({"step": 0}, {"other": [1.0]})
+            {'other': [1.0]}
+        """
+        step = _step_of(state)
+        if outputs is None or self.monitored_metric not in outputs:
+            _log.warning("EarlyStoppingAction: %r is not in the outputs (%s)", self.monitored_metric,
+                         sorted(outputs or {}))
+            return outputs
+        value = float(reduce_outputs({"m": outputs[self.monitored_metric]})["m"])
+        if math.isnan(value):
+            best, best_step = self._handler.get_best_info()
+            raise StopTrainingError(f"Metric '{self.monitored_metric}' was NaN", best_step=best_step, best_metric=best)
+        self._handler.update_state(value, step)
+        if self._handler.should_stop():
+            best, best_step = self._handler.get_best_info()
+            raise StopTrainingError(
+                f"Early stopping triggered for metric '{self.monitored_metric}'",
+                best_step=best_step, best_metric=best,
+            )
+        return outputs

@@ -1,0 +1,575 @@
+"""jaxloop's outer loop: train loops interleaved with evaluations, resumed from checkpoints,
+or continuous evaluation of the checkpoints another job writes.
+
+``OuterLoop(train_loop=, eval_loops=[...], checkpoint_spec=None)(state, train_dataset=,
+train_total_steps=, train_loop_steps=, eval_specs=[...])`` runs inner train loops of
+``train_loop_steps`` steps until ``train_total_steps`` (counted from ``state.step``), and
+after each one the evaluations whose :class:`EvalSpec` says so. It ends early when the data
+ends, when an output sets :data:`STOP_LOOP`, or when an action raises
+:class:`~gyre.jaxloop.StopTrainingError`: then the state is returned, checkpoint saves finish,
+writers close and the ``STOPPED`` marker is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import jax
+
+from gyre.callbacks._checkpoint import checkpoint
+from gyre.core._errors import describe, explain, whole_number
+from gyre.jaxloop._actions import DATA_META, CheckpointAction, StopTrainingError, SummaryAction
+from gyre.jaxloop._loop import STAT_PREFIX, ActionLoop, EvalLoop, Loop, _as_iterator
+
+STOP_LOOP = f"{STAT_PREFIX}/stop_loop"
+STOP_FILE_NAME = "STOPPED"
+Output = dict[str, Any]
+_log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalContext:
+    """What an :class:`EvalSpec`'s ``should_eval_fn`` is told after each train loop.
+
+    Attributes:
+        step: the training step reached (``state.step``).
+        loop_count: the train loop's ``loop_count``.
+        train_total_steps: the step training runs to.
+        train_outputs: the last train loop's outputs.
+        eval_name: the evaluation's name in the outputs.
+        eval_count: how many times this evaluation ran before.
+
+    Example:
+        >>> import gyre
+        >>> ctx = gyre.jaxloop.EvalContext(step=20, loop_count=2, train_total_steps=100,
+        ...                                train_outputs={}, eval_name="eval", eval_count=0)
+        >>> ctx.step % 20 == 0
+        True
+    """
+
+    step: int
+    loop_count: int
+    train_total_steps: int
+    train_outputs: Mapping[str, Any]
+    eval_name: str
+    eval_count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSpec:
+    """How and when one eval loop of an :class:`OuterLoop` runs.
+
+    Attributes:
+        dataset: an iterable evaluated from its start each time (a list, a re-iterable
+            ``gyre.data.batches(..., epochs=1)``).
+        dataset_iterator: instead of ``dataset``, one iterator shared by all evaluations:
+            each continues where the last one stopped (with ``num_steps``).
+        num_steps: steps per evaluation; ``None`` runs until the data ends.
+        eval_loop_interval: evaluate after every ``eval_loop_interval``-th train loop
+            (``loop_count % interval == 0``); ``None``: after every train loop.
+        should_eval_fn: a predicate on an :class:`EvalContext`; when given, the evaluation
+            runs only when it (and the interval, if any) says so.
+        kwargs: keyword arguments for the eval loop's steps.
+
+    Example:
+        >>> import gyre
+        >>> spec = gyre.jaxloop.EvalSpec(dataset=[1, 2], eval_loop_interval=5)
+        >>> spec.num_steps, spec.eval_loop_interval
+        (None, 5)
+    """
+
+    dataset: Iterable[Any] | None = None
+    dataset_iterator: Iterator[Any] | None = None
+    num_steps: int | None = None
+    eval_loop_interval: int | None = None
+    should_eval_fn: Callable[[EvalContext], bool] | None = None
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.dataset is None) == (self.dataset_iterator is None):
+            raise ValueError(
+                explain(
+                    "an EvalSpec needs one of dataset= and dataset_iterator=",
+                    expected="dataset= (an iterable, evaluated from its start each time) or "
+                    "dataset_iterator= (one iterator continued across evaluations)",
+                    received=f"dataset={describe(self.dataset)}, "
+                    f"dataset_iterator={describe(self.dataset_iterator)}",
+                    fix="pass EvalSpec(dataset=eval_batches) or EvalSpec(dataset_iterator=it, num_steps=10)",
+                )
+            )
+        for name in ("num_steps", "eval_loop_interval"):
+            value = getattr(self, name)
+            if value is not None:
+                whole_number(
+                    value, minimum=1, problem=f"EvalSpec's {name} must be a positive whole number or None",
+                    expected="an int >= 1, or None", fix=f"pass {name}=10, or leave it None",
+                )
+        if self.should_eval_fn is not None and not callable(self.should_eval_fn):
+            raise TypeError(
+                explain(
+                    "EvalSpec's should_eval_fn must be callable",
+                    expected="a function EvalContext -> bool",
+                    received=describe(self.should_eval_fn),
+                    fix="pass should_eval_fn=lambda ctx: ctx.step >= 1000",
+                )
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSpec:
+    """Where an :class:`OuterLoop` resumes training from, and where continuous evaluation
+    finds its checkpoints.
+
+    Attributes:
+        checkpoint_dir: the directory of a :class:`~gyre.jaxloop.CheckpointAction` (gyre
+            checkpoints).
+        iterate_interval_secs: seconds between looks for a new checkpoint (continuous
+            evaluation).
+        iterate_stop_fn: a function returning ``True`` when no checkpoint will come; by
+            default, whether ``checkpoint_dir/STOPPED`` exists.
+        transforms: accepted for jaxloop compatibility; must be ``None``.
+
+    Example:
+        >>> import gyre
+        >>> gyre.jaxloop.CheckpointSpec("runs/exp/checkpoints").iterate_interval_secs
+        0
+    """
+
+    checkpoint_dir: str | os.PathLike[str]
+    iterate_interval_secs: float = 0
+    iterate_stop_fn: Callable[[], bool] | None = None
+    transforms: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.checkpoint_dir, str | os.PathLike):
+            raise TypeError(
+                explain(
+                    "CheckpointSpec's checkpoint_dir must be a path",
+                    expected="a str or os.PathLike directory",
+                    received=describe(self.checkpoint_dir),
+                    fix="pass CheckpointSpec('runs/exp/checkpoints')",
+                )
+            )
+        if self.transforms is not None:
+            raise ValueError(
+                explain(
+                    "CheckpointSpec's transforms are not supported",
+                    expected="transforms=None (gyre restores into the given state's structure)",
+                    received=describe(self.transforms),
+                    fix="restore and transform the state yourself with gyre.restore",
+                )
+            )
+
+    @property
+    def directory(self) -> str:
+        """The checkpoint directory, absolute.
+
+        Example:
+            >>> import os, gyre
+            >>> os.path.isabs(gyre.jaxloop.CheckpointSpec("ckpts").directory)
+            True
+        """
+        return os.path.abspath(os.fspath(self.checkpoint_dir))
+
+
+def _stop_flag(outputs: Any) -> bool:
+    if not outputs:
+        return False
+    value = outputs.get(STOP_LOOP, False)
+    if isinstance(value, list | tuple):
+        return any(bool(v) for v in jax.device_get(list(value)))
+    return bool(value)
+
+
+def _has_position(dataset: Any) -> bool:
+    return callable(getattr(dataset, "state_dict", None)) and callable(getattr(dataset, "load_state_dict", None))
+
+
+def _int_step(state: Any) -> int | None:
+    step = getattr(state, "step", None)
+    if step is None and isinstance(state, Mapping):
+        step = state.get("step")
+    return None if step is None else int(step)
+
+
+class OuterLoop:
+    """Runs training and evaluation loops (jaxloop's ``OuterLoop``).
+
+    Args:
+        train_loop: the :class:`~gyre.jaxloop.TrainLoop`, or ``None`` for continuous
+            evaluation of the checkpoints in ``checkpoint_spec``.
+        eval_loops: the :class:`~gyre.jaxloop.EvalLoop`\\ s, one per :class:`EvalSpec`.
+        checkpoint_spec: where to resume training from (the latest checkpoint, if any), or
+            which checkpoints continuous evaluation reads.
+
+    Example:
+        >>> import gyre
+        >>> train = gyre.jaxloop.TrainLoop(lambda s, b, n: ({"step": s["step"] + 1}, {"b": b}))
+        >>> evals = gyre.jaxloop.EvalLoop(lambda s, b, n: (s, {"at": s["step"]}))
+        >>> outer = gyre.jaxloop.OuterLoop(train_loop=train, eval_loops=[evals])
+        >>> state, outputs = outer({"step": 0}, train_dataset=iter(range(100)), train_total_steps=6,
+        ...     train_loop_steps=2, eval_specs=[gyre.jaxloop.EvalSpec(dataset=[0], eval_loop_interval=2)])
+        >>> state["step"], outputs["b"], outputs["eval"]["at"], outputs[gyre.jaxloop.STOP_LOOP]
+        (6, [4, 5], [4], False)
+    """
+
+    def __init__(
+        self,
+        train_loop: ActionLoop | Loop | None = None,
+        eval_loops: Sequence[EvalLoop | Loop] | None = None,
+        checkpoint_spec: CheckpointSpec | None = None,
+    ) -> None:
+        if train_loop is None and not eval_loops:
+            raise ValueError(
+                explain(
+                    "OuterLoop has nothing to run",
+                    expected="train_loop=, eval_loops=, or both",
+                    received="neither",
+                    fix="pass OuterLoop(train_loop=TrainLoop(step), eval_loops=[EvalLoop(eval_step)])",
+                )
+            )
+        if train_loop is None and checkpoint_spec is None:
+            raise ValueError(
+                explain(
+                    "OuterLoop without a train loop evaluates checkpoints, and needs to know where",
+                    expected="checkpoint_spec=CheckpointSpec(checkpoint_dir) with eval_loops only",
+                    received="eval_loops without train_loop or checkpoint_spec",
+                    fix="pass checkpoint_spec=gyre.jaxloop.CheckpointSpec('runs/exp/checkpoints')",
+                )
+            )
+        for loop in ([train_loop] if train_loop is not None else []) + list(eval_loops or []):
+            if not isinstance(loop, Loop):
+                raise TypeError(
+                    explain(
+                        "OuterLoop's loops must be gyre.jaxloop loops",
+                        expected="TrainLoop(step) and EvalLoop(step) (or other Loop subclasses)",
+                        received=describe(loop),
+                        fix="wrap your step: gyre.jaxloop.TrainLoop(step)",
+                    )
+                )
+        if checkpoint_spec is not None and not isinstance(checkpoint_spec, CheckpointSpec):
+            raise TypeError(
+                explain(
+                    "checkpoint_spec must be a CheckpointSpec",
+                    expected="gyre.jaxloop.CheckpointSpec(checkpoint_dir)",
+                    received=describe(checkpoint_spec), fix="wrap the directory in CheckpointSpec",
+                )
+            )
+        self._train_loop = train_loop
+        self._eval_loops = list(eval_loops or [])
+        self._checkpoint_spec = checkpoint_spec
+        self._names = [self._name(i, loop) for i, loop in enumerate(self._eval_loops)]
+        self._eval_counts = [0] * len(self._eval_loops)
+
+    @property
+    def eval_names(self) -> list[str]:
+        """The keys of the eval loops' outputs: each loop's ``name``, else ``"eval"``,
+        ``"eval_1"``... by position.
+
+        Example:
+            >>> import gyre
+            >>> loops = [gyre.jaxloop.EvalLoop(print), gyre.jaxloop.EvalLoop(print, name="test")]
+            >>> gyre.jaxloop.OuterLoop(train_loop=gyre.jaxloop.TrainLoop(print), eval_loops=loops).eval_names
+            ['eval', 'test']
+        """
+        return list(self._names)
+
+    @staticmethod
+    def _name(index: int, loop: Any) -> str:
+        name = getattr(loop, "name", None)
+        return name if name else ("eval" if index == 0 else f"eval_{index}")
+
+    # -- checks ---------------------------------------------------------------------------------
+    def _precheck(self, train_dataset: Any, total: Any, loop_steps: Any, specs: Any) -> tuple[int, int | None, list[EvalSpec]]:
+        specs = list(specs or [])
+        if len(specs) != len(self._eval_loops):
+            raise ValueError(
+                explain(
+                    "OuterLoop needs one EvalSpec per eval loop",
+                    expected=f"{len(self._eval_loops)} eval spec(s), one for each eval loop, in order",
+                    received=f"{len(specs)} eval spec(s)",
+                    fix="pass eval_specs=[EvalSpec(dataset=...)] with as many specs as eval_loops",
+                )
+            )
+        for spec in specs:
+            if not isinstance(spec, EvalSpec):
+                raise TypeError(
+                    explain("eval_specs must hold EvalSpecs", expected="gyre.jaxloop.EvalSpec(dataset=...)",
+                            received=describe(spec), fix="wrap each eval dataset in EvalSpec(dataset=...)")
+                )
+        if self._train_loop is None:
+            return 0, None, specs
+        if train_dataset is None:
+            raise ValueError(
+                explain(
+                    "OuterLoop with a train loop needs train_dataset=",
+                    expected="an iterator or iterable of training batches",
+                    received="train_dataset=None",
+                    fix="pass train_dataset=iter(batches)",
+                )
+            )
+        total = whole_number(
+            total, minimum=1, problem="train_total_steps must be a positive whole number",
+            expected="the step to train to (an int >= 1)", fix="pass train_total_steps=1000",
+        )
+        if loop_steps is not None:
+            loop_steps = whole_number(
+                loop_steps, minimum=1, problem="train_loop_steps must be a positive whole number or None",
+                expected="steps per inner train loop (>= 1), or None for one pass of the data",
+                fix="pass train_loop_steps=100",
+            )
+        return total, loop_steps, specs
+
+    # -- the run ----------------------------------------------------------------------------------
+    def __call__(
+        self,
+        state: Any,
+        train_dataset: Iterable[Any] | None = None,
+        train_total_steps: int | None = None,
+        train_loop_steps: int | None = None,
+        eval_specs: Sequence[EvalSpec] | None = None,
+        log_train_total_steps: bool = True,
+    ) -> tuple[Any, Output]:
+        """Trains to ``train_total_steps`` with evaluations, or evaluates checkpoints.
+
+        Args:
+            state: the initial state (or the structure to restore checkpoints into).
+            train_dataset: an iterator (shared by the train loops) or an iterable (with
+                ``train_loop_steps=None``, each train loop makes one pass of it).
+            train_total_steps: the step to train to, counted from ``state.step`` (a resumed
+                state continues to it).
+            train_loop_steps: steps per train loop; inner loops end at multiples of it,
+                also after a resume. ``None``: one pass of the data per train loop.
+            eval_specs: one :class:`EvalSpec` per eval loop.
+            log_train_total_steps: log the target step.
+
+        Returns:
+            ``(state, outputs)``: the training state (never changed by an evaluation), and
+            the last train loop's outputs, with :data:`STOP_LOOP` and each eval loop's
+            latest outputs under its name (see :attr:`eval_names`). Continuous evaluation
+            returns the last evaluated state, each eval loop's latest outputs and
+            ``"checkpoint_steps"``, the steps evaluated.
+
+        Raises:
+            ValueError: ``train_dataset`` is missing, ``train_total_steps`` or
+                ``train_loop_steps`` is not a positive whole number, or the eval specs do
+                not match the eval loops one to one.
+
+        Example:
+            >>> import gyre
+            >>> outer = gyre.jaxloop.OuterLoop(
+            ...     train_loop=gyre.jaxloop.TrainLoop(lambda s, b, n: ({"step": s["step"] + 1}, {})))
+            >>> outer({"step": 0}, train_dataset=iter(range(10)), train_total_steps=4)[0]
+            {'step': 4}
+            >>> outer({"step": 0}, train_total_steps=4)
+            Traceback (most recent call last):
+            ...
+            ValueError: OuterLoop with a train loop needs train_dataset=
+            ...
+        """
+        total, loop_steps, specs = self._precheck(train_dataset, train_total_steps, train_loop_steps, eval_specs)
+        if self._train_loop is None:
+            return self._continuous_eval(state, specs)
+        try:
+            return self._train(state, train_dataset, total, loop_steps, specs, log_train_total_steps)
+        finally:
+            self._close_actions()
+
+    def _resume(self, state: Any, train_dataset: Any) -> Any:
+        mine = [a for a in self._actions(self._train_loop) if isinstance(a, CheckpointAction)]
+        source = train_dataset if _has_position(train_dataset) else None
+        for action in mine:
+            action.data_source = source
+        spec = self._checkpoint_spec
+        if spec is None:
+            return state
+        same = [a for a in mine if os.path.abspath(a.directory) == spec.directory]
+        ckpt = same[0].checkpoint if same else checkpoint(spec.directory)
+        if ckpt.latest_step() is None:
+            return state
+        ckpt.wait_until_finished()
+        snapshot = ckpt.load_snapshot("latest", state)
+        if snapshot is None:
+            return state
+        state = snapshot.state
+        position = (snapshot.meta or {}).get(DATA_META)
+        if position is not None and source is not None:
+            source.load_state_dict(position)  # the next batch is the one after the checkpoint
+        _log.info("train    | resumed from checkpoint %s of %s", ckpt.saved_step(), spec.directory)
+        return state
+
+    def _train(
+        self, state: Any, train_dataset: Any, total: int, loop_steps: int | None, specs: list[EvalSpec], log: bool
+    ) -> tuple[Any, Output]:
+        train = self._train_loop
+        assert train is not None
+        self._remove_marker()
+        state = self._resume(state, train_dataset)
+        step = _int_step(state) or 0
+        if log:
+            _log.info("train    | step: %6d | training until step %6d.", step, total)
+        epochs = loop_steps is None and not isinstance(train_dataset, Iterator)
+        shared = None if epochs else _as_iterator(train_dataset)
+        if step and loop_steps and isinstance(train, ActionLoop):
+            train.loop_count = step // loop_steps
+        num_steps = loop_steps - step % loop_steps if (step and loop_steps) else loop_steps
+        outputs: Output = {}
+        evals: dict[str, Any] = {}
+        stop = False
+        try:
+            while step < total and not stop:
+                want = total - step if num_steps is None else min(num_steps, total - step)
+                data = _as_iterator(train_dataset) if epochs else shared
+                new_state, new_outputs = train(state, data, want)
+                ran = getattr(train, "_last_steps", want)
+                state = new_state
+                num_steps = loop_steps
+                if ran == 0:
+                    _log.warning("train    | the training data ended at step %d, before step %d", step, total)
+                    break
+                step = _int_step(state) if _int_step(state) is not None else step + ran
+                outputs = new_outputs if new_outputs is not None else {}
+                stop = _stop_flag(outputs)
+                stop = self._evaluate(state, step, total, outputs, specs, evals) or stop
+                if ran < want and not epochs:
+                    _log.warning("train    | the training data ended at step %d, before step %d", step, total)
+                    break
+        except StopTrainingError as err:
+            state = self._state_after(err, state)
+            step = _int_step(state) or step
+            _log.info("train    | stopped at step %s: %s", step, err)
+            stop = True
+        self._finish_checkpoints()
+        self._write_marker()
+        result = dict(outputs)
+        result.update(evals)
+        result[STOP_LOOP] = bool(stop)
+        return state, result
+
+    @staticmethod
+    def _state_after(err: BaseException, state: Any) -> Any:
+        """The state when a StopTrainingError left a loop: the one the loop attached, else
+        the last one this outer loop holds (an evaluation never changes it)."""
+        attached = getattr(err, "state", None)
+        return attached if attached is not None else state
+
+    def _evaluate(
+        self, state: Any, step: int, total: int, train_outputs: Output, specs: list[EvalSpec], evals: dict[str, Any]
+    ) -> bool:
+        stop = False
+        loop_count = getattr(self._train_loop, "loop_count", 0)
+        for i, (loop, spec) in enumerate(zip(self._eval_loops, specs, strict=True)):
+            if spec.eval_loop_interval is not None and loop_count % spec.eval_loop_interval != 0:
+                continue
+            if spec.should_eval_fn is not None:
+                ctx = EvalContext(step, loop_count, total, train_outputs, self._names[i], self._eval_counts[i])
+                if not spec.should_eval_fn(ctx):
+                    continue
+            try:
+                _, eval_outputs = self._run_eval(loop, spec, state)
+            except StopTrainingError:
+                self._eval_counts[i] += 1
+                raise
+            self._eval_counts[i] += 1
+            evals[self._names[i]] = eval_outputs
+            stop = stop or _stop_flag(eval_outputs)
+        return stop
+
+    @staticmethod
+    def _run_eval(loop: Loop, spec: EvalSpec, state: Any) -> tuple[Any, Any]:
+        data = spec.dataset_iterator if spec.dataset_iterator is not None else iter(spec.dataset)  # type: ignore[arg-type]
+        return loop(state, data, spec.num_steps, **spec.kwargs)
+
+    # -- continuous evaluation -------------------------------------------------------------------
+    def _continuous_eval(self, state: Any, specs: list[EvalSpec]) -> tuple[Any, Output]:
+        spec = self._checkpoint_spec
+        assert spec is not None
+        directory = spec.directory
+        stop_fn = spec.iterate_stop_fn or (lambda: os.path.exists(os.path.join(directory, STOP_FILE_NAME)))
+        last = -1
+        eval_state = state
+        outputs: Output = {"checkpoint_steps": []}
+        try:
+            while True:
+                stopping = bool(stop_fn())
+                ckpt = checkpoint(directory) if os.path.isdir(directory) else None
+                new = [s for s in (ckpt.all_steps() if ckpt else []) if s > last]
+                for step in new:
+                    assert ckpt is not None
+                    eval_state, _ = ckpt.restore(state, step=step)
+                    for i, (loop, eval_spec) in enumerate(zip(self._eval_loops, specs, strict=True)):
+                        _, eval_outputs = self._run_eval(loop, eval_spec, eval_state)
+                        self._eval_counts[i] += 1
+                        outputs[self._names[i]] = eval_outputs
+                    outputs["checkpoint_steps"].append(step)
+                    last = step
+                if ckpt is not None:
+                    ckpt.close()  # a new one per look: orbax's step list is cached per manager
+                if stopping and not new:
+                    break
+                if not new:
+                    time.sleep(max(float(spec.iterate_interval_secs), 0.01))
+        except StopTrainingError as err:
+            _log.info("eval     | stopped: %s", err)
+        finally:
+            self._close_actions()
+        outputs[STOP_LOOP] = True
+        return eval_state, outputs
+
+    # -- the end ------------------------------------------------------------------------------------
+    @staticmethod
+    def _actions(loop: Any) -> list[Any]:
+        if loop is None:
+            return []
+        step = getattr(loop, "step", None)
+        return [
+            *getattr(loop, "begin_actions", []), *getattr(loop, "end_actions", []),
+            *getattr(step, "begin_actions", []), *getattr(step, "end_actions", []),
+        ]
+
+    def _all_actions(self) -> list[Any]:
+        seen: dict[int, Any] = {}
+        for loop in [self._train_loop, *self._eval_loops]:
+            for action in self._actions(loop):
+                seen.setdefault(id(action), action)
+        return list(seen.values())
+
+    def _finish_checkpoints(self) -> None:
+        for action in self._all_actions():
+            if isinstance(action, CheckpointAction):
+                action.wait_until_finished()
+
+    def _close_actions(self) -> None:
+        """Pending saves finish and writers close, whatever ended the run."""
+        errors: list[BaseException] = []
+        for action in self._all_actions():
+            if isinstance(action, CheckpointAction | SummaryAction):
+                try:
+                    action.close()
+                except Exception as err:  # noqa: BLE001 - the others still close
+                    errors.append(err)
+        if errors:
+            raise errors[0]
+
+    def _remove_marker(self) -> None:
+        """Training (re)starts: a marker left by an earlier run would stop an evaluator now."""
+        spec = self._checkpoint_spec
+        if spec is None or jax.process_index() != 0:
+            return
+        marker = os.path.join(spec.directory, STOP_FILE_NAME)
+        if os.path.exists(marker):
+            os.remove(marker)
+
+    def _write_marker(self) -> None:
+        spec = self._checkpoint_spec
+        if spec is None or jax.process_index() != 0:
+            return
+        os.makedirs(spec.directory, exist_ok=True)
+        with open(os.path.join(spec.directory, STOP_FILE_NAME), "w"):
+            pass
+        _log.info("train    | wrote %s", os.path.join(spec.directory, STOP_FILE_NAME))

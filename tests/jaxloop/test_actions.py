@@ -1,0 +1,139 @@
+"""gyre.jaxloop's actions: summary (a fake writer), checkpoint, step number, early stopping."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gyre import jaxloop
+from gyre.jaxloop import MetricType, MetricWithMetadata
+from tests.jaxloop._helpers import FakeWriter, add_step, fresh
+
+
+def test_summary_action_writes_each_type_at_the_state_step():
+    writer = FakeWriter()
+    action = jaxloop.SummaryAction(writer, flush_each_call=True)
+    image = np.zeros((1, 2, 2, 1))
+    action(
+        {"step": jnp.int32(30)},
+        {
+            "loss": [jnp.float32(1.0), jnp.float32(2.0)],
+            jaxloop.STAT_STEPS_PER_SEC: 10.0,
+            "weights": MetricWithMetadata(np.arange(4.0), MetricType.HISTOGRAM),
+            "sample": MetricWithMetadata(image, MetricType.IMAGE),
+            "note": [MetricWithMetadata("a", MetricType.TEXT), MetricWithMetadata("b", MetricType.TEXT)],
+        },
+    )
+    kinds = {call[0]: call for call in writer.calls}
+    assert kinds["scalars"] == ("scalars", 30, {"loss": 1.5, jaxloop.STAT_STEPS_PER_SEC: 10.0})
+    assert kinds["histograms"][1] == 30 and list(kinds["histograms"][2]["weights"]) == [0, 1, 2, 3]
+    assert kinds["images"][2]["sample"] is image
+    assert kinds["texts"] == ("texts", 30, {"note": "b"})  # the last of a per-step list
+    assert writer.flushed == 1
+    action.close()
+    action.close()
+    assert writer.closed == 1 and writer.flushed == 2
+
+
+def test_summary_action_in_a_train_loop_every_second_loop():
+    writer = FakeWriter()
+    loop = jaxloop.TrainLoop(add_step, end_actions=[jaxloop.SummaryAction(writer, interval=2)])
+    state = fresh()
+    for _ in range(4):
+        state, _ = loop(state, [1, 2, 3])
+    assert [(c[1], c[2]["batch"]) for c in writer.calls] == [(6, 2.0), (12, 2.0)]
+    assert writer.flushed == 0
+
+
+def test_summary_action_refuses_an_unsupported_type_and_a_non_writer():
+    action = jaxloop.SummaryAction(FakeWriter())
+    with pytest.raises(ValueError, match="type VIDEO is not supported") as info:
+        action({"step": 1}, {"clip": MetricWithMetadata(np.zeros(3), MetricType.VIDEO)})
+    assert "expected" in str(info.value) and "fix" in str(info.value)
+    with pytest.raises(TypeError, match="SummaryAction needs a writer"):
+        jaxloop.SummaryAction(object())
+
+    class ScalarsOnly:
+        def write_scalars(self, step, values):
+            pass
+
+    with pytest.raises(TypeError, match="cannot write histogram values"):
+        jaxloop.SummaryAction(ScalarsOnly())({"step": 1}, {"h": MetricWithMetadata([1.0], MetricType.HISTOGRAM)})
+
+
+def test_checkpoint_action_saves_at_the_state_step(tmp_path):
+    action = jaxloop.CheckpointAction(str(tmp_path / "ckpt"), interval=2, keep=2)
+    loop = jaxloop.TrainLoop(lambda s, b, n: ({"step": s["step"] + 1, "w": s["w"] + b}, {}), end_actions=[action])
+    state = {"step": jnp.int32(0), "w": jnp.zeros(2)}
+    for _ in range(6):
+        state, _ = loop(state, [1.0, 1.0])
+    action.close()
+    assert action.checkpoint.all_steps() == [8, 12]  # saved at loops 2, 4, 6 (steps 4, 8, 12); keep=2
+    restored, elapsed = action.checkpoint.restore({"step": jnp.int32(0), "w": jnp.zeros(2)})
+    assert int(restored["step"]) == 12 and restored["w"].tolist() == [12.0, 12.0] and elapsed.steps == 12
+    with pytest.raises(TypeError, match="needs a gyre checkpoint or a directory"):
+        jaxloop.CheckpointAction(42)
+
+
+def test_step_number_action_writes_a_file(tmp_path):
+    path = tmp_path / "sub" / "step.txt"
+    action = jaxloop.StepNumberAction(jaxloop.LocalFileStepNumberWriter(path), interval=1)
+    loop = jaxloop.TrainLoop(add_step, end_actions=[action])
+    state, _ = loop(fresh(), [1, 1, 1])
+    assert path.read_text() == "3"
+    loop(state, [1])
+    assert path.read_text() == "4"
+    with pytest.raises(TypeError, match="needs a step number writer"):
+        jaxloop.StepNumberAction(object())
+    with pytest.raises(TypeError, match="needs a file path"):
+        jaxloop.LocalFileStepNumberWriter(3)
+
+
+def test_stop_handler_modes_patience_and_baseline():
+    auto = jaxloop.MetricMonitoringStopHandler("val_accuracy", patience=2)
+    assert auto.mode == "max"
+    assert [auto.update_state(v, s) for s, v in enumerate([0.5, 0.7, 0.69, 0.7])] == [True, True, False, False]
+    assert auto.should_stop() and auto.get_best_info() == (0.7, 1)
+    loss = jaxloop.MetricMonitoringStopHandler("loss", min_delta=0.1, patience=1, mode="auto")
+    loss.update_state(1.0, 0)
+    assert not loss.update_state(0.95, 1) and loss.should_stop()  # below min_delta
+    base = jaxloop.MetricMonitoringStopHandler("loss", patience=1, mode="min", baseline=0.5)
+    assert not base.update_state(0.6, 3) and base.should_stop() and base.get_best_info() == (0.5, 0)
+    with pytest.raises(ValueError, match="mode is not known"):
+        jaxloop.MetricMonitoringStopHandler("loss", mode="up")
+    with pytest.raises(ValueError, match="patience must be a positive whole number"):
+        jaxloop.MetricMonitoringStopHandler("loss", patience=0)
+
+
+def test_early_stopping_action_raises_with_the_best_step_and_metric():
+    action = jaxloop.EarlyStoppingAction(jaxloop.MetricMonitoringStopHandler("loss", patience=2))
+    action({"step": 10}, {"loss": [1.0, 0.0]})  # mean 0.5
+    action({"step": 20}, {"loss": [0.4]})
+    action({"step": 30}, {"loss": [0.4]})
+    with pytest.raises(jaxloop.StopTrainingError) as info:
+        action({"step": 40}, {"loss": [0.9]})
+    assert info.value.best_step == 20 and info.value.best_metric == pytest.approx(0.4)
+    assert "Best step: 20" in str(info.value)
+    nan = jaxloop.EarlyStoppingAction(jaxloop.MetricMonitoringStopHandler("loss"))
+    with pytest.raises(jaxloop.StopTrainingError, match="was NaN"):
+        nan({"step": 1}, {"loss": [math.nan]})
+    assert nan({"step": 1}, {"other": [1.0]}) == {"other": [1.0]}  # missing: warned, not raised
+    with pytest.raises(TypeError, match="needs a MetricMonitoringStopHandler"):
+        jaxloop.EarlyStoppingAction("loss")
+
+
+def test_an_action_needs_the_state_step():
+    with pytest.raises(TypeError, match="needs the state's step"):
+        jaxloop.StepNumberAction(jaxloop.StepNumberWriter())({"w": 1})
+
+
+def test_checkpoint_action_ranks_by_a_monitored_output(tmp_path):
+    import gyre
+
+    ckpt = gyre.checkpoint(str(tmp_path / "ckpt"), keep=1, keep_best=1, monitor="loss", mode="min")
+    action = jaxloop.CheckpointAction(ckpt)
+    for step, losses in ((1, [0.5, 0.3]), (2, [0.9, 0.9]), (3, [0.8])):
+        action({"step": jnp.int32(step), "w": jnp.ones(2)}, {"loss": [jnp.float32(x) for x in losses]})
+    action.close()
+    assert ckpt.best_step() == 1 and ckpt.all_steps() == [1, 3]

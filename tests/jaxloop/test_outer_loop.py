@@ -1,0 +1,320 @@
+"""gyre.jaxloop.OuterLoop: train loops with evaluations, resume alignment, stopping, and
+continuous evaluation of checkpoints."""
+
+import os
+
+import jax.numpy as jnp
+import pytest
+
+from gyre import jaxloop
+from gyre.jaxloop import STOP_LOOP, EvalSpec
+from tests.jaxloop._helpers import Counting, FakeWriter, Record, add_step, fresh
+
+
+def _ends(log):
+    return [step for tag, step, _ in log if tag == "end"]
+
+
+def eval_step(state, batch, n, **kwargs):
+    """An evaluation that returns a changed state (which the outer loop must drop)."""
+    return {"step": state["step"] + 1000, "total": -1}, {"seen": batch, "at": state["step"]}
+
+
+def test_inner_loops_end_at_multiples_of_train_loop_steps_and_pull_exactly():
+    log = []
+    data = Counting(range(100))
+    train = jaxloop.TrainLoop(add_step, end_actions=[Record(log, "end")])
+    state, outputs = jaxloop.OuterLoop(train_loop=train)(
+        fresh(), train_dataset=data, train_total_steps=10, train_loop_steps=3
+    )
+    assert _ends(log) == [3, 6, 9, 10] and data.pulls == 10 and state["step"] == 10
+    assert outputs["batch"] == [9] and outputs[STOP_LOOP] is False and train.loop_count == 4
+
+
+def test_evaluation_intervals_predicates_and_the_state_it_leaves_alone():
+    contexts = []
+
+    def every_other_after_4(ctx):
+        contexts.append(ctx)
+        return ctx.step >= 4
+
+    evals = [jaxloop.EvalLoop(eval_step), jaxloop.EvalLoop(eval_step, name="test")]
+    outer = jaxloop.OuterLoop(train_loop=jaxloop.TrainLoop(add_step), eval_loops=evals)
+    seen = []
+    evals[0].end_actions.append(Record(seen, "eval"))
+    evals[1].end_actions.append(Record(seen, "test"))
+    state, outputs = outer(
+        fresh(), train_dataset=iter(range(100)), train_total_steps=8, train_loop_steps=2,
+        eval_specs=[EvalSpec(dataset=[7], eval_loop_interval=2), EvalSpec(dataset=[8, 9], should_eval_fn=every_other_after_4)],
+    )
+    assert state == {"step": 8, "total": sum(range(8))}  # evaluation never changed it
+    # the eval loops' actions see the eval state (1000 added per eval batch), from the train
+    # state at steps 4; 4 and 6; 8 and 8
+    assert [(t, s) for t, s, _ in seen] == [("eval", 1004), ("test", 2004), ("test", 2006), ("eval", 1008), ("test", 2008)]
+    assert [(c.step, c.loop_count, c.eval_count, c.eval_name, c.train_total_steps) for c in contexts] == [
+        (2, 1, 0, "test", 8), (4, 2, 0, "test", 8), (6, 3, 1, "test", 8), (8, 4, 2, "test", 8)]
+    assert contexts[0].train_outputs["batch"] == [0, 1]
+    assert outputs["eval"]["seen"] == [7] and outputs["eval"]["at"] == [8]
+    assert outputs["test"]["seen"] == [8, 9] and outputs["batch"] == [6, 7]
+    assert outer.eval_names == ["eval", "test"]
+
+
+def test_a_one_shot_dataset_iterator_continues_across_evaluations():
+    it = Counting(range(5))
+    evals = jaxloop.EvalLoop(eval_step)
+    seen = []
+
+    class Keep(jaxloop.Action):
+        def __call__(self, state, outputs, **kwargs):
+            seen.append(list(outputs["seen"]))
+
+    evals.end_actions.append(Keep())
+    outer = jaxloop.OuterLoop(train_loop=jaxloop.TrainLoop(add_step), eval_loops=[evals])
+    outer(fresh(), train_dataset=iter(range(100)), train_total_steps=4, train_loop_steps=1,
+          eval_specs=[EvalSpec(dataset_iterator=it, num_steps=2)])
+    assert seen == [[0, 1], [2, 3], [4], []] and it.pulls == 5
+
+
+def test_train_loop_steps_none_makes_one_pass_of_an_iterable_per_loop():
+    log = []
+    train = jaxloop.TrainLoop(add_step, end_actions=[Record(log, "end")])
+    state, _ = jaxloop.OuterLoop(train_loop=train)(fresh(), train_dataset=[1, 2, 3], train_total_steps=7)
+    assert _ends(log) == [3, 6, 7] and state["total"] == 13
+
+
+def test_exhausted_train_data_ends_training_cleanly():
+    log = []
+    data = Counting(range(7))
+    train = jaxloop.TrainLoop(add_step, end_actions=[Record(log, "end")])
+    evals = jaxloop.EvalLoop(eval_step)
+    state, outputs = jaxloop.OuterLoop(train_loop=train, eval_loops=[evals])(
+        fresh(), train_dataset=data, train_total_steps=100, train_loop_steps=3, eval_specs=[EvalSpec(dataset=[0])]
+    )
+    assert _ends(log) == [3, 6, 7] and state["step"] == 7 and data.pulls == 7
+    assert outputs["batch"] == [6] and outputs["eval"]["at"] == [7] and outputs[STOP_LOOP] is False
+    # data that ends exactly at a loop's end: one empty loop notices, and training ends
+    log.clear()
+    state, outputs = jaxloop.OuterLoop(train_loop=train)(
+        fresh(), train_dataset=iter(range(6)), train_total_steps=100, train_loop_steps=3
+    )
+    assert _ends(log) == [3, 6, 6] and state["step"] == 6 and outputs["batch"] == [3, 4, 5]
+
+
+def _ckpt_state():
+    return {"step": jnp.int32(0), "total": jnp.float32(0)}
+
+
+def test_resume_continues_from_the_latest_checkpoint_with_aligned_loop_ends(tmp_path):
+    directory = str(tmp_path / "ckpt")
+    marker = os.path.join(directory, jaxloop.STOP_FILE_NAME)
+    spec = jaxloop.CheckpointSpec(directory)
+    marker_seen = []
+
+    class Marker(jaxloop.Action):
+        def __call__(self, state, outputs, **kwargs):
+            marker_seen.append(os.path.exists(marker))
+
+    def run(total, log):
+        action = jaxloop.CheckpointAction(directory)
+        train = jaxloop.TrainLoop(add_step, end_actions=[action, Record(log, "end"), Marker()])
+        outer = jaxloop.OuterLoop(train_loop=train, checkpoint_spec=spec)
+        state, outputs = outer(_ckpt_state(), train_dataset=iter(jnp.ones(100)), train_total_steps=total,
+                               train_loop_steps=3)
+        return state, outputs, train, action
+
+    first = []
+    state, _, train, action = run(5, first)  # "killed" after step 5
+    assert _ends(first) == [3, 5] and action.checkpoint.all_steps() == [3, 5]
+    assert os.path.exists(marker)
+    second = []
+    marker_seen.clear()
+    state, outputs, train, action = run(11, second)
+    assert _ends(second) == [6, 9, 11]  # the first loop after the resume ends at a multiple of 3
+    assert marker_seen == [False, False, False] and os.path.exists(marker)  # removed while training
+    assert int(state["step"]) == 11 and float(state["total"]) == 11.0
+    assert train.loop_count == 4  # 5 // 3 = 1, then three loops
+    assert action.checkpoint.all_steps() == [6, 9, 11]
+    third = []
+    state, outputs, _, _ = run(11, third)  # nothing left to do
+    assert third == [] and int(state["step"]) == 11 and outputs[STOP_LOOP] is False
+
+
+def test_a_stop_flag_in_the_outputs_ends_training():
+    def step(state, batch, n, **kwargs):
+        state, outputs = add_step(state, batch, n)
+        return state, dict(outputs, **{STOP_LOOP: state["step"] >= 5})
+
+    log = []
+    train = jaxloop.TrainLoop(step, end_actions=[Record(log, "end")])
+    state, outputs = jaxloop.OuterLoop(train_loop=train)(
+        fresh(), train_dataset=iter(range(100)), train_total_steps=20, train_loop_steps=2
+    )
+    assert _ends(log) == [2, 4, 6] and state["step"] == 6 and outputs[STOP_LOOP] is True
+
+    class StopEval(jaxloop.EvalLoop):
+        def end(self, state, outputs):
+            state, outputs = super().end(state, outputs)
+            outputs[STOP_LOOP] = True
+            return state, outputs
+
+    state, outputs = jaxloop.OuterLoop(train_loop=jaxloop.TrainLoop(add_step), eval_loops=[StopEval(eval_step)])(
+        fresh(), train_dataset=iter(range(100)), train_total_steps=20, train_loop_steps=2,
+        eval_specs=[EvalSpec(dataset=[0], eval_loop_interval=2)],
+    )
+    assert state["step"] == 4 and outputs[STOP_LOOP] is True
+
+
+def test_a_stop_training_error_is_handled(tmp_path):
+    directory = str(tmp_path / "ckpt")
+    writer = FakeWriter()
+    action = jaxloop.CheckpointAction(directory)
+    train = jaxloop.TrainLoop(lambda s, b, n: ({"step": s["step"] + 1, "total": s["total"] + b}, {"loss": b}),
+                              end_actions=[jaxloop.SummaryAction(writer), action])
+    early = jaxloop.EarlyStoppingAction(jaxloop.MetricMonitoringStopHandler("loss", patience=2, mode="min"))
+    evals = jaxloop.EvalLoop(lambda s, b, n: (s, {"loss": s["total"]}), end_actions=[early])
+    outer = jaxloop.OuterLoop(train_loop=train, eval_loops=[evals], checkpoint_spec=jaxloop.CheckpointSpec(directory))
+    state, outputs = outer(_ckpt_state(), train_dataset=iter(jnp.ones(100)), train_total_steps=50,
+                           train_loop_steps=2, eval_specs=[EvalSpec(dataset=[0])])
+    # the eval loss is the running total: it grows, so patience 2 stops at the third evaluation
+    assert int(state["step"]) == 6 and outputs[STOP_LOOP] is True
+    assert action.checkpoint.all_steps() == [2, 4, 6]  # every save finished
+    assert writer.closed == 1 and [c[1] for c in writer.calls] == [2, 4, 6]
+    assert os.path.exists(os.path.join(directory, jaxloop.STOP_FILE_NAME))
+
+
+def test_a_stop_training_error_from_a_train_action_returns_the_loop_state():
+    class StopAt(jaxloop.Action):
+        def __call__(self, state, outputs, **kwargs):
+            if state["step"] >= 4:
+                raise jaxloop.StopTrainingError("enough", best_step=4, best_metric=0.0)
+
+    writer = FakeWriter()
+    train = jaxloop.TrainLoop(add_step, end_actions=[StopAt(), jaxloop.SummaryAction(writer)])
+    state, outputs = jaxloop.OuterLoop(train_loop=train)(
+        fresh(), train_dataset=iter(range(100)), train_total_steps=20, train_loop_steps=2
+    )
+    assert state["step"] == 4 and outputs[STOP_LOOP] is True and writer.closed == 1
+
+
+def test_a_stop_training_error_from_a_step_action_returns_the_last_state():
+    class StopAtStep(jaxloop.Action):
+        def __call__(self, state, outputs, **kwargs):
+            if state["step"] >= 3:
+                raise jaxloop.StopTrainingError("enough")
+
+    class Stepper:  # a gyre.Step-like callable that runs its step-level end actions
+        end_actions = [StopAtStep()]
+        begin_actions = []
+
+        def __call__(self, state, batch, n, **kwargs):
+            state, outputs = add_step(state, batch, n)
+            for action in self.end_actions:
+                action(state, outputs, per_loop_step_number=n)
+            return state, outputs
+
+    state, outputs = jaxloop.OuterLoop(train_loop=jaxloop.TrainLoop(Stepper()))(
+        fresh(), train_dataset=iter(range(100)), train_total_steps=20, train_loop_steps=5
+    )
+    assert state["step"] == 2 and outputs[STOP_LOOP] is True  # the state before the stopped step
+
+
+def test_writers_close_at_a_normal_end():
+    writer = FakeWriter()
+    train = jaxloop.TrainLoop(add_step, end_actions=[jaxloop.SummaryAction(writer, interval=2)])
+    jaxloop.OuterLoop(train_loop=train)(fresh(), train_dataset=iter(range(10)), train_total_steps=6, train_loop_steps=2)
+    assert [c[1] for c in writer.calls] == [4] and writer.closed == 1
+
+
+def test_continuous_evaluation_of_two_checkpoints_then_the_marker(tmp_path):
+    directory = str(tmp_path / "ckpt")
+    writer_ckpt = jaxloop.CheckpointAction(directory)
+    writer_ckpt({"step": jnp.int32(3), "total": jnp.float32(30)}, None)
+    writer_ckpt.wait_until_finished()
+    calls = []
+
+    def stop_fn():
+        calls.append(len(calls))
+        if len(calls) == 2:  # a second checkpoint appears while the evaluator waits
+            writer_ckpt({"step": jnp.int32(7), "total": jnp.float32(70)}, None)
+            writer_ckpt.wait_until_finished()
+        if len(calls) == 3:  # then training says it is done
+            open(os.path.join(directory, jaxloop.STOP_FILE_NAME), "w").close()
+            return True
+        return False
+
+    evaluated = []
+
+    class Seen(jaxloop.Action):
+        def __call__(self, state, outputs, **kwargs):
+            evaluated.append((int(state["step"]), float(outputs["total"][0])))
+
+    evals = jaxloop.EvalLoop(lambda s, b, n: (s, {"total": s["total"]}), end_actions=[Seen()])
+    outer = jaxloop.OuterLoop(eval_loops=[evals], checkpoint_spec=jaxloop.CheckpointSpec(directory, iterate_stop_fn=stop_fn))
+    state, outputs = outer(_ckpt_state(), eval_specs=[EvalSpec(dataset=[0])])
+    assert evaluated == [(3, 30.0), (7, 70.0)] and outputs["checkpoint_steps"] == [3, 7]
+    assert int(state["step"]) == 7 and len(calls) == 3
+    writer_ckpt.close()
+
+    # the default stop is the STOPPED marker: already there, so the evaluator reads what
+    # exists and returns
+    evaluated.clear()
+    outer = jaxloop.OuterLoop(eval_loops=[evals], checkpoint_spec=jaxloop.CheckpointSpec(directory))
+    outer(_ckpt_state(), eval_specs=[EvalSpec(dataset=[0])])
+    assert evaluated == [(3, 30.0), (7, 70.0)]
+
+
+def test_bad_input_is_explained():
+    train = jaxloop.TrainLoop(add_step)
+    evals = jaxloop.EvalLoop(eval_step)
+    outer = jaxloop.OuterLoop(train_loop=train, eval_loops=[evals])
+    with pytest.raises(ValueError, match="one EvalSpec per eval loop") as info:
+        outer(fresh(), train_dataset=[1], train_total_steps=3, eval_specs=[])
+    assert "expected: 1 eval spec" in str(info.value) and "received: 0 eval spec" in str(info.value)
+    with pytest.raises(ValueError, match="needs train_dataset="):
+        outer(fresh(), train_total_steps=3, eval_specs=[EvalSpec(dataset=[1])])
+    for bad in (0, -5, None):
+        with pytest.raises(ValueError, match="train_total_steps must be a positive whole number"):
+            outer(fresh(), train_dataset=[1], train_total_steps=bad, eval_specs=[EvalSpec(dataset=[1])])
+    with pytest.raises(ValueError, match="train_loop_steps must be a positive"):
+        outer(fresh(), train_dataset=[1], train_total_steps=3, train_loop_steps=0, eval_specs=[EvalSpec(dataset=[1])])
+    with pytest.raises(ValueError, match="needs one of dataset= and dataset_iterator="):
+        EvalSpec()
+    with pytest.raises(ValueError, match="eval_loop_interval must be a positive"):
+        EvalSpec(dataset=[1], eval_loop_interval=0)
+    with pytest.raises(ValueError, match="nothing to run"):
+        jaxloop.OuterLoop()
+    with pytest.raises(ValueError, match="needs to know where"):
+        jaxloop.OuterLoop(eval_loops=[evals])
+    with pytest.raises(TypeError, match="must be gyre.jaxloop loops"):
+        jaxloop.OuterLoop(train_loop=add_step)
+    with pytest.raises(ValueError, match="transforms are not supported"):
+        jaxloop.CheckpointSpec("x", transforms=object())
+
+
+def test_resume_continues_the_data_of_gyre_batches_at_the_next_batch(tmp_path):
+    import numpy as np
+
+    import gyre
+
+    xs = np.arange(40, dtype=np.float32)
+
+    def data():
+        return gyre.data.batches(xs, 2, seed=3, epochs=None)  # shuffled, resumable
+
+    def run(directory, total, seen):
+        def step(state, batch, n, **kwargs):
+            seen.append(batch.tolist())
+            return {"step": state["step"] + 1, "total": state["total"] + batch.sum()}, {}
+
+        train = jaxloop.TrainLoop(step, end_actions=[jaxloop.CheckpointAction(directory)])
+        outer = jaxloop.OuterLoop(train_loop=train, checkpoint_spec=jaxloop.CheckpointSpec(directory))
+        state, _ = outer(_ckpt_state(), train_dataset=data(), train_total_steps=total, train_loop_steps=3)
+        return state
+
+    straight = []
+    expected = run(str(tmp_path / "a"), 11, straight)
+    first, second = [], []
+    run(str(tmp_path / "b"), 5, first)  # stopped after step 5
+    resumed = run(str(tmp_path / "b"), 11, second)  # a fresh iterator, positioned from the checkpoint
+    assert first + second == straight
+    assert float(resumed["total"]) == float(expected["total"]) and int(resumed["step"]) == 11
