@@ -70,14 +70,14 @@ def require(module: str, *, extra: str, who: str) -> ModuleType:
 
 
 def supporters(kind: str) -> list[str]:
-    """The names of gyre's writers that write ``kind`` (one of :data:`KINDS`).
+    """The names of gyre's writers that write ``kind`` (one of :data:`KINDS`), sorted.
 
     Example:
         >>> import gyre
         >>> supporters("histograms")
         ['TensorBoardWriter', 'WandbWriter']
     """
-    return [cls.__name__ for cls in _WRITERS if kind in cls.kinds and cls.__module__.startswith("gyre.")]
+    return sorted(cls.__name__ for cls in _WRITERS if kind in cls.kinds and cls.__module__.startswith("gyre."))
 
 
 def _step(who: str, step: Any) -> Any:
