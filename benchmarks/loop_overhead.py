@@ -11,7 +11,11 @@ three ways, all in one process and on the same data:
 * ``gyre.loop``: ``gyre.loop(state, batches, {gyre.every(1): [step, keras_bar]}, stop=N)``,
   which also keeps a history (the default);
 * ``gyre.train_loop``: ``gyre.train_loop(state, batches, {gyre.on_train_step: [step]},
-  callbacks=[keras_bar], stop=N)``.
+  callbacks=[keras_bar], stop=N)``;
+* ``gyre.loop + write_to(TensorBoardWriter)``: the ``gyre.loop`` variant plus
+  ``gyre.write_to(gyre.TensorBoardWriter(tmpdir))`` in the table: every step's loss and
+  accuracy become TensorBoard scalars, written by the writer's thread in the same process;
+  the writer is made and closed (its last events written to disk) inside the timed region.
 
 Every variant calls the same ``jax.jit(step, donate_argnums=0)``, which returns
 ``(gyre.logs().add_loss(...).add_metric(...), state)`` (the hand-written loop drops the logs),
@@ -55,6 +59,7 @@ import platform
 import pstats
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -78,7 +83,8 @@ LEARNING_RATE = 1e-3
 HAND = "hand-written"
 LOOP = "gyre.loop"
 TRAIN_LOOP = "gyre.train_loop"
-VARIANTS = (HAND, LOOP, TRAIN_LOOP)
+WRITE_TO = "gyre.loop + write_to(TensorBoardWriter)"
+VARIANTS = (HAND, LOOP, TRAIN_LOOP, WRITE_TO)
 
 
 class NullSink(io.TextIOBase):
@@ -173,9 +179,11 @@ def fresh_copy(state: State) -> State:
 # -- the three variants ----------------------------------------------------------------------
 
 
-def make_runners(step: Step, batches: Sequence[Batch], steps: int) -> dict[str, Runner]:
+def make_runners(step: Step, batches: Sequence[Batch], steps: int, logdir: str) -> dict[str, Runner]:
     """One function per variant: takes a fresh state, trains one step per batch of
-    ``batches`` (which holds exactly ``steps``), returns the final state once computed."""
+    ``batches`` (which holds exactly ``steps``), returns the final state once computed.
+    The TensorBoard variant writes its event files under ``logdir``, one folder per run."""
+    runs = iter(range(1 << 30))
 
     def hand_written(state: State) -> State:
         for batch in batches:
@@ -194,7 +202,15 @@ def make_runners(step: Step, batches: Sequence[Batch], steps: int) -> dict[str, 
         )
         return jax.block_until_ready(state)
 
-    return {HAND: hand_written, LOOP: with_loop, TRAIN_LOOP: with_train_loop}
+    def with_write_to(state: State) -> State:
+        bar = gyre.keras_bar(total=steps, file=NullSink())
+        writer = gyre.TensorBoardWriter(os.path.join(logdir, str(next(runs))))
+        tasks = {gyre.every(1): [step, bar], **gyre.write_to(writer)}
+        state, _, _ = gyre.loop(state, batches, tasks, stop=steps)
+        writer.close()
+        return jax.block_until_ready(state)
+
+    return {HAND: hand_written, LOOP: with_loop, TRAIN_LOOP: with_train_loop, WRITE_TO: with_write_to}
 
 
 def time_run(run: Runner, initial: State, steps: int) -> tuple[float, float, float]:
@@ -359,10 +375,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Compile once, then run each variant briefly so that first-call costs are not timed.
     jax.block_until_ready(step(fresh_copy(initial), batches[0]))
-    warm = make_runners(step, batches[: args.warmup_steps], args.warmup_steps)
+    logdir = tempfile.TemporaryDirectory(prefix="gyre-bench-tb-")
+    warm = make_runners(step, batches[: args.warmup_steps], args.warmup_steps, logdir.name)
     for run in warm.values():
         run(fresh_copy(initial))
-    runners = make_runners(step, batches[:steps], steps)
+    runners = make_runners(step, batches[:steps], steps, logdir.name)
 
     if args.profile:
         run = runners[args.profile_variant]
@@ -377,6 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     rates, cpu, _ = interleave(runners, initial, steps, args.rounds)
+    logdir.cleanup()
     print()
     print(report(rates, cpu, steps, args.rounds))
     return 0

@@ -35,15 +35,25 @@ def _step(state, batch):
 
 def test_a_loop_writes_every_step_to_tensorboard_without_host_syncs(tmp_path, sync_detector):
     state = jnp.float32(0.0)
-    data = [jnp.full((4,), float(i)) for i in range(30)]
+    data = [jnp.full((4,), float(i)) for i in range(600)]
     jax.block_until_ready(_step(state, data[0]))  # compiled before the detector
     writer = gyre.TensorBoardWriter(tmp_path)
+    callback = gyre.write_to(writer)
+    sent_before_the_end = []
+
+    def watch(elapsed):
+        if elapsed.steps == 599:
+            sent_before_the_end.append(callback.sent)
+
     with jax.transfer_guard_device_to_host("disallow"):
-        _, history, _ = gyre.loop(state, data, {gyre.every(1): _step, **gyre.write_to(writer)}, on_end=sync_detector.end)
+        _, history, _ = gyre.loop(
+            state, data, {gyre.every(1): [_step, watch], **callback}, on_end=sync_detector.end
+        )
     writer.close()
     assert sync_detector.stalls == []
+    assert 0 < sent_before_the_end[0] < 600  # written during the run, from the history's own transfers
     written = tensorboard_values(str(tmp_path))
-    assert [s for s, _ in written["loss"]] == list(range(30))
+    assert [s for s, _ in written["loss"]] == list(range(600))
     assert [v.simple_value for _, v in written["loss"]] == pytest.approx(history.collect("loss"))
     assert "pred" not in written  # arrays are left out
 

@@ -1,9 +1,11 @@
 """``write_to``: a loop callback that sends the history's scalar entries to a writer.
 
 It follows the loop's history (:class:`~gyre.core._reader.HistoryReader`), as the progress
-bars and ``wandb_logger`` do: it hands the writer the records whose values the device has
-already computed, each at its own 0-based step, and never waits for the device, so the step
-path stays free of host syncs (fused chunks included: it sees every step). When the loop ends
+bars and ``wandb_logger`` do, but reads only the records the history has already moved to
+the host itself (it does so in batches, one transfer per few hundred steps): it adds no
+transfer of its own and never waits for the device, so the step path stays free of host
+syncs (fused chunks included: it sees every step), and each record reaches the writer at its
+own 0-based step, a few hundred steps late. When the loop ends
 (``on_loop_end``; ``on_train_end`` / ``on_test_end`` / ``on_predict_end`` in a named loop) it
 sends the rest and flushes the writer; it does not close it (one writer may serve several
 loops).
@@ -77,13 +79,13 @@ class WriteTo(ChunkSafe, LoopElement):
         if loop is not None:
             if loop.history is not self._history:  # a new loop: follow its history from here
                 self._send(wait=True)
-                self._history, self._reader = loop.history, loop.history.reader()
+                self._history, self._reader = loop.history, loop.history.reader(limit=0)
                 self._own = None
         else:
             if self._own is None:
                 self._send(wait=True)
                 self._own = self._history = History()
-                self._reader = self._own.reader()
+                self._reader = self._own.reader(limit=0)
             self._own.commit(elapsed, logs)
         self._calls += 1
         if self._calls % self.every == 0:
@@ -129,6 +131,11 @@ class WriteTo(ChunkSafe, LoopElement):
     def _send(self, *, wait: bool) -> None:
         if self._reader is None:
             return
+        if not wait:  # only what the history moved to the host itself (limit=0: no transfer)
+            history = self._reader.history
+            history._land(wait=False)
+            if history._host_count <= self._reader.position:
+                return
         for step, data in rows_of(self._reader.read(wait=wait)):
             if data:
                 self.writer.write_scalars(step, data)
@@ -144,15 +151,16 @@ def write_to(writer: Writer, *, every: int = 1) -> WriteTo:
     Losses, metrics and evaluation entries (``loss_test``) go out by their bare names,
     ``collection.name`` when two collections of a step share a name (``wandb_logger``'s
     rule); arrays are left out. Every ``every`` calls it hands the writer the records the
-    device has computed (never waiting for it; the writer moves them to the host on its
-    thread), the rest when the loop ends, when it also flushes the writer. A
+    history has moved to the host in its own batched transfers (so it never waits for the
+    device, nor adds a transfer), the rest when the loop ends, when it also flushes the
+    writer. A
     :class:`~gyre.LoopElement`: ``{**gyre.write_to(writer)}`` runs it every step; given to a
     named loop's ``callbacks=``, after every step of that loop.
 
     Args:
         writer: any :class:`gyre.Writer` (``TensorBoardWriter``, ``CSVWriter``, ``MultiWriter``...).
-        every: calls (steps) between two reads of the history; every record is written
-            whatever its value.
+        every: calls (steps) between two looks at the history (a look is cheap); every
+            record is written whatever its value.
 
     Raises:
         TypeError: ``writer`` is not a gyre writer.
