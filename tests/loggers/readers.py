@@ -9,17 +9,24 @@ import time
 
 
 def tensorboard_events(logdir):
-    """Every event of every event file in ``logdir``, in order."""
+    """Every event of every event file in ``logdir``, in order; each record's two checksums
+    (of its length and of its data) are checked, as TensorBoard does."""
     from tensorboardX.proto.event_pb2 import Event
+    from tensorboardX.record_writer import masked_crc32c
 
     events = []
     for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
         data = open(path, "rb").read()
         pos = 0
         while pos < len(data):
-            (length,) = struct.unpack("<Q", data[pos:pos + 8])
+            header = data[pos:pos + 8]
+            (length,) = struct.unpack("<Q", header)
+            body = data[pos + 12:pos + 12 + length]
+            (header_crc,) = struct.unpack("<I", data[pos + 8:pos + 12])
+            (body_crc,) = struct.unpack("<I", data[pos + 12 + length:pos + 16 + length])
+            assert (header_crc, body_crc) == (masked_crc32c(header), masked_crc32c(body)), path
             event = Event()
-            event.ParseFromString(data[pos + 12:pos + 12 + length])
+            event.ParseFromString(body)
             events.append(event)
             pos += 12 + length + 4
     return events

@@ -9,7 +9,7 @@ import pytest
 
 import gyre
 
-from .readers import tensorboard_values
+from .readers import tensorboard_events, tensorboard_values
 
 
 def test_scalars_histograms_images_texts_and_hparams_are_read_back(tmp_path):
@@ -20,6 +20,7 @@ def test_scalars_histograms_images_texts_and_hparams_are_read_back(tmp_path):
         writer.write_images(1, {"digit": np.full((4, 5, 1), 0.5, np.float32), "pair": np.zeros((2, 3, 3, 3), np.uint8)})
         writer.write_texts(2, {"note": "hello"})
         writer.write_hparams({"learning_rate": 0.1, "model": "mlp"}, {"final_accuracy": 0.9})
+    assert tensorboard_events(str(tmp_path))[0].file_version == "brain.Event:2"
     values = tensorboard_values(str(tmp_path))
     assert [(s, v.simple_value) for s, v in values["loss"]] == [(0, 1.0), (1, 0.5), (2, pytest.approx(1 / 3))]
     assert [s for s, _ in values["lr"]] == [0, 1, 2]
@@ -42,3 +43,11 @@ def test_a_missing_tensorboardx_names_the_extra(tmp_path, monkeypatch):
 def test_a_bad_logdir_is_refused():
     with pytest.raises(TypeError, match="folder for its event files"):
         gyre.TensorBoardWriter(None)
+
+
+def test_two_writers_on_one_folder_write_two_files(tmp_path):
+    for step in (0, 1):
+        with gyre.TensorBoardWriter(tmp_path) as writer:
+            writer.write_scalars(step, {"loss": float(step)})
+    assert len(list(tmp_path.iterdir())) == 2
+    assert [s for s, _ in tensorboard_values(str(tmp_path))["loss"]] == [0, 1]

@@ -1,8 +1,18 @@
-"""``TensorBoardWriter``: TensorBoard event files, written with tensorboardX (no TensorFlow)."""
+"""``TensorBoardWriter``: TensorBoard event files, written with tensorboardX (no TensorFlow).
+
+The writer builds each event with tensorboardX's protos and summary functions and frames it
+with tensorboardX's ``RecordWriter``, on its own thread. It does not use tensorboardX's
+``SummaryWriter``, which hands every event through a second queue to a second thread: that
+cost about 170 us of Python per step for two scalars (against about 20 us here, one event per
+step holding all its scalars), enough to slow a small model's training by a tenth.
+"""
 
 from __future__ import annotations
 
+import itertools
 import os
+import socket
+import time
 from typing import Any
 
 import numpy as np
@@ -10,17 +20,32 @@ import numpy as np
 from gyre.core._errors import describe, explain
 from gyre.loggers._writer import Writer, require
 
+_FILES = itertools.count()  # two writers of one process never share an event file
+
+
+def _tensorflow_bins() -> list[float]:
+    """TensorFlow's default histogram bucket edges (what SummaryWriter's bins='tensorflow' uses)."""
+    edges, v = [], 1e-12
+    while v < 1e20:
+        edges.append(v)
+        v *= 1.1
+    return [-e for e in reversed(edges)] + [0.0] + edges
+
+
+_TENSORFLOW_BINS = _tensorflow_bins()
+
 
 class TensorBoardWriter(Writer):
     """Writes TensorBoard event files into ``logdir`` (``pip install 'gyre[tensorboard]'``).
 
     Scalars, histograms, images, texts and hyperparameters (the HParams plugin's summaries,
     in the same event file) are written on the writer's thread; ``tensorboard --logdir
-    <logdir>`` shows them.
+    <logdir>`` shows them. Events reach the disk at each ``flush()`` (``write_to`` flushes at
+    the loop's end), at ``close()``, and whenever the file's buffer fills. Each writer writes
+    its own event file.
 
     Args:
         logdir: the folder of the event files (created if missing).
-        flush_secs: seconds between tensorboardX's own flushes to disk.
 
     Raises:
         ImportError: tensorboardX is not installed (the message names the extra).
@@ -37,7 +62,7 @@ class TensorBoardWriter(Writer):
 
     kinds = frozenset({"scalars", "histograms", "images", "texts", "hparams"})
 
-    def __init__(self, logdir: str | os.PathLike[str], *, flush_secs: int = 30) -> None:
+    def __init__(self, logdir: str | os.PathLike[str]) -> None:
         if isinstance(logdir, bytes) or not isinstance(logdir, (str, os.PathLike)) or not os.fspath(logdir):
             raise TypeError(
                 explain(
@@ -48,40 +73,57 @@ class TensorBoardWriter(Writer):
                 )
             )
         self.logdir = os.fspath(logdir)
-        self.flush_secs = flush_secs
         self._w: Any = None
         super().__init__()
 
     def _open(self) -> None:
-        tbx = require("tensorboardX", extra="tensorboard", who="TensorBoardWriter")
-        self._w = tbx.SummaryWriter(self.logdir, flush_secs=self.flush_secs)
+        require("tensorboardX", extra="tensorboard", who="TensorBoardWriter")
+        from tensorboardX.record_writer import RecordWriter
+
+        os.makedirs(self.logdir, exist_ok=True)
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILES)}"
+        self._w = RecordWriter(os.path.join(self.logdir, name))
+        self._event(file_version="brain.Event:2")
+        self._w.flush()
+
+    def _event(self, **fields: Any) -> None:
+        from tensorboardX.proto.event_pb2 import Event
+
+        self._w.write(Event(wall_time=time.time(), **fields).SerializeToString())
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
-        for name, value in values.items():
-            self._w.add_scalar(name, float(value), step)
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        summary = Summary(value=[Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items()])
+        self._event(step=step, summary=summary)
 
     def _histograms(self, step: int, arrays: dict[str, np.ndarray], num_buckets: int | None) -> None:
+        from tensorboardX.summary import histogram
+
         for name, array in arrays.items():
-            self._w.add_histogram(name, np.asarray(array, np.float64).ravel(), step, bins=num_buckets or "tensorflow")
+            values = np.asarray(array, np.float64).ravel()
+            self._event(step=step, summary=histogram(name, values, num_buckets or _TENSORFLOW_BINS))
 
     def _images(self, step: int, images: dict[str, np.ndarray]) -> None:
+        from tensorboardX.summary import image
+
         for name, batch in images.items():
-            self._w.add_images(name, batch, step, dataformats="NHWC")
+            self._event(step=step, summary=image(name, batch, dataformats="NHWC"))
 
     def _texts(self, step: int, texts: dict[str, str]) -> None:
-        for name, text in texts.items():
-            self._w.add_text(name, text, step)
+        from tensorboardX.summary import text
+
+        for name, value in texts.items():
+            self._event(step=step, summary=text(name, value))
 
     def _hparams(self, params: dict[str, Any], metrics: dict[str, float] | None) -> None:
         from tensorboardX.summary import hparams
 
         metrics = metrics or {}
-        experiment, start, end = hparams(params, metrics)
-        events = self._w._get_file_writer()
-        for summary in (experiment, start, end):
-            events.add_summary(summary)
-        for name, value in metrics.items():
-            self._w.add_scalar(name, float(value), 0)
+        for summary in hparams(params, metrics):
+            self._event(summary=summary)
+        if metrics:
+            self._scalars(0, metrics)
 
     def _flush(self) -> None:
         self._w.flush()
