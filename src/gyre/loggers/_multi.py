@@ -58,18 +58,23 @@ class MultiWriter(Writer):
             call(writer)
 
     def write_scalars(self, step: int, values: Mapping[str, Any]) -> None:
+        """:meth:`gyre.Writer.write_scalars` on each writer that writes scalars."""
         self._each("scalars", lambda w: w.write_scalars(step, values))
 
     def write_histograms(self, step: int, arrays: Mapping[str, Any], num_buckets: int | None = None) -> None:
+        """:meth:`gyre.Writer.write_histograms` on each writer that writes histograms."""
         self._each("histograms", lambda w: w.write_histograms(step, arrays, num_buckets))
 
     def write_images(self, step: int, images: Mapping[str, Any]) -> None:
+        """:meth:`gyre.Writer.write_images` on each writer that writes images."""
         self._each("images", lambda w: w.write_images(step, images))
 
     def write_texts(self, step: int, texts: Mapping[str, str]) -> None:
+        """:meth:`gyre.Writer.write_texts` on each writer that writes texts."""
         self._each("texts", lambda w: w.write_texts(step, texts))
 
     def write_hparams(self, params: Mapping[str, Any], metrics: Mapping[str, Any] | None = None) -> None:
+        """:meth:`gyre.Writer.write_hparams` on each writer that writes hyperparameters."""
         self._each("hparams", lambda w: w.write_hparams(params, metrics))
 
     def _all(self, method: str) -> None:
@@ -83,10 +88,13 @@ class MultiWriter(Writer):
             raise first
 
     def flush(self) -> None:
+        """Flushes every writer; the first error is raised after all of them."""
         if not self._closed:
             self._all("flush")
 
     def close(self) -> None:
+        """Closes every writer (a second call does nothing); the first error is raised after
+        all of them."""
         if self._closed:
             return
         self._closed = True

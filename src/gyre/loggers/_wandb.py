@@ -30,10 +30,12 @@ class WandbWriter(Writer):
         ImportError: wandb is not installed (the message names the extra).
 
     Example:
-        >>> import gyre, tempfile
-        >>> with tempfile.TemporaryDirectory() as root:  # doctest: +SKIP
-        ...     with gyre.WandbWriter(project="demo", dir=root) as writer:
+        >>> import gyre, os, tempfile
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     with gyre.WandbWriter(project="demo", dir=root, settings={"silent": True}) as writer:
         ...         writer.write_scalars(0, {"loss": 1.0})
+        ...     sorted(os.listdir(os.path.join(root, "wandb")))[-1].startswith("offline-run-")
+        True
     """
 
     kinds = frozenset({"scalars", "histograms", "images", "texts", "hparams"})

@@ -92,11 +92,32 @@ class WriteTo(ChunkSafe, LoopElement):
             self._send(wait=False)
 
     def on_train_batch_end(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
+        """In a named loop's ``callbacks=``: runs after every training step.
+
+        Example:
+            >>> import gyre
+            >>> step = lambda state, batch: (gyre.logs().add_loss("loss", float(batch)), state + 1)
+            >>> writer = gyre.ConsoleWriter()
+            >>> _ = gyre.train_loop(0, [2, 1], {gyre.on_train_step: step}, callbacks=[gyre.write_to(writer)])
+            step 0: loss=2
+            step 1: loss=1
+        """
         self._train = True
         self(elapsed, logs, loop)
 
     def on_test_batch_end(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
-        if not self._train:  # in a train_loop, its evaluations reach the writer as *_test
+        """In a ``test_loop``'s (or ``predict_loop``'s) ``callbacks=``: runs after every step.
+        In a ``train_loop`` it does nothing: the evaluations reach the writer through the
+        training history, as ``loss_test`` and so on, at the training step they follow.
+
+        Example:
+            >>> import gyre
+            >>> step = lambda state, batch: gyre.logs().add_metric("accuracy", float(batch))
+            >>> writer = gyre.ConsoleWriter()
+            >>> _ = gyre.test_loop(None, [0.5], {gyre.on_test_step: step}, callbacks=[gyre.write_to(writer)])
+            step 0: accuracy=0.5
+        """
+        if not self._train:
             self(elapsed, logs, loop)
 
     on_predict_batch_end = on_test_batch_end
@@ -119,10 +140,12 @@ class WriteTo(ChunkSafe, LoopElement):
     on_loop_end = flush
 
     def on_train_end(self) -> None:
+        """In a ``train_loop``: sends the rest and flushes the writer (see :meth:`flush`)."""
         self.flush()
         self._train = False
 
     def on_test_end(self) -> None:
+        """In a ``test_loop`` or ``predict_loop``: sends the rest and flushes the writer."""
         if not self._train:
             self.flush()
 

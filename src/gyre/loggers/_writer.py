@@ -313,6 +313,15 @@ class Writer:
 
         Raises:
             WriterError: a write failed on the writer's thread.
+
+        Example:
+            >>> import gyre, os, tempfile
+            >>> with tempfile.TemporaryDirectory() as root:
+            ...     writer = gyre.JSONLWriter(os.path.join(root, "m.jsonl"))
+            ...     writer.write_scalars(0, {"loss": 1.0}); writer.flush()
+            ...     print(open(writer.path).read(), end="")
+            ...     writer.close()
+            {"step": 0, "loss": 1.0}
         """
         self._raise_pending()
         if self._closed or not self.active:
