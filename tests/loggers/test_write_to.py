@@ -123,3 +123,14 @@ def test_a_bad_every_is_refused(every):
 def test_a_writer_is_required():
     with pytest.raises(TypeError, match="needs a gyre writer"):
         gyre.write_to(print)
+
+
+def test_only_process_zero_reads_and_writes(monkeypatch):
+    from gyre.loggers import _write_to
+
+    monkeypatch.setattr(_write_to, "is_main_process", lambda: False)
+    writer = Recorder()
+    callback = gyre.write_to(writer)
+    gyre.loop(None, range(3), {gyre.every(1): lambda: gyre.logs().add_loss("loss", 1.0), **callback})
+    writer.close()
+    assert writer.calls == [] and callback.sent == 0

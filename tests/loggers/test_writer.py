@@ -138,3 +138,13 @@ def test_only_process_zero_writes(tmp_path, monkeypatch):
 def test_require_names_the_extra():
     with pytest.raises(ImportError, match=r"(?s)WandbWriter needs.*pip install 'gyre\[wandb\]'"):
         _writer.require("a_module_that_is_not_there", extra="wandb", who="WandbWriter")
+
+
+def test_a_writer_left_open_is_closed_at_exit(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "m.csv"
+    code = f"import gyre; w = gyre.CSVWriter({str(path)!r}); w.write_scalars(0, {{'loss': 1.0}})"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    assert path.read_text().splitlines() == ["step,loss", "0,1.0"]

@@ -17,10 +17,12 @@ and receive host values (Python floats, numpy arrays, uint8 NHWC images).
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import numbers
 import queue
 import threading
+import weakref
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, ClassVar
@@ -33,6 +35,18 @@ from gyre.parallel.distributed import is_main_process
 
 KINDS = ("scalars", "histograms", "images", "texts", "hparams")
 _WRITERS: list[type[Writer]] = []  # every writer class, in the order they were defined
+_OPEN: weakref.WeakSet[Writer] = weakref.WeakSet()  # writers with a thread, closed at exit
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Writes what open writers still hold when the interpreter exits (their threads are
+    daemons, which would otherwise die with queued values); errors are not raised then."""
+    for writer in list(_OPEN):
+        try:
+            writer.close()
+        except Exception:  # noqa: BLE001 (nothing can be raised to anyone at exit)
+            pass
 
 
 class WriterError(RuntimeError):
@@ -409,6 +423,7 @@ class Writer:
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name=f"gyre-{self._who}", daemon=True)
             self._thread.start()
+            _OPEN.add(self)
         self._queue.put((kind, args))
 
     def _raise_pending(self) -> None:
