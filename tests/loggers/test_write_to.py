@@ -124,6 +124,23 @@ def test_a_writer_is_required():
     with pytest.raises(TypeError, match="needs a gyre writer"):
         gyre.write_to(print)
 
+    class Pictures(gyre.Writer):
+        kinds = frozenset({"images"})
+
+    with pytest.raises(TypeError, match=r"Pictures\(\) does not write scalars"):
+        gyre.write_to(Pictures())
+
+
+def test_a_failing_writer_is_named_at_the_loops_end():
+    class Broken(gyre.Writer):
+        kinds = frozenset({"scalars"})
+
+        def _scalars(self, step, values):
+            raise OSError("disk full")
+
+    with pytest.raises(gyre.WriterError, match=r"Broken\(\) failed to write scalars(.|\n)*OSError: disk full"):
+        gyre.loop(None, range(3), {gyre.every(1): lambda: gyre.logs().add_loss("loss", 1.0), **gyre.write_to(Broken())})
+
 
 def test_only_process_zero_reads_and_writes(monkeypatch):
     from gyre.loggers import _write_to

@@ -52,6 +52,8 @@ class WriteTo(ChunkSafe, LoopElement):
                     fix="gyre.write_to(gyre.TensorBoardWriter('runs/tb'))",
                 )
             )
+        if "scalars" not in writer.kinds:
+            raise writer._unsupported("scalars")
         if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
             raise ValueError(
                 explain(
@@ -159,10 +161,9 @@ class WriteTo(ChunkSafe, LoopElement):
             history._land(wait=False)
             if history._host_count <= self._reader.position:
                 return
-        for step, data in rows_of(self._reader.read(wait=wait)):
-            if data:
-                self.writer.write_scalars(step, data)
-            self.sent += 1
+        rows = rows_of(self._reader.read(wait=wait))
+        self.writer._write_rows([(step, data) for step, data in rows if data])
+        self.sent += len(rows)
 
     def __repr__(self) -> str:
         return f"gyre.write_to({self.writer!r}, every={self.every})"
@@ -186,7 +187,7 @@ def write_to(writer: Writer, *, every: int = 1) -> WriteTo:
             record is written whatever its value.
 
     Raises:
-        TypeError: ``writer`` is not a gyre writer.
+        TypeError: ``writer`` is not a gyre writer, or one that does not write scalars.
         ValueError: ``every`` is not a whole number >= 1.
 
     Example:

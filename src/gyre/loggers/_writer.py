@@ -322,6 +322,13 @@ class Writer:
         found = None if metrics is None else _scalars(self._who, "write_hparams", metrics)
         self._submit("hparams", params, found)
 
+    def _write_rows(self, rows: list[tuple[int, dict[str, float]]]) -> None:
+        """Queues many steps' scalars at once, as one item: host numbers only, already
+        checked (what :func:`gyre.write_to` reads from a history), so nothing is transferred
+        and the caller pays one queue put for a few hundred steps."""
+        if rows:
+            self._submit("scalars", *rows, batched=True)
+
     def flush(self) -> None:
         """Waits until everything queued is written and the backend has flushed it.
 
@@ -405,7 +412,7 @@ class Writer:
             )
         )
 
-    def _submit(self, kind: str, *args: Any) -> None:
+    def _submit(self, kind: str, *args: Any, batched: bool = False) -> None:
         if self._closed:
             raise RuntimeError(
                 explain(
@@ -424,7 +431,7 @@ class Writer:
             self._thread = threading.Thread(target=self._work, name=f"gyre-{self._who}", daemon=True)
             self._thread.start()
             _OPEN.add(self)
-        self._queue.put((kind, args))
+        self._queue.put(("rows" if batched else kind, args))
 
     def _raise_pending(self) -> None:
         if self._error is None:
@@ -450,7 +457,7 @@ class Writer:
                 self._do(kind, args)
             except BaseException as err:  # kept for the caller's next call
                 if self._error is None:
-                    self._error = (kind, err)
+                    self._error = ("scalars" if kind == "rows" else kind, err)
             finally:
                 self._queue.task_done()
 
@@ -460,6 +467,10 @@ class Writer:
             return
         if kind == "close":
             self._close()
+            return
+        if kind == "rows":
+            for step, values in args:
+                self._scalars(step, values)
             return
         args = _to_host(args)  # the one transfer, off the caller's thread
         if kind == "hparams":
