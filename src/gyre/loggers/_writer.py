@@ -364,12 +364,10 @@ class Writer:
             return
         try:
             if self.active:
-                self._submit("close")
+                self._submit("close")  # on the writer's thread (started here if need be)
                 self._queue.put(None)
                 if self._thread is not None:
                     self._thread.join()
-                else:
-                    self._close()
         finally:
             self._closed = True
         self._raise_pending()
