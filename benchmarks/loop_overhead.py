@@ -16,7 +16,11 @@ three ways, all in one process and on the same data:
   train_dataset=iter(batches), train_total_steps=N, train_loop_steps=100)`` with no evaluation,
   where ``jaxloop_step`` calls the same step and returns its logs as the step's outputs (kept
   per step, on the device, as jaxloop does); each inner loop ends by waiting for the state
-  (its ``steps_per_sec``), as jaxloop's do.
+  (its ``steps_per_sec``), as jaxloop's do;
+* ``gyre.loop + write_to(TensorBoardWriter)``: the ``gyre.loop`` variant plus
+  ``gyre.write_to(gyre.TensorBoardWriter(tmpdir))`` in the table: every step's loss and
+  accuracy become TensorBoard scalars, written by the writer's thread in the same process;
+  the writer is made and closed (its last events written to disk) inside the timed region.
 
 Every variant calls the same ``jax.jit(step, donate_argnums=0)``, which returns
 ``(gyre.logs().add_loss(...).add_metric(...), state)`` (the hand-written loop drops the logs),
@@ -60,6 +64,7 @@ import platform
 import pstats
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -85,7 +90,8 @@ LOOP = "gyre.loop"
 TRAIN_LOOP = "gyre.train_loop"
 OUTER_LOOP = "jaxloop.OuterLoop"
 OUTER_LOOP_STEPS = 100  # steps per inner train loop of the OuterLoop variant
-VARIANTS = (HAND, LOOP, TRAIN_LOOP, OUTER_LOOP)
+WRITE_TO = "gyre.loop + write_to(TensorBoardWriter)"
+VARIANTS = (HAND, LOOP, TRAIN_LOOP, OUTER_LOOP, WRITE_TO)
 
 
 class NullSink(io.TextIOBase):
@@ -180,9 +186,11 @@ def fresh_copy(state: State) -> State:
 # -- the three variants ----------------------------------------------------------------------
 
 
-def make_runners(step: Step, batches: Sequence[Batch], steps: int) -> dict[str, Runner]:
+def make_runners(step: Step, batches: Sequence[Batch], steps: int, logdir: str) -> dict[str, Runner]:
     """One function per variant: takes a fresh state, trains one step per batch of
-    ``batches`` (which holds exactly ``steps``), returns the final state once computed."""
+    ``batches`` (which holds exactly ``steps``), returns the final state once computed.
+    The TensorBoard variant writes its event files under ``logdir``, one folder per run."""
+    runs = iter(range(1 << 30))
 
     def hand_written(state: State) -> State:
         for batch in batches:
@@ -211,7 +219,17 @@ def make_runners(step: Step, batches: Sequence[Batch], steps: int) -> dict[str, 
                          train_loop_steps=min(OUTER_LOOP_STEPS, steps), log_train_total_steps=False)
         return jax.block_until_ready(state)
 
-    return {HAND: hand_written, LOOP: with_loop, TRAIN_LOOP: with_train_loop, OUTER_LOOP: with_outer_loop}
+
+    def with_write_to(state: State) -> State:
+        bar = gyre.keras_bar(total=steps, file=NullSink())
+        writer = gyre.TensorBoardWriter(os.path.join(logdir, str(next(runs))))
+        tasks = {gyre.every(1): [step, bar], **gyre.write_to(writer)}
+        state, _, _ = gyre.loop(state, batches, tasks, stop=steps)
+        writer.close()
+        return jax.block_until_ready(state)
+
+    return {HAND: hand_written, LOOP: with_loop, TRAIN_LOOP: with_train_loop, OUTER_LOOP: with_outer_loop,
+            WRITE_TO: with_write_to}
 
 
 def time_run(run: Runner, initial: State, steps: int) -> tuple[float, float, float]:
@@ -376,10 +394,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Compile once, then run each variant briefly so that first-call costs are not timed.
     jax.block_until_ready(step(fresh_copy(initial), batches[0]))
-    warm = make_runners(step, batches[: args.warmup_steps], args.warmup_steps)
+    logdir = tempfile.TemporaryDirectory(prefix="gyre-bench-tb-")
+    warm = make_runners(step, batches[: args.warmup_steps], args.warmup_steps, logdir.name)
     for run in warm.values():
         run(fresh_copy(initial))
-    runners = make_runners(step, batches[:steps], steps)
+    runners = make_runners(step, batches[:steps], steps, logdir.name)
 
     if args.profile:
         run = runners[args.profile_variant]
@@ -394,6 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     rates, cpu, _ = interleave(runners, initial, steps, args.rounds)
+    logdir.cleanup()
     print()
     print(report(rates, cpu, steps, args.rounds))
     return 0

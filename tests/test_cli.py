@@ -7,6 +7,7 @@ import pytest
 import gyre
 from gyre import _demo as demo
 from gyre import cli
+from tests.loggers.readers import tensorboard_values
 
 
 def test_cli_fit_passes_options_and_prints_the_result(monkeypatch, capsys, tmp_path):
@@ -177,6 +178,8 @@ def test_sigterm_saves_the_step_exits_75_and_resume_continues(tmp_path):
         lines = f.read().splitlines()
     steps_column = [int(line.split(",")[0]) for line in lines[1:] if line.split(",")[0].isdigit()]
     assert [s for s in steps_column if s < 500] == list(range(500))  # no step twice, none missing
+    written = tensorboard_values(str(run_dir / "tensorboard"))  # two event files, one per run
+    assert sorted(step for step, _ in written["loss"]) == list(range(500))
 
 
 def test_resume_names_a_run_folder(tmp_path, capsys):

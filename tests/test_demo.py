@@ -7,6 +7,7 @@ import pytest
 
 import gyre
 from gyre import _demo as demo
+from tests.loggers.readers import tensorboard_values
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +25,15 @@ def test_fit_digits_writes_a_run_folder(one_epoch):
     assert {"steps", "loss", "accuracy", "loss_test", "accuracy_test"} <= set(header)
     assert (result.run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert any((result.run_dir / "checkpoints").iterdir())
+
+
+def test_fit_digits_writes_tensorboard_event_files(one_epoch):
+    _, result = one_epoch
+    values = tensorboard_values(str(result.run_dir / "tensorboard"))
+    assert [step for step, _ in values["loss"]] == list(range(22))
+    assert [v.simple_value for _, v in values["loss"]] == pytest.approx(result.history.collect("loss"))
+    (step, accuracy), = values["accuracy_test"]
+    assert step == 21 and accuracy.simple_value == pytest.approx(result.test_accuracy)
 
 
 def test_fit_digits_result(one_epoch):

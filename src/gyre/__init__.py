@@ -10,6 +10,7 @@ See the README for the ladder of APIs built on it.
 from gyre import callbacks as callbacks
 from gyre import data as data
 from gyre import jaxloop as jaxloop
+from gyre import loggers as loggers
 from gyre import testing as testing
 from gyre.callbacks import Checkpoint as Checkpoint
 from gyre.callbacks import EarlyStopping as EarlyStopping
@@ -59,6 +60,16 @@ from gyre.core import on_train_step as on_train_step
 from gyre.core import piecewise as piecewise
 from gyre.frameworks import FlaxState as FlaxState
 from gyre.frameworks import create_flax_state as create_flax_state
+from gyre.loggers import ConsoleWriter as ConsoleWriter
+from gyre.loggers import CSVWriter as CSVWriter
+from gyre.loggers import JSONLWriter as JSONLWriter
+from gyre.loggers import MLflowWriter as MLflowWriter
+from gyre.loggers import MultiWriter as MultiWriter
+from gyre.loggers import TensorBoardWriter as TensorBoardWriter
+from gyre.loggers import WandbWriter as WandbWriter
+from gyre.loggers import Writer as Writer
+from gyre.loggers import WriterError as WriterError
+from gyre.loggers import write_to as write_to
 from gyre.loop import ChunkSafe as ChunkSafe
 from gyre.loop import FusableStep as FusableStep
 from gyre.loop import InnerLoop as InnerLoop
@@ -101,8 +112,10 @@ from gyre.steps import managed as managed
 __version__ = "0.1.0"
 
 __all__ = [
+    "CSVWriter",
     "Checkpoint",
     "ChunkSafe",
+    "ConsoleWriter",
     "DataParallel",
     "DataParallelPartitioner",
     "Eager",
@@ -114,6 +127,7 @@ __all__ = [
     "History",
     "InnerLoop",
     "JIT",
+    "JSONLWriter",
     "Jit",
     "KerasBar",
     "Logs",
@@ -121,9 +135,11 @@ __all__ = [
     "LoopElement",
     "LoopState",
     "LoopWarning",
+    "MLflowWriter",
     "ManagedState",
     "ManagedStep",
     "MixedPrecision",
+    "MultiWriter",
     "NamedSchedule",
     "NonFiniteError",
     "Partitioner",
@@ -135,8 +151,12 @@ __all__ = [
     "SingleDevicePartitioner",
     "Step",
     "Strategy",
+    "TensorBoardWriter",
     "TqdmBar",
     "TrainState",
+    "WandbWriter",
+    "Writer",
+    "WriterError",
     "__version__",
     "after",
     "always",
@@ -158,6 +178,7 @@ __all__ = [
     "jaxloop",
     "inner_loop",
     "keras_bar",
+    "loggers",
     "logs",
     "loop",
     "managed",
@@ -192,4 +213,5 @@ __all__ = [
     "tqdm_bar",
     "train_loop",
     "wandb_logger",
+    "write_to",
 ]

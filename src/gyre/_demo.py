@@ -2,10 +2,12 @@
 
 It is also a complete, small example of the loop language at the ``train_loop`` rung: a
 jitted train step that donates the state, a jitted test step, an evaluation at the end of
-each epoch, a progress bar and a checkpoint registered by ``callbacks=``. The state is a
+each epoch, a progress bar, a checkpoint and a TensorBoard writer registered by
+``callbacks=``. The state is a
 plain dict ``{"params", "opt_state"}``.
 
-Needs the ``examples`` extra (scikit-learn for the data, matplotlib for the plot).
+Needs the ``examples`` extra (scikit-learn for the data, matplotlib for the plot,
+tensorboardX for the event files).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from gyre.core._clock import Elapsed
 from gyre.core._errors import as_integer, describe, explain
 from gyre.core._history import History
 from gyre.core._logs import Logs
+from gyre.loggers._writer import require
 
 State = dict[str, Any]
 Batch = tuple[jax.Array, jax.Array]
@@ -149,7 +152,8 @@ class DemoResult:
     """What :func:`fit_digits` returns.
 
     Attributes:
-        run_dir: the run folder (``history.csv``, ``curves.png``, ``checkpoints/``).
+        run_dir: the run folder (``history.csv``, ``curves.png``, ``tensorboard/``,
+            ``checkpoints/``).
         test_accuracy: accuracy on the whole test set after the last epoch.
         history: the run's history.
         elapsed: the loop's final clock.
@@ -309,8 +313,9 @@ def fit_digits(
     """Trains a 64-256-256-10 MLP on the digits with Adam; writes a run folder.
 
     The run folder ``<out>/<YYYYmmdd-HHMMSS>/`` receives ``history.csv``, ``curves.png``
-    (loss and accuracy, train and test) and ``checkpoints/`` (the state after the last
-    epoch). Ten epochs take a few seconds on a laptop CPU and reach about 97% test accuracy.
+    (loss and accuracy, train and test), ``tensorboard/`` (every step's entries as
+    TensorBoard event files, written by :func:`gyre.write_to`: ``tensorboard --logdir
+    <out>``) and ``checkpoints/`` (the state after the last epoch). Ten epochs take a few seconds on a laptop CPU and reach about 97% test accuracy.
 
     Args:
         epochs: passes over the training set; the test set is evaluated after each.
@@ -343,6 +348,7 @@ def fit_digits(
     seed = _check_whole("seed", seed, minimum=0, maximum=MAX_SEED, example="seed=0")
     check_out(out)
     _require_plotting()
+    require("tensorboardX", extra="examples", who="gyre fit (its tensorboard/ event files)")
     (x_train, y_train), (x_test, y_test) = gyre.data.digits(seed=seed)
     _check_batch_size(batch_size, len(x_train))
     steps = gyre.data.steps_per_epoch(len(x_train), batch_size)
@@ -358,7 +364,8 @@ def fit_digits(
     model, tx = MLP(), optax.adam(learning_rate)
     train_step, test_step = make_steps(model, tx)
     state = create_state(model, tx, features=x_train.shape[1], seed=seed)
-    callbacks: list[Any] = [gyre.checkpoint(str((run_dir / "checkpoints").resolve()))]
+    writer = gyre.TensorBoardWriter(run_dir / "tensorboard")
+    callbacks: list[Any] = [gyre.checkpoint(str((run_dir / "checkpoints").resolve())), gyre.write_to(writer)]
     if not quiet:
         callbacks.insert(0, gyre.keras_bar(total=total))
 
@@ -377,6 +384,8 @@ def fit_digits(
     except gyre.NonFiniteError as err:  # diverged: the checkpoints hold the last good state
         err.add_note(f"run folder: {run_dir}")
         raise
+    finally:
+        writer.close()
     seconds = time.perf_counter() - start
 
     history.to_csv(str(run_dir / "history.csv"))

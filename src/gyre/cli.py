@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         "fit",
         help="train an MLP on the digits data set (the demo)",
         description="Train a 64-256-256-10 MLP on scikit-learn's digits with gyre.train_loop. "
-        "Writes <out>/<timestamp>/ with history.csv, curves.png and checkpoints/.",
+        "Writes <out>/<timestamp>/ with history.csv, curves.png, tensorboard/ and checkpoints/.",
         epilog=EXIT_CODES,
         formatter_class=_HelpFormatter,
     )

@@ -44,11 +44,19 @@ def rows_of(columns: Columns) -> list[tuple[int, dict[str, float]]]:
     """
     out: list[tuple[int, dict[str, float]]] = [(int(s), {}) for s in columns.clocks["steps"]]
     for (collection, name), (rows, values) in columns.entries.items():
-        for row, value in zip(rows, values, strict=True):
-            if np.ndim(value) != 0 or not np.isreal(value) or isinstance(value, (str, bytes)):
-                continue
-            data = out[int(row)][1]
-            data[f"{collection}.{name}" if name in data else name] = float(value)
+        if isinstance(values, np.ndarray) and values.dtype.kind in "biuf":  # a numeric column
+            if values.ndim != 1:
+                continue  # arrays, one per record
+            pairs: Any = zip(rows.tolist(), values.astype(np.float64).tolist(), strict=True)
+        else:
+            pairs = (
+                (int(row), float(value))
+                for row, value in zip(rows, values, strict=True)
+                if np.ndim(value) == 0 and np.isreal(value) and not isinstance(value, (str, bytes))
+            )
+        for row, number in pairs:
+            data = out[row][1]
+            data[f"{collection}.{name}" if name in data else name] = number
     return out
 
 

@@ -1,0 +1,55 @@
+"""``ConsoleWriter``: scalars, texts and hyperparameters printed as lines of text."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+from gyre.loggers._writer import Writer
+
+
+def _show(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+class ConsoleWriter(Writer):
+    """Prints ``step 3: loss=0.25, accuracy=0.9`` lines (and texts, and hyperparameters).
+
+    Args:
+        file: where to print; ``None`` (the default) is ``sys.stdout`` at the time of each
+            write.
+
+    Example:
+        >>> import gyre
+        >>> with gyre.ConsoleWriter() as writer:
+        ...     writer.write_scalars(3, {"loss": 0.25, "accuracy": 0.9})
+        step 3: loss=0.25, accuracy=0.9
+    """
+
+    kinds = frozenset({"scalars", "texts", "hparams"})
+
+    def __init__(self, file: TextIO | None = None) -> None:
+        self.file = file
+        super().__init__()
+
+    def _print(self, line: str) -> None:
+        out = self.file if self.file is not None else sys.stdout
+        print(line, file=out)
+
+    def _scalars(self, step: int, values: dict[str, float]) -> None:
+        self._print(f"step {step}: " + ", ".join(f"{k}={_show(v)}" for k, v in values.items()))
+
+    def _texts(self, step: int, texts: dict[str, str]) -> None:
+        for name, text in texts.items():
+            self._print(f"step {step}: {name}: {text}")
+
+    def _hparams(self, params: dict[str, Any], metrics: dict[str, float] | None) -> None:
+        self._print("hparams: " + ", ".join(f"{k}={_show(v)}" for k, v in params.items()))
+        if metrics:
+            self._print("hparams metrics: " + ", ".join(f"{k}={_show(v)}" for k, v in metrics.items()))
+
+    def _flush(self) -> None:
+        (self.file if self.file is not None else sys.stdout).flush()
+
+    def __repr__(self) -> str:
+        return "ConsoleWriter()" if self.file is None else f"ConsoleWriter({self.file!r})"

@@ -1,0 +1,140 @@
+"""``CSVWriter`` and ``JSONLWriter``: scalars in plain files, one record per write.
+
+A CSV's header is the set of names written so far, ``step`` first, then each name in the
+order it first appeared. When a write brings a name the header lacks, the file is rewritten
+once with the wider header (earlier rows get an empty cell there) and writing goes on: every
+row always lines up with the header, whatever order names come in. A JSONL file holds one
+JSON object per write, ``{"step": ..., name: value, ...}``; non-finite numbers appear as
+``NaN``/``Infinity`` (what Python's ``json`` and pandas read).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import Any, TextIO
+
+from gyre.core._errors import describe, explain
+from gyre.loggers._writer import Writer
+
+
+def _path(who: str, path: Any) -> str:
+    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise TypeError(
+            explain(
+                f"{who} needs a file path",
+                expected="a str or pathlib.Path, e.g. 'runs/metrics.csv'",
+                received=describe(path),
+                fix=f"gyre.{who}('runs/metrics.csv')",
+            )
+        )
+    return os.fspath(path)
+
+
+class CSVWriter(Writer):
+    """Writes scalars to a CSV file: a ``step`` column, then one column per name (see the
+    module for a name that appears late). The file is created (or truncated) at once.
+
+    Args:
+        path: the CSV file; its folder must exist.
+
+    Example:
+        >>> import gyre, os, tempfile
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     path = os.path.join(root, "metrics.csv")
+        ...     with gyre.CSVWriter(path) as writer:
+        ...         writer.write_scalars(0, {"loss": 1.0})
+        ...         writer.write_scalars(1, {"loss": 0.5, "accuracy": 0.75})
+        ...     print(open(path).read(), end="")
+        step,loss,accuracy
+        0,1.0,
+        1,0.5,0.75
+    """
+
+    kinds = frozenset({"scalars"})
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = _path("CSVWriter", path)
+        self._file: TextIO | None = None
+        self._header: list[str] = ["step"]
+        super().__init__()
+
+    def _open(self) -> None:
+        self._file = open(self.path, "w", newline="")  # noqa: SIM115 (closed by close())
+
+    def _scalars(self, step: int, values: dict[str, float]) -> None:
+        assert self._file is not None
+        new = [name for name in values if name not in self._header]
+        if new:
+            self._widen(new)
+        row = {"step": step, **values}
+        csv.DictWriter(self._file, self._header, restval="").writerow(row)
+
+    def _widen(self, new: list[str]) -> None:
+        assert self._file is not None
+        self._file.close()
+        with open(self.path, newline="") as old:
+            rows = list(csv.DictReader(old)) if len(self._header) > 1 else []
+        self._header = self._header + new
+        temporary = self.path + ".tmp"
+        with open(temporary, "w", newline="") as out:
+            writer = csv.DictWriter(out, self._header, restval="")
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(temporary, self.path)
+        self._file = open(self.path, "a", newline="")  # noqa: SIM115
+
+    def _flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    def __repr__(self) -> str:
+        return f"CSVWriter({self.path!r})"
+
+
+class JSONLWriter(Writer):
+    """Writes scalars as JSON lines, one ``{"step": ..., name: value}`` object per write.
+    The file is created (or truncated) at once.
+
+    Args:
+        path: the ``.jsonl`` file; its folder must exist.
+
+    Example:
+        >>> import gyre, os, tempfile
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     path = os.path.join(root, "metrics.jsonl")
+        ...     with gyre.JSONLWriter(path) as writer:
+        ...         writer.write_scalars(0, {"loss": 1.0})
+        ...     print(open(path).read(), end="")
+        {"step": 0, "loss": 1.0}
+    """
+
+    kinds = frozenset({"scalars"})
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = _path("JSONLWriter", path)
+        self._file: TextIO | None = None
+        super().__init__()
+
+    def _open(self) -> None:
+        self._file = open(self.path, "w")  # noqa: SIM115 (closed by close())
+
+    def _scalars(self, step: int, values: dict[str, float]) -> None:
+        assert self._file is not None
+        self._file.write(json.dumps({"step": step, **values}) + "\n")
+
+    def _flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    def __repr__(self) -> str:
+        return f"JSONLWriter({self.path!r})"

@@ -1,0 +1,122 @@
+"""``MLflowWriter``: an MLflow run, in a local file store or on a tracking server."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gyre.core._errors import describe, explain
+from gyre.loggers._writer import Writer, require
+
+
+def _tracking_uri(uri: Any) -> tuple[str, bool]:
+    """The URI MLflow is given and whether it is a local file store."""
+    if isinstance(uri, bytes) or not isinstance(uri, (str, os.PathLike)) or not os.fspath(uri):
+        raise TypeError(
+            explain(
+                "MLflowWriter needs a tracking URI",
+                expected="a folder for a local file store ('runs/mlruns'), a file: URI, or "
+                "a server's http(s):// URI",
+                received=describe(uri),
+                fix="gyre.MLflowWriter('runs/mlruns', experiment_name='digits')",
+            )
+        )
+    text = os.fspath(uri)
+    if "://" in text and not text.startswith("file:"):
+        return text, False
+    if text.startswith("file:"):
+        return text, True
+    return Path(text).expanduser().resolve().as_uri(), True
+
+
+class MLflowWriter(Writer):
+    """Writes to an MLflow run that it starts (``pip install 'gyre[mlflow]'``, mlflow-skinny).
+
+    Scalars are metrics at their step; hyperparameters are params (their metrics are
+    metrics at step 0); texts are artifacts ``texts/<name>/step_<step>.txt``; images go
+    through ``log_image`` (artifacts under ``images/``). MLflow has no histograms: writing
+    them raises. ``close()`` ends the run.
+
+    A local folder (or ``file:`` URI) is MLflow's file store, which MLflow 3 only opens
+    when ``MLFLOW_ALLOW_FILE_STORE`` is set: the writer sets it to ``true`` in its process
+    (unless already set) when given one.
+
+    Args:
+        tracking_uri: a folder, ``file:`` URI or server URI.
+        experiment_name: the experiment (created if missing).
+        run_name: the run's name.
+
+    Raises:
+        ImportError: mlflow is not installed (the message names the extra).
+
+    Example:
+        >>> import gyre, tempfile
+        >>> from mlflow.tracking import MlflowClient
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     with gyre.MLflowWriter(root, experiment_name="demo") as writer:
+        ...         writer.write_scalars(2, {"loss": 0.5})
+        ...     history = MlflowClient(writer.tracking_uri).get_metric_history(writer.run_id, "loss")
+        ...     [(m.step, m.value) for m in history]
+        [(2, 0.5)]
+    """
+
+    kinds = frozenset({"scalars", "images", "texts", "hparams"})
+
+    def __init__(
+        self,
+        tracking_uri: str | os.PathLike[str] = "mlruns",
+        *,
+        experiment_name: str = "gyre",
+        run_name: str | None = None,
+    ) -> None:
+        self.tracking_uri, self._file_store = _tracking_uri(tracking_uri)
+        self.experiment_name = experiment_name
+        self.run_name = run_name
+        self.run_id: str | None = None
+        self._client: Any = None
+        super().__init__()
+
+    def _open(self) -> None:
+        require("mlflow", extra="mlflow", who="MLflowWriter")
+        from mlflow.tracking import MlflowClient
+
+        if self._file_store:
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self._client = MlflowClient(self.tracking_uri)
+        found = self._client.get_experiment_by_name(self.experiment_name)
+        experiment = found.experiment_id if found else self._client.create_experiment(self.experiment_name)
+        self.run_id = self._client.create_run(experiment, run_name=self.run_name).info.run_id
+
+    def _scalars(self, step: int, values: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(name, float(value), now, step) for name, value in values.items()]
+        self._client.log_batch(self.run_id, metrics=metrics)
+
+    def _images(self, step: int, images: dict[str, np.ndarray]) -> None:
+        for name, batch in images.items():
+            for i, image in enumerate(batch):
+                key = name if len(batch) == 1 else f"{name}_{i}"
+                self._client.log_image(self.run_id, image, key=key, step=step)
+
+    def _texts(self, step: int, texts: dict[str, str]) -> None:
+        for name, text in texts.items():
+            self._client.log_text(self.run_id, text, f"texts/{name}/step_{step:08d}.txt")
+
+    def _hparams(self, params: dict[str, Any], metrics: dict[str, float] | None) -> None:
+        from mlflow.entities import Param
+
+        self._client.log_batch(self.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+        if metrics:
+            self._scalars(0, metrics)
+
+    def _close(self) -> None:
+        self._client.set_terminated(self.run_id)
+
+    def __repr__(self) -> str:
+        return f"MLflowWriter({self.tracking_uri!r}, experiment_name={self.experiment_name!r})"

@@ -1,0 +1,203 @@
+"""``write_to``: a loop callback that sends the history's scalar entries to a writer.
+
+It follows the loop's history (:class:`~gyre.core._reader.HistoryReader`), as the progress
+bars and ``wandb_logger`` do, but reads only the records the history has already moved to
+the host itself (it does so in batches, one transfer per few hundred steps): it adds no
+transfer of its own and never waits for the device, so the step path stays free of host
+syncs (fused chunks included: it sees every step), and each record reaches the writer at its
+own 0-based step, a few hundred steps late. When the loop ends
+(``on_loop_end``; ``on_train_end`` / ``on_test_end`` / ``on_predict_end`` in a named loop) it
+sends the rest and flushes the writer; it does not close it (one writer may serve several
+loops).
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+from gyre.callbacks._wandb_logger import rows_of
+from gyre.core._clock import Elapsed
+from gyre.core._errors import describe, explain
+from gyre.core._history import History
+from gyre.core._logs import Logs
+from gyre.core._reader import HistoryReader
+from gyre.loggers._writer import Writer
+from gyre.loop._tasks import ChunkSafe, LoopElement
+from gyre.parallel.distributed import is_main_process
+
+
+class WriteTo(ChunkSafe, LoopElement):
+    """The callback :func:`write_to` returns (see there).
+
+    Attributes:
+        writer: the writer it sends to.
+        every: calls between two reads of the history.
+        sent: how many records it has read (and sent, those holding numbers).
+
+    Example:
+        >>> import gyre, io
+        >>> callback = gyre.write_to(gyre.ConsoleWriter(io.StringIO()), every=10)
+        >>> isinstance(callback, gyre.loggers.WriteTo), callback.every, callback.sent
+        (True, 10, 0)
+    """
+
+    def __init__(self, writer: Writer, *, every: int) -> None:
+        if not isinstance(writer, Writer):
+            raise TypeError(
+                explain(
+                    "write_to needs a gyre writer",
+                    expected="a gyre.Writer, e.g. gyre.TensorBoardWriter('runs/tb')",
+                    received=describe(writer),
+                    fix="gyre.write_to(gyre.TensorBoardWriter('runs/tb'))",
+                )
+            )
+        if "scalars" not in writer.kinds:
+            raise writer._unsupported("scalars")
+        if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
+            raise ValueError(
+                explain(
+                    "write_to's every must be a whole number of steps >= 1",
+                    expected="every=1 (read the history at every step) or a larger int",
+                    received=describe(every),
+                    fix="pass every=1, or every=100 to read the history less often",
+                )
+            )
+        self.writer = writer
+        self.every = int(every)
+        self.sent = 0
+        self._calls = 0
+        self._history: History | None = None
+        self._reader: HistoryReader | None = None
+        self._own: History | None = None
+        self._train = False
+        self._silent: bool | None = None
+
+    def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
+        if self._silent is None:
+            self._silent = not is_main_process()
+        if self._silent:
+            return
+        if loop is not None:
+            if loop.history is not self._history:  # a new loop: follow its history from here
+                self._send(wait=True)
+                self._history, self._reader = loop.history, loop.history.reader(limit=0)
+                self._own = None
+        else:
+            if self._own is None:
+                self._send(wait=True)
+                self._own = self._history = History()
+                self._reader = self._own.reader(limit=0)
+            self._own.commit(elapsed, logs)
+        self._calls += 1
+        if self._calls % self.every == 0:
+            self._send(wait=False)
+
+    def on_train_batch_end(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
+        """In a named loop's ``callbacks=``: runs after every training step.
+
+        Example:
+            >>> import gyre
+            >>> step = lambda state, batch: (gyre.logs().add_loss("loss", float(batch)), state + 1)
+            >>> writer = gyre.ConsoleWriter()
+            >>> _ = gyre.train_loop(0, [2, 1], {gyre.on_train_step: step}, callbacks=[gyre.write_to(writer)])
+            step 0: loss=2
+            step 1: loss=1
+        """
+        self._train = True
+        self(elapsed, logs, loop)
+
+    def on_test_batch_end(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
+        """In a ``test_loop``'s (or ``predict_loop``'s) ``callbacks=``: runs after every step.
+        In a ``train_loop`` it does nothing: the evaluations reach the writer through the
+        training history, as ``loss_test`` and so on, at the training step they follow.
+
+        Example:
+            >>> import gyre
+            >>> step = lambda state, batch: gyre.logs().add_metric("accuracy", float(batch))
+            >>> writer = gyre.ConsoleWriter()
+            >>> _ = gyre.test_loop(None, [0.5], {gyre.on_test_step: step}, callbacks=[gyre.write_to(writer)])
+            step 0: accuracy=0.5
+        """
+        if not self._train:
+            self(elapsed, logs, loop)
+
+    on_predict_batch_end = on_test_batch_end
+
+    def flush(self) -> None:
+        """Sends every record not sent yet (waiting for the device: the loop's end) and
+        flushes the writer.
+
+        Example:
+            >>> import gyre
+            >>> callback = gyre.write_to(gyre.ConsoleWriter())
+            >>> callback(gyre.Elapsed(steps=0), gyre.logs().add_loss("loss", 0.5)); callback.flush()
+            step 0: loss=0.5
+        """
+        if self._silent:
+            return
+        self._send(wait=True)
+        self.writer.flush()
+
+    on_loop_end = flush
+
+    def on_train_end(self) -> None:
+        """In a ``train_loop``: sends the rest and flushes the writer (see :meth:`flush`)."""
+        self.flush()
+        self._train = False
+
+    def on_test_end(self) -> None:
+        """In a ``test_loop`` or ``predict_loop``: sends the rest and flushes the writer."""
+        if not self._train:
+            self.flush()
+
+    on_predict_end = on_test_end
+
+    def _send(self, *, wait: bool) -> None:
+        if self._reader is None:
+            return
+        if not wait:  # only what the history moved to the host itself (limit=0: no transfer)
+            history = self._reader.history
+            history._land(wait=False)
+            if history._host_count <= self._reader.position:
+                return
+        rows = rows_of(self._reader.read(wait=wait))
+        self.writer._write_rows([(step, data) for step, data in rows if data])
+        self.sent += len(rows)
+
+    def __repr__(self) -> str:
+        return f"gyre.write_to({self.writer!r}, every={self.every})"
+
+
+def write_to(writer: Writer, *, every: int = 1) -> WriteTo:
+    """A callback that sends every step's scalar entries to a writer, at their own steps.
+
+    Losses, metrics and evaluation entries (``loss_test``) go out by their bare names,
+    ``collection.name`` when two collections of a step share a name (``wandb_logger``'s
+    rule); arrays are left out. Every ``every`` calls it hands the writer the records the
+    history has moved to the host in its own batched transfers (so it never waits for the
+    device, nor adds a transfer), the rest when the loop ends, when it also flushes the
+    writer. A
+    :class:`~gyre.LoopElement`: ``{**gyre.write_to(writer)}`` runs it every step; given to a
+    named loop's ``callbacks=``, after every step of that loop.
+
+    Args:
+        writer: any :class:`gyre.Writer` (``TensorBoardWriter``, ``CSVWriter``, ``MultiWriter``...).
+        every: calls (steps) between two looks at the history (a look is cheap); every
+            record is written whatever its value.
+
+    Raises:
+        TypeError: ``writer`` is not a gyre writer, or one that does not write scalars.
+        ValueError: ``every`` is not a whole number >= 1.
+
+    Example:
+        >>> import gyre
+        >>> step = lambda elapsed: gyre.logs().add_loss("loss", 1.0 / 2 ** elapsed.steps)
+        >>> writer = gyre.ConsoleWriter()
+        >>> _ = gyre.loop(None, range(3), {gyre.every(1): step, **gyre.write_to(writer)})
+        step 0: loss=1
+        step 1: loss=0.5
+        step 2: loss=0.25
+        >>> writer.close()
+    """
+    return WriteTo(writer, every=every)

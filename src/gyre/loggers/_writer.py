@@ -1,0 +1,524 @@
+"""The one writer contract, :class:`Writer`: typed values in, written on a background thread.
+
+A writer's public methods (``write_scalars``, ``write_histograms``, ``write_images``,
+``write_texts``, ``write_hparams``, ``flush``, ``close``) check their arguments' *shapes* on
+the caller's thread (metadata only: no value is read) and queue them; the writer's own thread
+moves the values to the host (one ``jax.device_get`` per call) and writes them. The caller
+never waits for the device (CLU's ``AsyncWriter`` is the model). An error on that thread is
+raised on the caller at its next write, ``flush`` or ``close``, as a :class:`WriterError`
+naming the writer. In a multi-process run only process 0 writes; elsewhere a writer checks
+its arguments and does nothing else (it opens no file, starts no run).
+
+A new kind of writer subclasses :class:`Writer`, lists what it writes in ``kinds``, and
+defines the matching ``_scalars`` / ``_histograms`` / ``_images`` / ``_texts`` /
+``_hparams`` methods (plus ``_open``, ``_flush``, ``_close``): they run on the writer's thread
+and receive host values (Python floats, numpy arrays, uint8 NHWC images).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import numbers
+import queue
+import threading
+import weakref
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any, ClassVar
+
+import jax
+import numpy as np
+
+from gyre.core._errors import describe, explain
+from gyre.parallel.distributed import is_main_process
+
+KINDS = ("scalars", "histograms", "images", "texts", "hparams")
+_WRITERS: list[type[Writer]] = []  # every writer class, in the order they were defined
+_OPEN: weakref.WeakSet[Writer] = weakref.WeakSet()  # writers with a thread, closed at exit
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Writes what open writers still hold when the interpreter exits (their threads are
+    daemons, which would otherwise die with queued values); errors are not raised then."""
+    for writer in list(_OPEN):
+        try:
+            writer.close()
+        except Exception:  # noqa: BLE001 (nothing can be raised to anyone at exit)
+            pass
+
+
+class WriterError(RuntimeError):
+    """A write that failed on a writer's background thread, raised on the caller's thread at
+    its next call; ``__cause__`` is the original error.
+
+    Example:
+        >>> issubclass(WriterError, RuntimeError)
+        True
+    """
+
+
+def require(module: str, *, extra: str, who: str) -> ModuleType:
+    """Imports an optional dependency, or raises an ``ImportError`` naming the extra.
+
+    Example:
+        >>> require("json", extra="none", who="a doctest").__name__
+        'json'
+        >>> require("no_such_module_here", extra="tensorboard", who="TensorBoardWriter")
+        Traceback (most recent call last):
+        ImportError: TensorBoardWriter needs the optional package 'no_such_module_here', which is not installed
+        ...
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise ImportError(
+            explain(
+                f"{who} needs the optional package {module!r}, which is not installed",
+                expected=f"{module} importable (the extra gyre[{extra}])",
+                received=f"{type(err).__name__}: {err}",
+                fix=f"pip install 'gyre[{extra}]'",
+            )
+        ) from err
+
+
+def supporters(kind: str) -> list[str]:
+    """The names of gyre's writers that write ``kind`` (one of :data:`KINDS`), sorted.
+
+    Example:
+        >>> import gyre
+        >>> supporters("histograms")
+        ['TensorBoardWriter', 'WandbWriter']
+    """
+    return sorted(cls.__name__ for cls in _WRITERS if kind in cls.kinds and cls.__module__.startswith("gyre."))
+
+
+def _step(who: str, step: Any) -> Any:
+    if isinstance(step, (numbers.Integral, np.integer)) and not isinstance(step, bool) and step >= 0:
+        return int(step)
+    if isinstance(step, jax.Array) and step.ndim == 0 and jnp_integer(step.dtype):
+        return step  # read on the writer's thread
+    raise ValueError(
+        explain(
+            f"{who}: a step must be a whole number >= 0",
+            expected="step as an int >= 0 (or a 0-d integer array), e.g. 10",
+            received=describe(step),
+            fix="pass the step number, e.g. writer.write_scalars(10, {'loss': loss})",
+        )
+    )
+
+
+def jnp_integer(dtype: Any) -> bool:
+    """Whether a dtype holds integers (signed or not).
+
+    Example:
+        >>> jnp_integer(np.dtype("int32")), jnp_integer(np.dtype("float32"))
+        (True, False)
+    """
+    return np.dtype(dtype).kind in "iu"
+
+
+def _mapping(who: str, method: str, values: Any, what: str, example: str) -> dict[str, Any]:
+    if not isinstance(values, Mapping) or not all(isinstance(k, str) for k in values):
+        raise TypeError(
+            explain(
+                f"{who}.{method} takes a mapping from names to {what}",
+                expected=f"a dict with str keys, e.g. {example}",
+                received=describe(values),
+                fix=f"pass a dict, e.g. writer.{method}(step, {example})",
+            )
+        )
+    return dict(values)
+
+
+def _bad_value(who: str, method: str, name: str, value: Any, expected: str, fix: str) -> ValueError:
+    return ValueError(
+        explain(
+            f"{who}.{method}: the value of {name!r} cannot be written",
+            expected=expected,
+            received=f"{describe(value)} (shape {np.shape(value)})" if hasattr(value, "shape") else describe(value),
+            fix=fix,
+        )
+    )
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, numbers.Real):
+        return True
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    return shape == () and dtype is not None and np.dtype(dtype).kind in "biuf"
+
+
+def _scalars(who: str, method: str, values: Any) -> dict[str, Any]:
+    out = _mapping(who, method, values, "numbers", "{'loss': 0.5}")
+    for name, value in out.items():
+        if not _is_number(value):
+            raise _bad_value(
+                who, method, name, value, "a number: a Python or numpy scalar, or a 0-d array",
+                "reduce arrays to one number first (jnp.mean(x)), or write them as histograms",
+            )
+    return out
+
+
+def as_uint8_images(name: str, image: np.ndarray) -> np.ndarray:
+    """An HWC or NHWC image (uint8, or floats in [0, 1]) as uint8 NHWC.
+
+    Example:
+        >>> as_uint8_images("x", np.ones((2, 2, 1), np.float32)).shape
+        (1, 2, 2, 1)
+    """
+    image = np.asarray(image)
+    if image.ndim == 3:
+        image = image[None]
+    if image.dtype == np.uint8:
+        return image
+    if not np.issubdtype(image.dtype, np.floating) or image.size and not (
+        np.nanmin(image) >= 0.0 and np.nanmax(image) <= 1.0
+    ):
+        lo, hi = (float(np.min(image)), float(np.max(image))) if image.size else (0.0, 0.0)
+        raise ValueError(
+            explain(
+                f"image {name!r} is neither uint8 nor floats in [0, 1]",
+                expected="uint8 values 0..255, or floats in [0, 1]",
+                received=f"dtype {image.dtype}, values from {lo} to {hi}",
+                fix="scale it first, e.g. (x - x.min()) / (x.max() - x.min())",
+            )
+        )
+    return np.round(np.nan_to_num(image) * 255).astype(np.uint8)
+
+
+class Writer:
+    """The base of every writer: checks, queues, and writes on its own thread (see the module).
+
+    Attributes:
+        kinds: what the writer writes, a subset of ``("scalars", "histograms", "images",
+            "texts", "hparams")``; asking it for anything else raises a ``TypeError`` that
+            names the writers that do.
+        active: False on processes other than 0, where the writer does nothing.
+
+    Example:
+        >>> import gyre
+        >>> class Printer(gyre.Writer):
+        ...     kinds = frozenset({"scalars"})
+        ...     def _scalars(self, step, values):
+        ...         print(step, values)
+        >>> with Printer() as writer:
+        ...     writer.write_scalars(3, {"loss": np.float32(0.5)})
+        3 {'loss': 0.5}
+    """
+
+    kinds: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _WRITERS.append(cls)
+
+    def __init__(self) -> None:
+        self.active = is_main_process()
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._error: tuple[str, BaseException] | None = None
+        self._closed = False
+        if self.active:
+            self._open()
+
+    # -- the public contract ---------------------------------------------------------------
+
+    def write_scalars(self, step: int, values: Mapping[str, Any]) -> None:
+        """Queues numbers (Python, numpy, or 0-d device arrays) to be written at ``step``.
+
+        Example:
+            >>> import gyre, io, jax.numpy as jnp
+            >>> out = io.StringIO()
+            >>> with gyre.ConsoleWriter(out) as writer:
+            ...     writer.write_scalars(0, {"loss": jnp.float32(0.25)})
+            >>> out.getvalue()
+            'step 0: loss=0.25\\n'
+        """
+        self._submit("scalars", _step(self._who, step), _scalars(self._who, "write_scalars", values))
+
+    def write_histograms(self, step: int, arrays: Mapping[str, Any], num_buckets: int | None = None) -> None:
+        """Queues arrays whose value distributions are written at ``step`` (``num_buckets``
+        bins, or the writer's default).
+
+        Example:
+            >>> import gyre, tempfile, numpy as np
+            >>> with tempfile.TemporaryDirectory() as logdir:
+            ...     with gyre.TensorBoardWriter(logdir) as writer:
+            ...         writer.write_histograms(0, {"w": np.arange(10.0)}, num_buckets=4)
+        """
+        arrays = _mapping(self._who, "write_histograms", arrays, "arrays", "{'weights': w}")
+        for name, value in arrays.items():
+            if not hasattr(value, "shape") or not np.size(value) or np.dtype(value.dtype).kind not in "biuf":
+                raise _bad_value(self._who, "write_histograms", name, value, "a non-empty numeric array",
+                                 "pass a numpy or jax array of numbers")
+        if num_buckets is not None and (isinstance(num_buckets, bool) or not isinstance(num_buckets, numbers.Integral) or num_buckets < 1):
+            raise ValueError(
+                explain(
+                    f"{self._who}.write_histograms: num_buckets must be a whole number >= 1 or None",
+                    expected="num_buckets=None (the writer's default) or an int such as 30",
+                    received=describe(num_buckets),
+                    fix="pass num_buckets=30, or leave it out",
+                )
+            )
+        self._submit("histograms", _step(self._who, step), arrays, num_buckets)
+
+    def write_images(self, step: int, images: Mapping[str, Any]) -> None:
+        """Queues images, each HWC or NHWC with 1, 3 or 4 channels, uint8 or floats in [0, 1].
+
+        Example:
+            >>> import gyre, tempfile, numpy as np
+            >>> with tempfile.TemporaryDirectory() as logdir:
+            ...     with gyre.TensorBoardWriter(logdir) as writer:
+            ...         writer.write_images(0, {"noise": np.random.rand(8, 8, 3)})
+        """
+        images = _mapping(self._who, "write_images", images, "images", "{'sample': image}")
+        for name, value in images.items():
+            shape = getattr(value, "shape", None)
+            if shape is None or len(shape) not in (3, 4) or shape[-1] not in (1, 3, 4):
+                raise _bad_value(
+                    self._who, "write_images", name, value,
+                    "an array of shape (height, width, channels) or (n, height, width, channels), "
+                    "channels 1, 3 or 4",
+                    "add a channel axis to a greyscale image: image[..., None]",
+                )
+        self._submit("images", _step(self._who, step), images)
+
+    def write_texts(self, step: int, texts: Mapping[str, str]) -> None:
+        """Queues strings to be written at ``step``.
+
+        Example:
+            >>> import gyre, io
+            >>> out = io.StringIO()
+            >>> with gyre.ConsoleWriter(out) as writer:
+            ...     writer.write_texts(2, {"note": "hello"})
+            >>> out.getvalue()
+            'step 2: note: hello\\n'
+        """
+        texts = _mapping(self._who, "write_texts", texts, "strings", "{'note': 'hello'}")
+        for name, value in texts.items():
+            if not isinstance(value, str):
+                raise _bad_value(self._who, "write_texts", name, value, "a str", "pass str(value)")
+        self._submit("texts", _step(self._who, step), texts)
+
+    def write_hparams(self, params: Mapping[str, Any], metrics: Mapping[str, Any] | None = None) -> None:
+        """Queues a run's hyperparameters (numbers, bools and strings; anything else is
+        written as its ``str``) and, optionally, the final metrics they reached.
+
+        Example:
+            >>> import gyre, io
+            >>> out = io.StringIO()
+            >>> with gyre.ConsoleWriter(out) as writer:
+            ...     writer.write_hparams({"lr": 0.1, "layers": (2, 3)}, {"accuracy": 0.9})
+            >>> print(out.getvalue(), end="")
+            hparams: lr=0.1, layers=(2, 3)
+            hparams metrics: accuracy=0.9
+        """
+        params = _mapping(self._who, "write_hparams", params, "values", "{'learning_rate': 1e-3}")
+        params = {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in params.items()}
+        found = None if metrics is None else _scalars(self._who, "write_hparams", metrics)
+        self._submit("hparams", params, found)
+
+    def _write_rows(self, rows: list[tuple[int, dict[str, float]]]) -> None:
+        """Queues many steps' scalars at once, as one item: host numbers only, already
+        checked (what :func:`gyre.write_to` reads from a history), so nothing is transferred
+        and the caller pays one queue put for a few hundred steps."""
+        if rows:
+            self._submit("scalars", *rows, batched=True)
+
+    def flush(self) -> None:
+        """Waits until everything queued is written and the backend has flushed it.
+
+        Raises:
+            WriterError: a write failed on the writer's thread.
+
+        Example:
+            >>> import gyre, os, tempfile
+            >>> with tempfile.TemporaryDirectory() as root:
+            ...     writer = gyre.JSONLWriter(os.path.join(root, "m.jsonl"))
+            ...     writer.write_scalars(0, {"loss": 1.0}); writer.flush()
+            ...     print(open(writer.path).read(), end="")
+            ...     writer.close()
+            {"step": 0, "loss": 1.0}
+        """
+        self._raise_pending()
+        if self._closed or not self.active:
+            return
+        self._submit("flush")
+        self._queue.join()
+        self._raise_pending()
+
+    def close(self) -> None:
+        """Writes what is queued, closes the backend and stops the thread; a second call
+        does nothing. Writing after ``close`` raises.
+
+        Example:
+            >>> import gyre, io
+            >>> writer = gyre.ConsoleWriter(io.StringIO())
+            >>> writer.close(); writer.close()
+        """
+        if self._closed:
+            return
+        try:
+            if self.active:
+                self._submit("close")  # on the writer's thread (started here if need be)
+                self._queue.put(None)
+                if self._thread is not None:
+                    self._thread.join()
+        finally:
+            self._closed = True
+        self._raise_pending()
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    # -- what a subclass defines (run on the writer's thread, host values) -----------------
+
+    def _open(self) -> None:
+        """Opens the backend (on the caller's thread, process 0 only)."""
+
+    def _flush(self) -> None:
+        """Flushes the backend."""
+
+    def _close(self) -> None:
+        """Closes the backend."""
+
+    # -- machinery -------------------------------------------------------------------------
+
+    @property
+    def _who(self) -> str:
+        return type(self).__name__
+
+    def _unsupported(self, kind: str) -> TypeError:
+        others = supporters(kind)
+        return TypeError(
+            explain(
+                f"{self!r} does not write {kind}",
+                expected=f"what {self._who} writes: {', '.join(sorted(self.kinds)) or 'nothing'}",
+                received=f"write_{kind}(...)",
+                fix=(f"write {kind} with {', '.join(others)}" if others else f"no writer of gyre writes {kind}")
+                + " (gyre.MultiWriter sends each kind to the writers that write it)",
+            )
+        )
+
+    def _submit(self, kind: str, *args: Any, batched: bool = False) -> None:
+        if self._closed:
+            raise RuntimeError(
+                explain(
+                    f"{self!r} is closed",
+                    expected="writes before close()",
+                    received=f"a call to {'write_' + kind if kind in KINDS else kind} after close()",
+                    fix="make a new writer, or close it only when the run is over",
+                )
+            )
+        if kind in KINDS and kind not in self.kinds:
+            raise self._unsupported(kind)
+        self._raise_pending()
+        if not self.active:
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name=f"gyre-{self._who}", daemon=True)
+            self._thread.start()
+            _OPEN.add(self)
+        self._queue.put(("rows" if batched else kind, args))
+
+    def _raise_pending(self) -> None:
+        if self._error is None:
+            return
+        kind, err = self._error
+        self._error = None
+        raise WriterError(
+            explain(
+                f"{self!r} failed to write {kind} on its background thread",
+                expected=f"a successful {kind} write",
+                received=f"{type(err).__name__}: {err}",
+                fix="see the error above this one; the failed values were not written",
+            )
+        ) from err
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                kind, args = item
+                self._do(kind, args)
+            except BaseException as err:  # kept for the caller's next call
+                if self._error is None:
+                    self._error = ("scalars" if kind == "rows" else kind, err)
+            finally:
+                self._queue.task_done()
+
+    def _do(self, kind: str, args: tuple[Any, ...]) -> None:
+        if kind == "flush":
+            self._flush()
+            return
+        if kind == "close":
+            self._close()
+            return
+        if kind == "rows":
+            for step, values in args:
+                self._scalars(step, values)
+            return
+        args = _to_host(args)  # the one transfer, off the caller's thread
+        if kind == "hparams":
+            params, metrics = args
+            metrics = None if metrics is None else {k: _number(v) for k, v in metrics.items()}
+            self._hparams(params, metrics)
+            return
+        step, values, *rest = args
+        step = int(step)
+        if kind == "scalars":
+            self._scalars(step, {k: _number(v) for k, v in values.items()})
+        elif kind == "histograms":
+            self._histograms(step, {k: np.asarray(v) for k, v in values.items()}, *rest)
+        elif kind == "images":
+            self._images(step, {k: as_uint8_images(k, v) for k, v in values.items()})
+        else:
+            self._texts(step, values)
+
+    def _scalars(self, step: int, values: dict[str, float]) -> None:
+        raise self._unsupported("scalars")
+
+    def _histograms(self, step: int, arrays: dict[str, np.ndarray], num_buckets: int | None) -> None:
+        raise self._unsupported("histograms")
+
+    def _images(self, step: int, images: dict[str, np.ndarray]) -> None:
+        raise self._unsupported("images")
+
+    def _texts(self, step: int, texts: dict[str, str]) -> None:
+        raise self._unsupported("texts")
+
+    def _hparams(self, params: dict[str, Any], metrics: dict[str, float] | None) -> None:
+        raise self._unsupported("hparams")
+
+
+def _to_host(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``args`` with every device value on the host, in one ``jax.device_get``; dicts keep
+    their order (``device_get`` of a dict would sort its keys)."""
+    flat: list[Any] = []
+    for arg in args:
+        flat.extend(arg.values() if isinstance(arg, dict) else [arg])
+    host = iter(jax.device_get(flat))
+    out = []
+    for arg in args:
+        if isinstance(arg, dict):
+            out.append({k: next(host) for k in arg})
+        else:
+            out.append(next(host))
+    return tuple(out)
+
+
+def _number(value: Any) -> float | int | bool:
+    value = np.asarray(value).item()
+    return value

@@ -1,0 +1,33 @@
+"""gyre.loggers: the facade exports every writer and write_to, and gyre re-exports them."""
+
+import pathlib
+import types
+
+import gyre
+import gyre.loggers
+
+from .readers import tensorboard_values
+
+
+def test_all_lists_exactly_the_public_names_and_gyre_reexports_them():
+    public = {
+        name for name, value in vars(gyre.loggers).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    assert set(gyre.loggers.__all__) == public
+    assert gyre.loggers.__all__ == sorted(gyre.loggers.__all__)
+    assert "loggers" in gyre.__all__
+    for name in public - {"WriteTo"}:
+        assert getattr(gyre, name) is getattr(gyre.loggers, name) and name in gyre.__all__
+
+
+def test_readme_writers_section_runs(tmp_path, monkeypatch, capsys):
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Writers")[1].split("\n## ")[0]
+    code = section.split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md (Writers)", "exec"), {})
+    assert capsys.readouterr().out == "['step,loss', '0,1.0', '1,0.03999999538064003']\n"
+    values = tensorboard_values(str(tmp_path / "runs" / "writers" / "tensorboard"))
+    assert [s for s, _ in values["loss"]] == list(range(50))
+    assert [s for s, _ in values["w"]] == [50] and "_hparams_/experiment" in values

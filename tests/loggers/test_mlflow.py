@@ -1,0 +1,41 @@
+"""MLflowWriter: the local file store holds the metrics at their steps, the params, texts
+and images; MLflow has no histograms; a missing mlflow names the extra."""
+
+import sys
+
+import numpy as np
+import pytest
+
+import gyre
+
+
+def test_the_store_holds_metrics_params_texts_and_images(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    with gyre.MLflowWriter(tmp_path / "mlruns", experiment_name="tests", run_name="r") as writer:
+        for step in range(3):
+            writer.write_scalars(step, {"loss": 1.0 / (step + 1)})
+        writer.write_texts(1, {"note": "hello"})
+        writer.write_images(2, {"digit": np.zeros((4, 4, 3), np.uint8)})
+        writer.write_hparams({"learning_rate": 0.1}, {"final": 0.9})
+        with pytest.raises(TypeError, match="MLflowWriter.*does not write histograms"):
+            writer.write_histograms(0, {"w": np.ones(3)})
+    client = MlflowClient(writer.tracking_uri)
+    history = client.get_metric_history(writer.run_id, "loss")
+    assert [(m.step, m.value) for m in history] == [(0, 1.0), (1, 0.5), (2, pytest.approx(1 / 3))]
+    run = client.get_run(writer.run_id)
+    assert run.data.params == {"learning_rate": "0.1"} and run.data.metrics["final"] == 0.9
+    assert run.info.status == "FINISHED" and run.info.run_name == "r"
+    assert client.download_artifacts(writer.run_id, "texts/note/step_00000001.txt", str(tmp_path)).endswith(".txt")
+    assert [f.path for f in client.list_artifacts(writer.run_id)] == ["images", "texts"]
+
+
+def test_a_missing_mlflow_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "mlflow", None)
+    with pytest.raises(ImportError, match=r"pip install 'gyre\[mlflow\]'"):
+        gyre.MLflowWriter(tmp_path)
+
+
+def test_a_bad_tracking_uri_is_refused():
+    with pytest.raises(TypeError, match="needs a tracking URI"):
+        gyre.MLflowWriter(None)

@@ -1,0 +1,60 @@
+"""TensorBoardWriter: the event file holds every value at its step (read back without
+TensorFlow), and a missing tensorboardX names the extra."""
+
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gyre
+
+from .readers import tensorboard_events, tensorboard_values
+
+
+def test_scalars_histograms_images_texts_and_hparams_are_read_back(tmp_path):
+    with gyre.TensorBoardWriter(tmp_path) as writer:
+        for step in range(3):
+            writer.write_scalars(step, {"loss": jnp.float32(1.0 / (step + 1)), "lr": 0.1})
+        writer.write_histograms(2, {"weights": jnp.arange(100.0)}, num_buckets=5)
+        writer.write_images(1, {"digit": np.full((4, 5, 1), 0.5, np.float32), "pair": np.zeros((2, 3, 3, 3), np.uint8)})
+        writer.write_texts(2, {"note": "hello"})
+        writer.write_hparams({"learning_rate": 0.1, "model": "mlp"}, {"final_accuracy": 0.9})
+    assert tensorboard_events(str(tmp_path))[0].file_version == "brain.Event:2"
+    values = tensorboard_values(str(tmp_path))
+    assert [(s, v.simple_value) for s, v in values["loss"]] == [(0, 1.0), (1, 0.5), (2, pytest.approx(1 / 3))]
+    assert [s for s, _ in values["lr"]] == [0, 1, 2]
+    (step, histogram), = values["weights"]
+    assert step == 2 and histogram.histo.num == 100 and histogram.histo.max == 99.0
+    (step, image), = values["digit"]
+    assert step == 1 and (image.image.height, image.image.width) == (4, 5)
+    assert [s for s, _ in values["pair"]] == [1]  # two images, one grid
+    (step, text), = values["note/text_summary"]
+    assert step == 2 and text.tensor.string_val == [b"hello"]
+    assert "_hparams_/experiment" in values and values["final_accuracy"][0][1].simple_value == pytest.approx(0.9)
+
+
+def test_a_missing_tensorboardx_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)
+    with pytest.raises(ImportError, match=r"pip install 'gyre\[tensorboard\]'"):
+        gyre.TensorBoardWriter(tmp_path)
+
+
+def test_a_bad_logdir_is_refused():
+    with pytest.raises(TypeError, match="folder for its event files"):
+        gyre.TensorBoardWriter(None)
+
+
+def test_two_writers_on_one_folder_write_two_files(tmp_path):
+    for step in (0, 1):
+        with gyre.TensorBoardWriter(tmp_path) as writer:
+            writer.write_scalars(step, {"loss": float(step)})
+    assert len(list(tmp_path.iterdir())) == 2
+    assert [s for s, _ in tensorboard_values(str(tmp_path))["loss"]] == [0, 1]
+
+
+def test_without_google_crc32c_the_checksums_are_computed_in_python(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "google_crc32c", None)
+    with gyre.TensorBoardWriter(tmp_path) as writer:
+        writer.write_scalars(7, {"loss": 0.5})
+    assert [(s, v.simple_value) for s, v in tensorboard_values(str(tmp_path))["loss"]] == [(7, 0.5)]

@@ -1,0 +1,52 @@
+"""WandbWriter: an offline run (no network) whose .wandb file holds every value at its step;
+a missing wandb names the extra."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+import gyre
+
+from .readers import wandb_records
+
+
+@pytest.fixture
+def offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    return tmp_path
+
+
+def test_an_offline_run_holds_every_value_at_its_step(offline):
+    with gyre.WandbWriter(project="gyre-tests", run="t", dir=offline) as writer:
+        writer.write_scalars(0, {"loss": 1.0})
+        writer.write_scalars(2, {"loss": 0.5, "accuracy": np.float32(0.75)})
+        writer.write_histograms(3, {"weights": np.arange(10.0)}, num_buckets=5)
+        writer.write_images(3, {"digit": np.zeros((4, 4, 1), np.uint8)})
+        writer.write_texts(3, {"note": "hello"})
+        writer.write_hparams({"learning_rate": 0.1}, {"final": 0.9})
+    history = {}
+    config, summary = {}, {}
+    for record in wandb_records(str(offline)):
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            history[row["_step"]] = row
+        elif kind == "config":
+            config.update({item.key: json.loads(item.value_json) for item in record.config.update})
+        elif kind == "summary":
+            summary.update({item.key: json.loads(item.value_json) for item in record.summary.update})
+    assert sorted(history) == [0, 2, 3]
+    assert history[0]["loss"] == 1.0 and history[2]["loss"] == 0.5 and history[2]["accuracy"] == 0.75
+    assert history[3]["note"] == "hello" and history[3]["weights/_type"] == "histogram"
+    assert len(history[3]["weights/values"]) == 5 and history[3]["digit/_type"] == "images/separated"
+    assert config["learning_rate"] == 0.1 and summary["final"] == 0.9
+
+
+def test_a_missing_wandb_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    with pytest.raises(ImportError, match=r"pip install 'gyre\[wandb\]'"):
+        gyre.WandbWriter()

@@ -1,0 +1,153 @@
+"""write_to: the history's scalar entries reach any writer at their own 0-based steps, in the
+loop language and in the named loops, without a host sync on the step path."""
+
+import csv
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import gyre
+
+from .readers import tensorboard_values
+
+
+class Recorder(gyre.Writer):
+    kinds = frozenset({"scalars"})
+
+    def __init__(self):
+        self.calls = []
+        self.flushes = 0
+        super().__init__()
+
+    def _scalars(self, step, values):
+        self.calls.append((step, values))
+
+    def _flush(self):
+        self.flushes += 1
+
+
+@jax.jit
+def _step(state, batch):
+    loss = jnp.mean((batch - state) ** 2)
+    return gyre.logs().add_loss("loss", loss).add_metric("pred", state * jnp.ones(3)), state + 0.5
+
+
+def test_a_loop_writes_every_step_to_tensorboard_without_host_syncs(tmp_path, sync_detector):
+    state = jnp.float32(0.0)
+    data = [jnp.full((4,), float(i)) for i in range(600)]
+    jax.block_until_ready(_step(state, data[0]))  # compiled before the detector
+    writer = gyre.TensorBoardWriter(tmp_path)
+    callback = gyre.write_to(writer)
+    sent_before_the_end = []
+
+    def watch(elapsed):
+        if elapsed.steps == 599:
+            sent_before_the_end.append(callback.sent)
+
+    with jax.transfer_guard_device_to_host("disallow"):
+        _, history, _ = gyre.loop(
+            state, data, {gyre.every(1): [_step, watch], **callback}, on_end=sync_detector.end
+        )
+    writer.close()
+    assert sync_detector.stalls == []
+    assert 0 < sent_before_the_end[0] < 600  # written during the run, from the history's own transfers
+    written = tensorboard_values(str(tmp_path))
+    assert [s for s, _ in written["loss"]] == list(range(600))
+    assert [v.simple_value for _, v in written["loss"]] == pytest.approx(history.collect("loss"))
+    assert "pred" not in written  # arrays are left out
+
+
+def test_evaluation_entries_and_shared_names_in_a_train_loop(tmp_path):
+    writer = gyre.CSVWriter(tmp_path / "m.csv")
+
+    def train(state, batch):
+        return gyre.logs().add_loss("loss", 1.0).add_metric("loss", 2.0), state
+
+    def test(state, batch):
+        return gyre.logs().add_metric("accuracy", 0.75)
+
+    callback = gyre.write_to(writer)
+    gyre.train_loop(
+        0, range(4), {gyre.on_train_step: train, gyre.on_test_step: test},
+        callbacks=[callback], test_dataset=lambda: range(2), epoch_duration=2, stop=4,
+    )
+    writer.close()
+    rows = list(csv.DictReader((tmp_path / "m.csv").open()))
+    assert [r["step"] for r in rows] == ["0", "1", "2", "3"]  # the evaluations' own steps are not written
+    assert rows[0]["loss"] == "1.0" and rows[0]["metrics.loss"] == "2.0"
+    assert rows[1]["accuracy_test"] == "0.75" and rows[0]["accuracy_test"] == ""
+    assert callback.sent == 4
+
+
+@pytest.mark.parametrize("run", ["test_loop", "predict_loop"])
+def test_in_a_test_or_predict_loop_it_writes_that_loops_steps(run):
+    writer = Recorder()
+
+    def step(state, batch):
+        return gyre.logs().add_metric("x", float(batch))
+
+    hook = gyre.on_test_step if run == "test_loop" else gyre.on_predict_step
+    getattr(gyre, run)(None, [1, 2, 3], {hook: step}, callbacks=[gyre.write_to(writer)])
+    writer.close()
+    assert writer.calls == [(0, {"x": 1.0}), (1, {"x": 2.0}), (2, {"x": 3.0})]
+    assert writer.flushes >= 1  # flushed at the loop's end
+
+
+def test_fused_steps_are_each_written_and_every_reads_less_often():
+    writer = Recorder()
+    data = [jnp.full((4,), float(i)) for i in range(8)]
+    callback = gyre.write_to(writer, every=3)
+    gyre.loop(jnp.float32(0.0), data, {gyre.every(1): _step, **callback}, steps_per_call=4)
+    writer.flush()
+    assert [s for s, _ in writer.calls] == list(range(8))
+    assert writer.flushes == 2  # the loop's end, then ours
+
+
+def test_by_hand_it_keeps_its_own_history_until_flushed():
+    writer = Recorder()
+    callback = gyre.write_to(writer, every=100)
+    for elapsed, x in gyre.elapse([1.0, 2.0]):
+        callback(elapsed, gyre.logs().add_metric("x", jnp.float32(x)))
+    assert writer.calls == []
+    callback.flush()
+    assert writer.calls == [(0, {"x": 1.0}), (1, {"x": 2.0})]
+
+
+@pytest.mark.parametrize("every", [0, -1, 1.5, True, "1"])
+def test_a_bad_every_is_refused(every):
+    with pytest.raises(ValueError, match="every must be a whole number of steps >= 1"):
+        gyre.write_to(Recorder(), every=every)
+
+
+def test_a_writer_is_required():
+    with pytest.raises(TypeError, match="needs a gyre writer"):
+        gyre.write_to(print)
+
+    class Pictures(gyre.Writer):
+        kinds = frozenset({"images"})
+
+    with pytest.raises(TypeError, match=r"Pictures\(\) does not write scalars"):
+        gyre.write_to(Pictures())
+
+
+def test_a_failing_writer_is_named_at_the_loops_end():
+    class Broken(gyre.Writer):
+        kinds = frozenset({"scalars"})
+
+        def _scalars(self, step, values):
+            raise OSError("disk full")
+
+    with pytest.raises(gyre.WriterError, match=r"Broken\(\) failed to write scalars(.|\n)*OSError: disk full"):
+        gyre.loop(None, range(3), {gyre.every(1): lambda: gyre.logs().add_loss("loss", 1.0), **gyre.write_to(Broken())})
+
+
+def test_only_process_zero_reads_and_writes(monkeypatch):
+    from gyre.loggers import _write_to
+
+    monkeypatch.setattr(_write_to, "is_main_process", lambda: False)
+    writer = Recorder()
+    callback = gyre.write_to(writer)
+    gyre.loop(None, range(3), {gyre.every(1): lambda: gyre.logs().add_loss("loss", 1.0), **callback})
+    writer.close()
+    assert writer.calls == [] and callback.sent == 0
