@@ -51,10 +51,3 @@ def test_two_writers_on_one_folder_write_two_files(tmp_path):
             writer.write_scalars(step, {"loss": float(step)})
     assert len(list(tmp_path.iterdir())) == 2
     assert [s for s, _ in tensorboard_values(str(tmp_path))["loss"]] == [0, 1]
-
-
-def test_without_google_crc32c_the_checksums_are_computed_in_python(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "google_crc32c", None)
-    with gyre.TensorBoardWriter(tmp_path) as writer:
-        writer.write_scalars(7, {"loss": 0.5})
-    assert [(s, v.simple_value) for s, v in tensorboard_values(str(tmp_path))["loss"]] == [(7, 0.5)]

@@ -1,12 +1,13 @@
 """``TensorBoardWriter``: TensorBoard event files, written with tensorboardX (no TensorFlow).
 
-The writer builds each event with tensorboardX's protos and summary functions and frames it
-as a TFRecord itself (length, data, masked CRC-32C checksums), on its own thread, into a local
-file. It does not use tensorboardX's ``SummaryWriter``, which hands every event through a
-second queue to a second thread: that cost about 170 us of Python per step for two scalars,
-against about 10 us here (one event per step holding all its scalars; the checksums computed
-by google-crc32c, part of the ``tensorboard`` extra, or by tensorboardX's pure Python, about
-8 us more per event, when it is missing), which keeps a small model's training at full speed.
+The writer builds each event with tensorboardX's protos and summary functions and writes it
+with tensorboardX's ``RecordWriter`` (the TFRecord framing and its CRC-32C checksums; local
+folders and the remote ones tensorboardX opens), on its own thread. It does not use
+tensorboardX's ``SummaryWriter``, which hands every event through a second queue to a second
+thread: that cost about 170 us of Python per step for two scalars, against about 10 us here
+(one event per step holding all its scalars). The checksums are computed in C when the
+``crc32c`` package is installed (part of the ``tensorboard`` extra; tensorboardX uses it), in
+tensorboardX's pure Python (about 8 us more per event) when not.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import itertools
 import os
 import socket
-import struct
 import time
 from typing import Any
 
@@ -24,24 +24,6 @@ from gyre.core._errors import describe, explain
 from gyre.loggers._writer import Writer, require
 
 _FILES = itertools.count()  # two writers of one process never share an event file
-
-
-def _crc32c() -> Any:
-    """The CRC-32C function of the records' checksums: google-crc32c's C code when installed
-    (0.1 us a record), else tensorboardX's pure Python (about 8 us)."""
-    try:
-        import google_crc32c
-
-        return google_crc32c.value
-    except ImportError:
-        from tensorboardX.crc32c import crc32c
-
-        return crc32c
-
-
-def _masked(crc: int) -> bytes:
-    """A record's checksum as TFRecord stores it: masked, little-endian."""
-    return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
 
 
 def _tensorflow_bins() -> list[float]:
@@ -99,20 +81,19 @@ class TensorBoardWriter(Writer):
 
     def _open(self) -> None:
         require("tensorboardX", extra="tensorboard", who="TensorBoardWriter")
-        os.makedirs(self.logdir, exist_ok=True)
+        if "://" not in self.logdir:  # s3:// and gs:// folders are tensorboardX's to open
+            os.makedirs(self.logdir, exist_ok=True)
         name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILES)}"
-        self._crc = _crc32c()
-        self._w = open(os.path.join(self.logdir, name), "wb")  # noqa: SIM115 (closed by close())
+        from tensorboardX.record_writer import RecordWriter
+
+        self._w = RecordWriter(os.path.join(self.logdir, name))
         self._event(file_version="brain.Event:2")
         self._w.flush()
 
     def _event(self, **fields: Any) -> None:
         from tensorboardX.proto.event_pb2 import Event
 
-        data = Event(wall_time=time.time(), **fields).SerializeToString()
-        header = struct.pack("<Q", len(data))
-        crc = self._crc
-        self._w.write(b"".join((header, _masked(crc(header)), data, _masked(crc(data)))))
+        self._w.write(Event(wall_time=time.time(), **fields).SerializeToString())
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         from tensorboardX.proto.summary_pb2 import Summary
