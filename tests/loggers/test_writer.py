@@ -148,3 +148,28 @@ def test_a_writer_left_open_is_closed_at_exit(tmp_path):
     code = f"import gyre; w = gyre.CSVWriter({str(path)!r}); w.write_scalars(0, {{'loss': 1.0}})"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
     assert path.read_text().splitlines() == ["step,loss", "0,1.0"]
+
+
+def test_a_writer_slower_than_the_loop_makes_it_wait_instead_of_queueing_without_limit():
+    import time
+
+    class Slow(gyre.Writer):
+        kinds = frozenset({"scalars"})
+        max_queued = 2
+
+        def __init__(self):
+            self.written = []
+            super().__init__()
+
+        def _scalars(self, step, values):
+            time.sleep(0.01)
+            self.written.append(step)
+
+    writer = Slow()
+    longest = 0
+    for step in range(20):
+        writer.write_scalars(step, {"loss": 1.0})
+        longest = max(longest, writer._queue.qsize())
+    assert longest <= 2  # each write waited for room
+    writer.close()
+    assert writer.written == list(range(20))  # nothing dropped, in order

@@ -198,6 +198,9 @@ class Writer:
             "texts", "hparams")``; asking it for anything else raises a ``TypeError`` that
             names the writers that do.
         active: False on processes other than 0, where the writer does nothing.
+        max_queued: how many writes wait in the queue at most (10,000); past that, a write
+            waits for the writer's thread to make room, so a writer slower than the loop
+            slows the loop instead of filling the memory.
 
     Example:
         >>> import gyre
@@ -211,6 +214,9 @@ class Writer:
     """
 
     kinds: ClassVar[frozenset[str]] = frozenset()
+    #: items the queue holds at most: a writer slower than the loop makes the caller wait
+    #: (each write waits for room) instead of letting memory grow without limit
+    max_queued: ClassVar[int] = 10_000
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -218,7 +224,7 @@ class Writer:
 
     def __init__(self) -> None:
         self.active = is_main_process()
-        self._queue: queue.Queue[Any] = queue.Queue()
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=self.max_queued)
         self._thread: threading.Thread | None = None
         self._error: tuple[str, BaseException] | None = None
         self._closed = False
