@@ -205,3 +205,21 @@ def test_train_and_eval_loops_read_no_value_per_step_and_one_state_wait_per_loop
         _, eval_outputs = evals(state, batches, return_state_from_step=False)
     assert len(outputs["loss"]) == 10 and outputs[jaxloop.STAT_STEPS_PER_SEC] > 0
     assert eval_outputs[jaxloop.STAT_LOOP_TIME_SECS] > 0
+
+
+def test_steps_per_sec_is_measured_one_inner_loop_late_without_waiting_for_the_loops_own_state(monkeypatch):
+    from gyre.jaxloop import _loop
+
+    waited = []
+    real = jax.block_until_ready
+    monkeypatch.setattr(_loop.jax, "block_until_ready", lambda x: (waited.append(x), real(x))[1])
+    train = jaxloop.TrainLoop(jit_step)
+    state, rates = device_state(), []
+    for _ in range(4):
+        state, outputs = train(state, [jnp.float32(x) for x in range(5)])
+        rates.append(outputs[jaxloop.STAT_STEPS_PER_SEC])
+    # the first inner loop waits for its state (its rate is exact); each later one waits only
+    # for a one-element marker of the loop before it, from the third on
+    assert len(waited) == 3 and all(getattr(w, "size", None) == 1 for w in waited[1:])
+    assert rates[1] == rates[0]  # the second reports the first's rate (nothing newer is done)
+    assert rates[2] != rates[0] and all(r > 0 for r in rates)

@@ -242,6 +242,12 @@ class StatLoop(Loop):
     ``loop_time_secs``, ``num_params``, ``num_flops`` (the compiled step's cost analysis),
     ``init_time``, ``begin_time``, ``life_time_secs``.
 
+    ``steps_per_sec`` and ``examples_per_sec`` never make an inner loop wait for its own
+    last step (that wait would leave the device idle between inner loops): the first inner
+    loop waits once and reports its exact rate; from then on each reports the rate of the
+    inner loop before it (see ``_Throughput``). ``loop_time_secs`` and ``life_time_secs``
+    wait for the loop's state, as jaxloop's do.
+
     Args:
         step: the step.
         stat_names: the statistics to add.
@@ -266,6 +272,7 @@ class StatLoop(Loop):
         self._global_batch_size = global_batch_size
         self._begin_time = 0.0
         self._last_steps = 0
+        self._speed = _Throughput()
 
     @property
     def stat_names(self) -> list[str]:
@@ -315,8 +322,12 @@ class StatLoop(Loop):
         """
         outputs = outputs if outputs is not None else collections.defaultdict(list)
         names = self._stat_names
-        if names:
+        timed = STAT_LOOP_TIME_SECS in names or STAT_LIFE_TIME_SECS in names
+        if timed:
             jax.block_until_ready(state)
+        speed = None
+        if STAT_STEPS_PER_SEC in names or STAT_EXAMPLES_PER_SEC in names:
+            speed = self._speed.measure(state, self._last_steps, self._begin_time, waited=timed)
         now = time.time()
         if STAT_NUM_PARAMS in names:
             if getattr(self._step, "num_params", None) is None and hasattr(self._step, "compute_num_params"):
@@ -333,13 +344,58 @@ class StatLoop(Loop):
         seconds = max(now - self._begin_time, 1e-9)
         if STAT_LOOP_TIME_SECS in names:
             outputs[STAT_LOOP_TIME_SECS] = seconds
-        if STAT_STEPS_PER_SEC in names or STAT_EXAMPLES_PER_SEC in names:
-            steps_per_sec = self._last_steps / seconds
+        if speed is not None:
+            steps_per_sec = speed
             if STAT_STEPS_PER_SEC in names:
                 outputs[STAT_STEPS_PER_SEC] = steps_per_sec
             if STAT_EXAMPLES_PER_SEC in names and self._global_batch_size:
                 outputs[STAT_EXAMPLES_PER_SEC] = steps_per_sec * self._global_batch_size
         return super().end(state, outputs)
+
+
+@jax.jit
+def _done_marker(leaf: Any) -> Any:
+    """A one-element array computed once ``leaf`` is: waiting for it later costs nothing,
+    even after ``leaf`` itself was donated to the next step."""
+    return leaf.ravel()[:1]
+
+
+class _Throughput:
+    """``steps_per_sec`` of a train loop without waiting for the loop's own last step.
+
+    Waiting at every inner loop's end for its state drains the device's queue and leaves it
+    idle while the host sets up the next loop (on a small model, 0.90 of the hand-written
+    loop's speed with 100 steps per inner loop, 0.77 with 20). Instead, the first inner loop
+    waits once (its rate is exact); each later one starts a marker after its last step and
+    waits for the *previous* loop's marker, which is done (or nearly: the wait only keeps the
+    host at most one inner loop ahead of the device). The rate reported at the end of inner
+    loop ``k`` is the one of loop ``k - 1``: its steps over the time between the moments the
+    loops ``k - 2`` and ``k - 1`` were seen done. Over steady training that is the rate of
+    the loop, one loop late.
+    """
+
+    def __init__(self) -> None:
+        self.seen: float | None = None  # when the previous measured loop was seen done
+        self.pending: tuple[Any, int] | None = None  # (marker, steps) of the loop before
+        self.rate: float | None = None
+
+    def measure(self, state: Any, steps: int, begin: float, *, waited: bool) -> float:
+        leaves = [x for x in jax.tree_util.tree_leaves(state) if isinstance(x, jax.Array) and x.size]
+        if self.seen is None or not leaves:  # the first loop (or a host state): wait, exactly
+            if leaves and not waited:
+                jax.block_until_ready(state)
+            self.seen = time.time()
+            self.rate = steps / max(self.seen - begin, 1e-9)
+            return self.rate
+        if self.pending is not None:
+            marker, before = self.pending
+            jax.block_until_ready(marker)
+            now = time.time()
+            self.rate = before / max(now - self.seen, 1e-9)
+            self.seen = now
+        self.pending = (_done_marker(leaves[0]), steps)
+        assert self.rate is not None
+        return self.rate
 
 
 def _count_params(state: Any) -> int:
