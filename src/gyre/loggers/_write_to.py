@@ -26,6 +26,8 @@ from gyre.loggers._writer import Writer
 from gyre.loop._tasks import ChunkSafe, LoopElement
 from gyre.parallel.distributed import is_main_process
 
+LAND_EVERY = 16  # looks at the history between two questions to the device (see _send)
+
 
 class WriteTo(ChunkSafe, LoopElement):
     """The callback :func:`write_to` returns (see there).
@@ -67,6 +69,7 @@ class WriteTo(ChunkSafe, LoopElement):
         self.every = int(every)
         self.sent = 0
         self._calls = 0
+        self._looks = 0
         self._history: History | None = None
         self._reader: HistoryReader | None = None
         self._own: History | None = None
@@ -158,9 +161,16 @@ class WriteTo(ChunkSafe, LoopElement):
             return
         if not wait:  # only what the history moved to the host itself (limit=0: no transfer)
             history = self._reader.history
-            history._land(wait=False)
             if history._host_count <= self._reader.position:
-                return
+                # Nothing new on the host. Asking whether a transfer has arrived walks its
+                # arrays (microseconds), and transfers come a few hundred steps apart: ask
+                # only every LAND_EVERY looks (another reader, a bar, may land them sooner).
+                self._looks += 1
+                if self._looks % LAND_EVERY:
+                    return
+                history._land(wait=False)
+                if history._host_count <= self._reader.position:
+                    return
         rows = rows_of(self._reader.read(wait=wait))
         self.writer._write_rows([(step, data) for step, data in rows if data])
         self.sent += len(rows)
@@ -183,8 +193,9 @@ def write_to(writer: Writer, *, every: int = 1) -> WriteTo:
 
     Args:
         writer: any :class:`gyre.Writer` (``TensorBoardWriter``, ``CSVWriter``, ``MultiWriter``...).
-        every: calls (steps) between two looks at the history (a look is cheap); every
-            record is written whatever its value.
+        every: calls (steps) between two looks at the history (a look is cheap: only
+            every 16th asks the device whether a transfer arrived); every record is
+            written whatever its value.
 
     Raises:
         TypeError: ``writer`` is not a gyre writer, or one that does not write scalars.
