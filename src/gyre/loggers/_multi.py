@@ -77,7 +77,7 @@ class MultiWriter(Writer):
         """:meth:`gyre.Writer.write_hparams` on each writer that writes hyperparameters."""
         self._each("hparams", lambda w: w.write_hparams(params, metrics))
 
-    def _write_rows(self, rows: list[tuple[int, dict[str, float]]]) -> None:
+    def _write_rows(self, rows: Callable[[], list[tuple[int, dict[str, float]]]]) -> None:
         self._each("scalars", lambda w: w._write_rows(rows))
 
     def _all(self, method: str) -> None:

@@ -171,9 +171,11 @@ class WriteTo(ChunkSafe, LoopElement):
                 history._land(wait=False)
                 if history._host_count <= self._reader.position:
                     return
-        rows = rows_of(self._reader.read(wait=wait))
-        self.writer._write_rows([(step, data) for step, data in rows if data])
-        self.sent += len(rows)
+        columns = self._reader.read(wait=wait)
+        count = len(columns.clocks["steps"])
+        if count:  # turned into rows on the writer's thread, off the loop's
+            self.writer._write_rows(lambda: [(step, data) for step, data in rows_of(columns) if data])
+        self.sent += count
 
     def __repr__(self) -> str:
         return f"gyre.write_to({self.writer!r}, every={self.every})"

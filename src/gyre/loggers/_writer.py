@@ -23,7 +23,7 @@ import numbers
 import queue
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -328,12 +328,12 @@ class Writer:
         found = None if metrics is None else _scalars(self._who, "write_hparams", metrics)
         self._submit("hparams", params, found)
 
-    def _write_rows(self, rows: list[tuple[int, dict[str, float]]]) -> None:
-        """Queues many steps' scalars at once, as one item: host numbers only, already
-        checked (what :func:`gyre.write_to` reads from a history), so nothing is transferred
-        and the caller pays one queue put for a few hundred steps."""
-        if rows:
-            self._submit("scalars", *rows, batched=True)
+    def _write_rows(self, rows: Callable[[], list[tuple[int, dict[str, float]]]]) -> None:
+        """Queues many steps' scalars at once, as one item: a function giving ``(step,
+        {name: number})`` rows of host numbers, already checked (what :func:`gyre.write_to`
+        reads from a history), called on the writer's thread, so the caller pays one queue
+        put for a few hundred steps and not their conversion."""
+        self._submit("scalars", rows, batched=True)
 
     def flush(self) -> None:
         """Waits until everything queued is written and the backend has flushed it.
@@ -473,7 +473,8 @@ class Writer:
             self._close()
             return
         if kind == "rows":
-            for step, values in args:
+            (rows,) = args
+            for step, values in rows():
                 self._scalars(step, values)
             return
         args = _to_host(args)  # the one transfer, off the caller's thread
