@@ -376,7 +376,6 @@ def fit_digits(
             train,
             {gyre.on_train_step: [train_step], gyre.on_test_step: [test_step]},
             test_dataset=test_batches,
-            epoch_duration=steps,
             callbacks=callbacks,
             stop=total,
             resume=None if resume is None else "latest",
