@@ -47,7 +47,7 @@ def main(steps: int = 1000, workdir: str | None = None) -> float:
         ),
         callbacks=[
             gyre.keras_bar(total=steps),
-            gyre.checkpoint(os.path.join(workdir, "checkpoints"), monitor="accuracy_test", mode="max"),
+            gyre.checkpoint(os.path.join(workdir, "checkpoints"), keep_best=1, monitor="accuracy_test", mode="max"),
         ],
         stop=steps,
     )

@@ -898,3 +898,16 @@ def test_a_train_state_with_adam_and_a_typed_key_restores_into_an_abstract_targe
         jax.tree_util.tree_map(np.asarray, (restored.params, restored.opt_state, restored.step)),
         jax.tree_util.tree_map(np.asarray, (state.params, state.opt_state, state.step)),
     )
+
+
+def test_a_monitor_without_keep_best_says_once_that_the_best_may_be_rotated_out(tmp_path):
+    ckpt = gyre.checkpoint(tmp_path, keep=2, monitor="loss", mode="min")
+    with pytest.warns(UserWarning, match=r"monitor='loss' with keep_best=0 .* keeps only the latest 2") as record:
+        for step in (1, 2, 3):
+            ckpt(gyre.Elapsed(steps=step), make_state(float(step)), gyre.logs().add_loss("loss", 1.0 / step))
+    assert sum("keep_best=0" in str(w.message) for w in record) == 1
+    ckpt.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with gyre.checkpoint(tmp_path / "b", keep=2, keep_best=1, monitor="loss") as kept:
+            kept(gyre.Elapsed(steps=1), make_state(), gyre.logs().add_loss("loss", 1.0))

@@ -154,6 +154,14 @@ class Checkpoint(Checkpointer):
         store.reload()
         self._source = None
         self._claimed = True
+        if self.monitor is not None and not self.keep_best:
+            warn(
+                f"checkpoint: monitor={self.monitor!r} with keep_best=0 ranks the checkpoints "
+                f"(best_step(), resume='best') but keeps only the latest {self.keep}: the best "
+                "one is rotated out like any other. Pass keep_best=1 to keep it as well (ciclo's "
+                "checkpoint(monitor=...) kept only the best: keep=1, keep_best=1)",
+                UserWarning,
+            )
 
     def _refusal(self, steps: list[int]) -> str:
         if self._resumed is None:
