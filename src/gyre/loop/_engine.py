@@ -25,7 +25,6 @@ from gyre.loop._elapse import Elapse, StopLike, check_stop, epochs_unknown, step
 from gyre.loop._fuse import check_steps
 from gyre.loop._nan import apply_nan_policy, check_nan_policy, finite_check
 from gyre.loop._preempt import Preemption
-from gyre.loop._resumables import checkpointers
 from gyre.loop._resume import (
     check_resume,
     final_save,
@@ -124,13 +123,13 @@ def _prefetched(dataset: Any, state: Any, size: int, stop: Any, initial: Elapsed
     return prefetch_to_device(dataset, size=size, sharding=strategy, limit=limit)
 
 
-def _finish(clock: Elapse, ls: LoopState, ends: list[Any], table: Sequence[Task], starts: list[Any]) -> Elapsed:
+def _finish(clock: Elapse, ls: LoopState, ends: list[Any], table: Sequence[Task]) -> Elapsed:
     """Ends a loop: completes the last step, saves it through the loop's checkpoints (unless
     saved), runs ``on_end`` and the ``on_loop_end`` hooks (which wait for the saves)."""
     final = clock.complete()
     ls.batch = None
     preempted = ls.stop_reason == "preempted"
-    final_save(ls, table, starts + ends, wait=preempted)
+    final_save(ls, wait=preempted)
     logs = run_callbacks(ends, ls, final)
     if logs:
         ls.history.commit(final, logs)
@@ -327,7 +326,7 @@ def loop(
                 if ls._nan is not None:  # a nested loop (an evaluation) never waits: its outer loop checks
                     ls._nan.check(wait=_DEPTH.value == 1)
             except BaseException as err:
-                _failed(err, ls, clock_iter, checkpointers(table, starts + ends))
+                _failed(err, ls, clock_iter, ls.checkpoints)
                 raise
     finally:
         _DEPTH.value -= 1
@@ -346,4 +345,4 @@ def _run(
             run_steps(table, clock_iter, ls)
     except KeyboardInterrupt:
         _interrupted(ls, clock_iter, catch)
-    return _finish(clock_iter, ls, ends, table, starts)
+    return _finish(clock_iter, ls, ends, table)

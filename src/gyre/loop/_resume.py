@@ -106,19 +106,19 @@ def prepare(ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], resu
     files of the checkpoint it resumed from stand (the others write theirs from record 0);
     then lets each checkpoint claim its directory before the first step."""
     ls.resumables = collect(tasks, extra)
-    checkpoint = find_checkpointer(tasks, extra, None)
-    if checkpoint is not None and resumed is not None:
-        ls.history_saved[id(checkpoint)] = int(resumed.meta.get("history", 0))
     ls.checkpoints = checkpointers(tasks, extra)
+    if ls.checkpoints and resumed is not None:  # the first one is the one resumed through
+        ls.history_saved[id(ls.checkpoints[0])] = int(resumed.meta.get("history", 0))
     for each in ls.checkpoints:
         each.on_loop_start()  # another run's checkpoints are refused now, not at the first save
 
 
-def final_save(ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], *, wait: bool) -> None:
-    """Saves the end of the loop through each of its checkpoints, unless that step is saved."""
+def final_save(ls: LoopState, *, wait: bool) -> None:
+    """Saves the end of the loop through each of its checkpoints (``ls.checkpoints``, from
+    :func:`prepare`), unless that step is saved."""
     ls.run_saves(wait=wait)
     step = int(ls.completed.steps)
-    for checkpoint in checkpointers(tasks, extra):
+    for checkpoint in ls.checkpoints:
         saved = checkpoint.saved_step()
         if saved is None or saved < step:
             checkpoint.save_snapshot(ls.snapshot(checkpoint), wait=wait)
