@@ -60,7 +60,52 @@ def rows_of(columns: Columns) -> list[tuple[int, dict[str, float]]]:
     return out
 
 
-class WandbLogger(ChunkSafe, LoopElement):
+class FollowsHistory:
+    """What :class:`WandbLogger` and ``gyre.write_to`` share: a reader that follows the
+    history of the loop calling them (a new loop: the records of the last one are sent first,
+    waiting), or, called by hand, a history of their own that the logs they receive go into.
+    A subclass defines ``_send(wait=...)`` and may set ``reader_limit`` (the reader's
+    ``limit``; ``None``: its default).
+
+    Example:
+        >>> import gyre
+        >>> class Counter(FollowsHistory):
+        ...     def _send(self, *, wait):
+        ...         if self._reader is not None:
+        ...             print(self._reader.read(wait=wait).count)
+        >>> c = Counter()
+        >>> c._follow(gyre.Elapsed(steps=0), gyre.logs().add_loss("loss", 1.0), None); c._send(wait=True)
+        1
+    """
+
+    reader_limit: int | None = None
+    _history: History | None = None
+    _reader: HistoryReader | None = None
+    _own: History | None = None
+
+    def _send(self, *, wait: bool) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _follow(self, elapsed: Elapsed, logs: Logs, loop: Any) -> None:
+        """Points the reader at ``loop``'s history, or (``loop`` is ``None``) commits
+        ``logs`` to a history of its own."""
+        if loop is not None:
+            if loop.history is not self._history:  # a new loop: follow its history from here
+                self._send(wait=True)
+                self._history, self._reader = loop.history, self._reader_of(loop.history)
+                self._own = None
+            return
+        if self._own is None:
+            self._send(wait=True)
+            self._own = self._history = History()
+            self._reader = self._reader_of(self._own)
+        self._own.commit(elapsed, logs)
+
+    def _reader_of(self, history: History) -> HistoryReader:
+        return history.reader() if self.reader_limit is None else history.reader(limit=self.reader_limit)
+
+
+class WandbLogger(FollowsHistory, ChunkSafe, LoopElement):
     """The callback :func:`wandb_logger` returns (see there).
 
     Attributes:
@@ -102,9 +147,6 @@ class WandbLogger(ChunkSafe, LoopElement):
         self.interval = float(interval)
         self.sent = 0
         self._last = -math.inf
-        self._history: History | None = None
-        self._reader: HistoryReader | None = None
-        self._own: History | None = None
         self._silent: bool | None = None
 
     def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
@@ -112,17 +154,7 @@ class WandbLogger(ChunkSafe, LoopElement):
             self._silent = not is_main_process()
         if self._silent:
             return
-        if loop is not None:
-            if loop.history is not self._history:  # a new loop: follow its history from here
-                self._send(wait=True)
-                self._history, self._reader = loop.history, loop.history.reader()
-                self._own = None
-        else:
-            if self._own is None:
-                self._send(wait=True)
-                self._own = self._history = History()
-                self._reader = self._own.reader()
-            self._own.commit(elapsed, logs)
+        self._follow(elapsed, logs, loop)
         now = time.perf_counter()
         if now - self._last >= self.interval:
             self._last = now

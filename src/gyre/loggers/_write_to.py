@@ -16,12 +16,10 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from gyre.callbacks._wandb_logger import rows_of
+from gyre.callbacks._wandb_logger import FollowsHistory, rows_of
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
-from gyre.core._history import History
 from gyre.core._logs import Logs
-from gyre.core._reader import HistoryReader
 from gyre.loggers._writer import Writer
 from gyre.loop._tasks import ChunkSafe, LoopElement
 from gyre.parallel.distributed import is_main_process
@@ -29,8 +27,9 @@ from gyre.parallel.distributed import is_main_process
 LAND_EVERY = 16  # looks at the history between two questions to the device (see _send)
 
 
-class WriteTo(ChunkSafe, LoopElement):
-    """The callback :func:`write_to` returns (see there).
+class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
+    """The callback :func:`write_to` returns (see there). Its reader moves nothing itself
+    (``reader_limit = 0``): it reads what the history's own transfers landed.
 
     Attributes:
         writer: the writer it sends to.
@@ -43,6 +42,8 @@ class WriteTo(ChunkSafe, LoopElement):
         >>> isinstance(callback, gyre.loggers.WriteTo), callback.every, callback.sent
         (True, 10, 0)
     """
+
+    reader_limit = 0
 
     def __init__(self, writer: Writer, *, every: int) -> None:
         if not isinstance(writer, Writer):
@@ -70,9 +71,6 @@ class WriteTo(ChunkSafe, LoopElement):
         self.sent = 0
         self._calls = 0
         self._looks = 0
-        self._history: History | None = None
-        self._reader: HistoryReader | None = None
-        self._own: History | None = None
         self._train = False
         self._silent: bool | None = None
 
@@ -81,17 +79,7 @@ class WriteTo(ChunkSafe, LoopElement):
             self._silent = not is_main_process()
         if self._silent:
             return
-        if loop is not None:
-            if loop.history is not self._history:  # a new loop: follow its history from here
-                self._send(wait=True)
-                self._history, self._reader = loop.history, loop.history.reader(limit=0)
-                self._own = None
-        else:
-            if self._own is None:
-                self._send(wait=True)
-                self._own = self._history = History()
-                self._reader = self._own.reader(limit=0)
-            self._own.commit(elapsed, logs)
+        self._follow(elapsed, logs, loop)
         self._calls += 1
         if self._calls % self.every == 0:
             self._send(wait=False)
