@@ -13,12 +13,11 @@ loops).
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 from gyre.callbacks._wandb_logger import FollowsHistory, rows_of
 from gyre.core._clock import Elapsed
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, whole_number
 from gyre.core._logs import Logs
 from gyre.loggers._writer import Writer
 from gyre.loop._tasks import ChunkSafe, LoopElement
@@ -57,17 +56,12 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
             )
         if "scalars" not in writer.kinds:
             raise writer._unsupported("scalars")
-        if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
-            raise ValueError(
-                explain(
-                    "write_to's every must be a whole number of steps >= 1",
-                    expected="every=1 (read the history at every step) or a larger int",
-                    received=describe(every),
-                    fix="pass every=1, or every=100 to read the history less often",
-                )
-            )
+        self.every = whole_number(
+            every, minimum=1, problem="write_to's every must be a whole number of steps >= 1",
+            expected="every=1 (read the history at every step) or a larger int",
+            fix="pass every=1, or every=100 to read the history less often",
+        )
         self.writer = writer
-        self.every = int(every)
         self.sent = 0
         self._calls = 0
         self._looks = 0
