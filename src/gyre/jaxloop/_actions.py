@@ -14,7 +14,6 @@ import enum
 import logging
 import math
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +23,7 @@ from gyre.callbacks._checkpoint import Checkpoint, checkpoint
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._logs import Logs
-from gyre.jaxloop._loop import check_interval, reduce_outputs
+from gyre.jaxloop._loop import check_interval, reduce_outputs, state_step
 from gyre.loop._snapshot import Snapshot
 
 Output = dict[str, Any]
@@ -33,9 +32,7 @@ _log = logging.getLogger(__name__)
 
 
 def _step_of(state: Any) -> int:
-    step = getattr(state, "step", None)
-    if step is None and isinstance(state, Mapping):
-        step = state.get("step")
+    step = state_step(state)
     if step is None:
         raise TypeError(
             explain(
@@ -45,7 +42,7 @@ def _step_of(state: Any) -> int:
                 fix="train with gyre.Step.initialize_model's TrainState, or keep a 'step' entry",
             )
         )
-    return int(step)
+    return step
 
 
 class Action:

@@ -229,7 +229,14 @@ class Loop:
         return self.end(state, outputs)
 
 
-def _int_step(state: Any) -> int | None:
+def state_step(state: Any) -> int | None:
+    """The state's step as an int (``state.step``, or ``state["step"]``), ``None`` without one.
+    Reading a device value waits for it.
+
+    Example:
+        >>> state_step({"step": 3}), state_step(0)
+        (3, None)
+    """
     step = getattr(state, "step", None)
     if step is None and isinstance(state, Mapping):
         step = state.get("step")
@@ -579,7 +586,7 @@ class TrainLoop(ActionLoop):
         """
         state, outputs = super().end(state, outputs)
         if outputs is not None and STAT_STEPS_PER_SEC in outputs and _log.isEnabledFor(logging.INFO):
-            _log.info("train    | step: %s | steps_per_sec: %6.1f", _int_step(state), outputs[STAT_STEPS_PER_SEC])
+            _log.info("train    | step: %s | steps_per_sec: %6.1f", state_step(state), outputs[STAT_STEPS_PER_SEC])
         return state, outputs
 
 
@@ -620,7 +627,7 @@ class EvalLoop(ActionLoop):
         """
         state, outputs = super().end(state, outputs)
         if outputs is not None and STAT_LOOP_TIME_SECS in outputs and _log.isEnabledFor(logging.INFO):
-            _log.info("eval     | step: %s | eval time: %4.2f seconds.", _int_step(state), outputs[STAT_LOOP_TIME_SECS])
+            _log.info("eval     | step: %s | eval time: %4.2f seconds.", state_step(state), outputs[STAT_LOOP_TIME_SECS])
         return state, outputs
 
 

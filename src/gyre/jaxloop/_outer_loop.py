@@ -24,7 +24,7 @@ import jax
 from gyre.callbacks._checkpoint import checkpoint
 from gyre.core._errors import describe, explain, whole_number
 from gyre.jaxloop._actions import DATA_META, CheckpointAction, StopTrainingError, SummaryAction
-from gyre.jaxloop._loop import STAT_PREFIX, ActionLoop, EvalLoop, Loop, _as_iterator
+from gyre.jaxloop._loop import STAT_PREFIX, ActionLoop, EvalLoop, Loop, _as_iterator, state_step
 
 STOP_LOOP = f"{STAT_PREFIX}/stop_loop"
 STOP_FILE_NAME = "STOPPED"
@@ -188,13 +188,6 @@ def _stop_flag(outputs: Any) -> bool:
 
 def _has_position(dataset: Any) -> bool:
     return callable(getattr(dataset, "state_dict", None)) and callable(getattr(dataset, "load_state_dict", None))
-
-
-def _int_step(state: Any) -> int | None:
-    step = getattr(state, "step", None)
-    if step is None and isinstance(state, Mapping):
-        step = state.get("step")
-    return None if step is None else int(step)
 
 
 class OuterLoop:
@@ -410,7 +403,7 @@ class OuterLoop:
         assert train is not None
         self._remove_marker()
         state = self._resume(state, train_dataset)
-        step = _int_step(state) or 0
+        step = state_step(state) or 0
         if log:
             _log.info("train    | step: %6d | training until step %6d.", step, total)
         epochs = loop_steps is None and not isinstance(train_dataset, Iterator)
@@ -432,7 +425,8 @@ class OuterLoop:
                 if ran == 0:
                     _log.warning("train    | the training data ended at step %d, before step %d", step, total)
                     break
-                step = _int_step(state) if _int_step(state) is not None else step + ran
+                read = state_step(state)
+                step = read if read is not None else step + ran
                 outputs = new_outputs if new_outputs is not None else {}
                 stop = _stop_flag(outputs)
                 stop = self._evaluate(state, step, total, outputs, specs, evals) or stop
@@ -441,7 +435,7 @@ class OuterLoop:
                     break
         except StopTrainingError as err:
             state = self._state_after(err, state)
-            step = _int_step(state) or step
+            step = state_step(state) or step
             _log.info("train    | stopped at step %s: %s", step, err)
             stop = True
         self._finish_checkpoints()
