@@ -8,7 +8,15 @@ import pytest
 
 from gyre import jaxloop
 from gyre.jaxloop import STOP_LOOP, EvalSpec
-from tests.jaxloop._helpers import Counting, FakeWriter, Record, add_step, fresh
+from tests.jaxloop._helpers import (
+    Counting,
+    FakeWriter,
+    Record,
+    add_step,
+    device_state,
+    fresh,
+    jit_step,
+)
 
 
 def _ends(log):
@@ -318,3 +326,19 @@ def test_resume_continues_the_data_of_gyre_batches_at_the_next_batch(tmp_path):
     resumed = run(str(tmp_path / "b"), 11, second)  # a fresh iterator, positioned from the checkpoint
     assert first + second == straight
     assert float(resumed["total"]) == float(expected["total"]) and int(resumed["step"]) == 11
+
+
+def test_the_outer_loop_reads_the_state_step_once_and_counts_the_rest(monkeypatch):
+    from gyre.jaxloop import _outer_loop
+
+    reads = []
+    real = _outer_loop.state_step
+    monkeypatch.setattr(_outer_loop, "state_step", lambda state: reads.append(1) or real(state))
+    train = jaxloop.TrainLoop(jit_step)
+    outer = jaxloop.OuterLoop(train_loop=train)
+    batches = [jnp.float32(1)] * 50
+    state, _ = outer(device_state(), train_dataset=iter(batches), train_total_steps=50, train_loop_steps=10)
+    # once, where training starts (a resumed state's step); reading it after each inner loop
+    # would wait for that loop's last step
+    assert len(reads) == 1
+    assert int(state["step"]) == 50 and train.loop_count == 5

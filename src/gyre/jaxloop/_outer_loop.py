@@ -425,8 +425,9 @@ class OuterLoop:
                 if ran == 0:
                     _log.warning("train    | the training data ended at step %d, before step %d", step, total)
                     break
-                read = state_step(state)
-                step = read if read is not None else step + ran
+                # counted on the host: reading state.step here would wait for the inner loop's
+                # last step, leaving the device idle while the next inner loop is set up
+                step += ran
                 outputs = new_outputs if new_outputs is not None else {}
                 stop = _stop_flag(outputs)
                 stop = self._evaluate(state, step, total, outputs, specs, evals) or stop
