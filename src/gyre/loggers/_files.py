@@ -32,7 +32,21 @@ def _path(who: str, path: Any) -> str:
     return os.fspath(path)
 
 
-class CSVWriter(Writer):
+class _TextFileWriter(Writer):
+    """A writer of one text file (``self._file``, opened by the subclass's ``_open``)."""
+
+    _file: TextIO | None = None
+
+    def _flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+class CSVWriter(_TextFileWriter):
     """Writes scalars to a CSV file: a ``step`` column, then one column per name (see the
     module for a name that appears late). The file is created (or truncated) at once.
 
@@ -85,19 +99,11 @@ class CSVWriter(Writer):
         os.replace(temporary, self.path)
         self._file = open(self.path, "a", newline="")  # noqa: SIM115
 
-    def _flush(self) -> None:
-        if self._file is not None:
-            self._file.flush()
-
-    def _close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-
     def __repr__(self) -> str:
         return f"CSVWriter({self.path!r})"
 
 
-class JSONLWriter(Writer):
+class JSONLWriter(_TextFileWriter):
     """Writes scalars as JSON lines, one ``{"step": ..., name: value}`` object per write.
     The file is created (or truncated) at once.
 
@@ -127,14 +133,6 @@ class JSONLWriter(Writer):
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         assert self._file is not None
         self._file.write(json.dumps({"step": step, **values}) + "\n")
-
-    def _flush(self) -> None:
-        if self._file is not None:
-            self._file.flush()
-
-    def _close(self) -> None:
-        if self._file is not None:
-            self._file.close()
 
     def __repr__(self) -> str:
         return f"JSONLWriter({self.path!r})"
