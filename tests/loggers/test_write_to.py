@@ -80,6 +80,28 @@ def test_evaluation_entries_and_shared_names_in_a_train_loop(tmp_path):
     assert callback.sent == 4
 
 
+def test_a_run_resumed_at_an_epochs_last_step_writes_no_evaluation_step(tmp_path):
+    # Resumed at step 4 of 5-step epochs: the epoch's evaluation ran before the run's first
+    # training callback, and its own steps 0 and 1 were written as training steps 0 and 1.
+    def train(state, batch):
+        return gyre.logs().add_loss("loss", state["s"]), {"s": state["s"] + 1.0}
+
+    def test(state, batch):
+        return gyre.logs().add_loss("loss", 100.0)
+
+    written = []
+    for stop, resume in ((4, None), (7, "latest")):
+        recorder = Recorder()
+        gyre.train_loop(
+            {"s": jnp.zeros(())}, gyre.data.batches((jnp.arange(20.0),), 4, epochs=2),
+            {gyre.on_train_step: train, gyre.on_test_step: test}, test_dataset=lambda: [1, 2],
+            callbacks=[gyre.checkpoint(str(tmp_path)), gyre.write_to(recorder)], stop=stop, resume=resume,
+        )
+        recorder.close()
+        written += [(step, values["loss"]) for step, values in recorder.calls]
+    assert written == [(s, float(s)) for s in range(7)]
+
+
 @pytest.mark.parametrize("run", ["test_loop", "predict_loop"])
 def test_in_a_test_or_predict_loop_it_writes_that_loops_steps(run):
     writer = Recorder()

@@ -78,6 +78,20 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         if self._calls % self.every == 0:
             self._send(wait=False)
 
+    def on_train_begin(self) -> None:
+        """In a ``train_loop``: from here on, its evaluations reach the writer through the
+        training history only (a resumed run can evaluate before its first training callback
+        runs: the evaluation's own steps must not be written as training steps).
+
+        Example:
+            >>> import gyre
+            >>> callback = gyre.write_to(gyre.ConsoleWriter()); callback.on_train_begin()
+            >>> callback.on_test_batch_end(gyre.Elapsed(steps=0), gyre.logs().add_loss("loss", 1.0))
+            >>> callback.sent
+            0
+        """
+        self._train = True
+
     def on_train_batch_end(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
         """In a named loop's ``callbacks=``: runs after every training step.
 
