@@ -70,6 +70,17 @@ def test_a_step_holds_the_state_arrays_and_a_json_record(tmp_path):
     store.close()
 
 
+@pytest.mark.parametrize("value", [jnp.float32(2.5), jnp.arange(3.0), 7, 2.5], ids=["0-d", "1-d", "int", "float"])
+def test_a_state_that_is_one_array_or_number_is_saved_and_restored(tmp_path, value):
+    # orbax's StandardSave refuses a bare array or number; a small loop's state often is one
+    store = Store(str(tmp_path))
+    store.save(Snapshot(step=1, state=value, elapsed=Elapsed(steps=1)), metrics=None, wait=True)
+    restored = store.read(1, jax.tree_util.tree_map(lambda x: x * 0, value)).state
+    assert type(restored) is type(value) if isinstance(value, (int, float)) else restored.shape == value.shape
+    assert np.asarray(restored).tolist() == np.asarray(value).tolist()
+    store.close()
+
+
 def test_no_arrays_no_arrays_item_and_no_checksums_when_off(tmp_path):
     store = Store(str(tmp_path))
     store.save(snap(1), metrics=None, checksums=False, wait=True)

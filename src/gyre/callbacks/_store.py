@@ -249,7 +249,7 @@ class Store:
 
         step = int(snapshot.step)
         record = self.record(snapshot, metrics, checksums)
-        items = {"state": ocp.args.StandardSave(snapshot.state), RECORD_ITEM: ocp.args.JsonSave(record)}
+        items = {"state": ocp.args.StandardSave(_wrapped(snapshot.state)), RECORD_ITEM: ocp.args.JsonSave(record)}
         if snapshot.arrays:
             items["arrays"] = ocp.args.StandardSave(snapshot.arrays)
         self.wait()
@@ -294,9 +294,14 @@ class Store:
                 f"checkpoint: the save of step {step} to {self.root} failed",
                 expected="the checkpoint written to disk",
                 received=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip(": "),
-                fix="free disk space or fix the directory (permissions, mount); the checkpoints "
-                f"already on disk are intact ({kept}), so a run resumed from them loses only the "
-                "steps since",
+                fix=(
+                    "free disk space or fix the directory (permissions, mount)"
+                    if isinstance(err, OSError)
+                    else "make the state a pytree of arrays and numbers (what orbax saves); "
+                    "keep other objects out of it or give them state_dict()/load_state_dict()"
+                )
+                + f"; the checkpoints already on disk are intact ({kept}), so a run resumed from "
+                "them loses only the steps since",
             ),
             step=step,
         ) from err
@@ -353,7 +358,7 @@ class Store:
                 raise Unreadable("fit", f"its Snapshot.arrays do not fit the target: {problem}")
         self._check_files(step, record)
         try:
-            items = {"state": ocp.args.StandardRestore(abstract(target_state))}
+            items = {"state": ocp.args.StandardRestore(_wrapped(abstract(target_state)))}
             if has_arrays:
                 into = abstract(target_arrays) if target_arrays is not None else self._saved_tree(step, "arrays")
                 items["arrays"] = ocp.args.StandardRestore(into)
@@ -362,13 +367,14 @@ class Store:
             raise
         except Exception as err:
             raise Unreadable("corrupt", reason(err, self.step_dir(step))) from err
-        verify(record["state"], restored["state"])
+        state = _unwrapped(restored["state"], target_state)
+        verify(record["state"], state)
         arrays = restored["arrays"] if has_arrays else {}
         if has_arrays:
             verify(record["arrays"], arrays)
         return Snapshot(
             step=int(record["step"]),
-            state=restored["state"],
+            state=state,
             elapsed=Elapsed.from_dict(record["elapsed"]),
             meta=record.get("meta") or {},
             arrays=dict(arrays),
@@ -421,3 +427,14 @@ class Store:
                 manager, self._manager = self._manager, None
                 manager.close()
                 self._remove_unfinished()
+
+
+def _wrapped(tree: Any) -> Any:
+    """``tree`` as orbax's ``StandardSave`` takes it: a state that is one array or number
+    (``state = jnp.zeros(())`` in a small loop) goes in a dict, which it refuses bare."""
+    return {"value": tree} if jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(tree)) else tree
+
+
+def _unwrapped(restored: Any, target: Any) -> Any:
+    """What :func:`_wrapped` wrapped, taken out again (``target`` says whether it was)."""
+    return restored["value"] if jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(target)) else restored
