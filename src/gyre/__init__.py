@@ -8,10 +8,12 @@ See the README for the ladder of APIs built on it.
 """
 
 from gyre import callbacks as callbacks
+from gyre import config as config
 from gyre import data as data
 from gyre import jaxloop as jaxloop
 from gyre import loggers as loggers
 from gyre import testing as testing
+from gyre import trainer as trainer
 from gyre.callbacks import Checkpoint as Checkpoint
 from gyre.callbacks import EarlyStopping as EarlyStopping
 from gyre.callbacks import KerasBar as KerasBar
@@ -111,6 +113,8 @@ from gyre.steps import managed as managed
 
 __version__ = "0.1.0"
 
+from gyre.trainer import TrainerModule as TrainerModule
+
 __all__ = [
     "CSVWriter",
     "Checkpoint",
@@ -176,6 +180,9 @@ __all__ = [
     "history",
     "inject",
     "jaxloop",
+    "config",
+    "trainer",
+    "TrainerModule",
     "inner_loop",
     "keras_bar",
     "loggers",

@@ -1,0 +1,52 @@
+"""Typed configs: registries of components, the YAML schema, optimizer/schedule/transform builders."""
+
+from gyre.config._components import ConfigError as ConfigError
+from gyre.config._components import validate_component as validate_component
+from gyre.config._components import validate_nested as validate_nested
+from gyre.config._optim import assemble_optimizer as assemble_optimizer
+from gyre.config._optim import build_optimizer as build_optimizer
+from gyre.config._optim import learning_rate_of as learning_rate_of
+from gyre.config._optim import optax_optimizers as optax_optimizers
+from gyre.config._registry import CALLBACKS as CALLBACKS
+from gyre.config._registry import DATASETS as DATASETS
+from gyre.config._registry import LOGGERS as LOGGERS
+from gyre.config._registry import MODELS as MODELS
+from gyre.config._registry import OPTIMIZERS as OPTIMIZERS
+from gyre.config._registry import REGISTRIES as REGISTRIES
+from gyre.config._registry import SCHEDULES as SCHEDULES
+from gyre.config._registry import TRAINERS as TRAINERS
+from gyre.config._registry import TRANSFORMS as TRANSFORMS
+from gyre.config._registry import Registry as Registry
+from gyre.config._registry import register_callback as register_callback
+from gyre.config._registry import register_dataset as register_dataset
+from gyre.config._registry import register_logger as register_logger
+from gyre.config._registry import register_model as register_model
+from gyre.config._registry import register_optimizer as register_optimizer
+from gyre.config._registry import register_schedule as register_schedule
+from gyre.config._registry import register_trainer as register_trainer
+from gyre.config._registry import register_transform as register_transform
+from gyre.config._schedules import build_schedule as build_schedule
+from gyre.config._schema import Config as Config
+from gyre.config._schema import LoggerConfig as LoggerConfig
+from gyre.config._schema import TrainerConfig as TrainerConfig
+from gyre.config._tools import build_tool_writer as build_tool_writer
+from gyre.config._transforms import Transform as Transform
+from gyre.config._transforms import WeightDecayTransform as WeightDecayTransform
+from gyre.config._transforms import build_transform as build_transform
+from gyre.config._transforms import build_transforms as build_transforms
+from gyre.config._transforms import parameter_path as parameter_path
+from gyre.config._yaml import config_to_dict as config_to_dict
+from gyre.config._yaml import dump_config as dump_config
+from gyre.config._yaml import load_config as load_config
+
+__all__ = [
+    "CALLBACKS", "DATASETS", "LOGGERS", "MODELS", "OPTIMIZERS", "REGISTRIES", "SCHEDULES", "TRAINERS",
+    "TRANSFORMS", "Registry", "register_callback", "register_dataset", "register_logger", "register_model",
+    "register_optimizer", "register_schedule", "register_trainer", "register_transform",
+    # optimizers, schedules, transforms
+    "assemble_optimizer", "build_optimizer", "learning_rate_of", "optax_optimizers", "build_schedule",
+    "Transform", "WeightDecayTransform", "build_transform", "build_transforms", "parameter_path",
+    # the schema, YAML files and tool loggers
+    "Config", "ConfigError", "LoggerConfig", "TrainerConfig", "validate_component", "validate_nested",
+    "build_tool_writer", "config_to_dict", "dump_config", "load_config",
+]

@@ -1,0 +1,554 @@
+"""Component sections checked against what they name: a section is a mapping with a
+``class_name``, looked up in the registry of its kind (:data:`gyre.config.REGISTRIES`); its
+other keys must be parameters of the registered class (its ``__init__``) or function, of the
+annotated types. A class that defines ``config_class`` (a pydantic model) is checked against
+that model instead.
+
+Values are checked strictly, as if read from JSON: ``"3"`` is not an int, ``True`` is not a
+number, but an int is a float and a list is a tuple. Every mistake is a :class:`ConfigError`
+that names its dotted path (``trainer.callbacks.ModelCheckpoint.monitr``), lists the valid
+keys and suggests the closest; pydantic's errors are translated the same way
+(:func:`from_pydantic`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from gyre.config._registry import REGISTRIES
+from gyre.core._errors import describe, explain, suggest
+
+_EMPTY = inspect.Parameter.empty
+_NOT_FILLED = object()
+
+
+class ConfigError(ValueError):
+    """A mistake in a config: the message names the dotted path, what was expected, what
+    came, and the fix.
+
+    Example:
+        >>> issubclass(ConfigError, ValueError)
+        True
+    """
+
+    __module__ = "gyre.config"
+
+
+# -- component sections: checked against the registered callable ------------------------------
+
+
+def is_section(value: object) -> bool:
+    """Whether ``value`` is a component section: a mapping with a ``class_name``.
+
+    Example:
+        >>> is_section({"class_name": "AdamW", "b1": 0.9}), is_section(0.001)
+        (True, False)
+    """
+    return isinstance(value, Mapping) and "class_name" in value
+
+
+def validate_component(
+    kind: str, section: Mapping[str, Any], *, where: str, extra_allowed: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Checks a component section against the component its ``class_name`` names, and
+    returns the keyword arguments to build it with: ``REGISTRY.get(name)(**kwargs)``.
+
+    Every key but ``class_name`` must be a parameter of the registered callable (a class's
+    ``__init__``), of the annotated type; required parameters must be given; defaults that
+    are plain data (numbers, strings, lists...) are filled in. A class with a pydantic
+    ``config_class`` is checked against that model instead. Values that hold other
+    sections (a mapping with a ``class_name``, or a list or mapping of them) are left to
+    the builder of their kind (see :func:`validate_nested`) and returned as plain dicts.
+
+    Args:
+        kind: the registry, e.g. ``"callbacks"`` (a key of :data:`gyre.config.REGISTRIES`).
+        section: the mapping read from the config.
+        where: the section's dotted path, for messages (``"trainer.callbacks.EarlyStopping"``).
+        extra_allowed: names the caller supplies itself (``rngs`` of an nnx model, the
+            ``log_dir`` of a tool logger): never required nor filled in, and accepted in the
+            section even when they are not parameters.
+
+    Returns:
+        The checked keyword arguments (without ``class_name``), in signature order.
+
+    Raises:
+        ConfigError: an unknown ``class_name``, an unknown key, a wrong type, a missing key.
+
+    Example:
+        >>> validate_component("loggers", {"class_name": "CSVToolLogger", "version": "0"},
+        ...                    where="tool_config", extra_allowed=("log_dir",))
+        {'name': '', 'save_dir': None, 'use_timestamp_version': False, 'version': '0'}
+        >>> validate_component("loggers", {"class_name": "CSVToolLogger", "versoin": "0"},
+        ...                    where="tool_config")
+        Traceback (most recent call last):
+        gyre.config.ConfigError: unknown key tool_config.versoin ... Did you mean 'version'?
+        ...
+    """
+    checked = check_section(kind, section, where=where, extra_allowed=extra_allowed)
+    del checked["class_name"]
+    return checked
+
+
+def check_section(
+    kind: str, section: Mapping[str, Any], *, where: str, extra_allowed: Sequence[str] = ()
+) -> dict[str, Any]:
+    """:func:`validate_component` that keeps the ``class_name``: the checked section, as a
+    config stores it.
+
+    Example:
+        >>> check_section("loggers", {"class_name": "CSVToolLogger"}, where="tool_config",
+        ...               extra_allowed=("log_dir",))["class_name"]
+        'CSVToolLogger'
+    """
+    if kind not in REGISTRIES:
+        raise ValueError(
+            explain(
+                f"no registry of {kind!r}",
+                expected=f"one of {', '.join(REGISTRIES)}",
+                received=describe(kind),
+                fix="pass the kind of component, e.g. validate_component('callbacks', ...)",
+            )
+        )
+    data = section_mapping(section, where)
+    name = data.get("class_name")
+    if not isinstance(name, str):
+        known = ", ".join(REGISTRIES[kind]) or "(none yet)"
+        raise ConfigError(
+            explain(
+                f"{where}.class_name is missing" if name is None else f"{where}.class_name is not a name",
+                expected=f"class_name: one of the registered {kind}: {known}",
+                received=describe(name) if "class_name" in data else f"the keys {', '.join(data) or '(none)'}",
+                fix=f"add class_name: <name> to {where}",
+            )
+        )
+    target = lookup(kind, name, where)
+    rest = {k: v for k, v in data.items() if k != "class_name"}
+    model = getattr(target, "config_class", None)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return {"class_name": name, **_with_model(model, rest, where)}
+    return {"class_name": name, **check_signature(kind, name, target, rest, where, tuple(extra_allowed))}
+
+
+def validate_nested(kind: str, value: Any, *, where: str, extra_allowed: Sequence[str] = ()) -> Any:
+    """Checks the sections that a value holds, for the builder of their kind: a section, a
+    list of sections, or a mapping of names to sections, each checked by
+    :func:`check_section` (its ``class_name`` kept); any other value comes back as it is (a
+    float learning rate, say).
+
+    Example:
+        >>> validate_nested("loggers", 0.001, where="optimizer.learning_rate")
+        0.001
+        >>> [s["class_name"] for s in validate_nested("loggers", [{"class_name": "CSVToolLogger"}],
+        ...                                           where="tools", extra_allowed=("log_dir",))]
+        ['CSVToolLogger']
+    """
+    if is_section(value):
+        return check_section(kind, value, where=where, extra_allowed=extra_allowed)
+    if list_of_sections(value):
+        return [check_section(kind, v, where=f"{where}.{i}", extra_allowed=extra_allowed) for i, v in enumerate(value)]
+    if map_of_sections(value):
+        return {k: check_section(kind, v, where=f"{where}.{k}", extra_allowed=extra_allowed) for k, v in value.items()}
+    return value
+
+
+def section_mapping(value: Any, where: str) -> dict[str, Any]:
+    """``value`` as a dict with string keys, or a :class:`ConfigError` naming ``where``.
+
+    Example:
+        >>> section_mapping({"b1": 0.9}, "optimizer")
+        {'b1': 0.9}
+    """
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            explain(
+                f"{where or 'the config'} must be a mapping of keys to values",
+                expected="a section of 'key: value' lines",
+                received=describe(value),
+                fix=f"write {where or 'the config'} as a YAML mapping (indented 'key: value' lines)",
+            )
+        )
+    for key in value:
+        if not isinstance(key, str):
+            raise ConfigError(
+                explain(
+                    f"{where or 'the config'} has a key that is not a string",
+                    expected="string keys",
+                    received=describe(key),
+                    fix="quote the key, or correct the indentation",
+                )
+            )
+    return dict(value)
+
+
+def lookup(kind: str, name: str, where: str) -> Any:
+    """The component registered as ``name``, or a :class:`ConfigError` listing the names.
+
+    Example:
+        >>> lookup("loggers", "CSVToolLogger", "tool_config").__name__
+        'csv_tool_logger'
+    """
+    try:
+        return REGISTRIES[kind].get(name, where=f"{where}.class_name")
+    except KeyError as err:
+        raise ConfigError(err.args[0]) from None
+
+
+def list_of_sections(value: Any) -> bool:
+    """Whether ``value`` is a non-empty list of sections.
+
+    Example:
+        >>> list_of_sections([{"class_name": "GradClipNorm"}]), list_of_sections([{"class_name": "A"}, 1.0])
+        (True, False)
+    """
+    return isinstance(value, (list, tuple)) and bool(value) and all(is_section(v) for v in value)
+
+
+def map_of_sections(value: Any) -> bool:
+    """Whether ``value`` is a non-empty mapping of names to sections.
+
+    Example:
+        >>> map_of_sections({"clip": {"class_name": "GradClipNorm"}}), map_of_sections({})
+        (True, False)
+    """
+    return isinstance(value, Mapping) and bool(value) and all(is_section(v) for v in value.values())
+
+
+def plain(value: Any) -> Any:
+    """Mappings as dicts, sequences as lists (what JSON and YAML hold).
+
+    Example:
+        >>> plain({"shape": (2, 3)})
+        {'shape': [2, 3]}
+    """
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def _json(value: Any) -> str | None:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _signature(target: Any) -> tuple[list[inspect.Parameter], dict[str, Any], bool]:
+    """The keyword parameters of a class's ``__init__`` or a function, their resolved
+    annotations, and whether it takes ``**kwargs``."""
+    function = target
+    skip = set()
+    if inspect.isclass(target) and target.__init__ is not object.__init__:
+        function = target.__init__
+        if any(c.__module__.startswith("flax.linen") for c in target.__mro__):
+            skip.add("parent")  # set by flax itself
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):  # no signature (a builtin): any key goes to it
+        return [], {}, True
+    if function is not target:
+        parameters = parameters[1:]  # self
+    try:
+        hints = typing.get_type_hints(function, include_extras=True)
+    except Exception:  # noqa: BLE001 (an annotation naming a type only imported for checkers)
+        hints = {}
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    named = [p for p in parameters if p.kind in keyword and p.name not in skip]
+    hints = {p.name: hints.get(p.name, p.annotation) for p in named}
+    hints = {k: (_EMPTY if isinstance(v, str) else v) for k, v in hints.items()}
+    return named, hints, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def check_signature(
+    kind: str, name: str, target: Any, data: dict[str, Any], where: str, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The keys of a section (without ``class_name``) checked against ``target``'s signature,
+    as :func:`validate_component` does for a registered one (``name`` is for messages).
+
+    Example:
+        >>> def clip(*, max_norm: float, before_optimizer: bool = True): ...
+        >>> check_signature("transforms", "clip", clip, {"max_norm": 1}, "optimizer.transforms.0")
+        {'max_norm': 1.0, 'before_optimizer': True}
+    """
+    parameters, hints, takes_any = _signature(target)
+    names = [p.name for p in parameters]
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{where}.{key}"
+        if key not in hints:
+            if takes_any or key in extra:
+                out[key] = plain(value)
+                continue
+            valid = ["class_name", *names]
+            raise ConfigError(
+                explain(
+                    f"unknown key {path} for the {kind[:-1]} {name!r}." + suggest(key, valid),
+                    expected=f"a key of {name}: {', '.join(valid)}",
+                    received=f"{key}: {describe(value)}",
+                    fix=f"correct the spelling, or remove {key} from {where}",
+                )
+            )
+        if is_section(value) or list_of_sections(value) or map_of_sections(value):
+            out[key] = plain(value)  # for the builder of its kind
+        else:
+            out[key] = check_value(hints[key], value, path=path, owner=f"the parameter {key} of {name}")
+    missing = [p for p in parameters if p.default is _EMPTY and p.name not in data and p.name not in extra]
+    if missing:
+        keys = ", ".join(p.name for p in missing)
+        raise ConfigError(
+            explain(
+                f"missing required key{'s' if len(missing) > 1 else ''} {keys} in {where} ({kind[:-1]} {name!r})",
+                expected=", ".join(f"{p.name}: {type_name(hints[p.name])}" for p in missing),
+                received=f"the keys {', '.join(data) or '(none)'}",
+                fix=f"add {missing[0].name}: <value> to {where}",
+            )
+        )
+    for p in parameters:
+        if p.name not in out and p.name not in extra and p.default is not _EMPTY:
+            value = _default(hints[p.name], p.default)
+            if value is not _NOT_FILLED:
+                out[p.name] = value
+    return {**{n: out[n] for n in names if n in out}, **{k: v for k, v in out.items() if k not in hints}}
+
+
+def _default(annotation: Any, default: Any) -> Any:
+    """A default as the config would hold it, or ``_NOT_FILLED`` when it is not plain data
+    (a function, an array) or does not match its own annotation."""
+    text = _json(default)
+    if text is None or json.loads(text) != plain(default):
+        return _NOT_FILLED
+    adapter = _adapter(annotation)
+    if adapter is None:
+        return json.loads(text)
+    try:
+        return adapter.validate_json(text, strict=True)
+    except ValidationError:
+        return _NOT_FILLED
+
+
+def _adapter(annotation: Any) -> TypeAdapter[Any] | None:
+    if annotation is _EMPTY or annotation is Any:
+        return None
+    try:
+        return _cached_adapter(annotation)
+    except TypeError:  # an unhashable annotation
+        return _cached_adapter.__wrapped__(annotation)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_adapter(annotation: Any) -> TypeAdapter[Any] | None:
+    for config in (ConfigDict(arbitrary_types_allowed=True), None):
+        try:
+            return TypeAdapter(annotation, config=config)
+        except Exception:  # noqa: BLE001, S112 (a model type refuses a config; some types have no schema)
+            continue
+    return None
+
+
+def check_value(annotation: Any, value: Any, *, path: str, owner: str = "the key") -> Any:
+    """``value`` checked against a type annotation, strictly as if read from JSON (an int is
+    a float, a list is a tuple; ``"3"`` is not an int): the converted value, or a
+    :class:`ConfigError` naming ``path``, the type and the value.
+
+    Example:
+        >>> check_value(float, 1, path="optimizer.b1")
+        1.0
+        >>> check_value(int, "3", path="trainer.train_epochs")
+        Traceback (most recent call last):
+        gyre.config.ConfigError: wrong type at trainer.train_epochs.
+        ...
+    """
+    adapter = _adapter(annotation)
+    text = _json(value)
+    if adapter is None:
+        return plain(value) if text is None else json.loads(text)
+    try:
+        if text is not None:
+            return adapter.validate_json(text, strict=True)
+        return adapter.validate_python(value, strict=True)
+    except ValidationError as err:
+        errors = err.errors(include_url=False)
+        detail = f" ({errors[0]['msg']})" if len(errors) == 1 else ""
+        quote = str in _members(annotation) and isinstance(value, (bool, int, float))
+        raise ConfigError(
+            explain(
+                f"{_problem(errors[0]['type'])} at {path}." + _literal_hint(annotation, value),
+                expected=f"{type_name(annotation)}{detail}, for {owner}",
+                received=describe(value),
+                fix=f"set {path} to a value of type {type_name(annotation)}"
+                + (" (quote it: YAML reads it as a number or a boolean)" if quote else ""),
+            )
+        ) from None
+
+
+def _problem(error_type: str) -> str:
+    wrong_type = error_type.endswith("_type") or error_type.startswith(("int_", "float_", "bool_"))
+    return "wrong type" if wrong_type else "invalid value"
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The types of a union (through ``Annotated`` and ``Optional``), or the type itself."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _members(typing.get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return [m for a in typing.get_args(annotation) for m in _members(a)]
+    return [annotation]
+
+
+def _literal_hint(annotation: Any, value: Any) -> str:
+    choices = [c for c in _literals(annotation) if isinstance(c, str)]
+    return suggest(value, choices) if isinstance(value, str) and choices else ""
+
+
+def _literals(annotation: Any) -> list[Any]:
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return list(typing.get_args(annotation))
+    if origin in (Union, types.UnionType, Annotated):
+        return [c for a in typing.get_args(annotation) for c in _literals(a)]
+    return []
+
+
+def type_name(annotation: Any) -> str:
+    """A type annotation as an error message shows it.
+
+    Example:
+        >>> type_name(int | None), type_name(Literal["nnx", "linen"])
+        ('int | None', "'nnx' | 'linen'")
+    """
+    origin = typing.get_origin(annotation)
+    if annotation is _EMPTY or annotation is Any:
+        return "any value"
+    if annotation is None or annotation is type(None):
+        return "None"
+    if origin is Annotated:
+        return type_name(typing.get_args(annotation)[0])
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(annotation))
+    if origin in (Union, types.UnionType):
+        return " | ".join(type_name(a) for a in typing.get_args(annotation))
+    if isinstance(annotation, type) and origin is None:
+        return annotation.__name__
+    text = repr(annotation).replace("typing.", "").replace("collections.abc.", "")
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _with_model(model: type[BaseModel], data: dict[str, Any], where: str) -> dict[str, Any]:
+    text = _json(data)
+    try:
+        if text is not None:
+            checked = model.model_validate_json(text, strict=True)
+        else:
+            checked = model.model_validate(data, strict=True)
+    except ValidationError as err:
+        raise from_pydantic(err, model, where) from None
+    return checked.model_dump()
+
+
+# -- pydantic's errors, explained ---------------------------------------------------------------
+
+
+def from_pydantic(err: ValidationError, model: type[BaseModel], where: str) -> ConfigError:
+    """A pydantic ``ValidationError`` of ``model`` (found at ``where``) as a
+    :class:`ConfigError` naming the dotted path; an error of ours raised inside a validator
+    comes back as it was.
+
+    Example:
+        >>> from pydantic import ValidationError
+        >>> from gyre.config import LoggerConfig
+        >>> try:
+        ...     LoggerConfig.__pydantic_validator__.validate_python({"log_steps_every": -1})
+        ... except ValidationError as err:
+        ...     print(str(from_pydantic(err, LoggerConfig, "trainer.logger")).splitlines()[0])
+        invalid value at trainer.logger.log_steps_every.
+    """
+    errors = err.errors(include_url=False)
+    for error in errors:
+        cause = (error.get("ctx") or {}).get("error")
+        if isinstance(cause, ConfigError):
+            return cause
+    message = _explain_error(errors[0], model, where)
+    if len(errors) > 1:
+        others = [f"{_join(where, *_walk(model, e['loc'])[0]) or 'the config'}: {e['msg']}" for e in errors[1:6]]
+        message += "\n  also: " + "; ".join(others)
+    return ConfigError(message)
+
+
+def _join(*parts: str) -> str:
+    return ".".join(p for p in parts if p)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _walk(model: type[BaseModel], loc: Sequence[Any]) -> tuple[list[str], Any, type[BaseModel] | None]:
+    """The leading parts of ``loc`` that name fields, the annotation of the last one, and the
+    model its value is (or None)."""
+    parts: list[str] = []
+    annotation: Any = _EMPTY
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if current is None or not isinstance(part, str) or part not in current.model_fields:
+            break
+        parts.append(part)
+        annotation = current.model_fields[part].annotation
+        current = _model_in(annotation)
+    return parts, annotation, current
+
+
+def _explain_error(error: Any, model: type[BaseModel], where: str) -> str:
+    loc, kind, value = tuple(error["loc"]), error["type"], error.get("input")
+    if kind == "extra_forbidden":
+        parts, _, holder = _walk(model, loc[:-1])
+        holder = holder or model
+        key = str(loc[-1])
+        valid = list(holder.model_fields)
+        place = _join(where, *parts)
+        return explain(
+            f"unknown key {_join(place, key)} {'in ' + place if place else 'at the top level of the config'}."
+            + suggest(key, valid),
+            expected=f"a key of {place or 'the config'}: {', '.join(valid)}",
+            received=f"{key}: {describe(value)}",
+            fix=f"correct the spelling, or remove {key}",
+        )
+    parts, annotation, _ = _walk(model, loc)
+    path = _join(where, *parts)
+    if kind == "missing":
+        key = parts[-1] if parts else str(loc[-1]) if loc else "?"
+        holder = _join(where, *parts[:-1]) or "the config"
+        return explain(
+            f"missing required key {path or key}",
+            expected=f"{key}: {'a section' if typing.get_origin(annotation) is dict or _model_in(annotation) else type_name(annotation)}",
+            received=f"no {key} in {holder}",
+            fix=f"add {key} to {holder}",
+        )
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return explain(
+            f"{path or 'the config'} must be a mapping of keys to values",
+            expected="a section of 'key: value' lines",
+            received=describe(value),
+            fix=f"write {path or 'the config'} as a YAML mapping",
+        )
+    return explain(
+        f"{_problem(kind)} at {path}." + _literal_hint(annotation, value),
+        expected=f"{type_name(annotation)} ({error['msg']})",
+        received=describe(value),
+        fix=f"set {path} to a value of type {type_name(annotation)}",
+    )

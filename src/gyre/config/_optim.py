@@ -1,0 +1,407 @@
+"""Optimizers built from the ``optimizer`` config section.
+
+``class_name`` is an optimizer registered in :data:`~gyre.config.OPTIMIZERS` (gyre's
+``AdamW``, ``Adam``, ``SGD``, ``Lamb``, or the user's), or else the lowercase name of an optax
+optimizer (``adabelief``, ``lion``, ``rmsprop``...: a top-level ``optax`` function with a
+``learning_rate`` parameter), built with its own keyword arguments, checked against optax's
+signature. Every optimizer takes ``learning_rate`` (a number or a schedule section) and
+``transforms`` (see :mod:`gyre.config._transforms`).
+
+The result is ``optax.inject_hyperparams(factory)(learning_rate=...)`` around
+``chain([transforms before], optimizer, [transforms after])``: the current learning rate lives
+in the optimizer state, where :func:`learning_rate_of` finds it on the device.
+"""
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from gyre.config._registry import OPTIMIZERS
+from gyre.config._schedules import (
+    ScheduleConfig,
+    at,
+    build_schedule,
+    call_section,
+    check_keys,
+    class_name_of,
+    flag,
+    here,
+    real,
+)
+from gyre.config._transforms import (
+    Transform,
+    TransformsConfig,
+    WeightDecayTransform,
+    build_transform,
+    build_transforms,
+)
+from gyre.core._errors import ExplainedKeyError, describe, explain, suggest
+
+_INJECTED = (optax.InjectHyperparamsState, optax.InjectStatefulHyperparamsState)
+
+
+def assemble_optimizer(
+    core: Callable[[Any], optax.GradientTransformation],
+    *,
+    learning_rate: ScheduleConfig | optax.Schedule,
+    transforms: TransformsConfig | list[Transform] = (),
+) -> optax.GradientTransformation:
+    """``core`` (``learning_rate -> optax optimizer``) with its learning rate injected as a
+    hyperparameter and the transforms chained before and after it: what every optimizer in
+    the registry returns. Use it to register an optimizer of your own.
+
+    Args:
+        core: builds the optimizer for a given (scalar) learning rate.
+        learning_rate: a number, a schedule section or an ``optax.Schedule``.
+        transforms: transform sections (a list, or a mapping of names to sections).
+
+    Returns:
+        The ``optax.GradientTransformation``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> tx = assemble_optimizer(optax.sgd, learning_rate=0.5,
+        ...                         transforms=[{"class_name": "GradClipValue", "max_delta": 1.0}])
+        >>> params = {"w": jnp.zeros(2)}
+        >>> tx.update({"w": jnp.array([4.0, 0.5])}, tx.init(params), params)[0]["w"].tolist()
+        [-0.5, -0.25]
+    """
+    schedule: Any = learning_rate
+    if not isinstance(learning_rate, (int, float)) or isinstance(learning_rate, bool):
+        schedule = build_schedule(learning_rate, where=here("learning_rate"))
+    else:
+        schedule = real("learning_rate", learning_rate, minimum=0.0)
+    parts = build_transforms(transforms, where=here("transforms"))
+    before = [t for t in parts if t.before_optimizer]
+    after = [t for t in parts if not t.before_optimizer]
+
+    def factory(learning_rate: Any) -> optax.GradientTransformation:
+        return optax.chain(
+            *(t.make(learning_rate) for t in before),
+            core(learning_rate),
+            *(t.make(learning_rate) for t in after),
+        )
+
+    return optax.inject_hyperparams(factory, hyperparam_dtype=jnp.float32)(learning_rate=schedule)
+
+
+def _beta(key: str, value: object) -> float:
+    number = real(key, value, minimum=0.0)
+    if number >= 1.0:
+        raise ValueError(
+            explain(
+                f"{here(key)} must be in [0, 1)",
+                expected="e.g. 0.9",
+                received=describe(value),
+                fix=f"write {key}: 0.9",
+            )
+        )
+    return number
+
+
+def _weight_decay(value: object) -> tuple[float, Callable[[Any], Any] | None]:
+    where = here("weight_decay")
+    if isinstance(value, (Mapping, Transform)):
+        section = (
+            value
+            if not isinstance(value, Mapping) or "class_name" in value
+            else {"class_name": "WeightDecay", **value}
+        )
+        built = build_transform(section, where=where)
+        if not isinstance(built, WeightDecayTransform) or built.before_optimizer:
+            raise ValueError(
+                explain(
+                    f"{where} must be a WeightDecay section applied inside the optimizer (decoupled)",
+                    expected="class_name: WeightDecay with before_optimizer: false",
+                    received=f"{built.name}, before_optimizer: {built.before_optimizer}",
+                    fix="for other transforms, or weight decay before the optimizer, use the transforms key",
+                )
+            )
+        return built.value, built.mask
+    return real("weight_decay", value, minimum=0.0), None
+
+
+@OPTIMIZERS.register
+def AdamW(  # noqa: N802 (config class names)
+    *,
+    learning_rate: ScheduleConfig,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+    weight_decay: float | Mapping[str, Any] = 0.0,
+    nesterov: bool = False,
+    transforms: TransformsConfig = (),
+) -> optax.GradientTransformation:
+    """Adam with decoupled weight decay (``optax.adamw``). ``weight_decay`` is a rate for
+    every parameter, or a ``WeightDecay`` section (its ``value`` and regex mask; its
+    ``class_name`` may be left out).
+
+    Example:
+        >>> tx = AdamW(learning_rate=1e-3, weight_decay={"value": 0.01, "parameter_regex_include": "kernel$"})
+        >>> type(tx).__name__
+        'GradientTransformationExtraArgs'
+    """
+    decay, mask = _weight_decay(weight_decay)
+    b1, b2, eps, eps_root = (
+        _beta("b1", b1),
+        _beta("b2", b2),
+        real("eps", eps, minimum=0.0),
+        real("eps_root", eps_root, minimum=0.0),
+    )
+    nesterov = flag("nesterov", nesterov)
+    return assemble_optimizer(
+        lambda lr: optax.adamw(
+            lr,
+            b1=b1,
+            b2=b2,
+            eps=eps,
+            eps_root=eps_root,
+            weight_decay=decay,
+            mask=mask,
+            nesterov=nesterov,
+        ),
+        learning_rate=learning_rate,
+        transforms=transforms,
+    )
+
+
+@OPTIMIZERS.register
+def Adam(  # noqa: N802
+    *,
+    learning_rate: ScheduleConfig,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+    nesterov: bool = False,
+    transforms: TransformsConfig = (),
+) -> optax.GradientTransformation:
+    """Adam (``optax.adam``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> tx = Adam(learning_rate=0.5)
+        >>> p = {"w": jnp.zeros(2)}
+        >>> [round(x, 4) for x in tx.update({"w": jnp.array([2.0, -3.0])}, tx.init(p), p)[0]["w"].tolist()]
+        [-0.5, 0.5]
+    """
+    b1, b2, eps, eps_root = (
+        _beta("b1", b1),
+        _beta("b2", b2),
+        real("eps", eps, minimum=0.0),
+        real("eps_root", eps_root, minimum=0.0),
+    )
+    nesterov = flag("nesterov", nesterov)
+    return assemble_optimizer(
+        lambda lr: optax.adam(lr, b1=b1, b2=b2, eps=eps, eps_root=eps_root, nesterov=nesterov),
+        learning_rate=learning_rate,
+        transforms=transforms,
+    )
+
+
+@OPTIMIZERS.register
+def SGD(  # noqa: N802
+    *,
+    learning_rate: ScheduleConfig,
+    momentum: float = 0.0,
+    nesterov: bool = False,
+    transforms: TransformsConfig = (),
+) -> optax.GradientTransformation:
+    """Stochastic gradient descent (``optax.sgd``); ``momentum: 0`` keeps no momentum state;
+    ``nesterov`` needs a momentum.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> tx = SGD(learning_rate=0.5, momentum=0.5)
+        >>> p, g = {"w": jnp.zeros(1)}, {"w": jnp.ones(1)}
+        >>> u1, s = tx.update(g, tx.init(p), p)
+        >>> u2, s = tx.update(g, s, p)
+        >>> u1["w"].tolist(), u2["w"].tolist()
+        ([-0.5], [-0.75])
+    """
+    beta, nesterov = _beta("momentum", momentum), flag("nesterov", nesterov)
+    if nesterov and beta == 0.0:
+        raise ValueError(
+            explain(
+                f"{here('nesterov')}: Nesterov momentum needs a momentum",
+                expected="momentum > 0 with nesterov: true",
+                received=f"momentum: {momentum!r}",
+                fix="set momentum: 0.9, or nesterov: false",
+            )
+        )
+    return assemble_optimizer(
+        lambda lr: optax.sgd(lr, momentum=beta or None, nesterov=nesterov),
+        learning_rate=learning_rate,
+        transforms=transforms,
+    )
+
+
+@OPTIMIZERS.register
+def Lamb(  # noqa: N802
+    *,
+    learning_rate: ScheduleConfig,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-6,
+    eps_root: float = 0.0,
+    weight_decay: float | Mapping[str, Any] = 0.0,
+    transforms: TransformsConfig = (),
+) -> optax.GradientTransformation:
+    """LAMB (``optax.lamb``): Adam scaled by the trust ratio per layer; ``weight_decay`` as in
+    :func:`AdamW`.
+
+    Example:
+        >>> tx = Lamb(learning_rate=1e-3, weight_decay=0.01)
+        >>> type(tx).__name__
+        'GradientTransformationExtraArgs'
+    """
+    decay, mask = _weight_decay(weight_decay)
+    b1, b2, eps, eps_root = (
+        _beta("b1", b1),
+        _beta("b2", b2),
+        real("eps", eps, minimum=0.0),
+        real("eps_root", eps_root, minimum=0.0),
+    )
+    return assemble_optimizer(
+        lambda lr: optax.lamb(
+            lr, b1=b1, b2=b2, eps=eps, eps_root=eps_root, weight_decay=decay, mask=mask
+        ),
+        learning_rate=learning_rate,
+        transforms=transforms,
+    )
+
+
+def optax_optimizers() -> list[str]:
+    """The optax optimizers a config may name in lowercase (the fallback of
+    :func:`build_optimizer`).
+
+    Example:
+        >>> {"adabelief", "lion", "sgd"} <= set(optax_optimizers())
+        True
+    """
+    return [name for name in dir(optax) if _optax_optimizer(name) is not None]
+
+
+def _optax_optimizer(name: str) -> Callable[..., optax.GradientTransformation] | None:
+    if not name.isidentifier() or not name.islower() or name.startswith(("_", "scale_by")):
+        return None
+    function = getattr(optax, name, None)
+    if not callable(function) or isinstance(function, type):
+        return None
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return None
+    return function if "learning_rate" in parameters else None
+
+
+def _build_from_optax(
+    name: str, function: Callable[..., Any], section: Mapping[str, Any], where: str
+) -> Any:
+    kwargs = {k: v for k, v in section.items() if k not in ("class_name", "transforms")}
+    check_keys(function, f"optax.{name}", kwargs, where=where)
+    rate = kwargs.pop("learning_rate")
+    with at(where):
+        try:
+            function(learning_rate=0.0, **kwargs)
+        except (TypeError, ValueError) as error:
+            raise TypeError(
+                explain(
+                    f"optax.{name} rejected the keys at {where}: {error}",
+                    expected=f"the arguments of optax.{name}{inspect.signature(function)}",
+                    received=describe(kwargs),
+                    fix="fix the values (see optax's documentation)",
+                )
+            ) from None
+        return assemble_optimizer(
+            lambda lr: function(learning_rate=lr, **kwargs),
+            learning_rate=rate,
+            transforms=section.get("transforms", ()),
+        )
+
+
+def build_optimizer(
+    section: Mapping[str, Any], *, where: str = "optimizer"
+) -> optax.GradientTransformation:
+    """The optimizer an ``optimizer`` section describes (see the module docstring).
+
+    Args:
+        section: the section, with ``class_name`` and the optimizer's keys.
+        where: its dotted path, for error messages.
+
+    Returns:
+        An ``optax.GradientTransformation`` whose state holds the current learning rate.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> tx = build_optimizer({"class_name": "SGD", "learning_rate": {
+        ...     "class_name": "Linear", "init_value": 1.0, "end_value": 0.0, "steps": 4}})
+        >>> state = tx.init({"w": jnp.zeros(1)})
+        >>> float(learning_rate_of(state))
+        1.0
+    """
+    also = "; or an optax optimizer in lowercase, e.g. adabelief, lion, rmsprop"
+    name = class_name_of(section, where=where, registry=OPTIMIZERS, also=also)
+    if name in OPTIMIZERS:
+        built = call_section(OPTIMIZERS.get(name), name, section, where=where)
+    elif (function := _optax_optimizer(name)) is not None:
+        built = _build_from_optax(name, function, section, where)
+    else:
+        known = list(OPTIMIZERS) + optax_optimizers()
+        raise ExplainedKeyError(
+            explain(
+                f"unknown optimizer {name!r} at {where}.class_name." + suggest(name, known),
+                expected=f"one of the registered optimizers: {', '.join(OPTIMIZERS)}; or an optax optimizer: {', '.join(optax_optimizers())}",
+                received=describe(name),
+                fix="use one of these names, or register your own with @gyre.config.register_optimizer",
+            )
+        )
+    if not isinstance(built, optax.GradientTransformation):
+        raise TypeError(
+            explain(
+                f"the optimizer {name!r} at {where} did not return an optax.GradientTransformation",
+                expected="an optax.GradientTransformation (build it with assemble_optimizer)",
+                received=describe(built),
+                fix="return assemble_optimizer(lambda lr: <optax optimizer>(lr, ...), learning_rate=..., transforms=...)",
+            )
+        )
+    return built
+
+
+def learning_rate_of(opt_state: Any) -> jax.Array | None:
+    """The learning rate injected in an optimizer state built by :func:`build_optimizer` (the
+    rate the last update used; before any update, the first one's), found in chains,
+    ``optax.MultiSteps`` and other containers. A device scalar: reading it is the caller's
+    choice (never per step). ``None`` when the state holds no injected learning rate.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> tx = optax.MultiSteps(build_optimizer({"class_name": "Adam", "learning_rate": 0.25}), 2)
+        >>> float(learning_rate_of(tx.init({"w": jnp.zeros(1)})))
+        0.25
+        >>> learning_rate_of(optax.sgd(0.1).init({"w": jnp.zeros(1)})) is None
+        True
+    """
+    nodes = jax.tree_util.tree_leaves(opt_state, is_leaf=lambda node: isinstance(node, _INJECTED))
+    for node in nodes:
+        if isinstance(node, _INJECTED) and "learning_rate" in node.hyperparams:
+            rate = node.hyperparams["learning_rate"]
+            return rate if isinstance(rate, jax.Array) else getattr(rate, "value", rate)
+    return None
+
+
+__all__ = [
+    "SGD",
+    "Adam",
+    "AdamW",
+    "Lamb",
+    "assemble_optimizer",
+    "build_optimizer",
+    "learning_rate_of",
+    "optax_optimizers",
+]

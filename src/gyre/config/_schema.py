@@ -1,0 +1,349 @@
+"""The strict config schema: the whole config and its ``trainer`` and ``trainer.logger``
+sections as pydantic models (unknown keys forbidden, types strict); the ``model``,
+``optimizer``, ``dataset``, callback and tool sections checked against the components they
+name (:mod:`gyre.config._components`). Every mistake is a :class:`ConfigError` naming its
+dotted path and the valid keys, never a raw pydantic error.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+)
+
+from gyre.config._components import (
+    ConfigError,
+    check_section,
+    check_signature,
+    from_pydantic,
+    is_section,
+    list_of_sections,
+    lookup,
+    map_of_sections,
+    plain,
+    section_mapping,
+)
+from gyre.config._registry import REGISTRIES
+from gyre.core._errors import describe, explain, suggest
+
+
+def validate_tool_section(section: Any, *, where: str = "trainer.logger.tool_config") -> dict[str, Any]:
+    """Checks a ``tool_config`` section against ``LOGGERS``: its ``log_dir`` is the run
+    folder, supplied by the trainer, so a ``log_dir`` key is an error.
+
+    Example:
+        >>> validate_tool_section({"class_name": "CSVToolLogger", "log_dir": "runs"})
+        Traceback (most recent call last):
+        gyre.config.ConfigError: trainer.logger.tool_config.log_dir is not a key of a tool logger
+        ...
+    """
+    data = section_mapping(section, where)
+    if "log_dir" in data:
+        raise ConfigError(
+            explain(
+                f"{where}.log_dir is not a key of a tool logger",
+                expected="the writer's folder from trainer.logger.log_dir (the run folder) or tool_config.save_dir",
+                received=f"log_dir: {describe(data['log_dir'])}",
+                fix=f"move it to trainer.logger.log_dir, or write it as {where}.save_dir",
+            )
+        )
+    return check_section("loggers", data, where=where, extra_allowed=("log_dir",))
+
+
+# -- the top-level schema ---------------------------------------------------------------------
+
+
+class _Section(BaseModel):
+    """A strict section: unknown keys and wrong types are :class:`ConfigError`\\ s that name
+    their dotted path (``section_path``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    section_path: ClassVar[str] = ""
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            raise from_pydantic(err, type(self), type(self).section_path) from None
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Validates ``obj`` (a mapping); mistakes are :class:`ConfigError`\\ s."""
+        try:
+            return super().model_validate(obj, **kwargs)
+        except ValidationError as err:
+            raise from_pydantic(err, cls, cls.section_path) from None
+
+    @classmethod
+    def model_validate_json(cls, json_data: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Validates JSON text; mistakes are :class:`ConfigError`\\ s."""
+        try:
+            return super().model_validate_json(json_data, **kwargs)
+        except ValidationError as err:
+            raise from_pydantic(err, cls, cls.section_path) from None
+
+
+class LoggerConfig(_Section):
+    """``trainer.logger``: where and how often the trainer logs.
+
+    Attributes:
+        class_name: always ``"Logger"``.
+        log_dir: the run folder (default: chosen by the trainer).
+        log_steps_every: log step metrics every this many steps (0: per epoch only).
+        tool_config: a writer section (``TensorboardToolLogger``, ``WandBToolLogger``,
+            ``MLflowToolLogger``, ``CSVToolLogger``), checked against ``LOGGERS``.
+        log_file_verbosity: the level of the run's log file.
+
+    Example:
+        >>> LoggerConfig(log_steps_every=10).log_steps_every
+        10
+        >>> LoggerConfig(log_step_every=10)
+        Traceback (most recent call last):
+        gyre.config.ConfigError: unknown key trainer.logger.log_step_every ... Did you mean 'log_steps_every'?
+        ...
+    """
+
+    section_path: ClassVar[str] = "trainer.logger"
+    class_name: Literal["Logger"] = "Logger"
+    log_dir: str | None = None
+    log_steps_every: Annotated[int, Field(ge=0)] = 50
+    tool_config: dict[str, Any] | None = None
+    log_file_verbosity: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("tool_config", mode="before")
+    @classmethod
+    def _tool(cls, value: Any) -> Any:
+        return None if value is None else validate_tool_section(value, where=f"{cls.section_path}.tool_config")
+
+
+class TrainerConfig(_Section):
+    """``trainer``: what the trainer does. A registered trainer may define ``config_class``,
+    a subclass of this adding its own keys (``num_classes``...), used to check its section.
+
+    Attributes:
+        class_name: the trainer, looked up in ``TRAINERS``.
+        train_epochs: epochs to train (>= 1).
+        check_val_every_n_epoch: validate every this many epochs (0: never).
+        debug: run without jit.
+        enable_progress_bar: show a progress bar.
+        seed: the trainer's seed.
+        log_grad_norm: log the gradients' global norm.
+        detect_nans: stop on a NaN or Inf loss.
+        model_mode: ``"nnx"`` or ``"linen"``.
+        steps_per_call: training steps fused into one compiled call.
+        num_devices: devices for data parallelism (default: all).
+        resume: ``"latest"`` to resume from the run's latest checkpoint.
+        logger: the :class:`LoggerConfig`.
+        callbacks: names to callback sections (``class_name`` defaults to the name),
+            checked against ``CALLBACKS``.
+
+    Example:
+        >>> TrainerConfig(train_epochs=3).model_mode
+        'nnx'
+        >>> TrainerConfig(train_epochs=0)
+        Traceback (most recent call last):
+        gyre.config.ConfigError: invalid value at trainer.train_epochs.
+          expected: int (Input should be greater than or equal to 1)
+          received: int 0
+        ...
+    """
+
+    section_path: ClassVar[str] = "trainer"
+    class_name: str = "TrainerModule"
+    train_epochs: Annotated[int, Field(ge=1)] = 1
+    check_val_every_n_epoch: Annotated[int, Field(ge=0)] = 1
+    debug: bool = False
+    enable_progress_bar: bool = True
+    seed: int = 42
+    log_grad_norm: bool = False
+    detect_nans: bool = False
+    model_mode: Literal["nnx", "linen"] = "nnx"
+    steps_per_call: Annotated[int, Field(ge=1)] = 1
+    num_devices: Annotated[int, Field(ge=1)] | None = None
+    resume: Literal["latest"] | None = None
+    logger: LoggerConfig = Field(default_factory=LoggerConfig)
+    callbacks: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("logger", mode="before")
+    @classmethod
+    def _logger(cls, value: Any) -> Any:
+        return LoggerConfig() if value is None else value
+
+    @field_validator("callbacks", mode="before")
+    @classmethod
+    def _callbacks(cls, value: Any) -> Any:
+        if value is None:
+            return {}
+        checked = {}
+        for key, body in section_mapping(value, "trainer.callbacks").items():
+            where = f"trainer.callbacks.{key}"
+            body = {} if body is None else section_mapping(body, where)
+            checked[key] = check_section("callbacks", {"class_name": key, **body}, where=where)
+        return checked
+
+
+def trainer_config_class(name: str) -> type[TrainerConfig]:
+    """The config class of the trainer registered as ``name``: its ``config_class`` when it
+    has one, else :class:`TrainerConfig`.
+
+    Example:
+        >>> from gyre.config import register_trainer
+        >>> @register_trainer("DocTrainer")
+        ... class DocTrainer:
+        ...     class config_class(TrainerConfig):
+        ...         num_classes: int = 10
+        >>> trainer_config_class("DocTrainer")(class_name="DocTrainer").num_classes
+        10
+    """
+    trainer = lookup("trainers", name, "trainer")
+    config_class = getattr(trainer, "config_class", None)
+    if config_class is None:
+        return TrainerConfig
+    if isinstance(config_class, type) and issubclass(config_class, TrainerConfig):
+        return config_class
+    raise ConfigError(
+        explain(
+            f"the trainer {name!r} has a config_class that is not a gyre TrainerConfig",
+            expected="config_class = a subclass of gyre.config.TrainerConfig",
+            received=describe(config_class),
+            fix="derive the trainer's config class from gyre.config.TrainerConfig",
+        )
+    )
+
+
+_OPTIMIZER_PARTS = ("schedules", "transforms")
+
+
+def _optimizer_part(value: Any, where: str) -> Any:
+    """The schedules and transforms inside an optimizer section, each checked against the
+    registry that holds its ``class_name`` (and so on, inside them)."""
+    if is_section(value):
+        name = value["class_name"]
+        kinds = [k for k in _OPTIMIZER_PARTS if isinstance(name, str) and name in REGISTRIES[k]]
+        if not kinds:
+            known = sorted({n for k in _OPTIMIZER_PARTS for n in REGISTRIES[k]})
+            raise ConfigError(
+                explain(
+                    f"unknown schedule or transform name {name!r} at {where}.class_name."
+                    + (suggest(name, known) if isinstance(name, str) else ""),
+                    expected=f"one of the registered schedules and transforms: {', '.join(known) or '(none yet)'}",
+                    received=describe(name),
+                    fix="use a registered name, or register your own with @gyre.config.register_schedule "
+                    "or @gyre.config.register_transform",
+                )
+            )
+        if len(kinds) > 1:
+            return plain(value)  # both: the optimizer's builder decides
+        checked = check_section(kinds[0], value, where=where)
+        return {k: _optimizer_part(v, f"{where}.{k}") for k, v in checked.items()}
+    if list_of_sections(value):
+        return [_optimizer_part(v, f"{where}.{i}") for i, v in enumerate(value)]
+    if map_of_sections(value):
+        return {k: _optimizer_part(v, f"{where}.{k}") for k, v in value.items()}
+    return value
+
+
+def validate_optimizer(section: Any, *, where: str = "optimizer") -> dict[str, Any]:
+    """Checks an optimizer section: its ``class_name`` is a registered optimizer (checked by
+    signature) or the lowercase name of an optax optimizer (checked against optax's
+    signature, plus ``transforms``); the schedules and transforms inside are checked against
+    the registry that holds their ``class_name``. Values (a schedule's phases...) are the
+    builder's to check (:func:`gyre.config.build_optimizer`).
+
+    Example:
+        >>> validate_optimizer({"class_name": "sgd", "learning_rate": 0.1})["momentum"] is None
+        True
+    """
+    data = section_mapping(section, where)
+    name = data.get("class_name")
+    if isinstance(name, str) and name not in REGISTRIES["optimizers"]:
+        from gyre.config._optim import optax_optimizers
+
+        fallback = optax_optimizers()
+        if name not in fallback:
+            known = list(REGISTRIES["optimizers"])
+            raise ConfigError(
+                explain(
+                    f"unknown optimizer {name!r} at {where}.class_name." + suggest(name, known + fallback),
+                    expected=f"one of the registered optimizers: {', '.join(known) or '(none yet)'}; "
+                    f"or an optax optimizer: {', '.join(fallback)}",
+                    received=describe(name),
+                    fix="use one of these names, or register your own with @gyre.config.register_optimizer",
+                )
+            )
+        import optax
+
+        rest = {k: v for k, v in data.items() if k != "class_name"}
+        checked = {"class_name": name, **check_signature("optimizers", f"optax.{name}", getattr(optax, name), rest, where, ("transforms",))}
+    else:
+        checked = check_section("optimizers", data, where=where)
+    return {k: _optimizer_part(v, f"{where}.{k}") for k, v in checked.items()}
+
+
+class Config(_Section):
+    """A whole config: ``trainer``, ``model``, ``optimizer`` and ``dataset`` sections.
+
+    ``model``, ``optimizer`` and ``dataset`` are component sections, checked against the
+    registered ``MODELS`` (``rngs`` is supplied by the trainer), ``OPTIMIZERS`` (with the
+    schedules and transforms inside) and ``DATASETS``, and kept as dicts for their builders.
+
+    Attributes:
+        seed: the run's seed.
+        num_gpus: kept for jax_trainer's configs (``trainer.num_devices`` picks the devices).
+        trainer: the :class:`TrainerConfig` (or the trainer's ``config_class``).
+        model: the model section.
+        optimizer: the optimizer section.
+        dataset: the dataset section.
+
+    Example:
+        >>> from gyre.config import register_dataset, register_model, register_optimizer
+        >>> @register_model("DocMLP")
+        ... def doc_mlp(width: int = 32, *, rngs=None): ...
+        >>> @register_optimizer("DocSGD")
+        ... def doc_sgd(learning_rate: float, momentum: float = 0.0): ...
+        >>> @register_dataset("DocDigits")
+        ... def doc_digits(batch_size: int = 64): ...
+        >>> config = Config(trainer=TrainerConfig(train_epochs=2),
+        ...                 model={"class_name": "DocMLP"},
+        ...                 optimizer={"class_name": "DocSGD", "learning_rate": 1},
+        ...                 dataset={"class_name": "DocDigits"})
+        >>> config.optimizer, config.model
+        ({'class_name': 'DocSGD', 'learning_rate': 1.0, 'momentum': 0.0}, {'class_name': 'DocMLP', 'width': 32})
+    """
+
+    seed: int = 42
+    num_gpus: Annotated[int, Field(ge=0)] = 1
+    trainer: SerializeAsAny[TrainerConfig]
+    model: dict[str, Any]
+    optimizer: dict[str, Any]
+    dataset: dict[str, Any]
+
+    @field_validator("trainer", mode="before")
+    @classmethod
+    def _trainer(cls, value: Any) -> Any:
+        if isinstance(value, TrainerConfig):
+            return value
+        section = section_mapping(value, "trainer")
+        return trainer_config_class(section.get("class_name", "TrainerModule"))(**section)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model(cls, value: Any) -> Any:
+        return check_section("models", section_mapping(value, "model"), where="model", extra_allowed=("rngs",))
+
+    @field_validator("optimizer", mode="before")
+    @classmethod
+    def _optimizer(cls, value: Any) -> Any:
+        return validate_optimizer(value)
+
+    @field_validator("dataset", mode="before")
+    @classmethod
+    def _dataset(cls, value: Any) -> Any:
+        return check_section("datasets", section_mapping(value, "dataset"), where="dataset")

@@ -1,0 +1,331 @@
+"""Gradient transforms built from config sections: weight decay masked by regexes on the
+parameter path, clipping by global norm and by value.
+
+Each registered transform returns a :class:`Transform`: where it goes in the optimizer chain
+(``before_optimizer``) and how to make its ``optax.GradientTransformation`` given the current
+learning rate (only decoupled weight decay uses it). ``build_optimizer`` chains
+``[transforms before] -> optimizer -> [transforms after]``, in the order the config lists them.
+
+**Parameter paths.** A leaf's path is its pytree keys joined by ``/``: dict keys and
+attribute names as written, sequence indices as numbers (``params/Dense_0/kernel`` for a
+linen params dict, ``layers/0/kernel`` for an nnx ``State``). The trailing ``value``
+attribute of an nnx ``Variable`` is dropped, so nnx and linen paths read alike. Regexes are
+*searched* anywhere in the path (``re.search``): anchor them with ``^``/``$``.
+"""
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import jax
+import optax
+
+from gyre.config._registry import TRANSFORMS
+from gyre.config._schedules import call_section, class_name_of, flag, here, real, who
+from gyre.core._errors import describe, explain
+
+#: What a config may write for ``transforms``: a list of sections, or names -> sections.
+TransformsConfig = Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]]
+
+DEFAULT_DECAY_REGEX = "((.*weight$)|(.*kernel$))"
+
+
+@dataclasses.dataclass(frozen=True)
+class Transform:
+    """A gradient transform from a config section, and its place in the chain.
+
+    Args:
+        name: the class_name it was built from (for messages).
+        before_optimizer: applied to the gradients before the optimizer (True), or to the
+            optimizer's updates after it (False).
+        factory: ``learning_rate -> optax.GradientTransformation``; ``learning_rate`` is the
+            current rate (a scalar inside ``optax.inject_hyperparams``), or None.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> t = GradClipValue(max_delta=1.0)
+        >>> t.before_optimizer, t.make().update({"w": jnp.array([-3.0, 0.5])}, None)[0]["w"].tolist()
+        (True, [-1.0, 0.5])
+    """
+
+    name: str
+    before_optimizer: bool
+    factory: Callable[[Any], optax.GradientTransformation]
+
+    def make(self, learning_rate: Any = None) -> optax.GradientTransformation:
+        """The ``optax.GradientTransformation``, for the given current learning rate."""
+        return self.factory(learning_rate)
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightDecayTransform(Transform):
+    """A :class:`Transform` for weight decay, which also exposes its rate and its mask (the
+    optimizers with built-in decoupled decay, AdamW and Lamb, take these two).
+
+    Example:
+        >>> wd = WeightDecay(value=0.1)
+        >>> wd.value, wd.mask({"Dense_0": {"bias": 0.0, "kernel": 0.0}})
+        (0.1, {'Dense_0': {'bias': False, 'kernel': True}})
+    """
+
+    value: float
+    mask: Callable[[Any], Any]
+
+
+def parameter_path(path: Sequence[Any]) -> str:
+    """The ``/``-joined name of a pytree path (see the module docstring).
+
+    Example:
+        >>> leaves = jax.tree_util.tree_flatten_with_path({"Dense_0": {"kernel": 1}, "h": [2]})[0]
+        >>> [parameter_path(p) for p, _ in leaves]
+        ['Dense_0/kernel', 'h/0']
+    """
+    keys = list(path)
+    if keys and isinstance(keys[-1], jax.tree_util.GetAttrKey) and keys[-1].name == "value":
+        keys = keys[:-1]
+    parts = []
+    for key in keys:
+        if isinstance(key, jax.tree_util.DictKey):
+            parts.append(str(key.key))
+        elif isinstance(key, jax.tree_util.SequenceKey):
+            parts.append(str(key.idx))
+        elif isinstance(key, jax.tree_util.GetAttrKey):
+            parts.append(key.name)
+        elif isinstance(key, jax.tree_util.FlattenedIndexKey):
+            parts.append(str(key.key))
+        else:
+            parts.append(str(key))
+    return "/".join(parts)
+
+
+def _regex(key: str, pattern: object) -> re.Pattern[str] | None:
+    if not isinstance(pattern, str):
+        raise TypeError(
+            explain(
+                f"{here(key)} must be a regex string",
+                expected="a str",
+                received=describe(pattern),
+                fix=f'write {key}: "kernel$"',
+            )
+        )
+    try:
+        return re.compile(pattern) if pattern else None
+    except re.error as error:
+        raise ValueError(
+            explain(
+                f"{here(key)} is not a valid regular expression: {error}",
+                expected="a Python regex searched in each parameter path, e.g. '(kernel|weight)$'",
+                received=repr(pattern),
+                fix="fix the regex (quote it in YAML; escape literal brackets and dots)",
+            )
+        ) from None
+
+
+@TRANSFORMS.register
+def WeightDecay(  # noqa: N802 (config class names)
+    *,
+    value: float,
+    mode: Literal["whitelist", "blacklist"] = "whitelist",
+    parameter_regex_include: str = DEFAULT_DECAY_REGEX,
+    parameter_regex_exclude: str = "",
+    before_optimizer: bool = False,
+) -> WeightDecayTransform:
+    """Weight decay on the parameters chosen by regexes on their path.
+
+    Which leaves decay (an empty regex matches nothing):
+
+    * ``whitelist``: those whose path matches ``parameter_regex_include`` and not
+      ``parameter_regex_exclude`` (default include: paths ending in ``weight`` or
+      ``kernel``, jax_trainer's default);
+    * ``blacklist``: all leaves except those matching ``parameter_regex_exclude``
+      (``parameter_regex_include`` must keep its default: it is not used).
+
+    How: after the optimizer (``before_optimizer: false``, the default) it is *decoupled*
+    (AdamW): the update gains ``-learning_rate * value * param``, with the current learning
+    rate. Before the optimizer it is *coupled* (L2): ``value * param`` is added to the
+    gradient, and the optimizer transforms it with the rest.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> wd = WeightDecay(value=0.25, mode="blacklist", parameter_regex_exclude="bias$")
+        >>> params = {"Dense_0": {"bias": jnp.ones(1), "kernel": jnp.full(1, 2.0)}}
+        >>> tx = wd.make(learning_rate=0.5)
+        >>> updates, _ = tx.update({"Dense_0": {"bias": jnp.zeros(1), "kernel": jnp.zeros(1)}},
+        ...                        tx.init(params), params)
+        >>> updates["Dense_0"]["bias"].tolist(), updates["Dense_0"]["kernel"].tolist()
+        ([0.0], [-0.25])
+    """
+    rate, before = real("value", value, minimum=0.0), flag("before_optimizer", before_optimizer)
+    if mode not in ("whitelist", "blacklist"):
+        raise ValueError(
+            explain(
+                f"{here('mode')} must be 'whitelist' or 'blacklist'",
+                expected="whitelist (decay what include matches) or blacklist (decay all but what exclude matches)",
+                received=describe(mode),
+                fix="write mode: whitelist",
+            )
+        )
+    include = _regex("parameter_regex_include", parameter_regex_include)
+    exclude = _regex("parameter_regex_exclude", parameter_regex_exclude)
+    if mode == "blacklist" and parameter_regex_include != DEFAULT_DECAY_REGEX:
+        raise ValueError(
+            explain(
+                f"{who('WeightDecay')}: parameter_regex_include is not used in blacklist mode",
+                expected="blacklist: decay every parameter except those matching parameter_regex_exclude",
+                received=f"parameter_regex_include: {parameter_regex_include!r}",
+                fix="move the regex to parameter_regex_exclude, or use mode: whitelist",
+            )
+        )
+
+    def decays(path: str) -> bool:
+        if exclude is not None and exclude.search(path):
+            return False
+        return mode == "blacklist" or (include is not None and include.search(path) is not None)
+
+    def mask(params: Any) -> Any:
+        return jax.tree_util.tree_map_with_path(
+            lambda path, _: decays(parameter_path(path)), params
+        )
+
+    def factory(learning_rate: Any) -> optax.GradientTransformation:
+        if before:
+            return optax.add_decayed_weights(rate, mask)
+        if learning_rate is None or callable(learning_rate):
+            raise ValueError(
+                explain(
+                    "a WeightDecay after the optimizer is decoupled: it needs the current learning rate",
+                    expected="make(learning_rate=<the rate as a number or scalar array>)",
+                    received=describe(learning_rate),
+                    fix="build it through build_optimizer / assemble_optimizer, which pass the rate",
+                )
+            )
+        return optax.masked(_decoupled_decay(rate, learning_rate), mask)
+
+    return WeightDecayTransform("WeightDecay", before, factory, value=rate, mask=mask)
+
+
+def _decoupled_decay(rate: float, learning_rate: Any) -> optax.GradientTransformation:
+    def init(params: Any) -> optax.EmptyState:
+        del params
+        return optax.EmptyState()
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        if params is None:
+            raise ValueError(optax.NO_PARAMS_MSG)
+        scale = -learning_rate * rate
+        return jax.tree_util.tree_map(
+            lambda u, p: u + (scale * p).astype(u.dtype), updates, params
+        ), state
+
+    return optax.GradientTransformation(init, update)
+
+
+@TRANSFORMS.register
+def GradClipNorm(*, max_norm: float, before_optimizer: bool = True) -> Transform:  # noqa: N802
+    """Scales the whole update down when its global L2 norm exceeds ``max_norm``
+    (``optax.clip_by_global_norm``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> t = GradClipNorm(max_norm=1.0).make()
+        >>> t.update({"w": jnp.array([3.0, 4.0])}, t.init(None))[0]["w"].tolist()
+        [0.6000000238418579, 0.800000011920929]
+    """
+    bound, before = (
+        real("max_norm", max_norm, above=0.0),
+        flag("before_optimizer", before_optimizer),
+    )
+    return Transform("GradClipNorm", before, lambda _: optax.clip_by_global_norm(bound))
+
+
+@TRANSFORMS.register
+def GradClipValue(*, max_delta: float, before_optimizer: bool = True) -> Transform:  # noqa: N802
+    """Clips every element of the update to ``[-max_delta, max_delta]`` (``optax.clip``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> t = GradClipValue(max_delta=0.5).make()
+        >>> t.update({"w": jnp.array([-2.0, 0.25])}, t.init(None))[0]["w"].tolist()
+        [-0.5, 0.25]
+    """
+    bound, before = (
+        real("max_delta", max_delta, above=0.0),
+        flag("before_optimizer", before_optimizer),
+    )
+    return Transform("GradClipValue", before, lambda _: optax.clip(bound))
+
+
+def build_transform(section: object, *, where: str = "optimizer.transforms[0]") -> Transform:
+    """The :class:`Transform` a section describes (``class_name`` registered in
+    ``TRANSFORMS``); a ``Transform`` is returned as it is.
+
+    Example:
+        >>> build_transform({"class_name": "GradClipNorm", "max_norm": 1.0}).before_optimizer
+        True
+    """
+    if isinstance(section, Transform):
+        return section
+    name = class_name_of(section, where=where, registry=TRANSFORMS)
+    target = TRANSFORMS.get(name, where=f"{where}.class_name")
+    built = call_section(target, name, section, where=where)  # type: ignore[arg-type]
+    if not isinstance(built, Transform):
+        raise TypeError(
+            explain(
+                f"the transform {name!r} at {where} did not return a gyre.config.Transform",
+                expected="Transform(name, before_optimizer, factory) from the registered function",
+                received=describe(built),
+                fix=f"return Transform({name!r}, before_optimizer, lambda learning_rate: <optax transformation>)",
+            )
+        )
+    return built
+
+
+def build_transforms(value: object, *, where: str = "optimizer.transforms") -> list[Transform]:
+    """The transforms of a ``transforms`` value: a list of sections, or a mapping of names to
+    sections (jax_trainer's form; the names are labels), in the order written. ``None`` or
+    empty: no transform.
+
+    Example:
+        >>> ts = build_transforms({"clip": {"class_name": "GradClipValue", "max_delta": 1.0},
+        ...                        "decay": {"class_name": "WeightDecay", "value": 0.1}})
+        >>> [(t.name, t.before_optimizer) for t in ts]
+        [('GradClipValue', True), ('WeightDecay', False)]
+    """
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        if "class_name" in value:
+            raise TypeError(
+                explain(
+                    f"{where} must be a list of transform sections (or a mapping of names to sections)",
+                    expected="[{class_name: GradClipNorm, max_norm: 1.0}, ...]",
+                    received=f"one section: {describe(dict(value))}",
+                    fix="write the section as the only item of a list",
+                )
+            )
+        return [build_transform(s, where=f"{where}.{k}") for k, s in value.items()]
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [build_transform(s, where=f"{where}[{i}]") for i, s in enumerate(value)]
+    raise TypeError(
+        explain(
+            f"{where} must be a list of transform sections",
+            expected=f"a list of mappings with class_name one of: {', '.join(TRANSFORMS)}",
+            received=describe(value),
+            fix="write transforms: [{class_name: GradClipNorm, max_norm: 1.0}]",
+        )
+    )
+
+
+__all__ = [
+    "DEFAULT_DECAY_REGEX",
+    "GradClipNorm",
+    "GradClipValue",
+    "Transform",
+    "TransformsConfig",
+    "WeightDecay",
+    "WeightDecayTransform",
+    "build_transform",
+    "build_transforms",
+    "parameter_path",
+]

@@ -1,0 +1,295 @@
+"""Config files: YAML in (safely, with dotted overrides), the resolved config out.
+
+The YAML is read with a ``yaml.SafeLoader`` (nothing is constructed but plain data) whose
+scalars follow YAML 1.2 where YAML 1.1 surprises: ``1e-3`` and ``5E+2`` are floats (1.1 reads
+them as strings), only ``true``/``false`` are booleans (not ``yes``, ``no``, ``on``, ``off``),
+and dates stay strings. A key written twice in one mapping is an error (1.1 keeps the last).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from gyre.config._components import ConfigError, section_mapping
+from gyre.config._schema import Config
+from gyre.core._errors import describe, explain
+
+_FLOAT = "tag:yaml.org,2002:float"
+_BOOL = "tag:yaml.org,2002:bool"
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_FLOAT_RE = re.compile(
+    r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+    |[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+_BOOL_RE = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` with YAML 1.2's floats and booleans, dates as strings, and
+    duplicate keys refused.
+
+    Example:
+        >>> yaml.load("lr: 1e-3\\nsteps: 5E+2\\nflag: yes\\nday: 2024-01-01", Loader=ConfigLoader)
+        {'lr': 0.001, 'steps': 500.0, 'flag': 'yes', 'day': '2024-01-01'}
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """A mapping; a key written twice in it is an error naming both lines."""
+        seen: dict[str, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        f"while reading a mapping (the first {key_node.value!r} is on line {seen[key_node.value].line + 1})",
+                        node.start_mark,
+                        f"found the key {key_node.value!r} twice",
+                        key_node.start_mark,
+                    )
+                seen[key_node.value] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+class ConfigDumper(yaml.SafeDumper):
+    """``yaml.SafeDumper`` that quotes every string that YAML 1.1 *or* :class:`ConfigLoader`
+    would read as another type (``"1e-3"``, ``"yes"``), so both read back the same values.
+
+    Example:
+        >>> print(yaml.dump({"a": "1e-3", "b": 1e-3}, Dumper=ConfigDumper), end="")
+        a: '1e-3'
+        b: 0.001
+    """
+
+
+ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, regex) for tag, regex in resolvers if tag not in (_FLOAT, _BOOL, _TIMESTAMP)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+ConfigLoader.add_implicit_resolver(_BOOL, _BOOL_RE, list("tTfF"))
+ConfigLoader.add_implicit_resolver(_FLOAT, _FLOAT_RE, list("-+0123456789."))
+ConfigDumper.add_implicit_resolver(_FLOAT, _FLOAT_RE, list("-+0123456789."))
+
+
+def _read(source: str | os.PathLike[str]) -> Any:
+    path = os.fspath(source)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            explain(
+                f"no config file {path!r}" + (" (is it a folder?)" if os.path.isdir(path) else ""),
+                expected="the path of a YAML file",
+                received=describe(path),
+                fix="check the path; YAML text goes through yaml.safe_load first: load_config(yaml.safe_load(text))"
+                if "\n" in path
+                else "check the path (relative paths start at the working directory)",
+            )
+        )
+    with open(path, encoding="utf-8") as stream:
+        try:
+            data = yaml.load(stream, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader)
+        except yaml.YAMLError as err:
+            raise ConfigError(
+                explain(
+                    f"the config file {path!r} is not valid YAML",
+                    expected="YAML mappings of 'key: value' lines",
+                    received=str(err),
+                    fix="correct the YAML at the line shown",
+                )
+            ) from None
+    if data is None:
+        raise ConfigError(
+            explain(
+                f"the config file {path!r} is empty",
+                expected="the sections trainer, model, optimizer and dataset",
+                received="no YAML content",
+                fix="write the config (see the seed example in gyre's docs)",
+            )
+        )
+    return data
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """Sets one ``dotted.key=value`` override in ``data`` (in place). The value is read as
+    YAML (``3``, ``1e-3``, ``max``, ``[1, 2]``, ``{class_name: Cosine}``); missing sections on
+    the way are created. Whether the key exists is the schema's to say.
+
+    Raises:
+        ConfigError: no ``=``, an empty part of the key, a value that is not YAML, or a path
+            through a value that is not a mapping.
+
+    Example:
+        >>> data = {"trainer": {"train_epochs": 5}}
+        >>> apply_override(data, "trainer.train_epochs=3")
+        >>> apply_override(data, "optimizer.learning_rate=1e-3")
+        >>> data
+        {'trainer': {'train_epochs': 3}, 'optimizer': {'learning_rate': 0.001}}
+    """
+    if not isinstance(override, str):
+        raise ConfigError(
+            explain(
+                "an override must be a 'dotted.key=value' string",
+                expected="a str such as 'trainer.train_epochs=3'",
+                received=describe(override),
+                fix="pass overrides as a list of strings",
+            )
+        )
+    key, sep, text = override.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(parts):
+        raise ConfigError(
+            explain(
+                f"malformed override {override!r}",
+                expected="dotted.key=value, e.g. trainer.train_epochs=3 (no empty part between dots)",
+                received=describe(override),
+                fix="write the full dotted path of the key, '=', then the value",
+            )
+        )
+    try:
+        value = yaml.load(text, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader)
+    except yaml.YAMLError as err:
+        raise ConfigError(
+            explain(
+                f"the value of the override {override!r} is not valid YAML",
+                expected="a YAML value: 3, 1e-3, max, 'quoted text', [1, 2], {key: value}",
+                received=str(err).replace("\n", " "),
+                fix="quote the value, e.g. key='text: with colon'",
+            )
+        ) from None
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(
+                explain(
+                    f"the override {override!r} goes through {'.'.join(parts[: i + 1])}, which is not a section",
+                    expected=f"{'.'.join(parts[: i + 1])} to be a mapping of keys",
+                    received=describe(child),
+                    fix=f"override the whole value instead: {'.'.join(parts[: i + 1])}={{key: value, ...}}",
+                )
+            )
+        node = child
+    node[parts[-1]] = value
+
+
+def load_config(source: str | os.PathLike[str] | Mapping[str, Any], overrides: Sequence[str] = ()) -> Config:
+    """Reads and validates a config: a YAML file, or a mapping (a config already read, or
+    :func:`config_to_dict`'s output), then ``dotted.key=value`` overrides.
+
+    Args:
+        source: the path of a YAML file, or a mapping.
+        overrides: ``"trainer.train_epochs=3"``, ``"optimizer.learning_rate=1e-3"``...
+
+    Returns:
+        The validated :class:`~gyre.config.Config`, defaults filled in.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ConfigError: not YAML, empty, not a mapping, a malformed override, or anything the
+            schema refuses (an unknown key, a wrong type, a missing section...).
+
+    Example:
+        >>> from gyre.config import register_dataset, register_model, register_optimizer
+        >>> from gyre.config import register_trainer
+        >>> @register_trainer("DocYamlTrainer")
+        ... class DocYamlTrainer: ...
+        >>> @register_model("DocYamlMLP")
+        ... def doc_mlp(width: int = 32, *, rngs=None): ...
+        >>> @register_optimizer("DocYamlSGD")
+        ... def doc_sgd(learning_rate: float, momentum: float = 0.0): ...
+        >>> @register_dataset("DocYamlDigits")
+        ... def doc_digits(batch_size: int = 64): ...
+        >>> data = {"trainer": {"class_name": "DocYamlTrainer", "train_epochs": 5},
+        ...         "model": {"class_name": "DocYamlMLP"},
+        ...         "optimizer": {"class_name": "DocYamlSGD", "learning_rate": 0.1},
+        ...         "dataset": {"class_name": "DocYamlDigits"}}
+        >>> config = load_config(data, ["trainer.train_epochs=3", "optimizer.learning_rate=1e-3"])
+        >>> config.trainer.train_epochs, config.optimizer["learning_rate"]
+        (3, 0.001)
+        >>> load_config(data, ["trainer.train_epoch=3"])
+        Traceback (most recent call last):
+        gyre.config.ConfigError: unknown key trainer.train_epoch in trainer. Did you mean 'train_epochs'?
+        ...
+    """
+    if isinstance(overrides, (str, bytes)):
+        raise ConfigError(
+            explain(
+                "overrides must be a list of 'dotted.key=value' strings",
+                expected="e.g. ['trainer.train_epochs=3']",
+                received=describe(overrides),
+                fix=f"wrap it in a list: [{overrides!r}]",
+            )
+        )
+    if isinstance(source, Mapping):
+        data = source
+    elif isinstance(source, (str, os.PathLike)) and not isinstance(source, bytes):
+        data = _read(source)
+    else:
+        raise TypeError(
+            explain(
+                "load_config reads a YAML file or a mapping",
+                expected="a str or pathlib.Path of a YAML file, or a dict",
+                received=describe(source),
+                fix="load_config('configs/digits.yaml')",
+            )
+        )
+    data = _plain(section_mapping(data, ""))
+    for override in overrides:
+        apply_override(data, override)
+    return Config.model_validate(data)
+
+
+def config_to_dict(config: BaseModel) -> dict[str, Any]:
+    """The resolved config (a :class:`~gyre.config.Config`, or one of its sections) as plain
+    data, defaults included, JSON- and YAML-safe: :func:`load_config` rebuilds an equal
+    config from it.
+
+    Example:
+        >>> from gyre.config import TrainerConfig
+        >>> config_to_dict(TrainerConfig(train_epochs=2).logger)["log_steps_every"]
+        50
+    """
+    if not isinstance(config, BaseModel):
+        raise TypeError(
+            explain(
+                "config_to_dict takes a validated config",
+                expected="a gyre.config.Config (from load_config)",
+                received=describe(config),
+                fix="config_to_dict(load_config(path))",
+            )
+        )
+    return config.model_dump(mode="json")
+
+
+def dump_config(config: BaseModel) -> str:
+    """The resolved config as YAML text, in the order of the schema (for the run folder and
+    the checkpoints; :func:`load_config` reads it back).
+
+    Example:
+        >>> from gyre.config import LoggerConfig
+        >>> print(dump_config(LoggerConfig(log_dir="runs/a")), end="")
+        class_name: Logger
+        log_dir: runs/a
+        log_steps_every: 50
+        tool_config: null
+        log_file_verbosity: info
+    """
+    return yaml.dump(config_to_dict(config), Dumper=ConfigDumper, sort_keys=False, allow_unicode=True)

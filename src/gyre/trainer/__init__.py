@@ -1,0 +1,34 @@
+"""The trainer rung: jax_trainer's ``TrainerModule``, its metric modes and callbacks, on gyre's
+engine, checkpoints and writers (see :mod:`gyre.trainer._module`)."""
+
+from gyre.trainer._callback import Callback as Callback
+from gyre.trainer._callback import TrainerView as TrainerView
+from gyre.trainer._classifier import DigitsDataset as DigitsDataset
+from gyre.trainer._classifier import ImgClassifierConfig as ImgClassifierConfig
+from gyre.trainer._classifier import ImgClassifierTrainer as ImgClassifierTrainer
+from gyre.trainer._classifier import SimpleClassifier as SimpleClassifier
+from gyre.trainer._classifier import SimpleClassifierLinen as SimpleClassifierLinen
+from gyre.trainer._classifier import SimpleCNN as SimpleCNN
+from gyre.trainer._classifier import SimpleCNNLinen as SimpleCNNLinen
+from gyre.trainer._confusion import ConfusionMatrixCallback as ConfusionMatrixCallback
+from gyre.trainer._confusion import confusion_matrix as confusion_matrix
+from gyre.trainer._epoch_files import EpochMetricFiles as EpochMetricFiles
+from gyre.trainer._metrics import MetricAccumulator as MetricAccumulator
+from gyre.trainer._model_checkpoint import ModelCheckpoint as ModelCheckpoint
+from gyre.trainer._modes import LogFreq as LogFreq
+from gyre.trainer._modes import LogMetricMode as LogMetricMode
+from gyre.trainer._modes import LogMode as LogMode
+from gyre.trainer._modes import MetricSpec as MetricSpec
+from gyre.trainer._module import TrainerModule as TrainerModule
+from gyre.trainer._monitors import GradientSpikeMonitor as GradientSpikeMonitor
+from gyre.trainer._monitors import LearningRateMonitor as LearningRateMonitor
+from gyre.trainer._utility_callbacks import DisableGC as DisableGC
+from gyre.trainer._utility_callbacks import EarlyStopping as EarlyStopping
+from gyre.trainer._utility_callbacks import JAXProfiler as JAXProfiler
+
+__all__ = [
+    "Callback", "ConfusionMatrixCallback", "DigitsDataset", "DisableGC", "EarlyStopping", "EpochMetricFiles",
+    "GradientSpikeMonitor", "ImgClassifierConfig", "ImgClassifierTrainer", "JAXProfiler", "LearningRateMonitor",
+    "LogFreq", "LogMetricMode", "LogMode", "MetricAccumulator", "MetricSpec", "ModelCheckpoint", "SimpleCNN",
+    "SimpleCNNLinen", "SimpleClassifier", "SimpleClassifierLinen", "TrainerModule", "TrainerView", "confusion_matrix",
+]

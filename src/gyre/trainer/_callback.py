@@ -1,0 +1,342 @@
+"""The trainer's callback contract: :class:`Callback` (jax_trainer's hooks) and
+:class:`TrainerView`, what a callback may use of the trainer.
+
+The :class:`~gyre.TrainerModule` binds each callback once (:meth:`Callback.bind`), then calls
+its hooks in this order (epochs are numbered from 1, as jax_trainer numbers them)::
+
+    on_training_start()
+    for each epoch e = 1, 2, ...:
+        on_training_epoch_start(e)
+        on_training_step(step_metrics, e, global_step)      # each step; see below
+        on_training_epoch_end(train_metrics, e)
+        on_validation_epoch_start(e)                        # on validation epochs
+        on_validation_epoch_end(eval_metrics, e)
+    on_training_end()
+    on_test_epoch_start(e); on_test_epoch_end(test_metrics, e)
+    finalize("success" | "failed" | "stopped")
+
+The training and validation hooks are *filtered*: ``on_training_epoch_start(e)`` calls
+``on_filtered_training_epoch_start(e)`` only on the epochs the callback runs on (and likewise
+for the other three); a callback overrides the ``on_filtered_*`` methods. The test hooks are
+not filtered. ``on_training_step`` is called only for callbacks whose class overrides it
+(:func:`overrides_training_step`): a Python call per step costs time.
+
+Metrics dicts hold device values (scalars and arrays) under their logged names
+(``train/loss_epoch``, ``val/acc``, ``test/conf_matrix``). Reading one as a Python number waits
+for the device: fine at an epoch's end, never in ``on_training_step``.
+"""
+
+import math
+import numbers
+import pathlib
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import jax
+
+from gyre.core._errors import describe, explain
+from gyre.loggers._writer import Writer
+
+STATUSES = ("success", "failed", "stopped")
+_MEMBERS = ("log_dir", "state", "writer", "global_step", "stop_training", "learning_rate")
+
+
+class TrainerView(Protocol):
+    """What a :class:`Callback` may use of the trainer that binds it.
+
+    Attributes:
+        log_dir: the run folder.
+        state: the current train state (``.params``, ``.opt_state``, ``.step``).
+        writer: the run's :class:`gyre.Writer` (it writes on its own thread; it may write
+            nothing, e.g. ``gyre.MultiWriter([])``).
+        global_step: the number of training steps done (a host count).
+
+    Example:
+        >>> import pathlib, types, gyre
+        >>> view = types.SimpleNamespace(
+        ...     log_dir=pathlib.Path("."), state=None, writer=gyre.MultiWriter([]), global_step=0,
+        ...     stop_training=lambda reason: None, learning_rate=lambda: None)
+        >>> cb = Callback()
+        >>> cb.bind(view)
+        >>> cb.trainer is view
+        True
+    """
+
+    log_dir: pathlib.Path
+    state: Any
+    writer: Writer
+    global_step: int
+
+    def stop_training(self, reason: str) -> None:
+        """Asks the trainer to stop after the current epoch, for ``reason`` (shown to the user)."""
+        ...
+
+    def learning_rate(self) -> jax.Array | None:
+        """The current learning rate as a device scalar, or ``None`` when it is unknown."""
+        ...
+
+
+class Callback:
+    """The base of the trainer's callbacks: every hook does nothing until overridden.
+
+    Args:
+        every_n_epochs: the filtered hooks (``on_filtered_training_epoch_start/end``,
+            ``on_filtered_validation_epoch_start/end``) run at the epochs ``e`` with
+            ``e % every_n_epochs == 0``. An int >= 1; jax_trainer's ``-1`` ("every epoch")
+            is accepted and means 1, so its configs load unchanged.
+        every_n_minutes: when given (a number > 0), a filtered hook also runs at an epoch
+            when at least this many minutes passed since the same phase's (training or
+            validation) filtered hooks last ran (since the first epoch of that phase the
+            callback saw, when they never ran). The decision is taken at the phase's
+            ``*_start`` hook and kept for its ``*_end`` hook of the same epoch, so a filtered
+            start always has its filtered end; the minutes count from the filtered end.
+            ``None`` (the default) or jax_trainer's ``-1``: epochs only.
+
+    Attributes:
+        trainer: the :class:`TrainerView` given to :meth:`bind`, ``None`` before.
+
+    Example:
+        >>> class Printer(Callback):
+        ...     def on_filtered_training_epoch_end(self, train_metrics, epoch_idx):
+        ...         print("epoch", epoch_idx, train_metrics)
+        >>> printer = Printer(every_n_epochs=2)
+        >>> for epoch in (1, 2, 3, 4):
+        ...     printer.on_training_epoch_end({"train/loss_epoch": 0.5}, epoch)
+        epoch 2 {'train/loss_epoch': 0.5}
+        epoch 4 {'train/loss_epoch': 0.5}
+    """
+
+    trainer: TrainerView | None = None
+    _clock: Callable[[], float] = staticmethod(time.monotonic)
+
+    def __init__(self, *, every_n_epochs: int = 1, every_n_minutes: float | None = None) -> None:
+        self.every_n_epochs = _every_n_epochs(type(self).__name__, every_n_epochs)
+        self.every_n_minutes = _every_n_minutes(type(self).__name__, every_n_minutes)
+        self.trainer = None
+        self._last_fired: dict[str, float] = {}  # phase -> clock time its filtered end ran
+        self._decided: dict[str, tuple[int, bool]] = {}  # phase -> (epoch, fires)
+
+    # -- binding ------------------------------------------------------------------------------
+
+    def bind(self, trainer: TrainerView) -> None:
+        """Gives the callback the trainer it serves (the trainer calls it once, before
+        training or testing); an object that lacks a :class:`TrainerView` member is an error.
+
+        Example:
+            >>> Callback().bind(object())  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            TypeError: Callback.bind needs a trainer with log_dir, state, writer, ...
+        """
+        missing = [name for name in _MEMBERS if not hasattr(trainer, name)]
+        if missing:
+            raise TypeError(
+                explain(
+                    f"{type(self).__name__}.bind needs a trainer with {', '.join(_MEMBERS)}",
+                    expected="a gyre.TrainerModule (or an object with the TrainerView members)",
+                    received=f"{describe(trainer)}, which lacks {', '.join(missing)}",
+                    fix="let the TrainerModule bind its callbacks; in a test, give a fake "
+                    "trainer those members",
+                )
+            )
+        self.trainer = trainer
+
+    def _bound(self) -> TrainerView:
+        """The bound trainer, or a clear error when :meth:`bind` was never called."""
+        if self.trainer is None:
+            raise RuntimeError(
+                explain(
+                    f"{type(self).__name__} is not bound to a trainer",
+                    expected="callback.bind(trainer) before its hooks run",
+                    received="a hook call on a callback that was never bound",
+                    fix="give the callback to a TrainerModule (it binds it), or call bind() first",
+                )
+            )
+        return self.trainer
+
+    def _write(self, kind: str, values: Mapping[str, Any]) -> None:
+        """Writes ``values`` (``kind``: ``"scalars"`` or ``"images"``) at the trainer's
+        global step, through the trainer's writer; nothing when that writer does not write
+        this kind (a run without TensorBoard writes no images)."""
+        trainer = self._bound()
+        writer = trainer.writer
+        if kind in writer.kinds:
+            getattr(writer, f"write_{kind}")(int(trainer.global_step), values)
+
+    # -- filtering ----------------------------------------------------------------------------
+
+    def _fires(self, phase: str, epoch_idx: int, *, start: bool) -> bool:
+        by_epoch = epoch_idx % self.every_n_epochs == 0
+        if self.every_n_minutes is None:
+            return by_epoch
+        decided = self._decided.get(phase)
+        if not start and decided is not None and decided[0] == epoch_idx:
+            fires = decided[1]
+        else:
+            now = self._clock()
+            last = self._last_fired.setdefault(phase, now)
+            fires = by_epoch or now - last >= 60.0 * self.every_n_minutes
+            self._decided[phase] = (epoch_idx, fires)
+        if fires and not start:
+            self._last_fired[phase] = self._clock()
+        return fires
+
+    # -- hooks --------------------------------------------------------------------------------
+
+    def on_training_start(self) -> None:
+        """Called once, before the first training epoch."""
+
+    def on_training_end(self) -> None:
+        """Called once, after the last training epoch (not when training failed)."""
+
+    def on_training_epoch_start(self, epoch_idx: int) -> None:
+        """Called at each training epoch's start; runs
+        :meth:`on_filtered_training_epoch_start` on the callback's epochs."""
+        if self._fires("training", epoch_idx, start=True):
+            self.on_filtered_training_epoch_start(epoch_idx)
+
+    def on_filtered_training_epoch_start(self, epoch_idx: int) -> None:
+        """Called at the start of the training epochs the callback runs on."""
+
+    def on_training_epoch_end(self, train_metrics: dict[str, Any], epoch_idx: int) -> None:
+        """Called at each training epoch's end with its metrics; runs
+        :meth:`on_filtered_training_epoch_end` on the callback's epochs."""
+        if self._fires("training", epoch_idx, start=False):
+            self.on_filtered_training_epoch_end(train_metrics, epoch_idx)
+
+    def on_filtered_training_epoch_end(self, train_metrics: dict[str, Any], epoch_idx: int) -> None:
+        """Called at the end of the training epochs the callback runs on."""
+
+    def on_validation_epoch_start(self, epoch_idx: int) -> None:
+        """Called before each validation; runs :meth:`on_filtered_validation_epoch_start`
+        on the callback's epochs."""
+        if self._fires("validation", epoch_idx, start=True):
+            self.on_filtered_validation_epoch_start(epoch_idx)
+
+    def on_filtered_validation_epoch_start(self, epoch_idx: int) -> None:
+        """Called before the validations of the epochs the callback runs on."""
+
+    def on_validation_epoch_end(self, eval_metrics: dict[str, Any], epoch_idx: int) -> None:
+        """Called after each validation with its metrics; runs
+        :meth:`on_filtered_validation_epoch_end` on the callback's epochs."""
+        if self._fires("validation", epoch_idx, start=False):
+            self.on_filtered_validation_epoch_end(eval_metrics, epoch_idx)
+
+    def on_filtered_validation_epoch_end(self, eval_metrics: dict[str, Any], epoch_idx: int) -> None:
+        """Called after the validations of the epochs the callback runs on."""
+
+    def on_test_epoch_start(self, epoch_idx: int) -> None:
+        """Called before testing (not filtered)."""
+
+    def on_test_epoch_end(self, test_metrics: dict[str, Any], epoch_idx: int) -> None:
+        """Called after testing with its metrics (not filtered)."""
+
+    def on_training_step(self, step_metrics: dict[str, Any], epoch_idx: int, global_step: int) -> None:
+        """Called after each training step, only for classes that override it; the metrics
+        are device values: read none of them here."""
+
+    def finalize(self, status: str) -> None:
+        """Called once at the very end: ``"success"``, ``"failed"`` or ``"stopped"``.
+
+        Example:
+            >>> Callback().finalize("done")  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ValueError: Callback.finalize got an unknown status 'done'...
+        """
+        if status not in STATUSES:
+            raise ValueError(
+                explain(
+                    f"{type(self).__name__}.finalize got an unknown status {status!r}",
+                    expected=f"one of {', '.join(map(repr, STATUSES))}",
+                    received=describe(status),
+                    fix="pass 'success', 'failed' or 'stopped'",
+                )
+            )
+
+    # -- resume -------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the callback needs to resume exactly; saved in every checkpoint. Values are
+        numbers, strings, lists, or numpy/JAX arrays. The base has none: ``{}``.
+
+        Example:
+            >>> Callback().state_dict()
+            {}
+        """
+        return {}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        """Restores what :meth:`state_dict` returned. The base accepts only ``{}``: keys it
+        does not know mean the checkpoint was written by another callback.
+
+        Example:
+            >>> Callback().load_state_dict({})
+        """
+        _check_state(self, d, ())
+
+
+def overrides_training_step(cb: Callback) -> bool:
+    """Whether ``cb``'s class overrides :meth:`Callback.on_training_step` (the trainer calls
+    that hook only for those).
+
+    Example:
+        >>> class Stepper(Callback):
+        ...     def on_training_step(self, step_metrics, epoch_idx, global_step):
+        ...         pass
+        >>> overrides_training_step(Stepper()), overrides_training_step(Callback())
+        (True, False)
+    """
+    method = getattr(type(cb), "on_training_step", None)
+    return method is not None and method is not Callback.on_training_step
+
+
+def _check_state(cb: Callback, d: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    """``d`` as a dict holding exactly ``keys``, else a clear error."""
+    name = type(cb).__name__
+    if not isinstance(d, Mapping) or set(d) != set(keys):
+        received = describe(d) if not isinstance(d, Mapping) else f"keys {sorted(map(str, d))}"
+        raise ValueError(
+            explain(
+                f"{name}.load_state_dict got a state it did not write",
+                expected=f"a dict with keys {sorted(keys)} (what {name}.state_dict returns)",
+                received=received,
+                fix="resume with the callbacks (and their order) of the run that wrote the "
+                "checkpoint",
+            )
+        )
+    return dict(d)
+
+
+def _every_n_epochs(owner: str, value: Any) -> int:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if value == -1:
+            return 1  # jax_trainer's default: every epoch
+        if value >= 1:
+            return int(value)
+    raise ValueError(
+        explain(
+            f"{owner}: every_n_epochs must be a whole number >= 1",
+            expected="an int >= 1 (1 runs every epoch; -1, jax_trainer's default, means 1)",
+            received=describe(value),
+            fix="pass every_n_epochs=1, or 2 for every other epoch",
+        )
+    )
+
+
+def _every_n_minutes(owner: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if value == -1:
+            return None  # jax_trainer's default: off
+        if value > 0 and math.isfinite(value):
+            return float(value)
+    raise ValueError(
+        explain(
+            f"{owner}: every_n_minutes must be a number > 0, or None",
+            expected="None (epochs only), or minutes > 0, e.g. 30 (-1, jax_trainer's 'off', "
+            "means None)",
+            received=describe(value),
+            fix="pass every_n_minutes=30, or leave it out",
+        )
+    )

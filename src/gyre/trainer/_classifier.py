@@ -1,0 +1,299 @@
+"""Ready-made parts for image classification, registered under the names jax_trainer's
+configs use: the trainer ``ImgClassifierTrainer``, the models ``SimpleClassifier`` (an MLP)
+and ``SimpleCNN`` (nnx) with linen twins ``SimpleClassifierLinen`` and ``SimpleCNNLinen``, and
+the data set ``DigitsDataset`` (scikit-learn's digits, embedded: no download).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import linen, nnx
+
+from gyre.config._registry import register_dataset, register_model, register_trainer
+from gyre.config._schema import TrainerConfig
+from gyre.core._errors import describe, explain
+from gyre.trainer._module import TrainerModule
+
+ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "silu": jax.nn.silu, "tanh": jnp.tanh}
+
+
+def activation(name: str) -> Any:
+    """The activation function named ``name`` (relu, gelu, silu, tanh).
+
+    Example:
+        >>> float(activation("relu")(-1.0))
+        0.0
+    """
+    if name not in ACTIVATIONS:
+        raise ValueError(
+            explain(
+                f"unknown activation {name!r}",
+                expected=f"one of {sorted(ACTIVATIONS)}",
+                received=describe(name),
+                fix="act_fn: gelu",
+            )
+        )
+    return ACTIVATIONS[name]
+
+
+def classification_metrics(logits: jax.Array, labels: jax.Array, num_classes: int | None) -> tuple[jax.Array, dict[str, Any]]:
+    """Cross-entropy loss and the accuracy (plus a summed confusion matrix, rows true
+    labels, when ``num_classes`` is given).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> loss, m = classification_metrics(jnp.array([[2.0, 0.0]]), jnp.array([0]), 2)
+        >>> float(m["acc"]), m["conf_matrix"]["value"].tolist()
+        (1.0, [[1, 0], [0, 0]])
+    """
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+    metrics: dict[str, Any] = {"acc": (logits.argmax(-1) == labels).mean()}
+    if num_classes:
+        pairs = labels * num_classes + logits.argmax(-1)
+        matrix = jnp.bincount(pairs, length=num_classes * num_classes).reshape(num_classes, num_classes)
+        metrics["conf_matrix"] = {"value": matrix, "mode": "sum", "log_freq": "epoch", "log_mode": "eval"}
+    return loss, metrics
+
+
+@register_trainer
+class ImgClassifierTrainer(TrainerModule):
+    """Classification of ``(images, labels)`` batches: cross-entropy, accuracy ``acc``, and a
+    confusion matrix ``conf_matrix`` in validation and testing when the config's
+    ``num_classes`` is set (for ``ConfusionMatrixCallback``). Works with nnx and linen models.
+
+    Example:
+        >>> import gyre, optax, tempfile
+        >>> from flax import nnx
+        >>> (x, y), (xt, yt) = gyre.data.digits()
+        >>> t = ImgClassifierTrainer(model=SimpleClassifier(c_hid=32, num_classes=10, rngs=nnx.Rngs(0)),
+        ...     optimizer=optax.adam(1e-2), train_epochs=3, enable_progress_bar=False, log_dir=tempfile.mkdtemp())
+        >>> out = t.train_model(gyre.data.batches((x, y), 64), [(xt, yt)])
+        >>> out["val"]["val/acc"] > 0.85
+        True
+    """
+
+    def loss_function(self, model: Any, batch: Any, train: bool = True) -> Any:
+        x, y = batch[0], batch[1]
+        return classification_metrics(model(x), y, self._num_classes(train))
+
+    def loss_function_linen(self, params: Any, state: Any, batch: Any, rng: jax.Array, train: bool = True) -> Any:
+        x, y = batch[0], batch[1]
+        logits, mutable = self.model_linen_apply(params, state, x, rng, train=train)
+        loss, metrics = classification_metrics(logits, y, self._num_classes(train))
+        return loss, (mutable, metrics)
+
+    def _num_classes(self, train: bool) -> int | None:
+        return None if train else getattr(self.config, "num_classes", None)
+
+
+class ImgClassifierConfig(TrainerConfig):
+    """The trainer keys of :class:`ImgClassifierTrainer`: those of every trainer, and
+    ``num_classes`` (the confusion matrix's size; ``None``: no matrix).
+
+    Example:
+        >>> ImgClassifierConfig(num_classes=10).num_classes
+        10
+    """
+
+    num_classes: int | None = None
+
+
+ImgClassifierTrainer.config_class = ImgClassifierConfig
+
+
+def _flat(x: jax.Array) -> jax.Array:
+    return x.reshape(x.shape[0], -1)
+
+
+@register_model
+class SimpleClassifier(nnx.Module):
+    """An MLP classifier (nnx): ``num_layers`` hidden layers of ``c_hid`` units, optional
+    batch norm and dropout. Inputs of any shape are flattened.
+
+    Example:
+        >>> from flax import nnx
+        >>> import jax.numpy as jnp
+        >>> SimpleClassifier(c_hid=8, num_classes=3, rngs=nnx.Rngs(0))(jnp.ones((2, 64))).shape
+        (2, 3)
+    """
+
+    def __init__(
+        self, c_hid: int = 64, num_classes: int = 10, act_fn: str = "relu", batch_norm: bool = False,
+        dropout: float = 0.0, num_layers: int = 1, input_dim: int = 64, *, rngs: nnx.Rngs,
+    ) -> None:
+        self.act = activation(act_fn)
+        sizes = [input_dim] + [c_hid] * num_layers
+        self.hidden = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:], strict=True)])
+        self.norms = nnx.List([nnx.BatchNorm(c_hid, rngs=rngs) for _ in range(num_layers)]) if batch_norm else None
+        self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout else None
+        self.out = nnx.Linear(sizes[-1], num_classes, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = _flat(x)
+        for i, layer in enumerate(self.hidden):
+            x = layer(x)
+            if self.norms is not None:
+                x = self.norms[i](x)
+            x = self.act(x)
+            if self.dropout is not None:
+                x = self.dropout(x)
+        return self.out(x)
+
+
+@register_model
+class SimpleCNN(nnx.Module):
+    """A small CNN classifier (nnx) for ``(N, H, W, C)`` images (flat 64-pixel digits are
+    read as 8×8): two 3×3 convolutions of ``c_hid`` channels, the second strided, then a
+    dense layer.
+
+    Example:
+        >>> from flax import nnx
+        >>> import jax.numpy as jnp
+        >>> SimpleCNN(c_hid=4, num_classes=10, rngs=nnx.Rngs(0))(jnp.ones((2, 64))).shape
+        (2, 10)
+    """
+
+    def __init__(
+        self, c_hid: int = 16, num_classes: int = 10, act_fn: str = "relu", image_size: int = 8,
+        channels: int = 1, dropout: float = 0.0, *, rngs: nnx.Rngs,
+    ) -> None:
+        self.act = activation(act_fn)
+        self.image_size, self.channels = image_size, channels
+        self.conv1 = nnx.Conv(channels, c_hid, (3, 3), rngs=rngs)
+        self.conv2 = nnx.Conv(c_hid, c_hid, (3, 3), strides=(2, 2), rngs=rngs)
+        self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout else None
+        side = -(-image_size // 2)
+        self.out = nnx.Linear(side * side * c_hid, num_classes, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        if x.ndim == 2:
+            x = x.reshape(x.shape[0], self.image_size, self.image_size, self.channels)
+        x = self.act(self.conv2(self.act(self.conv1(x))))
+        x = _flat(x)
+        if self.dropout is not None:
+            x = self.dropout(x)
+        return self.out(x)
+
+
+@register_model
+class SimpleClassifierLinen(linen.Module):
+    """:class:`SimpleClassifier` in linen (batch norm statistics in ``batch_stats``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> m = SimpleClassifierLinen(c_hid=8, num_classes=3)
+        >>> v = m.init(jax.random.key(0), jnp.ones((2, 64)), train=False)
+        >>> m.apply(v, jnp.ones((2, 64)), train=False).shape
+        (2, 3)
+    """
+
+    c_hid: int = 64
+    num_classes: int = 10
+    act_fn: str = "relu"
+    batch_norm: bool = False
+    dropout: float = 0.0
+    num_layers: int = 1
+
+    @linen.compact
+    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+        x = _flat(x)
+        for _ in range(self.num_layers):
+            x = linen.Dense(self.c_hid)(x)
+            if self.batch_norm:
+                x = linen.BatchNorm(use_running_average=not train)(x)
+            x = activation(self.act_fn)(x)
+            if self.dropout:
+                x = linen.Dropout(self.dropout, deterministic=not train)(x)
+        return linen.Dense(self.num_classes)(x)
+
+
+@register_model
+class SimpleCNNLinen(linen.Module):
+    """:class:`SimpleCNN` in linen.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> m = SimpleCNNLinen(c_hid=4)
+        >>> m.apply(m.init(jax.random.key(0), jnp.ones((2, 64))), jnp.ones((2, 64))).shape
+        (2, 10)
+    """
+
+    c_hid: int = 16
+    num_classes: int = 10
+    act_fn: str = "relu"
+    image_size: int = 8
+    channels: int = 1
+    dropout: float = 0.0
+
+    @linen.compact
+    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+        if x.ndim == 2:
+            x = x.reshape(x.shape[0], self.image_size, self.image_size, self.channels)
+        act = activation(self.act_fn)
+        x = act(linen.Conv(self.c_hid, (3, 3))(x))
+        x = act(linen.Conv(self.c_hid, (3, 3), strides=(2, 2))(x))
+        x = _flat(x)
+        if self.dropout:
+            x = linen.Dropout(self.dropout, deterministic=not train)(x)
+        return linen.Dense(self.num_classes)(x)
+
+
+@register_dataset
+class DigitsDataset:
+    """scikit-learn's digits (1,797 8×8 images, embedded) as the trainer's three loaders: a
+    seeded, stratified validation split of the training part, the test part (20 %).
+
+    Args:
+        global_batch_size: examples per training batch.
+        val_size: examples held out of the training part for validation.
+        split_seed: the seed of the validation split (and of the training shuffles).
+        eval_batch_size: examples per validation / test batch (default: all in one).
+        normalize: pixels in [0, 1] (``False``: the raw 0..16 counts).
+        image_shape: ``True``: images shaped ``(N, 8, 8, 1)``; ``False``: flat 64 pixels.
+
+    Attributes:
+        train_loader: resumable batches, reshuffled every epoch (``gyre.data.batches``).
+        val_loader: a list of ``(x, y)`` batches.
+        test_loader: a list of ``(x, y)`` batches.
+
+    Example:
+        >>> d = DigitsDataset(global_batch_size=64, val_size=200)
+        >>> d.train_loader.epoch_steps, len(d.val_loader[0][1]), len(d.test_loader[0][1])
+        (19, 200, 360)
+    """
+
+    def __init__(
+        self, global_batch_size: int = 128, val_size: int = 200, split_seed: int = 42,
+        eval_batch_size: int | None = None, normalize: bool = True, image_shape: bool = False,
+    ) -> None:
+        from gyre.data import batches, digits, stratified_split
+
+        (x, y), (xt, yt) = digits()
+        if not normalize:
+            x, xt = x * 16.0, xt * 16.0
+        if image_shape:
+            x, xt = x.reshape(-1, 8, 8, 1), xt.reshape(-1, 8, 8, 1)
+        if isinstance(val_size, bool) or not isinstance(val_size, int) or not 0 < val_size < len(y):
+            raise ValueError(
+                explain(
+                    "DigitsDataset's val_size must leave training examples",
+                    expected=f"a whole number in 1..{len(y) - 1}",
+                    received=describe(val_size),
+                    fix="val_size: 200",
+                )
+            )
+        train_idx, val_idx = stratified_split(y, test_size=val_size / len(y), seed=split_seed)
+        self.global_batch_size = global_batch_size
+        self.train_loader = batches((x[train_idx], y[train_idx]), global_batch_size, seed=split_seed)
+        self.val_loader = _fixed_batches(x[val_idx], y[val_idx], eval_batch_size)
+        self.test_loader = _fixed_batches(xt, yt, eval_batch_size)
+
+
+def _fixed_batches(x: np.ndarray, y: np.ndarray, size: int | None) -> list[tuple[np.ndarray, np.ndarray]]:
+    size = size or len(y)
+    return [(x[i : i + size], y[i : i + size]) for i in range(0, len(y), size)]

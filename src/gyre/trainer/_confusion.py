@@ -1,0 +1,281 @@
+"""Confusion matrices: :func:`confusion_matrix` (counted on the device, in the loss function)
+and :class:`ConfusionMatrixCallback` (a PNG per validation and test epoch, and an image for the
+writer).
+
+A confusion matrix here is an ``(n, n)`` array whose row ``i``, column ``j`` counts the
+examples of TRUE label ``i`` that were PREDICTED as ``j`` (rows true labels, columns
+predictions, as scikit-learn lays them out). A loss function returns one per batch with mode
+SUM, under a key ending in ``conf_matrix``, and the trainer sums it over the epoch::
+
+    metrics["conf_matrix"] = {"value": confusion_matrix(labels, logits.argmax(-1), 10),
+                              "mode": "sum", "log_mode": "eval"}
+"""
+
+import numbers
+import pathlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gyre.config._registry import register_callback
+from gyre.core._errors import ExplainedKeyError, describe, explain, suggest
+from gyre.core._host import fetch
+from gyre.trainer._callback import Callback
+
+SUFFIX = "conf_matrix"
+FOLDER = "confusion_matrix"
+ANNOTATE_UP_TO = 30  # classes; a larger matrix is drawn without the numbers in its cells
+
+
+def confusion_matrix(labels: Any, predictions: Any, num_classes: int) -> jax.Array:
+    """Counts (true label, prediction) pairs: an ``(num_classes, num_classes)`` int32 array,
+    rows TRUE labels, columns PREDICTIONS. Jittable; labels or predictions outside
+    ``[0, num_classes)`` (a padding label such as ``-1``) are not counted.
+
+    Args:
+        labels: integer labels, any shape.
+        predictions: integer predicted classes, the same shape (``logits.argmax(-1)``).
+        num_classes: the number of classes (a Python int).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> confusion_matrix(jnp.array([0, 1, 1, 2, -1]), jnp.array([0, 1, 2, 2, 0]), 3).tolist()
+        [[1, 0, 0], [0, 1, 1], [0, 0, 1]]
+    """
+    if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 1:
+        raise ValueError(
+            explain(
+                "confusion_matrix: num_classes must be a whole number >= 1",
+                expected="a Python int, e.g. 10",
+                received=describe(num_classes),
+                fix="pass the number of classes, e.g. confusion_matrix(labels, preds, 10)",
+            )
+        )
+    labels, predictions = jnp.asarray(labels), jnp.asarray(predictions)
+    for name, value in (("labels", labels), ("predictions", predictions)):
+        if not jnp.issubdtype(value.dtype, jnp.integer):
+            raise TypeError(
+                explain(
+                    f"confusion_matrix: {name} must hold integer classes",
+                    expected="integer arrays of class indices",
+                    received=f"dtype {value.dtype}, shape {value.shape}",
+                    fix="pass predicted classes, e.g. logits.argmax(-1), not the logits",
+                )
+            )
+    if labels.shape != predictions.shape:
+        raise ValueError(
+            explain(
+                "confusion_matrix: labels and predictions differ in shape",
+                expected="one prediction per label (the same shape)",
+                received=f"labels {labels.shape}, predictions {predictions.shape}",
+                fix="take the argmax over the class axis only: logits.argmax(-1)",
+            )
+        )
+    n = int(num_classes)
+    labels, predictions = labels.reshape(-1), predictions.reshape(-1)
+    valid = (labels >= 0) & (labels < n) & (predictions >= 0) & (predictions < n)
+    cells = jnp.where(valid, labels * n + predictions, 0).astype(jnp.int32)
+    counts = jnp.bincount(cells, weights=valid.astype(jnp.int32), length=n * n)
+    return counts.astype(jnp.int32).reshape(n, n)
+
+
+@register_callback
+class ConfusionMatrixCallback(Callback):
+    """Draws the confusion matrix of each (filtered) validation epoch and of each test: a PNG
+    at ``log_dir/confusion_matrix/<phase>_epoch_NNNN.png`` (``phase`` is ``val`` or ``test``,
+    ``NNNN`` the epoch) and the same picture through the writer's ``write_images`` as
+    ``<phase>/confusion_matrix`` (RGB), at the trainer's global step.
+
+    It draws the metric whose key ends with ``conf_matrix`` (``val/conf_matrix``): an
+    ``(n, n)`` array summed over the epoch, rows true labels, columns predictions (see
+    :func:`confusion_matrix`). When several keys end so, each is drawn, the PNG's name
+    holding the key (``val_top_conf_matrix_epoch_0003.png``). A phase without one is an
+    error naming the keys received. Needs matplotlib (``pip install 'gyre[plot]'``), used
+    through its Agg canvas (no window, no pyplot state).
+
+    Args:
+        normalize: divide each row by its total (a row of zeros stays zeros), so a cell is
+            the fraction of that true class given that prediction.
+        cmap: a matplotlib colormap name.
+        figsize: the figure's (width, height) in inches; the PNG is ``figsize * dpi`` pixels.
+        format: how a cell's number is written (a format spec); ``None``: ``".2f"`` when
+            normalized, ``"d"`` for counts (counts are rounded to ints first for a ``"d"``
+            spec). Numbers are written in the cells up to 30 classes.
+        dpi: pixels per inch.
+        every_n_epochs: draw the validation epochs ``e`` with ``e % every_n_epochs == 0``
+            (tests are always drawn).
+
+    Example:
+        >>> import pathlib, tempfile, types, gyre, jax.numpy as jnp
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> trainer = types.SimpleNamespace(
+        ...     log_dir=folder, state=None, writer=gyre.MultiWriter([]), global_step=0,
+        ...     stop_training=print, learning_rate=lambda: None)
+        >>> callback = ConfusionMatrixCallback(figsize=(2, 2), dpi=50)
+        >>> callback.bind(trainer)
+        >>> matrix = confusion_matrix(jnp.array([0, 1, 1]), jnp.array([0, 1, 0]), 2)
+        >>> callback.on_validation_epoch_end({"val/conf_matrix": matrix}, 3)
+        >>> sorted(p.name for p in (folder / "confusion_matrix").iterdir())
+        ['val_epoch_0003.png']
+        >>> import shutil; shutil.rmtree(folder)
+    """
+
+    def __init__(
+        self,
+        *,
+        normalize: bool = True,
+        cmap: str = "Blues",
+        figsize: tuple[float, float] = (8, 8),
+        format: str | None = None,
+        dpi: int = 100,
+        every_n_epochs: int = 1,
+    ) -> None:
+        super().__init__(every_n_epochs=every_n_epochs)
+        if not isinstance(normalize, bool):
+            raise TypeError(_bad("normalize", normalize, "True or False", "pass normalize=True"))
+        if not isinstance(cmap, str) or not cmap:
+            raise TypeError(_bad("cmap", cmap, "a matplotlib colormap name, e.g. 'Blues'", "pass cmap='Blues'"))
+        size = tuple(figsize) if isinstance(figsize, (tuple, list)) else None
+        if size is None or len(size) != 2 or not all(
+            isinstance(v, numbers.Real) and not isinstance(v, bool) and 0 < v < 1000 for v in size
+        ):
+            raise ValueError(_bad("figsize", figsize, "(width, height) in inches, two numbers > 0",
+                                  "pass figsize=(8, 8)"))
+        if isinstance(dpi, bool) or not isinstance(dpi, numbers.Integral) or not 1 <= dpi <= 2000:
+            raise ValueError(_bad("dpi", dpi, "a whole number from 1 to 2000", "pass dpi=100"))
+        fmt = format if format is not None else (".2f" if normalize else "d")
+        try:
+            _cell(1.0, fmt)
+        except (TypeError, ValueError) as err:
+            raise ValueError(_bad("format", format, "a format spec for one number, e.g. '.2f' or 'd'",
+                                  "pass format='.2f', or leave it out")) from err
+        self.normalize = normalize
+        self.cmap = cmap
+        self.figsize = (float(size[0]), float(size[1]))
+        self.format = fmt
+        self.dpi = int(dpi)
+
+    def on_filtered_validation_epoch_end(self, eval_metrics: dict[str, Any], epoch_idx: int) -> None:
+        """Draws the validation matrix (see the class)."""
+        self._draw(eval_metrics, epoch_idx, "val")
+
+    def on_test_epoch_end(self, test_metrics: dict[str, Any], epoch_idx: int) -> None:
+        """Draws the test matrix (see the class)."""
+        self._draw(test_metrics, epoch_idx, "test")
+
+    def _draw(self, metrics: dict[str, Any], epoch_idx: int, phase: str) -> None:
+        trainer = self._bound()
+        keys = [k for k in metrics if isinstance(k, str) and k.endswith(SUFFIX)]
+        if not keys:
+            raise ExplainedKeyError(
+                explain(
+                    f"ConfusionMatrixCallback found no confusion matrix in the {phase} metrics "
+                    f"of epoch {epoch_idx}",
+                    expected=f"a metric whose key ends with {SUFFIX!r}, e.g. '{phase}/{SUFFIX}'",
+                    received=f"keys {sorted(map(str, metrics))}",
+                    fix="return {'conf_matrix': {'value': gyre.trainer.confusion_matrix(labels, "
+                    "preds, n), 'mode': 'sum', 'log_mode': 'eval'}} from the loss function",
+                )
+            )
+        for key in keys:
+            shape = np.shape(metrics[key])  # metadata: no read
+            if len(shape) != 2 or shape[0] != shape[1] or shape[0] < 1:
+                raise ValueError(
+                    explain(
+                        f"ConfusionMatrixCallback: {key!r} is not a square matrix",
+                        expected="an (n, n) array: rows true labels, columns predictions",
+                        received=f"{describe(metrics[key])} of shape {shape}",
+                        fix="log gyre.trainer.confusion_matrix(labels, preds, n) with mode 'sum'",
+                    )
+                )
+        images = {}
+        folder = pathlib.Path(trainer.log_dir) / FOLDER
+        folder.mkdir(parents=True, exist_ok=True)
+        for key, matrix in zip(keys, fetch([metrics[k] for k in keys]), strict=True):  # one read
+            rgba = self._render(np.asarray(matrix, np.float64), key, epoch_idx)
+            stem = key.rsplit("/", 1)[-1]
+            name = phase if len(keys) == 1 else f"{phase}_{stem}"
+            _save_png(folder / f"{name}_epoch_{epoch_idx:04d}.png", rgba)
+            images[f"{phase}/confusion_matrix" if len(keys) == 1 else f"{phase}/{stem}"] = rgba[..., :3]
+        self._write("images", images)
+
+    def _render(self, matrix: np.ndarray, key: str, epoch_idx: int) -> np.ndarray:
+        """The picture as an (height, width, 4) uint8 RGBA array."""
+        figure, agg = _matplotlib()
+        import matplotlib
+
+        try:
+            cmap = matplotlib.colormaps[self.cmap]
+        except KeyError:
+            names = sorted(matplotlib.colormaps)
+            raise ValueError(
+                explain(
+                    f"ConfusionMatrixCallback: unknown colormap {self.cmap!r}." + suggest(self.cmap, names),
+                    expected="a matplotlib colormap name, e.g. 'Blues', 'viridis', 'Greys'",
+                    received=describe(self.cmap),
+                    fix="pass cmap='Blues'",
+                )
+            ) from None
+        if self.normalize:
+            matrix = _normalize(matrix)
+        n = matrix.shape[0]
+        fig = figure(figsize=self.figsize, dpi=self.dpi)
+        canvas = agg(fig)
+        ax = fig.subplots()
+        top = 1.0 if self.normalize else max(float(matrix.max()), 1.0)
+        ax.imshow(matrix, cmap=cmap, vmin=0.0, vmax=top, interpolation="nearest")
+        if n <= ANNOTATE_UP_TO:
+            for i in range(n):
+                for j in range(n):
+                    ax.text(j, i, _cell(matrix[i, j], self.format), ha="center", va="center",
+                            fontsize="small", color="white" if matrix[i, j] > top / 2 else "black")
+        ticks = list(range(n)) if n <= ANNOTATE_UP_TO else list(range(0, n, max(n // 10, 1)))
+        ax.set_xticks(ticks)
+        ax.set_yticks(ticks)
+        ax.set_xlabel("Predicted label")
+        ax.set_ylabel("True label")
+        ax.set_title(f"{key}, epoch {epoch_idx}")
+        fig.tight_layout()
+        canvas.draw()
+        return np.array(canvas.buffer_rgba(), dtype=np.uint8)
+
+
+def _normalize(matrix: np.ndarray) -> np.ndarray:
+    """Each row divided by its total; a row of zeros stays zeros."""
+    totals = matrix.sum(axis=1, keepdims=True)
+    return np.divide(matrix, totals, out=np.zeros_like(matrix, dtype=np.float64), where=totals > 0)
+
+
+def _cell(value: float, fmt: str) -> str:
+    if fmt.endswith(("d", "x", "X", "o", "b", "c")):
+        return format(int(round(float(value))), fmt)
+    return format(float(value), fmt)
+
+
+def _matplotlib() -> tuple[Any, Any]:
+    """matplotlib's ``Figure`` and Agg canvas, or an ImportError naming the extra."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as err:
+        raise ImportError(
+            explain(
+                "ConfusionMatrixCallback needs matplotlib, which is not installed",
+                expected="matplotlib importable (the extra gyre[plot])",
+                received=f"{type(err).__name__}: {err}",
+                fix="pip install 'gyre[plot]'",
+            )
+        ) from err
+    return Figure, FigureCanvasAgg
+
+
+def _save_png(path: pathlib.Path, rgba: np.ndarray) -> None:
+    import matplotlib.image
+
+    matplotlib.image.imsave(path, rgba, format="png")
+
+
+def _bad(name: str, value: Any, expected: str, fix: str) -> str:
+    return explain(f"ConfusionMatrixCallback: bad {name}", expected=expected, received=describe(value), fix=fix)

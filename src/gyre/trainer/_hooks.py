@@ -1,0 +1,112 @@
+"""The one loop callback a training run hands the engine: it turns the engine's named hooks
+into the trainer's (epoch starts and ends, validation, step logs, ``on_training_step``), and
+carries the trainer's resumable bookkeeping (its callbacks' ``state_dict``) into every
+checkpoint through the engine's ``state_dict`` protocol.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gyre.core._logs import Logs
+from gyre.trainer._callback import overrides_training_step
+from gyre.trainer._metrics import metric_names, scalars_for_writers
+from gyre.trainer._steps import EPOCH, WINDOW
+
+
+class TrainingHooks:
+    """Named-loop callback of :meth:`TrainerModule.train_model` (see the module docstring).
+
+    Args:
+        trainer: the trainer being trained.
+        val_loader: the validation loader (or ``None``).
+        first_epoch: the number of the first epoch this run starts (1, or later on resume).
+    """
+
+    def __init__(self, trainer: Any, val_loader: Any) -> None:
+        self.trainer = trainer
+        self.val_loader = val_loader
+        self.step_callbacks = [cb for cb in trainer.callbacks if overrides_training_step(cb)]
+        self._epoch_start = time.perf_counter()
+        self.val_history: dict[int, dict[str, Any]] = {}
+
+    # -- engine hooks -------------------------------------------------------------------------
+
+    def on_train_begin(self, state: Any, elapsed: Any) -> None:
+        t = self.trainer
+        t.state, t._elapsed, t._global_step = state, elapsed, elapsed.steps
+        for cb in t.callbacks:
+            cb.on_training_start()
+
+    def on_epoch_begin(self, state: Any, elapsed: Any) -> None:
+        t = self.trainer
+        t.state, t._elapsed, t._global_step = state, elapsed, elapsed.steps
+        self._epoch_start = time.perf_counter()
+        for cb in t.callbacks:
+            cb.on_training_epoch_start(elapsed.epochs + 1)
+
+    def on_train_batch_end(self, state: Any, elapsed: Any, logs: Any) -> None:
+        t = self.trainer
+        t.state, t._elapsed, t._global_step = state, elapsed, elapsed.steps + 1
+        if self.step_callbacks:
+            values = dict(logs.get("losses", {}) if logs else {})
+            values.update(logs.get("metrics", {}) if logs else {})
+            for cb in self.step_callbacks:
+                cb.on_training_step(values, elapsed.epochs + 1, t._global_step)
+
+    def log_window(self, state: Any) -> tuple[Logs, Any]:
+        """Every ``log_steps_every`` steps: the window's metrics as ``train/<k>_step``."""
+        t = self.trainer
+        values = state.extras[WINDOW].compute()
+        named = {name: values[key] for key, name in metric_names(t._specs, "train", "step").items() if key in values}
+        logs = Logs().add_metrics(scalars_for_writers(named, t._specs))
+        return logs, state.replace(extras={**state.extras, WINDOW: state.extras[WINDOW].reset()})
+
+    def on_epoch_end(self, state: Any, elapsed: Any, loop: Any) -> tuple[Logs, Any]:
+        t = self.trainer
+        t.state, t._elapsed, t._global_step = state, elapsed, elapsed.steps + 1
+        epoch = elapsed.epochs + 1  # the clock counts the epoch once its end hooks ran
+        seconds = time.perf_counter() - self._epoch_start
+        values = state.extras[EPOCH].compute()
+        train = {name: values[key] for key, name in metric_names(t._specs, "train", "epoch").items() if key in values}
+        train["train/time"] = seconds
+        for cb in t.callbacks:
+            cb.on_training_epoch_end(train, epoch)
+        logged = dict(train)
+        every = t.config.check_val_every_n_epoch
+        if self.val_loader is not None and every and epoch % every == 0:
+            for cb in t.callbacks:
+                cb.on_validation_epoch_start(epoch)
+            val = t.eval_model(self.val_loader, mode="val", epoch_idx=epoch, _state=state)
+            self.val_history[epoch] = val
+            for cb in t.callbacks:
+                cb.on_validation_epoch_end(val, epoch)
+            logged.update(val)
+        t._write_epoch_files(elapsed.steps, epoch, train, {k: v for k, v in logged.items() if k not in train})
+        logs = Logs().add_metrics(scalars_for_writers(logged, {**t._specs, **t._builder.eval_specs_cached}))
+        if t._stop_reason:
+            loop.request_stop(t._stop_reason)
+        self._epoch_start = time.perf_counter()
+        return logs, state.replace(extras={**state.extras, EPOCH: state.extras[EPOCH].reset()})
+
+    def on_train_end(self, state: Any) -> None:
+        self.trainer.state = state
+        for cb in self.trainer.callbacks:
+            cb.on_training_end()
+
+    # -- resume -------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The trainer's callbacks' states, by their position and class."""
+        return {
+            "callbacks": [
+                {"class": type(cb).__name__, "state": cb.state_dict()} for cb in self.trainer.callbacks
+            ]
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved = state.get("callbacks", [])
+        for cb, item in zip(self.trainer.callbacks, saved, strict=False):
+            if item.get("class") == type(cb).__name__:
+                cb.load_state_dict(item.get("state", {}))

@@ -1,0 +1,150 @@
+"""The trainer's two model modes, behind one small interface: where the parameters and the
+mutable model state live in the train state, and how a loss function sees the model.
+
+* ``nnx``: the module is split once into a graph definition per mode (``model.train()`` and
+  ``model.eval()`` differ only in static attributes, so each mode has its own) and two states:
+  the parameters (``nnx.Param``, what is differentiated) and the rest (batch statistics, the
+  modules' rng counters: dropout draws fresh keys every step and resumes exactly). Inside the
+  compiled step the module is merged back, handed to ``loss_function(model, batch, train)``,
+  and split again to collect what it changed. The hot path is ``jax.jit`` over these states
+  (DESIGN.md: ``nnx.jit`` costs twice the Python per step).
+* ``linen``: ``model.init`` gives ``params`` and the other collections (``batch_stats``) kept in
+  ``TrainState.model_state``; ``loss_function_linen(params, state, batch, rng, train)`` gets
+  the per-step key ``fold_in(state.rng, state.step)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from gyre.core._errors import describe, explain
+
+NNX_REST = "nnx"  # the key of the nnx model's non-parameter state in TrainState.model_state
+
+
+def model_mode_of(model: Any) -> str:
+    """``"nnx"`` or ``"linen"`` for a flax module; a clear error for anything else.
+
+    Example:
+        >>> from flax import nnx, linen
+        >>> model_mode_of(nnx.Linear(2, 3, rngs=nnx.Rngs(0))), model_mode_of(linen.Dense(3))
+        ('nnx', 'linen')
+    """
+    from flax import linen, nnx
+
+    if isinstance(model, nnx.Module):
+        return "nnx"
+    if isinstance(model, linen.Module):
+        return "linen"
+    raise TypeError(
+        explain(
+            "the trainer's model must be a flax module",
+            expected="an nnx.Module instance (model_mode='nnx') or a linen.Module (model_mode='linen')",
+            received=describe(model),
+            fix="build the model with flax, e.g. nnx.Linear(64, 10, rngs=nnx.Rngs(0)), or register "
+            "a model class with @gyre.config.register_model and name it in the config",
+        )
+    )
+
+
+class NNXModel:
+    """An nnx module split for compiled steps (see the module docstring).
+
+    Example:
+        >>> from flax import nnx
+        >>> import jax.numpy as jnp
+        >>> m = NNXModel(nnx.Linear(2, 1, rngs=nnx.Rngs(0)))
+        >>> params, rest = m.initial()
+        >>> m.merge(params, rest, train=False)(jnp.ones((1, 2))).shape
+        (1, 1)
+    """
+
+    mode = "nnx"
+
+    def __init__(self, module: Any) -> None:
+
+        self.module = module
+        self._train_def = self._split(module, train=True)[0]
+        self._eval_def = self._split(module, train=False)[0]
+
+    @staticmethod
+    def _split(module: Any, *, train: bool) -> tuple[Any, Any, Any]:
+        from flax import nnx
+
+        module.train() if train else module.eval()
+        return nnx.split(module, nnx.Param, ...)
+
+    def initial(self) -> tuple[Any, Any]:
+        """The parameters and the rest of the module's state, as it is now."""
+        _, params, rest = self._split(self.module, train=True)
+        return params, rest
+
+    def merge(self, params: Any, rest: Any, *, train: bool) -> Any:
+        """The module, rebuilt from its states, in training or evaluation mode."""
+        from flax import nnx
+
+        return nnx.merge(self._train_def if train else self._eval_def, params, rest)
+
+    def rest_of(self, module: Any) -> Any:
+        """What a merged module holds besides its parameters, after a call changed it."""
+        from flax import nnx
+
+        return nnx.split(module, nnx.Param, ...)[2]
+
+    def update_module(self, params: Any, rest: Any) -> Any:
+        """Writes trained states back into the user's module object (after training), so
+        ``trainer.model`` is the trained model; returns it."""
+        from flax import nnx
+
+        nnx.update(self.module, params, rest)
+        return self.module
+
+
+class LinenModel:
+    """A linen module with its initialised variables (see the module docstring).
+
+    Example:
+        >>> from flax import linen
+        >>> import jax, jax.numpy as jnp
+        >>> m = LinenModel(linen.Dense(1))
+        >>> params, model_state = m.init(jax.random.key(0), jnp.ones((1, 2)))
+        >>> sorted(params), model_state
+        (['bias', 'kernel'], {})
+    """
+
+    mode = "linen"
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def init(self, key: jax.Array, exmp_input: Any) -> tuple[Any, dict[str, Any]]:
+        """``(params, other collections)`` from ``module.init`` on an example input; the
+        module is called with ``train=True`` when its ``__call__`` takes ``train``."""
+        params_key, dropout_key = jax.random.split(key)
+        kwargs = {"train": True} if _takes_train(self.module) else {}
+        variables = self.module.init({"params": params_key, "dropout": dropout_key}, exmp_input, **kwargs)
+        variables = dict(variables)
+        params = variables.pop("params", {})
+        return params, variables
+
+    def apply(self, params: Any, model_state: Any, inputs: Any, rng: jax.Array | None, *, train: bool) -> tuple[Any, Any]:
+        """``(outputs, new mutable collections)``: in training, the collections of
+        ``model_state`` are mutable and dropout draws from ``rng``."""
+        kwargs = {"train": train} if _takes_train(self.module) else {}
+        variables = {"params": params, **dict(model_state)}
+        rngs = {"dropout": rng} if rng is not None else None
+        if train and model_state:
+            out, mutated = self.module.apply(variables, inputs, rngs=rngs, mutable=list(model_state), **kwargs)
+            return out, dict(mutated)
+        return self.module.apply(variables, inputs, rngs=rngs, **kwargs), dict(model_state)
+
+
+def _takes_train(module: Any) -> bool:
+    import inspect
+
+    try:
+        return "train" in inspect.signature(type(module).__call__).parameters
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,243 @@
+"""``ModelCheckpoint``: the best ``save_top_k`` models by a validation metric, in
+``<run>/checkpoints`` (exactly those k: a model that does not rank is not written), on gyre's
+checkpoint storage (orbax, checksums, atomic renames). The checkpoints a run *resumes* from
+live in ``<run>/resume``, so model selection and resume never evict each other. Each model
+checkpoint carries the resolved config, so :func:`load_trainer` rebuilds the trainer, its
+model and its optimizer from the checkpoint alone.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from gyre.callbacks._store import Store
+from gyre.config._registry import register_callback
+from gyre.core._errors import describe, explain
+from gyre.loop._snapshot import Snapshot
+from gyre.trainer._callback import Callback
+
+
+@register_callback
+class ModelCheckpoint(Callback):
+    """Keeps the best ``save_top_k`` models by ``monitor`` (a validation metric).
+
+    Args:
+        monitor: the logged name ranking the models (``"val/acc"``); it must be logged at
+            every validation.
+        mode: ``"min"`` or ``"max"``.
+        save_top_k: how many models to keep (>= 1).
+        save_optimizer_state: also save the optimizer state (to continue training from a
+            model checkpoint; resuming a run uses ``<run>/resume`` instead).
+        every_n_epochs: validations between two looks.
+
+    Example:
+        >>> cb = ModelCheckpoint(monitor="val/acc", mode="max", save_top_k=2)
+        >>> cb.monitor, cb.save_top_k, cb.best_step()
+        ('val/acc', 2, None)
+    """
+
+    def __init__(
+        self,
+        monitor: str = "val/loss",
+        mode: str = "min",
+        save_top_k: int = 1,
+        save_optimizer_state: bool = False,
+        every_n_epochs: int = 1,
+    ) -> None:
+        super().__init__(every_n_epochs=every_n_epochs)
+        if mode not in ("min", "max"):
+            raise ValueError(
+                explain(
+                    "ModelCheckpoint's mode must be 'min' or 'max'",
+                    expected="'min' (lower is better, a loss) or 'max' (an accuracy)",
+                    received=describe(mode),
+                    fix="mode: max for val/acc",
+                )
+            )
+        if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < 1:
+            raise ValueError(
+                explain(
+                    "ModelCheckpoint's save_top_k must be a whole number >= 1",
+                    expected="save_top_k: 1 (the best model) or more",
+                    received=describe(save_top_k),
+                    fix="save_top_k: 1",
+                )
+            )
+        self.monitor, self.mode, self.save_top_k = monitor, mode, save_top_k
+        self.save_optimizer_state = save_optimizer_state
+        self.ranked: list[tuple[float, int]] = []  # (value, step), best first
+        self._store: Store | None = None
+
+    @property
+    def directory(self) -> Path:
+        """``<log_dir>/checkpoints``."""
+        assert self.trainer is not None
+        return Path(self.trainer.log_dir).resolve() / "checkpoints"
+
+    def _score(self, value: float) -> float:
+        return -value if self.mode == "min" else value
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            monitor, sign = self.monitor, (-1.0 if self.mode == "min" else 1.0)
+            self._store = Store(
+                str(self.directory), keep=1, keep_best=self.save_top_k,
+                score=lambda metrics: sign * float(metrics[monitor]),
+            )
+        return self._store
+
+    def on_filtered_validation_epoch_end(self, eval_metrics: dict[str, Any], epoch_idx: int) -> None:
+        if self.monitor not in eval_metrics:
+            raise KeyError(
+                explain(
+                    f"ModelCheckpoint monitors {self.monitor!r}, which the validation did not log",
+                    expected=f"{self.monitor!r} among the validation's metrics",
+                    received=f"the keys {sorted(eval_metrics)}",
+                    fix="set monitor to one of them (validation metrics are named val/<key>)",
+                )
+            )
+        value = float(eval_metrics[self.monitor])  # a host read, once per validation
+        if math.isnan(value):
+            return
+        t = self.trainer
+        assert t is not None
+        step = int(t.global_step)
+        candidates = sorted([*self.ranked, (value, step)], key=lambda vs: -self._score(vs[0]))
+        if (value, step) not in candidates[: self.save_top_k]:
+            return
+        self.ranked = candidates[: self.save_top_k]
+        state = t.state
+        payload: dict[str, Any] = {"params": state.params, "model_state": state.model_state}
+        if self.save_optimizer_state:
+            payload["opt_state"] = state.opt_state
+        meta = {"config": stored_config(t), "epoch": epoch_idx, "monitor": self.monitor, "mode": self.mode,
+                "value": value, "input": input_spec(t)}
+        self.store.save(
+            Snapshot(step=step, state=payload, elapsed=t._elapsed, meta=meta), metrics={self.monitor: value}
+        )
+
+    def on_training_end(self) -> None:
+        if self._store is not None:
+            self._store.wait()
+
+    def finalize(self, status: str) -> None:
+        if self._store is not None:
+            self._store.wait()
+
+    def best_step(self) -> int | None:
+        """The step of the best model saved, or ``None``."""
+        return self.ranked[0][1] if self.ranked else None
+
+    def restore_best(self, state: Any) -> Any:
+        """``state`` with the best model's parameters and model state."""
+        step = self.best_step()
+        assert step is not None
+        self.store.wait()
+        target = {"params": state.params, "model_state": state.model_state}
+        if self.save_optimizer_state:
+            target["opt_state"] = state.opt_state
+        saved = self.store.read(step, target).state
+        return state.replace(params=saved["params"], model_state=saved["model_state"])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"ranked": [[v, s] for v, s in self.ranked]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.ranked = [(float(v), int(s)) for v, s in state.get("ranked", [])]
+
+
+def stored_config(trainer: Any) -> dict[str, Any]:
+    """The config a checkpoint stores: the whole resolved config when the trainer was built
+    from one, else its sections as far as they are known."""
+    from gyre.config import config_to_dict
+
+    if trainer.full_config is not None:
+        return config_to_dict(trainer.full_config)
+    return {
+        "trainer": trainer.config.model_dump(mode="json"),
+        "model": trainer.model_config,
+        "optimizer": trainer.optimizer_config,
+        "trainer_class": type(trainer).__name__,
+    }
+
+
+def input_spec(trainer: Any) -> dict[str, Any] | None:
+    """The shape and dtype of the model's input (a linen model is rebuilt from it)."""
+    spec = getattr(trainer, "_input_spec", None)
+    return None if spec is None else {"shape": list(spec[0]), "dtype": str(spec[1])}
+
+
+def _find(path: str | os.PathLike[str]) -> tuple[Path, int | None]:
+    """The checkpoints folder and step that ``path`` names (a run folder, its checkpoints
+    folder, or one step's folder)."""
+    p = Path(path).expanduser().resolve()
+    if (p / "checkpoints").is_dir():
+        return p / "checkpoints", None
+    if p.name.isdigit() and p.parent.is_dir():
+        return p.parent, int(p.name)
+    if p.is_dir():
+        return p, None
+    raise FileNotFoundError(
+        explain(
+            "load_from_checkpoint found no checkpoint there",
+            expected="a run folder (holding checkpoints/), a checkpoints folder, or one step's folder",
+            received=str(p),
+            fix="pass the run folder that train_model wrote (trainer.log_dir)",
+        )
+    )
+
+
+def load_trainer(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any = None) -> Any:
+    """See :meth:`gyre.TrainerModule.load_from_checkpoint`."""
+    from gyre.config import TRAINERS
+
+    folder, step = _find(path)
+    store = Store(str(folder), read_only=True)
+    if step is None:
+        steps = store.steps()
+        if not steps:
+            raise FileNotFoundError(
+                explain(
+                    "load_from_checkpoint found no model checkpoint",
+                    expected="a folder written by ModelCheckpoint",
+                    received=f"{folder} holding no step",
+                    fix="train with a ModelCheckpoint callback, or pass a run folder that has one",
+                )
+            )
+        record_values = {s: store.read_record(s).get("meta", {}).get("value") for s in steps}
+        step = _best(record_values, lower=store.read_record(steps[-1]).get("meta", {}).get("mode") == "min")
+    meta = store.read_record(step).get("meta", {})
+    config = meta.get("config") or {}
+    trainer = _rebuild(cls, TRAINERS, config)
+    if exmp_batch is None and meta.get("input"):
+        import numpy as np
+
+        exmp_batch = (np.zeros(meta["input"]["shape"], meta["input"]["dtype"]),)
+    state = trainer._build_state(None if exmp_batch is None else trainer.batch_to_input(exmp_batch))
+    target = {"params": state.params, "model_state": state.model_state}
+    saved = store.read(step, target).state
+    trainer.state = state.replace(params=saved["params"], model_state=saved["model_state"])
+    return trainer
+
+
+def _best(values: dict[int, Any], *, lower: bool) -> int:
+    known = {s: v for s, v in values.items() if isinstance(v, (int, float))}
+    if not known:
+        return max(values)
+    return (min if lower else max)(known, key=lambda s: known[s])
+
+
+def _rebuild(cls: type, trainers: Any, config: dict[str, Any]) -> Any:
+    from gyre.config import load_config
+
+    if "trainer" in config and "model" in config and "dataset" in config:
+        full = load_config(config)
+        trainer_cls = trainers.get(full.trainer.class_name) if full.trainer.class_name in trainers else cls
+        return trainer_cls(
+            full.trainer, full.model, full.optimizer, config=full
+        )
+    return cls(config.get("trainer"), config.get("model"), config.get("optimizer"))

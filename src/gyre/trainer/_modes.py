@@ -1,0 +1,304 @@
+"""jax_trainer's metric options: how a metric is reduced (:class:`LogMetricMode`), how often
+it is logged (:class:`LogFreq`) and in which phases (:class:`LogMode`), and
+:func:`parse_metrics`, which reads a loss function's metrics dict into one
+:class:`MetricSpec` and one ``(value, count)`` pair per metric.
+
+A loss function's metrics dict maps names to plain values (a number or an array) or to an
+options dict ``{"value": v, "mode": ..., "log_freq": ..., "log_mode": ..., "count": ...}``
+(every key but ``"value"`` optional; defaults MEAN, ANY, ANY, no count). Modes are given as
+members (``LogMetricMode.MAX``) or by name, in any case (``"max"``, ``"MAX"``).
+
+:func:`parse_metrics` runs at trace time, inside the compiled step: it looks at the values'
+types, dtypes and shapes (static facts of a tracer) and never at their contents.
+
+Example:
+    >>> specs, values = parse_metrics({"loss": 0.5, "acc": {"value": 0.9, "mode": "max"}},
+    ...                               where="the metrics")
+    >>> specs["acc"].mode, values["acc"]
+    (<LogMetricMode.MAX: 'max'>, (0.9, None))
+"""
+
+from __future__ import annotations
+
+import enum
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gyre.core._errors import describe, explain, suggest
+
+
+class _NamedEnum(enum.StrEnum):
+    """A str enum whose members are also found by their name in any case (``"Max"``)."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        if isinstance(value, str):
+            return cls.__members__.get(value.upper())
+        return None
+
+
+class LogMetricMode(_NamedEnum):
+    """How a metric's per-step values are reduced over an epoch (or a window of steps).
+
+    * ``MEAN``: the mean weighted by the batch size, or by the metric's ``count``;
+    * ``SUM``: the sum;
+    * ``SINGLE``: the last value;
+    * ``MAX`` / ``MIN``: the largest / smallest value (elementwise for arrays);
+    * ``STD``: the population standard deviation of the per-step values, exact (a constant
+      series gives exactly 0);
+    * ``CONCAT``: every value, concatenated along the first axis; given to callbacks, never
+      to writers or the metric files.
+
+    Example:
+        >>> LogMetricMode("max") is LogMetricMode.MAX is LogMetricMode("MAX")
+        True
+    """
+
+    MEAN = "mean"
+    SUM = "sum"
+    SINGLE = "single"
+    MAX = "max"
+    MIN = "min"
+    STD = "std"
+    CONCAT = "concat"
+
+
+class LogFreq(_NamedEnum):
+    """When a training metric is logged: every ``log_steps_every`` steps (``STEP``), at the
+    end of each epoch (``EPOCH``) or both (``ANY``). Evaluation logs once per run of the
+    evaluation whatever the frequency.
+
+    Example:
+        >>> LogFreq("epoch")
+        <LogFreq.EPOCH: 'epoch'>
+    """
+
+    STEP = "step"
+    EPOCH = "epoch"
+    ANY = "any"
+
+
+class LogMode(_NamedEnum):
+    """In which phases a metric is logged: ``TRAIN``, ``VAL``, ``TEST``, ``EVAL`` (validation
+    and test) or ``ANY``. A ``VAL`` metric never appears in a test, nor a ``TEST`` one in a
+    validation.
+
+    Example:
+        >>> [m.value for m in LogMode]
+        ['train', 'val', 'test', 'eval', 'any']
+    """
+
+    TRAIN = "train"
+    VAL = "val"
+    TEST = "test"
+    EVAL = "eval"
+    ANY = "any"
+
+
+#: the keys of a metric's options dict
+OPTIONS = ("value", "mode", "log_freq", "log_mode", "count")
+_ENUMS: dict[str, type[_NamedEnum]] = {"mode": LogMetricMode, "log_freq": LogFreq, "log_mode": LogMode}
+
+
+def _member(enum_cls: type[_NamedEnum], value: Any, *, problem: str, fix_example: str) -> Any:
+    """``value`` as a member of ``enum_cls`` (a member, or its name in any case)."""
+    if isinstance(value, enum_cls):
+        return value
+    if isinstance(value, str):
+        try:
+            return enum_cls(value)
+        except ValueError:
+            pass
+    names = [m.value for m in enum_cls]
+    hint = suggest(value.lower(), names) if isinstance(value, str) else ""
+    raise ValueError(
+        explain(
+            problem + hint,
+            expected=f"a {enum_cls.__name__} or one of the names {', '.join(map(repr, names))}",
+            received=describe(value),
+            fix=fix_example,
+        )
+    )
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """What a metric is and how it is logged: its key, reduction, frequency and phases.
+    Frozen and hashable (it can be a static argument of a compiled function); strings are
+    turned into the enums.
+
+    Example:
+        >>> spec = MetricSpec("acc", "max", log_mode="val")
+        >>> spec.mode, spec.log_freq, spec.log_mode
+        (<LogMetricMode.MAX: 'max'>, <LogFreq.ANY: 'any'>, <LogMode.VAL: 'val'>)
+        >>> hash(spec) == hash(MetricSpec("acc", LogMetricMode.MAX, LogFreq.ANY, LogMode.VAL))
+        True
+    """
+
+    name: str
+    mode: LogMetricMode = LogMetricMode.MEAN
+    log_freq: LogFreq = LogFreq.ANY
+    log_mode: LogMode = LogMode.ANY
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(
+                explain(
+                    "a metric's name must be a non-empty str",
+                    expected="a name such as 'loss' or 'val/top5'",
+                    received=describe(self.name),
+                    fix="name the metric with a str key in the metrics dict",
+                )
+            )
+        for option, enum_cls in _ENUMS.items():
+            value = _member(
+                enum_cls, getattr(self, option),
+                problem=f"metric {self.name!r}: unknown {option} {getattr(self, option)!r}.",
+                fix_example=f"e.g. {option}={enum_cls.__name__}.{next(iter(enum_cls)).name}",
+            )
+            object.__setattr__(self, option, value)
+
+
+def _is_numeric(value: Any) -> bool:
+    """A number or a numeric array (a tracer too): its dtype, never its contents."""
+    if isinstance(value, numbers.Real):  # bool, int, float, numpy real scalars
+        return True
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or not hasattr(value, "shape"):
+        return False
+    try:
+        return np.dtype(dtype).kind in "biuf"
+    except TypeError:  # an extended dtype (a PRNG key)
+        return False
+
+
+def _bad_value(where: str, key: str, value: Any, what: str = "value") -> TypeError:
+    return TypeError(
+        explain(
+            f"{where}: the {what} of metric {key!r} is not a number",
+            expected="a number or a 0-d numeric array"
+            if what == "count" else "a number or an array of numbers (bool, int or float)",
+            received=describe(value),
+            fix=f"return a number or an array for {key!r}, e.g. {{{key!r}: jnp.mean(x)}}"
+            if what == "value" else "pass the number of examples, e.g. 'count': batch_size",
+        )
+    )
+
+
+def _options(where: str, key: str, entry: Mapping[Any, Any]) -> dict[str, Any]:
+    """The options dict of one metric, checked (keys only; values are checked by the caller)."""
+    for option in entry:
+        if option in OPTIONS:
+            continue
+        fix = "remove it" if not isinstance(option, str) else f"remove {option!r}"
+        if option == "value2":
+            fix = "remove 'value2': gyre's STD is exact from the values alone"
+        raise ValueError(
+            explain(
+                f"{where}: metric {key!r} has an unknown option {option!r}."
+                + (suggest(option, OPTIONS) if isinstance(option, str) else ""),
+                expected=f"options among {', '.join(map(repr, OPTIONS))}",
+                received=f"the options {', '.join(map(repr, entry))}",
+                fix=fix,
+            )
+        )
+    if "value" not in entry:
+        raise ValueError(
+            explain(
+                f"{where}: metric {key!r} is an options dict without a 'value'",
+                expected="{'value': v, 'mode': ..., 'log_freq': ..., 'log_mode': ..., 'count': ...}"
+                " (every key but 'value' optional)",
+                received=f"the options {', '.join(map(repr, entry)) or '(none)'}",
+                fix=f"add the metric's value: {{{key!r}: {{'value': v, ...}}}}",
+            )
+        )
+    return dict(entry)
+
+
+def parse_metrics(
+    out: Mapping[str, Any], *, where: str
+) -> tuple[dict[str, MetricSpec], dict[str, tuple[Any, Any | None]]]:
+    """Reads a loss function's metrics dict: one spec and one ``(value, count)`` per metric.
+
+    Runs at trace time (values may be tracers): it checks types, dtypes and shapes only.
+
+    Args:
+        out: names to plain values or to options dicts (see the module).
+        where: who returned the dict, for error messages (e.g. ``"MyTrainer.loss_function"``).
+
+    Returns:
+        ``(specs, values)``: ``specs[key]`` a :class:`MetricSpec`; ``values[key]`` the pair
+        ``(value, count)``, ``count`` ``None`` when not given. Both in ``out``'s order.
+
+    Raises:
+        TypeError: ``out`` is not a mapping with str keys; a value or count is not numeric.
+        ValueError: an unknown option key, an unknown mode name, an options dict without
+            ``"value"``, a count that is not a single number.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> specs, values = parse_metrics(
+        ...     {"loss": jnp.float32(0.5),
+        ...      "acc": {"value": 0.75, "count": 3, "log_mode": "val"}}, where="my loss")
+        >>> specs["acc"]
+        MetricSpec(name='acc', mode=<LogMetricMode.MEAN: 'mean'>, log_freq=<LogFreq.ANY: 'any'>, log_mode=<LogMode.VAL: 'val'>)
+        >>> values["acc"]
+        (0.75, 3)
+        >>> parse_metrics({"acc": {"value": 1.0, "mdoe": "max"}}, where="my loss")
+        Traceback (most recent call last):
+        ValueError: my loss: metric 'acc' has an unknown option 'mdoe'. Did you mean 'mode'?
+        ...
+    """
+    if not isinstance(out, Mapping):
+        raise TypeError(
+            explain(
+                f"{where}: the metrics must be a dict",
+                expected="a dict from names to values or options dicts, e.g. {'acc': acc}",
+                received=describe(out),
+                fix="return the metrics as a dict",
+            )
+        )
+    specs: dict[str, MetricSpec] = {}
+    values: dict[str, tuple[Any, Any | None]] = {}
+    for key, entry in out.items():
+        if not isinstance(key, str) or not key:
+            raise TypeError(
+                explain(
+                    f"{where}: a metric's name must be a non-empty str",
+                    expected="str keys such as 'acc' or 'val/top5'",
+                    received=describe(key),
+                    fix="name every metric with a str",
+                )
+            )
+        options = _options(where, key, entry) if isinstance(entry, Mapping) else {"value": entry}
+        value, count = options["value"], options.get("count")
+        if not _is_numeric(value):
+            raise _bad_value(where, key, value)
+        if count is not None:
+            if not _is_numeric(count):
+                raise _bad_value(where, key, count, "count")
+            if getattr(count, "shape", ()) != ():
+                raise ValueError(
+                    explain(
+                        f"{where}: the count of metric {key!r} must be one number",
+                        expected="a number or a 0-d array: how many examples the value stands for",
+                        received=f"a count of shape {count.shape}",
+                        fix="pass the step's total weight, e.g. 'count': mask.sum()",
+                    )
+                )
+        chosen = {}
+        for option, enum_cls in _ENUMS.items():
+            if option in options:
+                chosen[option] = _member(
+                    enum_cls, options[option],
+                    problem=f"{where}: metric {key!r} has an unknown {option} {options[option]!r}.",
+                    fix_example=f"e.g. {{{key!r}: {{'value': v, {option!r}: "
+                    f"{enum_cls.__name__}.{next(iter(enum_cls)).name}}}}}",
+                )
+        specs[key] = MetricSpec(key, **chosen)
+        values[key] = (value, count)
+    return specs, values

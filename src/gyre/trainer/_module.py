@@ -1,0 +1,414 @@
+"""``TrainerModule``: jax_trainer's (and Lightning's) trainer, as a thin shell over gyre's
+rungs: the engine's ``train_loop`` runs the epochs (one clock, fused steps, prefetch, the NaN
+policy, preemption), ``gyre.checkpoint`` saves and resumes them exactly, ``write_to`` sends the
+history to the configured writer, and :mod:`gyre.trainer._metrics` accumulates the metric
+modes on the device. Users subclass it and write a loss function.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from gyre.core._errors import describe, explain
+from gyre.core._state import TrainState
+from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
+from gyre.trainer._model import NNX_REST, LinenModel, NNXModel, model_mode_of
+from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder
+
+
+class TrainerModule:
+    """The base trainer: subclass it, write ``loss_function`` (nnx) or
+    ``loss_function_linen`` (linen), and call :meth:`train_model`.
+
+    Args:
+        trainer_config: the ``trainer`` section (a mapping or a
+            :class:`gyre.config.TrainerConfig`); ``None``: the defaults plus ``**options``.
+        model_config: the ``model`` section (``class_name`` registered with
+            ``@gyre.config.register_model``), used when ``model`` is not given.
+        optimizer_config: the ``optimizer`` section (or a float learning rate for Adam), used
+            when ``optimizer`` is not given.
+        model: a flax module (an ``nnx.Module`` instance, or a ``linen.Module``).
+        optimizer: an optax optimizer.
+        callbacks: trainer callbacks added to those of the config.
+        config: the whole resolved config, stored in the run folder and with every
+            checkpoint so that :meth:`load_from_checkpoint` can rebuild this trainer.
+        **options: trainer keys (``train_epochs=3``, ``log_dir=...`` goes to the logger),
+            overriding ``trainer_config``.
+
+    Example:
+        >>> import gyre, optax, numpy as np, tempfile
+        >>> from flax import nnx
+        >>> class Regression(gyre.TrainerModule):
+        ...     def loss_function(self, model, batch, train=True):
+        ...         x, y = batch
+        ...         return ((model(x)[:, 0] - y) ** 2).mean(), {}
+        >>> x = np.linspace(-1, 1, 64, dtype=np.float32)[:, None]
+        >>> data = gyre.data.batches((x, 3 * x[:, 0]), 16, seed=0)
+        >>> trainer = Regression(model=nnx.Linear(1, 1, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.5),
+        ...                      train_epochs=20, enable_progress_bar=False, log_dir=tempfile.mkdtemp())
+        >>> result = trainer.train_model(data)
+        >>> round(float(trainer.bind_model().kernel[0, 0]), 2)
+        3.0
+    """
+
+    #: a registered trainer may name a subclass of gyre.config.TrainerConfig with its own keys
+    config_class: ClassVar[Any] = None
+
+    def __init__(
+        self,
+        trainer_config: Any = None,
+        model_config: Mapping[str, Any] | None = None,
+        optimizer_config: Any = None,
+        *,
+        model: Any = None,
+        optimizer: Any = None,
+        callbacks: Sequence[Any] = (),
+        config: Any = None,
+        **options: Any,
+    ) -> None:
+        from gyre.trainer._setup import (
+            build_callbacks,
+            build_model,
+            build_optimizer_of,
+            trainer_config_of,
+        )
+
+        self.config = trainer_config_of(type(self), trainer_config, options)
+        self.full_config = config
+        self.model_config = dict(model_config) if model_config is not None else None
+        self.optimizer_config = optimizer_config
+        self.model = model if model is not None else build_model(self.config, model_config)
+        self.optimizer = optimizer if optimizer is not None else build_optimizer_of(optimizer_config)
+        mode = model_mode_of(self.model)
+        if mode != self.config.model_mode and "model_mode" in self._given(trainer_config, options):
+            raise ValueError(
+                explain(
+                    f"model_mode is {self.config.model_mode!r} but the model is a {mode} module",
+                    expected=f"model_mode={mode!r} for this model",
+                    received=f"model_mode={self.config.model_mode!r}, model {type(self.model).__name__}",
+                    fix=f"set trainer.model_mode: {mode}",
+                )
+            )
+        self.model_mode = mode
+        self._adapter: Any = NNXModel(self.model) if mode == "nnx" else LinenModel(self.model)
+        self._loss_name = "loss_function" if mode == "nnx" else "loss_function_linen"
+        self.log_dir = Path(self.config.logger.log_dir or _default_log_dir())
+        self.callbacks = build_callbacks(self.config) + list(callbacks)
+        for cb in self.callbacks:
+            cb.bind(self)
+        self.state: Any = None
+        self._elapsed: Any = None
+        self._global_step = 0
+        self._specs: dict[str, Any] | None = None
+        self._eval_specs: dict[str, Any] | None = None
+        self._stop_reason = ""
+        self._writer: Any = None
+        self._files: Any = None
+        self._compiled: dict[str, Any] = {}
+        self._input_spec: tuple[tuple[int, ...], Any] | None = None
+        self.history: Any = None
+
+    @staticmethod
+    def _given(trainer_config: Any, options: Mapping[str, Any]) -> set[str]:
+        keys = set(options)
+        if isinstance(trainer_config, Mapping):
+            keys |= set(trainer_config)
+        elif trainer_config is not None:
+            keys |= set(getattr(trainer_config, "model_fields_set", ()))
+        return keys
+
+    # -- what a subclass writes ---------------------------------------------------------------
+
+    def batch_to_input(self, batch: Any) -> Any:
+        """The model's input in ``batch``: its first element (``(x, y)`` batches), its
+        ``input`` / ``x`` / ``image`` entry or attribute. Override it for other batches.
+
+        Example:
+            >>> import numpy as np
+            >>> TrainerModule.batch_to_input(None, (np.zeros((2, 3)), np.zeros(2))).shape
+            (2, 3)
+        """
+        if isinstance(batch, (tuple, list)) and batch:
+            return batch[0]
+        for key in ("input", "inputs", "x", "image", "images"):
+            if isinstance(batch, Mapping) and key in batch:
+                return batch[key]
+            if hasattr(batch, key):
+                return getattr(batch, key)
+        raise TypeError(
+            explain(
+                "the trainer cannot find the model's input in a batch",
+                expected="an (inputs, targets) tuple, a dict with 'input' or 'x', or a batch with .input",
+                received=describe(batch),
+                fix="override batch_to_input(self, batch) in your trainer to return the input",
+            )
+        )
+
+    def loss_function(self, model: Any, batch: Any, train: bool = True) -> Any:
+        """nnx: ``loss`` or ``(loss, metrics)`` of ``batch``; ``model`` is in training
+        mode when ``train`` (dropout on, batch statistics updated). Metrics are values or
+        ``{"value": v, "mode": ..., "log_freq": ..., "log_mode": ..., "count": ...}``.
+
+        Example:
+            >>> TrainerModule.loss_function(None, None, None)
+            Traceback (most recent call last):
+            NotImplementedError: ...
+        """
+        raise NotImplementedError(
+            explain(
+                "the trainer has no loss function",
+                expected="a subclass of gyre.TrainerModule defining loss_function(self, model, batch, train) "
+                "(nnx) or loss_function_linen(self, params, state, batch, rng, train) (linen)",
+                received=f"{type(self).__name__} without it",
+                fix="def loss_function(self, model, batch, train=True): ... return loss, {'acc': acc}",
+            )
+        )
+
+    def loss_function_linen(self, params: Any, state: Any, batch: Any, rng: jax.Array, train: bool = True) -> Any:
+        """linen: ``loss`` or ``(loss, (mutable_variables, metrics))``; use
+        :meth:`model_linen_apply` to run the model.
+
+        Example:
+            >>> TrainerModule.loss_function_linen(None, None, None, None, None)
+            Traceback (most recent call last):
+            NotImplementedError: ...
+        """
+        raise NotImplementedError(
+            explain(
+                "the trainer has no linen loss function",
+                expected="a subclass of gyre.TrainerModule defining loss_function_linen(self, params, state, "
+                "batch, rng, train) for a linen model",
+                received=f"{type(self).__name__} without it",
+                fix="def loss_function_linen(self, params, state, batch, rng, train=True): logits, mutable = "
+                "self.model_linen_apply(params, state, batch[0], rng, train); ... return loss, (mutable, metrics)",
+            )
+        )
+
+    def model_linen_apply(self, params: Any, state: Any, input: Any, rng: jax.Array, train: bool = True) -> tuple[Any, Any]:  # noqa: A002
+        """Runs the linen model: ``(outputs, mutable_variables)``, the collections of
+        ``state.model_state`` mutable in training and ``rng`` the dropout key.
+
+        Example:
+            >>> import optax, jax.numpy as jnp
+            >>> from gyre.trainer import ImgClassifierTrainer, SimpleClassifierLinen
+            >>> t = ImgClassifierTrainer(model=SimpleClassifierLinen(c_hid=4), optimizer=optax.sgd(0.1), log_dir="unused")
+            >>> state = t.init_model((jnp.ones((2, 64)), jnp.zeros(2, jnp.int32)))
+            >>> t.model_linen_apply(state.params, state, jnp.ones((1, 64)), state.rng, train=False)[0].shape
+            (1, 10)
+        """
+        return self._adapter.apply(params, state.model_state, input, rng, train=train)
+
+    # -- the model and its state --------------------------------------------------------------
+
+    def init_model(self, exmp_batch: Any) -> Any:
+        """Builds the train state from an example batch (the model's parameters for linen;
+        the optimizer state, the rng from ``seed``, and empty metric accumulators).
+
+        Example:
+            >>> import optax, jax.numpy as jnp
+            >>> from flax import nnx
+            >>> from gyre.trainer import ImgClassifierTrainer, SimpleClassifier
+            >>> t = ImgClassifierTrainer(model=SimpleClassifier(c_hid=4, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1),
+            ...                          log_dir="unused")
+            >>> int(t.init_model((jnp.ones((2, 64)), jnp.zeros(2, jnp.int32))).step)
+            0
+        """
+        state = self._build_state(self.batch_to_input(exmp_batch))
+        specs, shapes = self._builder.train_specs(state, exmp_batch)
+        self._specs = specs
+        self.state = state.replace(
+            extras={EPOCH: MetricAccumulator.init(specs, shapes), WINDOW: MetricAccumulator.init(specs, shapes)}
+        )
+        return self.state
+
+    def _build_state(self, exmp_input: Any) -> Any:
+        """The train state before any metric is known (what evaluation and testing need)."""
+        key = jax.random.key(self.config.seed)
+        if self.model_mode == "nnx":
+            # copies: the compiled step donates the state, which must not delete the module's arrays
+            params, rest = jax.tree.map(jnp.copy, self._adapter.initial())
+            model_state = {NNX_REST: rest}
+        else:
+            if exmp_input is None:
+                raise ValueError(
+                    explain(
+                        "a linen model needs an example input to be built",
+                        expected="exmp_batch=<a batch>",
+                        received="none (and the checkpoint records no input shape)",
+                        fix="pass exmp_batch=next(iter(test_loader))",
+                    )
+                )
+            params, model_state = self._adapter.init(key, exmp_input)
+        leaves = jax.tree_util.tree_leaves(exmp_input)
+        if leaves:
+            self._input_spec = (tuple(jnp.shape(leaves[0])), jnp.result_type(leaves[0]))
+        state = TrainState.create(params=params, tx=self.optimizer, rng=key, model_state=model_state)
+        self._builder = StepBuilder(self)
+        self.state = state.replace(extras={EPOCH: (), WINDOW: ()})
+        return self.state
+
+    def bind_model(self) -> Any:
+        """The trained model: the nnx module holding the state's parameters, or the linen
+        module bound to its variables (call it on inputs).
+
+        Example:
+            >>> import optax, jax.numpy as jnp
+            >>> from flax import nnx
+            >>> from gyre.trainer import ImgClassifierTrainer, SimpleClassifier
+            >>> t = ImgClassifierTrainer(model=SimpleClassifier(c_hid=4, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1),
+            ...                          log_dir="unused")
+            >>> _ = t.init_model((jnp.ones((2, 64)), jnp.zeros(2, jnp.int32))); t.bind_model()(jnp.ones((1, 64))).shape
+            (1, 10)
+        """
+        self._require_state("bind_model")
+        if self.model_mode == "nnx":
+            return self._adapter.update_module(self.state.params, self.state.model_state[NNX_REST])
+        return self.model.bind({"params": self.state.params, **dict(self.state.model_state)})
+
+    def _require_state(self, what: str) -> None:
+        if self.state is None:
+            raise RuntimeError(
+                explain(
+                    f"{what} needs a trained or initialised model",
+                    expected="train_model(...), init_model(batch) or load_from_checkpoint(...) first",
+                    received="a trainer whose state is not built yet",
+                    fix=f"call trainer.train_model(train_loader, val_loader) before {what}",
+                )
+            )
+
+    # -- what callbacks see -------------------------------------------------------------------
+
+    @property
+    def global_step(self) -> int:
+        """Training steps completed (a host count: no device read)."""
+        return self._global_step
+
+    def learning_rate(self) -> jax.Array | None:
+        """The optimizer's current learning rate as a device scalar, when the optimizer
+        keeps it in its state (``optax.inject_hyperparams``, every optimizer built from a
+        config); else ``None``.
+
+        Example:
+            >>> import optax, jax.numpy as jnp
+            >>> from flax import nnx
+            >>> from gyre.trainer import ImgClassifierTrainer, SimpleClassifier
+            >>> t = ImgClassifierTrainer(model=SimpleClassifier(c_hid=4, rngs=nnx.Rngs(0)),
+            ...                          optimizer=optax.inject_hyperparams(optax.sgd)(learning_rate=0.25), log_dir="unused")
+            >>> _ = t.init_model((jnp.ones((2, 64)), jnp.zeros(2, jnp.int32))); float(t.learning_rate())
+            0.25
+        """
+        if self.state is None:
+            return None
+        from gyre.trainer._setup import learning_rate_in
+
+        return learning_rate_in(self.state.opt_state)
+
+    @property
+    def writer(self) -> Any:
+        """The run's writer (the config's ``logger.tool_config``; TensorBoard by default)."""
+        if self._writer is None:
+            from gyre.trainer._setup import build_writer
+
+            self._writer = build_writer(self.config, self.log_dir)
+        return self._writer
+
+    def stop_training(self, reason: str) -> None:
+        """Asks the training to stop at the end of this epoch (early stopping).
+
+        Example:
+            >>> import optax
+            >>> from flax import nnx
+            >>> t = TrainerModule(model=nnx.Linear(3, 2, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1), log_dir="unused")
+            >>> t.stop_training("patience ran out")
+        """
+        self._stop_reason = reason or "stopped by a callback"
+
+    # -- training, evaluation, testing --------------------------------------------------------
+
+    def train_model(
+        self, train_loader: Any, val_loader: Any = None, test_loader: Any = None, num_epochs: int | None = None
+    ) -> dict[str, Any]:
+        """Trains for ``num_epochs`` (default ``train_epochs``), validating every
+        ``check_val_every_n_epoch`` epochs; then, with ``test_loader``, tests the best
+        checkpoint by the monitored validation metric (``ModelCheckpoint``; else the final
+        model). Returns ``{"val": {...}, "test": {...}}``: the last validation's and the
+        test's metrics as Python floats.
+
+        Example: see the class.
+        """
+        from gyre.trainer._training import train_model
+
+        return train_model(self, train_loader, val_loader, test_loader, num_epochs)
+
+    def eval_model(self, data_loader: Any, mode: str = "val", epoch_idx: int = 0, *, _state: Any = None) -> dict[str, Any]:
+        """The metrics of one pass over ``data_loader`` in evaluation mode, named
+        ``<mode>/<key>`` (device values; ``<mode>/time`` in seconds).
+
+        Example:
+            >>> import optax, jax.numpy as jnp
+            >>> from flax import nnx
+            >>> class T(TrainerModule):
+            ...     def loss_function(self, model, batch, train=True):
+            ...         return model(batch[0]).mean(), {"n": {"value": 1, "mode": "sum"}}
+            >>> t = T(model=nnx.Linear(3, 1, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1), log_dir="unused")
+            >>> _ = t.init_model((jnp.ones((4, 3)),))
+            >>> int(t.eval_model([(jnp.ones((4, 3)),)] * 3, mode="val")["val/n"])
+            3
+        """
+        from gyre.trainer._training import evaluate
+
+        return evaluate(self, data_loader, mode, _state if _state is not None else self.state)
+
+    def test_model(self, test_loader: Any, apply_callbacks: bool = False, epoch_idx: int = 0) -> dict[str, Any]:
+        """:meth:`eval_model` with ``mode="test"``; with ``apply_callbacks`` the callbacks'
+        test hooks run. Returns Python floats (scalars; array metrics stay arrays).
+
+        Example: see :meth:`eval_model`.
+        """
+        self._require_state("test_model")
+        if apply_callbacks:
+            for cb in self.callbacks:
+                cb.on_test_epoch_start(epoch_idx)
+        metrics = self.eval_model(test_loader, mode="test", epoch_idx=epoch_idx)
+        if apply_callbacks:
+            for cb in self.callbacks:
+                cb.on_test_epoch_end(metrics, epoch_idx)
+        from gyre.trainer._training import host_values
+
+        return host_values(metrics)
+
+    @classmethod
+    def load_from_checkpoint(cls, path: str | os.PathLike[str], *, exmp_batch: Any = None) -> TrainerModule:
+        """A trainer rebuilt from a checkpoint alone: its trainer, model and optimizer from
+        the config stored with it, its parameters from the checkpoint. ``path`` is a run
+        folder (its best model checkpoint), a ``checkpoints`` folder or one step's folder.
+
+        Example: see ``tests/trainer`` (it needs a trained run).
+        """
+        from gyre.trainer._model_checkpoint import load_trainer
+
+        return load_trainer(cls, path, exmp_batch=exmp_batch)
+
+    # -- run-folder files ---------------------------------------------------------------------
+
+    def _write_epoch_files(self, step: int, epoch: int, train: Mapping[str, Any], val: Mapping[str, Any]) -> None:
+        from gyre.trainer._epoch_files import EpochMetricFiles
+
+        if self._files is None:
+            self._files = EpochMetricFiles(self.log_dir)
+        self._files.write("train", epoch, step, scalars_for_writers(train, self._specs or {}))
+        if val:
+            self._files.write("val", epoch, step, scalars_for_writers(val, self._builder.eval_specs_cached))
+
+
+def _default_log_dir() -> str:
+    stamp = datetime.datetime.fromtimestamp(time.time()).strftime("%Y%m%d-%H%M%S")
+    return os.path.join("runs", stamp)

@@ -1,0 +1,307 @@
+"""Monitors that write what the optimizer does: :class:`LearningRateMonitor` (the learning
+rate at each epoch's start) and :class:`GradientSpikeMonitor` (gradient-norm spikes against an
+exponential moving average, counted on the device at every step)."""
+
+import json
+import pathlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gyre.config._registry import register_callback
+from gyre.core._errors import ExplainedKeyError, describe, explain, warn
+from gyre.core._host import fetch
+from gyre.trainer._callback import Callback, _check_state
+
+LR_NAME = "optimizer/lr"
+SPIKES_FILE = "grad_spikes.jsonl"
+
+
+@register_callback
+class LearningRateMonitor(Callback):
+    """Writes the learning rate as ``optimizer/lr`` at each (filtered) training epoch's
+    start, at the trainer's global step (0 at the first epoch), through the trainer's writer.
+
+    The value is the device scalar ``trainer.learning_rate()`` returns (from the optimizer
+    state of ``optax.inject_hyperparams``, or the schedule at the current step); the writer's
+    thread reads it, never the training thread. When the trainer cannot tell the rate
+    (``None``), nothing is written and a warning says so once.
+
+    Args:
+        every_n_epochs: write at the epochs ``e`` with ``e % every_n_epochs == 0``.
+
+    Example:
+        >>> import io, pathlib, types, gyre, jax.numpy as jnp
+        >>> out = io.StringIO()
+        >>> trainer = types.SimpleNamespace(
+        ...     log_dir=pathlib.Path("."), state=None, writer=gyre.ConsoleWriter(out),
+        ...     global_step=0, stop_training=print, learning_rate=lambda: jnp.float32(0.5))
+        >>> monitor = LearningRateMonitor()
+        >>> monitor.bind(trainer)
+        >>> monitor.on_training_epoch_start(1)
+        >>> trainer.writer.close()
+        >>> out.getvalue()
+        'step 0: optimizer/lr=0.5\\n'
+    """
+
+    def __init__(self, *, every_n_epochs: int = 1) -> None:
+        super().__init__(every_n_epochs=every_n_epochs)
+        self._warned = False
+
+    def on_filtered_training_epoch_start(self, epoch_idx: int) -> None:
+        """Writes ``optimizer/lr`` (see the class)."""
+        rate = self._bound().learning_rate()
+        if rate is None:
+            if not self._warned:
+                self._warned = True
+                warn(
+                    "LearningRateMonitor: the trainer cannot tell the learning rate, so none is "
+                    "written; build the optimizer with optax.inject_hyperparams or give it a "
+                    "schedule to see it"
+                )
+            return
+        self._write("scalars", {LR_NAME: rate})
+
+
+CHUNK = 1024  # per-step rows kept on the device in buffers of this many steps
+
+
+def _spike_update(carry: dict[str, jax.Array], value: Any, decay: jax.Array, threshold: jax.Array):
+    """One step of the spike monitor, on the device. With ``rows`` in the carry (a
+    ``(CHUNK, 3)`` buffer and its fill ``pos``), the step's row ``[value, ema after the step,
+    spike (0 or 1)]`` is written into it."""
+    value = jnp.asarray(value).astype(jnp.float32)
+    ema, seen = carry["ema"], carry["seen"]
+    finite = jnp.isfinite(value)
+    started = seen > 0
+    spike = jnp.logical_or(~finite, started & (value > threshold * ema))
+    moved = jnp.where(started, decay * ema + (1.0 - decay) * value, value)
+    new_ema = jnp.where(finite, moved, ema)
+    new = {
+        "ema": new_ema,
+        "seen": seen + finite.astype(jnp.int32),
+        "spikes": carry["spikes"] + spike.astype(jnp.int32),
+    }
+    if "rows" in carry:
+        row = jnp.stack([value, new_ema, spike.astype(jnp.float32)])[None]
+        new["rows"] = jax.lax.dynamic_update_slice(carry["rows"], row, (carry["pos"], jnp.int32(0)))
+        new["pos"] = carry["pos"] + 1
+    return new
+
+
+_UPDATE = jax.jit(_spike_update)
+
+
+@register_callback
+class GradientSpikeMonitor(Callback):
+    """Counts gradient-norm spikes: steps whose norm exceeds ``threshold`` times the
+    exponential moving average (EMA) of the norms before it.
+
+    At each training step it reads ``step_metrics[metric]`` (the global gradient norm the
+    trainer logs when ``log_grad_norm`` is on; when ``metric`` is absent, ``train/<metric>_step``
+    and ``train/<metric>`` are tried, once) and updates, on the device, in one compiled call:
+    the EMA (``ema = ema_decay * ema + (1 - ema_decay) * norm``, started at the first norm),
+    the spike count (``norm > threshold * ema``, the EMA before this step; a NaN or infinite
+    norm counts as a spike and leaves the EMA unchanged). Nothing is read on the host per step.
+
+    At each (filtered) training epoch end it writes ``grad/spikes`` (the spikes since it last
+    wrote) and ``grad/ema`` through the trainer's writer, and with ``log_to_disk`` appends one
+    JSON line per step since it last wrote to ``log_dir/grad_spikes.jsonl``:
+    ``{"step": global_step, "epoch": e, "<metric>": norm, "ema": ema after the step,
+    "spike": true|false}`` (a non-finite number is ``null``): one host read per epoch.
+    Steps not yet written when training ends are written by :meth:`on_training_end`.
+
+    Args:
+        every_n_epochs: write at the epochs ``e`` with ``e % every_n_epochs == 0``.
+        ema_decay: the EMA's decay, in [0, 1).
+        threshold: a step is a spike when its norm exceeds ``threshold`` times the EMA (> 0).
+        log_to_disk: also write the per-step values to ``grad_spikes.jsonl``.
+        metric: the step metric holding the gradient norm.
+
+    Example:
+        >>> import pathlib, tempfile, types, gyre, jax.numpy as jnp
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> trainer = types.SimpleNamespace(
+        ...     log_dir=folder, state=None, writer=gyre.MultiWriter([]), global_step=0,
+        ...     stop_training=print, learning_rate=lambda: None)
+        >>> monitor = GradientSpikeMonitor(ema_decay=0.5, threshold=3.0)
+        >>> monitor.bind(trainer)
+        >>> for step, norm in enumerate([1.0, 1.0, 10.0, 1.0], start=1):
+        ...     monitor.on_training_step({"grad_norm": jnp.float32(norm)}, 1, step)
+        >>> int(monitor.state_dict()["spikes"]), float(monitor.state_dict()["ema"])
+        (1, 3.25)
+        >>> monitor.on_training_epoch_end({}, 1)
+        >>> (folder / "grad_spikes.jsonl").read_text().splitlines()[2]
+        '{"step": 3, "epoch": 1, "grad_norm": 10.0, "ema": 5.5, "spike": true}'
+        >>> import shutil; shutil.rmtree(folder)
+    """
+
+    def __init__(
+        self,
+        *,
+        every_n_epochs: int = 1,
+        ema_decay: float = 0.99,
+        threshold: float = 3.0,
+        log_to_disk: bool = True,
+        metric: str = "grad_norm",
+    ) -> None:
+        super().__init__(every_n_epochs=every_n_epochs)
+        self.ema_decay = _number_in("ema_decay", ema_decay, 0.0, 1.0, "a number in [0, 1)",
+                                    "pass ema_decay=0.99")
+        self.threshold = _number_in("threshold", threshold, 0.0, None, "a number > 0",
+                                    "pass threshold=3.0", open_low=True)
+        if not isinstance(log_to_disk, bool):
+            raise TypeError(_bad("log_to_disk", log_to_disk, "True or False", "pass log_to_disk=True"))
+        if not isinstance(metric, str) or not metric:
+            raise TypeError(_bad("metric", metric, "the name of a step metric, e.g. 'grad_norm'",
+                                 "pass metric='grad_norm'"))
+        self.log_to_disk = log_to_disk
+        self.metric = metric
+        self._key: str | None = None  # the step metric's key, found at the first step
+        self._consts = (jnp.float32(self.ema_decay), jnp.float32(self.threshold))
+        self._zero = jnp.zeros((), jnp.int32)
+        self._empty_rows = jnp.zeros((CHUNK, 3), jnp.float32)  # never written in place: shared
+        self._carry: dict[str, jax.Array] = {"ema": jnp.zeros((), jnp.float32), "seen": self._zero,
+                                             "spikes": self._zero}
+        self._chunks: list[jax.Array] = []  # full (CHUNK, 3) row buffers not yet written
+        self._steps: list[tuple[int, int]] = []  # (global_step, epoch) of each pending row
+        self._window_steps = 0  # steps since grad/spikes was last written (a host count)
+        self._new_buffer()
+
+    def _new_buffer(self) -> None:
+        if self.log_to_disk:
+            self._carry = {**self._carry, "rows": self._empty_rows, "pos": self._zero}
+
+    def _find(self, step_metrics: dict[str, Any]) -> str:
+        for key in (self.metric, f"train/{self.metric}_step", f"train/{self.metric}"):
+            if key in step_metrics:
+                if np.shape(step_metrics[key]) != ():  # metadata only: no read
+                    raise ValueError(
+                        explain(
+                            f"GradientSpikeMonitor: the step metric {key!r} is not one number",
+                            expected="a scalar gradient norm per step",
+                            received=f"{describe(step_metrics[key])} of shape "
+                            f"{np.shape(step_metrics[key])}",
+                            fix="log the global norm (optax.global_norm(grads)) under "
+                            f"{self.metric!r}, or set metric= to the name of a scalar",
+                        )
+                    )
+                return key
+        raise ExplainedKeyError(
+            explain(
+                f"GradientSpikeMonitor needs the step metric {self.metric!r}, which was not logged",
+                expected=f"{self.metric!r} in the step metrics (the trainer logs the gradient "
+                "norm when log_grad_norm is on)",
+                received=f"step metrics {sorted(step_metrics)}",
+                fix="set log_grad_norm: true in the trainer's config, or set metric= to the "
+                "name of the metric holding the gradient norm",
+            )
+        )
+
+    def on_training_step(self, step_metrics: dict[str, Any], epoch_idx: int, global_step: int) -> None:
+        """Updates the EMA and the spike count on the device, one compiled call (see the class)."""
+        value = step_metrics.get(self._key) if self._key is not None else None
+        if value is None:  # the first step (or a step without the metric): find it, or explain
+            self._key = self._find(step_metrics)
+            value = step_metrics[self._key]
+        self._carry = _UPDATE(self._carry, value, *self._consts)
+        self._window_steps += 1
+        if self.log_to_disk:
+            self._steps.append((int(global_step), int(epoch_idx)))
+            if len(self._steps) % CHUNK == 0:  # the buffer is full: keep it, start another
+                self._chunks.append(self._carry["rows"])
+                self._new_buffer()
+
+    def on_filtered_training_epoch_end(self, train_metrics: dict[str, Any], epoch_idx: int) -> None:
+        """Writes ``grad/spikes``, ``grad/ema`` and the per-step lines (see the class)."""
+        self._flush()
+
+    def on_training_end(self) -> None:
+        """Writes what the last epochs counted if their end was filtered out."""
+        self._flush()
+
+    def _flush(self) -> None:
+        if not self._window_steps:
+            return
+        trainer = self._bound()
+        self._write("scalars", {"grad/spikes": self._carry["spikes"], "grad/ema": self._carry["ema"]})
+        if self._steps:
+            buffers = fetch([*self._chunks, self._carry["rows"]])  # the one host read
+            rows = np.concatenate(buffers)[: len(self._steps)].tolist()
+            folder = pathlib.Path(trainer.log_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / SPIKES_FILE, "a", encoding="utf-8") as file:
+                for (step, epoch), (value, ema, spike) in zip(self._steps, rows, strict=True):
+                    line = {"step": step, "epoch": epoch, self.metric: _finite(value),
+                            "ema": _finite(ema), "spike": bool(spike)}
+                    file.write(json.dumps(line) + "\n")
+        self._chunks, self._steps, self._window_steps = [], [], 0
+        self._carry = {**self._carry, "spikes": self._zero}
+        self._new_buffer()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The EMA, the counts, and the steps not yet written (device arrays, not read):
+        ``rows`` is the current ``(1024, 3)`` buffer of per-step values (``[]`` without
+        ``log_to_disk``), ``chunks`` the full ones, ``pos`` how many rows of ``rows`` are used.
+
+        Example:
+            >>> sorted(GradientSpikeMonitor().state_dict())  # doctest: +NORMALIZE_WHITESPACE
+            ['chunks', 'ema', 'pending_epochs', 'pending_steps', 'pos', 'rows', 'seen', 'spikes',
+             'window_steps']
+        """
+        carry = self._carry
+        return {
+            "ema": carry["ema"],
+            "seen": carry["seen"],
+            "spikes": carry["spikes"],
+            "pos": carry.get("pos", 0),
+            "rows": carry.get("rows", []),
+            "chunks": list(self._chunks),
+            "window_steps": self._window_steps,
+            "pending_steps": [step for step, _ in self._steps],
+            "pending_epochs": [epoch for _, epoch in self._steps],
+        }
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        """Restores what :meth:`state_dict` returned: the run resumes exactly (a state saved
+        without ``log_to_disk`` restores no per-step rows; with it, they are dropped when
+        ``log_to_disk`` is now off).
+
+        Example:
+            >>> monitor = GradientSpikeMonitor()
+            >>> monitor.load_state_dict(GradientSpikeMonitor().state_dict())
+        """
+        d = _check_state(self, d, ("ema", "seen", "spikes", "pos", "rows", "chunks", "window_steps",
+                                   "pending_steps", "pending_epochs"))
+        self._carry = {"ema": jnp.asarray(d["ema"], jnp.float32), "seen": jnp.asarray(d["seen"], jnp.int32),
+                       "spikes": jnp.asarray(d["spikes"], jnp.int32)}
+        self._window_steps = int(np.asarray(d["window_steps"]))
+        saved_rows = not isinstance(d["rows"], list)
+        self._chunks, self._steps = [], []
+        self._new_buffer()
+        if self.log_to_disk and saved_rows:
+            self._chunks = [jnp.asarray(c, jnp.float32) for c in d["chunks"]]
+            self._carry["rows"] = jnp.asarray(d["rows"], jnp.float32)
+            self._carry["pos"] = jnp.asarray(d["pos"], jnp.int32)
+            self._steps = [(int(s), int(e)) for s, e in zip(d["pending_steps"], d["pending_epochs"], strict=True)]
+
+
+def _finite(value: float) -> float | None:
+    return value if np.isfinite(value) else None
+
+
+def _bad(name: str, value: Any, expected: str, fix: str) -> str:
+    return explain(f"GradientSpikeMonitor: bad {name}", expected=expected, received=describe(value), fix=fix)
+
+
+def _number_in(name: str, value: Any, low: float, high: float | None, expected: str, fix: str,
+               open_low: bool = False) -> float:
+    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
+    if ok:
+        value = float(value)
+        ok = bool(np.isfinite(value)) and (value > low if open_low else value >= low) and (high is None or value < high)
+    if not ok:
+        raise ValueError(_bad(name, value, expected, fix))
+    return value

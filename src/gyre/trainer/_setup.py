@@ -1,0 +1,130 @@
+"""Building a trainer's parts from its config sections: the trainer config itself, the model,
+the optimizer, the callbacks and the writer, each through the registries of
+:mod:`gyre.config` (never by importing a dotted path)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gyre.core._errors import describe, explain
+
+
+def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
+    """The validated trainer config: ``given`` (a mapping or a config object) with
+    ``options`` on top; ``log_dir=`` goes to ``logger.log_dir``.
+
+    Example:
+        >>> import gyre
+        >>> trainer_config_of(gyre.TrainerModule, {"train_epochs": 2}, {"seed": 3}).seed
+        3
+    """
+    from gyre.config import TrainerConfig
+
+    config_class = getattr(cls, "config_class", None) or TrainerConfig
+    if given is None:
+        data: dict[str, Any] = {}
+    elif isinstance(given, Mapping):
+        data = dict(given)
+    elif hasattr(given, "model_dump"):
+        data = given.model_dump(exclude_unset=False)
+    else:
+        raise TypeError(
+            explain(
+                "the trainer config must be a mapping or a gyre.config.TrainerConfig",
+                expected="{'train_epochs': 5, ...} or the 'trainer' section of a loaded config",
+                received=describe(given),
+                fix="pass trainer_config=config.trainer, or keyword options (train_epochs=5)",
+            )
+        )
+    options = dict(options)
+    if "log_dir" in options:
+        logger = dict(data.get("logger") or {})
+        logger["log_dir"] = None if options["log_dir"] is None else str(options.pop("log_dir"))
+        data["logger"] = logger
+    data.update(options)
+    data.setdefault("train_epochs", 1)
+    return config_class.model_validate(data)
+
+
+def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
+    """The model of the ``model`` section: an nnx class gets ``rngs=nnx.Rngs(seed)``."""
+    if section is None:
+        raise TypeError(
+            explain(
+                "the trainer has no model",
+                expected="model=<a flax module> or a model section with a registered class_name",
+                received="neither",
+                fix="TrainerModule(model=MyModel(rngs=nnx.Rngs(0)), optimizer=optax.adam(1e-3)), or a "
+                "config with model: {class_name: MyModel, ...}",
+            )
+        )
+    from flax import nnx
+
+    from gyre.config import MODELS, validate_component
+
+    kwargs = validate_component("models", section, where="model", extra_allowed=("rngs",))
+    factory = MODELS.get(section["class_name"], where="model.class_name")
+    if config.model_mode == "nnx":
+        return factory(**kwargs, rngs=nnx.Rngs(config.seed))
+    return factory(**kwargs)
+
+
+def build_optimizer_of(section: Any) -> Any:
+    """The optimizer of the ``optimizer`` section (a float: Adam at that rate)."""
+    if section is None:
+        raise TypeError(
+            explain(
+                "the trainer has no optimizer",
+                expected="optimizer=<an optax optimizer> or an optimizer section",
+                received="neither",
+                fix="TrainerModule(..., optimizer=optax.adam(1e-3)) or optimizer: {class_name: AdamW, learning_rate: 1e-3}",
+            )
+        )
+    from gyre.config import build_optimizer
+
+    if isinstance(section, (int, float)) and not isinstance(section, bool):
+        section = {"class_name": "Adam", "learning_rate": float(section)}
+    return build_optimizer(section, where="optimizer")
+
+
+def build_callbacks(config: Any) -> list[Any]:
+    """The callbacks of ``trainer.callbacks`` (name -> section; ``class_name`` defaults
+    to the name), in the config's order."""
+    from gyre.config import CALLBACKS, validate_component
+
+    out = []
+    for name, section in (config.callbacks or {}).items():
+        section = dict(section or {})
+        section.setdefault("class_name", name)
+        where = f"trainer.callbacks.{name}"
+        kwargs = validate_component("callbacks", section, where=where)
+        out.append(CALLBACKS.get(section["class_name"], where=f"{where}.class_name")(**kwargs))
+    return out
+
+
+def build_writer(config: Any, log_dir: Path) -> Any:
+    """The writer of ``logger.tool_config`` (TensorBoard in ``<log_dir>/tensorboard`` by
+    default; a CSV file when tensorboardX is not installed)."""
+    import importlib.util
+
+    import gyre
+
+    tool = config.logger.tool_config
+    if tool is not None:
+        from gyre.config import LOGGERS, validate_component
+
+        section = dict(tool) if isinstance(tool, Mapping) else tool.model_dump()
+        kwargs = validate_component("loggers", section, where="trainer.logger.tool_config", extra_allowed=("log_dir",))
+        return LOGGERS.get(section["class_name"], where="trainer.logger.tool_config.class_name")(**kwargs, log_dir=str(log_dir))
+    if importlib.util.find_spec("tensorboardX") is not None:
+        return gyre.TensorBoardWriter(log_dir / "tensorboard")
+    return gyre.CSVWriter(log_dir / "metrics.csv")
+
+
+def learning_rate_in(opt_state: Any) -> Any:
+    """The injected learning rate in an optimizer state, or ``None``."""
+    from gyre.config import learning_rate_of
+
+    return learning_rate_of(opt_state)

@@ -1,0 +1,212 @@
+"""The trainer's compiled steps, built from the user's loss function: one training step
+``(state, batch) -> (logs, state)`` for the engine, one evaluation step that folds a batch's
+metrics into an accumulator. Metrics accumulate on the device inside these steps (one monoid
+per metric mode, :mod:`gyre.trainer._metrics`); nothing is read on the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from gyre.core._errors import describe, explain
+from gyre.core._logs import Logs
+from gyre.trainer._metrics import ConcatCollector
+from gyre.trainer._model import NNX_REST
+from gyre.trainer._modes import parse_metrics
+
+EPOCH = "train_epoch_metrics"  # the epoch's accumulator, in TrainState.extras
+WINDOW = "train_window_metrics"  # the accumulator of the steps since the last step log
+
+
+def loss_output(out: Any, *, mode: str, name: str) -> tuple[Any, Mapping[str, Any], Any]:
+    """``(loss, metrics, mutable variables)`` from what a loss function returned, or an
+    error naming what it returned instead.
+
+    nnx: ``loss`` or ``(loss, metrics)``; linen: ``loss``, ``(loss, metrics)`` or
+    ``(loss, (mutable_variables, metrics))`` as jax_trainer's ``loss_function_linen``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> loss_output((jnp.float32(1.0), {"acc": 0.5}), mode="nnx", name="loss_function")[1]
+        {'acc': 0.5}
+    """
+    loss, metrics, mutable = out, {}, None
+    if isinstance(out, tuple) and len(out) == 2:
+        loss, aux = out
+        if mode == "linen" and isinstance(aux, tuple) and len(aux) == 2:
+            mutable, metrics = aux
+        else:
+            metrics = aux
+    if metrics is None:
+        metrics = {}
+    good_loss = isinstance(loss, (jax.Array, float, int)) and not isinstance(loss, bool) and jnp.ndim(loss) == 0
+    if not good_loss or not isinstance(metrics, Mapping):
+        shape = "loss, (mutable_variables, metrics)" if mode == "linen" else "loss, metrics"
+        raise TypeError(
+            explain(
+                f"{name} returned no scalar loss",
+                expected=f"a scalar loss, or ({shape}) with metrics a dict of name -> value",
+                received=_described(out),
+                fix=f"end {name} with `return loss, {{'acc': acc}}`, loss a 0-d array (e.g. .mean())",
+            )
+        )
+    if "loss" in metrics:
+        raise ValueError(
+            explain(
+                f"{name}'s metrics hold a key 'loss'",
+                expected="metrics other than the loss (the trainer logs the returned loss as 'loss')",
+                received=f"metric keys {sorted(metrics)}",
+                fix="rename the metric, or return the loss only as the first value",
+            )
+        )
+    return loss, dict(metrics), mutable
+
+
+def _described(out: Any) -> str:
+    if isinstance(out, tuple):
+        return f"a tuple of {len(out)}: ({', '.join(_described(o) for o in out)})"
+    if isinstance(out, jax.Array):
+        return f"an array of shape {out.shape}"
+    return describe(out)
+
+
+def batch_size_of(batch: Any, inputs: Any) -> Any:
+    """The examples in a batch (its ``size`` attribute, else the leading axis of its
+    model input): the weight of its MEAN metrics.
+
+    Example:
+        >>> import numpy as np
+        >>> batch_size_of((np.zeros((4, 2)), np.zeros(4)), np.zeros((4, 2)))
+        4
+    """
+    size = getattr(batch, "size", None)
+    if isinstance(size, (int, jax.Array)) and not callable(size):
+        return size
+    leaves = jax.tree_util.tree_leaves(inputs)
+    if not leaves or jnp.ndim(leaves[0]) == 0:
+        return 1
+    return leaves[0].shape[0]
+
+
+class StepBuilder:
+    """Builds the trainer's compiled functions (see the module docstring).
+
+    Args:
+        trainer: the :class:`~gyre.TrainerModule` (its loss function, model and options).
+    """
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.model = trainer._adapter
+        self.mode = self.model.mode
+        self.specs: dict[str, Any] | None = None
+        self.eval_specs_cached: dict[str, Any] = {}
+
+    # -- one forward pass, both modes ---------------------------------------------------------
+
+    def forward(self, params: Any, state: Any, batch: Any, rng: jax.Array, *, train: bool) -> tuple[Any, dict[str, Any], Any]:
+        """``(loss, metrics, new model_state)`` of one batch."""
+        t = self.trainer
+        if self.mode == "nnx":
+            module = self.model.merge(params, state.model_state[NNX_REST], train=train)
+            loss, metrics, _ = loss_output(t.loss_function(module, batch, train=train), mode="nnx", name="loss_function")
+            model_state = {**state.model_state, NNX_REST: self.model.rest_of(module)}
+        else:
+            out = t.loss_function_linen(params, state, batch, rng, train=train)
+            loss, metrics, mutable = loss_output(out, mode="linen", name="loss_function_linen")
+            model_state = dict(state.model_state)
+            if train and mutable:
+                model_state.update(dict(mutable))
+        return loss, metrics, model_state
+
+    def values(self, loss: Any, metrics: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+        return {"loss": loss, **metrics, **extra}
+
+    # -- the training step --------------------------------------------------------------------
+
+    def train_step(self, *, step_logs: bool) -> Callable[[Any, Any], tuple[Logs | None, Any]]:
+        """``(state, batch) -> (logs, state)``. ``step_logs``: the step's values are also
+        returned as logs (for the NaN policy and the callbacks' ``on_training_step``)."""
+        t = self.trainer
+        tx = t.optimizer
+
+        def step(state: Any, batch: Any) -> tuple[Logs | None, Any]:
+            rng = jax.random.fold_in(state.rng, state.step)
+
+            def objective(params: Any) -> tuple[Any, tuple[dict[str, Any], Any]]:
+                loss, metrics, model_state = self.forward(params, state, batch, rng, train=True)
+                return loss, (metrics, model_state)
+
+            (loss, (metrics, model_state)), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
+            updates, opt_state = tx.update(grads, state.opt_state, state.params)
+            params = optax.apply_updates(state.params, updates)
+            extra = {"grad_norm": optax.global_norm(grads)} if t.config.log_grad_norm else {}
+            values = self.values(loss, metrics, extra)
+            specs, parsed = parse_metrics(values, where=t._loss_name)
+            count = batch_size_of(batch, t.batch_to_input(batch))
+            extras = dict(state.extras)
+            extras[EPOCH] = extras[EPOCH].update(specs, parsed, count)
+            extras[WINDOW] = extras[WINDOW].update(specs, parsed, count)
+            new = state.replace(
+                step=state.step + 1, params=params, opt_state=opt_state, model_state=model_state, extras=extras
+            )
+            if not step_logs:
+                return None, new
+            logs = Logs().add_loss("loss", loss)
+            for key, (value, _) in parsed.items():
+                if key != "loss" and specs[key].mode != "concat":
+                    logs = logs.add_metric(key, value)
+            return logs, new
+
+        return step
+
+    def train_specs(self, state: Any, batch: Any) -> dict[str, Any]:
+        """The metric specs of a training step, and empty accumulators shaped after its values
+        (traced once with ``jax.eval_shape``: nothing runs)."""
+        t = self.trainer
+
+        found: dict[str, Any] = {}
+
+        def probe(state: Any, batch: Any) -> Any:
+            loss, metrics, _ = self.forward(state.params, state, batch, state.rng, train=True)
+            extra = {"grad_norm": jnp.float32(0)} if t.config.log_grad_norm else {}
+            found["specs"], parsed = parse_metrics(self.values(loss, metrics, extra), where=t._loss_name)
+            return parsed
+
+        shapes = jax.eval_shape(probe, state, batch)
+        self.specs = found["specs"]
+        return self.specs, shapes
+
+    # -- the evaluation step ------------------------------------------------------------------
+
+    def eval_specs(self, state: Any, batch: Any) -> tuple[dict[str, Any], Any]:
+        """The metric specs of an evaluation step and its values' shapes (traced, not run);
+        kept in :attr:`eval_specs_cached` for naming the results."""
+
+        found: dict[str, Any] = {}
+
+        def probe(state: Any, batch: Any) -> Any:
+            loss, metrics, _ = self.forward(state.params, state, batch, state.rng, train=False)
+            found["specs"], parsed = parse_metrics(self.values(loss, metrics, {}), where=self.trainer._loss_name)
+            return parsed
+
+        shapes = jax.eval_shape(probe, state, batch)
+        self.eval_specs_cached = found["specs"]
+        return self.eval_specs_cached, shapes
+
+    def eval_step(self) -> Callable[[Any, Any, Any], Any]:
+        """``(state, accumulator, batch) -> (accumulator, CONCAT values)``."""
+        t = self.trainer
+
+        def step(state: Any, acc: Any, batch: Any) -> Any:
+            loss, metrics, _ = self.forward(state.params, state, batch, state.rng, train=False)
+            specs, parsed = parse_metrics(self.values(loss, metrics, {}), where=t._loss_name)
+            acc = acc.update(specs, parsed, batch_size_of(batch, t.batch_to_input(batch)))
+            return acc, ConcatCollector.select(specs, parsed)
+
+        return step

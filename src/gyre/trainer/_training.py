@@ -1,0 +1,175 @@
+"""``TrainerModule.train_model`` and ``eval_model``: the whole run as one ``train_loop`` of
+the engine (see :mod:`gyre.trainer._module`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from gyre.core._errors import explain
+from gyre.trainer._data import EpochStream, epoch_length, is_iterator
+from gyre.trainer._metrics import ConcatCollector, MetricAccumulator, metric_names
+
+
+def _jit(trainer: Any, name: str, fn: Any, **kwargs: Any) -> Any:
+    if trainer.config.debug:
+        return fn
+    if name not in trainer._compiled:
+        trainer._compiled[name] = jax.jit(fn, **kwargs)
+    return trainer._compiled[name]
+
+
+def training_data(loader: Any, epochs: int) -> tuple[Any, int]:
+    """The stream of ``epochs`` epochs the loop iterates, and its batches per epoch.
+
+    Example:
+        >>> data, steps = training_data([1, 2], 3); steps, list(data)
+        (2, [1, 2, 1, 2, 1, 2])
+    """
+    if hasattr(loader, "state_dict") and hasattr(loader, "load_state_dict") and is_iterator(loader):
+        steps = epoch_length(loader, what="train_loader")
+        available = getattr(loader, "epochs", None)
+        if available is not None and available < epochs:
+            raise ValueError(
+                explain(
+                    "the training loader ends before the last epoch",
+                    expected=f"a loader of at least {epochs} epochs (or endless: epochs=None)",
+                    received=f"{loader!r} with epochs={available}",
+                    fix="build it with gyre.data.batches(..., epochs=None); the trainer stops it",
+                )
+            )
+        return loader, steps
+    stream = EpochStream(loader, epochs=epochs)
+    return stream, stream.epoch_steps
+
+
+def first_batch(loader: Any) -> Any:
+    """One batch of ``loader`` to build the model from, without moving a resumable
+    loader's position (a copy of its state is restored)."""
+    saved = loader.state_dict() if hasattr(loader, "state_dict") else None
+    batch = next(iter(loader))
+    if saved is not None:
+        loader.load_state_dict(saved)
+    return batch
+
+
+def train_model(trainer: Any, train_loader: Any, val_loader: Any, test_loader: Any, num_epochs: int | None) -> dict[str, Any]:
+    import gyre
+    from gyre.trainer._hooks import TrainingHooks
+
+    epochs = trainer.config.train_epochs if num_epochs is None else num_epochs
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+        raise ValueError(
+            explain(
+                "train_model needs a whole number of epochs >= 1",
+                expected="num_epochs=5 (or trainer.train_epochs in the config)",
+                received=repr(epochs),
+                fix="pass num_epochs=5",
+            )
+        )
+    if trainer.state is None:
+        trainer.init_model(first_batch(train_loader))
+    data, epoch_steps = training_data(train_loader, epochs)
+    trainer.log_dir.mkdir(parents=True, exist_ok=True)
+    _store_config(trainer)
+    hooks = TrainingHooks(trainer, val_loader)
+    step = _jit(trainer, "train", trainer._builder.train_step(step_logs=bool(hooks.step_callbacks or trainer.config.detect_nans)), donate_argnums=0)
+    tasks: dict[Any, Any] = {gyre.on_train_step: step}
+    every = trainer.config.logger.log_steps_every
+    if every:
+        tasks[gyre.after(steps=every - 1).every(every)] = hooks.log_window
+    resume_ckpt = gyre.checkpoint(str((trainer.log_dir / "resume").resolve()), keep=1)
+    callbacks: list[Any] = [hooks, resume_ckpt, gyre.write_to(trainer.writer)]
+    if trainer.config.enable_progress_bar:
+        callbacks.insert(0, gyre.keras_bar(total=epochs * epoch_steps))
+    trainer._stop_reason = ""
+    status = "failed"
+    try:
+        state, history, elapsed = gyre.train_loop(
+            trainer.state, data, tasks, callbacks=callbacks, stop=epochs * epoch_steps,
+            epoch_duration=epoch_steps, steps_per_call=trainer.config.steps_per_call,
+            resume=trainer.config.resume, nan_policy="raise" if trainer.config.detect_nans else "ignore",
+        )
+        status = "stopped" if history.stop_reason else "success"
+    finally:
+        for cb in trainer.callbacks:
+            cb.finalize(status)
+        resume_ckpt.close()
+    trainer.state, trainer._elapsed, trainer.history = state, elapsed, history
+    result: dict[str, Any] = {}
+    if hooks.val_history:
+        result["val"] = host_values(hooks.val_history[max(hooks.val_history)])
+    if test_loader is not None and history.stop_reason != "preempted":
+        result["test"] = _test_best(trainer, test_loader, elapsed.epochs)
+    trainer.writer.flush()
+    return result
+
+
+def _test_best(trainer: Any, test_loader: Any, epoch: int) -> dict[str, Any]:
+    """The test metrics of the best checkpoint by the monitored validation metric (the
+    final model when no ModelCheckpoint ranks them): never chosen on the test set."""
+    from gyre.trainer._model_checkpoint import ModelCheckpoint
+
+    final = trainer.state
+    for cb in trainer.callbacks:
+        if isinstance(cb, ModelCheckpoint) and cb.best_step() is not None:
+            trainer.state = cb.restore_best(final)
+            break
+    try:
+        return trainer.test_model(test_loader, apply_callbacks=True, epoch_idx=epoch)
+    finally:
+        trainer.state = final
+
+
+def evaluate(trainer: Any, loader: Any, mode: str, state: Any) -> dict[str, Any]:
+    """One pass over ``loader``: ``{"<mode>/<key>": device value, "<mode>/time": seconds}``."""
+    trainer._require_state("eval_model")
+    start = time.perf_counter()
+    step = _jit(trainer, "eval", trainer._builder.eval_step())
+    acc = collector = None
+    for batch in loader:
+        if acc is None:
+            specs, shapes = trainer._builder.eval_specs(state, batch)
+            acc, collector = MetricAccumulator.init(specs, shapes), ConcatCollector(specs)
+        acc, concat = step(state, acc, batch)
+        collector.add(concat)
+    if acc is None:
+        raise ValueError(
+            explain(
+                f"the {mode} loader gave no batch",
+                expected="at least one batch",
+                received=f"an empty {type(loader).__name__}",
+                fix=f"check the {mode} split (its size and batch size)",
+            )
+        )
+    values = {**acc.compute(), **collector.compute()}
+    phase = "test" if mode == "test" else "val"
+    names = metric_names(trainer._builder.eval_specs_cached, phase, "epoch")
+    out = {name: values[key] for key, name in names.items() if key in values}
+    out[f"{mode}/time"] = time.perf_counter() - start
+    return out
+
+
+def _store_config(trainer: Any) -> None:
+    """The resolved config, in the run folder (``config.yaml``)."""
+    if trainer.full_config is None:
+        return
+    from gyre.config import dump_config
+
+    (trainer.log_dir / "config.yaml").write_text(dump_config(trainer.full_config))
+
+
+def host_values(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """Metrics with scalars as Python floats (one transfer for all), arrays as numpy.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> host_values({"val/acc": jnp.float32(0.5), "val/time": 1.5})
+        {'val/acc': 0.5, 'val/time': 1.5}
+    """
+    host = jax.device_get(dict(metrics))
+    return {k: float(v) if jnp.ndim(v) == 0 else v for k, v in host.items()}

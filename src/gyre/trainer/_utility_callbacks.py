@@ -1,0 +1,355 @@
+"""Small trainer callbacks: :class:`JAXProfiler` (a trace of a few steps, now and then),
+:class:`DisableGC` (Python's garbage collector off during training) and
+:class:`EarlyStopping` (stop when a validation metric stops improving)."""
+
+import gc
+import math
+import numbers
+import pathlib
+from typing import Any, Literal
+
+import jax
+import numpy as np
+
+from gyre.config._registry import register_callback
+from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn
+from gyre.core._host import fetch
+from gyre.trainer._callback import Callback, _check_state
+
+PROFILE_FOLDER = "profile"
+
+
+@register_callback
+class JAXProfiler(Callback):
+    """Traces ``profile_n_steps`` training steps with ``jax.profiler`` into
+    ``log_dir/profile`` (open it with TensorBoard's profile plugin or Perfetto).
+
+    The first trace starts right after the step numbered ``first_step`` (the ``global_step``
+    given to ``on_training_step``; a run resumed past it starts at its first step) and stops
+    after ``profile_n_steps`` more steps, once the device has finished them. Another trace
+    starts at the first step after ``every_n_minutes`` minutes have passed since the last
+    one stopped (``None``: only the first). A trace still running at a training epoch's end,
+    at training's end or at :meth:`finalize` is stopped there. A trace that cannot start
+    (another one is running in this process) is a warning, not an error.
+
+    Args:
+        every_n_minutes: minutes between traces, or ``None`` for one trace.
+        first_step: the step after which the first trace starts (>= 0).
+        profile_n_steps: how many steps a trace covers (>= 1).
+
+    Example:
+        >>> import pathlib, tempfile, types, gyre, jax.numpy as jnp
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> trainer = types.SimpleNamespace(
+        ...     log_dir=folder, state=jnp.zeros(2), writer=gyre.MultiWriter([]), global_step=0,
+        ...     stop_training=print, learning_rate=lambda: None)
+        >>> profiler = JAXProfiler(first_step=1, profile_n_steps=2)
+        >>> profiler.bind(trainer)
+        >>> profiler.on_training_start()
+        >>> for step in (1, 2, 3):
+        ...     profiler.on_training_step({}, 1, step)
+        >>> profiler.traces, profiler.active
+        (1, False)
+        >>> (folder / "profile").is_dir()
+        True
+        >>> import shutil; shutil.rmtree(folder)
+    """
+
+    def __init__(
+        self, *, every_n_minutes: float | None = 60, first_step: int = 10, profile_n_steps: int = 5
+    ) -> None:
+        super().__init__(every_n_minutes=every_n_minutes)
+        self.first_step = _whole("JAXProfiler", "first_step", first_step, 0, "pass first_step=10")
+        self.profile_n_steps = _whole("JAXProfiler", "profile_n_steps", profile_n_steps, 1,
+                                      "pass profile_n_steps=5")
+        self.active = False
+        self.traces = 0  # traces taken
+        self._started_at = 0  # the step after which the running trace started
+        self._stopped_at: float | None = None  # clock time the last trace stopped
+
+    def on_training_step(self, step_metrics: dict[str, Any], epoch_idx: int, global_step: int) -> None:
+        """Starts or stops a trace (see the class); reads no device value."""
+        if self.active:
+            if global_step - self._started_at >= self.profile_n_steps:
+                self._stop()
+        elif self._due(global_step):
+            self._start(global_step)
+
+    def _due(self, global_step: int) -> bool:
+        if self.traces == 0:
+            return global_step >= self.first_step
+        if self.every_n_minutes is None or self._stopped_at is None:
+            return False
+        return self._clock() - self._stopped_at >= 60.0 * self.every_n_minutes
+
+    def _start(self, global_step: int) -> None:
+        folder = pathlib.Path(self._bound().log_dir) / PROFILE_FOLDER
+        try:
+            jax.profiler.start_trace(str(folder))
+        except RuntimeError as err:  # another trace runs in this process
+            warn(f"JAXProfiler: no trace at step {global_step}: {err}")
+            self.traces += 1  # do not retry at every step
+            self._stopped_at = self._clock()
+            return
+        self.active = True
+        self.traces += 1
+        self._started_at = global_step
+
+    def _stop(self) -> None:
+        if not self.active:
+            return
+        state = self.trainer.state if self.trainer is not None else None
+        jax.block_until_ready([x for x in jax.tree_util.tree_leaves(state) if isinstance(x, jax.Array)])
+        self.active = False
+        self._stopped_at = self._clock()
+        jax.profiler.stop_trace()
+
+    def on_training_epoch_end(self, train_metrics: dict[str, Any], epoch_idx: int) -> None:
+        """Stops a running trace (the validation that follows is not a training step)."""
+        self._stop()
+
+    def on_training_end(self) -> None:
+        """Stops a running trace."""
+        self._stop()
+
+    def finalize(self, status: str) -> None:
+        """Stops a running trace, whatever the status."""
+        super().finalize(status)
+        self._stop()
+
+
+@register_callback
+class DisableGC(Callback):
+    """Turns Python's garbage collector off while training (its pauses land at random
+    steps), and collects at each epoch's end instead (training, validation and test epochs
+    while it is off). Training's end and :meth:`finalize` (a failed run included) put the
+    collector back as it was before training.
+
+    Example:
+        >>> import gc
+        >>> callback = DisableGC()
+        >>> callback.on_training_start()
+        >>> gc.isenabled()
+        False
+        >>> callback.on_training_end()
+        >>> gc.isenabled()
+        True
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._was_enabled: bool | None = None  # None: not disabled by this callback
+
+    def on_training_start(self) -> None:
+        """Turns the collector off, remembering its state."""
+        if self._was_enabled is None:
+            self._was_enabled = gc.isenabled()
+        gc.disable()
+
+    def _collect(self) -> None:
+        if self._was_enabled is not None:
+            gc.collect()
+
+    def on_training_epoch_end(self, train_metrics: dict[str, Any], epoch_idx: int) -> None:
+        """Collects (every epoch: not filtered)."""
+        self._collect()
+
+    def on_validation_epoch_end(self, eval_metrics: dict[str, Any], epoch_idx: int) -> None:
+        """Collects (every epoch: not filtered)."""
+        self._collect()
+
+    def on_test_epoch_end(self, test_metrics: dict[str, Any], epoch_idx: int) -> None:
+        """Collects."""
+        self._collect()
+
+    def _restore(self) -> None:
+        if self._was_enabled is None:
+            return
+        if self._was_enabled:
+            gc.enable()
+        self._was_enabled = None
+
+    def on_training_end(self) -> None:
+        """Puts the collector back as it was."""
+        self._restore()
+
+    def finalize(self, status: str) -> None:
+        """Puts the collector back as it was (after a failed run too)."""
+        super().finalize(status)
+        self._restore()
+
+
+@register_callback
+class EarlyStopping(Callback):
+    """Stops training when the validation metric ``monitor`` has not improved for
+    ``patience`` validation epochs in a row (filtered ones: every ``every_n_epochs``).
+
+    An epoch improves when its value is below the best so far minus ``min_delta``
+    (``mode="min"``) or above the best plus ``min_delta`` (``"max"``); the first finite value
+    is the first best. A NaN never improves. When the epochs without improvement reach
+    ``patience``, it calls ``trainer.stop_training(reason)`` (once): training ends after that
+    epoch. The value is read on the host at the validation's end. A ``monitor`` missing from
+    the validation metrics is an error listing the logged keys.
+
+    Args:
+        monitor: the logged name of the validation metric, e.g. ``"val/loss"``.
+        mode: ``"min"`` (lower is better) or ``"max"``.
+        patience: validation epochs without improvement before stopping (>= 1).
+        min_delta: the smallest change that counts as an improvement (>= 0).
+        every_n_epochs: look at the validations of epochs ``e % every_n_epochs == 0``.
+
+    Example:
+        >>> import pathlib, types, gyre
+        >>> trainer = types.SimpleNamespace(
+        ...     log_dir=pathlib.Path("."), state=None, writer=gyre.MultiWriter([]), global_step=0,
+        ...     stop_training=print, learning_rate=lambda: None)
+        >>> stopper = EarlyStopping(monitor="val/loss", patience=2)
+        >>> stopper.bind(trainer)
+        >>> for epoch, loss in enumerate([0.5, 0.4, 0.45, 0.41], start=1):
+        ...     stopper.on_validation_epoch_end({"val/loss": loss}, epoch)
+        EarlyStopping: val/loss did not improve for 2 validation epochs (best 0.4 at epoch 2)
+    """
+
+    def __init__(
+        self,
+        *,
+        monitor: str = "val/loss",
+        mode: Literal["min", "max"] = "min",
+        patience: int = 3,
+        min_delta: float = 0.0,
+        every_n_epochs: int = 1,
+    ) -> None:
+        super().__init__(every_n_epochs=every_n_epochs)
+        if not isinstance(monitor, str) or not monitor:
+            raise TypeError(
+                explain(
+                    "EarlyStopping: monitor must name a validation metric",
+                    expected="a logged name, e.g. 'val/loss' or 'val/acc'",
+                    received=describe(monitor),
+                    fix="pass monitor='val/loss'",
+                )
+            )
+        if mode not in ("min", "max"):
+            raise ValueError(
+                explain(
+                    f"EarlyStopping: unknown mode {mode!r}."
+                    + (suggest(mode, ["min", "max"]) if isinstance(mode, str) else ""),
+                    expected="'min' (lower is better, a loss) or 'max' (higher is better, an accuracy)",
+                    received=describe(mode),
+                    fix="pass mode='min' or mode='max'",
+                )
+            )
+        ok = isinstance(min_delta, numbers.Real) and not isinstance(min_delta, bool)
+        if not ok or not (math.isfinite(min_delta) and min_delta >= 0):
+            raise ValueError(
+                explain(
+                    "EarlyStopping: min_delta must be a number >= 0",
+                    expected="the smallest improvement that counts, e.g. 0.0 or 1e-4",
+                    received=describe(min_delta),
+                    fix="pass min_delta=0.0 (the direction comes from mode)",
+                )
+            )
+        self.monitor = monitor
+        self.mode = mode
+        self.patience = _whole("EarlyStopping", "patience", patience, 1, "pass patience=3")
+        self.min_delta = float(min_delta)
+        self.best: float | None = None
+        self.best_epoch = 0
+        self.wait = 0
+        self.stopped_epoch = 0  # the epoch at which it asked to stop; 0: not yet
+
+    def on_filtered_validation_epoch_end(self, eval_metrics: dict[str, Any], epoch_idx: int) -> None:
+        """Reads the monitored value and stops training when it stopped improving."""
+        value = _read(eval_metrics, self.monitor, epoch_idx)
+        if self._improves(value):
+            self.best, self.best_epoch, self.wait = value, epoch_idx, 0
+            return
+        self.wait += 1
+        if self.wait >= self.patience and not self.stopped_epoch:
+            self.stopped_epoch = epoch_idx
+            best = "no finite value yet" if self.best is None else f"best {self.best:g} at epoch {self.best_epoch}"
+            self._bound().stop_training(
+                f"EarlyStopping: {self.monitor} did not improve for {self.wait} validation epochs ({best})"
+            )
+
+    def _improves(self, value: float) -> bool:
+        if math.isnan(value):
+            return False
+        if self.best is None:
+            return True
+        if self.mode == "min":
+            return value < self.best - self.min_delta
+        return value > self.best + self.min_delta
+
+    def state_dict(self) -> dict[str, Any]:
+        """The best value and its epoch, the epochs waited, the stop epoch.
+
+        Example:
+            >>> EarlyStopping().state_dict()
+            {'has_best': 0, 'best': 0.0, 'best_epoch': 0, 'wait': 0, 'stopped_epoch': 0}
+        """
+        return {
+            "has_best": int(self.best is not None),
+            "best": 0.0 if self.best is None else float(self.best),
+            "best_epoch": self.best_epoch,
+            "wait": self.wait,
+            "stopped_epoch": self.stopped_epoch,
+        }
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        """Restores what :meth:`state_dict` returned.
+
+        Example:
+            >>> stopper = EarlyStopping()
+            >>> stopper.load_state_dict({"has_best": 1, "best": 0.25, "best_epoch": 4, "wait": 1,
+            ...                          "stopped_epoch": 0})
+            >>> stopper.best, stopper.wait
+            (0.25, 1)
+        """
+        d = _check_state(self, d, ("has_best", "best", "best_epoch", "wait", "stopped_epoch"))
+        self.best = float(np.asarray(d["best"])) if int(np.asarray(d["has_best"])) else None
+        self.best_epoch = int(np.asarray(d["best_epoch"]))
+        self.wait = int(np.asarray(d["wait"]))
+        self.stopped_epoch = int(np.asarray(d["stopped_epoch"]))
+
+
+def _read(metrics: dict[str, Any], monitor: str, epoch_idx: int) -> float:
+    """The monitored value as a float (one host read), or a clear error."""
+    if monitor not in metrics:
+        keys = sorted(map(str, metrics))
+        raise ExplainedKeyError(
+            explain(
+                f"EarlyStopping monitors {monitor!r}, which was not logged in the validation of "
+                f"epoch {epoch_idx}." + suggest(monitor, keys),
+                expected=f"{monitor!r} among the validation metrics",
+                received=f"keys {keys}",
+                fix="set monitor= to one of those keys (validation metrics are named "
+                "'val/<name>'), or log the metric in the loss function",
+            )
+        )
+    value = metrics[monitor]
+    shape = tuple(np.shape(value))  # metadata: no read
+    kind = "f" if isinstance(value, numbers.Real) else np.dtype(getattr(value, "dtype", object)).kind
+    if isinstance(value, bool) or math.prod(shape) != 1 or kind not in "iuf":
+        raise ValueError(
+            explain(
+                f"EarlyStopping monitors {monitor!r}, which is not one number",
+                expected="a scalar validation metric, e.g. a mean loss or an accuracy",
+                received=f"{describe(value)} of shape {shape}",
+                fix="monitor a scalar metric",
+            )
+        )
+    return float(np.reshape(fetch(value), ()))
+
+
+def _whole(owner: str, name: str, value: Any, minimum: int, fix: str) -> int:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= minimum:
+        return int(value)
+    raise ValueError(
+        explain(
+            f"{owner}: {name} must be a whole number >= {minimum}",
+            expected=f"an int >= {minimum}",
+            received=describe(value),
+            fix=fix,
+        )
+    )
