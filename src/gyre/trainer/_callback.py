@@ -128,7 +128,7 @@ class Callback:
             Traceback (most recent call last):
             TypeError: Callback.bind needs a trainer with log_dir, state, writer, ...
         """
-        missing = [name for name in _MEMBERS if not hasattr(trainer, name)]
+        missing = [name for name in _MEMBERS if not _has(trainer, name)]
         if missing:
             raise TypeError(
                 explain(
@@ -273,6 +273,12 @@ class Callback:
             >>> Callback().load_state_dict({})
         """
         _check_state(self, d, ())
+
+
+def _has(obj: Any, name: str) -> bool:
+    """Whether ``obj`` has ``name``, without running a property (a trainer's ``writer``
+    opens its files when first read)."""
+    return any(name in vars(k) for k in type(obj).__mro__) or name in getattr(obj, "__dict__", {})
 
 
 def overrides_training_step(cb: Callback) -> bool:

@@ -85,7 +85,9 @@ class NNXModel:
         """The module, rebuilt from its states, in training or evaluation mode."""
         from flax import nnx
 
-        return nnx.merge(self._train_def if train else self._eval_def, params, rest)
+        # copy: fresh Variables in the current trace (a BatchNorm updating its statistics
+        # inside jax.grad must not touch Variables made by the enclosing jit trace)
+        return nnx.merge(self._train_def if train else self._eval_def, params, rest, copy=True)
 
     def rest_of(self, module: Any) -> Any:
         """What a merged module holds besides its parameters, after a call changed it."""

@@ -191,7 +191,7 @@ def _find(path: str | os.PathLike[str]) -> tuple[Path, int | None]:
     )
 
 
-def load_trainer(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any = None) -> Any:
+def load_trainer(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any = None, **given: Any) -> Any:
     """See :meth:`gyre.TrainerModule.load_from_checkpoint`."""
     from gyre.config import TRAINERS
 
@@ -208,11 +208,10 @@ def load_trainer(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any = N
                     fix="train with a ModelCheckpoint callback, or pass a run folder that has one",
                 )
             )
-        record_values = {s: store.read_record(s).get("meta", {}).get("value") for s in steps}
-        step = _best(record_values, lower=store.read_record(steps[-1]).get("meta", {}).get("mode") == "min")
+        values = {s: store.read_record(s).get("meta", {}).get("value") for s in steps}
+        step = _best(values, lower=store.read_record(steps[-1]).get("meta", {}).get("mode") == "min")
     meta = store.read_record(step).get("meta", {})
-    config = meta.get("config") or {}
-    trainer = _rebuild(cls, TRAINERS, config)
+    trainer = _rebuild(cls, TRAINERS, meta.get("config") or {}, given)
     if exmp_batch is None and meta.get("input"):
         import numpy as np
 
@@ -231,13 +230,26 @@ def _best(values: dict[int, Any], *, lower: bool) -> int:
     return (min if lower else max)(known, key=lambda s: known[s])
 
 
-def _rebuild(cls: type, trainers: Any, config: dict[str, Any]) -> Any:
+def _rebuild(cls: type, trainers: Any, config: dict[str, Any], given: dict[str, Any]) -> Any:
     from gyre.config import load_config
 
-    if "trainer" in config and "model" in config and "dataset" in config:
+    if all(k in config for k in ("trainer", "model", "optimizer", "dataset")):
         full = load_config(config)
-        trainer_cls = trainers.get(full.trainer.class_name) if full.trainer.class_name in trainers else cls
-        return trainer_cls(
-            full.trainer, full.model, full.optimizer, config=full
+        name = full.trainer.class_name
+        trainer_cls = trainers.get(name, where="trainer.class_name") if name in trainers else cls
+        return trainer_cls(full.trainer, full.model, full.optimizer, config=full, **given)
+    name = config.get("trainer_class")
+    trainer_cls = trainers.get(name) if isinstance(name, str) and name in trainers and cls.__name__ == "TrainerModule" else cls
+    missing = [k for k in ("model", "optimizer") if config.get(k) is None and k not in given]
+    if missing:
+        raise TypeError(
+            explain(
+                f"this checkpoint cannot rebuild the trainer's {' and '.join(missing)}",
+                expected="a trainer built from config sections (model_config=, optimizer_config= or a YAML "
+                "config), whose sections the checkpoint stores",
+                received=f"a checkpoint of a trainer given {' and '.join(f'{k}=<object>' for k in missing)} directly",
+                fix="pass them again: load_from_checkpoint(path, "
+                + ", ".join(f"{k}=..." for k in missing) + ")",
+            )
         )
-    return cls(config.get("trainer"), config.get("model"), config.get("optimizer"))
+    return trainer_cls(config.get("trainer"), config.get("model"), config.get("optimizer"), **given)

@@ -102,8 +102,6 @@ class TrainerModule:
         self._loss_name = "loss_function" if mode == "nnx" else "loss_function_linen"
         self.log_dir = Path(self.config.logger.log_dir or _default_log_dir())
         self.callbacks = build_callbacks(self.config) + list(callbacks)
-        for cb in self.callbacks:
-            cb.bind(self)
         self.state: Any = None
         self._elapsed: Any = None
         self._global_step = 0
@@ -115,6 +113,8 @@ class TrainerModule:
         self._compiled: dict[str, Any] = {}
         self._input_spec: tuple[tuple[int, ...], Any] | None = None
         self.history: Any = None
+        for cb in self.callbacks:
+            cb.bind(self)
 
     @staticmethod
     def _given(trainer_config: Any, options: Mapping[str, Any]) -> set[str]:
@@ -386,16 +386,21 @@ class TrainerModule:
         return host_values(metrics)
 
     @classmethod
-    def load_from_checkpoint(cls, path: str | os.PathLike[str], *, exmp_batch: Any = None) -> TrainerModule:
+    def load_from_checkpoint(
+        cls, path: str | os.PathLike[str], *, exmp_batch: Any = None, model: Any = None, optimizer: Any = None
+    ) -> TrainerModule:
         """A trainer rebuilt from a checkpoint alone: its trainer, model and optimizer from
         the config stored with it, its parameters from the checkpoint. ``path`` is a run
         folder (its best model checkpoint), a ``checkpoints`` folder or one step's folder.
+        A trainer that was given its ``model=`` / ``optimizer=`` as objects (not config
+        sections) gets them again here.
 
-        Example: see ``tests/trainer`` (it needs a trained run).
+        Example: see ``tests/trainer/test_trainer.py`` (it needs a trained run).
         """
         from gyre.trainer._model_checkpoint import load_trainer
 
-        return load_trainer(cls, path, exmp_batch=exmp_batch)
+        given = {k: v for k, v in (("model", model), ("optimizer", optimizer)) if v is not None}
+        return load_trainer(cls, path, exmp_batch=exmp_batch, **given)
 
     # -- run-folder files ---------------------------------------------------------------------
 

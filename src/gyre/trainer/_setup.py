@@ -11,9 +11,13 @@ from typing import Any
 from gyre.core._errors import describe, explain
 
 
+LOGGER_KEYS = ("log_dir", "log_steps_every", "tool_config", "log_file_verbosity")
+
+
 def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
     """The validated trainer config: ``given`` (a mapping or a config object) with
-    ``options`` on top; ``log_dir=`` goes to ``logger.log_dir``.
+    ``options`` on top; the logger's keys (``log_dir=``, ``log_steps_every=``...) go to the
+    ``logger`` section.
 
     Example:
         >>> import gyre
@@ -39,10 +43,13 @@ def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
             )
         )
     options = dict(options)
-    if "log_dir" in options:
-        logger = dict(data.get("logger") or {})
-        logger["log_dir"] = None if options["log_dir"] is None else str(options.pop("log_dir"))
-        data["logger"] = logger
+    moved = {k: options.pop(k) for k in LOGGER_KEYS if k in options}
+    if moved:  # logger keys given as trainer keywords (log_dir=..., log_steps_every=...)
+        logger = data.get("logger") or {}
+        logger = dict(logger) if isinstance(logger, Mapping) else logger.model_dump()
+        if moved.get("log_dir") is not None:
+            moved["log_dir"] = str(moved["log_dir"])
+        data["logger"] = {**logger, **moved}
     data.update(options)
     data.setdefault("train_epochs", 1)
     return config_class.model_validate(data)
