@@ -189,8 +189,8 @@ def test_callbacks_see_their_hooks_in_order_filtered_by_every_n_epochs(tmp_path,
     test = "['test/acc', 'test/loss', 'test/time']"
     assert calls == [
         "training_start",
-        "train_start 2", f"train_end 2 {train}", f"val_start 2", f"val_end 2 {val}",
-        "train_start 4", f"train_end 4 {train}", f"val_start 4", f"val_end 4 {val}",
+        "train_start 2", f"train_end 2 {train}", "val_start 2", f"val_end 2 {val}",
+        "train_start 4", f"train_end 4 {train}", "val_start 4", f"val_end 4 {val}",
         "training_end", "finalize success",
         "test_start 4", f"test_end 4 {test}",
     ]
@@ -325,3 +325,27 @@ def test_dropout_draws_fresh_masks_every_step(tmp_path, digits):
     t.train_model(digits.train_loader)
     kept = [int(m) for m in masks]
     assert len(set(kept)) > 3 and all(10 < k < 54 for k in kept)
+
+
+def test_data_parallel_over_num_devices_trains_like_one_device(tmp_path):
+    results = []
+    for n in (1, 4):
+        data = DigitsDataset(global_batch_size=32, val_size=200)
+        t = trainer(tmp_path / str(n), num_devices=n, train_epochs=1)
+        out = t.train_model(data.train_loader, data.val_loader)
+        results.append((t, out))
+    (one, out1), (four, out4) = results
+    assert four.strategy.name == "data_parallel" and four.strategy.data_size == 4
+    assert len(jax.tree_util.tree_leaves(four.state.params)[0].sharding.device_set) == 4
+    for a, b in zip(leaves(one.state.params), leaves(four.state.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+    assert abs(out1["val"]["val/acc"] - out4["val"]["val/acc"]) <= 0.01
+    with pytest.raises(ValueError, match="num_devices=64 but only"):
+        trainer(tmp_path, num_devices=64).strategy
+
+
+def test_debug_runs_the_steps_without_jit(tmp_path, digits):
+    t = trainer(tmp_path, debug=True, train_epochs=1)
+    out = t.train_model(digits.train_loader, digits.val_loader)
+    assert t.strategy.name == "eager" and not hasattr(t._compiled["train0"], "lower")  # not a jax.jit function
+    assert out["val"]["val/acc"] > 0.5

@@ -16,7 +16,9 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
+from gyre.config._registry import register_trainer
 from gyre.core._errors import describe, explain
 from gyre.core._state import TrainState
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
@@ -24,6 +26,21 @@ from gyre.trainer._model import NNX_REST, LinenModel, NNXModel, model_mode_of
 from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder
 
 
+class TrainerState(TrainState):
+    """The trainer's state: a :class:`gyre.TrainState` that also names its strategy, so the
+    engine places the next batches on the strategy's devices while a step runs.
+
+    Example:
+        >>> import gyre, jax.numpy as jnp
+        >>> s = TrainerState.create(params={"w": jnp.ones(2)}, strategy=gyre.get_strategy("jit"))
+        >>> s.strategy.name
+        'jit'
+    """
+
+    strategy: Any = struct.field(pytree_node=False, default=None)
+
+
+@register_trainer
 class TrainerModule:
     """The base trainer: subclass it, write ``loss_function`` (nnx) or
     ``loss_function_linen`` (linen), and call :meth:`train_model`.
@@ -224,9 +241,9 @@ class TrainerModule:
         state = self._build_state(self.batch_to_input(exmp_batch))
         specs, shapes = self._builder.train_specs(state, exmp_batch)
         self._specs = specs
-        self.state = state.replace(
+        self.state = self.strategy.place_state(state.replace(
             extras={EPOCH: MetricAccumulator.init(specs, shapes), WINDOW: MetricAccumulator.init(specs, shapes)}
-        )
+        ))
         return self.state
 
     def _build_state(self, exmp_input: Any) -> Any:
@@ -250,10 +267,22 @@ class TrainerModule:
         leaves = jax.tree_util.tree_leaves(exmp_input)
         if leaves:
             self._input_spec = (tuple(jnp.shape(leaves[0])), jnp.result_type(leaves[0]))
-        state = TrainState.create(params=params, tx=self.optimizer, rng=key, model_state=model_state)
+        strategy = self.strategy
+        state = TrainerState.create(params=params, tx=self.optimizer, rng=key, model_state=model_state,
+                                    strategy=strategy)
         self._builder = StepBuilder(self)
-        self.state = state.replace(extras={EPOCH: (), WINDOW: ()})
+        self.state = strategy.place_state(state.replace(extras={EPOCH: (), WINDOW: ()}))
         return self.state
+
+    @property
+    def strategy(self) -> Any:
+        """How steps run: ``eager`` with ``debug``, ``jit`` on one device, ``data_parallel``
+        over the first ``num_devices`` devices (the batch split, the state replicated)."""
+        if getattr(self, "_strategy", None) is None:
+            from gyre.trainer._setup import strategy_of
+
+            self._strategy = strategy_of(self.config)
+        return self._strategy
 
     def bind_model(self) -> Any:
         """The trained model: the nnx module holding the state's parameters, or the linen

@@ -10,7 +10,6 @@ from typing import Any
 
 from gyre.core._errors import describe, explain
 
-
 LOGGER_KEYS = ("log_dir", "log_steps_every", "tool_config", "log_file_verbosity")
 
 
@@ -135,3 +134,35 @@ def learning_rate_in(opt_state: Any) -> Any:
     from gyre.config import learning_rate_of
 
     return learning_rate_of(opt_state)
+
+
+def strategy_of(config: Any) -> Any:
+    """The strategy a trainer config asks for (see ``TrainerModule.strategy``).
+
+    Example:
+        >>> import gyre
+        >>> strategy_of(gyre.config.TrainerConfig(debug=True)).name
+        'eager'
+    """
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+
+    from gyre.parallel import DataParallel, get_strategy
+
+    if config.debug:
+        return get_strategy("eager")
+    n = config.num_devices
+    if n is None or n == 1:
+        return get_strategy("jit")
+    devices = jax.devices()
+    if n > len(devices):
+        raise ValueError(
+            explain(
+                f"num_devices={n} but only {len(devices)} devices are visible",
+                expected=f"num_devices between 1 and {len(devices)}",
+                received=f"num_devices={n}",
+                fix=f"set trainer.num_devices: {len(devices)} (or leave it out for one device)",
+            )
+        )
+    return DataParallel(mesh=Mesh(np.asarray(devices[:n]), ("data",)))

@@ -15,11 +15,15 @@ from gyre.trainer._data import EpochStream, epoch_length, is_iterator
 from gyre.trainer._metrics import ConcatCollector, MetricAccumulator, metric_names
 
 
-def _jit(trainer: Any, name: str, fn: Any, **kwargs: Any) -> Any:
-    if trainer.config.debug:
-        return fn
+def _compiled(trainer: Any, name: str, fn: Any) -> Any:
+    """A ``(state, batch) -> (logs, state)`` step compiled once by the trainer's strategy
+    (donating the state; ``debug``: run eagerly), or any other function jitted once (its
+    inputs' shardings decide where it runs)."""
     if name not in trainer._compiled:
-        trainer._compiled[name] = jax.jit(fn, **kwargs)
+        if name.startswith("train"):
+            trainer._compiled[name] = trainer.strategy.compile(fn, donate=True)
+        else:
+            trainer._compiled[name] = fn if trainer.config.debug else jax.jit(fn)
     return trainer._compiled[name]
 
 
@@ -77,7 +81,8 @@ def train_model(trainer: Any, train_loader: Any, val_loader: Any, test_loader: A
     trainer.log_dir.mkdir(parents=True, exist_ok=True)
     _store_config(trainer)
     hooks = TrainingHooks(trainer, val_loader)
-    step = _jit(trainer, "train", trainer._builder.train_step(step_logs=bool(hooks.step_callbacks or trainer.config.detect_nans)), donate_argnums=0)
+    step_logs = bool(hooks.step_callbacks or trainer.config.detect_nans)
+    step = _compiled(trainer, f"train{int(step_logs)}", trainer._builder.train_step(step_logs=step_logs))
     tasks: dict[Any, Any] = {gyre.on_train_step: step}
     every = trainer.config.logger.log_steps_every
     if every:
@@ -129,13 +134,14 @@ def evaluate(trainer: Any, loader: Any, mode: str, state: Any) -> dict[str, Any]
     """One pass over ``loader``: ``{"<mode>/<key>": device value, "<mode>/time": seconds}``."""
     trainer._require_state("eval_model")
     start = time.perf_counter()
-    step = _jit(trainer, "eval", trainer._builder.eval_step())
+    strategy = trainer.strategy
+    run = _compiled(trainer, "eval", trainer._builder.eval_step())
     acc = collector = None
     for batch in loader:
         if acc is None:
             specs, shapes = trainer._builder.eval_specs(state, batch)
             acc, collector = MetricAccumulator.init(specs, shapes), ConcatCollector(specs)
-        acc, concat = step(state, acc, batch)
+        acc, concat = run(state, acc, strategy.place_batch(batch))
         collector.add(concat)
     if acc is None:
         raise ValueError(
