@@ -341,7 +341,7 @@ def test_data_parallel_over_num_devices_trains_like_one_device(tmp_path):
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
     assert abs(out1["val"]["val/acc"] - out4["val"]["val/acc"]) <= 0.01
     with pytest.raises(ValueError, match="num_devices=64 but only"):
-        trainer(tmp_path, num_devices=64).strategy
+        _ = trainer(tmp_path, num_devices=64).strategy
 
 
 def test_debug_runs_the_steps_without_jit(tmp_path, digits):
@@ -349,3 +349,45 @@ def test_debug_runs_the_steps_without_jit(tmp_path, digits):
     out = t.train_model(digits.train_loader, digits.val_loader)
     assert t.strategy.name == "eager" and not hasattr(t._compiled["train0"], "lower")  # not a jax.jit function
     assert out["val"]["val/acc"] > 0.5
+
+
+def test_every_callback_from_a_config_in_one_run(tmp_path, digits):
+    t = ImgClassifierTrainer(
+        {
+            "train_epochs": 6, "enable_progress_bar": False, "log_grad_norm": True, "num_classes": 10,
+            "check_val_every_n_epoch": 2, "logger": {"log_dir": str(tmp_path), "log_steps_every": 20},
+            "callbacks": {
+                "ModelCheckpoint": {"monitor": "val/acc", "mode": "max"},
+                "LearningRateMonitor": {},
+                "GradientSpikeMonitor": {"threshold": 1.5},
+                "ConfusionMatrixCallback": {"figsize": [3, 3], "dpi": 20},
+                "EarlyStopping": {"monitor": "val/loss", "patience": 1, "min_delta": 10.0},
+                "DisableGC": {},
+                "JAXProfiler": {"first_step": 3, "profile_n_steps": 2},
+            },
+        },
+        {"class_name": "SimpleClassifier", "c_hid": 16},
+        {"class_name": "AdamW", "learning_rate": {"class_name": "Linear", "init_value": 0.01, "end_value": 0.0, "steps": 200}},
+    )
+    out = t.train_model(digits.train_loader, digits.val_loader, digits.test_loader)
+    per_epoch = digits.train_loader.epoch_steps
+    # early stopping: no improvement by 10.0 after the first validation (epoch 2), patience 1: stops after
+    # epoch 4 of 6
+    assert t.global_step == 4 * per_epoch and t.history.stop_reason
+    assert sorted(p.name for p in (tmp_path / "confusion_matrix").iterdir()) == [
+        "test_epoch_0004.png", "val_epoch_0002.png", "val_epoch_0004.png"
+    ]
+    assert sorted(os.listdir(tmp_path / "metrics")) == [
+        "train_epoch_0001.json", "train_epoch_0002.json", "train_epoch_0003.json", "train_epoch_0004.json",
+        "val_epoch_0002.json", "val_epoch_0004.json",
+    ]
+    written = tensorboard_values(str(tmp_path / "tensorboard"))
+    rates = [(step, value.simple_value) for step, value in written["optimizer/lr"]]
+    assert [s for s, _ in rates] == [0, per_epoch, 2 * per_epoch, 3 * per_epoch]
+    # the rate the last update used (optax.inject_hyperparams), read without a host sync
+    assert rates[0][1] == pytest.approx(0.01, rel=1e-5)
+    assert rates[1][1] == pytest.approx(0.01 * (1 - (per_epoch - 1) / 200), rel=1e-5)
+    assert "grad/ema" in written and "train/grad_norm_step" in written
+    assert (tmp_path / "grad_spikes.jsonl").exists()
+    assert any((tmp_path / "profile").rglob("*.xplane.pb"))
+    assert out["test"]["test/acc"] > 0.8 and "test/conf_matrix" in out["test"]
