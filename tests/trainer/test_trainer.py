@@ -391,3 +391,27 @@ def test_every_callback_from_a_config_in_one_run(tmp_path, digits):
     assert (tmp_path / "grad_spikes.jsonl").exists()
     assert any((tmp_path / "profile").rglob("*.xplane.pb"))
     assert out["test"]["test/acc"] > 0.8 and "test/conf_matrix" in out["test"]
+
+
+def test_a_wrong_loss_signature_or_a_misspelt_name_is_named_at_construction(tmp_path):
+    class Misspelt(gyre.TrainerModule):
+        def loss_fucntion(self, model, batch, train=True):
+            return 0.0
+
+    with pytest.raises(TypeError, match=r"Misspelt defines no loss_function\. Did you mean 'loss_fucntion'\?"):
+        trainer(tmp_path, cls=Misspelt)
+
+    class TwoArgs(gyre.TrainerModule):
+        def loss_function(self, batch):
+            return 0.0
+
+    with pytest.raises(TypeError, match=r"TwoArgs\.loss_function cannot take the trainer's arguments "
+                                        r"\(model, batch, train\)(.|\n)*received: def loss_function\(batch\)"):
+        trainer(tmp_path, cls=TwoArgs)
+
+    class NoTrainFlag(gyre.TrainerModule):
+        def loss_function(self, model, batch):
+            return 0.0
+
+    with pytest.raises(TypeError, match=r"NoTrainFlag\.loss_function cannot take"):
+        trainer(tmp_path, cls=NoTrainFlag)

@@ -22,6 +22,7 @@ from gyre.config._registry import register_trainer
 from gyre.core._errors import describe, explain
 from gyre.core._state import TrainState
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
+from gyre.trainer._checks import check_user_methods
 from gyre.trainer._model import NNX_REST, LinenModel, NNXModel, model_mode_of
 from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder
 
@@ -115,6 +116,7 @@ class TrainerModule:
                 )
             )
         self.model_mode = mode
+        check_user_methods(self, TrainerModule, mode)
         self._adapter: Any = NNXModel(self.model) if mode == "nnx" else LinenModel(self.model)
         self._loss_name = "loss_function" if mode == "nnx" else "loss_function_linen"
         self.log_dir = Path(self.config.logger.log_dir or _default_log_dir())

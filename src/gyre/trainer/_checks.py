@@ -1,0 +1,71 @@
+"""Checks of what a trainer subclass defines, made when the trainer is built (before any
+tracing), so a wrong signature or a misspelt method name is named in plain words instead of
+surfacing as a ``TypeError`` deep inside a compiled step."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from gyre.core._errors import explain, suggest
+
+#: what the trainer passes to each user method, by position after ``self``
+CALLS = {
+    "loss_function": ("model", "batch", "train"),
+    "loss_function_linen": ("params", "state", "batch", "rng", "train"),
+    "batch_to_input": ("batch",),
+}
+
+
+def check_user_methods(trainer: Any, base: type, mode: str) -> None:
+    """Raises a ``TypeError`` naming the method when the subclass's loss function for
+    ``mode`` is missing (listing near-miss names it does define) or cannot take the
+    trainer's arguments; ``batch_to_input`` is checked too.
+
+    Example:
+        >>> class T:
+        ...     def loss_function(self, batch):
+        ...         return 0.0
+        >>> check_user_methods(T(), object, "nnx")
+        Traceback (most recent call last):
+        TypeError: T.loss_function cannot take the trainer's arguments (model, batch, train)
+        ...
+    """
+    name = "loss_function" if mode == "nnx" else "loss_function_linen"
+    cls = type(trainer)
+    if getattr(cls, name, None) is getattr(base, name, None):
+        defined = [m for m in vars(cls) if callable(getattr(cls, m, None)) and not m.startswith("__")]
+        hint = suggest(name, defined)
+        if hint:
+            raise TypeError(
+                explain(
+                    f"{cls.__name__} defines no {name}.{hint}",
+                    expected=f"a method {name}{_signature(name)}",
+                    received=f"the methods {sorted(defined)}",
+                    fix=f"rename it to {name}",
+                )
+            )
+        return  # the base's own NotImplementedError explains it at the first step
+    for method in (name, "batch_to_input"):
+        fn = getattr(trainer, method)
+        args = CALLS[method]
+        try:
+            if method == name:
+                inspect.signature(fn).bind(*args[:-1], train=True)  # as the compiled step calls it
+            else:
+                inspect.signature(fn).bind(*args)
+        except TypeError as err:
+            raise TypeError(
+                explain(
+                    f"{cls.__name__}.{method} cannot take the trainer's arguments ({', '.join(CALLS[method])})",
+                    expected=f"def {method}(self, {', '.join(CALLS[method])}{'=True' if method == name else ''})",
+                    received=f"def {method}{inspect.signature(fn)} ({err})",
+                    fix=f"give {method} the parameters {', '.join(CALLS[method])}",
+                )
+            ) from None
+        except ValueError:  # no signature to read (a builtin): trust it
+            pass
+
+
+def _signature(name: str) -> str:
+    return f"(self, {', '.join(CALLS[name])}=True)"
