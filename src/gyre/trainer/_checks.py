@@ -34,7 +34,10 @@ def check_user_methods(trainer: Any, base: type, mode: str) -> None:
     name = "loss_function" if mode == "nnx" else "loss_function_linen"
     cls = type(trainer)
     if getattr(cls, name, None) is getattr(base, name, None):
-        defined = [m for m in vars(cls) if callable(getattr(cls, m, None)) and not m.startswith("__")]
+        defined = [
+            m for k in cls.__mro__ if k is not base and k is not object for m in vars(k)
+            if m != name and callable(getattr(cls, m, None)) and not m.startswith("__")
+        ]
         hint = suggest(name, defined)
         if hint:
             raise TypeError(

@@ -21,8 +21,8 @@ from flax import struct
 from gyre.config._registry import register_trainer
 from gyre.core._errors import describe, explain
 from gyre.core._state import TrainState
-from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
 from gyre.trainer._checks import check_user_methods
+from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
 from gyre.trainer._model import NNX_REST, LinenModel, NNXModel, model_mode_of
 from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder
 
