@@ -46,10 +46,14 @@ def epoch_length(loader: Any, *, what: str) -> int:
 
 
 def is_iterator(loader: Any) -> bool:
-    try:
-        return iter(loader) is loader
-    except TypeError:
-        return False
+    """Whether ``loader`` is a one-pass iterator (it has ``__next__``); asked without
+    calling ``iter``, which may start a loader's workers.
+
+    Example:
+        >>> is_iterator(iter([1])), is_iterator([1])
+        (True, False)
+    """
+    return callable(getattr(loader, "__next__", None))
 
 
 class EpochStream:

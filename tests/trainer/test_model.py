@@ -1,0 +1,60 @@
+"""The two model modes behind the trainer: nnx split into states, linen with its collections."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from flax import linen, nnx
+
+from gyre.trainer._model import LinenModel, NNXModel, model_mode_of
+
+
+class Net(nnx.Module):
+    def __init__(self, rngs):
+        self.linear = nnx.Linear(3, 4, rngs=rngs)
+        self.norm = nnx.BatchNorm(4, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+
+    def __call__(self, x):
+        return self.drop(self.norm(self.linear(x)))
+
+
+def test_nnx_batch_statistics_update_inside_grad_under_jit_and_modes_differ():
+    model = NNXModel(Net(nnx.Rngs(0)))
+    params, rest = model.initial()
+
+    @jax.jit
+    def step(params, rest):
+        def objective(p):
+            module = model.merge(p, rest, train=True)
+            return module(jnp.ones((8, 3))).sum(), model.rest_of(module)
+
+        return jax.value_and_grad(objective, has_aux=True)(params)
+
+    (_, new_rest), grads = step(params, rest)
+    assert not jnp.array_equal(new_rest["norm"]["mean"].value, rest["norm"]["mean"].value)
+    evaluation = model.merge(params, rest, train=False)
+    x = jnp.arange(6.0).reshape(2, 3)
+    assert jnp.array_equal(evaluation(x), evaluation(x))  # no dropout, running statistics
+    trained = model.merge(params, rest, train=True)
+    assert not jnp.array_equal(trained(x), trained(x))  # dropout draws a fresh mask each call
+
+
+def test_linen_collections_are_mutable_in_training_only():
+    class Norm(linen.Module):
+        @linen.compact
+        def __call__(self, x, train=False):
+            return linen.BatchNorm(use_running_average=not train)(linen.Dense(2)(x))
+
+    model = LinenModel(Norm())
+    params, collections = model.init(jax.random.key(0), jnp.ones((4, 3)))
+    assert list(collections) == ["batch_stats"]
+    _, updated = model.apply(params, collections, jnp.ones((4, 3)) * 2, None, train=True)
+    assert not jnp.array_equal(updated["batch_stats"]["BatchNorm_0"]["mean"], collections["batch_stats"]["BatchNorm_0"]["mean"])
+    _, same = model.apply(params, collections, jnp.ones((4, 3)) * 2, None, train=False)
+    assert same is not None and jnp.array_equal(same["batch_stats"]["BatchNorm_0"]["mean"],
+                                                collections["batch_stats"]["BatchNorm_0"]["mean"])
+
+
+def test_anything_but_a_flax_module_is_explained():
+    with pytest.raises(TypeError, match=r"must be a flax module(.|\n)*received: function"):
+        model_mode_of(lambda x: x)

@@ -1,0 +1,58 @@
+"""ModelCheckpoint and load_from_checkpoint: exactly the top k, the test set scored with the best
+validation checkpoint, a reloaded trainer reproduces its test metric."""
+
+
+import numpy as np
+import optax
+import pytest
+
+import gyre
+from gyre.trainer import (
+    Callback,
+    ImgClassifierTrainer,
+    ModelCheckpoint,
+)
+from tests.trainer.helpers import leaves, mlp, trainer
+
+
+def test_load_from_checkpoint_reproduces_the_test_metric(tmp_path, digits):
+    t = ImgClassifierTrainer(
+        {"train_epochs": 3, "enable_progress_bar": False, "logger": {"log_dir": str(tmp_path)},
+         "callbacks": {"ModelCheckpoint": {"monitor": "val/acc", "mode": "max", "save_top_k": 2}}},
+        {"class_name": "SimpleClassifier", "c_hid": 16}, {"class_name": "Adam", "learning_rate": 1e-2},
+    )
+    out = t.train_model(digits.train_loader, digits.val_loader, digits.test_loader)
+    checkpoints = sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
+    assert len(checkpoints) == 2  # exactly the top 2
+    loaded = gyre.TrainerModule.load_from_checkpoint(tmp_path)  # the trainer class is stored too
+    assert type(loaded) is ImgClassifierTrainer and loaded.model is not t.model
+    again = loaded.test_model(digits.test_loader)
+    assert abs(again["test/acc"] - out["test"]["test/acc"]) <= 1e-6
+    assert abs(again["test/loss"] - out["test"]["test/loss"]) <= 1e-6
+    # a trainer given its model as an object gets it again
+    t2 = trainer(tmp_path / "objects", train_epochs=1, callbacks=[ModelCheckpoint(monitor="val/acc", mode="max")])
+    t2.train_model(digits.train_loader, digits.val_loader)
+    with pytest.raises(TypeError, match=r"cannot rebuild the trainer's model and optimizer(.|\n)*model=\.\.\., optimizer="):
+        ImgClassifierTrainer.load_from_checkpoint(tmp_path / "objects")
+    loaded = ImgClassifierTrainer.load_from_checkpoint(tmp_path / "objects", model=mlp(seed=5), optimizer=optax.sgd(0.1))
+    for a, b in zip(leaves(loaded.state.params), leaves(t2.state.params), strict=True):  # its one checkpoint: the end
+        assert np.array_equal(a, b)
+
+
+def test_the_test_set_is_scored_with_the_best_validation_checkpoint(tmp_path, digits):
+    best = {}
+
+    class Spy(Callback):
+        def on_validation_epoch_end(self, eval_metrics, epoch_idx):
+            best[epoch_idx] = float(eval_metrics["val/acc"])
+
+    t = trainer(tmp_path, train_epochs=3, callbacks=[ModelCheckpoint(monitor="val/acc", mode="max"), Spy()])
+    t.train_model(digits.train_loader, digits.val_loader, digits.test_loader)
+    saved = t.callbacks[0].ranked
+    assert saved[0][0] == max(best.values())
+
+
+def test_a_monitor_never_logged_is_explained(tmp_path, digits):
+    t = trainer(tmp_path, callbacks=[ModelCheckpoint(monitor="val/accuracy", mode="max")])
+    with pytest.raises(KeyError, match=r"monitors 'val/accuracy'(.|\n)*'val/acc'"):
+        t.train_model(digits.train_loader, digits.val_loader)

@@ -1,0 +1,47 @@
+"""Building a trainer's parts from its config: the trainer config, callbacks, writer, strategy."""
+
+import pytest
+
+import gyre
+from gyre.config import ConfigError
+from gyre.trainer._setup import (
+    build_callbacks,
+    build_optimizer_of,
+    build_writer,
+    strategy_of,
+    trainer_config_of,
+)
+
+
+def test_logger_keys_given_as_trainer_keywords_go_to_the_logger_section(tmp_path):
+    config = trainer_config_of(gyre.TrainerModule, {"train_epochs": 2}, {"log_dir": tmp_path, "log_steps_every": 7})
+    assert config.logger.log_dir == str(tmp_path) and config.logger.log_steps_every == 7 and config.train_epochs == 2
+    with pytest.raises(ConfigError, match=r"unknown key trainer\.train_epoch(.|\n)*Did you mean 'train_epochs'"):
+        trainer_config_of(gyre.TrainerModule, None, {"train_epoch": 2})
+    with pytest.raises(TypeError, match="must be a mapping or a gyre.config.TrainerConfig"):
+        trainer_config_of(gyre.TrainerModule, [("train_epochs", 2)], {})
+
+
+def test_callbacks_from_sections_take_their_class_name_from_the_key():
+    config = gyre.config.TrainerConfig(callbacks={"best": {"class_name": "ModelCheckpoint", "monitor": "val/acc"},
+                                                  "DisableGC": None})
+    built = build_callbacks(config)
+    assert [type(cb).__name__ for cb in built] == ["ModelCheckpoint", "DisableGC"] and built[0].monitor == "val/acc"
+
+
+def test_the_default_writer_is_tensorboard_and_a_tool_config_picks_another(tmp_path):
+    writer = build_writer(gyre.config.TrainerConfig(), tmp_path)
+    assert isinstance(writer, gyre.TensorBoardWriter)
+    writer.close()
+    config = gyre.config.TrainerConfig(logger={"tool_config": {"class_name": "CSVToolLogger"}})
+    writer = build_writer(config, tmp_path)
+    assert isinstance(writer, gyre.CSVWriter)
+    writer.close()
+
+
+def test_strategies_and_a_missing_optimizer():
+    assert strategy_of(gyre.config.TrainerConfig()).name == "jit"
+    assert strategy_of(gyre.config.TrainerConfig(num_devices=2)).data_size == 2
+    with pytest.raises(TypeError, match="the trainer has no optimizer"):
+        build_optimizer_of(None)
+    assert build_optimizer_of(1e-3) is not None  # a bare rate: Adam

@@ -1,0 +1,134 @@
+"""train_model end to end: a run killed mid-epoch resumes bit-identical, fused steps and data
+parallelism change nothing, debug runs eagerly, NaNs stop the run, dropout draws fresh masks."""
+
+import json
+import os
+import signal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import gyre
+from gyre.trainer import (
+    Callback,
+    DigitsDataset,
+    ImgClassifierTrainer,
+    ModelCheckpoint,
+)
+from tests.loggers.readers import tensorboard_values
+from tests.trainer.helpers import leaves, mlp, trainer
+
+
+class SigtermAt(Callback):
+    """Sends this process a SIGTERM during a training step, as a cluster's preemption does."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_training_step(self, step_metrics, epoch_idx, global_step):
+        if global_step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_run_killed_mid_epoch_resumes_bit_identical(tmp_path, digits):
+    def run(log_dir, resume=None, callbacks=()):
+        data = DigitsDataset(global_batch_size=32, val_size=200)  # fresh loaders: positions from 0
+        model = mlp(dropout=0.2, batch_norm=True)  # dropout and batch statistics must resume too
+        t = ImgClassifierTrainer(model=model, optimizer=optax.adam(1e-2), train_epochs=3, enable_progress_bar=False,
+                                 log_dir=str(log_dir), resume=resume, log_steps_every=10,
+                                 callbacks=[ModelCheckpoint(monitor="val/acc", mode="max"), *callbacks])
+        out = t.train_model(data.train_loader, data.val_loader)
+        return t, out
+
+    whole, whole_out = run(tmp_path / "whole")
+    steps_per_epoch = digits.train_loader.epoch_steps
+    kill_at = steps_per_epoch + 7  # in the middle of epoch 2
+    killed, _ = run(tmp_path / "killed", callbacks=[SigtermAt(kill_at)])
+    assert killed.history.stop_reason == "preempted" and killed.global_step == kill_at
+    resumed, resumed_out = run(tmp_path / "killed", resume="latest")
+    assert resumed.global_step == whole.global_step == 3 * steps_per_epoch
+    for a, b in zip(leaves(whole.state.params) + leaves(whole.state.opt_state) + leaves(whole.state.model_state),
+                    leaves(resumed.state.params) + leaves(resumed.state.opt_state) + leaves(resumed.state.model_state),
+                    strict=True):
+        assert np.array_equal(a, b)
+    assert resumed_out["val"]["val/acc"] == whole_out["val"]["val/acc"]
+    # the same metric files, epoch by epoch, and every step logged once
+    for name in sorted(os.listdir(tmp_path / "whole" / "metrics")):
+        a = json.loads((tmp_path / "whole" / "metrics" / name).read_text())
+        b = json.loads((tmp_path / "killed" / "metrics" / name).read_text())
+        a.pop("train/time", None), b.pop("train/time", None), a.pop("val/time", None), b.pop("val/time", None)
+        assert a == b, name
+    written = tensorboard_values(str(tmp_path / "killed" / "tensorboard"))
+    steps = sorted(step for step, _ in written["train/loss_step"])
+    assert steps == list(range(9, 3 * steps_per_epoch, 10))
+
+
+def test_fused_steps_change_nothing(tmp_path, digits):
+    runs = []
+    for k in (1, 3):
+        data = DigitsDataset(global_batch_size=32, val_size=200)
+        t = trainer(tmp_path / str(k), steps_per_call=k, log_steps_every=5)
+        out = t.train_model(data.train_loader, data.val_loader)
+        runs.append((t, out))
+    (a, out_a), (b, out_b) = runs
+    for x, y in zip(leaves(a.state.params), leaves(b.state.params), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6)
+    assert out_a["val"]["val/acc"] == out_b["val"]["val/acc"]
+    np.testing.assert_allclose(np.asarray(a.history.collect("train/loss_step")),
+                               np.asarray(b.history.collect("train/loss_step")), rtol=1e-5)
+
+
+def test_data_parallel_over_num_devices_trains_like_one_device(tmp_path):
+    results = []
+    for n in (1, 4):
+        data = DigitsDataset(global_batch_size=32, val_size=200)
+        t = trainer(tmp_path / str(n), num_devices=n, train_epochs=1)
+        out = t.train_model(data.train_loader, data.val_loader)
+        results.append((t, out))
+    (one, out1), (four, out4) = results
+    assert four.strategy.name == "data_parallel" and four.strategy.data_size == 4
+    assert len(jax.tree_util.tree_leaves(four.state.params)[0].sharding.device_set) == 4
+    for a, b in zip(leaves(one.state.params), leaves(four.state.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+    assert abs(out1["val"]["val/acc"] - out4["val"]["val/acc"]) <= 0.01
+    with pytest.raises(ValueError, match="num_devices=64 but only"):
+        _ = trainer(tmp_path, num_devices=64).strategy
+
+
+def test_debug_runs_the_steps_without_jit(tmp_path, digits):
+    t = trainer(tmp_path, debug=True, train_epochs=1)
+    out = t.train_model(digits.train_loader, digits.val_loader)
+    assert t.strategy.name == "eager" and not hasattr(t._compiled["train0"], "lower")  # not a jax.jit function
+    assert out["val"]["val/acc"] > 0.5
+
+
+def test_detect_nans_stops_with_the_step_named(tmp_path, digits):
+    class Diverges(ImgClassifierTrainer):
+        def loss_function(self, model, batch, train=True):
+            loss, metrics = super().loss_function(model, batch, train)
+            return loss * jnp.where(model.out.bias.value.sum() > -1e9, jnp.nan, 1.0), metrics
+
+    with pytest.raises(gyre.NonFiniteError, match="step 0"):
+        trainer(tmp_path, cls=Diverges, detect_nans=True).train_model(digits.train_loader)
+
+
+def test_dropout_draws_fresh_masks_every_step(tmp_path, digits):
+    masks = []
+
+    class Masks(ImgClassifierTrainer):
+        def loss_function(self, model, batch, train=True):
+            loss, metrics = super().loss_function(model, batch, train)
+            return loss, {**metrics, "kept": (model.dropout(jnp.ones(64)) > 0).sum()}
+
+    class Spy(Callback):
+        def on_training_step(self, step_metrics, epoch_idx, global_step):
+            masks.append(step_metrics["kept"])
+
+    t = trainer(tmp_path, cls=Masks, model=mlp(dropout=0.5), train_epochs=1, callbacks=[Spy()])
+    t.train_model(digits.train_loader)
+    kept = [int(m) for m in masks]
+    assert len(set(kept)) > 3 and all(10 < k < 54 for k in kept)
