@@ -56,6 +56,8 @@ def test_a_run_killed_mid_epoch_resumes_bit_identical(tmp_path, digits):
                     strict=True):
         assert np.array_equal(a, b)
     assert resumed_out["val"]["val/acc"] == whole_out["val"]["val/acc"]
+    assert resumed.callbacks[0].ranked == whole.callbacks[0].ranked  # callback state resumed too
+    assert "trainer" in (tmp_path / "killed" / "config.yaml").read_text()
     # the same metric files, epoch by epoch, and every step logged once
     for name in sorted(os.listdir(tmp_path / "whole" / "metrics")):
         a = json.loads((tmp_path / "whole" / "metrics" / name).read_text())

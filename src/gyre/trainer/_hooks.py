@@ -30,6 +30,7 @@ class TrainingHooks:
         self.step_callbacks = [cb for cb in trainer.callbacks if overrides_training_step(cb)]
         self._epoch_start = time.perf_counter()
         self.val_history: dict[int, dict[str, Any]] = {}
+        self._config: dict[str, Any] | None = None
 
     # -- engine hooks -------------------------------------------------------------------------
 
@@ -85,6 +86,7 @@ class TrainingHooks:
             logged.update(val)
         t._write_epoch_files(elapsed.steps, epoch, train, {k: v for k, v in logged.items() if k not in train})
         logs = Logs().add_metrics(scalars_for_writers(logged, {**t._specs, **t._builder.eval_specs_cached}))
+        logs = logs.add_metric("epoch", epoch)  # the epoch beside the global step, for every series
         if t._stop_reason:
             loop.request_stop(t._stop_reason)
         self._epoch_start = time.perf_counter()
@@ -99,10 +101,15 @@ class TrainingHooks:
 
     def state_dict(self) -> dict[str, Any]:
         """The trainer's callbacks' states, by their position and class."""
+        from gyre.trainer._model_checkpoint import stored_config
+
+        if self._config is None:
+            self._config = stored_config(self.trainer)
         return {
             "callbacks": [
                 {"class": type(cb).__name__, "state": cb.state_dict()} for cb in self.trainer.callbacks
-            ]
+            ],
+            "config": self._config,  # every checkpoint carries the resolved config
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -161,12 +161,18 @@ def evaluate(trainer: Any, loader: Any, mode: str, state: Any) -> dict[str, Any]
 
 
 def _store_config(trainer: Any) -> None:
-    """The resolved config, in the run folder (``config.yaml``)."""
-    if trainer.full_config is None:
-        return
-    from gyre.config import dump_config
+    """The resolved config, in the run folder (``config.yaml``): the whole config when the
+    trainer was built from one, else the trainer's own sections."""
+    import yaml
 
-    (trainer.log_dir / "config.yaml").write_text(dump_config(trainer.full_config))
+    from gyre.config import dump_config
+    from gyre.trainer._model_checkpoint import stored_config
+
+    if trainer.full_config is not None:
+        text = dump_config(trainer.full_config)
+    else:
+        text = yaml.safe_dump(stored_config(trainer), sort_keys=False)
+    (trainer.log_dir / "config.yaml").write_text(text)
 
 
 def host_values(metrics: Mapping[str, Any]) -> dict[str, Any]:
