@@ -140,6 +140,9 @@ class TrainerConfig(_Section):
         steps_per_call: training steps fused into one compiled call.
         num_devices: devices for data parallelism (default: all).
         resume: ``"latest"`` to resume from the run's latest checkpoint.
+        resume_every_minutes: minutes between two checkpoints of the run in ``<log_dir>/resume``
+            (what ``resume`` continues from; one is also saved when training ends, stops or
+            is preempted); ``0``: at every epoch's end.
         logger: the :class:`LoggerConfig`.
         callbacks: names to callback sections (``class_name`` defaults to the name),
             checked against ``CALLBACKS``.
@@ -168,6 +171,7 @@ class TrainerConfig(_Section):
     steps_per_call: Annotated[int, Field(ge=1)] = 1
     num_devices: Annotated[int, Field(ge=1)] | None = None
     resume: Literal["latest"] | None = None
+    resume_every_minutes: Annotated[float, Field(ge=0)] = 10.0
     logger: LoggerConfig = Field(default_factory=LoggerConfig)
     callbacks: dict[str, dict[str, Any]] = Field(default_factory=dict)
 

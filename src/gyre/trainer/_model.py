@@ -50,24 +50,25 @@ def model_mode_of(model: Any) -> str:
 
 
 class NNXModel:
-    """An nnx module split for compiled steps (see the module docstring).
+    """An nnx module split for compiled steps (see the module docstring). Its states travel
+    as plain nested dicts (``State.to_pure_dict``): a train state of dicts flattens about ten
+    times faster than one of nnx ``State`` objects, which every step call pays.
 
     Example:
         >>> from flax import nnx
         >>> import jax.numpy as jnp
         >>> m = NNXModel(nnx.Linear(2, 1, rngs=nnx.Rngs(0)))
         >>> params, rest = m.initial()
-        >>> m.merge(params, rest, train=False)(jnp.ones((1, 2))).shape
-        (1, 1)
+        >>> sorted(params), m.merge(params, rest, train=False)(jnp.ones((1, 2))).shape
+        (['bias', 'kernel'], (1, 1))
     """
 
     mode = "nnx"
 
     def __init__(self, module: Any) -> None:
-
         self.module = module
-        self._train_def = self._split(module, train=True)[0]
         self._eval_def = self._split(module, train=False)[0]
+        self._train_def, self._params, self._rest = self._split(module, train=True)
 
     @staticmethod
     def _split(module: Any, *, train: bool) -> tuple[Any, Any, Any]:
@@ -76,10 +77,20 @@ class NNXModel:
         module.train() if train else module.eval()
         return nnx.split(module, nnx.Param, ...)
 
+    @staticmethod
+    def _state(template: Any, pure: Any) -> Any:
+        """An nnx ``State`` shaped as ``template`` holding ``pure``'s values (fresh
+        Variables, made in the current trace)."""
+        from flax import nnx
+
+        state = jax.tree.map(lambda x: x, template)
+        nnx.replace_by_pure_dict(state, pure)
+        return state
+
     def initial(self) -> tuple[Any, Any]:
-        """The parameters and the rest of the module's state, as it is now."""
+        """The parameters and the rest of the module's state, as plain dicts."""
         _, params, rest = self._split(self.module, train=True)
-        return params, rest
+        return params.to_pure_dict(), rest.to_pure_dict()
 
     def merge(self, params: Any, rest: Any, *, train: bool) -> Any:
         """The module, rebuilt from its states, in training or evaluation mode."""
@@ -87,20 +98,22 @@ class NNXModel:
 
         # copy: fresh Variables in the current trace (a BatchNorm updating its statistics
         # inside jax.grad must not touch Variables made by the enclosing jit trace)
-        return nnx.merge(self._train_def if train else self._eval_def, params, rest, copy=True)
+        graph = self._train_def if train else self._eval_def
+        return nnx.merge(graph, self._state(self._params, params), self._state(self._rest, rest), copy=True)
 
     def rest_of(self, module: Any) -> Any:
-        """What a merged module holds besides its parameters, after a call changed it."""
+        """What a merged module holds besides its parameters (a plain dict), after a call
+        changed it."""
         from flax import nnx
 
-        return nnx.split(module, nnx.Param, ...)[2]
+        return nnx.split(module, nnx.Param, ...)[2].to_pure_dict()
 
     def update_module(self, params: Any, rest: Any) -> Any:
         """Writes trained states back into the user's module object (after training), so
         ``trainer.model`` is the trained model; returns it."""
         from flax import nnx
 
-        nnx.update(self.module, params, rest)
+        nnx.update(self.module, self._state(self._params, params), self._state(self._rest, rest))
         return self.module
 
 

@@ -270,8 +270,11 @@ class TrainerModule:
         if leaves:
             self._input_spec = (tuple(jnp.shape(leaves[0])), jnp.result_type(leaves[0]))
         strategy = self.strategy
+        # the engine places batches ahead on the state's strategy; on one CPU device that
+        # placement costs more than jit's own conversion of numpy batches, so it is left out
+        ahead = strategy.compiles and (strategy.mesh is not None or jax.default_backend() != "cpu")
         state = TrainerState.create(params=params, tx=self.optimizer, rng=key, model_state=model_state,
-                                    strategy=strategy)
+                                    strategy=strategy if ahead else None)
         self._builder = StepBuilder(self)
         self.state = strategy.place_state(state.replace(extras={EPOCH: (), WINDOW: ()}))
         return self.state

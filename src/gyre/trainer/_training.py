@@ -88,7 +88,12 @@ def train_model(trainer: Any, train_loader: Any, val_loader: Any, test_loader: A
     if every:
         tasks[gyre.after(steps=every - 1).every(every)] = hooks.log_window
     resume_ckpt = gyre.checkpoint(str((trainer.log_dir / "resume").resolve()), keep=1)
-    callbacks: list[Any] = [hooks, resume_ckpt, gyre.write_to(trainer.writer)]
+    minutes = trainer.config.resume_every_minutes
+    callbacks: list[Any] = [hooks, gyre.write_to(trainer.writer, every=max(1, min(every or epoch_steps, epoch_steps)))]
+    if minutes:  # on a clock (a save costs tens of ms; small epochs take less): and at the end
+        tasks[gyre.after(time=60.0 * minutes).every(time=60.0 * minutes)] = resume_ckpt
+    else:
+        callbacks.insert(1, resume_ckpt)  # at every epoch's end, after the epoch's hooks
     if trainer.config.enable_progress_bar:
         callbacks.insert(0, gyre.keras_bar(total=epochs * epoch_steps))
     trainer._stop_reason = ""
@@ -139,8 +144,8 @@ def evaluate(trainer: Any, loader: Any, mode: str, state: Any) -> dict[str, Any]
     acc = collector = None
     for batch in loader:
         if acc is None:
-            specs, shapes = trainer._builder.eval_specs(state, batch)
-            acc, collector = MetricAccumulator.init(specs, shapes), ConcatCollector(specs)
+            specs, empty = _eval_start(trainer, state, batch)
+            acc, collector = empty, ConcatCollector(specs)
         acc, concat = run(state, acc, strategy.place_batch(batch))
         collector.add(concat)
     if acc is None:
@@ -152,12 +157,27 @@ def evaluate(trainer: Any, loader: Any, mode: str, state: Any) -> dict[str, Any]
                 fix=f"check the {mode} split (its size and batch size)",
             )
         )
-    values = {**acc.compute(), **collector.compute()}
+    compute = trainer._compiled.setdefault("compute", jax.jit(lambda a: a.compute()))
+    values = {**compute(acc), **collector.compute()}
     phase = "test" if mode == "test" else "val"
     names = metric_names(trainer._builder.eval_specs_cached, phase, "epoch")
     out = {name: values[key] for key, name in names.items() if key in values}
     out[f"{mode}/time"] = time.perf_counter() - start
     return out
+
+
+def _eval_start(trainer: Any, state: Any, batch: Any) -> tuple[Any, Any]:
+    """The evaluation's metric specs and an empty accumulator, traced once per batch
+    structure (an evaluation every epoch must not trace the loss function again)."""
+    leaves, tree = jax.tree_util.tree_flatten(batch)
+    key = (tree, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves))
+    cache = trainer._compiled.setdefault("eval_start", {})
+    if key not in cache:
+        specs, shapes = trainer._builder.eval_specs(state, batch)
+        cache[key] = (specs, MetricAccumulator.init(specs, shapes))
+    specs, empty = cache[key]
+    trainer._builder.eval_specs_cached = specs
+    return specs, empty
 
 
 def _store_config(trainer: Any) -> None:

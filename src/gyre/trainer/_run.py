@@ -1,0 +1,465 @@
+"""A whole run from a config: the job behind ``gyre fit CONFIG``, ``gyre resume RUN`` and
+``gyre test RUN`` (and the digits demo, whose options become a config).
+
+:func:`run_config` validates the config, makes the run folder (``trainer.logger.log_dir``, or
+``<out>/<timestamp>``), builds the dataset and the trainer through the registries, trains,
+tests the best checkpoint on the dataset's test loader, and leaves in the run folder the
+resolved ``config.yaml``, ``checkpoints/`` (the best models), ``resume/``, ``metrics/*.json``
+(``test_epoch_NNNN.json`` included), the writer's logs, ``history.csv`` and ``curves.png``.
+:func:`test_run` rebuilds a trained model from its checkpoint and tests it again.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gyre.core._errors import describe, explain
+
+
+class RunError(ValueError):
+    """A run that cannot start, found before any training (a run folder that cannot be made,
+    a folder that holds no run). ``str(err)`` is the full explanation.
+
+    Attributes:
+        argument: what was wrong (``"out"``, ``"run"``...).
+        summary: one line naming the value received.
+        expected: what would work.
+        received: what came.
+        fix: how to fix it.
+
+    Example:
+        >>> err = RunError("out", "is a file", expected="a folder", received="'a.txt'", fix="out='runs'")
+        >>> err.argument, str(err).splitlines()[0]
+        ('out', 'gyre: out is a file')
+    """
+
+    def __init__(self, argument: str, summary: str, *, expected: str, received: str, fix: str) -> None:
+        super().__init__(explain(f"gyre: {argument} {summary}", expected=expected, received=received, fix=fix))
+        self.argument, self.summary = argument, summary
+        self.expected, self.received, self.fix = expected, received, fix
+
+
+def is_user_error(err: BaseException) -> bool:
+    """Whether ``err`` is a mistake gyre explained (expected / received / fix), which the
+    command line prints without a traceback; anything else is a bug to report.
+
+    Example:
+        >>> is_user_error(ValueError(explain("bad", expected="a", received="b", fix="c")))
+        True
+        >>> is_user_error(ValueError("math domain error"))
+        False
+    """
+    text = user_message(err)
+    return isinstance(err, (ValueError, TypeError, KeyError, OSError)) and "\n  expected: " in text and "\n  fix: " in text
+
+
+def user_message(err: BaseException) -> str:
+    """The text of an error (a ``KeyError``'s message without the quotes ``str`` adds).
+
+    Example:
+        >>> user_message(KeyError("no 'val/acc'"))
+        "no 'val/acc'"
+    """
+    if isinstance(err, KeyError) and err.args and isinstance(err.args[0], str):
+        return err.args[0]
+    return str(err)
+
+
+def _out_error(out: Any, summary: str) -> RunError:
+    return RunError(
+        "out",
+        summary,
+        expected="a folder that holds the run folders (created if missing), e.g. --out runs",
+        received=repr(str(out)),
+        fix="choose a folder you can write to, e.g. --out runs",
+    )
+
+
+def check_out(out: str | os.PathLike[str]) -> Path:
+    """Checks, before any work, that run folders can be made in ``out`` (missing: it will
+    be created; not a file, nor under a file or a folder that cannot be written to).
+
+    Example:
+        >>> import tempfile, os
+        >>> root = tempfile.mkdtemp()
+        >>> check_out(os.path.join(root, "runs")).name
+        'runs'
+        >>> open(os.path.join(root, "notes.txt"), "w").close()
+        >>> check_out(os.path.join(root, "notes.txt"))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        gyre.trainer._run.RunError: gyre: out '...notes.txt' is a file, not a folder to hold the run folders...
+    """
+    if isinstance(out, bytes) or not isinstance(out, (str, os.PathLike)) or not os.fspath(out):
+        raise RunError(
+            "out",
+            f"must be a folder name, received {describe(out)}",
+            expected="a str or pathlib.Path naming a folder, e.g. out='runs'",
+            received=describe(out),
+            fix="pass out='runs'",
+        )
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise _out_error(path, f"{str(path)!r} is a file, not a folder to hold the run folders")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise _out_error(path, f"{str(path)!r} cannot be created: {str(existing)!r} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise _out_error(path, f"{str(path)!r} cannot be created: {str(existing)!r} is not writable")
+    return path
+
+
+def make_run_dir(out: str | os.PathLike[str], *, now: _dt.datetime | None = None) -> Path:
+    """Creates and returns ``<out>/<YYYYmmdd-HHMMSS>/``, with a ``-1``, ``-2``... suffix if taken.
+
+    Raises:
+        RunError: ``out`` is a file, or the folder cannot be created there.
+
+    Example:
+        >>> import tempfile, datetime
+        >>> when, root = datetime.datetime(2024, 5, 1, 12, 0, 0), tempfile.mkdtemp()
+        >>> make_run_dir(root, now=when).name, make_run_dir(root, now=when).name
+        ('20240501-120000', '20240501-120000-1')
+    """
+    base = check_out(out)
+    stamp = (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    suffix = 0
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        while True:
+            candidate = base / (stamp if suffix == 0 else f"{stamp}-{suffix}")
+            try:
+                candidate.mkdir()
+            except FileExistsError:
+                suffix += 1
+                continue
+            return candidate
+    except OSError as err:  # no permission, a read-only or special file system, ...
+        reason = err.strerror or type(err).__name__
+        raise _out_error(base, f"cannot create a run folder in {str(base)!r}: {reason}") from err
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What :func:`run_config` returns.
+
+    Attributes:
+        run_dir: the run folder.
+        config: the resolved config (as stored in ``config.yaml``).
+        trainer: the trained trainer (its final state).
+        val: the last validation's scalar metrics (``val/<key>``).
+        test: the test metrics of the best checkpoint (``test/<key>``; empty when preempted).
+        steps: training steps completed (all runs of this folder together).
+        epochs: epochs completed.
+        seconds: wall-clock seconds of training, validation and testing.
+        preempted: the run stopped on SIGTERM (or Ctrl-C), its last step saved.
+    """
+
+    run_dir: Path
+    config: Any
+    trainer: Any
+    val: dict[str, Any] = field(default_factory=dict)
+    test: dict[str, Any] = field(default_factory=dict)
+    steps: int = 0
+    epochs: int = 0
+    seconds: float = 0.0
+    preempted: bool = False
+
+
+def resolve_config(source: Any, overrides: Sequence[str] = ()) -> Any:
+    """The validated config of ``source`` (a YAML path, a mapping or a config) with
+    ``overrides``; its optimizer is built too, so a schedule whose phases exceed its total
+    fails here, before any training.
+
+    Example:
+        >>> cfg = resolve_config({"trainer": {"class_name": "ImgClassifierTrainer"},
+        ...     "model": {"class_name": "SimpleClassifier"}, "optimizer": {"class_name": "Adam",
+        ...     "learning_rate": 1e-3}, "dataset": {"class_name": "DigitsDataset"}}, ["model.c_hid=8"])
+        >>> cfg.model["c_hid"], cfg.trainer.num_classes
+        (8, None)
+    """
+    from gyre.config import Config, build_optimizer, config_to_dict, load_config
+
+    if isinstance(source, Config):
+        source = config_to_dict(source)
+    config = load_config(source, list(overrides))
+    build_optimizer(config.optimizer, where="optimizer")
+    return config
+
+
+def _with_log_dir(config: Any, run_dir: Path) -> Any:
+    from gyre.config import config_to_dict, load_config
+
+    data = config_to_dict(config)
+    data["trainer"]["logger"]["log_dir"] = str(run_dir)
+    return load_config(data)
+
+
+def build_dataset(config: Any) -> Any:
+    """The dataset of the config's ``dataset`` section (through ``DATASETS``); it must offer
+    ``train_loader``, ``val_loader`` and ``test_loader``.
+
+    Example:
+        >>> ds = build_dataset(resolve_config({"trainer": {}, "model": {"class_name": "SimpleClassifier"},
+        ...     "optimizer": {"class_name": "Adam", "learning_rate": 1e-3},
+        ...     "dataset": {"class_name": "DigitsDataset", "global_batch_size": 100}}))
+        >>> ds.train_loader.epoch_steps
+        12
+    """
+    from gyre.config import DATASETS, validate_component
+
+    kwargs = validate_component("datasets", config.dataset, where="dataset")
+    name = config.dataset["class_name"]
+    dataset = DATASETS.get(name, where="dataset.class_name")(**kwargs)
+    missing = [a for a in ("train_loader", "val_loader", "test_loader") if not hasattr(dataset, a)]
+    if missing:
+        raise TypeError(
+            explain(
+                f"the dataset {name!r} has no {', '.join(missing)}",
+                expected="a registered dataset with train_loader, val_loader and test_loader attributes",
+                received=f"{describe(dataset)}",
+                fix=f"give {name} those attributes (see gyre.trainer.DigitsDataset)",
+            )
+        )
+    return dataset
+
+
+def build_trainer(config: Any) -> Any:
+    """The trainer of ``config.trainer.class_name`` (through ``TRAINERS``), with its model,
+    optimizer and callbacks built from the config.
+
+    Example: see :func:`run_config`.
+    """
+    from gyre.config import TRAINERS
+
+    trainer_cls = TRAINERS.get(config.trainer.class_name, where="trainer.class_name")
+    return trainer_cls(config.trainer, config.model, config.optimizer, config=config)
+
+
+def run_config(
+    source: Any,
+    overrides: Sequence[str] = (),
+    *,
+    out: str | os.PathLike[str] = "runs",
+    run_dir: str | os.PathLike[str] | None = None,
+) -> RunResult:
+    """Trains and tests what a config describes (see the module docstring).
+
+    Args:
+        source: a YAML path, a mapping, or a :class:`gyre.config.Config`.
+        overrides: ``dotted.key=value`` strings applied on top.
+        out: the folder that holds timestamped run folders, used when the config sets no
+            ``trainer.logger.log_dir`` (and ``run_dir`` is not given).
+        run_dir: the run folder, already made (it becomes ``trainer.logger.log_dir``).
+
+    Returns:
+        A :class:`RunResult`.
+
+    Raises:
+        gyre.config.ConfigError: the config is wrong (checked before any training).
+        RunError: the run folder cannot be made.
+        gyre.NonFiniteError: the training diverged (with ``detect_nans``); a note names
+            the run folder.
+
+    Example:
+        >>> result = run_config("examples/configs/digits_mlp.yaml", ["trainer.train_epochs=2"])  # doctest: +SKIP
+        >>> result.test["test/acc"] > 0.9  # doctest: +SKIP
+        True
+    """
+    config = resolve_config(source, overrides)
+    if run_dir is None and config.trainer.logger.log_dir is None:
+        run_dir = make_run_dir(out)
+    if run_dir is not None:
+        config = _with_log_dir(config, Path(run_dir))
+    folder = Path(config.trainer.logger.log_dir)
+    if config.trainer.resume is None:
+        _check_fresh(folder)
+    dataset = build_dataset(config)
+    trainer = build_trainer(config)
+    start = time.perf_counter()
+    try:
+        outcome = trainer.train_model(dataset.train_loader, dataset.val_loader, dataset.test_loader)
+    except FloatingPointError as err:  # gyre.NonFiniteError: the checkpoints hold the last good state
+        err.add_note(f"run folder: {folder}")
+        raise
+    finally:
+        seconds = time.perf_counter() - start
+    elapsed, history = trainer._elapsed, trainer.history
+    preempted = history is not None and history.stop_reason == "preempted"
+    test = _scalars(outcome.get("test", {}))
+    if test:
+        _write_test_file(folder, test, elapsed)
+        trainer.writer.write_scalars(max(elapsed.steps - 1, 0), {k: v for k, v in test.items() if not k.endswith("/time")})
+    if history is not None:
+        history.to_csv(str(folder / "history.csv"))
+        plot_curves(history, folder / "curves.png")
+    trainer.writer.close()
+    return RunResult(
+        folder, config, trainer, _scalars(outcome.get("val", {})), test,
+        elapsed.steps, elapsed.epochs, seconds, preempted,
+    )
+
+
+def _check_fresh(folder: Path) -> None:
+    """A new run must not train into a folder that holds another run's checkpoints."""
+    taken = [name for name in ("resume", "checkpoints") if (folder / name).is_dir() and any((folder / name).iterdir())]
+    if taken:
+        raise RunError(
+            "trainer.logger.log_dir",
+            f"{str(folder)!r} already holds a run ({', '.join(taken)}/)",
+            expected="a new or empty run folder (or trainer.resume=latest to continue that run)",
+            received=repr(str(folder)),
+            fix=f"continue it with: gyre resume {folder}; or choose another folder: "
+            "trainer.logger.log_dir=runs/<name> (or remove it)",
+        )
+
+
+def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
+    out = {}
+    for key, value in metrics.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = float(value)
+    return out
+
+
+def _write_test_file(folder: Path, test: Mapping[str, float], elapsed: Any) -> None:
+    from gyre.trainer._epoch_files import EpochMetricFiles
+
+    files = EpochMetricFiles(folder)
+    try:
+        files.write("test", max(elapsed.epochs, 1), max(elapsed.steps - 1, 0), dict(test))
+    finally:
+        files.close()
+
+
+def _curve_groups(names: Sequence[str]) -> list[list[str]]:
+    """Panels of ``curves.png``: one per metric, with its step, epoch and evaluation series.
+
+    Example:
+        >>> _curve_groups(["loss", "acc", "train/loss_epoch", "val/loss", "val/acc", "val/time"])
+        [['loss', 'train/loss_epoch', 'val/loss'], ['acc', 'val/acc']]
+    """
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        base = name.split("/", 1)[1] if name.split("/", 1)[0] in ("train", "val", "test") and "/" in name else name
+        for suffix in ("_epoch", "_step"):
+            base = base.removesuffix(suffix)
+        if base == "time":
+            continue
+        groups.setdefault(base, []).append(name)
+    return list(groups.values())
+
+
+def plot_curves(history: Any, path: str | os.PathLike[str]) -> None:
+    """Draws every scalar series of ``history`` against the global step into ``path``
+    (one panel per metric: training steps, epoch means and validation together).
+
+    Example:
+        >>> import gyre, tempfile, os
+        >>> h = gyre.history()
+        >>> for i in range(3): h.commit(gyre.Elapsed(steps=i), gyre.logs().add_loss("loss", 1.0 / (i + 1)))
+        >>> plot_curves(h, os.path.join(tempfile.mkdtemp(), "curves.png"))
+    """
+    names = history.names()
+    scalars = [*names.get("losses", []), *names.get("metrics", [])]
+    groups = _curve_groups(scalars)
+    if groups:
+        history.plot(os.fspath(path), keys=groups)
+
+
+def find_run_dir(path: str | os.PathLike[str]) -> Path:
+    """The run folder that ``path`` names or lies in (a run folder, its ``checkpoints``
+    folder, or one checkpoint's folder): the nearest folder holding ``config.yaml``.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> run = pathlib.Path(tempfile.mkdtemp()); (run / "config.yaml").write_text("{}")
+        2
+        >>> (run / "checkpoints" / "40").mkdir(parents=True); find_run_dir(run / "checkpoints" / "40") == run
+        True
+    """
+    p = Path(path).expanduser()
+    for candidate in (p, p.parent, p.parent.parent):
+        if (candidate / "config.yaml").is_file():
+            return candidate
+    raise RunError(
+        "run",
+        f"{str(p)!r} is not a run folder" + ("" if p.exists() else " (it does not exist)"),
+        expected="a run folder written by gyre fit (it holds config.yaml), or a checkpoint in it",
+        received=repr(str(p)),
+        fix="pass the run folder that gyre fit printed, e.g. runs/20240501-120000",
+    )
+
+
+def resume_run(run: str | os.PathLike[str], *, quiet: bool = False) -> RunResult:
+    """Continues the stopped run in folder ``run`` from its newest good checkpoint
+    (``<run>/resume``) with its stored config, exactly as if it had never stopped (``quiet``:
+    no progress bar).
+
+    Example: see ``tests/trainer/test_run.py`` (it needs a stopped run).
+    """
+    folder = find_run_dir(run)
+    resume = folder / "resume"
+    if not resume.is_dir() or not any(p.name.isdigit() for p in resume.iterdir()):
+        raise RunError(
+            "run",
+            f"{str(folder)!r} holds no resume checkpoint",
+            expected="a run folder with resume/<step>/ (written at every epoch's end and on SIGTERM)",
+            received=repr(str(folder)),
+            fix="train it again with gyre fit, or pass the folder of a run that was stopped",
+        )
+    overrides = ["trainer.resume=latest"] + (["trainer.enable_progress_bar=false"] if quiet else [])
+    return run_config(folder / "config.yaml", overrides, run_dir=folder)
+
+
+def run_test(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Rebuilds the model of a run (its best checkpoint, or the checkpoint ``path`` names)
+    with :meth:`gyre.TrainerModule.load_from_checkpoint`, rebuilds the dataset from the
+    stored config, and returns the test metrics (scalars as floats).
+
+    Example: see ``tests/trainer/test_run.py`` (it needs a trained run).
+    """
+    from gyre.trainer._module import TrainerModule
+
+    target = Path(path).expanduser()
+    if not target.exists():
+        find_run_dir(target)  # raises the explained error
+    trainer = TrainerModule.load_from_checkpoint(target)
+    if trainer.full_config is None:
+        raise RunError(
+            "run",
+            f"the checkpoint in {str(target)!r} stores no dataset section",
+            expected="a checkpoint written by a run from a config (gyre fit CONFIG)",
+            received=repr(str(target)),
+            fix="test it from Python: TrainerModule.load_from_checkpoint(path).test_model(test_loader)",
+        )
+    dataset = build_dataset(trainer.full_config)
+    try:
+        return trainer.test_model(dataset.test_loader)
+    finally:
+        if trainer._writer is not None:  # a callback opened it
+            trainer.writer.close()
+
+
+def metric_lines(metrics: Mapping[str, Any]) -> list[str]:
+    """``name: value`` lines of the scalar metrics (times left out), sorted by name.
+
+    Example:
+        >>> metric_lines({"test/loss": 0.25, "test/acc": 0.96875, "test/time": 0.1})
+        ['test/acc: 0.96875', 'test/loss: 0.25']
+    """
+    lines = []
+    for key in sorted(metrics):
+        value = metrics[key]
+        if key.endswith("/time") or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        lines.append(f"{key}: {value:.8g}" if math.isfinite(value) else f"{key}: {value}")
+    return lines
