@@ -134,3 +134,31 @@ def test_dropout_draws_fresh_masks_every_step(tmp_path, digits):
     t.train_model(digits.train_loader)
     kept = [int(m) for m in masks]
     assert len(set(kept)) > 3 and all(10 < k < 54 for k in kept)
+
+
+class CrashAt(Callback):
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_training_step(self, step_metrics, epoch_idx, global_step):
+        if global_step == self.step:
+            raise RuntimeError("the machine died")
+
+
+def test_a_crashed_run_resumes_from_its_last_epoch_checkpoint_bit_identical(tmp_path, digits):
+    def run(log_dir, resume=None, callbacks=()):
+        data = DigitsDataset(global_batch_size=32, val_size=200)
+        t = trainer(log_dir, train_epochs=3, resume=resume, resume_every_minutes=0, callbacks=list(callbacks))
+        t.train_model(data.train_loader, data.val_loader)
+        return t
+
+    whole = run(tmp_path / "whole")
+    per_epoch = digits.train_loader.epoch_steps
+    with pytest.raises(RuntimeError, match="the machine died"):
+        run(tmp_path / "crashed", callbacks=[CrashAt(2 * per_epoch + 3)])
+    saved = sorted(int(p.name) for p in (tmp_path / "crashed" / "resume").iterdir() if p.name.isdigit())
+    assert saved == [2 * per_epoch]  # saved at every epoch's end (keep=1): the crash lost 3 steps
+    resumed = run(tmp_path / "crashed", resume="latest")
+    for a, b in zip(leaves(whole.state.params), leaves(resumed.state.params), strict=True):
+        assert np.array_equal(a, b)
