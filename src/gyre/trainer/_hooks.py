@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import jax
+
 from gyre.core._logs import Logs
 from gyre.trainer._callback import overrides_training_step
 from gyre.trainer._metrics import metric_names, scalars_for_writers
@@ -28,9 +30,13 @@ class TrainingHooks:
         self.trainer = trainer
         self.val_loader = val_loader
         self.step_callbacks = [cb for cb in trainer.callbacks if overrides_training_step(cb)]
+        if not self.step_callbacks:  # a call per step costs: the engine skips a hook that is None
+            self.on_train_batch_end = None  # type: ignore[assignment]
         self._epoch_start = time.perf_counter()
         self.val_history: dict[int, dict[str, Any]] = {}
         self._config: dict[str, Any] | None = None
+        self._roller: Any = None
+        self._named: dict[str, dict[str, str]] = {}
 
     # -- engine hooks -------------------------------------------------------------------------
 
@@ -59,18 +65,30 @@ class TrainingHooks:
     def log_window(self, state: Any) -> tuple[Logs, Any]:
         """Every ``log_steps_every`` steps: the window's metrics as ``train/<k>_step``."""
         t = self.trainer
-        values = state.extras[WINDOW].compute()
-        named = {name: values[key] for key, name in metric_names(t._specs, "train", "step").items() if key in values}
+        values, fresh = self._roll(state.extras[WINDOW])
+        named = {name: values[key] for key, name in self._names("step").items() if key in values}
         logs = Logs().add_metrics(scalars_for_writers(named, t._specs))
-        return logs, state.replace(extras={**state.extras, WINDOW: state.extras[WINDOW].reset()})
+        return logs, state.replace(extras={**state.extras, WINDOW: fresh})
+
+    def _roll(self, acc: Any) -> tuple[dict[str, Any], Any]:
+        """An accumulator's results and its emptied self, in one compiled call (eagerly,
+        each of the few small operations would cost a dispatch)."""
+        if self._roller is None:
+            self._roller = jax.jit(lambda a: (a.compute(), a.reset()))
+        return self._roller(acc)
+
+    def _names(self, freq: str) -> dict[str, str]:
+        if freq not in self._named:
+            self._named[freq] = metric_names(self.trainer._specs, "train", freq)
+        return self._named[freq]
 
     def on_epoch_end(self, state: Any, elapsed: Any, loop: Any) -> tuple[Logs, Any]:
         t = self.trainer
         t.state, t._elapsed, t._global_step = state, elapsed, elapsed.steps + 1
         epoch = elapsed.epochs + 1  # the clock counts the epoch once its end hooks ran
         seconds = time.perf_counter() - self._epoch_start
-        values = state.extras[EPOCH].compute()
-        train = {name: values[key] for key, name in metric_names(t._specs, "train", "epoch").items() if key in values}
+        values, fresh = self._roll(state.extras[EPOCH])
+        train = {name: values[key] for key, name in self._names("epoch").items() if key in values}
         train["train/time"] = seconds
         for cb in t.callbacks:
             cb.on_training_epoch_end(train, epoch)
@@ -90,7 +108,7 @@ class TrainingHooks:
         if t._stop_reason:
             loop.request_stop(t._stop_reason)
         self._epoch_start = time.perf_counter()
-        return logs, state.replace(extras={**state.extras, EPOCH: state.extras[EPOCH].reset()})
+        return logs, state.replace(extras={**state.extras, EPOCH: fresh})
 
     def on_train_end(self, state: Any) -> None:
         self.trainer.state = state

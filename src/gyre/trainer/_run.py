@@ -37,11 +37,11 @@ class RunError(ValueError):
     Example:
         >>> err = RunError("out", "is a file", expected="a folder", received="'a.txt'", fix="out='runs'")
         >>> err.argument, str(err).splitlines()[0]
-        ('out', 'gyre: out is a file')
+        ('out', 'out is a file')
     """
 
     def __init__(self, argument: str, summary: str, *, expected: str, received: str, fix: str) -> None:
-        super().__init__(explain(f"gyre: {argument} {summary}", expected=expected, received=received, fix=fix))
+        super().__init__(explain(f"{argument} {summary}", expected=expected, received=received, fix=fix))
         self.argument, self.summary = argument, summary
         self.expected, self.received, self.fix = expected, received, fix
 
@@ -94,7 +94,7 @@ def check_out(out: str | os.PathLike[str]) -> Path:
         >>> open(os.path.join(root, "notes.txt"), "w").close()
         >>> check_out(os.path.join(root, "notes.txt"))  # doctest: +ELLIPSIS
         Traceback (most recent call last):
-        gyre.trainer._run.RunError: gyre: out '...notes.txt' is a file, not a folder to hold the run folders...
+        gyre.trainer._run.RunError: out '...notes.txt' is a file, not a folder to hold the run folders...
     """
     if isinstance(out, bytes) or not isinstance(out, (str, os.PathLike)) or not os.fspath(out):
         raise RunError(
@@ -314,7 +314,7 @@ def _check_fresh(folder: Path) -> None:
     if taken:
         raise RunError(
             "trainer.logger.log_dir",
-            f"{str(folder)!r} already holds a run ({', '.join(taken)}/)",
+            f"{str(folder)!r} already holds a run ({', '.join(name + '/' for name in taken)})",
             expected="a new or empty run folder (or trainer.resume=latest to continue that run)",
             received=repr(str(folder)),
             fix=f"continue it with: gyre resume {folder}; or choose another folder: "
@@ -344,7 +344,7 @@ def _curve_groups(names: Sequence[str]) -> list[list[str]]:
     """Panels of ``curves.png``: one per metric, with its step, epoch and evaluation series.
 
     Example:
-        >>> _curve_groups(["loss", "acc", "train/loss_epoch", "val/loss", "val/acc", "val/time"])
+        >>> _curve_groups(["loss", "acc", "train/loss_epoch", "val/loss", "val/acc", "val/time", "epoch"])
         [['loss', 'train/loss_epoch', 'val/loss'], ['acc', 'val/acc']]
     """
     groups: dict[str, list[str]] = {}
@@ -352,7 +352,7 @@ def _curve_groups(names: Sequence[str]) -> list[list[str]]:
         base = name.split("/", 1)[1] if name.split("/", 1)[0] in ("train", "val", "test") and "/" in name else name
         for suffix in ("_epoch", "_step"):
             base = base.removesuffix(suffix)
-        if base == "time":
+        if base in ("time", "epoch"):  # seconds, and the epoch logged beside the step: no curves
             continue
         groups.setdefault(base, []).append(name)
     return list(groups.values())
@@ -412,7 +412,8 @@ def resume_run(run: str | os.PathLike[str], *, quiet: bool = False) -> RunResult
         raise RunError(
             "run",
             f"{str(folder)!r} holds no resume checkpoint",
-            expected="a run folder with resume/<step>/ (written at every epoch's end and on SIGTERM)",
+            expected="a run folder with resume/<step>/ (saved every trainer.resume_every_minutes, "
+            "when training ends, and on SIGTERM or Ctrl-C)",
             received=repr(str(folder)),
             fix="train it again with gyre fit, or pass the folder of a run that was stopped",
         )

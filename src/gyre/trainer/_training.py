@@ -140,13 +140,14 @@ def evaluate(trainer: Any, loader: Any, mode: str, state: Any) -> dict[str, Any]
     trainer._require_state("eval_model")
     start = time.perf_counter()
     strategy = trainer.strategy
+    single = strategy.mesh is None  # jit takes numpy batches as they are, faster than placing them
     run = _compiled(trainer, "eval", trainer._builder.eval_step())
     acc = collector = None
     for batch in loader:
         if acc is None:
             specs, empty = _eval_start(trainer, state, batch)
             acc, collector = empty, ConcatCollector(specs)
-        acc, concat = run(state, acc, strategy.place_batch(batch))
+        acc, concat = run(state, acc, batch if single else strategy.place_batch(batch))
         collector.add(concat)
     if acc is None:
         raise ValueError(
