@@ -227,7 +227,7 @@ def make_runners(train: Arrays, val: Arrays, seed: int, root: str) -> dict[str, 
                 directory, options=ocp.CheckpointManagerOptions(max_to_keep=1)
             ) if save else None
             host_log.clear()
-            for epoch in range(1, epochs + 1):
+            for _epoch in range(epochs):
                 for _ in range(epoch_steps):
                     state = train_step(state, next(data))
                 params, opt_state, sums = state

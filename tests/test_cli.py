@@ -33,7 +33,8 @@ def test_cli_fit_passes_options_and_prints_the_result(monkeypatch, capsys, tmp_p
 def test_cli_defaults():
     args = cli.build_parser().parse_args(["fit"])
     assert (args.epochs, args.batch_size, args.learning_rate, args.seed, args.out, args.quiet) == (
-        15, 64, 1e-3, 0, "runs", False)
+        15, 64, 3e-3, 0, "runs", False)
+    assert (args.config, args.overrides, args.resume) == (None, [], None)  # no config: the demo
 
 
 @pytest.mark.parametrize("argv", [["fit", "--epochs", "0"], ["fit", "--learning-rate", "x"], ["nope"]])
@@ -109,8 +110,8 @@ def test_cli_bad_seed(seed, capsys, tmp_path):
 
 def test_cli_batch_larger_than_the_data(capsys, tmp_path):
     message = _usage_error(["fit", "--quiet", "--batch-size", "5000", "--out", str(tmp_path)], capsys)
-    assert message.endswith("argument --batch-size: must be at most 1437, the number of digits "
-                            "training samples, received 5000")
+    assert message.endswith("argument --batch-size: must be at most 1237, the number of digits "
+                            "training samples, received 5000")  # 1437 less 200 held out for validation
     assert not any(tmp_path.iterdir())  # no run folder for a run that cannot start
 
 
@@ -158,7 +159,7 @@ def test_sigterm_saves_the_step_exits_75_and_resume_continues(tmp_path):
     args = [sys.executable, "-m", "gyre", "fit", "--epochs", "40", "--batch-size", "256", "--quiet", "--out", str(tmp_path)]
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # wait for the first epoch's checkpoint: training runs
+    while time.monotonic() < deadline:  # wait for the first epoch's best model: training runs
         if any(p.name.isdigit() for p in tmp_path.glob("*/checkpoints/*")):
             break
         time.sleep(0.05)
@@ -168,18 +169,21 @@ def test_sigterm_saves_the_step_exits_75_and_resume_continues(tmp_path):
     run_dir = next(tmp_path.iterdir())
     assert f"gyre fit --resume {run_dir}" in out
     steps = int(out.split("preempted after ")[1].split()[0])
-    saved = max(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
-    assert saved == steps and 0 < steps < 40 * 5  # the signalled step, saved (5 steps per epoch)
+    saved = max(int(p.name) for p in (run_dir / "resume").iterdir() if p.name.isdigit())
+    assert saved == steps and 0 < steps < 40 * 4  # the signalled step, saved (4 steps per epoch)
+    assert "final test accuracy" not in out  # a preempted run is not tested
 
     done = subprocess.run(args + ["--resume", str(run_dir)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "trained 200 steps (40 epochs)" in done.stdout
+    assert "trained 160 steps (40 epochs)" in done.stdout
     with open(run_dir / "history.csv") as f:
         lines = f.read().splitlines()
     steps_column = [int(line.split(",")[0]) for line in lines[1:] if line.split(",")[0].isdigit()]
-    assert [s for s in steps_column if s < 200] == list(range(200))  # no step twice, none missing
+    assert [s for s in steps_column if s < 160] == list(range(160))  # no step twice, none missing
+    epochs = sorted(int(p.name[len("train_epoch_"):-5]) for p in (run_dir / "metrics").glob("train_epoch_*.json"))
+    assert epochs == list(range(1, 41))  # every epoch's metrics file, from both runs
     written = tensorboard_values(str(run_dir / "tensorboard"))  # two event files, one per run
-    assert sorted(step for step, _ in written["loss"]) == list(range(200))
+    assert sorted(step for step, _ in written["loss"]) == list(range(160))
 
 
 def test_resume_names_a_run_folder(tmp_path, capsys):
@@ -187,3 +191,7 @@ def test_resume_names_a_run_folder(tmp_path, capsys):
         cli.main(["fit", "--resume", str(tmp_path / "nope")])
     assert info.value.code == 2
     assert "--resume: must name the run folder of an earlier run" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit):
+        cli.main(["fit", "--resume", str(tmp_path / "empty")])
+    assert "'" + str(tmp_path / "empty") + "' holds no resume/" in capsys.readouterr().err

@@ -2,11 +2,13 @@
 
 import csv
 import datetime
+import json
 
 import pytest
 
 import gyre
 from gyre import _demo as demo
+from gyre.config import load_config
 from tests.loggers.readers import tensorboard_values
 
 
@@ -22,37 +24,46 @@ def test_fit_digits_writes_a_run_folder(one_epoch):
     datetime.datetime.strptime(result.run_dir.name, "%Y%m%d-%H%M%S")
     with open(result.run_dir / "history.csv", newline="") as f:
         header = next(csv.reader(f))
-    assert {"steps", "loss", "accuracy", "loss_test", "accuracy_test"} <= set(header)
+    assert {"steps", "loss", "acc", "train/loss_epoch", "val/loss", "val/acc"} <= set(header)
     assert (result.run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert any((result.run_dir / "checkpoints").iterdir())
+    assert [p.name for p in (result.run_dir / "checkpoints").iterdir() if p.name.isdigit()] == ["19"]
+    assert [p.name for p in (result.run_dir / "resume").iterdir() if p.name.isdigit()] == ["19"]
+    test = json.loads((result.run_dir / "metrics" / "test_epoch_0001.json").read_text())
+    assert test["test/acc"] == pytest.approx(result.test_accuracy, abs=1e-7)
+
+
+def test_fit_digits_goes_through_a_config(one_epoch):
+    _, result = one_epoch
+    stored = load_config(result.run_dir / "config.yaml")  # the resolved config, as gyre fit CONFIG writes it
+    expected = load_config(demo.digits_config(epochs=1, quiet=True), [f"trainer.logger.log_dir={result.run_dir}"])
+    assert stored == expected
+    assert (stored.trainer.class_name, stored.model["class_name"], stored.optimizer["class_name"],
+            stored.dataset["class_name"]) == ("ImgClassifierTrainer", "SimpleClassifier", "Adam", "DigitsDataset")
 
 
 def test_fit_digits_writes_tensorboard_event_files(one_epoch):
     _, result = one_epoch
     values = tensorboard_values(str(result.run_dir / "tensorboard"))
-    assert [step for step, _ in values["loss"]] == list(range(22))
+    assert [step for step, _ in values["loss"]] == list(range(19))  # 1237 training digits, 64 a step
     assert [v.simple_value for _, v in values["loss"]] == pytest.approx(result.history.collect("loss"))
-    (step, accuracy), = values["accuracy_test"]
-    assert step == 21 and accuracy.simple_value == pytest.approx(result.test_accuracy)
+    (step, accuracy), = values["val/acc"]
+    assert step == 18 and accuracy.simple_value == pytest.approx(result.history.collect("val/acc")[-1])
+    (step, accuracy), = values["test/acc"]
+    assert step == 18 and accuracy.simple_value == pytest.approx(result.test_accuracy)
 
 
 def test_fit_digits_result(one_epoch):
     _, result = one_epoch
-    assert result.elapsed.steps == 22 and result.elapsed.epochs == 1
+    assert result.elapsed.steps == 19 and result.elapsed.epochs == 1
     assert result.test_accuracy > 0.8
-    assert result.test_accuracy == result.history.collect("accuracy_test")[-1]
-    assert result.seconds > 0
+    assert not result.preempted and result.seconds > 0
 
 
 def test_fit_digits_checkpoint_restores(one_epoch):
     _, result = one_epoch
-    model, tx = demo.MLP(), demo.optax.adam(1e-3)
-    target = demo.create_state(model, tx, features=64, seed=1)
-    state, elapsed = gyre.checkpoint(result.run_dir / "checkpoints").restore(target)
-    assert elapsed.steps == 22
+    trainer = gyre.TrainerModule.load_from_checkpoint(result.run_dir)  # nothing else needed
     (_, _), (x_test, y_test) = gyre.data.digits()
-    _, test_step = demo.make_steps(model, tx)
-    accuracy = float(test_step(state, (x_test, y_test)).metrics.accuracy)
+    accuracy = trainer.test_model([(x_test, y_test)])["test/acc"]
     assert accuracy == pytest.approx(result.test_accuracy, abs=1e-6)
 
 
@@ -77,10 +88,10 @@ def test_fit_digits_explains_the_same_mistakes(tmp_path):
         demo.fit_digits(batch_size=5000, out=tmp_path, quiet=True)
     assert info.value.argument == "batch_size"
     assert str(info.value).splitlines() == [
-        "fit_digits: batch_size must be at most 1437, the number of digits training samples, received 5000",
-        "  expected: batch_size <= 1437 (every training batch is full)",
+        "fit_digits: batch_size must be at most 1237, the number of digits training samples, received 5000",
+        "  expected: batch_size <= 1237 (every training batch is full; 200 more digits are held out for validation)",
         "  received: batch_size=5000",
-        "  fix: pass batch_size=64 (or any value up to 1437)",
+        "  fix: pass batch_size=64 (or any value up to 1237)",
     ]
     with pytest.raises(demo.DemoArgumentError, match=r"seed must be a whole number from 0 to"):
         demo.fit_digits(seed=-1, out=tmp_path)

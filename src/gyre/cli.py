@@ -1,12 +1,16 @@
-"""The ``gyre`` command (also ``python -m gyre``).
+"""The ``gyre`` command (also ``python -m gyre``): a thin shell over
+:mod:`gyre.trainer._run`.
 
-``gyre fit`` trains the digits demo (:func:`gyre._demo.fit_digits`) and prints where its run
-folder is and the final test accuracy. Plain ``gyre`` prints the help.
+``gyre fit CONFIG [dotted.key=value ...]`` trains what a YAML config describes and tests its
+best checkpoint; ``gyre resume RUN`` continues a stopped run; ``gyre test RUN`` tests a run's
+best checkpoint again; ``gyre config CONFIG [overrides]`` prints the validated config with its
+defaults. ``gyre fit`` with no config trains the digits demo (:func:`gyre._demo.fit_digits`).
+Plain ``gyre`` prints the help.
 
-A mistake in the options (a batch larger than the data set, ``--out`` naming a file or a
-folder that cannot be written, a negative seed, a learning rate that is not a finite number)
-is reported as a usage error, exit code 2, before any training, never as a traceback. A
-training that diverges (a NaN or infinite loss or metric: :class:`gyre.NonFiniteError`)
+A mistake in the options or the config (a batch larger than the data set, ``--out`` naming a
+file or a folder that cannot be written, a negative seed, a missing file, bad YAML, an unknown
+key or ``class_name``, a malformed override...) is a usage error, exit code 2, printed as
+gyre's explanation, never as a traceback. A training that diverges (a NaN or infinite loss or metric: :class:`gyre.NonFiniteError`)
 stops at once and exits with code 3, printing the error's explanation (the step, the entry,
 the fix) and the run folder, whose checkpoints hold no state made after the divergence.
 """
@@ -15,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 MAX_SEED = 2**63 - 1  # what jax.random.key takes (kept equal to gyre._demo.MAX_SEED)
 
@@ -28,11 +34,13 @@ EXIT_PREEMPTED = 75  # SIGTERM (or Ctrl-C): the step finished and was saved (EX_
 
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}  the command succeeded
-  {EXIT_USAGE}  usage error: an option that cannot work, reported before any training
+  {EXIT_USAGE}  usage error: an option or a config that cannot work (a missing file, bad YAML, an
+     unknown key or class_name, a malformed override), explained, without a traceback
   {EXIT_NON_FINITE}  the training diverged: a loss or metric became NaN or infinite (the message
      names the step and the entry; the run's checkpoints hold no state made after it)
   {EXIT_PREEMPTED} preempted: SIGTERM (or Ctrl-C) arrived; the current step finished and was
-     saved; continue with gyre fit --resume RUN_FOLDER (a second signal stops at once)"""
+     saved; continue with gyre resume RUN_FOLDER (the demo: gyre fit --resume RUN_FOLDER);
+     a second signal stops at once"""
 
 
 def _positive_int(text: str) -> int:
@@ -71,13 +79,38 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
     """Option defaults shown, the epilog (the exit codes) kept as written."""
 
 
+class _Given(argparse.Action):
+    """Stores the value and remembers the option was given (the demo's options are refused
+    beside a config, which has its own keys for them)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.demo_options = (*getattr(namespace, "demo_options", ()), self.option_strings[0])
+
+
+#: the demo's options, and the config key that does the same with a config
+DEMO_KEYS = {
+    "--epochs": "trainer.train_epochs=N",
+    "--batch-size": "dataset.global_batch_size=N",
+    "--learning-rate": "optimizer.learning_rate=LR",
+    "--seed": "trainer.seed=N",
+    "--resume": "(use: gyre resume RUN_FOLDER)",
+}
+
+_OVERRIDES_HELP = "dotted.key=value overrides of the config, e.g. trainer.train_epochs=3 optimizer.learning_rate=1e-3"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``gyre`` command.
 
     Example:
         >>> args = build_parser().parse_args(["fit", "--epochs", "3"])
-        >>> args.command, args.epochs, args.batch_size
-        ('fit', 3, 64)
+        >>> args.command, args.config, args.epochs, args.batch_size
+        ('fit', None, 3, 64)
+        >>> args = build_parser().parse_args(["fit", "run.yaml", "trainer.seed=1"])
+        >>> args.config, args.overrides
+        ('run.yaml', ['trainer.seed=1'])
     """
     parser = argparse.ArgumentParser(
         prog="gyre",
@@ -88,30 +121,67 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     fit = commands.add_parser(
         "fit",
-        help="train an MLP on the digits data set (the demo)",
-        description="Train a 64-256-256-10 MLP on scikit-learn's digits with gyre.train_loop. "
-        "Writes <out>/<timestamp>/ with history.csv, curves.png, tensorboard/ and checkpoints/.",
+        help="train from a YAML config (without one: an MLP on the digits data set, the demo)",
+        description="With CONFIG: train what the YAML config describes (its trainer, model, optimizer "
+        "and dataset sections), test the best checkpoint, and print the test metrics. The run folder "
+        "(trainer.logger.log_dir, else <out>/<timestamp>/) holds config.yaml, checkpoints/, resume/, "
+        "metrics/, the writer's logs, history.csv and curves.png. Without CONFIG: the digits demo, "
+        "a 64-256-256-10 MLP trained with Adam (the options below).",
         epilog=EXIT_CODES,
         formatter_class=_HelpFormatter,
     )
-    fit.add_argument("--epochs", type=_positive_int, default=15, help="passes over the training set")
-    fit.add_argument("--batch-size", type=_positive_int, default=64, help="samples per step")
-    fit.add_argument("--learning-rate", type=_positive_float, default=1e-3, help="Adam's learning rate")
-    fit.add_argument("--seed", type=_seed, default=0, help="seed of the split, shuffles and initial parameters")
+    fit.add_argument("config", nargs="?", default=None, metavar="CONFIG", help="a YAML config (none: the demo)")
+    fit.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=_OVERRIDES_HELP)
     fit.add_argument("--out", default="runs", help="folder that holds the run folders")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
-    fit.add_argument(
-        "--resume", metavar="RUN_FOLDER", default=None,
-        help="continue a stopped run (SIGTERM, a crash) in its run folder, from its newest good "
+    demo = fit.add_argument_group("the digits demo (without CONFIG)")
+    demo.add_argument("--epochs", type=_positive_int, default=15, action=_Given, help="passes over the training set")
+    demo.add_argument("--batch-size", type=_positive_int, default=64, action=_Given, help="samples per step")
+    demo.add_argument("--learning-rate", type=_positive_float, default=3e-3, action=_Given, help="Adam's learning rate")
+    demo.add_argument("--seed", type=_seed, default=0, action=_Given,
+                      help="seed of the validation split, the shuffles and the initial parameters")
+    demo.add_argument(
+        "--resume", metavar="RUN_FOLDER", default=None, action=_Given,
+        help="continue a stopped demo run (SIGTERM, a crash) in its run folder, from its newest good "
         "checkpoint, exactly as if it had never stopped; pass the same options",
     )
-    fit.set_defaults(command_parser=fit)
+    fit.set_defaults(command_parser=fit, demo_options=())
+
+    resume = commands.add_parser(
+        "resume", help="continue a stopped run from its newest good checkpoint",
+        description="Continue the run in RUN_FOLDER (stopped by SIGTERM, Ctrl-C or a crash) from "
+        "RUN_FOLDER/resume with its stored config.yaml and trainer.resume=latest, exactly as if it had "
+        "never stopped; then test its best checkpoint.",
+        epilog=EXIT_CODES, formatter_class=_HelpFormatter,
+    )
+    resume.add_argument("run", metavar="RUN_FOLDER", help="the run folder gyre fit printed")
+    resume.add_argument("--quiet", action="store_true", help="no progress bar")
+    resume.set_defaults(command_parser=resume)
+
+    test = commands.add_parser(
+        "test", help="test a trained run's best checkpoint again",
+        description="Rebuild the trainer, model and optimizer from the config stored with the checkpoint "
+        "(TrainerModule.load_from_checkpoint), the dataset from the run's config, and print the test metrics.",
+        epilog=EXIT_CODES, formatter_class=_HelpFormatter,
+    )
+    test.add_argument("path", metavar="RUN_OR_CHECKPOINT",
+                      help="a run folder (its best checkpoint), its checkpoints/ folder, or one checkpoint")
+    test.set_defaults(command_parser=test)
+
+    config = commands.add_parser(
+        "config", help="print a config, validated, with every default",
+        description="Validate CONFIG with its overrides (and build its optimizer, so a schedule whose "
+        "phases exceed its total fails here too), then print it as YAML with every default filled in.",
+        epilog=EXIT_CODES, formatter_class=_HelpFormatter,
+    )
+    config.add_argument("config", metavar="CONFIG", help="a YAML config")
+    config.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=_OVERRIDES_HELP)
+    config.set_defaults(command_parser=config)
     return parser
 
 
-def _fit(args: argparse.Namespace) -> int:
+def _fit_demo(args: argparse.Namespace) -> int:
     from gyre import _demo as demo
-    from gyre.loop import NonFiniteError
 
     try:
         result = demo.fit_digits(
@@ -126,10 +196,6 @@ def _fit(args: argparse.Namespace) -> int:
     except demo.DemoArgumentError as err:  # raised before training: a usage error
         option = "--" + err.argument.replace("_", "-")
         args.command_parser.error(f"argument {option}: {err.summary}")
-    except NonFiniteError as err:  # the training diverged: say where, and how to fix it
-        notes = "".join(f"\n{note}" for note in getattr(err, "__notes__", ()))
-        print(f"gyre fit: error: {err}{notes}", file=sys.stderr)
-        return EXIT_NON_FINITE
     steps, epochs = result.elapsed.steps, result.elapsed.epochs
     print(f"run folder: {result.run_dir}")
     if result.preempted:
@@ -140,12 +206,91 @@ def _fit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _report(result: Any) -> int:
+    from gyre.trainer._run import metric_lines
+
+    print(f"run folder: {result.run_dir}")
+    if result.preempted:
+        print(f"preempted after {result.steps} steps, saved; continue with: gyre resume {result.run_dir}")
+        return EXIT_PREEMPTED
+    print(f"trained {result.steps} steps ({result.epochs} epochs) in {result.seconds:.1f}s")
+    for line in metric_lines(result.test):
+        print(line)
+    return EXIT_OK
+
+
+def _fit(args: argparse.Namespace) -> int:
+    if args.config is not None and "=" in args.config and not os.path.exists(args.config):
+        args.overrides, args.config = [args.config, *args.overrides], None
+    if args.config is None:
+        if args.overrides:
+            args.command_parser.error(f"overrides {' '.join(args.overrides)} need a CONFIG before them")
+        return _fit_demo(args)
+    if args.demo_options:
+        option = args.demo_options[0]
+        args.command_parser.error(
+            f"argument {option}: belongs to the digits demo (gyre fit without a config); with a config, "
+            f"write {DEMO_KEYS[option]}"
+        )
+    from gyre.trainer._run import run_config
+
+    overrides = list(args.overrides) + (["trainer.enable_progress_bar=false"] if args.quiet else [])
+    return _report(run_config(args.config, overrides, out=args.out))
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from gyre.trainer._run import resume_run
+
+    return _report(resume_run(args.run, quiet=args.quiet))
+
+
+def _test(args: argparse.Namespace) -> int:
+    from gyre.trainer._run import metric_lines, run_test
+
+    for line in metric_lines(run_test(args.path)):
+        print(line)
+    return EXIT_OK
+
+
+def _config(args: argparse.Namespace) -> int:
+    from gyre.config import dump_config
+    from gyre.trainer._run import resolve_config
+
+    print(dump_config(resolve_config(args.config, args.overrides)), end="")
+    return EXIT_OK
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "fit": _fit, "resume": _resume, "test": _test, "config": _config,
+}
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """Runs one command: an explained mistake exits 2, a divergence 3, each with its message
+    on stderr and no traceback; any other error is a bug, raised as it is."""
+    from gyre.loop import NonFiniteError
+    from gyre.trainer._run import is_user_error, user_message
+
+    name = f"gyre {args.command}"
+    try:
+        return _COMMANDS[args.command](args)
+    except NonFiniteError as err:  # the training diverged: say where, and how to fix it
+        notes = "".join(f"\n{note}" for note in getattr(err, "__notes__", ()))
+        print(f"{name}: error: {err}{notes}", file=sys.stderr)
+        return EXIT_NON_FINITE
+    except Exception as err:
+        if not is_user_error(err):
+            raise
+        print(f"{name}: error: {user_message(err)}", file=sys.stderr)
+        return EXIT_USAGE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the ``gyre`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit code.
 
-    A usage error (an option that cannot work) prints the usage line and one message to
-    stderr and exits with code 2, as ``argparse`` does. A training that diverges (a NaN or
-    infinite loss or metric) returns 3 after printing the explanation to stderr.
+    A usage error (an option or a config that cannot work) prints one explanation to stderr
+    and exits with code 2, as ``argparse`` does. A training that diverges (a NaN or infinite
+    loss or metric) returns 3 after printing the explanation to stderr; a preempted one 75.
 
     Example:
         >>> import contextlib, io
@@ -161,10 +306,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         2
         >>> print(err.getvalue().splitlines()[-1])
         gyre fit: error: argument --seed: expected a whole number from 0 to 9223372036854775807, received '-1'
+        >>> with contextlib.redirect_stderr(io.StringIO()) as err:
+        ...     main(["config", "no-such.yaml"])
+        2
+        >>> print(err.getvalue().splitlines()[0])
+        gyre config: error: no config file 'no-such.yaml'
     """
     parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
-    if args.command == "fit":
-        return _fit(args)
+    args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    if extra:  # overrides written after an option: gyre fit run.yaml --quiet trainer.seed=1
+        unknown = [e for e in extra if e.startswith("-") or not hasattr(args, "overrides")]
+        if unknown or getattr(args, "config", None) is None:
+            (getattr(args, "command_parser", None) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
+    if args.command in _COMMANDS:
+        return _run_command(args)
     parser.print_help()
     return EXIT_OK
