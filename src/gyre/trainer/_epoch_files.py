@@ -24,6 +24,7 @@ import numpy as np
 
 from gyre.core._errors import describe, explain
 from gyre.loggers import Writer
+from gyre.trainer._metrics import is_scalar
 
 _PHASE = re.compile(r"^[a-z][a-z0-9_]*$")
 _RESERVED = ("epoch", "step")
@@ -42,18 +43,6 @@ def _whole(value: Any, minimum: int, what: str, example: str) -> Any:
             fix=f"pass {what}={example}",
         )
     )
-
-
-def _scalar(value: Any) -> bool:
-    if isinstance(value, numbers.Real):
-        return True
-    dtype = getattr(value, "dtype", None)
-    if dtype is None or getattr(value, "shape", None) != ():
-        return False
-    try:
-        return np.dtype(dtype).kind in "biuf"
-    except TypeError:
-        return False
 
 
 class EpochMetricFiles(Writer):
@@ -145,7 +134,7 @@ class EpochMetricFiles(Writer):
                         fix="log the metric under its phase's name, e.g. 'val/acc'",
                     )
                 )
-            if not _scalar(value):
+            if not is_scalar(value):
                 shape = f" (shape {np.shape(value)})" if hasattr(value, "shape") else ""
                 raise ValueError(
                     explain(

@@ -628,7 +628,15 @@ def name_metrics(
     return out
 
 
-def _scalar(value: Any) -> bool:
+def is_scalar(value: Any) -> bool:
+    """Whether ``value`` is one number (a Python or numpy number, or a 0-d numeric array):
+    what writers and the metric files take. Reads no value.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> is_scalar(1.5), is_scalar(jnp.ones(())), is_scalar(jnp.ones(2))
+        (True, True, False)
+    """
     if isinstance(value, numbers.Real):
         return True
     dtype = getattr(value, "dtype", None)
@@ -663,7 +671,7 @@ def scalars_for_writers(
         for freq in FREQS
         if phase == "train" or freq == "epoch"
     }
-    return {name: v for name, v in metrics.items() if name not in concat and _scalar(v)}
+    return {name: v for name, v in metrics.items() if name not in concat and is_scalar(v)}
 
 
 def add_time(metrics: Mapping[str, Any], phase: str, seconds: float) -> dict[str, Any]:
