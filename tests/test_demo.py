@@ -112,3 +112,10 @@ def test_fit_digits_accepts_numpy_integers(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="checked"):  # got past every argument check
         demo.fit_digits(epochs=np.int64(2), batch_size=np.int32(32), seed=np.int64(1),
                         learning_rate=np.float32(1e-3), out=tmp_path)
+
+
+def test_the_demo_is_the_digits_mlp_example_config():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "configs" / "digits_mlp.yaml"
+    assert load_config(example) == load_config(demo.digits_config())  # gyre fit == gyre fit digits_mlp.yaml

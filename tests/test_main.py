@@ -38,5 +38,5 @@ def test_gyre_fit_usage_error_in_a_subprocess(tmp_path):
     )
     assert done.returncode == 2
     assert done.stderr.startswith("usage: gyre fit") and "Traceback" not in done.stderr
-    assert "gyre fit: error: argument --batch-size: must be at most 1437" in done.stderr
+    assert "gyre fit: error: argument --batch-size: must be at most 1237" in done.stderr
     assert done.stdout == ""

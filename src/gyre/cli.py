@@ -76,7 +76,13 @@ def _seed(text: str) -> int:
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Option defaults shown, the epilog (the exit codes) kept as written."""
+    """Option defaults shown (but ``None`` and empty lists), the description and the epilog
+    (the exit codes) kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
 
 
 class _Given(argparse.Action):
@@ -122,11 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
     fit = commands.add_parser(
         "fit",
         help="train from a YAML config (without one: an MLP on the digits data set, the demo)",
-        description="With CONFIG: train what the YAML config describes (its trainer, model, optimizer "
-        "and dataset sections), test the best checkpoint, and print the test metrics. The run folder "
-        "(trainer.logger.log_dir, else <out>/<timestamp>/) holds config.yaml, checkpoints/, resume/, "
-        "metrics/, the writer's logs, history.csv and curves.png. Without CONFIG: the digits demo, "
-        "a 64-256-256-10 MLP trained with Adam (the options below).",
+        description="With CONFIG: train what the YAML config describes (its trainer, model, optimizer\n"
+        "and dataset sections), test the best checkpoint, and print the test metrics. The run\n"
+        "folder (trainer.logger.log_dir, else <out>/<timestamp>/) holds config.yaml, checkpoints/,\n"
+        "resume/, metrics/, the writer's logs, history.csv and curves.png.\n"
+        "Without CONFIG: the digits demo, a 64-256-256-10 MLP trained with Adam (the options below).",
         epilog=EXIT_CODES,
         formatter_class=_HelpFormatter,
     )
@@ -149,9 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     resume = commands.add_parser(
         "resume", help="continue a stopped run from its newest good checkpoint",
-        description="Continue the run in RUN_FOLDER (stopped by SIGTERM, Ctrl-C or a crash) from "
-        "RUN_FOLDER/resume with its stored config.yaml and trainer.resume=latest, exactly as if it had "
-        "never stopped; then test its best checkpoint.",
+        description="Continue the run in RUN_FOLDER (stopped by SIGTERM, Ctrl-C or a crash) from\n"
+        "RUN_FOLDER/resume with its stored config.yaml and trainer.resume=latest, exactly as if\n"
+        "it had never stopped; then test its best checkpoint.",
         epilog=EXIT_CODES, formatter_class=_HelpFormatter,
     )
     resume.add_argument("run", metavar="RUN_FOLDER", help="the run folder gyre fit printed")
@@ -160,8 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     test = commands.add_parser(
         "test", help="test a trained run's best checkpoint again",
-        description="Rebuild the trainer, model and optimizer from the config stored with the checkpoint "
-        "(TrainerModule.load_from_checkpoint), the dataset from the run's config, and print the test metrics.",
+        description="Rebuild the trainer, model and optimizer from the config stored with the checkpoint\n"
+        "(TrainerModule.load_from_checkpoint), the dataset from the run's config, and print the\n"
+        "test metrics.",
         epilog=EXIT_CODES, formatter_class=_HelpFormatter,
     )
     test.add_argument("path", metavar="RUN_OR_CHECKPOINT",
@@ -170,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     config = commands.add_parser(
         "config", help="print a config, validated, with every default",
-        description="Validate CONFIG with its overrides (and build its optimizer, so a schedule whose "
+        description="Validate CONFIG with its overrides (and build its optimizer, so a schedule whose\n"
         "phases exceed its total fails here too), then print it as YAML with every default filled in.",
         epilog=EXIT_CODES, formatter_class=_HelpFormatter,
     )

@@ -25,7 +25,7 @@ from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
 from gyre.core._history import History
 from gyre.core._logs import Logs
-from gyre.core._reader import Columns, HistoryReader
+from gyre.core._reader import Columns, HistoryReader, loop_start
 from gyre.loop._tasks import ChunkSafe, LoopElement
 from gyre.parallel.distributed import is_main_process
 
@@ -90,9 +90,9 @@ class FollowsHistory:
         """Points the reader at ``loop``'s history, or (``loop`` is ``None``) commits
         ``logs`` to a history of its own."""
         if loop is not None:
-            if loop.history is not self._history:  # a new loop: follow its history from here
+            if loop.history is not self._history:  # a new loop: follow its history from its start
                 self._send(wait=True)
-                self._history, self._reader = loop.history, self._reader_of(loop.history)
+                self._history, self._reader = loop.history, self._reader_of(loop.history, _start_of(loop))
                 self._own = None
             return
         if self._own is None:
@@ -101,8 +101,23 @@ class FollowsHistory:
             self._reader = self._reader_of(self._own)
         self._own.commit(elapsed, logs)
 
-    def _reader_of(self, history: History) -> HistoryReader:
-        return history.reader() if self.reader_limit is None else history.reader(limit=self.reader_limit)
+    def _reader_of(self, history: History, start: int | None = None) -> HistoryReader:
+        if self.reader_limit is None:
+            return history.reader(start)
+        return history.reader(start, limit=self.reader_limit)
+
+
+def _start_of(loop: Any) -> int | None:
+    """Where the records of ``loop`` begin in its history, whatever step calls first (a
+    callback under ``gyre.every(10)`` in a loop resumed at step 45 is first called at step
+    50, after the records of steps 45 to 49); ``None`` (the history's current length) for a
+    loop that does not say which steps it ran (a ``LoopState`` built by hand)."""
+    data = getattr(loop, "data", None)
+    if data is None:
+        return None
+    steps_run = int(data.consumed)
+    first = int(loop.completed.steps) - steps_run
+    return loop_start(loop.history, first, steps_run=steps_run)
 
 
 class WandbLogger(FollowsHistory, ChunkSafe, LoopElement):

@@ -10,6 +10,7 @@ the loop.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -27,6 +28,54 @@ class Columns(NamedTuple):
     count: int
     clocks: dict[str, np.ndarray]
     entries: dict[Key, tuple[np.ndarray, Any]]
+
+
+_STEPS = CLOCK_FIELDS.index("steps")
+
+
+def _steps_backwards(history: Any) -> Iterator[int]:
+    """The ``steps`` counter of every record of ``history``, newest first (device rows, those
+    in transit, then the host blocks: nothing moves, nothing waits)."""
+    for clock in reversed(history._clocks):
+        yield clock.steps
+    for moving in reversed(history._transit):
+        for clock in reversed(moving.clocks):
+            yield clock.steps
+    for block in reversed(history._blocks):
+        column = block.clocks[_STEPS]
+        for i in range(block.size - 1, -1, -1):
+            yield int(column[i])
+
+
+def loop_start(history: Any, first_step: int, *, steps_run: int) -> int:
+    """The index in ``history`` of the first record of a loop that started at step
+    ``first_step`` and has run ``steps_run`` steps (the one in progress included).
+
+    A loop commits at most one record per step, with increasing step counters from
+    ``first_step`` on; the records before it (a resumed checkpoint's, a previous loop's) have
+    smaller counters, or come before a counter that does not increase (a loop that started
+    its clock again). A reader created on a loop's later step starts here, so the steps
+    before its first call are read too.
+
+    Args:
+        history: the loop's history.
+        first_step: the loop's first step (its initial clock's ``steps``).
+        steps_run: steps the loop has run (at most that many records are its own).
+
+    Example:
+        >>> import gyre
+        >>> h = gyre.history([{"metrics": {"a": 1.0}, "elapsed": {"steps": s}} for s in (0, 1, 2)])
+        >>> for s in (3, 4):  # a loop resumed at step 3, now in its step 5
+        ...     h.commit(gyre.Elapsed(steps=s), gyre.logs().add_metric("a", 2.0))
+        >>> loop_start(h, 3, steps_run=3), len(h)
+        (3, 5)
+    """
+    own, newer = 0, None
+    for steps in _steps_backwards(history):
+        if own >= steps_run or steps < first_step or (newer is not None and steps >= newer):
+            break
+        own, newer = own + 1, steps
+    return len(history) - own
 
 
 def _empty() -> Columns:

@@ -275,33 +275,40 @@ def run_config(
         True
     """
     config = resolve_config(source, overrides)
+    made = None
     if run_dir is None and config.trainer.logger.log_dir is None:
-        run_dir = make_run_dir(out)
-    if run_dir is not None:
-        config = _with_log_dir(config, Path(run_dir))
-    folder = Path(config.trainer.logger.log_dir)
-    if config.trainer.resume is None:
-        _check_fresh(folder)
-    dataset = build_dataset(config)
-    trainer = build_trainer(config)
+        run_dir = made = make_run_dir(out)
+    try:
+        if run_dir is not None:
+            config = _with_log_dir(config, Path(run_dir))
+        folder = Path(config.trainer.logger.log_dir)
+        if config.trainer.resume is None:
+            _check_fresh(folder)
+        dataset = build_dataset(config)
+        trainer = build_trainer(config)
+    except Exception:
+        if made is not None and not any(made.iterdir()):
+            made.rmdir()  # a run that could not start leaves no empty run folder behind
+        raise
     start = time.perf_counter()
     try:
         outcome = trainer.train_model(dataset.train_loader, dataset.val_loader, dataset.test_loader)
+        seconds = time.perf_counter() - start
+        elapsed, history = trainer._elapsed, trainer.history
+        test = _scalars(outcome.get("test", {}))
+        if test:
+            _write_test_file(folder, test, elapsed)
+            trainer.writer.write_scalars(max(elapsed.steps - 1, 0), {k: v for k, v in test.items() if not k.endswith("/time")})
+        if history is not None:
+            history.to_csv(str(folder / "history.csv"))
+            plot_curves(history, folder / "curves.png")
     except FloatingPointError as err:  # gyre.NonFiniteError: the checkpoints hold the last good state
         err.add_note(f"run folder: {folder}")
         raise
     finally:
-        seconds = time.perf_counter() - start
-    elapsed, history = trainer._elapsed, trainer.history
+        if trainer._writer is not None:
+            trainer.writer.close()
     preempted = history is not None and history.stop_reason == "preempted"
-    test = _scalars(outcome.get("test", {}))
-    if test:
-        _write_test_file(folder, test, elapsed)
-        trainer.writer.write_scalars(max(elapsed.steps - 1, 0), {k: v for k, v in test.items() if not k.endswith("/time")})
-    if history is not None:
-        history.to_csv(str(folder / "history.csv"))
-        plot_curves(history, folder / "curves.png")
-    trainer.writer.close()
     return RunResult(
         folder, config, trainer, _scalars(outcome.get("val", {})), test,
         elapsed.steps, elapsed.epochs, seconds, preempted,

@@ -1,0 +1,311 @@
+"""A whole run from a config (gyre.trainer._run) and the ``gyre`` commands over it: ``gyre fit
+CONFIG``, ``gyre resume``, ``gyre test``, ``gyre config``; the example configs."""
+
+import contextlib
+import io
+import json
+import signal
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gyre import LoopWarning, cli
+from gyre.config import ConfigError, dump_config, load_config, register_callback, register_dataset
+from gyre.trainer import Callback, _run
+
+CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
+MLP = str(CONFIGS / "digits_mlp.yaml")
+SMALL = ["trainer.train_epochs=2", "model.c_hid=32", "trainer.enable_progress_bar=false"]
+
+
+def gyre(*argv):
+    """Runs the command in this process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main([str(a) for a in argv])
+        except SystemExit as exit:  # argparse's usage errors
+            code = exit.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def printed_metrics(text):
+    return {k: float(v) for k, v in (line.split(": ") for line in text.splitlines() if line.startswith("test/"))}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """One small run of digits_mlp.yaml through ``gyre fit``, an override after an option."""
+    out = tmp_path_factory.mktemp("runs")
+    code, stdout, stderr = gyre("fit", MLP, *SMALL, "--out", out, "trainer.callbacks.ModelCheckpoint.save_top_k=2")
+    assert code == 0, stdout + stderr
+    (run_dir,) = out.iterdir()
+    return run_dir, stdout
+
+
+# -- the example configs ------------------------------------------------------------------
+
+
+def test_the_examples_are_there():
+    assert sorted(p.name for p in CONFIGS.glob("*.yaml")) == [
+        "digits_cnn.yaml", "digits_cnn_linen.yaml", "digits_mlp.yaml", "jax_trainer_seed.yaml"]
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_example_config_validates_and_builds_its_dataset(path):
+    config = _run.resolve_config(path)  # the schema, the registries, and the optimizer built
+    assert config.trainer.class_name == "ImgClassifierTrainer"
+    dataset = _run.build_dataset(config)
+    assert dataset.train_loader.epoch_steps >= 1 and dataset.test_loader
+    assert load_config(yaml.safe_load(dump_config(config))) == config  # the resolved config reads back
+
+
+def test_the_seed_example_keeps_the_seed_and_marks_each_change():
+    text = (CONFIGS / "jax_trainer_seed.yaml").read_text()
+    config = _run.resolve_config(CONFIGS / "jax_trainer_seed.yaml")
+    assert set(config.trainer.callbacks) == {"ModelCheckpoint", "LearningRateMonitor", "JAXProfiler"}
+    assert config.optimizer["learning_rate"]["steps"] == 1755 and config.model["batch_norm"] is True
+    assert config.trainer.train_epochs * _run.build_dataset(config).train_loader.epoch_steps == 1755
+    changed = [line for line in text.splitlines() if "# gyre: was" in line]
+    assert len(changed) == 4  # train_epochs, log_dir, save_dir, the dataset's class_name
+    assert "CIFAR10Dataset" in text and "data_dir" in text  # the removed keys are named
+
+
+# -- gyre fit CONFIG ----------------------------------------------------------------------
+
+
+def test_fit_writes_the_run_folder_and_prints_the_test_metrics(finished):
+    run_dir, stdout = finished
+    lines = stdout.splitlines()
+    assert lines[0] == f"run folder: {run_dir}"
+    assert lines[1].startswith("trained 38 steps (2 epochs) in ")  # 1237 training digits, 64 a step
+    assert [line.split(":")[0] for line in lines[2:]] == ["test/acc", "test/loss"]
+    assert printed_metrics(stdout)["test/acc"] > 0.7  # two epochs of a small MLP
+    names = {p.name for p in run_dir.iterdir()}
+    assert {"config.yaml", "checkpoints", "resume", "metrics", "tensorboard", "curves.png", "history.csv"} <= names
+    assert (run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    metrics = sorted(p.name for p in (run_dir / "metrics").iterdir())
+    assert metrics == ["test_epoch_0002.json", "train_epoch_0001.json", "train_epoch_0002.json",
+                       "val_epoch_0001.json", "val_epoch_0002.json"]
+
+
+def test_a_nested_override_works_and_is_stored(finished):
+    run_dir, _ = finished
+    stored = load_config(run_dir / "config.yaml")
+    assert stored.trainer.callbacks["ModelCheckpoint"]["save_top_k"] == 2  # three levels deep
+    assert (stored.trainer.train_epochs, stored.model["c_hid"]) == (2, 32)
+    assert stored.trainer.logger.log_dir == str(run_dir)  # the resolved run folder
+    assert len([p for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()]) == 2  # both epochs kept
+
+
+def test_gyre_test_reproduces_the_stored_test_metric(finished):
+    run_dir, stdout = finished
+    stored = json.loads((run_dir / "metrics" / "test_epoch_0002.json").read_text())
+    for target in (run_dir, run_dir / "checkpoints"):
+        code, out, err = gyre("test", target)
+        assert code == 0, err
+        again = printed_metrics(out)
+        assert set(again) == {"test/acc", "test/loss"}
+        for key, value in again.items():
+            assert value == pytest.approx(stored[key], abs=1e-6)
+            assert value == pytest.approx(printed_metrics(stdout)[key], abs=1e-6)
+
+
+def test_a_second_fit_into_a_finished_run_folder_is_refused(finished):
+    run_dir, _ = finished
+    code, out, err = gyre("fit", MLP, *SMALL, f"trainer.logger.log_dir={run_dir}")
+    assert code == 2 and "Traceback" not in err
+    assert err.splitlines()[0] == f"gyre fit: error: trainer.logger.log_dir {str(run_dir)!r} already holds a " \
+        "run (resume/, checkpoints/)"
+    assert f"continue it with: gyre resume {run_dir}" in err
+
+
+@register_callback("SigtermAtEpoch")
+class SigtermAtEpoch(Callback):
+    """Sends this process SIGTERM at the end of training epoch ``epoch`` (a preemption)."""
+
+    def __init__(self, epoch: int = 1) -> None:
+        super().__init__()
+        self.epoch = epoch
+
+    def on_training_epoch_end(self, train_metrics, epoch_idx):
+        if epoch_idx == self.epoch:
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None), "no handler: it would kill pytest"
+            signal.raise_signal(signal.SIGTERM)
+
+
+def test_sigterm_exits_75_and_gyre_resume_continues_exactly(tmp_path, finished):
+    reference, reference_out = finished
+    with pytest.warns(LoopWarning, match=r"preempted \(SIGTERM\) during step 18"):
+        code, out, err = gyre("fit", MLP, *SMALL, "trainer.callbacks.ModelCheckpoint.save_top_k=2",
+                              "trainer.callbacks.SigtermAtEpoch={epoch: 1}", "--out", tmp_path)
+    assert code == cli.EXIT_PREEMPTED == 75, out + err
+    (run_dir,) = tmp_path.iterdir()
+    assert out.splitlines() == [f"run folder: {run_dir}",
+                                f"preempted after 19 steps, saved; continue with: gyre resume {run_dir}"]
+    assert [p.name for p in (run_dir / "resume").iterdir() if p.name.isdigit()] == ["19"]
+
+    code, out, err = gyre("resume", run_dir, "--quiet")
+    assert code == 0, out + err
+    assert out.splitlines()[1].startswith("trained 38 steps (2 epochs) in ")
+    assert printed_metrics(out) == printed_metrics(reference_out)  # as if never stopped
+    assert load_config(run_dir / "config.yaml").trainer.resume == "latest"
+    for name in ("train_epoch_0001.json", "val_epoch_0002.json", "test_epoch_0002.json"):
+        resumed, straight = (json.loads((r / "metrics" / name).read_text()) for r in (run_dir, reference))
+        assert {k: v for k, v in resumed.items() if not k.endswith("/time")} == \
+            {k: v for k, v in straight.items() if not k.endswith("/time")}
+    with open(run_dir / "history.csv") as f:
+        steps = [int(line.split(",")[0]) for line in f.read().splitlines()[1:]]
+    assert steps == list(range(38))  # no step twice, none missing
+
+
+def test_resume_needs_a_run_folder_with_resume_checkpoints(tmp_path):
+    code, _, err = gyre("resume", tmp_path / "nope")
+    assert code == 2 and f"gyre resume: error: run {str(tmp_path / 'nope')!r} is not a run folder " \
+        "(it does not exist)" in err
+    (tmp_path / "config.yaml").write_text("{}")
+    code, _, err = gyre("resume", tmp_path)
+    assert code == 2 and f"{str(tmp_path)!r} holds no resume checkpoint" in err
+
+
+def test_gyre_test_of_a_folder_that_is_no_run(tmp_path):
+    code, _, err = gyre("test", tmp_path / "nope")
+    assert code == 2 and "is not a run folder (it does not exist)" in err and "Traceback" not in err
+
+
+# -- mistakes: explained, exit 2, before any training -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "path", "suggestion"),
+    [
+        ("seeed=1", "seeed", "seed"),
+        ("trainer.train_epoch=1", "trainer.train_epoch", "train_epochs"),
+        ("trainer.logger.log_step_every=5", "trainer.logger.log_step_every", "log_steps_every"),
+        ("trainer.callbacks.ModelCheckpoint.monitr=val/acc", "trainer.callbacks.ModelCheckpoint.monitr", "monitor"),
+        ("model.c_hidd=8", "model.c_hidd", "c_hid"),
+        ("optimizer.learning_rat=0.1", "optimizer.learning_rat", "learning_rate"),
+        ("dataset.global_batchsize=8", "dataset.global_batchsize", "global_batch_size"),
+    ],
+)
+def test_a_misspelt_key_in_each_section_fails_before_training(tmp_path, override, path, suggestion):
+    code, out, err = gyre("fit", MLP, override, "--out", tmp_path)
+    assert code == 2 and out == "" and "Traceback" not in err
+    first, expected = err.splitlines()[:2]
+    assert first.startswith(f"gyre fit: error: unknown key {path}") and f"Did you mean {suggestion!r}?" in first
+    assert expected.startswith("  expected: a key of ") and suggestion in expected  # the valid keys
+    assert not any(tmp_path.iterdir())  # no run folder: nothing trained
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["fit", "nope.yaml"], "no config file 'nope.yaml'"),
+        (["fit", MLP, "model.class_name=SimpleMLP"], "unknown models name 'SimpleMLP' at model.class_name"),
+        (["fit", MLP, "trainer.class_name=Trainer"], "unknown trainers name 'Trainer'"),
+        (["fit", MLP, "model"], "malformed override 'model'"),
+        (["fit", MLP, "model.act_fn=swish"], "unknown activation 'swish'"),  # the model's own check
+        (["fit", MLP, "trainer.train_epochs=[1"], "the value of the override 'trainer.train_epochs=[1' is not valid YAML"),
+        (["fit", MLP, "trainer.train_epochs=two"], "trainer.train_epochs"),
+        (["config", MLP, "optimizer.learning_rate={class_name: WarmupCosineDecay, peak_value: 0.1, "
+          "warmup_steps: 10, decay_steps: 20, steps: 25}"], "the schedule's phases exceed its total"),
+    ],
+)
+def test_config_mistakes_are_explained_without_a_traceback(tmp_path, argv, message):
+    code, out, err = gyre(*argv, *(["--out", tmp_path] if argv[0] == "fit" else []))
+    assert code == cli.EXIT_USAGE == 2, out + err
+    assert err.startswith(f"gyre {argv[0]}: error: ") and message in err
+    assert "\n  expected: " in err and "\n  fix: " in err and "Traceback" not in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_bad_yaml_and_empty_files(tmp_path):
+    (tmp_path / "bad.yaml").write_text("trainer:\n  train_epochs: [1\n")
+    (tmp_path / "empty.yaml").write_text("")
+    code, _, err = gyre("config", tmp_path / "bad.yaml")
+    assert code == 2 and "is not valid YAML" in err and "Traceback" not in err
+    code, _, err = gyre("config", tmp_path / "empty.yaml")
+    assert code == 2 and "is empty" in err
+
+
+def test_the_demo_options_are_refused_beside_a_config(capsys):
+    code, _, err = gyre("fit", MLP, "--learning-rate", "0.1")
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        "gyre fit: error: argument --learning-rate: belongs to the digits demo (gyre fit without a config); "
+        "with a config, write optimizer.learning_rate=LR")
+    code, _, err = gyre("fit", "trainer.seed=1")
+    assert code == 2 and "need a CONFIG before them" in err
+    code, _, err = gyre("fit", MLP, "--bogus")
+    assert code == 2 and "unrecognized arguments: --bogus" in err
+
+
+def test_a_dataset_without_loaders_is_explained():
+    @register_dataset("NoLoadersDataset")
+    class NoLoadersDataset:
+        def __init__(self, size: int = 3) -> None:
+            self.train_loader = [size]
+
+    config = _run.resolve_config(MLP, ["dataset={class_name: NoLoadersDataset}"])
+    with pytest.raises(TypeError, match=r"the dataset 'NoLoadersDataset' has no val_loader, test_loader"):
+        _run.build_dataset(config)
+
+
+def test_a_bug_is_not_dressed_as_a_user_error(monkeypatch):
+    def broken(*args, **kwargs):
+        raise ValueError("an internal bug")
+
+    monkeypatch.setattr(_run, "resolve_config", broken)
+    with pytest.raises(ValueError, match="an internal bug"):  # the traceback is kept
+        cli.main(["config", MLP])
+
+
+# -- gyre config --------------------------------------------------------------------------
+
+
+def test_gyre_config_prints_the_validated_config_with_defaults():
+    code, out, err = gyre("config", MLP, "trainer.train_epochs=3")
+    assert code == 0, err
+    printed = yaml.safe_load(out)
+    assert printed["trainer"]["train_epochs"] == 3
+    assert printed["trainer"]["check_val_every_n_epoch"] == 1  # defaults, not in the file
+    assert printed["trainer"]["logger"]["log_file_verbosity"] == "info"
+    assert printed["trainer"]["callbacks"]["ModelCheckpoint"]["save_optimizer_state"] is False
+    assert printed["model"]["act_fn"] == "relu" and printed["optimizer"]["b1"] == 0.9
+    assert printed["dataset"]["image_shape"] is False
+    assert load_config(printed) == _run.resolve_config(MLP, ["trainer.train_epochs=3"])  # it reads back
+
+
+# -- the helpers --------------------------------------------------------------------------
+
+
+def test_run_folder_errors(tmp_path):
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(_run.RunError, match=r"out '.*notes.txt' is a file, not a folder"):
+        _run.make_run_dir(tmp_path / "notes.txt")
+    with pytest.raises(_run.RunError, match=r"out '.*notes.txt/runs' cannot be created: .* is a file"):
+        _run.check_out(tmp_path / "notes.txt" / "runs")
+    with pytest.raises(_run.RunError, match="out must be a folder name, received int 3"):
+        _run.check_out(3)
+    with pytest.raises(_run.RunError, match="is not a run folder"):
+        _run.find_run_dir(tmp_path)
+    with pytest.raises(ConfigError, match="unknown key trainer.train_epoch"):
+        _run.run_config(MLP, ["trainer.train_epoch=1"], out=tmp_path)
+
+
+def test_curves_group_each_metric_with_its_epochs_and_validation():
+    names = ["loss", "acc", "grad_norm", "train/loss_epoch", "train/acc_step", "train/time", "val/loss",
+             "val/acc", "test/acc", "val/time", "lr", "epoch"]
+    assert _run._curve_groups(names) == [
+        ["loss", "train/loss_epoch", "val/loss"], ["acc", "train/acc_step", "val/acc", "test/acc"],
+        ["grad_norm"], ["lr"]]
+
+
+def test_user_errors_are_told_from_bugs():
+    from gyre.core._errors import explain
+
+    message = explain("no 'val/x'", expected="a logged name", received="val/acc", fix="monitor: val/acc")
+    assert _run.is_user_error(KeyError(message)) and _run.user_message(KeyError(message)) == message
+    assert not _run.is_user_error(RuntimeError(message))  # only the kinds a mistake raises
+    assert not _run.is_user_error(KeyError("params"))
+    assert _run.metric_lines({"test/acc": float("nan"), "test/n": 3, "test/m": [1]}) == ["test/acc: nan", "test/n: 3"]
