@@ -173,3 +173,89 @@ def test_only_process_zero_reads_and_writes(monkeypatch):
     gyre.loop(None, range(3), {gyre.every(1): lambda: gyre.logs().add_loss("loss", 1.0), **callback})
     writer.close()
     assert writer.calls == [] and callback.sent == 0
+
+
+# -- under a schedule in the task table: every record of the loop, from its first step ---------
+
+def _counting(state, batch):
+    return gyre.logs().add_loss("loss", state["s"]), {"s": state["s"] + 1.0}
+
+
+def _run_scheduled(kind, directory, schedule, *, kill=None, stop=None, resume=None, steps_per_call=1):
+    """A run of 60 one-sample steps with write_to under ``schedule`` in the task table (not
+    in ``callbacks=``), SIGTERM during step ``kill``; returns what was written and the history."""
+    import os
+    import signal
+
+    writer = Recorder()
+
+    def sigterm(elapsed):
+        if elapsed.steps == kill:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    data = gyre.data.batches((jnp.arange(60.0),), 1, epochs=1)
+    state = {"s": jnp.zeros(())}
+    options = dict(stop=stop, resume=resume, steps_per_call=steps_per_call)
+    if kind == "train_loop":
+        tasks = {gyre.on_train_step: [_counting, sigterm], schedule: gyre.write_to(writer)}
+        _, history, elapsed = gyre.train_loop(
+            state, data, tasks, callbacks=[gyre.checkpoint(str(directory))], epoch_duration=20, **options
+        )
+    else:
+        tasks = {gyre.every(1): [_counting, sigterm], schedule: gyre.write_to(writer),
+                 gyre.every(1000): gyre.checkpoint(str(directory))}
+        _, history, elapsed = gyre.loop(state, data, tasks, **options)
+    writer.close()
+    return writer.calls, history, elapsed
+
+
+@pytest.mark.parametrize("kind", ["loop", "train_loop"])
+@pytest.mark.parametrize("ends", ["sigterm", "stop"])
+def test_under_a_schedule_a_resumed_run_writes_the_steps_before_its_first_call(tmp_path, kind, ends):
+    # Killed during step 44 (or stopped after it), resumed at step 45: every(10) first calls
+    # write_to at step 50, and the records of steps 45 to 49 were never written.
+    first, history, elapsed = _run_scheduled(
+        kind, tmp_path, gyre.every(10), **({"kill": 44} if ends == "sigterm" else {"stop": 45})
+    )
+    assert elapsed.steps == 45 and history.stop_reason == ("preempted" if ends == "sigterm" else None)
+    resumed, history, elapsed = _run_scheduled(kind, tmp_path, gyre.every(10), resume="latest")
+    assert elapsed.steps == 60 and len(history) == 60
+    written = first + resumed
+    assert [step for step, _ in written] == list(range(60))  # every record, exactly once
+    assert [values["loss"] for _, values in written] == history.collect("loss")
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 4])
+def test_under_a_schedule_that_starts_late_the_first_steps_are_written(tmp_path, steps_per_call):
+    schedule = gyre.after(steps=3).every(10)  # first call at step 3
+    written, history, _ = _run_scheduled("loop", tmp_path, schedule, stop=25, steps_per_call=steps_per_call)
+    assert [step for step, _ in written] == history.collect("steps") == list(range(25))
+
+
+def test_wandb_logger_under_a_schedule_sends_the_steps_before_its_first_call():
+    class Run:
+        def __init__(self):
+            self.steps = []
+
+        def log(self, data, step):
+            self.steps.append(step)
+
+    run = Run()
+    step = lambda elapsed: gyre.logs().add_loss("loss", float(elapsed.steps))  # noqa: E731
+    gyre.loop(None, range(8), {gyre.every(1): step, gyre.after(steps=5): gyre.wandb_logger(run, interval=0)})
+    assert run.steps == list(range(8))
+
+
+@pytest.mark.parametrize("continued", [True, False])
+def test_a_later_loop_on_the_same_history_writes_only_its_own_records(continued):
+    # The second loop's write_to, first called at its step 3, reads from the loop's first
+    # record, not from the first loop's (a continued clock, or one started again at 0).
+    step = lambda elapsed: gyre.logs().add_loss("loss", float(elapsed.steps))  # noqa: E731
+    end = lambda: gyre.logs().add_metric("end", 1.0)  # noqa: E731: the first loop's last record
+    _, history, elapsed = gyre.loop(None, range(4), {gyre.every(1): step}, on_end=end)
+    writer = Recorder()
+    gyre.loop(None, range(6), {gyre.every(1): step, gyre.after(steps=(4 if continued else 0) + 3): gyre.write_to(writer)},
+              history=history, elapsed=elapsed if continued else None)
+    writer.close()
+    new = list(range(4, 10)) if continued else list(range(6))
+    assert len(history) == 11 and [s for s, _ in writer.calls] == new

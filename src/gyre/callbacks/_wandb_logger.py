@@ -115,9 +115,8 @@ def _start_of(loop: Any) -> int | None:
     data = getattr(loop, "data", None)
     if data is None:
         return None
-    steps_run = int(data.consumed)
-    first = int(loop.completed.steps) - steps_run
-    return loop_start(loop.history, first, steps_run=steps_run)
+    end = int(loop.completed.steps)  # the step in progress, if any, counted
+    return loop_start(loop.history, end - int(data.consumed), end)
 
 
 class WandbLogger(FollowsHistory, ChunkSafe, LoopElement):

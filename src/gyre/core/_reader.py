@@ -47,32 +47,32 @@ def _steps_backwards(history: Any) -> Iterator[int]:
             yield int(column[i])
 
 
-def loop_start(history: Any, first_step: int, *, steps_run: int) -> int:
-    """The index in ``history`` of the first record of a loop that started at step
-    ``first_step`` and has run ``steps_run`` steps (the one in progress included).
+def loop_start(history: Any, first_step: int, end_step: int) -> int:
+    """The index in ``history`` of the first record of a running loop whose steps are
+    ``first_step`` to ``end_step - 1`` (its records so far: the step in progress is not
+    committed yet).
 
-    A loop commits at most one record per step, with increasing step counters from
-    ``first_step`` on; the records before it (a resumed checkpoint's, a previous loop's) have
-    smaller counters, or come before a counter that does not increase (a loop that started
-    its clock again). A reader created on a loop's later step starts here, so the steps
-    before its first call are read too.
+    A loop commits at most one record per step, with increasing step counters; the records
+    before it (a resumed checkpoint's, a previous loop's) have smaller counters, or are
+    followed by a counter that does not increase (a loop that started its clock again). A
+    reader created on a loop's later step starts here, so the steps before it are read too.
 
     Args:
         history: the loop's history.
         first_step: the loop's first step (its initial clock's ``steps``).
-        steps_run: steps the loop has run (at most that many records are its own).
+        end_step: the step after the last one the loop may have committed.
 
     Example:
         >>> import gyre
         >>> h = gyre.history([{"metrics": {"a": 1.0}, "elapsed": {"steps": s}} for s in (0, 1, 2)])
-        >>> for s in (3, 4):  # a loop resumed at step 3, now in its step 5
+        >>> for s in (3, 4):  # a loop resumed at step 3, now running its step 5
         ...     h.commit(gyre.Elapsed(steps=s), gyre.logs().add_metric("a", 2.0))
-        >>> loop_start(h, 3, steps_run=3), len(h)
+        >>> loop_start(h, 3, 5), len(h)
         (3, 5)
     """
-    own, newer = 0, None
+    own, newer = 0, end_step
     for steps in _steps_backwards(history):
-        if own >= steps_run or steps < first_step or (newer is not None and steps >= newer):
+        if not first_step <= steps < newer:
             break
         own, newer = own + 1, steps
     return len(history) - own

@@ -35,7 +35,6 @@ class TrainingHooks:
         self._epoch_start = time.perf_counter()
         self.val_history: dict[int, dict[str, Any]] = {}
         self._config: dict[str, Any] | None = None
-        self._roller: Any = None
         self._named: dict[str, dict[str, str]] = {}
 
     # -- engine hooks -------------------------------------------------------------------------
@@ -73,9 +72,10 @@ class TrainingHooks:
     def _roll(self, acc: Any) -> tuple[dict[str, Any], Any]:
         """An accumulator's results and its emptied self, in one compiled call (eagerly,
         each of the few small operations would cost a dispatch)."""
-        if self._roller is None:
-            self._roller = jax.jit(lambda a: (a.compute(), a.reset()))
-        return self._roller(acc)
+        roll = self.trainer._compiled.get("roll")
+        if roll is None:  # kept by the trainer: compiled once, not at every train_model call
+            roll = self.trainer._compiled["roll"] = jax.jit(lambda a: (a.compute(), a.reset()))
+        return roll(acc)
 
     def _names(self, freq: str) -> dict[str, str]:
         if freq not in self._named:

@@ -158,7 +158,9 @@ def evaluate(trainer: Any, loader: Any, mode: str, state: Any) -> dict[str, Any]
                 fix=f"check the {mode} split (its size and batch size)",
             )
         )
-    compute = trainer._compiled.setdefault("compute", jax.jit(lambda a: a.compute()))
+    compute = trainer._compiled.get("compute")
+    if compute is None:
+        compute = trainer._compiled["compute"] = jax.jit(lambda a: a.compute())
     values = {**compute(acc), **collector.compute()}
     phase = "test" if mode == "test" else "val"
     names = metric_names(trainer._builder.eval_specs_cached, phase, "epoch")
