@@ -5,7 +5,8 @@ columns, in order, as soon as their values are on the host or computed on the de
 that already moved to the host are read from their numpy columns; newer ones, still on the
 device, are read only when every value is ready, in one explicit transfer. Progress bars read
 their running means this way, so they see every step (fused chunks included) and never stall
-the loop.
+the loop. :func:`loop_start` says where a running loop's records begin, for a reader created
+after the loop's first step.
 """
 
 from __future__ import annotations

@@ -187,7 +187,9 @@ def write_to(writer: Writer, *, every: int = 1) -> WriteTo:
     device, nor adds a transfer), the rest when the loop ends, when it also flushes the
     writer. A
     :class:`~gyre.LoopElement`: ``{**gyre.write_to(writer)}`` runs it every step; given to a
-    named loop's ``callbacks=``, after every step of that loop.
+    named loop's ``callbacks=``, after every step of that loop. Under a schedule of its own
+    (``{gyre.every(100): gyre.write_to(writer)}``) it still writes every record of the loop,
+    from the loop's first step (a resumed run's included), not from its own first call.
 
     Args:
         writer: any :class:`gyre.Writer` (``TensorBoardWriter``, ``CSVWriter``, ``MultiWriter``...).
