@@ -20,10 +20,38 @@ Example:
     44
 """
 
+from gyre.data._adapters import NumpyLoader as NumpyLoader
+from gyre.data._adapters import from_tf as from_tf
+from gyre.data._adapters import from_torch as from_torch
 from gyre.data._arrays import Batches as Batches
 from gyre.data._arrays import batches as batches
 from gyre.data._arrays import steps_per_epoch as steps_per_epoch
+from gyre.data._augment import Augmented as Augmented
+from gyre.data._augment import augment as augment
+from gyre.data._augment import augmented as augmented
+from gyre.data._augment import random_crop as random_crop
+from gyre.data._augment import random_flip as random_flip
 from gyre.data._datasets import digits as digits
 from gyre.data._datasets import stratified_split as stratified_split
+from gyre.data._files import cifar10 as cifar10
+from gyre.data._files import fashion_mnist as fashion_mnist
+from gyre.data._files import mnist as mnist
 
-__all__ = ["Batches", "batches", "digits", "steps_per_epoch", "stratified_split"]
+__all__ = [
+    "Augmented",
+    "Batches",
+    "NumpyLoader",
+    "augment",
+    "augmented",
+    "batches",
+    "cifar10",
+    "digits",
+    "fashion_mnist",
+    "from_tf",
+    "from_torch",
+    "mnist",
+    "random_crop",
+    "random_flip",
+    "steps_per_epoch",
+    "stratified_split",
+]

@@ -1,0 +1,147 @@
+"""Batches of a ``torch.utils.data.DataLoader`` or a ``tf.data.Dataset`` as numpy: the loaders
+stay re-iterable (one pass per epoch) and keep their length, their tensors become numpy arrays.
+
+Neither torch nor TensorFlow is a gyre dependency: each adapter imports its package when it
+is called and says which one to install when it is missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from gyre.core._errors import describe, explain
+
+
+def to_numpy(tree: Any) -> Any:
+    """``tree`` with every tensor replaced by a numpy array: tuples, lists and dicts are
+    walked; a torch tensor goes through ``.detach().cpu().numpy()``, a TensorFlow tensor
+    through ``.numpy()``, anything else through ``numpy.asarray``.
+
+    Example:
+        >>> to_numpy({"x": np.zeros(2), "y": (3, [4.0])})
+        {'x': array([0., 0.]), 'y': (array(3), [array(4.)])}
+    """
+    if isinstance(tree, np.ndarray):
+        return tree
+    if isinstance(tree, Mapping):
+        return {key: to_numpy(value) for key, value in tree.items()}
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):  # a namedtuple
+        return type(tree)(*(to_numpy(value) for value in tree))
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(to_numpy(value) for value in tree)
+    if callable(getattr(tree, "detach", None)):  # torch
+        return tree.detach().cpu().numpy()
+    if callable(getattr(tree, "numpy", None)):  # TensorFlow (eager)
+        return tree.numpy()
+    return np.asarray(tree)
+
+
+class NumpyLoader(Iterable[Any]):
+    """A re-iterable loader whose batches come out as numpy: what :func:`from_torch` and
+    :func:`from_tf` return. Each ``iter()`` is a new pass over the wrapped loader;
+    ``len()`` is its length when it has one.
+
+    Example:
+        >>> loader = NumpyLoader([(np.ones(2), 7)])
+        >>> len(loader), next(iter(loader))
+        (1, (array([1., 1.]), array(7)))
+    """
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[Any]:
+        return (to_numpy(batch) for batch in self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __repr__(self) -> str:
+        return f"NumpyLoader({self.loader!r})"
+
+
+def _require(module: str, package: str, adapter: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ImportError as err:
+        raise ImportError(
+            explain(
+                f"gyre.data.{adapter} needs {package}, which is not installed",
+                expected=f"{package} installed (gyre does not depend on it)",
+                received=f"ImportError: {err}",
+                fix=f"pip install {package}, or pass gyre.data.batches((x, y), batch_size) instead",
+            )
+        ) from err
+
+
+def _check_iterable(loader: Any, adapter: str, example: str) -> None:
+    if not isinstance(loader, Iterable) or isinstance(loader, Iterator):
+        raise TypeError(
+            explain(
+                f"{adapter}() takes a re-iterable loader (one pass per epoch)",
+                expected=example,
+                received=describe(loader),
+                fix="pass the loader itself, not iter(loader)",
+            )
+        )
+
+
+def from_torch(loader: Any) -> NumpyLoader:
+    """A ``torch.utils.data.DataLoader`` whose batches come out as numpy arrays (tensors
+    through ``.detach().cpu().numpy()``), still re-iterable and with its ``len``, so a gyre
+    loop or trainer takes it as one epoch per pass. Needs torch.
+
+    Args:
+        loader: the ``DataLoader`` (or any re-iterable of torch tensors).
+
+    Returns:
+        A :class:`NumpyLoader`.
+
+    Raises:
+        ImportError: torch is not installed (the message says ``pip install torch``).
+        TypeError: ``loader`` is a one-pass iterator or not iterable.
+
+    Example:
+        >>> try:
+        ...     loader = from_torch([])
+        ... except ImportError as err:  # torch is not a gyre dependency
+        ...     print(str(err).splitlines()[0])
+        ... else:
+        ...     print("gyre.data.from_torch needs torch, which is not installed")
+        gyre.data.from_torch needs torch, which is not installed
+    """
+    _require("torch", "torch", "from_torch")
+    _check_iterable(loader, "from_torch", "torch.utils.data.DataLoader(dataset, batch_size=128)")
+    return NumpyLoader(loader)
+
+
+def from_tf(dataset: Any) -> NumpyLoader:
+    """A ``tf.data.Dataset`` whose batches come out as numpy arrays (through
+    ``as_numpy_iterator()``), re-iterable and with its ``len`` when finite. Needs TensorFlow.
+
+    Args:
+        dataset: the batched ``tf.data.Dataset`` (or any re-iterable of TensorFlow tensors).
+
+    Returns:
+        A :class:`NumpyLoader`.
+
+    Raises:
+        ImportError: TensorFlow is not installed (the message says ``pip install tensorflow``).
+        TypeError: ``dataset`` is a one-pass iterator or not iterable.
+
+    Example:
+        >>> try:
+        ...     loader = from_tf([])
+        ... except ImportError as err:  # TensorFlow is not a gyre dependency
+        ...     print(str(err).splitlines()[0])
+        ... else:
+        ...     print("gyre.data.from_tf needs tensorflow, which is not installed")
+        gyre.data.from_tf needs tensorflow, which is not installed
+    """
+    _require("tensorflow", "tensorflow", "from_tf")
+    _check_iterable(dataset, "from_tf", "tf.data.Dataset.from_tensor_slices((x, y)).batch(128)")
+    return NumpyLoader(dataset)

@@ -1,0 +1,268 @@
+"""Simple image augmentation on host numpy batches: random crop with zero padding, horizontal
+flip, and :func:`augmented`, which applies them to every batch of a resumable source.
+
+The draws come from a numpy ``Generator`` seeded by ``(seed, epoch, batch index)``: batch
+``i`` of epoch ``k`` is augmented the same way whatever ran before it, so a resumed run
+draws exactly what the uninterrupted one drew, and each epoch draws anew.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from gyre.core._errors import as_integer, describe, explain, whole_number
+from gyre.data._arrays import check_seed
+
+Seed = int | tuple[int, ...] | np.random.Generator
+
+
+def _rng(key_or_seed: Any) -> np.random.Generator:
+    if isinstance(key_or_seed, np.random.Generator):
+        return key_or_seed
+    parts = key_or_seed if isinstance(key_or_seed, tuple) and key_or_seed else (key_or_seed,)
+    numbers = [as_integer(v) for v in parts]
+    if all(n is not None and n >= 0 for n in numbers):
+        return np.random.default_rng(numbers if len(numbers) > 1 else numbers[0])
+    raise TypeError(
+        explain(
+            "augmentation draws from a numpy Generator or a seed",
+            expected="a whole number >= 0, a tuple of them such as (seed, epoch, index), or "
+            "numpy.random.default_rng(...)",
+            received=describe(key_or_seed),
+            fix="pass seed=0, or (seed, epoch, index) for a draw that repeats on resume "
+            "(a JAX key lives on the device: augment on the host with a numpy seed instead)",
+        )
+    )
+
+
+def _images(images: Any, what: str) -> np.ndarray:
+    array = np.asarray(images)
+    if array.ndim < 3:
+        raise ValueError(
+            explain(
+                f"{what} works on a batch of images",
+                expected="an array shaped (batch, height, width) or (batch, height, width, channels)",
+                received=f"an array of shape {array.shape}",
+                fix="reshape flat images first, e.g. x.reshape(-1, 8, 8, 1) for the digits",
+            )
+        )
+    return array
+
+
+def random_crop(images: Any, key_or_seed: Seed, padding: int = 4) -> np.ndarray:
+    """Each image padded with ``padding`` zeros on every side, then cropped back to its size
+    at a random offset: the image shifted by up to ``padding`` pixels each way, the uncovered
+    border filled with zeros.
+
+    The offsets are ``rng.integers(0, 2 * padding + 1, size=(batch, 2))`` (row, column); an
+    offset of ``padding`` keeps the image where it was.
+
+    Args:
+        images: a batch shaped ``(batch, height, width)`` or ``(batch, height, width, channels)``.
+        key_or_seed: a numpy ``Generator`` (drawn from) or a seed (an int, or a tuple such as
+            ``(seed, epoch, index)``).
+        padding: the largest shift, in pixels (a whole number >= 0).
+
+    Returns:
+        A new array of the same shape and dtype.
+
+    Example:
+        >>> x = np.arange(1, 10, dtype=np.float32).reshape(1, 3, 3, 1)
+        >>> random_crop(x, 0, padding=1)[0, :, :, 0]
+        array([[4., 5., 6.],
+               [7., 8., 9.],
+               [0., 0., 0.]], dtype=float32)
+    """
+    array = _images(images, "random_crop")
+    rng = _rng(key_or_seed)
+    padding = whole_number(
+        padding,
+        minimum=0,
+        problem="padding must be a whole number >= 0",
+        expected="the largest shift in pixels, e.g. padding=4 for 32 x 32 images",
+        fix="pass padding=4 (0 leaves the images unchanged)",
+    )
+    n, height, width = array.shape[:3]
+    offsets = rng.integers(0, 2 * padding + 1, size=(n, 2))
+    widths = [(0, 0), (padding, padding), (padding, padding)] + [(0, 0)] * (array.ndim - 3)
+    padded = np.pad(array, widths)
+    out = np.empty_like(array)
+    # One slice per distinct offset (at most (2 * padding + 1) ** 2): faster than a gather.
+    codes = offsets[:, 0] * (2 * padding + 1) + offsets[:, 1]
+    for code in np.unique(codes):
+        members = np.flatnonzero(codes == code)
+        top, left = divmod(int(code), 2 * padding + 1)
+        out[members] = padded[members, top : top + height, left : left + width]
+    return out
+
+
+def random_flip(images: Any, key_or_seed: Seed, p: float = 0.5) -> np.ndarray:
+    """Each image mirrored left to right with probability ``p``.
+
+    The draw is ``rng.random(batch) < p``.
+
+    Args:
+        images: a batch shaped ``(batch, height, width)`` or ``(batch, height, width, channels)``.
+        key_or_seed: a numpy ``Generator`` or a seed, as for :func:`random_crop`.
+        p: the probability of a flip, in [0, 1].
+
+    Returns:
+        A new array of the same shape and dtype.
+
+    Example:
+        >>> x = np.array([[[1, 2, 3]], [[4, 5, 6]]])  # two 1 x 3 images
+        >>> random_flip(x, 0, p=1.0).tolist()
+        [[[3, 2, 1]], [[6, 5, 4]]]
+    """
+    array = _images(images, "random_flip")
+    rng = _rng(key_or_seed)
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating)) or not 0 <= p <= 1:
+        raise ValueError(
+            explain(
+                "the flip probability p must be a number in [0, 1]",
+                expected="e.g. p=0.5 (half the images mirrored)",
+                received=describe(p),
+                fix="pass p=0.5",
+            )
+        )
+    flip = (rng.random(array.shape[0]) < p).reshape((-1,) + (1,) * (array.ndim - 1))
+    return np.where(flip, array[:, :, ::-1], array)
+
+
+def augment(
+    images: Any, *, seed: int, epoch: int, index: int, padding: int = 4, flip: bool = True
+) -> np.ndarray:
+    """A random crop with ``padding`` (:func:`random_crop`) then, when ``flip``, a random
+    horizontal flip (:func:`random_flip`), both drawn from
+    ``numpy.random.default_rng((seed, epoch, index))``: the same batch of the same epoch is
+    always augmented the same way (so a resumed run repeats it), another epoch differently.
+
+    Args:
+        images: a batch shaped ``(batch, height, width[, channels])``.
+        seed: the seed of the augmentation (a whole number >= 0).
+        epoch: the epoch of the batch.
+        index: the batch's index in its epoch.
+        padding: the largest shift of the crop (0: no crop).
+        flip: whether to flip.
+
+    Returns:
+        The augmented batch, a new array of the same shape and dtype.
+
+    Example:
+        >>> x = np.random.default_rng(0).random((4, 8, 8, 1), dtype=np.float32)
+        >>> a = augment(x, seed=0, epoch=0, index=3)
+        >>> b = augment(x, seed=0, epoch=0, index=3)
+        >>> c = augment(x, seed=0, epoch=1, index=3)
+        >>> a.shape, np.array_equal(a, b), np.array_equal(a, c)
+        ((4, 8, 8, 1), True, False)
+    """
+    numbers = [
+        whole_number(
+            value,
+            minimum=0,
+            problem=f"augment's {name} must be a whole number >= 0",
+            expected=f"{name} as an int >= 0, e.g. {name}=0",
+            fix="pass the seed, the epoch and the batch's index in the epoch as ints",
+        )
+        for name, value in (("seed", seed), ("epoch", epoch), ("index", index))
+    ]
+    rng = np.random.default_rng(tuple(numbers))
+    out = random_crop(images, rng, padding)
+    return random_flip(out, rng) if flip else out
+
+
+class Augmented(Iterator[Any]):
+    """Batches of a resumable source with their images augmented: what :func:`augmented`
+    returns (see it). It keeps the source's ``epoch_steps`` and position protocol
+    (``state_dict``, ``state_dict_at``, ``load_state_dict``), so loops see the same data
+    source, now augmented.
+    """
+
+    def __init__(self, source: Any, *, seed: int = 0, padding: int = 4, flip: bool = True) -> None:
+        steps = getattr(source, "epoch_steps", None)
+        if steps is None or not callable(getattr(source, "state_dict", None)):
+            raise TypeError(
+                explain(
+                    "augmented() needs a source that knows its position",
+                    expected="gyre.data.batches(...) (or an iterator with epoch_steps and state_dict)",
+                    received=describe(source),
+                    fix="wrap the batches: augmented(gyre.data.batches((x, y), 128), seed=0)",
+                )
+            )
+        self.source, self.epoch_steps = source, steps
+        self.seed, self.padding, self.flip = check_seed(seed), padding, bool(flip)
+        random_crop(np.zeros((1, 1, 1)), 0, padding)  # checks padding now, not at the first batch
+
+    def __iter__(self) -> Augmented:
+        return self
+
+    def __next__(self) -> Any:
+        where = getattr(self.source, "index", None)  # Batches: the next batch, counted from 0
+        if isinstance(where, int):
+            epoch, index = divmod(where, self.epoch_steps)
+        else:
+            state = self.source.state_dict()
+            epoch, index = int(state["epoch"]), int(state["position"])
+        batch = next(self.source)
+        first = batch[0] if isinstance(batch, tuple) else batch
+        out = augment(first, seed=self.seed, epoch=epoch, index=index, padding=self.padding, flip=self.flip)
+        return (out, *batch[1:]) if isinstance(batch, tuple) else out
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else (epoch, position, index, batch_size, ...) is the source's.
+        if name == "source":
+            raise AttributeError(name)
+        return getattr(self.source, name)
+
+    def __repr__(self) -> str:
+        return f"Augmented({self.source!r}, seed={self.seed}, padding={self.padding}, flip={self.flip})"
+
+    def state_dict(self) -> dict[str, Any]:
+        """The source's position (see ``Batches.state_dict``)."""
+        return self.source.state_dict()
+
+    def state_dict_at(self, index: int) -> dict[str, Any]:
+        """The source's position at batch ``index`` (see ``Batches.state_dict_at``)."""
+        return self.source.state_dict_at(index)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continues the source (and so the augmentation) at the saved position."""
+        self.source.load_state_dict(state)
+
+
+def augmented(source: Any, *, seed: int = 0, padding: int = 4, flip: bool = True) -> Augmented:
+    """Every batch of ``source`` with its images (the first array of the batch) passed through
+    :func:`augment`, seeded by ``(seed, epoch, position in the epoch)`` of the batch: the
+    per-batch transform to plug between ``gyre.data.batches`` and a loop. The result keeps
+    the source's ``epoch_steps`` and ``state_dict``/``load_state_dict``, so a resumed run
+    gets the same batches augmented the same way.
+
+    Augmentation runs on the host, in numpy, before the batch reaches the device (no host
+    sync); for a hand-made loop, call :func:`augment` on each batch yourself with its epoch
+    and index.
+
+    Args:
+        source: a resumable source, e.g. ``gyre.data.batches((x, y), 128)``.
+        seed: the seed of the augmentation (independent of the shuffle's).
+        padding: the largest shift of the random crop (0: no crop).
+        flip: whether to flip horizontally at random.
+
+    Returns:
+        An :class:`Augmented` iterator.
+
+    Example:
+        >>> import gyre
+        >>> x, y = np.ones((8, 4, 4, 1), np.float32), np.arange(8)
+        >>> it = augmented(gyre.data.batches((x, y), 4, seed=0), seed=1, padding=1)
+        >>> saved = it.state_dict()
+        >>> xb, yb = next(it)
+        >>> again = augmented(gyre.data.batches((x, y), 4, seed=0), seed=1, padding=1)
+        >>> again.load_state_dict(saved)
+        >>> xa, ya = next(again)
+        >>> xb.shape, np.array_equal(xa, xb) and np.array_equal(ya, yb), it.epoch_steps
+        ((4, 4, 4, 1), True, 2)
+    """
+    return Augmented(source, seed=seed, padding=padding, flip=flip)
