@@ -40,6 +40,7 @@ from gyre.core import at as at
 from gyre.core import every as every
 from gyre.core import history as history
 from gyre.core import logs as logs
+from gyre.core import lr_schedule as lr_schedule
 from gyre.core import never as never
 from gyre.core import on_epoch_begin as on_epoch_begin
 from gyre.core import on_epoch_end as on_epoch_end
@@ -114,6 +115,7 @@ from gyre.steps import managed as managed
 __version__ = "0.1.0"
 
 from gyre.trainer import TrainerModule as TrainerModule
+from gyre.trainer._fit import fit as fit
 
 __all__ = [
     "CSVWriter",
@@ -185,9 +187,11 @@ __all__ = [
     "TrainerModule",
     "inner_loop",
     "keras_bar",
+    "fit",
     "loggers",
     "logs",
     "loop",
+    "lr_schedule",
     "managed",
     "never",
     "noop",

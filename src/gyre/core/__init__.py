@@ -67,6 +67,7 @@ from gyre.core._schedules import as_schedule as as_schedule
 from gyre.core._schedules import every as every
 from gyre.core._schedules import never as never
 from gyre.core._schedules import piecewise as piecewise
+from gyre.core._lr_schedule import lr_schedule as lr_schedule
 from gyre.core._state import TrainState as TrainState
 
 __all__ = [
@@ -123,6 +124,7 @@ __all__ = [
     "on_train_end",
     "on_train_step",
     "piecewise",
+    "lr_schedule",
     "place",
     "place_leaf",
     "suggest",

@@ -7,6 +7,7 @@ run draws the same numbers as one that never stopped. ``apply_fn`` and ``tx`` ar
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -96,6 +97,10 @@ class TrainState(struct.PyTreeNode, kw_only=True):
     apply_fn: Callable[..., Any] | None = struct.field(pytree_node=False, default=None)
     tx: optax.GradientTransformation | None = struct.field(pytree_node=False, default=None)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)  # flax's dataclass(), which sets its own replace
+        cls.replace = _replace  # type: ignore[method-assign]
+
     @classmethod
     def create(
         cls,
@@ -105,9 +110,14 @@ class TrainState(struct.PyTreeNode, kw_only=True):
         apply_fn: Callable[..., Any] | None = None,
         rng: Any = None,
         model_state: Mapping[str, Any] | None = None,
+        batch_stats: Any = None,
         **extras: Any,
     ) -> Any:
         """A state at step 0, with the optimizer state initialised from ``params``.
+
+        ``batch_stats=`` (as flax's and Jax Fit's states take it) is stored as
+        ``model_state["batch_stats"]``: ``state.batch_stats`` reads it and
+        ``state.replace(batch_stats=...)`` replaces it.
 
         Args:
             params: the trainable parameters (any pytree).
@@ -115,18 +125,36 @@ class TrainState(struct.PyTreeNode, kw_only=True):
             apply_fn: the model's apply function, kept static.
             rng: a seed or PRNG key; per-step keys are folded from it.
             model_state: mutable model collections (``{"batch_stats": ...}``).
+            batch_stats: the model's ``batch_stats`` collection (``variables["batch_stats"]``),
+                a shorthand for ``model_state={"batch_stats": ...}``.
             **extras: fields a subclass declares (required when they have no default), or
                 else extra values kept in ``extras``.
 
         Raises:
-            TypeError: a field the subclass declares without a default is missing.
+            TypeError: a field the subclass declares without a default is missing, or
+                ``batch_stats`` is given both as ``batch_stats=`` and in ``model_state``.
 
         Example:
             >>> import jax.numpy as jnp
             >>> TrainState.create(params=jnp.zeros(3), ema=jnp.zeros(3)).ema.shape
             (3,)
+            >>> s = TrainState.create(params=jnp.zeros(3), batch_stats={"mean": jnp.zeros(3)})
+            >>> sorted(s.model_state), s.batch_stats["mean"].shape
+            (['batch_stats'], (3,))
         """
         check_optimizer(tx, argument="tx", none_means="a state that is not trained")
+        model_state = dict(model_state or {})
+        if batch_stats is not None:
+            if "batch_stats" in model_state:
+                raise TypeError(
+                    explain(
+                        f"{cls.__name__}.create got batch_stats twice: as batch_stats= and in model_state",
+                        expected="one of batch_stats=variables['batch_stats'] or model_state={'batch_stats': ...}",
+                        received=f"batch_stats={describe(batch_stats)} and model_state keys {sorted(model_state)}",
+                        fix="drop one of them (batch_stats= is the shorthand for model_state={'batch_stats': ...})",
+                    )
+                )
+            model_state["batch_stats"] = batch_stats
         declared = {f: d for f, d in cls.__dataclass_fields__.items() if f not in TrainState.__dataclass_fields__}
         fields = {k: v for k, v in extras.items() if k in declared}
         rest = {k: v for k, v in extras.items() if k not in declared}
@@ -147,7 +175,7 @@ class TrainState(struct.PyTreeNode, kw_only=True):
             params=params,
             opt_state=tx.init(params) if tx is not None else None,
             rng=_as_key(rng),
-            model_state=dict(model_state or {}),
+            model_state=model_state,
             extras=rest,
             apply_fn=apply_fn,
             tx=tx,
@@ -222,9 +250,62 @@ class TrainState(struct.PyTreeNode, kw_only=True):
         return {name: self.step_key(name) for name in streams}
 
 
-def _required(field: Any) -> bool:
-    import dataclasses
+def _replace(self: Any, **changes: Any) -> Any:
+    """``state.replace(**changes)``: a copy with some values changed: fields, and also the
+    names that read as attributes, model collections (``batch_stats=``, which may be new)
+    and extras. (flax's ``struct`` installs its own ``replace`` on every class it builds;
+    :class:`TrainState` and its subclasses install this one after it.)
 
+    ``state.replace(batch_stats=new)`` is ``state.replace(model_state={**state.model_state,
+    "batch_stats": new})``; giving ``model_state=`` as well is an error (one of them).
+
+    Raises:
+        TypeError: an unknown name (with the closest one), or a collection or extra
+            given together with ``model_state=`` or ``extras=``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> s = TrainState.create(params=jnp.zeros(2), batch_stats={"mean": jnp.zeros(2)}, ema=0.0)
+        >>> s = s.replace(step=s.step + 1, batch_stats={"mean": jnp.ones(2)}, ema=0.5)
+        >>> int(s.step), s.batch_stats["mean"].tolist(), s.ema
+        (1, [1.0, 1.0], 0.5)
+    """
+    fields = type(self).__dataclass_fields__
+    if all(name in fields for name in changes):  # the common case, kept fast
+        return dataclasses.replace(self, **changes)
+    model_state = self.model_state if isinstance(self.model_state, Mapping) else {}
+    extras = self.extras if isinstance(self.extras, Mapping) else {}
+    collections: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for name in [n for n in changes if n not in fields]:
+        if name == "batch_stats" or name in model_state:
+            collections[name] = changes.pop(name)
+        elif name in extras:
+            extra[name] = changes.pop(name)
+        else:
+            message = _unknown_attribute(self, name, model_state, extras)
+            raise TypeError(message.replace("has no attribute", "cannot replace", 1))
+    for given, whole in ((collections, "model_state"), (extra, "extras")):
+        if given and whole in changes:
+            raise TypeError(
+                explain(
+                    f"{type(self).__name__}.replace got {sorted(given)} and {whole}= together",
+                    expected=f"either {whole}={{...}} (the whole mapping) or {', '.join(f'{k}=' for k in sorted(given))}",
+                    received=f"{sorted(given)} and {whole}={describe(changes[whole])}",
+                    fix=f"put them in the mapping: {whole}={{**state.{whole}, ...}}",
+                )
+            )
+    if collections:
+        changes["model_state"] = {**model_state, **collections}
+    if extra:
+        changes["extras"] = {**extras, **extra}
+    return dataclasses.replace(self, **changes)
+
+
+TrainState.replace = _replace  # type: ignore[method-assign]
+
+
+def _required(field: Any) -> bool:
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 

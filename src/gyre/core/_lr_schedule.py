@@ -1,0 +1,172 @@
+"""``lr_schedule``: Jax Fit's learning-rate schedule, linear warmup then cosine decay to 0.
+
+A run of ``epochs * steps_per_epoch`` optimizer steps numbers them ``0 .. T - 1``
+(``T = epochs * steps_per_epoch``); optax calls the schedule with the count of updates
+already applied, so step ``s`` is the ``s``-th update. With ``W = warmup_epochs *
+steps_per_epoch`` and ``D = T - 1 - W`` (the decay's length):
+
+========================  ==========================================================
+step ``s``                learning rate
+========================  ==========================================================
+``0 <= s <= W``           ``base_lr * s / W`` (linear warmup: 0 at step 0, ``base_lr``
+                          at step ``W``, the end of the warmup)
+``W <= s <= T - 1``       ``base_lr * (1 + cos(pi * (s - W) / D)) / 2`` (``base_lr`` at
+                          ``W``, ``base_lr / 2`` at the middle ``W + D / 2``, 0 at the
+                          last step ``T - 1``)
+``s >= T - 1``, ``s < 0`` 0 past the end (and before the start)
+========================  ==========================================================
+
+"The last step" is ``T - 1``, the last update the run applies (optax's
+``warmup_cosine_decay_schedule(..., decay_steps=T)`` reaches 0 at step ``T``, one past
+the run, so its last update still has a small non-zero rate). Those four points are exact
+(bit for bit, in the schedule's float dtype, eager or jitted): the end points are
+selected, not computed, and the cosine is evaluated as ``1 - sin(pi * u)`` with
+``u = (s - W - D / 2) / D``, which is exactly 0 at the middle. The middle is a step when
+``D`` is even; otherwise the rate passes ``base_lr / 2`` between two steps.
+With ``warmup_epochs=0`` there is no warmup: the rate starts at ``base_lr``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import jax.numpy as jnp
+import optax
+
+from gyre.core._errors import as_integer, describe, explain
+
+
+def _count(value: Any, name: str, minimum: int, example: str) -> int:
+    """``value`` as an int of at least ``minimum``: a ``TypeError`` for a non-whole number
+    (``100.0``, ``"10"``), a ``ValueError`` for one too small."""
+    number = as_integer(value)
+    what = "steps" if name == "steps_per_epoch" else "epochs"
+    if number is None:
+        raise TypeError(
+            explain(
+                f"lr_schedule: {name}= must be a whole number of {what}",
+                expected=f"an int >= {minimum} (numpy ints are fine), e.g. {name}={example}",
+                received=describe(value),
+                fix=f"pass an int: {name}=int(...)",
+            )
+        )
+    if number < minimum:
+        raise ValueError(
+            explain(
+                f"lr_schedule: {name}={number} is {'negative' if minimum == 0 else 'not positive'}",
+                expected=f"an int >= {minimum}, e.g. {name}={example}",
+                received=describe(value),
+                fix=f"pass at least {minimum} {what}",
+            )
+        )
+    return number
+
+
+def lr_schedule(
+    base_lr: float,
+    steps_per_epoch: int,
+    epochs: int = 100,
+    warmup_epochs: int = 5,
+) -> optax.Schedule:
+    """Linear warmup from 0 to ``base_lr``, then cosine decay reaching 0 exactly at the last
+    step of the run (see the module's table: step ``epochs * steps_per_epoch - 1``).
+
+    The schedule is jittable: ``step`` may be a Python int, a numpy int or a traced
+    integer array (optax's ``count``). Values are in JAX's default float dtype.
+
+    Args:
+        base_lr: the peak learning rate, a positive finite number.
+        steps_per_epoch: optimizer steps per epoch, e.g. ``len(train_ds)``.
+        epochs: the run's length in epochs.
+        warmup_epochs: epochs of linear warmup, ``0 <= warmup_epochs < epochs``.
+
+    Returns:
+        An ``optax.Schedule``, ``step -> learning rate``, for ``optax.adam(schedule)`` or
+        ``optax.inject_hyperparams(optax.adam)(learning_rate=schedule)``.
+
+    Raises:
+        ValueError: a non-positive or non-finite ``base_lr``, a count below its minimum,
+            ``warmup_epochs >= epochs``, or a warmup that leaves the decay no step.
+        TypeError: a count that is not a whole number, or a ``base_lr`` that is not a number.
+
+    Example:
+        >>> import gyre
+        >>> lr = gyre.lr_schedule(base_lr=0.1, steps_per_epoch=5, epochs=4, warmup_epochs=1)
+        >>> [round(float(lr(s)), 6) for s in (0, 2, 5, 12, 19)]  # start, warmup, peak, middle, last
+        [0.0, 0.04, 0.1, 0.05, 0.0]
+        >>> gyre.lr_schedule(0.1, steps_per_epoch=10, epochs=5, warmup_epochs=5)
+        Traceback (most recent call last):
+        ValueError: lr_schedule: warmup_epochs=5 leaves no epoch for the decay...
+    """
+    peak = _check_base_lr(base_lr)
+    per_epoch = _count(steps_per_epoch, "steps_per_epoch", 1, "len(train_ds)")
+    n_epochs = _count(epochs, "epochs", 1, "100")
+    warmup = _count(warmup_epochs, "warmup_epochs", 0, "5")
+    if warmup >= n_epochs:
+        raise ValueError(
+            explain(
+                f"lr_schedule: warmup_epochs={warmup} leaves no epoch for the decay",
+                expected=f"0 <= warmup_epochs < epochs (epochs={n_epochs})",
+                received=f"warmup_epochs={warmup}, epochs={n_epochs}",
+                fix=f"pass warmup_epochs between 0 and {n_epochs - 1}, or more epochs",
+            )
+        )
+    total = n_epochs * per_epoch
+    warm = warmup * per_epoch
+    decay = total - 1 - warm
+    if decay < 1:
+        raise ValueError(
+            explain(
+                f"lr_schedule: the warmup ends at the last step ({warm}), so the rate cannot be "
+                "base_lr there and reach 0 there",
+                expected="at least one step between the end of the warmup and the last step "
+                "(epochs * steps_per_epoch - 1)",
+                received=f"steps_per_epoch={per_epoch}, epochs={n_epochs}, warmup_epochs={warmup}",
+                fix="use fewer warmup epochs, more epochs, or more steps per epoch",
+            )
+        )
+    half = 0.5 * peak
+    middle = warm + decay / 2
+    last = total - 1
+
+    def schedule(step: Any) -> Any:
+        s = jnp.asarray(step, dtype=float)
+        # XLA may turn x / c into x * (1 / c), so exact points are selected or made from an
+        # exact zero: at the middle the sine's argument is (0 / decay) * pi = 0.
+        rising = peak * (jnp.maximum(s, 0.0) / max(warm, 1))
+        u = jnp.clip((s - middle) / decay, -0.5, 0.5)
+        falling = half * (1.0 - jnp.sin(math.pi * u))
+        rate = jnp.where(s < warm, rising, jnp.where(s == warm, peak, falling))
+        return jnp.where((s >= last) | (s < 0), 0.0, rate)
+
+    schedule.__name__ = schedule.__qualname__ = (
+        f"lr_schedule(base_lr={peak!r}, steps_per_epoch={per_epoch}, epochs={n_epochs}, warmup_epochs={warmup})"
+    )
+    return schedule
+
+
+def _check_base_lr(base_lr: Any) -> float:
+    kind = getattr(getattr(base_lr, "dtype", None), "kind", None)
+    number = isinstance(base_lr, numbers.Real) or (kind in ("i", "u", "f") and getattr(base_lr, "shape", None) == ())
+    if isinstance(base_lr, bool) or not number:
+        raise TypeError(
+            explain(
+                "lr_schedule: base_lr= must be a number",
+                expected="a positive float, e.g. base_lr=1e-3",
+                received=describe(base_lr),
+                fix="pass the peak learning rate as a float: base_lr=1e-3",
+            )
+        )
+    value = float(base_lr)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            explain(
+                "lr_schedule: base_lr= must be positive and finite",
+                expected="a float > 0, e.g. base_lr=1e-3",
+                received=describe(base_lr),
+                fix="pass the peak learning rate: base_lr=1e-3",
+            )
+        )
+    return value
