@@ -13,6 +13,7 @@ from gyre.trainer._classifier import SimpleCNNLinen as SimpleCNNLinen
 from gyre.trainer._confusion import ConfusionMatrixCallback as ConfusionMatrixCallback
 from gyre.trainer._confusion import confusion_matrix as confusion_matrix
 from gyre.trainer._epoch_files import EpochMetricFiles as EpochMetricFiles
+from gyre.trainer._fit import fit as fit
 from gyre.trainer._metrics import MetricAccumulator as MetricAccumulator
 from gyre.trainer._model_checkpoint import ModelCheckpoint as ModelCheckpoint
 from gyre.trainer._modes import LogFreq as LogFreq
@@ -30,5 +31,5 @@ __all__ = [
     "Callback", "ConfusionMatrixCallback", "DigitsDataset", "DisableGC", "EarlyStopping", "EpochMetricFiles",
     "GradientSpikeMonitor", "ImgClassifierConfig", "ImgClassifierTrainer", "JAXProfiler", "LearningRateMonitor",
     "LogFreq", "LogMetricMode", "LogMode", "MetricAccumulator", "MetricSpec", "ModelCheckpoint", "SimpleCNN",
-    "SimpleCNNLinen", "SimpleClassifier", "SimpleClassifierLinen", "TrainerModule", "TrainerView", "confusion_matrix",
+    "SimpleCNNLinen", "SimpleClassifier", "SimpleClassifierLinen", "TrainerModule", "TrainerView", "confusion_matrix", "fit",
 ]

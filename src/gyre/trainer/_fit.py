@@ -1,0 +1,390 @@
+"""``gyre.fit``: Jax Fit's one call (seed 004), built on gyre's lower rungs.
+
+A :class:`gyre.TrainState` with ``apply_fn`` (a linen ``model.apply``) and, optionally,
+``batch_stats`` in ``model_state``; a ``loss_fn(logits, labels) -> (loss, loss_dict)``; an
+``eval_step(state, batch)`` returning a metric or a dict of them: ``fit`` runs the whole
+training as one :func:`gyre.train_loop`. What it fixes in Jax Fit:
+
+* the dropout key is fresh every step: ``fold_in(state.rng, state.step)`` (a resumed run
+  draws the same masks as one that never stopped);
+* evaluation means are weighted by batch size (a smaller last batch counts for what it holds);
+* the best model is kept by the *validation* set (``val_ds``), never by the test set;
+* the losses and the learning rate are logged as device values (no host sync per step);
+* a run resumes exactly (``resume="latest"``) from ``<log_dir>/<log_name>/checkpoints``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from gyre.core._errors import describe, explain, whole_number
+from gyre.core._history import History
+from gyre.core._logs import Logs
+from gyre.core._state import TrainState
+from gyre.loop import _named
+from gyre.loop._inner import inner_loop
+from gyre.loop._tasks import When
+from gyre.trainer._data import is_iterator
+from gyre.trainer._training import first_batch, training_data
+
+BARE_METRIC = "accuracy"
+"""The name a bare value returned by ``eval_step`` is recorded under (``accuracy_test``)."""
+
+
+def fit(
+    state: TrainState,
+    train_ds: Iterable[Any],
+    test_ds: Iterable[Any] | None = None,
+    *,
+    loss_fn: Callable[..., tuple[Any, Mapping[str, Any]]],
+    eval_step: Callable[[Any, Any], Any] | None = None,
+    eval_freq: int = 1,
+    num_epochs: int,
+    log_name: str = "default",
+    hparams: Mapping[str, Any] | None = None,
+    val_ds: Iterable[Any] | None = None,
+    resume: str | None = None,
+    steps_per_call: int = 1,
+    log_dir: str | os.PathLike[str] = "runs",
+    progress: bool = True,
+    monitor: str | None = None,
+    mode: str = "max",
+) -> tuple[TrainState, History]:
+    """Trains ``state`` for ``num_epochs`` epochs of ``train_ds``, as Jax Fit's ``fit``.
+
+    Each step (one compiled call, the state donated) applies
+    ``state.apply_fn({"params": p, **model_state}, x, train=True, rngs={"dropout": key})``
+    with the model state (``batch_stats``) mutable and ``key = fold_in(state.rng,
+    state.step)``, differentiates ``loss_fn(logits, y)``'s loss, updates the parameters and
+    the model state, and logs ``loss``, every ``loss_dict`` entry and, when the optimizer
+    injects one (``optax.inject_hyperparams``), ``learning_rate``.
+
+    Args:
+        state: a :class:`gyre.TrainState` with ``apply_fn`` and ``tx``.
+        train_ds: the training batches ``(x, y)``: a list, a re-iterable loader (iterated
+            once per epoch) or ``gyre.data.batches(...)`` (its own epochs; resumable).
+        test_ds: evaluation batches, recorded as ``<name>_test``; never used to choose.
+        loss_fn: ``(logits, labels) -> (loss, loss_dict)``; may take ``step=`` (the step).
+        eval_step: ``(state, batch) -> metric or {name: metric}`` (scalars); a bare value
+            is recorded as ``accuracy``. Needed with ``test_ds`` or ``val_ds``.
+        eval_freq: evaluate every this many epochs (and after the last one).
+        num_epochs: epochs to train (>= 1).
+        log_name: the run's folder under ``log_dir`` (TensorBoard events, checkpoints).
+        hparams: hyperparameters written to TensorBoard with the final metrics.
+        val_ds: validation batches, recorded as ``<name>_val``; the best checkpoint by
+            ``monitor`` is kept in ``<log_dir>/<log_name>/checkpoints``.
+        resume: ``"latest"`` continues exactly from the newest checkpoint of this run.
+        steps_per_call: fuse this many training steps into one call.
+        log_dir: the folder holding the runs.
+        progress: show a Keras-style progress bar.
+        monitor: the validation metric ranking checkpoints (default: ``eval_step``'s first
+            one), with or without the ``_val`` suffix.
+        mode: ``"max"`` (default: higher ``monitor`` is better) or ``"min"``.
+
+    Returns:
+        ``(state, history)``: the final state and the run's :class:`gyre.History`.
+
+    Example:
+        >>> import tempfile, gyre, jax, jax.numpy as jnp, optax, flax.linen as nn
+        >>> model = nn.Dense(2)
+        >>> apply = lambda v, x, train=False, rngs=None: model.apply(v, x)
+        >>> params = model.init(jax.random.key(0), jnp.ones((1, 3)))["params"]
+        >>> state = gyre.TrainState.create(apply_fn=apply, params=params, tx=optax.adam(0.1))
+        >>> x, y = jnp.ones((4, 3)), jnp.array([1, 1, 1, 1])
+        >>> def loss_fn(logits, labels):
+        ...     loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+        ...     return loss, {"ce": loss}
+        >>> def eval_step(state, batch):
+        ...     logits = state.apply_fn({"params": state.params}, batch[0])
+        ...     return jnp.mean(jnp.argmax(logits, -1) == batch[1])
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> state, history = gyre.fit(state, [(x, y)] * 5, [(x, y)], loss_fn=loss_fn,
+        ...     eval_step=eval_step, num_epochs=2, log_dir=tmp.name, progress=False)
+        >>> int(state.step), history.collect("accuracy_test")
+        (10, [1.0, 1.0])
+        >>> tmp.cleanup()
+    """
+    import gyre
+
+    epochs = _check_arguments(state, num_epochs, eval_freq, test_ds, val_ds, eval_step, mode)
+    data, epoch_steps = training_data(train_ds, epochs)
+    run_dir = os.path.join(os.fspath(log_dir), log_name)
+    names = {n: _eval_names(eval_step, state, ds) for n, ds in (("test", test_ds), ("val", val_ds)) if ds is not None}
+    monitor_name = _monitor_name(monitor, names["val"]) if "val" in names else None
+
+    def is_eval(e: Any) -> bool:
+        return e.step_in_epoch == epoch_steps - 1 and ((e.epochs + 1) % eval_freq == 0 or e.epochs + 1 == epochs)
+
+    evaluations = [
+        _evaluation(eval_step, ds, name)  # type: ignore[arg-type]
+        for ds, name in ((test_ds, "test"), (val_ds, "val")) if ds is not None
+    ]
+    ckpt = gyre.checkpoint(
+        os.path.join(run_dir, "checkpoints"), keep=1,
+        keep_best=1 if monitor_name else 0, monitor=monitor_name, mode=mode,
+    )
+    if resume is None and ckpt.all_steps():
+        ckpt.close()
+        raise FileExistsError(
+            explain(
+                f"fit: {run_dir} holds another run's checkpoints",
+                expected="a new log_name (or log_dir), or resume='latest' to continue that run",
+                received=f"log_dir={os.fspath(log_dir)!r}, log_name={log_name!r}: checkpoints of steps {ckpt.all_steps()}",
+                fix="pass resume='latest', another log_name, or delete the folder",
+            )
+        )
+    reads = ("step_in_epoch", "epochs")
+    tasks: dict[Any, Any] = {gyre.on_train_step: make_train_step(loss_fn, state)}
+    if monitor_name is None:  # evaluations, then a save at every epoch's end
+        if evaluations:
+            tasks[When(is_eval, "evaluation", reads=reads)] = evaluations
+        tasks[When(lambda e: e.step_in_epoch == epoch_steps - 1, "save", reads=reads)] = [ckpt]
+    else:  # ranked where the validation ran; elsewhere saved for resuming only
+        tasks[When(is_eval, "evaluation", reads=reads)] = [*evaluations, ckpt]
+        tasks[When(lambda e: e.step_in_epoch == epoch_steps - 1 and not is_eval(e), "save", reads=reads)] = [
+            _unranked_save(ckpt)
+        ]
+    writer = gyre.TensorBoardWriter(run_dir)
+    callbacks: list[Any] = [gyre.write_to(writer, every=epoch_steps)]
+    if progress:
+        callbacks.insert(0, gyre.keras_bar(total=epochs * epoch_steps))
+    try:
+        state, history, _ = _named.train_loop(
+            state, data, tasks, callbacks=callbacks, stop=epochs * epoch_steps,
+            epoch_duration=epoch_steps, steps_per_call=steps_per_call, resume=resume,
+            nan_policy="ignore",
+        )
+        if hparams is not None:
+            writer.write_hparams(dict(hparams), final_metrics(history))
+    finally:
+        ckpt.close()
+        writer.close()
+    return state, history
+
+
+def _check_arguments(
+    state: Any, num_epochs: Any, eval_freq: Any, test_ds: Any, val_ds: Any, eval_step: Any, mode: Any
+) -> int:
+    if not isinstance(state, TrainState) or state.apply_fn is None or state.tx is None:
+        missing = "a gyre.TrainState" if not isinstance(state, TrainState) else (
+            "apply_fn" if state.apply_fn is None else "tx"
+        )
+        raise TypeError(
+            explain(
+                f"fit needs a gyre.TrainState with apply_fn and tx (missing: {missing})",
+                expected="gyre.TrainState.create(apply_fn=model.apply, params=..., tx=optax.adam(1e-3))",
+                received=describe(state),
+                fix="create the state with apply_fn=model.apply and an optax optimizer tx=",
+            )
+        )
+    epochs = whole_number(
+        num_epochs, minimum=1, problem="fit needs num_epochs >= 1",
+        expected="num_epochs=10", fix="pass a whole number of epochs, e.g. num_epochs=10",
+    )
+    whole_number(
+        eval_freq, minimum=1, problem="fit needs eval_freq >= 1 (epochs between evaluations)",
+        expected="eval_freq=1", fix="pass a whole number of epochs, e.g. eval_freq=1",
+    )
+    if mode not in ("min", "max"):
+        raise ValueError(
+            explain("fit: mode must be 'min' or 'max'", expected="'max' (accuracy) or 'min' (a loss)",
+                    received=repr(mode), fix="pass mode='max' or mode='min'")
+        )
+    for ds, name in ((test_ds, "test_ds"), (val_ds, "val_ds")):
+        if ds is None:
+            continue
+        if eval_step is None:
+            raise ValueError(
+                explain(
+                    f"fit got {name} but no eval_step to run on it",
+                    expected="eval_step=lambda state, batch: accuracy (a scalar or a dict of them)",
+                    received=f"{name}={describe(ds, 60)}, eval_step=None",
+                    fix=f"pass eval_step=, or leave {name} out",
+                )
+            )
+        if is_iterator(ds):
+            raise TypeError(
+                explain(
+                    f"fit iterates {name} once per evaluation, and it is an iterator (one pass only)",
+                    expected="a list of (x, y) batches, a loader, or gyre.data.batches(..., epochs=1)",
+                    received=describe(ds),
+                    fix=f"pass a list: {name}=list(batches)",
+                )
+            )
+    return epochs
+
+
+def _takes_step(fn: Any) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "step" in params
+
+
+def _loss_pair(out: Any) -> tuple[Any, Mapping[str, Any]]:
+    """``(loss, loss_dict)`` from what ``loss_fn`` returned, or a clear error saying what it
+    returned instead."""
+    expected = "(loss, loss_dict): a scalar loss and a dict of values to log, e.g. (loss, {'ce': loss})"
+    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping) and jnp.ndim(out[0]) == 0:
+        return out[0], out[1]
+    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Mapping):
+        problem, fix = "loss_fn returned (loss_dict, loss): the pair in reverse order", "return loss, loss_dict"
+    elif isinstance(out, Mapping):
+        problem, fix = "loss_fn returned a loss_dict alone, without the loss", "return loss, loss_dict"
+    elif not isinstance(out, (tuple, list)) and jnp.ndim(out) == 0:
+        problem, fix = "loss_fn returned a bare loss where a pair is expected", "return loss, {'loss': loss}"
+    else:
+        problem, fix = "loss_fn must return (loss, loss_dict) with a scalar loss", "return loss.mean(), {...}"
+    raise TypeError(explain(problem, expected=expected, received=describe(out), fix=fix))
+
+
+def make_train_step(loss_fn: Callable[..., Any], state: TrainState) -> Any:
+    """The compiled training step ``(state, (x, y)) -> (logs, state)`` of :func:`fit`
+    (state donated; fusable by ``steps_per_call``).
+
+    Example:
+        >>> import gyre, jax, jax.numpy as jnp, optax, flax.linen as nn
+        >>> model = nn.Dense(1)
+        >>> apply = lambda v, x, train=False, rngs=None: model.apply(v, x)
+        >>> p = model.init(jax.random.key(0), jnp.ones((1, 2)))["params"]
+        >>> s = gyre.TrainState.create(apply_fn=apply, params=p, tx=optax.sgd(0.1))
+        >>> def mse(out, y):
+        ...     loss = jnp.mean((out[:, 0] - y) ** 2)
+        ...     return loss, {"mse": loss}
+        >>> logs, s = make_train_step(mse, s)(s, (jnp.ones((4, 2)), jnp.zeros(4)))
+        >>> int(s.step), sorted(logs["losses"])
+        (1, ['loss', 'mse'])
+    """
+    takes_step = _takes_step(loss_fn)
+    collections = list(state.model_state)
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def train_step(state: TrainState, batch: Any) -> tuple[Logs, TrainState]:
+        x, labels = batch
+        rng = jax.random.fold_in(state.rng, state.step)
+
+        def objective(params: Any) -> tuple[Any, tuple[Mapping[str, Any], Any]]:
+            variables = {"params": params, **state.model_state}
+            if collections:
+                logits, updates = state.apply_fn(variables, x, train=True, mutable=collections, rngs={"dropout": rng})
+            else:
+                logits, updates = state.apply_fn(variables, x, train=True, rngs={"dropout": rng}), {}
+            out = loss_fn(logits, labels, step=state.step) if takes_step else loss_fn(logits, labels)
+            loss, loss_dict = _loss_pair(out)
+            return loss, (loss_dict, updates)
+
+        (loss, (loss_dict, updates)), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
+        new_state = state.apply_gradients(grads=grads, model_state={**state.model_state, **dict(updates)})
+        logs = Logs().add_loss("loss", loss)
+        for name, value in loss_dict.items():
+            if name != "loss":
+                logs.add_loss(str(name), value)
+        rate = _learning_rate(new_state.opt_state)
+        if rate is not None:
+            logs.add_metric("learning_rate", rate)
+        return logs, new_state
+
+    return train_step
+
+
+def _learning_rate(opt_state: Any) -> Any:
+    from gyre.config._optim import learning_rate_of
+
+    return learning_rate_of(opt_state)
+
+
+def eval_entries(out: Any) -> dict[str, Any]:
+    """``eval_step``'s result as ``{name: scalar}`` (a bare value is ``accuracy``), or a
+    clear error for a non-scalar.
+
+    Example:
+        >>> eval_entries(0.5), eval_entries({"acc": 1.0})
+        ({'accuracy': 0.5}, {'acc': 1.0})
+    """
+    entries = dict(out) if isinstance(out, Mapping) else {BARE_METRIC: out}
+    for name, value in entries.items():
+        if isinstance(value, (tuple, list, Mapping)) or jnp.ndim(value) != 0:
+            shape = getattr(value, "shape", None)
+            raise TypeError(
+                explain(
+                    f"eval_step returned a non-scalar for {name!r}",
+                    expected="a scalar metric (the batch's mean) or a dict {name: scalar}",
+                    received=describe(value) + (f" of shape {tuple(shape)}" if shape is not None else ""),
+                    fix="reduce it over the batch: return jnp.mean(correct)",
+                )
+            )
+    return entries
+
+
+def _evaluation(eval_step: Callable[[Any, Any], Any], ds: Any, name: str) -> Any:
+    """One evaluation of ``eval_step`` over ``ds`` (an inner :func:`gyre.test_loop`),
+    entries named ``<metric>_<name>``, batch-size weighted means."""
+
+    def test_step(state: Any, batch: Any) -> Logs:
+        return Logs().add_metrics(eval_entries(eval_step(state, batch)))
+
+    def evaluate(state: Any) -> Any:
+        return _named.test_loop(state, ds, {"on_test_step": test_step}, nan_policy="ignore")
+
+    return inner_loop(name, evaluate, aggregation=_named.DEFAULT_TEST_AGGREGATION)
+
+
+def _unranked_save(ckpt: Any) -> Callable[[Any], None]:
+    """Saves through ``ckpt`` (for resuming) where no validation ran, kept by recency."""
+
+    def save(loop: Any) -> None:
+        loop.request_save(ckpt, None)
+
+    return save
+
+
+def _eval_names(eval_step: Any, state: Any, ds: Any) -> list[str]:
+    """The names ``eval_step`` records, checked (scalars) on one batch's shapes before training."""
+    return list(eval_entries(jax.eval_shape(eval_step, state, first_batch(ds))))
+
+
+def _monitor_name(monitor: str | None, names: list[str]) -> str:
+    if monitor is None:
+        return f"{names[0]}_val"
+    base = monitor[: -len("_val")] if monitor.endswith("_val") else monitor
+    if base not in names:
+        raise ValueError(
+            explain(
+                f"fit: monitor={monitor!r} is not a metric of eval_step",
+                expected=f"one of {names} (the validation entries are {[n + '_val' for n in names]})",
+                received=repr(monitor),
+                fix=f"pass monitor={names[0]!r}",
+            )
+        )
+    return f"{base}_val"
+
+
+def final_metrics(history: History) -> dict[str, float]:
+    """The last value of every evaluation entry (``*_test``, ``*_val``) of ``history``.
+
+    Example:
+        >>> import gyre
+        >>> h = gyre.History()
+        >>> h.commit(gyre.Elapsed(steps=0), gyre.Logs().add_metric("accuracy_test", 0.5))
+        >>> final_metrics(h)
+        {'accuracy_test': 0.5}
+    """
+    out: dict[str, float] = {}
+    for names in history.names().values():
+        for name in names:
+            if name.endswith(("_test", "_val")):
+                values = history.collect(name)
+                if values:
+                    out[name] = float(values[-1])
+    return out
+
+
+__all__ = ["fit"]

@@ -1,0 +1,257 @@
+"""``gyre.fit``: Jax Fit's one call (seed 004) on gyre's loops, checkpoints and writers."""
+
+import importlib.util
+import os
+from pathlib import Path
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import gyre
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+class Tiny(nn.Module):
+    """dense -> batch norm -> dropout -> dense: every part fit must handle, in a few flops."""
+
+    @nn.compact
+    def __call__(self, x, train=False):
+        x = nn.Dense(8)(x)
+        x = nn.BatchNorm(use_running_average=not train)(x)
+        x = nn.Dropout(0.5)(nn.relu(x), deterministic=not train)
+        return nn.Dense(3)(x)
+
+
+def make_state(tx=None, *, rng=0):
+    model = Tiny()
+    var = model.init(jax.random.key(0), jnp.ones((1, 4)), train=False)
+    return gyre.TrainState.create(
+        apply_fn=model.apply, params=var["params"], model_state={"batch_stats": var["batch_stats"]},
+        tx=tx or optax.adam(1e-2), rng=rng,
+    )
+
+
+def make_data(n=48, batch=8, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0).astype(np.int32)
+    return [(x[i : i + batch], y[i : i + batch]) for i in range(0, n, batch)]
+
+
+def ce(logits, labels):
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+    return loss, {"ce": loss}
+
+
+def accuracy(state, batch):
+    x, y = batch
+    logits = state.apply_fn({"params": state.params, "batch_stats": state.batch_stats}, x, train=False)
+    return jnp.mean(jnp.argmax(logits, -1) == y)
+
+
+def run(tmp_path, state=None, train=None, test=None, **kwargs):
+    kwargs = {"loss_fn": ce, "num_epochs": 1, "log_dir": str(tmp_path), "progress": False, **kwargs}
+    return gyre.fit(state if state is not None else make_state(), train or make_data(), test, **kwargs)
+
+
+def test_the_ported_quick_start_reaches_095_on_the_digits(tmp_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(EXAMPLES))  # the example imports _digits_common
+    spec = importlib.util.spec_from_file_location("example_10", EXAMPLES / "10_jax_fit_quickstart.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    accuracy = example.main(epochs=5, workdir=str(tmp_path))
+    assert accuracy >= 0.95
+    assert "110/110 [" in capsys.readouterr().out  # 5 epochs of 22 batches, the bar at its end
+    events = os.listdir(tmp_path / "mnist")
+    assert any(name.startswith("events.out.tfevents") for name in events)
+    assert os.listdir(tmp_path / "mnist" / "checkpoints")
+
+
+def test_logs_losses_and_the_injected_learning_rate_at_every_step(tmp_path):
+    schedule = optax.linear_schedule(0.01, 0.0, 12)
+    state, history = run(tmp_path, make_state(optax.inject_hyperparams(optax.adam)(schedule)), num_epochs=2)
+    assert int(state.step) == 12
+    rates = history.collect("learning_rate")
+    assert rates == pytest.approx([float(schedule(i)) for i in range(12)])
+    loss, ce_ = history.collect("loss", "ce")
+    assert len(loss) == 12 and loss == ce_
+
+
+def test_loss_fn_gets_the_step_when_it_asks_for_it(tmp_path):
+    def loss_fn(logits, labels, step):
+        loss, _ = ce(logits, labels)
+        return loss, {"step_seen": step.astype(jnp.float32)}
+
+    _, history = run(tmp_path, loss_fn=loss_fn, num_epochs=2)
+    assert history.collect("step_seen") == [float(i) for i in range(12)]
+
+
+def test_batch_stats_change_in_training_and_are_used_at_evaluation(tmp_path):
+    state = make_state()
+    before = jax.device_get(state.batch_stats)
+
+    def stats_seen(state, batch):  # what the evaluation's model sees
+        return {"mean_sum": jnp.sum(state.batch_stats["BatchNorm_0"]["mean"]), "acc": accuracy(state, batch)}
+
+    final, history = run(tmp_path, state, test=make_data(16, 8, seed=1), eval_step=stats_seen, num_epochs=2)
+    after = jax.device_get(final.batch_stats)
+    assert not np.allclose(before["BatchNorm_0"]["mean"], after["BatchNorm_0"]["mean"])
+    seen = history.collect("mean_sum_test")
+    assert len(seen) == 2 and seen[0] != seen[1]
+    assert seen[-1] == pytest.approx(float(np.sum(after["BatchNorm_0"]["mean"])), rel=1e-6)
+
+
+class Masks(nn.Module):
+    """Logits = dropout(ones): which units a step's dropout kept."""
+
+    @nn.compact
+    def __call__(self, x, train=False):
+        w = self.param("w", nn.initializers.ones, (16,))
+        return nn.Dropout(0.5)(jnp.broadcast_to(w, (x.shape[0], 16)), deterministic=not train)
+
+
+def test_dropout_masks_differ_between_steps_and_repeat_for_the_same_rng(tmp_path):
+    def mask_code(logits, labels):  # the kept units of the first row, as one number
+        code = jnp.sum((logits[0] != 0) * 2.0 ** jnp.arange(16))
+        return jnp.mean(logits) * 0.0, {"mask": code}
+
+    def masks(rng, name):
+        model = Masks()
+        params = model.init(jax.random.key(0), jnp.ones((1, 1)))["params"]
+        state = gyre.TrainState.create(apply_fn=model.apply, params=params, tx=optax.sgd(0.0), rng=rng)
+        batches = [(np.ones((2, 1), np.float32), np.zeros(2, np.int32))] * 8
+        return run(tmp_path / name, state, batches, loss_fn=mask_code)[1].collect("mask")
+
+    first = masks(0, "a")
+    assert len(set(first)) == 8  # a fresh key every step (Jax Fit reused one)
+    assert masks(0, "b") == first
+    assert masks(1, "c") != first
+
+
+def _resumable_inputs():
+    x = np.random.default_rng(0).normal(size=(40, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+    return gyre.data.batches((x, y), 8, seed=3), [(x[:16], y[:16])]
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 5])
+def test_a_resumed_fit_is_bit_identical_to_an_uninterrupted_one(tmp_path, steps_per_call):
+    val = make_data(16, 8, seed=1)  # ranked every 2 epochs, saved for resuming at the others
+    kwargs = {"eval_step": accuracy, "steps_per_call": steps_per_call, "val_ds": val, "eval_freq": 2}
+    train, test = _resumable_inputs()
+    whole, whole_history = run(tmp_path / "whole", make_state(), train, test, num_epochs=4, **kwargs)
+    train, test = _resumable_inputs()
+    run(tmp_path / "cut", make_state(), train, test, num_epochs=2, **kwargs)
+    train, test = _resumable_inputs()  # a new process: fresh objects, positions from the checkpoint
+    resumed, history = run(tmp_path / "cut", make_state(), train, test, num_epochs=4, resume="latest", **kwargs)
+    assert int(resumed.step) == int(whole.step) == 20
+    for a, b in zip(jax.tree.leaves(jax.device_get(whole)), jax.tree.leaves(jax.device_get(resumed)), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert history.collect("loss") == whole_history.collect("loss")
+    assert history.collect("accuracy_test") == whole_history.collect("accuracy_test")
+    assert history.collect("steps", "accuracy_val") == whole_history.collect("steps", "accuracy_val")
+    assert len(history.collect("accuracy_val")) == 2  # epochs 2 and 4
+
+
+def test_fused_steps_train_as_step_by_step(tmp_path):
+    one, h1 = run(tmp_path / "one", num_epochs=2)
+    fused, h2 = run(tmp_path / "fused", num_epochs=2, steps_per_call=3)
+    for a, b in zip(jax.tree.leaves(jax.device_get(one)), jax.tree.leaves(jax.device_get(fused)), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert h2.collect("loss") == pytest.approx(h1.collect("loss"), rel=1e-5)
+
+
+def test_evaluation_names_and_batch_weighted_means(tmp_path):
+    x = np.zeros((4, 4), np.float32)
+    test = [(x[:3], np.array([1, 1, 1], np.int32)), (x[:1], np.array([0], np.int32))]
+    label_mean = lambda state, batch: jnp.mean(batch[1].astype(jnp.float32))  # noqa: E731
+    _, history = run(tmp_path / "bare", test=test, eval_step=label_mean, val_ds=test, num_epochs=2)
+    assert history.collect("accuracy_test") == [0.75, 0.75]  # (3 * 1 + 1 * 0) / 4, not (1 + 0) / 2
+    assert history.collect("accuracy_val") == [0.75, 0.75]
+    named = lambda state, batch: {"label": jnp.mean(batch[1].astype(jnp.float32)), "n": jnp.float32(len(batch[1]))}  # noqa: E731
+    _, history = run(tmp_path / "dict", test=test, eval_step=named, eval_freq=2, num_epochs=3)
+    steps, label, n = history.collect("steps", "label_test", "n_test")
+    assert (steps, label, n) == ([11, 17], [0.75, 0.75], [2.5, 2.5])  # epochs 2 and 3 (the last)
+
+
+def test_the_best_model_is_kept_by_the_validation_set_never_the_test_set(tmp_path):
+    def score(state, batch):  # -step on the validation batches (x = -1), +step on the test's
+        return jnp.mean(batch[0]) * state.step.astype(jnp.float32)
+
+    x, y = np.ones((8, 4), np.float32), np.zeros(8, np.int32)
+    _, history = run(tmp_path, test=[(x, y)], val_ds=[(-x, y)], eval_step=score, num_epochs=3, eval_freq=2)
+    assert history.collect("steps", "accuracy_val", "accuracy_test") == ([11, 17], [-12.0, -18.0], [12.0, 18.0])
+    ckpt = gyre.checkpoint(str(tmp_path / "default" / "checkpoints"), keep=1, keep_best=1, monitor="accuracy_val", mode="max")
+    assert (ckpt.best_step(), ckpt.latest_step()) == (12, 18)  # the first evaluation's model, and the last
+    state, _ = ckpt.restore(make_state(), step=12)
+    assert int(state.step) == 12
+    ckpt.close()
+
+
+def test_a_second_run_in_the_same_folder_is_refused_unless_it_resumes(tmp_path):
+    run(tmp_path)
+    with pytest.raises(FileExistsError, match="(?s)another run's checkpoints.*resume='latest'"):
+        run(tmp_path)
+    state, _ = run(tmp_path, num_epochs=2, resume="latest")
+    assert int(state.step) == 12
+
+
+def test_hparams_are_written_with_the_final_metrics(tmp_path, monkeypatch):
+    written = []
+    monkeypatch.setattr(gyre.TensorBoardWriter, "write_hparams", lambda self, p, m=None: written.append((p, m)))
+    _, history = run(tmp_path, test=make_data(16), eval_step=accuracy, hparams={"lr": 0.01}, num_epochs=2)
+    assert written == [({"lr": 0.01}, {"accuracy_test": history.collect("accuracy_test")[-1]})]
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("loss_fn", "match"),
+    [
+        (lambda logits, y: ce(logits, y)[0], "bare loss where a pair is expected"),
+        (lambda logits, y: ce(logits, y)[::-1], r"\(loss_dict, loss\): the pair in reverse order"),
+        (lambda logits, y: ce(logits, y)[1], "a loss_dict alone"),
+        (lambda logits, y: (logits, {}), "scalar loss"),
+    ],
+)
+def test_a_loss_fn_of_the_wrong_shape_says_what_it_returned(tmp_path, loss_fn, match):
+    with pytest.raises(TypeError, match=match):
+        run(tmp_path, loss_fn=loss_fn)
+
+
+def test_an_eval_step_returning_a_non_scalar_is_an_error(tmp_path):
+    per_example = lambda state, batch: batch[1]  # noqa: E731
+    with pytest.raises(TypeError, match=r"(?s)non-scalar for 'accuracy'.*shape \(8,\)"):
+        run(tmp_path, test=make_data(16), eval_step=per_example)
+    with pytest.raises(TypeError, match="non-scalar for 'acc'"):
+        run(tmp_path / "val", val_ds=make_data(16), eval_step=lambda s, b: {"acc": b[1]})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"num_epochs": 0}, ValueError, "num_epochs >= 1"),
+        ({"eval_freq": 0}, ValueError, "eval_freq >= 1"),
+        ({"mode": "best"}, ValueError, "mode must be 'min' or 'max'"),
+        ({"test": make_data(8)}, ValueError, "no eval_step"),
+        ({"test": iter(make_data(8)), "eval_step": accuracy}, TypeError, "iterator"),
+        ({"val_ds": make_data(8), "eval_step": accuracy, "monitor": "acc"}, ValueError, "not a metric of eval_step"),
+    ],
+)
+def test_bad_arguments(tmp_path, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        run(tmp_path, **kwargs)
+
+
+def test_a_state_without_apply_fn_is_an_error(tmp_path):
+    state = gyre.TrainState.create(params={"w": jnp.zeros(2)}, tx=optax.sgd(0.1))
+    with pytest.raises(TypeError, match=r"missing: apply_fn"):
+        run(tmp_path, state)
+    with pytest.raises(TypeError, match=r"missing: a gyre.TrainState"):
+        run(tmp_path, {"params": {}})
