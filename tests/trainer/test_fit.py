@@ -255,3 +255,61 @@ def test_a_state_without_apply_fn_is_an_error(tmp_path):
         run(tmp_path, state)
     with pytest.raises(TypeError, match=r"missing: a gyre.TrainState"):
         run(tmp_path, {"params": {}})
+
+
+# -- evaluation without recompiles: a mask-aware eval_step gets the last batch padded ---------
+
+
+def _thousand(seed=1):
+    """1,000 examples in batches of 64: 15 full ones and one of 40."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(1000, 4)).astype(np.float32)
+    y = rng.integers(0, 3, size=1000).astype(np.int32)
+    return x, y, [(x[i : i + 64], y[i : i + 64]) for i in range(0, 1000, 64)]
+
+
+def _logits(state, x):
+    return state.apply_fn({"params": state.params, "batch_stats": state.batch_stats}, x, train=False)
+
+
+def _exact(state, x, y):
+    logits = np.asarray(_logits(state, jnp.asarray(x)), np.float64)
+    shifted = logits - logits.max(-1, keepdims=True)
+    losses = np.log(np.exp(shifted).sum(-1)) - shifted[np.arange(len(y)), y]
+    return float(np.mean(logits.argmax(-1) == y)), float(losses.mean())
+
+
+def test_a_mask_aware_eval_step_compiles_once_and_its_means_are_exact(tmp_path):
+    @jax.jit
+    def masked(state, batch, mask=None):
+        x, y = batch
+        logits = _logits(state, x)
+        losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+        real = jnp.sum(mask)
+        return {"acc": jnp.sum((jnp.argmax(logits, -1) == y) * mask) / real, "ce": jnp.sum(losses * mask) / real}
+
+    x, y, test = _thousand()
+    assert [len(b[1]) for b in test] == [64] * 15 + [40]
+    with gyre.testing.count_compilations() as compiled:
+        state, history = run(tmp_path, test=test, eval_step=masked, train=make_data(n=8))
+    assert compiled.names.count("jit(masked)") == 1, compiled.names  # the batch of 40 did not compile
+    acc, ce = _exact(state, x, y)
+    assert abs(history.collect("acc_test")[0] - acc) <= 1e-6
+    assert abs(history.collect("ce_test")[0] - ce) <= 1e-6
+
+
+def test_an_eval_step_without_mask_gets_exact_means_with_one_more_compilation(tmp_path):
+    @jax.jit
+    def plain(state, batch):
+        x, y = batch
+        logits = _logits(state, x)
+        return {"acc": jnp.mean(jnp.argmax(logits, -1) == y),
+                "ce": optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()}
+
+    x, y, test = _thousand()
+    with gyre.testing.count_compilations() as compiled:
+        state, history = run(tmp_path, test=test, eval_step=plain, train=make_data(n=8))
+    assert compiled.names.count("jit(plain)") == 2  # the batch of 40 is its own shape
+    acc, ce = _exact(state, x, y)
+    assert abs(history.collect("acc_test")[0] - acc) <= 1e-6
+    assert abs(history.collect("ce_test")[0] - ce) <= 1e-6

@@ -42,3 +42,29 @@ def test_what_a_loss_function_may_return():
         loss_output(None, mode="nnx", name="f")  # a missing return
     assert batch_size_of((np.zeros((5, 2)), np.zeros(5)), np.zeros((5, 2))) == 5
     assert batch_size_of({"size": 3}, np.zeros((5, 2))) == 5  # a dict's "size" key is data, not its size
+
+
+def test_a_masked_eval_step_weighs_a_batch_by_its_real_rows_and_keeps_explicit_counts(tmp_path):
+    import jax
+
+    from gyre.trainer._metrics import MetricAccumulator
+
+    class Counted(ImgClassifierTrainer):
+        def loss_function(self, model, batch, train=True, mask=None):
+            loss, metrics = super().loss_function(model, batch, train, mask)
+            return loss, {**metrics, "five": {"value": jnp.float32(5.0), "count": 3}}
+
+    x = np.zeros((4, 64), np.float32)
+    t = trainer(tmp_path, cls=Counted)
+    t.init_model((x, np.zeros(4, np.int32)))
+    builder = t._builder
+    assert builder.accepts_mask()
+    batch, mask = (x, np.array([0, 1, 1, 1], np.int32)), np.array([True, False, False, False])
+    specs, shapes = builder.eval_specs(t.state, batch, mask)
+    acc, _ = jax.jit(builder.eval_step())(t.state, MetricAccumulator.init(specs, shapes), batch, mask)
+    weights = {k: float(m.count) for k, m in acc.metrics.items()}
+    assert weights == {"loss": 1.0, "acc": 1.0, "five": 3.0}  # mask.sum() rows; an explicit count stays
+    alone = t.eval_model([(x[:1], batch[1][:1])])  # the real row by itself
+    got = acc.compute()
+    assert float(got["loss"]) == pytest.approx(float(alone["val/loss"]), abs=1e-6)
+    assert float(got["acc"]) == float(alone["val/acc"])

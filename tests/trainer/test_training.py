@@ -18,6 +18,7 @@ from gyre.trainer import (
     ImgClassifierTrainer,
     ModelCheckpoint,
 )
+from gyre.trainer._training import host_values
 from tests.loggers.readers import tensorboard_values
 from tests.trainer.helpers import leaves, mlp, trainer
 
@@ -162,3 +163,92 @@ def test_a_crashed_run_resumes_from_its_last_epoch_checkpoint_bit_identical(tmp_
     resumed = run(tmp_path / "crashed", resume="latest")
     for a, b in zip(leaves(whole.state.params), leaves(resumed.state.params), strict=True):
         assert np.array_equal(a, b)
+
+
+# -- evaluation without recompiles: the last, smaller batch padded and masked -----------------
+
+
+def _thousand_examples():
+    """1,000 digits in batches of 64: 15 full ones and one of 40."""
+    (x, y), _ = gyre.data.digits()
+    x, y = x[:1000], y[:1000].astype(np.int32)
+    return x, y, [(x[i : i + 64], y[i : i + 64]) for i in range(0, 1000, 64)]
+
+
+def _exact_means(model, x, y):
+    logits = np.asarray(model(jnp.asarray(x)), np.float64)
+    shifted = logits - logits.max(-1, keepdims=True)
+    losses = np.log(np.exp(shifted).sum(-1)) - shifted[np.arange(len(y)), y]
+    return float(np.mean(logits.argmax(-1) == y)), float(losses.mean())
+
+
+def _step_compilations(counter):
+    return [n for n in counter.names if n == "jit(step)"]
+
+
+def test_an_evaluation_pads_its_last_batch_compiles_once_and_its_means_are_exact(tmp_path):
+    x, y, loader = _thousand_examples()
+    assert [len(b[1]) for b in loader] == [64] * 15 + [40]
+    model = mlp()
+    t = trainer(tmp_path, model=model, num_classes=10)
+    t.init_model(loader[0])
+    with gyre.testing.count_compilations() as compiled:
+        out = host_values(t.eval_model(loader))
+    assert len(_step_compilations(compiled)) == 1, compiled.names  # the batch of 40 did not compile
+    acc, loss = _exact_means(model, x, y)
+    assert abs(out["val/acc"] - acc) <= 1e-6 and abs(out["val/loss"] - loss) <= 1e-6
+    assert out["val/conf_matrix"].sum() == 1000  # the padded rows count nowhere
+    with gyre.testing.count_compilations() as again:
+        assert host_values(t.eval_model(loader))["val/acc"] == out["val/acc"]
+    assert _step_compilations(again) == []
+
+
+def test_a_loss_function_without_mask_gets_exact_means_with_one_more_compilation(tmp_path):
+    class Plain(ImgClassifierTrainer):
+        def loss_function(self, model, batch, train=True):
+            x, y = batch
+            logits = model(x)
+            loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+            return loss, {"acc": (logits.argmax(-1) == y).mean(), "pred": {"value": logits.argmax(-1), "mode": "concat"}}
+
+    x, y, loader = _thousand_examples()
+    model = mlp()
+    t = trainer(tmp_path, model=model, cls=Plain)
+    t.init_model(loader[0])
+    assert not t._builder.accepts_mask()
+    with gyre.testing.count_compilations() as compiled:
+        out = host_values(t.eval_model(loader))
+    assert len(_step_compilations(compiled)) == 2  # the batch of 40 is its own shape
+    acc, loss = _exact_means(model, x, y)
+    assert abs(out["val/acc"] - acc) <= 1e-6 and abs(out["val/loss"] - loss) <= 1e-6
+    assert out["val/pred"].shape == (1000,)
+
+
+def test_concat_values_of_a_padded_batch_keep_the_real_rows_only(tmp_path):
+    class WithPredictions(ImgClassifierTrainer):
+        def loss_function(self, model, batch, train=True, mask=None):
+            loss, metrics = super().loss_function(model, batch, train, mask)
+            return loss, {**metrics, "pred": {"value": model(batch[0]).argmax(-1), "mode": "concat"}}
+
+    x, _, loader = _thousand_examples()
+    model = mlp()
+    t = trainer(tmp_path, model=model, cls=WithPredictions)
+    t.init_model(loader[0])
+    assert t._builder.accepts_mask()
+    out = host_values(t.eval_model(loader))
+    assert out["val/pred"].tolist() == np.asarray(model(jnp.asarray(x)).argmax(-1)).tolist()
+
+
+def test_a_linen_classifier_pads_and_masks_too(tmp_path):
+    from gyre.trainer import SimpleClassifierLinen
+
+    x, y, loader = _thousand_examples()
+    loader = [(x[:8], y[:8]), (x[8:11], y[8:11])]
+    t = trainer(tmp_path, model=SimpleClassifierLinen(c_hid=8))
+    t.init_model(loader[0])
+    assert t._builder.accepts_mask()
+    with gyre.testing.count_compilations() as compiled:
+        out = host_values(t.eval_model(loader))
+    assert len(_step_compilations(compiled)) == 1
+    whole = host_values(t.eval_model([(x[:11], y[:11])]))
+    assert abs(out["val/acc"] - whole["val/acc"]) <= 1e-6 and abs(out["val/loss"] - whole["val/loss"]) <= 1e-6

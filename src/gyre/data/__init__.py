@@ -36,11 +36,17 @@ from gyre.data._datasets import stratified_split as stratified_split
 from gyre.data._files import cifar10 as cifar10
 from gyre.data._files import fashion_mnist as fashion_mnist
 from gyre.data._files import mnist as mnist
+from gyre.data._padding import Padded as Padded
+from gyre.data._padding import accepts_mask as accepts_mask
+from gyre.data._padding import pad_batch as pad_batch
+from gyre.data._padding import padded as padded
 
 __all__ = [
     "Augmented",
     "Batches",
     "NumpyLoader",
+    "Padded",
+    "accepts_mask",
     "augment",
     "augmented",
     "batches",
@@ -50,6 +56,8 @@ __all__ = [
     "from_tf",
     "from_torch",
     "mnist",
+    "pad_batch",
+    "padded",
     "random_crop",
     "random_flip",
     "steps_per_epoch",

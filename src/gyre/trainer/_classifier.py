@@ -41,21 +41,37 @@ def activation(name: str) -> Any:
     return ACTIVATIONS[name]
 
 
-def classification_metrics(logits: jax.Array, labels: jax.Array, num_classes: int | None) -> tuple[jax.Array, dict[str, Any]]:
+def classification_metrics(
+    logits: jax.Array, labels: jax.Array, num_classes: int | None, mask: jax.Array | None = None
+) -> tuple[jax.Array, dict[str, Any]]:
     """Cross-entropy loss and the accuracy (plus a summed confusion matrix, rows true
-    labels, when ``num_classes`` is given).
+    labels, when ``num_classes`` is given). With a ``mask`` (a boolean vector over the
+    batch: its real rows, the rest padding), the means and the matrix count the real rows
+    only: ``sum(x * mask) / mask.sum()``.
 
     Example:
         >>> import jax.numpy as jnp
         >>> loss, m = classification_metrics(jnp.array([[2.0, 0.0]]), jnp.array([0]), 2)
         >>> float(m["acc"]), m["conf_matrix"]["value"].tolist()
         (1.0, [[1, 0], [0, 0]])
+        >>> _, m = classification_metrics(jnp.array([[2.0, 0.0]] * 2), jnp.array([0, 1]), 2,
+        ...                               mask=jnp.array([True, False]))
+        >>> float(m["acc"]), m["conf_matrix"]["value"].tolist()
+        (1.0, [[1, 0], [0, 0]])
     """
-    loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
-    metrics: dict[str, Any] = {"acc": (logits.argmax(-1) == labels).mean()}
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    correct = logits.argmax(-1) == labels
+    if mask is None:
+        loss, acc, weights = losses.mean(), correct.mean(), None
+    else:
+        weights = jnp.asarray(mask).astype(jnp.int32)
+        real = jnp.maximum(weights.sum(), 1).astype(losses.dtype)
+        loss = jnp.sum(jnp.where(mask, losses, 0)) / real
+        acc = jnp.sum(jnp.where(mask, correct, False)) / real
+    metrics: dict[str, Any] = {"acc": acc}
     if num_classes:
         pairs = labels * num_classes + logits.argmax(-1)
-        matrix = jnp.bincount(pairs, length=num_classes * num_classes).reshape(num_classes, num_classes)
+        matrix = jnp.bincount(pairs, weights, length=num_classes * num_classes).reshape(num_classes, num_classes)
         metrics["conf_matrix"] = {"value": matrix, "mode": "sum", "log_freq": "epoch", "log_mode": "eval"}
     return loss, metrics
 
@@ -77,14 +93,16 @@ class ImgClassifierTrainer(TrainerModule):
         True
     """
 
-    def loss_function(self, model: Any, batch: Any, train: bool = True) -> Any:
+    def loss_function(self, model: Any, batch: Any, train: bool = True, mask: Any = None) -> Any:
         x, y = batch[0], batch[1]
-        return classification_metrics(model(x), y, self._num_classes(train))
+        return classification_metrics(model(x), y, self._num_classes(train), mask)
 
-    def loss_function_linen(self, params: Any, state: Any, batch: Any, rng: jax.Array, train: bool = True) -> Any:
+    def loss_function_linen(
+        self, params: Any, state: Any, batch: Any, rng: jax.Array, train: bool = True, mask: Any = None
+    ) -> Any:
         x, y = batch[0], batch[1]
         logits, mutable = self.model_linen_apply(params, state, x, rng, train=train)
-        loss, metrics = classification_metrics(logits, y, self._num_classes(train))
+        loss, metrics = classification_metrics(logits, y, self._num_classes(train), mask)
         return loss, (mutable, metrics)
 
     def _num_classes(self, train: bool) -> int | None:

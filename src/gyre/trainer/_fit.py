@@ -28,6 +28,7 @@ from gyre.core._errors import describe, explain, whole_number
 from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.core._state import TrainState
+from gyre.data._padding import accepts_mask, padded
 from gyre.loop import _named
 from gyre.loop._inner import inner_loop
 from gyre.loop._tasks import When
@@ -73,7 +74,12 @@ def fit(
         test_ds: evaluation batches, recorded as ``<name>_test``; never used to choose.
         loss_fn: ``(logits, labels) -> (loss, loss_dict)``; may take ``step=`` (the step).
         eval_step: ``(state, batch) -> metric or {name: metric}`` (scalars); a bare value
-            is recorded as ``accuracy``. Needed with ``test_ds`` or ``val_ds``.
+            is recorded as ``accuracy``. Needed with ``test_ds`` or ``val_ds``. One that
+            accepts a keyword ``mask`` (``(state, batch, mask=None)``) gets every batch
+            padded to the first batch's size and ``mask``, a bool vector of its real rows:
+            it compiles once, must return means over the real rows (``sum(x * mask) /
+            mask.sum()``), and each batch weighs ``mask.sum()``. Without ``mask``, a
+            smaller last batch is passed as it is (and compiles a jitted step again).
         eval_freq: evaluate every this many epochs (and after the last one).
         num_epochs: epochs to train (>= 1).
         log_name: the run's folder under ``log_dir`` (TensorBoard events, checkpoints).
@@ -109,6 +115,19 @@ def fit(
         ...     eval_step=eval_step, num_epochs=2, log_dir=tmp.name, progress=False)
         >>> int(state.step), history.collect("accuracy_test")
         (10, [1.0, 1.0])
+
+        A mask-aware ``eval_step``: the last batch (1 row) is padded to 4 rows and masked.
+
+        >>> @jax.jit
+        ... def masked_accuracy(state, batch, mask=None):
+        ...     logits = state.apply_fn({"params": state.params}, batch[0])
+        ...     correct = jnp.argmax(logits, -1) == batch[1]
+        ...     return jnp.sum(correct * mask) / jnp.sum(mask)
+        >>> _, history = gyre.fit(state, [(x, y)], [(x, y), (x[:1], y[:1])], loss_fn=loss_fn,
+        ...     eval_step=masked_accuracy, num_epochs=1, log_dir=tmp.name, log_name="masked",
+        ...     progress=False)
+        >>> history.collect("accuracy_test"), masked_accuracy._cache_size()
+        ([1.0], 1)
         >>> tmp.cleanup()
     """
     import gyre
@@ -324,17 +343,37 @@ def eval_entries(out: Any) -> dict[str, Any]:
     return entries
 
 
-def _evaluation(eval_step: Callable[[Any, Any], Any], ds: Any, name: str) -> Any:
+def _evaluation(eval_step: Callable[..., Any], ds: Any, name: str) -> Any:
     """One evaluation of ``eval_step`` over ``ds`` (an inner :func:`gyre.test_loop`),
-    entries named ``<metric>_<name>``, batch-size weighted means."""
+    entries named ``<metric>_<name>``, batch-size weighted means.
 
-    def test_step(state: Any, batch: Any) -> Logs:
-        return Logs().add_metrics(eval_entries(eval_step(state, batch)))
+    An ``eval_step`` that accepts the keyword ``mask`` gets every batch padded to the first
+    one's size (:func:`gyre.data.padded`) with ``mask`` (a bool vector of the real rows):
+    it compiles once, and each batch weighs ``mask.sum()``. Any other runs on the batches as
+    they are (a smaller last batch: one more compilation)."""
+    if accepts_mask(eval_step):
+        data: Any = padded(ds)  # re-iterable as ds is
+
+        def test_step(state: Any, batch: Any) -> Logs:  # batch: a (batch, mask) pair
+            batch, mask = batch
+            return Logs().add_metrics(eval_entries(eval_step(state, batch, mask=mask)))
+
+        size_fn: Any = _real_rows
+    else:
+        data, size_fn = ds, None
+
+        def test_step(state: Any, batch: Any) -> Logs:
+            return Logs().add_metrics(eval_entries(eval_step(state, batch)))
 
     def evaluate(state: Any) -> Any:
-        return _named.test_loop(state, ds, {"on_test_step": test_step}, nan_policy="ignore")
+        return _named.test_loop(state, data, {"on_test_step": test_step}, nan_policy="ignore", batch_size_fn=size_fn)
 
     return inner_loop(name, evaluate, aggregation=_named.DEFAULT_TEST_AGGREGATION)
+
+
+def _real_rows(batch: Any) -> int:
+    """The weight of a padded ``(batch, mask)`` item: its real rows (a host numpy mask)."""
+    return int(batch[1].sum())
 
 
 def _unranked_save(ckpt: Any) -> Callable[[Any], None]:
@@ -348,7 +387,11 @@ def _unranked_save(ckpt: Any) -> Callable[[Any], None]:
 
 def _eval_names(eval_step: Any, state: Any, ds: Any) -> list[str]:
     """The names ``eval_step`` records, checked (scalars) on one batch's shapes before training."""
-    return list(eval_entries(jax.eval_shape(eval_step, state, first_batch(ds))))
+    batch = first_batch(ds)
+    if accepts_mask(eval_step):
+        batch, mask = next(iter(padded([batch])))  # a mask of ones
+        return list(eval_entries(jax.eval_shape(lambda s, b, m: eval_step(s, b, mask=m), state, batch, mask)))
+    return list(eval_entries(jax.eval_shape(eval_step, state, batch)))
 
 
 def _monitor_name(monitor: str | None, names: list[str]) -> str:

@@ -15,6 +15,7 @@ import optax
 
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
+from gyre.data._padding import accepts_mask
 from gyre.trainer._metrics import ConcatCollector
 from gyre.trainer._model import NNX_REST
 from gyre.trainer._modes import parse_metrics
@@ -109,15 +110,20 @@ class StepBuilder:
 
     # -- one forward pass, both modes ---------------------------------------------------------
 
-    def forward(self, params: Any, state: Any, batch: Any, rng: jax.Array, *, train: bool) -> tuple[Any, dict[str, Any], Any]:
-        """``(loss, metrics, new model_state)`` of one batch."""
+    def forward(
+        self, params: Any, state: Any, batch: Any, rng: jax.Array, *, train: bool, mask: Any = None
+    ) -> tuple[Any, dict[str, Any], Any]:
+        """``(loss, metrics, new model_state)`` of one batch (``mask``: passed on to a loss
+        function that accepts it, see :meth:`accepts_mask`)."""
         t = self.trainer
+        kw = {} if mask is None else {"mask": mask}
         if self.mode == "nnx":
             module = self.model.merge(params, state.model_state[NNX_REST], train=train)
-            loss, metrics, _ = loss_output(t.loss_function(module, batch, train=train), mode="nnx", name="loss_function")
+            out = t.loss_function(module, batch, train=train, **kw)
+            loss, metrics, _ = loss_output(out, mode="nnx", name="loss_function")
             model_state = {**state.model_state, NNX_REST: self.model.rest_of(module)}
         else:
-            out = t.loss_function_linen(params, state, batch, rng, train=train)
+            out = t.loss_function_linen(params, state, batch, rng, train=train, **kw)
             loss, metrics, mutable = loss_output(out, mode="linen", name="loss_function_linen")
             model_state = dict(state.model_state)
             if train and mutable:
@@ -184,29 +190,41 @@ class StepBuilder:
 
     # -- the evaluation step ------------------------------------------------------------------
 
-    def eval_specs(self, state: Any, batch: Any) -> tuple[dict[str, Any], Any]:
+    def accepts_mask(self) -> bool:
+        """Whether the trainer's loss function (``loss_function`` for nnx,
+        ``loss_function_linen`` for linen) takes the keyword ``mask``: then the evaluation
+        pads its last, smaller batch and compiles its step once (:mod:`gyre.data._padding`)."""
+        t = self.trainer
+        return accepts_mask(t.loss_function if self.mode == "nnx" else t.loss_function_linen)
+
+    def eval_specs(self, state: Any, batch: Any, mask: Any = None) -> tuple[dict[str, Any], Any]:
         """The metric specs of an evaluation step and its values' shapes (traced, not run);
         kept in :attr:`eval_specs_cached` for naming the results."""
 
         found: dict[str, Any] = {}
 
-        def probe(state: Any, batch: Any) -> Any:
-            loss, metrics, _ = self.forward(state.params, state, batch, state.rng, train=False)
+        def probe(state: Any, batch: Any, mask: Any) -> Any:
+            loss, metrics, _ = self.forward(state.params, state, batch, state.rng, train=False, mask=mask)
             found["specs"], parsed = parse_metrics(self.values(loss, metrics, {}), where=self.trainer._loss_name)
             return parsed
 
-        shapes = jax.eval_shape(probe, state, batch)
+        shapes = jax.eval_shape(probe, state, batch, mask)
         self.eval_specs_cached = found["specs"]
         return self.eval_specs_cached, shapes
 
-    def eval_step(self) -> Callable[[Any, Any, Any], Any]:
-        """``(state, accumulator, batch) -> (accumulator, CONCAT values)``."""
+    def eval_step(self) -> Callable[..., Any]:
+        """``(state, accumulator, batch, mask=None) -> (accumulator, CONCAT values)``.
+
+        With a ``mask`` (a boolean vector over the padded batch's rows, given only to a loss
+        function that accepts it), the batch's MEAN weight is ``mask.sum()``, its real rows;
+        the loss function computes its means over those rows."""
         t = self.trainer
 
-        def step(state: Any, acc: Any, batch: Any) -> Any:
-            loss, metrics, _ = self.forward(state.params, state, batch, state.rng, train=False)
+        def step(state: Any, acc: Any, batch: Any, mask: Any = None) -> Any:
+            loss, metrics, _ = self.forward(state.params, state, batch, state.rng, train=False, mask=mask)
             specs, parsed = parse_metrics(self.values(loss, metrics, {}), where=t._loss_name)
-            acc = acc.update(specs, parsed, batch_size_of(batch, t.batch_to_input(batch)))
+            count = batch_size_of(batch, t.batch_to_input(batch)) if mask is None else jnp.sum(mask)
+            acc = acc.update(specs, parsed, count)
             return acc, ConcatCollector.select(specs, parsed)
 
         return step

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from gyre.core._errors import explain
+from gyre.data._padding import padded
 from gyre.trainer._data import EpochStream, epoch_length, is_iterator
 from gyre.trainer._metrics import ConcatCollector, MetricAccumulator, metric_names
 
@@ -136,18 +137,32 @@ def _test_best(trainer: Any, test_loader: Any, epoch: int) -> dict[str, Any]:
 
 
 def evaluate(trainer: Any, loader: Any, mode: str, state: Any) -> dict[str, Any]:
-    """One pass over ``loader``: ``{"<mode>/<key>": device value, "<mode>/time": seconds}``."""
+    """One pass over ``loader``: ``{"<mode>/<key>": device value, "<mode>/time": seconds}``.
+
+    When the loss function accepts ``mask`` (see :meth:`StepBuilder.accepts_mask`), a batch
+    smaller than the first is padded to its size and masked: the step compiles once, and the
+    means count the real rows only (CONCAT values are cut back to them). Otherwise the smaller
+    batch runs as it is (one more compilation)."""
     trainer._require_state("eval_model")
     start = time.perf_counter()
     strategy = trainer.strategy
     single = strategy.mesh is None  # jit takes numpy batches as they are, faster than placing them
     run = _compiled(trainer, "eval", trainer._builder.eval_step())
+    masked = trainer._builder.accepts_mask()
+    items = padded(loader) if masked else ((batch, None) for batch in loader)
     acc = collector = None
-    for batch in loader:
+    for batch, mask in items:
         if acc is None:
-            specs, empty = _eval_start(trainer, state, batch)
+            specs, empty = _eval_start(trainer, state, batch, mask)
             acc, collector = empty, ConcatCollector(specs)
-        acc, concat = run(state, acc, batch if single else strategy.place_batch(batch))
+        args = (batch, mask) if single else strategy.place_batch((batch, mask))
+        if mask is None:
+            acc, concat = run(state, acc, args[0])
+        else:
+            acc, concat = run(state, acc, *args)
+            real = int(mask.sum())  # a host numpy mask: no device read
+            if real < len(mask):
+                concat = {k: v[:real] if jnp.ndim(v) and jnp.shape(v)[0] == len(mask) else v for k, v in concat.items()}
         collector.add(concat)
     if acc is None:
         raise ValueError(
@@ -169,15 +184,18 @@ def evaluate(trainer: Any, loader: Any, mode: str, state: Any) -> dict[str, Any]
     return out
 
 
-def _eval_start(trainer: Any, state: Any, batch: Any) -> tuple[Any, Any]:
+def _eval_start(trainer: Any, state: Any, batch: Any, mask: Any = None) -> tuple[Any, Any]:
     """The evaluation's metric specs and an empty accumulator, traced once per batch
     structure (an evaluation every epoch must not trace the loss function again)."""
     leaves, tree = jax.tree_util.tree_flatten(batch)
-    key = (tree, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves))
+    key = (tree, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves), mask is None)
     cache = trainer._compiled.setdefault("eval_start", {})
     if key not in cache:
-        specs, shapes = trainer._builder.eval_specs(state, batch)
-        cache[key] = (specs, MetricAccumulator.init(specs, shapes))
+        specs, shapes = trainer._builder.eval_specs(state, batch, mask)
+        empty = MetricAccumulator.init(specs, shapes)
+        if jax.process_count() == 1:  # committed where the step's output lands: no second compile
+            empty = jax.device_put(empty, trainer.strategy.replicated())
+        cache[key] = (specs, empty)
     specs, empty = cache[key]
     trainer._builder.eval_specs_cached = specs
     return specs, empty

@@ -1,0 +1,199 @@
+"""Evaluation without recompiles: the last, smaller batch padded to the batch shape, with a
+mask of its real rows.
+
+A compiled evaluation step is built for one batch shape; an evaluation set whose size the
+batch size does not divide ends with a smaller batch, and a second compilation. Padding that
+batch to the full size and passing a boolean ``mask`` of its real rows keeps one shape: a step
+that accepts the mask computes its means over the real rows only (``sum(x * mask) /
+mask.sum()``) and weighs the batch by ``mask.sum()``, so the evaluation's means stay exact.
+
+- :func:`pad_batch`: one batch padded to ``size`` rows, and its mask.
+- :func:`padded`: a loader's batches as ``(batch, mask)`` pairs, all of one size.
+- :func:`accepts_mask`: whether a step takes the keyword ``mask`` (opts in to padding).
+
+Padding repeats the last real row (``fill="edge"``, the default: whatever the step computes
+on a real row it computes on a padded one, so no padded row turns into a NaN that a
+``x * mask`` would keep) or writes zeros (``fill="zeros"``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gyre.core._errors import describe, explain
+
+FILLS = ("edge", "zeros")
+
+
+def _rows_of(batch: Any) -> int:
+    """The leading dimension shared by every array leaf of ``batch`` (scalars are skipped)."""
+    sizes = {np.shape(x)[0] for x in jax.tree_util.tree_leaves(batch) if np.ndim(x) >= 1}
+    if len(sizes) != 1:
+        raise ValueError(
+            explain(
+                "a batch to pad needs array leaves of one leading dimension (its rows)",
+                expected="e.g. (x of shape (40, 28, 28, 1), y of shape (40,))",
+                received="no array leaf" if not sizes else f"leading dimensions {sorted(sizes)}",
+                fix="give every array of the batch the batch's examples along axis 0",
+            )
+        )
+    return sizes.pop()
+
+
+def _pad_leaf(leaf: Any, rows: int, size: int, fill: str) -> Any:
+    if np.ndim(leaf) == 0 or rows == size:
+        return leaf
+    xp = np if isinstance(leaf, np.ndarray) else jnp
+    shape = (size - rows,) + tuple(np.shape(leaf)[1:])
+    if fill == "edge" and rows > 0:
+        extra = xp.broadcast_to(leaf[rows - 1 : rows], shape)
+    else:
+        extra = xp.zeros(shape, leaf.dtype)
+    return xp.concatenate([leaf, extra])
+
+
+_FULL: dict[int, np.ndarray] = {}
+
+
+def _full_mask(size: int) -> np.ndarray:
+    if size not in _FULL:
+        mask = np.ones(size, bool)
+        mask.setflags(write=False)
+        _FULL[size] = mask
+    return _FULL[size]
+
+
+def pad_batch(batch: Any, size: int, *, fill: str = "edge") -> tuple[Any, np.ndarray]:
+    """``batch`` with every array leaf padded along axis 0 to ``size`` rows, and the mask of
+    its real rows (a numpy bool vector of length ``size``, made on the host: no device sync).
+
+    Numpy leaves stay numpy, JAX arrays stay on their device; scalar leaves are kept as they
+    are. A batch of ``size`` rows comes back unchanged with a mask of ones.
+
+    Args:
+        batch: a pytree of arrays sharing their leading dimension (e.g. ``(x, y)``).
+        size: the rows to pad to (at least the batch's).
+        fill: ``"edge"`` repeats the last real row, ``"zeros"`` writes zeros.
+
+    Returns:
+        ``(padded_batch, mask)``.
+
+    Raises:
+        ValueError: the batch holds more than ``size`` rows, its arrays disagree on their
+            rows, or ``fill`` is unknown.
+
+    Example:
+        >>> import numpy as np
+        >>> (x, y), mask = pad_batch((np.array([[1.0], [2.0]]), np.array([3, 4])), 4)
+        >>> x[:, 0].tolist(), y.tolist(), mask.tolist()
+        ([1.0, 2.0, 2.0, 2.0], [3, 4, 4, 4], [True, True, False, False])
+        >>> pad_batch(np.array([5, 6]), 3, fill="zeros")[0].tolist()
+        [5, 6, 0]
+    """
+    if fill not in FILLS:
+        raise ValueError(
+            explain("pad_batch: unknown fill", expected=f"one of {list(FILLS)}", received=repr(fill),
+                    fix="fill='edge' (repeat the last row) or fill='zeros'")
+        )
+    rows = _rows_of(batch)
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or rows > size:
+        raise ValueError(
+            explain(
+                "pad_batch: the batch holds more rows than the size to pad to",
+                expected=f"a whole number size >= the batch's {rows} rows",
+                received=f"size={describe(size)}",
+                fix="pad to the largest batch's size (padded() learns it from the first batch)",
+            )
+        )
+    if rows == size:
+        return batch, _full_mask(int(size))
+    out = jax.tree_util.tree_map(lambda leaf: _pad_leaf(leaf, rows, int(size), fill), batch)
+    mask = np.zeros(int(size), bool)
+    mask[:rows] = True
+    return out, mask
+
+
+class Padded:
+    """The batches of a loader as ``(batch, mask)`` pairs of one batch size (see
+    :func:`padded`). Iterable as often as the loader is: each pass learns the batch size from
+    its first batch unless one was given.
+
+    Example:
+        >>> import numpy as np
+        >>> p = Padded([np.arange(3), np.arange(1)])
+        >>> [(b.tolist(), m.tolist()) for b, m in p]
+        [([0, 1, 2], [True, True, True]), ([0, 0, 0], [True, False, False])]
+    """
+
+    def __init__(self, loader: Iterable[Any], batch_size: int | None = None, *, fill: str = "edge") -> None:
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(
+                explain("padded: batch_size must be a whole number >= 1 (or None: the first batch's)",
+                        expected="batch_size=64", received=describe(batch_size), fix="pass batch_size=64")
+            )
+        self.loader, self.batch_size, self.fill = loader, batch_size, fill
+
+    def __iter__(self) -> Iterator[tuple[Any, np.ndarray]]:
+        size = self.batch_size
+        for batch in self.loader:
+            if size is None:
+                size = _rows_of(batch)
+            yield pad_batch(batch, size, fill=self.fill)
+
+    def __len__(self) -> int:
+        """The loader's batches (a loader without a length has none: ``TypeError``)."""
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"Padded({self.loader!r}, batch_size={self.batch_size})"
+
+
+def padded(loader: Iterable[Any], batch_size: int | None = None, *, fill: str = "edge") -> Padded:
+    """``loader``'s batches as ``(batch, mask)`` pairs padded to one batch size: the given
+    ``batch_size``, else the first batch's (a later, larger batch is an error).
+
+    Feed them to a step that takes the keyword ``mask``: ``step(state, batch, mask=mask)``;
+    it compiles once for every batch, and weighs each by ``mask.sum()``.
+
+    Args:
+        loader: the batches (pytrees of arrays sharing their leading dimension).
+        batch_size: the rows to pad to; ``None``: the first batch's rows.
+        fill: ``"edge"`` (repeat the last real row) or ``"zeros"``.
+
+    Returns:
+        A re-iterable :class:`Padded` (as re-iterable as ``loader``).
+
+    Example:
+        >>> import numpy as np
+        >>> x = np.arange(10.0)
+        >>> pairs = list(padded([x[i : i + 4] for i in range(0, 10, 4)]))
+        >>> [b.shape for b, _ in pairs], [int(m.sum()) for _, m in pairs]
+        ([(4,), (4,), (4,)], [4, 4, 2])
+        >>> sum(float((b * m).sum()) for b, m in pairs) / sum(int(m.sum()) for _, m in pairs)
+        4.5
+    """
+    return Padded(loader, batch_size, fill=fill)
+
+
+def accepts_mask(fn: Any) -> bool:
+    """Whether ``fn`` takes a keyword argument ``mask`` (a step opting in to padded batches).
+
+    Example:
+        >>> accepts_mask(lambda state, batch, mask=None: 0), accepts_mask(lambda state, batch: 0)
+        (True, False)
+    """
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    param = params.get("mask")
+    return param is not None and param.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+__all__ = ["Padded", "accepts_mask", "pad_batch", "padded"]
