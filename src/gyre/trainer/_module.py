@@ -176,6 +176,11 @@ class TrainerModule:
         mode when ``train`` (dropout on, batch statistics updated). Metrics are values or
         ``{"value": v, "mode": ..., "log_freq": ..., "log_mode": ..., "count": ...}``.
 
+        A loss function that also takes ``mask=None`` gets, in evaluation, the last, smaller
+        batch padded to the batch size with ``mask`` marking its real rows (a boolean vector):
+        it computes masked means (``(x * mask).sum() / mask.sum()``) and the evaluation
+        compiles once. Without ``mask`` the short batch runs as it is (one more compile).
+
         Example:
             >>> TrainerModule.loss_function(None, None, None)
             Traceback (most recent call last):
