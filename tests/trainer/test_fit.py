@@ -313,3 +313,29 @@ def test_an_eval_step_without_mask_gets_exact_means_with_one_more_compilation(tm
     acc, ce = _exact(state, x, y)
     assert abs(history.collect("acc_test")[0] - acc) <= 1e-6
     assert abs(history.collect("ce_test")[0] - ce) <= 1e-6
+
+
+def test_resume_saves_run_on_a_clock_and_a_second_call_reuses_the_compiled_step(tmp_path):
+    from gyre.trainer._fit import make_train_step
+
+    def mse(out, y):
+        loss = jnp.mean((out[:, 0] - y) ** 2)
+        return loss, {"mse": loss}
+
+    model = nn.Dense(1)
+    params = model.init(jax.random.key(0), jnp.ones((1, 2)))["params"]
+
+    def fresh():  # fit donates the state: each call gets its own copy
+        return gyre.TrainState.create(apply_fn=lambda v, x, train=False, rngs=None: model.apply(v, x),
+                                      params=jax.tree.map(jnp.copy, params), tx=optax.sgd(0.1))
+
+    assert make_train_step(mse, fresh()) is make_train_step(mse, fresh())
+    data = [(np.ones((4, 2), np.float32), np.zeros(4, np.float32))] * 3
+    gyre.fit(fresh(), data, loss_fn=mse, num_epochs=4, log_dir=str(tmp_path), log_name="clock", progress=False)
+    saved = sorted(int(p.name) for p in (tmp_path / "clock" / "checkpoints").iterdir() if p.name.isdigit())
+    assert saved == [12]  # the end only: no save at every epoch's end
+    gyre.fit(fresh(), data, loss_fn=mse, num_epochs=2, log_dir=str(tmp_path), log_name="epochs", progress=False,
+             save_every_minutes=0)
+    assert (tmp_path / "epochs" / "checkpoints" / "6").is_dir()
+    with pytest.raises(ValueError, match="save_every_minutes >= 0"):
+        gyre.fit(fresh(), data, loss_fn=mse, num_epochs=1, log_dir=str(tmp_path), log_name="bad", save_every_minutes=-1)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -55,6 +56,7 @@ def fit(
     steps_per_call: int = 1,
     log_dir: str | os.PathLike[str] = "runs",
     progress: bool = True,
+    save_every_minutes: float = 10.0,
     monitor: str | None = None,
     mode: str = "max",
 ) -> tuple[TrainState, History]:
@@ -90,6 +92,9 @@ def fit(
         steps_per_call: fuse this many training steps into one call.
         log_dir: the folder holding the runs.
         progress: show a Keras-style progress bar.
+        save_every_minutes: minutes between two checkpoints for resuming (one is also saved
+            when training ends or is preempted; with ``val_ds`` the best model is saved where
+            the validation runs); ``0``: at every epoch's end.
         monitor: the validation metric ranking checkpoints (default: ``eval_step``'s first
             one), with or without the ``_val`` suffix.
         mode: ``"max"`` (default: higher ``monitor`` is better) or ``"min"``.
@@ -141,6 +146,17 @@ def fit(
     def is_eval(e: Any) -> bool:
         return e.step_in_epoch == epoch_steps - 1 and ((e.epochs + 1) % eval_freq == 0 or e.epochs + 1 == epochs)
 
+    if isinstance(save_every_minutes, bool) or not isinstance(save_every_minutes, (int, float)) or not (
+        save_every_minutes >= 0
+    ):
+        raise ValueError(
+            explain(
+                "fit needs save_every_minutes >= 0",
+                expected="save_every_minutes=10 (minutes between checkpoints), or 0 for every epoch's end",
+                received=describe(save_every_minutes),
+                fix="pass save_every_minutes=10",
+            )
+        )
     evaluations = [
         _evaluation(eval_step, ds, name)  # type: ignore[arg-type]
         for ds, name in ((test_ds, "test"), (val_ds, "val")) if ds is not None
@@ -161,15 +177,25 @@ def fit(
         )
     reads = ("step_in_epoch", "epochs")
     tasks: dict[Any, Any] = {gyre.on_train_step: make_train_step(loss_fn, state)}
-    if monitor_name is None:  # evaluations, then a save at every epoch's end
+    # saves for resuming: on a clock (a save costs tens of ms, an epoch may take less), at the
+    # end and on preemption (the engine's final save); every epoch's end with save_every_minutes=0
+    seconds = 60.0 * float(save_every_minutes)
+    clock = gyre.after(time=seconds).every(time=seconds) if seconds else None
+    if monitor_name is None:
         if evaluations:
             tasks[When(is_eval, "evaluation", reads=reads)] = evaluations
-        tasks[When(lambda e: e.step_in_epoch == epoch_steps - 1, "save", reads=reads)] = [ckpt]
-    else:  # ranked where the validation ran; elsewhere saved for resuming only
+        if clock is None:
+            tasks[When(lambda e: e.step_in_epoch == epoch_steps - 1, "save", reads=reads)] = [ckpt]
+        else:
+            tasks[clock] = [ckpt]
+    else:  # ranked where the validation ran (model selection); elsewhere saved for resuming only
         tasks[When(is_eval, "evaluation", reads=reads)] = [*evaluations, ckpt]
-        tasks[When(lambda e: e.step_in_epoch == epoch_steps - 1 and not is_eval(e), "save", reads=reads)] = [
-            _unranked_save(ckpt)
-        ]
+        if clock is None:
+            tasks[When(lambda e: e.step_in_epoch == epoch_steps - 1 and not is_eval(e), "save", reads=reads)] = [
+                _unranked_save(ckpt)
+            ]
+        else:
+            tasks[clock] = [_unranked_save(ckpt)]
     writer = gyre.TensorBoardWriter(run_dir)
     callbacks: list[Any] = [gyre.write_to(writer, every=epoch_steps)]
     if progress:
@@ -284,6 +310,13 @@ def make_train_step(loss_fn: Callable[..., Any], state: TrainState) -> Any:
     """
     takes_step = _takes_step(loss_fn)
     collections = list(state.model_state)
+    key = (tuple(collections), takes_step)
+    try:  # one compiled step per loss function: a second fit call must not trace it again
+        cached = _STEPS.setdefault(loss_fn, {})
+    except TypeError:  # not weakly referable: compiled per call
+        cached = {}
+    if key in cached:
+        return cached[key]
 
     @functools.partial(jax.jit, donate_argnums=0)
     def train_step(state: TrainState, batch: Any) -> tuple[Logs, TrainState]:
@@ -311,7 +344,11 @@ def make_train_step(loss_fn: Callable[..., Any], state: TrainState) -> Any:
             logs.add_metric("learning_rate", rate)
         return logs, new_state
 
+    cached[key] = train_step
     return train_step
+
+
+_STEPS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
 
 def _learning_rate(opt_state: Any) -> Any:
