@@ -71,7 +71,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import importlib
 import os
 import platform
 import shutil
@@ -92,7 +91,8 @@ import gyre
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loop_overhead import fresh_copy, print_profile  # noqa: E402
-from trainer_overhead import Timers, paired, without_checkpoint_writes  # noqa: E402
+from trainer_overhead import Timers, paired, without_checkpoint_writes, wrap_parts  # noqa: E402
+from trainer_overhead import print_breakdown as breakdown  # noqa: E402
 
 TARGET = 0.95
 BATCH_SIZE = 64
@@ -364,33 +364,13 @@ PARTS = (
 def install_timers() -> Timers:
     """Timers around :data:`PARTS`."""
     timers = Timers()
-    for label, module_name, path in PARTS:
-        try:
-            owner: Any = importlib.import_module(module_name)
-            *outer, name = path.split(".")
-            for part in outer:
-                owner = getattr(owner, part)
-            if name not in (owner.__dict__ if isinstance(owner, type) else vars(owner)):
-                raise AttributeError(name)
-        except (ImportError, AttributeError):
-            print(f"(profile: {module_name}.{path} not found, skipped)")
-            continue
-        timers.wrap(label, owner, name)
+    wrap_parts(timers, PARTS)
     return timers
 
 
 def print_breakdown(title: str, timers: Timers, seconds: float, steps: int, hand: float) -> None:
-    """The timed parts in microseconds per training step (``hand``: the hand-written loop's
-    seconds for the same steps)."""
-    print(f"\n{title}: {steps} steps, {seconds / steps * 1e6:.1f} us/step (ratio to {HAND}: "
-          f"{hand / seconds:.3f}); {HAND}: {hand / steps * 1e6:.1f} us/step\n")
-    print("| part | calls | wall us/step | CPU us/step | wall us/call |")
-    print("|---|---:|---:|---:|---:|")
-    for label, _, _ in PARTS:
-        total, calls = timers.seconds.get(label, 0.0), timers.calls.get(label, 0)
-        if calls:
-            print(f"| {label} | {calls} | {total / steps * 1e6:.1f} | {timers.cpu[label] / steps * 1e6:.1f} "
-                  f"| {total / calls * 1e6:.1f} |")
+    """``trainer_overhead.print_breakdown`` over this benchmark's :data:`PARTS`."""
+    breakdown(title, timers, seconds, steps, hand, parts=PARTS, hand_name=HAND)
 
 
 def timed_fit_run(run: Runner, epochs: int) -> tuple[Timers, float]:

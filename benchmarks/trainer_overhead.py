@@ -437,7 +437,14 @@ def install_timers(trainer: Any) -> Timers:
 
         compiled[key] = functools.wraps(step)(timed_step)
         timers._undo.append(functools.partial(compiled.__setitem__, key, step))
-    for label, module_name, path in PARTS:
+    wrap_parts(timers, PARTS)
+    return timers
+
+
+def wrap_parts(timers: Timers, parts: Any) -> None:
+    """Wraps each ``(label, module, "Class.method")`` of ``parts`` (``None``: left to the
+    caller) with ``timers``; a part not found is skipped with a note."""
+    for label, module_name, path in parts:
         if path is None:
             continue
         try:
@@ -451,17 +458,18 @@ def install_timers(trainer: Any) -> Timers:
             print(f"(profile: {module_name}.{path} not found, skipped)")
             continue
         timers.wrap(label, owner, name)
-    return timers
 
 
-def print_breakdown(title: str, timers: Timers, seconds: float, steps: int, hand: float) -> None:
-    """The timed parts in microseconds per training step (``hand``: the hand-written loop's
-    seconds for the same steps)."""
-    print(f"\n{title}: {steps} steps, {seconds / steps * 1e6:.1f} us/step (ratio to {HAND}: "
-          f"{hand / seconds:.3f}); {HAND}: {hand / steps * 1e6:.1f} us/step\n")
+def print_breakdown(
+    title: str, timers: Timers, seconds: float, steps: int, hand: float, *, parts: Any = None, hand_name: str = HAND
+) -> None:
+    """The timed parts (``parts``, default :data:`PARTS`) in microseconds per training step
+    (``hand``: the hand-written loop's seconds for the same steps)."""
+    print(f"\n{title}: {steps} steps, {seconds / steps * 1e6:.1f} us/step (ratio to {hand_name}: "
+          f"{hand / seconds:.3f}); {hand_name}: {hand / steps * 1e6:.1f} us/step\n")
     print("| part | calls | wall us/step | CPU us/step | wall us/call |")
     print("|---|---:|---:|---:|---:|")
-    for label, _, _ in PARTS:
+    for label, _, _ in PARTS if parts is None else parts:
         total, calls = timers.seconds.get(label, 0.0), timers.calls.get(label, 0)
         if calls:
             print(f"| {label} | {calls} | {total / steps * 1e6:.1f} | {timers.cpu[label] / steps * 1e6:.1f} "
