@@ -91,7 +91,7 @@ import gyre
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loop_overhead import fresh_copy, print_profile  # noqa: E402
-from trainer_overhead import Timers, paired, without_checkpoint_writes, wrap_parts  # noqa: E402
+from trainer_overhead import Timers, _seconds, paired, without_checkpoint_writes, wrap_parts  # noqa: E402
 from trainer_overhead import print_breakdown as breakdown  # noqa: E402
 
 TARGET = 0.95
@@ -436,13 +436,6 @@ def profile(runners: dict[str, Runner], epochs: int, steps: int, train: Arrays) 
     prof.disable()
     print(f"\nvariant: {FIT}")
     print_profile(prof, steps)
-
-
-def _seconds(run: Runner, epochs: int) -> float:
-    gc.collect()
-    start = time.perf_counter()
-    run(epochs)
-    return time.perf_counter() - start
 
 
 # -- main ------------------------------------------------------------------------------------

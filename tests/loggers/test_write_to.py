@@ -165,9 +165,9 @@ def test_a_failing_writer_is_named_at_the_loops_end():
 
 
 def test_only_process_zero_reads_and_writes(monkeypatch):
-    from gyre.loggers import _write_to
+    from gyre.callbacks import _wandb_logger  # where FollowsHistory asks which process it runs on
 
-    monkeypatch.setattr(_write_to, "is_main_process", lambda: False)
+    monkeypatch.setattr(_wandb_logger, "is_main_process", lambda: False)
     writer = Recorder()
     callback = gyre.write_to(writer)
     gyre.loop(None, range(3), {gyre.every(1): lambda: gyre.logs().add_loss("loss", 1.0), **callback})

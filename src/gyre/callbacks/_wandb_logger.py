@@ -79,12 +79,19 @@ class FollowsHistory:
     """
 
     reader_limit: int | None = None
+    _silent: bool | None = None  # decided at the first call: only process 0 sends
     _history: History | None = None
     _reader: HistoryReader | None = None
     _own: History | None = None
 
     def _send(self, *, wait: bool) -> None:  # pragma: no cover
         raise NotImplementedError
+
+    def _skipped(self) -> bool:
+        """True on processes other than 0, which send nothing (asked once, at the first call)."""
+        if self._silent is None:
+            self._silent = not is_main_process()
+        return self._silent
 
     def _follow(self, elapsed: Elapsed, logs: Logs, loop: Any) -> None:
         """Points the reader at ``loop``'s history, or (``loop`` is ``None``) commits
@@ -161,12 +168,9 @@ class WandbLogger(FollowsHistory, ChunkSafe, LoopElement):
         self.interval = float(interval)
         self.sent = 0
         self._last = -math.inf
-        self._silent: bool | None = None
 
     def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
-        if self._silent is None:
-            self._silent = not is_main_process()
-        if self._silent:
+        if self._skipped():
             return
         self._follow(elapsed, logs, loop)
         now = time.perf_counter()

@@ -21,7 +21,6 @@ from gyre.core._errors import describe, explain, whole_number
 from gyre.core._logs import Logs
 from gyre.loggers._writer import Writer
 from gyre.loop._tasks import ChunkSafe, LoopElement
-from gyre.parallel.distributed import is_main_process
 
 LAND_EVERY = 16  # looks at the history between two questions to the device (see _send)
 
@@ -66,12 +65,9 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         self._calls = 0
         self._looks = 0
         self._train = False
-        self._silent: bool | None = None
 
     def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
-        if self._silent is None:
-            self._silent = not is_main_process()
-        if self._silent:
+        if self._skipped():
             return
         self._follow(elapsed, logs, loop)
         self._calls += 1

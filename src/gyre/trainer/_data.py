@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gyre.core._errors import describe, explain
+from gyre.loop._elapse import dataset_epoch_steps
 
 
 def epoch_length(loader: Any, *, what: str) -> int:
@@ -26,19 +27,18 @@ def epoch_length(loader: Any, *, what: str) -> int:
         >>> epoch_length([1, 2, 3], what="train_loader")
         3
     """
-    steps = getattr(loader, "epoch_steps", None)
+    steps = dataset_epoch_steps(loader)  # the engine's own reading: epoch_steps, else len
     if steps is None:
         try:
-            steps = len(loader)
+            size: int | None = len(loader)
         except TypeError:
-            steps = None
-    if not isinstance(steps, int) or steps < 1:
+            size = None
         raise TypeError(
             explain(
                 f"the trainer needs to know how many batches one epoch of {what} holds",
                 expected="a loader with len() (a list of batches, a torch DataLoader) or "
                 "gyre.data.batches(...), with at least one batch",
-                received=describe(loader) + ("" if steps is None else f" (its length is {steps})"),
+                received=describe(loader) + ("" if size is None else f" (its length is {size})"),
                 fix="pass gyre.data.batches((x, y), batch_size) or a list of batches",
             )
         )

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.data._padding import accepts_mask
@@ -88,10 +89,7 @@ def batch_size_of(batch: Any, inputs: Any) -> Any:
     size = getattr(batch, "size", None)
     if isinstance(size, (int, jax.Array)) and not callable(size):
         return size
-    leaves = jax.tree_util.tree_leaves(inputs)
-    if not leaves or jnp.ndim(leaves[0]) == 0:
-        return 1
-    return leaves[0].shape[0]
+    return infer_batch_size(inputs)  # the engine's rule: the largest leading dimension
 
 
 class StepBuilder:

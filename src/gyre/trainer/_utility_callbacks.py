@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from gyre.config._registry import register_callback
-from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn
+from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn, whole_number
 from gyre.core._host import fetch
 from gyre.trainer._callback import Callback, _check_state
 
@@ -343,13 +343,7 @@ def _read(metrics: dict[str, Any], monitor: str, epoch_idx: int) -> float:
 
 
 def _whole(owner: str, name: str, value: Any, minimum: int, fix: str) -> int:
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= minimum:
-        return int(value)
-    raise ValueError(
-        explain(
-            f"{owner}: {name} must be a whole number >= {minimum}",
-            expected=f"an int >= {minimum}",
-            received=describe(value),
-            fix=fix,
-        )
+    return whole_number(
+        value, minimum=minimum, problem=f"{owner}: {name} must be a whole number >= {minimum}",
+        expected=f"an int >= {minimum}", fix=fix,
     )
