@@ -4,6 +4,9 @@
 digits, is imported when :func:`digits` is called (``pip install 'gyre[examples]'``).
 
 - :func:`digits`: ``((x_train, y_train), (x_test, y_test))`` as numpy arrays.
+- :func:`arrays`: in-memory arrays (or a reader's result) as :class:`Sources` ``(train, val,
+  test)``: resumable training batches reshuffled every epoch, a seeded validation split,
+  fixed evaluation batches, optional image augmentation, on grain threads with ``workers=``.
 - :func:`batches`: a :class:`Batches` iterator of ``(x, y)`` batches, reshuffled every epoch,
   that knows its epoch length and saves its position (``state_dict`` / ``load_state_dict``),
   so a resumed run continues with exactly the next batch.
@@ -40,13 +43,21 @@ from gyre.data._padding import Padded as Padded
 from gyre.data._padding import accepts_mask as accepts_mask
 from gyre.data._padding import pad_batch as pad_batch
 from gyre.data._padding import padded as padded
+from gyre.data._source import EvalBatches as EvalBatches
+from gyre.data._source import GrainBatches as GrainBatches
+from gyre.data._source import Sources as Sources
+from gyre.data._source import arrays as arrays
 
 __all__ = [
     "Augmented",
     "Batches",
+    "EvalBatches",
+    "GrainBatches",
     "NumpyLoader",
     "Padded",
+    "Sources",
     "accepts_mask",
+    "arrays",
     "augment",
     "augmented",
     "batches",

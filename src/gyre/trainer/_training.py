@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from gyre.core._errors import explain
 from gyre.data._padding import padded
+from gyre.data._source import refuse_sources
 from gyre.trainer._data import EpochStream, epoch_length, is_iterator
 from gyre.trainer._metrics import ConcatCollector, MetricAccumulator, metric_names
 
@@ -35,6 +36,7 @@ def training_data(loader: Any, epochs: int) -> tuple[Any, int]:
         >>> data, steps = training_data([1, 2], 3); steps, list(data)
         (2, [1, 2, 1, 2, 1, 2])
     """
+    refuse_sources(loader, "the training data")
     if hasattr(loader, "state_dict") and hasattr(loader, "load_state_dict") and is_iterator(loader):
         steps = epoch_length(loader, what="train_loader")
         available = getattr(loader, "epochs", None)

@@ -1,0 +1,408 @@
+"""In-memory arrays as data sources: :func:`arrays` turns ``(x, y)`` (or a reader's whole
+``((x_train, y_train), (x_test, y_test))``) into resumable training batches, a seeded
+validation split and fixed evaluation batches, optionally augmented, optionally on grain.
+
+Every random choice has its own stream of ``seed``: the split is drawn from
+``numpy.random.SeedSequence(seed, spawn_key=(1,))``, the shuffle of epoch ``k`` from
+``default_rng((seed, k))`` (as :func:`gyre.data.batches`), the augmentation of batch ``i`` of
+epoch ``k`` from ``(augment_seed, k, i)`` (as :func:`gyre.data.augmented`), ``augment_seed``
+drawn from ``SeedSequence(seed, spawn_key=(2,))``. So batch ``i`` of epoch ``k`` is a pure
+function of its position: grain's threads produce exactly the numpy path's batches, and a
+position saved by one path resumes the other.
+"""
+
+from __future__ import annotations
+
+import numbers
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from gyre.core._errors import describe, explain, suggest, whole_number
+from gyre.data._arrays import Batches, check_seed
+from gyre.data._augment import augment as augment_batch
+from gyre.data._augment import augmented, random_crop
+
+AUGMENT_OPTIONS = ("padding", "flip", "seed")
+
+
+class Sources(NamedTuple):
+    """What :func:`arrays` returns: ``train`` (endless, resumable, reshuffled every epoch),
+    ``val`` and ``test`` (:class:`EvalBatches`, or ``None`` when there is no such split).
+
+    Example:
+        >>> import numpy as np, gyre
+        >>> s = gyre.data.arrays(((np.zeros((8, 2)), np.arange(8)), (np.ones((3, 2)), np.arange(3))), 2)
+        >>> s.train.epoch_steps, s.val, len(s.test)
+        (4, None, 2)
+    """
+
+    train: Any
+    val: EvalBatches | None
+    test: EvalBatches | None
+
+
+def refuse_sources(value: Any, what: str) -> None:
+    """Raises a clear error when ``value`` is the whole :class:`Sources` triple where one of its
+    parts (``.train``, ``.val`` or ``.test``) belongs: iterated, the triple would yield its
+    three parts as if they were batches.
+
+    Example:
+        >>> import numpy as np
+        >>> refuse_sources([np.zeros(2)], "the training data")  # anything else passes
+        >>> sources = arrays((np.zeros((4, 2)), np.arange(4)), 2)
+        >>> refuse_sources(sources, "the training data")
+        Traceback (most recent call last):
+        TypeError: the training data is the whole result of gyre.data.arrays(...), ...
+    """
+    if isinstance(value, Sources):
+        raise TypeError(
+            explain(
+                f"{what} is the whole result of gyre.data.arrays(...), a (train, val, test) triple",
+                expected="one of its parts: sources.train to train on, sources.val or sources.test "
+                "to evaluate on (or unpack: train, val, test = gyre.data.arrays(...))",
+                received=f"Sources(train={value.train!r}, val={value.val!r}, test={value.test!r})",
+                fix="pass sources.train as the training data and sources.val / sources.test as "
+                "the evaluation data",
+            )
+        )
+
+
+class EvalBatches:
+    """Evaluation batches of in-memory arrays: the same fixed order in every pass (re-iterable),
+    the last, smaller batch kept (gyre pads and masks it), never shuffled or augmented.
+
+    Attributes:
+        batch_size: rows per batch (the last may hold fewer).
+        samples: rows in all.
+
+    Example:
+        >>> import numpy as np
+        >>> val = EvalBatches((np.arange(5), np.arange(5) * 10), 2)
+        >>> len(val), [y.tolist() for _, y in val]
+        (3, [[0, 10], [20, 30], [40]])
+    """
+
+    def __init__(self, arrays: tuple[np.ndarray, ...], batch_size: int) -> None:
+        self._arrays, self.batch_size, self.samples = arrays, batch_size, arrays[0].shape[0]
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, ...]]:
+        for start in range(0, self.samples, self.batch_size):
+            yield tuple(a[start : start + self.batch_size] for a in self._arrays)
+
+    def __len__(self) -> int:
+        return -(-self.samples // self.batch_size)
+
+    def __repr__(self) -> str:
+        return f"EvalBatches(samples={self.samples}, batch_size={self.batch_size}, batches={len(self)})"
+
+
+class GrainBatches(Iterator[tuple[np.ndarray, ...]]):
+    """The training batches of :func:`arrays` with ``workers >= 1``: the batches of
+    ``gyre.data.batches`` (augmented as ``gyre.data.augmented`` would), produced by a grain
+    pipeline of one element per batch, gathered and augmented on grain's threads.
+
+    Element ``i`` is batch ``i % epoch_steps`` of epoch ``i // epoch_steps``; the grain
+    iterator's ``get_state()``/``set_state()`` are saved as :class:`~gyre.data.Batches`'
+    ``state_dict`` (``epoch``, ``position``, ...), so either path resumes the other.
+
+    Attributes:
+        epoch_steps: batches per epoch. epochs: ``None`` (endless). batch_size, seed: as given.
+
+    Example:
+        >>> import numpy as np, gyre
+        >>> x = np.arange(12.0).reshape(6, 2)
+        >>> it = gyre.data.arrays((x, np.arange(6)), 2, workers=1).train
+        >>> plain = gyre.data.batches((x, np.arange(6)), 2)  # the numpy path's batches
+        >>> all(np.array_equal(next(it)[1], next(plain)[1]) for _ in range(4))
+        True
+        >>> saved = it.state_dict(); saved["epoch"], saved["position"]
+        (1, 1)
+        >>> again = gyre.data.arrays((x, np.arange(6)), 2, workers=1).train
+        >>> again.load_state_dict(saved)
+        >>> np.array_equal(next(again)[1], next(it)[1])
+        True
+        >>> it.close(); again.close()
+    """
+
+    def __init__(self, arrays: tuple[np.ndarray, ...], batch_size: int, *, shuffle: bool, seed: int,
+                 drop_remainder: bool, augment: Mapping[str, Any] | None, workers: int) -> None:
+        grain = _import_grain()
+        self._plan = Batches(arrays, batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder)
+        self._data, self._augment = self._plan._data, augment
+        self.epoch_steps, self.epochs = self._plan.epoch_steps, None
+        self.batch_size, self.seed, self.shuffle = self._plan.batch_size, self._plan.seed, self._plan.shuffle
+        self._orders: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()
+        options = grain.ReadOptions(num_threads=workers, prefetch_buffer_size=2 * workers + 2)
+        self._dataset = grain.MapDataset.range(sys.maxsize).map(self._batch).to_iter_dataset(options)
+        self._it: Any = None  # made at the first batch, so a loaded position starts it there
+        self._start = 0
+
+    def _order(self, epoch: int) -> np.ndarray:
+        with self._lock:
+            order = self._orders.get(epoch)
+            if order is None:
+                order = self._orders[epoch] = np.random.default_rng((self.seed, epoch)).permutation(self._plan._n)
+                if len(self._orders) > 4:  # the oldest goes (drawn again if a thread needs it)
+                    del self._orders[min(self._orders)]
+            return order
+
+    def _batch(self, index: int) -> tuple[np.ndarray, ...]:
+        epoch, position = divmod(int(index), self.epoch_steps)
+        start = position * self.batch_size
+        if self.shuffle:
+            rows = self._order(epoch)[start : start + self.batch_size]
+            batch = tuple(a[rows] for a in self._data)
+        else:
+            batch = tuple(a[start : start + self.batch_size] for a in self._data)
+        if self._augment is not None:
+            batch = (augment_batch(batch[0], epoch=epoch, index=position, **self._augment), *batch[1:])
+        return batch
+
+    def __iter__(self) -> GrainBatches:
+        return self
+
+    def __next__(self) -> tuple[np.ndarray, ...]:
+        if self._it is None:
+            self._it = iter(self._dataset)
+            if self._start:
+                self._it.set_state({"next_index": self._start})
+        return next(self._it)
+
+    @property
+    def index(self) -> int:
+        """The next batch counted from the first of epoch 0 (grain's ``next_index``)."""
+        return self._start if self._it is None else int(self._it.get_state()["next_index"])
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position of the next batch, as ``gyre.data.Batches.state_dict`` gives it."""
+        return self._plan.state_dict_at(self.index)
+
+    def state_dict_at(self, index: int) -> dict[str, Any]:
+        """The :meth:`state_dict` at batch ``index`` (see ``Batches.state_dict_at``)."""
+        return self._plan.state_dict_at(index)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continues with the batch ``state`` points at (checked as ``Batches.load_state_dict``
+        checks it: a position of other data is an error)."""
+        self._plan.load_state_dict(state)
+        self._start = self._plan.index
+        if self._it is not None:
+            self._it.set_state({"next_index": self._start})
+
+    def close(self) -> None:
+        """Stops grain's threads (a later batch starts them again)."""
+        if self._it is not None:
+            self._start = self.index
+            self._it.close()
+            self._it = None
+
+    def __repr__(self) -> str:
+        return (f"GrainBatches(samples={self._plan._n}, batch_size={self.batch_size}, "
+                f"epoch_steps={self.epoch_steps}, seed={self.seed}, index={self.index})")
+
+
+def _import_grain() -> Any:
+    try:
+        import grain
+    except ImportError as err:
+        raise ImportError(
+            explain(
+                "gyre.data.arrays(..., workers>=1) runs on grain, which is not installed",
+                expected="the grain package (an optional extra of gyre)",
+                received=f"ImportError: {err}",
+                fix="pip install 'gyre[grain]', or pass workers=0 (the numpy path, the same batches)",
+            )
+        ) from err
+    return grain
+
+
+def _is_array(value: Any) -> bool:
+    return hasattr(value, "__array__") and np.ndim(value) >= 1
+
+
+def _split_arrays(data: Any) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...] | None]:
+    """``(train arrays, test arrays or None)`` from ``(x, y, ...)`` or a reader's result."""
+    if isinstance(data, (tuple, list)) and data:
+        if all(_is_array(a) for a in data):
+            return _same_rows(data, "data"), None
+        if len(data) == 2 and all(isinstance(p, (tuple, list)) and p and all(_is_array(a) for a in p) for p in data):
+            return _same_rows(data[0], "the training arrays"), _same_rows(data[1], "the test arrays")
+    raise TypeError(
+        explain(
+            "arrays() takes a tuple of arrays sharing their first dimension, or a reader's result",
+            expected="(x, y) numpy arrays, or ((x_train, y_train), (x_test, y_test)) as "
+            "gyre.data.mnist(path) returns",
+            received=describe(data),
+            fix="pass gyre.data.arrays((x, y), 128) or gyre.data.arrays(gyre.data.mnist(path), 128)",
+        )
+    )
+
+
+def _same_rows(arrays: Any, what: str) -> tuple[np.ndarray, ...]:
+    out = tuple(np.asarray(a) for a in arrays)
+    rows = [a.shape[0] for a in out]
+    if len(set(rows)) != 1 or rows[0] == 0:
+        raise ValueError(
+            explain(
+                f"{what} must hold the same number (>= 1) of examples along their first dimension",
+                expected="e.g. x of shape (n, 28, 28, 1) and y of shape (n,), n >= 1",
+                received=", ".join(str(a.shape) for a in out),
+                fix="pass inputs and labels of the same split, e.g. (x_train, y_train)",
+            )
+        )
+    return out
+
+
+def _held_out(validation: Any, n: int) -> int:
+    """How many of the ``n`` training examples ``validation`` holds out (checked)."""
+    bad = None
+    if isinstance(validation, bool) or not isinstance(validation, numbers.Real):
+        bad = "not a number"
+    elif isinstance(validation, numbers.Integral):
+        count = int(validation)
+        bad = "a count < 1" if count < 1 else f"more than the {n} examples" if count > n else None
+    elif not 0 < validation < 1:
+        bad = "a float outside (0, 1) (a count is an int)"
+    else:
+        count = max(1, round(float(validation) * n))
+    if bad is None and count >= n:
+        bad = f"all {n} examples, leaving none for training"
+    if bad is not None:
+        raise ValueError(
+            explain(
+                f"validation= must hold out some, not all, of the {n} training examples ({bad})",
+                expected=f"None, a fraction in (0, 1) such as 0.1, or a count 1 <= k < {n} such as {max(1, n // 10)}",
+                received=describe(validation),
+                fix=f"pass validation=0.1 or validation={max(1, n // 10)} (an int), or None for no split",
+            )
+        )
+    return count
+
+
+def _augment_options(augment: Any, seed: int, images: np.ndarray) -> dict[str, Any] | None:
+    if augment is None or augment is False:
+        return None
+    options = {} if augment is True else dict(augment) if isinstance(augment, Mapping) else None
+    unknown = [key for key in options or {} if key not in AUGMENT_OPTIONS]
+    if options is None or unknown:
+        raise (TypeError if options is None else ValueError)(
+            explain("augment= takes None, True or a dict of the options padding, flip, seed",
+                    expected="augment=True (crop with padding 4, flip) or augment={'padding': 2, 'flip': False}",
+                    received=describe(augment) if options is None else f"an unknown option {unknown[0]!r}",
+                    fix="pass augment=True or a dict with keys padding, flip, seed."
+                    + (suggest(str(unknown[0]), AUGMENT_OPTIONS) if unknown else ""))
+        )
+    if images.ndim < 3:
+        raise ValueError(
+            explain("augment= crops and flips images, and the first array holds none",
+                    expected="x shaped (n, height, width) or (n, height, width, channels)",
+                    received=f"x of shape {images.shape}",
+                    fix="reshape flat images first, e.g. x.reshape(-1, 8, 8, 1), or leave augment=None")
+        )
+    if not isinstance(options.get("flip", True), bool):
+        raise TypeError(explain("augment's flip must be a bool", expected="flip=True or flip=False",
+                                received=describe(options["flip"]), fix="pass {'flip': True}"))
+    default = int(np.random.SeedSequence(seed, spawn_key=(2,)).generate_state(1)[0])
+    options["seed"] = check_seed(options.get("seed", default))
+    options["padding"] = options.get("padding", 4)
+    random_crop(np.zeros((1, 1, 1)), 0, options["padding"])  # checks padding now
+    return options
+
+
+def arrays(
+    data: Any,
+    batch_size: int,
+    *,
+    validation: float | int | None = None,
+    seed: int = 0,
+    shuffle: bool = True,
+    drop_remainder: bool = True,
+    augment: bool | Mapping[str, Any] | None = None,
+    workers: int = 0,
+) -> Sources:
+    """In-memory arrays as data sources: resumable training batches reshuffled every epoch, a
+    seeded validation split, and fixed evaluation batches.
+
+    Args:
+        data: ``(x, y, ...)`` arrays sharing their first dimension (``test`` is then ``None``),
+            or a reader's result ``((x_train, y_train), (x_test, y_test))`` (``gyre.data.mnist``).
+        batch_size: examples per batch.
+        validation: ``None``; a fraction in (0, 1) (rounded, at least one example) or a count
+            >= 1 of the training examples, held out by a permutation drawn from ``seed`` (the
+            same seed, the same split; another seed, another split).
+        seed: decides the split, every epoch's order and the augmentation.
+        shuffle: reshuffle the training batches every epoch (``False``: the data's order).
+        drop_remainder: drop each epoch's last, smaller training batch (one step shape).
+        augment: ``None``; ``True`` or ``{"padding": 4, "flip": True, "seed": ...}``: a random
+            crop with zero padding and a random horizontal flip of the training images (the
+            first array), drawn from ``(augment seed, epoch, batch)`` (repeats on resume; the
+            augment seed comes from ``seed`` unless given).
+        workers: ``0``: numpy in the calling thread. ``>= 1``: the same batches from a grain
+            pipeline (one element per batch) on that many threads (``pip install 'gyre[grain]'``).
+
+    Returns:
+        :class:`Sources` ``(train, val, test)``. ``train`` is endless and knows its
+        ``epoch_steps`` and position (``state_dict``/``load_state_dict``, JSON-able, the same
+        for both paths): ``gyre.data.Batches`` (``workers=0``; wrapped by
+        ``gyre.data.augmented`` when augmenting) or :class:`GrainBatches`. ``val``/``test``
+        are :class:`EvalBatches` (or ``None``).
+
+    Raises:
+        TypeError, ValueError: ``data`` has another form, arrays disagree on their first
+            dimension, a bad ``validation``, ``augment`` or ``workers`` (the message says).
+        ImportError: ``workers >= 1`` without grain.
+
+    Where grain pays (``benchmarks/data_sources.py``: batches/s of ``workers=2`` over
+    ``workers=0``, 2 shared CPU cores, four runs): CIFAR-shaped gathers (10,000 x 32 x 32 x 3,
+    batch 128; numpy ~6,000 batches/s) 0.26-0.59; the same augmented (numpy ~345/s) 0.80-1.31
+    (the augmentation alone runs ~1.8x faster on two idle cores); digits-shaped batches
+    (1,797 x 64, batch 64; numpy ~210,000/s) 0.09-0.15 (grain costs 30-60 us per element). Keep
+    ``workers=0`` unless a batch costs milliseconds (augmented images) and cores are idle.
+
+    Example:
+        >>> import numpy as np, gyre
+        >>> x, y = np.arange(20.0).reshape(10, 2), np.arange(10)
+        >>> train, val, test = gyre.data.arrays((x, y), 4, validation=0.2, seed=1)
+        >>> train.epoch_steps, val.samples, len(val), test is None
+        (2, 2, 1, True)
+        >>> xb, yb = next(train); xb.shape
+        (4, 2)
+        >>> saved = train.state_dict()
+        >>> again = gyre.data.arrays((x, y), 4, validation=0.2, seed=1).train
+        >>> again.load_state_dict(saved)
+        >>> np.array_equal(next(again)[1], next(train)[1])
+        True
+    """
+    train_arrays, test_arrays = _split_arrays(data)
+    seed = check_seed(seed)
+    batch_size = whole_number(batch_size, minimum=1, problem="batch_size must be a whole number >= 1",
+                              expected="an int >= 1, e.g. 128", fix="pass batch_size=128")
+    workers = whole_number(workers, minimum=0, problem="workers must be a whole number >= 0",
+                           expected="0 (numpy, this thread) or the threads of a grain pipeline, e.g. 2",
+                           fix="pass workers=0 or workers=2")
+    options = _augment_options(augment, seed, train_arrays[0])
+    val = None
+    if validation is not None:
+        n = train_arrays[0].shape[0]
+        held = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1,))).permutation(n)
+        cut = _held_out(validation, n)
+        val_rows, train_rows = np.sort(held[:cut]), np.sort(held[cut:])
+        val = EvalBatches(tuple(a[val_rows] for a in train_arrays), batch_size)
+        train_arrays = tuple(a[train_rows] for a in train_arrays)
+    test = None if test_arrays is None else EvalBatches(test_arrays, batch_size)
+    if workers:
+        train: Any = GrainBatches(train_arrays, batch_size, shuffle=shuffle, seed=seed,
+                                  drop_remainder=drop_remainder, augment=options, workers=workers)
+    else:
+        train = Batches(train_arrays, batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder)
+        if options is not None:
+            train = augmented(train, **options)
+    return Sources(train, val, test)
+
+
+__all__ = ["EvalBatches", "GrainBatches", "Sources", "arrays"]
