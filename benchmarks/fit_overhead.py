@@ -270,7 +270,7 @@ def interleave(runners: dict[str, Runner], epochs: int, steps: int, rounds: int)
 def per_call_costs(runners: dict[str, Runner], state: Any, batch: Arrays, steps: int, repeats: int = 3) -> str:
     """The trace + compile of fit's training step (as each fit call does it), and the whole
     fixed cost of a one-epoch fit call against a one-epoch hand-written run saving every epoch."""
-    from gyre.trainer._fit import make_train_step
+    from gyre.trainer._fit_steps import make_train_step
 
     compiles = []
     for _ in range(repeats):
@@ -387,7 +387,7 @@ def timed_fit_run(run: Runner, epochs: int) -> tuple[Timers, float]:
 def dispatch_alone(state: Any, hand_step: Callable[..., Any], hand_state: Any, batches: list[Arrays]) -> None:
     """fit's compiled step and the hand-written one, each alone in a bare Python loop over
     the same batches (best of 5)."""
-    from gyre.trainer._fit import make_train_step
+    from gyre.trainer._fit_steps import make_train_step
 
     step = make_train_step(loss_fn, state)
     state = fresh_copy(state)

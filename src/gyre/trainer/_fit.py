@@ -11,14 +11,15 @@ training as one :func:`gyre.train_loop`. What it fixes in Jax Fit:
 * the best model is kept by the *validation* set (``val_ds``), never by the test set;
 * the losses and the learning rate are logged as device values (no host sync per step);
 * a run resumes exactly (``resume="latest"``) from ``<log_dir>/<log_name>/checkpoints``.
+
+``strategy=`` runs it as the rest of gyre does (:mod:`gyre.parallel`): under
+``"data_parallel"`` the state is replicated and every batch split over the devices, and the
+training and the (padded, masked) evaluation give what one device gives.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import os
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -33,7 +34,15 @@ from gyre.data._padding import accepts_mask, padded
 from gyre.loop import _named
 from gyre.loop._inner import inner_loop
 from gyre.loop._tasks import When
+from gyre.parallel._strategies import Strategy, get_strategy
 from gyre.trainer._data import is_iterator
+from gyre.trainer._fit_steps import (
+    batch_rows,
+    check_split,
+    make_train_step,
+    plain_jit,
+    strategy_train_step,
+)
 from gyre.trainer._training import first_batch, training_data
 
 BARE_METRIC = "accuracy"
@@ -59,6 +68,7 @@ def fit(
     save_every_minutes: float = 10.0,
     monitor: str | None = None,
     mode: str = "max",
+    strategy: str | Strategy = "jit",
 ) -> tuple[TrainState, History]:
     """Trains ``state`` for ``num_epochs`` epochs of ``train_ds``, as Jax Fit's ``fit``.
 
@@ -98,6 +108,14 @@ def fit(
         monitor: the validation metric ranking checkpoints (default: ``eval_step``'s first
             one), with or without the ``_val`` suffix.
         mode: ``"max"`` (default: higher ``monitor`` is better) or ``"min"``.
+        strategy: how the steps run, a name (``"jit"``, the default: one device;
+            ``"data_parallel"``, ``"fsdp"``, ``"spmd"``, ``"eager"``, any registered one) or
+            a :class:`gyre.Strategy` (``gyre.DataParallel(mesh=...)``). Under data
+            parallelism the state is replicated and each batch split over the devices: every
+            training batch must hold a multiple of the device count (checked before training,
+            a list's batches all at once), evaluation batches are padded to one for a
+            mask-aware ``eval_step`` (else a batch that does not split runs whole on every
+            device). Batch norm statistics and means are over the whole batch, as on one.
 
     Returns:
         ``(state, history)``: the final state and the run's :class:`gyre.History`.
@@ -133,11 +151,25 @@ def fit(
         ...     progress=False)
         >>> history.collect("accuracy_test"), masked_accuracy._cache_size()
         ([1.0], 1)
+
+        Data parallel: the state replicated, each batch of 8 split over the devices.
+
+        >>> params = model.init(jax.random.key(0), jnp.ones((1, 3)))["params"]
+        >>> state = gyre.TrainState.create(apply_fn=apply, params=params, tx=optax.adam(0.1))
+        >>> x8, y8 = jnp.ones((8, 3)), jnp.ones(8, jnp.int32)
+        >>> state, _ = gyre.fit(state, [(x8, y8)] * 2, loss_fn=loss_fn, num_epochs=1,
+        ...     log_dir=tmp.name, log_name="dp", progress=False, strategy="data_parallel")
+        >>> int(state.step), state.params["kernel"].sharding.is_fully_replicated
+        (2, True)
         >>> tmp.cleanup()
     """
     import gyre
 
     epochs = _check_arguments(state, num_epochs, eval_freq, test_ds, val_ds, eval_step, mode)
+    chosen = get_strategy(strategy)  # an unknown name: the registered ones, the closest first
+    if not plain_jit(chosen):
+        check_split(chosen, train_ds)
+        state = chosen.place_state(state)  # a copy: the caller's arrays are not donated
     data, epoch_steps = training_data(train_ds, epochs)
     run_dir = os.path.join(os.fspath(log_dir), log_name)
     names = {n: _eval_names(eval_step, state, ds) for n, ds in (("test", test_ds), ("val", val_ds)) if ds is not None}
@@ -158,7 +190,7 @@ def fit(
             )
         )
     evaluations = [
-        _evaluation(eval_step, ds, name)  # type: ignore[arg-type]
+        _evaluation(eval_step, ds, name, chosen)  # type: ignore[arg-type]
         for ds, name in ((test_ds, "test"), (val_ds, "val")) if ds is not None
     ]
     ckpt = gyre.checkpoint(
@@ -176,7 +208,8 @@ def fit(
             )
         )
     reads = ("step_in_epoch", "epochs")
-    tasks: dict[Any, Any] = {gyre.on_train_step: make_train_step(loss_fn, state)}
+    step = make_train_step(loss_fn, state) if plain_jit(chosen) else strategy_train_step(loss_fn, state, chosen)
+    tasks: dict[Any, Any] = {gyre.on_train_step: step}
     # saves for resuming: on a clock (a save costs tens of ms, an epoch may take less), at the
     # end and on preemption (the engine's final save); every epoch's end with save_every_minutes=0
     seconds = 60.0 * float(save_every_minutes)
@@ -266,97 +299,6 @@ def _check_arguments(
     return epochs
 
 
-def _takes_step(fn: Any) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return "step" in params
-
-
-def _loss_pair(out: Any) -> tuple[Any, Mapping[str, Any]]:
-    """``(loss, loss_dict)`` from what ``loss_fn`` returned, or a clear error saying what it
-    returned instead."""
-    expected = "(loss, loss_dict): a scalar loss and a dict of values to log, e.g. (loss, {'ce': loss})"
-    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping) and jnp.ndim(out[0]) == 0:
-        return out[0], out[1]
-    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Mapping):
-        problem, fix = "loss_fn returned (loss_dict, loss): the pair in reverse order", "return loss, loss_dict"
-    elif isinstance(out, Mapping):
-        problem, fix = "loss_fn returned a loss_dict alone, without the loss", "return loss, loss_dict"
-    elif not isinstance(out, (tuple, list)) and jnp.ndim(out) == 0:
-        problem, fix = "loss_fn returned a bare loss where a pair is expected", "return loss, {'loss': loss}"
-    else:
-        problem, fix = "loss_fn must return (loss, loss_dict) with a scalar loss", "return loss.mean(), {...}"
-    raise TypeError(explain(problem, expected=expected, received=describe(out), fix=fix))
-
-
-def make_train_step(loss_fn: Callable[..., Any], state: TrainState) -> Any:
-    """The compiled training step ``(state, (x, y)) -> (logs, state)`` of :func:`fit`
-    (state donated; fusable by ``steps_per_call``).
-
-    Example:
-        >>> import gyre, jax, jax.numpy as jnp, optax, flax.linen as nn
-        >>> model = nn.Dense(1)
-        >>> apply = lambda v, x, train=False, rngs=None: model.apply(v, x)
-        >>> p = model.init(jax.random.key(0), jnp.ones((1, 2)))["params"]
-        >>> s = gyre.TrainState.create(apply_fn=apply, params=p, tx=optax.sgd(0.1))
-        >>> def mse(out, y):
-        ...     loss = jnp.mean((out[:, 0] - y) ** 2)
-        ...     return loss, {"mse": loss}
-        >>> logs, s = make_train_step(mse, s)(s, (jnp.ones((4, 2)), jnp.zeros(4)))
-        >>> int(s.step), sorted(logs["losses"])
-        (1, ['loss', 'mse'])
-    """
-    takes_step = _takes_step(loss_fn)
-    collections = list(state.model_state)
-    key = (tuple(collections), takes_step)
-    try:  # one compiled step per loss function: a second fit call must not trace it again
-        cached = _STEPS.setdefault(loss_fn, {})
-    except TypeError:  # not weakly referable: compiled per call
-        cached = {}
-    if key in cached:
-        return cached[key]
-
-    @functools.partial(jax.jit, donate_argnums=0)
-    def train_step(state: TrainState, batch: Any) -> tuple[Logs, TrainState]:
-        x, labels = batch
-        rng = jax.random.fold_in(state.rng, state.step)
-
-        def objective(params: Any) -> tuple[Any, tuple[Mapping[str, Any], Any]]:
-            variables = {"params": params, **state.model_state}
-            if collections:
-                logits, updates = state.apply_fn(variables, x, train=True, mutable=collections, rngs={"dropout": rng})
-            else:
-                logits, updates = state.apply_fn(variables, x, train=True, rngs={"dropout": rng}), {}
-            out = loss_fn(logits, labels, step=state.step) if takes_step else loss_fn(logits, labels)
-            loss, loss_dict = _loss_pair(out)
-            return loss, (loss_dict, updates)
-
-        (loss, (loss_dict, updates)), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
-        new_state = state.apply_gradients(grads=grads, model_state={**state.model_state, **dict(updates)})
-        logs = Logs().add_loss("loss", loss)
-        for name, value in loss_dict.items():
-            if name != "loss":
-                logs.add_loss(str(name), value)
-        rate = _learning_rate(new_state.opt_state)
-        if rate is not None:
-            logs.add_metric("learning_rate", rate)
-        return logs, new_state
-
-    cached[key] = train_step
-    return train_step
-
-
-_STEPS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
-
-
-def _learning_rate(opt_state: Any) -> Any:
-    from gyre.config._optim import learning_rate_of
-
-    return learning_rate_of(opt_state)
-
-
 def eval_entries(out: Any) -> dict[str, Any]:
     """``eval_step``'s result as ``{name: scalar}`` (a bare value is ``accuracy``), or a
     clear error for a non-scalar.
@@ -380,19 +322,34 @@ def eval_entries(out: Any) -> dict[str, Any]:
     return entries
 
 
-def _evaluation(eval_step: Callable[..., Any], ds: Any, name: str) -> Any:
+def _evaluation(eval_step: Callable[..., Any], ds: Any, name: str, strategy: Strategy | None = None) -> Any:
     """One evaluation of ``eval_step`` over ``ds`` (an inner :func:`gyre.test_loop`),
     entries named ``<metric>_<name>``, batch-size weighted means.
 
     An ``eval_step`` that accepts the keyword ``mask`` gets every batch padded to the first
     one's size (:func:`gyre.data.padded`) with ``mask`` (a bool vector of the real rows):
     it compiles once, and each batch weighs ``mask.sum()``. Any other runs on the batches as
-    they are (a smaller last batch: one more compilation)."""
+    they are (a smaller last batch: one more compilation).
+
+    Under a strategy with a mesh, batches are placed on its devices (split over the data
+    axis): padded batches to the next multiple of the devices, and an unpadded batch that
+    does not split is passed whole (every device computes it). Weights are read from the
+    host batches and masks, before placing."""
+    share = strategy.lift_batch_size(1) if strategy is not None and strategy.mesh is not None else 0
+
+    def place(batch: Any) -> Any:
+        if not share:
+            return batch
+        return strategy.place_batch(batch) if batch_rows(batch) % share == 0 else batch  # type: ignore[union-attr]
+
     if accepts_mask(eval_step):
-        data: Any = padded(ds)  # re-iterable as ds is
+        size = None
+        if share:  # the first batch's size, rounded up to split over the devices
+            size = -(-batch_rows(first_batch(ds)) // share) * share
+        data: Any = padded(ds, size)  # re-iterable as ds is
 
         def test_step(state: Any, batch: Any) -> Logs:  # batch: a (batch, mask) pair
-            batch, mask = batch
+            batch, mask = place(batch)
             return Logs().add_metrics(eval_entries(eval_step(state, batch, mask=mask)))
 
         size_fn: Any = _real_rows
@@ -400,7 +357,7 @@ def _evaluation(eval_step: Callable[..., Any], ds: Any, name: str) -> Any:
         data, size_fn = ds, None
 
         def test_step(state: Any, batch: Any) -> Logs:
-            return Logs().add_metrics(eval_entries(eval_step(state, batch)))
+            return Logs().add_metrics(eval_entries(eval_step(state, place(batch))))
 
     def evaluate(state: Any) -> Any:
         return _named.test_loop(state, data, {"on_test_step": test_step}, nan_policy="ignore", batch_size_fn=size_fn)

@@ -1,0 +1,235 @@
+"""The training step of :func:`gyre.fit`: the seed's ``loss_fn(logits, labels)`` turned into a
+jitted ``(state, batch) -> (logs, state)`` step (batch statistics mutable, a fresh dropout key
+per step, the learning rate logged from the optimizer state), compiled once per loss function,
+and its form under a strategy (:class:`StrategyStep`: batches placed, the state replicated).
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gyre.core._errors import describe, explain
+from gyre.core._logs import Logs
+from gyre.core._state import TrainState
+from gyre.loop._fuse import scan_steps
+from gyre.parallel._strategies import Jit, Strategy
+from gyre.trainer._training import first_batch
+
+
+def _takes_step(fn: Any) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "step" in params
+
+
+def _loss_pair(out: Any) -> tuple[Any, Mapping[str, Any]]:
+    """``(loss, loss_dict)`` from what ``loss_fn`` returned, or a clear error saying what it
+    returned instead."""
+    expected = "(loss, loss_dict): a scalar loss and a dict of values to log, e.g. (loss, {'ce': loss})"
+    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping) and jnp.ndim(out[0]) == 0:
+        return out[0], out[1]
+    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Mapping):
+        problem, fix = "loss_fn returned (loss_dict, loss): the pair in reverse order", "return loss, loss_dict"
+    elif isinstance(out, Mapping):
+        problem, fix = "loss_fn returned a loss_dict alone, without the loss", "return loss, loss_dict"
+    elif not isinstance(out, (tuple, list)) and jnp.ndim(out) == 0:
+        problem, fix = "loss_fn returned a bare loss where a pair is expected", "return loss, {'loss': loss}"
+    else:
+        problem, fix = "loss_fn must return (loss, loss_dict) with a scalar loss", "return loss.mean(), {...}"
+    raise TypeError(explain(problem, expected=expected, received=describe(out), fix=fix))
+
+
+def make_train_step(loss_fn: Callable[..., Any], state: TrainState) -> Any:
+    """The compiled training step ``(state, (x, y)) -> (logs, state)`` of :func:`fit`
+    (state donated; fusable by ``steps_per_call``).
+
+    Example:
+        >>> import gyre, jax, jax.numpy as jnp, optax, flax.linen as nn
+        >>> model = nn.Dense(1)
+        >>> apply = lambda v, x, train=False, rngs=None: model.apply(v, x)
+        >>> p = model.init(jax.random.key(0), jnp.ones((1, 2)))["params"]
+        >>> s = gyre.TrainState.create(apply_fn=apply, params=p, tx=optax.sgd(0.1))
+        >>> def mse(out, y):
+        ...     loss = jnp.mean((out[:, 0] - y) ** 2)
+        ...     return loss, {"mse": loss}
+        >>> logs, s = make_train_step(mse, s)(s, (jnp.ones((4, 2)), jnp.zeros(4)))
+        >>> int(s.step), sorted(logs["losses"])
+        (1, ['loss', 'mse'])
+    """
+    cached, key = _cache_of(loss_fn, state, None)
+    if key not in cached:
+        cached[key] = jax.jit(_train_step_fn(loss_fn, key[0], key[1]), donate_argnums=0)
+    return cached[key]
+
+
+def strategy_train_step(loss_fn: Callable[..., Any], state: TrainState, strategy: Strategy) -> StrategyStep:
+    """:func:`fit`'s training step run by ``strategy`` (compiled by it, batches placed on
+    its devices): a :class:`StrategyStep`, one per loss function and strategy.
+
+    Example:
+        >>> import gyre, jax, jax.numpy as jnp, optax, flax.linen as nn
+        >>> model = nn.Dense(1)
+        >>> apply = lambda v, x, train=False, rngs=None: model.apply(v, x)
+        >>> p = model.init(jax.random.key(0), jnp.ones((1, 2)))["params"]
+        >>> dp = gyre.get_strategy("data_parallel")
+        >>> s = dp.place_state(gyre.TrainState.create(apply_fn=apply, params=p, tx=optax.sgd(0.1)))
+        >>> def mse(out, y):
+        ...     return jnp.mean((out[:, 0] - y) ** 2), {}
+        >>> step = strategy_train_step(mse, s, dp)
+        >>> logs, s = step(s, (jnp.ones((8, 2)), jnp.zeros(8)))
+        >>> int(s.step), step is strategy_train_step(mse, s, dp)
+        (1, True)
+    """
+    cached, key = _cache_of(loss_fn, state, strategy)
+    if key not in cached:
+        cached[key] = StrategyStep(_train_step_fn(loss_fn, key[0], key[1]), strategy)
+    return cached[key]
+
+
+class StrategyStep:
+    """A ``(state, batch) -> (logs, state)`` step compiled by a strategy, which places each
+    batch on the strategy's devices (split over its data axis) before the call; ``fuse(k)``
+    (``steps_per_call``) runs ``k`` of them in one ``lax.scan`` over ``k`` stacked batches.
+
+    Example:
+        >>> import gyre, jax.numpy as jnp
+        >>> add = StrategyStep(lambda s, b: (gyre.logs(), s + b.sum()), gyre.get_strategy("jit"))
+        >>> float(add(jnp.zeros(()), jnp.ones(4))[1]), float(add.fuse(2)(jnp.zeros(()), jnp.ones((2, 4)))[1])
+        (4.0, 8.0)
+    """
+
+    def __init__(self, step: Callable[[Any, Any], tuple[Logs, Any]], strategy: Strategy) -> None:
+        self.step, self.strategy = step, strategy
+        self._run = strategy.compile(step)
+        self._place = strategy.mesh is not None  # one device: jit moves host batches itself
+        self._fused: dict[int, Callable[[Any, Any], tuple[Logs, Any]]] = {}
+
+    def __call__(self, state: Any, batch: Any) -> tuple[Logs, Any]:
+        if self._place:
+            batch = self.strategy.place_batch(batch)
+        return self._run(state, batch)
+
+    def fuse(self, steps: int) -> Callable[[Any, Any], tuple[Logs, Any]]:
+        """``(state, batches) -> (logs, state)``: ``steps`` steps, one per row of ``batches``."""
+        run = self._fused.get(steps)
+        if run is None:
+
+            def scan(state: Any, batches: Any) -> tuple[Logs, Any]:
+                def body(carry: Any, batch: Any) -> tuple[Any, Logs]:
+                    logs, carry = self.step(carry, batch)
+                    return carry, logs
+
+                state, logs = scan_steps(body, state, batches)
+                return logs, state
+
+            run = self._fused[steps] = self.strategy.compile(scan, batch_axis=1)
+
+        def fused(state: Any, batches: Any) -> tuple[Logs, Any]:
+            if self._place:
+                batches = self.strategy.place_batch(batches, axis=1)
+            return run(state, batches)
+
+        return fused
+
+
+def _cache_of(loss_fn: Any, state: TrainState, strategy: Strategy | None) -> tuple[dict[Any, Any], Any]:
+    """The compiled steps of ``loss_fn`` (one per model collections, step argument and
+    strategy: a second fit call must not trace it again), and this call's key."""
+    key = (tuple(state.model_state), _takes_step(loss_fn), strategy)
+    try:
+        return _STEPS.setdefault(loss_fn, {}), key
+    except TypeError:  # not weakly referable: compiled per call
+        return {}, key
+
+
+def _train_step_fn(loss_fn: Callable[..., Any], collections: tuple[str, ...], takes_step: bool) -> Any:
+    """fit's training step, uncompiled: ``(state, (x, y)) -> (logs, state)``."""
+    mutable = list(collections)
+
+    def train_step(state: TrainState, batch: Any) -> tuple[Logs, TrainState]:
+        x, labels = batch
+        rng = jax.random.fold_in(state.rng, state.step)
+
+        def objective(params: Any) -> tuple[Any, tuple[Mapping[str, Any], Any]]:
+            variables = {"params": params, **state.model_state}
+            if mutable:
+                logits, updates = state.apply_fn(variables, x, train=True, mutable=mutable, rngs={"dropout": rng})
+            else:
+                logits, updates = state.apply_fn(variables, x, train=True, rngs={"dropout": rng}), {}
+            out = loss_fn(logits, labels, step=state.step) if takes_step else loss_fn(logits, labels)
+            loss, loss_dict = _loss_pair(out)
+            return loss, (loss_dict, updates)
+
+        (loss, (loss_dict, updates)), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
+        new_state = state.apply_gradients(grads=grads, model_state={**state.model_state, **dict(updates)})
+        logs = Logs().add_loss("loss", loss)
+        for name, value in loss_dict.items():
+            if name != "loss":
+                logs.add_loss(str(name), value)
+        rate = _learning_rate(new_state.opt_state)
+        if rate is not None:
+            logs.add_metric("learning_rate", rate)
+        return logs, new_state
+
+    return train_step
+
+
+def plain_jit(strategy: Strategy) -> bool:
+    """Whether ``strategy`` is the default: one ``jax.jit`` on the default device, donating
+    (fit's own step, batches left for jit to move)."""
+    return type(strategy) is Jit and strategy.device is None and strategy.donate
+
+
+def check_split(strategy: Strategy, train_ds: Any) -> None:
+    """A clear error, before training, for a training batch the strategy cannot split over
+    its devices (every batch of a list or tuple; the first of any other source)."""
+    share = strategy.lift_batch_size(1)  # this process's devices on the data axis
+    if share == 1:
+        return
+    items = enumerate(train_ds) if isinstance(train_ds, (list, tuple)) else [(0, first_batch(train_ds))]
+    for index, batch in items:
+        rows = batch_rows(batch)
+        if rows % share:
+            lower, upper = rows - rows % share, rows + share - rows % share
+            raise ValueError(
+                explain(
+                    f"fit: a training batch of {rows} examples cannot be split over the {share} devices "
+                    f"of strategy {strategy.name!r}",
+                    expected=f"every training batch a multiple of {share} examples (each device gets "
+                    f"batch_size / {share})",
+                    received=f"batch {index} of train_ds with {rows} examples",
+                    fix=f"use a batch size of {upper}" + (f" or {lower}" if lower else "")
+                    + " (gyre.data.batches(..., drop_remainder=True) drops a smaller last batch), "
+                    "or strategy='jit'",
+                )
+            )
+
+
+_STEPS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
+
+
+def _learning_rate(opt_state: Any) -> Any:
+    from gyre.config._optim import learning_rate_of
+
+    return learning_rate_of(opt_state)
+
+
+def batch_rows(batch: Any) -> int:
+    """A batch's leading dimension (its first array leaf's; 0 without one), from shapes.
+
+    Example:
+        >>> import numpy as np
+        >>> batch_rows((np.zeros((5, 2)), np.zeros(5))), batch_rows({})
+        (5, 0)
+    """
+    sizes = [np.shape(x)[0] for x in jax.tree_util.tree_leaves(batch) if np.ndim(x) >= 1]
+    return sizes[0] if sizes else 0
