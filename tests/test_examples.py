@@ -147,3 +147,19 @@ def test_09_jaxloop_outer_loop(tmp_path, monkeypatch, capsys):
     (events,) = tmp_path.glob("events.out.tfevents.*")
     assert events.stat().st_size > 0
     assert "300 steps, test accuracy" in capsys.readouterr().out
+
+
+def test_11_cifar10_on_synthetic_data(load, tmp_path, capsys):
+    """The CIFAR-10-shaped example on synthetic data (no --data): augmented batches, an
+    lr_schedule, a validation split; above chance (0.1) by far, its files written."""
+    example = load("11_cifar10")
+    (x, y), (x_test, _) = example.synthetic_cifar(n_train=20, n_test=10)
+    assert x.shape == (20, 32, 32, 3) and x.dtype == np.float32 and 0 <= x.min() and x.max() <= 1
+    assert y.dtype == np.int32 and x_test.shape == (10, 32, 32, 3)
+    accuracy = example.main(epochs=2, n_train=1280, batch_size=64, workdir=str(tmp_path))
+    assert accuracy > 0.6
+    run = tmp_path / "cifar10"
+    header = (run / "history.csv").read_text().splitlines()[0].split(",")
+    assert {"loss", "learning_rate", "accuracy_val", "accuracy_test"} <= set(header)
+    assert any(p.name.startswith("events.out.tfevents") and p.stat().st_size > 0 for p in run.iterdir())
+    assert "36/36 [" in capsys.readouterr().out  # 2 epochs of 18 batches (1,152 training images)
