@@ -339,3 +339,18 @@ def test_resume_saves_run_on_a_clock_and_a_second_call_reuses_the_compiled_step(
     assert (tmp_path / "epochs" / "checkpoints" / "6").is_dir()
     with pytest.raises(ValueError, match="save_every_minutes >= 0"):
         gyre.fit(fresh(), data, loss_fn=mse, num_epochs=1, log_dir=str(tmp_path), log_name="bad", save_every_minutes=-1)
+
+
+def test_the_whole_arrays_triple_as_test_ds_names_its_parts(tmp_path):
+    sources = gyre.data.arrays(make_data_arrays(), 8, validation=8)
+    with pytest.raises(TypeError, match=r"(?s)test_ds is the whole result of gyre\.data\.arrays.*sources\.test"):
+        gyre.fit(make_state(), sources.train, sources, loss_fn=ce, eval_step=accuracy, num_epochs=1,
+                 log_dir=str(tmp_path))
+    with pytest.raises(TypeError, match=r"the training data is the whole result"):
+        gyre.fit(make_state(), sources, loss_fn=ce, num_epochs=1, log_dir=str(tmp_path))
+
+
+def make_data_arrays(n=32, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    return x, (x[:, 0] > 0).astype(np.int32)

@@ -31,6 +31,7 @@ from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.core._state import TrainState
 from gyre.data._padding import accepts_mask, padded
+from gyre.data._source import refuse_sources
 from gyre.loop import _named
 from gyre.loop._inner import inner_loop
 from gyre.loop._tasks import When
@@ -278,6 +279,7 @@ def _check_arguments(
     for ds, name in ((test_ds, "test_ds"), (val_ds, "val_ds")):
         if ds is None:
             continue
+        refuse_sources(ds, name)
         if eval_step is None:
             raise ValueError(
                 explain(
