@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from flax import nnx
+from flax import nnx, struct
 
 import gyre
 import gyre.data
@@ -497,3 +497,77 @@ def test_accumulated_microbatches_keep_the_metric_states():
     assert float(state.metric_states["accuracy"].total) == 16.0  # every microbatch counted
     assert float(state.metric_states["avg_loss"].count) == 16.0
     np.testing.assert_allclose(logs.stateful_metrics.accuracy, state.metric_states["accuracy"].compute())
+
+
+# -- evaluation without recompiles: the state's test_step takes mask ------------------------------
+
+
+def _masked_data():
+    x, y = _data(1000)
+    w = np.random.default_rng(2).uniform(0.5, 2.0, 1000).astype(np.float32)
+    return x, y, w
+
+
+def _dense_state(metrics=None):
+    return gyre.create_flax_state(nn.Dense(3), inputs=jnp.zeros((1, 4)), tx=optax.sgd(0.1),
+                                  losses={"loss": xent}, metrics=metrics or {"accuracy": Accuracy()})
+
+
+def test_test_loop_on_1000_examples_compiles_the_test_step_once_with_exact_means():
+    from gyre.loop._named import DEFAULT_TEST_AGGREGATION
+
+    x, y, _ = _masked_data()
+    state = _dense_state()
+    test = [(x[i : i + 64], y[i : i + 64]) for i in range(0, 1000, 64)]  # 15 of 64, one of 40
+    with gyre.testing.count_compilations() as compiled:
+        logs, _ = gyre.inner_loop("test", lambda s: gyre.test_loop(s, test), aggregation=DEFAULT_TEST_AGGREGATION)(state)
+    assert compiled.names.count("jit(pure)") == 1, compiled.names
+    preds = np.asarray(state.predict_step(x)[0].outputs.preds, np.float64)
+    assert float(logs.metrics.loss_test) == pytest.approx(float(np.mean(xent(preds, y))), abs=1e-6)
+    assert float(logs.stateful_metrics.accuracy_test) == pytest.approx(float(np.mean(preds.argmax(-1) == y)), abs=1e-6)
+    assert float(logs.stateful_metrics.avg_loss_test) == pytest.approx(float(np.mean(xent(preds, y))), abs=1e-6)
+
+
+def test_the_mask_multiplies_the_sample_weights_and_reaches_clu_style_metrics():
+    x, y, w = _masked_data()
+    seen = {}
+
+    class CluLike(struct.PyTreeNode):
+        total: jax.Array = 0.0
+        count: jax.Array = 0.0
+
+        @classmethod
+        def empty(cls):
+            return cls(jnp.float32(0), jnp.float32(0))
+
+        @classmethod
+        def from_model_output(cls, *, preds, labels, mask, **_):
+            seen["mask"] = (mask.shape, str(mask.dtype))  # (a tracer: the step is compiled)
+            hits = (preds.argmax(-1) == labels) * mask
+            return cls(hits.sum().astype(jnp.float32), mask.sum().astype(jnp.float32))
+
+        def merge(self, other):
+            return CluLike(self.total + other.total, self.count + other.count)
+
+        def compute(self):
+            return self.total / self.count
+
+    state = _dense_state(metrics={"accuracy": Accuracy(), "clu": CluLike})
+    mask = np.arange(8) < 5
+    logs, after = state.test_step((x[:8], y[:8], w[:8]), mask=mask)
+    preds = np.asarray(state.predict_step(x[:5])[0].outputs.preds, np.float64)
+    weighted = np.sum(xent(preds, y[:5]) * w[:5]) / np.sum(w[:5])
+    assert float(logs.metrics.loss) == pytest.approx(float(weighted), rel=1e-5)
+    assert float(after.metric_states["accuracy"].total) == pytest.approx(float(w[:5].sum()), rel=1e-6)
+    assert float(after.metric_states["clu"].count) == 5.0
+    assert seen["mask"] == ((8,), "bool")
+
+
+def test_a_whole_batch_loss_warns_once_that_it_counts_the_padding():
+    x, y, _ = _masked_data()
+    state = gyre.create_flax_state(nn.Dense(3), inputs=jnp.zeros((1, 4)), tx=optax.sgd(0.1),
+                                   losses={"loss": lambda preds, labels: xent(preds, labels).mean(), "per": xent})
+    test = [(x[i : i + 64], y[i : i + 64]) for i in range(0, 200, 64)]
+    with pytest.warns(gyre.LoopWarning, match=r"\['loss'\] give one value for the whole batch") as caught:
+        gyre.test_loop(state, test)
+    assert len(caught) == 1 and "take mask=" in str(caught[0].message)

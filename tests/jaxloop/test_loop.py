@@ -223,3 +223,69 @@ def test_steps_per_sec_is_measured_one_inner_loop_late_without_waiting_for_the_l
     assert len(waited) == 3 and all(getattr(w, "size", None) == 1 for w in waited[1:])
     assert rates[1] == rates[0]  # the second reports the first's rate (nothing newer is done)
     assert rates[2] != rates[0] and all(r > 0 for r in rates)
+
+
+# -- evaluation without recompiles ---------------------------------------------------------------
+
+_X = np.random.default_rng(0).normal(size=(1000, 4)).astype(np.float32)
+_Y = np.random.default_rng(1).normal(size=(1000, 1)).astype(np.float32)
+_TEST = [(_X[i : i + 64], _Y[i : i + 64]) for i in range(0, 1000, 64)]  # 15 of 64, one of 40
+
+
+class _MaskedEval(gyre.Step):
+    def run(self, state, batch, mask=None):
+        from gyre.core.metrics import Mean
+
+        x, y = batch
+        errors = ((state.apply_fn({"params": state.params}, x) - y) ** 2)[:, 0]
+        return state, {"mse": Mean.from_stacked(errors, mask), "rows": mask.sum()}
+
+
+def _exact_mse(state):
+    preds = nn.Dense(1).apply({"params": state.params}, _X)
+    return float(np.mean((np.asarray(preds, np.float64) - _Y) ** 2))
+
+
+@pytest.mark.parametrize("partitioner", [None, "data_parallel"])
+def test_eval_loop_pads_for_a_step_whose_run_takes_mask(partitioner):
+    step = _MaskedEval(jax.random.key(0), nn.Dense(1), partitioner=partitioner)
+    state = step.initialize_model((1, 4))
+    with gyre.testing.count_compilations() as compiled:
+        _, outputs = jaxloop.EvalLoop(step)(state, iter(_TEST))
+    assert step.compiled_count() == 1 and len(compiled.names) == 1, compiled.names
+    assert [int(r) for r in outputs["rows"]] == [64] * 15 + [40]
+    assert float(jaxloop.reduce_outputs(outputs)["mse"]) == pytest.approx(_exact_mse(state), abs=1e-6)
+
+
+def test_eval_loop_keeps_a_step_without_mask_unpadded_and_train_loop_never_pads():
+    seen = []
+
+    def step(state, batch, n, **kwargs):
+        seen.append((batch.shape, sorted(kwargs)))
+        return state, {"sum": batch.sum(), "rows": batch.shape[0]}
+
+    _, outputs = jaxloop.EvalLoop(step)(0, [_X[:64], _X[64:100]])
+    assert seen == [((64, 4), []), ((36, 4), [])] and outputs["rows"] == [64, 36]
+    mean = sum(float(s) for s in outputs["sum"]) / sum(outputs["rows"])
+    assert mean == pytest.approx(float(_X[:100].astype(np.float64).sum(axis=1).mean()), abs=1e-6)
+
+    def masked(state, batch, n, mask=None, **kwargs):
+        seen.append((batch.shape, mask))
+        return state, {}
+
+    seen.clear()
+    jaxloop.TrainLoop(masked)(0, [_X[:64], _X[64:100]])
+    assert seen == [((64, 4), None), ((36, 4), None)]
+    from gyre.jaxloop._loop import takes_mask
+
+    assert takes_mask(masked) and not takes_mask(step)
+
+
+def test_eval_loop_with_mask_reads_nothing_from_the_device_per_step():
+    step = _MaskedEval(jax.random.key(0), nn.Dense(1))
+    state = step.initialize_model((1, 4))
+    loop = jaxloop.EvalLoop(step, stat_names=[])
+    loop(state, _TEST[:1])  # compile outside the guard
+    with jax.transfer_guard_device_to_host("disallow"):
+        _, outputs = loop(state, _TEST)
+    assert len(outputs["mse"]) == 16

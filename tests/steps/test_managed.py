@@ -451,3 +451,45 @@ def test_skip_non_finite_keeps_the_state_on_a_non_finite_gradient_alone():
     assert int(kept.step) == 0 and int(kept.skipped_steps) == 1
     kept = managed.skip_non_finite(before, after, jnp.float32(0.5), jax.tree_util.tree_map(jnp.zeros_like, grads), gyre.logs())
     assert int(kept.step) == 1 and int(kept.skipped_steps) == 0
+
+
+# -- evaluation without recompiles: a managed test step that takes mask ----------------------------
+
+
+def _masked_test_step():
+    @managed.step
+    def test_step(state, batch, mask=None):
+        x, y = batch
+        errors = jnp.mean((x @ state.params["w"] + state.params["b"][None] - y) ** 2, axis=1)
+        return gyre.logs().add_metric("mse", jnp.sum(errors * mask) / jnp.sum(mask)), state
+
+    return test_step
+
+
+def test_a_managed_test_step_with_mask_compiles_once_and_its_mean_is_exact():
+    from gyre.loop._named import DEFAULT_TEST_AGGREGATION
+
+    x, y = batch_of(1000)
+    test = [(x[i : i + 64], y[i : i + 64]) for i in range(0, 1000, 64)]  # 15 of 64, one of 40
+    test_step, state = _masked_test_step(), fresh()
+    assert test_step.takes_mask
+    for steps_per_call in (1, 4):
+        evaluate = gyre.inner_loop("test", lambda s, k=steps_per_call: gyre.test_loop(
+            s, test, {gyre.on_test_step: test_step}, steps_per_call=k), aggregation=DEFAULT_TEST_AGGREGATION)
+        logs, _ = evaluate(state)
+        exact = np.mean((x.astype(np.float64) @ np.asarray(state.params["w"]) - y) ** 2)
+        assert float(logs.metrics.mse_test) == pytest.approx(exact, abs=1e-6)
+    assert test_step.compiled_count() == 2  # one step, one fused scan of 4
+
+
+def test_a_managed_step_takes_mask_by_hand_and_refuses_it_without_a_mask_parameter():
+    x, y = batch_of(4)
+    mask = np.array([True, True, True, False])
+    logs, _ = _masked_test_step()(fresh(), (x, y), mask=mask)
+    errors = np.mean((x @ np.asarray(init_params()["w"]) - y) ** 2, axis=1)
+    assert float(logs.metrics.mse) == pytest.approx(errors[:3].mean(), rel=1e-5)
+    unmasked = managed.step(lambda state, batch: (gyre.logs().add_metric("n", batch[0].shape[0]), state))
+    assert not unmasked.takes_mask
+    with pytest.raises(TypeError, match="got the mask of a padded batch, and takes no mask") as info:
+        unmasked(fresh(), (x, y), mask=mask)
+    assert "add mask=None" in str(info.value)

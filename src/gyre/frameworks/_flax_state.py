@@ -13,6 +13,16 @@ optax's losses are) or in ciclo's keyword one (``fn(*, preds, target, **_)``, ja
 Metric objects (gyre's, jax_metrics-style, CLU's) are described in
 :mod:`gyre.frameworks.metrics`.
 
+Evaluation without recompiles: ``test_step`` takes ``mask`` (``state.test_step(batch,
+mask=mask)``), so ``gyre.test_loop`` and ``train_loop``'s evaluation pad the last, smaller
+batch to the batch size and compile the step once. The mask multiplies the batch's
+``sample_weight`` (or is it): per-example losses and metrics are averaged over the real rows,
+functions that take ``sample_weight``/``mask`` get them, metric objects get ``sample_weight=``
+and CLU's ``mask=``. A loss or metric function that returns one value for the whole batch
+without taking either cannot leave the padding out: the step warns (when it compiles) that it
+counts it. Values the model reports itself (its ``losses``/``metrics`` collections) are its
+own: a batch mean it computes counts the padding.
+
 What it logs, as ciclo's ``FlaxState`` does: each loss (``losses.<name>`` in training,
 ``metrics.<name>`` in evaluation), ``avg_<name>``, the running mean of each loss over the epoch
 (a stateful metric), each metric, and what a linen model reports itself: values it writes
@@ -31,7 +41,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, warn
 from gyre.core._logs import Logs
 from gyre.frameworks import _calling as calling
 from gyre.frameworks import metrics as _metrics
@@ -110,8 +120,10 @@ class FlaxState(managed.ManagedState, kw_only=True):
                 )
             ) from err
 
-    def _evaluate(self, batch: Any, training: bool) -> tuple[Logs, Any]:
+    def _evaluate(self, batch: Any, training: bool, mask: Any = None) -> tuple[Logs, Any]:
         inputs, labels, weight = unpack_batch(batch)
+        if mask is not None:
+            weight = _masked_weight(weight, mask)
         preds, model_state, reported = self._forward(inputs, training)
         aux_losses = calling.flatten_names(reported.get("losses", {}), full_path=self.logs_full_path)
         if training and not self.loss_fns and not aux_losses:
@@ -142,6 +154,8 @@ class FlaxState(managed.ManagedState, kw_only=True):
             logs.add_metric(name, call(keywords))
         for name, value in calling.flatten_names(reported.get("metrics", {}), full_path=self.logs_full_path).items():
             logs.add_metric(_unclaimed(name, logs.get("metrics", {}), "metric"), jnp.asarray(value))
+        if mask is not None:
+            self._warn_unmasked(keywords)
         metric_states, stateful = {}, {}
         for name, metric in self.metric_states.items():
             metric_states[name] = _metrics.update(metric, keywords)
@@ -154,11 +168,25 @@ class FlaxState(managed.ManagedState, kw_only=True):
             changes["model_state"] = model_state
         return logs, self.replace(**changes)
 
+    def _warn_unmasked(self, keywords: dict[str, Any]) -> None:
+        """Warns (when the step compiles) about the losses and metrics that count a padded
+        batch's padding rows: whole-batch values of functions that take no weights."""
+        probe = {**keywords, "key_seq": calling.KeySeq(self.step_key("mask_probe"))}  # (the real keys untouched)
+        whole = [name for name, call in (*self.loss_fns, *self.metric_fns) if _whole_batch(call, probe)]
+        if whole:
+            warn(
+                f"create_flax_state's test step: {whole} give one value for the whole batch and take "
+                "neither sample_weight nor mask, so in an evaluation whose last batch is padded they "
+                "count its padding rows (repeats of its last real row): return per-example values "
+                "(gyre averages them over the real rows), or take mask= (or sample_weight=) and "
+                "leave the padded rows out"
+            )
+
     def _train(self, batch: Any) -> tuple[Logs, Any]:
         return self._evaluate(batch, training=True)
 
-    def _test(self, batch: Any) -> tuple[Logs, Any]:
-        return self._evaluate(batch, training=False)
+    def _test(self, batch: Any, mask: Any = None) -> tuple[Logs, Any]:
+        return self._evaluate(batch, training=False, mask=mask)
 
     def _predict(self, batch: Any) -> tuple[Logs, Any]:
         inputs, _, _ = unpack_batch(batch)
@@ -191,6 +219,37 @@ class FlaxState(managed.ManagedState, kw_only=True):
             return self
         fresh = {name: _metrics.reset(m) for name, m in self.metric_states.items()}
         return self.replace(metric_states=self.strategy.place_state(fresh))
+
+
+def _masked_weight(weight: Any, mask: Any) -> jax.Array:
+    """The batch's sample weights with its padded rows weighing 0 (the mask, as float32,
+    when the batch has none).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> _masked_weight(None, jnp.array([True, False])).tolist()
+        [1.0, 0.0]
+        >>> _masked_weight(jnp.array([[2.0], [3.0]]), jnp.array([True, False])).tolist()
+        [[2.0], [0.0]]
+    """
+    m = jnp.asarray(mask, jnp.float32)
+    if weight is None:
+        return m
+    w = jnp.asarray(weight)
+    return w * m.reshape(m.shape + (1,) * (w.ndim - 1)).astype(jnp.result_type(w, jnp.float32))
+
+
+def _whole_batch(call: calling.Call, args: Mapping[str, Any]) -> bool:
+    """Whether a loss or metric function gives one value for the whole batch without taking
+    the weights (so no mask can leave padded rows out of it): its result's shape, traced."""
+    if call.plan.weighs:
+        return False
+    if call.plan.keyword:
+        kwargs = calling.call_keywords(call.fn, args, call.plan)
+        shape = jax.eval_shape(lambda: call.fn(**kwargs))
+    else:
+        shape = jax.eval_shape(lambda: call.fn(args["preds"], args["target"]))
+    return all(len(s.shape) == 0 for s in jax.tree_util.tree_leaves(shape))
 
 
 def _trailing(shapes: Any) -> Any:
@@ -309,6 +368,9 @@ def create_flax_state(
     A loss or metric function returns a scalar, or per-example values (batch first) that are
     averaged, weighted by ``sample_weight`` unless the function takes ``sample_weight`` or
     ``mask`` itself. Losses must be floating point (an integer loss has no gradient).
+    ``state.test_step(batch, mask=mask)`` weighs the padded rows 0: the evaluations of
+    ``gyre.test_loop`` and ``train_loop`` pad the last, smaller batch and compile it once,
+    exact for per-example values and weight-taking functions (a whole-batch value warns).
 
     **Metric objects** accumulate over an epoch and are logged as stateful metrics:
     ``reset``/``update``/``compute`` objects (:class:`gyre.frameworks.Accuracy`,

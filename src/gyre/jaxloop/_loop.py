@@ -26,6 +26,7 @@ import numpy as np
 
 from gyre.core._errors import LoopWarning, describe, explain, whole_number
 from gyre.core._schedules import always
+from gyre.data._padding import accepts_mask, padded
 from gyre.loop._engine import loop as _engine_loop
 
 Output = dict[str, Any]
@@ -80,6 +81,10 @@ class Loop:
     Calling the loop (``loop(state, dataset, num_steps)``) runs :meth:`begin`, :meth:`run`
     and :meth:`end`; override them (and :meth:`update_outputs`) to customise it.
 
+    Attributes:
+        pads_batches: pad the batches to the first one's size and pass ``mask=`` to a step
+            that takes it (:func:`takes_mask`); ``True`` for :class:`EvalLoop` only.
+
     Example:
         >>> import gyre
         >>> def step(state, batch, per_loop_step_number, **kwargs):
@@ -89,6 +94,8 @@ class Loop:
         >>> state, outputs["seen"]
         (6, [1, 2, 3])
     """
+
+    pads_batches = False
 
     def __init__(self, step: Any) -> None:
         if not callable(step):
@@ -181,12 +188,19 @@ class Loop:
             return state, loop_outputs
         step, count, box = self._step, [0], [loop_outputs]
         flops = bool(log_num_flops) and callable(getattr(step, "compute_num_flops", None))
+        masked = self.pads_batches and takes_mask(step)
+        if masked:
+            data = iter(padded(data))  # (batch, mask) pairs, pulled one source batch at a time
 
         def jaxloop_step(state: Any, batch: Any) -> Any:
             count[0] += 1
+            extra = kwargs
+            if masked:
+                batch, mask = batch
+                extra = {**kwargs, "mask": mask}
             if flops and count[0] == 1:
                 step.compute_num_flops(state, batch)
-            new_state, step_outputs = step(state, batch, count[0], **kwargs)
+            new_state, step_outputs = step(state, batch, count[0], **extra)
             box[0] = self.update_outputs(box[0], step_outputs)
             # (None, state): a state that is itself a pair is never read as (logs, state)
             return (None, new_state) if keep_state else None
@@ -227,6 +241,22 @@ class Loop:
         state, dataset = self.begin(state, dataset)
         state, outputs = self.run(state, dataset, num_steps, **kwargs)
         return self.end(state, outputs)
+
+
+def takes_mask(step: Any) -> bool:
+    """Whether a jaxloop step takes the keyword ``mask``: its ``run`` (a :class:`gyre.Step`,
+    whose call passes keywords on to ``run``) or the callable itself.
+
+    Example:
+        >>> takes_mask(lambda state, batch, n, mask=None, **kwargs: None)
+        True
+        >>> takes_mask(lambda state, batch, n, **kwargs: None)
+        False
+    """
+    if accepts_mask(step):
+        return True
+    run = getattr(step, "run", None)
+    return callable(run) and accepts_mask(run)
 
 
 def state_step(state: Any) -> int | None:
@@ -593,6 +623,16 @@ class TrainLoop(ActionLoop):
 class EvalLoop(ActionLoop):
     """The evaluation loop: an :class:`ActionLoop` adding ``loop_time_secs`` by default.
 
+    **Evaluation without recompiles.** When the step takes the keyword ``mask`` (a
+    :class:`gyre.Step` whose ``run(self, state, batch, mask=None)`` does, or a callable
+    ``step(state, batch, n, mask=None, **kwargs)``), every batch is padded to the first one's
+    size (the last real row repeated, :func:`gyre.data.pad_batch`) and the step gets
+    ``mask=``, a boolean vector over the batch, ``True`` for the real rows: it compiles once.
+    Return metric objects weighted by the mask (``gyre.core.metrics.Mean.from_stacked(
+    per_example, mask)``): :func:`reduce_outputs` merges them into the exact means over the
+    examples (it averages bare scalars per step, unweighted). A step without ``mask`` gets
+    the batches as they come.
+
     Args:
         step: the (eval) step.
         stat_names: the statistics to add.
@@ -607,7 +647,24 @@ class EvalLoop(ActionLoop):
         >>> state, outputs = loop(0, [0.5, 1.0])
         >>> loop.name, outputs["acc"]
         ('test', [0.5, 1.0])
+
+        A step that takes ``mask``: 10 examples in batches of 4, one compilation, the exact
+        mean:
+
+        >>> import jax, numpy as np
+        >>> from gyre.core.metrics import Mean
+        >>> @jax.jit
+        ... def run(batch, mask):
+        ...     return Mean.from_stacked(batch, mask)
+        >>> def step(state, batch, n, mask=None, **kwargs):
+        ...     return state, {"x": run(batch, mask)}
+        >>> x = np.arange(10.0, dtype=np.float32)
+        >>> _, outputs = gyre.jaxloop.EvalLoop(step)(0, [x[i : i + 4] for i in range(0, 10, 4)])
+        >>> float(gyre.jaxloop.reduce_outputs(outputs)["x"]), run._cache_size()
+        (4.5, 1)
     """
+
+    pads_batches = True
 
     def __init__(
         self, step: Any, stat_names: Sequence[str] | None = None, *, name: str | None = None, **kwargs: Any

@@ -9,6 +9,15 @@ it by position would silently hand it the state as ``elapsed``.
 
 Objects with ciclo's ``__loop_callback__(loop_state)`` method are called through it, and
 methods taken from the state's class (:class:`StateMethod`) receive the state as ``self``.
+
+One more name is understood, whichever way the others are bound: ``mask``. An evaluation
+whose test step takes ``mask`` (``gyre.test_loop``, ``train_loop``'s ``test_dataset``) pads
+its last, smaller batch to the batch size and carries each batch as a :class:`Masked`; a
+callback with a ``mask`` parameter then gets the padded batch as ``batch`` and ``mask=``, a
+boolean vector over its rows (``True`` for the real ones). Where batches are not padded (a
+training step, a plain ``gyre.loop``), ``mask`` keeps its default, and a callback whose
+``mask`` has none is an error: no mask exists there (not even one of ones, which would hide
+the mistake of a step written for a padded evaluation).
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from typing import Any
+
+import jax
 
 from gyre.core._errors import describe, explain, suggest
 
@@ -25,7 +36,43 @@ ALIASES = {"loop_state": "loop"}
 _INDEX = {name: i for i, name in enumerate(ARG_NAMES)}
 _INDEX.update({alias: _INDEX[name] for alias, name in ALIASES.items()})
 
+#: The parameter name under which a callback gets the mask of a padded batch.
+MASK = "mask"
+
 Call = Callable[[Any, Any, Any, Any, Any], Any]
+
+
+class Masked:
+    """A batch padded to the evaluation's batch size, and ``mask``, the boolean vector of its
+    real rows: what a padded evaluation's loop carries as its batch (a pytree of both, so it
+    is stacked, sliced and placed on the devices as one). Callbacks never see it: those with
+    a ``mask`` parameter get ``batch`` and ``mask=`` (see :func:`bind`), the others ``batch``.
+
+    Attributes:
+        batch: the padded batch.
+        mask: the real rows (``True``) and the padding (``False``).
+        rows: the samples the loop's clock counts for the batch (its real rows), read on the
+            host before the batch is placed; ``None`` once stacked or placed.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> m = Masked(np.zeros((4, 2)), np.array([True, True, True, False]), rows=3)
+        >>> [leaf.shape for leaf in jax.tree_util.tree_leaves(m)], m.rows
+        ([(4, 2), (4,)], 3)
+    """
+
+    __slots__ = ("batch", "mask", "rows")
+
+    def __init__(self, batch: Any, mask: Any, rows: int | None = None) -> None:
+        self.batch = batch
+        self.mask = mask
+        self.rows = rows
+
+    def __repr__(self) -> str:
+        return f"Masked(rows={self.rows}, batch={describe(self.batch)})"
+
+
+jax.tree_util.register_pytree_node(Masked, lambda m: ((m.batch, m.mask), None), lambda _, kids: Masked(*kids))
 
 
 def callback_name(fn: Any) -> str:
@@ -53,6 +100,8 @@ class Invoker:
         call: the calling function.
         returned_state: set once the callback has returned a new state (the loop checks that
             state's structure the first time).
+        takes_mask: the callback has a ``mask`` parameter (it gets the mask of a padded
+            batch, see the module docs).
 
     Example:
         >>> inv = bind(lambda logs, state: (logs, state + 1))
@@ -60,13 +109,14 @@ class Invoker:
         ('<lambda>', ({}, 2))
     """
 
-    __slots__ = ("fn", "name", "call", "returned_state")
+    __slots__ = ("fn", "name", "call", "returned_state", "takes_mask")
 
-    def __init__(self, fn: Any, call: Call, name: str) -> None:
+    def __init__(self, fn: Any, call: Call, name: str, *, takes_mask: bool = False) -> None:
         self.fn = fn
         self.name = name
         self.call = call
         self.returned_state = False
+        self.takes_mask = takes_mask
 
     def __repr__(self) -> str:
         return f"<gyre callback {self.name}>"
@@ -101,11 +151,24 @@ def bind(fn: Any) -> Invoker:
         3
         >>> bind(lambda batch, state: state * batch).call(3, 2, None, None, None)
         6
+
+        A ``mask`` parameter gets the mask of a padded batch (a :class:`Masked`), and keeps
+        its default where batches are not padded:
+
+        >>> import numpy as np
+        >>> step = bind(lambda state, batch, mask=None: (batch.tolist(), mask))
+        >>> step.takes_mask, step.call(0, np.arange(2), None, None, None)
+        (True, ([0, 1], None))
+        >>> step.call(0, Masked(np.arange(2), np.array([True, False]), rows=1), None, None, None)
+        ([0, 1], array([ True, False]))
     """
     if isinstance(fn, Invoker):
         return fn
     if isinstance(fn, StateMethod):
-        return Invoker(fn, _make(fn.method, *_plan(fn.method, _params(fn.method)[1:], 1), True), callback_name(fn.method))
+        method = fn.method
+        idx, kw, mask = _plan(method, _params(method)[1:], 1)
+        name = callback_name(method)
+        return Invoker(fn, _make(method, idx, kw, True, mask, name), name, takes_mask=mask is not None)
     loop_callback = getattr(fn, "__loop_callback__", None)
     if callable(loop_callback) and not isinstance(fn, type):
         return Invoker(fn, lambda s, b, e, lg, lp: loop_callback(lp), callback_name(fn))
@@ -118,8 +181,9 @@ def bind(fn: Any) -> Invoker:
                 fix="pass a function or an object with __call__",
             )
         )
-    idx, kw = _plan(fn, _params(fn), 0)
-    return Invoker(fn, _make(fn, idx, kw, False), callback_name(fn))
+    idx, kw, mask = _plan(fn, _params(fn), 0)
+    name = callback_name(fn)
+    return Invoker(fn, _make(fn, idx, kw, False, mask, name), name, takes_mask=mask is not None)
 
 
 def _params(fn: Any) -> list[inspect.Parameter]:
@@ -140,19 +204,36 @@ _P = inspect.Parameter
 _POSITIONAL = (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)
 
 
-def _plan(fn: Any, params: list[inspect.Parameter], offset: int) -> tuple[tuple[int, ...], tuple[tuple[str, int], ...]]:
-    """Which of the five values go to which parameter: (positional indices, keyword pairs)."""
+def _mask_param(params: list[inspect.Parameter]) -> inspect.Parameter | None:
+    """The callback's ``mask`` parameter, when it can be passed by keyword."""
+    for p in params:
+        if p.name == MASK and p.kind in (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY):
+            return p
+    return None
+
+
+Plan = tuple[tuple[int, ...], tuple[tuple[str, int], ...], str | None]
+
+
+def _plan(fn: Any, params: list[inspect.Parameter], offset: int) -> Plan:
+    """Which of the five values go to which parameter: (positional indices, keyword pairs,
+    ``"optional"``/``"required"`` for a ``mask`` parameter, else ``None``)."""
+    found = _mask_param(params)
+    mask = None if found is None else ("required" if found.default is _P.empty else "optional")
     names = {n for n, i in _INDEX.items() if i >= offset}
-    required = [p for p in params if p.default is _P.empty and p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD)]
+    required = [
+        p for p in params
+        if p.default is _P.empty and p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD) and p is not found
+    ]
     if any(p.name in names for p in params):
         unknown = [p for p in required if p.name not in names]
         if unknown:
             _mixed(fn, params, unknown, names)
-        return _by_name(params, names)
+        return (*_by_name(params, names), mask)
     if any(p.kind is _P.VAR_POSITIONAL for p in params):
         count = len(ARG_NAMES) - offset
     else:
-        count = len([p for p in params if p.kind in _POSITIONAL and p.default is _P.empty])
+        count = len([p for p in required if p.kind in _POSITIONAL])
     missing_kw = [p.name for p in required if p.kind is _P.KEYWORD_ONLY]
     if count > len(ARG_NAMES) - offset or missing_kw:
         raise TypeError(
@@ -165,7 +246,25 @@ def _plan(fn: Any, params: list[inspect.Parameter], offset: int) -> tuple[tuple[
                 "or give the extra ones defaults",
             )
         )
-    return tuple(range(offset, offset + count)), ()
+    if found is not None and found.kind is _P.POSITIONAL_OR_KEYWORD:
+        _check_mask_last(fn, params, params.index(found))
+    return tuple(range(offset, offset + count)), (), mask
+
+
+def _check_mask_last(fn: Any, params: list[inspect.Parameter], at: int) -> None:
+    """A ``mask`` before parameters bound by position would receive one of their values."""
+    later = params[at + 1 :]
+    if any(p.kind is _P.VAR_POSITIONAL or (p.kind in _POSITIONAL and p.default is _P.empty) for p in later):
+        raise TypeError(
+            explain(
+                f"callback {callback_name(fn)} has its mask parameter before parameters bound "
+                "by position",
+                expected="mask after them (def step(s, b, mask=None)), or parameters named "
+                "state, batch, ... (bound by name, in any order)",
+                received=f"parameters {[p.name for p in params]}",
+                fix="move mask to the end of the parameters, or make it keyword-only (*, mask=None)",
+            )
+        )
 
 
 def _by_name(params: list[inspect.Parameter], names: set[str]) -> tuple[tuple[int, ...], tuple[tuple[str, int], ...]]:
@@ -199,13 +298,22 @@ def _mixed(fn: Any, params: list[inspect.Parameter], unknown: list[inspect.Param
     )
 
 
-def _make(fn: Any, idx: tuple[int, ...], kw: tuple[tuple[str, int], ...], self_is_state: bool) -> Call:
+def _make(
+    fn: Any,
+    idx: tuple[int, ...],
+    kw: tuple[tuple[str, int], ...],
+    self_is_state: bool,
+    mask: str | None = None,
+    name: str = "",
+) -> Call:
     if self_is_state:
         idx = (0, *idx)
+    if mask is not None:
+        return _masked(fn, idx, kw, mask == "required", name)
     if kw:
 
         def call_kw(*args: Any) -> Any:
-            return fn(*[args[i] for i in idx], **{name: args[i] for name, i in kw})
+            return fn(*[args[i] for i in idx], **{k: args[i] for k, i in kw})
 
         return call_kw
     if idx == (0, 1):
@@ -219,6 +327,35 @@ def _make(fn: Any, idx: tuple[int, ...], kw: tuple[tuple[str, int], ...], self_i
         i, j = idx
         return lambda *args: fn(args[i], args[j])
     return lambda *args: fn(*[args[i] for i in idx])
+
+
+def _masked(fn: Any, idx: tuple[int, ...], kw: tuple[tuple[str, int], ...], required: bool, name: str) -> Call:
+    """The call of a callback with a ``mask`` parameter: a :class:`Masked` batch is split into
+    ``batch`` and ``mask=``; any other batch is passed as it is, ``mask`` left to its default."""
+
+    def call_masked(*args: Any) -> Any:
+        batch = args[1]
+        if type(batch) is Masked:
+            args = (args[0], batch.batch, *args[2:])
+            return fn(*[args[i] for i in idx], **{k: args[i] for k, i in kw}, mask=batch.mask)
+        if required:
+            raise TypeError(_no_mask(name))
+        return fn(*[args[i] for i in idx], **{k: args[i] for k, i in kw})
+
+    return call_masked
+
+
+def _no_mask(name: str) -> str:
+    return explain(
+        f"callback {name} needs a mask (its mask parameter has no default), and this loop's "
+        "batches are not padded",
+        expected="a mask only where an evaluation pads its batches: the on_test_step callbacks "
+        "of gyre.test_loop (or of train_loop's test_dataset=) that take mask",
+        received=f"{name} called with an unpadded batch (a training step, a plain gyre.loop, or "
+        "a point other than on_test_step and its batch callbacks)",
+        fix="give mask a default (def step(state, batch, mask=None)) and read None as 'every "
+        "row is real', or register the step at gyre.on_test_step",
+    )
 
 
 def inject(fn: Callable[..., Any]) -> Callable[..., Any]:

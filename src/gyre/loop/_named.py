@@ -30,6 +30,7 @@ from gyre.loop._binding import StateMethod
 from gyre.loop._elapse import StopLike, check_stop, epoch_steps_of, epochs_unknown
 from gyre.loop._engine import loop
 from gyre.loop._inner import Aggregation, check_aggregation, inner_loop
+from gyre.loop._masked import MaskedBatches, mask_wanted, real_rows, unmasking
 from gyre.loop._nan import check_nan_policy
 from gyre.loop._tasks import Every, StepPoint, Tasks, When, as_list, check_table
 
@@ -137,13 +138,16 @@ def _test_factory(test_dataset: Any) -> Callable[[], Iterable[Any]]:
     return lambda: test_dataset
 
 
-def _run_simple(hooks: NamedHooks, kind: str, state: Any, dataset: Iterable[Any], **kwargs: Any) -> tuple[Any, History, Elapsed]:
+def _run_simple(
+    hooks: NamedHooks, kind: str, state: Any, dataset: Iterable[Any], *, masked: bool = False, **kwargs: Any
+) -> tuple[Any, History, Elapsed]:
     named = hooks.named
+    around = (lambda callbacks: [unmasking(cb) for cb in callbacks]) if masked else list
     table: dict[Any, list[Any]] = {}
-    table[Every(f"on_{kind}_batch_begin")] = named[f"on_{kind}_batch_begin"]
+    table[Every(f"on_{kind}_batch_begin")] = around(named[f"on_{kind}_batch_begin"])
     table[StepPoint(f"on_{kind}_step")] = named[f"on_{kind}_step"]
-    table.update(hooks.clock)
-    table[Every(f"on_{kind}_batch_end")] = named[f"on_{kind}_batch_end"]
+    table.update({key: around(callbacks) for key, callbacks in hooks.clock.items()})
+    table[Every(f"on_{kind}_batch_end")] = around(named[f"on_{kind}_batch_end"])
     on_start = named.get("on_reset_step", []) + named[f"on_{kind}_begin"]
     return loop(state, dataset, table, on_start=on_start, on_end=named[f"on_{kind}_end"], **kwargs)
 
@@ -186,6 +190,18 @@ def test_loop(
     Returns:
         ``(state, history, elapsed)``.
 
+    **Evaluation without recompiles.** When the ``on_test_step`` callbacks take a keyword
+    ``mask`` (``def test_step(state, batch, mask=None)``; a state's ``test_step`` of
+    ``gyre.create_flax_state`` does), every batch is padded to the first one's size (the
+    last real row repeated) and the step gets ``mask=``, a boolean vector over the batch,
+    ``True`` for the real rows: it compiles once, and must compute its means over the real
+    rows (``jnp.sum(x * mask) / jnp.sum(mask)``). The clock counts the real rows
+    (``batch_size_fn`` is applied to the batch before padding), so the batch-weighted means
+    of an evaluation (``train_loop``'s, :func:`gyre.inner_loop` with ``"mean"``) are exact
+    over the examples. Other callbacks get the padded batch; ``loop.batch`` is the
+    :class:`~gyre.loop._binding.Masked` pair. A step without ``mask`` gets the batches as
+    they come (a smaller last batch compiles once more); mixing the two is an error.
+
     Example:
         >>> import gyre
         >>> def test_step(state, batch):
@@ -193,15 +209,36 @@ def test_loop(
         >>> _, history, _ = gyre.test_loop(None, [1, 2, 3], {gyre.on_test_step: test_step})
         >>> history.collect("x")
         [1, 2, 3]
+
+        A step that takes ``mask``: 10 examples in batches of 4, one compiled program,
+        the exact mean:
+
+        >>> import jax, jax.numpy as jnp, numpy as np
+        >>> @jax.jit
+        ... def mean_step(state, batch, mask=None):
+        ...     return gyre.logs().add_metric("x", jnp.sum(batch * mask) / jnp.sum(mask))
+        >>> x = np.arange(10.0, dtype=np.float32)
+        >>> evaluate = gyre.inner_loop("test", lambda state: gyre.test_loop(
+        ...     state, [x[i : i + 4] for i in range(0, 10, 4)], {gyre.on_test_step: mean_step}),
+        ...     aggregation="mean")
+        >>> logs, _ = evaluate(None)
+        >>> float(logs.metrics.x_test), mean_step._cache_size()
+        (4.5, 1)
     """
     policy = check_nan_policy(nan_policy, "test_loop")
     hooks = NamedHooks("test_loop", TEST_HOOKS, tasks, callbacks, state)
+    steps, masked = mask_wanted(hooks.named["on_test_step"], "test_loop")
+    masked = masked and hasattr(dataset, "__iter__")  # (not iterable: the loop explains)
+    extra: dict[str, Any] = {}
+    if masked:
+        hooks.named["on_test_step"] = steps
+        dataset = MaskedBatches(dataset, state, stop=stop, initial=elapsed, batch_size_fn=batch_size_fn)
+        batch_size_fn, extra["prefetch"] = real_rows, 0  # (placed ahead by MaskedBatches)
     return _run_simple(
-        hooks, "test", state, dataset, stop=stop, history=history, elapsed=elapsed, resume=resume,
-        batch_size_fn=batch_size_fn, metadata=metadata,
+        hooks, "test", state, dataset, masked=masked, stop=stop, history=history, elapsed=elapsed,
+        resume=resume, batch_size_fn=batch_size_fn, metadata=metadata,
         catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
-        nan_policy=policy,
-        data_resume=data_resume,
+        nan_policy=policy, data_resume=data_resume, **extra,
     )
 
 
@@ -275,6 +312,7 @@ def _evaluation(
                 fix="add {gyre.on_test_step: test_step} to the tasks, or leave test_dataset out",
             )
         )
+    mask_wanted(named["on_test_step"], "train_loop")  # (mixed: an error before training)
     test_tasks = {h: named[h] for h in TEST_HOOKS if h != "on_reset_step"}
     test_tasks["on_reset_step"] = named["on_reset_step"]
 
@@ -344,7 +382,9 @@ def train_loop(
             :mod:`gyre.core._hooks` (``on_train_step``, ``on_epoch_end``, ``on_test_step``, ...).
         callbacks: objects registered under every named point whose name they have as a method.
         test_dataset: a function returning the evaluation batches, called at each evaluation
-            (it needs a step at ``on_test_step``).
+            (it needs a step at ``on_test_step``). A test step that takes ``mask`` gets the
+            batches padded to one size and their mask: it compiles once, and the evaluation's
+            means count the real examples only (see :func:`test_loop`).
         epoch_duration: steps per epoch (default: the dataset's own: ``gyre.data.batches``
             knows it, or ``len(dataset)``); needed for epochs, epoch hooks and evaluation.
         test_duration: steps (or Period) of each evaluation (default: the whole test set).

@@ -8,6 +8,15 @@ applies the optimizer, and compiles the whole for the state's strategy (donating
 
 The function may take ``(state, batch)`` or just ``(state)``, and return ``(logs, state)``
 (``None`` for either means "none" / "unchanged"), the logs alone or the state alone.
+
+A function that also takes ``mask`` (``def test_step(state, batch, mask=None)``) gets the
+mask of a padded batch: ``step(state, batch, mask=mask)`` by hand, or in an evaluation
+(``gyre.test_loop``, ``train_loop``'s ``test_dataset``), which then pads its last, smaller
+batch to the batch size, so the step compiles once. ``mask`` is a boolean vector over the
+batch (``True`` for the real rows); the function computes its means over the real rows
+(``jnp.sum(x * mask) / jnp.sum(mask)``) and passes ``mask=`` to the metric objects it logs
+(``clu.metrics.Accuracy.from_model_output(..., mask=mask)``). Without a padded batch it gets
+its default.
 Metric objects logged as stateful metrics (``logs.add_stateful_metric("accuracy",
 clu.metrics.Accuracy.from_model_output(...))``, or any object with ``merge`` and
 ``compute``) are merged into the state's accumulator of the same name (a field or extra
@@ -53,6 +62,8 @@ from gyre.core._compat import cache_size
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._logs import Logs
 from gyre.core._state import TrainState
+from gyre.data._padding import accepts_mask
+from gyre.loop._binding import Masked
 from gyre.loop._fuse import scan_steps
 from gyre.loop._nan import SKIPPED_STEPS
 from gyre.loop._tasks import LoopElement
@@ -138,6 +149,9 @@ class ManagedStep(LoopElement):
     class attribute of the state, or put it in a loop's task table, where it spreads under
     ``every(1)`` as in ciclo (``{**train_step, gyre.every(100): [...]}``). ``fuse(k)`` gives
     the ``lax.scan`` of ``k`` steps over stacked batches (used by ``steps_per_call``).
+    ``step(state, batch, mask=mask)`` passes the mask of a padded batch to a function that
+    takes ``mask`` (:attr:`takes_mask`; the signature of the step is its function's, so the
+    loops see it).
 
     ``nan_policy`` is ``"skip"`` when the step drops updates whose loss or gradients are not
     finite, else ``None``; ``with_nan_policy("skip")`` gives the step that does (what a loop
@@ -165,6 +179,7 @@ class ManagedStep(LoopElement):
         self.kind = kind
         self.nan_policy = nan_policy
         self._make = make  # builds the pure step, skipping or not (train steps only)
+        self.takes_mask = accepts_mask(fn)
         self._variants: dict[str, ManagedStep] = {}
         # A training step replaces the state: donate it. Other steps (evaluation, prediction)
         # return it unchanged and callers keep using the one they passed: never donate.
@@ -201,7 +216,11 @@ class ManagedStep(LoopElement):
             self._compiled[(strategy, fused)] = run
         return run
 
-    def __call__(self, state: Any, batch: Any = None) -> tuple[Logs, Any]:
+    def __call__(self, state: Any, batch: Any = None, mask: Any = None) -> tuple[Logs, Any]:
+        if mask is not None:
+            if not self.takes_mask:
+                raise TypeError(_takes_no_mask(self._fn))
+            batch = Masked(batch, mask)
         strategy = _strategy_of(state)
         last_strategy, run = self._last
         if strategy is not last_strategy or run is None:
@@ -402,8 +421,24 @@ def _as_pair(out: Any, state: Any, where: str) -> tuple[Any, Any]:
 
 
 def _call(fn: Callable[..., Any], takes_batch: bool, state: Any, batch: Any, where: str) -> tuple[Any, Any]:
-    out = fn(state, batch) if takes_batch else fn(state)
+    if type(batch) is Masked:  # a padded batch: its mask goes to the function
+        if not accepts_mask(fn):
+            raise TypeError(_takes_no_mask(fn))
+        out = fn(state, batch.batch, mask=batch.mask)
+    else:
+        out = fn(state, batch) if takes_batch else fn(state)
     return _as_pair(out, state, where)
+
+
+def _takes_no_mask(fn: Any) -> str:
+    where = getattr(fn, "__qualname__", "the step")
+    return explain(
+        f"{where} got the mask of a padded batch, and takes no mask",
+        expected="a function with a mask parameter: def step(state, batch, mask=None)",
+        received=f"signature {inspect.signature(fn)}",
+        fix="add mask=None to the function and leave the padded rows out of its means "
+        "(jnp.sum(x * mask) / jnp.sum(mask)), or call the step without mask=",
+    )
 
 
 def _shapes(tree: Any, limit: int = 300) -> str:
@@ -781,12 +816,22 @@ def step(fn: StepFn | None = None, *, policy: str | MixedPrecision | None = None
     """Makes ``fn(state, batch) -> (logs, state)`` (or ``fn(state) -> state``) a compiled step
     without gradients.
 
+    A function that takes ``mask`` gets the mask of a padded batch (see the module docs): in
+    an evaluation loop the last, smaller batch is padded and the step compiles once.
+
     Example:
         >>> import gyre, jax.numpy as jnp
         >>> @step
         ... def evaluate(state, batch):
         ...     return gyre.logs().add_metric("mean", batch.mean()), state
         >>> logs, _ = evaluate(ManagedState.create(params=()), jnp.arange(4.0))
+        >>> float(logs.metrics.mean)
+        1.5
+        >>> @step
+        ... def masked_mean(state, batch, mask=None):
+        ...     return gyre.logs().add_metric("mean", jnp.sum(batch * mask) / jnp.sum(mask)), state
+        >>> logs, _ = masked_mean(ManagedState.create(params=()), jnp.array([1.0, 2.0, 2.0]),
+        ...                       mask=jnp.array([True, True, False]))
         >>> float(logs.metrics.mean)
         1.5
     """
