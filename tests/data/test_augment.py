@@ -69,8 +69,10 @@ def test_same_seed_same_output_other_epoch_or_index_differs(images):
     assert not np.array_equal(a, augment(images, seed=3, epoch=3, index=7))
     assert not np.array_equal(a, augment(images, seed=3, epoch=2, index=8))
     assert not np.array_equal(a, augment(images, seed=4, epoch=2, index=7))
-    # augment is the crop then the flip, both drawn from default_rng((seed, epoch, index)).
-    rng = np.random.default_rng((3, 2, 7))
+    # augment is the crop then the flip, both drawn from default_rng((seed, epoch, index, AUGMENT_STREAM)).
+    from gyre.data._augment import AUGMENT_STREAM
+
+    rng = np.random.default_rng((3, 2, 7, AUGMENT_STREAM))
     np.testing.assert_array_equal(a, random_flip(random_crop(images, rng, 4), rng))
     np.testing.assert_array_equal(random_crop(images, (3, 2, 7), 4), random_crop(images, np.random.default_rng((3, 2, 7)), 4))
     np.testing.assert_array_equal(augment(images, seed=0, epoch=0, index=0, padding=0, flip=False), images)
@@ -162,3 +164,21 @@ def test_augmented_needs_a_resumable_source():
         augmented([(np.zeros((2, 4, 4)), np.zeros(2))])
     with pytest.raises(ValueError, match="a seed must be a whole number >= 0"):
         augmented(gyre.data.batches(np.zeros((4, 4, 4)), 2), seed=-1)
+
+
+def test_the_augmentation_stream_is_not_the_shuffle_stream_of_the_same_seed():
+    # numpy makes default_rng((s, e)) and default_rng((s, e, 0)) one stream: with the plain
+    # (seed, epoch, index) words, batch 0's crops were drawn from the numbers of epoch 0's shuffle
+    from gyre.data._augment import AUGMENT_STREAM
+
+    assert AUGMENT_STREAM != 0
+    x = np.zeros((6, 8, 8, 1), np.float32)
+    x[:, 3:5, 3:5] = 1.0
+    for seed in (0, 5):
+        shuffle_numbers = np.random.default_rng((seed, 0))
+        crops = gyre.data.random_crop(x, shuffle_numbers, 4)
+        assert not np.array_equal(gyre.data.augment(x, seed=seed, epoch=0, index=0, flip=False), crops)
+        assert np.array_equal(
+            gyre.data.augment(x, seed=seed, epoch=0, index=0, flip=False),
+            gyre.data.random_crop(x, np.random.default_rng((seed, 0, 0, AUGMENT_STREAM)), 4),
+        )

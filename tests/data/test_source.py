@@ -281,3 +281,15 @@ def test_the_whole_triple_where_one_part_belongs_is_refused_naming_the_parts():
         refuse_sources(sources, "the training data")
     with pytest.raises(TypeError, match=r"(?s)the training data is the whole result.*Sources\(train="):
         training_data(sources, 2)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("augment", [None, True])
+def test_len_of_the_training_batches_is_batches_per_epoch_as_jax_fit_reads_it(workers, augment):
+    images = np.zeros((10, 4, 4, 1), np.float32), np.arange(10, dtype=np.int32)
+    train, _, _ = gyre.data.arrays(images, 4, workers=workers, augment=augment)
+    try:
+        assert len(train) == train.epoch_steps == 2  # gyre.lr_schedule(steps_per_epoch=len(train_ds))
+        assert [next(train)[1].shape for _ in range(3)] == [(4,)] * 3  # still endless
+    finally:
+        getattr(train, "close", lambda: None)()

@@ -212,6 +212,17 @@ class Batches(Iterator[Batch]):
     def __iter__(self) -> Batches:
         return self
 
+    def __len__(self) -> int:
+        """Batches per epoch (:attr:`epoch_steps`), as a torch ``DataLoader``'s ``len``, so
+        ``gyre.lr_schedule(..., steps_per_epoch=len(train_ds))`` reads as in Jax Fit.
+
+        Example:
+            >>> import numpy as np
+            >>> len(batches(np.zeros((10, 2)), 4))
+            2
+        """
+        return self.epoch_steps
+
     def __next__(self) -> Batch:
         epoch = self._epoch
         if epoch != self._ready:  # the first batch of an epoch (or of a loaded position)

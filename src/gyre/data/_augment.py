@@ -132,13 +132,21 @@ def random_flip(images: Any, key_or_seed: Seed, p: float = 0.5) -> np.ndarray:
     return np.where(flip, array[:, :, ::-1], array)
 
 
+#: The last entropy word of the augmentation streams (``"aug"`` in ASCII): never 0, so the
+#: stream of ``(seed, epoch, index)`` differs from a shuffle's ``(seed, epoch)``.
+AUGMENT_STREAM = 0x617567
+
+
 def augment(
     images: Any, *, seed: int, epoch: int, index: int, padding: int = 4, flip: bool = True
 ) -> np.ndarray:
     """A random crop with ``padding`` (:func:`random_crop`) then, when ``flip``, a random
     horizontal flip (:func:`random_flip`), both drawn from
-    ``numpy.random.default_rng((seed, epoch, index))``: the same batch of the same epoch is
-    always augmented the same way (so a resumed run repeats it), another epoch differently.
+    ``numpy.random.default_rng((seed, epoch, index, AUGMENT_STREAM))``: the same batch of the
+    same epoch is always augmented the same way (so a resumed run repeats it), another epoch
+    differently. The last number keeps the stream apart from the shuffles of
+    :func:`gyre.data.batches` (``default_rng((seed, epoch))``, which numpy would otherwise
+    make the same stream as ``(seed, epoch, 0)``), so the same ``seed`` for both is safe.
 
     Args:
         images: a batch shaped ``(batch, height, width[, channels])``.
@@ -169,7 +177,7 @@ def augment(
         )
         for name, value in (("seed", seed), ("epoch", epoch), ("index", index))
     ]
-    rng = np.random.default_rng(tuple(numbers))
+    rng = np.random.default_rng((*numbers, AUGMENT_STREAM))
     out = random_crop(images, rng, padding)
     return random_flip(out, rng) if flip else out
 
@@ -198,6 +206,10 @@ class Augmented(Iterator[Any]):
 
     def __iter__(self) -> Augmented:
         return self
+
+    def __len__(self) -> int:
+        """Batches per epoch, the source's (see :meth:`gyre.data.Batches.__len__`)."""
+        return self.epoch_steps
 
     def __next__(self) -> Any:
         where = getattr(self.source, "index", None)  # Batches: the next batch, counted from 0

@@ -166,6 +166,10 @@ class GrainBatches(Iterator[tuple[np.ndarray, ...]]):
     def __iter__(self) -> GrainBatches:
         return self
 
+    def __len__(self) -> int:
+        """Batches per epoch (see :meth:`gyre.data.Batches.__len__`)."""
+        return self.epoch_steps
+
     def __next__(self) -> tuple[np.ndarray, ...]:
         if self._it is None:
             self._it = iter(self._dataset)
