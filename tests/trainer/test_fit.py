@@ -354,3 +354,70 @@ def make_data_arrays(n=32, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, 4)).astype(np.float32)
     return x, (x[:, 0] > 0).astype(np.int32)
+
+
+def test_readme_coming_from_jax_fit_block_runs_as_written(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Coming from Jax Fit")[1].split("\n## ")[0]
+    code = section.split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(tmp_path)  # fit writes under ./runs
+    namespace: dict = {"print": lambda *a, **k: None}
+    exec(compile(code, "README.md (Coming from Jax Fit)", "exec"), namespace)
+    history = namespace["history"]
+    assert history.collect("accuracy_test")[-1] >= 0.9
+    assert len(history.collect("accuracy_val")) == 5
+    assert (tmp_path / "runs" / "digits").is_dir()
+
+
+def _plain_state(model):
+    var = model.init(jax.random.key(0), jnp.ones((1, 4)))
+    return gyre.TrainState.create(apply_fn=model.apply, params=var["params"], tx=optax.sgd(0.1))
+
+
+class _NoTrain(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(3)(x)
+
+
+class _NormOnly(nn.Module):
+    @nn.compact
+    def __call__(self, x, train=False):
+        return nn.Dense(3)(nn.BatchNorm(use_running_average=not train)(x))
+
+
+def test_a_model_without_train_is_called_without_it(tmp_path):
+    state, history = gyre.fit(_plain_state(_NoTrain()), make_data(n=24), loss_fn=ce, num_epochs=1,
+                              log_dir=str(tmp_path), progress=False)
+    assert int(state.step) == 3 and len(history.collect("loss")) == 3
+
+
+def test_eval_step_with_state_and_batch_swapped_is_refused_before_training(tmp_path):
+    def eval_step(batch, state):
+        return 0.0
+
+    with pytest.raises(TypeError, match=r"(?s)eval_step takes \(batch, state\).*swap the two parameters"):
+        gyre.fit(make_state(), make_data(n=2), make_data(n=1), loss_fn=ce, eval_step=eval_step, num_epochs=1,
+                 log_dir=str(tmp_path))
+
+
+def test_model_errors_carry_a_note_on_how_fit_called_the_model(tmp_path):
+    # batch norm, but no batch_stats given to TrainState.create: the training step says the fix
+    with pytest.raises(Exception, match="collection") as caught:
+        gyre.fit(_plain_state(_NormOnly()), make_data(n=2), loss_fn=ce, num_epochs=1, log_dir=str(tmp_path / "a"),
+                 progress=False)
+    notes = "\n".join(caught.value.__notes__)
+    assert "pass batch_stats=variables['batch_stats'] to gyre.TrainState.create" in notes
+    assert "gyre.fit's training step" in notes and "train=True" in notes
+
+    def eval_step(state, batch):  # fails inside, on a transposed input
+        x, y = batch
+        return jnp.mean(jnp.argmax(state.apply_fn({"params": state.params}, x.T), -1) == y)
+
+    with pytest.raises(Exception) as caught:
+        gyre.fit(_plain_state(_NoTrain()), make_data(n=2), make_data(n=1), loss_fn=ce, eval_step=eval_step,
+                 num_epochs=1, log_dir=str(tmp_path / "b"), progress=False)
+    notes = "\n".join(caught.value.__notes__)
+    assert "raised in eval_step, which gyre.fit calls as eval_step(state, batch)" in notes and "test_ds" in notes

@@ -19,12 +19,14 @@ training and the (padded, masked) evaluation give what one device gives.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._history import History
@@ -38,6 +40,7 @@ from gyre.loop._tasks import When
 from gyre.parallel._strategies import Strategy, get_strategy
 from gyre.trainer._data import is_iterator
 from gyre.trainer._fit_steps import (
+    apply_error_fix,
     batch_rows,
     check_split,
     make_train_step,
@@ -173,7 +176,7 @@ def fit(
         state = chosen.place_state(state)  # a copy: the caller's arrays are not donated
     data, epoch_steps = training_data(train_ds, epochs)
     run_dir = os.path.join(os.fspath(log_dir), log_name)
-    names = {n: _eval_names(eval_step, state, ds) for n, ds in (("test", test_ds), ("val", val_ds)) if ds is not None}
+    names = {n: _eval_names(eval_step, state, ds, n) for n, ds in (("test", test_ds), ("val", val_ds)) if ds is not None}
     monitor_name = _monitor_name(monitor, names["val"]) if "val" in names else None
 
     def is_eval(e: Any) -> bool:
@@ -280,6 +283,8 @@ def _check_arguments(
         if ds is None:
             continue
         refuse_sources(ds, name)
+        if eval_step is not None:
+            _check_eval_signature(eval_step)
         if eval_step is None:
             raise ValueError(
                 explain(
@@ -352,19 +357,54 @@ def _evaluation(eval_step: Callable[..., Any], ds: Any, name: str, strategy: Str
 
         def test_step(state: Any, batch: Any) -> Logs:  # batch: a (batch, mask) pair
             batch, mask = place(batch)
-            return Logs().add_metrics(eval_entries(eval_step(state, batch, mask=mask)))
+            return Logs().add_metrics(eval_entries(_call_eval(eval_step, name, state, batch, mask=mask)))
 
         size_fn: Any = _real_rows
     else:
         data, size_fn = ds, None
 
         def test_step(state: Any, batch: Any) -> Logs:
-            return Logs().add_metrics(eval_entries(eval_step(state, place(batch))))
+            return Logs().add_metrics(eval_entries(_call_eval(eval_step, name, state, place(batch))))
 
     def evaluate(state: Any) -> Any:
         return _named.test_loop(state, data, {"on_test_step": test_step}, nan_policy="ignore", batch_size_fn=size_fn)
 
     return inner_loop(name, evaluate, aggregation=_named.DEFAULT_TEST_AGGREGATION)
+
+
+def _call_eval(eval_step: Callable[..., Any], name: str, state: Any, batch: Any, **mask: Any) -> Any:
+    """``eval_step(state, batch[, mask=])``; an error it raises gets a note saying how fit
+    called it (a misplaced argument otherwise reads as a riddle deep in the model)."""
+    try:
+        return eval_step(state, batch, **mask)
+    except Exception as err:
+        shapes = [tuple(np.shape(leaf)) for leaf in jax.tree_util.tree_leaves(batch)]
+        fix = apply_error_fix(err)
+        if fix:
+            err.add_note(f"gyre.fit: {fix}")
+        err.add_note(
+            f"(raised in eval_step, which gyre.fit calls as eval_step(state, batch"
+            f"{', mask=mask' if mask else ''}) with state a {type(state).__name__} and batch one "
+            f"element of {name}_ds, leaves of shapes {shapes})"
+        )
+        raise
+
+
+def _check_eval_signature(eval_step: Any) -> None:
+    """The seed's order is ``eval_step(state, batch)``; ``(batch, state)`` is refused at once."""
+    try:
+        names = [p.name for p in inspect.signature(eval_step).parameters.values()][:2]
+    except (TypeError, ValueError):
+        return
+    if names == ["batch", "state"]:
+        raise TypeError(
+            explain(
+                "eval_step takes (batch, state), but fit calls eval_step(state, batch)",
+                expected="def eval_step(state, batch): ... (the state first, as Jax Fit's)",
+                received=f"eval_step{inspect.signature(eval_step)}",
+                fix="swap the two parameters: def eval_step(state, batch)",
+            )
+        )
 
 
 def _real_rows(batch: Any) -> int:
@@ -381,13 +421,15 @@ def _unranked_save(ckpt: Any) -> Callable[[Any], None]:
     return save
 
 
-def _eval_names(eval_step: Any, state: Any, ds: Any) -> list[str]:
+def _eval_names(eval_step: Any, state: Any, ds: Any, name: str) -> list[str]:
     """The names ``eval_step`` records, checked (scalars) on one batch's shapes before training."""
     batch = first_batch(ds)
     if accepts_mask(eval_step):
         batch, mask = next(iter(padded([batch])))  # a mask of ones
-        return list(eval_entries(jax.eval_shape(lambda s, b, m: eval_step(s, b, mask=m), state, batch, mask)))
-    return list(eval_entries(jax.eval_shape(eval_step, state, batch)))
+        shapes = jax.eval_shape(lambda s, b, m: _call_eval(eval_step, name, s, b, mask=m), state, batch, mask)
+    else:
+        shapes = jax.eval_shape(lambda s, b: _call_eval(eval_step, name, s, b), state, batch)
+    return list(eval_entries(shapes))
 
 
 def _monitor_name(monitor: str | None, names: list[str]) -> str:

@@ -67,7 +67,7 @@ def make_train_step(loss_fn: Callable[..., Any], state: TrainState) -> Any:
     """
     cached, key = _cache_of(loss_fn, state, None)
     if key not in cached:
-        cached[key] = jax.jit(_train_step_fn(loss_fn, key[0], key[1]), donate_argnums=0)
+        cached[key] = jax.jit(_train_step_fn(loss_fn, key[0], key[1], key[3]), donate_argnums=0)
     return cached[key]
 
 
@@ -91,7 +91,7 @@ def strategy_train_step(loss_fn: Callable[..., Any], state: TrainState, strategy
     """
     cached, key = _cache_of(loss_fn, state, strategy)
     if key not in cached:
-        cached[key] = StrategyStep(_train_step_fn(loss_fn, key[0], key[1]), strategy)
+        cached[key] = StrategyStep(_train_step_fn(loss_fn, key[0], key[1], key[3]), strategy)
     return cached[key]
 
 
@@ -144,16 +144,66 @@ class StrategyStep:
 def _cache_of(loss_fn: Any, state: TrainState, strategy: Strategy | None) -> tuple[dict[Any, Any], Any]:
     """The compiled steps of ``loss_fn`` (one per model collections, step argument and
     strategy: a second fit call must not trace it again), and this call's key."""
-    key = (tuple(state.model_state), _takes_step(loss_fn), strategy)
+    key = (tuple(state.model_state), _takes_step(loss_fn), strategy, model_takes_train(state.apply_fn))
     try:
         return _STEPS.setdefault(loss_fn, {}), key
     except TypeError:  # not weakly referable: compiled per call
         return {}, key
 
 
-def _train_step_fn(loss_fn: Callable[..., Any], collections: tuple[str, ...], takes_step: bool) -> Any:
-    """fit's training step, uncompiled: ``(state, (x, y)) -> (logs, state)``."""
+def model_takes_train(apply_fn: Any) -> bool:
+    """Whether the model behind ``apply_fn`` takes ``train=`` (Jax Fit's convention for
+    dropout and batch norm): for a linen ``model.apply``, its module's ``__call__``; for any
+    other function, its own parameters. A model without it is called without it.
+
+    Example:
+        >>> import flax.linen as nn
+        >>> model_takes_train(nn.Dense(2).apply), model_takes_train(lambda v, x, train=False: x)
+        (False, True)
+    """
+    module = getattr(apply_fn, "__self__", None)
+    target = module.__call__ if module is not None and callable(module) else apply_fn
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: Jax Fit's convention
+        return True
+    return any(p.name == "train" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _call_note(x: Any, mutable: list[str], takes_train: bool) -> str:
+    shapes = [tuple(np.shape(leaf)) for leaf in jax.tree_util.tree_leaves(x)]
+    variables = ", ".join(repr(c) + ": ..." for c in ["params", *mutable])
+    train = ", train=True" if takes_train else ""
+    collections = f", mutable={mutable}" if mutable else ""
+    return (
+        f"(raised in gyre.fit's training step, which calls state.apply_fn({{{variables}}}, x{train}"
+        f"{collections}, rngs={{'dropout': key}}) with x of shapes {shapes}, then loss_fn(logits, labels))"
+    )
+
+
+def apply_error_fix(err: Exception) -> str | None:
+    """The fix for a model error a Jax Fit user meets, when ``err`` is one, else ``None``.
+
+    Example:
+        >>> apply_error_fix(KeyError('collection "batch_stats" is empty'))[:36]
+        'the model has batch norm but the sta'
+    """
+    text = str(err)
+    if "batch_stats" in text and "collection" in text:
+        return ("the model has batch norm but the state has no batch statistics: pass "
+                "batch_stats=variables['batch_stats'] to gyre.TrainState.create")
+    if "rngs" in text.lower() and "dropout" in text.lower():
+        return "the model draws from an rng stream other than 'dropout'; fit provides 'dropout' only"
+    return None
+
+
+def _train_step_fn(
+    loss_fn: Callable[..., Any], collections: tuple[str, ...], takes_step: bool, takes_train: bool = True
+) -> Any:
+    """fit's training step, uncompiled: ``(state, (x, y)) -> (logs, state)``. An error while
+    the model or the loss runs (at tracing) gets a note saying how fit called them."""
     mutable = list(collections)
+    flags = {"train": True} if takes_train else {}
 
     def train_step(state: TrainState, batch: Any) -> tuple[Logs, TrainState]:
         x, labels = batch
@@ -161,10 +211,17 @@ def _train_step_fn(loss_fn: Callable[..., Any], collections: tuple[str, ...], ta
 
         def objective(params: Any) -> tuple[Any, tuple[Mapping[str, Any], Any]]:
             variables = {"params": params, **state.model_state}
-            if mutable:
-                logits, updates = state.apply_fn(variables, x, train=True, mutable=mutable, rngs={"dropout": rng})
-            else:
-                logits, updates = state.apply_fn(variables, x, train=True, rngs={"dropout": rng}), {}
+            try:
+                if mutable:
+                    logits, updates = state.apply_fn(variables, x, **flags, mutable=mutable, rngs={"dropout": rng})
+                else:
+                    logits, updates = state.apply_fn(variables, x, **flags, rngs={"dropout": rng}), {}
+            except Exception as err:
+                fix = apply_error_fix(err)
+                if fix:
+                    err.add_note(f"gyre.fit: {fix}")
+                err.add_note(_call_note(x, mutable, takes_train))
+                raise
             out = loss_fn(logits, labels, step=state.step) if takes_step else loss_fn(logits, labels)
             loss, loss_dict = _loss_pair(out)
             return loss, (loss_dict, updates)
