@@ -101,6 +101,29 @@ def scan_steps(
     return jax.lax.scan(body, state, batches, length=length, unroll=UNROLL)
 
 
+def scanned(step: Callable[[Any, Any], tuple[Any, Any]]) -> Callable[[Any, Any], tuple[Any, Any]]:
+    """``(state, batches) -> (logs, state)``: ``step(state, batch) -> (logs, state)`` run on
+    each row of ``batches`` (:func:`scan_steps`), the logs stacked a row per step; what a
+    strategy compiles as a fused step.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> logs, state = scanned(lambda s, b: ({"b": b}, s + b))(jnp.float32(0), jnp.arange(3.0))
+        >>> logs["b"].tolist(), float(state)
+        ([0.0, 1.0, 2.0], 3.0)
+    """
+
+    def scan(state: Any, batches: Any) -> tuple[Any, Any]:
+        def body(carry: Any, batch: Any) -> tuple[Any, Any]:
+            logs, carry = step(carry, batch)
+            return carry, logs
+
+        state, logs = scan_steps(body, state, batches)
+        return logs, state
+
+    return scan
+
+
 class _NotInFusedStep:
     """Stands for ``elapsed``/``logs``/``loop`` inside a fused step, where they do not exist.
 

@@ -64,7 +64,7 @@ from gyre.core._logs import Logs
 from gyre.core._state import TrainState
 from gyre.data._padding import accepts_mask
 from gyre.loop._binding import Masked
-from gyre.loop._fuse import scan_steps
+from gyre.loop._fuse import scanned
 from gyre.loop._nan import SKIPPED_STEPS
 from gyre.loop._tasks import LoopElement
 from gyre.parallel._strategies import Jit, Strategy, get_strategy
@@ -201,16 +201,7 @@ class ManagedStep(LoopElement):
         run = self._compiled.get((strategy, fused))
         if run is None:
             if fused:
-
-                def scan(state: Any, batches: Any) -> tuple[Logs, Any]:
-                    def body(carry: Any, batch: Any) -> tuple[Any, Logs]:
-                        logs, carry = self.pure(carry, batch)
-                        return carry, logs
-
-                    state, logs = scan_steps(body, state, batches)
-                    return logs, state
-
-                run = strategy.compile(scan, state, batch_axis=1, donate=self.donates)
+                run = strategy.compile(scanned(self.pure), state, batch_axis=1, donate=self.donates)
             else:
                 run = strategy.compile(self.pure, state, donate=self.donates)
             self._compiled[(strategy, fused)] = run

@@ -18,7 +18,7 @@ import numpy as np
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.core._state import TrainState
-from gyre.loop._fuse import scan_steps
+from gyre.loop._fuse import scanned
 from gyre.parallel._strategies import Jit, Strategy
 from gyre.trainer._training import first_batch
 
@@ -122,16 +122,7 @@ class StrategyStep:
         """``(state, batches) -> (logs, state)``: ``steps`` steps, one per row of ``batches``."""
         run = self._fused.get(steps)
         if run is None:
-
-            def scan(state: Any, batches: Any) -> tuple[Logs, Any]:
-                def body(carry: Any, batch: Any) -> tuple[Any, Logs]:
-                    logs, carry = self.step(carry, batch)
-                    return carry, logs
-
-                state, logs = scan_steps(body, state, batches)
-                return logs, state
-
-            run = self._fused[steps] = self.strategy.compile(scan, batch_axis=1)
+            run = self._fused[steps] = self.strategy.compile(scanned(self.step), batch_axis=1)
 
         def fused(state: Any, batches: Any) -> tuple[Logs, Any]:
             if self._place:
