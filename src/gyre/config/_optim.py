@@ -21,10 +21,9 @@ import jax.numpy as jnp
 import optax
 
 from gyre.config._registry import OPTIMIZERS
-from gyre.config._schedules import (
-    ScheduleConfig,
+from gyre.config._schedules import ScheduleConfig, build_schedule
+from gyre.config._sections import (
     at,
-    build_schedule,
     call_section,
     check_keys,
     class_name_of,

@@ -22,7 +22,7 @@ import jax
 import optax
 
 from gyre.config._registry import TRANSFORMS
-from gyre.config._schedules import call_section, class_name_of, flag, here, real, who
+from gyre.config._sections import call_section, class_name_of, flag, here, real, who
 from gyre.core._errors import describe, explain
 
 #: What a config may write for ``transforms``: a list of sections, or names -> sections.

@@ -1,0 +1,243 @@
+"""The schedules of several phases: exponential (warmup, decay, cooldown) and warmup-cosine
+decay, each exact at its phases' ends and checked for phases that exceed the total; see
+:mod:`gyre.config._schedules`.
+"""
+
+import math
+from typing import Any
+
+import jax.numpy as jnp
+import optax
+
+from gyre.config._sections import flag, here, real, who, whole
+from gyre.config._simple_schedules import _F32, _register
+from gyre.core._errors import explain
+
+
+@_register
+def ExponentialSchedule(  # noqa: N802
+    *,
+    init_value: float,
+    decay_rate: float | None = None,
+    transition_steps: int = 1,
+    warmup_steps: int = 0,
+    cooldown_steps: int = 0,
+    steps: int | None = None,
+    end_factor: float | None = None,
+    staircase: bool = False,
+) -> optax.Schedule:
+    """Linear warmup, exponential decay, linear cooldown (jax_trainer's ``exponential_decay``,
+    with its discontinuity at the cooldown fixed).
+
+    Phases, for step ``s`` (``total = steps``):
+
+    * warmup, ``s < warmup_steps``: ``init_value * s / warmup_steps`` (from 0; at
+      ``s = warmup_steps`` exactly ``init_value``);
+    * decay: ``init_value * decay_rate ** (t / transition_steps)``, ``t = s - warmup_steps``
+      (``floor`` of the exponent with ``staircase``). Give ``end_factor`` instead of
+      ``decay_rate`` to reach exactly ``init_value * end_factor`` at the decay's end,
+      ``total - cooldown_steps`` (then ``steps`` is required; ``transition_steps`` and
+      ``staircase`` are not used);
+    * cooldown, the last ``cooldown_steps`` before ``total``: linear from the decayed value at
+      ``total - cooldown_steps`` down to exactly 0 at ``total``.
+
+    With ``steps`` the value holds past ``total``; without it (``decay_rate`` and no cooldown)
+    the decay goes on. ``warmup_steps + cooldown_steps > steps`` is an error.
+
+    Example:
+        >>> s = ExponentialSchedule(init_value=1.0, end_factor=0.25, warmup_steps=2,
+        ...                         cooldown_steps=4, steps=12)
+        >>> [float(s(i)) for i in (0, 1, 2, 8, 10, 12, 20)]
+        [0.0, 0.5, 1.0, 0.25, 0.125, 0.0, 0.0]
+    """
+    init = real("init_value", init_value)
+    warmup, cooldown = (
+        whole("warmup_steps", warmup_steps, minimum=0),
+        whole("cooldown_steps", cooldown_steps, minimum=0),
+    )
+    period, stairs = (
+        whole("transition_steps", transition_steps, minimum=1),
+        flag("staircase", staircase),
+    )
+    total = None if steps is None else whole("steps", steps, minimum=1)
+    if (decay_rate is None) == (end_factor is None):
+        raise ValueError(
+            explain(
+                f"{who('ExponentialSchedule')} needs exactly one of decay_rate and end_factor",
+                expected="decay_rate: the factor per transition_steps, or end_factor: the fraction of init_value reached at the decay's end",
+                received=f"decay_rate={decay_rate!r}, end_factor={end_factor!r}",
+                fix="keep one of them",
+            )
+        )
+    if total is None and (cooldown or end_factor is not None):
+        raise ValueError(
+            explain(
+                f"{here('steps')} is required with cooldown_steps or end_factor",
+                expected="steps: the schedule's total number of steps",
+                received=f"cooldown_steps={cooldown}, end_factor={end_factor!r}, no steps",
+                fix="add steps: <total training steps>",
+            )
+        )
+    if total is not None and warmup + cooldown > total:
+        raise _phases_exceed(
+            "warmup_steps + cooldown_steps", warmup + cooldown, total, "ExponentialSchedule"
+        )
+    decay_end = None if total is None else total - cooldown
+    if end_factor is not None:
+        base = real("end_factor", end_factor, above=0.0)
+        if stairs or period != 1:
+            raise ValueError(
+                explain(
+                    f"{who('ExponentialSchedule')}: end_factor sets the whole decay: staircase and transition_steps do not apply",
+                    expected="staircase: false and transition_steps: 1 with end_factor",
+                    received=f"staircase={stairs}, transition_steps={period}",
+                    fix="drop staircase/transition_steps, or give decay_rate instead of end_factor",
+                )
+            )
+        period = decay_end - warmup  # type: ignore[operator]
+        if period < 1:
+            raise _phases_exceed(
+                "warmup_steps + cooldown_steps (the decay needs >= 1 step)",
+                warmup + cooldown + 1,
+                total,
+                "ExponentialSchedule",
+            )  # type: ignore[arg-type]
+        end = init * base
+    else:
+        base = real("decay_rate", decay_rate, above=0.0)
+        exponent = None if decay_end is None else (decay_end - warmup) / period
+        end = (
+            None
+            if exponent is None
+            else init * base ** (math.floor(exponent) if stairs else exponent)
+        )
+
+    def schedule(count: Any) -> Any:
+        c = jnp.asarray(count)
+        if total is not None:
+            c = jnp.minimum(c, total)
+        e = jnp.maximum(c - warmup, 0).astype(_F32) / period
+        value = init * jnp.power(_F32(base), jnp.floor(e) if stairs else e)
+        if warmup:
+            value = jnp.where(c < warmup, init * (c.astype(_F32) / warmup), value)
+        if end is not None:
+            value = jnp.where(c >= decay_end, _F32(end), value)
+        if cooldown:
+            value = jnp.where(c > decay_end, end * ((total - c).astype(_F32) / cooldown), value)
+        return value
+
+    return schedule
+
+
+@_register
+def WarmupCosineDecaySchedule(  # noqa: N802
+    *,
+    peak_value: float,
+    init_value: float = 0.0,
+    warmup_steps: int = 0,
+    decay_steps: int | None = None,
+    steps: int | None = None,
+    decay_factor: float | None = None,
+    end_value: float | None = None,
+    exponent: float = 1.0,
+) -> optax.Schedule:
+    """Linear warmup from ``init_value`` to ``peak_value`` over ``warmup_steps``, then cosine
+    decay to ``end_value`` over ``decay_steps``: exactly ``peak_value`` at ``warmup_steps``
+    and exactly ``end_value`` at ``steps = warmup_steps + decay_steps``, then constant.
+
+    ``decay_steps`` is the length of the decay alone (jax_trainer's meaning; optax's
+    ``decay_steps`` counts the warmup too, which ended jax_trainer's schedules early). Give
+    ``steps``, ``decay_steps`` or both (then they must agree). The end value is
+    ``end_value``, or ``peak_value * decay_factor`` (both: they must agree; neither:
+    ``decay_factor`` 0.1, jax_trainer's default).
+
+    Example:
+        >>> s = WarmupCosineDecaySchedule(init_value=0.0, peak_value=1.0, warmup_steps=4,
+        ...                               decay_steps=4, decay_factor=0.5)
+        >>> [round(float(s(i)), 6) for i in (0, 3, 4, 6, 8, 100)]
+        [0.0, 0.75, 1.0, 0.75, 0.5, 0.5]
+    """
+    init, peak = real("init_value", init_value), real("peak_value", peak_value)
+    warmup, power = (
+        whole("warmup_steps", warmup_steps, minimum=0),
+        real("exponent", exponent, above=0.0),
+    )
+    if decay_steps is None and steps is None:
+        raise ValueError(
+            explain(
+                f"{who('WarmupCosineDecaySchedule')} needs steps or decay_steps",
+                expected="steps (the total) and/or decay_steps (the decay after the warmup)",
+                received="neither",
+                fix="add steps: <total steps>",
+            )
+        )
+    decay = None if decay_steps is None else whole("decay_steps", decay_steps, minimum=1)
+    total = None if steps is None else whole("steps", steps, minimum=1)
+    if decay is None:
+        if warmup >= total:  # type: ignore[operator]
+            raise _phases_exceed(
+                "warmup_steps (the decay needs >= 1 step)",
+                warmup + 1,
+                total,
+                "WarmupCosineDecaySchedule",
+            )  # type: ignore[arg-type]
+        decay = total - warmup  # type: ignore[operator]
+    elif total is None:
+        total = warmup + decay
+    elif warmup + decay != total:
+        if warmup + decay > total:
+            raise _phases_exceed(
+                "warmup_steps + decay_steps", warmup + decay, total, "WarmupCosineDecaySchedule"
+            )
+        raise ValueError(
+            explain(
+                f"{here('steps')} must equal warmup_steps + decay_steps (the end value is reached at steps)",
+                expected=f"steps: {warmup + decay}",
+                received=f"steps: {total}, warmup_steps: {warmup}, decay_steps: {decay}",
+                fix=f"write steps: {warmup + decay}, or decay_steps: {total - warmup}, or drop one of them",
+            )
+        )
+    end = _end_value(peak, decay_factor, end_value)
+
+    def schedule(count: Any) -> Any:
+        c = jnp.asarray(count)
+        t = jnp.clip(c - warmup, 0, decay).astype(_F32) / decay
+        cosine = 0.5 * (1.0 + jnp.cos(jnp.pi * t))
+        value = peak - (peak - end) * (1.0 - cosine**power)
+        if warmup:
+            value = jnp.where(c < warmup, init + (peak - init) * (c.astype(_F32) / warmup), value)
+        return jnp.where(c >= total, _F32(end), value)
+
+    return schedule
+
+
+def _end_value(peak: float, decay_factor: float | None, end_value: float | None) -> float:
+    factor = None if decay_factor is None else real("decay_factor", decay_factor)
+    end = None if end_value is None else real("end_value", end_value)
+    if (
+        factor is not None
+        and end is not None
+        and not math.isclose(end, peak * factor, rel_tol=1e-9, abs_tol=1e-15)
+    ):
+        raise ValueError(
+            explain(
+                f"{who('WarmupCosineDecaySchedule')}: end_value and decay_factor disagree",
+                expected=f"end_value = peak_value * decay_factor = {peak * factor!r}",
+                received=f"end_value: {end!r}, decay_factor: {factor!r}",
+                fix="keep only one of them",
+            )
+        )
+    if end is not None:
+        return end
+    return peak * (0.1 if factor is None else factor)
+
+
+def _phases_exceed(what: str, used: int, total: int, name: str = "schedule") -> ValueError:
+    return ValueError(
+        explain(
+            f"{who(name)}: the schedule's phases exceed its total: {what} = {used} > steps = {total}",
+            expected=f"{what} <= steps",
+            received=f"{what} = {used}, steps = {total}",
+            fix="raise steps, or shorten the phases",
+        )
+    )

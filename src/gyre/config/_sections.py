@@ -1,0 +1,210 @@
+"""The section-calling helpers that the schedule, transform and optimizer builders share: the
+dotted config path being built (:func:`here`, :func:`at`, :func:`who`), a section's
+``class_name`` and keys checked against its target's signature (:func:`class_name_of`,
+:func:`call_section`, :func:`check_keys`), and config values checked with errors that name
+their path (:func:`real`, :func:`whole`, :func:`flag`).
+"""
+
+import contextlib
+import inspect
+import math
+import numbers
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any
+
+from gyre.config._registry import Registry
+from gyre.core._errors import as_integer, describe, explain, suggest
+
+_WHERE: ContextVar[str] = ContextVar("gyre_config_where", default="")
+
+
+# -- sections: shared by the schedule, transform and optimizer builders ------------------------
+
+
+def here(key: str = "") -> str:
+    """The dotted config path being built (``optimizer.learning_rate``), plus ``key``."""
+    base = _WHERE.get()
+    return f"{base}.{key}" if base and key else (base or key)
+
+
+@contextlib.contextmanager
+def at(where: str) -> Iterator[None]:
+    """Within the block, :func:`here` names ``where`` (the section being built)."""
+    token = _WHERE.set(where)
+    try:
+        yield
+    finally:
+        _WHERE.reset(token)
+
+
+def class_name_of(section: object, *, where: str, registry: Registry, also: str = "") -> str:
+    """The ``class_name`` of a section; a non-mapping or a missing name is a clear error."""
+    known = ", ".join(sorted(registry)) + also
+    if not isinstance(section, Mapping):
+        raise TypeError(
+            explain(
+                f"{where} must be a section (a mapping with class_name)",
+                expected=f"a mapping with class_name one of: {known}",
+                received=describe(section),
+                fix=f"write e.g. {where}: {{class_name: {next(iter(registry), 'Name')}, ...}}",
+            )
+        )
+    name = section.get("class_name")
+    if not isinstance(name, str):
+        raise ValueError(
+            explain(
+                f"{where} has no class_name (a string)",
+                expected=f"class_name: one of {known}",
+                received=describe(name) if "class_name" in section else f"keys {sorted(section)}",
+                fix=f"add class_name to {where}",
+            )
+        )
+    return name
+
+
+def call_section(
+    target: Callable[..., Any], name: str, section: Mapping[str, Any], *, where: str
+) -> Any:
+    """Calls ``target`` with the section's keys (all but ``class_name``) after checking them
+    against its signature: an unknown key or a missing required one is an error that lists
+    the parameters, with their types and defaults. Errors raised while building name
+    ``where`` through :func:`here`."""
+    kwargs = {k: v for k, v in section.items() if k != "class_name"}
+    check_keys(target, name, kwargs, where=where)
+    with at(where):
+        return target(**kwargs)
+
+
+def check_keys(
+    target: Callable[..., Any], name: str, kwargs: Mapping[str, Any], *, where: str
+) -> None:
+    """Raises when ``kwargs`` has a key ``target`` does not take, or lacks a required one."""
+    params = _parameters(target)
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        known = None
+    else:
+        known = {
+            k: p for k, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        }
+    listing = ", ".join(
+        _describe_parameter(p)
+        for p in params.values()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    )
+    for key in kwargs:
+        if known is not None and key not in known:
+            raise ValueError(
+                explain(
+                    f"unknown key {key!r} at {where} ({name})." + suggest(str(key), known),
+                    expected=f"the keys of {name}: {listing}",
+                    received=f"{key}: {describe(kwargs[key])}",
+                    fix=f"remove {key!r} or spell it as one of the keys above",
+                )
+            )
+    missing = [
+        k
+        for k, p in params.items()
+        if p.default is p.empty
+        and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        and k not in kwargs
+    ]
+    if missing:
+        raise ValueError(
+            explain(
+                f"missing required key{'s' if len(missing) > 1 else ''} {', '.join(missing)} at {where} ({name})",
+                expected=f"the keys of {name}: {listing}",
+                received=f"keys {sorted(kwargs)}",
+                fix=f"add {', '.join(f'{k}: ...' for k in missing)} to {where}",
+            )
+        )
+
+
+def _parameters(target: Callable[..., Any]) -> dict[str, inspect.Parameter]:
+    try:
+        return dict(inspect.signature(target).parameters)
+    except (TypeError, ValueError):  # a builtin without a signature: take any key
+        return {"kwargs": inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)}
+
+
+def _describe_parameter(p: inspect.Parameter) -> str:
+    ann = "" if p.annotation is p.empty else _type_name(p.annotation)
+    ann = "" if len(ann) > 60 else ann  # optax's own Union annotations: the name says enough
+    default = "required" if p.default is p.empty else f"default {p.default!r}"
+    return f"{p.name} ({ann + ', ' if ann else ''}{default})"
+
+
+def _type_name(annotation: object) -> str:
+    if isinstance(annotation, str):
+        return annotation
+    if isinstance(annotation, type):
+        return annotation.__name__
+    text = repr(annotation)
+    for prefix in ("collections.abc.", "typing.", "optax._src.base.", "gyre.config._transforms."):
+        text = text.replace(prefix, "")
+    return text
+
+
+def who(name: str) -> str:
+    """``where (name)`` while a section is being built, else ``name`` (for messages)."""
+    return f"{here()} ({name})" if here() else name
+
+
+# -- values -----------------------------------------------------------------------------------
+
+
+def real(
+    key: str, value: object, *, minimum: float | None = None, above: float | None = None
+) -> float:
+    """``value`` as a finite Python float (a numeric string such as ``"1e-3"`` counts, as
+    PyYAML reads it), at least ``minimum`` / more than ``above``; else a clear error."""
+    number: float | None = None
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            number = float(value)
+    ok = number is not None and math.isfinite(number)
+    ok = ok and (minimum is None or number >= minimum) and (above is None or number > above)  # type: ignore[operator]
+    if not ok:
+        bound = (
+            f" >= {minimum}" if minimum is not None else f" > {above}" if above is not None else ""
+        )
+        raise ValueError(
+            explain(
+                f"{here(key)} must be a finite number{bound}",
+                expected=f"a float{bound}",
+                received=describe(value),
+                fix=f"write {key or here().rsplit('.', 1)[-1]}: <a number{bound}>",
+            )
+        )
+    return number  # type: ignore[return-value]
+
+
+def whole(key: str, value: object, *, minimum: int) -> int:
+    """``value`` as a Python int of at least ``minimum`` (booleans and 2.5 are errors)."""
+    number = as_integer(value)
+    if number is None or number < minimum:
+        raise ValueError(
+            explain(
+                f"{here(key)} must be a whole number >= {minimum}",
+                expected=f"an int >= {minimum}",
+                received=describe(value),
+                fix=f"write {key}: <an int >= {minimum}>",
+            )
+        )
+    return number
+
+
+def flag(key: str, value: object) -> bool:
+    """``value`` when it is a bool; else a clear error (``"false"`` is not a bool)."""
+    if not isinstance(value, bool):
+        raise TypeError(
+            explain(
+                f"{here(key)} must be true or false",
+                expected="a bool",
+                received=describe(value),
+                fix=f"write {key}: true or {key}: false",
+            )
+        )
+    return value
