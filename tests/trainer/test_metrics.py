@@ -1,9 +1,10 @@
-"""Metric modes accumulated on device: exact values over two epochs for every mode, routing by
-LogFreq / LogMode, names, the CONCAT collector and the writers' scalars (issue 12, item 2)."""
+"""Metric modes accumulated on device, end to end: exact values over two epochs for every mode,
+routing by LogFreq / LogMode and the writers' scalars (issue 12, item 2). The accumulator, the
+CONCAT collector and the names have their own files: test_accumulator.py, test_concat.py,
+test_metric_names.py."""
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import gyre
@@ -11,14 +12,11 @@ from gyre.trainer._metrics import (
     ConcatCollector,
     MetricAccumulator,
     add_time,
-    logged_name,
-    metric_names,
     name_metrics,
     scalars_for_writers,
     select_specs,
-    time_name,
 )
-from gyre.trainer._modes import MetricSpec, parse_metrics
+from gyre.trainer._modes import parse_metrics
 
 
 def metrics_of(v, n, k):
@@ -179,156 +177,3 @@ def test_log_freq_and_log_mode_routing(run):
     assert (val["val/val_only"], test["test/test_only"]) == (-2.0, 4.0)
     assert (val["val/eval_only"], test["test/eval_only"], train["train/train_only_epoch"]) == (4.0, 4.0, 4.0)
     assert (train["train/time"], val["val/time"], test["test/time"]) == (1.25, 0.5, 0.5)
-
-
-def test_names():
-    assert logged_name("acc", "train", "step") == "train/acc_step"
-    assert logged_name("acc", "train", "epoch") == "train/acc_epoch"
-    assert logged_name("acc", "val") == "val/acc"
-    assert logged_name("acc", "test", "epoch") == "test/acc"
-    assert logged_name("val/top5", "val") == "val/top5"
-    assert logged_name("extra/acc", "train", "step") == "extra/acc_step"
-    assert [time_name(p) for p in ("train", "val", "test")] == ["train/time", "val/time", "test/time"]
-    specs = {"a": MetricSpec("a", log_freq="step"), "b": MetricSpec("b", log_freq="epoch"), "c": MetricSpec("c")}
-    assert metric_names(specs, "train", "step") == {"a": "train/a_step", "c": "train/c_step"}
-    assert metric_names(specs, "train", "epoch") == {"b": "train/b_epoch", "c": "train/c_epoch"}
-    assert metric_names(specs, "val") == {"a": "val/a", "b": "val/b", "c": "val/c"}
-
-
-def test_name_errors():
-    with pytest.raises(ValueError, match=r"(?s)unknown phase 'validation'.*expected: phase in"):
-        metric_names({}, "validation")
-    with pytest.raises(ValueError, match=r"unknown phase 'train' or frequency 'steps'"):
-        logged_name("a", "train", "steps")
-    with pytest.raises(ValueError, match=r"val metrics are logged once per evaluation, not per step"):
-        metric_names({}, "val", "step")
-    clash = {"acc": MetricSpec("acc"), "train/acc": MetricSpec("train/acc")}
-    with pytest.raises(ValueError, match=r"metric 'train/acc' would be logged as 'train/acc_step', the name of metric 'acc'"):
-        metric_names(clash, "train", "step")
-    with pytest.raises(ValueError, match=r"metric 'time' would be logged as 'val/time', the name of the epoch's duration"):
-        metric_names({"time": MetricSpec("time")}, "val")
-    assert metric_names({"time": MetricSpec("time")}, "train", "epoch") == {"time": "train/time_epoch"}
-    with pytest.raises(KeyError, match=r"metric 'acc' has no computed value"):
-        name_metrics({}, {"acc": MetricSpec("acc")}, "test")
-
-
-def test_add_time_errors():
-    with pytest.raises(TypeError, match=r"val/time must be a host number of seconds"):
-        add_time({}, "val", jnp.float32(1.0))
-    with pytest.raises(ValueError, match=r"'test/time' is already a metric"):
-        add_time({"test/time": 1.0}, "test", 2.0)
-
-
-def test_scalars_for_writers_keeps_numbers_only():
-    specs = {"p": MetricSpec("p", "concat"), "c": MetricSpec("c", "concat"), "s": MetricSpec("s", "sum")}
-    metrics = {
-        "train/p_step": jnp.ones(3), "train/p_epoch": jnp.ones(3), "val/p": jnp.ones(3),
-        "test/c": jnp.ones(()),  # a CONCAT metric is dropped even when its value is 0-d
-        "train/s_epoch": jnp.int32(4), "per_class": jnp.ones(2), "train/time": 3.5,
-        "np": np.float64(1.0), "flag": True, "note": "text",
-    }
-    assert list(scalars_for_writers(metrics, specs)) == ["train/s_epoch", "train/time", "np", "flag"]
-
-
-def test_accumulator_dtypes_shapes_and_reset():
-    specs, values = parse_metrics(
-        {"hits": {"value": jnp.array([1, 0, 2], jnp.int32), "mode": "sum"},
-         "per_class": jnp.array([1.0, 0.0]), "top": {"value": jnp.int32(3), "mode": "max"}},
-        where="t",
-    )
-    acc = MetricAccumulator.init(specs, values)
-    before = jax.tree.map(lambda x: (x.shape, x.dtype), acc)
-    acc = acc.update(specs, values, 2).update(specs, {**values, "per_class": (jnp.array([0.0, 1.0]), 2)}, 2)
-    assert jax.tree.map(lambda x: (x.shape, x.dtype), acc) == before
-    result = jax.device_get(acc.compute())
-    assert result["hits"].tolist() == [2, 0, 4] and result["hits"].dtype == np.int32
-    assert result["per_class"].tolist() == [0.5, 0.5]
-    assert result["top"].tolist() == 3 and result["top"].dtype == np.int32
-    assert jax.device_get(acc.reset().compute())["hits"].tolist() == [0, 0, 0]
-    assert jax.tree.map(lambda x: (x.shape, x.dtype), acc.reset()) == before
-
-
-def test_an_empty_accumulator_gives_zeros_and_python_numbers_work():
-    specs = {"m": MetricSpec("m", "max"), "s": MetricSpec("s", "std")}
-    acc = MetricAccumulator.init(specs, {"m": (0.5, None), "s": (0.5, None)})
-    assert jax.device_get(acc.compute()) == {"m": 0.0, "s": 0.0}
-    acc = acc.update(specs, {"m": (-0.5, None), "s": (2.0, 0)}, 1).update(specs, {"m": (-1.5, 1), "s": (3.0, 5)}, 1)
-    assert jax.device_get(acc.compute()) == {"m": -0.5, "s": 0.0}  # count 0: left out; 5: as 1
-    assert float(acc.metrics["s"].count) == 1.0
-
-
-def test_merge_folds_a_window_into_an_epoch():
-    specs = {"m": MetricSpec("m"), "s": MetricSpec("s", "std"), "x": MetricSpec("x", "max")}
-    steps = [{"m": (v, None), "s": (v, None), "x": (-v, None)} for v in (1.0, 2.0, 6.0)]
-    init = MetricAccumulator.init(specs, steps[0])
-    whole = init
-    for s, n in zip(steps, (1, 2, 3), strict=True):
-        whole = whole.update(specs, s, n)
-    first = init.update(specs, steps[0], 1)
-    second = init.update(specs, steps[1], 2).update(specs, steps[2], 3)
-    assert jax.device_get(first.merge(second).compute()) == jax.device_get(whole.compute())
-    assert jax.device_get(whole.compute())["m"] == (1 + 4 + 18) / 6
-    with pytest.raises(ValueError, match=r"only accumulators of the same metrics merge"):
-        first.merge(MetricAccumulator.init({}, {}))
-
-
-def test_accumulator_errors():
-    specs = {"m": MetricSpec("m"), "p": MetricSpec("p", "concat")}
-    acc = MetricAccumulator.init(specs, {"m": (1.0, None)})  # CONCAT needs no value here
-    assert list(acc.metrics) == ["m"]
-    with pytest.raises(KeyError, match=r"metric 'm' has no value"):
-        MetricAccumulator.init(specs, {})
-    with pytest.raises(KeyError, match=r"metric 'm' has no value"):
-        acc.update(specs, {"p": (1.0, None)}, 1)
-    with pytest.raises(KeyError, match=r"metric 'm' has no spec"):
-        acc.update({}, {"m": (1.0, None)}, 1)
-    with pytest.raises(ValueError, match=r"(?s)metric 'm' changed its mode.*received: mode MAX"):
-        acc.update({"m": MetricSpec("m", "max")}, {"m": (1.0, None)}, 1)
-    with pytest.raises(ValueError, match=r"(?s)metric 'm' changed its shape.*expected: values of shape \(\).*received: a value of shape \(3,\)"):
-        acc.update(specs, {"m": (jnp.ones(3), None)}, 1)
-
-
-def test_concat_collector():
-    specs = {"p": MetricSpec("p", "concat"), "m": MetricSpec("m")}
-    collector = ConcatCollector(specs)
-    assert collector.keys == ("p",)
-    assert collector.compute()["p"].shape == (0,)
-    collector.add({"p": jnp.float32(1.0), "m": 0.0})  # a scalar is one row
-    collector.add_stacked({"p": jnp.array([2.0, 3.0])})  # two fused steps of one scalar
-    collector.add({"p": (jnp.array([4.0]), None)})
-    assert collector.compute()["p"].tolist() == [1.0, 2.0, 3.0, 4.0]
-    collector.reset()
-    collector.add_stacked({"p": jnp.arange(6.0).reshape(2, 3)})  # two steps of three rows
-    assert collector.compute()["p"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
-    collector.reset()
-    collector.add({"p": jnp.ones((2, 3))})
-    collector.add({"p": jnp.ones((1, 4))})
-    with pytest.raises(ValueError, match=r"(?s)CONCAT metric 'p' has rows of different shapes.*\(3,\), \(4,\)"):
-        collector.compute()
-    with pytest.raises(KeyError, match=r"metric 'p' has no value"):
-        collector.add({"m": 1.0})
-
-
-def test_the_carry_is_one_buffer_per_dtype_in_the_specs_order():
-    specs, values = parse_metrics(metrics_of(jnp.float32(1.0), 4.0, 2.0), where="t")
-    acc = MetricAccumulator.init(specs, values)
-    # value and count per metric (Std: count, shift, mean, m2): 3 MEAN, 4 SUM, 1 SINGLE,
-    # 3 MAX, 2 MIN -> 26, 2 STD -> 8
-    assert [(x.dtype, x.shape) for x in jax.tree.leaves(acc)] == [(np.float32, (34,))]
-    assert list(acc.compute()) == [k for k in specs if k != "rows"] == list(acc.metrics)
-    specs = {"a": MetricSpec("a", "sum"), "b": MetricSpec("b"), "c": MetricSpec("c", "sum")}
-    acc = MetricAccumulator.init(specs, {"a": (1, None), "b": (1.0, None), "c": (jnp.ones(2, jnp.int32), None)})
-    assert sorted(acc.buffers) == ["float32", "int32"]
-    acc = acc.update(specs, {"a": (2, None), "b": (0.5, None), "c": (jnp.array([3, 4]), None)}, 2)
-    assert list(acc.compute()) == ["a", "b", "c"]
-    assert jax.device_get(acc.compute()["c"]).tolist() == [3, 4]
-    assert jax.device_get({k: m.count for k, m in acc.metrics.items()}) == {"a": 1.0, "b": 2.0, "c": 1.0}
-
-
-def test_init_inside_jit_from_tracers():
-    @jax.jit
-    def first_step(x):
-        specs, values = parse_metrics({"m": x.mean(), "top": {"value": x.max(), "mode": "max"}}, where="t")
-        return MetricAccumulator.init(specs, values).update(specs, values, x.shape[0]).compute()
-
-    assert jax.device_get(first_step(jnp.arange(4.0))) == {"m": 1.5, "top": 3.0}

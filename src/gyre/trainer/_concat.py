@@ -1,0 +1,138 @@
+"""The host-side collector of the CONCAT metrics' values.
+
+**CONCAT** values grow with the steps, so they cannot live in a carried fixed-shape state:
+the step returns them (:meth:`ConcatCollector.select`) and a :class:`ConcatCollector` keeps the
+device arrays on the host side, concatenated once at the end of the epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gyre.core._errors import explain
+from gyre.trainer._accumulator import Values
+from gyre.trainer._metric_names import _missing
+from gyre.trainer._modes import LogMetricMode, MetricSpec
+
+
+class ConcatCollector:
+    """Gathers the CONCAT metrics' per-step device arrays on the host side (a list per metric:
+    no transfer, no wait) and concatenates them along the first axis in :meth:`compute`.
+
+    A step's value of shape ``(b, ...)`` adds ``b`` rows, a scalar adds one;
+    :meth:`add_stacked` takes the values of ``steps_per_call`` fused steps at once.
+
+    Args:
+        specs: the metrics' specs; the CONCAT ones are collected.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> specs = {"pred": MetricSpec("pred", "concat"), "loss": MetricSpec("loss")}
+        >>> collector = ConcatCollector(specs)
+        >>> collector.add({"pred": jnp.array([1, 2])})
+        >>> collector.add({"pred": (jnp.array([3]), None)})   # a (value, count) pair works too
+        >>> collector.compute()["pred"].tolist()
+        [1, 2, 3]
+    """
+
+    def __init__(self, specs: Mapping[str, MetricSpec]) -> None:
+        self.keys = tuple(k for k, s in specs.items() if s.mode is LogMetricMode.CONCAT)
+        self._parts: dict[str, list[tuple[Any, bool]]] = {k: [] for k in self.keys}
+
+    @staticmethod
+    def select(specs: Mapping[str, MetricSpec], values: Values) -> dict[str, Any]:
+        """The CONCAT metrics' values, for a compiled step to return (jittable).
+
+        Example:
+            >>> ConcatCollector.select({"p": MetricSpec("p", "concat")}, {"p": (7, None)})
+            {'p': 7}
+        """
+        return {k: values[k][0] for k, s in specs.items() if s.mode is LogMetricMode.CONCAT}
+
+    def _add(self, values: Mapping[str, Any], stacked: bool) -> None:
+        for key in self.keys:
+            if key not in values:
+                raise _missing(key, "value")
+            value = values[key]
+            if isinstance(value, tuple):
+                value = value[0]
+            self._parts[key].append((value, stacked))
+
+    def add(self, values: Mapping[str, Any]) -> None:
+        """Keeps one step's CONCAT values (arrays, or ``(value, count)`` pairs); other
+        metrics' values are ignored.
+
+        Example:
+            >>> collector = ConcatCollector({"p": MetricSpec("p", "concat")})
+            >>> collector.add({"p": 1.0, "loss": 0.5})
+            >>> collector.compute()["p"].tolist()
+            [1.0]
+        """
+        self._add(values, stacked=False)
+
+    def add_stacked(self, values: Mapping[str, Any]) -> None:
+        """Keeps the CONCAT values of several fused steps (leading axis: the steps).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> collector = ConcatCollector({"p": MetricSpec("p", "concat")})
+            >>> collector.add_stacked({"p": jnp.array([[1, 2], [3, 4]])})   # 2 steps of 2 rows
+            >>> collector.compute()["p"].tolist()
+            [1, 2, 3, 4]
+        """
+        self._add(values, stacked=True)
+
+    def compute(self) -> dict[str, jax.Array]:
+        """Every CONCAT metric's rows so far, one device array each (a zero-length float32
+        array for a metric with no step). Reads no value.
+
+        Raises:
+            ValueError: a metric's rows have different shapes.
+
+        Example:
+            >>> ConcatCollector({"p": MetricSpec("p", "concat")}).compute()["p"].shape
+            (0,)
+        """
+        out = {}
+        for key, parts in self._parts.items():
+            rows = [_rows(v, stacked) for v, stacked in parts]
+            if not rows:
+                out[key] = jnp.zeros((0,), jnp.float32)
+                continue
+            shapes = {tuple(np.shape(r)[1:]) for r in rows}
+            if len(shapes) > 1:
+                raise ValueError(
+                    explain(
+                        f"CONCAT metric {key!r} has rows of different shapes",
+                        expected="values of one shape after the first axis",
+                        received=f"rows of shapes {sorted(shapes)}",
+                        fix="log values of one shape per metric (pad or reduce them first)",
+                    )
+                )
+            out[key] = rows[0] if len(rows) == 1 else jnp.concatenate(rows)
+        return out
+
+    def reset(self) -> None:
+        """Forgets every value (at the start of an epoch or a window).
+
+        Example:
+            >>> collector = ConcatCollector({"p": MetricSpec("p", "concat")})
+            >>> collector.add({"p": 1.0}); collector.reset()
+            >>> collector.compute()["p"].tolist()
+            []
+        """
+        self._parts = {k: [] for k in self.keys}
+
+
+def _rows(value: Any, stacked: bool) -> jax.Array:
+    value = jnp.asarray(value)
+    if not stacked:
+        return jnp.atleast_1d(value)
+    if value.ndim <= 1:
+        return value
+    return value.reshape((value.shape[0] * value.shape[1],) + value.shape[2:])

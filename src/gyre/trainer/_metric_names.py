@@ -1,0 +1,263 @@
+"""The names metrics are logged under, and their routing by phase and frequency.
+
+:func:`metric_names` routes metrics by phase and frequency and names them:
+
+* training: ``train/<key>_step`` (every ``log_steps_every`` steps, ``LogFreq.STEP`` or
+  ``ANY``) and ``train/<key>_epoch`` (``LogFreq.EPOCH`` or ``ANY``), for ``LogMode.TRAIN`` and
+  ``ANY`` metrics;
+* validation: ``val/<key>`` for ``VAL``, ``EVAL`` and ``ANY``; test: ``test/<key>`` for
+  ``TEST``, ``EVAL`` and ``ANY``. Evaluation logs once per run whatever the ``log_freq``.
+* a key holding ``/`` is taken as a full name and never prefixed: in training it still gets
+  the ``_step`` / ``_epoch`` suffix (the two series stay apart), in evaluation it is kept as
+  given (so give such a metric ``log_mode`` VAL or TEST, or its validation and test values
+  share one name);
+* ``<phase>/time`` (:func:`add_time`) is the seconds the epoch or evaluation took; no metric
+  may take that name.
+
+:func:`scalars_for_writers` keeps what writers and the metric files take (numbers, never a
+CONCAT metric nor an array).
+
+Example:
+    >>> specs = {"loss": MetricSpec("loss"), "v": MetricSpec("v", log_mode="val")}
+    >>> metric_names(specs, "train", "epoch"), metric_names(specs, "val")
+    ({'loss': 'train/loss_epoch'}, {'loss': 'val/loss', 'v': 'val/v'})
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from gyre.core._errors import ExplainedKeyError, describe, explain
+from gyre.trainer._modes import LogFreq, LogMetricMode, LogMode, MetricSpec
+
+PHASES = ("train", "val", "test")
+FREQS = ("step", "epoch")
+_PHASE_MODES = {
+    "train": {LogMode.TRAIN, LogMode.ANY},
+    "val": {LogMode.VAL, LogMode.EVAL, LogMode.ANY},
+    "test": {LogMode.TEST, LogMode.EVAL, LogMode.ANY},
+}
+_FREQ_MODES = {"step": {LogFreq.STEP, LogFreq.ANY}, "epoch": {LogFreq.EPOCH, LogFreq.ANY}}
+
+
+def _missing(key: str, what: str) -> ExplainedKeyError:
+    return ExplainedKeyError(
+        explain(
+            f"metric {key!r} has no {what}",
+            expected=f"a {what} for every metric of the accumulator",
+            received=f"none for {key!r}",
+            fix="return the same metrics at every step of a phase (a metric that only some "
+            "steps have: give it 'count': 0 on the others)",
+        )
+    )
+
+
+# -- names and routing ---------------------------------------------------------------------------
+
+
+def _phase_freq(phase: Any, freq: Any) -> None:
+    if phase not in PHASES or freq not in FREQS:
+        raise ValueError(
+            explain(
+                f"unknown phase {phase!r} or frequency {freq!r}",
+                expected=f"phase in {PHASES} and freq in {FREQS}",
+                received=f"phase={describe(phase)}, freq={describe(freq)}",
+                fix="e.g. metric_names(specs, 'val', 'epoch')",
+            )
+        )
+    if phase != "train" and freq == "step":
+        raise ValueError(
+            explain(
+                f"{phase} metrics are logged once per evaluation, not per step",
+                expected="freq='epoch' for the phases 'val' and 'test'",
+                received=f"phase={phase!r}, freq='step'",
+                fix=f"metric_names(specs, {phase!r}, 'epoch')",
+            )
+        )
+
+
+def logged_name(key: str, phase: str, freq: str = "epoch") -> str:
+    """The name a metric is logged under (see the module for the rules).
+
+    Example:
+        >>> logged_name("acc", "train", "step"), logged_name("acc", "test")
+        ('train/acc_step', 'test/acc')
+        >>> logged_name("custom/acc", "train", "epoch"), logged_name("custom/acc", "val")
+        ('custom/acc_epoch', 'custom/acc')
+    """
+    _phase_freq(phase, freq)
+    base = key if "/" in key else f"{phase}/{key}"
+    return f"{base}_{freq}" if phase == "train" else base
+
+
+def time_name(phase: str) -> str:
+    """``<phase>/time``: the seconds an epoch or evaluation took.
+
+    Example:
+        >>> time_name("val")
+        'val/time'
+    """
+    _phase_freq(phase, "epoch")
+    return f"{phase}/time"
+
+
+def metric_names(
+    specs: Mapping[str, MetricSpec], phase: str, freq: str = "epoch"
+) -> dict[str, str]:
+    """The metrics logged in ``phase`` at ``freq``, by key: ``{key: logged name}``.
+
+    ``LogMode`` picks the phases (TRAIN, VAL, TEST, EVAL = val and test, ANY); in training,
+    ``LogFreq`` picks ``"step"`` (STEP, ANY) or ``"epoch"`` (EPOCH, ANY).
+
+    Raises:
+        ValueError: an unknown phase or frequency, ``"step"`` for an evaluation phase, two
+            metrics with one name, or a metric named ``<phase>/time``.
+
+    Example:
+        >>> specs = {"loss": MetricSpec("loss"), "v": MetricSpec("v", log_mode="val"),
+        ...          "t": MetricSpec("t", log_mode="test"), "s": MetricSpec("s", log_freq="step")}
+        >>> metric_names(specs, "train", "step")
+        {'loss': 'train/loss_step', 's': 'train/s_step'}
+        >>> metric_names(specs, "val"), metric_names(specs, "test")
+        ({'loss': 'val/loss', 'v': 'val/v', 's': 'val/s'}, {'loss': 'test/loss', 't': 'test/t', 's': 'test/s'})
+    """
+    _phase_freq(phase, freq)
+    names: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    reserved = time_name(phase)
+    for key, spec in specs.items():
+        if spec.log_mode not in _PHASE_MODES[phase]:
+            continue
+        if phase == "train" and spec.log_freq not in _FREQ_MODES[freq]:
+            continue
+        name = logged_name(key, phase, freq)
+        if name == reserved or name in owner:
+            other = "the epoch's duration" if name == reserved else f"metric {owner[name]!r}"
+            raise ValueError(
+                explain(
+                    f"metric {key!r} would be logged as {name!r}, the name of {other}",
+                    expected="one name per metric in a phase",
+                    received=f"{key!r} -> {name!r}",
+                    fix=f"rename metric {key!r}, or give it a log_mode that keeps it out of "
+                    f"the {phase} phase",
+                )
+            )
+        owner[name] = key
+        names[key] = name
+    return names
+
+
+def select_specs(
+    specs: Mapping[str, MetricSpec], phase: str, freq: str = "epoch"
+) -> dict[str, MetricSpec]:
+    """The specs of the metrics logged in ``phase`` at ``freq`` (to make a smaller
+    accumulator, e.g. the window accumulator of the STEP metrics).
+
+    Example:
+        >>> specs = {"a": MetricSpec("a", log_freq="epoch"), "b": MetricSpec("b")}
+        >>> list(select_specs(specs, "train", "step"))
+        ['b']
+    """
+    return {key: specs[key] for key in metric_names(specs, phase, freq)}
+
+
+def name_metrics(
+    computed: Mapping[str, Any], specs: Mapping[str, MetricSpec], phase: str, freq: str = "epoch"
+) -> dict[str, Any]:
+    """The computed values (accumulator and collector, by key) of the metrics logged in
+    ``phase`` at ``freq``, under their logged names; values are passed through untouched.
+
+    Raises:
+        KeyError: a metric routed to this phase has no computed value.
+
+    Example:
+        >>> name_metrics({"acc": 0.5, "v": 1.0}, {"acc": MetricSpec("acc"),
+        ...              "v": MetricSpec("v", log_mode="val")}, "test")
+        {'test/acc': 0.5}
+    """
+    out = {}
+    for key, name in metric_names(specs, phase, freq).items():
+        if key not in computed:
+            raise _missing(key, "computed value")
+        out[name] = computed[key]
+    return out
+
+
+def is_scalar(value: Any) -> bool:
+    """Whether ``value`` is one number (a Python or numpy number, or a 0-d numeric array):
+    what writers and the metric files take. Reads no value.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> is_scalar(1.5), is_scalar(jnp.ones(())), is_scalar(jnp.ones(2))
+        (True, True, False)
+    """
+    if isinstance(value, numbers.Real):
+        return True
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or getattr(value, "shape", None) != ():
+        return False
+    try:
+        return np.dtype(dtype).kind in "biuf"
+    except TypeError:
+        return False
+
+
+def scalars_for_writers(
+    metrics: Mapping[str, Any], specs: Mapping[str, MetricSpec]
+) -> dict[str, Any]:
+    """The entries of ``metrics`` (by logged name) that writers and the metric files take:
+    numbers and 0-d arrays, never a CONCAT metric nor an array (callbacks get everything).
+    Reads no value.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> specs = {"p": MetricSpec("p", "concat"), "c": MetricSpec("c", "sum")}
+        >>> metrics = {"val/p": jnp.ones(3), "val/c": jnp.ones(()), "val/time": 1.5,
+        ...            "val/per_class": jnp.ones(2)}
+        >>> list(scalars_for_writers(metrics, specs))
+        ['val/c', 'val/time']
+    """
+    concat = {
+        logged_name(key, phase, freq)
+        for key, spec in specs.items()
+        if spec.mode is LogMetricMode.CONCAT
+        for phase in PHASES
+        for freq in FREQS
+        if phase == "train" or freq == "epoch"
+    }
+    return {name: v for name, v in metrics.items() if name not in concat and is_scalar(v)}
+
+
+def add_time(metrics: Mapping[str, Any], phase: str, seconds: float) -> dict[str, Any]:
+    """``metrics`` with ``<phase>/time``: the seconds the epoch or evaluation took, a host
+    number measured by the trainer.
+
+    Example:
+        >>> add_time({"train/loss_epoch": 0.5}, "train", 12.5)
+        {'train/loss_epoch': 0.5, 'train/time': 12.5}
+    """
+    name = time_name(phase)
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+        raise TypeError(
+            explain(
+                f"{name} must be a host number of seconds",
+                expected="a float such as time.perf_counter() - start",
+                received=describe(seconds),
+                fix="measure the time on the host with time.perf_counter()",
+            )
+        )
+    if name in metrics:
+        raise ValueError(
+            explain(
+                f"{name!r} is already a metric",
+                expected=f"no metric named {name!r} (it is the phase's duration)",
+                received=f"the metrics {', '.join(map(repr, metrics))}",
+                fix="rename that metric",
+            )
+        )
+    return {**metrics, name: float(seconds)}
