@@ -1,0 +1,162 @@
+"""The managed step object: a user's step compiled once per strategy, callable and fusable.
+
+Part of :mod:`gyre.steps.managed` (its decorators ``train_step`` and ``step`` build it):
+:class:`ManagedStep` calls, fuses ``k`` steps in a ``lax.scan``, passes the mask of a padded
+batch, and gives its ``nan_policy="skip"`` form.
+
+Example:
+    >>> from gyre.steps.managed import step
+    >>> step(lambda s, b: (None, s)).kind
+    'step'
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from gyre.core._compat import cache_size
+from gyre.core._logs import Logs
+from gyre.data._padding import accepts_mask
+from gyre.loop._binding import Masked
+from gyre.loop._fuse import scanned
+from gyre.loop._tasks import LoopElement
+from gyre.parallel._strategies import Strategy
+from gyre.steps._managed_call import StepFn, _takes_no_mask
+from gyre.steps._managed_state import _strategy_of
+
+
+class ManagedStep(LoopElement):
+    """A step compiled per strategy; built by :func:`train_step` and :func:`step`.
+
+    Call it as ``step(state, batch)``, as a method ``state.train_step(batch)`` when it is a
+    class attribute of the state, or put it in a loop's task table, where it spreads under
+    ``every(1)`` as in ciclo (``{**train_step, gyre.every(100): [...]}``). ``fuse(k)`` gives
+    the ``lax.scan`` of ``k`` steps over stacked batches (used by ``steps_per_call``).
+    ``step(state, batch, mask=mask)`` passes the mask of a padded batch to a function that
+    takes ``mask`` (:attr:`takes_mask`; the signature of the step is its function's, so the
+    loops see it).
+
+    ``nan_policy`` is ``"skip"`` when the step drops updates whose loss or gradients are not
+    finite, else ``None``; ``with_nan_policy("skip")`` gives the step that does (what a loop
+    run with ``nan_policy="skip"`` uses).
+
+    Example:
+        >>> import gyre
+        >>> from gyre.steps.managed import step
+        >>> count = step(lambda s, b: (gyre.logs().add_metric("b", b), s))
+        >>> [repr(k) for k in {**count}]
+        ['every(steps=1)']
+    """
+
+    def __init__(
+        self,
+        fn: StepFn,
+        pure: StepFn,
+        *,
+        kind: str,
+        nan_policy: str | None = None,
+        make: Callable[[bool], StepFn] | None = None,
+    ) -> None:
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self.pure = pure
+        self.kind = kind
+        self.nan_policy = nan_policy
+        self._make = make  # builds the pure step, skipping or not (train steps only)
+        self.takes_mask = accepts_mask(fn)
+        self._variants: dict[str, ManagedStep] = {}
+        # A training step replaces the state: donate it. Other steps (evaluation, prediction)
+        # return it unchanged and callers keep using the one they passed: never donate.
+        self.donates: bool | None = None if kind == "train_step" else False
+        # One compiled function per strategy; jax.jit itself retraces for states of another
+        # structure (the strategy constrains shardings inside the trace).
+        self._compiled: dict[tuple[Strategy, bool], StepFn] = {}
+        self._last: tuple[Strategy | None, StepFn | None] = (None, None)
+
+    def __repr__(self) -> str:
+        return f"<gyre managed {self.kind} {getattr(self._fn, '__qualname__', self._fn)!r}>"
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def _get(self, strategy: Strategy, state: Any, fused: bool) -> StepFn:
+        run = self._compiled.get((strategy, fused))
+        if run is None:
+            if fused:
+                run = strategy.compile(scanned(self.pure), state, batch_axis=1, donate=self.donates)
+            else:
+                run = strategy.compile(self.pure, state, donate=self.donates)
+            self._compiled[(strategy, fused)] = run
+        return run
+
+    def __call__(self, state: Any, batch: Any = None, mask: Any = None) -> tuple[Logs, Any]:
+        if mask is not None:
+            if not self.takes_mask:
+                raise TypeError(_takes_no_mask(self._fn))
+            batch = Masked(batch, mask)
+        strategy = _strategy_of(state)
+        last_strategy, run = self._last
+        if strategy is not last_strategy or run is None:
+            run = self._get(strategy, state, fused=False)
+            self._last = (strategy, run)
+        if strategy.data_size > 1:  # one device: jax.jit moves host batches itself
+            batch = strategy.place_batch(batch)
+        return run(state, batch)
+
+    def fuse(self, steps: int) -> StepFn:
+        """``(state, batches) -> (logs, state)`` running one step per row of ``batches``
+        (leaves stacked on a new leading axis) in one ``lax.scan``; logs come back stacked.
+
+        Example:
+            >>> import gyre, jax.numpy as jnp
+            >>> from gyre import managed
+            >>> count = managed.step(lambda s, b: (gyre.logs().add_metric("b", b.sum()), s))
+            >>> logs, _ = count.fuse(3)(managed.ManagedState.create(params=()), jnp.ones((3, 2)))
+            >>> logs.metrics.b.tolist()
+            [2.0, 2.0, 2.0]
+        """
+
+        def fused(state: Any, batches: Any) -> tuple[Logs, Any]:
+            strategy = _strategy_of(state)
+            run = self._get(strategy, state, fused=True)
+            if strategy.data_size > 1:  # one device: jax.jit moves host batches itself
+                batches = strategy.place_batch(batches, axis=1)
+            return run(state, batches)
+
+        return fused
+
+    def with_nan_policy(self, policy: str) -> ManagedStep:
+        """This step as it runs in a loop with ``nan_policy=policy``: under ``"skip"``, a train
+        step that drops updates whose loss or gradients are not finite (built once, then
+        reused); otherwise, or for a step that makes no update, this step.
+
+        Example:
+            >>> import gyre, jax.numpy as jnp
+            >>> from gyre.steps.managed import train_step
+            >>> fit = train_step(lambda s, b: (gyre.logs().add_loss("l", jnp.sum(s.params * b)), s))
+            >>> fit.nan_policy, fit.with_nan_policy("skip").nan_policy, fit.with_nan_policy("raise") is fit
+            (None, 'skip', True)
+        """
+        if policy != "skip" or self.nan_policy == "skip" or self._make is None:
+            return self
+        variant = self._variants.get(policy)
+        if variant is None:
+            variant = ManagedStep(self._fn, self._make(True), kind=self.kind, nan_policy="skip", make=self._make)
+            self._variants[policy] = variant
+        return variant
+
+    def compiled_count(self) -> int:
+        """How many programs the compiled functions of this step hold (for tests), its
+        skipping form's (:meth:`with_nan_policy`) included.
+
+        Example:
+            >>> from gyre.steps.managed import step
+            >>> step(lambda s, b: (None, s)).compiled_count()
+            0
+        """
+        own = sum(cache_size(f) for f in self._compiled.values())
+        return own + sum(v.compiled_count() for v in self._variants.values())

@@ -1,0 +1,27 @@
+"""The managed API's state: a TrainState that carries its strategy and counts skipped steps."""
+
+import jax.numpy as jnp
+import pytest
+
+import gyre
+from gyre import managed
+from tests.steps._managed_helpers import fresh, init_params
+
+
+def test_a_state_with_an_optimizer_name_instead_of_an_optimizer_is_explained():
+    with pytest.raises(TypeError, match="optax optimizer"):
+        managed.ManagedState.create(params=init_params(), tx="adam")
+
+
+def test_a_state_counts_no_skipped_steps_and_keeps_the_count_under_another_strategy():
+    state = fresh(strategy="eager")
+    assert state.skipped_steps.dtype == jnp.int32 and int(state.skipped_steps) == 0
+    moved = state.replace(skipped_steps=jnp.int32(2)).with_strategy("jit")
+    assert moved.strategy.name == "jit" and int(moved.skipped_steps) == 2
+
+
+def test_a_state_without_a_strategy_runs_under_the_default_jit():
+    from gyre.steps._managed_state import _strategy_of
+
+    plain = gyre.TrainState.create(params=jnp.zeros(2))
+    assert _strategy_of(plain).name == "jit" and _strategy_of(fresh(strategy="eager")).name == "eager"
