@@ -326,6 +326,11 @@ def _make(
     if len(idx) == 2:
         i, j = idx
         return lambda *args: fn(args[i], args[j])
+    if idx == (2, 3, 4):  # (elapsed, logs, loop): the bars
+        return lambda s, b, e, lg, lp: fn(e, lg, lp)
+    if len(idx) == 3:
+        i, j, k = idx
+        return lambda *args: fn(args[i], args[j], args[k])
     return lambda *args: fn(*[args[i] for i in idx])
 
 
