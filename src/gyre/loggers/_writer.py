@@ -22,6 +22,7 @@ import importlib
 import numbers
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from types import ModuleType
@@ -34,6 +35,12 @@ from gyre.core._errors import describe, explain
 from gyre.parallel.distributed import is_main_process
 
 KINDS = ("scalars", "histograms", "images", "texts", "hparams")
+
+#: A block of rows (a few hundred steps of a history) is written in slices of this many steps,
+#: the writer's thread giving up the GIL between slices: written at once, a block held it for
+#: milliseconds (Python hands the GIL over only every ``sys.getswitchinterval()``, 5 ms), and
+#: the loop's thread, waiting to dispatch its next step, let the device run dry.
+YIELD_EVERY = 16
 _WRITERS: list[type[Writer]] = []  # every writer class, in the order they were defined
 _OPEN: weakref.WeakSet[Writer] = weakref.WeakSet()  # writers with a thread, closed at exit
 
@@ -474,8 +481,10 @@ class Writer:
             return
         if kind == "rows":
             (rows,) = args
-            for step, values in rows():
+            for i, (step, values) in enumerate(rows()):
                 self._scalars(step, values)
+                if i % YIELD_EVERY == YIELD_EVERY - 1:
+                    time.sleep(0)  # lets the loop's thread take the GIL (see YIELD_EVERY)
             return
         args = _to_host(args)  # the one transfer, off the caller's thread
         if kind == "hparams":
