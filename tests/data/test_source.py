@@ -293,3 +293,12 @@ def test_len_of_the_training_batches_is_batches_per_epoch_as_jax_fit_reads_it(wo
         assert [next(train)[1].shape for _ in range(3)] == [(4,)] * 3  # still endless
     finally:
         getattr(train, "close", lambda: None)()
+
+
+def test_the_arrays_given_one_by_one_as_keras_takes_them_are_explained():
+    x, y = np.zeros((10, 2), np.float32), np.arange(10)
+    with pytest.raises(TypeError, match=r"(?s)takes the arrays as one tuple.*3 positional arguments.*arrays\(\(x, y\), batch_size\)"):
+        gyre.data.arrays(x, y, 4)
+    with pytest.raises(TypeError, match=r"(?s)takes the arrays as one tuple.*2 positional arguments"):
+        gyre.data.arrays(x, y)  # the batch size forgotten
+    assert len(gyre.data.arrays((x, y), 4).train) == 2

@@ -321,7 +321,7 @@ def _augment_options(augment: Any, seed: int, images: np.ndarray) -> dict[str, A
 def arrays(
     data: Any,
     batch_size: int,
-    *,
+    *extra: Any,
     validation: float | int | None = None,
     seed: int = 0,
     shuffle: bool = True,
@@ -336,6 +336,8 @@ def arrays(
         data: ``(x, y, ...)`` arrays sharing their first dimension (``test`` is then ``None``),
             or a reader's result ``((x_train, y_train), (x_test, y_test))`` (``gyre.data.mnist``).
         batch_size: examples per batch.
+        *extra: nothing is accepted here; ``arrays(x, y, 64)`` (Keras's habit) is an error that
+            says to pass ``(x, y)`` as one tuple.
         validation: ``None``; a fraction in (0, 1) (rounded, at least one example) or a count
             >= 1 of the training examples, held out by a permutation drawn from ``seed`` (the
             same seed, the same split; another seed, another split).
@@ -382,6 +384,16 @@ def arrays(
         >>> np.array_equal(next(again)[1], next(train)[1])
         True
     """
+    if extra or (_is_array(data) and np.ndim(batch_size) >= 1):  # arrays(x, y, 64): Keras's habit
+        received = [describe(v, 40) for v in (data, batch_size, *extra)]
+        raise TypeError(
+            explain(
+                "arrays() takes the arrays as one tuple, then the batch size",
+                expected="gyre.data.arrays((x, y), 64) or gyre.data.arrays(((x_train, y_train), (x_test, y_test)), 64)",
+                received=f"{len(received)} positional arguments: {', '.join(received)}",
+                fix="wrap the arrays in a tuple: gyre.data.arrays((x, y), batch_size)",
+            )
+        )
     train_arrays, test_arrays = _split_arrays(data)
     seed = check_seed(seed)
     batch_size = whole_number(batch_size, minimum=1, problem="batch_size must be a whole number >= 1",
