@@ -91,7 +91,15 @@ import gyre
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loop_overhead import fresh_copy, print_profile  # noqa: E402
-from trainer_overhead import Timers, _seconds, paired, without_checkpoint_writes, wrap_parts  # noqa: E402
+from trainer_overhead import (  # noqa: E402
+    Samples,
+    Timers,
+    _seconds,
+    interleave,
+    overhead_report,
+    without_checkpoint_writes,
+    wrap_parts,
+)
 from trainer_overhead import print_breakdown as breakdown  # noqa: E402
 
 TARGET = 0.95
@@ -234,36 +242,6 @@ def make_runners(train: Arrays, tests: list[Arrays], seed: int, root: str) -> di
     return {HAND: hand_written(None), HAND_END: hand_written("end"), HAND_EPOCH: hand_written("epoch"), FIT: fit_run}
 
 
-def time_run(run: Runner, epochs: int, steps: int) -> tuple[float, float]:
-    """One run: steps per second of wall time, and CPU microseconds per step of the thread
-    that runs the loop."""
-    gc.collect()
-    cpu_start = time.thread_time()
-    start = time.perf_counter()
-    run(epochs)
-    seconds = time.perf_counter() - start
-    cpu = time.thread_time() - cpu_start
-    return steps / seconds, cpu / steps * 1e6
-
-
-Samples = dict[str, list[float]]
-
-
-def interleave(runners: dict[str, Runner], epochs: int, steps: int, rounds: int) -> tuple[Samples, Samples]:
-    """Times every runner once per round, in an order that rotates each round."""
-    names = tuple(runners)
-    rates: Samples = {name: [] for name in names}
-    cpu: Samples = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
-            rate, cpu_per_step = time_run(runners[name], epochs, steps)
-            rates[name].append(rate)
-            cpu[name].append(cpu_per_step)
-        shown = ", ".join(f"{name} {rates[name][-1]:,.0f}" for name in names)
-        print(f"round {r + 1}/{rounds}: steps/s {shown}", flush=True)
-    return rates, cpu
-
-
 # -- fit's per-call fixed cost (its step compiles again in every call) ---------------------------
 
 
@@ -292,47 +270,8 @@ def per_call_costs(runners: dict[str, Runner], state: Any, batch: Arrays, steps:
 
 def report(rates: Samples, cpu: Samples, steps: int, epochs: int, rounds: int) -> str:
     """The markdown tables and the PASS/FAIL line (see the module docstring)."""
-    device = jax.devices()[0]
-    lines = [
-        f"{steps} steps ({epochs} epochs of {steps // epochs}) x {rounds} rounds, interleaved; "
-        f"{os.cpu_count()} CPU(s), jax {jax.__version__} on {device.platform}, Python {platform.python_version()}",
-        "",
-        f"| variant | steps/s (median) | us/step (median) | ratio to {HAND} (median of rounds, min..max) "
-        f"| ratio to {HAND_END} (median, min..max) |",
-        "|---|---:|---:|---:|---:|",
-    ]
-
-    def cell(name: str, base: str) -> str:
-        if name == base:
-            return "(reference)"
-        ratios = paired(rates[name], rates[base])
-        return f"{statistics.median(ratios):.3f} ({min(ratios):.3f}..{max(ratios):.3f})"
-
-    for name in rates:
-        median = statistics.median(rates[name])
-        lines.append(f"| {name} | {median:,.0f} | {1e6 / median:,.1f} | {cell(name, HAND)} | {cell(name, HAND_END)} |")
-    verdict = statistics.median(paired(rates[FIT], rates[HAND]))
-    matched = statistics.median(paired(rates[FIT], rates[HAND_END]))
-    lines += [
-        "",
-        f"target: {FIT} / {HAND} >= {TARGET:.2f} -> {'PASS' if verdict >= TARGET else 'FAIL'} "
-        f"({verdict:.3f}); against the baseline that also saves at the end as fit does: {matched:.3f}",
-    ]
-    spread = max(rates[HAND]) / min(rates[HAND]) - 1
-    if spread > 0.10:
-        lines.append(f"warning: the hand-written runs differ by {spread:.0%} (max/min): the machine is noisy, "
-                     "read the ratios with care (or raise --rounds)")
-    hand_cpu = statistics.median(cpu[HAND])
-    lines += [
-        "",
-        "| variant | loop-thread CPU us/step (median, min..max) | extra vs hand-written (us/step) |",
-        "|---|---:|---:|",
-    ]
-    for name in rates:
-        median = statistics.median(cpu[name])
-        lines.append(f"| {name} | {median:.1f} ({min(cpu[name]):.1f}..{max(cpu[name]):.1f}) | "
-                     f"{median - hand_cpu:+.1f} |")
-    return "\n".join(lines)
+    return overhead_report(rates, cpu, steps, epochs, rounds, subject=FIT, hand=HAND, saved=HAND_END,
+                           saved_note="against the baseline that also saves at the end as fit does")
 
 
 # -- profiling -------------------------------------------------------------------------------
