@@ -93,3 +93,21 @@ class SyncDetector:
 def sync_detector(monkeypatch):
     """A :class:`SyncDetector` installed for the test."""
     return SyncDetector(monkeypatch)
+
+
+@pytest.fixture
+def run_readme(tmp_path, monkeypatch):
+    """``run(heading, namespace=None)``: runs the first python block of the README's section
+    ``## <heading>`` as written, in ``tmp_path``, and returns the namespace it filled."""
+    from pathlib import Path
+
+    def run(heading, namespace=None):
+        readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+        section = readme.split(f"## {heading}")[1].split("\n## ")[0]
+        code = section.split("```python\n")[1].split("```")[0]
+        monkeypatch.chdir(tmp_path)
+        namespace = {} if namespace is None else namespace
+        exec(compile(code, f"README.md ({heading})", "exec"), namespace)
+        return namespace
+
+    return run

@@ -393,12 +393,8 @@ def test_missing_monitor_error_prints_real_newlines(tmp_path):
     ]
 
 
-def test_readme_checkpoint_section_runs(tmp_path, monkeypatch, capsys):
-    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Checkpoints")[1].split("\n## ")[0]
-    code = section.split("```python\n")[1].split("```")[0]
-    monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md (Checkpoints)", "exec"), {})
+def test_readme_checkpoint_section_runs(tmp_path, run_readme, capsys):
+    run_readme("Checkpoints")
     assert capsys.readouterr().out == "9 [9. 9.]\n"
     assert _saved_steps_in(tmp_path / "runs" / "readme" / "checkpoints") == [5, 7, 9]
 

@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -37,12 +36,7 @@ def test_gyre_data_is_a_facade():
         assert getattr(gyre.data, name).__doc__, name
 
 
-def test_readme_data_section_runs(tmp_path, monkeypatch):
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Data: `gyre.data`")[1].split("\n## ")[0]
-    code = section.split("```python\n")[1].split("```")[0]
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {}
-    exec(compile(code, "README.md (Data)", "exec"), namespace)
+def test_readme_data_section_runs(run_readme):
+    namespace = run_readme("Data: `gyre.data`")
     assert namespace["x"].shape == (64, 64) and namespace["y"].dtype == np.int32
     assert namespace["steps"] == 22 and len(list(namespace["test"]())) == 6

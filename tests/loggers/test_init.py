@@ -1,6 +1,5 @@
 """gyre.loggers: the facade exports every writer and write_to, and gyre re-exports them."""
 
-import pathlib
 import types
 
 import gyre
@@ -21,12 +20,8 @@ def test_all_lists_exactly_the_public_names_and_gyre_reexports_them():
         assert getattr(gyre, name) is getattr(gyre.loggers, name) and name in gyre.__all__
 
 
-def test_readme_writers_section_runs(tmp_path, monkeypatch, capsys):
-    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Writers")[1].split("\n## ")[0]
-    code = section.split("```python\n")[1].split("```")[0]
-    monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md (Writers)", "exec"), {})
+def test_readme_writers_section_runs(tmp_path, run_readme, capsys):
+    run_readme("Writers")
     assert capsys.readouterr().out == "['step,loss', '0,1.0', '1,0.03999999538064003']\n"
     values = tensorboard_values(str(tmp_path / "runs" / "writers" / "tensorboard"))
     assert [s for s, _ in values["loss"]] == list(range(50))

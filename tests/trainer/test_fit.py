@@ -356,15 +356,8 @@ def make_data_arrays(n=32, seed=0):
     return x, (x[:, 0] > 0).astype(np.int32)
 
 
-def test_readme_coming_from_jax_fit_block_runs_as_written(tmp_path, monkeypatch):
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Coming from Jax Fit")[1].split("\n## ")[0]
-    code = section.split("```python\n")[1].split("```")[0]
-    monkeypatch.chdir(tmp_path)  # fit writes under ./runs
-    namespace: dict = {"print": lambda *a, **k: None}
-    exec(compile(code, "README.md (Coming from Jax Fit)", "exec"), namespace)
+def test_readme_coming_from_jax_fit_block_runs_as_written(tmp_path, run_readme):
+    namespace = run_readme("Coming from Jax Fit", {"print": lambda *a, **k: None})  # fit writes under ./runs
     history = namespace["history"]
     assert history.collect("accuracy_test")[-1] >= 0.9
     assert len(history.collect("accuracy_val")) == 5
