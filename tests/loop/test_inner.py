@@ -65,3 +65,16 @@ def test_inner_loop_errors():
         gyre.inner_loop("t", 5)
     with pytest.raises(TypeError, match="must return what a loop returns"):
         gyre.inner_loop("t", lambda state: 3)(None)
+
+
+def test_values_of_different_shapes_cannot_be_reduced_but_can_be_concatenated():
+    # a per-example output whose last batch is shorter: "mean" has no meaning, "concat" does
+    batches = [jnp.arange(4.0), jnp.arange(4.0), jnp.arange(2.0)]
+
+    def evaluate(state):
+        return gyre.loop(state, batches, {gyre.every(1): lambda batch: gyre.logs().add_metric("v", batch)})
+
+    with pytest.raises(ValueError, match=r"(?s)entry metrics\.v cannot be reduced.*shapes \[\(2,\), \(4,\)\].*'concat'"):
+        gyre.inner_loop("t", evaluate, aggregation="mean")(None)
+    logs, _ = gyre.inner_loop("t", evaluate, aggregation="concat")(None)
+    assert logs.metrics.v_t.tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]

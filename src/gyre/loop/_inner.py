@@ -86,21 +86,32 @@ def _compiled_reduction(reduction: str) -> Callable[[list[Any], Any], Any]:
     return jax.jit(lambda parts, counts: metric.from_stacked(_stacked(parts), counts).compute())
 
 
+def _row_shapes(pieces: Sequence[Piece]) -> set[tuple[int, ...]]:
+    """The shapes of the entry's values, one per record (read from shapes, not values)."""
+    shapes: set[tuple[int, ...]] = set()
+    for _, column in pieces:
+        if isinstance(column, list):
+            shapes.update(tuple(np.shape(v)) for v in column)
+        else:
+            shapes.add(tuple(np.shape(column))[1:])
+    return shapes
+
+
 def _reduced(reduction: str, pieces: Sequence[Piece], weights: np.ndarray | None, name: str) -> Any:
     """The entry's records stacked on the device and reduced, in one compiled call."""
-    rows = np.concatenate([r for r, _ in pieces])
-    counts = None if weights is None or reduction != "mean" else weights[rows]
-    try:
-        return _compiled_reduction(reduction)([c for _, c in pieces], counts)
-    except (TypeError, ValueError) as err:
+    shapes = _row_shapes(pieces)
+    if len(shapes) > 1:
         raise ValueError(
             explain(
                 f"entry {name} cannot be reduced: its values have different shapes",
                 expected="values of one shape across the inner loop's steps (a mean, a sum...)",
-                received=f"{type(err).__name__}: {str(err).splitlines()[0]}",
+                received=f"values of shapes {sorted(shapes)}",
                 fix="aggregate it with 'last', 'first' or 'concat', or pad the short last batch",
             )
-        ) from err
+        )
+    rows = np.concatenate([r for r, _ in pieces])
+    counts = None if weights is None or reduction != "mean" else weights[rows]
+    return _compiled_reduction(reduction)([c for _, c in pieces], counts)
 
 
 def reduce(reduction: Reduction, pieces: Sequence[Piece], weights: np.ndarray | None, name: str = "") -> Any:
