@@ -279,12 +279,12 @@ def _check_arguments(
             explain("fit: mode must be 'min' or 'max'", expected="'max' (accuracy) or 'min' (a loss)",
                     received=repr(mode), fix="pass mode='max' or mode='min'")
         )
+    if eval_step is not None:
+        _check_eval_signature(eval_step)
     for ds, name in ((test_ds, "test_ds"), (val_ds, "val_ds")):
         if ds is None:
             continue
         refuse_sources(ds, name)
-        if eval_step is not None:
-            _check_eval_signature(eval_step)
         if eval_step is None:
             raise ValueError(
                 explain(
