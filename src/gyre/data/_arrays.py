@@ -120,6 +120,18 @@ def _as_arrays(arrays: Any) -> tuple[tuple[np.ndarray, ...], bool]:
     return tuple(out), False
 
 
+def epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
+    """The order of the ``n`` samples in epoch ``epoch``: the permutation drawn from
+    ``numpy.random.default_rng((seed, epoch))``. Every path that shuffles in-memory arrays
+    (``batches``, ``arrays(..., workers>=1)`` on grain) draws it here, so they agree bit for bit.
+
+    Example:
+        >>> epoch_order(0, 0, 5).tolist() == epoch_order(0, 0, 5).tolist() != epoch_order(0, 1, 5).tolist()
+        True
+    """
+    return np.random.default_rng((seed, epoch)).permutation(n)
+
+
 #: The arguments that decide which batches a :class:`Batches` hands out, saved with its
 #: position so a position is never loaded into batches that would give other data.
 _IDENTITY = ("samples", "shapes", "batch_size", "drop_remainder", "shuffle", "seed")
@@ -228,7 +240,7 @@ class Batches(Iterator[Batch]):
         if epoch != self._ready:  # the first batch of an epoch (or of a loaded position)
             if self.epochs is not None and epoch >= self.epochs:
                 raise StopIteration
-            self._order = np.random.default_rng((self.seed, epoch)).permutation(self._n) if self.shuffle else None
+            self._order = epoch_order(self.seed, epoch, self._n) if self.shuffle else None
             self._ready = epoch
         position = self._position
         start = position * self.batch_size

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from gyre.core._errors import describe, explain, suggest, whole_number
-from gyre.data._arrays import Batches, check_seed
+from gyre.data._arrays import Batches, check_seed, epoch_order
 from gyre.data._augment import augment as augment_batch
 from gyre.data._augment import augmented, random_crop
 
@@ -146,7 +146,7 @@ class GrainBatches(Iterator[tuple[np.ndarray, ...]]):
         with self._lock:
             order = self._orders.get(epoch)
             if order is None:
-                order = self._orders[epoch] = np.random.default_rng((self.seed, epoch)).permutation(self._plan._n)
+                order = self._orders[epoch] = epoch_order(self.seed, epoch, self._plan._n)
                 if len(self._orders) > 4:  # the oldest goes (drawn again if a thread needs it)
                     del self._orders[min(self._orders)]
             return order
