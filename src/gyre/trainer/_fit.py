@@ -26,7 +26,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._history import History
@@ -43,6 +42,7 @@ from gyre.trainer._fit_steps import (
     apply_error_fix,
     batch_rows,
     check_split,
+    leaf_shapes,
     make_train_step,
     plain_jit,
     strategy_train_step,
@@ -378,7 +378,7 @@ def _call_eval(eval_step: Callable[..., Any], name: str, state: Any, batch: Any,
     try:
         return eval_step(state, batch, **mask)
     except Exception as err:
-        shapes = [tuple(np.shape(leaf)) for leaf in jax.tree_util.tree_leaves(batch)]
+        shapes = leaf_shapes(batch)
         fix = apply_error_fix(err)
         if fix:
             err.add_note(f"gyre.fit: {fix}")

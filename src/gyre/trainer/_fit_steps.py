@@ -161,8 +161,19 @@ def model_takes_train(apply_fn: Any) -> bool:
     return any(p.name == "train" or p.kind is p.VAR_KEYWORD for p in params)
 
 
+def leaf_shapes(tree: Any) -> list[tuple[int, ...]]:
+    """The shapes of a batch's leaves, for the notes fit adds to errors (no value is read).
+
+    Example:
+        >>> import numpy as np
+        >>> leaf_shapes((np.zeros((4, 3)), np.zeros(4)))
+        [(4, 3), (4,)]
+    """
+    return [tuple(np.shape(leaf)) for leaf in jax.tree_util.tree_leaves(tree)]
+
+
 def _call_note(x: Any, mutable: list[str], takes_train: bool) -> str:
-    shapes = [tuple(np.shape(leaf)) for leaf in jax.tree_util.tree_leaves(x)]
+    shapes = leaf_shapes(x)
     variables = ", ".join(repr(c) + ": ..." for c in ["params", *mutable])
     train = ", train=True" if takes_train else ""
     collections = f", mutable={mutable}" if mutable else ""
