@@ -371,6 +371,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "top 25 functions by own time")
     parser.add_argument("--profile-variant", choices=VARIANTS, default=LOOP,
                         help=f"the variant --profile runs (default {LOOP})")
+    parser.add_argument("--profile-top", type=int, default=25,
+                        help="functions --profile lists, by own time (default 25)")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.rounds < 1 or args.warmup_steps < 1 or args.hidden < 1:
         parser.error("--steps, --rounds, --warmup-steps and --hidden must be >= 1")
@@ -409,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run(state)
         profile.disable()
         print(f"variant: {args.profile_variant}")
-        print_profile(profile, steps)
+        print_profile(profile, steps, args.profile_top)
         return 0
 
     rates, cpu, _ = interleave(runners, initial, steps, args.rounds)

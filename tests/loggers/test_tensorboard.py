@@ -51,3 +51,25 @@ def test_two_writers_on_one_folder_write_two_files(tmp_path):
             writer.write_scalars(step, {"loss": float(step)})
     assert len(list(tmp_path.iterdir())) == 2
     assert [s for s, _ in tensorboard_values(str(tmp_path))["loss"]] == [0, 1]
+
+
+def test_steps_with_changing_scalar_names_keep_each_value_at_its_step(tmp_path, monkeypatch):
+    # the writer refills one event per set of names; sets that come and go, in another order,
+    # and more sets than it keeps ready, must each still write their own numbers
+    monkeypatch.setattr("gyre.loggers._tensorboard._TEMPLATES", 2)
+    rows = [
+        {"loss": 1.0, "accuracy": 0.5},
+        {"loss": 2.0},
+        {"accuracy": 0.25, "loss": 3.0},
+        {"loss": 4.0, "accuracy": 0.75},
+        {"loss_test": 5.0},
+        {"loss": 6.0, "accuracy": np.float32(0.125)},
+    ]
+    with gyre.TensorBoardWriter(tmp_path) as writer:
+        for step, values in enumerate(rows):
+            writer.write_scalars(step, values)
+    values = tensorboard_values(str(tmp_path))
+    assert [(s, v.simple_value) for s, v in values["loss"]] == [(0, 1.0), (1, 2.0), (2, 3.0), (3, 4.0), (5, 6.0)]
+    assert [(s, v.simple_value) for s, v in values["accuracy"]] == [(0, 0.5), (2, 0.25), (3, 0.75), (5, 0.125)]
+    assert [(s, v.simple_value) for s, v in values["loss_test"]] == [(4, 5.0)]
+    assert all(len(event.summary.value) == len(rows[event.step]) for event in tensorboard_events(str(tmp_path))[1:])
