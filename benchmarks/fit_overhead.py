@@ -95,6 +95,7 @@ from trainer_overhead import (  # noqa: E402
     Samples,
     Timers,
     _seconds,
+    best_of_5,
     interleave,
     overhead_report,
     without_checkpoint_writes,
@@ -332,18 +333,7 @@ def dispatch_alone(state: Any, hand_step: Callable[..., Any], hand_state: Any, b
     state = fresh_copy(state)
     _, state = step(state, batches[0])  # compile
     hand_state = hand_step(hand_state, batches[0])
-    fit_best = hand_best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for batch in batches:
-            _, state = step(state, batch)
-        jax.block_until_ready(state)
-        fit_best = min(fit_best, time.perf_counter() - start)
-        start = time.perf_counter()
-        for batch in batches:
-            hand_state = hand_step(hand_state, batch)
-        jax.block_until_ready(hand_state)
-        hand_best = min(hand_best, time.perf_counter() - start)
+    state, hand_state, fit_best, hand_best = best_of_5(step, state, hand_step, hand_state, batches)
     n = len(batches)
     print(f"\nthe compiled steps alone in a Python loop ({n} batches, best of 5): fit's step "
           f"{fit_best / n * 1e6:.1f} us/step ({len(jax.tree_util.tree_leaves(state))} state leaves), "

@@ -509,23 +509,32 @@ def without_checkpoint_writes() -> Callable[[], None]:
     return lambda: setattr(Store, "save", original)
 
 
-def dispatch_alone(trainer: Any, hand_step: Callable[..., Any], hand_state: Any, batches: list[Arrays]) -> None:
-    """The trainer's compiled step and the hand-written one, each alone in a bare Python
-    loop over the same batches (best of 5): what the state's structure costs per call."""
-    step = next(v for k, v in trainer._compiled.items() if k.startswith("train"))
-    state = trainer.state
-    trainer_best = hand_best = float("inf")
+def best_of_5(
+    step: Callable[..., Any], state: Any, hand_step: Callable[..., Any], hand_state: Any, batches: list[Arrays]
+) -> tuple[Any, Any, float, float]:
+    """Times ``step`` (returning ``(logs, state)``) and ``hand_step`` (returning the state),
+    each alone in a bare Python loop over ``batches``, alternating, 5 times; returns both final
+    states and each one's best seconds."""
+    best = hand_best = float("inf")
     for _ in range(5):
         start = time.perf_counter()
         for batch in batches:
             _, state = step(state, batch)
         jax.block_until_ready(state)
-        trainer_best = min(trainer_best, time.perf_counter() - start)
+        best = min(best, time.perf_counter() - start)
         start = time.perf_counter()
         for batch in batches:
             hand_state = hand_step(hand_state, batch)
         jax.block_until_ready(hand_state)
         hand_best = min(hand_best, time.perf_counter() - start)
+    return state, hand_state, best, hand_best
+
+
+def dispatch_alone(trainer: Any, hand_step: Callable[..., Any], hand_state: Any, batches: list[Arrays]) -> None:
+    """The trainer's compiled step and the hand-written one, each alone in a bare Python
+    loop over the same batches (best of 5): what the state's structure costs per call."""
+    step = next(v for k, v in trainer._compiled.items() if k.startswith("train"))
+    state, hand_state, trainer_best, hand_best = best_of_5(step, trainer.state, hand_step, hand_state, batches)
     trainer.state = state
     n = len(batches)
     flat = []
