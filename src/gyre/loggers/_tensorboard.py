@@ -6,8 +6,8 @@ folders and the remote ones tensorboardX opens), on its own thread. It does not 
 tensorboardX's ``SummaryWriter``, which hands every event through a second queue to a second
 thread: that cost about 170 us of Python per step for two scalars, against about 3 us here
 (one event per step holding all its scalars, refilled rather than rebuilt). The checksums are
-computed in C when the ``crc32c`` package is installed (part of the ``tensorboard`` extra; tensorboardX uses it), in
-tensorboardX's pure Python (about 8 us more per event) when not.
+computed in C when the ``crc32c`` package is installed (part of the ``tensorboard`` extra;
+tensorboardX uses it), in tensorboardX's pure Python (about 8 us more per event) when not.
 """
 
 from __future__ import annotations
