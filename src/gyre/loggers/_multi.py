@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gyre.core._errors import describe, explain
+from gyre.core._reader import Columns
 from gyre.loggers._writer import Writer
 
 
@@ -77,8 +78,8 @@ class MultiWriter(Writer):
         """:meth:`gyre.Writer.write_hparams` on each writer that writes hyperparameters."""
         self._each("hparams", lambda w: w.write_hparams(params, metrics))
 
-    def _write_rows(self, rows: Callable[[], list[tuple[int, dict[str, float]]]]) -> None:
-        self._each("scalars", lambda w: w._write_rows(rows))
+    def _write_columns(self, columns: Columns) -> None:
+        self._each("scalars", lambda w: w._write_columns(columns))
 
     def _all(self, method: str) -> None:
         first: BaseException | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gyre.callbacks._wandb_logger import FollowsHistory, rows_of
+from gyre.callbacks._wandb_logger import FollowsHistory
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._logs import Logs
@@ -165,8 +165,8 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
                     return
         columns = self._reader.read(wait=wait)
         count = len(columns.clocks["steps"])
-        if count:  # turned into rows on the writer's thread, off the loop's
-            self.writer._write_rows(lambda: [(step, data) for step, data in rows_of(columns) if data])
+        if count:  # turned into runs of rows on the writer's thread, off the loop's
+            self.writer._write_columns(columns)
         self.sent += count
 
     def __repr__(self) -> str:

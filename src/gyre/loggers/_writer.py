@@ -12,7 +12,10 @@ its arguments and does nothing else (it opens no file, starts no run).
 A new kind of writer subclasses :class:`Writer`, lists what it writes in ``kinds``, and
 defines the matching ``_scalars`` / ``_histograms`` / ``_images`` / ``_texts`` /
 ``_hparams`` methods (plus ``_open``, ``_flush``, ``_close``): they run on the writer's thread
-and receive host values (Python floats, numpy arrays, uint8 NHWC images).
+and receive host values (Python floats, numpy arrays, uint8 NHWC images). The steps
+:func:`gyre.write_to` hands over come as runs of rows (:class:`~gyre.loggers._runs.ScalarRun`);
+by default each row is one ``_scalars`` call, and a writer that can write a whole run at once
+overrides ``_scalar_runs``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -32,6 +35,8 @@ import jax
 import numpy as np
 
 from gyre.core._errors import describe, explain
+from gyre.core._reader import Columns
+from gyre.loggers._runs import ScalarRun, rows, scalar_runs
 from gyre.parallel.distributed import is_main_process
 
 KINDS = ("scalars", "histograms", "images", "texts", "hparams")
@@ -337,12 +342,12 @@ class Writer:
         found = None if metrics is None else _scalars(self._who, "write_hparams", metrics)
         self._submit("hparams", params, found)
 
-    def _write_rows(self, rows: Callable[[], list[tuple[int, dict[str, float]]]]) -> None:
-        """Queues many steps' scalars at once, as one item: a function giving ``(step,
-        {name: number})`` rows of host numbers, already checked (what :func:`gyre.write_to`
-        reads from a history), called on the writer's thread, so the caller pays one queue
-        put for a few hundred steps and not their conversion."""
-        self._submit("scalars", rows, batched=True)
+    def _write_columns(self, columns: Columns) -> None:
+        """Queues many steps' scalars at once, as one item: records a history reader read
+        (what :func:`gyre.write_to` hands over), turned into :class:`ScalarRun` objects and
+        written on the writer's thread, so the caller pays one queue put for a few hundred
+        steps and not their conversion."""
+        self._submit("scalars", columns, batched=True)
 
     def flush(self) -> None:
         """Waits until everything queued is written and the backend has flushed it.
@@ -444,7 +449,7 @@ class Writer:
             self._thread = threading.Thread(target=self._work, name=f"gyre-{self._who}", daemon=True)
             self._thread.start()
             _OPEN.add(self)
-        self._queue.put(("rows" if batched else kind, args))
+        self._queue.put(("runs" if batched else kind, args))
 
     def _raise_pending(self) -> None:
         if self._error is None:
@@ -470,7 +475,7 @@ class Writer:
                 self._do(kind, args)
             except BaseException as err:  # kept for the caller's next call
                 if self._error is None:
-                    self._error = ("scalars" if kind == "rows" else kind, err)
+                    self._error = ("scalars" if kind == "runs" else kind, err)
             finally:
                 self._queue.task_done()
 
@@ -481,15 +486,9 @@ class Writer:
         if kind == "close":
             self._close()
             return
-        if kind == "rows":
-            (rows,) = args
-            clock = time.perf_counter
-            until = clock() + SLICE_SECONDS
-            for step, values in rows():
-                self._scalars(step, values)
-                if clock() > until:
-                    time.sleep(0)  # lets the loop's thread take the GIL (see SLICE_SECONDS)
-                    until = clock() + SLICE_SECONDS
+        if kind == "runs":
+            (columns,) = args
+            self._scalar_runs(scalar_runs(columns))
             return
         args = _to_host(args)  # the one transfer, off the caller's thread
         if kind == "hparams":
@@ -510,6 +509,19 @@ class Writer:
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         raise self._unsupported("scalars")
+
+    def _scalar_runs(self, runs: list[ScalarRun]) -> None:
+        """Writes runs of rows (what :meth:`_write_columns` queued); by default one
+        :meth:`_scalars` call per row, giving up the GIL every ``SLICE_SECONDS``. A writer
+        that can write a whole run at once overrides it."""
+        clock = time.perf_counter
+        until = clock() + SLICE_SECONDS
+        for run in runs:
+            for step, values in rows(run):
+                self._scalars(step, values)
+                if clock() > until:
+                    time.sleep(0)  # lets the loop's thread take the GIL (see SLICE_SECONDS)
+                    until = clock() + SLICE_SECONDS
 
     def _histograms(self, step: int, arrays: dict[str, np.ndarray], num_buckets: int | None) -> None:
         raise self._unsupported("histograms")
