@@ -39,3 +39,19 @@ def test_a_missing_mlflow_names_the_extra(tmp_path, monkeypatch):
 def test_a_bad_tracking_uri_is_refused():
     with pytest.raises(TypeError, match="needs a tracking URI"):
         gyre.MLflowWriter(None)
+
+
+def test_write_to_sends_steps_in_batches_at_their_own_times(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    batches = []
+    log_batch = MlflowClient.log_batch
+    monkeypatch.setattr(MlflowClient, "log_batch", lambda self, run_id, **kw: batches.append(kw) or log_batch(self, run_id, **kw))
+    writer = gyre.MLflowWriter(tmp_path / "mlruns", experiment_name="tests")
+    step = lambda elapsed: gyre.logs().add_loss("loss", 1.0 / (elapsed.steps + 1)).add_metric("acc", 0.5)  # noqa: E731
+    _, history, _ = gyre.loop(None, range(600), {gyre.every(1): step, **gyre.write_to(writer)})
+    writer.close()
+    metrics = MlflowClient(writer.tracking_uri).get_metric_history(writer.run_id, "loss")
+    assert [(m.step, m.value) for m in metrics] == [(i, pytest.approx(1 / (i + 1))) for i in range(600)]
+    assert [m.timestamp for m in metrics] == [round(d * 1000) for d in history.collect("date")]
+    assert len(batches) < 10 and max(len(kw["metrics"]) for kw in batches) <= 1000  # not one per step

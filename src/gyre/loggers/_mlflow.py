@@ -10,7 +10,10 @@ from typing import Any
 import numpy as np
 
 from gyre.core._errors import describe, explain
+from gyre.loggers._runs import ScalarRun
 from gyre.loggers._writer import Writer, require
+
+_BATCH = 1000  # metrics per log_batch: MLflow's limit for one request
 
 
 def _tracking_uri(uri: Any) -> tuple[str, bool]:
@@ -97,6 +100,20 @@ class MLflowWriter(Writer):
         now = int(time.time() * 1000)
         metrics = [Metric(name, float(value), now, step) for name, value in values.items()]
         self._client.log_batch(self.run_id, metrics=metrics)
+
+    def _scalar_runs(self, runs: list[ScalarRun]) -> None:
+        # The steps write_to hands over go out in batches of up to _BATCH metrics (one request
+        # to a tracking server per batch, not one per step), timed at their step's own moment.
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = []
+        for run in runs:
+            stamps = np.where(run.dates > 0, np.round(run.dates * 1000), now).astype(np.int64).tolist()
+            for step, stamp, values in zip(run.steps.tolist(), stamps, run.values.tolist(), strict=True):
+                metrics.extend(Metric(name, value, stamp, step) for name, value in zip(run.names, values, strict=True))
+        for start in range(0, len(metrics), _BATCH):
+            self._client.log_batch(self.run_id, metrics=metrics[start : start + _BATCH])
 
     def _images(self, step: int, images: dict[str, np.ndarray]) -> None:
         for name, batch in images.items():
