@@ -15,16 +15,18 @@ def test_runs_hold_what_rows_of_gives_record_by_record():
         {"outputs": {"pred": np.ones(3)}},  # no scalar: left out
         {"metrics": {"acc": np.float32(0.125), "count": 3, "flag": True}},
         {"metrics": {"acc": 0.25}},
+        {"metrics": {"acc": 0.5, "none": None, "complex": 1 + 0j, "object": object()}},  # not numbers
     ]
     columns = gyre.history(records).reader(0).read(wait=True)
-    expected = [(step, data) for step, data in rows_of(columns) if data]
+    numbers_only = gyre.history(records[:-1]).reader(0).read(wait=True)  # rows_of fails on None
+    expected = [(step, data) for step, data in rows_of(numbers_only) if data] + [(6, {"acc": 0.5})]
     runs = scalar_runs(columns)
     ordered = lambda pairs: [(step, list(data.items())) for step, data in pairs]  # noqa: E731
     assert ordered(row for run in runs for row in rows(run)) == ordered(expected)
     assert [run.names for run in runs] == [
         ("loss", "acc"), ("loss", "acc", "metrics.loss"), ("acc", "count", "flag"), ("acc",),
     ]
-    assert [run.steps.tolist() for run in runs] == [[0, 1], [2], [4], [5]]
+    assert [run.steps.tolist() for run in runs] == [[0, 1], [2], [4], [5, 6]]
 
 
 def test_no_records_and_no_numbers_give_no_runs():

@@ -9,6 +9,7 @@ this way); the others take it row by row (:func:`rows`).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -35,7 +36,11 @@ class ScalarRun(NamedTuple):
 
 
 def _is_number(value: Any) -> bool:
-    return np.ndim(value) == 0 and not isinstance(value, (str, bytes)) and bool(np.isreal(value))
+    """A real number: a Python one, or a 0-d numeric array (numpy scalars included)."""
+    if isinstance(value, numbers.Real):
+        return True
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and np.ndim(value) == 0 and np.dtype(dtype).kind in "biuf"
 
 
 def _column(count: int, rows: np.ndarray, values: Any) -> tuple[np.ndarray, np.ndarray] | None:
@@ -50,7 +55,7 @@ def _column(count: int, rows: np.ndarray, values: Any) -> tuple[np.ndarray, np.n
         numbers[rows] = values
         return present, numbers
     found = [
-        (int(r), float(np.real(v))) for r, v in zip(rows, values, strict=True) if _is_number(v)
+        (int(r), float(v)) for r, v in zip(rows, values, strict=True) if _is_number(v)
     ]
     if not found:
         return None
