@@ -67,11 +67,18 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         self._train = False
 
     def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
+        # the step path, once it follows this loop's history: a count and, mostly, one
+        # comparison (what _skipped, _follow and _send would find, without their calls)
+        if self._silent is False and loop is not None and loop.history is self._history:
+            self._calls += 1
+            if self._calls % self.every == 0 and not self._nothing_new():
+                self._send(wait=False)
+            return
         if self._skipped():
             return
         self._follow(elapsed, logs, loop)
         self._calls += 1
-        if self._calls % self.every == 0:
+        if self._calls % self.every == 0 and not self._nothing_new():
             self._send(wait=False)
 
     def on_train_begin(self) -> None:
@@ -148,21 +155,27 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
 
     on_predict_end = on_test_end
 
+    def _nothing_new(self) -> bool:
+        """True when the history has moved nothing to the host since the last read (only
+        what it moved itself is read: ``reader_limit = 0``, no transfer of our own)."""
+        reader = self._reader
+        if reader is None:
+            return True
+        history = reader.history
+        if history._host_count > reader.position:
+            return False
+        # Asking whether a transfer has arrived walks its arrays (microseconds), and
+        # transfers come a few hundred steps apart: ask only every LAND_EVERY looks
+        # (another reader, a bar, may land them sooner).
+        self._looks += 1
+        if self._looks % LAND_EVERY:
+            return True
+        history._land(wait=False)
+        return history._host_count <= reader.position
+
     def _send(self, *, wait: bool) -> None:
         if self._reader is None:
             return
-        if not wait:  # only what the history moved to the host itself (limit=0: no transfer)
-            history = self._reader.history
-            if history._host_count <= self._reader.position:
-                # Nothing new on the host. Asking whether a transfer has arrived walks its
-                # arrays (microseconds), and transfers come a few hundred steps apart: ask
-                # only every LAND_EVERY looks (another reader, a bar, may land them sooner).
-                self._looks += 1
-                if self._looks % LAND_EVERY:
-                    return
-                history._land(wait=False)
-                if history._host_count <= self._reader.position:
-                    return
         columns = self._reader.read(wait=wait)
         count = len(columns.clocks["steps"])
         if count:  # turned into runs of rows on the writer's thread, off the loop's
