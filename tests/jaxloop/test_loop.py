@@ -208,11 +208,11 @@ def test_train_and_eval_loops_read_no_value_per_step_and_one_state_wait_per_loop
 
 
 def test_steps_per_sec_is_measured_one_inner_loop_late_without_waiting_for_the_loops_own_state(monkeypatch):
-    from gyre.jaxloop import _loop
+    from gyre.jaxloop import _stat_loop
 
     waited = []
     real = jax.block_until_ready
-    monkeypatch.setattr(_loop.jax, "block_until_ready", lambda x: (waited.append(x), real(x))[1])
+    monkeypatch.setattr(_stat_loop.jax, "block_until_ready", lambda x: (waited.append(x), real(x))[1])
     train = jaxloop.TrainLoop(jit_step)
     state, rates = device_state(), []
     for _ in range(4):

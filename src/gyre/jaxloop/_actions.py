@@ -1,18 +1,19 @@
 """jaxloop's actions: small host-side objects a loop (or a step) calls every ``interval``
 loops (or steps), with the state and the loop's outputs.
 
+This module holds the :class:`Action` base and the actions that write and save:
 ``SummaryAction`` writes to any writer with gyre's writer methods (``write_scalars``,
 ``write_histograms``, ``write_images``, ``write_texts``, ``flush``, ``close``);
-``CheckpointAction`` saves through :func:`gyre.checkpoint`; ``StepNumberAction`` writes the
-step number; ``EarlyStoppingAction`` raises :class:`StopTrainingError`, which an
-:class:`~gyre.jaxloop.OuterLoop` handles (the state is returned, saves finish, writers close).
+``CheckpointAction`` saves through :func:`gyre.checkpoint`. ``StepNumberAction`` (which
+writes the step number) is in ``_step_numbers``; ``EarlyStoppingAction`` (which raises
+:class:`~gyre.jaxloop.StopTrainingError`, handled by an :class:`~gyre.jaxloop.OuterLoop`)
+is in ``_stopping``.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ import numpy as np
 
 from gyre.callbacks._checkpoint import Checkpoint, checkpoint
 from gyre.core._clock import Elapsed
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.jaxloop._loop import check_interval, reduce_outputs, state_step
 from gyre.loop._snapshot import Snapshot
@@ -410,284 +411,3 @@ class CheckpointAction(Action):
             ...     gyre.jaxloop.CheckpointAction(tmp).close()
         """
         self._checkpoint.close()
-
-
-class StepNumberWriter:
-    """Where :class:`StepNumberAction` writes the step number; this one keeps it in memory.
-
-    Example:
-        >>> import gyre
-        >>> w = gyre.jaxloop.StepNumberWriter(); w.write(7); w.last
-        7
-    """
-
-    def __init__(self) -> None:
-        self.last: int | None = None
-
-    def write(self, step: int) -> None:
-        """Records ``step``.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.StepNumberWriter().write(1)
-        """
-        self.last = int(step)
-
-
-class LocalFileStepNumberWriter(StepNumberWriter):
-    """Writes the step number to a local file (replaced atomically at each write).
-
-    Example:
-        >>> import os, tempfile, gyre
-        >>> with tempfile.TemporaryDirectory() as tmp:
-        ...     w = gyre.jaxloop.LocalFileStepNumberWriter(os.path.join(tmp, "step.txt"))
-        ...     w.write(12)
-        ...     open(os.path.join(tmp, "step.txt")).read()
-        '12'
-    """
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        super().__init__()
-        if not isinstance(path, str | os.PathLike):
-            raise TypeError(
-                explain(
-                    "LocalFileStepNumberWriter needs a file path",
-                    expected="a str or os.PathLike path",
-                    received=describe(path),
-                    fix="pass LocalFileStepNumberWriter('runs/exp/step.txt')",
-                )
-            )
-        self.path = os.fspath(path)
-
-    def write(self, step: int) -> None:
-        """Writes ``step`` to the file (its folder is created).
-
-        Example:
-            >>> import os, tempfile, gyre
-            >>> with tempfile.TemporaryDirectory() as tmp:
-            ...     gyre.jaxloop.LocalFileStepNumberWriter(os.path.join(tmp, "a", "s")).write(3)
-        """
-        super().write(step)
-        folder = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(folder, exist_ok=True)
-        tmp = f"{self.path}.tmp"
-        with open(tmp, "w") as f:
-            f.write(str(int(step)))
-        os.replace(tmp, self.path)
-
-
-class StepNumberAction(Action):
-    """Writes the state's step number through a :class:`StepNumberWriter`.
-
-    Example:
-        >>> import gyre
-        >>> writer = gyre.jaxloop.StepNumberWriter()
-        >>> gyre.jaxloop.StepNumberAction(writer)({"step": 40}, None)
-        >>> writer.last
-        40
-    """
-
-    def __init__(self, step_writer: StepNumberWriter, interval: int = 1) -> None:
-        super().__init__(interval=interval)
-        if not callable(getattr(step_writer, "write", None)):
-            raise TypeError(
-                explain(
-                    "StepNumberAction needs a step number writer",
-                    expected="an object with write(step), e.g. LocalFileStepNumberWriter(path)",
-                    received=describe(step_writer),
-                    fix="pass StepNumberAction(gyre.jaxloop.LocalFileStepNumberWriter(path))",
-                )
-            )
-        self._step_number_writer = step_writer
-
-    def __call__(self, state: Any, outputs: Output | None = None, **kwargs: Any) -> None:
-        """Writes the step number.
-
-        Example:
-            >>> import gyre
-            >>> w = gyre.jaxloop.StepNumberWriter()
-            >>> gyre.jaxloop.StepNumberAction(w)({"step": 2}); w.last
-            2
-        """
-        self._step_number_writer.write(_step_of(state))
-
-
-class StopTrainingError(Exception):
-    """Raised by an action to stop training; an :class:`~gyre.jaxloop.OuterLoop` handles it.
-
-    Example:
-        >>> import gyre
-        >>> str(gyre.jaxloop.StopTrainingError("no progress", best_step=20, best_metric=0.25))
-        'no progress Training stopped early. Best step: 20, best metric: 0.2500.'
-    """
-
-    def __init__(self, message: str, best_step: int | None = None, best_metric: float | None = None) -> None:
-        super().__init__(message)
-        self.best_step = best_step
-        self.best_metric = best_metric
-
-    def __str__(self) -> str:
-        metric = "None" if self.best_metric is None else f"{float(self.best_metric):.4f}"
-        return f"{self.args[0]} Training stopped early. Best step: {self.best_step}, best metric: {metric}."
-
-
-class MetricMonitoringStopHandler:
-    """Decides when training stops, from a monitored metric: after ``patience`` checks
-    without an improvement of more than ``min_delta``.
-
-    Args:
-        monitored_metric: the output's name.
-        min_delta: the smallest change that counts as an improvement.
-        patience: checks without improvement before stopping (>= 1).
-        mode: ``"min"``, ``"max"``, or ``"auto"`` (``max`` for names ending in ``acc``,
-            ``accuracy`` or ``auc``, else ``min``).
-        baseline: a value to beat before anything counts as an improvement.
-
-    Example:
-        >>> import gyre
-        >>> handler = gyre.jaxloop.MetricMonitoringStopHandler("loss", patience=2)
-        >>> [handler.update_state(v, s) for s, v in enumerate([1.0, 0.5, 0.6, 0.7])]
-        [True, True, False, False]
-        >>> handler.should_stop(), handler.get_best_info()
-        (True, (0.5, 1))
-    """
-
-    def __init__(
-        self, monitored_metric: str, min_delta: float = 1e-8, patience: int = 10,
-        mode: str = "auto", baseline: float | None = None,
-    ) -> None:
-        if mode not in ("min", "max", "auto"):
-            raise ValueError(
-                explain(
-                    "MetricMonitoringStopHandler's mode is not known",
-                    expected="'min', 'max' or 'auto'",
-                    received=describe(mode),
-                    fix="pass mode='min' for a loss, mode='max' for an accuracy",
-                )
-            )
-        self.monitored_metric = monitored_metric
-        self.min_delta = abs(float(min_delta))
-        self.patience = whole_number(
-            patience, minimum=1, problem="MetricMonitoringStopHandler's patience must be a positive whole number",
-            expected="the checks without improvement before stopping (an int >= 1)", fix="pass patience=3",
-        )
-        if mode == "auto":
-            mode = "max" if monitored_metric.endswith(("acc", "accuracy", "auc")) else "min"
-        self.mode = mode
-        self.baseline = baseline
-        self._patience_left = self.patience
-        self.best_step = 0
-        self._initialized = baseline is not None
-        self.best = float(baseline) if baseline is not None else (math.inf if mode == "min" else -math.inf)
-
-    def _better(self, a: float, b: float) -> bool:
-        return a < b - self.min_delta if self.mode == "min" else a > b + self.min_delta
-
-    def update_state(self, current_metric: float, current_step: int) -> bool:
-        """Records a check; returns whether the metric improved.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.MetricMonitoringStopHandler("acc").update_state(0.5, 10)
-            True
-        """
-        current = float(current_metric)
-        if not self._initialized:
-            self._initialized = True
-            self.best, self.best_step = current, int(current_step)
-            return True
-        if self._better(current, self.best):
-            self.best, self.best_step = current, int(current_step)
-            self._patience_left = self.patience
-            return True
-        self._patience_left -= 1
-        return False
-
-    def should_stop(self) -> bool:
-        """Whether the patience ran out.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.MetricMonitoringStopHandler("loss").should_stop()
-            False
-        """
-        return self._initialized and self._patience_left <= 0
-
-    def get_best_info(self) -> tuple[float, int]:
-        """``(best_metric, best_step)``.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.MetricMonitoringStopHandler("loss", baseline=2.0).get_best_info()
-            (2.0, 0)
-        """
-        return self.best, self.best_step
-
-
-class EarlyStoppingAction(Action):
-    """Raises :class:`StopTrainingError` when the handler says to stop (or the metric is
-    NaN); put it in an eval loop's ``end_actions``. The metric is the mean of its output.
-
-    Example:
-        >>> import gyre
-        >>> action = gyre.jaxloop.EarlyStoppingAction(
-        ...     gyre.jaxloop.MetricMonitoringStopHandler("loss", patience=1))
-        >>> _ = action({"step": 1}, {"loss": [1.0]})
-        >>> action({"step": 2}, {"loss": [2.0]})
-        Traceback (most recent call last):
-        ...
-        gyre.jaxloop._actions.StopTrainingError: Early stopping triggered for metric 'loss' Training stopped early. Best step: 1, best metric: 1.0000.
-    """
-
-    def __init__(self, handler: MetricMonitoringStopHandler, interval: int = 1) -> None:
-        super().__init__(interval=interval)
-        if not isinstance(handler, MetricMonitoringStopHandler):
-            raise TypeError(
-                explain(
-                    "EarlyStoppingAction needs a MetricMonitoringStopHandler",
-                    expected="MetricMonitoringStopHandler('loss', patience=3)",
-                    received=describe(handler),
-                    fix="wrap the metric's name: EarlyStoppingAction(MetricMonitoringStopHandler(name))",
-                )
-            )
-        self._handler = handler
-        self.monitored_metric = handler.monitored_metric
-
-    @property
-    def handler(self) -> MetricMonitoringStopHandler:
-        """The stop handler.
-
-        Example:
-            >>> import gyre
-            >>> h = gyre.jaxloop.MetricMonitoringStopHandler("loss")
-            >>> gyre.jaxloop.EarlyStoppingAction(h).handler is h
-            True
-        """
-        return self._handler
-
-    def __call__(self, state: Any, outputs: Output | None, **kwargs: Any) -> Output | None:
-        """Checks the metric; raises :class:`StopTrainingError` to stop.
-
-        Example:
-            >>> import gyre
-            >>> h = gyre.jaxloop.MetricMonitoringStopHandler("loss")
-            >>> gyre.jaxloop.EarlyStoppingAction(h)({"step": 0}, {"other": [1.0]})
-            {'other': [1.0]}
-        """
-        step = _step_of(state)
-        if outputs is None or self.monitored_metric not in outputs:
-            _log.warning("EarlyStoppingAction: %r is not in the outputs (%s)", self.monitored_metric,
-                         sorted(outputs or {}))
-            return outputs
-        value = float(reduce_outputs({"m": outputs[self.monitored_metric]})["m"])
-        if math.isnan(value):
-            best, best_step = self._handler.get_best_info()
-            raise StopTrainingError(f"Metric '{self.monitored_metric}' was NaN", best_step=best_step, best_metric=best)
-        self._handler.update_state(value, step)
-        if self._handler.should_stop():
-            best, best_step = self._handler.get_best_info()
-            raise StopTrainingError(
-                f"Early stopping triggered for metric '{self.monitored_metric}'",
-                best_step=best_step, best_metric=best,
-            )
-        return outputs

@@ -23,8 +23,11 @@ import jax
 
 from gyre.callbacks._checkpoint import checkpoint
 from gyre.core._errors import describe, explain, whole_number
-from gyre.jaxloop._actions import DATA_META, CheckpointAction, StopTrainingError, SummaryAction
-from gyre.jaxloop._loop import STAT_PREFIX, ActionLoop, EvalLoop, Loop, _as_iterator, state_step
+from gyre.jaxloop._action_loop import ActionLoop, EvalLoop
+from gyre.jaxloop._actions import DATA_META, CheckpointAction, SummaryAction
+from gyre.jaxloop._loop import Loop, _as_iterator, state_step
+from gyre.jaxloop._stat_loop import STAT_PREFIX
+from gyre.jaxloop._stopping import StopTrainingError
 
 STOP_LOOP = f"{STAT_PREFIX}/stop_loop"
 STOP_FILE_NAME = "STOPPED"

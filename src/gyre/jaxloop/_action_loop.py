@@ -1,0 +1,249 @@
+"""jaxloop's loops with actions: ``ActionLoop`` runs actions before and after itself
+(each every ``interval`` loops); ``TrainLoop`` and ``EvalLoop`` are the training and the
+evaluation loops built on it (with their default statistics, their logging and, for the
+evaluation, padded batches and a mask so the step compiles once).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from gyre.core._errors import describe, explain, whole_number
+from gyre.jaxloop._loop import Output, State, check_interval, state_step
+from gyre.jaxloop._stat_loop import STAT_LOOP_TIME_SECS, STAT_STEPS_PER_SEC, StatLoop
+
+_log = logging.getLogger(__name__)
+
+
+def _check_action_list(actions: Any, name: str) -> list[Any]:
+    actions = list(actions or ())
+    for action in actions:
+        if not callable(action) or not hasattr(action, "interval"):
+            raise TypeError(
+                explain(
+                    f"{name} must be a list of actions",
+                    expected="gyre.jaxloop actions (Action subclasses: SummaryAction, "
+                    "CheckpointAction, ...), each with an interval",
+                    received=describe(action),
+                    fix=f"pass {name}=[gyre.jaxloop.SummaryAction(writer, interval=1)]",
+                )
+            )
+        check_interval(action.interval, type(action).__name__)
+    return actions
+
+
+class ActionLoop(StatLoop):
+    """A loop that runs actions before and after itself: each action runs when the loop's
+    count (1 for the first call, kept across calls) is a multiple of its interval.
+
+    Args:
+        step: the step.
+        begin_actions: actions run at the start, called ``action(state, None)``.
+        end_actions: actions run at the end, called ``action(state, outputs)``.
+        **kwargs: :class:`StatLoop`'s ``stat_names``, ``global_batch_size``.
+
+    Example:
+        >>> import gyre
+        >>> seen = []
+        >>> class Record(gyre.jaxloop.Action):
+        ...     def __call__(self, state, outputs, **kwargs):
+        ...         seen.append(state)
+        >>> loop = gyre.jaxloop.ActionLoop(lambda s, b, n: (s + b, {}), end_actions=[Record(interval=2)])
+        >>> for _ in range(4):
+        ...     _ = loop(0, [1])
+        >>> loop.loop_count, seen
+        (4, [1, 1])
+    """
+
+    def __init__(
+        self,
+        step: Any,
+        begin_actions: Sequence[Any] | None = None,
+        end_actions: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(step, **kwargs)
+        self._begin_actions = _check_action_list(begin_actions, "begin_actions")
+        self._end_actions = _check_action_list(end_actions, "end_actions")
+        self._loop_count = 0
+
+    @property
+    def begin_actions(self) -> list[Any]:
+        """The actions run at the start of a loop.
+
+        Example:
+            >>> import gyre
+            >>> gyre.jaxloop.ActionLoop(print).begin_actions
+            []
+        """
+        return self._begin_actions
+
+    @property
+    def end_actions(self) -> list[Any]:
+        """The actions run at the end of a loop.
+
+        Example:
+            >>> import gyre
+            >>> gyre.jaxloop.ActionLoop(print).end_actions
+            []
+        """
+        return self._end_actions
+
+    @property
+    def loop_count(self) -> int:
+        """How many times the loop began (settable, e.g. to align with a resumed step).
+
+        Example:
+            >>> import gyre
+            >>> loop = gyre.jaxloop.ActionLoop(print)
+            >>> loop.loop_count = 7
+            >>> loop.loop_count
+            7
+        """
+        return self._loop_count
+
+    @loop_count.setter
+    def loop_count(self, loop_count: int) -> None:
+        self._loop_count = whole_number(
+            loop_count, minimum=0, problem="loop_count must be a whole number >= 0",
+            expected="the number of loops already run", fix="set loop.loop_count = 0 to start over",
+        )
+
+    def begin(self, state: State, dataset: Iterator[Any]) -> tuple[State, Iterator[Any]]:
+        """Counts the loop and runs the begin actions whose interval divides the count.
+
+        Example:
+            >>> import gyre
+            >>> loop = gyre.jaxloop.ActionLoop(print)
+            >>> _ = loop.begin(0, [])
+            >>> loop.loop_count
+            1
+        """
+        self._loop_count += 1
+        for action in self._begin_actions:
+            if self._loop_count % action.interval == 0:
+                action(state, None)
+        return super().begin(state, dataset)
+
+    def end(self, state: State, outputs: Output | None) -> tuple[State, Output | None]:
+        """Adds the statistics, then runs the end actions whose interval divides the count.
+
+        Example:
+            >>> import gyre
+            >>> loop = gyre.jaxloop.ActionLoop(print)
+            >>> _ = loop.begin(0, [])
+            >>> loop.end(0, {"x": [1]})
+            (0, {'x': [1]})
+        """
+        state, outputs = super().end(state, outputs)
+        for action in self._end_actions:
+            if self._loop_count % action.interval == 0:
+                try:
+                    action(state, outputs)
+                except Exception as err:
+                    # the loop's input state may be donated: hand the caller this one
+                    err.state, err.outputs = state, outputs  # type: ignore[attr-defined]
+                    raise
+        return state, outputs
+
+
+class TrainLoop(ActionLoop):
+    """The training loop: an :class:`ActionLoop` adding ``steps_per_sec`` by default and
+    logging it.
+
+    Example:
+        >>> import gyre
+        >>> from gyre.jaxloop import STAT_STEPS_PER_SEC
+        >>> loop = gyre.jaxloop.TrainLoop(lambda s, b, n: (s + b, {"b": b}))
+        >>> state, outputs = loop(0, iter(range(10)), num_steps=4)
+        >>> state, outputs["b"], outputs[STAT_STEPS_PER_SEC] > 0
+        (6, [0, 1, 2, 3], True)
+    """
+
+    def __init__(self, step: Any, stat_names: Sequence[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(step, stat_names=stat_names or [STAT_STEPS_PER_SEC], **kwargs)
+
+    def end(self, state: State, outputs: Output | None) -> tuple[State, Output | None]:
+        """:meth:`ActionLoop.end`, then logs the speed (``logging`` at INFO).
+
+        Example:
+            >>> import gyre
+            >>> loop = gyre.jaxloop.TrainLoop(print, stat_names=["jaxloop/loop_time_secs"])
+            >>> _ = loop.begin(0, [])
+            >>> sorted(loop.end(0, {})[1])
+            ['jaxloop/loop_time_secs']
+        """
+        state, outputs = super().end(state, outputs)
+        if outputs is not None and STAT_STEPS_PER_SEC in outputs and _log.isEnabledFor(logging.INFO):
+            _log.info("train    | step: %s | steps_per_sec: %6.1f", state_step(state), outputs[STAT_STEPS_PER_SEC])
+        return state, outputs
+
+
+class EvalLoop(ActionLoop):
+    """The evaluation loop: an :class:`ActionLoop` adding ``loop_time_secs`` by default.
+
+    **Evaluation without recompiles.** When the step takes the keyword ``mask`` (a
+    :class:`gyre.Step` whose ``run(self, state, batch, mask=None)`` does, or a callable
+    ``step(state, batch, n, mask=None, **kwargs)``), every batch is padded to the first one's
+    size (the last real row repeated, :func:`gyre.data.pad_batch`) and the step gets
+    ``mask=``, a boolean vector over the batch, ``True`` for the real rows: it compiles once.
+    Return metric objects weighted by the mask (``gyre.core.metrics.Mean.from_stacked(
+    per_example, mask)``): :func:`reduce_outputs` merges them into the exact means over the
+    examples (it averages bare scalars per step, unweighted). A step without ``mask`` gets
+    the batches as they come.
+
+    Args:
+        step: the (eval) step.
+        stat_names: the statistics to add.
+        name: the key of this loop's outputs in an :class:`OuterLoop`'s outputs
+            (``"eval"``, then ``"eval_1"``... by position when not given).
+        **kwargs: :class:`ActionLoop`'s ``begin_actions``, ``end_actions``,
+            ``global_batch_size``.
+
+    Example:
+        >>> import gyre
+        >>> loop = gyre.jaxloop.EvalLoop(lambda s, b, n: (s, {"acc": b}), name="test")
+        >>> state, outputs = loop(0, [0.5, 1.0])
+        >>> loop.name, outputs["acc"]
+        ('test', [0.5, 1.0])
+
+        A step that takes ``mask``: 10 examples in batches of 4, one compilation, the exact
+        mean:
+
+        >>> import jax, numpy as np
+        >>> from gyre.core.metrics import Mean
+        >>> @jax.jit
+        ... def run(batch, mask):
+        ...     return Mean.from_stacked(batch, mask)
+        >>> def step(state, batch, n, mask=None, **kwargs):
+        ...     return state, {"x": run(batch, mask)}
+        >>> x = np.arange(10.0, dtype=np.float32)
+        >>> _, outputs = gyre.jaxloop.EvalLoop(step)(0, [x[i : i + 4] for i in range(0, 10, 4)])
+        >>> float(gyre.jaxloop.reduce_outputs(outputs)["x"]), run._cache_size()
+        (4.5, 1)
+    """
+
+    pads_batches = True
+
+    def __init__(
+        self, step: Any, stat_names: Sequence[str] | None = None, *, name: str | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(step, stat_names=stat_names or [STAT_LOOP_TIME_SECS], **kwargs)
+        self.name = name
+
+    def end(self, state: State, outputs: Output | None) -> tuple[State, Output | None]:
+        """:meth:`ActionLoop.end`, then logs the evaluation's time (``logging`` at INFO).
+
+        Example:
+            >>> import gyre
+            >>> loop = gyre.jaxloop.EvalLoop(print)
+            >>> _ = loop.begin(0, [])
+            >>> sorted(loop.end(0, {})[1])
+            ['jaxloop/loop_time_secs']
+        """
+        state, outputs = super().end(state, outputs)
+        if outputs is not None and STAT_LOOP_TIME_SECS in outputs and _log.isEnabledFor(logging.INFO):
+            _log.info("eval     | step: %s | eval time: %4.2f seconds.", state_step(state), outputs[STAT_LOOP_TIME_SECS])
+        return state, outputs

@@ -1,0 +1,196 @@
+"""jaxloop's ``StatLoop``: a :class:`~gyre.jaxloop.Loop` that adds statistics to its
+outputs, named by the ``STAT_*`` constants of this module (steps and examples per second,
+loop and life time, parameter and flop counts).
+
+``_Throughput`` measures ``steps_per_sec`` without making an inner loop wait for its own
+last step.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from gyre.jaxloop._loop import Loop, Output, State
+
+STAT_PREFIX = "jaxloop"
+STAT_NUM_PARAMS = f"{STAT_PREFIX}/num_params"
+STAT_NUM_FLOPS = f"{STAT_PREFIX}/num_flops"
+STAT_INIT_TIME = f"{STAT_PREFIX}/init_time"
+STAT_BEGIN_TIME = f"{STAT_PREFIX}/begin_time"
+STAT_LIFE_TIME_SECS = f"{STAT_PREFIX}/life_time_secs"
+STAT_LOOP_TIME_SECS = f"{STAT_PREFIX}/loop_time_secs"
+STAT_STEPS_PER_SEC = f"{STAT_PREFIX}/steps_per_sec"
+STAT_EXAMPLES_PER_SEC = f"{STAT_PREFIX}/examples_per_sec"
+
+
+class StatLoop(Loop):
+    """A loop that adds statistics to its outputs, by name (``STAT_*`` of this module):
+    ``jaxloop/steps_per_sec``, ``examples_per_sec`` (needs ``global_batch_size``),
+    ``loop_time_secs``, ``num_params``, ``num_flops`` (the compiled step's cost analysis),
+    ``init_time``, ``begin_time``, ``life_time_secs``.
+
+    ``steps_per_sec`` and ``examples_per_sec`` never make an inner loop wait for its own
+    last step (that wait would leave the device idle between inner loops): the first inner
+    loop waits once and reports its exact rate; from then on each reports the rate of the
+    inner loop before it (see ``_Throughput``). ``loop_time_secs`` and ``life_time_secs``
+    wait for the loop's state, as jaxloop's do.
+
+    Args:
+        step: the step.
+        stat_names: the statistics to add.
+        global_batch_size: examples per step, for ``examples_per_sec``.
+
+    Example:
+        >>> import gyre
+        >>> from gyre.jaxloop import STAT_LOOP_TIME_SECS
+        >>> def step(state, batch, n, **kwargs):
+        ...     return state, {}
+        >>> _, outputs = gyre.jaxloop.StatLoop(step, stat_names=[STAT_LOOP_TIME_SECS])(0, [1, 2])
+        >>> outputs[STAT_LOOP_TIME_SECS] >= 0
+        True
+    """
+
+    def __init__(
+        self, step: Any, stat_names: Sequence[str] | None = None, global_batch_size: int | None = None
+    ) -> None:
+        super().__init__(step)
+        self._stat_names = list(stat_names or [])
+        self._init_time = time.time()
+        self._global_batch_size = global_batch_size
+        self._begin_time = 0.0
+        self._last_steps = 0
+        self._speed = _Throughput()
+
+    @property
+    def stat_names(self) -> list[str]:
+        """The statistics this loop adds.
+
+        Example:
+            >>> import gyre
+            >>> gyre.jaxloop.StatLoop(print, stat_names=["jaxloop/num_params"]).stat_names
+            ['jaxloop/num_params']
+        """
+        return self._stat_names
+
+    def begin(self, state: State, dataset: Iterator[Any]) -> tuple[State, Iterator[Any]]:
+        """Starts the loop's clock.
+
+        Example:
+            >>> import gyre
+            >>> gyre.jaxloop.StatLoop(print).begin(0, [])
+            (0, [])
+        """
+        self._begin_time = time.time()
+        return super().begin(state, dataset)
+
+    def run(
+        self, state: State, dataset: Iterable[Any], num_steps: int | None = None,
+        log_num_flops: bool = False, **kwargs: Any,
+    ) -> tuple[State, Output]:
+        """:meth:`Loop.run`, computing the flops when ``num_flops`` is asked for.
+
+        Example:
+            >>> import gyre
+            >>> gyre.jaxloop.StatLoop(lambda s, b, n: (s, {"b": b})).run(0, [5])
+            (0, defaultdict(<class 'list'>, {'b': [5]}))
+        """
+        flops = log_num_flops or (STAT_NUM_FLOPS in self._stat_names and getattr(self._step, "num_flops", None) is None)
+        return super().run(state, dataset, num_steps, flops, **kwargs)
+
+    def end(self, state: State, outputs: Output | None) -> tuple[State, Output | None]:
+        """Adds the statistics to the outputs (the clock stops once the state is ready).
+
+        Example:
+            >>> import gyre
+            >>> loop = gyre.jaxloop.StatLoop(print, stat_names=["jaxloop/steps_per_sec"])
+            >>> _ = loop.begin(0, [])
+            >>> sorted(loop.end(0, {})[1])
+            ['jaxloop/steps_per_sec']
+        """
+        outputs = outputs if outputs is not None else collections.defaultdict(list)
+        names = self._stat_names
+        timed = STAT_LOOP_TIME_SECS in names or STAT_LIFE_TIME_SECS in names
+        if timed:
+            jax.block_until_ready(state)
+        speed = None
+        if STAT_STEPS_PER_SEC in names or STAT_EXAMPLES_PER_SEC in names:
+            speed = self._speed.measure(state, self._last_steps, self._begin_time, waited=timed)
+        now = time.time()
+        if STAT_NUM_PARAMS in names:
+            if getattr(self._step, "num_params", None) is None and hasattr(self._step, "compute_num_params"):
+                self._step.compute_num_params(state)
+            outputs[STAT_NUM_PARAMS] = getattr(self._step, "num_params", None) or _count_params(state)
+        if STAT_NUM_FLOPS in names:
+            outputs[STAT_NUM_FLOPS] = getattr(self._step, "num_flops", None) or 0
+        if STAT_INIT_TIME in names:
+            outputs[STAT_INIT_TIME] = self._init_time
+        if STAT_BEGIN_TIME in names:
+            outputs[STAT_BEGIN_TIME] = self._begin_time
+        if STAT_LIFE_TIME_SECS in names:
+            outputs[STAT_LIFE_TIME_SECS] = now - self._init_time
+        seconds = max(now - self._begin_time, 1e-9)
+        if STAT_LOOP_TIME_SECS in names:
+            outputs[STAT_LOOP_TIME_SECS] = seconds
+        if speed is not None:
+            steps_per_sec = speed
+            if STAT_STEPS_PER_SEC in names:
+                outputs[STAT_STEPS_PER_SEC] = steps_per_sec
+            if STAT_EXAMPLES_PER_SEC in names and self._global_batch_size:
+                outputs[STAT_EXAMPLES_PER_SEC] = steps_per_sec * self._global_batch_size
+        return super().end(state, outputs)
+
+
+@jax.jit
+def _done_marker(leaf: Any) -> Any:
+    """A one-element array computed once ``leaf`` is: waiting for it later costs nothing,
+    even after ``leaf`` itself was donated to the next step."""
+    return leaf.ravel()[:1]
+
+
+class _Throughput:
+    """``steps_per_sec`` of a train loop without waiting for the loop's own last step.
+
+    Waiting at every inner loop's end for its state drains the device's queue and leaves it
+    idle while the host sets up the next loop (on a small model, 0.90 of the hand-written
+    loop's speed with 100 steps per inner loop, 0.77 with 20). Instead, the first inner loop
+    waits once (its rate is exact); each later one starts a marker after its last step and
+    waits for the *previous* loop's marker, which is done (or nearly: the wait only keeps the
+    host at most one inner loop ahead of the device). The rate reported at the end of inner
+    loop ``k`` is the one of loop ``k - 1``: its steps over the time between the moments the
+    loops ``k - 2`` and ``k - 1`` were seen done. Over steady training that is the rate of
+    the loop, one loop late.
+    """
+
+    def __init__(self) -> None:
+        self.seen: float | None = None  # when the previous measured loop was seen done
+        self.pending: tuple[Any, int] | None = None  # (marker, steps) of the loop before
+        self.rate: float | None = None
+
+    def measure(self, state: Any, steps: int, begin: float, *, waited: bool) -> float:
+        leaves = [x for x in jax.tree_util.tree_leaves(state) if isinstance(x, jax.Array) and x.size]
+        if self.seen is None or not leaves:  # the first loop (or a host state): wait, exactly
+            if leaves and not waited:
+                jax.block_until_ready(state)
+            self.seen = time.time()
+            self.rate = steps / max(self.seen - begin, 1e-9)
+            return self.rate
+        if self.pending is not None:
+            marker, before = self.pending
+            jax.block_until_ready(marker)
+            now = time.time()
+            self.rate = before / max(now - self.seen, 1e-9)
+            self.seen = now
+        self.pending = (_done_marker(leaves[0]), steps)
+        assert self.rate is not None
+        return self.rate
+
+
+def _count_params(state: Any) -> int:
+    params = getattr(state, "params", state)
+    return int(sum(np.size(x) for x in jax.tree_util.tree_leaves(params)))
