@@ -88,3 +88,42 @@ def test_unsaveable_values_are_named():
     h.commit(gyre.Elapsed(), Logs().add_metric("m", object()))
     with pytest.raises(TypeError, match="a history value cannot be saved"):
         new_block(h, 0)
+
+
+def _mixed_history():
+    """Records of several structures over several host blocks: device and host values,
+    stacked and listed columns, float64 numbers (a Python float's subclass), strings, no logs,
+    unknown batch sizes."""
+    h = History(flush_every=7, lag=2)
+    for i in range(40):
+        logs = Logs().add_loss("loss", jnp.float32(i) / 3)
+        if i % 3 == 0:
+            logs.add_metric("acc", np.float64(i) / 7).add_metric("flag", np.bool_(i % 2))
+        if i % 5 == 0:
+            logs.add_output("vec", jnp.arange(2.0) * i).add_entry("notes", "text", f"step {i}")
+        if i == 11:
+            logs = Logs()
+        h.commit(gyre.Elapsed(steps=i, samples=4 * i, time=0.25 * i, date=1.7e9 + i), logs,
+                 batch_size=None if i % 4 == 1 else 4)
+    return h
+
+
+@pytest.mark.parametrize("start", [0, 1, 6, 7, 23, 39])
+def test_blocks_built_by_column_are_the_bytes_built_by_record(start):
+    h = _mixed_history()
+    name, data = new_block(h, start)
+    assert name == block_name(start)
+    assert data == encode_block(h.records(start, len(h)), start, len(h))
+    assert load_history(dict([new_block(h, 0)]).get, 40, "ckpt").collect("steps", "acc") == h.collect("steps", "acc")
+
+
+@pytest.mark.parametrize("column", [
+    np.arange(4, dtype=np.float64) / 3, np.arange(4, dtype=np.float32), np.arange(4, dtype=np.int32),
+    np.array([True, False, True, True]), np.arange(8.0).reshape(4, 2),
+    np.arange(4).astype(ml_dtypes.bfloat16), [1.5, "a", None, np.float32(2)],
+])
+def test_a_column_encodes_each_row_as_the_row_alone_encodes(column):
+    from gyre.loop._history_files import _encode_value, _encoded_column
+
+    keep = np.array([0, 2, 3])
+    assert json.dumps(_encoded_column(column, keep)) == json.dumps([_encode_value(column[k]) for k in keep])

@@ -428,14 +428,29 @@ class History:
             >>> [r.elapsed.steps for r in h.records(2, 4)]
             [2, 3]
         """
+        for block, first, last in self.host_slices(start, stop):
+            for i, record in enumerate(block.records()):
+                if first <= i < last:
+                    yield record
+
+    def host_slices(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[Block, int, int]]:
+        """Where records ``start`` to ``stop - 1`` are on the host (flushes first): each host
+        block that holds some of them, with the first and end positions of those in it, in
+        order. For readers that work column by column (a checkpoint's history files).
+
+        Example:
+            >>> h = History(flush_every=2, lag=0)
+            >>> for i in range(5):
+            ...     h.commit(Elapsed(steps=i), Logs().add_metric("m", i))
+            >>> [(block.size, first, last) for block, first, last in h.host_slices(1, 4)]
+            [(2, 1, 2), (2, 0, 2)]
+        """
         blocks = self._host_blocks()
         stop = self._host_count if stop is None else min(stop, self._host_count)
         b = max(bisect_right(self._starts, start) - 1, 0)
         while b < len(blocks) and self._starts[b] < stop:
             first = self._starts[b]
-            for i, record in enumerate(blocks[b].records()):
-                if start <= first + i < stop:
-                    yield record
+            yield blocks[b], max(start - first, 0), min(stop - first, blocks[b].size)
             b += 1
 
     def extend(self, other: History) -> None:

@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from gyre.core._clock import _FIELDS as CLOCK_FIELDS
 from gyre.core._clock import Elapsed
+from gyre.core._columns import Block, as_list
 from gyre.core._errors import explain
 from gyre.core._history import History, Record
 from gyre.core._logs import Logs
@@ -86,12 +88,56 @@ def encode_block(records: Iterable[Record], start: int, stop: int) -> bytes:
     return json.dumps({"format": FORMAT, "start": start, "stop": stop, "records": rows}).encode()
 
 
+def _encoded_column(column: Any, keep: np.ndarray) -> list[Any]:
+    """The values of a host column at the rows ``keep``, encoded as :func:`_encode_value`
+    encodes each of them, but a stacked column's dtype and shape once for all its rows."""
+    if isinstance(column, np.ndarray):
+        if column.ndim == 1 and column.dtype == np.float64:
+            return column[keep].tolist()  # its rows are np.float64, a float: written as numbers
+        dtype, shape = _dtype_name(column.dtype), list(column.shape[1:])
+        return [{"dtype": dtype, "shape": shape, "data": data} for data in column[keep].tolist()]
+    return [_encode_value(column[k]) for k in keep.tolist()]
+
+
+def _rows(block: Block, first: int, last: int) -> list[dict[str, Any]]:
+    """Records ``first`` to ``last - 1`` of a host block as the rows of a history file,
+    built column by column (what :func:`encode_block` builds from records, a record at a time)."""
+    logs: list[dict[str, Any]] = [{} for _ in range(last - first)]
+    for shape, rows, columns in block.groups:
+        keep = np.flatnonzero((rows >= first) & (rows < last))
+        if not len(keep):
+            continue
+        values = iter([_encoded_column(column, keep) for column in columns])
+        at = (rows[keep] - first).tolist()
+        for collection, names in shape:
+            entries = [(name, next(values)) for name in names]
+            for j, i in enumerate(at):
+                logs[i][collection] = {name: encoded[j] for name, encoded in entries}
+    clocks = [as_list(column[first:last]) for column in block.clocks]
+    sizes = as_list(block.batch_sizes[first:last])
+    return [
+        {"elapsed": dict(zip(CLOCK_FIELDS, clock, strict=True)), "batch_size": size, "logs": lg}
+        for clock, size, lg in zip(zip(*clocks, strict=True), sizes, logs, strict=True)
+    ]
+
+
 def new_block(history: History, start: int) -> tuple[str, bytes] | None:
-    """The block of the records after ``start`` (``None`` when there are none)."""
+    """The block of the records after ``start`` (``None`` when there are none): the bytes
+    :func:`encode_block` gives for those records, built from the history's host columns.
+
+    Example:
+        >>> h = History(); h.commit(Elapsed(steps=0), Logs().add_loss("loss", np.float32(0.5)))
+        >>> name, data = new_block(h, 0)
+        >>> name, data == encode_block(h.records(0, 1), 0, 1)
+        ('history/000000000000.json', True)
+    """
     stop = len(history)
     if stop <= start:
         return None
-    return block_name(start), encode_block(history.records(start, stop), start, stop)
+    rows = [row for block, first, last in history.host_slices(start, stop) for row in _rows(block, first, last)]
+    if len(rows) != stop - start:
+        raise ValueError(f"history block {start}..{stop} holds {len(rows)} records")
+    return block_name(start), json.dumps({"format": FORMAT, "start": start, "stop": stop, "records": rows}).encode()
 
 
 def load_history(read: Callable[[str], bytes | None], count: int, where: str) -> History:
