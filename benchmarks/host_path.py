@@ -29,6 +29,7 @@ From the repository root::
 
     .venv/bin/python benchmarks/host_path.py                 # hidden 8, 2000 steps x 9 rounds
     .venv/bin/python benchmarks/host_path.py --hidden 256 --rounds 15
+    .venv/bin/python benchmarks/host_path.py --dispatch-wait-us 200 --steps 1000   # GPU-like
 
 The script always exits 0: it is a report, not a test.
 """
@@ -152,14 +153,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=2000, help="steps per run (default 2000)")
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
     parser.add_argument("--hidden", type=int, default=8, help="hidden width (default 8)")
+    parser.add_argument("--dispatch-wait-us", type=float, default=0.0,
+                        help="wait this long outside the GIL before each step call: a CPU stand-in "
+                        "for a host-bound GPU (see loop_overhead.py; default 0: off)")
     args = parser.parse_args(argv)
-    if min(args.steps, args.rounds, args.hidden) < 1:
-        parser.error("--steps, --rounds and --hidden must be >= 1")
+    if min(args.steps, args.rounds, args.hidden) < 1 or args.dispatch_wait_us < 0:
+        parser.error("--steps, --rounds and --hidden must be >= 1, --dispatch-wait-us >= 0")
     base.LAYERS = (64, args.hidden, args.hidden, 10)
     tx = optax.adam(base.LEARNING_RATE)
     params = base.init_params(jax.random.PRNGKey(0))
     initial = jax.block_until_ready((params, tx.init(params)))
-    step = TimedStep(base.make_step(tx))
+    jitted = base.make_step(tx)
+    step = TimedStep(base.SlowDispatch(jitted, args.dispatch_wait_us) if args.dispatch_wait_us else jitted)
     batches = base.make_batches(args.steps, 0)
     device = jax.devices()[0]
     print(f"jax {jax.__version__} on {device.platform} ({device.device_kind}), {os.cpu_count()} CPUs, "
