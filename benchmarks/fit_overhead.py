@@ -282,7 +282,7 @@ def report(rates: Samples, cpu: Samples, steps: int, epochs: int, rounds: int) -
 PARTS = (
     ("engine: Elapse.__next__ (clock and next batch)", "gyre.loop._elapse", "Elapse.__next__"),
     ("  prefetch: PrefetchIterator.__next__", "gyre.loop._prefetch", "PrefetchIterator.__next__"),
-    ("    Strategy.place_batch (device_put of a batch)", "gyre.parallel._strategies", "Strategy.place_batch"),
+    ("    Strategy.place_batch (device_put of a batch)", "gyre.parallel._strategy", "Strategy.place_batch"),
     ("    data: Batches.__next__", "gyre.data._arrays", "Batches.__next__"),
     ("engine: run_step (every task of a step)", "gyre.loop._engine", "run_step"),
     ("  evaluation: test_loop (the test pass)", "gyre.loop._named", "test_loop"),

@@ -372,7 +372,7 @@ STEP_PART = "  train step (the compiled step's call)"
 PARTS = (
     ("engine: Elapse.__next__ (clock and next batch)", "gyre.loop._elapse", "Elapse.__next__"),
     ("  prefetch: PrefetchIterator.__next__", "gyre.loop._prefetch", "PrefetchIterator.__next__"),
-    ("    Strategy.place_batch (device_put of a batch)", "gyre.parallel._strategies", "Strategy.place_batch"),
+    ("    Strategy.place_batch (device_put of a batch)", "gyre.parallel._strategy", "Strategy.place_batch"),
     ("    data: Batches.__next__", "gyre.data._arrays", "Batches.__next__"),
     ("engine: run_step (every task of a step)", "gyre.loop._engine", "run_step"),
     (STEP_PART, "", None),

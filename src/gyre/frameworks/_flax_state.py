@@ -46,7 +46,7 @@ from gyre.core._logs import Logs
 from gyre.frameworks import _calling as calling
 from gyre.frameworks import metrics as _metrics
 from gyre.frameworks._adapters import Adapter, adapt
-from gyre.parallel._strategies import Strategy
+from gyre.parallel._strategy import Strategy
 from gyre.steps import managed
 from gyre.steps._precision import MixedPrecision
 

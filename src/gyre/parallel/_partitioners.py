@@ -24,7 +24,10 @@ from typing import Any
 import jax
 from jax.sharding import Mesh, Sharding
 
-from gyre.parallel._strategies import SPMD, DataParallel, Jit, Rules, Strategy, get_strategy
+from gyre.parallel._registry import get_strategy
+from gyre.parallel._spmd import SPMD, Rules
+from gyre.parallel._strategies import DataParallel, Jit
+from gyre.parallel._strategy import Strategy
 
 #: The strategy of :class:`SPMDPartitioner`, under its former name.
 LogicalSharding = SPMD

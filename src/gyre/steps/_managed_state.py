@@ -20,7 +20,9 @@ import optax
 from flax import struct
 
 from gyre.core._state import TrainState
-from gyre.parallel._strategies import Jit, Strategy, get_strategy
+from gyre.parallel._registry import get_strategy
+from gyre.parallel._strategies import Jit
+from gyre.parallel._strategy import Strategy
 
 
 def _no_skipped_steps() -> jax.Array:

@@ -22,7 +22,7 @@ from gyre.data._padding import accepts_mask
 from gyre.loop._binding import Masked
 from gyre.loop._fuse import scanned
 from gyre.loop._tasks import LoopElement
-from gyre.parallel._strategies import Strategy
+from gyre.parallel._strategy import Strategy
 from gyre.steps._managed_call import StepFn, _takes_no_mask
 from gyre.steps._managed_state import _strategy_of
 

@@ -36,7 +36,8 @@ from gyre.data._source import refuse_sources
 from gyre.loop import _named
 from gyre.loop._inner import inner_loop
 from gyre.loop._tasks import When
-from gyre.parallel._strategies import Strategy, get_strategy
+from gyre.parallel._registry import get_strategy
+from gyre.parallel._strategy import Strategy
 from gyre.trainer._data import is_iterator
 from gyre.trainer._fit_steps import (
     apply_error_fix,

@@ -19,7 +19,8 @@ from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.core._state import TrainState
 from gyre.loop._fuse import scanned
-from gyre.parallel._strategies import Jit, Strategy
+from gyre.parallel._strategies import Jit
+from gyre.parallel._strategy import Strategy
 from gyre.trainer._training import first_batch
 
 

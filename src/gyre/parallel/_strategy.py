@@ -1,0 +1,257 @@
+"""The strategy base class: how a step ``(state, batch) -> (logs, state)`` is run, on ``jax.sharding``.
+
+A strategy places the state (:meth:`Strategy.place_state`), places batches
+(:meth:`Strategy.place_batch`, which builds global arrays from per-process data when several
+processes run), and compiles steps (:meth:`Strategy.compile`) with fixed shardings, so a step
+compiles once and keeps its state where it is. Placement itself is
+:func:`gyre.core._placement.place`, shared with prefetching.
+
+The built-in strategies are in :mod:`gyre.parallel._strategies` and :mod:`gyre.parallel._spmd`;
+their names in :mod:`gyre.parallel._registry`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, Sharding, SingleDeviceSharding
+
+from gyre.core._errors import explain
+from gyre.core._placement import place
+
+Step = Callable[[Any, Any], tuple[Any, Any]]
+
+
+class Strategy:
+    """Base class. Subclasses define the mesh and the shardings; see the module docstring.
+
+    Strategies compare equal when they are configured alike, so a state holding one (as a
+    static field) keeps the same jit cache entry.
+
+    Example:
+        >>> import gyre
+        >>> gyre.get_strategy("jit") == gyre.get_strategy("jit")
+        True
+    """
+
+    name = "strategy"
+    #: whether :meth:`compile` runs ``jax.jit``
+    compiles = True
+
+    def __init__(self, *, donate: bool | None = None, donate_args: bool | None = None) -> None:
+        self.donate = _donation(donate, donate_args)
+
+    # -- identity ----------------------------------------------------------------------------
+    def _key(self) -> tuple[Any, ...]:
+        return (type(self), self.donate)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Strategy) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(donate={self.donate})"
+
+    # -- shardings ---------------------------------------------------------------------------
+    @property
+    def mesh(self) -> Mesh | None:
+        """The device mesh (``None`` for single-device strategies)."""
+        return None
+
+    @property
+    def data_size(self) -> int:
+        """How many ways a batch is split (1 when it is not)."""
+        return 1
+
+    def replicated(self) -> Sharding:
+        """The sharding of values every device holds whole (logs, scalars)."""
+        return SingleDeviceSharding(jax.devices()[0])
+
+    def batch_sharding(self, leaf: Any, *, axis: int = 0) -> Sharding:
+        """The sharding of one batch leaf whose batch dimension is ``axis``."""
+        return self.replicated()
+
+    def state_sharding(self, state: Any) -> Any:
+        """A pytree of shardings shaped like ``state``."""
+        return jax.tree_util.tree_map(lambda _: self.replicated(), state)
+
+    # -- placement ---------------------------------------------------------------------------
+    def place_state(self, state: Any) -> Any:
+        """The state moved onto its shardings (a copy; the argument is left as it is).
+
+        Example:
+            >>> import gyre, jax.numpy as jnp
+            >>> gyre.get_strategy("jit").place_state({"w": jnp.ones(2)})["w"].shape
+            (2,)
+        """
+        shardings = self.state_sharding(state)
+        if jax.process_count() > 1:
+            # Global arrays are built by a compiled identity from host values that every
+            # process holds alike (device_put onto a global sharding makes arrays orbax
+            # cannot save).
+            return jax.jit(lambda tree: tree, out_shardings=shardings)(jax.device_get(state))
+        # copy: the state is donated to its step, which must not delete the caller's arrays
+        return place(_numbers_as_arrays(state), shardings, copy=True)
+
+    def place_batch(self, batch: Any, *, axis: int = 0) -> Any:
+        """The batch moved onto the batch sharding; with several processes, each process's
+        batch becomes its slice of one global batch.
+
+        Example:
+            >>> import gyre, numpy as np
+            >>> gyre.get_strategy("jit").place_batch((np.ones((4, 2)), np.zeros(4)))[0].shape
+            (4, 2)
+        """
+        leaves = jax.tree_util.tree_leaves(batch)
+        if all(isinstance(x, jax.Array) and x.sharding == self.batch_sharding(x, axis=axis) for x in leaves):
+            return batch  # already placed (prefetched): nothing to move or check
+        self.check_batch(batch, axis=axis)
+        return place(batch, lambda leaf: self.batch_sharding(leaf, axis=axis))
+
+    def check_batch(self, batch: Any, *, axis: int = 0) -> None:
+        """Raises a clear error when the batch cannot be split over the data axis."""
+        n = self.data_size
+        if n == 1:
+            return
+        for path, leaf in jax.tree_util.tree_leaves_with_path(batch):
+            shape = np.shape(leaf)
+            if len(shape) > axis and shape[axis] % _local_share(n) != 0:
+                where = jax.tree_util.keystr(path) or "the batch"
+                raise ValueError(
+                    explain(
+                        f"a batch of {shape[axis]} cannot be split evenly over {n} devices",
+                        expected=f"a batch size that is a multiple of {n} (the devices on "
+                        f"the data axis{'' if jax.process_count() == 1 else ', all processes together'})",
+                        received=f"{where} with shape {shape}",
+                        fix=f"use a batch size such as {max(n, shape[axis] - shape[axis] % n)}, "
+                        "drop the remainder batch, or pad it",
+                    )
+                )
+
+    # -- compilation -------------------------------------------------------------------------
+    def compile(
+        self,
+        step: Step,
+        state: Any = None,
+        *,
+        batch_axis: int = 0,
+        donate: bool | None = None,
+        **jit_kwargs: Any,
+    ) -> Step:
+        """``step`` compiled for this strategy.
+
+        The new state is constrained to :meth:`state_sharding` and the logs to
+        :meth:`replicated` inside the compiled function, so the state keeps its placement
+        from step to step (and donation reuses its buffers) whatever its structure; one
+        compiled function serves every state structure (``jax.jit`` retraces per structure).
+        The state is donated unless the strategy was built with ``donate=False`` or
+        ``donate=False`` is passed here (steps that leave the state unchanged, such as
+        evaluation, should not donate it). The returned function expects batches placed by
+        :meth:`place_batch`; ``state`` is accepted for symmetry and not needed. Other
+        ``jit_kwargs`` go to ``jax.jit`` (its own ``donate_argnums``/``donate_argnames`` win);
+        keyword arguments of the call reach ``step``.
+
+        Example:
+            >>> import gyre, jax.numpy as jnp
+            >>> strategy = gyre.get_strategy("jit")
+            >>> state = strategy.place_state(jnp.zeros(()))
+            >>> run = strategy.compile(lambda s, b: (gyre.logs(), s + b.sum()), state)
+            >>> float(run(state, strategy.place_batch(jnp.ones(4)))[1])
+            4.0
+        """
+        options = dict(jit_kwargs)
+        if "donate_argnums" not in options and "donate_argnames" not in options:
+            options["donate_argnums"] = (0,) if (self.donate if donate is None else donate) else ()
+        step = self._traced_in_context(step)
+        if self.mesh is None:
+            return jax.jit(step, **options)
+        replicated = self.replicated()
+
+        def constrain(sharding: Sharding, subtree: Any) -> Any:
+            # ``state_sharding`` may give one sharding for a whole subtree (a flax box).
+            return jax.tree_util.tree_map(
+                lambda x: jax.lax.with_sharding_constraint(x, sharding) if isinstance(x, jax.Array) else x,
+                subtree,
+            )
+
+        def placed_step(state: Any, batch: Any, **kwargs: Any) -> tuple[Any, Any]:
+            logs, new_state = step(state, batch, **kwargs)
+            logs = constrain(replicated, logs)
+            new_state = jax.tree_util.tree_map(constrain, self.state_sharding(new_state), new_state)
+            return logs, new_state
+
+        return jax.jit(placed_step, **options)
+
+    def sharded_init(self, init_fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``init_fn`` compiled so the state it builds lands directly on
+        :meth:`state_sharding` (nothing is built whole on one device first).
+
+        Example:
+            >>> import gyre, jax.numpy as jnp
+            >>> init = gyre.DataParallel().sharded_init(lambda x: {"w": x * 2})
+            >>> init(jnp.ones(3))["w"].sharding.spec
+            P()
+        """
+        if not self.compiles:
+            return init_fn
+        traced = self._traced_in_context(init_fn)
+
+        def init(*args: Any, **kwargs: Any) -> Any:
+            shardings = self.state_sharding(jax.eval_shape(traced, *args, **kwargs))
+            return jax.jit(traced, out_shardings=shardings)(*args, **kwargs)
+
+        return init
+
+    def lift_batch_size(self, batch_size: int) -> int:
+        """ciclo's helper: the batch size each process should load so that every device on
+        the data axis gets ``batch_size`` examples (``batch_size`` on one device).
+
+        Example:
+            >>> import gyre, jax
+            >>> gyre.get_strategy("jit").lift_batch_size(32)
+            32
+            >>> gyre.DataParallel().lift_batch_size(32) == 32 * jax.device_count()
+            True
+        """
+        return batch_size * _local_share(self.data_size)
+
+    def _traced_in_context(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` as it should be traced under this strategy (subclasses add contexts)."""
+        return fn
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _donation(donate: bool | None, donate_args: bool | None) -> bool:
+    """The donation flag from gyre's ``donate`` and ciclo's ``donate_args`` (default True)."""
+    if donate is not None and donate_args is not None and bool(donate) != bool(donate_args):
+        raise ValueError(
+            explain(
+                "donate= and donate_args= disagree",
+                expected="one of them (donate_args is ciclo's name for donate)",
+                received=f"donate={donate!r}, donate_args={donate_args!r}",
+                fix="pass only donate=",
+            )
+        )
+    chosen = donate if donate is not None else donate_args
+    return True if chosen is None else bool(chosen)
+
+
+def _local_share(n: int) -> int:
+    """The divisor a per-process batch dimension must respect."""
+    processes = jax.process_count()
+    return n // processes if processes > 1 and n % processes == 0 else n
+
+
+def _numbers_as_arrays(tree: Any) -> Any:
+    """Python numbers in a state become arrays, so the first step sees the same types as the
+    next ones (a Python float in, an array out, would compile the step twice)."""
+    return jax.tree_util.tree_map(
+        lambda x: np.asarray(x) if isinstance(x, bool | int | float | complex) else x, tree
+    )

@@ -1,0 +1,37 @@
+"""What every strategy does (gyre.parallel._strategy): batches that do not split are
+explained, placing a state copies it, Python numbers in a state become arrays."""
+
+import jax
+import jax.numpy as jnp
+import optax
+import pytest
+
+from gyre import managed
+from tests.parallel.test_strategies import init_params, make_batches, make_train_step
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+def test_batch_not_divisible_by_the_device_count():
+    state = managed.ManagedState.create(params=init_params(), tx=optax.sgd(0.1), strategy="data_parallel")
+    x, y = make_batches(1, size=12)[0]
+    with pytest.raises(ValueError, match="cannot be split evenly over 8 devices") as err:
+        make_train_step()(state, (x, y))
+    assert "(12, 8)" in str(err.value) and "multiple of 8" in str(err.value)
+
+
+@pytest.mark.parametrize("strategy", ["jit", "data_parallel", "fsdp", "spmd"])
+def test_creating_a_state_never_aliases_the_callers_arrays(strategy):
+    # device_put onto a replicated sharding reuses the source buffer on its own device, even
+    # with may_alias=False: the donated step then deleted the caller's arrays
+    params = init_params()
+    state = managed.ManagedState.create(params=params, tx=optax.sgd(0.1), strategy=strategy)
+    make_train_step()(state, make_batches(1)[0])  # donates the state's buffers
+    assert not any(x.is_deleted() for x in params.values())
+    assert state.params["w1"].is_deleted()  # the state itself was donated
+
+
+def test_python_numbers_in_a_state_become_arrays():
+    state = managed.ManagedState.create(params={"w": 0.5}, strategy="data_parallel", scale=2)
+    assert isinstance(state.params["w"], jax.Array) and state.params["w"].dtype == jnp.float32
+    assert isinstance(state.extras["scale"], jax.Array)
