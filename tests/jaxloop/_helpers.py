@@ -1,7 +1,10 @@
-"""Small steps, counting datasets, recording actions and a fake writer for the jaxloop tests."""
+"""Small steps, counting datasets, recording actions, a fake writer, a linear regression step and
+an evaluation set for the jaxloop tests."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import gyre
 
@@ -89,3 +92,38 @@ class FakeWriter:
 
     def close(self):
         self.closed += 1
+
+
+class _Linear(gyre.Step):
+    def run(self, state, batch):
+        x, y = batch
+
+        def loss_fn(params):
+            return jnp.mean((state.apply_fn({"params": params}, x) - y) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(state.params)
+        return state.apply_gradients(grads=grads), {"loss": loss}
+
+
+def _linear_batches(n, size=4):
+    rng = np.random.default_rng(0)
+    return [(rng.normal(size=(size, 3)).astype(np.float32), np.ones((size, 1), np.float32)) for _ in range(n)]
+
+
+_X = np.random.default_rng(0).normal(size=(1000, 4)).astype(np.float32)
+_Y = np.random.default_rng(1).normal(size=(1000, 1)).astype(np.float32)
+_TEST = [(_X[i : i + 64], _Y[i : i + 64]) for i in range(0, 1000, 64)]  # 15 of 64, one of 40
+
+
+class _MaskedEval(gyre.Step):
+    def run(self, state, batch, mask=None):
+        from gyre.core.metrics import Mean
+
+        x, y = batch
+        errors = ((state.apply_fn({"params": state.params}, x) - y) ** 2)[:, 0]
+        return state, {"mse": Mean.from_stacked(errors, mask), "rows": mask.sum()}
+
+
+def _exact_mse(state):
+    preds = nn.Dense(1).apply({"params": state.params}, _X)
+    return float(np.mean((np.asarray(preds, np.float64) - _Y) ** 2))

@@ -5,13 +5,18 @@ import collections
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
-import optax
 import pytest
 
-import gyre
 from gyre import jaxloop
-from tests.jaxloop._helpers import Counting, Record, add_step, device_state, fresh, jit_step
+from tests.jaxloop._helpers import (
+    Counting,
+    Record,
+    _Linear,
+    add_step,
+    device_state,
+    fresh,
+    jit_step,
+)
 
 
 def test_num_steps_pulls_no_extra_batch_and_an_iterator_continues():
@@ -95,76 +100,6 @@ def test_hooks_run_in_order_and_can_be_overridden():
     assert state["step"] == 102 and outputs == {"sum": 3, "done": True}
 
 
-def test_loop_and_action_intervals_across_runs_and_a_manual_reset():
-    log = []
-    loop = jaxloop.ActionLoop(
-        add_step, begin_actions=[Record(log, "begin", interval=2)], end_actions=[Record(log, "end", interval=3)]
-    )
-    state = fresh()
-    for _ in range(6):
-        state, _ = loop(state, [1])
-    assert loop.loop_count == 6
-    assert log == [("begin", 1, None), ("end", 3, None), ("begin", 3, None), ("begin", 5, None), ("end", 6, None)]
-    log.clear()
-    loop.loop_count = 0
-    for _ in range(3):
-        state, _ = loop(state, [1])
-    assert loop.loop_count == 3 and log == [("begin", 7, None), ("end", 9, None)]
-    with pytest.raises(ValueError, match="loop_count must be a whole number"):
-        loop.loop_count = -1
-
-
-class _Linear(gyre.Step):
-    def run(self, state, batch):
-        x, y = batch
-
-        def loss_fn(params):
-            return jnp.mean((state.apply_fn({"params": params}, x) - y) ** 2)
-
-        loss, grads = jax.value_and_grad(loss_fn)(state.params)
-        return state.apply_gradients(grads=grads), {"loss": loss}
-
-
-def _linear_batches(n, size=4):
-    rng = np.random.default_rng(0)
-    return [(rng.normal(size=(size, 3)).astype(np.float32), np.ones((size, 1), np.float32)) for _ in range(n)]
-
-
-def test_step_actions_run_on_the_one_based_per_loop_step_number():
-    log = []
-    step = _Linear(
-        jax.random.key(0), nn.Dense(1), optimizer=optax.sgd(0.1), train=True,
-        begin_actions=[Record(log, "b", interval=2)], end_actions=[Record(log, "e", interval=3)],
-    )
-    loop = jaxloop.TrainLoop(step)
-    state, _ = loop(step.initialize_model((1, 3)), _linear_batches(7))
-    assert log == [("b", 1, 2), ("e", 3, 3), ("b", 3, 4), ("b", 5, 6), ("e", 6, 6)]
-    log.clear()
-    loop(state, _linear_batches(3))  # the numbering starts at 1 again in each loop
-    assert log == [("b", 8, 2), ("e", 10, 3)]
-    assert step.compiled_count() == 1
-
-
-def test_stats_params_flops_speed_and_examples():
-    step = _Linear(jax.random.key(0), nn.Dense(1), optimizer=optax.sgd(0.1), train=True)
-    names = [jaxloop.STAT_NUM_PARAMS, jaxloop.STAT_NUM_FLOPS, jaxloop.STAT_STEPS_PER_SEC,
-             jaxloop.STAT_EXAMPLES_PER_SEC, jaxloop.STAT_LOOP_TIME_SECS, jaxloop.STAT_LIFE_TIME_SECS]
-    loop = jaxloop.TrainLoop(step, stat_names=names, global_batch_size=4)
-    state, outputs = loop(step.initialize_model((1, 3)), _linear_batches(5))
-    assert outputs[jaxloop.STAT_NUM_PARAMS] == 4
-    assert outputs[jaxloop.STAT_NUM_FLOPS] > 0
-    assert outputs[jaxloop.STAT_STEPS_PER_SEC] > 0 and outputs[jaxloop.STAT_LOOP_TIME_SECS] > 0
-    assert outputs[jaxloop.STAT_EXAMPLES_PER_SEC] == pytest.approx(4 * outputs[jaxloop.STAT_STEPS_PER_SEC])
-    assert len(outputs["loss"]) == 5 and int(state.step) == 5
-
-
-def test_default_stats_of_train_and_eval_loops():
-    _, train = jaxloop.TrainLoop(add_step)(fresh(), [1])
-    _, evals = jaxloop.EvalLoop(add_step)(fresh(), [1])
-    assert jaxloop.STAT_STEPS_PER_SEC in train and jaxloop.STAT_LOOP_TIME_SECS not in train
-    assert jaxloop.STAT_LOOP_TIME_SECS in evals and jaxloop.STAT_STEPS_PER_SEC not in evals
-
-
 def test_bad_input_is_explained():
     with pytest.raises(ValueError, match="interval must be a positive whole number"):
         Record([], "x", interval=0)
@@ -195,97 +130,6 @@ def test_a_state_that_is_a_pair_stays_the_state():
     assert state == (6, "opt") and outputs["b"] == [1, 2, 3]
 
 
-def test_train_and_eval_loops_read_no_value_per_step_and_one_state_wait_per_loop():
-    train = jaxloop.TrainLoop(jit_step)
-    evals = jaxloop.EvalLoop(jit_step)
-    batches = [jnp.float32(x) for x in range(10)]
-    state, _ = train(device_state(), batches[:1])
-    with jax.transfer_guard_device_to_host("disallow"):
-        state, outputs = train(state, batches)
-        _, eval_outputs = evals(state, batches, return_state_from_step=False)
-    assert len(outputs["loss"]) == 10 and outputs[jaxloop.STAT_STEPS_PER_SEC] > 0
-    assert eval_outputs[jaxloop.STAT_LOOP_TIME_SECS] > 0
-
-
-def test_steps_per_sec_is_measured_one_inner_loop_late_without_waiting_for_the_loops_own_state(monkeypatch):
-    from gyre.jaxloop import _stat_loop
-
-    waited = []
-    real = jax.block_until_ready
-    monkeypatch.setattr(_stat_loop.jax, "block_until_ready", lambda x: (waited.append(x), real(x))[1])
-    train = jaxloop.TrainLoop(jit_step)
-    state, rates = device_state(), []
-    for _ in range(4):
-        state, outputs = train(state, [jnp.float32(x) for x in range(5)])
-        rates.append(outputs[jaxloop.STAT_STEPS_PER_SEC])
-    # the first inner loop waits for its state (its rate is exact); each later one waits only
-    # for a one-element marker of the loop before it, from the third on
-    assert len(waited) == 3 and all(getattr(w, "size", None) == 1 for w in waited[1:])
-    assert rates[1] == rates[0]  # the second reports the first's rate (nothing newer is done)
-    assert rates[2] != rates[0] and all(r > 0 for r in rates)
-
-
 # -- evaluation without recompiles ---------------------------------------------------------------
 
-_X = np.random.default_rng(0).normal(size=(1000, 4)).astype(np.float32)
-_Y = np.random.default_rng(1).normal(size=(1000, 1)).astype(np.float32)
-_TEST = [(_X[i : i + 64], _Y[i : i + 64]) for i in range(0, 1000, 64)]  # 15 of 64, one of 40
 
-
-class _MaskedEval(gyre.Step):
-    def run(self, state, batch, mask=None):
-        from gyre.core.metrics import Mean
-
-        x, y = batch
-        errors = ((state.apply_fn({"params": state.params}, x) - y) ** 2)[:, 0]
-        return state, {"mse": Mean.from_stacked(errors, mask), "rows": mask.sum()}
-
-
-def _exact_mse(state):
-    preds = nn.Dense(1).apply({"params": state.params}, _X)
-    return float(np.mean((np.asarray(preds, np.float64) - _Y) ** 2))
-
-
-@pytest.mark.parametrize("partitioner", [None, "data_parallel"])
-def test_eval_loop_pads_for_a_step_whose_run_takes_mask(partitioner):
-    step = _MaskedEval(jax.random.key(0), nn.Dense(1), partitioner=partitioner)
-    state = step.initialize_model((1, 4))
-    with gyre.testing.count_compilations() as compiled:
-        _, outputs = jaxloop.EvalLoop(step)(state, iter(_TEST))
-    assert step.compiled_count() == 1 and len(compiled.names) == 1, compiled.names
-    assert [int(r) for r in outputs["rows"]] == [64] * 15 + [40]
-    assert float(jaxloop.reduce_outputs(outputs)["mse"]) == pytest.approx(_exact_mse(state), abs=1e-6)
-
-
-def test_eval_loop_keeps_a_step_without_mask_unpadded_and_train_loop_never_pads():
-    seen = []
-
-    def step(state, batch, n, **kwargs):
-        seen.append((batch.shape, sorted(kwargs)))
-        return state, {"sum": batch.sum(), "rows": batch.shape[0]}
-
-    _, outputs = jaxloop.EvalLoop(step)(0, [_X[:64], _X[64:100]])
-    assert seen == [((64, 4), []), ((36, 4), [])] and outputs["rows"] == [64, 36]
-    mean = sum(float(s) for s in outputs["sum"]) / sum(outputs["rows"])
-    assert mean == pytest.approx(float(_X[:100].astype(np.float64).sum(axis=1).mean()), abs=1e-6)
-
-    def masked(state, batch, n, mask=None, **kwargs):
-        seen.append((batch.shape, mask))
-        return state, {}
-
-    seen.clear()
-    jaxloop.TrainLoop(masked)(0, [_X[:64], _X[64:100]])
-    assert seen == [((64, 4), None), ((36, 4), None)]
-    from gyre.jaxloop._loop import takes_mask
-
-    assert takes_mask(masked) and not takes_mask(step)
-
-
-def test_eval_loop_with_mask_reads_nothing_from_the_device_per_step():
-    step = _MaskedEval(jax.random.key(0), nn.Dense(1))
-    state = step.initialize_model((1, 4))
-    loop = jaxloop.EvalLoop(step, stat_names=[])
-    loop(state, _TEST[:1])  # compile outside the guard
-    with jax.transfer_guard_device_to_host("disallow"):
-        _, outputs = loop(state, _TEST)
-    assert len(outputs["mse"]) == 16

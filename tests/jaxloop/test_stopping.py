@@ -1,0 +1,42 @@
+"""jaxloop's early stopping: the stop handler's modes, patience and baseline, and the error it raises."""
+
+import math
+
+import pytest
+
+from gyre import jaxloop
+
+
+def test_stop_handler_modes_patience_and_baseline():
+    auto = jaxloop.MetricMonitoringStopHandler("val_accuracy", patience=2)
+    assert auto.mode == "max"
+    assert [auto.update_state(v, s) for s, v in enumerate([0.5, 0.7, 0.69, 0.7])] == [True, True, False, False]
+    assert auto.should_stop() and auto.get_best_info() == (0.7, 1)
+    loss = jaxloop.MetricMonitoringStopHandler("loss", min_delta=0.1, patience=1, mode="auto")
+    loss.update_state(1.0, 0)
+    assert not loss.update_state(0.95, 1) and loss.should_stop()  # below min_delta
+    base = jaxloop.MetricMonitoringStopHandler("loss", patience=1, mode="min", baseline=0.5)
+    assert not base.update_state(0.6, 3) and base.should_stop() and base.get_best_info() == (0.5, 0)
+    with pytest.raises(ValueError, match="mode is not known"):
+        jaxloop.MetricMonitoringStopHandler("loss", mode="up")
+    with pytest.raises(ValueError, match="patience must be a positive whole number"):
+        jaxloop.MetricMonitoringStopHandler("loss", patience=0)
+
+
+
+def test_early_stopping_action_raises_with_the_best_step_and_metric():
+    action = jaxloop.EarlyStoppingAction(jaxloop.MetricMonitoringStopHandler("loss", patience=2))
+    action({"step": 10}, {"loss": [1.0, 0.0]})  # mean 0.5
+    action({"step": 20}, {"loss": [0.4]})
+    action({"step": 30}, {"loss": [0.4]})
+    with pytest.raises(jaxloop.StopTrainingError) as info:
+        action({"step": 40}, {"loss": [0.9]})
+    assert info.value.best_step == 20 and info.value.best_metric == pytest.approx(0.4)
+    assert "Best step: 20" in str(info.value)
+    nan = jaxloop.EarlyStoppingAction(jaxloop.MetricMonitoringStopHandler("loss"))
+    with pytest.raises(jaxloop.StopTrainingError, match="was NaN"):
+        nan({"step": 1}, {"loss": [math.nan]})
+    assert nan({"step": 1}, {"other": [1.0]}) == {"other": [1.0]}  # missing: warned, not raised
+    with pytest.raises(TypeError, match="needs a MetricMonitoringStopHandler"):
+        jaxloop.EarlyStoppingAction("loss")
+
