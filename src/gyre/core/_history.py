@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import difflib
 from bisect import bisect_left, bisect_right
-from itertools import chain
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import chain
 from numbers import Integral
 from typing import Any, NamedTuple, overload
 
@@ -183,7 +183,7 @@ class History:
         if type(logs) is not Logs:
             logs = Logs().merge(logs)
         # (built by C-level iterators: a comprehension is one more Python frame per step)
-        shape = tuple(zip(logs, map(tuple, logs.values())))
+        shape = tuple(zip(logs, map(tuple, logs.values()), strict=True))
         group = self._groups.get(shape)
         if group is None:
             group = self._groups[shape] = _Pending(shape)
