@@ -27,10 +27,10 @@ from gyre.jaxloop._loop import Loop as Loop
 from gyre.jaxloop._loop import reduce_outputs as reduce_outputs
 from gyre.jaxloop._outer_loop import STOP_FILE_NAME as STOP_FILE_NAME
 from gyre.jaxloop._outer_loop import STOP_LOOP as STOP_LOOP
-from gyre.jaxloop._outer_loop import CheckpointSpec as CheckpointSpec
-from gyre.jaxloop._outer_loop import EvalContext as EvalContext
-from gyre.jaxloop._outer_loop import EvalSpec as EvalSpec
 from gyre.jaxloop._outer_loop import OuterLoop as OuterLoop
+from gyre.jaxloop._specs import CheckpointSpec as CheckpointSpec
+from gyre.jaxloop._specs import EvalContext as EvalContext
+from gyre.jaxloop._specs import EvalSpec as EvalSpec
 from gyre.jaxloop._stat_loop import STAT_BEGIN_TIME as STAT_BEGIN_TIME
 from gyre.jaxloop._stat_loop import STAT_EXAMPLES_PER_SEC as STAT_EXAMPLES_PER_SEC
 from gyre.jaxloop._stat_loop import STAT_INIT_TIME as STAT_INIT_TIME
