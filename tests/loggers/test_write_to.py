@@ -270,3 +270,28 @@ def test_a_later_loop_on_the_same_history_writes_only_its_own_records(continued)
     writer.close()
     new = list(range(4, 10)) if continued else list(range(6))
     assert len(history) == 11 and [s for s, _ in writer.calls] == new
+
+
+@jax.jit
+def _count(state, batch):
+    return gyre.logs().add_loss("loss", state.astype(jnp.float32)), state + 1
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 4])
+def test_write_every_writes_multiples_evaluations_and_the_last_step(steps_per_call):
+    first, second = Recorder(), Recorder()
+    callback = gyre.write_to(gyre.MultiWriter([first, second]), write_every=10)
+    evaluation = lambda: gyre.logs().add_metric("loss_test", -1.0)  # noqa: E731
+    tasks = {gyre.every(1): _count, (lambda elapsed: elapsed.steps == 17): evaluation, **callback}
+    gyre.loop(jnp.int32(0), range(35), tasks, steps_per_call=steps_per_call)
+    first.close(), second.close()
+    expected = [(0, {"loss": 0.0}), (10, {"loss": 10.0}), (17, {"loss": 17.0, "loss_test": -1.0}),
+                (20, {"loss": 20.0}), (30, {"loss": 30.0}), (34, {"loss": 34.0})]
+    assert first.calls == second.calls == expected
+    assert callback.sent == 35 and "write_every=10" in repr(callback)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "10"])
+def test_a_bad_write_every_is_refused(bad):
+    with pytest.raises((ValueError, TypeError), match="write_every must be a whole number of steps >= 1"):
+        gyre.write_to(gyre.ConsoleWriter(), write_every=bad)

@@ -7,6 +7,7 @@ from typing import Any
 
 from gyre.core._errors import describe, explain
 from gyre.core._reader import Columns
+from gyre.loggers._runs import ScalarRun
 from gyre.loggers._writer import Writer
 
 
@@ -80,6 +81,9 @@ class MultiWriter(Writer):
 
     def _write_columns(self, columns: Columns) -> None:
         self._each("scalars", lambda w: w._write_columns(columns))
+
+    def _write_runs(self, runs: list[ScalarRun]) -> None:
+        self._each("scalars", lambda w: w._write_runs(runs))
 
     def _all(self, method: str) -> None:
         first: BaseException | None = None

@@ -127,3 +127,33 @@ def rows(run: ScalarRun) -> Iterator[tuple[int, dict[str, float]]]:
     names = run.names
     for step, values in zip(run.steps.tolist(), run.values.tolist(), strict=True):
         yield step, dict(zip(names, values, strict=True))
+
+
+def thinned(
+    runs: list[ScalarRun], every: int, seen: frozenset[str], *, keep_last: bool = False
+) -> tuple[list[ScalarRun], frozenset[str]]:
+    """The rows of ``runs`` to write when only every ``every``-th step is: those at steps that
+    are multiples of ``every``, the first row that holds a name the previous written row did
+    not (an evaluation's entries, a metric logged now and then), and with ``keep_last`` the
+    last row (the loop's end). ``seen`` is the names of the previous written row; returns the
+    rows and the names of the last one written.
+
+    Example:
+        >>> run = ScalarRun(("loss",), np.arange(5), np.zeros(5), np.arange(5.0)[:, None])
+        >>> test = ScalarRun(("loss", "loss_test"), np.array([5]), np.zeros(1), np.ones((1, 2)))
+        >>> after = ScalarRun(("loss",), np.arange(6, 9), np.zeros(3), np.zeros((3, 1)))
+        >>> rows_left, seen = thinned([run, test, after], 3, frozenset(), keep_last=True)
+        >>> [r.steps.tolist() for r in rows_left], sorted(seen)
+        ([[0, 3], [5], [6, 8]], ['loss'])
+    """
+    out = []
+    for i, run in enumerate(runs):
+        keep = run.steps % every == 0
+        if not seen.issuperset(run.names):
+            keep[0] = True
+        if keep_last and i == len(runs) - 1:
+            keep[-1] = True
+        if keep.any():
+            out.append(ScalarRun(run.names, run.steps[keep], run.dates[keep], run.values[keep]))
+            seen = frozenset(run.names)
+    return out, seen

@@ -19,6 +19,7 @@ from gyre.callbacks._wandb_logger import FollowsHistory
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._logs import Logs
+from gyre.loggers._runs import scalar_runs, thinned
 from gyre.loggers._writer import Writer
 from gyre.loop._tasks import ChunkSafe, LoopElement
 
@@ -43,7 +44,7 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
 
     reader_limit = 0
 
-    def __init__(self, writer: Writer, *, every: int) -> None:
+    def __init__(self, writer: Writer, *, every: int, write_every: int = 1) -> None:
         if not isinstance(writer, Writer):
             raise TypeError(
                 explain(
@@ -60,8 +61,16 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
             expected="every=1 (read the history at every step) or a larger int",
             fix="pass every=1, or every=100 to read the history less often",
         )
+        self.write_every = whole_number(
+            write_every, minimum=1,
+            problem="write_to's write_every must be a whole number of steps >= 1",
+            expected="write_every=1 (every step) or e.g. write_every=50 (every 50th step, "
+            "and every evaluation)",
+            fix="pass write_every=50 to write every 50th step",
+        )
         self.writer = writer
         self.sent = 0
+        self._written: frozenset[str] = frozenset()  # names of the last row written (thinning)
         self._calls = 0
         self._looks = 0
         self._train = False
@@ -178,15 +187,20 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
             return
         columns = self._reader.read(wait=wait)
         count = len(columns.clocks["steps"])
-        if count:  # turned into runs of rows on the writer's thread, off the loop's
+        if count and self.write_every == 1:  # turned into runs of rows on the writer's thread
             self.writer._write_columns(columns)
+        elif count:  # which rows to write depends on the previous ones: decided here, in order
+            runs, self._written = thinned(scalar_runs(columns), self.write_every, self._written, keep_last=wait)
+            if runs:
+                self.writer._write_runs(runs)
         self.sent += count
 
     def __repr__(self) -> str:
-        return f"gyre.write_to({self.writer!r}, every={self.every})"
+        extra = f", write_every={self.write_every}" if self.write_every != 1 else ""
+        return f"gyre.write_to({self.writer!r}, every={self.every}{extra})"
 
 
-def write_to(writer: Writer, *, every: int = 1) -> WriteTo:
+def write_to(writer: Writer, *, every: int = 1, write_every: int = 1) -> WriteTo:
     """A callback that sends every step's scalar entries to a writer, at their own steps.
 
     Losses, metrics and evaluation entries (``loss_test``) go out by their bare names,
@@ -205,10 +219,16 @@ def write_to(writer: Writer, *, every: int = 1) -> WriteTo:
         every: calls (steps) between two looks at the history (a look is cheap: only
             every 16th asks the device whether a transfer arrived); every record is
             written whatever its value.
+        write_every: write only the steps that are multiples of this (0-based: 0, 50,
+            100...), plus each step that logs a name the previous written step did not (an
+            evaluation's ``loss_test``), and the loop's last step. 1 (the default) writes
+            every step. Writers whose backends cost much per step want it: on the 2-vCPU VM a
+            ``WandbWriter`` needs ~150 us of Python per written step and an ``MLflowWriter``
+            on a file store ~100 us, against ~0.7 us for ``TensorBoardWriter``.
 
     Raises:
         TypeError: ``writer`` is not a gyre writer, or one that does not write scalars.
-        ValueError: ``every`` is not a whole number >= 1.
+        ValueError: ``every`` or ``write_every`` is not a whole number >= 1.
 
     Example:
         >>> import gyre
@@ -219,5 +239,11 @@ def write_to(writer: Writer, *, every: int = 1) -> WriteTo:
         step 1: loss=0.5
         step 2: loss=0.25
         >>> writer.close()
+        >>> writer = gyre.ConsoleWriter()
+        >>> _ = gyre.loop(None, range(7), {gyre.every(1): step, **gyre.write_to(writer, write_every=3)})
+        step 0: loss=1
+        step 3: loss=0.125
+        step 6: loss=0.015625
+        >>> writer.close()
     """
-    return WriteTo(writer, every=every)
+    return WriteTo(writer, every=every, write_every=write_every)

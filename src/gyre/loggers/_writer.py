@@ -349,6 +349,11 @@ class Writer:
         steps and not their conversion."""
         self._submit("scalars", columns, batched=True)
 
+    def _write_runs(self, runs: list[ScalarRun]) -> None:
+        """Queues runs of rows already built (what :func:`gyre.write_to` hands over when it
+        writes only some steps: ``write_every``), as one item."""
+        self._submit("scalars", runs, batched=True)
+
     def flush(self) -> None:
         """Waits until everything queued is written and the backend has flushed it.
 
@@ -487,8 +492,8 @@ class Writer:
             self._close()
             return
         if kind == "runs":
-            (columns,) = args
-            self._scalar_runs(scalar_runs(columns))
+            (found,) = args
+            self._scalar_runs(found if isinstance(found, list) else scalar_runs(found))
             return
         args = _to_host(args)  # the one transfer, off the caller's thread
         if kind == "hparams":
