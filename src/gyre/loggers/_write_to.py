@@ -217,8 +217,8 @@ def write_to(writer: Writer, *, every: int = 1, write_every: int = 1) -> WriteTo
     Args:
         writer: any :class:`gyre.Writer` (``TensorBoardWriter``, ``CSVWriter``, ``MultiWriter``...).
         every: calls (steps) between two looks at the history (a look is cheap: only
-            every 16th asks the device whether a transfer arrived); every record is
-            written whatever its value.
+            every 16th asks the device whether a transfer arrived); it changes when records
+            reach the writer, not which.
         write_every: write only the steps that are multiples of this (0-based: 0, 50,
             100...), plus each step that logs a name the previous written step did not (an
             evaluation's ``loss_test``), and the loop's last step. 1 (the default) writes
