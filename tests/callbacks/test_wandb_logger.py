@@ -97,7 +97,7 @@ def test_a_bad_interval_is_refused(interval):
 
 
 def test_rows_skip_arrays_and_non_numbers():
-    from gyre.callbacks._wandb_logger import rows_of
+    from gyre.core._runs import rows, scalar_runs
 
     h = gyre.history([{"metrics": {"a": 1, "v": np.ones(2)}, "outputs": {"s": "text"}}])
-    assert rows_of(h.reader(0).read(wait=True)) == [(0, {"a": 1.0})]
+    assert [row for run in scalar_runs(h.reader(0).read(wait=True)) for row in rows(run)] == [(0, {"a": 1.0})]

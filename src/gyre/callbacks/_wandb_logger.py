@@ -19,45 +19,14 @@ import numbers
 import time
 from typing import Any
 
-import numpy as np
-
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
 from gyre.core._history import History
 from gyre.core._logs import Logs
-from gyre.core._reader import Columns, HistoryReader, loop_start
+from gyre.core._reader import HistoryReader, loop_start
+from gyre.core._runs import rows, scalar_runs
 from gyre.loop._tasks import ChunkSafe, LoopElement
 from gyre.parallel.distributed import is_main_process
-
-
-def rows_of(columns: Columns) -> list[tuple[int, dict[str, float]]]:
-    """The records read, as ``(step, {name: number})`` pairs, scalar numbers only.
-
-    An entry is named by its bare name, or ``collection.name`` when an entry of an earlier
-    collection of that record already took the bare name (ciclo's rule).
-
-    Example:
-        >>> import gyre
-        >>> h = gyre.history([{"losses": {"loss": 1.0}, "metrics": {"loss": 2.0, "acc": 0.5}}])
-        >>> rows_of(h.reader(0).read())
-        [(0, {'loss': 1.0, 'metrics.loss': 2.0, 'acc': 0.5})]
-    """
-    out: list[tuple[int, dict[str, float]]] = [(int(s), {}) for s in columns.clocks["steps"]]
-    for (collection, name), (rows, values) in columns.entries.items():
-        if isinstance(values, np.ndarray) and values.dtype.kind in "biuf":  # a numeric column
-            if values.ndim != 1:
-                continue  # arrays, one per record
-            pairs: Any = zip(rows.tolist(), values.astype(np.float64).tolist(), strict=True)
-        else:
-            pairs = (
-                (int(row), float(value))
-                for row, value in zip(rows, values, strict=True)
-                if np.ndim(value) == 0 and np.isreal(value) and not isinstance(value, (str, bytes))
-            )
-        for row, number in pairs:
-            data = out[row][1]
-            data[f"{collection}.{name}" if name in data else name] = number
-    return out
 
 
 class FollowsHistory:
@@ -200,10 +169,11 @@ class WandbLogger(FollowsHistory, ChunkSafe, LoopElement):
     def _send(self, *, wait: bool) -> None:
         if self._reader is None:
             return
-        for step, data in rows_of(self._reader.read(wait=wait)):
-            if data:
+        columns = self._reader.read(wait=wait)
+        for run in scalar_runs(columns):
+            for step, data in rows(run):
                 self.run.log(data, step=step)
-            self.sent += 1
+        self.sent += columns.count
 
     def __repr__(self) -> str:
         return f"gyre.wandb_logger({self.run!r})"

@@ -7,7 +7,7 @@ from typing import Any
 
 from gyre.core._errors import describe, explain
 from gyre.core._reader import Columns
-from gyre.loggers._runs import ScalarRun
+from gyre.core._runs import ScalarRun
 from gyre.loggers._writer import Writer
 
 

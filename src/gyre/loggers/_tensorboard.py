@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from gyre.core._errors import describe, explain
-from gyre.loggers._runs import ScalarRun
+from gyre.core._runs import ScalarRun
 from gyre.loggers._tfrecord import ScalarEvents
 from gyre.loggers._writer import Writer, require
 

@@ -19,7 +19,7 @@ from gyre.callbacks._wandb_logger import FollowsHistory
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._logs import Logs
-from gyre.loggers._runs import scalar_runs, thinned
+from gyre.core._runs import scalar_runs, thinned
 from gyre.loggers._writer import Writer
 from gyre.loop._tasks import ChunkSafe, LoopElement
 

@@ -13,7 +13,7 @@ A new kind of writer subclasses :class:`Writer`, lists what it writes in ``kinds
 defines the matching ``_scalars`` / ``_histograms`` / ``_images`` / ``_texts`` /
 ``_hparams`` methods (plus ``_open``, ``_flush``, ``_close``): they run on the writer's thread
 and receive host values (Python floats, numpy arrays, uint8 NHWC images). The steps
-:func:`gyre.write_to` hands over come as runs of rows (:class:`~gyre.loggers._runs.ScalarRun`);
+:func:`gyre.write_to` hands over come as runs of rows (:class:`~gyre.core._runs.ScalarRun`);
 by default each row is one ``_scalars`` call, and a writer that can write a whole run at once
 overrides ``_scalar_runs``.
 """
@@ -36,7 +36,7 @@ import numpy as np
 
 from gyre.core._errors import describe, explain
 from gyre.core._reader import Columns
-from gyre.loggers._runs import ScalarRun, rows, scalar_runs
+from gyre.core._runs import ScalarRun, rows, scalar_runs
 from gyre.parallel.distributed import is_main_process
 
 KINDS = ("scalars", "histograms", "images", "texts", "hparams")

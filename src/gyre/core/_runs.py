@@ -1,7 +1,7 @@
 """A history's records as runs of scalar rows, the form in which writers receive them.
 
 :func:`gyre.write_to` hands a writer a few hundred records at a time, read from the history's
-numpy columns. :func:`scalar_runs` turns them into :class:`ScalarRun` objects: consecutive
+numpy columns (``gyre.wandb_logger`` reads them the same way). :func:`scalar_runs` turns them into :class:`ScalarRun` objects: consecutive
 records that hold the same scalar entries, as one array of numbers (a row per record). A
 writer can write a run with whole-array operations (``TensorBoardWriter`` encodes its events
 this way); the others take it row by row (:func:`rows`).
