@@ -10,6 +10,7 @@ this way); the others take it row by row (:func:`rows`).
 from __future__ import annotations
 
 import numbers
+import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -25,7 +26,8 @@ class ScalarRun(NamedTuple):
         names: the entries' names, in the record's order: the bare name, or
             ``collection.name`` when an earlier collection of the record took the bare name.
         steps: each record's step (int64).
-        dates: each record's wall-clock time (POSIX seconds, float64; 0 where unknown).
+        dates: each record's wall-clock time (POSIX seconds, float64): its clock's ``date``,
+            or the time the runs were built for a record whose clock has none (``date == 0``).
         values: the numbers, float64, a row per record and a column per name.
     """
 
@@ -99,6 +101,7 @@ def scalar_runs(columns: Columns) -> list[ScalarRun]:
     table = np.stack(numbers, axis=1)
     steps = np.asarray(columns.clocks["steps"], np.int64)
     dates = np.asarray(columns.clocks["date"], np.float64)
+    dates = np.where(dates > 0, dates, time.time())  # an undated clock (a ciclo history): now
     cuts = np.flatnonzero((held[1:] != held[:-1]).any(axis=1)) + 1
     out = []
     for start, stop in zip([0, *cuts.tolist()], [*cuts.tolist(), count], strict=True):

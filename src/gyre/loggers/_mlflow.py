@@ -106,10 +106,9 @@ class MLflowWriter(Writer):
         # to a tracking server per batch, not one per step), timed at their step's own moment.
         from mlflow.entities import Metric
 
-        now = int(time.time() * 1000)
         metrics = []
         for run in runs:
-            stamps = np.where(run.dates > 0, np.round(run.dates * 1000), now).astype(np.int64).tolist()
+            stamps = np.round(run.dates * 1000).astype(np.int64).tolist()
             for step, stamp, values in zip(run.steps.tolist(), stamps, run.values.tolist(), strict=True):
                 metrics.extend(Metric(name, value, stamp, step) for name, value in zip(run.names, values, strict=True))
         for start in range(0, len(metrics), _BATCH):

@@ -84,7 +84,7 @@ class TensorBoardWriter(Writer):
         self.logdir = os.fspath(logdir)
         self._w: Any = None
         self._templates: dict[tuple[str, ...], tuple[Any, list[Any]]] = {}
-        self._encoder: ScalarEvents | None = None
+        self._encoder: ScalarEvents | None = None  # made with the event file
         super().__init__()
 
     def _open(self) -> None:
@@ -95,6 +95,10 @@ class TensorBoardWriter(Writer):
         from tensorboardX.record_writer import RecordWriter
 
         self._w = RecordWriter(os.path.join(self.logdir, name))
+        from tensorboardX.crc32c import crc32c
+        from tensorboardX.proto.event_pb2 import Event
+
+        self._encoder = ScalarEvents(Event, crc32c)
         self._event(file_version="brain.Event:2")
         self._w.flush()
 
@@ -123,17 +127,9 @@ class TensorBoardWriter(Writer):
         # A run's events are encoded at once, as numpy rows (gyre.loggers._tfrecord): about
         # 0.3 us of the writer's thread per event, against 3 us event by event. Each event's
         # wall time is its step's own (the history's clock), not the moment it is written.
-        out = getattr(self._w, "_writer", None)
+        out, encoder = getattr(self._w, "_writer", None), self._encoder  # the file under the framing
         for run in runs:
-            data = None
-            if out is not None:
-                if self._encoder is None:
-                    from tensorboardX.crc32c import crc32c
-                    from tensorboardX.proto.event_pb2 import Event
-
-                    self._encoder = ScalarEvents(Event, crc32c)
-                dates = np.where(run.dates > 0, run.dates, time.time())
-                data = self._encoder.encode(run.names, run.steps, dates, run.values)
+            data = None if out is None or encoder is None else encoder.encode(run.names, run.steps, run.dates, run.values)
             if data is None:
                 super()._scalar_runs([run])
             else:

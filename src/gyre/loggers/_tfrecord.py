@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 _MASK_DELTA = 0xA282EAD8
+_TEMPLATES = 64  # events kept ready per writer, one per set of scalar names
 _WALL = 1234567890.0625  # sentinel values whose encodings are found in the template
 _STEPS = {0: 0, **{k: (1 << (7 * k - 1)) + 0x15 for k in range(1, 10)}}  # a step per varint length
 
@@ -169,7 +170,7 @@ class ScalarEvents:
     def _template(self, names: tuple[str, ...], k: int) -> _Template | None:
         key = (names, k)
         if key not in self._templates:
-            if len(self._templates) >= 64:
+            if len(self._templates) >= _TEMPLATES:  # names that keep changing: start afresh
                 self._templates.clear()
             self._templates[key] = self._build(names, k)
         return self._templates[key]

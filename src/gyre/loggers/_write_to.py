@@ -76,16 +76,12 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         self._train = False
 
     def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
-        # the step path, once it follows this loop's history: a count and, mostly, one
-        # comparison (what _skipped, _follow and _send would find, without their calls)
-        if self._silent is False and loop is not None and loop.history is self._history:
-            self._calls += 1
-            if self._calls % self.every == 0 and not self._nothing_new():
-                self._send(wait=False)
-            return
-        if self._skipped():
-            return
-        self._follow(elapsed, logs, loop)
+        # once it follows this loop's history, the step path is a count and, mostly, one
+        # comparison (_skipped and _follow would find nothing to do)
+        if not (self._silent is False and loop is not None and loop.history is self._history):
+            if self._skipped():
+                return
+            self._follow(elapsed, logs, loop)
         self._calls += 1
         if self._calls % self.every == 0 and not self._nothing_new():
             self._send(wait=False)

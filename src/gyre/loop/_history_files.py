@@ -83,6 +83,10 @@ def encode_block(records: Iterable[Record], start: int, stop: int) -> bytes:
     for record in records:
         logs = {c: {n: _encode_value(v) for n, v in entries.items()} for c, entries in record.logs.items()}
         rows.append({"elapsed": record.elapsed.to_dict(), "batch_size": record.batch_size, "logs": logs})
+    return _dumped(rows, start, stop)
+
+
+def _dumped(rows: list[dict[str, Any]], start: int, stop: int) -> bytes:
     if len(rows) != stop - start:
         raise ValueError(f"history block {start}..{stop} holds {len(rows)} records")
     return json.dumps({"format": FORMAT, "start": start, "stop": stop, "records": rows}).encode()
@@ -135,9 +139,7 @@ def new_block(history: History, start: int) -> tuple[str, bytes] | None:
     if stop <= start:
         return None
     rows = [row for block, first, last in history.host_slices(start, stop) for row in _rows(block, first, last)]
-    if len(rows) != stop - start:
-        raise ValueError(f"history block {start}..{stop} holds {len(rows)} records")
-    return block_name(start), json.dumps({"format": FORMAT, "start": start, "stop": stop, "records": rows}).encode()
+    return block_name(start), _dumped(rows, start, stop)
 
 
 def load_history(read: Callable[[str], bytes | None], count: int, where: str) -> History:
