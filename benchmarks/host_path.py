@@ -12,7 +12,7 @@ width, 8 by default: a short step, so the host's share shows, as it does on a GP
   transfer);
 * ``hand + history``: it commits each step's logs to a ``gyre.History`` (kept, stacked and
   moved to the host every 256 steps, as a loop's history does);
-* ``gyre.loop, no history``: ``gyre.loop`` with its history's ``commit`` replaced by a no-op;
+* ``gyre.loop, no history``: ``gyre.loop`` with its history's ``commit_owned`` replaced by a no-op;
 * ``gyre.loop``: the loop as users run it (no progress bar).
 
 Each variant calls the step through a small wrapper that adds up the CPU time of the loop's
@@ -93,16 +93,16 @@ def make_variants(step: TimedStep, batches: Sequence[Any], steps: int) -> dict[s
         history = History()
         for i, batch in enumerate(batches):
             logs, state = step(state, batch)
-            history.commit(Elapsed(steps=i), logs, batch_size=base.BATCH_SIZE)
+            history.commit_owned(Elapsed(steps=i), logs, base.BATCH_SIZE)  # as a loop commits
         return state
 
     def loop_no_history(state: Any) -> Any:
-        commit = History.commit
-        History.commit = lambda *args, **kwargs: None  # type: ignore[method-assign]
+        commit = History.commit_owned
+        History.commit_owned = lambda *args, **kwargs: None  # type: ignore[method-assign]
         try:
             state, _, _ = gyre.loop(state, batches, {gyre.every(1): step}, stop=steps)
         finally:
-            History.commit = commit  # type: ignore[method-assign]
+            History.commit_owned = commit  # type: ignore[method-assign]
         return state
 
     def loop(state: Any) -> Any:

@@ -193,6 +193,33 @@ def test_commit_stacked_keeps_order_and_splits_rows_on_the_host():
         h.commit_stacked([Elapsed()] * 3, Logs().add_loss("loss", jnp.zeros(2)))
 
 
+def test_commit_keeps_the_values_not_the_logs():
+    h = History()
+    logs = Logs().add_loss("loss", 1.0).add_metric("acc", 0.5)
+    h.commit(Elapsed(), logs)
+    logs.add_metric("late", 2.0)
+    logs.metrics["acc"] = 0.0
+    logs.losses.clear()
+    assert h.names() == {"losses": ["loss"], "metrics": ["acc"]}
+    assert h.collect("loss", "acc") == ([1.0], [0.5])
+
+
+def test_owned_commits_mixed_with_stacked_ones_keep_their_rows_at_every_stage():
+    # commit_owned sorts its records by structure only when the history is read or sent
+    h = History(flush_every=3, lag=1)
+    h.commit_owned(Elapsed(steps=0), Logs().add_loss("loss", jnp.float32(0)), 8)
+    h.commit_owned(Elapsed(steps=1), Logs().add_loss("loss", jnp.float32(1)).add_metric("m", 1.0), 8)
+    assert [seg.rows.tolist() for seg in h.segments()] == [[0], [1]]
+    h.commit_owned(Elapsed(steps=2), Logs().add_loss("loss", jnp.float32(2)), 8)  # not sorted yet
+    h.commit_stacked([Elapsed(steps=3), Elapsed(steps=4)], Logs().add_loss("loss", jnp.arange(2.0) + 3))
+    h.commit_owned(Elapsed(steps=5), Logs().add_loss("loss", jnp.float32(5)), None)
+    h.commit(Elapsed(steps=6), Logs().add_loss("loss", jnp.float32(6)))
+    assert len(h) == 7
+    assert h.batch_sizes() == [8, 8, 8, None, None, None, None]
+    assert h.collect("steps", "loss") == (list(range(7)), [float(i) for i in range(7)])
+    assert h.collect("m") == [1.0]
+
+
 # -- reading while records sit in every stage of the pipeline ---------------------------------
 
 

@@ -165,6 +165,7 @@ class History:
         self._clocks: list[Elapsed] = []
         self._sizes: list[int | None] = []
         self._groups: dict[Shape, _Pending] = {}
+        self._fresh: list[Logs] = []  # the newest device records, not yet in _groups
         self._stacked: list[tuple[int, int, int, Shape, list[Any]]] = []  # row, count, start, ...
         self._lag = lag
         self._flush_at = flush_every + lag
@@ -178,22 +179,46 @@ class History:
 
         Only the values are kept, not ``logs`` itself: changing it afterwards changes nothing.
         """
-        if type(elapsed) is not Elapsed:
-            _not_a_clock(elapsed)
         if type(logs) is not Logs:
             logs = Logs().merge(logs)
-        # (built by C-level iterators: a comprehension is one more Python frame per step)
-        shape = tuple(zip(logs, map(tuple, logs.values()), strict=True))
-        group = self._groups.get(shape)
-        if group is None:
-            group = self._groups[shape] = _Pending(shape)
-        group.rows.append(self._rows)
-        group.values.append([*_chain(map(dict.values, logs.values()))])
+        # a copy of each collection: sorting records by structure waits for the next read
+        self.commit_owned(elapsed, Logs(zip(logs, map(dict.copy, logs.values()), strict=True)), batch_size)
+
+    def commit_owned(self, elapsed: Elapsed, logs: Logs, batch_size: int | None) -> None:
+        """:meth:`commit` for a caller that hands ``logs`` over: it must not change it
+        afterwards (a loop's engine, whose logs of a step are made for that step).
+
+        The step path of every loop: the record's structure and values are read later, a
+        block of records at a time (:meth:`_grouped`), where a per-step read would cost the
+        step several microseconds of cold-cache Python.
+        """
+        if type(elapsed) is not Elapsed:
+            _not_a_clock(elapsed)
+        self._fresh.append(logs)
         self._clocks.append(elapsed)
         self._sizes.append(batch_size)
         self._rows += 1
         if self._rows >= self._flush_at:
             self.flush(lag=self._lag, wait=False)
+
+    def _grouped(self) -> dict[Shape, _Pending]:
+        """The device records by structure, the records committed since the last call
+        sorted in (every reader of :attr:`_groups` calls this first)."""
+        fresh = self._fresh
+        if fresh:
+            groups = self._groups
+            row = self._rows - len(fresh)
+            for logs in fresh:
+                # (built by C-level iterators: a comprehension is one more frame per record)
+                shape = tuple(zip(logs, map(tuple, logs.values()), strict=True))
+                group = groups.get(shape)
+                if group is None:
+                    group = groups[shape] = _Pending(shape)
+                group.rows.append(row)
+                group.values.append([*_chain(map(dict.values, logs.values()))])
+                row += 1
+            fresh.clear()
+        return self._groups
 
     def commit_stacked(
         self,
@@ -251,6 +276,7 @@ class History:
                 )
             )
         leaves, shape = flatten_logs(logs)
+        self._grouped()  # the per-step records before these keep their rows
         self._stacked.append((self._rows, rows, start, shape, leaves))
         self._clocks.extend(clocks)
         self._sizes.extend(sizes)
@@ -289,7 +315,7 @@ class History:
         moving: list[tuple[Shape, list[int], int]] = []
         columns: list[list[Any]] = []
         kept: dict[Shape, _Pending] = {}
-        for shape, group in self._groups.items():
+        for shape, group in self._grouped().items():
             k = bisect_left(group.rows, cut)
             if k:
                 moving.append((shape, group.rows[:k], group.width))
@@ -354,7 +380,7 @@ class History:
         for moving in self._transit:
             out.extend(moving.segments(offset))
             offset += len(moving.clocks)
-        for shape, group in self._groups.items():
+        for shape, group in self._grouped().items():
             out.append(Segment(offset + np.asarray(group.rows, np.int64), shape, group.columns))
         out.extend(_stacked_segment(offset, *entry) for entry in self._stacked)
         return out

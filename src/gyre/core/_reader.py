@@ -179,7 +179,7 @@ class HistoryReader:
         h = self.history
         first = self.position + parts.count - h._host_count - h._transit_rows
         cut = min(h._rows, first + self.limit)
-        for group in h._groups.values():
+        for group in h._grouped().values():
             for k, row in enumerate(group.rows):
                 if row >= cut:
                     break
@@ -196,7 +196,7 @@ class HistoryReader:
     def _take_device(self, parts: _Parts, first: int, cut: int) -> None:
         h = self.history
         wanted: list[tuple[Key, np.ndarray, Any]] = []
-        for shape, group in h._groups.items():
+        for shape, group in h._grouped().items():
             rows = np.asarray(group.rows, np.int64)
             keep = (rows >= first) & (rows < cut)
             if keep.any():

@@ -34,7 +34,7 @@ from gyre.loop._resume import (
     resume_from,
 )
 from gyre.loop._split import split_tasks
-from gyre.loop._state import LoopState, fold, run_callbacks
+from gyre.loop._state import LoopState, ReplaceState, fold, run_callbacks
 from gyre.loop._tasks import (
     Callback,
     Task,
@@ -48,35 +48,52 @@ from gyre.loop._tasks import (
 _DEPTH = threading.local()  # loops running on this thread: only the outermost catches Ctrl-C
 
 
-def run_step(tasks: Sequence[Task], ls: LoopState, now: Elapsed, batch: Any, logs: Logs) -> None:
-    """Runs the callbacks of one step (the per-step path): every task whose schedule fires on
-    ``now``, in table order, each callback's return folded into ``logs`` and ``ls.state``;
-    the rest of the step is skipped once a stop is requested."""
-    ls.elapsed, ls.logs, ls.batch, ls.step_start = now, logs, batch, ls.state
-    for task in tasks:
-        schedule = task.schedule
-        if schedule is None or schedule(now):
-            for invoker in task.invokers:
-                out = invoker.call(ls.state, batch, now, logs, ls)
-                if out is not None:
-                    ls.state = fold(out, logs, ls.state, invoker)
-                if ls.stop_requested:
-                    return
-
-
 def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState) -> None:
-    """The per-step loop: one :func:`run_step` per batch, its logs committed."""
-    commit = ls.history.commit
+    """The per-step loop. Each step runs every task whose schedule fires on the step's clock,
+    in table order, each callback's return folded into the step's logs and the state (the
+    rest of the step is skipped once a stop is requested); then the logs are committed.
+
+    The common case of :func:`fold` (a ``(Logs, state)`` pair), the NaN check's countdown
+    and :meth:`LoopState.end_step` are inlined: on an accelerator whose dispatch leaves the
+    host idle, the loop's Python runs with cold caches after every step call, and each
+    Python frame it enters costs about a microsecond there.
+    """
+    commit = ls.history.commit_owned  # each step's logs are made for it: no copy
     nan = ls._nan
+    preempted = ls.preempted
     first = True
     for now, batch in clock:
         logs = Logs()
-        run_step(tasks, ls, now, batch, logs)
+        ls.elapsed, ls.logs, ls.batch, ls.step_start = now, logs, batch, ls.state
+        for task in tasks:
+            schedule = task.schedule
+            if schedule is None or schedule(now):
+                for invoker in task.invokers:
+                    out = invoker.call(ls.state, batch, now, logs, ls)
+                    if out is not None:
+                        if (
+                            type(out) is tuple and len(out) == 2 and type(out[0]) is Logs
+                            and invoker.returned_state and out[1] is not None
+                            and type(out[1]) is not ReplaceState
+                        ):  # fold()'s common case: (logs, state of a checked structure)
+                            logs.merge(out[0])
+                            ls.state = out[1]
+                        else:
+                            ls.state = fold(out, logs, ls.state, invoker)
+                    if ls.stop_requested:
+                        break
+                if ls.stop_requested:
+                    break
         if logs:
-            commit(now, logs, batch_size=clock.batch_size)
+            commit(now, logs, clock._pending)
         if nan is not None:
-            nan.poll()
-        ls.end_step(now.steps)
+            nan.countdown -= 1
+            if nan.countdown <= 0:
+                nan.poll(0)
+        if ls.saves or ls.checkpoints:
+            ls.end_step(now.steps)
+        elif preempted(now.steps) and not ls.stop_requested:
+            ls.request_stop("preempted")
         if first:
             first = False
             warn_if_untrained(tasks)
