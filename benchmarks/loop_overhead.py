@@ -50,8 +50,11 @@ From the repository root::
 The last line is a CPU stand-in for a GPU whose per-step loop is host-bound: each step call
 first waits 200 us outside the GIL (as a slow accelerator dispatch does), then runs a model too
 small to take long. On the 2-vCPU VM it put ``gyre.loop`` at about 0.91 of the hand-written loop
-and ``OuterLoop`` at about 0.94, near what the H200 showed (0.82, 0.81), where the plain run
-shows 0.98 or more: gyre's per-step Python costs more after a long wait, its caches cold.
+and ``OuterLoop`` at about 0.94 (0.93 and 0.94 since the history sorts its records a block at
+a time), with the H200's ordering (0.82, 0.81 there), where the plain run shows 0.98 or more:
+gyre's per-step Python costs more after a long wait, its caches cold (about a microsecond per
+Python frame or small object touched), so work done a block of steps at a time is cheaper
+there than the same work done at every step.
 
 ``--profile`` runs the ``gyre.loop`` variant under :mod:`cProfile` (after the warm-up) and
 prints the 25 functions with the most own time, with their time per training step, to show
