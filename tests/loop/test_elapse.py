@@ -51,6 +51,24 @@ def test_epochs_from_len_and_epoch_duration():
     assert (elapsed.epochs, elapsed.step_in_epoch) == (2, 1)
 
 
+def test_the_step_path_counts_as_elapsed_update_does():
+    # Elapse builds each clock inline (no update() call per step): the same counters, across
+    # epoch ends, with a continued clock, and the step in progress marked on every clock
+    ticks = iter(float(i) for i in range(100))
+    sizes = [np.zeros((n, 2)) for n in (3, 1, 4, 1, 5, 9, 2)]
+    start = Elapsed(steps=5, samples=7, epochs=1, step_in_epoch=1, time=2.0, date=0.0)
+    clock = Elapse(sizes, initial=start, epoch_duration=3, clock=lambda: next(ticks))
+    seen = [(e.steps, e.samples, e.epochs, e.step_in_epoch, e.in_progress) for e, _ in clock]
+    final = clock.complete()
+    expected, e = [], start
+    for batch in sizes:
+        expected.append((e.steps, e.samples, e.epochs, e.step_in_epoch, True))
+        e = e.update(len(batch), time=0.0, date=0.0, epoch_steps=3)
+    assert seen == expected
+    assert (final.steps, final.samples, final.epochs, final.step_in_epoch) == (e.steps, e.samples, e.epochs, e.step_in_epoch)
+    assert not final.in_progress
+
+
 def test_samples_from_batch_size_fn():
     _, _, elapsed = gyre.loop(None, range(4), {}, batch_size_fn=lambda b: 10)
     assert elapsed.samples == 40
