@@ -295,7 +295,8 @@ def loop(
     ``None``, a :class:`~gyre.Logs`, a new state, or ``(logs, state)`` where ``None`` means
     "unchanged" and any other value (``0``, ``{}``) is taken as given; or they assign
     ``loop.state``. A returned state keeps the state's structure (``gyre.replace_state``
-    changes it on purpose).
+    changes it on purpose). The ``logs`` a callback receives become the step's record when
+    the step ends, without a copy: add to them during the step, not after it.
 
     Example:
         >>> import gyre, jax, jax.numpy as jnp
