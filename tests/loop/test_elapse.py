@@ -52,8 +52,8 @@ def test_epochs_from_len_and_epoch_duration():
 
 
 def test_the_step_path_counts_as_elapsed_update_does():
-    # Elapse builds each clock inline (no update() call per step): the same counters, across
-    # epoch ends, with a continued clock, and the step in progress marked on every clock
+    # Elapse builds each clock with Elapsed._after (update()'s positional core): the same
+    # counters, across epoch ends, with a continued clock, and the step in progress marked
     ticks = iter(float(i) for i in range(100))
     sizes = [np.zeros((n, 2)) for n in (3, 1, 4, 1, 5, 9, 2)]
     start = Elapsed(steps=5, samples=7, epochs=1, step_in_epoch=1, time=2.0, date=0.0)

@@ -183,9 +183,7 @@ class KerasBar(_Bar):
         if self._silent is not False and self._skip():
             return
         now = time.perf_counter()
-        shown = self._shown
-        if loop is None or loop.history is not shown.history:  # (a frame less per step)
-            shown.see(elapsed, logs, loop)
+        self._shown.see(elapsed, logs, loop)
         self._in_loop = loop is not None
         steps = self._steps = elapsed.steps + 1
         if self._t_first is None:

@@ -118,8 +118,7 @@ class BarValues:
 
     def __init__(self, mode: str) -> None:
         self.running = RunningValues(mode)
-        #: the history followed (the loop's, or its own when called by hand)
-        self.history: History | None = None
+        self._history: History | None = None
         self._reader: HistoryReader | None = None
         self._own: History | None = None
 
@@ -128,11 +127,11 @@ class BarValues:
         new history), or records the step in its own when called by hand."""
         if loop is not None:
             history = loop.history
-            if history is not self.history:
-                self.history, self._reader = history, history.reader()
+            if history is not self._history:
+                self._history, self._reader = history, history.reader()
             return
         if self._own is None:
-            self._own = self.history = History()
+            self._own = self._history = History()
             self._reader = self._own.reader()
         self._own.commit(elapsed, logs)
 
@@ -145,5 +144,5 @@ class BarValues:
 
     def reset(self) -> None:
         """Forgets the history followed (a bar used again starts from the next records)."""
-        self.history = self._reader = self._own = None
+        self._history = self._reader = self._own = None
         self.running = RunningValues(self.running.mode)

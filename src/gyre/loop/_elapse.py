@@ -23,7 +23,6 @@ StopLike = int | Period | None
 
 #: What :meth:`Elapse.pull` returns when no step will run.
 END = object()
-_new_clock = object.__new__  # an Elapsed whose counters the caller sets (no __init__ frame)
 
 
 def check_stop(stop: Any, name: str = "stop") -> StopLike:
@@ -268,20 +267,13 @@ class Elapse:
             return END
 
     def __next__(self) -> tuple[Elapsed, Any]:
-        # The per-step path: complete(), update() and pull() inlined. After a slow dispatch
-        # the loop's Python runs with cold caches, where each Python frame costs ~1 us.
+        # The per-step path: complete() and pull() inlined. After a slow dispatch the loop's
+        # Python runs with cold caches, where each Python frame costs ~1 us.
         clock = self.elapsed
         done = self._pending
         if done is not None:
             now = self._clock()
-            step_in_epoch, epochs, epoch_steps = clock.step_in_epoch + 1, clock.epochs, self.epoch_steps
-            if epoch_steps is not None and step_in_epoch >= epoch_steps:
-                epochs, step_in_epoch = epochs + 1, 0
-            new = self.elapsed = _new_clock(Elapsed)
-            new.steps, new.samples, new.epochs = clock.steps + 1, clock.samples + done, epochs
-            new.step_in_epoch, new.time, new.date = step_in_epoch, now - self._t0, self._d0 + now
-            new._step = None
-            clock = new
+            clock = self.elapsed = clock._after(done, now - self._t0, self._d0 + now, self.epoch_steps)
         stop = self._stop_steps
         if (clock.steps >= stop) if stop is not None else (self.stop is not None and clock.reached(self.stop)):
             batch: Any = END
@@ -305,7 +297,7 @@ class Elapse:
 
     def next_clock(self, clock: Elapsed, size: int, time: float, date: float) -> Elapsed:
         """The clock after a step of ``size`` samples that started at ``clock``."""
-        return clock.update(size, time=time, date=date, epoch_steps=self.epoch_steps)
+        return clock._after(size, time, date, self.epoch_steps)
 
     def advance(self, clocks: Sequence[Elapsed], sizes: Sequence[int]) -> None:
         """Counts the steps of a fused chunk as done, but the last, which stays in progress (as

@@ -34,7 +34,7 @@ from gyre.loop._resume import (
     resume_from,
 )
 from gyre.loop._split import split_tasks
-from gyre.loop._state import LoopState, ReplaceState, fold, run_callbacks
+from gyre.loop._state import LoopState, fold, run_callbacks
 from gyre.loop._tasks import (
     Callback,
     Task,
@@ -53,14 +53,11 @@ def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState) -> None:
     in table order, each callback's return folded into the step's logs and the state (the
     rest of the step is skipped once a stop is requested); then the logs are committed.
 
-    The common case of :func:`fold` (a ``(Logs, state)`` pair), the NaN check's countdown
-    and :meth:`LoopState.end_step` are inlined: on an accelerator whose dispatch leaves the
-    host idle, the loop's Python runs with cold caches after every step call, and each
-    Python frame it enters costs about a microsecond there.
+    The history takes each step's logs as they are (:meth:`History.commit_owned`): the
+    engine makes them for the step, and they are sorted a block of steps at a time.
     """
     commit = ls.history.commit_owned  # each step's logs are made for it: no copy
     nan = ls._nan
-    preempted = ls.preempted
     first = True
     for now, batch in clock:
         logs = Logs()
@@ -71,15 +68,7 @@ def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState) -> None:
                 for invoker in task.invokers:
                     out = invoker.call(ls.state, batch, now, logs, ls)
                     if out is not None:
-                        if (
-                            type(out) is tuple and len(out) == 2 and type(out[0]) is Logs
-                            and invoker.returned_state and out[1] is not None
-                            and type(out[1]) is not ReplaceState
-                        ):  # fold()'s common case: (logs, state of a checked structure)
-                            logs.merge(out[0])
-                            ls.state = out[1]
-                        else:
-                            ls.state = fold(out, logs, ls.state, invoker)
+                        ls.state = fold(out, logs, ls.state, invoker)
                     if ls.stop_requested:
                         break
                 if ls.stop_requested:
@@ -87,13 +76,8 @@ def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState) -> None:
         if logs:
             commit(now, logs, clock._pending)
         if nan is not None:
-            nan.countdown -= 1
-            if nan.countdown <= 0:
-                nan.poll(0)
-        if ls.saves or ls.checkpoints:
-            ls.end_step(now.steps)
-        elif preempted(now.steps) and not ls.stop_requested:
-            ls.request_stop("preempted")
+            nan.poll()
+        ls.end_step(now.steps)
         if first:
             first = False
             warn_if_untrained(tasks)
