@@ -4,8 +4,10 @@ continuous evaluation of checkpoints."""
 import os
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
+import gyre.data
 from gyre import jaxloop
 from gyre.jaxloop import STOP_LOOP, EvalSpec
 from tests.jaxloop._helpers import (
@@ -81,6 +83,24 @@ def test_a_one_shot_dataset_iterator_continues_across_evaluations():
     outer(fresh(), train_dataset=iter(range(100)), train_total_steps=4, train_loop_steps=1,
           eval_specs=[EvalSpec(dataset_iterator=it, num_steps=2)])
     assert seen == [[0, 1], [2, 3], [4], []] and it.pulls == 5
+
+
+def test_a_resumable_iterator_as_dataset_is_read_from_where_it_was_at_every_evaluation():
+    data = gyre.data.batches(np.arange(5), 2, shuffle=False, epochs=1, drop_remainder=False)
+    next(data)  # the evaluations start from where the iterator is when first evaluated
+    evals = jaxloop.EvalLoop(eval_step)
+    seen = []
+
+    class Keep(jaxloop.Action):
+        def __call__(self, state, outputs, **kwargs):
+            seen.append([b.tolist() for b in outputs["seen"]])
+
+    evals.end_actions.append(Keep())
+    outer = jaxloop.OuterLoop(train_loop=jaxloop.TrainLoop(add_step), eval_loops=[evals])
+    for _ in range(2):  # a second call of the same outer loop still starts from there
+        outer(fresh(), train_dataset=iter(range(100)), train_total_steps=3, train_loop_steps=1,
+              eval_specs=[EvalSpec(dataset=data)])
+    assert seen == [[[2, 3], [4]]] * 6
 
 
 def test_train_loop_steps_none_makes_one_pass_of_an_iterable_per_loop():
@@ -291,6 +311,9 @@ def test_bad_input_is_explained():
         jaxloop.OuterLoop(eval_loops=[evals])
     with pytest.raises(TypeError, match="must be gyre.jaxloop loops"):
         jaxloop.OuterLoop(train_loop=add_step)
+    with pytest.raises(TypeError, match="eval_loops must be a list of loops") as info:
+        jaxloop.OuterLoop(train_loop=train, eval_loops=evals)
+    assert "eval_loops=[eval_loop]" in str(info.value)
 
 
 def test_resume_continues_the_data_of_gyre_batches_at_the_next_batch(tmp_path):

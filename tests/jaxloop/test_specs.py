@@ -12,5 +12,9 @@ def test_bad_specs_are_explained():
         EvalSpec()
     with pytest.raises(ValueError, match="eval_loop_interval must be a positive"):
         EvalSpec(dataset=[1], eval_loop_interval=0)
+    for one_shot in (iter([1, 2]), (b for b in [1, 2])):
+        with pytest.raises(TypeError, match="an iterator can be read only once") as info:
+            EvalSpec(dataset=one_shot)
+        assert "dataset_iterator=it" in str(info.value) and "dataset=list(batches)" in str(info.value)
     with pytest.raises(ValueError, match="transforms are not supported"):
         jaxloop.CheckpointSpec("x", transforms=object())

@@ -40,3 +40,13 @@ def test_early_stopping_action_raises_with_the_best_step_and_metric():
     with pytest.raises(TypeError, match="needs a MetricMonitoringStopHandler"):
         jaxloop.EarlyStoppingAction("loss")
 
+
+
+def test_a_missing_metric_is_said_once_with_the_name_meant(caplog):
+    action = jaxloop.EarlyStoppingAction(jaxloop.MetricMonitoringStopHandler("los", patience=1))
+    with caplog.at_level("WARNING"):
+        for step in range(3):
+            assert action({"step": step}, {"loss": [1.0]}) == {"loss": [1.0]}
+    said = [r.getMessage() for r in caplog.records if "EarlyStoppingAction" in r.getMessage()]
+    assert len(said) == 1
+    assert "'los' is not in the outputs (['loss'])" in said[0] and "Did you mean 'loss'?" in said[0]

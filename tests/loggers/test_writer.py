@@ -105,14 +105,15 @@ def test_an_unsupported_kind_names_the_writer_and_those_that_write_it(tmp_path):
     [
         (lambda w: w.write_scalars(-1, {"x": 1.0}), ValueError, "step must be a whole number"),
         (lambda w: w.write_scalars(1.5, {"x": 1.0}), ValueError, "step must be a whole number"),
-        (lambda w: w.write_scalars(0, [1.0]), TypeError, "mapping from names to numbers"),
+        (lambda w: w.write_scalars(0, [1.0]), TypeError, r"fix: pass a dict, e\.g\. writer\.write_scalars\(step, \{"),
         (lambda w: w.write_scalars(0, {"x": np.ones(3)}), ValueError, "reduce arrays to one number"),
         (lambda w: w.write_scalars(0, {"x": "high"}), ValueError, "value of 'x' cannot be written"),
         (lambda w: w.write_histograms(0, {"w": np.ones(3)}, num_buckets=0), ValueError, "num_buckets"),
         (lambda w: w.write_histograms(0, {"w": np.ones(0)}), ValueError, "non-empty numeric array"),
         (lambda w: w.write_images(0, {"i": np.ones((4, 4))}), ValueError, r"image\[\.\.\., None\]"),
         (lambda w: w.write_texts(0, {"t": 3}), ValueError, "expected: a str"),
-        (lambda w: w.write_hparams([("lr", 0.1)]), TypeError, "mapping from names to values"),
+        (lambda w: w.write_hparams([("lr", 0.1)]), TypeError, r"writer\.write_hparams\(\{'learning_rate'"),
+        (lambda w: w.write_hparams({"lr": 0.1}, 0.9), TypeError, r"writer\.write_hparams\(params, \{'loss'"),
     ],
 )
 def test_bad_values_are_refused_on_the_callers_thread(call, error, words):

@@ -100,6 +100,23 @@ def test_run_not_overridden_is_explained():
     assert "override" in str(info.value) and "fix:" in str(info.value)
 
 
+def test_a_run_that_does_not_return_a_pair_is_explained():
+    class NoReturn(gyre.Step):
+        def run(self, state, batch):
+            state, {"loss": batch.sum()}  # the return was forgotten
+
+    class Three(gyre.Step):
+        def run(self, state, batch):
+            return state, {"loss": batch.sum()}, 3
+
+    for cls, received in ((NoReturn, "NoneType None"), (Three, "tuple (")):
+        step = cls(jax.random.key(0), nn.Dense(1))
+        with pytest.raises(TypeError, match=f"{cls.__name__}.run must return") as info:
+            step(step.initialize_model((1, 2)), jnp.ones((4, 2)))
+        assert f"received: {received}" in str(info.value)
+        assert "a missing return gives None" in str(info.value)
+
+
 def test_as_callback_runs_in_gyre_loop_and_eval_step_keeps_the_state():
     train = MLPStep(jax.random.key(0), MLP(), optimizer=optax.adam(1e-2), train=True)
     evaluate = MLPStep(jax.random.key(0), MLP(), train=False)  # no optimizer, as in jaxloop

@@ -25,7 +25,7 @@ from gyre.core._errors import describe, explain, whole_number
 from gyre.jaxloop._action_loop import ActionLoop, EvalLoop
 from gyre.jaxloop._actions import DATA_META, CheckpointAction, SummaryAction
 from gyre.jaxloop._loop import Loop, _as_iterator, state_step
-from gyre.jaxloop._specs import CheckpointSpec, EvalContext, EvalSpec
+from gyre.jaxloop._specs import CheckpointSpec, EvalContext, EvalSpec, has_position
 from gyre.jaxloop._stat_loop import STAT_PREFIX
 from gyre.jaxloop._stopping import StopTrainingError
 
@@ -42,10 +42,6 @@ def _stop_flag(outputs: Any) -> bool:
     if isinstance(value, list | tuple):
         return any(bool(v) for v in jax.device_get(list(value)))
     return bool(value)
-
-
-def _has_position(dataset: Any) -> bool:
-    return callable(getattr(dataset, "state_dict", None)) and callable(getattr(dataset, "load_state_dict", None))
 
 
 class OuterLoop:
@@ -75,6 +71,15 @@ class OuterLoop:
         eval_loops: Sequence[EvalLoop | Loop] | None = None,
         checkpoint_spec: CheckpointSpec | None = None,
     ) -> None:
+        if eval_loops is not None and not isinstance(eval_loops, (list, tuple)):
+            raise TypeError(
+                explain(
+                    "OuterLoop's eval_loops must be a list of loops",
+                    expected="eval_loops=[EvalLoop(step)], one loop per EvalSpec",
+                    received=describe(eval_loops),
+                    fix="put the loop in a list: eval_loops=[eval_loop]",
+                )
+            )
         if train_loop is None and not eval_loops:
             raise ValueError(
                 explain(
@@ -116,6 +121,7 @@ class OuterLoop:
         self._checkpoint_spec = checkpoint_spec
         self._names = [self._name(i, loop) for i, loop in enumerate(self._eval_loops)]
         self._eval_counts = [0] * len(self._eval_loops)
+        self._eval_starts: dict[int, tuple[Any, Any]] = {}  # id(dataset): (dataset, first position)
 
     @property
     def eval_names(self) -> list[str]:
@@ -233,7 +239,7 @@ class OuterLoop:
 
     def _resume(self, state: Any, train_dataset: Any) -> Any:
         mine = [a for a in self._actions(self._train_loop) if isinstance(a, CheckpointAction)]
-        source = train_dataset if _has_position(train_dataset) else None
+        source = train_dataset if has_position(train_dataset) else None
         for action in mine:
             action.data_source = source
         spec = self._checkpoint_spec
@@ -333,10 +339,24 @@ class OuterLoop:
             stop = stop or _stop_flag(eval_outputs)
         return stop
 
-    @staticmethod
-    def _run_eval(loop: Loop, spec: EvalSpec, state: Any) -> tuple[Any, Any]:
-        data = spec.dataset_iterator if spec.dataset_iterator is not None else iter(spec.dataset)  # type: ignore[arg-type]
+    def _run_eval(self, loop: Loop, spec: EvalSpec, state: Any) -> tuple[Any, Any]:
+        if spec.dataset_iterator is not None:
+            data = spec.dataset_iterator
+        elif has_position(spec.dataset) and iter(spec.dataset) is spec.dataset:
+            data = self._from_start(spec.dataset)
+        else:
+            data = iter(spec.dataset)  # type: ignore[arg-type]
         return loop(state, data, spec.num_steps, **spec.kwargs)
+
+    def _from_start(self, dataset: Any) -> Any:
+        """A resumable iterator (``gyre.data.batches``) put back where it was the first time this
+        outer loop evaluated it, so every evaluation reads the same batches."""
+        kept = self._eval_starts.get(id(dataset))
+        if kept is None or kept[0] is not dataset:
+            self._eval_starts[id(dataset)] = (dataset, dataset.state_dict())
+        else:
+            dataset.load_state_dict(kept[1])
+        return dataset
 
     # -- continuous evaluation -------------------------------------------------------------------
     def _continuous_eval(self, state: Any, specs: list[EvalSpec]) -> tuple[Any, Output]:

@@ -41,13 +41,42 @@ class EvalContext:
     eval_count: int
 
 
+def is_one_shot(dataset: Any) -> bool:
+    """Whether ``dataset`` is an iterator that cannot be read again from its start: it is its
+    own iterator and has no ``state_dict``/``load_state_dict`` to put it back.
+
+    Example:
+        >>> import gyre
+        >>> is_one_shot(iter([1, 2])), is_one_shot([1, 2])
+        (True, False)
+    """
+    if not isinstance(dataset, Iterator) or has_position(dataset):
+        return False
+    return iter(dataset) is dataset
+
+
+def has_position(dataset: Any) -> bool:
+    """Whether ``dataset`` saves and loads its position (``state_dict``/``load_state_dict``,
+    as ``gyre.data.batches``).
+
+    Example:
+        >>> import gyre, numpy as np
+        >>> has_position(gyre.data.batches(np.zeros((4, 1)), 2)), has_position([1])
+        (True, False)
+    """
+    return callable(getattr(dataset, "state_dict", None)) and callable(getattr(dataset, "load_state_dict", None))
+
+
 @dataclasses.dataclass(frozen=True)
 class EvalSpec:
     """How and when one eval loop of an :class:`OuterLoop` runs.
 
     Attributes:
-        dataset: an iterable evaluated from its start each time (a list, a re-iterable
-            ``gyre.data.batches(..., epochs=1)``).
+        dataset: an iterable evaluated from its start each time: a list, a re-iterable
+            collection (``gyre.data.arrays(...).test``), or an iterator with
+            ``state_dict()``/``load_state_dict()`` (``gyre.data.batches(..., epochs=1)``), put
+            back before each evaluation where it was at the first. Other iterators (a
+            generator) are refused: they can be read only once.
         dataset_iterator: instead of ``dataset``, one iterator shared by all evaluations:
             each continues where the last one stopped (with ``num_steps``).
         num_steps: steps per evaluation; ``None`` runs until the data ends.
@@ -81,6 +110,19 @@ class EvalSpec:
                     received=f"dataset={describe(self.dataset)}, "
                     f"dataset_iterator={describe(self.dataset_iterator)}",
                     fix="pass EvalSpec(dataset=eval_batches) or EvalSpec(dataset_iterator=it, num_steps=10)",
+                )
+            )
+        if is_one_shot(self.dataset):
+            raise TypeError(
+                explain(
+                    "EvalSpec's dataset= is read from its start at every evaluation, and an "
+                    "iterator can be read only once: every evaluation after the first would run no step",
+                    expected="dataset= a re-iterable collection (a list, gyre.data.arrays(...).test) or "
+                    "an iterator with state_dict()/load_state_dict() (gyre.data.batches(..., epochs=1)), "
+                    "or dataset_iterator= an iterator continued across evaluations",
+                    received=f"dataset={describe(self.dataset)}",
+                    fix="pass dataset=list(batches) to evaluate the same batches each time, or "
+                    "EvalSpec(dataset_iterator=it, num_steps=10) to read on from one stream",
                 )
             )
         for name in ("num_steps", "eval_loop_interval"):

@@ -10,7 +10,7 @@ import logging
 import math
 from typing import Any
 
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._errors import describe, explain, suggest, whole_number
 from gyre.jaxloop._actions import Action, Output, _step_of
 from gyre.jaxloop._loop import reduce_outputs
 
@@ -156,6 +156,7 @@ class EarlyStoppingAction(Action):
                 )
             )
         self._handler = handler
+        self._missing_said = False  # the missing metric is said once, not at every check
         self.monitored_metric = handler.monitored_metric
 
     @property
@@ -181,8 +182,13 @@ class EarlyStoppingAction(Action):
         """
         step = _step_of(state)
         if outputs is None or self.monitored_metric not in outputs:
-            _log.warning("EarlyStoppingAction: %r is not in the outputs (%s)", self.monitored_metric,
-                         sorted(outputs or {}))
+            if not self._missing_said:
+                self._missing_said = True
+                names = sorted(outputs or {})
+                _log.warning(
+                    "EarlyStoppingAction: %r is not in the outputs (%s), so it cannot stop training "
+                    "on it; said once.%s", self.monitored_metric, names, suggest(self.monitored_metric, names),
+                )
             return outputs
         value = float(reduce_outputs({"m": outputs[self.monitored_metric]})["m"])
         if math.isnan(value):

@@ -133,14 +133,16 @@ def jnp_integer(dtype: Any) -> bool:
     return np.dtype(dtype).kind in "iu"
 
 
-def _mapping(who: str, method: str, values: Any, what: str, example: str) -> dict[str, Any]:
+def _mapping(
+    who: str, method: str, values: Any, what: str, example: str, before: str = "step, "
+) -> dict[str, Any]:
     if not isinstance(values, Mapping) or not all(isinstance(k, str) for k in values):
         raise TypeError(
             explain(
                 f"{who}.{method} takes a mapping from names to {what}",
                 expected=f"a dict with str keys, e.g. {example}",
                 received=describe(values),
-                fix=f"pass a dict, e.g. writer.{method}(step, {example})",
+                fix=f"pass a dict, e.g. writer.{method}({before}{example})",
             )
         )
     return dict(values)
@@ -166,8 +168,8 @@ def _is_number(value: Any) -> bool:
     return shape == () and dtype is not None and np.dtype(dtype).kind in "biuf"
 
 
-def _scalars(who: str, method: str, values: Any) -> dict[str, Any]:
-    out = _mapping(who, method, values, "numbers", "{'loss': 0.5}")
+def _scalars(who: str, method: str, values: Any, before: str = "step, ") -> dict[str, Any]:
+    out = _mapping(who, method, values, "numbers", "{'loss': 0.5}", before)
     for name, value in out.items():
         if not _is_number(value):
             raise _bad_value(
@@ -337,9 +339,9 @@ class Writer:
             hparams: lr=0.1, layers=(2, 3)
             hparams metrics: accuracy=0.9
         """
-        params = _mapping(self._who, "write_hparams", params, "values", "{'learning_rate': 1e-3}")
+        params = _mapping(self._who, "write_hparams", params, "values", "{'learning_rate': 1e-3}", "")
         params = {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in params.items()}
-        found = None if metrics is None else _scalars(self._who, "write_hparams", metrics)
+        found = None if metrics is None else _scalars(self._who, "write_hparams", metrics, "params, ")
         self._submit("hparams", params, found)
 
     def _write_columns(self, columns: Columns) -> None:

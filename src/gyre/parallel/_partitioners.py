@@ -24,6 +24,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh, Sharding
 
+from gyre.core._errors import describe, explain
 from gyre.parallel._registry import get_strategy
 from gyre.parallel._spmd import SPMD, Rules
 from gyre.parallel._strategies import DataParallel, Jit
@@ -142,7 +143,10 @@ class Partitioner:
 
         def as_step(state: Any, batch: Any, **kwargs: Any) -> tuple[Any, Any]:
             traces[0] += 1
-            new_state, outputs = fn(state, batch, **kwargs)
+            result = fn(state, batch, **kwargs)
+            if not isinstance(result, (tuple, list)) or len(result) != 2:
+                raise TypeError(_not_a_pair(fn, result))
+            new_state, outputs = result
             return outputs, new_state  # the strategies' (logs, state) order
 
         compiled = self.strategy.compile(as_step, state, donate=donate, **jit_kwargs)
@@ -154,6 +158,16 @@ class Partitioner:
         run.compiled = compiled  # type: ignore[attr-defined]
         run.trace_count = lambda: traces[0]  # type: ignore[attr-defined]
         return run
+
+
+def _not_a_pair(fn: Callable[..., Any], result: Any) -> str:
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    return explain(
+        f"{name} must return (state, outputs)",
+        expected="a pair: the new state and a dict of outputs (or None)",
+        received=describe(result),
+        fix="end it with `return state, {'loss': loss}` (a missing return gives None)",
+    )
 
 
 class SingleDevicePartitioner(Partitioner):
