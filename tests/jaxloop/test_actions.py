@@ -35,6 +35,21 @@ def test_summary_action_writes_each_type_at_the_state_step():
     assert writer.closed == 1 and writer.flushed == 2
 
 
+def test_summary_action_says_once_which_bare_outputs_it_cannot_write(caplog):
+    writer = FakeWriter()
+    action = jaxloop.SummaryAction(writer)
+    outputs = {"loss": [jnp.float32(1.0)], "logits": [jnp.ones((4, 3))], "name": ["abc"]}
+    with caplog.at_level("WARNING"):
+        action({"step": 1}, outputs)
+        action({"step": 2}, outputs)
+    said = [r.getMessage() for r in caplog.records if "SummaryAction" in r.getMessage()]
+    assert len(said) == 2  # once per name, not per call
+    assert "'logits': it is not one number per step (shape (4, 3) per step)" in said[0]
+    assert "MetricType.HISTOGRAM" in said[0]
+    assert "'name'" in said[1] and "MetricType.TEXT" in said[1]
+    assert [call[2] for call in writer.calls] == [{"loss": 1.0}, {"loss": 1.0}]
+
+
 def test_summary_action_in_a_train_loop_every_second_loop():
     writer = FakeWriter()
     loop = jaxloop.TrainLoop(add_step, end_actions=[jaxloop.SummaryAction(writer, interval=2)])

@@ -148,7 +148,9 @@ class SummaryAction(Action):
     Bare values are scalars: a per-step list is reduced to its mean (metric objects are
     merged and computed, :func:`~gyre.jaxloop.reduce_outputs`). A
     :class:`MetricWithMetadata` goes to the writer's method for its type (the last value
-    of a per-step list); ``VIDEO`` is not supported by gyre's writers and raises.
+    of a per-step list); ``VIDEO`` is not supported by gyre's writers and raises. A bare
+    value that does not reduce to one number (per-step logits) is not written: a warning
+    says so once per name, with the type to wrap it in.
 
     Args:
         writer: any object with ``write_scalars(step, values)`` (and ``write_histograms``,
@@ -185,6 +187,7 @@ class SummaryAction(Action):
         self._writer = writer
         self._flush_each_call = bool(flush_each_call)
         self._closed = False
+        self._not_written: set[str] = set()  # bare non-scalar outputs already warned about
 
     @property
     def summary_writer(self) -> Any:
@@ -238,6 +241,9 @@ class SummaryAction(Action):
         if scalars:
             reduced = reduce_outputs(scalars)
             numbers = {k: v for k, v in reduced.items() if _is_scalar(v)}
+            for key in sorted(reduced.keys() - numbers.keys() - self._not_written):
+                self._not_written.add(key)
+                _log.warning(_not_a_number(key, scalars[key]))
             if numbers:
                 by_type[MetricType.SCALAR] = numbers
         return by_type
@@ -287,6 +293,18 @@ class SummaryAction(Action):
             method = getattr(self._writer, name, None)
             if callable(method):
                 method()
+
+
+def _not_a_number(key: str, value: Any) -> str:
+    last = value[-1] if isinstance(value, list) and value else value
+    if isinstance(last, str):
+        wrap, got = "MetricType.TEXT)", f"a str ({last[:40]!r})"
+    else:
+        wrap, got = "MetricType.HISTOGRAM) (an image: IMAGE)", f"shape {np.shape(last)} per step"
+    return (
+        f"SummaryAction does not write {key!r}: it is not one number per step ({got}). Wrap it "
+        f"as MetricWithMetadata(value, {wrap} to write it, or reduce it in the step; said once."
+    )
 
 
 def _is_scalar(value: Any) -> bool:
