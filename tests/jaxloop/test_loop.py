@@ -133,3 +133,31 @@ def test_a_state_that_is_a_pair_stays_the_state():
 # -- evaluation without recompiles ---------------------------------------------------------------
 
 
+
+
+def test_overrides_and_steps_that_forget_to_return_are_explained():
+    class NoBegin(jaxloop.Loop):
+        def begin(self, state, dataset):
+            self.began = True  # the return was forgotten
+
+    class NoEnd(jaxloop.Loop):
+        def end(self, state, outputs):
+            outputs["extra"] = 1
+
+    class NoUpdate(jaxloop.Loop):
+        def update_outputs(self, loop_outputs, step_outputs):
+            loop_outputs["n"].append(1)
+
+    def no_return(state, batch, per_loop_step_number, **kwargs):
+        outputs = {"loss": batch}  # noqa: F841 - the return was forgotten
+
+    cases = [
+        (NoBegin(add_step), "NoBegin.begin must return (state, dataset)", "return state, dataset"),
+        (NoEnd(add_step), "NoEnd.end must return (state, outputs)", "return state, outputs"),
+        (NoUpdate(add_step), "NoUpdate.update_outputs must return the loop's outputs", "return loop_outputs"),
+        (jaxloop.Loop(no_return), "the step .*no_return must return", "return state, {'loss': loss}"),
+    ]
+    for loop, problem, fix in cases:
+        with pytest.raises(TypeError, match=problem.replace("(", r"\(").replace(")", r"\)")) as info:
+            loop(fresh(), [1, 2, 3])
+        assert fix in str(info.value) and "a missing return gives None" in str(info.value)

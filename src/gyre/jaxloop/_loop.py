@@ -203,8 +203,13 @@ class Loop:
                 extra = {**kwargs, "mask": mask}
             if flops and count[0] == 1:
                 step.compute_num_flops(state, batch)
-            new_state, step_outputs = step(state, batch, count[0], **extra)
+            result = step(state, batch, count[0], **extra)
+            if not (isinstance(result, tuple | list) and len(result) == 2):
+                raise TypeError(_not_a_step_pair(step, result))
+            new_state, step_outputs = result
             box[0] = self.update_outputs(box[0], step_outputs)
+            if box[0] is None:
+                raise TypeError(_no_outputs(self))
             # (None, state): a state that is itself a pair is never read as (logs, state)
             return (None, new_state) if keep_state else None
 
@@ -241,9 +246,41 @@ class Loop:
             >>> gyre.jaxloop.Loop(step)(0, range(5))[0]
             10
         """
-        state, dataset = self.begin(state, dataset)
+        state, dataset = _pair(self.begin(state, dataset), self, "begin", "(state, dataset)")
         state, outputs = self.run(state, dataset, num_steps, **kwargs)
-        return self.end(state, outputs)
+        return _pair(self.end(state, outputs), self, "end", "(state, outputs)")
+
+
+def _pair(result: Any, loop: Loop, method: str, names: str) -> tuple[Any, Any]:
+    if isinstance(result, tuple | list) and len(result) == 2:
+        return result[0], result[1]
+    raise TypeError(
+        explain(
+            f"{type(loop).__name__}.{method} must return {names}",
+            expected=f"a pair {names}",
+            received=describe(result),
+            fix=f"end it with `return {names[1:-1]}` (a missing return gives None)",
+        )
+    )
+
+
+def _not_a_step_pair(step: Any, result: Any) -> str:
+    name = getattr(step, "__qualname__", None) or type(step).__name__
+    return explain(
+        f"the step {name} must return (state, outputs)",
+        expected="a pair: the new state and a dict of outputs (or None)",
+        received=describe(result),
+        fix="end it with `return state, {'loss': loss}` (a missing return gives None)",
+    )
+
+
+def _no_outputs(loop: Loop) -> str:
+    return explain(
+        f"{type(loop).__name__}.update_outputs must return the loop's outputs",
+        expected="the outputs, updated with the step's (the next step's call receives them)",
+        received="None",
+        fix="end it with `return loop_outputs` (a missing return gives None)",
+    )
 
 
 def takes_mask(step: Any) -> bool:
