@@ -111,10 +111,28 @@ def test_bad_input_is_explained():
         jaxloop.Loop(add_step)(fresh(), 42)
     with pytest.raises(ValueError, match="num_steps must be a whole number"):
         jaxloop.Loop(add_step)(fresh(), [1], num_steps=-1)
-    with pytest.raises(TypeError, match="end_actions must be a list of actions"):
+    with pytest.raises(TypeError, match="TrainLoop's end_actions must hold actions: .* is no interval"):
         jaxloop.TrainLoop(add_step, end_actions=[print])
     with pytest.raises(TypeError, match="Step's begin_actions must hold actions"):
         _Linear(jax.random.key(0), nn.Dense(1), begin_actions=[print])
+
+    class NoSuperInit(jaxloop.Action):
+        def __init__(self, tag):
+            self.tag = tag  # super().__init__(interval=...) was forgotten
+
+        def __call__(self, state, outputs, **kwargs):
+            pass
+
+    with pytest.raises(TypeError, match="is no interval") as info:
+        jaxloop.EvalLoop(add_step, begin_actions=[NoSuperInit("x")])
+    assert "call super().__init__(interval=...)" in str(info.value)
+    for owner, make in (("TrainLoop", lambda a: jaxloop.TrainLoop(add_step, end_actions=a)),
+                        ("Step", lambda a: _Linear(jax.random.key(0), nn.Dense(1), end_actions=a))):
+        with pytest.raises(TypeError, match=f"{owner}'s end_actions must be a list of actions") as info:
+            make(Record([], "x"))
+        assert "end_actions=[action]" in str(info.value)
+    with pytest.raises(TypeError, match="is not callable"):
+        jaxloop.TrainLoop(add_step, end_actions=["summary"])
 
 
 def test_outputs_is_a_defaultdict_of_lists_like_jaxloop():

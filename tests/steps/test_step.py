@@ -185,5 +185,5 @@ def test_step_actions_run_on_the_per_loop_step_number_and_never_by_hand():
     for n in range(1, 7):
         state, _ = step(state, batch, n)
     assert seen == [("begin", 2, True), ("end", 3, False), ("begin", 4, True), ("begin", 6, True), ("end", 6, False)]
-    with pytest.raises(TypeError, match="Step's end_actions must hold actions"):
+    with pytest.raises(ValueError, match="Record's interval must be a positive whole number"):
         MLPStep(jax.random.key(0), MLP(), end_actions=[Record("x", 0)])

@@ -10,28 +10,12 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from gyre.core._errors import describe, explain, whole_number
-from gyre.jaxloop._loop import Output, State, check_interval, state_step
+from gyre.core._errors import whole_number
+from gyre.jaxloop._loop import Output, State, state_step
 from gyre.jaxloop._stat_loop import STAT_LOOP_TIME_SECS, STAT_STEPS_PER_SEC, StatLoop
+from gyre.steps._actions import check_actions
 
 _log = logging.getLogger(__name__)
-
-
-def _check_action_list(actions: Any, name: str) -> list[Any]:
-    actions = list(actions or ())
-    for action in actions:
-        if not callable(action) or not hasattr(action, "interval"):
-            raise TypeError(
-                explain(
-                    f"{name} must be a list of actions",
-                    expected="gyre.jaxloop actions (Action subclasses: SummaryAction, "
-                    "CheckpointAction, ...), each with an interval",
-                    received=describe(action),
-                    fix=f"pass {name}=[gyre.jaxloop.SummaryAction(writer, interval=1)]",
-                )
-            )
-        check_interval(action.interval, type(action).__name__)
-    return actions
 
 
 class ActionLoop(StatLoop):
@@ -65,8 +49,9 @@ class ActionLoop(StatLoop):
         **kwargs: Any,
     ) -> None:
         super().__init__(step, **kwargs)
-        self._begin_actions = _check_action_list(begin_actions, "begin_actions")
-        self._end_actions = _check_action_list(end_actions, "end_actions")
+        owner = type(self).__name__
+        self._begin_actions = check_actions(begin_actions, "begin_actions", owner, "SummaryAction(writer)")
+        self._end_actions = check_actions(end_actions, "end_actions", owner, "SummaryAction(writer)")
         self._loop_count = 0
 
     @property

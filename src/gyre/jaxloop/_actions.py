@@ -24,8 +24,9 @@ from gyre.callbacks._checkpoint import Checkpoint, checkpoint
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
-from gyre.jaxloop._loop import check_interval, reduce_outputs, state_step
+from gyre.jaxloop._loop import reduce_outputs, state_step
 from gyre.loop._snapshot import Snapshot
+from gyre.steps._actions import check_interval
 
 Output = dict[str, Any]
 DATA_META = "jaxloop_data"  # the key of the training data's position in a checkpoint's meta

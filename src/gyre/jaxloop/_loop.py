@@ -58,22 +58,6 @@ def _check_num_steps(num_steps: Any) -> int | None:
     )
 
 
-def check_interval(interval: Any, owner: str) -> int:
-    """``interval`` as an int >= 1, else a ``ValueError`` that says so.
-
-    Example:
-        >>> check_interval(5, "Action")
-        5
-    """
-    if isinstance(interval, bool):
-        interval = None
-    return whole_number(
-        interval, minimum=1, problem=f"{owner}'s interval must be a positive whole number",
-        expected="an int >= 1: the action runs every `interval` loops (or steps)",
-        fix="pass interval=1 to run it every time, interval=10 for every tenth",
-    )
-
-
 class Loop:
     """jaxloop's base loop: runs ``step`` over the batches of a dataset.
 

@@ -32,12 +32,16 @@ from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.core._state import TrainState, check_optimizer
 from gyre.parallel._partitioners import Partitioner, SingleDevicePartitioner
+from gyre.steps._actions import check_actions
 
 Batch = Any
 Output = dict[str, Any]
 State = TrainState
 
 _log = logging.getLogger(__name__)
+
+
+_STEP_ACTION = "StepNumberAction(writer, interval=10)"  # the action an error's fix shows
 
 
 class Step:
@@ -99,8 +103,8 @@ class Step:
         nnx_model_args: tuple[Any, ...] | None = None,
         **nnx_model_kwargs: Any,
     ) -> None:
-        self._begin_actions = _check_actions(begin_actions, "begin_actions")
-        self._end_actions = _check_actions(end_actions, "end_actions")
+        self._begin_actions = check_actions(begin_actions, "begin_actions", "Step", _STEP_ACTION)
+        self._end_actions = check_actions(end_actions, "end_actions", "Step", _STEP_ACTION)
         self._base_prng = base_prng
         self._model = _as_linen(model, nnx_model_args, nnx_model_kwargs)
         check_optimizer(optimizer, argument="optimizer", none_means="an evaluation step")
@@ -524,24 +528,6 @@ def zeroed_batch(spec: Any) -> Any:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-
-def _check_actions(actions: Sequence[Any] | None, name: str) -> list[Any]:
-    actions = list(actions or ())
-    for action in actions:
-        interval = getattr(action, "interval", None)
-        if not callable(action) or not _is_int(interval) or interval < 1:
-            raise TypeError(
-                explain(
-                    f"Step's {name} must hold actions",
-                    expected="objects with a positive int interval, called as "
-                    "action(state, outputs, per_loop_step_number=n) (gyre.jaxloop.Action "
-                    "subclasses)",
-                    received=describe(action),
-                    fix=f"pass {name}=[gyre.jaxloop.StepNumberAction(writer, interval=10)]",
-                )
-            )
-    return actions
 
 
 def _run_actions(actions: Sequence[Any], n: int, state: Any, outputs: Any) -> None:
