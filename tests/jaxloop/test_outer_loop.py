@@ -291,6 +291,21 @@ def test_continuous_evaluation_of_two_checkpoints_then_the_marker(tmp_path):
     assert evaluated == [(3, 30.0), (7, 70.0)]
 
 
+def test_continuous_evaluation_waits_a_second_between_looks_at_least(tmp_path, monkeypatch):
+    from gyre.jaxloop import _outer_loop
+
+    slept, looks = [], []
+    monkeypatch.setattr(_outer_loop.time, "sleep", slept.append)
+    evals = jaxloop.EvalLoop(lambda s, b, n: (s, {"total": s["total"]}))
+    for interval in (0, 5):
+        slept.clear()
+        looks.clear()
+        spec = jaxloop.CheckpointSpec(str(tmp_path / "none"), iterate_interval_secs=interval,
+                                      iterate_stop_fn=lambda: looks.append(1) or len(looks) > 3)
+        jaxloop.OuterLoop(eval_loops=[evals], checkpoint_spec=spec)(_ckpt_state(), eval_specs=[EvalSpec(dataset=[0])])
+        assert slept == [max(interval, _outer_loop.POLL_SECS)] * 3
+
+
 def test_bad_input_is_explained():
     train = jaxloop.TrainLoop(add_step)
     evals = jaxloop.EvalLoop(eval_step)

@@ -152,7 +152,7 @@ class CheckpointSpec:
         checkpoint_dir: the directory of a :class:`~gyre.jaxloop.CheckpointAction` (gyre
             checkpoints).
         iterate_interval_secs: seconds between looks for a new checkpoint (continuous
-            evaluation).
+            evaluation); at least one second (the default, 0, looks once a second).
         iterate_stop_fn: a function returning ``True`` when no checkpoint will come; by
             default, whether ``checkpoint_dir/STOPPED`` exists.
         transforms: accepted for jaxloop compatibility; must be ``None``.
