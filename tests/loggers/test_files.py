@@ -42,5 +42,8 @@ def test_jsonl_holds_one_object_per_write(tmp_path):
 def test_a_bad_path_is_refused_and_texts_are_not_written(cls, tmp_path):
     with pytest.raises(TypeError, match="needs a file path"):
         cls(3)
+    with pytest.raises(IsADirectoryError, match="is a folder") as info:
+        cls(tmp_path)
+    assert f"gyre.{cls.__name__}(os.path.join(" in str(info.value)
     with cls(tmp_path / "f") as writer, pytest.raises(TypeError, match="does not write texts"):
         writer.write_texts(0, {"a": "b"})

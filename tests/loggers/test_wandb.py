@@ -50,3 +50,9 @@ def test_a_missing_wandb_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)
     with pytest.raises(ImportError, match=r"pip install 'gyre\[wandb\]'"):
         gyre.WandbWriter()
+
+
+def test_a_misspelt_mode_is_refused_before_wandb_starts():
+    with pytest.raises(ValueError, match="Did you mean 'offline'") as info:
+        gyre.WandbWriter(mode="ofline")
+    assert "received: str 'ofline'" in str(info.value) and "mode='offline'" in str(info.value)
