@@ -173,7 +173,7 @@ def test_overrides_and_steps_that_forget_to_return_are_explained():
         (NoBegin(add_step), "NoBegin.begin must return (state, dataset)", "return state, dataset"),
         (NoEnd(add_step), "NoEnd.end must return (state, outputs)", "return state, outputs"),
         (NoUpdate(add_step), "NoUpdate.update_outputs must return the loop's outputs", "return loop_outputs"),
-        (jaxloop.Loop(no_return), "the step .*no_return must return", "return state, {'loss': loss}"),
+        (jaxloop.Loop(no_return), "no_return must return", "return state, {'loss': loss}"),
     ]
     for loop, problem, fix in cases:
         with pytest.raises(TypeError, match=problem.replace("(", r"\(").replace(")", r"\)")) as info:

@@ -27,6 +27,7 @@ from gyre.core._errors import LoopWarning, describe, explain, whole_number
 from gyre.core._schedules import always
 from gyre.data._padding import accepts_mask, padded
 from gyre.loop._engine import loop as _engine_loop
+from gyre.parallel._partitioners import not_a_pair
 
 Output = dict[str, Any]
 State = Any
@@ -189,7 +190,7 @@ class Loop:
                 step.compute_num_flops(state, batch)
             result = step(state, batch, count[0], **extra)
             if not (isinstance(result, tuple | list) and len(result) == 2):
-                raise TypeError(_not_a_step_pair(step, result))
+                raise TypeError(not_a_pair(step, result))
             new_state, step_outputs = result
             box[0] = self.update_outputs(box[0], step_outputs)
             if box[0] is None:
@@ -245,16 +246,6 @@ def _pair(result: Any, loop: Loop, method: str, names: str) -> tuple[Any, Any]:
             received=describe(result),
             fix=f"end it with `return {names[1:-1]}` (a missing return gives None)",
         )
-    )
-
-
-def _not_a_step_pair(step: Any, result: Any) -> str:
-    name = getattr(step, "__qualname__", None) or type(step).__name__
-    return explain(
-        f"the step {name} must return (state, outputs)",
-        expected="a pair: the new state and a dict of outputs (or None)",
-        received=describe(result),
-        fix="end it with `return state, {'loss': loss}` (a missing return gives None)",
     )
 
 

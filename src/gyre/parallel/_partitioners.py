@@ -145,7 +145,7 @@ class Partitioner:
             traces[0] += 1
             result = fn(state, batch, **kwargs)
             if not isinstance(result, (tuple, list)) or len(result) != 2:
-                raise TypeError(_not_a_pair(fn, result))
+                raise TypeError(not_a_pair(fn, result))
             new_state, outputs = result
             return outputs, new_state  # the strategies' (logs, state) order
 
@@ -160,8 +160,15 @@ class Partitioner:
         return run
 
 
-def _not_a_pair(fn: Callable[..., Any], result: Any) -> str:
-    name = getattr(fn, "__qualname__", None) or repr(fn)
+def not_a_pair(fn: Callable[..., Any], result: Any) -> str:
+    """The explanation for a step ``fn`` whose ``result`` is not ``(state, outputs)``.
+
+    Example:
+        >>> def run(state, batch): pass
+        >>> print(not_a_pair(run, None).splitlines()[0])
+        run must return (state, outputs)
+    """
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
     return explain(
         f"{name} must return (state, outputs)",
         expected="a pair: the new state and a dict of outputs (or None)",
