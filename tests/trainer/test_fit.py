@@ -225,6 +225,26 @@ def test_a_loss_fn_of_the_wrong_shape_says_what_it_returned(tmp_path, loss_fn, m
         run(tmp_path, loss_fn=loss_fn)
 
 
+def test_a_loss_fn_error_carries_how_fit_called_it(tmp_path):
+    def swapped(labels, logits):  # the parameters in the wrong order
+        return ce(logits, labels)
+
+    with pytest.raises(Exception) as caught:
+        run(tmp_path, loss_fn=swapped)
+    notes = "\n".join(caught.value.__notes__)
+    assert "raised in loss_fn, which gyre.fit calls as loss_fn(logits, labels)" in notes
+    assert "check the order of loss_fn's parameters" in notes and "labels int" in notes
+
+
+def test_an_eval_step_that_returns_nothing_is_explained(tmp_path):
+    def forgot(state, batch):
+        jnp.mean(batch[1])
+
+    with pytest.raises(TypeError, match="eval_step returned None") as caught:
+        run(tmp_path, test=make_data(16), eval_step=forgot)
+    assert "a missing return gives None" in str(caught.value)
+
+
 def test_an_eval_step_returning_a_non_scalar_is_an_error(tmp_path):
     per_example = lambda state, batch: batch[1]  # noqa: E731
     with pytest.raises(TypeError, match=r"(?s)non-scalar for 'accuracy'.*shape \(8,\)"):

@@ -377,7 +377,7 @@ def _call_eval(eval_step: Callable[..., Any], name: str, state: Any, batch: Any,
     """``eval_step(state, batch[, mask=])``; an error it raises gets a note saying how fit
     called it (a misplaced argument otherwise reads as a riddle deep in the model)."""
     try:
-        return eval_step(state, batch, **mask)
+        result = eval_step(state, batch, **mask)
     except Exception as err:
         shapes = leaf_shapes(batch)
         fix = apply_error_fix(err)
@@ -389,6 +389,17 @@ def _call_eval(eval_step: Callable[..., Any], name: str, state: Any, batch: Any,
             f"element of {name}_ds, leaves of shapes {shapes})"
         )
         raise
+    if result is None:
+        raise TypeError(
+            explain(
+                "eval_step returned None",
+                expected="a metric (e.g. jnp.mean(predictions == labels)) or a dict of metrics",
+                received="None",
+                fix="end eval_step with `return accuracy` or `return {'accuracy': accuracy}` "
+                "(a missing return gives None)",
+            )
+        )
+    return result
 
 
 def _check_eval_signature(eval_step: Any) -> None:

@@ -184,6 +184,21 @@ def _call_note(x: Any, mutable: list[str], takes_train: bool) -> str:
     )
 
 
+def _loss_note(logits: Any, labels: Any, takes_step: bool) -> str:
+    def shown(tree: Any) -> str:
+        leaves = jax.tree_util.tree_leaves(tree)
+        if len(leaves) == 1:
+            return f"{leaves[0].dtype}{list(np.shape(leaves[0]))}"
+        return f"a {type(tree).__name__} of shapes {leaf_shapes(tree)}"
+
+    step = ", step=state.step" if takes_step else ""
+    return (
+        f"(raised in loss_fn, which gyre.fit calls as loss_fn(logits, labels{step}) with logits "
+        f"{shown(logits)} (the model's output) and labels {shown(labels)} (the batch's second "
+        "element): check the order of loss_fn's parameters)"
+    )
+
+
 def apply_error_fix(err: Exception) -> str | None:
     """The fix for a model error a Jax Fit user meets, when ``err`` is one, else ``None``.
 
@@ -225,7 +240,11 @@ def _train_step_fn(
                     err.add_note(f"gyre.fit: {fix}")
                 err.add_note(_call_note(x, mutable, takes_train))
                 raise
-            out = loss_fn(logits, labels, step=state.step) if takes_step else loss_fn(logits, labels)
+            try:
+                out = loss_fn(logits, labels, step=state.step) if takes_step else loss_fn(logits, labels)
+            except Exception as err:
+                err.add_note(_loss_note(logits, labels, takes_step))
+                raise
             loss, loss_dict = _loss_pair(out)
             return loss, (loss_dict, updates)
 
