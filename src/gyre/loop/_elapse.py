@@ -267,22 +267,14 @@ class Elapse:
             return END
 
     def __next__(self) -> tuple[Elapsed, Any]:
-        # The per-step path: complete() and pull() inlined. After a slow dispatch the loop's
-        # Python runs with cold caches, where each Python frame costs ~1 us.
+        # The per-step path: complete() inlined. After a slow dispatch the loop's Python runs
+        # with cold caches, where each Python frame costs ~1 us.
         clock = self.elapsed
         done = self._pending
         if done is not None:
             now = self._clock()
             clock = self.elapsed = clock._after(done, now - self._t0, self._d0 + now, self.epoch_steps)
-        stop = self._stop_steps
-        if (clock.steps >= stop) if stop is not None else (self.stop is not None and clock.reached(self.stop)):
-            batch: Any = END
-        else:
-            try:
-                batch = next(self._it)
-            except StopIteration:
-                self.exhausted = True
-                batch = END
+        batch = self.pull(clock)
         if batch is END:
             self._pending = None
             raise StopIteration
