@@ -179,12 +179,8 @@ class History:
 
         Only the values are kept, not ``logs`` itself: changing it afterwards changes nothing.
         """
-        # a copy of each collection (merge copies a dict's): sorting by structure waits for a read
-        if type(logs) is Logs:
-            owned = Logs(zip(logs, map(dict.copy, logs.values()), strict=True))
-        else:
-            owned = Logs().merge(logs)
-        self.commit_owned(elapsed, owned, batch_size)
+        # merge copies each collection: sorting by structure waits for a read
+        self.commit_owned(elapsed, Logs().merge(logs), batch_size)
 
     def commit_owned(self, elapsed: Elapsed, logs: Logs, batch_size: int | None) -> None:
         """:meth:`commit` for a caller that hands ``logs`` over: it must not change it
