@@ -54,6 +54,33 @@ def suggest(name: str, choices: Iterable[str]) -> str:
     return f" Did you mean {close[0]!r}?" if close else ""
 
 
+def as_pair(result: object, who: str, names: str = "(state, outputs)",
+            example: str = "state, {'loss': loss}") -> tuple[object, object]:
+    """``result`` as a pair, else a ``TypeError`` saying that ``who`` must return ``names``
+    (a missing ``return`` is the usual cause: it gives ``None``).
+
+    Example:
+        >>> as_pair((1, 2), "run")
+        (1, 2)
+        >>> as_pair(None, "MyStep.run")
+        Traceback (most recent call last):
+        TypeError: MyStep.run must return (state, outputs)
+          expected: a pair (state, outputs)
+          received: NoneType None
+          fix: end it with `return state, {'loss': loss}` (a missing return gives None)
+    """
+    if isinstance(result, tuple | list) and len(result) == 2:
+        return result[0], result[1]
+    raise TypeError(
+        explain(
+            f"{who} must return {names}",
+            expected=f"a pair {names}",
+            received=describe(result),
+            fix=f"end it with `return {example}` (a missing return gives None)",
+        )
+    )
+
+
 def as_integer(value: object) -> int | None:
     """``value`` as a Python ``int`` when it is an integral number of any kind (``int``,
     ``numpy.int64``, a 0-d integer numpy or JAX array), else ``None``. Booleans are not

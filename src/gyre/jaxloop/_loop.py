@@ -23,11 +23,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from gyre.core._errors import LoopWarning, describe, explain, whole_number
+from gyre.core._errors import LoopWarning, as_pair, describe, explain, whole_number
 from gyre.core._schedules import always
 from gyre.data._padding import accepts_mask, padded
 from gyre.loop._engine import loop as _engine_loop
-from gyre.parallel._partitioners import not_a_pair
+from gyre.parallel._partitioners import step_name
 
 Output = dict[str, Any]
 State = Any
@@ -188,10 +188,7 @@ class Loop:
                 extra = {**kwargs, "mask": mask}
             if flops and count[0] == 1:
                 step.compute_num_flops(state, batch)
-            result = step(state, batch, count[0], **extra)
-            if not (isinstance(result, tuple | list) and len(result) == 2):
-                raise TypeError(not_a_pair(step, result))
-            new_state, step_outputs = result
+            new_state, step_outputs = as_pair(step(state, batch, count[0], **extra), step_name(step))
             box[0] = self.update_outputs(box[0], step_outputs)
             if box[0] is None:
                 raise TypeError(_no_outputs(self))
@@ -231,22 +228,10 @@ class Loop:
             >>> gyre.jaxloop.Loop(step)(0, range(5))[0]
             10
         """
-        state, dataset = _pair(self.begin(state, dataset), self, "begin", "(state, dataset)")
+        who = type(self).__name__
+        state, dataset = as_pair(self.begin(state, dataset), f"{who}.begin", "(state, dataset)", "state, dataset")
         state, outputs = self.run(state, dataset, num_steps, **kwargs)
-        return _pair(self.end(state, outputs), self, "end", "(state, outputs)")
-
-
-def _pair(result: Any, loop: Loop, method: str, names: str) -> tuple[Any, Any]:
-    if isinstance(result, tuple | list) and len(result) == 2:
-        return result[0], result[1]
-    raise TypeError(
-        explain(
-            f"{type(loop).__name__}.{method} must return {names}",
-            expected=f"a pair {names}",
-            received=describe(result),
-            fix=f"end it with `return {names[1:-1]}` (a missing return gives None)",
-        )
-    )
+        return as_pair(self.end(state, outputs), f"{who}.end", "(state, outputs)", "state, outputs")
 
 
 def _no_outputs(loop: Loop) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh, Sharding
 
-from gyre.core._errors import describe, explain
+from gyre.core._errors import as_pair
 from gyre.parallel._registry import get_strategy
 from gyre.parallel._spmd import SPMD, Rules
 from gyre.parallel._strategies import DataParallel, Jit
@@ -143,10 +143,7 @@ class Partitioner:
 
         def as_step(state: Any, batch: Any, **kwargs: Any) -> tuple[Any, Any]:
             traces[0] += 1
-            result = fn(state, batch, **kwargs)
-            if not isinstance(result, (tuple, list)) or len(result) != 2:
-                raise TypeError(not_a_pair(fn, result))
-            new_state, outputs = result
+            new_state, outputs = as_pair(fn(state, batch, **kwargs), step_name(fn))
             return outputs, new_state  # the strategies' (logs, state) order
 
         compiled = self.strategy.compile(as_step, state, donate=donate, **jit_kwargs)
@@ -160,21 +157,15 @@ class Partitioner:
         return run
 
 
-def not_a_pair(fn: Callable[..., Any], result: Any) -> str:
-    """The explanation for a step ``fn`` whose ``result`` is not ``(state, outputs)``.
+def step_name(fn: Callable[..., Any]) -> str:
+    """How an error names a step function: its qualified name (``MyStep.run``).
 
     Example:
         >>> def run(state, batch): pass
-        >>> print(not_a_pair(run, None).splitlines()[0])
-        run must return (state, outputs)
+        >>> step_name(run)
+        'run'
     """
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    return explain(
-        f"{name} must return (state, outputs)",
-        expected="a pair: the new state and a dict of outputs (or None)",
-        received=describe(result),
-        fix="end it with `return state, {'loss': loss}` (a missing return gives None)",
-    )
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
 class SingleDevicePartitioner(Partitioner):
