@@ -299,12 +299,13 @@ class SummaryAction(Action):
 def _not_a_number(key: str, value: Any) -> str:
     last = value[-1] if isinstance(value, list) and value else value
     if isinstance(last, str):
-        wrap, got = "MetricType.TEXT)", f"a str ({last[:40]!r})"
+        got, wrap = f"a str ({last[:40]!r})", "MetricWithMetadata(value, MetricType.TEXT)"
     else:
-        wrap, got = "MetricType.HISTOGRAM) (an image: IMAGE)", f"shape {np.shape(last)} per step"
+        got = f"shape {np.shape(last)} per step"
+        wrap = "MetricWithMetadata(value, MetricType.HISTOGRAM) (an image: IMAGE)"
     return (
         f"SummaryAction does not write {key!r}: it is not one number per step ({got}). Wrap it "
-        f"as MetricWithMetadata(value, {wrap} to write it, or reduce it in the step; said once."
+        f"as {wrap} to write it, or reduce it in the step; said once."
     )
 
 
