@@ -37,12 +37,18 @@ class ScalarRun(NamedTuple):
     values: np.ndarray
 
 
-def _is_number(value: Any) -> bool:
-    """A real number: a Python one, or a 0-d numeric array (numpy scalars included)."""
+def is_number(value: Any) -> bool:
+    """A real number: a Python one (``bool`` included), or a 0-d numeric array (numpy
+    scalars and JAX arrays included, read by their ``shape`` and ``dtype`` only).
+
+    Example:
+        >>> is_number(2), is_number(np.float32(0.5)), is_number(np.ones(2)), is_number("1")
+        (True, True, False, False)
+    """
     if isinstance(value, numbers.Real):
         return True
-    dtype = getattr(value, "dtype", None)
-    return dtype is not None and np.ndim(value) == 0 and np.dtype(dtype).kind in "biuf"
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    return shape == () and dtype is not None and np.dtype(dtype).kind in "biuf"
 
 
 def _column(count: int, rows: np.ndarray, values: Any) -> tuple[np.ndarray, np.ndarray] | None:
@@ -57,7 +63,7 @@ def _column(count: int, rows: np.ndarray, values: Any) -> tuple[np.ndarray, np.n
         numbers[rows] = values
         return present, numbers
     found = [
-        (int(r), float(v)) for r, v in zip(rows, values, strict=True) if _is_number(v)
+        (int(r), float(v)) for r, v in zip(rows, values, strict=True) if is_number(v)
     ]
     if not found:
         return None

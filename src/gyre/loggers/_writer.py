@@ -36,7 +36,7 @@ import numpy as np
 
 from gyre.core._errors import describe, explain
 from gyre.core._reader import Columns
-from gyre.core._runs import ScalarRun, rows, scalar_runs
+from gyre.core._runs import ScalarRun, is_number, rows, scalar_runs
 from gyre.parallel.distributed import is_main_process
 
 KINDS = ("scalars", "histograms", "images", "texts", "hparams")
@@ -159,19 +159,10 @@ def _bad_value(who: str, method: str, name: str, value: Any, expected: str, fix:
     )
 
 
-def _is_number(value: Any) -> bool:
-    if isinstance(value, bool):
-        return True
-    if isinstance(value, numbers.Real):
-        return True
-    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
-    return shape == () and dtype is not None and np.dtype(dtype).kind in "biuf"
-
-
 def _scalars(who: str, method: str, values: Any, before: str = "step, ") -> dict[str, Any]:
     out = _mapping(who, method, values, "numbers", "{'loss': 0.5}", before)
     for name, value in out.items():
-        if not _is_number(value):
+        if not is_number(value):
             raise _bad_value(
                 who, method, name, value, "a number: a Python or numpy scalar, or a 0-d array",
                 "reduce arrays to one number first (jnp.mean(x)), or write them as histograms",
