@@ -45,8 +45,22 @@ def test_exponential_cooldown_starts_where_the_decay_is():
 
 
 def test_exponential_with_total_holds_its_last_value():
-    s = ExponentialSchedule(init_value=1.0, decay_rate=0.5, steps=3)
+    s = ExponentialSchedule(init_value=1.0, decay_rate=0.5, transition_steps=1, steps=3)
     np.testing.assert_array_equal(at(s, 2, 3, 4, 100), f32(0.25, 0.125, 0.125, 0.125))
+
+
+def test_exponential_steps_is_the_decay_period_as_in_the_fork():
+    # the fork: init_value * decay_rate ** (step / steps); 0.1 * 0.1 ** 0.5 at step 50
+    s = ExponentialSchedule(init_value=0.1, decay_rate=0.1, steps=100)
+    np.testing.assert_allclose(at(s, 0, 50, 100), [0.1, 0.1 * 0.1**0.5, 0.01], rtol=1e-6)
+    assert s.total_steps == 100
+    # decay_rate left out is the fork's 0.1; end_value names the same end
+    np.testing.assert_array_equal(at(ExponentialSchedule(init_value=0.1, steps=100), 50), at(s, 50))
+    np.testing.assert_array_equal(
+        at(ExponentialSchedule(init_value=0.1, end_value=0.01, steps=100), 0, 100), f32(0.1, 0.01))
+    # with a warmup and a cooldown, the rate is reached where the decay ends
+    w = ExponentialSchedule(init_value=1.0, decay_rate=0.25, warmup_steps=2, cooldown_steps=2, steps=8)
+    np.testing.assert_allclose(at(w, 2, 4, 6, 7, 8), [1.0, 0.5, 0.25, 0.125, 0.0], rtol=1e-6)
 
 
 def test_warmup_cosine_decay_seed_numbers_reach_end_at_total():
@@ -164,6 +178,18 @@ def test_warmup_cosine_decay_defaults_end_to_a_tenth_of_peak_and_no_warmup():
                 "staircase": True,
             },
             r"staircase and transition_steps do not apply",
+        ),
+        (
+            {"class_name": "Exponential", "init_value": 0.1, "decay_rate": 0.1, "end_value": 0.02, "steps": 100},
+            r"end_value and decay_rate disagree: the decay ends at 0.01",
+        ),
+        (
+            {"class_name": "Exponential", "init_value": 0.1, "end_factor": 0.1, "end_value": 0.02, "steps": 100},
+            r"end_value and end_factor disagree",
+        ),
+        (
+            {"class_name": "Exponential", "init_value": 0.1, "end_value": 0.0, "steps": 100},
+            r"end_value must be a fraction of init_value",
         ),
         (
             {"class_name": "Exponential", "init_value": 1.0, "decay_rate": 0.0},

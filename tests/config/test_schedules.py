@@ -58,6 +58,74 @@ def test_concat_takes_built_schedules_and_numbers():
 
 
 
+def linear(a, b, n):
+    return {"class_name": "LinearSchedule", "init_value": a, "end_value": b, "steps": n}
+
+
+def test_concat_named_form_joins_where_each_schedule_ends():
+    # the fork's form: names -> sections with their own steps, which add up to steps
+    s = build_schedule({
+        "class_name": "ConcatSchedule", "init_value": 0.1, "end_value": 0.01, "steps": 100,
+        "schedules": {"constant": {"class_name": "ConstantSchedule", "init_value": 0.1, "end_value": 0.1, "steps": 50},
+                      "linear": linear(0.1, 0.01, 50)},
+    })
+    np.testing.assert_allclose(at(s, 0, 49, 50, 75, 100, 500), [0.1, 0.1, 0.1, 0.055, 0.01, 0.01], rtol=1e-6)
+    assert s.total_steps == 100
+
+
+def test_concat_named_form_steps_default_to_the_sum_and_numbers_need_none():
+    s = build_schedule({"class_name": "Concat", "schedules": {"up": linear(0.0, 1.0, 4), "down": linear(1.0, 0.5, 2)}})
+    assert s.total_steps == 6
+    np.testing.assert_array_equal(at(s, 2, 4, 5, 6), f32(0.5, 1.0, 0.75, 0.5))
+
+
+def test_concat_refuses_a_jump_only_when_checking_continuity():
+    parts = {"up": linear(0.0, 1.0, 4), "down": linear(0.5, 0.0, 4)}
+    with pytest.raises(ValueError, match=r"jumps at step 4: up ends at 1.0, down starts at 0.5") as caught:
+        build_schedule({"class_name": "ConcatSchedule", "schedules": parts})
+    assert "check_continuity: false" in str(caught.value)
+    s = build_schedule({"class_name": "ConcatSchedule", "schedules": parts, "check_continuity": False})
+    np.testing.assert_array_equal(at(s, 3, 4, 8), f32(0.75, 0.5, 0.0))
+    # the list form checks only when asked
+    listed = {"class_name": "ConcatSchedule", "schedules": [linear(0.0, 1.0, 4), 0.5], "boundaries": [4]}
+    np.testing.assert_array_equal(at(build_schedule(listed), 4), f32(0.5))
+    with pytest.raises(ValueError, match=r"jumps at step 4: schedules\[0\] ends at 1.0, schedules\[1\] starts at 0.5"):
+        build_schedule({**listed, "check_continuity": True})
+
+
+@pytest.mark.parametrize(
+    "keys, match",
+    [
+        ({"init_value": 0.2}, r"jumps at step 0: init_value is 0.2 but up starts elsewhere"),
+        ({"end_value": 0.5}, r"jumps at its end: end_value is 0.5 but down ends at 0.0"),
+        ({"steps": 9}, r"(?s)steps must be the sum of the schedules' steps.*expected: steps: 8 \(up: 4 \+ down: 4\)"),
+        ({"boundaries": [4]}, r"boundaries does not go with named schedules"),
+        ({"schedules": {"up": linear(0.0, 1.0, 4), "flat": 1.0}}, r"schedules.flat needs steps"),
+        ({"check_continuity": "yes"}, r"check_continuity must be true or false"),
+    ],
+)
+def test_bad_named_concat(keys, match):
+    section = {"class_name": "ConcatSchedule", "schedules": {"up": linear(0.0, 1.0, 4), "down": linear(1.0, 0.0, 4)}}
+    with pytest.raises((ValueError, TypeError), match=match):
+        build_schedule({**section, **keys})
+
+
+def test_a_left_out_length_is_the_runs_and_else_an_error():
+    s = build_schedule({"class_name": "Linear", "init_value": 1.0, "end_value": 0.0}, run_steps=10)
+    assert s.total_steps == 10
+    np.testing.assert_array_equal(at(s, 5, 10), f32(0.5, 0.0))
+    seed = {k: v for k, v in SEED.items() if k not in ("steps", "decay_steps")}
+    assert build_schedule(seed, run_steps=1755).total_steps == 1755
+    with pytest.raises(ValueError, match=r"warmup_steps \(the decay needs >= 1 step\) = 201 > steps = 45"):
+        build_schedule(seed, run_steps=45)
+    with pytest.raises(ValueError, match=r"LinearSchedule\) needs steps: no run length is known"):
+        build_schedule({"class_name": "Linear", "init_value": 1.0, "end_value": 0.0})
+    # a ConcatSchedule's parts never take the run's length
+    with pytest.raises(ValueError, match=r"needs steps: no run length"):
+        build_schedule({"class_name": "Concat", "schedules": {"a": {"class_name": "Linear", "init_value": 1.0,
+                                                                      "end_value": 0.0}}}, run_steps=10)
+
+
 def test_schedule_jits_and_a_built_schedule_passes_through():
     s = build_schedule(SEED)
     assert build_schedule(s) is s
@@ -86,8 +154,8 @@ def test_schedule_jits_and_a_built_schedule_passes_through():
             {"schedules": [0.1, 0.2], "boundaries": [0]},
             r"boundaries\[0\] must be a whole number >= 1",
         ),
-        ({"schedules": [], "boundaries": []}, r"schedules must be a non-empty list"),
-        ({"schedules": 0.1, "boundaries": []}, r"schedules must be a non-empty list"),
+        ({"schedules": [], "boundaries": []}, r"schedules must be a non-empty mapping \(or list\)"),
+        ({"schedules": 0.1, "boundaries": []}, r"schedules must be a non-empty mapping \(or list\)"),
         ({"schedules": [0.1, 0.2], "boundaries": 5}, r"boundaries must be a list of ints"),
     ],
 )

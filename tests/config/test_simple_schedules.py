@@ -2,6 +2,7 @@
 both names of each registered schedule."""
 
 import numpy as np
+import pytest
 
 from gyre.config import SCHEDULES, build_schedule
 from gyre.config._simple_schedules import ConstantSchedule, CosineSchedule, LinearSchedule
@@ -33,3 +34,36 @@ def test_short_and_long_names_are_the_same_schedule():
     a = build_schedule({"class_name": "Cosine", "init_value": 1.0, "decay_steps": 4})
     b = build_schedule({"class_name": "CosineSchedule", "init_value": 1.0, "decay_steps": 4})
     np.testing.assert_array_equal(at(a, 0, 1, 2, 3, 4), at(b, 0, 1, 2, 3, 4))
+
+
+def test_cosine_with_the_forks_keys():
+    # steps is decay_steps, decay_factor is alpha (0.1 when left out with steps), end_value their product
+    s = CosineSchedule(init_value=0.1, steps=100)
+    np.testing.assert_allclose(at(s, 0, 100, 200), [0.1, 0.01, 0.01], rtol=1e-6)
+    same = CosineSchedule(init_value=0.1, decay_steps=100, alpha=0.1)
+    np.testing.assert_array_equal(at(s, 0, 30, 60, 100), at(same, 0, 30, 60, 100))
+    np.testing.assert_array_equal(
+        at(CosineSchedule(init_value=0.1, end_value=0.01, decay_factor=0.1, steps=100), 30), at(same, 30))
+    assert float(CosineSchedule(init_value=1.0, decay_steps=4)(4)) == 0.0  # optax's alpha: 0
+
+
+def test_constant_with_the_forks_keys():
+    s = ConstantSchedule(init_value=0.1, end_value=0.1, steps=100)
+    np.testing.assert_array_equal(at(s, 0, 100, 200), f32(0.1, 0.1, 0.1))
+    assert s.total_steps == 100 and ConstantSchedule(value=0.1).total_steps is None
+
+
+@pytest.mark.parametrize(
+    "section, match",
+    [
+        ({"class_name": "Constant", "init_value": 0.1, "end_value": 0.2}, r"end_value of a constant must equal its value"),
+        ({"class_name": "Constant", "value": 0.1, "init_value": 0.2}, r"value and init_value are two names of one setting"),
+        ({"class_name": "Constant", "steps": 3}, r"needs its value"),
+        ({"class_name": "Cosine", "init_value": 0.1, "steps": 100, "decay_steps": 90}, r"decay_steps and steps are two names"),
+        ({"class_name": "Cosine", "init_value": 0.1, "steps": 100, "end_value": 0.02, "decay_factor": 0.1},
+         r"end_value and decay_factor disagree"),
+    ],
+)
+def test_bad_fork_keys(section, match):
+    with pytest.raises(ValueError, match=match):
+        build_schedule(section)

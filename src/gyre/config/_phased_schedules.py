@@ -9,8 +9,8 @@ from typing import Any
 import jax.numpy as jnp
 import optax
 
-from gyre.config._sections import flag, here, real, who, whole
-from gyre.config._simple_schedules import _F32, _register
+from gyre.config._sections import flag, here, length, real, who, whole
+from gyre.config._simple_schedules import _F32, _register, close, decayed_end, disagree, with_total
 from gyre.core._errors import explain
 
 
@@ -19,25 +19,28 @@ def ExponentialSchedule(  # noqa: N802
     *,
     init_value: float,
     decay_rate: float | None = None,
-    transition_steps: int = 1,
+    transition_steps: int | None = None,
     warmup_steps: int = 0,
     cooldown_steps: int = 0,
     steps: int | None = None,
     end_factor: float | None = None,
+    end_value: float | None = None,
     staircase: bool = False,
 ) -> optax.Schedule:
     """Linear warmup, exponential decay, linear cooldown (jax_trainer's ``exponential_decay``,
-    with its discontinuity at the cooldown fixed).
+    with its discontinuity at the cooldown fixed; the kpoeppel fork's keys and maths).
 
     Phases, for step ``s`` (``total = steps``):
 
     * warmup, ``s < warmup_steps``: ``init_value * s / warmup_steps`` (from 0; at
       ``s = warmup_steps`` exactly ``init_value``);
-    * decay: ``init_value * decay_rate ** (t / transition_steps)``, ``t = s - warmup_steps``
-      (``floor`` of the exponent with ``staircase``). Give ``end_factor`` instead of
-      ``decay_rate`` to reach exactly ``init_value * end_factor`` at the decay's end,
-      ``total - cooldown_steps`` (then ``steps`` is required; ``transition_steps`` and
-      ``staircase`` are not used);
+    * decay: ``init_value * decay_rate ** (t / period)``, ``t = s - warmup_steps`` (``floor``
+      of the exponent with ``staircase``). The period is ``transition_steps`` when given;
+      else, with ``steps``, the whole decay (``steps - warmup_steps - cooldown_steps``: the
+      fork's meaning, ``decay_rate`` is the factor reached at its end, ``0.1`` if left out);
+      else 1 step. Give ``end_factor`` (or ``end_value = init_value * end_factor``) instead
+      of ``decay_rate`` to reach exactly that value at the decay's end
+      (``staircase`` and ``transition_steps`` then do not apply);
     * cooldown, the last ``cooldown_steps`` before ``total``: linear from the decayed value at
       ``total - cooldown_steps`` down to exactly 0 at ``total``.
 
@@ -49,68 +52,81 @@ def ExponentialSchedule(  # noqa: N802
         ...                         cooldown_steps=4, steps=12)
         >>> [float(s(i)) for i in (0, 1, 2, 8, 10, 12, 20)]
         [0.0, 0.5, 1.0, 0.25, 0.125, 0.0, 0.0]
+        >>> s = ExponentialSchedule(init_value=0.1, decay_rate=0.1, steps=100)
+        >>> [round(float(s(i)), 4) for i in (0, 50, 100)]
+        [0.1, 0.0316, 0.01]
     """
+    name = "ExponentialSchedule"
     init = real("init_value", init_value)
     warmup, cooldown = (
         whole("warmup_steps", warmup_steps, minimum=0),
         whole("cooldown_steps", cooldown_steps, minimum=0),
     )
-    period, stairs = (
-        whole("transition_steps", transition_steps, minimum=1),
-        flag("staircase", staircase),
-    )
-    total = None if steps is None else whole("steps", steps, minimum=1)
-    if (decay_rate is None) == (end_factor is None):
-        raise ValueError(
-            explain(
-                f"{who('ExponentialSchedule')} needs exactly one of decay_rate and end_factor",
-                expected="decay_rate: the factor per transition_steps, or end_factor: the fraction of init_value reached at the decay's end",
-                received=f"decay_rate={decay_rate!r}, end_factor={end_factor!r}",
-                fix="keep one of them",
-            )
-        )
-    if total is None and (cooldown or end_factor is not None):
+    period = None if transition_steps is None else whole("transition_steps", transition_steps, minimum=1)
+    stairs = flag("staircase", staircase)
+    if decay_rate is not None and end_factor is not None:
+        raise _exactly_one(decay_rate, end_factor, end_value)
+    if decay_rate is None and end_factor is None and end_value is None:
+        if steps is None:
+            raise _exactly_one(decay_rate, end_factor, end_value)
+        decay_rate = 0.1  # the fork's default: the rate reached at steps
+    if steps is None and (cooldown or decay_rate is None):
         raise ValueError(
             explain(
                 f"{here('steps')} is required with cooldown_steps or end_factor",
                 expected="steps: the schedule's total number of steps",
-                received=f"cooldown_steps={cooldown}, end_factor={end_factor!r}, no steps",
+                received=f"cooldown_steps={cooldown}, end_factor={end_factor!r}, end_value={end_value!r}, no steps",
                 fix="add steps: <total training steps>",
             )
         )
+    total = None if steps is None else whole("steps", steps, minimum=1)
     if total is not None and warmup + cooldown > total:
-        raise _phases_exceed(
-            "warmup_steps + cooldown_steps", warmup + cooldown, total, "ExponentialSchedule"
-        )
+        raise _phases_exceed("warmup_steps + cooldown_steps", warmup + cooldown, total, name)
     decay_end = None if total is None else total - cooldown
-    if end_factor is not None:
-        base = real("end_factor", end_factor, above=0.0)
-        if stairs or period != 1:
+    given_end = None if end_value is None else real("end_value", end_value)
+    if decay_rate is None:  # end_factor or end_value: the decay reaches it exactly
+        if stairs or period not in (None, 1):
             raise ValueError(
                 explain(
-                    f"{who('ExponentialSchedule')}: end_factor sets the whole decay: staircase and transition_steps do not apply",
-                    expected="staircase: false and transition_steps: 1 with end_factor",
+                    f"{who(name)}: end_factor sets the whole decay: staircase and transition_steps do not apply",
+                    expected="staircase: false and no transition_steps with end_factor",
                     received=f"staircase={stairs}, transition_steps={period}",
                     fix="drop staircase/transition_steps, or give decay_rate instead of end_factor",
                 )
             )
-        period = decay_end - warmup  # type: ignore[operator]
-        if period < 1:
-            raise _phases_exceed(
-                "warmup_steps + cooldown_steps (the decay needs >= 1 step)",
-                warmup + cooldown + 1,
-                total,
-                "ExponentialSchedule",
-            )  # type: ignore[arg-type]
-        end = init * base
+        stairs, period = False, _decay_length(decay_end, warmup, cooldown, total, name)
+        factor = None if end_factor is None else real("end_factor", end_factor, above=0.0)
+        if given_end is not None:
+            ratio = given_end / init if init else 0.0
+            if ratio <= 0.0:
+                raise ValueError(
+                    explain(
+                        f"{here('end_value')} must be a fraction of init_value (same sign, not 0)",
+                        expected="end_value = init_value * end_factor with end_factor > 0 (an exponential decay never reaches 0)",
+                        received=f"end_value: {given_end!r}, init_value: {init!r}",
+                        fix="write end_factor: 0.1, and cooldown_steps to end at 0",
+                    )
+                )
+            if factor is not None and not close(given_end, init * factor):
+                raise disagree(
+                    name, f"end_value and end_factor disagree: end_value = init_value * end_factor = {init * factor!r}",
+                    f"end_value: {given_end!r}, end_factor: {factor!r}", "keep only one of them",
+                )
+            factor = ratio if factor is None else factor
+        base = factor
+        end = init * base  # type: ignore[operator]
     else:
         base = real("decay_rate", decay_rate, above=0.0)
+        if period is None:
+            period = 1 if total is None else _decay_length(decay_end, warmup, cooldown, total, name)
         exponent = None if decay_end is None else (decay_end - warmup) / period
-        end = (
-            None
-            if exponent is None
-            else init * base ** (math.floor(exponent) if stairs else exponent)
-        )
+        end = None if exponent is None else init * base ** (math.floor(exponent) if stairs else exponent)
+        if given_end is not None and (end is None or not close(given_end, end)):
+            raise disagree(
+                name, f"end_value and decay_rate disagree: the decay ends at {end!r}",
+                f"end_value: {given_end!r}, decay_rate: {base!r}, steps: {total}",
+                "keep only one of them (end_value alone reaches it exactly)",
+            )
 
     def schedule(count: Any) -> Any:
         c = jnp.asarray(count)
@@ -126,7 +142,28 @@ def ExponentialSchedule(  # noqa: N802
             value = jnp.where(c > decay_end, end * ((total - c).astype(_F32) / cooldown), value)
         return value
 
-    return schedule
+    return with_total(schedule, total)
+
+
+def _exactly_one(decay_rate: object, end_factor: object, end_value: object) -> ValueError:
+    return ValueError(
+        explain(
+            f"{who('ExponentialSchedule')} needs exactly one of decay_rate and end_factor (or end_value)",
+            expected="decay_rate: the factor per period (with steps and no transition_steps: reached at steps), "
+            "or end_factor: the fraction of init_value reached at the decay's end",
+            received=f"decay_rate={decay_rate!r}, end_factor={end_factor!r}, end_value={end_value!r}",
+            fix="keep one of them (with steps, decay_rate left out is 0.1)",
+        )
+    )
+
+
+def _decay_length(decay_end: int | None, warmup: int, cooldown: int, total: int | None, name: str) -> int:
+    period = decay_end - warmup  # type: ignore[operator]
+    if period < 1:
+        raise _phases_exceed(
+            "warmup_steps + cooldown_steps (the decay needs >= 1 step)", warmup + cooldown + 1, total, name  # type: ignore[arg-type]
+        )
+    return period
 
 
 @_register
@@ -163,14 +200,7 @@ def WarmupCosineDecaySchedule(  # noqa: N802
         real("exponent", exponent, above=0.0),
     )
     if decay_steps is None and steps is None:
-        raise ValueError(
-            explain(
-                f"{who('WarmupCosineDecaySchedule')} needs steps or decay_steps",
-                expected="steps (the total) and/or decay_steps (the decay after the warmup)",
-                received="neither",
-                fix="add steps: <total steps>",
-            )
-        )
+        steps = length("steps", None, name="WarmupCosineDecaySchedule", keys="steps or decay_steps")
     decay = None if decay_steps is None else whole("decay_steps", decay_steps, minimum=1)
     total = None if steps is None else whole("steps", steps, minimum=1)
     if decay is None:
@@ -197,7 +227,10 @@ def WarmupCosineDecaySchedule(  # noqa: N802
                 fix=f"write steps: {warmup + decay}, or decay_steps: {total - warmup}, or drop one of them",
             )
         )
-    end = _end_value(peak, decay_factor, end_value)
+    factor = None if decay_factor is None else real("decay_factor", decay_factor)
+    end = decayed_end(
+        "WarmupCosineDecaySchedule", peak, factor, None if end_value is None else real("end_value", end_value), 0.1
+    )
 
     def schedule(count: Any) -> Any:
         c = jnp.asarray(count)
@@ -208,28 +241,7 @@ def WarmupCosineDecaySchedule(  # noqa: N802
             value = jnp.where(c < warmup, init + (peak - init) * (c.astype(_F32) / warmup), value)
         return jnp.where(c >= total, _F32(end), value)
 
-    return schedule
-
-
-def _end_value(peak: float, decay_factor: float | None, end_value: float | None) -> float:
-    factor = None if decay_factor is None else real("decay_factor", decay_factor)
-    end = None if end_value is None else real("end_value", end_value)
-    if (
-        factor is not None
-        and end is not None
-        and not math.isclose(end, peak * factor, rel_tol=1e-9, abs_tol=1e-15)
-    ):
-        raise ValueError(
-            explain(
-                f"{who('WarmupCosineDecaySchedule')}: end_value and decay_factor disagree",
-                expected=f"end_value = peak_value * decay_factor = {peak * factor!r}",
-                received=f"end_value: {end!r}, decay_factor: {factor!r}",
-                fix="keep only one of them",
-            )
-        )
-    if end is not None:
-        return end
-    return peak * (0.1 if factor is None else factor)
+    return with_total(schedule, total)
 
 
 def _phases_exceed(what: str, used: int, total: int, name: str = "schedule") -> ValueError:

@@ -17,6 +17,7 @@ from gyre.config._registry import Registry
 from gyre.core._errors import as_integer, describe, explain, suggest
 
 _WHERE: ContextVar[str] = ContextVar("gyre_config_where", default="")
+_RUN_STEPS: ContextVar[int | None] = ContextVar("gyre_config_run_steps", default=None)
 
 
 # -- sections: shared by the schedule, transform and optimizer builders ------------------------
@@ -36,6 +37,41 @@ def at(where: str) -> Iterator[None]:
         yield
     finally:
         _WHERE.reset(token)
+
+
+@contextlib.contextmanager
+def run_length(steps: int | None) -> Iterator[None]:
+    """Within the block, a schedule whose length is left out lasts ``steps`` (the run's
+    training steps: epochs x batches per epoch); ``None``: no run length is known."""
+    token = _RUN_STEPS.set(steps)
+    try:
+        yield
+    finally:
+        _RUN_STEPS.reset(token)
+
+
+def run_steps() -> int | None:
+    """The run's length set by :func:`run_length`, or ``None``."""
+    return _RUN_STEPS.get()
+
+
+def length(key: str, value: object, *, name: str, keys: str = "") -> int:
+    """A schedule's length: ``value`` (a whole number >= 1), or, when it is ``None``, the
+    run's length (:func:`run_length`); neither is an error naming ``key``."""
+    if value is not None:
+        return whole(key, value, minimum=1)
+    steps = run_steps()
+    if steps is None:
+        raise ValueError(
+            explain(
+                f"{who(name)} needs {keys or key}: no run length is known to default to",
+                expected=f"{key}: the schedule's number of steps (left out, it is the run's: epochs x batches per epoch, "
+                "known when the trainer or gyre fit builds the optimizer)",
+                received=f"no {key}",
+                fix=f"write {key}: <steps>, or build it with build_optimizer(section, total_steps=<the run's steps>)",
+            )
+        )
+    return steps
 
 
 def class_name_of(section: object, *, where: str, registry: Registry, also: str = "") -> str:

@@ -1,8 +1,15 @@
 """The schedules of one formula: constant, linear and cosine decay, registered in
 :data:`~gyre.config.SCHEDULES` under both names (``Cosine`` and ``CosineSchedule``); see
 :mod:`gyre.config._schedules`.
+
+Each takes jax_trainer's keys (the kpoeppel fork's: ``init_value``, ``end_value``, ``steps``,
+``decay_factor``) beside optax's (``value``, ``decay_steps``, ``alpha``), with the fork's
+maths. A schedule's length left out is the run's (see :func:`gyre.config.build_optimizer`).
+Every built schedule carries ``total_steps``: its length, or ``None`` when it has none (a
+constant, an exponential decay that goes on).
 """
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +17,8 @@ import jax.numpy as jnp
 import optax
 
 from gyre.config._registry import SCHEDULES
-from gyre.config._sections import real, whole
+from gyre.config._sections import length, real, who, whole
+from gyre.core._errors import explain
 
 _F32 = jnp.float32
 
@@ -21,64 +29,156 @@ def _register(function: Callable[..., optax.Schedule]) -> Callable[..., optax.Sc
     return function
 
 
+def with_total(schedule: Callable[[Any], Any], total: int | None) -> optax.Schedule:
+    """``schedule`` with its length recorded as ``schedule.total_steps`` (``None``: none)."""
+    schedule.total_steps = total  # type: ignore[attr-defined]
+    return schedule
+
+
+def total_steps(schedule: object) -> int | None:
+    """The length a schedule built here records (``None`` for one without, or built elsewhere)."""
+    return getattr(schedule, "total_steps", None)
+
+
+def close(a: float, b: float) -> bool:
+    """Whether two config values are the same number (numpy's ``allclose`` tolerances, the fork's)."""
+    return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-8)
+
+
+def disagree(name: str, what: str, given: str, fix: str) -> ValueError:
+    """The error of two keys of one schedule that say different things."""
+    return ValueError(
+        explain(f"{who(name)}: {what}", expected=what.split(": ", 1)[-1], received=given, fix=fix)
+    )
+
+
+def one_of(name: str, a_key: str, a: object, b_key: str, b: object) -> object:
+    """The value of two keys that are two names of one setting (either, or both if equal)."""
+    if a is not None and b is not None and a != b:
+        raise disagree(
+            name, f"{a_key} and {b_key} are two names of one setting: they must agree",
+            f"{a_key}: {a!r}, {b_key}: {b!r}", "keep only one of them",
+        )
+    return a if a is not None else b
+
+
+def decayed_end(
+    name: str, base: float, factor: float | None, end: float | None, default: float,
+    factor_key: str = "decay_factor",
+) -> float:
+    """The end value ``base * factor``: ``factor``, or ``end`` (both: they must agree), or
+    the ``default`` factor."""
+    if factor is not None and end is not None and not close(end, base * factor):
+        raise disagree(
+            name, f"end_value and {factor_key} disagree: end_value = {base!r} * {factor_key} = {base * factor!r}",
+            f"end_value: {end!r}, {factor_key}: {factor!r}", "keep only one of them",
+        )
+    if end is not None:
+        return end
+    return base * (default if factor is None else factor)
+
+
 @_register
-def ConstantSchedule(*, value: float) -> optax.Schedule:  # noqa: N802 (config class names)
-    """The same learning rate at every step (a plain number in a config means this).
+def ConstantSchedule(  # noqa: N802 (config class names)
+    *,
+    value: float | None = None,
+    init_value: float | None = None,
+    end_value: float | None = None,
+    steps: int | None = None,
+) -> optax.Schedule:
+    """The same learning rate at every step (a plain number in a config means this):
+    ``value``, or ``init_value`` (jax_trainer's key; ``end_value``, if given, must equal
+    it). ``steps`` is its length inside a ``ConcatSchedule`` (optional elsewhere).
 
     Example:
-        >>> float(ConstantSchedule(value=0.5)(10**6))
-        0.5
+        >>> float(ConstantSchedule(value=0.5)(10**6)), float(ConstantSchedule(init_value=0.5, steps=10)(3))
+        (0.5, 0.5)
     """
-    v = real("value", value)
+    name = "ConstantSchedule"
+    given = one_of(name, "value", value, "init_value", init_value)
+    if given is None:
+        raise ValueError(
+            explain(
+                f"{who(name)} needs its value",
+                expected="value: <the learning rate> (or init_value, jax_trainer's key)",
+                received="neither value nor init_value",
+                fix="write value: 0.001",
+            )
+        )
+    v = real("value" if value is not None else "init_value", given)
+    if end_value is not None and not close(real("end_value", end_value), v):
+        raise disagree(name, f"end_value of a constant must equal its value: {v!r}",
+                       f"end_value: {end_value!r}", "drop end_value, or use a LinearSchedule to change the rate")
+    total = None if steps is None else whole("steps", steps, minimum=0)
 
     def schedule(count: Any) -> Any:
         return jnp.full(jnp.shape(count), v, _F32)
 
-    return schedule
+    return with_total(schedule, total)
 
 
 @_register
-def LinearSchedule(*, init_value: float, end_value: float, steps: int) -> optax.Schedule:  # noqa: N802
+def LinearSchedule(  # noqa: N802
+    *, init_value: float, end_value: float, steps: int | None = None
+) -> optax.Schedule:
     """From ``init_value`` at step 0 linearly to ``end_value`` at step ``steps`` (exact at
-    both), then ``end_value``.
+    both; left out: the run's length), then ``end_value``.
 
     Example:
         >>> s = LinearSchedule(init_value=1.0, end_value=0.0, steps=4)
         >>> [float(s(i)) for i in (0, 1, 4, 9)]
         [1.0, 0.75, 0.0, 0.0]
     """
-    a, b, n = (
-        real("init_value", init_value),
-        real("end_value", end_value),
-        whole("steps", steps, minimum=1),
-    )
+    a, b = real("init_value", init_value), real("end_value", end_value)
+    n = length("steps", steps, name="LinearSchedule")
 
     def schedule(count: Any) -> Any:
         c = jnp.asarray(count)
         return jnp.where(c >= n, _F32(b), a + (b - a) * (jnp.minimum(c, n).astype(_F32) / n))
 
-    return schedule
+    return with_total(schedule, n)
 
 
 @_register
-def CosineSchedule(
-    *, init_value: float, decay_steps: int, alpha: float = 0.0, exponent: float = 1.0
-) -> optax.Schedule:  # noqa: N802
+def CosineSchedule(  # noqa: N802
+    *,
+    init_value: float,
+    decay_steps: int | None = None,
+    alpha: float | None = None,
+    exponent: float = 1.0,
+    steps: int | None = None,
+    decay_factor: float | None = None,
+    end_value: float | None = None,
+) -> optax.Schedule:
     """Cosine decay from ``init_value`` at step 0 to ``alpha * init_value`` at step
     ``decay_steps`` (exact at both), then constant: ``end + (init - end) * c ** exponent``
     with ``c = (1 + cos(pi * step / decay_steps)) / 2`` (optax's ``cosine_decay_schedule``).
+
+    jax_trainer's keys name the same settings: ``steps`` is ``decay_steps``,
+    ``decay_factor`` is ``alpha``, and ``end_value`` is ``init_value * alpha``. The factor
+    left out is jax_trainer's 0.1 when the length is written ``steps``, optax's 0.0 when it is
+    ``decay_steps`` (or left out: the run's length).
 
     Example:
         >>> s = CosineSchedule(init_value=1.0, decay_steps=4, alpha=0.5)
         >>> [round(float(s(i)), 6) for i in (0, 2, 4, 5)]
         [1.0, 0.75, 0.5, 0.5]
+        >>> round(float(CosineSchedule(init_value=0.1, steps=100)(100)), 6)
+        0.01
     """
-    init, n = real("init_value", init_value), whole("decay_steps", decay_steps, minimum=1)
-    end, power = init * real("alpha", alpha), real("exponent", exponent, above=0.0)
+    name = "CosineSchedule"
+    init = real("init_value", init_value)
+    n = length("steps", one_of(name, "decay_steps", decay_steps, "steps", steps), name=name)
+    factor = one_of(name, "alpha", alpha, "decay_factor", decay_factor)
+    factor = None if factor is None else real("alpha" if alpha is not None else "decay_factor", factor)
+    end_given = None if end_value is None else real("end_value", end_value)
+    end = decayed_end(name, init, factor, end_given, 0.1 if steps is not None else 0.0)
+    power = real("exponent", exponent, above=0.0)
 
     def schedule(count: Any) -> Any:
         c = jnp.asarray(count)
         cosine = 0.5 * (1.0 + jnp.cos(jnp.pi * (jnp.minimum(c, n).astype(_F32) / n)))
         return jnp.where(c >= n, _F32(end), init - (init - end) * (1.0 - cosine**power))
 
-    return schedule
+    return with_total(schedule, n)
+
