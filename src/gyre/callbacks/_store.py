@@ -53,6 +53,8 @@ class CheckpointError(RuntimeError):
         (3, True)
     """
 
+    __module__ = "gyre.callbacks"  # its public path, in tracebacks and reprs
+
     def __init__(self, message: str, *, step: int | None = None) -> None:
         super().__init__(message)
         self.step = step

@@ -129,6 +129,8 @@ class ExplainedKeyError(KeyError):
         "no entry 'los'\\n  fix: use 'loss'"
     """
 
+    __module__ = "gyre.core"  # its public path, in tracebacks and reprs
+
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
 
@@ -146,6 +148,8 @@ class LoopWarning(UserWarning):
         >>> caught[0].category.__name__
         'LoopWarning'
     """
+
+    __module__ = "gyre"  # its public path, in tracebacks and reprs
 
 
 def warn(message: str, category: type[Warning] = LoopWarning) -> None:

@@ -26,6 +26,8 @@ class StopTrainingError(Exception):
         'no progress Training stopped early. Best step: 20, best metric: 0.2500.'
     """
 
+    __module__ = "gyre.jaxloop"  # its public path, in tracebacks and reprs
+
     def __init__(self, message: str, best_step: int | None = None, best_metric: float | None = None) -> None:
         super().__init__(message)
         self.best_step = best_step
@@ -141,7 +143,7 @@ class EarlyStoppingAction(Action):
         >>> action({"step": 2}, {"loss": [2.0]})
         Traceback (most recent call last):
         ...
-        gyre.jaxloop._stopping.StopTrainingError: Early stopping triggered for metric 'loss' Training stopped early. Best step: 1, best metric: 1.0000.
+        gyre.jaxloop.StopTrainingError: Early stopping triggered for metric 'loss' Training stopped early. Best step: 1, best metric: 1.0000.
     """
 
     def __init__(self, handler: MetricMonitoringStopHandler, interval: int = 1) -> None:

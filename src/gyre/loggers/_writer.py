@@ -72,6 +72,8 @@ class WriterError(RuntimeError):
         True
     """
 
+    __module__ = "gyre"  # its public path, in tracebacks and reprs
+
 
 def require(module: str, *, extra: str, who: str) -> ModuleType:
     """Imports an optional dependency, or raises an ``ImportError`` naming the extra.

@@ -77,6 +77,8 @@ class NonFiniteError(FloatingPointError):
         "loss" is nan at step 2
     """
 
+    __module__ = "gyre"  # its public path, in tracebacks and reprs
+
     def __init__(self, message: str, *, step: int, collection: str, name: str, value: float) -> None:
         super().__init__(message)
         self.step = step
@@ -257,7 +259,7 @@ class FiniteCheck:
         >>> h.commit(gyre.Elapsed(steps=2), gyre.logs().add_metric("acc", math.inf))
         >>> check.check()
         Traceback (most recent call last):
-        gyre.loop._nan.NonFiniteError: "acc" is inf at step 2...
+        gyre.NonFiniteError: "acc" is inf at step 2...
     """
 
     def __init__(
