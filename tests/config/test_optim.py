@@ -300,12 +300,11 @@ def test_nnx_optimizer_state_and_parameter_paths():
                 "learning_rate": {
                     "class_name": "Cosine",
                     "init_value": 0.1,
-                    "decay_steps": 10,
-                    "steps": 10,
+                    "decay_step": 10,
                 },
             },
             ValueError,
-            r"unknown key 'steps' at optimizer.learning_rate \(Cosine\)\. Did you mean 'decay_steps'",
+            r"unknown key 'decay_step' at optimizer.learning_rate \(Cosine\)\. Did you mean 'decay_steps'",
         ),
         (
             {
@@ -343,3 +342,50 @@ def test_optax_rejecting_a_value_is_reported_with_the_path():
         build_optimizer(
             {"class_name": "lbfgs", "learning_rate": 0.1, "memory_size": "x"}, where="opt"
         )
+
+
+# -- the kpoeppel fork's optimizers: Lamb's trust ratio, SGD's momentum, log_learning_rate --------
+
+
+def lamb_params():
+    return {"layer": {"bias": jnp.full(2, 3.0), "weight": jnp.full(2, 3.0)}}
+
+
+def test_lamb_applies_the_trust_ratio_where_the_weight_decay_mask_says():
+    g = {"layer": {"bias": jnp.full(2, 2.0), "weight": jnp.full(2, 2.0)}}
+    tx = build_optimizer({"class_name": "Lamb", "learning_rate": 0.1})
+    u = tx.update(g, tx.init(lamb_params()), lamb_params())[0]["layer"]
+    # Adam's first step is ~1 per element; the trust ratio ||p|| / ||u|| = 3 on the weight only
+    np.testing.assert_allclose([u["bias"][0], u["weight"][0]], [-0.1, -0.3], rtol=1e-5)
+    masked = build_optimizer({"class_name": "Lamb", "learning_rate": 0.1,
+                              "weight_decay": {"value": 0.5, "parameter_regex_include": "bias$"}})
+    u = masked.update(g, masked.init(lamb_params()), lamb_params())[0]["layer"]
+    # bias: (1 + 0.5 * 3) scaled to ||p|| = 3 per element; weight: no decay, no trust ratio
+    np.testing.assert_allclose([u["bias"][0], u["weight"][0]], [-0.3, -0.1], rtol=1e-5)
+    # a plain number decays every parameter, and the trust ratio applies to all (optax.lamb)
+    every = build_optimizer({"class_name": "Lamb", "learning_rate": 0.1, "weight_decay": 0.0})
+    u = every.update(g, every.init(lamb_params()), lamb_params())[0]["layer"]
+    np.testing.assert_allclose([u["bias"][0], u["weight"][0]], [-0.3, -0.3], rtol=1e-5)
+
+
+def test_sgd_momentum_null_is_no_momentum():
+    p, g = {"w": jnp.zeros(1)}, {"w": jnp.ones(1)}
+    tx = build_optimizer({"class_name": "SGD", "learning_rate": 0.5, "momentum": None})
+    state = tx.init(p)
+    first, state = tx.update(g, state, p)
+    second, _ = tx.update(g, state, p)
+    assert first["w"].tolist() == second["w"].tolist() == [-0.5]
+
+
+def test_log_learning_rate_false_leaves_no_rate_in_the_state():
+    schedule = {"class_name": "Linear", "init_value": 1.0, "end_value": 0.0, "steps": 4}
+    p, g = {"w": jnp.zeros(1)}, {"w": jnp.ones(1)}
+    for name in ("SGD", "Adam", "AdamW", "Lamb"):
+        tx = build_optimizer({"class_name": name, "learning_rate": schedule, "log_learning_rate": False})
+        assert learning_rate_of(tx.init(p)) is None
+        logged = build_optimizer({"class_name": name, "learning_rate": schedule})
+        a, _ = tx.update(g, tx.init(p), p)
+        b, _ = logged.update(g, logged.init(p), p)
+        np.testing.assert_allclose(a["w"], b["w"], rtol=1e-6)  # the same maths either way
+    with pytest.raises(TypeError, match=r"log_learning_rate must be true or false"):
+        build_optimizer({"class_name": "SGD", "learning_rate": 0.1, "log_learning_rate": "no"})

@@ -521,7 +521,7 @@ def test_the_seed_optimizer_section_validates_against_gyre_s_optimizers():
     }
     checked = validate_optimizer(section)
     assert checked["learning_rate"]["peak_value"] == 0.001 and checked["weight_decay"]["value"] == 0.01
-    assert checked["weight_decay"]["before_optimizer"] is False
+    assert checked["weight_decay"]["before_optimizer"] is None  # not used in AdamW's own decay
     build_optimizer(checked)  # the filled-in defaults build the same optimizer
     with pytest.raises(ConfigError, match=r"unknown key optimizer\.weight_decay\.parameter_regex_includ "):
         validate_optimizer({**section, "weight_decay": {"class_name": "WeightDecay", "value": 0.1,

@@ -32,7 +32,7 @@ def flat(tree):
 
 def decoupled_step(**weight_decay):
     """One update of a WeightDecay after the optimizer with lr 0.5 on zero updates."""
-    tx = WeightDecay(**weight_decay).make(learning_rate=0.5)
+    tx = WeightDecay(**weight_decay, before_optimizer=False).make(learning_rate=0.5)
     return flat(tx.update(zeros(), tx.init(params()), params())[0])
 
 
@@ -108,9 +108,10 @@ def test_decoupled_weight_decay_exact_numbers():
 
 def test_weight_decay_in_the_chain_before_and_after_the_optimizer():
     g = jax.tree.map(jnp.ones_like, params())
-    decay = {"class_name": "WeightDecay", "value": 0.25, "parameter_regex_include": "kernel$"}
+    coupled = {"class_name": "WeightDecay", "value": 0.25, "parameter_regex_include": "kernel$"}
+    decay = {**coupled, "before_optimizer": False}
     after = sgd_step(g, decay, p=params())
-    before = sgd_step(g, {**decay, "before_optimizer": True}, p=params())
+    before = sgd_step(g, coupled, p=params())  # jax_trainer's default: coupled
     # SGD: coupled -lr*(g + wd*p) equals decoupled -lr*g - lr*wd*p
     assert (
         after
@@ -125,7 +126,7 @@ def test_weight_decay_in_the_chain_before_and_after_the_optimizer():
     # Adam normalises a coupled decay away on the first step; the decoupled one stays
     adam = {"class_name": "Adam", "learning_rate": 0.5}
     tx_after = build_optimizer({**adam, "transforms": [decay]})
-    tx_before = build_optimizer({**adam, "transforms": [{**decay, "before_optimizer": True}]})
+    tx_before = build_optimizer({**adam, "transforms": [coupled]})
     u_after = tx_after.update(g, tx_after.init(params()), params())[0]["Dense_0"]["kernel"]
     u_before = tx_before.update(g, tx_before.init(params()), params())[0]["Dense_0"]["kernel"]
     np.testing.assert_allclose([u_after[0], u_before[0]], [-0.75, -0.5], rtol=1e-5)
@@ -172,7 +173,9 @@ def test_registered_transforms_and_flags():
     assert {"WeightDecay", "GradClipNorm", "GradClipValue"} <= set(TRANSFORMS)
     assert GradClipNorm(max_norm=1.0).before_optimizer is True
     assert GradClipValue(max_delta=1.0).before_optimizer is True
-    assert WeightDecay(value=0.1).before_optimizer is False
+    # coupled by default, as jax_trainer's WeightDecay transform (before the optimizer)
+    assert WeightDecay(value=0.1).before_optimizer is True
+    assert WeightDecay(value=0.1, before_optimizer=False).before_optimizer is False
     assert build_transforms(None) == [] == build_transforms([])
 
 
@@ -271,10 +274,13 @@ def test_bad_transforms_values():
 
 def test_decoupled_decay_needs_the_learning_rate():
     with pytest.raises(ValueError, match=r"needs the current learning rate"):
-        WeightDecay(value=0.1).make()
-    assert isinstance(
-        WeightDecay(value=0.1, before_optimizer=True).make(), optax.GradientTransformation
-    )
+        WeightDecay(value=0.1, before_optimizer=False).make()
+    assert isinstance(WeightDecay(value=0.1).make(), optax.GradientTransformation)
+    # an optimizer that does not inject its rate cannot run a decoupled decay
+    with pytest.raises(ValueError, match=r"log_learning_rate: true"):
+        build_optimizer({"class_name": "SGD", "log_learning_rate": False, "learning_rate": {
+                         "class_name": "Linear", "init_value": 0.1, "end_value": 0.0, "steps": 10},
+                         "transforms": [{"class_name": "WeightDecay", "value": 0.1, "before_optimizer": False}]})
 
 
 def test_a_registered_transform_must_return_a_transform(monkeypatch):

@@ -48,6 +48,7 @@ def assemble_optimizer(
     *,
     learning_rate: ScheduleConfig | optax.Schedule,
     transforms: TransformsConfig | list[Transform] = (),
+    log_learning_rate: bool = True,
 ) -> optax.GradientTransformation:
     """``core`` (``learning_rate -> optax optimizer``) with its learning rate injected as a
     hyperparameter and the transforms chained before and after it: what every optimizer in
@@ -57,6 +58,9 @@ def assemble_optimizer(
         core: builds the optimizer for a given (scalar) learning rate.
         learning_rate: a number, a schedule section or an ``optax.Schedule``.
         transforms: transform sections (a list, or a mapping of names to sections).
+        log_learning_rate: inject the learning rate in the optimizer state, where
+            :func:`learning_rate_of` (and the ``LearningRateMonitor``) reads it; ``False``
+            passes the schedule to ``core`` as it is (jax_trainer's key): nothing to read.
 
     Returns:
         The ``optax.GradientTransformation``.
@@ -85,6 +89,8 @@ def assemble_optimizer(
             *(t.make(learning_rate) for t in after),
         )
 
+    if not flag("log_learning_rate", log_learning_rate):
+        return factory(schedule)
     return optax.inject_hyperparams(factory, hyperparam_dtype=jnp.float32)(learning_rate=schedule)
 
 
@@ -103,6 +109,9 @@ def _beta(key: str, value: object) -> float:
 
 
 def _weight_decay(value: object) -> tuple[float, Callable[[Any], Any] | None]:
+    """The rate and mask of an optimizer's own (decoupled) weight decay: a number (every
+    parameter), or a ``WeightDecay`` section (``before_optimizer`` is not used there: left
+    out or false; true is an error)."""
     where = here("weight_decay")
     if isinstance(value, (Mapping, Transform)):
         section = (
@@ -111,7 +120,8 @@ def _weight_decay(value: object) -> tuple[float, Callable[[Any], Any] | None]:
             else {"class_name": "WeightDecay", **value}
         )
         built = build_transform(section, where=where)
-        if not isinstance(built, WeightDecayTransform) or built.before_optimizer:
+        coupled = isinstance(value, Mapping) and value.get("before_optimizer") is True
+        if not isinstance(built, WeightDecayTransform) or coupled:
             raise ValueError(
                 explain(
                     f"{where} must be a WeightDecay section applied inside the optimizer (decoupled)",
@@ -135,10 +145,11 @@ def AdamW(  # noqa: N802 (config class names)
     weight_decay: float | Mapping[str, Any] = 0.0,
     nesterov: bool = False,
     transforms: TransformsConfig = (),
+    log_learning_rate: bool = True,
 ) -> optax.GradientTransformation:
     """Adam with decoupled weight decay (``optax.adamw``). ``weight_decay`` is a rate for
     every parameter, or a ``WeightDecay`` section (its ``value`` and regex mask; its
-    ``class_name`` may be left out).
+    ``class_name`` may be left out). ``log_learning_rate``: see :func:`assemble_optimizer`.
 
     Example:
         >>> tx = AdamW(learning_rate=1e-3, weight_decay={"value": 0.01, "parameter_regex_include": "kernel$"})
@@ -166,6 +177,7 @@ def AdamW(  # noqa: N802 (config class names)
         ),
         learning_rate=learning_rate,
         transforms=transforms,
+        log_learning_rate=log_learning_rate,
     )
 
 
@@ -179,8 +191,9 @@ def Adam(  # noqa: N802
     eps_root: float = 0.0,
     nesterov: bool = False,
     transforms: TransformsConfig = (),
+    log_learning_rate: bool = True,
 ) -> optax.GradientTransformation:
-    """Adam (``optax.adam``).
+    """Adam (``optax.adam``). ``log_learning_rate``: see :func:`assemble_optimizer`.
 
     Example:
         >>> import jax.numpy as jnp
@@ -200,6 +213,7 @@ def Adam(  # noqa: N802
         lambda lr: optax.adam(lr, b1=b1, b2=b2, eps=eps, eps_root=eps_root, nesterov=nesterov),
         learning_rate=learning_rate,
         transforms=transforms,
+        log_learning_rate=log_learning_rate,
     )
 
 
@@ -207,12 +221,13 @@ def Adam(  # noqa: N802
 def SGD(  # noqa: N802
     *,
     learning_rate: ScheduleConfig,
-    momentum: float = 0.0,
+    momentum: float | None = 0.0,
     nesterov: bool = False,
     transforms: TransformsConfig = (),
+    log_learning_rate: bool = True,
 ) -> optax.GradientTransformation:
-    """Stochastic gradient descent (``optax.sgd``); ``momentum: 0`` keeps no momentum state;
-    ``nesterov`` needs a momentum.
+    """Stochastic gradient descent (``optax.sgd``); ``momentum: 0`` (or ``null``,
+    jax_trainer's default) keeps no momentum state; ``nesterov`` needs a momentum.
 
     Example:
         >>> import jax.numpy as jnp
@@ -223,7 +238,8 @@ def SGD(  # noqa: N802
         >>> u1["w"].tolist(), u2["w"].tolist()
         ([-0.5], [-0.75])
     """
-    beta, nesterov = _beta("momentum", momentum), flag("nesterov", nesterov)
+    beta = 0.0 if momentum is None else _beta("momentum", momentum)
+    nesterov = flag("nesterov", nesterov)
     if nesterov and beta == 0.0:
         raise ValueError(
             explain(
@@ -237,6 +253,7 @@ def SGD(  # noqa: N802
         lambda lr: optax.sgd(lr, momentum=beta or None, nesterov=nesterov),
         learning_rate=learning_rate,
         transforms=transforms,
+        log_learning_rate=log_learning_rate,
     )
 
 
@@ -248,30 +265,44 @@ def Lamb(  # noqa: N802
     b2: float = 0.999,
     eps: float = 1e-6,
     eps_root: float = 0.0,
-    weight_decay: float | Mapping[str, Any] = 0.0,
+    weight_decay: float | Mapping[str, Any] | None = None,
     transforms: TransformsConfig = (),
+    log_learning_rate: bool = True,
 ) -> optax.GradientTransformation:
-    """LAMB (``optax.lamb``): Adam scaled by the trust ratio per layer; ``weight_decay`` as in
-    :func:`AdamW`.
+    """LAMB as the kpoeppel fork builds it: Adam's scaling, the weight decay, then the trust
+    ratio (``optax.scale_by_trust_ratio``) on the parameters the weight decay's mask chooses
+    only, then the learning rate. ``weight_decay`` as in :func:`AdamW`; left out, it is a
+    ``WeightDecay`` of value 0 with its default mask (paths ending in ``weight`` or
+    ``kernel``: biases and norms get no trust ratio); a number decays every parameter, and
+    the trust ratio then applies to all (``optax.lamb``).
 
     Example:
-        >>> tx = Lamb(learning_rate=1e-3, weight_decay=0.01)
-        >>> type(tx).__name__
-        'GradientTransformationExtraArgs'
+        >>> import jax.numpy as jnp
+        >>> tx = Lamb(learning_rate=0.1)
+        >>> p = {"bias": jnp.full(2, 3.0), "kernel": jnp.full(2, 3.0)}
+        >>> u, _ = tx.update({"bias": jnp.full(2, 2.0), "kernel": jnp.full(2, 2.0)}, tx.init(p), p)
+        >>> [round(x, 4) for x in u["bias"].tolist()], [round(x, 4) for x in u["kernel"].tolist()]
+        ([-0.1, -0.1], [-0.3, -0.3])
     """
-    decay, mask = _weight_decay(weight_decay)
+    decay, mask = _weight_decay({"value": 0.0} if weight_decay is None else weight_decay)
     b1, b2, eps, eps_root = (
         _beta("b1", b1),
         _beta("b2", b2),
         real("eps", eps, minimum=0.0),
         real("eps_root", eps_root, minimum=0.0),
     )
+
+    def lamb(lr: Any) -> optax.GradientTransformation:
+        trust = optax.scale_by_trust_ratio()
+        return optax.chain(
+            optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root),
+            optax.add_decayed_weights(decay, mask),
+            trust if mask is None else optax.masked(trust, mask),
+            optax.scale_by_learning_rate(lr),
+        )
+
     return assemble_optimizer(
-        lambda lr: optax.lamb(
-            lr, b1=b1, b2=b2, eps=eps, eps_root=eps_root, weight_decay=decay, mask=mask
-        ),
-        learning_rate=learning_rate,
-        transforms=transforms,
+        lamb, learning_rate=learning_rate, transforms=transforms, log_learning_rate=log_learning_rate
     )
 
 

@@ -129,7 +129,7 @@ def WeightDecay(  # noqa: N802 (config class names)
     mode: Literal["whitelist", "blacklist"] = "whitelist",
     parameter_regex_include: str = DEFAULT_DECAY_REGEX,
     parameter_regex_exclude: str = "",
-    before_optimizer: bool = False,
+    before_optimizer: bool | None = None,
 ) -> WeightDecayTransform:
     """Weight decay on the parameters chosen by regexes on their path.
 
@@ -141,14 +141,17 @@ def WeightDecay(  # noqa: N802 (config class names)
     * ``blacklist``: all leaves except those matching ``parameter_regex_exclude``
       (``parameter_regex_include`` must keep its default: it is not used).
 
-    How: after the optimizer (``before_optimizer: false``, the default) it is *decoupled*
-    (AdamW): the update gains ``-learning_rate * value * param``, with the current learning
-    rate. Before the optimizer it is *coupled* (L2): ``value * param`` is added to the
-    gradient, and the optimizer transforms it with the rest.
+    How: in ``transforms`` it is *coupled* (L2) by default, as in jax_trainer
+    (``before_optimizer`` left out or true): ``value * param`` is added to the gradient, and
+    the optimizer transforms it with the rest. With ``before_optimizer: false`` it is
+    *decoupled* (AdamW): the update gains ``-learning_rate * value * param``, with the
+    current learning rate. As an optimizer's ``weight_decay`` (AdamW, Lamb) it is that
+    optimizer's own decoupled decay, and ``before_optimizer`` is not used.
 
     Example:
         >>> import jax.numpy as jnp
-        >>> wd = WeightDecay(value=0.25, mode="blacklist", parameter_regex_exclude="bias$")
+        >>> wd = WeightDecay(value=0.25, mode="blacklist", parameter_regex_exclude="bias$",
+        ...                  before_optimizer=False)
         >>> params = {"Dense_0": {"bias": jnp.ones(1), "kernel": jnp.full(1, 2.0)}}
         >>> tx = wd.make(learning_rate=0.5)
         >>> updates, _ = tx.update({"Dense_0": {"bias": jnp.zeros(1), "kernel": jnp.zeros(1)}},
@@ -156,7 +159,8 @@ def WeightDecay(  # noqa: N802 (config class names)
         >>> updates["Dense_0"]["bias"].tolist(), updates["Dense_0"]["kernel"].tolist()
         ([0.0], [-0.25])
     """
-    rate, before = real("value", value, minimum=0.0), flag("before_optimizer", before_optimizer)
+    rate = real("value", value, minimum=0.0)
+    before = True if before_optimizer is None else flag("before_optimizer", before_optimizer)
     if mode not in ("whitelist", "blacklist"):
         raise ValueError(
             explain(
@@ -197,7 +201,8 @@ def WeightDecay(  # noqa: N802 (config class names)
                     "a WeightDecay after the optimizer is decoupled: it needs the current learning rate",
                     expected="make(learning_rate=<the rate as a number or scalar array>)",
                     received=describe(learning_rate),
-                    fix="build it through build_optimizer / assemble_optimizer, which pass the rate",
+                    fix="build it through build_optimizer / assemble_optimizer with log_learning_rate: true "
+                    "(they pass the rate), or apply it before the optimizer (before_optimizer: true)",
                 )
             )
         return optax.masked(_decoupled_decay(rate, learning_rate), mask)
@@ -290,7 +295,7 @@ def build_transforms(value: object, *, where: str = "optimizer.transforms") -> l
         >>> ts = build_transforms({"clip": {"class_name": "GradClipValue", "max_delta": 1.0},
         ...                        "decay": {"class_name": "WeightDecay", "value": 0.1}})
         >>> [(t.name, t.before_optimizer) for t in ts]
-        [('GradClipValue', True), ('WeightDecay', False)]
+        [('GradClipValue', True), ('WeightDecay', True)]
     """
     if value is None:
         return []
