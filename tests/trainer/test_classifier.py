@@ -41,3 +41,20 @@ def test_classification_metrics_and_the_digits_dataset():
         DigitsDataset(val_size=5000)
     with pytest.raises(ValueError, match="unknown activation 'gleu'"):
         activation("gleu")
+
+
+def test_a_confusion_matrix_callback_gets_its_matrix_without_num_classes(tmp_path, digits):
+    from gyre.trainer import ConfusionMatrixCallback, SimpleClassifier
+    from gyre.trainer._classifier import classification_metrics
+
+    logits, labels = jnp.array([[3.0, 0.0, 0.0, 0.0]] * 2), jnp.array([0, 3])
+    _, metrics = classification_metrics(logits, labels, None, conf_matrix=True)
+    assert metrics["conf_matrix"]["value"].shape == (4, 4)  # the logits' width
+    assert metrics["conf_matrix"]["value"][3, 0] == 1
+    t = ImgClassifierTrainer(model=SimpleClassifier(c_hid=16, rngs=nnx.Rngs(0)), optimizer=optax.adam(1e-2),
+                             enable_progress_bar=False, log_dir=str(tmp_path),
+                             callbacks=[ConfusionMatrixCallback(every_n_epochs=1)])
+    assert t.config.num_classes is None
+    out = t.train_model(digits.train_loader, digits.val_loader, digits.test_loader)
+    assert out["test"]["test/conf_matrix"].shape == (10, 10) and out["test"]["test/conf_matrix"].sum() == 360
+    assert (tmp_path / "confusion_matrix" / "test_epoch_0001.png").is_file()

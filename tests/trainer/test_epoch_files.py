@@ -92,8 +92,8 @@ def test_an_error_on_the_writer_thread_is_raised_at_the_next_call(tmp_path):
     [
         (("Val", 1, 1, {}), ValueError, r"(?s)the phase names the file.*received: str 'Val'"),
         (("../x", 1, 1, {}), ValueError, r"the phase names the file"),
-        (("val", 0, 1, {}), ValueError, r"(?s)epoch must be a whole number >= 1.*numbered from 1"),
-        (("val", 1.0, 1, {}), ValueError, r"epoch must be a whole number >= 1"),
+        (("val", -1, 1, {}), ValueError, r"(?s)epoch must be a whole number >= 0.*numbered from 1"),
+        (("val", 1.0, 1, {}), ValueError, r"epoch must be a whole number >= 0"),
         (("val", 1, -1, {}), ValueError, r"step must be a whole number >= 0"),
         (("val", 1, jnp.float32(1), {}), ValueError, r"step must be a whole number >= 0"),
         (("val", 1, 1, [("val/acc", 1.0)]), TypeError, r"takes a dict of metrics"),

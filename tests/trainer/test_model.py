@@ -58,3 +58,42 @@ def test_linen_collections_are_mutable_in_training_only():
 def test_anything_but_a_flax_module_is_explained():
     with pytest.raises(TypeError, match=r"must be a flax module(.|\n)*received: function"):
         model_mode_of(lambda x: x)
+
+
+class _BridgedNet:
+    """An nnx model holding a linen layer through nnx.bridge.ToNNX (built on its first input),
+    as the kpoeppel jax_trainer fork's test model does."""
+
+    @staticmethod
+    def make(seed=0):
+        from flax import linen, nnx
+
+        class Net(nnx.Module):
+            def __init__(self, rngs):
+                self.dense = nnx.Linear(64, 8, rngs=rngs)
+                self.norm = nnx.bridge.ToNNX(linen.LayerNorm(), rngs=rngs)
+                self.head = nnx.Linear(8, 10, rngs=rngs)
+
+            def __call__(self, x):
+                return self.head(self.norm(self.dense(x)))
+
+        return Net(nnx.Rngs(seed))
+
+
+def test_bridged_linen_layers_are_initialised_from_the_example_input(tmp_path):
+    import numpy as np
+
+    import gyre
+    from gyre.trainer._model import lazy_init_nnx
+    from tests.trainer.helpers import trainer
+
+    (x, y), _ = gyre.data.digits()
+    data = [(x[i:i + 64], y[i:i + 64]) for i in range(0, 512, 64)]
+    t = trainer(tmp_path, model=_BridgedNet.make(), exmp_input=data[0])
+    assert sorted(t.state.params["norm"]) == ["bias", "scale"]  # built from exmp_input, not at the first step
+    before = t.test_model(data)["test/acc"]  # runs at once: the bridged layers have their variables
+    result = t.train_model(data, val_loader=data)
+    assert result["val"]["val/acc"] > before + 0.2
+    assert not lazy_init_nnx(t.model, x[:2])  # initialised layers: the model is not called again
+    with pytest.raises(ValueError, match=r"(?s)bridged linen layers could not be initialised.*exmp_input=next"):
+        lazy_init_nnx(_BridgedNet.make(), np.zeros((2, 5), np.float32))

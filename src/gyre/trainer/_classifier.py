@@ -17,6 +17,7 @@ from flax import linen, nnx
 from gyre.config._registry import register_dataset, register_model, register_trainer
 from gyre.config._schema import TrainerConfig
 from gyre.core._errors import describe, explain
+from gyre.trainer._confusion import ConfusionMatrixCallback, confusion_matrix
 from gyre.trainer._module import TrainerModule
 
 ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "silu": jax.nn.silu, "tanh": jnp.tanh}
@@ -42,45 +43,50 @@ def activation(name: str) -> Any:
 
 
 def classification_metrics(
-    logits: jax.Array, labels: jax.Array, num_classes: int | None, mask: jax.Array | None = None
+    logits: jax.Array, labels: jax.Array, num_classes: int | None, mask: jax.Array | None = None,
+    *, conf_matrix: bool | None = None,
 ) -> tuple[jax.Array, dict[str, Any]]:
-    """Cross-entropy loss and the accuracy (plus a summed confusion matrix, rows true
-    labels, when ``num_classes`` is given). With a ``mask`` (a boolean vector over the
-    batch: its real rows, the rest padding), the means and the matrix count the real rows
-    only: ``sum(x * mask) / mask.sum()``.
+    """Cross-entropy loss and the accuracy, plus a summed confusion matrix (rows true labels,
+    :func:`gyre.trainer.confusion_matrix`) when ``conf_matrix`` (default: when
+    ``num_classes`` is given); its size is ``num_classes``, or the logits' width when that is
+    ``None``. With a ``mask`` (a boolean vector over the batch: its real rows, the rest
+    padding), the means and the matrix count the real rows only: ``sum(x * mask) / mask.sum()``.
 
     Example:
         >>> import jax.numpy as jnp
         >>> loss, m = classification_metrics(jnp.array([[2.0, 0.0]]), jnp.array([0]), 2)
         >>> float(m["acc"]), m["conf_matrix"]["value"].tolist()
         (1.0, [[1, 0], [0, 0]])
-        >>> _, m = classification_metrics(jnp.array([[2.0, 0.0]] * 2), jnp.array([0, 1]), 2,
-        ...                               mask=jnp.array([True, False]))
+        >>> _, m = classification_metrics(jnp.array([[2.0, 0.0]] * 2), jnp.array([0, 1]), None,
+        ...                               mask=jnp.array([True, False]), conf_matrix=True)
         >>> float(m["acc"]), m["conf_matrix"]["value"].tolist()
         (1.0, [[1, 0], [0, 0]])
     """
     losses = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
     correct = logits.argmax(-1) == labels
     if mask is None:
-        loss, acc, weights = losses.mean(), correct.mean(), None
+        loss, acc = losses.mean(), correct.mean()
     else:
-        weights = jnp.asarray(mask).astype(jnp.int32)
-        real = jnp.maximum(weights.sum(), 1).astype(losses.dtype)
+        real = jnp.maximum(jnp.asarray(mask).astype(jnp.int32).sum(), 1).astype(losses.dtype)
         loss = jnp.sum(jnp.where(mask, losses, 0)) / real
         acc = jnp.sum(jnp.where(mask, correct, False)) / real
     metrics: dict[str, Any] = {"acc": acc}
-    if num_classes:
-        pairs = labels * num_classes + logits.argmax(-1)
-        matrix = jnp.bincount(pairs, weights, length=num_classes * num_classes).reshape(num_classes, num_classes)
+    if conf_matrix is None:
+        conf_matrix = bool(num_classes)
+    if conf_matrix:
+        counted = labels if mask is None else jnp.where(mask, labels, -1)  # -1: not counted
+        matrix = confusion_matrix(counted, logits.argmax(-1), num_classes or logits.shape[-1])
         metrics["conf_matrix"] = {"value": matrix, "mode": "sum", "log_freq": "epoch", "log_mode": "eval"}
     return loss, metrics
 
 
 @register_trainer
 class ImgClassifierTrainer(TrainerModule):
-    """Classification of ``(images, labels)`` batches: cross-entropy, accuracy ``acc``, and a
+    """Classification of ``(images, labels)`` batches (or batches with ``input`` and
+    ``target``, jax_trainer's ``SupervisedBatch``): cross-entropy, accuracy ``acc``, and a
     confusion matrix ``conf_matrix`` in validation and testing when the config's
-    ``num_classes`` is set (for ``ConfusionMatrixCallback``). Works with nnx and linen models.
+    ``num_classes`` is set or a ``ConfusionMatrixCallback`` draws it (sized by the logits'
+    width without ``num_classes``). Works with nnx and linen models.
 
     Example:
         >>> import gyre, optax, tempfile
@@ -94,19 +100,26 @@ class ImgClassifierTrainer(TrainerModule):
     """
 
     def loss_function(self, model: Any, batch: Any, train: bool = True, mask: Any = None) -> Any:
-        x, y = batch[0], batch[1]
-        return classification_metrics(model(x), y, self._num_classes(train), mask)
+        x, y = self.batch_to_input(batch), self.batch_to_target(batch)
+        return classification_metrics(model(x), y, self._num_classes(), mask, conf_matrix=self._conf_matrix(train))
 
     def loss_function_linen(
         self, params: Any, state: Any, batch: Any, rng: jax.Array, train: bool = True, mask: Any = None
     ) -> Any:
-        x, y = batch[0], batch[1]
+        x, y = self.batch_to_input(batch), self.batch_to_target(batch)
         logits, mutable = self.model_linen_apply(params, state, x, rng, train=train)
-        loss, metrics = classification_metrics(logits, y, self._num_classes(train), mask)
+        loss, metrics = classification_metrics(logits, y, self._num_classes(), mask, conf_matrix=self._conf_matrix(train))
         return loss, (mutable, metrics)
 
-    def _num_classes(self, train: bool) -> int | None:
-        return None if train else getattr(self.config, "num_classes", None)
+    def _num_classes(self) -> int | None:
+        return getattr(self.config, "num_classes", None)
+
+    def _conf_matrix(self, train: bool) -> bool:
+        """A confusion matrix in validation and testing when ``num_classes`` is set or a
+        :class:`ConfusionMatrixCallback` draws it (then sized by the logits' width)."""
+        if train:
+            return False
+        return bool(self._num_classes()) or any(isinstance(cb, ConfusionMatrixCallback) for cb in self.callbacks)
 
 
 class ImgClassifierConfig(TrainerConfig):

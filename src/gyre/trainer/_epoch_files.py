@@ -1,5 +1,5 @@
 """``EpochMetricFiles``: one JSON file of scalars per phase and epoch, as jax_trainer writes
-them (``metrics/<phase>_epoch_NNNN.json``, epochs numbered from 1), written off the training
+them (``metrics/<phase>_epoch_NNNN.json``, epochs numbered from 1; epoch 0 is before any training), written off the training
 thread.
 
 Each file is one JSON object: ``"epoch"`` and ``"step"`` (the global step, the one x-axis of
@@ -76,7 +76,7 @@ class EpochMetricFiles(Writer):
         super().__init__()
 
     def path(self, phase: str, epoch: int) -> str:
-        """The file of ``phase`` at ``epoch`` (numbered from 1).
+        """The file of ``phase`` at ``epoch`` (numbered from 1; 0: before training).
 
         Example:
             >>> import os, tempfile
@@ -92,16 +92,16 @@ class EpochMetricFiles(Writer):
         device value; a file written again is replaced.
 
         Raises:
-            ValueError: a bad phase name, an epoch below 1, a negative step, a metric that
+            ValueError: a bad phase name, a negative epoch (0: before training), a negative step, a metric that
                 is not one number, or a metric named ``"epoch"`` or ``"step"``.
             WriterError: an earlier file failed on the writer's thread.
 
         Example:
             >>> import tempfile
             >>> with tempfile.TemporaryDirectory() as run, EpochMetricFiles(run) as files:
-            ...     files.write("test", 0, 10, {"test/acc": 1.0})
+            ...     files.write("test", -1, 10, {"test/acc": 1.0})
             Traceback (most recent call last):
-            ValueError: EpochMetricFiles.write: epoch must be a whole number >= 1
+            ValueError: EpochMetricFiles.write: epoch must be a whole number >= 0
             ...
         """
         if not isinstance(phase, str) or not _PHASE.match(phase):
@@ -113,7 +113,7 @@ class EpochMetricFiles(Writer):
                     fix="write('val', epoch, step, metrics)",
                 )
             )
-        epoch = _whole(epoch, 1, "epoch", "1 (epochs are numbered from 1)")
+        epoch = _whole(epoch, 0, "epoch", "1 (epochs are numbered from 1; 0 is before training)")
         step = _whole(step, 0, "step", "the global step, e.g. 500")
         if not isinstance(metrics, Mapping) or not all(isinstance(k, str) for k in metrics):
             raise TypeError(

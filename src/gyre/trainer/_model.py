@@ -49,6 +49,47 @@ def model_mode_of(model: Any) -> str:
     )
 
 
+def lazy_init_nnx(module: Any, exmp_input: Any) -> bool:
+    """Initialises the ``nnx.bridge.ToNNX`` layers of an nnx ``module`` that have no variables
+    yet (linen layers bridged into nnx are built on their first input) by one call on
+    ``exmp_input``; ``True`` when there were any. A module without such layers is not called.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import linen, nnx
+        >>> class Net(nnx.Module):
+        ...     def __init__(self, rngs):
+        ...         self.dense = nnx.bridge.ToNNX(linen.Dense(3), rngs=rngs)
+        ...     def __call__(self, x):
+        ...         return self.dense(x)
+        >>> net = Net(nnx.Rngs(0))
+        >>> lazy_init_nnx(net, jnp.ones((1, 2))), net.dense.kernel.shape, lazy_init_nnx(net, jnp.ones((1, 2)))
+        (True, (2, 3), False)
+    """
+    from flax import nnx
+
+    pending = [
+        node for _, node in nnx.iter_graph(module)
+        if isinstance(node, nnx.bridge.ToNNX) and not any(isinstance(v, nnx.Variable) for v in vars(node).values())
+    ]
+    if not pending:
+        return False
+    try:
+        nnx.bridge.lazy_init(module, exmp_input)
+    except Exception as err:
+        raise ValueError(
+            explain(
+                f"the model's bridged linen layers could not be initialised from the example input "
+                f"({type(err).__name__}: {err})",
+                expected="an example input the model can be called on (the input of a batch: model(input))",
+                received=describe(exmp_input),
+                fix="pass exmp_input=next(iter(train_loader)) (a batch whose input the model takes), or "
+                "override batch_to_input(self, batch) to return the model's input",
+            )
+        ) from err
+    return True
+
+
 class NNXModel:
     """An nnx module split for compiled steps (see the module docstring). Its states travel
     as plain nested dicts (``State.to_pure_dict``): a train state of dicts flattens about ten

@@ -19,11 +19,11 @@ import jax.numpy as jnp
 from flax import struct
 
 from gyre.config._registry import register_trainer
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, whole_number
 from gyre.core._state import TrainState
 from gyre.trainer._checks import check_user_methods
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
-from gyre.trainer._model import NNX_REST, LinenModel, NNXModel, model_mode_of
+from gyre.trainer._model import NNX_REST, LinenModel, NNXModel, lazy_init_nnx, model_mode_of
 from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder
 
 
@@ -53,11 +53,18 @@ class TrainerModule:
             ``@gyre.config.register_model``), used when ``model`` is not given.
         optimizer_config: the ``optimizer`` section (or a float learning rate for Adam), used
             when ``optimizer`` is not given.
+        exmp_input: an example batch (jax_trainer's ``exmp_input``): the model is built and
+            initialised from it now (``init_model``), so ``test_model`` works at once; nnx
+            models holding ``nnx.bridge.ToNNX`` layers are initialised lazily from its input.
         model: a flax module (an ``nnx.Module`` instance, or a ``linen.Module``).
         optimizer: an optax optimizer.
         callbacks: trainer callbacks added to those of the config.
         config: the whole resolved config, stored in the run folder and with every
-            checkpoint so that :meth:`load_from_checkpoint` can rebuild this trainer.
+            checkpoint so that :meth:`load_from_checkpoint` can rebuild this trainer. A
+            :class:`gyre.config.TrainerConfig` here, with no ``trainer_config``, is the trainer
+            section (the kpoeppel jax_trainer fork's ``config=config.trainer``).
+        mesh: a ``jax.sharding.Mesh`` to train data-parallel on (the batch split over its
+            first axis, the state replicated); ``None``: ``trainer.num_devices`` decides.
         **options: trainer keys (``train_epochs=3``, ``log_dir=...`` goes to the logger),
             overriding ``trainer_config``.
 
@@ -85,20 +92,26 @@ class TrainerModule:
         trainer_config: Any = None,
         model_config: Mapping[str, Any] | None = None,
         optimizer_config: Any = None,
+        exmp_input: Any = None,
         *,
         model: Any = None,
         optimizer: Any = None,
         callbacks: Sequence[Any] = (),
         config: Any = None,
+        mesh: Any = None,
         **options: Any,
     ) -> None:
+        from gyre.config import TrainerConfig
         from gyre.trainer._setup import (
             build_callbacks,
             build_model,
             build_optimizer_of,
+            strategy_of_mesh,
             trainer_config_of,
         )
 
+        if trainer_config is None and isinstance(config, TrainerConfig):
+            trainer_config, config = config, None  # the fork's TrainerModule(config=config.trainer, ...)
         self.config = trainer_config_of(type(self), trainer_config, options)
         self.full_config = config
         self.model_config = dict(model_config) if model_config is not None else None
@@ -132,8 +145,17 @@ class TrainerModule:
         self._compiled: dict[str, Any] = {}
         self._input_spec: tuple[tuple[int, ...], Any] | None = None
         self.history: Any = None
+        if mesh is not None:
+            self._strategy = strategy_of_mesh(mesh)
         for cb in self.callbacks:
             cb.bind(self)
+        if exmp_input is not None:
+            self.init_model(exmp_input)
+
+    @property
+    def trainer_config(self) -> Any:
+        """The trainer's config (jax_trainer's name for :attr:`config`)."""
+        return self.config
 
     @staticmethod
     def _given(trainer_config: Any, options: Mapping[str, Any]) -> set[str]:
@@ -147,29 +169,28 @@ class TrainerModule:
     # -- what a subclass writes ---------------------------------------------------------------
 
     def batch_to_input(self, batch: Any) -> Any:
-        """The model's input in ``batch``: its first element (``(x, y)`` batches), its
-        ``input`` / ``x`` / ``image`` entry or attribute. Override it for other batches.
+        """The model's input in ``batch``: its ``input`` / ``inputs`` / ``x`` / ``image``
+        entry or attribute (jax_trainer's ``SupervisedBatch.input``), else its first element
+        (``(x, y)`` batches). Override it for other batches.
 
         Example:
             >>> import numpy as np
             >>> TrainerModule.batch_to_input(None, (np.zeros((2, 3)), np.zeros(2))).shape
             (2, 3)
         """
-        if isinstance(batch, (tuple, list)) and batch:
-            return batch[0]
-        for key in ("input", "inputs", "x", "image", "images"):
-            if isinstance(batch, Mapping) and key in batch:
-                return batch[key]
-            if hasattr(batch, key):
-                return getattr(batch, key)
-        raise TypeError(
-            explain(
-                "the trainer cannot find the model's input in a batch",
-                expected="an (inputs, targets) tuple, a dict with 'input' or 'x', or a batch with .input",
-                received=describe(batch),
-                fix="override batch_to_input(self, batch) in your trainer to return the input",
-            )
-        )
+        return _batch_part(batch, _INPUT_KEYS, 0, "input")
+
+    def batch_to_target(self, batch: Any) -> Any:
+        """The targets in ``batch``: its ``target`` / ``targets`` / ``label`` / ``labels`` /
+        ``y`` entry or attribute (jax_trainer's ``SupervisedBatch.target``), else its second
+        element (``(x, y)`` batches). Override it for other batches.
+
+        Example:
+            >>> import numpy as np
+            >>> TrainerModule.batch_to_target(None, {"image": np.zeros((2, 3)), "label": np.arange(2)})
+            array([0, 1])
+        """
+        return _batch_part(batch, _TARGET_KEYS, 1, "target")
 
     def loss_function(self, model: Any, batch: Any, train: bool = True) -> Any:
         """nnx: ``loss`` or ``(loss, metrics)`` of ``batch``; ``model`` is in training
@@ -258,6 +279,8 @@ class TrainerModule:
         # a raw uint32 key: a typed key costs ~25 us per step to rebuild from the step's outputs
         key = jax.random.PRNGKey(self.config.seed)
         if self.model_mode == "nnx":
+            if exmp_input is not None and lazy_init_nnx(self.model, exmp_input):
+                self._adapter = NNXModel(self.model)  # split again: the bridged layers have variables now
             # copies: the compiled step donates the state, which must not delete the module's arrays
             params, rest = jax.tree.map(jnp.copy, self._adapter.initial())
             model_state = {NNX_REST: rest}
@@ -380,7 +403,8 @@ class TrainerModule:
         ``check_val_every_n_epoch`` epochs; then, with ``test_loader``, tests the best
         checkpoint by the monitored validation metric (``ModelCheckpoint``; else the final
         model). Returns ``{"val": {...}, "test": {...}}``: the last validation's and the
-        test's metrics as Python floats.
+        test's metrics as Python floats, and each validation's under its epoch number
+        (``result[5]["val/acc"]``, jax_trainer's form).
 
         Example: see the class.
         """
@@ -390,22 +414,33 @@ class TrainerModule:
 
     def eval_model(self, data_loader: Any, mode: str = "val", epoch_idx: int = 0, *, _state: Any = None) -> dict[str, Any]:
         """The metrics of one pass over ``data_loader`` in evaluation mode, named
-        ``<mode>/<key>`` (device values; ``<mode>/time`` in seconds).
+        ``<mode>/<key>`` (device values; ``<mode>/time`` in seconds). Their scalars are also
+        written to ``<log_dir>/metrics/<mode>_epoch_<epoch_idx:04d>.json``, as jax_trainer's
+        logger does (epoch 0: before training).
 
         Example:
-            >>> import optax, jax.numpy as jnp
+            >>> import optax, tempfile, jax.numpy as jnp
             >>> from flax import nnx
             >>> class T(TrainerModule):
             ...     def loss_function(self, model, batch, train=True):
             ...         return model(batch[0]).mean(), {"n": {"value": 1, "mode": "sum"}}
-            >>> t = T(model=nnx.Linear(3, 1, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1), log_dir="unused")
+            >>> t = T(model=nnx.Linear(3, 1, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1), log_dir=tempfile.mkdtemp())
             >>> _ = t.init_model((jnp.ones((4, 3)),))
             >>> int(t.eval_model([(jnp.ones((4, 3)),)] * 3, mode="val")["val/n"])
             3
         """
         from gyre.trainer._training import evaluate
 
-        return evaluate(self, data_loader, mode, _state if _state is not None else self.state)
+        if _state is not None:  # the validation of train_model: its hooks write the epoch's files
+            return evaluate(self, data_loader, mode, _state)
+        epoch = whole_number(epoch_idx, minimum=0, problem=f"{mode}: epoch_idx must be a whole number >= 0",
+                             expected="the epoch the model was trained for, e.g. epoch_idx=5 (0: before training)",
+                             fix="pass epoch_idx=5, or leave it out (0)")
+        metrics = evaluate(self, data_loader, mode, self.state)
+        files = self._epoch_files
+        files.write(mode, epoch, self._global_step, scalars_for_writers(metrics, self._builder.eval_specs_cached))
+        files.flush()  # on disk when the call returns, as jax_trainer's logger writes it
+        return metrics
 
     def test_model(self, test_loader: Any, apply_callbacks: bool = False, epoch_idx: int = 0) -> dict[str, Any]:
         """:meth:`eval_model` with ``mode="test"``; with ``apply_callbacks`` the callbacks'
@@ -444,14 +479,46 @@ class TrainerModule:
 
     # -- run-folder files ---------------------------------------------------------------------
 
-    def _write_epoch_files(self, step: int, epoch: int, train: Mapping[str, Any], val: Mapping[str, Any]) -> None:
-        from gyre.trainer._epoch_files import EpochMetricFiles
-
+    @property
+    def _epoch_files(self) -> Any:
         if self._files is None:
+            from gyre.trainer._epoch_files import EpochMetricFiles
+
             self._files = EpochMetricFiles(self.log_dir)
-        self._files.write("train", epoch, step, scalars_for_writers(train, self._specs or {}))
+        return self._files
+
+    def _write_epoch_files(self, step: int, epoch: int, train: Mapping[str, Any], val: Mapping[str, Any]) -> None:
+        self._epoch_files.write("train", epoch, step, scalars_for_writers(train, self._specs or {}))
         if val:
-            self._files.write("val", epoch, step, scalars_for_writers(val, self._builder.eval_specs_cached))
+            self._epoch_files.write("val", epoch, step, scalars_for_writers(val, self._builder.eval_specs_cached))
+
+
+_INPUT_KEYS = ("input", "inputs", "x", "image", "images")
+_TARGET_KEYS = ("target", "targets", "label", "labels", "y")
+
+
+def _batch_part(batch: Any, keys: tuple[str, ...], position: int, what: str) -> Any:
+    """One part of a batch, by name first (a dict's key, a batch object's attribute), then
+    by position in a tuple or list."""
+    for key in keys:
+        if isinstance(batch, Mapping):
+            if key in batch:
+                return batch[key]
+        elif not isinstance(batch, (tuple, list)) and hasattr(batch, key):
+            return getattr(batch, key)
+        elif isinstance(batch, tuple) and key in getattr(batch, "_fields", ()):
+            return getattr(batch, key)  # a namedtuple with named fields
+    if isinstance(batch, (tuple, list)) and len(batch) > position:
+        return batch[position]
+    raise TypeError(
+        explain(
+            f"the trainer cannot find the model's {what} in a batch",
+            expected=f"an (inputs, targets) tuple, a dict with {keys[0]!r} or {keys[2]!r}, or a batch with "
+            f".{keys[0]} (jax_trainer's SupervisedBatch)",
+            received=describe(batch),
+            fix=f"override batch_to_{what}(self, batch) in your trainer to return the {what}",
+        )
+    )
 
 
 def _default_log_dir() -> str:

@@ -32,6 +32,8 @@ def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
         data = dict(given)
     elif hasattr(given, "model_dump"):
         data = given.model_dump(exclude_unset=False)
+    elif callable(getattr(given, "to_dict", None)):  # an ml_collections.ConfigDict (jax_trainer's configs)
+        data = dict(given.to_dict())
     else:
         raise TypeError(
             explain(
@@ -134,6 +136,31 @@ def learning_rate_in(opt_state: Any) -> Any:
     from gyre.config import learning_rate_of
 
     return learning_rate_of(opt_state)
+
+
+def strategy_of_mesh(mesh: Any) -> Any:
+    """Data parallelism over a ``jax.sharding.Mesh`` given to the trainer (``mesh=``, as the
+    kpoeppel jax_trainer fork passes it): batches split over the mesh's first axis.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> strategy_of_mesh(jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("data",))).name
+        'data_parallel'
+    """
+    from jax.sharding import Mesh
+
+    from gyre.parallel import DataParallel
+
+    if not isinstance(mesh, Mesh):
+        raise TypeError(
+            explain(
+                "the trainer's mesh must be a jax.sharding.Mesh",
+                expected="jax.sharding.Mesh(np.asarray(jax.devices()), ('data',)), or None (trainer.num_devices decides)",
+                received=describe(mesh),
+                fix="pass mesh=jax.sharding.Mesh(np.asarray(jax.devices()), ('data',)) or leave it out",
+            )
+        )
+    return DataParallel(mesh=mesh, data_axis=mesh.axis_names[0])
 
 
 def strategy_of(config: Any) -> Any:

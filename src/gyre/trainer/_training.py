@@ -113,9 +113,11 @@ def train_model(trainer: Any, train_loader: Any, val_loader: Any, test_loader: A
             cb.finalize(status)
         resume_ckpt.close()
     trainer.state, trainer._elapsed, trainer.history = state, elapsed, history
-    result: dict[str, Any] = {}
+    result: dict[Any, Any] = {}
     if hooks.val_history:
-        result["val"] = host_values(hooks.val_history[max(hooks.val_history)])
+        for epoch, metrics in sorted(hooks.val_history.items()):  # jax_trainer's result[epoch]["val/acc"]
+            result[epoch] = host_values(metrics)
+        result["val"] = result[max(hooks.val_history)]
     if test_loader is not None and history.stop_reason != "preempted":
         result["test"] = _test_best(trainer, test_loader, elapsed.epochs)
     trainer.writer.flush()
