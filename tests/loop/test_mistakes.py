@@ -19,6 +19,43 @@ def test_a_train_step_that_returns_no_state_warns_once_naming_it():
     assert caught[0].filename == __file__  # attributed to the user's line, not gyre's
 
 
+@pytest.mark.parametrize("steps_per_call", [1, 2])
+def test_a_plain_loop_whose_step_logs_a_loss_and_returns_no_state_warns_once(steps_per_call):
+    import jax
+
+    @jax.jit
+    def train_step(state, batch):  # forgot to return the state: the loop trained nothing
+        return gyre.logs().add_loss("loss", batch * state["w"])
+
+    data = [np.float32(1)] * 4
+    with pytest.warns(gyre.LoopWarning, match=r"logged a loss \('loss'\).*train_step\) returned no "
+                      r"state.*trains nothing.*gyre.test_loop") as caught:
+        gyre.loop({"w": np.float32(2)}, data, {gyre.every(1): train_step}, steps_per_call=steps_per_call)
+    assert len([w for w in caught if w.category is gyre.LoopWarning]) == 1
+    assert caught[0].filename == __file__
+
+
+def test_plain_loops_that_do_not_train_stay_quiet():
+    import warnings
+
+    trains = lambda state, batch: (gyre.logs().add_loss("loss", batch), state + 1)  # noqa: E731
+    logs_only = lambda state, batch: gyre.logs().add_loss("loss", batch)  # noqa: E731
+    metric_only = lambda state, batch: gyre.logs().add_metric("seen", batch)  # noqa: E731
+    evaluations = []
+
+    def evaluate(state):  # an evaluation nested in a callback: logs a loss, returns no state
+        evaluations.append(gyre.loop(state, [1.0, 2.0], {gyre.every(1): logs_only})[1].collect("loss"))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gyre.LoopWarning)
+        assert gyre.loop(0, [1.0, 2.0], {gyre.every(1): trains})[0] == 2
+        gyre.loop(0, [1.0, 2.0], {gyre.every(1): metric_only})  # no loss: not a training
+        gyre.loop(None, [1.0, 2.0], {gyre.every(1): logs_only})  # no state to train
+        gyre.loop(0, [1.0], {gyre.every(1): [trains, evaluate]})
+        gyre.test_loop(0, [1.0, 2.0], {gyre.on_test_step: logs_only})
+    assert evaluations == [[1.0, 2.0]]
+
+
 def test_a_returned_value_of_another_structure_is_refused_naming_both():
     def log_metrics(state):
         return {"accuracy": 0.5}  # meant as logs: would silently become the state

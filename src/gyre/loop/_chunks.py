@@ -93,7 +93,7 @@ class ChunkRunner:
     Example: ``gyre.loop(state, batches, {gyre.every(1): [step]}, steps_per_call=4)``.
     """
 
-    def __init__(self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, steps: int) -> None:
+    def __init__(self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, steps: int, *, outermost: bool = True) -> None:
         self.plan = plan
         self.elapse = elapse
         self.ls = loop_state
@@ -104,6 +104,7 @@ class ChunkRunner:
         self.short: dict[int, int] = {}
         self.warned = False
         self.fused_once = False
+        self.outermost = outermost
 
     def run(self) -> None:
         """Runs chunks until the data, the stop or a stop request ends the loop."""
@@ -118,11 +119,12 @@ class ChunkRunner:
                 return
             self.ls.step_start = self.ls.state
             self.extend(chunk)
-            self.execute(chunk)
+            logs = self.execute(chunk)
             if not self.fused_once:
                 self.fused_once = True
                 self.plan.step.returned_state = returned_state(self.plan.step)
-                warn_if_untrained([self.plan.step_task])
+                tasks = [self.plan.step_task, *self.plan.before, *self.plan.after]  # type: ignore[list-item]
+                warn_if_untrained(tasks, logs, state=self.ls.state, outermost=self.outermost)
 
     def start(self) -> Chunk | None:
         """Pulls the first step of a chunk and runs the tasks before the step that fire on it."""
@@ -181,8 +183,9 @@ class ChunkRunner:
             chunk.sizes.append(chunk.sizes[0] if same_size else elapse.size_of(batch))
             chunk.clocks.append(clock)
 
-    def execute(self, chunk: Chunk) -> None:
-        """Calls the fused step on the chunk, then runs the tasks after it and commits."""
+    def execute(self, chunk: Chunk) -> Logs:
+        """Calls the fused step on the chunk, then runs the tasks after it and commits;
+        returns the chunk's stacked logs."""
         k = len(chunk.batches)
         advanced = False
         try:
@@ -213,6 +216,7 @@ class ChunkRunner:
                 self.ls.request_stop("preempted")
                 break
         self.ls.end_step(end)
+        return logs
 
     def after_chunk(self, chunk: Chunk, logs: Logs) -> Logs | None:
         """Runs the tasks after the step that fire on the last step, then the display tasks

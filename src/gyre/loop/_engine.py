@@ -48,7 +48,7 @@ from gyre.loop._tasks import (
 _DEPTH = threading.local()  # loops running on this thread: only the outermost catches Ctrl-C
 
 
-def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState) -> None:
+def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState, *, outermost: bool = True) -> None:
     """The per-step loop. Each step runs every task whose schedule fires on the step's clock,
     in table order, each callback's return folded into the step's logs and the state (the
     rest of the step is skipped once a stop is requested); then the logs are committed.
@@ -80,7 +80,7 @@ def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState) -> None:
         ls.end_step(now.steps)
         if first:
             first = False
-            warn_if_untrained(tasks)
+            warn_if_untrained(tasks, logs, state=ls.state, outermost=outermost)
         if ls.stop_requested:
             return
 
@@ -342,9 +342,9 @@ def _run(
     run_callbacks(starts, ls, clock_iter.elapsed)
     try:
         if chunks is not None:
-            ChunkRunner(chunks, clock_iter, ls, steps).run()
+            ChunkRunner(chunks, clock_iter, ls, steps, outermost=_DEPTH.value == 1).run()
         else:
-            run_steps(table, clock_iter, ls)
+            run_steps(table, clock_iter, ls, outermost=_DEPTH.value == 1)
     except KeyboardInterrupt:
         _interrupted(ls, clock_iter, catch)
     return _finish(clock_iter, ls, ends, table)

@@ -334,14 +334,54 @@ def _owners(fn: Any) -> Iterator[Any]:
         yield owner
 
 
-def warn_if_untrained(tasks: Sequence[Task]) -> None:
-    """Warns once when a training step point ran and none of its callbacks returned a state:
-    the loop trained nothing (a step that returns only its logs)."""
-    for task in tasks:
-        if isinstance(task.key, StepPoint) and task.key.expects_state and task.invokers:
-            if not any(inv.returned_state for inv in task.invokers):
-                names = ", ".join(inv.name for inv in task.invokers)
-                warn(
-                    f"the {task.key!r} callbacks ({names}) returned no state on the first "
-                    "step, so the loop trains nothing: a train step returns (logs, new_state)"
-                )
+def warn_if_untrained(tasks: Sequence[Task], logs: Any = None, *, state: Any = None, outermost: bool = True) -> None:
+    """Warns once, after a loop's first step, when the loop trains and none of its training
+    callbacks returned a state: it trained nothing. One rule for every loop:
+
+    * a named loop trains when its table has a train step point (``train_loop``'s
+      ``on_train_step``): its callbacks must return a state;
+    * a plain ``gyre.loop`` (no named step point) trains when its state is not ``None`` and
+      its first step logged a loss (``add_loss``: a value to minimise), unless it runs nested
+      in another loop's callback (an evaluation): some callback of its table must return a
+      state. An evaluation that logs a loss at the top level says so with ``gyre.test_loop``.
+
+    Args:
+        tasks: the compiled table (or the tasks of a fused plan).
+        logs: the first step's logs (a fused chunk's: stacked).
+        state: the loop's state after the first step.
+        outermost: the loop is not nested in another loop's callback.
+
+    Example:
+        >>> import warnings
+        >>> from gyre.core._schedules import every
+        >>> table = compile_tasks({every(1): lambda state, batch: Logs().add_loss("loss", 1.0)})
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_if_untrained(table, Logs().add_loss("loss", 1.0), state={"w": 0.0})
+        >>> "trains nothing" in str(caught[0].message)
+        True
+    """
+    points = [t for t in tasks if isinstance(t.key, StepPoint)]
+    if points:
+        for task in points:
+            if task.key.expects_state and task.invokers and not any(inv.returned_state for inv in task.invokers):
+                _untrained(f"the {task.key!r} callbacks", task.invokers, "a train step")
+        return
+    losses = logs.get("losses") if isinstance(logs, Mapping) else None
+    if state is None or not losses or not outermost:
+        return
+    invokers = [inv for task in tasks for inv in task.invokers]
+    if invokers and not any(inv.returned_state for inv in invokers):
+        every_step = [inv for task in tasks if task.schedule is None for inv in task.invokers] or invokers
+        _untrained(
+            f"the loop logged a loss ({', '.join(map(repr, losses))}) and its callbacks", every_step,
+            "a training step", " (an evaluation that logs a loss: run it with gyre.test_loop)",
+        )
+
+
+def _untrained(who: str, invokers: Sequence[Invoker], what: str, evaluation: str = "") -> None:
+    names = ", ".join(inv.name for inv in invokers)
+    warn(
+        f"{who} ({names}) returned no state on the first step, so the loop trains nothing: "
+        f"{what} returns (logs, new_state){evaluation}"
+    )
