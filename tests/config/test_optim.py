@@ -7,6 +7,8 @@ import optax
 import pytest
 
 from gyre.config import (
+    RunLengthUnknown,
+    run_length,
     OPTIMIZERS,
     assemble_optimizer,
     build_optimizer,
@@ -389,3 +391,44 @@ def test_log_learning_rate_false_leaves_no_rate_in_the_state():
         np.testing.assert_allclose(a["w"], b["w"], rtol=1e-6)  # the same maths either way
     with pytest.raises(TypeError, match=r"log_learning_rate must be true or false"):
         build_optimizer({"class_name": "SGD", "learning_rate": 0.1, "log_learning_rate": "no"})
+
+
+# -- the run's length: schedules that leave theirs out, and schedules that do not fit ------------
+
+SEED_RATE = {"class_name": "WarmupCosineDecaySchedule", "decay_factor": 0.1, "decay_steps": 1555,
+             "init_value": 0.0, "peak_value": 0.001, "steps": 1755, "warmup_steps": 200}
+
+
+def test_a_schedule_that_does_not_fit_the_run_warns(recwarn):
+    # seed 003's YAML: a 1,755-step schedule in a 45-step run never leaves its warmup
+    with pytest.warns(UserWarning, match=r"lasts 1755 steps, but the run trains 45: the run stops at 3% of it") as caught:
+        build_optimizer({"class_name": "AdamW", "learning_rate": SEED_RATE}, run_steps=45)
+    assert "leave its length out" in str(caught[0].message)
+    short = {"class_name": "Linear", "init_value": 1.0, "end_value": 0.0, "steps": 40}
+    with pytest.warns(UserWarning, match=r"holds its last value for the run's last 5 steps"):
+        build_optimizer({"class_name": "SGD", "learning_rate": short}, run_steps=45)
+    recwarn.clear()
+    # a fitting schedule, a constant and no run length: no warning
+    build_optimizer({"class_name": "SGD", "learning_rate": {**short, "steps": 45}}, run_steps=45)
+    build_optimizer({"class_name": "SGD", "learning_rate": 0.1}, run_steps=45)
+    build_optimizer({"class_name": "AdamW", "learning_rate": SEED_RATE})
+    assert not [w for w in recwarn if issubclass(w.category, UserWarning)]
+
+
+def test_a_schedule_without_its_length_lasts_the_run():
+    rate = {k: v for k, v in SEED_RATE.items() if k not in ("steps", "decay_steps")}
+    tx = build_optimizer({"class_name": "AdamW", "learning_rate": rate}, run_steps=1000)
+    state = tx.init({"w": jnp.zeros(1)})
+    assert float(learning_rate_of(state)) == 0.0
+    with run_length(1000):  # what the trainer and gyre fit set
+        same = build_optimizer({"class_name": "AdamW", "learning_rate": rate})
+    end = {"w": jnp.zeros(1)}
+    for tx_ in (tx, same):
+        s = tx_.init(end)
+        for _ in range(1001):
+            _, s = tx_.update({"w": jnp.ones(1)}, s, end)
+        np.testing.assert_allclose(float(learning_rate_of(s)), 1e-4, rtol=1e-5)
+    with pytest.raises(RunLengthUnknown, match=r"needs steps or decay_steps: no run length is known"):
+        build_optimizer({"class_name": "AdamW", "learning_rate": rate})
+    with pytest.raises(ValueError, match=r"run_steps must be a whole number >= 1"):
+        build_optimizer({"class_name": "AdamW", "learning_rate": rate}, run_steps=0)

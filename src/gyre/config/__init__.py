@@ -26,6 +26,8 @@ from gyre.config._registry import register_schedule as register_schedule
 from gyre.config._registry import register_trainer as register_trainer
 from gyre.config._registry import register_transform as register_transform
 from gyre.config._schedules import build_schedule as build_schedule
+from gyre.config._sections import RunLengthUnknown as RunLengthUnknown
+from gyre.config._sections import run_length as run_length
 from gyre.config._schema import Config as Config
 from gyre.config._schema import LoggerConfig as LoggerConfig
 from gyre.config._schema import TrainerConfig as TrainerConfig
@@ -45,6 +47,7 @@ __all__ = [
     "register_optimizer", "register_schedule", "register_trainer", "register_transform",
     # optimizers, schedules, transforms
     "assemble_optimizer", "build_optimizer", "learning_rate_of", "optax_optimizers", "build_schedule",
+    "run_length", "RunLengthUnknown",
     "Transform", "WeightDecayTransform", "build_transform", "build_transforms", "parameter_path",
     # the schema, YAML files and tool loggers
     "Config", "ConfigError", "LoggerConfig", "TrainerConfig", "validate_component", "validate_nested",

@@ -30,7 +30,11 @@ from gyre.config._sections import (
     flag,
     here,
     real,
+    run_length,
+    run_steps,
+    whole,
 )
+from gyre.config._simple_schedules import total_steps
 from gyre.config._transforms import (
     Transform,
     TransformsConfig,
@@ -38,7 +42,7 @@ from gyre.config._transforms import (
     build_transform,
     build_transforms,
 )
-from gyre.core._errors import ExplainedKeyError, describe, explain, suggest
+from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn
 
 _INJECTED = (optax.InjectHyperparamsState, optax.InjectStatefulHyperparamsState)
 
@@ -356,13 +360,19 @@ def _build_from_optax(
 
 
 def build_optimizer(
-    section: Mapping[str, Any], *, where: str = "optimizer"
+    section: Mapping[str, Any], *, where: str = "optimizer", run_steps: int | None = None
 ) -> optax.GradientTransformation:
     """The optimizer an ``optimizer`` section describes (see the module docstring).
+
+    With the run's length known (``run_steps``, or set by the trainer or ``gyre fit``), a
+    schedule that leaves its length out lasts the run, and a learning-rate schedule of
+    another length warns (a 1,755-step warmup-cosine in a 45-step run never leaves its
+    warmup: the model trains at a tiny rate).
 
     Args:
         section: the section, with ``class_name`` and the optimizer's keys.
         where: its dotted path, for error messages.
+        run_steps: the run's training steps (epochs x batches per epoch).
 
     Returns:
         An ``optax.GradientTransformation`` whose state holds the current learning rate.
@@ -375,6 +385,9 @@ def build_optimizer(
         >>> float(learning_rate_of(state))
         1.0
     """
+    if run_steps is not None:
+        with run_length(whole("run_steps", run_steps, minimum=1)):
+            return build_optimizer(section, where=where)
     also = "; or an optax optimizer in lowercase, e.g. adabelief, lion, rmsprop"
     name = class_name_of(section, where=where, registry=OPTIMIZERS, also=also)
     if name in OPTIMIZERS:
@@ -400,7 +413,33 @@ def build_optimizer(
                 fix="return assemble_optimizer(lambda lr: <optax optimizer>(lr, ...), learning_rate=..., transforms=...)",
             )
         )
+    _check_fit(section, where)
     return built
+
+
+def _check_fit(section: Mapping[str, Any], where: str) -> None:
+    """Warns when the learning-rate schedule's length is not the run's (when one is known)."""
+    run, rate = run_steps(), section.get("learning_rate")
+    if run is None or not isinstance(rate, Mapping):
+        return
+    total = total_steps(build_schedule(rate, where=f"{where}.learning_rate"))
+    if total is None or total == run:
+        return
+    what = (
+        f"the run stops at {100 * run / total:.0f}% of it (a warmup or decay never finishes)"
+        if total > run
+        else f"it holds its last value for the run's last {run - total} steps"
+    )
+    warn(
+        explain(
+            f"{where}.learning_rate ({rate.get('class_name')}) lasts {total} steps, but the run trains {run}: {what}",
+            expected=f"a schedule of {run} steps (epochs x batches per epoch)",
+            received=f"{total} steps",
+            fix=f"leave its length out (steps, and decay_steps where it has one: the schedule then lasts the run), "
+            f"or write its phases for {run} steps",
+        ),
+        UserWarning,
+    )
 
 
 def learning_rate_of(opt_state: Any) -> jax.Array | None:

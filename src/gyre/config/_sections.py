@@ -42,7 +42,16 @@ def at(where: str) -> Iterator[None]:
 @contextlib.contextmanager
 def run_length(steps: int | None) -> Iterator[None]:
     """Within the block, a schedule whose length is left out lasts ``steps`` (the run's
-    training steps: epochs x batches per epoch); ``None``: no run length is known."""
+    training steps: epochs x batches per epoch), and an optimizer built there warns when its
+    learning-rate schedule has another length; ``None``: no run length is known.
+
+    Example:
+        >>> from gyre.config import build_schedule
+        >>> with run_length(8):
+        ...     s = build_schedule({"class_name": "Linear", "init_value": 1.0, "end_value": 0.0})
+        >>> s.total_steps, float(s(4))
+        (8, 0.5)
+    """
     token = _RUN_STEPS.set(steps)
     try:
         yield
@@ -55,6 +64,10 @@ def run_steps() -> int | None:
     return _RUN_STEPS.get()
 
 
+class RunLengthUnknown(ValueError):
+    """A schedule left its length out and no run length is known (see :func:`length`)."""
+
+
 def length(key: str, value: object, *, name: str, keys: str = "") -> int:
     """A schedule's length: ``value`` (a whole number >= 1), or, when it is ``None``, the
     run's length (:func:`run_length`); neither is an error naming ``key``."""
@@ -62,7 +75,7 @@ def length(key: str, value: object, *, name: str, keys: str = "") -> int:
         return whole(key, value, minimum=1)
     steps = run_steps()
     if steps is None:
-        raise ValueError(
+        raise RunLengthUnknown(
             explain(
                 f"{who(name)} needs {keys or key}: no run length is known to default to",
                 expected=f"{key}: the schedule's number of steps (left out, it is the run's: epochs x batches per epoch, "

@@ -177,7 +177,8 @@ class RunResult:
 def resolve_config(source: Any, overrides: Sequence[str] = ()) -> Any:
     """The validated config of ``source`` (a YAML path, a mapping or a config) with
     ``overrides``; its optimizer is built too, so a schedule whose phases exceed its total
-    fails here, before any training.
+    fails here, before any training (one that leaves its length out to the run is built
+    when the run's length is known: :func:`run_config`).
 
     Example:
         >>> cfg = resolve_config({"trainer": {"class_name": "ImgClassifierTrainer"},
@@ -186,13 +187,32 @@ def resolve_config(source: Any, overrides: Sequence[str] = ()) -> Any:
         >>> cfg.model["c_hid"], cfg.trainer.num_classes
         (8, None)
     """
-    from gyre.config import Config, build_optimizer, config_to_dict, load_config
+    from gyre.config import Config, RunLengthUnknown, build_optimizer, config_to_dict, load_config
 
     if isinstance(source, Config):
         source = config_to_dict(source)
     config = load_config(source, list(overrides))
-    build_optimizer(config.optimizer, where="optimizer")
+    try:
+        build_optimizer(config.optimizer, where="optimizer")
+    except RunLengthUnknown:
+        pass  # a schedule that lasts the run: built by run_config, once the data is known
     return config
+
+
+def run_steps_of(config: Any, dataset: Any) -> int | None:
+    """The run's training steps, ``trainer.train_epochs`` x the training loader's batches per
+    epoch (its ``epoch_steps`` or ``len``); ``None`` when the loader does not say.
+
+    Example:
+        >>> from types import SimpleNamespace as NS
+        >>> run_steps_of(NS(trainer=NS(train_epochs=5)), NS(train_loader=[0] * 9))
+        45
+    """
+    loader = dataset.train_loader
+    per_epoch = getattr(loader, "epoch_steps", None)
+    if per_epoch is None and hasattr(loader, "__len__"):
+        per_epoch = len(loader)
+    return None if not per_epoch else config.trainer.train_epochs * int(per_epoch)
 
 
 def _with_log_dir(config: Any, run_dir: Path) -> Any:
@@ -285,7 +305,10 @@ def run_config(
         if config.trainer.resume is None:
             _check_fresh(folder)
         dataset = build_dataset(config)
-        trainer = build_trainer(config)
+        from gyre.config import run_length
+
+        with run_length(run_steps_of(config, dataset)):  # schedules without steps last the run
+            trainer = build_trainer(config)
     except Exception:
         if made is not None and not any(made.iterdir()):
             made.rmdir()  # a run that could not start leaves no empty run folder behind
