@@ -138,3 +138,30 @@ def test_too_many_positional_parameters_and_required_keywords_are_explained():
     with pytest.raises(TypeError, match="cannot bind the parameters") as err:
         bind(lambda a, *, b: None)
     assert "parameters ['a', 'b']" in str(err.value)
+
+
+def test_a_near_miss_of_a_values_name_bound_by_position_is_refused_naming_the_value():
+    seen = []
+
+    def cb(elapsd):  # by position it would get the state, silently
+        seen.append(elapsd)
+
+    with pytest.raises(TypeError) as err:
+        gyre.loop({"w": 1.0}, range(2), {gyre.every(1): cb})
+    text = str(err.value)
+    assert "parameter 'elapsd' looks like a misspelling of 'elapsed'" in text
+    assert "'elapsd' would get the state, not the elapsed" in text and "rename it 'elapsed'" in text
+    assert seen == []
+    for typo, meant in (("log", "logs"), ("bach", "batch"), ("loops", "loop")):
+        with pytest.raises(TypeError, match=f"'{typo}' looks like a misspelling of '{meant}'"):
+            bind(eval(f"lambda {typo}: None"))
+    with pytest.raises(TypeError, match="'elapsd' looks like a misspelling of 'elapsed'"):
+        bind(lambda s, elapsd: None)  # the second position is the batch
+
+
+def test_positional_callbacks_with_names_unlike_the_values_or_near_their_own_still_bind():
+    assert bind(lambda s, b: (s, b)).call(1, 2, None, None, None) == (1, 2)
+    assert bind(lambda x: x).call(1, 2, None, None, None) == 1
+    assert bind(lambda logits: logits).call(1, 2, None, None, None) == 1  # 0.8 from 'logs': not a typo
+    assert bind(lambda states, batches: (states, batches)).call(1, 2, None, None, None) == (1, 2)
+    assert bind(lambda step: step).call(1, 2, None, None, None) == 1

@@ -50,8 +50,19 @@ def suggest(name: str, choices: Iterable[str]) -> str:
         >>> suggest("on_trian_step", ["on_train_step", "on_test_step"])
         " Did you mean 'on_train_step'?"
     """
-    close = difflib.get_close_matches(name, list(choices), n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
+    close = closest(name, choices)
+    return f" Did you mean {close!r}?" if close else ""
+
+
+def closest(name: str, choices: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The choice closest to ``name`` (difflib's ratio at least ``cutoff``), or ``None``.
+
+    Example:
+        >>> closest("elapsd", ["state", "elapsed"]), closest("x", ["state"])
+        ('elapsed', None)
+    """
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=cutoff)
+    return close[0] if close else None
 
 
 def as_pair(result: object, who: str, names: str = "(state, outputs)",

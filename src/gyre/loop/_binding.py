@@ -5,7 +5,11 @@ The loop offers five values, in this order: ``state``, ``batch``, ``elapsed``, `
 use those names gets them by name; a callback whose parameters use none of them gets the first
 ``n`` by position, ``n`` being its number of required positional parameters. A callback that
 mixes the two (``def cb(elapsed, log)``) is refused, with the closest name suggested: binding
-it by position would silently hand it the state as ``elapsed``.
+it by position would silently hand it the state as ``elapsed``. So is a callback bound by
+position whose parameter is a near miss of another value's name (``def cb(elapsd)``, ``def
+cb(log)``: difflib's ratio at least :data:`TYPO_CUTOFF`): by position it would get the state.
+Names far from all five (``def cb(s, b)``, ``def cb(x)``), and near misses of the value their
+position gives (``def cb(states, batches)``), bind by position as before.
 
 Objects with ciclo's ``__loop_callback__(loop_state)`` method are called through it, and
 methods taken from the state's class (:class:`StateMethod`) receive the state as ``self``.
@@ -28,13 +32,17 @@ from typing import Any
 
 import jax
 
-from gyre.core._errors import describe, explain, suggest
+from gyre.core._errors import closest, describe, explain, suggest
 
 ARG_NAMES = ("state", "batch", "elapsed", "logs", "loop")
 #: Other names accepted for the loop's values (ciclo's).
 ALIASES = {"loop_state": "loop"}
 _INDEX = {name: i for i, name in enumerate(ARG_NAMES)}
 _INDEX.update({alias: _INDEX[name] for alias, name in ALIASES.items()})
+
+#: How close (difflib's ratio) a positional parameter's name must be to a value's name to be
+#: read as a misspelling of it: ``elapsd``, ``log``, ``bach`` are; ``logits`` (0.8), ``step`` are not.
+TYPO_CUTOFF = 0.82
 
 #: The parameter name under which a callback gets the mask of a padded batch.
 MASK = "mask"
@@ -248,7 +256,30 @@ def _plan(fn: Any, params: list[inspect.Parameter], offset: int) -> Plan:
         )
     if found is not None and found.kind is _P.POSITIONAL_OR_KEYWORD:
         _check_mask_last(fn, params, params.index(found))
+    _check_near_misses(fn, [p for p in required if p.kind in _POSITIONAL][:count], offset)
     return tuple(range(offset, offset + count)), (), mask
+
+
+def _check_near_misses(fn: Any, positional: list[inspect.Parameter], offset: int) -> None:
+    """A parameter bound by position whose name is a near miss of another value's name
+    (``def cb(elapsd)``) would silently get the wrong value: refused, naming the value."""
+    for position, p in enumerate(positional, start=offset):
+        close = closest(p.name, _INDEX, cutoff=TYPO_CUTOFF)
+        if close is None or _INDEX[close] == position:
+            continue
+        given = ARG_NAMES[position]
+        raise TypeError(
+            explain(
+                f"callback {callback_name(fn)}: parameter {p.name!r} looks like a misspelling of "
+                f"{close!r}",
+                expected=f"parameters named from {list(ARG_NAMES[offset:])} (bound by name), or "
+                "names unlike them (bound by position: state, batch, elapsed, logs, loop)",
+                received=f"parameters {[q.name for q in positional]}: bound by position, "
+                f"{p.name!r} would get the {given}, not the {ARG_NAMES[_INDEX[close]]}",
+                fix=f"rename it {close!r}; to take the {given} by position, give it a name unlike "
+                f"the loop's values (e.g. def cb({'s' if given == 'state' else given[0]}))",
+            )
+        )
 
 
 def _check_mask_last(fn: Any, params: list[inspect.Parameter], at: int) -> None:
