@@ -358,3 +358,17 @@ def test_config_to_dict_takes_a_config():
 def test_a_config_equals_itself_rebuilt_field_by_field(toys):  # noqa: F811
     config = load_config(config_data())
     assert Config(**{k: getattr(config, k) for k in Config.model_fields}) == config
+
+
+def test_flatten_configdict_joins_the_paths():
+    from ml_collections import ConfigDict
+
+    from gyre.config import flatten_configdict, flatten_dict
+
+    nested = {"a": 1, "b": {"c": 2, "d": {"e": [3, 4]}}, "f": {}}
+    assert flatten_configdict(nested) == {"a": 1, "b.c": 2, "b.d.e": [3, 4]}
+    assert flatten_dict(ConfigDict(nested), separation_mark="/") == {"a": 1, "b/c": 2, "b/d/e": [3, 4]}
+    with pytest.raises(TypeError, match=r"separation_mark must be a non-empty string"):
+        flatten_configdict(nested, separation_mark="")
+    with pytest.raises(TypeError, match=r"flatten_configdict takes a nested mapping"):
+        flatten_configdict([1, 2])

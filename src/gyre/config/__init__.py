@@ -3,6 +3,8 @@
 from gyre.config._components import ConfigError as ConfigError
 from gyre.config._components import validate_component as validate_component
 from gyre.config._components import validate_nested as validate_nested
+from gyre.config._builder import OptimizerBuilder as OptimizerBuilder
+from gyre.config._jax_trainer import from_jax_trainer as from_jax_trainer
 from gyre.config._optim import assemble_optimizer as assemble_optimizer
 from gyre.config._optim import build_optimizer as build_optimizer
 from gyre.config._optim import learning_rate_of as learning_rate_of
@@ -39,6 +41,8 @@ from gyre.config._transforms import build_transforms as build_transforms
 from gyre.config._transforms import parameter_path as parameter_path
 from gyre.config._yaml import config_to_dict as config_to_dict
 from gyre.config._yaml import dump_config as dump_config
+from gyre.config._yaml import flatten_configdict as flatten_configdict
+from gyre.config._yaml import flatten_dict as flatten_dict
 from gyre.config._yaml import load_config as load_config
 
 __all__ = [
@@ -51,5 +55,7 @@ __all__ = [
     "Transform", "WeightDecayTransform", "build_transform", "build_transforms", "parameter_path",
     # the schema, YAML files and tool loggers
     "Config", "ConfigError", "LoggerConfig", "TrainerConfig", "validate_component", "validate_nested",
-    "build_tool_writer", "config_to_dict", "dump_config", "load_config",
+    "build_tool_writer", "config_to_dict", "dump_config", "load_config", "flatten_configdict", "flatten_dict",
+    # jax_trainer's optimizer sections
+    "OptimizerBuilder", "from_jax_trainer",
 ]

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from gyre.config._jax_trainer import from_jax_trainer, is_jax_trainer_section
 from gyre.config._registry import OPTIMIZERS
 from gyre.config._schedules import ScheduleConfig, build_schedule
 from gyre.config._sections import (
@@ -362,7 +363,9 @@ def _build_from_optax(
 def build_optimizer(
     section: Mapping[str, Any], *, where: str = "optimizer", run_steps: int | None = None
 ) -> optax.GradientTransformation:
-    """The optimizer an ``optimizer`` section describes (see the module docstring).
+    """The optimizer an ``optimizer`` section describes (see the module docstring); a section
+    in phlippe/jax_trainer's form (``name``, ``lr``, ``params``, ``scheduler``,
+    ``transforms``) is read as :func:`gyre.config.from_jax_trainer` rewrites it.
 
     With the run's length known (``run_steps``, or set by the trainer or ``gyre fit``), a
     schedule that leaves its length out lasts the run, and a learning-rate schedule of
@@ -388,6 +391,10 @@ def build_optimizer(
     if run_steps is not None:
         with run_length(whole("run_steps", run_steps, minimum=1)):
             return build_optimizer(section, where=where)
+    if not isinstance(section, Mapping) and callable(getattr(section, "to_dict", None)):
+        section = section.to_dict()  # an ml_collections.ConfigDict
+    if is_jax_trainer_section(section):
+        section = from_jax_trainer(section, where=where)
     also = "; or an optax optimizer in lowercase, e.g. adabelief, lion, rmsprop"
     name = class_name_of(section, where=where, registry=OPTIMIZERS, also=also)
     if name in OPTIMIZERS:

@@ -30,6 +30,7 @@ from gyre.config._components import (
     plain,
     section_mapping,
 )
+from gyre.config._jax_trainer import from_jax_trainer, is_jax_trainer_section
 from gyre.config._registry import REGISTRIES
 from gyre.core._errors import describe, explain, suggest
 
@@ -255,7 +256,9 @@ def _optimizer_part(value: Any, where: str) -> Any:
 
 
 def validate_optimizer(section: Any, *, where: str = "optimizer") -> dict[str, Any]:
-    """Checks an optimizer section: its ``class_name`` is a registered optimizer (checked by
+    """Checks an optimizer section (one in jax_trainer's form, ``name``/``lr``/``params``/
+    ``scheduler``/``transforms``, rewritten as gyre's first: :func:`gyre.config.from_jax_trainer`):
+    its ``class_name`` is a registered optimizer (checked by
     signature) or the lowercase name of an optax optimizer (checked against optax's
     signature, plus ``transforms``); the schedules and transforms inside are checked against
     the registry that holds their ``class_name``. Values (a schedule's phases...) are the
@@ -266,6 +269,8 @@ def validate_optimizer(section: Any, *, where: str = "optimizer") -> dict[str, A
         True
     """
     data = section_mapping(section, where)
+    if is_jax_trainer_section(data):
+        data = from_jax_trainer(data, where=where)
     name = data.get("class_name")
     if isinstance(name, str) and name not in REGISTRIES["optimizers"]:
         from gyre.config._optim import optax_optimizers

@@ -293,3 +293,48 @@ def dump_config(config: BaseModel) -> str:
         log_file_verbosity: info
     """
     return yaml.dump(config_to_dict(config), Dumper=ConfigDumper, sort_keys=False, allow_unicode=True)
+
+
+def flatten_configdict(cfg: Any, separation_mark: str = ".") -> dict[str, Any]:
+    """A nested config as one flat dict, each key the path of its value joined by
+    ``separation_mark`` (jax_trainer's ``flatten_configdict``; the kpoeppel fork calls it
+    ``flatten_dict``). ``cfg`` is a mapping, an ``ml_collections.ConfigDict`` or a validated
+    config; values other than mappings (lists included) are kept as they are.
+
+    Example:
+        >>> flatten_configdict({"a": 1, "b": {"c": 2, "d": {"e": 3}}}, separation_mark="/")
+        {'a': 1, 'b/c': 2, 'b/d/e': 3}
+    """
+    if not isinstance(separation_mark, str) or not separation_mark:
+        raise TypeError(
+            explain(
+                "separation_mark must be a non-empty string",
+                expected="a str such as '.' or '/'",
+                received=describe(separation_mark),
+                fix="flatten_configdict(cfg, separation_mark='.')",
+            )
+        )
+    data = config_to_dict(cfg) if isinstance(cfg, BaseModel) else cfg
+    if not isinstance(data, Mapping) and callable(getattr(data, "to_dict", None)):
+        data = data.to_dict()
+    if not isinstance(data, Mapping):
+        raise TypeError(
+            explain(
+                "flatten_configdict takes a nested mapping",
+                expected="a dict, an ml_collections.ConfigDict or a gyre.config.Config",
+                received=describe(cfg),
+                fix="flatten_configdict(config_to_dict(load_config(path)))",
+            )
+        )
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping) or (not isinstance(value, (str, bytes)) and callable(getattr(value, "to_dict", None))):
+            inner = flatten_configdict(value, separation_mark)
+            flat.update({f"{key}{separation_mark}{k}": v for k, v in inner.items()})
+        else:
+            flat[str(key)] = value
+    return flat
+
+
+#: The kpoeppel fork's name of :func:`flatten_configdict`.
+flatten_dict = flatten_configdict
