@@ -39,6 +39,7 @@ from gyre.loop._tasks import When
 from gyre.parallel._registry import get_strategy
 from gyre.parallel._strategy import Strategy
 from gyre.trainer._data import is_iterator
+from gyre.trainer._fit_checks import eval_batches, is_pair_of_arrays, refuse_array_pair
 from gyre.trainer._fit_steps import (
     apply_error_fix,
     batch_rows,
@@ -88,7 +89,11 @@ def fit(
         state: a :class:`gyre.TrainState` with ``apply_fn`` and ``tx``.
         train_ds: the training batches ``(x, y)``: a list, a re-iterable loader (iterated
             once per epoch) or ``gyre.data.batches(...)`` (its own epochs; resumable).
+            Labels of shape ``(B, 1)`` against logits ``(B, C)`` are refused at the first
+            step (a one-hot loss would broadcast them and train at chance): flatten them.
         test_ds: evaluation batches, recorded as ``<name>_test``; never used to choose.
+            A pair of arrays ``(x, y)`` (as Keras's ``validation_data``) is evaluated in
+            batches of the training batch size; so is ``val_ds``.
         loss_fn: ``(logits, labels) -> (loss, loss_dict)``; may take ``step=`` (the step).
         eval_step: ``(state, batch) -> metric or {name: metric}`` (scalars); a bare value
             is recorded as ``accuracy``. Needed with ``test_ds`` or ``val_ds``. One that
@@ -170,6 +175,10 @@ def fit(
     """
     import gyre
 
+    refuse_array_pair(train_ds)
+    if is_pair_of_arrays(test_ds) or is_pair_of_arrays(val_ds):  # Keras's validation_data=(x, y)
+        rows = batch_rows(first_batch(train_ds))
+        test_ds, val_ds = eval_batches(test_ds, rows), eval_batches(val_ds, rows)
     epochs = _check_arguments(state, num_epochs, eval_freq, test_ds, val_ds, eval_step, mode)
     chosen = get_strategy(strategy)  # an unknown name: the registered ones, the closest first
     if not plain_jit(chosen):

@@ -21,6 +21,7 @@ from gyre.core._state import TrainState
 from gyre.loop._fuse import scanned
 from gyre.parallel._strategies import Jit
 from gyre.parallel._strategy import Strategy
+from gyre.trainer._fit_checks import check_labels, optimizer_error, split_batch
 from gyre.trainer._training import first_batch
 
 
@@ -224,7 +225,7 @@ def _train_step_fn(
     flags = {"train": True} if takes_train else {}
 
     def train_step(state: TrainState, batch: Any) -> tuple[Logs, TrainState]:
-        x, labels = batch
+        x, labels = split_batch(batch)  # checks run while tracing: once, never per step
         rng = jax.random.fold_in(state.rng, state.step)
 
         def objective(params: Any) -> tuple[Any, tuple[Mapping[str, Any], Any]]:
@@ -240,6 +241,7 @@ def _train_step_fn(
                     err.add_note(f"gyre.fit: {fix}")
                 err.add_note(_call_note(x, mutable, takes_train))
                 raise
+            check_labels(logits, labels)
             try:
                 out = loss_fn(logits, labels, step=state.step) if takes_step else loss_fn(logits, labels)
             except Exception as err:
@@ -249,7 +251,13 @@ def _train_step_fn(
             return loss, (loss_dict, updates)
 
         (loss, (loss_dict, updates)), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
-        new_state = state.apply_gradients(grads=grads, model_state={**state.model_state, **dict(updates)})
+        try:
+            new_state = state.apply_gradients(grads=grads, model_state={**state.model_state, **dict(updates)})
+        except Exception as err:
+            explained = optimizer_error(err, state.tx)
+            if explained is not None:
+                raise explained from err
+            raise
         logs = Logs().add_loss("loss", loss)
         for name, value in loss_dict.items():
             if name != "loss":

@@ -1,0 +1,214 @@
+"""What :func:`gyre.fit` checks of a Jax Fit user's data and optimizer, once: at the door
+(data given in a form fit does not iterate) or while its step is traced for the first step
+(shapes only; nothing runs per step).
+
+* :func:`split_batch`: a training batch is ``(x, labels)``; a dict batch (``{"image",
+  "label"}``, as TFDS gives) is explained with the mapping that fixes it.
+* :func:`check_labels`: labels of shape ``(B, 1)`` against logits ``(B, C)`` train at chance
+  with a one-hot loss (it broadcasts the column over the classes), silently: refused.
+* :func:`eval_batches`: ``test_ds=(x, y)`` / ``val_ds=(x, y)`` (two arrays, as Keras's
+  ``validation_data``) is evaluated in batches of the training batch size;
+  ``train_ds=(x, y)`` is explained (fit does not choose a batch size or a shuffle for you).
+* :func:`optimizer_error`: an optimizer built with a string hyperparameter
+  (``optax.adam("1e-3")``) fails deep in optax; the error says which and how to fix it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import jax
+
+from gyre.core._errors import describe, explain
+
+
+def split_batch(batch: Any) -> tuple[Any, Any]:
+    """A training batch as ``(x, labels)``, or a ``TypeError`` explaining what fit needs.
+
+    Example:
+        >>> split_batch((1, 2))
+        (1, 2)
+        >>> split_batch({"image": 1, "label": 2})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        TypeError: fit trains on (x, labels) batches, and train_ds gives dicts...
+    """
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        return batch[0], batch[1]
+    if isinstance(batch, Mapping):
+        keys = list(batch)
+        pair = ", ".join(f"b[{k!r}]" for k in keys[:2]) if len(keys) >= 2 else "b['image'], b['label']"
+        raise TypeError(
+            explain(
+                "fit trains on (x, labels) batches, and train_ds gives dicts",
+                expected="each batch a pair (x, labels), as Jax Fit's: the model's input and the labels loss_fn gets",
+                received=f"a dict batch with keys {keys}",
+                fix=f"map each batch to a pair: train_ds = [({pair}) for b in ds] for a list; for "
+                f"tf.data, ds.map(lambda b: ({pair})) (eval_step gets the batches "
+                "of test_ds as they are: a dict there is yours to read)",
+            )
+        )
+    raise TypeError(
+        explain(
+            "fit trains on (x, labels) batches",
+            expected="each batch of train_ds a pair (x, labels)",
+            received=f"a batch {describe(batch, 60)}",
+            fix="give train_ds batches of two elements: [(x, y), ...] or gyre.data.batches((x, y), 64)",
+        )
+    )
+
+
+def check_labels(logits: Any, labels: Any) -> None:
+    """Refuses labels of shape ``(..., 1)`` against logits ``(..., C)``, ``C > 1``: a one-hot
+    loss broadcasts the column over the classes and trains at chance without an error. Reads
+    shapes only (fit calls it while tracing its step). Other shapes pass: the loss decides.
+
+    Example:
+        >>> import numpy as np
+        >>> check_labels(np.zeros((4, 10)), np.zeros(4, int))  # integer class labels
+        >>> check_labels(np.zeros((4, 10)), np.zeros((4, 1)))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: fit: labels of shape (4, 1) against logits of shape (4, 10)...
+    """
+    logits, labels = _single(logits), _single(labels)
+    if logits is None or labels is None:
+        return
+    lo, la = tuple(logits.shape), tuple(labels.shape)
+    if len(lo) < 2 or len(la) != len(lo) or la[:-1] != lo[:-1] or la[-1] != 1 or lo[-1] == 1:
+        return
+    classes, flat = lo[-1], la[:-1]
+    raise ValueError(
+        explain(
+            f"fit: labels of shape {la} against logits of shape {lo}: a one-hot loss "
+            f"(optax.softmax_cross_entropy) broadcasts that one column over the {classes} classes "
+            "and trains at chance, without an error",
+            expected=f"integer class labels of shape {flat} (softmax_cross_entropy_with_integer_labels), "
+            f"or one-hot labels of shape {lo}",
+            received=f"labels {la} ({labels.dtype}), logits {lo}",
+            fix="flatten the labels where the batches are made: y.reshape(-1) (a (N, 1) column "
+            f"of class indices becomes (N,)); for a one-hot loss, jax.nn.one_hot(labels, {classes}) "
+            "inside loss_fn. A loss_fn that indexes the logits with (B, 1) labels on purpose "
+            "(take_along_axis) takes them flat and adds the axis itself",
+        )
+    )
+
+
+def _single(tree: Any) -> Any:
+    """The one array of ``tree``, else ``None`` (a model with several outputs: not checked)."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    return leaves[0] if len(leaves) == 1 and hasattr(leaves[0], "shape") else None
+
+
+def is_pair_of_arrays(ds: Any) -> bool:
+    """Whether ``ds`` is ``(x, y)``: a tuple of two arrays of one length (not batches).
+
+    Example:
+        >>> import numpy as np
+        >>> is_pair_of_arrays((np.zeros((8, 2)), np.zeros(8))), is_pair_of_arrays([(1, 2)])
+        (True, False)
+    """
+    if not (isinstance(ds, tuple) and len(ds) == 2):
+        return False
+    shapes = [getattr(a, "shape", None) for a in ds]
+    return all(s is not None and len(s) >= 1 for s in shapes) and shapes[0][0] == shapes[1][0]  # type: ignore[index]
+
+
+def eval_batches(ds: Any, batch_size: int) -> Any:
+    """``ds`` as fit iterates it for an evaluation: ``(x, y)`` arrays become a list of
+    ``batch_size`` slices (the last one smaller); anything else is returned as it is.
+
+    Example:
+        >>> import numpy as np
+        >>> [b[1].tolist() for b in eval_batches((np.zeros((5, 2)), np.arange(5)), 2)]
+        [[0, 1], [2, 3], [4]]
+    """
+    if not is_pair_of_arrays(ds):
+        return ds
+    x, y = ds
+    size = max(int(batch_size), 1)
+    return [(x[i : i + size], y[i : i + size]) for i in range(0, int(x.shape[0]), size)]
+
+
+def refuse_array_pair(train_ds: Any) -> None:
+    """``train_ds=(x, y)`` arrays: explained (fit trains on batches it does not choose).
+
+    Example:
+        >>> import numpy as np
+        >>> refuse_array_pair((np.zeros((8, 2)), np.zeros(8)))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        TypeError: fit trains on batches, and train_ds is a pair of arrays...
+    """
+    if is_pair_of_arrays(train_ds):
+        x, y = train_ds
+        raise TypeError(
+            explain(
+                "fit trains on batches, and train_ds is a pair of arrays",
+                expected="an iterable of (x, labels) batches: a list, a loader, or gyre.data.batches",
+                received=f"(x, y) of shapes {tuple(x.shape)} and {tuple(y.shape)}",
+                fix="batch them: train_ds=gyre.data.batches((x, y), 64) (shuffled each epoch, "
+                "resumable); test_ds=(x, y) and val_ds=(x, y) are evaluated as they are",
+            )
+        )
+
+
+def _strings(obj: Any, seen: set[int], depth: int = 0) -> Iterable[str]:
+    """The strings held by an optax transformation: in its functions' closures, partials,
+    and the tuples, lists and dict values they hold."""
+    if depth > 12 or id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, str):
+        yield obj
+        return
+    inner: list[Any] = []
+    if isinstance(obj, functools.partial):
+        inner += [obj.func, *obj.args, *obj.keywords.values()]
+    elif isinstance(obj, (tuple, list)):
+        inner += list(obj)
+    elif isinstance(obj, dict):
+        inner += list(obj.values())
+    elif callable(obj):
+        for cell in getattr(obj, "__closure__", None) or ():
+            try:
+                inner.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+    for item in inner:
+        yield from _strings(item, seen, depth + 1)
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return text == ""  # optax.adam("1e-3") keeps -1 * "1e-3", the empty string
+    return True
+
+
+def optimizer_error(err: Exception, tx: Any) -> TypeError | None:
+    """The explanation of ``err``, raised by the optimizer's update, when the optimizer
+    holds a number given as a string (``optax.adam("1e-3")``); else ``None``.
+
+    Example:
+        >>> import optax
+        >>> optimizer_error(TypeError("x"), optax.adam(1e-3)) is None
+        True
+        >>> print(str(optimizer_error(TypeError("x"), optax.adam("1e-3"))).splitlines()[0])
+        fit: the optimizer holds a number given as a string
+    """
+    found = [s for s in _strings(tx, set()) if _numeric(s)]
+    if not found:
+        return None
+    shown = ", ".join(repr(s) for s in found[:3])
+    return TypeError(
+        explain(
+            "fit: the optimizer holds a number given as a string",
+            expected="numbers (or optax schedules) for its hyperparameters: optax.adam(1e-3)",
+            received=f"string values {shown} in state.tx (optax.adam('1e-3') keeps -1 * '1e-3', "
+            f"the empty string, as its step size); the update raised {type(err).__name__}: {err}",
+            fix="pass numbers: optax.adam(1e-3), or float(text) for a value read from a file or "
+            "the command line",
+        )
+    )
+
