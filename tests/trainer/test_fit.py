@@ -193,12 +193,18 @@ def test_the_best_model_is_kept_by_the_validation_set_never_the_test_set(tmp_pat
     ckpt.close()
 
 
-def test_a_second_run_in_the_same_folder_is_refused_unless_it_resumes(tmp_path):
+def test_a_script_run_again_trains_in_a_new_numbered_folder_and_resume_continues_the_newest(tmp_path):
     run(tmp_path)
-    with pytest.raises(FileExistsError, match="(?s)another run's checkpoints.*resume='latest'"):
-        run(tmp_path)
+    run(tmp_path)  # the same script again: a new run beside the first, not a refusal
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["default", "default-1"]
+    first = gyre.checkpoint(str(tmp_path / "default" / "checkpoints"), keep=1)
+    assert first.all_steps() == [6]  # the first run's checkpoints are untouched
+    first.close()
     state, _ = run(tmp_path, num_epochs=2, resume="latest")
-    assert int(state.step) == 12
+    assert int(state.step) == 12 and sorted(p.name for p in tmp_path.iterdir()) == ["default", "default-1"]
+    newest = gyre.checkpoint(str(tmp_path / "default-1" / "checkpoints"), keep=1)
+    assert newest.latest_step() == 12  # the newest run continued
+    newest.close()
 
 
 def test_hparams_are_written_with_the_final_metrics(tmp_path, monkeypatch):

@@ -10,7 +10,9 @@ training as one :func:`gyre.train_loop`. What it fixes in Jax Fit:
 * evaluation means are weighted by batch size (a smaller last batch counts for what it holds);
 * the best model is kept by the *validation* set (``val_ds``), never by the test set;
 * the losses and the learning rate are logged as device values (no host sync per step);
-* a run resumes exactly (``resume="latest"``) from ``<log_dir>/<log_name>/checkpoints``.
+* a run resumes exactly (``resume="latest"``) from ``<log_dir>/<log_name>/checkpoints``;
+* a script run again with the same ``log_name`` trains in a new numbered folder
+  (``<log_name>-1``, ...), as Jax Fit users rerun scripts, instead of mixing two runs.
 
 ``strategy=`` runs it as the rest of gyre does (:mod:`gyre.parallel`): under
 ``"data_parallel"`` the state is replicated and every batch split over the devices, and the
@@ -21,7 +23,9 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -104,7 +108,9 @@ def fit(
             smaller last batch is passed as it is (and compiles a jitted step again).
         eval_freq: evaluate every this many epochs (and after the last one).
         num_epochs: epochs to train (>= 1).
-        log_name: the run's folder under ``log_dir`` (TensorBoard events, checkpoints).
+        log_name: the run's folder under ``log_dir`` (TensorBoard events, checkpoints). A
+            script run again with the same name trains in a new folder, ``<log_name>-1``,
+            ``-2``... (see :func:`run_folder`); ``resume`` continues the newest.
         hparams: hyperparameters written to TensorBoard with the final metrics.
         val_ds: validation batches, recorded as ``<name>_val``; the best checkpoint by
             ``monitor`` is kept in ``<log_dir>/<log_name>/checkpoints``.
@@ -185,7 +191,9 @@ def fit(
         check_split(chosen, train_ds)
         state = chosen.place_state(state)  # a copy: the caller's arrays are not donated
     data, epoch_steps = training_data(train_ds, epochs)
-    run_dir = os.path.join(os.fspath(log_dir), log_name)
+    run_dir = run_folder(log_dir, log_name, resume)
+    if progress and resume is None and os.path.basename(run_dir) != log_name:
+        print(f"gyre.fit: {log_name!r} holds an earlier run; this one is in {run_dir}")
     names = {n: _eval_names(eval_step, state, ds, n) for n, ds in (("test", test_ds), ("val", val_ds)) if ds is not None}
     monitor_name = _monitor_name(monitor, names["val"]) if "val" in names else None
 
@@ -211,16 +219,6 @@ def fit(
         os.path.join(run_dir, "checkpoints"), keep=1,
         keep_best=1 if monitor_name else 0, monitor=monitor_name, mode=mode,
     )
-    if resume is None and ckpt.all_steps():
-        ckpt.close()
-        raise FileExistsError(
-            explain(
-                f"fit: {run_dir} holds another run's checkpoints",
-                expected="a new log_name (or log_dir), or resume='latest' to continue that run",
-                received=f"log_dir={os.fspath(log_dir)!r}, log_name={log_name!r}: checkpoints of steps {ckpt.all_steps()}",
-                fix="pass resume='latest', another log_name, or delete the folder",
-            )
-        )
     reads = ("step_in_epoch", "epochs")
     step = make_train_step(loss_fn, state) if plain_jit(chosen) else strategy_train_step(loss_fn, state, chosen)
     tasks: dict[Any, Any] = {gyre.on_train_step: step}
@@ -259,6 +257,35 @@ def fit(
         ckpt.close()
         writer.close()
     return state, history
+
+
+def run_folder(log_dir: str | os.PathLike[str], log_name: str, resume: str | None) -> str:
+    """The folder of this run under ``log_dir``: ``<log_name>``, or, when earlier runs of
+    that name hold checkpoints (a script run again), the next free ``<log_name>-<n>``, so a
+    rerun never mixes its checkpoints and curves with an earlier run's (TensorBoard shows
+    them side by side). With ``resume``, the newest run of that name (the highest ``n``
+    holding checkpoints), or ``<log_name>`` when there is none.
+
+    Example:
+        >>> import tempfile, os
+        >>> root = tempfile.mkdtemp()
+        >>> os.path.basename(run_folder(root, "mnist", None))
+        'mnist'
+        >>> os.makedirs(os.path.join(root, "mnist", "checkpoints", "10"))
+        >>> [os.path.basename(run_folder(root, "mnist", r)) for r in (None, "latest")]
+        ['mnist-1', 'mnist']
+    """
+    root = Path(os.fspath(log_dir))
+    pattern = re.compile(re.escape(log_name) + r"(?:-(\d+))?")
+    used = []
+    if root.is_dir():
+        for entry in root.iterdir():
+            match = pattern.fullmatch(entry.name)
+            checkpoints = entry / "checkpoints"
+            if match and checkpoints.is_dir() and any(c.name.isdigit() for c in checkpoints.iterdir()):
+                used.append(int(match.group(1) or 0))
+    number = (max(used) if resume is not None else max(used) + 1) if used else 0
+    return os.fspath(root / (log_name if number == 0 else f"{log_name}-{number}"))
 
 
 def _check_arguments(
