@@ -110,7 +110,7 @@ def test_partition_turns_jaxloops_state_outputs_order_into_a_compiled_step():
     def step(state, batch, scale=1.0):
         return state + batch.sum() * scale, {"n": batch.size}
 
-    run = p.partition(step, jnp.zeros(()), donate=False)
+    run = p.partition_step(step, jnp.zeros(()), donate=False)
     state = jnp.zeros(())
     new, outputs = run(state, jnp.ones(4))
     assert float(new) == 4.0 and int(outputs["n"]) == 4
@@ -121,7 +121,7 @@ def test_partition_turns_jaxloops_state_outputs_order_into_a_compiled_step():
 
 
 def test_partition_donates_the_state_by_default():
-    run = gyre.SingleDevicePartitioner().partition(lambda s, b: (s + b, {}), jnp.zeros(3))
+    run = gyre.SingleDevicePartitioner().partition_step(lambda s, b: (s + b, {}), jnp.zeros(3))
     state = jnp.zeros(3)
     new, _ = run(state, jnp.ones(3))
     assert state.is_deleted() and new.tolist() == [1.0, 1.0, 1.0]
@@ -150,3 +150,24 @@ def test_logical_sharding_is_the_former_name_of_spmd():
     from gyre.parallel._partitioners import LogicalSharding
 
     assert LogicalSharding is gyre.SPMD
+
+
+def test_partition_compiles_a_function_with_any_return_value_leaving_its_placement_to_xla():
+    p = gyre.DataParallelPartitioner()
+    batch = p.shard_batch({"x": np.ones((16, 3), np.float32)})
+    run = p.partition(lambda state, batch: {"y": batch["x"] * state, "total": batch["x"].sum()})
+    state = p.shard_init_fn(lambda: jnp.float32(2.0))()
+    out = run(state, batch)
+    assert out["y"].sharding.spec == jax.sharding.PartitionSpec("data")  # not gathered
+    assert float(out["total"]) == 48.0 and float(out["y"][0, 0]) == 2.0
+    assert not state.is_deleted()  # not donated unless asked
+    donating = p.partition(lambda state, batch: state + 1, donate=True)
+    assert float(donating(state, batch)) == 3.0 and state.is_deleted()
+
+
+def test_partition_and_partition_step_refuse_an_option_jax_jit_lacks_before_compiling():
+    for partitioner in (gyre.SingleDevicePartitioner(), gyre.Partitioner("eager")):
+        with pytest.raises(TypeError, match=r"unexpected keyword argument 'keep_unsued'\. Did you mean 'keep_unused'\?[\s\S]*expected: options of jax.jit"):
+            partitioner.partition(lambda s, b: s, keep_unsued=True)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+            partitioner.partition_step(lambda s, b: (s, {}), bogus=1)

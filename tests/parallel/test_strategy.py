@@ -3,9 +3,11 @@ explained, placing a state copies it, Python numbers in a state become arrays.""
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import pytest
 
+import gyre
 from gyre import managed
 from tests.parallel.test_strategies import init_params, make_batches, make_train_step
 
@@ -35,3 +37,16 @@ def test_python_numbers_in_a_state_become_arrays():
     state = managed.ManagedState.create(params={"w": 0.5}, strategy="data_parallel", scale=2)
     assert isinstance(state.params["w"], jax.Array) and state.params["w"].dtype == jnp.float32
     assert isinstance(state.extras["scale"], jax.Array)
+
+
+def test_jit_compiles_under_the_strategy_without_constraining_what_comes_out():
+    strategy = gyre.DataParallel()
+    x = strategy.place_batch(np.ones((16, 2), np.float32))
+    f = strategy.jit(lambda x, scale: x * scale)
+    assert f(x, 3.0).sharding.spec == jax.sharding.PartitionSpec("data")
+    assert not x.is_deleted()
+    assert float(strategy.jit(lambda x: x * 2, donate=True)(x).sum()) == 64.0 and x.is_deleted()
+    eager = gyre.get_strategy("eager").jit(lambda x: x + 1)
+    assert eager(1) == 2  # not compiled: a Python int goes through as it is
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        strategy.jit(lambda x: x, not_an_option=1)

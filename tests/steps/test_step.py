@@ -9,7 +9,7 @@ import pytest
 from flax.linen import meta
 
 import gyre
-from tests.steps._helpers import MLP, MLPStep
+from tests.steps._helpers import BATCH, MLP, MLPStep
 from tests.steps._helpers import batches as _batches
 
 
@@ -187,3 +187,71 @@ def test_step_actions_run_on_the_per_loop_step_number_and_never_by_hand():
     assert seen == [("begin", 2, True), ("end", 3, False), ("begin", 4, True), ("begin", 6, True), ("end", 6, False)]
     with pytest.raises(ValueError, match="Record's interval must be a positive whole number"):
         MLPStep(jax.random.key(0), MLP(), end_actions=[Record("x", 0)])
+
+
+def test_jaxloops_positional_order_base_prng_model_optimizer_partitioner_train():
+    tx, partitioner = optax.sgd(0.1), gyre.DataParallelPartitioner()
+    step = MLPStep(jax.random.key(0), MLP(), tx, partitioner, True)
+    assert step.optimizer is tx and step.partitioner is partitioner and step.train
+
+
+def test_an_nnx_class_without_its_arguments_is_refused_with_the_fix():
+    from flax import nnx
+
+    class Linear(nnx.Module):
+        def __init__(self, din, dout, *, rngs):
+            self.linear = nnx.Linear(din, dout, rngs=rngs)
+
+    with pytest.raises(ValueError, match=r"nnx_model_args=None[\s\S]*fix: pass e.g. nnx_model_args="):
+        MLPStep(jax.random.key(0), Linear)
+
+
+def test_compile_refuses_an_option_jax_jit_lacks_at_once_and_keeps_the_old_run():
+    step = MLPStep(jax.random.key(0), MLP(), optimizer=optax.sgd(0.1), train=True)
+    state = step.initialize_model((1, 4))
+    state, _ = step(state, _batches(1)[0])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'not_a_jit_flag'"):
+        step.compile(not_a_jit_flag=True)
+    state, _ = step(state, _batches(1)[0])  # the refused options changed nothing
+    assert int(state.step) == 2 and step.compiled_count() == 1
+    step.compile(keep_unused=True)  # a real jax.jit option: compiled anew at the next call
+    state, _ = step(state, _batches(1)[0])
+    assert int(state.step) == 3 and step.compiled_count() == 1
+
+
+def test_log_num_flops_counts_once_at_the_first_call_and_logs_it(caplog):
+    step = MLPStep(jax.random.key(0), MLP(), optimizer=optax.sgd(0.1), train=True)
+    state = step.initialize_model((1, 4))
+    batch = _batches(1)[0]
+    expected = 2 * BATCH * (4 * 16 + 16 * 4)  # the two matmuls of the forward pass, at least
+    with caplog.at_level("INFO", logger="gyre.steps._step"):
+        state, _ = step(state, batch, 1, log_num_flops=True)
+    assert step.num_flops >= expected
+    assert f"Step flops: {step.num_flops}" in caplog.text
+    first = step.num_flops
+    state, _ = step(state, batch, 2, log_num_flops=True)  # counted once
+    assert step.num_flops == first and caplog.text.count("Step flops") == 1
+
+
+def test_a_jaxloop_partitioner_that_overrides_partition_compiles_the_run():
+    calls = []
+
+    class Logged(gyre.SingleDevicePartitioner):
+        def partition(self, fn, **kwargs):
+            calls.append(sorted(kwargs))
+            return jax.jit(fn, **kwargs)
+
+    step = MLPStep(jax.random.key(0), MLP(), optax.sgd(0.1), Logged(), True)
+    state = step.initialize_model((1, 4))
+    step.compile(keep_unused=True)
+    state, outputs = step(state, _batches(1)[0])
+    assert calls == [["keep_unused"]] and int(state.step) == 1 and "loss" in outputs
+
+
+def test_jaxloops_names_for_the_step_module_are_on_gyre_jaxloop():
+    from gyre import jaxloop
+
+    assert jaxloop.Step is gyre.Step and jaxloop.Partitioner is gyre.Partitioner
+    assert isinstance(jax.random.PRNGKey(0), jaxloop.PRNGType)
+    assert isinstance({"params": jax.random.PRNGKey(0)}, jaxloop.PRNGType.__args__[1].__origin__)
+    assert jaxloop._STOP_FILE_NAME == jaxloop.STOP_FILE_NAME == "STOPPED"

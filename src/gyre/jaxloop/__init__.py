@@ -14,6 +14,8 @@ with evaluations) on gyre's engine, so jaxloop code ports by changing imports::
 
 from typing import Any
 
+import jax
+
 from gyre.core import TrainState as TrainState
 from gyre.jaxloop._action_loop import ActionLoop as ActionLoop
 from gyre.jaxloop._action_loop import EvalLoop as EvalLoop
@@ -26,6 +28,7 @@ from gyre.jaxloop._actions import SummaryAction as SummaryAction
 from gyre.jaxloop._loop import Loop as Loop
 from gyre.jaxloop._loop import reduce_outputs as reduce_outputs
 from gyre.jaxloop._outer_loop import STOP_FILE_NAME as STOP_FILE_NAME
+from gyre.jaxloop._outer_loop import STOP_FILE_NAME as _STOP_FILE_NAME  # jaxloop's spelling
 from gyre.jaxloop._outer_loop import STOP_LOOP as STOP_LOOP
 from gyre.jaxloop._outer_loop import OuterLoop as OuterLoop
 from gyre.jaxloop._specs import CheckpointSpec as CheckpointSpec
@@ -48,6 +51,7 @@ from gyre.jaxloop._stopping import EarlyStoppingAction as EarlyStoppingAction
 from gyre.jaxloop._stopping import MetricMonitoringStopHandler as MetricMonitoringStopHandler
 from gyre.jaxloop._stopping import StopTrainingError as StopTrainingError
 from gyre.parallel import DataParallelPartitioner as DataParallelPartitioner
+from gyre.parallel import Partitioner as Partitioner
 from gyre.parallel import SingleDevicePartitioner as SingleDevicePartitioner
 from gyre.parallel import SPMDPartitioner as SPMDPartitioner
 from gyre.steps import Step as Step
@@ -56,6 +60,8 @@ Batch = Any
 """A batch: any pytree of arrays (jaxloop's ``types.Batch``)."""
 Output = dict[str, Any]
 """A step's or a loop's outputs (jaxloop's ``types.Output``)."""
+PRNGType = jax.Array | dict[str, jax.Array]
+"""A step's ``base_prng``: a key, or a dict of keys (jaxloop's ``types.PRNGType``)."""
 
 __all__ = [
     "STAT_BEGIN_TIME",
@@ -86,6 +92,8 @@ __all__ = [
     "MetricWithMetadata",
     "OuterLoop",
     "Output",
+    "PRNGType",
+    "Partitioner",
     "SPMDPartitioner",
     "SingleDevicePartitioner",
     "StatLoop",

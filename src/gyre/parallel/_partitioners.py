@@ -6,7 +6,8 @@ and the step itself (:meth:`Partitioner.partition`). Each one holds a gyre
 :class:`~gyre.Strategy` (``partitioner.strategy``) and forwards every one of those to it
 (:meth:`~gyre.Strategy.place_batch`, :meth:`~gyre.Strategy.sharded_init`,
 :meth:`~gyre.Strategy.compile`); the partitioners only translate jaxloop's conventions
-(``(state, outputs)`` returned by a step, ``shard_*`` names):
+(``(state, outputs)`` returned by a step, ``shard_*`` names); :meth:`Partitioner.partition` is
+jaxloop's (any return value), :meth:`Partitioner.partition_step` the form a ``Step`` uses:
 
 * :class:`SingleDevicePartitioner`: :class:`~gyre.Jit`, one device.
 * :class:`DataParallelPartitioner`: :class:`~gyre.DataParallel`, the batch split over
@@ -28,7 +29,7 @@ from gyre.core._errors import as_pair
 from gyre.parallel._registry import get_strategy
 from gyre.parallel._spmd import SPMD, Rules
 from gyre.parallel._strategies import DataParallel, Jit
-from gyre.parallel._strategy import Strategy
+from gyre.parallel._strategy import Strategy, check_jit_options
 
 #: The strategy of :class:`SPMDPartitioner`, under its former name.
 LogicalSharding = SPMD
@@ -118,6 +119,36 @@ class Partitioner:
 
     def partition(
         self,
+        fn: Callable[..., Any],
+        state: Any = None,
+        *,
+        donate: bool = False,
+        **jit_kwargs: Any,
+    ) -> Callable[..., Any]:
+        """jaxloop's ``partition``: ``fn(state, batch, **kwargs)`` compiled by the strategy,
+        returning whatever ``fn`` returns.
+
+        The result is placed where XLA propagates it from the inputs (outputs computed from
+        a batch split over the data axis stay split: nothing is gathered). ``donate=True``
+        donates the state (its buffers are reused and the caller's copy is deleted: right
+        when ``fn`` returns a new state; jaxloop's multi-device partitioners donate an
+        argument named ``state``), or ``jit_kwargs`` names its own donation; other
+        ``jit_kwargs`` go to ``jax.jit``, and one it does not have raises ``TypeError`` at
+        once. A :class:`~gyre.Step` compiles its ``run`` with :meth:`partition_step`, which
+        also keeps the new state on the strategy's shardings.
+
+        Example:
+            >>> import gyre, jax.numpy as jnp
+            >>> p = gyre.SingleDevicePartitioner()
+            >>> run = p.partition(lambda s, b: {"dot": b @ s})
+            >>> float(run(jnp.ones(3), jnp.ones(3))["dot"])
+            3.0
+        """
+        check_jit_options(jit_kwargs)
+        return self.strategy.jit(fn, donate=donate, **jit_kwargs)
+
+    def partition_step(
+        self,
         fn: Callable[..., tuple[Any, Any]],
         state: Any = None,
         *,
@@ -129,12 +160,13 @@ class Partitioner:
         :meth:`gyre.Strategy.compile` does the work: the output state keeps the strategy's
         shardings and the outputs are replicated, so the step compiles once. The state is donated
         unless ``donate=False`` (or ``jit_kwargs`` names its own ``donate_argnums`` /
-        ``donate_argnames``). Other ``jit_kwargs`` go to ``jax.jit``.
+        ``donate_argnames``). Other ``jit_kwargs`` go to ``jax.jit``; one it does not have
+        raises ``TypeError`` at once.
 
         Example:
             >>> import gyre, jax.numpy as jnp
             >>> p = gyre.SingleDevicePartitioner()
-            >>> run = p.partition(lambda s, b: (s + b.sum(), {"n": b.size}), jnp.zeros(()))
+            >>> run = p.partition_step(lambda s, b: (s + b.sum(), {"n": b.size}), jnp.zeros(()))
             >>> state, out = run(jnp.zeros(()), jnp.ones(4))
             >>> float(state), int(out["n"])
             (4.0, 4)
@@ -146,6 +178,7 @@ class Partitioner:
             new_state, outputs = as_pair(fn(state, batch, **kwargs), step_name(fn))
             return outputs, new_state  # the strategies' (logs, state) order
 
+        check_jit_options(jit_kwargs)
         compiled = self.strategy.compile(as_step, state, donate=donate, **jit_kwargs)
 
         def run(state: Any, batch: Any, **kwargs: Any) -> tuple[Any, Any]:

@@ -12,14 +12,15 @@ their names in :mod:`gyre.parallel._registry`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, Sharding, SingleDeviceSharding
 
-from gyre.core._errors import explain
+from gyre.core._errors import explain, suggest
 from gyre.core._placement import place
 
 Step = Callable[[Any, Any], tuple[Any, Any]]
@@ -164,12 +165,9 @@ class Strategy:
             >>> float(run(state, strategy.place_batch(jnp.ones(4)))[1])
             4.0
         """
-        options = dict(jit_kwargs)
-        if "donate_argnums" not in options and "donate_argnames" not in options:
-            options["donate_argnums"] = (0,) if (self.donate if donate is None else donate) else ()
-        step = self._traced_in_context(step)
         if self.mesh is None:
-            return jax.jit(step, **options)
+            return self.jit(step, donate=self.donate if donate is None else donate, **jit_kwargs)
+        step = self._traced_in_context(step)
         replicated = self.replicated()
 
         def constrain(sharding: Sharding, subtree: Any) -> Any:
@@ -185,7 +183,35 @@ class Strategy:
             new_state = jax.tree_util.tree_map(constrain, self.state_sharding(new_state), new_state)
             return logs, new_state
 
+        options = dict(jit_kwargs)
+        if "donate_argnums" not in options and "donate_argnames" not in options:
+            options["donate_argnums"] = (0,) if (self.donate if donate is None else donate) else ()
         return jax.jit(placed_step, **options)
+
+    def jit(self, fn: Callable[..., Any], *, donate: bool = False, **jit_kwargs: Any) -> Callable[..., Any]:
+        """``fn`` compiled with ``jax.jit`` as this strategy traces (its mesh, its sharding
+        rules), nothing constrained: what ``fn`` returns is placed where XLA propagates it
+        from the inputs' shardings. :meth:`compile` is the form for steps.
+
+        Args:
+            fn: any jittable function.
+            donate: donate the first argument (its buffers are reused; the caller's copy is
+                deleted), unless ``jit_kwargs`` names its own donation.
+            **jit_kwargs: ``jax.jit`` options; one ``jax.jit`` does not have raises
+                ``TypeError`` here.
+
+        Example:
+            >>> import gyre, jax.numpy as jnp
+            >>> f = gyre.get_strategy("jit").jit(lambda x, y: {"sum": x + y})
+            >>> float(f(jnp.ones(()), jnp.ones(()))["sum"])
+            2.0
+        """
+        check_jit_options(jit_kwargs)
+        options = dict(jit_kwargs)
+        if "donate_argnums" not in options and "donate_argnames" not in options:
+            options["donate_argnums"] = (0,) if donate else ()
+        compiled = jax.jit(self._traced_in_context(fn), **options)
+        return compiled if self.compiles else fn
 
     def sharded_init(self, init_fn: Callable[..., Any]) -> Callable[..., Any]:
         """``init_fn`` compiled so the state it builds lands directly on
@@ -226,6 +252,31 @@ class Strategy:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def check_jit_options(options: Mapping[str, Any]) -> None:
+    """Raises ``TypeError`` (jaxloop's type for it) for an option ``jax.jit`` does not have,
+    before anything is compiled.
+
+    Example:
+        >>> check_jit_options({"keep_unused": True})
+        >>> check_jit_options({"keep_unsued": True})
+        Traceback (most recent call last):
+        ...
+        TypeError: compile() got an unexpected keyword argument 'keep_unsued'. Did you mean 'keep_unused'?
+        ...
+    """
+    known = [name for name in inspect.signature(jax.jit).parameters if name != "fun"]
+    for name in options:
+        if name not in known:
+            raise TypeError(
+                explain(
+                    f"compile() got an unexpected keyword argument {name!r}.{suggest(name, known)}",
+                    expected=f"options of jax.jit: {', '.join(known)}",
+                    received=f"{name}={options[name]!r}",
+                    fix=f"drop {name}=, or spell it as jax.jit does",
+                )
+            )
 
 
 def _donation(donate: bool | None, donate_args: bool | None) -> bool:

@@ -19,6 +19,7 @@ state donated when the step trains. ``step.as_callback()`` gives a ``gyre.loop``
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,11 +29,12 @@ import numpy as np
 import optax
 from flax.core import FrozenDict
 
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, whole_number
 from gyre.core._logs import Logs
 from gyre.core._state import TrainState, check_optimizer
 from gyre.parallel._partitioners import Partitioner, SingleDevicePartitioner
 from gyre.steps._actions import check_actions
+from gyre.steps._restore import check_item_name, latest_step, restore_pytree
 
 Batch = Any
 Output = dict[str, Any]
@@ -62,13 +64,16 @@ class Step:
             step donates its state to the compiled ``run``.
         should_shard_batch: shard each batch before ``begin``; ``False`` leaves it to you
             (call :meth:`shard_batch`).
+        nnx_model_args: positional arguments of an ``nnx.Module`` class's ``__init__``
+            (its ``rngs`` is given by the bridge); required for such a class (``()`` when it
+            takes only ``rngs`` and keywords), as in jaxloop.
         begin_actions: jaxloop actions (objects with an ``interval`` and a
             ``__call__(state, outputs, **kwargs)``, e.g. ``gyre.jaxloop.StepNumberAction``)
             run before the step, with ``outputs=None``, when the 1-based
             ``per_loop_step_number`` a loop passes is a multiple of their interval.
         end_actions: the same, run after the step with its state and outputs.
-        nnx_model_args: positional arguments of an ``nnx.Module`` class's ``__init__``
-            (its ``rngs`` is given by the bridge).
+        chkpt_item_name: the orbax item :meth:`restore_model` reads (jaxloop's
+            ``CheckpointManager`` saves under ``default``).
         **nnx_model_kwargs: keyword arguments of an ``nnx.Module`` class's ``__init__``.
 
     Example:
@@ -93,18 +98,19 @@ class Step:
         self,
         base_prng: Any,
         model: Any,
-        *,
         optimizer: optax.GradientTransformation | None = None,
         partitioner: Partitioner | Any = None,
         train: bool = False,
         should_shard_batch: bool = True,
+        nnx_model_args: tuple[Any, ...] | None = None,
         begin_actions: Sequence[Any] | None = None,
         end_actions: Sequence[Any] | None = None,
-        nnx_model_args: tuple[Any, ...] | None = None,
+        chkpt_item_name: str = "default",
         **nnx_model_kwargs: Any,
     ) -> None:
         self._begin_actions = check_actions(begin_actions, "begin_actions", "Step", _STEP_ACTION)
         self._end_actions = check_actions(end_actions, "end_actions", "Step", _STEP_ACTION)
+        self._chkpt_item_name = check_item_name(chkpt_item_name)
         self._base_prng = base_prng
         self._model = _as_linen(model, nnx_model_args, nnx_model_kwargs)
         check_optimizer(optimizer, argument="optimizer", none_means="an evaluation step")
@@ -245,6 +251,57 @@ class Step:
             _log.info("Initialized model with %d parameters.", self.compute_num_params(state))
         return state
 
+    def restore_model(
+        self,
+        state: TrainState,
+        checkpoint_dir: str | os.PathLike[str],
+        step: int | None = None,
+        transforms: Any = None,
+    ) -> TrainState:
+        """The state read from a checkpoint an orbax ``CheckpointManager`` saved (jaxloop's
+        format: ``<checkpoint_dir>/<step>/<chkpt_item_name>``), or ``state`` itself when the
+        directory holds no checkpoint (logged at INFO).
+
+        The checkpoint is read with the structure, shapes, dtypes and shardings of ``state``
+        (e.g. the one :meth:`initialize_model` gave), so it lands where the step expects it.
+        Unlike jaxloop, ``state``'s arrays are not deleted: drop your reference to free them.
+
+        Args:
+            state: a state shaped like the saved one.
+            checkpoint_dir: the manager's directory.
+            step: the step to read; by default the newest complete one.
+            transforms: orbax ``PyTreeRestore`` transforms; by default every ``params``
+                leaf is read from the checkpoint, as in jaxloop.
+
+        Returns:
+            The restored state.
+
+        Raises:
+            ValueError: ``step`` is not a whole number >= 0.
+            FileNotFoundError: ``step`` was given and is not in the directory, or it has no
+                item ``chkpt_item_name``.
+
+        Example:
+            >>> import gyre, jax, flax.linen as nn, tempfile
+            >>> step = gyre.Step(jax.random.key(0), nn.Dense(3))
+            >>> state = step.initialize_model((1, 5))
+            >>> step.restore_model(state, tempfile.mkdtemp()) is state  # nothing saved there
+            True
+        """
+        if step is not None:
+            step = whole_number(
+                step, minimum=0, problem="restore_model's step must be a whole number >= 0",
+                expected="a saved step, or None for the newest", fix="pass step=None",
+            )
+        found = latest_step(checkpoint_dir) if step is None else step
+        if found is None:
+            _log.info("No checkpoint found in %s. Returning the original model state.", checkpoint_dir)
+            return state
+        _log.info("Restoring model from %s at step %d.", checkpoint_dir, found)
+        return restore_pytree(
+            state, checkpoint_dir, found, item=self._chkpt_item_name, transforms=transforms
+        )
+
     def compute_num_params(self, state: TrainState) -> int:
         """The number of parameters in ``state.params`` (also kept in :attr:`num_params`).
 
@@ -273,8 +330,12 @@ class Step:
         batch = self.preprocess_batch(batch)
         if self._should_shard_batch:
             batch = self.shard_batch(batch)
-        compiled = getattr(self._get_run(state), "compiled", None)
-        if compiled is None or not hasattr(compiled, "lower"):
+        return self._count_flops(state, batch)
+
+    def _count_flops(self, state: TrainState, batch: Batch) -> float:
+        run = self._get_run(state)
+        compiled = getattr(run, "compiled", run)
+        if not hasattr(compiled, "lower"):
             return 0.0
         analysis = compiled.lower(state, batch).compile().cost_analysis()
         if isinstance(analysis, list | tuple):
@@ -358,33 +419,47 @@ class Step:
 
     # -- compiling and calling -----------------------------------------------------------------
     def compile(self, *, donate: bool | None = None, **jit_kwargs: Any) -> None:
-        """Sets the options ``run`` is compiled with; it is compiled at the next call (its
-        shardings are fixed from that call's state).
+        """Sets the options ``run`` is compiled with (``jax.jit`` traces it at the next
+        call, with that call's state).
 
         Args:
             donate: donate the state to ``run`` (default: when the step trains).
-            **jit_kwargs: more ``jax.jit`` options (e.g. ``compiler_options=``).
+            **jit_kwargs: more ``jax.jit`` options (e.g. ``keep_unused=True``); an option
+                ``jax.jit`` does not have raises ``TypeError`` here, as in jaxloop.
 
         Example:
             >>> import gyre, jax, flax.linen as nn
-            >>> step = gyre.Step(jax.random.key(0), nn.Dense(1), train=True)
+            >>> class Same(gyre.Step):
+            ...     def run(self, state, batch):
+            ...         return state, {}
+            >>> step = Same(jax.random.key(0), nn.Dense(1), train=True)
             >>> step.compile(donate=False)
             >>> step.compiled_count()
             0
+            >>> step.compile(not_a_jit_option=1)
+            Traceback (most recent call last):
+            ...
+            TypeError: compile() got an unexpected keyword argument 'not_a_jit_option'.
+            ...
         """
-        self._donate = self._train if donate is None else bool(donate)
-        self._jit_kwargs = dict(jit_kwargs)
-        self._cached_run = None
+        donate = self._train if donate is None else bool(donate)
+        self._cached_run = self._build_run(donate, dict(jit_kwargs))  # bad options raise here
+        self._donate, self._jit_kwargs = donate, dict(jit_kwargs)
+
+    def _build_run(self, donate: bool, jit_kwargs: dict[str, Any]) -> Callable[..., tuple[Any, Any]]:
+        if getattr(type(self).run, "__func__", type(self).run) is Step.run:
+            raise NotImplementedError(_not_implemented(type(self)))
+        partitioner = self._partitioner
+        if type(partitioner).partition is not Partitioner.partition:
+            # a partitioner written for jaxloop overrides partition(fn, **jit_kwargs): it is
+            # the whole of how its steps compile, so it is used as it is
+            return partitioner.partition(self.run, **jit_kwargs)
+        return partitioner.partition_step(self.run, donate=donate, **jit_kwargs)
 
     def _get_run(self, state: TrainState) -> Callable[..., tuple[Any, Any]]:
         run = self._cached_run
         if run is None:
-            if getattr(type(self).run, "__func__", type(self).run) is Step.run:
-                raise NotImplementedError(_not_implemented(type(self)))
-            run = self._partitioner.partition(
-                self.run, state, donate=self._donate, **self._jit_kwargs
-            )
-            self._cached_run = run
+            run = self._cached_run = self._build_run(self._donate, self._jit_kwargs)
         return run
 
     def __call__(
@@ -392,6 +467,7 @@ class Step:
         state: TrainState,
         batch: Batch,
         per_loop_step_number: int = 0,
+        log_num_flops: bool = False,
         **kwargs: Any,
     ) -> tuple[TrainState, Output | None]:
         """Runs the step: ``preprocess_batch``, ``shard_batch``, ``begin``, the compiled
@@ -404,6 +480,8 @@ class Step:
                 loop passes it; not passed to ``run``): the step's ``begin_actions`` and
                 ``end_actions`` run when it is a multiple of their interval (never at 0,
                 a call outside a loop).
+            log_num_flops: compute :attr:`num_flops` (once, at the first such call) and log
+                it at INFO, as jaxloop's loops ask at their first step.
             **kwargs: passed to ``run`` as traced arguments.
 
         Returns:
@@ -426,6 +504,8 @@ class Step:
         if self._should_shard_batch:
             batch = self.shard_batch(batch)
         state, batch = self.begin(state, batch)
+        if log_num_flops and self._num_flops is None:
+            _log.info("Step flops: %s", self._count_flops(state, batch))
         state, outputs = self._get_run(state)(state, batch, **kwargs)
         state, outputs = self.end(state, outputs)
         if n and self._end_actions:
@@ -615,6 +695,18 @@ def _as_linen(model: Any, args: tuple[Any, ...] | None, kwargs: dict[str, Any]) 
     from flax import nnx
 
     if isinstance(model, type) and issubclass(model, nnx.Module):
+        if args is None and not kwargs:
+            raise ValueError(
+                explain(
+                    f"an nnx.Module class needs its constructor arguments: {model.__name__} "
+                    "is built by the bridge, which cannot guess them",
+                    expected="nnx_model_args=(...) (the positional arguments of "
+                    f"{model.__name__}.__init__ but rngs), and keywords as **nnx_model_kwargs",
+                    received=f"model={model.__name__} with nnx_model_args=None",
+                    fix=f"pass e.g. nnx_model_args=(in_features, out_features), or "
+                    "nnx_model_args=() when the class takes only rngs",
+                )
+            )
         return nnx.bridge.ToLinen(model, tuple(args or ()), kwargs=FrozenDict(kwargs))
     received = describe(model)
     fix = "pass a flax.linen module instance, e.g. model=MLP()"

@@ -1,0 +1,123 @@
+"""Reading checkpoints that orbax's ``CheckpointManager`` wrote (jaxloop's format) into a state.
+
+jaxloop saves with a plain orbax ``CheckpointManager``: step ``N`` is the directory
+``<dir>/N`` and the state is its item ``<dir>/N/<item>`` (``default`` for a manager built with
+one checkpointer, the legacy API). :func:`latest_step` finds the newest complete step
+(orbax skips ``N.orbax-checkpoint-tmp``, a save that never finished) and
+:func:`restore_pytree` reads an item onto the shardings of a state you already have, so a
+restored state lands where the step expects it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+
+from gyre.core._errors import describe, explain
+
+
+def latest_step(checkpoint_dir: str | os.PathLike[str]) -> int | None:
+    """The newest complete step saved in ``checkpoint_dir`` by an orbax ``CheckpointManager``
+    (``None`` when there is none, or no such directory).
+
+    Example:
+        >>> import tempfile
+        >>> latest_step(tempfile.mkdtemp()) is None
+        True
+    """
+    from orbax.checkpoint import path as ocp_path
+
+    if not os.path.isdir(os.fspath(checkpoint_dir)):
+        return None
+    found = ocp_path.step.latest_step_metadata(
+        os.fspath(checkpoint_dir), ocp_path.step.standard_name_format()
+    )
+    return None if found is None else int(found.step)
+
+
+def restore_pytree(
+    state: Any,
+    checkpoint_dir: str | os.PathLike[str],
+    step: int,
+    *,
+    item: str = "default",
+    transforms: Any = None,
+) -> Any:
+    """Item ``item`` of step ``step`` of an orbax ``CheckpointManager`` directory, restored
+    with the structure, shapes, dtypes and shardings of ``state``.
+
+    Args:
+        state: a state shaped like the saved one (its arrays' shardings place the result).
+        checkpoint_dir: the manager's directory.
+        step: the step to read.
+        item: the item name the state was saved under (``default`` for the legacy API).
+        transforms: orbax ``PyTreeRestore`` transforms; by default every ``params`` leaf is
+            read from the checkpoint, as jaxloop does.
+
+    Raises:
+        FileNotFoundError: there is no item ``item`` at that step (the items present are
+            named).
+    """
+    import orbax.checkpoint as ocp
+    from orbax.checkpoint import checkpoint_utils
+    from orbax.checkpoint import path as ocp_path
+
+    step_dir = ocp_path.step.build_step_path(
+        os.fspath(checkpoint_dir), ocp_path.step.standard_name_format(), step
+    )
+    if not os.path.isdir(os.path.join(os.fspath(step_dir), item)):
+        present = _items(os.fspath(step_dir))
+        raise FileNotFoundError(
+            explain(
+                f"no checkpoint item {item!r} at step {step} in {os.fspath(checkpoint_dir)}",
+                expected=f"a directory {os.fspath(step_dir)}/{item} written by an orbax "
+                "CheckpointManager",
+                received=f"items {present}" if present else f"no directory {os.fspath(step_dir)}",
+                fix="pass the item name the state was saved under (Step(..., "
+                "chkpt_item_name=...)), or another step",
+            )
+        )
+    restore_args = checkpoint_utils.construct_restore_args(state)
+    abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state)
+    checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+    restored = checkpointer.restore(
+        step_dir,
+        args=ocp.args.Composite(
+            **{
+                item: ocp.args.PyTreeRestore(
+                    abstract,
+                    restore_args=restore_args,
+                    transforms=transforms if transforms is not None else {r"params/.*": ocp.Transform()},
+                )
+            }
+        ),
+    )
+    return restored[item]
+
+
+def check_item_name(name: Any) -> str:
+    """``name`` if it is a usable orbax item name, else a ``ValueError``.
+
+    Example:
+        >>> check_item_name("default")
+        'default'
+    """
+    if isinstance(name, str) and name and "/" not in name and not name.startswith((".", "_")):
+        return name
+    raise ValueError(
+        explain(
+            "chkpt_item_name must name an orbax checkpoint item",
+            expected="a non-empty name without '/' that does not start with '.' or '_' "
+            "(jaxloop's default is 'default')",
+            received=describe(name),
+            fix="pass chkpt_item_name='default', or the name your CheckpointManager saved under",
+        )
+    )
+
+
+def _items(step_dir: str) -> list[str]:
+    if not os.path.isdir(step_dir):
+        return []
+    return sorted(n for n in os.listdir(step_dir) if os.path.isdir(os.path.join(step_dir, n)) and not n.startswith("_"))
