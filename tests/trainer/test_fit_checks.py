@@ -5,9 +5,14 @@ import numpy as np
 import optax
 import pytest
 
-import gyre
-from gyre.trainer._fit_checks import check_labels, eval_batches, is_pair_of_arrays, optimizer_error, split_batch
-from tests.trainer.test_fit import accuracy, ce, make_data, make_state, run
+from gyre.trainer._fit_checks import (
+    check_labels,
+    eval_batches,
+    is_pair_of_arrays,
+    optimizer_error,
+    split_batch,
+)
+from tests.trainer.test_fit import accuracy, make_data, make_state, run
 
 
 def one_hot_ce(logits, labels):
