@@ -195,3 +195,37 @@ def test_resume_names_a_run_folder(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["fit", "--resume", str(tmp_path / "empty")])
     assert "'" + str(tmp_path / "empty") + "' holds no resume/" in capsys.readouterr().err
+
+
+# -- a config's mistakes: every one at once, exit 2, no traceback ----------------------------------
+
+
+def test_fit_reports_every_config_mistake_at_once(tmp_path, capsys):
+    config = tmp_path / "bad.yaml"
+    config.write_text(open("examples/configs/digits_mlp.yaml").read()
+                      .replace("train_epochs: 15", "train_epoch: 15")
+                      .replace("c_hid: 256", "c_hdi: 256")
+                      .replace("global_batch_size: 64", "global_batch_size: many"))
+    code = cli.main(["fit", str(config), "optimizer.lerning_rate=1e-3", "--out", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.startswith("gyre fit: error: 4 mistakes in the config (each explained below):")
+    for mistake in ("(1) unknown key trainer.train_epoch in trainer. Did you mean 'train_epochs'?",
+                    "(2) unknown key model.c_hdi for the model 'SimpleClassifier'. Did you mean 'c_hid'?",
+                    "(3) unknown key optimizer.lerning_rate for the optimizer 'Adam'. Did you mean 'learning_rate'?",
+                    "wrong type at dataset.global_batch_size"):
+        assert mistake in err
+    assert not (tmp_path / "runs").exists()  # nothing was made
+
+
+@pytest.mark.parametrize("model, mode, fix", [("SimpleCNNLinen", None, "model_mode: linen"),
+                                              ("SimpleCNN", "linen", "model_mode: nnx")])
+def test_fit_explains_a_model_of_the_other_flax_api(model, mode, fix, tmp_path, capsys):
+    overrides = [f"model.class_name={model}"] + ([f"trainer.model_mode={mode}"] if mode else [])
+    source = tmp_path / "cnn.yaml"
+    source.write_text("".join(line for line in open("examples/configs/digits_cnn_linen.yaml")
+                              if "model_mode" not in line))
+    code = cli.main(["fit", str(source), *overrides, "--out", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert f"fix: add {fix} to the trainer section" in err

@@ -338,8 +338,11 @@ def test_a_bad_trainer_key_names_its_path(key, value, message):
 
 
 def test_several_mistakes_are_all_named():
-    with pytest.raises(ConfigError, match=r"trainer\.train_epochs\.(.|\n)*  also: trainer\.debug: Input should be a valid boolean"):
+    with pytest.raises(ConfigError, match=r"^2 mistakes in the config \(each explained below\):\n\n"
+                       r"\(1\) invalid value at trainer\.train_epochs\.(.|\n)*\n\n\(2\) wrong type at trainer\.debug\.") as caught:
         TrainerConfig(train_epochs=0, debug="x")
+    assert len(caught.value.mistakes) == 2
+    assert all("\n  fix: " in m for m in caught.value.mistakes)
 
 
 def test_a_bad_logger_key_names_its_path():
@@ -526,3 +529,15 @@ def test_the_seed_optimizer_section_validates_against_gyre_s_optimizers():
     with pytest.raises(ConfigError, match=r"unknown key optimizer\.weight_decay\.parameter_regex_includ "):
         validate_optimizer({**section, "weight_decay": {"class_name": "WeightDecay", "value": 0.1,
                                                         "parameter_regex_includ": "kernel$"}})
+
+
+def test_a_model_of_the_other_flax_api_is_a_config_error():
+    import gyre.trainer  # noqa: F401 (registers SimpleCNN and SimpleCNNLinen)
+    from gyre.config._schema import check_model_mode
+
+    with pytest.raises(ConfigError, match=r"'SimpleCNNLinen' is a flax.linen module, but trainer.model_mode is 'nnx' \(the default\)"):
+        check_model_mode("SimpleCNNLinen", "nnx")
+    with pytest.raises(ConfigError, match=r"fix: add model_mode: nnx to the trainer section"):
+        check_model_mode("SimpleCNN", "linen")
+    check_model_mode("SimpleCNN", "nnx")
+    check_model_mode("SimpleCNNLinen", "linen")

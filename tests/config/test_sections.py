@@ -33,7 +33,7 @@ def test_unknown_key_lists_the_parameters_with_types():
             {"class_name": "CosineSchedule", "init_value": 1.0, "decay_step": 4}, where="sched"
         )
     assert (
-        "init_value (float, required), decay_steps (int, required), alpha (float, default 0.0)"
+        "init_value (float, required), decay_steps (int | None, default None), alpha (float | None, default None)"
         in str(info.value)
     )
 
@@ -41,6 +41,6 @@ def test_unknown_key_lists_the_parameters_with_types():
 def test_missing_required_key():
     with pytest.raises(
         ValueError,
-        match=r"missing required keys init_value, steps at optimizer.learning_rate \(LinearSchedule\)",
+        match=r"missing required keys init_value, end_value at optimizer.learning_rate \(LinearSchedule\)",
     ):
-        build_schedule({"class_name": "LinearSchedule", "end_value": 0.0})
+        build_schedule({"class_name": "LinearSchedule", "steps": 4})

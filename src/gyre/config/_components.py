@@ -32,14 +32,33 @@ _NOT_FILLED = object()
 
 class ConfigError(ValueError):
     """A mistake in a config: the message names the dotted path, what was expected, what
-    came, and the fix.
+    came, and the fix. A config with several mistakes raises one ``ConfigError`` that
+    explains each (``mistakes``: their explanations, in the config's order).
 
     Example:
         >>> issubclass(ConfigError, ValueError)
         True
+        >>> err = ConfigError.of(["a is wrong", "b is wrong"])
+        >>> len(err.mistakes), str(err).splitlines()[0]
+        (2, '2 mistakes in the config (each explained below):')
     """
 
     __module__ = "gyre.config"
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.mistakes: list[str] = [str(args[0])] if args else []
+
+    @classmethod
+    def of(cls, mistakes: Sequence[str]) -> ConfigError:
+        """One error explaining every mistake (the first one alone when there is one)."""
+        unique = list(dict.fromkeys(mistakes))
+        if len(unique) == 1:
+            return cls(unique[0])
+        numbered = "\n\n".join(f"({i}) {m}" for i, m in enumerate(unique, 1))
+        err = cls(f"{len(unique)} mistakes in the config (each explained below):\n\n{numbered}")
+        err.mistakes = unique
+        return err
 
 
 # -- component sections: checked against the registered callable ------------------------------
@@ -89,7 +108,11 @@ def validate_component(
         >>> validate_component("loggers", {"class_name": "CSVToolLogger", "versoin": "0"},
         ...                    where="tool_config")
         Traceback (most recent call last):
-        gyre.config.ConfigError: unknown key tool_config.versoin ... Did you mean 'version'?
+        gyre.config.ConfigError: 2 mistakes in the config (each explained below):
+        <BLANKLINE>
+        (1) unknown key tool_config.versoin ... Did you mean 'version'?
+        ...
+        (2) missing required key log_dir in tool_config (logger 'CSVToolLogger')
         ...
     """
     checked = check_section(kind, section, where=where, extra_allowed=extra_allowed)
@@ -282,6 +305,7 @@ def check_signature(
     parameters, hints, takes_any = _signature(target)
     names = [p.name for p in parameters]
     out: dict[str, Any] = {}
+    mistakes: list[str] = []
     for key, value in data.items():
         path = f"{where}.{key}"
         if key not in hints:
@@ -289,7 +313,7 @@ def check_signature(
                 out[key] = plain(value)
                 continue
             valid = ["class_name", *names]
-            raise ConfigError(
+            mistakes.append(
                 explain(
                     f"unknown key {path} for the {kind[:-1]} {name!r}." + suggest(key, valid),
                     expected=f"a key of {name}: {', '.join(valid)}",
@@ -297,14 +321,18 @@ def check_signature(
                     fix=f"correct the spelling, or remove {key} from {where}",
                 )
             )
+            continue
         if is_section(value) or list_of_sections(value) or map_of_sections(value):
             out[key] = plain(value)  # for the builder of its kind
         else:
-            out[key] = check_value(hints[key], value, path=path, owner=f"the parameter {key} of {name}")
+            try:
+                out[key] = check_value(hints[key], value, path=path, owner=f"the parameter {key} of {name}")
+            except ConfigError as err:
+                mistakes.extend(err.mistakes)
     missing = [p for p in parameters if p.default is _EMPTY and p.name not in data and p.name not in extra]
     if missing:
         keys = ", ".join(p.name for p in missing)
-        raise ConfigError(
+        mistakes.append(
             explain(
                 f"missing required key{'s' if len(missing) > 1 else ''} {keys} in {where} ({kind[:-1]} {name!r})",
                 expected=", ".join(f"{p.name}: {type_name(hints[p.name])}" for p in missing),
@@ -312,6 +340,8 @@ def check_signature(
                 fix=f"add {missing[0].name}: <value> to {where}",
             )
         )
+    if mistakes:
+        raise ConfigError.of(mistakes)
     for p in parameters:
         if p.name not in out and p.name not in extra and p.default is not _EMPTY:
             value = _default(hints[p.name], p.default)
@@ -472,16 +502,16 @@ def from_pydantic(err: ValidationError, model: type[BaseModel], where: str) -> C
         ...     print(str(from_pydantic(err, LoggerConfig, "trainer.logger")).splitlines()[0])
         invalid value at trainer.logger.log_steps_every.
     """
-    errors = err.errors(include_url=False)
-    for error in errors:
+    mistakes: list[str] = []
+    for error in err.errors(include_url=False):
         cause = (error.get("ctx") or {}).get("error")
         if isinstance(cause, ConfigError):
-            return cause
-    message = _explain_error(errors[0], model, where)
-    if len(errors) > 1:
-        others = [f"{_join(where, *_walk(model, e['loc'])[0]) or 'the config'}: {e['msg']}" for e in errors[1:6]]
-        message += "\n  also: " + "; ".join(others)
-    return ConfigError(message)
+            mistakes.extend(cause.mistakes)
+        elif isinstance(cause, (ValueError, TypeError, KeyError)) and "\n  fix: " in str(cause.args[0] if cause.args else ""):
+            mistakes.append(str(cause.args[0]))  # explained by a builder: as it was
+        else:
+            mistakes.append(_explain_error(error, model, where))
+    return ConfigError.of(mistakes)
 
 
 def _join(*parts: str) -> str:

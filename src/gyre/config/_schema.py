@@ -16,6 +16,7 @@ from pydantic import (
     SerializeAsAny,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from gyre.config._components import (
@@ -356,3 +357,38 @@ class Config(_Section):
     @classmethod
     def _dataset(cls, value: Any) -> Any:
         return check_section("datasets", section_mapping(value, "dataset"), where="dataset")
+
+    @model_validator(mode="after")
+    def _model_mode(self) -> Config:
+        check_model_mode(self.model["class_name"], self.trainer.model_mode)
+        return self
+
+
+def check_model_mode(name: str, mode: str) -> None:
+    """Refuses a registered model class of the other flax API than ``trainer.model_mode``
+    (a linen module is built without ``rngs``, an nnx one with them: the wrong mode fails
+    inside the model's constructor). Factories that are not flax classes are not checked.
+
+    Example:
+        >>> check_model_mode("SimpleCNNLinen", "nnx")
+        Traceback (most recent call last):
+        gyre.config.ConfigError: the model 'SimpleCNNLinen' is a flax.linen module, but trainer.model_mode is 'nnx' ...
+        ...
+    """
+    from flax import linen, nnx
+
+    model = lookup("models", name, "model")
+    if not isinstance(model, type):
+        return
+    kind = "linen" if issubclass(model, linen.Module) else "nnx" if issubclass(model, nnx.Module) else None
+    if kind is None or kind == mode:
+        return
+    raise ConfigError(
+        explain(
+            f"the model {name!r} is a flax.{kind} module, but trainer.model_mode is {mode!r}"
+            + (" (the default)" if mode == "nnx" else ""),
+            expected=f"trainer.model_mode: {kind} for a flax.{kind} model",
+            received=f"model_mode: {mode}, model {name} (flax.{kind})",
+            fix=f"add model_mode: {kind} to the trainer section (or override: trainer.model_mode={kind})",
+        )
+    )

@@ -168,7 +168,8 @@ def CosineSchedule(  # noqa: N802
     """
     name = "CosineSchedule"
     init = real("init_value", init_value)
-    n = length("steps", one_of(name, "decay_steps", decay_steps, "steps", steps), name=name)
+    n = length("steps" if decay_steps is None else "decay_steps", one_of(name, "decay_steps", decay_steps, "steps", steps),
+               name=name, keys="steps or decay_steps")
     factor = one_of(name, "alpha", alpha, "decay_factor", decay_factor)
     factor = None if factor is None else real("alpha" if alpha is not None else "decay_factor", factor)
     end_given = None if end_value is None else real("end_value", end_value)
