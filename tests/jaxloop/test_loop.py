@@ -179,3 +179,54 @@ def test_overrides_and_steps_that_forget_to_return_are_explained():
         with pytest.raises(TypeError, match=problem.replace("(", r"\(").replace(")", r"\)")) as info:
             loop(fresh(), [1, 2, 3])
         assert fix in str(info.value) and "a missing return gives None" in str(info.value)
+
+
+def test_get_next_batch_and_run_one_step_are_the_per_batch_hooks_called_once_per_step():
+    calls = []
+
+    class Hooked(jaxloop.Loop):
+        def _get_next_batch(self, dataset):
+            batch = super()._get_next_batch(dataset)
+            calls.append(("batch", batch))
+            return batch
+
+        def _run_one_step(self, state, dataset, loop_outputs, per_loop_step_number, **kwargs):
+            state, loop_outputs = super()._run_one_step(state, dataset, loop_outputs, per_loop_step_number, **kwargs)
+            calls.append(("step", per_loop_step_number))
+            return state, loop_outputs
+
+    data = Counting(range(10, 13))
+    state, outputs = Hooked(add_step)(fresh(), data, num_steps=2)
+    assert calls == [("batch", 10), ("step", 1), ("batch", 11), ("step", 2)] and data.pulls == 2
+    calls.clear()
+    state, outputs = Hooked(add_step)(state, data)  # until the data ends: the third pull raises
+    assert calls == [("batch", 12), ("step", 1)] and outputs["batch"] == [12] and state["step"] == 3
+
+
+def test_a_run_one_step_that_skips_batches_and_one_that_returns_nothing():
+    class EveryOther(jaxloop.Loop):
+        def _run_one_step(self, state, dataset, loop_outputs, per_loop_step_number, **kwargs):
+            self._get_next_batch(dataset)  # dropped
+            return super()._run_one_step(state, dataset, loop_outputs, per_loop_step_number, **kwargs)
+
+    state, outputs = EveryOther(add_step)(fresh(), list(range(6)))
+    assert outputs["batch"] == [1, 3, 5] and outputs["n"] == [1, 2, 3]
+
+    class Forgets(jaxloop.Loop):
+        def _run_one_step(self, *args, **kwargs):
+            super()._run_one_step(*args, **kwargs)
+
+    with pytest.raises(TypeError, match=r"Forgets\._run_one_step must return \(state, loop_outputs\)"):
+        Forgets(add_step)(fresh(), [1, 2])
+
+
+def test_log_num_flops_reaches_a_step_that_takes_it_at_the_first_step_only():
+    seen = []
+
+    def step(state, batch, n, log_num_flops=False):
+        seen.append(log_num_flops)
+        return state, {}
+
+    jaxloop.Loop(step).run(0, [1, 2, 3], log_num_flops=True)
+    assert seen == [True, False, False]
+    jaxloop.Loop(add_step).run(fresh(), [1, 2], log_num_flops=True)  # a step without it: not passed

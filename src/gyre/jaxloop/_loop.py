@@ -16,14 +16,15 @@ The classes keep jaxloop's layering (``Loop`` <- ``StatLoop`` (``_stat_loop``) <
 from __future__ import annotations
 
 import collections
-import warnings
+import inspect
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import jax
 import numpy as np
 
-from gyre.core._errors import LoopWarning, as_pair, describe, explain, whole_number
+from gyre.core._errors import as_pair, describe, explain, whole_number
 from gyre.core._schedules import always
 from gyre.data._padding import accepts_mask, padded
 from gyre.loop._engine import loop as _engine_loop
@@ -135,6 +136,70 @@ class Loop:
                 loop_outputs[key].append(value)
         return loop_outputs
 
+    def _get_next_batch(self, dataset: Iterator[Any]) -> Any:
+        """The next batch of ``dataset`` (``next(dataset)``): jaxloop's per-batch hook,
+        called once per step by :meth:`_run_one_step`. Override it (calling ``super()``) to
+        time or profile the data alone; ``StopIteration`` ends the loop.
+
+        Example:
+            >>> import gyre
+            >>> gyre.jaxloop.Loop(print)._get_next_batch(iter([7, 8]))
+            7
+        """
+        return next(dataset)
+
+    def _run_one_step(
+        self,
+        state: State,
+        dataset: Iterator[Any],
+        loop_outputs: Output,
+        per_loop_step_number: int,
+        log_num_flops: bool = False,
+        return_state_from_step: bool = True,
+        **kwargs: Any,
+    ) -> tuple[State, Output]:
+        """One step of the loop: jaxloop's per-step hook, called by :meth:`run` for each
+        step. It pulls a batch (:meth:`_get_next_batch`), calls the step and adds its outputs
+        (:meth:`update_outputs`); override it (calling ``super()``) to time or profile one
+        step.
+
+        Args:
+            state: the state.
+            dataset: the loop's iterator.
+            loop_outputs: the outputs so far.
+            per_loop_step_number: this step's 1-based number in the loop.
+            log_num_flops: ask the step for its flop count (at the loop's first step).
+            return_state_from_step: keep the step's state (``False``: the input state is
+                returned, the step's dropped).
+            **kwargs: passed to the step.
+
+        Returns:
+            ``(state, loop_outputs)``.
+
+        Example:
+            >>> import collections, gyre
+            >>> loop = gyre.jaxloop.Loop(lambda state, batch, n, **kw: (state + batch, {"n": n}))
+            >>> state, outputs = loop._run_one_step(1, iter([5]), collections.defaultdict(list), 1)
+            >>> state, dict(outputs)
+            (6, {'n': [1]})
+        """
+        batch = self._get_next_batch(dataset)
+        pads = getattr(self, "_pads", None)
+        if pads is not None:  # an EvalLoop whose step takes a mask: one batch size throughout
+            batch, mask = pads(batch)
+            kwargs = {**kwargs, "mask": mask}
+        if log_num_flops and _takes_flops(self._step):
+            kwargs = {**kwargs, "log_num_flops": True}
+        step_state, step_outputs = as_pair(
+            self._step(state, batch, per_loop_step_number, **kwargs), step_name(self._step)
+        )
+        if return_state_from_step:
+            state = step_state
+        loop_outputs = self.update_outputs(loop_outputs, step_outputs)
+        if loop_outputs is None:
+            raise TypeError(_no_outputs(self))
+        return state, loop_outputs
+
     def run(
         self,
         state: State,
@@ -143,7 +208,8 @@ class Loop:
         log_num_flops: bool = False,
         **kwargs: Any,
     ) -> tuple[State, Output]:
-        """Runs the step over the dataset, through :func:`gyre.loop`.
+        """Runs the step over the dataset, through :func:`gyre.loop`: each step is one call
+        of :meth:`_run_one_step`, which pulls its batch with :meth:`_get_next_batch`.
 
         Args:
             state: the state (donated to a train step: use the returned one).
@@ -151,8 +217,8 @@ class Loop:
                 (a list starts from its beginning at each call).
             num_steps: how many steps; ``None`` runs until the data ends. A batch is pulled
                 only for a step that runs.
-            log_num_flops: compute the step's flop count at the first step
-                (``step.compute_num_flops``) where the step can.
+            log_num_flops: have the step compute its flop count at the first step
+                (``log_num_flops=True`` reaches a step that takes it, as a :class:`gyre.Step`).
             **kwargs: passed to each step call; ``return_state_from_step=False`` keeps
                 the input state (the step's returned state is dropped: an evaluation that
                 returns no state saves memory).
@@ -174,35 +240,32 @@ class Loop:
         self._last_steps = 0
         if num_steps == 0:
             return state, loop_outputs
-        step, count, box = self._step, [0], [loop_outputs]
-        flops = bool(log_num_flops) and callable(getattr(step, "compute_num_flops", None))
-        masked = self.pads_batches and takes_mask(step)
-        if masked:
-            data = iter(padded(data))  # (batch, mask) pairs, pulled one source batch at a time
+        count, box, who = [0], [loop_outputs], f"{type(self).__name__}._run_one_step"
+        self._pads = _Pads() if self.pads_batches and takes_mask(self._step) else None
 
-        def jaxloop_step(state: Any, batch: Any) -> Any:
-            count[0] += 1
-            extra = kwargs
-            if masked:
-                batch, mask = batch
-                extra = {**kwargs, "mask": mask}
-            if flops and count[0] == 1:
-                step.compute_num_flops(state, batch)
-            new_state, step_outputs = as_pair(step(state, batch, count[0], **extra), step_name(step))
-            box[0] = self.update_outputs(box[0], step_outputs)
-            if box[0] is None:
-                raise TypeError(_no_outputs(self))
+        def jaxloop_step(state: Any, loop: Any) -> Any:
+            n = count[0] + 1
+            try:
+                result = self._run_one_step(
+                    state, data, box[0], n, log_num_flops=bool(log_num_flops) and n == 1,
+                    return_state_from_step=keep_state, **kwargs,
+                )
+            except StopIteration:  # the data ended: how a jaxloop loop without num_steps ends
+                loop.request_stop("the data ended")
+                return None
+            new_state, box[0] = as_pair(result, who, "(state, loop_outputs)", "state, loop_outputs")
+            count[0] = n
             # (None, state): a state that is itself a pair is never read as (logs, state)
-            return (None, new_state) if keep_state else None
+            return None, new_state
 
-        with warnings.catch_warnings():
-            # data that ends before num_steps is how a jaxloop loop ends (an evaluation, the
-            # last train loop): not worth the engine's warning
-            warnings.filterwarnings("ignore", message="the data ended", category=LoopWarning)
+        try:
+            # the engine ticks; each step pulls its own batch (jaxloop's _get_next_batch)
             state, _, _ = _engine_loop(
-                state, data, {always(): [jaxloop_step]}, stop=num_steps, prefetch=0,
-                nan_policy="ignore", catch_keyboard_interrupt=False,
+                state, itertools.repeat(None), {always(): [jaxloop_step]}, stop=num_steps,
+                prefetch=0, nan_policy="ignore", catch_keyboard_interrupt=False,
             )
+        finally:
+            self._pads = None
         self._last_steps = count[0]
         return state, box[0]
 
@@ -241,6 +304,30 @@ def _no_outputs(loop: Loop) -> str:
         received="None",
         fix="end it with `return loop_outputs` (a missing return gives None)",
     )
+
+
+class _Pads:
+    """Pads each batch to the first one's rows and gives its mask (:func:`gyre.data.padded`
+    over a one-batch slot, fed a batch at a time)."""
+
+    def __init__(self) -> None:
+        self._batch: Any = None
+        self._pairs = iter(padded(self._slot()))
+
+    def _slot(self) -> Iterator[Any]:
+        while True:
+            yield self._batch
+
+    def __call__(self, batch: Any) -> tuple[Any, Any]:
+        self._batch = batch
+        return next(self._pairs)
+
+
+def _takes_flops(step: Any) -> bool:
+    try:
+        return "log_num_flops" in inspect.signature(step).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def takes_mask(step: Any) -> bool:
