@@ -154,8 +154,8 @@ def test_every_callback_from_a_config_in_one_run(tmp_path, digits):
     assert sorted(p.name for p in (tmp_path / "confusion_matrix").iterdir()) == [
         "test_epoch_0004.png", "val_epoch_0002.png", "val_epoch_0004.png"
     ]
-    assert sorted(os.listdir(tmp_path / "metrics")) == [
-        "train_epoch_0001.json", "train_epoch_0002.json", "train_epoch_0003.json", "train_epoch_0004.json",
+    assert sorted(os.listdir(tmp_path / "metrics")) == [  # the test of the best model too, as jax_trainer writes it
+        "test_epoch_0004.json", "train_epoch_0001.json", "train_epoch_0002.json", "train_epoch_0003.json", "train_epoch_0004.json",
         "val_epoch_0002.json", "val_epoch_0004.json",
     ]
     written = tensorboard_values(str(tmp_path / "tensorboard"))

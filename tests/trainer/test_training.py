@@ -2,6 +2,7 @@
 parallelism change nothing, debug runs eagerly, NaNs stop the run, dropout draws fresh masks."""
 
 import json
+import re
 import os
 import signal
 
@@ -252,3 +253,87 @@ def test_a_linen_classifier_pads_and_masks_too(tmp_path):
     assert len(_step_compilations(compiled)) == 1
     whole = host_values(t.eval_model([(x[:11], y[:11])]))
     assert abs(out["val/acc"] - whole["val/acc"]) <= 1e-6 and abs(out["val/loss"] - whole["val/loss"]) <= 1e-6
+
+
+def test_several_validation_and_test_loaders_are_named_and_written(tmp_path, digits):
+    from tests.trainer.helpers import trainer
+
+    t = trainer(tmp_path, train_epochs=1)
+    val, test = digits.val_loader, digits.test_loader
+    seen = {}
+
+    class Spy(Callback):
+        def on_validation_epoch_end(self, eval_metrics, epoch_idx):
+            seen.update(eval_metrics)
+
+    t.callbacks.append(Spy())
+    t.callbacks[-1].bind(t)
+    out = t.train_model(digits.train_loader, val_loader={"val": val, "ood": test},
+                        test_loader={"test": test, "held": val})
+    assert {"val/acc", "val/loss", "val_ood/acc", "val_ood/loss"} <= set(out[1])
+    assert {"val/acc", "val_ood/acc"} <= set(seen)  # the callbacks get every loader's metrics at once
+    assert out["test"]["test/acc"] == pytest.approx(out[1]["val_ood/acc"])  # the same data, the same model
+    assert out["test"]["test_held/acc"] == pytest.approx(out[1]["val/acc"])
+    for name in ("val_epoch_0001", "val_ood_epoch_0001", "test_epoch_0001", "test_held_epoch_0001"):
+        assert json.loads((tmp_path / "metrics" / f"{name}.json").read_text())["epoch"] == 1
+
+
+@pytest.mark.parametrize("loaders, received", [
+    ({}, "an empty dict"),
+    ({"ood": np.zeros((4, 64))}, "entries ['ood']"),
+    ({"Bad Name": [1]}, "entries ['Bad Name']"),
+])
+def test_a_bad_dict_of_validation_loaders_is_explained_before_training(tmp_path, digits, loaders, received):
+    from tests.trainer.helpers import trainer
+
+    t = trainer(tmp_path, train_epochs=1)
+    with pytest.raises(TypeError, match=r"(?s)a dict given as the val loader must map names to loaders.*"
+                       + re.escape(received)):
+        t.train_model(digits.train_loader, val_loader=loaders)
+    assert t.global_step == 0
+
+
+def test_max_steps_per_epoch_makes_shorter_epochs_that_continue_the_loader(tmp_path, digits):
+    from tests.trainer.helpers import trainer
+
+    t = trainer(tmp_path, train_epochs=3, max_steps_per_epoch=4)
+    t.train_model(digits.train_loader, val_loader=digits.val_loader)
+    assert t.global_step == 12 and digits.train_loader.epoch_steps > 4
+    written = sorted(p.name for p in (tmp_path / "metrics").iterdir())
+    assert written == [f"{phase}_epoch_000{e}.json" for phase in ("train", "val") for e in (1, 2, 3)]
+
+
+def test_nan_keys_pick_the_values_that_stop_the_run(tmp_path, digits):
+    from tests.trainer.helpers import trainer
+
+    class NaNMetric(ImgClassifierTrainer):
+        def loss_function(self, model, batch, train=True, mask=None):
+            loss, metrics = super().loss_function(model, batch, train, mask)
+            return loss, {**metrics, "ratio": jnp.float32(jnp.nan)}
+
+    calm = trainer(tmp_path / "calm", cls=NaNMetric, train_epochs=1, detect_nans=True, nan_keys=["train/loss"])
+    calm.train_model(digits.train_loader)  # a NaN metric outside nan_keys does not stop it
+    assert calm.global_step == digits.train_loader.epoch_steps
+    strict = trainer(tmp_path / "strict", cls=NaNMetric, train_epochs=1, detect_nans=True)
+    with pytest.raises(Exception, match="ratio"):
+        strict.train_model(DigitsDataset(global_batch_size=32, val_size=200).train_loader)
+
+
+def test_seed_eval_fixes_the_evaluations_key(tmp_path):
+    from flax import linen
+
+    from tests.trainer.helpers import trainer
+
+    class Noisy(linen.Module):
+        @linen.compact
+        def __call__(self, x, train=False):
+            return linen.Dense(10)(x) + jax.random.normal(self.make_rng("dropout"), (x.shape[0], 10))
+
+    (x, y), _ = gyre.data.digits()
+    data = [(x[:64], y[:64])]
+    losses = []
+    for seed_eval in (0, 0, 1):
+        t = trainer(tmp_path, model=Noisy(), model_mode="linen", seed_eval=seed_eval)
+        t.init_model(data[0])
+        losses.append(t.test_model(data)["test/loss"])
+    assert losses[0] == losses[1] != losses[2]

@@ -22,13 +22,12 @@ class TrainingHooks:
 
     Args:
         trainer: the trainer being trained.
-        val_loader: the validation loader (or ``None``).
-        first_epoch: the number of the first epoch this run starts (1, or later on resume).
+        val_loaders: the validation loaders, ``[(mode, loader)]`` (``named_loaders``).
     """
 
-    def __init__(self, trainer: Any, val_loader: Any) -> None:
+    def __init__(self, trainer: Any, val_loaders: list[tuple[str, Any]]) -> None:
         self.trainer = trainer
-        self.val_loader = val_loader
+        self.val_loaders = val_loaders
         self.step_callbacks = [cb for cb in trainer.callbacks if overrides_training_step(cb)]
         if not self.step_callbacks:  # a call per step costs: the engine skips a hook that is None
             self.on_train_batch_end = None  # type: ignore[assignment]
@@ -58,6 +57,7 @@ class TrainingHooks:
         if self.step_callbacks:
             values = dict(logs.get("losses", {}) if logs else {})
             values.update(logs.get("metrics", {}) if logs else {})
+            values.update(logs.get("stateful_metrics", {}) if logs else {})  # those nan_keys leaves unchecked
             for cb in self.step_callbacks:
                 cb.on_training_step(values, elapsed.epochs + 1, t._global_step)
 
@@ -66,8 +66,18 @@ class TrainingHooks:
         t = self.trainer
         values, fresh = self._roll(state.extras[WINDOW])
         named = {name: values[key] for key, name in self._names("step").items() if key in values}
-        logs = Logs().add_metrics(scalars_for_writers(named, t._specs))
+        logs = self._logs(scalars_for_writers(named, t._specs), "step")
         return logs, state.replace(extras={**state.extras, WINDOW: fresh})
+
+    def _logs(self, values: dict[str, Any], freq: str) -> Logs:
+        """``values`` as metrics, the NaN check's business; with ``trainer.nan_keys``, only
+        the training values it names are (the others go unchecked, as stateful metrics)."""
+        keys = getattr(self.trainer.config, "nan_keys", None)
+        if keys is None:
+            return Logs().add_metrics(values)
+        checked = {name for key, name in self._names(freq).items() if key in keys}
+        return (Logs().add_metrics({k: v for k, v in values.items() if k in checked})
+                .add_stateful_metrics({k: v for k, v in values.items() if k not in checked}))
 
     def _roll(self, acc: Any) -> tuple[dict[str, Any], Any]:
         """An accumulator's results and its emptied self, in one compiled call (eagerly,
@@ -94,16 +104,19 @@ class TrainingHooks:
             cb.on_training_epoch_end(train, epoch)
         logged = dict(train)
         every = t.config.check_val_every_n_epoch
-        if self.val_loader is not None and every and epoch % every == 0:
+        evals: dict[str, Any] = {}
+        if self.val_loaders and every and epoch % every == 0:
             for cb in t.callbacks:
                 cb.on_validation_epoch_start(epoch)
-            val = t.eval_model(self.val_loader, mode="val", epoch_idx=epoch, _state=state)
+            for mode, loader in self.val_loaders:
+                evals[mode] = t.eval_model(loader, mode=mode, epoch_idx=epoch, _state=state)
+            val = {k: v for metrics in evals.values() for k, v in metrics.items()}
             self.val_history[epoch] = val
             for cb in t.callbacks:
                 cb.on_validation_epoch_end(val, epoch)
             logged.update(val)
-        t._write_epoch_files(elapsed.steps, epoch, train, {k: v for k, v in logged.items() if k not in train})
-        logs = Logs().add_metrics(scalars_for_writers(logged, {**t._specs, **t._builder.eval_specs_cached}))
+        t._write_epoch_files(elapsed.steps, epoch, train, evals)
+        logs = self._logs(scalars_for_writers(logged, {**t._specs, **t._builder.eval_specs_cached}), "epoch")
         logs = logs.add_metric("epoch", epoch)  # the epoch beside the global step, for every series
         if t._stop_reason:
             loop.request_stop(t._stop_reason)

@@ -22,6 +22,7 @@ from gyre.config._registry import register_trainer
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._state import TrainState
 from gyre.trainer._checks import check_user_methods
+from gyre.trainer._config import TrainerModuleConfig
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
 from gyre.trainer._model import NNX_REST, LinenModel, NNXModel, lazy_init_nnx, model_mode_of
 from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder
@@ -85,7 +86,7 @@ class TrainerModule:
     """
 
     #: a registered trainer may name a subclass of gyre.config.TrainerConfig with its own keys
-    config_class: ClassVar[Any] = None
+    config_class: ClassVar[Any] = TrainerModuleConfig
 
     def __init__(
         self,
@@ -249,7 +250,8 @@ class TrainerModule:
             >>> t.model_linen_apply(state.params, state, jnp.ones((1, 64)), state.rng, train=False)[0].shape
             (1, 10)
         """
-        return self._adapter.apply(params, state.model_state, input, rng, train=train)
+        sow = train and bool(getattr(self.config, "log_intermediates", False))
+        return self._adapter.apply(params, state.model_state, input, rng, train=train, sow=sow)
 
     # -- the model and its state --------------------------------------------------------------
 
@@ -266,13 +268,38 @@ class TrainerModule:
             >>> int(t.init_model((jnp.ones((2, 64)), jnp.zeros(2, jnp.int32))).step)
             0
         """
-        state = self._build_state(self.batch_to_input(exmp_batch))
+        exmp_input = self.batch_to_input(exmp_batch)
+        state = self._build_state(exmp_input)
         specs, shapes = self._builder.train_specs(state, exmp_batch)
         self._specs = specs
         self.state = self.strategy.place_state(state.replace(
             extras={EPOCH: MetricAccumulator.init(specs, shapes), WINDOW: MetricAccumulator.init(specs, shapes)}
         ))
+        if getattr(self.config, "tabulate_model", False):
+            from gyre.trainer._inspection import write_tabulation
+
+            write_tabulation(self, exmp_input)
         return self.state
+
+    def num_model_params(self) -> int:
+        """The model's number of parameters (logged as ``param/num_model_params`` when
+        training starts).
+
+        Example:
+            >>> import optax
+            >>> from flax import nnx
+            >>> t = TrainerModule(model=nnx.Linear(3, 2, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1), log_dir="unused")
+            >>> t.num_model_params()
+            8
+        """
+        from gyre.trainer._inspection import count_params
+
+        if self.state is not None:
+            return count_params(self.state.params)
+        if self.model_mode == "nnx":
+            return count_params(self._adapter.initial()[0])
+        self._require_state("num_model_params")  # a linen model has no parameters before init_model
+        return 0
 
     def _build_state(self, exmp_input: Any) -> Any:
         """The train state before any metric is known (what evaluation and testing need)."""
@@ -400,7 +427,8 @@ class TrainerModule:
         self, train_loader: Any, val_loader: Any = None, test_loader: Any = None, num_epochs: int | None = None
     ) -> dict[str, Any]:
         """Trains for ``num_epochs`` (default ``train_epochs``), validating every
-        ``check_val_every_n_epoch`` epochs; then, with ``test_loader``, tests the best
+        ``check_val_every_n_epoch`` epochs (on each loader of a dict ``val_loader``: the
+        first logged as ``val/...``, the others as ``val_<name>/...``); then, with ``test_loader``, tests the best
         checkpoint by the monitored validation metric (``ModelCheckpoint``; else the final
         model). Returns ``{"val": {...}, "test": {...}}``: the last validation's and the
         test's metrics as Python floats, and each validation's under its epoch number
@@ -446,13 +474,21 @@ class TrainerModule:
         """:meth:`eval_model` with ``mode="test"``; with ``apply_callbacks`` the callbacks'
         test hooks run. Returns Python floats (scalars; array metrics stay arrays).
 
+        ``test_loader`` may be a dict of named loaders: the first is logged as ``test/...``,
+        the others as ``test_<name>/...`` (as several validation loaders).
+
         Example: see :meth:`eval_model`.
         """
+        from gyre.trainer._training import named_loaders
+
         self._require_state("test_model")
+        loaders = named_loaders(test_loader, "test")
         if apply_callbacks:
             for cb in self.callbacks:
                 cb.on_test_epoch_start(epoch_idx)
-        metrics = self.eval_model(test_loader, mode="test", epoch_idx=epoch_idx)
+        metrics: dict[str, Any] = {}
+        for mode, loader in loaders:
+            metrics.update(self.eval_model(loader, mode=mode, epoch_idx=epoch_idx))
         if apply_callbacks:
             for cb in self.callbacks:
                 cb.on_test_epoch_end(metrics, epoch_idx)
@@ -487,10 +523,11 @@ class TrainerModule:
             self._files = EpochMetricFiles(self.log_dir)
         return self._files
 
-    def _write_epoch_files(self, step: int, epoch: int, train: Mapping[str, Any], val: Mapping[str, Any]) -> None:
+    def _write_epoch_files(self, step: int, epoch: int, train: Mapping[str, Any], evals: Mapping[str, Any]) -> None:
+        """The epoch's files: ``train``, and one per validation loader (``evals``: mode -> metrics)."""
         self._epoch_files.write("train", epoch, step, scalars_for_writers(train, self._specs or {}))
-        if val:
-            self._epoch_files.write("val", epoch, step, scalars_for_writers(val, self._builder.eval_specs_cached))
+        for mode, metrics in evals.items():
+            self._epoch_files.write(mode, epoch, step, scalars_for_writers(metrics, self._builder.eval_specs_cached))
 
 
 _INPUT_KEYS = ("input", "inputs", "x", "image", "images")

@@ -3,6 +3,7 @@ the engine (see :mod:`gyre.trainer._module`)."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from gyre.core._errors import explain
+from gyre.core._errors import describe, explain
 from gyre.data._padding import padded
 from gyre.data._source import refuse_sources
 from gyre.trainer._data import EpochStream, epoch_length, is_iterator
@@ -54,6 +55,39 @@ def training_data(loader: Any, epochs: int) -> tuple[Any, int]:
     return stream, stream.epoch_steps
 
 
+_MODE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def named_loaders(loader: Any, phase: str) -> list[tuple[str, Any]]:
+    """``[(mode, loader)]`` of a ``val_loader`` / ``test_loader`` argument: one loader is the
+    ``phase``; a dict of several (the kpoeppel jax_trainer fork's ``{"val": v1, "ood": v2}``)
+    names its first ``phase`` and the others ``<phase>_<name>`` (``val_ood/acc``); ``None``: none.
+
+    Example:
+        >>> [mode for mode, _ in named_loaders({"val": [1], "ood": [2]}, "val")]
+        ['val', 'val_ood']
+    """
+    if loader is None:
+        return []
+    if not isinstance(loader, Mapping):
+        return [(phase, loader)]
+    bad = [k for k, v in loader.items() if not isinstance(k, str) or not _MODE.match(f"{phase}_{k}")
+           or hasattr(v, "shape") or not hasattr(v, "__iter__")]
+    if not loader or bad:
+        raise TypeError(
+            explain(
+                f"a dict given as the {phase} loader must map names to loaders",
+                expected=f"{{'{phase}': loader, 'ood': other_loader}}: lowercase names (letters, digits, _), each "
+                "an iterable of batches (the first is logged as '" + phase + "/...', the others as '"
+                + phase + "_<name>/...')",
+                received="an empty dict" if not loader else f"entries {bad[:3]!r} ({describe(loader[bad[0]])})",
+                fix=f"pass one loader, or a dict of named loaders; a batch dict goes inside a list: [{{'x': ..., 'y': ...}}]",
+            )
+        )
+    names = list(loader)
+    return [(phase if i == 0 else f"{phase}_{name}", loader[name]) for i, name in enumerate(names)]
+
+
 def first_batch(loader: Any) -> Any:
     """One batch of ``loader`` to build the model from, without moving a resumable
     loader's position (a copy of its state is restored)."""
@@ -81,9 +115,16 @@ def train_model(trainer: Any, train_loader: Any, val_loader: Any, test_loader: A
     if trainer.state is None:
         trainer.init_model(first_batch(train_loader))
     data, epoch_steps = training_data(train_loader, epochs)
+    most = getattr(trainer.config, "max_steps_per_epoch", None)
+    if most:  # shorter epochs; the loader is not restarted between them
+        epoch_steps = min(epoch_steps, most)
     trainer.log_dir.mkdir(parents=True, exist_ok=True)
     _store_config(trainer)
-    hooks = TrainingHooks(trainer, val_loader)
+    from gyre.trainer._inspection import count_params
+
+    trainer.writer.write_scalars(trainer.global_step, {"param/num_model_params": count_params(trainer.state.params)})
+    hooks = TrainingHooks(trainer, named_loaders(val_loader, "val"))
+    named_loaders(test_loader, "test")  # a bad dict of test loaders is explained before training
     step_logs = bool(hooks.step_callbacks or trainer.config.detect_nans)
     step = _compiled(trainer, f"train{int(step_logs)}", trainer._builder.train_step(step_logs=step_logs))
     tasks: dict[Any, Any] = {gyre.on_train_step: step}
@@ -181,8 +222,10 @@ def evaluate(trainer: Any, loader: Any, mode: str, state: Any) -> dict[str, Any]
     if compute is None:
         compute = trainer._compiled["compute"] = jax.jit(lambda a: a.compute())
     values = {**compute(acc), **collector.compute()}
-    phase = "test" if mode == "test" else "val"
+    phase = "test" if mode.startswith("test") else "val"
     names = metric_names(trainer._builder.eval_specs_cached, phase, "epoch")
+    if mode != phase:  # a further named loader (val_ood): its own names
+        names = {k: mode + n[len(phase):] if n.startswith(phase + "/") else f"{mode}/{n}" for k, n in names.items()}
     out = {name: values[key] for key, name in names.items() if key in values}
     out[f"{mode}/time"] = time.perf_counter() - start
     return out
