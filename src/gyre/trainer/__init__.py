@@ -10,8 +10,12 @@ from gyre.trainer._classifier import SimpleClassifier as SimpleClassifier
 from gyre.trainer._classifier import SimpleClassifierLinen as SimpleClassifierLinen
 from gyre.trainer._classifier import SimpleCNN as SimpleCNN
 from gyre.trainer._classifier import SimpleCNNLinen as SimpleCNNLinen
+from gyre.trainer._config import TrainerModuleConfig as TrainerModuleConfig
 from gyre.trainer._confusion import ConfusionMatrixCallback as ConfusionMatrixCallback
 from gyre.trainer._confusion import confusion_matrix as confusion_matrix
+from gyre.trainer._datasets import CIFAR10Dataset as CIFAR10Dataset
+from gyre.trainer._datasets import MNISTDataset as MNISTDataset
+from gyre.trainer._datasets import build_dataset_module as build_dataset_module
 from gyre.trainer._epoch_files import EpochMetricFiles as EpochMetricFiles
 from gyre.trainer._fit import fit as fit
 from gyre.trainer._metrics import MetricAccumulator as MetricAccumulator
@@ -28,8 +32,8 @@ from gyre.trainer._utility_callbacks import EarlyStopping as EarlyStopping
 from gyre.trainer._utility_callbacks import JAXProfiler as JAXProfiler
 
 __all__ = [
-    "Callback", "ConfusionMatrixCallback", "DigitsDataset", "DisableGC", "EarlyStopping", "EpochMetricFiles",
+    "CIFAR10Dataset", "Callback", "ConfusionMatrixCallback", "DigitsDataset", "DisableGC", "EarlyStopping", "EpochMetricFiles",
     "GradientSpikeMonitor", "ImgClassifierConfig", "ImgClassifierTrainer", "JAXProfiler", "LearningRateMonitor",
-    "LogFreq", "LogMetricMode", "LogMode", "MetricAccumulator", "MetricSpec", "ModelCheckpoint", "SimpleCNN",
-    "SimpleCNNLinen", "SimpleClassifier", "SimpleClassifierLinen", "TrainerModule", "TrainerView", "confusion_matrix", "fit",
+    "LogFreq", "LogMetricMode", "LogMode", "MNISTDataset", "MetricAccumulator", "MetricSpec", "ModelCheckpoint", "SimpleCNN",
+    "SimpleCNNLinen", "SimpleClassifier", "SimpleClassifierLinen", "TrainerModule", "TrainerModuleConfig", "TrainerView", "build_dataset_module", "confusion_matrix", "fit",
 ]

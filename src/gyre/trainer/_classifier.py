@@ -15,8 +15,8 @@ import optax
 from flax import linen, nnx
 
 from gyre.config._registry import register_dataset, register_model, register_trainer
-from gyre.config._schema import TrainerConfig
 from gyre.core._errors import describe, explain
+from gyre.trainer._config import TrainerModuleConfig
 from gyre.trainer._confusion import ConfusionMatrixCallback, confusion_matrix
 from gyre.trainer._module import TrainerModule
 
@@ -122,7 +122,7 @@ class ImgClassifierTrainer(TrainerModule):
         return bool(self._num_classes()) or any(isinstance(cb, ConfusionMatrixCallback) for cb in self.callbacks)
 
 
-class ImgClassifierConfig(TrainerConfig):
+class ImgClassifierConfig(TrainerModuleConfig):
     """The trainer keys of :class:`ImgClassifierTrainer`: those of every trainer, and
     ``num_classes`` (the confusion matrix's size; ``None``: no matrix).
 

@@ -185,15 +185,19 @@ class LinenModel:
         params = variables.pop("params", {})
         return params, variables
 
-    def apply(self, params: Any, model_state: Any, inputs: Any, rng: jax.Array | None, *, train: bool) -> tuple[Any, Any]:
+    def apply(
+        self, params: Any, model_state: Any, inputs: Any, rng: jax.Array | None, *, train: bool, sow: bool = False
+    ) -> tuple[Any, Any]:
         """``(outputs, new mutable collections)``: in training, the collections of
-        ``model_state`` are mutable and dropout draws from ``rng``."""
+        ``model_state`` are mutable and dropout draws from ``rng``; with ``sow``, what the
+        model sows comes back too, as the collection ``intermediates``."""
         kwargs = {"train": train} if _takes_train(self.module) else {}
         variables = {"params": params, **dict(model_state)}
         rngs = {"dropout": rng} if rng is not None else None
-        if train and model_state:
-            out, mutated = self.module.apply(variables, inputs, rngs=rngs, mutable=list(model_state), **kwargs)
-            return out, dict(mutated)
+        mutable = [*(model_state if train else ()), *(["intermediates"] if sow else [])]
+        if mutable:
+            out, mutated = self.module.apply(variables, inputs, rngs=rngs, mutable=mutable, **kwargs)
+            return out, dict(mutated) if train else {**dict(model_state), **dict(mutated)}
         return self.module.apply(variables, inputs, rngs=rngs, **kwargs), dict(model_state)
 
 

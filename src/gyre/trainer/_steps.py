@@ -113,19 +113,28 @@ class StepBuilder:
     ) -> tuple[Any, dict[str, Any], Any]:
         """``(loss, metrics, new model_state)`` of one batch (``mask``: passed on to a loss
         function that accepts it, see :meth:`accepts_mask`)."""
+        from flax import nnx
+
+        from gyre.trainer._inspection import tree_stats
+
         t = self.trainer
         kw = {} if mask is None else {"mask": mask}
         if self.mode == "nnx":
             module = self.model.merge(params, state.model_state[NNX_REST], train=train)
             out = t.loss_function(module, batch, train=train, **kw)
             loss, metrics, _ = loss_output(out, mode="nnx", name="loss_function")
+            sown = nnx.pop(module, nnx.Intermediate)  # sown values never enter the carried state
             model_state = {**state.model_state, NNX_REST: self.model.rest_of(module)}
         else:
             out = t.loss_function_linen(params, state, batch, rng, train=train, **kw)
             loss, metrics, mutable = loss_output(out, mode="linen", name="loss_function_linen")
+            mutable = dict(mutable or {})
+            sown = mutable.pop("intermediates", {})
             model_state = dict(state.model_state)
             if train and mutable:
-                model_state.update(dict(mutable))
+                model_state.update(mutable)
+        if train and getattr(t.config, "log_intermediates", False):
+            metrics = {**metrics, **tree_stats(sown)}
         return loss, metrics, model_state
 
     def values(self, loss: Any, metrics: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -149,7 +158,7 @@ class StepBuilder:
             (loss, (metrics, model_state)), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
             updates, opt_state = tx.update(grads, state.opt_state, state.params)
             params = optax.apply_updates(state.params, updates)
-            extra = {"grad_norm": optax.global_norm(grads)} if t.config.log_grad_norm else {}
+            extra = self.inspected(state.params, grads)
             values = self.values(loss, metrics, extra)
             specs, parsed = parse_metrics(values, where=t._loss_name)
             count = batch_size_of(batch, t.batch_to_input(batch))
@@ -161,10 +170,11 @@ class StepBuilder:
             )
             if not step_logs:
                 return None, new
-            logs = Logs().add_loss("loss", loss)
+            checked = getattr(t.config, "nan_keys", None)  # None: all; the others are not NaN-checked
+            logs = Logs().add_loss("loss", loss) if checked is None or "loss" in checked else Logs().add_stateful_metric("loss", loss)
             for key, (value, _) in parsed.items():
                 if key != "loss" and specs[key].mode != "concat":
-                    logs = logs.add_metric(key, value)
+                    logs = logs.add_metric(key, value) if checked is None or key in checked else logs.add_stateful_metric(key, value)
             return logs, new
 
         return step
@@ -178,13 +188,32 @@ class StepBuilder:
 
         def probe(state: Any, batch: Any) -> Any:
             loss, metrics, _ = self.forward(state.params, state, batch, state.rng, train=True)
-            extra = {"grad_norm": jnp.float32(0)} if t.config.log_grad_norm else {}
+            extra = self.inspected(state.params, state.params)  # gradients are shaped as the parameters
             found["specs"], parsed = parse_metrics(self.values(loss, metrics, extra), where=t._loss_name)
             return parsed
 
         shapes = jax.eval_shape(probe, state, batch)
         self.specs = found["specs"]
         return self.specs, shapes
+
+    def inspected(self, params: Any, grads: Any) -> dict[str, Any]:
+        """The step's own values besides the loss function's: the gradients' global norm
+        (``log_grad_norm``), the parameters' and gradients' statistics (``log_param_stats``,
+        ``log_grad_stats``, :mod:`gyre.trainer._inspection`)."""
+        from gyre.trainer._inspection import tree_stats
+
+        config = self.trainer.config
+        extra = {"grad_norm": optax.global_norm(grads)} if config.log_grad_norm else {}
+        if getattr(config, "log_param_stats", False):
+            extra.update(tree_stats(params))
+        if getattr(config, "log_grad_stats", False):
+            extra.update(tree_stats(grads, ".grad"))
+        return extra
+
+    def eval_rng(self, state: Any) -> jax.Array:
+        """The evaluation's random key: from ``seed_eval`` when set, else the state's."""
+        seed = getattr(self.trainer.config, "seed_eval", None)
+        return state.rng if seed is None else jax.random.PRNGKey(seed)
 
     # -- the evaluation step ------------------------------------------------------------------
 
@@ -202,7 +231,7 @@ class StepBuilder:
         found: dict[str, Any] = {}
 
         def probe(state: Any, batch: Any, mask: Any) -> Any:
-            loss, metrics, _ = self.forward(state.params, state, batch, state.rng, train=False, mask=mask)
+            loss, metrics, _ = self.forward(state.params, state, batch, self.eval_rng(state), train=False, mask=mask)
             found["specs"], parsed = parse_metrics(self.values(loss, metrics, {}), where=self.trainer._loss_name)
             return parsed
 
@@ -219,7 +248,7 @@ class StepBuilder:
         t = self.trainer
 
         def step(state: Any, acc: Any, batch: Any, mask: Any = None) -> Any:
-            loss, metrics, _ = self.forward(state.params, state, batch, state.rng, train=False, mask=mask)
+            loss, metrics, _ = self.forward(state.params, state, batch, self.eval_rng(state), train=False, mask=mask)
             specs, parsed = parse_metrics(self.values(loss, metrics, {}), where=t._loss_name)
             count = batch_size_of(batch, t.batch_to_input(batch)) if mask is None else jnp.sum(mask)
             acc = acc.update(specs, parsed, count)

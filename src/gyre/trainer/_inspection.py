@@ -1,0 +1,89 @@
+"""Looking inside the model while it trains, as the kpoeppel jax_trainer fork's
+``TrainerConfig`` offers it: per-tensor statistics of the parameters (``log_param_stats``),
+the gradients (``log_grad_stats``) and the values a model sows (``log_intermediates``), logged
+as training metrics, and the model's summary in the run folder (``tabulate_model``:
+``model.txt``, ``params.txt``) with its parameter count (``param/num_model_params``).
+
+A tensor's statistics are its ``min``, ``max``, ``mean`` and ``std`` (one ``val`` for a single
+number), named by its path joined with dots: ``conv1.kernel_mean``, ``conv1.kernel.grad_std``
+(the fork's names), logged as ``train/conv1.kernel_mean_step`` and ``..._epoch``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gyre.config._transforms import parameter_path
+
+STATS = ("min", "max", "mean", "std")
+
+
+def tree_stats(tree: Any, suffix: str = "") -> dict[str, jax.Array]:
+    """The statistics of every array leaf of ``tree`` (see the module docstring), the path
+    followed by ``suffix`` (``".grad"`` for gradients). Jittable.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> stats = tree_stats({"dense": {"kernel": jnp.array([1.0, 3.0]), "scale": jnp.float32(2.0)}})
+        >>> {k: float(v) for k, v in stats.items()}
+        {'dense.kernel_min': 1.0, 'dense.kernel_max': 3.0, 'dense.kernel_mean': 2.0, 'dense.kernel_std': 1.0, 'dense.scale_val': 2.0}
+    """
+    out: dict[str, jax.Array] = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if not hasattr(leaf, "dtype") or not jnp.issubdtype(leaf.dtype, jnp.number):
+            continue
+        name = parameter_path(path).replace("/", ".") + suffix
+        value = jnp.asarray(leaf, jnp.float32)
+        if value.size == 1:
+            out[f"{name}_val"] = value.reshape(())
+        else:
+            out.update({f"{name}_{op}": getattr(jnp, op)(value) for op in STATS})
+    return out
+
+
+def count_params(params: Any) -> int:
+    """The number of parameters (array elements) in ``params``.
+
+    Example:
+        >>> import numpy as np
+        >>> count_params({"kernel": np.zeros((3, 4)), "bias": np.zeros(4)})
+        16
+    """
+    return int(sum(np.size(leaf) for leaf in jax.tree_util.tree_leaves(params)))
+
+
+def tabulate(trainer: Any, exmp_input: Any) -> dict[str, str]:
+    """The model's summary (``model.txt``: flax's table of its layers on ``exmp_input``) and
+    its parameters (``params.txt``: each path, shape and dtype, then the total).
+
+    Example: see ``tests/trainer/test_inspection.py`` (it builds a trainer).
+    """
+    from flax import linen, nnx
+
+    state = trainer.state
+    lines = [f"{parameter_path(p)}: {tuple(np.shape(x))} {jnp.result_type(x)}"
+             for p, x in jax.tree_util.tree_flatten_with_path(state.params)[0]]
+    lines.append(f"total: {count_params(state.params)} parameters")
+    model = trainer.bind_model() if trainer.model_mode == "nnx" else trainer.model
+    try:
+        if isinstance(model, nnx.Module):
+            table = nnx.tabulate(model, exmp_input, depth=3)
+        else:
+            table = linen.tabulate(model, jax.random.key(0), depth=3)(exmp_input)
+    except Exception as err:  # a summary must never stop a run: the table says why it is missing
+        table = f"(flax could not tabulate this model: {type(err).__name__}: {err})\n{model!r}"
+    return {"model.txt": str(table), "params.txt": "\n".join(lines) + "\n"}
+
+
+def write_tabulation(trainer: Any, exmp_input: Any) -> None:
+    """Writes :func:`tabulate`'s files into the trainer's run folder (process 0 only)."""
+    if jax.process_index() != 0:
+        return
+    os.makedirs(trainer.log_dir, exist_ok=True)
+    for name, text in tabulate(trainer, exmp_input).items():
+        (trainer.log_dir / name).write_text(text)
