@@ -12,6 +12,8 @@ digits, is imported when :func:`digits` is called (``pip install 'gyre[examples]
   so a resumed run continues with exactly the next batch.
 - :func:`steps_per_epoch`: how many batches one epoch holds.
 - :func:`stratified_split`: the train/test indices ``digits`` uses, for your own arrays.
+- :func:`supervised`: ``(x, y)`` batches as :class:`SupervisedBatch` (``.input``, ``.target``,
+  ``.size``: jax_trainer's batches), keeping the source's position.
 
 Example:
     >>> import gyre
@@ -34,6 +36,9 @@ from gyre.data._augment import augment as augment
 from gyre.data._augment import augmented as augmented
 from gyre.data._augment import random_crop as random_crop
 from gyre.data._augment import random_flip as random_flip
+from gyre.data._batch import Supervised as Supervised
+from gyre.data._batch import SupervisedBatch as SupervisedBatch
+from gyre.data._batch import supervised as supervised
 from gyre.data._datasets import digits as digits
 from gyre.data._datasets import stratified_split as stratified_split
 from gyre.data._files import cifar10 as cifar10
@@ -56,6 +61,8 @@ __all__ = [
     "NumpyLoader",
     "Padded",
     "Sources",
+    "Supervised",
+    "SupervisedBatch",
     "accepts_mask",
     "arrays",
     "augment",
@@ -73,4 +80,5 @@ __all__ = [
     "random_flip",
     "steps_per_epoch",
     "stratified_split",
+    "supervised",
 ]

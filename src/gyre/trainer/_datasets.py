@@ -1,0 +1,158 @@
+"""The image data sets of jax_trainer's configs, read from local files through
+:mod:`gyre.data` (nothing is downloaded): ``MNISTDataset`` and ``CIFAR10Dataset``, registered
+under those names, so a config's ``dataset: {class_name: CIFAR10Dataset, data_dir: data/}``
+builds them; and :func:`build_dataset_module`, phlippe/jax_trainer's entry point.
+
+Their loaders give :class:`gyre.data.SupervisedBatch` batches (``input``, ``target``,
+``size``), as jax_trainer's: images float32 ``(N, H, W, C)`` (normalised by the data set's
+channel means and deviations unless ``normalize=False``), targets int64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from gyre.config._registry import register_dataset
+from gyre.core._errors import describe, explain, whole_number
+from gyre.data import arrays, cifar10, mnist, supervised
+
+CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
+MNIST_MEAN, MNIST_STD = (0.1307,), (0.3081,)
+
+
+class _ImageDataset:
+    """The three loaders of one image data set (see the module docstring)."""
+
+    reader: Callable[[Any], Any]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def __init__(
+        self, data_dir: str, global_batch_size: int = 128, local_batch_size: int | None = None,
+        val_size: int = 5000, split_seed: int = 42, normalize: bool = True, num_workers: int = 0,
+    ) -> None:
+        import jax
+
+        name = type(self).__name__
+        size = whole_number(global_batch_size, minimum=1, problem=f"{name}: global_batch_size must be a whole number >= 1",
+                            expected="examples per training batch, e.g. 128", fix="global_batch_size: 128")
+        if local_batch_size is not None and local_batch_size * jax.process_count() != size:
+            raise ValueError(
+                explain(
+                    f"{name}: local_batch_size must be global_batch_size split over the processes",
+                    expected=f"{size} // {jax.process_count()} process(es) = {size // jax.process_count()}",
+                    received=describe(local_batch_size),
+                    fix="leave local_batch_size out (gyre splits the global batch over the devices)",
+                )
+            )
+        whole_number(num_workers, minimum=0, problem=f"{name}: num_workers must be a whole number >= 0",
+                     expected="0 (accepted for jax_trainer configs: in-memory arrays batch in the calling thread)",
+                     fix="num_workers: 0")
+        train, test = self.reader(data_dir)
+        (x, y), (xt, yt) = (self._prepared(*train, normalize), self._prepared(*test, normalize))
+        sources = arrays(((x, y), (xt, yt)), size, validation=val_size, seed=split_seed)
+        self.global_batch_size = size
+        self.train_loader = supervised(sources.train)
+        self.val_loader = supervised(sources.val)
+        self.test_loader = supervised(sources.test)
+
+    def _prepared(self, images: np.ndarray, labels: np.ndarray, normalize: bool) -> tuple[np.ndarray, np.ndarray]:
+        if normalize:
+            images = (images - np.float32(self.mean)) / np.float32(self.std)
+        return images.astype(np.float32), labels.astype(np.int64)
+
+
+@register_dataset
+class CIFAR10Dataset(_ImageDataset):
+    """CIFAR-10 from its binary files in ``data_dir`` (:func:`gyre.data.cifar10`): 45,000
+    training images, a seeded validation split of ``val_size``, the 10,000 test images.
+
+    Args:
+        data_dir: the folder of ``cifar-10-batches-bin`` (or that folder itself).
+        global_batch_size: examples per batch.
+        local_batch_size: jax_trainer's per-process batch; only checked (``global / processes``).
+        val_size: training images held out for validation.
+        split_seed: the seed of the split and of the training shuffles.
+        normalize: subtract CIFAR-10's channel means, divide by their deviations.
+        num_workers: accepted for jax_trainer's configs (the arrays are in memory).
+
+    Example:
+        >>> CIFAR10Dataset("no/such/folder")
+        Traceback (most recent call last):
+        FileNotFoundError: ...
+    """
+
+    reader = staticmethod(cifar10)
+    mean, std = CIFAR10_MEAN, CIFAR10_STD
+
+
+@register_dataset
+class MNISTDataset(_ImageDataset):
+    """MNIST from its IDX files in ``data_dir`` (:func:`gyre.data.mnist`): 55,000 training
+    images, a seeded validation split of ``val_size``, the 10,000 test images; the arguments
+    are :class:`CIFAR10Dataset`'s.
+
+    Example:
+        >>> MNISTDataset("no/such/folder")
+        Traceback (most recent call last):
+        FileNotFoundError: ...
+    """
+
+    reader = staticmethod(mnist)
+    mean, std = MNIST_MEAN, MNIST_STD
+
+
+#: phlippe/jax_trainer's dataset constructors, by the dotted names its configs give
+CONSTRUCTORS = {
+    "jax_trainer.datasets.build_cifar10_datasets": "CIFAR10Dataset",
+    "jax_trainer.datasets.build_mnist_datasets": "MNISTDataset",
+}
+_RENAMED = {"batch_size": "global_batch_size"}
+
+
+def build_dataset_module(config: Any) -> Any:
+    """The data set of a ``dataset`` section: a registered ``class_name``, or jax_trainer's
+    ``constructor`` when it names one of jax_trainer's own data sets (``batch_size`` is read
+    as ``global_batch_size``). A config never imports a dotted path: any other constructor is
+    refused with the registry's names.
+
+    Example:
+        >>> build_dataset_module({"constructor": "my_project.data.build"})
+        Traceback (most recent call last):
+        ValueError: dataset.constructor names code to import: my_project.data.build
+        ...
+    """
+    from gyre.config import DATASETS, validate_component
+
+    data = config.to_dict() if callable(getattr(config, "to_dict", None)) else config
+    if not isinstance(data, Mapping):
+        raise TypeError(
+            explain(
+                "build_dataset_module takes the dataset section",
+                expected="a mapping with class_name (or jax_trainer's constructor), e.g. "
+                "{'class_name': 'CIFAR10Dataset', 'data_dir': 'data/'}",
+                received=describe(config),
+                fix="pass config.dataset",
+            )
+        )
+    data = dict(data)
+    if "constructor" in data and "class_name" not in data:
+        constructor = data.pop("constructor")
+        if constructor not in CONSTRUCTORS:
+            raise ValueError(
+                explain(
+                    f"dataset.constructor names code to import: {constructor}",
+                    expected=f"class_name: one of the registered data sets {sorted(DATASETS)}, or a jax_trainer "
+                    f"constructor gyre has: {sorted(CONSTRUCTORS)} (a config never imports a dotted path)",
+                    received=f"constructor: {constructor}",
+                    fix="register your data set with @gyre.config.register_dataset and name it: "
+                    "dataset: {class_name: MyDataset, ...}",
+                )
+            )
+        data["class_name"] = CONSTRUCTORS[constructor]
+        data = {_RENAMED.get(k, k): v for k, v in data.items()}
+    kwargs = validate_component("datasets", data, where="dataset")
+    return DATASETS.get(data["class_name"], where="dataset.class_name")(**kwargs)
