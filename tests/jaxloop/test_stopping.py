@@ -2,6 +2,7 @@
 
 import math
 
+import jax.numpy as jnp
 import pytest
 
 from gyre import jaxloop
@@ -17,6 +18,8 @@ def test_stop_handler_modes_patience_and_baseline():
     assert not loss.update_state(0.95, 1) and loss.should_stop()  # below min_delta
     base = jaxloop.MetricMonitoringStopHandler("loss", patience=1, mode="min", baseline=0.5)
     assert not base.update_state(0.6, 3) and base.should_stop() and base.get_best_info() == (0.5, 0)
+    assert jaxloop.MetricMonitoringStopHandler("loss", mode="min").monitored_op is jnp.less
+    assert auto.monitored_op is jnp.greater  # auto picked max for an accuracy
     with pytest.raises(ValueError, match="mode is not known"):
         jaxloop.MetricMonitoringStopHandler("loss", mode="up")
     with pytest.raises(ValueError, match="patience must be a positive whole number"):
@@ -49,4 +52,5 @@ def test_a_missing_metric_is_said_once_with_the_name_meant(caplog):
             assert action({"step": step}, {"loss": [1.0]}) == {"loss": [1.0]}
     said = [r.getMessage() for r in caplog.records if "EarlyStoppingAction" in r.getMessage()]
     assert len(said) == 1
-    assert "'los' is not in the outputs (['loss'])" in said[0] and "Did you mean 'loss'?" in said[0]
+    assert "'los' is not available in the outputs dictionary (it holds ['loss'])" in said[0]
+    assert "Did you mean 'loss'?" in said[0]

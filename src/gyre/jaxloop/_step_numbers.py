@@ -1,11 +1,17 @@
 """jaxloop's step number action: ``StepNumberAction`` writes the state's step through a
-``StepNumberWriter`` (kept in memory) or a ``LocalFileStepNumberWriter`` (a local file,
-replaced atomically), so another job can read how far training got.
+``StepNumberWriter`` (kept in memory) or a ``LocalFileStepNumberWriter`` (a local file in
+jaxloop's format, ``timestamp_ms:<ms>,step_number:<n>``), so another job can read how far
+training got.
+
+Unlike jaxloop's, the file holds the latest entry only, replaced atomically: jaxloop appends
+a line per write, so its file grows with the run and a reader can meet a half-written line.
+A reader of jaxloop's files that takes the last line reads the same.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from gyre.core._errors import describe, explain
@@ -17,33 +23,36 @@ class StepNumberWriter:
 
     Example:
         >>> import gyre
-        >>> w = gyre.jaxloop.StepNumberWriter(); w.write(7); w.last
+        >>> w = gyre.jaxloop.StepNumberWriter(); w.write(step_number=7); w.last
         7
     """
 
     def __init__(self) -> None:
         self.last: int | None = None
 
-    def write(self, step: int) -> None:
-        """Records ``step``.
+    def write(self, step_number: int) -> None:
+        """Records ``step_number`` (jaxloop's argument name).
 
         Example:
             >>> import gyre
             >>> gyre.jaxloop.StepNumberWriter().write(1)
         """
-        self.last = int(step)
+        self.last = int(step_number)
 
 
 class LocalFileStepNumberWriter(StepNumberWriter):
-    """Writes the step number to a local file (replaced atomically at each write).
+    """Writes the step number to a local file as ``timestamp_ms:<ms>,step_number:<n>``
+    (jaxloop's entry; the time is when ``write`` ran, in Unix milliseconds). The file is
+    created empty at construction (a reader takes an empty file for "initialising") and
+    replaced atomically by each write, so it holds the latest entry.
 
     Example:
         >>> import os, tempfile, gyre
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     w = gyre.jaxloop.LocalFileStepNumberWriter(os.path.join(tmp, "step.txt"))
-        ...     w.write(12)
-        ...     open(os.path.join(tmp, "step.txt")).read()
-        '12'
+        ...     w.write(step_number=12)
+        ...     open(os.path.join(tmp, "step.txt")).read().split(",")[1].strip()
+        'step_number:12'
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -58,21 +67,24 @@ class LocalFileStepNumberWriter(StepNumberWriter):
                 )
             )
         self.path = os.fspath(path)
+        self._replace("")
 
-    def write(self, step: int) -> None:
-        """Writes ``step`` to the file (its folder is created).
+    def write(self, step_number: int) -> None:
+        """Writes ``step_number`` to the file, with the time.
 
         Example:
             >>> import os, tempfile, gyre
             >>> with tempfile.TemporaryDirectory() as tmp:
             ...     gyre.jaxloop.LocalFileStepNumberWriter(os.path.join(tmp, "a", "s")).write(3)
         """
-        super().write(step)
-        folder = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(folder, exist_ok=True)
+        super().write(step_number)
+        self._replace(f"timestamp_ms:{time.time() * 1000.0},step_number:{int(step_number)}\n")
+
+    def _replace(self, text: str) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         tmp = f"{self.path}.tmp"
         with open(tmp, "w") as f:
-            f.write(str(int(step)))
+            f.write(text)
         os.replace(tmp, self.path)
 
 
@@ -93,7 +105,7 @@ class StepNumberAction(Action):
             raise TypeError(
                 explain(
                     "StepNumberAction needs a step number writer",
-                    expected="an object with write(step), e.g. LocalFileStepNumberWriter(path)",
+                    expected="an object with write(step_number), e.g. LocalFileStepNumberWriter(path)",
                     received=describe(step_writer),
                     fix="pass StepNumberAction(gyre.jaxloop.LocalFileStepNumberWriter(path))",
                 )
@@ -109,4 +121,4 @@ class StepNumberAction(Action):
             >>> gyre.jaxloop.StepNumberAction(w)({"step": 2}); w.last
             2
         """
-        self._step_number_writer.write(_step_of(state))
+        self._step_number_writer.write(step_number=_step_of(state))

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
+
+import jax.numpy as jnp
 
 from gyre.core._errors import describe, explain, suggest, whole_number
 from gyre.jaxloop._actions import Action, Output, _step_of
@@ -86,6 +89,18 @@ class MetricMonitoringStopHandler:
         self.best_step = 0
         self._initialized = baseline is not None
         self.best = float(baseline) if baseline is not None else (math.inf if mode == "min" else -math.inf)
+
+    @property
+    def monitored_op(self) -> Callable[[Any, Any], Any]:
+        """jaxloop's comparison of a metric with the best one: ``jnp.less`` in ``min`` mode,
+        ``jnp.greater`` in ``max`` mode (``min_delta`` is applied on top).
+
+        Example:
+            >>> import gyre, jax.numpy as jnp
+            >>> gyre.jaxloop.MetricMonitoringStopHandler("val_auc").monitored_op is jnp.greater
+            True
+        """
+        return jnp.less if self.mode == "min" else jnp.greater
 
     def _better(self, a: float, b: float) -> bool:
         return a < b - self.min_delta if self.mode == "min" else a > b + self.min_delta
@@ -188,8 +203,8 @@ class EarlyStoppingAction(Action):
                 self._missing_said = True
                 names = sorted(outputs or {})
                 _log.warning(
-                    "EarlyStoppingAction: %r is not in the outputs (%s), so it cannot stop training "
-                    "on it; said once.%s", self.monitored_metric, names, suggest(self.monitored_metric, names),
+                    "EarlyStoppingAction: the monitored metric %r is not available in the outputs "
+                    "dictionary (it holds %s), so it cannot stop training on it; said once.%s", self.monitored_metric, names, suggest(self.monitored_metric, names),
                 )
             return outputs
         value = float(reduce_outputs({"m": outputs[self.monitored_metric]})["m"])
