@@ -62,8 +62,8 @@ def test_summary_action_in_a_train_loop_every_second_loop():
 
 def test_summary_action_refuses_an_unsupported_type_and_a_non_writer():
     action = jaxloop.SummaryAction(FakeWriter())
-    with pytest.raises(ValueError, match="type VIDEO is not supported") as info:
-        action({"step": 1}, {"clip": MetricWithMetadata(np.zeros(3), MetricType.VIDEO)})
+    with pytest.raises(ValueError, match="type AUDIO is not supported") as info:
+        action({"step": 1}, {"clip": MetricWithMetadata(np.zeros(3), MetricType.AUDIO, {"sample_rate": 8000})})
     assert "expected" in str(info.value) and "fix" in str(info.value)
     with pytest.raises(TypeError, match="SummaryAction needs a writer"):
         jaxloop.SummaryAction(object())
@@ -74,6 +74,35 @@ def test_summary_action_refuses_an_unsupported_type_and_a_non_writer():
 
     with pytest.raises(TypeError, match="cannot write histogram values"):
         jaxloop.SummaryAction(ScalarsOnly())({"step": 1}, {"h": MetricWithMetadata([1.0], MetricType.HISTOGRAM)})
+    with pytest.raises(TypeError, match="cannot write video values"):  # gyre's writers have no write_videos
+        jaxloop.SummaryAction(ScalarsOnly())({"step": 1}, {"v": MetricWithMetadata(np.zeros(3), MetricType.VIDEO)})
+
+
+def test_bare_values_go_to_write_scalars_as_given_and_metadata_scalars_join_them():
+    calls = []
+
+    class Clu:  # CLU's MetricWriter methods
+        def write_scalars(self, step, values):
+            calls.append(("scalars", step, values))
+
+        def write_videos(self, step, values):
+            calls.append(("videos", step, values))
+
+    action = jaxloop.SummaryAction(summary_writer=Clu(), interval=1, flush_each_call=False)
+    loss, pair, clip = jnp.float32(0.25), jnp.array([5.0, 6.0]), np.zeros((2, 4, 4, 3))
+    action({"step": 4}, {
+        "loss": loss,  # a 0-d device value, as an `end` that reduced its outputs leaves it
+        "pair": pair,  # not one number: jaxloop hands it to the writer all the same
+        "acc": [1.0, 0.0],  # a raw per-step list: its mean
+        "lr": MetricWithMetadata(0.1, MetricType.SCALAR),
+        "clip": MetricWithMetadata(clip, MetricType.VIDEO),
+    })
+    scalars = next(c for c in calls if c[0] == "scalars")
+    assert scalars[1] == 4 and set(scalars[2]) == {"loss", "pair", "acc", "lr"}
+    assert scalars[2]["loss"] is loss and scalars[2]["pair"] is pair and scalars[2]["lr"] == 0.1
+    assert float(scalars[2]["acc"]) == 0.5
+    assert ("videos", 4, {"clip": clip}) in calls
+    assert action.summary_writer is not None and [t.name for t in MetricType][-2:] == ["HISTOGRAM", "OTHER"]
 
 
 def test_checkpoint_action_saves_at_the_state_step(tmp_path):

@@ -105,40 +105,49 @@ class Action:
 
 
 class MetricType(enum.Enum):
-    """The kinds of value :class:`SummaryAction` writes.
+    """The kinds of value an output can be (jaxloop's members, CLU writer's methods).
+
+    :class:`SummaryAction` writes ``SCALAR``, ``HISTOGRAM``, ``IMAGE``, ``VIDEO`` and
+    ``TEXT``; ``AUDIO`` and ``OTHER`` are for your own actions (``metadata`` carries what
+    they need, e.g. a sample rate).
 
     Example:
         >>> import gyre
-        >>> gyre.jaxloop.MetricType.SCALAR.value
-        'scalar'
+        >>> [t.value for t in gyre.jaxloop.MetricType]
+        ['scalar', 'image', 'video', 'audio', 'text', 'histogram', 'other']
     """
 
     SCALAR = "scalar"
-    HISTOGRAM = "histogram"
     IMAGE = "image"
     VIDEO = "video"
+    AUDIO = "audio"
     TEXT = "text"
+    HISTOGRAM = "histogram"
+    OTHER = "other"
 
 
 @dataclass(frozen=True)
 class MetricWithMetadata:
-    """An output value with its kind, for :class:`SummaryAction` (a bare value is a scalar).
+    """An output value with its kind, for :class:`SummaryAction` (a bare value is a scalar),
+    and free ``metadata`` for whoever consumes it.
 
     Example:
         >>> import gyre
         >>> m = gyre.jaxloop.MetricWithMetadata([1.0, 2.0], gyre.jaxloop.MetricType.HISTOGRAM)
-        >>> m.type.name
-        'HISTOGRAM'
+        >>> m.type.name, m.metadata
+        ('HISTOGRAM', None)
     """
 
     value: Any
     type: MetricType = MetricType.SCALAR
+    metadata: dict[str, Any] | None = None
 
 
 _METHODS = {
     MetricType.SCALAR: "write_scalars",
     MetricType.HISTOGRAM: "write_histograms",
     MetricType.IMAGE: "write_images",
+    MetricType.VIDEO: "write_videos",
     MetricType.TEXT: "write_texts",
 }
 
@@ -146,17 +155,19 @@ _METHODS = {
 class SummaryAction(Action):
     """Writes a loop's outputs to a writer at its step (``int(state.step)``).
 
-    Bare values are scalars: a per-step list is reduced to its mean (metric objects are
-    merged and computed, :func:`~gyre.jaxloop.reduce_outputs`). A
-    :class:`MetricWithMetadata` goes to the writer's method for its type (the last value
-    of a per-step list); ``VIDEO`` is not supported by gyre's writers and raises. A bare
-    value that does not reduce to one number (per-step logits) is not written: a warning
-    says so once per name, with the type to wrap it in.
+    Bare values are scalars and go to ``write_scalars``, as in jaxloop: a value (a number,
+    a 0-d array, whatever your ``end`` reduced the outputs to) as it is, and a per-step list
+    (a loop's raw outputs) reduced to its mean (metric objects are merged and computed,
+    :func:`~gyre.jaxloop.reduce_outputs`); a list that does not reduce to one number
+    (per-step logits) is not written, and a warning says so once per name, with the type
+    to wrap it in. A :class:`MetricWithMetadata` goes to the writer's method for its type
+    (the last value of a per-step list; a ``SCALAR`` joins the bare values); ``AUDIO`` and
+    ``OTHER`` raise ``ValueError``, as in jaxloop.
 
     Args:
-        writer: any object with ``write_scalars(step, values)`` (and ``write_histograms``,
-            ``write_images``, ``write_texts`` for those types), ``flush()``, ``close()``:
-            gyre's writers, or CLU's.
+        summary_writer: any object with ``write_scalars(step, values)`` (and
+            ``write_histograms``, ``write_images``, ``write_videos``, ``write_texts`` for
+            those types), ``flush()``, ``close()``: gyre's writers, or CLU's.
         interval: every how many loops.
         flush_each_call: flush the writer after each call.
 
@@ -173,8 +184,9 @@ class SummaryAction(Action):
 
     supported_types = frozenset(_METHODS)
 
-    def __init__(self, writer: Any, interval: int = 1, flush_each_call: bool = False) -> None:
+    def __init__(self, summary_writer: Any, interval: int = 1, flush_each_call: bool = False) -> None:
         super().__init__(interval=interval)
+        writer = summary_writer
         if not callable(getattr(writer, "write_scalars", None)):
             raise TypeError(
                 explain(
@@ -220,13 +232,17 @@ class SummaryAction(Action):
             (2.0, {'note': 'hi'})
         """
         by_type: dict[MetricType, dict[str, Any]] = {}
-        scalars: dict[str, Any] = {}
+        per_step: dict[str, list[Any]] = {}
         for key, value in (outputs or {}).items():
             if isinstance(value, list) and value and all(isinstance(v, MetricWithMetadata) for v in value):
                 value = value[-1]
+            if isinstance(value, list):
+                if value:
+                    per_step[key] = value
+                continue
             if not isinstance(value, MetricWithMetadata):
                 if value is not None:
-                    scalars[key] = value
+                    by_type.setdefault(MetricType.SCALAR, {})[key] = value
                 continue
             if value.type not in self.supported_types:
                 raise ValueError(
@@ -239,14 +255,13 @@ class SummaryAction(Action):
                 )
             inner = value.value[-1] if isinstance(value.value, list) and value.value else value.value
             by_type.setdefault(value.type, {})[key] = inner
-        if scalars:
-            reduced = reduce_outputs(scalars)
-            numbers = {k: v for k, v in reduced.items() if _is_scalar(v)}
-            for key in sorted(reduced.keys() - numbers.keys() - self._not_written):
-                self._not_written.add(key)
-                _log.warning(_not_a_number(key, scalars[key]))
-            if numbers:
-                by_type[MetricType.SCALAR] = numbers
+        reduced = reduce_outputs(per_step)
+        numbers = {k: v for k, v in reduced.items() if _is_scalar(v)}
+        for key in sorted(reduced.keys() - numbers.keys() - self._not_written):
+            self._not_written.add(key)
+            _log.warning(_not_a_number(key, per_step[key]))
+        if numbers:
+            by_type[MetricType.SCALAR] = {**numbers, **by_type.get(MetricType.SCALAR, {})}
         return by_type
 
     def __call__(self, state: Any, outputs: Output | None, **kwargs: Any) -> None:
