@@ -89,3 +89,33 @@ def test_bad_jax_trainer_sections(section, match):
         from_jax_trainer(section)
     with pytest.raises(ConfigError, match=match):
         validate_optimizer(section)
+
+
+def test_trainer_and_model_sections_in_jax_trainers_form():
+    from gyre.config._jax_trainer import jax_trainer_component
+
+    model = {"name": "tests.models.SimpleClassifier", "hparams": {"c_hid": 32, "num_classes": 10}}
+    assert jax_trainer_component(model, "model") == {"class_name": "SimpleClassifier", "c_hid": 32, "num_classes": 10}
+    trainer = {"name": "jax_trainer.trainer.ImgClassifierTrainer", "train_epochs": 2}
+    assert jax_trainer_component(trainer, "trainer") == {"class_name": "ImgClassifierTrainer", "train_epochs": 2}
+    assert jax_trainer_component({"class_name": "X", "name": "y"}, "model") == {"class_name": "X", "name": "y"}
+    with pytest.raises(ConfigError, match=r"model.hparams repeats c_hid of model"):
+        jax_trainer_component({**model, "c_hid": 8}, "model")
+
+
+def test_logger_keys_of_jax_trainer():
+    from gyre.config import LoggerConfig
+
+    logger = LoggerConfig(log_dir="None", base_log_dir="checkpoints/", tool="TensorBoard", project_name="default",
+                          stderrthreshold="warning")
+    assert logger.log_dir is None and logger.base_log_dir == "checkpoints/"
+    assert logger.tool_config["class_name"] == "TensorboardToolLogger"
+    wandb = LoggerConfig(tool="wandb", project_name="cifar").tool_config
+    assert (wandb["class_name"], wandb["project"]) == ("WandBToolLogger", "cifar")
+    with pytest.raises(ConfigError, match=r"trainer.logger.tool must be one of TensorBoard, WandB, MLflow, CSV.*"
+                                          r"(.|\n)*Did you mean 'TensorBoard'"):
+        LoggerConfig(tool="Tensorbord")
+    with pytest.raises(ConfigError, match=r"trainer.logger has both tool and tool_config"):
+        LoggerConfig(tool="TensorBoard", tool_config={"class_name": "CSVToolLogger"})
+    with pytest.raises(ConfigError, match=r"invalid value at trainer.logger.stderrthreshold"):
+        LoggerConfig(stderrthreshold="loud")

@@ -310,7 +310,7 @@ def test_the_trainer_and_logger_defaults():
         "enable_progress_bar": True, "seed": 42, "log_grad_norm": False, "detect_nans": False,
         "model_mode": "nnx", "steps_per_call": 1, "num_devices": None, "resume": None, "resume_every_minutes": 10.0,
         "logger": {"class_name": "Logger", "log_dir": None, "log_steps_every": 50, "tool_config": None,
-                   "log_file_verbosity": "info"},
+                   "log_file_verbosity": "info", "stderrthreshold": "warning", "base_log_dir": None},
         "callbacks": {},
     }
     assert TrainerConfig(logger=None, callbacks=None) == trainer

@@ -39,6 +39,33 @@ def is_jax_trainer_section(section: object) -> bool:
     return isinstance(section, Mapping) and "name" in section and "class_name" not in section
 
 
+def jax_trainer_component(section: dict[str, Any], where: str) -> dict[str, Any]:
+    """A trainer or model section in jax_trainer's form (``name``, a dotted path, and for a
+    model its ``hparams``) as gyre's: ``class_name`` is the path's last part, looked up in the
+    registry (nothing is imported), and the ``hparams`` become the section's keys. A section
+    with ``class_name`` is returned as it is.
+
+    Example:
+        >>> jax_trainer_component({"name": "tests.models.SimpleClassifier", "hparams": {"c_hid": 32}}, "model")
+        {'class_name': 'SimpleClassifier', 'c_hid': 32}
+    """
+    if "class_name" in section or not isinstance(section.get("name"), str):
+        return section
+    out = {k: v for k, v in section.items() if k not in ("name", "hparams")}
+    hparams = section_mapping(section.get("hparams") or {}, f"{where}.hparams")
+    clash = sorted(set(hparams) & set(out))
+    if clash:
+        raise ConfigError(
+            explain(
+                f"{where}.hparams repeats {', '.join(clash)} of {where}",
+                expected="each key once: in hparams (jax_trainer's form) or beside class_name (gyre's)",
+                received=f"{', '.join(clash)} in both",
+                fix=f"remove {clash[0]} from one of them",
+            )
+        )
+    return {"class_name": section["name"].rsplit(".", 1)[-1], **hparams, **out}
+
+
 def as_mapping(value: Any, where: str) -> dict[str, Any]:
     """A mapping, or an ``ml_collections.ConfigDict`` (anything with ``to_dict``), as plain dicts."""
     if not isinstance(value, Mapping) and callable(getattr(value, "to_dict", None)):
@@ -186,4 +213,4 @@ def from_jax_trainer(section: Any, *, where: str = "optimizer") -> dict[str, Any
     return out
 
 
-__all__ = ["as_mapping", "from_jax_trainer", "is_jax_trainer_section"]
+__all__ = ["as_mapping", "from_jax_trainer", "is_jax_trainer_section", "jax_trainer_component"]

@@ -7,6 +7,7 @@ dotted path and the valid keys, never a raw pydantic error.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -31,7 +32,7 @@ from gyre.config._components import (
     plain,
     section_mapping,
 )
-from gyre.config._jax_trainer import from_jax_trainer, is_jax_trainer_section
+from gyre.config._jax_trainer import from_jax_trainer, is_jax_trainer_section, jax_trainer_component
 from gyre.config._registry import REGISTRIES
 from gyre.core._errors import describe, explain, suggest
 
@@ -101,11 +102,21 @@ class LoggerConfig(_Section):
         log_steps_every: log step metrics every this many steps (0: per epoch only).
         tool_config: a writer section (``TensorboardToolLogger``, ``WandBToolLogger``,
             ``MLflowToolLogger``, ``CSVToolLogger``), checked against ``LOGGERS``.
-        log_file_verbosity: the level of the run's log file.
+        log_file_verbosity: the level of the run's log file (``<log_dir>/run.log``).
+        stderrthreshold: the level from which log records are also printed on stderr.
+        base_log_dir: the folder that holds the run folders when ``log_dir`` is left out.
+        tool: phlippe/jax_trainer's short form of ``tool_config``: ``TensorBoard``,
+            ``WandB``, ``MLflow`` or ``CSV`` (its writer with its defaults); not with
+            ``tool_config``.
+        project_name: the W&B project of ``tool: WandB`` (unused by the other tools).
+
+    ``log_dir: None`` (the string, as jax_trainer's configs write it) is no folder.
 
     Example:
         >>> LoggerConfig(log_steps_every=10).log_steps_every
         10
+        >>> LoggerConfig(tool="WandB", project_name="cifar").tool_config["class_name"]
+        'WandBToolLogger'
         >>> LoggerConfig(log_step_every=10)
         Traceback (most recent call last):
         gyre.config.ConfigError: unknown key trainer.logger.log_step_every ... Did you mean 'log_steps_every'?
@@ -118,11 +129,54 @@ class LoggerConfig(_Section):
     log_steps_every: Annotated[int, Field(ge=0)] = 50
     tool_config: dict[str, Any] | None = None
     log_file_verbosity: Literal["debug", "info", "warning", "error"] = "info"
+    stderrthreshold: Literal["debug", "info", "warning", "error"] = "warning"
+    base_log_dir: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _jax_trainer_keys(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        if data.get("log_dir") == "None":
+            data["log_dir"] = None
+        if "tool" in data or "project_name" in data:
+            data["tool_config"] = tool_section(data.pop("tool", "TensorBoard"), data.pop("project_name", None),
+                                               data.get("tool_config"), where=cls.section_path)
+        return data
 
     @field_validator("tool_config", mode="before")
     @classmethod
     def _tool(cls, value: Any) -> Any:
         return None if value is None else validate_tool_section(value, where=f"{cls.section_path}.tool_config")
+
+
+_TOOLS = {"tensorboard": "TensorboardToolLogger", "wandb": "WandBToolLogger", "mlflow": "MLflowToolLogger",
+          "csv": "CSVToolLogger"}
+
+
+def tool_section(tool: Any, project_name: Any, tool_config: Any, *, where: str) -> dict[str, Any]:
+    """The ``tool_config`` of jax_trainer's ``tool`` / ``project_name`` keys.
+
+    Example:
+        >>> tool_section("TensorBoard", "default", None, where="trainer.logger")
+        {'class_name': 'TensorboardToolLogger'}
+    """
+    name = _TOOLS.get(tool.lower()) if isinstance(tool, str) else None
+    if name is None or tool_config is not None:
+        raise ConfigError(
+            explain(
+                f"{where}.tool must be one of {', '.join(['TensorBoard', 'WandB', 'MLflow', 'CSV'])}, without tool_config"
+                if tool_config is None else f"{where} has both tool and tool_config",
+                expected="tool: TensorBoard (jax_trainer's form), or tool_config: {class_name: TensorboardToolLogger, ...}",
+                received=f"tool: {describe(tool)}" + ("" if tool_config is None else f", tool_config: {describe(tool_config)}"),
+                fix="keep one of them" if tool_config is not None else "write tool: TensorBoard" + suggest(str(tool), ["TensorBoard", "WandB", "MLflow", "CSV"]),
+            )
+        )
+    section = {"class_name": name}
+    if name == "WandBToolLogger" and project_name is not None:
+        section["project"] = project_name
+    return section
 
 
 class TrainerConfig(_Section):
@@ -340,13 +394,14 @@ class Config(_Section):
     def _trainer(cls, value: Any) -> Any:
         if isinstance(value, TrainerConfig):
             return value
-        section = section_mapping(value, "trainer")
+        section = jax_trainer_component(section_mapping(value, "trainer"), "trainer")
         return trainer_config_class(section.get("class_name", "TrainerModule"))(**section)
 
     @field_validator("model", mode="before")
     @classmethod
     def _model(cls, value: Any) -> Any:
-        return check_section("models", section_mapping(value, "model"), where="model", extra_allowed=("rngs",))
+        section = jax_trainer_component(section_mapping(value, "model"), "model")
+        return check_section("models", section, where="model", extra_allowed=("rngs",))
 
     @field_validator("optimizer", mode="before")
     @classmethod

@@ -291,6 +291,8 @@ def dump_config(config: BaseModel) -> str:
         log_steps_every: 50
         tool_config: null
         log_file_verbosity: info
+        stderrthreshold: warning
+        base_log_dir: null
     """
     return yaml.dump(config_to_dict(config), Dumper=ConfigDumper, sort_keys=False, allow_unicode=True)
 

@@ -277,7 +277,7 @@ def run_config(
         source: a YAML path, a mapping, or a :class:`gyre.config.Config`.
         overrides: ``dotted.key=value`` strings applied on top.
         out: the folder that holds timestamped run folders, used when the config sets no
-            ``trainer.logger.log_dir`` (and ``run_dir`` is not given).
+            ``trainer.logger.log_dir`` nor ``base_log_dir`` (and ``run_dir`` is not given).
         run_dir: the run folder, already made (it becomes ``trainer.logger.log_dir``).
 
     Returns:
@@ -296,8 +296,8 @@ def run_config(
     """
     config = resolve_config(source, overrides)
     made = None
-    if run_dir is None and config.trainer.logger.log_dir is None:
-        run_dir = made = make_run_dir(out)
+    if run_dir is None and config.trainer.logger.log_dir is None:  # logger.base_log_dir: jax_trainer's out
+        run_dir = made = make_run_dir(config.trainer.logger.base_log_dir or out)
     try:
         if run_dir is not None:
             config = _with_log_dir(config, Path(run_dir))
