@@ -80,6 +80,31 @@ def test_a_long_run_stops_soon_after_the_bad_step_without_waiting_for_its_end():
     assert "the loop noticed it during step" in str(info.value)
 
 
+def test_with_the_default_history_a_nan_is_noticed_within_one_block_not_at_the_runs_end():
+    pulled = []
+
+    def data():  # a run of 280 steps: shorter than the history's own block (256 + its lag)
+        for i in range(280):
+            pulled.append(i)
+            yield np.float32(math.nan if i == 1 else 1.0)
+
+    with pytest.raises(gyre.NonFiniteError) as info:
+        gyre.loop(jnp.float32(0), data(), {gyre.every(1): add_step})
+    assert info.value.step == 1
+    assert len(pulled) <= 2 * _nan.POLL_EVERY + 16 + 1  # sent at a poll, read at the next
+    assert "the loop noticed it during step" in str(info.value)
+
+
+def test_records_that_land_are_read_at_the_next_step():
+    history = gyre.history()
+    check = _nan.FiniteCheck(history, lambda: gyre.Elapsed(steps=3), start=0)
+    history.commit(gyre.Elapsed(steps=0), gyre.logs().add_loss("loss", math.nan))
+    check.poll()  # nothing on the host yet: the countdown runs
+    history.flush()  # a writer's read lands the records
+    with pytest.raises(gyre.NonFiniteError, match='"loss" is nan at step 0'):
+        check.poll()
+
+
 def test_records_of_a_continued_history_are_not_checked_again():
     history = gyre.history()
     history.commit(gyre.Elapsed(steps=0), gyre.logs().add_loss("loss", math.nan))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from numbers import Integral
 from typing import Any, NamedTuple, overload
@@ -169,6 +169,8 @@ class History:
         self._stacked: list[tuple[int, int, int, Shape, list[Any]]] = []  # row, count, start, ...
         self._lag = lag
         self._flush_at = flush_every + lag
+        #: called after records land on the host (the running loop's NaN check reads them then)
+        self.on_land: Callable[[], None] | None = None
         #: why the last loop that wrote this history stopped early (``"preempted"``, a
         #: callback's reason), or ``None`` when it ran to its stop or the data's end
         self.stop_reason: str | None = None
@@ -336,6 +338,7 @@ class History:
     def _land(self, *, wait: bool) -> None:
         """Turns the sent records whose values arrived (all of them if ``wait``) into blocks,
         oldest first."""
+        landed = self._host_count
         while self._transit and (wait or self._transit[0].ready()):
             moved = self._transit.pop(0)
             block = moved.land()
@@ -343,6 +346,8 @@ class History:
             self._starts.append(self._host_count)
             self._blocks.append(block)
             self._host_count += block.size
+        if self._host_count != landed and self.on_land is not None:
+            self.on_land()
 
     def _host_blocks(self) -> list[Block]:
         """Every record on the host (flushes first)."""

@@ -8,9 +8,12 @@ shows first in that step's losses. ``outputs`` are predictions, not checked eith
 
 How, without a host sync per step: the history already moves every logged value to the host,
 in batches, lagged (:class:`~gyre.History`). :class:`FiniteCheck` reads the records that have
-landed there (a :class:`~gyre.core._reader.HistoryReader` that never reads the device) every
-:data:`POLL_EVERY` steps, so a non-finite loss is noticed a few hundred steps after it was
-logged, at no cost to the step. Everything still on the device is checked, waiting for it,
+landed there (a :class:`~gyre.core._reader.HistoryReader` that never reads the device) after
+the step during which a block of them landed (a writer's or a bar's read, the history's own
+flush), and every :data:`POLL_EVERY` steps, when it also sends the records logged since its
+last read (without waiting: they are read at the next poll). So a non-finite loss is noticed
+within one block of steps after it was logged (at most ``2 * POLL_EVERY`` plus the history's
+lag, whatever the run's length: a short run's end is not waited for), at no cost to the step. Everything still on the device is checked, waiting for it,
 only at the moments that wait anyway: before a checkpoint saves
 (:meth:`gyre.LoopState.check_finite`, called by :meth:`gyre.LoopState.snapshot`) and when the
 outermost loop ends. So no checkpoint ever holds a state produced after the first non-finite
@@ -49,7 +52,7 @@ CHECKED = ("losses", "metrics")
 #: The name of the count of skipped steps: a state field (or extra) and a stateful metric.
 SKIPPED_STEPS = "skipped_steps"
 #: Steps between two reads of the values that have landed on the host.
-POLL_EVERY = 128
+POLL_EVERY = 64
 
 Key = tuple[str, str]
 
@@ -272,6 +275,8 @@ class FiniteCheck:
         lagged: bool = True,
     ) -> None:
         self.reader = history.reader(start, limit=0)  # limit=0: never reads the device
+        if lagged:  # records that land (a writer's read, a flush) are checked at the next step
+            history.on_land = self._landed
         self.clock = clock
         self.skipping = initial_skips is not None
         self._initial = initial_skips
@@ -288,9 +293,15 @@ class FiniteCheck:
         self.countdown -= steps
         if self.countdown > 0:
             return
-        self.countdown = POLL_EVERY
         if self.lagged:
             self._last_skips = self._scan(self.reader.read(), self._last_skips)
+            history = self.reader.history
+            history.flush(lag=history._lag, wait=False)  # sent now, read at the next poll
+        self.countdown = POLL_EVERY  # after the read: its own landing asks for no second one
+
+    def _landed(self) -> None:
+        """The history landed records on the host: read them at the next :meth:`poll`."""
+        self.countdown = 0
 
     def check(self, current: Logs | None = None, clock: Elapsed | None = None, *, wait: bool = True) -> None:
         """Checks every record not checked yet, waiting for the device when ``wait``: the
