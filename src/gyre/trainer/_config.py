@@ -6,7 +6,7 @@ trainer's ``config_class``, so a config's ``trainer`` section is checked against
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
@@ -31,6 +31,12 @@ class TrainerModuleConfig(TrainerConfig):
             (``"loss"`` or ``"train/loss"``, ``"acc"``...); ``None``: all of them.
         tabulate_model: write the model's summary (``model.txt``) and its parameters
             (``params.txt``) into the run folder when the model is built.
+        augmentation: a registered module wrapping the model whose ``augment`` changes each
+            training batch inside the step (:mod:`gyre.trainer._augment`), e.g.
+            ``{class_name: GaussianNoise, scale: 0.1}``; ``None``: none.
+        augmentation_seed: the seed of an nnx augmentation's ``augmentation`` stream.
+        preprocessing: a registered module whose ``preprocess`` changes every batch (training
+            and evaluation) inside the step; ``None``: none.
 
     Example:
         >>> TrainerModuleConfig(nan_keys=["train/loss"], seed_eval=0).nan_keys
@@ -44,6 +50,9 @@ class TrainerModuleConfig(TrainerConfig):
     log_intermediates: bool = False
     nan_keys: tuple[str, ...] | None = None
     tabulate_model: bool = False
+    augmentation: dict[str, Any] | None = None
+    augmentation_seed: int = 44
+    preprocessing: dict[str, Any] | None = None
 
     @field_validator("nan_keys", mode="before")
     @classmethod

@@ -17,6 +17,7 @@ from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.data._padding import accepts_mask
+from gyre.trainer._augment import prepare
 from gyre.trainer._metrics import ConcatCollector
 from gyre.trainer._model import NNX_REST
 from gyre.trainer._modes import parse_metrics
@@ -121,11 +122,13 @@ class StepBuilder:
         kw = {} if mask is None else {"mask": mask}
         if self.mode == "nnx":
             module = self.model.merge(params, state.model_state[NNX_REST], train=train)
+            batch = prepare(t, module, params, batch, rng, train=train)
             out = t.loss_function(module, batch, train=train, **kw)
             loss, metrics, _ = loss_output(out, mode="nnx", name="loss_function")
             sown = nnx.pop(module, nnx.Intermediate)  # sown values never enter the carried state
             model_state = {**state.model_state, NNX_REST: self.model.rest_of(module)}
         else:
+            batch = prepare(t, None, params, batch, rng, train=train)
             out = t.loss_function_linen(params, state, batch, rng, train=train, **kw)
             loss, metrics, mutable = loss_output(out, mode="linen", name="loss_function_linen")
             mutable = dict(mutable or {})

@@ -1,0 +1,187 @@
+"""Augmentation and preprocessing inside the compiled step, as the kpoeppel jax_trainer fork
+does them: an *augmentation* wraps the model (a module holding ``wrapped_model``) and changes
+each training batch in its ``augment(batch)``; a *preprocessing* module changes every batch,
+in training and evaluation, in its ``preprocess(batch)``. Both get and return the batch as an
+``(inputs, targets)`` pair, which the loss function then receives.
+
+The trainer config names them as models (registered with ``@gyre.config.register_model``)::
+
+    trainer:
+      augmentation: {class_name: GaussianNoise, scale: 0.1}
+      augmentation_seed: 44
+      preprocessing: {class_name: MyPreprocessing}
+
+An nnx augmentation draws from ``self.rngs.augmentation()`` (its ``nnx.Rngs`` carry a stream
+seeded by ``augmentation_seed``, saved with the model's state, so a resumed run draws the same
+noise); a linen one from ``self.make_rng("augmentation")`` (the step's key, folded with a
+constant: stateless). On host-side augmentation of images (crops, flips) see
+:func:`gyre.data.augmented`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen, nnx
+
+from gyre.config._registry import register_model
+from gyre.core._errors import describe, explain
+
+AUGMENTATION_STREAM = 7  # the constant a linen augmentation's key is folded with
+
+
+class Augmentation(nnx.Module):
+    """The base of an nnx augmentation: it wraps the model (calls go to ``wrapped_model``)
+    and overrides :meth:`augment`.
+
+    Args:
+        wrapped_model: the model being trained.
+        rngs: its random streams (the trainer gives ``augmentation`` seeded by
+            ``augmentation_seed``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> aug = Augmentation(wrapped_model=nnx.Linear(2, 1, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(0))
+        >>> aug(jnp.ones((3, 2))).shape, aug.augment((1, 2))
+        ((3, 1), (1, 2))
+    """
+
+    def __init__(self, wrapped_model: nnx.Module, *, rngs: nnx.Rngs) -> None:
+        self.wrapped_model = wrapped_model
+        self.rngs = rngs
+
+    def augment(self, batch: Any) -> Any:
+        """The training batch (an ``(inputs, targets)`` pair), augmented; by default as it is."""
+        return batch
+
+    def __call__(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.wrapped_model(x, *args, **kwargs)
+
+
+class AugmentationLinen(linen.Module):
+    """The base of a linen augmentation (see :class:`Augmentation`): a field
+    ``wrapped_model``; :meth:`augment` draws from ``self.make_rng("augmentation")``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from flax import linen
+        >>> aug = AugmentationLinen(wrapped_model=linen.Dense(1))
+        >>> aug.apply(aug.init(jax.random.key(0), jnp.ones((3, 2))), jnp.ones((3, 2))).shape
+        (3, 1)
+    """
+
+    wrapped_model: linen.Module
+
+    def augment(self, batch: Any) -> Any:
+        """The training batch (an ``(inputs, targets)`` pair), augmented; by default as it is."""
+        return batch
+
+    def __call__(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.wrapped_model(x, *args, **kwargs)
+
+
+@register_model
+class GaussianNoise(Augmentation):
+    """Adds Gaussian noise of deviation ``scale`` to the inputs of each training batch.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> aug = GaussianNoise(scale=0.5, wrapped_model=nnx.Linear(2, 1, rngs=nnx.Rngs(0)),
+        ...                     rngs=nnx.Rngs(0, augmentation=1))
+        >>> x, y = aug.augment((jnp.zeros((4, 2)), jnp.arange(4)))
+        >>> bool(jnp.all(x != 0)), y.tolist()
+        (True, [0, 1, 2, 3])
+    """
+
+    def __init__(self, scale: float = 0.1, *, wrapped_model: nnx.Module, rngs: nnx.Rngs) -> None:
+        super().__init__(wrapped_model, rngs=rngs)
+        self.scale = float(scale)
+
+    def augment(self, batch: Any) -> Any:
+        x, y = batch
+        return x + self.scale * jax.random.normal(self.rngs.augmentation(), jnp.shape(x), jnp.result_type(x)), y
+
+
+@register_model
+class GaussianNoiseLinen(AugmentationLinen):
+    """:class:`GaussianNoise` for linen models.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from flax import linen
+        >>> aug = GaussianNoiseLinen(wrapped_model=linen.Dense(1), scale=0.5)
+        >>> x, _ = aug.apply({}, (jnp.zeros((4, 2)), None), method="augment", rngs={"augmentation": jax.random.key(0)})
+        >>> bool(jnp.all(x != 0))
+        True
+    """
+
+    scale: float = 0.1
+
+    def augment(self, batch: Any) -> Any:
+        x, y = batch
+        return x + self.scale * jax.random.normal(self.make_rng("augmentation"), jnp.shape(x), jnp.result_type(x)), y
+
+
+def _section(config: Any, key: str) -> dict[str, Any] | None:
+    section = getattr(config, key, None)
+    if section is None:
+        return None
+    if not isinstance(section, Mapping) or not isinstance(section.get("class_name"), str):
+        raise TypeError(
+            explain(
+                f"trainer.{key} must name a registered module",
+                expected=f"{{'class_name': 'GaussianNoise', ...}} (a class registered with @gyre.config.register_model)",
+                received=describe(section),
+                fix=f"{key}: {{class_name: GaussianNoise, scale: 0.1}}",
+            )
+        )
+    return dict(section)
+
+
+def wrap_model(config: Any, model: Any, mode: str) -> tuple[Any, Any]:
+    """``(model, preprocessing)``: the model wrapped by the config's ``augmentation`` (or as
+    it is) and the config's ``preprocessing`` module (or ``None``)."""
+    from gyre.config import MODELS, validate_component
+
+    built = []
+    for key in ("augmentation", "preprocessing"):
+        section = _section(config, key)
+        if section is None:
+            built.append(None)
+            continue
+        kwargs = validate_component("models", section, where=f"trainer.{key}",
+                                    extra_allowed=("rngs", "wrapped_model"))
+        cls = MODELS.get(section["class_name"], where=f"trainer.{key}.class_name")
+        if key == "augmentation":
+            kwargs["wrapped_model"] = model
+            if mode == "nnx":
+                kwargs["rngs"] = nnx.Rngs(config.seed, augmentation=config.augmentation_seed)
+        built.append(cls(**kwargs))
+    augmented, preprocessing = built
+    return (augmented if augmented is not None else model), preprocessing
+
+
+def prepare(trainer: Any, model: Any, params: Any, batch: Any, rng: jax.Array, *, train: bool) -> Any:
+    """The batch the loss function gets: as it is without augmentation and preprocessing,
+    else the ``(inputs, targets)`` pair, preprocessed, and augmented in training. ``model``
+    is the merged nnx module (``None`` for linen, whose ``params`` are given)."""
+    config = trainer.config
+    augmenting = train and getattr(config, "augmentation", None) is not None
+    pre = trainer.preprocessing
+    if pre is None and not augmenting:
+        return batch
+    pair = (trainer.batch_to_input(batch), trainer.batch_to_target(batch))
+    if pre is not None:
+        pair = pre.preprocess(pair) if isinstance(pre, nnx.Module) else pre.apply({}, pair, method="preprocess")
+    if augmenting:
+        if model is not None:
+            pair = model.augment(pair)
+        else:
+            key = jax.random.fold_in(rng, AUGMENTATION_STREAM)
+            pair = trainer.model.apply({"params": params}, pair, method="augment", rngs={"augmentation": key})
+    return pair

@@ -1,0 +1,96 @@
+"""Augmentation and preprocessing modules inside the step: augmentation changes training
+batches only, preprocessing every batch; nnx and linen; bad sections explained."""
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import linen, nnx
+
+import gyre
+from gyre.config import ConfigError, register_model
+from gyre.trainer import ImgClassifierTrainer, SimpleClassifier, SimpleClassifierLinen
+from gyre.trainer._augment import Augmentation, AugmentationLinen
+
+
+@register_model
+class ZeroLabels(Augmentation):  # training labels all 0: a model trained on them predicts 0
+    def augment(self, batch):
+        x, y = batch
+        return x, jnp.zeros_like(y)
+
+
+@register_model
+class ZeroLabelsLinen(AugmentationLinen):
+    def augment(self, batch):
+        x, y = batch
+        return x, jnp.zeros_like(y)
+
+
+@register_model
+class Negate(nnx.Module):  # preprocessing: the model sees -x, in training and evaluation
+    def __init__(self, rngs=None):
+        pass
+
+    def preprocess(self, batch):
+        return -batch[0], batch[1]
+
+
+def _data():
+    (x, y), _ = gyre.data.digits()
+    return [(x[i:i + 64], y[i:i + 64]) for i in range(0, 512, 64)]
+
+
+def _trainer(tmp_path, mode, **options):
+    model = SimpleClassifier(c_hid=16, rngs=nnx.Rngs(0)) if mode == "nnx" else SimpleClassifierLinen(c_hid=16)
+    return ImgClassifierTrainer(model=model, optimizer=optax.adam(2e-2), model_mode=mode, train_epochs=3,
+                                enable_progress_bar=False, log_dir=str(tmp_path), **options)
+
+
+@pytest.mark.parametrize("mode", ["nnx", "linen"])
+def test_an_augmentation_changes_the_training_batches_only(tmp_path, mode):
+    name = "ZeroLabels" if mode == "nnx" else "ZeroLabelsLinen"
+    t = _trainer(tmp_path, mode, augmentation={"class_name": name})
+    data = _data()
+    out = t.train_model(data, val_loader=data)
+    assert isinstance(t.model, Augmentation if mode == "nnx" else AugmentationLinen)
+    labels = np.concatenate([y for _, y in data])
+    assert out[3]["val/acc"] == pytest.approx(np.mean(labels == 0), abs=0.02)  # it learnt "always 0"
+    # the training metrics saw the augmented labels
+    assert json_value(tmp_path, "train_epoch_0003.json", "train/acc_epoch") > 0.95
+
+
+def json_value(run, name, key):
+    import json
+
+    return json.loads((run / "metrics" / name).read_text())[key]
+
+
+def test_preprocessing_changes_every_batch_and_gaussian_noise_trains(tmp_path):
+    data = _data()
+    t = _trainer(tmp_path, "nnx", preprocessing={"class_name": "Negate"},
+                 augmentation={"class_name": "GaussianNoise", "scale": 0.05}, augmentation_seed=3)
+    out = t.train_model(data, val_loader=data)
+    model = t.bind_model().wrapped_model
+    model.eval()
+    x = np.concatenate([x for x, _ in data])
+    y = np.concatenate([y for _, y in data])
+    by_hand = float(np.mean(np.asarray(model(jnp.asarray(-x)).argmax(-1)) == y))  # the model sees -x
+    assert out[3]["val/acc"] == pytest.approx(by_hand, abs=1e-6) and by_hand > 0.8
+
+
+def test_gaussian_noise_for_linen_trains(tmp_path):
+    data = _data()
+    out = _trainer(tmp_path, "linen", augmentation={"class_name": "GaussianNoiseLinen", "scale": 0.05}).train_model(
+        data, val_loader=data)
+    assert out[3]["val/acc"] > 0.8
+
+
+@pytest.mark.parametrize("section, error, match", [
+    ("GaussianNoise", ConfigError, r"(?s)trainer.augmentation must be a mapping.*received: str"),
+    ({"scale": 0.1}, TypeError, r"trainer.augmentation must name a registered module"),
+    ({"class_name": "GausianNoise"}, Exception, r"GaussianNoise"),
+])
+def test_a_bad_augmentation_section_is_explained(tmp_path, section, error, match):
+    with pytest.raises(error, match=match):
+        _trainer(tmp_path, "nnx", augmentation=section)
