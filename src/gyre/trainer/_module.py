@@ -130,6 +130,9 @@ class TrainerModule:
                 )
             )
         self.model_mode = mode
+        from gyre.trainer._augment import wrap_model
+
+        self.model, self.preprocessing = wrap_model(self.config, self.model, mode)
         check_user_methods(self, TrainerModule, mode)
         self._adapter: Any = NNXModel(self.model) if mode == "nnx" else LinenModel(self.model)
         self._loss_name = "loss_function" if mode == "nnx" else "loss_function_linen"
@@ -410,6 +413,54 @@ class TrainerModule:
             self._writer = build_writer(self.config, self.log_dir)
         return self._writer
 
+    def log_image(self, key: str, image: Any, step: int | None = None) -> None:
+        """Sends an image (``(H, W)``, ``(H, W, C)``, values in [0, 1] or uint8) to the run's
+        writer as ``key``, at ``step`` (default: the global step).
+
+        Example:
+            >>> import optax, tempfile, numpy as np
+            >>> from flax import nnx
+            >>> t = TrainerModule(model=nnx.Linear(3, 2, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1),
+            ...                   log_dir=tempfile.mkdtemp())
+            >>> t.log_image("val/sample", np.zeros((8, 8, 3)))
+        """
+        self.writer.write_images(self._global_step if step is None else step, {key: image})
+
+    def log_figure(self, key: str, figure: Any, step: int | None = None) -> None:
+        """Sends a matplotlib figure, drawn, to the run's writer as an image (see :meth:`log_image`).
+
+        Example:
+            >>> import optax, tempfile
+            >>> from flax import nnx
+            >>> from matplotlib.figure import Figure
+            >>> t = TrainerModule(model=nnx.Linear(3, 2, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1),
+            ...                   log_dir=tempfile.mkdtemp())
+            >>> t.log_figure("val/curve", Figure(figsize=(2, 2), dpi=20))
+        """
+        from gyre.trainer._media import figure_image
+
+        self.log_image(key, figure_image(figure), step)
+
+    def log_embedding(self, key: str, encodings: Any, step: int | None = None, metadata: Any = None,
+                      images: Any = None) -> None:
+        """Writes embeddings (one vector per point, optional labels and ``(N, H, W, C)``
+        pictures) for TensorBoard's projector into ``<log_dir>/tensorboard``.
+
+        Example:
+            >>> import optax, tempfile, numpy as np
+            >>> from flax import nnx
+            >>> t = TrainerModule(model=nnx.Linear(3, 2, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1),
+            ...                   log_dir=tempfile.mkdtemp())
+            >>> t.log_embedding("val/features", np.eye(4), metadata=[0, 1, 0, 1])
+            >>> (t.log_dir / "tensorboard" / "projector_config.pbtxt").is_file()
+            True
+        """
+        from gyre.trainer._media import write_embedding
+
+        if jax.process_index() == 0:
+            write_embedding(self.log_dir / "tensorboard", key, self._global_step if step is None else step,
+                            encodings, metadata, images)
+
     def stop_training(self, reason: str) -> None:
         """Asks the training to stop at the end of this epoch (early stopping).
 
@@ -498,13 +549,16 @@ class TrainerModule:
 
     @classmethod
     def load_from_checkpoint(
-        cls, path: str | os.PathLike[str], *, exmp_batch: Any = None, model: Any = None, optimizer: Any = None
+        cls, path: str | os.PathLike[str], *, exmp_batch: Any = None, model: Any = None, optimizer: Any = None,
+        exmp_input_file: str | os.PathLike[str] | None = None,
     ) -> TrainerModule:
         """A trainer rebuilt from a checkpoint alone: its trainer, model and optimizer from
         the config stored with it, its parameters from the checkpoint. ``path`` is a run
         folder (its best model checkpoint), a ``checkpoints`` folder or one step's folder.
         A trainer that was given its ``model=`` / ``optimizer=`` as objects (not config
-        sections) gets them again here.
+        sections) gets them again here. ``exmp_input_file`` (jax_trainer's pickled example
+        input) is accepted and not read: gyre never unpickles, and each checkpoint records
+        the example input's shape and dtype.
 
         Example: see ``tests/trainer/test_trainer.py`` (it needs a trained run).
         """

@@ -1,0 +1,137 @@
+"""Images, matplotlib figures and embeddings from a trainer, as jax_trainer's logger takes them
+(``log_image``, ``log_figure``, ``log_embedding``): images and figures go through the run's
+writer (``write_images``: TensorBoard, W&B...), embeddings into TensorBoard's projector files
+in the run's ``tensorboard`` folder (``projector_config.pbtxt`` and one folder per embedding:
+``tensors.tsv``, ``metadata.tsv``, ``sprite.png``), which TensorBoard's Projector tab reads.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gyre.core._errors import describe, explain
+
+
+def figure_image(figure: Any) -> np.ndarray:
+    """A matplotlib figure drawn as an ``(height, width, 3)`` uint8 RGB image.
+
+    Example:
+        >>> from matplotlib.figure import Figure
+        >>> fig = Figure(figsize=(2, 1), dpi=50)
+        >>> figure_image(fig).shape
+        (50, 100, 3)
+    """
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as err:
+        raise ImportError(
+            explain(
+                "log_figure needs matplotlib, which is not installed",
+                expected="matplotlib importable (the extra gyre[plot])",
+                received=f"{type(err).__name__}: {err}",
+                fix="pip install 'gyre[plot]'",
+            )
+        ) from err
+    if not isinstance(figure, Figure):
+        raise TypeError(
+            explain(
+                "log_figure takes a matplotlib figure",
+                expected="a matplotlib.figure.Figure (plt.figure(), fig of plt.subplots())",
+                received=describe(figure),
+                fix="pass the figure, e.g. fig, ax = plt.subplots(); ...; trainer.log_figure('name', fig)",
+            )
+        )
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    return np.array(canvas.buffer_rgba(), dtype=np.uint8)[..., :3]
+
+
+def _embedding_arrays(encodings: Any, metadata: Any, images: Any) -> tuple[np.ndarray, list[str] | None, Any]:
+    vectors = np.asarray(encodings)
+    if vectors.ndim != 2 or not np.issubdtype(vectors.dtype, np.number) or len(vectors) == 0:
+        raise ValueError(
+            explain(
+                "log_embedding takes one vector per point",
+                expected="encodings of shape (points, dimensions), numbers",
+                received=describe(encodings) + (f" of shape {vectors.shape}" if hasattr(vectors, "shape") else ""),
+                fix="pass features.reshape(len(features), -1)",
+            )
+        )
+    labels = None if metadata is None else [str(m) for m in np.asarray(metadata).reshape(-1)]
+    if labels is not None and len(labels) != len(vectors):
+        raise ValueError(
+            explain(
+                "log_embedding's metadata must label each point",
+                expected=f"{len(vectors)} labels (one per encoding)",
+                received=f"{len(labels)} labels",
+                fix="pass metadata=labels of the same examples as the encodings",
+            )
+        )
+    if images is not None:
+        images = np.asarray(images)
+        if images.ndim != 4 or len(images) != len(vectors):
+            raise ValueError(
+                explain(
+                    "log_embedding's images must picture each point",
+                    expected=f"an array of shape ({len(vectors)}, height, width, channels)",
+                    received=f"shape {images.shape}",
+                    fix="pass images=batch.input[:n] for the n encoded examples (NHWC)",
+                )
+            )
+    return vectors, labels, images
+
+
+def _sprite(images: np.ndarray) -> np.ndarray:
+    """The images tiled on a square grid, scaled to [0, 1] (one grayscale channel kept as is)."""
+    low, high = float(images.min()), float(images.max())
+    images = (images - low) / (high - low) if high > low else np.zeros_like(images, dtype=np.float32)
+    if images.shape[-1] == 1:
+        images = np.repeat(images, 3, axis=-1)
+    n, h, w, c = images.shape
+    side = math.ceil(math.sqrt(n))
+    grid = np.zeros((side * h, side * w, c), np.float32)
+    for i, image in enumerate(images):
+        row, col = divmod(i, side)
+        grid[row * h : (row + 1) * h, col * w : (col + 1) * w] = image
+    return grid
+
+
+def write_embedding(
+    folder: str | os.PathLike[str], key: str, step: int, encodings: Any, metadata: Any = None, images: Any = None
+) -> Path:
+    """Writes one embedding for TensorBoard's projector into ``folder`` (see the module
+    docstring) and returns its own folder.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> run = tempfile.mkdtemp()
+        >>> where = write_embedding(run, "val/features", 10, np.eye(3), metadata=[0, 1, 2])
+        >>> sorted(p.name for p in where.iterdir()), where.name
+        (['metadata.tsv', 'tensors.tsv'], 'val_features_00000010')
+    """
+    vectors, labels, pictures = _embedding_arrays(encodings, metadata, images)
+    folder = Path(folder)
+    name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', key)}_{int(step):08d}"
+    where = folder / name
+    where.mkdir(parents=True, exist_ok=True)
+    np.savetxt(where / "tensors.tsv", vectors, delimiter="\t", fmt="%.6g")
+    entry = [f'  tensor_name: "{key}:{int(step)}"', f'  tensor_path: "{name}/tensors.tsv"']
+    if labels is not None:
+        (where / "metadata.tsv").write_text("".join(f"{label}\n" for label in labels))
+        entry.append(f'  metadata_path: "{name}/metadata.tsv"')
+    if pictures is not None:
+        import matplotlib.image
+
+        matplotlib.image.imsave(where / "sprite.png", _sprite(pictures.astype(np.float32)), format="png")
+        h, w = pictures.shape[1:3]
+        entry.append(f'  sprite {{ image_path: "{name}/sprite.png" single_image_dim: {w} single_image_dim: {h} }}')
+    with open(folder / "projector_config.pbtxt", "a") as config:
+        config.write("embeddings {\n" + "\n".join(entry) + "\n}\n")
+    return where
