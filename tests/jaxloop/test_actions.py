@@ -115,7 +115,7 @@ def test_checkpoint_action_saves_at_the_state_step(tmp_path):
     assert action.checkpoint.all_steps() == [8, 12]  # saved at loops 2, 4, 6 (steps 4, 8, 12); keep=2
     restored, elapsed = action.checkpoint.restore({"step": jnp.int32(0), "w": jnp.zeros(2)})
     assert int(restored["step"]) == 12 and restored["w"].tolist() == [12.0, 12.0] and elapsed.steps == 12
-    with pytest.raises(TypeError, match="needs a gyre checkpoint or a directory"):
+    with pytest.raises(TypeError, match="needs a checkpoint manager or a directory"):
         jaxloop.CheckpointAction(42)
 
 

@@ -1,5 +1,5 @@
-"""The outer loop's specs: an EvalSpec needs data and a positive interval; a CheckpointSpec
-refuses transforms."""
+"""The outer loop's specs: an EvalSpec needs data and a positive interval, and takes jaxloop's
+forms (an iterator as dataset, dataset_iterator first); EvalContext has jaxloop's fields."""
 
 import pytest
 
@@ -8,13 +8,23 @@ from gyre.jaxloop import EvalSpec
 
 
 def test_bad_specs_are_explained():
-    with pytest.raises(ValueError, match="needs one of dataset= and dataset_iterator="):
+    with pytest.raises(ValueError, match=r"needs dataset= or dataset_iterator=[\s\S]*received: neither"):
         EvalSpec()
     with pytest.raises(ValueError, match="eval_loop_interval must be a positive"):
         EvalSpec(dataset=[1], eval_loop_interval=0)
-    for one_shot in (iter([1, 2]), (b for b in [1, 2])):
-        with pytest.raises(TypeError, match="an iterator can be read only once") as info:
-            EvalSpec(dataset=one_shot)
-        assert "dataset_iterator=it" in str(info.value) and "dataset=list(batches)" in str(info.value)
-    with pytest.raises(ValueError, match="transforms are not supported"):
-        jaxloop.CheckpointSpec("x", transforms=object())
+    with pytest.raises(TypeError, match=r"dataset= must be iterable[\s\S]*received: int 3"):
+        EvalSpec(dataset=3)
+
+
+def test_an_iterator_is_a_dataset_and_dataset_iterator_wins_when_both_are_given():
+    endless = iter(lambda: 1, None)
+    assert EvalSpec(endless, num_steps=5).dataset is endless  # jaxloop's positional order
+    both = EvalSpec(dataset=[1, 2], dataset_iterator=endless)
+    assert both.dataset == [1, 2] and both.dataset_iterator is endless
+    jaxloop.CheckpointSpec("x", transforms={})  # kept for checkpoints in jaxloop's format
+
+
+def test_eval_context_has_jaxloops_fields_in_jaxloops_order():
+    ctx = jaxloop.EvalContext(True, 40, 0)
+    assert (ctx.is_continuous_eval, ctx.step_num, ctx.loop_count) == (True, 40, 0)
+    assert ctx.step == 40 and ctx.train_total_steps is None and ctx.eval_count == 0

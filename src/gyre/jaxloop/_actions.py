@@ -24,6 +24,7 @@ from gyre.callbacks._checkpoint import Checkpoint, checkpoint
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
+from gyre.jaxloop import _orbax_format as orbax_format
 from gyre.jaxloop._loop import reduce_outputs, state_step
 from gyre.loop._snapshot import Snapshot
 from gyre.steps._actions import check_interval
@@ -331,16 +332,23 @@ def _is_scalar(value: Any) -> bool:
 
 
 class CheckpointAction(Action):
-    """Saves the state through :func:`gyre.checkpoint` at ``int(state.step)``.
+    """Saves the state at ``int(state.step)``: through :func:`gyre.checkpoint`, or through
+    an orbax ``CheckpointManager`` you built (jaxloop's way and format).
 
-    Saves are asynchronous (orbax) and checked (checksums); an :class:`OuterLoop` with a
-    :class:`~gyre.jaxloop.CheckpointSpec` on the same directory resumes from them. A checkpoint
-    with ``monitor=`` ranks the saves by that output (reduced over the loop), as jaxloop's
-    ``metrics=outputs``: ``gyre.checkpoint(directory, keep=1, keep_best=1, monitor="loss")``.
+    gyre's checkpoints are asynchronous (orbax) and checked (checksums), and hold the
+    training data's position; an :class:`OuterLoop` with a
+    :class:`~gyre.jaxloop.CheckpointSpec` on the same directory resumes from them. A
+    checkpoint with ``monitor=`` ranks the saves by that output (reduced over the loop), as
+    jaxloop's ``metrics=outputs``: ``gyre.checkpoint(directory, keep=1, keep_best=1,
+    monitor="loss")``. With an orbax ``CheckpointManager``, each save is jaxloop's
+    ``manager.save(step, metrics=..., args=PyTreeSave(state))`` (the metrics are the loop's
+    outputs reduced to numbers); an :class:`OuterLoop` resumes from those too, and its
+    continuous evaluation reads them.
 
     Args:
-        checkpoint_or_directory: a :class:`gyre.Checkpoint`, or a directory to make one in
-            (keeping the latest ``keep``).
+        ckpt_manager: an orbax ``CheckpointManager`` (jaxloop's argument), a
+            :class:`gyre.Checkpoint`, or a directory to make a gyre checkpoint in (keeping
+            the latest ``keep``).
         interval: every how many loops.
         keep: how many checkpoints a directory given here keeps.
 
@@ -354,29 +362,36 @@ class CheckpointAction(Action):
         >>> tmp.cleanup()
     """
 
-    def __init__(self, checkpoint_or_directory: Any, interval: int = 1, *, keep: int = 3) -> None:
+    def __init__(self, ckpt_manager: Any, interval: int = 1, *, keep: int = 3) -> None:
         super().__init__(interval=interval)
         self.data_source: Any = None
         """The training data whose position (``state_dict()``) is saved with each state;
         an :class:`~gyre.jaxloop.OuterLoop` sets it when its train dataset has one
-        (``gyre.data.batches``)."""
-        if isinstance(checkpoint_or_directory, Checkpoint):
-            self._checkpoint = checkpoint_or_directory
-        elif isinstance(checkpoint_or_directory, str | os.PathLike):
-            self._checkpoint = checkpoint(checkpoint_or_directory, keep=keep)
+        (``gyre.data.batches``). Checkpoints in jaxloop's format do not hold it."""
+        self._manager: Any = None
+        self._checkpoint: Checkpoint | None = None
+        if isinstance(ckpt_manager, Checkpoint):
+            self._checkpoint = ckpt_manager
+        elif isinstance(ckpt_manager, str | os.PathLike):
+            self._checkpoint = checkpoint(ckpt_manager, keep=keep)
+        elif orbax_format.is_manager(ckpt_manager):
+            self._manager = ckpt_manager
         else:
             raise TypeError(
                 explain(
-                    "CheckpointAction needs a gyre checkpoint or a directory",
-                    expected="gyre.checkpoint(directory, ...) or a path",
-                    received=describe(checkpoint_or_directory),
-                    fix="pass CheckpointAction('runs/exp/checkpoints', interval=10)",
+                    "CheckpointAction needs a checkpoint manager or a directory",
+                    expected="an orbax CheckpointManager (jaxloop's format), "
+                    "gyre.checkpoint(directory, ...), or a path",
+                    received=describe(ckpt_manager),
+                    fix="pass CheckpointAction('runs/exp/checkpoints', interval=10), or "
+                    "CheckpointAction(ckpt_manager=orbax.checkpoint.CheckpointManager(path))",
                 )
             )
 
     @property
-    def checkpoint(self) -> Checkpoint:
-        """The :class:`gyre.Checkpoint` saving (and restoring) the states.
+    def checkpoint(self) -> Checkpoint | None:
+        """The :class:`gyre.Checkpoint` saving (and restoring) the states; ``None`` when an
+        orbax ``CheckpointManager`` saves them (:attr:`ckpt_manager`).
 
         Example:
             >>> import tempfile, gyre
@@ -385,6 +400,18 @@ class CheckpointAction(Action):
             True
         """
         return self._checkpoint
+
+    @property
+    def ckpt_manager(self) -> Any:
+        """The orbax ``CheckpointManager`` given (jaxloop's), or ``None`` with a gyre checkpoint.
+
+        Example:
+            >>> import tempfile, gyre
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     gyre.jaxloop.CheckpointAction(tmp).ckpt_manager is None
+            True
+        """
+        return self._manager
 
     @property
     def directory(self) -> str:
@@ -396,7 +423,47 @@ class CheckpointAction(Action):
             ...     os.path.isabs(gyre.jaxloop.CheckpointAction(tmp).directory)
             True
         """
+        if self._manager is not None:
+            return os.path.abspath(os.fspath(self._manager.directory))
+        assert self._checkpoint is not None
         return self._checkpoint.directory
+
+    def save(self, step: int, state: Any, outputs: Output | None) -> bool:
+        """Saves ``state`` at ``step`` (in the background); returns whether a save started
+        (``False``: the step is saved already, or the manager's policy skipped it).
+
+        Example:
+            >>> import tempfile, gyre, jax.numpy as jnp
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     action = gyre.jaxloop.CheckpointAction(tmp)
+            ...     action.save(3, {"w": jnp.ones(2)}, None), action.save(3, {"w": jnp.ones(2)}, None)
+            ...     action.close()
+            (True, False)
+        """
+        if self._manager is not None:
+            metrics = None
+            if outputs:
+                metrics = orbax_format.host_metrics(reduce_outputs(_bare(outputs)))
+            return orbax_format.save(self._manager, step, state, metrics)
+        ckpt = self._checkpoint
+        assert ckpt is not None
+        before = ckpt.saved_step()
+        logs = None
+        if ckpt.monitor is not None:  # best-k ranks by the loop's (reduced) output
+            reduced = reduce_outputs(_bare(outputs or {}))
+            logs = Logs().add_entries("metrics", {k: v for k, v in reduced.items() if _is_scalar(v)})
+        source = self.data_source
+        if source is None:
+            ckpt(Elapsed(steps=step), state, logs)
+        else:  # the training data's position goes with the state (an OuterLoop resumes both)
+            metrics = None
+            if logs is not None:
+                metrics = {ckpt.monitor: ckpt._monitored(logs, Elapsed(steps=step))}
+            meta = {DATA_META: source.state_dict()}
+            ckpt.save_snapshot(
+                Snapshot(step=step, state=state, elapsed=Elapsed(steps=step), meta=meta, metrics=metrics)
+            )
+        return ckpt.saved_step() != before  # a step saved already (or older) is skipped
 
     def __call__(self, state: Any, outputs: Output | None, **kwargs: Any) -> None:
         """Saves ``state`` at its step (in the background; a step already saved is skipped).
@@ -410,22 +477,8 @@ class CheckpointAction(Action):
             1
         """
         step = _step_of(state)
-        logs = None
-        if self._checkpoint.monitor is not None:  # best-k ranks by the loop's (reduced) output
-            reduced = reduce_outputs({k: v for k, v in (outputs or {}).items() if not isinstance(v, MetricWithMetadata)})
-            logs = Logs().add_entries("metrics", {k: v for k, v in reduced.items() if _is_scalar(v)})
-        source = self.data_source
-        if source is None:
-            self._checkpoint(Elapsed(steps=step), state, logs)
-        else:  # the training data's position goes with the state (an OuterLoop resumes both)
-            metrics = None
-            if logs is not None:
-                metrics = {self._checkpoint.monitor: self._checkpoint._monitored(logs, Elapsed(steps=step))}
-            meta = {DATA_META: source.state_dict()}
-            self._checkpoint.save_snapshot(
-                Snapshot(step=step, state=state, elapsed=Elapsed(steps=step), meta=meta, metrics=metrics)
-            )
-        _log.info("Saving checkpoint to %s at step %d.", self.directory, step)
+        if self.save(step, state, outputs):
+            _log.info("Saving checkpoint to %s at step %d.", self.directory, step)
 
     def wait_until_finished(self) -> None:
         """Blocks until the saves are on disk.
@@ -435,14 +488,24 @@ class CheckpointAction(Action):
             >>> with tempfile.TemporaryDirectory() as tmp:
             ...     gyre.jaxloop.CheckpointAction(tmp).wait_until_finished()
         """
-        self._checkpoint.wait_until_finished()
+        (self._manager or self._checkpoint).wait_until_finished()
 
     def close(self) -> None:
-        """Waits for the saves and releases orbax's resources (the action stays usable).
+        """Waits for the saves and releases orbax's resources (a gyre checkpoint's action
+        stays usable; an orbax manager is closed, as jaxloop's outer loop does).
 
         Example:
             >>> import tempfile, gyre
             >>> with tempfile.TemporaryDirectory() as tmp:
             ...     gyre.jaxloop.CheckpointAction(tmp).close()
         """
+        if self._manager is not None:
+            self._manager.wait_until_finished()
+            self._manager.close()
+            return
+        assert self._checkpoint is not None
         self._checkpoint.close()
+
+
+def _bare(outputs: Output) -> Output:
+    return {k: v for k, v in outputs.items() if not isinstance(v, MetricWithMetadata)}

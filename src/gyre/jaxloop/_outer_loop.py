@@ -22,6 +22,7 @@ import jax
 
 from gyre.callbacks._checkpoint import checkpoint
 from gyre.core._errors import describe, explain, whole_number
+from gyre.jaxloop import _orbax_format as orbax_format
 from gyre.jaxloop._action_loop import ActionLoop, EvalLoop
 from gyre.jaxloop._actions import DATA_META, CheckpointAction, SummaryAction
 from gyre.jaxloop._loop import Loop, _as_iterator, state_step
@@ -38,6 +39,19 @@ _log = logging.getLogger(__name__)
 #: ``checkpoints_iterator`` waits as long): each look opens the checkpoint directory, which
 #: cost a fifth of a CPU core when it was done every 10 ms.
 POLL_SECS = 1.0
+
+
+def _no_transforms(spec: CheckpointSpec) -> None:
+    if spec.transforms is not None:
+        raise ValueError(
+            explain(
+                "CheckpointSpec's transforms apply to checkpoints in jaxloop's format only",
+                expected="transforms=None for gyre's checkpoints (they restore into the given "
+                "state's structure)",
+                received=f"transforms={describe(spec.transforms)} with gyre checkpoints in {spec.directory}",
+                fix="drop transforms=, or restore and transform the state yourself with gyre.restore",
+            )
+        )
 
 
 def _stop_flag(outputs: Any) -> bool:
@@ -127,6 +141,7 @@ class OuterLoop:
         self._names = [self._name(i, loop) for i, loop in enumerate(self._eval_loops)]
         self._eval_counts = [0] * len(self._eval_loops)
         self._eval_starts: dict[int, tuple[Any, Any]] = {}  # id(dataset): (dataset, first position)
+        self._said_empty: set[int] = set()  # eval iterators already said to be exhausted
 
     @property
     def eval_names(self) -> list[str]:
@@ -196,7 +211,7 @@ class OuterLoop:
         train_loop_steps: int | None = None,
         eval_specs: Sequence[EvalSpec] | None = None,
         log_train_total_steps: bool = True,
-    ) -> tuple[Any, Output]:
+    ) -> tuple[Any, Output | None]:
         """Trains to ``train_total_steps`` with evaluations, or evaluates checkpoints.
 
         Args:
@@ -213,9 +228,12 @@ class OuterLoop:
         Returns:
             ``(state, outputs)``: the training state (never changed by an evaluation), and
             the last train loop's outputs, with :data:`STOP_LOOP` and each eval loop's
-            latest outputs under its name (see :attr:`eval_names`). Continuous evaluation
-            returns the last evaluated state, each eval loop's latest outputs and
-            ``"checkpoint_steps"``, the steps evaluated.
+            latest outputs under its name (see :attr:`eval_names`); ``outputs`` is ``None``
+            when no train loop ran (``state`` was at ``train_total_steps`` already), as in
+            jaxloop. Continuous evaluation returns, as jaxloop, the last evaluated state and
+            the outputs of the last evaluation that ran (``None`` if none did), with
+            ``"checkpoint_steps"``, the checkpoint steps looked at. Checkpoints are gyre's, or
+            an orbax ``CheckpointManager``'s (jaxloop's format).
 
         Raises:
             ValueError: ``train_dataset`` is missing, ``train_total_steps`` or
@@ -251,9 +269,12 @@ class OuterLoop:
         if spec is None:
             return state
         same = [a for a in mine if os.path.abspath(a.directory) == spec.directory]
-        ckpt = same[0].checkpoint if same else checkpoint(spec.directory)
+        for action in same:
+            action.wait_until_finished()
+        ckpt = next((a.checkpoint for a in same if a.checkpoint is not None), None) or checkpoint(spec.directory)
         if ckpt.latest_step() is None:
-            return state
+            return self._resume_jaxloop_format(state)
+        _no_transforms(spec)
         ckpt.wait_until_finished()
         snapshot = ckpt.load_snapshot("latest", state)
         if snapshot is None:
@@ -263,6 +284,18 @@ class OuterLoop:
         if position is not None and source is not None:
             source.load_state_dict(position)  # the next batch is the one after the checkpoint
         _log.info("train    | resumed from checkpoint %s of %s", ckpt.saved_step(), spec.directory)
+        return state
+
+    def _resume_jaxloop_format(self, state: Any) -> Any:
+        """The newest checkpoint an orbax ``CheckpointManager`` wrote (jaxloop's format), read
+        by the train step's ``restore_model``; ``state`` when there is none."""
+        spec = self._checkpoint_spec
+        assert spec is not None and self._train_loop is not None
+        steps = orbax_format.steps_in(spec.directory)
+        if not steps:
+            return state
+        state = orbax_format.restore(self._train_loop.step, state, spec.directory, steps[-1], spec.transforms)
+        _log.info("train    | resumed from checkpoint %s of %s (jaxloop's format)", steps[-1], spec.directory)
         return state
 
     def _train(
@@ -282,11 +315,12 @@ class OuterLoop:
         num_steps = loop_steps - step % loop_steps if (step and loop_steps) else loop_steps
         outputs: Output = {}
         evals: dict[str, Any] = {}
-        stop = False
+        stop = ran_any = False
         try:
             while step < total and not stop:
                 want = total - step if num_steps is None else min(num_steps, total - step)
                 data = _as_iterator(train_dataset) if epochs else shared
+                ran_any = True
                 new_state, new_outputs = train(state, data, want)
                 ran = getattr(train, "_last_steps", want)
                 state = new_state
@@ -310,6 +344,8 @@ class OuterLoop:
             stop = True
         self._finish_checkpoints()
         self._write_marker()
+        if not ran_any:
+            return state, None  # as jaxloop: no train loop ran (the target was reached already)
         result = dict(outputs)
         result.update(evals)
         result[STOP_LOOP] = bool(stop)
@@ -331,7 +367,10 @@ class OuterLoop:
             if spec.eval_loop_interval is not None and loop_count % spec.eval_loop_interval != 0:
                 continue
             if spec.should_eval_fn is not None:
-                ctx = EvalContext(step, loop_count, total, train_outputs, self._names[i], self._eval_counts[i])
+                ctx = EvalContext(
+                    is_continuous_eval=False, step_num=step, loop_count=loop_count, train_total_steps=total,
+                    train_outputs=train_outputs, eval_name=self._names[i], eval_count=self._eval_counts[i],
+                )
                 if not spec.should_eval_fn(ctx):
                     continue
             try:
@@ -345,13 +384,21 @@ class OuterLoop:
         return stop
 
     def _run_eval(self, loop: Loop, spec: EvalSpec, state: Any) -> tuple[Any, Any]:
-        if spec.dataset_iterator is not None:
+        if spec.dataset_iterator is not None:  # it wins over dataset=, as in jaxloop
             data = spec.dataset_iterator
         elif has_position(spec.dataset) and iter(spec.dataset) is spec.dataset:
             data = self._from_start(spec.dataset)
         else:
             data = iter(spec.dataset)  # type: ignore[arg-type]
-        return loop(state, data, spec.num_steps, **spec.kwargs)
+        state, outputs = loop(state, data, spec.num_steps, **spec.kwargs)
+        if getattr(loop, "_last_steps", 1) == 0 and id(data) not in self._said_empty:
+            self._said_empty.add(id(data))
+            _log.warning(
+                "eval     | %s read no batch: its data is exhausted (an iterator continues where the "
+                "last evaluation stopped; pass a collection, or an endless iterator with num_steps, "
+                "to evaluate each time); said once", type(loop).__name__,
+            )
+        return state, outputs
 
     def _from_start(self, dataset: Any) -> Any:
         """A resumable iterator (``gyre.data.batches``) put back where it was the first time this
@@ -364,27 +411,40 @@ class OuterLoop:
         return dataset
 
     # -- continuous evaluation -------------------------------------------------------------------
-    def _continuous_eval(self, state: Any, specs: list[EvalSpec]) -> tuple[Any, Output]:
+    def _continuous_eval(self, state: Any, specs: list[EvalSpec]) -> tuple[Any, Output | None]:
         spec = self._checkpoint_spec
         assert spec is not None
         directory = spec.directory
         stop_fn = spec.iterate_stop_fn or (lambda: os.path.exists(os.path.join(directory, STOP_FILE_NAME)))
         last = -1
         eval_state = state
-        outputs: Output = {"checkpoint_steps": []}
+        outputs: Output | None = None
+        evaluated: list[int] = []
         try:
             while True:
                 stopping = bool(stop_fn())
                 ckpt = checkpoint(directory) if os.path.isdir(directory) else None
-                new = [s for s in (ckpt.all_steps() if ckpt else []) if s > last]
+                gyre_steps = ckpt.all_steps() if ckpt else []
+                steps = gyre_steps or orbax_format.steps_in(directory)  # gyre's, else jaxloop's format
+                new = [s for s in steps if s > last]
+                if new and gyre_steps:
+                    _no_transforms(spec)
                 for step in new:
-                    assert ckpt is not None
-                    eval_state, _ = ckpt.restore(state, step=step)
+                    restored = ckpt.restore(state, step=step)[0] if gyre_steps else None  # type: ignore[union-attr]
                     for i, (loop, eval_spec) in enumerate(zip(self._eval_loops, specs, strict=True)):
-                        _, eval_outputs = self._run_eval(loop, eval_spec, eval_state)
+                        ctx = EvalContext(
+                            is_continuous_eval=True, step_num=step, loop_count=0,
+                            eval_name=self._names[i], eval_count=self._eval_counts[i],
+                        )
+                        if eval_spec.should_eval_fn is not None and not eval_spec.should_eval_fn(ctx):
+                            continue
+                        if restored is None:  # jaxloop's format: each loop's step reads it, as in jaxloop
+                            restored_here = orbax_format.restore(loop.step, state, directory, step, spec.transforms)
+                        else:
+                            restored_here = restored
+                        eval_state, outputs = self._run_eval(loop, eval_spec, restored_here)
                         self._eval_counts[i] += 1
-                        outputs[self._names[i]] = eval_outputs
-                    outputs["checkpoint_steps"].append(step)
+                    evaluated.append(step)
                     last = step
                 if ckpt is not None:
                     ckpt.close()  # a new one per look: orbax's step list is cached per manager
@@ -396,7 +456,10 @@ class OuterLoop:
             _log.info("eval     | stopped: %s", err)
         finally:
             self._close_actions()
-        outputs[STOP_LOOP] = True
+        if outputs is None:
+            return eval_state, None  # as jaxloop: no evaluation ran
+        outputs = dict(outputs)
+        outputs["checkpoint_steps"] = evaluated
         return eval_state, outputs
 
     # -- the end ------------------------------------------------------------------------------------

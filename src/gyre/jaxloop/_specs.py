@@ -15,30 +15,45 @@ from gyre.core._errors import describe, explain, whole_number
 
 @dataclasses.dataclass(frozen=True)
 class EvalContext:
-    """What an :class:`EvalSpec`'s ``should_eval_fn`` is told after each train loop.
+    """What an :class:`EvalSpec`'s ``should_eval_fn`` is told before an evaluation
+    (jaxloop's three fields first, in jaxloop's order, then gyre's).
 
     Attributes:
-        step: the training step reached (``state.step``).
-        loop_count: the train loop's ``loop_count``.
-        train_total_steps: the step training runs to.
-        train_outputs: the last train loop's outputs.
+        is_continuous_eval: whether the evaluation is of a saved checkpoint (an
+            :class:`OuterLoop` without a train loop).
+        step_num: the step evaluated: the checkpoint's in continuous evaluation, else the
+            training step reached.
+        loop_count: the train loop's ``loop_count`` (always 0 in continuous evaluation).
+        train_total_steps: the step training runs to (``None`` in continuous evaluation).
+        train_outputs: the last train loop's outputs (empty in continuous evaluation).
         eval_name: the evaluation's name in the outputs.
         eval_count: how many times this evaluation ran before.
 
     Example:
         >>> import gyre
-        >>> ctx = gyre.jaxloop.EvalContext(step=20, loop_count=2, train_total_steps=100,
-        ...                                train_outputs={}, eval_name="eval", eval_count=0)
-        >>> ctx.step % 20 == 0
-        True
+        >>> ctx = gyre.jaxloop.EvalContext(is_continuous_eval=False, step_num=20, loop_count=2)
+        >>> ctx.step_num % 20 == 0, ctx.step
+        (True, 20)
     """
 
-    step: int
+    is_continuous_eval: bool
+    step_num: int
     loop_count: int
-    train_total_steps: int
-    train_outputs: Mapping[str, Any]
-    eval_name: str
-    eval_count: int
+    train_total_steps: int | None = None
+    train_outputs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    eval_name: str = ""
+    eval_count: int = 0
+
+    @property
+    def step(self) -> int:
+        """``step_num``, under gyre's earlier name.
+
+        Example:
+            >>> import gyre
+            >>> gyre.jaxloop.EvalContext(True, 7, 0).step
+            7
+        """
+        return self.step_num
 
 
 def is_one_shot(dataset: Any) -> bool:
@@ -72,18 +87,24 @@ class EvalSpec:
     """How and when one eval loop of an :class:`OuterLoop` runs.
 
     Attributes:
-        dataset: an iterable evaluated from its start each time: a list, a re-iterable
-            collection (``gyre.data.arrays(...).test``), or an iterator with
-            ``state_dict()``/``load_state_dict()`` (``gyre.data.batches(..., epochs=1)``), put
-            back before each evaluation where it was at the first. Other iterators (a
-            generator) are refused: they can be read only once.
-        dataset_iterator: instead of ``dataset``, one iterator shared by all evaluations:
-            each continues where the last one stopped (with ``num_steps``).
+        dataset: what an evaluation reads, as jaxloop does (``iter(dataset)`` at each
+            evaluation): a collection (a list, ``gyre.data.arrays(...).test``, a
+            ``tf.data.Dataset``) is read from its start each time; an iterator continues
+            where the last evaluation stopped (an endless one with ``num_steps`` is
+            jaxloop's usual eval stream; a finite one runs out, and an evaluation that
+            gets no batch says so in a warning). An iterator with
+            ``state_dict()``/``load_state_dict()`` (``gyre.data.batches(..., epochs=1)``) is
+            put back before each evaluation where it was at the first, so each reads the
+            same batches.
+        dataset_iterator: one iterator shared by all evaluations, each continuing where
+            the last one stopped; used instead of ``dataset`` when both are given (jaxloop's
+            rule).
         num_steps: steps per evaluation; ``None`` runs until the data ends.
         eval_loop_interval: evaluate after every ``eval_loop_interval``-th train loop
             (``loop_count % interval == 0``); ``None``: after every train loop.
         should_eval_fn: a predicate on an :class:`EvalContext`; when given, the evaluation
-            runs only when it (and the interval, if any) says so.
+            runs only when it (and the interval, if any) says so; in continuous evaluation
+            it decides alone.
         kwargs: keyword arguments for the eval loop's steps.
 
     Example:
@@ -101,30 +122,28 @@ class EvalSpec:
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if (self.dataset is None) == (self.dataset_iterator is None):
+        if self.dataset is None and self.dataset_iterator is None:
             raise ValueError(
                 explain(
-                    "an EvalSpec needs one of dataset= and dataset_iterator=",
-                    expected="dataset= (an iterable, evaluated from its start each time) or "
-                    "dataset_iterator= (one iterator continued across evaluations)",
-                    received=f"dataset={describe(self.dataset)}, "
-                    f"dataset_iterator={describe(self.dataset_iterator)}",
+                    "an EvalSpec needs dataset= or dataset_iterator=",
+                    expected="dataset= (what each evaluation reads: a collection from its start, "
+                    "an iterator onward) or dataset_iterator= (one iterator continued across "
+                    "evaluations)",
+                    received="neither",
                     fix="pass EvalSpec(dataset=eval_batches) or EvalSpec(dataset_iterator=it, num_steps=10)",
                 )
             )
-        if is_one_shot(self.dataset):
-            raise TypeError(
-                explain(
-                    "EvalSpec's dataset= is read from its start at every evaluation, and an "
-                    "iterator can be read only once: every evaluation after the first would run no step",
-                    expected="dataset= a re-iterable collection (a list, gyre.data.arrays(...).test) or "
-                    "an iterator with state_dict()/load_state_dict() (gyre.data.batches(..., epochs=1)), "
-                    "or dataset_iterator= an iterator continued across evaluations",
-                    received=f"dataset={describe(self.dataset)}",
-                    fix="pass dataset=list(batches) to evaluate the same batches each time, or "
-                    "EvalSpec(dataset_iterator=it, num_steps=10) to read on from one stream",
+        for name in ("dataset", "dataset_iterator"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Iterable):
+                raise TypeError(
+                    explain(
+                        f"EvalSpec's {name}= must be iterable",
+                        expected="a collection of batches or an iterator",
+                        received=describe(value),
+                        fix=f"pass {name}=iter(batches)",
+                    )
                 )
-            )
         for name in ("num_steps", "eval_loop_interval"):
             value = getattr(self, name)
             if value is not None:
@@ -149,13 +168,16 @@ class CheckpointSpec:
     finds its checkpoints.
 
     Attributes:
-        checkpoint_dir: the directory of a :class:`~gyre.jaxloop.CheckpointAction` (gyre
-            checkpoints).
+        checkpoint_dir: the directory of a :class:`~gyre.jaxloop.CheckpointAction`: gyre
+            checkpoints, or those of an orbax ``CheckpointManager`` (jaxloop's format, read
+            with the step's :meth:`gyre.Step.restore_model`).
         iterate_interval_secs: seconds between looks for a new checkpoint (continuous
             evaluation); at least one second (the default, 0, looks once a second).
         iterate_stop_fn: a function returning ``True`` when no checkpoint will come; by
             default, whether ``checkpoint_dir/STOPPED`` exists.
-        transforms: accepted for jaxloop compatibility; must be ``None``.
+        transforms: orbax ``PyTreeRestore`` transforms for reading checkpoints in jaxloop's
+            format (``Step.restore_model``'s); gyre checkpoints restore into the given
+            state's structure and refuse them.
 
     Example:
         >>> import gyre
@@ -176,15 +198,6 @@ class CheckpointSpec:
                     expected="a str or os.PathLike directory",
                     received=describe(self.checkpoint_dir),
                     fix="pass CheckpointSpec('runs/exp/checkpoints')",
-                )
-            )
-        if self.transforms is not None:
-            raise ValueError(
-                explain(
-                    "CheckpointSpec's transforms are not supported",
-                    expected="transforms=None (gyre restores into the given state's structure)",
-                    received=describe(self.transforms),
-                    fix="restore and transform the state yourself with gyre.restore",
                 )
             )
 
