@@ -45,3 +45,34 @@ def test_strategies_and_a_missing_optimizer():
     with pytest.raises(TypeError, match="the trainer has no optimizer"):
         build_optimizer_of(None)
     assert build_optimizer_of(1e-3) is not None  # a bare rate: Adam
+
+
+def test_a_schedule_lasting_the_run_is_built_when_train_model_knows_its_length(tmp_path, digits):
+    from gyre.config import RunLengthUnknown
+    from gyre.trainer import ImgClassifierTrainer
+
+    section = {"class_name": "Adam", "learning_rate": {
+        "class_name": "WarmupCosineDecaySchedule", "peak_value": 0.01, "warmup_steps": 2, "decay_factor": 0.5}}
+    assert build_optimizer_of(section, deferred=True) is None
+    with pytest.raises(RunLengthUnknown, match="needs steps or decay_steps"):
+        build_optimizer_of(section)
+    t = ImgClassifierTrainer({"train_epochs": 2, "enable_progress_bar": False, "logger": {"log_dir": str(tmp_path)}},
+                             {"class_name": "SimpleClassifier", "c_hid": 8}, section,
+                             exmp_input=digits.val_loader[0])
+    assert t.optimizer is None and t.test_model(digits.val_loader)["test/acc"] < 0.5  # testable before training
+    t.train_model(digits.train_loader)
+    assert 0.005 < float(t.learning_rate()) < 0.00501  # the last update: the decay ends with the run
+
+
+def test_jax_trainers_sections_and_configdicts_build_the_trainer(tmp_path):
+    from ml_collections import ConfigDict
+
+    from gyre.trainer import ImgClassifierTrainer, SimpleClassifier
+
+    trainer = ConfigDict({"name": "ImgClassifierTrainer", "train_epochs": 3, "logger": {"log_dir": str(tmp_path)}})
+    model = ConfigDict({"name": "my_project.models.SimpleClassifier", "hparams": {"c_hid": 8, "num_classes": 10}})
+    optimizer = ConfigDict({"name": "adam", "lr": 1e-3})
+    t = ImgClassifierTrainer(trainer, model, optimizer)
+    assert isinstance(t.model, SimpleClassifier) and t.config.train_epochs == 3 and t.optimizer is not None
+    with pytest.raises(ConfigError, match="model.hparams repeats c_hid"):
+        ImgClassifierTrainer(trainer, {"name": "SimpleClassifier", "c_hid": 4, "hparams": {"c_hid": 8}}, optimizer)

@@ -107,9 +107,12 @@ class TrainerModule:
             build_callbacks,
             build_model,
             build_optimizer_of,
+            plain_section,
             strategy_of_mesh,
             trainer_config_of,
         )
+
+        model_config, optimizer_config = plain_section(model_config), plain_section(optimizer_config)
 
         if trainer_config is None and isinstance(config, TrainerConfig):
             trainer_config, config = config, None  # the fork's TrainerModule(config=config.trainer, ...)
@@ -118,7 +121,8 @@ class TrainerModule:
         self.model_config = dict(model_config) if model_config is not None else None
         self.optimizer_config = optimizer_config
         self.model = model if model is not None else build_model(self.config, model_config)
-        self.optimizer = optimizer if optimizer is not None else build_optimizer_of(optimizer_config)
+        # a schedule that lasts "the run" is built when train_model knows the run's length
+        self.optimizer = optimizer if optimizer is not None else build_optimizer_of(optimizer_config, deferred=True)
         mode = model_mode_of(self.model)
         if mode != self.config.model_mode and "model_mode" in self._given(trainer_config, options):
             raise ValueError(

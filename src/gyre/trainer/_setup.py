@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gyre.config._jax_trainer import jax_trainer_component
 from gyre.core._errors import describe, explain
 
 LOGGER_KEYS = ("log_dir", "log_steps_every", "tool_config", "log_file_verbosity")
@@ -53,7 +54,19 @@ def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
         data["logger"] = {**logger, **moved}
     data.update(options)
     data.setdefault("train_epochs", 1)
-    return config_class.model_validate(data)
+    return config_class.model_validate(jax_trainer_component(data, "trainer"))
+
+
+def plain_section(section: Any) -> Any:
+    """A config section as a plain dict when it is an ``ml_collections.ConfigDict``
+    (jax_trainer's configs), else as it is.
+
+    Example:
+        >>> from ml_collections import ConfigDict
+        >>> plain_section(ConfigDict({"lr": 0.1})), plain_section(0.1)
+        ({'lr': 0.1}, 0.1)
+    """
+    return section.to_dict() if callable(getattr(section, "to_dict", None)) else section
 
 
 def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
@@ -72,6 +85,7 @@ def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
 
     from gyre.config import MODELS, validate_component
 
+    section = jax_trainer_component(dict(section), "model")  # jax_trainer's name + hparams
     kwargs = validate_component("models", section, where="model", extra_allowed=("rngs",))
     factory = MODELS.get(section["class_name"], where="model.class_name")
     if config.model_mode == "nnx":
@@ -79,8 +93,11 @@ def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
     return factory(**kwargs)
 
 
-def build_optimizer_of(section: Any) -> Any:
-    """The optimizer of the ``optimizer`` section (a float: Adam at that rate)."""
+def build_optimizer_of(section: Any, *, run_steps: int | None = None, deferred: bool = False) -> Any:
+    """The optimizer of the ``optimizer`` section (a float: Adam at that rate); schedules
+    without their own length last ``run_steps``. With ``deferred``, a section whose schedule
+    needs the run's length (unknown yet) gives ``None``: the trainer builds it in
+    ``train_model`` (jax_trainer builds its optimizer there too)."""
     if section is None:
         raise TypeError(
             explain(
@@ -92,9 +109,17 @@ def build_optimizer_of(section: Any) -> Any:
         )
     from gyre.config import build_optimizer
 
+    from gyre.config import RunLengthUnknown, run_length
+
     if isinstance(section, (int, float)) and not isinstance(section, bool):
         section = {"class_name": "Adam", "learning_rate": float(section)}
-    return build_optimizer(section, where="optimizer")
+    try:
+        with run_length(run_steps):
+            return build_optimizer(section, where="optimizer")
+    except RunLengthUnknown:
+        if deferred:
+            return None
+        raise
 
 
 def build_callbacks(config: Any) -> list[Any]:

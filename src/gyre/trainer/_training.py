@@ -118,6 +118,8 @@ def train_model(trainer: Any, train_loader: Any, val_loader: Any, test_loader: A
     most = getattr(trainer.config, "max_steps_per_epoch", None)
     if most:  # shorter epochs; the loader is not restarted between them
         epoch_steps = min(epoch_steps, most)
+    if trainer.optimizer is None:  # its schedule lasts the run: now its length is known
+        _build_deferred_optimizer(trainer, epochs * epoch_steps)
     trainer.log_dir.mkdir(parents=True, exist_ok=True)
     _store_config(trainer)
     from gyre.trainer._inspection import count_params
@@ -163,6 +165,15 @@ def train_model(trainer: Any, train_loader: Any, val_loader: Any, test_loader: A
         result["test"] = _test_best(trainer, test_loader, elapsed.epochs)
     trainer.writer.flush()
     return result
+
+
+def _build_deferred_optimizer(trainer: Any, run_steps: int) -> None:
+    from gyre.trainer._setup import build_optimizer_of
+
+    trainer.optimizer = build_optimizer_of(trainer.optimizer_config, run_steps=run_steps)
+    state = trainer.state
+    trainer.state = trainer.strategy.place_state(
+        state.replace(tx=trainer.optimizer, opt_state=trainer.optimizer.init(state.params)))
 
 
 def _test_best(trainer: Any, test_loader: Any, epoch: int) -> dict[str, Any]:
