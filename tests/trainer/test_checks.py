@@ -29,3 +29,24 @@ def test_a_wrong_loss_signature_or_a_misspelt_name_is_named_at_construction(tmp_
 
     with pytest.raises(TypeError, match=r"NoTrainFlag\.loss_function cannot take"):
         trainer(tmp_path, cls=NoTrainFlag)
+
+
+def test_a_batch_that_is_not_a_pytree_is_explained_before_tracing(tmp_path):
+    import dataclasses
+
+    import numpy as np
+
+    @dataclasses.dataclass
+    class PlainBatch:  # as a plain dataclass, one opaque leaf to JAX
+        input: np.ndarray
+        target: np.ndarray
+
+    t = trainer(tmp_path)
+    batch = PlainBatch(np.zeros((4, 64), np.float32), np.zeros(4, np.int32))
+    with pytest.raises(TypeError, match=r"(?s)a batch holds a PlainBatch, which JAX cannot put in a compiled step"
+                                        r".*register PlainBatch as a pytree"):
+        t.train_model([batch])
+    assert t.state is None
+    good = gyre.data.SupervisedBatch(batch.input, batch.target)
+    t.init_model(good)
+    assert t.state is not None

@@ -72,3 +72,35 @@ def check_user_methods(trainer: Any, base: type, mode: str) -> None:
 
 def _signature(name: str) -> str:
     return f"(self, {', '.join(CALLS[name])}=True)"
+
+
+def check_batch(batch: Any) -> None:
+    """Raises a ``TypeError`` when a batch is not a pytree of arrays (a plain class or
+    dataclass instance is one opaque leaf to JAX, which the compiled step cannot take).
+
+    Example:
+        >>> import numpy as np
+        >>> check_batch((np.zeros(2), {"y": np.zeros(2)}))
+        >>> class Batch:
+        ...     pass
+        >>> check_batch(Batch())
+        Traceback (most recent call last):
+        TypeError: a batch holds a Batch, which JAX cannot put in a compiled step
+        ...
+    """
+    import jax
+    import numpy as np
+
+    for leaf in jax.tree_util.tree_leaves(batch):
+        if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, complex, bool)):
+            name = type(leaf).__name__
+            raise TypeError(
+                explain(
+                    f"a batch holds a {name}, which JAX cannot put in a compiled step",
+                    expected="a pytree of arrays: tuples, lists, dicts, or a class registered as a pytree",
+                    received=f"a {name} leaf ({type(leaf).__module__}.{name})",
+                    fix=f"register {name} as a pytree (@flax.struct.dataclass, or "
+                    f"jax.tree_util.register_dataclass({name}, data_fields=[...], meta_fields=[])), "
+                    "or use gyre.data.SupervisedBatch",
+                )
+            )

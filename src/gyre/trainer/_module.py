@@ -21,7 +21,7 @@ from flax import struct
 from gyre.config._registry import register_trainer
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._state import TrainState
-from gyre.trainer._checks import check_user_methods
+from gyre.trainer._checks import check_batch, check_user_methods
 from gyre.trainer._config import TrainerModuleConfig
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
 from gyre.trainer._model import NNX_REST, LinenModel, NNXModel, lazy_init_nnx, model_mode_of
@@ -275,6 +275,7 @@ class TrainerModule:
             >>> int(t.init_model((jnp.ones((2, 64)), jnp.zeros(2, jnp.int32))).step)
             0
         """
+        check_batch(exmp_batch)
         exmp_input = self.batch_to_input(exmp_batch)
         state = self._build_state(exmp_input)
         specs, shapes = self._builder.train_specs(state, exmp_batch)
