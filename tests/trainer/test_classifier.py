@@ -58,3 +58,11 @@ def test_a_confusion_matrix_callback_gets_its_matrix_without_num_classes(tmp_pat
     out = t.train_model(digits.train_loader, digits.val_loader, digits.test_loader)
     assert out["test"]["test/conf_matrix"].shape == (10, 10) and out["test"]["test/conf_matrix"].sum() == 360
     assert (tmp_path / "confusion_matrix" / "test_epoch_0001.png").is_file()
+
+
+def test_the_mlp_explains_inputs_of_another_size():
+    from gyre.trainer import SimpleClassifier
+
+    with pytest.raises(ValueError, match=r"(?s)takes 64 input features.*received: 3072 values.*input_dim: 3072"):
+        SimpleClassifier(c_hid=4, rngs=nnx.Rngs(0))(jnp.ones((2, 32, 32, 3)))
+    assert SimpleClassifier(c_hid=4, input_dim=12, rngs=nnx.Rngs(0))(jnp.ones((2, 2, 6))).shape == (2, 10)

@@ -158,6 +158,7 @@ class SimpleClassifier(nnx.Module):
         dropout: float = 0.0, num_layers: int = 1, input_dim: int = 64, *, rngs: nnx.Rngs,
     ) -> None:
         self.act = activation(act_fn)
+        self.input_dim = input_dim
         sizes = [input_dim] + [c_hid] * num_layers
         self.hidden = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:], strict=True)])
         self.norms = nnx.List([nnx.BatchNorm(c_hid, rngs=rngs) for _ in range(num_layers)]) if batch_norm else None
@@ -166,6 +167,16 @@ class SimpleClassifier(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x = _flat(x)
+        if x.shape[-1] != self.input_dim:
+            raise ValueError(
+                explain(
+                    f"SimpleClassifier takes {self.input_dim} input features (input_dim) per example",
+                    expected=f"inputs of {self.input_dim} values each (flattened), e.g. shape (batch, {self.input_dim})",
+                    received=f"{x.shape[-1]} values per example",
+                    fix=f"set input_dim: {x.shape[-1]} in the model section (or pick a model for these inputs, "
+                    "e.g. SimpleCNN for images)",
+                )
+            )
         for i, layer in enumerate(self.hidden):
             x = layer(x)
             if self.norms is not None:
