@@ -130,7 +130,7 @@ def test_cli_fit_exits_3_with_the_explanation_when_the_training_diverges(tmp_pat
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
     assert lines[0] == 'gyre fit: error: "loss" is nan at step 1'
-    assert "lower the learning rate" in captured.err and "Traceback" not in captured.err
+    assert "lower optimizer.learning_rate" in captured.err and "Traceback" not in captured.err
     (run_dir,) = tmp_path.iterdir()
     assert lines[-1] == f"run folder: {run_dir}"
     assert "final test accuracy" not in captured.out  # no result is reported as if it went well
@@ -167,7 +167,7 @@ def test_sigterm_saves_the_step_exits_75_and_resume_continues(tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, out + err
     run_dir = next(tmp_path.iterdir())
-    assert f"gyre fit --resume {run_dir}" in out
+    assert f"continue with: gyre resume {run_dir}" in out
     steps = int(out.split("preempted after ")[1].split()[0])
     saved = max(int(p.name) for p in (run_dir / "resume").iterdir() if p.name.isdigit())
     assert saved == steps and 0 < steps < 40 * 4  # the signalled step, saved (4 steps per epoch)
@@ -229,3 +229,48 @@ def test_fit_explains_a_model_of_the_other_flax_api(model, mode, fix, tmp_path, 
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert f"fix: add {fix} to the trainer section" in err
+
+
+def test_a_preempted_demo_says_to_continue_with_gyre_resume(monkeypatch, capsys, tmp_path):
+    seen = {}
+
+    def preempted(**kwargs):
+        seen.update(kwargs)
+        return demo.DemoResult(tmp_path / "run", float("nan"), gyre.history(), gyre.Elapsed(steps=7), 1.0, True)
+
+    monkeypatch.setattr(demo, "fit_digits", preempted)
+    assert cli.main(["fit", "--epochs", "40", "--quiet"]) == cli.EXIT_PREEMPTED
+    out = capsys.readouterr().out
+    # gyre fit --resume RUN without the options retrained the default 15 epochs: gyre resume reads them
+    assert f"continue with: gyre resume {tmp_path / 'run'}" in out and "--resume" not in out
+    cli.main(["fit", "--resume", str(tmp_path / "run"), "--epochs", "50"])
+    assert (seen["epochs"], seen["batch_size"], seen["learning_rate"], seen["seed"]) == (50, None, None, None)
+
+
+def test_a_refused_resume_keeps_the_runs_config_and_gyre_resume_still_works(tmp_path, capsys):
+    assert cli.main(["fit", "--epochs", "1", "--batch-size", "512", "--quiet", "--out", str(tmp_path)]) == 0
+    (run_dir,) = tmp_path.iterdir()
+    before = (run_dir / "config.yaml").read_bytes()
+    capsys.readouterr()
+    message = _usage_error(["fit", "--resume", str(run_dir), "--batch-size", "64"], capsys)
+    assert "argument --batch-size: is 64" in message and "leave --batch-size out" in message
+    config = str(run_dir / "config.yaml")
+    overrides = ["trainer.resume=latest", "dataset.global_batch_size=64", f"trainer.logger.log_dir={run_dir}"]
+    assert cli.main(["fit", config, *overrides, "--quiet"]) == cli.EXIT_USAGE  # refused by the data position
+    err = capsys.readouterr().err
+    assert f"continue the run with its own config: gyre resume {run_dir}" in err
+    assert (run_dir / "config.yaml").read_bytes() == before  # not rewritten by either refusal
+    assert cli.main(["resume", str(run_dir), "--quiet"]) == 0
+    assert "trained 2 steps (1 epochs)" in capsys.readouterr().out
+
+
+def test_a_nan_is_noticed_within_a_block_and_the_fix_is_in_the_commands_terms(tmp_path, capsys):
+    argv = ["fit", "--learning-rate", "1e30", "--quiet", "--out", str(tmp_path)]  # 15 epochs, 285 steps
+    assert cli.main(argv) == cli.EXIT_NON_FINITE
+    err = capsys.readouterr().err
+    assert "the loop noticed it during step" in err  # not "when it ended, after 285 steps"
+    noticed = int(err.split("noticed it during step ")[1].split()[0])
+    assert noticed <= 2 * 64 + 16
+    fix = next(line for line in err.splitlines() if line.startswith("  fix: "))
+    assert "optimizer.learning_rate" in fix and "--learning-rate" in fix and "GradClipNorm" in fix
+    assert "nan_policy" not in fix and "@gyre.managed" not in fix  # Python's fixes, not the command's

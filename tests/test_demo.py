@@ -119,3 +119,20 @@ def test_the_demo_is_the_digits_mlp_example_config():
 
     example = Path(__file__).resolve().parent.parent / "examples" / "configs" / "digits_mlp.yaml"
     assert load_config(example) == load_config(demo.digits_config())  # gyre fit == gyre fit digits_mlp.yaml
+
+
+def test_resuming_takes_the_runs_own_options_and_refuses_other_data_before_writing(tmp_path):
+    out = tmp_path / "runs"
+    first = demo.fit_digits(epochs=1, batch_size=512, out=out, quiet=True)
+    assert demo.stored_options(first.run_dir) == {"epochs": 1, "batch_size": 512, "learning_rate": 3e-3, "seed": 0}
+    before = (first.run_dir / "config.yaml").read_bytes()
+    with pytest.raises(demo.DemoArgumentError) as err:
+        demo.fit_digits(resume=first.run_dir, batch_size=64, quiet=True)
+    assert err.value.argument == "batch_size"
+    assert "was trained with --batch-size 512" in err.value.summary and "leave --batch-size out" in err.value.summary
+    assert f"gyre resume {first.run_dir}" in str(err.value)
+    assert (first.run_dir / "config.yaml").read_bytes() == before  # a refused resume rewrites nothing
+    with pytest.raises(demo.DemoArgumentError, match="was trained with --seed 0"):
+        demo.fit_digits(resume=first.run_dir, seed=1, quiet=True)
+    again = demo.fit_digits(resume=first.run_dir, quiet=True)  # the run's own options: nothing is left to train
+    assert again.elapsed.steps == first.elapsed.steps == 2 and demo.stored_options(again.run_dir)["batch_size"] == 512

@@ -231,12 +231,21 @@ def digits_config(
     }
 
 
+#: The demo's options when not given (a resumed run: its own, from its ``config.yaml``).
+DEFAULTS: dict[str, Any] = {"epochs": 15, "batch_size": 64, "learning_rate": 3e-3, "seed": 0}
+#: Where each option lives in the demo's config.
+CONFIG_KEYS = {
+    "epochs": ("trainer", "train_epochs"), "batch_size": ("dataset", "global_batch_size"),
+    "learning_rate": ("optimizer", "learning_rate"), "seed": ("trainer", "seed"),
+}
+
+
 def fit_digits(
     *,
-    epochs: int = 15,
-    batch_size: int = 64,
-    learning_rate: float = 3e-3,
-    seed: int = 0,
+    epochs: int | None = None,
+    batch_size: int | None = None,
+    learning_rate: float | None = None,
+    seed: int | None = None,
     out: str | Path = "runs",
     quiet: bool = False,
     resume: str | Path | None = None,
@@ -252,15 +261,18 @@ def fit_digits(
     accuracy.
 
     Args:
-        epochs: passes over the training set; the validation set is evaluated after each.
-        batch_size: samples per training step.
-        learning_rate: Adam's learning rate.
-        seed: seeds the validation split, the shuffles and the initial parameters.
+        epochs: passes over the training set (15); the validation set is evaluated after each.
+        batch_size: samples per training step (64).
+        learning_rate: Adam's learning rate (3e-3).
+        seed: seeds the validation split, the shuffles and the initial parameters (0).
         out: the folder that holds run folders.
         quiet: no progress bar.
         resume: a run folder of an earlier, stopped run (SIGTERM, a crash): the run
             continues there from its newest good checkpoint, exactly as if it had never
-            stopped (same arguments expected).
+            stopped, with the run's own options (from its ``config.yaml``) for those not
+            given. ``epochs`` and ``learning_rate`` may change; a ``batch_size`` or ``seed``
+            other than the run's is refused before anything is written (the data would
+            differ).
 
     Returns:
         A :class:`DemoResult`.
@@ -276,15 +288,21 @@ def fit_digits(
         >>> result.test_accuracy > 0.95  # doctest: +SKIP
         True
     """
-    epochs = _check_whole("epochs", epochs, minimum=1, maximum=None, example="epochs=10")
-    batch_size = _check_whole("batch_size", batch_size, minimum=1, maximum=None, example="batch_size=64")
-    learning_rate = _check_learning_rate(learning_rate)
-    seed = _check_whole("seed", seed, minimum=0, maximum=MAX_SEED, example="seed=0")
+    run_dir = None if resume is None else _resume_dir(resume)
+    stored = {} if run_dir is None else stored_options(run_dir)
+    given = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed}
+    chosen = {k: stored.get(k, DEFAULTS[k]) if v is None else v for k, v in given.items()}
+    epochs = _check_whole("epochs", chosen["epochs"], minimum=1, maximum=None, example="epochs=10")
+    batch_size = _check_whole("batch_size", chosen["batch_size"], minimum=1, maximum=None, example="batch_size=64")
+    learning_rate = _check_learning_rate(chosen["learning_rate"])
+    seed = _check_whole("seed", chosen["seed"], minimum=0, maximum=MAX_SEED, example="seed=0")
+    if run_dir is not None:
+        _check_same_data(run_dir, stored, {"batch_size": batch_size, "seed": seed})
     check_out(out)
     _require_plotting()
     require("tensorboardX", extra="examples", who="gyre fit (its tensorboard/ event files)")
     _check_batch_size(batch_size, _training_samples())
-    run_dir = make_run_dir(out) if resume is None else _resume_dir(resume)
+    run_dir = make_run_dir(out) if run_dir is None else run_dir
     config = digits_config(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed, quiet=quiet)
     if resume is not None:
         config["trainer"]["resume"] = "latest"
@@ -292,6 +310,49 @@ def fit_digits(
     trainer = result.trainer
     accuracy = result.test.get("test/acc", math.nan)  # none: preempted
     return DemoResult(result.run_dir, accuracy, trainer.history, trainer._elapsed, result.seconds, result.preempted)
+
+
+def stored_options(run_dir: str | Path) -> dict[str, Any]:
+    """The demo's options a run folder's ``config.yaml`` holds (``{}`` without one).
+
+    Example:
+        >>> import tempfile, pathlib, yaml
+        >>> run = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (run / "config.yaml").write_text(yaml.safe_dump(digits_config(epochs=40)))
+        >>> stored_options(run)
+        {'epochs': 40, 'batch_size': 64, 'learning_rate': 0.003, 'seed': 0}
+    """
+    import yaml
+
+    try:
+        config = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    found = {}
+    for name, (section, key) in CONFIG_KEYS.items():
+        value = config.get(section, {}).get(key) if isinstance(config, dict) and isinstance(config.get(section), dict) else None
+        if value is not None:
+            found[name] = value
+    return found
+
+
+def _check_same_data(run_dir: Path, stored: dict[str, Any], chosen: dict[str, Any]) -> None:
+    """A resumed run continues with the batches it was saved with: another batch size or
+    seed (which draws the validation split and the shuffles) is refused, before anything
+    is written, in the command line's terms."""
+    for name, value in chosen.items():
+        if name in stored and stored[name] != value:
+            option = "--" + name.replace("_", "-")
+            raise DemoArgumentError(
+                name,
+                f"is {value!r}, and the run in {str(run_dir)!r} was trained with {option} {stored[name]!r} "
+                f"(resumed, it would continue with other data): leave {option} out to continue it, or "
+                "start a new run without --resume",
+                expected=f"the run's own {option} ({stored[name]!r}): leave {option} out when resuming",
+                received=f"{option} {value!r}",
+                fix=f"continue the run: gyre resume {run_dir} (or gyre fit --resume {run_dir} without "
+                f"{option}); or start a new run: gyre fit {option} {value!r}",
+            )
 
 
 def _resume_dir(resume: str | Path) -> Path:

@@ -39,8 +39,8 @@ EXIT_CODES = f"""exit codes:
   {EXIT_NON_FINITE}  the training diverged: a loss or metric became NaN or infinite (the message
      names the step and the entry; the run's checkpoints hold no state made after it)
   {EXIT_PREEMPTED} preempted: SIGTERM (or Ctrl-C) arrived; the current step finished and was
-     saved; continue with gyre resume RUN_FOLDER (the demo: gyre fit --resume RUN_FOLDER);
-     a second signal stops at once"""
+     saved; continue with gyre resume RUN_FOLDER (the demo too: it reads the run's own
+     config.yaml); a second signal stops at once"""
 
 
 def _positive_int(text: str) -> int:
@@ -149,7 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--resume", metavar="RUN_FOLDER", default=None, action=_Given,
         help="continue a stopped demo run (SIGTERM, a crash) in its run folder, from its newest good "
-        "checkpoint, exactly as if it had never stopped; pass the same options",
+        "checkpoint, exactly as if it had never stopped, with the run's own options (as gyre resume "
+        "RUN_FOLDER); --epochs and --learning-rate given here change them, --batch-size and --seed "
+        "cannot (they would change the data)",
     )
     fit.set_defaults(command_parser=fit, demo_options=())
 
@@ -190,12 +192,17 @@ def build_parser() -> argparse.ArgumentParser:
 def _fit_demo(args: argparse.Namespace) -> int:
     from gyre import _demo as demo
 
+    given = set(args.demo_options)  # resuming: the others are the run's own
+
+    def option(name: str) -> Any:
+        return getattr(args, name) if args.resume is None or "--" + name.replace("_", "-") in given else None
+
     try:
         result = demo.fit_digits(
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            learning_rate=args.learning_rate,
-            seed=args.seed,
+            epochs=option("epochs"),
+            batch_size=option("batch_size"),
+            learning_rate=option("learning_rate"),
+            seed=option("seed"),
             out=args.out,
             quiet=args.quiet,
             resume=args.resume,
@@ -206,7 +213,7 @@ def _fit_demo(args: argparse.Namespace) -> int:
     steps, epochs = result.elapsed.steps, result.elapsed.epochs
     print(f"run folder: {result.run_dir}")
     if result.preempted:
-        print(f"preempted after {steps} steps, saved; continue with: gyre fit --resume {result.run_dir}")
+        print(f"preempted after {steps} steps, saved; continue with: gyre resume {result.run_dir}")
         return EXIT_PREEMPTED
     print(f"trained {steps} steps ({epochs} epochs) in {result.seconds:.1f}s")
     print(f"final test accuracy: {result.test_accuracy:.4f}")
@@ -282,14 +289,44 @@ def _run_command(args: argparse.Namespace) -> int:
     try:
         return _COMMANDS[args.command](args)
     except NonFiniteError as err:  # the training diverged: say where, and how to fix it
-        notes = "".join(f"\n{note}" for note in getattr(err, "__notes__", ()))
-        print(f"{name}: error: {err}{notes}", file=sys.stderr)
+        print(f"{name}: error: {cli_fix(str(err), diverged_fix(err.step))}{_notes(err)}", file=sys.stderr)
         return EXIT_NON_FINITE
     except Exception as err:
         if not is_user_error(err):
             raise
-        print(f"{name}: error: {user_message(err)}", file=sys.stderr)
+        print(f"{name}: error: {user_message(err)}{_notes(err)}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _notes(err: BaseException) -> str:
+    return "".join(f"\n{note}" for note in getattr(err, "__notes__", ()))
+
+
+def diverged_fix(step: int) -> str:
+    """The fix of a diverged training, in the command line's terms (config keys and options).
+
+    Example:
+        >>> diverged_fix(3).startswith("the training diverged: lower optimizer.learning_rate")
+        True
+    """
+    return (
+        "the training diverged: lower optimizer.learning_rate (gyre fit CONFIG "
+        "optimizer.learning_rate=1e-4; the demo: --learning-rate 1e-4), clip the gradients (in "
+        "the config, optimizer.transforms: [{class_name: GradClipNorm, max_norm: 1.0}]), and "
+        f"check the data of step {step}; trainer.detect_nans=false records such values without stopping"
+    )
+
+
+def cli_fix(message: str, fix: str) -> str:
+    """An explained error's message (expected / received / fix) with its fix replaced: the
+    command line gives fixes in its own terms, not Python's.
+
+    Example:
+        >>> cli_fix("bad\\n  expected: a\\n  received: b\\n  fix: call f(1)", "pass --n 1")
+        'bad\\n  expected: a\\n  received: b\\n  fix: pass --n 1'
+    """
+    head, sep, _ = message.rpartition("\n  fix: ")
+    return f"{head}{sep}{fix}" if sep else message
 
 
 def main(argv: Sequence[str] | None = None) -> int:

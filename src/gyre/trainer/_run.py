@@ -313,6 +313,7 @@ def run_config(
         if made is not None and not any(made.iterdir()):
             made.rmdir()  # a run that could not start leaves no empty run folder behind
         raise
+    kept = _kept_config(folder, config)
     start = time.perf_counter()
     try:
         outcome = trainer.train_model(dataset.train_loader, dataset.val_loader, dataset.test_loader)
@@ -326,7 +327,11 @@ def run_config(
             history.to_csv(str(folder / "history.csv"))
             plot_curves(history, folder / "curves.png")
     except FloatingPointError as err:  # gyre.NonFiniteError: the checkpoints hold the last good state
+        kept.restore(err)
         err.add_note(f"run folder: {folder}")
+        raise
+    except BaseException as err:
+        kept.restore(err)
         raise
     finally:
         if trainer._writer is not None:
@@ -336,6 +341,30 @@ def run_config(
         folder, config, trainer, _scalars(outcome.get("val", {})), test,
         elapsed.steps, elapsed.epochs, seconds, preempted,
     )
+
+
+class _KeptConfig:
+    """A resumed run's ``config.yaml`` as it was before the resume: put back when the resume
+    fails (a refused resume must not rewrite it, or ``gyre resume`` would read the refused
+    config), with a note saying how to continue the run."""
+
+    def __init__(self, path: Path, text: str | None) -> None:
+        self.path, self.text = path, text
+
+    def restore(self, err: BaseException) -> None:
+        if self.text is None:
+            return
+        self.path.write_text(self.text)
+        err.add_note(
+            f"gyre: {self.path} is kept as the run wrote it; continue the run with its own "
+            f"config: gyre resume {self.path.parent}"
+        )
+
+
+def _kept_config(folder: Path, config: Any) -> _KeptConfig:
+    path = folder / "config.yaml"
+    resuming = config.trainer.resume is not None and path.is_file()
+    return _KeptConfig(path, path.read_text() if resuming else None)
 
 
 def _check_fresh(folder: Path) -> None:
