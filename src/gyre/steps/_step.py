@@ -332,12 +332,12 @@ class Step:
             batch = self.shard_batch(batch)
         return self._count_flops(state, batch)
 
-    def _count_flops(self, state: TrainState, batch: Batch) -> float:
+    def _count_flops(self, state: TrainState, batch: Batch, **kwargs: Any) -> float:
         run = self._get_run(state)
         compiled = getattr(run, "compiled", run)
         if not hasattr(compiled, "lower"):
             return 0.0
-        analysis = compiled.lower(state, batch).compile().cost_analysis()
+        analysis = compiled.lower(state, batch, **kwargs).compile().cost_analysis()
         if isinstance(analysis, list | tuple):
             analysis = analysis[0] if analysis else {}
         self._num_flops = float((analysis or {}).get("flops", 0.0))
@@ -505,7 +505,7 @@ class Step:
             batch = self.shard_batch(batch)
         state, batch = self.begin(state, batch)
         if log_num_flops and self._num_flops is None:
-            _log.info("Step flops: %s", self._count_flops(state, batch))
+            _log.info("Step flops: %s", self._count_flops(state, batch, **kwargs))
         state, outputs = self._get_run(state)(state, batch, **kwargs)
         state, outputs = self.end(state, outputs)
         if n and self._end_actions:
