@@ -274,3 +274,13 @@ def test_a_nan_is_noticed_within_a_block_and_the_fix_is_in_the_commands_terms(tm
     fix = next(line for line in err.splitlines() if line.startswith("  fix: "))
     assert "optimizer.learning_rate" in fix and "--learning-rate" in fix and "GradClipNorm" in fix
     assert "nan_policy" not in fix and "@gyre.managed" not in fix  # Python's fixes, not the command's
+
+
+def test_a_warning_reads_as_the_commands():
+    import warnings
+
+    assert cli.command_warning("gyre fit")(UserWarning("short"), UserWarning, "gyre", 6) == "gyre fit: warning: short\n"
+    assert cli.command_warning("gyre test")("slow", DeprecationWarning, "x", 1) == "gyre test: DeprecationWarning: slow\n"
+    before = warnings.formatwarning
+    cli.main(["config", "no-such.yaml"])
+    assert warnings.formatwarning is before  # restored after the command

@@ -21,6 +21,7 @@ import argparse
 import math
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -279,6 +280,22 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+def command_warning(name: str) -> Callable[..., str]:
+    """The ``warnings.formatwarning`` of a command: a warning reads as the command's
+    (``gyre fit: warning: ...``), not as a line of gyre's script with its source.
+
+    Example:
+        >>> command_warning("gyre fit")(UserWarning("the schedule is short"), UserWarning, "gyre", 6)
+        'gyre fit: warning: the schedule is short\\n'
+    """
+
+    def format_warning(message: Warning | str, category: type[Warning], *_: Any) -> str:
+        kind = "warning" if issubclass(category, UserWarning) else category.__name__
+        return f"{name}: {kind}: {message}\n"
+
+    return format_warning
+
+
 def _run_command(args: argparse.Namespace) -> int:
     """Runs one command: an explained mistake exits 2, a divergence 3, each with its message
     on stderr and no traceback; any other error is a bug, raised as it is."""
@@ -286,6 +303,8 @@ def _run_command(args: argparse.Namespace) -> int:
     from gyre.trainer._run import is_user_error, user_message
 
     name = f"gyre {args.command}"
+    formatwarning = warnings.formatwarning
+    warnings.formatwarning = command_warning(name)
     try:
         return _COMMANDS[args.command](args)
     except NonFiniteError as err:  # the training diverged: say where, and how to fix it
@@ -296,6 +315,8 @@ def _run_command(args: argparse.Namespace) -> int:
             raise
         print(f"{name}: error: {user_message(err)}{_notes(err)}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        warnings.formatwarning = formatwarning
 
 
 def _notes(err: BaseException) -> str:

@@ -541,3 +541,9 @@ def test_a_model_of_the_other_flax_api_is_a_config_error():
         check_model_mode("SimpleCNN", "linen")
     check_model_mode("SimpleCNN", "nnx")
     check_model_mode("SimpleCNNLinen", "linen")
+
+
+def test_the_top_level_seed_is_the_trainers_when_it_has_none(toys):
+    assert Config(**config_data(seed=7)).trainer.seed == 7
+    assert Config(**config_data(seed=7, trainer={"class_name": "TestOnlyTrainer", "seed": 3})).trainer.seed == 3
+    assert Config(**config_data()).trainer.seed == 42

@@ -309,3 +309,38 @@ def test_user_errors_are_told_from_bugs():
     assert not _run.is_user_error(RuntimeError(message))  # only the kinds a mistake raises
     assert not _run.is_user_error(KeyError("params"))
     assert _run.metric_lines({"test/acc": float("nan"), "test/n": 3, "test/m": [1]}) == ["test/acc: nan", "test/n: 3"]
+
+
+# -- the run's log file, seed and hyperparameters (trainer.logger.log_file_verbosity, seed) ----
+
+
+def test_fit_writes_the_run_log_and_the_config_as_hyperparameters(finished):
+    from tests.loggers.readers import tensorboard_values
+
+    run_dir, _ = finished
+    lines = (run_dir / "run.log").read_text().splitlines()
+    messages = [line.split(" ", 2)[2] for line in lines if " INFO gyre.run: " in line]
+    assert messages[0].startswith(f"INFO gyre.run: config: {MLP} (seed 0)")
+    assert messages[1] == "INFO gyre.run: run: ImgClassifierTrainer, 38 training steps (2 epochs)"
+    assert messages[-1].startswith("INFO gyre.run: trained 38 steps (2 epochs) in ") and "test/acc: " in messages[-1]
+    values = tensorboard_values(run_dir / "tensorboard")
+    assert "_hparams_/session_start_info" in values
+    start = values["_hparams_/session_start_info"][0][1].metadata.plugin_data.content
+    assert b"trainer.train_epochs" in start and b"optimizer.learning_rate" in start
+    (step, acc), = values["hparams/test/acc"]
+    assert step == 0 and acc.simple_value == pytest.approx(printed_metrics(finished[1])["test/acc"])
+
+
+def test_the_log_file_keeps_its_level_and_a_run_that_cannot_start_leaves_nothing(tmp_path):
+    out = tmp_path / "runs"
+    with pytest.warns(UserWarning, match=r"optimizer.learning_rate \(Linear\) lasts 5 steps, but the run trains 19"):
+        code, _, err = gyre("fit", MLP, *SMALL, "trainer.train_epochs=1", "trainer.logger.log_file_verbosity=warning",
+                            "optimizer.learning_rate={class_name: Linear, init_value: 0.001, end_value: 0.0, steps: 5}",
+                            "--out", out)
+    assert code == 0, err
+    (run_dir,) = out.iterdir()
+    text = (run_dir / "run.log").read_text()
+    assert "WARNING gyre.run: UserWarning: optimizer.learning_rate (Linear) lasts 5 steps" in text
+    assert " INFO " not in text  # warning and up only
+    code, _, err = gyre("fit", MLP, "dataset.global_batch_size=100000", "--out", tmp_path / "none")
+    assert code == 2 and not any((tmp_path / "none").iterdir())

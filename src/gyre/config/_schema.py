@@ -359,7 +359,8 @@ class Config(_Section):
     schedules and transforms inside) and ``DATASETS``, and kept as dicts for their builders.
 
     Attributes:
-        seed: the run's seed.
+        seed: the run's seed: ``trainer.seed`` when that is left out, and the seed of Python's
+            and numpy's global generators in ``gyre fit`` (for a model's or dataset's own draws).
         num_gpus: kept for jax_trainer's configs (``trainer.num_devices`` picks the devices).
         trainer: the :class:`TrainerConfig` (or the trainer's ``config_class``).
         model: the model section.
@@ -388,6 +389,15 @@ class Config(_Section):
     model: dict[str, Any]
     optimizer: dict[str, Any]
     dataset: dict[str, Any]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _run_seed(cls, data: Any) -> Any:
+        """The top-level ``seed`` seeds the run: it is ``trainer.seed`` when the trainer's is left out."""
+        trainer = data.get("trainer") if isinstance(data, Mapping) else None
+        if isinstance(trainer, Mapping) and "seed" in data and "seed" not in trainer:
+            data = {**data, "trainer": {**trainer, "seed": data["seed"]}}
+        return data
 
     @field_validator("trainer", mode="before")
     @classmethod

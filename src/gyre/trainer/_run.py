@@ -11,9 +11,11 @@ resolved ``config.yaml``, ``checkpoints/`` (the best models), ``resume/``, ``met
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import math
 import os
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gyre.core._errors import describe, explain
+from gyre.trainer._run_log import LOG_FILE, run_logging
 
 
 class RunError(ValueError):
@@ -298,21 +301,26 @@ def run_config(
     made = None
     if run_dir is None and config.trainer.logger.log_dir is None:  # logger.base_log_dir: jax_trainer's out
         run_dir = made = make_run_dir(config.trainer.logger.base_log_dir or out)
+    logs = contextlib.ExitStack()  # the run's log file (trainer.logger.log_file_verbosity) and stderr threshold
     try:
         if run_dir is not None:
             config = _with_log_dir(config, Path(run_dir))
         folder = Path(config.trainer.logger.log_dir)
         if config.trainer.resume is None:
             _check_fresh(folder)
+        log = logs.enter_context(run_logging(folder, file_level=config.trainer.logger.log_file_verbosity,
+                                             stderr_level=config.trainer.logger.stderrthreshold))
         dataset = build_dataset(config)
         from gyre.config import run_length
 
         with run_length(run_steps_of(config, dataset)):  # schedules without steps last the run
             trainer = build_trainer(config)
     except Exception:
-        if made is not None and not any(made.iterdir()):
-            made.rmdir()  # a run that could not start leaves no empty run folder behind
+        logs.close()
+        if made is not None and {p.name for p in made.iterdir()} <= {LOG_FILE}:
+            shutil.rmtree(made)  # a run that could not start leaves no run folder behind
         raise
+    _start_log(log, source, config, dataset)
     kept = _kept_config(folder, config)
     start = time.perf_counter()
     try:
@@ -323,6 +331,7 @@ def run_config(
         if test:
             _write_test_file(folder, test, elapsed)
             trainer.writer.write_scalars(max(elapsed.steps - 1, 0), {k: v for k, v in test.items() if not k.endswith("/time")})
+        _end_log(log, trainer, config, elapsed, seconds, test or _scalars(outcome.get("val", {})))
         if history is not None:
             history.to_csv(str(folder / "history.csv"))
             plot_curves(history, folder / "curves.png")
@@ -336,11 +345,37 @@ def run_config(
     finally:
         if trainer._writer is not None:
             trainer.writer.close()
+        logs.close()
     preempted = history is not None and history.stop_reason == "preempted"
     return RunResult(
         folder, config, trainer, _scalars(outcome.get("val", {})), test,
         elapsed.steps, elapsed.epochs, seconds, preempted,
     )
+
+
+def _start_log(log: Any, source: Any, config: Any, dataset: Any) -> None:
+    """Seeds Python's and numpy's global generators with the config's ``seed`` (a model's or a
+    dataset's own draws), and logs what the run is."""
+    import random
+
+    import numpy as np
+
+    random.seed(config.seed)
+    np.random.seed(config.seed % 2**32)
+    steps = run_steps_of(config, dataset)
+    log.info("config: %s (seed %d)", source if isinstance(source, (str, os.PathLike)) else "a mapping", config.seed)
+    log.info("run: %s, %s training steps (%d epochs)", config.trainer.class_name, steps or "?", config.trainer.train_epochs)
+
+
+def _end_log(log: Any, trainer: Any, config: Any, elapsed: Any, seconds: float, metrics: Mapping[str, float]) -> None:
+    """Logs the run's end, and writes the config as the writer's hyperparameters with the
+    final metrics (TensorBoard's HPARAMS tab)."""
+    from gyre.config import flatten_configdict
+
+    log.info("trained %d steps (%d epochs) in %.1fs; %s", elapsed.steps, elapsed.epochs, seconds,
+             ", ".join(metric_lines(metrics)) or "no metrics")
+    final = {f"hparams/{k}": v for k, v in metrics.items() if not k.endswith("/time")}
+    trainer.writer.write_hparams(flatten_configdict(config), final)
 
 
 class _KeptConfig:

@@ -109,13 +109,12 @@ def build_optimizer_of(section: Any, *, run_steps: int | None = None, deferred: 
         )
     from gyre.config import build_optimizer
 
-    from gyre.config import RunLengthUnknown, run_length
+    from gyre.config import RunLengthUnknown
 
     if isinstance(section, (int, float)) and not isinstance(section, bool):
         section = {"class_name": "Adam", "learning_rate": float(section)}
-    try:
-        with run_length(run_steps):
-            return build_optimizer(section, where="optimizer")
+    try:  # run_steps None: the length set around the trainer (gyre fit's), if any
+        return build_optimizer(section, where="optimizer", run_steps=run_steps)
     except RunLengthUnknown:
         if deferred:
             return None
