@@ -293,14 +293,6 @@ def test_run_folder_errors(tmp_path):
         _run.run_config(MLP, ["trainer.train_epoch=1"], out=tmp_path)
 
 
-def test_curves_group_each_metric_with_its_epochs_and_validation():
-    names = ["loss", "acc", "grad_norm", "train/loss_epoch", "train/acc_step", "train/time", "val/loss",
-             "val/acc", "test/acc", "val/time", "lr", "epoch"]
-    assert _run._curve_groups(names) == [
-        ["loss", "train/loss_epoch", "val/loss"], ["acc", "train/acc_step", "val/acc", "test/acc"],
-        ["grad_norm"], ["lr"]]
-
-
 def test_user_errors_are_told_from_bugs():
     from gyre.core._errors import explain
 

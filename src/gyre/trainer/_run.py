@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gyre.core._errors import describe, explain
+from gyre.trainer._curves import plot_curves
 from gyre.trainer._run_log import LOG_FILE, run_logging
 
 
@@ -334,7 +335,7 @@ def run_config(
         _end_log(log, trainer, config, elapsed, seconds, test or _scalars(outcome.get("val", {})))
         if history is not None:
             history.to_csv(str(folder / "history.csv"))
-            plot_curves(history, folder / "curves.png")
+            plot_curves(history, folder / "curves.png", title=folder.name, **_monitored(config))
     except FloatingPointError as err:  # gyre.NonFiniteError: the checkpoints hold the last good state
         kept.restore(err)
         err.add_note(f"run folder: {folder}")
@@ -434,39 +435,19 @@ def _write_test_file(folder: Path, test: Mapping[str, float], elapsed: Any) -> N
         files.close()
 
 
-def _curve_groups(names: Sequence[str]) -> list[list[str]]:
-    """Panels of ``curves.png``: one per metric, with its step, epoch and evaluation series.
+def _monitored(config: Any) -> dict[str, str]:
+    """The metric that chose the run's best checkpoint (its ``ModelCheckpoint``), for
+    ``curves.png``; empty without one.
 
     Example:
-        >>> _curve_groups(["loss", "acc", "train/loss_epoch", "val/loss", "val/acc", "val/time", "epoch"])
-        [['loss', 'train/loss_epoch', 'val/loss'], ['acc', 'val/acc']]
+        >>> from types import SimpleNamespace as NS
+        >>> _monitored(NS(trainer=NS(callbacks={"ModelCheckpoint": {"monitor": "val/acc", "mode": "max"}})))
+        {'monitor': 'val/acc', 'mode': 'max'}
     """
-    groups: dict[str, list[str]] = {}
-    for name in names:
-        base = name.split("/", 1)[1] if name.split("/", 1)[0] in ("train", "val", "test") and "/" in name else name
-        for suffix in ("_epoch", "_step"):
-            base = base.removesuffix(suffix)
-        if base in ("time", "epoch"):  # seconds, and the epoch logged beside the step: no curves
-            continue
-        groups.setdefault(base, []).append(name)
-    return list(groups.values())
-
-
-def plot_curves(history: Any, path: str | os.PathLike[str]) -> None:
-    """Draws every scalar series of ``history`` against the global step into ``path``
-    (one panel per metric: training steps, epoch means and validation together).
-
-    Example:
-        >>> import gyre, tempfile, os
-        >>> h = gyre.history()
-        >>> for i in range(3): h.commit(gyre.Elapsed(steps=i), gyre.logs().add_loss("loss", 1.0 / (i + 1)))
-        >>> plot_curves(h, os.path.join(tempfile.mkdtemp(), "curves.png"))
-    """
-    names = history.names()
-    scalars = [*names.get("losses", []), *names.get("metrics", [])]
-    groups = _curve_groups(scalars)
-    if groups:
-        history.plot(os.fspath(path), keys=groups)
+    for name, section in config.trainer.callbacks.items():
+        if section.get("class_name", name) == "ModelCheckpoint" and section.get("monitor"):
+            return {"monitor": section["monitor"], "mode": section.get("mode", "min")}
+    return {}
 
 
 def find_run_dir(path: str | os.PathLike[str]) -> Path:
