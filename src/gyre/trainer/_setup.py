@@ -107,9 +107,7 @@ def build_optimizer_of(section: Any, *, run_steps: int | None = None, deferred: 
                 fix="TrainerModule(..., optimizer=optax.adam(1e-3)) or optimizer: {class_name: AdamW, learning_rate: 1e-3}",
             )
         )
-    from gyre.config import build_optimizer
-
-    from gyre.config import RunLengthUnknown
+    from gyre.config import RunLengthUnknown, build_optimizer
 
     if isinstance(section, (int, float)) and not isinstance(section, bool):
         section = {"class_name": "Adam", "learning_rate": float(section)}
