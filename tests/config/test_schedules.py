@@ -116,7 +116,8 @@ def test_a_left_out_length_is_the_runs_and_else_an_error():
     np.testing.assert_array_equal(at(s, 5, 10), f32(0.5, 0.0))
     seed = {k: v for k, v in SEED.items() if k not in ("steps", "decay_steps")}
     assert build_schedule(seed, run_steps=1755).total_steps == 1755
-    with pytest.raises(ValueError, match=r"warmup_steps \(the decay needs >= 1 step\) = 201 > steps = 45"):
+    with pytest.raises(ValueError, match=r"warmup_steps \(the decay needs >= 1 step\) = 201 > steps = 45 \(the run's length"
+                                         r"(.|\n)*fix: train longer \(trainer.train_epochs"):
         build_schedule(seed, run_steps=45)
     with pytest.raises(ValueError, match=r"LinearSchedule\) needs steps: no run length is known"):
         build_schedule({"class_name": "Linear", "init_value": 1.0, "end_value": 0.0})

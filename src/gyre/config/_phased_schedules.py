@@ -199,7 +199,8 @@ def WarmupCosineDecaySchedule(  # noqa: N802
         whole("warmup_steps", warmup_steps, minimum=0),
         real("exponent", exponent, above=0.0),
     )
-    if decay_steps is None and steps is None:
+    from_run = decay_steps is None and steps is None
+    if from_run:
         steps = length("steps", None, name="WarmupCosineDecaySchedule", keys="steps or decay_steps")
     decay = None if decay_steps is None else whole("decay_steps", decay_steps, minimum=1)
     total = None if steps is None else whole("steps", steps, minimum=1)
@@ -210,6 +211,7 @@ def WarmupCosineDecaySchedule(  # noqa: N802
                 warmup + 1,
                 total,
                 "WarmupCosineDecaySchedule",
+                from_run=from_run,
             )  # type: ignore[arg-type]
         decay = total - warmup  # type: ignore[operator]
     elif total is None:
@@ -244,12 +246,14 @@ def WarmupCosineDecaySchedule(  # noqa: N802
     return with_total(schedule, total)
 
 
-def _phases_exceed(what: str, used: int, total: int, name: str = "schedule") -> ValueError:
+def _phases_exceed(what: str, used: int, total: int, name: str = "schedule", *, from_run: bool = False) -> ValueError:
+    run = " (the run's length: epochs x batches per epoch)" if from_run else ""
     return ValueError(
         explain(
-            f"{who(name)}: the schedule's phases exceed its total: {what} = {used} > steps = {total}",
+            f"{who(name)}: the schedule's phases exceed its total: {what} = {used} > steps = {total}{run}",
             expected=f"{what} <= steps",
             received=f"{what} = {used}, steps = {total}",
-            fix="raise steps, or shorten the phases",
+            fix="train longer (trainer.train_epochs, or smaller batches), or shorten the phases"
+            if from_run else "raise steps, or shorten the phases",
         )
     )
