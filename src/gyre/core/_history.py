@@ -310,6 +310,17 @@ class History:
         if wait or len(self._transit) >= _LAND_AFTER:
             self._land(wait=wait)
 
+    def send(self) -> None:
+        """Starts moving the records older than the lag to the host, without waiting (what
+        the step path does every ``flush_every`` commits); they land at a later read.
+
+        Example:
+            >>> h = History(lag=0); h.commit(Elapsed(), Logs().add_metric("a", 1)); h.send()
+            >>> h.collect("a")
+            [1]
+        """
+        self.flush(lag=self._lag, wait=False)
+
     def _send(self, cut: int) -> None:
         """Starts moving the pending rows before ``cut`` to the host."""
         moving: list[tuple[Shape, list[int], int]] = []

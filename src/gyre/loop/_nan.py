@@ -295,8 +295,7 @@ class FiniteCheck:
             return
         if self.lagged:
             self._last_skips = self._scan(self.reader.read(), self._last_skips)
-            history = self.reader.history
-            history.flush(lag=history._lag, wait=False)  # sent now, read at the next poll
+            self.reader.history.send()  # sent now, read at the next poll
         self.countdown = POLL_EVERY  # after the read: its own landing asks for no second one
 
     def _landed(self) -> None:
