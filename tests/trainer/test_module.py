@@ -1,6 +1,7 @@
 """TrainerModule's construction and its explained mistakes."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -108,3 +109,53 @@ def test_an_ml_collections_configdict_is_a_trainer_config(tmp_path):
     t = gyre.trainer.ImgClassifierTrainer(ConfigDict({"train_epochs": 3, "seed": 7}), model=mlp(),
                                           optimizer=optax.sgd(0.1), log_dir=str(tmp_path))
     assert (t.config.train_epochs, t.config.seed) == (3, 7)
+
+
+def test_the_forks_whole_flow_construct_test_train_reload_and_compare(tmp_path):
+    """The kpoeppel jax_trainer fork's trainer test, in gyre's words: an nnx model with a
+    bridged linen layer, built from exmp_input on a mesh, tested at once, trained, reloaded
+    from its best checkpoint, and its test metrics compared with the run's file."""
+    from glob import glob
+
+    import jax
+    from flax import linen, nnx
+    from jax.sharding import Mesh
+
+    from gyre.config import register_model
+    from gyre.data import SupervisedBatch
+    from gyre.trainer import ImgClassifierConfig, ImgClassifierTrainer
+
+    @register_model
+    class ForkLikeClassifier(nnx.Module):
+        def __init__(self, c_hid: int = 16, num_classes: int = 10, *, rngs):
+            self.dense = nnx.Linear(64, c_hid, rngs=rngs)
+            norm = linen.vmap(linen.LayerNorm, variable_axes={"params": 0}, in_axes=1, out_axes=1, axis_size=2,
+                              split_rngs={"params": True})
+            self.norm = nnx.bridge.ToNNX(norm(epsilon=1e-5), rngs=rngs)
+            self.head = nnx.Linear(c_hid, num_classes, rngs=rngs)
+
+        def __call__(self, x):
+            h = self.dense(x.reshape(x.shape[0], -1))
+            h = self.norm(h.reshape(h.shape[0], 2, -1)).reshape(h.shape)
+            return self.head(nnx.gelu(h))
+
+    (x, y), (xt, yt) = gyre.data.digits()
+    train = [SupervisedBatch(x[i:i + 64], y[i:i + 64]) for i in range(0, 1024, 64)]
+    test = [SupervisedBatch(xt[i:i + 120], yt[i:i + 120]) for i in range(0, 360, 120)]
+    log_dir = str(tmp_path / "run")
+    config = ImgClassifierConfig(train_epochs=3, enable_progress_bar=False, num_classes=10, seed_eval=0,
+                                 callbacks={"ModelCheckpoint": {"monitor": "val/acc", "mode": "max"}},
+                                 logger={"log_dir": log_dir})
+    trainer = ImgClassifierTrainer(config=config, model_config={"class_name": "ForkLikeClassifier", "c_hid": 16},
+                                   optimizer_config={"class_name": "AdamW", "learning_rate": 1e-2},
+                                   exmp_input=train[0], mesh=Mesh(np.asarray(jax.devices()[:1]), ("data",)))
+    assert trainer.test_model(test_loader=test, epoch_idx=0)["test/acc"] < 0.5
+    metrics = trainer.train_model(train_loader=train, val_loader=test, test_loader=test,
+                                  num_epochs=trainer.config.train_epochs)
+    assert metrics[3]["val/acc"] > 0.8 and metrics["test"]["test/acc"] > 0.8
+    folder = sorted(glob(os.path.join(log_dir, "checkpoints/*")))[-1]
+    loaded = ImgClassifierTrainer.load_from_checkpoint(folder, exmp_input_file=os.path.join(log_dir, "exmp_input.pkl"))
+    assert loaded.config.train_epochs == 3
+    again = loaded.test_model(test)
+    saved = json.loads(open(os.path.join(log_dir, "metrics/test_epoch_0003.json")).read())
+    assert again["test/acc"] == pytest.approx(saved["test/acc"], abs=1e-6)
