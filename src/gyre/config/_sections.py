@@ -67,6 +67,8 @@ def run_steps() -> int | None:
 class RunLengthUnknown(ValueError):
     """A schedule left its length out and no run length is known (see :func:`length`)."""
 
+    __module__ = "gyre.config"  # its public path, in tracebacks and reprs
+
 
 def length(key: str, value: object, *, name: str, keys: str = "") -> int:
     """A schedule's length: ``value`` (a whole number >= 1), or, when it is ``None``, the
