@@ -142,7 +142,7 @@ def make_model(seed: int) -> Any:
 
     from gyre.trainer import SimpleClassifier
 
-    return SimpleClassifier(c_hid=HIDDEN, num_layers=LAYERS, num_classes=10, rngs=nnx.Rngs(seed))
+    return SimpleClassifier(c_hid=HIDDEN, num_layers=LAYERS, num_classes=10, input_dim=64, rngs=nnx.Rngs(seed))
 
 
 def weights_of(model: Any) -> list[dict[str, jax.Array]]:

@@ -64,5 +64,20 @@ def test_the_mlp_explains_inputs_of_another_size():
     from gyre.trainer import SimpleClassifier
 
     with pytest.raises(ValueError, match=r"(?s)takes 64 input features.*received: 3072 values.*input_dim: 3072"):
-        SimpleClassifier(c_hid=4, rngs=nnx.Rngs(0))(jnp.ones((2, 32, 32, 3)))
+        SimpleClassifier(c_hid=4, input_dim=64, rngs=nnx.Rngs(0))(jnp.ones((2, 32, 32, 3)))
     assert SimpleClassifier(c_hid=4, input_dim=12, rngs=nnx.Rngs(0))(jnp.ones((2, 2, 6))).shape == (2, 10)
+
+
+def test_the_mlp_without_input_dim_is_sized_by_its_first_input_eagerly_or_by_the_trainer(tmp_path, digits):
+    import jax
+
+    from gyre.trainer import SimpleClassifier
+
+    model = SimpleClassifier(c_hid=4, num_layers=2, rngs=nnx.Rngs(0))
+    assert model(jnp.ones((2, 5, 3))).shape == (2, 10) and model.hidden[0].kernel.shape == (15, 4)
+    with pytest.raises(ValueError, match=r"(?s)sized by its first input, which must come eagerly.*give input_dim"):
+        jax.jit(lambda x: SimpleClassifier(c_hid=4, rngs=nnx.Rngs(0))(x))(jnp.ones((2, 3)))
+    t = ImgClassifierTrainer(model=SimpleClassifier(c_hid=16, rngs=nnx.Rngs(0)), optimizer=optax.adam(1e-2),
+                             train_epochs=2, enable_progress_bar=False, log_dir=str(tmp_path))
+    out = t.train_model(digits.train_loader, digits.val_loader)
+    assert t.state.params["hidden"][0]["kernel"].shape == (64, 16) and out["val"]["val/acc"] > 0.8

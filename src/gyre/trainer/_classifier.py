@@ -144,39 +144,57 @@ def _flat(x: jax.Array) -> jax.Array:
 @register_model
 class SimpleClassifier(nnx.Module):
     """An MLP classifier (nnx): ``num_layers`` hidden layers of ``c_hid`` units, optional
-    batch norm and dropout. Inputs of any shape are flattened.
+    batch norm and dropout. Inputs of any shape are flattened. Without ``input_dim`` the
+    first layer takes its size from the first input, as a linen ``Dense`` does (it is one,
+    bridged with ``nnx.bridge.ToNNX``): called eagerly once, or built by the trainer from
+    its example batch.
 
     Example:
         >>> from flax import nnx
         >>> import jax.numpy as jnp
         >>> SimpleClassifier(c_hid=8, num_classes=3, rngs=nnx.Rngs(0))(jnp.ones((2, 64))).shape
         (2, 3)
+        >>> model = SimpleClassifier(c_hid=8, rngs=nnx.Rngs(0))
+        >>> model(jnp.ones((2, 4, 4, 3))).shape, model.hidden[0].kernel.shape
+        ((2, 10), (48, 8))
     """
 
     def __init__(
         self, c_hid: int = 64, num_classes: int = 10, act_fn: str = "relu", batch_norm: bool = False,
-        dropout: float = 0.0, num_layers: int = 1, input_dim: int = 64, *, rngs: nnx.Rngs,
+        dropout: float = 0.0, num_layers: int = 1, input_dim: int | None = None, *, rngs: nnx.Rngs,
     ) -> None:
         self.act = activation(act_fn)
         self.input_dim = input_dim
-        sizes = [input_dim] + [c_hid] * num_layers
-        self.hidden = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:], strict=True)])
+        first = (nnx.bridge.ToNNX(linen.Dense(c_hid), rngs=rngs) if input_dim is None
+                 else nnx.Linear(input_dim, c_hid, rngs=rngs))
+        self.hidden = nnx.List([first] + [nnx.Linear(c_hid, c_hid, rngs=rngs) for _ in range(num_layers - 1)])
         self.norms = nnx.List([nnx.BatchNorm(c_hid, rngs=rngs) for _ in range(num_layers)]) if batch_norm else None
         self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout else None
-        self.out = nnx.Linear(sizes[-1], num_classes, rngs=rngs)
+        self.out = nnx.Linear(c_hid, num_classes, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x = _flat(x)
-        if x.shape[-1] != self.input_dim:
+        if self.input_dim is not None and x.shape[-1] != self.input_dim:
             raise ValueError(
                 explain(
                     f"SimpleClassifier takes {self.input_dim} input features (input_dim) per example",
                     expected=f"inputs of {self.input_dim} values each (flattened), e.g. shape (batch, {self.input_dim})",
                     received=f"{x.shape[-1]} values per example",
-                    fix=f"set input_dim: {x.shape[-1]} in the model section (or pick a model for these inputs, "
-                    "e.g. SimpleCNN for images)",
+                    fix=f"set input_dim: {x.shape[-1]} in the model section, or leave it out (sized by the input)",
                 )
             )
+        first = self.hidden[0]
+        if self.input_dim is None and not any(isinstance(v, nnx.Variable) for v in vars(first).values()):
+            if isinstance(x, jax.core.Tracer):
+                raise ValueError(
+                    explain(
+                        "SimpleClassifier without input_dim is sized by its first input, which must come eagerly",
+                        expected="one call outside jit first (or the trainer, which builds it from its example batch)",
+                        received=f"a first call inside a traced function (input shape {x.shape})",
+                        fix="call model(x) once before jit, or give input_dim",
+                    )
+                )
+            nnx.bridge.lazy_init(first, x)
         for i, layer in enumerate(self.hidden):
             x = layer(x)
             if self.norms is not None:
