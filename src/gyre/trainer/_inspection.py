@@ -57,26 +57,45 @@ def count_params(params: Any) -> int:
     return int(sum(np.size(leaf) for leaf in jax.tree_util.tree_leaves(params)))
 
 
+def _nnx_table(model: Any) -> str:
+    """Each submodule of an nnx model: its path, class and parameter count (flax's own
+    ``nnx.tabulate`` runs the model and can fail on bridged linen layers, and then leaves
+    the module's methods patched)."""
+    from flax import nnx
+
+    rows = []
+    for path, node in nnx.iter_graph(model):
+        if isinstance(node, nnx.Module):
+            name = ".".join(str(p) for p in path) or "(model)"
+            count = count_params(nnx.state(node, nnx.Param))
+            rows.append((name, type(node).__name__, count))
+    width = max(len(r[0]) for r in rows)
+    kind = max(len(r[1]) for r in rows)
+    lines = [f"{'module'.ljust(width)}  {'class'.ljust(kind)}  params"]
+    lines += [f"{n.ljust(width)}  {c.ljust(kind)}  {k}" for n, c, k in sorted(rows)]
+    return "\n".join(lines) + "\n"
+
+
 def tabulate(trainer: Any, exmp_input: Any) -> dict[str, str]:
-    """The model's summary (``model.txt``: flax's table of its layers on ``exmp_input``) and
-    its parameters (``params.txt``: each path, shape and dtype, then the total).
+    """The model's summary (``model.txt``: each submodule and its parameter count for nnx,
+    flax's ``linen.tabulate`` on ``exmp_input`` for linen) and its parameters
+    (``params.txt``: each path, shape and dtype, then the total).
 
     Example: see ``tests/trainer/test_inspection.py`` (it builds a trainer).
     """
-    from flax import linen, nnx
+    from flax import linen
 
     state = trainer.state
     lines = [f"{parameter_path(p)}: {tuple(np.shape(x))} {jnp.result_type(x)}"
              for p, x in jax.tree_util.tree_flatten_with_path(state.params)[0]]
     lines.append(f"total: {count_params(state.params)} parameters")
-    model = trainer.bind_model() if trainer.model_mode == "nnx" else trainer.model
-    try:
-        if isinstance(model, nnx.Module):
-            table = nnx.tabulate(model, exmp_input, depth=3)
-        else:
-            table = linen.tabulate(model, jax.random.key(0), depth=3)(exmp_input)
-    except Exception as err:  # a summary must never stop a run: the table says why it is missing
-        table = f"(flax could not tabulate this model: {type(err).__name__}: {err})\n{model!r}"
+    if trainer.model_mode == "nnx":
+        table = _nnx_table(trainer.bind_model())
+    else:
+        try:
+            table = linen.tabulate(trainer.model, jax.random.key(0), depth=3)(exmp_input)
+        except Exception as err:  # a summary must never stop a run: the file says why it is short
+            table = f"(flax could not tabulate this model: {type(err).__name__}: {err})\n{trainer.model!r}"
     return {"model.txt": str(table), "params.txt": "\n".join(lines) + "\n"}
 
 
