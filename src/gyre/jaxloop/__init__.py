@@ -7,9 +7,9 @@ with evaluations) on gyre's engine, so jaxloop code ports by changing imports::
     state, outputs = outer_loop(state, train_dataset=it, train_total_steps=1000,
                                 train_loop_steps=100, eval_specs=[jaxloop.EvalSpec(dataset=ds)])
 
-``jaxloop.Step`` is :class:`gyre.Step`; jaxloop's ``types`` are here too (``Batch``,
-``Output``, ``TrainState``), so ``from gyre import jaxloop as types`` ports
-``from jaxloop import types``. See the README's "Coming from jaxloop".
+``jaxloop.Step`` is :class:`gyre.Step` and ``jaxloop.Partitioner`` :class:`gyre.Partitioner`;
+jaxloop's ``types`` are here too (``Batch``, ``Output``, ``PRNGType``, ``TrainState``), so
+``from gyre import jaxloop as types`` ports ``from jaxloop import types``. See the README's "Coming from jaxloop".
 """
 
 from typing import Any

@@ -1,11 +1,12 @@
 """jaxloop's base loop on gyre's engine: ``Loop``, and the helpers every loop shares
 (:func:`reduce_outputs`, :func:`takes_mask`, :func:`state_step`).
 
-A :class:`Loop` runs its step over batches through :func:`gyre.loop` (one task: the step,
-every step), so it pulls a batch only for a step that will run and reads nothing back from
-the device per step: the step's outputs are appended to per-key lists as the device arrays
-they are (``outputs["loss"]`` is the list of the loop's losses). :func:`reduce_outputs`
-turns such outputs into numbers when you ask.
+A :class:`Loop` runs its step through :func:`gyre.loop` (one task, every step: jaxloop's
+per-step hook :meth:`Loop._run_one_step`, which pulls its batch with the per-batch hook
+:meth:`Loop._get_next_batch`), so it pulls a batch only for a step that will run and reads
+nothing back from the device per step: the step's outputs are appended to per-key lists as
+the device arrays they are (``outputs["loss"]`` is the list of the loop's losses).
+:func:`reduce_outputs` turns such outputs into numbers when you ask.
 
 The classes keep jaxloop's layering (``Loop`` <- ``StatLoop`` (``_stat_loop``) <-
 ``ActionLoop`` <- ``TrainLoop`` / ``EvalLoop`` (``_action_loop``)) and its hooks:
@@ -68,7 +69,8 @@ class Loop:
             per_loop_step_number, **kwargs) -> (state, outputs)``).
 
     Calling the loop (``loop(state, dataset, num_steps)``) runs :meth:`begin`, :meth:`run`
-    and :meth:`end`; override them (and :meth:`update_outputs`) to customise it.
+    and :meth:`end`; override them (and :meth:`update_outputs`, or jaxloop's per-step and
+    per-batch hooks :meth:`_run_one_step` and :meth:`_get_next_batch`) to customise it.
 
     Attributes:
         pads_batches: pad the batches to the first one's size and pass ``mask=`` to a step

@@ -50,6 +50,9 @@ class Step:
     """One train or eval step in jaxloop's shape: override :meth:`run` (and optionally
     :meth:`preprocess_batch`, :meth:`begin`, :meth:`end`).
 
+    The arguments are jaxloop's, in jaxloop's order (``MyStep(key, model, optimizer,
+    partitioner, train)`` works positionally).
+
     Args:
         base_prng: the base PRNG key (or a pytree of keys, e.g. one per flax rng stream);
             it initialises the model and :meth:`prng_key` folds the step number into it.
