@@ -14,12 +14,11 @@ def messages(folder):
 
 def test_the_file_keeps_records_from_its_level_and_the_warnings_once(tmp_path, capsys):
     other = logging.getLogger("someone.else")
-    with run_logging(tmp_path, file_level="info", stderr_level="error") as log:
-        log.debug("hidden")
-        log.info("kept")
-        other.warning("a library's warning")
-        with warnings.catch_warnings():
-            warnings.simplefilter("always")
+    with pytest.warns(UserWarning, match="the schedule does not fit"):  # still raised as a warning
+        with run_logging(tmp_path, file_level="info", stderr_level="error") as log:
+            log.debug("hidden")
+            log.info("kept")
+            other.warning("a library's warning")
             warnings.warn("the schedule does not fit", UserWarning)
     assert messages(tmp_path) == ["INFO gyre.run: kept", "WARNING someone.else: a library's warning",
                                   "WARNING gyre.run: UserWarning: the schedule does not fit"]
