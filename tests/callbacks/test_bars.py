@@ -40,6 +40,8 @@ def test_keras_bar_rate_limits_redraws():
     assert len(out.getvalue().splitlines()) == 2  # the first step and the last
 
 
+# the bar's own test: its step logs and trains nothing, on purpose
+@pytest.mark.filterwarnings("ignore:.*so the loop trains nothing:gyre.LoopWarning")
 def test_keras_bar_without_total_and_on_train_end():
     out = io.StringIO()
     bar = gyre.keras_bar(file=out, interval=3600)
@@ -55,6 +57,8 @@ def test_keras_bar_keeps_values_logged_now_and_then():
     assert out.getvalue().splitlines()[-1].endswith("acc_test: 0.9000")
 
 
+# the bar's own test: its step logs and trains nothing, on purpose
+@pytest.mark.filterwarnings("ignore:.*so the loop trains nothing:gyre.LoopWarning")
 def test_tqdm_bar():
     out = io.StringIO()
     bar = gyre.tqdm_bar(total=5, file=out, interval=0)

@@ -86,6 +86,8 @@ def test_callbacks_run_after_the_same_steps_as_step_by_step():
     assert total == [float(sum(range(i + 1))) for i in range(10)]
 
 
+# a stop checked every 2 steps, on purpose
+@pytest.mark.filterwarnings("ignore:steps_per_call=.*fires so often:gyre.LoopWarning")
 def test_stop_request_takes_effect_after_the_same_step_as_step_by_step():
     def stop_after_five(elapsed, loop):
         if elapsed.steps >= 5:

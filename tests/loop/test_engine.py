@@ -65,7 +65,8 @@ def test_keyboard_interrupt_is_caught_and_on_end_runs():
         if elapsed.steps == 1:
             raise KeyboardInterrupt
 
-    _, _, elapsed = gyre.loop(None, range(5), {gyre.every(1): interrupt}, on_end=lambda loop: ended.append(loop.stop_reason))
+    with pytest.warns(gyre.LoopWarning, match=r"interrupted \(Ctrl-C\) during step 1: the loop stopped after 2 steps"):
+        _, _, elapsed = gyre.loop(None, range(5), {gyre.every(1): interrupt}, on_end=lambda loop: ended.append(loop.stop_reason))
     assert elapsed.steps == 2 and ended == ["KeyboardInterrupt"]
     with pytest.raises(KeyboardInterrupt):
         gyre.loop(None, range(5), {gyre.every(1): interrupt}, catch_keyboard_interrupt=False)

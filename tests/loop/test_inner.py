@@ -52,6 +52,8 @@ def test_no_name_keeps_names_and_output_state():
     assert dict(logs.metrics) == {"m": 5} and state == 2
 
 
+# an evaluation-only outer loop, on purpose
+@pytest.mark.filterwarnings("ignore:.*so the loop trains nothing:gyre.LoopWarning")
 def test_inner_loop_inside_outer_loop():
     inner = gyre.inner_loop("test", evaluation([1.0, 2.0]), aggregation="mean")
     _, history, _ = gyre.loop(0, range(4), {gyre.every(2): inner})

@@ -22,6 +22,8 @@ class Recorder:
 TRAIN = ["on_train_begin", "on_epoch_begin", "on_train_step", "on_epoch_end", "on_train_batch_end", "on_train_end"]
 
 
+# a table that records hooks and trains nothing, on purpose
+@pytest.mark.filterwarnings("ignore:.*so the loop trains nothing:gyre.LoopWarning")
 def test_train_loop_hook_order_and_epoch_boundaries():
     rec = Recorder(TRAIN + ["on_test_begin", "on_test_step", "on_test_end"])
     gyre.train_loop(0, range(4), callbacks=[rec], test_dataset=lambda: ["t"], epoch_duration=2)
@@ -45,6 +47,8 @@ def test_on_epoch_end_fires_after_last_step_of_each_epoch_only():
     assert seen == [2, 5, 8]
 
 
+# a table that records hooks and trains nothing, on purpose
+@pytest.mark.filterwarnings("ignore:.*so the loop trains nothing:gyre.LoopWarning")
 def test_clock_tasks_run_between_step_and_batch_end():
     order = []
     gyre.train_loop(
@@ -135,12 +139,16 @@ def test_state_methods_register_themselves():
     assert history.collect("value") == [7, 7]
 
 
+# a table that records hooks and trains nothing, on purpose
+@pytest.mark.filterwarnings("ignore:.*so the loop trains nothing:gyre.LoopWarning")
 def test_explicit_tasks_win_over_state_methods():
     calls = []
     state, _, _ = gyre.train_loop(CounterState(), range(3), {gyre.on_train_step: lambda state: calls.append(1)})
     assert state.n == 0 and len(calls) == 3
 
 
+# a table that records hooks and trains nothing, on purpose
+@pytest.mark.filterwarnings("ignore:.*so the loop trains nothing:gyre.LoopWarning")
 def test_string_keys_for_named_schedules():
     seen = []
     gyre.train_loop(0, range(2), {"on_train_step": lambda elapsed: seen.append(elapsed.steps)})

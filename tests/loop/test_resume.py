@@ -117,6 +117,8 @@ def _same(a, b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+# constant batches from a list: the data position has its own tests (test_data.py)
+@pytest.mark.filterwarnings("ignore:resuming. the dataset:gyre.LoopWarning")
 def test_a_crashed_run_resumed_ends_as_one_never_interrupted():
     whole_ckpt, whole_counter = MemoryCheckpoint(), Counter()
     state, history, elapsed = _program(whole_ckpt, whole_counter, stop=11)
@@ -203,6 +205,8 @@ def test_state_dicts_must_be_json_and_arrays():
         gyre.loop(0, range(3), {gyre.every(1): [Bad()], gyre.every(2): MemoryCheckpoint()})
 
 
+# constant batches from a list: the data position has its own tests (test_data.py)
+@pytest.mark.filterwarnings("ignore:resuming. the dataset:gyre.LoopWarning")
 def test_sigterm_finishes_the_step_saves_it_and_a_resume_continues():
     import os
     import signal
