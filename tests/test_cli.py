@@ -284,3 +284,12 @@ def test_a_warning_reads_as_the_commands():
     before = warnings.formatwarning
     cli.main(["config", "no-such.yaml"])
     assert warnings.formatwarning is before  # restored after the command
+
+
+def test_a_schedules_values_are_mistakes_reported_with_the_others(capsys):
+    code = cli.main(["config", "examples/configs/digits_mlp.yaml", "trainer.train_epoch=3",
+                     "optimizer.learning_rate={class_name: WarmupCosineDecay, peak_value: 0.1, warmup_steps: 50, steps: 40}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("gyre config: error: 2 mistakes in the config")
+    assert "(1) unknown key trainer.train_epoch" in err
+    assert "(2) optimizer.learning_rate (WarmupCosineDecaySchedule): the schedule's phases exceed its total" in err

@@ -416,7 +416,9 @@ class Config(_Section):
     @field_validator("optimizer", mode="before")
     @classmethod
     def _optimizer(cls, value: Any) -> Any:
-        return validate_optimizer(value)
+        checked = validate_optimizer(value)
+        check_schedule(checked.get("learning_rate"))
+        return checked
 
     @field_validator("dataset", mode="before")
     @classmethod
@@ -427,6 +429,33 @@ class Config(_Section):
     def _model_mode(self) -> Config:
         check_model_mode(self.model["class_name"], self.trainer.model_mode)
         return self
+
+
+def check_schedule(rate: Any, where: str = "optimizer.learning_rate") -> None:
+    """Builds a learning-rate schedule section, so that its values (phases that exceed the
+    total, two keys that disagree) are mistakes of the config, reported with the others; one
+    that leaves its length to the run is built when the run's length is known.
+
+    Example:
+        >>> check_schedule({"class_name": "Linear", "init_value": 1.0, "end_value": 0.0, "steps": 0})
+        Traceback (most recent call last):
+        gyre.config.ConfigError: optimizer.learning_rate.steps must be a whole number >= 1
+        ...
+    """
+    from gyre.config._schedules import build_schedule
+    from gyre.config._sections import RunLengthUnknown
+
+    if not is_section(rate):
+        return
+    try:
+        build_schedule(rate, where=where)
+    except RunLengthUnknown:
+        pass
+    except (ValueError, TypeError, KeyError) as err:
+        text = str(err.args[0]) if err.args else ""
+        if "\n  fix: " not in text:
+            raise
+        raise ConfigError(text) from None
 
 
 def check_model_mode(name: str, mode: str) -> None:
