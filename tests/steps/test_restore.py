@@ -83,3 +83,14 @@ def test_item_names_are_checked_at_construction():
     for bad in ("", "a/b", "_x", 3):
         with pytest.raises(ValueError, match="chkpt_item_name must name an orbax checkpoint item"):
             MLPStep(jax.random.key(0), MLP(), chkpt_item_name=bad)
+
+
+def test_a_leaf_the_checkpoint_lacks_keeps_the_states_value_and_is_named(tmp_path, caplog):
+    saved = {"params": {"w": np.ones(3, np.float32)}, "batch_stats": {"m": np.ones(2, np.float32)}, "step": np.int32(4)}
+    _save(tmp_path, 4, saved)
+    state = {"params": {"w": jax.numpy.zeros(3)}, "step": jax.numpy.int32(0), "rng": jax.numpy.full(2, 7.0)}
+    with caplog.at_level("WARNING", logger="gyre.steps._restore"):
+        restored = restore_pytree(state, tmp_path, 4)
+    assert restored["params"]["w"].tolist() == [1.0, 1.0, 1.0] and int(restored["step"]) == 4
+    assert isinstance(restored["rng"], jax.Array) and restored["rng"].tolist() == [7.0, 7.0]
+    assert "1 leaf(s) of the state are not in the checkpoint" in caplog.text and "['rng']" in caplog.text

@@ -10,12 +10,15 @@ restored state lands where the step expects it.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 import jax
 
 from gyre.core._errors import describe, explain
+
+_log = logging.getLogger(__name__)
 
 
 def latest_step(checkpoint_dir: str | os.PathLike[str]) -> int | None:
@@ -56,6 +59,10 @@ def restore_pytree(
         transforms: orbax ``PyTreeRestore`` transforms; by default every ``params`` leaf is
             read from the checkpoint, as jaxloop does.
 
+    Returns:
+        The restored state. A leaf of ``state`` the checkpoint does not hold keeps its value
+        in ``state`` (a warning names it); orbax alone would leave a shape struct there.
+
     Raises:
         FileNotFoundError: there is no item ``item`` at that step (the items present are
             named).
@@ -94,7 +101,27 @@ def restore_pytree(
             }
         ),
     )
-    return restored[item]
+    return _keep_missing(restored[item], state, step_dir)
+
+
+def _keep_missing(restored: Any, state: Any, where: Any) -> Any:
+    """Leaves of ``state`` the checkpoint lacks come back from orbax as shape structs: they
+    keep ``state``'s values instead (said in a warning), never a struct in place of an array."""
+    missing: list[str] = []
+
+    def pick(path: Any, new: Any, old: Any) -> Any:
+        if isinstance(new, jax.ShapeDtypeStruct) and not isinstance(old, jax.ShapeDtypeStruct):
+            missing.append(jax.tree_util.keystr(path))
+            return old
+        return new
+
+    merged = jax.tree_util.tree_map_with_path(pick, restored, state)
+    if missing:
+        _log.warning(
+            "restore: %d leaf(s) of the state are not in the checkpoint %s and keep their values: %s",
+            len(missing), os.fspath(where), ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""),
+        )
+    return merged
 
 
 def check_item_name(name: Any) -> str:
