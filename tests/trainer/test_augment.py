@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from flax import linen, nnx
+from flax import nnx
 
 import gyre
 from gyre.config import ConfigError, register_model

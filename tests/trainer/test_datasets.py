@@ -19,7 +19,7 @@ def _cifar(folder, n_train=20, n_test=6):
     def records(n):
         labels = np.arange(n) % 10
         pixels = rng.integers(0, 256, (n, 3072))
-        return b"".join(bytes([int(label)]) + bytes(p.astype(np.uint8)) for label, p in zip(labels, pixels))
+        return b"".join(bytes([int(label)]) + bytes(p.astype(np.uint8)) for label, p in zip(labels, pixels, strict=True))
 
     for i in range(1, 6):
         (folder / f"data_batch_{i}.bin").write_bytes(records(n_train // 5))

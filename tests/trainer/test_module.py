@@ -100,9 +100,8 @@ def test_batch_to_target_finds_named_and_positional_targets():
 
 
 def test_an_ml_collections_configdict_is_a_trainer_config(tmp_path):
-    from ml_collections import ConfigDict
-
     import optax
+    from ml_collections import ConfigDict
 
     from tests.trainer.helpers import mlp
 

@@ -2,8 +2,8 @@
 parallelism change nothing, debug runs eagerly, NaNs stop the run, dropout draws fresh masks."""
 
 import json
-import re
 import os
+import re
 import signal
 
 import jax

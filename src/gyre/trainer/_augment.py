@@ -135,7 +135,7 @@ def _section(config: Any, key: str) -> dict[str, Any] | None:
         raise TypeError(
             explain(
                 f"trainer.{key} must name a registered module",
-                expected=f"{{'class_name': 'GaussianNoise', ...}} (a class registered with @gyre.config.register_model)",
+                expected="{'class_name': 'GaussianNoise', ...} (a class registered with @gyre.config.register_model)",
                 received=describe(section),
                 fix=f"{key}: {{class_name: GaussianNoise, scale: 0.1}}",
             )

@@ -19,10 +19,11 @@ import jax.numpy as jnp
 from flax import struct
 
 from gyre.config._registry import register_trainer
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._errors import explain, whole_number
 from gyre.core._state import TrainState
 from gyre.trainer._checks import check_batch, check_user_methods
 from gyre.trainer._config import TrainerModuleConfig
+from gyre.trainer._data import INPUT_KEYS, TARGET_KEYS, batch_part
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
 from gyre.trainer._model import NNX_REST, LinenModel, NNXModel, lazy_init_nnx, model_mode_of
 from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder
@@ -186,7 +187,7 @@ class TrainerModule:
             >>> TrainerModule.batch_to_input(None, (np.zeros((2, 3)), np.zeros(2))).shape
             (2, 3)
         """
-        return _batch_part(batch, _INPUT_KEYS, 0, "input")
+        return batch_part(batch, INPUT_KEYS, 0, "input")
 
     def batch_to_target(self, batch: Any) -> Any:
         """The targets in ``batch``: its ``target`` / ``targets`` / ``label`` / ``labels`` /
@@ -198,7 +199,7 @@ class TrainerModule:
             >>> TrainerModule.batch_to_target(None, {"image": np.zeros((2, 3)), "label": np.arange(2)})
             array([0, 1])
         """
-        return _batch_part(batch, _TARGET_KEYS, 1, "target")
+        return batch_part(batch, TARGET_KEYS, 1, "target")
 
     def loss_function(self, model: Any, batch: Any, train: bool = True) -> Any:
         """nnx: ``loss`` or ``(loss, metrics)`` of ``batch``; ``model`` is in training
@@ -587,34 +588,6 @@ class TrainerModule:
         self._epoch_files.write("train", epoch, step, scalars_for_writers(train, self._specs or {}))
         for mode, metrics in evals.items():
             self._epoch_files.write(mode, epoch, step, scalars_for_writers(metrics, self._builder.eval_specs_cached))
-
-
-_INPUT_KEYS = ("input", "inputs", "x", "image", "images")
-_TARGET_KEYS = ("target", "targets", "label", "labels", "y")
-
-
-def _batch_part(batch: Any, keys: tuple[str, ...], position: int, what: str) -> Any:
-    """One part of a batch, by name first (a dict's key, a batch object's attribute), then
-    by position in a tuple or list."""
-    for key in keys:
-        if isinstance(batch, Mapping):
-            if key in batch:
-                return batch[key]
-        elif not isinstance(batch, (tuple, list)) and hasattr(batch, key):
-            return getattr(batch, key)
-        elif isinstance(batch, tuple) and key in getattr(batch, "_fields", ()):
-            return getattr(batch, key)  # a namedtuple with named fields
-    if isinstance(batch, (tuple, list)) and len(batch) > position:
-        return batch[position]
-    raise TypeError(
-        explain(
-            f"the trainer cannot find the model's {what} in a batch",
-            expected=f"an (inputs, targets) tuple, a dict with {keys[0]!r} or {keys[2]!r}, or a batch with "
-            f".{keys[0]} (jax_trainer's SupervisedBatch)",
-            received=describe(batch),
-            fix=f"override batch_to_{what}(self, batch) in your trainer to return the {what}",
-        )
-    )
 
 
 def _default_log_dir() -> str:

@@ -81,7 +81,7 @@ def named_loaders(loader: Any, phase: str) -> list[tuple[str, Any]]:
                 "an iterable of batches (the first is logged as '" + phase + "/...', the others as '"
                 + phase + "_<name>/...')",
                 received="an empty dict" if not loader else f"entries {bad[:3]!r} ({describe(loader[bad[0]])})",
-                fix=f"pass one loader, or a dict of named loaders; a batch dict goes inside a list: [{{'x': ..., 'y': ...}}]",
+                fix="pass one loader, or a dict of named loaders; a batch dict goes inside a list: [{'x': ..., 'y': ...}]",
             )
         )
     names = list(loader)
