@@ -9,8 +9,13 @@ from flax import nnx
 
 import gyre
 from gyre.config import ConfigError, register_model
-from gyre.trainer import ImgClassifierTrainer, SimpleClassifier, SimpleClassifierLinen
-from gyre.trainer._augment import Augmentation, AugmentationLinen
+from gyre.trainer import (
+    Augmentation,
+    AugmentationLinen,
+    ImgClassifierTrainer,
+    SimpleClassifier,
+    SimpleClassifierLinen,
+)
 
 
 @register_model

@@ -1,6 +1,10 @@
 """The trainer rung: jax_trainer's ``TrainerModule``, its metric modes and callbacks, on gyre's
 engine, checkpoints and writers (see :mod:`gyre.trainer._module`)."""
 
+from gyre.trainer._augment import Augmentation as Augmentation
+from gyre.trainer._augment import AugmentationLinen as AugmentationLinen
+from gyre.trainer._augment import GaussianNoise as GaussianNoise
+from gyre.trainer._augment import GaussianNoiseLinen as GaussianNoiseLinen
 from gyre.trainer._callback import Callback as Callback
 from gyre.trainer._callback import TrainerView as TrainerView
 from gyre.trainer._classifier import DigitsDataset as DigitsDataset
@@ -32,8 +36,8 @@ from gyre.trainer._utility_callbacks import EarlyStopping as EarlyStopping
 from gyre.trainer._utility_callbacks import JAXProfiler as JAXProfiler
 
 __all__ = [
-    "CIFAR10Dataset", "Callback", "ConfusionMatrixCallback", "DigitsDataset", "DisableGC", "EarlyStopping", "EpochMetricFiles",
-    "GradientSpikeMonitor", "ImgClassifierConfig", "ImgClassifierTrainer", "JAXProfiler", "LearningRateMonitor",
+    "Augmentation", "AugmentationLinen", "CIFAR10Dataset", "Callback", "ConfusionMatrixCallback", "DigitsDataset", "DisableGC", "EarlyStopping", "EpochMetricFiles",
+    "GaussianNoise", "GaussianNoiseLinen", "GradientSpikeMonitor", "ImgClassifierConfig", "ImgClassifierTrainer", "JAXProfiler", "LearningRateMonitor",
     "LogFreq", "LogMetricMode", "LogMode", "MNISTDataset", "MetricAccumulator", "MetricSpec", "ModelCheckpoint", "SimpleCNN",
     "SimpleCNNLinen", "SimpleClassifier", "SimpleClassifierLinen", "TrainerModule", "TrainerModuleConfig", "TrainerView", "build_dataset_module", "confusion_matrix", "fit",
 ]
