@@ -99,3 +99,25 @@ def test_gaussian_noise_for_linen_trains(tmp_path):
 def test_a_bad_augmentation_section_is_explained(tmp_path, section, error, match):
     with pytest.raises(error, match=match):
         _trainer(tmp_path, "nnx", augmentation=section)
+
+
+def test_a_run_with_an_nnx_augmentation_resumes_bit_identical(tmp_path):
+    import jax
+
+    from tests.trainer.test_training import SigtermAt
+
+    def run(log_dir, resume=None, callbacks=()):
+        t = _trainer(log_dir, "nnx", augmentation={"class_name": "GaussianNoise", "scale": 0.3}, resume=resume,
+                     callbacks=list(callbacks))
+        t.train_model(gyre.data.batches(tuple(np.concatenate(a) for a in zip(*_data(), strict=True)), 64, seed=0))
+        return t
+
+    whole = run(tmp_path / "whole")
+    with pytest.warns(gyre.LoopWarning, match="preempted"):
+        killed = run(tmp_path / "killed", callbacks=[SigtermAt(10)])  # in epoch 2 of three 8-step epochs
+    assert killed.history.stop_reason == "preempted" and killed.global_step == 10
+    resumed = run(tmp_path / "killed", resume="latest")
+    assert resumed.global_step == whole.global_step == 24
+    for a, b in zip(jax.tree_util.tree_leaves(whole.state.params), jax.tree_util.tree_leaves(resumed.state.params),
+                    strict=True):
+        assert np.array_equal(a, b)  # the noise drawn after the resume is the noise of the whole run
