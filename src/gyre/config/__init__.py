@@ -39,6 +39,35 @@ from gyre.config._transforms import WeightDecayTransform as WeightDecayTransform
 from gyre.config._transforms import build_transform as build_transform
 from gyre.config._transforms import build_transforms as build_transforms
 from gyre.config._transforms import parameter_path as parameter_path
+from gyre.config._typed import AdamW as AdamW
+from gyre.config._typed import ConcatSchedule as ConcatSchedule
+from gyre.config._typed import ConstantSchedule as ConstantSchedule
+from gyre.config._typed import CosineSchedule as CosineSchedule
+from gyre.config._typed import ExponentialSchedule as ExponentialSchedule
+from gyre.config._typed import GradientTransformInterface as GradientTransformInterface
+from gyre.config._typed import Lamb as Lamb
+from gyre.config._typed import LinearSchedule as LinearSchedule
+from gyre.config._typed import OptimizerInterface as OptimizerInterface
+from gyre.config._typed import SGD as SGD
+from gyre.config._typed import ScheduleInterface as ScheduleInterface
+from gyre.config._typed import WarmupCosineDecaySchedule as WarmupCosineDecaySchedule
+from gyre.config._typed_configs import AdamWConfig as AdamWConfig
+from gyre.config._typed_configs import BaseOptimizerConfig as BaseOptimizerConfig
+from gyre.config._typed_configs import BaseScheduleConfig as BaseScheduleConfig
+from gyre.config._typed_configs import ConcatScheduleConfig as ConcatScheduleConfig
+from gyre.config._typed_configs import ConstantScheduleConfig as ConstantScheduleConfig
+from gyre.config._typed_configs import CosineScheduleConfig as CosineScheduleConfig
+from gyre.config._typed_configs import ExponentialScheduleConfig as ExponentialScheduleConfig
+from gyre.config._typed_configs import GradClipNormConfig as GradClipNormConfig
+from gyre.config._typed_configs import GradClipValueConfig as GradClipValueConfig
+from gyre.config._typed_configs import GradientTransformConfig as GradientTransformConfig
+from gyre.config._typed_configs import LambConfig as LambConfig
+from gyre.config._typed_configs import LinearScheduleConfig as LinearScheduleConfig
+from gyre.config._typed_configs import SGDConfig as SGDConfig
+from gyre.config._typed_configs import TypedConfig as TypedConfig
+from gyre.config._typed_configs import TypedConfigError as TypedConfigError
+from gyre.config._typed_configs import WarmupCosineDecayScheduleConfig as WarmupCosineDecayScheduleConfig
+from gyre.config._typed_configs import WeightDecayConfig as WeightDecayConfig
 from gyre.config._yaml import config_to_dict as config_to_dict
 from gyre.config._yaml import dump_config as dump_config
 from gyre.config._yaml import flatten_configdict as flatten_configdict
@@ -58,4 +87,34 @@ __all__ = [
     "build_tool_writer", "config_to_dict", "dump_config", "load_config", "flatten_configdict", "flatten_dict",
     # jax_trainer's optimizer sections
     "OptimizerBuilder", "from_jax_trainer",
+    # the kpoeppel fork's typed configs and the classes they build (registered by these names)
+    "AdamW",
+    "ConcatSchedule",
+    "ConstantSchedule",
+    "CosineSchedule",
+    "ExponentialSchedule",
+    "GradientTransformInterface",
+    "Lamb",
+    "LinearSchedule",
+    "OptimizerInterface",
+    "SGD",
+    "ScheduleInterface",
+    "WarmupCosineDecaySchedule",
+    "AdamWConfig",
+    "BaseOptimizerConfig",
+    "BaseScheduleConfig",
+    "ConcatScheduleConfig",
+    "ConstantScheduleConfig",
+    "CosineScheduleConfig",
+    "ExponentialScheduleConfig",
+    "GradClipNormConfig",
+    "GradClipValueConfig",
+    "GradientTransformConfig",
+    "LambConfig",
+    "LinearScheduleConfig",
+    "SGDConfig",
+    "TypedConfig",
+    "TypedConfigError",
+    "WarmupCosineDecayScheduleConfig",
+    "WeightDecayConfig",
 ]

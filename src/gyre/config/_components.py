@@ -270,7 +270,9 @@ def _signature(target: Any) -> tuple[list[inspect.Parameter], dict[str, Any], bo
     annotations, and whether it takes ``**kwargs``."""
     function = target
     skip = set()
-    if inspect.isclass(target) and target.__init__ is not object.__init__:
+    if inspect.isclass(target) and "__wrapped__" in vars(target):
+        target = function = target.__wrapped__  # a class over a builder function takes its keys
+    elif inspect.isclass(target) and target.__init__ is not object.__init__:
         function = target.__init__
         if any(c.__module__.startswith("flax.linen") for c in target.__mro__):
             skip.add("parent")  # set by flax itself

@@ -1,7 +1,8 @@
 """Optimizers built from the ``optimizer`` config section.
 
 ``class_name`` is an optimizer registered in :data:`~gyre.config.OPTIMIZERS` (gyre's
-``AdamW``, ``Adam``, ``SGD``, ``Lamb``, or the user's), or else the lowercase name of an optax
+``AdamW``, ``Adam``, ``SGD``, ``Lamb``, or the user's; ``AdamW``, ``SGD`` and ``Lamb`` are the
+classes of :mod:`gyre.config._typed`, whose maths is the function of the same name here), or else the lowercase name of an optax
 optimizer (``adabelief``, ``lion``, ``rmsprop``...: a top-level ``optax`` function with a
 ``learning_rate`` parameter), built with its own keyword arguments, checked against optax's
 signature. Every optimizer takes ``learning_rate`` (a number or a schedule section) and
@@ -139,7 +140,6 @@ def _weight_decay(value: object) -> tuple[float, Callable[[Any], Any] | None]:
     return real("weight_decay", value, minimum=0.0), None
 
 
-@OPTIMIZERS.register
 def AdamW(  # noqa: N802 (config class names)
     *,
     learning_rate: ScheduleConfig,
@@ -222,7 +222,6 @@ def Adam(  # noqa: N802
     )
 
 
-@OPTIMIZERS.register
 def SGD(  # noqa: N802
     *,
     learning_rate: ScheduleConfig,
@@ -262,7 +261,6 @@ def SGD(  # noqa: N802
     )
 
 
-@OPTIMIZERS.register
 def Lamb(  # noqa: N802
     *,
     learning_rate: ScheduleConfig,

@@ -10,11 +10,10 @@ import jax.numpy as jnp
 import optax
 
 from gyre.config._sections import flag, here, length, real, who, whole
-from gyre.config._simple_schedules import _F32, _register, close, decayed_end, disagree, with_total
+from gyre.config._simple_schedules import _F32, close, decayed_end, disagree, with_total
 from gyre.core._errors import explain
 
 
-@_register
 def ExponentialSchedule(  # noqa: N802
     *,
     init_value: float,
@@ -166,7 +165,6 @@ def _decay_length(decay_end: int | None, warmup: int, cooldown: int, total: int 
     return period
 
 
-@_register
 def WarmupCosineDecaySchedule(  # noqa: N802
     *,
     peak_value: float,

@@ -3,7 +3,8 @@ schedules that hold other schedules (``ConcatSchedule``).
 
 A config writes a learning rate as a number (a constant) or as a section whose ``class_name``
 is registered in :data:`~gyre.config.SCHEDULES`; the section's other keys are the keyword
-parameters of the registered function. Every schedule here is registered twice: with and
+parameters of the registered class (:mod:`gyre.config._typed`), whose maths is the function
+of the same name here. Every schedule is registered twice: with and
 without the ``Schedule`` suffix (``Cosine`` and ``CosineSchedule``), because jax_trainer's
 configs write the long names and the issue the short ones. Each returns an ``optax.Schedule``:
 ``step -> float32 learning rate``, pure ``jax.numpy`` (jit-able, no host reads).
@@ -32,7 +33,6 @@ from gyre.config._simple_schedules import (
     ConstantSchedule,
     CosineSchedule,
     LinearSchedule,
-    _register,
     close,
     total_steps,
     with_total,
@@ -43,7 +43,6 @@ from gyre.core._errors import describe, explain
 ScheduleConfig = float | Mapping[str, Any]
 
 
-@_register
 def ConcatSchedule(  # noqa: N802
     *,
     schedules: Mapping[str, ScheduleConfig] | list[ScheduleConfig],

@@ -1,5 +1,6 @@
-"""The schedules of one formula: constant, linear and cosine decay, registered in
-:data:`~gyre.config.SCHEDULES` under both names (``Cosine`` and ``CosineSchedule``); see
+"""The maths of the schedules of one formula: constant, linear and cosine decay. The classes
+registered in :data:`~gyre.config.SCHEDULES` under both names (``Cosine`` and
+``CosineSchedule``, :mod:`gyre.config._typed`) build through these functions; see
 :mod:`gyre.config._schedules`.
 
 Each takes jax_trainer's keys (the kpoeppel fork's: ``init_value``, ``end_value``, ``steps``,
@@ -16,17 +17,10 @@ from typing import Any
 import jax.numpy as jnp
 import optax
 
-from gyre.config._registry import SCHEDULES
 from gyre.config._sections import length, real, who, whole
 from gyre.core._errors import explain
 
 _F32 = jnp.float32
-
-
-def _register(function: Callable[..., optax.Schedule]) -> Callable[..., optax.Schedule]:
-    SCHEDULES.register(function)
-    SCHEDULES.register(function.__name__.removesuffix("Schedule"))(function)
-    return function
 
 
 def with_total(schedule: Callable[[Any], Any], total: int | None) -> optax.Schedule:
@@ -78,7 +72,6 @@ def decayed_end(
     return base * (default if factor is None else factor)
 
 
-@_register
 def ConstantSchedule(  # noqa: N802 (config class names)
     *,
     value: float | None = None,
@@ -117,7 +110,6 @@ def ConstantSchedule(  # noqa: N802 (config class names)
     return with_total(schedule, total)
 
 
-@_register
 def LinearSchedule(  # noqa: N802
     *, init_value: float, end_value: float, steps: int | None = None
 ) -> optax.Schedule:
@@ -139,7 +131,6 @@ def LinearSchedule(  # noqa: N802
     return with_total(schedule, n)
 
 
-@_register
 def CosineSchedule(  # noqa: N802
     *,
     init_value: float,

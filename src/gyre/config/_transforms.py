@@ -57,6 +57,15 @@ class Transform:
         """The ``optax.GradientTransformation``, for the given current learning rate."""
         return self.factory(learning_rate)
 
+    def init(self, params: Any) -> Any:
+        """``make().init(params)``: a transform that needs no learning rate used as an optax
+        transformation (the kpoeppel fork's ``GradientTransformInterface``)."""
+        return self.make().init(params)
+
+    def update(self, updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        """``make().update(updates, state, params)`` (see :meth:`init`)."""
+        return self.make().update(updates, state, params)
+
 
 @dataclasses.dataclass(frozen=True)
 class WeightDecayTransform(Transform):

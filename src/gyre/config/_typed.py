@@ -1,0 +1,193 @@
+"""The registered schedules and optimizers of the kpoeppel fork's names, as classes: what a
+``class_name: LinearSchedule`` section and ``LinearSchedule(LinearScheduleConfig(...))``
+both build (one public form per thing).
+
+A schedule class (a :class:`ScheduleInterface`) is called with a typed config
+(:mod:`gyre.config._typed_configs`) or with a section's keys; either way its maths is the
+schedule function of :mod:`gyre.config._simple_schedules` / ``_phased_schedules`` /
+``_schedules``. An instance is the ``optax.Schedule`` (``step -> learning rate``) with its
+``config`` and ``total_steps``.
+
+An optimizer class (an :class:`OptimizerInterface`) is an ``optax.GradientTransformation``
+(``init`` / ``update``), built by the optimizer function of :mod:`gyre.config._optim`, with
+the fork's attributes: ``scheduler`` (a float or a schedule), ``config`` and, for AdamW and
+Lamb, ``weight_decay`` and ``weight_decay_mask``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import optax
+
+from gyre.config import _typed_configs as typed
+from gyre.config._optim import _weight_decay
+from gyre.config._registry import OPTIMIZERS, SCHEDULES
+from gyre.config._schedules import build_schedule
+from gyre.config._sections import check_keys, here, real
+from gyre.config._simple_schedules import total_steps
+from gyre.config._transforms import Transform
+from gyre.core._errors import describe, explain
+
+
+def _config_or_keys(cls: type, config: Any, keys: Mapping[str, Any]) -> None:
+    """Checks that exactly one of a typed config and keys came, of the class's config type."""
+    wanted = cls.config_class  # type: ignore[attr-defined]
+    if config is not None and (keys or not isinstance(config, wanted)):
+        raise TypeError(
+            explain(
+                f"{cls.__name__} takes a {wanted.__name__} or keyword arguments, not both",
+                expected=f"{cls.__name__}({wanted.__name__}(...)) or {cls.__name__}(<keys of the section>)",
+                received=f"{describe(config)} and keys {sorted(keys)}",
+                fix=f"pass the fields in the {wanted.__name__}, or pass keys alone",
+            )
+        )
+    if config is None:
+        check_keys(wanted.builder, cls.__name__, keys, where=here() or cls.__name__)
+
+
+class ScheduleInterface:
+    """A learning-rate schedule of the fork's form: ``Schedule(config)`` or
+    ``Schedule(**section_keys)``, called on a step.
+
+    Example:
+        >>> s = LinearSchedule(typed.LinearScheduleConfig(init_value=1.0, end_value=0.0, steps=4))
+        >>> float(s(2)), s.total_steps, isinstance(s, ScheduleInterface)
+        (0.5, 4, True)
+    """
+
+    config_class: ClassVar[type[typed.BaseScheduleConfig]] = typed.BaseScheduleConfig
+
+    def __init__(self, config: typed.BaseScheduleConfig | None = None, /, **keys: Any) -> None:
+        _config_or_keys(type(self), config, keys)
+        self.config: typed.BaseScheduleConfig | None = config
+        self.keys: dict[str, Any] = config.keys() if config is not None else dict(keys)
+        builder = self.config_class.builder
+        self._schedule = config.built if config is not None else builder(**keys)  # type: ignore[misc]
+        self.total_steps: int | None = total_steps(self._schedule)
+
+    def __call__(self, count: Any) -> Any:
+        """The learning rate at step ``count`` (a float32 array)."""
+        return self._schedule(count)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config if self.config is not None else self.keys})"
+
+
+def _schedule_class(config_class: type[typed.BaseScheduleConfig]) -> type[ScheduleInterface]:
+    name = config_class.class_name
+    cls = type(name, (ScheduleInterface,), {
+        "config_class": config_class,
+        "__module__": "gyre.config",
+        "__doc__": f"The {name} of a {config_class.__name__} or of a section's keys "
+        f"(see gyre.config.{config_class.__name__}).\n\n"
+        f"    Example:\n        >>> {name}({config_class.__name__}{_EXAMPLES[name]}).total_steps\n"
+        f"        {_EXAMPLE_LENGTHS[name]}\n",
+        "__wrapped__": config_class.builder,  # the section's keys (inspect.signature follows it)
+    })
+    SCHEDULES.register(cls)
+    SCHEDULES.register(name.removesuffix("Schedule"))(cls)
+    return cls
+
+
+_EXAMPLES = {
+    "ConstantSchedule": "(init_value=0.1, steps=10)",
+    "LinearSchedule": "(init_value=0.1, end_value=0.0, steps=10)",
+    "CosineSchedule": "(init_value=0.1, steps=10)",
+    "ExponentialSchedule": "(init_value=0.1, steps=10)",
+    "ConcatSchedule": "(schedules={'a': ConstantScheduleConfig(init_value=0.1, steps=10)})",
+    "WarmupCosineDecaySchedule": "(peak_value=0.1, warmup_steps=2, decay_steps=8)",
+}
+_EXAMPLE_LENGTHS = {name: 10 for name in _EXAMPLES}
+
+ConstantSchedule = _schedule_class(typed.ConstantScheduleConfig)
+LinearSchedule = _schedule_class(typed.LinearScheduleConfig)
+CosineSchedule = _schedule_class(typed.CosineScheduleConfig)
+ExponentialSchedule = _schedule_class(typed.ExponentialScheduleConfig)
+ConcatSchedule = _schedule_class(typed.ConcatScheduleConfig)
+WarmupCosineDecaySchedule = _schedule_class(typed.WarmupCosineDecayScheduleConfig)
+
+
+def _scheduler(rate: Any) -> Any:
+    """The fork's ``optimizer.scheduler``: a number as a float, else the built schedule."""
+    if isinstance(rate, typed.BaseScheduleConfig):
+        return SCHEDULES.get(rate.class_name)(rate)  # type: ignore[arg-type]
+    if isinstance(rate, (numbers.Real, str)) and not isinstance(rate, bool):
+        return real("learning_rate", rate, minimum=0.0)
+    return build_schedule(rate, where=here("learning_rate"))
+
+
+class OptimizerInterface(optax.GradientTransformationExtraArgs):
+    """An optimizer of the fork's form: ``Optimizer(config)`` or ``Optimizer(**section_keys)``;
+    an ``optax.GradientTransformation`` with ``scheduler`` and ``config``.
+
+    Example:
+        >>> tx = SGD(typed.SGDConfig(learning_rate=0.5))
+        >>> isinstance(tx, optax.GradientTransformation), tx.scheduler
+        (True, 0.5)
+    """
+
+    config_class: ClassVar[type[typed.BaseOptimizerConfig]] = typed.BaseOptimizerConfig
+    config: typed.BaseOptimizerConfig | None
+    scheduler: Any
+
+    def __new__(cls, config: Any = None, /, *rest: Any, **keys: Any) -> OptimizerInterface:
+        if rest:  # (init, update): a copy, or the namedtuple's own rebuilding
+            return super().__new__(cls, config, *rest)
+        _config_or_keys(cls, config, keys)
+        if config is not None:
+            rate, tx = config.learning_rate, config.built
+            scheduler = _scheduler(rate)
+        else:
+            scheduler = _scheduler(keys["learning_rate"])
+            tx = cls.config_class.builder(**{**keys, "learning_rate": scheduler})  # type: ignore[misc]
+        self = super().__new__(cls, tx.init, tx.update)
+        self.config, self.scheduler = config, scheduler
+        if "weight_decay" in inspect.signature(cls.config_class.builder).parameters:
+            decay = getattr(config, "weight_decay", None) if config is not None else keys.get("weight_decay")
+            decay = {"value": 0.0} if decay is None else decay  # AdamW's 0.0, Lamb's default section
+            self.weight_decay, self.weight_decay_mask = _weight_decay(
+                decay.to_dict() if isinstance(decay, typed.TypedConfig) else decay
+            )
+        return self
+
+
+def _optimizer_class(config_class: type[typed.BaseOptimizerConfig]) -> type[OptimizerInterface]:
+    name = config_class.class_name
+    cls = type(name, (OptimizerInterface,), {
+        "config_class": config_class,
+        "__module__": "gyre.config",
+        "__doc__": f"The {name} optimizer of a {config_class.__name__} or of a section's keys "
+        f"(see gyre.config.{config_class.__name__}).\n\n"
+        f"    Example:\n        >>> {name}({config_class.__name__}(learning_rate=0.1)).scheduler\n"
+        "        0.1\n",
+        "__wrapped__": config_class.builder,
+    })
+    OPTIMIZERS.register(cls)
+    return cls
+
+
+SGD = _optimizer_class(typed.SGDConfig)
+AdamW = _optimizer_class(typed.AdamWConfig)
+Lamb = _optimizer_class(typed.LambConfig)
+
+#: The fork's name of what a transform config builds: gyre's :class:`~gyre.config.Transform`.
+GradientTransformInterface = Transform
+
+__all__ = [
+    "AdamW",
+    "ConcatSchedule",
+    "ConstantSchedule",
+    "CosineSchedule",
+    "ExponentialSchedule",
+    "GradientTransformInterface",
+    "Lamb",
+    "LinearSchedule",
+    "OptimizerInterface",
+    "SGD",
+    "ScheduleInterface",
+    "WarmupCosineDecaySchedule",
+]

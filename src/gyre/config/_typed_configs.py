@@ -1,0 +1,454 @@
+"""Typed config values in the kpoeppel fork's form (``SGDConfig(learning_rate=
+LinearScheduleConfig(...), momentum=0.9)``): a face over the registered builders.
+
+Each ``XConfig`` is a frozen dataclass with the fork's fields. Its ``class_name`` is the name
+``X`` is registered under, and ``to_dict()`` is the YAML section with the same keys: the
+config value and the section are two spellings of one thing, built by the same function
+(the section through :func:`~gyre.config.build_schedule` and friends, the value through
+``X(config)`` or ``config.instantiate()``). A value is checked when it is made, by building
+it: the rules are the builders' own, never a copy.
+
+**The error.** A mistake raises :class:`TypedConfigError`, gyre's explained
+:class:`~gyre.config.ConfigError` that is also an ``AssertionError``: the fork checks its
+configs with ``assert``, so code ported from it catches ``AssertionError``; gyre's own code
+catches ``ConfigError`` (a ``ValueError``). Only these typed configs raise it.
+
+**Where gyre differs from the fork** (each a bug or limit of the fork): a length the fork
+writes ``-1`` ("not set", then refused) is ``None`` here, and gyre's rule for a left-out
+length applies (a constant needs none; a ``ConcatScheduleConfig`` or warmup-cosine one is
+the sum of its parts); ``ConcatScheduleConfig`` has no default ``schedules`` (the fork's
+default, ``ConstantScheduleConfig(value=...)``, raises ``TypeError``) and checks
+``init_value`` / ``end_value`` only when given; a ``WarmupCosineDecayScheduleConfig`` may
+have no warmup; ``WeightDecayConfig.before_optimizer`` left out (``None``) is coupled
+weight decay in ``transforms`` and the optimizer's own decay in ``weight_decay``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from gyre.config._components import ConfigError
+from gyre.config._optim import SGD as _sgd
+from gyre.config._optim import AdamW as _adamw
+from gyre.config._optim import Lamb as _lamb
+from gyre.config._phased_schedules import ExponentialSchedule as _exponential
+from gyre.config._phased_schedules import WarmupCosineDecaySchedule as _warmup_cosine
+from gyre.config._registry import REGISTRIES
+from gyre.config._schedules import ConcatSchedule as _concat
+from gyre.config._sections import real, whole
+from gyre.config._simple_schedules import ConstantSchedule as _constant
+from gyre.config._simple_schedules import CosineSchedule as _cosine
+from gyre.config._simple_schedules import LinearSchedule as _linear
+from gyre.config._simple_schedules import decayed_end
+from gyre.config._transforms import DEFAULT_DECAY_REGEX
+from gyre.config._transforms import GradClipNorm as _clip_norm
+from gyre.config._transforms import GradClipValue as _clip_value
+from gyre.config._transforms import WeightDecay as _weight_decay
+from gyre.core._errors import describe, explain
+
+
+class TypedConfigError(ConfigError, AssertionError):
+    """A mistake in a typed config value (the fork's form): gyre's explained
+    :class:`~gyre.config.ConfigError`, also an ``AssertionError`` because the fork checks its
+    configs with ``assert`` and code ported from it catches that.
+
+    Example:
+        >>> try:
+        ...     LinearScheduleConfig(init_value=0.1, end_value=0.0, steps=-1)
+        ... except AssertionError as error:
+        ...     print(isinstance(error, ValueError), str(error).splitlines()[0])
+        True steps must be a whole number >= 0
+    """
+
+    __module__ = "gyre.config"
+
+
+def checked(build: Callable[..., Any], **keys: Any) -> Any:
+    """``build(**keys)``, its explained ``ValueError`` / ``TypeError`` raised as a
+    :class:`TypedConfigError` (same message)."""
+    try:
+        return build(**keys)
+    except (ValueError, TypeError) as error:
+        raise TypedConfigError(str(error)) from None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, TypedConfig):
+        return value.to_dict()
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TypedConfig:
+    """What every typed config value has: ``class_name`` (the registered name it builds),
+    ``to_dict()`` (the same thing as a YAML section) and ``instantiate()``.
+
+    Example:
+        >>> GradClipValueConfig(max_delta=0.5).to_dict()
+        {'class_name': 'GradClipValue', 'before_optimizer': True, 'max_delta': 0.5}
+    """
+
+    class_name: ClassVar[str | None] = None
+    registry: ClassVar[str] = ""
+    builder: ClassVar[Callable[..., Any] | None] = None
+    built: Any = dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.builder is not None:
+            object.__setattr__(self, "built", checked(type(self).builder, **self.keys()))  # type: ignore[misc]
+
+    def keys(self) -> dict[str, Any]:
+        """The builder's keyword arguments: the fields, nested configs as sections."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.init}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The YAML section of this value: ``class_name`` and the fields."""
+        return {"class_name": self.class_name, **self.keys()}
+
+    def instantiate(self, interface: type | None = None) -> Any:
+        """The component this value describes, built by the class or function registered as
+        ``class_name``; ``interface`` (optional, the fork's argument) is checked against it.
+        """
+        if self.class_name is None:
+            raise TypedConfigError(
+                explain(
+                    f"{type(self).__name__} is a base class: it builds nothing",
+                    expected="a concrete config, e.g. LinearScheduleConfig or SGDConfig",
+                    received=describe(self),
+                    fix="use the config of the component you want",
+                )
+            )
+        target = REGISTRIES[self.registry].get(self.class_name)
+        built = target(self) if isinstance(target, type) else target(**self.keys())
+        if interface is not None and not isinstance(built, interface):
+            raise TypeError(
+                explain(
+                    f"{self.class_name} is not a {interface.__name__}",
+                    expected=f"an interface {self.class_name} implements",
+                    received=interface.__name__,
+                    fix=f"call instantiate() without an argument, or with {type(built).__name__}",
+                )
+            )
+        return built
+
+
+# -- schedules -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BaseScheduleConfig(TypedConfig):
+    """The fields every schedule config has (builds nothing itself).
+
+    Example:
+        >>> BaseScheduleConfig(init_value=0.1, end_value=0.01, steps=100).steps
+        100
+    """
+
+    registry: ClassVar[str] = "schedules"
+    init_value: float = 1e-3
+    end_value: float | None = 1e-3
+    steps: int | None = None
+
+    def __post_init__(self) -> None:
+        def base() -> None:
+            if self.init_value is not None:
+                real("init_value", self.init_value)
+            if self.end_value is not None:
+                real("end_value", self.end_value)
+            if self.steps is not None:
+                whole("steps", self.steps, minimum=0)
+
+        checked(base)
+        super().__post_init__()
+
+    def derive(self, key: str, value: Any) -> None:
+        """Sets a derived default (the fork's ``__post_init__`` fills ``end_value`` so)."""
+        object.__setattr__(self, key, value)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConstantScheduleConfig(BaseScheduleConfig):
+    """A constant; ``end_value`` left out is ``init_value`` (given, it must equal it).
+
+    Example:
+        >>> ConstantScheduleConfig(init_value=0.1, steps=10).end_value
+        0.1
+    """
+
+    class_name: ClassVar[str] = "ConstantSchedule"
+    builder: ClassVar[Callable[..., Any]] = _constant
+    end_value: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.end_value is None:
+            self.derive("end_value", self.init_value)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LinearScheduleConfig(BaseScheduleConfig):
+    """Linear from ``init_value`` to ``end_value`` over ``steps``.
+
+    Example:
+        >>> LinearScheduleConfig(init_value=1.0, end_value=0.0, steps=4).to_dict()["class_name"]
+        'LinearSchedule'
+    """
+
+    class_name: ClassVar[str] = "LinearSchedule"
+    builder: ClassVar[Callable[..., Any]] = _linear
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CosineScheduleConfig(BaseScheduleConfig):
+    """Cosine decay to ``end_value = init_value * decay_factor`` over ``steps``.
+
+    Example:
+        >>> round(CosineScheduleConfig(init_value=0.1, steps=100).end_value, 6)
+        0.01
+    """
+
+    class_name: ClassVar[str] = "CosineSchedule"
+    builder: ClassVar[Callable[..., Any]] = _cosine
+    end_value: float | None = None
+    decay_factor: float = 0.1
+    exponent: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.derive("end_value", decayed_end(self.class_name, self.init_value, self.decay_factor, self.end_value, 0.1))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExponentialScheduleConfig(BaseScheduleConfig):
+    """Exponential decay reaching ``init_value * decay_rate`` at ``steps``.
+
+    Example:
+        >>> round(ExponentialScheduleConfig(init_value=0.1, decay_rate=0.5, steps=10).end_value, 6)
+        0.05
+    """
+
+    class_name: ClassVar[str] = "ExponentialSchedule"
+    builder: ClassVar[Callable[..., Any]] = _exponential
+    end_value: float | None = None
+    decay_rate: float = 0.1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.end_value is None:
+            self.derive("end_value", self.init_value * self.decay_rate)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConcatScheduleConfig(BaseScheduleConfig):
+    """Named schedules one after another; ``steps`` left out is the sum of theirs.
+
+    Example:
+        >>> c = ConcatScheduleConfig(init_value=0.0, end_value=0.0, schedules={
+        ...     "up": LinearScheduleConfig(init_value=0.0, end_value=1.0, steps=2),
+        ...     "down": LinearScheduleConfig(init_value=1.0, end_value=0.0, steps=3)})
+        >>> c.steps
+        5
+    """
+
+    class_name: ClassVar[str] = "ConcatSchedule"
+    builder: ClassVar[Callable[..., Any]] = _concat
+    init_value: float | None = None  # type: ignore[assignment]
+    end_value: float | None = None
+    check_continuity: bool = True
+    schedules: Mapping[str, BaseScheduleConfig]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.derive("steps", self.built.total_steps)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WarmupCosineDecayScheduleConfig(BaseScheduleConfig):
+    """Linear warmup to ``peak_value``, then cosine decay to ``end_value = peak_value *
+    decay_factor``; ``steps = warmup_steps + decay_steps`` (any two of the three).
+
+    Example:
+        >>> WarmupCosineDecayScheduleConfig(peak_value=0.1, warmup_steps=20, decay_steps=80).steps
+        100
+    """
+
+    class_name: ClassVar[str] = "WarmupCosineDecaySchedule"
+    builder: ClassVar[Callable[..., Any]] = _warmup_cosine
+    init_value: float = 0.0
+    peak_value: float = 1e-3
+    decay_factor: float = 0.1
+    warmup_steps: int = 0
+    decay_steps: int | None = None
+    exponent: float = 1.0
+    end_value: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.derive("steps", self.built.total_steps)
+        self.derive("decay_steps", self.steps - self.warmup_steps)  # type: ignore[operator]
+        self.derive("end_value", decayed_end(self.class_name, self.peak_value, self.decay_factor, self.end_value, 0.1))
+
+
+# -- transforms ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GradientTransformConfig(TypedConfig):
+    """Where a transform goes: on the gradients before the optimizer (``True``) or on its
+    updates after it.
+
+    Example:
+        >>> GradientTransformConfig().before_optimizer
+        True
+    """
+
+    registry: ClassVar[str] = "transforms"
+    before_optimizer: bool | None = True
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WeightDecayConfig(GradientTransformConfig):
+    """Weight decay on the parameters whose path the regexes choose (see
+    :func:`gyre.config.build_transform`, ``WeightDecay``).
+
+    Example:
+        >>> WeightDecayConfig(value=0.01).instantiate().mask({"bias": 0.0, "kernel": 0.0})
+        {'bias': False, 'kernel': True}
+    """
+
+    class_name: ClassVar[str] = "WeightDecay"
+    builder: ClassVar[Callable[..., Any]] = _weight_decay
+    before_optimizer: bool | None = None
+    value: float = 0.0
+    mode: str = "whitelist"
+    parameter_regex_include: str = DEFAULT_DECAY_REGEX
+    parameter_regex_exclude: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GradClipNormConfig(GradientTransformConfig):
+    """Clipping by global norm (``max_norm`` left out: the fork's 1e8).
+
+    Example:
+        >>> GradClipNormConfig(max_norm=1.0).instantiate().before_optimizer
+        True
+    """
+
+    class_name: ClassVar[str] = "GradClipNorm"
+    builder: ClassVar[Callable[..., Any]] = _clip_norm
+    before_optimizer: bool = True
+    max_norm: float = 1e8
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GradClipValueConfig(GradientTransformConfig):
+    """Clipping of each element to ``[-max_delta, max_delta]`` (left out: the fork's 1e8).
+
+    Example:
+        >>> GradClipValueConfig().max_delta
+        100000000.0
+    """
+
+    class_name: ClassVar[str] = "GradClipValue"
+    builder: ClassVar[Callable[..., Any]] = _clip_value
+    before_optimizer: bool = True
+    max_delta: float = 1e8
+
+
+# -- optimizers ----------------------------------------------------------------------------------
+
+
+def learning_rate_keys(value: Any) -> Any:
+    """A learning rate for a builder: a number as it is, a schedule config as its built
+    schedule (so an optimizer and its ``scheduler`` share one)."""
+    if isinstance(value, BaseScheduleConfig):
+        return value.built if value.built is not None else value.to_dict()
+    return _plain(value)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BaseOptimizerConfig(TypedConfig):
+    """The fields every optimizer config has: ``learning_rate`` (a number or a schedule
+    config), ``transforms`` (names to transform configs), ``log_learning_rate``.
+
+    Example:
+        >>> BaseOptimizerConfig(learning_rate=0.01).learning_rate
+        0.01
+    """
+
+    registry: ClassVar[str] = "optimizers"
+    learning_rate: float | BaseScheduleConfig = 1e-3
+    transforms: Mapping[str, GradientTransformConfig] = dataclasses.field(default_factory=dict)
+    log_learning_rate: bool = True
+
+    def __post_init__(self) -> None:
+        rate = self.learning_rate
+        if not isinstance(rate, BaseScheduleConfig):
+            checked(real, key="learning_rate", value=rate, minimum=0.0)
+            if isinstance(rate, numbers.Real):
+                object.__setattr__(self, "learning_rate", float(rate))
+        super().__post_init__()
+
+    def keys(self) -> dict[str, Any]:
+        keys = super().keys()
+        keys["learning_rate"] = learning_rate_keys(self.learning_rate)
+        return keys
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "learning_rate": _plain(self.learning_rate)}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SGDConfig(BaseOptimizerConfig):
+    """SGD; ``momentum`` left out keeps no momentum state.
+
+    Example:
+        >>> SGDConfig(learning_rate=0.01, momentum=0.9, nesterov=True).nesterov
+        True
+    """
+
+    class_name: ClassVar[str] = "SGD"
+    builder: ClassVar[Callable[..., Any]] = _sgd
+    momentum: float | None = None
+    nesterov: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AdamWConfig(BaseOptimizerConfig):
+    """AdamW; ``weight_decay`` a rate or a :class:`WeightDecayConfig` (its mask).
+
+    Example:
+        >>> AdamWConfig(learning_rate=0.01).weight_decay.value
+        0.0
+    """
+
+    class_name: ClassVar[str] = "AdamW"
+    builder: ClassVar[Callable[..., Any]] = _adamw
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float | WeightDecayConfig = dataclasses.field(default_factory=WeightDecayConfig)
+    nesterov: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LambConfig(BaseOptimizerConfig):
+    """LAMB; the trust ratio applies where the weight decay's mask says.
+
+    Example:
+        >>> LambConfig(learning_rate=0.01).eps
+        1e-06
+    """
+
+    class_name: ClassVar[str] = "Lamb"
+    builder: ClassVar[Callable[..., Any]] = _lamb
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-6
+    eps_root: float = 0.0
+    weight_decay: float | WeightDecayConfig = dataclasses.field(default_factory=WeightDecayConfig)
