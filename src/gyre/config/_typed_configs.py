@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from gyre.config._components import ConfigError
 from gyre.config._optim import SGD as _sgd
@@ -325,7 +325,7 @@ class WeightDecayConfig(GradientTransformConfig):
     builder: ClassVar[Callable[..., Any]] = _weight_decay
     before_optimizer: bool | None = None
     value: float = 0.0
-    mode: str = "whitelist"
+    mode: Literal["whitelist", "blacklist"] = "whitelist"
     parameter_regex_include: str = DEFAULT_DECAY_REGEX
     parameter_regex_exclude: str = ""
 
@@ -388,10 +388,17 @@ class BaseOptimizerConfig(TypedConfig):
 
     def __post_init__(self) -> None:
         rate = self.learning_rate
+        if not isinstance(rate, (BaseScheduleConfig, numbers.Real, str)) or isinstance(rate, bool):
+            raise TypedConfigError(
+                explain(
+                    f"{type(self).__name__}.learning_rate must be a number or a schedule config",
+                    expected="e.g. 1e-3, or LinearScheduleConfig(init_value=1e-3, end_value=0.0, steps=1000)",
+                    received=describe(rate),
+                    fix="pass a float or one of the *ScheduleConfig values (a YAML section goes to build_optimizer)",
+                )
+            )
         if not isinstance(rate, BaseScheduleConfig):
-            checked(real, key="learning_rate", value=rate, minimum=0.0)
-            if isinstance(rate, numbers.Real):
-                object.__setattr__(self, "learning_rate", float(rate))
+            object.__setattr__(self, "learning_rate", checked(real, key="learning_rate", value=rate, minimum=0.0))
         super().__post_init__()
 
     def keys(self) -> dict[str, Any]:
