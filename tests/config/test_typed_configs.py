@@ -54,6 +54,8 @@ def test_the_error_is_gyres_explained_config_error_and_the_forks_assertion():
         (lambda: WarmupCosineDecayScheduleConfig(peak_value=0.1, warmup_steps=20, decay_steps=70, steps=100),
          "steps"),
         (lambda: SGDConfig(learning_rate=-1.0), "learning_rate"),
+        (lambda: SGDConfig(learning_rate=0.1, momentun=0.9), "Did you mean 'momentum'"),
+        (lambda: LinearScheduleConfig(0.1, 0.0, 10), "takes its fields as keywords"),
         (lambda: SGDConfig(learning_rate={"class_name": "Linear"}), "learning_rate must be a number or a schedule"),
         (lambda: SGDConfig(learning_rate=0.1, momentum=1.5), "momentum"),
         (lambda: AdamWConfig(b1=1.0), "b1"),

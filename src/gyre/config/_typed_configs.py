@@ -47,7 +47,7 @@ from gyre.config._transforms import DEFAULT_DECAY_REGEX
 from gyre.config._transforms import GradClipNorm as _clip_norm
 from gyre.config._transforms import GradClipValue as _clip_value
 from gyre.config._transforms import WeightDecay as _weight_decay
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, suggest
 
 
 class TypedConfigError(ConfigError, AssertionError):
@@ -83,8 +83,28 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class _KeywordsChecked(type):
+    """Makes a misspelt or positional argument of a typed config one explained error (the
+    dataclass's own ``__init__`` would raise a bare ``TypeError``)."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        fields = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
+        wrong = [k for k in kwargs if k not in fields]
+        if args or wrong:
+            raise TypedConfigError(
+                explain(
+                    f"{cls.__name__} takes its fields as keywords"
+                    + (f": {wrong[0]!r} is not one of them." + suggest(wrong[0], fields) if wrong else ""),
+                    expected=f"keywords among: {', '.join(fields)}",
+                    received=f"{len(args)} positional argument(s), keywords {sorted(kwargs)}",
+                    fix=f"write {cls.__name__}({fields[0] if fields else 'name'}=...)",
+                )
+            )
+        return super().__call__(**kwargs)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TypedConfig:
+class TypedConfig(metaclass=_KeywordsChecked):
     """What every typed config value has: ``class_name`` (the registered name it builds),
     ``to_dict()`` (the same thing as a YAML section) and ``instantiate()``.
 
