@@ -71,6 +71,8 @@ def test_jax_trainers_constructor_initialises_from_exmp_input_and_tests_at_once(
     assert result[2] == result["val"] and result[2]["val/acc"] > before["test/acc"]
     final = json.loads((tmp_path / "metrics" / "test_epoch_0002.json").read_text())
     assert final["test/acc"] == pytest.approx(result["test"]["test/acc"])
+    val = json.loads((tmp_path / "metrics" / "val_epoch_0002.json").read_text())
+    assert final["step"] == val["step"] == t.global_step - 1  # one x-axis: the last trained step's index
 
 
 def test_a_bad_epoch_idx_or_mesh_is_explained(tmp_path):

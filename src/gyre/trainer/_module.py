@@ -523,7 +523,8 @@ class TrainerModule:
                              fix="pass epoch_idx=5, or leave it out (0)")
         metrics = evaluate(self, data_loader, mode, self.state)
         files = self._epoch_files
-        files.write(mode, epoch, self._global_step, scalars_for_writers(metrics, self._builder.eval_specs_cached))
+        step = max(self._global_step - 1, 0)  # the last trained step's index: the x-axis of every series
+        files.write(mode, epoch, step, scalars_for_writers(metrics, self._builder.eval_specs_cached))
         files.flush()  # on disk when the call returns, as jax_trainer's logger writes it
         return metrics
 
