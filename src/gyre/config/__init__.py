@@ -68,6 +68,8 @@ from gyre.config._typed_configs import TypedConfig as TypedConfig
 from gyre.config._typed_configs import TypedConfigError as TypedConfigError
 from gyre.config._typed_configs import WarmupCosineDecayScheduleConfig as WarmupCosineDecayScheduleConfig
 from gyre.config._typed_configs import WeightDecayConfig as WeightDecayConfig
+from gyre.config._tool_configs import TensorboardConfig as TensorboardConfig
+from gyre.config._tool_configs import WandbConfig as WandbConfig
 from gyre.config._yaml import config_to_dict as config_to_dict
 from gyre.config._yaml import dump_config as dump_config
 from gyre.config._yaml import flatten_configdict as flatten_configdict
@@ -84,7 +86,7 @@ __all__ = [
     "Transform", "WeightDecayTransform", "build_transform", "build_transforms", "parameter_path",
     # the schema, YAML files and tool loggers
     "Config", "ConfigError", "LoggerConfig", "TrainerConfig", "validate_component", "validate_nested",
-    "build_tool_writer", "config_to_dict", "dump_config", "load_config", "flatten_configdict", "flatten_dict",
+    "build_tool_writer", "TensorboardConfig", "WandbConfig", "config_to_dict", "dump_config", "load_config", "flatten_configdict", "flatten_dict",
     # jax_trainer's optimizer sections
     "OptimizerBuilder", "from_jax_trainer",
     # the kpoeppel fork's typed configs and the classes they build (registered by these names)

@@ -1,0 +1,116 @@
+"""The kpoeppel jax_trainer fork's tool-logger configs (``jax_trainer.logger.backend``):
+:class:`TensorboardConfig` and :class:`WandbConfig`, typed values of a ``tool_config`` section.
+
+Each is a dataclass with the fork's fields and defaults, and also a read-only mapping: the
+section it stands for (``class_name`` and the keys), so it goes wherever gyre takes a
+``tool_config`` section (``LoggerConfig(tool_config=TensorboardConfig(...))``,
+:func:`~gyre.config.build_tool_writer`) and is built by gyre's registered tool loggers.
+
+Where gyre differs from the fork: an empty ``save_dir`` (the fork's default: the current
+folder) is left out of the section, so the writer goes into the run folder; the timestamp
+version is local time, as gyre's tool loggers stamp it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any, ClassVar
+
+from gyre.core._errors import describe, explain
+
+
+def _check(config: Any, name: str, value: Any, kinds: tuple[type, ...], example: str) -> None:
+    if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+        raise TypeError(explain(
+            f"{type(config).__name__}.{name} has the wrong type",
+            expected=" or ".join("None" if k is type(None) else k.__name__ for k in kinds),
+            received=describe(value),
+            fix=f"{type(config).__name__}({name}={example})",
+        ))
+
+
+@dataclasses.dataclass
+class _ToolConfig(Mapping):
+    """What both configs share: the folder, the version and the mapping view."""
+
+    class_name: ClassVar[str] = ""
+    save_dir: str = ""
+    version: str = ""
+    use_timestamp_version: bool = True
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "use_timestamp_version":
+                _check(self, field.name, value, (bool,), "False")
+            elif field.default is None:
+                _check(self, field.name, value, (str, type(None)), "'my_run'")
+            else:
+                _check(self, field.name, value, (str,), "'my_run'")
+        if not self.version and self.use_timestamp_version:
+            self.version = datetime.now().strftime("%Y%m%d_%H%M%S_%f")[:-3]
+
+    def _section(self) -> dict[str, Any]:
+        keys = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {"class_name": self.class_name,
+                **{k: v for k, v in keys.items() if v is not None and not (k == "save_dir" and not v)}}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._section()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._section())
+
+    def __len__(self) -> int:
+        return len(self._section())
+
+
+@dataclasses.dataclass(eq=True)
+class TensorboardConfig(_ToolConfig):
+    """The ``TensorboardToolLogger`` section: TensorBoard event files in
+    ``save_dir/name/version`` (``save_dir`` left empty: the run folder's ``tensorboard/``).
+
+    Attributes:
+        save_dir: the folder (``""``: the run folder's ``tensorboard/``).
+        name: a subfolder (``""``: none).
+        version: the run's subfolder (``""`` with ``use_timestamp_version``: the time now).
+        use_timestamp_version: stamp an empty ``version`` with the time.
+
+    Example:
+        >>> config = TensorboardConfig(save_dir="logs", version="run1")
+        >>> dict(config)
+        {'class_name': 'TensorboardToolLogger', 'save_dir': 'logs', 'version': 'run1', 'use_timestamp_version': True, 'name': ''}
+        >>> TensorboardConfig(version=3)
+        Traceback (most recent call last):
+        TypeError: TensorboardConfig.version has the wrong type
+        ...
+    """
+
+    class_name: ClassVar[str] = "TensorboardToolLogger"
+    name: str = ""
+
+
+@dataclasses.dataclass(eq=True)
+class WandbConfig(_ToolConfig):
+    """The ``WandBToolLogger`` section: a W&B run (offline unless ``WANDB_MODE`` says
+    otherwise) named ``name``, with id ``version``, in project ``project``.
+
+    Attributes:
+        save_dir: where W&B writes its ``wandb/`` folder (``""``: the run folder).
+        version: the run's id (``""`` with ``use_timestamp_version``: the time now).
+        name: the run's name.
+        project: the W&B project.
+        entity: the W&B entity (team or user).
+        use_timestamp_version: stamp an empty ``version`` with the time.
+
+    Example:
+        >>> WandbConfig(project="digits", version="1")["project"]
+        'digits'
+    """
+
+    class_name: ClassVar[str] = "WandBToolLogger"
+    name: str | None = None
+    project: str | None = None
+    entity: str | None = None
