@@ -1,6 +1,14 @@
 """The trainer rung: jax_trainer's ``TrainerModule``, its metric modes and callbacks, on gyre's
 engine, checkpoints and writers (see :mod:`gyre.trainer._module`)."""
 
+from gyre.trainer._array_storing import ArraySpec as ArraySpec
+from gyre.trainer._array_storing import array_to_spec as array_to_spec
+from gyre.trainer._array_storing import convert_from_array_spec as convert_from_array_spec
+from gyre.trainer._array_storing import convert_to_array_spec as convert_to_array_spec
+from gyre.trainer._array_storing import load_pytree as load_pytree
+from gyre.trainer._array_storing import np_array_to_spec as np_array_to_spec
+from gyre.trainer._array_storing import save_pytree as save_pytree
+from gyre.trainer._array_storing import spec_to_array as spec_to_array
 from gyre.trainer._augment import Augmentation as Augmentation
 from gyre.trainer._augment import AugmentationLinen as AugmentationLinen
 from gyre.trainer._augment import GaussianNoise as GaussianNoise
@@ -30,6 +38,8 @@ from gyre.trainer._modes import LogMode as LogMode
 from gyre.trainer._modes import MetricSpec as MetricSpec
 from gyre.trainer._module import TrainerModule as TrainerModule
 from gyre.trainer._monitors import GradientSpikeMonitor as GradientSpikeMonitor
+from gyre.trainer._named_params import count_parameters as count_parameters
+from gyre.trainer._named_params import module_named_params as module_named_params
 from gyre.trainer._monitors import LearningRateMonitor as LearningRateMonitor
 from gyre.trainer._utility_callbacks import DisableGC as DisableGC
 from gyre.trainer._utility_callbacks import EarlyStopping as EarlyStopping
@@ -40,4 +50,8 @@ __all__ = [
     "GaussianNoise", "GaussianNoiseLinen", "GradientSpikeMonitor", "ImgClassifierConfig", "ImgClassifierTrainer", "JAXProfiler", "LearningRateMonitor",
     "LogFreq", "LogMetricMode", "LogMode", "MNISTDataset", "MetricAccumulator", "MetricSpec", "ModelCheckpoint", "SimpleCNN",
     "SimpleCNNLinen", "SimpleClassifier", "SimpleClassifierLinen", "TrainerModule", "TrainerModuleConfig", "TrainerView", "build_dataset_module", "confusion_matrix", "fit",
+    # the kpoeppel fork's logger surface (jax_trainer.logger)
+    "ArraySpec", "array_to_spec", "convert_from_array_spec", "convert_to_array_spec",
+    "count_parameters", "load_pytree", "module_named_params", "np_array_to_spec", "save_pytree",
+    "spec_to_array",
 ]

@@ -1,0 +1,68 @@
+"""The kpoeppel jax_trainer fork's parameter helpers for flax nnx modules
+(``jax_trainer.logger.utils``): :func:`module_named_params` and :func:`count_parameters`.
+
+Where gyre differs from the fork: ``count_parameters`` counts every ``nnx.Param`` of the
+module's graph (through :func:`nnx.state`, as the TrainerModule's summary does), so parameters
+held in lists or dicts of submodules count too (the fork followed only attributes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from gyre.core._errors import describe, explain
+from gyre.trainer._inspection import count_params
+
+
+def _module(module: Any, who: str) -> Any:
+    from flax import nnx
+
+    if not isinstance(module, nnx.Module):
+        raise TypeError(explain(
+            f"{who} takes a flax nnx module",
+            expected="an nnx.Module (e.g. nnx.Linear(2, 3, rngs=nnx.Rngs(0)))",
+            received=describe(module),
+            fix="pass the model object; for linen parameters use gyre.trainer's count of a params pytree",
+        ))
+    return nnx
+
+
+def module_named_params(module: Any, recursive: bool = False) -> Iterator[tuple[str, Any]]:
+    """The ``(name, nnx.Param)`` pairs of ``module``'s attributes; with ``recursive``, those of
+    its submodule attributes first, named ``<submodule>.<param>``. Params whose value is
+    ``None`` are left out.
+
+    Raises:
+        TypeError: ``module`` is not an nnx module.
+
+    Example:
+        >>> from flax import nnx
+        >>> [name for name, _ in module_named_params(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))]
+        ['bias', 'kernel']
+    """
+    nnx = _module(module, "module_named_params")
+    attributes = sorted(vars(module).items())
+    if recursive:
+        for child_name, child in attributes:
+            if isinstance(child, nnx.Module):
+                for name, param in module_named_params(child, recursive=True):
+                    yield f"{child_name}.{name}", param
+    for name, value in attributes:
+        if isinstance(value, nnx.Param) and value.get_value() is not None:
+            yield name, value
+
+
+def count_parameters(module: Any) -> int:
+    """The number of parameter elements in an nnx module (every ``nnx.Param`` of its graph).
+
+    Raises:
+        TypeError: ``module`` is not an nnx module.
+
+    Example:
+        >>> from flax import nnx
+        >>> count_parameters(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+        9
+    """
+    nnx = _module(module, "count_parameters")
+    return count_params(nnx.state(module, nnx.Param))
