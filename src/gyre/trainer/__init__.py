@@ -30,6 +30,9 @@ from gyre.trainer._datasets import MNISTDataset as MNISTDataset
 from gyre.trainer._datasets import build_dataset_module as build_dataset_module
 from gyre.trainer._epoch_files import EpochMetricFiles as EpochMetricFiles
 from gyre.trainer._fit import fit as fit
+from gyre.trainer._logger import Logger as Logger
+from gyre.trainer._metric_dicts import get_metrics as get_metrics
+from gyre.trainer._metric_dicts import update_metrics as update_metrics
 from gyre.trainer._metrics import MetricAccumulator as MetricAccumulator
 from gyre.trainer._model_checkpoint import ModelCheckpoint as ModelCheckpoint
 from gyre.trainer._modes import LogFreq as LogFreq
@@ -41,6 +44,7 @@ from gyre.trainer._monitors import GradientSpikeMonitor as GradientSpikeMonitor
 from gyre.trainer._named_params import count_parameters as count_parameters
 from gyre.trainer._named_params import module_named_params as module_named_params
 from gyre.trainer._monitors import LearningRateMonitor as LearningRateMonitor
+from gyre.trainer._tool_logger import ToolLoggerInterface as ToolLoggerInterface
 from gyre.trainer._utility_callbacks import DisableGC as DisableGC
 from gyre.trainer._utility_callbacks import EarlyStopping as EarlyStopping
 from gyre.trainer._utility_callbacks import JAXProfiler as JAXProfiler
@@ -51,7 +55,7 @@ __all__ = [
     "LogFreq", "LogMetricMode", "LogMode", "MNISTDataset", "MetricAccumulator", "MetricSpec", "ModelCheckpoint", "SimpleCNN",
     "SimpleCNNLinen", "SimpleClassifier", "SimpleClassifierLinen", "TrainerModule", "TrainerModuleConfig", "TrainerView", "build_dataset_module", "confusion_matrix", "fit",
     # the kpoeppel fork's logger surface (jax_trainer.logger)
-    "ArraySpec", "array_to_spec", "convert_from_array_spec", "convert_to_array_spec",
-    "count_parameters", "load_pytree", "module_named_params", "np_array_to_spec", "save_pytree",
-    "spec_to_array",
+    "ArraySpec", "Logger", "ToolLoggerInterface", "array_to_spec", "convert_from_array_spec", "convert_to_array_spec",
+    "count_parameters", "get_metrics", "load_pytree", "module_named_params", "np_array_to_spec", "save_pytree",
+    "spec_to_array", "update_metrics",
 ]

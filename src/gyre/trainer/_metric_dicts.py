@@ -1,0 +1,165 @@
+"""The kpoeppel jax_trainer fork's metric dicts (``jax_trainer.logger.metrics``):
+:func:`update_metrics` folds one step's metrics into a frozen dict of running sums, and
+:func:`get_metrics` reduces them for logging, and resets them.
+
+A step's metrics are read by :func:`~gyre.trainer._modes.parse_metrics` (the options dicts,
+modes and errors of the TrainerModule's loss functions). Each kept metric becomes one entry per
+frequency, ``<name>_step`` (training only) and/or ``<name>_epoch``, holding ``value`` (MEAN:
+the weighted sum; SUM: the sum; SINGLE / MAX / MIN: the value), ``count`` (MEAN: the weight;
+else the steps), ``value2`` (STD: the sum of squares) and the options. The reduction is
+gyre's metric monoid of the mode (:mod:`gyre.core.metrics`).
+
+Where gyre differs from the fork: a MEAN value given with a ``count`` is a mean over ``count``
+examples, as everywhere in gyre (the fork read it as a sum); ``value2`` is not an option (STD
+is computed from the values); a reset MAX / MIN entry starts empty (the fork reset it to 0, so
+the next window's maximum of negative values came out 0); a reset STD entry also clears its
+sum of squares (the fork kept it); the standard deviation is exact, without the fork's
+``+ 1e-6`` under the square root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax.core import FrozenDict, freeze, unfreeze
+
+from gyre.core._errors import describe, explain
+from gyre.core.metrics import Last, Max, Mean, Metric, Min, Std, Sum
+from gyre.trainer._modes import LogFreq, LogMetricMode, LogMode, MetricSpec, parse_metrics
+
+_KEYS = ("value", "count", "mode")
+_SELECTING: dict[LogMetricMode, type[Metric]] = {
+    LogMetricMode.SINGLE: Last, LogMetricMode.MAX: Max, LogMetricMode.MIN: Min,
+}
+
+
+def _kept(spec: MetricSpec, train: bool) -> list[tuple[LogFreq, str]]:
+    """The entries a metric feeds in this phase: ``(frequency, postfix)`` pairs."""
+    if train:
+        if spec.log_mode not in (LogMode.TRAIN, LogMode.ANY):
+            return []
+        return [(freq, freq.value) for freq in (LogFreq.STEP, LogFreq.EPOCH)
+                if spec.log_freq in (LogFreq.ANY, freq)]
+    return [] if spec.log_mode is LogMode.TRAIN else [(LogFreq.EPOCH, "epoch")]
+
+
+def _fold(
+    entry: dict[str, Any] | None, spec: MetricSpec, freq: LogFreq, value: Any, count: Any, batch_size: Any
+) -> dict[str, Any]:
+    """``entry`` (of frequency ``freq``) with one step's ``value`` added under ``spec.mode``."""
+    mode = spec.mode
+    if mode is LogMetricMode.CONCAT:
+        raise ValueError(explain(
+            f"update_metrics: metric {spec.name!r} has mode CONCAT",
+            expected="MEAN, SUM, SINGLE, MAX, MIN or STD (the fork's modes)",
+            received="LogMetricMode.CONCAT",
+            fix="log it through a TrainerModule, which keeps CONCAT metrics for callbacks",
+        ))
+    fresh = entry is None
+    entry = {"value": 0.0, "count": 0} if fresh else dict(entry)
+    if mode is LogMetricMode.MEAN:
+        weight = batch_size if count is None else count
+        entry["value"], entry["count"] = entry["value"] + value * weight, entry["count"] + weight
+    else:
+        if mode in (LogMetricMode.SUM, LogMetricMode.STD):
+            entry["value"] = entry["value"] + value
+        elif mode is LogMetricMode.SINGLE or fresh:
+            entry["value"] = value
+        else:
+            pick = jnp.maximum if mode is LogMetricMode.MAX else jnp.minimum
+            entry["value"] = jnp.where(jnp.asarray(entry["count"]) > 0, pick(entry["value"], value), value)
+        if mode is LogMetricMode.STD:
+            entry["value2"] = entry.get("value2", 0.0) + value * value
+        entry["count"] = entry["count"] + 1
+    entry.update(mode=mode, log_freq=freq, log_mode=spec.log_mode)
+    return entry
+
+
+def update_metrics(
+    global_metrics: Mapping[str, Any] | None, step_metrics: Mapping[str, Any], train: bool, batch_size: Any
+) -> FrozenDict:
+    """Folds one step's metrics into the running entries (works inside ``jax.jit``).
+
+    Args:
+        global_metrics: the entries so far (``None``: none yet).
+        step_metrics: the step's metrics, names to values or options dicts
+            (``{"value": v, "mode": ..., "log_freq": ..., "log_mode": ..., "count": ...}``).
+        train: a training step (``<name>_step`` and ``<name>_epoch`` entries, TRAIN and ANY
+            metrics) or an evaluation one (``<name>_epoch`` entries, all but TRAIN metrics).
+        batch_size: MEAN's weight when a metric gives no ``count``.
+
+    Raises:
+        TypeError / ValueError: a malformed metrics dict (explained by ``parse_metrics``),
+            or a CONCAT metric.
+
+    Example:
+        >>> m = update_metrics(None, {"loss": 0.5}, train=True, batch_size=4)
+        >>> m = update_metrics(m, {"loss": 1.0}, train=True, batch_size=4)
+        >>> m["loss_epoch"]["value"], m["loss_epoch"]["count"]
+        (6.0, 8)
+    """
+    specs, values = parse_metrics(step_metrics, where="update_metrics: step_metrics")
+    entries = {} if global_metrics is None else dict(unfreeze(global_metrics))
+    for name, spec in specs.items():
+        value, count = values[name]
+        for freq, postfix in _kept(spec, bool(train)):
+            key = f"{name}_{postfix}"
+            entries[key] = _fold(entries.get(key), spec, freq, value, count, batch_size)
+    return freeze(entries)
+
+
+def _monoid(key: str, entry: Any) -> Metric:
+    """The gyre monoid holding an entry's running sums (on the host)."""
+    if not isinstance(entry, Mapping) or any(k not in entry for k in _KEYS):
+        raise ValueError(explain(
+            f"get_metrics: entry {key!r} is not a metric entry",
+            expected="a dict with 'value', 'count' and 'mode' (as update_metrics makes them)",
+            received=describe(entry),
+            fix="build the entries with update_metrics",
+        ))
+    mode = MetricSpec(key, entry["mode"]).mode
+    value, count = jnp.asarray(entry["value"], jnp.float32), jnp.asarray(entry["count"], jnp.float32)
+    if mode is LogMetricMode.MEAN:
+        return Mean(total=value, count=count)
+    if mode is LogMetricMode.SUM:
+        return Sum(value=value, count=count)
+    if mode is LogMetricMode.STD:
+        mean = value / jnp.maximum(count, 1.0)
+        m2 = jnp.maximum(jnp.asarray(entry.get("value2", 0.0), jnp.float32) - count * mean * mean, 0.0)
+        return Std(count=count, shift=jnp.zeros_like(mean), mean=mean, m2=m2)
+    return _SELECTING[mode](value=jnp.asarray(entry["value"]), count=count)
+
+
+def get_metrics(
+    global_metrics: Mapping[str, Any], log_freq: LogFreq = LogFreq.ANY, reset_metrics: bool = True
+) -> tuple[FrozenDict, dict[str, Any]]:
+    """The entries of ``log_freq`` (``ANY``: all) reduced on the host, by metric name (the
+    ``_step`` / ``_epoch`` postfix removed), and the entries with those reset when
+    ``reset_metrics``.
+
+    Raises:
+        ValueError: an entry without ``value``, ``count`` or ``mode``, or an unknown mode.
+
+    Example:
+        >>> m = update_metrics(None, {"acc": {"value": 0.5, "mode": "max"}}, True, 8)
+        >>> m, host = get_metrics(m, LogFreq.EPOCH)
+        >>> float(host["acc"]), m["acc_epoch"]["count"].tolist()
+        (0.5, 0)
+    """
+    freq = LogFreq(log_freq)
+    entries = dict(unfreeze(global_metrics)) if isinstance(global_metrics, FrozenDict) else dict(global_metrics)
+    chosen = [k for k, e in entries.items()
+              if freq is LogFreq.ANY or LogFreq(e.get("log_freq", LogFreq.ANY)) is freq]
+    host_entries = jax.device_get({k: entries[k] for k in chosen})  # one transfer
+    host = {k.rsplit("_", 1)[0]: np.asarray(_monoid(k, host_entries[k]).compute())[()] for k in chosen}
+    if reset_metrics:
+        for key in chosen:
+            entries[key] = {**entries[key], **{
+                field: jnp.zeros_like(entries[key][field]) for field in ("value", "count", "value2")
+                if field in entries[key]
+            }}
+    return freeze(entries), host

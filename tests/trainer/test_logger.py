@@ -1,0 +1,75 @@
+"""Logger: the fork's step/epoch bookkeeping over update_metrics entries, written through the
+tool_config's gyre writer, with the TrainerModule's epoch files."""
+
+import csv
+import json
+import os
+
+import pytest
+
+from gyre.config import ConfigError, LoggerConfig, TensorboardConfig
+from gyre.trainer import Logger, update_metrics
+
+
+def csv_logger(tmp_path, **keys):
+    return Logger(LoggerConfig(log_dir=str(tmp_path), tool_config={"class_name": "CSVToolLogger"}, **keys),
+                  {"model": {"width": 8}})
+
+
+def rows(tmp_path):
+    with open(tmp_path / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_step_window_and_epoch_are_written_and_reset(tmp_path):
+    logger = csv_logger(tmp_path, log_steps_every=2)
+    logger.start_epoch(1)
+    metrics = None
+    for loss in (1.0, 3.0, 5.0):
+        metrics = update_metrics(metrics, {"loss": loss}, train=True, batch_size=2)
+        metrics = logger.log_step(metrics)
+    assert metrics["loss_step"]["count"] == 2  # the first window was written and reset
+    logger.log_epoch_scalar("lr", 0.1)
+    metrics, final = logger.end_epoch(metrics, save_metrics=True)
+    assert final["train/loss"] == 3.0 and final["train/lr"] == 0.1 and "train/time" in final
+    assert metrics["loss_epoch"]["count"] == 0
+    logger.finalize("success")
+    written = rows(tmp_path)
+    assert written[0]["step"] == "2" and float(written[0]["train/loss_step"]) == 2.0
+    assert float(written[-1]["train/loss_epoch"]) == 3.0
+    with open(tmp_path / "metrics" / "train_epoch_0001.json") as f:
+        record = json.load(f)
+    assert record["epoch"] == 1 and record["step"] == 3 and record["train/loss"] == 3.0
+
+
+def test_evaluation_epochs_have_no_postfix_and_log_dir_is_the_run_folder(tmp_path):
+    logger = csv_logger(tmp_path)
+    logger.start_epoch(2, mode="val")
+    metrics = update_metrics(None, {"acc": 0.5}, train=False, batch_size=4)
+    metrics = logger.log_step(metrics)
+    _, final = logger.end_epoch(metrics)
+    logger.finalize("success")
+    assert final["val/acc"] == 0.5 and "val/acc" in rows(tmp_path)[-1]
+    assert logger.log_dir == str(tmp_path)
+
+
+def test_without_log_dir_the_folder_is_the_writers(tmp_path):
+    logger = Logger(LoggerConfig(tool_config=TensorboardConfig(save_dir=str(tmp_path), version="v")), {})
+    assert logger.log_dir == os.path.join(str(tmp_path), "v")
+    logger.save_metrics("best", {"val/acc": 0.5, "skip": [1]})
+    logger.finalize("success")
+    with open(tmp_path / "v" / "metrics" / "best.json") as f:
+        assert json.load(f) == {"val/acc": 0.5}
+
+
+def test_mistakes_are_explained(tmp_path):
+    logger = csv_logger(tmp_path)
+    with pytest.raises(AssertionError, match="unknown logging mode"):
+        logger.start_epoch(1, mode="training")
+    with pytest.raises(ValueError, match="save_metrics: the file's name"):
+        logger.save_metrics("a/b", {})
+    logger.finalize("success")
+    with pytest.raises(TypeError, match="Logger takes a LoggerConfig"):
+        Logger(42, {})
+    with pytest.raises(ConfigError, match="log_step_every"):
+        Logger({"log_step_every": 3}, {})
