@@ -52,3 +52,60 @@ def test_every_kind_has_its_registry_filled_by_gyre():
     assert {"TrainerModule", "ImgClassifierTrainer"} <= set(REGISTRIES["trainers"])
     assert {"ModelCheckpoint", "EarlyStopping", "LearningRateMonitor"} <= set(REGISTRIES["callbacks"])
     assert {"SimpleClassifier", "SimpleCNN"} <= set(REGISTRIES["models"]) and "DigitsDataset" in REGISTRIES["datasets"]
+
+
+def test_config_typed_gives_the_union_of_the_configs_that_name_a_component():
+    import dataclasses
+    import typing
+
+    from gyre.config._registry import ConfigTyped
+
+    @dataclasses.dataclass
+    class PartConfig:
+        class_name: typing.ClassVar[str | None] = None
+
+    @dataclasses.dataclass
+    class WheelConfig(PartConfig):
+        class_name: typing.ClassVar[str] = "Wheel"
+
+    @dataclasses.dataclass
+    class SpokedWheelConfig(WheelConfig):  # a subclass's subclass counts too
+        class_name: typing.ClassVar[str] = "SpokedWheel"
+
+    class Part(metaclass=ConfigTyped):
+        config_class = PartConfig
+
+    class Wheel(Part):
+        config_class = WheelConfig
+
+    assert typing.get_args(Part.cfgtype) == (WheelConfig, SpokedWheelConfig)
+    assert typing.get_origin(Part.cfgtype) is typing.Union
+    assert typing.get_args(Wheel.cfgtype) == (WheelConfig, SpokedWheelConfig)
+
+    class Lone(metaclass=ConfigTyped):
+        config_class = SpokedWheelConfig
+
+    assert Lone.cfgtype is SpokedWheelConfig  # one config: the class itself, as compoconf gives it
+
+
+def test_config_typed_without_configs_is_an_explained_error():
+    from gyre.config._registry import ConfigTyped
+
+    class Bare(metaclass=ConfigTyped):
+        pass
+
+    class UnnamedConfig:  # neither it nor a subclass names a component
+        class_name = None
+
+    class UnnamedDerivedConfig(UnnamedConfig):
+        pass
+
+    class Abstract(metaclass=ConfigTyped):
+        config_class = UnnamedConfig
+
+    for cls in (Bare, Abstract):
+        with pytest.raises(TypeError) as error:
+            cls.cfgtype
+        message = str(error.value)
+        assert f"{cls.__name__} has no typed config" in message
+        assert "expected" in message.lower() and "fix" in message.lower()

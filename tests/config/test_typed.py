@@ -158,3 +158,36 @@ def test_a_transform_is_used_as_an_optax_transformation():
 def test_concat_of_typed_parts_is_one_schedule():
     schedule = ConcatSchedule(SCHEDULE_CONFIGS[-1])
     assert [round(float(schedule(i)), 6) for i in (0, 3, 4, 7, 10, 20)] == [0.1, 0.1, 0.1, 0.05, 0.0, 0.0]
+
+
+def test_each_interface_has_cfgtype_the_union_of_its_typed_configs():
+    import typing
+
+    from gyre.config import _typed_configs as typed
+
+    assert typing.get_args(OptimizerInterface.cfgtype) == (SGDConfig, AdamWConfig, LambConfig)
+    assert SGD.cfgtype is SGDConfig and AdamW.cfgtype is AdamWConfig  # a component: its own config
+    assert ScheduleInterface.cfgtype == typed.ScheduleConfigs
+    assert LinearSchedule.cfgtype is LinearScheduleConfig
+    assert GradientTransformInterface.cfgtype == typed.TransformConfigs
+    assert GradClipNormConfig in typing.get_args(GradientTransformInterface.cfgtype)
+    # each member names a registered component (what its section's class_name looks up)
+    from gyre.config import REGISTRIES
+
+    for interface in (OptimizerInterface, ScheduleInterface, GradientTransformInterface):
+        for config in typing.get_args(interface.cfgtype):
+            assert config.class_name in REGISTRIES[config.registry]
+
+
+def test_nested_config_fields_are_annotated_with_the_concrete_unions():
+    """What a parser that resolves a section by its class_name (compoconf's parse_config)
+    reads: the resolved annotations name every concrete config, never only a base class."""
+    import typing
+
+    from gyre.config import _typed_configs as typed
+
+    hints = typing.get_type_hints(AdamWConfig)
+    assert typing.get_args(hints["learning_rate"]) == (float, *typing.get_args(ScheduleInterface.cfgtype))
+    assert hints["transforms"] == dict[str, GradientTransformInterface.cfgtype]
+    assert WeightDecayConfig in typing.get_args(hints["weight_decay"])
+    assert typing.get_type_hints(ConcatScheduleConfig)["schedules"] == dict[str, typed.ScheduleConfigs]

@@ -9,13 +9,78 @@ Looking up a name that is not there is an error listing the names that are.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, Union, overload
 
 from gyre.core._errors import describe, explain, suggest
 
 T = TypeVar("T")
 
 KINDS = ("trainers", "models", "callbacks", "optimizers", "schedules", "transforms", "datasets", "loggers")
+
+
+_NO_CONFIG_CLASS = (
+    "{name}.cfgtype needs {name}.config_class: the base class of the typed configs that "
+    "build a {name}"
+)
+
+
+def _concrete_configs(base: type) -> list[type]:
+    """``base`` and its subclasses, in definition order, that name a component (a
+    ``class_name``): the configs a section of this kind can be."""
+    found: list[type] = []
+    pending = [base]
+    while pending:
+        cls = pending.pop(0)
+        if cls not in found:
+            found.append(cls)
+            pending.extend(cls.__subclasses__())
+    return [cls for cls in found if isinstance(getattr(cls, "class_name", None), str) and cls.class_name]
+
+
+class ConfigTyped(type):
+    """The metaclass of an interface whose components have typed configs: it gives the
+    class ``cfgtype``, the type a config field of that kind is annotated with (the kpoeppel
+    fork's ``OptimizerInterface.cfgtype``, as compoconf has it): the one config class, or
+    the ``Union`` of every config class under the interface's ``config_class`` that names a
+    component. Each has its ``class_name``, so a parser that resolves a section by its
+    ``class_name`` (compoconf's ``parse_config``) finds the config of that section.
+
+    Example:
+        >>> import dataclasses
+        >>> from typing import ClassVar, get_args
+        >>> @dataclasses.dataclass
+        ... class ShapeConfig:
+        ...     class_name: ClassVar[str | None] = None
+        >>> @dataclasses.dataclass
+        ... class CircleConfig(ShapeConfig):
+        ...     class_name: ClassVar[str] = "Circle"
+        ...     radius: float = 1.0
+        >>> @dataclasses.dataclass
+        ... class SquareConfig(ShapeConfig):
+        ...     class_name: ClassVar[str] = "Square"
+        ...     side: float = 1.0
+        >>> class Shape(metaclass=ConfigTyped):
+        ...     config_class = ShapeConfig
+        >>> [c.__name__ for c in get_args(Shape.cfgtype)]
+        ['CircleConfig', 'SquareConfig']
+    """
+
+    @property
+    def cfgtype(cls) -> Any:
+        """The config class of this interface's components, or the ``Union`` of them."""
+        base = getattr(cls, "config_class", None)
+        concrete = _concrete_configs(base) if isinstance(base, type) else []
+        if not concrete:
+            raise TypeError(
+                explain(
+                    f"{cls.__name__} has no typed config to annotate a field with",
+                    expected=_NO_CONFIG_CLASS.format(name=cls.__name__)
+                    + ", with at least one subclass that has a class_name",
+                    received=f"config_class = {describe(base)}",
+                    fix=f"set {cls.__name__}.config_class to a config class whose subclasses name components",
+                )
+            )
+        return concrete[0] if len(concrete) == 1 else Union[tuple(concrete)]  # noqa: UP007
 
 
 class Registry:

@@ -16,12 +16,12 @@ attribute of an nnx ``Variable`` is dropped, so nnx and linen paths read alike. 
 import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import jax
 import optax
 
-from gyre.config._registry import TRANSFORMS
+from gyre.config._registry import TRANSFORMS, ConfigTyped
 from gyre.config._sections import call_section, class_name_of, flag, here, real, who
 from gyre.core._errors import describe, explain
 
@@ -32,7 +32,7 @@ DEFAULT_DECAY_REGEX = "((.*weight$)|(.*kernel$))"
 
 
 @dataclasses.dataclass(frozen=True)
-class Transform:
+class Transform(metaclass=ConfigTyped):
     """A gradient transform from a config section, and its place in the chain.
 
     Args:
@@ -49,6 +49,9 @@ class Transform:
         (True, [-1.0, 0.5])
     """
 
+    #: The base of the typed configs that build a transform (``cfgtype``: their union);
+    #: set by :mod:`gyre.config._typed_configs`, which defines them.
+    config_class: ClassVar[type | None] = None
     name: str
     before_optimizer: bool
     factory: Callable[[Any], optax.GradientTransformation]

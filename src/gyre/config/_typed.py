@@ -25,7 +25,7 @@ import optax
 
 from gyre.config import _typed_configs as typed
 from gyre.config._optim import _weight_decay
-from gyre.config._registry import OPTIMIZERS, SCHEDULES
+from gyre.config._registry import OPTIMIZERS, SCHEDULES, ConfigTyped
 from gyre.config._schedules import build_schedule
 from gyre.config._sections import check_keys, here, real
 from gyre.config._simple_schedules import total_steps
@@ -49,7 +49,7 @@ def _config_or_keys(cls: type, config: Any, keys: Mapping[str, Any]) -> None:
         check_keys(wanted.builder, cls.__name__, keys, where=here() or cls.__name__)
 
 
-class ScheduleInterface:
+class ScheduleInterface(metaclass=ConfigTyped):
     """A learning-rate schedule of the fork's form: ``Schedule(config)`` or
     ``Schedule(**section_keys)``, called on a step.
 
@@ -57,6 +57,12 @@ class ScheduleInterface:
         >>> s = LinearSchedule(typed.LinearScheduleConfig(init_value=1.0, end_value=0.0, steps=4))
         >>> float(s(2)), s.total_steps, isinstance(s, ScheduleInterface)
         (0.5, 4, True)
+
+        ``cfgtype`` (the fork's, from compoconf) is the union of the schedule configs, to
+        annotate a config field with:
+
+        >>> LinearSchedule.cfgtype.__name__, len(ScheduleInterface.cfgtype.__args__)
+        ('LinearScheduleConfig', 6)
     """
 
     config_class: ClassVar[type[typed.BaseScheduleConfig]] = typed.BaseScheduleConfig
@@ -120,7 +126,7 @@ def _scheduler(rate: Any) -> Any:
     return build_schedule(rate, where=here("learning_rate"))
 
 
-class OptimizerInterface(optax.GradientTransformationExtraArgs):
+class OptimizerInterface(optax.GradientTransformationExtraArgs, metaclass=ConfigTyped):
     """An optimizer of the fork's form: ``Optimizer(config)`` or ``Optimizer(**section_keys)``;
     an ``optax.GradientTransformation`` with ``scheduler`` and ``config``.
 
@@ -128,6 +134,8 @@ class OptimizerInterface(optax.GradientTransformationExtraArgs):
         >>> tx = SGD(typed.SGDConfig(learning_rate=0.5))
         >>> isinstance(tx, optax.GradientTransformation), tx.scheduler
         (True, 0.5)
+        >>> [c.__name__ for c in OptimizerInterface.cfgtype.__args__]
+        ['SGDConfig', 'AdamWConfig', 'LambConfig']
     """
 
     config_class: ClassVar[type[typed.BaseOptimizerConfig]] = typed.BaseOptimizerConfig

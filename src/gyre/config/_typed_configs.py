@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Union
 
 from gyre.config._components import ConfigError
 from gyre.config._optim import SGD as _sgd
@@ -46,6 +46,7 @@ from gyre.config._simple_schedules import decayed_end
 from gyre.config._transforms import DEFAULT_DECAY_REGEX
 from gyre.config._transforms import GradClipNorm as _clip_norm
 from gyre.config._transforms import GradClipValue as _clip_value
+from gyre.config._transforms import Transform
 from gyre.config._transforms import WeightDecay as _weight_decay
 from gyre.core._errors import describe, explain, suggest
 
@@ -280,7 +281,7 @@ class ConcatScheduleConfig(BaseScheduleConfig):
     init_value: float | None = None  # type: ignore[assignment]
     end_value: float | None = None
     check_continuity: bool = True
-    schedules: Mapping[str, BaseScheduleConfig]
+    schedules: dict[str, ScheduleConfigs]
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -312,6 +313,15 @@ class WarmupCosineDecayScheduleConfig(BaseScheduleConfig):
         self.derive("steps", self.built.total_steps)
         self.derive("decay_steps", self.steps - self.warmup_steps)  # type: ignore[operator]
         self.derive("end_value", decayed_end(self.class_name, self.peak_value, self.decay_factor, self.end_value, 0.1))
+
+
+#: Every schedule config, the annotation of a field that holds one (``learning_rate``,
+#: ``schedules``): a parser that resolves a section by its ``class_name`` (compoconf's
+#: ``parse_config``) finds each there; ``ScheduleInterface.cfgtype`` is the same union.
+ScheduleConfigs = Union[  # noqa: UP007 (a runtime value, read by get_type_hints)
+    ConstantScheduleConfig, LinearScheduleConfig, CosineScheduleConfig, ExponentialScheduleConfig,
+    ConcatScheduleConfig, WarmupCosineDecayScheduleConfig,
+]
 
 
 # -- transforms ----------------------------------------------------------------------------------
@@ -380,6 +390,11 @@ class GradClipValueConfig(GradientTransformConfig):
     max_delta: float = 1e8
 
 
+#: Every transform config (the annotation of ``transforms``' values; ``Transform.cfgtype``).
+TransformConfigs = Union[WeightDecayConfig, GradClipNormConfig, GradClipValueConfig]  # noqa: UP007
+Transform.config_class = GradientTransformConfig
+
+
 # -- optimizers ----------------------------------------------------------------------------------
 
 
@@ -402,8 +417,8 @@ class BaseOptimizerConfig(TypedConfig):
     """
 
     registry: ClassVar[str] = "optimizers"
-    learning_rate: float | BaseScheduleConfig = 1e-3
-    transforms: Mapping[str, GradientTransformConfig] = dataclasses.field(default_factory=dict)
+    learning_rate: float | ScheduleConfigs = 1e-3
+    transforms: dict[str, TransformConfigs] = dataclasses.field(default_factory=dict)
     log_learning_rate: bool = True
 
     def __post_init__(self) -> None:
