@@ -388,6 +388,29 @@ def test_a_callback_s_class_name_defaults_to_its_key(toys, monkeypatch):
     }
 
 
+def test_a_typed_tool_config_is_kept_as_given_and_dumped_as_its_section():
+    from gyre.config import TensorboardConfig, WandbConfig
+
+    board = TensorboardConfig(save_dir="runs/tb", version="v1")
+    logger = LoggerConfig(tool_config=board)
+    assert logger.tool_config is board  # the fork's config.tool_config.save_dir reads it
+    assert (logger.tool_config.save_dir, logger.tool_config.version) == ("runs/tb", "v1")
+    section = {"class_name": "TensorboardToolLogger", "save_dir": "runs/tb", "version": "v1",
+               "use_timestamp_version": True, "name": ""}
+    assert logger.model_dump()["tool_config"] == section
+    assert logger.model_dump(mode="json")["tool_config"] == section
+    # the dump reads back as the same section (a saved trainer config reloads)
+    assert dict(LoggerConfig.model_validate(logger.model_dump()).tool_config) == {
+        **section, "save_dir": "runs/tb"}
+    wandb = WandbConfig(project="cifar", version="1")
+    assert LoggerConfig(tool_config=wandb).tool_config is wandb
+    # a YAML section stays a plain dict, as before
+    assert type(LoggerConfig(tool_config={"class_name": "CSVToolLogger"}).tool_config) is dict
+    # a typed config is checked as its section: a class in its place is an explained error
+    with pytest.raises(ConfigError, match=r"tool_config must be a mapping"):
+        LoggerConfig(tool_config=TensorboardConfig)
+
+
 def test_a_bad_callback_names_its_path(toys):
     with pytest.raises(ConfigError, match=r"unknown key trainer\.callbacks\.TestOnlyCheckpoint\.monitr .*"
                                           r"Did you mean 'monitor'\?\n  expected: a key of TestOnlyCheckpoint: "

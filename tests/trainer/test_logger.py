@@ -54,8 +54,12 @@ def test_evaluation_epochs_have_no_postfix_and_log_dir_is_the_run_folder(tmp_pat
 
 
 def test_without_log_dir_the_folder_is_the_writers(tmp_path):
-    logger = Logger(LoggerConfig(tool_config=TensorboardConfig(save_dir=str(tmp_path), version="v")), {})
+    board = TensorboardConfig(save_dir=str(tmp_path), version="v")
+    logger = Logger(LoggerConfig(tool_config=board), {})
     assert logger.log_dir == os.path.join(str(tmp_path), "v")
+    # the tool logger keeps the typed config it was given (the fork reads .config.save_dir)
+    assert logger.logger.config is board
+    assert logger.log_dir == os.path.join(logger.logger.config.save_dir, logger.logger.config.version)
     logger.save_metrics("best", {"val/acc": 0.5, "skip": [1]})
     logger.finalize("success")
     with open(tmp_path / "v" / "metrics" / "best.json") as f:

@@ -16,6 +16,7 @@ from pydantic import (
     Field,
     SerializeAsAny,
     ValidationError,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -34,6 +35,7 @@ from gyre.config._components import (
 )
 from gyre.config._jax_trainer import from_jax_trainer, is_jax_trainer_section, jax_trainer_component
 from gyre.config._registry import REGISTRIES
+from gyre.config._tool_configs import TensorboardConfig, WandbConfig
 from gyre.core._errors import describe, explain, suggest
 
 
@@ -101,7 +103,10 @@ class LoggerConfig(_Section):
         log_dir: the run folder (default: chosen by the trainer).
         log_steps_every: log step metrics every this many steps (0: per epoch only).
         tool_config: a writer section (``TensorboardToolLogger``, ``WandBToolLogger``,
-            ``MLflowToolLogger``, ``CSVToolLogger``), checked against ``LOGGERS``.
+            ``MLflowToolLogger``, ``CSVToolLogger``), checked against ``LOGGERS``; a typed
+            :class:`~gyre.config.TensorboardConfig` / :class:`~gyre.config.WandbConfig` is
+            checked as its section and kept as given (``tool_config.save_dir`` reads it),
+            and dumped as its section.
         log_file_verbosity: the level of the run's log file (``<log_dir>/run.log``).
         stderrthreshold: the level from which log records are also printed on stderr.
         base_log_dir: the folder that holds the run folders when ``log_dir`` is left out.
@@ -117,6 +122,9 @@ class LoggerConfig(_Section):
         10
         >>> LoggerConfig(tool="WandB", project_name="cifar").tool_config["class_name"]
         'WandBToolLogger'
+        >>> config = LoggerConfig(tool_config=TensorboardConfig(save_dir="logs", version="1"))
+        >>> config.tool_config.save_dir, config.model_dump()["tool_config"]["class_name"]
+        ('logs', 'TensorboardToolLogger')
         >>> LoggerConfig(log_step_every=10)
         Traceback (most recent call last):
         gyre.config.ConfigError: unknown key trainer.logger.log_step_every ... Did you mean 'log_steps_every'?
@@ -127,7 +135,7 @@ class LoggerConfig(_Section):
     class_name: Literal["Logger"] = "Logger"
     log_dir: str | None = None
     log_steps_every: Annotated[int, Field(ge=0)] = 50
-    tool_config: dict[str, Any] | None = None
+    tool_config: dict[str, Any] | TensorboardConfig | WandbConfig | None = None
     log_file_verbosity: Literal["debug", "info", "warning", "error"] = "info"
     stderrthreshold: Literal["debug", "info", "warning", "error"] = "warning"
     base_log_dir: str | None = None
@@ -148,7 +156,14 @@ class LoggerConfig(_Section):
     @field_validator("tool_config", mode="before")
     @classmethod
     def _tool(cls, value: Any) -> Any:
-        return None if value is None else validate_tool_section(value, where=f"{cls.section_path}.tool_config")
+        if value is None:
+            return None
+        section = validate_tool_section(value, where=f"{cls.section_path}.tool_config")
+        return value if isinstance(value, (TensorboardConfig, WandbConfig)) else section
+
+    @field_serializer("tool_config")
+    def _tool_section(self, value: Any) -> dict[str, Any] | None:
+        return None if value is None else dict(value)
 
 
 _TOOLS = {"tensorboard": "TensorboardToolLogger", "wandb": "WandBToolLogger", "mlflow": "MLflowToolLogger",

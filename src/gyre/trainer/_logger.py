@@ -95,9 +95,9 @@ class Logger:
             ))
         self.config = config
         self.full_config = full_config
-        section = dict(config.tool_config) if config.tool_config is not None else dict(TensorboardConfig())
-        writer = build_tool_writer(section, log_dir=config.log_dir or os.getcwd())
-        self.logger = ToolLoggerInterface(writer, section)
+        tool = config.tool_config if config.tool_config is not None else TensorboardConfig()
+        writer = build_tool_writer(dict(tool), log_dir=config.log_dir or os.getcwd())
+        self.logger = ToolLoggerInterface(writer, tool)  # a typed config stays one: .config.save_dir
         self.logging_mode = "train"
         self.step_metrics = self._get_new_metrics_dict()
         self.step_count = 0
