@@ -558,12 +558,33 @@ def test_a_model_of_the_other_flax_api_is_a_config_error():
     import gyre.trainer  # noqa: F401 (registers SimpleCNN and SimpleCNNLinen)
     from gyre.config._schema import check_model_mode
 
-    with pytest.raises(ConfigError, match=r"'SimpleCNNLinen' is a flax.linen module, but trainer.model_mode is 'nnx' \(the default\)"):
+    with pytest.raises(ConfigError, match=r"'SimpleCNNLinen' is a flax.linen module, but trainer.model_mode is 'nnx'"):
         check_model_mode("SimpleCNNLinen", "nnx")
-    with pytest.raises(ConfigError, match=r"fix: add model_mode: nnx to the trainer section"):
+    with pytest.raises(ConfigError, match=r"fix: write model_mode: nnx in the trainer section, or leave model_mode out"):
         check_model_mode("SimpleCNN", "linen")
     check_model_mode("SimpleCNN", "nnx")
     check_model_mode("SimpleCNNLinen", "linen")
+
+
+def test_a_left_out_model_mode_is_the_registered_model_class_s_api(toys):
+    import gyre.trainer  # noqa: F401 (registers SimpleCNN and SimpleCNNLinen)
+    from gyre.config import model_kind
+
+    assert (model_kind("SimpleCNNLinen"), model_kind("SimpleCNN")) == ("linen", "nnx")
+    assert model_kind("TestOnlyModel") is None  # a factory function: no API to read
+    linen_model = {"class_name": "SimpleCNNLinen"}
+    config = Config(**config_data(model=linen_model))
+    assert config.trainer.model_mode == "linen"
+    assert type(config.trainer).__name__ == type(Config(**config_data()).trainer).__name__  # same section class
+    assert config.model_dump()["trainer"]["model_mode"] == "linen"  # the saved config records it
+    assert Config(**config_data(model={"class_name": "SimpleCNN"})).trainer.model_mode == "nnx"
+    assert Config(**config_data()).trainer.model_mode == "nnx"  # a factory: the default
+    given = config_data(model=linen_model, trainer={"class_name": "TestOnlyTrainer", "model_mode": "linen"})
+    assert Config(**given).trainer.model_mode == "linen"
+    # given and contradicting the class: still the explained error
+    wrong = config_data(model=linen_model, trainer={"class_name": "TestOnlyTrainer", "model_mode": "nnx"})
+    with pytest.raises(ConfigError, match=r"'SimpleCNNLinen' is a flax.linen module, but trainer.model_mode is 'nnx'"):
+        Config(**wrong)
 
 
 def test_the_top_level_seed_is_the_trainers_when_it_has_none(toys):

@@ -33,6 +33,7 @@ from gyre.config._sections import run_length as run_length
 from gyre.config._schema import Config as Config
 from gyre.config._schema import LoggerConfig as LoggerConfig
 from gyre.config._schema import TrainerConfig as TrainerConfig
+from gyre.config._schema import model_kind as model_kind
 from gyre.config._tools import build_tool_writer as build_tool_writer
 from gyre.config._transforms import Transform as Transform
 from gyre.config._transforms import WeightDecayTransform as WeightDecayTransform
@@ -85,7 +86,7 @@ __all__ = [
     "run_length", "RunLengthUnknown",
     "Transform", "WeightDecayTransform", "build_transform", "build_transforms", "parameter_path",
     # the schema, YAML files and tool loggers
-    "Config", "ConfigError", "LoggerConfig", "TrainerConfig", "validate_component", "validate_nested",
+    "Config", "ConfigError", "LoggerConfig", "TrainerConfig", "model_kind", "validate_component", "validate_nested",
     "build_tool_writer", "TensorboardConfig", "WandbConfig", "config_to_dict", "dump_config", "load_config", "flatten_configdict", "flatten_dict",
     # jax_trainer's optimizer sections
     "OptimizerBuilder", "from_jax_trainer",

@@ -442,7 +442,12 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _model_mode(self) -> Config:
-        check_model_mode(self.model["class_name"], self.trainer.model_mode)
+        if "model_mode" in self.trainer.model_fields_set:  # given: it must match the model
+            check_model_mode(self.model["class_name"], self.trainer.model_mode)
+            return self
+        kind = model_kind(self.model["class_name"])  # left out: the registered class's API
+        if kind is not None and kind != self.trainer.model_mode:
+            self.trainer = self.trainer.model_copy(update={"model_mode": kind})
         return self
 
 
@@ -473,10 +478,29 @@ def check_schedule(rate: Any, where: str = "optimizer.learning_rate") -> None:
         raise ConfigError(text) from None
 
 
+def model_kind(name: str) -> Literal["nnx", "linen"] | None:
+    """The flax API of the registered model ``name``: ``"linen"`` for a ``flax.linen``
+    module class, ``"nnx"`` for an ``nnx.Module`` class, ``None`` for anything else (a
+    factory function). A config whose trainer leaves ``model_mode`` out takes this one.
+
+    Example:
+        >>> import gyre.trainer  # registers SimpleCNN and SimpleCNNLinen
+        >>> model_kind("SimpleCNNLinen"), model_kind("SimpleCNN")
+        ('linen', 'nnx')
+    """
+    from flax import linen, nnx
+
+    model = lookup("models", name, "model")
+    if not isinstance(model, type):
+        return None
+    return "linen" if issubclass(model, linen.Module) else "nnx" if issubclass(model, nnx.Module) else None
+
+
 def check_model_mode(name: str, mode: str) -> None:
-    """Refuses a registered model class of the other flax API than ``trainer.model_mode``
-    (a linen module is built without ``rngs``, an nnx one with them: the wrong mode fails
-    inside the model's constructor). Factories that are not flax classes are not checked.
+    """Refuses a registered model class of the other flax API than a given
+    ``trainer.model_mode`` (a linen module is built without ``rngs``, an nnx one with them:
+    the wrong mode fails inside the model's constructor); a left-out ``model_mode`` is the
+    class's own (:func:`model_kind`). Factories that are not flax classes are not checked.
 
     Example:
         >>> check_model_mode("SimpleCNNLinen", "nnx")
@@ -484,20 +508,15 @@ def check_model_mode(name: str, mode: str) -> None:
         gyre.config.ConfigError: the model 'SimpleCNNLinen' is a flax.linen module, but trainer.model_mode is 'nnx' ...
         ...
     """
-    from flax import linen, nnx
-
-    model = lookup("models", name, "model")
-    if not isinstance(model, type):
-        return
-    kind = "linen" if issubclass(model, linen.Module) else "nnx" if issubclass(model, nnx.Module) else None
+    kind = model_kind(name)
     if kind is None or kind == mode:
         return
     raise ConfigError(
         explain(
-            f"the model {name!r} is a flax.{kind} module, but trainer.model_mode is {mode!r}"
-            + (" (the default)" if mode == "nnx" else ""),
-            expected=f"trainer.model_mode: {kind} for a flax.{kind} model",
+            f"the model {name!r} is a flax.{kind} module, but trainer.model_mode is {mode!r}",
+            expected=f"trainer.model_mode: {kind} for a flax.{kind} model (or no model_mode: the model's own)",
             received=f"model_mode: {mode}, model {name} (flax.{kind})",
-            fix=f"add model_mode: {kind} to the trainer section (or override: trainer.model_mode={kind})",
+            fix=f"write model_mode: {kind} in the trainer section, or leave model_mode out "
+            f"(or override: trainer.model_mode={kind})",
         )
     )

@@ -70,7 +70,8 @@ def plain_section(section: Any) -> Any:
 
 
 def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
-    """The model of the ``model`` section: an nnx class gets ``rngs=nnx.Rngs(seed)``."""
+    """The model of the ``model`` section: an nnx class (or, for a factory function,
+    ``model_mode: nnx``) gets ``rngs=nnx.Rngs(seed)``."""
     if section is None:
         raise TypeError(
             explain(
@@ -83,12 +84,14 @@ def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
         )
     from flax import nnx
 
-    from gyre.config import MODELS, validate_component
+    from gyre.config import MODELS, model_kind, validate_component
 
     section = jax_trainer_component(dict(section), "model")  # jax_trainer's name + hparams
     kwargs = validate_component("models", section, where="model", extra_allowed=("rngs",))
     factory = MODELS.get(section["class_name"], where="model.class_name")
-    if config.model_mode == "nnx":
+    # a flax class is built by its own API (a given model_mode that contradicts it is the
+    # trainer's explained error once built); a factory function by model_mode
+    if (model_kind(section["class_name"]) or config.model_mode) == "nnx":
         return factory(**kwargs, rngs=nnx.Rngs(config.seed))
     return factory(**kwargs)
 
