@@ -105,7 +105,7 @@ def test_config_typed_without_configs_is_an_explained_error():
 
     for cls in (Bare, Abstract):
         with pytest.raises(TypeError) as error:
-            cls.cfgtype
+            _ = cls.cfgtype
         message = str(error.value)
         assert f"{cls.__name__} has no typed config" in message
         assert "expected" in message.lower() and "fix" in message.lower()

@@ -43,10 +43,9 @@ from gyre.config._simple_schedules import ConstantSchedule as _constant
 from gyre.config._simple_schedules import CosineSchedule as _cosine
 from gyre.config._simple_schedules import LinearSchedule as _linear
 from gyre.config._simple_schedules import decayed_end
-from gyre.config._transforms import DEFAULT_DECAY_REGEX
+from gyre.config._transforms import DEFAULT_DECAY_REGEX, Transform
 from gyre.config._transforms import GradClipNorm as _clip_norm
 from gyre.config._transforms import GradClipValue as _clip_value
-from gyre.config._transforms import Transform
 from gyre.config._transforms import WeightDecay as _weight_decay
 from gyre.core._errors import describe, explain, suggest
 
