@@ -591,3 +591,27 @@ def test_the_top_level_seed_is_the_trainers_when_it_has_none(toys):
     assert Config(**config_data(seed=7)).trainer.seed == 7
     assert Config(**config_data(seed=7, trainer={"class_name": "TestOnlyTrainer", "seed": 3})).trainer.seed == 3
     assert Config(**config_data()).trainer.seed == 42
+
+
+def test_a_trainer_section_is_also_built_from_one_mapping_and_stays_strict():
+    # compoconf's parse_config builds a class that is not a dataclass as cls(section)
+    config = TrainerConfig({"train_epochs": 3, "logger": {"log_steps_every": 5}})
+    assert config.train_epochs == 3 and config.logger.log_steps_every == 5
+    with pytest.raises(ConfigError, match="unknown key trainer.train_epoch"):
+        TrainerConfig({"train_epoch": 3})
+    for bad in (3, ["train_epochs"]):
+        with pytest.raises(ConfigError, match="takes a section mapping or keyword arguments") as err:
+            TrainerConfig(bad)
+        assert "expected:" in str(err.value) and "fix:" in str(err.value)
+    with pytest.raises(ConfigError, match="not both"):
+        TrainerConfig({"train_epochs": 3}, seed=1)
+
+
+def test_a_trainer_config_class_names_its_trainer_on_the_class():
+    from gyre.trainer import ImgClassifierConfig, TrainerModuleConfig
+
+    # what compoconf's parse_config matches a section's class_name against
+    assert ImgClassifierConfig.class_name == "ImgClassifierTrainer"
+    assert TrainerModuleConfig.class_name == "TrainerModule" and TrainerConfig.class_name == "TrainerModule"
+    assert ImgClassifierConfig(class_name="Mine").class_name == "Mine"  # an instance keeps its own
+    assert not hasattr(TrainerConfig, "no_such_attribute")

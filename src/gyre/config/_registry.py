@@ -65,11 +65,18 @@ class ConfigTyped(type):
         ['CircleConfig', 'SquareConfig']
     """
 
+    def typed_configs(cls) -> list[type]:
+        """The config classes ``cfgtype`` joins: here those under ``config_class`` that name
+        a component; an interface whose components each bring their own config class (the
+        fork's model bases) overrides this in its metaclass."""
+        base = getattr(cls, "config_class", None)
+        return _concrete_configs(base) if isinstance(base, type) else []
+
     @property
     def cfgtype(cls) -> Any:
         """The config class of this interface's components, or the ``Union`` of them."""
         base = getattr(cls, "config_class", None)
-        concrete = _concrete_configs(base) if isinstance(base, type) else []
+        concrete = cls.typed_configs()
         if not concrete:
             raise TypeError(
                 explain(

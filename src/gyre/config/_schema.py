@@ -72,7 +72,20 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     section_path: ClassVar[str] = ""
 
-    def __init__(self, /, **data: Any) -> None:
+    def __init__(self, section: Mapping[str, Any] | None = None, /, **data: Any) -> None:
+        # Section(mapping) as well as Section(**keys): how compoconf's parse_config builds a
+        # class that is not a dataclass (the kpoeppel fork's FullConfig.trainer)
+        if section is not None:
+            if not isinstance(section, Mapping) or data:
+                raise ConfigError(
+                    explain(
+                        f"{type(self).__name__} takes a section mapping or keyword arguments, not both",
+                        expected=f"{type(self).__name__}({{'train_epochs': 2}}) or {type(self).__name__}(train_epochs=2)",
+                        received=f"{describe(section)}" + (f" and keys {sorted(data)}" if data else ""),
+                        fix="pass the section's keys in the mapping, or pass keys alone",
+                    )
+                )
+            data = dict(section)
         try:
             super().__init__(**data)
         except ValidationError as err:
@@ -194,7 +207,23 @@ def tool_section(tool: Any, project_name: Any, tool_config: Any, *, where: str) 
     return section
 
 
-class TrainerConfig(_Section):
+class _NamedSectionMeta(type(_Section)):  # type: ignore[misc]
+    """Gives a trainer config class ``class_name`` read on the class: the registered trainer
+    whose ``config_class`` it is (else the field's default). A parser that picks a section's
+    config class by its ``class_name`` (compoconf's ``parse_config``: the kpoeppel fork's
+    ``trainer: ImgClassifierTrainerConfig``) reads it there; an instance keeps its own value
+    (pydantic keeps field defaults off the class)."""
+
+    def __getattr__(cls, name: str) -> Any:
+        fields = cls.__dict__.get("__pydantic_fields__")
+        if name != "class_name" or not fields or "class_name" not in fields:
+            return super().__getattr__(name)  # type: ignore[misc]
+        trainers = REGISTRIES["trainers"]
+        named = [n for n in trainers if getattr(trainers.get(n), "config_class", None) is cls]
+        return named[0] if named else fields["class_name"].default
+
+
+class TrainerConfig(_Section, metaclass=_NamedSectionMeta):
     """``trainer``: what the trainer does. A registered trainer may define ``config_class``,
     a subclass of this adding its own keys (``num_classes``...), used to check its section.
 
