@@ -97,3 +97,32 @@ def test_a_config_trains_on_a_named_dataset(tmp_path):
     out = t.train_model(d.train_loader, d.val_loader, d.test_loader)
     assert 0.0 <= out[1]["val/acc"] <= 1.0 and t.global_step == 4
     assert sum(1 for _ in d.test_loader) == 2
+
+
+def test_cifar10_config_is_the_typed_form_of_the_registered_dataset(tmp_path):
+    import dataclasses
+    import typing
+
+    from gyre.trainer import CIFAR10Config, DatasetModule, MNISTConfig, init_ddp_mesh
+
+    assert CIFAR10Config.class_name == "CIFAR10Dataset" and MNISTConfig.class_name == "MNISTDataset"
+    assert {CIFAR10Config, MNISTConfig} <= set(typing.get_args(DatasetModule.cfgtype))
+    fields = [f.name for f in dataclasses.fields(CIFAR10Config)]
+    assert fields == ["data_dir", "global_batch_size", "local_batch_size", "val_size", "split_seed",
+                      "normalize", "num_workers"]  # CIFAR10Dataset's parameters, its defaults
+    config = CIFAR10Config(data_dir=str(_cifar(tmp_path)), global_batch_size=4, val_size=4)
+    data = config.instantiate(DatasetModule, init_ddp_mesh())
+    assert isinstance(data, CIFAR10Dataset) and isinstance(data, DatasetModule)
+    batch = next(iter(data.train_loader))
+    assert batch.input.shape == (4, 32, 32, 3) and str(batch.target.dtype) == "int64"
+
+
+def test_a_typed_dataset_config_explains_a_bad_interface_or_mesh(tmp_path):
+    from gyre.trainer import CIFAR10Config
+
+    config = CIFAR10Config(data_dir=str(tmp_path))
+    with pytest.raises(TypeError, match="builds a DatasetModule") as err:
+        config.instantiate(dict)
+    assert "fix:" in str(err.value)
+    with pytest.raises(TypeError, match="mesh must be a jax.sharding.Mesh"):
+        config.instantiate(None, "data")

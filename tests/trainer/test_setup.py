@@ -91,3 +91,15 @@ def test_a_registered_flax_class_is_built_by_its_own_api_and_a_factory_by_model_
     # a given model_mode that contradicts the class is the trainer's explained error once
     # built (tests/trainer/test_module.py); the builder itself never passes rngs to linen
     assert isinstance(build_model(TrainerConfig(model_mode="nnx"), {"class_name": "SimpleCNNLinen"}), linen.Module)
+
+
+def test_init_ddp_mesh_is_a_data_axis_over_every_device_that_the_trainer_takes():
+    import jax
+
+    from gyre.trainer import init_ddp_mesh
+    from gyre.trainer._setup import strategy_of_mesh
+
+    mesh = init_ddp_mesh()
+    assert mesh.axis_names == ("data",) and mesh.size == jax.device_count()
+    strategy = strategy_of_mesh(mesh)
+    assert strategy.name == "data_parallel" and strategy.data_axis == ("data",)

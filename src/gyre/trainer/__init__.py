@@ -25,11 +25,16 @@ from gyre.trainer._classifier import SimpleCNNLinen as SimpleCNNLinen
 from gyre.trainer._config import TrainerModuleConfig as TrainerModuleConfig
 from gyre.trainer._confusion import ConfusionMatrixCallback as ConfusionMatrixCallback
 from gyre.trainer._confusion import confusion_matrix as confusion_matrix
+from gyre.trainer._datasets import CIFAR10Config as CIFAR10Config
 from gyre.trainer._datasets import CIFAR10Dataset as CIFAR10Dataset
+from gyre.trainer._datasets import DatasetModule as DatasetModule
+from gyre.trainer._datasets import MNISTConfig as MNISTConfig
 from gyre.trainer._datasets import MNISTDataset as MNISTDataset
 from gyre.trainer._datasets import build_dataset_module as build_dataset_module
 from gyre.trainer._epoch_files import EpochMetricFiles as EpochMetricFiles
 from gyre.trainer._fit import fit as fit
+from gyre.trainer._interfaces import BaseModelLinen as BaseModelLinen
+from gyre.trainer._interfaces import BaseModelNNX as BaseModelNNX
 from gyre.trainer._logger import Logger as Logger
 from gyre.trainer._metric_dicts import get_metrics as get_metrics
 from gyre.trainer._metric_dicts import update_metrics as update_metrics
@@ -41,9 +46,10 @@ from gyre.trainer._modes import LogMode as LogMode
 from gyre.trainer._modes import MetricSpec as MetricSpec
 from gyre.trainer._module import TrainerModule as TrainerModule
 from gyre.trainer._monitors import GradientSpikeMonitor as GradientSpikeMonitor
+from gyre.trainer._monitors import LearningRateMonitor as LearningRateMonitor
 from gyre.trainer._named_params import count_parameters as count_parameters
 from gyre.trainer._named_params import module_named_params as module_named_params
-from gyre.trainer._monitors import LearningRateMonitor as LearningRateMonitor
+from gyre.trainer._setup import init_ddp_mesh as init_ddp_mesh
 from gyre.trainer._tool_logger import ToolLoggerInterface as ToolLoggerInterface
 from gyre.trainer._utility_callbacks import DisableGC as DisableGC
 from gyre.trainer._utility_callbacks import EarlyStopping as EarlyStopping
@@ -58,4 +64,6 @@ __all__ = [
     "ArraySpec", "Logger", "ToolLoggerInterface", "array_to_spec", "convert_from_array_spec", "convert_to_array_spec",
     "count_parameters", "get_metrics", "load_pytree", "module_named_params", "np_array_to_spec", "save_pytree",
     "spec_to_array", "update_metrics",
+    # the kpoeppel fork's interfaces (jax_trainer.interfaces, .datasets, .init_mesh)
+    "BaseModelLinen", "BaseModelNNX", "CIFAR10Config", "DatasetModule", "MNISTConfig", "init_ddp_mesh",
 ]

@@ -10,12 +10,15 @@ channel means and deviations unless ``normalize=False``), targets int64.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import typing
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from gyre.config._registry import register_dataset
+from gyre.config._registry import ConfigTyped, register_dataset
 from gyre.core._errors import describe, explain, whole_number
 from gyre.data import arrays, cifar10, mnist, supervised
 
@@ -23,7 +26,61 @@ CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
 MNIST_MEAN, MNIST_STD = (0.1307,), (0.3081,)
 
 
-class _ImageDataset:
+class DatasetConfig:
+    """The base of the data sets' typed configs (the kpoeppel fork's ``DatasetConfig``):
+    each names its data set in ``class_name`` and builds it with :meth:`instantiate`."""
+
+    class_name: ClassVar[str | None] = None
+
+    def instantiate(self, interface: type | None = None, mesh: Any = None) -> DatasetModule:
+        """The data set this config names, built from its fields (the fork's
+        ``config.instantiate(DatasetModule, mesh)``). The loaders give host batches; the
+        trainer shards them over its own ``mesh=``, so ``mesh`` is only checked."""
+        from jax.sharding import Mesh
+
+        from gyre.config import DATASETS
+
+        name = type(self).__name__
+        if interface is not None and not (isinstance(interface, type) and issubclass(interface, DatasetModule)):
+            raise TypeError(
+                explain(
+                    f"{name}.instantiate builds a DatasetModule",
+                    expected="instantiate(DatasetModule) or instantiate(DatasetModule, mesh)",
+                    received=describe(interface),
+                    fix="pass gyre.trainer.DatasetModule, or nothing",
+                )
+            )
+        if mesh is not None and not isinstance(mesh, Mesh):
+            raise TypeError(
+                explain(
+                    f"{name}.instantiate: mesh must be a jax.sharding.Mesh or None",
+                    expected="init_ddp_mesh() or None (the trainer shards batches over its own mesh=)",
+                    received=describe(mesh),
+                    fix="pass mesh=init_ddp_mesh(), or leave it out",
+                )
+            )
+        keys = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return DATASETS.get(type(self).class_name, where=f"{name}.class_name")(**keys)  # type: ignore[arg-type]
+
+
+class DatasetModule(metaclass=ConfigTyped):
+    """The base of the registered data sets (the kpoeppel fork's
+    ``jax_trainer.datasets.DatasetModule``): ``train_loader``, ``val_loader`` and
+    ``test_loader``; ``cfgtype`` is the union of their typed configs, to annotate a config
+    field with (``dataset: DatasetModule.cfgtype``).
+
+    Example:
+        >>> DatasetModule.cfgtype.__args__[0].__name__
+        'CIFAR10Config'
+    """
+
+    config_class: ClassVar[type] = DatasetConfig
+    train_loader: Any
+    val_loader: Any
+    test_loader: Any
+
+
+class _ImageDataset(DatasetModule):
     """The three loaders of one image data set (see the module docstring)."""
 
     reader: Callable[[Any], Any]
@@ -103,6 +160,42 @@ class MNISTDataset(_ImageDataset):
 
     reader = staticmethod(mnist)
     mean, std = MNIST_MEAN, MNIST_STD
+
+
+def _typed_config(dataset: type, doc: str) -> type:
+    """The typed config of a registered data set: a dataclass of its ``__init__``'s
+    parameters (their defaults stay the data set's), whose ``class_name`` names it."""
+    parameters = list(inspect.signature(dataset.__init__).parameters.values())[1:]
+    hints = typing.get_type_hints(dataset.__init__)
+    fields = [(p.name, hints[p.name]) if p.default is p.empty else (p.name, hints[p.name], p.default)
+              for p in parameters]
+    name = dataset.__name__.removesuffix("Dataset") + "Config"
+    config = dataclasses.make_dataclass(name, fields, bases=(DatasetConfig,),
+                                        namespace={"class_name": dataset.__name__, "__doc__": doc})
+    config.__module__ = "gyre.trainer"
+    config.__annotations__["class_name"] = ClassVar[str]
+    dataset.config_class = config
+    return config
+
+
+CIFAR10Config = _typed_config(CIFAR10Dataset, """The typed config of :class:`CIFAR10Dataset` (the kpoeppel fork's
+    ``CIFAR10Config``): its parameters as fields, ``class_name = "CIFAR10Dataset"``.
+
+    Example:
+        >>> config = CIFAR10Config(data_dir="no/such/folder", global_batch_size=64)
+        >>> config.class_name, config.val_size
+        ('CIFAR10Dataset', 5000)
+        >>> config.instantiate(DatasetModule)
+        Traceback (most recent call last):
+        FileNotFoundError: ...
+    """)
+MNISTConfig = _typed_config(MNISTDataset, """The typed config of :class:`MNISTDataset`: its parameters as fields,
+    ``class_name = "MNISTDataset"``.
+
+    Example:
+        >>> MNISTConfig(data_dir="data/").class_name
+        'MNISTDataset'
+    """)
 
 
 #: phlippe/jax_trainer's dataset constructors, by the dotted names its configs give

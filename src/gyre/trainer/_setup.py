@@ -85,15 +85,19 @@ def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
     from flax import nnx
 
     from gyre.config import MODELS, model_kind, validate_component
+    from gyre.trainer._interfaces import built_from_config
 
     section = jax_trainer_component(dict(section), "model")  # jax_trainer's name + hparams
     kwargs = validate_component("models", section, where="model", extra_allowed=("rngs",))
     factory = MODELS.get(section["class_name"], where="model.class_name")
+    args: tuple[Any, ...] = ()
+    if built_from_config(factory):  # the fork's model bases: Model(ModelConfig(**keys))
+        args, kwargs = (factory.config_class(**kwargs),), {}
     # a flax class is built by its own API (a given model_mode that contradicts it is the
     # trainer's explained error once built); a factory function by model_mode
     if (model_kind(section["class_name"]) or config.model_mode) == "nnx":
-        return factory(**kwargs, rngs=nnx.Rngs(config.seed))
-    return factory(**kwargs)
+        return factory(*args, **kwargs, rngs=nnx.Rngs(config.seed))
+    return factory(*args, **kwargs)
 
 
 def build_optimizer_of(section: Any, *, run_steps: int | None = None, deferred: bool = False) -> Any:
@@ -161,6 +165,22 @@ def learning_rate_in(opt_state: Any) -> Any:
     from gyre.config import learning_rate_of
 
     return learning_rate_of(opt_state)
+
+
+def init_ddp_mesh() -> Any:
+    """A one-axis ``("data",)`` mesh over every device, for data parallelism (the kpoeppel
+    fork's ``jax_trainer.init_mesh.init_ddp_mesh``): :class:`gyre.parallel.DataParallel`'s
+    mesh, what the trainer's ``mesh=`` takes.
+
+    Example:
+        >>> import jax
+        >>> mesh = init_ddp_mesh()
+        >>> mesh.axis_names, mesh.size == jax.device_count()
+        (('data',), True)
+    """
+    from gyre.parallel import DataParallel
+
+    return DataParallel(data_axis="data").mesh
 
 
 def strategy_of_mesh(mesh: Any) -> Any:

@@ -1,0 +1,168 @@
+"""The kpoeppel jax_trainer fork's model bases (``jax_trainer.interfaces``), over gyre's model
+registry: ``BaseModelNNX`` and ``BaseModelLinen``.
+
+A subclass names its typed config (a dataclass) as the fork's do, by ``config_class = ...`` or
+by a ``config: ...`` annotation; defining the subclass registers it in
+:data:`gyre.config.MODELS` under its class name and writes that name into the config class's
+``class_name``. So a ``model: {class_name: MyModel, ...}`` section is checked against the
+config's fields and builds ``MyModel(MyModelConfig(**keys))`` (an nnx model also gets
+``rngs=``), and a parser that resolves a section by its ``class_name`` (compoconf's
+``parse_config``, the fork's ``BaseModelNNX.cfgtype``) finds the config class. compoconf's
+``@register`` on such a subclass is then harmless and not needed; gyre does not import
+compoconf.
+
+A subclass named as one of gyre's built-in models (``SimpleClassifier``) takes that name
+over, with a warning: a config names the user's model, as in the fork.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+import warnings
+from typing import Any, ClassVar
+
+from flax import linen, nnx
+
+from gyre.config._registry import MODELS, ConfigTyped
+from gyre.core._errors import describe, explain
+
+_REPLACED = ("the model name {name!r} was gyre's built-in {old}; it now builds {new} (a config's "
+             "class_name: {name} names yours). Rename your class to keep both.")
+
+
+def _own_config_class(cls: type) -> type | None:
+    """The config class a subclass defines itself (``config_class`` or a ``config``
+    annotation), or ``None`` (an intermediate base, or a class flax derives)."""
+    if "config_class" in vars(cls):
+        found = vars(cls)["config_class"]
+    elif "config" in vars(cls).get("__annotations__", {}):
+        try:
+            found = typing.get_type_hints(cls).get("config")
+        except Exception:  # noqa: BLE001 (a forward reference: read below as not a class)
+            found = vars(cls)["__annotations__"]["config"]
+    else:
+        return None
+    if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
+        raise TypeError(
+            explain(
+                f"the model {cls.__name__}'s config must be a dataclass",
+                expected="config_class = MyModelConfig (or config: MyModelConfig), a @dataclass of the model's keys",
+                received=describe(found),
+                fix=f"decorate the config class with @dataclasses.dataclass and set config_class = it (an "
+                f"annotation that is a string cannot always be resolved), or derive {cls.__name__} from "
+                "nnx.Module / linen.Module and register it with @gyre.config.register_model",
+            )
+        )
+    return found
+
+
+def _register(cls: type) -> None:
+    config = _own_config_class(cls)
+    if config is None:
+        return
+    name = cls.__name__
+    old = MODELS.get(name) if name in MODELS else None
+    replace = old is not None and getattr(old, "__module__", "").startswith("gyre.")
+    if replace and old is not cls:
+        warnings.warn(_REPLACED.format(name=name, old=f"{old.__module__}.{old.__qualname__}",
+                                       new=f"{cls.__module__}.{cls.__qualname__}"), stacklevel=3)
+    MODELS.register(name, replace=replace)(cls)
+    config.class_name = name  # type: ignore[attr-defined]
+    cls.config_class = config  # type: ignore[attr-defined]
+    cls.__wrapped__ = config  # type: ignore[attr-defined]  # a section's keys: the config's fields
+
+
+class _ModelBase(ConfigTyped):
+    """``cfgtype``: the config classes of the registered subclasses."""
+
+    def typed_configs(cls) -> list[type]:
+        found = []
+        for name in MODELS:
+            model = MODELS.get(name)
+            if isinstance(model, type) and issubclass(model, cls):
+                config = vars(model).get("config_class")
+                if config is not None and config not in found:
+                    found.append(config)
+        return found
+
+
+class _NNXBase(type(nnx.Module), _ModelBase):  # type: ignore[misc]
+    pass
+
+
+class BaseModelNNX(nnx.Module, metaclass=_NNXBase):
+    """The base of an nnx model built from its typed config: ``Model(config, rngs=...)``
+    (the fork's ``jax_trainer.interfaces.BaseModelNNX``; see the module docstring).
+
+    Args:
+        config: the model's config (an instance of its dataclass).
+
+    Example:
+        >>> import dataclasses
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> @dataclasses.dataclass
+        ... class TinyNetConfig:
+        ...     features: int = 2
+        >>> class TinyNet(BaseModelNNX):
+        ...     config_class = TinyNetConfig
+        ...     def __init__(self, config: TinyNetConfig, rngs: nnx.Rngs):
+        ...         super().__init__(config)
+        ...         self.dense = nnx.Linear(3, config.features, rngs=rngs)
+        ...     def __call__(self, x, train=True):
+        ...         return self.dense(x)
+        >>> TinyNetConfig.class_name, TinyNet.cfgtype is TinyNetConfig or TinyNetConfig in TinyNet.cfgtype.__args__
+        ('TinyNet', True)
+        >>> TinyNet(TinyNetConfig(4), rngs=nnx.Rngs(0))(jnp.ones((1, 3))).shape
+        (1, 4)
+    """
+
+    config_class: ClassVar[type | None] = None
+
+    def __init__(self, config: Any, **kwargs: Any) -> None:
+        self.config = config
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register(cls)
+
+
+class BaseModelLinen(linen.Module, metaclass=_ModelBase):
+    """The base of a linen model built from its typed config: a ``config`` field
+    annotated with the model's dataclass (the fork's ``jax_trainer.interfaces.BaseModelLinen``;
+    see the module docstring).
+
+    Example:
+        >>> import dataclasses
+        >>> import jax, jax.numpy as jnp
+        >>> from flax import linen
+        >>> @dataclasses.dataclass
+        ... class TinyLinenConfig:
+        ...     features: int = 2
+        >>> class TinyLinen(BaseModelLinen):
+        ...     config_class = TinyLinenConfig  # or the annotation alone, where it is not a string
+        ...     config: TinyLinenConfig
+        ...     @linen.compact
+        ...     def __call__(self, x, train=True):
+        ...         return linen.Dense(self.config.features)(x)
+        >>> model = TinyLinen(TinyLinenConfig(4))
+        >>> TinyLinenConfig.class_name, model.init(jax.random.key(0), jnp.ones((1, 3)))["params"]["Dense_0"]["kernel"].shape
+        ('TinyLinen', (3, 4))
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register(cls)
+
+
+def built_from_config(factory: Any) -> bool:
+    """Whether a registered model is built from its typed config (a subclass of
+    :class:`BaseModelNNX` or :class:`BaseModelLinen`), not from the section's keys.
+
+    Example:
+        >>> from gyre.trainer import SimpleCNN
+        >>> built_from_config(SimpleCNN), built_from_config(BaseModelNNX)
+        (False, True)
+    """
+    return isinstance(factory, type) and issubclass(factory, (BaseModelNNX, BaseModelLinen))
