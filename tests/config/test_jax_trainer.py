@@ -119,3 +119,22 @@ def test_logger_keys_of_jax_trainer():
         LoggerConfig(tool="TensorBoard", tool_config={"class_name": "CSVToolLogger"})
     with pytest.raises(ConfigError, match=r"invalid value at trainer.logger.stderrthreshold"):
         LoggerConfig(stderrthreshold="loud")
+
+
+def test_a_dataset_constructor_of_jax_trainer_passes_the_config_check_as_its_data_set():
+    import gyre.trainer  # noqa: F401  (registers CIFAR10Dataset and MNISTDataset)
+    from gyre.config import Config
+    from gyre.config._jax_trainer import jax_trainer_dataset
+
+    assert jax_trainer_dataset({"constructor": "jax_trainer.datasets.build_mnist_datasets", "batch_size": 4,
+                                "data_dir": "data/"}) == {"global_batch_size": 4, "data_dir": "data/",
+                                                          "class_name": "MNISTDataset"}
+    section = {"class_name": "CIFAR10Dataset", "constructor": "kept.as.given"}
+    assert jax_trainer_dataset(section) is section  # a class_name wins: checked as gyre's section
+    config = Config(trainer={}, model={"class_name": "SimpleCNN"}, optimizer={"class_name": "SGD", "learning_rate": 0.1},
+                    dataset={"constructor": "jax_trainer.datasets.build_cifar10_datasets", "batch_size": 16,
+                             "data_dir": "data/"})
+    assert config.dataset["class_name"] == "CIFAR10Dataset" and config.dataset["global_batch_size"] == 16
+    with pytest.raises(ConfigError, match=r"(?s)dataset.constructor names code to import: my.build.*CIFAR10Dataset.*fix:"):
+        Config(trainer={}, model={"class_name": "SimpleCNN"}, optimizer={"class_name": "SGD", "learning_rate": 0.1},
+               dataset={"constructor": "my.build"})

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-
 from gyre.config._components import ConfigError, plain, section_mapping
 from gyre.core._errors import describe, explain, suggest
 
@@ -64,6 +63,49 @@ def jax_trainer_component(section: dict[str, Any], where: str) -> dict[str, Any]
             )
         )
     return {"class_name": section["name"].rsplit(".", 1)[-1], **hparams, **out}
+
+
+#: phlippe/jax_trainer's dataset constructors, by the dotted names its configs give
+DATASET_CONSTRUCTORS = {
+    "jax_trainer.datasets.build_cifar10_datasets": "CIFAR10Dataset",
+    "jax_trainer.datasets.build_mnist_datasets": "MNISTDataset",
+}
+_DATASET_KEYS = {"batch_size": "global_batch_size"}
+
+
+def jax_trainer_dataset(section: dict[str, Any], where: str = "dataset") -> dict[str, Any]:
+    """A dataset section in jax_trainer's form (``constructor``, ``batch_size``) as gyre's:
+    a constructor that names one of jax_trainer's own data sets becomes that data set's
+    ``class_name`` (``batch_size`` is read as ``global_batch_size``). A config never imports
+    a dotted path: any other constructor is refused with the registered names. A section
+    with ``class_name`` is returned as it is.
+
+    Example:
+        >>> jax_trainer_dataset({"constructor": "jax_trainer.datasets.build_cifar10_datasets", "batch_size": 8})
+        {'global_batch_size': 8, 'class_name': 'CIFAR10Dataset'}
+        >>> jax_trainer_dataset({"constructor": "my_project.data.build"})
+        Traceback (most recent call last):
+        gyre.config.ConfigError: dataset.constructor names code to import: my_project.data.build
+        ...
+    """
+    if "class_name" in section or "constructor" not in section:
+        return section
+    data = dict(section)
+    constructor = data.pop("constructor")
+    if constructor not in DATASET_CONSTRUCTORS:
+        from gyre.config._registry import DATASETS
+
+        raise ConfigError(
+            explain(
+                f"{where}.constructor names code to import: {constructor}",
+                expected=f"class_name: one of the registered data sets {sorted(DATASETS)}, or a jax_trainer "
+                f"constructor gyre has: {sorted(DATASET_CONSTRUCTORS)} (a config never imports a dotted path)",
+                received=f"constructor: {describe(constructor)}",
+                fix="register your data set with @gyre.config.register_dataset and name it: "
+                f"{where}: {{class_name: MyDataset, ...}}",
+            )
+        )
+    return {**{_DATASET_KEYS.get(k, k): v for k, v in data.items()}, "class_name": DATASET_CONSTRUCTORS[constructor]}
 
 
 def as_mapping(value: Any, where: str) -> dict[str, Any]:
@@ -213,4 +255,4 @@ def from_jax_trainer(section: Any, *, where: str = "optimizer") -> dict[str, Any
     return out
 
 
-__all__ = ["as_mapping", "from_jax_trainer", "is_jax_trainer_section", "jax_trainer_component"]
+__all__ = ["as_mapping", "from_jax_trainer", "is_jax_trainer_section", "jax_trainer_component", "jax_trainer_dataset"]

@@ -33,7 +33,12 @@ from gyre.config._components import (
     plain,
     section_mapping,
 )
-from gyre.config._jax_trainer import from_jax_trainer, is_jax_trainer_section, jax_trainer_component
+from gyre.config._jax_trainer import (
+    from_jax_trainer,
+    is_jax_trainer_section,
+    jax_trainer_component,
+    jax_trainer_dataset,
+)
 from gyre.config._registry import REGISTRIES
 from gyre.config._tool_configs import TensorboardConfig, WandbConfig
 from gyre.core._errors import describe, explain, suggest
@@ -467,7 +472,8 @@ class Config(_Section):
     @field_validator("dataset", mode="before")
     @classmethod
     def _dataset(cls, value: Any) -> Any:
-        return check_section("datasets", section_mapping(value, "dataset"), where="dataset")
+        section = jax_trainer_dataset(section_mapping(value, "dataset"))  # jax_trainer's constructor
+        return check_section("datasets", section, where="dataset")
 
     @model_validator(mode="after")
     def _model_mode(self) -> Config:

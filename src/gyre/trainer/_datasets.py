@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from gyre.config._jax_trainer import jax_trainer_dataset
 from gyre.config._registry import ConfigTyped, register_dataset
 from gyre.core._errors import describe, explain, whole_number
 from gyre.data import arrays, cifar10, mnist, supervised
@@ -198,14 +199,6 @@ MNISTConfig = _typed_config(MNISTDataset, """The typed config of :class:`MNISTDa
     """)
 
 
-#: phlippe/jax_trainer's dataset constructors, by the dotted names its configs give
-CONSTRUCTORS = {
-    "jax_trainer.datasets.build_cifar10_datasets": "CIFAR10Dataset",
-    "jax_trainer.datasets.build_mnist_datasets": "MNISTDataset",
-}
-_RENAMED = {"batch_size": "global_batch_size"}
-
-
 def build_dataset_module(config: Any) -> Any:
     """The data set of a ``dataset`` section: a registered ``class_name``, or jax_trainer's
     ``constructor`` when it names one of jax_trainer's own data sets (``batch_size`` is read
@@ -215,7 +208,7 @@ def build_dataset_module(config: Any) -> Any:
     Example:
         >>> build_dataset_module({"constructor": "my_project.data.build"})
         Traceback (most recent call last):
-        ValueError: dataset.constructor names code to import: my_project.data.build
+        gyre.config.ConfigError: dataset.constructor names code to import: my_project.data.build
         ...
     """
     from gyre.config import DATASETS, validate_component
@@ -231,21 +224,6 @@ def build_dataset_module(config: Any) -> Any:
                 fix="pass config.dataset",
             )
         )
-    data = dict(data)
-    if "constructor" in data and "class_name" not in data:
-        constructor = data.pop("constructor")
-        if constructor not in CONSTRUCTORS:
-            raise ValueError(
-                explain(
-                    f"dataset.constructor names code to import: {constructor}",
-                    expected=f"class_name: one of the registered data sets {sorted(DATASETS)}, or a jax_trainer "
-                    f"constructor gyre has: {sorted(CONSTRUCTORS)} (a config never imports a dotted path)",
-                    received=f"constructor: {constructor}",
-                    fix="register your data set with @gyre.config.register_dataset and name it: "
-                    "dataset: {class_name: MyDataset, ...}",
-                )
-            )
-        data["class_name"] = CONSTRUCTORS[constructor]
-        data = {_RENAMED.get(k, k): v for k, v in data.items()}
+    data = jax_trainer_dataset(dict(data))
     kwargs = validate_component("datasets", data, where="dataset")
     return DATASETS.get(data["class_name"], where="dataset.class_name")(**kwargs)
