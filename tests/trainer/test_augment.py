@@ -121,3 +121,91 @@ def test_a_run_with_an_nnx_augmentation_resumes_bit_identical(tmp_path):
     for a, b in zip(jax.tree_util.tree_leaves(whole.state.params), jax.tree_util.tree_leaves(resumed.state.params),
                     strict=True):
         assert np.array_equal(a, b)  # the noise drawn after the resume is the noise of the whole run
+
+
+# -- the fork's typed bases: registered with their configs, built from a section's keys -------
+
+import dataclasses  # noqa: E402
+
+from gyre.trainer import (  # noqa: E402
+    AugmentedImgClassifierTrainer,
+    AugmentedImgClassifierTrainerConfig,
+    BaseAugmentationLinen,
+    BaseAugmentationLinenConfig,
+    BaseAugmentationNNX,
+    BaseAugmentationNNXConfig,
+    BasePreprocessingNNX,
+    BasePreprocessingNNXConfig,
+)
+
+
+@dataclasses.dataclass
+class ZeroLabelsTypedConfig(BaseAugmentationNNXConfig):
+    keep: int = 0
+
+
+class ZeroLabelsTyped(BaseAugmentationNNX):
+    config: ZeroLabelsTypedConfig
+
+    def augment(self, batch):
+        return batch[0], jnp.zeros_like(batch[1]) + self.config.keep
+
+
+@dataclasses.dataclass
+class ZeroLabelsTypedLinenConfig(BaseAugmentationLinenConfig):
+    keep: int = 0
+
+
+class ZeroLabelsTypedLinen(BaseAugmentationLinen):
+    config: ZeroLabelsTypedLinenConfig
+
+    def augment(self, batch):
+        return batch[0], jnp.zeros_like(batch[1]) + self.config.keep
+
+
+@dataclasses.dataclass
+class NegateTypedConfig(BasePreprocessingNNXConfig):
+    pass
+
+
+class NegateTyped(BasePreprocessingNNX):
+    def __init__(self, config: NegateTypedConfig, **kwargs):  # the config named by __init__ alone
+        super().__init__(config)
+
+    def preprocess(self, batch):
+        return -batch[0], batch[1]
+
+
+def test_typed_bases_register_their_configs():
+    assert ZeroLabelsTypedConfig.class_name == "ZeroLabelsTyped"
+    assert ZeroLabelsTypedLinenConfig.class_name == "ZeroLabelsTypedLinen"
+    assert NegateTypedConfig.class_name == "NegateTyped"
+    assert AugmentedImgClassifierTrainerConfig.class_name == "AugmentedImgClassifierTrainer"
+    assert issubclass(AugmentedImgClassifierTrainer, ImgClassifierTrainer)
+
+
+@pytest.mark.parametrize("mode", ["nnx", "linen"])
+def test_a_typed_augmentation_and_preprocessing_train_from_their_sections(tmp_path, mode):
+    name = "ZeroLabelsTyped" if mode == "nnx" else "ZeroLabelsTypedLinen"
+    t = _trainer(tmp_path, mode, augmentation={"class_name": name, "keep": 0},
+                 preprocessing={"class_name": "NegateTyped"})
+    assert isinstance(t.model, BaseAugmentationNNX if mode == "nnx" else BaseAugmentationLinen)
+    assert isinstance(t.preprocessing, NegateTyped) and t.preprocessing.config == NegateTypedConfig()
+    data = _data()
+    out = t.train_model(data, val_loader=data)
+    labels = np.concatenate([y for _, y in data])
+    assert out[3]["val/acc"] == pytest.approx(np.mean(labels == 0), abs=0.02)  # it learnt "always 0"
+
+
+def test_a_typed_augmentation_section_is_checked_against_its_config(tmp_path):
+    with pytest.raises(ConfigError, match="unknown key trainer.augmentation.kep"):
+        _trainer(tmp_path, "nnx", augmentation={"class_name": "ZeroLabelsTyped", "kep": 0})
+
+
+def test_the_augmented_trainer_is_built_from_its_config_section(tmp_path):
+    config = AugmentedImgClassifierTrainerConfig(
+        {"class_name": "AugmentedImgClassifierTrainer", "train_epochs": 1, "enable_progress_bar": False,
+         "augmentation": {"class_name": "ZeroLabelsTyped"}, "logger": {"log_dir": str(tmp_path)}})
+    t = AugmentedImgClassifierTrainer(config=config, model_config={"class_name": "SimpleClassifier", "c_hid": 8},
+                                      optimizer=optax.adam(1e-2), exmp_input=_data()[0])
+    assert isinstance(t.model, ZeroLabelsTyped) and t.config.class_name == "AugmentedImgClassifierTrainer"

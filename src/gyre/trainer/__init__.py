@@ -11,10 +11,22 @@ from gyre.trainer._array_storing import save_pytree as save_pytree
 from gyre.trainer._array_storing import spec_to_array as spec_to_array
 from gyre.trainer._augment import Augmentation as Augmentation
 from gyre.trainer._augment import AugmentationLinen as AugmentationLinen
+from gyre.trainer._augment import BaseAugmentationLinen as BaseAugmentationLinen
+from gyre.trainer._augment import BaseAugmentationLinenConfig as BaseAugmentationLinenConfig
+from gyre.trainer._augment import BaseAugmentationNNX as BaseAugmentationNNX
+from gyre.trainer._augment import BaseAugmentationNNXConfig as BaseAugmentationNNXConfig
+from gyre.trainer._augment import BasePreprocessingLinen as BasePreprocessingLinen
+from gyre.trainer._augment import BasePreprocessingLinenConfig as BasePreprocessingLinenConfig
+from gyre.trainer._augment import BasePreprocessingNNX as BasePreprocessingNNX
+from gyre.trainer._augment import BasePreprocessingNNXConfig as BasePreprocessingNNXConfig
 from gyre.trainer._augment import GaussianNoise as GaussianNoise
 from gyre.trainer._augment import GaussianNoiseLinen as GaussianNoiseLinen
 from gyre.trainer._callback import Callback as Callback
 from gyre.trainer._callback import TrainerView as TrainerView
+from gyre.trainer._classifier import AugmentedImgClassifierTrainer as AugmentedImgClassifierTrainer
+from gyre.trainer._classifier import (
+    AugmentedImgClassifierTrainerConfig as AugmentedImgClassifierTrainerConfig,
+)
 from gyre.trainer._classifier import DigitsDataset as DigitsDataset
 from gyre.trainer._classifier import ImgClassifierConfig as ImgClassifierConfig
 from gyre.trainer._classifier import ImgClassifierTrainer as ImgClassifierTrainer
@@ -66,4 +78,7 @@ __all__ = [
     "spec_to_array", "update_metrics",
     # the kpoeppel fork's interfaces (jax_trainer.interfaces, .datasets, .init_mesh)
     "BaseModelLinen", "BaseModelNNX", "CIFAR10Config", "DatasetModule", "MNISTConfig", "init_ddp_mesh",
+    "AugmentedImgClassifierTrainer", "AugmentedImgClassifierTrainerConfig", "BaseAugmentationLinen",
+    "BaseAugmentationLinenConfig", "BaseAugmentationNNX", "BaseAugmentationNNXConfig", "BasePreprocessingLinen",
+    "BasePreprocessingLinenConfig", "BasePreprocessingNNX", "BasePreprocessingNNXConfig",
 ]

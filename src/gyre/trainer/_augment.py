@@ -20,8 +20,9 @@ constant: stateless). On host-side augmentation of images (crops, flips) see
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +30,7 @@ from flax import linen, nnx
 
 from gyre.config._registry import register_model
 from gyre.core._errors import describe, explain
+from gyre.trainer._interfaces import ModelBase, NNXBase, RegistersSubclasses, build_registered
 
 AUGMENTATION_STREAM = 7  # the constant a linen augmentation's key is folded with
 
@@ -127,6 +129,153 @@ class GaussianNoiseLinen(AugmentationLinen):
         return x + self.scale * jax.random.normal(self.make_rng("augmentation"), jnp.shape(x), jnp.result_type(x)), y
 
 
+# -- the kpoeppel fork's bases (jax_trainer.interfaces): subclasses registered with their
+# typed configs, built as Module(Config(**keys), ...) (gyre.trainer._interfaces)
+
+
+@dataclasses.dataclass
+class BaseAugmentationNNXConfig:
+    """The base of an augmentation's typed config (the fork's); its ``class_name`` is the
+    augmentation's, written when the augmentation class is defined.
+
+    Example:
+        >>> BaseAugmentationNNXConfig.class_name is None
+        True
+    """
+
+    class_name: ClassVar[str | None] = None
+
+
+@dataclasses.dataclass
+class BaseAugmentationLinenConfig(BaseAugmentationNNXConfig):
+    """:class:`BaseAugmentationNNXConfig` for linen augmentations.
+
+    Example:
+        >>> BaseAugmentationLinenConfig().class_name is None
+        True
+    """
+
+
+@dataclasses.dataclass
+class BasePreprocessingNNXConfig:
+    """The base of a preprocessing's typed config (the fork's).
+
+    Example:
+        >>> BasePreprocessingNNXConfig.class_name is None
+        True
+    """
+
+    class_name: ClassVar[str | None] = None
+
+
+@dataclasses.dataclass
+class BasePreprocessingLinenConfig(BasePreprocessingNNXConfig):
+    """:class:`BasePreprocessingNNXConfig` for linen preprocessing modules.
+
+    Example:
+        >>> BasePreprocessingLinenConfig().class_name is None
+        True
+    """
+
+
+class BaseAugmentationNNX(RegistersSubclasses, Augmentation, metaclass=NNXBase):
+    """An nnx :class:`Augmentation` built from its typed config (the fork's
+    ``BaseAugmentationNNX``): ``Aug(config, wrapped_model=..., rngs=...)``; a subclass names
+    its config (``config_class`` or a ``config`` annotation) and is registered under its name,
+    for ``trainer.augmentation: {class_name: ..., <config keys>}``.
+
+    Example:
+        >>> import dataclasses, jax.numpy as jnp
+        >>> from flax import nnx
+        >>> @dataclasses.dataclass
+        ... class ShiftConfig(BaseAugmentationNNXConfig):
+        ...     by: float = 1.0
+        >>> class Shift(BaseAugmentationNNX):
+        ...     config_class = ShiftConfig
+        ...     def augment(self, batch):
+        ...         return batch[0] + self.config.by, batch[1]
+        >>> aug = Shift(ShiftConfig(2.0), wrapped_model=nnx.Linear(1, 1, rngs=nnx.Rngs(0)))
+        >>> ShiftConfig.class_name, aug.augment((jnp.zeros(2), None))[0].tolist()
+        ('Shift', [2.0, 2.0])
+    """
+
+    def __init__(self, config: Any, wrapped_model: nnx.Module, rngs: nnx.Rngs | None = None, **kwargs: Any) -> None:
+        self.config = config
+        self.wrapped_model = wrapped_model
+        if rngs is not None:
+            self.rngs = rngs
+
+
+class BaseAugmentationLinen(RegistersSubclasses, AugmentationLinen, metaclass=ModelBase):
+    """A linen :class:`AugmentationLinen` built from its typed config (the fork's
+    ``BaseAugmentationLinen``): a subclass declares ``config: MyConfig`` (and gets
+    ``wrapped_model``).
+
+    Example:
+        >>> import dataclasses
+        >>> from flax import linen
+        >>> @dataclasses.dataclass
+        ... class FlipConfig(BaseAugmentationLinenConfig):
+        ...     axis: int = 1
+        >>> class Flip(BaseAugmentationLinen):
+        ...     config_class = FlipConfig  # the annotation alone, where it is not a string
+        ...     config: FlipConfig
+        ...     def augment(self, batch):
+        ...         return batch
+        >>> FlipConfig.class_name, Flip(config=FlipConfig(), wrapped_model=linen.Dense(1)).config.axis
+        ('Flip', 1)
+    """
+
+
+class BasePreprocessingNNX(RegistersSubclasses, nnx.Module, metaclass=NNXBase):
+    """An nnx preprocessing built from its typed config (the fork's ``BasePreprocessingNNX``):
+    its ``preprocess(batch)`` changes every batch, in training and evaluation.
+
+    Example:
+        >>> import dataclasses
+        >>> @dataclasses.dataclass
+        ... class ScaleConfig(BasePreprocessingNNXConfig):
+        ...     factor: float = 2.0
+        >>> class Scale(BasePreprocessingNNX):
+        ...     config_class = ScaleConfig
+        ...     def preprocess(self, batch):
+        ...         return batch[0] * self.config.factor, batch[1]
+        >>> Scale(ScaleConfig()).preprocess((1.5, 0))
+        (3.0, 0)
+    """
+
+    def __init__(self, config: Any, **kwargs: Any) -> None:
+        self.config = config
+
+    def preprocess(self, batch: Any) -> Any:
+        """The batch (an ``(inputs, targets)`` pair), preprocessed; by default as it is."""
+        return batch
+
+
+class BasePreprocessingLinen(RegistersSubclasses, linen.Module, metaclass=ModelBase):
+    """A linen preprocessing built from its typed config (the fork's
+    ``BasePreprocessingLinen``): a subclass declares ``config: MyConfig``.
+
+    Example:
+        >>> import dataclasses
+        >>> @dataclasses.dataclass
+        ... class KeepConfig(BasePreprocessingLinenConfig):
+        ...     pass
+        >>> class Keep(BasePreprocessingLinen):
+        ...     config_class = KeepConfig
+        ...     config: KeepConfig
+        >>> Keep(config=KeepConfig()).preprocess((1, 2))
+        (1, 2)
+    """
+
+    def preprocess(self, batch: Any) -> Any:
+        """The batch (an ``(inputs, targets)`` pair), preprocessed; by default as it is."""
+        return batch
+
+    def __call__(self, batch: Any) -> Any:
+        return batch
+
+
 def _section(config: Any, key: str) -> dict[str, Any] | None:
     section = getattr(config, key, None)
     if section is None:
@@ -157,11 +306,12 @@ def wrap_model(config: Any, model: Any, mode: str) -> tuple[Any, Any]:
         kwargs = validate_component("models", section, where=f"trainer.{key}",
                                     extra_allowed=("rngs", "wrapped_model"))
         cls = MODELS.get(section["class_name"], where=f"trainer.{key}.class_name")
+        supplied: dict[str, Any] = {}
         if key == "augmentation":
-            kwargs["wrapped_model"] = model
+            supplied["wrapped_model"] = model
             if mode == "nnx":
-                kwargs["rngs"] = nnx.Rngs(config.seed, augmentation=config.augmentation_seed)
-        built.append(cls(**kwargs))
+                supplied["rngs"] = nnx.Rngs(config.seed, augmentation=config.augmentation_seed)
+        built.append(build_registered(cls, kwargs, **supplied))
     augmented, preprocessing = built
     return (augmented if augmented is not None else model), preprocessing
 

@@ -137,6 +137,30 @@ class ImgClassifierConfig(TrainerModuleConfig):
 ImgClassifierTrainer.config_class = ImgClassifierConfig
 
 
+class AugmentedImgClassifierTrainerConfig(ImgClassifierConfig):
+    """The trainer keys of :class:`AugmentedImgClassifierTrainer`: :class:`ImgClassifierConfig`'s
+    (``augmentation``, ``augmentation_seed`` and ``preprocessing`` among them).
+
+    Example:
+        >>> AugmentedImgClassifierTrainerConfig.class_name
+        'AugmentedImgClassifierTrainer'
+    """
+
+
+@register_trainer
+class AugmentedImgClassifierTrainer(ImgClassifierTrainer):
+    """The kpoeppel fork's name of an image classifier trained with ``trainer.augmentation``
+    and ``trainer.preprocessing``: :class:`ImgClassifierTrainer`, which takes them itself;
+    its own config class lets a config (or compoconf's ``parse_config``) name it.
+
+    Example:
+        >>> issubclass(AugmentedImgClassifierTrainer, ImgClassifierTrainer)
+        True
+    """
+
+    config_class = AugmentedImgClassifierTrainerConfig
+
+
 def _flat(x: jax.Array) -> jax.Array:
     return x.reshape(x.shape[0], -1)
 

@@ -1,10 +1,10 @@
 """The kpoeppel jax_trainer fork's model bases (``jax_trainer.interfaces``), over gyre's model
 registry: ``BaseModelNNX`` and ``BaseModelLinen``.
 
-A subclass names its typed config (a dataclass) as the fork's do, by ``config_class = ...`` or
-by a ``config: ...`` annotation; defining the subclass registers it in
-:data:`gyre.config.MODELS` under its class name and writes that name into the config class's
-``class_name``. So a ``model: {class_name: MyModel, ...}`` section is checked against the
+A subclass names its typed config (a dataclass) as the fork's do, by ``config_class = ...``, a
+``config: ...`` annotation, or the annotation of its ``__init__``'s ``config``; defining the
+subclass registers it in :data:`gyre.config.MODELS` under its class name and writes that name
+into the config class's ``class_name``. So a ``model: {class_name: MyModel, ...}`` section is checked against the
 config's fields and builds ``MyModel(MyModelConfig(**keys))`` (an nnx model also gets
 ``rngs=``), and a parser that resolves a section by its ``class_name`` (compoconf's
 ``parse_config``, the fork's ``BaseModelNNX.cfgtype``) finds the config class. compoconf's
@@ -31,16 +31,26 @@ _REPLACED = ("the model name {name!r} was gyre's built-in {old}; it now builds {
              "class_name: {name} names yours). Rename your class to keep both.")
 
 
+def _annotation(owner: Any, annotations: dict[str, Any]) -> Any:
+    try:
+        return typing.get_type_hints(owner).get("config")
+    except Exception:  # noqa: BLE001 (a forward reference: refused below as not a class)
+        return annotations["config"]
+
+
 def _own_config_class(cls: type) -> type | None:
-    """The config class a subclass defines itself (``config_class`` or a ``config``
-    annotation), or ``None`` (an intermediate base, or a class flax derives)."""
-    if "config_class" in vars(cls):
+    """The config class a subclass defines itself (``config_class``, a ``config``
+    annotation, or the annotation of its ``__init__``'s ``config``), or ``None`` (an
+    intermediate base, or a class flax derives)."""
+    init = vars(cls).get("__init__")
+    if vars(cls).get("config_class") is not None:
         found = vars(cls)["config_class"]
     elif "config" in vars(cls).get("__annotations__", {}):
-        try:
-            found = typing.get_type_hints(cls).get("config")
-        except Exception:  # noqa: BLE001 (a forward reference: read below as not a class)
-            found = vars(cls)["__annotations__"]["config"]
+        found = _annotation(cls, vars(cls)["__annotations__"])
+    elif "config" in getattr(init, "__annotations__", {}):
+        found = _annotation(init, init.__annotations__)
+        if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
+            return None  # config: Any (a base's own __init__) names no config class
     else:
         return None
     if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
@@ -73,8 +83,9 @@ def _register(cls: type) -> None:
     cls.__wrapped__ = config  # type: ignore[attr-defined]  # a section's keys: the config's fields
 
 
-class _ModelBase(ConfigTyped):
-    """``cfgtype``: the config classes of the registered subclasses."""
+class ModelBase(ConfigTyped):
+    """The metaclass of the fork's bases: ``cfgtype`` joins the config classes of the
+    registered subclasses."""
 
     def typed_configs(cls) -> list[type]:
         found = []
@@ -87,11 +98,20 @@ class _ModelBase(ConfigTyped):
         return found
 
 
-class _NNXBase(type(nnx.Module), _ModelBase):  # type: ignore[misc]
-    pass
+class NNXBase(type(nnx.Module), ModelBase):  # type: ignore[misc]
+    """:class:`ModelBase` for nnx modules (with nnx's own metaclass)."""
 
 
-class BaseModelNNX(nnx.Module, metaclass=_NNXBase):
+class RegistersSubclasses:
+    """The mixin of the fork's bases: defining a subclass registers it with its typed config
+    (see the module docstring)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register(cls)
+
+
+class BaseModelNNX(RegistersSubclasses, nnx.Module, metaclass=NNXBase):
     """The base of an nnx model built from its typed config: ``Model(config, rngs=...)``
     (the fork's ``jax_trainer.interfaces.BaseModelNNX``; see the module docstring).
 
@@ -123,12 +143,8 @@ class BaseModelNNX(nnx.Module, metaclass=_NNXBase):
     def __init__(self, config: Any, **kwargs: Any) -> None:
         self.config = config
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        _register(cls)
 
-
-class BaseModelLinen(linen.Module, metaclass=_ModelBase):
+class BaseModelLinen(RegistersSubclasses, linen.Module, metaclass=ModelBase):
     """The base of a linen model built from its typed config: a ``config`` field
     annotated with the model's dataclass (the fork's ``jax_trainer.interfaces.BaseModelLinen``;
     see the module docstring).
@@ -151,18 +167,34 @@ class BaseModelLinen(linen.Module, metaclass=_ModelBase):
         ('TinyLinen', (3, 4))
     """
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        _register(cls)
-
 
 def built_from_config(factory: Any) -> bool:
-    """Whether a registered model is built from its typed config (a subclass of
-    :class:`BaseModelNNX` or :class:`BaseModelLinen`), not from the section's keys.
+    """Whether a registered model is built from its typed config (a subclass of one of the
+    fork's bases: :class:`BaseModelNNX`, :class:`BaseModelLinen`, the augmentation and
+    preprocessing bases), not from the section's keys.
 
     Example:
         >>> from gyre.trainer import SimpleCNN
         >>> built_from_config(SimpleCNN), built_from_config(BaseModelNNX)
         (False, True)
     """
-    return isinstance(factory, type) and issubclass(factory, (BaseModelNNX, BaseModelLinen))
+    return isinstance(factory, type) and issubclass(factory, RegistersSubclasses)
+
+
+def build_registered(factory: Any, keys: dict[str, Any], **supplied: Any) -> Any:
+    """A registered model (or augmentation, preprocessing) built from a checked section's
+    ``keys`` and what the trainer supplies (``rngs``, ``wrapped_model``): one of the fork's
+    bases from its config, ``Model(Config(**keys), **supplied)`` (a linen module's config is
+    its ``config`` field), anything else as ``factory(**keys, **supplied)``.
+
+    Example:
+        >>> from flax import nnx
+        >>> build_registered(nnx.Linear, {"in_features": 2, "out_features": 3}, rngs=nnx.Rngs(0)).kernel.shape
+        (2, 3)
+    """
+    if not built_from_config(factory):
+        return factory(**keys, **supplied)
+    config = factory.config_class(**keys)
+    if issubclass(factory, linen.Module):
+        return factory(config=config, **supplied)
+    return factory(config, **supplied)

@@ -85,19 +85,16 @@ def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
     from flax import nnx
 
     from gyre.config import MODELS, model_kind, validate_component
-    from gyre.trainer._interfaces import built_from_config
+    from gyre.trainer._interfaces import build_registered
 
     section = jax_trainer_component(dict(section), "model")  # jax_trainer's name + hparams
     kwargs = validate_component("models", section, where="model", extra_allowed=("rngs",))
     factory = MODELS.get(section["class_name"], where="model.class_name")
-    args: tuple[Any, ...] = ()
-    if built_from_config(factory):  # the fork's model bases: Model(ModelConfig(**keys))
-        args, kwargs = (factory.config_class(**kwargs),), {}
     # a flax class is built by its own API (a given model_mode that contradicts it is the
     # trainer's explained error once built); a factory function by model_mode
     if (model_kind(section["class_name"]) or config.model_mode) == "nnx":
-        return factory(*args, **kwargs, rngs=nnx.Rngs(config.seed))
-    return factory(*args, **kwargs)
+        return build_registered(factory, kwargs, rngs=nnx.Rngs(config.seed))
+    return build_registered(factory, kwargs)
 
 
 def build_optimizer_of(section: Any, *, run_steps: int | None = None, deferred: bool = False) -> Any:
