@@ -117,3 +117,12 @@ def test_a_subclass_named_as_a_gyre_builtin_takes_the_name_with_a_warning():
     with pytest.raises(ValueError, match="already registered"):  # a user's class is never replaced
         another_module()
     assert MODELS.get("IfaceBuiltin") is IfaceBuiltin
+
+
+def test_flax_transforms_of_a_registered_linen_model_register_nothing():
+    wrapped = linen.vmap(IfaceLinen, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=0)
+    rematted = linen.remat(IfaceLinen)
+    assert wrapped.__name__ not in MODELS and rematted.__name__ not in MODELS
+    assert IfaceLinenConfig.class_name == "IfaceLinen" and MODELS.get("IfaceLinen") is IfaceLinen
+    params = wrapped(IfaceLinenConfig()).init(jax.random.key(0), jnp.ones((2, 1, 2)))
+    assert params["params"]["Dense_0"]["kernel"].shape == (2, 2, 5)

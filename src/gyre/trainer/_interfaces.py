@@ -53,6 +53,8 @@ def _own_config_class(cls: type) -> type | None:
             return None  # config: Any (a base's own __init__) names no config class
     else:
         return None
+    if any(vars(base).get("config_class") is found for base in cls.__mro__[1:]):
+        return None  # a copy of a registered class (flax's nn.vmap, nn.remat): its config is the original's
     if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
         raise TypeError(
             explain(
