@@ -283,6 +283,8 @@ class FiniteCheck:
         self._last_skips: int | None = None
         self.lagged = lagged
         self.countdown = POLL_EVERY
+        self._armed = POLL_EVERY  # the countdown's value when it was last set
+        self._since_send = 0  # steps counted since the last send
         #: A fused chunk's stacked logs, not yet committed: ``(clocks, logs)`` (set by the
         #: chunk runner while the callbacks after the chunk run).
         self.pending: tuple[list[Elapsed], Logs] | None = None
@@ -293,14 +295,22 @@ class FiniteCheck:
         self.countdown -= steps
         if self.countdown > 0:
             return
+        self._since_send += self._armed - self.countdown
+        self.countdown = self._armed = 0  # a landing during the read below counts no step
         if self.lagged:
             self._last_skips = self._scan(self.reader.read(), self._last_skips)
-            self.reader.history.send()  # sent now, read at the next poll
-        self.countdown = POLL_EVERY  # after the read: its own landing asks for no second one
+        if self._since_send >= POLL_EVERY:
+            if self.lagged:
+                self.reader.history.send()  # sent now, read at the next poll
+            self._since_send = 0
+        # a poll that a landing asked for only reads: the sends keep their own cadence, so a
+        # writer's reads do not turn them into many small sends (and writer batches)
+        self.countdown = self._armed = POLL_EVERY - self._since_send
 
     def _landed(self) -> None:
         """The history landed records on the host: read them at the next :meth:`poll`."""
-        self.countdown = 0
+        self._since_send += self._armed - self.countdown
+        self.countdown = self._armed = 0
 
     def check(self, current: Logs | None = None, clock: Elapsed | None = None, *, wait: bool = True) -> None:
         """Checks every record not checked yet, waiting for the device when ``wait``: the
