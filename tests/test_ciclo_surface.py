@@ -138,6 +138,8 @@ def test_loop_state_has_ciclos_fields():
     ],
     ids=["keras_bar", "tqdm_bar", "checkpoint", "early_stopping", "noop", "inner_loop", "wandb_logger"],
 )
+# the table logs a loss and returns no state, on purpose: it tests where the callbacks go
+@pytest.mark.filterwarnings("ignore:.*so the loop trains nothing:gyre.LoopWarning")
 def test_ciclo_callbacks_spread_into_a_table_under_every_step(make, tmp_path):
     element = make(str(tmp_path))
     table = {ciclo.every(1): lambda: ciclo.logs().add_loss("loss", 1.0), **element}

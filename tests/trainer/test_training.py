@@ -49,7 +49,8 @@ def test_a_run_killed_mid_epoch_resumes_bit_identical(tmp_path, digits):
     whole, whole_out = run(tmp_path / "whole")
     steps_per_epoch = digits.train_loader.epoch_steps
     kill_at = steps_per_epoch + 7  # in the middle of epoch 2
-    killed, _ = run(tmp_path / "killed", callbacks=[SigtermAt(kill_at)])
+    with pytest.warns(gyre.LoopWarning, match=rf"preempted \(SIGTERM\) during step {kill_at - 1}"):
+        killed, _ = run(tmp_path / "killed", callbacks=[SigtermAt(kill_at)])
     assert killed.history.stop_reason == "preempted" and killed.global_step == kill_at
     resumed, resumed_out = run(tmp_path / "killed", resume="latest")
     assert resumed.global_step == whole.global_step == 3 * steps_per_epoch
