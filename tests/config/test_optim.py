@@ -7,14 +7,14 @@ import optax
 import pytest
 
 from gyre.config import (
-    RunLengthUnknown,
-    run_length,
     OPTIMIZERS,
+    RunLengthUnknown,
     assemble_optimizer,
     build_optimizer,
     build_schedule,
     learning_rate_of,
     optax_optimizers,
+    run_length,
 )
 
 SEED = {  # seed file 003's optimizer section, verbatim

@@ -3,7 +3,6 @@ CheckpointAction saves through the manager, an OuterLoop resumes training from s
 directory, and continuous evaluation reads it (each loop's step restores it)."""
 
 import logging
-import os
 
 import flax.linen as nn
 import jax

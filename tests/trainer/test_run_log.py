@@ -19,7 +19,7 @@ def test_the_file_keeps_records_from_its_level_and_the_warnings_once(tmp_path, c
             log.debug("hidden")
             log.info("kept")
             other.warning("a library's warning")
-            warnings.warn("the schedule does not fit", UserWarning)
+            warnings.warn("the schedule does not fit", UserWarning, stacklevel=1)
     assert messages(tmp_path) == ["INFO gyre.run: kept", "WARNING someone.else: a library's warning",
                                   "WARNING gyre.run: UserWarning: the schedule does not fit"]
     err = capsys.readouterr().err

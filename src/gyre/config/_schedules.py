@@ -28,7 +28,17 @@ import optax
 
 from gyre.config._phased_schedules import ExponentialSchedule, WarmupCosineDecaySchedule
 from gyre.config._registry import SCHEDULES
-from gyre.config._sections import at, call_section, class_name_of, flag, here, real, run_length, who, whole
+from gyre.config._sections import (
+    at,
+    call_section,
+    class_name_of,
+    flag,
+    here,
+    real,
+    run_length,
+    who,
+    whole,
+)
 from gyre.config._simple_schedules import (
     ConstantSchedule,
     CosineSchedule,

@@ -28,7 +28,7 @@ from gyre.jaxloop._actions import SummaryAction as SummaryAction
 from gyre.jaxloop._loop import Loop as Loop
 from gyre.jaxloop._loop import reduce_outputs as reduce_outputs
 from gyre.jaxloop._outer_loop import STOP_FILE_NAME as STOP_FILE_NAME
-from gyre.jaxloop._outer_loop import STOP_FILE_NAME as _STOP_FILE_NAME  # jaxloop's spelling
+from gyre.jaxloop._outer_loop import STOP_FILE_NAME as _STOP_FILE_NAME  # noqa: F401 (jaxloop's spelling)
 from gyre.jaxloop._outer_loop import STOP_LOOP as STOP_LOOP
 from gyre.jaxloop._outer_loop import OuterLoop as OuterLoop
 from gyre.jaxloop._specs import CheckpointSpec as CheckpointSpec

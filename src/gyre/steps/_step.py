@@ -706,7 +706,7 @@ def _as_linen(model: Any, args: tuple[Any, ...] | None, kwargs: dict[str, Any]) 
                     expected="nnx_model_args=(...) (the positional arguments of "
                     f"{model.__name__}.__init__ but rngs), and keywords as **nnx_model_kwargs",
                     received=f"model={model.__name__} with nnx_model_args=None",
-                    fix=f"pass e.g. nnx_model_args=(in_features, out_features), or "
+                    fix="pass e.g. nnx_model_args=(in_features, out_features), or "
                     "nnx_model_args=() when the class takes only rngs",
                 )
             )
