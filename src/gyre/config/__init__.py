@@ -1,9 +1,9 @@
 """Typed configs: registries of components, the YAML schema, optimizer/schedule/transform builders."""
 
+from gyre.config._builder import OptimizerBuilder as OptimizerBuilder
 from gyre.config._components import ConfigError as ConfigError
 from gyre.config._components import validate_component as validate_component
 from gyre.config._components import validate_nested as validate_nested
-from gyre.config._builder import OptimizerBuilder as OptimizerBuilder
 from gyre.config._jax_trainer import from_jax_trainer as from_jax_trainer
 from gyre.config._optim import assemble_optimizer as assemble_optimizer
 from gyre.config._optim import build_optimizer as build_optimizer
@@ -28,18 +28,21 @@ from gyre.config._registry import register_schedule as register_schedule
 from gyre.config._registry import register_trainer as register_trainer
 from gyre.config._registry import register_transform as register_transform
 from gyre.config._schedules import build_schedule as build_schedule
-from gyre.config._sections import RunLengthUnknown as RunLengthUnknown
-from gyre.config._sections import run_length as run_length
 from gyre.config._schema import Config as Config
 from gyre.config._schema import LoggerConfig as LoggerConfig
 from gyre.config._schema import TrainerConfig as TrainerConfig
 from gyre.config._schema import model_kind as model_kind
+from gyre.config._sections import RunLengthUnknown as RunLengthUnknown
+from gyre.config._sections import run_length as run_length
+from gyre.config._tool_configs import TensorboardConfig as TensorboardConfig
+from gyre.config._tool_configs import WandbConfig as WandbConfig
 from gyre.config._tools import build_tool_writer as build_tool_writer
 from gyre.config._transforms import Transform as Transform
 from gyre.config._transforms import WeightDecayTransform as WeightDecayTransform
 from gyre.config._transforms import build_transform as build_transform
 from gyre.config._transforms import build_transforms as build_transforms
 from gyre.config._transforms import parameter_path as parameter_path
+from gyre.config._typed import SGD as SGD
 from gyre.config._typed import AdamW as AdamW
 from gyre.config._typed import ConcatSchedule as ConcatSchedule
 from gyre.config._typed import ConstantSchedule as ConstantSchedule
@@ -49,7 +52,6 @@ from gyre.config._typed import GradientTransformInterface as GradientTransformIn
 from gyre.config._typed import Lamb as Lamb
 from gyre.config._typed import LinearSchedule as LinearSchedule
 from gyre.config._typed import OptimizerInterface as OptimizerInterface
-from gyre.config._typed import SGD as SGD
 from gyre.config._typed import ScheduleInterface as ScheduleInterface
 from gyre.config._typed import WarmupCosineDecaySchedule as WarmupCosineDecaySchedule
 from gyre.config._typed_configs import AdamWConfig as AdamWConfig
@@ -67,10 +69,10 @@ from gyre.config._typed_configs import LinearScheduleConfig as LinearScheduleCon
 from gyre.config._typed_configs import SGDConfig as SGDConfig
 from gyre.config._typed_configs import TypedConfig as TypedConfig
 from gyre.config._typed_configs import TypedConfigError as TypedConfigError
-from gyre.config._typed_configs import WarmupCosineDecayScheduleConfig as WarmupCosineDecayScheduleConfig
+from gyre.config._typed_configs import (
+    WarmupCosineDecayScheduleConfig as WarmupCosineDecayScheduleConfig,
+)
 from gyre.config._typed_configs import WeightDecayConfig as WeightDecayConfig
-from gyre.config._tool_configs import TensorboardConfig as TensorboardConfig
-from gyre.config._tool_configs import WandbConfig as WandbConfig
 from gyre.config._yaml import config_to_dict as config_to_dict
 from gyre.config._yaml import dump_config as dump_config
 from gyre.config._yaml import flatten_configdict as flatten_configdict
