@@ -209,3 +209,53 @@ def test_the_augmented_trainer_is_built_from_its_config_section(tmp_path):
     t = AugmentedImgClassifierTrainer(config=config, model_config={"class_name": "SimpleClassifier", "c_hid": 8},
                                       optimizer=optax.adam(1e-2), exmp_input=_data()[0])
     assert isinstance(t.model, ZeroLabelsTyped) and t.config.class_name == "AugmentedImgClassifierTrainer"
+
+
+# -- a linen augmentation in the fork's form: augment(inp, *, rng), the model run bare --------
+
+import jax  # noqa: E402
+
+from gyre.trainer import GaussianNoiseLinen  # noqa: E402
+from gyre.trainer._augment import _takes_rng, augment_linen  # noqa: E402
+
+
+@dataclasses.dataclass
+class ForkNoiseLinenConfig(BaseAugmentationLinenConfig):
+    scale: float = 0.05
+
+
+class ForkNoiseLinen(BaseAugmentationLinen):
+    """The fork test's shape: ``augment`` reads ``rng["augmentation"]`` and ``__call__``
+    names an attribute nothing defines, so only a trainer that never calls it can train."""
+
+    config: ForkNoiseLinenConfig
+
+    def augment(self, inp, *, rng=None, **kwargs):
+        x, y = inp
+        return x + jax.random.normal(rng["augmentation"], x.shape) * self.config.scale, y
+
+    def __call__(self, inp, *, train=True, rng=None, **kwargs):
+        return self.wrapped_model_instance(inp, train=train, **kwargs)
+
+
+def test_a_fork_form_linen_augmentation_gets_rng_and_never_wraps_the_forward(tmp_path):
+    t = _trainer(tmp_path, "linen", augmentation={"class_name": "ForkNoiseLinen", "scale": 0.05})
+    data = _data()
+    out = t.train_model(data, val_loader=data)
+    assert out[3]["val/acc"] > 0.8
+    # the parameters are the wrapped model's own, as the fork's (no "wrapped_model" level)
+    bare = SimpleClassifierLinen(c_hid=16).init(jax.random.key(0), jnp.asarray(data[0][0]))["params"]
+    assert jax.tree.structure(dict(t.state.params)) == jax.tree.structure(dict(bare))
+    assert t.bind_model()(jnp.asarray(data[0][0])).shape == (64, 10)
+    # the step's augmentation key reaches augment as rng={"augmentation": key}
+    x, y = map(jnp.asarray, data[0])
+    key = jax.random.key(1)
+    noisy, same = augment_linen(t.model, t.state.params, (x, y), key)
+    np.testing.assert_allclose(noisy - x, jax.random.normal(key, x.shape) * 0.05, rtol=1e-5, atol=1e-6)
+    assert np.array_equal(same, y)
+
+
+def test_only_an_augment_taking_rng_is_given_it():
+    assert _takes_rng(ForkNoiseLinen.augment)
+    assert not _takes_rng(ZeroLabelsLinen.augment) and not _takes_rng(GaussianNoiseLinen.augment)
+    assert not _takes_rng(BaseAugmentationLinen.augment)

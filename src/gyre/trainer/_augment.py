@@ -14,7 +14,13 @@ The trainer config names them as models (registered with ``@gyre.config.register
 An nnx augmentation draws from ``self.rngs.augmentation()`` (its ``nnx.Rngs`` carry a stream
 seeded by ``augmentation_seed``, saved with the model's state, so a resumed run draws the same
 noise); a linen one from ``self.make_rng("augmentation")`` (the step's key, folded with a
-constant: stateless). On host-side augmentation of images (crops, flips) see
+constant: stateless), or, where its ``augment`` takes ``rng`` (the fork's form,
+``augment(batch, *, rng)``), from ``rng["augmentation"]``, the same key.
+
+A linen augmentation is used as the fork uses it: the model's variables are the wrapped
+model's own (initialised and run without the augmentation around it, so the augmentation's
+``__call__`` is never called and holds no variables), and ``augment`` is applied with those
+variables in training only. On host-side augmentation of images (crops, flips) see
 :func:`gyre.data.augmented`.
 """
 
@@ -316,6 +322,51 @@ def wrap_model(config: Any, model: Any, mode: str) -> tuple[Any, Any]:
     return (augmented if augmented is not None else model), preprocessing
 
 
+def forward_module(model: Any) -> Any:
+    """The linen module a trainer initialises and runs: the wrapped model of a linen
+    augmentation (as the fork, whose ``apply_fn`` is the bare model's), else ``model``.
+
+    Example:
+        >>> from flax import linen
+        >>> dense = linen.Dense(1)
+        >>> forward_module(AugmentationLinen(wrapped_model=dense)) is dense, forward_module(dense) is dense
+        (True, True)
+    """
+    if isinstance(model, AugmentationLinen):
+        return model.wrapped_model
+    return model
+
+
+def _takes_rng(method: Any) -> bool:
+    """Whether a linen ``augment`` takes the fork's ``rng=`` keyword (named, or ``**kwargs``)."""
+    import inspect
+
+    try:
+        params = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any((p.name == "rng" and p.kind is not p.POSITIONAL_ONLY) or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def augment_linen(module: Any, params: Any, pair: Any, key: jax.Array) -> Any:
+    """``module.augment(pair)`` under ``{"params": params}``, its ``augmentation`` key given
+    both as the rng stream (``self.make_rng("augmentation")``) and, where ``augment`` takes
+    it, as the fork's ``rng={"augmentation": key}``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from flax import linen
+        >>> class Fork(AugmentationLinen):
+        ...     def augment(self, inp, *, rng=None, **kwargs):
+        ...         return inp[0] + jax.random.normal(rng["augmentation"], inp[0].shape), inp[1]
+        >>> x, _ = augment_linen(Fork(wrapped_model=linen.Dense(1)), {}, (jnp.zeros(3), None), jax.random.key(0))
+        >>> bool(jnp.all(x != 0))
+        True
+    """
+    kwargs = {"rng": {"augmentation": key}} if _takes_rng(type(module).augment) else {}
+    return module.apply({"params": params}, pair, method="augment", rngs={"augmentation": key}, **kwargs)
+
+
 def prepare(trainer: Any, model: Any, params: Any, batch: Any, rng: jax.Array, *, train: bool) -> Any:
     """The batch the loss function gets: as it is without augmentation and preprocessing,
     else the ``(inputs, targets)`` pair, preprocessed, and augmented in training. ``model``
@@ -333,5 +384,5 @@ def prepare(trainer: Any, model: Any, params: Any, batch: Any, rng: jax.Array, *
             pair = model.augment(pair)
         else:
             key = jax.random.fold_in(rng, AUGMENTATION_STREAM)
-            pair = trainer.model.apply({"params": params}, pair, method="augment", rngs={"augmentation": key})
+            pair = augment_linen(trainer.model, params, pair, key)
     return pair

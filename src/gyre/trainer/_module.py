@@ -139,7 +139,11 @@ class TrainerModule:
 
         self.model, self.preprocessing = wrap_model(self.config, self.model, mode)
         check_user_methods(self, TrainerModule, mode)
-        self._adapter: Any = NNXModel(self.model) if mode == "nnx" else LinenModel(self.model)
+        # a linen augmentation is initialised and run as the fork does: its wrapped model
+        # alone (the fork's apply_fn), the augmentation's own __call__ never called
+        from gyre.trainer._augment import forward_module
+
+        self._adapter: Any = NNXModel(self.model) if mode == "nnx" else LinenModel(forward_module(self.model))
         self._loss_name = "loss_function" if mode == "nnx" else "loss_function_linen"
         self.log_dir = Path(self.config.logger.log_dir or _default_log_dir())
         self.callbacks = build_callbacks(self.config) + list(callbacks)
@@ -356,7 +360,8 @@ class TrainerModule:
 
     def bind_model(self) -> Any:
         """The trained model: the nnx module holding the state's parameters, or the linen
-        module bound to its variables (call it on inputs).
+        module bound to its variables (call it on inputs); for a linen augmentation, the
+        model it wraps, whose variables they are.
 
         Example:
             >>> import optax, jax.numpy as jnp
@@ -370,7 +375,7 @@ class TrainerModule:
         self._require_state("bind_model")
         if self.model_mode == "nnx":
             return self._adapter.update_module(self.state.params, self.state.model_state[NNX_REST])
-        return self.model.bind({"params": self.state.params, **dict(self.state.model_state)})
+        return self._adapter.module.bind({"params": self.state.params, **dict(self.state.model_state)})
 
     def _require_state(self, what: str) -> None:
         if self.state is None:
