@@ -632,16 +632,19 @@ CORRUPTIONS = {
 @pytest.fixture
 def damage_read():
     """orbax reports the damaged array files it reads as unraisable errors of its read
-    coroutines, when they are collected: expected in these tests, so they are collected here,
-    inside the test, rather than printed under whichever test runs at the next collection."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", pytest.PytestUnraisableExceptionWarning)
-        yield
-        import gc
+    coroutines, when they are collected: expected in these tests, so they are collected in the
+    test's teardown (where DAMAGE_READ filters them) rather than printed under whichever test
+    runs at the next collection."""
+    yield
+    import gc
 
-        gc.collect()
+    gc.collect()
 
 
+DAMAGE_READ = "ignore::pytest.PytestUnraisableExceptionWarning"
+
+
+@pytest.mark.filterwarnings(DAMAGE_READ)
 @pytest.mark.usefixtures("damage_read")
 @pytest.mark.parametrize("name", list(CORRUPTIONS))
 def test_a_planted_corruption_is_skipped_with_one_warning_and_the_previous_one_used(tmp_path, name):
@@ -698,6 +701,7 @@ def test_every_checkpoint_damaged_is_one_error(tmp_path):
         gyre.checkpoint(tmp_path).load_snapshot("latest", target())
 
 
+@pytest.mark.filterwarnings(DAMAGE_READ)
 @pytest.mark.usefixtures("damage_read")
 def test_a_dtype_that_differs_is_an_error_not_a_cast(tmp_path):
     save_steps(tmp_path, [1])
