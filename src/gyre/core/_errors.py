@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import difflib
+import functools
+import inspect
 import numbers
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def explain(problem: str, *, expected: str, received: str, fix: str) -> str:
@@ -129,6 +134,94 @@ def whole_number(value: object, *, minimum: int, problem: str, expected: str, fi
     if number is not None and number >= minimum:
         return number
     raise ValueError(explain(problem, expected=expected, received=describe(value), fix=fix))
+
+
+# Other libraries' names for gyre's keywords: a keyword not in a signature but listed here is
+# named with its gyre counterpart, when the signature has it (Keras, Lightning, orbax, ciclo).
+KEYWORD_ALIASES: dict[str, tuple[str, ...]] = {
+    "max_to_keep": ("keep",),
+    "save_top_k": ("keep_best",),
+    "num_epochs": ("stop", "epochs"),
+    "n_epochs": ("stop", "epochs"),
+    "max_epochs": ("stop", "epochs"),
+    "epochs": ("stop",),
+    "num_steps": ("stop",),
+    "max_steps": ("stop",),
+    "steps": ("stop",),
+    "total_steps": ("stop",),
+    "validation_data": ("test_dataset",),
+    "val_dataset": ("test_dataset",),
+    "eval_dataset": ("test_dataset",),
+    "valid_dataset": ("test_dataset",),
+    "train_dataset": ("dataset",),
+    "steps_per_epoch": ("epoch_duration",),
+    "validation_steps": ("test_duration",),
+    "shuffle_seed": ("seed",),
+    "drop_last": ("drop_remainder",),
+    "metric": ("monitor",),
+    "ckpt_dir": ("directory",),
+    "checkpoint_dir": ("directory",),
+    "path": ("directory",),
+}
+
+
+def unknown_keyword(who: str, name: str, known: Iterable[str]) -> str:
+    """The message for a keyword ``who`` does not take: the closest known name (a misspelling,
+    or another library's name for it, from :data:`KEYWORD_ALIASES`), and the known names.
+
+    Example:
+        >>> print(unknown_keyword("gyre.checkpoint", "max_to_keep", ["directory", "keep"]))
+        gyre.checkpoint() got an unexpected keyword argument 'max_to_keep'
+          expected: one of ['directory', 'keep']
+          received: max_to_keep=...
+          fix: use keep= (gyre's name for max_to_keep)
+    """
+    known = list(known)
+    alias = next((a for a in KEYWORD_ALIASES.get(name, ()) if a in known), None)
+    if alias is not None:
+        fix = f"use {alias}= (gyre's name for {name})"
+    else:
+        close = closest(name, known)
+        fix = f"did you mean {close}=?" if close else "use one of the expected names"
+    return explain(
+        f"{who}() got an unexpected keyword argument {name!r}",
+        expected=f"one of {known}", received=f"{name}=...", fix=fix,
+    )
+
+
+def keywords_checked(func: F) -> F:
+    """Decorates a public function so that an unknown keyword raises a ``TypeError`` naming
+    the closest keyword it takes (see :func:`unknown_keyword`) instead of Python's bare
+    "unexpected keyword argument". The check is one set lookup per keyword given.
+
+    Example:
+        >>> @keywords_checked
+        ... def fit(data, *, keep: int = 3, stop: int = 10) -> int:
+        ...     return keep + stop
+        >>> fit(0, keep=1)
+        11
+        >>> fit(0, kep=1)
+        Traceback (most recent call last):
+        TypeError: fit() got an unexpected keyword argument 'kep'
+          expected: one of ['data', 'keep', 'stop']
+          received: kep=...
+          fix: did you mean keep=?
+    """
+    params = inspect.signature(func).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return func
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    known = frozenset(names)
+    who = getattr(func, "__qualname__", func.__name__)
+
+    @functools.wraps(func)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        for key in kwargs:
+            if key not in known:
+                raise TypeError(unknown_keyword(who, key, names))
+        return func(*args, **kwargs)
+
+    return checked  # type: ignore[return-value]
 
 
 class ExplainedKeyError(KeyError):
