@@ -204,3 +204,20 @@ def test_the_no_state_warning_holds_for_fused_steps_and_reruns():
         for _ in range(2):
             state, _, _ = gyre.train_loop(0.0, data, {gyre.on_train_step: trains}, steps_per_call=2)
             assert float(state) == 4.0
+
+
+@pytest.mark.parametrize("door", [gyre.loop, gyre.train_loop, gyre.test_loop, gyre.predict_loop])
+def test_a_misspelt_keyword_of_a_loop_names_the_closest_one(door):
+    with pytest.raises(TypeError, match=r"(?s)unexpected keyword argument 'stpo'.*did you mean stop=\?"):
+        door(0, [1], stpo=3)
+    with pytest.raises(TypeError, match=r"(?s)'num_epochs'.*use stop= \(gyre's name for num_epochs\)"):
+        door(0, [1], num_epochs=3)
+
+
+def test_a_misspelt_keyword_of_checkpoint_and_batches_names_the_closest_one(tmp_path):
+    with pytest.raises(TypeError, match=r"(?s)'max_to_keep'.*use keep= \(gyre's name for max_to_keep\)"):
+        gyre.checkpoint(tmp_path / "c", max_to_keep=2)
+    with pytest.raises(TypeError, match=r"(?s)'batchsize'.*did you mean batch_size=\?"):
+        gyre.data.batches(np.zeros((4, 1)), batchsize=2)
+    with pytest.raises(TypeError, match=r"(?s)'drop_last'.*use drop_remainder="):
+        gyre.data.batches(np.zeros((4, 1)), 2, drop_last=True)

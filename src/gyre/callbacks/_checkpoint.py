@@ -37,7 +37,7 @@ from gyre.callbacks._integrity import Unreadable
 from gyre.callbacks._options import check_directory, check_flag, check_keep, check_monitor
 from gyre.callbacks._store import CheckpointError, Store, is_primary, sync
 from gyre.core._clock import Elapsed
-from gyre.core._errors import describe, explain, warn, whole_number
+from gyre.core._errors import describe, explain, keywords_checked, warn, whole_number
 from gyre.core._logs import Logs
 from gyre.loop._snapshot import Checkpointer, Snapshot
 
@@ -601,6 +601,7 @@ class Checkpoint(Checkpointer):
         self.close()
 
 
+@keywords_checked
 def checkpoint(
     directory: str | os.PathLike[str],
     *,

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._errors import describe, explain, keywords_checked, whole_number
 
 Batch = tuple[np.ndarray, ...] | np.ndarray
 
@@ -397,6 +397,7 @@ def _position_number(value: Any, name: str, *, minimum: int) -> int:
     )
 
 
+@keywords_checked
 def batches(
     arrays: Sequence[Any] | np.ndarray,
     batch_size: int,

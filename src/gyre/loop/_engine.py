@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import describe, explain, warn
+from gyre.core._errors import describe, explain, keywords_checked, warn
 from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.loop._binding import bind
@@ -186,6 +186,7 @@ def _interrupted(ls: LoopState, clock: Elapse, catch: bool) -> None:
     )
 
 
+@keywords_checked
 def loop(
     state: Any,
     dataset: Iterable[Any],

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import describe, explain, suggest
+from gyre.core._errors import describe, explain, keywords_checked, suggest
 from gyre.core._history import History
 from gyre.core._hooks import PREDICT_HOOKS, SHORT_NAMES, TEST_HOOKS, TRAIN_HOOKS, hook_name
 from gyre.core._schedules import Schedule
@@ -152,6 +152,7 @@ def _run_simple(
     return loop(state, dataset, table, on_start=on_start, on_end=named[f"on_{kind}_end"], **kwargs)
 
 
+@keywords_checked
 def test_loop(
     state: Any,
     dataset: Iterable[Any],
@@ -242,6 +243,7 @@ def test_loop(
     )
 
 
+@keywords_checked
 def predict_loop(
     state: Any,
     dataset: Iterable[Any],
@@ -349,6 +351,7 @@ def _epoch_users(hooks: NamedHooks, evaluation: Any) -> str:
     return " and ".join(parts)
 
 
+@keywords_checked
 def train_loop(
     state: Any,
     dataset: Iterable[Any],
