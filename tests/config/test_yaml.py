@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 import pytest
@@ -372,3 +373,29 @@ def test_flatten_configdict_joins_the_paths():
         flatten_configdict(nested, separation_mark="")
     with pytest.raises(TypeError, match=r"flatten_configdict takes a nested mapping"):
         flatten_configdict([1, 2])
+
+
+def _laughs(levels: int) -> str:
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_billion_laughs_is_refused_at_once(tmp_path):
+    text = _laughs(9)  # 9**9 strings from under 1 KB
+    assert len(text) < 1024
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match="expands to more than") as err:
+        load_config(write(tmp_path, text))
+    assert time.perf_counter() - start < 1.0
+    assert "alias" in str(err.value) and "fix:" in str(err.value)
+    with pytest.raises(ConfigError, match="expands to more than"):
+        apply_override({}, "trainer.callbacks={" + _laughs(9).replace("\n", ", ") + "}")
+
+
+def test_aliases_that_expand_little_are_read():
+    text = "base: &b {lr: 0.1, steps: [1, 2, 3]}\none: *b\ntwo: *b\n"
+    assert yaml.load(text, Loader=ConfigLoader)["two"] == {"lr": 0.1, "steps": [1, 2, 3]}
+    with pytest.raises(ConfigError, match="the YAML of the text holds itself"):
+        yaml.load("a: &a [1, *a]\n", Loader=ConfigLoader)

@@ -4,6 +4,8 @@ The YAML is read with a ``yaml.SafeLoader`` (nothing is constructed but plain da
 scalars follow YAML 1.2 where YAML 1.1 surprises: ``1e-3`` and ``5E+2`` are floats (1.1 reads
 them as strings), only ``true``/``false`` are booleans (not ``yes``, ``no``, ``on``, ``off``),
 and dates stay strings. A key written twice in one mapping is an error (1.1 keeps the last).
+A document whose aliases expand to more than :data:`MAX_NODES` values (a "billion laughs" of
+nested aliases) or that holds itself is refused before it is expanded.
 """
 
 from __future__ import annotations
@@ -33,6 +35,47 @@ _FLOAT_RE = re.compile(
     re.X,
 )
 _BOOL_RE = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+#: the most values a document may expand to, its aliases copied out (a config holds hundreds)
+MAX_NODES = 100_000
+
+
+def _expanded_size(root: yaml.Node, where: str) -> int:
+    """How many values ``root`` stands for once every alias is copied out (each node counted
+    once per use, each distinct node visited once), or a :class:`ConfigError` as soon as that
+    passes :data:`MAX_NODES` or a node holds itself."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_nodes:
+            raise ConfigError(
+                explain(
+                    f"the YAML of {where} holds itself (an alias inside its own anchor)",
+                    expected="a config of plain values, sections and lists",
+                    received=f"the anchor at line {node.start_mark.line + 1} used inside itself",
+                    fix="write the value out, or point the alias at another anchor",
+                )
+            )
+        open_nodes.add(id(node))
+        children = node.value if isinstance(node, yaml.CollectionNode) else ()
+        total = 1 + sum(size(c) for child in children for c in (child if isinstance(child, tuple) else (child,)))
+        open_nodes.discard(id(node))
+        if total > MAX_NODES:
+            raise ConfigError(
+                explain(
+                    f"the YAML of {where} expands to more than {MAX_NODES:,} values: aliases of "
+                    "aliases (*name) multiply",
+                    expected=f"a config of at most {MAX_NODES:,} values once its aliases are copied out",
+                    received=f"the value at line {node.start_mark.line + 1} alone expands to {total:,}",
+                    fix="write the config without nested aliases (a 'billion laughs' is not a config)",
+                )
+            )
+        sizes[id(node)] = total
+        return total
+
+    return size(root)
 
 
 class ConfigLoader(yaml.SafeLoader):
@@ -43,6 +86,12 @@ class ConfigLoader(yaml.SafeLoader):
         >>> yaml.load("lr: 1e-3\\nsteps: 5E+2\\nflag: yes\\nday: 2024-01-01", Loader=ConfigLoader)
         {'lr': 0.001, 'steps': 500.0, 'flag': 'yes', 'day': '2024-01-01'}
     """
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        """The document, once its expanded size is known to be bounded (see the module)."""
+        name = str(getattr(self, "name", ""))
+        _expanded_size(node, name if name and not name.startswith("<") else "the text")
+        return super().construct_document(node)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         """A mapping; a key written twice in it is an error naming both lines."""
