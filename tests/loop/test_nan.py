@@ -333,6 +333,31 @@ def test_train_loop_skips_through_a_flax_state_method():
     assert all(np.isfinite(np.asarray(p)).all() for p in jax.tree_util.tree_leaves(state.params))
 
 
+@pytest.mark.parametrize("bad_at", [2, 3])  # 2: saved at its end; 3: the last, by the final save
+def test_skip_saves_a_checkpoint_on_the_skipped_step_and_at_the_end(tmp_path, bad_at):
+    ckpt = gyre.checkpoint(str(tmp_path / str(bad_at)), keep=3)
+    table = {gyre.every(1): noisy_regression, gyre.every(2): ckpt}  # saves after steps 0, 2 and the end
+    state, _, elapsed = gyre.loop(regression_state(), regression_data(n=4, bad_at=bad_at), table, nan_policy="skip")
+    ckpt.wait_until_finished()
+    assert int(state.skipped_steps) == 1 and elapsed.steps == 4 and ckpt.all_steps() == [1, 3, 4]
+    restored, _ = ckpt.restore(regression_state())
+    assert int(restored.skipped_steps) == 1
+
+
+def test_a_non_finite_value_under_skip_names_the_policy_in_force():
+    @managed.train_step
+    def step(state, batch):
+        x, y = batch
+        loss = jnp.mean((x @ state.params["w"] - y) ** 2)
+        return gyre.logs().add_loss("loss", loss).add_metric("ratio", jnp.float32(0) / jnp.float32(0)), state
+
+    with pytest.raises(gyre.NonFiniteError, match=r'"ratio" is nan at step 0') as info:
+        gyre.loop(regression_state(), regression_data(n=2), {gyre.every(1): step}, nan_policy="skip")
+    expected, fix = str(info.value).splitlines()[1:4:2]
+    assert "nan_policy='skip'" in expected and "'raise'" not in expected and "the default" not in expected
+    assert "pass nan_policy='skip'" not in fix and "not skipped" in fix
+
+
 # -- bad input ---------------------------------------------------------------------------------
 
 

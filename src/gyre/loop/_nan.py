@@ -254,6 +254,7 @@ class FiniteCheck:
             count of skipped steps at the loop's start (read only when needed).
         lagged: read landed values every :data:`POLL_EVERY` steps (one process); else only
             :meth:`check` reads.
+        policy: the loop's ``nan_policy`` (``"raise"`` or ``"skip"``), named in the error.
 
     Example:
         >>> import gyre, math
@@ -273,6 +274,7 @@ class FiniteCheck:
         start: int | None = None,
         initial_skips: Any = None,
         lagged: bool = True,
+        policy: str = "raise",
     ) -> None:
         self.reader = history.reader(start, limit=0)  # limit=0: never reads the device
         if lagged:  # records that land (a writer's read, a flush) are checked at the next step
@@ -282,6 +284,8 @@ class FiniteCheck:
         self._initial = initial_skips
         self._last_skips: int | None = None
         self.lagged = lagged
+        self.policy = policy
+        self._read_to = -1  # the step of the last history record read
         self.countdown = POLL_EVERY
         self._armed = POLL_EVERY  # the countdown's value when it was last set
         self._since_send = 0  # steps counted since the last send
@@ -298,7 +302,7 @@ class FiniteCheck:
         self._since_send += self._armed - self.countdown
         self.countdown = self._armed = 0  # a landing during the read below counts no step
         if self.lagged:
-            self._last_skips = self._scan(self.reader.read(), self._last_skips)
+            self._read()
         if self._since_send >= POLL_EVERY:
             if self.lagged:
                 self.reader.history.send()  # sent now, read at the next poll
@@ -317,9 +321,11 @@ class FiniteCheck:
         history, then a fused chunk's pending rows, then ``current``, the logs of the step in
         progress (with its ``clock``); raises :class:`NonFiniteError` at the first non-finite
         value."""
-        self._last_skips = self._scan(self.reader.read(wait=wait), self._last_skips)
+        self._read(wait=wait)
         if not wait:
             return
+        if clock is not None and clock.steps <= self._read_to:
+            current = None  # committed (a save at the step's end, the loop's end): read above
         before = self._last_skips  # the steps not committed yet are checked, not counted
         if self.pending is not None:
             clocks, stacked = self.pending
@@ -333,6 +339,13 @@ class FiniteCheck:
             self._scan(_columns([clock], current, stacked=False), before)
 
     # -- reading --------------------------------------------------------------------------
+
+    def _read(self, wait: bool = False) -> None:
+        """Checks the history's records not read yet."""
+        columns = self.reader.read(wait=wait)
+        self._last_skips = self._scan(columns, self._last_skips)
+        if columns.count:
+            self._read_to = int(columns.clocks["steps"][-1])
 
     def _scan(self, columns: Columns, before: int | None) -> int | None:
         """Raises at the first non-finite value of ``columns`` in a step that was not skipped;
@@ -389,12 +402,27 @@ class FiniteCheck:
             later += " (values are checked once they reach the host: the check never slows a step)"
         text = "nan" if np.isnan(value) else ("inf" if value > 0 else "-inf")
         kind = "loss" if collection == "losses" else "metric"
+        if self.policy == "skip":
+            policy = (
+                "nan_policy='skip': a managed train step drops an update whose loss or gradients "
+                "are not finite, and any other non-finite value is an error"
+            )
+            then = (
+                f"this one came from a step that was not skipped (a {kind} of another callback, "
+                "or of a step whose loss and gradients were finite); make it finite, or pass "
+                "nan_policy='ignore' to record it without stopping"
+            )
+        else:
+            policy = "nan_policy='raise', the default"
+            then = (
+                "to drop such updates and go on, pass nan_policy='skip' (managed train steps: "
+                "they count them in state.skipped_steps); nan_policy='ignore' records them "
+                "without stopping"
+            )
         fix = (
             "the training diverged: lower the learning rate, clip the gradients "
             "(optax.clip_by_global_norm(1.0), or @gyre.managed.train_step(clip_grad_norm=1.0)), "
-            f"and check the batch of step {step} for NaN/Inf inputs; to drop such updates and "
-            "go on, pass nan_policy='skip' (managed train steps: they count them in "
-            "state.skipped_steps); nan_policy='ignore' records them without stopping"
+            f"and check the batch of step {step} for NaN/Inf inputs; {then}"
         )
         if kind == "metric":
             fix = (
@@ -404,8 +432,8 @@ class FiniteCheck:
         raise NonFiniteError(
             explain(
                 f'"{name}" is {text} at step {step}',
-                expected=f"finite losses and metrics (nan_policy='raise', the default): the first "
-                f"non-finite {kind} stops the loop, before any checkpoint holds a state made from it",
+                expected=f"finite losses and metrics ({policy}): the first non-finite {kind} "
+                "stops the loop, before any checkpoint holds a state made from it",
                 received=f"{collection}.{name} = {text} at step {step} ({clock}){later}",
                 fix=fix,
             ),
@@ -482,4 +510,6 @@ def finite_check(
             initial = jax.numpy.array(count, copy=True)
         else:
             initial = np.zeros((), np.int32)
-    return FiniteCheck(history, clock, start=len(history), initial_skips=initial, lagged=jax.process_count() == 1)
+    return FiniteCheck(
+        history, clock, start=len(history), initial_skips=initial, lagged=jax.process_count() == 1, policy=policy
+    )
