@@ -323,3 +323,15 @@ def test_fused_chunks_end_where_each_schedule_fires(name, position):
             steps_per_call=4,
         )
     assert fired == expected and elapsed.steps == N and int(jax.device_get(state)) == N
+
+
+@pytest.mark.parametrize("second", [gyre.at(steps=5), gyre.at(steps=10, time=9.0), gyre.at(steps=4, epochs=9)])
+def test_piecewise_refuses_pieces_out_of_order_or_at_the_same_point(second):
+    # out of order, the first piece would never run: the later-listed one stays active
+    with pytest.raises(ValueError, match=r"(?s)piecewise\(\) pieces must be listed in increasing order.*sort"):
+        gyre.piecewise(gyre.never(), {gyre.at(steps=10): gyre.every(5), second: gyre.every(2)})
+
+
+def test_piecewise_accepts_pieces_it_cannot_order():
+    s = gyre.piecewise(gyre.never(), {gyre.at(epochs=2): gyre.always(), gyre.at(steps=5): gyre.never()})
+    assert s(Elapsed(steps=2, epochs=2)) and not s(Elapsed(steps=5, epochs=2))

@@ -338,6 +338,7 @@ class Piecewise(Schedule):
                 )
         self.initial = as_schedule(initial)
         self.periods = list(pieces)
+        _check_order(self.periods)
         self.schedules = [as_schedule(s) for s in pieces.values()]
         self._origins: list[Elapsed | None] = [None] * len(self.periods)
 
@@ -415,10 +416,30 @@ class Piecewise(Schedule):
         return f"piecewise({self.initial!r}, {{{pieces}}})"
 
 
+def _check_order(periods: list[Period]) -> None:
+    """Refuses a piece listed after one it does not follow: the active piece is the last
+    reached in the listed order, so a piece at or past the next one's point never runs.
+    Pieces that share no quantity (``at(epochs=2)`` then ``at(steps=500)``) cannot be ordered
+    here and are taken as listed."""
+    for first, second in zip(periods, periods[1:], strict=False):
+        for name in Period.__slots__:
+            a, b = getattr(first, name), getattr(second, name)
+            if a is not None and b is not None and b <= a:
+                raise ValueError(
+                    explain(
+                        "piecewise() pieces must be listed in increasing order of their points",
+                        expected=f"each piece's {name} greater than the one before it",
+                        received=f"{first!r} then {second!r} (the piece at {first!r} would never run)",
+                        fix="sort the pieces by their point, and merge two pieces at the same point",
+                    )
+                )
+
+
 def piecewise(initial: ScheduleLike, pieces: Mapping[Period, ScheduleLike]) -> Piecewise:
     """``initial`` until the first period is reached, then that period's schedule, and so on.
 
-    Pieces are taken in the order given (list them in increasing order). Once reached, a
+    Pieces are taken in the order given, which must be increasing (pieces out of order, or two
+    at the same point, are an error: the earlier one would never run). Once reached, a
     period stays reached; the active piece is the last reached one. Each piece sees the clock
     counted from the step where its period was reached (see :meth:`Elapsed.since`).
 
