@@ -440,3 +440,26 @@ def test_model_errors_carry_a_note_on_how_fit_called_the_model(tmp_path):
                  num_epochs=1, log_dir=str(tmp_path / "b"), progress=False)
     notes = "\n".join(caught.value.__notes__)
     assert "raised in eval_step, which gyre.fit calls as eval_step(state, batch)" in notes and "test_ds" in notes
+
+
+# -- issue 23: nothing silent ---------------------------------------------------------------
+
+
+def _nan_at(bad_step):
+    def loss_fn(logits, labels, step):
+        loss, aux = ce(logits, labels)
+        return jnp.where(step == bad_step, jnp.nan, loss), aux
+
+    return loss_fn
+
+
+def test_a_nan_loss_raises_naming_its_step_and_ignore_trains_through(tmp_path):
+    with pytest.raises(gyre.NonFiniteError) as caught:
+        run(tmp_path / "a", loss_fn=_nan_at(3))
+    assert (caught.value.step, caught.value.name) == (3, "loss")
+    state, history = run(tmp_path / "b", loss_fn=_nan_at(3), nan_policy="ignore")  # the old behaviour
+    assert int(state.step) == 6 and np.isnan(history.collect("loss")[3])
+    with pytest.raises(ValueError, match=r"(?s)nan_policy='skip'.*apply_if_finite"):
+        run(tmp_path / "c", nan_policy="skip")
+    with pytest.raises(ValueError, match="nan_policy"):
+        run(tmp_path / "d", nan_policy="rasie")

@@ -39,6 +39,7 @@ from gyre.data._padding import accepts_mask, padded
 from gyre.data._source import refuse_sources
 from gyre.loop import _named
 from gyre.loop._inner import inner_loop
+from gyre.loop._nan import check_nan_policy
 from gyre.loop._tasks import When
 from gyre.parallel._registry import get_strategy
 from gyre.parallel._strategy import Strategy
@@ -79,6 +80,7 @@ def fit(
     monitor: str | None = None,
     mode: str = "max",
     strategy: str | Strategy = "jit",
+    nan_policy: str = "raise",
 ) -> tuple[TrainState, History]:
     """Trains ``state`` for ``num_epochs`` epochs of ``train_ds``, as Jax Fit's ``fit``.
 
@@ -132,6 +134,11 @@ def fit(
             a list's batches all at once), evaluation batches are padded to one for a
             mask-aware ``eval_step`` (else a batch that does not split runs whole on every
             device). Batch norm statistics and means are over the whole batch, as on one.
+        nan_policy: ``"raise"`` (the default): a NaN or infinite loss or metric stops the run
+            with :class:`gyre.NonFiniteError`, naming the step (noticed within a block of
+            steps, and before any checkpoint holds a state trained after it); ``"ignore"``
+            trains through (Jax Fit's behaviour). ``"skip"`` is refused: fit's step makes
+            every update; wrap the optimizer in ``optax.apply_if_finite`` to drop them.
 
     Returns:
         ``(state, history)``: the final state and the run's :class:`gyre.History`.
@@ -181,6 +188,7 @@ def fit(
     """
     import gyre
 
+    policy = _check_nan_policy(nan_policy)
     refuse_array_pair(train_ds)
     if is_pair_of_arrays(test_ds) or is_pair_of_arrays(val_ds):  # Keras's validation_data=(x, y)
         rows = batch_rows(first_batch(train_ds))
@@ -249,7 +257,7 @@ def fit(
         state, history, _ = _named.train_loop(
             state, data, tasks, callbacks=callbacks, stop=epochs * epoch_steps,
             epoch_duration=epoch_steps, steps_per_call=steps_per_call, resume=resume,
-            nan_policy="ignore",
+            nan_policy=policy,
         )
         if hparams is not None:
             writer.write_hparams(dict(hparams), final_metrics(history))
@@ -286,6 +294,24 @@ def run_folder(log_dir: str | os.PathLike[str], log_name: str, resume: str | Non
                 used.append(int(match.group(1) or 0))
     number = (max(used) if resume is not None else max(used) + 1) if used else 0
     return os.fspath(root / (log_name if number == 0 else f"{log_name}-{number}"))
+
+
+def _check_nan_policy(nan_policy: Any) -> str:
+    """``"raise"`` or ``"ignore"``; ``"skip"`` is explained (fit's own step cannot drop an
+    update), any other value is :func:`check_nan_policy`'s error."""
+    policy = check_nan_policy(nan_policy, "gyre.fit")
+    if policy == "skip":
+        raise ValueError(
+            explain(
+                "gyre.fit cannot skip non-finite updates: its training step applies every one",
+                expected="nan_policy='raise' (stop at the first NaN/Inf loss) or 'ignore' (train through)",
+                received="nan_policy='skip'",
+                fix="pass tx=optax.apply_if_finite(optax.adam(1e-3), max_consecutive_errors=5) to "
+                "TrainState.create with nan_policy='ignore', or use gyre.train_loop with "
+                "@gyre.managed.train_step and nan_policy='skip'",
+            )
+        )
+    return policy
 
 
 def _check_arguments(
