@@ -264,3 +264,15 @@ def test_bars_draw_only_on_process_zero(monkeypatch, make):
     bar = make(out)
     gyre.loop(None, range(3), {gyre.every(1): [metric, bar]}, on_end=bar.on_train_end)
     assert "3/3" in out.getvalue()
+
+
+@pytest.mark.parametrize("make", [gyre.keras_bar, gyre.tqdm_bar])
+def test_bars_show_bfloat16_and_float8_values(make):
+    out = io.StringIO()
+
+    def step():
+        return gyre.logs().add_loss("loss", jnp.bfloat16(0.5)).add_metric("f8", jnp.asarray(0.25, jnp.float8_e4m3fn))
+
+    gyre.loop(None, range(2), {gyre.every(1): [step, make(total=2, file=out)]})
+    text = out.getvalue()
+    assert "loss" in text and "f8" in text and ("0.5000" in text or "0.5" in text)

@@ -267,3 +267,20 @@ def test_bad_flush_settings_are_explained(kwargs):
     with pytest.raises(ValueError, match="flush_every >= 1 and lag >= 0") as err:
         History(**kwargs)
     assert "fix:" in str(err.value)
+
+
+def test_bfloat16_and_float8_entries_are_numbers_in_columns_csv_and_plot(tmp_path):
+    h = gyre.history(flush_every=8, lag=0)
+    for i in range(10):  # a block stacked on the device (8 records), then one of host values
+        h.commit(Elapsed(steps=i), gyre.logs().add_loss("loss", jnp.bfloat16(1.0 / (i + 1)))
+                 .add_metric("f8", jnp.asarray(0.5, jnp.float8_e4m3fn)))
+    assert h.collect("loss")[:2] == [1.0, 0.5] and type(h.collect("f8")[0]) is float
+    path = tmp_path / "h.csv"
+    h.to_csv(str(path))
+    lines = path.read_text().splitlines()
+    assert lines[0].endswith(",loss,f8") and lines[2].endswith(",0.5,0.5") and len(lines) == 11
+    fig = h.plot(str(tmp_path / "curves.png"), ["loss", "f8"])
+    assert [len(ax.lines[0].get_xdata()) for ax in fig.axes] == [10, 10]
+    from gyre.core._columns import numeric_dtype
+
+    assert numeric_dtype(jnp.bfloat16) and numeric_dtype(jnp.float8_e5m2) and not numeric_dtype(jnp.complex64)

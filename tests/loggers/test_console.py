@@ -26,3 +26,12 @@ def test_stdout_by_default(capsys):
 def test_images_are_not_written():
     with gyre.ConsoleWriter(io.StringIO()) as writer, pytest.raises(TypeError, match="MLflowWriter, TensorBoardWriter, WandbWriter"):
         writer.write_images(0, {"i": np.zeros((2, 2, 3), np.uint8)})
+
+
+def test_bfloat16_and_float8_scalars_are_numbers():
+    import jax.numpy as jnp
+
+    out = io.StringIO()
+    with gyre.ConsoleWriter(out) as writer:
+        writer.write_scalars(0, {"loss": jnp.bfloat16(0.5), "f8": jnp.asarray(0.25, jnp.float8_e5m2)})
+    assert out.getvalue() == "step 0: loss=0.5, f8=0.25\n"

@@ -58,3 +58,13 @@ def test_write_to_sends_steps_in_batches_at_their_own_times(tmp_path, monkeypatc
     # not one per step: one per send of the history, which the NaN check makes every POLL_EVERY
     # steps (a writer's reads land records in between without adding sends)
     assert len(batches) <= 600 // POLL_EVERY + 2 and max(len(kw["metrics"]) for kw in batches) <= 1000
+
+
+def test_bfloat16_scalars_are_logged(tmp_path):
+    import jax.numpy as jnp
+    from mlflow.tracking import MlflowClient
+
+    with gyre.MLflowWriter(tmp_path / "mlruns", experiment_name="tests", run_name="r") as writer:
+        writer.write_scalars(3, {"loss": jnp.bfloat16(0.5)})
+    history = MlflowClient(writer.tracking_uri).get_metric_history(writer.run_id, "loss")
+    assert [(m.step, m.value) for m in history] == [(3, 0.5)]

@@ -73,3 +73,18 @@ def test_steps_with_changing_scalar_names_keep_each_value_at_its_step(tmp_path, 
     assert [(s, v.simple_value) for s, v in values["accuracy"]] == [(0, 0.5), (2, 0.25), (3, 0.75), (5, 0.125)]
     assert [(s, v.simple_value) for s, v in values["loss_test"]] == [(4, 5.0)]
     assert all(len(event.summary.value) == len(rows[event.step]) for event in tensorboard_events(str(tmp_path))[1:])
+
+
+def test_bfloat16_scalars_and_histograms_are_written(tmp_path):
+    def step(elapsed):
+        return gyre.logs().add_loss("loss", jnp.bfloat16(1.0 / (elapsed.steps + 1)))
+
+    with gyre.TensorBoardWriter(tmp_path) as writer:
+        gyre.loop(None, range(2), {gyre.every(1): step, **gyre.write_to(writer)})
+        writer.write_scalars(5, {"direct": jnp.bfloat16(0.25)})
+        writer.write_histograms(5, {"w": jnp.arange(8, dtype=jnp.bfloat16)}, num_buckets=2)
+    values = tensorboard_values(str(tmp_path))
+    assert [(s, v.simple_value) for s, v in values["loss"]] == [(0, 1.0), (1, 0.5)]
+    assert [(s, v.simple_value) for s, v in values["direct"]] == [(5, 0.25)]
+    (step_, histogram), = values["w"]
+    assert step_ == 5 and histogram.histo.num == 8 and histogram.histo.max == 7.0

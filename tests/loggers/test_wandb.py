@@ -4,6 +4,7 @@ a missing wandb names the extra."""
 import json
 import sys
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -28,6 +29,8 @@ def test_an_offline_run_holds_every_value_at_its_step(offline):
         writer.write_images(3, {"digit": np.zeros((4, 4, 1), np.uint8)})
         writer.write_texts(3, {"note": "hello"})
         writer.write_hparams({"learning_rate": 0.1}, {"final": 0.9})
+        writer.write_scalars(4, {"half": jnp.bfloat16(0.5)})  # a bfloat16 is a number too
+        writer.write_histograms(4, {"low": jnp.arange(4, dtype=jnp.bfloat16)}, num_buckets=2)
     history = {}
     config, summary = {}, {}
     for record in wandb_records(str(offline)):
@@ -39,7 +42,8 @@ def test_an_offline_run_holds_every_value_at_its_step(offline):
             config.update({item.key: json.loads(item.value_json) for item in record.config.update})
         elif kind == "summary":
             summary.update({item.key: json.loads(item.value_json) for item in record.summary.update})
-    assert sorted(history) == [0, 2, 3]
+    assert sorted(history) == [0, 2, 3, 4]
+    assert history[4]["half"] == 0.5 and history[4]["low/_type"] == "histogram"
     assert history[0]["loss"] == 1.0 and history[2]["loss"] == 0.5 and history[2]["accuracy"] == 0.75
     assert history[3]["note"] == "hello" and history[3]["weights/_type"] == "histogram"
     assert len(history[3]["weights/values"]) == 5 and history[3]["digit/_type"] == "images/separated"

@@ -295,3 +295,24 @@ def test_write_every_writes_multiples_evaluations_and_the_last_step(steps_per_ca
 def test_a_bad_write_every_is_refused(bad):
     with pytest.raises((ValueError, TypeError), match="write_every must be a whole number of steps >= 1"):
         gyre.write_to(gyre.ConsoleWriter(), write_every=bad)
+
+
+def test_a_bfloat16_training_step_reaches_the_csv_and_the_bar(tmp_path):
+    import io
+
+    import optax
+
+    from gyre.steps import managed
+
+    @managed.train_step(policy="bfloat16")
+    def train_step(state, batch):
+        return gyre.logs().add_loss("mse", jnp.mean((batch * state.params["w"] - 1.0) ** 2)), state
+
+    state = managed.ManagedState.create(params={"w": jnp.float32(0.0)}, tx=optax.sgd(0.1))
+    writer, out = gyre.CSVWriter(tmp_path / "m.csv"), io.StringIO()
+    gyre.loop(state, [jnp.ones(4)] * 3, {gyre.every(1): [train_step, gyre.keras_bar(total=3, file=out)],
+                                         **gyre.write_to(writer)})
+    writer.close()
+    rows = list(csv.DictReader((tmp_path / "m.csv").open()))
+    assert [r["step"] for r in rows] == ["0", "1", "2"] and float(rows[0]["mse"]) == 1.0
+    assert "mse: " in out.getvalue().splitlines()[-1]

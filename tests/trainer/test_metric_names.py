@@ -64,3 +64,8 @@ def test_scalars_for_writers_keeps_numbers_only():
     }
     assert list(scalars_for_writers(metrics, specs)) == ["train/s_epoch", "train/time", "np", "flag"]
 
+
+
+def test_scalars_for_writers_keeps_bfloat16_and_float8_numbers():
+    metrics = {"loss": jnp.bfloat16(0.5), "f8": jnp.asarray(0.5, jnp.float8_e4m3fn), "c": jnp.complex64(1)}
+    assert list(scalars_for_writers(metrics, {})) == ["loss", "f8"]

@@ -112,3 +112,8 @@ def test_parse_runs_at_trace_time_without_reading_values():
 def test_errors_name_the_metric(out, error, match):
     with pytest.raises(error, match=match):
         parse_metrics(out, where="my loss")
+
+
+def test_bfloat16_values_are_numbers():
+    specs, values = parse_metrics({"loss": jnp.bfloat16(0.5), "n": {"value": jnp.ones(2, jnp.bfloat16), "count": 2}}, where="f")
+    assert list(specs) == ["loss", "n"] and values["loss"][0].dtype == jnp.bfloat16

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from gyre.core._clock import Elapsed
+from gyre.core._columns import numeric_dtype
 from gyre.core._errors import describe, explain
 from gyre.core._history import History
 from gyre.core._logs import Logs
@@ -101,7 +102,7 @@ class RunningValues:
 
 
 def _numbers(values: Any) -> bool:
-    return isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "biuf"
+    return isinstance(values, np.ndarray) and values.ndim == 1 and numeric_dtype(values.dtype)
 
 
 class BarValues:

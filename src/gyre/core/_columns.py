@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+import jax.numpy as jnp
 import numpy as np
 
 from gyre.core._clock import _FIELDS as CLOCK_FIELDS
@@ -84,6 +85,22 @@ class Record(NamedTuple):
         return self[key] if key in self else default
 
 
+def numeric_dtype(dtype: Any) -> bool:
+    """Whether values of ``dtype`` are real numbers: bools, integers and floats, the low
+    precision ones included (bfloat16, the float8 kinds, int4: numpy sees most of them as
+    kind ``'V'``). Complex numbers, strings, objects and PRNG keys are not.
+
+    Example:
+        >>> numeric_dtype(jnp.bfloat16), numeric_dtype(np.float16), numeric_dtype(np.complex64)
+        (True, True, False)
+    """
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:  # an extended dtype (a PRNG key)
+        return False
+    return dtype.kind in "biuf" or (dtype.kind == "V" and bool(jnp.issubdtype(dtype, jnp.number)))
+
+
 def pack(values: list[Any]) -> Any:
     """A list of numbers as a numpy column (a list when the values are not all numbers).
 
@@ -97,7 +114,7 @@ def pack(values: list[Any]) -> Any:
         column = np.asarray(values)
     except (TypeError, ValueError):
         return values
-    return column if column.ndim == 1 and column.dtype.kind in "biuf" else values
+    return column if column.ndim == 1 and numeric_dtype(column.dtype) else values
 
 
 def as_list(column: Any) -> list[Any]:

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from gyre.core._columns import numeric_dtype
 from gyre.core._reader import Columns
 
 
@@ -42,13 +43,14 @@ def is_number(value: Any) -> bool:
     scalars and JAX arrays included, read by their ``shape`` and ``dtype`` only).
 
     Example:
-        >>> is_number(2), is_number(np.float32(0.5)), is_number(np.ones(2)), is_number("1")
+        >>> import jax.numpy as jnp
+        >>> is_number(2), is_number(jnp.bfloat16(0.5)), is_number(np.ones(2)), is_number("1")
         (True, True, False, False)
     """
     if isinstance(value, numbers.Real):
         return True
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
-    return shape == () and dtype is not None and np.dtype(dtype).kind in "biuf"
+    return shape == () and dtype is not None and numeric_dtype(dtype)
 
 
 def _column(count: int, rows: np.ndarray, values: Any) -> tuple[np.ndarray, np.ndarray] | None:
@@ -56,7 +58,7 @@ def _column(count: int, rows: np.ndarray, values: Any) -> tuple[np.ndarray, np.n
     (NaN elsewhere); ``None`` when no record does (arrays, strings)."""
     present = np.zeros(count, bool)
     numbers = np.full(count, np.nan)
-    if isinstance(values, np.ndarray) and values.dtype.kind in "biuf":
+    if isinstance(values, np.ndarray) and numeric_dtype(values.dtype):
         if values.ndim != 1:
             return None  # an array per record
         present[rows] = True

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
+from gyre.core._columns import numeric_dtype
 from gyre.core._errors import describe, explain
 from gyre.core._reader import Columns
 from gyre.core._runs import ScalarRun, is_number, rows, scalar_runs
@@ -267,7 +268,7 @@ class Writer:
         """
         arrays = _mapping(self._who, "write_histograms", arrays, "arrays", "{'weights': w}")
         for name, value in arrays.items():
-            if not hasattr(value, "shape") or not np.size(value) or np.dtype(value.dtype).kind not in "biuf":
+            if not hasattr(value, "shape") or not np.size(value) or not numeric_dtype(value.dtype):
                 raise _bad_value(self._who, "write_histograms", name, value, "a non-empty numeric array",
                                  "pass a numpy or jax array of numbers")
         if num_buckets is not None and (isinstance(num_buckets, bool) or not isinstance(num_buckets, numbers.Integral) or num_buckets < 1):
@@ -501,7 +502,7 @@ class Writer:
         if kind == "scalars":
             self._scalars(step, {k: _number(v) for k, v in values.items()})
         elif kind == "histograms":
-            self._histograms(step, {k: np.asarray(v) for k, v in values.items()}, *rest)
+            self._histograms(step, {k: _host_array(v) for k, v in values.items()}, *rest)
         elif kind == "images":
             self._images(step, {k: as_uint8_images(k, v) for k, v in values.items()})
         else:
@@ -550,6 +551,13 @@ def _to_host(args: tuple[Any, ...]) -> tuple[Any, ...]:
         else:
             out.append(next(host))
     return tuple(out)
+
+
+def _host_array(value: Any) -> np.ndarray:
+    """A numeric array as numpy, low-precision floats (bfloat16, float8: kind ``'V'``, which
+    backends do not read) as float32, which holds each of their values exactly."""
+    value = np.asarray(value)
+    return value if value.dtype.kind in "biuf" else value.astype(np.float32)
 
 
 def _number(value: Any) -> float | int | bool:

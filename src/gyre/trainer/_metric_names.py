@@ -29,8 +29,7 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
+from gyre.core._columns import numeric_dtype
 from gyre.core._errors import ExplainedKeyError, describe, explain
 from gyre.trainer._modes import LogFreq, LogMetricMode, LogMode, MetricSpec
 
@@ -201,10 +200,7 @@ def is_scalar(value: Any) -> bool:
     dtype = getattr(value, "dtype", None)
     if dtype is None or getattr(value, "shape", None) != ():
         return False
-    try:
-        return np.dtype(dtype).kind in "biuf"
-    except TypeError:
-        return False
+    return numeric_dtype(dtype)
 
 
 def scalars_for_writers(

@@ -26,8 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from gyre.core._columns import numeric_dtype
 from gyre.core._errors import describe, explain, suggest
 
 
@@ -170,10 +169,7 @@ def _is_numeric(value: Any) -> bool:
     dtype = getattr(value, "dtype", None)
     if dtype is None or not hasattr(value, "shape"):
         return False
-    try:
-        return np.dtype(dtype).kind in "biuf"
-    except TypeError:  # an extended dtype (a PRNG key)
-        return False
+    return numeric_dtype(dtype)
 
 
 def _bad_value(where: str, key: str, value: Any, what: str = "value") -> TypeError:
