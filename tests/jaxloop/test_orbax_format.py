@@ -155,3 +155,9 @@ def test_gyre_checkpoints_refuse_transforms(tmp_path):
     outer = jaxloop.OuterLoop(eval_loops=[jaxloop.EvalLoop(lambda s, b, n: (s, {}))], checkpoint_spec=spec)
     with pytest.raises(ValueError, match="transforms apply to checkpoints in jaxloop's format only"):
         outer({"step": jnp.int32(0), "total": jnp.float32(0)}, eval_specs=[EvalSpec(dataset=[0])])
+
+
+def test_bfloat16_losses_are_averaged_and_reach_best_fn():
+    reduced = jaxloop.reduce_outputs({"loss": [jnp.bfloat16(1.0), jnp.bfloat16(2.0)]})
+    assert reduced["loss"].shape == () and float(reduced["loss"]) == 1.5
+    assert orbax_format.host_metrics({"half": np.asarray(0.5, jnp.bfloat16)}) == {"half": 0.5}

@@ -25,6 +25,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from gyre.core._columns import numeric_dtype
 from gyre.core._errors import as_pair, describe, explain, whole_number
 from gyre.core._schedules import always
 from gyre.data._padding import accepts_mask, padded
@@ -392,7 +393,7 @@ def reduce_outputs(outputs: Mapping[str, Any] | None) -> dict[str, Any]:
             reduced[key] = np.asarray(jax.device_get(merged.compute()))
         else:
             host = [np.asarray(v) for v in jax.device_get(values)]
-            if all(v.ndim == 0 for v in host) and all(np.issubdtype(v.dtype, np.number) or v.dtype == bool for v in host):
+            if all(v.ndim == 0 for v in host) and all(numeric_dtype(v.dtype) for v in host):
                 reduced[key] = np.float64(np.mean(np.stack(host).astype(np.float64)))
             else:
                 reduced[key] = np.stack(host) if len({v.shape for v in host}) == 1 else host

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from gyre.core._columns import numeric_dtype
 from gyre.steps._restore import restore_pytree
 
 
@@ -65,7 +66,7 @@ def host_metrics(reduced: dict[str, Any]) -> dict[str, float]:
         >>> host_metrics({"loss": np.float32(0.5), "logits": np.zeros(3), "n": 2})
         {'loss': 0.5, 'n': 2.0}
     """
-    return {k: float(v) for k, v in reduced.items() if np.ndim(v) == 0 and np.issubdtype(np.asarray(v).dtype, np.number)}
+    return {k: float(v) for k, v in reduced.items() if np.ndim(v) == 0 and np.asarray(v).dtype != bool and numeric_dtype(np.asarray(v).dtype)}
 
 
 def restore(step_obj: Any, state: Any, directory: str | os.PathLike[str], step: int, transforms: Any) -> Any:
