@@ -218,3 +218,21 @@ def test_a_period_patience_resumes_from_its_state_dict():
     stop = []
     again(0, gyre.Elapsed(steps=4), gyre.logs().add_loss("loss", 2.9), loop=type("L", (), {"request_stop": lambda self, why: stop.append(why)})())
     assert stop and "did not improve for 3 steps (Period(steps=3))" in stop[0]
+
+
+def test_the_mode_is_inferred_from_the_name_by_default_and_shown():
+    es = gyre.early_stopping("acc", patience=1)  # no mode: an accuracy is maximised
+    _, history, elapsed = run([0.1, 0.5, 0.6, 0.9, 0.2, 0.1], es)
+    assert es.mode == "max" and elapsed.steps == 5 and es.best == pytest.approx(0.9)
+    assert "mode='max'" in repr(es) and "inferred from the name" in repr(es)
+    assert "mode 'max'" in history.stop_reason
+    assert gyre.early_stopping("accuracy_test", patience=1).mode == "max"
+    assert gyre.early_stopping("metrics.f1_test", patience=1).mode == "max"
+    assert gyre.early_stopping("loss_test", patience=1).mode == "min"
+    assert gyre.early_stopping("foo", patience=1).mode == "min"  # a name that implies nothing
+    assert "inferred" not in repr(gyre.early_stopping("acc", patience=1, mode="min"))
+
+
+def test_jaxloop_handler_infers_the_mode_by_the_same_rule():
+    assert gyre.jaxloop.MetricMonitoringStopHandler("accuracy_test").mode == "max"
+    assert gyre.jaxloop.MetricMonitoringStopHandler("loss_test").mode == "min"

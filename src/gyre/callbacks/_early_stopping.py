@@ -15,13 +15,6 @@ from gyre.core._errors import describe, explain, whole_number
 from gyre.core._logs import Logs
 from gyre.loop._tasks import LoopElement
 
-_MAX_WORDS = ("acc", "accuracy", "auc", "f1", "precision", "recall", "iou", "score", "r2")
-
-
-def _auto_mode(monitor: str) -> str:
-    base = monitor.rsplit(".", 1)[-1].lower()
-    return "max" if any(word in base.split("_") or base.startswith(word) for word in _MAX_WORDS) else "min"
-
 
 def _check_baseline(baseline: Any) -> float | None:
     if baseline is None:
@@ -149,11 +142,16 @@ class EarlyStopping(LoopElement):
         self.patience = patience
         self.min_delta = _check_min_delta(min_delta)
         self.delta_mode = delta_mode
-        self.mode = _auto_mode(monitor) if mode == "auto" else mode
+        self.mode = _monitor.auto_mode(monitor) if mode == "auto" else mode
+        self.mode_inferred = mode == "auto"
         self.baseline = _check_baseline(baseline)
         self.restore_best_weights = bool(restore_best_weights)
         self.initial_patience = initial_patience
         self.reset()
+
+    def __repr__(self) -> str:
+        how = " (inferred from the name)" if self.mode_inferred else ""
+        return f"EarlyStopping({self.monitor!r}, mode={self.mode!r}{how}, patience={self.patience!r})"
 
     def reset(self) -> None:
         """Forgets what was seen (best value, counters and best weights)."""
@@ -208,7 +206,7 @@ class EarlyStopping(LoopElement):
         if run_out and loop is not None:
             self.stopped_step = elapsed.steps
             loop.request_stop(
-                f"early stopping: {self.monitor} did not improve for {how_long} "
+                f"early stopping: {self.monitor} (mode {self.mode!r}) did not improve for {how_long} "
                 f"(best {self.best:.6g} at step {self.best_step})"
             )
         return None
@@ -278,7 +276,7 @@ def early_stopping(
     patience: int | Period,
     min_delta: float = 0.0,
     delta_mode: str = "absolute",
-    mode: str = "min",
+    mode: str = "auto",
     baseline: float | None = None,
     restore_best_weights: bool = False,
     initial_patience: int = 0,
@@ -297,7 +295,11 @@ def early_stopping(
         min_delta: how much better a value must be to count as an improvement.
         delta_mode: ``"absolute"`` (by ``min_delta``) or ``"relative"`` (by
             ``min_delta * |best|``).
-        mode: ``"min"``, ``"max"``, or ``"auto"`` (max for names like accuracy, f1, auc).
+        mode: ``"min"``, ``"max"``, or ``"auto"`` (the default): ``"max"`` when a word of
+            the name says higher is better (``accuracy_test``, ``val_f1``, ``auc``, ``score``:
+            see :func:`gyre.callbacks._monitor.auto_mode`, the rule jaxloop's stop handler
+            uses too), else ``"min"`` (losses, errors, and a name that implies nothing). The
+            mode it uses is in its repr and in the loop's stop reason.
         baseline: a value to beat; until it is beaten, evaluations count against patience.
         restore_best_weights: when the loop ends, for any reason, return the state of the
             best evaluation (a copy is kept on the device).

@@ -12,6 +12,23 @@ from gyre.core._errors import ExplainedKeyError, describe, explain
 from gyre.core._host import fetch, to_python
 from gyre.core._logs import Logs
 
+# Words that name a value to maximise, as a word of the monitored name ("accuracy_test",
+# "val_f1") or its start ("acc1"); any other name is taken as one to minimise (a loss, an error).
+MAX_WORDS = ("acc", "accuracy", "auc", "f1", "precision", "recall", "iou", "score", "r2")
+
+
+def auto_mode(monitor: str) -> str:
+    """``"max"`` when the monitored name says higher is better (see :data:`MAX_WORDS`), else
+    ``"min"``: the one rule of gyre's early stopping and of jaxloop's stop handler. The
+    collection (``"metrics."``) is ignored; a name that implies nothing (``"foo"``) is minimised.
+
+    Example:
+        >>> auto_mode("accuracy_test"), auto_mode("metrics.val_f1"), auto_mode("loss_test"), auto_mode("foo")
+        ('max', 'max', 'min', 'min')
+    """
+    base = monitor.rsplit(".", 1)[-1].lower()
+    return "max" if any(word in base.split("_") or base.startswith(word) for word in MAX_WORDS) else "min"
+
 
 def find(logs: Logs | None, monitor: str, *, owner: str, step: int, fix: str) -> Any:
     """The value logged as ``monitor`` (``"name"`` or ``"collection.name"``), else an

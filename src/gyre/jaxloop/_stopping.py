@@ -13,6 +13,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from gyre.callbacks._monitor import auto_mode
 from gyre.core._errors import describe, explain, suggest, whole_number
 from gyre.jaxloop._actions import Action, Output, _step_of
 from gyre.jaxloop._loop import reduce_outputs
@@ -49,8 +50,9 @@ class MetricMonitoringStopHandler:
         monitored_metric: the output's name.
         min_delta: the smallest change that counts as an improvement.
         patience: checks without improvement before stopping (>= 1).
-        mode: ``"min"``, ``"max"``, or ``"auto"`` (``max`` for names ending in ``acc``,
-            ``accuracy`` or ``auc``, else ``min``).
+        mode: ``"min"``, ``"max"``, or ``"auto"`` (``max`` when a word of the name says
+            higher is better: ``val_acc``, ``accuracy_test``, ``f1``, ...; else ``min``: the
+            rule of ``gyre.early_stopping``, :func:`gyre.callbacks._monitor.auto_mode`).
         baseline: a value to beat before anything counts as an improvement.
 
     Example:
@@ -82,7 +84,7 @@ class MetricMonitoringStopHandler:
             expected="the checks without improvement before stopping (an int >= 1)", fix="pass patience=3",
         )
         if mode == "auto":
-            mode = "max" if monitored_metric.endswith(("acc", "accuracy", "auc")) else "min"
+            mode = auto_mode(monitored_metric)
         self.mode = mode
         self.baseline = baseline
         self._patience_left = self.patience
