@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+import gyre
 from gyre import jaxloop
 from tests.jaxloop._helpers import (
     Counting,
@@ -230,3 +231,23 @@ def test_log_num_flops_reaches_a_step_that_takes_it_at_the_first_step_only():
     jaxloop.Loop(step).run(0, [1, 2, 3], log_num_flops=True)
     assert seen == [True, False, False]
     jaxloop.Loop(add_step).run(fresh(), [1, 2], log_num_flops=True)  # a step without it: not passed
+
+
+# -- issue 23: nothing silent ---------------------------------------------------------------
+
+
+def _nan_at_third(state, batch, per_loop_step_number, **kwargs):
+    loss = jnp.where(per_loop_step_number == 3, jnp.nan, jnp.float32(batch))
+    return state + 1, {"loss": loss, "batch": batch}
+
+
+@pytest.mark.parametrize("kind", [jaxloop.Loop, jaxloop.TrainLoop, jaxloop.EvalLoop])
+def test_a_nan_output_raises_naming_the_step_and_ignore_keeps_the_old_behaviour(kind):
+    with pytest.raises(gyre.NonFiniteError) as caught:
+        kind(_nan_at_third)(0, range(5))
+    assert (caught.value.step, caught.value.name) == (2, "loss")  # per_loop_step_number 3
+    assert "per_loop_step_number 3" in "\n".join(caught.value.__notes__)
+    state, outputs = kind(_nan_at_third, nan_policy="ignore")(0, range(5))
+    assert state == 5 and jnp.isnan(outputs["loss"][2])
+    with pytest.raises(ValueError, match="nan_policy"):
+        kind(_nan_at_third, nan_policy="skip")

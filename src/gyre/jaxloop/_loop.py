@@ -23,13 +23,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from gyre.core._columns import numeric_dtype
 from gyre.core._errors import as_pair, describe, explain, whole_number
+from gyre.core._logs import Logs
 from gyre.core._schedules import always
 from gyre.data._padding import accepts_mask, padded
 from gyre.loop._engine import loop as _engine_loop
+from gyre.loop._nan import NonFiniteError, check_nan_policy
 from gyre.parallel._partitioners import step_name
 
 Output = dict[str, Any]
@@ -68,6 +71,12 @@ class Loop:
     Args:
         step: a :class:`gyre.Step` (or any callable ``step(state, batch,
             per_loop_step_number, **kwargs) -> (state, outputs)``).
+        nan_policy: ``"raise"`` (the default): a NaN or infinite scalar float output of a
+            step (a loss, a metric's value; not arrays or metric objects) stops the loop with
+            :class:`gyre.NonFiniteError` naming the step (checked as :func:`gyre.loop` checks
+            its logs: without a host read per step, and at the loop's end); ``"ignore"``
+            runs through, as jaxloop does. (``"skip"`` is refused: the loop cannot drop a
+            step's update; wrap the optimizer in ``optax.apply_if_finite``.)
 
     Calling the loop (``loop(state, dataset, num_steps)``) runs :meth:`begin`, :meth:`run`
     and :meth:`end`; override them (and :meth:`update_outputs`, or jaxloop's per-step and
@@ -89,7 +98,8 @@ class Loop:
 
     pads_batches = False
 
-    def __init__(self, step: Any) -> None:
+    def __init__(self, step: Any, *, nan_policy: str = "raise") -> None:
+        self._nan_policy = _check_nan_policy(nan_policy, type(self).__name__)
         if not callable(step):
             raise TypeError(
                 explain(
@@ -198,6 +208,7 @@ class Loop:
         )
         if return_state_from_step:
             state = step_state
+        self._step_outputs = step_outputs
         loop_outputs = self.update_outputs(loop_outputs, step_outputs)
         if loop_outputs is None:
             raise TypeError(_no_outputs(self))
@@ -245,9 +256,11 @@ class Loop:
             return state, loop_outputs
         count, box, who = [0], [loop_outputs], f"{type(self).__name__}._run_one_step"
         self._pads = _Pads() if self.pads_batches and takes_mask(self._step) else None
+        checks = getattr(self, "_nan_policy", "raise") != "ignore"
 
         def jaxloop_step(state: Any, loop: Any) -> Any:
             n = count[0] + 1
+            self._step_outputs = None
             try:
                 result = self._run_one_step(
                     state, data, box[0], n, log_num_flops=bool(log_num_flops) and n == 1,
@@ -258,15 +271,23 @@ class Loop:
                 return None
             new_state, box[0] = as_pair(result, who, "(state, loop_outputs)", "state, loop_outputs")
             count[0] = n
-            # (None, state): a state that is itself a pair is never read as (logs, state)
-            return None, new_state
+            # (None, state): a state that is itself a pair is never read as (logs, state);
+            # the scalar outputs as logs: the engine checks them for NaN without a host read
+            return (_scalar_logs(self._step_outputs) if checks else None), new_state
 
         try:
             # the engine ticks; each step pulls its own batch (jaxloop's _get_next_batch)
             state, _, _ = _engine_loop(
                 state, itertools.repeat(None), {always(): [jaxloop_step]}, stop=num_steps,
-                prefetch=0, nan_policy="ignore", catch_keyboard_interrupt=False,
+                prefetch=0, nan_policy="raise" if checks else "ignore", catch_keyboard_interrupt=False,
             )
+        except NonFiniteError as err:
+            who = type(self).__name__
+            err.add_note(
+                f"(in {who}.run: the step of per_loop_step_number {err.step + 1} of this call output "
+                f"{err.name!r} = {err.value}; {who}(step, nan_policy='ignore') runs through it)"
+            )
+            raise
         finally:
             self._pads = None
         self._last_steps = count[0]
@@ -298,6 +319,35 @@ class Loop:
         state, dataset = as_pair(self.begin(state, dataset), f"{who}.begin", "(state, dataset)", "state, dataset")
         state, outputs = self.run(state, dataset, num_steps, **kwargs)
         return as_pair(self.end(state, outputs), f"{who}.end", "(state, outputs)", "state, outputs")
+
+
+def _check_nan_policy(nan_policy: Any, who: str) -> str:
+    """``"raise"`` or ``"ignore"`` (a jaxloop loop cannot drop a step's update)."""
+    policy = check_nan_policy(nan_policy, who)
+    if policy == "skip":
+        raise ValueError(
+            explain(
+                f"{who} cannot skip non-finite updates: the step applies them, not the loop",
+                expected="nan_policy='raise' (stop at the first NaN/Inf output) or 'ignore' (run through)",
+                received="nan_policy='skip'",
+                fix="drop them in the optimizer: optax.apply_if_finite(tx, max_consecutive_errors=5), "
+                f"with {who}(step, nan_policy='ignore')",
+            )
+        )
+    return policy
+
+
+def _scalar_logs(outputs: Any) -> Logs | None:
+    """A step's scalar float outputs as metrics (what a jaxloop loop checks for NaN)."""
+    if not isinstance(outputs, Mapping):
+        return None
+    logs = Logs()
+    for key, value in outputs.items():
+        if isinstance(value, (float, np.floating)) or (
+            isinstance(value, jax.Array) and value.ndim == 0 and jnp.issubdtype(value.dtype, jnp.inexact)
+        ):
+            logs.add_metric(str(key), value)
+    return logs
 
 
 def _no_outputs(loop: Loop) -> str:

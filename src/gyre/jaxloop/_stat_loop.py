@@ -57,9 +57,10 @@ class StatLoop(Loop):
     """
 
     def __init__(
-        self, step: Any, stat_names: Sequence[str] | None = None, global_batch_size: int | None = None
+        self, step: Any, stat_names: Sequence[str] | None = None, global_batch_size: int | None = None,
+        *, nan_policy: str = "raise",
     ) -> None:
-        super().__init__(step)
+        super().__init__(step, nan_policy=nan_policy)
         self._stat_names = list(stat_names or [])
         self._init_time = time.time()
         self._global_batch_size = global_batch_size
