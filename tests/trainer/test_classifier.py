@@ -1,6 +1,8 @@
 """The ready-made classification parts: the digits CNN trains to >= 0.95 with nnx and linen."""
 
 
+import pathlib
+
 import jax.numpy as jnp
 import optax
 import pytest
@@ -81,3 +83,35 @@ def test_the_mlp_without_input_dim_is_sized_by_its_first_input_eagerly_or_by_the
                              train_epochs=2, enable_progress_bar=False, log_dir=str(tmp_path))
     out = t.train_model(digits.train_loader, digits.val_loader)
     assert t.state.params["hidden"][0]["kernel"].shape == (64, 16) and out["val"]["val/acc"] > 0.8
+
+
+DIGITS_MLP = str(pathlib.Path(__file__).parents[2] / "examples" / "configs" / "digits_mlp.yaml")
+
+
+@pytest.mark.parametrize("model, key", [
+    ("SimpleClassifier", "num_classes"), ("SimpleClassifier", "c_hid"), ("SimpleClassifier", "num_layers"),
+    ("SimpleCNN", "num_classes"), ("SimpleClassifierLinen", "num_classes"), ("SimpleCNNLinen", "num_classes"),
+])
+def test_a_model_of_no_classes_or_no_units_is_refused_by_the_config(model, key):
+    import yaml
+
+    from gyre.config import ConfigError, load_config
+
+    data = yaml.safe_load(open(DIGITS_MLP).read())
+    data["model"] = {"class_name": model, key: 0}
+    with pytest.raises(ConfigError, match=rf"(?s)invalid value at model\.{key}.*greater than or equal to 1"):
+        load_config(data)
+
+
+def test_a_trainer_of_no_classes_is_refused_by_the_config():
+    from gyre.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"(?s)invalid value at trainer\.num_classes.*greater than or equal to 1"):
+        load_config(DIGITS_MLP, ["trainer.num_classes=0"])
+
+
+def test_gyre_config_of_no_classes_exits_2_naming_the_key(capsys):
+    from gyre import cli
+
+    assert cli.main(["config", DIGITS_MLP, "model.num_classes=0"]) == 2
+    assert "fix: set model.num_classes to a value greater than or equal to 1" in capsys.readouterr().err

@@ -416,10 +416,18 @@ def check_value(annotation: Any, value: Any, *, path: str, owner: str = "the key
                 f"{_problem(errors[0]['type'])} at {path}." + _literal_hint(annotation, value),
                 expected=f"{type_name(annotation)}{detail}, for {owner}",
                 received=describe(value),
-                fix=f"set {path} to a value of type {type_name(annotation)}"
+                fix=_fix(path, annotation, errors[0])
                 + (" (quote it: YAML reads it as a number or a boolean)" if quote else ""),
             )
         ) from None
+
+
+def _fix(path: str, annotation: Any, error: Mapping[str, Any]) -> str:
+    """How to mend a value pydantic refused: the bound it broke (``greater than or equal to
+    1``), else the type it needs."""
+    if _problem(error["type"]) == "invalid value" and error["msg"].startswith("Input should be "):
+        return f"set {path} to a value {error['msg'].removeprefix('Input should be ')}"
+    return f"set {path} to a value of type {type_name(annotation)}"
 
 
 def _problem(error_type: str) -> str:
@@ -582,5 +590,5 @@ def _explain_error(error: Any, model: type[BaseModel], where: str) -> str:
         f"{_problem(kind)} at {path}." + _literal_hint(annotation, value),
         expected=f"{type_name(annotation)} ({error['msg']})",
         received=describe(value),
-        fix=f"set {path} to a value of type {type_name(annotation)}",
+        fix=_fix(path, annotation, error),
     )

@@ -6,19 +6,23 @@ the data set ``DigitsDataset`` (scikit-learn's digits, embedded: no download).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import linen, nnx
+from pydantic import Field
 
 from gyre.config._registry import register_dataset, register_model, register_trainer
 from gyre.core._errors import describe, explain
 from gyre.trainer._config import TrainerModuleConfig
 from gyre.trainer._confusion import ConfusionMatrixCallback, confusion_matrix
 from gyre.trainer._module import TrainerModule
+
+#: a count of classes, units or layers: the config refuses 0 (a layer of no units divides by zero)
+Count = Annotated[int, Field(ge=1)]
 
 ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "silu": jax.nn.silu, "tanh": jnp.tanh}
 
@@ -131,7 +135,7 @@ class ImgClassifierConfig(TrainerModuleConfig):
         10
     """
 
-    num_classes: int | None = None
+    num_classes: Count | None = None
 
 
 ImgClassifierTrainer.config_class = ImgClassifierConfig
@@ -184,8 +188,8 @@ class SimpleClassifier(nnx.Module):
     """
 
     def __init__(
-        self, c_hid: int = 64, num_classes: int = 10, act_fn: str = "relu", batch_norm: bool = False,
-        dropout: float = 0.0, num_layers: int = 1, input_dim: int | None = None, *, rngs: nnx.Rngs,
+        self, c_hid: Count = 64, num_classes: Count = 10, act_fn: str = "relu", batch_norm: bool = False,
+        dropout: float = 0.0, num_layers: Count = 1, input_dim: Count | None = None, *, rngs: nnx.Rngs,
     ) -> None:
         self.act = activation(act_fn)
         self.input_dim = input_dim
@@ -243,8 +247,8 @@ class SimpleCNN(nnx.Module):
     """
 
     def __init__(
-        self, c_hid: int = 16, num_classes: int = 10, act_fn: str = "relu", image_size: int = 8,
-        channels: int = 1, dropout: float = 0.0, *, rngs: nnx.Rngs,
+        self, c_hid: Count = 16, num_classes: Count = 10, act_fn: str = "relu", image_size: Count = 8,
+        channels: Count = 1, dropout: float = 0.0, *, rngs: nnx.Rngs,
     ) -> None:
         self.act = activation(act_fn)
         self.image_size, self.channels = image_size, channels
@@ -276,12 +280,12 @@ class SimpleClassifierLinen(linen.Module):
         (2, 3)
     """
 
-    c_hid: int = 64
-    num_classes: int = 10
+    c_hid: Count = 64
+    num_classes: Count = 10
     act_fn: str = "relu"
     batch_norm: bool = False
     dropout: float = 0.0
-    num_layers: int = 1
+    num_layers: Count = 1
 
     @linen.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
@@ -307,11 +311,11 @@ class SimpleCNNLinen(linen.Module):
         (2, 10)
     """
 
-    c_hid: int = 16
-    num_classes: int = 10
+    c_hid: Count = 16
+    num_classes: Count = 10
     act_fn: str = "relu"
-    image_size: int = 8
-    channels: int = 1
+    image_size: Count = 8
+    channels: Count = 1
     dropout: float = 0.0
 
     @linen.compact
