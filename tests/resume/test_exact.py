@@ -41,7 +41,7 @@ def run(directory, *, crash_at=None, resume=None, scores=None, patience=10, stop
         if crash_at is not None and elapsed.steps == crash_at:
             raise Crash(elapsed.steps)
 
-    stopper = gyre.early_stopping("score_test", patience=patience)
+    stopper = gyre.early_stopping("score_test", patience=patience, mode="min")  # a score here is a loss
     tasks = {
         gyre.on_train_step: [crash, train_step],
         gyre.on_test_step: test_step,
