@@ -284,3 +284,10 @@ def test_bfloat16_and_float8_entries_are_numbers_in_columns_csv_and_plot(tmp_pat
     from gyre.core._columns import numeric_dtype
 
     assert numeric_dtype(jnp.bfloat16) and numeric_dtype(jnp.float8_e5m2) and not numeric_dtype(jnp.complex64)
+
+
+def test_to_csv_and_plot_create_a_missing_folder(tmp_path):
+    h = make_history()
+    h.to_csv(str(tmp_path / "a" / "h.csv"))
+    h.plot(str(tmp_path / "b" / "c" / "h.png"), ["loss"])
+    assert (tmp_path / "a" / "h.csv").exists() and (tmp_path / "b" / "c" / "h.png").exists()

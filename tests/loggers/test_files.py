@@ -74,3 +74,11 @@ def test_bfloat16_float16_and_float8_values_are_written_as_floats(tmp_path):
     lines = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert lines == [{"step": 0, "a": 1.5, "b": 2.5}, {"step": 1, "c": 0.5, "d": 3}]
     assert type(lines[0]["a"]) is float
+
+
+@pytest.mark.parametrize("make", [gyre.CSVWriter, gyre.JSONLWriter])
+def test_a_missing_folder_is_created_as_tensorboard_and_mlflow_do(tmp_path, make):
+    path = tmp_path / "runs" / "a" / "metrics.txt"
+    with make(path) as writer:
+        writer.write_scalars(0, {"loss": 1.0})
+    assert "1.0" in path.read_text()

@@ -10,6 +10,7 @@ and wait: they are the moments a user asks for numbers.
 from __future__ import annotations
 
 import difflib
+import os
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
@@ -608,7 +609,8 @@ class History:
         return rows
 
     def to_csv(self, path: str) -> None:
-        """Writes :meth:`to_records` as CSV (scalar entries only; arrays are left out).
+        """Writes :meth:`to_records` as CSV (scalar entries only; arrays are left out), creating
+        the file's folder if missing.
 
         Example:
             >>> import tempfile, os
@@ -628,6 +630,7 @@ class History:
         for row in rows:
             for key in row:
                 columns.setdefault(key, None)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(columns))
             writer.writeheader()
@@ -643,7 +646,8 @@ class History:
         """Plots entries against ``x`` with matplotlib, one panel per key or group of keys.
 
         Args:
-            path: where to save the figure (PNG by extension); ``None`` keeps it open.
+            path: where to save the figure (PNG by extension; its folder is created if
+                missing); ``None`` keeps it open.
             keys: names to plot; a nested sequence puts several curves on one panel, e.g.
                 ``[["loss", "loss_test"], ["accuracy", "accuracy_test"]]``. By default every
                 scalar entry, with ``name_<suffix>`` drawn on the panel of ``name``.
@@ -682,6 +686,7 @@ class History:
             ax.legend()
         fig.tight_layout()
         if path is not None:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             fig.savefig(path, dpi=100)
             plt.close(fig)
         return fig

@@ -47,6 +47,13 @@ class _TextFileWriter(Writer):
     """A writer of one text file (``self._file``, opened by the subclass's ``_open``)."""
 
     _file: TextIO | None = None
+    path: str
+
+    def _create(self, newline: str | None = None) -> TextIO:
+        """Creates (or truncates) the file, and its folder if missing, as ``TensorBoardWriter``
+        and ``MLflowWriter`` create theirs."""
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        return open(self.path, "w", newline=newline)  # noqa: SIM115 (closed by close())
 
     def _flush(self) -> None:
         if self._file is not None:
@@ -62,7 +69,7 @@ class CSVWriter(_TextFileWriter):
     module for a name that appears late). The file is created (or truncated) at once.
 
     Args:
-        path: the CSV file; its folder must exist.
+        path: the CSV file; its folder is created if missing.
 
     Example:
         >>> import gyre, os, tempfile
@@ -86,7 +93,7 @@ class CSVWriter(_TextFileWriter):
         super().__init__()
 
     def _open(self) -> None:
-        self._file = open(self.path, "w", newline="")  # noqa: SIM115 (closed by close())
+        self._file = self._create(newline="")
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         assert self._file is not None
@@ -119,7 +126,7 @@ class JSONLWriter(_TextFileWriter):
     The file is created (or truncated) at once.
 
     Args:
-        path: the ``.jsonl`` file; its folder must exist.
+        path: the ``.jsonl`` file; its folder is created if missing.
 
     Example:
         >>> import gyre, os, tempfile
@@ -139,7 +146,7 @@ class JSONLWriter(_TextFileWriter):
         super().__init__()
 
     def _open(self) -> None:
-        self._file = open(self.path, "w")  # noqa: SIM115 (closed by close())
+        self._file = self._create()
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         assert self._file is not None
