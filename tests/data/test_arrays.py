@@ -116,7 +116,8 @@ def test_steps_per_epoch():
     assert steps_per_epoch(1437, 64) == 22
     assert steps_per_epoch(1437, 64, drop_remainder=False) == 23
     assert steps_per_epoch(128, 64, drop_remainder=False) == 2
-    assert steps_per_epoch(0, 8) == 0
+    with pytest.raises(ValueError, match="no samples"):  # an epoch of no batch: refused
+        steps_per_epoch(0, 8)
     with pytest.raises(ValueError, match="batch_size"):
         steps_per_epoch(10, 0)
     with pytest.raises(ValueError, match="number of samples"):
@@ -288,3 +289,12 @@ def test_state_dict_at_any_index_is_the_state_dict_there():
     for index in range(8):
         assert it.index == index and ahead.state_dict_at(index) == it.state_dict()
         next(it)
+
+
+def test_steps_per_epoch_refuses_an_epoch_of_no_batch_as_batches_does():
+    with pytest.raises(ValueError, match=r"(?s)every batch would be dropped.*drop_remainder=False") as info:
+        steps_per_epoch(10, 32)  # was 0: a loop of zero steps per epoch, without a word
+    with pytest.raises(ValueError) as same:
+        batches(_data(10), 32)
+    assert str(info.value) == str(same.value)
+    assert steps_per_epoch(10, 32, drop_remainder=False) == 1

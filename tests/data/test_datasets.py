@@ -85,3 +85,16 @@ def test_stratified_split_keeps_the_proportions_of_unbalanced_classes():
     assert set(train.tolist()).isdisjoint(test.tolist())
     again = stratified_split(labels, test_size=0.25, seed=4)
     assert np.array_equal(again[0], train) and np.array_equal(again[1], test)
+
+
+@pytest.mark.parametrize(
+    ("labels", "match"),
+    [
+        (np.array([0.0, 1.0, 0.5, 1.0]), r"(?s)1-D integer class labels.*float64"),
+        (np.eye(3)[[0, 1, 2, 0]].astype(np.int32), r"(?s)1-D integer class labels.*shape \(4, 3\).*argmax"),
+        (np.array([[0], [1], [0], [1]]), r"(?s)shape \(4, 1\).*ravel"),
+    ],
+)
+def test_stratified_split_refuses_float_or_2d_labels(labels, match):
+    with pytest.raises(ValueError, match=match):
+        stratified_split(labels, test_size=0.5, seed=0)

@@ -302,3 +302,12 @@ def test_the_arrays_given_one_by_one_as_keras_takes_them_are_explained():
     with pytest.raises(TypeError, match=r"(?s)takes the arrays as one tuple.*2 positional arguments"):
         gyre.data.arrays(x, y)  # the batch size forgotten
     assert len(gyre.data.arrays((x, y), 4).train) == 2
+
+
+def test_train_and_test_arrays_of_other_example_shapes_are_refused():
+    x, y = np.zeros((10, 64), np.float32), np.zeros(10, np.int32)
+    narrow = np.zeros((4, 32), np.float32)
+    with pytest.raises(ValueError, match=r"(?s)the test arrays.*\(64,\).*\(32,\)"):
+        gyre.data.arrays(((x, y), (narrow, y[:4])), 2)
+    with pytest.raises(ValueError, match=r"(?s)the test arrays.*\(\).*\(1,\)"):
+        gyre.data.arrays(((x, y), (x[:4], y[:4, None])), 2)

@@ -59,7 +59,9 @@ def steps_per_epoch(n: int, batch_size: int, drop_remainder: bool = True) -> int
             default) or kept.
 
     Returns:
-        ``n // batch_size`` when dropping the remainder, else ``ceil(n / batch_size)``.
+        ``n // batch_size`` when dropping the remainder, else ``ceil(n / batch_size)``: at
+        least 1. An epoch of no batch (no samples, or a batch larger than the data with
+        ``drop_remainder``) is refused, as :func:`batches` refuses it.
 
     Example:
         >>> steps_per_epoch(1437, 64), steps_per_epoch(1437, 64, drop_remainder=False)
@@ -67,6 +69,20 @@ def steps_per_epoch(n: int, batch_size: int, drop_remainder: bool = True) -> int
     """
     n = _check_count("n (the number of samples)", n, minimum=0, example="steps_per_epoch(1000, 32)")
     batch_size = _check_count("batch_size", batch_size, minimum=1, example="batch_size=32")
+    if n == 0:
+        raise ValueError(
+            explain("an epoch of no samples has no batch", expected="n >= 1 samples", received="n=0",
+                    fix="check the data split that produced them")
+        )
+    if drop_remainder and batch_size > n:
+        raise ValueError(
+            explain(
+                "the batch is larger than the data, so every batch would be dropped",
+                expected=f"batch_size <= {n} (the number of samples)",
+                received=f"batch_size={batch_size} with drop_remainder=True",
+                fix=f"use batch_size <= {n}, or drop_remainder=False to get one batch of {n}",
+            )
+        )
     return n // batch_size if drop_remainder else -(-n // batch_size)
 
 
@@ -196,19 +212,11 @@ class Batches(Iterator[Batch]):
                     fix="check the data split that produced them",
                 )
             )
-        if drop_remainder and batch_size > n:
-            raise ValueError(
-                explain(
-                    "the batch is larger than the data, so every batch would be dropped",
-                    expected=f"batch_size <= {n} (the number of samples)",
-                    received=f"batch_size={batch_size} with drop_remainder=True",
-                    fix=f"use batch_size <= {n}, or drop_remainder=False to get one batch of {n}",
-                )
-            )
+        epoch_steps = steps_per_epoch(n, batch_size, drop_remainder)  # refuses an epoch of no batch
         self._data, self._single, self._n = data, single, n
         self.batch_size, self.seed, self.epochs = batch_size, seed, epochs
         self.shuffle, self.drop_remainder = bool(shuffle), bool(drop_remainder)
-        self.epoch_steps = steps_per_epoch(n, batch_size, drop_remainder)
+        self.epoch_steps = epoch_steps
         self._identity: dict[str, Any] = {
             "samples": n,
             "shapes": [list(a.shape[1:]) for a in data],

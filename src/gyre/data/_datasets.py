@@ -37,7 +37,8 @@ def stratified_split(labels: np.ndarray, *, test_size: float, seed: int) -> tupl
     arrays are then shuffled.
 
     Args:
-        labels: one integer label per sample.
+        labels: one integer class label per sample, a 1-D array (floats, one-hot rows or a
+            column ``(n, 1)`` are refused: the message says how to convert them).
         test_size: fraction of the samples held out, in (0, 1).
         seed: the seed of the draw.
 
@@ -52,6 +53,22 @@ def stratified_split(labels: np.ndarray, *, test_size: float, seed: int) -> tupl
     test_size = _check_test_size(test_size)
     rng = np.random.default_rng(check_seed(seed))
     labels = np.asarray(labels)
+    if labels.ndim != 1 or not (np.issubdtype(labels.dtype, np.integer) or labels.dtype == bool):
+        fix = (
+            "flatten the column: labels.ravel()" if labels.ndim == 2 and labels.shape[1] == 1
+            else "take the class of each row: labels.argmax(-1)" if labels.ndim == 2
+            else "convert whole-number labels with labels.astype(int); bin continuous targets first "
+            "(np.digitize)" if labels.ndim == 1
+            else "pass one class per sample"
+        )
+        raise ValueError(
+            explain(
+                "stratified_split needs 1-D integer class labels (it keeps each class's share)",
+                expected="an int array of shape (n,), e.g. np.array([0, 2, 1, 0])",
+                received=f"an array of shape {labels.shape} and dtype {labels.dtype}",
+                fix=fix,
+            )
+        )
     classes, counts = np.unique(labels, return_counts=True)
     # Largest-remainder apportionment: the test set holds ceil(test_size * n) samples in all,
     # each class its share rounded down plus one for the largest fractional parts.

@@ -235,7 +235,9 @@ def _split_arrays(data: Any) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, 
         if all(_is_array(a) for a in data):
             return _same_rows(data, "data"), None
         if len(data) == 2 and all(isinstance(p, (tuple, list)) and p and all(_is_array(a) for a in p) for p in data):
-            return _same_rows(data[0], "the training arrays"), _same_rows(data[1], "the test arrays")
+            train, test = _same_rows(data[0], "the training arrays"), _same_rows(data[1], "the test arrays")
+            _same_examples(train, test)
+            return train, test
     raise TypeError(
         explain(
             "arrays() takes a tuple of arrays sharing their first dimension, or a reader's result",
@@ -260,6 +262,21 @@ def _same_rows(arrays: Any, what: str) -> tuple[np.ndarray, ...]:
             )
         )
     return out
+
+
+def _same_examples(train: tuple[np.ndarray, ...], test: tuple[np.ndarray, ...]) -> None:
+    """The test arrays hold examples of the training arrays' shapes (a model trained on one
+    cannot evaluate the other)."""
+    shapes = [a.shape[1:] for a in train], [a.shape[1:] for a in test]
+    if shapes[0] != shapes[1]:
+        raise ValueError(
+            explain(
+                "the test arrays' examples differ in shape from the training arrays'",
+                expected=f"per-example shapes {shapes[0]} (the training arrays', after the first dimension)",
+                received=f"{shapes[1]}",
+                fix="pass the test split of the same data, with the same preprocessing (reshape, one-hot)",
+            )
+        )
 
 
 def _held_out(validation: Any, n: int) -> int:
