@@ -240,7 +240,8 @@ class TrainerConfig(_Section, metaclass=_NamedSectionMeta):
         enable_progress_bar: show a progress bar.
         seed: the trainer's seed.
         log_grad_norm: log the gradients' global norm.
-        detect_nans: stop on a NaN or Inf loss.
+        detect_nans: stop on a NaN or Inf loss or metric (the default; the loop checks its
+            values as they reach the host, within about a second); ``false`` trains through them.
         model_mode: ``"nnx"`` or ``"linen"``.
         steps_per_call: training steps fused into one compiled call.
         num_devices: devices for data parallelism (default: all).
@@ -271,7 +272,7 @@ class TrainerConfig(_Section, metaclass=_NamedSectionMeta):
     enable_progress_bar: bool = True
     seed: int = 42
     log_grad_norm: bool = False
-    detect_nans: bool = False
+    detect_nans: bool = True
     model_mode: Literal["nnx", "linen"] = "nnx"
     steps_per_call: Annotated[int, Field(ge=1)] = 1
     num_devices: Annotated[int, Field(ge=1)] | None = None
@@ -408,8 +409,9 @@ class Config(_Section):
     schedules and transforms inside) and ``DATASETS``, and kept as dicts for their builders.
 
     Attributes:
-        seed: the run's seed: ``trainer.seed`` when that is left out, and the seed of Python's
-            and numpy's global generators in ``gyre fit`` (for a model's or dataset's own draws).
+        seed: the run's seed: the seed of Python's and numpy's global generators in ``gyre fit``
+            (for a model's or dataset's own draws), and ``trainer.seed`` when that is left out;
+            left out, it is ``trainer.seed``. Both given and different is an error.
         num_gpus: kept for jax_trainer's configs (``trainer.num_devices`` picks the devices).
         trainer: the :class:`TrainerConfig` (or the trainer's ``config_class``).
         model: the model section.
@@ -442,10 +444,29 @@ class Config(_Section):
     @model_validator(mode="before")
     @classmethod
     def _run_seed(cls, data: Any) -> Any:
-        """The top-level ``seed`` seeds the run: it is ``trainer.seed`` when the trainer's is left out."""
+        """The top-level ``seed`` and ``trainer.seed`` are one seed: either given sets the
+        other; both given must agree (one of them was silently ignored)."""
         trainer = data.get("trainer") if isinstance(data, Mapping) else None
-        if isinstance(trainer, Mapping) and "seed" in data and "seed" not in trainer:
-            data = {**data, "trainer": {**trainer, "seed": data["seed"]}}
+        if isinstance(trainer, TrainerConfig):
+            given = trainer.seed if "seed" in trainer.model_fields_set else None
+        else:
+            given = trainer.get("seed") if isinstance(trainer, Mapping) else None
+        if given is None:
+            if isinstance(trainer, Mapping) and "seed" in data:
+                data = {**data, "trainer": {**trainer, "seed": data["seed"]}}
+        elif "seed" not in data:
+            data = {**data, "seed": given}
+        elif data["seed"] != given and all(type(v) is int for v in (data["seed"], given)):  # else: wrong types
+            raise ConfigError(
+                explain(
+                    f"seed {data['seed']!r} and trainer.seed {given!r} disagree",
+                    expected="one seed: the top-level seed (the run's: the trainer's initial parameters "
+                    "and Python's and numpy's generators) or trainer.seed, or both equal",
+                    received=f"seed: {data['seed']!r} and trainer.seed: {given!r}",
+                    fix=f"remove trainer.seed and set seed: {given!r} (or override both: seed={given!r} "
+                    f"trainer.seed={given!r})",
+                )
+            )
         return data
 
     @field_validator("trainer", mode="before")
