@@ -307,7 +307,7 @@ def test_the_trainer_and_logger_defaults():
     trainer = TrainerConfig()
     assert trainer.model_dump() == {
         "class_name": "TrainerModule", "train_epochs": 1, "check_val_every_n_epoch": 1, "debug": False,
-        "enable_progress_bar": True, "seed": 42, "log_grad_norm": False, "detect_nans": False,
+        "enable_progress_bar": True, "seed": 42, "log_grad_norm": False, "detect_nans": True,
         "model_mode": "nnx", "steps_per_call": 1, "num_devices": None, "resume": None, "resume_every_minutes": 10.0,
         "logger": {"class_name": "Logger", "log_dir": None, "log_steps_every": 50, "tool_config": None,
                    "log_file_verbosity": "info", "stderrthreshold": "warning", "base_log_dir": None},
