@@ -221,3 +221,12 @@ def test_a_misspelt_keyword_of_checkpoint_and_batches_names_the_closest_one(tmp_
         gyre.data.batches(np.zeros((4, 1)), batchsize=2)
     with pytest.raises(TypeError, match=r"(?s)'drop_last'.*use drop_remainder="):
         gyre.data.batches(np.zeros((4, 1)), 2, drop_last=True)
+
+
+@pytest.mark.parametrize("door", [gyre.loop, gyre.train_loop, gyre.test_loop])
+@pytest.mark.parametrize("value", ["no", "False", 0, None])
+def test_a_flag_given_anything_but_a_bool_is_refused(door, value):
+    with pytest.raises(TypeError, match=r"(?s)catch_keyboard_interrupt must be True or False.*"
+                       r"received: .*fix: pass catch_keyboard_interrupt=True or catch_keyboard_interrupt=False"):
+        door(0, [1], catch_keyboard_interrupt=value)
+    door(0, [1], catch_keyboard_interrupt=np.bool_(False))  # numpy's bool is a bool

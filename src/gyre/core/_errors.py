@@ -10,6 +10,8 @@ import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+import numpy as np
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -115,6 +117,32 @@ def as_integer(value: object) -> int | None:
     if getattr(value, "shape", None) == () and getattr(dtype, "kind", None) in ("i", "u"):
         return int(value)  # type: ignore[call-overload]
     return None
+
+
+def flag(value: object, name: str, who: str) -> bool:
+    """``value`` as a ``bool`` when it is one (Python's or numpy's), else a ``TypeError``: a
+    flag given ``"no"``, ``"False"``, ``0`` or ``None`` is refused, not taken for its truth.
+
+    Example:
+        >>> import numpy as np
+        >>> flag(True, "shuffle", "batches"), flag(np.bool_(False), "shuffle", "batches")
+        (True, False)
+        >>> flag("no", "shuffle", "batches")
+        Traceback (most recent call last):
+        TypeError: batches's shuffle must be True or False
+          expected: a bool
+          received: str 'no' (a non-empty string is true in Python)
+          fix: pass shuffle=True or shuffle=False
+    """
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    note = " (a non-empty string is true in Python)" if isinstance(value, str) and value else ""
+    raise TypeError(
+        explain(
+            f"{who}'s {name} must be True or False", expected="a bool",
+            received=describe(value) + note, fix=f"pass {name}=True or {name}=False",
+        )
+    )
 
 
 def whole_number(value: object, *, minimum: int, problem: str, expected: str, fix: str) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import describe, explain, keywords_checked, warn
+from gyre.core._errors import describe, explain, flag, keywords_checked, warn
 from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.loop._binding import bind
@@ -76,7 +76,7 @@ def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState, *, outermost:
         if logs:
             commit(now, logs, clock._pending)
         if nan is not None:
-            nan.poll()
+            nan.poll(1, now.time)
         ls.end_step(now.steps)
         if first:
             first = False
@@ -295,6 +295,7 @@ def loop(
         (6.0, 3, [1.0, 3.0, 6.0])
     """
     policy = check_nan_policy(nan_policy, "gyre.loop")
+    catch_keyboard_interrupt = flag(catch_keyboard_interrupt, "catch_keyboard_interrupt", "gyre.loop")
     tasks, skipping = apply_nan_policy(tasks, policy)
     table = compile_tasks(tasks)
     steps = check_steps(steps_per_call, "steps_per_call")
