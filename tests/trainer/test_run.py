@@ -169,6 +169,18 @@ def test_resume_needs_a_run_folder_with_resume_checkpoints(tmp_path):
     assert code == 2 and f"{str(tmp_path)!r} holds no resume checkpoint" in err
 
 
+def test_a_nan_stops_a_config_run_by_default_long_before_its_end(tmp_path):
+    config = tmp_path / "no_detect_nans.yaml"  # the config leaves detect_nans to its default
+    config.write_text("\n".join(line for line in Path(MLP).read_text().splitlines() if "detect_nans" not in line))
+    code, out, err = gyre("fit", config, "optimizer.learning_rate=1e30", "model.c_hid=8",
+                          "trainer.enable_progress_bar=false", f"trainer.logger.log_dir={tmp_path / 'run'}")
+    assert code == cli.EXIT_NON_FINITE == 3, out + err
+    assert err.splitlines()[0] == 'gyre fit: error: "loss" is nan at step 1'
+    noticed = int(err.split("noticed it during step ")[1].split()[0])
+    assert noticed < 15 * 19 // 2  # not at the run's end (285 steps): within about a second
+    assert "trainer.detect_nans=false" in err and "test/" not in out
+
+
 def test_gyre_test_of_a_folder_that_is_no_run(tmp_path):
     code, _, err = gyre("test", tmp_path / "nope")
     assert code == 2 and "is not a run folder (it does not exist)" in err and "Traceback" not in err
