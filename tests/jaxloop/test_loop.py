@@ -34,14 +34,16 @@ def test_num_steps_pulls_no_extra_batch_and_an_iterator_continues():
     assert state["step"] == 10 and dict(outputs) == {}
 
 
-def test_a_list_starts_again_at_each_call_and_num_steps_zero_runs_nothing():
+def test_a_list_starts_again_at_each_call_and_num_steps_zero_is_refused():
     loop = jaxloop.Loop(add_step)
     batches = [1, 2, 3]
     state, outputs = loop(fresh(), batches, num_steps=2)
     state, outputs = loop(state, batches)
     assert outputs["batch"] == [1, 2, 3] and state == {"step": 5, "total": 9}
     data = Counting(range(3))
-    assert loop(state, data, num_steps=0)[0] == state and data.pulls == 0
+    with pytest.raises(ValueError, match=r"(?s)num_steps must be a whole number >= 1.*num_steps=None") as caught:
+        loop(state, data, num_steps=0)  # was a silent no-op (jaxloop itself runs one step)
+    assert "runs one step" in str(caught.value) and data.pulls == 0
 
 
 def test_outputs_stay_on_the_device_and_reduce_when_asked():

@@ -59,9 +59,10 @@ def _check_num_steps(num_steps: Any) -> int | None:
     if num_steps is None:
         return None
     return whole_number(
-        num_steps, minimum=0, problem="num_steps must be a whole number >= 0 or None",
-        expected="the number of steps to run, or None to run until the data ends",
-        fix="pass num_steps=100, or num_steps=None",
+        num_steps, minimum=1, problem="num_steps must be a whole number >= 1 or None",
+        expected="the number of steps to run, or None to run until the data ends "
+        "(num_steps=0 would run nothing; jaxloop itself runs one step for it)",
+        fix="pass num_steps=100, or num_steps=None; skip the call to run no step",
     )
 
 
@@ -229,8 +230,8 @@ class Loop:
             state: the state (donated to a train step: use the returned one).
             dataset: an iterator (it continues where the last call left it) or an iterable
                 (a list starts from its beginning at each call).
-            num_steps: how many steps; ``None`` runs until the data ends. A batch is pulled
-                only for a step that runs.
+            num_steps: how many steps (>= 1: ``0`` is refused, where jaxloop would run one);
+                ``None`` runs until the data ends. A batch is pulled only for a step that runs.
             log_num_flops: have the step compute its flop count at the first step
                 (``log_num_flops=True`` reaches a step that takes it, as a :class:`gyre.Step`).
             **kwargs: passed to each step call; ``return_state_from_step=False`` keeps
@@ -252,8 +253,6 @@ class Loop:
         data = _as_iterator(dataset)
         loop_outputs: Output = collections.defaultdict(list)
         self._last_steps = 0
-        if num_steps == 0:
-            return state, loop_outputs
         count, box, who = [0], [loop_outputs], f"{type(self).__name__}._run_one_step"
         self._pads = _Pads() if self.pads_batches and takes_mask(self._step) else None
         checks = getattr(self, "_nan_policy", "raise") != "ignore"
@@ -316,6 +315,7 @@ class Loop:
             10
         """
         who = type(self).__name__
+        _check_num_steps(num_steps)  # before begin's actions run
         state, dataset = as_pair(self.begin(state, dataset), f"{who}.begin", "(state, dataset)", "state, dataset")
         state, outputs = self.run(state, dataset, num_steps, **kwargs)
         return as_pair(self.end(state, outputs), f"{who}.end", "(state, outputs)", "state, outputs")
