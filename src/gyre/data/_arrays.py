@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core._errors import describe, explain, keywords_checked, whole_number
+from gyre.core._errors import describe, explain, flag, keywords_checked, whole_number
 
 Batch = tuple[np.ndarray, ...] | np.ndarray
 
@@ -212,10 +212,11 @@ class Batches(Iterator[Batch]):
                     fix="check the data split that produced them",
                 )
             )
+        shuffle, drop_remainder = flag(shuffle, "shuffle", "batches"), flag(drop_remainder, "drop_remainder", "batches")
         epoch_steps = steps_per_epoch(n, batch_size, drop_remainder)  # refuses an epoch of no batch
         self._data, self._single, self._n = data, single, n
         self.batch_size, self.seed, self.epochs = batch_size, seed, epochs
-        self.shuffle, self.drop_remainder = bool(shuffle), bool(drop_remainder)
+        self.shuffle, self.drop_remainder = shuffle, drop_remainder
         self.epoch_steps = epoch_steps
         self._identity: dict[str, Any] = {
             "samples": n,
