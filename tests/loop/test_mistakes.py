@@ -230,3 +230,9 @@ def test_a_flag_given_anything_but_a_bool_is_refused(door, value):
                        r"received: .*fix: pass catch_keyboard_interrupt=True or catch_keyboard_interrupt=False"):
         door(0, [1], catch_keyboard_interrupt=value)
     door(0, [1], catch_keyboard_interrupt=np.bool_(False))  # numpy's bool is a bool
+
+
+@pytest.mark.parametrize("name", ["shuffle", "drop_remainder"])
+def test_a_data_flag_given_a_string_is_refused(name):
+    with pytest.raises(TypeError, match=rf"(?s){name} must be True or False.*str 'False'"):
+        gyre.data.batches(np.zeros((4, 1)), 2, **{name: "False"})
