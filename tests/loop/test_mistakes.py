@@ -236,3 +236,16 @@ def test_a_flag_given_anything_but_a_bool_is_refused(door, value):
 def test_a_data_flag_given_a_string_is_refused(name):
     with pytest.raises(TypeError, match=rf"(?s){name} must be True or False.*str 'False'"):
         gyre.data.batches(np.zeros((4, 1)), 2, **{name: "False"})
+
+
+@pytest.mark.parametrize("door", [gyre.loop, gyre.train_loop, gyre.test_loop, gyre.predict_loop])
+def test_a_bare_array_or_a_dict_of_arrays_is_refused_as_a_dataset(door):
+    import jax.numpy as jnp
+
+    for array in (np.zeros((6, 2)), jnp.zeros((6, 2))):
+        with pytest.raises(TypeError, match=r"(?s)the dataset is a single array of shape \(6, 2\).*"
+                           r"gyre.data.batches\(x, batch_size="):
+            door(0, array)
+    with pytest.raises(TypeError, match=r"(?s)the dataset is a dict.*would iterate its keys.*"
+                       r"received: a dict with keys \['x', 'y'\].*gyre.data.batches\(\(d\['x'\], d\['y'\]\)"):
+        door(0, {"x": np.zeros((6, 2)), "y": np.zeros(6)})

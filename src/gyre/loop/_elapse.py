@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import sys
 import time as _time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -106,8 +106,9 @@ def dataset_epoch_steps(dataset: Any) -> int | None:
 
 
 def check_iterable(dataset: Any) -> None:
-    """Raises the explained error for a dataset a loop cannot iterate (not iterable, or a
-    Keras-style ``(X, Y)`` pair of whole arrays), without starting a pass over it.
+    """Raises the explained error for a dataset a loop cannot iterate (not iterable, a
+    Keras-style ``(X, Y)`` pair of whole arrays, a bare array, whose rows it would take for
+    batches, or a dict, whose keys it would), without starting a pass over it.
 
     Example:
         >>> check_iterable([1, 2])
@@ -124,6 +125,28 @@ def check_iterable(dataset: Any) -> None:
                 expected="an iterable of batches",
                 received=f"a tuple of {len(dataset)} arrays with shapes {shapes}",
                 fix="batch them: gyre.data.batches((X, Y), batch_size=32, seed=0)",
+            )
+        )
+    if hasattr(dataset, "shape") and hasattr(dataset, "dtype") and len(dataset.shape) >= 1:
+        raise TypeError(
+            explain(
+                f"the dataset is a single array of shape {tuple(dataset.shape)}, which the loop "
+                "would iterate row by row (one example per step, with no batch dimension)",
+                expected="an iterable of batches",
+                received=f"a {type(dataset).__name__} of shape {tuple(dataset.shape)}",
+                fix="batch it: gyre.data.batches(x, batch_size=32, seed=0), or a list of batches",
+            )
+        )
+    if isinstance(dataset, Mapping):
+        keys = list(dataset)
+        shown = "(" + ", ".join(f"d[{k!r}]" for k in keys[:3]) + ")"
+        raise TypeError(
+            explain(
+                "the dataset is a dict: the loop would iterate its keys as batches",
+                expected="an iterable of batches (each batch may be a dict)",
+                received=f"a dict with keys {keys[:8]}",
+                fix=f"batch its arrays: gyre.data.batches({shown}, batch_size=32, seed=0), or "
+                "pass a list of dict batches",
             )
         )
     if not (isinstance(dataset, Iterable) or hasattr(type(dataset), "__getitem__")):
