@@ -3,6 +3,7 @@ before any checkpoint saves a state made from it, without a host sync per step; 
 update in managed train steps; ignore."""
 
 import math
+import time
 
 import jax
 import jax.numpy as jnp
@@ -94,6 +95,21 @@ def test_with_the_default_history_a_nan_is_noticed_within_one_block_not_at_the_r
     assert len(pulled) <= 2 * _nan.POLL_EVERY + 16 + 1  # sent at a poll, read at the next
     assert "the loop noticed it during step" in str(info.value)
 
+
+@pytest.mark.parametrize("steps_per_call", [1, 4])
+def test_a_nan_in_a_slow_run_is_noticed_within_about_a_second_not_after_poll_every_steps(steps_per_call):
+    pulled = []
+
+    def data():  # 0.04 s a step: POLL_EVERY steps take 2.6 s
+        for i in range(3 * _nan.POLL_EVERY):
+            pulled.append(i)
+            time.sleep(0.04)
+            yield np.float32(math.nan if i == 2 else 1.0)
+
+    with pytest.raises(gyre.NonFiniteError) as info:
+        gyre.loop(jnp.float32(0), data(), {gyre.every(1): add_step}, steps_per_call=steps_per_call)
+    assert info.value.step == 2 and "the loop noticed it during step" in str(info.value)
+    assert len(pulled) <= 40  # 1.6 s: sent within 0.5 s of the step, read 0.5 s later
 
 def test_records_that_land_are_read_at_the_next_step():
     history = gyre.history()

@@ -208,7 +208,7 @@ class ChunkRunner:
         self.commit(chunk, logs, last)
         if nan is not None:
             nan.pending = None
-            nan.poll(k)
+            nan.poll(k, self.elapse.now()[0])
         self.note_cut(chunk)
         first, end = chunk.clocks[0].steps, chunk.clocks[-1].steps
         for step in range(first, end):  # the preemption sync point is asked at every step

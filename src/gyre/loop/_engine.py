@@ -317,7 +317,8 @@ def loop(
     ls = LoopState(state, history, clock_iter.elapsed, metadata)
     ls._completed = clock_iter.peek_completed
     ls.data = data.follow(clock_iter)
-    ls._nan = finite_check(policy, ls.history, lambda: ls.elapsed, skipping=skipping, state=ls.state)
+    # the clock of the step in progress, fused chunks' included (for where the check noticed)
+    ls._nan = finite_check(policy, ls.history, lambda: clock_iter.elapsed, skipping=skipping, state=ls.state)
     prepare(ls, table, starts + ends, resumed)
     if resumed is not None:
         restore_objects(ls, resumed)

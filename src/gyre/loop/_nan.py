@@ -13,7 +13,10 @@ the step during which a block of them landed (a writer's or a bar's read, the hi
 flush), and every :data:`POLL_EVERY` steps, when it also sends the records logged since its
 last read (without waiting: they are read at the next poll). So a non-finite loss is noticed
 within one block of steps after it was logged (at most ``2 * POLL_EVERY`` plus the history's
-lag, whatever the run's length: a short run's end is not waited for), at no cost to the step. Everything still on the device is checked, waiting for it,
+lag, whatever the run's length: a short run's end is not waited for), at no cost to the step.
+When those steps take longer than :data:`POLL_SECONDS`, the poll comes at that time instead
+(the step's clock is read anyway), and sends every record, the history's lag included: a slow run
+notices a non-finite loss within about a second of wall time (two polls), not at its end. Everything still on the device is checked, waiting for it,
 only at the moments that wait anyway: before a checkpoint saves
 (:meth:`gyre.LoopState.check_finite`, called by :meth:`gyre.LoopState.snapshot`) and when the
 outermost loop ends. So no checkpoint ever holds a state produced after the first non-finite
@@ -32,6 +35,7 @@ is. ``"ignore"`` checks nothing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -53,6 +57,9 @@ CHECKED = ("losses", "metrics")
 SKIPPED_STEPS = "skipped_steps"
 #: Steps between two reads of the values that have landed on the host.
 POLL_EVERY = 64
+#: Seconds between two sends when :data:`POLL_EVERY` steps take longer: a NaN of a slow run
+#: is read within about two of them.
+POLL_SECONDS = 0.5
 
 Key = tuple[str, str]
 
@@ -286,6 +293,7 @@ class FiniteCheck:
         self.lagged = lagged
         self.policy = policy
         self._read_to = -1  # the step of the last history record read
+        self._due = clock().time + POLL_SECONDS if lagged else math.inf  # the next timed send
         self.countdown = POLL_EVERY
         self._armed = POLL_EVERY  # the countdown's value when it was last set
         self._since_send = 0  # steps counted since the last send
@@ -293,20 +301,26 @@ class FiniteCheck:
         #: chunk runner while the callbacks after the chunk run).
         self.pending: tuple[list[Elapsed], Logs] | None = None
 
-    def poll(self, steps: int = 1) -> None:
-        """Called after each step (or chunk of ``steps``): every :data:`POLL_EVERY` steps,
-        checks the records that have reached the host. Never waits for the device."""
+    def poll(self, steps: int = 1, time: float = -math.inf) -> None:
+        """Called after each step (or chunk of ``steps``), ``time`` the loop's clock's
+        (:attr:`gyre.Elapsed.time`, read by the step anyway): every :data:`POLL_EVERY` steps,
+        or :data:`POLL_SECONDS` after the last send when that comes first, checks the records
+        that have reached the host. Never waits for the device."""
         self.countdown -= steps
-        if self.countdown > 0:
+        if self.countdown > 0 and time < self._due:
             return
         self._since_send += self._armed - self.countdown
         self.countdown = self._armed = 0  # a landing during the read below counts no step
         if self.lagged:
             self._read()
-        if self._since_send >= POLL_EVERY:
+        if time >= self._due:  # slow steps: every record goes, the history's lag too
+            self.reader.history.flush(lag=0, wait=False)  # read at the next poll
+            self._since_send, self._due = 0, time + POLL_SECONDS
+        elif self._since_send >= POLL_EVERY:
+            self._since_send = 0
             if self.lagged:
                 self.reader.history.send()  # sent now, read at the next poll
-            self._since_send = 0
+                self._due = time + POLL_SECONDS
         # a poll that a landing asked for only reads: the sends keep their own cadence, so a
         # writer's reads do not turn them into many small sends (and writer batches)
         self.countdown = self._armed = POLL_EVERY - self._since_send
