@@ -101,7 +101,7 @@ DEMO_KEYS = {
     "--epochs": "trainer.train_epochs=N",
     "--batch-size": "dataset.global_batch_size=N",
     "--learning-rate": "optimizer.learning_rate=LR",
-    "--seed": "trainer.seed=N",
+    "--seed": "seed=N",
     "--resume": "(use: gyre resume RUN_FOLDER)",
 }
 

@@ -18,6 +18,7 @@ from gyre.config import (
     ConfigError,
     LoggerConfig,
     TrainerConfig,
+    config_to_dict,
     validate_component,
     validate_nested,
 )
@@ -587,10 +588,21 @@ def test_a_left_out_model_mode_is_the_registered_model_class_s_api(toys):
         Config(**wrong)
 
 
-def test_the_top_level_seed_is_the_trainers_when_it_has_none(toys):
+def test_the_top_level_seed_and_the_trainers_are_one_seed(toys):
     assert Config(**config_data(seed=7)).trainer.seed == 7
-    assert Config(**config_data(seed=7, trainer={"class_name": "TestOnlyTrainer", "seed": 3})).trainer.seed == 3
-    assert Config(**config_data()).trainer.seed == 42
+    one = Config(**config_data(trainer={"class_name": "TestOnlyTrainer", "seed": 3}))
+    assert (one.seed, one.trainer.seed) == (3, 3)  # Python's and numpy's generators too
+    both = config_data(seed=7, trainer={"class_name": "TestOnlyTrainer", "seed": 7})
+    assert Config(**both).trainer.seed == 7 and Config(**config_to_dict(Config(**both))).seed == 7
+    assert (Config(**config_data()).seed, Config(**config_data()).trainer.seed) == (42, 42)
+
+
+def test_a_top_level_seed_that_contradicts_the_trainers_is_refused(toys):
+    # the trainer's seed was used and the top-level one ignored without a word
+    data = config_data(seed=7, trainer={"class_name": "TestOnlyTrainer", "seed": 3})
+    with pytest.raises(ConfigError, match=r"(?s)seed 7 and trainer\.seed 3 disagree.*"
+                                          r"expected: one seed.*fix: keep one: remove trainer\.seed"):
+        Config(**data)
 
 
 def test_a_trainer_section_is_also_built_from_one_mapping_and_stays_strict():

@@ -463,8 +463,8 @@ class Config(_Section):
                     expected="one seed: the top-level seed (the run's: the trainer's initial parameters "
                     "and Python's and numpy's generators) or trainer.seed, or both equal",
                     received=f"seed: {data['seed']!r} and trainer.seed: {given!r}",
-                    fix=f"remove trainer.seed and set seed: {given!r} (or override both: seed={given!r} "
-                    f"trainer.seed={given!r})",
+                    fix="keep one: remove trainer.seed from the config (seed sets it), or give both the "
+                    "same value (override both: seed=N trainer.seed=N)",
                 )
             )
         return data
