@@ -165,3 +165,13 @@ def test_positional_callbacks_with_names_unlike_the_values_or_near_their_own_sti
     assert bind(lambda logits: logits).call(1, 2, None, None, None) == 1  # 0.8 from 'logs': not a typo
     assert bind(lambda states, batches: (states, batches)).call(1, 2, None, None, None) == (1, 2)
     assert bind(lambda step: step).call(1, 2, None, None, None) == 1
+
+
+def test_a_near_miss_with_a_default_is_refused_it_would_always_keep_its_default():
+    for source in ("lambda state, elapsd=None: None", "lambda elapsd=None: None",
+                   "lambda state, *, loggs=None: None", "lambda s, b, elapsd=None: None"):
+        with pytest.raises(TypeError, match=r"(?s)parameter '\w+' looks like a misspelling of '\w+'.*"
+                           r"keeps its default"):
+            bind(eval(source))
+    assert bind(lambda state, logits=None, mask=None: state).call(1, 2, None, None, None) == 1
+    assert bind(lambda state, extra=3: state + extra).call(1, 2, None, None, None) == 4

@@ -7,7 +7,9 @@ use those names gets them by name; a callback whose parameters use none of them 
 mixes the two (``def cb(elapsed, log)``) is refused, with the closest name suggested: binding
 it by position would silently hand it the state as ``elapsed``. So is a callback bound by
 position whose parameter is a near miss of another value's name (``def cb(elapsd)``, ``def
-cb(log)``: difflib's ratio at least :data:`TYPO_CUTOFF`): by position it would get the state.
+cb(log)``: difflib's ratio at least :data:`TYPO_CUTOFF`): by position it would get the state;
+and so is a parameter with a default whose name is such a near miss (``def cb(state,
+elapsd=None)``): never passed, it would always keep its default.
 Names far from all five (``def cb(s, b)``, ``def cb(x)``), and near misses of the value their
 position gives (``def cb(states, batches)``), bind by position as before.
 
@@ -229,6 +231,7 @@ def _plan(fn: Any, params: list[inspect.Parameter], offset: int) -> Plan:
     found = _mask_param(params)
     mask = None if found is None else ("required" if found.default is _P.empty else "optional")
     names = {n for n, i in _INDEX.items() if i >= offset}
+    _check_defaulted_misses(fn, [p for p in params if p.default is not _P.empty and p.name not in names and p is not found])
     required = [
         p for p in params
         if p.default is _P.empty and p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD) and p is not found
@@ -278,6 +281,26 @@ def _check_near_misses(fn: Any, positional: list[inspect.Parameter], offset: int
                 f"{p.name!r} would get the {given}, not the {ARG_NAMES[_INDEX[close]]}",
                 fix=f"rename it {close!r}; to take the {given} by position, give it a name unlike "
                 f"the loop's values (e.g. def cb({'s' if given == 'state' else given[0]}))",
+            )
+        )
+
+
+def _check_defaulted_misses(fn: Any, defaulted: list[inspect.Parameter]) -> None:
+    """A parameter with a default whose name is a near miss of a value's name
+    (``def cb(state, elapsd=None)``) is never passed: it would silently keep its default."""
+    for p in defaulted:
+        close = closest(p.name, _INDEX, cutoff=TYPO_CUTOFF)
+        if close is None:
+            continue
+        raise TypeError(
+            explain(
+                f"callback {callback_name(fn)}: parameter {p.name!r} looks like a misspelling of "
+                f"{close!r}",
+                expected=f"the loop's values named exactly: {list(ARG_NAMES)}",
+                received=f"{p.name}={p.default!r}: the loop passes no {p.name!r}, so it always "
+                "keeps its default",
+                fix=f"rename it {close!r}; if it is a setting of your own, give it a name unlike "
+                "the loop's values",
             )
         )
 
