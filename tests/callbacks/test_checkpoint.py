@@ -710,9 +710,9 @@ def test_a_dtype_that_differs_is_an_error_not_a_cast(tmp_path):
         with pytest.raises(ValueError) as info:
             gyre.checkpoint(tmp_path).restore(int_target)
     lines = str(info.value).splitlines()
-    assert lines[0] == f"the checkpoints in {tmp_path} do not fit target_state"
+    assert lines[0].startswith(f"the checkpoints in {tmp_path} do not fit target_state (they are not damaged")
     assert lines[2] == "  received: step 1: its state does not fit the target: dtype of w: saved float32, target int32"
-    assert lines[3].startswith("  fix: build target_state as the saved state was built")
+    assert lines[3].startswith("  fix: build target_state as the run that saved them built it")
 
 
 def test_a_newest_checkpoint_that_does_not_fit_falls_back_to_one_that_does(tmp_path):
@@ -926,3 +926,19 @@ def test_a_monitor_without_keep_best_says_once_that_the_best_may_be_rotated_out(
         warnings.simplefilter("error")
         with gyre.checkpoint(tmp_path / "b", keep=2, keep_best=1, monitor="loss") as kept:
             kept(gyre.Elapsed(steps=1), make_state(), gyre.logs().add_loss("loss", 1.0))
+
+
+# -- issue 23: a checkpoint of another optimizer is not damage; every file is checksummed -------
+
+
+def test_adams_checkpoint_into_an_adamw_state_is_a_tree_mismatch_not_damage(tmp_path):
+    params = {"w": jnp.ones(3)}
+    with gyre.checkpoint(tmp_path) as ckpt:
+        ckpt(gyre.Elapsed(steps=1), gyre.TrainState.create(params=params, tx=optax.adam(0.1), rng=0))
+    adamw = gyre.TrainState.create(params=params, tx=optax.adamw(0.1), rng=0)
+    with pytest.warns(UserWarning, match="not loaded: its state does not fit"), pytest.raises(ValueError) as info:
+        gyre.checkpoint(tmp_path).restore(adamw)
+    lines = str(info.value).splitlines()
+    assert "not damaged" in lines[0] and "another tree" in lines[0]
+    assert "1 target nodes not in the checkpoint (opt_state/2)" in lines[2]
+    assert "same model, optimizer" in lines[3] and "overwrite" not in str(info.value)

@@ -93,13 +93,18 @@ def test_when_no_step_fits_one_error_says_why(tmp_path):
         with pytest.raises(ValueError) as info:
             _loading.first_readable(store, [2, 1], target(), None, _loading.saying(str(tmp_path), set()))
     lines = str(info.value).splitlines()
-    assert lines[0] == f"the checkpoints in {tmp_path} do not fit target_state"
-    assert lines[1] == "  expected: a target_state with the leaves, shapes and dtypes of the saved state (a dtype is never cast)"
+    assert lines[0] == (
+        f"the checkpoints in {tmp_path} do not fit target_state (they are not damaged: the state given has another tree)"
+    )
+    assert lines[1] == (
+        "  expected: a target_state with the tree, leaves, shapes and dtypes of the saved state (a dtype is never cast)"
+    )
     assert lines[2] == (
         "  received: step 2: its state does not fit the target: dtype of w: saved int32, target float32; "
         "step 1: its state does not fit the target: dtype of w: saved int32, target float32"
     )
-    assert "init function" in lines[3] and "overwrite=True" in lines[3]
+    assert "init function" in lines[3] and "new directory" in lines[3]
+    assert "overwrite" not in str(info.value)  # never advise deleting intact checkpoints
     store.close()
 
 

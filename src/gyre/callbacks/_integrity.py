@@ -139,19 +139,49 @@ def _listed(names: list[str], limit: int = 3) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def mismatch(saved: list[Leaf], target: Any, *, where: str = "state") -> str | None:
+def _is_empty(x: Any) -> bool:
+    return x is None or (isinstance(x, (dict, list, tuple)) and not x)
+
+
+def empty_nodes(tree: Any) -> list[str]:
+    """The paths of the nodes of ``tree`` that hold no leaf (``None``, ``{}``, optax's
+    ``EmptyState()``): the part of a tree's structure its leaves do not show (adam's and
+    adamw's states have the same leaves; adamw's has one more empty node).
+
+    Example:
+        >>> empty_nodes({"w": 1.0, "extras": {}, "opt": (2.0, ())})
+        ['extras', 'opt/1']
+    """
+    flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_empty)[0]
+    return [leaf_path(p) for p, x in flat if _is_empty(x)]
+
+
+def mismatch(
+    saved: list[Leaf], target: Any, *, where: str = "state", saved_empty: list[str] | None = None
+) -> str | None:
     """Why ``target`` cannot receive the saved leaves (one line), or ``None`` when it fits:
-    the same paths, shapes and dtypes (a dtype is never cast).
+    the same paths, shapes and dtypes (a dtype is never cast) and, when ``saved_empty`` is
+    given, the same empty nodes (:func:`empty_nodes`).
 
     Example:
         >>> import jax.numpy as jnp
         >>> saved = describe_tree({"w": jnp.zeros(2)}, with_checksums=False)
         >>> mismatch(saved, {"w": jnp.zeros(2, jnp.int32)})
         'dtype of w: saved float32, target int32'
+        >>> mismatch(saved, {"w": jnp.zeros(2), "opt": ((), ())}, saved_empty=[])
+        '2 target nodes not in the checkpoint (opt/0, opt/1)'
     """
     wanted = {leaf_path(p): leaf_type(x, where=where) for p, x in jax.tree_util.tree_flatten_with_path(target)[0]}
     have = {d["path"]: (tuple(d["shape"]), d["dtype"]) for d in saved}
     problems = []
+    if saved_empty is not None:
+        target_empty = empty_nodes(target)
+        missing = [p for p in target_empty if p not in saved_empty]
+        extra = [p for p in saved_empty if p not in target_empty]
+        if missing:
+            problems.append(f"{len(missing)} target nodes not in the checkpoint ({_listed(missing)})")
+        if extra:
+            problems.append(f"{len(extra)} saved nodes not in the target ({_listed(extra)})")
     missing = [p for p in wanted if p not in have]
     extra = [p for p in have if p not in wanted]
     if missing:

@@ -88,13 +88,14 @@ def does_not_fit(root: str, failures: Sequence[tuple[int, Unreadable]]) -> Value
     received = "; ".join(f"step {s}: {e.reason}" for s, e in failures if e.kind == "fit")
     return ValueError(
         explain(
-            f"the checkpoints in {root} do not fit target_state",
-            expected="a target_state with the leaves, shapes and dtypes of the saved state "
-            "(a dtype is never cast)",
+            f"the checkpoints in {root} do not fit target_state (they are not damaged: the "
+            "state given has another tree)",
+            expected="a target_state with the tree, leaves, shapes and dtypes of the saved "
+            "state (a dtype is never cast)",
             received=received,
-            fix="build target_state as the saved state was built (the same model, optimizer "
-            "and state class, e.g. by running your init function again); to start over with "
-            "another model, use a new directory or gyre.checkpoint(..., overwrite=True)",
+            fix="build target_state as the run that saved them built it (the same model, "
+            "optimizer and state class, e.g. by running its init function again); to train "
+            "another model, give it a new directory",
         )
     )
 

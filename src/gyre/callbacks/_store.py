@@ -8,7 +8,7 @@ name (``N.orbax-checkpoint-tmp``) and renamed when complete. It holds:
 * ``arrays/``: :attr:`Snapshot.arrays`, when not empty (early stopping's best weights);
 * ``gyre/metadata``: the *record*, one JSON dict written by process 0: the format, the step,
   the clock, :attr:`Snapshot.meta`, the monitored metrics, and every array leaf's path, shape,
-  dtype and CRC-32 (:mod:`gyre.callbacks._integrity`);
+  dtype and CRC-32, and the paths of its empty nodes (:mod:`gyre.callbacks._integrity`);
 * orbax's own ``_CHECKPOINT_METADATA`` and, with a monitor, ``metrics/``.
 
 Beside the steps, process 0 writes :attr:`Snapshot.files` (``history/000120.json``) before the
@@ -31,7 +31,15 @@ import jax
 import numpy as np
 
 from gyre.callbacks._files import Files
-from gyre.callbacks._integrity import Unreadable, abstract, describe_tree, mismatch, reason, verify
+from gyre.callbacks._integrity import (
+    Unreadable,
+    abstract,
+    describe_tree,
+    empty_nodes,
+    mismatch,
+    reason,
+    verify,
+)
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
 from gyre.core._host import to_python
@@ -236,6 +244,7 @@ class Store:
             "meta": as_json(snapshot.meta, what="Snapshot.meta"),
             "metrics": as_json(dict(metrics), what="metrics") if metrics else None,
             "state": describe_tree(snapshot.state, with_checksums=checksums),
+            "empty": empty_nodes(snapshot.state),
             "arrays": describe_tree(snapshot.arrays, with_checksums=checksums, where="Snapshot.arrays")
             if snapshot.arrays
             else None,
@@ -350,7 +359,7 @@ class Store:
         import orbax.checkpoint as ocp
 
         record = self.read_record(step)
-        problem = mismatch(record["state"], target_state)
+        problem = mismatch(record["state"], target_state, saved_empty=record.get("empty"))
         if problem:
             raise Unreadable("fit", f"its state does not fit the target: {problem}")
         has_arrays = record.get("arrays") is not None
@@ -368,6 +377,9 @@ class Store:
         except Unreadable:
             raise
         except Exception as err:
+            if "tree structures do not match" in str(err):  # a record older than "empty"
+                raise Unreadable("fit", "its state's tree differs from the target's "
+                                 f"({str(err).splitlines()[1].rstrip(':')} differs)") from err
             raise Unreadable("corrupt", reason(err, self.step_dir(step))) from err
         state = _unwrapped(restored["state"], target_state)
         verify(record["state"], state)
