@@ -68,3 +68,25 @@ def test_bfloat16_scalars_are_logged(tmp_path):
         writer.write_scalars(3, {"loss": jnp.bfloat16(0.5)})
     history = MlflowClient(writer.tracking_uri).get_metric_history(writer.run_id, "loss")
     assert [(m.step, m.value) for m in history] == [(3, 0.5)]
+
+
+@pytest.mark.parametrize("uri, hint", [("s3://bucket/mlruns", ""), ("htp://localhost:5000", "Did you mean 'http'?"),
+                                       ("sqlite:///m.db", "")])
+def test_an_unsupported_uri_is_refused_naming_what_works(uri, hint):
+    with pytest.raises(ValueError, match="MLflowWriter cannot log to") as info:
+        gyre.MLflowWriter(uri)
+    text = str(info.value)
+    assert hint in text and f"received: {uri!r}" in text and "gyre.MLflowWriter('runs/mlruns'" in text
+
+
+def test_a_server_uri_with_no_server_fails_at_once_with_the_cause():
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed below: nothing listens there
+    start = time.perf_counter()
+    with pytest.raises(ConnectionError, match=f"no MLflow tracking server answers at http://127.0.0.1:{port}") as info:
+        gyre.MLflowWriter(f"http://127.0.0.1:{port}")
+    assert time.perf_counter() - start < 10 and "mlflow server" in str(info.value)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, suggest
 from gyre.core._runs import ScalarRun
 from gyre.loggers._writer import Writer, require
 
@@ -29,11 +32,43 @@ def _tracking_uri(uri: Any) -> tuple[str, bool]:
             )
         )
     text = os.fspath(uri)
-    if "://" in text and not text.startswith("file:"):
-        return text, False
     if text.startswith("file:"):
         return text, True
-    return Path(text).expanduser().resolve().as_uri(), True
+    if "://" not in text:
+        return Path(text).expanduser().resolve().as_uri(), True
+    scheme = text.split("://", 1)[0]
+    if scheme not in ("http", "https"):
+        raise ValueError(
+            explain(
+                f"MLflowWriter cannot log to a {scheme}:// URI." + suggest(scheme, ("http", "https", "file")),
+                expected="a folder or file: URI (MLflow's local file store, which works offline), or "
+                "the http:// or https:// URI of a running MLflow tracking server",
+                received=repr(text),
+                fix="gyre.MLflowWriter('runs/mlruns') for a local store; for another store, run a "
+                "tracking server on it (mlflow server --backend-store-uri ...) and pass its http:// URI",
+            )
+        )
+    return text, False
+
+
+def _reach(uri: str) -> None:
+    """Raises at once when nothing listens at a server's address (MLflow's client retries for
+    minutes before it says so). Behind a proxy, MLflow's own requests tell."""
+    parts = urllib.parse.urlsplit(uri)
+    if urllib.request.getproxies().get(parts.scheme):
+        return
+    try:
+        socket.create_connection((parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)), timeout=5).close()
+    except OSError as err:
+        raise ConnectionError(
+            explain(
+                f"no MLflow tracking server answers at {uri}",
+                expected="a tracking server running there (mlflow server --host 127.0.0.1 --port 5000)",
+                received=f"{type(err).__name__}: {err}",
+                fix="start the server, correct the URI, or log offline to a local file store: "
+                "gyre.MLflowWriter('runs/mlruns')",
+            )
+        ) from err
 
 
 class MLflowWriter(Writer):
@@ -49,12 +84,16 @@ class MLflowWriter(Writer):
     (unless already set) when given one.
 
     Args:
-        tracking_uri: a folder, ``file:`` URI or server URI.
+        tracking_uri: a folder or ``file:`` URI (the local file store, offline), or the
+            ``http(s)://`` URI of a running tracking server (checked at once). Other stores
+            (``s3://``, ``sqlite://``, ``databricks://``) are reached through a server.
         experiment_name: the experiment (created if missing).
         run_name: the run's name.
 
     Raises:
         ImportError: mlflow is not installed (the message names the extra).
+        ValueError: a URI of another scheme.
+        ConnectionError: nothing answers at a server URI.
 
     Example:
         >>> import gyre, tempfile
@@ -89,6 +128,8 @@ class MLflowWriter(Writer):
 
         if self._file_store:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        else:
+            _reach(self.tracking_uri)
         self._client = MlflowClient(self.tracking_uri)
         found = self._client.get_experiment_by_name(self.experiment_name)
         experiment = found.experiment_id if found else self._client.create_experiment(self.experiment_name)
