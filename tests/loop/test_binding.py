@@ -175,3 +175,4 @@ def test_a_near_miss_with_a_default_is_refused_it_would_always_keep_its_default(
             bind(eval(source))
     assert bind(lambda state, logits=None, mask=None: state).call(1, 2, None, None, None) == 1
     assert bind(lambda state, extra=3: state + extra).call(1, 2, None, None, None) == 4
+    assert bind(lambda elapsed, log=[]: log).call(1, 2, None, None, None) == []  # a capture: its own

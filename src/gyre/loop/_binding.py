@@ -8,7 +8,7 @@ mixes the two (``def cb(elapsed, log)``) is refused, with the closest name sugge
 it by position would silently hand it the state as ``elapsed``. So is a callback bound by
 position whose parameter is a near miss of another value's name (``def cb(elapsd)``, ``def
 cb(log)``: difflib's ratio at least :data:`TYPO_CUTOFF`): by position it would get the state;
-and so is a parameter with a default whose name is such a near miss (``def cb(state,
+and so is a parameter defaulting to ``None`` whose name is such a near miss (``def cb(state,
 elapsd=None)``): never passed, it would always keep its default.
 Names far from all five (``def cb(s, b)``, ``def cb(x)``), and near misses of the value their
 position gives (``def cb(states, batches)``), bind by position as before.
@@ -231,7 +231,7 @@ def _plan(fn: Any, params: list[inspect.Parameter], offset: int) -> Plan:
     found = _mask_param(params)
     mask = None if found is None else ("required" if found.default is _P.empty else "optional")
     names = {n for n, i in _INDEX.items() if i >= offset}
-    _check_defaulted_misses(fn, [p for p in params if p.default is not _P.empty and p.name not in names and p is not found])
+    _check_defaulted_misses(fn, [p for p in params if p.default is None and p.name not in names])
     required = [
         p for p in params
         if p.default is _P.empty and p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD) and p is not found
@@ -286,8 +286,9 @@ def _check_near_misses(fn: Any, positional: list[inspect.Parameter], offset: int
 
 
 def _check_defaulted_misses(fn: Any, defaulted: list[inspect.Parameter]) -> None:
-    """A parameter with a default whose name is a near miss of a value's name
-    (``def cb(state, elapsd=None)``) is never passed: it would silently keep its default."""
+    """A parameter defaulting to ``None`` whose name is a near miss of a value's name
+    (``def cb(state, elapsd=None)``) is never passed: it would silently keep its default.
+    Other defaults are taken as the user's own (``def cb(elapsed, log=log)`` captures a list)."""
     for p in defaulted:
         close = closest(p.name, _INDEX, cutoff=TYPO_CUTOFF)
         if close is None:
