@@ -138,7 +138,7 @@ def test_batch_size_functions_in_both_forms():
     x, y = np.zeros((4, 2)), np.zeros(4)
     assert size_function(None)((x, y)) == 4  # the largest leading dimension
     assert size_function(lambda shapes: shapes[0][0] * 10)((x, y)) == 40  # ciclo's: leaf shapes
-    assert size_function(lambda shapes: shapes)(np.float32(1)) == [(1,)]  # a scalar is (1,)
+    assert size_function(lambda shapes: 10 * len(shapes) + shapes[0][0])(np.float32(1)) == 11  # a scalar is (1,)
     assert size_function(lambda batch: len(batch))((x, y)) == 2  # named `batch`: the batch
     with pytest.raises(TypeError, match="batch_size_fn must be a function"):
         size_function(32)
@@ -233,3 +233,15 @@ def test_epochs_over_data_without_a_length_name_the_datasets_type():
             raise AssertionError("a pass was started")
 
     check_iterable(Once())  # checked without starting a pass
+
+
+@pytest.mark.parametrize("size", [-4, 2.5, "4", None])
+def test_a_batch_size_fn_returning_anything_but_a_whole_number_is_refused_at_the_first_batch(size):
+    with pytest.raises(TypeError, match=r"(?s)batch_size_fn returned .* as the samples of a batch.*"
+                       r"a whole number >= 0.*received: " + type(size).__name__):
+        gyre.loop(0, [np.zeros((4, 1))] * 2, {gyre.every(1): lambda state: state},
+                  batch_size_fn=lambda shapes: size)
+    sizes = iter([np.int64(4), 3])
+    *_, elapsed = gyre.loop(0, [1, 2], {gyre.every(1): lambda state: state},
+                            batch_size_fn=lambda batch: next(sizes))
+    assert elapsed.samples == 7 and type(elapsed.samples) is int

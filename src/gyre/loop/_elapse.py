@@ -220,13 +220,32 @@ def size_function(batch_size_fn: Any) -> BatchSizeFn:
     except (TypeError, ValueError):
         first = None
     if first == "batch":
-        return batch_size_fn
+        return lambda batch: _samples(batch_size_fn(batch))
 
     def from_shapes(batch: Any) -> int:
         shapes = [tuple(getattr(x, "shape", ())) or (1,) for x in jax.tree_util.tree_leaves(batch)]
-        return batch_size_fn(shapes) if shapes else 1
+        return _samples(batch_size_fn(shapes)) if shapes else 1
 
     return from_shapes
+
+
+def _samples(size: Any) -> int:
+    """A ``batch_size_fn``'s result as a Python ``int``, or the explained error: a negative,
+    fractional or non-numeric count would silently corrupt the clock's samples."""
+    if type(size) is int and size >= 0:
+        return size
+    number = as_integer(size)
+    if number is not None and number >= 0:
+        return number
+    raise TypeError(
+        explain(
+            f"batch_size_fn returned {size!r} as the samples of a batch",
+            expected="a whole number >= 0 (the examples in the batch)",
+            received=describe(size),
+            fix="return the batch's leading dimension as an int, e.g. "
+            "batch_size_fn=lambda shapes: shapes[0][0]",
+        )
+    )
 
 
 class Elapse:
