@@ -291,3 +291,19 @@ def test_to_csv_and_plot_create_a_missing_folder(tmp_path):
     h.to_csv(str(tmp_path / "a" / "h.csv"))
     h.plot(str(tmp_path / "b" / "c" / "h.png"), ["loss"])
     assert (tmp_path / "a" / "h.csv").exists() and (tmp_path / "b" / "c" / "h.png").exists()
+
+
+def test_plot_of_a_name_instead_of_a_file_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    h = make_history()
+    with pytest.raises(KeyError, match="no series is named 'los'") as info:
+        h.plot("los")  # plot(path, keys): 'los' was taken as the file, and los.png written
+    assert "Did you mean 'loss'?" in str(info.value) and "keys=['loss']" in str(info.value)
+    with pytest.raises(KeyError, match="'loss' is the name of a series"):
+        h.plot("loss")
+    with pytest.raises(ValueError, match="has no extension") as info:
+        h.plot("curves")
+    assert "history.plot('curves.png')" in str(info.value)
+    with pytest.raises(KeyError, match="no record of this history has the key 'los'"):
+        h.plot("c.png", ["los"])
+    assert list(tmp_path.iterdir()) == []

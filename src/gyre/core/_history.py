@@ -22,7 +22,7 @@ import numpy as np
 from gyre.core._clock import _FIELDS as CLOCK_FIELDS
 from gyre.core._clock import Elapsed
 from gyre.core._columns import Block, Group, Record, as_list, place
-from gyre.core._errors import ExplainedKeyError, describe, explain
+from gyre.core._errors import ExplainedKeyError, closest, describe, explain, suggest
 from gyre.core._host import ColumnFetch, fetch, is_ready, start_copy, start_fetch, to_python
 from gyre.core._logs import Logs, Shape, flatten_logs, resolution_order
 from gyre.core._reader import HistoryReader
@@ -656,6 +656,11 @@ class History:
         Returns:
             The matplotlib figure.
 
+        Raises:
+            KeyError: a key no record holds, or a ``path`` without an extension that reads
+                like a series' name (``plot("loss")``: the series go in ``keys``).
+            ValueError: another ``path`` without an extension.
+
         Example:
             >>> import tempfile, os
             >>> h = History()
@@ -663,6 +668,11 @@ class History:
             >>> with tempfile.TemporaryDirectory() as tmp:
             ...     fig = h.plot(os.path.join(tmp, "curves.png"))
         """
+        if path is not None and not os.path.splitext(path)[1]:
+            raise _extensionless(self, os.fspath(path))
+        groups = _plot_groups(self, keys)
+        if keys is not None and len(self):
+            self._check_keys([x, *chain.from_iterable(groups)])
         try:
             import matplotlib
 
@@ -672,7 +682,6 @@ class History:
             raise ImportError(
                 "History.plot needs matplotlib: pip install 'gyre[plot]'"
             ) from err
-        groups = _plot_groups(self, keys)
         fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(5 * max(len(groups), 1), 3.6))
         axes = [axes] if len(groups) <= 1 else list(axes)
         for ax, group in zip(axes, groups, strict=False):
@@ -699,6 +708,32 @@ def _not_a_clock(elapsed: Any) -> None:
             expected="a gyre.Elapsed (what the loop passes as elapsed)",
             received=describe(elapsed),
             fix="commit(elapsed, logs): pass the callback's elapsed, or gyre.Elapsed(steps=i)",
+        )
+    )
+
+
+def _extensionless(history: History, path: str) -> Exception:
+    """The error for ``plot(path)`` whose path has no extension (matplotlib would add
+    ``.png``): a KeyError when it reads like a series' name (``plot("loss")``)."""
+    names = [n for ns in history.names().values() for n in ns]
+    near = path if path in names else closest(path, names)
+    if near is None:
+        return ValueError(
+            explain(
+                f"History.plot: the file {path!r} has no extension",
+                expected="a file name ending in the format, e.g. 'curves.png', '.pdf' or '.svg'",
+                received=repr(path),
+                fix=f"history.plot({path + '.png'!r})",
+            )
+        )
+    return ExplainedKeyError(
+        explain(
+            "History.plot(path, keys): the first argument is the file to write, "
+            + (f"and {path!r} is the name of a series" if near == path else
+               f"and no series is named {path!r}." + suggest(path, names)),
+            expected="a file name with an extension first, the series to draw in keys=",
+            received=f"plot({path!r}), which would write {path + '.png'!r}",
+            fix=f"history.plot('curves.png', keys=[{near!r}])",
         )
     )
 
