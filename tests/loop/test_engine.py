@@ -1,6 +1,9 @@
 """gyre.loop (gyre.loop._engine): a step runs the table in order, stop requests, start and end
 callbacks, Ctrl-C."""
 
+import os
+import signal
+
 import pytest
 
 import gyre
@@ -71,6 +74,42 @@ def test_keyboard_interrupt_is_caught_and_on_end_runs():
     with pytest.raises(KeyboardInterrupt):
         gyre.loop(None, range(5), {gyre.every(1): interrupt}, catch_keyboard_interrupt=False)
 
+
+
+def test_a_second_ctrl_c_stops_at_once_instead_of_ending_the_loop_as_if_it_finished():
+    def ctrl_c(elapsed):
+        if elapsed.steps == 1:  # the first would end the loop at the step's end; the second
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        gyre.loop(None, range(5), {gyre.every(1): ctrl_c})
+    assert "a second signal" in str(info.value.__notes__)
+
+
+def test_two_ctrl_c_during_an_evaluation_raise_and_no_checkpoint_misses_its_evaluation(tmp_path):
+    import jax.numpy as jnp
+
+    evaluated = []
+
+    def train_step(state, batch):
+        return gyre.logs().add_loss("loss", jnp.float32(batch)), state + 1
+
+    def test_step(batch):
+        evaluated.append(batch)
+        if len(evaluated) in (6, 7):  # both during the evaluation of step 3
+            os.kill(os.getpid(), signal.SIGINT)
+        return gyre.logs().add_metric("acc", jnp.float32(batch))
+
+    ckpt = gyre.checkpoint(str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        gyre.train_loop(
+            jnp.int32(0), range(10), {gyre.on_train_step: train_step, gyre.on_test_step: test_step},
+            test_dataset=lambda: range(4), epoch_duration=2, callbacks=[ckpt],
+        )
+    ckpt.wait_until_finished()
+    assert ckpt.all_steps() == [2]  # not step 4, made by a step whose evaluation was cut short
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 def test_bad_history():
     with pytest.raises(TypeError, match="gyre.History"):

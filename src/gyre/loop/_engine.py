@@ -24,7 +24,7 @@ from gyre.loop._data import track_data
 from gyre.loop._elapse import Elapse, StopLike, check_stop, epochs_unknown, steps_only
 from gyre.loop._fuse import check_steps
 from gyre.loop._nan import apply_nan_policy, check_nan_policy, finite_check
-from gyre.loop._preempt import Preemption
+from gyre.loop._preempt import Preemption, requested
 from gyre.loop._resume import (
     check_resume,
     final_save,
@@ -176,7 +176,17 @@ def _alive(tree: Any) -> bool:
 
 def _interrupted(ls: LoopState, clock: Elapse, catch: bool) -> None:
     """Ctrl-C: only the outermost loop catches it (an evaluation that was cut short must not
-    report its partial result as complete); it says once where training stopped."""
+    report its partial result as complete); it says once where training stopped. A Ctrl-C
+    after a first signal (which ends the loop at the step's end) is not caught: it stops at
+    once, and the step it cut short (its evaluation, say) is not saved as if it had finished."""
+    if requested():
+        err = KeyboardInterrupt()
+        err.add_note(
+            f"gyre: a second signal ({Preemption.signal_name()} first, then Ctrl-C) stopped the "
+            f"loop at once during step {clock.elapsed.steps}: that step is not saved; "
+            "resume='latest' continues from the last step saved"
+        )
+        raise err
     if not catch or _DEPTH.value > 1:
         raise KeyboardInterrupt
     ls.request_stop("KeyboardInterrupt")
