@@ -3,6 +3,7 @@
 import csv
 import datetime
 import json
+import warnings
 
 import pytest
 
@@ -134,5 +135,12 @@ def test_resuming_takes_the_runs_own_options_and_refuses_other_data_before_writi
     assert (first.run_dir / "config.yaml").read_bytes() == before  # a refused resume rewrites nothing
     with pytest.raises(demo.DemoArgumentError, match="was trained with --seed 0"):
         demo.fit_digits(resume=first.run_dir, seed=1, quiet=True)
-    again = demo.fit_digits(resume=first.run_dir, quiet=True)  # the run's own options: nothing is left to train
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gyre.LoopWarning)  # the run's own options: not a word
+        again = demo.fit_digits(resume=first.run_dir, quiet=True)  # nothing is left to train
     assert again.elapsed.steps == first.elapsed.steps == 2 and demo.stored_options(again.run_dir)["batch_size"] == 512
+    # a new learning rate is taken, loudly: each changed setting, old -> new
+    with pytest.warns(gyre.LoopWarning, match=r"(?s)resuming the run in .* with settings other than its "
+                      r"config.yaml's: trainer.train_epochs 1 → 2; optimizer.learning_rate 0.003 → 0.03"):
+        more = demo.fit_digits(resume=first.run_dir, epochs=2, learning_rate=0.03, quiet=True)
+    assert more.elapsed.steps == 4 and demo.stored_options(more.run_dir)["learning_rate"] == 0.03

@@ -399,3 +399,15 @@ def test_aliases_that_expand_little_are_read():
     assert yaml.load(text, Loader=ConfigLoader)["two"] == {"lr": 0.1, "steps": [1, 2, 3]}
     with pytest.raises(ConfigError, match="the YAML of the text holds itself"):
         yaml.load("a: &a [1, *a]\n", Loader=ConfigLoader)
+
+
+def test_changed_settings_lists_each_setting_old_and_new():
+    from gyre.config._yaml import changed_settings
+
+    before = "trainer:\n  train_epochs: 1\n  resume: null\n  logger: {log_dir: a}\noptimizer: {learning_rate: 0.003}\n"
+    after = {"trainer": {"train_epochs": 2, "resume": "latest", "logger": {"log_dir": "b"}, "seed": 1},
+             "optimizer": {"learning_rate": 0.03}}
+    assert changed_settings(before, after) == [
+        "trainer.train_epochs 1 → 2", "trainer.seed (none) → 1", "optimizer.learning_rate 0.003 → 0.03"]
+    assert changed_settings(before, yaml.safe_load(before)) == []
+    assert changed_settings("not: [valid", after) == []  # an unreadable old config: nothing to compare

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -20,7 +21,7 @@ from pydantic import BaseModel
 
 from gyre.config._components import ConfigError, section_mapping
 from gyre.config._schema import Config
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, warn
 
 _FLOAT = "tag:yaml.org,2002:float"
 _BOOL = "tag:yaml.org,2002:bool"
@@ -389,3 +390,61 @@ def flatten_configdict(cfg: Any, separation_mark: str = ".") -> dict[str, Any]:
 
 #: The kpoeppel fork's name of :func:`flatten_configdict`.
 flatten_dict = flatten_configdict
+
+
+#: settings a resume may change without a word: the resume itself, the bar, the run folder's spelling
+RESUME_FREE = ("trainer.resume", "trainer.enable_progress_bar", "trainer.logger.log_dir")
+
+
+def changed_settings(before: str, after: Mapping[str, Any]) -> list[str]:
+    """The settings of ``after`` (a config as plain data) that differ from those of
+    ``before`` (the YAML text of the config a run was saved with), each as
+    ``"key old → new"``, in ``after``'s order (then the keys it lost); :data:`RESUME_FREE`
+    keys are left out, and an unreadable ``before`` gives ``[]``.
+
+    Example:
+        >>> changed_settings("optimizer: {learning_rate: 0.003}", {"optimizer": {"learning_rate": 0.03}})
+        ['optimizer.learning_rate 0.003 → 0.03']
+    """
+    try:
+        old = yaml.load(before, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader)
+    except (yaml.YAMLError, ConfigError):
+        return []
+    if not isinstance(old, Mapping):
+        return []
+    old, new = flatten_configdict(old), flatten_configdict(after)
+
+    def shown(flat: dict[str, Any], key: str) -> str:
+        return repr(flat[key]) if key in flat else "(none)"
+
+    return [
+        f"{key} {shown(old, key)} → {shown(new, key)}"
+        for key in [*new, *(k for k in old if k not in new)]
+        if key not in RESUME_FREE and (key in old, old.get(key)) != (key in new, new.get(key))
+    ]
+
+
+def warn_changed_settings(path: str | os.PathLike[str], after: Mapping[str, Any]) -> None:
+    """Warns (a :class:`~gyre.LoopWarning`) when a run resumed in ``path``'s folder goes on
+    with settings other than those of its saved config (``path``), listing each
+    (:func:`changed_settings`): a resume with a new learning rate is sometimes wanted, never
+    unannounced.
+
+    Example:
+        >>> import pathlib, tempfile, warnings
+        >>> saved = pathlib.Path(tempfile.mkdtemp()) / "config.yaml"
+        >>> _ = saved.write_text("optimizer: {learning_rate: 0.003}")
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_changed_settings(saved, {"optimizer": {"learning_rate": 0.03}})
+        >>> print(caught[0].message)  # doctest: +ELLIPSIS
+        resuming the run in ... with settings other than its config.yaml's: optimizer.learning_rate 0.003 → 0.03. ...
+    """
+    changes = changed_settings(Path(path).read_text(encoding="utf-8"), after)
+    if changes:
+        warn(
+            f"resuming the run in {Path(path).parent} with settings other than its config.yaml's: "
+            f"{'; '.join(changes)}. The run goes on from its saved step with the new values, and "
+            "config.yaml now records them; if they are not meant, stop the run (Ctrl-C saves it) "
+            "and resume it with the old values given again"
+        )

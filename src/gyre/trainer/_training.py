@@ -265,13 +265,17 @@ def _store_config(trainer: Any) -> None:
     import yaml
 
     from gyre.config import dump_config
+    from gyre.config._yaml import warn_changed_settings
     from gyre.trainer._model_checkpoint import stored_config
 
     if trainer.full_config is not None:
         text = dump_config(trainer.full_config)
     else:
         text = yaml.safe_dump(stored_config(trainer), sort_keys=False)
-    (trainer.log_dir / "config.yaml").write_text(text)
+    path = trainer.log_dir / "config.yaml"
+    if trainer.config.resume is not None and path.is_file():
+        warn_changed_settings(path, yaml.safe_load(text))
+    path.write_text(text)
 
 
 def host_values(metrics: Mapping[str, Any]) -> dict[str, Any]:
