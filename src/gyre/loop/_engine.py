@@ -179,15 +179,17 @@ def _interrupted(ls: LoopState, clock: Elapse, catch: bool) -> None:
     report its partial result as complete); it says once where training stopped. A Ctrl-C
     after a first signal (which ends the loop at the step's end) is not caught: it stops at
     once, and the step it cut short (its evaluation, say) is not saved as if it had finished."""
+    if _DEPTH.value > 1:
+        raise KeyboardInterrupt
     if requested():
         err = KeyboardInterrupt()
         err.add_note(
-            f"gyre: a second signal ({Preemption.signal_name()} first, then Ctrl-C) stopped the "
-            f"loop at once during step {clock.elapsed.steps}: that step is not saved; "
-            "resume='latest' continues from the last step saved"
+            f"gyre: Ctrl-C after {Preemption.signal_name()} stopped the loop at once, during step "
+            f"{clock.elapsed.steps}: that step is not saved; resume='latest' continues from the "
+            "last step saved"
         )
         raise err
-    if not catch or _DEPTH.value > 1:
+    if not catch:
         raise KeyboardInterrupt
     ls.request_stop("KeyboardInterrupt")
     warn(
