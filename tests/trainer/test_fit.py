@@ -463,3 +463,35 @@ def test_a_nan_loss_raises_naming_its_step_and_ignore_trains_through(tmp_path):
         run(tmp_path / "c", nan_policy="skip")
     with pytest.raises(ValueError, match="nan_policy"):
         run(tmp_path / "d", nan_policy="rasie")
+
+
+@pytest.mark.parametrize("log_name", ["../x", "/abs/x", "a/b", "..", "", "a\\b"])
+def test_a_log_name_that_leaves_log_dir_is_refused(tmp_path, log_name):
+    with pytest.raises(ValueError, match=r"(?s)log_name.*one folder name inside log_dir"):
+        run(tmp_path / "runs", log_name=log_name)
+    assert not (tmp_path / "x").exists() and not (tmp_path / "runs").exists()  # refused at the door
+
+
+def test_hparams_that_are_not_a_mapping_are_refused_before_training(tmp_path, monkeypatch):
+    trained = []
+    named = importlib.import_module("gyre.loop._named")
+    monkeypatch.setattr(named, "train_loop", lambda *a, **k: trained.append(1))
+    with pytest.raises(TypeError, match=r"(?s)hparams must map names.*received: list \[1, 2\]"):
+        run(tmp_path, hparams=[1, 2])
+    assert trained == []
+
+
+def test_a_misspelt_keyword_names_the_closest():
+    with pytest.raises(TypeError, match=r"(?s)unexpected keyword argument 'num_epoch'.*did you mean num_epochs="):
+        gyre.fit(make_state(), make_data(), loss_fn=ce, num_epoch=1)
+
+
+def test_a_batch_the_model_cannot_take_is_explained_naming_the_layer_and_the_shapes(tmp_path):
+    wide = [(np.zeros((8, 5), np.float32), np.zeros(8, np.int32))]  # the model was built for 4 features
+    with pytest.raises(ValueError) as caught:
+        run(tmp_path, train=wide)
+    text = str(caught.value)
+    assert "Dense_0" in text and "(4, 8)" in text and "[(8, 5), (8,)]" in text and "model.init" in text
+    assert type(caught.value.__cause__).__name__ == "ScopeParamShapeError"
+    with pytest.raises(ValueError, match=r"(?s)Dense_0.*\(4, 8\).*eval_step, on a batch of test_ds.*\[\(8, 5\), \(8,\)\]"):
+        run(tmp_path / "eval", test=wide, eval_step=accuracy)

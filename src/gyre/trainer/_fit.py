@@ -31,7 +31,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._errors import describe, explain, keywords_checked, whole_number
 from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.core._state import TrainState
@@ -51,6 +51,7 @@ from gyre.trainer._fit_steps import (
     check_split,
     leaf_shapes,
     make_train_step,
+    model_shape_error,
     plain_jit,
     strategy_train_step,
 )
@@ -60,6 +61,7 @@ BARE_METRIC = "accuracy"
 """The name a bare value returned by ``eval_step`` is recorded under (``accuracy_test``)."""
 
 
+@keywords_checked
 def fit(
     state: TrainState,
     train_ds: Iterable[Any],
@@ -110,10 +112,12 @@ def fit(
             smaller last batch is passed as it is (and compiles a jitted step again).
         eval_freq: evaluate every this many epochs (and after the last one).
         num_epochs: epochs to train (>= 1).
-        log_name: the run's folder under ``log_dir`` (TensorBoard events, checkpoints). A
+        log_name: the run's folder under ``log_dir`` (TensorBoard events, checkpoints): one
+            folder name (no ``/``, ``\\``, ``..`` or absolute path, which would leave ``log_dir``). A
             script run again with the same name trains in a new folder, ``<log_name>-1``,
             ``-2``... (see :func:`run_folder`); ``resume`` continues the newest.
-        hparams: hyperparameters written to TensorBoard with the final metrics.
+        hparams: hyperparameters written to TensorBoard with the final metrics: a mapping
+            ``{name: value}`` (checked before training).
         val_ds: validation batches, recorded as ``<name>_val``; the best checkpoint by
             ``monitor`` is kept in ``<log_dir>/<log_name>/checkpoints``.
         resume: ``"latest"`` continues exactly from the newest checkpoint of this run.
@@ -194,6 +198,7 @@ def fit(
         rows = batch_rows(first_batch(train_ds))
         test_ds, val_ds = eval_batches(test_ds, rows), eval_batches(val_ds, rows)
     epochs = _check_arguments(state, num_epochs, eval_freq, test_ds, val_ds, eval_step, mode)
+    _check_run_options(log_name, hparams)
     chosen = get_strategy(strategy)  # an unknown name: the registered ones, the closest first
     if not plain_jit(chosen):
         check_split(chosen, train_ds)
@@ -312,6 +317,33 @@ def _check_nan_policy(nan_policy: Any) -> str:
             )
         )
     return policy
+
+
+def _check_run_options(log_name: Any, hparams: Any) -> None:
+    """``log_name`` is one folder name inside ``log_dir``; ``hparams`` a mapping with string
+    keys (else TensorBoard refuses it after the whole training)."""
+    if (
+        not isinstance(log_name, str) or log_name in ("", ".", "..")
+        or any(sep in log_name for sep in ("/", "\\", os.sep)) or os.path.isabs(log_name)
+    ):
+        raise ValueError(
+            explain(
+                "fit's log_name must be one folder name inside log_dir (the run's folder)",
+                expected="a name such as log_name='mnist' (no '/', '\\', '..' or absolute path)",
+                received=f"log_name={log_name!r}",
+                fix="pass the parent folder as log_dir= and the run's name as log_name=, e.g. "
+                "log_dir='runs', log_name='mnist'",
+            )
+        )
+    if hparams is not None and not (isinstance(hparams, Mapping) and all(isinstance(k, str) for k in hparams)):
+        raise TypeError(
+            explain(
+                "fit's hparams must map names to values (written to TensorBoard after training)",
+                expected="a dict such as hparams={'lr': 0.01, 'batch_size': 64}",
+                received=describe(hparams),
+                fix="name each hyperparameter: hparams={'lr': 0.01}",
+            )
+        )
 
 
 def _check_arguments(
@@ -441,15 +473,18 @@ def _call_eval(eval_step: Callable[..., Any], name: str, state: Any, batch: Any,
     try:
         result = eval_step(state, batch, **mask)
     except Exception as err:
+        explained = model_shape_error(err, batch, f"eval_step, on a batch of {name}_ds")
         shapes = leaf_shapes(batch)
         fix = apply_error_fix(err)
         if fix:
             err.add_note(f"gyre.fit: {fix}")
-        err.add_note(
+        (explained or err).add_note(
             f"(raised in eval_step, which gyre.fit calls as eval_step(state, batch"
             f"{', mask=mask' if mask else ''}) with state a {type(state).__name__} and batch one "
             f"element of {name}_ds, leaves of shapes {shapes})"
         )
+        if explained is not None:
+            raise explained from err
         raise
     if result is None:
         raise TypeError(

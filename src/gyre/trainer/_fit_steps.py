@@ -7,6 +7,7 @@ and its form under a strategy (:class:`StrategyStep`: batches placed, the state 
 from __future__ import annotations
 
 import inspect
+import re
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -200,6 +201,45 @@ def _loss_note(logits: Any, labels: Any, takes_step: bool) -> str:
     )
 
 
+_PARAM_SHAPE = re.compile(
+    r'parameter "(?P<name>[^"]+)" in "(?P<layer>[^"]+)".*?generate shape (?P<wanted>\([^)]*\))'
+    r".*?has shape (?P<has>\([^)]*\))",
+    re.S,
+)
+
+
+def model_shape_error(err: Exception, batch: Any, where: str) -> ValueError | None:
+    """An explained error for a batch the model cannot take (a layer's parameter built for
+    other input shapes: flax's ``ScopeParamShapeError``), naming the layer, its parameter's
+    shape and the batch's leaf shapes; ``None`` for any other error.
+
+    Example:
+        >>> import numpy as np
+        >>> class ScopeParamShapeError(Exception): ...
+        >>> err = ScopeParamShapeError('For parameter "kernel" in "/Dense_0", the given initializer is '
+        ...     'expected to generate shape (5, 8), but the existing parameter it received has shape (4, 8).')
+        >>> print(model_shape_error(err, (np.zeros((2, 5)), np.zeros(2)), "a step"))
+        the model cannot take its input: layer /Dense_0's 'kernel' has shape (4, 8), and the input asks for (5, 8) (in a step)
+          expected: batches of the shapes the model was initialised with (its 'kernel' of shape (4, 8))
+          received: a batch with leaves of shapes [(2, 5), (2,)]
+          fix: initialise the model with a batch of this data (model.init(key, x[:1])), or reshape the batches to the model's input
+    """
+    match = _PARAM_SHAPE.search(str(err)) if type(err).__name__ == "ScopeParamShapeError" else None
+    if match is None:
+        return None
+    name, layer, wanted, has = match.group("name", "layer", "wanted", "has")
+    return ValueError(
+        explain(
+            f"the model cannot take its input: layer {layer}'s {name!r} has shape {has}, and the input "
+            f"asks for {wanted} (in {where})",
+            expected=f"batches of the shapes the model was initialised with (its {name!r} of shape {has})",
+            received=f"a batch with leaves of shapes {leaf_shapes(batch)}",
+            fix="initialise the model with a batch of this data (model.init(key, x[:1])), or reshape the "
+            "batches to the model's input",
+        )
+    )
+
+
 def apply_error_fix(err: Exception) -> str | None:
     """The fix for a model error a Jax Fit user meets, when ``err`` is one, else ``None``.
 
@@ -236,10 +276,13 @@ def _train_step_fn(
                 else:
                     logits, updates = state.apply_fn(variables, x, **flags, rngs={"dropout": rng}), {}
             except Exception as err:
+                explained = model_shape_error(err, batch, "gyre.fit's training step, on a batch of train_ds")
                 fix = apply_error_fix(err)
                 if fix:
                     err.add_note(f"gyre.fit: {fix}")
-                err.add_note(_call_note(x, mutable, takes_train))
+                (explained or err).add_note(_call_note(x, mutable, takes_train))
+                if explained is not None:
+                    raise explained from err
                 raise
             check_labels(logits, labels)
             try:
