@@ -80,3 +80,34 @@ def test_values_of_different_shapes_cannot_be_reduced_but_can_be_concatenated():
         gyre.inner_loop("t", evaluate, aggregation="mean")(None)
     logs, _ = gyre.inner_loop("t", evaluate, aggregation="concat")(None)
     assert logs.metrics.v_t.tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
+
+
+def _train(state, batch):
+    return gyre.logs().add_loss("loss", 1.0).add_metric("loss_test", 5.0), state
+
+
+def _test(state, batch):
+    return gyre.logs().add_loss("loss", 0.5), state
+
+
+def test_a_training_entry_named_like_an_evaluation_one_is_refused():
+    tasks = {gyre.on_train_step: _train, gyre.on_test_step: _test}
+    with pytest.raises(ValueError, match=r"inner_loop\('test'\) logs losses.loss_test") as info:
+        gyre.train_loop(0, range(4), tasks, test_dataset=lambda: range(2), epoch_duration=2)
+    text = str(info.value)
+    assert "metrics.loss_test" in text and "test_name='val'" in text and "the two series would mix" in text
+    _, history, _ = gyre.train_loop(0, range(4), tasks, test_dataset=lambda: range(2), epoch_duration=2, test_name="val")
+    assert history.collect("steps", "loss_val") == ([1, 3], [0.5, 0.5])
+
+
+@pytest.mark.parametrize("name", ["", None])
+def test_a_test_name_that_keeps_the_names_is_refused(name):
+    def train(state, batch):
+        return gyre.logs().add_loss("loss", 1.0), state
+
+    tasks = {gyre.on_train_step: train, gyre.on_test_step: _test}
+    with pytest.raises((ValueError, TypeError), match="test_name|losses.loss") as info:
+        gyre.train_loop(0, range(4), tasks, test_dataset=lambda: range(2), epoch_duration=2, test_name=name)
+    assert "fix:" in str(info.value)
+    with pytest.raises(ValueError, match="inner_loop's name must not be empty"):
+        gyre.inner_loop("", evaluation([1.0]))

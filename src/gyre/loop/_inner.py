@@ -192,7 +192,7 @@ class InnerLoop(LoopElement):
         self.aggregation = aggregation
         self.output_state = output_state
 
-    def __call__(self, state: Any) -> tuple[Logs, Any]:
+    def __call__(self, state: Any, logs: Logs | None = None) -> tuple[Logs, Any]:
         result = self.fn(state)
         records = result[1] if isinstance(result, Sequence) and len(result) == 3 else None
         if isinstance(records, list):  # ciclo's History is a list of log dicts
@@ -208,8 +208,28 @@ class InnerLoop(LoopElement):
                 )
             )
         inner_state, inner_history = result[0], records
-        logs = suffixed(aggregate(inner_history, self.aggregation), self.name)
-        return logs, (inner_state if self.output_state else None)
+        out = suffixed(aggregate(inner_history, self.aggregation), self.name)
+        if logs:
+            self._check_clash(out, logs)
+        return out, (inner_state if self.output_state else None)
+
+    def _check_clash(self, out: Logs, logs: Logs) -> None:
+        """Refuses entries whose names the outer step already logged (a training metric
+        named ``loss_test``, or no suffix at all): merged, one would replace the other, or
+        the history's series of that name would mix the two."""
+        taken = {name: collection for collection, name, _ in logs.entries()}
+        clash = [f"{c}.{n} (the step's {taken[n]}.{n})" for c, n, _ in out.entries() if n in taken]
+        if clash:
+            raise ValueError(
+                explain(
+                    f"inner_loop({self.name!r}) logs {clash[0]}: a name the outer step already "
+                    "logged, so the two series would mix in the history",
+                    expected="evaluation entries whose names no other callback of the step logs",
+                    received=", ".join(clash),
+                    fix="rename the outer step's entry, or give the evaluation another suffix: "
+                    "train_loop(..., test_name='val'), gyre.inner_loop('val', ...)",
+                )
+            )
 
     def __repr__(self) -> str:
         return f"inner_loop({self.name!r})"
@@ -226,7 +246,9 @@ def inner_loop(
 
     Args:
         name: suffix for the entry names (``accuracy`` becomes ``accuracy_<name>``); ``None``
-            keeps the names. ciclo's one-argument form ``inner_loop(fn)`` is accepted too.
+            keeps the names. ciclo's one-argument form ``inner_loop(fn)`` is accepted too. An
+            empty name is refused, and so is an entry whose (suffixed) name the outer step
+            already logged: the two series would mix.
         fn: ``state -> (state, history, elapsed)``, typically a call of :func:`gyre.test_loop`;
             the history may be a list of ciclo's records (see :func:`gyre.history`).
         aggregation: how each entry of the inner history becomes one value: ``"last"``,
@@ -246,6 +268,16 @@ def inner_loop(
     """
     if fn is None and callable(name) and not isinstance(name, str):
         name, fn = None, name
+    if name == "":
+        raise ValueError(
+            explain(
+                "inner_loop's name must not be empty (train_loop's test_name is this name)",
+                expected="a suffix such as 'test' (accuracy becomes accuracy_test), or None to "
+                "keep the names in an outer loop that logs none of them",
+                received="''",
+                fix="inner_loop('test', fn), or train_loop(..., test_name='test')",
+            )
+        )
     if name is not None and not isinstance(name, str):
         raise TypeError(
             explain(
