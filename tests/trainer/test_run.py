@@ -4,7 +4,10 @@ CONFIG``, ``gyre resume``, ``gyre test``, ``gyre config``; the example configs."
 import contextlib
 import io
 import json
+import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -160,13 +163,65 @@ def test_sigterm_exits_75_and_gyre_resume_continues_exactly(tmp_path, finished):
     assert steps == list(range(38))  # no step twice, none missing
 
 
+@register_callback("KillAfterBestModel")
+class KillAfterBestModel(Callback):
+    """SIGKILLs this process once validation ``epoch``'s best model is on disk in checkpoints/,
+    before the epoch's resume checkpoint: the moment that made every gyre resume crash (only in
+    the process :func:`_killed_fit` starts: the resumed run reads the same config)."""
+
+    def __init__(self, epoch: int = 1) -> None:
+        super().__init__()
+        self.epoch = epoch
+
+    def on_validation_epoch_end(self, eval_metrics, epoch_idx):
+        if epoch_idx == self.epoch and os.environ.get("GYRE_TEST_KILL") == "1":
+            for cb in self.trainer.callbacks:
+                cb.on_training_end()  # ModelCheckpoint: waits for its save
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _killed_fit(*argv):
+    """``gyre fit`` in its own process, with this module's callbacks registered."""
+    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_run; " \
+        "from gyre import cli; sys.exit(cli.main(sys.argv[1:]))"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "GYRE_TEST_KILL": "1"}
+    env.pop("XLA_FLAGS", None)
+    return subprocess.run([sys.executable, "-c", code, "fit", *map(str, argv)], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("minutes", [0, 10])
+def test_gyre_resume_after_a_kill_between_the_best_model_and_the_resume_checkpoint(tmp_path, finished, minutes):
+    # minutes=0: resume/ holds epoch 1 (or nothing yet) while checkpoints/ holds epoch 2's model;
+    # the default 10: no resume checkpoint before the end, so the run starts over
+    reference, reference_out = finished
+    run_dir = tmp_path / "run"
+    done = _killed_fit(MLP, *SMALL, "trainer.callbacks.ModelCheckpoint.save_top_k=2",
+                       f"trainer.resume_every_minutes={minutes}", "trainer.callbacks.KillAfterBestModel={epoch: 2}",
+                       f"trainer.logger.log_dir={run_dir}")
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert "38" in os.listdir(run_dir / "checkpoints") and not (run_dir / "resume" / "38").exists()
+    for _ in range(2):  # a second resume of the finished run changes nothing
+        code, out, err = gyre("resume", run_dir, "--quiet")
+        assert code == 0, out + err
+        assert printed_metrics(out) == printed_metrics(reference_out)  # as if never killed
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["19", "38"]
+    for name in ("train_epoch_0002.json", "val_epoch_0002.json", "test_epoch_0002.json"):
+        resumed, straight = (json.loads((r / "metrics" / name).read_text()) for r in (run_dir, reference))
+        assert {k: v for k, v in resumed.items() if not k.endswith("/time")} == \
+            {k: v for k, v in straight.items() if not k.endswith("/time")}
+    with open(run_dir / "history.csv") as f:
+        assert [int(line.split(",")[0]) for line in f.read().splitlines()[1:]] == list(range(38))
+
+
 def test_resume_needs_a_run_folder_with_resume_checkpoints(tmp_path):
     code, _, err = gyre("resume", tmp_path / "nope")
     assert code == 2 and f"gyre resume: error: run {str(tmp_path / 'nope')!r} is not a run folder " \
         "(it does not exist)" in err
-    (tmp_path / "config.yaml").write_text("{}")
-    code, _, err = gyre("resume", tmp_path)
-    assert code == 2 and f"{str(tmp_path)!r} holds no resume checkpoint" in err
+    (tmp_path / "config.yaml").write_text("{}")  # no resume/: the run starts over, loudly, from its config
+    with pytest.warns(LoopWarning, match="holds no resume checkpoint yet .* it starts over from step 0"):
+        code, _, err = gyre("resume", tmp_path)
+    assert code == 2 and "gyre resume: error: 3 mistakes in the config" in err
 
 
 def test_a_nan_stops_a_config_run_by_default_long_before_its_end(tmp_path):

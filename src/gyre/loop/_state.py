@@ -14,6 +14,7 @@ steps later. To change the state's structure on purpose, return ``gyre.replace_s
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -81,7 +82,7 @@ class LoopState:
         #: the loop's checkpoints, polled after each step for a failed background save
         self.checkpoints: list[Any] = []
         #: per checkpoint (by id): history records already written to its directory
-        self.history_saved: dict[int, int] = {}
+        self.history_saved: dict[int, tuple[int, int]] = {}  # records written, their CRC-32
         #: ``preempted(step) -> bool``, asked after each step (see :mod:`gyre.loop._preempt`)
         self.preempted: Callable[[int], bool] = lambda step: False
         #: the state when the current step started (what an exception hands back)
@@ -108,11 +109,14 @@ class LoopState:
             "history": len(self.history),
         }
         files = {}
-        if owner is not None:
-            block = new_block(self.history, self.history_saved.get(id(owner), 0))
+        if owner is not None:  # the new records, and the running CRC-32 of the blocks so far
+            start, crc = self.history_saved.get(id(owner), (0, 0))
+            block = new_block(self.history, start)
             if block is not None:
                 files[block[0]] = block[1]
-            self.history_saved[id(owner)] = meta["history"]
+                crc = zlib.crc32(block[1], crc)
+            self.history_saved[id(owner)] = (meta["history"], crc)
+            meta["history_crc"] = crc
         return Snapshot(
             step=int(clock.steps), state=self.state, elapsed=clock, meta=meta,
             arrays={"resumables": arrays} if arrays else {}, metrics=metrics, files=files,

@@ -120,6 +120,16 @@ class ModelCheckpoint(Callback):
             Snapshot(step=step, state=payload, elapsed=t._elapsed, meta=meta), metrics={self.monitor: value}
         )
 
+    def on_training_start(self) -> None:
+        t = self.trainer
+        if t is not None and t.config.resume is not None:
+            # A run killed after a model save and before its next resume save left newer
+            # steps than the one it resumes from: the resumed run saves them again.
+            store = self.store
+            store.delete_steps([s for s in store.on_disk() if s > t.global_step])
+            store.delete_temporaries()  # a save the kill cut short
+            store.reload()
+
     def on_training_end(self) -> None:
         if self._store is not None:
             self._store.wait()
@@ -144,6 +154,8 @@ class ModelCheckpoint(Callback):
         return state.replace(params=saved["params"], model_state=saved["model_state"])
 
     def state_dict(self) -> dict[str, Any]:
+        if self._store is not None:  # a resume checkpoint names only models already on disk
+            self._store.wait()
         return {"ranked": [[v, s] for v, s in self.ranked]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -309,6 +309,7 @@ def run_config(
         folder = Path(config.trainer.logger.log_dir)
         if config.trainer.resume is None:
             _check_fresh(folder)
+            _write_config(folder, config)  # from now on a kill leaves a run gyre resume continues
         log = logs.enter_context(run_logging(folder, file_level=config.trainer.logger.log_file_verbosity,
                                              stderr_level=config.trainer.logger.stderrthreshold))
         dataset = build_dataset(config)
@@ -318,7 +319,7 @@ def run_config(
             trainer = build_trainer(config)
     except Exception:
         logs.close()
-        if made is not None and {p.name for p in made.iterdir()} <= {LOG_FILE}:
+        if made is not None and {p.name for p in made.iterdir()} <= {LOG_FILE, "config.yaml"}:
             shutil.rmtree(made)  # a run that could not start leaves no run folder behind
         raise
     _start_log(log, source, config, dataset)
@@ -403,6 +404,13 @@ def _kept_config(folder: Path, config: Any) -> _KeptConfig:
     return _KeptConfig(path, path.read_text() if resuming else None)
 
 
+def _write_config(folder: Path, config: Any) -> None:
+    from gyre.config import dump_config
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(dump_config(config))
+
+
 def _check_fresh(folder: Path) -> None:
     """A new run must not train into a folder that holds another run's checkpoints."""
     taken = [name for name in ("resume", "checkpoints") if (folder / name).is_dir() and any((folder / name).iterdir())]
@@ -477,21 +485,20 @@ def find_run_dir(path: str | os.PathLike[str]) -> Path:
 def resume_run(run: str | os.PathLike[str], *, quiet: bool = False) -> RunResult:
     """Continues the stopped run in folder ``run`` from its newest good checkpoint
     (``<run>/resume``) with its stored config, exactly as if it had never stopped (``quiet``:
-    no progress bar).
+    no progress bar). A run killed at any moment continues: best models in ``checkpoints/``
+    newer than that checkpoint are saved again when the run reaches them, and a run killed
+    before its first resume checkpoint starts over from step 0 (a ``LoopWarning`` says so).
 
     Example: see ``tests/trainer/test_run.py`` (it needs a stopped run).
     """
+    from gyre.core._errors import warn
+
     folder = find_run_dir(run)
     resume = folder / "resume"
     if not resume.is_dir() or not any(p.name.isdigit() for p in resume.iterdir()):
-        raise RunError(
-            "run",
-            f"{str(folder)!r} holds no resume checkpoint",
-            expected="a run folder with resume/<step>/ (saved every trainer.resume_every_minutes, "
-            "when training ends, and on SIGTERM or Ctrl-C)",
-            received=repr(str(folder)),
-            fix="train it again with gyre fit, or pass the folder of a run that was stopped",
-        )
+        warn(f"{str(folder)!r} holds no resume checkpoint yet (the run stopped before "
+             "its first one: saved every trainer.resume_every_minutes, or every epoch when 0): it "
+             "starts over from step 0, with its own config, and ends as the run would have")
     overrides = ["trainer.resume=latest"] + (["trainer.enable_progress_bar=false"] if quiet else [])
     return run_config(folder / "config.yaml", overrides, run_dir=folder)
 
