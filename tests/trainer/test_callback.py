@@ -210,7 +210,7 @@ EXPECTED = {
                                 "every_n_epochs": 1},
     "JAXProfiler": {"every_n_minutes": 60, "first_step": 10, "profile_n_steps": 5},
     "DisableGC": {},
-    "EarlyStopping": {"monitor": "val/loss", "mode": "min", "patience": 3, "min_delta": 0.0, "every_n_epochs": 1},
+    "EarlyStopping": {"monitor": "val/loss", "mode": "auto", "patience": 3, "min_delta": 0.0, "every_n_epochs": 1},
 }
 
 

@@ -56,3 +56,23 @@ def test_a_monitor_never_logged_is_explained(tmp_path, digits):
     t = trainer(tmp_path, callbacks=[ModelCheckpoint(monitor="val/accuracy", mode="max")])
     with pytest.raises(KeyError, match=r"monitors 'val/accuracy'(.|\n)*'val/acc'"):
         t.train_model(digits.train_loader, digits.val_loader)
+
+
+@pytest.mark.parametrize(("monitor", "mode", "implied"), [
+    ("val/acc", "min", "max"), ("val/accuracy_top1", "min", "max"), ("val/f1", "min", "max"),
+    ("val/loss", "max", "min"), ("val/mse", "max", "min"), ("val/error_rate", "max", "min"),
+])
+def test_a_mode_against_the_metrics_name_is_refused(monitor, mode, implied):
+    # mode: min on val/acc kept, and tested, the worst model without a word
+    with pytest.raises(ValueError, match=rf"(?s)ModelCheckpoint: mode {mode!r} on {monitor!r}.*"
+                                         rf"its name says mode {implied!r}.*fix: set mode: {implied}"):
+        ModelCheckpoint(monitor=monitor, mode=mode)
+
+
+def test_a_mode_left_out_is_the_names():
+    assert ModelCheckpoint(monitor="val/acc").mode == "max"
+    assert ModelCheckpoint(monitor="train/accuracy_epoch").mode == "max"
+    assert ModelCheckpoint(monitor="val/loss").mode == ModelCheckpoint().mode == "min"
+    assert ModelCheckpoint(monitor="val/foo").mode == "min"  # a name that says nothing: lower is better
+    assert ModelCheckpoint(monitor="val/foo", mode="max").mode == "max"  # given: taken
+

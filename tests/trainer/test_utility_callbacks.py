@@ -260,3 +260,9 @@ def test_a_monitor_that_is_not_one_number(tmp_path, value):
 def test_bad_early_stopping_arguments(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         EarlyStopping(**kwargs)
+
+
+def test_early_stopping_refuses_a_mode_against_the_name_and_infers_a_left_out_one():
+    with pytest.raises(ValueError, match=r"(?s)EarlyStopping: mode 'min' on 'val/acc'.*its name says mode 'max'"):
+        EarlyStopping(monitor="val/acc", mode="min")
+    assert EarlyStopping(monitor="val/acc").mode == "max" and EarlyStopping().mode == "min"

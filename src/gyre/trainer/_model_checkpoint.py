@@ -18,6 +18,7 @@ from gyre.config._registry import register_callback
 from gyre.core._errors import describe, explain
 from gyre.loop._snapshot import Snapshot
 from gyre.trainer._callback import Callback
+from gyre.trainer._utility_callbacks import monitor_mode
 
 
 @register_callback
@@ -27,34 +28,47 @@ class ModelCheckpoint(Callback):
     Args:
         monitor: the logged name ranking the models (``"val/acc"``); it must be logged at
             every validation.
-        mode: ``"min"`` or ``"max"``.
+        mode: ``"min"``, ``"max"``, or ``"auto"`` (the default): the mode ``monitor``'s name
+            implies (``"max"`` for ``val/acc``, ``"min"`` for ``val/loss`` and for a name that
+            implies neither; see :func:`~gyre.trainer._utility_callbacks.monitor_mode`). A mode
+            against the name (``mode: min`` on ``val/acc``, which keeps the worst model) is an
+            error.
         save_top_k: how many models to keep (>= 1).
         save_optimizer_state: also save the optimizer state (to continue training from a
             model checkpoint; resuming a run uses ``<run>/resume`` instead).
         every_n_epochs: validations between two looks.
 
     Example:
-        >>> cb = ModelCheckpoint(monitor="val/acc", mode="max", save_top_k=2)
-        >>> cb.monitor, cb.save_top_k, cb.best_step()
-        ('val/acc', 2, None)
+        >>> cb = ModelCheckpoint(monitor="val/acc", save_top_k=2)
+        >>> cb.monitor, cb.mode, cb.save_top_k, cb.best_step()
+        ('val/acc', 'max', 2, None)
     """
 
     def __init__(
         self,
         monitor: str = "val/loss",
-        mode: str = "min",
+        mode: str = "auto",
         save_top_k: int = 1,
         save_optimizer_state: bool = False,
         every_n_epochs: int = 1,
     ) -> None:
         super().__init__(every_n_epochs=every_n_epochs)
-        if mode not in ("min", "max"):
+        if not isinstance(monitor, str) or not monitor:
+            raise TypeError(
+                explain(
+                    "ModelCheckpoint's monitor must name a validation metric",
+                    expected="a logged name, e.g. 'val/loss' or 'val/acc'",
+                    received=describe(monitor),
+                    fix="monitor: val/acc",
+                )
+            )
+        if mode not in ("min", "max", "auto"):
             raise ValueError(
                 explain(
-                    "ModelCheckpoint's mode must be 'min' or 'max'",
-                    expected="'min' (lower is better, a loss) or 'max' (an accuracy)",
+                    "ModelCheckpoint's mode must be 'min', 'max' or 'auto'",
+                    expected="'min' (lower is better, a loss), 'max' (an accuracy) or 'auto' (from the name)",
                     received=describe(mode),
-                    fix="mode: max for val/acc",
+                    fix="mode: max for val/acc (or leave it out: it is taken from the name)",
                 )
             )
         if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < 1:
@@ -66,7 +80,7 @@ class ModelCheckpoint(Callback):
                     fix="save_top_k: 1",
                 )
             )
-        self.monitor, self.mode, self.save_top_k = monitor, mode, save_top_k
+        self.monitor, self.mode, self.save_top_k = monitor, monitor_mode("ModelCheckpoint", monitor, mode), save_top_k
         self.save_optimizer_state = save_optimizer_state
         self.ranked: list[tuple[float, int]] = []  # (value, step), best first
         self._store: Store | None = None

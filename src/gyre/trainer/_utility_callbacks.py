@@ -11,12 +11,50 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
+from gyre.callbacks._monitor import auto_mode
 from gyre.config._registry import register_callback
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn, whole_number
 from gyre.core._host import fetch
 from gyre.trainer._callback import Callback, _check_state
 
 PROFILE_FOLDER = "profile"
+#: words of a monitored name that say lower is better (those that say higher is better are
+#: gyre's early stopping's: ``acc``, ``accuracy``, ``f1``, ``auc``...)
+MIN_WORDS = ("loss", "error", "err", "mse", "mae", "rmse", "nll", "perplexity", "ppl", "ce")
+
+
+def monitor_mode(owner: str, monitor: str, mode: str) -> str:
+    """The mode of a callback that keeps the best ``monitor`` (a logged name such as
+    ``"val/acc"``): ``"auto"`` takes the one its name implies (``"max"`` for an accuracy,
+    ``"min"`` for a loss or an error, and ``"min"`` for a name that implies neither); a given
+    mode against the name (``"min"`` on ``"val/acc"``: the worst model kept) is an error.
+
+    Example:
+        >>> monitor_mode("ModelCheckpoint", "val/acc", "auto"), monitor_mode("ModelCheckpoint", "val/foo", "max")
+        ('max', 'max')
+        >>> monitor_mode("ModelCheckpoint", "val/acc", "min")
+        Traceback (most recent call last):
+        ValueError: ModelCheckpoint: mode 'min' on 'val/acc' keeps the lowest value, but its name says mode 'max' (higher is better)
+        ...
+    """
+    name = monitor.rsplit("/", 1)[-1]
+    implied = ("max" if auto_mode(name) == "max"
+               else "min" if any(word in name.lower().split("_") for word in MIN_WORDS) else None)
+    if mode == "auto":
+        return implied or "min"
+    if implied is not None and mode != implied:
+        kept, better = ("lowest", "higher") if mode == "min" else ("highest", "lower")
+        raise ValueError(
+            explain(
+                f"{owner}: mode {mode!r} on {monitor!r} keeps the {kept} value, but its name says mode "
+                f"{implied!r} ({better} is better)",
+                expected=f"mode: {implied} for {monitor} (or leave mode out: it is taken from the name)",
+                received=f"mode: {mode}",
+                fix=f"set mode: {implied}; if {kept.replace('est', 'er')} really is better for this "
+                "metric, log it under a name that says so",
+            )
+        )
+    return mode
 
 
 @register_callback
@@ -193,7 +231,10 @@ class EarlyStopping(Callback):
 
     Args:
         monitor: the logged name of the validation metric, e.g. ``"val/loss"``.
-        mode: ``"min"`` (lower is better) or ``"max"``.
+        mode: ``"min"`` (lower is better), ``"max"``, or ``"auto"`` (the default): the mode
+            ``monitor``'s name implies (:func:`monitor_mode`: ``"max"`` for ``val/acc``,
+            ``"min"`` for ``val/loss`` and for a name that implies neither). A mode against
+            the name is an error.
         patience: validation epochs without improvement before stopping (>= 1).
         min_delta: the smallest change that counts as an improvement (>= 0).
         every_n_epochs: look at the validations of epochs ``e % every_n_epochs == 0``.
@@ -214,7 +255,7 @@ class EarlyStopping(Callback):
         self,
         *,
         monitor: str = "val/loss",
-        mode: Literal["min", "max"] = "min",
+        mode: Literal["min", "max", "auto"] = "auto",
         patience: int = 3,
         min_delta: float = 0.0,
         every_n_epochs: int = 1,
@@ -229,12 +270,13 @@ class EarlyStopping(Callback):
                     fix="pass monitor='val/loss'",
                 )
             )
-        if mode not in ("min", "max"):
+        if mode not in ("min", "max", "auto"):
             raise ValueError(
                 explain(
                     f"EarlyStopping: unknown mode {mode!r}."
-                    + (suggest(mode, ["min", "max"]) if isinstance(mode, str) else ""),
-                    expected="'min' (lower is better, a loss) or 'max' (higher is better, an accuracy)",
+                    + (suggest(mode, ["min", "max", "auto"]) if isinstance(mode, str) else ""),
+                    expected="'min' (lower is better, a loss), 'max' (higher is better, an accuracy) or "
+                    "'auto' (from the name)",
                     received=describe(mode),
                     fix="pass mode='min' or mode='max'",
                 )
@@ -250,7 +292,7 @@ class EarlyStopping(Callback):
                 )
             )
         self.monitor = monitor
-        self.mode = mode
+        self.mode = monitor_mode("EarlyStopping", monitor, mode)
         self.patience = _whole("EarlyStopping", "patience", patience, 1, "pass patience=3")
         self.min_delta = float(min_delta)
         self.best: float | None = None
