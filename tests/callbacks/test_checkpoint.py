@@ -942,3 +942,33 @@ def test_adams_checkpoint_into_an_adamw_state_is_a_tree_mismatch_not_damage(tmp_
     assert "not damaged" in lines[0] and "another tree" in lines[0]
     assert "1 target nodes not in the checkpoint (opt_state/2)" in lines[2]
     assert "same model, optimizer" in lines[3] and "overwrite" not in str(info.value)
+
+
+def loss_step(state, batch):
+    return gyre.logs().add_loss("loss", jnp.sum(state["w"]) * 0.37), {"w": state["w"] + batch.mean()}
+
+
+def change_a_digit(path, after):
+    """Adds 1 to the first digit that follows ``after`` in the file (the file stays valid JSON)."""
+    text = open(path).read()
+    at = text.index(after) + len(after)
+    while not text[at].isdigit():
+        at += 1
+    open(path, "w").write(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1 :])
+
+
+@pytest.mark.parametrize(
+    ("where", "after"),
+    [("7/gyre/metadata", '"position": '), ("7/gyre/metadata", '"samples": '), ("history/000000000004.json", '"data": ')],
+    ids=["data-position", "clock", "history-loss"],
+)
+def test_one_digit_changed_in_the_record_or_a_history_block_is_damage(tmp_path, where, after):
+    data = gyre.data.batches(np.arange(40.0).reshape(20, 2), batch_size=4, seed=0)
+    with gyre.checkpoint(tmp_path, keep=5) as ckpt:
+        gyre.loop({"w": jnp.zeros(2)}, data, {gyre.every(1): loss_step, gyre.every(3): ckpt}, stop=7)
+    assert _saved_steps_in(tmp_path) == [1, 4, 7]
+    change_a_digit(tmp_path / where, after)
+    with pytest.warns(UserWarning, match=r"7 is not loaded: .*checksum mismatch") as said:
+        snapshot = gyre.checkpoint(tmp_path).load_snapshot("latest", {"w": jnp.zeros(2)})
+    assert snapshot.step == 4
+    assert "gyre/metadata" in str(said[0].message) if "metadata" in where else "history" in str(said[0].message)

@@ -8,11 +8,15 @@ name (``N.orbax-checkpoint-tmp``) and renamed when complete. It holds:
 * ``arrays/``: :attr:`Snapshot.arrays`, when not empty (early stopping's best weights);
 * ``gyre/metadata``: the *record*, one JSON dict written by process 0: the format, the step,
   the clock, :attr:`Snapshot.meta`, the monitored metrics, and every array leaf's path, shape,
-  dtype and CRC-32, and the paths of its empty nodes (:mod:`gyre.callbacks._integrity`);
+  dtype and CRC-32, and the paths of its empty nodes (:mod:`gyre.callbacks._integrity`), and
+  the CRC-32 of the record itself;
 * orbax's own ``_CHECKPOINT_METADATA`` and, with a monitor, ``metrics/``.
 
 Beside the steps, process 0 writes :attr:`Snapshot.files` (``history/000120.json``) before the
-step's save starts (:mod:`gyre.callbacks._files`); rotation never deletes them. A step
+step's save starts (:mod:`gyre.callbacks._files`); rotation never deletes them. A loop's meta
+holds the running CRC-32 of the history blocks its checkpoint counts (``history_crc``), so every
+file a checkpoint depends on is checksummed: a changed record, block or array is damage, and the
+loader falls back to the previous checkpoint. A step
 directory that could not be loaded is set aside as ``N.corrupt`` (orbax ignores that name),
 never deleted.
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -43,9 +48,10 @@ from gyre.callbacks._integrity import (
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
 from gyre.core._host import to_python
+from gyre.loop._history_files import chain_crc
 from gyre.loop._snapshot import Snapshot
 
-FORMAT = 1
+FORMAT = 2  # 2: the record holds its own CRC-32, and meta the CRC-32 of the history's blocks
 RECORD_ITEM = "gyre"
 RECORD_FILE = "metadata"  # the file name orbax's JsonCheckpointHandler writes
 TEMPORARY = ".orbax-checkpoint-tmp"
@@ -112,6 +118,18 @@ def as_json(value: Any, *, what: str) -> Any:
                 fix="return JSON-able values from state_dict(); put arrays in Snapshot.arrays",
             )
         ) from err
+
+
+def record_crc(record: dict[str, Any]) -> int:
+    """CRC-32 of a record's JSON (keys sorted), its own ``crc32`` left out: the same before
+    the save and after reading it back, as JSON round-trips numbers exactly.
+
+    Example:
+        >>> record_crc({"step": 3, "crc32": 1}) == record_crc({"step": 3})
+        True
+    """
+    rest = {key: value for key, value in record.items() if key != "crc32"}
+    return zlib.crc32(json.dumps(rest, sort_keys=True).encode())
 
 
 def _read_json(path: str, rel: str) -> Any:
@@ -236,8 +254,9 @@ class Store:
     # -- saving ----------------------------------------------------------------------------
 
     def record(self, snapshot: Snapshot, metrics: Mapping[str, float] | None, checksums: bool) -> dict[str, Any]:
-        """The JSON record of a snapshot (computes the checksums: one host copy)."""
-        return {
+        """The JSON record of a snapshot (computes the checksums: one host copy), with its
+        own CRC-32."""
+        record = {
             "format": FORMAT,
             "step": int(snapshot.step),
             "elapsed": as_json(snapshot.elapsed.to_dict(), what="clock"),
@@ -250,6 +269,8 @@ class Store:
             else None,
             "processes": jax.process_count(),
         }
+        record["crc32"] = record_crc(record)
+        return record
 
     def save(
         self, snapshot: Snapshot, *, metrics: Mapping[str, float] | None, checksums: bool = True, wait: bool = False
@@ -331,7 +352,17 @@ class Store:
             raise Unreadable("corrupt", f"{RECORD_ITEM}/{RECORD_FILE} is not a gyre checkpoint record")
         if record["format"] > FORMAT:
             raise Unreadable("fit", f"it was written by a newer gyre (format {record['format']})")
+        if record["format"] >= 2 and record.get("crc32") != record_crc(record):
+            raise Unreadable("corrupt", f"{RECORD_ITEM}/{RECORD_FILE} differs from the one saved "
+                             "(checksum mismatch: the file was changed after the save)")
         return record
+
+    def _check_history(self, record: dict[str, Any]) -> None:
+        """The history blocks the record counts must be those saved (their running CRC-32)."""
+        meta = record.get("meta") if isinstance(record.get("meta"), dict) else {}
+        if "history_crc" in meta and chain_crc(self.files.read, int(meta.get("history", 0))) != meta["history_crc"]:
+            raise Unreadable("corrupt", "its history blocks (history/) are missing or differ from those "
+                             "saved (checksum mismatch: a file was changed after the save)")
 
     def _check_files(self, step: int, record: dict[str, Any]) -> None:
         """orbax's metadata files must be present and parse (orbax reads some of them
@@ -368,6 +399,7 @@ class Store:
             if problem:
                 raise Unreadable("fit", f"its Snapshot.arrays do not fit the target: {problem}")
         self._check_files(step, record)
+        self._check_history(record)
         try:
             items = {"state": ocp.args.StandardRestore(_wrapped(abstract(target_state)))}
             if has_arrays:

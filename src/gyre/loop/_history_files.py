@@ -4,7 +4,9 @@ Each save of a loop writes the records committed since its previous save as one 
 ``history/<first record, 12 digits>.json``, and the checkpoint records how many records belong
 to it. A resumed loop reads the chain of blocks from record 0 (each block names where the next
 one starts) up to that count and truncates the last one: blocks a dead run wrote after its
-last good checkpoint are never read, and are overwritten by the resumed run's own.
+last good checkpoint are never read, and are overwritten by the resumed run's own. The
+checkpoint's meta also holds the running CRC-32 of the blocks it counts (:func:`chain_crc`),
+checked before it is loaded.
 
 Values keep their dtype and shape (``{"dtype": "float32", "shape": [], "data": 0.25}``);
 Python numbers stay Python numbers. JSON holds NaN and infinities as ``NaN``/``Infinity``.
@@ -13,6 +15,8 @@ Python numbers stay Python numbers. JSON holds NaN and infinities as ``NaN``/``I
 from __future__ import annotations
 
 import json
+import re
+import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -140,6 +144,30 @@ def new_block(history: History, start: int) -> tuple[str, bytes] | None:
         return None
     rows = [row for block, first, last in history.host_slices(start, stop) for row in _rows(block, first, last)]
     return block_name(start), _dumped(rows, start, stop)
+
+
+_HEADER = re.compile(rb'\{"format": \d+, "start": \d+, "stop": (\d+),')
+
+
+def chain_crc(read: Callable[[str], bytes | None], count: int) -> int | None:
+    """The running CRC-32 of the blocks holding the first ``count`` records, in their order
+    (``zlib.crc32`` of their bytes, one after the other): what a checkpoint's meta holds as
+    ``history_crc``; ``None`` when a block is missing or not one.
+
+    Example:
+        >>> h = History(); h.commit(Elapsed(steps=0), Logs().add_metric("m", 1))
+        >>> name, data = new_block(h, 0)
+        >>> chain_crc({name: data}.get, 1) == zlib.crc32(data), chain_crc({}.get, 1)
+        (True, None)
+    """
+    crc, start = 0, 0
+    while start < count:
+        data = read(block_name(start))
+        header = _HEADER.match(data) if data is not None else None
+        if header is None or int(header.group(1)) <= start:
+            return None
+        crc, start = zlib.crc32(data, crc), int(header.group(1))
+    return crc
 
 
 def load_history(read: Callable[[str], bytes | None], count: int, where: str) -> History:

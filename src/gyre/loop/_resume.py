@@ -18,7 +18,7 @@ from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, warn
 from gyre.core._history import History
 from gyre.loop._binding import Invoker
-from gyre.loop._history_files import load_history
+from gyre.loop._history_files import chain_crc, load_history
 from gyre.loop._resumables import checkpointers, collect, load_state_dicts
 from gyre.loop._snapshot import Checkpointer, Snapshot
 from gyre.loop._state import LoopState
@@ -108,7 +108,11 @@ def prepare(ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], resu
     ls.resumables = collect(tasks, extra)
     ls.checkpoints = checkpointers(tasks, extra)
     if ls.checkpoints and resumed is not None:  # the first one is the one resumed through
-        ls.history_saved[id(ls.checkpoints[0])] = int(resumed.meta.get("history", 0))
+        count = int(resumed.meta.get("history", 0))
+        crc = resumed.meta.get("history_crc")  # absent from a checkpoint of an older gyre
+        if crc is None:
+            crc = chain_crc(ls.checkpoints[0].read_file, count) or 0
+        ls.history_saved[id(ls.checkpoints[0])] = (count, int(crc))
     for each in ls.checkpoints:
         each.on_loop_start()  # another run's checkpoints are refused now, not at the first save
 
