@@ -431,7 +431,7 @@ def test_the_epoch_error_names_what_the_user_asked_for():
     assert "a dataset of type generator with neither len() nor epoch_steps" in str(info.value)
     assert "gyre.data.batches(...)" in str(info.value)
     with pytest.raises(ValueError, match="callbacks on \\['on_epoch_end'\\]") as info:
-        gyre.train_loop(0, stream(), {**step, gyre.on_epoch_end: lambda: None})
+        gyre.train_loop(0, stream(), {gyre.on_train_step: lambda state: state, gyre.on_epoch_end: lambda: None})
     assert "evaluation" not in str(info.value).splitlines()[0]
 
 

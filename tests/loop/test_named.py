@@ -204,3 +204,82 @@ def test_test_dataset_iterator_is_rejected():
 def test_bad_aggregation():
     with pytest.raises(ValueError, match="unknown aggregation"):
         gyre.train_loop(0, range(2), test_dataset=lambda: [0], epoch_duration=1, test_aggregation="median")
+
+
+def _train(state, batch):
+    return state + 1
+
+
+def _test(state, batch):
+    return gyre.logs().add_metric("score", state)
+
+
+def test_a_test_step_without_a_test_dataset_is_refused():
+    with pytest.raises(ValueError, match=r"(?s)train_loop got a test step but no test_dataset.*"
+                       r"fix: pass test_dataset="):
+        gyre.train_loop(0, range(2), {gyre.on_train_step: _train, gyre.on_test_step: _test})
+    # a state class's test_step method is not a request to evaluate
+    class State(int):
+        def test_step(self, batch):
+            return gyre.logs()
+    gyre.train_loop(State(0), range(2), {gyre.on_train_step: lambda state: state})
+
+
+def test_a_train_loop_with_nothing_to_train_says_so():
+    with pytest.warns(gyre.LoopWarning, match=r"(?s)train_loop has no train step: it runs over the "
+                      r"data and trains nothing.*on_epoch_end.*fix: ") as caught:
+        gyre.train_loop(0, range(2), {gyre.on_epoch_end: lambda: None}, epoch_duration=1)
+    assert caught[0].filename == __file__
+    gyre.train_loop(0, range(2), {gyre.every(1): _train})  # ciclo's form: a clock-scheduled step
+
+
+def test_an_evaluation_that_sees_no_batch_is_refused():
+    with pytest.raises(ValueError, match=r"(?s)the evaluation at the end of epoch 0 ran on no batch.*"
+                       r"test_dataset returned an empty dataset"):
+        gyre.train_loop(0, range(4), {gyre.on_train_step: _train, gyre.on_test_step: _test},
+                        test_dataset=lambda: [], epoch_duration=2)
+
+
+def test_a_callback_object_with_a_misspelt_hook_beside_a_good_one_is_refused():
+    class Callbacks:
+        def on_train_step(self, state):
+            return state + 1
+
+        def on_epoch_ned(self, elapsed):  # never called, silently
+            raise AssertionError
+
+    with pytest.raises(ValueError, match=r"(?s)callback Callbacks of train_loop has a method "
+                       r"'on_epoch_ned' that is no named point.*Did you mean 'on_epoch_end'\?"):
+        gyre.train_loop(0, range(2), callbacks=[Callbacks()], epoch_duration=1)
+    # the hooks of other loops and the engine's are known: an object may serve several loops
+    class Bar(Callbacks):
+        on_epoch_ned = None
+        on_test_batch_end = on_predict_batch_end = on_loop_end = on_loop_start = lambda self: None
+        on_ready = 3  # not a method
+
+    gyre.predict_loop(0, range(2), callbacks=[Bar()])
+
+
+def test_a_predict_step_that_changes_the_state_warns_once_naming_it():
+    def predict_step(state, batch):  # updates a running statistic while predicting
+        return gyre.logs().add_output("y", batch * 2), {"n": state["n"] + 1}
+
+    with pytest.warns(gyre.LoopWarning, match=r"(?s)predict_loop.s on_predict_step \(.*predict_step\) "
+                      r"returned a changed state.*Return only the logs") as caught:
+        state, history, _ = gyre.predict_loop({"n": np.int32(0)}, [1, 2, 3], {gyre.on_predict_step: predict_step})
+    assert len([w for w in caught if w.category is gyre.LoopWarning]) == 1
+    assert int(state["n"]) == 3 and history.collect("outputs.y") == [2, 4, 6]
+
+
+def test_a_predict_step_that_returns_the_state_unchanged_stays_quiet():
+    import warnings
+
+    import jax
+
+    @jax.jit
+    def predict_step(state, batch):  # ciclo's form: (logs, state), the state as it came
+        return gyre.logs().add_output("y", batch * state["w"]), state
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gyre.LoopWarning)
+        gyre.predict_loop({"w": np.float32(2)}, [np.float32(1)] * 2, {gyre.on_predict_step: predict_step})

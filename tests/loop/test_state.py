@@ -142,3 +142,13 @@ def test_assigning_loop_state_is_the_same_as_returning_it():
 
     state, history, _ = gyre.loop(1, range(2), {gyre.every(1): [assign, read]})
     assert state == 21 and history.collect("seen") == [11, 21]
+
+
+@pytest.mark.parametrize("reason", [5, None, gyre.at(steps=5)])
+def test_request_stop_refuses_anything_but_a_reason(reason):
+    def stopper(loop):
+        loop.request_stop(reason)  # meant: stop at step 5? it stopped now, with 5 as the reason
+
+    with pytest.raises(TypeError, match=r"(?s)request_stop takes a reason.*stops after the current "
+                       r"step.*stop=5"):
+        gyre.loop(0, range(10), {gyre.every(1): stopper})

@@ -112,6 +112,8 @@ class Invoker:
             state's structure the first time).
         takes_mask: the callback has a ``mask`` parameter (it gets the mask of a padded
             batch, see the module docs).
+        read_only: the callback should not change the state (a predict step): the first
+            state it returns is compared with the state it got, and a change is said once.
 
     Example:
         >>> inv = bind(lambda logs, state: (logs, state + 1))
@@ -119,7 +121,7 @@ class Invoker:
         ('<lambda>', ({}, 2))
     """
 
-    __slots__ = ("fn", "name", "call", "returned_state", "takes_mask")
+    __slots__ = ("fn", "name", "call", "returned_state", "takes_mask", "read_only")
 
     def __init__(self, fn: Any, call: Call, name: str, *, takes_mask: bool = False) -> None:
         self.fn = fn
@@ -127,6 +129,7 @@ class Invoker:
         self.call = call
         self.returned_state = False
         self.takes_mask = takes_mask
+        self.read_only = False
 
     def __repr__(self) -> str:
         return f"<gyre callback {self.name}>"

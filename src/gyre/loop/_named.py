@@ -22,17 +22,27 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import describe, explain, keywords_checked, suggest
+from gyre.core._errors import describe, explain, keywords_checked, suggest, warn
 from gyre.core._history import History
-from gyre.core._hooks import PREDICT_HOOKS, SHORT_NAMES, TEST_HOOKS, TRAIN_HOOKS, hook_name
+from gyre.core._hooks import (
+    ALL_HOOKS,
+    PREDICT_HOOKS,
+    SHORT_NAMES,
+    TEST_HOOKS,
+    TRAIN_HOOKS,
+    hook_name,
+)
 from gyre.core._schedules import Schedule
-from gyre.loop._binding import StateMethod
+from gyre.loop._binding import StateMethod, bind
 from gyre.loop._elapse import StopLike, check_stop, epoch_steps_of, epochs_unknown
 from gyre.loop._engine import loop
 from gyre.loop._inner import Aggregation, check_aggregation, inner_loop
 from gyre.loop._masked import MaskedBatches, mask_wanted, real_rows, unmasking
 from gyre.loop._nan import check_nan_policy
 from gyre.loop._tasks import Every, StepPoint, Tasks, When, as_list, check_table
+
+#: Methods a callback object may have: every loop's named points and the engine's own.
+KNOWN_HOOKS = frozenset((*ALL_HOOKS, "on_loop_start", "on_loop_end"))
 
 DEFAULT_TEST_AGGREGATION: dict[str, str] = {
     "losses": "mean",
@@ -58,6 +68,7 @@ class NamedHooks:
         self.loop_name = loop_name
         self.accepted = tuple(dict.fromkeys((*hooks, *extra)))
         self.named: dict[str, list[Any]] = {h: [] for h in self.accepted}
+        self.in_tasks: set[str] = set()  # the named points the task table fills
         self.clock: dict[Any, list[Any]] = {}
         self._add_tasks(tasks)
         self._add_callbacks(callbacks)
@@ -77,6 +88,7 @@ class NamedHooks:
                         )
                     )
                 self.named[name].extend(as_list(callbacks))
+                self.in_tasks.add(name)
             elif isinstance(key, Schedule) or callable(key):
                 self.clock.setdefault(key, []).extend(as_list(callbacks))
             else:
@@ -91,6 +103,7 @@ class NamedHooks:
 
     def _add_callbacks(self, callbacks: Sequence[Any] | None) -> None:
         for obj in as_list(callbacks):
+            self._check_hook_names(obj)
             methods = [(h, getattr(obj, h, None)) for h in self.accepted]
             found = [(h, m) for h, m in methods if callable(m)]
             if not found:
@@ -105,6 +118,22 @@ class NamedHooks:
                 )
             for hook, method in found:
                 self.named[hook].append(method)
+
+    def _check_hook_names(self, obj: Any) -> None:
+        """A method named like a hook (``on_...``) that is none would never be called."""
+        for name in dir(obj):
+            if name.startswith("on_") and name not in KNOWN_HOOKS and callable(getattr(obj, name, None)):
+                raise ValueError(
+                    explain(
+                        f"callback {type(obj).__name__} of {self.loop_name} has a method {name!r} "
+                        "that is no named point: it would never be called",
+                        expected=f"methods named after the points of {self.loop_name}: "
+                        f"{list(self.accepted)}",
+                        received=f"{name!r}",
+                        fix="rename it." + (suggest(name, KNOWN_HOOKS) or " (Methods of your own: "
+                        "a name that does not start with on_.)"),
+                    )
+                )
 
     def _add_state_methods(self, state: Any) -> None:
         cls = type(state)
@@ -280,6 +309,9 @@ def predict_loop(
     """
     policy = check_nan_policy(nan_policy, "predict_loop")
     hooks = NamedHooks("predict_loop", PREDICT_HOOKS, tasks, callbacks, state)
+    steps = hooks.named["on_predict_step"] = [bind(cb) for cb in hooks.named["on_predict_step"]]
+    for step in steps:
+        step.read_only = True  # a changed state is said once (see fold)
     return _run_simple(
         hooks, "predict", state, dataset, stop=stop, history=history, elapsed=elapsed, resume=resume,
         batch_size_fn=batch_size_fn, metadata=metadata,
@@ -287,6 +319,34 @@ def predict_loop(
         nan_policy=policy,
         data_resume=data_resume,
     )
+
+
+def _check_steps(hooks: NamedHooks, test_dataset: Any) -> None:
+    """A test step (in the tasks) with no test set to run it on is refused; a train loop that
+    has nothing to train says so (a LoopWarning): either ran without a word."""
+    if not hooks.named["on_train_step"] and not any(hooks.clock.values()):
+        filled = [h for h, callbacks in hooks.named.items() if callbacks]
+        warn(
+            explain(
+                "train_loop has no train step: it runs over the data and trains nothing",
+                expected="a callback at gyre.on_train_step (or under a clock schedule: "
+                "{gyre.every(1): train_step}), or a state class with a train_step method",
+                received=f"callbacks only at {filled}" if filled else "no callback at all",
+                fix="add {gyre.on_train_step: train_step} to the tasks (to evaluate only, "
+                "use gyre.test_loop)",
+            )
+        )
+    if test_dataset is None and "on_test_step" in hooks.in_tasks:
+        raise ValueError(
+            explain(
+                "train_loop got a test step but no test_dataset to run it on",
+                expected="test_dataset= (a function returning the evaluation batches) beside a "
+                "step at gyre.on_test_step",
+                received="a callback at on_test_step and test_dataset=None: it would never run",
+                fix="pass test_dataset=lambda: test_batches, or leave the test step out "
+                "(gyre.test_loop evaluates on its own)",
+            )
+        )
 
 
 def _evaluation(
@@ -318,13 +378,28 @@ def _evaluation(
     test_tasks = {h: named[h] for h in TEST_HOOKS if h != "on_reset_step"}
     test_tasks["on_reset_step"] = named["on_reset_step"]
 
+    evaluations = [0]
+
     def evaluate(state: Any) -> tuple[Any, History, Elapsed]:
         # checked by the training loop, through the entries it logs (loss_test...): an
         # evaluation never waits for the device
-        return test_loop(
+        result = test_loop(
             state, make_test(), test_tasks, stop=test_duration,
             batch_size_fn=batch_size_fn, metadata=metadata, clock=clock, nan_policy="ignore",
         )
+        if result[2].steps == 0:
+            raise ValueError(
+                explain(
+                    f"the evaluation at the end of epoch {evaluations[0]} ran on no batch",
+                    expected="test_dataset() returning at least one batch at each evaluation",
+                    received="test_dataset returned an empty dataset (an exhausted iterator "
+                    "or generator, an empty list): no test entry would be logged",
+                    fix="make test_dataset a function that builds the batches anew each time, "
+                    "e.g. test_dataset=lambda: gyre.data.batches(test_arrays, 64, shuffle=False, epochs=1)",
+                )
+            )
+        evaluations[0] += 1
+        return result
 
     options = {"aggregation": aggregation, **dict(inner_loop_kwargs or {})}
     return inner_loop(test_name, evaluate, **options)
@@ -423,6 +498,7 @@ def train_loop(
     """
     policy = check_nan_policy(nan_policy, "train_loop")
     hooks = NamedHooks("train_loop", TRAIN_HOOKS, tasks, callbacks, state, extra=TEST_HOOKS)
+    _check_steps(hooks, test_dataset)
     epoch_steps = epoch_steps_of(epoch_duration, dataset)
     test_duration = check_stop(test_duration, "test_duration")
     aggregation = DEFAULT_TEST_AGGREGATION if test_aggregation is None else test_aggregation

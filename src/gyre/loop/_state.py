@@ -21,7 +21,7 @@ from typing import Any
 import jax
 
 from gyre.core._clock import Elapsed
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, warn
 from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.loop._binding import Invoker
@@ -168,7 +168,18 @@ class LoopState:
 
     def request_stop(self, reason: str = "") -> None:
         """Asks the loop to stop: the rest of this step is skipped, its logs are kept, the step
-        counts as completed, and ``on_end`` callbacks still run."""
+        counts as completed, and ``on_end`` callbacks still run. ``reason`` (a string) becomes
+        ``history.stop_reason``; anything else (a step number) is refused."""
+        if not isinstance(reason, str):
+            raise TypeError(
+                explain(
+                    "request_stop takes a reason (a string), and stops after the current step",
+                    expected="loop.request_stop() or loop.request_stop('validation plateaued')",
+                    received=describe(reason),
+                    fix="to stop at a given step, pass it to the loop: stop=5 (or stop=gyre.at(epochs=2)); "
+                    "to stop now, call request_stop() with no argument or a string",
+                )
+            )
         self.stop_requested = True
         self.stop_reason = reason
 
@@ -254,7 +265,28 @@ def fold(out: Any, logs: Logs, state: Any, invoker: Invoker) -> Any:
     if not invoker.returned_state:
         check_structure(out, state, invoker)
         invoker.returned_state = True
+        if invoker.read_only and _changed(out, state):
+            warn(
+                f"predict_loop's on_predict_step ({invoker.name}) returned a changed state on its "
+                "first step: a prediction should not change the model, and predict_loop returns "
+                "the changed state. Return only the logs (or (logs, state) with the state as it "
+                "came); to update the state, use gyre.train_loop or gyre.loop"
+            )
     return out
+
+
+def _changed(new: Any, old: Any) -> bool:
+    """Whether two states of one structure differ in a value (read once, on the host; a
+    buffer donated by the step cannot be read and counts as unchanged)."""
+    import numpy as np
+
+    try:
+        return not all(
+            a is b or np.array_equal(np.asarray(a), np.asarray(b))
+            for a, b in zip(jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(old), strict=True)
+        )
+    except (RuntimeError, ValueError, TypeError):
+        return False
 
 
 def _not_a_pair(out: tuple[Any, ...], invoker: Invoker) -> None:
