@@ -111,6 +111,28 @@ def test_two_ctrl_c_during_an_evaluation_raise_and_no_checkpoint_misses_its_eval
     assert ckpt.all_steps() == [2]  # not step 4, made by a step whose evaluation was cut short
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
+
+def test_a_step_cut_short_by_a_caught_ctrl_c_is_not_saved(tmp_path):
+    import jax.numpy as jnp
+
+    def train_step(state, batch):
+        return gyre.logs().add_loss("loss", jnp.float32(batch)), state + 1
+
+    def test_step(batch):  # a Ctrl-C with no handler of gyre's (several processes) raises
+        if batch == 2:
+            raise KeyboardInterrupt
+        return gyre.logs().add_metric("acc", jnp.float32(batch))
+
+    ckpt = gyre.checkpoint(str(tmp_path))
+    test_data = iter([range(2), range(4)])  # the second evaluation (step 3) is cut short
+    with pytest.warns(gyre.LoopWarning, match=r"during step 3: .* cut short, so no checkpoint saves it"):
+        _, _, elapsed = gyre.train_loop(
+            jnp.int32(0), range(10), {gyre.on_train_step: train_step, gyre.on_test_step: test_step},
+            test_dataset=lambda: next(test_data), epoch_duration=2, callbacks=[ckpt],
+        )
+    ckpt.wait_until_finished()
+    assert elapsed.steps == 4 and ckpt.all_steps() == [2]  # step 4's evaluation would be missing
+
 def test_bad_history():
     with pytest.raises(TypeError, match="gyre.History"):
         gyre.loop(None, range(3), {}, history=[])

@@ -124,13 +124,15 @@ def _prefetched(dataset: Any, state: Any, size: int, stop: Any, initial: Elapsed
     return prefetch_to_device(dataset, size=size, sharding=strategy, limit=limit)
 
 
-def _finish(clock: Elapse, ls: LoopState, ends: list[Any], table: Sequence[Task]) -> Elapsed:
+def _finish(clock: Elapse, ls: LoopState, ends: list[Any], table: Sequence[Task], *, cut: bool = False) -> Elapsed:
     """Ends a loop: completes the last step, saves it through the loop's checkpoints (unless
-    saved), runs ``on_end`` and the ``on_loop_end`` hooks (which wait for the saves)."""
+    saved, or ``cut`` short by a Ctrl-C: its logs, an evaluation's, are not all there), runs
+    ``on_end`` and the ``on_loop_end`` hooks (which wait for the saves)."""
     final = clock.complete()
     ls.batch = None
     preempted = ls.stop_reason == "preempted"
-    final_save(ls, wait=preempted)
+    if not cut:
+        final_save(ls, wait=preempted)
     logs = run_callbacks(ends, ls, final)
     if logs:
         ls.history.commit(final, logs)
@@ -192,9 +194,14 @@ def _interrupted(ls: LoopState, clock: Elapse, catch: bool) -> None:
     if not catch:
         raise KeyboardInterrupt
     ls.request_stop("KeyboardInterrupt")
+    ls.saves.clear()  # asked for by the step that was cut short
+    unsaved = (
+        f"; step {clock.elapsed.steps} was cut short, so no checkpoint saves it (resume='latest' "
+        "redoes it)" if ls.checkpoints else ""
+    )
     warn(
         f"interrupted (Ctrl-C) during step {clock.elapsed.steps}: the loop stopped after "
-        f"{clock.elapsed.steps + (clock.batch_size is not None)} steps and ran its end callbacks"
+        f"{clock.elapsed.steps + (clock.batch_size is not None)} steps and ran its end callbacks{unsaved}"
     )
 
 
@@ -362,4 +369,5 @@ def _run(
             run_steps(table, clock_iter, ls, outermost=_DEPTH.value == 1)
     except KeyboardInterrupt:
         _interrupted(ls, clock_iter, catch)
+        return _finish(clock_iter, ls, ends, table, cut=True)
     return _finish(clock_iter, ls, ends, table)
