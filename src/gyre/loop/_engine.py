@@ -268,8 +268,9 @@ def loop(
         nan_policy: what a NaN or infinite loss or metric (the ``losses`` and ``metrics``
             collections) does: ``"raise"`` stops the loop with :class:`gyre.NonFiniteError`
             naming the step and the entry, before any checkpoint saves a state made from it
-            (values are read lagged, as they reach the host: no host sync per step; the rest
-            is checked before each checkpoint and when the loop ends); ``"skip"`` makes the
+            (values are read lagged, as they reach the host, within about a second or two
+            blocks of 64 steps: no host sync per step; the rest is checked before each
+            checkpoint and when the loop ends); ``"skip"`` makes the
             table's managed train steps drop such updates inside the compiled step and count
             them (``state.skipped_steps``); ``"ignore"`` checks nothing.
         data_resume: on resume, what happens to data that cannot save its position (a
