@@ -76,3 +76,12 @@ def test_a_mode_left_out_is_the_names():
     assert ModelCheckpoint(monitor="val/foo").mode == "min"  # a name that says nothing: lower is better
     assert ModelCheckpoint(monitor="val/foo", mode="max").mode == "max"  # given: taken
 
+
+def test_no_validation_tests_the_final_model_and_says_so(tmp_path, digits):
+    # check_val_every_n_epoch: 0 is jax_trainer's "no validation": nothing is ranked, and the
+    # test scored the final model as if it were the best one
+    t = trainer(tmp_path, train_epochs=1, check_val_every_n_epoch=0, callbacks=[ModelCheckpoint(monitor="val/acc")])
+    with pytest.warns(gyre.LoopWarning, match=r"(?s)ModelCheckpoint saved no model.*check_val_every_n_epoch is 0.*"
+                                             r"the test scores the final model"):
+        out = t.train_model(digits.train_loader, digits.val_loader, digits.test_loader)
+    assert "test/acc" in out["test"] and 1 not in out

@@ -152,6 +152,23 @@ class ModelCheckpoint(Callback):
         if self._store is not None:
             self._store.wait()
 
+    def none_saved(self) -> str:
+        """Why no model was saved and what the test scores instead (the trainer warns with it).
+
+        Example:
+            >>> import types
+            >>> cb = ModelCheckpoint(monitor="val/acc")
+            >>> cb.trainer = types.SimpleNamespace(config=types.SimpleNamespace(check_val_every_n_epoch=0))
+            >>> cb.none_saved()  # doctest: +ELLIPSIS
+            'ModelCheckpoint saved no model (trainer.check_val_every_n_epoch is 0: no validation ran), ...'
+        """
+        every = self._bound().config.check_val_every_n_epoch
+        why = ("trainer.check_val_every_n_epoch is 0: no validation ran" if not every
+               else f"no validation logged a finite {self.monitor}")
+        return (f"ModelCheckpoint saved no model ({why}), so the test scores the final model, not the best "
+                f"by {self.monitor}; to test the best one, validate: give a validation set and set "
+                "trainer.check_val_every_n_epoch: 1")
+
     def best_step(self) -> int | None:
         """The step of the best model saved, or ``None``."""
         return self.ranked[0][1] if self.ranked else None

@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, warn
 from gyre.data._padding import padded
 from gyre.data._source import refuse_sources
 from gyre.trainer._data import EpochStream, epoch_length, is_iterator
@@ -178,14 +178,17 @@ def _build_deferred_optimizer(trainer: Any, run_steps: int) -> None:
 
 def _test_best(trainer: Any, test_loader: Any, epoch: int) -> dict[str, Any]:
     """The test metrics of the best checkpoint by the monitored validation metric (the
-    final model when no ModelCheckpoint ranks them): never chosen on the test set."""
+    final model when no ModelCheckpoint ranks them, with a warning when one saved none):
+    never chosen on the test set."""
     from gyre.trainer._model_checkpoint import ModelCheckpoint
 
     final = trainer.state
-    for cb in trainer.callbacks:
-        if isinstance(cb, ModelCheckpoint) and cb.best_step() is not None:
-            trainer.state = cb.restore_best(final)
-            break
+    checkpoints = [cb for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint)]
+    best = next((cb for cb in checkpoints if cb.best_step() is not None), None)
+    if best is not None:
+        trainer.state = best.restore_best(final)
+    elif checkpoints:
+        warn(checkpoints[0].none_saved())
     try:
         return trainer.test_model(test_loader, apply_callbacks=True, epoch_idx=epoch)
     finally:
