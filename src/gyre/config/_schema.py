@@ -235,7 +235,8 @@ class TrainerConfig(_Section, metaclass=_NamedSectionMeta):
     Attributes:
         class_name: the trainer, looked up in ``TRAINERS``.
         train_epochs: epochs to train (>= 1).
-        check_val_every_n_epoch: validate every this many epochs (0: never).
+        check_val_every_n_epoch: validate every this many epochs (0: never; then no best model
+            is saved, and the test scores the final model, with a warning).
         debug: run without jit.
         enable_progress_bar: show a progress bar.
         seed: the trainer's seed.

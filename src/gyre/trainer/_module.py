@@ -492,7 +492,8 @@ class TrainerModule:
         ``check_val_every_n_epoch`` epochs (on each loader of a dict ``val_loader``: the
         first logged as ``val/...``, the others as ``val_<name>/...``); then, with ``test_loader``, tests the best
         checkpoint by the monitored validation metric (``ModelCheckpoint``; else the final
-        model). Returns ``{"val": {...}, "test": {...}}``: the last validation's and the
+        model, with a warning when a ``ModelCheckpoint`` saved none: with
+        ``check_val_every_n_epoch: 0``, jax_trainer's "no validation", nothing is ranked). Returns ``{"val": {...}, "test": {...}}``: the last validation's and the
         test's metrics as Python floats, and each validation's under its epoch number
         (``result[5]["val/acc"]``, jax_trainer's form).
 
