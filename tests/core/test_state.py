@@ -213,3 +213,15 @@ def test_batch_stats_survive_a_checkpoint_round_trip(tmp_path):
     for got, want in ((restored.batch_stats, stats), (restored.params, state.params)):
         jax.tree_util.tree_map(np.testing.assert_array_equal, got, want)
     assert restored.apply_fn is not None and restored.batch_stats is restored.model_state["batch_stats"]
+
+
+def test_a_state_without_parameters_to_train_is_refused():
+    import optax
+
+    with pytest.raises(TypeError, match=r"(?s)TrainState.create got params=None.*params=\(\)"):
+        gyre.TrainState.create(params=None)
+    for empty in ((), {}, None):
+        with pytest.raises(TypeError, match=r"(?s)TrainState.create got .*an optimizer over no "
+                           r"parameters trains nothing"):
+            gyre.TrainState.create(params=empty, tx=optax.sgd(0.1))
+    gyre.TrainState.create(params=(), rng=0)  # a state that is not trained: no parameters is fine

@@ -131,8 +131,10 @@ class TrainState(struct.PyTreeNode, kw_only=True):
                 else extra values kept in ``extras``.
 
         Raises:
-            TypeError: a field the subclass declares without a default is missing, or
-                ``batch_stats`` is given both as ``batch_stats=`` and in ``model_state``.
+            TypeError: a field the subclass declares without a default is missing,
+                ``batch_stats`` is given both as ``batch_stats=`` and in ``model_state``,
+                ``params`` is ``None`` (a state without parameters passes ``params=()``), or
+                ``tx`` is given with parameters that hold no array (nothing to train).
 
         Example:
             >>> import jax.numpy as jnp
@@ -143,6 +145,19 @@ class TrainState(struct.PyTreeNode, kw_only=True):
             (['batch_stats'], (3,))
         """
         check_optimizer(tx, argument="tx", none_means="a state that is not trained")
+        if params is None or (tx is not None and not jax.tree_util.tree_leaves(params)):
+            trained = tx is not None
+            raise TypeError(
+                explain(
+                    f"{cls.__name__}.create got params={params!r}"
+                    + (": an optimizer over no parameters trains nothing" if trained else ""),
+                    expected="the model's parameters (a pytree of arrays: variables['params'])"
+                    + ("" if trained else ", or params=() for a state without parameters"),
+                    received=f"params={describe(params)}" + (f" and tx={type(tx).__name__}" if trained else ""),
+                    fix="pass params=model.init(key, x)['params']"
+                    + ("" if trained else "; for a state that holds no parameters, params=()"),
+                )
+            )
         model_state = dict(model_state or {})
         if batch_stats is not None:
             if "batch_stats" in model_state:
