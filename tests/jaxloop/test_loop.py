@@ -5,6 +5,7 @@ import collections
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import gyre
@@ -253,3 +254,25 @@ def test_a_nan_output_raises_naming_the_step_and_ignore_keeps_the_old_behaviour(
     assert state == 5 and jnp.isnan(outputs["loss"][2])
     with pytest.raises(ValueError, match="nan_policy"):
         kind(_nan_at_third, nan_policy="skip")
+
+
+def _mean_step(state, batch, per_loop_step_number, **kwargs):
+    return state, {"loss": jnp.mean(batch["x"])}
+
+
+@pytest.mark.parametrize("kind", [jaxloop.Loop, jaxloop.EvalLoop])
+def test_reduce_outputs_weights_the_steps_means_by_their_batch_sizes(kind):
+    batches = [{"x": np.zeros(8, np.float32)}, {"x": np.full(1, 0.4, np.float32)}]  # 9 examples
+    _, outputs = kind(_mean_step)(0, batches)
+    assert float(jaxloop.reduce_outputs(outputs)["loss"]) == pytest.approx(0.4 / 9)  # was 0.2, unweighted
+    assert outputs["loss"] == [outputs["loss"][0], outputs["loss"][1]]  # still a list of the step values
+
+
+def test_a_batch_whose_leaves_disagree_on_their_rows_is_refused_unless_batch_size_fn_says():
+    # time-major inputs (T=10, B=3, F) and labels (B,): the rows are not the leading dimension of all
+    batches = [{"x": np.zeros((10, 3, 2), np.float32), "y": np.zeros(3, np.float32)}] * 2
+    with pytest.raises(ValueError, match=r"(?s)leading dimension.*\(10, 3, 2\).*batch_size_fn="):
+        jaxloop.EvalLoop(_mean_step)(0, batches)
+    loop = jaxloop.EvalLoop(_mean_step, batch_size_fn=lambda batch: batch["y"].shape[0])
+    _, outputs = loop(0, batches + [{"x": np.ones((10, 1, 2), np.float32), "y": np.zeros(1, np.float32)}])
+    assert float(jaxloop.reduce_outputs(outputs)["loss"]) == pytest.approx(1 / 7)

@@ -176,8 +176,8 @@ class EvalLoop(ActionLoop):
     ``mask=``, a boolean vector over the batch, ``True`` for the real rows: it compiles once.
     Return metric objects weighted by the mask (``gyre.core.metrics.Mean.from_stacked(
     per_example, mask)``): :func:`reduce_outputs` merges them into the exact means over the
-    examples (it averages bare scalars per step, unweighted). A step without ``mask`` gets
-    the batches as they come.
+    examples (bare scalars, means over each step's real rows, are averaged weighted by those
+    rows). A step without ``mask`` gets the batches as they come.
 
     Args:
         step: the (eval) step.

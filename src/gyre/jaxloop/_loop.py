@@ -78,6 +78,11 @@ class Loop:
             its logs: without a host read per step, and at the loop's end); ``"ignore"``
             runs through, as jaxloop does. (``"skip"`` is refused: the loop cannot drop a
             step's update; wrap the optimizer in ``optax.apply_if_finite``.)
+        batch_size_fn: ``batch -> examples`` in a batch, the weight of the step's scalar
+            outputs in :func:`reduce_outputs`. By default the leading dimension its array
+            leaves share; a batch whose leaves disagree (time-major ``(T, B, F)`` inputs, a
+            per-batch table) is refused at its step: say how to count, e.g.
+            ``batch_size_fn=lambda batch: batch["y"].shape[0]``.
 
     Calling the loop (``loop(state, dataset, num_steps)``) runs :meth:`begin`, :meth:`run`
     and :meth:`end`; override them (and :meth:`update_outputs`, or jaxloop's per-step and
@@ -99,8 +104,18 @@ class Loop:
 
     pads_batches = False
 
-    def __init__(self, step: Any, *, nan_policy: str = "raise") -> None:
+    def __init__(self, step: Any, *, nan_policy: str = "raise", batch_size_fn: Any = None) -> None:
         self._nan_policy = _check_nan_policy(nan_policy, type(self).__name__)
+        if batch_size_fn is not None and not callable(batch_size_fn):
+            raise TypeError(
+                explain(
+                    f"{type(self).__name__}'s batch_size_fn must be a function of the batch",
+                    expected="batch_size_fn=lambda batch: batch['y'].shape[0] (the examples in a batch)",
+                    received=describe(batch_size_fn),
+                    fix="pass a function, or leave it None (the leading dimension of the batch's arrays)",
+                )
+            )
+        self._batch_size_fn = batch_size_fn
         if not callable(step):
             raise TypeError(
                 explain(
@@ -198,6 +213,9 @@ class Loop:
             (6, {'n': [1]})
         """
         batch = self._get_next_batch(dataset)
+        sizes = getattr(self, "_sizes", None)
+        if sizes is not None:  # the weight of this step's outputs (reduce_outputs), from shapes
+            sizes.append(_batch_examples(batch, getattr(self, "_batch_size_fn", None), type(self).__name__))
         pads = getattr(self, "_pads", None)
         if pads is not None:  # an EvalLoop whose step takes a mask: one batch size throughout
             batch, mask = pads(batch)
@@ -253,6 +271,7 @@ class Loop:
         data = _as_iterator(dataset)
         loop_outputs: Output = collections.defaultdict(list)
         self._last_steps = 0
+        self._sizes: list[int | None] | None = []
         count, box, who = [0], [loop_outputs], f"{type(self).__name__}._run_one_step"
         self._pads = _Pads() if self.pads_batches and takes_mask(self._step) else None
         checks = getattr(self, "_nan_policy", "raise") != "ignore"
@@ -290,7 +309,7 @@ class Loop:
         finally:
             self._pads = None
         self._last_steps = count[0]
-        return state, box[0]
+        return state, _weighted(box[0], self._sizes)
 
     def end(self, state: State, outputs: Output | None) -> tuple[State, Output | None]:
         """Runs after the loop; returns ``(state, outputs)``. The identity by default.
@@ -335,6 +354,55 @@ def _check_nan_policy(nan_policy: Any, who: str) -> str:
             )
         )
     return policy
+
+
+def _batch_examples(batch: Any, size_fn: Any, who: str) -> int | None:
+    """The examples in ``batch``: ``size_fn(batch)``, else the leading dimension its array
+    leaves share (``None`` without one); leaves that disagree are refused."""
+    if size_fn is not None:
+        return whole_number(
+            size_fn(batch), minimum=0, problem=f"{who}'s batch_size_fn must return a whole number >= 0",
+            expected="the examples in the batch, e.g. batch['y'].shape[0]",
+            fix="return the count of the batch's examples",
+        )
+    shapes = [getattr(leaf, "shape", None) or np.shape(leaf) for leaf in jax.tree_util.tree_leaves(batch)]
+    rows = {shape[0] for shape in shapes if shape}
+    if len(rows) > 1:
+        raise ValueError(
+            explain(
+                f"{who} cannot tell the examples in a batch: its arrays disagree on their leading dimension",
+                expected="array leaves sharing their leading dimension (the examples), or batch_size_fn=",
+                received=f"leaves of shapes {[tuple(s) for s in shapes]}",
+                fix=f"say how to count them: {who}(step, batch_size_fn=lambda batch: batch['y'].shape[0]) "
+                "(the weight of each step's outputs in reduce_outputs)",
+            )
+        )
+    return rows.pop() if rows else None
+
+
+class StepValues(list):  # type: ignore[type-arg]
+    """A list of a loop's per-step values that knows each step's examples (``batch_sizes``),
+    so :func:`reduce_outputs` weighs the steps' means by them.
+
+    Example:
+        >>> values = StepValues([0.0, 0.4], [8, 1])
+        >>> values == [0.0, 0.4], values.batch_sizes
+        (True, [8, 1])
+    """
+
+    def __init__(self, values: Any, batch_sizes: list[int]) -> None:
+        super().__init__(values)
+        self.batch_sizes = batch_sizes
+
+
+def _weighted(outputs: Any, sizes: list[int | None] | None) -> Any:
+    """``outputs`` whose lists of one value per step carry the steps' example counts."""
+    if not sizes or None in sizes or not isinstance(outputs, dict):
+        return outputs
+    for key, values in outputs.items():
+        if type(values) is list and len(values) == len(sizes):
+            outputs[key] = StepValues(values, sizes)  # type: ignore[arg-type]
+    return outputs
 
 
 def _scalar_logs(outputs: Any) -> Logs | None:
@@ -416,7 +484,9 @@ def state_step(state: Any) -> int | None:
 def reduce_outputs(outputs: Mapping[str, Any] | None) -> dict[str, Any]:
     """A loop's outputs as one value per key, read to the host once.
 
-    A list of scalars (the per-step losses) becomes its mean; a list of gyre (or CLU-style)
+    A list of scalars (the per-step losses) becomes its mean, weighted by the examples of
+    each step's batch when a loop recorded them (:class:`Loop`'s ``batch_size_fn``: a
+    smaller last batch counts for what it holds); a list of gyre (or CLU-style)
     metric objects, with ``merge`` and ``compute``, is merged and computed; a list of arrays
     with more than one element is stacked (``(steps, ...)``); any other value (a statistic,
     ``STOP_LOOP``) is kept as it is.
@@ -444,7 +514,10 @@ def reduce_outputs(outputs: Mapping[str, Any] | None) -> dict[str, Any]:
         else:
             host = [np.asarray(v) for v in jax.device_get(values)]
             if all(v.ndim == 0 for v in host) and all(numeric_dtype(v.dtype) for v in host):
-                reduced[key] = np.float64(np.mean(np.stack(host).astype(np.float64)))
+                weights = getattr(values, "batch_sizes", None)
+                if weights is not None and not sum(weights):
+                    weights = None
+                reduced[key] = np.float64(np.average(np.stack(host).astype(np.float64), weights=weights))
             else:
                 reduced[key] = np.stack(host) if len({v.shape for v in host}) == 1 else host
     return reduced

@@ -58,9 +58,9 @@ class StatLoop(Loop):
 
     def __init__(
         self, step: Any, stat_names: Sequence[str] | None = None, global_batch_size: int | None = None,
-        *, nan_policy: str = "raise",
+        *, nan_policy: str = "raise", batch_size_fn: Any = None,
     ) -> None:
-        super().__init__(step, nan_policy=nan_policy)
+        super().__init__(step, nan_policy=nan_policy, batch_size_fn=batch_size_fn)
         self._stat_names = list(stat_names or [])
         self._init_time = time.time()
         self._global_batch_size = global_batch_size
