@@ -81,3 +81,34 @@ def test_a_managed_step_takes_mask_by_hand_and_refuses_it_without_a_mask_paramet
     with pytest.raises(TypeError, match="got the mask of a padded batch, and takes no mask") as info:
         unmasked(fresh(), (x, y), mask=mask)
     assert "add mask=None" in str(info.value)
+
+
+@pytest.mark.parametrize("loop", ["train_loop", "loop"])
+def test_managed_step_used_as_a_train_step_warns_that_nothing_is_minimised(loop):
+    import optax
+
+    @managed.step  # meant: managed.train_step
+    def train_step(state, batch):
+        return gyre.logs().add_loss("loss", jnp.sum(state.params["w"] * batch)), state
+
+    state = managed.ManagedState.create(params={"w": jnp.ones(2)}, tx=optax.sgd(0.1))
+    data = [jnp.ones(2)] * 3
+    with pytest.warns(gyre.LoopWarning, match=r"(?s)managed.step.*compiles without gradients.*"
+                      r"managed.train_step") as caught:
+        if loop == "loop":
+            gyre.loop(state, data, {gyre.every(1): train_step})
+        else:
+            gyre.train_loop(state, data, {gyre.on_train_step: train_step})
+    assert len([w for w in caught if w.category is gyre.LoopWarning]) == 1
+
+
+def test_managed_step_in_test_loop_logging_a_loss_stays_quiet():
+    import warnings
+
+    @managed.step
+    def test_step(state, batch):
+        return gyre.logs().add_loss("loss", jnp.mean(batch[0])), state
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gyre.LoopWarning)
+        gyre.test_loop(fresh(), [batch_of(4)] * 2, {gyre.on_test_step: test_step})

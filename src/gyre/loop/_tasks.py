@@ -361,6 +361,8 @@ def warn_if_untrained(tasks: Sequence[Task], logs: Any = None, *, state: Any = N
         >>> "trains nothing" in str(caught[0].message)
         True
     """
+    if _no_gradients(tasks, logs, outermost):
+        return
     points = [t for t in tasks if isinstance(t.key, StepPoint)]
     if points:
         for task in points:
@@ -377,6 +379,27 @@ def warn_if_untrained(tasks: Sequence[Task], logs: Any = None, *, state: Any = N
             f"the loop logged a loss ({', '.join(map(repr, losses))}) and its callbacks", every_step,
             "a training step", " (an evaluation that logs a loss: run it with gyre.test_loop)",
         )
+
+
+def _no_gradients(tasks: Sequence[Task], logs: Any, outermost: bool) -> bool:
+    """Warns when a loop logged a loss and its only steps that return a state are
+    ``managed.step`` (``trains`` is ``False``: compiled without gradients), so the loss is
+    never minimised; returns whether it warned."""
+    losses = logs.get("losses") if isinstance(logs, Mapping) else None
+    points = [t for t in tasks if isinstance(t.key, StepPoint)]
+    if not losses or not outermost or (points and not any(t.key.expects_state for t in points)):
+        return False  # (test_loop and predict_loop do not train)
+    invokers = [inv for task in tasks for inv in task.invokers]
+    static = [inv for inv in invokers if getattr(inv.fn, "trains", None) is False]
+    if not static or any(inv.returned_state and getattr(inv.fn, "trains", True) for inv in invokers):
+        return False
+    warn(
+        f"the loop logged a loss ({', '.join(map(repr, losses))}) and its step "
+        f"({', '.join(inv.name for inv in static)}) is a managed.step, which compiles without "
+        "gradients: the parameters never change and the loss is never minimised. Use "
+        "@managed.train_step for a training step (managed.step is for evaluation and prediction)"
+    )
+    return True
 
 
 def _untrained(who: str, invokers: Sequence[Invoker], what: str, evaluation: str = "") -> None:

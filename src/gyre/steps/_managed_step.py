@@ -63,6 +63,7 @@ class ManagedStep(LoopElement):
         self._fn = fn
         self.pure = pure
         self.kind = kind
+        self.trains = kind == "train_step"  # read by the loops: a managed.step never trains
         self.nan_policy = nan_policy
         self._make = make  # builds the pure step, skipping or not (train steps only)
         self.takes_mask = accepts_mask(fn)
