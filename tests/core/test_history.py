@@ -33,6 +33,7 @@ def test_collect_skips_records_missing_a_key():
     assert apart.collect("a", "b") == ([], [])  # both logged, never together: no error
 
 
+@pytest.mark.filterwarnings("ignore:.*is logged as:gyre.LoopWarning")  # shared names, on purpose
 def test_collect_bare_name_resolution_and_clock_fallback():
     h = gyre.history()
     h.commit(Elapsed(steps=5), gyre.logs().add_metric("loss", 9.0).add_loss("loss", 1.0))
@@ -141,6 +142,7 @@ def test_history_retains_no_python_object_per_record():
     assert h.collect("samples")[-1] == 8 * 2047 and len(h) == 2048
 
 
+@pytest.mark.filterwarnings("ignore:.*is logged as:gyre.LoopWarning")  # shared names, on purpose
 def test_to_records_and_csv(tmp_path):
     h = gyre.history()
     h.commit(Elapsed(steps=0), gyre.logs().add_loss("loss", 1.0).add_metric("loss", 2.0).add_metric("acc", 0.5))
@@ -307,3 +309,13 @@ def test_plot_of_a_name_instead_of_a_file_is_refused(tmp_path, monkeypatch):
     with pytest.raises(KeyError, match="no record of this history has the key 'los'"):
         h.plot("c.png", ["los"])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_name_logged_as_a_loss_and_a_metric_is_explained_and_both_are_plotted(tmp_path):
+    h = gyre.history()
+    h.commit(Elapsed(steps=0), gyre.logs().add_loss("x", 1.0).add_metric("x", 2.0).add_metric("acc", 0.5))
+    with pytest.warns(gyre.LoopWarning, match="'x' is logged as losses.x and metrics.x") as caught:
+        assert h.collect("x") == [1.0]  # a bare name reads the loss
+    assert "'metrics.x'" in str(caught[0].message) and "fix" in str(caught[0].message)
+    fig = h.plot(str(tmp_path / "c.png"))
+    assert [[line.get_label() for line in ax.lines] for ax in fig.axes] == [["losses.x"], ["metrics.x"], ["acc"]]

@@ -58,6 +58,7 @@ def test_a_loop_writes_every_step_to_tensorboard_without_host_syncs(tmp_path, sy
     assert "pred" not in written  # arrays are left out
 
 
+@pytest.mark.filterwarnings("ignore:.*is logged as:gyre.LoopWarning")  # shared names, on purpose
 def test_evaluation_entries_and_shared_names_in_a_train_loop(tmp_path):
     writer = gyre.CSVWriter(tmp_path / "m.csv")
 

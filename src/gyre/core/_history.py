@@ -22,7 +22,7 @@ import numpy as np
 from gyre.core._clock import _FIELDS as CLOCK_FIELDS
 from gyre.core._clock import Elapsed
 from gyre.core._columns import Block, Group, Record, as_list, place
-from gyre.core._errors import ExplainedKeyError, closest, describe, explain, suggest
+from gyre.core._errors import ExplainedKeyError, closest, describe, explain, suggest, warn
 from gyre.core._host import ColumnFetch, fetch, is_ready, start_copy, start_fetch, to_python
 from gyre.core._logs import Logs, Shape, flatten_logs, resolution_order
 from gyre.core._reader import HistoryReader
@@ -215,6 +215,7 @@ class History:
                 group = groups.get(shape)
                 if group is None:
                     group = groups[shape] = _Pending(shape)
+                    _warn_shared(shape)
                 group.rows.append(row)
                 group.values.append([*_chain(map(dict.values, logs.values()))])
                 row += 1
@@ -712,6 +713,26 @@ def _not_a_clock(elapsed: Any) -> None:
     )
 
 
+def _warn_shared(shape: Shape) -> None:
+    """Explains a name that a record logs in several collections (once per name: a new
+    record structure is rare): a bare name reads only one of them."""
+    where: dict[str, list[str]] = {}
+    for collection, names in shape:
+        for name in names:
+            where.setdefault(name, []).append(collection)
+    for name, collections in where.items():
+        if len(collections) > 1:
+            first, *others = collections = resolution_order(dict.fromkeys(collections))
+            rest = ", ".join(f"'{c}.{name}'" for c in others)
+            warn(
+                f"{name!r} is logged as {' and '.join(f'{c}.{name}' for c in collections)} in one "
+                f"step: the bare name {name!r} reads {first}.{name} (collect, monitors); {rest} "
+                f"must be read by the qualified name (writers write it so, plots draw both)\n"
+                f"  fix: give them distinct names (e.g. '{name}_metric'), or read each one as "
+                f"'collection.name' (add_loss(..., add_metric=True) logs both on purpose)"
+            )
+
+
 def _extensionless(history: History, path: str) -> Exception:
     """The error for ``plot(path)`` whose path has no extension (matplotlib would add
     ``.png``): a KeyError when it reads like a series' name (``plot("loss")``)."""
@@ -743,14 +764,15 @@ def _plot_groups(
 ) -> list[list[str]]:
     if keys is not None:
         return [[k] if isinstance(k, str) else list(k) for k in keys]
-    names: list[str] = []
-    by_collection = history.names()
+    by_collection = {c: ns for c, ns in history.names().items() if c != "outputs"}
+    owners: dict[str, int] = {}
+    for found in by_collection.values():
+        for name in found:
+            owners[name] = owners.get(name, 0) + 1
+    names: list[str] = []  # a name of several collections is drawn once per collection
     for collection in resolution_order(by_collection):
-        if collection == "outputs":
-            continue
         for name in by_collection[collection]:
-            if name not in names:
-                names.append(name)
+            names.append(name if owners[name] == 1 else f"{collection}.{name}")
     groups: dict[str, list[str]] = {}
     for name in names:
         base = next((b for b in groups if name.startswith(b + "_")), name)
