@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, flag
 from gyre.core._history import History, history
 from gyre.core._logs import Logs
 from gyre.core.metrics import get_reduction
@@ -297,4 +297,4 @@ def inner_loop(
             )
         )
     check_aggregation(aggregation)
-    return InnerLoop(name, fn, aggregation, output_state)
+    return InnerLoop(name, fn, aggregation, flag(output_state, "output_state", "inner_loop"))
