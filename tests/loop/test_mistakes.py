@@ -249,3 +249,8 @@ def test_a_bare_array_or_a_dict_of_arrays_is_refused_as_a_dataset(door):
     with pytest.raises(TypeError, match=r"(?s)the dataset is a dict.*would iterate its keys.*"
                        r"received: a dict with keys \['x', 'y'\].*gyre.data.batches\(\(d\['x'\], d\['y'\]\)"):
         door(0, {"x": np.zeros((6, 2)), "y": np.zeros(6)})
+
+
+def test_inner_loop_output_state_given_a_string_is_refused():
+    with pytest.raises(TypeError, match=r"(?s)output_state must be True or False.*str 'no'"):
+        gyre.inner_loop("test", lambda state: (state, gyre.History(), None), output_state="no")
