@@ -335,3 +335,13 @@ def test_piecewise_refuses_pieces_out_of_order_or_at_the_same_point(second):
 def test_piecewise_accepts_pieces_it_cannot_order():
     s = gyre.piecewise(gyre.never(), {gyre.at(epochs=2): gyre.always(), gyre.at(steps=5): gyre.never()})
     assert s(Elapsed(steps=2, epochs=2)) and not s(Elapsed(steps=5, epochs=2))
+
+
+@pytest.mark.parametrize("make", [lambda: gyre.every("10"), lambda: gyre.every(epochs="1"),
+                                  lambda: gyre.every(time="60"), lambda: gyre.at(steps="10"),
+                                  lambda: gyre.after(steps="3")])
+def test_a_schedule_given_a_string_is_refused(make):
+    with pytest.raises(ValueError, match=r"(?s)must be .*received: str"):
+        make()
+    with pytest.raises(TypeError, match=r"unknown schedule 'every' in the task table"):
+        gyre.loop(0, [1], {"every": lambda state: state})
