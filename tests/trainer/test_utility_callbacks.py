@@ -266,3 +266,10 @@ def test_early_stopping_refuses_a_mode_against_the_name_and_infers_a_left_out_on
     with pytest.raises(ValueError, match=r"(?s)EarlyStopping: mode 'min' on 'val/acc'.*its name says mode 'max'"):
         EarlyStopping(monitor="val/acc", mode="min")
     assert EarlyStopping(monitor="val/acc").mode == "max" and EarlyStopping().mode == "min"
+
+
+def test_a_bfloat16_monitor_is_one_number(tmp_path):
+    stopper = EarlyStopping(patience=1)
+    stopper.bind(FakeTrainer(tmp_path))
+    stopper.on_validation_epoch_end({"val/loss": jnp.bfloat16(0.5)}, 1)
+    assert stopper.best == 0.5

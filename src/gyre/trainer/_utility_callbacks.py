@@ -13,6 +13,7 @@ import numpy as np
 
 from gyre.callbacks._monitor import auto_mode
 from gyre.config._registry import register_callback
+from gyre.core._columns import numeric_dtype
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn, whole_number
 from gyre.core._host import fetch
 from gyre.trainer._callback import Callback, _check_state
@@ -371,8 +372,8 @@ def _read(metrics: dict[str, Any], monitor: str, epoch_idx: int) -> float:
         )
     value = metrics[monitor]
     shape = tuple(np.shape(value))  # metadata: no read
-    kind = "f" if isinstance(value, numbers.Real) else np.dtype(getattr(value, "dtype", object)).kind
-    if isinstance(value, bool) or math.prod(shape) != 1 or kind not in "iuf":
+    dtype = float if isinstance(value, numbers.Real) else getattr(value, "dtype", object)
+    if isinstance(value, bool) or math.prod(shape) != 1 or not numeric_dtype(dtype) or np.dtype(dtype).kind == "b":
         raise ValueError(
             explain(
                 f"EarlyStopping monitors {monitor!r}, which is not one number",
