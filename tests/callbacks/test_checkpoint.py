@@ -972,3 +972,40 @@ def test_one_digit_changed_in_the_record_or_a_history_block_is_damage(tmp_path, 
         snapshot = gyre.checkpoint(tmp_path).load_snapshot("latest", {"w": jnp.zeros(2)})
     assert snapshot.step == 4
     assert "gyre/metadata" in str(said[0].message) if "metadata" in where else "history" in str(said[0].message)
+
+
+def monitored_step(state, batch):
+    return gyre.logs().add_loss("loss", (jnp.sum(state["w"]) - 6.0) ** 2), {"w": state["w"] + batch}
+
+
+def latest_and_best(root):
+    latest = gyre.checkpoint(root / "latest", keep=2)
+    best = gyre.checkpoint(root / "best", keep=1, keep_best=1, monitor="loss", mode="min")
+    return {gyre.every(1): monitored_step, gyre.every(2): [latest, best]}, latest, best
+
+
+@pytest.mark.filterwarnings("ignore:resuming. the dataset:gyre.LoopWarning")
+def test_a_loop_with_a_latest_and_a_best_checkpoint_resumes(tmp_path):
+    data = [jnp.ones(2)] * 8
+    whole, _, _ = latest_and_best(tmp_path / "whole")
+    expected, _, _ = gyre.loop({"w": jnp.zeros(2)}, data, whole, stop=8)
+    tasks, latest, best = latest_and_best(tmp_path)
+    gyre.loop({"w": jnp.zeros(2)}, data, tasks, stop=5)
+    tasks, latest, best = latest_and_best(tmp_path)  # a new process
+    state, history, elapsed = gyre.loop({"w": jnp.zeros(2)}, data, tasks, stop=8, resume="latest")
+    assert elapsed.steps == 8 and leaves_equal(state, expected) and len(history) == 8
+    assert latest.all_steps() == [7, 8] and 8 in best.all_steps()
+    # both continue one run: a second resume loads either, with its whole history
+    for ckpt in (gyre.checkpoint(tmp_path / "latest"), gyre.checkpoint(tmp_path / "best", monitor="loss")):
+        snapshot = ckpt.load_snapshot("latest", {"w": jnp.zeros(2)})
+        assert snapshot.step == 8 and leaves_equal(snapshot.state, expected)
+
+
+def test_two_checkpoints_on_one_directory_are_refused_before_training(tmp_path):
+    trained = []
+    tasks = {gyre.every(1): lambda: trained.append(1), gyre.every(2): [gyre.checkpoint(tmp_path), gyre.checkpoint(tmp_path, keep=1)]}
+    with pytest.raises(ValueError) as info:
+        gyre.loop({"w": jnp.zeros(2)}, range(4), tasks)
+    lines = str(info.value).splitlines()
+    assert lines[0] == "two checkpoints of one loop write to the same directory"
+    assert "keep_best=1" in lines[3] and trained == [] and os.listdir(tmp_path) == []

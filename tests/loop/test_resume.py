@@ -245,3 +245,17 @@ def test_a_nested_loop_is_not_preempted_midway():
     with pytest.warns(gyre.LoopWarning, match="preempted"):
         _, history, elapsed = gyre.loop(0, range(10), {gyre.every(1): evaluate})
     assert inner_steps == [0, 1, 2, 3] and elapsed.steps == 1
+
+
+@pytest.mark.filterwarnings("ignore:resuming. the dataset:gyre.LoopWarning")
+def test_a_stop_below_the_saved_step_is_refused_not_a_silent_return():
+    ckpt = MemoryCheckpoint()
+    _program(ckpt, Counter(), stop=8)
+    with pytest.raises(ValueError) as info:
+        _program(ckpt, Counter(), stop=4, resume="latest")
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith("resume='latest' continues from step 8, which is past stop=4")
+    assert lines[2] == "  received: stop=4 (steps 8 > 4)"
+    assert "raise stop above 8 steps" in lines[3] and "new checkpoint directory" in lines[3]
+    # a stop the run already reached is a finished run: resuming it returns at once
+    assert _program(ckpt, Counter(), stop=8, resume="latest")[2].steps == 8

@@ -436,6 +436,34 @@ class Checkpoint(Checkpointer):
             self._last = snapshot.step
         return snapshot
 
+    def continue_from(self, step: int) -> dict[str, Any] | None:
+        """Continues the run a loop resumed at ``step`` through another checkpoint (a loop with
+        a latest and a best checkpoint): this one's newest readable record up to ``step``
+        marks it as resumed from that step, as :meth:`load_snapshot` would (its later
+        checkpoints are refused at :meth:`on_loop_start`, unless ``overwrite=True``); returns
+        that record's meta, ``None`` when there is none (or it already loaded or saved).
+
+        Example:
+            >>> import tempfile, gyre, jax.numpy as jnp
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     with gyre.checkpoint(tmp) as best:
+            ...         best(gyre.Elapsed(steps=2), {"w": jnp.ones(2)})
+            ...     best = gyre.checkpoint(tmp)
+            ...     best.continue_from(5) is not None, best.saved_step()
+            (True, 2)
+        """
+        if self._resumed is not None or self._claimed:
+            return None
+        for saved in reversed(self._store.on_disk()):
+            if saved <= step:
+                try:
+                    record = self._store.read_record(saved)
+                except Unreadable:
+                    continue
+                self._resumed = self._last = saved
+                return record.get("meta") or {}
+        return None
+
     def restore(self, target_state: Any, step: int | None = None) -> tuple[Any, Elapsed]:
         """Loads a saved state into the structure of ``target_state``, and its clock.
 

@@ -326,7 +326,7 @@ def loop(
     checkpoint = find_checkpointer(table, starts + ends, resume)
     resumed = None
     if resume is not None:
-        state, history, elapsed, resumed = resume_from(checkpoint, resume, state, history, elapsed)  # type: ignore[arg-type]
+        state, history, elapsed, resumed = resume_from(checkpoint, resume, state, history, elapsed, stop)  # type: ignore[arg-type]
     data = track_data(dataset, data_resume)
     dataset = _prefetched(data, state, prefetch, stop, elapsed)
     clock_iter = Elapse(

@@ -18,6 +18,7 @@ from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, warn
 from gyre.core._history import History
 from gyre.loop._binding import Invoker
+from gyre.loop._elapse import check_stop
 from gyre.loop._history_files import chain_crc, load_history
 from gyre.loop._resumables import checkpointers, collect, load_state_dicts
 from gyre.loop._snapshot import Checkpointer, Snapshot
@@ -52,9 +53,33 @@ def check_resume(resume: Any) -> Any:
     )
 
 
+def _one_directory_each(found: Sequence[Checkpointer]) -> None:
+    seen: dict[str, Checkpointer] = {}
+    for each in found:
+        directory = getattr(each, "directory", None)
+        if directory is None:
+            continue
+        other = seen.setdefault(os.path.realpath(directory), each)
+        if other is not each:
+            raise ValueError(
+                explain(
+                    "two checkpoints of one loop write to the same directory",
+                    expected="a directory of its own for each gyre.checkpoint",
+                    received=f"{other!r} and {each!r}",
+                    fix="give each its own directory (runs/exp1/latest, runs/exp1/best), or keep "
+                    "the latest and the best in one: gyre.checkpoint(directory, keep=3, "
+                    "keep_best=1, monitor='loss_test')",
+                )
+            )
+
+
 def find_checkpointer(tasks: Sequence[Task], extra: Sequence[Invoker], resume: Any) -> Checkpointer | None:
-    """The checkpoint a loop resumes through (the first one of its table), or ``None``."""
+    """The checkpoint a loop resumes through, or ``None``: of several, the one holding the
+    newest step for ``"latest"`` (the first of the table on a tie), the first with a monitor
+    for ``"best"``, else the first. Two checkpoints writing to one directory are refused here,
+    before anything is loaded or trained."""
     found = checkpointers(tasks, extra)
+    _one_directory_each(found)
     if resume is not None and not found:
         raise ValueError(
             explain(
@@ -65,17 +90,49 @@ def find_checkpointer(tasks: Sequence[Task], extra: Sequence[Invoker], resume: A
                 "tasks, or restore by hand with gyre.restore(directory, state)",
             )
         )
+    if resume == "latest" and len(found) > 1:
+        newest = [-1 if (step := each.latest_step()) is None else step for each in found]
+        return found[newest.index(max(newest))]
+    if resume == "best":
+        return next((each for each in found if getattr(each, "monitor", None) is not None), found[0])
     return found[0] if found else None
 
 
+def _past(stop: Any, snapshot: Snapshot, resume: Any) -> None:
+    """Refuses a ``stop`` the checkpoint is already past (the loop would return at once with
+    the saved run's state and clock, as if it had trained to ``stop``)."""
+    period = check_stop(stop)
+    clock = snapshot.elapsed
+    past = [
+        f"{name} {getattr(clock, name)} > {value}"
+        for name, value in (period.items() if period is not None else ())
+        if name in ("steps", "samples", "epochs") and getattr(clock, name) > value
+    ]
+    if past:
+        raise ValueError(
+            explain(
+                f"resume={resume!r} continues from step {snapshot.step}, which is past stop={stop!r}: "
+                "the loop would train nothing and return the saved state",
+                expected=f"a stop beyond the checkpoint's clock (step {clock.steps}, epoch {clock.epochs})",
+                received=f"stop={stop!r} ({', '.join(past)})",
+                fix=f"raise stop above {snapshot.step} steps to continue the run, or start a new "
+                "run (resume=None) in a new checkpoint directory",
+            )
+        )
+
+
 def resume_from(
-    checkpoint: Checkpointer, resume: Any, state: Any, history: History, elapsed: Elapsed | None
+    checkpoint: Checkpointer, resume: Any, state: Any, history: History, elapsed: Elapsed | None,
+    stop: Any = None,
 ) -> tuple[Any, History, Elapsed | None, Snapshot | None]:
     """Loads the snapshot ``resume`` names; returns the state, history and clock to start from
-    (those given when there is nothing to resume) and the snapshot."""
+    (those given when there is nothing to resume) and the snapshot. A ``stop`` the snapshot is
+    past is refused."""
     snapshot = checkpoint.load_snapshot(resume, state)
     if snapshot is None:
         return state, history, elapsed, None
+    _past(stop, snapshot, resume)
+    snapshot.source = checkpoint
     count = int(snapshot.meta.get("history", 0))
     where = f"the checkpoint of step {snapshot.step}"
     loaded = load_history(checkpoint.read_file, count, where)
@@ -103,16 +160,22 @@ def restore_objects(ls: LoopState, snapshot: Snapshot) -> None:
 
 def prepare(ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], resumed: Snapshot | None) -> None:
     """Fills what the loop's checkpoints save: its resumable objects, and where the history
-    files of the checkpoint it resumed from stand (the others write theirs from record 0);
-    then lets each checkpoint claim its directory before the first step."""
+    files of the checkpoints it resumed from stand (one it resumed through, the others
+    continuing the same run from their own checkpoints; one without any writes its files from
+    record 0); then lets each checkpoint claim its directory before the first step."""
     ls.resumables = collect(tasks, extra)
     ls.checkpoints = checkpointers(tasks, extra)
-    if ls.checkpoints and resumed is not None:  # the first one is the one resumed through
-        count = int(resumed.meta.get("history", 0))
-        crc = resumed.meta.get("history_crc")  # absent from a checkpoint of an older gyre
-        if crc is None:
-            crc = chain_crc(ls.checkpoints[0].read_file, count) or 0
-        ls.history_saved[id(ls.checkpoints[0])] = (count, int(crc))
+    source = None if resumed is None else resumed.source or next(iter(ls.checkpoints), None)
+    for each in ls.checkpoints if resumed is not None else ():
+        # the one resumed through, and the others continuing the same run from their own
+        # checkpoints (a latest and a best one): each writes its history blocks on from there
+        meta = resumed.meta if each is source else each.continue_from(resumed.step)
+        if meta is not None:
+            count = int(meta.get("history", 0))
+            crc = meta.get("history_crc")  # absent from a checkpoint of an older gyre
+            if crc is None:
+                crc = chain_crc(each.read_file, count) or 0
+            ls.history_saved[id(each)] = (count, int(crc))
     for each in ls.checkpoints:
         each.on_loop_start()  # another run's checkpoints are refused now, not at the first save
 

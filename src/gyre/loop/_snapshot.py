@@ -37,6 +37,7 @@ class Snapshot:
             saved, by relative path (``{"history/000120.json": b"..."}``): the history's new
             records, so a save never grows with the run's length. Written atomically (a
             temporary name, then a rename), by process 0 only; never rotated out.
+        source: the checkpointer a loop resumed it through (set by the loop; never saved).
 
     Example:
         >>> import gyre
@@ -51,6 +52,7 @@ class Snapshot:
     arrays: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float] | None = None
     files: dict[str, bytes] = field(default_factory=dict)
+    source: Any = field(default=None, repr=False, compare=False)
 
 
 class Checkpointer(LoopElement):
@@ -71,6 +73,18 @@ class Checkpointer(LoopElement):
         failure of a background save that has finished failing, without waiting for one still
         running, so a failed save stops training at once rather than at the next save. The
         default does nothing."""
+
+    def latest_step(self) -> int | None:
+        """The newest step in its storage, or ``None``: a loop with several checkpointers
+        resumes ``"latest"`` through the one holding the newest step. The default: ``None``."""
+        return None
+
+    def continue_from(self, step: int) -> dict[str, Any] | None:
+        """Called when the loop resumed at ``step`` through another checkpointer (a latest
+        and a best checkpoint in one loop): this one continues the same run, from its own
+        newest checkpoint up to ``step``; returns that checkpoint's ``meta`` (``None`` when it
+        has none). The default does nothing and returns ``None``."""
+        return None
 
     def save_snapshot(self, snapshot: Snapshot, *, wait: bool = False) -> None:  # pragma: no cover
         """Saves ``snapshot`` (asynchronously unless ``wait``); skips a step already saved."""
