@@ -451,10 +451,15 @@ def _monitored(config: Any) -> dict[str, str]:
         >>> from types import SimpleNamespace as NS
         >>> _monitored(NS(trainer=NS(callbacks={"ModelCheckpoint": {"monitor": "val/acc", "mode": "max"}})))
         {'monitor': 'val/acc', 'mode': 'max'}
+        >>> _monitored(NS(trainer=NS(callbacks={"ModelCheckpoint": {"monitor": "val/acc"}})))  # from the name
+        {'monitor': 'val/acc', 'mode': 'max'}
     """
+    from gyre.trainer._utility_callbacks import monitor_mode
+
     for name, section in config.trainer.callbacks.items():
         if section.get("class_name", name) == "ModelCheckpoint" and section.get("monitor"):
-            return {"monitor": section["monitor"], "mode": section.get("mode", "min")}
+            return {"monitor": section["monitor"],
+                    "mode": monitor_mode("ModelCheckpoint", section["monitor"], section.get("mode", "auto"))}
     return {}
 
 
