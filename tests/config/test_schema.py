@@ -627,3 +627,13 @@ def test_a_trainer_config_class_names_its_trainer_on_the_class():
     assert TrainerModuleConfig.class_name == "TrainerModule" and TrainerConfig.class_name == "TrainerModule"
     assert ImgClassifierConfig(class_name="Mine").class_name == "Mine"  # an instance keeps its own
     assert not hasattr(TrainerConfig, "no_such_attribute")
+
+
+def test_a_callback_mode_against_its_monitors_name_is_refused_by_the_config():
+    import gyre.trainer  # noqa: F401 (registers ModelCheckpoint and EarlyStopping)
+
+    with pytest.raises(ConfigError, match=r"(?s)trainer\.callbacks\.best: mode 'min' on 'val/acc' keeps the lowest.*"
+                                          r"its name says mode 'max'.*fix: set mode: max"):
+        TrainerConfig(callbacks={"best": {"class_name": "ModelCheckpoint", "monitor": "val/acc", "mode": "min"}})
+    config = TrainerConfig(callbacks={"EarlyStopping": {"monitor": "val/acc"}, "ModelCheckpoint": {"mode": "min"}})
+    assert config.callbacks["EarlyStopping"]["mode"] == "auto"  # taken from the name when built

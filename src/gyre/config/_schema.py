@@ -297,6 +297,14 @@ class TrainerConfig(_Section, metaclass=_NamedSectionMeta):
             where = f"trainer.callbacks.{key}"
             body = {} if body is None else section_mapping(body, where)
             checked[key] = check_section("callbacks", {"class_name": key, **body}, where=where)
+            monitor, mode = checked[key].get("monitor"), checked[key].get("mode")
+            if isinstance(monitor, str) and mode in ("min", "max"):  # a mode against the name: refused here too
+                from gyre.trainer._utility_callbacks import monitor_mode
+
+                try:
+                    monitor_mode(where, monitor, mode)
+                except ValueError as err:
+                    raise ConfigError(str(err)) from None
         return checked
 
 
