@@ -1,6 +1,8 @@
 """gyre.History: commits on the step path, the batched send / land pipeline, and reading
 (collect, records, to_records, plot, latest, segments)."""
 
+import warnings
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -313,9 +315,17 @@ def test_plot_of_a_name_instead_of_a_file_is_refused(tmp_path, monkeypatch):
 
 def test_a_name_logged_as_a_loss_and_a_metric_is_explained_and_both_are_plotted(tmp_path):
     h = gyre.history()
-    h.commit(Elapsed(steps=0), gyre.logs().add_loss("x", 1.0).add_metric("x", 2.0).add_metric("acc", 0.5))
     with pytest.warns(gyre.LoopWarning, match="'x' is logged as losses.x and metrics.x") as caught:
-        assert h.collect("x") == [1.0]  # a bare name reads the loss
-    assert "'metrics.x'" in str(caught[0].message) and "fix" in str(caught[0].message)
+        h.commit(Elapsed(steps=0), gyre.logs().add_loss("x", 1.0).add_metric("x", 2.0).add_metric("acc", 0.5))
+    assert "metrics.x must be read by its qualified name" in str(caught[0].message)
+    assert "fix" in str(caught[0].message)
+    assert h.collect("x") == [1.0]  # a bare name reads the loss
     fig = h.plot(str(tmp_path / "c.png"))
     assert [[line.get_label() for line in ax.lines] for ax in fig.axes] == [["losses.x"], ["metrics.x"], ["acc"]]
+
+
+def test_one_value_logged_as_a_loss_and_a_metric_on_purpose_is_not_warned_about():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        logs = gyre.logs().add_loss("x", 1.0, add_metric=True).add_losses(y=2.0, add_metrics=True)
+    assert logs.metrics == {"x": 1.0, "y": 2.0}

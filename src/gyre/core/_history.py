@@ -22,7 +22,7 @@ import numpy as np
 from gyre.core._clock import _FIELDS as CLOCK_FIELDS
 from gyre.core._clock import Elapsed
 from gyre.core._columns import Block, Group, Record, as_list, place
-from gyre.core._errors import ExplainedKeyError, closest, describe, explain, suggest, warn
+from gyre.core._errors import ExplainedKeyError, closest, describe, explain, suggest
 from gyre.core._host import ColumnFetch, fetch, is_ready, start_copy, start_fetch, to_python
 from gyre.core._logs import Logs, Shape, flatten_logs, resolution_order
 from gyre.core._reader import HistoryReader
@@ -215,7 +215,6 @@ class History:
                 group = groups.get(shape)
                 if group is None:
                     group = groups[shape] = _Pending(shape)
-                    _warn_shared(shape)
                 group.rows.append(row)
                 group.values.append([*_chain(map(dict.values, logs.values()))])
                 row += 1
@@ -711,26 +710,6 @@ def _not_a_clock(elapsed: Any) -> None:
             fix="commit(elapsed, logs): pass the callback's elapsed, or gyre.Elapsed(steps=i)",
         )
     )
-
-
-def _warn_shared(shape: Shape) -> None:
-    """Explains a name that a record logs in several collections (once per name: a new
-    record structure is rare): a bare name reads only one of them."""
-    where: dict[str, list[str]] = {}
-    for collection, names in shape:
-        for name in names:
-            where.setdefault(name, []).append(collection)
-    for name, collections in where.items():
-        if len(collections) > 1:
-            first, *others = collections = resolution_order(dict.fromkeys(collections))
-            rest = ", ".join(f"'{c}.{name}'" for c in others)
-            warn(
-                f"{name!r} is logged as {' and '.join(f'{c}.{name}' for c in collections)} in one "
-                f"step: the bare name {name!r} reads {first}.{name} (collect, monitors); {rest} "
-                f"must be read by the qualified name (writers write it so, plots draw both)\n"
-                f"  fix: give them distinct names (e.g. '{name}_metric'), or read each one as "
-                f"'collection.name' (add_loss(..., add_metric=True) logs both on purpose)"
-            )
 
 
 def _extensionless(history: History, path: str) -> Exception:

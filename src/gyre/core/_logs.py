@@ -13,7 +13,7 @@ from typing import Any
 
 import jax
 
-from gyre.core._errors import ExplainedKeyError, describe, explain, suggest
+from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn
 
 #: The standard collections, in the order a bare name is resolved (see :meth:`Logs.lookup`).
 COLLECTIONS = ("losses", "metrics", "stateful_metrics", "outputs")
@@ -81,6 +81,9 @@ class Logs(dict):
                     fix="pass the collection and entry names as strings",
                 )
             )
+        other = _SHARED.get(collection)
+        if other is not None and name in self.get(other, ()) and self[other][name] is not value:
+            _warn_shared(name, collection, other)
         coll = self.get(collection)
         if coll is None:
             coll = self[collection] = Collection()
@@ -288,8 +291,8 @@ class Logs(dict):
             ``(found, value)``.
 
         Example:
-            >>> logs = Logs().add_metric("loss", 2).add_loss("loss", 1)
-            >>> logs.lookup("loss"), logs.lookup("metrics.loss"), logs.lookup("nope")
+            >>> logs = Logs().add_stateful_metric("acc", 2).add_metric("acc", 1)
+            >>> logs.lookup("acc"), logs.lookup("stateful_metrics.acc"), logs.lookup("nope")
             ((True, 1), (True, 2), (False, None))
         """
         if "." in key:
@@ -382,3 +385,19 @@ def unflatten_logs(shape: Shape, children: Any) -> Logs:
 
 
 jax.tree_util.register_pytree_node(Logs, flatten_logs, unflatten_logs)
+
+
+_SHARED = {"losses": "metrics", "metrics": "losses"}
+
+
+def _warn_shared(name: str, collection: str, other: str) -> None:
+    """Explains a name logged as a loss and as a metric with different values (the same
+    value under both is ``add_loss(..., add_metric=True)``, on purpose): the bare name reads
+    the loss only."""
+    warn(
+        f"{name!r} is logged as {other}.{name} and {collection}.{name} with different values in "
+        f"one step: the bare name {name!r} reads losses.{name} (collect, monitors, bars); "
+        f"metrics.{name} must be read by its qualified name\n"
+        f"  fix: give them distinct names (e.g. '{name}_metric'), or log one value under both "
+        f"with add_loss({name!r}, value, add_metric=True)"
+    )
