@@ -1009,3 +1009,11 @@ def test_two_checkpoints_on_one_directory_are_refused_before_training(tmp_path):
     lines = str(info.value).splitlines()
     assert lines[0] == "two checkpoints of one loop write to the same directory"
     assert "keep_best=1" in lines[3] and trained == [] and os.listdir(tmp_path) == []
+
+
+def test_resume_best_ranks_by_the_checksummed_record_not_orbaxs_metrics_file(tmp_path):
+    with gyre.checkpoint(tmp_path, keep=3, keep_best=1, monitor="loss", mode="min") as ckpt:
+        for step, loss in ((1, 0.5), (2, 0.9)):
+            ckpt(gyre.Elapsed(steps=step), make_state(float(step)), gyre.logs().add_loss("loss", loss))
+    change_a_digit(tmp_path / "2" / "metrics" / "metrics", '"loss": 0.')  # 0.9 -> 0.0, the best now
+    assert gyre.checkpoint(tmp_path, monitor="loss").load_snapshot("best", target()).step == 1

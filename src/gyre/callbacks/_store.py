@@ -242,10 +242,19 @@ class Store:
         """The metrics saved with ``step`` (``None`` when none)."""
         return self.manager.metrics(step) if self.score is not None else None
 
+    def _recorded_metrics(self, step: int) -> Any:
+        """The metrics of step ``step``'s record (checksummed, unlike orbax's own copy beside
+        it); orbax's copy when the record cannot be read (the step is then reported as
+        damaged when it is tried)."""
+        try:
+            return self.read_record(step).get("metrics")
+        except Unreadable:
+            return self.metrics(step)
+
     def ranked(self) -> list[int]:
         """The finished steps with a monitored value, best first."""
         assert self.score is not None
-        scored = [(self.score(m), s) for s in self.on_disk() if self.has_record(s) and (m := self.metrics(s))]
+        scored = [(self.score(m), s) for s in self.on_disk() if self.has_record(s) and (m := self._recorded_metrics(s))]
         return [s for _, s in sorted(scored, key=lambda pair: (-pair[0], -pair[1]))]
 
     def best_step(self) -> int | None:
