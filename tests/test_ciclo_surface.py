@@ -199,7 +199,6 @@ def test_elapsed_and_period_are_made_and_compared_as_in_ciclo():
     [
         (lambda shapes: min(shape[0] for shape in shapes), [0, 3, 6]),  # ciclo's: leaf shapes
         (lambda batch: len(batch["x"]) * 10, [0, 30, 60]),  # gyre's: the batch
-        (None, [0, 4, 8]),  # the largest leading dimension
     ],
 )
 def test_batch_size_fn_receives_the_leaf_shapes_or_the_batch(batch_size_fn, expected):
@@ -208,6 +207,9 @@ def test_batch_size_fn_receives_the_leaf_shapes_or_the_batch(batch_size_fn, expe
     assert samples == expected
     _, _, elapsed = ciclo.loop(None, data, {}, batch_size_fn=batch_size_fn)
     assert elapsed.samples == expected[-1] + (expected[1] - expected[0])
+    # without batch_size_fn, leaves that disagree on their rows are refused (ciclo took the largest)
+    with pytest.raises(ValueError, match="batch_size_fn="):
+        ciclo.loop(None, data, {})
 
 
 def test_after_every_then_and_piecewise_as_ciclo_writes_them():

@@ -71,7 +71,18 @@ def test_replace_unknown_field():
 def test_infer_batch_size():
     import numpy as np
 
-    assert infer_batch_size((np.zeros((8, 3)), np.zeros(16))) == 16
+    assert infer_batch_size((np.zeros((16, 3)), np.zeros(16))) == 16
     assert infer_batch_size({"x": np.zeros(())}) == 1
     assert infer_batch_size(None) == 1
     assert infer_batch_size(3.0) == 1
+
+
+def test_infer_batch_size_refuses_leaves_that_disagree_instead_of_taking_the_largest():
+    import numpy as np
+
+    # time-major inputs (T=10, B=4, F) with labels (B,): the largest leading dimension is T
+    with pytest.raises(ValueError, match=r"(?s)leading dimension.*\(10, 4, 2\).*\(4,\).*batch_size_fn="):
+        infer_batch_size((np.zeros((10, 4, 2)), np.zeros(4)))
+    with pytest.raises(ValueError, match="batch_size_fn="):  # a per-batch table beside the examples
+        infer_batch_size({"x": np.zeros((4, 3)), "table": np.zeros((10, 1))})
+    assert infer_batch_size({"x": np.zeros((4, 3)), "y": np.zeros(4), "t": np.float32(2)}) == 4

@@ -136,7 +136,7 @@ def test_epoch_length_from_epoch_duration_or_len():
 
 def test_batch_size_functions_in_both_forms():
     x, y = np.zeros((4, 2)), np.zeros(4)
-    assert size_function(None)((x, y)) == 4  # the largest leading dimension
+    assert size_function(None)((x, y)) == 4  # the leading dimension the leaves share
     assert size_function(lambda shapes: shapes[0][0] * 10)((x, y)) == 40  # ciclo's: leaf shapes
     assert size_function(lambda shapes: 10 * len(shapes) + shapes[0][0])(np.float32(1)) == 11  # a scalar is (1,)
     assert size_function(lambda batch: len(batch))((x, y)) == 2  # named `batch`: the batch

@@ -450,7 +450,10 @@ def at(
 
 
 def infer_batch_size(batch: Any) -> int:
-    """Samples in a batch: the largest leading dimension of its leaves (a scalar counts 1).
+    """Samples in a batch: the leading dimension its array leaves share (scalars are not
+    counted; a batch without arrays counts 1). Leaves that disagree (time-major ``(T, B, F)``
+    inputs beside ``(B,)`` labels, a per-batch table) are refused: which dimension holds the
+    examples is the loop's ``batch_size_fn=`` to say, not a guess (it weighs evaluation means).
 
     Example:
         >>> import numpy as np
@@ -461,22 +464,38 @@ def infer_batch_size(batch: Any) -> int:
     """
     kind = type(batch)
     if kind is tuple or kind is list or kind is dict:  # the common batches, without flattening
-        size = 1
+        size = 0
         for leaf in batch.values() if kind is dict else batch:
             if type(leaf) not in _ARRAY_TYPES and not _is_array(leaf):
                 break
             shape = leaf.shape
-            if shape and shape[0] > size:
+            if shape and shape[0] != size:
+                if size:
+                    _disagree(batch)
                 size = shape[0]
         else:
-            return size
-    size = 1
+            return size or 1
+    size = 0
     for leaf in jax.tree_util.tree_leaves(batch):
         shape = getattr(leaf, "shape", None)
-        if shape:
-            if shape[0] > size:
-                size = shape[0]
-    return size
+        if shape and shape[0] != size:
+            if size:
+                _disagree(batch)
+            size = shape[0]
+    return size or 1
+
+
+def _disagree(batch: Any) -> None:
+    shapes = [tuple(getattr(leaf, "shape", ())) for leaf in jax.tree_util.tree_leaves(batch)]
+    raise ValueError(
+        explain(
+            "the loop cannot tell the samples in a batch: its arrays disagree on their leading dimension",
+            expected="array leaves sharing their leading dimension (the samples), or batch_size_fn=",
+            received=f"leaves of shapes {shapes}",
+            fix="say how to count them: batch_size_fn=lambda batch: batch['y'].shape[0] (a loop's, "
+            "test_loop's or train_loop's keyword; it weighs evaluation means and counts samples)",
+        )
+    )
 
 
 _ARRAY_TYPES: set[type] = set()  # array types met so far (numpy, jax's concrete array types)

@@ -192,7 +192,8 @@ def _looks_like_arrays(dataset: Any) -> bool:
 
 
 def size_function(batch_size_fn: Any) -> BatchSizeFn:
-    """The function giving a batch's samples: by default the largest leading dimension; a
+    """The function giving a batch's samples: by default the leading dimension its arrays
+    share (:func:`~gyre.core.infer_batch_size`, which refuses arrays that disagree); a
     ``batch_size_fn`` whose parameter is named ``batch`` gets the batch, any other gets the
     list of leaf shapes as ciclo passes it (scalars as ``(1,)``).
 
@@ -432,8 +433,8 @@ def elapse(
         initial: the clock to continue from (the ``elapsed`` a previous loop returned).
         epoch_duration: steps per epoch; by default the dataset's own (``epoch_steps`` of
             ``gyre.data.batches``, or ``len(dataset)``) when it has one.
-        batch_size_fn: samples in a batch (see :func:`size_function`); by default the largest
-            leading dimension.
+        batch_size_fn: samples in a batch (see :func:`size_function`); by default the
+            leading dimension the batch's arrays share.
         clock: seconds source (default ``time.monotonic``), injectable for tests.
 
     Each ``elapsed`` is the clock of the step in progress: ``elapsed.completed()`` is the clock

@@ -248,7 +248,7 @@ def loop(
             and a warning says where) instead of raising; loops nested in a callback re-raise.
         batch_size_fn: samples in a batch: a function of the list of leaf shapes (ciclo's
             form), or of the batch when its parameter is named ``batch``; by default the
-            largest leading dimension.
+            leading dimension the batch's arrays share (arrays that disagree are refused).
         metadata: anything, exposed to callbacks as ``loop.metadata``.
         epoch_duration: steps per epoch; by default ``len(dataset)`` when it has one.
         clock: seconds source (default ``time.monotonic``), injectable for tests.

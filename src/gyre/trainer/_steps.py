@@ -90,7 +90,7 @@ def batch_size_of(batch: Any, inputs: Any) -> Any:
     size = getattr(batch, "size", None)
     if isinstance(size, (int, jax.Array)) and not callable(size):
         return size
-    return infer_batch_size(inputs)  # the engine's rule: the largest leading dimension
+    return infer_batch_size(inputs)  # the engine's rule: the leading dimension the arrays share
 
 
 class StepBuilder:
