@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 from gyre.callbacks._integrity import Unreadable
-from gyre.callbacks._store import RECORD_FILE, RECORD_ITEM, CheckpointError, Store, as_json
+from gyre.callbacks._store import (
+    RECORD_FILE,
+    RECORD_ITEM,
+    CheckpointError,
+    Store,
+    as_json,
+    record_crc,
+)
 from gyre.core._clock import Elapsed
 from gyre.loop._snapshot import Snapshot
 
@@ -52,7 +59,8 @@ def test_a_step_holds_the_state_arrays_and_a_json_record(tmp_path):
         "_CHECKPOINT_METADATA", "arrays", "commit_success.txt", RECORD_ITEM, "state"
     ]
     record = record_of(tmp_path, 3)
-    assert record["format"] == 1 and record["step"] == 3 and record["processes"] == 1
+    assert record["format"] == 2 and record["step"] == 3 and record["processes"] == 1
+    assert record["crc32"] == record_crc(record) and record["empty"] == []
     assert record["elapsed"]["steps"] == 3 and record["elapsed"]["samples"] == 12
     assert record["meta"] == {"history": 7, "data": {"epoch": 1}} and record["metrics"] is None
     assert [(d["path"], d["shape"], d["dtype"]) for d in record["state"]] == [("n", [], "int32"), ("w", [2, 3], "float32")]
