@@ -297,15 +297,25 @@ class TrainerConfig(_Section, metaclass=_NamedSectionMeta):
             where = f"trainer.callbacks.{key}"
             body = {} if body is None else section_mapping(body, where)
             checked[key] = check_section("callbacks", {"class_name": key, **body}, where=where)
-            monitor, mode = checked[key].get("monitor"), checked[key].get("mode")
-            if isinstance(monitor, str) and mode in ("min", "max"):  # a mode against the name: refused here too
-                from gyre.trainer._utility_callbacks import monitor_mode
-
-                try:
-                    monitor_mode(where, monitor, mode)
-                except ValueError as err:
-                    raise ConfigError(str(err)) from None
+            _check_monitor_mode(checked[key], where)
         return checked
+
+
+def _check_monitor_mode(section: dict[str, Any], where: str) -> None:
+    """A ModelCheckpoint's or EarlyStopping's mode against its monitor's name (``mode: min``
+    on ``val/acc``) is refused in the config, as the callback refuses it."""
+    monitor, mode = section.get("monitor"), section.get("mode")
+    if not (isinstance(monitor, str) and mode in ("min", "max")):
+        return
+    from gyre.trainer._model_checkpoint import ModelCheckpoint
+    from gyre.trainer._utility_callbacks import EarlyStopping, monitor_mode
+
+    target = lookup("callbacks", section["class_name"], where)
+    if isinstance(target, type) and issubclass(target, (ModelCheckpoint, EarlyStopping)):
+        try:
+            monitor_mode(where, monitor, mode)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
 
 
 def trainer_config_class(name: str) -> type[TrainerConfig]:
