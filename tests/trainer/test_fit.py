@@ -495,3 +495,25 @@ def test_a_batch_the_model_cannot_take_is_explained_naming_the_layer_and_the_sha
     assert type(caught.value.__cause__).__name__ == "ScopeParamShapeError"
     with pytest.raises(ValueError, match=r"(?s)Dense_0.*\(4, 8\).*eval_step, on a batch of test_ds.*\[\(8, 5\), \(8,\)\]"):
         run(tmp_path / "eval", test=wide, eval_step=accuracy)
+
+
+def test_time_major_batches_are_refused_before_training_and_batch_size_fn_weighs_them(tmp_path):
+    model = nn.Dense(3)
+    params = model.init(jax.random.key(0), jnp.ones((1, 4)))["params"]
+    apply = lambda v, x, train=False, rngs=None: model.apply(v, x.mean(0))  # noqa: E731 (x: (T, B, F))
+    state = gyre.TrainState.create(apply_fn=apply, params=params, tx=optax.sgd(0.0))
+    rng = np.random.default_rng(0)
+
+    def batch(b):
+        return rng.normal(size=(5, b, 4)).astype(np.float32), rng.integers(0, 3, b).astype(np.int32)
+
+    def acc(state, batch):
+        return jnp.mean(jnp.argmax(state.apply_fn({"params": state.params}, batch[0]), -1) == batch[1])
+
+    train, test = [batch(4)] * 2, [batch(4), batch(1)]
+    with pytest.raises(ValueError, match=r"(?s)leading dimension.*\(5, 4, 4\).*batch_size_fn="):
+        run(tmp_path / "a", state, train, test, eval_step=acc)  # the mean was weighted by T = 5
+    state, history = run(tmp_path / "b", state, train, test, eval_step=acc, batch_size_fn=lambda batch: len(batch[1]))
+    expected = (4 * float(acc(state, test[0])) + float(acc(state, test[1]))) / 5  # sgd(0.0): the same model
+    assert history.collect("accuracy_test") == [pytest.approx(expected)]
+    assert expected != pytest.approx((float(acc(state, test[0])) + float(acc(state, test[1]))) / 2)  # weights matter

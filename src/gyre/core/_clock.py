@@ -492,8 +492,8 @@ def _disagree(batch: Any) -> None:
             "the loop cannot tell the samples in a batch: its arrays disagree on their leading dimension",
             expected="array leaves sharing their leading dimension (the samples), or batch_size_fn=",
             received=f"leaves of shapes {shapes}",
-            fix="say how to count them: batch_size_fn=lambda batch: batch['y'].shape[0] (a loop's, "
-            "test_loop's or train_loop's keyword; it weighs evaluation means and counts samples)",
+            fix="say how to count them: batch_size_fn=lambda batch: batch['y'].shape[0] (a keyword of "
+            "gyre.loop, train_loop, test_loop and gyre.fit; it weighs evaluation means and counts samples)",
         )
     )
 

@@ -31,6 +31,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain, keywords_checked, whole_number
 from gyre.core._history import History
 from gyre.core._logs import Logs
@@ -83,6 +84,7 @@ def fit(
     mode: str = "max",
     strategy: str | Strategy = "jit",
     nan_policy: str = "raise",
+    batch_size_fn: Callable[[Any], int] | None = None,
 ) -> tuple[TrainState, History]:
     """Trains ``state`` for ``num_epochs`` epochs of ``train_ds``, as Jax Fit's ``fit``.
 
@@ -143,6 +145,10 @@ def fit(
             steps, and before any checkpoint holds a state trained after it); ``"ignore"``
             trains through (Jax Fit's behaviour). ``"skip"`` is refused: fit's step makes
             every update; wrap the optimizer in ``optax.apply_if_finite`` to drop them.
+        batch_size_fn: the examples in a batch, as :func:`gyre.loop` takes it
+            (``lambda batch: len(batch[1])``): they weigh the evaluation means and count the
+            samples. By default the leading dimension the batch's arrays share; batches whose
+            arrays disagree (time-major ``(T, B, F)`` inputs) are refused before training.
 
     Returns:
         ``(state, history)``: the final state and the run's :class:`gyre.History`.
@@ -207,7 +213,10 @@ def fit(
     run_dir = run_folder(log_dir, log_name, resume)
     if progress and resume is None and os.path.basename(run_dir) != log_name:
         print(f"gyre.fit: {log_name!r} holds an earlier run; this one is in {run_dir}")
-    names = {n: _eval_names(eval_step, state, ds, n) for n, ds in (("test", test_ds), ("val", val_ds)) if ds is not None}
+    names = {
+        n: _eval_names(eval_step, state, ds, n, batch_size_fn)
+        for n, ds in (("test", test_ds), ("val", val_ds)) if ds is not None
+    }
     monitor_name = _monitor_name(monitor, names["val"]) if "val" in names else None
 
     def is_eval(e: Any) -> bool:
@@ -225,7 +234,7 @@ def fit(
             )
         )
     evaluations = [
-        _evaluation(eval_step, ds, name, chosen)  # type: ignore[arg-type]
+        _evaluation(eval_step, ds, name, chosen, batch_size_fn)  # type: ignore[arg-type]
         for ds, name in ((test_ds, "test"), (val_ds, "val")) if ds is not None
     ]
     ckpt = gyre.checkpoint(
@@ -262,7 +271,7 @@ def fit(
         state, history, _ = _named.train_loop(
             state, data, tasks, callbacks=callbacks, stop=epochs * epoch_steps,
             epoch_duration=epoch_steps, steps_per_call=steps_per_call, resume=resume,
-            nan_policy=policy,
+            nan_policy=policy, batch_size_fn=batch_size_fn,
         )
         if hparams is not None:
             writer.write_hparams(dict(hparams), final_metrics(history))
@@ -424,7 +433,9 @@ def eval_entries(out: Any) -> dict[str, Any]:
     return entries
 
 
-def _evaluation(eval_step: Callable[..., Any], ds: Any, name: str, strategy: Strategy | None = None) -> Any:
+def _evaluation(
+    eval_step: Callable[..., Any], ds: Any, name: str, strategy: Strategy | None = None, batch_size_fn: Any = None
+) -> Any:
     """One evaluation of ``eval_step`` over ``ds`` (an inner :func:`gyre.test_loop`),
     entries named ``<metric>_<name>``, batch-size weighted means.
 
@@ -456,7 +467,7 @@ def _evaluation(eval_step: Callable[..., Any], ds: Any, name: str, strategy: Str
 
         size_fn: Any = _real_rows
     else:
-        data, size_fn = ds, None
+        data, size_fn = ds, batch_size_fn
 
         def test_step(state: Any, batch: Any) -> Logs:
             return Logs().add_metrics(eval_entries(_call_eval(eval_step, name, state, place(batch))))
@@ -530,9 +541,12 @@ def _unranked_save(ckpt: Any) -> Callable[[Any], None]:
     return save
 
 
-def _eval_names(eval_step: Any, state: Any, ds: Any, name: str) -> list[str]:
-    """The names ``eval_step`` records, checked (scalars) on one batch's shapes before training."""
+def _eval_names(eval_step: Any, state: Any, ds: Any, name: str, batch_size_fn: Any = None) -> list[str]:
+    """The names ``eval_step`` records, checked (scalars) on one batch's shapes before training,
+    and the batch's examples countable (the weight of its means)."""
     batch = first_batch(ds)
+    if batch_size_fn is None:
+        infer_batch_size(batch)  # refuses arrays that disagree on their leading dimension
     if accepts_mask(eval_step):
         batch, mask = next(iter(padded([batch])))  # a mask of ones
         shapes = jax.eval_shape(lambda s, b, m: _call_eval(eval_step, name, s, b, mask=m), state, batch, mask)
