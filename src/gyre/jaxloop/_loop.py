@@ -28,7 +28,6 @@ import numpy as np
 
 from gyre.core._columns import numeric_dtype
 from gyre.core._errors import as_pair, describe, explain, whole_number
-from gyre.core._logs import Logs
 from gyre.core._schedules import always
 from gyre.data._padding import accepts_mask, padded
 from gyre.loop._engine import loop as _engine_loop
@@ -72,11 +71,13 @@ class Loop:
     Args:
         step: a :class:`gyre.Step` (or any callable ``step(state, batch,
             per_loop_step_number, **kwargs) -> (state, outputs)``).
-        nan_policy: ``"raise"`` (the default): a NaN or infinite scalar float output of a
-            step (a loss, a metric's value; not arrays or metric objects) stops the loop with
-            :class:`gyre.NonFiniteError` naming the step (checked as :func:`gyre.loop` checks
-            its logs: without a host read per step, and at the loop's end); ``"ignore"``
-            runs through, as jaxloop does. (``"skip"`` is refused: the loop cannot drop a
+        nan_policy: ``"raise"`` (the default): a run whose last scalar float output (a
+            loss, a metric's value; not arrays or metric objects) is NaN or infinite, as a
+            diverged run's stay, raises :class:`gyre.NonFiniteError` at its end, naming the
+            first step that output went non-finite. Nothing is read per step: one value per
+            key at the run's end (which waits for its last step). A lone non-finite value
+            between finite ones is not looked for (a read per step); ``"ignore"`` checks
+            nothing, as jaxloop does. (``"skip"`` is refused: the loop cannot drop a
             step's update; wrap the optimizer in ``optax.apply_if_finite``.)
         batch_size_fn: ``batch -> examples`` in a batch, the weight of the step's scalar
             outputs in :func:`reduce_outputs`. By default the leading dimension its array
@@ -227,7 +228,6 @@ class Loop:
         )
         if return_state_from_step:
             state = step_state
-        self._step_outputs = step_outputs
         loop_outputs = self.update_outputs(loop_outputs, step_outputs)
         if loop_outputs is None:
             raise TypeError(_no_outputs(self))
@@ -278,7 +278,6 @@ class Loop:
 
         def jaxloop_step(state: Any, loop: Any) -> Any:
             n = count[0] + 1
-            self._step_outputs = None
             try:
                 result = self._run_one_step(
                     state, data, box[0], n, log_num_flops=bool(log_num_flops) and n == 1,
@@ -289,26 +288,20 @@ class Loop:
                 return None
             new_state, box[0] = as_pair(result, who, "(state, loop_outputs)", "state, loop_outputs")
             count[0] = n
-            # (None, state): a state that is itself a pair is never read as (logs, state);
-            # the scalar outputs as logs: the engine checks them for NaN without a host read
-            return (_scalar_logs(self._step_outputs) if checks else None), new_state
+            # (None, state): a state that is itself a pair is never read as (logs, state)
+            return None, new_state
 
         try:
             # the engine ticks; each step pulls its own batch (jaxloop's _get_next_batch)
             state, _, _ = _engine_loop(
                 state, itertools.repeat(None), {always(): [jaxloop_step]}, stop=num_steps,
-                prefetch=0, nan_policy="raise" if checks else "ignore", catch_keyboard_interrupt=False,
+                prefetch=0, nan_policy="ignore", catch_keyboard_interrupt=False,
             )
-        except NonFiniteError as err:
-            who = type(self).__name__
-            err.add_note(
-                f"(in {who}.run: the step of per_loop_step_number {err.step + 1} of this call output "
-                f"{err.name!r} = {err.value}; {who}(step, nan_policy='ignore') runs through it)"
-            )
-            raise
         finally:
             self._pads = None
         self._last_steps = count[0]
+        if checks:
+            _check_finite(box[0], count[0], type(self).__name__)
         return state, _weighted(box[0], self._sizes)
 
     def end(self, state: State, outputs: Output | None) -> tuple[State, Output | None]:
@@ -405,17 +398,42 @@ def _weighted(outputs: Any, sizes: list[int | None] | None) -> Any:
     return outputs
 
 
-def _scalar_logs(outputs: Any) -> Logs | None:
-    """A step's scalar float outputs as metrics (what a jaxloop loop checks for NaN)."""
-    if not isinstance(outputs, Mapping):
-        return None
-    logs = Logs()
-    for key, value in outputs.items():
-        if isinstance(value, (float, np.floating)) or (
-            isinstance(value, jax.Array) and value.ndim == 0 and jnp.issubdtype(value.dtype, jnp.inexact)
-        ):
-            logs.add_metric(str(key), value)
-    return logs
+def _float_scalar(value: Any) -> bool:
+    if isinstance(value, jax.Array):
+        return value.ndim == 0 and jnp.issubdtype(value.dtype, jnp.inexact)
+    return isinstance(value, (float, np.floating))
+
+
+def _check_finite(outputs: Any, steps: int, who: str) -> None:
+    """Raises :class:`gyre.NonFiniteError` when a key's last scalar float output of this run is
+    NaN or infinite, naming the first step it went so (the values are read only then)."""
+    first: tuple[int, str, float] | None = None
+    for key, values in (outputs.items() if isinstance(outputs, Mapping) else ()):
+        if not isinstance(values, list) or not values or not _float_scalar(values[-1]):
+            continue
+        if np.isfinite(float(values[-1])):  # one read per key and run: a diverged run stays so
+            continue
+        host = np.array([float(v) if _float_scalar(v) else 0.0 for v in values], np.float64)
+        bad = np.flatnonzero(~np.isfinite(host))
+        if bad.size and (first is None or bad[0] < first[0]):
+            first = (int(bad[0]), str(key), float(host[bad[0]]))
+    if first is None:
+        return
+    index, name, value = first
+    text = "nan" if np.isnan(value) else ("inf" if value > 0 else "-inf")
+    at = f"per_loop_step_number {index + 1}" if len(outputs[name]) == steps else f"its output number {index + 1}"
+    raise NonFiniteError(
+        explain(
+            f'"{name}" is {text} at {at} of this {who} run',
+            expected=f"finite scalar outputs (nan_policy='raise', the default of {who})",
+            received=f"{name} = {text} at {at} (of {steps} steps)",
+            fix="the training diverged: lower the learning rate, clip the gradients "
+            "(optax.clip_by_global_norm(1.0)), and check that step's batch for NaN/Inf inputs; "
+            "to drop such updates, optax.apply_if_finite(tx, max_consecutive_errors=5); "
+            f"{who}(step, nan_policy='ignore') records them without stopping",
+        ),
+        step=index, collection="outputs", name=name, value=value,
+    )
 
 
 def _no_outputs(loop: Loop) -> str:
