@@ -9,6 +9,8 @@ training as one :func:`gyre.train_loop`. What it fixes in Jax Fit:
   draws the same masks as one that never stopped);
 * evaluation means are weighted by batch size (a smaller last batch counts for what it holds);
 * the best model is kept by the *validation* set (``val_ds``), never by the test set;
+* a NaN or infinite loss stops the run with :class:`gyre.NonFiniteError` naming the step
+  (``nan_policy="ignore"`` trains through, as Jax Fit did);
 * the losses and the learning rate are logged as device values (no host sync per step);
 * a run resumes exactly (``resume="latest"``) from ``<log_dir>/<log_name>/checkpoints``;
 * a script run again with the same ``log_name`` trains in a new numbered folder
