@@ -517,3 +517,18 @@ def test_time_major_batches_are_refused_before_training_and_batch_size_fn_weighs
     expected = (4 * float(acc(state, test[0])) + float(acc(state, test[1]))) / 5  # sgd(0.0): the same model
     assert history.collect("accuracy_test") == [pytest.approx(expected)]
     assert expected != pytest.approx((float(acc(state, test[0])) + float(acc(state, test[1]))) / 2)  # weights matter
+
+
+def test_a_model_error_on_the_batch_names_each_leaf_dtype(tmp_path):
+    class Tokens(nn.Module):  # an embedding: integer inputs
+        @nn.compact
+        def __call__(self, x, train=False):
+            return nn.Dense(3)(nn.Embed(10, 4)(x).mean(1))
+
+    model = Tokens()
+    params = model.init(jax.random.key(0), jnp.zeros((1, 6), jnp.int32))["params"]
+    state = gyre.TrainState.create(apply_fn=model.apply, params=params, tx=optax.sgd(0.1))
+    floats = [(np.zeros((8, 6), np.float32), np.zeros(8, np.int32))]
+    with pytest.raises(ValueError, match="integer") as caught:
+        run(tmp_path, state, floats)
+    assert "x of shapes and dtypes [(8, 6) float32]" in "\n".join(caught.value.__notes__)

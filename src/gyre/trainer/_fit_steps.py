@@ -176,13 +176,15 @@ def leaf_shapes(tree: Any) -> list[tuple[int, ...]]:
 
 
 def _call_note(x: Any, mutable: list[str], takes_train: bool) -> str:
-    shapes = leaf_shapes(x)
+    shapes = "[" + ", ".join(f"{tuple(np.shape(leaf))} {getattr(leaf, 'dtype', type(leaf).__name__)}"
+                             for leaf in jax.tree_util.tree_leaves(x)) + "]"
     variables = ", ".join(repr(c) + ": ..." for c in ["params", *mutable])
     train = ", train=True" if takes_train else ""
     collections = f", mutable={mutable}" if mutable else ""
     return (
         f"(raised in gyre.fit's training step, which calls state.apply_fn({{{variables}}}, x{train}"
-        f"{collections}, rngs={{'dropout': key}}) with x of shapes {shapes}, then loss_fn(logits, labels))"
+        f"{collections}, rngs={{'dropout': key}}) with x of shapes and dtypes {shapes}, then "
+        "loss_fn(logits, labels))"
     )
 
 
