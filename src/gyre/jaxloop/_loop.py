@@ -358,6 +358,14 @@ def _batch_examples(batch: Any, size_fn: Any, who: str) -> int | None:
             expected="the examples in the batch, e.g. batch['y'].shape[0]",
             fix="return the count of the batch's examples",
         )
+    if type(batch) is dict:  # the common batch, without flattening a tree each step
+        try:
+            rows = {value.shape[0] for value in batch.values()}
+        except (AttributeError, IndexError, TypeError):
+            pass
+        else:
+            if len(rows) == 1:
+                return rows.pop()
     shapes = [getattr(leaf, "shape", None) or np.shape(leaf) for leaf in jax.tree_util.tree_leaves(batch)]
     rows = {shape[0] for shape in shapes if shape}
     if len(rows) > 1:
