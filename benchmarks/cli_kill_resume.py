@@ -3,18 +3,20 @@ continued with ``gyre resume`` ends as the run that was never interrupted, bit f
 
 What it measures
 ----------------
-The job is ``gyre fit examples/configs/digits_mlp.yaml`` made small (2 epochs of 19 steps, 32
+The job is ``gyre fit examples/configs/digits_mlp.yaml`` made small (6 epochs of 19 steps, 32
 hidden units), run as a user runs it: ``python -m gyre`` in its own process, into its own run
-folder. First one uninterrupted run gives the reference (with ``trainer.resume_every_minutes=0``:
-a resume checkpoint every epoch). Then ``--trials`` times (default 20): ``gyre fit`` into a fresh
+folder. First uninterrupted runs give the reference (``--jobs`` of them at once, as the trials
+run, and all equal bit for bit; with ``trainer.resume_every_minutes=0``: a resume checkpoint every
+epoch). Then ``--trials`` times (default 20): ``gyre fit`` into a fresh
 folder, killed with SIGKILL after a random wall time (no clean-up of any kind: a save of the best
 model or of the resume checkpoint may be in flight), then one ``gyre resume`` that must finish.
 Half the trials keep the default ``resume_every_minutes`` (10: no resume checkpoint before the
 end, so the resume starts over), half save one every epoch.
 
 The kill moments are drawn from ``--seed`` between the moment the run folder holds its
-``config.yaml`` (before it there is no run: ``gyre resume`` says so) and the reference's end, so
-they fall in start-up, compilation, mid-epoch, validation and the saves.
+``config.yaml`` (before it there is no run: ``gyre resume`` says so) and 1.5 times the reference's
+length after it, so they fall in start-up, compilation, mid-epoch, validation and the saves (a
+run that ends before its kill runs again, killed twice as soon).
 
 A trial is exact when, against the reference: the final training state (``resume/<last step>``:
 parameters, optimizer state, every leaf's dtype and bytes), the best model (``checkpoints/``:
@@ -27,8 +29,9 @@ How to run
 ----------
 From the repository root::
 
-    .venv/bin/python benchmarks/cli_kill_resume.py               # 20 trials, about 10 minutes on 2 CPUs
-    .venv/bin/python benchmarks/cli_kill_resume.py --trials 4 --seed 1
+    .venv/bin/python benchmarks/cli_kill_resume.py               # 20 trials, one at a time
+    .venv/bin/python benchmarks/cli_kill_resume.py --jobs 3      # three at a time
+    .venv/bin/python benchmarks/cli_kill_resume.py --trials 4 --seed 1 --keep  # failed trials' folders kept
 """
 
 from __future__ import annotations
@@ -54,7 +57,10 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "configs", "digits_mlp.yaml")
 _READING = threading.Lock()
-SMALL = ["trainer.train_epochs=2", "model.c_hid=32", "trainer.enable_progress_bar=false"]
+#: The kill moments span this many times the reference's length: a trial runs beside others, on a
+#: machine as busy as at the reference or busier (one that ends first runs again, killed sooner).
+STRETCH = 1.5
+SMALL = ["trainer.train_epochs=6", "model.c_hid=32", "trainer.enable_progress_bar=false"]
 
 
 def _env() -> dict[str, str]:
@@ -151,6 +157,7 @@ def state_at_kill(run_dir: str) -> str:
 def trial(run_dir: str, minutes: int, after: float, reference: dict[str, Any]) -> tuple[bool, str]:
     """Kills ``gyre fit`` ``after`` seconds after its run folder holds ``config.yaml``, resumes
     it to the end, compares. A run that ends before its kill is run again, killed sooner."""
+    reruns = 0
     for _ in range(4):
         shutil.rmtree(run_dir, ignore_errors=True)
         job = fit(run_dir, minutes)
@@ -164,10 +171,10 @@ def trial(run_dir: str, minutes: int, after: float, reference: dict[str, Any]) -
             break
         if job.returncode != 0:
             return False, f"gyre fit exited {job.returncode}: {job.stderr.read()[-300:]}"
-        after /= 2  # a busy machine ran it faster than the reference
+        after, reruns = after / 2, reruns + 1  # it ran faster than the reference
     else:
         return False, "gyre fit ended before every kill"
-    left = state_at_kill(run_dir)
+    left = state_at_kill(run_dir) + (f" (ran to its end {reruns}x, then killed at {after:.2f} s)" if reruns else "")
     done = resume(run_dir)
     if done.returncode != 0:
         return False, f"{left}; gyre resume exited {done.returncode}: {done.stderr.strip()[-600:]}"
@@ -191,21 +198,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     rng = random.Random(args.seed)
     root = tempfile.mkdtemp(prefix="gyre-cli-kill-bench-")
     try:
-        reference_dir = os.path.join(root, "reference")
-        start = time.perf_counter()
-        job = fit(reference_dir, 0)
-        while job.poll() is None and not os.path.isfile(os.path.join(reference_dir, "config.yaml")):
-            time.sleep(0.01)
-        first = time.perf_counter() - start  # the run folder holds a run from here on
-        stdout, stderr = job.communicate()
-        total = time.perf_counter() - start
-        if job.returncode != 0:
-            print(stdout + stderr)
-            raise SystemExit(f"the uninterrupted run failed with exit code {job.returncode}")
-        reference = outcome(reference_dir, stdout)
-        print(f"reference: {len(reference['history.csv'])} steps in {total:.1f} s (config.yaml at {first:.1f} s)",
-              flush=True)
-        draws = [(i, 0 if i % 2 == 0 else 10, rng.random() * 0.95 * (total - first)) for i in range(args.trials)]
+        # the reference runs as the trials will: --jobs runs at once (a busy machine's pace), all
+        # equal bit for bit; their mean length spreads the kill moments over the whole run
+        starts = time.perf_counter()
+        jobs = [fit(os.path.join(root, f"reference{j}"), 0) for j in range(args.jobs)]
+        first = total = 0.0
+        outcomes = []
+        for j, job in enumerate(jobs):
+            while job.poll() is None and not os.path.isfile(os.path.join(root, f"reference{j}", "config.yaml")):
+                time.sleep(0.01)
+            first += (time.perf_counter() - starts) / args.jobs  # the run folder holds a run from here on
+        for j, job in enumerate(jobs):
+            stdout, stderr = job.communicate()
+            total += (time.perf_counter() - starts) / args.jobs
+            if job.returncode != 0:
+                print(stdout + stderr)
+                raise SystemExit(f"the uninterrupted run failed with exit code {job.returncode}")
+            outcomes.append(outcome(os.path.join(root, f"reference{j}"), stdout))
+        reference = outcomes[0]
+        unequal = [j for j, other in enumerate(outcomes) if differences(reference, other)]
+        if unequal:
+            raise SystemExit(f"uninterrupted runs {unequal} differ from the first: the run is not deterministic")
+        print(f"reference: {len(reference['history.csv'])} steps in {total:.1f} s (config.yaml at {first:.1f} s; "
+              f"{args.jobs} run(s) at once, equal)", flush=True)
+        draws = [(i, 0 if i % 2 == 0 else 10, rng.random() * STRETCH * (total - first)) for i in range(args.trials)]
 
         def one(draw: tuple[int, int, float]) -> bool:
             i, minutes, after = draw
