@@ -321,6 +321,7 @@ def test_inner_loop_reduces_a_ciclo_history(aggregation, acc, n, seen):
     assert "elapsed" not in logs and state is None  # None: the outer state is unchanged
 
 
+@pytest.mark.filterwarnings("ignore:train_loop had no train step:gyre.LoopWarning")  # evaluation only, on purpose
 def test_train_loop_passes_inner_loop_kwargs_to_the_evaluation():
     def count(state):
         state = {"a": state["a"] + 1}

@@ -72,6 +72,7 @@ def test_best_weights_survive_donation():
     assert state.tolist() == [1.0, 1.0, 1.0]
 
 
+@pytest.mark.filterwarnings("ignore:train_loop had no train step:gyre.LoopWarning")  # evaluation only, on purpose
 def test_in_train_loop_on_epoch_end_with_test_metrics():
     losses = iter([5.0, 4.0, 4.5, 4.6, 1.0])
 

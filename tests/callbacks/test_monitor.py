@@ -10,6 +10,7 @@ from gyre.callbacks._monitor import as_number, find
 from gyre.core._errors import ExplainedKeyError
 
 
+@pytest.mark.filterwarnings("ignore:.*is logged as:gyre.LoopWarning")  # shared names, on purpose
 def test_find_by_bare_and_qualified_name():
     logs = gyre.logs().add_loss("loss", 0.5).add_metric("loss", 0.7).add_metric("acc", 0.9)
     assert find(logs, "acc", owner="x", step=0, fix="") == 0.9

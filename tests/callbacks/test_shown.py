@@ -24,6 +24,7 @@ def test_bar_values_never_wait_for_unfinished_values():
     assert shown.read() == {"loss": 2.0}  # still waiting on the unfinished one, not blocking
 
 
+@pytest.mark.filterwarnings("ignore:.*is logged as:gyre.LoopWarning")  # shared names, on purpose
 def test_bar_values_name_clashes_are_qualified_and_outputs_left_out():
     shown = BarValues("mean")
     shown.see(gyre.Elapsed(), gyre.logs().add_loss("x", 1.0).add_metric("x", 2.0).add_output("y", 3.0), None)

@@ -33,6 +33,7 @@ def test_every_step_reaches_the_run_in_order_with_its_step():
     assert all("pred" not in data for _, data in run.calls)  # arrays are left out
 
 
+@pytest.mark.filterwarnings("ignore:.*is logged as:gyre.LoopWarning")  # shared names, on purpose
 def test_evaluation_entries_and_a_shared_name_in_a_named_loop():
     run = FakeRun()
 

@@ -2,11 +2,13 @@
 without one left out."""
 
 import numpy as np
+import pytest
 
 import gyre
 from gyre.core._runs import rows, scalar_runs
 
 
+@pytest.mark.filterwarnings("ignore:.*is logged as:gyre.LoopWarning")  # shared names, on purpose
 def test_runs_hold_each_records_numbers_under_their_names():
     records = [
         {"losses": {"loss": 1.0}, "metrics": {"acc": 0.5}},

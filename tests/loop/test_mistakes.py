@@ -223,6 +223,7 @@ def test_a_misspelt_keyword_of_checkpoint_and_batches_names_the_closest_one(tmp_
         gyre.data.batches(np.zeros((4, 1)), 2, drop_last=True)
 
 
+@pytest.mark.filterwarnings("ignore:train_loop had no train step:gyre.LoopWarning")  # evaluation only, on purpose
 @pytest.mark.parametrize("door", [gyre.loop, gyre.train_loop, gyre.test_loop])
 @pytest.mark.parametrize("value", ["no", "False", 0, None])
 def test_a_flag_given_anything_but_a_bool_is_refused(door, value):

@@ -41,6 +41,7 @@ def test_train_loop_hook_order_and_epoch_boundaries():
     ]
 
 
+@pytest.mark.filterwarnings("ignore:train_loop had no train step:gyre.LoopWarning")  # evaluation only, on purpose
 def test_on_epoch_end_fires_after_last_step_of_each_epoch_only():
     seen = []
     gyre.train_loop(0, range(9), {gyre.on_epoch_end: lambda elapsed: seen.append(elapsed.steps)}, epoch_duration=3)
@@ -101,6 +102,7 @@ def test_evaluation_does_not_change_training_state_and_test_dataset_is_refreshed
     assert history.collect("s_test") == [1.5, 1.5]
 
 
+@pytest.mark.filterwarnings("ignore:train_loop had no train step:gyre.LoopWarning")  # evaluation only, on purpose
 def test_test_duration_limits_evaluation():
     seen = []
     gyre.train_loop(
@@ -226,8 +228,8 @@ def test_a_test_step_without_a_test_dataset_is_refused():
 
 
 def test_a_train_loop_with_nothing_to_train_says_so():
-    with pytest.warns(gyre.LoopWarning, match=r"(?s)train_loop has no train step: it runs over the "
-                      r"data and trains nothing.*on_epoch_end.*fix: ") as caught:
+    with pytest.warns(gyre.LoopWarning, match=r"(?s)train_loop had no train step: it ran over the "
+                      r"data and trained nothing.*on_epoch_end.*fix: ") as caught:
         gyre.train_loop(0, range(2), {gyre.on_epoch_end: lambda: None}, epoch_duration=1)
     assert caught[0].filename == __file__
     gyre.train_loop(0, range(2), {gyre.every(1): _train})  # ciclo's form: a clock-scheduled step

@@ -89,9 +89,9 @@ def scalar_runs(columns: Columns) -> list[ScalarRun]:
     Example:
         >>> import gyre
         >>> h = gyre.history([{"losses": {"loss": 1.0}}, {"losses": {"loss": 0.5}},
-        ...                   {"losses": {"loss": 0.25}, "metrics": {"loss": 2.0, "acc": 0.5}}])
+        ...                   {"losses": {"loss": 0.25}, "stateful_metrics": {"loss": 2.0, "acc": 0.5}}])
         >>> [(r.names, r.steps.tolist(), r.values.tolist()) for r in scalar_runs(h.reader(0).read())]
-        [(('loss',), [0, 1], [[1.0], [0.5]]), (('loss', 'metrics.loss', 'acc'), [2], [[0.25, 2.0, 0.5]])]
+        [(('loss',), [0, 1], [[1.0], [0.5]]), (('loss', 'stateful_metrics.loss', 'acc'), [2], [[0.25, 2.0, 0.5]])]
     """
     count = columns.count
     if not count:

@@ -321,21 +321,10 @@ def predict_loop(
     )
 
 
-def _check_steps(hooks: NamedHooks, test_dataset: Any) -> None:
-    """A test step (in the tasks) with no test set to run it on is refused; a train loop that
-    has nothing to train says so (a LoopWarning): either ran without a word."""
-    if not hooks.named["on_train_step"] and not any(hooks.clock.values()):
-        filled = [h for h, callbacks in hooks.named.items() if callbacks]
-        warn(
-            explain(
-                "train_loop has no train step: it runs over the data and trains nothing",
-                expected="a callback at gyre.on_train_step (or under a clock schedule: "
-                "{gyre.every(1): train_step}), or a state class with a train_step method",
-                received=f"callbacks only at {filled}" if filled else "no callback at all",
-                fix="add {gyre.on_train_step: train_step} to the tasks (to evaluate only, "
-                "use gyre.test_loop)",
-            )
-        )
+def _check_steps(hooks: NamedHooks, test_dataset: Any) -> str | None:
+    """A test step (in the tasks) with no test set to run it on is refused. Returns the
+    warning for a train loop with nothing to train (given once the run has ended, so a door
+    error that stops it first is not preceded by it), or ``None``."""
     if test_dataset is None and "on_test_step" in hooks.in_tasks:
         raise ValueError(
             explain(
@@ -347,6 +336,16 @@ def _check_steps(hooks: NamedHooks, test_dataset: Any) -> None:
                 "(gyre.test_loop evaluates on its own)",
             )
         )
+    if hooks.named["on_train_step"] or any(hooks.clock.values()):
+        return None
+    filled = [h for h, callbacks in hooks.named.items() if callbacks]
+    return explain(
+        "train_loop had no train step: it ran over the data and trained nothing",
+        expected="a callback at gyre.on_train_step (or under a clock schedule: "
+        "{gyre.every(1): train_step}), or a state class with a train_step method",
+        received=f"callbacks only at {filled}" if filled else "no callback at all",
+        fix="add {gyre.on_train_step: train_step} to the tasks (to evaluate only, use gyre.test_loop)",
+    )
 
 
 def _evaluation(
@@ -498,7 +497,7 @@ def train_loop(
     """
     policy = check_nan_policy(nan_policy, "train_loop")
     hooks = NamedHooks("train_loop", TRAIN_HOOKS, tasks, callbacks, state, extra=TEST_HOOKS)
-    _check_steps(hooks, test_dataset)
+    idle = _check_steps(hooks, test_dataset)
     epoch_steps = epoch_steps_of(epoch_duration, dataset)
     test_duration = check_stop(test_duration, "test_duration")
     aggregation = DEFAULT_TEST_AGGREGATION if test_aggregation is None else test_aggregation
@@ -522,7 +521,7 @@ def train_loop(
         last = (epoch_steps or 0) - 1
         table[When(lambda e: e.step_in_epoch == last, "on_epoch_end", reads=("step_in_epoch",))] = epoch_end
     table[Every("on_train_batch_end")] = named["on_train_batch_end"]
-    return loop(
+    result = loop(
         state, dataset, table, stop=stop, on_start=named["on_train_begin"],
         on_end=named["on_train_end"], history=history, elapsed=elapsed, resume=resume,
         catch_keyboard_interrupt=catch_keyboard_interrupt, batch_size_fn=batch_size_fn,
@@ -530,3 +529,6 @@ def train_loop(
         nan_policy=policy,
         data_resume=data_resume,
     )
+    if idle:
+        warn(idle)
+    return result
