@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -201,11 +202,19 @@ def test_gyre_resume_after_a_kill_between_the_best_model_and_the_resume_checkpoi
                        f"trainer.logger.log_dir={run_dir}")
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert "38" in os.listdir(run_dir / "checkpoints") and not (run_dir / "resume" / "38").exists()
-    for _ in range(2):  # a second resume of the finished run changes nothing
-        code, out, err = gyre("resume", run_dir, "--quiet")
+    over = not any(p.name.isdigit() for p in (run_dir / "resume").glob("*"))  # nothing to resume from
+    assert over or minutes == 0
+    for i in range(2):  # a second resume of the finished run changes nothing
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            code, out, err = gyre("resume", run_dir, "--quiet")
         assert code == 0, out + err
         assert printed_metrics(out) == printed_metrics(reference_out)  # as if never killed
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["19", "38"]
+        said = " ".join(str(w.message) for w in caught)
+        assert ("starts over from step 0" in said and "moved aside" in said) == (over and i == 0), said
+    # a start-over keeps the models it will save again aside: the folder might be another run's
+    aside = ["19.before-restart", "38.before-restart"] if over else []
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == sorted(["19", "38", *aside])
     for name in ("train_epoch_0002.json", "val_epoch_0002.json", "test_epoch_0002.json"):
         resumed, straight = (json.loads((r / "metrics" / name).read_text()) for r in (run_dir, reference))
         assert {k: v for k, v in resumed.items() if not k.endswith("/time")} == \

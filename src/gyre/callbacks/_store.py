@@ -452,12 +452,13 @@ class Store:
             return []
         return sorted(n for n in os.listdir(self.root) if TEMPORARY in n)
 
-    def set_aside(self, step: int) -> str:
-        """Renames step ``step``'s directory to ``N.corrupt`` (``N.corrupt-2``...); returns it."""
-        target, n = f"{self.step_dir(step)}{SET_ASIDE}", 1
+    def set_aside(self, step: int, suffix: str = SET_ASIDE) -> str:
+        """Renames step ``step``'s directory to ``N.corrupt`` (``N.corrupt-2``...; another
+        ``suffix`` for another reason); returns it."""
+        target, n = f"{self.step_dir(step)}{suffix}", 1
         while os.path.exists(target):
             n += 1
-            target = f"{self.step_dir(step)}{SET_ASIDE}-{n}"
+            target = f"{self.step_dir(step)}{suffix}-{n}"
         os.replace(self.step_dir(step), target)
         return target
 

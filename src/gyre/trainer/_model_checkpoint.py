@@ -15,7 +15,7 @@ from typing import Any
 
 from gyre.callbacks._store import Store
 from gyre.config._registry import register_callback
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, warn
 from gyre.loop._snapshot import Snapshot
 from gyre.trainer._callback import Callback
 from gyre.trainer._utility_callbacks import monitor_mode
@@ -140,7 +140,14 @@ class ModelCheckpoint(Callback):
             # A run killed after a model save and before its next resume save left newer
             # steps than the one it resumes from: the resumed run saves them again.
             store = self.store
-            store.delete_steps([s for s in store.on_disk() if s > t.global_step])
+            newer = [s for s in store.on_disk() if s > t.global_step]
+            if newer and t.global_step == 0:  # nothing resumed: maybe another run's models
+                aside = [store.set_aside(step, ".before-restart") for step in newer]
+                warn(f"the run starts over from step 0 (no resume checkpoint), so the best models "
+                     f"it had saved, steps {newer}, are moved aside to <step>.before-restart in "
+                     f"{store.root} (the last: {aside[-1]}); it saves them again as it reaches them")
+            else:
+                store.delete_steps(newer)
             store.delete_temporaries()  # a save the kill cut short
             store.reload()
 
