@@ -220,8 +220,7 @@ def test_a_state_without_parameters_to_train_is_refused():
 
     with pytest.raises(TypeError, match=r"(?s)TrainState.create got params=None.*params=\(\)"):
         gyre.TrainState.create(params=None)
-    for empty in ((), {}, None):
-        with pytest.raises(TypeError, match=r"(?s)TrainState.create got .*an optimizer over no "
-                           r"parameters trains nothing"):
-            gyre.TrainState.create(params=empty, tx=optax.sgd(0.1))
+    with pytest.raises(TypeError, match=r"(?s)TrainState.create got params=None"):
+        gyre.TrainState.create(params=None, tx=optax.sgd(0.1))
+    gyre.TrainState.create(params={}, tx=optax.identity())  # jaxloop's tests build mock states so
     gyre.TrainState.create(params=(), rng=0)  # a state that is not trained: no parameters is fine

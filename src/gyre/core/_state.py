@@ -133,8 +133,7 @@ class TrainState(struct.PyTreeNode, kw_only=True):
         Raises:
             TypeError: a field the subclass declares without a default is missing,
                 ``batch_stats`` is given both as ``batch_stats=`` and in ``model_state``,
-                ``params`` is ``None`` (a state without parameters passes ``params=()``), or
-                ``tx`` is given with parameters that hold no array (nothing to train).
+                or ``params`` is ``None`` (a state without parameters passes ``params=()``).
 
         Example:
             >>> import jax.numpy as jnp
@@ -145,17 +144,15 @@ class TrainState(struct.PyTreeNode, kw_only=True):
             (['batch_stats'], (3,))
         """
         check_optimizer(tx, argument="tx", none_means="a state that is not trained")
-        if params is None or (tx is not None and not jax.tree_util.tree_leaves(params)):
-            trained = tx is not None
+        if params is None:
             raise TypeError(
                 explain(
-                    f"{cls.__name__}.create got params={params!r}"
-                    + (": an optimizer over no parameters trains nothing" if trained else ""),
-                    expected="the model's parameters (a pytree of arrays: variables['params'])"
-                    + ("" if trained else ", or params=() for a state without parameters"),
-                    received=f"params={describe(params)}" + (f" and tx={type(tx).__name__}" if trained else ""),
-                    fix="pass params=model.init(key, x)['params']"
-                    + ("" if trained else "; for a state that holds no parameters, params=()"),
+                    f"{cls.__name__}.create got params=None",
+                    expected="the model's parameters (a pytree of arrays: variables['params']), or "
+                    "params=() for a state without parameters",
+                    received="params=None",
+                    fix="pass params=model.init(key, x)['params']; for a state that holds no "
+                    "parameters, params=()",
                 )
             )
         model_state = dict(model_state or {})
