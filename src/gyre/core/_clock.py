@@ -493,7 +493,8 @@ def _disagree(batch: Any) -> None:
             expected="array leaves sharing their leading dimension (the samples), or batch_size_fn=",
             received=f"leaves of shapes {shapes}",
             fix="say how to count them: batch_size_fn=lambda batch: batch['y'].shape[0] (a keyword of "
-            "gyre.loop, train_loop, test_loop and gyre.fit; it weighs evaluation means and counts samples)",
+            "gyre.loop, train_loop, test_loop, gyre.fit and the jaxloop loops; it weighs evaluation "
+            "means and counts samples)",
         )
     )
 

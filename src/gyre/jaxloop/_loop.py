@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gyre.core._clock import infer_batch_size
 from gyre.core._columns import numeric_dtype
 from gyre.core._errors import as_pair, describe, explain, whole_number
 from gyre.core._schedules import always
@@ -349,36 +350,16 @@ def _check_nan_policy(nan_policy: Any, who: str) -> str:
     return policy
 
 
-def _batch_examples(batch: Any, size_fn: Any, who: str) -> int | None:
-    """The examples in ``batch``: ``size_fn(batch)``, else the leading dimension its array
-    leaves share (``None`` without one); leaves that disagree are refused."""
-    if size_fn is not None:
-        return whole_number(
-            size_fn(batch), minimum=0, problem=f"{who}'s batch_size_fn must return a whole number >= 0",
-            expected="the examples in the batch, e.g. batch['y'].shape[0]",
-            fix="return the count of the batch's examples",
-        )
-    if type(batch) is dict:  # the common batch, without flattening a tree each step
-        try:
-            rows = {value.shape[0] for value in batch.values()}
-        except (AttributeError, IndexError, TypeError):
-            pass
-        else:
-            if len(rows) == 1:
-                return rows.pop()
-    shapes = [getattr(leaf, "shape", None) or np.shape(leaf) for leaf in jax.tree_util.tree_leaves(batch)]
-    rows = {shape[0] for shape in shapes if shape}
-    if len(rows) > 1:
-        raise ValueError(
-            explain(
-                f"{who} cannot tell the examples in a batch: its arrays disagree on their leading dimension",
-                expected="array leaves sharing their leading dimension (the examples), or batch_size_fn=",
-                received=f"leaves of shapes {[tuple(s) for s in shapes]}",
-                fix=f"say how to count them: {who}(step, batch_size_fn=lambda batch: batch['y'].shape[0]) "
-                "(the weight of each step's outputs in reduce_outputs)",
-            )
-        )
-    return rows.pop() if rows else None
+def _batch_examples(batch: Any, size_fn: Any, who: str) -> int:
+    """The examples in ``batch``: ``size_fn(batch)``, else the engine's rule
+    (:func:`gyre.core.infer_batch_size`: the leading dimension its arrays share)."""
+    if size_fn is None:
+        return infer_batch_size(batch)
+    return whole_number(
+        size_fn(batch), minimum=0, problem=f"{who}'s batch_size_fn must return a whole number >= 0",
+        expected="the examples in the batch, e.g. batch['y'].shape[0]",
+        fix="return the count of the batch's examples",
+    )
 
 
 class StepValues(list):  # type: ignore[type-arg]
