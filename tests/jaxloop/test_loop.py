@@ -276,3 +276,7 @@ def test_a_batch_whose_leaves_disagree_on_their_rows_is_refused_unless_batch_siz
     loop = jaxloop.EvalLoop(_mean_step, batch_size_fn=lambda batch: batch["y"].shape[0])
     _, outputs = loop(0, batches + [{"x": np.ones((10, 1, 2), np.float32), "y": np.zeros(1, np.float32)}])
     assert float(jaxloop.reduce_outputs(outputs)["loss"]) == pytest.approx(1 / 7)
+    with pytest.raises(TypeError, match=r"(?s)batch_size_fn returned -3 as the samples.*a whole number >= 0"):
+        jaxloop.EvalLoop(_mean_step, batch_size_fn=lambda batch: -3)(0, batches)
+    with pytest.raises(TypeError, match=r"(?s)EvalLoop's batch_size_fn must be a function.*received: int 3"):
+        jaxloop.EvalLoop(_mean_step, batch_size_fn=3)

@@ -31,6 +31,7 @@ from gyre.core._columns import numeric_dtype
 from gyre.core._errors import as_pair, describe, explain, whole_number
 from gyre.core._schedules import always
 from gyre.data._padding import accepts_mask, padded
+from gyre.loop._elapse import samples
 from gyre.loop._engine import loop as _engine_loop
 from gyre.loop._nan import NonFiniteError, check_nan_policy
 from gyre.parallel._partitioners import step_name
@@ -107,7 +108,12 @@ class Loop:
     pads_batches = False
 
     def __init__(self, step: Any, *, nan_policy: str = "raise", batch_size_fn: Any = None) -> None:
-        self._nan_policy = _check_nan_policy(nan_policy, type(self).__name__)
+        who = type(self).__name__
+        self._nan_policy = check_nan_policy(nan_policy, who, no_skip=(
+            "the step applies them, not the loop",
+            "drop them in the optimizer: optax.apply_if_finite(tx, max_consecutive_errors=5), "
+            f"with {who}(step, nan_policy='ignore')",
+        ))
         if batch_size_fn is not None and not callable(batch_size_fn):
             raise TypeError(
                 explain(
@@ -117,7 +123,7 @@ class Loop:
                     fix="pass a function, or leave it None (the leading dimension of the batch's arrays)",
                 )
             )
-        self._batch_size_fn = batch_size_fn
+        self._size_of = infer_batch_size if batch_size_fn is None else lambda batch: samples(batch_size_fn(batch))
         if not callable(step):
             raise TypeError(
                 explain(
@@ -217,7 +223,7 @@ class Loop:
         batch = self._get_next_batch(dataset)
         sizes = getattr(self, "_sizes", None)
         if sizes is not None:  # the weight of this step's outputs (reduce_outputs), from shapes
-            sizes.append(_batch_examples(batch, getattr(self, "_batch_size_fn", None), type(self).__name__))
+            sizes.append(getattr(self, "_size_of", infer_batch_size)(batch))
         pads = getattr(self, "_pads", None)
         if pads is not None:  # an EvalLoop whose step takes a mask: one batch size throughout
             batch, mask = pads(batch)
@@ -272,7 +278,7 @@ class Loop:
         data = _as_iterator(dataset)
         loop_outputs: Output = collections.defaultdict(list)
         self._last_steps = 0
-        self._sizes: list[int | None] | None = []
+        self._sizes: list[int] | None = []
         count, box, who = [0], [loop_outputs], f"{type(self).__name__}._run_one_step"
         self._pads = _Pads() if self.pads_batches and takes_mask(self._step) else None
         checks = getattr(self, "_nan_policy", "raise") != "ignore"
@@ -334,34 +340,6 @@ class Loop:
         return as_pair(self.end(state, outputs), f"{who}.end", "(state, outputs)", "state, outputs")
 
 
-def _check_nan_policy(nan_policy: Any, who: str) -> str:
-    """``"raise"`` or ``"ignore"`` (a jaxloop loop cannot drop a step's update)."""
-    policy = check_nan_policy(nan_policy, who)
-    if policy == "skip":
-        raise ValueError(
-            explain(
-                f"{who} cannot skip non-finite updates: the step applies them, not the loop",
-                expected="nan_policy='raise' (stop at the first NaN/Inf output) or 'ignore' (run through)",
-                received="nan_policy='skip'",
-                fix="drop them in the optimizer: optax.apply_if_finite(tx, max_consecutive_errors=5), "
-                f"with {who}(step, nan_policy='ignore')",
-            )
-        )
-    return policy
-
-
-def _batch_examples(batch: Any, size_fn: Any, who: str) -> int:
-    """The examples in ``batch``: ``size_fn(batch)``, else the engine's rule
-    (:func:`gyre.core.infer_batch_size`: the leading dimension its arrays share)."""
-    if size_fn is None:
-        return infer_batch_size(batch)
-    return whole_number(
-        size_fn(batch), minimum=0, problem=f"{who}'s batch_size_fn must return a whole number >= 0",
-        expected="the examples in the batch, e.g. batch['y'].shape[0]",
-        fix="return the count of the batch's examples",
-    )
-
-
 class StepValues(list):  # type: ignore[type-arg]
     """A list of a loop's per-step values that knows each step's examples (``batch_sizes``),
     so :func:`reduce_outputs` weighs the steps' means by them.
@@ -377,9 +355,9 @@ class StepValues(list):  # type: ignore[type-arg]
         self.batch_sizes = batch_sizes
 
 
-def _weighted(outputs: Any, sizes: list[int | None] | None) -> Any:
+def _weighted(outputs: Any, sizes: list[int]) -> Any:
     """``outputs`` whose lists of one value per step carry the steps' example counts."""
-    if not sizes or None in sizes or not isinstance(outputs, dict):
+    if not sizes or not isinstance(outputs, dict):
         return outputs
     for key, values in outputs.items():
         if type(values) is list and len(values) == len(sizes):

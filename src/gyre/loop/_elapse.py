@@ -221,18 +221,28 @@ def size_function(batch_size_fn: Any) -> BatchSizeFn:
     except (TypeError, ValueError):
         first = None
     if first == "batch":
-        return lambda batch: _samples(batch_size_fn(batch))
+        return lambda batch: samples(batch_size_fn(batch))
 
     def from_shapes(batch: Any) -> int:
         shapes = [tuple(getattr(x, "shape", ())) or (1,) for x in jax.tree_util.tree_leaves(batch)]
-        return _samples(batch_size_fn(shapes)) if shapes else 1
+        return samples(batch_size_fn(shapes)) if shapes else 1
 
     return from_shapes
 
 
-def _samples(size: Any) -> int:
+def samples(size: Any) -> int:
     """A ``batch_size_fn``'s result as a Python ``int``, or the explained error: a negative,
-    fractional or non-numeric count would silently corrupt the clock's samples."""
+    fractional or non-numeric count would silently corrupt the clock's samples (and the
+    weights of the means that it gives).
+
+    Example:
+        >>> import numpy as np
+        >>> samples(np.int64(32))
+        32
+        >>> samples(-4)
+        Traceback (most recent call last):
+        TypeError: batch_size_fn returned -4 as the samples of a batch...
+    """
     if type(size) is int and size >= 0:
         return size
     number = as_integer(size)
@@ -244,7 +254,7 @@ def _samples(size: Any) -> int:
             expected="a whole number >= 0 (the examples in the batch)",
             received=describe(size),
             fix="return the batch's leading dimension as an int, e.g. "
-            "batch_size_fn=lambda shapes: shapes[0][0]",
+            "batch_size_fn=lambda batch: batch['y'].shape[0]",
         )
     )
 

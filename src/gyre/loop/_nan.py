@@ -97,9 +97,10 @@ class NonFiniteError(FloatingPointError):
         self.value = value
 
 
-def check_nan_policy(policy: Any, where: str = "loop") -> str:
+def check_nan_policy(policy: Any, where: str = "loop", *, no_skip: tuple[str, str] | None = None) -> str:
     """``policy`` when it is one of ``"raise"``, ``"skip"``, ``"ignore"``; else the explained
-    error.
+    error. ``no_skip=(why, fix)``: ``where`` applies every update itself, so ``"skip"`` is
+    refused with that reason and fix.
 
     Example:
         >>> check_nan_policy("skip")
@@ -107,8 +108,21 @@ def check_nan_policy(policy: Any, where: str = "loop") -> str:
         >>> check_nan_policy("rasie")
         Traceback (most recent call last):
         ValueError: nan_policy of loop must be one of 'raise', 'skip', 'ignore'...
+        >>> check_nan_policy("skip", "fit", no_skip=("its step applies every update", "wrap tx"))
+        Traceback (most recent call last):
+        ValueError: fit cannot skip non-finite updates: its step applies every update...
     """
     if isinstance(policy, str) and policy in NAN_POLICIES:
+        if policy == "skip" and no_skip is not None:
+            why, fix = no_skip
+            raise ValueError(
+                explain(
+                    f"{where} cannot skip non-finite updates: {why}",
+                    expected="nan_policy='raise' (stop at the first NaN/Inf) or 'ignore' (go on through them)",
+                    received="nan_policy='skip'",
+                    fix=fix,
+                )
+            )
         return policy
     hint = suggest(policy, NAN_POLICIES) if isinstance(policy, str) else ""
     raise ValueError(

@@ -200,7 +200,12 @@ def fit(
     """
     import gyre
 
-    policy = _check_nan_policy(nan_policy)
+    policy = check_nan_policy(nan_policy, "gyre.fit", no_skip=(
+        "its training step applies every one",
+        "pass tx=optax.apply_if_finite(optax.adam(1e-3), max_consecutive_errors=5) to "
+        "TrainState.create with nan_policy='ignore', or use gyre.train_loop with "
+        "@gyre.managed.train_step and nan_policy='skip'",
+    ))
     refuse_array_pair(train_ds)
     if is_pair_of_arrays(test_ds) or is_pair_of_arrays(val_ds):  # Keras's validation_data=(x, y)
         rows = batch_rows(first_batch(train_ds))
@@ -310,24 +315,6 @@ def run_folder(log_dir: str | os.PathLike[str], log_name: str, resume: str | Non
                 used.append(int(match.group(1) or 0))
     number = (max(used) if resume is not None else max(used) + 1) if used else 0
     return os.fspath(root / (log_name if number == 0 else f"{log_name}-{number}"))
-
-
-def _check_nan_policy(nan_policy: Any) -> str:
-    """``"raise"`` or ``"ignore"``; ``"skip"`` is explained (fit's own step cannot drop an
-    update), any other value is :func:`check_nan_policy`'s error."""
-    policy = check_nan_policy(nan_policy, "gyre.fit")
-    if policy == "skip":
-        raise ValueError(
-            explain(
-                "gyre.fit cannot skip non-finite updates: its training step applies every one",
-                expected="nan_policy='raise' (stop at the first NaN/Inf loss) or 'ignore' (train through)",
-                received="nan_policy='skip'",
-                fix="pass tx=optax.apply_if_finite(optax.adam(1e-3), max_consecutive_errors=5) to "
-                "TrainState.create with nan_policy='ignore', or use gyre.train_loop with "
-                "@gyre.managed.train_step and nan_policy='skip'",
-            )
-        )
-    return policy
 
 
 def _check_run_options(log_name: Any, hparams: Any) -> None:
