@@ -134,6 +134,15 @@ def describe_tree(tree: Any, *, with_checksums: bool, where: str = "state") -> l
     ]
 
 
+def _one_sided(kind: str, target: Any, saved: Any) -> list[str]:
+    """The paths of ``target`` missing from ``saved`` and the other way round, as problems."""
+    missing = [p for p in target if p not in saved]
+    extra = [p for p in saved if p not in target]
+    return ([f"{len(missing)} target {kind} not in the checkpoint ({_listed(missing)})"] if missing else []) + (
+        [f"{len(extra)} saved {kind} not in the target ({_listed(extra)})"] if extra else []
+    )
+
+
 def _listed(names: list[str], limit: int = 3) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
@@ -173,21 +182,8 @@ def mismatch(
     """
     wanted = {leaf_path(p): leaf_type(x, where=where) for p, x in jax.tree_util.tree_flatten_with_path(target)[0]}
     have = {d["path"]: (tuple(d["shape"]), d["dtype"]) for d in saved}
-    problems = []
-    if saved_empty is not None:
-        target_empty = empty_nodes(target)
-        missing = [p for p in target_empty if p not in saved_empty]
-        extra = [p for p in saved_empty if p not in target_empty]
-        if missing:
-            problems.append(f"{len(missing)} target nodes not in the checkpoint ({_listed(missing)})")
-        if extra:
-            problems.append(f"{len(extra)} saved nodes not in the target ({_listed(extra)})")
-    missing = [p for p in wanted if p not in have]
-    extra = [p for p in have if p not in wanted]
-    if missing:
-        problems.append(f"{len(missing)} target leaves not in the checkpoint ({_listed(missing)})")
-    if extra:
-        problems.append(f"{len(extra)} saved leaves not in the target ({_listed(extra)})")
+    problems = [] if saved_empty is None else _one_sided("nodes", empty_nodes(target), saved_empty)
+    problems += _one_sided("leaves", wanted, have)
     shapes = [p for p in wanted if p in have and have[p][0] != wanted[p][0]]
     dtypes = [p for p in wanted if p in have and have[p][1] != wanted[p][1]]
     for p in shapes[:3]:
