@@ -237,3 +237,6 @@ def test_the_mode_is_inferred_from_the_name_by_default_and_shown():
 def test_jaxloop_handler_infers_the_mode_by_the_same_rule():
     assert gyre.jaxloop.MetricMonitoringStopHandler("accuracy_test").mode == "max"
     assert gyre.jaxloop.MetricMonitoringStopHandler("loss_test").mode == "min"
+    # a prefix before '/' is not part of the word (jaxloop's own endswith rule maximised it)
+    assert gyre.jaxloop.MetricMonitoringStopHandler("eval/accuracy").mode == "max"
+    assert gyre.early_stopping("val/acc", patience=1).mode == "max"

@@ -4,6 +4,7 @@ reading it as one number, with errors that name the entry."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -13,21 +14,37 @@ from gyre.core._host import fetch, to_python
 from gyre.core._logs import Logs
 
 # Words that name a value to maximise, as a word of the monitored name ("accuracy_test",
-# "val_f1") or its start ("acc1"); any other name is taken as one to minimise (a loss, an error).
+# "val_f1") or its start ("acc1"); words of a name to minimise (a loss, an error).
 MAX_WORDS = ("acc", "accuracy", "auc", "f1", "precision", "recall", "iou", "score", "r2")
+MIN_WORDS = ("loss", "error", "err", "mse", "mae", "rmse", "nll", "perplexity", "ppl", "ce")
+
+
+def implied_mode(monitor: str) -> str | None:
+    """The mode a monitored name implies: ``"max"`` (a word of :data:`MAX_WORDS`), ``"min"``
+    (a word of :data:`MIN_WORDS`) or ``None``. Only the last part of the name counts (after a
+    collection's ``"metrics."`` or a prefix's ``"val/"``).
+
+    Example:
+        >>> implied_mode("val/acc"), implied_mode("metrics.loss_test"), implied_mode("foo")
+        ('max', 'min', None)
+    """
+    base = re.split(r"[./]", monitor)[-1].lower()
+    words = base.split("_")
+    if any(word in words or base.startswith(word) for word in MAX_WORDS):
+        return "max"
+    return "min" if any(word in words for word in MIN_WORDS) else None
 
 
 def auto_mode(monitor: str) -> str:
-    """``"max"`` when the monitored name says higher is better (see :data:`MAX_WORDS`), else
-    ``"min"``: the one rule of gyre's early stopping and of jaxloop's stop handler. The
-    collection (``"metrics."``) is ignored; a name that implies nothing (``"foo"``) is minimised.
+    """``"max"`` when the monitored name says higher is better (:func:`implied_mode`), else
+    ``"min"``: the one rule of gyre's early stopping, the trainer's monitors and jaxloop's stop
+    handler. A name that implies nothing (``"foo"``) is minimised.
 
     Example:
-        >>> auto_mode("accuracy_test"), auto_mode("metrics.val_f1"), auto_mode("loss_test"), auto_mode("foo")
-        ('max', 'max', 'min', 'min')
+        >>> auto_mode("accuracy_test"), auto_mode("metrics.val_f1"), auto_mode("eval/accuracy"), auto_mode("foo")
+        ('max', 'max', 'max', 'min')
     """
-    base = monitor.rsplit(".", 1)[-1].lower()
-    return "max" if any(word in base.split("_") or base.startswith(word) for word in MAX_WORDS) else "min"
+    return implied_mode(monitor) or "min"
 
 
 def find(logs: Logs | None, monitor: str, *, owner: str, step: int, fix: str) -> Any:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
-from gyre.callbacks._monitor import auto_mode
+from gyre.callbacks._monitor import implied_mode
 from gyre.config._registry import register_callback
 from gyre.core._columns import numeric_dtype
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn, whole_number
@@ -19,9 +19,6 @@ from gyre.core._host import fetch
 from gyre.trainer._callback import Callback, _check_state
 
 PROFILE_FOLDER = "profile"
-#: words of a monitored name that say lower is better (those that say higher is better are
-#: gyre's early stopping's: ``acc``, ``accuracy``, ``f1``, ``auc``...)
-MIN_WORDS = ("loss", "error", "err", "mse", "mae", "rmse", "nll", "perplexity", "ppl", "ce")
 
 
 def monitor_mode(owner: str, monitor: str, mode: str) -> str:
@@ -38,9 +35,7 @@ def monitor_mode(owner: str, monitor: str, mode: str) -> str:
         ValueError: ModelCheckpoint: mode 'min' on 'val/acc' keeps the lowest value, but its name says mode 'max' (higher is better)
         ...
     """
-    name = monitor.rsplit("/", 1)[-1]
-    implied = ("max" if auto_mode(name) == "max"
-               else "min" if any(word in name.lower().split("_") for word in MIN_WORDS) else None)
+    implied = implied_mode(monitor)
     if mode == "auto":
         return implied or "min"
     if implied is not None and mode != implied:
