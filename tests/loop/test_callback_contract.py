@@ -190,8 +190,8 @@ KINDS = {  # name: (build, schedule, fires on: steps_per_call -> steps, returns 
     "state method (named loop)": (a_state_method, None, {1: EPOCH_ENDS, 4: EPOCH_ENDS}, ALL_RETURNS),
     "__loop_callback__ object": (CicloCallback, gyre.every(3), {1: EVERY_3, 4: EVERY_3}, ALL_RETURNS),
     "gyre.callback(fn)": (a_ciclo_function, gyre.every(3), {1: EVERY_3, 4: EVERY_3}, ALL_RETURNS),
-    # a display: every step step by step, once per chunk (its last step) when fused
-    "ChunkSafe object": (Shown, gyre.every(1), {1: list(range(STEPS)), 4: EPOCH_ENDS}, ["None"]),
+    # an observer: once per block (the 12 steps are one block), once per chunk when fused
+    "ChunkSafe object": (Shown, gyre.every(1), {1: [STEPS - 1], 4: EPOCH_ENDS}, ["None"]),
     "managed step": (a_managed_step, gyre.every(3), {1: EVERY_3, 4: EVERY_3}, NOT_MANAGED),
 }
 CASES = [(kind, ret) for kind, (_, _, _, returns) in KINDS.items() for ret in returns]

@@ -114,6 +114,7 @@ class Invoker:
             batch, see the module docs).
         read_only: the callback should not change the state (a predict step): the first
             state it returns is compared with the state it got, and a change is said once.
+        uses: the names (from ``state, batch, elapsed, logs, loop``) it is called with.
 
     Example:
         >>> inv = bind(lambda logs, state: (logs, state + 1))
@@ -121,15 +122,18 @@ class Invoker:
         ('<lambda>', ({}, 2))
     """
 
-    __slots__ = ("fn", "name", "call", "returned_state", "takes_mask", "read_only")
+    __slots__ = ("fn", "name", "call", "returned_state", "takes_mask", "read_only", "uses")
 
-    def __init__(self, fn: Any, call: Call, name: str, *, takes_mask: bool = False) -> None:
+    def __init__(
+        self, fn: Any, call: Call, name: str, *, takes_mask: bool = False, uses: frozenset[str] = frozenset(ARG_NAMES)
+    ) -> None:
         self.fn = fn
         self.name = name
         self.call = call
         self.returned_state = False
         self.takes_mask = takes_mask
         self.read_only = False
+        self.uses = uses
 
     def __repr__(self) -> str:
         return f"<gyre callback {self.name}>"
@@ -181,10 +185,11 @@ def bind(fn: Any) -> Invoker:
         method = fn.method
         idx, kw, mask = _plan(method, _params(method)[1:], 1)
         name = callback_name(method)
-        return Invoker(fn, _make(method, idx, kw, True, mask, name), name, takes_mask=mask is not None)
+        call = _make(method, idx, kw, True, mask, name)
+        return Invoker(fn, call, name, takes_mask=mask is not None, uses=_uses((0, *idx), kw))
     loop_callback = getattr(fn, "__loop_callback__", None)
     if callable(loop_callback) and not isinstance(fn, type):
-        return Invoker(fn, lambda s, b, e, lg, lp: loop_callback(lp), callback_name(fn))
+        return Invoker(fn, lambda s, b, e, lg, lp: loop_callback(lp), callback_name(fn), uses=frozenset({"loop"}))
     if not callable(fn):
         raise TypeError(
             explain(
@@ -196,7 +201,11 @@ def bind(fn: Any) -> Invoker:
         )
     idx, kw, mask = _plan(fn, _params(fn), 0)
     name = callback_name(fn)
-    return Invoker(fn, _make(fn, idx, kw, False, mask, name), name, takes_mask=mask is not None)
+    return Invoker(fn, _make(fn, idx, kw, False, mask, name), name, takes_mask=mask is not None, uses=_uses(idx, kw))
+
+
+def _uses(idx: tuple[int, ...], kw: tuple[tuple[str, int], ...]) -> frozenset[str]:
+    return frozenset(ARG_NAMES[i] for i in (*idx, *(i for _, i in kw)))
 
 
 def _params(fn: Any) -> list[inspect.Parameter]:

@@ -186,6 +186,12 @@ class ChunkRunner:
     def execute(self, chunk: Chunk) -> Logs:
         """Calls the fused step on the chunk, then runs the tasks after it and commits;
         returns the chunk's stacked logs."""
+        logs = self.call(chunk)
+        self.settle(chunk, logs)
+        return logs
+
+    def call(self, chunk: Chunk) -> Logs:
+        """Runs the chunk's steps (one fused call); the clock counts them, the last in progress."""
         k = len(chunk.batches)
         advanced = False
         try:
@@ -201,6 +207,11 @@ class ChunkRunner:
         finally:
             if not advanced:  # interrupted: the chunk's batches were consumed, count them
                 self.elapse.advance(chunk.clocks, chunk.sizes)
+        return logs
+
+    def settle(self, chunk: Chunk, logs: Logs) -> None:
+        """After a chunk's steps: the tasks after it, the commit, the NaN check, preemption."""
+        k = len(chunk.clocks)
         nan = self.ls._nan
         if nan is not None:  # checked by a checkpoint after the chunk, before it is committed
             nan.pending = (chunk.clocks, logs)
@@ -208,7 +219,7 @@ class ChunkRunner:
         self.commit(chunk, logs, last)
         if nan is not None:
             nan.pending = None
-            nan.poll(k, self.elapse.now()[0])
+            self.poll(nan, k)
         self.note_cut(chunk)
         first, end = chunk.clocks[0].steps, chunk.clocks[-1].steps
         for step in range(first, end):  # the preemption sync point is asked at every step
@@ -216,7 +227,6 @@ class ChunkRunner:
                 self.ls.request_stop("preempted")
                 break
         self.ls.end_step(end)
-        return logs
 
     def after_chunk(self, chunk: Chunk, logs: Logs) -> Logs | None:
         """Runs the tasks after the step that fire on the last step, then the display tasks
@@ -225,7 +235,7 @@ class ChunkRunner:
         shown = [t for t, fired in zip(self.plan.display, chunk.shown, strict=True) if fired]
         if not after and not shown:
             return None
-        k = len(chunk.batches)
+        k = len(chunk.clocks)
         last = Logs()
         if chunk.first and k == 1:
             last.merge(chunk.first)
@@ -263,17 +273,21 @@ class ChunkRunner:
         if last:
             history.commit(clocks[-1], last, batch_size=sizes[-1])
 
+    def poll(self, nan: Any, steps: int) -> None:
+        """The NaN check after a chunk of ``steps`` steps."""
+        nan.poll(steps, self.elapse.now()[0])
+
     def note_cut(self, chunk: Chunk) -> None:
         """Says once when a task keeps cutting chunks to half of ``steps_per_call`` or less."""
         task = chunk.cut_by
-        if task is None or self.warned or len(chunk.batches) > max(self.steps // 2, 1):
+        if task is None or self.warned or len(chunk.clocks) > max(self.steps // 2, 1):
             return
         count = self.short[id(task)] = self.short.get(id(task), 0) + 1
         if count >= SHORT_CUTS_BEFORE_WARNING:
             self.warned = True
             warn(
                 f"steps_per_call={self.steps}, but the task {describe_task(task)} fires so often "
-                f"that fused chunks end after {len(chunk.batches)} step(s): each callback must "
+                f"that fused chunks end after {len(chunk.clocks)} step(s): each callback must "
                 "run after the same steps as step by step. Schedule it less often, or make it a "
                 "gyre.ChunkSafe callback if running once per chunk is right."
             )

@@ -19,6 +19,7 @@ from gyre.core._errors import describe, explain, flag, keywords_checked, warn
 from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.loop._binding import bind
+from gyre.loop._blocks import BlockRunner, Plan, plan_table
 from gyre.loop._chunks import ChunkRunner
 from gyre.loop._data import track_data
 from gyre.loop._elapse import Elapse, StopLike, check_stop, epochs_unknown, steps_only
@@ -335,6 +336,12 @@ def loop(
     )
     _check_epoch_schedules(table, clock_iter)
     ls = LoopState(state, history, clock_iter.elapsed, metadata)
+    if chunks is None:
+        chunks = plan_table(table, clock_iter)
+        ls.plan = Plan("steps", chunks) if isinstance(chunks, str) else Plan("blocks")
+        chunks = None if isinstance(chunks, str) else chunks
+    else:
+        ls.plan = Plan("fused")
     ls._completed = clock_iter.peek_completed
     ls.data = data.follow(clock_iter)
     # the clock of the step in progress, fused chunks' included (for where the check noticed)
@@ -364,7 +371,9 @@ def _run(
 ) -> Elapsed:
     run_callbacks(starts, ls, clock_iter.elapsed)
     try:
-        if chunks is not None:
+        if chunks is not None and steps == 1:
+            BlockRunner(chunks, clock_iter, ls, outermost=_DEPTH.value == 1).run()
+        elif chunks is not None:
             ChunkRunner(chunks, clock_iter, ls, steps, outermost=_DEPTH.value == 1).run()
         else:
             run_steps(table, clock_iter, ls, outermost=_DEPTH.value == 1)

@@ -156,8 +156,16 @@ jax.tree_util.register_pytree_node(
 )
 
 
-def _scan_of(invoker: Invoker, steps: int) -> FusedStep:
-    """``steps`` calls of the callback in one scan; its return folded as in the loop."""
+def step_body(invoker: Invoker) -> Callable[[Any, Any], tuple[Any, Logs]]:
+    """``body(state, batch) -> (state, logs)``: one call of the callback, its return folded as
+    in the loop (what a fused scan and a ring step trace).
+
+    Example:
+        >>> import gyre
+        >>> state, logs = step_body(bind(lambda s, b: (gyre.logs().add_metric("b", b), s + b)))(1, 2)
+        >>> state, logs.metrics.b
+        (3, 2)
+    """
     missing = [_NotInFusedStep(a, invoker.name) for a in ("elapsed", "logs", "loop")]
 
     def body(state: Any, batch: Any) -> tuple[Any, Logs]:
@@ -166,6 +174,13 @@ def _scan_of(invoker: Invoker, steps: int) -> FusedStep:
         if out is not None:
             state = fold(out, logs, state, invoker)
         return state, logs
+
+    return body
+
+
+def _scan_of(invoker: Invoker, steps: int) -> FusedStep:
+    """``steps`` calls of the callback in one scan; its return folded as in the loop."""
+    body = step_body(invoker)
 
     def fused(state: Any, batches: Any) -> tuple[Logs, Any]:
         state, logs = scan_steps(body, state, batches, length=steps)

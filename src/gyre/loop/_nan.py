@@ -339,6 +339,13 @@ class FiniteCheck:
         # writer's reads do not turn them into many small sends (and writer batches)
         self.countdown = self._armed = POLL_EVERY - self._since_send
 
+    def after_block(self) -> None:
+        """Called after each block of a loop that runs in blocks: checks the records that have
+        reached the host, then sends the rest, to be read after the next block. Never waits."""
+        if self.lagged:
+            self._read()
+            self.reader.history.flush(lag=0, wait=False)
+
     def _landed(self) -> None:
         """The history landed records on the host: read them at the next :meth:`poll`."""
         self._since_send += self._armed - self.countdown

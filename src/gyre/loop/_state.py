@@ -60,7 +60,7 @@ class LoopState:
         "state", "history", "elapsed", "logs", "batch", "metadata",
         "stop_requested", "stop_reason", "_completed", "_nan",
         "resumables", "data", "saves", "history_saved", "preempted", "step_start",
-        "checkpoints",
+        "checkpoints", "plan",
     )
 
     def __init__(self, state: Any, history: History, elapsed: Elapsed, metadata: Any = None) -> None:
@@ -88,6 +88,9 @@ class LoopState:
         #: the state when the current step started (what an exception hands back)
         self.step_start: Any = None
         self._nan: Any = None  # the loop's FiniteCheck (gyre.loop._nan), None for "ignore"
+        #: how the loop runs its table: ``"blocks"``, ``"fused"`` or ``"steps"``, and why
+        #: not in blocks (a :class:`gyre.loop._blocks.Plan`)
+        self.plan: Any = None
 
     def snapshot(self, owner: Any = None, metrics: dict[str, float] | None = None) -> Snapshot:
         """What a checkpoint saves of this loop now: the state, the completed clock, the

@@ -1,0 +1,246 @@
+"""Blocks: the loop plans its table once and runs its steps a block at a time.
+
+When a loop starts, its table is classified (:func:`plan_table`): the *step* (the compiled
+callback on every step), *events* (tasks whose schedule can say when it next fires:
+:meth:`gyre.Schedule.next_step`), and *observers* (:class:`~gyre.ChunkSafe` callbacks: the
+progress bars, the writers). A table of these runs in blocks (:class:`BlockRunner`): a block
+ends at the next event, after at most :data:`~gyre.loop._ring.ROWS` steps (fewer, so a block
+lasts about :data:`BLOCK_SECONDS`), at the stop, or where the data ends. Inside a block the
+only Python is the iteration over batches and the compiled call, which writes the step's logs
+into a device ring (:mod:`gyre.loop._ring`); the clock, the history, the observers, the NaN
+check and preemption are dealt with once per block. Each event's callbacks run after exactly
+the step they fire on, with that step's clock, batch, logs and state, as step by step.
+
+Anything else (a plain Python function on every step, a schedule that cannot be solved in
+advance: ``every(samples=...)``, ``every(time=...)``, a lambda) runs on the general per-step
+path, which stays correct: ``loop.plan`` says which path a loop took, and why.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from gyre.core import _compat, _schedules
+from gyre.core._clock import Elapsed
+from gyre.core._logs import Logs
+from gyre.loop._chunks import Chunk, ChunkRunner, first_firing
+from gyre.loop._elapse import END, Elapse, steps_only
+from gyre.loop._fuse import step_function
+from gyre.loop._ring import ROWS, Ring, RingMismatch
+from gyre.loop._split import ChunkPlan, split_tasks
+from gyre.loop._state import LoopState
+from gyre.loop._tasks import Task
+
+#: About how long a block lasts (its length adapts to the step's speed, up to ROWS steps).
+BLOCK_SECONDS = 0.5
+
+
+class Plan(NamedTuple):
+    """How a loop runs its table (``loop.plan``): ``"blocks"``, ``"fused"`` (``steps_per_call``)
+    or ``"steps"`` (the general per-step path), and why not in blocks.
+
+    Example:
+        >>> Plan("steps", "print runs on every step")
+        Plan(path='steps', reason='print runs on every step')
+    """
+
+    path: str
+    reason: str | None = None
+
+
+UNSOLVED = getattr(_schedules, "UNSOLVED", object())
+
+
+def _next(task: Task, clock: Elapsed, epoch_steps: int | None) -> Any:
+    solve = getattr(task.schedule, "next_step", None)
+    return UNSOLVED if solve is None else solve(clock, epoch_steps=epoch_steps)
+
+
+def plan_table(table: Sequence[Task], elapse: Elapse) -> ChunkPlan | str:
+    """The table sorted for blocks (the step, the events before and after it, the observers),
+    or why it runs step by step.
+
+    Example:
+        >>> import gyre, jax
+        >>> from gyre.loop._tasks import compile_tasks
+        >>> step = jax.jit(lambda s, b: s)
+        >>> plan = plan_table(compile_tasks({gyre.every(1): step, gyre.every(10): print}), Elapse([1]))
+        >>> plan.step.fn is step, len(plan.after)
+        (True, 1)
+        >>> plan_table(compile_tasks({gyre.every(1): [step, print]}), Elapse([1]))
+        'print runs on every step: a plain Python function'
+    """
+    try:
+        plan = split_tasks(table, 1)
+    except (TypeError, ValueError) as err:
+        return str(err).splitlines()[0]
+    step = plan.step
+    if step is None or not _compat.is_jitted(step_function(step.fn)):
+        return f"the step {step.name if step else ''} is not a jax.jit function"
+    if not step.uses <= {"state", "batch"} or step.takes_mask:
+        return f"the step {step.name} takes more than (state, batch)"
+    if _stop_step(elapse, elapse.elapsed) is False:
+        return f"stop={elapse.stop!r} cannot be solved in advance"
+    for task in (*plan.before, *plan.after, *plan.display):
+        if task.schedule is None:
+            if task in plan.display:
+                continue
+            names = ", ".join(i.name for i in task.invokers)
+            return f"{names} runs on every step: a plain Python function"
+        if _next(task, elapse.elapsed, elapse.epoch_steps) is UNSOLVED:
+            return f"the schedule {task.key!r} cannot say in advance when it fires"
+    return plan
+
+
+def _stop_step(elapse: Elapse, clock: Elapsed) -> int | None | bool:
+    """The step index the loop stops before (None: no stop; False: not solvable)."""
+    stop = elapse.stop
+    if stop is None:
+        return None
+    steps = steps_only(stop)
+    if steps is not None:
+        return steps
+    given = dict(stop.items())
+    if set(given) - {"steps", "epochs"} or elapse.epoch_steps is None:
+        return False
+    ends = [given["steps"]] if "steps" in given else []
+    if "epochs" in given:
+        e = elapse.epoch_steps
+        ends.append(clock.steps + (given["epochs"] - clock.epochs) * e - clock.step_in_epoch)
+    return max(min(ends), clock.steps)
+
+
+def block_clocks(first: Elapsed, sizes: Sequence[int], epoch_steps: int | None) -> list[Elapsed]:
+    """The clocks of a block's steps: ``first``, then one more step each (the block's time).
+
+    Example:
+        >>> [(c.steps, c.samples) for c in block_clocks(Elapsed(steps=3, samples=6), [2, 2, 1], None)]
+        [(3, 6), (4, 8), (5, 10)]
+    """
+    clocks = [first]
+    time, date = first.time, first.date
+    for size in sizes[:-1]:
+        clocks.append(clocks[-1]._after(size, time, date, epoch_steps))
+    return clocks
+
+
+class BlockRunner(ChunkRunner):
+    """Runs a planned table block by block (see the module docs); built by :func:`gyre.loop`.
+
+    Example: ``gyre.loop(state, batches, {gyre.every(1): [step, gyre.keras_bar()]})``.
+    """
+
+    def __init__(self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, *, outermost: bool = True) -> None:
+        super().__init__(plan, elapse, loop_state, ROWS, outermost=outermost)
+        self.ring = Ring(plan.step, step_function(plan.step.fn))  # type: ignore[union-attr, arg-type]
+        self.length = 16  # steps per block, adapted to about BLOCK_SECONDS
+        self.partial: tuple[Logs, int] = (Logs(), 0)
+
+    def extend(self, chunk: Chunk) -> None:
+        """Solves the block's length: up to the next event, the stop, a block's time."""
+        clock, epoch_steps = chunk.clocks[0], self.elapse.epoch_steps
+        n = 1 if self.ls.saves else self.length
+        stop = _stop_step(self.elapse, clock)
+        if stop is not None:
+            n = min(n, stop - clock.steps)
+        if self.plan.before:
+            time, date = clock.time, clock.date
+            later = clock._after(chunk.sizes[0], time, date, epoch_steps)
+            for task in self.plan.before:
+                e = _next(task, later, epoch_steps)
+                if e is not None:
+                    n = min(n, e - clock.steps)
+        for task in self.plan.after:
+            e = _next(task, clock, epoch_steps)
+            if e is not None:
+                n = min(n, e - clock.steps + 1)
+        self.n = max(n, 1)
+
+    def call(self, chunk: Chunk) -> Logs:
+        """Runs the block's steps, pulling each batch as its step starts; the clock counts
+        them, the last in progress. A step that raises leaves the steps before it counted and
+        committed, and ``loop.step_start`` the state it was given."""
+        start = _time.perf_counter()
+        sizes, epoch_steps = chunk.sizes, self.elapse.epoch_steps
+        if self.ring.buffers is None:
+            self.ring.open(self.ls.state, chunk.batches[0])
+        try:
+            logs, last = self._ringed(chunk, sizes)
+        except BaseException:
+            logs, k = self.partial
+            clocks = block_clocks(chunk.clocks[0], sizes, epoch_steps)
+            self.elapse.advance(clocks, sizes)
+            if k and logs:
+                self.ls.history.commit_stacked(clocks[:k], logs, batch_sizes=sizes[:k])
+            raise
+        chunk.clocks = block_clocks(chunk.clocks[0], sizes, epoch_steps)
+        chunk.batches = [last]
+        self.elapse.advance(chunk.clocks, sizes)
+        self._adapt(len(sizes), _time.perf_counter() - start)
+        self._ask(chunk)
+        return logs
+
+    def poll(self, nan: Any, steps: int) -> None:
+        """The NaN check after a block: what landed is read, the rest sent."""
+        nan.after_block()
+
+    def _ask(self, chunk: Chunk) -> None:
+        """Asks the schedules of the block's last step (the tasks after the step) and of the
+        observers (on each step where theirs can fire)."""
+        clocks, epoch_steps = chunk.clocks, self.elapse.epoch_steps
+        if self.plan.after:
+            first_firing(self.plan.after, clocks[-1], chunk.after)
+        first, last = clocks[0].steps, clocks[-1].steps
+        for i, task in enumerate(self.plan.display):
+            if task.schedule is None:
+                chunk.shown[i] = True
+                continue
+            at = _next(task, clocks[0], epoch_steps)
+            while at is not None and at <= last:
+                chunk.shown[i] = bool(task.schedule(clocks[at - first])) or chunk.shown[i]
+                if at == last:
+                    break
+                at = _next(task, clocks[at - first + 1], epoch_steps)
+
+    def _ringed(self, chunk: Chunk, sizes: list[int]) -> tuple[Logs, Any]:
+        ring, ls, n = self.ring, self.ls, self.n
+        fn, buffers, it, size_of = ring.fn, ring.buffers, self.elapse._it, self.elapse.size_of  # type: ignore[union-attr]
+        state, batch = ls.state, chunk.batches[0]
+        last, k = batch, 0
+        try:
+            while True:
+                try:
+                    state, buffers = fn(state, batch, buffers)
+                except RingMismatch:
+                    if k == 0:  # a new structure: a ring for it
+                        ring.open(state, batch, again=True)  # type: ignore[union-attr]
+                        buffers = ring.buffers  # type: ignore[union-attr]
+                        continue
+                    self.carry = (batch, [])  # the next block starts with it
+                    sizes.pop()
+                    break
+                k, last = k + 1, batch
+                if k == n:
+                    break
+                batch = next(it, END)
+                if batch is END:
+                    self.elapse.exhausted = True
+                    break
+                sizes.append(size_of(batch))
+        except BaseException:
+            ls.step_start = ls.state = state
+            ring.buffers = buffers  # type: ignore[union-attr]
+            self.partial = ring.seal(), k  # type: ignore[union-attr]
+            raise
+        ls.state = state
+        ring.buffers = buffers  # type: ignore[union-attr]
+        return ring.seal(), last  # type: ignore[union-attr]
+
+    def _adapt(self, k: int, seconds: float) -> None:
+        """Grows or shrinks the block length so a block lasts about BLOCK_SECONDS."""
+        if k < self.length or seconds <= 0:
+            return
+        per = seconds / k
+        self.length = max(1, min(ROWS, int(BLOCK_SECONDS / per) if per > 0 else ROWS, self.length * 4))

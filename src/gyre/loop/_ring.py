@@ -1,0 +1,106 @@
+"""The history written by the step: a jitted step wrapped once so that each call also writes
+its logs into a device *ring*, one row per step, the write index kept in the ring itself.
+
+The ring is donated to every call, so the write is in place, and the step returns the ring
+instead of its logs: no per-step log arrays for Python to rebuild. A block of steps ends by
+*sealing* the ring: its rows become the block's stacked logs (a row per step, like a fused
+step's), and the next block writes a fresh ring. A step whose logs change structure (a new
+batch shape that logs differently) raises :class:`RingMismatch` while it is traced, before
+anything runs: the block ends there, and the next opens a ring of the new structure.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from gyre.core import _compat
+from gyre.core._logs import Logs
+from gyre.loop._binding import Invoker
+from gyre.loop._fuse import _TRACING, step_body
+
+#: Rows of a ring: the most steps of one block.
+ROWS = 256
+
+
+class RingMismatch(Exception):
+    """The step's logs do not fit the open ring (raised while tracing: nothing ran)."""
+
+
+def _write(buffers: Any, index: Any, logs: Logs) -> Any:
+    if jax.tree_util.tree_structure(logs) != jax.tree_util.tree_structure(buffers):
+        raise RingMismatch
+    for b, x in zip(jax.tree_util.tree_leaves(buffers), jax.tree_util.tree_leaves(logs), strict=True):
+        if b.shape[1:] != jnp.shape(x) or b.dtype != jnp.result_type(x):
+            raise RingMismatch
+    return jax.tree_util.tree_map(lambda b, x: b.at[index].set(x), buffers, logs)
+
+
+_RINGS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _ring_function(invoker: Invoker, jitted: Any) -> Any:
+    """The jitted ``(state, batch, (buffers, index)) -> (state, (buffers, index + 1))``, cached
+    per jitted step (traced with the first invoker, as fused scans are)."""
+    try:
+        cached = _RINGS.get(jitted)
+        tracing = _TRACING.setdefault(jitted, invoker)
+    except TypeError:  # not weakly referenceable: no cache
+        cached, tracing = None, invoker
+    if cached is not None:
+        return cached
+    body = step_body(tracing)
+
+    def ringed(state: Any, batch: Any, ring: Any) -> tuple[Any, Any]:
+        state, logs = body(state, batch)
+        buffers, index = ring
+        return state, (_write(buffers, index, logs), index + 1)
+
+    donated = _compat.donated_argnums(jitted)
+    fn = jax.jit(ringed, donate_argnums=(0, 2) if donated and 0 in donated else (2,))
+    try:
+        _RINGS[jitted] = fn
+    except TypeError:
+        pass
+    return fn
+
+
+class Ring:
+    """A jitted step that writes its logs into a device ring (see the module docs).
+
+    Example:
+        >>> import gyre, jax, numpy as np
+        >>> from gyre.loop._binding import bind
+        >>> step = jax.jit(lambda s, b: (gyre.logs().add_metric("b", b), s + b))
+        >>> ring = Ring(bind(step), step)
+        >>> state = np.float32(0)
+        >>> ring.open(state, np.float32(1))
+        >>> for b in (1.0, 2.0, 3.0):
+        ...     state, ring.buffers = ring.fn(state, np.float32(b), ring.buffers)
+        >>> ring.seal().metrics.b[:3].tolist(), float(state)
+        ([1.0, 2.0, 3.0], 6.0)
+    """
+
+    def __init__(self, invoker: Invoker, jitted: Any) -> None:
+        self.invoker = invoker
+        self.fn = _ring_function(invoker, jitted)
+        self.template: Any = None  # the logs of one step, as shapes
+        self.buffers: Any = None  # (stacked logs with ROWS rows, write index): the open ring
+
+    def open(self, state: Any, batch: Any, *, again: bool = False) -> None:
+        """Opens a fresh ring for the step's logs on ``batch`` (traced once, or ``again`` after
+        a :class:`RingMismatch`)."""
+        if self.template is None or again:
+            _, self.template = jax.eval_shape(step_body(self.invoker), state, batch)
+        zeros = jax.tree_util.tree_map(lambda x: jnp.zeros((ROWS, *x.shape), x.dtype), self.template)
+        self.buffers = (zeros, jnp.zeros((), jnp.int32))
+
+    def seal(self) -> Logs:
+        """The open ring's stacked logs (``ROWS`` rows, the first ones written); the ring is
+        closed."""
+        logs, _ = self.buffers
+        self.buffers = None
+        return logs
