@@ -22,19 +22,29 @@ import time as _time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from gyre.core import _compat, _schedules
+import jax
+
+from gyre.core import _schedules
 from gyre.core._clock import Elapsed
 from gyre.core._logs import Logs
 from gyre.loop._chunks import Chunk, ChunkRunner, first_firing
 from gyre.loop._elapse import END, Elapse, steps_only
-from gyre.loop._fuse import step_function
-from gyre.loop._ring import ROWS, Ring, RingMismatch
+from gyre.loop._fuse import is_fusable, step_function
+from gyre.loop._ring import ROWS, Ring, RingMismatch, ringable
 from gyre.loop._split import ChunkPlan, split_tasks
 from gyre.loop._state import LoopState
-from gyre.loop._tasks import Task
+from gyre.loop._tasks import StepPoint, Task
 
 #: About how long a block lasts (its length adapts to the step's speed, up to ROWS steps).
 BLOCK_SECONDS = 0.5
+#: ``steps_per_call="auto"``: the steps fused per call when the loop is host-bound, which it
+#: is when dispatching a block's steps took more than HOST_BOUND of the block's time.
+AUTO_STEPS = 100
+HOST_BOUND = 0.5
+
+
+def _fusable(plan: ChunkPlan) -> bool:
+    return plan.step is not None and is_fusable(plan.step.fn)
 
 
 class Plan(NamedTuple):
@@ -58,7 +68,7 @@ def _next(task: Task, clock: Elapsed, epoch_steps: int | None) -> Any:
     return UNSOLVED if solve is None else solve(clock, epoch_steps=epoch_steps)
 
 
-def plan_table(table: Sequence[Task], elapse: Elapse) -> ChunkPlan | str:
+def plan_table(table: Sequence[Task], elapse: Elapse, state: Any = None) -> ChunkPlan | str:
     """The table sorted for blocks (the step, the events before and after it, the observers),
     or why it runs step by step.
 
@@ -74,11 +84,12 @@ def plan_table(table: Sequence[Task], elapse: Elapse) -> ChunkPlan | str:
     """
     try:
         plan = split_tasks(table, 1)
-    except (TypeError, ValueError) as err:
-        return str(err).splitlines()[0]
+    except (TypeError, ValueError):
+        every = [i.name for t in table if t.schedule is None or isinstance(t.key, StepPoint) for i in t.invokers]
+        return f"the table has no one jax.jit step on every step ({', '.join(every) or 'none'})"
     step = plan.step
-    if step is None or not _compat.is_jitted(step_function(step.fn)):
-        return f"the step {step.name if step else ''} is not a jax.jit function"
+    if step is None or not ringable(step_function(step.fn), state):
+        return f"the step {step.name if step else ''} is not a jax.jit function or a managed step on one device"
     if not step.uses <= {"state", "batch"} or step.takes_mask:
         return f"the step {step.name} takes more than (state, batch)"
     if _stop_step(elapse, elapse.elapsed) is False:
@@ -137,6 +148,7 @@ class BlockRunner(ChunkRunner):
         self.ring = Ring(plan.step, step_function(plan.step.fn))  # type: ignore[union-attr, arg-type]
         self.length = 16  # steps per block, adapted to about BLOCK_SECONDS
         self.partial: tuple[Logs, int] = (Logs(), 0)
+        self.dispatched = 0.0  # seconds the last block took to dispatch its steps
 
     def extend(self, chunk: Chunk) -> None:
         """Solves the block's length: up to the next event, the stop, a block's time."""
@@ -175,12 +187,35 @@ class BlockRunner(ChunkRunner):
             if k and logs:
                 self.ls.history.commit_stacked(clocks[:k], logs, batch_sizes=sizes[:k])
             raise
+        self.dispatched = _time.perf_counter() - start
         chunk.clocks = block_clocks(chunk.clocks[0], sizes, epoch_steps)
         chunk.batches = [last]
         self.elapse.advance(chunk.clocks, sizes)
-        self._adapt(len(sizes), _time.perf_counter() - start)
+        self._adapt(len(sizes), self.dispatched)
         self._ask(chunk)
         return logs
+
+    def run_auto(self) -> int:
+        """``steps_per_call="auto"``: runs two blocks, the second timed (the device idle at its
+        start, then waited for at its end: the only waits), and returns the steps per call to
+        go on with: :data:`AUTO_STEPS` when dispatching took most of the block's time (the loop
+        is host-bound: fusing pays), else 1, after running the rest of the loop in blocks.
+        A table that cannot fuse (no ``jax.jit`` step) runs in blocks."""
+        self.run(chunks=1)
+        if self.ls.stop_requested or self.elapse.exhausted or not _fusable(self.plan):
+            self.run()
+            return 1
+        jax.block_until_ready(self.ls.state)
+        start = _time.perf_counter()
+        self.run(chunks=1)
+        dispatched = self.dispatched
+        jax.block_until_ready(self.ls.state)
+        if self.ls.stop_requested or self.elapse.exhausted:
+            return 1
+        if dispatched > HOST_BOUND * (_time.perf_counter() - start):
+            return AUTO_STEPS
+        self.run()
+        return 1
 
     def poll(self, nan: Any, steps: int) -> None:
         """The NaN check after a block: what landed is read, the rest sent."""

@@ -74,6 +74,10 @@ def first_firing(tasks: Sequence[Task], clock: Elapsed, answers: list[bool]) -> 
     return None
 
 
+def _shapes(batch: Any) -> list[Any]:
+    return [(getattr(x, "shape", ()), getattr(x, "dtype", type(x))) for x in jax.tree_util.tree_leaves(batch)]
+
+
 def _take_row(tree: Any, i: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: x[i], tree)
 
@@ -105,10 +109,15 @@ class ChunkRunner:
         self.warned = False
         self.fused_once = False
         self.outermost = outermost
+        #: end a chunk before a batch of other shapes (a last, smaller batch) instead of
+        #: refusing it: what steps_per_call="auto" does, which must not change meaning
+        self.cut_at_new_shapes = False
 
-    def run(self) -> None:
-        """Runs chunks until the data, the stop or a stop request ends the loop."""
-        while not self.ls.stop_requested:
+    def run(self, chunks: int | None = None) -> None:
+        """Runs chunks until the data, the stop or a stop request ends the loop (or, given
+        ``chunks``, after that many)."""
+        while not self.ls.stop_requested and (chunks is None or chunks > 0):
+            chunks = None if chunks is None else chunks - 1
             chunk = self.start()
             if chunk is None:
                 return
@@ -172,6 +181,9 @@ class ChunkRunner:
             clock = clock.update(chunk.sizes[-1], time=time, date=date, epoch_steps=epoch_steps)
             batch = pull(clock)
             if batch is END:
+                return
+            if self.cut_at_new_shapes and _shapes(batch) != _shapes(chunk.batches[0]):
+                self.carry = (batch, [])
                 return
             if plan.before:
                 answers: list[bool] = []

@@ -222,7 +222,7 @@ def loop(
     metadata: Any = None,
     epoch_duration: int | Period | None = None,
     clock: Callable[[], float] | None = None,
-    steps_per_call: int = 1,
+    steps_per_call: int | str = 1,
     prefetch: int = 2,
     resume: Any = None,
     nan_policy: str = "raise",
@@ -256,7 +256,10 @@ def loop(
         steps_per_call: run up to this many steps per call of the compiled step under
             ``every(1)``/``always()``, in one ``lax.scan`` (see :mod:`gyre.loop._chunks`):
             every callback still runs after the same steps, with the same clock and state,
-            and the history gets one record per step. 1 (the default) runs step by step.
+            and the history gets one record per step. 1 (the default) runs step by step
+            (in blocks, see :mod:`gyre.loop._blocks`). ``"auto"`` measures the first blocks
+            (the host's time to dispatch a step against the step's own) and fuses 100 steps
+            per call when the loop is host-bound, else runs step by step: same meaning.
         prefetch: when the state has a strategy (a managed state), this many batches are
             placed on its devices ahead of the step that uses them (0: off). Batches are
             never taken beyond ``stop`` when it is a number of steps.
@@ -319,7 +322,17 @@ def loop(
     catch_keyboard_interrupt = flag(catch_keyboard_interrupt, "catch_keyboard_interrupt", "gyre.loop")
     tasks, skipping = apply_nan_policy(tasks, policy)
     table = compile_tasks(tasks)
-    steps = check_steps(steps_per_call, "steps_per_call")
+    auto = isinstance(steps_per_call, str)
+    if auto and steps_per_call != "auto":
+        raise ValueError(
+            explain(
+                f"steps_per_call={steps_per_call!r} is not a number of steps",
+                expected='a whole number of steps >= 1, or "auto"',
+                received=describe(steps_per_call),
+                fix='pass steps_per_call="auto" (measured at the start) or a number, e.g. 100',
+            )
+        )
+    steps = 1 if auto else check_steps(steps_per_call, "steps_per_call")
     chunks = split_tasks(table, steps) if steps > 1 else None
     starts, ends = [bind(cb) for cb in as_list(on_start)], [bind(cb) for cb in as_list(on_end)]
     history = _check_history(history)
@@ -337,7 +350,7 @@ def loop(
     _check_epoch_schedules(table, clock_iter)
     ls = LoopState(state, history, clock_iter.elapsed, metadata)
     if chunks is None:
-        chunks = plan_table(table, clock_iter)
+        chunks = plan_table(table, clock_iter, state)
         ls.plan = Plan("steps", chunks) if isinstance(chunks, str) else Plan("blocks")
         chunks = None if isinstance(chunks, str) else chunks
     else:
@@ -354,7 +367,7 @@ def loop(
         with Preemption(catch_interrupt=catch_keyboard_interrupt, outermost=_DEPTH.value == 1) as preemption:
             ls.preempted = preemption.check
             try:
-                final = _run(ls, clock_iter, table, chunks, steps, starts, ends, catch_keyboard_interrupt)
+                final = _run(ls, clock_iter, table, chunks, "auto" if auto else steps, starts, ends, catch_keyboard_interrupt)
                 if ls._nan is not None:  # a nested loop (an evaluation) never waits: its outer loop checks
                     ls._nan.check(wait=_DEPTH.value == 1)
             except BaseException as err:
@@ -366,12 +379,20 @@ def loop(
 
 
 def _run(
-    ls: LoopState, clock_iter: Elapse, table: list[Task], chunks: Any, steps: int,
+    ls: LoopState, clock_iter: Elapse, table: list[Task], chunks: Any, steps: int | str,
     starts: list[Any], ends: list[Any], catch: bool,
 ) -> Elapsed:
     run_callbacks(starts, ls, clock_iter.elapsed)
     try:
-        if chunks is not None and steps == 1:
+        if chunks is not None and steps == "auto":
+            blocks = BlockRunner(chunks, clock_iter, ls, outermost=_DEPTH.value == 1)
+            steps = blocks.run_auto()
+            if steps > 1 and not ls.stop_requested:
+                ls.plan = Plan("fused", f"steps_per_call='auto' chose {steps}")
+                fused = ChunkRunner(split_tasks(table, steps), clock_iter, ls, steps, outermost=_DEPTH.value == 1)
+                fused.carry, fused.cut_at_new_shapes = blocks.carry, True
+                fused.run()
+        elif chunks is not None and steps == 1:
             BlockRunner(chunks, clock_iter, ls, outermost=_DEPTH.value == 1).run()
         elif chunks is not None:
             ChunkRunner(chunks, clock_iter, ls, steps, outermost=_DEPTH.value == 1).run()

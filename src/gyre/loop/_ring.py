@@ -42,12 +42,13 @@ def _write(buffers: Any, index: Any, logs: Logs) -> Any:
 _RINGS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
-def _ring_function(invoker: Invoker, jitted: Any) -> Any:
+def _ring_function(invoker: Invoker, step: Any) -> Any:
     """The jitted ``(state, batch, (buffers, index)) -> (state, (buffers, index + 1))``, cached
-    per jitted step (traced with the first invoker, as fused scans are)."""
+    per step (traced with the first invoker, as fused scans are). The state is donated when
+    the step donates it."""
     try:
-        cached = _RINGS.get(jitted)
-        tracing = _TRACING.setdefault(jitted, invoker)
+        cached = _RINGS.get(step)
+        tracing = _TRACING.setdefault(step, invoker)
     except TypeError:  # not weakly referenceable: no cache
         cached, tracing = None, invoker
     if cached is not None:
@@ -59,13 +60,43 @@ def _ring_function(invoker: Invoker, jitted: Any) -> Any:
         buffers, index = ring
         return state, (_write(buffers, index, logs), index + 1)
 
-    donated = _compat.donated_argnums(jitted)
-    fn = jax.jit(ringed, donate_argnums=(0, 2) if donated and 0 in donated else (2,))
+    fn = jax.jit(ringed, donate_argnums=(0, 2) if donates(step) else (2,))
     try:
-        _RINGS[jitted] = fn
+        _RINGS[step] = fn
     except TypeError:
         pass
     return fn
+
+
+def donates(step: Any) -> bool:
+    """Whether a compiled step donates its state: a ``jax.jit`` function's own donation, a
+    managed step's ``donates`` (``None``: a train step, which donates).
+
+    Example:
+        >>> import jax
+        >>> donates(jax.jit(lambda s, b: s, donate_argnums=0)), donates(jax.jit(lambda s, b: s))
+        (True, False)
+    """
+    if _compat.is_jitted(step):
+        donated = _compat.donated_argnums(step)
+        return bool(donated and 0 in donated)
+    return getattr(step, "donates", False) is not False
+
+
+def ringable(step: Any, state: Any) -> bool:
+    """Whether a step can write the history itself: a ``jax.jit`` function, or a managed step
+    (``pure`` and ``donates``) on one device of data (a sharded batch is placed on the host
+    side of the step's call).
+
+    Example:
+        >>> import jax
+        >>> ringable(jax.jit(lambda s, b: s), 0), ringable(lambda s, b: s, 0)
+        (True, False)
+    """
+    if _compat.is_jitted(step):
+        return True
+    strategy = getattr(state, "strategy", None)
+    return hasattr(step, "pure") and hasattr(step, "donates") and getattr(strategy, "data_size", 1) == 1
 
 
 class Ring:
@@ -84,9 +115,9 @@ class Ring:
         ([1.0, 2.0, 3.0], 6.0)
     """
 
-    def __init__(self, invoker: Invoker, jitted: Any) -> None:
+    def __init__(self, invoker: Invoker, step: Any) -> None:
         self.invoker = invoker
-        self.fn = _ring_function(invoker, jitted)
+        self.fn = _ring_function(invoker, step)
         self.template: Any = None  # the logs of one step, as shapes
         self.buffers: Any = None  # (stacked logs with ROWS rows, write index): the open ring
 

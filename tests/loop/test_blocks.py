@@ -1,0 +1,93 @@
+"""The planned engine: a table of a jitted step, events and observers runs in blocks, with the
+step writing its logs into a device ring, and computes what the per-step path computes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gyre
+from gyre.loop import _blocks
+from gyre.loop._blocks import Plan
+
+
+@jax.jit
+def add_step(state, batch):
+    state = state + batch.sum()
+    return gyre.logs().add_metric("total", state).add_output("rows", batch), state
+
+
+def plan_of(tasks, **kwargs):
+    seen = []
+
+    def peek(loop):
+        seen.append(loop.plan)
+
+    gyre.loop(jnp.float32(0), [np.ones(2, np.float32)] * 3, tasks, on_end=peek, **kwargs)
+    return seen[0]
+
+
+def test_the_plan_says_which_path_a_loop_takes_and_why():
+    bar = gyre.keras_bar(total=3, file=None)
+    assert plan_of({gyre.every(1): [add_step], **bar}) == Plan("blocks")
+    steps = plan_of({gyre.every(1): [add_step, lambda: None]})
+    assert steps.path == "steps" and "<lambda> runs on every step" in steps.reason
+    assert plan_of({gyre.every(1): add_step}, steps_per_call=2).path == "fused"
+    plain = plan_of({gyre.every(1): lambda state, batch: state})
+    assert plain.path == "steps" and "no one jax.jit step on every step (" in plain.reason
+
+
+@jax.jit
+def total_step(state, batch):
+    state = state + batch.sum()
+    return gyre.logs().add_metric("total", state), state
+
+
+def run(data, extra=(), step=add_step, **kwargs):
+    """The same table in blocks, or on the per-step path (a host callback on every step)."""
+    table = {gyre.every(1): [step, *extra]}
+    state, history, elapsed = gyre.loop(jnp.float32(0), data, table, **kwargs)
+    return float(state), history.to_records(), elapsed.steps, elapsed.samples
+
+
+@pytest.mark.parametrize("steps_per_call, host_bound", [(1, None), ("auto", 0.0), ("auto", 2.0)])
+def test_blocks_compute_what_the_per_step_path_computes_bit_for_bit(steps_per_call, host_bound, monkeypatch):
+    if host_bound is not None:  # "auto" that always fuses, or never does
+        monkeypatch.setattr(_blocks, "HOST_BOUND", host_bound)
+    # 300 batches: several blocks (16, 64, then longer), and a last batch of another shape,
+    # whose logs (the rows output) do not fit the ring: a new ring opens for it
+    data = [np.full(3, i, np.float32) for i in range(300)] + [np.ones(2, np.float32)]
+    # (fused, "auto" ends a chunk before the smaller batch; rows of two shapes in stacked
+    # commits are not read back yet: its step logs scalars)
+    step = add_step if steps_per_call == 1 else total_step
+    blocks = run(data, step=step, steps_per_call=steps_per_call)
+    steps = run(data, extra=[lambda: None], step=step)
+    assert blocks[0] == steps[0] and blocks[2:] == steps[2:] == (301, 902)
+    for a, b in zip(blocks[1], steps[1], strict=True):
+        assert (a["steps"], a["samples"], a["total"]) == (b["steps"], b["samples"], b["total"])
+        if step is add_step:
+            np.testing.assert_array_equal(a["rows"], b["rows"])
+
+
+def test_a_step_that_raises_in_a_block_hands_back_the_state_and_clock_before_it():
+    calls = []
+
+    def data():
+        for i in range(40):
+            calls.append(i)
+            yield np.full(3, 1.0, np.float32) if i != 20 else np.ones((3, 3), np.float32)
+
+    @jax.jit
+    def fails_on_a_matrix(state, batch):
+        return batch.reshape(3) + state  # a (3, 3) batch cannot be reshaped
+
+    history = gyre.history()
+    with pytest.raises(TypeError) as info:
+        gyre.loop(jnp.zeros(3), data(), {gyre.every(1): fails_on_a_matrix}, history=history)
+    assert info.value.elapsed.steps == 20
+    np.testing.assert_array_equal(info.value.state, np.full(3, 20.0))
+
+
+def test_steps_per_call_auto_is_checked_at_the_door():
+    with pytest.raises(ValueError, match="steps_per_call='Auto' is not a number of steps"):
+        gyre.loop(jnp.float32(0), [np.ones(2, np.float32)], {gyre.every(1): add_step}, steps_per_call="Auto")
