@@ -1,0 +1,48 @@
+"""The ring a step writes its logs into: rows in order, the write index in the ring, a new
+structure refused while tracing (nothing runs), the state donated only when the step donates."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gyre
+from gyre.loop._binding import bind
+from gyre.loop._ring import ROWS, Ring, RingMismatch, donates, ringable
+
+
+@jax.jit
+def step(state, batch):
+    return gyre.logs().add_metric("sum", batch.sum()).add_output("rows", batch), state + 1
+
+
+def test_a_ring_holds_each_steps_logs_in_a_row_and_counts_its_writes():
+    ring = Ring(bind(step), step)
+    state = jnp.int32(0)
+    ring.open(state, np.zeros(3, np.float32))
+    for i in range(5):
+        state, ring.buffers = ring.fn(state, np.full(3, i, np.float32), ring.buffers)
+    assert int(ring.buffers[1]) == 5
+    logs = ring.seal()
+    assert ring.buffers is None and logs.outputs.rows.shape == (ROWS, 3)
+    assert logs.metrics.sum[:5].tolist() == [0.0, 3.0, 6.0, 9.0, 12.0]
+    np.testing.assert_array_equal(logs.outputs.rows[4], np.full(3, 4.0))
+
+
+def test_logs_of_another_structure_are_refused_before_anything_runs():
+    ring = Ring(bind(step), step)
+    ring.open(jnp.int32(0), np.zeros(3, np.float32))
+    buffers = ring.buffers
+    with pytest.raises(RingMismatch):
+        ring.fn(jnp.int32(0), np.zeros(2, np.float32), buffers)  # rows of 2: another shape
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(buffers))  # not donated
+    ring.open(jnp.int32(0), np.zeros(2, np.float32), again=True)
+    _, (logs, index) = ring.fn(jnp.int32(0), np.ones(2, np.float32), ring.buffers)
+    assert int(index) == 1 and logs.outputs.rows.shape == (ROWS, 2)
+
+
+def test_the_state_is_donated_only_when_the_step_donates_it():
+    keeps = jax.jit(lambda s, b: s + b)
+    gives = jax.jit(lambda s, b: s + b, donate_argnums=0)
+    assert (donates(keeps), donates(gives)) == (False, True)
+    assert ringable(keeps, None) and not ringable(lambda s, b: s, None)
