@@ -91,3 +91,18 @@ def test_a_step_that_raises_in_a_block_hands_back_the_state_and_clock_before_it(
 def test_steps_per_call_auto_is_checked_at_the_door():
     with pytest.raises(ValueError, match="steps_per_call='Auto' is not a number of steps"):
         gyre.loop(jnp.float32(0), [np.ones(2, np.float32)], {gyre.every(1): add_step}, steps_per_call="Auto")
+
+
+@pytest.mark.parametrize("epoch_steps", [None, 1, 3, 7])
+def test_a_blocks_clocks_are_those_of_its_steps_one_after_the_other(epoch_steps):
+    rng = np.random.default_rng(0)
+    starts = [0, 2] if epoch_steps is None else [*range(epoch_steps), epoch_steps + 2]
+    for start in starts:  # (past the epoch's end: an epoch length changed on resume)
+        first = gyre.Elapsed(steps=5, samples=10, epochs=2, step_in_epoch=start, time=1.5, date=9.0)
+        sizes = [int(x) for x in rng.integers(1, 6, 20)]
+        expected = [first]
+        for size in sizes[:-1]:
+            expected.append(expected[-1]._after(size, 1.5, 9.0, epoch_steps))
+        clocks = _blocks.BlockClocks(first, sizes, epoch_steps)
+        assert [c.to_dict() for c in clocks] == [c.to_dict() for c in expected]
+        assert clocks[-1].to_dict() == expected[-1].to_dict() and len(clocks[3:7]) == 4

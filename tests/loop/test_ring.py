@@ -21,7 +21,7 @@ def test_a_ring_holds_each_steps_logs_in_a_row_and_counts_its_writes():
     state = jnp.int32(0)
     ring.open(state, np.zeros(3, np.float32))
     for i in range(5):
-        state, ring.buffers = ring.fn(state, np.full(3, i, np.float32), ring.buffers)
+        state = ring.call(state, np.full(3, i, np.float32))
     assert int(ring.buffers[1]) == 5
     logs = ring.seal()
     assert ring.buffers is None and logs.outputs.rows.shape == (ROWS, 3)
@@ -34,11 +34,11 @@ def test_logs_of_another_structure_are_refused_before_anything_runs():
     ring.open(jnp.int32(0), np.zeros(3, np.float32))
     buffers = ring.buffers
     with pytest.raises(RingMismatch):
-        ring.fn(jnp.int32(0), np.zeros(2, np.float32), buffers)  # rows of 2: another shape
+        ring.call(jnp.int32(0), np.zeros(2, np.float32))  # rows of 2: another shape
     assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(buffers))  # not donated
     ring.open(jnp.int32(0), np.zeros(2, np.float32), again=True)
-    _, (logs, index) = ring.fn(jnp.int32(0), np.ones(2, np.float32), ring.buffers)
-    assert int(index) == 1 and logs.outputs.rows.shape == (ROWS, 2)
+    ring.call(jnp.int32(0), np.ones(2, np.float32))
+    assert int(ring.buffers[1]) == 1 and ring.seal().outputs.rows.shape == (ROWS, 2)
 
 
 def test_the_state_is_donated_only_when_the_step_donates_it():

@@ -18,6 +18,7 @@ path, which stays correct: ``loop.plan`` says which path a loop took, and why.
 
 from __future__ import annotations
 
+import itertools
 import time as _time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -123,18 +124,39 @@ def _stop_step(elapse: Elapse, clock: Elapsed) -> int | None | bool:
     return max(min(ends), clock.steps)
 
 
-def block_clocks(first: Elapsed, sizes: Sequence[int], epoch_steps: int | None) -> list[Elapsed]:
-    """The clocks of a block's steps: ``first``, then one more step each (the block's time).
+class BlockClocks(Sequence[Elapsed]):
+    """The clocks of a block's steps, made when read: ``first`` (the first step's), then one
+    more step each, samples from ``sizes``, epochs rolled by ``epoch_steps``, the time of
+    ``first`` (a block's steps share the time its first step started).
 
     Example:
-        >>> [(c.steps, c.samples) for c in block_clocks(Elapsed(steps=3, samples=6), [2, 2, 1], None)]
-        [(3, 6), (4, 8), (5, 10)]
+        >>> clocks = BlockClocks(Elapsed(steps=3, samples=6), [2, 2, 1], None)
+        >>> len(clocks), [(c.steps, c.samples) for c in clocks], clocks[-1].samples
+        (3, [(3, 6), (4, 8), (5, 10)], 10)
     """
-    clocks = [first]
-    time, date = first.time, first.date
-    for size in sizes[:-1]:
-        clocks.append(clocks[-1]._after(size, time, date, epoch_steps))
-    return clocks
+
+    def __init__(self, first: Elapsed, sizes: Sequence[int], epoch_steps: int | None) -> None:
+        self.first, self.sizes, self.epoch_steps = first, sizes, epoch_steps
+        self._samples: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = range(len(self))[i]
+        first, epoch_steps = self.first, self.epoch_steps
+        if i == 0:
+            return first
+        if self._samples is None:
+            self._samples = list(itertools.accumulate(self.sizes, initial=first.samples))
+        epochs, position = first.epochs, first.step_in_epoch + i
+        if epoch_steps is not None:
+            if first.step_in_epoch >= epoch_steps:  # (an epoch length changed on resume) rolls at once
+                epochs, position = epochs + 1, i - 1
+            epochs, position = epochs + position // epoch_steps, position % epoch_steps
+        return Elapsed(first.steps + i, self._samples[i], epochs, position, first.time, first.date)
 
 
 class BlockRunner(ChunkRunner):
@@ -182,13 +204,13 @@ class BlockRunner(ChunkRunner):
             logs, last = self._ringed(chunk, sizes)
         except BaseException:
             logs, k = self.partial
-            clocks = block_clocks(chunk.clocks[0], sizes, epoch_steps)
+            clocks = BlockClocks(chunk.clocks[0], sizes, epoch_steps)
             self.elapse.advance(clocks, sizes)
             if k and logs:
                 self.ls.history.commit_stacked(clocks[:k], logs, batch_sizes=sizes[:k])
             raise
         self.dispatched = _time.perf_counter() - start
-        chunk.clocks = block_clocks(chunk.clocks[0], sizes, epoch_steps)
+        chunk.clocks = BlockClocks(chunk.clocks[0], sizes, epoch_steps)
         chunk.batches = [last]
         self.elapse.advance(chunk.clocks, sizes)
         self._adapt(len(sizes), self.dispatched)
@@ -241,17 +263,18 @@ class BlockRunner(ChunkRunner):
 
     def _ringed(self, chunk: Chunk, sizes: list[int]) -> tuple[Logs, Any]:
         ring, ls, n = self.ring, self.ls, self.n
-        fn, buffers, it, size_of = ring.fn, ring.buffers, self.elapse._it, self.elapse.size_of  # type: ignore[union-attr]
+        fn, buffers, treedef = ring.fn, ring.buffers, ring.treedef  # type: ignore[union-attr]
+        it, size_of = self.elapse._it, self.elapse.size_of
         state, batch = ls.state, chunk.batches[0]
         last, k = batch, 0
         try:
             while True:
                 try:
-                    state, buffers = fn(state, batch, buffers)
+                    state, buffers = fn(state, batch, buffers, treedef)
                 except RingMismatch:
                     if k == 0:  # a new structure: a ring for it
                         ring.open(state, batch, again=True)  # type: ignore[union-attr]
-                        buffers = ring.buffers  # type: ignore[union-attr]
+                        buffers, treedef = ring.buffers, ring.treedef  # type: ignore[union-attr]
                         continue
                     self.carry = (batch, [])  # the next block starts with it
                     sizes.pop()

@@ -30,20 +30,22 @@ class RingMismatch(Exception):
     """The step's logs do not fit the open ring (raised while tracing: nothing ran)."""
 
 
-def _write(buffers: Any, index: Any, logs: Logs) -> Any:
-    if jax.tree_util.tree_structure(logs) != jax.tree_util.tree_structure(buffers):
+def _write(buffers: list[Any], index: Any, logs: Logs, treedef: Any) -> list[Any]:
+    leaves, structure = jax.tree_util.tree_flatten(logs)
+    if structure != treedef or len(leaves) != len(buffers):
         raise RingMismatch
-    for b, x in zip(jax.tree_util.tree_leaves(buffers), jax.tree_util.tree_leaves(logs), strict=True):
+    for b, x in zip(buffers, leaves, strict=True):
         if b.shape[1:] != jnp.shape(x) or b.dtype != jnp.result_type(x):
             raise RingMismatch
-    return jax.tree_util.tree_map(lambda b, x: b.at[index].set(x), buffers, logs)
+    return [b.at[index].set(x) for b, x in zip(buffers, leaves, strict=True)]
 
 
 _RINGS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def _ring_function(invoker: Invoker, step: Any) -> Any:
-    """The jitted ``(state, batch, (buffers, index)) -> (state, (buffers, index + 1))``, cached
+    """The jitted ``(state, batch, (buffers, index), treedef) -> (state, (buffers, index + 1))``
+    (``treedef`` the logs' structure: static), cached
     per step (traced with the first invoker, as fused scans are). The state is donated when
     the step donates it."""
     try:
@@ -55,12 +57,12 @@ def _ring_function(invoker: Invoker, step: Any) -> Any:
         return cached
     body = step_body(tracing)
 
-    def ringed(state: Any, batch: Any, ring: Any) -> tuple[Any, Any]:
+    def ringed(state: Any, batch: Any, ring: Any, treedef: Any) -> tuple[Any, Any]:
         state, logs = body(state, batch)
         buffers, index = ring
-        return state, (_write(buffers, index, logs), index + 1)
+        return state, (_write(buffers, index, logs, treedef), index + 1)
 
-    fn = jax.jit(ringed, donate_argnums=(0, 2) if donates(step) else (2,))
+    fn = jax.jit(ringed, donate_argnums=(0, 2) if donates(step) else (2,), static_argnums=3)
     try:
         _RINGS[step] = fn
     except TypeError:
@@ -110,7 +112,7 @@ class Ring:
         >>> state = np.float32(0)
         >>> ring.open(state, np.float32(1))
         >>> for b in (1.0, 2.0, 3.0):
-        ...     state, ring.buffers = ring.fn(state, np.float32(b), ring.buffers)
+        ...     state = ring.call(state, np.float32(b))
         >>> ring.seal().metrics.b[:3].tolist(), float(state)
         ([1.0, 2.0, 3.0], 6.0)
     """
@@ -118,20 +120,29 @@ class Ring:
     def __init__(self, invoker: Invoker, step: Any) -> None:
         self.invoker = invoker
         self.fn = _ring_function(invoker, step)
-        self.template: Any = None  # the logs of one step, as shapes
-        self.buffers: Any = None  # (stacked logs with ROWS rows, write index): the open ring
+        self.template: Any = None  # the logs of one step, as (leaf shapes, tree structure)
+        self.treedef: Any = None  # the logs' structure (a static argument of the ring step)
+        self.buffers: Any = None  # (a ROWS-row array per log value, write index): the open ring
 
     def open(self, state: Any, batch: Any, *, again: bool = False) -> None:
         """Opens a fresh ring for the step's logs on ``batch`` (traced once, or ``again`` after
         a :class:`RingMismatch`)."""
         if self.template is None or again:
-            _, self.template = jax.eval_shape(step_body(self.invoker), state, batch)
-        zeros = jax.tree_util.tree_map(lambda x: jnp.zeros((ROWS, *x.shape), x.dtype), self.template)
+            _, logs = jax.eval_shape(step_body(self.invoker), state, batch)
+            self.template = jax.tree_util.tree_flatten(logs)
+        leaves, treedef = self.template
+        zeros = [jnp.zeros((ROWS, *x.shape), x.dtype) for x in leaves]
         self.buffers = (zeros, jnp.zeros((), jnp.int32))
+        self.treedef = treedef
+
+    def call(self, state: Any, batch: Any) -> Any:
+        """One step: returns the new state; its logs are written into the ring."""
+        state, self.buffers = self.fn(state, batch, self.buffers, self.treedef)
+        return state
 
     def seal(self) -> Logs:
         """The open ring's stacked logs (``ROWS`` rows, the first ones written); the ring is
         closed."""
-        logs, _ = self.buffers
+        leaves, _ = self.buffers
         self.buffers = None
-        return logs
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
