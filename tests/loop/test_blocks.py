@@ -106,3 +106,21 @@ def test_a_blocks_clocks_are_those_of_its_steps_one_after_the_other(epoch_steps)
         clocks = _blocks.BlockClocks(first, sizes, epoch_steps)
         assert [c.to_dict() for c in clocks] == [c.to_dict() for c in expected]
         assert clocks[-1].to_dict() == expected[-1].to_dict() and len(clocks[3:7]) == 4
+
+
+def test_a_time_schedule_is_asked_at_block_ends_and_ends_the_block_when_its_time_comes():
+    ticks = iter(np.arange(0.0, 1e4, 0.05))  # every read of the clock: 50 ms later
+    fired, plans = [], []
+
+    def note(elapsed, loop):
+        fired.append((elapsed.steps, elapsed.time))
+        plans.append(loop.plan.path)
+
+    gyre.loop(
+        jnp.float32(0), [np.ones(2, np.float32)] * 200, {gyre.every(1): add_step, gyre.every(time=1.0): note},
+        clock=lambda: float(next(ticks)),
+    )
+    assert set(plans) == {"blocks"} and fired[0][0] == 0
+    times = [t for _, t in fired]
+    # once per second of the loop's clock, each time after the second it fires for has come
+    assert [int(t) for t in times] == list(range(len(times))) and len(times) >= 9

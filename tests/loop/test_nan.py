@@ -12,6 +12,7 @@ import optax
 import pytest
 
 import gyre
+from gyre.loop._ring import ROWS
 from gyre import managed
 from gyre.loop import _nan
 
@@ -77,22 +78,22 @@ def test_a_long_run_stops_soon_after_the_bad_step_without_waiting_for_its_end():
     with pytest.raises(gyre.NonFiniteError) as info:
         gyre.loop(jnp.float32(0), data(), {gyre.every(1): add_step}, history=history)
     assert info.value.step == 10
-    assert len(pulled) <= 2 * _nan.POLL_EVERY + 1  # noticed by a lagged read, long before the end
+    assert len(pulled) <= 2 * ROWS + 1  # sent after its block, read after the next: long before the end
     assert "the loop noticed it during step" in str(info.value)
 
 
 def test_with_the_default_history_a_nan_is_noticed_within_one_block_not_at_the_runs_end():
     pulled = []
 
-    def data():  # a run of 280 steps: shorter than the history's own block (256 + its lag)
-        for i in range(280):
+    def data():  # a run of 600 steps: longer than two blocks
+        for i in range(600):
             pulled.append(i)
             yield np.float32(math.nan if i == 1 else 1.0)
 
     with pytest.raises(gyre.NonFiniteError) as info:
         gyre.loop(jnp.float32(0), data(), {gyre.every(1): add_step})
     assert info.value.step == 1
-    assert len(pulled) <= 2 * _nan.POLL_EVERY + 16 + 1  # sent at a poll, read at the next
+    assert len(pulled) <= 2 * ROWS + 1  # sent after its block, read after the next
     assert "the loop noticed it during step" in str(info.value)
 
 

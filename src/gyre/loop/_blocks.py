@@ -19,6 +19,7 @@ path, which stays correct: ``loop.plan`` says which path a loop took, and why.
 from __future__ import annotations
 
 import itertools
+import math
 import time as _time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -28,6 +29,7 @@ import jax
 from gyre.core import _schedules
 from gyre.core._clock import Elapsed
 from gyre.core._logs import Logs
+from gyre.core._schedules import Every
 from gyre.loop._chunks import Chunk, ChunkRunner, first_firing
 from gyre.loop._elapse import END, Elapse, steps_only
 from gyre.loop._fuse import is_fusable, step_function
@@ -36,7 +38,7 @@ from gyre.loop._split import ChunkPlan, split_tasks
 from gyre.loop._state import LoopState
 from gyre.loop._tasks import StepPoint, Task
 
-#: About how long a block lasts (its length adapts to the step's speed, up to ROWS steps).
+#: The longest a block lasts (it also ends after ROWS steps).
 BLOCK_SECONDS = 0.5
 #: ``steps_per_call="auto"``: the steps fused per call when the loop is host-bound, which it
 #: is when dispatching a block's steps took more than HOST_BOUND of the block's time.
@@ -67,6 +69,17 @@ UNSOLVED = getattr(_schedules, "UNSOLVED", object())
 def _next(task: Task, clock: Elapsed, epoch_steps: int | None) -> Any:
     solve = getattr(task.schedule, "next_step", None)
     return UNSOLVED if solve is None else solve(clock, epoch_steps=epoch_steps)
+
+
+def _deadline(task: Task) -> float | None:
+    """When a ``every(time=...)`` task can next fire, in the loop's seconds (``-inf``: at
+    once); None for other schedules. Such a task is asked at block ends, and the block ends
+    once its time has come."""
+    schedule = task.schedule
+    if isinstance(schedule, Every) and schedule.unit == "time":
+        last = schedule.state_dict().get("last")
+        return -math.inf if last is None else (last + 1) * schedule.amount
+    return None
 
 
 def plan_table(table: Sequence[Task], elapse: Elapse, state: Any = None) -> ChunkPlan | str:
@@ -101,7 +114,7 @@ def plan_table(table: Sequence[Task], elapse: Elapse, state: Any = None) -> Chun
                 continue
             names = ", ".join(i.name for i in task.invokers)
             return f"{names} runs on every step: a plain Python function"
-        if _next(task, elapse.elapsed, elapse.epoch_steps) is UNSOLVED:
+        if _deadline(task) is None and _next(task, elapse.elapsed, elapse.epoch_steps) is UNSOLVED:
             return f"the schedule {task.key!r} cannot say in advance when it fires"
     return plan
 
@@ -168,29 +181,29 @@ class BlockRunner(ChunkRunner):
     def __init__(self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, *, outermost: bool = True) -> None:
         super().__init__(plan, elapse, loop_state, ROWS, outermost=outermost)
         self.ring = Ring(plan.step, step_function(plan.step.fn))  # type: ignore[union-attr, arg-type]
-        self.length = 16  # steps per block, adapted to about BLOCK_SECONDS
+        self.n, self.deadline = ROWS, math.inf  # the block's steps, and when it ends at the latest
         self.partial: tuple[Logs, int] = (Logs(), 0)
         self.dispatched = 0.0  # seconds the last block took to dispatch its steps
 
     def extend(self, chunk: Chunk) -> None:
-        """Solves the block's length: up to the next event, the stop, a block's time."""
+        """Solves the block's length (up to the next event, the stop, :data:`ROWS` steps) and
+        its deadline (:data:`BLOCK_SECONDS` from now, or a time schedule's next firing)."""
         clock, epoch_steps = chunk.clocks[0], self.elapse.epoch_steps
-        n = 1 if self.ls.saves else self.length
+        n = 1 if self.ls.saves else ROWS
         stop = _stop_step(self.elapse, clock)
         if stop is not None:
             n = min(n, stop - clock.steps)
-        if self.plan.before:
-            time, date = clock.time, clock.date
-            later = clock._after(chunk.sizes[0], time, date, epoch_steps)
-            for task in self.plan.before:
-                e = _next(task, later, epoch_steps)
-                if e is not None:
-                    n = min(n, e - clock.steps)
-        for task in self.plan.after:
-            e = _next(task, clock, epoch_steps)
-            if e is not None:
-                n = min(n, e - clock.steps + 1)
+        deadline = clock.time + BLOCK_SECONDS
+        later = clock._after(chunk.sizes[0], clock.time, clock.date, epoch_steps)
+        for tasks, start, extra in ((self.plan.before, later, 0), (self.plan.after, clock, 1)):
+            for task in tasks:
+                timed = _deadline(task)
+                if timed is not None:
+                    deadline = min(deadline, timed)
+                elif (e := _next(task, start, epoch_steps)) is not None:
+                    n = min(n, e - clock.steps + extra)
         self.n = max(n, 1)
+        self.deadline = self.elapse._t0 + deadline  # on the monotonic clock
 
     def call(self, chunk: Chunk) -> Logs:
         """Runs the block's steps, pulling each batch as its step starts; the clock counts
@@ -213,7 +226,6 @@ class BlockRunner(ChunkRunner):
         chunk.clocks = BlockClocks(chunk.clocks[0], sizes, epoch_steps)
         chunk.batches = [last]
         self.elapse.advance(chunk.clocks, sizes)
-        self._adapt(len(sizes), self.dispatched)
         self._ask(chunk)
         return logs
 
@@ -264,7 +276,7 @@ class BlockRunner(ChunkRunner):
     def _ringed(self, chunk: Chunk, sizes: list[int]) -> tuple[Logs, Any]:
         ring, ls, n = self.ring, self.ls, self.n
         fn, buffers, treedef = ring.fn, ring.buffers, ring.treedef  # type: ignore[union-attr]
-        it, size_of = self.elapse._it, self.elapse.size_of
+        it, size_of, now, deadline = self.elapse._it, self.elapse.size_of, self.elapse._clock, self.deadline
         state, batch = ls.state, chunk.batches[0]
         last, k = batch, 0
         try:
@@ -280,7 +292,7 @@ class BlockRunner(ChunkRunner):
                     sizes.pop()
                     break
                 k, last = k + 1, batch
-                if k == n:
+                if k == n or now() >= deadline:
                     break
                 batch = next(it, END)
                 if batch is END:
@@ -295,10 +307,3 @@ class BlockRunner(ChunkRunner):
         ls.state = state
         ring.buffers = buffers  # type: ignore[union-attr]
         return ring.seal(), last  # type: ignore[union-attr]
-
-    def _adapt(self, k: int, seconds: float) -> None:
-        """Grows or shrinks the block length so a block lasts about BLOCK_SECONDS."""
-        if k < self.length or seconds <= 0:
-            return
-        per = seconds / k
-        self.length = max(1, min(ROWS, int(BLOCK_SECONDS / per) if per > 0 else ROWS, self.length * 4))
