@@ -12,9 +12,9 @@ import optax
 import pytest
 
 import gyre
-from gyre.loop._ring import ROWS
 from gyre import managed
 from gyre.loop import _nan
+from gyre.loop._ring import ROWS
 
 # -- a cheap jitted step: the state adds its batch; the loss is the state ----------------------
 
