@@ -16,21 +16,22 @@ def test_device_batches_are_stacked_on_the_device():
     assert float(state) == 15.0 and history.collect("total")[-1] == 15.0
 
 
-def test_batches_of_a_chunk_must_share_their_shapes():
-    data = [np.ones(3, np.float32)] * 3 + [np.ones(2, np.float32)]
-    step = jax.jit(lambda state, batch: (None, state + batch.sum()))
-    with pytest.raises(ValueError, match="same shapes") as err:
-        gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, steps_per_call=4)
-    assert "drop_remainder" in str(err.value)
+def test_a_batch_of_other_shapes_ends_a_fused_chunk_and_runs_as_step_by_step():
+    data = [np.ones(3, np.float32)] * 3 + [np.ones(2, np.float32)] + [np.ones(3, np.float32)] * 2
+    step = jax.jit(lambda state, batch: (gyre.logs().add_metric("s", batch.sum()), state + batch.sum()))
+    runs = [gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, steps_per_call=k) for k in (1, 4)]
+    (one, h1, e1), (four, h4, e4) = runs
+    assert float(one) == float(four) == 17.0 and h1.collect("s") == h4.collect("s") == [3, 3, 3, 2, 3, 3]
+    assert (e1.steps, e1.samples) == (e4.steps, e4.samples) == (6, 17)
 
 
-def test_tuple_batches_of_a_chunk_must_share_their_shapes():
+def test_a_batch_whose_leaves_disagree_is_refused_fused_as_step_by_step():
     x, y = np.ones((4, 3), np.float32), np.zeros(4, np.int32)
     data = [(x, y)] * 3 + [(x, np.zeros(3, np.int32))]
     step = jax.jit(lambda state, batch: (None, state + batch[0].sum()))
-    with pytest.raises(ValueError, match="same shapes") as err:
-        gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, steps_per_call=4)
-    assert "batch 3 of the chunk with a leaf of shape (3,)" in str(err.value)
+    for k in (1, 4):
+        with pytest.raises(ValueError, match="disagree on their leading dimension"):
+            gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, steps_per_call=k)
 
 
 def test_nested_batches_are_stacked_leaf_by_leaf():

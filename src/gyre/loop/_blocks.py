@@ -30,7 +30,7 @@ from gyre.core import _schedules
 from gyre.core._clock import Elapsed
 from gyre.core._logs import Logs
 from gyre.core._schedules import Every
-from gyre.loop._chunks import Chunk, ChunkRunner, first_firing
+from gyre.loop._chunks import Chunk, ChunkRunner, _shapes, first_firing
 from gyre.loop._elapse import END, Elapse, steps_only
 from gyre.loop._fuse import is_fusable, step_function
 from gyre.loop._ring import ROWS, Ring, RingMismatch, ringable
@@ -82,7 +82,7 @@ def _deadline(task: Task) -> float | None:
     return None
 
 
-def plan_table(table: Sequence[Task], elapse: Elapse, state: Any = None) -> ChunkPlan | str:
+def plan_table(table: Sequence[Task], elapse: Elapse, state: Any = None, steps: int = 1) -> ChunkPlan | str:
     """The table sorted for blocks (the step, the events before and after it, the observers),
     or why it runs step by step.
 
@@ -97,12 +97,12 @@ def plan_table(table: Sequence[Task], elapse: Elapse, state: Any = None) -> Chun
         'print runs on every step: a plain Python function'
     """
     try:
-        plan = split_tasks(table, 1)
+        plan = split_tasks(table, steps)
     except (TypeError, ValueError):
         every = [i.name for t in table if t.schedule is None or isinstance(t.key, StepPoint) for i in t.invokers]
         return f"the table has no one jax.jit step on every step ({', '.join(every) or 'none'})"
     step = plan.step
-    if step is None or not ringable(step_function(step.fn), state):
+    if step is None or (steps == 1 and not ringable(step_function(step.fn), state)):
         return f"the step {step.name if step else ''} is not a jax.jit function or a managed step on one device"
     if not step.uses <= {"state", "batch"} or step.takes_mask:
         return f"the step {step.name} takes more than (state, batch)"
@@ -151,6 +151,7 @@ class BlockClocks(Sequence[Elapsed]):
     def __init__(self, first: Elapsed, sizes: Sequence[int], epoch_steps: int | None) -> None:
         self.first, self.sizes, self.epoch_steps = first, sizes, epoch_steps
         self._samples: list[int] | None = None
+        self._last: Elapsed | None = None  # one object, the loop's clock once the block ran
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -162,6 +163,8 @@ class BlockClocks(Sequence[Elapsed]):
         first, epoch_steps = self.first, self.epoch_steps
         if i == 0:
             return first
+        if i == len(self) - 1 and self._last is not None:
+            return self._last
         if self._samples is None:
             self._samples = list(itertools.accumulate(self.sizes, initial=first.samples))
         epochs, position = first.epochs, first.step_in_epoch + i
@@ -169,7 +172,10 @@ class BlockClocks(Sequence[Elapsed]):
             if first.step_in_epoch >= epoch_steps:  # (an epoch length changed on resume) rolls at once
                 epochs, position = epochs + 1, i - 1
             epochs, position = epochs + position // epoch_steps, position % epoch_steps
-        return Elapsed(first.steps + i, self._samples[i], epochs, position, first.time, first.date)
+        clock = Elapsed(first.steps + i, self._samples[i], epochs, position, first.time, first.date)
+        if i == len(self) - 1:
+            self._last = clock
+        return clock
 
 
 class BlockRunner(ChunkRunner):
@@ -189,7 +195,7 @@ class BlockRunner(ChunkRunner):
         """Solves the block's length (up to the next event, the stop, :data:`ROWS` steps) and
         its deadline (:data:`BLOCK_SECONDS` from now, or a time schedule's next firing)."""
         clock, epoch_steps = chunk.clocks[0], self.elapse.epoch_steps
-        n = 1 if self.ls.saves else ROWS
+        n = 1 if self.ls.saves else self.steps
         stop = _stop_step(self.elapse, clock)
         if stop is not None:
             n = min(n, stop - clock.steps)
@@ -307,3 +313,40 @@ class BlockRunner(ChunkRunner):
         ls.state = state
         ring.buffers = buffers  # type: ignore[union-attr]
         return ring.seal(), last  # type: ignore[union-attr]
+
+
+class FusedBlockRunner(BlockRunner):
+    """``steps_per_call=K`` on a planned table: each block is rounded to K steps (its events
+    solved, so no schedule is asked step by step), its batches pulled, then one fused call.
+
+    Example: ``gyre.loop(state, batches, {gyre.every(1): step, gyre.every(50): save}, steps_per_call=10)``.
+    """
+
+    def __init__(self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, steps: int, *, outermost: bool = True) -> None:
+        ChunkRunner.__init__(self, plan, elapse, loop_state, steps, outermost=outermost)
+        self.partial = (Logs(), 0)
+        self.dispatched = 0.0
+
+    def extend(self, chunk: Chunk) -> None:
+        """Pulls the chunk's batches: up to its solved length, its deadline, the data's end,
+        or a batch of other shapes (which starts the next chunk)."""
+        super().extend(chunk)
+        it, now, deadline = self.elapse._it, self.elapse._clock, self.deadline
+        first = _shapes(chunk.batches[0])
+        while len(chunk.batches) < self.n and now() < deadline:
+            batch = next(it, END)
+            if batch is END:
+                self.elapse.exhausted = True
+                break
+            if _shapes(batch) != first:
+                self.carry = (batch, [])
+                break
+            chunk.batches.append(batch)
+            chunk.sizes.append(self.elapse.size_of(batch))
+        chunk.clocks = BlockClocks(chunk.clocks[0], chunk.sizes, self.elapse.epoch_steps)
+
+    def call(self, chunk: Chunk) -> Logs:
+        """The fused call, then the schedules of its last step."""
+        logs = ChunkRunner.call(self, chunk)
+        self._ask(chunk)
+        return logs

@@ -109,9 +109,6 @@ class ChunkRunner:
         self.warned = False
         self.fused_once = False
         self.outermost = outermost
-        #: end a chunk before a batch of other shapes (a last, smaller batch) instead of
-        #: refusing it: what steps_per_call="auto" does, which must not change meaning
-        self.cut_at_new_shapes = False
 
     def run(self, chunks: int | None = None) -> None:
         """Runs chunks until the data, the stop or a stop request ends the loop (or, given
@@ -182,7 +179,7 @@ class ChunkRunner:
             batch = pull(clock)
             if batch is END:
                 return
-            if self.cut_at_new_shapes and _shapes(batch) != _shapes(chunk.batches[0]):
+            if _shapes(batch) != _shapes(chunk.batches[0]):  # (a last, smaller batch) starts the next chunk
                 self.carry = (batch, [])
                 return
             if plan.before:

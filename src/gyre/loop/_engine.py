@@ -19,7 +19,7 @@ from gyre.core._errors import describe, explain, flag, keywords_checked, warn
 from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.loop._binding import bind
-from gyre.loop._blocks import BlockRunner, Plan, plan_table
+from gyre.loop._blocks import BlockRunner, FusedBlockRunner, Plan, plan_table
 from gyre.loop._chunks import ChunkRunner
 from gyre.loop._data import track_data
 from gyre.loop._elapse import Elapse, StopLike, check_stop, epochs_unknown, steps_only
@@ -349,12 +349,11 @@ def loop(
     )
     _check_epoch_schedules(table, clock_iter)
     ls = LoopState(state, history, clock_iter.elapsed, metadata)
-    if chunks is None:
-        chunks = plan_table(table, clock_iter, state)
-        ls.plan = Plan("steps", chunks) if isinstance(chunks, str) else Plan("blocks")
-        chunks = None if isinstance(chunks, str) else chunks
+    planned = plan_table(table, clock_iter, state, steps)
+    if isinstance(planned, str):
+        ls.plan = Plan("steps" if chunks is None else "fused", planned)
     else:
-        ls.plan = Plan("fused")
+        ls.plan, chunks = Plan("blocks" if steps == 1 else "fused"), planned
     ls._completed = clock_iter.peek_completed
     ls.data = data.follow(clock_iter)
     # the clock of the step in progress, fused chunks' included (for where the check noticed)
@@ -389,12 +388,14 @@ def _run(
             steps = blocks.run_auto()
             if steps > 1 and not ls.stop_requested:
                 ls.plan = Plan("fused", f"steps_per_call='auto' chose {steps}")
-                fused = ChunkRunner(split_tasks(table, steps), clock_iter, ls, steps, outermost=_DEPTH.value == 1)
-                fused.carry, fused.cut_at_new_shapes = blocks.carry, True
+                fused = FusedBlockRunner(split_tasks(table, steps), clock_iter, ls, steps, outermost=_DEPTH.value == 1)
+                fused.carry = blocks.carry
                 fused.run()
         elif chunks is not None and steps == 1:
             BlockRunner(chunks, clock_iter, ls, outermost=_DEPTH.value == 1).run()
-        elif chunks is not None:
+        elif chunks is not None and ls.plan.reason is None:
+            FusedBlockRunner(chunks, clock_iter, ls, steps, outermost=_DEPTH.value == 1).run()
+        elif chunks is not None:  # a schedule of the table cannot be solved: asked step by step
             ChunkRunner(chunks, clock_iter, ls, steps, outermost=_DEPTH.value == 1).run()
         else:
             run_steps(table, clock_iter, ls, outermost=_DEPTH.value == 1)
