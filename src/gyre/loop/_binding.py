@@ -377,28 +377,11 @@ def _make(
         idx = (0, *idx)
     if mask is not None:
         return _masked(fn, idx, kw, mask == "required", name)
-    if kw:
 
-        def call_kw(*args: Any) -> Any:
-            return fn(*[args[i] for i in idx], **{k: args[i] for k, i in kw})
+    def call(*args: Any) -> Any:
+        return fn(*[args[i] for i in idx], **{k: args[i] for k, i in kw})
 
-        return call_kw
-    if idx == (0, 1):
-        return lambda s, b, e, lg, lp: fn(s, b)
-    if not idx:
-        return lambda s, b, e, lg, lp: fn()
-    if len(idx) == 1:
-        (i,) = idx
-        return lambda *args: fn(args[i])
-    if len(idx) == 2:
-        i, j = idx
-        return lambda *args: fn(args[i], args[j])
-    if idx == (2, 3, 4):  # (elapsed, logs, loop): the bars
-        return lambda s, b, e, lg, lp: fn(e, lg, lp)
-    if len(idx) == 3:
-        i, j, k = idx
-        return lambda *args: fn(args[i], args[j], args[k])
-    return lambda *args: fn(*[args[i] for i in idx])
+    return call
 
 
 def _masked(fn: Any, idx: tuple[int, ...], kw: tuple[tuple[str, int], ...], required: bool, name: str) -> Call:
