@@ -1,11 +1,13 @@
-"""jaxloop's base loop on gyre's engine: ``Loop``, and the helpers every loop shares
+"""jaxloop's base loop: ``Loop``, and the helpers every loop shares
 (:func:`reduce_outputs`, :func:`takes_mask`, :func:`state_step`).
 
-A :class:`Loop` runs its step through :func:`gyre.loop` (one task, every step: jaxloop's
-per-step hook :meth:`Loop._run_one_step`, which pulls its batch with the per-batch hook
-:meth:`Loop._get_next_batch`), so it pulls a batch only for a step that will run and reads
-nothing back from the device per step: the step's outputs are appended to per-key lists as
-the device arrays they are (``outputs["loss"]`` is the list of the loop's losses).
+A :class:`Loop` runs its steps in one tight loop: each step pulls its batch (only for a step
+that will run), calls the step and appends its outputs to per-key lists as the device arrays
+they are (``outputs["loss"]`` is the list of the loop's losses); nothing is read back from the
+device per step, and no gyre Python runs per step besides a preemption flag. A subclass that
+overrides jaxloop's per-step hooks (:meth:`Loop._run_one_step`, :meth:`Loop._get_next_batch`,
+:meth:`Loop.update_outputs`) has them called at every step. SIGTERM ends a loop at a step's
+end, as it ends :func:`gyre.loop` (:func:`preemption`).
 :func:`reduce_outputs` turns such outputs into numbers when you ask.
 
 The classes keep jaxloop's layering (``Loop`` <- ``StatLoop`` (``_stat_loop``) <-
@@ -17,9 +19,10 @@ The classes keep jaxloop's layering (``Loop`` <- ``StatLoop`` (``_stat_loop``) <
 from __future__ import annotations
 
 import collections
+import contextlib
 import inspect
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import jax
@@ -29,11 +32,11 @@ import numpy as np
 from gyre.core._clock import infer_batch_size
 from gyre.core._columns import numeric_dtype
 from gyre.core._errors import as_pair, describe, explain, whole_number
-from gyre.core._schedules import always
 from gyre.data._padding import accepts_mask, padded
+from gyre.loop import _engine
 from gyre.loop._elapse import samples
-from gyre.loop._engine import loop as _engine_loop
 from gyre.loop._nan import NonFiniteError, check_nan_policy
+from gyre.loop._preempt import Preemption
 from gyre.parallel._partitioners import step_name
 
 Output = dict[str, Any]
@@ -248,8 +251,11 @@ class Loop:
         log_num_flops: bool = False,
         **kwargs: Any,
     ) -> tuple[State, Output]:
-        """Runs the step over the dataset, through :func:`gyre.loop`: each step is one call
-        of :meth:`_run_one_step`, which pulls its batch with :meth:`_get_next_batch`.
+        """Runs the step over the dataset: each step pulls its batch, calls the step and
+        appends its outputs. With jaxloop's per-step hooks as they are, that is one tight
+        loop (no hook call per step); a subclass that overrides :meth:`_run_one_step`,
+        :meth:`_get_next_batch` or :meth:`update_outputs` has them called at every step.
+        SIGTERM ends the loop after the step it arrived during, as it ends :func:`gyre.loop`.
 
         Args:
             state: the state (donated to a train step: use the returned one).
@@ -266,6 +272,10 @@ class Loop:
         Returns:
             ``(state, outputs)``, ``outputs[key]`` the list of each step's values.
 
+        Raises:
+            Exception: whatever a step raised, carrying ``err.state``: the last state a step
+                returned (``None`` when the failing step was donated it).
+
         Example:
             >>> import gyre
             >>> def step(state, batch, per_loop_step_number, **kwargs):
@@ -276,40 +286,71 @@ class Loop:
         num_steps = _check_num_steps(num_steps)
         keep_state = bool(kwargs.pop("return_state_from_step", True))
         data = _as_iterator(dataset)
-        loop_outputs: Output = collections.defaultdict(list)
         self._last_steps = 0
         self._sizes: list[int] | None = []
-        count, box, who = [0], [loop_outputs], f"{type(self).__name__}._run_one_step"
         self._pads = _Pads() if self.pads_batches and takes_mask(self._step) else None
-        checks = getattr(self, "_nan_policy", "raise") != "ignore"
-
-        def jaxloop_step(state: Any, loop: Any) -> Any:
-            n = count[0] + 1
-            try:
-                result = self._run_one_step(
-                    state, data, box[0], n, log_num_flops=bool(log_num_flops) and n == 1,
-                    return_state_from_step=keep_state, **kwargs,
-                )
-            except StopIteration:  # the data ended: how a jaxloop loop without num_steps ends
-                loop.request_stop("the data ended")
-                return None
-            new_state, box[0] = as_pair(result, who, "(state, loop_outputs)", "state, loop_outputs")
-            count[0] = n
-            # (None, state): a state that is itself a pair is never read as (logs, state)
-            return None, new_state
-
+        numbers = itertools.count(1) if num_steps is None else range(1, num_steps + 1)
+        steps = self._tight if _default_hooks(self) else self._hooked
+        run = _Run(state, bool(log_num_flops), keep_state, kwargs)
         try:
-            # the engine ticks; each step pulls its own batch (jaxloop's _get_next_batch)
-            state, _, _ = _engine_loop(
-                state, itertools.repeat(None), {always(): [jaxloop_step]}, stop=num_steps,
-                prefetch=0, nan_policy="ignore", catch_keyboard_interrupt=False,
-            )
+            with preemption() as preempted:
+                steps(run, data, numbers, preempted)
+        except BaseException as err:
+            err.state = run.state if _alive(run.state) else None  # type: ignore[attr-defined]
+            raise
         finally:
             self._pads = None
-        self._last_steps = count[0]
-        if checks:
-            _check_finite(box[0], count[0], type(self).__name__)
-        return state, _weighted(box[0], self._sizes)
+        self._last_steps = run.count
+        if getattr(self, "_nan_policy", "raise") != "ignore":
+            _check_finite(run.outputs, run.count, type(self).__name__)
+        return run.state, _weighted(run.outputs, self._sizes)
+
+    def _hooked(self, run: _Run, data: Iterator[Any], numbers: Iterable[int], preempted: Any) -> None:
+        """The steps, each one call of the per-step hook :meth:`_run_one_step`."""
+        who = f"{type(self).__name__}._run_one_step"
+        for n in numbers:
+            try:
+                result = self._run_one_step(
+                    run.state, data, run.outputs, n, log_num_flops=run.flops and n == 1,
+                    return_state_from_step=run.keep, **run.kwargs,
+                )
+            except StopIteration:  # the data ended: how a jaxloop loop without num_steps ends
+                return
+            run.state, run.outputs = as_pair(result, who, "(state, loop_outputs)", "state, loop_outputs")
+            run.count = n
+            if preempted(n):
+                return
+
+    def _tight(self, run: _Run, data: Iterator[Any], numbers: Iterable[int], preempted: Any) -> None:
+        """The steps of :meth:`_hooked` with the default hooks written in: no Python call per
+        step besides the batch, its size, the step and the preemption check."""
+        step, size_of, pads, sizes, keep = self._step, self._size_of, self._pads, self._sizes, run.keep
+        outputs, kwargs, state, n = run.outputs, run.kwargs, run.state, 0
+        first = {**kwargs, "log_num_flops": True} if run.flops and _takes_flops(step) else kwargs
+        try:
+            for n in numbers:
+                try:
+                    batch = next(data)
+                    sizes.append(size_of(batch))  # type: ignore[union-attr]
+                    given = first if n == 1 else kwargs
+                    if pads is not None:  # an EvalLoop whose step takes a mask: one batch size throughout
+                        batch, mask = pads(batch)
+                        given = {**given, "mask": mask}
+                    result = step(state, batch, n, **given) if given else step(state, batch, n)
+                except StopIteration:  # the data ended (or the step said so)
+                    n -= 1
+                    return
+                if type(result) is not tuple or len(result) != 2:
+                    result = as_pair(result, step_name(step))
+                if keep:
+                    state = result[0]
+                if result[1] is not None:
+                    for key, value in result[1].items():
+                        outputs[key].append(value)
+                if preempted(n):
+                    return
+        finally:
+            run.state, run.count = state, n
 
     def end(self, state: State, outputs: Output | None) -> tuple[State, Output | None]:
         """Runs after the loop; returns ``(state, outputs)``. The identity by default.
@@ -338,6 +379,49 @@ class Loop:
         state, dataset = as_pair(self.begin(state, dataset), f"{who}.begin", "(state, dataset)", "state, dataset")
         state, outputs = self.run(state, dataset, num_steps, **kwargs)
         return as_pair(self.end(state, outputs), f"{who}.end", "(state, outputs)", "state, outputs")
+
+
+class _Run:
+    """What :meth:`Loop.run` carries through its steps: the state, the outputs, the steps run,
+    and the step's keywords (``flops``: ``log_num_flops`` at the first step)."""
+
+    def __init__(self, state: Any, flops: bool, keep: bool, kwargs: dict[str, Any]) -> None:
+        self.state, self.flops, self.keep, self.kwargs = state, flops, keep, kwargs
+        self.outputs: Output = collections.defaultdict(list)
+        self.count = 0
+
+
+_HOOKS = ("_run_one_step", "_get_next_batch", "update_outputs")
+
+
+def _default_hooks(loop: Loop) -> bool:
+    """Whether ``loop`` runs jaxloop's per-step hooks as :class:`Loop` defines them."""
+    return all(getattr(type(loop), name) is getattr(Loop, name) and name not in vars(loop) for name in _HOOKS)
+
+
+def _alive(tree: Any) -> bool:
+    """Whether no array of ``tree`` was donated (deleted)."""
+    return not any(getattr(x, "is_deleted", lambda: False)() for x in jax.tree_util.tree_leaves(tree))
+
+
+@contextlib.contextmanager
+def preemption() -> Iterator[Callable[[int], bool]]:
+    """SIGTERM for the time of a jaxloop loop, as :func:`gyre.loop` has it: yields
+    ``preempted(step) -> bool``, asked after each step (the outermost loop on the main thread
+    installs the handler; a loop nested in another runs to its end).
+
+    Example:
+        >>> with preemption() as preempted:
+        ...     preempted(1)
+        False
+    """
+    depth = _engine._DEPTH
+    depth.value = getattr(depth, "value", 0) + 1
+    try:
+        with Preemption(catch_interrupt=False, outermost=depth.value == 1) as guard:
+            yield guard.check
+    finally:
+        depth.value -= 1
 
 
 class StepValues(list):  # type: ignore[type-arg]
