@@ -44,6 +44,29 @@ BLOCK_SECONDS = 0.5
 #: is when dispatching a block's steps took more than HOST_BOUND of the block's time.
 AUTO_STEPS = 100
 HOST_BOUND = 0.5
+#: ... and when a compiled call's fixed cost is more than this share of a step: fusing saves
+#: that cost on all but one step of K (on a CPU, where a step runs inside its call, a step of
+#: a few hundred microseconds gains nothing).
+PAYS = 0.03
+
+_identity = jax.jit(lambda x: x)
+
+
+def call_overhead() -> float:
+    """Seconds a compiled call costs the host at least: the median of a few calls of the
+    identity on a scalar (the device idle).
+
+    Example:
+        >>> 0 < call_overhead() < 1
+        True
+    """
+    x = jax.block_until_ready(_identity(jax.numpy.zeros(())))
+    times = []
+    for _ in range(9):
+        start = _time.perf_counter()
+        jax.block_until_ready(_identity(x))
+        times.append(_time.perf_counter() - start)
+    return sorted(times)[4]
 
 
 def _fusable(plan: ChunkPlan) -> bool:
@@ -246,13 +269,14 @@ class BlockRunner(ChunkRunner):
             self.run()
             return 1
         jax.block_until_ready(self.ls.state)
-        start = _time.perf_counter()
+        start, steps = _time.perf_counter(), self.elapse.elapsed.steps
         self.run(chunks=1)
         dispatched = self.dispatched
         jax.block_until_ready(self.ls.state)
+        seconds, steps = _time.perf_counter() - start, self.elapse.elapsed.steps - steps
         if self.ls.stop_requested or self.elapse.exhausted:
             return 1
-        if dispatched > HOST_BOUND * (_time.perf_counter() - start):
+        if dispatched > HOST_BOUND * seconds and call_overhead() > PAYS * seconds / max(steps, 1):
             return AUTO_STEPS
         self.run()
         return 1
@@ -280,9 +304,14 @@ class BlockRunner(ChunkRunner):
                 at = _next(task, clocks[at - first + 1], epoch_steps)
 
     def _ringed(self, chunk: Chunk, sizes: list[int]) -> tuple[Logs, Any]:
+        """The block's steps through the ring: its batches pulled one by one, or those a fused
+        runner pulled already (``chunk.batches``, their ``sizes`` known)."""
         ring, ls, n = self.ring, self.ls, self.n
         fn, buffers, treedef = ring.fn, ring.buffers, ring.treedef  # type: ignore[union-attr]
         it, size_of, now, deadline = self.elapse._it, self.elapse.size_of, self.elapse._clock, self.deadline
+        pulled = len(chunk.batches) > 1
+        if pulled:
+            it, n, deadline = iter(chunk.batches[1:]), len(chunk.batches), math.inf
         state, batch = ls.state, chunk.batches[0]
         last, k = batch, 0
         try:
@@ -301,6 +330,8 @@ class BlockRunner(ChunkRunner):
                 if k == n or now() >= deadline:
                     break
                 batch = next(it, END)
+                if pulled:
+                    continue
                 if batch is END:
                     self.elapse.exhausted = True
                     break
@@ -324,8 +355,11 @@ class FusedBlockRunner(BlockRunner):
 
     def __init__(self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, steps: int, *, outermost: bool = True) -> None:
         ChunkRunner.__init__(self, plan, elapse, loop_state, steps, outermost=outermost)
+        step = step_function(plan.step.fn)  # type: ignore[union-attr]
+        self.ring = Ring(plan.step, step) if ringable(step, loop_state.state) else None  # type: ignore[arg-type]
         self.partial = (Logs(), 0)
         self.dispatched = 0.0
+        self.short = False  # the chunk is shorter than K: its steps go through the ring
 
     def extend(self, chunk: Chunk) -> None:
         """Pulls the chunk's batches: up to its solved length, its deadline, the data's end,
@@ -333,7 +367,8 @@ class FusedBlockRunner(BlockRunner):
         super().extend(chunk)
         it, now, deadline = self.elapse._it, self.elapse._clock, self.deadline
         first = _shapes(chunk.batches[0])
-        while len(chunk.batches) < self.n and now() < deadline:
+        self.short = self.n < self.steps and self.ring is not None
+        while len(chunk.batches) < self.n and now() < deadline and not self.short:
             batch = next(it, END)
             if batch is END:
                 self.elapse.exhausted = True
@@ -344,9 +379,13 @@ class FusedBlockRunner(BlockRunner):
             chunk.batches.append(batch)
             chunk.sizes.append(self.elapse.size_of(batch))
         chunk.clocks = BlockClocks(chunk.clocks[0], chunk.sizes, self.elapse.epoch_steps)
+        self.short = len(chunk.batches) < self.steps and self.ring is not None
 
     def call(self, chunk: Chunk) -> Logs:
-        """The fused call, then the schedules of its last step."""
+        """The fused call, then the schedules of its last step; a chunk shorter than K runs
+        through the ring (a fused call of another length would compile again)."""
+        if self.short:
+            return BlockRunner.call(self, chunk)
         logs = ChunkRunner.call(self, chunk)
         self._ask(chunk)
         return logs

@@ -16,6 +16,7 @@ Three types tell the engine what it needs to know:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -23,7 +24,7 @@ from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, suggest, warn
 from gyre.core._hooks import ALL_HOOKS, NamedSchedule
 from gyre.core._logs import Logs
-from gyre.core._schedules import Schedule, as_schedule, every
+from gyre.core._schedules import UNSOLVED, Schedule, _scan, as_schedule, every
 from gyre.loop._binding import Invoker, bind, callback_name, inject
 
 Callback = Callable[..., Any]
@@ -42,6 +43,8 @@ class StepPoint(Schedule):
     Example:
         >>> StepPoint("on_train_step")(Elapsed()), StepPoint("on_test_step").fires_always
         (True, True)
+        >>> StepPoint("on_train_step").next_step(7)  # fires_always: the step in progress
+        7
     """
 
     fires_always = True
@@ -63,10 +66,17 @@ class StepPoint(Schedule):
 class When(Schedule):
     """A named loop's own schedule (a fresh task-table key) with a fixed predicate.
 
+    The predicate is stateless and reads only the counters in ``reads``. For
+    :meth:`next_step`, one that reads only ``step_in_epoch`` is tried once on each step of an
+    epoch; one that reads other step counters on the steps ahead, one by one (1024 at most);
+    others are UNSOLVED.
+
     Example:
         >>> last = When(lambda e: e.step_in_epoch == 2, "on_epoch_end", reads=("step_in_epoch",))
         >>> last(Elapsed(step_in_epoch=2)), last
         (True, on_epoch_end)
+        >>> last.next_step(Elapsed(steps=4, step_in_epoch=1), epoch_steps=3), last.next_step(4)
+        (5, UNSOLVED)
     """
 
     def __init__(
@@ -75,12 +85,40 @@ class When(Schedule):
         self.predicate = predicate
         self.label = label
         self._reads = frozenset(reads)
+        self._firing: dict[int, list[int]] = {}  # epoch_steps -> the steps_in_epoch it fires on
 
     def __call__(self, elapsed: Elapsed) -> bool:
         return self.predicate(elapsed)
 
     def reads(self) -> frozenset[str]:
         return self._reads
+
+    def _cycle(self, epoch_steps: int | None) -> int | None:
+        if self.fires_always or not self._reads:
+            return 1
+        return epoch_steps if self._reads == {"step_in_epoch"} else None
+
+    def _next_step(self, clock: Elapsed, epoch_steps: int | None) -> Any:
+        epochs = self._reads & {"epochs", "step_in_epoch"}
+        if not self._reads <= {"steps", "epochs", "step_in_epoch"} or (epochs and epoch_steps is None):
+            return UNSOLVED
+        if self._reads == {"step_in_epoch"} and epoch_steps is not None:
+            return self._in_epoch(clock, epoch_steps)
+        return _scan(self.predicate, clock, epoch_steps, self._cycle(epoch_steps))
+
+    def _in_epoch(self, clock: Elapsed, epoch_steps: int) -> int | None:
+        """next_step of a predicate of step_in_epoch alone: tried once on each step of an
+        epoch, then looked up."""
+        firing = self._firing.get(epoch_steps)
+        if firing is None:
+            firing = [i for i in range(epoch_steps) if self.predicate(Elapsed(step_in_epoch=i))]
+            self._firing[epoch_steps] = firing
+        if not firing:
+            return None
+        here = clock.step_in_epoch % epoch_steps
+        later = bisect.bisect_left(firing, here)
+        ahead = firing[later] - here if later < len(firing) else epoch_steps - here + firing[0]
+        return clock.steps + ahead
 
     def __repr__(self) -> str:
         return self.label
