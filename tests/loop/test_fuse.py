@@ -11,10 +11,10 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import gyre
-from gyre.loop._ring import _RINGS
 from gyre.core._compat import cache_size
 from gyre.loop._binding import StateMethod
 from gyre.loop._fuse import check_steps, is_fusable, scan_steps, step_function
+from gyre.loop._ring import _RINGS
 from tests.loop._helpers import add_step, assert_same_tree
 
 
