@@ -22,6 +22,26 @@ When each one fires:
 ``a & b``, ``a | b``, ``~a``        both / either / not; every operand is evaluated every
                                     step (no short-circuit), so stateful ones stay in step
 ==================================  =======================================================
+
+:meth:`Schedule.next_step` says in advance at which step a schedule must next be called, so a
+loop can run the steps before it without calling it; :data:`UNSOLVED` when it cannot say:
+
+==================================  =======================================================
+``every(n)``                        the next multiple of ``n``
+``every(epochs=n)``                 the first step of the next epoch ``e % n == 0`` (needs
+                                    ``epoch_steps``, else UNSOLVED)
+``every(samples=/time=)``           UNSOLVED (batch sizes, wall time)
+``always()`` / ``never()``          this step / ``None`` (never again)
+``a | b``                           the first of the parts' steps
+``a & b``                           the first state change of a part, or else the first
+                                    step where every part may fire
+``~a``                              the first step where ``a`` does not fire (UNSOLVED when
+                                    ``a`` is stateful)
+``after`` / ``piecewise``           the first switch point not reached yet (in steps, or
+                                    epochs with ``epoch_steps``; others UNSOLVED) or the
+                                    active piece's step on its relative clock
+a plain function                    UNSOLVED
+==================================  =======================================================
 """
 
 from __future__ import annotations
@@ -32,9 +52,31 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import as_integer, describe, explain
+from gyre.core._errors import as_integer, describe, explain, whole_number
 
 ScheduleLike = Callable[[Elapsed], bool]
+
+
+class _Unsolved:
+    """The type of :data:`UNSOLVED` (one instance, kept by copies and pickles)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSOLVED"
+
+    def __reduce__(self) -> str:
+        return "UNSOLVED"
+
+
+#: What :meth:`Schedule.next_step` returns when the schedule cannot say in advance when it
+#: fires (samples, time, dates, plain functions): the loop then asks it at every step.
+UNSOLVED: Any = _Unsolved()
+
+#: The most steps a schedule scans one by one in :meth:`Schedule.next_step` (``~a``, a
+#: stateless ``a & b``, the loops' own predicates); past it, it answers the step it reached,
+#: where a call returns False and changes nothing.
+_SCAN = 1024
 
 
 class Schedule:
@@ -89,6 +131,71 @@ class Schedule:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores what :meth:`state_dict` returned."""
 
+    def next_step(self, after: Elapsed | int, *, epoch_steps: int | None = None) -> Any:
+        """The first step index ``s >= after.steps`` at which calling the schedule could
+        return True or change its state (:meth:`state_dict`), were it called at every step from
+        ``after`` on; ``None`` when neither can happen again; :data:`UNSOLVED` when it cannot
+        say in advance (samples, time, dates, plain functions, or any part that cannot).
+
+        So a loop that calls the schedule only at the steps this returns, asking again with the
+        clock of the step after each call, sees the same firings and ends with the same state
+        as one that calls it at every step. An earlier step than needed may come back (a call
+        there returns False and changes nothing), a later one never. It changes no state.
+
+        Args:
+            after: the clock of the step in progress (its ``steps``, ``epochs`` and
+                ``step_in_epoch`` exact for that step); an ``int`` is ``Elapsed(steps=after)``.
+            epoch_steps: steps per epoch; step ``s`` then has ``step_in_epoch ==
+                (after.step_in_epoch + s - after.steps) % epoch_steps`` and ``epochs`` counts
+                the epochs filled since ``after``. ``None``: epoch schedules are UNSOLVED.
+
+        Subclasses override ``_next_step(clock, epoch_steps)`` (the clock an ``Elapsed``);
+        the default solves a schedule with ``fires_always`` and leaves others UNSOLVED.
+
+        Example:
+            >>> every(10).next_step(13), always().next_step(13), never().next_step(13)
+            (20, 13, None)
+            >>> s = after(steps=50).every(100)
+            >>> s.next_step(13)  # the switch at step 50 is a state change, and fires
+            50
+            >>> s(Elapsed(steps=50)), s.next_step(51)
+            (True, 150)
+            >>> every(epochs=2).next_step(Elapsed(steps=3, step_in_epoch=3), epoch_steps=5)
+            10
+            >>> every(epochs=1).next_step(3), every(time=60.0).next_step(3)
+            (UNSOLVED, UNSOLVED)
+        """
+        if not isinstance(after, Elapsed):
+            steps = whole_number(
+                after,
+                minimum=0,
+                problem="next_step(after=...) takes the clock of a step",
+                expected="a gyre.Elapsed, or a step index (an int >= 0)",
+                fix="pass the loop's elapsed, or elapsed.steps",
+            )
+            after = Elapsed(steps=steps)
+        if epoch_steps is not None and (type(epoch_steps) is not int or epoch_steps < 1):
+            epoch_steps = whole_number(
+                epoch_steps,
+                minimum=1,
+                problem="next_step(epoch_steps=...) is the number of steps per epoch",
+                expected="an int >= 1, or None when the epoch length is unknown",
+                fix="pass epoch_steps=len(dataset), or leave it out",
+            )
+        return self._next_step(after, epoch_steps)
+
+    def _next_step(self, clock: Elapsed, epoch_steps: int | None) -> Any:
+        return clock.steps if self.fires_always else UNSOLVED
+
+    def _cycle(self, epoch_steps: int | None) -> int | None:
+        """For a stateless schedule of the step counters (steps, epochs, step_in_epoch): a
+        number of steps after which its firings repeat. ``None`` for any other schedule."""
+        return 1 if self.fires_always else None
+
+    def _next_change(self, clock: Elapsed, epoch_steps: int | None = None) -> Any:
+        """Like :meth:`next_step`, for the state changes alone (a stateless schedule: None)."""
+        return None if self._cycle(epoch_steps) is not None else self.next_step(clock, epoch_steps=epoch_steps)
+
     # Schedules are dictionary keys in a task table: identity, not value, tells them apart,
     # so ``{every(1): [a], every(1): [b]}`` keeps both entries.
     __hash__ = object.__hash__
@@ -138,6 +245,37 @@ class _And(Schedule):
     def reads(self) -> frozenset[str] | None:
         return _union(part.reads() for part in self.parts)
 
+    def _cycle(self, epoch_steps: int | None) -> int | None:
+        cycles = [part._cycle(epoch_steps) for part in self.parts]
+        return None if None in cycles else math.lcm(*cycles)  # type: ignore[arg-type]
+
+    def _next_change(self, clock: Elapsed, epoch_steps: int | None = None) -> Any:
+        return _first(part._next_change(clock, epoch_steps) for part in self.parts)
+
+    def _next_step(self, clock: Elapsed, epoch_steps: int | None) -> Any:
+        # The first state change of a part, or else the first step where every part may fire:
+        # until a change, each part's next step from a later clock holds, and none fires
+        # together before the latest of them.
+        change = self._next_change(clock, epoch_steps)
+        cycle = self._cycle(epoch_steps)
+        if change is UNSOLVED:
+            return UNSOLVED
+        end = clock.steps + min(cycle or _SCAN, _SCAN)
+        step = clock.steps
+        while step < end and (change is None or step < change):
+            at = _at(clock, step, epoch_steps)
+            steps = [part.next_step(at, epoch_steps=epoch_steps) for part in self.parts]
+            if UNSOLVED in steps:
+                return UNSOLVED
+            if None in steps:  # a part never fires again
+                return change
+            if max(steps) == step:
+                return step
+            step = max(steps)
+        if change is not None and step >= change:
+            return change
+        return None if cycle is not None and cycle <= _SCAN else step
+
     def state_dict(self) -> dict[str, Any]:
         return {"parts": [p.state_dict() for p in self.parts]}
 
@@ -154,6 +292,9 @@ class _Or(_And):
         results = [part(elapsed) for part in self.parts]
         return any(results)
 
+    def _next_step(self, clock: Elapsed, epoch_steps: int | None) -> Any:
+        return _first(part.next_step(clock, epoch_steps=epoch_steps) for part in self.parts)
+
     def __repr__(self) -> str:
         return "(" + " | ".join(map(repr, self.parts)) + ")"
 
@@ -162,8 +303,42 @@ class _Not(_And):
     def __call__(self, elapsed: Elapsed) -> bool:
         return not self.parts[0](elapsed)
 
+    def _next_step(self, clock: Elapsed, epoch_steps: int | None) -> Any:
+        cycle = self.parts[0]._cycle(epoch_steps)
+        return UNSOLVED if cycle is None else _scan(self, clock, epoch_steps, cycle)
+
+    _next_change = Schedule._next_change  # stateless, or UNSOLVED
+
     def __repr__(self) -> str:
         return f"~{self.parts[0]!r}"
+
+
+def _first(steps: Any) -> Any:
+    """The earliest of some :meth:`Schedule.next_step` answers (``None``: never; any
+    UNSOLVED makes it UNSOLVED)."""
+    found = [step for step in steps if step is not None]
+    if any(step is UNSOLVED for step in found):
+        return UNSOLVED
+    return min(found, default=None)
+
+
+def _at(clock: Elapsed, step: int, epoch_steps: int | None) -> Elapsed:
+    """The clock of ``step`` (>= ``clock.steps``) as the loop makes it: epochs and
+    step_in_epoch advanced as :meth:`Elapsed.update` does; the other counters kept."""
+    done = clock.step_in_epoch + step - clock.steps
+    epochs, in_epoch = divmod(done, epoch_steps) if epoch_steps else (0, done)
+    return Elapsed(step, clock.samples, clock.epochs + epochs, in_epoch, clock.time, clock.date)
+
+
+def _scan(predicate: ScheduleLike, clock: Elapsed, epoch_steps: int | None, cycle: int | None) -> int | None:
+    """The first step from ``clock`` on where the stateless ``predicate`` is true, trying them
+    one by one: ``None`` when none is in a whole ``cycle`` (its firings repeat after it), the
+    step reached when :data:`_SCAN` steps found none."""
+    span = min(cycle or _SCAN, _SCAN)
+    for step in range(clock.steps, clock.steps + span):
+        if predicate(_at(clock, step, epoch_steps)):
+            return step
+    return None if cycle is not None and cycle <= _SCAN else clock.steps + span
 
 
 def _union(parts: Any) -> frozenset[str] | None:
@@ -194,6 +369,12 @@ class _Never(Schedule):
 
     def __call__(self, elapsed: Elapsed) -> bool:
         return False
+
+    def _next_step(self, clock: Elapsed, epoch_steps: int | None) -> Any:
+        return None
+
+    def _cycle(self, epoch_steps: int | None) -> int:
+        return 1
 
     def __repr__(self) -> str:
         return "never()"
@@ -276,6 +457,23 @@ class Every(Schedule):
     def reads(self) -> frozenset[str]:
         return frozenset(("epochs", "step_in_epoch") if self.unit == "epochs" else (self.unit,))
 
+    def _cycle(self, epoch_steps: int | None) -> int | None:
+        if self.unit == "steps":
+            return self.amount  # type: ignore[return-value]
+        return self.amount * epoch_steps if self.unit == "epochs" and epoch_steps else None  # type: ignore[return-value]
+
+    def _next_step(self, clock: Elapsed, epoch_steps: int | None) -> Any:
+        n = int(self.amount)
+        if self.unit == "steps":
+            return clock.steps + (-clock.steps) % n
+        if self.unit != "epochs" or epoch_steps is None:
+            return UNSOLVED
+        # Epoch starts are the steps where step_in_epoch + (s - steps) is a multiple m of
+        # epoch_steps; that epoch is epochs + m.
+        first = -(-clock.step_in_epoch // epoch_steps)
+        m = first + (-(clock.epochs + first)) % n
+        return clock.steps + m * epoch_steps - clock.step_in_epoch
+
     def state_dict(self) -> dict[str, Any]:
         return {} if self._last is None else {"last": self._last}
 
@@ -354,6 +552,28 @@ class Piecewise(Schedule):
         origin = self._origins[active]
         return self.schedules[active](elapsed.since(origin))  # type: ignore[arg-type]
 
+    def _next_step(self, clock: Elapsed, epoch_steps: int | None) -> Any:
+        return self._solve(clock, epoch_steps, change=False)
+
+    def _next_change(self, clock: Elapsed, epoch_steps: int | None = None) -> Any:
+        return self._solve(clock, epoch_steps, change=True)
+
+    def _solve(self, clock: Elapsed, epoch_steps: int | None, *, change: bool) -> Any:
+        # Candidates: each switch point not reached yet (recording it changes the state), and
+        # the active piece's own step (or state change), solved on its relative clock. Pieces
+        # that may still become active must be solvable too, so the answer stays known.
+        active = max((i for i, o in enumerate(self._origins) if o is not None), default=-1)
+        later = self.schedules[active:] if active >= 0 else [self.initial, *self.schedules]
+        if any(part.next_step(Elapsed(), epoch_steps=epoch_steps) is UNSOLVED for part in later[1:]):
+            return UNSOLVED
+        steps = [_reach(p, clock, epoch_steps) for p, o in zip(self.periods, self._origins, strict=True) if o is None]
+        piece, origin = (self.initial, None) if active < 0 else (self.schedules[active], self._origins[active])
+        ask = piece._next_change if change else piece.next_step
+        inner = ask(clock if origin is None else clock.since(origin), epoch_steps=epoch_steps)
+        if origin is not None and inner is not None and inner is not UNSOLVED:
+            inner += origin.steps
+        return _first([*steps, inner])
+
     def then(self, schedule: ScheduleLike) -> Piecewise:
         """After the last switch point, run ``schedule`` (on the clock counted from there).
 
@@ -414,6 +634,22 @@ class Piecewise(Schedule):
     def __repr__(self) -> str:
         pieces = ", ".join(f"{p!r}: {s!r}" for p, s in zip(self.periods, self.schedules, strict=True))
         return f"piecewise({self.initial!r}, {{{pieces}}})"
+
+
+def _reach(period: Period, clock: Elapsed, epoch_steps: int | None) -> Any:
+    """The first step from ``clock`` on whose clock reaches ``period`` (UNSOLVED for samples,
+    time, dates, and epochs of unknown length)."""
+    steps = []
+    for name, value in period.items():
+        if name == "steps":
+            steps.append(max(clock.steps, value))
+        elif name == "epochs" and epoch_steps is not None:
+            # epochs + (step_in_epoch + s - steps) // epoch_steps >= value
+            wanted = (value - clock.epochs) * epoch_steps - clock.step_in_epoch
+            steps.append(clock.steps + max(wanted, 0))
+        else:
+            return UNSOLVED
+    return min(steps)
 
 
 def _check_order(periods: list[Period]) -> None:
