@@ -183,14 +183,15 @@ def hand_functions(tx: optax.GradientTransformation) -> tuple[Callable[..., Any]
     return jax.jit(train_step, donate_argnums=0), jax.jit(evaluate)
 
 
-def make_trainer(model: Any, log_every: int, log_dir: str) -> Any:
-    """The ``ImgClassifierTrainer`` of the trainer variants."""
+def make_trainer(model: Any, log_every: int, log_dir: str, **config: Any) -> Any:
+    """The ``ImgClassifierTrainer`` of the trainer variants (``config``: more of its settings,
+    e.g. ``steps_per_call=10``; ``loop_overhead.py`` uses it too)."""
     from gyre.trainer import ImgClassifierTrainer
 
     return ImgClassifierTrainer(
         {"logger": {"log_steps_every": log_every, "log_dir": log_dir}},
         model=model, optimizer=optax.adam(LEARNING_RATE), enable_progress_bar=False,
-        check_val_every_n_epoch=1, seed=0,
+        check_val_every_n_epoch=1, seed=0, **config,
     )
 
 
