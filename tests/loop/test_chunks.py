@@ -87,7 +87,7 @@ def test_callbacks_run_after_the_same_steps_as_step_by_step():
 
 
 # a stop checked every 2 steps, on purpose
-@pytest.mark.filterwarnings("ignore:steps_per_call=.*fires so often:gyre.LoopWarning")
+@pytest.mark.filterwarnings("ignore:steps_per_call=.*cannot fuse this table:gyre.LoopWarning")
 def test_stop_request_takes_effect_after_the_same_step_as_step_by_step():
     def stop_after_five(elapsed, loop):
         if elapsed.steps >= 5:
@@ -116,11 +116,11 @@ class Marks(gyre.ChunkSafe):
         self.steps.append(elapsed.steps)
 
 
-def test_a_callback_on_every_step_cuts_chunks_to_one_step_and_says_so():
+def test_a_callback_on_every_step_runs_the_fused_loop_step_by_step_and_says_so():
     log = []
-    with pytest.warns(gyre.LoopWarning, match="fires so often"):  # a plain callback on every step
+    with pytest.warns(gyre.LoopWarning, match="cannot fuse this table, so it runs step by step"):
         gyre.loop(jnp.float32(0), [np.float32(1)] * 8, {gyre.every(1): [add_step, lambda elapsed: log.append(elapsed.steps)]}, steps_per_call=4)
-    assert log == list(range(8))  # ... runs on every step: the chunks are one step long
+    assert log == list(range(8))  # a plain callback on every step: run on every step
 
 
 def test_a_chunk_safe_callback_runs_once_per_chunk_with_its_last_step():

@@ -26,10 +26,9 @@ from typing import Any, NamedTuple
 
 import jax
 
-from gyre.core import _schedules
 from gyre.core._clock import Elapsed
 from gyre.core._logs import Logs
-from gyre.core._schedules import Every
+from gyre.core._schedules import UNSOLVED, Every
 from gyre.loop._chunks import Chunk, ChunkRunner, _shapes, first_firing
 from gyre.loop._elapse import END, Elapse, steps_only
 from gyre.loop._fuse import is_fusable, step_function
@@ -86,7 +85,6 @@ class Plan(NamedTuple):
     reason: str | None = None
 
 
-UNSOLVED = getattr(_schedules, "UNSOLVED", object())
 
 
 def _next(task: Task, clock: Elapsed, epoch_steps: int | None) -> Any:
@@ -127,7 +125,7 @@ def plan_table(table: Sequence[Task], elapse: Elapse, state: Any = None, steps: 
     step = plan.step
     if step is None or (steps == 1 and not ringable(step_function(step.fn), state)):
         return f"the step {step.name if step else ''} is not a jax.jit function or a managed step on one device"
-    if not step.uses <= {"state", "batch"} or step.takes_mask:
+    if steps == 1 and not step.uses <= {"state", "batch"}:  # (a fused step explains a read)
         return f"the step {step.name} takes more than (state, batch)"
     if _stop_step(elapse, elapse.elapsed) is False:
         return f"stop={elapse.stop!r} cannot be solved in advance"

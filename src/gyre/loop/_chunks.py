@@ -1,19 +1,12 @@
-"""The fused loop: ``steps_per_call=K`` runs up to K steps per call of the fused step.
+"""What blocks and fused chunks share (:class:`ChunkRunner`): a run of steps between two events
+(see :mod:`gyre.loop._blocks`, which plans them), and what happens around it.
 
-Fusing changes speed, never meaning: every callback runs after the same steps, with the same
-clock, batch, logs and state, as step by step. A chunk is planned one step at a time: each
-step's batch is pulled (never one past ``stop``), then the schedules of the tasks around the
-step are asked about that step's clock, in table order, each exactly once per step (so
-stateful schedules count as step by step). A task placed before the step that fires on a
-later step ends the chunk before that step (which starts the next chunk); a task placed after
-the step that fires ends the chunk on that step. The tasks before the step run before the
-chunk's call, those after it after the call, with the last step's clock and logs.
-
-Within a chunk the steps' clocks are known in advance but for their time: ``time`` and
-``date`` schedules read the time at the start of the chunk. Progress bars and other
-:class:`~gyre.loop._tasks.ChunkSafe` callbacks run once per chunk, after it, when their
-schedule fired on any of its steps. When schedules cut the chunks to half of K or less, the
-loop says so once (a :class:`~gyre.LoopWarning` naming the schedule).
+A chunk starts with its first step's batch, and the tasks placed before the step that fire
+on it run then, with the state before the chunk. After its steps (run one by one through the
+ring, or in one fused call), the tasks after the step that fire on its last step run, with
+that step's clock, batch, logs and state; then the observers (:class:`~gyre.ChunkSafe`
+callbacks: the bars, the writers) whose schedule fired on any of its steps, once. Then the
+steps are committed, the NaN check and preemption are dealt with, and saves asked for are made.
 """
 
 from __future__ import annotations
@@ -23,24 +16,20 @@ from typing import Any
 
 import jax
 
-from gyre.core._clock import Elapsed, infer_batch_size
-from gyre.core._errors import warn
+from gyre.core._clock import Elapsed
 from gyre.core._logs import Logs
 from gyre.loop._elapse import END, Elapse
 from gyre.loop._fuse import FusedStep, fuse, returned_state
-from gyre.loop._split import ChunkPlan, describe_task
+from gyre.loop._split import ChunkPlan
 from gyre.loop._staging import Stager
 from gyre.loop._state import LoopState, run_callbacks
 from gyre.loop._tasks import Task, warn_if_untrained
-
-#: Short chunks caused by one task before the loop says so.
-SHORT_CUTS_BEFORE_WARNING = 3
 
 
 class Chunk:
     """The steps of one fused call, as planned."""
 
-    __slots__ = ("batches", "sizes", "clocks", "first", "after", "shown", "cut_by")
+    __slots__ = ("batches", "sizes", "clocks", "first", "after", "shown")
 
     def __init__(self, batch: Any, size: int, clock: Elapsed, displays: int) -> None:
         self.batches = [batch]
@@ -49,7 +38,6 @@ class Chunk:
         self.first = Logs()  # what the tasks before the step logged on the first step
         self.after: list[bool] = []  # answers of the after tasks on the last step so far
         self.shown = [False] * displays  # display tasks that fired on some step
-        self.cut_by: Task | None = None
 
 
 def _asks(task: Task, clock: Elapsed) -> bool:
@@ -105,8 +93,6 @@ class ChunkRunner:
         self.fused: dict[int, FusedStep] = {}
         self.stager = Stager()
         self.carry: tuple[Any, list[bool]] | None = None  # a pulled batch that starts the next chunk
-        self.short: dict[int, int] = {}
-        self.warned = False
         self.fused_once = False
         self.outermost = outermost
 
@@ -154,43 +140,9 @@ class ChunkRunner:
                 if self.ls.stop_requested:
                     return
 
-    def extend(self, chunk: Chunk) -> None:
-        """Adds steps to the chunk until a task fires, K steps, the stop or the data's end."""
-        time, date = self.elapse.now()
-        plan, elapse = self.plan, self.elapse
-        pull, epoch_steps = elapse.pull, elapse.epoch_steps
-        asked = [(i, t.schedule) for i, t in enumerate(plan.display) if t.schedule is not None]
-        # the batches of a chunk share their shapes (staging checks it): so do their sizes
-        same_size = elapse.size_of is infer_batch_size
-        for i, task in enumerate(plan.display):
-            chunk.shown[i] = chunk.shown[i] or task.schedule is None
-        while True:
-            clock = chunk.clocks[-1]
-            chunk.after = []
-            fired = first_firing(plan.after, clock, chunk.after) if plan.after else None
-            for i, schedule in asked:  # every display schedule, once per step
-                chunk.shown[i] = bool(schedule(clock)) or chunk.shown[i]
-            if fired is not None:
-                chunk.cut_by = plan.after[fired]
-                return
-            if len(chunk.batches) == self.steps or self.ls.saves:
-                return  # (a save asked for before the step is made after the chunk's first step)
-            clock = clock.update(chunk.sizes[-1], time=time, date=date, epoch_steps=epoch_steps)
-            batch = pull(clock)
-            if batch is END:
-                return
-            if _shapes(batch) != _shapes(chunk.batches[0]):  # (a last, smaller batch) starts the next chunk
-                self.carry = (batch, [])
-                return
-            if plan.before:
-                answers: list[bool] = []
-                fired = first_firing(plan.before, clock, answers)
-                if fired is not None:
-                    self.carry, chunk.cut_by = (batch, answers), plan.before[fired]
-                    return
-            chunk.batches.append(batch)
-            chunk.sizes.append(chunk.sizes[0] if same_size else elapse.size_of(batch))
-            chunk.clocks.append(clock)
+    def extend(self, chunk: Chunk) -> None:  # pragma: no cover - each runner plans its own
+        """Completes the chunk's plan (its length; its batches, for a fused call)."""
+        raise NotImplementedError
 
     def execute(self, chunk: Chunk) -> Logs:
         """Calls the fused step on the chunk, then runs the tasks after it and commits;
@@ -229,7 +181,6 @@ class ChunkRunner:
         if nan is not None:
             nan.pending = None
             self.poll(nan, k)
-        self.note_cut(chunk)
         first, end = chunk.clocks[0].steps, chunk.clocks[-1].steps
         for step in range(first, end):  # the preemption sync point is asked at every step
             if self.ls.preempted(step):
@@ -285,18 +236,3 @@ class ChunkRunner:
     def poll(self, nan: Any, steps: int) -> None:
         """The NaN check after a chunk of ``steps`` steps."""
         nan.poll(steps, self.elapse.now()[0])
-
-    def note_cut(self, chunk: Chunk) -> None:
-        """Says once when a task keeps cutting chunks to half of ``steps_per_call`` or less."""
-        task = chunk.cut_by
-        if task is None or self.warned or len(chunk.clocks) > max(self.steps // 2, 1):
-            return
-        count = self.short[id(task)] = self.short.get(id(task), 0) + 1
-        if count >= SHORT_CUTS_BEFORE_WARNING:
-            self.warned = True
-            warn(
-                f"steps_per_call={self.steps}, but the task {describe_task(task)} fires so often "
-                f"that fused chunks end after {len(chunk.clocks)} step(s): each callback must "
-                "run after the same steps as step by step. Schedule it less often, or make it a "
-                "gyre.ChunkSafe callback if running once per chunk is right."
-            )

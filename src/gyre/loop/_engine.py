@@ -20,7 +20,6 @@ from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.loop._binding import bind
 from gyre.loop._blocks import BlockRunner, FusedBlockRunner, Plan, plan_table
-from gyre.loop._chunks import ChunkRunner
 from gyre.loop._data import track_data
 from gyre.loop._elapse import Elapse, StopLike, check_stop, epochs_unknown, steps_only
 from gyre.loop._fuse import check_steps
@@ -351,7 +350,14 @@ def loop(
     ls = LoopState(state, history, clock_iter.elapsed, metadata)
     planned = plan_table(table, clock_iter, state, steps)
     if isinstance(planned, str):
-        ls.plan = Plan("steps" if chunks is None else "fused", planned)
+        ls.plan, chunks = Plan("steps", planned), None
+        if steps > 1:
+            warn(
+                f"steps_per_call={steps} cannot fuse this table, so it runs step by step (the "
+                f"same results, one call per step): {planned}. Give the callbacks schedules "
+                "that say in advance when they fire (gyre.every(n), every(epochs=n), after(...)), "
+                "or pass steps_per_call=1"
+            )
     else:
         ls.plan, chunks = Plan("blocks" if steps == 1 else "fused"), planned
     ls._completed = clock_iter.peek_completed
@@ -395,8 +401,6 @@ def _run(
             BlockRunner(chunks, clock_iter, ls, outermost=_DEPTH.value == 1).run()
         elif chunks is not None and ls.plan.reason is None:
             FusedBlockRunner(chunks, clock_iter, ls, steps, outermost=_DEPTH.value == 1).run()
-        elif chunks is not None:  # a schedule of the table cannot be solved: asked step by step
-            ChunkRunner(chunks, clock_iter, ls, steps, outermost=_DEPTH.value == 1).run()
         else:
             run_steps(table, clock_iter, ls, outermost=_DEPTH.value == 1)
     except KeyboardInterrupt:

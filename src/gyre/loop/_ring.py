@@ -40,6 +40,8 @@ def _write(buffers: list[Any], index: Any, logs: Logs, treedef: Any) -> list[Any
     return [b.at[index].set(x) for b, x in zip(buffers, leaves, strict=True)]
 
 
+_JITTED = type(jax.jit(lambda x: x))
+
 _RINGS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
@@ -88,15 +90,17 @@ def donates(step: Any) -> bool:
 def ringable(step: Any, state: Any) -> bool:
     """Whether a step can write the history itself: a ``jax.jit`` function, or a managed step
     (``pure`` and ``donates``) on one device of data (a sharded batch is placed on the host
-    side of the step's call).
+    side of the step's call). A wrapper of a jitted function is not: it must be called.
 
     Example:
         >>> import jax
-        >>> ringable(jax.jit(lambda s, b: s), 0), ringable(lambda s, b: s, 0)
-        (True, False)
+        >>> import gyre
+        >>> step = jax.jit(lambda s, b: s)
+        >>> ringable(step, 0), ringable(lambda s, b: s, 0), ringable(gyre.testing.assert_compiled_once(step), 0)
+        (True, False, False)
     """
-    if _compat.is_jitted(step):
-        return True
+    if type(step) is _JITTED:  # a jax.jit function itself (a wrapper that counts or times
+        return True  # its calls, such as gyre.testing.assert_compiled_once, is called each step)
     strategy = getattr(state, "strategy", None)
     return hasattr(step, "pure") and hasattr(step, "donates") and getattr(strategy, "data_size", 1) == 1
 
