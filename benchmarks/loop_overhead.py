@@ -79,7 +79,10 @@ one's ratio to the per-step hand loop, and auto's ratio to the best fixed K (the
 highest median); PASS/FAIL of auto against ``--auto-target`` times the hand loop, and against
 0.95 of the best fixed K. On a CPU the host-bound case that fusing addresses is the tiny model
 without a wait (``--hidden 8``: a step is mostly its call's fixed cost); ``--hidden 256`` is
-compute-bound (auto must not lose).
+compute-bound (auto must not lose). ``"auto"`` measures its first two blocks (up to 512 steps)
+before it fuses, so give it a few thousand steps. The report says which ``loop.plan`` each
+``gyre.loop`` variant took in how many runs (``"blocks"``, ``"fused"`` with the K auto chose, or
+``"steps"`` and why): auto decides in each run, from a measurement.
 
 How to run
 ----------
@@ -88,8 +91,8 @@ From the repository root::
     .venv/bin/python benchmarks/loop_overhead.py                  # 2000 steps x 15 rounds
     .venv/bin/python benchmarks/loop_overhead.py --hidden 8 --dispatch-wait-us 200 --steps 1000
     .venv/bin/python benchmarks/loop_overhead.py --hidden 32
-    .venv/bin/python benchmarks/loop_overhead.py --fused-table --hidden 8 --auto-target 3
-    .venv/bin/python benchmarks/loop_overhead.py --fused-table --hidden 256 --auto-target 0.97
+    .venv/bin/python benchmarks/loop_overhead.py --fused-table --hidden 8 --auto-target 3 --steps 4000
+    .venv/bin/python benchmarks/loop_overhead.py --fused-table --hidden 256 --auto-target 0.97 --steps 4000
     .venv/bin/python benchmarks/loop_overhead.py --profile        # cProfile of gyre.loop
 
 ``--profile`` runs the ``gyre.loop`` variant under :mod:`cProfile` (after the warm-up) and
@@ -113,6 +116,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -280,13 +284,19 @@ def fresh_copy(state: State) -> State:
 
 def loop_runner(step: Step, data: Iterable[Batch], steps: int, steps_per_call: int | str = 1) -> Runner:
     """``gyre.loop`` with the step and a progress bar (to a null sink) on every step, the
-    history kept (the default), ``steps_per_call`` as given."""
+    history kept (the default), ``steps_per_call`` as given. The runner's ``plans`` list gets
+    each run's ``loop.plan`` (which path gyre took, and why), read once at its end."""
 
     def with_loop(state: State) -> State:
         bar = gyre.keras_bar(total=steps, file=NullSink())
-        state, _, _ = gyre.loop(state, data, {gyre.every(1): [step, bar]}, stop=steps, steps_per_call=steps_per_call)
+        state, _, _ = gyre.loop(state, data, {gyre.every(1): [step, bar]}, stop=steps, steps_per_call=steps_per_call,
+                                on_end=seen)
         return jax.block_until_ready(state)
 
+    def seen(loop: Any) -> None:
+        with_loop.plans.append(str(getattr(loop, "plan", "(no loop.plan)")))  # type: ignore[attr-defined]
+
+    with_loop.plans = []  # type: ignore[attr-defined]
     return with_loop
 
 
@@ -412,7 +422,29 @@ def warm_up(runners: dict[str, Runner], initial: State) -> dict[str, Runner]:
                 raise
             print(f"auto: not supported yet ({type(err).__name__}: {str(err).splitlines()[0]})")
             del runners[name]
+            continue
+        if getattr(run, "plans", None):
+            print(f"{name}: {run.plans.pop()}")  # type: ignore[attr-defined]
     return runners
+
+
+def plans_taken(runners: dict[str, Runner]) -> list[str]:
+    """Lines saying which ``loop.plan`` each ``gyre.loop`` variant took in how many timed runs
+    (``"auto"`` decides in each run, from a measurement).
+
+    Example:
+        >>> def run(state): ...
+        >>> run.plans = ["Plan(path='fused')", "Plan(path='blocks')", "Plan(path='fused')"]
+        >>> plans_taken({"auto": run})
+        ["auto: Plan(path='fused') x2, Plan(path='blocks') x1"]
+    """
+    lines = []
+    for name, run in runners.items():
+        plans = getattr(run, "plans", None)
+        if plans:
+            counts = Counter(plans).most_common()
+            lines.append(f"{name}: " + ", ".join(f"{plan} x{n}" for plan, n in counts))
+    return lines
 
 
 def time_run(run: Runner, initial: State, steps: int) -> tuple[float, float, float]:
@@ -674,6 +706,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rates, cpu, _ = interleave(runners, initial, steps, args.rounds)
     finally:
         shutil.rmtree(logdir, ignore_errors=True)
+    print("\n".join(["", "the paths the gyre.loop variants took in the timed runs:", *plans_taken(runners)]))
     print()
     if args.fused_table:
         print(fused_report(rates, cpu, steps, args.rounds, args.auto_target))
