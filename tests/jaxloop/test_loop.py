@@ -1,6 +1,8 @@
 """gyre.jaxloop's inner loops: Loop, StatLoop, ActionLoop, TrainLoop, EvalLoop, reduce_outputs."""
 
 import collections
+import os
+import signal
 
 import flax.linen as nn
 import jax
@@ -280,3 +282,68 @@ def test_a_batch_whose_leaves_disagree_on_their_rows_is_refused_unless_batch_siz
         jaxloop.EvalLoop(_mean_step, batch_size_fn=lambda batch: -3)(0, batches)
     with pytest.raises(TypeError, match=r"(?s)EvalLoop's batch_size_fn must be a function.*received: int 3"):
         jaxloop.EvalLoop(_mean_step, batch_size_fn=3)
+
+
+# -- issue 24: one tight loop, SIGTERM at a step's end --------------------------------------------
+
+
+class _HookedLoop(jaxloop.Loop):
+    """A loop with an overridden per-batch hook: its steps run through the per-step hooks."""
+
+    def _get_next_batch(self, dataset):
+        return super()._get_next_batch(dataset)
+
+
+def _sigterm_at_third(state, batch, per_loop_step_number, **kwargs):
+    if per_loop_step_number == 3:
+        os.kill(os.getpid(), signal.SIGTERM)
+    return add_step(state, batch, per_loop_step_number)
+
+
+@pytest.mark.parametrize("kind", [jaxloop.Loop, _HookedLoop])
+def test_sigterm_ends_the_loop_after_the_step_it_arrived_during(kind):
+    data = Counting(range(10))
+    with pytest.warns(gyre.LoopWarning, match=r"preempted \(SIGTERM\) at per_loop_step_number 3"):
+        state, outputs = kind(_sigterm_at_third)(fresh(), data)
+    assert outputs["n"] == [1, 2, 3] and data.pulls == 3 and state == {"step": 3, "total": 3}
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is gone again
+    state, outputs = kind(add_step)(state, data, num_steps=2)  # the next call runs on
+    assert outputs["n"] == [1, 2] and state["step"] == 5
+
+
+def test_a_loop_nested_in_gyre_loop_runs_to_its_end_and_the_outer_loop_stops():
+    inner = []
+
+    def evaluate(state):
+        _, outputs = jaxloop.Loop(_sigterm_at_third)(fresh(), range(5))
+        inner.append(outputs["n"])
+
+    with pytest.warns(gyre.LoopWarning, match=r"preempted \(SIGTERM\) during step 0"):
+        _, history, elapsed = gyre.loop(0, range(10), {gyre.every(1): evaluate})
+    assert inner == [[1, 2, 3, 4, 5]] and history.stop_reason == "preempted" and elapsed.steps == 1
+
+
+@pytest.mark.parametrize("kind", [jaxloop.Loop, _HookedLoop])
+def test_a_failing_step_leaves_the_last_state_on_the_error(kind):
+    def step(state, batch, per_loop_step_number, **kwargs):
+        if per_loop_step_number == 3:
+            raise RuntimeError("boom")
+        return add_step(state, batch, per_loop_step_number)
+
+    with pytest.raises(RuntimeError, match="boom") as caught:
+        kind(step)(fresh(), range(5))
+    assert caught.value.state == {"step": 2, "total": 1}
+
+
+def test_the_tight_loop_and_the_hooks_compute_the_same():
+    mask_step = jaxloop.EvalLoop(lambda s, b, n, mask=None, **kw: (s, {"x": b["x"].sum(), "m": mask}))
+    batches = [{"x": np.ones((4, 2))}, {"x": np.ones((3, 2))}]
+
+    class HookedEval(jaxloop.EvalLoop):
+        def update_outputs(self, loop_outputs, step_outputs):
+            return super().update_outputs(loop_outputs, step_outputs)
+
+    _, tight = mask_step(0, batches)
+    _, hooked = HookedEval(mask_step.step)(0, batches)
+    assert tight.keys() == hooked.keys() and tight["x"].batch_sizes == hooked["x"].batch_sizes == [4, 3]
+    assert [m.tolist() for m in tight["m"]] == [m.tolist() for m in hooked["m"]] == [[True] * 4, [True] * 3 + [False]]

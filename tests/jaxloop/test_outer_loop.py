@@ -2,6 +2,7 @@
 continuous evaluation of checkpoints."""
 
 import os
+import signal
 
 import jax.numpy as jnp
 import numpy as np
@@ -374,3 +375,22 @@ def test_the_outer_loop_reads_the_state_step_once_and_counts_the_rest(monkeypatc
     # would wait for that loop's last step
     assert len(reads) == 1
     assert int(state["step"]) == 50 and train.loop_count == 5
+
+
+def test_sigterm_stops_training_after_its_step_without_the_stopped_marker(tmp_path, caplog):
+    directory = str(tmp_path / "ckpt")
+
+    def step(state, batch, n, **kwargs):
+        if int(state["step"]) == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return {"step": state["step"] + 1, "total": state["total"] + batch}, {"loss": batch * 1.0}
+
+    evals = jaxloop.EvalLoop(eval_step)
+    outer = jaxloop.OuterLoop(train_loop=jaxloop.TrainLoop(step), eval_loops=[evals],
+                              checkpoint_spec=jaxloop.CheckpointSpec(directory))
+    with pytest.warns(gyre.LoopWarning, match="preempted"), caplog.at_level("WARNING", "gyre.jaxloop"):
+        state, outputs = outer(_ckpt_state(), train_dataset=iter(range(100)), train_total_steps=20,
+                               train_loop_steps=3, eval_specs=[EvalSpec(dataset=[0])])
+    assert int(state["step"]) == 5 and outputs[STOP_LOOP] is True and outputs["eval"]["at"] == [3]
+    assert "preempted at step 5" in caplog.text and "data ended" not in caplog.text
+    assert not os.path.exists(os.path.join(directory, jaxloop.STOP_FILE_NAME))  # not done: resumable

@@ -31,7 +31,7 @@ import numpy as np
 
 from gyre.core._clock import infer_batch_size
 from gyre.core._columns import numeric_dtype
-from gyre.core._errors import as_pair, describe, explain, whole_number
+from gyre.core._errors import as_pair, describe, explain, warn, whole_number
 from gyre.data._padding import accepts_mask, padded
 from gyre.loop import _engine
 from gyre.loop._elapse import samples
@@ -286,7 +286,7 @@ class Loop:
         num_steps = _check_num_steps(num_steps)
         keep_state = bool(kwargs.pop("return_state_from_step", True))
         data = _as_iterator(dataset)
-        self._last_steps = 0
+        self._last_steps, self._preempted = 0, False
         self._sizes: list[int] | None = []
         self._pads = _Pads() if self.pads_batches and takes_mask(self._step) else None
         numbers = itertools.count(1) if num_steps is None else range(1, num_steps + 1)
@@ -300,7 +300,12 @@ class Loop:
             raise
         finally:
             self._pads = None
-        self._last_steps = run.count
+        self._last_steps, self._preempted = run.count, run.preempted
+        if run.preempted:
+            warn(
+                f"preempted ({Preemption.signal_name()}) at per_loop_step_number {run.count}: "
+                f"{type(self).__name__} stopped after that step and returned its outputs"
+            )
         if getattr(self, "_nan_policy", "raise") != "ignore":
             _check_finite(run.outputs, run.count, type(self).__name__)
         return run.state, _weighted(run.outputs, self._sizes)
@@ -319,6 +324,7 @@ class Loop:
             run.state, run.outputs = as_pair(result, who, "(state, loop_outputs)", "state, loop_outputs")
             run.count = n
             if preempted(n):
+                run.preempted = True
                 return
 
     def _tight(self, run: _Run, data: Iterator[Any], numbers: Iterable[int], preempted: Any) -> None:
@@ -348,6 +354,7 @@ class Loop:
                     for key, value in result[1].items():
                         outputs[key].append(value)
                 if preempted(n):
+                    run.preempted = True
                     return
         finally:
             run.state, run.count = state, n
@@ -388,7 +395,7 @@ class _Run:
     def __init__(self, state: Any, flops: bool, keep: bool, kwargs: dict[str, Any]) -> None:
         self.state, self.flops, self.keep, self.kwargs = state, flops, keep, kwargs
         self.outputs: Output = collections.defaultdict(list)
-        self.count = 0
+        self.count, self.preempted = 0, False
 
 
 _HOOKS = ("_run_one_step", "_get_next_batch", "update_outputs")

@@ -7,7 +7,8 @@ train_total_steps=, train_loop_steps=, eval_specs=[...])`` runs inner train loop
 after each one the evaluations whose :class:`EvalSpec` says so. It ends early when the data
 ends, when an output sets :data:`STOP_LOOP`, or when an action raises
 :class:`~gyre.jaxloop.StopTrainingError`: then the state is returned, checkpoint saves finish,
-writers close and the ``STOPPED`` marker is written.
+writers close and the ``STOPPED`` marker is written. SIGTERM ends it after the step it arrived
+during, without the marker (the training is not done: run it again to resume).
 """
 
 from __future__ import annotations
@@ -315,7 +316,7 @@ class OuterLoop:
         num_steps = loop_steps - step % loop_steps if (step and loop_steps) else loop_steps
         outputs: Output = {}
         evals: dict[str, Any] = {}
-        stop = ran_any = False
+        stop = ran_any = preempted = False
         try:
             while step < total and not stop:
                 want = total - step if num_steps is None else min(num_steps, total - step)
@@ -332,6 +333,10 @@ class OuterLoop:
                 # last step, leaving the device idle while the next inner loop is set up
                 step += ran
                 outputs = new_outputs if new_outputs is not None else {}
+                if getattr(train, "_preempted", False):  # SIGTERM: no evaluation, no STOPPED marker
+                    _log.warning("train    | preempted at step %d: training stopped; run it again to resume", step)
+                    stop = preempted = True
+                    break
                 stop = _stop_flag(outputs)
                 stop = self._evaluate(state, step, total, outputs, specs, evals) or stop
                 if ran < want and not epochs:
@@ -343,7 +348,8 @@ class OuterLoop:
             _log.info("train    | stopped at step %s: %s", step, err)
             stop = True
         self._finish_checkpoints()
-        self._write_marker()
+        if not preempted:
+            self._write_marker()
         if not ran_any:
             return state, None  # as jaxloop: no train loop ran (the target was reached already)
         result = dict(outputs)
