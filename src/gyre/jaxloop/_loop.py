@@ -233,9 +233,10 @@ class Loop:
             kwargs = {**kwargs, "mask": mask}
         if log_num_flops and _takes_flops(self._step):
             kwargs = {**kwargs, "log_num_flops": True}
-        step_state, step_outputs = as_pair(
-            self._step(state, batch, per_loop_step_number, **kwargs), step_name(self._step)
-        )
+        result = self._step(state, batch, per_loop_step_number, **kwargs)
+        if type(result) is not tuple or len(result) != 2:  # explained, or a list read as a pair
+            result = as_pair(result, step_name(self._step))
+        step_state, step_outputs = result
         if return_state_from_step:
             state = step_state
         loop_outputs = self.update_outputs(loop_outputs, step_outputs)
