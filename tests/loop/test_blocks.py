@@ -1,6 +1,8 @@
 """The planned engine: a table of a jitted step, events and observers runs in blocks, with the
 step writing its logs into a device ring, and computes what the per-step path computes."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,23 +52,26 @@ def run(data, extra=(), step=add_step, **kwargs):
     return float(state), history.to_records(), elapsed.steps, elapsed.samples
 
 
-@pytest.mark.parametrize("steps_per_call, host_bound", [(1, None), ("auto", 0.0), ("auto", 2.0)])
-def test_blocks_compute_what_the_per_step_path_computes_bit_for_bit(steps_per_call, host_bound, monkeypatch):
-    if host_bound is not None:  # "auto" that always fuses, or never does
-        monkeypatch.setattr(_blocks, "HOST_BOUND", host_bound)
-    # 300 batches: several blocks (16, 64, then longer), and a last batch of another shape,
-    # whose logs (the rows output) do not fit the ring: a new ring opens for it
-    data = [np.full(3, i, np.float32) for i in range(300)] + [np.ones(2, np.float32)]
-    # (fused, "auto" ends a chunk before the smaller batch; rows of two shapes in stacked
-    # commits are not read back yet: its step logs scalars)
+@pytest.mark.parametrize("steps_per_call, patches", [
+    (1, {}), ("auto", {"HOST_BOUND": 0.0, "FASTER": math.inf}), ("auto", {"HOST_BOUND": 2.0}),
+])
+def test_blocks_compute_what_the_per_step_path_computes_bit_for_bit(steps_per_call, patches, monkeypatch):
+    for name, value in patches.items():  # "auto" that always fuses, or never does
+        monkeypatch.setattr(_blocks, name, value)
+    # 800 batches: several blocks, and a last batch of another shape, whose logs (the rows
+    # output) do not fit the ring: a new ring opens for it (fused, "auto" ends a chunk before
+    # it; rows of two shapes in stacked commits are not read back yet: its step logs scalars)
+    data = [np.full(3, i % 7, np.float32) for i in range(800)] + [np.ones(2, np.float32)]
     step = add_step if steps_per_call == 1 else total_step
-    blocks = run(data, step=step, steps_per_call=steps_per_call)
+    plans = []
+    blocks = run(data, step=step, steps_per_call=steps_per_call, on_end=lambda loop: plans.append(loop.plan))
     steps = run(data, extra=[lambda: None], step=step)
-    assert blocks[0] == steps[0] and blocks[2:] == steps[2:] == (301, 902)
+    assert blocks[0] == steps[0] and blocks[2:] == steps[2:] == (801, 2402)
     for a, b in zip(blocks[1], steps[1], strict=True):
         assert (a["steps"], a["samples"], a["total"]) == (b["steps"], b["samples"], b["total"])
         if step is add_step:
             np.testing.assert_array_equal(a["rows"], b["rows"])
+    assert plans[0].path == ("fused" if patches.get("FASTER") else "blocks")
 
 
 def test_a_step_that_raises_in_a_block_hands_back_the_state_and_clock_before_it():

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import jax
 
 from gyre.core._clock import Elapsed
+from gyre.core._errors import warn
 from gyre.core._logs import Logs
 from gyre.core._schedules import UNSOLVED, Every
 from gyre.loop._chunks import Chunk, ChunkRunner, _shapes, first_firing
@@ -39,35 +40,12 @@ from gyre.loop._tasks import StepPoint, Task
 
 #: The longest a block lasts (it also ends after ROWS steps).
 BLOCK_SECONDS = 0.5
-#: ``steps_per_call="auto"``: the steps fused per call when the loop is host-bound, which it
-#: is when dispatching a block's steps took more than HOST_BOUND of the block's time.
+#: ``steps_per_call="auto"``: the steps it tries fused per call when the loop is host-bound
+#: (dispatching a block's steps took more than HOST_BOUND of the block's time), and keeps when
+#: a fused chunk's steps took under FASTER of a block's.
 AUTO_STEPS = 100
 HOST_BOUND = 0.5
-#: ... and when a compiled call's fixed cost is more than this share of a step: fusing saves
-#: that cost on all but one step of K (on a CPU, where a step runs inside its call, a step of
-#: a few hundred microseconds gains nothing).
-PAYS = 0.03
-
-_identity = jax.jit(lambda x: x)
-
-
-def call_overhead() -> float:
-    """Seconds a compiled call costs the host at least: the median of a few calls of the
-    identity on a scalar (the device idle).
-
-    Example:
-        >>> 0 < call_overhead() < 1
-        True
-    """
-    x = jax.block_until_ready(_identity(jax.numpy.zeros(())))
-    times = []
-    for _ in range(9):
-        start = _time.perf_counter()
-        jax.block_until_ready(_identity(x))
-        times.append(_time.perf_counter() - start)
-    return sorted(times)[4]
-
-
+FASTER = 0.9
 def _fusable(plan: ChunkPlan) -> bool:
     return plan.step is not None and is_fusable(plan.step.fn)
 
@@ -140,6 +118,29 @@ def plan_table(table: Sequence[Task], elapse: Elapse, state: Any = None, steps: 
     return plan
 
 
+def plan_loop(table: Sequence[Task], elapse: Elapse, state: Any, steps: int | str) -> tuple[Plan, ChunkPlan | None]:
+    """The loop's :class:`Plan` and, to run in blocks or fused, the table sorted; a table that
+    cannot run as ``steps_per_call`` asks runs step by step, and a fused one says so.
+
+    Example:
+        >>> import gyre, jax
+        >>> from gyre.loop._tasks import compile_tasks
+        >>> plan_loop(compile_tasks({gyre.every(1): jax.jit(lambda s, b: s)}), Elapse([1]), 0, 1)[0]
+        Plan(path='blocks', reason=None)
+    """
+    planned = plan_table(table, elapse, state, 1 if steps == "auto" else steps)  # type: ignore[arg-type]
+    if not isinstance(planned, str):
+        return Plan("fused" if steps != "auto" and steps > 1 else "blocks"), planned  # type: ignore[operator]
+    if steps != "auto" and steps > 1:  # type: ignore[operator]
+        warn(
+            f"steps_per_call={steps} cannot fuse this table, so it runs step by step (the same "
+            f"results, one call per step): {planned}. Give the callbacks schedules that say in "
+            "advance when they fire (gyre.every(n), every(epochs=n), after(...)), or pass "
+            "steps_per_call=1"
+        )
+    return Plan("steps", planned), None
+
+
 def _stop_step(elapse: Elapse, clock: Elapsed) -> int | None | bool:
     """The step index the loop stops before (None: no stop; False: not solvable)."""
     stop = elapse.stop
@@ -210,7 +211,7 @@ class BlockRunner(ChunkRunner):
         self.ring = Ring(plan.step, step_function(plan.step.fn))  # type: ignore[union-attr, arg-type]
         self.n, self.deadline = ROWS, math.inf  # the block's steps, and when it ends at the latest
         self.partial: tuple[Logs, int] = (Logs(), 0)
-        self.dispatched = 0.0  # seconds the last block took to dispatch its steps
+        self.dispatched = 0.0  # seconds per step the last block took to dispatch its steps
 
     def extend(self, chunk: Chunk) -> None:
         """Solves the block's length (up to the next event, the stop, :data:`ROWS` steps) and
@@ -249,35 +250,24 @@ class BlockRunner(ChunkRunner):
             if k and logs:
                 self.ls.history.commit_stacked(clocks[:k], logs, batch_sizes=sizes[:k])
             raise
-        self.dispatched = _time.perf_counter() - start
+        self.dispatched = (_time.perf_counter() - start) / len(sizes)
         chunk.clocks = BlockClocks(chunk.clocks[0], sizes, epoch_steps)
         chunk.batches = [last]
         self.elapse.advance(chunk.clocks, sizes)
         self._ask(chunk)
         return logs
 
-    def run_auto(self) -> int:
-        """``steps_per_call="auto"``: runs two blocks, the second timed (the device idle at its
-        start, then waited for at its end: the only waits), and returns the steps per call to
-        go on with: :data:`AUTO_STEPS` when dispatching took most of the block's time (the loop
-        is host-bound: fusing pays), else 1, after running the rest of the loop in blocks.
-        A table that cannot fuse (no ``jax.jit`` step) runs in blocks."""
-        self.run(chunks=1)
-        if self.ls.stop_requested or self.elapse.exhausted or not _fusable(self.plan):
-            self.run()
-            return 1
+    def timed(self) -> float | None:
+        """Runs one block (or chunk) between two waits for the device; its seconds per step,
+        or None when the loop ended."""
         jax.block_until_ready(self.ls.state)
         start, steps = _time.perf_counter(), self.elapse.elapsed.steps
         self.run(chunks=1)
-        dispatched = self.dispatched
         jax.block_until_ready(self.ls.state)
-        seconds, steps = _time.perf_counter() - start, self.elapse.elapsed.steps - steps
-        if self.ls.stop_requested or self.elapse.exhausted:
-            return 1
-        if dispatched > HOST_BOUND * seconds and call_overhead() > PAYS * seconds / max(steps, 1):
-            return AUTO_STEPS
-        self.run()
-        return 1
+        steps = self.elapse.elapsed.steps - steps
+        if self.ls.stop_requested or self.elapse.exhausted or steps < 1:
+            return None
+        return (_time.perf_counter() - start) / steps
 
     def poll(self, nan: Any, steps: int) -> None:
         """The NaN check after a block: what landed is read, the rest sent."""
@@ -387,3 +377,30 @@ class FusedBlockRunner(BlockRunner):
         logs = ChunkRunner.call(self, chunk)
         self._ask(chunk)
         return logs
+
+
+def run_auto(plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, *, outermost: bool = True) -> None:
+    """``steps_per_call="auto"``: runs a block (its step compiled), times one more (the device
+    waited for at its start and end: the only waits), and when the loop is host-bound and its
+    step fusable, times a fused chunk of :data:`AUTO_STEPS` after the one that compiles it; the
+    rest of the loop runs the faster way (``loop.plan`` says which). Same results either way.
+
+    Example: ``gyre.loop(state, batches, {gyre.every(1): step}, steps_per_call="auto")``.
+    """
+    blocks = BlockRunner(plan, elapse, loop_state, outermost=outermost)
+    blocks.run(chunks=1)
+    per_step = None if loop_state.stop_requested or elapse.exhausted else blocks.timed()
+    if per_step is None or not _fusable(plan) or blocks.dispatched < HOST_BOUND * per_step:
+        blocks.run()
+        return
+    fused = FusedBlockRunner(plan, elapse, loop_state, AUTO_STEPS, outermost=outermost)
+    fused.carry = blocks.carry
+    fused.run(chunks=1)
+    fused_per_step = None if loop_state.stop_requested or elapse.exhausted else fused.timed()
+    if fused_per_step is not None and fused_per_step < FASTER * per_step:
+        loop_state.plan = Plan("fused", f"steps_per_call='auto' chose {AUTO_STEPS}: "
+                               f"{fused_per_step * 1e6:.0f} us per step against {per_step * 1e6:.0f}")
+        fused.run()
+        return
+    blocks.carry = fused.carry
+    blocks.run()

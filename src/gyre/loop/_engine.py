@@ -19,7 +19,7 @@ from gyre.core._errors import describe, explain, flag, keywords_checked, warn
 from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.loop._binding import bind
-from gyre.loop._blocks import BlockRunner, FusedBlockRunner, Plan, plan_table
+from gyre.loop._blocks import BlockRunner, FusedBlockRunner, plan_loop, run_auto
 from gyre.loop._data import track_data
 from gyre.loop._elapse import Elapse, StopLike, check_stop, epochs_unknown, steps_only
 from gyre.loop._fuse import check_steps
@@ -83,6 +83,19 @@ def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState, *, outermost:
             warn_if_untrained(tasks, logs, state=ls.state, outermost=outermost)
         if ls.stop_requested:
             return
+
+
+def _check_steps_per_call(steps_per_call: Any) -> int | str:
+    if isinstance(steps_per_call, str) and steps_per_call != "auto":
+        raise ValueError(
+            explain(
+                f"steps_per_call={steps_per_call!r} is not a number of steps",
+                expected='a whole number of steps >= 1, or "auto"',
+                received=describe(steps_per_call),
+                fix='pass steps_per_call="auto" (measured at the start) or a number, e.g. 100',
+            )
+        )
+    return "auto" if steps_per_call == "auto" else check_steps(steps_per_call, "steps_per_call")
 
 
 def _check_history(history: Any) -> History:
@@ -321,18 +334,9 @@ def loop(
     catch_keyboard_interrupt = flag(catch_keyboard_interrupt, "catch_keyboard_interrupt", "gyre.loop")
     tasks, skipping = apply_nan_policy(tasks, policy)
     table = compile_tasks(tasks)
-    auto = isinstance(steps_per_call, str)
-    if auto and steps_per_call != "auto":
-        raise ValueError(
-            explain(
-                f"steps_per_call={steps_per_call!r} is not a number of steps",
-                expected='a whole number of steps >= 1, or "auto"',
-                received=describe(steps_per_call),
-                fix='pass steps_per_call="auto" (measured at the start) or a number, e.g. 100',
-            )
-        )
-    steps = 1 if auto else check_steps(steps_per_call, "steps_per_call")
-    chunks = split_tasks(table, steps) if steps > 1 else None
+    steps = _check_steps_per_call(steps_per_call)
+    if steps != "auto" and steps > 1:
+        split_tasks(table, steps)  # refuses a table without a step to fuse
     starts, ends = [bind(cb) for cb in as_list(on_start)], [bind(cb) for cb in as_list(on_end)]
     history = _check_history(history)
     resume = check_resume(resume)
@@ -348,18 +352,7 @@ def loop(
     )
     _check_epoch_schedules(table, clock_iter)
     ls = LoopState(state, history, clock_iter.elapsed, metadata)
-    planned = plan_table(table, clock_iter, state, steps)
-    if isinstance(planned, str):
-        ls.plan, chunks = Plan("steps", planned), None
-        if steps > 1:
-            warn(
-                f"steps_per_call={steps} cannot fuse this table, so it runs step by step (the "
-                f"same results, one call per step): {planned}. Give the callbacks schedules "
-                "that say in advance when they fire (gyre.every(n), every(epochs=n), after(...)), "
-                "or pass steps_per_call=1"
-            )
-    else:
-        ls.plan, chunks = Plan("blocks" if steps == 1 else "fused"), planned
+    ls.plan, chunks = plan_loop(table, clock_iter, state, steps)
     ls._completed = clock_iter.peek_completed
     ls.data = data.follow(clock_iter)
     # the clock of the step in progress, fused chunks' included (for where the check noticed)
@@ -372,7 +365,7 @@ def loop(
         with Preemption(catch_interrupt=catch_keyboard_interrupt, outermost=_DEPTH.value == 1) as preemption:
             ls.preempted = preemption.check
             try:
-                final = _run(ls, clock_iter, table, chunks, "auto" if auto else steps, starts, ends, catch_keyboard_interrupt)
+                final = _run(ls, clock_iter, table, chunks, steps, starts, ends, catch_keyboard_interrupt)
                 if ls._nan is not None:  # a nested loop (an evaluation) never waits: its outer loop checks
                     ls._nan.check(wait=_DEPTH.value == 1)
             except BaseException as err:
@@ -390,13 +383,7 @@ def _run(
     run_callbacks(starts, ls, clock_iter.elapsed)
     try:
         if chunks is not None and steps == "auto":
-            blocks = BlockRunner(chunks, clock_iter, ls, outermost=_DEPTH.value == 1)
-            steps = blocks.run_auto()
-            if steps > 1 and not ls.stop_requested:
-                ls.plan = Plan("fused", f"steps_per_call='auto' chose {steps}")
-                fused = FusedBlockRunner(split_tasks(table, steps), clock_iter, ls, steps, outermost=_DEPTH.value == 1)
-                fused.carry = blocks.carry
-                fused.run()
+            run_auto(chunks, clock_iter, ls, outermost=_DEPTH.value == 1)
         elif chunks is not None and steps == 1:
             BlockRunner(chunks, clock_iter, ls, outermost=_DEPTH.value == 1).run()
         elif chunks is not None and ls.plan.reason is None:
