@@ -311,7 +311,7 @@ class Loop:
             _check_finite(run.outputs, run.count, type(self).__name__)
         return run.state, _weighted(run.outputs, self._sizes)
 
-    def _hooked(self, run: _Run, data: Iterator[Any], numbers: Iterable[int], preempted: Any) -> None:
+    def _hooked(self, run: _Run, data: Iterator[Any], numbers: Iterable[int], preempted: Callable[[int], bool]) -> None:
         """The steps, each one call of the per-step hook :meth:`_run_one_step`."""
         who = f"{type(self).__name__}._run_one_step"
         for n in numbers:
@@ -328,7 +328,7 @@ class Loop:
                 run.preempted = True
                 return
 
-    def _tight(self, run: _Run, data: Iterator[Any], numbers: Iterable[int], preempted: Any) -> None:
+    def _tight(self, run: _Run, data: Iterator[Any], numbers: Iterable[int], preempted: Callable[[int], bool]) -> None:
         """The steps of :meth:`_hooked` with the default hooks written in: no Python call per
         step besides the batch, its size, the step and the preemption check."""
         step, size_of, pads, sizes, keep = self._step, self._size_of, self._pads, self._sizes, run.keep
