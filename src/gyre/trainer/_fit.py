@@ -43,10 +43,10 @@ from gyre.data._source import refuse_sources
 from gyre.loop import _named
 from gyre.loop._inner import inner_loop
 from gyre.loop._nan import check_nan_policy
-from gyre.loop._tasks import When
 from gyre.parallel._registry import get_strategy
 from gyre.parallel._strategy import Strategy
 from gyre.trainer._data import is_iterator
+from gyre.trainer._epoch_schedules import EpochEnds, periodic
 from gyre.trainer._fit_checks import eval_batches, is_pair_of_arrays, refuse_array_pair
 from gyre.trainer._fit_steps import (
     apply_error_fix,
@@ -226,9 +226,6 @@ def fit(
     }
     monitor_name = _monitor_name(monitor, names["val"]) if "val" in names else None
 
-    def is_eval(e: Any) -> bool:
-        return e.step_in_epoch == epoch_steps - 1 and ((e.epochs + 1) % eval_freq == 0 or e.epochs + 1 == epochs)
-
     if isinstance(save_every_minutes, bool) or not isinstance(save_every_minutes, (int, float)) or not (
         save_every_minutes >= 0
     ):
@@ -248,28 +245,22 @@ def fit(
         os.path.join(run_dir, "checkpoints"), keep=1,
         keep_best=1 if monitor_name else 0, monitor=monitor_name, mode=mode,
     )
-    reads = ("step_in_epoch", "epochs")
     step = make_train_step(loss_fn, state) if plain_jit(chosen) else strategy_train_step(loss_fn, state, chosen)
     tasks: dict[Any, Any] = {gyre.on_train_step: step}
     # saves for resuming: on a clock (a save costs tens of ms, an epoch may take less), at the
     # end and on preemption (the engine's final save); every epoch's end with save_every_minutes=0
     seconds = 60.0 * float(save_every_minutes)
-    clock = gyre.after(time=seconds).every(time=seconds) if seconds else None
+    clock = periodic(seconds) if seconds else None
+    evaluation = EpochEnds(epoch_steps, "evaluation", every=eval_freq, last=epochs)
     if monitor_name is None:
         if evaluations:
-            tasks[When(is_eval, "evaluation", reads=reads)] = evaluations
-        if clock is None:
-            tasks[When(lambda e: e.step_in_epoch == epoch_steps - 1, "save", reads=reads)] = [ckpt]
-        else:
-            tasks[clock] = [ckpt]
+            tasks[evaluation] = evaluations
+        tasks[clock or EpochEnds(epoch_steps, "save")] = [ckpt]
     else:  # ranked where the validation ran (model selection); elsewhere saved for resuming only
-        tasks[When(is_eval, "evaluation", reads=reads)] = [*evaluations, ckpt]
-        if clock is None:
-            tasks[When(lambda e: e.step_in_epoch == epoch_steps - 1 and not is_eval(e), "save", reads=reads)] = [
-                _unranked_save(ckpt)
-            ]
-        else:
-            tasks[clock] = [_unranked_save(ckpt)]
+        tasks[evaluation] = [*evaluations, ckpt]
+        tasks[clock or EpochEnds(epoch_steps, "save", every=eval_freq, last=epochs, others=True)] = [
+            _unranked_save(ckpt)
+        ]
     writer = gyre.TensorBoardWriter(run_dir)
     callbacks: list[Any] = [gyre.write_to(writer, every=epoch_steps)]
     if progress:
