@@ -30,10 +30,10 @@ less than the user's: the ring in and out instead of the logs out). Acceptance (
 per step. The report also gives the steps/s and its ratio to ``hand`` (the median of the
 per-round ratios).
 
-``--dispatch-wait-us W`` makes every batch pull wait W microseconds outside the GIL, in every
-variant (``loop_overhead.SlowBatches``; see ``loop_overhead.py`` for why the wait is on the
-data, not around the step): each step pays it once, and the loop's caches are cold after it.
-Sleeping costs no thread CPU, so the CPU columns do not include the wait.
+``--dispatch-wait-us W`` makes every ``jax.jit`` call wait W microseconds outside the GIL (or
+every batch pull, with ``--dispatch-wait-on data``; see ``loop_overhead.py``): each step pays it
+once, and the loop's caches are cold after it. Sleeping costs no thread CPU, so the CPU
+columns do not include the wait.
 
 How to run
 ----------
@@ -168,8 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
     parser.add_argument("--hidden", type=int, default=8, help="hidden width (default 8)")
     parser.add_argument("--dispatch-wait-us", type=float, default=0.0,
-                        help="wait this long outside the GIL before each batch is pulled: a CPU "
-                        "stand-in for a host-bound GPU (see loop_overhead.py; default 0: off)")
+                        help="wait this long outside the GIL before each jax.jit call (or batch "
+                        "pull): a CPU stand-in for a host-bound GPU (see loop_overhead.py; default 0)")
+    parser.add_argument("--dispatch-wait-on", choices=("call", "data"), default="call",
+                        help="where the wait is paid (see loop_overhead.py; default: every jax.jit call)")
     args = parser.parse_args(argv)
     if min(args.steps, args.rounds, args.hidden) < 1 or args.dispatch_wait_us < 0:
         parser.error("--steps, --rounds and --hidden must be >= 1, --dispatch-wait-us >= 0")
@@ -178,7 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     params = base.init_params(jax.random.PRNGKey(0))
     initial = jax.block_until_ready((params, tx.init(params)))
     step = base.make_step(tx)
-    data = base.slow_data(base.make_batches(args.steps, 0), args.dispatch_wait_us)
+    batches = base.make_batches(args.steps, 0)
+    data = base.slow_data(batches, args.dispatch_wait_us) if args.dispatch_wait_on == "data" else batches
     device = jax.devices()[0]
     print(f"jax {jax.__version__} on {device.platform} ({device.device_kind}), {os.cpu_count()} CPUs, "
           f"MLP {base.LAYERS}, dispatch wait {args.dispatch_wait_us:g} us, {args.steps} steps x {args.rounds} rounds")

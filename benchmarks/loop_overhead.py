@@ -50,15 +50,13 @@ The dispatch-wait stand-in
 --------------------------
 ``--dispatch-wait-us W`` is a CPU stand-in for a GPU whose per-step loop is host-bound: on a
 virtualised GPU one jit call costs 170-290 us of host time, most of it outside the GIL, and
-the loop's own Python then runs with cold caches. The wait is put on the *data*: the batches
-are a ``SlowBatches`` (``len()`` kept) whose every pull first sleeps W microseconds (outside
-the GIL), for every variant alike, so each step pays the wait once, on the loop's thread,
-with the loop's caches cold after it. It is not put around the step (a Python wrapper that
-sleeps, then calls the step): that would hide the jitted step from gyre, which runs a
-``jax.jit`` step through its own compiled wrapper (the history written on the device) but
-must take its slow general path for a plain Python callable, unlike a GPU user's jitted
-step. A data wait is paid by every batch, fused or not, so it cannot show what fusing saves
-(one dispatch for K steps): see ``--fused-table``.
+the loop's own Python then runs with cold caches. ``--dispatch-wait-on call`` (the default)
+puts the wait where a GPU pays it: every ``jax.jit`` function made in the process sleeps W
+microseconds (outside the GIL) before each call (``slow_jit.py``, installed before gyre is
+imported), so the hand loop's step, gyre's ring step, a fused call of K steps and gyre's own
+per-block calls (the history's transfers) each pay one wait per call. ``--dispatch-wait-on
+data`` puts it on each batch pull instead (``SlowBatches``, ``len()`` kept), for every variant
+alike: one wait per step whatever the loop does, so it cannot show what fusing saves.
 
 Timing and report
 -----------------
@@ -126,7 +124,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-import gyre
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import slow_jit  # noqa: E402
+
+slow_jit.install_from_argv()  # before gyre is imported: its compiled functions wait too
+
+import gyre  # noqa: E402
 
 Batch = tuple[np.ndarray, np.ndarray]
 State = Any
@@ -627,9 +630,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="width of the two hidden layers (default 256; 32 gives a tiny model "
                         "whose step is short, so gyre's per-step host overhead shows)")
     parser.add_argument("--dispatch-wait-us", type=float, default=0.0,
-                        help="before each batch is pulled, wait this many microseconds outside the "
-                        "GIL, in every variant: a CPU stand-in for a GPU whose dispatch is slow and "
-                        "host-bound (200 resembles the virtualised H200; default 0: off)")
+                        help="wait this many microseconds outside the GIL before each jax.jit call "
+                        "(or batch pull: --dispatch-wait-on), in every variant: a CPU stand-in for a "
+                        "GPU whose dispatch is slow and host-bound (200 resembles the virtualised "
+                        "H200; default 0: off)")
+    parser.add_argument("--dispatch-wait-on", choices=("call", "data"), default="call",
+                        help="where the wait is paid: before every jax.jit call (default, as a GPU "
+                        "dispatch; installed before gyre is imported) or before every batch pull")
     parser.add_argument("--steps-per-call", type=int, default=1,
                         help="steps_per_call of the variants that take it (default 1)")
     parser.add_argument("--target", type=float, default=None,
@@ -660,7 +667,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def build_runners(args: argparse.Namespace, step: Step, batches: list[Batch], logdir: str) -> dict[str, Runner]:
     """The variants the arguments ask for, in :data:`VARIANTS` order (or ``--fused-table``'s)."""
-    data = slow_data(batches, args.dispatch_wait_us)
+    data = slow_data(batches, args.dispatch_wait_us) if args.dispatch_wait_on == "data" else batches
     if args.fused_table:
         return fused_runners(step, data, args.steps)
     k = args.steps_per_call
