@@ -8,7 +8,7 @@ import pytest
 
 import gyre
 from gyre.loop._binding import bind
-from gyre.loop._ring import ROWS, Ring, RingMismatch, donates, ringable
+from gyre.loop._ring import LARGEST, ROWS, Ring, RingMismatch, donates, ringable
 
 
 @jax.jit
@@ -46,3 +46,20 @@ def test_the_state_is_donated_only_when_the_step_donates_it():
     gives = jax.jit(lambda s, b: s + b, donate_argnums=0)
     assert (donates(keeps), donates(gives)) == (False, True)
     assert ringable(keeps, None) and not ringable(lambda s, b: s, None)
+
+
+def test_a_large_log_value_is_kept_per_step_not_ringed():
+    @jax.jit
+    def images(state, batch):
+        return gyre.logs().add_output("big", jnp.full(LARGEST + 1, batch)).add_metric("b", batch), state
+
+    ring = Ring(bind(images), images)
+    ring.open(0, np.float32(0))
+    assert ring.buffers[0][0] is None  # no 256 copies of it
+    for b in (1.0, 2.0, 3.0):
+        ring.call(0, np.float32(b))
+    logs = ring.seal()
+    assert logs.outputs.big.shape == (3, LARGEST + 1) and logs.outputs.big[:, 0].tolist() == [1.0, 2.0, 3.0]
+    assert logs.metrics.b[:3].tolist() == [1.0, 2.0, 3.0]
+    _, history, _ = gyre.loop(0, [np.float32(i) for i in range(5)], {gyre.every(1): images})
+    assert [float(x[0]) for x in history.collect("big")] == [0.0, 1.0, 2.0, 3.0, 4.0]

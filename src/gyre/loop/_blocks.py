@@ -305,7 +305,7 @@ class BlockRunner(ChunkRunner):
         try:
             while True:
                 try:
-                    state, buffers = fn(state, batch, buffers, treedef)
+                    state, buffers, large = fn(state, batch, buffers, treedef)
                 except RingMismatch:
                     if k == 0:  # a new structure: a ring for it
                         ring.open(state, batch, again=True)  # type: ignore[union-attr]
@@ -314,6 +314,8 @@ class BlockRunner(ChunkRunner):
                     self.carry = (batch, [])  # the next block starts with it
                     sizes.pop()
                     break
+                if large:
+                    ring.large.append(large)  # type: ignore[union-attr]
                 k, last = k + 1, batch
                 if k == n or now() >= deadline:
                     break

@@ -251,8 +251,9 @@ def test_loop(
         >>> evaluate = gyre.inner_loop("test", lambda state: gyre.test_loop(
         ...     state, [x[i : i + 4] for i in range(0, 10, 4)], {gyre.on_test_step: mean_step}),
         ...     aggregation="mean")
-        >>> logs, _ = evaluate(None)
-        >>> float(logs.metrics.x_test), mean_step._cache_size()
+        >>> with gyre.testing.count_compilations() as compiled:
+        ...     logs, _ = evaluate(None)
+        >>> float(logs.metrics.x_test), compiled.names.count("jit(ringed)")  # the step, in the loop's ring
         (4.5, 1)
     """
     policy = check_nan_policy(nan_policy, "test_loop")

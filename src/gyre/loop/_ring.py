@@ -11,6 +11,7 @@ anything runs: the block ends there, and the next opens a ring of the new struct
 
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Any
 
@@ -24,20 +25,25 @@ from gyre.loop._fuse import _TRACING, step_body
 
 #: Rows of a ring: the most steps of one block.
 ROWS = 256
+#: Elements of one step's log value beyond which it is not ringed (256 copies of an image
+#: batch would not fit): the step returns it, and the block keeps it per step.
+LARGEST = 1 << 16
 
 
 class RingMismatch(Exception):
     """The step's logs do not fit the open ring (raised while tracing: nothing ran)."""
 
 
-def _write(buffers: list[Any], index: Any, logs: Logs, treedef: Any) -> list[Any]:
+def _write(buffers: list[Any], index: Any, logs: Logs, treedef: Any) -> tuple[list[Any], list[Any]]:
+    """The ring with this step's row written, and the step's large values (``None`` buffers)."""
     leaves, structure = jax.tree_util.tree_flatten(logs)
     if structure != treedef or len(leaves) != len(buffers):
         raise RingMismatch
     for b, x in zip(buffers, leaves, strict=True):
-        if b.shape[1:] != jnp.shape(x) or b.dtype != jnp.result_type(x):
+        if b is not None and (b.shape[1:] != jnp.shape(x) or b.dtype != jnp.result_type(x)):
             raise RingMismatch
-    return [b.at[index].set(x) for b, x in zip(buffers, leaves, strict=True)]
+    written = [None if b is None else b.at[index].set(x) for b, x in zip(buffers, leaves, strict=True)]
+    return written, [x for b, x in zip(buffers, leaves, strict=True) if b is None]
 
 
 _JITTED = type(jax.jit(lambda x: x))
@@ -59,10 +65,11 @@ def _ring_function(invoker: Invoker, step: Any) -> Any:
         return cached
     body = step_body(tracing)
 
-    def ringed(state: Any, batch: Any, ring: Any, treedef: Any) -> tuple[Any, Any]:
+    def ringed(state: Any, batch: Any, ring: Any, treedef: Any) -> tuple[Any, Any, list[Any]]:
         state, logs = body(state, batch)
         buffers, index = ring
-        return state, (_write(buffers, index, logs, treedef), index + 1)
+        written, large = _write(buffers, index, logs, treedef)
+        return state, (written, index + 1), large
 
     fn = jax.jit(ringed, donate_argnums=(0, 2) if donates(step) else (2,), static_argnums=3)
     try:
@@ -102,7 +109,8 @@ def ringable(step: Any, state: Any) -> bool:
     if type(step) is _JITTED:  # a jax.jit function itself (a wrapper that counts or times
         return True  # its calls, such as gyre.testing.assert_compiled_once, is called each step)
     strategy = getattr(state, "strategy", None)
-    return hasattr(step, "pure") and hasattr(step, "donates") and getattr(strategy, "data_size", 1) == 1
+    own = getattr(step, "__dict__", {})  # (not a wrapper's delegated attributes)
+    return "pure" in own and "donates" in own and getattr(strategy, "data_size", 1) == 1
 
 
 class Ring:
@@ -127,26 +135,52 @@ class Ring:
         self.template: Any = None  # the logs of one step, as (leaf shapes, tree structure)
         self.treedef: Any = None  # the logs' structure (a static argument of the ring step)
         self.buffers: Any = None  # (a ROWS-row array per log value, write index): the open ring
+        self.large: list[list[Any]] = []  # per step written, its large values
 
     def open(self, state: Any, batch: Any, *, again: bool = False) -> None:
         """Opens a fresh ring for the step's logs on ``batch`` (traced once, or ``again`` after
-        a :class:`RingMismatch`)."""
+        a :class:`RingMismatch`): a ``ROWS``-row array per value, but for values over
+        :data:`LARGEST` elements, which the step returns, kept per step (:attr:`large`)."""
         if self.template is None or again:
             _, logs = jax.eval_shape(step_body(self.invoker), state, batch)
             self.template = jax.tree_util.tree_flatten(logs)
-        leaves, treedef = self.template
-        zeros = [jnp.zeros((ROWS, *x.shape), x.dtype) for x in leaves]
-        self.buffers = (zeros, jnp.zeros((), jnp.int32))
-        self.treedef = treedef
+        leaves, self.treedef = self.template
+        zeros = [None if _large(x) else jnp.zeros((ROWS, *x.shape), x.dtype) for x in leaves]
+        self.buffers = jax.device_put((zeros, jnp.zeros((), jnp.int32)), _placement(state))
+        self.large = []
 
     def call(self, state: Any, batch: Any) -> Any:
         """One step: returns the new state; its logs are written into the ring."""
-        state, self.buffers = self.fn(state, batch, self.buffers, self.treedef)
+        state, self.buffers, large = self.fn(state, batch, self.buffers, self.treedef)
+        if large:
+            self.large.append(large)
         return state
 
     def seal(self) -> Logs:
-        """The open ring's stacked logs (``ROWS`` rows, the first ones written); the ring is
-        closed."""
-        leaves, _ = self.buffers
-        self.buffers = None
+        """The open ring's stacked logs (``ROWS`` rows, the first ones written; large values
+        stacked, a row per step written); the ring is closed."""
+        buffers, _ = self.buffers
+        large = iter(zip(*self.large)) if self.large else iter(())
+        leaves = [jnp.stack(next(large)) if b is None else b for b in buffers]
+        self.buffers, self.large = None, []
         return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+
+def _placement(state: Any) -> Any:
+    """Where the ring lives: where the step's outputs will (the state's device, or its mesh,
+    replicated), so that its first call and the next see the same placement (a ring made
+    uncommitted, then given back committed, would compile the step twice)."""
+    for leaf in jax.tree_util.tree_leaves(state):
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is None or not getattr(leaf, "committed", False):
+            continue
+        if isinstance(sharding, jax.sharding.NamedSharding):
+            return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+        if len(sharding.device_set) == 1:
+            return sharding
+        return None
+    return jax.devices()[0]
+
+
+def _large(x: Any) -> bool:
+    return math.prod(x.shape) > LARGEST
