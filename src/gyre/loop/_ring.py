@@ -160,7 +160,7 @@ class Ring:
         """The open ring's stacked logs (``ROWS`` rows, the first ones written; large values
         stacked, a row per step written); the ring is closed."""
         buffers, _ = self.buffers
-        large = iter(zip(*self.large)) if self.large else iter(())
+        large = iter(zip(*self.large, strict=True)) if self.large else iter(())
         leaves = [jnp.stack(next(large)) if b is None else b for b in buffers]
         self.buffers, self.large = None, []
         return jax.tree_util.tree_unflatten(self.treedef, leaves)
