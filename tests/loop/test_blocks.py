@@ -129,3 +129,18 @@ def test_a_time_schedule_is_asked_at_block_ends_and_ends_the_block_when_its_time
     times = [t for _, t in fired]
     # once per second of the loop's clock, each time after the second it fires for has come
     assert [int(t) for t in times] == list(range(len(times))) and len(times) >= 9
+
+
+def test_an_observer_on_a_time_schedule_runs_at_block_ends():
+    ticks = iter(np.arange(0.0, 1e4, 0.05))
+    shown = []
+
+    class Dots(gyre.ChunkSafe):
+        def __call__(self, elapsed):
+            shown.append(elapsed.steps)
+
+    gyre.loop(
+        jnp.float32(0), [np.ones(2, np.float32)] * 100, {gyre.every(1): add_step, gyre.every(time=1.0): Dots()},
+        clock=lambda: float(next(ticks)),
+    )
+    assert shown and shown[0] > 0 and shown == sorted(set(shown))

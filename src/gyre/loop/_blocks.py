@@ -281,8 +281,8 @@ class BlockRunner(ChunkRunner):
             first_firing(self.plan.after, clocks[-1], chunk.after)
         first, last = clocks[0].steps, clocks[-1].steps
         for i, task in enumerate(self.plan.display):
-            if task.schedule is None:
-                chunk.shown[i] = True
+            if task.schedule is None or _deadline(task) is not None:  # (a time schedule: asked once)
+                chunk.shown[i] = task.schedule is None or bool(task.schedule(clocks[-1])) or chunk.shown[i]
                 continue
             at = _next(task, clocks[0], epoch_steps)
             while at is not None and at <= last:
