@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.loop._split import describe_task, split_tasks
+from gyre.loop._split import split_tasks
 from gyre.loop._tasks import StepPoint, compile_tasks
 from tests.loop._helpers import add_step, assert_same_history, make_problem
 
@@ -85,8 +85,3 @@ def test_a_table_without_a_step_on_every_step_is_explained():
     with pytest.raises(ValueError, match="steps_per_call=4 found no step to fuse") as err:
         split_tasks(compile_tasks({gyre.every(2): add_step}), 4)  # compiled, but not every step
     assert "gyre.every(1)" in str(err.value)
-
-
-def test_describe_task_names_its_schedule_and_callbacks():
-    (task,) = compile_tasks({gyre.every(5): [len, print]})
-    assert describe_task(task) == "every(steps=5): ['len', 'print']"

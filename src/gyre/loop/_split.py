@@ -126,15 +126,3 @@ def _not_compiled(task: Task, invoker: Invoker, steps: int) -> None:
             "point (e.g. on_train_batch_end); or use steps_per_call=1",
         )
     )
-
-
-def describe_task(task: Task) -> str:
-    """A task for a message: its schedule and its callbacks.
-
-    Example:
-        >>> import gyre
-        >>> describe_task(Task(gyre.every(2), gyre.every(2), []))
-        'every(steps=2): []'
-    """
-    return f"{task.key!r}: {[i.name for i in task.invokers]}"
-
