@@ -47,8 +47,9 @@ class EpochEnds(Schedule):
     def reads(self) -> frozenset[str]:
         return frozenset(("epochs", "step_in_epoch"))
 
-    def next_step(self, after: Elapsed, *, epoch_steps: int | None = None) -> int | None:
-        """The first step index ``>= after.steps`` where it fires (``None``: never again).
+    def _next_step(self, after: Elapsed, epoch_steps: int | None) -> int | None:
+        """:meth:`gyre.Schedule.next_step`: the first step index ``>= after.steps`` where it
+        fires (``None``: never again), by its own epoch length.
 
         Example:
             >>> EpochEnds(4, "save").next_step(Elapsed(steps=5, epochs=1, step_in_epoch=1))

@@ -15,6 +15,7 @@ from gyre.core._errors import describe, explain, warn
 from gyre.data._padding import padded
 from gyre.data._source import refuse_sources
 from gyre.trainer._data import EpochStream, epoch_length, is_iterator
+from gyre.trainer._epoch_schedules import periodic
 from gyre.trainer._metrics import ConcatCollector, MetricAccumulator, metric_names
 
 
@@ -137,7 +138,7 @@ def train_model(trainer: Any, train_loader: Any, val_loader: Any, test_loader: A
     minutes = trainer.config.resume_every_minutes
     callbacks: list[Any] = [hooks, gyre.write_to(trainer.writer, every=max(1, min(every or epoch_steps, epoch_steps)))]
     if minutes:  # on a clock (a save costs tens of ms; small epochs take less): and at the end
-        tasks[gyre.after(time=60.0 * minutes).every(time=60.0 * minutes)] = resume_ckpt
+        tasks[periodic(60.0 * minutes)] = resume_ckpt
     else:
         callbacks.insert(1, resume_ckpt)  # at every epoch's end, after the epoch's hooks
     if trainer.config.enable_progress_bar:
