@@ -47,3 +47,18 @@ def test_steps_per_sec_is_measured_one_inner_loop_late_without_waiting_for_the_l
     assert rates[1] == rates[0]  # the second reports the first's rate (nothing newer is done)
     assert rates[2] != rates[0] and all(r > 0 for r in rates)
 
+
+
+def test_the_marker_of_an_inner_loop_is_its_last_steps_output_without_a_compiled_call(monkeypatch):
+    from gyre.jaxloop import _stat_loop
+
+    waited, markers = [], []
+    real = jax.block_until_ready
+    monkeypatch.setattr(_stat_loop.jax, "block_until_ready", lambda x: (waited.append(x), real(x))[1])
+    monkeypatch.setattr(_stat_loop, "_done_marker", lambda leaf: markers.append(leaf))
+    train = jaxloop.TrainLoop(jit_step)
+    state, losses = device_state(), []
+    for _ in range(3):
+        state, outputs = train(state, [jnp.float32(x) for x in range(5)])
+        losses.append(outputs["loss"][-1])
+    assert markers == [] and waited[1] is losses[1]  # the third loop waits for the second's last loss
