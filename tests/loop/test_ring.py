@@ -63,3 +63,14 @@ def test_a_large_log_value_is_kept_per_step_not_ringed():
     assert logs.metrics.b[:3].tolist() == [1.0, 2.0, 3.0]
     _, history, _ = gyre.loop(0, [np.float32(i) for i in range(5)], {gyre.every(1): images})
     assert [float(x[0]) for x in history.collect("big")] == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize("place", [lambda x: x, lambda x: jax.device_put(x, jax.devices()[0])])
+def test_the_step_compiles_once_whether_the_state_is_committed_or_not(place):
+    @jax.jit
+    def count(state, batch):
+        return gyre.logs().add_metric("x", batch), state + batch
+
+    with gyre.testing.count_compilations() as compiled:
+        gyre.loop(place(jnp.float32(0)), [np.float32(1)] * 10, {gyre.every(1): count})
+    assert compiled.names.count("jit(ringed)") == 1

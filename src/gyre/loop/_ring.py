@@ -146,7 +146,10 @@ class Ring:
             self.template = jax.tree_util.tree_flatten(logs)
         leaves, self.treedef = self.template
         zeros = [None if _large(x) else jnp.zeros((ROWS, *x.shape), x.dtype) for x in leaves]
-        self.buffers = jax.device_put((zeros, jnp.zeros((), jnp.int32)), _placement(state))
+        self.buffers = (zeros, jnp.zeros((), jnp.int32))
+        placement = _placement(state)
+        if placement is not None:
+            self.buffers = jax.device_put(self.buffers, placement)
         self.large = []
 
     def call(self, state: Any, batch: Any) -> Any:
@@ -167,9 +170,10 @@ class Ring:
 
 
 def _placement(state: Any) -> Any:
-    """Where the ring lives: where the step's outputs will (the state's device, or its mesh,
-    replicated), so that its first call and the next see the same placement (a ring made
-    uncommitted, then given back committed, would compile the step twice)."""
+    """Where the ring lives: committed where a committed state is (its device, or its mesh,
+    replicated), else uncommitted (None), so that the step's first call and the next see the
+    same placements (a committed argument commits the outputs: a ring or a state that changed
+    from uncommitted to committed after the first call would compile the step twice)."""
     for leaf in jax.tree_util.tree_leaves(state):
         sharding = getattr(leaf, "sharding", None)
         if sharding is None or not getattr(leaf, "committed", False):
@@ -179,7 +183,7 @@ def _placement(state: Any) -> Any:
         if len(sharding.device_set) == 1:
             return sharding
         return None
-    return jax.devices()[0]
+    return None  # an uncommitted state: so is the ring, and so are the step's outputs
 
 
 def _large(x: Any) -> bool:
