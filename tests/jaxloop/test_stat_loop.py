@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import optax
 import pytest
 
+import gyre
 from gyre import jaxloop
 from tests.jaxloop._helpers import (
     _Linear,
@@ -62,3 +63,20 @@ def test_the_marker_of_an_inner_loop_is_its_last_steps_output_without_a_compiled
         state, outputs = train(state, [jnp.float32(x) for x in range(5)])
         losses.append(outputs["loss"][-1])
     assert markers == [] and waited[1] is losses[1]  # the third loop waits for the second's last loss
+
+
+def test_a_step_that_outputs_gyre_logs_marks_its_loop_with_them(monkeypatch):
+    from gyre.jaxloop import _stat_loop
+
+    markers = []
+    monkeypatch.setattr(_stat_loop, "_done_marker", lambda leaf: markers.append(leaf))
+
+    def step(state, batch, n, **kwargs):
+        new, outputs = jit_step(state, batch, n)
+        return new, gyre.logs().add_loss("loss", outputs["loss"])
+
+    train = jaxloop.TrainLoop(step)
+    state = device_state()
+    for _ in range(3):
+        state, _ = train(state, [jnp.float32(x) for x in range(3)])
+    assert markers == []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -157,11 +157,24 @@ def _done_marker(leaf: Any) -> Any:
 def _last_output(outputs: Any) -> Any:
     """An array the loop's last step output (done when that step is: waiting for it needs no
     compiled call of its own, which costs a dispatch), or None."""
-    for values in (outputs.values() if isinstance(outputs, dict) else ()):
+    for values in (outputs.values() if isinstance(outputs, Mapping) else ()):
         if isinstance(values, list) and values:
-            for leaf in jax.tree_util.tree_leaves(values[-1]):
-                if isinstance(leaf, jax.Array):
-                    return leaf
+            found = _array_in(values[-1])
+            if found is not None:
+                return found
+    return None
+
+
+def _array_in(value: Any) -> Any:
+    """The first ``jax.Array`` in ``value`` (a pytree, or mappings such as a ``Logs``
+    collection), or None."""
+    if isinstance(value, jax.Array):
+        return value
+    children = value.values() if isinstance(value, Mapping) else jax.tree_util.tree_leaves(value)
+    for child in children:
+        found = None if child is value else _array_in(child)
+        if found is not None:
+            return found
     return None
 
 
