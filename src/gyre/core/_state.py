@@ -208,7 +208,7 @@ class TrainState(struct.PyTreeNode, kw_only=True):
                 return values[name]
         if name == "batch_stats":  # documented: None for a model without batch statistics
             return None
-        raise AttributeError(_unknown_attribute(self, name, model_state, extras))
+        raise _UnknownAttribute(self, name, model_state, extras)
 
     def apply_gradients(self, *, grads: Any, **changes: Any) -> Any:
         """One optimizer update: new params and optimizer state, ``step + 1``.
@@ -319,6 +319,18 @@ TrainState.replace = _replace  # type: ignore[method-assign]
 
 def _required(field: Any) -> bool:
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
+class _UnknownAttribute(AttributeError):
+    """A missing attribute of a state, its explanation (with suggestions) written when read:
+    ``getattr(state, name, default)`` never reads it, and costs no suggestion search."""
+
+    def __init__(self, state: Any, name: str, model_state: Any, extras: Any) -> None:
+        super().__init__(name)
+        self._parts = (state, name, model_state, extras)
+
+    def __str__(self) -> str:
+        return _unknown_attribute(*self._parts)
 
 
 def _unknown_attribute(state: Any, name: str, model_state: Any, extras: Any) -> str:

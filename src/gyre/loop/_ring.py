@@ -11,6 +11,7 @@ anything runs: the block ends there, and the next opens a ring of the new struct
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from typing import Any
@@ -131,7 +132,9 @@ class Ring:
 
     def __init__(self, invoker: Invoker, step: Any) -> None:
         self.invoker = invoker
+        self.step = step
         self.fn = _ring_function(invoker, step)
+        self.zeros: Any = None  # makes a fresh ring, in one compiled call
         self.template: Any = None  # the logs of one step, as (leaf shapes, tree structure)
         self.treedef: Any = None  # the logs' structure (a static argument of the ring step)
         self.buffers: Any = None  # (a ROWS-row array per log value, write index): the open ring
@@ -142,14 +145,10 @@ class Ring:
         a :class:`RingMismatch`): a ``ROWS``-row array per value, but for values over
         :data:`LARGEST` elements, which the step returns, kept per step (:attr:`large`)."""
         if self.template is None or again:
-            _, logs = jax.eval_shape(step_body(self.invoker), state, batch)
-            self.template = jax.tree_util.tree_flatten(logs)
-        leaves, self.treedef = self.template
-        zeros = [None if _large(x) else jnp.zeros((ROWS, *x.shape), x.dtype) for x in leaves]
-        self.buffers = (zeros, jnp.zeros((), jnp.int32))
-        placement = _placement(state)
-        if placement is not None:
-            self.buffers = jax.device_put(self.buffers, placement)
+            self.template = _template(self.invoker, self.step, state, batch)
+            self.zeros = _zeros_maker(self.template[0], _placement(state))
+        self.treedef = self.template[1]
+        self.buffers = self.zeros()
         self.large = []
 
     def call(self, state: Any, batch: Any) -> Any:
@@ -167,6 +166,37 @@ class Ring:
         leaves = [jnp.stack(next(large)) if b is None else b for b in buffers]
         self.buffers, self.large = None, []
         return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+
+_TEMPLATES: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
+
+
+def _template(invoker: Invoker, step: Any, state: Any, batch: Any) -> tuple[list[Any], Any]:
+    """The step's logs on ``(state, batch)`` as (leaf shapes, structure): traced once per step
+    and argument shapes (cached: every loop over the same step, each evaluation, opens a ring)."""
+    leaves, structure = jax.tree_util.tree_flatten((state, batch))
+    key = (structure, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves))
+    try:
+        cached = _TEMPLATES.setdefault(step, {})
+    except TypeError:  # not weakly referenceable
+        cached = {}
+    if key not in cached:
+        _, logs = jax.eval_shape(step_body(invoker), state, batch)
+        cached[key] = jax.tree_util.tree_flatten(logs)
+    return cached[key]
+
+
+def _zeros_maker(leaves: list[Any], placement: Any) -> Any:
+    """A compiled ``() -> (buffers, index)``: a fresh ring in one call (with ``placement``)."""
+    return _zeros_of(tuple(None if _large(x) else ((ROWS, *x.shape), jnp.dtype(x.dtype)) for x in leaves), placement)
+
+
+@functools.lru_cache(maxsize=256)
+def _zeros_of(shapes: tuple[Any, ...], placement: Any) -> Any:
+    def zeros() -> tuple[list[Any], Any]:
+        return [None if s is None else jnp.zeros(*s) for s in shapes], jnp.zeros((), jnp.int32)
+
+    return jax.jit(zeros) if placement is None else jax.jit(zeros, out_shardings=placement)
 
 
 def _placement(state: Any) -> Any:
