@@ -391,3 +391,15 @@ def test_a_read_that_is_not_fresh_leaves_the_per_step_commits_to_the_historys_ow
         h.commit(Elapsed(steps=i), Logs().add_loss("loss", float(i)))
     assert h.read(0, fresh=False).count == 4  # the block of 4 the history made itself
     assert h.read(4, fresh=False).count == 0 and h.read(4).count == 2
+
+
+def test_each_record_keeps_its_own_order_of_collections_and_entries():
+    h = History(flush_every=1000, lag=0)
+    h.commit(Elapsed(steps=0), Logs().add_metric("a", 1.0).add_output("y", 2.0))
+    h.commit(Elapsed(steps=1), Logs().add_output("y", 3.0).add_metric("b", 4.0).add_metric("a", 5.0))
+    h.commit(Elapsed(steps=2), Logs().add_metric("a", 6.0))
+    orders = [[(c, n) for c, n, _ in r.logs.entries()] for r in h]
+    assert orders == [[("metrics", "a"), ("outputs", "y")],
+                      [("outputs", "y"), ("metrics", "b"), ("metrics", "a")], [("metrics", "a")]]
+    assert [list(r.logs) for r in h.records(1, 3)] == [["outputs", "metrics"], ["metrics"]]
+    assert list(h.to_records()[1]) == ["steps", "samples", "epochs", "step_in_epoch", "time", "date", "y", "b", "a"]

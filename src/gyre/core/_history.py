@@ -382,16 +382,17 @@ class History:
         """
         if self._open:
             self._seal()
-        out = []
+        return list(self._views())
+
+    def _views(self) -> Iterator[tuple[int, Block]]:
+        """The parts with their values as they are, cut to their records (on the device too)."""
         for (block, lo), start in zip(self._parts, self._starts, strict=True):
-            n = block.count
             entries = {
                 key: (rows, values if isinstance(values, list) or (not lo and values.shape[0] == len(rows))
                       else values[lo : lo + len(rows)])
                 for key, (rows, values) in block.entries.items()
             }
-            out.append((start, block._replace(entries=entries) if n else block))
-        return out
+            yield start, block._replace(entries=entries)
 
     def batch_sizes(self) -> list[int | None]:
         """The batch size of every record (``None`` where the loop did not record one).
@@ -414,11 +415,14 @@ class History:
             True
         """
         newest: dict[Key, tuple[int, Any]] = {}
-        for start, block in self.segments():
+        for start, block in self._views():
             for key, (rows, values) in block.entries.items():
                 if len(rows):
                     value = values[len(rows) - 1]
                     newest[key] = (start + int(rows[-1]), to_python(value) if isinstance(values, np.ndarray) else value)
+        for i, (_, logs, _) in enumerate(self._open, self._count):
+            for collection, name, value in logs.entries():
+                newest[(collection, name)] = (i, value)
         out = Logs()
         for (collection, name), (_, value) in sorted(newest.items(), key=lambda kv: kv[1][0]):
             out.add_entry(collection, name, value)
