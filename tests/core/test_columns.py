@@ -56,7 +56,6 @@ def test_block_collect_skips_records_without_a_key_and_finds_keys_as_a_record_do
     assert shadow.collect(["elapsed.steps"]) == [[0, 1]]
     both = Block(1, _clocks(1), {("metrics", "x"): (np.array([0]), [2]), ("losses", "x"): (np.array([0]), [1])})
     assert both.collect(["x"]) == [[1]] and both.collect(["metrics.x"]) == [[2]]  # losses first
-    assert both.has("metrics.x") and both.has("x") and both.has("steps") and not both.has("y")
 
 
 def test_block_collect_gives_python_numbers_and_arrays_for_array_rows():

@@ -23,7 +23,7 @@ from gyre.core._host import to_python
 from gyre.core._logs import COLLECTIONS, Collection, Logs
 
 Key = tuple[str, str]
-_MISSING = object()
+MISSING = object()  #: where a record has no value for a key (Block.lookup)
 
 
 class Record(NamedTuple):
@@ -220,7 +220,7 @@ class Block(NamedTuple):
         """The value of ``key`` in each record (a missing sentinel where it has none), found
         as :meth:`gyre.History.collect` finds keys: a bare name in the first collection that
         holds it in that record, else a clock counter of that name."""
-        out: list[Any] = [_MISSING] * self.count
+        out: list[Any] = [MISSING] * self.count
         if key.startswith("elapsed."):
             field = key[len("elapsed.") :]
             return as_list(self.clocks[field]) if field in CLOCK_FIELDS else out
@@ -230,11 +230,11 @@ class Block(NamedTuple):
         for found in keys:
             rows, values = self.entries[found]
             for i, value in zip(rows.tolist(), python_values(values), strict=True):
-                if out[i] is _MISSING:
+                if out[i] is MISSING:
                     out[i] = value
         if key in CLOCK_FIELDS:
             clock = as_list(self.clocks[key])
-            out = [clock[i] if v is _MISSING else v for i, v in enumerate(out)]
+            out = [clock[i] if v is MISSING else v for i, v in enumerate(out)]
         return out
 
     def collect(self, keys: Sequence[str]) -> list[list[Any]]:
@@ -242,21 +242,8 @@ class Block(NamedTuple):
         record order (see :meth:`gyre.History.collect` for how keys are found). Example: see
         :class:`Block`."""
         columns = [self.lookup(key) for key in keys]
-        keep = [i for i in range(self.count) if all(c[i] is not _MISSING for c in columns)]
+        keep = [i for i in range(self.count) if all(c[i] is not MISSING for c in columns)]
         return [[c[i] for i in keep] for c in columns]
-
-    def has(self, key: str) -> bool:
-        """Whether some record holds ``key`` (an entry, or a clock counter).
-
-        Example:
-            >>> Block(0, {}, {("metrics", "a"): (np.zeros(0, int), [])}).has("metrics.a")
-            True
-        """
-        name = key.partition(".")[2] if "." in key else None
-        return (
-            key in CLOCK_FIELDS or key.removeprefix("elapsed.") in CLOCK_FIELDS
-            or any(n == key or (n == name and f"{c}.{n}" == key) for c, n in self.entries)
-        )
 
 
 def _reordered(logs: Logs, keys: Sequence[Key]) -> Logs:

@@ -25,7 +25,7 @@ import numpy as np
 
 from gyre.core._clock import _FIELDS as CLOCK_FIELDS
 from gyre.core._clock import Elapsed
-from gyre.core._columns import Block, Key, Record, join, pack
+from gyre.core._columns import MISSING, Block, Key, Record, join, pack
 from gyre.core._errors import ExplainedKeyError, closest, describe, explain, suggest
 from gyre.core._host import fetch, is_ready, stacked, start_copy, to_python
 from gyre.core._logs import Logs, flatten_logs, resolution_order
@@ -531,7 +531,7 @@ class History:
     def _check_keys(self, keys: Sequence[str]) -> None:
         """Raises a KeyError for a key that no record holds (a typo would otherwise give [])."""
         for key in keys:
-            if any(block.has(key) for block, _ in self._host_parts()):
+            if any(v is not MISSING for block, _ in self._host_parts() for v in block.lookup(key)):
                 continue
             names = self.names()
             known = [f"{c}.{n}" for c, ns in names.items() for n in ns] + [n for ns in names.values() for n in ns]
