@@ -959,7 +959,7 @@ def change_a_digit(path, after):
 
 @pytest.mark.parametrize(
     ("where", "after"),
-    [("7/gyre/metadata", '"position": '), ("7/gyre/metadata", '"samples": '), ("history/000000000004.json", '"data": ')],
+    [("7/gyre/metadata", '"position": '), ("7/gyre/metadata", '"samples": '), ("history/000000000004.json", '"loss", null, {"dtype": "float32", "shape": [], "bytes": "')],
     ids=["data-position", "clock", "history-loss"],
 )
 def test_one_digit_changed_in_the_record_or_a_history_block_is_damage(tmp_path, where, after):

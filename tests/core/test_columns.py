@@ -1,15 +1,12 @@
-"""gyre.core._columns: records kept by column on the host (Block, Group) and the Record view."""
+"""gyre.core._columns: records kept by column (Block) and the Record view."""
 
 import numpy as np
 import pytest
 
 from gyre.core._clock import Elapsed
-from gyre.core._columns import Block, Group, Record, as_list, pack, place
+from gyre.core._columns import Block, Record, as_list, join, numbers, pack
 from gyre.core._errors import ExplainedKeyError
 from gyre.core._logs import Logs
-
-LOSS = (("losses", ("loss",)),)
-LOSS_ACC = (("losses", ("loss",)), ("metrics", ("acc",)))
 
 
 def test_pack_makes_numeric_columns_and_keeps_the_rest_as_lists():
@@ -23,24 +20,18 @@ def test_pack_makes_numeric_columns_and_keeps_the_rest_as_lists():
     assert as_list((3, 4)) == [3, 4]
 
 
-def test_place_finds_entries_before_clock_counters():
-    assert place(LOSS_ACC, "loss") == ("entry", 0)
-    assert place(LOSS_ACC, "metrics.acc") == ("entry", 1)
-    assert place(LOSS_ACC, "steps") == ("clock", 0)
-    assert place(LOSS_ACC, "elapsed.samples") == ("clock", 1)
-    assert place(LOSS_ACC, "elapsed.nope") is None and place(LOSS, "acc") is None
-    shadow = (("metrics", ("steps",)),)
-    assert place(shadow, "steps") == ("entry", 0)  # a logged entry wins over the clock
-    assert place(shadow, "elapsed.steps") == ("clock", 0)
+def _clocks(n, **given):
+    fields = ("steps", "samples", "epochs", "step_in_epoch", "time", "date")
+    return {f: np.asarray(given.get(f, [0] * n)) for f in fields}
 
 
 def _block():
-    clocks = [Elapsed(steps=i, samples=4 * i) for i in range(5)]
-    groups = [
-        Group.of(LOSS_ACC, [0, 3], [np.array([1.0, 4.0]), np.array([0.1, 0.4])]),
-        Group.of(LOSS, [1, 2, 4], [np.array([2.0, 3.0, 5.0])]),
-    ]
-    return Block.build(clocks, [4, 4, 4, 4, None], groups)
+    """Five records: loss in all, acc in records 0 and 3."""
+    entries = {
+        ("losses", "loss"): (np.arange(5), np.array([1.0, 2.0, 3.0, 4.0, 5.0])),
+        ("metrics", "acc"): (np.array([0, 3]), np.array([0.1, 0.4])),
+    }
+    return Block(5, _clocks(5, steps=range(5), samples=[4 * i for i in range(5)]), entries, [4, 4, 4, 4, None])
 
 
 def test_block_records_rebuild_each_record_in_order():
@@ -50,25 +41,41 @@ def test_block_records_rebuild_each_record_in_order():
     assert [float(r.logs.losses.loss) for r in records] == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert [("acc" in r.logs.get("metrics", {})) for r in records] == [True, False, False, True, False]
     assert [r.batch_size for r in records] == [4, 4, 4, 4, None]
-    assert block.record(3).elapsed.samples == 12 and float(block.record(3).logs.metrics.acc) == 0.4
-    assert block.record(4).batch_size is None
+    (fourth,) = block.take(3, 4).records()
+    assert fourth.elapsed.samples == 12 and float(fourth.logs.metrics.acc) == 0.4
 
 
-def test_block_collect_merges_groups_in_record_order_and_skips_records_without_a_key():
+def test_block_collect_skips_records_without_a_key_and_finds_keys_as_a_record_does():
     block = _block()
     assert block.collect(["steps", "loss"]) == [[0, 1, 2, 3, 4], [1.0, 2.0, 3.0, 4.0, 5.0]]
     assert block.collect(["samples", "acc"]) == [[0, 12], [0.1, 0.4]]
+    assert block.collect(["metrics.acc", "elapsed.steps"]) == [[0.1, 0.4], [0, 3]]
     assert block.collect(["nope"]) == [[]]
-    assert Block.build([], [], []).collect(["steps"]) == [[]]
+    shadow = Block(2, _clocks(2, steps=[0, 1]), {("metrics", "steps"): (np.array([1]), [9])}, [None, None])
+    assert shadow.collect(["steps"]) == [[0, 9]]  # a logged entry wins over the clock counter
+    assert shadow.collect(["elapsed.steps"]) == [[0, 1]]
+    both = Block(1, _clocks(1), {("metrics", "x"): (np.array([0]), [2]), ("losses", "x"): (np.array([0]), [1])})
+    assert both.collect(["x"]) == [[1]] and both.collect(["metrics.x"]) == [[2]]  # losses first
 
 
 def test_block_collect_gives_python_numbers_and_arrays_for_array_rows():
-    block = Block.build(
-        [Elapsed(steps=0), Elapsed(steps=1)], [None, None],
-        [Group.of((("outputs", ("y",)),), [0, 1], [[np.zeros(2), np.ones(2)]])],
-    )
+    block = Block(2, _clocks(2), {("outputs", "y"): (np.arange(2), np.array([[0.0, 0.0], [1.0, 1.0]]))}, [None] * 2)
     (ys,) = block.collect(["y"])
     assert [y.tolist() for y in ys] == [[0.0, 0.0], [1.0, 1.0]]
+    listed = Block(2, _clocks(2), {("metrics", "n"): (np.arange(2), [np.float32(1.5), 2])}, [None] * 2)
+    assert listed.collect(["n"]) == [[1.5, 2]] and type(listed.collect(["n"])[0][0]) is float
+
+
+def test_take_and_join_keep_every_entry_at_its_record():
+    block = _block()
+    head, tail = block.take(0, 2), block.take(2, 5)
+    assert tail.entries[("metrics", "acc")][0].tolist() == [1] and ("metrics", "acc") in head.entries
+    again = join([head, tail])
+    assert again.count == 5 and again.collect(["steps", "acc"]) == block.collect(["steps", "acc"])
+    assert again.sizes == [4, 4, 4, 4, None]
+    mixed = join([block.take(0, 1), Block(1, _clocks(1), {("losses", "loss"): (np.array([0]), ["x"])}, [None])])
+    assert mixed.entries[("losses", "loss")][1] == [1.0, "x"]  # a list where the parts differ
+    assert numbers([1, 2]).tolist() == [1, 2] and numbers(["a"]) == ["a"]
 
 
 def test_record_reads_like_ciclos_dict_and_explains_a_missing_collection():

@@ -1,5 +1,5 @@
-"""gyre.History: commits on the step path, the batched send / land pipeline, and reading
-(collect, records, to_records, plot, latest, segments)."""
+"""gyre.History: commits on the step path, blocks moved to the host, and reading (read,
+collect, records, to_records, plot, latest, segments)."""
 
 import warnings
 
@@ -53,49 +53,44 @@ def test_collect_errors():
         gyre.history().collect(3)
 
 
-def test_history_moves_values_to_host_in_batches(monkeypatch):
+def test_per_step_commits_move_to_the_host_in_blocks(monkeypatch):
     import gyre.core._history as history_module
 
     calls = []
-    real = history_module.start_fetch
+    real = history_module.stacked
 
-    def counting(columns):
-        calls.append(len(columns[0]))
-        return real(columns)
+    def counting(values):
+        calls.append(len(values))
+        return real(values)
 
-    monkeypatch.setattr(history_module, "start_fetch", counting)
+    monkeypatch.setattr(history_module, "stacked", counting)
     h = gyre.history(flush_every=10, lag=2)
     for i in range(35):
         h.commit(Elapsed(steps=i), gyre.logs().add_metric("x", jnp.float32(i)))
-    # every 10 commits past the lag: three batched transfers of 10 records, none per step
+    # every 10 commits past the lag: three blocks of 10 records stacked on the device, none per step
     assert calls == [10, 10, 10]
     assert len(h) == 35
     assert h.collect("x") == [float(i) for i in range(35)]
-    assert calls == [10, 10, 10, 5]
+    assert calls == [10, 10, 10]  # the last 5: fewer than 8 values, read as they are
     first = h[0].logs.metrics.x
     assert isinstance(first, (np.ndarray, np.generic)) and first.dtype == np.float32
 
 
 def test_the_step_path_never_waits_for_a_transfer(monkeypatch):
-    from gyre.core._host import ColumnFetch
+    import gyre.core._history as history_module
 
-    waited = []
-    real_result = ColumnFetch.result
-
-    def result(self):
-        waited.append(self._lengths[0])
-        return real_result(self)
-
+    fetched = []
+    real_fetch = history_module.fetch
     # values that never arrive: commits must go on without reading them
-    monkeypatch.setattr(ColumnFetch, "ready", lambda self: False)
-    monkeypatch.setattr(ColumnFetch, "result", result)
+    monkeypatch.setattr(history_module, "is_ready", lambda tree: False)
+    monkeypatch.setattr(history_module, "fetch", lambda tree: fetched.append(len(tree)) or real_fetch(tree))
     h = gyre.history(flush_every=8, lag=0)
     for i in range(40):
         h.commit(Elapsed(steps=i), gyre.logs().add_loss("loss", jnp.float32(i)))
-    assert waited == [] and len(h) == 40
-    # a reader waits for everything, in order
+    assert fetched == [] and len(h) == 40 and h.read(0).count == 0
+    # a reader that waits gets everything, in order, in one transfer of the five blocks
     assert h.collect("steps", "loss") == (list(range(40)), [float(i) for i in range(40)])
-    assert waited == [8, 8, 8, 8, 8]
+    assert fetched == [5]
 
 
 def test_sent_values_let_go_of_the_per_step_arrays():
@@ -213,7 +208,7 @@ def test_owned_commits_mixed_with_stacked_ones_keep_their_rows_at_every_stage():
     h = History(flush_every=3, lag=1)
     h.commit_owned(Elapsed(steps=0), Logs().add_loss("loss", jnp.float32(0)), 8)
     h.commit_owned(Elapsed(steps=1), Logs().add_loss("loss", jnp.float32(1)).add_metric("m", 1.0), 8)
-    assert [seg.rows.tolist() for seg in h.segments()] == [[0], [1]]
+    assert [(start, block.count) for start, block in h.segments()] == [(0, 2)]
     h.commit_owned(Elapsed(steps=2), Logs().add_loss("loss", jnp.float32(2)), 8)  # not sorted yet
     h.commit_stacked([Elapsed(steps=3), Elapsed(steps=4)], Logs().add_loss("loss", jnp.arange(2.0) + 3))
     h.commit_owned(Elapsed(steps=5), Logs().add_loss("loss", jnp.float32(5)), None)
@@ -240,10 +235,10 @@ def _spread_history():
 
 def test_segments_cover_every_record_once_wherever_it_is_without_waiting():
     h = _spread_history()
-    rows = sorted(int(r) for seg in h.segments() for r in seg.rows if seg.shape == (("losses", ("loss",)),))
-    with_acc = sorted(int(r) for seg in h.segments() for r in seg.rows if len(seg.shape) == 2)
-    assert with_acc == [0, 3, 6, 9]
-    assert sorted(rows + with_acc) == list(range(11))
+    rows = {k: sorted(start + int(r) for start, block in h.segments() for r in block.entries[k][0])
+            for k in (("losses", "loss"), ("metrics", "acc"))}
+    assert rows[("metrics", "acc")] == [0, 3, 6, 9]
+    assert rows[("losses", "loss")] == list(range(11))
     assert h.batch_sizes() == [i + 1 for i in range(11)]
     assert len(h) == 11
 
@@ -329,3 +324,82 @@ def test_one_value_logged_as_a_loss_and_a_metric_on_purpose_is_not_warned_about(
         warnings.simplefilter("error")
         logs = gyre.logs().add_loss("x", 1.0, add_metric=True).add_losses(y=2.0, add_metrics=True)
     assert logs.metrics == {"x": 1.0, "y": 2.0}
+
+
+# -- blocks committed by the engine, and the one read --------------------------------------------
+
+
+@pytest.mark.parametrize("first, epoch_steps", [
+    (Elapsed(steps=7, samples=30, epochs=1, step_in_epoch=2, time=1.5, date=9.0), 4),
+    (Elapsed(steps=0), None),
+    (Elapsed(steps=3, step_in_epoch=5), 4),  # already past the epoch's length: rolls at once
+    (Elapsed(steps=3, step_in_epoch=0), 1),
+])
+def test_commit_block_clocks_are_those_elapsed_after_gives(first, epoch_steps):
+    sizes = [8, 8, 5, 8, 8, 8, 3, 8, 8, 8]
+    h = History()
+    h.commit_block(first, sizes, Logs().add_loss("loss", jnp.arange(16.0)), epoch_steps=epoch_steps)
+    expected = [first]
+    for size in sizes[:-1]:
+        expected.append(expected[-1]._after(size, first.time, first.date, epoch_steps))
+    assert [r.elapsed for r in h] == expected
+    assert h.batch_sizes() == sizes and h.collect("loss") == [float(i) for i in range(10)]
+
+
+def test_commit_block_keeps_dtypes_and_reads_only_its_rows_of_a_longer_ring():
+    h = History()
+    h.commit(Elapsed(steps=0), Logs().add_loss("loss", jnp.float32(9)))
+    ring = Logs().add_loss("loss", jnp.arange(256, dtype=jnp.bfloat16)).add_output("y", jnp.ones((256, 2), jnp.int8))
+    h.commit_block(Elapsed(steps=1), [4, 4, 4], ring, epoch_steps=None)
+    assert len(h) == 4 and h.collect("steps", "loss") == ([0, 1, 2, 3], [9.0, 0.0, 1.0, 2.0])
+    assert h[2].logs.losses.loss.dtype == jnp.bfloat16 and h[3].logs.outputs.y.dtype == np.int8
+    with pytest.raises(ValueError, match="no row for every step"):
+        h.commit_block(Elapsed(), [1] * 300, ring, epoch_steps=None)
+    with pytest.raises(TypeError, match="gyre.Elapsed"):
+        h.commit_block(3, [1], ring, epoch_steps=None)
+
+
+class _Late(float):
+    """A logged number whose device computation finishes when the test says so."""
+
+    done = False
+
+    def is_ready(self):
+        return type(self).done
+
+
+def test_read_hands_out_the_computed_records_from_a_position_in_one_block():
+    _Late.done = False
+    h = History(flush_every=1000, lag=0)
+    h.commit_stacked([Elapsed(steps=i) for i in range(3)], Logs().add_loss("loss", np.arange(3.0)))
+    h.commit(Elapsed(steps=3), Logs().add_loss("loss", 3.0).add_metric("acc", 0.5))
+    h.commit(Elapsed(steps=4), Logs().add_loss("loss", _Late(4.0)))
+    h.commit(Elapsed(steps=5), Logs().add_loss("loss", 5.0))
+    first = h.read(1)
+    assert first.count == 3 and first.clocks["steps"].tolist() == [1, 2, 3]  # step 4 holds back 5
+    assert first.entries[("metrics", "acc")][0].tolist() == [2] and first.sizes == [None] * 3
+    assert h.read(4).count == 0 and len(h) == 6  # nothing waits
+    _Late.done = True
+    rest = h.read(4)
+    assert rest.clocks["steps"].tolist() == [4, 5] and rest.entries[("losses", "loss")][1] == [4.0, 5.0]
+    assert h.read(0, wait=True).count == 6 and h.read(6).count == 0
+
+
+def test_a_read_that_is_not_fresh_leaves_the_per_step_commits_to_the_historys_own_blocks():
+    h = History(flush_every=4, lag=0)
+    for i in range(6):
+        h.commit(Elapsed(steps=i), Logs().add_loss("loss", float(i)))
+    assert h.read(0, fresh=False).count == 4  # the block of 4 the history made itself
+    assert h.read(4, fresh=False).count == 0 and h.read(4).count == 2
+
+
+def test_each_record_keeps_its_own_order_of_collections_and_entries():
+    h = History(flush_every=1000, lag=0)
+    h.commit(Elapsed(steps=0), Logs().add_metric("a", 1.0).add_output("y", 2.0))
+    h.commit(Elapsed(steps=1), Logs().add_output("y", 3.0).add_metric("b", 4.0).add_metric("a", 5.0))
+    h.commit(Elapsed(steps=2), Logs().add_metric("a", 6.0))
+    orders = [[(c, n) for c, n, _ in r.logs.entries()] for r in h]
+    assert orders == [[("metrics", "a"), ("outputs", "y")],
+                      [("outputs", "y"), ("metrics", "b"), ("metrics", "a")], [("metrics", "a")]]
+    assert [list(r.logs) for r in h.records(1, 3)] == [["outputs", "metrics"], ["metrics"]]
+    assert list(h.to_records()[1]) == ["steps", "samples", "epochs", "step_in_epoch", "time", "date", "y", "b", "a"]

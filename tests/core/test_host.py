@@ -1,5 +1,5 @@
 """gyre.core._host: the one door to the host (fetch), readiness without blocking, and
-columns stacked by shape group on their way to the host."""
+per-step device values stacked on the device before their copy."""
 
 import jax
 import jax.numpy as jnp
@@ -7,17 +7,14 @@ import numpy as np
 import pytest
 
 from gyre.core import _host
-from gyre.core._host import ColumnFetch, fetch, is_ready, start_copy, start_fetch, to_python
+from gyre.core._host import fetch, is_ready, stacked, start_copy, to_python
 
 
-def test_fetched_columns_keep_unstackable_columns_as_lists():
-    from gyre.core._host import start_fetch
-
-    mixed = [jnp.zeros((i % 2 + 1,)) for i in range(8)]  # two shapes: not stackable
-    same = [jnp.float32(i) for i in range(9)]
-    host_mixed, host_same = start_fetch([mixed, same]).result()
-    assert [v.shape for v in host_mixed] == [(1,), (2,)] * 4
-    assert isinstance(host_same, np.ndarray) and host_same.tolist() == list(range(9))
+def test_stacked_takes_device_arrays_of_one_shape_and_dtype_only():
+    assert stacked([jnp.zeros((i % 2 + 1,)) for i in range(8)]) is None  # two shapes
+    assert stacked([jnp.float32(1), jnp.int32(1)]) is None  # two dtypes
+    assert stacked([jnp.float32(1), 2.0]) is None and stacked([]) is None  # a host value
+    assert stacked([jnp.float32(i) for i in range(9)]).tolist()[:9] == list(range(9))
 
 
 def test_fetch_reads_a_whole_tree_in_one_explicit_transfer(monkeypatch):
@@ -63,34 +60,15 @@ def test_to_python_turns_only_0d_values_into_scalars():
     assert to_python(vector) is vector and to_python("text") == "text"
 
 
-def test_columns_are_stacked_by_shape_group_padded_to_a_power_of_two(monkeypatch):
-    stacked = []
+def test_values_are_stacked_padded_to_a_power_of_two(monkeypatch):
+    lengths = []
     real = _host._stack_jit
-    monkeypatch.setattr(_host, "_stack_jit", lambda values: stacked.append(len(values)) or real(values))
-    scalars = [jnp.float32(i) for i in range(9)]
-    vectors = [jnp.full(3, i, jnp.float32) for i in range(8)]
-    few = [jnp.int32(i) for i in range(3)]  # fewer than 8 values: fetched as they are
-    host_scalars, host_vectors, host_few = start_fetch([scalars, vectors, few]).result()
-    assert sorted(stacked) == [8, 16]  # 9 scalars padded to 16, 8 vectors: one stacking each
-    assert host_scalars.tolist() == list(range(9))
-    assert host_vectors.shape == (8, 3) and host_vectors[5].tolist() == [5.0] * 3
-    assert [int(v) for v in host_few] == [0, 1, 2]
-
-
-def test_a_column_of_host_values_comes_back_as_it_is():
-    (host,) = start_fetch([[1.0, "x", None]]).result()
-    assert host == [1.0, "x", None]
-
-
-def test_column_fetch_ready_and_device_columns_do_not_wait():
-    moving = start_fetch([[jnp.float32(i) for i in range(8)]])
-    assert isinstance(moving, ColumnFetch)
-    (on_device,) = moving.device_columns()
-    assert isinstance(on_device, jax.Array) and on_device.shape == (8,)
-    jax.block_until_ready(on_device)
-    assert moving.ready()
-    (column,) = moving.result()
-    assert column.tolist() == [float(i) for i in range(8)]
+    monkeypatch.setattr(_host, "_stack_jit", lambda values: lengths.append(len(values)) or real(values))
+    scalars = stacked([jnp.float32(i) for i in range(9)])
+    vectors = stacked([jnp.full(3, i, jnp.float32) for i in range(8)])
+    assert lengths == [16, 8]  # 9 scalars padded to 16: few lengths ever compile
+    assert scalars.shape == (16,) and scalars[:9].tolist() == list(range(9))
+    assert vectors.shape == (8, 3) and vectors[5].tolist() == [5.0] * 3
 
 
 def test_start_copy_starts_the_copy_of_device_leaves_only():

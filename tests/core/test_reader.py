@@ -1,5 +1,6 @@
-"""gyre.core._reader: a HistoryReader hands out a history's new records as columns, in
-order, as soon as they can be read, and never waits for a value that is not computed."""
+"""gyre.core._reader: a HistoryReader (History.read from a position that moves) hands out a
+history's new records as columns, in order, as soon as they can be read, and never waits
+for a value that is not computed."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -66,14 +67,6 @@ def test_a_value_not_computed_yet_holds_back_it_and_everything_after_it():
     rest = reader.read()
     assert rest.clocks["steps"].tolist() == [1, 2]
     assert rest.entries[("losses", "loss")][1].tolist() == [1.5, 2.5]
-
-
-def test_limit_bounds_the_rows_read_from_the_device_per_call():
-    h = History(flush_every=1000, lag=0)
-    for i in range(10):
-        _commit(h, i, jnp.float32(i))
-    reader = h.reader(0, limit=4)
-    assert [reader.read().count for _ in range(4)] == [4, 4, 2, 0]
 
 
 def test_entries_logged_now_and_then_keep_their_positions():

@@ -122,19 +122,15 @@ def test_records_that_land_are_read_at_the_next_step():
         check.poll()
 
 
-def test_a_landing_is_read_at_the_next_step_without_a_send_of_its_own(monkeypatch):
+def test_a_landing_is_read_at_the_next_step_and_the_read_keeps_its_cadence():
     history = gyre.history()
     check = _nan.FiniteCheck(history, lambda: gyre.Elapsed(steps=3), start=0)
-    sends = []
-    monkeypatch.setattr(history, "send", lambda: sends.append(1))
     history.commit(gyre.Elapsed(steps=0), gyre.logs().add_loss("loss", 1.0))
     check.poll(_nan.POLL_EVERY - 2)
-    assert sends == []
-    history.flush()  # a writer's read lands the records: read at the next step, not sent again
+    assert check.position == 0 and check.countdown == 2  # nothing read between two polls
+    history.flush()  # a writer's read lands the records: read at the next step
     check.poll()
-    assert sends == [] and check.countdown == 1  # the send keeps its cadence: one step to go
-    check.poll()
-    assert sends == [1] and check.countdown == _nan.POLL_EVERY
+    assert check.position == 1 and check.countdown == _nan.POLL_EVERY
 
 
 def test_records_of_a_continued_history_are_not_checked_again():

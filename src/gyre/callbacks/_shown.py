@@ -1,8 +1,7 @@
 """What progress bars show, read without ever waiting for the device.
 
-A bar reads the records of the loop's history (:meth:`gyre.History.reader`) as they become
-readable: records already moved to the host, and newer ones whose values are computed, in
-one explicit transfer. It therefore sees every step, fused chunks included, whatever its
+A bar reads the records of the loop's history (:meth:`gyre.History.read`) as they become
+readable: records already moved to the host, and newer ones whose values are computed. It therefore sees every step, fused chunks included, whatever its
 place in the task table, and never stalls the loop. Outside a loop (a bar called by hand,
 ``bar(elapsed, logs)``), the bar keeps a small history of its own.
 
@@ -19,11 +18,10 @@ from typing import Any
 import numpy as np
 
 from gyre.core._clock import Elapsed
-from gyre.core._columns import numeric_dtype
+from gyre.core._columns import Block, numbers, numeric_dtype
 from gyre.core._errors import describe, explain
 from gyre.core._history import History
 from gyre.core._logs import Logs
-from gyre.core._reader import Columns, HistoryReader
 
 DISPLAYED = ("losses", "metrics", "stateful_metrics")
 MODES = ("mean", "last")
@@ -54,9 +52,9 @@ class RunningValues:
 
     Example:
         >>> import numpy as np
-        >>> from gyre.core._reader import Columns
+        >>> from gyre.core._columns import Block
         >>> running = RunningValues("mean")
-        >>> cols = Columns(2, {"epochs": np.array([0, 0])},
+        >>> cols = Block(2, {"epochs": np.array([0, 0])},
         ...                {("losses", "loss"): (np.array([0, 1]), np.array([1.0, 3.0]))})
         >>> running.absorb(cols); running.shown()
         {'loss': 2.0}
@@ -69,7 +67,7 @@ class RunningValues:
         self.counts: dict[tuple[str, str], int] = {}
         self.last: dict[tuple[str, str], float] = {}
 
-    def absorb(self, columns: Columns) -> None:
+    def absorb(self, columns: Block) -> None:
         """Adds records read from a history."""
         if not columns.count:
             return
@@ -78,7 +76,8 @@ class RunningValues:
         if latest != self.epoch:
             self.epoch, self.sums, self.counts = latest, {}, {}
         for key, (rows, values) in columns.entries.items():
-            if key[0] not in DISPLAYED or not _numbers(values):
+            values = _numbers(values)
+            if key[0] not in DISPLAYED or values is None:
                 continue
             # rows come grouped by record structure, not in record order: the newest row
             self.last[key] = float(values[int(np.argmax(rows))])
@@ -101,8 +100,11 @@ class RunningValues:
         return out
 
 
-def _numbers(values: Any) -> bool:
-    return isinstance(values, np.ndarray) and values.ndim == 1 and numeric_dtype(values.dtype)
+def _numbers(values: Any) -> np.ndarray | None:
+    """An entry's values as a numpy column of scalar numbers, or ``None`` when they are not."""
+    values = numbers(values)
+    ok = isinstance(values, np.ndarray) and values.ndim == 1 and numeric_dtype(values.dtype)
+    return values if ok else None
 
 
 class BarValues:
@@ -120,7 +122,7 @@ class BarValues:
     def __init__(self, mode: str) -> None:
         self.running = RunningValues(mode)
         self._history: History | None = None
-        self._reader: HistoryReader | None = None
+        self._position = 0
         self._own: History | None = None
 
     def see(self, elapsed: Elapsed, logs: Logs, loop: Any) -> None:
@@ -129,21 +131,23 @@ class BarValues:
         if loop is not None:
             history = loop.history
             if history is not self._history:
-                self._history, self._reader = history, history.reader()
+                self._history, self._position = history, len(history)
             return
         if self._own is None:
             self._own = self._history = History()
-            self._reader = self._own.reader()
+            self._position = 0
         self._own.commit(elapsed, logs)
 
     def read(self, *, wait: bool = False) -> dict[str, float]:
         """The values to show now (``wait``: every record so far, waiting for the device;
         only when the loop is over)."""
-        if self._reader is not None:
-            self.running.absorb(self._reader.read(wait=wait))
+        if self._history is not None:
+            block = self._history.read(self._position, wait=wait)
+            self._position += block.count
+            self.running.absorb(block)
         return self.running.shown()
 
     def reset(self) -> None:
         """Forgets the history followed (a bar used again starts from the next records)."""
-        self._history = self._reader = self._own = None
+        self._history = self._own = None
         self.running = RunningValues(self.running.mode)

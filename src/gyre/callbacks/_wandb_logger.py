@@ -1,6 +1,6 @@
 """``wandb_logger``: every step's scalar entries sent to a Weights & Biases run (ciclo's name).
 
-The logger follows the loop's history (:class:`~gyre.core._reader.HistoryReader`) instead of
+The logger follows the loop's history (:meth:`gyre.History.read`) instead of
 reading the step's logs: every ``interval`` seconds it sends the records whose values the
 device has computed, in step order, in one transfer, and never waits for the device, so the
 step path stays free of host syncs (fused chunks included: it sees every step). When the
@@ -19,42 +19,50 @@ import numbers
 import time
 from typing import Any
 
+import numpy as np
+
 from gyre.core._clock import Elapsed
+from gyre.core._columns import Block
 from gyre.core._errors import describe, explain
 from gyre.core._history import History
 from gyre.core._logs import Logs
-from gyre.core._reader import HistoryReader, loop_start
+from gyre.core._reader import loop_start
 from gyre.core._runs import rows, scalar_runs
 from gyre.loop._tasks import ChunkSafe, LoopElement
 from gyre.parallel.distributed import is_main_process
 
 
 class FollowsHistory:
-    """What :class:`WandbLogger` and ``gyre.write_to`` share: a reader that follows the
-    history of the loop calling them (a new loop: the records of the last one are sent first,
-    waiting), or, called by hand, a history of their own that the logs they receive go into.
-    A subclass defines ``_send(wait=...)`` and may set ``reader_limit`` (the reader's
-    ``limit``; ``None``: its default).
+    """What :class:`WandbLogger` and ``gyre.write_to`` share: a position in the history of the
+    loop calling them (a new loop: the records of the last one are sent first, waiting), or,
+    called by hand, a history of their own that the logs they receive go into. A subclass
+    defines ``_send(wait=...)``, which reads with :meth:`_read`.
 
     Example:
         >>> import gyre
         >>> class Counter(FollowsHistory):
         ...     def _send(self, *, wait):
-        ...         if self._reader is not None:
-        ...             print(self._reader.read(wait=wait).count)
+        ...         print(self._read(wait=wait).count)
         >>> c = Counter()
         >>> c._follow(gyre.Elapsed(steps=0), gyre.logs().add_loss("loss", 1.0), None); c._send(wait=True)
         1
     """
 
-    reader_limit: int | None = None
     _silent: bool | None = None  # decided at the first call: only process 0 sends
     _history: History | None = None
-    _reader: HistoryReader | None = None
+    _position = 0
     _own: History | None = None
 
     def _send(self, *, wait: bool) -> None:  # pragma: no cover
         raise NotImplementedError
+
+    def _read(self, *, wait: bool, fresh: bool = True) -> Block:
+        """The records of the history followed after the last read (:meth:`History.read`)."""
+        if self._history is None:
+            return Block(0, {"steps": np.zeros(0, np.int64)}, {}, [])
+        block = self._history.read(self._position, wait=wait, fresh=fresh)
+        self._position += block.count
+        return block
 
     def _skipped(self) -> bool:
         """True on processes other than 0, which send nothing (asked once, at the first call)."""
@@ -63,24 +71,22 @@ class FollowsHistory:
         return self._silent
 
     def _follow(self, elapsed: Elapsed, logs: Logs, loop: Any) -> None:
-        """Points the reader at ``loop``'s history, or (``loop`` is ``None``) commits
-        ``logs`` to a history of its own."""
+        """Follows ``loop``'s history, or (``loop`` is ``None``) commits ``logs`` to a
+        history of its own."""
         if loop is not None:
             if loop.history is not self._history:  # a new loop: follow its history from its start
-                self._send(wait=True)
-                self._history, self._reader = loop.history, self._reader_of(loop.history, _start_of(loop))
-                self._own = None
+                if self._history is not None:
+                    self._send(wait=True)
+                start = _start_of(loop)
+                self._history, self._own = loop.history, None
+                self._position = len(loop.history) if start is None else start
             return
         if self._own is None:
-            self._send(wait=True)
+            if self._history is not None:
+                self._send(wait=True)
             self._own = self._history = History()
-            self._reader = self._reader_of(self._own)
+            self._position = 0
         self._own.commit(elapsed, logs)
-
-    def _reader_of(self, history: History, start: int | None = None) -> HistoryReader:
-        if self.reader_limit is None:
-            return history.reader(start)
-        return history.reader(start, limit=self.reader_limit)
 
 
 def _start_of(loop: Any) -> int | None:
@@ -167,9 +173,7 @@ class WandbLogger(FollowsHistory, ChunkSafe, LoopElement):
     on_train_end = flush
 
     def _send(self, *, wait: bool) -> None:
-        if self._reader is None:
-            return
-        columns = self._reader.read(wait=wait)
+        columns = self._read(wait=wait)
         for run in scalar_runs(columns):
             for step, data in rows(run):
                 self.run.log(data, step=step)

@@ -1,122 +1,107 @@
-"""``History``: the per-step records of a run, moved to the host in batches.
+"""``History``: the per-step records of a run, kept by column and moved to the host in blocks.
 
-``commit`` keeps device values as they are (it never waits for the device). Every
-``flush_every`` commits, the records older than the newest ``lag`` are sent to the host in
-one explicit transfer, read once it has arrived: the host never pays one transfer per step
-and never waits for the device. ``collect``, ``to_records`` and ``plot`` flush everything
-and wait: they are the moments a user asks for numbers.
+Records arrive stacked (a block of steps whose logs have a row per step: :meth:`History.commit_block`,
+:meth:`History.commit_stacked`) or one step at a time (:meth:`History.commit`, the general path,
+gathered into a block every ``flush_every`` commits or at the next read). Nothing waits for the
+device on the way in: a block's copy to the host starts when it is committed, and the block
+*lands* (its values become numpy columns) at a later read, once they are there. Every reader
+uses :meth:`History.read`: the records from a position on, as one :class:`~gyre.core._columns.Block`;
+``collect``, ``to_records`` and ``plot`` read everything and wait: they are the moments a user
+asks for numbers.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from numbers import Integral
-from typing import Any, NamedTuple, overload
+from operator import attrgetter
+from typing import Any, overload
 
 import numpy as np
 
 from gyre.core._clock import _FIELDS as CLOCK_FIELDS
 from gyre.core._clock import Elapsed
-from gyre.core._columns import Block, Group, Record, as_list, place
+from gyre.core._columns import MISSING, Block, Key, Record, join, pack
 from gyre.core._errors import ExplainedKeyError, closest, describe, explain, suggest
-from gyre.core._host import ColumnFetch, fetch, is_ready, start_copy, start_fetch, to_python
-from gyre.core._logs import Logs, Shape, flatten_logs, resolution_order
+from gyre.core._host import fetch, is_ready, stacked, start_copy, to_python
+from gyre.core._logs import Logs, flatten_logs, resolution_order
 from gyre.core._reader import HistoryReader
 
-__all__ = ["History", "Record", "history"]
+__all__ = ["Block", "History", "Record", "history"]
 
-_chain = chain.from_iterable
-
-
-#: Batches sent before the step path lands the arrived ones: landing costs the device more
-#: than its share of host time (it competes with the queued steps), so it is done seldom.
-_LAND_AFTER = 8
-
-
-class _Pending:
-    """Records of one structure still on the device: their rows, and their values row by row
-    (one append per step; :attr:`columns` transposes them when they are read or sent)."""
-
-    __slots__ = ("shape", "rows", "values", "width")
-
-    def __init__(self, shape: Shape) -> None:
-        self.shape = shape
-        self.rows: list[int] = []
-        self.values: list[list[Any]] = []
-        self.width = sum(len(names) for _, names in shape)
-
-    @property
-    def columns(self) -> list[list[Any]]:
-        """One list per entry, a value per row."""
-        if not self.values:
-            return [[] for _ in range(self.width)]
-        return [list(column) for column in zip(*self.values, strict=True)]
+#: The shape :meth:`History.segments` hands out (gyre.core exports it under this name).
+Segment = Block
+_clock_fields = attrgetter(*CLOCK_FIELDS)
+#: Per-step values of one entry stacked on the device before their copy from this many on.
+_STACK_FROM = 8
 
 
-def _rows_of(group: _Pending, k: int) -> _Pending:
-    """The first ``k`` rows of a pending group."""
-    head = _Pending(group.shape)
-    head.rows, head.values = group.rows[:k], group.values[:k]
-    return head
+def _clock_columns(clocks: Sequence[Elapsed]) -> dict[str, Any]:
+    fields = zip(*map(_clock_fields, clocks), strict=True) if clocks else [()] * len(CLOCK_FIELDS)
+    return {f: pack(list(column)) for f, column in zip(CLOCK_FIELDS, fields, strict=True)}
 
 
-def _names(shape: Shape) -> list[tuple[str, str]]:
-    return [(collection, name) for collection, names in shape for name in names]
+def block_clocks(first: Elapsed, sizes: Sequence[int | None], epoch_steps: int | None) -> dict[str, Any]:
+    """The clock columns of ``len(sizes)`` steps from ``first`` (each next one as
+    :meth:`Elapsed._after` gives it), computed as columns.
+
+    Example:
+        >>> c = block_clocks(Elapsed(steps=5, samples=10, step_in_epoch=2), [4, 4, 3, 4], 4)
+        >>> c["steps"].tolist(), c["samples"].tolist(), c["epochs"].tolist(), c["step_in_epoch"].tolist()
+        ([5, 6, 7, 8], [10, 14, 18, 21], [0, 0, 1, 1], [2, 3, 0, 1])
+    """
+    n = len(sizes)
+    i = np.arange(n)
+    samples = np.zeros(n, np.int64)
+    samples[1:] = np.cumsum([0 if s is None else s for s in sizes[:-1]], dtype=np.int64)
+    epochs, in_epoch = np.full(n, first.epochs), first.step_in_epoch + i
+    if epoch_steps is not None:
+        roll = max(epoch_steps - first.step_in_epoch, 1)  # the first step of the next epoch
+        after = i >= roll
+        epochs = np.where(after, first.epochs + 1 + (i - roll) // epoch_steps, first.epochs)
+        in_epoch = np.where(after, (i - roll) % epoch_steps, in_epoch)
+    return {
+        "steps": first.steps + i, "samples": first.samples + samples, "epochs": epochs,
+        "step_in_epoch": in_epoch, "time": np.full(n, first.time), "date": np.full(n, first.date),
+    }
 
 
-class Segment(NamedTuple):
-    """Records of one structure wherever they are (host, in transit, device), for reading
-    without waiting: their indices in the history, and one column per entry, each a stacked
-    array (a row per record) or a list of per-record values."""
+def _ready_rows(block: Block) -> int:
+    """How many leading records of a block are computed (a stacked column: all or none)."""
+    count, whole = block.count, True
+    for rows, values in block.entries.values():
+        if not isinstance(values, list):
+            whole = whole and isinstance(values, np.ndarray)
+            if not is_ready(values):
+                return 0
+            continue
+        for j, value in enumerate(values):
+            ready = getattr(value, "is_ready", None)
+            if ready is not None and not ready():
+                count = min(count, int(rows[j]))
+                break
+    return count if whole or count == block.count else 0
 
-    rows: np.ndarray
-    shape: Shape
-    columns: list[Any]
+
+def _host_column(values: Any, lo: int, n: int) -> Any:
+    """A fetched column cut to its records' rows (a stacked one may hold more rows); a list
+    of arrays of one shape and dtype (device values read one by one) stacked."""
+    if isinstance(values, np.ndarray):
+        return values[lo : lo + n] if lo or values.shape[0] != n else values
+    first = values[0] if values else None
+    if isinstance(first, np.ndarray) and all(
+        isinstance(v, np.ndarray) and v.shape == first.shape and v.dtype == first.dtype for v in values
+    ):
+        return np.stack(values)
+    return values
 
 
-def _stacked_segment(offset: int, row: int, count: int, start: int, shape: Shape, leaves: list[Any]) -> Segment:
-    columns = [x if start == 0 and x.shape[0] == count else x[start : start + count] for x in leaves]
-    return Segment(np.arange(offset + row, offset + row + count), shape, columns)
-
-
-class _Transit(NamedTuple):
-    """Records sent to the host whose values may not have arrived yet."""
-
-    clocks: list[Elapsed]
-    sizes: list[int | None]
-    moving: list[tuple[Shape, list[int], int]]  # structure, rows, entries, in column order
-    columns: ColumnFetch
-    stacked: list[tuple[int, int, int, Shape, list[Any]]]  # row, count, start, structure, leaves
-
-    def ready(self) -> bool:
-        return self.columns.ready() and all(is_ready(leaves) for *_, leaves in self.stacked)
-
-    def segments(self, offset: int) -> list[Segment]:
-        """The records as segments (device values as they are: nothing waits)."""
-        columns = self.columns.device_columns()
-        out, taken = [], 0
-        for shape, rows, width in self.moving:
-            out.append(Segment(offset + np.asarray(rows, np.int64), shape, columns[taken : taken + width]))
-            taken += width
-        out.extend(_stacked_segment(offset, *entry) for entry in self.stacked)
-        return out
-
-    def land(self) -> Block:
-        host = self.columns.result()
-        groups, taken = [], 0
-        for shape, rows, width in self.moving:
-            groups.append(Group.of(shape, rows, host[taken : taken + width]))
-            taken += width
-        if self.stacked:
-            values = fetch([leaves for *_, leaves in self.stacked])
-            for (row, count, start, shape, _), leaves in zip(self.stacked, values, strict=True):
-                rows = list(range(row, row + count))
-                groups.append(Group.of(shape, rows, [v[start : start + count] for v in leaves]))
-        return Block.build(self.clocks, self.sizes, groups)
+def _empty() -> Block:
+    return Block(0, {f: np.zeros(0) for f in CLOCK_FIELDS}, {}, [])
 
 
 class History:
@@ -129,13 +114,14 @@ class History:
     ``stateful_metrics``, ``outputs``, then custom collections by name; if no collection
     holds it, a clock counter of that name is used. Records missing a key are skipped.
 
-    Records are kept by column, on the device until a batched transfer and in numpy arrays
-    after it, never as one Python object per step: a history of a million steps costs the
-    garbage collector nothing. :class:`Record` objects are built when read.
+    Records are kept by column (:class:`~gyre.core._columns.Block`), on the device until their
+    block lands and in numpy arrays after it, never as one Python object per step: a history
+    of a million steps costs the garbage collector nothing. :class:`Record` objects are built
+    when read.
 
     Args:
-        flush_every: commits between two batched host transfers.
-        lag: newest records left on the device at a batched transfer.
+        flush_every: per-step commits gathered into one block (one transfer).
+        lag: newest per-step commits left out of that block.
 
     Example:
         >>> h = History()
@@ -155,71 +141,40 @@ class History:
                     fix="pass positive numbers",
                 )
             )
-        self._blocks: list[Block] = []  # on the host
-        self._starts: list[int] = []  # index of each block's first record
-        self._host_count = 0
-        # sent to the host, not arrived yet
-        self._transit: list[_Transit] = []
-        self._transit_rows = 0
-        # still on the device: rows 0.._rows-1 of the next block
-        self._rows = 0
-        self._clocks: list[Elapsed] = []
-        self._sizes: list[int | None] = []
-        self._groups: dict[Shape, _Pending] = {}
-        self._fresh: list[Logs] = []  # the newest device records, not yet in _groups
-        self._stacked: list[tuple[int, int, int, Shape, list[Any]]] = []  # row, count, start, ...
-        self._lag = lag
-        self._flush_at = flush_every + lag
+        self._parts: list[tuple[Block, int]] = []  # (block, its first row in stacked values)
+        self._starts: list[int] = []  # each part's first record
+        self._landed = 0  # the parts on the host (the first ones)
+        self._count = 0  # records in the parts
+        self._open: list[tuple[Elapsed, Logs, int | None]] = []  # per-step commits not in a part
+        self._flush_every, self._lag = flush_every, lag
         #: called after records land on the host (the running loop's NaN check reads them then)
         self.on_land: Callable[[], None] | None = None
         #: why the last loop that wrote this history stopped early (``"preempted"``, a
         #: callback's reason), or ``None`` when it ran to its stop or the data's end
         self.stop_reason: str | None = None
 
-    # -- the step path ---------------------------------------------------------------------
+    # -- writing -----------------------------------------------------------------------------
     def commit(self, elapsed: Elapsed, logs: Logs, *, batch_size: int | None = None) -> None:
         """Appends one step's logs (device values are kept; nothing waits).
 
         Only the values are kept, not ``logs`` itself: changing it afterwards changes nothing.
         """
-        # merge copies each collection: sorting by structure waits for a read
         self.commit_owned(elapsed, Logs().merge(logs), batch_size)
 
     def commit_owned(self, elapsed: Elapsed, logs: Logs, batch_size: int | None) -> None:
         """:meth:`commit` for a caller that hands ``logs`` over: it must not change it
         afterwards (a loop's engine, whose logs of a step are made for that step).
 
-        The step path of every loop: the record's structure and values are read later, a
-        block of records at a time (:meth:`_grouped`), where a per-step read would cost the
-        step several microseconds of cold-cache Python.
+        Example:
+            >>> h = History(); h.commit_owned(Elapsed(), Logs().add_metric("a", 1), 8); len(h)
+            1
         """
         if type(elapsed) is not Elapsed:
             _not_a_clock(elapsed)
-        self._fresh.append(logs)
-        self._clocks.append(elapsed)
-        self._sizes.append(batch_size)
-        self._rows += 1
-        if self._rows >= self._flush_at:
-            self.flush(lag=self._lag, wait=False)
-
-    def _grouped(self) -> dict[Shape, _Pending]:
-        """The device records by structure, the records committed since the last call
-        sorted in (every reader of :attr:`_groups` calls this first)."""
-        fresh = self._fresh
-        if fresh:
-            groups = self._groups
-            row = self._rows - len(fresh)
-            for logs in fresh:
-                # (built by C-level iterators: a comprehension is one more frame per record)
-                shape = tuple(zip(logs, map(tuple, logs.values()), strict=True))
-                group = groups.get(shape)
-                if group is None:
-                    group = groups[shape] = _Pending(shape)
-                group.rows.append(row)
-                group.values.append([*_chain(map(dict.values, logs.values()))])
-                row += 1
-            fresh.clear()
-        return self._groups
+        self._open.append((elapsed, logs, batch_size))
+        if len(self._open) >= self._flush_every + self._lag:
+            self._seal(len(self._open) - self._lag)
+            self._land(wait=False)
 
     def commit_stacked(
         self,
@@ -233,13 +188,7 @@ class History:
 
         Every value of ``logs`` has a leading axis (what a fused step returns: see
         :func:`gyre.fuse`); step ``i`` gets row ``start + i``. Nothing is sliced on the device:
-        the rows are split on the host when the values are moved there.
-
-        Args:
-            clocks: the clock of each step.
-            logs: the stacked logs.
-            batch_sizes: samples of each step (default: unknown).
-            start: the row of the first step.
+        the rows are cut on the host when the values have moved there.
 
         Example:
             >>> import numpy as np
@@ -252,20 +201,6 @@ class History:
         rows = len(clocks)
         if rows == 0:
             return
-        if type(logs) is not Logs:
-            logs = Logs().merge(logs)
-        for collection, name, value in logs.entries():
-            shape = getattr(value, "shape", ())
-            if not shape or shape[0] < start + rows:
-                raise ValueError(
-                    explain(
-                        f"stacked logs entry {collection}.{name} has no row for every step",
-                        expected=f"arrays with a leading axis of at least {start + rows} "
-                        "(one row per step)",
-                        received=f"shape {tuple(shape)}",
-                        fix="commit per-step logs with History.commit, or stack them along axis 0",
-                    )
-                )
         sizes = [None] * rows if batch_sizes is None else list(batch_sizes)
         if len(sizes) != rows:
             raise ValueError(
@@ -276,129 +211,188 @@ class History:
                     fix="pass batch_sizes=[...] of the same length as clocks, or leave it out",
                 )
             )
+        self._stacked_part(_clock_columns(clocks), logs, sizes, start)
+
+    def commit_block(
+        self, first: Elapsed, sizes: Sequence[int | None], logs: Logs, *, epoch_steps: int | None
+    ) -> None:
+        """Appends ``len(sizes)`` steps whose logs come stacked (row ``i``: step ``i``), the
+        first at clock ``first``, each next one as :meth:`Elapsed._after` gives it (one more
+        step, ``sizes[i]`` more samples, epochs rolled every ``epoch_steps``, ``first``'s time
+        and date). The clocks are made as columns; nothing waits for the device.
+
+        Example:
+            >>> import numpy as np
+            >>> h = History()
+            >>> h.commit_block(Elapsed(steps=4), [2, 2], Logs().add_loss("loss", np.ones(8)), epoch_steps=None)
+            >>> h.collect("steps", "samples")
+            ([4, 5], [0, 2])
+        """
+        if type(first) is not Elapsed:
+            _not_a_clock(first)
+        if len(sizes):
+            self._stacked_part(block_clocks(first, sizes, epoch_steps), logs, list(sizes), 0)
+
+    def _stacked_part(self, clocks: dict[str, Any], logs: Logs, sizes: list[int | None], start: int) -> None:
+        n = len(sizes)
+        if type(logs) is not Logs:
+            logs = Logs().merge(logs)
         leaves, shape = flatten_logs(logs)
-        self._grouped()  # the per-step records before these keep their rows
-        self._stacked.append((self._rows, rows, start, shape, leaves))
-        self._clocks.extend(clocks)
-        self._sizes.extend(sizes)
-        self._rows += rows
-        if self._rows >= self._flush_at:
-            self.flush(lag=self._lag, wait=False)
+        keys = [(collection, name) for collection, names in shape for name in names]
+        for (collection, name), value in zip(keys, leaves, strict=True):
+            found = getattr(value, "shape", ())
+            if not found or found[0] < start + n:
+                raise ValueError(
+                    explain(
+                        f"stacked logs entry {collection}.{name} has no row for every step",
+                        expected=f"arrays with a leading axis of at least {start + n} (one row per step)",
+                        received=f"shape {tuple(found)}",
+                        fix="commit per-step logs with History.commit, or stack them along axis 0",
+                    )
+                )
+        if self._open:
+            self._seal()
+        start_copy(leaves)
+        rows = np.arange(n)
+        self._append(Block(n, clocks, {key: (rows, leaf) for key, leaf in zip(keys, leaves, strict=True)}, sizes), start)
 
-    def flush(self, *, lag: int = 0, wait: bool = True) -> None:
-        """Sends all records but the newest ``lag`` to the host, one transfer for all.
+    def _seal(self, n: int | None = None) -> None:
+        """Gathers the first ``n`` per-step commits (all by default) into a block; the values
+        of an entry that are device arrays of one shape are stacked on the device first."""
+        records = self._open[:n]
+        del self._open[:n]
+        found: dict[Key, tuple[list[int], list[Any]]] = {}
+        rank: dict[Key, int] = {}
+        orders = {}
+        for i, (_, logs, _) in enumerate(records):
+            keys = []
+            for collection, values in logs.items():
+                for name, value in values.items():
+                    key = (collection, name)
+                    entry = found.get(key)
+                    if entry is None:
+                        entry = found[key] = ([], [])
+                        rank[key] = len(rank)
+                    entry[0].append(i)
+                    entry[1].append(value)
+                    keys.append(key)
+            ranks = [rank[k] for k in keys]
+            if ranks != sorted(ranks):  # a record's own order, kept for it alone
+                orders[i] = tuple(keys)
+        entries = {}
+        for key, (rows, values) in found.items():
+            device = stacked(values) if len(values) >= _STACK_FROM else None
+            entries[key] = (np.asarray(rows, np.int64), values if device is None else device)
+        start_copy([values for _, values in entries.values() if not isinstance(values, list)])
+        clocks = _clock_columns([r[0] for r in records])
+        self._append(Block(len(records), clocks, entries, [r[2] for r in records], orders or None), 0)
 
-        Each entry's values move as one column (stacked on the device when they can be); the
-        records become :class:`Record` objects only when read. Stacked commits
-        (:meth:`commit_stacked`) move whole: a block of them is kept back rather than split.
+    def _append(self, block: Block, lo: int) -> None:
+        self._parts.append((block, lo))
+        self._starts.append(self._count)
+        self._count += block.count
 
-        Args:
-            lag: newest records to leave on the device.
-            wait: wait for the values to arrive. The step path passes ``False``: the
-                transfer is queued behind the work already on the device, and the records
-                land at a later flush, once their values are there, so the host never waits
-                for the device and the device never runs dry.
+    def _land(self, *, wait: bool) -> None:
+        """Turns the parts whose values are on the host or computed (all of them if
+        ``wait``) into host blocks, oldest first, in one transfer."""
+        first = stop = self._landed
+        while stop < len(self._parts):
+            block, lo = self._parts[stop]
+            k = block.count if wait else _ready_rows(block)
+            if k < block.count:
+                if k:  # a block of per-step values: its computed records land
+                    self._parts[stop : stop + 1] = [(block.take(0, k), 0), (block.take(k, block.count), 0)]
+                    self._starts.insert(stop + 1, self._starts[stop] + k)
+                    stop += 1
+                break
+            stop += 1
+        if stop == first:
+            return
+        moving = self._parts[first:stop]
+        host = fetch([[values for _, values in block.entries.values()] for block, _ in moving])
+        for j, ((block, lo), columns) in enumerate(zip(moving, host, strict=True)):
+            entries = {
+                key: (rows, _host_column(values, lo, len(rows)))
+                for (key, (rows, _)), values in zip(block.entries.items(), columns, strict=True)
+            }
+            self._parts[first + j] = (block._replace(entries=entries), 0)
+        self._landed = stop
+        if self.on_land is not None:
+            self.on_land()
+
+    def flush(self) -> None:
+        """Moves every record to the host, waiting for the device.
 
         Example:
             >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1)); h.flush()
         """
-        cut = self._rows - lag
-        for row, count, *_ in self._stacked:
-            if row < cut < row + count:
-                cut = row
-        if cut > 0:
-            self._send(cut)
-        if wait or len(self._transit) >= _LAND_AFTER:
-            self._land(wait=wait)
+        if self._open:
+            self._seal()
+        self._land(wait=True)
 
-    def send(self) -> None:
-        """Starts moving the records older than the lag to the host, without waiting (what
-        the step path does every ``flush_every`` commits); they land at a later read.
+    # -- reading -----------------------------------------------------------------------------
+    def read(self, since: int = 0, *, wait: bool = False, fresh: bool = True) -> Block:
+        """The records from index ``since`` on that can be read without waiting for the
+        device (with ``wait``: all of them, waiting), as one block of host columns.
+
+        ``fresh=False`` leaves the per-step commits since the last block where they are,
+        until the history gathers them itself (every ``flush_every`` commits, or another
+        reader's read): a writer that sends in batches reads them a batch at a time.
 
         Example:
-            >>> h = History(lag=0); h.commit(Elapsed(), Logs().add_metric("a", 1)); h.send()
-            >>> h.collect("a")
-            [1]
+            >>> h = History()
+            >>> for i in range(3):
+            ...     h.commit(Elapsed(steps=i), Logs().add_metric("m", i))
+            >>> block = h.read(1)
+            >>> block.count, block.clocks["steps"].tolist(), block.entries[("metrics", "m")][1]
+            (2, [1, 2], [1, 2])
         """
-        self.flush(lag=self._lag, wait=False)
+        if self._open and (fresh or wait):
+            self._seal()
+        self._land(wait=wait)
+        end = self._count if self._landed == len(self._parts) else self._starts[self._landed]
+        if since >= end:
+            return _empty()
+        b = max(bisect_right(self._starts, since) - 1, 0)
+        taken = []
+        for (block, _), start in zip(self._parts[b : self._landed], self._starts[b : self._landed], strict=True):
+            taken.append(block.take(max(since - start, 0), block.count))
+        return join(taken)
 
-    def _send(self, cut: int) -> None:
-        """Starts moving the pending rows before ``cut`` to the host."""
-        moving: list[tuple[Shape, list[int], int]] = []
-        columns: list[list[Any]] = []
-        kept: dict[Shape, _Pending] = {}
-        for shape, group in self._grouped().items():
-            k = bisect_left(group.rows, cut)
-            if k:
-                moving.append((shape, group.rows[:k], group.width))
-                columns.extend(_rows_of(group, k).columns)
-            if k < len(group.rows):
-                left = kept[shape] = _Pending(shape)
-                left.rows = [r - cut for r in group.rows[k:]]
-                left.values = group.values[k:]
-        self._groups = kept
-        stacked = [s for s in self._stacked if s[0] < cut]
-        self._stacked = [(r - cut, *rest) for r, *rest in self._stacked if r >= cut]
-        start_copy([leaves for *_, leaves in stacked])
-        self._transit.append(
-            _Transit(self._clocks[:cut], self._sizes[:cut], moving, start_fetch(columns), stacked)
-        )
-        self._transit_rows += cut
-        del self._clocks[:cut], self._sizes[:cut]
-        self._rows -= cut
-
-    def _land(self, *, wait: bool) -> None:
-        """Turns the sent records whose values arrived (all of them if ``wait``) into blocks,
-        oldest first."""
-        landed = self._host_count
-        while self._transit and (wait or self._transit[0].ready()):
-            moved = self._transit.pop(0)
-            block = moved.land()
-            self._transit_rows -= block.size
-            self._starts.append(self._host_count)
-            self._blocks.append(block)
-            self._host_count += block.size
-        if self._host_count != landed and self.on_land is not None:
-            self.on_land()
-
-    def _host_blocks(self) -> list[Block]:
-        """Every record on the host (flushes first)."""
-        self.flush()
-        return self._blocks
-
-    # -- reading without waiting -------------------------------------------------------------
-    def reader(self, start: int | None = None, *, limit: int = 512) -> HistoryReader:
-        """A :class:`~gyre.core._reader.HistoryReader`: the records after ``start`` (default:
-        from the next one committed), handed out as soon as they can be read without waiting.
+    def reader(self, start: int | None = None) -> HistoryReader:
+        """A :class:`~gyre.core._reader.HistoryReader`: :meth:`read` from a position that
+        moves past what it handed out (default: from the next record committed).
 
         Example:
             >>> h = History(); r = h.reader(); h.commit(Elapsed(), Logs().add_metric("a", 1.0))
             >>> r.read().count
             1
         """
-        return HistoryReader(self, start, limit=limit)
+        return HistoryReader(self, start)
 
-    def segments(self) -> list[Segment]:
-        """Every record, grouped by structure, wherever its values are: host columns for the
-        records that arrived, device values for the others. Nothing waits for the device and
-        nothing moves: reductions over a history (an evaluation's means) run on the device.
+    def segments(self) -> list[tuple[int, Block]]:
+        """Every record, wherever its values are, as ``(index of its first record, block)``:
+        host columns for the records that landed, device values for the others. Nothing waits
+        for the device: reductions over a history (an evaluation's means) run on the device.
 
         Example:
             >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1.0))
-            >>> [(seg.rows.tolist(), seg.shape) for seg in h.segments()]
-            [([0], (('metrics', ('a',)),))]
+            >>> [(start, list(block.entries)) for start, block in h.segments()]
+            [(0, [('metrics', 'a')])]
         """
-        out = []
-        for start, block in zip(self._starts, self._blocks, strict=True):
-            out.extend(Segment(start + g.rows, g.shape, g.columns) for g in block.groups)
-        offset = self._host_count
-        for moving in self._transit:
-            out.extend(moving.segments(offset))
-            offset += len(moving.clocks)
-        for shape, group in self._grouped().items():
-            out.append(Segment(offset + np.asarray(group.rows, np.int64), shape, group.columns))
-        out.extend(_stacked_segment(offset, *entry) for entry in self._stacked)
-        return out
+        if self._open:
+            self._seal()
+        return list(self._views())
+
+    def _views(self) -> Iterator[tuple[int, Block]]:
+        """The parts with their values as they are, cut to their records (on the device too)."""
+        for (block, lo), start in zip(self._parts, self._starts, strict=True):
+            entries = {
+                key: (rows, values if isinstance(values, list) or (not lo and values.shape[0] == len(rows))
+                      else values[lo : lo + len(rows)])
+                for key, (rows, values) in block.entries.items()
+            }
+            yield start, block._replace(entries=entries)
 
     def batch_sizes(self) -> list[int | None]:
         """The batch size of every record (``None`` where the loop did not record one).
@@ -407,12 +401,8 @@ class History:
             >>> h = History(); h.commit(Elapsed(), Logs(), batch_size=8); h.batch_sizes()
             [8]
         """
-        sizes: list[int | None] = []
-        for block in self._blocks:
-            sizes.extend(as_list(block.batch_sizes))
-        for moving in self._transit:
-            sizes.extend(moving.sizes)
-        return sizes + self._sizes
+        sizes = [s for block, _ in self._parts for s in block.sizes]
+        return sizes + [size for *_, size in self._open]
 
     def latest(self) -> Logs:
         """The newest value of every entry ever logged (device values as they are).
@@ -424,23 +414,29 @@ class History:
             >>> dict(h.latest().metrics) == {"a": 3, "b": 2}
             True
         """
-        newest: dict[tuple[str, str], tuple[int, Any, int]] = {}
-        for segment in self.segments():
-            last = int(segment.rows[-1])
-            for (collection, name), column in zip(_names(segment.shape), segment.columns, strict=True):
-                if newest.get((collection, name), (-1,))[0] < last:
-                    newest[(collection, name)] = (last, column, len(segment.rows) - 1)
+        newest: dict[Key, tuple[int, Any]] = {}
+        for start, block in self._views():
+            for key, (rows, values) in block.entries.items():
+                if len(rows):
+                    value = values[len(rows) - 1]
+                    newest[key] = (start + int(rows[-1]), to_python(value) if isinstance(values, np.ndarray) else value)
+        for i, (_, logs, _) in enumerate(self._open, self._count):
+            for collection, name, value in logs.entries():
+                newest[(collection, name)] = (i, value)
         out = Logs()
-        for (collection, name), (_, column, k) in sorted(newest.items(), key=lambda kv: kv[1][0]):
-            out.add_entry(collection, name, to_python(column[k]) if isinstance(column, np.ndarray) else column[k])
+        for (collection, name), (_, value) in sorted(newest.items(), key=lambda kv: kv[1][0]):
+            out.add_entry(collection, name, value)
         return out
 
-    # -- reading -----------------------------------------------------------------------------
     def __len__(self) -> int:
-        return self._host_count + self._transit_rows + self._rows
+        return self._count + len(self._open)
+
+    def _host_parts(self) -> list[tuple[Block, int]]:
+        self.flush()
+        return self._parts
 
     def __iter__(self) -> Iterator[Record]:
-        for block in self._host_blocks():
+        for block, _ in self._host_parts():
             yield from block.records()
 
     @overload
@@ -454,17 +450,14 @@ class History:
             return list(self)[index]
         if not isinstance(index, Integral) or isinstance(index, bool):
             raise TypeError(f"history indices are integers or slices, not {describe(index)}")
-        blocks = self._host_blocks()
-        n = self._host_count
+        n = len(self)
         i = int(index) + n if index < 0 else int(index)
         if not 0 <= i < n:
             raise IndexError(f"history index {index} out of range: the history has {n} records")
-        b = bisect_right(self._starts, i) - 1
-        return blocks[b].record(i - self._starts[b])
+        return next(self.records(i, i + 1))
 
     def records(self, start: int = 0, stop: int | None = None) -> Iterator[Record]:
-        """Records ``start`` to ``stop - 1`` (flushes first), reading only the blocks that hold
-        them: what a checkpoint appends to its history files costs the new records only.
+        """Records ``start`` to ``stop - 1`` (flushes first), reading only the blocks that hold them.
 
         Example:
             >>> h = History()
@@ -473,41 +466,27 @@ class History:
             >>> [r.elapsed.steps for r in h.records(2, 4)]
             [2, 3]
         """
-        for block, first, last in self.host_slices(start, stop):
-            for i, record in enumerate(block.records()):
-                if first <= i < last:
-                    yield record
-
-    def host_slices(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[Block, int, int]]:
-        """Where records ``start`` to ``stop - 1`` are on the host (flushes first): each host
-        block that holds some of them, with the first and end positions of those in it, in
-        order. For readers that work column by column (a checkpoint's history files).
-
-        Example:
-            >>> h = History(flush_every=2, lag=0)
-            >>> for i in range(5):
-            ...     h.commit(Elapsed(steps=i), Logs().add_metric("m", i))
-            >>> [(block.size, first, last) for block, first, last in h.host_slices(1, 4)]
-            [(2, 1, 2), (2, 0, 2)]
-        """
-        blocks = self._host_blocks()
-        stop = self._host_count if stop is None else min(stop, self._host_count)
+        parts = self._host_parts()
+        stop = self._count if stop is None else min(stop, self._count)
         b = max(bisect_right(self._starts, start) - 1, 0)
-        while b < len(blocks) and self._starts[b] < stop:
-            first = self._starts[b]
-            yield blocks[b], max(start - first, 0), min(stop - first, blocks[b].size)
-            b += 1
+        for (block, _), first in zip(parts[b:], self._starts[b:], strict=True):
+            if first >= stop:
+                break
+            yield from block.take(max(start - first, 0), min(stop - first, block.count)).records()
 
-    def extend(self, other: History) -> None:
-        """Appends every record of ``other`` (used when a run is continued).
+    def extend(self, other: History | Block) -> None:
+        """Appends every record of ``other``, a history or a block of host columns (used when
+        a run is continued).
 
         Example:
             >>> a, b = History(), History()
             >>> b.commit(Elapsed(), Logs()); a.extend(b); len(a)
             1
         """
-        for record in other:
-            self.commit(record.elapsed, record.logs, batch_size=record.batch_size)
+        if self._open:
+            self._seal()
+        for block, _ in other._host_parts() if isinstance(other, History) else [(other, 0)]:
+            self._append(block, 0)
 
     def collect(self, *keys: str) -> list[Any] | tuple[list[Any], ...]:
         """Values of ``keys`` from every record that has all of them.
@@ -542,7 +521,7 @@ class History:
                     )
                 )
         columns: list[list[Any]] = [[] for _ in keys]
-        for block in self._host_blocks():
+        for block, _ in self._host_parts():
             for column, values in zip(columns, block.collect(keys), strict=True):
                 column.extend(values)
         if not columns[0] and len(self):
@@ -551,9 +530,8 @@ class History:
 
     def _check_keys(self, keys: Sequence[str]) -> None:
         """Raises a KeyError for a key that no record holds (a typo would otherwise give [])."""
-        shapes = {g.shape for block in self._blocks for g in block.groups}
         for key in keys:
-            if any(place(shape, key) is not None for shape in shapes):
+            if any(v is not MISSING for block, _ in self._host_parts() for v in block.lookup(key)):
                 continue
             names = self.names()
             known = [f"{c}.{n}" for c, ns in names.items() for n in ns] + [n for ns in names.values() for n in ns]
@@ -576,12 +554,9 @@ class History:
             {'metrics': ['a']}
         """
         seen: dict[str, dict[str, None]] = {}
-        for block in self._host_blocks():
-            for group in sorted(block.groups, key=lambda g: int(g.rows[0])):
-                for collection, names in group.shape:
-                    bucket = seen.setdefault(collection, {})
-                    for name in names:
-                        bucket.setdefault(name, None)
+        for block, _ in self._host_parts():
+            for collection, name in block.entries:
+                seen.setdefault(collection, {}).setdefault(name, None)
         return {c: list(v) for c, v in seen.items()}
 
     def to_records(self) -> list[dict[str, Any]]:

@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from gyre.core._columns import Block as Columns
 from gyre.core._columns import numeric_dtype
-from gyre.core._reader import Columns
 
 
 class ScalarRun(NamedTuple):
@@ -90,7 +90,7 @@ def scalar_runs(columns: Columns) -> list[ScalarRun]:
         >>> import gyre
         >>> h = gyre.history([{"losses": {"loss": 1.0}}, {"losses": {"loss": 0.5}},
         ...                   {"losses": {"loss": 0.25}, "stateful_metrics": {"loss": 2.0, "acc": 0.5}}])
-        >>> [(r.names, r.steps.tolist(), r.values.tolist()) for r in scalar_runs(h.reader(0).read())]
+        >>> [(r.names, r.steps.tolist(), r.values.tolist()) for r in scalar_runs(h.read(0))]
         [(('loss',), [0, 1], [[1.0], [0.5]]), (('loss', 'stateful_metrics.loss', 'acc'), [2], [[0.25, 2.0, 0.5]])]
     """
     count = columns.count

@@ -1,11 +1,10 @@
 """``write_to``: a loop callback that sends the history's scalar entries to a writer.
 
-It follows the loop's history (:class:`~gyre.core._reader.HistoryReader`), as the progress
-bars and ``wandb_logger`` do, but reads only the records the history has already moved to
-the host itself (it does so in batches, one transfer per few hundred steps): it adds no
-transfer of its own and never waits for the device, so the step path stays free of host
-syncs (fused chunks included: it sees every step), and each record reaches the writer at its
-own 0-based step, a few hundred steps late. When the loop ends
+It follows the loop's history (:meth:`gyre.History.read`), as the progress bars and
+``wandb_logger`` do: it reads the records whose values have reached the host or are computed
+(the history moves them in blocks) and never waits for the device, so the step path stays
+free of host syncs (it sees every step), and each record reaches the writer at its own
+0-based step, a block or so late. When the loop ends
 (``on_loop_end``; ``on_train_end`` / ``on_test_end`` / ``on_predict_end`` in a named loop) it
 sends the rest and flushes the writer; it does not close it (one writer may serve several
 loops).
@@ -23,12 +22,9 @@ from gyre.core._runs import scalar_runs, thinned
 from gyre.loggers._writer import Writer
 from gyre.loop._tasks import ChunkSafe, LoopElement
 
-LAND_EVERY = 16  # looks at the history between two questions to the device (see _send)
-
 
 class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
-    """The callback :func:`write_to` returns (see there). Its reader moves nothing itself
-    (``reader_limit = 0``): it reads what the history's own transfers landed.
+    """The callback :func:`write_to` returns (see there).
 
     Attributes:
         writer: the writer it sends to.
@@ -41,8 +37,6 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         >>> isinstance(callback, gyre.loggers.WriteTo), callback.every, callback.sent
         (True, 10, 0)
     """
-
-    reader_limit = 0
 
     def __init__(self, writer: Writer, *, every: int, write_every: int = 1) -> None:
         if not isinstance(writer, Writer):
@@ -72,7 +66,6 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         self.sent = 0
         self._written: frozenset[str] = frozenset()  # names of the last row written (thinning)
         self._calls = 0
-        self._looks = 0
         self._train = False
 
     def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
@@ -83,7 +76,7 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
                 return
             self._follow(elapsed, logs, loop)
         self._calls += 1
-        if self._calls % self.every == 0 and not self._nothing_new():
+        if self._calls % self.every == 0:
             self._send(wait=False)
 
     def on_train_begin(self) -> None:
@@ -160,29 +153,9 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
 
     on_predict_end = on_test_end
 
-    def _nothing_new(self) -> bool:
-        """True when the history has moved nothing to the host since the last read (only
-        what it moved itself is read: ``reader_limit = 0``, no transfer of our own)."""
-        reader = self._reader
-        if reader is None:
-            return True
-        history = reader.history
-        if history._host_count > reader.position:
-            return False
-        # Asking whether a transfer has arrived walks its arrays (microseconds), and
-        # transfers come a few hundred steps apart: ask only every LAND_EVERY looks
-        # (another reader, a bar, may land them sooner).
-        self._looks += 1
-        if self._looks % LAND_EVERY:
-            return True
-        history._land(wait=False)
-        return history._host_count <= reader.position
-
     def _send(self, *, wait: bool) -> None:
-        if self._reader is None:
-            return
-        columns = self._reader.read(wait=wait)
-        count = len(columns.clocks["steps"])
+        columns = self._read(wait=wait, fresh=False)  # per-step records: in the history's batches
+        count = columns.count
         if count and self.write_every == 1:  # turned into runs of rows on the writer's thread
             self.writer._write_columns(columns)
         elif count:  # which rows to write depends on the previous ones: decided here, in order
@@ -201,19 +174,16 @@ def write_to(writer: Writer, *, every: int = 1, write_every: int = 1) -> WriteTo
 
     Losses, metrics and evaluation entries (``loss_test``) go out by their bare names,
     ``collection.name`` when two collections of a step share a name (``wandb_logger``'s
-    rule); arrays are left out. Every ``every`` calls it hands the writer the records the
-    history has moved to the host in its own batched transfers (so it never waits for the
-    device, nor adds a transfer), the rest when the loop ends, when it also flushes the
-    writer. A
-    :class:`~gyre.LoopElement`: ``{**gyre.write_to(writer)}`` runs it every step; given to a
+    rule); arrays are left out. Every ``every`` calls it hands the writer the records whose
+    values are computed (it never waits for the device), the rest when the loop ends, when it
+    also flushes the writer. A :class:`~gyre.LoopElement`: ``{**gyre.write_to(writer)}`` runs it every step; given to a
     named loop's ``callbacks=``, after every step of that loop. Under a schedule of its own
     (``{gyre.every(100): gyre.write_to(writer)}``) it still writes every record of the loop,
     from the loop's first step (a resumed run's included), not from its own first call.
 
     Args:
         writer: any :class:`gyre.Writer` (``TensorBoardWriter``, ``CSVWriter``, ``MultiWriter``...).
-        every: calls (steps) between two looks at the history (a look is cheap: only
-            every 16th asks the device whether a transfer arrived); it changes when records
+        every: calls (steps) between two reads of the history; it changes when records
             reach the writer, not which.
         write_every: write only the steps that are multiples of this (0-based: 0, 50,
             100...), plus each step that logs a name the previous written step did not (an

@@ -1,4 +1,4 @@
-"""The history in a checkpoint: appended blocks of JSON, so a save costs its new records only.
+"""The history in a checkpoint: appended blocks of columns, so a save costs its new records only.
 
 Each save of a loop writes the records committed since its previous save as one file,
 ``history/<first record, 12 digits>.json``, and the checkpoint records how many records belong
@@ -8,29 +8,34 @@ last good checkpoint are never read, and are overwritten by the resumed run's ow
 checkpoint's meta also holds the running CRC-32 of the blocks it counts (:func:`chain_crc`),
 checked before it is loaded.
 
-Values keep their dtype and shape (``{"dtype": "float32", "shape": [], "data": 0.25}``);
-Python numbers stay Python numbers. JSON holds NaN and infinities as ``NaN``/``Infinity``.
+A block (format 2) is a JSON object holding its records by column, as the history keeps them:
+a column per clock counter, the batch sizes, and per entry the rows that hold it (``null``:
+every record) and its values. A numpy column is its raw bytes, base64 (exact to the bit, NaN
+payloads included; ``{"dtype": "float32", "shape": [], "bytes": "..."}``); any other column a
+list of values (Python numbers stay Python numbers, arrays keep their dtype and shape). Blocks
+of format 1 (a JSON object per record) are still read.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from gyre.core._clock import _FIELDS as CLOCK_FIELDS
 from gyre.core._clock import Elapsed
-from gyre.core._columns import Block, as_list
+from gyre.core._columns import Block, as_list, pack
 from gyre.core._errors import explain
-from gyre.core._history import History, Record
-from gyre.core._logs import Logs
+from gyre.core._history import History
+from gyre.core._logs import Collection, Logs
 
 FOLDER = "history"
-FORMAT = 1
+FORMAT = 2
 
 
 def block_name(start: int) -> str:
@@ -43,22 +48,12 @@ def block_name(start: int) -> str:
     return f"{FOLDER}/{start:012d}.json"
 
 
-_DTYPE_NAMES: dict[Any, str] = {}  # numpy's dtype.name costs microseconds; a save names thousands
-
-
-def _dtype_name(dtype: np.dtype) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = dtype.name
-    return name
-
-
 def _encode_value(value: Any) -> Any:
     if isinstance(value, (bool, int, float, str)) or value is None:
         return value
     if hasattr(value, "dtype") and hasattr(value, "shape"):
         array = np.asarray(value)
-        return {"dtype": _dtype_name(array.dtype), "shape": list(array.shape), "data": array.tolist()}
+        return {"dtype": array.dtype.name, "shape": list(array.shape), "data": array.tolist()}
     raise TypeError(
         explain(
             "a history value cannot be saved in a checkpoint",
@@ -75,75 +70,80 @@ def _decode_value(value: Any) -> Any:
     return value
 
 
-def encode_block(records: Iterable[Record], start: int, stop: int) -> bytes:
-    """Records ``start`` to ``stop - 1`` as one JSON block.
+def _encode_column(values: Any) -> dict[str, Any] | None:
+    """One column: a numpy one as its raw bytes (base64, exact to the bit, its dtype and row
+    shape once), a list value by value."""
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        data = base64.b64encode(np.ascontiguousarray(values).tobytes()).decode()
+        return {"dtype": values.dtype.name, "shape": list(values.shape[1:]), "bytes": data}
+    return {"values": [_encode_value(v) for v in values]}
+
+
+def _decode_column(column: dict[str, Any]) -> Any:
+    if "values" in column:
+        return [_decode_value(v) for v in column["values"]]
+    flat = np.frombuffer(base64.b64decode(column["bytes"]), dtype=np.dtype(column["dtype"]))
+    return flat.reshape((-1, *column["shape"])).copy()
+
+
+def encode_block(block: Block, start: int) -> bytes:
+    """A block of host columns as the history file of records ``start`` on.
 
     Example:
         >>> h = History(); h.commit(Elapsed(steps=0), Logs().add_loss("loss", np.float32(0.5)))
-        >>> json.loads(encode_block(h.records(0, 1), 0, 1))["records"][0]["logs"]
-        {'losses': {'loss': {'dtype': 'float32', 'shape': [], 'data': 0.5}}}
+        >>> json.loads(encode_block(h.read(0, wait=True), 0))["entries"]
+        [['losses', 'loss', None, {'dtype': 'float32', 'shape': [], 'bytes': 'AAAAPw=='}]]
     """
-    rows = []
-    for record in records:
-        logs = {c: {n: _encode_value(v) for n, v in entries.items()} for c, entries in record.logs.items()}
-        rows.append({"elapsed": record.elapsed.to_dict(), "batch_size": record.batch_size, "logs": logs})
-    return _dumped(rows, start, stop)
-
-
-def _dumped(rows: list[dict[str, Any]], start: int, stop: int) -> bytes:
-    if len(rows) != stop - start:
-        raise ValueError(f"history block {start}..{stop} holds {len(rows)} records")
-    return json.dumps({"format": FORMAT, "start": start, "stop": stop, "records": rows}).encode()
-
-
-def _encoded_column(column: Any, keep: np.ndarray) -> list[Any]:
-    """The values of a host column at the rows ``keep``, encoded as :func:`_encode_value`
-    encodes each of them, but a stacked column's dtype and shape once for all its rows."""
-    if isinstance(column, np.ndarray):
-        if column.ndim == 1 and column.dtype == np.float64:
-            return column[keep].tolist()  # its rows are np.float64, a float: written as numbers
-        dtype, shape = _dtype_name(column.dtype), list(column.shape[1:])
-        return [{"dtype": dtype, "shape": shape, "data": data} for data in column[keep].tolist()]
-    return [_encode_value(column[k]) for k in keep.tolist()]
-
-
-def _rows(block: Block, first: int, last: int) -> list[dict[str, Any]]:
-    """Records ``first`` to ``last - 1`` of a host block as the rows of a history file,
-    built column by column (what :func:`encode_block` builds from records, a record at a time)."""
-    logs: list[dict[str, Any]] = [{} for _ in range(last - first)]
-    for shape, rows, columns in block.groups:
-        keep = np.flatnonzero((rows >= first) & (rows < last))
-        if not len(keep):
-            continue
-        values = iter([_encoded_column(column, keep) for column in columns])
-        at = (rows[keep] - first).tolist()
-        for collection, names in shape:
-            entries = [(name, next(values)) for name in names]
-            for j, i in enumerate(at):
-                logs[i][collection] = {name: encoded[j] for name, encoded in entries}
-    clocks = [as_list(column[first:last]) for column in block.clocks]
-    sizes = as_list(block.batch_sizes[first:last])
-    return [
-        {"elapsed": dict(zip(CLOCK_FIELDS, clock, strict=True)), "batch_size": size, "logs": lg}
-        for clock, size, lg in zip(zip(*clocks, strict=True), sizes, logs, strict=True)
+    entries = [
+        [c, n, None if len(rows) == block.count else rows.tolist(), _encode_column(values)]
+        for (c, n), (rows, values) in block.entries.items()
     ]
+    return json.dumps({
+        "format": FORMAT, "start": start, "stop": start + block.count,
+        "clocks": {f: _encode_column(pack(as_list(block.clocks[f]))) for f in CLOCK_FIELDS},
+        "batch_sizes": list(block.sizes), "entries": entries,
+        "orders": [[i, [list(k) for k in keys]] for i, keys in (block.orders or {}).items()],
+    }).encode()
 
 
 def new_block(history: History, start: int) -> tuple[str, bytes] | None:
-    """The block of the records after ``start`` (``None`` when there are none): the bytes
-    :func:`encode_block` gives for those records, built from the history's host columns.
+    """The file of the records after ``start`` (``None`` when there are none).
 
     Example:
         >>> h = History(); h.commit(Elapsed(steps=0), Logs().add_loss("loss", np.float32(0.5)))
         >>> name, data = new_block(h, 0)
-        >>> name, data == encode_block(h.records(0, 1), 0, 1)
-        ('history/000000000000.json', True)
+        >>> name, json.loads(data)["stop"]
+        ('history/000000000000.json', 1)
     """
-    stop = len(history)
-    if stop <= start:
+    if len(history) <= start:
         return None
-    rows = [row for block, first, last in history.host_slices(start, stop) for row in _rows(block, first, last)]
-    return block_name(start), _dumped(rows, start, stop)
+    return block_name(start), encode_block(history.read(start, wait=True), start)
+
+
+def _decoded(data: dict[str, Any], keep: int) -> Block:
+    """The first ``keep`` records of a history file (format 1 or 2) as a host block."""
+    if data["format"] == 1:
+        scratch = History()
+        for row in data["records"][:keep]:
+            logs = Logs()
+            for collection, entries in row["logs"].items():
+                for name, value in entries.items():
+                    logs[collection] = logs.get(collection) or Collection()
+                    logs[collection][name] = _decode_value(value)
+            scratch.commit(Elapsed.from_dict(row["elapsed"]), logs, batch_size=row["batch_size"])
+        return scratch.read(0, wait=True)
+    count = data["stop"] - data["start"]
+    block = Block(
+        count,
+        {f: _decode_column(data["clocks"][f]) for f in CLOCK_FIELDS},
+        {
+            (c, n): (np.arange(count) if rows is None else np.asarray(rows, np.int64), _decode_column(column))
+            for c, n, rows, column in data["entries"]
+        },
+        data["batch_sizes"],
+        {i: tuple(map(tuple, keys)) for i, keys in data["orders"]} or None,
+    )
+    return block.take(0, keep)
 
 
 _HEADER = re.compile(rb'\{"format": \d+, "start": \d+, "stop": (\d+),')
@@ -200,12 +200,6 @@ def load_history(read: Callable[[str], bytes | None], count: int, where: str) ->
                 )
             )
         block = json.loads(data)
-        for row in block["records"][: count - start]:
-            logs = Logs()
-            for collection, entries in row["logs"].items():
-                for name, value in entries.items():
-                    logs.add_entry(collection, name, _decode_value(value))
-            history.commit(Elapsed.from_dict(row["elapsed"]), logs, batch_size=row["batch_size"])
+        history.extend(_decoded(block, count - start))
         start = block["stop"]
-    history.flush()
     return history

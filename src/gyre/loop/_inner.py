@@ -151,10 +151,9 @@ def aggregate(history: History, aggregation: Aggregation = "last") -> Logs:
     sizes = history.batch_sizes()
     weights = None if not sizes or None in sizes else np.asarray(sizes, np.float32)
     pieces: dict[tuple[str, str], list[Piece]] = {}
-    for segment in history.segments():
-        names = [(c, n) for c, ns in segment.shape for n in ns]
-        for key, column in zip(names, segment.columns, strict=True):
-            pieces.setdefault(key, []).append((segment.rows, column))
+    for start, block in history.segments():
+        for key, (rows, column) in block.entries.items():
+            pieces.setdefault(key, []).append((start + rows, column))
     out = Logs()
     for (collection, name), found in sorted(pieces.items(), key=lambda kv: min(r[0] for r, _ in kv[1])):
         reduction = aggregation.get(collection, "last") if isinstance(aggregation, Mapping) else aggregation

@@ -6,17 +6,15 @@ accumulators whose ``compute()`` is NaN when they are empty (a mean over no batc
 precision with no positive prediction), and a non-finite value that reaches them from a step
 shows first in that step's losses. ``outputs`` are predictions, not checked either.
 
-How, without a host sync per step: the history already moves every logged value to the host,
-in batches, lagged (:class:`~gyre.History`). :class:`FiniteCheck` reads the records that have
-landed there (a :class:`~gyre.core._reader.HistoryReader` that never reads the device) after
-the step during which a block of them landed (a writer's or a bar's read, the history's own
-flush), and every :data:`POLL_EVERY` steps, when it also sends the records logged since its
-last read (without waiting: they are read at the next poll). So a non-finite loss is noticed
-within one block of steps after it was logged (at most ``2 * POLL_EVERY`` plus the history's
-lag, whatever the run's length: a short run's end is not waited for), at no cost to the step.
-When those steps take longer than :data:`POLL_SECONDS`, the poll comes at that time instead
-(the step's clock is read anyway), and sends every record, the history's lag included: a slow run
-notices a non-finite loss within about a second of wall time (two polls), not at its end. Everything still on the device is checked, waiting for it,
+How, without a host sync per step: the history moves every logged value to the host, in
+blocks (:class:`~gyre.History`). :class:`FiniteCheck` reads the records whose values are
+computed (:meth:`gyre.History.read`, which never waits) after each block of a loop that runs
+in blocks, after the step during which another reader landed some (a writer's or a bar's
+read), and every :data:`POLL_EVERY` steps of the per-step path. So a non-finite loss is
+noticed within a block or two of steps after it was logged, at no cost to the step. When
+those steps take longer than :data:`POLL_SECONDS`, the poll comes at that time instead (the
+step's clock is read anyway): a slow run notices a non-finite loss within about a second of
+wall time (two polls), not at its end. Everything still on the device is checked, waiting for it,
 only at the moments that wait anyway: before a checkpoint saves
 (:meth:`gyre.LoopState.check_finite`, called by :meth:`gyre.LoopState.snapshot`) and when the
 outermost loop ends. So no checkpoint ever holds a state produced after the first non-finite
@@ -42,11 +40,11 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from gyre.core._clock import Elapsed
+from gyre.core._columns import Block
 from gyre.core._errors import describe, explain, suggest
 from gyre.core._history import History
 from gyre.core._host import fetch
 from gyre.core._logs import Logs
-from gyre.core._reader import Columns
 from gyre.loop._binding import StateMethod
 from gyre.loop._tasks import as_list, check_table
 
@@ -57,7 +55,7 @@ CHECKED = ("losses", "metrics")
 SKIPPED_STEPS = "skipped_steps"
 #: Steps between two reads of the values that have landed on the host.
 POLL_EVERY = 64
-#: Seconds between two sends when :data:`POLL_EVERY` steps take longer: a NaN of a slow run
+#: Seconds between two reads when :data:`POLL_EVERY` steps take longer: a NaN of a slow run
 #: is read within about two of them.
 POLL_SECONDS = 0.5
 
@@ -297,8 +295,9 @@ class FiniteCheck:
         lagged: bool = True,
         policy: str = "raise",
     ) -> None:
-        self.reader = history.reader(start, limit=0)  # limit=0: never reads the device
-        if lagged:  # records that land (a writer's read, a flush) are checked at the next step
+        self.history = history
+        self.position = len(history) if start is None else start  # the first record not read
+        if lagged:  # records that land (a writer's read) are checked at the next step
             history.on_land = self._landed
         self.clock = clock
         self.skipping = initial_skips is not None
@@ -307,10 +306,8 @@ class FiniteCheck:
         self.lagged = lagged
         self.policy = policy
         self._read_to = -1  # the step of the last history record read
-        self._due = clock().time + POLL_SECONDS if lagged else math.inf  # the next timed send
+        self._due = clock().time + POLL_SECONDS if lagged else math.inf  # the next timed read
         self.countdown = POLL_EVERY
-        self._armed = POLL_EVERY  # the countdown's value when it was last set
-        self._since_send = 0  # steps counted since the last send
         #: A fused chunk's stacked logs, not yet committed: ``(clocks, logs)`` (set by the
         #: chunk runner while the callbacks after the chunk run).
         self.pending: tuple[list[Elapsed], Logs] | None = None
@@ -318,38 +315,25 @@ class FiniteCheck:
     def poll(self, steps: int = 1, time: float = -math.inf) -> None:
         """Called after each step (or chunk of ``steps``), ``time`` the loop's clock's
         (:attr:`gyre.Elapsed.time`, read by the step anyway): every :data:`POLL_EVERY` steps,
-        or :data:`POLL_SECONDS` after the last send when that comes first, checks the records
-        that have reached the host. Never waits for the device."""
+        or :data:`POLL_SECONDS` after the last read when that comes first, checks the records
+        whose values are computed. Never waits for the device."""
         self.countdown -= steps
         if self.countdown > 0 and time < self._due:
             return
-        self._since_send += self._armed - self.countdown
-        self.countdown = self._armed = 0  # a landing during the read below counts no step
         if self.lagged:
             self._read()
-        if time >= self._due:  # slow steps: every record goes, the history's lag too
-            self.reader.history.flush(lag=0, wait=False)  # read at the next poll
-            self._since_send, self._due = 0, time + POLL_SECONDS
-        elif self._since_send >= POLL_EVERY:
-            self._since_send = 0
-            if self.lagged:
-                self.reader.history.send()  # sent now, read at the next poll
-                self._due = time + POLL_SECONDS
-        # a poll that a landing asked for only reads: the sends keep their own cadence, so a
-        # writer's reads do not turn them into many small sends (and writer batches)
-        self.countdown = self._armed = POLL_EVERY - self._since_send
+            self._due = time + POLL_SECONDS
+        self.countdown = POLL_EVERY  # a landing during the read above asks for no other read
 
     def after_block(self) -> None:
-        """Called after each block of a loop that runs in blocks: checks the records that have
-        reached the host, then sends the rest, to be read after the next block. Never waits."""
+        """Called after each block of a loop that runs in blocks: checks the records whose
+        values are computed (the others at the next block). Never waits."""
         if self.lagged:
             self._read()
-            self.reader.history.flush(lag=0, wait=False)
 
     def _landed(self) -> None:
         """The history landed records on the host: read them at the next :meth:`poll`."""
-        self._since_send += self._armed - self.countdown
-        self.countdown = self._armed = 0
+        self.countdown = 0
 
     def check(self, current: Logs | None = None, clock: Elapsed | None = None, *, wait: bool = True) -> None:
         """Checks every record not checked yet, waiting for the device when ``wait``: the
@@ -377,12 +361,13 @@ class FiniteCheck:
 
     def _read(self, wait: bool = False) -> None:
         """Checks the history's records not read yet."""
-        columns = self.reader.read(wait=wait)
+        columns = self.history.read(self.position, wait=wait)
+        self.position += columns.count
         self._last_skips = self._scan(columns, self._last_skips)
         if columns.count:
             self._read_to = int(columns.clocks["steps"][-1])
 
-    def _scan(self, columns: Columns, before: int | None) -> int | None:
+    def _scan(self, columns: Block, before: int | None) -> int | None:
         """Raises at the first non-finite value of ``columns`` in a step that was not skipped;
         returns the count of skipped steps after them (``before``: the count before them)."""
         if not columns.count:
@@ -406,7 +391,7 @@ class FiniteCheck:
                     self._raise(columns, first, key, value if value is not None else float("nan"))
         return after
 
-    def _skipped_rows(self, columns: Columns, bad: np.ndarray, before: int | None) -> tuple[np.ndarray, int | None]:
+    def _skipped_rows(self, columns: Block, bad: np.ndarray, before: int | None) -> tuple[np.ndarray, int | None]:
         """The rows whose step skipped its update (its count of skipped steps grew), and the
         count after the last row."""
         skipped = np.zeros(columns.count, bool)
@@ -422,7 +407,7 @@ class FiniteCheck:
             skipped[rows[counts > previous]] = True
         return skipped, int(counts[-1])
 
-    def _raise(self, columns: Columns, row: int, key: Key, value: float) -> None:
+    def _raise(self, columns: Block, row: int, key: Key, value: float) -> None:
         step = int(columns.clocks["steps"][row])
         collection, name = key
         now = self.clock()
@@ -479,7 +464,7 @@ class FiniteCheck:
         )
 
 
-def _count_before_last(columns: Columns, before: int | None) -> int | None:
+def _count_before_last(columns: Block, before: int | None) -> int | None:
     """The count of skipped steps before the last of ``columns``' rows."""
     entry = columns.entries.get(("stateful_metrics", SKIPPED_STEPS))
     if entry is None or len(entry[0]) < 2:
@@ -491,7 +476,7 @@ def _number(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
-def _columns(clocks: list[Elapsed], logs: Logs, *, stacked: bool) -> Columns:
+def _columns(clocks: list[Elapsed], logs: Logs, *, stacked: bool) -> Block:
     """Logs not in the history yet (a step's, or a chunk's stacked rows) as columns, their
     checked entries read from the device in one transfer."""
     wanted = {
@@ -508,7 +493,7 @@ def _columns(clocks: list[Elapsed], logs: Logs, *, stacked: bool) -> Columns:
             array = array[None]
         entries[key] = (np.arange(count), array[:count] if stacked else array)
     fields = ("steps", "samples", "epochs", "step_in_epoch")
-    return Columns(count, {f: np.asarray([getattr(c, f) for c in clocks]) for f in fields}, entries)
+    return Block(count, {f: np.asarray([getattr(c, f) for c in clocks]) for f in fields}, entries)
 
 
 def finite_check(
