@@ -214,9 +214,9 @@ class History:
         self._stacked_part(_clock_columns(clocks), logs, sizes, start)
 
     def commit_block(
-        self, first: Elapsed, sizes: Sequence[int | None], logs: Logs, *, epoch_steps: int | None
+        self, first: Elapsed, sizes: Sequence[int | None], logs: Logs, *, epoch_steps: int | None, start: int = 0
     ) -> None:
-        """Appends ``len(sizes)`` steps whose logs come stacked (row ``i``: step ``i``), the
+        """Appends ``len(sizes)`` steps whose logs come stacked (row ``start + i``: step ``i``), the
         first at clock ``first``, each next one as :meth:`Elapsed._after` gives it (one more
         step, ``sizes[i]`` more samples, epochs rolled every ``epoch_steps``, ``first``'s time
         and date). The clocks are made as columns; nothing waits for the device.
@@ -231,7 +231,7 @@ class History:
         if type(first) is not Elapsed:
             _not_a_clock(first)
         if len(sizes):
-            self._stacked_part(block_clocks(first, sizes, epoch_steps), logs, list(sizes), 0)
+            self._stacked_part(block_clocks(first, sizes, epoch_steps), logs, list(sizes), start)
 
     def _stacked_part(self, clocks: dict[str, Any], logs: Logs, sizes: list[int | None], start: int) -> None:
         n = len(sizes)

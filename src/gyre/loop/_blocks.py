@@ -248,7 +248,7 @@ class BlockRunner(ChunkRunner):
             clocks = BlockClocks(chunk.clocks[0], sizes, epoch_steps)
             self.elapse.advance(clocks, sizes)
             if k and logs:
-                self.ls.history.commit_stacked(clocks[:k], logs, batch_sizes=sizes[:k])
+                self.ls.history.commit_block(clocks[0], sizes[:k], logs, epoch_steps=epoch_steps)
             raise
         self.dispatched = (_time.perf_counter() - start) / len(sizes)
         chunk.clocks = BlockClocks(chunk.clocks[0], sizes, epoch_steps)

@@ -229,7 +229,8 @@ class ChunkRunner:
         if last is not None:
             stop = k - 1
         if logs and stop > start:
-            history.commit_stacked(clocks[start:stop], logs, batch_sizes=sizes[start:stop], start=start)
+            epoch_steps = self.elapse.epoch_steps
+            history.commit_block(clocks[start], sizes[start:stop], logs, epoch_steps=epoch_steps, start=start)
         if last:
             history.commit(clocks[-1], last, batch_size=sizes[-1])
 
