@@ -333,6 +333,10 @@ class _UnknownAttribute(AttributeError):
         return _unknown_attribute(*self._parts)
 
 
+# shown as what it is to the user: an AttributeError (a traceback names the class)
+_UnknownAttribute.__module__, _UnknownAttribute.__qualname__ = "builtins", "AttributeError"
+
+
 def _unknown_attribute(state: Any, name: str, model_state: Any, extras: Any) -> str:
     fields = [f for f in type(state).__dataclass_fields__]
     collections = sorted(model_state) if isinstance(model_state, Mapping) else []
