@@ -69,10 +69,16 @@ def install(wait_us: float) -> Callable[[], None]:
 
 
 def install_from_argv(argv: list[str] | None = None) -> None:
-    """:func:`install` when the command line has ``--dispatch-wait-on call`` (and a nonzero
-    ``--dispatch-wait-us``); called before gyre is imported."""
+    """:func:`install` when the command line has a nonzero ``--dispatch-wait-us`` and not
+    ``--dispatch-wait-on data``; called before gyre is imported.
+
+    Example:
+        >>> install_from_argv(["bench.py", "--dispatch-wait-us", "0"])  # nothing to install
+    """
     argv = sys.argv if argv is None else argv
-    if "--dispatch-wait-on" not in argv or "--dispatch-wait-us" not in argv:
+    if "--dispatch-wait-us" not in argv:
         return
-    if argv[argv.index("--dispatch-wait-on") + 1] == "call":
-        install(float(argv[argv.index("--dispatch-wait-us") + 1]))
+    wait = float(argv[argv.index("--dispatch-wait-us") + 1])
+    on = argv[argv.index("--dispatch-wait-on") + 1] if "--dispatch-wait-on" in argv else "call"
+    if wait and on == "call":
+        install(wait)
