@@ -44,6 +44,7 @@ BLOCK_SECONDS = 0.5
 #: (dispatching a block's steps took more than HOST_BOUND of the block's time), and keeps when
 #: a fused chunk's steps took under FASTER of a block's.
 AUTO_STEPS = 100
+AUTO_TIMED = 32  # the steps of the block it times
 HOST_BOUND = 0.5
 FASTER = 0.9
 def _fusable(plan: ChunkPlan) -> bool:
@@ -210,6 +211,7 @@ class BlockRunner(ChunkRunner):
         super().__init__(plan, elapse, loop_state, ROWS, outermost=outermost)
         self.ring = Ring(plan.step, step_function(plan.step.fn))  # type: ignore[union-attr, arg-type]
         self.n, self.deadline = ROWS, math.inf  # the block's steps, and when it ends at the latest
+        self.limit = ROWS  # the most steps of a block ("auto" measures shorter ones)
         self.partial: tuple[Logs, int] = (Logs(), 0)
         self.dispatched = 0.0  # seconds per step the last block took to dispatch its steps
 
@@ -217,7 +219,7 @@ class BlockRunner(ChunkRunner):
         """Solves the block's length (up to the next event, the stop, :data:`ROWS` steps) and
         its deadline (:data:`BLOCK_SECONDS` from now, or a time schedule's next firing)."""
         clock, epoch_steps = chunk.clocks[0], self.elapse.epoch_steps
-        n = 1 if self.ls.saves else self.steps
+        n = 1 if self.ls.saves else min(self.steps, self.limit)
         stop = _stop_step(self.elapse, clock)
         if stop is not None:
             n = min(n, stop - clock.steps)
@@ -350,6 +352,7 @@ class FusedBlockRunner(BlockRunner):
         self.partial = (Logs(), 0)
         self.dispatched = 0.0
         self.short = False  # the chunk is shorter than K: its steps go through the ring
+        self.limit = steps
 
     def extend(self, chunk: Chunk) -> None:
         """Pulls the chunk's batches: up to its solved length, its deadline, the data's end,
@@ -390,8 +393,11 @@ def run_auto(plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, *, outermos
     Example: ``gyre.loop(state, batches, {gyre.every(1): step}, steps_per_call="auto")``.
     """
     blocks = BlockRunner(plan, elapse, loop_state, outermost=outermost)
+    blocks.limit = 1  # the step compiles
     blocks.run(chunks=1)
+    blocks.limit = AUTO_TIMED
     per_step = None if loop_state.stop_requested or elapse.exhausted else blocks.timed()
+    blocks.limit = ROWS
     if per_step is None or not _fusable(plan) or blocks.dispatched < HOST_BOUND * per_step:
         blocks.run()
         return
