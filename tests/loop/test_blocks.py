@@ -39,15 +39,9 @@ def test_the_plan_says_which_path_a_loop_takes_and_why():
     assert plain.path == "steps" and "no one jax.jit step on every step (" in plain.reason
 
 
-@jax.jit
-def total_step(state, batch):
-    state = state + batch.sum()
-    return gyre.logs().add_metric("total", state), state
-
-
-def run(data, extra=(), step=add_step, **kwargs):
+def run(data, extra=(), **kwargs):
     """The same table in blocks, or on the per-step path (a host callback on every step)."""
-    table = {gyre.every(1): [step, *extra]}
+    table = {gyre.every(1): [add_step, *extra]}
     state, history, elapsed = gyre.loop(jnp.float32(0), data, table, **kwargs)
     return float(state), history.to_records(), elapsed.steps, elapsed.samples
 
@@ -59,18 +53,15 @@ def test_blocks_compute_what_the_per_step_path_computes_bit_for_bit(steps_per_ca
     for name, value in patches.items():  # "auto" that always fuses, or never does
         monkeypatch.setattr(_blocks, name, value)
     # 800 batches: several blocks, and a last batch of another shape, whose logs (the rows
-    # output) do not fit the ring: a new ring opens for it (fused, "auto" ends a chunk before
-    # it; rows of two shapes in stacked commits are not read back yet: its step logs scalars)
+    # output) do not fit the ring: a new ring opens for it (fused, a chunk ends before it)
     data = [np.full(3, i % 7, np.float32) for i in range(800)] + [np.ones(2, np.float32)]
-    step = add_step if steps_per_call == 1 else total_step
     plans = []
-    blocks = run(data, step=step, steps_per_call=steps_per_call, on_end=lambda loop: plans.append(loop.plan))
-    steps = run(data, extra=[lambda: None], step=step)
+    blocks = run(data, steps_per_call=steps_per_call, on_end=lambda loop: plans.append(loop.plan))
+    steps = run(data, extra=[lambda: None])
     assert blocks[0] == steps[0] and blocks[2:] == steps[2:] == (801, 2402)
     for a, b in zip(blocks[1], steps[1], strict=True):
         assert (a["steps"], a["samples"], a["total"]) == (b["steps"], b["samples"], b["total"])
-        if step is add_step:
-            np.testing.assert_array_equal(a["rows"], b["rows"])
+        np.testing.assert_array_equal(a["rows"], b["rows"])
     assert plans[0].path == ("fused" if patches.get("FASTER") else "blocks")
 
 
