@@ -17,6 +17,7 @@ Example:
     >>> f = jax.jit(lambda x: x + 1)
     >>> type(f).__name__, int(f(1))
     ('SlowJit', 2)
+    >>> install(10.0)()  # a second install changes nothing
     >>> restore()
 """
 
@@ -53,6 +54,8 @@ class SlowJit:
 def install(wait_us: float) -> Callable[[], None]:
     """Makes ``jax.jit`` return :class:`SlowJit` functions; returns the function that undoes it."""
     real = jax.jit
+    if getattr(real, "_slow_jit", False):  # installed already (a module imported twice: once
+        return lambda: None  # as __main__): a second wrapper would make every call wait twice
     wait = wait_us / 1e6
 
     def jit(fun: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -60,6 +63,7 @@ def install(wait_us: float) -> Callable[[], None]:
             return lambda f: jit(f, *args, **kwargs)
         return SlowJit(real(fun, *args, **kwargs), wait)
 
+    jit._slow_jit = True  # type: ignore[attr-defined]
     jax.jit = jit
 
     def restore() -> None:
