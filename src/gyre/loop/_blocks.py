@@ -11,14 +11,14 @@ into a device ring (:mod:`gyre.loop._ring`); the clock, the history, the observe
 check and preemption are dealt with once per block. Each event's callbacks run after exactly
 the step they fire on, with that step's clock, batch, logs and state, as step by step.
 
+A task on ``every(time=...)`` is asked at block ends, and a block ends when its time comes.
 Anything else (a plain Python function on every step, a schedule that cannot be solved in
-advance: ``every(samples=...)``, ``every(time=...)``, a lambda) runs on the general per-step
-path, which stays correct: ``loop.plan`` says which path a loop took, and why.
+advance: ``every(samples=...)``, a lambda) runs on the general per-step path, which stays
+correct: ``loop.plan`` says which path a loop took, and why.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import time as _time
 from collections.abc import Sequence
@@ -28,9 +28,10 @@ import jax
 
 from gyre.core._clock import Elapsed
 from gyre.core._errors import warn
+from gyre.core._history import block_clocks
 from gyre.core._logs import Logs
 from gyre.core._schedules import UNSOLVED, Every
-from gyre.loop._chunks import Chunk, ChunkRunner, _shapes, first_firing
+from gyre.loop._chunks import Chunk, ChunkRunner, first_firing
 from gyre.loop._elapse import END, Elapse, steps_only
 from gyre.loop._fuse import is_fusable, step_function
 from gyre.loop._ring import ROWS, Ring, RingMismatch, ringable
@@ -47,6 +48,8 @@ AUTO_STEPS = 100
 AUTO_TIMED = 32  # the steps of the block it times
 HOST_BOUND = 0.5
 FASTER = 0.9
+
+
 def _fusable(plan: ChunkPlan) -> bool:
     return plan.step is not None and is_fusable(plan.step.fn)
 
@@ -64,6 +67,8 @@ class Plan(NamedTuple):
     reason: str | None = None
 
 
+def _shapes(batch: Any) -> list[Any]:
+    return [(getattr(x, "shape", ()), getattr(x, "dtype", type(x))) for x in jax.tree_util.tree_leaves(batch)]
 
 
 def _next(task: Task, clock: Elapsed, epoch_steps: int | None) -> Any:
@@ -161,9 +166,10 @@ def _stop_step(elapse: Elapse, clock: Elapsed) -> int | None | bool:
 
 
 class BlockClocks(Sequence[Elapsed]):
-    """The clocks of a block's steps, made when read: ``first`` (the first step's), then one
-    more step each, samples from ``sizes``, epochs rolled by ``epoch_steps``, the time of
-    ``first`` (a block's steps share the time its first step started).
+    """The clocks of a block's steps, made when read from the history's clock columns
+    (:func:`~gyre.core._history.block_clocks`): ``first`` (the first step's), then one more
+    step each, samples from ``sizes``, epochs rolled by ``epoch_steps``, the time of ``first``
+    (a block's steps share the time its first step started).
 
     Example:
         >>> clocks = BlockClocks(Elapsed(steps=3, samples=6), [2, 2, 1], None)
@@ -173,7 +179,7 @@ class BlockClocks(Sequence[Elapsed]):
 
     def __init__(self, first: Elapsed, sizes: Sequence[int], epoch_steps: int | None) -> None:
         self.first, self.sizes, self.epoch_steps = first, sizes, epoch_steps
-        self._samples: list[int] | None = None
+        self._columns: dict[str, Any] | None = None
         self._last: Elapsed | None = None  # one object, the loop's clock once the block ran
 
     def __len__(self) -> int:
@@ -188,14 +194,11 @@ class BlockClocks(Sequence[Elapsed]):
             return first
         if i == len(self) - 1 and self._last is not None:
             return self._last
-        if self._samples is None:
-            self._samples = list(itertools.accumulate(self.sizes, initial=first.samples))
-        epochs, position = first.epochs, first.step_in_epoch + i
-        if epoch_steps is not None:
-            if first.step_in_epoch >= epoch_steps:  # (an epoch length changed on resume) rolls at once
-                epochs, position = epochs + 1, i - 1
-            epochs, position = epochs + position // epoch_steps, position % epoch_steps
-        clock = Elapsed(first.steps + i, self._samples[i], epochs, position, first.time, first.date)
+        if self._columns is None:
+            self._columns = block_clocks(first, self.sizes, epoch_steps)
+        c = self._columns
+        counters = (int(c[name][i]) for name in ("steps", "samples", "epochs", "step_in_epoch"))
+        clock = Elapsed(*counters, first.time, first.date)
         if i == len(self) - 1:
             self._last = clock
         return clock
@@ -207,11 +210,14 @@ class BlockRunner(ChunkRunner):
     Example: ``gyre.loop(state, batches, {gyre.every(1): [step, gyre.keras_bar()]})``.
     """
 
-    def __init__(self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, *, outermost: bool = True) -> None:
-        super().__init__(plan, elapse, loop_state, ROWS, outermost=outermost)
-        self.ring = Ring(plan.step, step_function(plan.step.fn))  # type: ignore[union-attr, arg-type]
+    def __init__(
+        self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, steps: int = ROWS, *, outermost: bool = True
+    ) -> None:
+        super().__init__(plan, elapse, loop_state, steps, outermost=outermost)
+        step = step_function(plan.step.fn)  # type: ignore[union-attr]
+        self.ring = Ring(plan.step, step) if ringable(step, loop_state.state) else None  # type: ignore[arg-type]
         self.n, self.deadline = ROWS, math.inf  # the block's steps, and when it ends at the latest
-        self.limit = ROWS  # the most steps of a block ("auto" measures shorter ones)
+        self.limit = steps  # the most steps of a block ("auto" measures shorter ones)
         self.partial: tuple[Logs, int] = (Logs(), 0)
         self.dispatched = 0.0  # seconds per step the last block took to dispatch its steps
 
@@ -241,8 +247,8 @@ class BlockRunner(ChunkRunner):
         committed, and ``loop.step_start`` the state it was given."""
         start = _time.perf_counter()
         sizes, epoch_steps = chunk.sizes, self.elapse.epoch_steps
-        if self.ring.buffers is None:
-            self.ring.open(self.ls.state, chunk.batches[0])
+        if self.ring.buffers is None:  # type: ignore[union-attr]
+            self.ring.open(self.ls.state, chunk.batches[0])  # type: ignore[union-attr]
         try:
             logs, last = self._ringed(chunk, sizes)
         except BaseException:
@@ -346,13 +352,8 @@ class FusedBlockRunner(BlockRunner):
     """
 
     def __init__(self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, steps: int, *, outermost: bool = True) -> None:
-        ChunkRunner.__init__(self, plan, elapse, loop_state, steps, outermost=outermost)
-        step = step_function(plan.step.fn)  # type: ignore[union-attr]
-        self.ring = Ring(plan.step, step) if ringable(step, loop_state.state) else None  # type: ignore[arg-type]
-        self.partial = (Logs(), 0)
-        self.dispatched = 0.0
+        super().__init__(plan, elapse, loop_state, steps, outermost=outermost)
         self.short = False  # the chunk is shorter than K: its steps go through the ring
-        self.limit = steps
 
     def extend(self, chunk: Chunk) -> None:
         """Pulls the chunk's batches: up to its solved length, its deadline, the data's end,
@@ -360,8 +361,8 @@ class FusedBlockRunner(BlockRunner):
         super().extend(chunk)
         it, now, deadline = self.elapse._it, self.elapse._clock, self.deadline
         first = _shapes(chunk.batches[0])
-        self.short = self.n < self.steps and self.ring is not None
-        while len(chunk.batches) < self.n and now() < deadline and not self.short:
+        ringed = self.n < self.steps and self.ring is not None  # solved short: not pulled here
+        while len(chunk.batches) < self.n and now() < deadline and not ringed:
             batch = next(it, END)
             if batch is END:
                 self.elapse.exhausted = True

@@ -62,10 +62,6 @@ def first_firing(tasks: Sequence[Task], clock: Elapsed, answers: list[bool]) -> 
     return None
 
 
-def _shapes(batch: Any) -> list[Any]:
-    return [(getattr(x, "shape", ()), getattr(x, "dtype", type(x))) for x in jax.tree_util.tree_leaves(batch)]
-
-
 def _take_row(tree: Any, i: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: x[i], tree)
 
