@@ -166,7 +166,7 @@ def test_step_is_compiled_once_over_50_steps():
     assert elapsed.steps == 50 and len(history) == 50
     assert len(traces) == 1  # traced once: no retracing
     # one compiled executable: the step as the loop runs it, writing its logs into the ring
-    assert _ring._RINGS[step]._cache_size() == 1 and step._cache_size() == 0
+    assert _ring.compilations(step) == 1 and step._cache_size() == 0
 
 
 def test_history_stacks_by_shape_group_without_recompiling():

@@ -14,7 +14,7 @@ import gyre
 from gyre.core._compat import cache_size
 from gyre.loop._binding import StateMethod
 from gyre.loop._fuse import check_steps, is_fusable, scan_steps, step_function
-from gyre.loop._ring import _RINGS
+from gyre.loop._ring import compilations
 from tests.loop._helpers import add_step, assert_same_tree
 
 
@@ -31,7 +31,7 @@ def test_a_fused_step_compiles_once_whatever_the_chunk_lengths():
         gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, steps_per_call=4)
     assert cache_size(gyre.fuse(step, 4)) == 1  # chunks of 4 ...
     # ... and the last one of 2 runs through the ring, compiled once: no second fused length
-    assert cache_size(gyre.fuse(step, 2)) == 0 and cache_size(_RINGS[step]) == 1
+    assert cache_size(gyre.fuse(step, 2)) == 0 and compilations(step) == 1
     assert gyre.fuse(step, 4) is gyre.fuse(step, 4)
     assert len(traces) == 1  # the scans call the jitted step: it is traced once, for any length
 

@@ -22,9 +22,9 @@ def test_a_ring_holds_each_steps_logs_in_a_row_and_counts_its_writes():
     ring.open(state, np.zeros(3, np.float32))
     for i in range(5):
         state = ring.call(state, np.full(3, i, np.float32))
-    assert int(ring.buffers[1]) == 5
+    assert int(ring.ring[ROWS, 0]) == 5  # the write index, in the ring's last row
     logs = ring.seal()
-    assert ring.buffers is None and logs.outputs.rows.shape == (ROWS, 3)
+    assert ring.ring is None and logs.outputs.rows.shape == (ROWS, 3)
     assert logs.metrics.sum[:5].tolist() == [0.0, 3.0, 6.0, 9.0, 12.0]
     np.testing.assert_array_equal(logs.outputs.rows[4], np.full(3, 4.0))
 
@@ -32,13 +32,13 @@ def test_a_ring_holds_each_steps_logs_in_a_row_and_counts_its_writes():
 def test_logs_of_another_structure_are_refused_before_anything_runs():
     ring = Ring(bind(step), step)
     ring.open(jnp.int32(0), np.zeros(3, np.float32))
-    buffers = ring.buffers
+    held = ring.ring
     with pytest.raises(RingMismatch):
         ring.call(jnp.int32(0), np.zeros(2, np.float32))  # rows of 2: another shape
-    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(buffers))  # not donated
+    assert not held.is_deleted()  # not donated
     ring.open(jnp.int32(0), np.zeros(2, np.float32), again=True)
     ring.call(jnp.int32(0), np.ones(2, np.float32))
-    assert int(ring.buffers[1]) == 1 and ring.seal().outputs.rows.shape == (ROWS, 2)
+    assert int(ring.ring[ROWS, 0]) == 1 and ring.seal().outputs.rows.shape == (ROWS, 2)
 
 
 def test_the_state_is_donated_only_when_the_step_donates_it():
@@ -55,7 +55,7 @@ def test_a_large_log_value_is_kept_per_step_not_ringed():
 
     ring = Ring(bind(images), images)
     ring.open(0, np.float32(0))
-    assert ring.buffers[0][0] is None  # no 256 copies of it
+    assert ring.layout.leaves[0] is None  # no 256 copies of it
     for b in (1.0, 2.0, 3.0):
         ring.call(0, np.float32(b))
     logs = ring.seal()
@@ -74,3 +74,37 @@ def test_the_step_compiles_once_whether_the_state_is_committed_or_not(place):
     with gyre.testing.count_compilations() as compiled:
         gyre.loop(place(jnp.float32(0)), [np.float32(1)] * 10, {gyre.every(1): count})
     assert compiled.names.count("jit(ringed)") == 1
+
+
+def test_every_dtype_comes_back_bit_for_bit():
+    """The ring is one uint32 array: each value's bits are packed in and unpacked, so what the
+    history holds is what the step logged, NaN payloads and -0.0 included."""
+    nan = np.frombuffer(np.uint32(0x7FC01234).tobytes(), np.float32)[0]  # a NaN with a payload
+    values = {
+        "f32": np.array([nan, -0.0, 1.5], np.float32),
+        "bf16": jnp.array([-0.0, 3.140625], jnp.bfloat16),
+        "f16": np.array([65504.0], np.float16),
+        "i8": np.array([-128, 127], np.int8),
+        "u8": np.uint8(255),
+        "i32": np.int32(-(2**31)),
+        "u32": np.uint32(2**32 - 1),
+        "flag": np.array([True, False]),
+    }
+
+    @jax.jit
+    def logged(state, batch):
+        logs = gyre.logs()
+        for name, x in values.items():
+            logs = logs.add_output(name, jnp.asarray(x) if name != "i32" else jnp.asarray(x) + batch)
+        return logs, state
+
+    ring = Ring(bind(logged), logged)
+    ring.open(0, np.int32(0))
+    for b in (0, 1):
+        ring.call(0, np.int32(b))
+    logs = ring.seal()
+    for name, x in values.items():
+        got = np.asarray(logs.outputs[name][:2])
+        want = np.stack([np.asarray(x)] * 2) if name != "i32" else np.array([x, x + 1], np.int32)
+        assert got.dtype == np.asarray(x).dtype, name
+        assert got.tobytes() == want.tobytes(), name

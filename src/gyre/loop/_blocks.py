@@ -247,7 +247,7 @@ class BlockRunner(ChunkRunner):
         committed, and ``loop.step_start`` the state it was given."""
         start = _time.perf_counter()
         sizes, epoch_steps = chunk.sizes, self.elapse.epoch_steps
-        if self.ring.buffers is None:  # type: ignore[union-attr]
+        if self.ring.ring is None:  # type: ignore[union-attr]
             self.ring.open(self.ls.state, chunk.batches[0])  # type: ignore[union-attr]
         try:
             logs, last = self._ringed(chunk, sizes)
@@ -303,7 +303,7 @@ class BlockRunner(ChunkRunner):
         """The block's steps through the ring: its batches pulled one by one, or those a fused
         runner pulled already (``chunk.batches``, their ``sizes`` known)."""
         ring, ls, n = self.ring, self.ls, self.n
-        fn, buffers, treedef = ring.fn, ring.buffers, ring.treedef  # type: ignore[union-attr]
+        fn, rows = ring.fn, ring.ring  # type: ignore[union-attr]
         it, size_of, now, deadline = self.elapse._it, self.elapse.size_of, self.elapse._clock, self.deadline
         pulled = len(chunk.batches) > 1
         if pulled:
@@ -313,11 +313,11 @@ class BlockRunner(ChunkRunner):
         try:
             while True:
                 try:
-                    state, buffers, large = fn(state, batch, buffers, treedef)
+                    state, rows, large = fn(state, batch, rows)
                 except RingMismatch:
                     if k == 0:  # a new structure: a ring for it
                         ring.open(state, batch, again=True)  # type: ignore[union-attr]
-                        buffers, treedef = ring.buffers, ring.treedef  # type: ignore[union-attr]
+                        fn, rows = ring.fn, ring.ring  # type: ignore[union-attr]
                         continue
                     self.carry = (batch, [])  # the next block starts with it
                     sizes.pop()
@@ -336,11 +336,11 @@ class BlockRunner(ChunkRunner):
                 sizes.append(size_of(batch))
         except BaseException:
             ls.step_start = ls.state = state
-            ring.buffers = buffers  # type: ignore[union-attr]
+            ring.ring = rows  # type: ignore[union-attr]
             self.partial = ring.seal(), k  # type: ignore[union-attr]
             raise
         ls.state = state
-        ring.buffers = buffers  # type: ignore[union-attr]
+        ring.ring = rows  # type: ignore[union-attr]
         return ring.seal(), last  # type: ignore[union-attr]
 
 

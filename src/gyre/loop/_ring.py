@@ -1,12 +1,16 @@
 """The history written by the step: a jitted step wrapped once so that each call also writes
-its logs into a device *ring*, one row per step, the write index kept in the ring itself.
+its logs into a device *ring*, one row per step.
 
-The ring is donated to every call, so the write is in place, and the step returns the ring
-instead of its logs: no per-step log arrays for Python to rebuild. A block of steps ends by
-*sealing* the ring: its rows become the block's stacked logs (a row per step, like a fused
-step's), and the next block writes a fresh ring. A step whose logs change structure (a new
-batch shape that logs differently) raises :class:`RingMismatch` while it is traced, before
-anything runs: the block ends there, and the next opens a ring of the new structure.
+The ring is one ``uint32`` array: each log value's bits in its columns of a row (a bool, an
+8-, 16- or 32-bit value a word per element, a 64-bit value two), and the write index in an
+extra last row. It is donated to every call, so the write is in place, and the step returns
+the ring instead of its logs: no per-step log arrays for Python to rebuild, and one array in
+and out of the call, whatever the logs (each array of a call costs host time). A block of
+steps ends by *sealing* the ring: its rows become the block's stacked logs (a row per step,
+like a fused step's, bit for bit), and the next block writes a fresh ring. A step whose logs
+change structure (a new batch shape that logs differently) raises :class:`RingMismatch` while
+it is traced, before anything runs: the block ends there, and the next opens a ring of the
+new structure.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ from __future__ import annotations
 import functools
 import math
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from gyre.core import _compat
 from gyre.core._logs import Logs
@@ -35,49 +40,111 @@ class RingMismatch(Exception):
     """The step's logs do not fit the open ring (raised while tracing: nothing ran)."""
 
 
-def _write(buffers: list[Any], index: Any, logs: Logs, treedef: Any) -> tuple[list[Any], list[Any]]:
-    """The ring with this step's row written, and the step's large values (``None`` buffers)."""
+class Layout(NamedTuple):
+    """Where each log value lives in a ring row: per leaf ``(shape, dtype, first column,
+    words)``, or ``None`` for a value the step returns (large, or not a bit pattern of at
+    most 64 bits); ``width`` the row's words; ``treedef`` the logs' structure."""
+
+    leaves: tuple[tuple[tuple[int, ...], Any, int, int] | None, ...]
+    width: int
+    treedef: Any
+
+
+def _words(dtype: Any) -> int:
+    """uint32 words per element of ``dtype``: 1 or 2, or 0 when it is not ringed (complex)."""
+    dtype = np.dtype(dtype)
+    return 0 if dtype.kind == "c" or dtype.itemsize > 8 else (2 if dtype.itemsize == 8 else 1)
+
+
+def layout_of(leaves: list[Any], treedef: Any) -> Layout:
+    """The ring layout of logs with these leaves (arrays or shape-dtype structs)."""
+    out, column = [], 0
+    for x in leaves:
+        words = _words(x.dtype) * math.prod(x.shape)
+        if not words or math.prod(x.shape) > LARGEST:
+            out.append(None)
+            continue
+        out.append((tuple(x.shape), np.dtype(x.dtype), column, words))
+        column += words
+    return Layout(tuple(out), column, treedef)
+
+
+def _to_words(x: Any) -> Any:
+    """A value's bits as a flat uint32 vector (see :class:`Layout`)."""
+    x = jnp.asarray(x)
+    if x.dtype == jnp.bool_:
+        return x.astype(jnp.uint32).ravel()
+    size = x.dtype.itemsize
+    if size == 8:
+        return jax.lax.bitcast_convert_type(x, jnp.uint32).ravel()
+    unsigned = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[size]
+    return jax.lax.bitcast_convert_type(x, unsigned).astype(jnp.uint32).ravel()
+
+
+def _from_words(words: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """The inverse of :func:`_to_words` on ``rows`` of words: ``(rows, *shape)`` of ``dtype``."""
+    rows = words.shape[0]
+    if dtype == np.bool_:
+        return (words != 0).reshape(rows, *shape)
+    if dtype.itemsize == 8:
+        return jax.lax.bitcast_convert_type(words.reshape(rows, *shape, 2), dtype)
+    unsigned = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[dtype.itemsize]
+    return jax.lax.bitcast_convert_type(words.astype(unsigned), dtype).reshape(rows, *shape)
+
+
+def _write(ring: Any, logs: Logs, layout: Layout) -> tuple[Any, list[Any]]:
+    """The ring with this step's row written, and the step's values it does not hold."""
     leaves, structure = jax.tree_util.tree_flatten(logs)
-    if structure != treedef or len(leaves) != len(buffers):
+    if structure != layout.treedef or len(leaves) != len(layout.leaves):
         raise RingMismatch
-    for b, x in zip(buffers, leaves, strict=True):
-        if b is not None and (b.shape[1:] != jnp.shape(x) or b.dtype != jnp.result_type(x)):
+    for spec, x in zip(layout.leaves, leaves, strict=True):
+        if spec is not None and (spec[0] != jnp.shape(x) or spec[1] != jnp.result_type(x)):
             raise RingMismatch
-    written = [None if b is None else b.at[index].set(x) for b, x in zip(buffers, leaves, strict=True)]
-    return written, [x for b, x in zip(buffers, leaves, strict=True) if b is None]
+    held = [_to_words(x) for spec, x in zip(layout.leaves, leaves, strict=True) if spec is not None]
+    if held:
+        index = ring[ROWS, 0].astype(jnp.int32)
+        ring = jax.lax.dynamic_update_slice(ring, jnp.concatenate(held)[None], (index, jnp.int32(0)))
+        ring = ring.at[ROWS, 0].add(jnp.uint32(1))
+    return ring, [x for spec, x in zip(layout.leaves, leaves, strict=True) if spec is None]
 
 
 _JITTED = type(jax.jit(lambda x: x))
 
-_RINGS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_RINGS: weakref.WeakKeyDictionary[Any, dict[Layout, Any]] = weakref.WeakKeyDictionary()
 
 
-def _ring_function(invoker: Invoker, step: Any) -> Any:
-    """The jitted ``(state, batch, (buffers, index), treedef) -> (state, (buffers, index + 1))``
-    (``treedef`` the logs' structure: static), cached
-    per step (traced with the first invoker, as fused scans are). The state is donated when
-    the step donates it."""
+def _ring_function(invoker: Invoker, step: Any, layout: Layout) -> Any:
+    """The jitted ``(state, batch, ring) -> (state, ring, values not held)``, cached per step
+    and layout (traced with the first invoker, as fused scans are). The state is donated when
+    the step donates it; the ring always is."""
     try:
-        cached = _RINGS.get(step)
+        by_layout = _RINGS.setdefault(step, {})
         tracing = _TRACING.setdefault(step, invoker)
     except TypeError:  # not weakly referenceable: no cache
-        cached, tracing = None, invoker
-    if cached is not None:
-        return cached
-    body = step_body(tracing)
+        by_layout, tracing = {}, invoker
+    fn = by_layout.get(layout)
+    if fn is None:
+        body = step_body(tracing)
 
-    def ringed(state: Any, batch: Any, ring: Any, treedef: Any) -> tuple[Any, Any, list[Any]]:
-        state, logs = body(state, batch)
-        buffers, index = ring
-        written, large = _write(buffers, index, logs, treedef)
-        return state, (written, index + 1), large
+        def ringed(state: Any, batch: Any, ring: Any) -> tuple[Any, Any, list[Any]]:
+            state, logs = body(state, batch)
+            return (state, *_write(ring, logs, layout))
 
-    fn = jax.jit(ringed, donate_argnums=(0, 2) if donates(step) else (2,), static_argnums=3)
-    try:
-        _RINGS[step] = fn
-    except TypeError:
-        pass
+        fn = by_layout[layout] = jax.jit(ringed, donate_argnums=(0, 2) if donates(step) else (2,))
     return fn
+
+
+def compilations(step: Any) -> int:
+    """How many times the ring steps of ``step`` compiled (every layout's, added up).
+
+    Example:
+        >>> import gyre, jax, jax.numpy as jnp
+        >>> step = jax.jit(lambda s, b: s + b)
+        >>> _ = gyre.loop(jnp.float32(0), [jnp.float32(1)] * 3, {gyre.every(1): step})
+        >>> compilations(step)
+        1
+    """
+    return sum(fn._cache_size() for fn in _RINGS.get(step, {}).values())
 
 
 def donates(step: Any) -> bool:
@@ -133,68 +200,78 @@ class Ring:
     def __init__(self, invoker: Invoker, step: Any) -> None:
         self.invoker = invoker
         self.step = step
-        self.fn = _ring_function(invoker, step)
+        self.layout: Layout | None = None  # where the step's logs go in a row
+        self.fn: Any = None  # the ring step of that layout
         self.zeros: Any = None  # makes a fresh ring, in one compiled call
-        self.template: Any = None  # the logs of one step, as (leaf shapes, tree structure)
-        self.treedef: Any = None  # the logs' structure (a static argument of the ring step)
-        self.buffers: Any = None  # (a ROWS-row array per log value, write index): the open ring
-        self.large: list[list[Any]] = []  # per step written, its large values
+        self.ring: Any = None  # the open ring (None: closed)
+        self.large: list[list[Any]] = []  # per step written, the values the ring does not hold
 
     def open(self, state: Any, batch: Any, *, again: bool = False) -> None:
         """Opens a fresh ring for the step's logs on ``batch`` (traced once, or ``again`` after
-        a :class:`RingMismatch`): a ``ROWS``-row array per value, but for values over
-        :data:`LARGEST` elements, which the step returns, kept per step (:attr:`large`)."""
-        if self.template is None or again:
-            self.template = _template(self.invoker, self.step, state, batch)
-            self.zeros = _zeros_maker(self.template[0], _placement(state))
-        self.treedef = self.template[1]
-        self.buffers = self.zeros()
+        a :class:`RingMismatch`)."""
+        if self.layout is None or again:
+            self.layout = _layout(self.invoker, self.step, state, batch)
+            self.fn = _ring_function(self.invoker, self.step, self.layout)
+            self.zeros = _zeros_of(self.layout.width, _placement(state))
+        self.ring = self.zeros()
         self.large = []
 
     def call(self, state: Any, batch: Any) -> Any:
         """One step: returns the new state; its logs are written into the ring."""
-        state, self.buffers, large = self.fn(state, batch, self.buffers, self.treedef)
+        state, self.ring, large = self.fn(state, batch, self.ring)
         if large:
             self.large.append(large)
         return state
 
     def seal(self) -> Logs:
-        """The open ring's stacked logs (``ROWS`` rows, the first ones written; large values
-        stacked, a row per step written); the ring is closed."""
-        buffers, _ = self.buffers
+        """The open ring's stacked logs (``ROWS`` rows, the first ones written; the values it
+        does not hold stacked, a row per step written); the ring is closed."""
+        layout = self.layout
+        held = iter(_unpack(layout)(self.ring))  # type: ignore[arg-type]
         large = iter(zip(*self.large, strict=True)) if self.large else iter(())
-        leaves = [jnp.stack(next(large)) if b is None else b for b in buffers]
-        self.buffers, self.large = None, []
-        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+        leaves = [jnp.stack(next(large)) if spec is None else next(held) for spec in layout.leaves]  # type: ignore[union-attr]
+        self.ring, self.large = None, []
+        return jax.tree_util.tree_unflatten(layout.treedef, leaves)  # type: ignore[union-attr]
 
 
-_TEMPLATES: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
+_LAYOUTS: weakref.WeakKeyDictionary[Any, dict[Any, Layout]] = weakref.WeakKeyDictionary()
 
 
-def _template(invoker: Invoker, step: Any, state: Any, batch: Any) -> tuple[list[Any], Any]:
-    """The step's logs on ``(state, batch)`` as (leaf shapes, structure): traced once per step
-    and argument shapes (cached: every loop over the same step, each evaluation, opens a ring)."""
+def _layout(invoker: Invoker, step: Any, state: Any, batch: Any) -> Layout:
+    """The ring layout of the step's logs on ``(state, batch)``: traced once per step and
+    argument shapes (cached: every loop over the same step, each evaluation, opens a ring)."""
     leaves, structure = jax.tree_util.tree_flatten((state, batch))
     key = (structure, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves))
     try:
-        cached = _TEMPLATES.setdefault(step, {})
+        cached = _LAYOUTS.setdefault(step, {})
     except TypeError:  # not weakly referenceable
         cached = {}
     if key not in cached:
         _, logs = jax.eval_shape(step_body(invoker), state, batch)
-        cached[key] = jax.tree_util.tree_flatten(logs)
+        cached[key] = layout_of(*jax.tree_util.tree_flatten(logs))
     return cached[key]
 
 
-def _zeros_maker(leaves: list[Any], placement: Any) -> Any:
-    """A compiled ``() -> (buffers, index)``: a fresh ring in one call (with ``placement``)."""
-    return _zeros_of(tuple(None if _large(x) else ((ROWS, *x.shape), jnp.dtype(x.dtype)) for x in leaves), placement)
+@functools.lru_cache(maxsize=256)
+def _unpack(layout: Layout) -> Any:
+    """A compiled ``ring -> [rows of each held value]`` (``ROWS`` rows each)."""
+
+    def unpack(ring: Any) -> list[Any]:
+        return [
+            _from_words(ring[:ROWS, spec[2] : spec[2] + spec[3]], spec[0], spec[1])
+            for spec in layout.leaves
+            if spec is not None
+        ]
+
+    return jax.jit(unpack)
 
 
 @functools.lru_cache(maxsize=256)
-def _zeros_of(shapes: tuple[Any, ...], placement: Any) -> Any:
-    def zeros() -> tuple[list[Any], Any]:
-        return [None if s is None else jnp.zeros(*s) for s in shapes], jnp.zeros((), jnp.int32)
+def _zeros_of(width: int, placement: Any) -> Any:
+    """A compiled ``() -> ring``: a fresh ring of ``width`` words a row (with ``placement``)."""
+
+    def zeros() -> Any:
+        return jnp.zeros((ROWS + 1, max(width, 1)), jnp.uint32)
 
     return jax.jit(zeros) if placement is None else jax.jit(zeros, out_shardings=placement)
 
@@ -214,7 +291,3 @@ def _placement(state: Any) -> Any:
             return sharding
         return None
     return None  # an uncommitted state: so is the ring, and so are the step's outputs
-
-
-def _large(x: Any) -> bool:
-    return math.prod(x.shape) > LARGEST
