@@ -177,12 +177,7 @@ class ChunkRunner:
         if nan is not None:
             nan.pending = None
             self.poll(nan, k)
-        first, end = chunk.clocks[0].steps, chunk.clocks[-1].steps
-        for step in range(first, end):  # the preemption sync point is asked at every step
-            if self.ls.preempted(step):
-                self.ls.request_stop("preempted")
-                break
-        self.ls.end_step(end)
+        self.ls.end_step(chunk.clocks[-1].steps, chunk.clocks[0].steps)
 
     def after_chunk(self, chunk: Chunk, logs: Logs) -> Logs | None:
         """Runs the tasks after the step that fire on the last step, then the display tasks

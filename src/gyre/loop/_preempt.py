@@ -40,7 +40,8 @@ class Preemption:
     """Installs the handlers for the duration of the outermost loop (a context manager).
 
     Attributes:
-        check: ``check(step) -> bool``, asked after each step: whether to stop now.
+        check: ``check(first, end=first + 1) -> bool``, asked after steps ``first`` to
+            ``end - 1`` ran (a block, or one step): whether to stop now.
     """
 
     def __init__(self, *, catch_interrupt: bool, outermost: bool) -> None:
@@ -48,18 +49,19 @@ class Preemption:
         self.outermost = outermost
         self.install = outermost and threading.current_thread() is threading.main_thread()
         self.previous: dict[int, Any] = {}
-        self.check: Callable[[int], bool] = lambda step: bool(_RECEIVED)
+        self.check: Callable[..., bool] = lambda first, end=None: bool(_RECEIVED)
 
     def __enter__(self) -> Preemption:
         if not self.outermost:
-            self.check = lambda step: False  # an evaluation inside a step runs to its end
+            self.check = lambda first, end=None: False  # an evaluation inside a step runs to its end
             return self
         if jax.process_count() > 1:
             # JAX's runtime handles SIGTERM and agrees on the step; a Ctrl-C on one process
             # alone cannot be agreed on, so it keeps its default meaning there.
             from jax.experimental import multihost_utils
 
-            self.check = multihost_utils.reached_preemption_sync_point
+            reached = multihost_utils.reached_preemption_sync_point  # asked at every step: the
+            self.check = lambda first, end=None: any(map(reached, range(first, end or first + 1)))  # agreed one
             return self
         signals: tuple[int, ...] = (signal.SIGTERM,)
         if self.catch_interrupt:

@@ -83,8 +83,9 @@ class LoopState:
         self.checkpoints: list[Any] = []
         #: per checkpoint (by id): history records already written to its directory
         self.history_saved: dict[int, tuple[int, int]] = {}  # records written, their CRC-32
-        #: ``preempted(step) -> bool``, asked after each step (see :mod:`gyre.loop._preempt`)
-        self.preempted: Callable[[int], bool] = lambda step: False
+        #: ``preempted(first, end) -> bool``, asked after steps ``first`` to ``end - 1`` (see
+        #: :mod:`gyre.loop._preempt`)
+        self.preempted: Callable[[int, int], bool] = lambda first, end: False
         #: the state when the current step started (what an exception hands back)
         self.step_start: Any = None
         self._nan: Any = None  # the loop's FiniteCheck (gyre.loop._nan), None for "ignore"
@@ -125,14 +126,15 @@ class LoopState:
             arrays={"resumables": arrays} if arrays else {}, metrics=metrics, files=files,
         )
 
-    def end_step(self, step: int) -> None:
+    def end_step(self, step: int, first: int | None = None) -> None:
         """What happens between two steps: the saves asked for during the step, and a stop
-        when a preemption signal arrived (the engine calls it after committing a step)."""
+        when a preemption signal arrived (the engine calls it after committing a step, or the
+        steps ``first`` to ``step`` of a block)."""
         if self.saves:
             self.run_saves()
         for checkpoint in self.checkpoints:
             checkpoint.poll()
-        if self.preempted(step) and not self.stop_requested:
+        if self.preempted(step if first is None else first, step + 1) and not self.stop_requested:
             self.request_stop("preempted")
 
     def request_save(self, checkpoint: Any, metrics: dict[str, float] | None = None) -> None:
