@@ -458,7 +458,8 @@ def infer_batch_size(batch: Any) -> int:
         1
     """
     kind = type(batch)
-    if kind is tuple or kind is list or kind is dict:  # the common batches, without flattening
+    if kind is tuple or kind is list or kind is dict or (isinstance(batch, tuple) and hasattr(kind, "_fields")):
+        # the common batches (a named tuple's fields are its children too), without flattening
         size = 0
         for leaf in batch.values() if kind is dict else batch:
             if type(leaf) not in _ARRAY_TYPES and not _is_array(leaf):
