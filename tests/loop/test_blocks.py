@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import gyre
+from gyre.core._history import block_clocks
 from gyre.loop import _blocks
 from gyre.loop._blocks import Plan
 
@@ -135,3 +136,22 @@ def test_an_observer_on_a_time_schedule_runs_at_block_ends():
         clock=lambda: float(next(ticks)),
     )
     assert shown and shown[0] > 0 and shown == sorted(set(shown))
+
+
+@pytest.mark.parametrize("epoch_steps", [None, 1, 2, 5, 7])
+def test_a_blocks_last_clock_is_the_clock_its_steps_reach_one_by_one(epoch_steps):
+    """The loop's clock after a block is computed without the block's clock columns: it is
+    the clock that as many single steps reach, and the last row of those columns."""
+    rng = np.random.default_rng(epoch_steps or 0)
+    for _ in range(200):
+        first = gyre.Elapsed(steps=int(rng.integers(100)), samples=int(rng.integers(1000)),
+                             epochs=int(rng.integers(3)), step_in_epoch=int(rng.integers(12)))
+        sizes = [int(s) for s in rng.integers(1, 9, size=int(rng.integers(1, 40)))]
+        clock = first
+        for size in sizes[:-1]:
+            clock = clock._after(size, first.time, first.date, epoch_steps)
+        last = _blocks.BlockClocks(first, sizes, epoch_steps)[-1]
+        assert last == clock
+        columns = block_clocks(first, sizes, epoch_steps)  # what the history records
+        assert [last.steps, last.samples, last.epochs, last.step_in_epoch] == [
+            int(columns[name][-1]) for name in ("steps", "samples", "epochs", "step_in_epoch")]

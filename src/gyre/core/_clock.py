@@ -174,6 +174,16 @@ class Elapsed:
             step_in_epoch = 0
         return Elapsed(self.steps + 1, self.samples + batch_size, epochs, step_in_epoch, time, date)
 
+    def _after_steps(self, steps: int, samples: int, epoch_steps: int | None) -> Elapsed:
+        """The clock ``steps`` steps and ``samples`` samples later, as ``steps`` calls of
+        :meth:`_after` give it (the time and date kept: a block's steps share them)."""
+        epochs, in_epoch = self.epochs, self.step_in_epoch + steps
+        if epoch_steps is not None:
+            roll = max(epoch_steps - self.step_in_epoch, 1)  # steps to the next epoch's first
+            if steps >= roll:
+                epochs, in_epoch = epochs + 1 + (steps - roll) // epoch_steps, (steps - roll) % epoch_steps
+        return Elapsed(self.steps + steps, self.samples + samples, epochs, in_epoch, self.time, self.date)
+
     def replace(self, **changes: Any) -> Elapsed:
         """A copy with some counters changed.
 

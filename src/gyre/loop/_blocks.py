@@ -192,16 +192,15 @@ class BlockClocks(Sequence[Elapsed]):
         first, epoch_steps = self.first, self.epoch_steps
         if i == 0:
             return first
-        if i == len(self) - 1 and self._last is not None:
+        if i == len(self) - 1:  # the loop's clock once the block ran: no columns needed
+            if self._last is None:
+                self._last = first._after_steps(i, sum(self.sizes[:-1]), epoch_steps)
             return self._last
         if self._columns is None:
             self._columns = block_clocks(first, self.sizes, epoch_steps)
         c = self._columns
         counters = (int(c[name][i]) for name in ("steps", "samples", "epochs", "step_in_epoch"))
-        clock = Elapsed(*counters, first.time, first.date)
-        if i == len(self) - 1:
-            self._last = clock
-        return clock
+        return Elapsed(*counters, first.time, first.date)
 
 
 class BlockRunner(ChunkRunner):
