@@ -204,6 +204,7 @@ class Ring:
         self.fn: Any = None  # the ring step of that layout
         self.zeros: Any = None  # makes a fresh ring, in one compiled call
         self.ring: Any = None  # the open ring (None: closed)
+        self.spare: Any = None  # the last ring sealed, its index reset: the next one opened
         self.large: list[list[Any]] = []  # per step written, the values the ring does not hold
 
     def open(self, state: Any, batch: Any, *, again: bool = False) -> None:
@@ -212,8 +213,8 @@ class Ring:
         if self.layout is None or again:
             self.layout = _layout(self.invoker, self.step, state, batch)
             self.fn = _ring_function(self.invoker, self.step, self.layout)
-            self.zeros = _zeros_of(self.layout.width, _placement(state))
-        self.ring = self.zeros()
+            self.zeros, self.spare = _zeros_of(self.layout.width, _placement(state)), None
+        self.ring, self.spare = (self.zeros() if self.spare is None else self.spare), None
         self.large = []
 
     def call(self, state: Any, batch: Any) -> Any:
@@ -224,10 +225,12 @@ class Ring:
         return state
 
     def seal(self) -> Logs:
-        """The open ring's stacked logs (``ROWS`` rows, the first ones written; the values it
-        does not hold stacked, a row per step written); the ring is closed."""
+        """The open ring's stacked logs (``ROWS`` rows, the first ones written, the others
+        unspecified; the values it does not hold stacked, a row per step written); the ring
+        is closed, and kept for the next :meth:`open` (one compiled call a block)."""
         layout = self.layout
-        held = iter(_unpack(layout)(self.ring))  # type: ignore[arg-type]
+        held, self.spare = _unpack(layout)(self.ring)  # type: ignore[arg-type]
+        held = iter(held)
         large = iter(zip(*self.large, strict=True)) if self.large else iter(())
         leaves = [jnp.stack(next(large)) if spec is None else next(held) for spec in layout.leaves]  # type: ignore[union-attr]
         self.ring, self.large = None, []
@@ -254,16 +257,14 @@ def _layout(invoker: Invoker, step: Any, state: Any, batch: Any) -> Layout:
 
 @functools.lru_cache(maxsize=256)
 def _unpack(layout: Layout) -> Any:
-    """A compiled ``ring -> [rows of each held value]`` (``ROWS`` rows each)."""
+    """A compiled ``ring -> ([rows of each held value], the ring with its index reset)`` (the
+    ring donated: it is written again in place)."""
 
-    def unpack(ring: Any) -> list[Any]:
-        return [
-            _from_words(ring[:ROWS, spec[2] : spec[2] + spec[3]], spec[0], spec[1])
-            for spec in layout.leaves
-            if spec is not None
-        ]
+    def unpack(ring: Any) -> tuple[list[Any], Any]:
+        held = [_from_words(ring[:ROWS, c : c + n], shape, dtype) for shape, dtype, c, n in filter(None, layout.leaves)]
+        return held, ring.at[ROWS, 0].set(jnp.uint32(0))
 
-    return jax.jit(unpack)
+    return jax.jit(unpack, donate_argnums=0)
 
 
 @functools.lru_cache(maxsize=256)
