@@ -29,6 +29,7 @@ the mistake of a step written for a padded evaluation).
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -183,7 +184,7 @@ def bind(fn: Any) -> Invoker:
         return fn
     if isinstance(fn, StateMethod):
         method = fn.method
-        idx, kw, mask = _plan(method, _params(method)[1:], 1)
+        idx, kw, mask = _planned(method, 1)
         name = callback_name(method)
         call = _make(method, idx, kw, True, mask, name)
         return Invoker(fn, call, name, takes_mask=mask is not None, uses=_uses((0, *idx), kw))
@@ -199,13 +200,28 @@ def bind(fn: Any) -> Invoker:
                 fix="pass a function or an object with __call__",
             )
         )
-    idx, kw, mask = _plan(fn, _params(fn), 0)
+    idx, kw, mask = _planned(fn, 0)
     name = callback_name(fn)
     return Invoker(fn, _make(fn, idx, kw, False, mask, name), name, takes_mask=mask is not None, uses=_uses(idx, kw))
 
 
 def _uses(idx: tuple[int, ...], kw: tuple[tuple[str, int], ...]) -> frozenset[str]:
     return frozenset(ARG_NAMES[i] for i in (*idx, *(i for _, i in kw)))
+
+
+_PLANS: weakref.WeakKeyDictionary[Any, dict[int, Plan]] = weakref.WeakKeyDictionary()
+
+
+def _planned(fn: Any, offset: int) -> Plan:
+    """:func:`_plan` of ``fn``'s parameters (past ``offset``: a state method's self), read once
+    per function (a loop binds its callbacks each time it starts)."""
+    try:
+        plans = _PLANS.setdefault(fn, {})
+    except TypeError:  # not weakly referenceable: planned each time
+        plans = {}
+    if offset not in plans:
+        plans[offset] = _plan(fn, _params(fn)[offset:], offset)
+    return plans[offset]
 
 
 def _params(fn: Any) -> list[inspect.Parameter]:
