@@ -33,10 +33,9 @@ from gyre.core._clock import infer_batch_size
 from gyre.core._columns import numeric_dtype
 from gyre.core._errors import as_pair, describe, explain, warn, whole_number
 from gyre.data._padding import accepts_mask, padded
-from gyre.loop import _engine
 from gyre.loop._elapse import samples
 from gyre.loop._nan import NonFiniteError, check_nan_policy
-from gyre.loop._preempt import Preemption
+from gyre.loop._preempt import Preemption, guarded
 from gyre.parallel._partitioners import step_name
 
 Output = dict[str, Any]
@@ -423,13 +422,8 @@ def preemption() -> Iterator[Callable[[int], bool]]:
         ...     preempted(1)
         False
     """
-    depth = _engine._DEPTH
-    depth.value = getattr(depth, "value", 0) + 1
-    try:
-        with Preemption(catch_interrupt=False, outermost=depth.value == 1) as guard:
-            yield guard.check
-    finally:
-        depth.value -= 1
+    with guarded(catch_interrupt=False) as guard:
+        yield guard.check
 
 
 class StepValues(list):  # type: ignore[type-arg]

@@ -10,7 +10,6 @@ chunks (:mod:`gyre.loop._chunks`), with the same meaning.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -24,7 +23,7 @@ from gyre.loop._data import track_data
 from gyre.loop._elapse import Elapse, StopLike, check_stop, epochs_unknown, steps_only
 from gyre.loop._fuse import check_steps
 from gyre.loop._nan import apply_nan_policy, check_nan_policy, finite_check
-from gyre.loop._preempt import Preemption, requested
+from gyre.loop._preempt import Preemption, depth, guarded, requested
 from gyre.loop._resume import (
     check_resume,
     final_save,
@@ -44,8 +43,6 @@ from gyre.loop._tasks import (
     loop_end_hooks,
     warn_if_untrained,
 )
-
-_DEPTH = threading.local()  # loops running on this thread: only the outermost catches Ctrl-C
 
 
 def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState, *, outermost: bool = True) -> None:
@@ -194,7 +191,7 @@ def _interrupted(ls: LoopState, clock: Elapse, catch: bool) -> None:
     report its partial result as complete); it says once where training stopped. A Ctrl-C
     after a first signal (which ends the loop at the step's end) is not caught: it stops at
     once, and the step it cut short (its evaluation, say) is not saved as if it had finished."""
-    if _DEPTH.value > 1:
+    if depth() > 1:
         raise KeyboardInterrupt
     if requested():
         err = KeyboardInterrupt()
@@ -360,19 +357,15 @@ def loop(
     prepare(ls, table, starts + ends, resumed)
     if resumed is not None:
         restore_objects(ls, resumed)
-    _DEPTH.value = getattr(_DEPTH, "value", 0) + 1
-    try:
-        with Preemption(catch_interrupt=catch_keyboard_interrupt, outermost=_DEPTH.value == 1) as preemption:
-            ls.preempted = preemption.check
-            try:
-                final = _run(ls, clock_iter, table, chunks, steps, starts, ends, catch_keyboard_interrupt)
-                if ls._nan is not None:  # a nested loop (an evaluation) never waits: its outer loop checks
-                    ls._nan.check(wait=_DEPTH.value == 1)
-            except BaseException as err:
-                _failed(err, ls, clock_iter, ls.checkpoints)
-                raise
-    finally:
-        _DEPTH.value -= 1
+    with guarded(catch_interrupt=catch_keyboard_interrupt) as preemption:
+        ls.preempted = preemption.check
+        try:
+            final = _run(ls, clock_iter, table, chunks, steps, starts, ends, catch_keyboard_interrupt)
+            if ls._nan is not None:  # a nested loop (an evaluation) never waits: its outer loop checks
+                ls._nan.check(wait=preemption.outermost)
+        except BaseException as err:
+            _failed(err, ls, clock_iter, ls.checkpoints)
+            raise
     return ls.state, ls.history, final
 
 
@@ -383,13 +376,13 @@ def _run(
     run_callbacks(starts, ls, clock_iter.elapsed)
     try:
         if chunks is not None and steps == "auto":
-            run_auto(chunks, clock_iter, ls, outermost=_DEPTH.value == 1)
+            run_auto(chunks, clock_iter, ls, outermost=depth() == 1)
         elif chunks is not None and steps == 1:
-            BlockRunner(chunks, clock_iter, ls, outermost=_DEPTH.value == 1).run()
+            BlockRunner(chunks, clock_iter, ls, outermost=depth() == 1).run()
         elif chunks is not None and ls.plan.reason is None:
-            FusedBlockRunner(chunks, clock_iter, ls, steps, outermost=_DEPTH.value == 1).run()
+            FusedBlockRunner(chunks, clock_iter, ls, steps, outermost=depth() == 1).run()
         else:
-            run_steps(table, clock_iter, ls, outermost=_DEPTH.value == 1)
+            run_steps(table, clock_iter, ls, outermost=depth() == 1)
     except KeyboardInterrupt:
         _interrupted(ls, clock_iter, catch)
         return _finish(clock_iter, ls, ends, table, cut=True)

@@ -11,16 +11,47 @@ on the main thread installs handlers; nested loops (evaluations) see the same fl
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 
 #: Signals received and not handled yet (a list, so the handler only appends).
 _RECEIVED: list[int] = []
+_DEPTH = threading.local()  # loops running on this thread: only the outermost catches signals
+
+
+def depth() -> int:
+    """How many loops run on this thread (1 inside the outermost, 0 outside any).
+
+    Example:
+        >>> depth()
+        0
+    """
+    return getattr(_DEPTH, "value", 0)
+
+
+@contextlib.contextmanager
+def guarded(*, catch_interrupt: bool) -> Iterator[Preemption]:
+    """Counts a loop as running on this thread while inside, and installs the preemption
+    handlers when it is the outermost (see :class:`Preemption`); every loop of gyre's, the
+    named ones included, runs inside it.
+
+    Example:
+        >>> with guarded(catch_interrupt=False) as guard:
+        ...     depth(), guard.outermost, guard.check(0)
+        (1, True, False)
+    """
+    _DEPTH.value = depth() + 1
+    try:
+        with Preemption(catch_interrupt=catch_interrupt, outermost=_DEPTH.value == 1) as guard:
+            yield guard
+    finally:
+        _DEPTH.value -= 1
 
 
 def requested() -> bool:
