@@ -394,3 +394,22 @@ def test_sigterm_stops_training_after_its_step_without_the_stopped_marker(tmp_pa
     assert int(state["step"]) == 5 and outputs[STOP_LOOP] is True and outputs["eval"]["at"] == [3]
     assert "preempted at step 5" in caplog.text and "data ended" not in caplog.text
     assert not os.path.exists(os.path.join(directory, jaxloop.STOP_FILE_NAME))  # not done: resumable
+
+
+def test_sigterm_saves_through_the_checkpoint_action_whatever_its_interval(tmp_path):
+    """A preempted train loop saves the state it stopped at through its CheckpointAction,
+    as gyre.loop's checkpoints do, even between two of the action's intervals: a rerun resumes
+    from there instead of from the last interval's save."""
+    directory = str(tmp_path / "ckpt")
+
+    def step(state, batch, n, **kwargs):
+        if int(state["step"]) == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return {"step": state["step"] + 1, "total": state["total"] + batch}, {"loss": batch * 1.0}
+
+    action = jaxloop.CheckpointAction(directory, interval=10)
+    outer = jaxloop.OuterLoop(train_loop=jaxloop.TrainLoop(step, end_actions=[action]))
+    with pytest.warns(gyre.LoopWarning, match="preempted"):
+        state, _ = outer(_ckpt_state(), train_dataset=iter(range(100)), train_total_steps=20, train_loop_steps=3)
+    action.close()
+    assert int(state["step"]) == 5 and action.checkpoint.all_steps() == [5]

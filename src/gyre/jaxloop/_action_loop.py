@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from gyre.core._errors import whole_number
+from gyre.jaxloop._actions import CheckpointAction
 from gyre.jaxloop._loop import Output, State, state_step
 from gyre.jaxloop._stat_loop import STAT_LOOP_TIME_SECS, STAT_STEPS_PER_SEC, StatLoop
 from gyre.steps._actions import check_actions
@@ -113,7 +114,9 @@ class ActionLoop(StatLoop):
         return super().begin(state, dataset)
 
     def end(self, state: State, outputs: Output | None) -> tuple[State, Output | None]:
-        """Adds the statistics, then runs the end actions whose interval divides the count.
+        """Adds the statistics, then runs the end actions whose interval divides the count
+        (and every :class:`~gyre.jaxloop.CheckpointAction` when SIGTERM cut the loop short: the
+        state it stopped at is saved, as :func:`gyre.loop`'s checkpoints save it).
 
         Example:
             >>> import gyre
@@ -123,8 +126,9 @@ class ActionLoop(StatLoop):
             (0, {'x': [1]})
         """
         state, outputs = super().end(state, outputs)
+        preempted = getattr(self, "_preempted", False)
         for action in self._end_actions:
-            if self._loop_count % action.interval == 0:
+            if self._loop_count % action.interval == 0 or (preempted and isinstance(action, CheckpointAction)):
                 try:
                     action(state, outputs)
                 except Exception as err:
