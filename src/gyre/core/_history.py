@@ -1,14 +1,14 @@
 """``History``: a run's per-step records, kept by column in :class:`Block` objects.
 
-Records arrive stacked (a block of steps whose logs have a row per step: :meth:`History.commit_block`,
-:meth:`History.commit_stacked`) or one step at a time (:meth:`History.commit`, gathered into a
-block every ``flush_every`` commits or at the next read). Nothing waits for the device on the way
-in: a block's copy to the host starts when it is committed, and it *lands* (its values become
-numpy columns) at a later read, once they are there. Every reader uses :meth:`History.read`;
-``collect``, ``to_records`` and ``plot`` read everything and wait. A block holds a column per
-clock counter, the batch sizes, and per entry the rows that hold it and their values (a numpy
-array with a row per record, or a list): no Python object per record, so a long history costs
-the garbage collector nothing; :class:`Record` objects are built when read.
+Records arrive stacked (:meth:`History.commit_block`, :meth:`History.commit_stacked`: a row per
+step) or one step at a time (:meth:`History.commit`, gathered into a block every ``flush_every``
+commits or at the next read). Nothing waits for the device on the way in: a block's copy to the
+host starts when it is committed, and it *lands* (its values become numpy columns) at a later
+read, once they are there. Every reader uses :meth:`History.read`; ``collect``, ``to_records``
+and ``plot`` read everything and wait. A block holds a column per clock counter, the batch
+sizes, and per entry the rows that hold it and their values (a numpy array with a row per
+record, or a list): no Python object per record, so a long history costs the garbage collector
+nothing; :class:`Record` objects are built when read.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from gyre.core._clock import _FIELDS as CLOCK_FIELDS
 from gyre.core._clock import Elapsed
 from gyre.core._errors import ExplainedKeyError, closest, describe, explain, suggest
 from gyre.core._host import fetch, is_ready, stacked, start_copy, to_python
-from gyre.core._logs import COLLECTIONS, Collection, Logs, flatten_logs, resolution_order
+from gyre.core._logs import Collection, Logs, flatten_logs, resolution_order
 
 __all__ = ["Block", "History", "Record", "history"]
 
@@ -96,14 +96,9 @@ def put(logs: Logs, collection: str, name: str, value: Any) -> None:
     found[name] = value
 
 
-def _order(key: Key) -> tuple[int, str]:
-    """Where a collection comes when a bare name is looked up (see ``resolution_order``)."""
-    return (COLLECTIONS.index(key[0]), "") if key[0] in COLLECTIONS else (len(COLLECTIONS), key[0])
-
-
 class Block(NamedTuple):
-    """Consecutive records of a history, by column (see the module docstring): what
-    :meth:`History.read` hands out.
+    """Consecutive records of a history, by column (see the module docstring), as
+    :meth:`History.read` hands them out.
 
     Example:
         >>> b = Block(2, {"steps": np.array([0, 1])}, {("losses", "loss"): (np.array([1]), np.array([2.0]))})
@@ -151,21 +146,16 @@ class Block(NamedTuple):
         for clock, lg, size in zip(clocks, logs, self.sizes, strict=True):
             yield Record(Elapsed(*clock), lg, size)
 
-    def lookup(self, key: str) -> list[Any]:
+    def _lookup(self, key: str) -> list[Any]:
         """The value of ``key`` in each record (``MISSING`` where it has none), found as
-        :meth:`History.collect` finds keys.
-
-        Example:
-            >>> Block(1, {"steps": np.array([3])}, {}).lookup("steps")
-            [3]
-        """
+        :meth:`History.collect` finds keys."""
         out: list[Any] = [MISSING] * self.count
         if key.startswith("elapsed."):
             field = key[len("elapsed.") :]
             return _as_list(self.clocks[field]) if field in CLOCK_FIELDS else out
         collection, dot, name = key.partition(".")
         keys = [(collection, name)] if dot and (collection, name) in self.entries else []
-        keys += sorted((k for k in self.entries if k[1] == key), key=_order)
+        keys += [(c, key) for c in resolution_order({c: None for c, n in self.entries if n == key})]
         for found in keys:
             rows, values = self.entries[found]
             python = values.tolist() if isinstance(values, np.ndarray) and values.ndim == 1 else map(to_python, values)
@@ -180,7 +170,7 @@ class Block(NamedTuple):
     def collect(self, keys: Sequence[str]) -> list[list[Any]]:
         """The values of ``keys`` (one list per key) of the records that have all of them, in
         record order (as :meth:`History.collect`; example: see :class:`Block`)."""
-        columns = [self.lookup(key) for key in keys]
+        columns = [self._lookup(key) for key in keys]
         keep = [i for i in range(self.count) if all(c[i] is not MISSING for c in columns)]
         return [[c[i] for i in keep] for c in columns]
 
@@ -190,8 +180,8 @@ def join(blocks: Sequence[Block]) -> Block:
 
     Example:
         >>> a = Block(1, {"steps": np.array([0])}, {("m", "x"): (np.array([0]), np.array([1.0]))}, [2])
-        >>> b = join([a, a]); b.count, b.entries[("m", "x")][0].tolist(), b.clocks["steps"].tolist()
-        (2, [0, 1], [0, 0])
+        >>> join([a, a]).entries[("m", "x")][0].tolist()
+        [0, 1]
     """
     if len(blocks) == 1:
         return blocks[0]
@@ -205,10 +195,9 @@ def join(blocks: Sequence[Block]) -> Block:
             found.append(values)
         orders.update((i + offset, keys) for i, keys in (block.orders or {}).items())
         offset += block.count
-    fields = blocks[0].clocks if blocks else {f: () for f in CLOCK_FIELDS}
     return Block(
         offset,
-        {f: np.concatenate([np.asarray(b.clocks[f]) for b in blocks]) for f in fields},
+        {f: np.concatenate([np.asarray(b.clocks[f]) for b in blocks]) for f in blocks[0].clocks},
         {key: (np.concatenate(where), _concat(found)) for key, (where, found) in entries.items()},
         [s for b in blocks for s in b.sizes],
         orders or None,
@@ -228,8 +217,8 @@ def _clock_columns(clocks: Sequence[Elapsed]) -> dict[str, Any]:
 
 
 def block_clocks(first: Elapsed, sizes: Sequence[int | None], epoch_steps: int | None) -> dict[str, Any]:
-    """The clock columns of ``len(sizes)`` steps from ``first`` (each next one as
-    :meth:`Elapsed._after` gives it), computed as columns.
+    """The clock columns of ``len(sizes)`` steps from ``first``, each next one as
+    :meth:`Elapsed._after` gives it (``sizes[i]`` more samples, epochs of ``epoch_steps``).
 
     Example:
         >>> c = block_clocks(Elapsed(steps=5, samples=10, step_in_epoch=2), [4, 4, 3, 4], 4)
@@ -482,12 +471,9 @@ class History:
 
     # -- reading -----------------------------------------------------------------------------
     def read(self, since: int = 0, *, wait: bool = False, fresh: bool = True) -> Block:
-        """The records from index ``since`` on that can be read without waiting for the
-        device (with ``wait``: all of them, waiting), as one block of host columns.
-
-        ``fresh=False`` leaves the per-step commits since the last block where they are,
-        until the history gathers them itself (every ``flush_every`` commits, or another
-        reader's read): a writer that sends in batches reads them a batch at a time.
+        """The records from index ``since`` on that can be read without waiting for the device
+        (``wait``: all of them, waiting), as one block of host columns. ``fresh=False`` leaves the
+        per-step commits since the last block to the history's own batching (a batched writer).
 
         Example:
             >>> h = History()
@@ -508,8 +494,8 @@ class History:
         return join([block.take(max(since - start, 0), block.count) for (block, _), start in parts])
 
     def segments(self) -> list[tuple[int, Block]]:
-        """Every record as ``(index of its first record, block)``, without waiting: host
-        columns where they landed, device values elsewhere (for reductions on the device).
+        """Every record as ``(index of its first record, block)`` without waiting: device values
+        where they have not landed (for reductions on the device).
 
         Example:
             >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1.0))
@@ -649,7 +635,7 @@ class History:
     def _check_keys(self, keys: Sequence[str]) -> None:
         """Raises a KeyError for a key that no record holds (a typo would otherwise give [])."""
         for key in keys:
-            if any(v is not MISSING for block, _ in self._host_parts() for v in block.lookup(key)):
+            if any(v is not MISSING for block, _ in self._host_parts() for v in block._lookup(key)):
                 continue
             names = self.names()
             known = [f"{c}.{n}" for c, ns in names.items() for n in ns] + [n for ns in names.values() for n in ns]
@@ -718,22 +704,11 @@ class History:
             writer.writerows(rows)
 
     def plot(self, path: str | None = None, keys: Sequence[str | Sequence[str]] | None = None, *, x: str = "steps") -> Any:
-        """Plots entries against ``x`` with matplotlib, one panel per key or group of keys.
-
-        Args:
-            path: where to save the figure (its folder is created if missing); ``None`` keeps it open.
-            keys: names to plot; a nested sequence puts several curves on one panel, e.g.
-                ``[["loss", "loss_test"], ["accuracy", "accuracy_test"]]``. By default every
-                scalar entry, with ``name_<suffix>`` drawn on the panel of ``name``.
-            x: the clock counter on the horizontal axis.
-
-        Returns:
-            The matplotlib figure.
-
-        Raises:
-            KeyError: a key no record holds, or a ``path`` without an extension that reads
-                like a series' name (``plot("loss")``: the series go in ``keys``).
-            ValueError: another ``path`` without an extension.
+        """Plots entries against the clock counter ``x`` with matplotlib and returns the figure,
+        saved to ``path`` (its folder created) unless ``None``. ``keys``: one panel per key, or
+        per nested group (``[["loss", "loss_test"], ["accuracy", "accuracy_test"]]``); by default
+        every scalar entry, ``name_<suffix>`` on the panel of ``name``. A key no record holds,
+        or a ``path`` without an extension (``plot("loss")``: the series go in ``keys``), raises.
 
         Example:
             >>> import tempfile, os
@@ -822,13 +797,9 @@ def _plot_groups(history: History, keys: Sequence[str | Sequence[str]] | None) -
 def history(logs_list: Iterable[Any] | None = None, *, flush_every: int = 256, lag: int = 16) -> History:
     """A new :class:`History`: empty, or holding the records of ``logs_list``.
 
-    Args:
-        logs_list: records as ciclo keeps them (its ``History`` is a list of them): one dict per
-            step of collections of entries, ``{"metrics": {"loss": 0.5}}``, the step's clock
-            under ``"elapsed"`` (an :class:`~gyre.Elapsed` or a dict of its counters; other
-            keys such as ciclo's ``date_start`` are ignored; a record without one gets
-            ``steps`` = its index). gyre's own records (iterating a history) are accepted too.
-        flush_every, lag: see :class:`History`.
+    ``logs_list`` holds records as ciclo keeps them: one dict per step of collections of
+    entries, the clock under ``"elapsed"`` (an :class:`~gyre.Elapsed` or a dict of its counters,
+    other keys ignored; without one, ``steps`` is the record's index), or gyre's own records.
 
     Example:
         >>> len(history())
