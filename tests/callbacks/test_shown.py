@@ -6,7 +6,7 @@ import pytest
 
 import gyre
 from gyre.callbacks._shown import BarValues, RunningValues, check_mode
-from gyre.core._reader import Columns
+from gyre.core._history import Block as Columns
 
 
 class NotReady:

@@ -98,7 +98,7 @@ def test_a_bad_interval_is_refused(interval):
 
 
 def test_rows_skip_arrays_and_non_numbers():
-    from gyre.core._runs import rows, scalar_runs
+    from gyre.callbacks._wandb_logger import scalar_rows
 
     h = gyre.history([{"metrics": {"a": 1, "v": np.ones(2)}, "outputs": {"s": "text"}}])
-    assert [row for run in scalar_runs(h.reader(0).read(wait=True)) for row in rows(run)] == [(0, {"a": 1.0})]
+    assert list(scalar_rows(h.read(0, wait=True))) == [(0, {"a": 1.0})]

@@ -280,7 +280,7 @@ def test_bfloat16_and_float8_entries_are_numbers_in_columns_csv_and_plot(tmp_pat
     assert lines[0].endswith(",loss,f8") and lines[2].endswith(",0.5,0.5") and len(lines) == 11
     fig = h.plot(str(tmp_path / "curves.png"), ["loss", "f8"])
     assert [len(ax.lines[0].get_xdata()) for ax in fig.axes] == [10, 10]
-    from gyre.core._columns import numeric_dtype
+    from gyre.core._host import numeric_dtype
 
     assert numeric_dtype(jnp.bfloat16) and numeric_dtype(jnp.float8_e5m2) and not numeric_dtype(jnp.complex64)
 

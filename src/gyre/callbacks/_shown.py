@@ -1,9 +1,6 @@
-"""What progress bars show, read without ever waiting for the device.
-
-A bar reads the records of the loop's history (:meth:`gyre.History.read`) as they become
-readable: records already moved to the host, and newer ones whose values are computed. It therefore sees every step, fused chunks included, whatever its
-place in the task table, and never stalls the loop. Outside a loop (a bar called by hand,
-``bar(elapsed, logs)``), the bar keeps a small history of its own.
+"""What progress bars show, read from the loop's history (:meth:`gyre.History.read`) without
+ever waiting for the device: every step, fused ones included, whatever the bar's place in the
+task table. Called by hand (``bar(elapsed, logs)``), a bar keeps a small history of its own.
 
 As Keras shows them, losses and metrics are running means over the current epoch (over the
 whole run when the loop has no epochs); stateful metrics, and entries not logged in the
@@ -17,14 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core._clock import Elapsed
-from gyre.core._columns import Block, numbers, numeric_dtype
+from gyre.callbacks._wandb_logger import FollowsHistory
 from gyre.core._errors import describe, explain
-from gyre.core._history import History
-from gyre.core._logs import Logs
+from gyre.core._history import Block
+from gyre.core._host import numeric_dtype
 
 DISPLAYED = ("losses", "metrics", "stateful_metrics")
-MODES = ("mean", "last")
 
 
 def check_mode(values: Any, owner: str) -> str:
@@ -34,15 +29,12 @@ def check_mode(values: Any, owner: str) -> str:
         >>> check_mode("last", "keras_bar")
         'last'
     """
-    if values in MODES:
+    if values in ("mean", "last"):
         return values
     raise ValueError(
-        explain(
-            f"{owner}(values=...) must be 'mean' or 'last'",
-            expected="values='mean' (running means over the epoch, as Keras) or values='last'",
-            received=describe(values),
-            fix=f"{owner}(values='mean')",
-        )
+        explain(f"{owner}(values=...) must be 'mean' or 'last'", received=describe(values),
+                expected="values='mean' (running means over the epoch, as Keras) or values='last'",
+                fix=f"{owner}(values='mean')")
     )
 
 
@@ -51,12 +43,9 @@ class RunningValues:
     records absorbed.
 
     Example:
-        >>> import numpy as np
-        >>> from gyre.core._columns import Block
         >>> running = RunningValues("mean")
-        >>> cols = Block(2, {"epochs": np.array([0, 0])},
-        ...                {("losses", "loss"): (np.array([0, 1]), np.array([1.0, 3.0]))})
-        >>> running.absorb(cols); running.shown()
+        >>> running.absorb(Block(2, {"epochs": np.array([0, 0])}, {("losses", "loss"): (np.arange(2), np.array([1.0, 3.0]))}))
+        >>> running.shown()
         {'loss': 2.0}
     """
 
@@ -67,15 +56,15 @@ class RunningValues:
         self.counts: dict[tuple[str, str], int] = {}
         self.last: dict[tuple[str, str], float] = {}
 
-    def absorb(self, columns: Block) -> None:
-        """Adds records read from a history."""
-        if not columns.count:
+    def absorb(self, block: Block) -> None:
+        """Adds records read from a history (example: see :class:`RunningValues`)."""
+        if not block.count:
             return
-        epochs = np.asarray(columns.clocks["epochs"])
+        epochs = np.asarray(block.clocks["epochs"])
         latest = int(epochs[-1])
         if latest != self.epoch:
             self.epoch, self.sums, self.counts = latest, {}, {}
-        for key, (rows, values) in columns.entries.items():
+        for key, (rows, values) in block.entries.items():
             values = _numbers(values)
             if key[0] not in DISPLAYED or values is None:
                 continue
@@ -88,26 +77,30 @@ class RunningValues:
                     self.counts[key] = self.counts.get(key, 0) + int(current.size)
 
     def shown(self) -> dict[str, float]:
-        """``name: value`` per entry (``collection.name`` where two collections share a name)."""
+        """``name: value`` per entry (``collection.name`` where two collections share a name;
+        example: see :class:`RunningValues`)."""
         owners: dict[str, int] = {}
         for _, name in self.last:
             owners[name] = owners.get(name, 0) + 1
         out = {}
         for key, last in self.last.items():
             count = self.counts.get(key, 0)
-            value = self.sums[key] / count if count else last
-            out[key[1] if owners[key[1]] == 1 else f"{key[0]}.{key[1]}"] = value
+            out[key[1] if owners[key[1]] == 1 else f"{key[0]}.{key[1]}"] = self.sums[key] / count if count else last
         return out
 
 
 def _numbers(values: Any) -> np.ndarray | None:
     """An entry's values as a numpy column of scalar numbers, or ``None`` when they are not."""
-    values = numbers(values)
+    if isinstance(values, list) and values and all(np.ndim(v) == 0 and np.isreal(v) for v in values):
+        try:
+            values = np.asarray(values)
+        except (TypeError, ValueError):
+            return None
     ok = isinstance(values, np.ndarray) and values.ndim == 1 and numeric_dtype(values.dtype)
     return values if ok else None
 
 
-class BarValues:
+class BarValues(FollowsHistory):
     """The values a bar shows: read from the loop's history (see the module docs).
 
     Example:
@@ -121,30 +114,16 @@ class BarValues:
 
     def __init__(self, mode: str) -> None:
         self.running = RunningValues(mode)
-        self._history: History | None = None
-        self._position = 0
-        self._own: History | None = None
 
-    def see(self, elapsed: Elapsed, logs: Logs, loop: Any) -> None:
-        """Called by the bar at each of its calls: follows the loop's history (a new loop, a
-        new history), or records the step in its own when called by hand."""
-        if loop is not None:
-            history = loop.history
-            if history is not self._history:
-                self._history, self._position = history, len(history)
-            return
-        if self._own is None:
-            self._own = self._history = History()
-            self._position = 0
-        self._own.commit(elapsed, logs)
+    see = FollowsHistory._follow
+
+    def _send(self, *, wait: bool) -> None:
+        self.running.absorb(self._read(wait=wait))
 
     def read(self, *, wait: bool = False) -> dict[str, float]:
-        """The values to show now (``wait``: every record so far, waiting for the device;
-        only when the loop is over)."""
-        if self._history is not None:
-            block = self._history.read(self._position, wait=wait)
-            self._position += block.count
-            self.running.absorb(block)
+        """The values to show now (``wait``: every record so far, waiting for the device; only
+        when the loop is over; example: see :class:`BarValues`)."""
+        self._send(wait=wait)
         return self.running.shown()
 
     def reset(self) -> None:

@@ -17,19 +17,101 @@ from __future__ import annotations
 import math
 import numbers
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from gyre.core._clock import Elapsed
-from gyre.core._columns import Block
 from gyre.core._errors import describe, explain
-from gyre.core._history import History
+from gyre.core._history import Block, History
+from gyre.core._host import numeric_dtype
 from gyre.core._logs import Logs
-from gyre.core._reader import loop_start
-from gyre.core._runs import rows, scalar_runs
 from gyre.loop._tasks import ChunkSafe, LoopElement
 from gyre.parallel.distributed import is_main_process
+
+
+def is_number(value: Any) -> bool:
+    """A real number: a Python one (``bool`` included), or a 0-d numeric array (numpy scalars
+    and JAX arrays included, read by their ``shape`` and ``dtype`` only).
+
+    Example:
+        >>> is_number(2), is_number(np.float32(0.5)), is_number(np.ones(2)), is_number("1")
+        (True, True, False, False)
+    """
+    if isinstance(value, numbers.Real):
+        return True
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    return shape == () and dtype is not None and numeric_dtype(dtype)
+
+
+def _column(count: int, rows: np.ndarray, values: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """An entry as (which records hold a scalar number, the numbers with NaN elsewhere);
+    ``None`` when no record does (arrays, strings)."""
+    present, found = np.zeros(count, bool), np.full(count, np.nan)
+    if isinstance(values, np.ndarray) and numeric_dtype(values.dtype):
+        if values.ndim != 1:
+            return None  # an array per record
+        present[rows], found[rows] = True, values
+        return present, found
+    pairs = [(int(r), float(v)) for r, v in zip(rows, values, strict=True) if is_number(v)]
+    if not pairs:
+        return None
+    where = [r for r, _ in pairs]
+    present[where], found[where] = True, [x for _, x in pairs]
+    return present, found
+
+
+def scalar_runs(
+    block: Block, keep: np.ndarray | None = None
+) -> Iterator[tuple[int, tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]]:
+    """The scalar numbers of ``block`` (only its rows in ``keep``, a mask) as runs of
+    consecutive records holding the same entries: ``(first row, names, steps, dates,
+    values)``. A name is the bare one, ``collection.name`` when an earlier collection of the
+    record took it; dates are the clocks' (now for an undated clock); values are float64, a
+    row per record and a column per name. Records without a scalar number are left out.
+
+    Example:
+        >>> import gyre
+        >>> h = gyre.history([{"losses": {"loss": 1.0}}, {"losses": {"loss": 0.5}},
+        ...                   {"losses": {"loss": 0.25}, "stateful_metrics": {"loss": 2.0, "acc": 0.5}}])
+        >>> [(i, names, steps.tolist(), values.tolist()) for i, names, steps, _, values in scalar_runs(h.read(0))]
+        [(0, ('loss',), [0, 1], [[1.0], [0.5]]), (2, ('loss', 'stateful_metrics.loss', 'acc'), [2], [[0.25, 2.0, 0.5]])]
+    """
+    keys, present, found = [], [], []
+    for key, (rows, values) in block.entries.items():
+        column = _column(block.count, rows, values)
+        if column is not None:
+            keys.append(key)
+            present.append(column[0] if keep is None else column[0] & keep)
+            found.append(column[1])
+    if not keys:
+        return
+    held, table = np.stack(present, axis=1), np.stack(found, axis=1)
+    steps = np.asarray(block.clocks["steps"], np.int64)
+    dates = np.asarray(block.clocks["date"], np.float64)
+    dates = np.where(dates > 0, dates, time.time())  # an undated clock (a ciclo history): now
+    cuts = (np.flatnonzero((held[1:] != held[:-1]).any(axis=1)) + 1).tolist()
+    for start, stop in zip([0, *cuts], [*cuts, block.count], strict=True):
+        which = np.flatnonzero(held[start])
+        if len(which):
+            names: list[str] = []
+            for collection, name in (keys[k] for k in which):
+                names.append(f"{collection}.{name}" if name in names else name)
+            yield start, tuple(names), steps[start:stop], dates[start:stop], table[start:stop][:, which]
+
+
+def scalar_rows(block: Block, keep: np.ndarray | None = None) -> Iterator[tuple[int, dict[str, float]]]:
+    """The records of :func:`scalar_runs` one by one, as ``(step, {name: number})``.
+
+    Example:
+        >>> import gyre
+        >>> list(scalar_rows(gyre.history([{"losses": {"loss": 0.5}}]).read(0)))
+        [(0, {'loss': 0.5})]
+    """
+    for _, names, steps, _, values in scalar_runs(block, keep):
+        for step, row in zip(steps.tolist(), values.tolist(), strict=True):
+            yield step, dict(zip(names, row, strict=True))
 
 
 class FollowsHistory:
@@ -97,8 +179,17 @@ def _start_of(loop: Any) -> int | None:
     data = getattr(loop, "data", None)
     if data is None:
         return None
-    end = int(loop.completed.steps)  # the step in progress, if any, counted
-    return loop_start(loop.history, end - int(data.consumed), end)
+    # A loop commits at most one record per step, with increasing step counters; the records
+    # before it (a resumed checkpoint's, a previous loop's) have smaller counters, or are
+    # followed by a counter that does not increase (a loop that started its clock again).
+    newer = int(loop.completed.steps)  # the step in progress, if any, counted
+    first, own = newer - int(data.consumed), 0
+    parts = [np.asarray(block.clocks["steps"]) for _, block in loop.history.segments()]
+    for step in np.concatenate(parts)[::-1].tolist() if parts else []:
+        if not first <= step < newer:
+            break
+        own, newer = own + 1, step
+    return len(loop.history) - own
 
 
 class WandbLogger(FollowsHistory, ChunkSafe, LoopElement):
@@ -173,11 +264,10 @@ class WandbLogger(FollowsHistory, ChunkSafe, LoopElement):
     on_train_end = flush
 
     def _send(self, *, wait: bool) -> None:
-        columns = self._read(wait=wait)
-        for run in scalar_runs(columns):
-            for step, data in rows(run):
-                self.run.log(data, step=step)
-        self.sent += columns.count
+        block = self._read(wait=wait)
+        for step, data in scalar_rows(block):
+            self.run.log(data, step=step)
+        self.sent += block.count
 
     def __repr__(self) -> str:
         return f"gyre.wandb_logger({self.run!r})"

@@ -17,7 +17,6 @@ from gyre.core._clock import Elapsed as Elapsed
 from gyre.core._clock import Period as Period
 from gyre.core._clock import at as at
 from gyre.core._clock import infer_batch_size as infer_batch_size
-from gyre.core._columns import Record as Record
 from gyre.core._errors import ExplainedKeyError as ExplainedKeyError
 from gyre.core._errors import LoopWarning as LoopWarning
 from gyre.core._errors import describe as describe
@@ -25,7 +24,8 @@ from gyre.core._errors import explain as explain
 from gyre.core._errors import suggest as suggest
 from gyre.core._errors import whole_number as whole_number
 from gyre.core._history import History as History
-from gyre.core._history import Segment as Segment
+from gyre.core._history import Block as Block
+from gyre.core._history import Record as Record
 from gyre.core._history import history as history
 from gyre.core._hooks import ALL_HOOKS as ALL_HOOKS
 from gyre.core._hooks import PREDICT_HOOKS as PREDICT_HOOKS
@@ -56,8 +56,6 @@ from gyre.core._logs import Logs as Logs
 from gyre.core._logs import logs as logs
 from gyre.core._placement import place as place
 from gyre.core._placement import place_leaf as place_leaf
-from gyre.core._reader import Columns as Columns
-from gyre.core._reader import HistoryReader as HistoryReader
 from gyre.core._schedules import Every as Every
 from gyre.core._schedules import Piecewise as Piecewise
 from gyre.core._schedules import Schedule as Schedule
@@ -73,14 +71,13 @@ from gyre.core._state import TrainState as TrainState
 __all__ = [
     "ALL_HOOKS",
     "BatchSizeFn",
+    "Block",
     "COLLECTIONS",
     "Collection",
-    "Columns",
     "Elapsed",
     "Every",
     "ExplainedKeyError",
     "History",
-    "HistoryReader",
     "Logs",
     "LoopWarning",
     "NamedSchedule",
@@ -89,7 +86,6 @@ __all__ = [
     "Piecewise",
     "Record",
     "Schedule",
-    "Segment",
     "TEST_HOOKS",
     "TRAIN_HOOKS",
     "TrainState",

@@ -1,13 +1,14 @@
-"""``History``: the per-step records of a run, kept by column and moved to the host in blocks.
+"""``History``: a run's per-step records, kept by column in :class:`Block` objects.
 
-Records arrive stacked (a block of steps whose logs have a row per step: :meth:`History.commit_block`,
-:meth:`History.commit_stacked`) or one step at a time (:meth:`History.commit`, the general path,
-gathered into a block every ``flush_every`` commits or at the next read). Nothing waits for the
-device on the way in: a block's copy to the host starts when it is committed, and the block
-*lands* (its values become numpy columns) at a later read, once they are there. Every reader
-uses :meth:`History.read`: the records from a position on, as one :class:`~gyre.core._columns.Block`;
-``collect``, ``to_records`` and ``plot`` read everything and wait: they are the moments a user
-asks for numbers.
+Records arrive stacked (:meth:`History.commit_block`, :meth:`History.commit_stacked`: a row per
+step) or one step at a time (:meth:`History.commit`, gathered into a block every ``flush_every``
+commits or at the next read). Nothing waits for the device on the way in: a block's copy to the
+host starts when it is committed, and it *lands* (its values become numpy columns) at a later
+read, once they are there. Every reader uses :meth:`History.read`; ``collect``, ``to_records``
+and ``plot`` read everything and wait. A block holds a column per clock counter, the batch
+sizes, and per entry the rows that hold it and their values (a numpy array with a row per
+record, or a list): no Python object per record, so a long history costs the garbage collector
+nothing; :class:`Record` objects are built when read.
 """
 
 from __future__ import annotations
@@ -19,35 +20,205 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from numbers import Integral
 from operator import attrgetter
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
 from gyre.core._clock import _FIELDS as CLOCK_FIELDS
 from gyre.core._clock import Elapsed
-from gyre.core._columns import MISSING, Block, Key, Record, join, pack
 from gyre.core._errors import ExplainedKeyError, closest, describe, explain, suggest
 from gyre.core._host import fetch, is_ready, stacked, start_copy, to_python
-from gyre.core._logs import Logs, flatten_logs, resolution_order
-from gyre.core._reader import HistoryReader
+from gyre.core._logs import Collection, Logs, flatten_logs, resolution_order
 
 __all__ = ["Block", "History", "Record", "history"]
 
-#: The shape :meth:`History.segments` hands out (gyre.core exports it under this name).
-Segment = Block
+Key = tuple[str, str]
+MISSING = object()  # where a record has no value for a key (Block.lookup)
 _clock_fields = attrgetter(*CLOCK_FIELDS)
-#: Per-step values of one entry stacked on the device before their copy from this many on.
-_STACK_FROM = 8
+_STACK_FROM = 8  # per-step values of one entry stacked on the device before their copy from this many on
+
+
+class Record(NamedTuple):
+    """One committed step: the clock at the step, its logs, and its batch size (or None).
+
+    A record also reads like ciclo's (a dict of collections plus ``"elapsed"``):
+    ``record["metrics"]["accuracy_test"]``, ``record["elapsed"]["steps"]``.
+
+    Example:
+        >>> r = Record(Elapsed(steps=3), Logs().add_metric("acc", 0.5))
+        >>> r["metrics"]["acc"], r["elapsed"]["steps"], r.keys(), "losses" in r, r.get("losses", {})
+        (0.5, 3, ['elapsed', 'metrics'], False, {})
+    """
+
+    elapsed: Elapsed
+    logs: Logs
+    batch_size: int | None = None
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        if not isinstance(key, str):
+            return tuple.__getitem__(self, key)
+        if key == "elapsed":
+            return self.elapsed.to_dict()
+        if key in self.logs:
+            return self.logs[key]
+        raise ExplainedKeyError(
+            explain(f"this record has no collection {key!r}", expected=f"one of {self.keys()}", received=repr(key),
+                    fix="index a collection, then an entry: record['metrics']['accuracy']")
+        )
+
+    def keys(self) -> list[str]:
+        """``"elapsed"`` and the record's collections (example: see :class:`Record`)."""
+        return ["elapsed", *self.logs]
+
+    def __contains__(self, key: object) -> bool:
+        return key == "elapsed" or key in self.logs
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``record[key]``, or ``default`` when the record has no such collection (example: see
+        :class:`Record`)."""
+        return self[key] if key in self else default
+
+
+def _as_list(column: Any) -> list[Any]:
+    return column.tolist() if isinstance(column, np.ndarray) else list(column)
+
+
+def put(logs: Logs, collection: str, name: str, value: Any) -> None:
+    """Sets ``logs[collection][name]`` (creating the collection) without ``add_entry``'s checks.
+
+    Example:
+        >>> lg = Logs(); put(lg, "metrics", "a", 1); lg
+        Logs(metrics={'a': 1})
+    """
+    found = logs.get(collection)
+    if found is None:
+        found = logs[collection] = Collection()
+    found[name] = value
+
+
+class Block(NamedTuple):
+    """Consecutive records of a history, by column (see the module docstring), as
+    :meth:`History.read` hands them out.
+
+    Example:
+        >>> b = Block(2, {"steps": np.array([0, 1])}, {("losses", "loss"): (np.array([1]), np.array([2.0]))})
+        >>> b.count, b.collect(["steps", "loss"]), b.take(1, 2).entries[("losses", "loss")][0].tolist()
+        (2, [[1], [2.0]], [0])
+    """
+
+    count: int
+    clocks: dict[str, Any]  # one column per clock counter
+    entries: dict[Key, tuple[np.ndarray, Any]]  # rows holding the entry (increasing), values
+    sizes: Sequence[int | None] = ()  # each record's batch size
+    #: the entries of the records whose order differs from the entries' order, in theirs
+    orders: dict[int, tuple[Key, ...]] | None = None
+
+    def take(self, start: int, stop: int) -> Block:
+        """Records ``start`` to ``stop - 1`` of a host block (example: see :class:`Block`)."""
+        if start <= 0 and stop >= self.count:
+            return self
+        entries = {}
+        for key, (rows, values) in self.entries.items():
+            lo, hi = np.searchsorted(rows, [start, stop]).tolist()
+            if lo < hi:
+                entries[key] = (rows[lo:hi] - start, values[lo:hi])
+        clocks = {f: c[start:stop] for f, c in self.clocks.items()}
+        orders = {i - start: keys for i, keys in (self.orders or {}).items() if start <= i < stop}
+        return Block(stop - start, clocks, entries, list(self.sizes[start:stop]), orders or None)
+
+    def records(self) -> Iterator[Record]:
+        """The records, in order (built now; nothing is kept).
+
+        Example:
+            >>> h = History(); h.commit(Elapsed(steps=4), Logs().add_metric("m", 7))
+            >>> [(r.elapsed.steps, r.logs.metrics.m) for r in h.read(0).records()]
+            [(4, 7)]
+        """
+        logs = [Logs() for _ in range(self.count)]
+        for (collection, name), (rows, values) in self.entries.items():
+            for k, i in enumerate(rows.tolist()):
+                put(logs[i], collection, name, values[k])
+        for i, keys in (self.orders or {}).items():
+            old, logs[i] = logs[i], Logs()
+            for collection, name in keys:
+                put(logs[i], collection, name, old[collection][name])
+        clocks = zip(*[_as_list(self.clocks[f]) for f in CLOCK_FIELDS], strict=True)
+        for clock, lg, size in zip(clocks, logs, self.sizes, strict=True):
+            yield Record(Elapsed(*clock), lg, size)
+
+    def _lookup(self, key: str) -> list[Any]:
+        """The value of ``key`` in each record (``MISSING`` where it has none), found as
+        :meth:`History.collect` finds keys."""
+        out: list[Any] = [MISSING] * self.count
+        if key.startswith("elapsed."):
+            field = key[len("elapsed.") :]
+            return _as_list(self.clocks[field]) if field in CLOCK_FIELDS else out
+        collection, dot, name = key.partition(".")
+        keys = [(collection, name)] if dot and (collection, name) in self.entries else []
+        keys += [(c, key) for c in resolution_order({c: None for c, n in self.entries if n == key})]
+        for found in keys:
+            rows, values = self.entries[found]
+            python = values.tolist() if isinstance(values, np.ndarray) and values.ndim == 1 else map(to_python, values)
+            for i, value in zip(rows.tolist(), python, strict=True):
+                if out[i] is MISSING:
+                    out[i] = value
+        if key in CLOCK_FIELDS:
+            clock = _as_list(self.clocks[key])
+            out = [clock[i] if v is MISSING else v for i, v in enumerate(out)]
+        return out
+
+    def collect(self, keys: Sequence[str]) -> list[list[Any]]:
+        """The values of ``keys`` (one list per key) of the records that have all of them, in
+        record order (as :meth:`History.collect`; example: see :class:`Block`)."""
+        columns = [self._lookup(key) for key in keys]
+        keep = [i for i in range(self.count) if all(c[i] is not MISSING for c in columns)]
+        return [[c[i] for i in keep] for c in columns]
+
+
+def join(blocks: Sequence[Block]) -> Block:
+    """One block of consecutive host blocks.
+
+    Example:
+        >>> a = Block(1, {"steps": np.array([0])}, {("m", "x"): (np.array([0]), np.array([1.0]))}, [2])
+        >>> join([a, a]).entries[("m", "x")][0].tolist()
+        [0, 1]
+    """
+    if len(blocks) == 1:
+        return blocks[0]
+    entries: dict[Key, tuple[list[np.ndarray], list[Any]]] = {}
+    orders: dict[int, tuple[Key, ...]] = {}
+    offset = 0
+    for block in blocks:
+        for key, (rows, values) in block.entries.items():
+            where, found = entries.setdefault(key, ([], []))
+            where.append(rows + offset)
+            found.append(values)
+        orders.update((i + offset, keys) for i, keys in (block.orders or {}).items())
+        offset += block.count
+    return Block(
+        offset,
+        {f: np.concatenate([np.asarray(b.clocks[f]) for b in blocks]) for f in blocks[0].clocks},
+        {key: (np.concatenate(where), _concat(found)) for key, (where, found) in entries.items()},
+        [s for b in blocks for s in b.sizes],
+        orders or None,
+    )
+
+
+def _concat(parts: list[Any]) -> Any:
+    """Columns one after the other: one numpy array when every part is one of the same row shape."""
+    if all(isinstance(p, np.ndarray) for p in parts) and len({p.shape[1:] for p in parts}) == 1:
+        return np.concatenate(parts)
+    return [v for p in parts for v in p]
 
 
 def _clock_columns(clocks: Sequence[Elapsed]) -> dict[str, Any]:
-    fields = zip(*map(_clock_fields, clocks), strict=True) if clocks else [()] * len(CLOCK_FIELDS)
-    return {f: pack(list(column)) for f, column in zip(CLOCK_FIELDS, fields, strict=True)}
+    fields = zip(*map(_clock_fields, clocks), strict=True)
+    return {f: np.asarray(column) for f, column in zip(CLOCK_FIELDS, fields, strict=True)}
 
 
 def block_clocks(first: Elapsed, sizes: Sequence[int | None], epoch_steps: int | None) -> dict[str, Any]:
-    """The clock columns of ``len(sizes)`` steps from ``first`` (each next one as
-    :meth:`Elapsed._after` gives it), computed as columns.
+    """The clock columns of ``len(sizes)`` steps from ``first``, each next one as
+    :meth:`Elapsed._after` gives it (``sizes[i]`` more samples, epochs of ``epoch_steps``).
 
     Example:
         >>> c = block_clocks(Elapsed(steps=5, samples=10, step_in_epoch=2), [4, 4, 3, 4], 4)
@@ -87,21 +258,21 @@ def _ready_rows(block: Block) -> int:
     return count if whole or count == block.count else 0
 
 
+def _cut(values: Any, lo: int, n: int) -> Any:
+    """A column cut to its records' rows (a stacked one may hold more rows)."""
+    return values if isinstance(values, list) or (not lo and values.shape[0] == n) else values[lo : lo + n]
+
+
 def _host_column(values: Any, lo: int, n: int) -> Any:
-    """A fetched column cut to its records' rows (a stacked one may hold more rows); a list
-    of arrays of one shape and dtype (device values read one by one) stacked."""
+    """A fetched column cut to its rows; a list of arrays of one shape and dtype stacked."""
     if isinstance(values, np.ndarray):
-        return values[lo : lo + n] if lo or values.shape[0] != n else values
+        return _cut(values, lo, n)
     first = values[0] if values else None
     if isinstance(first, np.ndarray) and all(
         isinstance(v, np.ndarray) and v.shape == first.shape and v.dtype == first.dtype for v in values
     ):
         return np.stack(values)
     return values
-
-
-def _empty() -> Block:
-    return Block(0, {f: np.zeros(0) for f in CLOCK_FIELDS}, {}, [])
 
 
 class History:
@@ -113,11 +284,6 @@ class History:
     first collection that holds it in *that record*, in the order ``losses``, ``metrics``,
     ``stateful_metrics``, ``outputs``, then custom collections by name; if no collection
     holds it, a clock counter of that name is used. Records missing a key are skipped.
-
-    Records are kept by column (:class:`~gyre.core._columns.Block`), on the device until their
-    block lands and in numpy arrays after it, never as one Python object per step: a history
-    of a million steps costs the garbage collector nothing. :class:`Record` objects are built
-    when read.
 
     Args:
         flush_every: per-step commits gathered into one block (one transfer).
@@ -134,12 +300,8 @@ class History:
     def __init__(self, *, flush_every: int = 256, lag: int = 16) -> None:
         if flush_every < 1 or lag < 0:
             raise ValueError(
-                explain(
-                    "History needs flush_every >= 1 and lag >= 0",
-                    expected="e.g. History(flush_every=256, lag=16)",
-                    received=f"flush_every={flush_every!r}, lag={lag!r}",
-                    fix="pass positive numbers",
-                )
+                explain("History needs flush_every >= 1 and lag >= 0", expected="e.g. History(flush_every=256, lag=16)",
+                        received=f"flush_every={flush_every!r}, lag={lag!r}", fix="pass positive numbers")
             )
         self._parts: list[tuple[Block, int]] = []  # (block, its first row in stacked values)
         self._starts: list[int] = []  # each part's first record
@@ -155,15 +317,13 @@ class History:
 
     # -- writing -----------------------------------------------------------------------------
     def commit(self, elapsed: Elapsed, logs: Logs, *, batch_size: int | None = None) -> None:
-        """Appends one step's logs (device values are kept; nothing waits).
-
-        Only the values are kept, not ``logs`` itself: changing it afterwards changes nothing.
-        """
+        """Appends one step's logs (device values are kept; nothing waits). Only the values
+        are kept, not ``logs`` itself: changing it afterwards changes nothing (example: see
+        :class:`History`)."""
         self.commit_owned(elapsed, Logs().merge(logs), batch_size)
 
     def commit_owned(self, elapsed: Elapsed, logs: Logs, batch_size: int | None) -> None:
-        """:meth:`commit` for a caller that hands ``logs`` over: it must not change it
-        afterwards (a loop's engine, whose logs of a step are made for that step).
+        """:meth:`commit` for a caller that hands ``logs`` over and never changes it afterwards.
 
         Example:
             >>> h = History(); h.commit_owned(Elapsed(), Logs().add_metric("a", 1), 8); len(h)
@@ -177,52 +337,35 @@ class History:
             self._land(wait=False)
 
     def commit_stacked(
-        self,
-        clocks: Sequence[Elapsed],
-        logs: Logs,
-        *,
-        batch_sizes: Sequence[int | None] | None = None,
-        start: int = 0,
+        self, clocks: Sequence[Elapsed], logs: Logs, *, batch_sizes: Sequence[int | None] | None = None, start: int = 0
     ) -> None:
-        """Appends ``len(clocks)`` steps whose logs come stacked, one row per step.
-
-        Every value of ``logs`` has a leading axis (what a fused step returns: see
-        :func:`gyre.fuse`); step ``i`` gets row ``start + i``. Nothing is sliced on the device:
-        the rows are cut on the host when the values have moved there.
+        """Appends ``len(clocks)`` steps whose logs come stacked: every value has a leading axis
+        (what a fused step returns: see :func:`gyre.fuse`) and step ``i`` gets row ``start + i``,
+        cut on the host once the values have moved there.
 
         Example:
-            >>> import numpy as np
             >>> h = History()
-            >>> h.commit_stacked([Elapsed(steps=i) for i in range(3)],
-            ...                  Logs().add_loss("loss", np.array([3.0, 2.0, 1.0])))
+            >>> h.commit_stacked([Elapsed(steps=i) for i in range(3)], Logs().add_loss("loss", np.array([3.0, 2.0, 1.0])))
             >>> h.collect("steps", "loss")
             ([0, 1, 2], [3.0, 2.0, 1.0])
         """
         rows = len(clocks)
-        if rows == 0:
-            return
         sizes = [None] * rows if batch_sizes is None else list(batch_sizes)
         if len(sizes) != rows:
             raise ValueError(
-                explain(
-                    "commit_stacked needs one batch size per clock",
-                    expected=f"{rows} batch sizes",
-                    received=f"{len(sizes)}",
-                    fix="pass batch_sizes=[...] of the same length as clocks, or leave it out",
-                )
+                explain("commit_stacked needs one batch size per clock", expected=f"{rows} batch sizes",
+                        received=f"{len(sizes)}", fix="pass batch_sizes=[...] of the same length as clocks, or leave it out")
             )
-        self._stacked_part(_clock_columns(clocks), logs, sizes, start)
+        if rows:
+            self._stacked_part(_clock_columns(clocks), logs, sizes, start)
 
     def commit_block(
         self, first: Elapsed, sizes: Sequence[int | None], logs: Logs, *, epoch_steps: int | None, start: int = 0
     ) -> None:
         """Appends ``len(sizes)`` steps whose logs come stacked (row ``start + i``: step ``i``), the
-        first at clock ``first``, each next one as :meth:`Elapsed._after` gives it (one more
-        step, ``sizes[i]`` more samples, epochs rolled every ``epoch_steps``, ``first``'s time
-        and date). The clocks are made as columns; nothing waits for the device.
+        first at clock ``first``, the next ones as :func:`block_clocks` makes them.
 
         Example:
-            >>> import numpy as np
             >>> h = History()
             >>> h.commit_block(Elapsed(steps=4), [2, 2], Logs().add_loss("loss", np.ones(8)), epoch_steps=None)
             >>> h.collect("steps", "samples")
@@ -235,20 +378,16 @@ class History:
 
     def _stacked_part(self, clocks: dict[str, Any], logs: Logs, sizes: list[int | None], start: int) -> None:
         n = len(sizes)
-        if type(logs) is not Logs:
-            logs = Logs().merge(logs)
-        leaves, shape = flatten_logs(logs)
+        leaves, shape = flatten_logs(logs if type(logs) is Logs else Logs().merge(logs))
         keys = [(collection, name) for collection, names in shape for name in names]
         for (collection, name), value in zip(keys, leaves, strict=True):
             found = getattr(value, "shape", ())
             if not found or found[0] < start + n:
                 raise ValueError(
-                    explain(
-                        f"stacked logs entry {collection}.{name} has no row for every step",
-                        expected=f"arrays with a leading axis of at least {start + n} (one row per step)",
-                        received=f"shape {tuple(found)}",
-                        fix="commit per-step logs with History.commit, or stack them along axis 0",
-                    )
+                    explain(f"stacked logs entry {collection}.{name} has no row for every step",
+                            expected=f"arrays with a leading axis of at least {start + n} (one row per step)",
+                            received=f"shape {tuple(found)}",
+                            fix="commit per-step logs with History.commit, or stack them along axis 0")
                 )
         if self._open:
             self._seal()
@@ -293,8 +432,8 @@ class History:
         self._count += block.count
 
     def _land(self, *, wait: bool) -> None:
-        """Turns the parts whose values are on the host or computed (all of them if
-        ``wait``) into host blocks, oldest first, in one transfer."""
+        """Turns the parts whose values are computed (all of them if ``wait``) into host
+        blocks, oldest first, in one transfer."""
         first = stop = self._landed
         while stop < len(self._parts):
             block, lo = self._parts[stop]
@@ -332,12 +471,9 @@ class History:
 
     # -- reading -----------------------------------------------------------------------------
     def read(self, since: int = 0, *, wait: bool = False, fresh: bool = True) -> Block:
-        """The records from index ``since`` on that can be read without waiting for the
-        device (with ``wait``: all of them, waiting), as one block of host columns.
-
-        ``fresh=False`` leaves the per-step commits since the last block where they are,
-        until the history gathers them itself (every ``flush_every`` commits, or another
-        reader's read): a writer that sends in batches reads them a batch at a time.
+        """The records from index ``since`` on that can be read without waiting for the device
+        (``wait``: all of them, waiting), as one block of host columns. ``fresh=False`` leaves the
+        per-step commits since the last block to the history's own batching (a batched writer).
 
         Example:
             >>> h = History()
@@ -352,28 +488,14 @@ class History:
         self._land(wait=wait)
         end = self._count if self._landed == len(self._parts) else self._starts[self._landed]
         if since >= end:
-            return _empty()
+            return Block(0, {f: np.zeros(0) for f in CLOCK_FIELDS}, {}, [])
         b = max(bisect_right(self._starts, since) - 1, 0)
-        taken = []
-        for (block, _), start in zip(self._parts[b : self._landed], self._starts[b : self._landed], strict=True):
-            taken.append(block.take(max(since - start, 0), block.count))
-        return join(taken)
-
-    def reader(self, start: int | None = None) -> HistoryReader:
-        """A :class:`~gyre.core._reader.HistoryReader`: :meth:`read` from a position that
-        moves past what it handed out (default: from the next record committed).
-
-        Example:
-            >>> h = History(); r = h.reader(); h.commit(Elapsed(), Logs().add_metric("a", 1.0))
-            >>> r.read().count
-            1
-        """
-        return HistoryReader(self, start)
+        parts = zip(self._parts[b : self._landed], self._starts[b : self._landed], strict=True)
+        return join([block.take(max(since - start, 0), block.count) for (block, _), start in parts])
 
     def segments(self) -> list[tuple[int, Block]]:
-        """Every record, wherever its values are, as ``(index of its first record, block)``:
-        host columns for the records that landed, device values for the others. Nothing waits
-        for the device: reductions over a history (an evaluation's means) run on the device.
+        """Every record as ``(index of its first record, block)`` without waiting: device values
+        where they have not landed (for reductions on the device).
 
         Example:
             >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1.0))
@@ -385,14 +507,8 @@ class History:
         return list(self._views())
 
     def _views(self) -> Iterator[tuple[int, Block]]:
-        """The parts with their values as they are, cut to their records (on the device too)."""
         for (block, lo), start in zip(self._parts, self._starts, strict=True):
-            entries = {
-                key: (rows, values if isinstance(values, list) or (not lo and values.shape[0] == len(rows))
-                      else values[lo : lo + len(rows)])
-                for key, (rows, values) in block.entries.items()
-            }
-            yield start, block._replace(entries=entries)
+            yield start, block._replace(entries={k: (r, _cut(v, lo, len(r))) for k, (r, v) in block.entries.items()})
 
     def batch_sizes(self) -> list[int | None]:
         """The batch size of every record (``None`` where the loop did not record one).
@@ -401,8 +517,7 @@ class History:
             >>> h = History(); h.commit(Elapsed(), Logs(), batch_size=8); h.batch_sizes()
             [8]
         """
-        sizes = [s for block, _ in self._parts for s in block.sizes]
-        return sizes + [size for *_, size in self._open]
+        return [s for block, _ in self._parts for s in block.sizes] + [size for *_, size in self._open]
 
     def latest(self) -> Logs:
         """The newest value of every entry ever logged (device values as they are).
@@ -436,8 +551,7 @@ class History:
         return self._parts
 
     def __iter__(self) -> Iterator[Record]:
-        for block, _ in self._host_parts():
-            yield from block.records()
+        return self.records()
 
     @overload
     def __getitem__(self, index: int) -> Record: ...
@@ -475,8 +589,8 @@ class History:
             yield from block.take(max(start - first, 0), min(stop - first, block.count)).records()
 
     def extend(self, other: History | Block) -> None:
-        """Appends every record of ``other``, a history or a block of host columns (used when
-        a run is continued).
+        """Appends every record of ``other``, a history or a block of host columns (a
+        continued run).
 
         Example:
             >>> a, b = History(), History()
@@ -489,10 +603,8 @@ class History:
             self._append(block, 0)
 
     def collect(self, *keys: str) -> list[Any] | tuple[list[Any], ...]:
-        """Values of ``keys`` from every record that has all of them.
-
-        One key gives a list; several give a tuple of lists of equal length. Scalars come back
-        as Python numbers, arrays as numpy arrays.
+        """Values of ``keys`` from every record that has all of them: one key gives a list,
+        several a tuple of lists of equal length; scalars as Python numbers, arrays as numpy.
 
         Example:
             >>> h = History()
@@ -503,22 +615,14 @@ class History:
         """
         if not keys:
             raise ValueError(
-                explain(
-                    "collect() needs at least one key",
-                    expected="names like 'loss', 'metrics.accuracy' or 'steps'",
-                    received="no keys",
-                    fix="e.g. history.collect('steps', 'loss')",
-                )
+                explain("collect() needs at least one key", expected="names like 'loss', 'metrics.accuracy' or 'steps'",
+                        received="no keys", fix="e.g. history.collect('steps', 'loss')")
             )
         for key in keys:
             if not isinstance(key, str):
                 raise TypeError(
-                    explain(
-                        "history keys are strings",
-                        expected="'loss', 'metrics.accuracy' or 'steps'",
-                        received=describe(key),
-                        fix="pass the key's name as a string",
-                    )
+                    explain("history keys are strings", expected="'loss', 'metrics.accuracy' or 'steps'",
+                            received=describe(key), fix="pass the key's name as a string")
                 )
         columns: list[list[Any]] = [[] for _ in keys]
         for block, _ in self._host_parts():
@@ -531,7 +635,7 @@ class History:
     def _check_keys(self, keys: Sequence[str]) -> None:
         """Raises a KeyError for a key that no record holds (a typo would otherwise give [])."""
         for key in keys:
-            if any(v is not MISSING for block, _ in self._host_parts() for v in block.lookup(key)):
+            if any(v is not MISSING for block, _ in self._host_parts() for v in block._lookup(key)):
                 continue
             names = self.names()
             known = [f"{c}.{n}" for c, ns in names.items() for n in ns] + [n for ns in names.values() for n in ns]
@@ -539,8 +643,7 @@ class History:
             raise ExplainedKeyError(
                 explain(
                     f"no record of this history has the key {key!r}",
-                    expected="a logged name, 'collection.name', or a clock counter ("
-                    + ", ".join(CLOCK_FIELDS) + ")",
+                    expected="a logged name, 'collection.name', or a clock counter (" + ", ".join(CLOCK_FIELDS) + ")",
                     received=f"{key!r}; the logged names, closest first: {close[:12]}",
                     fix=f"use one of the logged names{', e.g. ' + repr(close[0]) if close else ''}",
                 )
@@ -560,10 +663,8 @@ class History:
         return {c: list(v) for c, v in seen.items()}
 
     def to_records(self) -> list[dict[str, Any]]:
-        """One flat dict per record: the clock counters, then every entry.
-
-        An entry is named by its bare name when no other collection in the history uses that
-        name, else ``collection.name``.
+        """One flat dict per record: the clock counters, then every entry, by its bare name
+        when no other collection of the history uses it, else ``collection.name``.
 
         Example:
             >>> h = History(); h.commit(Elapsed(steps=3), Logs().add_metric("a", 1))
@@ -571,21 +672,18 @@ class History:
             (3, 1)
         """
         owners: dict[str, int] = {}
-        for names in self.names().values():
-            for name in names:
-                owners[name] = owners.get(name, 0) + 1
+        for name in chain.from_iterable(self.names().values()):
+            owners[name] = owners.get(name, 0) + 1
         rows = []
         for record in self:
             row: dict[str, Any] = record.elapsed.to_dict()
             for collection, name, value in record.logs.entries():
-                column = name if owners[name] == 1 and name not in row else f"{collection}.{name}"
-                row[column] = to_python(value)
+                row[name if owners[name] == 1 and name not in row else f"{collection}.{name}"] = to_python(value)
             rows.append(row)
         return rows
 
     def to_csv(self, path: str) -> None:
-        """Writes :meth:`to_records` as CSV (scalar entries only; arrays are left out), creating
-        the file's folder if missing.
+        """Writes :meth:`to_records` as CSV (scalar entries only), creating the file's folder.
 
         Example:
             >>> import tempfile, os
@@ -597,44 +695,20 @@ class History:
         """
         import csv
 
-        rows = [
-            {k: v for k, v in row.items() if isinstance(v, (int, float, str, bool))}
-            for row in self.to_records()
-        ]
-        columns: dict[str, None] = {}
-        for row in rows:
-            for key in row:
-                columns.setdefault(key, None)
+        rows = [{k: v for k, v in row.items() if isinstance(v, (int, float, str, bool))} for row in self.to_records()]
+        columns = dict.fromkeys(chain.from_iterable(rows))
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(columns))
             writer.writeheader()
             writer.writerows(rows)
 
-    def plot(
-        self,
-        path: str | None = None,
-        keys: Sequence[str | Sequence[str]] | None = None,
-        *,
-        x: str = "steps",
-    ) -> Any:
-        """Plots entries against ``x`` with matplotlib, one panel per key or group of keys.
-
-        Args:
-            path: where to save the figure (PNG by extension; its folder is created if
-                missing); ``None`` keeps it open.
-            keys: names to plot; a nested sequence puts several curves on one panel, e.g.
-                ``[["loss", "loss_test"], ["accuracy", "accuracy_test"]]``. By default every
-                scalar entry, with ``name_<suffix>`` drawn on the panel of ``name``.
-            x: the clock counter on the horizontal axis.
-
-        Returns:
-            The matplotlib figure.
-
-        Raises:
-            KeyError: a key no record holds, or a ``path`` without an extension that reads
-                like a series' name (``plot("loss")``: the series go in ``keys``).
-            ValueError: another ``path`` without an extension.
+    def plot(self, path: str | None = None, keys: Sequence[str | Sequence[str]] | None = None, *, x: str = "steps") -> Any:
+        """Plots entries against the clock counter ``x`` with matplotlib and returns the figure,
+        saved to ``path`` (its folder created) unless ``None``. ``keys``: one panel per key, or
+        per nested group (``[["loss", "loss_test"], ["accuracy", "accuracy_test"]]``); by default
+        every scalar entry, ``name_<suffix>`` on the panel of ``name``. A key no record holds,
+        or a ``path`` without an extension (``plot("loss")``: the series go in ``keys``), raises.
 
         Example:
             >>> import tempfile, os
@@ -654,9 +728,7 @@ class History:
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
         except ImportError as err:
-            raise ImportError(
-                "History.plot needs matplotlib: pip install 'gyre[plot]'"
-            ) from err
+            raise ImportError("History.plot needs matplotlib: pip install 'gyre[plot]'") from err
         fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(5 * max(len(groups), 1), 3.6))
         axes = [axes] if len(groups) <= 1 else list(axes)
         for ax, group in zip(axes, groups, strict=False):
@@ -678,12 +750,9 @@ class History:
 
 def _not_a_clock(elapsed: Any) -> None:
     raise TypeError(
-        explain(
-            "History.commit needs the step's clock",
-            expected="a gyre.Elapsed (what the loop passes as elapsed)",
-            received=describe(elapsed),
-            fix="commit(elapsed, logs): pass the callback's elapsed, or gyre.Elapsed(steps=i)",
-        )
+        explain("History.commit needs the step's clock", expected="a gyre.Elapsed (what the loop passes as elapsed)",
+                received=describe(elapsed),
+                fix="commit(elapsed, logs): pass the callback's elapsed, or gyre.Elapsed(steps=i)")
     )
 
 
@@ -694,12 +763,9 @@ def _extensionless(history: History, path: str) -> Exception:
     near = path if path in names else closest(path, names)
     if near is None:
         return ValueError(
-            explain(
-                f"History.plot: the file {path!r} has no extension",
-                expected="a file name ending in the format, e.g. 'curves.png', '.pdf' or '.svg'",
-                received=repr(path),
-                fix=f"history.plot({path + '.png'!r})",
-            )
+            explain(f"History.plot: the file {path!r} has no extension", received=repr(path),
+                    expected="a file name ending in the format, e.g. 'curves.png', '.pdf' or '.svg'",
+                    fix=f"history.plot({path + '.png'!r})")
         )
     return ExplainedKeyError(
         explain(
@@ -713,39 +779,27 @@ def _extensionless(history: History, path: str) -> Exception:
     )
 
 
-def _plot_groups(
-    history: History, keys: Sequence[str | Sequence[str]] | None
-) -> list[list[str]]:
+def _plot_groups(history: History, keys: Sequence[str | Sequence[str]] | None) -> list[list[str]]:
     if keys is not None:
         return [[k] if isinstance(k, str) else list(k) for k in keys]
     by_collection = {c: ns for c, ns in history.names().items() if c != "outputs"}
     owners: dict[str, int] = {}
-    for found in by_collection.values():
-        for name in found:
-            owners[name] = owners.get(name, 0) + 1
-    names: list[str] = []  # a name of several collections is drawn once per collection
-    for collection in resolution_order(by_collection):
-        for name in by_collection[collection]:
-            names.append(name if owners[name] == 1 else f"{collection}.{name}")
+    for name in chain.from_iterable(by_collection.values()):
+        owners[name] = owners.get(name, 0) + 1
     groups: dict[str, list[str]] = {}
-    for name in names:
-        base = next((b for b in groups if name.startswith(b + "_")), name)
-        groups.setdefault(base, []).append(name)
+    for collection in resolution_order(by_collection):  # a name of several collections: once per collection
+        for name in by_collection[collection]:
+            name = name if owners[name] == 1 else f"{collection}.{name}"
+            groups.setdefault(next((b for b in groups if name.startswith(b + "_")), name), []).append(name)
     return list(groups.values())
 
 
-def history(
-    logs_list: Iterable[Any] | None = None, *, flush_every: int = 256, lag: int = 16
-) -> History:
+def history(logs_list: Iterable[Any] | None = None, *, flush_every: int = 256, lag: int = 16) -> History:
     """A new :class:`History`: empty, or holding the records of ``logs_list``.
 
-    Args:
-        logs_list: records as ciclo keeps them (its ``History`` is a list of them): one dict per
-            step of collections of entries, ``{"metrics": {"loss": 0.5}}``, the step's clock
-            under ``"elapsed"`` (an :class:`~gyre.Elapsed` or a dict of its counters; other
-            keys such as ciclo's ``date_start`` are ignored; a record without one gets
-            ``steps`` = its index). gyre's own records (iterating a history) are accepted too.
-        flush_every, lag: see :class:`History`.
+    ``logs_list`` holds records as ciclo keeps them: one dict per step of collections of
+    entries, the clock under ``"elapsed"`` (an :class:`~gyre.Elapsed` or a dict of its counters,
+    other keys ignored; without one, ``steps`` is the record's index), or gyre's own records.
 
     Example:
         >>> len(history())
@@ -763,12 +817,9 @@ def history(
             isinstance(v, Mapping) or (k == "elapsed" and isinstance(v, Elapsed)) for k, v in record.items()
         ):
             raise TypeError(
-                explain(
-                    f"record {index} of the list given to history() is not a dict of collections",
-                    expected='{"metrics": {"loss": 0.5}, "elapsed": {"steps": 3}} (ciclo\'s records)',
-                    received=describe(record),
-                    fix="give one dict per step, each collection a dict of entries",
-                )
+                explain(f"record {index} of the list given to history() is not a dict of collections",
+                        expected='{"metrics": {"loss": 0.5}, "elapsed": {"steps": 3}} (ciclo\'s records)',
+                        received=describe(record), fix="give one dict per step, each collection a dict of entries")
             )
         clock = record.get("elapsed")
         if clock is None:

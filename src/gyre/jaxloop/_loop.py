@@ -30,8 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from gyre.core._clock import infer_batch_size
-from gyre.core._columns import numeric_dtype
 from gyre.core._errors import as_pair, describe, explain, warn, whole_number
+from gyre.core._host import numeric_dtype
 from gyre.data._padding import accepts_mask, padded
 from gyre.loop._elapse import samples
 from gyre.loop._nan import NonFiniteError, check_nan_policy

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core._columns import numeric_dtype
+from gyre.core._host import numeric_dtype
 from gyre.steps._restore import restore_pytree
 
 

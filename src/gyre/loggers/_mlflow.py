@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from gyre.callbacks._wandb_logger import scalar_runs
 from gyre.core._errors import describe, explain, suggest
-from gyre.core._runs import ScalarRun
+from gyre.core._history import Block
 from gyre.loggers._writer import Writer, require
 
 _BATCH = 1000  # metrics per log_batch: MLflow's limit for one request
@@ -142,16 +143,16 @@ class MLflowWriter(Writer):
         metrics = [Metric(name, float(value), now, step) for name, value in values.items()]
         self._client.log_batch(self.run_id, metrics=metrics)
 
-    def _scalar_runs(self, runs: list[ScalarRun]) -> None:
+    def _scalar_block(self, block: Block, keep: np.ndarray | None) -> None:
         # The steps write_to hands over go out in batches of up to _BATCH metrics (one request
         # to a tracking server per batch, not one per step), timed at their step's own moment.
         from mlflow.entities import Metric
 
         metrics = []
-        for run in runs:
-            stamps = np.round(run.dates * 1000).astype(np.int64).tolist()
-            for step, stamp, values in zip(run.steps.tolist(), stamps, run.values.tolist(), strict=True):
-                metrics.extend(Metric(name, value, stamp, step) for name, value in zip(run.names, values, strict=True))
+        for _, names, steps, dates, values in scalar_runs(block, keep):
+            stamps = np.round(dates * 1000).astype(np.int64).tolist()
+            for step, stamp, row in zip(steps.tolist(), stamps, values.tolist(), strict=True):
+                metrics.extend(Metric(name, value, stamp, step) for name, value in zip(names, row, strict=True))
         for start in range(0, len(metrics), _BATCH):
             self._client.log_batch(self.run_id, metrics=metrics[start : start + _BATCH])
 

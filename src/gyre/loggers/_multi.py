@@ -6,8 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gyre.core._errors import describe, explain
-from gyre.core._reader import Columns
-from gyre.core._runs import ScalarRun
+from gyre.core._history import Block
 from gyre.loggers._writer import Writer
 
 
@@ -79,11 +78,8 @@ class MultiWriter(Writer):
         """:meth:`gyre.Writer.write_hparams` on each writer that writes hyperparameters."""
         self._each("hparams", lambda w: w.write_hparams(params, metrics))
 
-    def _write_columns(self, columns: Columns) -> None:
-        self._each("scalars", lambda w: w._write_columns(columns))
-
-    def _write_runs(self, runs: list[ScalarRun]) -> None:
-        self._each("scalars", lambda w: w._write_runs(runs))
+    def _write_block(self, block: Block, keep: Any = None) -> None:
+        self._each("scalars", lambda w: w._write_block(block, keep))
 
     def _all(self, method: str) -> None:
         first: BaseException | None = None

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gyre.callbacks._wandb_logger import FollowsHistory
+import numpy as np
+
+from gyre.callbacks._wandb_logger import FollowsHistory, scalar_runs
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, whole_number
+from gyre.core._history import Block
 from gyre.core._logs import Logs
-from gyre.core._runs import scalar_runs, thinned
 from gyre.loggers._writer import Writer
 from gyre.loop._tasks import ChunkSafe, LoopElement
 
@@ -154,15 +156,29 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
     on_predict_end = on_test_end
 
     def _send(self, *, wait: bool) -> None:
-        columns = self._read(wait=wait, fresh=False)  # per-step records: in the history's batches
-        count = columns.count
-        if count and self.write_every == 1:  # turned into runs of rows on the writer's thread
-            self.writer._write_columns(columns)
-        elif count:  # which rows to write depends on the previous ones: decided here, in order
-            runs, self._written = thinned(scalar_runs(columns), self.write_every, self._written, keep_last=wait)
-            if runs:
-                self.writer._write_runs(runs)
-        self.sent += count
+        block = self._read(wait=wait, fresh=False)  # per-step records: in the history's batches
+        if block.count and self.write_every == 1:  # turned into runs of rows on the writer's thread
+            self.writer._write_block(block)
+        elif block.count:  # which rows to write depends on the previous ones: decided here, in order
+            keep = self._thinned(block, last=wait)
+            if keep.any():
+                self.writer._write_block(block, keep)
+        self.sent += block.count
+
+    def _thinned(self, block: Block, *, last: bool) -> np.ndarray:
+        """The rows to write when only every ``write_every``-th step is: those at multiples of
+        it, the first row holding a name the previous written row did not (an evaluation's
+        entries), and with ``last`` the block's last row holding numbers (the loop's end)."""
+        keep = np.zeros(block.count, bool)
+        runs = list(scalar_runs(block))
+        for i, (start, names, steps, _, _) in enumerate(runs):
+            mask = steps % self.write_every == 0
+            mask[0] |= not self._written.issuperset(names)
+            mask[-1] |= last and i == len(runs) - 1
+            if mask.any():
+                keep[start : start + len(steps)] = mask
+                self._written = frozenset(names)
+        return keep
 
     def __repr__(self) -> str:
         extra = f", write_every={self.write_every}" if self.write_every != 1 else ""

@@ -13,9 +13,10 @@ A new kind of writer subclasses :class:`Writer`, lists what it writes in ``kinds
 defines the matching ``_scalars`` / ``_histograms`` / ``_images`` / ``_texts`` /
 ``_hparams`` methods (plus ``_open``, ``_flush``, ``_close``): they run on the writer's thread
 and receive host values (Python floats, numpy arrays, uint8 NHWC images). The steps
-:func:`gyre.write_to` hands over come as runs of rows (:class:`~gyre.core._runs.ScalarRun`);
-by default each row is one ``_scalars`` call, and a writer that can write a whole run at once
-overrides ``_scalar_runs``.
+:func:`gyre.write_to` hands over come as a history's :class:`~gyre.core.Block` (with the rows
+to write), read on the writer's thread as runs of records holding the same scalar entries
+(:func:`scalar_runs`); by default each record is one ``_scalars`` call, and a writer that can
+write a whole run at once overrides ``_scalar_block``.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
-from gyre.core._columns import numeric_dtype
+from gyre.callbacks._wandb_logger import is_number, scalar_rows
 from gyre.core._errors import describe, explain
-from gyre.core._reader import Columns
-from gyre.core._runs import ScalarRun, is_number, rows, scalar_runs
+from gyre.core._history import Block
+from gyre.core._host import numeric_dtype
 from gyre.parallel.distributed import is_main_process
 
 KINDS = ("scalars", "histograms", "images", "texts", "hparams")
@@ -338,17 +339,12 @@ class Writer:
         found = None if metrics is None else _scalars(self._who, "write_hparams", metrics, "params, ")
         self._submit("hparams", params, found)
 
-    def _write_columns(self, columns: Columns) -> None:
-        """Queues many steps' scalars at once, as one item: records a history reader read
-        (what :func:`gyre.write_to` hands over), turned into :class:`ScalarRun` objects and
-        written on the writer's thread, so the caller pays one queue put for a few hundred
-        steps and not their conversion."""
-        self._submit("scalars", columns, batched=True)
-
-    def _write_runs(self, runs: list[ScalarRun]) -> None:
-        """Queues runs of rows already built (what :func:`gyre.write_to` hands over when it
-        writes only some steps: ``write_every``), as one item."""
-        self._submit("scalars", runs, batched=True)
+    def _write_block(self, block: Block, keep: np.ndarray | None = None) -> None:
+        """Queues many steps' scalars at once, as one item: a history's block (its rows in
+        ``keep``, all by default), what :func:`gyre.write_to` hands over, written on the
+        writer's thread (:meth:`_scalar_block`): the caller pays one queue put for a few
+        hundred steps and not their conversion."""
+        self._submit("scalars", block, keep, batched=True)
 
     def flush(self) -> None:
         """Waits until everything queued is written and the backend has flushed it.
@@ -488,8 +484,7 @@ class Writer:
             self._close()
             return
         if kind == "runs":
-            (found,) = args
-            self._scalar_runs(found if isinstance(found, list) else scalar_runs(found))
+            self._scalar_block(*args)
             return
         args = _to_host(args)  # the one transfer, off the caller's thread
         if kind == "hparams":
@@ -511,18 +506,17 @@ class Writer:
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         raise self._unsupported("scalars")
 
-    def _scalar_runs(self, runs: list[ScalarRun]) -> None:
-        """Writes runs of rows (what :meth:`_write_columns` queued); by default one
-        :meth:`_scalars` call per row, giving up the GIL every ``SLICE_SECONDS``. A writer
+    def _scalar_block(self, block: Block, keep: np.ndarray | None) -> None:
+        """Writes a block's scalars (what :meth:`_write_block` queued); by default one
+        :meth:`_scalars` call per record, giving up the GIL every ``SLICE_SECONDS``. A writer
         that can write a whole run at once overrides it."""
         clock = time.perf_counter
         until = clock() + SLICE_SECONDS
-        for run in runs:
-            for step, values in rows(run):
-                self._scalars(step, values)
-                if clock() > until:
-                    time.sleep(0)  # lets the loop's thread take the GIL (see SLICE_SECONDS)
-                    until = clock() + SLICE_SECONDS
+        for step, values in scalar_rows(block, keep):
+            self._scalars(step, values)
+            if clock() > until:
+                time.sleep(0)  # lets the loop's thread take the GIL (see SLICE_SECONDS)
+                until = clock() + SLICE_SECONDS
 
     def _histograms(self, step: int, arrays: dict[str, np.ndarray], num_buckets: int | None) -> None:
         raise self._unsupported("histograms")

@@ -1,19 +1,16 @@
 """The history in a checkpoint: appended blocks of columns, so a save costs its new records only.
 
-Each save of a loop writes the records committed since its previous save as one file,
-``history/<first record, 12 digits>.json``, and the checkpoint records how many records belong
-to it. A resumed loop reads the chain of blocks from record 0 (each block names where the next
-one starts) up to that count and truncates the last one: blocks a dead run wrote after its
-last good checkpoint are never read, and are overwritten by the resumed run's own. The
-checkpoint's meta also holds the running CRC-32 of the blocks it counts (:func:`chain_crc`),
-checked before it is loaded.
+Each save writes the records committed since the previous one as ``history/<first record, 12
+digits>.json``, and the checkpoint records how many records belong to it. A resumed loop reads
+the chain of blocks from record 0 (each names where the next starts) up to that count and
+truncates the last one: blocks a dead run wrote after its last good checkpoint are never read.
+The checkpoint's meta also holds the running CRC-32 of the blocks it counts (:func:`chain_crc`).
 
 A block (format 2) is a JSON object holding its records by column, as the history keeps them:
 a column per clock counter, the batch sizes, and per entry the rows that hold it (``null``:
-every record) and its values. A numpy column is its raw bytes, base64 (exact to the bit, NaN
-payloads included; ``{"dtype": "float32", "shape": [], "bytes": "..."}``); any other column a
-list of values (Python numbers stay Python numbers, arrays keep their dtype and shape). Blocks
-of format 1 (a JSON object per record) are still read.
+every record) and its values. A numpy column is its raw bytes, base64 (exact to the bit;
+``{"dtype": "float32", "shape": [], "bytes": "..."}``); any other column a list of values
+(arrays keep their dtype and shape). Blocks of format 1 (a JSON object per record) are still read.
 """
 
 from __future__ import annotations
@@ -29,13 +26,13 @@ import numpy as np
 
 from gyre.core._clock import _FIELDS as CLOCK_FIELDS
 from gyre.core._clock import Elapsed
-from gyre.core._columns import Block, as_list, pack
 from gyre.core._errors import explain
-from gyre.core._history import History
-from gyre.core._logs import Collection, Logs
+from gyre.core._history import Block, History, put
+from gyre.core._logs import Logs
 
 FOLDER = "history"
 FORMAT = 2
+_HEADER = re.compile(rb'\{"format": \d+, "start": \d+, "stop": (\d+),')
 
 
 def block_name(start: int) -> str:
@@ -55,12 +52,9 @@ def _encode_value(value: Any) -> Any:
         array = np.asarray(value)
         return {"dtype": array.dtype.name, "shape": list(array.shape), "data": array.tolist()}
     raise TypeError(
-        explain(
-            "a history value cannot be saved in a checkpoint",
-            expected="numbers, strings or arrays in the logs",
-            received=f"a {type(value).__name__}",
-            fix="log arrays or numbers (e.g. gyre.logs().add_metric(name, value))",
-        )
+        explain("a history value cannot be saved in a checkpoint", expected="numbers, strings or arrays in the logs",
+                received=f"a {type(value).__name__}",
+                fix="log arrays or numbers (e.g. gyre.logs().add_metric(name, value))")
     )
 
 
@@ -70,9 +64,7 @@ def _decode_value(value: Any) -> Any:
     return value
 
 
-def _encode_column(values: Any) -> dict[str, Any] | None:
-    """One column: a numpy one as its raw bytes (base64, exact to the bit, its dtype and row
-    shape once), a list value by value."""
+def _encode_column(values: Any) -> dict[str, Any]:
     if isinstance(values, np.ndarray) and values.dtype != object:
         data = base64.b64encode(np.ascontiguousarray(values).tobytes()).decode()
         return {"dtype": values.dtype.name, "shape": list(values.shape[1:]), "bytes": data}
@@ -100,7 +92,7 @@ def encode_block(block: Block, start: int) -> bytes:
     ]
     return json.dumps({
         "format": FORMAT, "start": start, "stop": start + block.count,
-        "clocks": {f: _encode_column(pack(as_list(block.clocks[f]))) for f in CLOCK_FIELDS},
+        "clocks": {f: _encode_column(np.asarray(block.clocks[f])) for f in CLOCK_FIELDS},
         "batch_sizes": list(block.sizes), "entries": entries,
         "orders": [[i, [list(k) for k in keys]] for i, keys in (block.orders or {}).items()],
     }).encode()
@@ -110,14 +102,11 @@ def new_block(history: History, start: int) -> tuple[str, bytes] | None:
     """The file of the records after ``start`` (``None`` when there are none).
 
     Example:
-        >>> h = History(); h.commit(Elapsed(steps=0), Logs().add_loss("loss", np.float32(0.5)))
-        >>> name, data = new_block(h, 0)
-        >>> name, json.loads(data)["stop"]
+        >>> h = History(); h.commit(Elapsed(steps=0), Logs().add_metric("m", 1))
+        >>> name, data = new_block(h, 0); name, json.loads(data)["stop"]
         ('history/000000000000.json', 1)
     """
-    if len(history) <= start:
-        return None
-    return block_name(start), encode_block(history.read(start, wait=True), start)
+    return None if len(history) <= start else (block_name(start), encode_block(history.read(start, wait=True), start))
 
 
 def _decoded(data: dict[str, Any], keep: int) -> Block:
@@ -128,12 +117,11 @@ def _decoded(data: dict[str, Any], keep: int) -> Block:
             logs = Logs()
             for collection, entries in row["logs"].items():
                 for name, value in entries.items():
-                    logs[collection] = logs.get(collection) or Collection()
-                    logs[collection][name] = _decode_value(value)
+                    put(logs, collection, name, _decode_value(value))
             scratch.commit(Elapsed.from_dict(row["elapsed"]), logs, batch_size=row["batch_size"])
         return scratch.read(0, wait=True)
     count = data["stop"] - data["start"]
-    block = Block(
+    return Block(
         count,
         {f: _decode_column(data["clocks"][f]) for f in CLOCK_FIELDS},
         {
@@ -142,17 +130,12 @@ def _decoded(data: dict[str, Any], keep: int) -> Block:
         },
         data["batch_sizes"],
         {i: tuple(map(tuple, keys)) for i, keys in data["orders"]} or None,
-    )
-    return block.take(0, keep)
-
-
-_HEADER = re.compile(rb'\{"format": \d+, "start": \d+, "stop": (\d+),')
+    ).take(0, keep)
 
 
 def chain_crc(read: Callable[[str], bytes | None], count: int) -> int | None:
-    """The running CRC-32 of the blocks holding the first ``count`` records, in their order
-    (``zlib.crc32`` of their bytes, one after the other): what a checkpoint's meta holds as
-    ``history_crc``; ``None`` when a block is missing or not one.
+    """The running CRC-32 of the blocks holding the first ``count`` records, in their order:
+    what a checkpoint's meta holds as ``history_crc``; ``None`` when a block is missing or not one.
 
     Example:
         >>> h = History(); h.commit(Elapsed(steps=0), Logs().add_metric("m", 1))
@@ -171,33 +154,24 @@ def chain_crc(read: Callable[[str], bytes | None], count: int) -> int | None:
 
 
 def load_history(read: Callable[[str], bytes | None], count: int, where: str) -> History:
-    """The first ``count`` records, read from the chain of blocks.
-
-    Args:
-        read: reads a file of the checkpoint directory (``None`` when absent).
-        count: the records that belong to the checkpoint.
-        where: the checkpoint, for messages.
+    """The first ``count`` records, read from the chain of blocks with ``read`` (a file of the
+    checkpoint directory, ``None`` when absent); ``where`` names the checkpoint in messages.
 
     Example:
         >>> h = History()
         >>> for i in range(3):
         ...     h.commit(Elapsed(steps=i), Logs().add_metric("m", i))
-        >>> files = dict([new_block(h, 0)])
-        >>> load_history(files.get, 2, "ckpt").collect("m")
+        >>> load_history(dict([new_block(h, 0)]).get, 2, "ckpt").collect("m")
         [0, 1]
     """
-    history = History()
-    start = 0
+    history, start = History(), 0
     while start < count:
         data = read(block_name(start))
         if data is None:
             raise FileNotFoundError(
-                explain(
-                    f"the history of {where} is incomplete",
-                    expected=f"{count} records in {FOLDER}/, in blocks from record 0",
-                    received=f"no block starting at record {start}",
-                    fix="resume from another checkpoint, or pass resume=None to start afresh",
-                )
+                explain(f"the history of {where} is incomplete", received=f"no block starting at record {start}",
+                        expected=f"{count} records in {FOLDER}/, in blocks from record 0",
+                        fix="resume from another checkpoint, or pass resume=None to start afresh")
             )
         block = json.loads(data)
         history.extend(_decoded(block, count - start))

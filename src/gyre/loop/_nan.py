@@ -40,9 +40,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from gyre.core._clock import Elapsed
-from gyre.core._columns import Block
 from gyre.core._errors import describe, explain, suggest
-from gyre.core._history import History
+from gyre.core._history import Block, History
 from gyre.core._host import fetch
 from gyre.core._logs import Logs
 from gyre.loop._binding import StateMethod

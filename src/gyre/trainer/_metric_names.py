@@ -29,8 +29,8 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
-from gyre.core._columns import numeric_dtype
 from gyre.core._errors import ExplainedKeyError, describe, explain
+from gyre.core._host import numeric_dtype
 from gyre.trainer._modes import LogFreq, LogMetricMode, LogMode, MetricSpec
 
 PHASES = ("train", "val", "test")

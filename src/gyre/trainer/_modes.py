@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gyre.core._columns import numeric_dtype
 from gyre.core._errors import describe, explain, suggest
+from gyre.core._host import numeric_dtype
 
 
 class _NamedEnum(enum.StrEnum):

@@ -13,9 +13,8 @@ import numpy as np
 
 from gyre.callbacks._monitor import implied_mode
 from gyre.config._registry import register_callback
-from gyre.core._columns import numeric_dtype
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn, whole_number
-from gyre.core._host import fetch
+from gyre.core._host import fetch, numeric_dtype
 from gyre.trainer._callback import Callback, _check_state
 
 PROFILE_FOLDER = "profile"

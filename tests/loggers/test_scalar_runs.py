@@ -1,11 +1,11 @@
-"""Records as runs of scalar rows: names by wandb_logger's rule, real numbers only, records
-without one left out."""
+"""A history block's scalars as the writers read them (runs of records holding the same
+entries): names by wandb_logger's rule, real numbers only, records without one left out."""
 
 import numpy as np
 import pytest
 
 import gyre
-from gyre.core._runs import rows, scalar_runs
+from gyre.callbacks._wandb_logger import scalar_rows, scalar_runs
 
 
 @pytest.mark.filterwarnings("ignore:.*is logged as:gyre.LoopWarning")  # shared names, on purpose
@@ -19,22 +19,23 @@ def test_runs_hold_each_records_numbers_under_their_names():
         {"metrics": {"acc": 0.25}},
         {"metrics": {"acc": 0.5, "none": None, "complex": 1 + 0j, "object": object()}},  # not numbers
     ]
-    columns = gyre.history(records).reader(0).read(wait=True)
-    runs = scalar_runs(columns)
-    ordered = [(step, list(data.items())) for run in runs for step, data in rows(run)]
+    block = gyre.history(records).read(0, wait=True)
+    runs = list(scalar_runs(block))
+    ordered = [(step, list(data.items())) for step, data in scalar_rows(block)]
     assert ordered == [
         (0, [("loss", 1.0), ("acc", 0.5)]), (1, [("loss", 0.5), ("acc", 0.75)]),
         (2, [("loss", 0.25), ("acc", 1.0), ("metrics.loss", 2.0)]),
         (4, [("acc", 0.125), ("count", 3.0), ("flag", 1.0)]), (5, [("acc", 0.25)]), (6, [("acc", 0.5)]),
     ]
     assert all(type(x) is float for _, data in ordered for _, x in data)
-    assert [run.names for run in runs] == [
+    assert [names for _, names, *_ in runs] == [
         ("loss", "acc"), ("loss", "acc", "metrics.loss"), ("acc", "count", "flag"), ("acc",),
     ]
-    assert [run.steps.tolist() for run in runs] == [[0, 1], [2], [4], [5, 6]]
+    assert [steps.tolist() for _, _, steps, _, _ in runs] == [[0, 1], [2], [4], [5, 6]]
+    assert [start for start, *_ in runs] == [0, 2, 4, 5]
 
 
 def test_no_records_and_no_numbers_give_no_runs():
-    empty = gyre.history([]).reader(0).read(wait=True)
-    arrays = gyre.history([{"outputs": {"pred": np.ones(2)}}]).reader(0).read(wait=True)
-    assert scalar_runs(empty) == [] and scalar_runs(arrays) == []
+    empty = gyre.history([]).read(0, wait=True)
+    arrays = gyre.history([{"outputs": {"pred": np.ones(2)}}]).read(0, wait=True)
+    assert list(scalar_runs(empty)) == [] and list(scalar_runs(arrays)) == []

@@ -1,23 +1,12 @@
-"""gyre.core._columns: records kept by column (Block) and the Record view."""
+"""gyre.core._history: records kept by column (Block) and the Record view."""
 
 import numpy as np
 import pytest
 
 from gyre.core._clock import Elapsed
-from gyre.core._columns import Block, Record, as_list, join, numbers, pack
 from gyre.core._errors import ExplainedKeyError
+from gyre.core._history import Block, Record, join
 from gyre.core._logs import Logs
-
-
-def test_pack_makes_numeric_columns_and_keeps_the_rest_as_lists():
-    assert pack([1, 2, 3]).dtype.kind == "i" and pack([0.5, 1.0]).dtype.kind == "f"
-    assert pack([True, False]).dtype.kind == "b"
-    assert pack([1, None]) == [1, None] and pack(["a", "b"]) == ["a", "b"]
-    assert pack([]) == []
-    vectors = [np.zeros(2), np.ones(2)]
-    assert pack(vectors) is vectors  # rows that are arrays stay a list
-    assert as_list(pack([1, 2])) == [1, 2] and type(as_list(pack([1, 2]))[0]) is int
-    assert as_list((3, 4)) == [3, 4]
 
 
 def _clocks(n, **given):
@@ -75,7 +64,6 @@ def test_take_and_join_keep_every_entry_at_its_record():
     assert again.sizes == [4, 4, 4, 4, None]
     mixed = join([block.take(0, 1), Block(1, _clocks(1), {("losses", "loss"): (np.array([0]), ["x"])}, [None])])
     assert mixed.entries[("losses", "loss")][1] == [1.0, "x"]  # a list where the parts differ
-    assert numbers([1, 2]).tolist() == [1, 2] and numbers(["a"]) == ["a"]
 
 
 def test_record_reads_like_ciclos_dict_and_explains_a_missing_collection():
