@@ -26,7 +26,6 @@ from __future__ import annotations
 import inspect
 import os
 import re
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from gyre.core import _compat
 from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain, keywords_checked, whole_number
 from gyre.core._history import History
@@ -176,21 +174,18 @@ def fit(
         >>> int(state.step), history.collect("accuracy_test")
         (10, [1.0, 1.0])
 
-        A mask-aware ``eval_step``: the last batch (1 row) is padded to 4 rows and masked, so
-        it is traced (and compiled) for one batch shape.
+        A mask-aware ``eval_step``: the last batch (1 row) is padded to 4 rows and masked.
 
-        >>> shapes = []
         >>> @jax.jit
         ... def masked_accuracy(state, batch, mask=None):
-        ...     shapes.append(batch[0].shape)
         ...     logits = state.apply_fn({"params": state.params}, batch[0])
         ...     correct = jnp.argmax(logits, -1) == batch[1]
         ...     return jnp.sum(correct * mask) / jnp.sum(mask)
         >>> _, history = gyre.fit(state, [(x, y)], [(x, y), (x[:1], y[:1])], loss_fn=loss_fn,
         ...     eval_step=masked_accuracy, num_epochs=1, log_dir=tmp.name, log_name="masked",
         ...     progress=False)
-        >>> history.collect("accuracy_test"), set(shapes)
-        ([1.0], {(4, 3)})
+        >>> history.collect("accuracy_test"), masked_accuracy._cache_size()
+        ([1.0], 1)
 
         Data parallel: the state replicated, each batch of 8 split over the devices.
 
@@ -440,51 +435,27 @@ def _evaluation(
             return batch
         return strategy.place_batch(batch) if batch_rows(batch) % share == 0 else batch  # type: ignore[union-attr]
 
-    masked = accepts_mask(eval_step)
-    if masked:
+    if accepts_mask(eval_step):
         size = None
         if share:  # the first batch's size, rounded up to split over the devices
             size = -(-batch_rows(first_batch(ds)) // share) * share
         data: Any = padded(ds, size)  # re-iterable as ds is
+
+        def test_step(state: Any, batch: Any) -> Logs:  # batch: a (batch, mask) pair
+            batch, mask = place(batch)
+            return Logs().add_metrics(eval_entries(_call_eval(eval_step, name, state, batch, mask=mask)))
+
         size_fn: Any = _real_rows
     else:
         data, size_fn = ds, batch_size_fn
-    test_step = _test_step(eval_step, name, masked, place if share else None)
+
+        def test_step(state: Any, batch: Any) -> Logs:
+            return Logs().add_metrics(eval_entries(_call_eval(eval_step, name, state, place(batch))))
 
     def evaluate(state: Any) -> Any:
         return _named.test_loop(state, data, {"on_test_step": test_step}, nan_policy="ignore", batch_size_fn=size_fn)
 
     return inner_loop(name, evaluate, aggregation=_named.DEFAULT_TEST_AGGREGATION)
-
-
-_TEST_STEPS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
-
-
-def _test_step(eval_step: Callable[..., Any], name: str, masked: bool, place: Callable[[Any], Any] | None) -> Any:
-    """The evaluation's ``(state, batch) -> Logs`` step (a ``(batch, mask)`` pair when
-    ``masked``). Of a ``jax.jit`` ``eval_step`` with no batch to place (``place`` is ``None``),
-    a ``jax.jit`` function itself, made once per ``eval_step`` and name, so the engine runs
-    the evaluation in blocks, as the training (a plain function runs step by step)."""
-    compiled = place is None and _compat.is_jitted(eval_step)
-    if compiled:
-        try:
-            cached = _TEST_STEPS.setdefault(eval_step, {})
-        except TypeError:  # not weakly referable: made per call
-            cached = {}
-        if (name, masked) in cached:
-            return cached[name, masked]
-    put = place or (lambda batch: batch)
-
-    def test_step(state: Any, batch: Any) -> Logs:
-        if masked:
-            batch, mask = put(batch)
-            return Logs().add_metrics(eval_entries(_call_eval(eval_step, name, state, batch, mask=mask)))
-        return Logs().add_metrics(eval_entries(_call_eval(eval_step, name, state, put(batch))))
-
-    if not compiled:
-        return test_step
-    cached[name, masked] = jax.jit(test_step)
-    return cached[name, masked]
 
 
 def _call_eval(eval_step: Callable[..., Any], name: str, state: Any, batch: Any, **mask: Any) -> Any:
