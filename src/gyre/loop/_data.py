@@ -17,7 +17,9 @@ How a dataset's position is saved, by what it is:
     each call. Keep it cheap: it is called after every batch pulled (a loop may read ahead
     of its use: prefetching to the device, fused steps), so that the position of the batch
     the loop actually consumed is known. (``gyre.data.batches`` skips this: the position
-    of any of its batches follows from its index, see ``Batches.state_dict_at``.)
+    of any of its batches follows from its index, see ``Batches.state_dict_at``; so does
+    any source with an ``index`` (batches handed out, counted from the first of epoch 0,
+    right after ``load_state_dict`` too) and ``state_dict_at(index)``.)
   - ``load_state_dict(d)``: continue with the batch that followed when ``d`` was taken.
     It is called before the loop asks the object for its iterator (``iter(obj)``), so a
     re-iterable source (a data loader) can apply it to the pass it starts next; raise a
@@ -189,8 +191,11 @@ class DataTracker:
         self._offset = 0  # count kind: batches of the source consumed before this loop
         self._clock: Clock | None = None
         self._start = 0
-        # gyre's batches: the position of any batch is known from its index, no recording
-        self._indexed = isinstance(dataset, Batches)
+        # the position of any batch follows from its index (gyre's batches, the trainer's
+        # epochs over a list): no recording after every pull
+        self._indexed = isinstance(dataset, Batches) or (
+            _has(dataset, "state_dict_at", "load_state_dict") and isinstance(getattr(dataset, "index", None), int)
+        )
         self._base = 0  # their index when the loop started pulling
 
     @property

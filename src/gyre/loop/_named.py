@@ -514,13 +514,13 @@ def train_loop(
     named = hooks.named
     table: dict[Any, list[Any]] = {}
     if epoch_begin:
-        table[When(lambda e: e.step_in_epoch == 0, "on_epoch_begin", reads=("step_in_epoch",))] = epoch_begin
+        table[When(lambda e: e.step_in_epoch == 0, "on_epoch_begin", reads=("step_in_epoch",), in_epoch=0)] = epoch_begin
     table[Every("on_train_batch_begin")] = named["on_train_batch_begin"]
     table[StepPoint("on_train_step", expects_state=True)] = named["on_train_step"]
     table.update(hooks.clock)
     if epoch_end:
         last = (epoch_steps or 0) - 1
-        table[When(lambda e: e.step_in_epoch == last, "on_epoch_end", reads=("step_in_epoch",))] = epoch_end
+        table[When(lambda e: e.step_in_epoch == last, "on_epoch_end", reads=("step_in_epoch",), in_epoch=last)] = epoch_end
     table[Every("on_train_batch_end")] = named["on_train_batch_end"]
     result = loop(
         state, dataset, table, stop=stop, on_start=named["on_train_begin"],

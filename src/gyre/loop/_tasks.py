@@ -68,7 +68,8 @@ class When(Schedule):
 
     The predicate is stateless and reads only the counters in ``reads``. For
     :meth:`next_step`, one that reads only ``step_in_epoch`` is tried once on each step of an
-    epoch; one that reads other step counters on the steps ahead, one by one (1024 at most);
+    epoch (unless ``in_epoch`` names the one step of the epoch it fires on: then nothing is
+    tried); one that reads other step counters on the steps ahead, one by one (1024 at most);
     others are UNSOLVED.
 
     Example:
@@ -77,14 +78,19 @@ class When(Schedule):
         (True, on_epoch_end)
         >>> last.next_step(Elapsed(steps=4, step_in_epoch=1), epoch_steps=3), last.next_step(4)
         (5, UNSOLVED)
+        >>> first = When(lambda e: e.step_in_epoch == 0, "on_epoch_begin", reads=("step_in_epoch",), in_epoch=0)
+        >>> first.next_step(Elapsed(steps=4, step_in_epoch=1), epoch_steps=3)
+        6
     """
 
     def __init__(
-        self, predicate: Callable[[Elapsed], bool], label: str, *, reads: Sequence[str] = ()
+        self, predicate: Callable[[Elapsed], bool], label: str, *, reads: Sequence[str] = (),
+        in_epoch: int | None = None,
     ) -> None:
         self.predicate = predicate
         self.label = label
         self._reads = frozenset(reads)
+        self.in_epoch = in_epoch  # the step_in_epoch the predicate is true on, when known
         self._firing: dict[int, list[int]] = {}  # epoch_steps -> the steps_in_epoch it fires on
 
     def __call__(self, elapsed: Elapsed) -> bool:
@@ -111,7 +117,10 @@ class When(Schedule):
         epoch, then looked up."""
         firing = self._firing.get(epoch_steps)
         if firing is None:
-            firing = [i for i in range(epoch_steps) if self.predicate(Elapsed(step_in_epoch=i))]
+            if self.in_epoch is not None:  # (an epoch of thousands of steps: not tried on each)
+                firing = [self.in_epoch] if 0 <= self.in_epoch < epoch_steps else []
+            else:
+                firing = [i for i in range(epoch_steps) if self.predicate(Elapsed(step_in_epoch=i))]
             self._firing[epoch_steps] = firing
         if not firing:
             return None

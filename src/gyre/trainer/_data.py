@@ -128,7 +128,7 @@ class EpochStream:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continues after ``state``'s position at the next iteration."""
-        self._start = int(state["epoch"]) * self.epoch_steps + int(state["position"])
+        self._start = self._index = int(state["epoch"]) * self.epoch_steps + int(state["position"])
 
 
 INPUT_KEYS = ("input", "inputs", "x", "image", "images")

@@ -156,6 +156,7 @@ class TrainerModule:
         self._writer: Any = None
         self._files: Any = None
         self._compiled: dict[str, Any] = {}
+        self._config_yaml: tuple[str, str] | None = None  # the last config.yaml written
         self._input_spec: tuple[tuple[int, ...], Any] | None = None
         self.history: Any = None
         if mesh is not None:

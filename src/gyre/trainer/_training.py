@@ -3,6 +3,7 @@ the engine (see :mod:`gyre.trainer._module`)."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Mapping
@@ -272,10 +273,14 @@ def _store_config(trainer: Any) -> None:
     from gyre.config._yaml import warn_changed_settings
     from gyre.trainer._model_checkpoint import stored_config
 
-    if trainer.full_config is not None:
-        text = dump_config(trainer.full_config)
+    stored = stored_config(trainer)
+    key = json.dumps(stored, default=repr)  # (a snapshot: the model's settings may be changed in place)
+    cached = trainer._config_yaml  # (key, text): YAML takes milliseconds per call
+    if cached is not None and cached[0] == key:
+        text = cached[1]
     else:
-        text = yaml.safe_dump(stored_config(trainer), sort_keys=False)
+        text = dump_config(trainer.full_config) if trainer.full_config is not None else yaml.safe_dump(stored, sort_keys=False)
+        trainer._config_yaml = (key, text)
     path = trainer.log_dir / "config.yaml"
     if trainer.config.resume is not None and path.is_file():
         warn_changed_settings(path, yaml.safe_load(text))
