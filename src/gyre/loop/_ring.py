@@ -244,7 +244,7 @@ def _layout(invoker: Invoker, step: Any, state: Any, batch: Any) -> Layout:
     """The ring layout of the step's logs on ``(state, batch)``: traced once per step and
     argument shapes (cached: every loop over the same step, each evaluation, opens a ring)."""
     leaves, structure = jax.tree_util.tree_flatten((state, batch))
-    key = (structure, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves))
+    key = (structure, tuple((getattr(x, "shape", None), getattr(x, "dtype", type(x))) for x in leaves))
     try:
         cached = _LAYOUTS.setdefault(step, {})
     except TypeError:  # not weakly referenceable
