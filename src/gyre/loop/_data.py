@@ -70,12 +70,7 @@ class Clock(Protocol):
 
 
 def check_data_resume(data_resume: Any) -> str:
-    """``data_resume`` when it is one of :data:`DATA_RESUME`, else the explained error.
-
-    Example:
-        >>> check_data_resume("skip")
-        'skip'
-    """
+    """``data_resume`` when it is one of :data:`DATA_RESUME`, else the explained error."""
     if isinstance(data_resume, str) and data_resume in DATA_RESUME:
         return data_resume
     hint = suggest(data_resume, DATA_RESUME) if isinstance(data_resume, str) else ""
@@ -164,14 +159,6 @@ class DataTracker:
         data_resume: ``"restart"`` or ``"skip"``: what a resume does with data that cannot
             save its position.
         epoch_steps: batches per epoch, as the dataset knows it (``None``: unknown).
-
-    Example:
-        >>> import gyre, numpy as np
-        >>> def peek(loop, elapsed):
-        ...     if elapsed.steps == 2:
-        ...         print(loop.data.state_dict()["state"]["position"])
-        >>> _ = gyre.loop(None, gyre.data.batches(np.arange(8), 2), {gyre.every(1): peek}, stop=4)
-        3
     """
 
     def __init__(self, dataset: Any, data_resume: str = "restart", *, track: bool = True) -> None:
@@ -479,11 +466,6 @@ def _decode(text: Any, encoding: Any) -> bytes:
 def to_json(value: Any, where: str) -> Any:
     """``value`` with numpy numbers and arrays as Python ones and tuples as lists, or an
     explained ``TypeError`` naming the first part JSON cannot hold.
-
-    Example:
-        >>> import numpy as np
-        >>> to_json({"epoch": np.int64(2), "order": (1, 2)}, "state")
-        {'epoch': 2, 'order': [1, 2]}
     """
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -536,20 +518,5 @@ def track_data(dataset: Any, data_resume: str = "restart", *, track: bool = True
     Raises:
         ValueError: ``data_resume`` is not one of ``"restart"``, ``"skip"``.
         TypeError: the dataset is not iterable, or a Keras-style ``(X, Y)`` pair.
-
-    Example:
-        >>> import gyre, numpy as np
-        >>> from gyre.loop._elapse import Elapse
-        >>> data = track_data(gyre.data.batches(np.arange(6), 2, shuffle=False))
-        >>> clock = Elapse(data)
-        >>> _ = data.follow(clock)
-        >>> [batch.tolist() for _, (_, batch) in zip(range(2), clock)]
-        [[0, 1], [2, 3]]
-        >>> saved = data.state_dict(); saved["state"]["position"]
-        2
-        >>> again = track_data(gyre.data.batches(np.arange(6), 2, shuffle=False))
-        >>> again.load_state_dict(saved)
-        >>> next(iter(again)).tolist()
-        [4, 5]
     """
     return DataTracker(dataset, data_resume, track=track)

@@ -25,13 +25,7 @@ def _on_device(leaves: list[Any]) -> bool:
 
 
 def stack(batches: Sequence[Any]) -> Any:
-    """Stacks batches along a new leading axis: numpy for host batches, one jit for device ones.
-
-    Example:
-        >>> import numpy as np
-        >>> stack([(np.zeros(2), 1), (np.ones(2), 2)])[0].shape
-        (2, 2)
-    """
+    """Stacks batches along a new leading axis: numpy for host batches, one jit for device ones."""
     batches = list(batches)
     if _on_device(jax.tree_util.tree_leaves(batches[0])):
         return _stack_on_device(batches)
@@ -44,13 +38,7 @@ ALIGNMENT = 64
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An uninitialised numpy array whose data starts at a multiple of :data:`ALIGNMENT` bytes.
-
-    Example:
-        >>> a = aligned_empty((3, 5), np.float32)
-        >>> a.shape, a.dtype, a.ctypes.data % ALIGNMENT
-        ((3, 5), dtype('float32'), 0)
-    """
+    """An uninitialised numpy array whose data starts at a multiple of :data:`ALIGNMENT` bytes."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     raw = np.empty(nbytes + ALIGNMENT, np.uint8)
@@ -81,14 +69,6 @@ class Stager:
     reused only once the call that read it has finished (its outputs are ready):
     :meth:`release` records those outputs. A step whose outputs are the buffer itself (an
     uncompiled fused step that logs its batch) keeps it: the slot gets new buffers.
-
-    Example:
-        >>> import numpy as np
-        >>> stager = Stager()
-        >>> stacked, slot = stager.stack([(np.zeros(2), 1), (np.ones(2), 2)])
-        >>> stacked[0].tolist(), stacked[1].tolist()
-        ([[0.0, 0.0], [1.0, 1.0]], [1, 2])
-        >>> stager.release(slot, [])
     """
 
     def __init__(self, slots: int = 3) -> None:

@@ -39,12 +39,6 @@ class StepPoint(Schedule):
         name: the named point (``"on_train_step"``).
         expects_state: the step trains, so it should return a new state (a train step that
             never does trains nothing: the loop warns once).
-
-    Example:
-        >>> StepPoint("on_train_step")(Elapsed()), StepPoint("on_test_step").fires_always
-        (True, True)
-        >>> StepPoint("on_train_step").next_step(7)  # fires_always: the step in progress
-        7
     """
 
     fires_always = True
@@ -70,13 +64,6 @@ class When(Schedule):
     :meth:`next_step`, one that reads only ``step_in_epoch`` is tried once on each step of an
     epoch; one that reads other step counters on the steps ahead, one by one (1024 at most);
     others are UNSOLVED.
-
-    Example:
-        >>> last = When(lambda e: e.step_in_epoch == 2, "on_epoch_end", reads=("step_in_epoch",))
-        >>> last(Elapsed(step_in_epoch=2)), last
-        (True, on_epoch_end)
-        >>> last.next_step(Elapsed(steps=4, step_in_epoch=1), epoch_steps=3), last.next_step(4)
-        (5, UNSOLVED)
     """
 
     def __init__(
@@ -125,12 +112,7 @@ class When(Schedule):
 
 
 class Every(When):
-    """A named loop's point that fires on every step (``on_train_batch_end``, ...).
-
-    Example:
-        >>> Every("on_train_batch_end").fires_always
-        True
-    """
+    """A named loop's point that fires on every step (``on_train_batch_end``, ...)."""
 
     fires_always = True
 
@@ -153,12 +135,7 @@ class ChunkSafe:
 
 
 def is_chunk_safe(fn: Any) -> bool:
-    """Whether a callback (or the object of a bound method) is :class:`ChunkSafe`.
-
-    Example:
-        >>> is_chunk_safe(len)
-        False
-    """
+    """Whether a callback (or the object of a bound method) is :class:`ChunkSafe`."""
     return isinstance(fn, ChunkSafe) or isinstance(getattr(fn, "__self__", None), ChunkSafe)
 
 
@@ -254,11 +231,6 @@ class Task:
         key: the table's key, as given.
         schedule: the schedule, or ``None`` when it fires on every step (not asked).
         invokers: the bound callbacks, in list order.
-
-    Example:
-        >>> import gyre
-        >>> [t.schedule for t in compile_tasks({gyre.every(1): print, gyre.every(2): print})]
-        [None, every(steps=2)]
     """
 
     __slots__ = ("key", "schedule", "invokers")
@@ -273,12 +245,7 @@ class Task:
 
 
 def as_list(value: Any) -> list[Any]:
-    """Callbacks given as one, a list or a tuple, as a list (``None``: none).
-
-    Example:
-        >>> as_list(None), as_list(print), as_list((len, print))
-        ([], [<built-in function print>], [<built-in function len>, <built-in function print>])
-    """
+    """Callbacks given as one, a list or a tuple, as a list (``None``: none)."""
     if value is None:
         return []
     if isinstance(value, (list, tuple)):
@@ -287,12 +254,7 @@ def as_list(value: Any) -> list[Any]:
 
 
 def check_table(tasks: Any, where: str = "tasks") -> Mapping[Any, Any]:
-    """``tasks`` when it is a dict (``None``: empty), else the explained error.
-
-    Example:
-        >>> check_table(None)
-        {}
-    """
+    """``tasks`` when it is a dict (``None``: empty), else the explained error."""
     if tasks is None:
         return {}
     if not isinstance(tasks, Mapping):
@@ -309,13 +271,7 @@ def check_table(tasks: Any, where: str = "tasks") -> Mapping[Any, Any]:
 
 
 def compile_tasks(tasks: Tasks | None) -> list[Task]:
-    """Validates a task table and binds its callbacks; the caller's dict is only read.
-
-    Example:
-        >>> import gyre
-        >>> compile_tasks({gyre.every(3): [print]})
-        [Task(every(steps=3): ['print'])]
-    """
+    """Validates a task table and binds its callbacks; the caller's dict is only read."""
     plan = []
     for key, callbacks in check_table(tasks).items():
         _check_key(key)
@@ -346,14 +302,6 @@ def _check_key(key: Any) -> None:
 def loop_end_hooks(tasks: Sequence[Task]) -> list[Callable[[], Any]]:
     """The ``on_loop_end()`` methods of the callback objects in a table (each object once; for
     a bound method, its object's): the loop calls them when it ends.
-
-    Example:
-        >>> class Bar:
-        ...     def __call__(self): pass
-        ...     def on_loop_end(self): print("done")
-        >>> [hook() for hook in loop_end_hooks(compile_tasks({every(1): Bar()}))]
-        done
-        [None]
     """
     hooks: dict[int, Callable[[], Any]] = {}
     for task in tasks:
@@ -388,16 +336,6 @@ def warn_if_untrained(tasks: Sequence[Task], logs: Any = None, *, state: Any = N
         logs: the first step's logs (a fused chunk's: stacked).
         state: the loop's state after the first step.
         outermost: the loop is not nested in another loop's callback.
-
-    Example:
-        >>> import warnings
-        >>> from gyre.core._schedules import every
-        >>> table = compile_tasks({every(1): lambda state, batch: Logs().add_loss("loss", 1.0)})
-        >>> with warnings.catch_warnings(record=True) as caught:
-        ...     warnings.simplefilter("always")
-        ...     warn_if_untrained(table, Logs().add_loss("loss", 1.0), state={"w": 0.0})
-        >>> "trains nothing" in str(caught[0].message)
-        True
     """
     if _no_gradients(tasks, logs, outermost):
         return
