@@ -233,7 +233,6 @@ class Elapse:
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.stop = check_stop(stop)
-        self._stop_steps = steps_only(self.stop)
         self.epoch_steps = epoch_steps_of(epoch_duration, dataset)
         self._check_epochs(dataset)
         self._it = check_dataset(dataset)
@@ -263,8 +262,7 @@ class Elapse:
     def pull(self, clock: Elapsed) -> Any:
         """The batch of the step whose clock is ``clock``, or :data:`END` when the stop is
         reached at ``clock`` or the data has ended."""
-        stop = self._stop_steps
-        if (clock.steps >= stop) if stop is not None else (self.stop is not None and clock.reached(self.stop)):
+        if self.stop is not None and clock.reached(self.stop):
             return END
         try:
             return next(self._it)
@@ -273,16 +271,9 @@ class Elapse:
             return END
 
     def __next__(self) -> tuple[Elapsed, Any]:
-        # The per-step path: complete() inlined. After a slow dispatch the loop's Python runs
-        # with cold caches, where each Python frame costs ~1 us.
-        clock = self.elapsed
-        done = self._pending
-        if done is not None:
-            now = self._clock()
-            clock = self.elapsed = clock._after(done, now - self._t0, self._d0 + now, self.epoch_steps)
+        clock = self.complete()
         batch = self.pull(clock)
         if batch is END:
-            self._pending = None
             raise StopIteration
         size = self._pending = self.size_of(batch)
         clock._step = (size, self.epoch_steps)
@@ -292,10 +283,6 @@ class Elapse:
     def batch_size(self) -> int | None:
         """Samples in the step in progress (``None`` between steps)."""
         return self._pending
-
-    def next_clock(self, clock: Elapsed, size: int, time: float, date: float) -> Elapsed:
-        """The clock after a step of ``size`` samples that started at ``clock``."""
-        return clock._after(size, time, date, self.epoch_steps)
 
     def advance(self, clocks: Sequence[Elapsed], sizes: Sequence[int]) -> None:
         """Counts the steps of a fused chunk as done, but the last, which stays in progress (as
@@ -307,7 +294,7 @@ class Elapse:
         """Counts the step in progress as completed; returns the clock."""
         if self._pending is not None:
             time, date = self.now()
-            self.elapsed = self.next_clock(self.elapsed, self._pending, time, date)
+            self.elapsed = self.elapsed._after(self._pending, time, date, self.epoch_steps)
             self._pending = None
         return self.elapsed
 
@@ -316,7 +303,7 @@ class Elapse:
         if self._pending is None:
             return self.elapsed
         time, date = self.now()
-        return self.next_clock(self.elapsed, self._pending, time, date)
+        return self.elapsed._after(self._pending, time, date, self.epoch_steps)
 
     def warn_if_short(self, stopped: bool) -> None:
         """Says once when the data ended before ``stop`` (a loop that silently ran 46 of 1000
