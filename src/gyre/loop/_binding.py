@@ -91,21 +91,10 @@ def callback_name(fn: Any) -> str:
 
 
 class Invoker:
-    """A bound callback: ``invoker.call(state, batch, elapsed, logs, loop)`` calls it with the
-    values it asked for. Built by :func:`bind`.
-
-    Attributes:
-        fn: the callback as the user gave it.
-        name: its name, for messages.
-        call: the calling function.
-        returned_state: set once the callback has returned a new state (the loop checks that
-            state's structure the first time).
-        takes_mask: the callback has a ``mask`` parameter (it gets the mask of a padded
-            batch, see the module docs).
-        read_only: the callback should not change the state (a predict step): the first
-            state it returns is compared with the state it got, and a change is said once.
-        uses: the names (from ``state, batch, elapsed, logs, loop``) it is called with.
-    """
+    """A bound callback: ``invoker.call(state, batch, elapsed, logs, loop)`` calls ``fn`` with
+    the values it asked for (their names: ``uses``). Built by :func:`bind`. ``returned_state``
+    is set once it returned a state (whose structure the loop checked); ``read_only`` (a
+    predict step): a changed state is said once."""
 
     __slots__ = ("fn", "name", "call", "returned_state", "takes_mask", "read_only", "uses")
 

@@ -152,14 +152,7 @@ class _Later(Iterator[Any]):
 
 class DataTracker:
     """A loop's dataset, with the position of the batches the loop has consumed (what the
-    engine exposes as ``loop.data``; built by :func:`track_data`, which documents it).
-
-    Attributes:
-        dataset: the dataset the loop was given.
-        data_resume: ``"restart"`` or ``"skip"``: what a resume does with data that cannot
-            save its position.
-        epoch_steps: batches per epoch, as the dataset knows it (``None``: unknown).
-    """
+    engine exposes as ``loop.data``; built by :func:`track_data`)."""
 
     def __init__(self, dataset: Any, data_resume: str = "restart", *, track: bool = True) -> None:
         self.data_resume = check_data_resume(data_resume)
@@ -496,27 +489,7 @@ def _not_json(where: str, value: Any, what: str) -> TypeError:
 
 
 def track_data(dataset: Any, data_resume: str = "restart", *, track: bool = True) -> DataTracker:
-    """The dataset a loop is given, with the position of the batches the loop consumes.
-
-    See the module's documentation for what is saved for which dataset, and the protocol a
-    data source of your own implements to resume exactly.
-
-    Args:
-        dataset: an iterable of batches (checked here, with the loop's explanations).
-        data_resume: for data that cannot save its position, what a resume does:
-            ``"restart"`` (start it again, with a warning) or ``"skip"`` (pull and drop the
-            consumed batches first: O(position)).
-        track: keep the positions of batches read ahead of their use (one ``state_dict()``
-            or ``get_state()`` of the source per batch pulled; nothing for
-            ``gyre.data.batches`` or data without a state). ``False`` costs nothing per step,
-            and :meth:`DataTracker.state_dict` of such a source is then only available in a
-            loop that does not read ahead.
-
-    Returns:
-        A :class:`DataTracker`: iterate it (once) for the batches.
-
-    Raises:
-        ValueError: ``data_resume`` is not one of ``"restart"``, ``"skip"``.
-        TypeError: the dataset is not iterable, or a Keras-style ``(X, Y)`` pair.
-    """
+    """The dataset a loop is given, with the position of the batches the loop consumes (see the
+    module docs). ``track=False``: no position is kept for batches read ahead of their use
+    (nothing per step; ``state_dict()`` then only works in a loop that does not read ahead)."""
     return DataTracker(dataset, data_resume, track=track)

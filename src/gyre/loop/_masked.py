@@ -31,12 +31,8 @@ from gyre.loop._engine import _prefetched
 
 def mask_wanted(callbacks: Sequence[Any], where: str) -> tuple[list[Invoker], bool]:
     """The ``on_test_step`` callbacks bound, and whether they take ``mask`` (then the
-    evaluation pads its batches). Either all take it or none: a step without it would count
-    the padding rows in its means.
-
-    Raises:
-        ValueError: some take ``mask`` and others do not.
-    """
+    evaluation pads its batches). All or none must: a step without it would count the padding
+    rows in its means."""
     invokers = [bind(cb) for cb in callbacks]
     takers = [i.name for i in invokers if i.takes_mask]
     others = [i.name for i in invokers if not i.takes_mask]

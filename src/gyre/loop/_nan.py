@@ -126,12 +126,8 @@ def check_nan_policy(policy: Any, where: str = "loop", *, no_skip: tuple[str, st
 @runtime_checkable
 class SkippableStep(Protocol):
     """A step that can drop its update when its loss or gradients are not finite (what
-    :func:`gyre.managed.train_step` makes).
-
-    ``nan_policy`` is ``"skip"`` when the step drops such updates, else ``None``;
-    ``with_nan_policy("skip")`` returns the step that does (the same object when it already
-    does, or when it makes no update to drop: then its ``nan_policy`` stays ``None``).
-    """
+    :func:`gyre.managed.train_step` makes): ``with_nan_policy("skip")`` returns the step that
+    does (its ``nan_policy`` then ``"skip"``; ``None`` for a step with no update to drop)."""
 
     nan_policy: str | None
 
@@ -236,19 +232,10 @@ def _first_nonfinite(value: Any) -> float | None:
 
 class FiniteCheck:
     """Finds the first non-finite loss or metric a loop logged, reading the history as its
-    values reach the host (see the module docs). Built by :func:`finite_check`.
-
-    Args:
-        history: the loop's history.
-        clock: the loop's current clock (for the message: where the loop noticed it).
-        start: the first record to check (the records a continued history already held are
-            not checked again).
-        initial_skips: when a step of the loop skips non-finite updates, a copy of the state's
-            count of skipped steps at the loop's start (read only when needed).
-        lagged: read landed values every :data:`POLL_EVERY` steps (one process); else only
-            :meth:`check` reads.
-        policy: the loop's ``nan_policy`` (``"raise"`` or ``"skip"``), named in the error.
-    """
+    values reach the host (see the module docs). Built by :func:`finite_check`; ``start`` is
+    the first record to check, ``initial_skips`` the state's count of skipped steps at the
+    start (when a step skips), and ``lagged=False`` (several processes) reads only in
+    :meth:`check`."""
 
     def __init__(
         self,
@@ -469,16 +456,8 @@ def finite_check(
     skipping: bool,
     state: Any,
 ) -> FiniteCheck | None:
-    """The check a loop runs under ``policy`` (``None`` for ``"ignore"``).
-
-    Args:
-        policy: the loop's ``nan_policy``.
-        history: the loop's history (its records from now on are checked).
-        clock: the loop's current clock.
-        skipping: a step of the loop skips non-finite updates: its skipped records are not
-            errors.
-        state: the loop's initial state (its ``skipped_steps`` is copied when ``skipping``).
-    """
+    """The check a loop runs under ``policy`` (``None`` for ``"ignore"``) over the history's
+    records from now on; ``skipping``: the records of skipped steps are not errors."""
     if policy == "ignore":
         return None
     import jax

@@ -239,12 +239,8 @@ def replace_state(state: Any) -> ReplaceState:
 
 
 def fold(out: Any, logs: Logs, state: Any, invoker: Invoker) -> Any:
-    """Folds a callback's return value into the step's ``logs``; returns the new state.
-
-    ``None`` changes nothing; a :class:`~gyre.Logs` is merged; a pair ``(logs, state)`` does
-    both (``None`` in the pair means unchanged, any other value is taken as given); anything
-    else is the new state.
-    """
+    """Folds a callback's return value into the step's ``logs``; returns the new state (what
+    each kind of return means: the module docs and ``README.md``)."""
     if type(out) is tuple:
         if len(out) != 2:
             _not_a_pair(out, invoker)

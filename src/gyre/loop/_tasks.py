@@ -32,14 +32,9 @@ Tasks = Mapping[Any, Callback | Sequence[Callback]]
 
 
 class StepPoint(Schedule):
-    """The schedule of a named loop's step point: fires on every step; with
-    ``steps_per_call`` its callbacks are the compiled step that is fused.
-
-    Args:
-        name: the named point (``"on_train_step"``).
-        expects_state: the step trains, so it should return a new state (a train step that
-            never does trains nothing: the loop warns once).
-    """
+    """The schedule of a named loop's step point (``"on_train_step"``): fires on every step;
+    its callbacks are the step that is fused. ``expects_state``: it trains, so a step that
+    never returns a state trains nothing (the loop warns once)."""
 
     fires_always = True
 
@@ -225,13 +220,8 @@ def callback(fn: Callable[..., Any]) -> FunctionCallback:
 
 
 class Task:
-    """One entry of a compiled task table.
-
-    Attributes:
-        key: the table's key, as given.
-        schedule: the schedule, or ``None`` when it fires on every step (not asked).
-        invokers: the bound callbacks, in list order.
-    """
+    """One entry of a compiled task table: its ``key`` as given, its ``schedule`` (``None``:
+    every step, not asked) and its bound callbacks (``invokers``, in list order)."""
 
     __slots__ = ("key", "schedule", "invokers")
 
@@ -330,12 +320,6 @@ def warn_if_untrained(tasks: Sequence[Task], logs: Any = None, *, state: Any = N
       its first step logged a loss (``add_loss``: a value to minimise), unless it runs nested
       in another loop's callback (an evaluation): some callback of its table must return a
       state. An evaluation that logs a loss at the top level says so with ``gyre.test_loop``.
-
-    Args:
-        tasks: the compiled table (or the tasks of a fused plan).
-        logs: the first step's logs (a fused chunk's: stacked).
-        state: the loop's state after the first step.
-        outermost: the loop is not nested in another loop's callback.
     """
     if _no_gradients(tasks, logs, outermost):
         return
