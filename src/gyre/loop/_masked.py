@@ -52,14 +52,9 @@ def mask_wanted(callbacks: Sequence[Any], where: str) -> tuple[list[Invoker], bo
 
 
 class MaskedBatches:
-    """The batches of ``dataset`` padded to the first one's size, as
-    :class:`~gyre.loop._binding.Masked` items whose ``rows`` are the samples of the batch
-    before padding (``batch_size_fn``'s, else its rows). With a managed state's strategy they
-    are placed on its devices ``prefetch`` batches ahead (the mask too), as the loop would
-    place plain batches; ``rows`` is counted on the host before.
-
-    Iterable as often as ``dataset`` is; each pass learns the size from its first batch.
-    """
+    """The batches of ``dataset`` padded to the first one's size (learnt anew each pass), as
+    :class:`~gyre.loop._binding.Masked` items whose ``rows`` (counted on the host) are the
+    samples before padding; with a managed state's strategy, placed ``prefetch`` batches ahead."""
 
     def __init__(
         self,

@@ -53,13 +53,8 @@ class StepPoint(Schedule):
 
 
 class When(Schedule):
-    """A named loop's own schedule (a fresh task-table key) with a fixed predicate.
-
-    The predicate is stateless and reads only the counters in ``reads``. For
-    :meth:`next_step`, one that reads only ``step_in_epoch`` is tried once on each step of an
-    epoch; one that reads other step counters on the steps ahead, one by one (1024 at most);
-    others are UNSOLVED.
-    """
+    """A named loop's own schedule (a fresh task-table key) with a fixed, stateless predicate
+    of the counters in ``reads`` (which say how :meth:`next_step` solves it)."""
 
     def __init__(
         self, predicate: Callable[[Elapsed], bool], label: str, *, reads: Sequence[str] = ()
