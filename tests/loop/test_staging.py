@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.loop._staging import ALIGNMENT, Stager, aligned_empty, stack
+from gyre.loop._staging import ALIGNMENT, Stager, aligned_empty
 from tests.loop._helpers import add_step
 
 
@@ -81,9 +81,9 @@ def test_a_fused_step_that_returns_its_staging_buffer_keeps_it():
 
 
 def test_stack_puts_batches_along_a_new_axis_on_the_host_or_the_device():
-    host = stack([(np.zeros(2, np.float32), 1), (np.ones(2, np.float32), 2)])
+    host, _ = Stager().stack([(np.zeros(2, np.float32), 1), (np.ones(2, np.float32), 2)])
     assert isinstance(host[0], np.ndarray) and host[0].shape == (2, 2) and host[1].tolist() == [1, 2]
-    device = stack([{"x": jnp.zeros(3)}, {"x": jnp.ones(3)}])
+    device, _ = Stager().stack([{"x": jnp.zeros(3)}, {"x": jnp.ones(3)}])
     assert isinstance(device["x"], jax.Array) and device["x"].shape == (2, 3)
 
 

@@ -15,13 +15,7 @@ import jax
 
 
 def is_jitted(fn: Any) -> bool:
-    """True when ``fn`` is a ``jax.jit``-wrapped function (public: ``jax.stages.Wrapped``).
-
-    Example:
-        >>> import jax
-        >>> is_jitted(jax.jit(lambda x: x)), is_jitted(lambda x: x)
-        (True, False)
-    """
+    """True when ``fn`` is a ``jax.jit``-wrapped function (public: ``jax.stages.Wrapped``)."""
     if type(fn) is _JITTED:  # the common cases, without the protocol check (50 us)
         return True
     if isinstance(fn, (types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
@@ -35,11 +29,6 @@ _JITTED = type(jax.jit(lambda x: x))
 def donated_argnums(fn: Any) -> tuple[int, ...] | None:
     """The positional arguments a ``jax.jit`` function donates, or ``None`` when JAX does not
     say (private: ``PjitFunction._jit_info``).
-
-    Example:
-        >>> import jax
-        >>> donated_argnums(jax.jit(lambda s, b: s, donate_argnums=0))
-        (0,)
     """
     info = getattr(fn, "_jit_info", None)
     donated = getattr(info, "donate_argnums", None)
@@ -49,13 +38,6 @@ def donated_argnums(fn: Any) -> tuple[int, ...] | None:
 def cache_size(fn: Any) -> int:
     """How many compiled programs a ``jax.jit`` function holds (private:
     ``PjitFunction._cache_size``); 0 for anything else.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> f = jax.jit(lambda x: x + 1)
-        >>> _ = f(jnp.ones(2)); _ = f(jnp.ones(2)); _ = f(jnp.ones(3))
-        >>> cache_size(f)
-        2
     """
     size = getattr(fn, "_cache_size", None)
     return int(size()) if callable(size) else 0

@@ -62,12 +62,7 @@ def suggest(name: str, choices: Iterable[str]) -> str:
 
 
 def closest(name: str, choices: Iterable[str], cutoff: float = 0.6) -> str | None:
-    """The choice closest to ``name`` (difflib's ratio at least ``cutoff``), or ``None``.
-
-    Example:
-        >>> closest("elapsd", ["state", "elapsed"]), closest("x", ["state"])
-        ('elapsed', None)
-    """
+    """The choice closest to ``name`` (difflib's ratio at least ``cutoff``), or ``None``."""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=cutoff)
     return close[0] if close else None
 
@@ -76,16 +71,6 @@ def as_pair(result: object, who: str, names: str = "(state, outputs)",
             example: str = "state, {'loss': loss}") -> tuple[object, object]:
     """``result`` as a pair, else a ``TypeError`` saying that ``who`` must return ``names``
     (a missing ``return`` is the usual cause: it gives ``None``).
-
-    Example:
-        >>> as_pair((1, 2), "run")
-        (1, 2)
-        >>> as_pair(None, "MyStep.run")
-        Traceback (most recent call last):
-        TypeError: MyStep.run must return (state, outputs)
-          expected: a pair (state, outputs)
-          received: NoneType None
-          fix: end it with `return state, {'loss': loss}` (a missing return gives None)
     """
     if isinstance(result, tuple | list) and len(result) == 2:
         return result[0], result[1]
@@ -103,11 +88,6 @@ def as_integer(value: object) -> int | None:
     """``value`` as a Python ``int`` when it is an integral number of any kind (``int``,
     ``numpy.int64``, a 0-d integer numpy or JAX array), else ``None``. Booleans are not
     numbers here. Call it at construction time: reading a JAX array waits for the device.
-
-    Example:
-        >>> import numpy as np
-        >>> as_integer(3), as_integer(np.int32(4)), as_integer(np.array(5)), as_integer(2.0)
-        (3, 4, 5, None)
     """
     if isinstance(value, bool):
         return None
@@ -122,17 +102,6 @@ def as_integer(value: object) -> int | None:
 def flag(value: object, name: str, who: str) -> bool:
     """``value`` as a ``bool`` when it is one (Python's or numpy's), else a ``TypeError``: a
     flag given ``"no"``, ``"False"``, ``0`` or ``None`` is refused, not taken for its truth.
-
-    Example:
-        >>> import numpy as np
-        >>> flag(True, "shuffle", "batches"), flag(np.bool_(False), "shuffle", "batches")
-        (True, False)
-        >>> flag("no", "shuffle", "batches")
-        Traceback (most recent call last):
-        TypeError: batches's shuffle must be True or False
-          expected: a bool
-          received: str 'no' (a non-empty string is true in Python)
-          fix: pass shuffle=True or shuffle=False
     """
     if isinstance(value, bool | np.bool_):
         return bool(value)
@@ -196,13 +165,6 @@ KEYWORD_ALIASES: dict[str, tuple[str, ...]] = {
 def unknown_keyword(who: str, name: str, known: Iterable[str]) -> str:
     """The message for a keyword ``who`` does not take: the closest known name (a misspelling,
     or another library's name for it, from :data:`KEYWORD_ALIASES`), and the known names.
-
-    Example:
-        >>> print(unknown_keyword("gyre.checkpoint", "max_to_keep", ["directory", "keep"]))
-        gyre.checkpoint() got an unexpected keyword argument 'max_to_keep'
-          expected: one of ['directory', 'keep']
-          received: max_to_keep=...
-          fix: use keep= (gyre's name for max_to_keep)
     """
     known = list(known)
     alias = next((a for a in KEYWORD_ALIASES.get(name, ()) if a in known), None)
@@ -221,19 +183,6 @@ def keywords_checked(func: F) -> F:
     """Decorates a public function so that an unknown keyword raises a ``TypeError`` naming
     the closest keyword it takes (see :func:`unknown_keyword`) instead of Python's bare
     "unexpected keyword argument". The check is one set lookup per keyword given.
-
-    Example:
-        >>> @keywords_checked
-        ... def fit(data, *, keep: int = 3, stop: int = 10) -> int:
-        ...     return keep + stop
-        >>> fit(0, keep=1)
-        11
-        >>> fit(0, kep=1)
-        Traceback (most recent call last):
-        TypeError: fit() got an unexpected keyword argument 'kep'
-          expected: one of ['data', 'keep', 'stop']
-          received: kep=...
-          fix: did you mean keep=?
     """
     params = inspect.signature(func).parameters.values()
     if any(p.kind is p.VAR_KEYWORD for p in params):
@@ -287,14 +236,6 @@ class LoopWarning(UserWarning):
 def warn(message: str, category: type[Warning] = LoopWarning) -> None:
     """Issues a warning attributed to the user's code: the first caller outside gyre (so the
     warning shows the user's line, and ``-W error`` filters on their module work).
-
-    Example:
-        >>> import warnings
-        >>> with warnings.catch_warnings(record=True) as caught:
-        ...     warnings.simplefilter("always")
-        ...     warn("the data ended early")
-        >>> str(caught[0].message)
-        'the data ended early'
     """
     import os
     import sys

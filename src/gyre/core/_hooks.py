@@ -76,10 +76,6 @@ SHORT_NAMES = {
 def hook_name(key: Any) -> str | None:
     """The named point a task-table key names (a :class:`NamedSchedule` or a string, short
     names resolved), or ``None`` for any other key.
-
-    Example:
-        >>> hook_name(on_train_step), hook_name("test_step"), hook_name(len)
-        ('on_train_step', 'on_test_step', None)
     """
     if isinstance(key, NamedSchedule):
         name = key.name

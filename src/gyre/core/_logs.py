@@ -334,12 +334,7 @@ def _check_collections(other: Any) -> None:
 
 
 def resolution_order(collections: Mapping[str, Any]) -> list[str]:
-    """The order in which a bare name is looked up among ``collections``.
-
-    Example:
-        >>> resolution_order({"zz": {}, "metrics": {}, "aa": {}, "losses": {}})
-        ['losses', 'metrics', 'aa', 'zz']
-    """
+    """The order in which a bare name is looked up among ``collections``."""
     standard = [c for c in COLLECTIONS if c in collections]
     return standard + sorted(c for c in collections if c not in COLLECTIONS)
 
@@ -359,24 +354,14 @@ Shape = tuple[tuple[str, tuple[str, ...]], ...]
 
 
 def flatten_logs(value: Logs) -> tuple[list[Any], Shape]:
-    """The values of a ``Logs`` in order, and its structure (also its pytree flattening).
-
-    Example:
-        >>> flatten_logs(Logs().add_loss("l", 1).add_metric("a", 2))
-        ([1, 2], (('losses', ('l',)), ('metrics', ('a',))))
-    """
+    """The values of a ``Logs`` in order, and its structure (also its pytree flattening)."""
     shape = tuple([(c, tuple(v)) for c, v in value.items()])
     children = [x for v in value.values() for x in v.values()]
     return children, shape
 
 
 def unflatten_logs(shape: Shape, children: Any) -> Logs:
-    """The ``Logs`` of :func:`flatten_logs`' structure holding ``children``.
-
-    Example:
-        >>> unflatten_logs((("metrics", ("a",)),), [2])
-        Logs(metrics={'a': 2})
-    """
+    """The ``Logs`` of :func:`flatten_logs`' structure holding ``children``."""
     out = Logs()
     values = iter(children)  # zip takes from ``names`` first: it never consumes a value too many
     for collection, names in shape:

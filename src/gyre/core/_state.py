@@ -39,20 +39,8 @@ def _as_key(rng: Any) -> jax.Array:
 
 
 def check_optimizer(value: Any, *, argument: str, none_means: str) -> None:
-    """Raises a clear error unless ``value`` is an optax optimizer or ``None``.
-
-    Args:
-        value: what the user passed.
-        argument: the parameter's name, for the message.
-        none_means: what ``None`` stands for there, for the message.
-
-    Example:
-        >>> import optax
-        >>> check_optimizer(optax.sgd(0.1), argument="tx", none_means="no training")
-        >>> check_optimizer("adam", argument="tx", none_means="no training")
-        Traceback (most recent call last):
-        TypeError: tx= must be an optax optimizer...
-    """
+    """Raises a clear error unless ``value`` (the ``argument=``) is an optax optimizer or
+    ``None`` (which means ``none_means``)."""
     if value is not None and not isinstance(value, optax.GradientTransformation):
         raise TypeError(
             explain(

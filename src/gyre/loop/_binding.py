@@ -64,12 +64,6 @@ class Masked:
         mask: the real rows (``True``) and the padding (``False``).
         rows: the samples the loop's clock counts for the batch (its real rows), read on the
             host before the batch is placed; ``None`` once stacked or placed.
-
-    Example:
-        >>> import jax, numpy as np
-        >>> m = Masked(np.zeros((4, 2)), np.array([True, True, True, False]), rows=3)
-        >>> [leaf.shape for leaf in jax.tree_util.tree_leaves(m)], m.rows
-        ([(4, 2), (4,)], 3)
     """
 
     __slots__ = ("batch", "mask", "rows")
@@ -87,12 +81,7 @@ jax.tree_util.register_pytree_node(Masked, lambda m: ((m.batch, m.mask), None), 
 
 
 def callback_name(fn: Any) -> str:
-    """A readable name for a callback, for messages.
-
-    Example:
-        >>> callback_name(len), callback_name(lambda: 0)
-        ('len', '<lambda>')
-    """
+    """A readable name for a callback, for messages."""
     if isinstance(fn, Invoker):
         return fn.name
     owner = getattr(fn, "__self__", None)
@@ -102,26 +91,10 @@ def callback_name(fn: Any) -> str:
 
 
 class Invoker:
-    """A bound callback: ``invoker.call(state, batch, elapsed, logs, loop)`` calls it with the
-    values it asked for. Built by :func:`bind`.
-
-    Attributes:
-        fn: the callback as the user gave it.
-        name: its name, for messages.
-        call: the calling function.
-        returned_state: set once the callback has returned a new state (the loop checks that
-            state's structure the first time).
-        takes_mask: the callback has a ``mask`` parameter (it gets the mask of a padded
-            batch, see the module docs).
-        read_only: the callback should not change the state (a predict step): the first
-            state it returns is compared with the state it got, and a change is said once.
-        uses: the names (from ``state, batch, elapsed, logs, loop``) it is called with.
-
-    Example:
-        >>> inv = bind(lambda logs, state: (logs, state + 1))
-        >>> inv.name, inv.call(1, "batch", "elapsed", {}, None)
-        ('<lambda>', ({}, 2))
-    """
+    """A bound callback: ``invoker.call(state, batch, elapsed, logs, loop)`` calls ``fn`` with
+    the values it asked for (their names: ``uses``). Built by :func:`bind`. ``returned_state``
+    is set once it returned a state (whose structure the loop checked); ``read_only`` (a
+    predict step): a changed state is said once."""
 
     __slots__ = ("fn", "name", "call", "returned_state", "takes_mask", "read_only", "uses")
 
@@ -162,24 +135,7 @@ class StateMethod:
 
 
 def bind(fn: Any) -> Invoker:
-    """Turns a callback into an :class:`Invoker` (see the module docs for the rules).
-
-    Example:
-        >>> bind(lambda s, b: s + b).call(1, 2, None, None, None)  # no known names: by position
-        3
-        >>> bind(lambda batch, state: state * batch).call(3, 2, None, None, None)
-        6
-
-        A ``mask`` parameter gets the mask of a padded batch (a :class:`Masked`), and keeps
-        its default where batches are not padded:
-
-        >>> import numpy as np
-        >>> step = bind(lambda state, batch, mask=None: (batch.tolist(), mask))
-        >>> step.takes_mask, step.call(0, np.arange(2), None, None, None)
-        (True, ([0, 1], None))
-        >>> step.call(0, Masked(np.arange(2), np.array([True, False]), rows=1), None, None, None)
-        ([0, 1], array([ True, False]))
-    """
+    """Turns a callback into an :class:`Invoker` (see the module docs for the rules)."""
     if isinstance(fn, Invoker):
         return fn
     if isinstance(fn, StateMethod):

@@ -72,12 +72,7 @@ class Clock(Protocol):
 
 
 def check_data_resume(data_resume: Any) -> str:
-    """``data_resume`` when it is one of :data:`DATA_RESUME`, else the explained error.
-
-    Example:
-        >>> check_data_resume("skip")
-        'skip'
-    """
+    """``data_resume`` when it is one of :data:`DATA_RESUME`, else the explained error."""
     if isinstance(data_resume, str) and data_resume in DATA_RESUME:
         return data_resume
     hint = suggest(data_resume, DATA_RESUME) if isinstance(data_resume, str) else ""
@@ -159,22 +154,7 @@ class _Later(Iterator[Any]):
 
 class DataTracker:
     """A loop's dataset, with the position of the batches the loop has consumed (what the
-    engine exposes as ``loop.data``; built by :func:`track_data`, which documents it).
-
-    Attributes:
-        dataset: the dataset the loop was given.
-        data_resume: ``"restart"`` or ``"skip"``: what a resume does with data that cannot
-            save its position.
-        epoch_steps: batches per epoch, as the dataset knows it (``None``: unknown).
-
-    Example:
-        >>> import gyre, numpy as np
-        >>> def peek(loop, elapsed):
-        ...     if elapsed.steps == 2:
-        ...         print(loop.data.state_dict()["state"]["position"])
-        >>> _ = gyre.loop(None, gyre.data.batches(np.arange(8), 2), {gyre.every(1): peek}, stop=4)
-        3
-    """
+    engine exposes as ``loop.data``; built by :func:`track_data`)."""
 
     def __init__(self, dataset: Any, data_resume: str = "restart", *, track: bool = True) -> None:
         self.data_resume = check_data_resume(data_resume)
@@ -484,11 +464,6 @@ def _decode(text: Any, encoding: Any) -> bytes:
 def to_json(value: Any, where: str) -> Any:
     """``value`` with numpy numbers and arrays as Python ones and tuples as lists, or an
     explained ``TypeError`` naming the first part JSON cannot hold.
-
-    Example:
-        >>> import numpy as np
-        >>> to_json({"epoch": np.int64(2), "order": (1, 2)}, "state")
-        {'epoch': 2, 'order': [1, 2]}
     """
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -519,42 +494,7 @@ def _not_json(where: str, value: Any, what: str) -> TypeError:
 
 
 def track_data(dataset: Any, data_resume: str = "restart", *, track: bool = True) -> DataTracker:
-    """The dataset a loop is given, with the position of the batches the loop consumes.
-
-    See the module's documentation for what is saved for which dataset, and the protocol a
-    data source of your own implements to resume exactly.
-
-    Args:
-        dataset: an iterable of batches (checked here, with the loop's explanations).
-        data_resume: for data that cannot save its position, what a resume does:
-            ``"restart"`` (start it again, with a warning) or ``"skip"`` (pull and drop the
-            consumed batches first: O(position)).
-        track: keep the positions of batches read ahead of their use (one ``state_dict()``
-            or ``get_state()`` of the source per batch pulled; nothing for
-            ``gyre.data.batches`` or data without a state). ``False`` costs nothing per step,
-            and :meth:`DataTracker.state_dict` of such a source is then only available in a
-            loop that does not read ahead.
-
-    Returns:
-        A :class:`DataTracker`: iterate it (once) for the batches.
-
-    Raises:
-        ValueError: ``data_resume`` is not one of ``"restart"``, ``"skip"``.
-        TypeError: the dataset is not iterable, or a Keras-style ``(X, Y)`` pair.
-
-    Example:
-        >>> import gyre, numpy as np
-        >>> from gyre.loop._elapse import Elapse
-        >>> data = track_data(gyre.data.batches(np.arange(6), 2, shuffle=False))
-        >>> clock = Elapse(data)
-        >>> _ = data.follow(clock)
-        >>> [batch.tolist() for _, (_, batch) in zip(range(2), clock)]
-        [[0, 1], [2, 3]]
-        >>> saved = data.state_dict(); saved["state"]["position"]
-        2
-        >>> again = track_data(gyre.data.batches(np.arange(6), 2, shuffle=False))
-        >>> again.load_state_dict(saved)
-        >>> next(iter(again)).tolist()
-        [4, 5]
-    """
+    """The dataset a loop is given, with the position of the batches the loop consumes (see the
+    module docs). ``track=False``: no position is kept for batches read ahead of their use
+    (nothing per step; ``state_dict()`` then only works in a loop that does not read ahead)."""
     return DataTracker(dataset, data_resume, track=track)

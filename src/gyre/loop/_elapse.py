@@ -28,11 +28,6 @@ END = object()
 def check_stop(stop: Any, name: str = "stop") -> StopLike:
     """A loop's ``stop`` (or ``test_duration``): steps as an integral number >= 1, a Period,
     or None; numpy and 0-d integers are accepted.
-
-    Example:
-        >>> import numpy as np
-        >>> check_stop(np.int64(5))
-        Period(steps=5)
     """
     if stop is None or isinstance(stop, Period):
         return stop
@@ -50,12 +45,7 @@ def check_stop(stop: Any, name: str = "stop") -> StopLike:
 
 
 def steps_only(period: Period | None) -> int | None:
-    """The step count of a Period that counts steps and nothing else, else None.
-
-    Example:
-        >>> steps_only(Period(steps=3)), steps_only(Period(steps=3, time=1.0))
-        (3, None)
-    """
+    """The step count of a Period that counts steps and nothing else, else None."""
     if period is not None and [name for name, _ in period.items()] == ["steps"]:
         return period.steps
     return None
@@ -64,10 +54,6 @@ def steps_only(period: Period | None) -> int | None:
 def epoch_steps_of(epoch_duration: Any, dataset: Any) -> int | None:
     """Steps per epoch: ``epoch_duration`` (steps or ``at(steps=...)``), else what the dataset
     says (see :func:`dataset_epoch_steps`), else None (unknown).
-
-    Example:
-        >>> epoch_steps_of(None, [1, 2, 3]), epoch_steps_of(5, iter([]))
-        (3, 5)
     """
     if isinstance(epoch_duration, Period) and steps_only(epoch_duration) is not None:
         epoch_duration = epoch_duration.steps
@@ -87,13 +73,6 @@ def dataset_epoch_steps(dataset: Any) -> int | None:
     attribute (``gyre.data.batches``, and the loop's own wrappers around a dataset), else
     ``len(dataset)``; None when it has neither, or a length that only marks an endless
     dataset (``sys.maxsize``, as grain gives a repeated dataset).
-
-    Example:
-        >>> import gyre, numpy as np
-        >>> dataset_epoch_steps(gyre.data.batches(np.zeros((10, 2)), 4)), dataset_epoch_steps(range(3))
-        (2, 3)
-        >>> dataset_epoch_steps(iter([1, 2])) is None
-        True
     """
     steps = as_integer(getattr(dataset, "epoch_steps", None))
     if steps is not None and steps >= 1:
@@ -109,12 +88,6 @@ def check_iterable(dataset: Any) -> None:
     """Raises the explained error for a dataset a loop cannot iterate (not iterable, a
     Keras-style ``(X, Y)`` pair of whole arrays, a bare array, whose rows it would take for
     batches, or a dict, whose keys it would), without starting a pass over it.
-
-    Example:
-        >>> check_iterable([1, 2])
-        >>> check_iterable(3)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        TypeError: the dataset is not iterable...
     """
     if _looks_like_arrays(dataset):
         shapes = ", ".join(str(tuple(x.shape)) for x in dataset)
@@ -166,12 +139,7 @@ def _not_iterable(dataset: Any) -> TypeError:
 
 
 def check_dataset(dataset: Any) -> Iterator[Any]:
-    """An iterator over the dataset, or the explained error (see :func:`check_iterable`).
-
-    Example:
-        >>> next(check_dataset([1, 2]))
-        1
-    """
+    """An iterator over the dataset, or the explained error (see :func:`check_iterable`)."""
     check_iterable(dataset)
     try:
         return iter(dataset)
@@ -196,13 +164,6 @@ def size_function(batch_size_fn: Any) -> BatchSizeFn:
     share (:func:`~gyre.core.infer_batch_size`, which refuses arrays that disagree); a
     ``batch_size_fn`` whose parameter is named ``batch`` gets the batch, any other gets the
     list of leaf shapes as ciclo passes it (scalars as ``(1,)``).
-
-    Example:
-        >>> import numpy as np
-        >>> size_function(lambda shapes: shapes[0][0])((np.zeros((4, 2)), np.zeros(4)))
-        4
-        >>> size_function(lambda batch: len(batch[1]))((np.zeros((4, 2)), np.zeros(3)))
-        3
     """
     if batch_size_fn is None:
         return infer_batch_size
@@ -234,14 +195,6 @@ def samples(size: Any) -> int:
     """A ``batch_size_fn``'s result as a Python ``int``, or the explained error: a negative,
     fractional or non-numeric count would silently corrupt the clock's samples (and the
     weights of the means that it gives).
-
-    Example:
-        >>> import numpy as np
-        >>> samples(np.int64(32))
-        32
-        >>> samples(-4)
-        Traceback (most recent call last):
-        TypeError: batch_size_fn returned -4 as the samples of a batch...
     """
     if type(size) is int and size >= 0:
         return size
@@ -280,7 +233,6 @@ class Elapse:
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.stop = check_stop(stop)
-        self._stop_steps = steps_only(self.stop)
         self.epoch_steps = epoch_steps_of(epoch_duration, dataset)
         self._check_epochs(dataset)
         self._it = check_dataset(dataset)
@@ -310,8 +262,7 @@ class Elapse:
     def pull(self, clock: Elapsed) -> Any:
         """The batch of the step whose clock is ``clock``, or :data:`END` when the stop is
         reached at ``clock`` or the data has ended."""
-        stop = self._stop_steps
-        if (clock.steps >= stop) if stop is not None else (self.stop is not None and clock.reached(self.stop)):
+        if self.stop is not None and clock.reached(self.stop):
             return END
         try:
             return next(self._it)
@@ -320,16 +271,9 @@ class Elapse:
             return END
 
     def __next__(self) -> tuple[Elapsed, Any]:
-        # The per-step path: complete() inlined. After a slow dispatch the loop's Python runs
-        # with cold caches, where each Python frame costs ~1 us.
-        clock = self.elapsed
-        done = self._pending
-        if done is not None:
-            now = self._clock()
-            clock = self.elapsed = clock._after(done, now - self._t0, self._d0 + now, self.epoch_steps)
+        clock = self.complete()
         batch = self.pull(clock)
         if batch is END:
-            self._pending = None
             raise StopIteration
         size = self._pending = self.size_of(batch)
         clock._step = (size, self.epoch_steps)
@@ -339,10 +283,6 @@ class Elapse:
     def batch_size(self) -> int | None:
         """Samples in the step in progress (``None`` between steps)."""
         return self._pending
-
-    def next_clock(self, clock: Elapsed, size: int, time: float, date: float) -> Elapsed:
-        """The clock after a step of ``size`` samples that started at ``clock``."""
-        return clock._after(size, time, date, self.epoch_steps)
 
     def advance(self, clocks: Sequence[Elapsed], sizes: Sequence[int]) -> None:
         """Counts the steps of a fused chunk as done, but the last, which stays in progress (as
@@ -354,7 +294,7 @@ class Elapse:
         """Counts the step in progress as completed; returns the clock."""
         if self._pending is not None:
             time, date = self.now()
-            self.elapsed = self.next_clock(self.elapsed, self._pending, time, date)
+            self.elapsed = self.elapsed._after(self._pending, time, date, self.epoch_steps)
             self._pending = None
         return self.elapsed
 
@@ -363,7 +303,7 @@ class Elapse:
         if self._pending is None:
             return self.elapsed
         time, date = self.now()
-        return self.next_clock(self.elapsed, self._pending, time, date)
+        return self.elapsed._after(self._pending, time, date, self.epoch_steps)
 
     def warn_if_short(self, stopped: bool) -> None:
         """Says once when the data ended before ``stop`` (a loop that silently ran 46 of 1000
@@ -392,12 +332,7 @@ def _check_initial(initial: Any) -> Elapsed:
 
 
 def epochs_unknown(what: str, dataset: Any = None) -> str:
-    """The explanation for epoch-based timing over data of unknown epoch length.
-
-    Example:
-        >>> print(epochs_unknown("stop=Period(epochs=2)", iter([])).splitlines()[0])
-        stop=Period(epochs=2) counts epochs, and the loop cannot tell where an epoch ends
-    """
+    """The explanation for epoch-based timing over data of unknown epoch length."""
     source = source_of(dataset)
     kind = "a dataset" if source is None else f"a dataset of type {type(source).__name__}"
     return explain(
@@ -413,10 +348,6 @@ def epochs_unknown(what: str, dataset: Any = None) -> str:
 def source_of(dataset: Any) -> Any:
     """The user's dataset inside the loop's wrappers (each names what it wraps as
     ``wrapped_dataset``).
-
-    Example:
-        >>> source_of([1, 2])
-        [1, 2]
     """
     for _ in range(8):  # wrappers are a few levels deep at most
         inner = getattr(dataset, "wrapped_dataset", None)

@@ -39,12 +39,7 @@ class FusableStep(Protocol):
 
 
 def check_steps(steps: Any, name: str = "steps") -> int:
-    """Validates a number of fused steps (an integral number >= 1); returns it as an int.
-
-    Example:
-        >>> check_steps(4)
-        4
-    """
+    """Validates a number of fused steps (an integral number >= 1); returns it as an int."""
     return whole_number(
         steps,
         minimum=1,
@@ -55,23 +50,12 @@ def check_steps(steps: Any, name: str = "steps") -> int:
 
 
 def step_function(fn: Any) -> Any:
-    """What is fused for a callback: the method of a :class:`StateMethod`, else the callback.
-
-    Example:
-        >>> step_function(len) is len
-        True
-    """
+    """What is fused for a callback: the method of a :class:`StateMethod`, else the callback."""
     return fn.method if isinstance(fn, StateMethod) else fn
 
 
 def is_fusable(fn: Any) -> bool:
-    """True when :func:`fuse` accepts ``fn``: a ``jax.jit`` function or a :class:`FusableStep`.
-
-    Example:
-        >>> import jax
-        >>> is_fusable(jax.jit(lambda s, b: s)), is_fusable(lambda s, b: s)
-        (True, False)
-    """
+    """True when :func:`fuse` accepts ``fn``: a ``jax.jit`` function or a :class:`FusableStep`."""
     fn = step_function(fn)
     return _compat.is_jitted(fn) or callable(getattr(fn, "fuse", None))
 
@@ -91,12 +75,6 @@ def scan_steps(
 ) -> tuple[Any, Any]:
     """``jax.lax.scan(body, state, batches)`` as fused steps run it (:data:`UNROLL` steps per
     iteration; results are the same as the plain scan's).
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> total, seen = scan_steps(lambda c, x: (c + x, c), jnp.float32(0), jnp.arange(5.0))
-        >>> float(total), seen.tolist()
-        (10.0, [0.0, 0.0, 1.0, 3.0, 6.0])
     """
     return jax.lax.scan(body, state, batches, length=length, unroll=UNROLL)
 
@@ -105,12 +83,6 @@ def scanned(step: Callable[[Any, Any], tuple[Any, Any]]) -> Callable[[Any, Any],
     """``(state, batches) -> (logs, state)``: ``step(state, batch) -> (logs, state)`` run on
     each row of ``batches`` (:func:`scan_steps`), the logs stacked a row per step; what a
     strategy compiles as a fused step.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> logs, state = scanned(lambda s, b: ({"b": b}, s + b))(jnp.float32(0), jnp.arange(3.0))
-        >>> logs["b"].tolist(), float(state)
-        ([0.0, 1.0, 2.0], 3.0)
     """
 
     def scan(state: Any, batches: Any) -> tuple[Any, Any]:
@@ -159,12 +131,6 @@ jax.tree_util.register_pytree_node(
 def step_body(invoker: Invoker) -> Callable[[Any, Any], tuple[Any, Logs]]:
     """``body(state, batch) -> (state, logs)``: one call of the callback, its return folded as
     in the loop (what a fused scan and a ring step trace).
-
-    Example:
-        >>> import gyre
-        >>> state, logs = step_body(bind(lambda s, b: (gyre.logs().add_metric("b", b), s + b)))(1, 2)
-        >>> state, logs.metrics.b
-        (3, 2)
     """
     missing = [_NotInFusedStep(a, invoker.name) for a in ("elapsed", "logs", "loop")]
 
@@ -214,13 +180,6 @@ def returned_state(invoker: Invoker) -> bool:
     """Whether a fused step has returned a state, once it ran: a :class:`FusableStep` always
     does; a jitted step's scans record it when traced, possibly by an earlier loop, whose
     compiled scans this loop reuses.
-
-    Example:
-        >>> import jax, numpy as np
-        >>> step = bind(jax.jit(lambda state, batch: state + batch))
-        >>> _ = fuse(step, 2)(np.float32(0), np.ones(2, np.float32))
-        >>> returned_state(step), returned_state(bind(step.fn))  # a later loop's own invoker
-        (True, True)
     """
     fn = step_function(invoker.fn)
     if invoker.returned_state or not _compat.is_jitted(fn):

@@ -47,11 +47,7 @@ def _check_reduction(reduction: Any) -> None:
 
 
 def check_aggregation(aggregation: Aggregation) -> None:
-    """Raises a clear error for an aggregation that :func:`aggregate` would not understand.
-
-    Example:
-        >>> check_aggregation({"metrics": "mean"})
-    """
+    """Raises a clear error for an aggregation that :func:`aggregate` would not understand."""
     if isinstance(aggregation, Mapping):
         for reduction in aggregation.values():
             _check_reduction(reduction)
@@ -115,13 +111,7 @@ def _reduced(reduction: str, pieces: Sequence[Piece], weights: np.ndarray | None
 
 
 def reduce(reduction: Reduction, pieces: Sequence[Piece], weights: np.ndarray | None, name: str = "") -> Any:
-    """One entry's records reduced to one value, on the device.
-
-    Example:
-        >>> import numpy as np
-        >>> float(reduce("mean", [(np.arange(2), [1.0, 0.0])], np.array([3, 1])))
-        0.75
-    """
+    """One entry's records reduced to one value, on the device."""
     if reduction in ("last", "first"):
         return _pick(pieces, reduction == "last")
     if callable(reduction):
@@ -162,12 +152,7 @@ def aggregate(history: History, aggregation: Aggregation = "last") -> Logs:
 
 
 def suffixed(logs: Logs, name: str | None) -> Logs:
-    """Every entry renamed ``<entry>_<name>`` (unchanged when ``name`` is None or empty).
-
-    Example:
-        >>> suffixed(Logs().add_metric("acc", 1), "test")
-        Logs(metrics={'acc_test': 1})
-    """
+    """Every entry renamed ``<entry>_<name>`` (unchanged when ``name`` is None or empty)."""
     if not name:
         return logs
     out = Logs()

@@ -31,17 +31,8 @@ from gyre.loop._engine import _prefetched
 
 def mask_wanted(callbacks: Sequence[Any], where: str) -> tuple[list[Invoker], bool]:
     """The ``on_test_step`` callbacks bound, and whether they take ``mask`` (then the
-    evaluation pads its batches). Either all take it or none: a step without it would count
-    the padding rows in its means.
-
-    Raises:
-        ValueError: some take ``mask`` and others do not.
-
-    Example:
-        >>> _, wanted = mask_wanted([lambda state, batch, mask=None: None], "test_loop")
-        >>> wanted, mask_wanted([lambda state, batch: None], "test_loop")[1]
-        (True, False)
-    """
+    evaluation pads its batches). All or none must: a step without it would count the padding
+    rows in its means."""
     invokers = [bind(cb) for cb in callbacks]
     takers = [i.name for i in invokers if i.takes_mask]
     others = [i.name for i in invokers if not i.takes_mask]
@@ -61,20 +52,9 @@ def mask_wanted(callbacks: Sequence[Any], where: str) -> tuple[list[Invoker], bo
 
 
 class MaskedBatches:
-    """The batches of ``dataset`` padded to the first one's size, as
-    :class:`~gyre.loop._binding.Masked` items whose ``rows`` are the samples of the batch
-    before padding (``batch_size_fn``'s, else its rows). With a managed state's strategy they
-    are placed on its devices ``prefetch`` batches ahead (the mask too), as the loop would
-    place plain batches; ``rows`` is counted on the host before.
-
-    Iterable as often as ``dataset`` is; each pass learns the size from its first batch.
-
-    Example:
-        >>> import numpy as np
-        >>> items = list(MaskedBatches([np.arange(3), np.arange(2)]))
-        >>> [(m.batch.tolist(), m.mask.tolist(), m.rows) for m in items]
-        [([0, 1, 2], [True, True, True], 3), ([0, 1, 1], [True, True, False], 2)]
-    """
+    """The batches of ``dataset`` padded to the first one's size (learnt anew each pass), as
+    :class:`~gyre.loop._binding.Masked` items whose ``rows`` (counted on the host) are the
+    samples before padding; with a managed state's strategy, placed ``prefetch`` batches ahead."""
 
     def __init__(
         self,
@@ -115,25 +95,13 @@ class MaskedBatches:
 
 
 def real_rows(batch: Masked) -> int:
-    """The samples a padded evaluation's clock counts for a batch (a host int, no device read).
-
-    Example:
-        >>> import numpy as np
-        >>> real_rows(Masked(np.zeros(4), np.array([True, True, False, False]), rows=2))
-        2
-    """
+    """The samples a padded evaluation's clock counts for a batch (a host int, no device read)."""
     return batch.rows  # type: ignore[return-value]
 
 
 def unmasking(fn: Any) -> Invoker:
     """``fn`` bound for a padded evaluation: a callback that takes ``mask`` splits the
     :class:`~gyre.loop._binding.Masked` batch itself; any other gets the padded batch.
-
-    Example:
-        >>> import numpy as np
-        >>> seen = unmasking(lambda batch: batch.tolist())
-        >>> seen.call(None, Masked(np.arange(2), np.ones(2, bool)), None, None, None)
-        [0, 1]
     """
     inner = bind(fn)
     if inner.takes_mask:

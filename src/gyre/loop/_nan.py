@@ -98,16 +98,6 @@ def check_nan_policy(policy: Any, where: str = "loop", *, no_skip: tuple[str, st
     """``policy`` when it is one of ``"raise"``, ``"skip"``, ``"ignore"``; else the explained
     error. ``no_skip=(why, fix)``: ``where`` applies every update itself, so ``"skip"`` is
     refused with that reason and fix.
-
-    Example:
-        >>> check_nan_policy("skip")
-        'skip'
-        >>> check_nan_policy("rasie")
-        Traceback (most recent call last):
-        ValueError: nan_policy of loop must be one of 'raise', 'skip', 'ignore'...
-        >>> check_nan_policy("skip", "fit", no_skip=("its step applies every update", "wrap tx"))
-        Traceback (most recent call last):
-        ValueError: fit cannot skip non-finite updates: its step applies every update...
     """
     if isinstance(policy, str) and policy in NAN_POLICIES:
         if policy == "skip" and no_skip is not None:
@@ -136,12 +126,8 @@ def check_nan_policy(policy: Any, where: str = "loop", *, no_skip: tuple[str, st
 @runtime_checkable
 class SkippableStep(Protocol):
     """A step that can drop its update when its loss or gradients are not finite (what
-    :func:`gyre.managed.train_step` makes).
-
-    ``nan_policy`` is ``"skip"`` when the step drops such updates, else ``None``;
-    ``with_nan_policy("skip")`` returns the step that does (the same object when it already
-    does, or when it makes no update to drop: then its ``nan_policy`` stays ``None``).
-    """
+    :func:`gyre.managed.train_step` makes): ``with_nan_policy("skip")`` returns the step that
+    does (its ``nan_policy`` then ``"skip"``; ``None`` for a step with no update to drop)."""
 
     nan_policy: str | None
 
@@ -160,12 +146,7 @@ def _skipping(fn: Any) -> Any:
 
 
 def skips(fn: Any) -> bool:
-    """Whether a callback drops its non-finite updates.
-
-    Example:
-        >>> skips(print)
-        False
-    """
+    """Whether a callback drops its non-finite updates."""
     if isinstance(fn, StateMethod):
         fn = fn.method
     return getattr(fn, "nan_policy", None) == "skip" and callable(getattr(fn, "with_nan_policy", None))
@@ -175,12 +156,6 @@ def apply_nan_policy(tasks: Any, policy: str) -> tuple[Any, bool]:
     """The task table a loop runs under ``policy`` and whether one of its steps skips
     non-finite updates. Under ``"skip"`` each managed train step is replaced by its skipping
     form (the caller's table is only read), and a table without one is an error.
-
-    Example:
-        >>> import gyre
-        >>> table, skipping = apply_nan_policy({gyre.every(1): [print]}, "raise")
-        >>> skipping
-        False
     """
     table = check_table(tasks)
     if policy == "skip":
@@ -209,10 +184,6 @@ def apply_nan_policy(tasks: Any, policy: str) -> tuple[Any, bool]:
 def skipped_steps_of(state: Any) -> Any:
     """The state's count of skipped steps (a field or an extra named ``skipped_steps``, or a
     dict key), or ``None``.
-
-    Example:
-        >>> skipped_steps_of({"skipped_steps": 2}), skipped_steps_of(3)
-        (2, None)
     """
     if isinstance(state, Mapping):
         return state.get(SKIPPED_STEPS)
@@ -261,28 +232,10 @@ def _first_nonfinite(value: Any) -> float | None:
 
 class FiniteCheck:
     """Finds the first non-finite loss or metric a loop logged, reading the history as its
-    values reach the host (see the module docs). Built by :func:`finite_check`.
-
-    Args:
-        history: the loop's history.
-        clock: the loop's current clock (for the message: where the loop noticed it).
-        start: the first record to check (the records a continued history already held are
-            not checked again).
-        initial_skips: when a step of the loop skips non-finite updates, a copy of the state's
-            count of skipped steps at the loop's start (read only when needed).
-        lagged: read landed values every :data:`POLL_EVERY` steps (one process); else only
-            :meth:`check` reads.
-        policy: the loop's ``nan_policy`` (``"raise"`` or ``"skip"``), named in the error.
-
-    Example:
-        >>> import gyre, math
-        >>> h = gyre.history()
-        >>> check = FiniteCheck(h, lambda: gyre.Elapsed(steps=3), start=0)
-        >>> h.commit(gyre.Elapsed(steps=2), gyre.logs().add_metric("acc", math.inf))
-        >>> check.check()
-        Traceback (most recent call last):
-        gyre.NonFiniteError: "acc" is inf at step 2...
-    """
+    values reach the host (see the module docs). Built by :func:`finite_check`; ``start`` is
+    the first record to check, ``initial_skips`` the state's count of skipped steps at the
+    start (when a step skips), and ``lagged=False`` (several processes) reads only in
+    :meth:`check`."""
 
     def __init__(
         self,
@@ -503,21 +456,8 @@ def finite_check(
     skipping: bool,
     state: Any,
 ) -> FiniteCheck | None:
-    """The check a loop runs under ``policy`` (``None`` for ``"ignore"``).
-
-    Args:
-        policy: the loop's ``nan_policy``.
-        history: the loop's history (its records from now on are checked).
-        clock: the loop's current clock.
-        skipping: a step of the loop skips non-finite updates: its skipped records are not
-            errors.
-        state: the loop's initial state (its ``skipped_steps`` is copied when ``skipping``).
-
-    Example:
-        >>> import gyre
-        >>> finite_check("ignore", gyre.history(), gyre.Elapsed, skipping=False, state=None) is None
-        True
-    """
+    """The check a loop runs under ``policy`` (``None`` for ``"ignore"``) over the history's
+    records from now on; ``skipping``: the records of skipped steps are not errors."""
     if policy == "ignore":
         return None
     import jax

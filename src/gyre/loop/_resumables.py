@@ -45,13 +45,7 @@ _ARRAY = "__gyre_array__"
 
 
 def has_state(obj: Any) -> bool:
-    """Whether ``obj`` has the ``state_dict``/``load_state_dict`` pair.
-
-    Example:
-        >>> import gyre
-        >>> has_state(gyre.early_stopping("loss", patience=2)), has_state(len)
-        (True, False)
-    """
+    """Whether ``obj`` has the ``state_dict``/``load_state_dict`` pair."""
     return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
 
 
@@ -75,13 +69,6 @@ def collect(tasks: Sequence[Task], extra: Iterable[Invoker] = ()) -> dict[str, A
     """The resumable objects of a task table (and of ``extra`` callbacks), by stable name.
 
     Checkpoints themselves are left out (their bookkeeping lives in their directory).
-
-    Example:
-        >>> import gyre
-        >>> from gyre.loop._tasks import compile_tasks
-        >>> es = gyre.early_stopping("loss", patience=2)
-        >>> list(collect(compile_tasks({gyre.every(1): [es, es]})))
-        ['EarlyStopping']
     """
     found: dict[str, Any] = {}
     seen: set[int] = set()
@@ -115,12 +102,6 @@ def _is_array(value: Any) -> bool:
 def split_arrays(tree: Any, arrays: dict[str, Any], where: str) -> Any:
     """``tree`` with every array replaced by a reference into ``arrays`` (filled here), so the
     rest is JSON. Numpy scalars become Python numbers.
-
-    Example:
-        >>> import numpy as np
-        >>> arrays = {}
-        >>> split_arrays({"n": np.int64(3), "w": np.ones(2)}, arrays, "x"), list(arrays)
-        ({'n': 3, 'w': {'__gyre_array__': 'a0'}}, ['a0'])
     """
     if tree is None or isinstance(tree, (bool, str)):
         return tree
@@ -164,12 +145,7 @@ def _not_json(where: str, what: str) -> None:
 
 
 def join_arrays(tree: Any, arrays: Mapping[str, Any]) -> Any:
-    """The inverse of :func:`split_arrays`.
-
-    Example:
-        >>> join_arrays({"w": {"__gyre_array__": "a0"}, "b": [1]}, {"a0": 5})
-        {'w': 5, 'b': [1]}
-    """
+    """The inverse of :func:`split_arrays`."""
     if isinstance(tree, Mapping):
         if set(tree) == {_ARRAY}:
             return arrays[tree[_ARRAY]]

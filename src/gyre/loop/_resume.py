@@ -29,12 +29,7 @@ _WORDS = ("latest", "best")
 
 
 def check_resume(resume: Any) -> Any:
-    """``resume`` checked: ``None``, ``"latest"``, ``"best"``, a step (>= 0) or a path.
-
-    Example:
-        >>> check_resume("latest"), check_resume(5), check_resume(None)
-        ('latest', 5, None)
-    """
+    """``resume`` checked: ``None``, ``"latest"``, ``"best"``, a step (>= 0) or a path."""
     if resume is None or resume in _WORDS:
         return resume
     if isinstance(resume, Integral) and not isinstance(resume, bool) and resume >= 0:

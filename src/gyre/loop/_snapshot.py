@@ -38,11 +38,6 @@ class Snapshot:
             records, so a save never grows with the run's length. Written atomically (a
             temporary name, then a rename), by process 0 only; never rotated out.
         source: the checkpointer a loop resumed it through (set by the loop; never saved).
-
-    Example:
-        >>> import gyre
-        >>> Snapshot(step=3, state={"w": 1.0}, elapsed=gyre.Elapsed(steps=3)).step
-        3
     """
 
     step: int

@@ -41,20 +41,8 @@ class ChunkPlan:
 
 
 def split_tasks(tasks: Sequence[Task], steps: int) -> ChunkPlan:
-    """Finds the step to fuse in a compiled task table and sorts the other tasks around it.
-
-    The step is the one compiled callback under a schedule that fires on every step (in
-    ``gyre.loop``), or the callbacks under a :class:`~gyre.loop._tasks.StepPoint` (the named
-    loops' ``on_train_step``, ...), which must then all be compiled (or ChunkSafe).
-
-    Example:
-        >>> import gyre, jax
-        >>> from gyre.loop._tasks import compile_tasks
-        >>> step = jax.jit(lambda s, b: s)
-        >>> plan = split_tasks(compile_tasks({gyre.every(1): [step], gyre.every(10): [print]}), 4)
-        >>> plan.step.fn is step, len(plan.before), len(plan.after)
-        (True, 0, 1)
-    """
+    """Finds the step to fuse in a compiled task table (the compiled callback on every step,
+    or a :class:`~gyre.loop._tasks.StepPoint`'s) and sorts the other tasks around it."""
     plan = ChunkPlan()
     for task in tasks:
         point = isinstance(task.key, StepPoint)

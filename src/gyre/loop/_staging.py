@@ -24,33 +24,13 @@ def _on_device(leaves: list[Any]) -> bool:
     return any(isinstance(x, jax.Array) for x in leaves)
 
 
-def stack(batches: Sequence[Any]) -> Any:
-    """Stacks batches along a new leading axis: numpy for host batches, one jit for device ones.
-
-    Example:
-        >>> import numpy as np
-        >>> stack([(np.zeros(2), 1), (np.ones(2), 2)])[0].shape
-        (2, 2)
-    """
-    batches = list(batches)
-    if _on_device(jax.tree_util.tree_leaves(batches[0])):
-        return _stack_on_device(batches)
-    return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *batches)
-
-
 #: Byte alignment of the staging buffers: JAX on CPU reads a numpy argument aligned like this
 #: in place instead of copying it (a 1.6 MB chunk: 62 us per call against 230 us).
 ALIGNMENT = 64
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An uninitialised numpy array whose data starts at a multiple of :data:`ALIGNMENT` bytes.
-
-    Example:
-        >>> a = aligned_empty((3, 5), np.float32)
-        >>> a.shape, a.dtype, a.ctypes.data % ALIGNMENT
-        ((3, 5), dtype('float32'), 0)
-    """
+    """An uninitialised numpy array whose data starts at a multiple of :data:`ALIGNMENT` bytes."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     raw = np.empty(nbytes + ALIGNMENT, np.uint8)
@@ -81,14 +61,6 @@ class Stager:
     reused only once the call that read it has finished (its outputs are ready):
     :meth:`release` records those outputs. A step whose outputs are the buffer itself (an
     uncompiled fused step that logs its batch) keeps it: the slot gets new buffers.
-
-    Example:
-        >>> import numpy as np
-        >>> stager = Stager()
-        >>> stacked, slot = stager.stack([(np.zeros(2), 1), (np.ones(2), 2)])
-        >>> stacked[0].tolist(), stacked[1].tolist()
-        ([[0.0, 0.0], [1.0, 1.0]], [1, 2])
-        >>> stager.release(slot, [])
     """
 
     def __init__(self, slots: int = 3) -> None:
@@ -119,11 +91,10 @@ class Stager:
                 aligned_empty((len(batches), *shape), dtype) for shape, dtype in shapes
             ]
         expected = [b.shape[1:] for b in buffers]
-        ndarray = np.ndarray
         for i, batch in enumerate(batches):
             flat = leaves if i == 0 else treedef.flatten_up_to(batch)
             for buffer, shape, x in zip(buffers, expected, flat, strict=True):
-                if (x.shape if type(x) is ndarray else np.shape(x)) != shape:
+                if np.shape(x) != shape:
                     raise ValueError(
                         explain(
                             "the batches of a fused chunk must all have the same shapes",

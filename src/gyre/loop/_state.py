@@ -239,18 +239,8 @@ def replace_state(state: Any) -> ReplaceState:
 
 
 def fold(out: Any, logs: Logs, state: Any, invoker: Invoker) -> Any:
-    """Folds a callback's return value into the step's ``logs``; returns the new state.
-
-    ``None`` changes nothing; a :class:`~gyre.Logs` is merged; a pair ``(logs, state)`` does
-    both (``None`` in the pair means unchanged, any other value is taken as given); anything
-    else is the new state.
-
-    Example:
-        >>> from gyre.loop._binding import bind
-        >>> logs = Logs()
-        >>> fold((Logs().add_metric("a", 1), 5), logs, 4, bind(lambda: None)), logs
-        (5, Logs(metrics={'a': 1}))
-    """
+    """Folds a callback's return value into the step's ``logs``; returns the new state (what
+    each kind of return means: the module docs and ``README.md``)."""
     if type(out) is tuple:
         if len(out) != 2:
             _not_a_pair(out, invoker)
@@ -331,10 +321,6 @@ def _merge_other(first: Any, second: Any, logs: Logs, invoker: Invoker) -> None:
 def check_structure(new: Any, old: Any, invoker: Invoker) -> None:
     """Raises a clear error when a callback's returned state does not have the structure of
     the current state (a state of ``None`` takes any structure: it is not set yet).
-
-    Example:
-        >>> from gyre.loop._binding import bind
-        >>> check_structure({"w": 2}, {"w": 1}, bind(lambda: None))
     """
     if old is None:
         return
@@ -367,12 +353,6 @@ def run_callbacks(
 ) -> Logs:
     """Runs bound callbacks in order, folding their returns into ``logs`` and
     ``loop_state.state``; stops after a callback that requests a stop. Returns the logs.
-
-    Example:
-        >>> from gyre.loop._binding import bind
-        >>> ls = LoopState(1, History(), Elapsed())
-        >>> run_callbacks([bind(lambda state: state + 1)], ls, Elapsed()), ls.state
-        (Logs(), 2)
     """
     logs = Logs() if logs is None else logs
     loop_state.elapsed = elapsed

@@ -32,20 +32,9 @@ Tasks = Mapping[Any, Callback | Sequence[Callback]]
 
 
 class StepPoint(Schedule):
-    """The schedule of a named loop's step point: fires on every step; with
-    ``steps_per_call`` its callbacks are the compiled step that is fused.
-
-    Args:
-        name: the named point (``"on_train_step"``).
-        expects_state: the step trains, so it should return a new state (a train step that
-            never does trains nothing: the loop warns once).
-
-    Example:
-        >>> StepPoint("on_train_step")(Elapsed()), StepPoint("on_test_step").fires_always
-        (True, True)
-        >>> StepPoint("on_train_step").next_step(7)  # fires_always: the step in progress
-        7
-    """
+    """The schedule of a named loop's step point (``"on_train_step"``): fires on every step;
+    its callbacks are the step that is fused. ``expects_state``: it trains, so a step that
+    never returns a state trains nothing (the loop warns once)."""
 
     fires_always = True
 
@@ -64,24 +53,9 @@ class StepPoint(Schedule):
 
 
 class When(Schedule):
-    """A named loop's own schedule (a fresh task-table key) with a fixed predicate.
-
-    The predicate is stateless and reads only the counters in ``reads``. For
-    :meth:`next_step`, one that reads only ``step_in_epoch`` is tried once on each step of an
-    epoch (unless ``in_epoch`` names the one step of the epoch it fires on: then nothing is
-    tried); one that reads other step counters on the steps ahead, one by one (1024 at most);
-    others are UNSOLVED.
-
-    Example:
-        >>> last = When(lambda e: e.step_in_epoch == 2, "on_epoch_end", reads=("step_in_epoch",))
-        >>> last(Elapsed(step_in_epoch=2)), last
-        (True, on_epoch_end)
-        >>> last.next_step(Elapsed(steps=4, step_in_epoch=1), epoch_steps=3), last.next_step(4)
-        (5, UNSOLVED)
-        >>> first = When(lambda e: e.step_in_epoch == 0, "on_epoch_begin", reads=("step_in_epoch",), in_epoch=0)
-        >>> first.next_step(Elapsed(steps=4, step_in_epoch=1), epoch_steps=3)
-        6
-    """
+    """A named loop's own schedule (a fresh task-table key) with a fixed, stateless predicate
+    of the counters in ``reads`` (which say how :meth:`next_step` solves it); ``in_epoch``, when
+    given, names the one step of an epoch it fires on (then nothing is tried)."""
 
     def __init__(
         self, predicate: Callable[[Elapsed], bool], label: str, *, reads: Sequence[str] = (),
@@ -134,12 +108,7 @@ class When(Schedule):
 
 
 class Every(When):
-    """A named loop's point that fires on every step (``on_train_batch_end``, ...).
-
-    Example:
-        >>> Every("on_train_batch_end").fires_always
-        True
-    """
+    """A named loop's point that fires on every step (``on_train_batch_end``, ...)."""
 
     fires_always = True
 
@@ -162,12 +131,7 @@ class ChunkSafe:
 
 
 def is_chunk_safe(fn: Any) -> bool:
-    """Whether a callback (or the object of a bound method) is :class:`ChunkSafe`.
-
-    Example:
-        >>> is_chunk_safe(len)
-        False
-    """
+    """Whether a callback (or the object of a bound method) is :class:`ChunkSafe`."""
     return isinstance(fn, ChunkSafe) or isinstance(getattr(fn, "__self__", None), ChunkSafe)
 
 
@@ -257,18 +221,8 @@ def callback(fn: Callable[..., Any]) -> FunctionCallback:
 
 
 class Task:
-    """One entry of a compiled task table.
-
-    Attributes:
-        key: the table's key, as given.
-        schedule: the schedule, or ``None`` when it fires on every step (not asked).
-        invokers: the bound callbacks, in list order.
-
-    Example:
-        >>> import gyre
-        >>> [t.schedule for t in compile_tasks({gyre.every(1): print, gyre.every(2): print})]
-        [None, every(steps=2)]
-    """
+    """One entry of a compiled task table: its ``key`` as given, its ``schedule`` (``None``:
+    every step, not asked) and its bound callbacks (``invokers``, in list order)."""
 
     __slots__ = ("key", "schedule", "invokers")
 
@@ -282,12 +236,7 @@ class Task:
 
 
 def as_list(value: Any) -> list[Any]:
-    """Callbacks given as one, a list or a tuple, as a list (``None``: none).
-
-    Example:
-        >>> as_list(None), as_list(print), as_list((len, print))
-        ([], [<built-in function print>], [<built-in function len>, <built-in function print>])
-    """
+    """Callbacks given as one, a list or a tuple, as a list (``None``: none)."""
     if value is None:
         return []
     if isinstance(value, (list, tuple)):
@@ -296,12 +245,7 @@ def as_list(value: Any) -> list[Any]:
 
 
 def check_table(tasks: Any, where: str = "tasks") -> Mapping[Any, Any]:
-    """``tasks`` when it is a dict (``None``: empty), else the explained error.
-
-    Example:
-        >>> check_table(None)
-        {}
-    """
+    """``tasks`` when it is a dict (``None``: empty), else the explained error."""
     if tasks is None:
         return {}
     if not isinstance(tasks, Mapping):
@@ -318,13 +262,7 @@ def check_table(tasks: Any, where: str = "tasks") -> Mapping[Any, Any]:
 
 
 def compile_tasks(tasks: Tasks | None) -> list[Task]:
-    """Validates a task table and binds its callbacks; the caller's dict is only read.
-
-    Example:
-        >>> import gyre
-        >>> compile_tasks({gyre.every(3): [print]})
-        [Task(every(steps=3): ['print'])]
-    """
+    """Validates a task table and binds its callbacks; the caller's dict is only read."""
     plan = []
     for key, callbacks in check_table(tasks).items():
         _check_key(key)
@@ -355,14 +293,6 @@ def _check_key(key: Any) -> None:
 def loop_end_hooks(tasks: Sequence[Task]) -> list[Callable[[], Any]]:
     """The ``on_loop_end()`` methods of the callback objects in a table (each object once; for
     a bound method, its object's): the loop calls them when it ends.
-
-    Example:
-        >>> class Bar:
-        ...     def __call__(self): pass
-        ...     def on_loop_end(self): print("done")
-        >>> [hook() for hook in loop_end_hooks(compile_tasks({every(1): Bar()}))]
-        done
-        [None]
     """
     hooks: dict[int, Callable[[], Any]] = {}
     for task in tasks:
@@ -391,22 +321,6 @@ def warn_if_untrained(tasks: Sequence[Task], logs: Any = None, *, state: Any = N
       its first step logged a loss (``add_loss``: a value to minimise), unless it runs nested
       in another loop's callback (an evaluation): some callback of its table must return a
       state. An evaluation that logs a loss at the top level says so with ``gyre.test_loop``.
-
-    Args:
-        tasks: the compiled table (or the tasks of a fused plan).
-        logs: the first step's logs (a fused chunk's: stacked).
-        state: the loop's state after the first step.
-        outermost: the loop is not nested in another loop's callback.
-
-    Example:
-        >>> import warnings
-        >>> from gyre.core._schedules import every
-        >>> table = compile_tasks({every(1): lambda state, batch: Logs().add_loss("loss", 1.0)})
-        >>> with warnings.catch_warnings(record=True) as caught:
-        ...     warnings.simplefilter("always")
-        ...     warn_if_untrained(table, Logs().add_loss("loss", 1.0), state={"w": 0.0})
-        >>> "trains nothing" in str(caught[0].message)
-        True
     """
     if _no_gradients(tasks, logs, outermost):
         return

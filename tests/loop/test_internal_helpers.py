@@ -1,0 +1,71 @@
+"""Internal helpers of gyre.loop whose docstring examples were their only test (moved here when
+the internal docstrings lost their doctests: doctests are for public names)."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gyre
+from gyre.core._logs import Logs
+from gyre.loop._binding import Masked, bind
+from gyre.loop._elapse import epochs_unknown, source_of
+from gyre.loop._fuse import scanned, step_body
+from gyre.loop._inner import check_aggregation, suffixed
+from gyre.loop._masked import mask_wanted, real_rows, unmasking
+from gyre.loop._nan import apply_nan_policy, check_nan_policy, finite_check, skipped_steps_of
+from gyre.loop._resumables import has_state
+from gyre.loop._tasks import compile_tasks
+
+
+def test_invoker_binds_by_name():
+    inv = bind(lambda logs, state: (logs, state + 1))
+    assert inv.name.endswith("<lambda>")
+    assert inv.call(1, "batch", "elapsed", {}, None) == ({}, 2)
+
+
+def test_elapse_helpers():
+    assert source_of([1, 2]) == [1, 2]
+    text = epochs_unknown("stop=Period(epochs=2)", iter([]))
+    assert text.splitlines()[0] == (
+        "stop=Period(epochs=2) counts epochs, and the loop cannot tell where an epoch ends"
+    )
+
+
+def test_step_body_and_scanned_return_state_and_logs():
+    step = bind(lambda s, b: (gyre.logs().add_metric("b", b), s + b))
+    state, logs = step_body(step)(1, 2)
+    assert (state, logs.metrics.b) == (3, 2)
+    logs, state = scanned(lambda s, b: ({"b": b}, s + b))(jnp.float32(0), jnp.arange(3.0))
+    assert (logs["b"].tolist(), float(state)) == ([0.0, 1.0, 2.0], 3.0)
+
+
+def test_inner_helpers():
+    assert suffixed(Logs().add_metric("acc", 1), "test") == Logs(metrics={"acc_test": 1})
+    assert check_aggregation({"metrics": "mean"}) is None
+
+
+def test_masked_helpers():
+    seen = unmasking(lambda batch: batch.tolist())
+    assert seen.call(None, Masked(np.arange(2), np.ones(2, bool)), None, None, None) == [0, 1]
+    assert real_rows(Masked(np.zeros(4), np.array([True, True, False, False]), rows=2)) == 2
+    _, wanted = mask_wanted([lambda state, batch, mask=None: None], "test_loop")
+    assert wanted is True
+    assert mask_wanted([lambda state, batch: None], "test_loop")[1] is False
+
+
+def test_nan_policy_helpers():
+    assert finite_check("ignore", gyre.history(), gyre.Elapsed, skipping=False, state=None) is None
+    assert (skipped_steps_of({"skipped_steps": 2}), skipped_steps_of(3)) == (2, None)
+    _, skipping = apply_nan_policy({gyre.every(1): [print]}, "raise")
+    assert skipping is False
+    assert check_nan_policy("skip") == "skip"
+    with pytest.raises(ValueError, match="nan_policy of loop must be one of 'raise', 'skip'"):
+        check_nan_policy("rasie")
+    with pytest.raises(ValueError, match="fit cannot skip non-finite updates: its step applies"):
+        check_nan_policy("skip", "fit", no_skip=("its step applies every update", "wrap tx"))
+
+
+def test_has_state_and_task_schedules():
+    assert (has_state(gyre.early_stopping("loss", patience=2)), has_state(len)) == (True, False)
+    tasks = compile_tasks({gyre.every(1): print, gyre.every(2): print})
+    assert [repr(t.schedule) for t in tasks] == ["None", "every(steps=2)"]
