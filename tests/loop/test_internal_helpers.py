@@ -69,3 +69,13 @@ def test_has_state_and_task_schedules():
     assert (has_state(gyre.early_stopping("loss", patience=2)), has_state(len)) == (True, False)
     tasks = compile_tasks({gyre.every(1): print, gyre.every(2): print})
     assert [repr(t.schedule) for t in tasks] == ["None", "every(steps=2)"]
+
+
+def test_a_named_loops_epoch_point_is_solved_from_the_step_of_the_epoch_it_names():
+    from gyre.loop._tasks import When
+
+    last = When(lambda e: e.step_in_epoch == 2, "on_epoch_end", reads=("step_in_epoch",))
+    assert last(gyre.Elapsed(step_in_epoch=2)) and repr(last) == "on_epoch_end"
+    assert last.next_step(gyre.Elapsed(steps=4, step_in_epoch=1), epoch_steps=3) == 5
+    first = When(lambda e: e.step_in_epoch == 0, "on_epoch_begin", reads=("step_in_epoch",), in_epoch=0)
+    assert first.next_step(gyre.Elapsed(steps=4, step_in_epoch=1), epoch_steps=3) == 6
