@@ -388,6 +388,7 @@ def run(stop, *, at=None, resume=None, steps_per_call=1, prefetch=2):
     return state, elapsed, history, saved.get("data")
 
 
+@pytest.mark.filterwarnings("ignore:steps_per_call=.*cannot fuse this table:gyre.LoopWarning")  # the probe is a lambda
 @pytest.mark.parametrize(
     ("at", "steps_per_call", "prefetch"),
     [(4, 1, 2), (6, 1, 2), (6, 3, 2), (4, 4, 0), (0, 1, 3)],  # 4: the last step of epoch 0
@@ -435,6 +436,7 @@ def test_the_epoch_error_names_what_the_user_asked_for():
     assert "evaluation" not in str(info.value).splitlines()[0]
 
 
+@pytest.mark.filterwarnings("ignore:steps_per_call=.*cannot fuse this table:gyre.LoopWarning")  # the probe is a lambda
 def test_a_resumed_train_loop_evaluates_and_continues_as_without_the_break():
     def test_step(state, batch):
         return gyre.logs().add_metric("w", jnp.sum(state.params["w"]))
