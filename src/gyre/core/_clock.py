@@ -177,11 +177,7 @@ class Elapsed:
     def _after_steps(self, steps: int, samples: int, epoch_steps: int | None) -> Elapsed:
         """The clock ``steps`` steps and ``samples`` samples later, as ``steps`` calls of
         :meth:`_after` give it (the time and date kept: a block's steps share them)."""
-        epochs, in_epoch = self.epochs, self.step_in_epoch + steps
-        if epoch_steps is not None:
-            roll = max(epoch_steps - self.step_in_epoch, 1)  # steps to the next epoch's first
-            if steps >= roll:
-                epochs, in_epoch = epochs + 1 + (steps - roll) // epoch_steps, (steps - roll) % epoch_steps
+        epochs, in_epoch = epochs_after(self.epochs, self.step_in_epoch, steps, epoch_steps)
         return Elapsed(self.steps + steps, self.samples + samples, epochs, in_epoch, self.time, self.date)
 
     def replace(self, **changes: Any) -> Elapsed:
@@ -452,6 +448,18 @@ def at(
         True
     """
     return Period(steps, samples, epochs, time, date)
+
+
+def epochs_after(epochs: int, step_in_epoch: int, steps: Any, epoch_steps: int | None) -> tuple[Any, Any]:
+    """``(epochs, step_in_epoch)`` after ``steps`` more steps (an int, or a numpy array of
+    them), an epoch every ``epoch_steps`` (``None``: never), as that many steps of
+    :meth:`Elapsed._after` count them (a position past the epoch's length rolls at once)."""
+    in_epoch = step_in_epoch + steps
+    if epoch_steps is None:
+        return epochs, in_epoch
+    roll = max(epoch_steps - step_in_epoch, 1)  # steps to the next epoch's first
+    rolled = steps >= roll
+    return epochs + rolled * (1 + (steps - roll) // epoch_steps), in_epoch + rolled * ((steps - roll) % epoch_steps - in_epoch)
 
 
 def infer_batch_size(batch: Any) -> int:

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, overload
 import numpy as np
 
 from gyre.core._clock import _FIELDS as CLOCK_FIELDS
-from gyre.core._clock import Elapsed
+from gyre.core._clock import Elapsed, epochs_after
 from gyre.core._errors import ExplainedKeyError, closest, describe, explain, suggest
 from gyre.core._host import fetch, is_ready, stacked, start_copy, to_python
 from gyre.core._logs import Collection, Logs, flatten_logs, resolution_order
@@ -229,14 +229,9 @@ def block_clocks(first: Elapsed, sizes: Sequence[int | None], epoch_steps: int |
     i = np.arange(n)
     samples = np.zeros(n, np.int64)
     samples[1:] = np.cumsum([0 if s is None else s for s in sizes[:-1]], dtype=np.int64)
-    epochs, in_epoch = np.full(n, first.epochs), first.step_in_epoch + i
-    if epoch_steps is not None:
-        roll = max(epoch_steps - first.step_in_epoch, 1)  # the first step of the next epoch
-        after = i >= roll
-        epochs = np.where(after, first.epochs + 1 + (i - roll) // epoch_steps, first.epochs)
-        in_epoch = np.where(after, (i - roll) % epoch_steps, in_epoch)
+    epochs, in_epoch = epochs_after(first.epochs, first.step_in_epoch, i, epoch_steps)
     return {
-        "steps": first.steps + i, "samples": first.samples + samples, "epochs": epochs,
+        "steps": first.steps + i, "samples": first.samples + samples, "epochs": np.full(n, epochs),
         "step_in_epoch": in_epoch, "time": np.full(n, first.time), "date": np.full(n, first.date),
     }
 
