@@ -16,14 +16,15 @@ import jax
 
 def is_jitted(fn: Any) -> bool:
     """True when ``fn`` is a ``jax.jit``-wrapped function (public: ``jax.stages.Wrapped``)."""
-    if type(fn) is _JITTED:  # the common cases, without the protocol check (50 us)
+    if type(fn) is JITTED:  # the common cases, without the protocol check (50 us)
         return True
     if isinstance(fn, (types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
         return False
     return isinstance(fn, jax.stages.Wrapped) and callable(getattr(fn, "lower", None))
 
 
-_JITTED = type(jax.jit(lambda x: x))
+#: The type of a ``jax.jit`` function itself (not of a wrapper around one).
+JITTED = type(jax.jit(lambda x: x))
 
 
 def donated_argnums(fn: Any) -> tuple[int, ...] | None:

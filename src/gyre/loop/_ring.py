@@ -69,6 +69,9 @@ def layout_of(leaves: list[Any], treedef: Any) -> Layout:
     return Layout(tuple(out), column, treedef)
 
 
+_UNSIGNED = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}  # a value's bits, by its bytes
+
+
 def _to_words(x: Any) -> Any:
     """A value's bits as a flat uint32 vector (see :class:`Layout`)."""
     x = jnp.asarray(x)
@@ -77,8 +80,7 @@ def _to_words(x: Any) -> Any:
     size = x.dtype.itemsize
     if size == 8:
         return jax.lax.bitcast_convert_type(x, jnp.uint32).ravel()
-    unsigned = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[size]
-    return jax.lax.bitcast_convert_type(x, unsigned).astype(jnp.uint32).ravel()
+    return jax.lax.bitcast_convert_type(x, _UNSIGNED[size]).astype(jnp.uint32).ravel()
 
 
 def _from_words(words: Any, shape: tuple[int, ...], dtype: Any) -> Any:
@@ -88,8 +90,7 @@ def _from_words(words: Any, shape: tuple[int, ...], dtype: Any) -> Any:
         return (words != 0).reshape(rows, *shape)
     if dtype.itemsize == 8:
         return jax.lax.bitcast_convert_type(words.reshape(rows, *shape, 2), dtype)
-    unsigned = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[dtype.itemsize]
-    return jax.lax.bitcast_convert_type(words.astype(unsigned), dtype).reshape(rows, *shape)
+    return jax.lax.bitcast_convert_type(words.astype(_UNSIGNED[dtype.itemsize]), dtype).reshape(rows, *shape)
 
 
 def _write(ring: Any, logs: Logs, layout: Layout) -> tuple[Any, list[Any]]:
@@ -107,8 +108,6 @@ def _write(ring: Any, logs: Logs, layout: Layout) -> tuple[Any, list[Any]]:
         ring = ring.at[ROWS, 0].add(jnp.uint32(1))
     return ring, [x for spec, x in zip(layout.leaves, leaves, strict=True) if spec is None]
 
-
-_JITTED = type(jax.jit(lambda x: x))
 
 _RINGS: weakref.WeakKeyDictionary[Any, dict[Layout, Any]] = weakref.WeakKeyDictionary()
 
@@ -174,7 +173,7 @@ def ringable(step: Any, state: Any) -> bool:
         >>> ringable(step, 0), ringable(lambda s, b: s, 0), ringable(gyre.testing.assert_compiled_once(step), 0)
         (True, False, False)
     """
-    if type(step) is _JITTED:  # a jax.jit function itself (a wrapper that counts or times
+    if type(step) is _compat.JITTED:  # a jax.jit function itself (a wrapper that counts or times
         return True  # its calls, such as gyre.testing.assert_compiled_once, is called each step)
     strategy = getattr(state, "strategy", None)
     own = getattr(step, "__dict__", {})  # (not a wrapper's delegated attributes)
