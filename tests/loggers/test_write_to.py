@@ -128,6 +128,20 @@ def test_fused_steps_are_each_written_and_every_reads_less_often():
     assert writer.flushes == 2  # the loop's end, then ours
 
 
+def test_every_counts_steps_not_calls_when_the_loop_runs_in_blocks(monkeypatch):
+    # the block engine calls a display callback once per block (here 10 steps, between events):
+    # every=10 must still read the history every 10 steps, not every 10 blocks
+    writer = Recorder()
+    callback = gyre.write_to(writer, every=10)
+    reads = []
+    original = type(callback)._send
+    monkeypatch.setattr(type(callback), "_send", lambda self, *, wait: (reads.append(wait), original(self, wait=wait)))
+    data = [jnp.full((4,), float(i)) for i in range(40)]
+    gyre.loop(jnp.float32(0.0), data, {gyre.every(1): _step, gyre.every(10): lambda: None, **callback})
+    assert reads == [False, False, False, True]  # at 10, 20 and 30 steps, then the loop's end
+    assert [s for s, _ in writer.calls] == list(range(40))
+
+
 def test_by_hand_it_keeps_its_own_history_until_flushed():
     writer = Recorder()
     callback = gyre.write_to(writer, every=100)

@@ -30,7 +30,7 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
 
     Attributes:
         writer: the writer it sends to.
-        every: calls between two reads of the history.
+        every: steps between two reads of the history.
         sent: how many records it has read (and sent, those holding numbers).
 
     Example:
@@ -67,7 +67,7 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         self.writer = writer
         self.sent = 0
         self._written: frozenset[str] = frozenset()  # names of the last row written (thinning)
-        self._calls = 0
+        self._due = 0  # the step at which it next reads the history
         self._train = False
 
     def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
@@ -76,10 +76,14 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         if not (self._silent is False and loop is not None and loop.history is self._history):
             if self._skipped():
                 return
+            followed = self._history
             self._follow(elapsed, logs, loop)
-        self._calls += 1
-        if self._calls % self.every == 0:
+            if self._history is not followed:
+                self._due = elapsed.steps + self.every - 1
+        # counted in steps, not calls: a block engine calls it once per block of steps
+        if elapsed.steps >= self._due:
             self._send(wait=False)
+            self._due = elapsed.steps + self.every
 
     def on_train_begin(self) -> None:
         """In a ``train_loop``: from here on, its evaluations reach the writer through the
@@ -199,7 +203,7 @@ def write_to(writer: Writer, *, every: int = 1, write_every: int = 1) -> WriteTo
 
     Args:
         writer: any :class:`gyre.Writer` (``TensorBoardWriter``, ``CSVWriter``, ``MultiWriter``...).
-        every: calls (steps) between two reads of the history; it changes when records
+        every: steps between two reads of the history; it changes when records
             reach the writer, not which.
         write_every: write only the steps that are multiples of this (0-based: 0, 50,
             100...), plus each step that logs a name the previous written step did not (an
