@@ -2,6 +2,7 @@
 step writing its logs into a device ring, and computes what the per-step path computes."""
 
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -155,3 +156,37 @@ def test_a_blocks_last_clock_is_the_clock_its_steps_reach_one_by_one(epoch_steps
         columns = block_clocks(first, sizes, epoch_steps)  # what the history records
         assert [last.steps, last.samples, last.epochs, last.step_in_epoch] == [
             int(columns[name][-1]) for name in ("steps", "samples", "epochs", "step_in_epoch")]
+
+
+def test_the_last_row_is_gathered_only_for_callbacks_that_read_logs(monkeypatch):
+    from gyre.loop import _chunks
+
+    taken = []
+    original = _chunks._row
+    monkeypatch.setattr(_chunks, "_row", lambda logs, i: (taken.append(i), original(logs, i))[1])
+    data = [np.full(2, i, np.float32) for i in range(12)]
+
+    def run(*observers):
+        taken.clear()
+        _, history, _ = gyre.loop(jnp.float32(0), data, {gyre.every(1): add_step, gyre.every(4): list(observers)})
+        return history
+
+    with open(os.devnull, "w") as sink:
+        run(gyre.keras_bar(total=12, file=sink), gyre.write_to(gyre.ConsoleWriter(sink)))
+    assert taken == []  # they read the history: no device call per block for them
+
+    class Reads(gyre.ChunkSafe):
+        def __call__(self, elapsed, logs):
+            seen.append((elapsed.steps, float(logs["metrics"]["total"])))
+
+    seen = []
+    run(Reads())
+    assert seen == [(11, 132.0)] and taken  # an observer runs once per block, at its last step
+
+    class Adds(gyre.ChunkSafe):  # reads nothing, logs something: the last row gets both
+        def __call__(self, elapsed):
+            return gyre.logs().add_metric("seen_at", elapsed.steps)
+
+    history = run(Adds())
+    assert history.collect("steps", "total", "seen_at") == ([11], [132.0], [11])
+    assert len(history.collect("total")) == 12

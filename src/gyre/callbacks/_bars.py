@@ -127,6 +127,7 @@ class _Bar(ChunkSafe, LoopElement):
     """What both bars share: they draw on process 0 only (decided at their first call)."""
 
     _silent: bool | None = None
+    _reads_history = True  # in a loop, its values come from the history (BarValues)
 
     def _skip(self) -> bool:
         if self._silent is None:

@@ -131,6 +131,7 @@ class FollowsHistory:
     """
 
     _silent: bool | None = None  # decided at the first call: only process 0 sends
+    _reads_history = True  # in a loop, it ignores its logs argument (gyre.loop._tasks.reads_history)
     _history: History | None = None
     _position = 0
     _own: History | None = None

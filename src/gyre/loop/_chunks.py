@@ -23,7 +23,7 @@ from gyre.loop._fuse import FusedStep, fuse, returned_state
 from gyre.loop._split import ChunkPlan
 from gyre.loop._staging import Stager
 from gyre.loop._state import LoopState, run_callbacks
-from gyre.loop._tasks import Task, warn_if_untrained
+from gyre.loop._tasks import Task, reads_history, warn_if_untrained
 
 
 class Chunk:
@@ -91,6 +91,7 @@ class ChunkRunner:
         self.carry: tuple[Any, list[bool]] | None = None  # a pulled batch that starts the next chunk
         self.fused_once = False
         self.outermost = outermost
+        self._row_readers: dict[int, bool] = {}
 
     def run(self, chunks: int | None = None) -> None:
         """Runs chunks until the data, the stop or a stop request ends the loop (or, given
@@ -181,18 +182,24 @@ class ChunkRunner:
 
     def after_chunk(self, chunk: Chunk, logs: Logs) -> Logs | None:
         """Runs the tasks after the step that fire on the last step, then the display tasks
-        that fired; returns the last step's logs when they must be committed on their own."""
+        that fired; returns the last step's logs when they must be committed on their own.
+        The last row is taken from the stacked logs (a device call) only when a callback
+        that runs reads logs; else only if one logged something."""
         after = bool(chunk.after) and chunk.after[-1]
         shown = [t for t, fired in zip(self.plan.display, chunk.shown, strict=True) if fired]
         if not after and not shown:
             return None
         k = len(chunk.clocks)
         last = Logs()
-        if chunk.first and k == 1:
+        alone = bool(chunk.first) and k == 1
+        if alone:
             last.merge(chunk.first)
-        if logs:
+        answers = chunk.after  # the after tasks not asked yet may fire too
+        fired = [t for i, t in enumerate(self.plan.after) if i >= len(answers) or answers[i]] if after else []
+        lazy = bool(logs) and not alone and not any(map(self._reads_row, [*fired, *shown]))
+        if logs and not lazy:
             last.merge(_row(logs, k - 1))
-        before = None if chunk.first and k == 1 else _identities(last)
+        before = None if alone else _identities(last)
         clock, batch = chunk.clocks[-1], chunk.batches[-1]
         if after:
             self.run_lazily(self.plan.after, chunk.after, clock, batch, last)
@@ -202,7 +209,17 @@ class ChunkRunner:
             run_callbacks(task.invokers, self.ls, clock, batch, last)
         if before is not None and before == _identities(last):
             return None  # the callbacks only read the last row: it stays in the stacked commit
-        return last
+        return Logs().merge(_row(logs, k - 1)).merge(last) if lazy else last
+
+    def _reads_row(self, task: Task) -> bool:
+        """Whether a task's callbacks may read the last step's logs (as ``logs`` or
+        ``loop.logs``): all but those that read the loop's history instead."""
+        found = self._row_readers.get(id(task))
+        if found is None:
+            found = self._row_readers[id(task)] = any(
+                not {"logs", "loop"}.isdisjoint(inv.uses) and not reads_history(inv.fn) for inv in task.invokers
+            )
+        return found
 
     def commit(self, chunk: Chunk, logs: Logs, last: Logs | None) -> None:
         """Commits the chunk's records: the first step with what the tasks before it logged,

@@ -130,6 +130,14 @@ class ChunkSafe:
     """
 
 
+def reads_history(fn: Any) -> bool:
+    """Whether a callback (or the object of a bound method) marks itself with
+    ``_reads_history = True``: called by a loop, it reads the loop's history, never its
+    ``logs`` argument or ``loop.logs`` (the bars, the writers), so the engine need not gather
+    the last step's logs for it."""
+    return bool(getattr(fn, "_reads_history", False) or getattr(getattr(fn, "__self__", None), "_reads_history", False))
+
+
 def is_chunk_safe(fn: Any) -> bool:
     """Whether a callback (or the object of a bound method) is :class:`ChunkSafe`."""
     return isinstance(fn, ChunkSafe) or isinstance(getattr(fn, "__self__", None), ChunkSafe)
