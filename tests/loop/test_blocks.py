@@ -3,6 +3,7 @@ step writing its logs into a device ring, and computes what the per-step path co
 
 import math
 import os
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -54,6 +55,7 @@ def run(data, extra=(), **kwargs):
 def test_blocks_compute_what_the_per_step_path_computes_bit_for_bit(steps_per_call, patches, monkeypatch):
     for name, value in patches.items():  # "auto" that always fuses, or never does
         monkeypatch.setattr(_blocks, name, value)
+    monkeypatch.setattr(_blocks, "_CHOSEN", weakref.WeakKeyDictionary())  # measured afresh
     # 800 batches: several blocks, and a last batch of another shape, whose logs (the rows
     # output) do not fit the ring: a new ring opens for it (fused, a chunk ends before it)
     data = [np.full(3, i % 7, np.float32) for i in range(800)] + [np.ones(2, np.float32)]
@@ -190,3 +192,24 @@ def test_the_last_row_is_gathered_only_for_callbacks_that_read_logs(monkeypatch)
     history = run(Adds())
     assert history.collect("steps", "total", "seen_at") == ([11], [132.0], [11])
     assert len(history.collect("total")) == 12
+
+
+def test_auto_measures_once_per_step_and_shapes_and_later_loops_take_its_choice(monkeypatch):
+    monkeypatch.setattr(_blocks, "HOST_BOUND", 0.0)
+    monkeypatch.setattr(_blocks, "FASTER", math.inf)  # fusing always "pays": the choice is visible
+    monkeypatch.setattr(_blocks, "_CHOSEN", weakref.WeakKeyDictionary())
+    timed = []
+    original = _blocks.BlockRunner.timed
+    monkeypatch.setattr(_blocks.BlockRunner, "timed", lambda self: (timed.append(1), original(self))[1])
+    data = [np.full(3, i % 7, np.float32) for i in range(300)]
+    plans, results = [], []
+    for _ in range(2):
+        state, history, _ = gyre.loop(jnp.float32(0), data, {gyre.every(1): add_step}, steps_per_call="auto",
+                                      on_end=lambda loop: plans.append(loop.plan))
+        results.append((float(state), history.collect("total")))
+    assert len(timed) == 2  # the per-step block and the fused chunk, in the first loop only
+    assert plans[0].path == plans[1].path == "fused"
+    assert "earlier loop" in plans[1].reason and "earlier loop" not in plans[0].reason
+    assert results[0] == results[1]
+    gyre.loop(jnp.float32(0), [np.ones(5, np.float32)] * 300, {gyre.every(1): add_step}, steps_per_call="auto")
+    assert len(timed) == 4  # other shapes: measured again

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time as _time
+import weakref
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -384,31 +385,54 @@ class FusedBlockRunner(BlockRunner):
         return logs
 
 
+#: ``steps_per_call="auto"``'s choices, per step function and argument shapes: a later loop
+#: over the same step and shapes (each epoch's, each evaluation's) takes it without measuring.
+_CHOSEN: weakref.WeakKeyDictionary[Any, dict[Any, str | None]] = weakref.WeakKeyDictionary()
+
+
 def run_auto(plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, *, outermost: bool = True) -> None:
     """``steps_per_call="auto"``: runs a block (its step compiled), times one more (the device
     waited for at its start and end: the only waits), and when the loop is host-bound and its
     step fusable, times a fused chunk of :data:`AUTO_STEPS` after the one that compiles it; the
-    rest of the loop runs the faster way (``loop.plan`` says which). Same results either way.
+    rest of the loop runs the faster way (``loop.plan`` says which). The choice is kept for the
+    step and its argument shapes: a later loop over them runs its first step, then that way.
+    Same results either way.
 
     Example: ``gyre.loop(state, batches, {gyre.every(1): step}, steps_per_call="auto")``.
     """
     blocks = BlockRunner(plan, elapse, loop_state, outermost=outermost)
     blocks.limit = 1  # the step compiles
     blocks.run(chunks=1)
-    blocks.limit = AUTO_TIMED
-    per_step = None if loop_state.stop_requested or elapse.exhausted else blocks.timed()
+    try:
+        chosen = _CHOSEN.setdefault(plan.step.fn, {})  # type: ignore[union-attr]
+    except TypeError:  # not weakly referenceable: measured every time
+        chosen = {}
+    shapes = None if blocks.ring is None else blocks.ring.shapes
+
+    def ended() -> bool:
+        return loop_state.stop_requested or elapse.exhausted
+
+    fused = FusedBlockRunner(plan, elapse, loop_state, AUTO_STEPS, outermost=outermost)
+    reason = chosen.get(shapes)
+    if reason is not None:
+        reason += " (measured by an earlier loop over this step)"
+    elif shapes not in chosen:
+        blocks.limit = AUTO_TIMED
+        per_step = None if ended() else blocks.timed()
+        if per_step is not None and _fusable(plan) and blocks.dispatched >= HOST_BOUND * per_step:
+            fused.carry = blocks.carry
+            fused.run(chunks=1)
+            fused_per_step = None if ended() else fused.timed()
+            blocks.carry = fused.carry
+            if fused_per_step is not None and fused_per_step < FASTER * per_step:
+                reason = (f"steps_per_call='auto' chose {AUTO_STEPS}: {fused_per_step * 1e6:.0f} us per step "
+                          f"against {per_step * 1e6:.0f}")
+        if per_step is not None and shapes is not None:
+            chosen[shapes] = reason
     blocks.limit = ROWS
-    if per_step is None or not _fusable(plan) or blocks.dispatched < HOST_BOUND * per_step:
+    if reason is None or ended():
         blocks.run()
         return
-    fused = FusedBlockRunner(plan, elapse, loop_state, AUTO_STEPS, outermost=outermost)
+    loop_state.plan = Plan("fused", reason)
     fused.carry = blocks.carry
-    fused.run(chunks=1)
-    fused_per_step = None if loop_state.stop_requested or elapse.exhausted else fused.timed()
-    if fused_per_step is not None and fused_per_step < FASTER * per_step:
-        loop_state.plan = Plan("fused", f"steps_per_call='auto' chose {AUTO_STEPS}: "
-                               f"{fused_per_step * 1e6:.0f} us per step against {per_step * 1e6:.0f}")
-        fused.run()
-        return
-    blocks.carry = fused.carry
-    blocks.run()
+    fused.run()

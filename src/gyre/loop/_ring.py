@@ -200,6 +200,7 @@ class Ring:
         self.invoker = invoker
         self.step = step
         self.layout: Layout | None = None  # where the step's logs go in a row
+        self.shapes: Any = None  # the (state, batch) structure and shapes it was traced for
         self.fn: Any = None  # the ring step of that layout
         self.zeros: Any = None  # makes a fresh ring, in one compiled call
         self.ring: Any = None  # the open ring (None: closed)
@@ -210,7 +211,7 @@ class Ring:
         """Opens a fresh ring for the step's logs on ``batch`` (traced once, or ``again`` after
         a :class:`RingMismatch`)."""
         if self.layout is None or again:
-            self.layout = _layout(self.invoker, self.step, state, batch)
+            self.shapes, self.layout = _layout(self.invoker, self.step, state, batch)
             self.fn = _ring_function(self.invoker, self.step, self.layout)
             self.zeros, self.spare = _zeros_of(self.layout.width, _placement(state)), None
         self.ring, self.spare = (self.zeros() if self.spare is None else self.spare), None
@@ -239,9 +240,10 @@ class Ring:
 _LAYOUTS: weakref.WeakKeyDictionary[Any, dict[Any, Layout]] = weakref.WeakKeyDictionary()
 
 
-def _layout(invoker: Invoker, step: Any, state: Any, batch: Any) -> Layout:
-    """The ring layout of the step's logs on ``(state, batch)``: traced once per step and
-    argument shapes (cached: every loop over the same step, each evaluation, opens a ring)."""
+def _layout(invoker: Invoker, step: Any, state: Any, batch: Any) -> tuple[Any, Layout]:
+    """The arguments' structure and shapes, and the ring layout of the step's logs on
+    ``(state, batch)``: traced once per step and argument shapes (cached: every loop over the
+    same step, each evaluation, opens a ring)."""
     leaves, structure = jax.tree_util.tree_flatten((state, batch))
     key = (structure, tuple((getattr(x, "shape", None), getattr(x, "dtype", type(x))) for x in leaves))
     try:
@@ -251,7 +253,7 @@ def _layout(invoker: Invoker, step: Any, state: Any, batch: Any) -> Layout:
     if key not in cached:
         _, logs = jax.eval_shape(step_body(invoker), state, batch)
         cached[key] = layout_of(*jax.tree_util.tree_flatten(logs))
-    return cached[key]
+    return key, cached[key]
 
 
 @functools.lru_cache(maxsize=256)
