@@ -269,6 +269,8 @@ def loop(
             (in blocks, see :mod:`gyre.loop._blocks`). ``"auto"`` measures the first blocks
             (the host's time to dispatch a step against the step's own) and fuses 100 steps
             per call when the loop is host-bound, else runs step by step: same meaning.
+            The choice is kept for the step and its argument shapes (later loops over them
+            do not measure again).
         prefetch: when the state has a strategy (a managed state), this many batches are
             placed on its devices ahead of the step that uses them (0: off). Batches are
             never taken beyond ``stop`` when it is a number of steps.
