@@ -35,7 +35,7 @@ from gyre.core._schedules import UNSOLVED, Every
 from gyre.loop._chunks import Chunk, ChunkRunner, first_firing
 from gyre.loop._elapse import END, Elapse, steps_only
 from gyre.loop._fuse import is_fusable, step_function
-from gyre.loop._ring import ROWS, Ring, RingMismatch, ringable
+from gyre.loop._ring import ROWS, Ring, RingMismatch, arg_shapes, ringable
 from gyre.loop._split import ChunkPlan, split_tasks
 from gyre.loop._state import LoopState
 from gyre.loop._tasks import StepPoint, Task
@@ -401,22 +401,24 @@ def run_auto(plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, *, outermos
     Example: ``gyre.loop(state, batches, {gyre.every(1): step}, steps_per_call="auto")``.
     """
     blocks = BlockRunner(plan, elapse, loop_state, outermost=outermost)
-    blocks.limit = 1  # the step compiles
-    blocks.run(chunks=1)
+    fused = FusedBlockRunner(plan, elapse, loop_state, AUTO_STEPS, outermost=outermost)
+    batch = elapse.pull(elapse.complete())  # the first step's: its shapes key the choice
+    blocks.carry = (batch, [])
     try:
         chosen = _CHOSEN.setdefault(plan.step.fn, {})  # type: ignore[union-attr]
     except TypeError:  # not weakly referenceable: measured every time
         chosen = {}
-    shapes = None if blocks.ring is None else blocks.ring.shapes
+    shapes = None if batch is END else arg_shapes(loop_state.state, batch)
 
     def ended() -> bool:
         return loop_state.stop_requested or elapse.exhausted
 
-    fused = FusedBlockRunner(plan, elapse, loop_state, AUTO_STEPS, outermost=outermost)
     reason = chosen.get(shapes)
     if reason is not None:
         reason += " (measured by an earlier loop over this step)"
     elif shapes not in chosen:
+        blocks.limit = 1  # the step compiles
+        blocks.run(chunks=1)
         blocks.limit = AUTO_TIMED
         per_step = None if ended() else blocks.timed()
         if per_step is not None and _fusable(plan) and blocks.dispatched >= HOST_BOUND * per_step:
@@ -427,7 +429,7 @@ def run_auto(plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, *, outermos
             if fused_per_step is not None and fused_per_step < FASTER * per_step:
                 reason = (f"steps_per_call='auto' chose {AUTO_STEPS}: {fused_per_step * 1e6:.0f} us per step "
                           f"against {per_step * 1e6:.0f}")
-        if per_step is not None and shapes is not None:
+        if per_step is not None:
             chosen[shapes] = reason
     blocks.limit = ROWS
     if reason is None or ended():

@@ -200,7 +200,6 @@ class Ring:
         self.invoker = invoker
         self.step = step
         self.layout: Layout | None = None  # where the step's logs go in a row
-        self.shapes: Any = None  # the (state, batch) structure and shapes it was traced for
         self.fn: Any = None  # the ring step of that layout
         self.zeros: Any = None  # makes a fresh ring, in one compiled call
         self.ring: Any = None  # the open ring (None: closed)
@@ -211,7 +210,7 @@ class Ring:
         """Opens a fresh ring for the step's logs on ``batch`` (traced once, or ``again`` after
         a :class:`RingMismatch`)."""
         if self.layout is None or again:
-            self.shapes, self.layout = _layout(self.invoker, self.step, state, batch)
+            self.layout = _layout(self.invoker, self.step, state, batch)
             self.fn = _ring_function(self.invoker, self.step, self.layout)
             self.zeros, self.spare = _zeros_of(self.layout.width, _placement(state)), None
         self.ring, self.spare = (self.zeros() if self.spare is None else self.spare), None
@@ -240,12 +239,16 @@ class Ring:
 _LAYOUTS: weakref.WeakKeyDictionary[Any, dict[Any, Layout]] = weakref.WeakKeyDictionary()
 
 
-def _layout(invoker: Invoker, step: Any, state: Any, batch: Any) -> tuple[Any, Layout]:
-    """The arguments' structure and shapes, and the ring layout of the step's logs on
-    ``(state, batch)``: traced once per step and argument shapes (cached: every loop over the
-    same step, each evaluation, opens a ring)."""
+def arg_shapes(state: Any, batch: Any) -> Any:
+    """A hashable key of the step's arguments: their structure, and each leaf's shape and dtype."""
     leaves, structure = jax.tree_util.tree_flatten((state, batch))
-    key = (structure, tuple((getattr(x, "shape", None), getattr(x, "dtype", type(x))) for x in leaves))
+    return structure, tuple((getattr(x, "shape", None), getattr(x, "dtype", type(x))) for x in leaves)
+
+
+def _layout(invoker: Invoker, step: Any, state: Any, batch: Any) -> Layout:
+    """The ring layout of the step's logs on ``(state, batch)``: traced once per step and
+    argument shapes (cached: every loop over the same step, each evaluation, opens a ring)."""
+    key = arg_shapes(state, batch)
     try:
         cached = _LAYOUTS.setdefault(step, {})
     except TypeError:  # not weakly referenceable
@@ -253,7 +256,7 @@ def _layout(invoker: Invoker, step: Any, state: Any, batch: Any) -> tuple[Any, L
     if key not in cached:
         _, logs = jax.eval_shape(step_body(invoker), state, batch)
         cached[key] = layout_of(*jax.tree_util.tree_flatten(logs))
-    return key, cached[key]
+    return cached[key]
 
 
 @functools.lru_cache(maxsize=256)
