@@ -176,3 +176,27 @@ def test_a_near_miss_with_a_default_is_refused_it_would_always_keep_its_default(
     assert bind(lambda state, logits=None, mask=None: state).call(1, 2, None, None, None) == 1
     assert bind(lambda state, extra=3: state + extra).call(1, 2, None, None, None) == 4
     assert bind(lambda elapsed, log=[]: log).call(1, 2, None, None, None) == []  # a capture: its own
+
+
+def test_a_callable_objects_parameters_are_read_once_per_class(monkeypatch):
+    import inspect
+
+    from gyre.loop import _binding
+
+    class Counter:
+        def __call__(self, elapsed, logs):
+            return None
+
+    reads = []
+    original = inspect.signature
+    monkeypatch.setattr(_binding.inspect, "signature", lambda fn: (reads.append(fn), original(fn))[1])
+    first, second = Counter(), Counter()
+    assert _binding.bind(first).uses == _binding.bind(second).uses == frozenset({"elapsed", "logs"})
+    assert reads == [first]
+
+    class Told(Counter):  # an object that states its own signature is read as it says
+        pass
+
+    told = Told()
+    told.__signature__ = inspect.Signature([inspect.Parameter("state", inspect.Parameter.POSITIONAL_OR_KEYWORD)])
+    assert _binding.bind(told).uses == frozenset({"state"})

@@ -29,6 +29,7 @@ the mistake of a step written for a padded evaluation).
 from __future__ import annotations
 
 import inspect
+import types
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -170,14 +171,31 @@ _PLANS: weakref.WeakKeyDictionary[Any, dict[int, Plan]] = weakref.WeakKeyDiction
 
 def _planned(fn: Any, offset: int) -> Plan:
     """:func:`_plan` of ``fn``'s parameters (past ``offset``: a state method's self), read once
-    per function (a loop binds its callbacks each time it starts)."""
+    per function, or per class for a callable object (a loop binds its callbacks each time it
+    starts, and a new bar or writer each loop is a new object of the same class)."""
+    call = _class_call(fn)
+    key, slot = (fn, offset) if call is None else (call, ("instance", offset))
     try:
-        plans = _PLANS.setdefault(fn, {})
+        plans = _PLANS.setdefault(key, {})
     except TypeError:  # not weakly referenceable: planned each time
         plans = {}
-    if offset not in plans:
-        plans[offset] = _plan(fn, _params(fn)[offset:], offset)
-    return plans[offset]
+    if slot not in plans:
+        plans[slot] = _plan(fn, _params(fn)[offset:], offset)
+    return plans[slot]
+
+
+def _class_call(fn: Any) -> Any:
+    """The Python function that calling the object ``fn`` runs (its class's ``__call__``),
+    when its signature is that function's less ``self``; else None."""
+    if isinstance(fn, (types.FunctionType, types.MethodType)) or hasattr(fn, "__wrapped__"):
+        return None
+    if "__signature__" in getattr(fn, "__dict__", ()):
+        return None
+    for klass in type(fn).__mro__:
+        call = klass.__dict__.get("__call__")
+        if call is not None:
+            return call if isinstance(call, types.FunctionType) else None
+    return None
 
 
 def _params(fn: Any) -> list[inspect.Parameter]:
