@@ -160,30 +160,32 @@ def test_a_blocks_last_clock_is_the_clock_its_steps_reach_one_by_one(epoch_steps
             int(columns[name][-1]) for name in ("steps", "samples", "epochs", "step_in_epoch")]
 
 
-def test_the_last_row_is_gathered_only_for_callbacks_that_read_logs(monkeypatch):
-    from gyre.loop import _chunks
+def test_a_blocks_last_row_comes_from_its_seal_and_only_for_callbacks_that_read_logs(monkeypatch):
+    from gyre.loop import _chunks, _ring
 
-    taken = []
-    original = _chunks._row
-    monkeypatch.setattr(_chunks, "_row", lambda logs, i: (taken.append(i), original(logs, i))[1])
+    taken, sealed = [], []
+    original_row, original_seal = _chunks._row, _ring.Ring.seal
+    monkeypatch.setattr(_chunks, "_row", lambda logs, i: (taken.append(i), original_row(logs, i))[1])
+    monkeypatch.setattr(_ring.Ring, "seal", lambda self, *, last=False: (sealed.append(last), original_seal(self, last=last))[1])
     data = [np.full(2, i, np.float32) for i in range(12)]
 
     def run(*observers):
-        taken.clear()
+        taken.clear(), sealed.clear()
         _, history, _ = gyre.loop(jnp.float32(0), data, {gyre.every(1): add_step, gyre.every(4): list(observers)})
         return history
 
     with open(os.devnull, "w") as sink:
         run(gyre.keras_bar(total=12, file=sink), gyre.write_to(gyre.ConsoleWriter(sink)))
-    assert taken == []  # they read the history: no device call per block for them
+    assert sealed == [False] and taken == []  # they read the history: no last row for them
 
     class Reads(gyre.ChunkSafe):
         def __call__(self, elapsed, logs):
-            seen.append((elapsed.steps, float(logs["metrics"]["total"])))
+            seen.append((elapsed.steps, float(logs["metrics"]["total"]), np.asarray(logs["outputs"]["rows"]).tolist()))
 
     seen = []
     run(Reads())
-    assert seen == [(11, 132.0)] and taken  # an observer runs once per block, at its last step
+    # an observer runs once per block, at its last step; the row comes with the seal, no other call
+    assert seen == [(11, 132.0, [11.0, 11.0])] and sealed == [True] and taken == []
 
     class Adds(gyre.ChunkSafe):  # reads nothing, logs something: the last row gets both
         def __call__(self, elapsed):
@@ -191,7 +193,7 @@ def test_the_last_row_is_gathered_only_for_callbacks_that_read_logs(monkeypatch)
 
     history = run(Adds())
     assert history.collect("steps", "total", "seen_at") == ([11], [132.0], [11])
-    assert len(history.collect("total")) == 12
+    assert len(history.collect("total")) == 12 and taken == []
 
 
 def test_auto_measures_once_per_step_and_shapes_and_later_loops_take_its_choice(monkeypatch):

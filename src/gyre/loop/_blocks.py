@@ -38,7 +38,7 @@ from gyre.loop._fuse import is_fusable, step_function
 from gyre.loop._ring import ROWS, Ring, RingMismatch, arg_shapes, ringable
 from gyre.loop._split import ChunkPlan, split_tasks
 from gyre.loop._state import LoopState
-from gyre.loop._tasks import StepPoint, Task
+from gyre.loop._tasks import StepPoint, Task, reads_history
 
 #: The longest a block lasts (it also ends after ROWS steps).
 BLOCK_SECONDS = 0.5
@@ -220,6 +220,9 @@ class BlockRunner(ChunkRunner):
         self.limit = steps  # the most steps of a block ("auto" measures shorter ones)
         self.partial: tuple[Logs, int] = (Logs(), 0)
         self.dispatched = 0.0  # seconds per step the last block took to dispatch its steps
+        #: a block's last row comes from its seal (the same compiled call) when a callback
+        #: at its end may read or add to it: all but the observers that read the history
+        self.row_wanted = bool(plan.after) or not all(reads_history(i.fn) for t in plan.display for i in t.invokers)
 
     def extend(self, chunk: Chunk) -> None:
         """Solves the block's length (up to the next event, the stop, :data:`ROWS` steps) and
@@ -259,6 +262,7 @@ class BlockRunner(ChunkRunner):
                 self.ls.history.commit_block(clocks[0], sizes[:k], logs, epoch_steps=epoch_steps)
             raise
         self.dispatched = (_time.perf_counter() - start) / len(sizes)
+        chunk.row = self.ring.last_row  # type: ignore[union-attr]
         chunk.clocks = BlockClocks(chunk.clocks[0], sizes, epoch_steps)
         chunk.batches = [last]
         self.elapse.advance(chunk.clocks, sizes)
@@ -341,7 +345,7 @@ class BlockRunner(ChunkRunner):
             raise
         ls.state = state
         ring.ring = rows  # type: ignore[union-attr]
-        return ring.seal(), last  # type: ignore[union-attr]
+        return ring.seal(last=self.row_wanted), last  # type: ignore[union-attr]
 
 
 class FusedBlockRunner(BlockRunner):

@@ -29,7 +29,7 @@ from gyre.loop._tasks import Task, reads_history, warn_if_untrained
 class Chunk:
     """The steps of one fused call, as planned."""
 
-    __slots__ = ("batches", "sizes", "clocks", "first", "after", "shown")
+    __slots__ = ("batches", "sizes", "clocks", "first", "after", "shown", "row")
 
     def __init__(self, batch: Any, size: int, clock: Elapsed, displays: int) -> None:
         self.batches = [batch]
@@ -38,6 +38,7 @@ class Chunk:
         self.first = Logs()  # what the tasks before the step logged on the first step
         self.after: list[bool] = []  # answers of the after tasks on the last step so far
         self.shown = [False] * displays  # display tasks that fired on some step
+        self.row: Logs | None = None  # the last step's logs, when its call gave them
 
 
 def _asks(task: Task, clock: Elapsed) -> bool:
@@ -198,7 +199,7 @@ class ChunkRunner:
         fired = [t for i, t in enumerate(self.plan.after) if i >= len(answers) or answers[i]] if after else []
         lazy = bool(logs) and not alone and not any(map(self._reads_row, [*fired, *shown]))
         if logs and not lazy:
-            last.merge(_row(logs, k - 1))
+            last.merge(self._last_row(chunk, logs))
         before = None if alone else _identities(last)
         clock, batch = chunk.clocks[-1], chunk.batches[-1]
         if after:
@@ -209,7 +210,12 @@ class ChunkRunner:
             run_callbacks(task.invokers, self.ls, clock, batch, last)
         if before is not None and before == _identities(last):
             return None  # the callbacks only read the last row: it stays in the stacked commit
-        return Logs().merge(_row(logs, k - 1)).merge(last) if lazy else last
+        return Logs().merge(self._last_row(chunk, logs)).merge(last) if lazy else last
+
+    @staticmethod
+    def _last_row(chunk: Chunk, logs: Logs) -> Logs:
+        """The chunk's last step's logs: given by its call, else taken from the stacked logs."""
+        return _row(logs, len(chunk.clocks) - 1) if chunk.row is None else chunk.row
 
     def _reads_row(self, task: Task) -> bool:
         """Whether a task's callbacks may read the last step's logs (as ``logs`` or

@@ -205,6 +205,7 @@ class Ring:
         self.ring: Any = None  # the open ring (None: closed)
         self.spare: Any = None  # the last ring sealed, its index reset: the next one opened
         self.large: list[list[Any]] = []  # per step written, the values the ring does not hold
+        self.last_row: Logs | None = None  # the last sealed block's last row (seal(last=True))
 
     def open(self, state: Any, batch: Any, *, again: bool = False) -> None:
         """Opens a fresh ring for the step's logs on ``batch`` (traced once, or ``again`` after
@@ -223,17 +224,27 @@ class Ring:
             self.large.append(large)
         return state
 
-    def seal(self) -> Logs:
+    def seal(self, *, last: bool = False) -> Logs:
         """The open ring's stacked logs (``ROWS`` rows, the first ones written, the others
         unspecified; the values it does not hold stacked, a row per step written); the ring
-        is closed, and kept for the next :meth:`open` (one compiled call a block)."""
+        is closed, and kept for the next :meth:`open` (one compiled call a block). With
+        ``last``, the same call also gives the last written row's logs: :attr:`last_row`."""
         layout = self.layout
-        held, self.spare = _unpack(layout)(self.ring)  # type: ignore[arg-type]
+        treedef = layout.treedef  # type: ignore[union-attr]
+        if last and self.ring is not None:
+            held, row, self.spare = _unpack(layout, True)(self.ring)
+            rows, large = iter(row), self.large[-1] if self.large else []
+            found = iter(large)
+            self.last_row = jax.tree_util.tree_unflatten(
+                treedef, [next(found) if spec is None else next(rows) for spec in layout.leaves])  # type: ignore[union-attr]
+        else:
+            held, self.spare = _unpack(layout, False)(self.ring)  # type: ignore[arg-type]
+            self.last_row = None
         held = iter(held)
         large = iter(zip(*self.large, strict=True)) if self.large else iter(())
         leaves = [jnp.stack(next(large)) if spec is None else next(held) for spec in layout.leaves]  # type: ignore[union-attr]
         self.ring, self.large = None, []
-        return jax.tree_util.tree_unflatten(layout.treedef, leaves)  # type: ignore[union-attr]
+        return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
 _LAYOUTS: weakref.WeakKeyDictionary[Any, dict[Any, Layout]] = weakref.WeakKeyDictionary()
@@ -260,13 +271,19 @@ def _layout(invoker: Invoker, step: Any, state: Any, batch: Any) -> Layout:
 
 
 @functools.lru_cache(maxsize=256)
-def _unpack(layout: Layout) -> Any:
+def _unpack(layout: Layout, last: bool) -> Any:
     """A compiled ``ring -> ([rows of each held value], the ring with its index reset)`` (the
-    ring donated: it is written again in place)."""
+    ring donated: it is written again in place); with ``last``, ``(rows, [the last written
+    row of each held value], ring)``."""
 
-    def unpack(ring: Any) -> tuple[list[Any], Any]:
-        held = [_from_words(ring[:ROWS, c : c + n], shape, dtype) for shape, dtype, c, n in filter(None, layout.leaves)]
-        return held, ring.at[ROWS, 0].set(jnp.uint32(0))
+    def unpack(ring: Any) -> tuple[Any, ...]:
+        specs = list(filter(None, layout.leaves))
+        held = [_from_words(ring[:ROWS, c : c + n], shape, dtype) for shape, dtype, c, n in specs]
+        reset = ring.at[ROWS, 0].set(jnp.uint32(0))
+        if not last:
+            return held, reset
+        row = jax.lax.dynamic_index_in_dim(ring, ring[ROWS, 0].astype(jnp.int32) - 1, keepdims=True)
+        return held, [_from_words(row[:, c : c + n], shape, dtype)[0] for shape, dtype, c, n in specs], reset
 
     return jax.jit(unpack, donate_argnums=0)
 
