@@ -20,7 +20,7 @@ def is_jitted(fn: Any) -> bool:
         return True
     if isinstance(fn, (types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
         return False
-    return isinstance(fn, jax.stages.Wrapped) and callable(getattr(fn, "lower", None))
+    return callable(getattr(fn, "lower", None)) and isinstance(fn, jax.stages.Wrapped)  # cheap test first
 
 
 #: The type of a ``jax.jit`` function itself (not of a wrapper around one).
