@@ -86,24 +86,22 @@ def _numbers(values: Any) -> np.ndarray | None:
     return values if ok else None
 
 
-class BarValues(FollowsHistory):
+class BarValues(RunningValues, FollowsHistory):
     """The values a bar shows: read from the loop's history (see the module docs)."""
-
-    def __init__(self, mode: str) -> None:
-        self.running = RunningValues(mode)
 
     see = FollowsHistory._follow
 
     def _send(self, *, wait: bool) -> None:
-        self.running.absorb(self._read(wait=wait))
+        self.absorb(self._read(wait=wait))
 
     def read(self, *, wait: bool = False) -> dict[str, float]:
         """The values to show now (``wait``: every record so far, waiting for the device; only
         when the loop is over)."""
         self._send(wait=wait)
-        return self.running.shown()
+        return self.shown()
 
     def reset(self) -> None:
-        """Forgets the history followed (a bar used again starts from the next records)."""
+        """Forgets the history followed and the values seen (a bar used again starts from the
+        next records)."""
         self._history = self._own = None
-        self.running = RunningValues(self.running.mode)
+        RunningValues.__init__(self, self.mode)
