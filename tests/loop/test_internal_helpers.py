@@ -17,6 +17,7 @@ from gyre.loop._history_files import chain_crc, new_block
 from gyre.loop._inner import check_aggregation, suffixed
 from gyre.loop._masked import mask_wanted, real_rows, unmasking
 from gyre.loop._nan import apply_nan_policy, check_nan_policy, finite_check, skipped_steps_of
+from gyre.loop._preempt import depth, guarded
 from gyre.loop._resumables import has_state
 from gyre.loop._tasks import compile_tasks
 
@@ -98,3 +99,12 @@ def test_a_history_file_keeps_its_bytes_and_its_chain_crc():
         '"bytes": "AAAAPw=="}], ["metrics", "m", null, {"values": ["a"]}]], "orders": []}'
     )
     assert chain_crc({name: data}.get, 1) == zlib.crc32(data) and chain_crc({}.get, 1) is None
+
+
+def test_guarded_counts_the_loops_running_on_this_thread():
+    assert depth() == 0
+    with guarded(catch_interrupt=False) as guard:
+        assert (depth(), guard.outermost, guard.check(0)) == (1, True, False)
+        with guarded(catch_interrupt=False) as inner:
+            assert (depth(), inner.outermost) == (2, False)
+    assert depth() == 0
