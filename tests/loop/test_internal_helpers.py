@@ -1,18 +1,23 @@
 """Internal helpers of gyre.loop whose docstring examples were their only test (moved here when
 the internal docstrings lost their doctests: doctests are for public names)."""
 
+import zlib
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import gyre
+from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.loop._binding import Masked, bind
 from gyre.loop._elapse import epochs_unknown, source_of
 from gyre.loop._fuse import scanned, step_body
+from gyre.loop._history_files import chain_crc, new_block
 from gyre.loop._inner import check_aggregation, suffixed
 from gyre.loop._masked import mask_wanted, real_rows, unmasking
 from gyre.loop._nan import apply_nan_policy, check_nan_policy, finite_check, skipped_steps_of
+from gyre.loop._preempt import depth, guarded
 from gyre.loop._resumables import has_state
 from gyre.loop._tasks import compile_tasks
 
@@ -79,3 +84,27 @@ def test_a_named_loops_epoch_point_is_solved_from_the_step_of_the_epoch_it_names
     assert last.next_step(gyre.Elapsed(steps=4, step_in_epoch=1), epoch_steps=3) == 5
     first = When(lambda e: e.step_in_epoch == 0, "on_epoch_begin", reads=("step_in_epoch",), in_epoch=0)
     assert first.next_step(gyre.Elapsed(steps=4, step_in_epoch=1), epoch_steps=3) == 6
+
+
+def test_a_history_file_keeps_its_bytes_and_its_chain_crc():
+    h = History()
+    h.commit(gyre.Elapsed(samples=2), Logs().add_loss("loss", np.float32(0.5)).add_metric("m", "a"), batch_size=2)
+    name, data = new_block(h, 0)
+    int0, float0 = '"dtype": "int64", "shape": [], "bytes": "AAAAAAAAAAA="', '"dtype": "float64", "shape": [], "bytes": "AAAAAAAAAAA="'
+    assert name == "history/000000000000.json" and data.decode() == (
+        '{"format": 2, "start": 0, "stop": 1, "clocks": {'
+        f'"steps": {{{int0}}}, "samples": {{"dtype": "int64", "shape": [], "bytes": "AgAAAAAAAAA="}}, '
+        f'"epochs": {{{int0}}}, "step_in_epoch": {{{int0}}}, "time": {{{float0}}}, "date": {{{float0}}}}}, '
+        '"batch_sizes": [2], "entries": [["losses", "loss", null, {"dtype": "float32", "shape": [], '
+        '"bytes": "AAAAPw=="}], ["metrics", "m", null, {"values": ["a"]}]], "orders": []}'
+    )
+    assert chain_crc({name: data}.get, 1) == zlib.crc32(data) and chain_crc({}.get, 1) is None
+
+
+def test_guarded_counts_the_loops_running_on_this_thread():
+    assert depth() == 0
+    with guarded(catch_interrupt=False) as guard:
+        assert (depth(), guard.outermost, guard.check(0)) == (1, True, False)
+        with guarded(catch_interrupt=False) as inner:
+            assert (depth(), inner.outermost) == (2, False)
+    assert depth() == 0

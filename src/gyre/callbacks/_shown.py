@@ -10,6 +10,7 @@ shows every entry's last value instead.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -23,12 +24,7 @@ DISPLAYED = ("losses", "metrics", "stateful_metrics")
 
 
 def check_mode(values: Any, owner: str) -> str:
-    """A bar's ``values=`` option: ``"mean"`` or ``"last"``.
-
-    Example:
-        >>> check_mode("last", "keras_bar")
-        'last'
-    """
+    """A bar's ``values=`` option: ``"mean"`` or ``"last"``."""
     if values in ("mean", "last"):
         return values
     raise ValueError(
@@ -40,14 +36,7 @@ def check_mode(values: Any, owner: str) -> str:
 
 class RunningValues:
     """Running means over the current epoch (or last values) of the scalar entries of the
-    records absorbed.
-
-    Example:
-        >>> running = RunningValues("mean")
-        >>> running.absorb(Block(2, {"epochs": np.array([0, 0])}, {("losses", "loss"): (np.arange(2), np.array([1.0, 3.0]))}))
-        >>> running.shown()
-        {'loss': 2.0}
-    """
+    records absorbed."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
@@ -57,7 +46,7 @@ class RunningValues:
         self.last: dict[tuple[str, str], float] = {}
 
     def absorb(self, block: Block) -> None:
-        """Adds records read from a history (example: see :class:`RunningValues`)."""
+        """Adds records read from a history."""
         if not block.count:
             return
         epochs = np.asarray(block.clocks["epochs"])
@@ -77,11 +66,8 @@ class RunningValues:
                     self.counts[key] = self.counts.get(key, 0) + int(current.size)
 
     def shown(self) -> dict[str, float]:
-        """``name: value`` per entry (``collection.name`` where two collections share a name;
-        example: see :class:`RunningValues`)."""
-        owners: dict[str, int] = {}
-        for _, name in self.last:
-            owners[name] = owners.get(name, 0) + 1
+        """``name: value`` per entry (``collection.name`` where two collections share a name)."""
+        owners = Counter(name for _, name in self.last)
         out = {}
         for key, last in self.last.items():
             count = self.counts.get(key, 0)
@@ -100,33 +86,22 @@ def _numbers(values: Any) -> np.ndarray | None:
     return values if ok else None
 
 
-class BarValues(FollowsHistory):
-    """The values a bar shows: read from the loop's history (see the module docs).
-
-    Example:
-        >>> import gyre
-        >>> shown = BarValues("mean")
-        >>> for step, loss in enumerate([1.0, 2.0, 6.0]):  # by hand: no loop, its own history
-        ...     shown.see(gyre.Elapsed(steps=step), gyre.logs().add_loss("loss", loss), None)
-        >>> shown.read(wait=True)
-        {'loss': 3.0}
-    """
-
-    def __init__(self, mode: str) -> None:
-        self.running = RunningValues(mode)
+class BarValues(RunningValues, FollowsHistory):
+    """The values a bar shows: read from the loop's history (see the module docs)."""
 
     see = FollowsHistory._follow
 
     def _send(self, *, wait: bool) -> None:
-        self.running.absorb(self._read(wait=wait))
+        self.absorb(self._read(wait=wait))
 
     def read(self, *, wait: bool = False) -> dict[str, float]:
         """The values to show now (``wait``: every record so far, waiting for the device; only
-        when the loop is over; example: see :class:`BarValues`)."""
+        when the loop is over)."""
         self._send(wait=wait)
-        return self.running.shown()
+        return self.shown()
 
     def reset(self) -> None:
-        """Forgets the history followed (a bar used again starts from the next records)."""
+        """Forgets the history followed and the values seen (a bar used again starts from the
+        next records)."""
         self._history = self._own = None
-        self.running = RunningValues(self.running.mode)
+        RunningValues.__init__(self, self.mode)

@@ -1,14 +1,10 @@
 """``History``: a run's per-step records, kept by column in :class:`Block` objects.
 
-Records arrive stacked (:meth:`History.commit_block`, :meth:`History.commit_stacked`: a row per
-step) or one step at a time (:meth:`History.commit`, gathered into a block every ``flush_every``
-commits or at the next read). Nothing waits for the device on the way in: a block's copy to the
-host starts when it is committed, and it *lands* (its values become numpy columns) at a later
-read, once they are there. Every reader uses :meth:`History.read`; ``collect``, ``to_records``
-and ``plot`` read everything and wait. A block holds a column per clock counter, the batch
-sizes, and per entry the rows that hold it and their values (a numpy array with a row per
-record, or a list): no Python object per record, so a long history costs the garbage collector
-nothing; :class:`Record` objects are built when read.
+Records arrive stacked (``commit_block``, ``commit_stacked``: a row per step) or one step at a
+time (``commit``, gathered into a block every ``flush_every`` commits or at the next read). A
+block's copy to the host starts when it is committed; it *lands* (becomes numpy columns) at a
+later read, once computed. A block holds a column per clock counter, the batch sizes, and per
+entry the rows that hold it and their values: no Python object per record.
 """
 
 from __future__ import annotations
@@ -16,6 +12,7 @@ from __future__ import annotations
 import difflib
 import os
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from numbers import Integral
@@ -84,12 +81,7 @@ def _as_list(column: Any) -> list[Any]:
 
 
 def put(logs: Logs, collection: str, name: str, value: Any) -> None:
-    """Sets ``logs[collection][name]`` (creating the collection) without ``add_entry``'s checks.
-
-    Example:
-        >>> lg = Logs(); put(lg, "metrics", "a", 1); lg
-        Logs(metrics={'a': 1})
-    """
+    """Sets ``logs[collection][name]`` (creating the collection) without ``add_entry``'s checks."""
     found = logs.get(collection)
     if found is None:
         found = logs[collection] = Collection()
@@ -176,13 +168,7 @@ class Block(NamedTuple):
 
 
 def join(blocks: Sequence[Block]) -> Block:
-    """One block of consecutive host blocks.
-
-    Example:
-        >>> a = Block(1, {"steps": np.array([0])}, {("m", "x"): (np.array([0]), np.array([1.0]))}, [2])
-        >>> join([a, a]).entries[("m", "x")][0].tolist()
-        [0, 1]
-    """
+    """One block of consecutive host blocks."""
     if len(blocks) == 1:
         return blocks[0]
     entries: dict[Key, tuple[list[np.ndarray], list[Any]]] = {}
@@ -218,13 +204,7 @@ def _clock_columns(clocks: Sequence[Elapsed]) -> dict[str, Any]:
 
 def block_clocks(first: Elapsed, sizes: Sequence[int | None], epoch_steps: int | None) -> dict[str, Any]:
     """The clock columns of ``len(sizes)`` steps from ``first``, each next one as
-    :meth:`Elapsed._after` gives it (``sizes[i]`` more samples, epochs of ``epoch_steps``).
-
-    Example:
-        >>> c = block_clocks(Elapsed(steps=5, samples=10, step_in_epoch=2), [4, 4, 3, 4], 4)
-        >>> c["steps"].tolist(), c["samples"].tolist(), c["epochs"].tolist(), c["step_in_epoch"].tolist()
-        ([5, 6, 7, 8], [10, 14, 18, 21], [0, 0, 1, 1], [2, 3, 0, 1])
-    """
+    :meth:`Elapsed._after` gives it (``sizes[i]`` more samples, epochs of ``epoch_steps``)."""
     n = len(sizes)
     i = np.arange(n)
     samples = np.zeros(n, np.int64)
@@ -384,8 +364,7 @@ class History:
                             received=f"shape {tuple(found)}",
                             fix="commit per-step logs with History.commit, or stack them along axis 0")
                 )
-        if self._open:
-            self._seal()
+        self._seal()
         start_copy(leaves)
         rows = np.arange(n)
         self._append(Block(n, clocks, {key: (rows, leaf) for key, leaf in zip(keys, leaves, strict=True)}, sizes), start)
@@ -394,27 +373,26 @@ class History:
         """Gathers the first ``n`` per-step commits (all by default) into a block; the values
         of an entry that are device arrays of one shape are stacked on the device first."""
         records = self._open[:n]
+        if not records:
+            return
         del self._open[:n]
-        found: dict[Key, tuple[list[int], list[Any]]] = {}
-        rank: dict[Key, int] = {}
+        found: dict[Key, tuple[int, list[int], list[Any]]] = {}  # rank of first appearance, rows, values
         orders = {}
         for i, (_, logs, _) in enumerate(records):
             keys = []
             for collection, values in logs.items():
                 for name, value in values.items():
-                    key = (collection, name)
+                    keys.append(key := (collection, name))
                     entry = found.get(key)
                     if entry is None:
-                        entry = found[key] = ([], [])
-                        rank[key] = len(rank)
-                    entry[0].append(i)
-                    entry[1].append(value)
-                    keys.append(key)
-            ranks = [rank[k] for k in keys]
+                        entry = found[key] = (len(found), [], [])
+                    entry[1].append(i)
+                    entry[2].append(value)
+            ranks = [found[k][0] for k in keys]
             if ranks != sorted(ranks):  # a record's own order, kept for it alone
                 orders[i] = tuple(keys)
         entries = {}
-        for key, (rows, values) in found.items():
+        for key, (_, rows, values) in found.items():
             device = stacked(values) if len(values) >= _STACK_FROM else None
             entries[key] = (np.asarray(rows, np.int64), values if device is None else device)
         start_copy([values for _, values in entries.values() if not isinstance(values, list)])
@@ -460,8 +438,7 @@ class History:
         Example:
             >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1)); h.flush()
         """
-        if self._open:
-            self._seal()
+        self._seal()
         self._land(wait=True)
 
     # -- reading -----------------------------------------------------------------------------
@@ -478,7 +455,7 @@ class History:
             >>> block.count, block.clocks["steps"].tolist(), block.entries[("metrics", "m")][1]
             (2, [1, 2], [1, 2])
         """
-        if self._open and (fresh or wait):
+        if fresh or wait:
             self._seal()
         self._land(wait=wait)
         end = self._count if self._landed == len(self._parts) else self._starts[self._landed]
@@ -497,8 +474,7 @@ class History:
             >>> [(start, list(block.entries)) for start, block in h.segments()]
             [(0, [('metrics', 'a')])]
         """
-        if self._open:
-            self._seal()
+        self._seal()
         return list(self._views())
 
     def _views(self) -> Iterator[tuple[int, Block]]:
@@ -592,8 +568,7 @@ class History:
             >>> b.commit(Elapsed(), Logs()); a.extend(b); len(a)
             1
         """
-        if self._open:
-            self._seal()
+        self._seal()
         for block, _ in other._host_parts() if isinstance(other, History) else [(other, 0)]:
             self._append(block, 0)
 
@@ -666,9 +641,7 @@ class History:
             >>> h.to_records()[0]["steps"], h.to_records()[0]["a"]
             (3, 1)
         """
-        owners: dict[str, int] = {}
-        for name in chain.from_iterable(self.names().values()):
-            owners[name] = owners.get(name, 0) + 1
+        owners = Counter(chain.from_iterable(self.names().values()))
         rows = []
         for record in self:
             row: dict[str, Any] = record.elapsed.to_dict()
@@ -778,9 +751,7 @@ def _plot_groups(history: History, keys: Sequence[str | Sequence[str]] | None) -
     if keys is not None:
         return [[k] if isinstance(k, str) else list(k) for k in keys]
     by_collection = {c: ns for c, ns in history.names().items() if c != "outputs"}
-    owners: dict[str, int] = {}
-    for name in chain.from_iterable(by_collection.values()):
-        owners[name] = owners.get(name, 0) + 1
+    owners = Counter(chain.from_iterable(by_collection.values()))
     groups: dict[str, list[str]] = {}
     for collection in resolution_order(by_collection):  # a name of several collections: once per collection
         for name in by_collection[collection]:

@@ -19,12 +19,7 @@ from gyre.core._errors import explain
 def fetch(tree: Any) -> Any:
     """Copies a pytree of device values to host numpy values in one explicit transfer. In a
     multi-process run a fully replicated global array (a data-parallel step's logs) is read
-    from each process's own copy; one split over several processes cannot be read.
-
-    Example:
-        >>> fetch({"loss": jnp.float32(0.5)})
-        {'loss': array(0.5, dtype=float32)}
-    """
+    from each process's own copy; one split over several processes cannot be read."""
     try:
         return jax.device_get(tree)
     except RuntimeError as err:
@@ -43,35 +38,19 @@ def fetch(tree: Any) -> Any:
 
 
 def is_ready(tree: Any) -> bool:
-    """True when every device array in ``tree`` has been computed (never blocks; host values
-    are always ready).
-
-    Example:
-        >>> is_ready({"x": jnp.ones(2).block_until_ready(), "y": 1.0})
-        True
-    """
+    """True when every device array in ``tree`` has been computed (never blocks)."""
     return all(getattr(leaf, "is_ready", lambda: True)() for leaf in jax.tree_util.tree_leaves(tree))
 
 
 def to_python(value: Any) -> Any:
-    """Turns a 0-d numpy value into a Python scalar; leaves anything else as it is.
-
-    Example:
-        >>> to_python(np.float32(2.5)), to_python(np.arange(2)).tolist()
-        (2.5, [0, 1])
-    """
+    """Turns a 0-d numpy value into a Python scalar; leaves anything else as it is."""
     return value.item() if getattr(value, "ndim", None) == 0 and hasattr(value, "item") else value
 
 
 def numeric_dtype(dtype: Any) -> bool:
     """Whether values of ``dtype`` are real numbers: bools, integers and floats, low precision
     ones included (bfloat16, float8, int4: numpy kind ``'V'``); not complex, strings, objects
-    or PRNG keys.
-
-    Example:
-        >>> numeric_dtype(jnp.bfloat16), numeric_dtype(np.float16), numeric_dtype(np.complex64)
-        (True, True, False)
-    """
+    or PRNG keys."""
     try:
         dtype = np.dtype(dtype)
     except TypeError:  # an extended dtype (a PRNG key)
@@ -85,13 +64,7 @@ _stack_jit = jax.jit(lambda values: jnp.stack(values))
 
 def stacked(values: Sequence[Any]) -> Any | None:
     """One device array of ``values`` (a row per value, padded to a power of two rows) when
-    they are device arrays this process holds whole, of one shape and dtype; else ``None``.
-    Nothing waits.
-
-    Example:
-        >>> stacked([jnp.float32(1), jnp.float32(2), jnp.float32(3)]).tolist(), stacked([1.0])
-        ([1.0, 2.0, 3.0, 1.0], None)
-    """
+    they are device arrays this process holds whole, of one shape and dtype; else ``None``."""
     first = values[0] if values else None
     if not isinstance(first, jax.Array) or not all(isinstance(x, jax.Array) for x in values):
         return None
@@ -104,12 +77,7 @@ def stacked(values: Sequence[Any]) -> Any | None:
 
 
 def start_copy(tree: Any) -> None:
-    """Starts copying the device arrays of ``tree`` to the host, without waiting.
-
-    Example:
-        >>> x = jnp.arange(3); start_copy([x]); fetch(x).tolist()
-        [0, 1, 2]
-    """
+    """Starts copying the device arrays of ``tree`` to the host, without waiting."""
     for leaf in jax.tree_util.tree_leaves(tree):
         copy = getattr(leaf, "copy_to_host_async", None)
         if copy is not None:

@@ -106,7 +106,7 @@ def place(tree: Any, sharding: ShardingSpec, *, copy: bool = False) -> Any:
         return jax.tree_util.tree_map(lambda x: place_leaf(x, sharding, copy=copy), tree)
     if callable(sharding):
         return jax.tree_util.tree_map(lambda x: place_leaf(x, sharding(x), copy=copy), tree)
-    if _is_sharding_tree(sharding):
+    if is_sharding_tree(sharding):
         return jax.tree_util.tree_map(
             lambda s, subtree: place(subtree, s, copy=copy), sharding, tree
         )
@@ -121,7 +121,7 @@ def place(tree: Any, sharding: ShardingSpec, *, copy: bool = False) -> Any:
     )
 
 
-def _is_sharding_tree(tree: Any) -> bool:
+def is_sharding_tree(tree: Any) -> bool:
     """A pytree whose leaves are all shardings (an empty container counts: it places an
     empty part of the tree, e.g. a state's empty ``extras``)."""
     if tree is None:

@@ -8,6 +8,7 @@ run draws the same numbers as one that never stopped. ``apply_fn`` and ``tx`` ar
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -236,8 +237,8 @@ class TrainState(struct.PyTreeNode, kw_only=True):
         key = jax.random.fold_in(self.rng, self.step)
         if stream is None:
             return key
-        if isinstance(stream, str):
-            stream = _stream_id(stream)
+        if isinstance(stream, str):  # a stable 31-bit id (Python's hash of strings is salted)
+            stream = zlib.crc32(stream.encode()) & 0x7FFFFFFF
         return jax.random.fold_in(key, stream)
 
     def step_rngs(self, *streams: str) -> dict[str, jax.Array]:
@@ -339,10 +340,3 @@ def _unknown_attribute(state: Any, name: str, model_state: Any, extras: Any) -> 
         fix=(f"use {hint.split(chr(39))[1]!r}" if hint else "check the name")
         + "; values passed to create() that are not fields are kept in extras",
     )
-
-
-def _stream_id(name: str) -> int:
-    """A stable 31-bit id of a stream name (Python's ``hash`` of strings is salted)."""
-    import zlib
-
-    return zlib.crc32(name.encode()) & 0x7FFFFFFF

@@ -160,20 +160,13 @@ def _aligned(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
     return a.astype(dtype), b.astype(dtype)
 
 
-def _lowest(dtype: Any) -> Any:
+def _extreme(dtype: Any, *, high: bool) -> Any:
+    """The highest (or lowest) value of ``dtype``: where a min (a max) starts."""
     if dtype == jnp.bool_:
-        return False
+        return high
     if jnp.issubdtype(dtype, jnp.integer):
-        return jnp.iinfo(dtype).min
-    return -jnp.inf
-
-
-def _highest(dtype: Any) -> Any:
-    if dtype == jnp.bool_:
-        return True
-    if jnp.issubdtype(dtype, jnp.integer):
-        return jnp.iinfo(dtype).max
-    return jnp.inf
+        return jnp.iinfo(dtype).max if high else jnp.iinfo(dtype).min
+    return jnp.inf if high else -jnp.inf
 
 
 def _safe(count: jax.Array) -> jax.Array:
@@ -443,7 +436,7 @@ class Max(_Selecting):
 
     @classmethod
     def _choose(cls, values: jax.Array, present: jax.Array, mask: jax.Array) -> jax.Array:
-        low = _lowest(values.dtype)
+        low = _extreme(values.dtype, high=False)
         return jnp.max(jnp.where(mask, values, low), axis=0, initial=low)
 
     @staticmethod
@@ -463,7 +456,7 @@ class Min(_Selecting):
 
     @classmethod
     def _choose(cls, values: jax.Array, present: jax.Array, mask: jax.Array) -> jax.Array:
-        high = _highest(values.dtype)
+        high = _extreme(values.dtype, high=True)
         return jnp.min(jnp.where(mask, values, high), axis=0, initial=high)
 
     @staticmethod

@@ -292,10 +292,7 @@ class Elapse:
 
     def complete(self) -> Elapsed:
         """Counts the step in progress as completed; returns the clock."""
-        if self._pending is not None:
-            time, date = self.now()
-            self.elapsed = self.elapsed._after(self._pending, time, date, self.epoch_steps)
-            self._pending = None
+        self.elapsed, self._pending = self.peek_completed(), None
         return self.elapsed
 
     def peek_completed(self) -> Elapsed:

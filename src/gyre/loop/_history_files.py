@@ -36,12 +36,7 @@ _HEADER = re.compile(rb'\{"format": \d+, "start": \d+, "stop": (\d+),')
 
 
 def block_name(start: int) -> str:
-    """The file of the block whose first record is ``start``.
-
-    Example:
-        >>> block_name(120)
-        'history/000000000120.json'
-    """
+    """The file of the block whose first record is ``start``."""
     return f"{FOLDER}/{start:012d}.json"
 
 
@@ -79,13 +74,7 @@ def _decode_column(column: dict[str, Any]) -> Any:
 
 
 def encode_block(block: Block, start: int) -> bytes:
-    """A block of host columns as the history file of records ``start`` on.
-
-    Example:
-        >>> h = History(); h.commit(Elapsed(steps=0), Logs().add_loss("loss", np.float32(0.5)))
-        >>> json.loads(encode_block(h.read(0, wait=True), 0))["entries"]
-        [['losses', 'loss', None, {'dtype': 'float32', 'shape': [], 'bytes': 'AAAAPw=='}]]
-    """
+    """A block of host columns as the history file of records ``start`` on."""
     entries = [
         [c, n, None if len(rows) == block.count else rows.tolist(), _encode_column(values)]
         for (c, n), (rows, values) in block.entries.items()
@@ -99,13 +88,7 @@ def encode_block(block: Block, start: int) -> bytes:
 
 
 def new_block(history: History, start: int) -> tuple[str, bytes] | None:
-    """The file of the records after ``start`` (``None`` when there are none).
-
-    Example:
-        >>> h = History(); h.commit(Elapsed(steps=0), Logs().add_metric("m", 1))
-        >>> name, data = new_block(h, 0); name, json.loads(data)["stop"]
-        ('history/000000000000.json', 1)
-    """
+    """The file of the records after ``start`` (``None`` when there are none)."""
     return None if len(history) <= start else (block_name(start), encode_block(history.read(start, wait=True), start))
 
 
@@ -135,14 +118,7 @@ def _decoded(data: dict[str, Any], keep: int) -> Block:
 
 def chain_crc(read: Callable[[str], bytes | None], count: int) -> int | None:
     """The running CRC-32 of the blocks holding the first ``count`` records, in their order:
-    what a checkpoint's meta holds as ``history_crc``; ``None`` when a block is missing or not one.
-
-    Example:
-        >>> h = History(); h.commit(Elapsed(steps=0), Logs().add_metric("m", 1))
-        >>> name, data = new_block(h, 0)
-        >>> chain_crc({name: data}.get, 1) == zlib.crc32(data), chain_crc({}.get, 1)
-        (True, None)
-    """
+    what a checkpoint's meta holds as ``history_crc``; ``None`` when a block is missing or not one."""
     crc, start = 0, 0
     while start < count:
         data = read(block_name(start))
@@ -155,15 +131,7 @@ def chain_crc(read: Callable[[str], bytes | None], count: int) -> int | None:
 
 def load_history(read: Callable[[str], bytes | None], count: int, where: str) -> History:
     """The first ``count`` records, read from the chain of blocks with ``read`` (a file of the
-    checkpoint directory, ``None`` when absent); ``where`` names the checkpoint in messages.
-
-    Example:
-        >>> h = History()
-        >>> for i in range(3):
-        ...     h.commit(Elapsed(steps=i), Logs().add_metric("m", i))
-        >>> load_history(dict([new_block(h, 0)]).get, 2, "ckpt").collect("m")
-        [0, 1]
-    """
+    checkpoint directory, ``None`` when absent); ``where`` names the checkpoint in messages."""
     history, start = History(), 0
     while start < count:
         data = read(block_name(start))

@@ -26,12 +26,7 @@ _DEPTH = threading.local()  # loops running on this thread: only the outermost c
 
 
 def depth() -> int:
-    """How many loops run on this thread (1 inside the outermost, 0 outside any).
-
-    Example:
-        >>> depth()
-        0
-    """
+    """How many loops run on this thread (1 inside the outermost, 0 outside any)."""
     return getattr(_DEPTH, "value", 0)
 
 
@@ -39,13 +34,7 @@ def depth() -> int:
 def guarded(*, catch_interrupt: bool) -> Iterator[Preemption]:
     """Counts a loop as running on this thread while inside, and installs the preemption
     handlers when it is the outermost (see :class:`Preemption`); every loop of gyre's, the
-    named ones included, runs inside it.
-
-    Example:
-        >>> with guarded(catch_interrupt=False) as guard:
-        ...     depth(), guard.outermost, guard.check(0)
-        (1, True, False)
-    """
+    named ones included, runs inside it."""
     _DEPTH.value = depth() + 1
     try:
         with Preemption(catch_interrupt=catch_interrupt, outermost=_DEPTH.value == 1) as guard:

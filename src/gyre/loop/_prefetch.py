@@ -17,7 +17,7 @@ import jax
 from jax.sharding import Sharding
 
 from gyre.core._errors import describe, explain, whole_number
-from gyre.core._placement import is_array, place
+from gyre.core._placement import is_array, is_sharding_tree, place
 from gyre.loop._data import DataTracker
 from gyre.loop._elapse import dataset_epoch_steps
 
@@ -54,7 +54,7 @@ def _placer(sharding: Any) -> Placer:
             # host, where the step's strategy (or jit) turns it into a global array.
             return lambda batch: batch
         return lambda batch: jax.tree_util.tree_map(lambda x: jax.device_put(x) if is_array(x) else x, batch)
-    if isinstance(sharding, Sharding) or _sharding_tree(sharding):
+    if isinstance(sharding, Sharding) or (is_sharding_tree(sharding) and jax.tree_util.tree_leaves(sharding)):
         return lambda batch: place(batch, sharding)
     raise TypeError(
         explain(
@@ -66,14 +66,6 @@ def _placer(sharding: Any) -> Placer:
             "sharding=NamedSharding(mesh, PartitionSpec('data'))",
         )
     )
-
-
-def _sharding_tree(value: Any) -> bool:
-    try:  # a pytree of shardings shaped like (a prefix of) the batch
-        leaves = jax.tree_util.tree_leaves(value)
-    except Exception:  # noqa: BLE001 - anything that is not a pytree
-        return False
-    return bool(leaves) and all(isinstance(s, Sharding) for s in leaves)
 
 
 class _End:

@@ -162,8 +162,6 @@ def prepare(ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], resu
     ls.checkpoints = checkpointers(tasks, extra)
     source = None if resumed is None else resumed.source or next(iter(ls.checkpoints), None)
     for each in ls.checkpoints if resumed is not None else ():
-        # the one resumed through, and the others continuing the same run from their own
-        # checkpoints (a latest and a best one): each writes its history blocks on from there
         meta = resumed.meta if each is source else each.continue_from(resumed.step)
         if meta is not None:
             count = int(meta.get("history", 0))

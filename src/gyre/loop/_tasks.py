@@ -17,7 +17,7 @@ Three types tell the engine what it needs to know:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gyre.core._clock import Elapsed
@@ -305,18 +305,11 @@ def loop_end_hooks(tasks: Sequence[Task]) -> list[Callable[[], Any]]:
     hooks: dict[int, Callable[[], Any]] = {}
     for task in tasks:
         for invoker in task.invokers:
-            for obj in _owners(invoker.fn):
+            for obj in (invoker.fn, getattr(invoker.fn, "__self__", None)):  # a bound method's object too
                 hook = getattr(obj, "on_loop_end", None)
                 if callable(hook) and id(obj) not in hooks:
                     hooks[id(obj)] = hook
     return list(hooks.values())
-
-
-def _owners(fn: Any) -> Iterator[Any]:
-    yield fn
-    owner = getattr(fn, "__self__", None)
-    if owner is not None:
-        yield owner
 
 
 def warn_if_untrained(tasks: Sequence[Task], logs: Any = None, *, state: Any = None, outermost: bool = True) -> None:
