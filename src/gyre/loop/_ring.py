@@ -231,12 +231,11 @@ class Ring:
         ``last``, the same call also gives the last written row's logs: :attr:`last_row`."""
         layout = self.layout
         treedef = layout.treedef  # type: ignore[union-attr]
-        if last and self.ring is not None:
+        if last:
             held, row, self.spare = _unpack(layout, True)(self.ring)
-            rows, large = iter(row), self.large[-1] if self.large else []
-            found = iter(large)
+            rows, large = iter(row), iter(self.large[-1] if self.large else ())
             self.last_row = jax.tree_util.tree_unflatten(
-                treedef, [next(found) if spec is None else next(rows) for spec in layout.leaves])  # type: ignore[union-attr]
+                treedef, [next(large) if spec is None else next(rows) for spec in layout.leaves])  # type: ignore[union-attr]
         else:
             held, self.spare = _unpack(layout, False)(self.ring)  # type: ignore[arg-type]
             self.last_row = None
