@@ -128,19 +128,22 @@ def _skipping(fn: Any) -> Any:
     if isinstance(fn, StateMethod):
         method = _skipping(fn.method)
         return fn if method is fn.method else StateMethod(method)
-    # a step that can drop its update when its loss or gradients are not finite (what
-    # gyre.managed.train_step makes): with_nan_policy("skip") returns the step that does
-    # (duck-typed: a runtime Protocol's isinstance costs ~50 us a call)
-    if hasattr(fn, "nan_policy") and callable(getattr(fn, "with_nan_policy", None)):
-        return fn.with_nan_policy("skip")
-    return fn
+    return fn.with_nan_policy("skip") if _skippable(fn) else fn
+
+
+def _skippable(fn: Any) -> bool:
+    """Whether ``fn`` is a step that can drop its update when its loss or gradients are not
+    finite (what :func:`gyre.managed.train_step` makes): it has a ``nan_policy`` (``"skip"``
+    when it does) and ``with_nan_policy("skip")`` returns the step that does. Duck-typed: a
+    runtime Protocol's ``isinstance`` costs ~50 us a call."""
+    return hasattr(fn, "nan_policy") and callable(getattr(fn, "with_nan_policy", None))
 
 
 def skips(fn: Any) -> bool:
     """Whether a callback drops its non-finite updates."""
     if isinstance(fn, StateMethod):
         fn = fn.method
-    return getattr(fn, "nan_policy", None) == "skip" and callable(getattr(fn, "with_nan_policy", None))
+    return _skippable(fn) and fn.nan_policy == "skip"
 
 
 def apply_nan_policy(tasks: Any, policy: str) -> tuple[Any, bool]:
