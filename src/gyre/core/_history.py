@@ -207,11 +207,13 @@ def block_clocks(first: Elapsed, sizes: Sequence[int | None], epoch_steps: int |
     :meth:`Elapsed._after` gives it (``sizes[i]`` more samples, epochs of ``epoch_steps``)."""
     n = len(sizes)
     i = np.arange(n)
-    samples = np.zeros(n, np.int64)
-    samples[1:] = np.cumsum([0 if s is None else s for s in sizes[:-1]], dtype=np.int64)
+    try:
+        counts = np.fromiter(sizes, np.int64, n)
+    except TypeError:  # a record without a batch size counts none
+        counts = np.fromiter((s or 0 for s in sizes), np.int64, n)
     epochs, in_epoch = epochs_after(first.epochs, first.step_in_epoch, i, epoch_steps)
     return {
-        "steps": first.steps + i, "samples": first.samples + samples, "epochs": np.full(n, epochs),
+        "steps": first.steps + i, "samples": first.samples + np.cumsum(counts) - counts, "epochs": np.full(n, epochs),
         "step_in_epoch": in_epoch, "time": np.full(n, first.time), "date": np.full(n, first.date),
     }
 
