@@ -339,6 +339,14 @@ def resolution_order(collections: Mapping[str, Any]) -> list[str]:
     return standard + sorted(c for c in collections if c not in COLLECTIONS)
 
 
+def put(logs: Logs, collection: str, name: str, value: Any) -> None:
+    """Sets ``logs[collection][name]`` (creating the collection) without ``add_entry``'s checks."""
+    found = logs.get(collection)
+    if found is None:
+        found = logs[collection] = Collection()
+    found[name] = value
+
+
 def logs() -> Logs:
     """A new, empty :class:`Logs`.
 
