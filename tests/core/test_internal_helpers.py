@@ -1,9 +1,11 @@
 """Internal helpers of gyre.core whose docstring examples were their only test (moved here when
 the internal docstrings lost their doctests: doctests are for public names)."""
 
+import jax.numpy as jnp
 import optax
 import pytest
 
+from gyre.core._compat import backends_started
 from gyre.core._errors import as_pair, keywords_checked, unknown_keyword
 from gyre.core._logs import Logs, flatten_logs, resolution_order, unflatten_logs
 from gyre.core._state import check_optimizer
@@ -46,3 +48,8 @@ def test_check_optimizer_accepts_optax_and_refuses_a_name():
     assert check_optimizer(optax.sgd(0.1), argument="tx", none_means="no training") is None
     with pytest.raises(TypeError, match="tx= must be an optax optimizer"):
         check_optimizer("adam", argument="tx", none_means="no training")
+
+
+def test_backends_started_once_jax_has_computed():
+    jnp.zeros(1).block_until_ready()
+    assert backends_started()

@@ -3,6 +3,7 @@ the internal docstrings lost their doctests: doctests are for public names)."""
 
 import zlib
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -11,7 +12,9 @@ import gyre
 from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.loop._binding import Masked, bind
-from gyre.loop._elapse import epochs_unknown, source_of
+from gyre.loop._blocks import plan_table
+from gyre.loop._chunks import first_firing
+from gyre.loop._elapse import Elapse, epochs_unknown, source_of
 from gyre.loop._fuse import scanned, step_body
 from gyre.loop._history_files import chain_crc, new_block
 from gyre.loop._inner import check_aggregation, suffixed
@@ -19,7 +22,8 @@ from gyre.loop._masked import mask_wanted, real_rows, unmasking
 from gyre.loop._nan import apply_nan_policy, check_nan_policy, finite_check, skipped_steps_of
 from gyre.loop._preempt import depth, guarded
 from gyre.loop._resumables import has_state
-from gyre.loop._tasks import compile_tasks
+from gyre.loop._ring import ringable
+from gyre.loop._tasks import Task, compile_tasks
 
 
 def test_invoker_binds_by_name():
@@ -108,3 +112,22 @@ def test_guarded_counts_the_loops_running_on_this_thread():
         with guarded(catch_interrupt=False) as inner:
             assert (depth(), inner.outermost) == (2, False)
     assert depth() == 0
+
+
+def test_plan_table_sorts_a_jitted_steps_table_or_says_why_not():
+    step = jax.jit(lambda s, b: s)
+    plan = plan_table(compile_tasks({gyre.every(1): step, gyre.every(10): print}), Elapse([1]))
+    assert plan.step.fn is step and len(plan.after) == 1
+    reason = plan_table(compile_tasks({gyre.every(1): [step, print]}), Elapse([1]))
+    assert reason == "print runs on every step: a plain Python function"
+
+
+def test_first_firing_asks_the_tasks_in_order_until_one_fires():
+    answers = []
+    tasks = [Task(1, gyre.every(2), []), Task(2, gyre.every(3), [])]
+    assert first_firing(tasks, gyre.Elapsed(steps=3), answers) == 1 and answers == [False, True]
+
+
+def test_a_wrapper_of_a_jitted_step_is_not_ringable():
+    step = jax.jit(lambda s, b: s)
+    assert ringable(step, 0) and not ringable(gyre.testing.assert_compiled_once(step), 0)

@@ -47,14 +47,7 @@ def cache_size(fn: Any) -> int:
 def backends_started() -> bool:
     """True once JAX has started its backends (after which ``jax.distributed.initialize`` is
     too late). Private: ``jax._src.xla_bridge.backends_are_initialized``; without it, gyre
-    assumes they have not started and lets JAX raise its own error.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> _ = jnp.zeros(1)
-        >>> backends_started()
-        True
-    """
+    assumes they have not started and lets JAX raise its own error."""
     try:
         from jax._src import xla_bridge
     except ImportError:  # pragma: no cover - a JAX without the module

@@ -4,88 +4,33 @@ Records arrive stacked (``commit_block``, ``commit_stacked``: a row per step) or
 time (``commit``, gathered into a block every ``flush_every`` commits or at the next read). A
 block's copy to the host starts when it is committed; it *lands* (becomes numpy columns) at a
 later read, once computed. A block holds a column per clock counter, the batch sizes, and per
-entry the rows that hold it and their values: no Python object per record.
+entry the rows that hold it and their values: no Python object per record. The views and
+exports of a history (``collect``, ``to_csv``, ``plot``, :class:`Record`) are in ``_history_views``.
 """
 
 from __future__ import annotations
 
-import difflib
-import os
 from bisect import bisect_right
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from itertools import chain
 from numbers import Integral
 from operator import attrgetter
 from typing import Any, NamedTuple, overload
 
 import numpy as np
 
+from gyre.core import _history_views
 from gyre.core._clock import _FIELDS as CLOCK_FIELDS
 from gyre.core._clock import Elapsed, epochs_after
-from gyre.core._errors import ExplainedKeyError, closest, describe, explain, suggest
+from gyre.core._errors import describe, explain
+from gyre.core._history_views import HistoryViews, Record, block_collect, block_records
 from gyre.core._host import fetch, is_ready, stacked, start_copy, to_python
-from gyre.core._logs import Collection, Logs, flatten_logs, resolution_order
+from gyre.core._logs import Logs, flatten_logs
 
 __all__ = ["Block", "History", "Record", "history"]
 
 Key = tuple[str, str]
-MISSING = object()  # where a record has no value for a key (Block.lookup)
 _clock_fields = attrgetter(*CLOCK_FIELDS)
 _STACK_FROM = 8  # per-step values of one entry stacked on the device before their copy from this many on
-
-
-class Record(NamedTuple):
-    """One committed step: the clock at the step, its logs, and its batch size (or None).
-
-    A record also reads like ciclo's (a dict of collections plus ``"elapsed"``):
-    ``record["metrics"]["accuracy_test"]``, ``record["elapsed"]["steps"]``.
-
-    Example:
-        >>> r = Record(Elapsed(steps=3), Logs().add_metric("acc", 0.5))
-        >>> r["metrics"]["acc"], r["elapsed"]["steps"], r.keys(), "losses" in r, r.get("losses", {})
-        (0.5, 3, ['elapsed', 'metrics'], False, {})
-    """
-
-    elapsed: Elapsed
-    logs: Logs
-    batch_size: int | None = None
-
-    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
-        if not isinstance(key, str):
-            return tuple.__getitem__(self, key)
-        if key == "elapsed":
-            return self.elapsed.to_dict()
-        if key in self.logs:
-            return self.logs[key]
-        raise ExplainedKeyError(
-            explain(f"this record has no collection {key!r}", expected=f"one of {self.keys()}", received=repr(key),
-                    fix="index a collection, then an entry: record['metrics']['accuracy']")
-        )
-
-    def keys(self) -> list[str]:
-        """``"elapsed"`` and the record's collections (example: see :class:`Record`)."""
-        return ["elapsed", *self.logs]
-
-    def __contains__(self, key: object) -> bool:
-        return key == "elapsed" or key in self.logs
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """``record[key]``, or ``default`` when the record has no such collection (example: see
-        :class:`Record`)."""
-        return self[key] if key in self else default
-
-
-def _as_list(column: Any) -> list[Any]:
-    return column.tolist() if isinstance(column, np.ndarray) else list(column)
-
-
-def put(logs: Logs, collection: str, name: str, value: Any) -> None:
-    """Sets ``logs[collection][name]`` (creating the collection) without ``add_entry``'s checks."""
-    found = logs.get(collection)
-    if found is None:
-        found = logs[collection] = Collection()
-    found[name] = value
 
 
 class Block(NamedTuple):
@@ -126,45 +71,12 @@ class Block(NamedTuple):
             >>> [(r.elapsed.steps, r.logs.metrics.m) for r in h.read(0).records()]
             [(4, 7)]
         """
-        logs = [Logs() for _ in range(self.count)]
-        for (collection, name), (rows, values) in self.entries.items():
-            for k, i in enumerate(rows.tolist()):
-                put(logs[i], collection, name, values[k])
-        for i, keys in (self.orders or {}).items():
-            old, logs[i] = logs[i], Logs()
-            for collection, name in keys:
-                put(logs[i], collection, name, old[collection][name])
-        clocks = zip(*[_as_list(self.clocks[f]) for f in CLOCK_FIELDS], strict=True)
-        for clock, lg, size in zip(clocks, logs, self.sizes, strict=True):
-            yield Record(Elapsed(*clock), lg, size)
-
-    def _lookup(self, key: str) -> list[Any]:
-        """The value of ``key`` in each record (``MISSING`` where it has none), found as
-        :meth:`History.collect` finds keys."""
-        out: list[Any] = [MISSING] * self.count
-        if key.startswith("elapsed."):
-            field = key[len("elapsed.") :]
-            return _as_list(self.clocks[field]) if field in CLOCK_FIELDS else out
-        collection, dot, name = key.partition(".")
-        keys = [(collection, name)] if dot and (collection, name) in self.entries else []
-        keys += [(c, key) for c in resolution_order({c: None for c, n in self.entries if n == key})]
-        for found in keys:
-            rows, values = self.entries[found]
-            python = values.tolist() if isinstance(values, np.ndarray) and values.ndim == 1 else map(to_python, values)
-            for i, value in zip(rows.tolist(), python, strict=True):
-                if out[i] is MISSING:
-                    out[i] = value
-        if key in CLOCK_FIELDS:
-            clock = _as_list(self.clocks[key])
-            out = [clock[i] if v is MISSING else v for i, v in enumerate(out)]
-        return out
+        return block_records(self)
 
     def collect(self, keys: Sequence[str]) -> list[list[Any]]:
         """The values of ``keys`` (one list per key) of the records that have all of them, in
         record order (as :meth:`History.collect`; example: see :class:`Block`)."""
-        columns = [self._lookup(key) for key in keys]
-        keep = [i for i in range(self.count) if all(c[i] is not MISSING for c in columns)]
-        return [[c[i] for i in keep] for c in columns]
+        return block_collect(self, keys)
 
 
 def join(blocks: Sequence[Block]) -> Block:
@@ -252,7 +164,7 @@ def _host_column(values: Any, lo: int, n: int) -> Any:
     return values
 
 
-class History:
+class History(HistoryViews):
     """Per-step records of a run: ``commit`` on the step path, ``collect`` afterwards.
 
     Keys for :meth:`collect`: a clock counter (``"steps"``, ``"samples"``, ``"epochs"``,
@@ -579,149 +491,6 @@ class History:
         for block, _ in other._host_parts() if isinstance(other, History) else [(other, 0)]:
             self._append(block, 0)
 
-    def collect(self, *keys: str) -> list[Any] | tuple[list[Any], ...]:
-        """Values of ``keys`` from every record that has all of them: one key gives a list,
-        several a tuple of lists of equal length; scalars as Python numbers, arrays as numpy.
-
-        Example:
-            >>> h = History()
-            >>> h.commit(Elapsed(steps=0), Logs().add_metric("acc", 0.5))
-            >>> h.commit(Elapsed(steps=1), Logs().add_loss("loss", 2.0))
-            >>> h.collect("acc"), h.collect("steps", "loss")
-            ([0.5], ([1], [2.0]))
-        """
-        if not keys:
-            raise ValueError(
-                explain("collect() needs at least one key", expected="names like 'loss', 'metrics.accuracy' or 'steps'",
-                        received="no keys", fix="e.g. history.collect('steps', 'loss')")
-            )
-        for key in keys:
-            if not isinstance(key, str):
-                raise TypeError(
-                    explain("history keys are strings", expected="'loss', 'metrics.accuracy' or 'steps'",
-                            received=describe(key), fix="pass the key's name as a string")
-                )
-        columns: list[list[Any]] = [[] for _ in keys]
-        for block, _ in self._host_parts():
-            for column, values in zip(columns, block.collect(keys), strict=True):
-                column.extend(values)
-        if not columns[0] and len(self):
-            self._check_keys(keys)
-        return columns[0] if len(keys) == 1 else tuple(columns)
-
-    def _check_keys(self, keys: Sequence[str]) -> None:
-        """Raises a KeyError for a key that no record holds (a typo would otherwise give [])."""
-        for key in keys:
-            if any(v is not MISSING for block, _ in self._host_parts() for v in block._lookup(key)):
-                continue
-            names = self.names()
-            known = [f"{c}.{n}" for c, ns in names.items() for n in ns] + [n for ns in names.values() for n in ns]
-            close = difflib.get_close_matches(key, known, n=len(known), cutoff=0.0)
-            raise ExplainedKeyError(
-                explain(
-                    f"no record of this history has the key {key!r}",
-                    expected="a logged name, 'collection.name', or a clock counter (" + ", ".join(CLOCK_FIELDS) + ")",
-                    received=f"{key!r}; the logged names, closest first: {close[:12]}",
-                    fix=f"use one of the logged names{', e.g. ' + repr(close[0]) if close else ''}",
-                )
-            )
-
-    def names(self) -> dict[str, list[str]]:
-        """Every entry name seen, by collection, in order of first appearance.
-
-        Example:
-            >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1)); h.names()
-            {'metrics': ['a']}
-        """
-        seen: dict[str, dict[str, None]] = {}
-        for block, _ in self._host_parts():
-            for collection, name in block.entries:
-                seen.setdefault(collection, {}).setdefault(name, None)
-        return {c: list(v) for c, v in seen.items()}
-
-    def to_records(self) -> list[dict[str, Any]]:
-        """One flat dict per record: the clock counters, then every entry, by its bare name
-        when no other collection of the history uses it, else ``collection.name``.
-
-        Example:
-            >>> h = History(); h.commit(Elapsed(steps=3), Logs().add_metric("a", 1))
-            >>> h.to_records()[0]["steps"], h.to_records()[0]["a"]
-            (3, 1)
-        """
-        owners = Counter(chain.from_iterable(self.names().values()))
-        rows = []
-        for record in self:
-            row: dict[str, Any] = record.elapsed.to_dict()
-            for collection, name, value in record.logs.entries():
-                row[name if owners[name] == 1 and name not in row else f"{collection}.{name}"] = to_python(value)
-            rows.append(row)
-        return rows
-
-    def to_csv(self, path: str) -> None:
-        """Writes :meth:`to_records` as CSV (scalar entries only), creating the file's folder.
-
-        Example:
-            >>> import tempfile, os
-            >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1))
-            >>> tmp = tempfile.TemporaryDirectory(); p = os.path.join(tmp.name, "h.csv"); h.to_csv(p)
-            >>> open(p).read().splitlines()[0]
-            'steps,samples,epochs,step_in_epoch,time,date,a'
-            >>> tmp.cleanup()
-        """
-        import csv
-
-        rows = [{k: v for k, v in row.items() if isinstance(v, (int, float, str, bool))} for row in self.to_records()]
-        columns = dict.fromkeys(chain.from_iterable(rows))
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(columns))
-            writer.writeheader()
-            writer.writerows(rows)
-
-    def plot(self, path: str | None = None, keys: Sequence[str | Sequence[str]] | None = None, *, x: str = "steps") -> Any:
-        """Plots entries against the clock counter ``x`` with matplotlib and returns the figure,
-        saved to ``path`` (its folder created) unless ``None``. ``keys``: one panel per key, or
-        per nested group (``[["loss", "loss_test"], ["accuracy", "accuracy_test"]]``); by default
-        every scalar entry, ``name_<suffix>`` on the panel of ``name``. A key no record holds,
-        or a ``path`` without an extension (``plot("loss")``: the series go in ``keys``), raises.
-
-        Example:
-            >>> import tempfile, os
-            >>> h = History()
-            >>> for i in range(3): h.commit(Elapsed(steps=i), Logs().add_loss("loss", 1.0 / (i + 1)))
-            >>> with tempfile.TemporaryDirectory() as tmp:
-            ...     fig = h.plot(os.path.join(tmp, "curves.png"))
-        """
-        if path is not None and not os.path.splitext(path)[1]:
-            raise _extensionless(self, os.fspath(path))
-        groups = _plot_groups(self, keys)
-        if keys is not None and len(self):
-            self._check_keys([x, *chain.from_iterable(groups)])
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError as err:
-            raise ImportError("History.plot needs matplotlib: pip install 'gyre[plot]'") from err
-        fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(5 * max(len(groups), 1), 3.6))
-        axes = [axes] if len(groups) <= 1 else list(axes)
-        for ax, group in zip(axes, groups, strict=False):
-            for key in group:
-                xs, ys = self.collect(x, key)
-                if ys and getattr(ys[0], "ndim", 0) == 0:
-                    ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, label=key)
-            ax.set_xlabel(x)
-            ax.set_title(group[0])
-            ax.grid(alpha=0.3)
-            ax.legend()
-        fig.tight_layout()
-        if path is not None:
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            fig.savefig(path, dpi=100)
-            plt.close(fig)
-        return fig
-
 
 def _not_a_clock(elapsed: Any) -> None:
     raise TypeError(
@@ -730,41 +499,6 @@ def _not_a_clock(elapsed: Any) -> None:
                 fix="commit(elapsed, logs): pass the callback's elapsed, or gyre.Elapsed(steps=i)")
     )
 
-
-def _extensionless(history: History, path: str) -> Exception:
-    """The error for ``plot(path)`` whose path has no extension (matplotlib would add
-    ``.png``): a KeyError when it reads like a series' name (``plot("loss")``)."""
-    names = [n for ns in history.names().values() for n in ns]
-    near = path if path in names else closest(path, names)
-    if near is None:
-        return ValueError(
-            explain(f"History.plot: the file {path!r} has no extension", received=repr(path),
-                    expected="a file name ending in the format, e.g. 'curves.png', '.pdf' or '.svg'",
-                    fix=f"history.plot({path + '.png'!r})")
-        )
-    return ExplainedKeyError(
-        explain(
-            "History.plot(path, keys): the first argument is the file to write, "
-            + (f"and {path!r} is the name of a series" if near == path else
-               f"and no series is named {path!r}." + suggest(path, names)),
-            expected="a file name with an extension first, the series to draw in keys=",
-            received=f"plot({path!r}), which would write {path + '.png'!r}",
-            fix=f"history.plot('curves.png', keys=[{near!r}])",
-        )
-    )
-
-
-def _plot_groups(history: History, keys: Sequence[str | Sequence[str]] | None) -> list[list[str]]:
-    if keys is not None:
-        return [[k] if isinstance(k, str) else list(k) for k in keys]
-    by_collection = {c: ns for c, ns in history.names().items() if c != "outputs"}
-    owners = Counter(chain.from_iterable(by_collection.values()))
-    groups: dict[str, list[str]] = {}
-    for collection in resolution_order(by_collection):  # a name of several collections: once per collection
-        for name in by_collection[collection]:
-            name = name if owners[name] == 1 else f"{collection}.{name}"
-            groups.setdefault(next((b for b in groups if name.startswith(b + "_")), name), []).append(name)
-    return list(groups.values())
 
 
 def history(logs_list: Iterable[Any] | None = None, *, flush_every: int = 256, lag: int = 16) -> History:
@@ -806,3 +540,7 @@ def history(logs_list: Iterable[Any] | None = None, *, flush_every: int = 256, l
                     logs.add_entry(collection, name, value)
         out.commit(clock, logs)
     return out
+
+
+# the examples of the views' docstrings build a History: the name, for their doctests
+_history_views.History = History  # type: ignore[attr-defined]

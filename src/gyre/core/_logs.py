@@ -84,10 +84,7 @@ class Logs(dict):
         other = _SHARED.get(collection)
         if other is not None and name in self.get(other, ()) and self[other][name] is not value:
             _warn_shared(name, collection, other)
-        coll = self.get(collection)
-        if coll is None:
-            coll = self[collection] = Collection()
-        coll[name] = value
+        put(self, collection, name, value)
         return self
 
     def add_entries(self, collection: str, values: Mapping[str, Any]) -> Logs:
@@ -295,16 +292,8 @@ class Logs(dict):
             >>> logs.lookup("acc"), logs.lookup("stateful_metrics.acc"), logs.lookup("nope")
             ((True, 1), (True, 2), (False, None))
         """
-        if "." in key:
-            collection, _, name = key.partition(".")
-            values = self.get(collection)
-            if values is not None and name in values:
-                return True, values[name]
-        for collection in resolution_order(self):
-            values = self[collection]
-            if key in values:
-                return True, values[key]
-        return False, None
+        path = self.entry_path(key)
+        return (False, None) if path is None else (True, self[path[0]][path[1]])
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={dict(v)!r}" for k, v in self.items())
@@ -337,6 +326,14 @@ def resolution_order(collections: Mapping[str, Any]) -> list[str]:
     """The order in which a bare name is looked up among ``collections``."""
     standard = [c for c in COLLECTIONS if c in collections]
     return standard + sorted(c for c in collections if c not in COLLECTIONS)
+
+
+def put(logs: Logs, collection: str, name: str, value: Any) -> None:
+    """Sets ``logs[collection][name]`` (creating the collection) without ``add_entry``'s checks."""
+    found = logs.get(collection)
+    if found is None:
+        found = logs[collection] = Collection()
+    found[name] = value
 
 
 def logs() -> Logs:

@@ -4,14 +4,11 @@ The loop offers five values, in this order: ``state``, ``batch``, ``elapsed``, `
 ``loop`` (ciclo's name ``loop_state`` is accepted for ``loop``). A callback whose parameters
 use those names gets them by name; a callback whose parameters use none of them gets the first
 ``n`` by position, ``n`` being its number of required positional parameters. A callback that
-mixes the two (``def cb(elapsed, log)``) is refused, with the closest name suggested: binding
-it by position would silently hand it the state as ``elapsed``. So is a callback bound by
-position whose parameter is a near miss of another value's name (``def cb(elapsd)``, ``def
-cb(log)``: difflib's ratio at least :data:`TYPO_CUTOFF`): by position it would get the state;
-and so is a parameter defaulting to ``None`` whose name is such a near miss (``def cb(state,
-elapsd=None)``): never passed, it would always keep its default.
-Names far from all five (``def cb(s, b)``, ``def cb(x)``), and near misses of the value their
-position gives (``def cb(states, batches)``), bind by position as before.
+mixes the two (``def cb(elapsed, log)``), or whose parameter is a near miss of a value's name
+(``def cb(elapsd)``, ``def cb(state, elapsd=None)``: difflib's ratio at least
+:data:`TYPO_CUTOFF`), is refused with the closest name suggested: it would silently get the
+wrong value, or keep its default. Names far from all five (``def cb(s, b)``), and near misses
+of the value their position gives (``def cb(states, batches)``), bind by position.
 
 Objects with ciclo's ``__loop_callback__(loop_state)`` method are called through it, and
 methods taken from the state's class (:class:`StateMethod`) receive the state as ``self``.

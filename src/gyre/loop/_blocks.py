@@ -57,12 +57,7 @@ def _fusable(plan: ChunkPlan) -> bool:
 
 class Plan(NamedTuple):
     """How a loop runs its table (``loop.plan``): ``"blocks"``, ``"fused"`` (``steps_per_call``)
-    or ``"steps"`` (the general per-step path), and why not in blocks.
-
-    Example:
-        >>> Plan("steps", "print runs on every step")
-        Plan(path='steps', reason='print runs on every step')
-    """
+    or ``"steps"`` (the general per-step path), and why not in blocks."""
 
     path: str
     reason: str | None = None
@@ -90,18 +85,7 @@ def _deadline(task: Task) -> float | None:
 
 def plan_table(table: Sequence[Task], elapse: Elapse, state: Any = None, steps: int = 1) -> ChunkPlan | str:
     """The table sorted for blocks (the step, the events before and after it, the observers),
-    or why it runs step by step.
-
-    Example:
-        >>> import gyre, jax
-        >>> from gyre.loop._tasks import compile_tasks
-        >>> step = jax.jit(lambda s, b: s)
-        >>> plan = plan_table(compile_tasks({gyre.every(1): step, gyre.every(10): print}), Elapse([1]))
-        >>> plan.step.fn is step, len(plan.after)
-        (True, 1)
-        >>> plan_table(compile_tasks({gyre.every(1): [step, print]}), Elapse([1]))
-        'print runs on every step: a plain Python function'
-    """
+    or why it runs step by step."""
     try:
         plan = split_tasks(table, steps)
     except (TypeError, ValueError):
@@ -127,14 +111,7 @@ def plan_table(table: Sequence[Task], elapse: Elapse, state: Any = None, steps: 
 
 def plan_loop(table: Sequence[Task], elapse: Elapse, state: Any, steps: int | str) -> tuple[Plan, ChunkPlan | None]:
     """The loop's :class:`Plan` and, to run in blocks or fused, the table sorted; a table that
-    cannot run as ``steps_per_call`` asks runs step by step, and a fused one says so.
-
-    Example:
-        >>> import gyre, jax
-        >>> from gyre.loop._tasks import compile_tasks
-        >>> plan_loop(compile_tasks({gyre.every(1): jax.jit(lambda s, b: s)}), Elapse([1]), 0, 1)[0]
-        Plan(path='blocks', reason=None)
-    """
+    cannot run as ``steps_per_call`` asks runs step by step, and a fused one says so."""
     planned = plan_table(table, elapse, state, 1 if steps == "auto" else steps)  # type: ignore[arg-type]
     if not isinstance(planned, str):
         return Plan("fused" if steps != "auto" and steps > 1 else "blocks"), planned  # type: ignore[operator]
@@ -170,13 +147,7 @@ class BlockClocks(Sequence[Elapsed]):
     """The clocks of a block's steps, made when read from the history's clock columns
     (:func:`~gyre.core._history.block_clocks`): ``first`` (the first step's), then one more
     step each, samples from ``sizes``, epochs rolled by ``epoch_steps``, the time of ``first``
-    (a block's steps share the time its first step started).
-
-    Example:
-        >>> clocks = BlockClocks(Elapsed(steps=3, samples=6), [2, 2, 1], None)
-        >>> len(clocks), [(c.steps, c.samples) for c in clocks], clocks[-1].samples
-        (3, [(3, 6), (4, 8), (5, 10)], 10)
-    """
+    (a block's steps share the time its first step started)."""
 
     def __init__(self, first: Elapsed, sizes: Sequence[int], epoch_steps: int | None) -> None:
         self.first, self.sizes, self.epoch_steps = first, sizes, epoch_steps

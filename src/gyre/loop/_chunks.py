@@ -47,14 +47,7 @@ def _asks(task: Task, clock: Elapsed) -> bool:
 
 def first_firing(tasks: Sequence[Task], clock: Elapsed, answers: list[bool]) -> int | None:
     """Asks the tasks not yet in ``answers``, in order, until one fires (its index), appending
-    each answer; ``None`` when none fires.
-
-    Example:
-        >>> import gyre
-        >>> answers = []
-        >>> first_firing([Task(1, gyre.every(2), []), Task(2, gyre.every(3), [])], Elapsed(steps=3), answers), answers
-        (1, [False, True])
-    """
+    each answer; ``None`` when none fires."""
     for k in range(len(answers), len(tasks)):
         fired = _asks(tasks[k], clock)
         answers.append(fired)

@@ -27,8 +27,8 @@ import numpy as np
 from gyre.core._clock import _FIELDS as CLOCK_FIELDS
 from gyre.core._clock import Elapsed
 from gyre.core._errors import explain
-from gyre.core._history import Block, History, put
-from gyre.core._logs import Logs
+from gyre.core._history import Block, History
+from gyre.core._logs import Logs, put
 
 FOLDER = "history"
 FORMAT = 2

@@ -75,9 +75,8 @@ def _stacked(parts: list[Any]) -> Any:
 
 @functools.cache
 def _compiled_reduction(reduction: str) -> Callable[[list[Any], Any], Any]:
-    """``reduction`` over stacked columns as one compiled call: an evaluation's reductions
-    would otherwise dispatch five or six eager operations each (~50 us apiece on a CPU),
-    every evaluation. Compiled once per reduction and number of rows."""
+    """``reduction`` over stacked columns as one compiled call (not five or six eager
+    operations each evaluation), compiled once per reduction and number of rows."""
     metric = get_reduction(reduction)
     return jax.jit(lambda parts, counts: metric.from_stacked(_stacked(parts), counts).compute())
 

@@ -1,18 +1,7 @@
-"""Padded evaluations: an evaluation whose step takes ``mask`` compiles once.
-
-A compiled test step is built for one batch shape, and a test set whose size the batch size
-does not divide ends with a smaller batch: a second compilation. When the ``on_test_step``
-callbacks of a test loop take a ``mask`` parameter (``def test_step(state, batch,
-mask=None)``), :func:`gyre.test_loop` (and so the evaluation of ``gyre.train_loop(...,
-test_dataset=...)``) runs over :class:`MaskedBatches` instead: every batch padded to the
-first one's size (:func:`gyre.data.pad_batch`: the last real row repeated) and carried as a
-:class:`~gyre.loop._binding.Masked` with the boolean mask of its real rows. The step gets
-``batch`` and ``mask=`` (see :mod:`gyre.loop._binding`) and computes its means over the real
-rows (``jnp.sum(x * mask) / jnp.sum(mask)``); the loop's clock counts each batch's real rows,
-so the evaluation's batch-weighted means (``aggregation="mean"``) are those over the real
-examples. The real rows are counted on the host, before a batch is placed on the devices:
-no device value is read. Callbacks that take no mask (progress bars, ``on_test_batch_end``)
-get the padded batch.
+"""Padded evaluations: an evaluation whose step takes ``mask`` compiles once (see "Evaluation
+without recompiles" in :func:`gyre.test_loop`). Its batches are padded to the first one's size
+(:func:`gyre.data.pad_batch`) and carried as :class:`~gyre.loop._binding.Masked`; the real rows
+are counted on the host, before a batch is placed on the devices: no device value is read.
 """
 
 from __future__ import annotations

@@ -134,27 +134,13 @@ def _ring_function(invoker: Invoker, step: Any, layout: Layout) -> Any:
 
 
 def compilations(step: Any) -> int:
-    """How many times the ring steps of ``step`` compiled (every layout's, added up).
-
-    Example:
-        >>> import gyre, jax, jax.numpy as jnp
-        >>> step = jax.jit(lambda s, b: s + b)
-        >>> _ = gyre.loop(jnp.float32(0), [jnp.float32(1)] * 3, {gyre.every(1): step})
-        >>> compilations(step)
-        1
-    """
+    """How many times the ring steps of ``step`` compiled (every layout's, added up)."""
     return sum(fn._cache_size() for fn in _RINGS.get(step, {}).values())
 
 
 def donates(step: Any) -> bool:
     """Whether a compiled step donates its state: a ``jax.jit`` function's own donation, a
-    managed step's ``donates`` (``None``: a train step, which donates).
-
-    Example:
-        >>> import jax
-        >>> donates(jax.jit(lambda s, b: s, donate_argnums=0)), donates(jax.jit(lambda s, b: s))
-        (True, False)
-    """
+    managed step's ``donates`` (``None``: a train step, which donates)."""
     if _compat.is_jitted(step):
         donated = _compat.donated_argnums(step)
         return bool(donated and 0 in donated)
@@ -164,15 +150,7 @@ def donates(step: Any) -> bool:
 def ringable(step: Any, state: Any) -> bool:
     """Whether a step can write the history itself: a ``jax.jit`` function, or a managed step
     (``pure`` and ``donates``) on one device of data (a sharded batch is placed on the host
-    side of the step's call). A wrapper of a jitted function is not: it must be called.
-
-    Example:
-        >>> import jax
-        >>> import gyre
-        >>> step = jax.jit(lambda s, b: s)
-        >>> ringable(step, 0), ringable(lambda s, b: s, 0), ringable(gyre.testing.assert_compiled_once(step), 0)
-        (True, False, False)
-    """
+    side of the step's call). A wrapper of a jitted function is not: it must be called."""
     if type(step) is _compat.JITTED:  # a jax.jit function itself (a wrapper that counts or times
         return True  # its calls, such as gyre.testing.assert_compiled_once, is called each step)
     strategy = getattr(state, "strategy", None)
@@ -181,20 +159,7 @@ def ringable(step: Any, state: Any) -> bool:
 
 
 class Ring:
-    """A jitted step that writes its logs into a device ring (see the module docs).
-
-    Example:
-        >>> import gyre, jax, numpy as np
-        >>> from gyre.loop._binding import bind
-        >>> step = jax.jit(lambda s, b: (gyre.logs().add_metric("b", b), s + b))
-        >>> ring = Ring(bind(step), step)
-        >>> state = np.float32(0)
-        >>> ring.open(state, np.float32(1))
-        >>> for b in (1.0, 2.0, 3.0):
-        ...     state = ring.call(state, np.float32(b))
-        >>> ring.seal().metrics.b[:3].tolist(), float(state)
-        ([1.0, 2.0, 3.0], 6.0)
-    """
+    """A jitted step that writes its logs into a device ring (see the module docs)."""
 
     def __init__(self, invoker: Invoker, step: Any) -> None:
         self.invoker = invoker
