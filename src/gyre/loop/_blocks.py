@@ -252,6 +252,10 @@ class BlockRunner(ChunkRunner):
             return None
         return (_time.perf_counter() - start) / steps
 
+    def poll(self, nan: Any, steps: int) -> None:
+        """The NaN check after a block: what landed is read, the rest sent."""
+        nan.after_block()
+
     def _ask(self, chunk: Chunk) -> None:
         """Asks the schedules of the block's last step (the tasks after the step) and of the
         observers (on each step where theirs can fire)."""

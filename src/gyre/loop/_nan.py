@@ -8,9 +8,9 @@ shows first in that step's losses. ``outputs`` are predictions, not checked eith
 
 How, without a host sync per step: the history moves every logged value to the host, in
 blocks (:class:`~gyre.History`). :class:`FiniteCheck` reads the records whose values are
-computed (:meth:`gyre.History.read`, which never waits) every :data:`POLL_EVERY` steps (at the
-end of the block or chunk that reaches them), and after the step or block during which another
-reader landed some (a writer's or a bar's read). So a non-finite loss is
+computed (:meth:`gyre.History.read`, which never waits) after each block of a loop that runs
+in blocks, after the step during which another reader landed some (a writer's or a bar's
+read), and every :data:`POLL_EVERY` steps of the per-step path. So a non-finite loss is
 noticed within a block or two of steps after it was logged, at no cost to the step. When
 those steps take longer than :data:`POLL_SECONDS`, the poll comes at that time instead (the
 step's clock is read anyway): a slow run notices a non-finite loss within about a second of
@@ -270,6 +270,12 @@ class FiniteCheck:
             self._read()
             self._due = time + POLL_SECONDS
         self.countdown = POLL_EVERY  # a landing during the read above asks for no other read
+
+    def after_block(self) -> None:
+        """Called after each block of a loop that runs in blocks: checks the records whose
+        values are computed (the others at the next block). Never waits."""
+        if self.lagged:
+            self._read()
 
     def _landed(self) -> None:
         """The history landed records on the host: read them at the next :meth:`poll`."""
