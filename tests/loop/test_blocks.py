@@ -215,3 +215,24 @@ def test_auto_measures_once_per_step_and_shapes_and_later_loops_take_its_choice(
     assert results[0] == results[1]
     gyre.loop(jnp.float32(0), [np.ones(5, np.float32)] * 300, {gyre.every(1): add_step}, steps_per_call="auto")
     assert len(timed) == 4  # other shapes: measured again
+
+
+@pytest.mark.parametrize("batch_size_fn", [None, lambda batch: batch.shape[0]])
+def test_samples_are_the_same_whether_the_ring_or_the_host_sizes_the_batches(batch_size_fn):
+    """The default size function runs while the ring step is traced (its result is part of the
+    call's output); a batch_size_fn runs on the host each step: the same clock either way, a
+    smaller batch mid-block and a step that raises included."""
+
+    @jax.jit
+    def step(state, batch):
+        if batch.shape[0] == 2:
+            raise ValueError("no batch of 2")
+        return gyre.logs().add_loss("loss", batch.sum()), state + 1
+
+    data = [np.ones(4, np.float32)] * 3 + [np.ones(3, np.float32)] + [np.ones(4, np.float32)] * 2 + [np.ones(2, np.float32)]
+    history = gyre.history()
+    with pytest.raises(ValueError, match="no batch of 2") as info:
+        gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, history=history, batch_size_fn=batch_size_fn)
+    assert history.collect("samples") == [0, 4, 8, 12, 15, 19] and float(info.value.state) == 6
+    _, history, elapsed = gyre.loop(jnp.float32(0), data[:-1], {gyre.every(1): step}, batch_size_fn=batch_size_fn)
+    assert (elapsed.steps, elapsed.samples) == (6, 23) and history.batch_sizes() == [4, 4, 4, 3, 4, 4]

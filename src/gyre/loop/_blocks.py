@@ -19,6 +19,7 @@ correct: ``loop.plan`` says which path a loop took, and why.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time as _time
 import weakref
@@ -27,7 +28,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from gyre.core._clock import Elapsed
+from gyre.core._clock import Elapsed, infer_batch_size
 from gyre.core._errors import warn
 from gyre.core._history import block_clocks
 from gyre.core._logs import Logs
@@ -186,7 +187,8 @@ class BlockRunner(ChunkRunner):
     ) -> None:
         super().__init__(plan, elapse, loop_state, steps, outermost=outermost)
         step = step_function(plan.step.fn)  # type: ignore[union-attr]
-        self.ring = Ring(plan.step, step) if ringable(step, loop_state.state) else None  # type: ignore[arg-type]
+        sized = elapse.size_of is infer_batch_size  # the ring step gives the batch sizes
+        self.ring = Ring(plan.step, step, sized=sized) if ringable(step, loop_state.state) else None  # type: ignore[arg-type]
         self.n, self.deadline = ROWS, math.inf  # the block's steps, and when it ends at the latest
         self.limit = steps  # the most steps of a block ("auto" measures shorter ones)
         self.partial: tuple[Logs, int] = (Logs(), 0)
@@ -276,29 +278,34 @@ class BlockRunner(ChunkRunner):
 
     def _ringed(self, chunk: Chunk, sizes: list[int]) -> tuple[Logs, Any]:
         """The block's steps through the ring: its batches pulled one by one, or those a fused
-        runner pulled already (``chunk.batches``, their ``sizes`` known)."""
+        runner pulled already (``chunk.batches``, their ``sizes`` known). A ``sized`` ring gives
+        each step's batch size with its call (``tags``): no size is asked per step on the host."""
         ring, ls, n = self.ring, self.ls, self.n
         fn, rows = ring.fn, ring.ring  # type: ignore[union-attr]
         it, size_of, now, deadline = self.elapse._it, self.elapse.size_of, self.elapse._clock, self.deadline
         pulled = len(chunk.batches) > 1
         if pulled:
             it, n, deadline = iter(chunk.batches[1:]), len(chunk.batches), math.inf
+        sized = ring.sized and not pulled  # type: ignore[union-attr]
         state, batch = ls.state, chunk.batches[0]
-        last, k = batch, 0
+        last, k, tags, in_step = batch, 0, [], False
         try:
             while True:
                 try:
-                    state, rows, large = fn(state, batch, rows)
+                    state, rows, tag = fn(state, batch, rows)
                 except RingMismatch:
                     if k == 0:  # a new structure: a ring for it
                         ring.open(state, batch, again=True)  # type: ignore[union-attr]
                         fn, rows = ring.fn, ring.ring  # type: ignore[union-attr]
                         continue
                     self.carry = (batch, [])  # the next block starts with it
-                    sizes.pop()
+                    if not sized:
+                        sizes.pop()
                     break
-                if large:
-                    ring.large.append(large)  # type: ignore[union-attr]
+                except BaseException:
+                    in_step = k > 0  # the step of a batch pulled in the block raised
+                    raise
+                tags.append(tag)
                 k, last = k + 1, batch
                 if k == n or now() >= deadline:
                     break
@@ -308,14 +315,23 @@ class BlockRunner(ChunkRunner):
                 if batch is END:
                     self.elapse.exhausted = True
                     break
-                sizes.append(size_of(batch))
+                if not sized:
+                    sizes.append(size_of(batch))
         except BaseException:
             ls.step_start = ls.state = state
             ring.ring = rows  # type: ignore[union-attr]
+            counted = ring.untag(tags)  # type: ignore[union-attr]
+            if sized:  # the step that raised counts its batch, as when sized on the host (not
+                sizes[1:] = counted[1:]  # when the error is its size: leaves that disagree)
+                with contextlib.suppress(Exception):
+                    sizes.extend([size_of(batch)] if in_step else [])
             self.partial = ring.seal(), k  # type: ignore[union-attr]
             raise
         ls.state = state
         ring.ring = rows  # type: ignore[union-attr]
+        counted = ring.untag(tags)  # type: ignore[union-attr]
+        if sized:
+            sizes[1:] = counted[1:]
         return ring.seal(last=self.row_wanted), last  # type: ignore[union-attr]
 
 

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gyre.core import _compat
+from gyre.core._clock import infer_batch_size
 from gyre.core._logs import Logs
 from gyre.loop._binding import Invoker
 from gyre.loop._fuse import _TRACING, step_body
@@ -109,27 +110,32 @@ def _write(ring: Any, logs: Logs, layout: Layout) -> tuple[Any, list[Any]]:
     return ring, [x for spec, x in zip(layout.leaves, leaves, strict=True) if spec is None]
 
 
-_RINGS: weakref.WeakKeyDictionary[Any, dict[Layout, Any]] = weakref.WeakKeyDictionary()
+_RINGS: weakref.WeakKeyDictionary[Any, dict[tuple[Layout, bool], Any]] = weakref.WeakKeyDictionary()
 
 
-def _ring_function(invoker: Invoker, step: Any, layout: Layout) -> Any:
-    """The jitted ``(state, batch, ring) -> (state, ring, values not held)``, cached per step
-    and layout (traced with the first invoker, as fused scans are). The state is donated when
-    the step donates it; the ring always is."""
+def _ring_function(invoker: Invoker, step: Any, layout: Layout, sized: bool) -> Any:
+    """The jitted ``(state, batch, ring) -> (state, ring, {batch size: values not held})``,
+    cached per step, layout and ``sized`` (traced with the first invoker, as fused scans are).
+    With ``sized``, the batch size is :func:`~gyre.core.infer_batch_size` of the batch, found
+    while tracing (it depends on shapes only) and returned as the dict's key, a constant of the
+    output's structure: each call gives it without a Python call per step (else 0). The state
+    is donated when the step donates it; the ring always is."""
     try:
         by_layout = _RINGS.setdefault(step, {})
         tracing = _TRACING.setdefault(step, invoker)
     except TypeError:  # not weakly referenceable: no cache
         by_layout, tracing = {}, invoker
-    fn = by_layout.get(layout)
+    fn = by_layout.get((layout, sized))
     if fn is None:
         body = step_body(tracing)
 
-        def ringed(state: Any, batch: Any, ring: Any) -> tuple[Any, Any, list[Any]]:
+        def ringed(state: Any, batch: Any, ring: Any) -> tuple[Any, Any, dict[int, list[Any]]]:
+            size = infer_batch_size(batch) if sized else 0
             state, logs = body(state, batch)
-            return (state, *_write(ring, logs, layout))
+            ring, large = _write(ring, logs, layout)
+            return state, ring, {size: large}
 
-        fn = by_layout[layout] = jax.jit(ringed, donate_argnums=(0, 2) if donates(step) else (2,))
+        fn = by_layout[(layout, sized)] = jax.jit(ringed, donate_argnums=(0, 2) if donates(step) else (2,))
     return fn
 
 
@@ -161,9 +167,10 @@ def ringable(step: Any, state: Any) -> bool:
 class Ring:
     """A jitted step that writes its logs into a device ring (see the module docs)."""
 
-    def __init__(self, invoker: Invoker, step: Any) -> None:
+    def __init__(self, invoker: Invoker, step: Any, *, sized: bool = False) -> None:
         self.invoker = invoker
         self.step = step
+        self.sized = sized  # the ring step gives each batch's size (see _ring_function)
         self.layout: Layout | None = None  # where the step's logs go in a row
         self.fn: Any = None  # the ring step of that layout
         self.zeros: Any = None  # makes a fresh ring, in one compiled call
@@ -177,17 +184,27 @@ class Ring:
         a :class:`RingMismatch`)."""
         if self.layout is None or again:
             self.layout = _layout(self.invoker, self.step, state, batch)
-            self.fn = _ring_function(self.invoker, self.step, self.layout)
+            self.fn = _ring_function(self.invoker, self.step, self.layout, self.sized)
             self.zeros, self.spare = _zeros_of(self.layout.width, _placement(state)), None
         self.ring, self.spare = (self.zeros() if self.spare is None else self.spare), None
         self.large = []
 
     def call(self, state: Any, batch: Any) -> Any:
         """One step: returns the new state; its logs are written into the ring."""
-        state, self.ring, large = self.fn(state, batch, self.ring)
-        if large:
-            self.large.append(large)
+        state, self.ring, tagged = self.fn(state, batch, self.ring)
+        self.untag([tagged])
         return state
+
+    def untag(self, tagged: list[dict[int, list[Any]]]) -> list[int]:
+        """Keeps the values not held of the steps whose call gave ``tagged``; returns their
+        batch sizes (0s when the ring is not ``sized``)."""
+        sizes = []
+        for tag in tagged:
+            for size, large in tag.items():
+                sizes.append(size)
+                if large:
+                    self.large.append(large)
+        return sizes
 
     def seal(self, *, last: bool = False) -> Logs:
         """The open ring's stacked logs (``ROWS`` rows, the first ones written, the others
