@@ -16,6 +16,7 @@ new structure.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import weakref
 from typing import Any, NamedTuple
@@ -198,13 +199,9 @@ class Ring:
     def untag(self, tagged: list[dict[int, list[Any]]]) -> list[int]:
         """Keeps the values not held of the steps whose call gave ``tagged``; returns their
         batch sizes (0s when the ring is not ``sized``)."""
-        sizes = []
-        for tag in tagged:
-            for size, large in tag.items():
-                sizes.append(size)
-                if large:
-                    self.large.append(large)
-        return sizes
+        if tagged and next(iter(tagged[0].values())):  # (a ring's steps all return such values, or none)
+            self.large.extend(large for tag in tagged for large in tag.values())
+        return list(itertools.chain.from_iterable(tagged))  # each dict's one key
 
     def seal(self, *, last: bool = False) -> Logs:
         """The open ring's stacked logs (``ROWS`` rows, the first ones written, the others
