@@ -18,7 +18,6 @@ from typing import Any, NamedTuple, overload
 
 import numpy as np
 
-from gyre.core import _history_views
 from gyre.core._clock import _FIELDS as CLOCK_FIELDS
 from gyre.core._clock import Elapsed, epochs_after
 from gyre.core._errors import describe, explain
@@ -540,7 +539,3 @@ def history(logs_list: Iterable[Any] | None = None, *, flush_every: int = 256, l
                     logs.add_entry(collection, name, value)
         out.commit(clock, logs)
     return out
-
-
-# the examples of the views' docstrings build a History: the name, for their doctests
-_history_views.History = History  # type: ignore[attr-defined]

@@ -127,8 +127,7 @@ def block_collect(block: HostBlock, keys: Sequence[str]) -> list[list[Any]]:
 
 class HistoryViews:
     """What :class:`~gyre.History` offers to read a whole history: each view flushes it to the
-    host (``_host_parts``) and reads its blocks. (``_history`` gives this module the name
-    ``History`` that the examples use.)"""
+    host (``_host_parts``) and reads its blocks."""
 
     _host_parts: Callable[[], list[tuple[HostBlock, int]]]
     __len__: Callable[[], int]
@@ -139,6 +138,7 @@ class HistoryViews:
         several a tuple of lists of equal length; scalars as Python numbers, arrays as numpy.
 
         Example:
+            >>> from gyre import History
             >>> h = History()
             >>> h.commit(Elapsed(steps=0), Logs().add_metric("acc", 0.5))
             >>> h.commit(Elapsed(steps=1), Logs().add_loss("loss", 2.0))
@@ -185,6 +185,7 @@ class HistoryViews:
         """Every entry name seen, by collection, in order of first appearance.
 
         Example:
+            >>> from gyre import History
             >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1)); h.names()
             {'metrics': ['a']}
         """
@@ -199,6 +200,7 @@ class HistoryViews:
         when no other collection of the history uses it, else ``collection.name``.
 
         Example:
+            >>> from gyre import History
             >>> h = History(); h.commit(Elapsed(steps=3), Logs().add_metric("a", 1))
             >>> h.to_records()[0]["steps"], h.to_records()[0]["a"]
             (3, 1)
@@ -217,6 +219,7 @@ class HistoryViews:
 
         Example:
             >>> import tempfile, os
+            >>> from gyre import History
             >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1))
             >>> tmp = tempfile.TemporaryDirectory(); p = os.path.join(tmp.name, "h.csv"); h.to_csv(p)
             >>> open(p).read().splitlines()[0]
@@ -242,6 +245,7 @@ class HistoryViews:
 
         Example:
             >>> import tempfile, os
+            >>> from gyre import History
             >>> h = History()
             >>> for i in range(3): h.commit(Elapsed(steps=i), Logs().add_loss("loss", 1.0 / (i + 1)))
             >>> with tempfile.TemporaryDirectory() as tmp:
