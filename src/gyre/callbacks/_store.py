@@ -325,7 +325,7 @@ class Store:
         """Blocks until the save in flight is on disk; raises :class:`CheckpointError` naming
         its step if it failed (the older checkpoints stay: rotation runs only after a save
         succeeds)."""
-        if self._manager is None:
+        if self._manager is None or self.pending is None:  # nothing started since the last wait
             return
         step, self.pending = self.pending, None
         try:
