@@ -66,6 +66,19 @@ def test_a_resume_truncates_to_the_checkpoint_and_ignores_later_blocks():
     assert len(load_history(files.get, 0, "test")) == 0
 
 
+def test_a_block_file_is_the_text_json_dumps_gives_of_its_object():
+    # the file is written without the JSON encoder's scan of its base64 columns: the bytes
+    # must still be json.dumps's, for every kind of column (sparse entries, strings, orders)
+    h = _history(5)
+    for i in range(5, 9):
+        logs = Logs().add_metric("a", jnp.float32(i))
+        logs = logs.add_metric("note", "é\"x") if i == 6 else logs.add_loss("loss", jnp.float32(i))
+        h.commit(gyre.Elapsed(steps=i), logs, batch_size=None if i == 7 else 4)
+    for start, stop in ((0, 9), (2, 5), (5, 9)):
+        data = _encoded(h, start, stop)
+        assert data == json.dumps(json.loads(data)).encode()
+
+
 def test_non_finite_values_survive():
     h = History()
     h.commit(gyre.Elapsed(), Logs().add_loss("loss", jnp.float32(np.nan)).add_metric("m", float("inf")))

@@ -293,7 +293,7 @@ class Checkpoint(Checkpointer):
                 self.wait_until_finished()
             return
         self.on_loop_start()
-        latest = max(self._store.steps(), default=None)
+        latest = self._store.latest()
         if latest is not None and step <= latest:
             warn(
                 f"checkpoint: step {step} not saved in {self.directory}: it holds a later "
@@ -538,7 +538,7 @@ class Checkpoint(Checkpointer):
             ...     print(ckpt.latest_step())
             None
         """
-        return max(self._store.steps(), default=None)
+        return self._store.latest()
 
     def all_steps(self) -> list[int]:
         """The saved steps, in increasing order (a step directory without gyre's record,

@@ -93,8 +93,9 @@ class Files:
         self._mark({name.split("/")[0] for name in names})
 
     def _mark(self, names: set[str]) -> None:
-        tops = sorted(set(self.tops()) | names)
-        if tops != self.tops():
+        current = self.tops()
+        tops = sorted(set(current) | names)
+        if tops != current:
             os.makedirs(self.root, exist_ok=True)
             _write_atomically(os.path.join(self.root, MARKER), json.dumps({"names": tops}).encode())
 

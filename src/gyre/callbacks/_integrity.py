@@ -98,6 +98,23 @@ def _crc(host: Any) -> int:
     return zlib.crc32(flat.view(np.uint8)) if flat.size else 0
 
 
+def _in_host_memory(x: Any) -> bool:
+    """Whether ``x`` is a jax array held whole by this process's CPU devices: ``np.asarray``
+    reads its bytes in place, where an explicit transfer (``jax.device_get``) would only add
+    a per-leaf round trip."""
+    return isinstance(x, jax.Array) and x.is_fully_addressable and all(
+        d.platform == "cpu" for d in x.sharding.device_set
+    )
+
+
+def _host_values(leaves: list[Any]) -> list[Any]:
+    """The host values of ``leaves``: read in place when already in host memory, the others
+    in one explicit transfer of them all."""
+    away = [x for x in leaves if not _in_host_memory(x)]
+    fetched = iter(fetch(away) if away else ())
+    return [np.asarray(x) if _in_host_memory(x) else next(fetched) for x in leaves]
+
+
 def checksums(leaves: list[Any]) -> list[int | None]:
     """CRC-32 of each leaf's bytes, from one host copy of them all; ``None`` for a leaf no
     process holds whole.
@@ -112,7 +129,7 @@ def checksums(leaves: list[Any]) -> list[int | None]:
         not (isinstance(x, jax.Array) and not x.is_fully_addressable) for x in leaves
     ]
     raw = [jax.random.key_data(x) if _is_key(x) else x for x, ok in zip(leaves, readable, strict=True) if ok]
-    host = iter(fetch(raw))
+    host = iter(_host_values(raw))
     return [_crc(next(host)) if ok else None for ok in readable]
 
 
@@ -125,13 +142,36 @@ def describe_tree(tree: Any, *, with_checksums: bool, where: str = "state") -> l
         ...     {"w": jnp.zeros((2,))}, with_checksums=False)]
         [('w', [2], 'float32')]
     """
-    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
-    types = [leaf_type(x, where=where) for _, x in flat]
-    sums = checksums([x for _, x in flat]) if with_checksums else [None] * len(flat)
+    leaves, paths, _ = _structure(tree)
+    types = [leaf_type(x, where=where) for x in leaves]
+    sums = checksums(leaves) if with_checksums else [None] * len(leaves)
     return [
-        {"path": leaf_path(p), "shape": list(shape), "dtype": dtype, "crc32": crc}
-        for (p, _), (shape, dtype), crc in zip(flat, types, sums, strict=True)
+        {"path": path, "shape": list(shape), "dtype": dtype, "crc32": crc}
+        for path, (shape, dtype), crc in zip(paths, types, sums, strict=True)
     ]
+
+
+#: leaf paths and empty nodes by tree structure: a run saves one structure again and again
+_STRUCTURES: dict[Any, tuple[list[str], list[str]]] = {}
+
+
+def _structure(tree: Any) -> tuple[list[Any], list[str], list[str]]:
+    """``tree``'s leaves, their paths and the paths of its empty nodes (:func:`empty_nodes`);
+    the paths depend on the structure only, so they are computed once per structure."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    try:
+        known = _STRUCTURES.get(treedef)
+    except TypeError:  # a node whose static data cannot be hashed: nothing is cached
+        treedef, known = None, None
+    if known is None:
+        paths = [leaf_path(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+        flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_empty)[0]
+        known = (paths, [leaf_path(p) for p, x in flat if _is_empty(x)])
+        if treedef is not None:
+            if len(_STRUCTURES) >= 64:
+                _STRUCTURES.clear()
+            _STRUCTURES[treedef] = known
+    return leaves, known[0], known[1]
 
 
 def _one_sided(kind: str, target: Any, saved: Any) -> list[str]:
@@ -161,8 +201,7 @@ def empty_nodes(tree: Any) -> list[str]:
         >>> empty_nodes({"w": 1.0, "extras": {}, "opt": (2.0, ())})
         ['extras', 'opt/1']
     """
-    flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_empty)[0]
-    return [leaf_path(p) for p, x in flat if _is_empty(x)]
+    return list(_structure(tree)[2])
 
 
 def mismatch(

@@ -238,6 +238,14 @@ class Store:
             s for s in self.manager.all_steps() if self.has_record(s) or not os.path.isdir(self.step_dir(s))
         )
 
+    def latest(self) -> int | None:
+        """The newest of :meth:`steps` (``None`` when there is none), checking only the steps
+        newer than it."""
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            if self.has_record(step) or not os.path.isdir(self.step_dir(step)):
+                return step
+        return None
+
     def metrics(self, step: int) -> Any:
         """The metrics saved with ``step`` (``None`` when none)."""
         return self.manager.metrics(step) if self.score is not None else None
@@ -317,7 +325,7 @@ class Store:
         """Blocks until the save in flight is on disk; raises :class:`CheckpointError` naming
         its step if it failed (the older checkpoints stay: rotation runs only after a save
         succeeds)."""
-        if self._manager is None:
+        if self._manager is None or self.pending is None:  # nothing started since the last wait
             return
         step, self.pending = self.pending, None
         try:

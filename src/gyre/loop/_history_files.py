@@ -73,18 +73,30 @@ def _decode_column(column: dict[str, Any]) -> Any:
     return flat.reshape((-1, *column["shape"])).copy()
 
 
+def _column_text(values: Any) -> str:
+    """``json.dumps(_encode_column(values))``, written directly for a numpy column: its base64
+    text needs no escaping, so the JSON encoder need not scan it character by character."""
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        data = base64.b64encode(np.ascontiguousarray(values).tobytes()).decode()
+        return f'{{"dtype": {json.dumps(values.dtype.name)}, "shape": {json.dumps(list(values.shape[1:]))}, "bytes": "{data}"}}'
+    return json.dumps(_encode_column(values))
+
+
 def encode_block(block: Block, start: int) -> bytes:
-    """A block of host columns as the history file of records ``start`` on."""
-    entries = [
-        [c, n, None if len(rows) == block.count else rows.tolist(), _encode_column(values)]
+    """A block of host columns as the history file of records ``start`` on: the text
+    ``json.dumps`` gives of the block's object (see the module's docstring), byte for byte."""
+    clocks = ", ".join(f"{json.dumps(f)}: {_column_text(np.asarray(block.clocks[f]))}" for f in CLOCK_FIELDS)
+    entries = ", ".join(
+        f"[{json.dumps(c)}, {json.dumps(n)}, {json.dumps(None if len(rows) == block.count else rows.tolist())}, "
+        f"{_column_text(values)}]"
         for (c, n), (rows, values) in block.entries.items()
-    ]
-    return json.dumps({
-        "format": FORMAT, "start": start, "stop": start + block.count,
-        "clocks": {f: _encode_column(np.asarray(block.clocks[f])) for f in CLOCK_FIELDS},
-        "batch_sizes": list(block.sizes), "entries": entries,
-        "orders": [[i, [list(k) for k in keys]] for i, keys in (block.orders or {}).items()],
-    }).encode()
+    )
+    orders = json.dumps([[i, [list(k) for k in keys]] for i, keys in (block.orders or {}).items()])
+    return (
+        f'{{"format": {FORMAT}, "start": {json.dumps(start)}, "stop": {json.dumps(start + block.count)}, '
+        f'"clocks": {{{clocks}}}, "batch_sizes": {json.dumps(list(block.sizes))}, "entries": [{entries}], '
+        f'"orders": {orders}}}'
+    ).encode()
 
 
 def new_block(history: History, start: int) -> tuple[str, bytes] | None:
