@@ -4,8 +4,9 @@ callbacks run, and the loop returns with ``history.stop_reason == "preempted"``.
 signal stops at once (``KeyboardInterrupt`` for Ctrl-C, exit status 143 for SIGTERM).
 
 On several processes, SIGTERM is JAX's own preemption notice: every process asks
-``jax.experimental.multihost_utils.reached_preemption_sync_point(step)`` after each step (a
-local check, no collective), and all of them stop at the same step. Only the outermost loop
+``jax.experimental.multihost_utils.reached_preemption_sync_point(step)`` for every step (a
+local check, no collective), asked for a block's steps at its end, and all of them stop at
+the same step. Only the outermost loop
 on the main thread installs handlers; nested loops (evaluations) see the same flag.
 """
 
