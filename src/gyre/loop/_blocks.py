@@ -321,10 +321,11 @@ class BlockRunner(ChunkRunner):
             ls.step_start = ls.state = state
             ring.ring = rows  # type: ignore[union-attr]
             counted = ring.untag(tags)  # type: ignore[union-attr]
-            if sized:  # the step that raised counts its batch, as when sized on the host (not
-                sizes[1:] = counted[1:]  # when the error is its size: leaves that disagree)
-                with contextlib.suppress(Exception):
-                    sizes.extend([size_of(batch)] if in_step else [])
+            if sized:
+                sizes[1:] = counted[1:]
+            if sized and in_step:  # the step that raised counts its batch, as when sized on the host
+                with contextlib.suppress(Exception):  # (not when its size is the error: leaves that disagree)
+                    sizes.append(size_of(batch))
             self.partial = ring.seal(), k  # type: ignore[union-attr]
             raise
         ls.state = state
