@@ -67,6 +67,27 @@ def test_plot_writes_png(tmp_path):
     assert [line.get_label() for line in fig.axes[0].lines] == ["loss", "loss_test"]
 
 
+def test_plot_to_a_file_leaves_the_users_backend_and_pyplot_figures_alone(tmp_path):
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from gyre.trainer._curves import plot_curves
+
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")  # a backend of the user's, not the Agg the figures are saved with
+    try:
+        h = make_history()
+        h.plot(str(tmp_path / "curves.png"))
+        plot_curves(h, tmp_path / "run.png", title="run")
+        assert matplotlib.get_backend() == "svg" and plt.get_fignums() == []
+        assert (tmp_path / "run.png").read_bytes()[:4] == b"\x89PNG"
+        shown = h.plot()  # no file: a pyplot figure, to show
+        assert plt.get_fignums() == [shown.number]
+        plt.close(shown)
+    finally:
+        matplotlib.use(before)
+
+
 def test_to_csv_and_plot_create_a_missing_folder(tmp_path):
     h = make_history()
     h.to_csv(str(tmp_path / "a" / "h.csv"))

@@ -33,10 +33,10 @@ def digits_like_history():
 
 
 def test_the_plot_has_epochs_a_log_loss_a_zoomed_accuracy_the_best_checkpoint_and_the_runs_name(tmp_path, monkeypatch):
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
-    figures = []
-    monkeypatch.setattr(plt, "close", figures.append)
+    figures, save = [], Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (figures.append(fig), save(fig, *a, **k)))
     h = digits_like_history()
     _curves.plot_curves(h, tmp_path / "curves.png", title="20240501-120000", monitor="val/acc", mode="max")
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -242,6 +242,8 @@ class HistoryViews:
         per nested group (``[["loss", "loss_test"], ["accuracy", "accuracy_test"]]``); by default
         every scalar entry, ``name_<suffix>`` on the panel of ``name``. A key no record holds,
         or a ``path`` without an extension (``plot("loss")``: the series go in ``keys``), raises.
+        A figure saved to ``path`` is made without pyplot (matplotlib's backend and pyplot's
+        figures stay as they were); with ``path=None`` it is a pyplot figure, for ``plt.show()``.
 
         Example:
             >>> import tempfile, os
@@ -256,15 +258,15 @@ class HistoryViews:
         groups = _plot_groups(self, keys)
         if keys is not None and len(self):
             self._check_keys([x, *chain.from_iterable(groups)])
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
+        try:  # a figure to save is made without pyplot: the user's backend and figures are left alone
+            if path is None:
+                from matplotlib.pyplot import figure as Figure  # noqa: N812
+            else:
+                from matplotlib.figure import Figure
         except ImportError as err:
             raise ImportError("History.plot needs matplotlib: pip install 'gyre[plot]'") from err
-        fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(5 * max(len(groups), 1), 3.6))
-        axes = [axes] if len(groups) <= 1 else list(axes)
+        fig = Figure(figsize=(5 * max(len(groups), 1), 3.6))
+        axes = list(fig.subplots(1, max(len(groups), 1), squeeze=False)[0])
         for ax, group in zip(axes, groups, strict=False):
             for key in group:
                 xs, ys = self.collect(x, key)
@@ -278,7 +280,6 @@ class HistoryViews:
         if path is not None:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             fig.savefig(path, dpi=100)
-            plt.close(fig)
         return fig
 
 

@@ -107,10 +107,7 @@ def plot_curves(
         >>> for i in range(4): h.commit(gyre.Elapsed(steps=i, epochs=i // 2, step_in_epoch=i % 2), gyre.logs().add_loss("loss", 1.0 / (i + 1)))
         >>> plot_curves(h, os.path.join(tempfile.mkdtemp(), "curves.png"), title="run")
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: the user's backend and figures are left alone
 
     names = history.names()
     panels = series_groups([*names.get("losses", []), *names.get("metrics", [])])
@@ -119,7 +116,8 @@ def plot_curves(
     epoch = _epoch_length(history)
     scale = (lambda s: (s + 1) / epoch) if epoch else (lambda s: s + 1)
     best = best_step(history, monitor, mode)
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
+    fig = Figure(figsize=(5.2 * len(panels), 3.8))
+    axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (base, entries) in zip(axes[0], panels, strict=True):
         curves = []
         for name, label in entries:
@@ -147,4 +145,3 @@ def plot_curves(
         fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(os.fspath(path), dpi=100)
-    plt.close(fig)
