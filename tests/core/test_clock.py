@@ -86,3 +86,19 @@ def test_infer_batch_size_refuses_leaves_that_disagree_instead_of_taking_the_lar
     with pytest.raises(ValueError, match="batch_size_fn="):  # a per-batch table beside the examples
         infer_batch_size({"x": np.zeros((4, 3)), "table": np.zeros((10, 1))})
     assert infer_batch_size({"x": np.zeros((4, 3)), "y": np.zeros(4), "t": np.float32(2)}) == 4
+
+
+def test_an_elapsed_is_immutable_as_documented_and_copies_keep_the_step_in_progress():
+    import copy
+    import pickle
+
+    e = Elapsed(steps=3)
+    with pytest.raises(AttributeError, match="Elapsed is immutable: its 'steps' cannot be set") as err:
+        e.steps = 4
+    assert "received: elapsed.steps = int 4" in str(err.value) and "elapsed.replace(steps=...)" in str(err.value)
+    with pytest.raises(AttributeError, match="its 'stepz' cannot be set"):
+        e.stepz = 4  # a typo is no silent new attribute either
+    assert e.steps == 3 and e.replace(steps=4).steps == 4
+    running = Elapsed(steps=3).started(8, None)
+    for twin in (copy.copy(running), copy.deepcopy(running), pickle.loads(pickle.dumps(running))):
+        assert twin.in_progress and twin.completed().samples == 8 and twin.steps == 3

@@ -53,13 +53,28 @@ class Elapsed:
         time: float = 0.0,
         date: float = 0.0,
     ) -> None:
-        self.steps = steps
-        self.samples = samples
-        self.epochs = epochs
-        self.step_in_epoch = step_in_epoch
-        self.time = time
-        self.date = date
-        self._step: tuple[int, int | None] | None = None  # (batch size, epoch length) in progress
+        put = object.__setattr__  # (the counters are read-only afterwards: see __setattr__)
+        put(self, "steps", steps)
+        put(self, "samples", samples)
+        put(self, "epochs", epochs)
+        put(self, "step_in_epoch", step_in_epoch)
+        put(self, "time", time)
+        put(self, "date", date)
+        put(self, "_step", None)  # (batch size, epoch length) of the step in progress: a loop's mark
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle build a new clock (no setattr)
+        return type(self), tuple(getattr(self, n) for n in _FIELDS), (None, {"_step": self._step})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "_step":
+            object.__setattr__(self, name, value)
+            return
+        raise AttributeError(
+            explain(f"Elapsed is immutable: its {name!r} cannot be set", expected="a new clock",
+                    received=f"elapsed.{name} = {describe(value)}",
+                    fix=f"elapsed.replace({name}=...) returns a copy with it changed"
+                    if name in _FIELDS else f"use one of the counters {_FIELDS} through replace(...)")
+        )
 
     @classmethod
     def create(
