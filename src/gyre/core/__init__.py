@@ -1,5 +1,5 @@
 """Pure building blocks of gyre: the clock, schedules, named points, logs, the history,
-device-value metrics, the training state and the error format. No loops here.
+device-value metrics, the training state and the error types. No loops here.
 
 Internal modules are private (``gyre.core._clock``, ...); use the names below, which
 ``gyre`` also re-exports. ``gyre.core.metrics`` is public: mergeable device metrics.
@@ -19,10 +19,6 @@ from gyre.core._clock import at as at
 from gyre.core._clock import infer_batch_size as infer_batch_size
 from gyre.core._errors import ExplainedKeyError as ExplainedKeyError
 from gyre.core._errors import LoopWarning as LoopWarning
-from gyre.core._errors import describe as describe
-from gyre.core._errors import explain as explain
-from gyre.core._errors import suggest as suggest
-from gyre.core._errors import whole_number as whole_number
 from gyre.core._history import History as History
 from gyre.core._history import Block as Block
 from gyre.core._history import Record as Record
@@ -93,9 +89,7 @@ __all__ = [
     "always",
     "as_schedule",
     "at",
-    "describe",
     "every",
-    "explain",
     "history",
     "infer_batch_size",
     "logs",
@@ -123,6 +117,4 @@ __all__ = [
     "lr_schedule",
     "place",
     "place_leaf",
-    "suggest",
-    "whole_number",
 ]
