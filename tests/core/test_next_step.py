@@ -8,7 +8,7 @@ import pytest
 import gyre
 from gyre.core._clock import Elapsed, at
 from gyre.core._schedules import UNSOLVED, as_schedule
-from gyre.loop._tasks import Every, StepPoint, When
+from gyre.loop._tasks import EachStep, StepPoint, When
 
 RUN = 400
 
@@ -51,7 +51,7 @@ SCHEDULES = {
     "every(3) & after(steps=100).every(10)": lambda: gyre.every(3) & gyre.after(steps=100).every(10),
     "~every(epochs=2)": lambda: ~gyre.every(epochs=2),
     "StepPoint": lambda: StepPoint("on_train_step"),
-    "Every (named)": lambda: Every("on_train_batch_end"),
+    "EachStep (named)": lambda: EachStep("on_train_batch_end"),
     "When epoch end": lambda: When(lambda e: e.step_in_epoch == 6, "on_epoch_end", reads=("step_in_epoch",)),
     "When epochs": lambda: When(
         lambda e: e.step_in_epoch == 6 and (e.epochs + 1) % 3 == 0, "evaluation", reads=("step_in_epoch", "epochs")

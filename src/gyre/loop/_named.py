@@ -39,7 +39,7 @@ from gyre.loop._engine import loop
 from gyre.loop._inner import Aggregation, check_aggregation, inner_loop
 from gyre.loop._masked import MaskedBatches, mask_wanted, real_rows, unmasking
 from gyre.loop._nan import check_nan_policy
-from gyre.loop._tasks import Every, StepPoint, Tasks, When, as_list, check_table
+from gyre.loop._tasks import EachStep, StepPoint, Tasks, When, as_list, check_table
 
 #: Methods a callback object may have: every loop's named points and the engine's own.
 KNOWN_HOOKS = frozenset((*ALL_HOOKS, "on_loop_start", "on_loop_end"))
@@ -173,10 +173,10 @@ def _run_simple(
     named = hooks.named
     around = (lambda callbacks: [unmasking(cb) for cb in callbacks]) if masked else list
     table: dict[Any, list[Any]] = {}
-    table[Every(f"on_{kind}_batch_begin")] = around(named[f"on_{kind}_batch_begin"])
+    table[EachStep(f"on_{kind}_batch_begin")] = around(named[f"on_{kind}_batch_begin"])
     table[StepPoint(f"on_{kind}_step")] = named[f"on_{kind}_step"]
     table.update({key: around(callbacks) for key, callbacks in hooks.clock.items()})
-    table[Every(f"on_{kind}_batch_end")] = around(named[f"on_{kind}_batch_end"])
+    table[EachStep(f"on_{kind}_batch_end")] = around(named[f"on_{kind}_batch_end"])
     on_start = named.get("on_reset_step", []) + named[f"on_{kind}_begin"]
     return loop(state, dataset, table, on_start=on_start, on_end=named[f"on_{kind}_end"], **kwargs)
 
@@ -515,13 +515,13 @@ def train_loop(
     table: dict[Any, list[Any]] = {}
     if epoch_begin:
         table[When(lambda e: e.step_in_epoch == 0, "on_epoch_begin", reads=("step_in_epoch",), in_epoch=0)] = epoch_begin
-    table[Every("on_train_batch_begin")] = named["on_train_batch_begin"]
+    table[EachStep("on_train_batch_begin")] = named["on_train_batch_begin"]
     table[StepPoint("on_train_step", expects_state=True)] = named["on_train_step"]
     table.update(hooks.clock)
     if epoch_end:
         last = (epoch_steps or 0) - 1
         table[When(lambda e: e.step_in_epoch == last, "on_epoch_end", reads=("step_in_epoch",), in_epoch=last)] = epoch_end
-    table[Every("on_train_batch_end")] = named["on_train_batch_end"]
+    table[EachStep("on_train_batch_end")] = named["on_train_batch_end"]
     result = loop(
         state, dataset, table, stop=stop, on_start=named["on_train_begin"],
         on_end=named["on_train_end"], history=history, elapsed=elapsed, resume=resume,

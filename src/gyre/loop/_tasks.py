@@ -107,7 +107,7 @@ class When(Schedule):
         return self.label
 
 
-class Every(When):
+class EachStep(When):
     """A named loop's point that fires on every step (``on_train_batch_end``, ...)."""
 
     fires_always = True
