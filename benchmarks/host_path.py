@@ -64,7 +64,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loop_overhead as base  # noqa: E402
 
 import gyre  # noqa: E402
-from gyre.loop import _ring  # noqa: E402
+from gyre.engine import _ring  # noqa: E402
 
 HAND = "hand"
 BAR = "gyre.loop (bar + history)"

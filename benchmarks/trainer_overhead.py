@@ -371,8 +371,8 @@ STEP_PART = "  train step (the compiled step's call)"
 # (label, module, attribute path): the parts of a trainer run timed by --profile. Nested parts
 # are indented under the part that calls them; a part gyre no longer has is skipped.
 PARTS = (
-    ("engine: Elapse.__next__ (clock and next batch)", "gyre.loop._elapse", "Elapse.__next__"),
-    ("  prefetch: PrefetchIterator.__next__", "gyre.loop._prefetch", "PrefetchIterator.__next__"),
+    ("engine: Elapse.__next__ (clock and next batch)", "gyre.engine._elapse", "Elapse.__next__"),
+    ("  prefetch: PrefetchIterator.__next__", "gyre.engine._prefetch", "PrefetchIterator.__next__"),
     ("    Strategy.place_batch (device_put of a batch)", "gyre.parallel._strategy", "Strategy.place_batch"),
     ("    data: Batches.__next__", "gyre.data._arrays", "Batches.__next__"),
     (STEP_PART, "", None),
@@ -387,8 +387,8 @@ PARTS = (
     ("  scalars_for_writers", "gyre.trainer._hooks", "scalars_for_writers"),
     ("writer: WriteTo._send", "gyre.loggers._write_to", "WriteTo._send"),
     ("engine: History.commit_owned", "gyre.core._history", "History.commit_owned"),
-    ("engine: LoopState.run_saves (resume checkpoint)", "gyre.loop._state", "LoopState.run_saves"),
-    ("  LoopState.snapshot", "gyre.loop._state", "LoopState.snapshot"),
+    ("engine: LoopState.run_saves (resume checkpoint)", "gyre.engine._loop_state", "LoopState.run_saves"),
+    ("  LoopState.snapshot", "gyre.engine._loop_state", "LoopState.snapshot"),
     ("  Store.record (checksums, JSON record)", "gyre.callbacks._store", "Store.record"),
     ("  Store.wait (previous save)", "gyre.callbacks._store", "Store.wait"),
     ("  orbax CheckpointManager.save", "orbax.checkpoint.checkpoint_manager", "CheckpointManager.save"),

@@ -138,7 +138,7 @@ def test_gyre_and_its_public_subpackages_import_without_any_extra():
         import importlib
         for name in ["gyre", "gyre.cli", "gyre.callbacks", "gyre.config", "gyre.core",
                      "gyre.data", "gyre.frameworks", "gyre.jaxloop", "gyre.loggers",
-                     "gyre.loop", "gyre.parallel", "gyre.steps", "gyre.testing", "gyre.trainer"]:
+                     "gyre.engine", "gyre.parallel", "gyre.steps", "gyre.testing", "gyre.trainer"]:
             importlib.import_module(name)
         leaked = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
         print("leaked", leaked)

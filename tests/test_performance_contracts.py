@@ -15,7 +15,7 @@ import optax
 import pytest
 
 import gyre
-from gyre.loop import _ring
+from gyre.engine import _ring
 
 
 def make_problem(n_batches=20, batch=16, features=8, classes=3):

@@ -1,5 +1,5 @@
 """Every exception (and warning) class that gyre exports shows its public path: the shortest
-public namespace that exports it (``gyre.NonFiniteError``, not ``gyre.loop._nan.NonFiniteError``),
+public namespace that exports it (``gyre.NonFiniteError``, not ``gyre.engine._nan.NonFiniteError``),
 in tracebacks, reprs and ``pytest.raises`` output. The test walks every public namespace."""
 
 import importlib

@@ -22,7 +22,7 @@ def test_the_check_finds_each_kind_of_problem(tmp_path, monkeypatch):
     finally:
         sys.path.pop(0)
     assert check.cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
-    assert check.layer("gyre.callbacks._bars") > check.layer("gyre.loop._engine")
+    assert check.layer("gyre.callbacks._bars") > check.layer("gyre.engine._engine")
     import ast
 
     source = "def f():\n    '''doc\n    more'''\n    # comment\n\n    x = 1\n    return x\n"

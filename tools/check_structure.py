@@ -3,8 +3,8 @@
 
 1. No import cycle among modules (imports inside functions count).
 2. No module imports a higher layer (DESIGN.md's direction rule:
-   core <- loop <- steps/parallel/frameworks <- callbacks/loggers <- jaxloop/trainer/config <- cli).
-3. No function in src/gyre/loop longer than 80 lines of code (docstrings, comments and blank
+   core <- engine <- steps/parallel/frameworks <- callbacks/loggers <- jaxloop/trainer/config <- cli).
+3. No function in src/gyre/engine longer than 80 lines of code (docstrings, comments and blank
    lines excluded): the engine stays readable by the next maintainer.
 
 Prints one line per finding and exits 1 if there is any; run from anywhere:
@@ -19,11 +19,11 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "src" / "gyre"
 LAYERS = {
-    "core": 0, "data": 0, "loop": 1, "steps": 2, "parallel": 2, "frameworks": 2,
+    "core": 0, "data": 0, "engine": 1, "steps": 2, "parallel": 2, "frameworks": 2,
     "callbacks": 3, "loggers": 3, "jaxloop": 4, "trainer": 4, "config": 4, "cli": 5,
 }
 MAX_LINES = 80
-LIMITED = ("loop",)
+LIMITED = ("engine",)
 
 
 def module_name(path: pathlib.Path) -> str:

@@ -299,7 +299,7 @@ def command_warning(name: str) -> Callable[..., str]:
 def _run_command(args: argparse.Namespace) -> int:
     """Runs one command: an explained mistake exits 2, a divergence 3, each with its message
     on stderr and no traceback; any other error is a bug, raised as it is."""
-    from gyre.loop import NonFiniteError
+    from gyre.engine import NonFiniteError
     from gyre.trainer._run import is_user_error, user_message
 
     name = f"gyre {args.command}"

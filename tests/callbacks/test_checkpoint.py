@@ -412,7 +412,7 @@ import warnings  # noqa: E402
 import optax  # noqa: E402
 
 from gyre.callbacks import CheckpointError  # noqa: E402
-from gyre.loop._snapshot import Checkpointer, Snapshot  # noqa: E402
+from gyre.engine._snapshot import Checkpointer, Snapshot  # noqa: E402
 
 
 def save_steps(directory, steps, **kwargs):
@@ -857,7 +857,7 @@ def test_resuming_an_older_step_refuses_the_later_ones_unless_overwrite(tmp_path
 def test_a_directory_holding_only_leftovers_is_cleaned_for_a_new_run(tmp_path):
     (tmp_path / "4").mkdir()  # an empty step directory
     (tmp_path / "5.orbax-checkpoint-tmp").mkdir()  # a save cut short
-    from gyre.callbacks._files import Files
+    from gyre.callbacks._snapshot_files import Files
 
     Files(str(tmp_path)).write({"history/000000000000.json": b"a dead run's block"})
     ckpt = gyre.checkpoint(tmp_path)

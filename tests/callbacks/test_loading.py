@@ -14,7 +14,7 @@ from gyre.callbacks import _loading
 from gyre.callbacks._integrity import Unreadable
 from gyre.callbacks._store import CheckpointError, Store
 from gyre.core._clock import Elapsed
-from gyre.loop._snapshot import Snapshot
+from gyre.engine._snapshot import Snapshot
 
 
 def save_steps(root, steps, dtype=jnp.float32):

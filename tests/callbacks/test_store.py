@@ -20,7 +20,7 @@ from gyre.callbacks._store import (
     record_crc,
 )
 from gyre.core._clock import Elapsed
-from gyre.loop._snapshot import Snapshot
+from gyre.engine._snapshot import Snapshot
 
 
 def snap(step, value=0.0, **kwargs):

@@ -8,7 +8,7 @@ import pytest
 from gyre.core._compat import backends_started
 from gyre.core._errors import as_pair, keywords_checked, unknown_keyword
 from gyre.core._logs import Logs, flatten_logs, resolution_order, unflatten_logs
-from gyre.core._state import check_optimizer
+from gyre.core._train_state import check_optimizer
 
 
 def test_keywords_checked_passes_known_keywords_and_names_the_close_one():

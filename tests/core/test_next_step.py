@@ -8,7 +8,7 @@ import pytest
 import gyre
 from gyre.core._clock import Elapsed, at
 from gyre.core._schedules import UNSOLVED, as_schedule
-from gyre.loop._tasks import EachStep, StepPoint, When
+from gyre.engine._tasks import EachStep, StepPoint, When
 
 RUN = 400
 

@@ -514,7 +514,7 @@ def _dense_state(metrics=None):
 
 
 def test_test_loop_on_1000_examples_compiles_the_test_step_once_with_exact_means():
-    from gyre.loop._named import DEFAULT_TEST_AGGREGATION
+    from gyre.engine._named import DEFAULT_TEST_AGGREGATION
 
     x, y, _ = _masked_data()
     state = _dense_state()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.loop._nan import POLL_EVERY
+from gyre.engine._nan import POLL_EVERY
 
 
 def test_the_store_holds_metrics_params_texts_and_images(tmp_path):

@@ -55,7 +55,7 @@ def _masked_test_step():
 
 
 def test_a_managed_test_step_with_mask_compiles_once_and_its_mean_is_exact():
-    from gyre.loop._named import DEFAULT_TEST_AGGREGATION
+    from gyre.engine._named import DEFAULT_TEST_AGGREGATION
 
     x, y = batch_of(1000)
     test = [(x[i : i + 64], y[i : i + 64]) for i in range(0, 1000, 64)]  # 15 of 64, one of 40

@@ -474,7 +474,7 @@ def test_a_log_name_that_leaves_log_dir_is_refused(tmp_path, log_name):
 
 def test_hparams_that_are_not_a_mapping_are_refused_before_training(tmp_path, monkeypatch):
     trained = []
-    named = importlib.import_module("gyre.loop._named")
+    named = importlib.import_module("gyre.engine._named")
     monkeypatch.setattr(named, "train_loop", lambda *a, **k: trained.append(1))
     with pytest.raises(TypeError, match=r"(?s)hparams must map names.*received: list \[1, 2\]"):
         run(tmp_path, hparams=[1, 2])

@@ -29,8 +29,8 @@ from gyre.callbacks._noop import noop as noop
 from gyre.callbacks._store import CheckpointError as CheckpointError
 from gyre.callbacks._wandb_logger import WandbLogger as WandbLogger
 from gyre.callbacks._wandb_logger import wandb_logger as wandb_logger
-from gyre.loop._inner import InnerLoop as InnerLoop
-from gyre.loop._inner import inner_loop as inner_loop
+from gyre.engine._inner import InnerLoop as InnerLoop
+from gyre.engine._inner import inner_loop as inner_loop
 
 __all__ = [
     "Checkpoint",

@@ -27,7 +27,7 @@ from gyre.callbacks._shown import BarValues, check_mode
 from gyre.core._clock import Elapsed, Period
 from gyre.core._errors import describe, explain, suggest, whole_number
 from gyre.core._logs import Logs
-from gyre.loop._tasks import ChunkSafe, LoopElement
+from gyre.engine._tasks import ChunkSafe, LoopElement
 from gyre.parallel.distributed import is_main_process
 
 

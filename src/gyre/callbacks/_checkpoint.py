@@ -32,14 +32,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from gyre.callbacks import _loading, _monitor
-from gyre.callbacks._files import Files
 from gyre.callbacks._integrity import Unreadable
 from gyre.callbacks._options import check_directory, check_flag, check_keep, check_monitor
+from gyre.callbacks._snapshot_files import Files
 from gyre.callbacks._store import CheckpointError, Store, is_primary, sync
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, keywords_checked, warn, whole_number
 from gyre.core._logs import Logs
-from gyre.loop._snapshot import Checkpointer, Snapshot
+from gyre.engine._snapshot import Checkpointer, Snapshot
 
 
 class Checkpoint(Checkpointer):
@@ -265,7 +265,7 @@ class Checkpoint(Checkpointer):
 
         Example:
             >>> import tempfile, gyre, jax.numpy as jnp
-            >>> from gyre.loop._snapshot import Snapshot
+            >>> from gyre.engine._snapshot import Snapshot
             >>> tmp = tempfile.TemporaryDirectory()
             >>> ckpt = gyre.checkpoint(tmp.name)
             >>> snap = Snapshot(step=4, state={"w": jnp.ones(2)}, elapsed=gyre.Elapsed(steps=4),

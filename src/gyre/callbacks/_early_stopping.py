@@ -13,7 +13,7 @@ from gyre.callbacks import _monitor
 from gyre.core._clock import Elapsed, Period
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._logs import Logs
-from gyre.loop._tasks import LoopElement
+from gyre.engine._tasks import LoopElement
 
 
 def _check_baseline(baseline: Any) -> float | None:

@@ -17,7 +17,7 @@ from gyre.callbacks._integrity import Unreadable
 from gyre.callbacks._store import RECORD_FILE, RECORD_ITEM, CheckpointError, Store
 from gyre.core._clock import Elapsed
 from gyre.core._errors import as_integer, describe, explain, warn
-from gyre.loop._snapshot import Snapshot
+from gyre.engine._snapshot import Snapshot
 
 Say = Callable[[int, Unreadable, bool], None]
 

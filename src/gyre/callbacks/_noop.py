@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gyre.loop._tasks import LoopElement
+from gyre.engine._tasks import LoopElement
 
 
 class NoOp(LoopElement):

@@ -13,7 +13,7 @@ name (``N.orbax-checkpoint-tmp``) and renamed when complete. It holds:
 * orbax's own ``_CHECKPOINT_METADATA`` and, with a monitor, ``metrics/``.
 
 Beside the steps, process 0 writes :attr:`Snapshot.files` (``history/000120.json``) before the
-step's save starts (:mod:`gyre.callbacks._files`); rotation never deletes them. A loop's meta
+step's save starts (:mod:`gyre.callbacks._snapshot_files`); rotation never deletes them. A loop's meta
 holds the running CRC-32 of the history blocks its checkpoint counts (``history_crc``), so every
 file a checkpoint depends on is checksummed: a changed record, block or array is damage, and the
 loader falls back to the previous checkpoint. A step
@@ -35,7 +35,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from gyre.callbacks._files import Files
 from gyre.callbacks._integrity import (
     Unreadable,
     abstract,
@@ -45,11 +44,12 @@ from gyre.callbacks._integrity import (
     reason,
     verify,
 )
+from gyre.callbacks._snapshot_files import Files
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
 from gyre.core._host import to_python
-from gyre.loop._history_files import chain_crc
-from gyre.loop._snapshot import Snapshot
+from gyre.engine._history_files import chain_crc
+from gyre.engine._snapshot import Snapshot
 
 FORMAT = 2  # 2: the record holds its own CRC-32, and meta the CRC-32 of the history's blocks
 RECORD_ITEM = "gyre"

@@ -27,7 +27,7 @@ from gyre.core._errors import describe, explain
 from gyre.core._history import Block, History
 from gyre.core._host import numeric_dtype
 from gyre.core._logs import Logs
-from gyre.loop._tasks import ChunkSafe, LoopElement
+from gyre.engine._tasks import ChunkSafe, LoopElement
 from gyre.parallel.distributed import is_main_process
 
 
@@ -131,7 +131,7 @@ class FollowsHistory:
     """
 
     _silent: bool | None = None  # decided at the first call: only process 0 sends
-    _reads_history = True  # in a loop, it ignores its logs argument (gyre.loop._tasks.reads_history)
+    _reads_history = True  # in a loop, it ignores its logs argument (gyre.engine._tasks.reads_history)
     _history: History | None = None
     _position = 0
     _own: History | None = None

@@ -20,8 +20,8 @@ from gyre.config._components import lookup
 from gyre.config._registry import register_logger
 from gyre.config._schema import validate_tool_section
 from gyre.core._errors import describe, explain
-from gyre.loggers._files import CSVWriter
 from gyre.loggers._mlflow import MLflowWriter
+from gyre.loggers._plain_files import CSVWriter
 from gyre.loggers._tensorboard import TensorBoardWriter
 from gyre.loggers._wandb import WandbWriter
 from gyre.loggers._writer import Writer

@@ -62,7 +62,7 @@ from gyre.core._schedules import every as every
 from gyre.core._schedules import never as never
 from gyre.core._schedules import piecewise as piecewise
 from gyre.core._lr_schedule import lr_schedule as lr_schedule
-from gyre.core._state import TrainState as TrainState
+from gyre.core._train_state import TrainState as TrainState
 
 __all__ = [
     "ALL_HOOKS",

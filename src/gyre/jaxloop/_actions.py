@@ -24,9 +24,9 @@ from gyre.callbacks._checkpoint import Checkpoint, checkpoint
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
+from gyre.engine._snapshot import Snapshot
 from gyre.jaxloop import _orbax_format as orbax_format
 from gyre.jaxloop._loop import reduce_outputs, state_step
-from gyre.loop._snapshot import Snapshot
 from gyre.steps._actions import check_interval
 
 Output = dict[str, Any]

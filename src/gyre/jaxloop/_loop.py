@@ -33,9 +33,9 @@ from gyre.core._clock import infer_batch_size
 from gyre.core._errors import as_pair, describe, explain, warn, whole_number
 from gyre.core._host import numeric_dtype
 from gyre.data._padding import accepts_mask, padded
-from gyre.loop._elapse import samples
-from gyre.loop._nan import NonFiniteError, check_nan_policy
-from gyre.loop._preempt import Preemption, guarded
+from gyre.engine._elapse import samples
+from gyre.engine._nan import NonFiniteError, check_nan_policy
+from gyre.engine._preempt import Preemption, guarded
 from gyre.parallel._partitioners import step_name
 
 Output = dict[str, Any]

@@ -19,10 +19,10 @@ Example:
 """
 
 from gyre.loggers._console import ConsoleWriter as ConsoleWriter
-from gyre.loggers._files import CSVWriter as CSVWriter
-from gyre.loggers._files import JSONLWriter as JSONLWriter
 from gyre.loggers._mlflow import MLflowWriter as MLflowWriter
 from gyre.loggers._multi import MultiWriter as MultiWriter
+from gyre.loggers._plain_files import CSVWriter as CSVWriter
+from gyre.loggers._plain_files import JSONLWriter as JSONLWriter
 from gyre.loggers._tensorboard import TensorBoardWriter as TensorBoardWriter
 from gyre.loggers._wandb import WandbWriter as WandbWriter
 from gyre.loggers._write_to import WriteTo as WriteTo

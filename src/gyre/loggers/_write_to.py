@@ -21,8 +21,8 @@ from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._history import Block
 from gyre.core._logs import Logs
+from gyre.engine._tasks import ChunkSafe, LoopElement
 from gyre.loggers._writer import Writer
-from gyre.loop._tasks import ChunkSafe, LoopElement
 
 
 class WriteTo(FollowsHistory, ChunkSafe, LoopElement):

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.data._padding import accepts_mask
-from gyre.loop._binding import Masked
+from gyre.engine._binding import Masked
 
 StepFn = Callable[[Any, Any], tuple[Logs, Any]]
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
-from gyre.loop._nan import SKIPPED_STEPS
+from gyre.engine._nan import SKIPPED_STEPS
 from gyre.steps._managed_call import _shapes
 
 

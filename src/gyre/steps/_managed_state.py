@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from gyre.core._state import TrainState
+from gyre.core._train_state import TrainState
 from gyre.parallel._registry import get_strategy
 from gyre.parallel._strategies import Jit
 from gyre.parallel._strategy import Strategy

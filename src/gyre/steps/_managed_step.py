@@ -19,9 +19,9 @@ from typing import Any
 from gyre.core._compat import cache_size
 from gyre.core._logs import Logs
 from gyre.data._padding import accepts_mask
-from gyre.loop._binding import Masked
-from gyre.loop._fuse import scanned
-from gyre.loop._tasks import LoopElement
+from gyre.engine._binding import Masked
+from gyre.engine._fuse import scanned
+from gyre.engine._tasks import LoopElement
 from gyre.parallel._strategy import Strategy
 from gyre.steps._managed_call import StepFn, _takes_no_mask
 from gyre.steps._managed_state import _strategy_of

@@ -31,7 +31,7 @@ from flax.core import FrozenDict
 
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._logs import Logs
-from gyre.core._state import TrainState, check_optimizer
+from gyre.core._train_state import TrainState, check_optimizer
 from gyre.parallel._partitioners import Partitioner, SingleDevicePartitioner
 from gyre.steps._actions import check_actions
 from gyre.steps._restore import check_item_name, latest_step, restore_pytree

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gyre.core._errors import describe, explain
-from gyre.loop._elapse import dataset_epoch_steps
+from gyre.engine._elapse import dataset_epoch_steps
 
 
 def epoch_length(loader: Any, *, what: str) -> int:

@@ -1,6 +1,6 @@
 """The schedules of :func:`gyre.fit` and :meth:`TrainerModule.train_model`, written so that
 the loop can solve them in advance (:meth:`next_step`): a table of these runs in blocks of
-steps (:mod:`gyre.loop._blocks`) instead of asking a Python predicate at every step.
+steps (:mod:`gyre.engine._blocks`) instead of asking a Python predicate at every step.
 """
 
 from __future__ import annotations

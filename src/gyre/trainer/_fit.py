@@ -37,12 +37,12 @@ from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain, keywords_checked, whole_number
 from gyre.core._history import History
 from gyre.core._logs import Logs
-from gyre.core._state import TrainState
+from gyre.core._train_state import TrainState
 from gyre.data._padding import accepts_mask, padded
 from gyre.data._source import refuse_sources
-from gyre.loop import _named
-from gyre.loop._inner import inner_loop
-from gyre.loop._nan import check_nan_policy
+from gyre.engine import _named
+from gyre.engine._inner import inner_loop
+from gyre.engine._nan import check_nan_policy
 from gyre.parallel._registry import get_strategy
 from gyre.parallel._strategy import Strategy
 from gyre.trainer._data import is_iterator

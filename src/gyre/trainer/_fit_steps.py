@@ -18,8 +18,8 @@ import numpy as np
 
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
-from gyre.core._state import TrainState
-from gyre.loop._fuse import scanned
+from gyre.core._train_state import TrainState
+from gyre.engine._fuse import scanned
 from gyre.parallel._strategies import Jit
 from gyre.parallel._strategy import Strategy
 from gyre.trainer._fit_checks import check_labels, optimizer_error, split_batch

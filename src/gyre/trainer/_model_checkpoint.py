@@ -16,7 +16,7 @@ from typing import Any
 from gyre.callbacks._store import Store
 from gyre.config._registry import register_callback
 from gyre.core._errors import describe, explain, warn
-from gyre.loop._snapshot import Snapshot
+from gyre.engine._snapshot import Snapshot
 from gyre.trainer._callback import Callback
 from gyre.trainer._utility_callbacks import monitor_mode
 

@@ -20,7 +20,7 @@ from flax import struct
 
 from gyre.config._registry import register_trainer
 from gyre.core._errors import explain, whole_number
-from gyre.core._state import TrainState
+from gyre.core._train_state import TrainState
 from gyre.trainer._checks import check_batch, check_user_methods
 from gyre.trainer._config import TrainerModuleConfig
 from gyre.trainer._data import INPUT_KEYS, TARGET_KEYS, batch_part

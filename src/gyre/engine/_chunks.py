@@ -1,0 +1,246 @@
+"""What blocks and fused chunks share (:class:`ChunkRunner`): a run of steps between two events
+(see :mod:`gyre.engine._blocks`, which plans them), and what happens around it.
+
+A chunk starts with its first step's batch, and the tasks placed before the step that fire
+on it run then, with the state before the chunk. After its steps (run one by one through the
+ring, or in one fused call), the tasks after the step that fire on its last step run, with
+that step's clock, batch, logs and state; then the observers (:class:`~gyre.ChunkSafe`
+callbacks: the bars, the writers) whose schedule fired on any of its steps, once. Then the
+steps are committed, the NaN check and preemption are dealt with, and saves asked for are made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+
+from gyre.core._clock import Elapsed
+from gyre.core._logs import Logs
+from gyre.engine._elapse import END, Elapse
+from gyre.engine._fuse import FusedStep, fuse, returned_state
+from gyre.engine._loop_state import LoopState, run_callbacks
+from gyre.engine._split import ChunkPlan
+from gyre.engine._staging import Stager
+from gyre.engine._tasks import Task, reads_history, warn_if_untrained
+
+
+class Chunk:
+    """The steps of one fused call, as planned."""
+
+    __slots__ = ("batches", "sizes", "clocks", "first", "after", "shown", "row")
+
+    def __init__(self, batch: Any, size: int, clock: Elapsed, displays: int) -> None:
+        self.batches = [batch]
+        self.sizes = [size]
+        self.clocks = [clock]
+        self.first = Logs()  # what the tasks before the step logged on the first step
+        self.after: list[bool] = []  # answers of the after tasks on the last step so far
+        self.shown = [False] * displays  # display tasks that fired on some step
+        self.row: Logs | None = None  # the last step's logs, when its call gave them
+
+
+def _asks(task: Task, clock: Elapsed) -> bool:
+    return task.schedule is None or bool(task.schedule(clock))
+
+
+def first_firing(tasks: Sequence[Task], clock: Elapsed, answers: list[bool]) -> int | None:
+    """Asks the tasks not yet in ``answers``, in order, until one fires (its index), appending
+    each answer; ``None`` when none fires."""
+    for k in range(len(answers), len(tasks)):
+        fired = _asks(tasks[k], clock)
+        answers.append(fired)
+        if fired:
+            return k
+    return None
+
+
+def _take_row(tree: Any, i: Any) -> Any:
+    return jax.tree_util.tree_map(lambda x: x[i], tree)
+
+
+_row = jax.jit(_take_row)
+
+
+def _identities(logs: Logs) -> list[tuple[str, str, int]]:
+    """What ``logs`` holds, by entry and value identity: equal lists mean nothing was added
+    or replaced."""
+    return [(c, n, id(v)) for c, n, v in logs.entries()]
+
+
+class ChunkRunner:
+    """Runs a loop's steps chunk by chunk (see the module docs); built by :func:`gyre.loop`.
+
+    Example: ``gyre.loop(state, batches, {gyre.every(1): [step]}, steps_per_call=4)``.
+    """
+
+    def __init__(self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, steps: int, *, outermost: bool = True) -> None:
+        self.plan = plan
+        self.elapse = elapse
+        self.ls = loop_state
+        self.steps = steps
+        self.fused: dict[int, FusedStep] = {}
+        self.stager = Stager()
+        self.carry: tuple[Any, list[bool]] | None = None  # a pulled batch that starts the next chunk
+        self.fused_once = False
+        self.outermost = outermost
+        self._row_readers: dict[int, bool] = {}
+
+    def run(self, chunks: int | None = None) -> None:
+        """Runs chunks until the data, the stop or a stop request ends the loop (or, given
+        ``chunks``, after that many)."""
+        while not self.ls.stop_requested and (chunks is None or chunks > 0):
+            chunks = None if chunks is None else chunks - 1
+            chunk = self.start()
+            if chunk is None:
+                return
+            if self.ls.stop_requested:  # a task before the step stopped the loop
+                self.elapse.advance(chunk.clocks, chunk.sizes)
+                if chunk.first:
+                    self.ls.history.commit(chunk.clocks[0], chunk.first, batch_size=chunk.sizes[0])
+                return
+            self.ls.step_start = self.ls.state
+            self.extend(chunk)
+            logs = self.execute(chunk)
+            if not self.fused_once:
+                self.fused_once = True
+                self.plan.step.returned_state = returned_state(self.plan.step)
+                tasks = [self.plan.step_task, *self.plan.before, *self.plan.after]  # type: ignore[list-item]
+                warn_if_untrained(tasks, logs, state=self.ls.state, outermost=self.outermost)
+
+    def start(self) -> Chunk | None:
+        """Pulls the first step of a chunk and runs the tasks before the step that fire on it."""
+        clock = self.elapse.complete()
+        batch, answers = self.carry if self.carry is not None else (self.elapse.pull(clock), [])
+        self.carry = None
+        if batch is END:
+            return None
+        size = self.elapse.size_of(batch)
+        clock = clock.started(size, self.elapse.epoch_steps)
+        chunk = Chunk(batch, size, clock, len(self.plan.display))
+        self.run_lazily(self.plan.before, answers, clock, batch, chunk.first)
+        return chunk
+
+    def run_lazily(self, tasks: Sequence[Task], answers: list[bool], clock: Elapsed, batch: Any, logs: Logs) -> None:
+        """Runs the tasks that fire on ``clock`` in order (``answers`` holds those already
+        asked), asking each remaining schedule only when no stop was requested before it."""
+        for k, task in enumerate(tasks):
+            if answers[k] if k < len(answers) else _asks(task, clock):
+                run_callbacks(task.invokers, self.ls, clock, batch, logs)
+                if self.ls.stop_requested:
+                    return
+
+    def extend(self, chunk: Chunk) -> None:  # pragma: no cover - each runner plans its own
+        """Completes the chunk's plan (its length; its batches, for a fused call)."""
+        raise NotImplementedError
+
+    def execute(self, chunk: Chunk) -> Logs:
+        """Calls the fused step on the chunk, then runs the tasks after it and commits;
+        returns the chunk's stacked logs."""
+        logs = self.call(chunk)
+        self.settle(chunk, logs)
+        return logs
+
+    def call(self, chunk: Chunk) -> Logs:
+        """Runs the chunk's steps (one fused call); the clock counts them, the last in progress."""
+        k = len(chunk.batches)
+        advanced = False
+        try:
+            fused = self.fused.get(k)
+            if fused is None:
+                fused = self.fused[k] = fuse(self.plan.step, k)
+            stacked, slot = self.stager.stack(chunk.batches)
+            logs, self.ls.state = fused(self.ls.state, stacked)
+            del stacked
+            self.stager.release(slot, jax.tree_util.tree_leaves(logs))
+            self.elapse.advance(chunk.clocks, chunk.sizes)
+            advanced = True
+        finally:
+            if not advanced:  # interrupted: the chunk's batches were consumed, count them
+                self.elapse.advance(chunk.clocks, chunk.sizes)
+        return logs
+
+    def settle(self, chunk: Chunk, logs: Logs) -> None:
+        """After a chunk's steps: the tasks after it, the commit, the NaN check, preemption."""
+        k = len(chunk.clocks)
+        nan = self.ls._nan
+        if nan is not None:  # checked by a checkpoint after the chunk, before it is committed
+            nan.pending = (chunk.clocks, logs)
+        last = self.after_chunk(chunk, logs)
+        self.commit(chunk, logs, last)
+        if nan is not None:
+            nan.pending = None
+            self.poll(nan, k)
+        self.ls.end_step(chunk.clocks[-1].steps, chunk.clocks[0].steps)
+
+    def after_chunk(self, chunk: Chunk, logs: Logs) -> Logs | None:
+        """Runs the tasks after the step that fire on the last step, then the display tasks
+        that fired; returns the last step's logs when they must be committed on their own.
+        The last row is taken from the stacked logs (a device call) only when a callback
+        that runs reads logs; else only if one logged something."""
+        after = bool(chunk.after) and chunk.after[-1]
+        shown = [t for t, fired in zip(self.plan.display, chunk.shown, strict=True) if fired]
+        if not after and not shown:
+            return None
+        k = len(chunk.clocks)
+        last = Logs()
+        alone = bool(chunk.first) and k == 1
+        if alone:
+            last.merge(chunk.first)
+        answers = chunk.after  # the after tasks not asked yet may fire too
+        fired = [t for i, t in enumerate(self.plan.after) if i >= len(answers) or answers[i]] if after else []
+        lazy = bool(logs) and not alone and not any(map(self._reads_row, [*fired, *shown]))
+        if logs and not lazy:
+            last.merge(self._last_row(chunk, logs))
+        before = None if alone else _identities(last)
+        clock, batch = chunk.clocks[-1], chunk.batches[-1]
+        if after:
+            self.run_lazily(self.plan.after, chunk.after, clock, batch, last)
+        for task in shown:
+            if self.ls.stop_requested:
+                break
+            run_callbacks(task.invokers, self.ls, clock, batch, last)
+        if before is not None and before == _identities(last):
+            return None  # the callbacks only read the last row: it stays in the stacked commit
+        return Logs().merge(self._last_row(chunk, logs)).merge(last) if lazy else last
+
+    @staticmethod
+    def _last_row(chunk: Chunk, logs: Logs) -> Logs:
+        """The chunk's last step's logs: given by its call, else taken from the stacked logs."""
+        return _row(logs, len(chunk.clocks) - 1) if chunk.row is None else chunk.row
+
+    def _reads_row(self, task: Task) -> bool:
+        """Whether a task's callbacks may read the last step's logs (as ``logs`` or
+        ``loop.logs``): all but those that read the loop's history instead."""
+        found = self._row_readers.get(id(task))
+        if found is None:
+            found = self._row_readers[id(task)] = any(
+                not {"logs", "loop"}.isdisjoint(inv.uses) and not reads_history(inv.fn) for inv in task.invokers
+            )
+        return found
+
+    def commit(self, chunk: Chunk, logs: Logs, last: Logs | None) -> None:
+        """Commits the chunk's records: the first step with what the tasks before it logged,
+        the middle rows stacked (split on the host later), the last step with what the tasks
+        after it logged."""
+        history, clocks, sizes, first = self.ls.history, chunk.clocks, chunk.sizes, chunk.first
+        k = len(clocks)
+        start, stop = 0, k
+        if first and (k > 1 or last is None):
+            head = Logs().merge(first)
+            if logs:
+                head.merge(_row(logs, 0))
+            history.commit(clocks[0], head, batch_size=sizes[0])
+            start = 1
+        if last is not None:
+            stop = k - 1
+        if logs and stop > start:
+            epoch_steps = self.elapse.epoch_steps
+            history.commit_block(clocks[start], sizes[start:stop], logs, epoch_steps=epoch_steps, start=start)
+        if last:
+            history.commit(clocks[-1], last, batch_size=sizes[-1])
+
+    def poll(self, nan: Any, steps: int) -> None:
+        """The NaN check after a chunk of ``steps`` steps."""
+        nan.poll(steps, self.elapse.now()[0])

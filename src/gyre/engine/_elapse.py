@@ -1,0 +1,389 @@
+"""The clock of a running loop: :class:`Elapse` pulls batches and counts completed steps.
+
+During step ``i`` the clock says ``steps == i`` (the steps completed before it) and is marked
+:attr:`~gyre.Elapsed.in_progress`; the step counts as completed when the next batch is asked
+for, or when the loop ends. A batch is pulled only for a step that will run: never past
+``stop``. See ``src/gyre/engine/README.md`` for the whole picture.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import time as _time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import jax
+
+from gyre.core._clock import BatchSizeFn, Elapsed, Period, infer_batch_size
+from gyre.core._errors import as_integer, describe, explain, warn, whole_number
+
+StopLike = int | Period | None
+
+#: What :meth:`Elapse.pull` returns when no step will run.
+END = object()
+
+
+def check_stop(stop: Any, name: str = "stop") -> StopLike:
+    """A loop's ``stop`` (or ``test_duration``): steps as an integral number >= 1, a Period,
+    or None; numpy and 0-d integers are accepted.
+    """
+    if stop is None or isinstance(stop, Period):
+        return stop
+    steps = as_integer(stop)
+    if steps is not None and steps >= 1:
+        return Period(steps=steps)
+    raise ValueError(
+        explain(
+            f"{name}= must be a number of steps >= 1, a Period, or None",
+            expected=f"{name}=1000, {name}=gyre.at(epochs=5), or {name}=None (until the data ends)",
+            received=describe(stop),
+            fix=f"pass a positive number of steps, e.g. {name}=100",
+        )
+    )
+
+
+def steps_only(period: Period | None) -> int | None:
+    """The step count of a Period that counts steps and nothing else, else None."""
+    if period is not None and [name for name, _ in period.items()] == ["steps"]:
+        return period.steps
+    return None
+
+
+def epoch_steps_of(epoch_duration: Any, dataset: Any) -> int | None:
+    """Steps per epoch: ``epoch_duration`` (steps or ``at(steps=...)``), else what the dataset
+    says (see :func:`dataset_epoch_steps`), else None (unknown).
+    """
+    if isinstance(epoch_duration, Period) and steps_only(epoch_duration) is not None:
+        epoch_duration = epoch_duration.steps
+    if epoch_duration is None:
+        return dataset_epoch_steps(dataset)
+    return whole_number(
+        epoch_duration,
+        minimum=1,
+        problem="epoch_duration= must be a number of steps >= 1",
+        expected="epoch_duration=len(train_batches) or gyre.at(steps=...)",
+        fix="pass the number of steps in one epoch",
+    )
+
+
+def dataset_epoch_steps(dataset: Any) -> int | None:
+    """The batches in one epoch of ``dataset``, as it knows them: its ``epoch_steps``
+    attribute (``gyre.data.batches``, and the loop's own wrappers around a dataset), else
+    ``len(dataset)``; None when it has neither, or a length that only marks an endless
+    dataset (``sys.maxsize``, as grain gives a repeated dataset).
+    """
+    steps = as_integer(getattr(dataset, "epoch_steps", None))
+    if steps is not None and steps >= 1:
+        return steps
+    try:
+        size = len(dataset)
+    except TypeError:
+        return None
+    return size if 0 < size < sys.maxsize else None
+
+
+def check_iterable(dataset: Any) -> None:
+    """Raises the explained error for a dataset a loop cannot iterate (not iterable, a
+    Keras-style ``(X, Y)`` pair of whole arrays, a bare array, whose rows it would take for
+    batches, or a dict, whose keys it would), without starting a pass over it.
+    """
+    if _looks_like_arrays(dataset):
+        shapes = ", ".join(str(tuple(x.shape)) for x in dataset)
+        raise TypeError(
+            explain(
+                "the dataset is a tuple of whole arrays, which the loop would iterate "
+                "array by array (a Keras habit: fit(x, y))",
+                expected="an iterable of batches",
+                received=f"a tuple of {len(dataset)} arrays with shapes {shapes}",
+                fix="batch them: gyre.data.batches((X, Y), batch_size=32, seed=0)",
+            )
+        )
+    if hasattr(dataset, "shape") and hasattr(dataset, "dtype") and len(dataset.shape) >= 1:
+        raise TypeError(
+            explain(
+                f"the dataset is a single array of shape {tuple(dataset.shape)}, which the loop "
+                "would iterate row by row (one example per step, with no batch dimension)",
+                expected="an iterable of batches",
+                received=f"a {type(dataset).__name__} of shape {tuple(dataset.shape)}",
+                fix="batch it: gyre.data.batches(x, batch_size=32, seed=0), or a list of batches",
+            )
+        )
+    if isinstance(dataset, Mapping):
+        keys = list(dataset)
+        shown = "(" + ", ".join(f"d[{k!r}]" for k in keys[:3]) + ")"
+        raise TypeError(
+            explain(
+                "the dataset is a dict: the loop would iterate its keys as batches",
+                expected="an iterable of batches (each batch may be a dict)",
+                received=f"a dict with keys {keys[:8]}",
+                fix=f"batch its arrays: gyre.data.batches({shown}, batch_size=32, seed=0), or "
+                "pass a list of dict batches",
+            )
+        )
+    if not (isinstance(dataset, Iterable) or hasattr(type(dataset), "__getitem__")):
+        raise _not_iterable(dataset)
+
+
+def _not_iterable(dataset: Any) -> TypeError:
+    return TypeError(
+        explain(
+            "the dataset is not iterable",
+            expected="an iterable of batches: a list, a generator, a data loader",
+            received=describe(dataset),
+            fix="pass e.g. [batch0, batch1, ...] or a generator that yields batches; "
+            "for one batch repeated, itertools.repeat(batch)",
+        )
+    )
+
+
+def check_dataset(dataset: Any) -> Iterator[Any]:
+    """An iterator over the dataset, or the explained error (see :func:`check_iterable`)."""
+    check_iterable(dataset)
+    try:
+        return iter(dataset)
+    except TypeError:
+        raise _not_iterable(dataset) from None
+
+
+def _looks_like_arrays(dataset: Any) -> bool:
+    """A tuple of 2 or 3 arrays of equal length but different shapes or dtypes (whole
+    features and labels; several batches would look alike)."""
+    if type(dataset) is not tuple or not 2 <= len(dataset) <= 3:
+        return False
+    if not all(hasattr(x, "shape") and hasattr(x, "dtype") and len(x.shape) >= 1 for x in dataset):
+        return False
+    if len({x.shape[0] for x in dataset}) != 1:
+        return False
+    return len({(tuple(x.shape), str(x.dtype)) for x in dataset}) > 1
+
+
+def size_function(batch_size_fn: Any) -> BatchSizeFn:
+    """The function giving a batch's samples: by default the leading dimension its arrays
+    share (:func:`~gyre.core.infer_batch_size`, which refuses arrays that disagree); a
+    ``batch_size_fn`` whose parameter is named ``batch`` gets the batch, any other gets the
+    list of leaf shapes as ciclo passes it (scalars as ``(1,)``).
+    """
+    if batch_size_fn is None:
+        return infer_batch_size
+    if not callable(batch_size_fn):
+        raise TypeError(
+            explain(
+                "batch_size_fn must be a function",
+                expected="batch_size_fn=lambda shapes: shapes[0][0] (ciclo's form: the list of "
+                "leaf shapes) or a function with a parameter named batch",
+                received=describe(batch_size_fn),
+                fix="pass a function returning the number of samples in a batch",
+            )
+        )
+    try:
+        first = next(iter(inspect.signature(batch_size_fn).parameters), None)
+    except (TypeError, ValueError):
+        first = None
+    if first == "batch":
+        return lambda batch: samples(batch_size_fn(batch))
+
+    def from_shapes(batch: Any) -> int:
+        shapes = [tuple(getattr(x, "shape", ())) or (1,) for x in jax.tree_util.tree_leaves(batch)]
+        return samples(batch_size_fn(shapes)) if shapes else 1
+
+    return from_shapes
+
+
+def samples(size: Any) -> int:
+    """A ``batch_size_fn``'s result as a Python ``int``, or the explained error: a negative,
+    fractional or non-numeric count would silently corrupt the clock's samples (and the
+    weights of the means that it gives).
+    """
+    if type(size) is int and size >= 0:
+        return size
+    number = as_integer(size)
+    if number is not None and number >= 0:
+        return number
+    raise TypeError(
+        explain(
+            f"batch_size_fn returned {size!r} as the samples of a batch",
+            expected="a whole number >= 0 (the examples in the batch)",
+            received=describe(size),
+            fix="return the batch's leading dimension as an int, e.g. "
+            "batch_size_fn=lambda batch: batch['y'].shape[0]",
+        )
+    )
+
+
+class Elapse:
+    """Iterates ``(elapsed, batch)`` pairs, counting a step completed when the next one is
+    asked for (or by :meth:`complete`). Built by :func:`elapse`; the loops use it too, and the
+    fused loop pulls through :meth:`pull` and counts chunks with :meth:`advance`.
+
+    Attributes:
+        elapsed: the clock: of the step in progress, or of the next step between steps.
+        exhausted: the data ended (rather than the stop).
+    """
+
+    def __init__(
+        self,
+        dataset: Iterable[Any],
+        *,
+        stop: StopLike = None,
+        initial: Elapsed | None = None,
+        epoch_duration: int | Period | None = None,
+        batch_size_fn: Any = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.stop = check_stop(stop)
+        self.epoch_steps = epoch_steps_of(epoch_duration, dataset)
+        self._check_epochs(dataset)
+        self._it = check_dataset(dataset)
+        self.size_of = size_function(batch_size_fn)
+        self._clock = clock or _time.monotonic
+        base = _check_initial(initial)
+        start = self._clock()
+        # time counts seconds inside loops; date is the wall clock moved by the same amount.
+        self._t0 = start - base.time
+        self._d0 = _time.time() - start
+        self.elapsed = base.replace(date=self._d0 + start)
+        self._pending: int | None = None  # batch size of the step in progress
+        self.exhausted = False
+
+    def _check_epochs(self, dataset: Any) -> None:
+        if self.stop is not None and self.stop.epochs is not None and self.epoch_steps is None:
+            raise ValueError(epochs_unknown(f"stop={self.stop!r}", dataset))
+
+    def __iter__(self) -> Elapse:
+        return self
+
+    def now(self) -> tuple[float, float]:
+        """``(time, date)`` now, as the clock counts them."""
+        now = self._clock()
+        return now - self._t0, self._d0 + now
+
+    def pull(self, clock: Elapsed) -> Any:
+        """The batch of the step whose clock is ``clock``, or :data:`END` when the stop is
+        reached at ``clock`` or the data has ended."""
+        if self.stop is not None and clock.reached(self.stop):
+            return END
+        try:
+            return next(self._it)
+        except StopIteration:
+            self.exhausted = True
+            return END
+
+    def __next__(self) -> tuple[Elapsed, Any]:
+        clock = self.complete()
+        batch = self.pull(clock)
+        if batch is END:
+            raise StopIteration
+        size = self._pending = self.size_of(batch)
+        clock._step = (size, self.epoch_steps)
+        return clock, batch
+
+    @property
+    def batch_size(self) -> int | None:
+        """Samples in the step in progress (``None`` between steps)."""
+        return self._pending
+
+    def advance(self, clocks: Sequence[Elapsed], sizes: Sequence[int]) -> None:
+        """Counts the steps of a fused chunk as done, but the last, which stays in progress (as
+        the step of a per-step loop does while its callbacks run)."""
+        self.elapsed = clocks[-1].started(sizes[-1], self.epoch_steps)
+        self._pending = sizes[-1]
+
+    def complete(self) -> Elapsed:
+        """Counts the step in progress as completed; returns the clock."""
+        self.elapsed, self._pending = self.peek_completed(), None
+        return self.elapsed
+
+    def peek_completed(self) -> Elapsed:
+        """The clock as it will be when the step in progress completes (changes nothing)."""
+        if self._pending is None:
+            return self.elapsed
+        time, date = self.now()
+        return self.elapsed._after(self._pending, time, date, self.epoch_steps)
+
+    def warn_if_short(self, stopped: bool) -> None:
+        """Says once when the data ended before ``stop`` (a loop that silently ran 46 of 1000
+        steps looks like a finished one)."""
+        if self.exhausted and self.stop is not None and not stopped and not self.elapsed.reached(self.stop):
+            warn(
+                f"the data ended after {self.elapsed.steps} steps, before stop={self.stop!r}: "
+                "the loop ran every batch it was given (repeat the data for more epochs, e.g. "
+                "gyre.data.batches(..., epochs=None), or lower stop)"
+            )
+
+
+def _check_initial(initial: Any) -> Elapsed:
+    if initial is None:
+        return Elapsed()
+    if not isinstance(initial, Elapsed):
+        raise TypeError(
+            explain(
+                "elapsed= / initial= must be a gyre.Elapsed",
+                expected="the Elapsed returned by a previous loop, or None",
+                received=describe(initial),
+                fix="pass the third value a loop returned: state, history, elapsed = gyre.loop(...)",
+            )
+        )
+    return initial.completed()
+
+
+def epochs_unknown(what: str, dataset: Any = None) -> str:
+    """The explanation for epoch-based timing over data of unknown epoch length."""
+    source = source_of(dataset)
+    kind = "a dataset" if source is None else f"a dataset of type {type(source).__name__}"
+    return explain(
+        f"{what} counts epochs, and the loop cannot tell where an epoch ends",
+        expected="epoch_duration=<steps per epoch>, or a dataset that knows its epoch length "
+        "(gyre.data.batches(...), or anything with len())",
+        received=f"{kind} with neither len() nor epoch_steps, and no epoch_duration",
+        fix="pass epoch_duration=<batches per epoch> (e.g. gyre.data.steps_per_epoch(len(x), "
+        "batch_size)), iterate gyre.data.batches(...), or count in steps",
+    )
+
+
+def source_of(dataset: Any) -> Any:
+    """The user's dataset inside the loop's wrappers (each names what it wraps as
+    ``wrapped_dataset``).
+    """
+    for _ in range(8):  # wrappers are a few levels deep at most
+        inner = getattr(dataset, "wrapped_dataset", None)
+        if inner is None:
+            break
+        dataset = inner
+    return dataset
+
+
+def elapse(
+    dataset: Iterable[Any],
+    *,
+    stop: StopLike = None,
+    initial: Elapsed | None = None,
+    epoch_duration: int | Period | None = None,
+    batch_size_fn: Any = None,
+    clock: Callable[[], float] | None = None,
+) -> Elapse:
+    """Yields ``(elapsed, batch)`` for a hand-written loop; the clock counts completed steps.
+
+    Args:
+        dataset: an iterable of batches.
+        stop: steps (an integral number) or a :class:`Period` after which iteration ends.
+        initial: the clock to continue from (the ``elapsed`` a previous loop returned).
+        epoch_duration: steps per epoch; by default the dataset's own (``epoch_steps`` of
+            ``gyre.data.batches``, or ``len(dataset)``) when it has one.
+        batch_size_fn: samples in a batch (see :func:`size_function`); by default the
+            leading dimension the batch's arrays share.
+        clock: seconds source (default ``time.monotonic``), injectable for tests.
+
+    Each ``elapsed`` is the clock of the step in progress: ``elapsed.completed()`` is the clock
+    once it is done (what ``gyre.checkpoint`` saves, as inside ``gyre.loop``).
+
+    Example:
+        >>> import gyre
+        >>> [e.steps for e, batch in gyre.elapse(range(100), stop=3)]
+        [0, 1, 2]
+    """
+    return Elapse(
+        dataset, stop=stop, initial=initial, epoch_duration=epoch_duration,
+        batch_size_fn=batch_size_fn, clock=clock,
+    )

@@ -1,0 +1,391 @@
+"""The engine: ``loop`` runs a task table over a dataset.
+
+A step of :func:`loop`: take a batch (never one the loop will not use), then for each
+``schedule: callbacks`` entry in table order, if the schedule fires on the clock, run the
+callbacks in list order, folding each return into the step's logs and the loop's state
+(:func:`gyre.engine._loop_state.fold`). The step's logs are committed to the history; the step
+counts as completed when the next one starts. ``steps_per_call`` runs the same table in fused
+chunks (:mod:`gyre.engine._chunks`), with the same meaning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from gyre.core._clock import Elapsed, Period
+from gyre.core._errors import describe, explain, flag, keywords_checked, warn
+from gyre.core._history import History
+from gyre.core._logs import Logs
+from gyre.engine._binding import bind
+from gyre.engine._blocks import BlockRunner, FusedBlockRunner, plan_loop, run_auto
+from gyre.engine._data import track_data
+from gyre.engine._elapse import Elapse, StopLike, check_stop, epochs_unknown, steps_only
+from gyre.engine._fuse import check_steps
+from gyre.engine._loop_state import LoopState, fold, run_callbacks
+from gyre.engine._nan import apply_nan_policy, check_nan_policy, finite_check
+from gyre.engine._preempt import Preemption, depth, guarded, requested
+from gyre.engine._resume import (
+    check_resume,
+    final_save,
+    find_checkpointer,
+    prepare,
+    restore_objects,
+    resume_from,
+)
+from gyre.engine._split import split_tasks
+from gyre.engine._tasks import (
+    Callback,
+    Task,
+    Tasks,
+    as_list,
+    compile_tasks,
+    loop_end_hooks,
+    warn_if_untrained,
+)
+
+
+def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState, *, outermost: bool = True) -> None:
+    """The per-step loop. Each step runs every task whose schedule fires on the step's clock,
+    in table order, each callback's return folded into the step's logs and the state (the
+    rest of the step is skipped once a stop is requested); then the logs are committed.
+
+    The history takes each step's logs as they are (:meth:`History.commit_owned`): the
+    engine makes them for the step, and they are sorted a block of steps at a time.
+    """
+    commit = ls.history.commit_owned  # each step's logs are made for it: no copy
+    nan = ls._nan
+    first = True
+    for now, batch in clock:
+        logs = Logs()
+        ls.elapsed, ls.logs, ls.batch, ls.step_start = now, logs, batch, ls.state
+        for task in tasks:
+            schedule = task.schedule
+            if schedule is None or schedule(now):
+                for invoker in task.invokers:
+                    out = invoker.call(ls.state, batch, now, logs, ls)
+                    if out is not None:
+                        ls.state = fold(out, logs, ls.state, invoker)
+                    if ls.stop_requested:
+                        break
+                if ls.stop_requested:
+                    break
+        if logs:
+            commit(now, logs, clock._pending)
+        if nan is not None:
+            nan.poll(1, now.time)
+        ls.end_step(now.steps)
+        if first:
+            first = False
+            warn_if_untrained(tasks, logs, state=ls.state, outermost=outermost)
+        if ls.stop_requested:
+            return
+
+
+def _check_steps_per_call(steps_per_call: Any) -> int | str:
+    if isinstance(steps_per_call, str) and steps_per_call != "auto":
+        raise ValueError(
+            explain(
+                f"steps_per_call={steps_per_call!r} is not a number of steps",
+                expected='a whole number of steps >= 1, or "auto"',
+                received=describe(steps_per_call),
+                fix='pass steps_per_call="auto" (measured at the start) or a number, e.g. 100',
+            )
+        )
+    return "auto" if steps_per_call == "auto" else check_steps(steps_per_call, "steps_per_call")
+
+
+def _check_history(history: Any) -> History:
+    if history is None:
+        return History()
+    if not isinstance(history, History):
+        raise TypeError(
+            explain(
+                "history= must be a gyre.History",
+                expected="the history a previous loop returned, gyre.history(), or None",
+                received=describe(history),
+                fix="pass the second value a loop returned",
+            )
+        )
+    return history
+
+
+def _check_epoch_schedules(tasks: Sequence[Task], clock: Elapse) -> None:
+    if clock.epoch_steps is not None:
+        return
+    for task in tasks:
+        reads = task.schedule.reads() if task.schedule is not None else None
+        if reads and reads & {"epochs", "step_in_epoch"}:
+            raise ValueError(epochs_unknown(f"the schedule {task.key!r} of {[i.name for i in task.invokers]}"))
+
+
+def _prefetched(dataset: Any, state: Any, size: int, stop: Any, initial: Elapsed | None) -> Any:
+    """The dataset placed ahead on the state's strategy's devices (managed states only)."""
+    strategy = getattr(state, "strategy", None)
+    if not size or not callable(getattr(strategy, "place_batch", None)) or not getattr(strategy, "compiles", False):
+        return dataset
+    if not hasattr(dataset, "__iter__"):
+        return dataset  # Elapse raises the explanation
+    from gyre.engine._prefetch import prefetch_to_device
+
+    steps = steps_only(check_stop(stop))
+    done = initial.completed().steps if initial is not None else 0
+    limit = None if steps is None else max(steps - done, 0)
+    return prefetch_to_device(dataset, size=size, sharding=strategy, limit=limit)
+
+
+def _finish(clock: Elapse, ls: LoopState, ends: list[Any], table: Sequence[Task], *, cut: bool = False) -> Elapsed:
+    """Ends a loop: completes the last step, saves it through the loop's checkpoints (unless
+    saved, or ``cut`` short by a Ctrl-C: its logs, an evaluation's, are not all there), runs
+    ``on_end`` and the ``on_loop_end`` hooks (which wait for the saves)."""
+    final = clock.complete()
+    ls.batch = None
+    preempted = ls.stop_reason == "preempted"
+    if not cut:
+        final_save(ls, wait=preempted)
+    logs = run_callbacks(ends, ls, final)
+    if logs:
+        ls.history.commit(final, logs)
+    for hook in loop_end_hooks(table):
+        hook()
+    ls.history.stop_reason = ls.stop_reason if ls.stop_requested else None
+    if preempted:
+        warn(
+            f"preempted ({Preemption.signal_name()}) during step {final.steps - 1}: the loop "
+            f"stopped after {final.steps} steps, saved them, and ran its end callbacks; run it "
+            "again with resume='latest' to continue"
+        )
+    clock.warn_if_short(ls.stop_requested)
+    return final
+
+
+def _failed(err: BaseException, ls: LoopState, clock: Elapse, saving: Sequence[Any]) -> None:
+    """Hands the caller the last consistent state and clock on an exception leaving the loop
+    (``err.state``, ``err.elapsed``): the state when the failing step started if it still
+    exists, else (its arrays were donated to the step) the state the step produced, counted
+    as completed. Saves in flight are finished, so the last good checkpoint stays whole."""
+    start = ls.step_start
+    if start is not None and _alive(start):
+        state, elapsed = start, clock.elapsed.replace()
+    else:
+        state, elapsed = ls.state, clock.peek_completed().replace()
+    if not _alive(state):
+        state = None
+        err.add_note("gyre: err.state is None: the state's arrays were donated to the step that failed")
+    err.state, err.elapsed = state, elapsed  # type: ignore[attr-defined]
+    for checkpoint in saving:
+        try:
+            checkpoint.wait_until_finished()
+        except Exception as other:  # noqa: BLE001 - the loop's own error is the one to raise
+            err.add_note(f"gyre: a checkpoint save also failed: {other}")
+
+
+def _alive(tree: Any) -> bool:
+    import jax
+
+    return not any(getattr(x, "is_deleted", lambda: False)() for x in jax.tree_util.tree_leaves(tree))
+
+
+def _interrupted(ls: LoopState, clock: Elapse, catch: bool) -> None:
+    """Ctrl-C: only the outermost loop catches it (an evaluation that was cut short must not
+    report its partial result as complete); it says once where training stopped. A Ctrl-C
+    after a first signal (which ends the loop at the step's end) is not caught: it stops at
+    once, and the step it cut short (its evaluation, say) is not saved as if it had finished."""
+    if depth() > 1:
+        raise KeyboardInterrupt
+    if requested():
+        err = KeyboardInterrupt()
+        err.add_note(
+            f"gyre: Ctrl-C after {Preemption.signal_name()} stopped the loop at once, during step "
+            f"{clock.elapsed.steps}: that step is not saved; resume='latest' continues from the "
+            "last step saved"
+        )
+        raise err
+    if not catch:
+        raise KeyboardInterrupt
+    ls.request_stop("KeyboardInterrupt")
+    ls.saves.clear()  # asked for by the step that was cut short
+    unsaved = (
+        f"; step {clock.elapsed.steps} was cut short, so no checkpoint saves it (resume='latest' "
+        "redoes it)" if ls.checkpoints else ""
+    )
+    warn(
+        f"interrupted (Ctrl-C) during step {clock.elapsed.steps}: the loop stopped after "
+        f"{clock.elapsed.steps + (clock.batch_size is not None)} steps and ran its end callbacks{unsaved}"
+    )
+
+
+@keywords_checked
+def loop(
+    state: Any,
+    dataset: Iterable[Any],
+    tasks: Tasks | None = None,
+    *,
+    stop: StopLike = None,
+    on_start: Callback | Sequence[Callback] | None = None,
+    on_end: Callback | Sequence[Callback] | None = None,
+    history: History | None = None,
+    elapsed: Elapsed | None = None,
+    catch_keyboard_interrupt: bool = True,
+    batch_size_fn: Any = None,
+    metadata: Any = None,
+    epoch_duration: int | Period | None = None,
+    clock: Callable[[], float] | None = None,
+    steps_per_call: int | str = 1,
+    prefetch: int = 2,
+    resume: Any = None,
+    nan_policy: str = "raise",
+    data_resume: str = "restart",
+) -> tuple[Any, History, Elapsed]:
+    """Runs a task table over a dataset: the loop language.
+
+    Args:
+        state: any pytree (params, optimizer state, ...), threaded through the callbacks.
+        dataset: an iterable of batches. A batch is pulled only for a step that will run.
+        tasks: ``{schedule: callback or [callbacks]}``; entries run in table order, and a
+            schedule is any callable ``elapsed -> bool``. The dict is never modified. A
+            :class:`~gyre.LoopElement` (a progress bar, ``gyre.callback(fn)``) spreads into
+            it under its default schedule: ``{gyre.every(1): step, **gyre.keras_bar(total=n)}``.
+        stop: steps (an integral number >= 1) or a :class:`Period`; ``None`` runs until the
+            data ends.
+        on_start: callbacks run once before the first step (their logs are not committed).
+        on_end: callbacks run once at the end, also after a stop request or Ctrl-C; logs they
+            return are committed to the history with the final clock. Callback objects in the
+            table with an ``on_loop_end()`` method have it called after them.
+        history: a history to append to (to continue a run); a new one by default.
+        elapsed: the clock to continue from (the third value a previous loop returned).
+        catch_keyboard_interrupt: Ctrl-C ends the outermost loop cleanly (``on_end`` runs,
+            and a warning says where) instead of raising; loops nested in a callback re-raise.
+        batch_size_fn: samples in a batch: a function of the list of leaf shapes (ciclo's
+            form), or of the batch when its parameter is named ``batch``; by default the
+            leading dimension the batch's arrays share (arrays that disagree are refused).
+        metadata: anything, exposed to callbacks as ``loop.metadata``.
+        epoch_duration: steps per epoch; by default ``len(dataset)`` when it has one.
+        clock: seconds source (default ``time.monotonic``), injectable for tests.
+        steps_per_call: run up to this many steps per call of the compiled step under
+            ``every(1)``/``always()``, in one ``lax.scan`` (see :mod:`gyre.engine._chunks`):
+            every callback still runs after the same steps, with the same clock and state,
+            and the history gets one record per step. 1 (the default) runs step by step
+            (in blocks, see :mod:`gyre.engine._blocks`). ``"auto"`` measures the first blocks
+            (the host's time to dispatch a step against the step's own) and fuses 100 steps
+            per call when the loop is host-bound, else runs step by step: same meaning.
+            The choice is kept for the step and its argument shapes (later loops over them
+            do not measure again).
+        prefetch: when the state has a strategy (a managed state), this many batches are
+            placed on its devices ahead of the step that uses them (0: off). Batches are
+            never taken beyond ``stop`` when it is a number of steps.
+        resume: continue from a checkpoint of the loop's ``gyre.checkpoint``: ``"latest"``
+            (the newest good one; a fresh start when there is none), ``"best"``, a saved step,
+            or a checkpoint's path; ``None`` (the default) starts from ``state``. The state,
+            clock, history, the ``state_dict`` of every stateful schedule and callback, and
+            the data position are restored (see :mod:`gyre.engine._resumables`); ``state``
+            gives the structure (and shardings) to restore into.
+        nan_policy: what a NaN or infinite loss or metric (the ``losses`` and ``metrics``
+            collections) does: ``"raise"`` stops the loop with :class:`gyre.NonFiniteError`
+            naming the step and the entry, before any checkpoint saves a state made from it
+            (values are read lagged, as they reach the host, within about a second or two
+            blocks of 64 steps: no host sync per step; the rest is checked before each
+            checkpoint and when the loop ends); ``"skip"`` makes the
+            table's managed train steps drop such updates inside the compiled step and count
+            them (``state.skipped_steps``); ``"ignore"`` checks nothing.
+        data_resume: on resume, what happens to data that cannot save its position (a
+            list, a generator): ``"restart"`` starts it again from its beginning, with a
+            warning; ``"skip"`` pulls and drops the batches consumed before the checkpoint
+            (O(position)). Data with ``state_dict``/``load_state_dict``
+            (``gyre.data.batches``) or grain's ``get_state``/``set_state`` always continues
+            with exactly the next batch; see :mod:`gyre.engine._data`.
+
+    Returns:
+        ``(state, history, elapsed)``, where ``elapsed`` counts the completed steps, and
+        ``history.stop_reason`` says why the loop stopped early (``"preempted"`` after
+        SIGTERM, a callback's reason), or is ``None``.
+
+    Raises:
+        Exception: whatever a callback raised, carrying ``err.state`` and ``err.elapsed``:
+            the last consistent state and its clock (the caller's own state may have been
+            donated to the step), to inspect or continue from.
+
+    When a loop ends (its data, its ``stop``, a stop request, SIGTERM), its checkpoints save
+    the final step unless it is saved, and the loop returns once the saves are on disk.
+    SIGTERM (and Ctrl-C, with ``catch_keyboard_interrupt``) finishes the current step, saves
+    synchronously and ends the loop (:mod:`gyre.engine._preempt`).
+
+    Callbacks receive ``state``, ``batch``, ``elapsed``, ``logs``, ``loop`` by parameter name
+    (any subset, any order), or else the first ``n`` of them by position. They return
+    ``None``, a :class:`~gyre.Logs`, a new state, or ``(logs, state)`` where ``None`` means
+    "unchanged" and any other value (``0``, ``{}``) is taken as given; or they assign
+    ``loop.state``. A returned state keeps the state's structure (``gyre.replace_state``
+    changes it on purpose). The ``logs`` a callback receives become the step's record when
+    the step ends, without a copy: add to them during the step, not after it.
+
+    Example:
+        >>> import gyre, jax, jax.numpy as jnp
+        >>> @jax.jit
+        ... def step(state, batch):
+        ...     state = state + batch
+        ...     return gyre.logs().add_metric("total", state), state
+        >>> state, history, elapsed = gyre.loop(
+        ...     jnp.float32(0), [1.0, 2.0, 3.0, 4.0], {gyre.every(1): [step]}, stop=3)
+        >>> float(state), elapsed.steps, history.collect("total")
+        (6.0, 3, [1.0, 3.0, 6.0])
+    """
+    policy = check_nan_policy(nan_policy, "gyre.loop")
+    catch_keyboard_interrupt = flag(catch_keyboard_interrupt, "catch_keyboard_interrupt", "gyre.loop")
+    tasks, skipping = apply_nan_policy(tasks, policy)
+    table = compile_tasks(tasks)
+    steps = _check_steps_per_call(steps_per_call)
+    if steps != "auto" and steps > 1:
+        split_tasks(table, steps)  # refuses a table without a step to fuse
+    starts, ends = [bind(cb) for cb in as_list(on_start)], [bind(cb) for cb in as_list(on_end)]
+    history = _check_history(history)
+    resume = check_resume(resume)
+    checkpoint = find_checkpointer(table, starts + ends, resume)
+    resumed = None
+    if resume is not None:
+        state, history, elapsed, resumed = resume_from(checkpoint, resume, state, history, elapsed, stop)  # type: ignore[arg-type]
+    data = track_data(dataset, data_resume)
+    dataset = _prefetched(data, state, prefetch, stop, elapsed)
+    clock_iter = Elapse(
+        dataset, stop=stop, initial=elapsed, epoch_duration=epoch_duration,
+        batch_size_fn=batch_size_fn, clock=clock,
+    )
+    _check_epoch_schedules(table, clock_iter)
+    ls = LoopState(state, history, clock_iter.elapsed, metadata)
+    ls.plan, chunks = plan_loop(table, clock_iter, state, steps)
+    ls._completed = clock_iter.peek_completed
+    ls.data = data.follow(clock_iter)
+    # the clock of the step in progress, fused chunks' included (for where the check noticed)
+    ls._nan = finite_check(policy, ls.history, lambda: clock_iter.elapsed, skipping=skipping, state=ls.state)
+    prepare(ls, table, starts + ends, resumed)
+    if resumed is not None:
+        restore_objects(ls, resumed)
+    with guarded(catch_interrupt=catch_keyboard_interrupt) as preemption:
+        ls.preempted = preemption.check
+        try:
+            final = _run(ls, clock_iter, table, chunks, steps, starts, ends, catch_keyboard_interrupt)
+            if ls._nan is not None:  # a nested loop (an evaluation) never waits: its outer loop checks
+                ls._nan.check(wait=preemption.outermost)
+        except BaseException as err:
+            _failed(err, ls, clock_iter, ls.checkpoints)
+            raise
+    return ls.state, ls.history, final
+
+
+def _run(
+    ls: LoopState, clock_iter: Elapse, table: list[Task], chunks: Any, steps: int | str,
+    starts: list[Any], ends: list[Any], catch: bool,
+) -> Elapsed:
+    run_callbacks(starts, ls, clock_iter.elapsed)
+    try:
+        if chunks is not None and steps == "auto":
+            run_auto(chunks, clock_iter, ls, outermost=depth() == 1)
+        elif chunks is not None and steps == 1:
+            BlockRunner(chunks, clock_iter, ls, outermost=depth() == 1).run()
+        elif chunks is not None and ls.plan.reason is None:
+            FusedBlockRunner(chunks, clock_iter, ls, steps, outermost=depth() == 1).run()
+        else:
+            run_steps(table, clock_iter, ls, outermost=depth() == 1)
+    except KeyboardInterrupt:
+        _interrupted(ls, clock_iter, catch)
+        return _finish(clock_iter, ls, ends, table, cut=True)
+    return _finish(clock_iter, ls, ends, table)

@@ -1,0 +1,248 @@
+"""Fusing a step: K steps in one ``lax.scan`` over K stacked batches.
+
+A step can be fused when it is compiled: a ``jax.jit`` function (the scan calls it as it is,
+so its own jit options, shardings and static arguments included, still apply inside), or an
+object with a method ``fuse(steps)`` (:class:`FusableStep`, what managed steps provide).
+:func:`fuse` turns either into ``fused(state, stacked_batch) -> (stacked_logs, state)``. How a
+loop cuts its batches into chunks is in :mod:`gyre.engine._chunks`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import jax
+
+from gyre.core import _compat
+from gyre.core._errors import describe, explain, whole_number
+from gyre.core._logs import Logs
+from gyre.engine._binding import Invoker, StateMethod, bind, callback_name
+from gyre.engine._loop_state import fold
+
+FusedStep = Callable[[Any, Any], tuple[Logs, Any]]
+"""``fused(state, stacked_batch) -> (stacked_logs, state)``: K steps in one call."""
+
+
+@runtime_checkable
+class FusableStep(Protocol):
+    """A step that can compile K of itself into one call.
+
+    ``fuse(steps)`` returns ``fused(state, stacked_batch) -> (stacked_logs, state)``: the batch
+    leaves have a leading axis of ``steps``, so do the logs' values (one row per step), and the
+    state is donated. It is called once per chunk length in a loop.
+    """
+
+    def fuse(self, steps: int) -> FusedStep:  # pragma: no cover - protocol
+        ...
+
+
+def check_steps(steps: Any, name: str = "steps") -> int:
+    """Validates a number of fused steps (an integral number >= 1); returns it as an int."""
+    return whole_number(
+        steps,
+        minimum=1,
+        problem=f"{name} must be a whole number of steps >= 1",
+        expected=f"{name}=100 (fuse 100 steps per call), or 1 to run step by step",
+        fix=f"pass a positive int, e.g. {name}=100",
+    )
+
+
+def step_function(fn: Any) -> Any:
+    """What is fused for a callback: the method of a :class:`StateMethod`, else the callback."""
+    return fn.method if isinstance(fn, StateMethod) else fn
+
+
+def is_fusable(fn: Any) -> bool:
+    """True when :func:`fuse` accepts ``fn``: a ``jax.jit`` function or a :class:`FusableStep`."""
+    fn = step_function(fn)
+    return _compat.is_jitted(fn) or callable(getattr(fn, "fuse", None))
+
+
+#: Steps per iteration of a fused ``lax.scan``. Two, not one: a step that updates a weight
+#: before its last read of the old value (the backward pass reads weights that the optimizer
+#: has already been given) makes XLA copy that weight on every iteration of a one-step loop,
+#: because a loop carry is updated in place. With two steps per iteration the carry is only
+#: written by the second step, after every read of it by the first, so the copies go away
+#: (on the digits MLP of ``benchmarks/fused_steps.py``: a 256x256 and a 256x10 copy per step).
+#: The price is a loop body twice as long to compile.
+UNROLL = 2
+
+
+def scan_steps(
+    body: Callable[[Any, Any], tuple[Any, Any]], state: Any, batches: Any, length: int | None = None
+) -> tuple[Any, Any]:
+    """``jax.lax.scan(body, state, batches)`` as fused steps run it (:data:`UNROLL` steps per
+    iteration; results are the same as the plain scan's).
+    """
+    return jax.lax.scan(body, state, batches, length=length, unroll=UNROLL)
+
+
+def scanned(step: Callable[[Any, Any], tuple[Any, Any]]) -> Callable[[Any, Any], tuple[Any, Any]]:
+    """``(state, batches) -> (logs, state)``: ``step(state, batch) -> (logs, state)`` run on
+    each row of ``batches`` (:func:`scan_steps`), the logs stacked a row per step; what a
+    strategy compiles as a fused step.
+    """
+
+    def scan(state: Any, batches: Any) -> tuple[Any, Any]:
+        def body(carry: Any, batch: Any) -> tuple[Any, Any]:
+            logs, carry = step(carry, batch)
+            return carry, logs
+
+        state, logs = scan_steps(body, state, batches)
+        return logs, state
+
+    return scan
+
+
+class _NotInFusedStep:
+    """Stands for ``elapsed``/``logs``/``loop`` inside a fused step, where they do not exist.
+
+    A pytree without leaves, so a ``jax.jit`` step that takes the parameter accepts it (and
+    fuses when it does not read it); reading it raises the explanation."""
+
+    def __init__(self, arg: str, step: str) -> None:
+        self._arg = arg
+        self._step = step
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):  # protocol probes (copy, pickle, jax): not a read
+            raise AttributeError(attr)
+        raise TypeError(
+            explain(
+                f"the fused step {self._step} reads {self._arg}.{attr}",
+                expected="a step of (state, batch) only: inside one lax.scan there is no "
+                f"per-step {self._arg}",
+                received=f"a step that uses its {self._arg!r} parameter",
+                fix="keep the step counter in the state (state.step) and log by returning "
+                "(logs, state); or run with steps_per_call=1",
+            )
+        )
+
+
+jax.tree_util.register_pytree_node(
+    _NotInFusedStep,
+    lambda x: ((), (x._arg, x._step)),
+    lambda aux, _: _NotInFusedStep(*aux),
+)
+
+
+def step_body(invoker: Invoker) -> Callable[[Any, Any], tuple[Any, Logs]]:
+    """``body(state, batch) -> (state, logs)``: one call of the callback, its return folded as
+    in the loop (what a fused scan and a ring step trace).
+    """
+    missing = [_NotInFusedStep(a, invoker.name) for a in ("elapsed", "logs", "loop")]
+
+    def body(state: Any, batch: Any) -> tuple[Any, Logs]:
+        logs = Logs()
+        out = invoker.call(state, batch, *missing)
+        if out is not None:
+            state = fold(out, logs, state, invoker)
+        return state, logs
+
+    return body
+
+
+def _scan_of(invoker: Invoker, steps: int) -> FusedStep:
+    """``steps`` calls of the callback in one scan; its return folded as in the loop."""
+    body = step_body(invoker)
+
+    def fused(state: Any, batches: Any) -> tuple[Logs, Any]:
+        state, logs = scan_steps(body, state, batches, length=steps)
+        return logs, state
+
+    fused.__name__ = fused.__qualname__ = f"fused_{steps}_{invoker.name.split('.')[-1]}"
+    return fused
+
+
+_FUSED: weakref.WeakKeyDictionary[Any, dict[int, FusedStep]] = weakref.WeakKeyDictionary()
+#: The invoker the cached scans of a jitted step fold its returns with, when traced: whether
+#: the step returned a state is known there, whichever loop's invoker asks later.
+_TRACING: weakref.WeakKeyDictionary[Any, Invoker] = weakref.WeakKeyDictionary()
+
+
+def _fuse_jitted(invoker: Invoker, jitted: Any, steps: int) -> FusedStep:
+    try:
+        by_length = _FUSED.setdefault(jitted, {})
+        tracing = _TRACING.setdefault(jitted, invoker)
+    except TypeError:  # not weakly referenceable: no cache
+        by_length, tracing = {}, invoker
+    fused = by_length.get(steps)
+    if fused is None:
+        donated = _compat.donated_argnums(jitted)
+        donate = (0,) if donated is None or 0 in donated else ()
+        fused = by_length[steps] = jax.jit(_scan_of(tracing, steps), donate_argnums=donate)
+    return fused
+
+
+def returned_state(invoker: Invoker) -> bool:
+    """Whether a fused step has returned a state, once it ran: a :class:`FusableStep` always
+    does; a jitted step's scans record it when traced, possibly by an earlier loop, whose
+    compiled scans this loop reuses.
+    """
+    fn = step_function(invoker.fn)
+    if invoker.returned_state or not _compat.is_jitted(fn):
+        return True
+    try:
+        tracing = _TRACING.get(fn)
+    except TypeError:  # not weakly referenceable: never cached, traced with this invoker
+        return False
+    return tracing is not None and tracing.returned_state
+
+
+def fuse(step: Any, steps: int) -> FusedStep:
+    """K steps in one call: ``fused(state, stacked_batch) -> (stacked_logs, state)``.
+
+    The batch's leaves carry a leading axis of ``steps`` (the batches stacked), the logs'
+    values one row per step; the state is donated when the step donates it. A ``jax.jit``
+    function is called as it is inside one ``lax.scan``, compiled once per ``steps`` (cached),
+    so its own jit options still apply; a :class:`FusableStep` fuses itself.
+
+    Args:
+        step: a ``jax.jit``-wrapped ``(state, batch) -> (logs, state)`` (or a bound callback of
+            one, or a state's method), or an object with a ``fuse(steps)`` method.
+        steps: steps per call.
+
+    Returns:
+        The fused callable.
+
+    Example:
+        >>> import gyre, jax, numpy as np
+        >>> @jax.jit
+        ... def step(state, batch):
+        ...     state = state + batch
+        ...     return gyre.logs().add_metric("total", state), state
+        >>> fused = gyre.fuse(step, 3)
+        >>> logs, state = fused(np.float32(0), np.array([1.0, 2.0, 3.0], np.float32))
+        >>> float(state), logs.metrics.total.tolist()
+        (6.0, [1.0, 3.0, 6.0])
+    """
+    steps = check_steps(steps)
+    invoker = bind(step)
+    fn = step_function(invoker.fn)
+    if _compat.is_jitted(fn):
+        return _fuse_jitted(invoker, fn, steps)
+    method = getattr(fn, "fuse", None)
+    if callable(method):
+        fused = method(steps)
+        if not callable(fused):
+            raise TypeError(
+                explain(
+                    f"{callback_name(fn)}.fuse({steps}) did not return a function",
+                    expected="fuse(steps) -> fused(state, stacked_batch) -> (stacked_logs, state)",
+                    received=describe(fused),
+                    fix="return the compiled function from fuse()",
+                )
+            )
+        return fused
+    raise TypeError(
+        explain(
+            f"cannot fuse {callback_name(fn)}: it is not a compiled step",
+            expected="a jax.jit-wrapped step (state, batch) -> (logs, state), or a managed step "
+            "with a fuse(steps) method (gyre.FusableStep)",
+            received=describe(fn) + (" (a plain Python function)" if callable(fn) else ""),
+            fix="compile it: step = jax.jit(step, donate_argnums=0); or run step by step "
+            "with steps_per_call=1",
+        )
+    )

@@ -1,0 +1,103 @@
+"""Padded evaluations: an evaluation whose step takes ``mask`` compiles once (see "Evaluation
+without recompiles" in :func:`gyre.test_loop`). Its batches are padded to the first one's size
+(:func:`gyre.data.pad_batch`) and carried as :class:`~gyre.engine._binding.Masked`; the real rows
+are counted on the host, before a batch is placed on the devices: no device value is read.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from gyre.core._clock import Elapsed, infer_batch_size
+from gyre.core._errors import explain
+from gyre.data._padding import pad_batch
+from gyre.engine._binding import Invoker, Masked, bind
+from gyre.engine._elapse import StopLike, dataset_epoch_steps, size_function
+from gyre.engine._engine import _prefetched
+
+
+def mask_wanted(callbacks: Sequence[Any], where: str) -> tuple[list[Invoker], bool]:
+    """The ``on_test_step`` callbacks bound, and whether they take ``mask`` (then the
+    evaluation pads its batches). All or none must: a step without it would count the padding
+    rows in its means."""
+    invokers = [bind(cb) for cb in callbacks]
+    takers = [i.name for i in invokers if i.takes_mask]
+    others = [i.name for i in invokers if not i.takes_mask]
+    if takers and others:
+        raise ValueError(
+            explain(
+                f"the on_test_step callbacks of {where} disagree about mask: {takers} take it, "
+                f"{others} do not",
+                expected="every on_test_step callback with a mask parameter (the evaluation's "
+                "batches are then padded to one size and masked), or none (batches as they come)",
+                received=f"{len(takers)} callback(s) with mask and {len(others)} without",
+                fix=f"add mask=None to {others[0]} and leave the padded rows out of its means "
+                "(jnp.sum(x * mask) / jnp.sum(mask)), or move it to gyre.on_test_batch_end",
+            )
+        )
+    return invokers, bool(takers)
+
+
+class MaskedBatches:
+    """The batches of ``dataset`` padded to the first one's size (learnt anew each pass), as
+    :class:`~gyre.engine._binding.Masked` items whose ``rows`` (counted on the host) are the
+    samples before padding; with a managed state's strategy, placed ``prefetch`` batches ahead."""
+
+    def __init__(
+        self,
+        dataset: Iterable[Any],
+        state: Any = None,
+        *,
+        stop: StopLike = None,
+        initial: Elapsed | None = None,
+        batch_size_fn: Any = None,
+        prefetch: int = 2,
+    ) -> None:
+        self.wrapped_dataset = dataset
+        self.epoch_steps = dataset_epoch_steps(dataset)
+        self._state = state
+        self._stop = stop
+        self._initial = initial
+        self._size_of = size_function(batch_size_fn)
+        self._prefetch = prefetch
+
+    def _padded(self, rows: deque[int]) -> Iterator[Masked]:
+        size = None
+        for batch in self.wrapped_dataset:
+            if size is None:
+                size = infer_batch_size(batch)
+            full, mask = pad_batch(batch, size)
+            rows.append(self._size_of(batch))
+            yield Masked(full, mask)
+
+    def __iter__(self) -> Iterator[Masked]:
+        rows: deque[int] = deque()
+        placed = _prefetched(self._padded(rows), self._state, self._prefetch, self._stop, self._initial)
+        for item in placed:  # in order: the placed items are the padded ones, one for one
+            item.rows = rows.popleft()
+            yield item
+
+    def __repr__(self) -> str:
+        return f"MaskedBatches({self.wrapped_dataset!r})"
+
+
+def real_rows(batch: Masked) -> int:
+    """The samples a padded evaluation's clock counts for a batch (a host int, no device read)."""
+    return batch.rows  # type: ignore[return-value]
+
+
+def unmasking(fn: Any) -> Invoker:
+    """``fn`` bound for a padded evaluation: a callback that takes ``mask`` splits the
+    :class:`~gyre.engine._binding.Masked` batch itself; any other gets the padded batch.
+    """
+    inner = bind(fn)
+    if inner.takes_mask:
+        return inner
+    call = inner.call
+
+    def unmasked(s: Any, b: Any, e: Any, lg: Any, lp: Any) -> Any:
+        return call(s, b.batch if type(b) is Masked else b, e, lg, lp)
+
+    return Invoker(inner.fn, unmasked, inner.name)

@@ -1,0 +1,535 @@
+"""Predefined loops with named schedules: ``train_loop``, ``test_loop``, ``predict_loop``.
+
+Each is :func:`gyre.loop` with a task table assembled from named points (listed in
+:mod:`gyre.core._hooks`). Callbacks reach a named point three ways: as a value of the ``tasks``
+dict under a named schedule (``{gyre.on_train_step: [train_step]}``, or ciclo's string keys
+``"on_train_step"`` / ``"train_step"``), as an object in ``callbacks=`` that has a method of
+that name (``keras_bar`` has ``on_train_batch_end``), or as a method of the state's class
+(``on_train_step`` or its short form ``train_step``; likewise ``test_step``,
+``predict_step``, ``reset_step``), used only for points that ``tasks`` and ``callbacks`` do
+not fill.
+
+Order within a training step: ``on_reset_step`` and ``on_epoch_begin`` (first step of each
+epoch), ``on_train_batch_begin``, ``on_train_step``, the clock-scheduled tasks in table order,
+then on the last step of each epoch the evaluation on ``test_dataset`` and ``on_epoch_end``,
+and finally ``on_train_batch_end`` (where progress bars live, so they see everything the step
+logged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from gyre.core._clock import Elapsed, Period
+from gyre.core._errors import describe, explain, keywords_checked, suggest, warn
+from gyre.core._history import History
+from gyre.core._hooks import (
+    ALL_HOOKS,
+    PREDICT_HOOKS,
+    SHORT_NAMES,
+    TEST_HOOKS,
+    TRAIN_HOOKS,
+    hook_name,
+)
+from gyre.core._schedules import Schedule
+from gyre.engine._binding import StateMethod, bind
+from gyre.engine._elapse import StopLike, check_stop, epoch_steps_of, epochs_unknown
+from gyre.engine._engine import loop
+from gyre.engine._inner import Aggregation, check_aggregation, inner_loop
+from gyre.engine._masked import MaskedBatches, mask_wanted, real_rows, unmasking
+from gyre.engine._nan import check_nan_policy
+from gyre.engine._tasks import EachStep, StepPoint, Tasks, When, as_list, check_table
+
+#: Methods a callback object may have: every loop's named points and the engine's own.
+KNOWN_HOOKS = frozenset((*ALL_HOOKS, "on_loop_start", "on_loop_end"))
+
+DEFAULT_TEST_AGGREGATION: dict[str, str] = {
+    "losses": "mean",
+    "metrics": "mean",
+    "stateful_metrics": "last",
+    "outputs": "last",
+}
+
+
+class NamedHooks:
+    """Callbacks sorted by named point, plus the clock-scheduled entries, for one loop: its
+    task table, then its callback objects, then the methods of the state's class."""
+
+    def __init__(
+        self,
+        loop_name: str,
+        hooks: Sequence[str],
+        tasks: Tasks | None,
+        callbacks: Sequence[Any] | None,
+        state: Any,
+        extra: Sequence[str] = (),
+    ) -> None:
+        self.loop_name = loop_name
+        self.accepted = tuple(dict.fromkeys((*hooks, *extra)))
+        self.named: dict[str, list[Any]] = {h: [] for h in self.accepted}
+        self.in_tasks: set[str] = set()  # the named points the task table fills
+        self.clock: dict[Any, list[Any]] = {}
+        self._add_tasks(tasks)
+        self._add_callbacks(callbacks)
+        self._add_state_methods(state)
+
+    def _add_tasks(self, tasks: Tasks | None) -> None:
+        for key, callbacks in check_table(tasks, f"tasks of {self.loop_name}").items():
+            name = hook_name(key)
+            if name is not None:
+                if name not in self.accepted:
+                    raise ValueError(
+                        explain(
+                            f"unknown named schedule {name!r} for {self.loop_name}",
+                            expected=f"one of {list(self.accepted)}",
+                            received=repr(key),
+                            fix="use one of the expected names." + suggest(name, self.accepted),
+                        )
+                    )
+                self.named[name].extend(as_list(callbacks))
+                self.in_tasks.add(name)
+            elif isinstance(key, Schedule) or callable(key):
+                self.clock.setdefault(key, []).extend(as_list(callbacks))
+            else:
+                raise TypeError(
+                    explain(
+                        f"a key of the tasks of {self.loop_name} is not a schedule",
+                        expected="a named schedule (gyre.on_train_step) or a clock schedule (gyre.every(10))",
+                        received=describe(key),
+                        fix="key each list of callbacks by a schedule",
+                    )
+                )
+
+    def _add_callbacks(self, callbacks: Sequence[Any] | None) -> None:
+        for obj in as_list(callbacks):
+            self._check_hook_names(obj)
+            methods = [(h, getattr(obj, h, None)) for h in self.accepted]
+            found = [(h, m) for h, m in methods if callable(m)]
+            if not found:
+                raise TypeError(
+                    explain(
+                        f"callback {describe(obj)} of {self.loop_name} matches no named schedule",
+                        expected=f"an object with a method named after one of {list(self.accepted)}",
+                        received=f"an object of type {type(obj).__name__} with none of them",
+                        fix="put a plain function in tasks under a schedule, e.g. "
+                        "tasks={gyre.every(1): [fn]} or {gyre.on_epoch_end: [fn]}",
+                    )
+                )
+            for hook, method in found:
+                self.named[hook].append(method)
+
+    def _check_hook_names(self, obj: Any) -> None:
+        """A method named like a hook (``on_...``) that is none would never be called."""
+        for name in dir(obj):
+            if name.startswith("on_") and name not in KNOWN_HOOKS and callable(getattr(obj, name, None)):
+                raise ValueError(
+                    explain(
+                        f"callback {type(obj).__name__} of {self.loop_name} has a method {name!r} "
+                        "that is no named point: it would never be called",
+                        expected=f"methods named after the points of {self.loop_name}: "
+                        f"{list(self.accepted)}",
+                        received=f"{name!r}",
+                        fix="rename it." + (suggest(name, KNOWN_HOOKS) or " (Methods of your own: "
+                        "a name that does not start with on_.)"),
+                    )
+                )
+
+    def _add_state_methods(self, state: Any) -> None:
+        cls = type(state)
+        short = {v: k for k, v in SHORT_NAMES.items()}
+        for hook in self.accepted:
+            if self.named[hook]:
+                continue
+            for attr in (hook, short.get(hook)):
+                if attr and callable(getattr(cls, attr, None)):
+                    self.named[hook].append(StateMethod(getattr(cls, attr)))
+                    break
+
+
+def _test_factory(test_dataset: Any) -> Callable[[], Iterable[Any]]:
+    if callable(test_dataset):
+        return test_dataset
+    try:
+        is_iterator = iter(test_dataset) is test_dataset
+    except TypeError:
+        is_iterator = None
+    if is_iterator is None or is_iterator:
+        raise TypeError(
+            explain(
+                "test_dataset must be a function returning a fresh dataset for each evaluation",
+                expected="test_dataset=lambda: make_test_batches() (or a list, re-read each time)",
+                received=describe(test_dataset)
+                + (" (an iterator, which would be empty after the first evaluation)" if is_iterator else ""),
+                fix="wrap it: test_dataset=lambda: iter_test_batches()",
+            )
+        )
+    return lambda: test_dataset
+
+
+def _run_simple(
+    hooks: NamedHooks, kind: str, state: Any, dataset: Iterable[Any], *, masked: bool = False, **kwargs: Any
+) -> tuple[Any, History, Elapsed]:
+    named = hooks.named
+    around = (lambda callbacks: [unmasking(cb) for cb in callbacks]) if masked else list
+    table: dict[Any, list[Any]] = {}
+    table[EachStep(f"on_{kind}_batch_begin")] = around(named[f"on_{kind}_batch_begin"])
+    table[StepPoint(f"on_{kind}_step")] = named[f"on_{kind}_step"]
+    table.update({key: around(callbacks) for key, callbacks in hooks.clock.items()})
+    table[EachStep(f"on_{kind}_batch_end")] = around(named[f"on_{kind}_batch_end"])
+    on_start = named.get("on_reset_step", []) + named[f"on_{kind}_begin"]
+    return loop(state, dataset, table, on_start=on_start, on_end=named[f"on_{kind}_end"], **kwargs)
+
+
+@keywords_checked
+def test_loop(
+    state: Any,
+    dataset: Iterable[Any],
+    tasks: Tasks | None = None,
+    *,
+    callbacks: Sequence[Any] | None = None,
+    stop: StopLike = None,
+    history: History | None = None,
+    elapsed: Elapsed | None = None,
+    resume: Any = None,
+    batch_size_fn: Any = None,
+    metadata: Any = None,
+    catch_keyboard_interrupt: bool = True,
+    clock: Callable[[], float] | None = None,
+    steps_per_call: int = 1,
+    nan_policy: str = "raise",
+    data_resume: str = "restart",
+) -> tuple[Any, History, Elapsed]:
+    """An evaluation loop: ``on_reset_step`` and ``on_test_begin``, then per batch
+    ``on_test_batch_begin``, ``on_test_step``, the clock-scheduled tasks,
+    ``on_test_batch_end``; then ``on_test_end``.
+
+    Args:
+        state: the state to evaluate.
+        dataset: the evaluation batches.
+        tasks: ``{named or clock schedule: callbacks}``.
+        callbacks: objects registered under the named points whose names they have as methods.
+        stop: steps or a Period (default: the whole dataset).
+        history, elapsed, resume, batch_size_fn, metadata, catch_keyboard_interrupt, clock,
+            data_resume: as in :func:`gyre.loop`.
+        steps_per_call: fuse up to this many ``on_test_step`` steps into one call.
+        nan_policy: ``"raise"`` (a NaN or infinite loss or metric stops the loop with
+            :class:`gyre.NonFiniteError`) or ``"ignore"``; see :func:`gyre.loop`. An
+            evaluation makes no update, so ``"skip"`` is an error here.
+
+    Returns:
+        ``(state, history, elapsed)``.
+
+    **Evaluation without recompiles.** When the ``on_test_step`` callbacks take a keyword
+    ``mask`` (``def test_step(state, batch, mask=None)``; a state's ``test_step`` of
+    ``gyre.create_flax_state`` does), every batch is padded to the first one's size (the
+    last real row repeated) and the step gets ``mask=``, a boolean vector over the batch,
+    ``True`` for the real rows: it compiles once, and must compute its means over the real
+    rows (``jnp.sum(x * mask) / jnp.sum(mask)``). The clock counts the real rows
+    (``batch_size_fn`` is applied to the batch before padding), so the batch-weighted means
+    of an evaluation (``train_loop``'s, :func:`gyre.inner_loop` with ``"mean"``) are exact
+    over the examples. Other callbacks get the padded batch; ``loop.batch`` is the
+    :class:`~gyre.engine._binding.Masked` pair. A step without ``mask`` gets the batches as
+    they come (a smaller last batch compiles once more); mixing the two is an error.
+
+    Example:
+        >>> import gyre
+        >>> def test_step(state, batch):
+        ...     return gyre.logs().add_metric("x", batch)
+        >>> _, history, _ = gyre.test_loop(None, [1, 2, 3], {gyre.on_test_step: test_step})
+        >>> history.collect("x")
+        [1, 2, 3]
+
+        A step that takes ``mask``: 10 examples in batches of 4, one compiled program,
+        the exact mean:
+
+        >>> import jax, jax.numpy as jnp, numpy as np
+        >>> @jax.jit
+        ... def mean_step(state, batch, mask=None):
+        ...     return gyre.logs().add_metric("x", jnp.sum(batch * mask) / jnp.sum(mask))
+        >>> x = np.arange(10.0, dtype=np.float32)
+        >>> evaluate = gyre.inner_loop("test", lambda state: gyre.test_loop(
+        ...     state, [x[i : i + 4] for i in range(0, 10, 4)], {gyre.on_test_step: mean_step}),
+        ...     aggregation="mean")
+        >>> with gyre.testing.count_compilations() as compiled:
+        ...     logs, _ = evaluate(None)
+        >>> float(logs.metrics.x_test), compiled.names.count("jit(ringed)")  # the step, in the loop's ring
+        (4.5, 1)
+    """
+    policy = check_nan_policy(nan_policy, "test_loop")
+    hooks = NamedHooks("test_loop", TEST_HOOKS, tasks, callbacks, state)
+    steps, masked = mask_wanted(hooks.named["on_test_step"], "test_loop")
+    masked = masked and hasattr(dataset, "__iter__")  # (not iterable: the loop explains)
+    extra: dict[str, Any] = {}
+    if masked:
+        hooks.named["on_test_step"] = steps
+        dataset = MaskedBatches(dataset, state, stop=stop, initial=elapsed, batch_size_fn=batch_size_fn)
+        batch_size_fn, extra["prefetch"] = real_rows, 0  # (placed ahead by MaskedBatches)
+    return _run_simple(
+        hooks, "test", state, dataset, masked=masked, stop=stop, history=history, elapsed=elapsed,
+        resume=resume, batch_size_fn=batch_size_fn, metadata=metadata,
+        catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
+        nan_policy=policy, data_resume=data_resume, **extra,
+    )
+
+
+@keywords_checked
+def predict_loop(
+    state: Any,
+    dataset: Iterable[Any],
+    tasks: Tasks | None = None,
+    *,
+    callbacks: Sequence[Any] | None = None,
+    stop: StopLike = None,
+    history: History | None = None,
+    elapsed: Elapsed | None = None,
+    resume: Any = None,
+    batch_size_fn: Any = None,
+    metadata: Any = None,
+    catch_keyboard_interrupt: bool = True,
+    clock: Callable[[], float] | None = None,
+    steps_per_call: int = 1,
+    nan_policy: str = "raise",
+    data_resume: str = "restart",
+) -> tuple[Any, History, Elapsed]:
+    """An inference loop: ``on_predict_begin``, per batch ``on_predict_batch_begin``,
+    ``on_predict_step``, the clock-scheduled tasks and ``on_predict_batch_end``, then
+    ``on_predict_end``.
+
+    Predictions logged with ``logs.add_output`` are in the returned history. Arguments are
+    those of :func:`test_loop`; ``steps_per_call`` fuses ``on_predict_step``; ``nan_policy``
+    checks the losses and metrics it logs, not its outputs.
+
+    Example:
+        >>> import gyre
+        >>> def predict_step(state, batch):
+        ...     return gyre.logs().add_output("y", batch * 2)
+        >>> _, history, _ = gyre.predict_loop(None, [1, 2], {gyre.on_predict_step: predict_step})
+        >>> history.collect("outputs.y")
+        [2, 4]
+    """
+    policy = check_nan_policy(nan_policy, "predict_loop")
+    hooks = NamedHooks("predict_loop", PREDICT_HOOKS, tasks, callbacks, state)
+    steps = hooks.named["on_predict_step"] = [bind(cb) for cb in hooks.named["on_predict_step"]]
+    for step in steps:
+        step.read_only = True  # a changed state is said once (see fold)
+    return _run_simple(
+        hooks, "predict", state, dataset, stop=stop, history=history, elapsed=elapsed, resume=resume,
+        batch_size_fn=batch_size_fn, metadata=metadata,
+        catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
+        nan_policy=policy,
+        data_resume=data_resume,
+    )
+
+
+def _check_steps(hooks: NamedHooks, test_dataset: Any) -> str | None:
+    """A test step (in the tasks) with no test set to run it on is refused. Returns the
+    warning for a train loop with nothing to train (given once the run has ended, so a door
+    error that stops it first is not preceded by it), or ``None``."""
+    if test_dataset is None and "on_test_step" in hooks.in_tasks:
+        raise ValueError(
+            explain(
+                "train_loop got a test step but no test_dataset to run it on",
+                expected="test_dataset= (a function returning the evaluation batches) beside a "
+                "step at gyre.on_test_step",
+                received="a callback at on_test_step and test_dataset=None: it would never run",
+                fix="pass test_dataset=lambda: test_batches, or leave the test step out "
+                "(gyre.test_loop evaluates on its own)",
+            )
+        )
+    if hooks.named["on_train_step"] or any(hooks.clock.values()):
+        return None
+    filled = [h for h, callbacks in hooks.named.items() if callbacks]
+    return explain(
+        "train_loop had no train step: it ran over the data and trained nothing",
+        expected="a callback at gyre.on_train_step (or under a clock schedule: "
+        "{gyre.every(1): train_step}), or a state class with a train_step method",
+        received=f"callbacks only at {filled}" if filled else "no callback at all",
+        fix="add {gyre.on_train_step: train_step} to the tasks (to evaluate only, use gyre.test_loop)",
+    )
+
+
+def _evaluation(
+    hooks: NamedHooks,
+    test_dataset: Any,
+    *,
+    test_name: str,
+    test_duration: StopLike,
+    aggregation: Aggregation,
+    batch_size_fn: Any,
+    metadata: Any,
+    clock: Callable[[], float] | None,
+    inner_loop_kwargs: Mapping[str, Any] | None,
+) -> Any:
+    """The callback that runs one evaluation on the test set (an inner ``test_loop``)."""
+    named = hooks.named
+    make_test = _test_factory(test_dataset)
+    if not named["on_test_step"]:
+        raise ValueError(
+            explain(
+                "train_loop got a test_dataset but no test step to run on it",
+                expected="a callback under gyre.on_test_step, a callbacks= object with "
+                "on_test_step, or a state class with a test_step method",
+                received="test_dataset= and nothing registered at on_test_step",
+                fix="add {gyre.on_test_step: test_step} to the tasks, or leave test_dataset out",
+            )
+        )
+    mask_wanted(named["on_test_step"], "train_loop")  # (mixed: an error before training)
+    test_tasks = {h: named[h] for h in TEST_HOOKS if h != "on_reset_step"}
+    test_tasks["on_reset_step"] = named["on_reset_step"]
+
+    evaluations = [0]
+
+    def evaluate(state: Any) -> tuple[Any, History, Elapsed]:
+        # checked by the training loop, through the entries it logs (loss_test...): an
+        # evaluation never waits for the device
+        result = test_loop(
+            state, make_test(), test_tasks, stop=test_duration,
+            batch_size_fn=batch_size_fn, metadata=metadata, clock=clock, nan_policy="ignore",
+        )
+        if result[2].steps == 0:
+            raise ValueError(
+                explain(
+                    f"the evaluation at the end of epoch {evaluations[0]} ran on no batch",
+                    expected="test_dataset() returning at least one batch at each evaluation",
+                    received="test_dataset returned an empty dataset (an exhausted iterator "
+                    "or generator, an empty list): no test entry would be logged",
+                    fix="make test_dataset a function that builds the batches anew each time, "
+                    "e.g. test_dataset=lambda: gyre.data.batches(test_arrays, 64, shuffle=False, epochs=1)",
+                )
+            )
+        evaluations[0] += 1
+        return result
+
+    options = {"aggregation": aggregation, **dict(inner_loop_kwargs or {})}
+    return inner_loop(test_name, evaluate, **options)
+
+
+def _epoch_tasks(
+    hooks: NamedHooks, evaluation: Any, epoch_steps: int | None, dataset: Any
+) -> tuple[list[Any], list[Any]]:
+    named = hooks.named
+    epoch_begin = named["on_reset_step"] + named["on_epoch_begin"]
+    epoch_end = ([evaluation] if evaluation is not None else []) + named["on_epoch_end"]
+    if epoch_steps is None and (epoch_begin or epoch_end):
+        raise ValueError(epochs_unknown(f"train_loop with {_epoch_users(hooks, evaluation)}", dataset))
+    return epoch_begin, epoch_end
+
+
+def _epoch_users(hooks: NamedHooks, evaluation: Any) -> str:
+    """What needs the epoch's end, in the user's words: the evaluation, and only the named
+    points that the user filled."""
+    parts = ["an evaluation on test_dataset= (run at the end of each epoch)"] if evaluation is not None else []
+    filled = [h for h in ("on_reset_step", "on_epoch_begin", "on_epoch_end") if hooks.named[h]]
+    if filled:
+        parts.append(f"callbacks on {filled}")
+    return " and ".join(parts)
+
+
+@keywords_checked
+def train_loop(
+    state: Any,
+    dataset: Iterable[Any],
+    tasks: Tasks | None = None,
+    *,
+    callbacks: Sequence[Any] | None = None,
+    test_dataset: Callable[[], Iterable[Any]] | Iterable[Any] | None = None,
+    epoch_duration: int | Period | None = None,
+    test_duration: StopLike = None,
+    test_name: str = "test",
+    test_aggregation: Aggregation | None = None,
+    stop: StopLike = None,
+    history: History | None = None,
+    elapsed: Elapsed | None = None,
+    resume: Any = None,
+    batch_size_fn: Any = None,
+    metadata: Any = None,
+    catch_keyboard_interrupt: bool = True,
+    clock: Callable[[], float] | None = None,
+    steps_per_call: int = 1,
+    inner_loop_kwargs: Mapping[str, Any] | None = None,
+    nan_policy: str = "raise",
+    data_resume: str = "restart",
+) -> tuple[Any, History, Elapsed]:
+    """A training loop with epochs and an evaluation at the end of each epoch.
+
+    Args:
+        state: the initial state.
+        dataset: the training batches (all epochs: repeat the data yourself).
+        tasks: ``{named or clock schedule: callbacks}``; named points are listed in
+            :mod:`gyre.core._hooks` (``on_train_step``, ``on_epoch_end``, ``on_test_step``, ...).
+        callbacks: objects registered under every named point whose name they have as a method.
+        test_dataset: a function returning the evaluation batches, called at each evaluation
+            (it needs a step at ``on_test_step``). A test step that takes ``mask`` gets the
+            batches padded to one size and their mask: it compiles once, and the evaluation's
+            means count the real examples only (see :func:`test_loop`).
+        epoch_duration: steps per epoch (default: the dataset's own: ``gyre.data.batches``
+            knows it, or ``len(dataset)``); needed for epochs, epoch hooks and evaluation.
+        test_duration: steps (or Period) of each evaluation (default: the whole test set).
+        test_name: suffix of evaluation entries (``accuracy`` becomes ``accuracy_test``).
+        test_aggregation: how each evaluation is reduced (see :func:`gyre.inner_loop`); by
+            default batch-weighted means of losses and metrics, last value of stateful metrics.
+        stop, history, elapsed, resume, batch_size_fn, metadata, catch_keyboard_interrupt,
+            clock, data_resume: as in :func:`gyre.loop` (``resume="latest"`` continues from the
+            newest good checkpoint of a ``gyre.checkpoint`` among the tasks or callbacks).
+        steps_per_call: fuse up to this many ``on_train_step`` steps into one call; every
+            callback (evaluations included) still runs after the same steps as step by step.
+        inner_loop_kwargs: more arguments of the evaluation's :func:`gyre.inner_loop`
+            (ciclo's), e.g. ``{"aggregation": "last"}``.
+        nan_policy: ``"raise"`` (default: a NaN or infinite loss or metric, an evaluation's
+            included, stops the loop with :class:`gyre.NonFiniteError`), ``"skip"`` (the
+            managed train step drops non-finite updates and counts them in
+            ``state.skipped_steps``) or ``"ignore"``; see :func:`gyre.loop`.
+
+    Returns:
+        ``(state, history, elapsed)``.
+
+    Example:
+        >>> import gyre
+        >>> def train_step(state, batch):
+        ...     return gyre.logs().add_metric("seen", batch), state + 1
+        >>> def test_step(state, batch):
+        ...     return gyre.logs().add_metric("score", state)
+        >>> state, history, elapsed = gyre.train_loop(
+        ...     0, range(6), {gyre.on_train_step: train_step, gyre.on_test_step: test_step},
+        ...     test_dataset=lambda: [0], epoch_duration=3)
+        >>> state, elapsed.epochs, history.collect("steps", "score_test")
+        (6, 2, ([2, 5], [3.0, 6.0]))
+    """
+    policy = check_nan_policy(nan_policy, "train_loop")
+    hooks = NamedHooks("train_loop", TRAIN_HOOKS, tasks, callbacks, state, extra=TEST_HOOKS)
+    idle = _check_steps(hooks, test_dataset)
+    epoch_steps = epoch_steps_of(epoch_duration, dataset)
+    test_duration = check_stop(test_duration, "test_duration")
+    aggregation = DEFAULT_TEST_AGGREGATION if test_aggregation is None else test_aggregation
+    check_aggregation(aggregation)
+    evaluation = None
+    if test_dataset is not None:
+        evaluation = _evaluation(
+            hooks, test_dataset, test_name=test_name, test_duration=test_duration,
+            aggregation=aggregation, batch_size_fn=batch_size_fn, metadata=metadata, clock=clock,
+            inner_loop_kwargs=inner_loop_kwargs,
+        )
+    epoch_begin, epoch_end = _epoch_tasks(hooks, evaluation, epoch_steps, dataset)
+    named = hooks.named
+    table: dict[Any, list[Any]] = {}
+    if epoch_begin:
+        table[When(lambda e: e.step_in_epoch == 0, "on_epoch_begin", reads=("step_in_epoch",), in_epoch=0)] = epoch_begin
+    table[EachStep("on_train_batch_begin")] = named["on_train_batch_begin"]
+    table[StepPoint("on_train_step", expects_state=True)] = named["on_train_step"]
+    table.update(hooks.clock)
+    if epoch_end:
+        last = (epoch_steps or 0) - 1
+        table[When(lambda e: e.step_in_epoch == last, "on_epoch_end", reads=("step_in_epoch",), in_epoch=last)] = epoch_end
+    table[EachStep("on_train_batch_end")] = named["on_train_batch_end"]
+    result = loop(
+        state, dataset, table, stop=stop, on_start=named["on_train_begin"],
+        on_end=named["on_train_end"], history=history, elapsed=elapsed, resume=resume,
+        catch_keyboard_interrupt=catch_keyboard_interrupt, batch_size_fn=batch_size_fn,
+        metadata=metadata, epoch_duration=epoch_steps, clock=clock, steps_per_call=steps_per_call,
+        nan_policy=policy,
+        data_resume=data_resume,
+    )
+    if idle:
+        warn(idle)
+    return result

@@ -1,0 +1,468 @@
+"""The NaN/Inf policy of a loop: ``nan_policy="raise"`` (the default), ``"skip"``, ``"ignore"``.
+
+What is checked: every value logged in the ``losses`` and ``metrics`` collections (an
+evaluation's means included: ``loss_test``). ``stateful_metrics`` are not checked: they are
+accumulators whose ``compute()`` is NaN when they are empty (a mean over no batch, a
+precision with no positive prediction), and a non-finite value that reaches them from a step
+shows first in that step's losses. ``outputs`` are predictions, not checked either.
+
+How, without a host sync per step: the history moves every logged value to the host, in
+blocks (:class:`~gyre.History`). :class:`FiniteCheck` reads the records whose values are
+computed (:meth:`gyre.History.read`, which never waits) after each block of a loop that runs
+in blocks, after the step during which another reader landed some (a writer's or a bar's
+read), and every :data:`POLL_EVERY` steps of the per-step path. So a non-finite loss is
+noticed within a block or two of steps after it was logged, at no cost to the step. When
+those steps take longer than :data:`POLL_SECONDS`, the poll comes at that time instead (the
+step's clock is read anyway): a slow run notices a non-finite loss within about a second of
+wall time (two polls), not at its end. Everything still on the device is checked, waiting for it,
+only at the moments that wait anyway: before a checkpoint saves
+(:meth:`gyre.LoopState.check_finite`, called by :meth:`gyre.LoopState.snapshot`) and when the
+outermost loop ends. So no checkpoint ever holds a state produced after the first non-finite
+loss, and a loop never returns as if it went well. With several processes, only those two
+moments check (each process lands its values at its own pace, and all processes must stop
+at the same step).
+
+``"skip"``: the loop's managed train steps (:func:`gyre.managed.train_step`) drop an update
+whose loss or gradients are not finite inside the compiled step, and count it in the state's
+``skipped_steps``, logged as a stateful metric. A step does so in any loop when it was built
+with ``train_step(nan_policy="skip")``; ``nan_policy="skip"`` on the loop turns it on for
+every managed train step of its table (and is an error when none can). Under ``"raise"`` and
+``"skip"``, the records of steps that were skipped are not errors; any other non-finite value
+is. ``"ignore"`` checks nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from gyre.core._clock import Elapsed
+from gyre.core._errors import describe, explain, suggest
+from gyre.core._history import Block, History
+from gyre.core._host import fetch
+from gyre.core._logs import Logs
+from gyre.engine._binding import StateMethod
+from gyre.engine._tasks import as_list, check_table
+
+NAN_POLICIES = ("raise", "skip", "ignore")
+#: The collections whose values must be finite.
+CHECKED = ("losses", "metrics")
+#: The name of the count of skipped steps: a state field (or extra) and a stateful metric.
+SKIPPED_STEPS = "skipped_steps"
+#: Steps between two reads of the values that have landed on the host.
+POLL_EVERY = 64
+#: Seconds between two reads when :data:`POLL_EVERY` steps take longer: a NaN of a slow run
+#: is read within about two of them.
+POLL_SECONDS = 0.5
+
+Key = tuple[str, str]
+
+
+class NonFiniteError(FloatingPointError):
+    """A loop logged a NaN or infinite loss or metric (``nan_policy="raise"``, the default).
+
+    Attributes:
+        step: the step that logged it (its clock's ``steps``: step 0 is the first).
+        collection: ``"losses"`` or ``"metrics"``.
+        name: the entry's name (``"loss"``, ``"accuracy_test"``).
+        value: the value (``nan``, ``inf`` or ``-inf``; the first non-finite element of an
+            array).
+
+    Example:
+        >>> import gyre, math
+        >>> def step(state, batch):
+        ...     return gyre.logs().add_loss("loss", 1.0 / batch if batch else math.nan), state
+        >>> try:
+        ...     gyre.loop(None, [1.0, 2.0, 0.0, 4.0], {gyre.every(1): step})
+        ... except gyre.NonFiniteError as err:
+        ...     print(err.step, err.name, err.value)
+        ...     print(str(err).splitlines()[0])
+        2 loss nan
+        "loss" is nan at step 2
+    """
+
+    __module__ = "gyre"  # its public path, in tracebacks and reprs
+
+    def __init__(self, message: str, *, step: int, collection: str, name: str, value: float) -> None:
+        super().__init__(message)
+        self.step = step
+        self.collection = collection
+        self.name = name
+        self.value = value
+
+
+def check_nan_policy(policy: Any, where: str = "loop", *, no_skip: tuple[str, str] | None = None) -> str:
+    """``policy`` when it is one of ``"raise"``, ``"skip"``, ``"ignore"``; else the explained
+    error. ``no_skip=(why, fix)``: ``where`` applies every update itself, so ``"skip"`` is
+    refused with that reason and fix.
+    """
+    if isinstance(policy, str) and policy in NAN_POLICIES:
+        if policy == "skip" and no_skip is not None:
+            why, fix = no_skip
+            raise ValueError(
+                explain(
+                    f"{where} cannot skip non-finite updates: {why}",
+                    expected="nan_policy='raise' (stop at the first NaN/Inf) or 'ignore' (go on through them)",
+                    received="nan_policy='skip'",
+                    fix=fix,
+                )
+            )
+        return policy
+    hint = suggest(policy, NAN_POLICIES) if isinstance(policy, str) else ""
+    raise ValueError(
+        explain(
+            f"nan_policy of {where} must be one of 'raise', 'skip', 'ignore'",
+            expected="'raise' (stop with gyre.NonFiniteError at the first NaN/Inf loss or metric), "
+            "'skip' (managed train steps drop non-finite updates and count them) or 'ignore'",
+            received=describe(policy),
+            fix="pass one of them." + hint,
+        )
+    )
+
+
+def _skipping(fn: Any) -> Any:
+    """The callback that skips non-finite updates in place of ``fn`` (``fn`` when it cannot)."""
+    if isinstance(fn, StateMethod):
+        method = _skipping(fn.method)
+        return fn if method is fn.method else StateMethod(method)
+    return fn.with_nan_policy("skip") if _skippable(fn) else fn
+
+
+def _skippable(fn: Any) -> bool:
+    """Whether ``fn`` is a step that can drop its update when its loss or gradients are not
+    finite (what :func:`gyre.managed.train_step` makes): it has a ``nan_policy`` (``"skip"``
+    when it does) and ``with_nan_policy("skip")`` returns the step that does. Duck-typed: a
+    runtime Protocol's ``isinstance`` costs ~50 us a call."""
+    return hasattr(fn, "nan_policy") and callable(getattr(fn, "with_nan_policy", None))
+
+
+def skips(fn: Any) -> bool:
+    """Whether a callback drops its non-finite updates."""
+    if isinstance(fn, StateMethod):
+        fn = fn.method
+    return _skippable(fn) and fn.nan_policy == "skip"
+
+
+def apply_nan_policy(tasks: Any, policy: str) -> tuple[Any, bool]:
+    """The task table a loop runs under ``policy`` and whether one of its steps skips
+    non-finite updates. Under ``"skip"`` each managed train step is replaced by its skipping
+    form (the caller's table is only read), and a table without one is an error.
+    """
+    table = check_table(tasks)
+    if policy == "skip":
+        table = {key: [_skipping(cb) for cb in as_list(cbs)] for key, cbs in table.items()}
+    skipping = any(skips(cb) for cbs in table.values() for cb in as_list(cbs))
+    if policy == "skip" and not skipping:
+        names = [getattr(cb, "__qualname__", None) or type(cb).__name__ for cbs in table.values() for cb in as_list(cbs)]
+        raise ValueError(
+            explain(
+                "nan_policy='skip' needs a step that can drop a non-finite update, and this "
+                "loop has none",
+                expected="a managed train step in the table (@gyre.managed.train_step, or the "
+                "train_step of gyre.create_flax_state): it drops the update inside the compiled "
+                "step and counts it in state.skipped_steps",
+                received=f"the callbacks {names[:8]}{' ...' if len(names) > 8 else ''}, none a "
+                "managed train step (an evaluation or prediction loop makes no update to skip)",
+                fix="write the step with @gyre.managed.train_step; or, in your own jitted step, "
+                "keep the previous state with jnp.where(jnp.isfinite(loss), new, old) (or "
+                "optax.apply_if_finite) and run the loop with nan_policy='ignore'; or keep "
+                "nan_policy='raise' to stop at the first non-finite loss",
+            )
+        )
+    return table, skipping
+
+
+def skipped_steps_of(state: Any) -> Any:
+    """The state's count of skipped steps (a field or an extra named ``skipped_steps``, or a
+    dict key), or ``None``.
+    """
+    if isinstance(state, Mapping):
+        return state.get(SKIPPED_STEPS)
+    try:
+        return getattr(state, SKIPPED_STEPS, None)
+    except Exception:  # a state whose __getattr__ raises something else
+        return None
+
+
+# -- finding the first non-finite value ---------------------------------------------------------
+
+
+def _isfinite(array: np.ndarray) -> np.ndarray | None:
+    """``np.isfinite`` of a host array of numbers (bfloat16 included), ``None`` for others."""
+    if array.dtype.kind in "biu":
+        return None
+    try:
+        return np.isfinite(array)
+    except TypeError:  # strings, objects
+        return None
+
+
+def _nonfinite_rows(values: Any, count: int) -> np.ndarray:
+    """A boolean per row: whether the row holds a NaN or an infinity (non-numbers: never)."""
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        finite = _isfinite(values.reshape(len(values), -1))
+        return np.zeros(count, bool) if finite is None else ~finite.all(axis=1)
+    out = np.zeros(count, bool)
+    for i, value in enumerate(values):
+        out[i] = _first_nonfinite(value) is not None
+    return out
+
+
+def _first_nonfinite(value: Any) -> float | None:
+    """The first non-finite element of a host value, or ``None`` (non-numbers: ``None``)."""
+    try:
+        array = np.asarray(value)
+    except Exception:
+        return None
+    finite = _isfinite(array)
+    if finite is None or finite.all():
+        return None
+    first = array[~finite].reshape(-1)[0]
+    return float(first.real if np.iscomplexobj(first) else first)
+
+
+class FiniteCheck:
+    """Finds the first non-finite loss or metric a loop logged, reading the history as its
+    values reach the host (see the module docs). Built by :func:`finite_check`; ``start`` is
+    the first record to check, ``initial_skips`` the state's count of skipped steps at the
+    start (when a step skips), and ``lagged=False`` (several processes) reads only in
+    :meth:`check`."""
+
+    def __init__(
+        self,
+        history: History,
+        clock: Callable[[], Elapsed],
+        *,
+        start: int | None = None,
+        initial_skips: Any = None,
+        lagged: bool = True,
+        policy: str = "raise",
+    ) -> None:
+        self.history = history
+        self.position = len(history) if start is None else start  # the first record not read
+        if lagged:  # records that land (a writer's read) are checked at the next step
+            history.on_land = self._landed
+        self.clock = clock
+        self.skipping = initial_skips is not None
+        self._initial = initial_skips
+        self._last_skips: int | None = None
+        self.lagged = lagged
+        self.policy = policy
+        self._read_to = -1  # the step of the last history record read
+        self._due = clock().time + POLL_SECONDS if lagged else math.inf  # the next timed read
+        self.countdown = POLL_EVERY
+        #: A fused chunk's stacked logs, not yet committed: ``(clocks, logs)`` (set by the
+        #: chunk runner while the callbacks after the chunk run).
+        self.pending: tuple[list[Elapsed], Logs] | None = None
+
+    def poll(self, steps: int = 1, time: float = -math.inf) -> None:
+        """Called after each step (or chunk of ``steps``), ``time`` the loop's clock's
+        (:attr:`gyre.Elapsed.time`, read by the step anyway): every :data:`POLL_EVERY` steps,
+        or :data:`POLL_SECONDS` after the last read when that comes first, checks the records
+        whose values are computed. Never waits for the device."""
+        self.countdown -= steps
+        if self.countdown > 0 and time < self._due:
+            return
+        if self.lagged:
+            self._read()
+            self._due = time + POLL_SECONDS
+        self.countdown = POLL_EVERY  # a landing during the read above asks for no other read
+
+    def after_block(self) -> None:
+        """Called after each block of a loop that runs in blocks: checks the records whose
+        values are computed (the others at the next block). Never waits."""
+        if self.lagged:
+            self._read()
+
+    def _landed(self) -> None:
+        """The history landed records on the host: read them at the next :meth:`poll`."""
+        self.countdown = 0
+
+    def check(self, current: Logs | None = None, clock: Elapsed | None = None, *, wait: bool = True) -> None:
+        """Checks every record not checked yet, waiting for the device when ``wait``: the
+        history, then a fused chunk's pending rows, then ``current``, the logs of the step in
+        progress (with its ``clock``); raises :class:`NonFiniteError` at the first non-finite
+        value."""
+        self._read(wait=wait)
+        if not wait:
+            return
+        if clock is not None and clock.steps <= self._read_to:
+            current = None  # committed (a save at the step's end, the loop's end): read above
+        before = self._last_skips  # the steps not committed yet are checked, not counted
+        if self.pending is not None:
+            clocks, stacked = self.pending
+            pending = _columns(clocks, stacked, stacked=True)
+            after = self._scan(pending, before)
+            if current and clock is not None and clock.steps == clocks[-1].steps:
+                before = _count_before_last(pending, before)  # current: the last row, again
+            else:
+                before = after
+        if current and clock is not None:
+            self._scan(_columns([clock], current, stacked=False), before)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _read(self, wait: bool = False) -> None:
+        """Checks the history's records not read yet."""
+        columns = self.history.read(self.position, wait=wait)
+        self.position += columns.count
+        self._last_skips = self._scan(columns, self._last_skips)
+        if columns.count:
+            self._read_to = int(columns.clocks["steps"][-1])
+
+    def _scan(self, columns: Block, before: int | None) -> int | None:
+        """Raises at the first non-finite value of ``columns`` in a step that was not skipped;
+        returns the count of skipped steps after them (``before``: the count before them)."""
+        if not columns.count:
+            return before
+        bad = np.zeros(columns.count, bool)
+        found: dict[Key, tuple[np.ndarray, Any, np.ndarray]] = {}
+        for key, (rows, values) in columns.entries.items():
+            if key[0] in CHECKED:
+                rows_bad = _nonfinite_rows(values, len(rows))
+                if rows_bad.any():
+                    bad[rows[rows_bad]] = True
+                    found[key] = (rows, values, rows_bad)
+        skipped, after = self._skipped_rows(columns, bad, before)
+        bad &= ~skipped
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            for key, (rows, values, rows_bad) in found.items():
+                hit = np.flatnonzero((rows == first) & rows_bad)
+                if len(hit):
+                    value = _first_nonfinite(values[int(hit[0])])
+                    self._raise(columns, first, key, value if value is not None else float("nan"))
+        return after
+
+    def _skipped_rows(self, columns: Block, bad: np.ndarray, before: int | None) -> tuple[np.ndarray, int | None]:
+        """The rows whose step skipped its update (its count of skipped steps grew), and the
+        count after the last row."""
+        skipped = np.zeros(columns.count, bool)
+        entry = columns.entries.get(("stateful_metrics", SKIPPED_STEPS)) if self.skipping else None
+        if entry is None:
+            return skipped, before
+        rows, values = entry
+        counts = np.asarray(values).reshape(len(rows))
+        if bad.any():
+            if before is None:
+                before = int(np.asarray(fetch(self._initial)).reshape(()))  # once, when needed
+            previous = np.concatenate([[before], counts[:-1]])
+            skipped[rows[counts > previous]] = True
+        return skipped, int(counts[-1])
+
+    def _raise(self, columns: Block, row: int, key: Key, value: float) -> None:
+        step = int(columns.clocks["steps"][row])
+        collection, name = key
+        now = self.clock()
+        clock = ", ".join(f"{f}={_number(columns.clocks[f][row])}" for f in ("epochs", "step_in_epoch", "samples"))
+        if now.in_progress and now.steps > step:
+            later = f"; the loop noticed it during step {now.steps}"
+        elif not now.in_progress and now.steps > step + 1:
+            later = f"; the loop noticed it when it ended, after {now.steps} steps"
+        else:
+            later = ""
+        if later:
+            later += " (values are checked once they reach the host: the check never slows a step)"
+        text = "nan" if np.isnan(value) else ("inf" if value > 0 else "-inf")
+        kind = "loss" if collection == "losses" else "metric"
+        if self.policy == "skip":
+            policy = (
+                "nan_policy='skip': a managed train step drops an update whose loss or gradients "
+                "are not finite, and any other non-finite value is an error"
+            )
+            then = (
+                f"this one came from a step that was not skipped (a {kind} of another callback, "
+                "or of a step whose loss and gradients were finite); make it finite, or pass "
+                "nan_policy='ignore' to record it without stopping"
+            )
+        else:
+            policy = "nan_policy='raise', the default"
+            then = (
+                "to drop such updates and go on, pass nan_policy='skip' (managed train steps: "
+                "they count them in state.skipped_steps); nan_policy='ignore' records them "
+                "without stopping"
+            )
+        fix = (
+            "the training diverged: lower the learning rate, clip the gradients "
+            "(optax.clip_by_global_norm(1.0), or @gyre.managed.train_step(clip_grad_norm=1.0)), "
+            f"and check the batch of step {step} for NaN/Inf inputs; {then}"
+        )
+        if kind == "metric":
+            fix = (
+                f"if {name!r} can be NaN on its own (a ratio over an empty batch), log it as an "
+                "output (logs.add_output) or guard it with jnp.where; else " + fix
+            )
+        raise NonFiniteError(
+            explain(
+                f'"{name}" is {text} at step {step}',
+                expected=f"finite losses and metrics ({policy}): the first non-finite {kind} "
+                "stops the loop, before any checkpoint holds a state made from it",
+                received=f"{collection}.{name} = {text} at step {step} ({clock}){later}",
+                fix=fix,
+            ),
+            step=step,
+            collection=collection,
+            name=name,
+            value=value,
+        )
+
+
+def _count_before_last(columns: Block, before: int | None) -> int | None:
+    """The count of skipped steps before the last of ``columns``' rows."""
+    entry = columns.entries.get(("stateful_metrics", SKIPPED_STEPS))
+    if entry is None or len(entry[0]) < 2:
+        return before
+    return int(np.asarray(entry[1]).reshape(len(entry[0]))[-2])
+
+
+def _number(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def _columns(clocks: list[Elapsed], logs: Logs, *, stacked: bool) -> Block:
+    """Logs not in the history yet (a step's, or a chunk's stacked rows) as columns, their
+    checked entries read from the device in one transfer."""
+    wanted = {
+        (c, n): v
+        for c, n, v in logs.entries()
+        if c in CHECKED or (c == "stateful_metrics" and n == SKIPPED_STEPS)
+    }
+    host = fetch(wanted)
+    count = len(clocks)
+    entries = {}
+    for key, value in host.items():
+        array = np.asarray(value) if not isinstance(value, np.ndarray) else value
+        if not stacked:
+            array = array[None]
+        entries[key] = (np.arange(count), array[:count] if stacked else array)
+    fields = ("steps", "samples", "epochs", "step_in_epoch")
+    return Block(count, {f: np.asarray([getattr(c, f) for c in clocks]) for f in fields}, entries)
+
+
+def finite_check(
+    policy: str,
+    history: History,
+    clock: Callable[[], Elapsed],
+    *,
+    skipping: bool,
+    state: Any,
+) -> FiniteCheck | None:
+    """The check a loop runs under ``policy`` (``None`` for ``"ignore"``) over the history's
+    records from now on; ``skipping``: the records of skipped steps are not errors."""
+    if policy == "ignore":
+        return None
+    import jax
+
+    initial = None
+    if skipping:
+        count = skipped_steps_of(state)
+        if count is not None:  # a copy: the state is donated to its first step
+            initial = jax.numpy.array(count, copy=True)
+        else:
+            initial = np.zeros((), np.int32)
+    return FiniteCheck(
+        history, clock, start=len(history), initial_skips=initial, lagged=jax.process_count() == 1, policy=policy
+    )

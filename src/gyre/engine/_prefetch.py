@@ -1,0 +1,280 @@
+"""Batches moved to the devices ahead of the step that uses them.
+
+:func:`prefetch_to_device` wraps an iterable of host batches. While the device runs step
+``i``, batches ``i + 1 ... i + size`` are already on their way to the devices (JAX transfers
+asynchronously), so host-to-device copies overlap compute. Placement is mesh-aware: given a
+:class:`~gyre.Strategy` (or a sharding), each batch lands split over the mesh the step runs
+on, and with several processes each process's batch becomes its slice of one global array.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+import jax
+from jax.sharding import Sharding
+
+from gyre.core._errors import describe, explain, whole_number
+from gyre.core._placement import is_array, is_sharding_tree, place
+from gyre.engine._data import DataTracker
+from gyre.engine._elapse import dataset_epoch_steps
+
+
+class BatchPlacer(Protocol):
+    """What prefetching needs of a :class:`~gyre.Strategy` (the loop layer cannot import it)."""
+
+    def place_batch(self, batch: Any, *, axis: int = 0) -> Any: ...  # pragma: no cover
+
+Placer = Callable[[Any], Any]
+
+
+def _check_size(size: Any) -> int:
+    return whole_number(
+        size,
+        minimum=0,
+        problem="prefetch size must be a number of batches >= 0",
+        expected="size=2 (two batches on their way while a step runs), or 0 for none",
+        fix="pass a small whole number such as size=2",
+    )
+
+
+def _placer(sharding: Any) -> Placer:
+    """The function that moves one batch to the devices (:mod:`gyre.core._placement` does the
+    moving, the same function a strategy's ``place_batch`` uses)."""
+    # a Strategy, recognised by its method, so this module (in the loop layer) never imports
+    # the parallel layer above it
+    place_batch = getattr(sharding, "place_batch", None)
+    if callable(place_batch):
+        return place_batch
+    if sharding is None:
+        if jax.process_count() > 1:
+            # A batch on one local device cannot feed a global computation: leave it on the
+            # host, where the step's strategy (or jit) turns it into a global array.
+            return lambda batch: batch
+        return lambda batch: jax.tree_util.tree_map(lambda x: jax.device_put(x) if is_array(x) else x, batch)
+    if isinstance(sharding, Sharding) or (is_sharding_tree(sharding) and jax.tree_util.tree_leaves(sharding)):
+        return lambda batch: place(batch, sharding)
+    raise TypeError(
+        explain(
+            "prefetch_to_device got a sharding it cannot use",
+            expected="None (the default device), a jax.sharding.Sharding, a pytree of them "
+            "shaped like the batch, or a gyre.Strategy such as state.strategy",
+            received=describe(sharding),
+            fix="pass e.g. sharding=gyre.DataParallel() or "
+            "sharding=NamedSharding(mesh, PartitionSpec('data'))",
+        )
+    )
+
+
+class _End:
+    """Marks where the source stopped (``error`` is what it raised, if anything)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+
+class PrefetchIterator(Iterator[Any]):
+    """One pass over a source, ``size`` placed batches ahead; see :func:`prefetch_to_device`.
+
+    Attributes:
+        pulled: items taken from the source so far.
+        delivered: batches handed to the consumer so far (``pulled - delivered`` were taken
+            ahead and not yet used).
+    """
+
+    def __init__(
+        self, source: Iterator[Any], size: int, place: Placer, limit: int | None = None
+    ) -> None:
+        self._source: Iterator[Any] | None = source
+        self._size = size
+        self._place = place
+        self._limit = limit
+        self._queue: deque[Any] = deque()
+        self.pulled = 0
+        self.delivered = 0
+        self.wrapped_dataset = source
+        self.epoch_steps = dataset_epoch_steps(source)
+
+    def __iter__(self) -> PrefetchIterator:
+        return self
+
+    def _pull(self) -> None:
+        """Takes one item from the source and places it; the end (or an error) is queued in
+        its position, so earlier batches are still delivered first."""
+        source = self._source
+        if source is None:
+            return
+        if self._limit is not None and self.pulled >= self._limit:
+            self._queue.append(_End(None))
+            self._source = None
+            return
+        try:
+            item = next(source)
+        except StopIteration:
+            self._queue.append(_End(None))
+            self._source = None
+            return
+        except Exception as err:  # noqa: BLE001 - delivered at its position, see __next__
+            self._queue.append(_End(err))
+            self._source = None
+            return
+        self.pulled += 1
+        try:
+            self._queue.append(self._place(item))
+        except Exception as err:  # noqa: BLE001 - a batch that cannot be placed
+            self._queue.append(_End(err))
+            self._source = None
+
+    def __next__(self) -> Any:
+        queue = self._queue
+        # the batch handed out now, and `size` more on their way behind it
+        while self._source is not None and len(queue) <= self._size:
+            self._pull()
+        if not queue:
+            raise StopIteration
+        item = queue[0]
+        if type(item) is _End:
+            if item.error is not None:
+                error, item.error = item.error, None  # raised once; then the pass is over
+                raise error
+            raise StopIteration
+        queue.popleft()
+        self.delivered += 1
+        return item
+
+
+class SizedPrefetchIterator(PrefetchIterator):
+    """A :class:`PrefetchIterator` over a one-shot source with ``len()``, reported as its own."""
+
+    def __init__(self, source: Any, size: int, place: Placer, limit: int | None = None) -> None:
+        super().__init__(source, size, place, limit)
+        self._sized = source
+
+    def __len__(self) -> int:
+        n = len(self._sized)
+        return n if self._limit is None else min(n, self._limit)
+
+
+class Prefetch:
+    """A re-iterable of placed batches over a re-iterable source (a list, a data loader):
+    every ``iter()`` starts a new pass, ``size`` batches ahead; see :func:`prefetch_to_device`.
+    """
+
+    def __init__(
+        self, iterable: Iterable[Any], size: int, place: Placer, limit: int | None = None
+    ) -> None:
+        self.source = iterable
+        self.size = size
+        self.limit = limit
+        self._place = place
+
+    def __iter__(self) -> PrefetchIterator:
+        return PrefetchIterator(iter(self.source), self.size, self._place, self.limit)
+
+    @property
+    def wrapped_dataset(self) -> Any:
+        """The source (for messages about the loop's dataset)."""
+        return self.source
+
+    @property
+    def epoch_steps(self) -> int | None:
+        """Batches per epoch of the source (its ``epoch_steps``, else its ``len()``)."""
+        return dataset_epoch_steps(self.source)
+
+    def __repr__(self) -> str:
+        return f"<prefetch_to_device over {type(self.source).__name__}, size={self.size}>"
+
+
+class SizedPrefetch(Prefetch):
+    """A :class:`Prefetch` over a source with ``len()``, which it reports as its own."""
+
+    def __len__(self) -> int:
+        n = len(self.source)  # type: ignore[arg-type]
+        return n if self.limit is None else min(n, self.limit)
+
+
+def prefetch_to_device(
+    iterable: Iterable[Any],
+    size: int = 2,
+    sharding: Sharding | BatchPlacer | Any | None = None,
+    *,
+    limit: int | None = None,
+) -> Prefetch | PrefetchIterator:
+    """Batches moved to their devices ahead of use, so the copy overlaps the running step.
+
+    While the consumer holds batch ``i``, batches ``i + 1 ... i + size`` have been taken from
+    the source and handed to JAX, which copies them to the devices asynchronously. The source
+    is read on the caller's thread (no background thread), in order, and never more than
+    ``size`` items ahead of what the consumer has taken.
+
+    Placement:
+
+    * ``sharding=None``: each array leaf onto the default device (with several processes,
+      batches are left on the host: a local array cannot feed a global computation).
+    * a :class:`~gyre.Strategy` (``state.strategy``, ``gyre.DataParallel()``): its
+      :meth:`~gyre.Strategy.place_batch`, split over the mesh; with several processes each
+      process's batch becomes its slice of one global batch.
+    * a ``jax.sharding.Sharding`` (or a pytree of them shaped like the batch): every array
+      leaf onto it, as a global array when it spans several processes.
+
+    Non-array leaves (strings, Python numbers) are left as they are, except by a strategy.
+
+    ``len()`` is the source's when it has one, and so is ``epoch_steps`` (so loops still
+    infer epochs: ``gyre.data.batches`` knows its epoch length). An error raised
+    by the source, or by the placement of a batch, reaches the consumer at that batch's
+    position: every earlier batch is delivered first. Stopping early (``break``, a loop's
+    ``stop=``) leaves up to ``size`` items taken from the source but never delivered: over a
+    one-shot iterator, keep using the same prefetch object (it continues where it stopped)
+    rather than the source, or they are skipped; or pass ``limit=`` the number of batches
+    that will be used (a loop's ``stop``), and no item beyond it is ever taken.
+
+    Args:
+        iterable: the batches, on the host (numpy) or anywhere.
+        size: batches kept on their way ahead of the consumer (0: placed when asked).
+        sharding: where batches go; see above.
+        limit: take at most this many items from the source (per pass); ``None``: all.
+
+    Returns:
+        An iterable of placed batches (an iterator when ``iterable`` is one).
+
+    Example:
+        >>> import gyre, numpy as np
+        >>> batches = [np.full((8, 2), i, np.float32) for i in range(3)]
+        >>> placed = gyre.prefetch_to_device(batches, sharding=gyre.DataParallel())
+        >>> len(placed), [float(b[0, 0]) for b in placed]
+        (3, [0.0, 1.0, 2.0])
+        >>> next(iter(placed)).sharding.spec
+        P('data',)
+    """
+    size = _check_size(size)
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise ValueError(
+            explain(
+                "prefetch limit must be a number of batches >= 0, or None",
+                expected="limit=1000 (the steps the loop will run), or None for every batch",
+                received=describe(limit),
+                fix="pass the loop's stop as a whole number, or leave limit out",
+            )
+        )
+    place = _placer(sharding)
+    if isinstance(iterable, DataTracker):  # a loop's data: keep positions `size` back
+        iterable.read_ahead(size)
+    # decided without calling iter(): starting a pass of a data loader can be costly
+    one_shot = isinstance(iterable, Iterator)
+    if not (isinstance(iterable, Iterable) or hasattr(iterable, "__getitem__")):
+        raise TypeError(
+            explain(
+                "prefetch_to_device needs an iterable of batches",
+                expected="a list of batches, a generator, a data loader",
+                received=describe(iterable),
+                fix="pass something a for-loop can run over",
+            )
+        )
+    sized = hasattr(iterable, "__len__")
+    if one_shot:
+        return (SizedPrefetchIterator if sized else PrefetchIterator)(iterable, size, place, limit)  # type: ignore[arg-type]
+    return (SizedPrefetch if sized else Prefetch)(iterable, size, place, limit)

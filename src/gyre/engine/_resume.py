@@ -1,0 +1,184 @@
+"""``resume=``: a loop continues from a checkpoint of its own as if it had never stopped.
+
+The loop finds its checkpoint (a ``gyre.checkpoint`` in the task table or callbacks), asks it
+for the snapshot ``resume`` names, and continues from it: the state, the clock, the history (the
+records that belong to the checkpoint), the ``state_dict`` of every stateful schedule and
+callback, and the data position. When a loop ends, for any reason, its final state is saved
+unless that step already is (:func:`final_save`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from numbers import Integral
+from typing import Any
+
+from gyre.core._clock import Elapsed
+from gyre.core._errors import describe, explain, warn
+from gyre.core._history import History
+from gyre.engine._binding import Invoker
+from gyre.engine._elapse import check_stop
+from gyre.engine._history_files import chain_crc, load_history
+from gyre.engine._loop_state import LoopState
+from gyre.engine._resumables import checkpointers, collect, load_state_dicts
+from gyre.engine._snapshot import Checkpointer, Snapshot
+from gyre.engine._tasks import Task
+
+_WORDS = ("latest", "best")
+
+
+def check_resume(resume: Any) -> Any:
+    """``resume`` checked: ``None``, ``"latest"``, ``"best"``, a step (>= 0) or a path."""
+    if resume is None or resume in _WORDS:
+        return resume
+    if isinstance(resume, Integral) and not isinstance(resume, bool) and resume >= 0:
+        return int(resume)
+    if isinstance(resume, os.PathLike) or (isinstance(resume, str) and os.sep in resume):
+        return os.fspath(resume)
+    raise ValueError(
+        explain(
+            "resume= names the checkpoint a loop continues from",
+            expected="None (start afresh), 'latest', 'best', a saved step number, or the path "
+            "of a checkpoint's step directory",
+            received=describe(resume),
+            fix="resume='latest' continues from the newest good checkpoint, or starts afresh "
+            "when there is none",
+        )
+    )
+
+
+def _one_directory_each(found: Sequence[Checkpointer]) -> None:
+    seen: dict[str, Checkpointer] = {}
+    for each in found:
+        directory = getattr(each, "directory", None)
+        if directory is None:
+            continue
+        other = seen.setdefault(os.path.realpath(directory), each)
+        if other is not each:
+            raise ValueError(
+                explain(
+                    "two checkpoints of one loop write to the same directory",
+                    expected="a directory of its own for each gyre.checkpoint",
+                    received=f"{other!r} and {each!r}",
+                    fix="give each its own directory (runs/exp1/latest, runs/exp1/best), or keep "
+                    "the latest and the best in one: gyre.checkpoint(directory, keep=3, "
+                    "keep_best=1, monitor='loss_test')",
+                )
+            )
+
+
+def find_checkpointer(tasks: Sequence[Task], extra: Sequence[Invoker], resume: Any) -> Checkpointer | None:
+    """The checkpoint a loop resumes through, or ``None``: of several, the one holding the
+    newest step for ``"latest"`` (the first of the table on a tie), the first with a monitor
+    for ``"best"``, else the first. Two checkpoints writing to one directory are refused here,
+    before anything is loaded or trained."""
+    found = checkpointers(tasks, extra)
+    _one_directory_each(found)
+    if resume is not None and not found:
+        raise ValueError(
+            explain(
+                f"resume={resume!r} needs a checkpoint in the loop to resume from",
+                expected="a gyre.checkpoint(directory) in the tasks (or callbacks=) of the loop",
+                received="no checkpoint among the loop's callbacks",
+                fix="add {gyre.every(500): gyre.checkpoint('runs/exp1/checkpoints')} to the "
+                "tasks, or restore by hand with gyre.restore(directory, state)",
+            )
+        )
+    if resume == "latest" and len(found) > 1:
+        newest = [-1 if (step := each.latest_step()) is None else step for each in found]
+        return found[newest.index(max(newest))]
+    if resume == "best":
+        return next((each for each in found if getattr(each, "monitor", None) is not None), found[0])
+    return found[0] if found else None
+
+
+def _past(stop: Any, snapshot: Snapshot, resume: Any) -> None:
+    """Refuses a ``stop`` the checkpoint is already past (the loop would return at once with
+    the saved run's state and clock, as if it had trained to ``stop``)."""
+    period = check_stop(stop)
+    clock = snapshot.elapsed
+    past = [
+        f"{name} {getattr(clock, name)} > {value}"
+        for name, value in (period.items() if period is not None else ())
+        if name in ("steps", "samples", "epochs") and getattr(clock, name) > value
+    ]
+    if past:
+        raise ValueError(
+            explain(
+                f"resume={resume!r} continues from step {snapshot.step}, which is past stop={stop!r}: "
+                "the loop would train nothing and return the saved state",
+                expected=f"a stop beyond the checkpoint's clock (step {clock.steps}, epoch {clock.epochs})",
+                received=f"stop={stop!r} ({', '.join(past)})",
+                fix=f"raise stop above {snapshot.step} steps to continue the run, or start a new "
+                "run (resume=None) in a new checkpoint directory",
+            )
+        )
+
+
+def resume_from(
+    checkpoint: Checkpointer, resume: Any, state: Any, history: History, elapsed: Elapsed | None,
+    stop: Any = None,
+) -> tuple[Any, History, Elapsed | None, Snapshot | None]:
+    """Loads the snapshot ``resume`` names; returns the state, history and clock to start from
+    (those given when there is nothing to resume) and the snapshot. A ``stop`` the snapshot is
+    past is refused."""
+    snapshot = checkpoint.load_snapshot(resume, state)
+    if snapshot is None:
+        return state, history, elapsed, None
+    _past(stop, snapshot, resume)
+    snapshot.source = checkpoint
+    count = int(snapshot.meta.get("history", 0))
+    where = f"the checkpoint of step {snapshot.step}"
+    loaded = load_history(checkpoint.read_file, count, where)
+    if len(history):
+        warn(
+            f"resume={resume!r}: the loop continues the history saved with step {snapshot.step} "
+            f"({count} records); the {len(history)} records of the history= given are not used"
+        )
+    return snapshot.state, loaded, snapshot.elapsed, snapshot
+
+
+def restore_objects(ls: LoopState, snapshot: Snapshot) -> None:
+    """Hands the schedules, callbacks and data of a resumed loop their saved state."""
+    meta = snapshot.meta
+    arrays = snapshot.arrays.get("resumables", {})
+    missing = load_state_dicts(ls.resumables, meta.get("resumables", {}), arrays)
+    if missing:
+        warn(
+            f"resuming from step {snapshot.step}: nothing was saved for {missing} (the loop's "
+            "callbacks differ from the saved run's), so they start afresh"
+        )
+    if ls.data is not None and meta.get("data") is not None:
+        ls.data.load_state_dict(meta["data"])
+
+
+def prepare(ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], resumed: Snapshot | None) -> None:
+    """Fills what the loop's checkpoints save: its resumable objects, and where the history
+    files of the checkpoints it resumed from stand (one it resumed through, the others
+    continuing the same run from their own checkpoints; one without any writes its files from
+    record 0); then lets each checkpoint claim its directory before the first step."""
+    ls.resumables = collect(tasks, extra)
+    ls.checkpoints = checkpointers(tasks, extra)
+    source = None if resumed is None else resumed.source or next(iter(ls.checkpoints), None)
+    for each in ls.checkpoints if resumed is not None else ():
+        meta = resumed.meta if each is source else each.continue_from(resumed.step)
+        if meta is not None:
+            count = int(meta.get("history", 0))
+            crc = meta.get("history_crc")  # absent from a checkpoint of an older gyre
+            if crc is None:
+                crc = chain_crc(each.read_file, count) or 0
+            ls.history_saved[id(each)] = (count, int(crc))
+    for each in ls.checkpoints:
+        each.on_loop_start()  # another run's checkpoints are refused now, not at the first save
+
+
+def final_save(ls: LoopState, *, wait: bool) -> None:
+    """Saves the end of the loop through each of its checkpoints (``ls.checkpoints``, from
+    :func:`prepare`), unless that step is saved."""
+    ls.run_saves(wait=wait)
+    step = int(ls.completed.steps)
+    for checkpoint in ls.checkpoints:
+        saved = checkpoint.saved_step()
+        if saved is None or saved < step:
+            checkpoint.save_snapshot(ls.snapshot(checkpoint), wait=wait)

@@ -1,0 +1,238 @@
+"""The planned engine: a table of a jitted step, events and observers runs in blocks, with the
+step writing its logs into a device ring, and computes what the per-step path computes."""
+
+import math
+import os
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gyre
+from gyre.core._history import block_clocks
+from gyre.engine import _blocks
+from gyre.engine._blocks import Plan
+
+
+@jax.jit
+def add_step(state, batch):
+    state = state + batch.sum()
+    return gyre.logs().add_metric("total", state).add_output("rows", batch), state
+
+
+def plan_of(tasks, **kwargs):
+    seen = []
+
+    def peek(loop):
+        seen.append(loop.plan)
+
+    gyre.loop(jnp.float32(0), [np.ones(2, np.float32)] * 3, tasks, on_end=peek, **kwargs)
+    return seen[0]
+
+
+def test_the_plan_says_which_path_a_loop_takes_and_why():
+    bar = gyre.keras_bar(total=3, file=None)
+    assert plan_of({gyre.every(1): [add_step], **bar}) == Plan("blocks")
+    steps = plan_of({gyre.every(1): [add_step, lambda: None]})
+    assert steps.path == "steps" and "<lambda> runs on every step" in steps.reason
+    assert plan_of({gyre.every(1): add_step}, steps_per_call=2).path == "fused"
+    plain = plan_of({gyre.every(1): lambda state, batch: state})
+    assert plain.path == "steps" and "no one jax.jit step on every step (" in plain.reason
+
+
+def run(data, extra=(), **kwargs):
+    """The same table in blocks, or on the per-step path (a host callback on every step)."""
+    table = {gyre.every(1): [add_step, *extra]}
+    state, history, elapsed = gyre.loop(jnp.float32(0), data, table, **kwargs)
+    return float(state), history.to_records(), elapsed.steps, elapsed.samples
+
+
+@pytest.mark.parametrize("steps_per_call, patches", [
+    (1, {}), ("auto", {"HOST_BOUND": 0.0, "FASTER": math.inf}), ("auto", {"HOST_BOUND": 2.0}),
+])
+def test_blocks_compute_what_the_per_step_path_computes_bit_for_bit(steps_per_call, patches, monkeypatch):
+    for name, value in patches.items():  # "auto" that always fuses, or never does
+        monkeypatch.setattr(_blocks, name, value)
+    monkeypatch.setattr(_blocks, "_CHOSEN", weakref.WeakKeyDictionary())  # measured afresh
+    # 800 batches: several blocks, and a last batch of another shape, whose logs (the rows
+    # output) do not fit the ring: a new ring opens for it (fused, a chunk ends before it)
+    data = [np.full(3, i % 7, np.float32) for i in range(800)] + [np.ones(2, np.float32)]
+    plans = []
+    blocks = run(data, steps_per_call=steps_per_call, on_end=lambda loop: plans.append(loop.plan))
+    steps = run(data, extra=[lambda: None])
+    assert blocks[0] == steps[0] and blocks[2:] == steps[2:] == (801, 2402)
+    for a, b in zip(blocks[1], steps[1], strict=True):
+        assert (a["steps"], a["samples"], a["total"]) == (b["steps"], b["samples"], b["total"])
+        np.testing.assert_array_equal(a["rows"], b["rows"])
+    assert plans[0].path == ("fused" if patches.get("FASTER") else "blocks")
+
+
+def test_a_step_that_raises_in_a_block_hands_back_the_state_and_clock_before_it():
+    calls = []
+
+    def data():
+        for i in range(40):
+            calls.append(i)
+            yield np.full(3, 1.0, np.float32) if i != 20 else np.ones((3, 3), np.float32)
+
+    @jax.jit
+    def fails_on_a_matrix(state, batch):
+        return batch.reshape(3) + state  # a (3, 3) batch cannot be reshaped
+
+    history = gyre.history()
+    with pytest.raises(TypeError) as info:
+        gyre.loop(jnp.zeros(3), data(), {gyre.every(1): fails_on_a_matrix}, history=history)
+    assert info.value.elapsed.steps == 20
+    np.testing.assert_array_equal(info.value.state, np.full(3, 20.0))
+
+
+def test_steps_per_call_auto_is_checked_at_the_door():
+    with pytest.raises(ValueError, match="steps_per_call='Auto' is not a number of steps"):
+        gyre.loop(jnp.float32(0), [np.ones(2, np.float32)], {gyre.every(1): add_step}, steps_per_call="Auto")
+
+
+@pytest.mark.parametrize("epoch_steps", [None, 1, 3, 7])
+def test_a_blocks_clocks_are_those_of_its_steps_one_after_the_other(epoch_steps):
+    rng = np.random.default_rng(0)
+    starts = [0, 2] if epoch_steps is None else [*range(epoch_steps), epoch_steps + 2]
+    for start in starts:  # (past the epoch's end: an epoch length changed on resume)
+        first = gyre.Elapsed(steps=5, samples=10, epochs=2, step_in_epoch=start, time=1.5, date=9.0)
+        sizes = [int(x) for x in rng.integers(1, 6, 20)]
+        expected = [first]
+        for size in sizes[:-1]:
+            expected.append(expected[-1]._after(size, 1.5, 9.0, epoch_steps))
+        clocks = _blocks.BlockClocks(first, sizes, epoch_steps)
+        assert [c.to_dict() for c in clocks] == [c.to_dict() for c in expected]
+        assert clocks[-1].to_dict() == expected[-1].to_dict() and len(clocks[3:7]) == 4
+
+
+def test_a_time_schedule_is_asked_at_block_ends_and_ends_the_block_when_its_time_comes():
+    ticks = iter(np.arange(0.0, 1e4, 0.05))  # every read of the clock: 50 ms later
+    fired, plans = [], []
+
+    def note(elapsed, loop):
+        fired.append((elapsed.steps, elapsed.time))
+        plans.append(loop.plan.path)
+
+    gyre.loop(
+        jnp.float32(0), [np.ones(2, np.float32)] * 200, {gyre.every(1): add_step, gyre.every(time=1.0): note},
+        clock=lambda: float(next(ticks)),
+    )
+    assert set(plans) == {"blocks"} and fired[0][0] == 0
+    times = [t for _, t in fired]
+    # once per second of the loop's clock, each time after the second it fires for has come
+    assert [int(t) for t in times] == list(range(len(times))) and len(times) >= 9
+
+
+def test_an_observer_on_a_time_schedule_runs_at_block_ends():
+    ticks = iter(np.arange(0.0, 1e4, 0.05))
+    shown = []
+
+    class Dots(gyre.ChunkSafe):
+        def __call__(self, elapsed):
+            shown.append(elapsed.steps)
+
+    gyre.loop(
+        jnp.float32(0), [np.ones(2, np.float32)] * 100, {gyre.every(1): add_step, gyre.every(time=1.0): Dots()},
+        clock=lambda: float(next(ticks)),
+    )
+    assert shown and shown[0] > 0 and shown == sorted(set(shown))
+
+
+@pytest.mark.parametrize("epoch_steps", [None, 1, 2, 5, 7])
+def test_a_blocks_last_clock_is_the_clock_its_steps_reach_one_by_one(epoch_steps):
+    """The loop's clock after a block is computed without the block's clock columns: it is
+    the clock that as many single steps reach, and the last row of those columns."""
+    rng = np.random.default_rng(epoch_steps or 0)
+    for _ in range(200):
+        first = gyre.Elapsed(steps=int(rng.integers(100)), samples=int(rng.integers(1000)),
+                             epochs=int(rng.integers(3)), step_in_epoch=int(rng.integers(12)))
+        sizes = [int(s) for s in rng.integers(1, 9, size=int(rng.integers(1, 40)))]
+        clock = first
+        for size in sizes[:-1]:
+            clock = clock._after(size, first.time, first.date, epoch_steps)
+        last = _blocks.BlockClocks(first, sizes, epoch_steps)[-1]
+        assert last == clock
+        columns = block_clocks(first, sizes, epoch_steps)  # what the history records
+        assert [last.steps, last.samples, last.epochs, last.step_in_epoch] == [
+            int(columns[name][-1]) for name in ("steps", "samples", "epochs", "step_in_epoch")]
+
+
+def test_a_blocks_last_row_comes_from_its_seal_and_only_for_callbacks_that_read_logs(monkeypatch):
+    from gyre.engine import _chunks, _ring
+
+    taken, sealed = [], []
+    original_row, original_seal = _chunks._row, _ring.Ring.seal
+    monkeypatch.setattr(_chunks, "_row", lambda logs, i: (taken.append(i), original_row(logs, i))[1])
+    monkeypatch.setattr(_ring.Ring, "seal", lambda self, *, last=False: (sealed.append(last), original_seal(self, last=last))[1])
+    data = [np.full(2, i, np.float32) for i in range(12)]
+
+    def run(*observers):
+        taken.clear(), sealed.clear()
+        _, history, _ = gyre.loop(jnp.float32(0), data, {gyre.every(1): add_step, gyre.every(4): list(observers)})
+        return history
+
+    with open(os.devnull, "w") as sink:
+        run(gyre.keras_bar(total=12, file=sink), gyre.write_to(gyre.ConsoleWriter(sink)))
+    assert sealed == [False] and taken == []  # they read the history: no last row for them
+
+    class Reads(gyre.ChunkSafe):
+        def __call__(self, elapsed, logs):
+            seen.append((elapsed.steps, float(logs["metrics"]["total"]), np.asarray(logs["outputs"]["rows"]).tolist()))
+
+    seen = []
+    run(Reads())
+    # an observer runs once per block, at its last step; the row comes with the seal, no other call
+    assert seen == [(11, 132.0, [11.0, 11.0])] and sealed == [True] and taken == []
+
+    class Adds(gyre.ChunkSafe):  # reads nothing, logs something: the last row gets both
+        def __call__(self, elapsed):
+            return gyre.logs().add_metric("seen_at", elapsed.steps)
+
+    history = run(Adds())
+    assert history.collect("steps", "total", "seen_at") == ([11], [132.0], [11])
+    assert len(history.collect("total")) == 12 and taken == []
+
+
+def test_auto_measures_once_per_step_and_shapes_and_later_loops_take_its_choice(monkeypatch):
+    monkeypatch.setattr(_blocks, "HOST_BOUND", 0.0)
+    monkeypatch.setattr(_blocks, "FASTER", math.inf)  # fusing always "pays": the choice is visible
+    monkeypatch.setattr(_blocks, "_CHOSEN", weakref.WeakKeyDictionary())
+    timed = []
+    original = _blocks.BlockRunner.timed
+    monkeypatch.setattr(_blocks.BlockRunner, "timed", lambda self: (timed.append(1), original(self))[1])
+    data = [np.full(3, i % 7, np.float32) for i in range(300)]
+    plans, results = [], []
+    for _ in range(2):
+        state, history, _ = gyre.loop(jnp.float32(0), data, {gyre.every(1): add_step}, steps_per_call="auto",
+                                      on_end=lambda loop: plans.append(loop.plan))
+        results.append((float(state), history.collect("total")))
+    assert len(timed) == 2  # the per-step block and the fused chunk, in the first loop only
+    assert plans[0].path == plans[1].path == "fused"
+    assert "earlier loop" in plans[1].reason and "earlier loop" not in plans[0].reason
+    assert results[0] == results[1]
+    gyre.loop(jnp.float32(0), [np.ones(5, np.float32)] * 300, {gyre.every(1): add_step}, steps_per_call="auto")
+    assert len(timed) == 4  # other shapes: measured again
+
+
+@pytest.mark.parametrize("batch_size_fn", [None, lambda batch: batch.shape[0]])
+def test_samples_are_the_same_whether_the_ring_or_the_host_sizes_the_batches(batch_size_fn):
+    """The default size function runs while the ring step is traced (its result is part of the
+    call's output); a batch_size_fn runs on the host each step: the same clock either way, a
+    smaller batch mid-block and a step that raises included."""
+
+    @jax.jit
+    def step(state, batch):
+        if batch.shape[0] == 2:
+            raise ValueError("no batch of 2")
+        return gyre.logs().add_loss("loss", batch.sum()), state + 1
+
+    data = [np.ones(4, np.float32)] * 3 + [np.ones(3, np.float32)] + [np.ones(4, np.float32)] * 2 + [np.ones(2, np.float32)]
+    history = gyre.history()
+    with pytest.raises(ValueError, match="no batch of 2") as info:
+        gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, history=history, batch_size_fn=batch_size_fn)
+    assert history.collect("samples") == [0, 4, 8, 12, 15, 19] and float(info.value.state) == 6
+    _, history, elapsed = gyre.loop(jnp.float32(0), data[:-1], {gyre.every(1): step}, batch_size_fn=batch_size_fn)
+    assert (elapsed.steps, elapsed.samples) == (6, 23) and history.batch_sizes() == [4, 4, 4, 3, 4, 4]

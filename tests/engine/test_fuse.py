@@ -1,0 +1,231 @@
+"""gyre.fuse (gyre.engine._fuse): K steps of a compiled step in one lax.scan."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+import gyre
+from gyre.core._compat import cache_size
+from gyre.engine._binding import StateMethod
+from gyre.engine._fuse import check_steps, is_fusable, scan_steps, step_function
+from gyre.engine._ring import compilations
+from tests.engine._helpers import add_step, assert_same_tree
+
+
+def test_a_fused_step_compiles_once_whatever_the_chunk_lengths():
+    traces = []
+
+    @jax.jit
+    def step(state, batch):
+        traces.append(1)
+        return gyre.logs().add_metric("x", batch), state + batch
+
+    data = [np.float32(1)] * 10
+    for _ in range(2):
+        gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, steps_per_call=4)
+    assert cache_size(gyre.fuse(step, 4)) == 1  # chunks of 4 ...
+    # ... and the last one of 2 runs through the ring, compiled once: no second fused length
+    assert cache_size(gyre.fuse(step, 2)) == 0 and compilations(step) == 1
+    assert gyre.fuse(step, 4) is gyre.fuse(step, 4)
+    assert len(traces) == 1  # the scans call the jitted step: it is traced once, for any length
+
+
+def test_a_plain_function_cannot_be_fused():
+    def step(state, batch):
+        return None, state + batch
+
+    with pytest.raises(TypeError, match="not a compiled step"):
+        gyre.fuse(step, 2)
+
+
+def test_steps_per_call_is_checked():
+    with pytest.raises(ValueError, match="steps_per_call must be"):
+        gyre.loop(0.0, [1.0] * 4, {gyre.every(1): add_step}, steps_per_call=0)
+
+
+class ManagedStep:
+    """A stand-in for a managed step: a callable step that fuses itself."""
+
+    def __init__(self, fn=add_step):
+        self.fn = fn
+        self.lengths = []
+
+    def __call__(self, state, batch):
+        return self.fn(state, batch)
+
+    def fuse(self, steps):
+        self.lengths.append(steps)
+        return gyre.fuse(self.fn, steps)
+
+
+def test_fusable_step_objects_fuse_themselves():
+    managed = ManagedStep()
+    state, history, _ = gyre.train_loop(
+        jnp.float32(0), [np.float32(1)] * 5, {gyre.on_train_step: managed}, steps_per_call=2
+    )
+    assert float(state) == 5.0 and managed.lengths == [2, 1] and len(history) == 5
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["total"], meta_fields=[])
+@dataclasses.dataclass
+class Counter:
+    total: jax.Array
+    train_step = ManagedStep(jax.jit(lambda state, batch: (None, Counter(state.total + batch))))
+
+
+def test_a_state_method_step_is_fused():
+    state, history, elapsed = gyre.train_loop(
+        Counter(jnp.float32(0)), [np.float32(2)] * 5, steps_per_call=4
+    )
+    assert float(state.total) == 10.0 and elapsed.steps == 5
+    assert Counter.train_step.lengths == [4, 1]
+
+
+def test_fused_steps_do_not_copy_weights_every_iteration():
+    """A hidden layer's weight is read by the backward pass after the optimizer got it: in a
+    one-step scan body XLA would copy it on every iteration (the carry is updated in place).
+    Fused steps run two steps per iteration, which leaves no such copy."""
+    import re
+
+    tx = optax.sgd(0.1)
+
+    def step(state, batch):
+        params, opt_state = state
+        x, y = batch
+
+        def loss_of(p):
+            hidden = jnp.tanh(x @ p["w1"])
+            return jnp.mean((hidden @ p["w2"] - y) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_of)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return gyre.logs().add_loss("loss", loss), (optax.apply_updates(params, updates), opt_state)
+
+    params = {"w1": jnp.ones((5, 7)) * 0.1, "w2": jnp.ones((7, 3)) * 0.1}
+    state = (params, tx.init(params))
+    stacked = (jnp.ones((4, 2, 5)), jnp.zeros((4, 2, 3)))
+    fused = gyre.fuse(jax.jit(step, donate_argnums=0), 4)
+    hlo = fused.lower(state, stacked).compile().as_text()
+    copied = re.findall(r"= (f32\[[0-9,]+\])\{[0-9,]*\} copy\(", hlo)
+    assert "f32[7,3]" not in copied and "f32[5,7]" not in copied, copied
+    logs, _ = fused(state, stacked)
+    assert logs.losses.loss.shape == (4,)
+
+
+# -- fusing, piece by piece -----------------------------------------------------------------------
+
+
+def test_check_steps_takes_integral_numbers_from_one():
+    assert check_steps(np.int64(3)) == 3 and type(check_steps(np.int64(3))) is int
+    with pytest.raises(ValueError, match="chunk must be a whole number of steps >= 1") as err:
+        check_steps(1.5, "chunk")
+    assert "chunk=100" in str(err.value)
+
+
+def test_what_can_be_fused():
+    jitted = jax.jit(lambda s, b: (None, s))
+    assert is_fusable(jitted) and is_fusable(ManagedStep()) and not is_fusable(lambda s, b: s)
+    assert isinstance(ManagedStep(), gyre.FusableStep) and not isinstance(jitted, gyre.FusableStep)
+
+    class WithJittedMethod:
+        train_step = jitted
+
+    method = StateMethod(WithJittedMethod.train_step)
+    assert step_function(method) is jitted and is_fusable(method)
+
+
+def test_scan_steps_gives_what_a_plain_scan_gives_for_odd_lengths():
+    def body(carry, x):
+        return carry * 2 + x, {"seen": carry, "x2": x * 2}
+
+    xs = jnp.arange(5.0)
+    got = scan_steps(body, jnp.float32(1), xs)
+    want = jax.lax.scan(body, jnp.float32(1), xs)
+    assert_same_tree(got, want)
+
+
+def test_the_fused_step_donates_the_state_only_when_the_step_does():
+    def step(state, batch):
+        return gyre.logs().add_metric("s", state.sum()), state + batch
+
+    batches = jnp.ones((3, 2))
+    kept = jnp.zeros(2)
+    _, new = gyre.fuse(jax.jit(step), 3)(kept, batches)
+    assert not kept.is_deleted() and new.tolist() == [3.0, 3.0]
+    given = jnp.zeros(2)
+    logs, _ = gyre.fuse(jax.jit(step, donate_argnums=0), 3)(given, batches)
+    assert given.is_deleted() and logs.metrics.s.tolist() == [0.0, 2.0, 4.0]
+
+
+def test_a_fuse_method_that_returns_no_function_is_explained():
+    class Broken:
+        def __call__(self, state, batch):
+            return None, state
+
+        def fuse(self, steps):
+            return "not a function"
+
+    with pytest.raises(TypeError, match=r"Broken.fuse\(2\) did not return a function"):
+        gyre.fuse(Broken(), 2)
+
+
+def test_a_compiled_step_that_reads_the_clock_is_explained_when_fused():
+    @jax.jit
+    def step(state, batch, elapsed):
+        return None, state + batch * elapsed.steps
+
+    data = [np.float32(1)] * 4
+    state, _, _ = gyre.loop(jnp.float32(0), data, {gyre.every(1): step})  # step by step: fine
+    assert float(state) == 0 + 1 + 2 + 3
+    with pytest.raises(TypeError) as err:
+        gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, steps_per_call=2)
+    lines = str(err.value).splitlines()
+    assert lines[0].endswith("step reads elapsed.steps")
+    assert "keep the step counter in the state" in lines[-1]
+
+
+def test_a_compiled_step_that_takes_the_clock_without_reading_it_fuses():
+    @jax.jit
+    def step(state, batch, elapsed):
+        return gyre.logs().add_metric("s", state), state + batch
+
+    data = [np.float32(1)] * 4
+    _, history, _ = gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, steps_per_call=2)
+    assert history.collect("s") == [0.0, 1.0, 2.0, 3.0]
+
+
+# -- fuse() keeps the user's jit options: the scan calls the jitted step itself -----
+
+
+def test_the_fused_step_keeps_its_out_shardings_and_donation():
+    mesh = Mesh(np.asarray(jax.devices()), ("data",))
+    split = NamedSharding(mesh, PartitionSpec("data"))
+
+    def step(state, batch):
+        state = state + batch.sum()
+        return gyre.logs().add_metric("first", state[0]), state
+
+    jitted = jax.jit(step, out_shardings=(None, split), donate_argnums=0)
+    state = jnp.zeros(8 * len(jax.devices()))
+    data = [np.float32(1)] * 8
+    by_step, _, _ = gyre.loop(jnp.copy(state), data, {gyre.every(1): jitted})
+    fused, history, _ = gyre.loop(jnp.copy(state), data, {gyre.every(1): jitted}, steps_per_call=4)
+    assert fused.sharding == split == by_step.sharding  # the user's out_shardings apply inside the scan
+    np.testing.assert_array_equal(fused, by_step)
+    assert history.collect("first") == [float(i + 1) for i in range(8)]
+    kept = jax.device_put(state, split)
+    gyre.fuse(jitted, 2)(kept, np.ones(2, np.float32))
+    assert kept.is_deleted()  # the user's jit donates the state: so does the fused step
+
+
+def test_a_non_donating_jit_is_not_donated_when_fused():
+    step = jax.jit(lambda state, batch: (None, state + batch))
+    kept = jnp.zeros(3)
+    gyre.fuse(step, 2)(kept, np.ones((2, 3), np.float32))
+    assert not kept.is_deleted()
