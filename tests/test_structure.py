@@ -1,5 +1,6 @@
 """The structure check (tools/check_structure.py) runs in the suite: no import cycle, no
-import from a higher layer, no function of the engine over 80 lines of code; and tests/
+import from a higher layer or sideways within one, no import of the package itself inside it,
+no function of the engine over 80 lines of code; and tests/
 mirrors src/gyre/: every module has its test file."""
 
 import pathlib
@@ -9,7 +10,7 @@ import sys
 TOOL = pathlib.Path(__file__).resolve().parent.parent / "tools" / "check_structure.py"
 
 
-def test_structure_has_no_cycles_no_upward_imports_no_long_functions():
+def test_structure_has_no_cycles_no_upward_or_sideways_imports_no_long_functions():
     run = subprocess.run([sys.executable, str(TOOL)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.startswith("structure: no cycles")
@@ -25,6 +26,13 @@ def test_the_check_finds_each_kind_of_problem(tmp_path, monkeypatch):
     assert check.layer("gyre.callbacks._bars") > check.layer("gyre.engine._engine")
     import ast
 
+    assert check.direction("gyre.steps._managed", "gyre.frameworks._adapters") == "upward import"
+    assert check.direction("gyre.jaxloop._loop", "gyre.trainer._module") == "sideways import"
+    assert check.direction("gyre.trainer._module", "gyre.config._schema") is None  # a lower layer
+    assert check.direction("gyre.trainer._module", "gyre.trainer._steps") is None  # its own package
+    assert check.imports_package(ast.parse("def f():\n    import gyre\n"))
+    assert check.imports_package(ast.parse("from gyre import checkpoint"))
+    assert not check.imports_package(ast.parse("from gyre.callbacks import checkpoint\nimport gyre.data as d"))
     source = "def f():\n    '''doc\n    more'''\n    # comment\n\n    x = 1\n    return x\n"
     node = ast.parse(source).body[0]
     assert check.code_lines(node, source.splitlines()) == 3  # def, x = 1, return

@@ -2,9 +2,14 @@
 """The structure of src/gyre, checked (the suite runs it: tests/test_structure.py).
 
 1. No import cycle among modules (imports inside functions count).
-2. No module imports a higher layer (DESIGN.md's direction rule:
-   core <- engine <- steps/parallel/frameworks <- callbacks/loggers <- jaxloop/trainer/config <- cli).
-3. No function in src/gyre/engine longer than 80 lines of code (docstrings, comments and blank
+2. No module imports a higher layer, nor another package of its own layer (DESIGN.md's
+   direction rule, ordered within each of its layers by what the packages use:
+   core <- data <- engine <- parallel <- steps <- frameworks <- callbacks <- loggers <- config
+   <- jaxloop/trainer <- cli; jaxloop and trainer share a layer and import nothing of each other).
+3. No module but the package's doors (``gyre/__init__.py``, ``gyre/__main__.py``) imports the
+   package ``gyre`` itself (``import gyre``, ``from gyre import x``): a rung uses the module
+   that defines a name, so importing it never runs the whole package.
+4. No function in src/gyre/engine longer than 80 lines of code (docstrings, comments and blank
    lines excluded): the engine stays readable by the next maintainer.
 
 Prints one line per finding and exits 1 if there is any; run from anywhere:
@@ -19,9 +24,10 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "src" / "gyre"
 LAYERS = {
-    "core": 0, "data": 0, "engine": 1, "steps": 2, "parallel": 2, "frameworks": 2,
-    "callbacks": 3, "loggers": 3, "jaxloop": 4, "trainer": 4, "config": 4, "cli": 5,
+    "core": 0, "data": 1, "engine": 2, "parallel": 3, "steps": 4, "frameworks": 5,
+    "callbacks": 6, "loggers": 7, "config": 8, "jaxloop": 9, "trainer": 9, "cli": 10,
 }
+DOORS = ("gyre", "gyre.__main__")  # the modules that may import the package itself
 MAX_LINES = 80
 LIMITED = ("engine",)
 
@@ -50,6 +56,26 @@ def imports(tree: ast.AST, modules: dict[str, pathlib.Path], me: str) -> set[str
             if name in modules and name != me and modules[name].name != "__init__.py":
                 found.add(name)
     return found
+
+
+def imports_package(tree: ast.AST) -> bool:
+    """Whether a module imports the package ``gyre`` itself (not one of its modules)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name == "gyre" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "gyre":
+            return True
+    return False
+
+
+def direction(name: str, target: str) -> str | None:
+    """What is wrong with ``name`` importing ``target`` (``None``: nothing)."""
+    mine, theirs = layer(name), layer(target)
+    if mine is None or theirs is None or name.split(".")[1] == target.split(".")[1]:
+        return None
+    if theirs > mine:
+        return "upward import"
+    return "sideways import" if theirs == mine else None
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -119,10 +145,12 @@ def main() -> int:
         source = path.read_text()
         tree = ast.parse(source)
         edges[name] = imports(tree, modules, name)
-        for target in edges[name]:
-            mine, theirs = layer(name), layer(target)
-            if mine is not None and theirs is not None and theirs > mine:
-                problems.append(f"upward import: {name} -> {target}")
+        for target in sorted(edges[name]):
+            wrong = direction(name, target)
+            if wrong:
+                problems.append(f"{wrong}: {name} -> {target}")
+        if name not in DOORS and imports_package(tree):
+            problems.append(f"import of the package itself: {name} (import the module that defines the name)")
         if layer(name) is not None and name.split(".")[1] in LIMITED:
             lines = source.splitlines()
             for node in ast.walk(tree):
@@ -131,7 +159,7 @@ def main() -> int:
                     if n > MAX_LINES:
                         problems.append(f"long function: {name}.{node.name} has {n} lines of code (max {MAX_LINES})")
     problems += [f"import cycle: {' <-> '.join(c)}" for c in cycles(edges)]
-    print("\n".join(problems) if problems else "structure: no cycles, no upward imports, no long functions")
+    print("\n".join(problems) if problems else "structure: no cycles, no upward or sideways imports, no import of gyre itself, no long functions")
     return 1 if problems else 0
 
 

@@ -142,9 +142,9 @@ def _check_learning_rate(value: Any) -> float:
 
 def _training_samples() -> int:
     """The digits that train: the 1,437 of the training part less the validation split."""
-    import gyre.data
+    from gyre.data import digits
 
-    (_, y_train), _ = gyre.data.digits()
+    (_, y_train), _ = digits()
     return len(y_train) - VAL_SIZE
 
 

@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fit_demo(args: argparse.Namespace) -> int:
-    from gyre import _demo as demo
+    import gyre._demo as demo
 
     given = set(args.demo_options)  # resuming: the others are the run's own
 

@@ -108,3 +108,35 @@ def as_number(value: Any, monitor: str, *, owner: str, step: int) -> float:
             )
         )
     return float(host)
+
+
+def monitor_mode(owner: str, monitor: str, mode: str) -> str:
+    """The mode of a callback that keeps the best ``monitor`` (a logged name such as
+    ``"val/acc"``): ``"auto"`` takes the one its name implies (``"max"`` for an accuracy,
+    ``"min"`` for a loss or an error, and ``"min"`` for a name that implies neither); a given
+    mode against the name (``"min"`` on ``"val/acc"``: the worst model kept) is an error.
+
+    Example:
+        >>> monitor_mode("ModelCheckpoint", "val/acc", "auto"), monitor_mode("ModelCheckpoint", "val/foo", "max")
+        ('max', 'max')
+        >>> monitor_mode("ModelCheckpoint", "val/acc", "min")
+        Traceback (most recent call last):
+        ValueError: ModelCheckpoint: mode 'min' on 'val/acc' keeps the lowest value, but its name says mode 'max' (higher is better)
+        ...
+    """
+    implied = implied_mode(monitor)
+    if mode == "auto":
+        return implied or "min"
+    if implied is not None and mode != implied:
+        kept, better = ("lowest", "higher") if mode == "min" else ("highest", "lower")
+        raise ValueError(
+            explain(
+                f"{owner}: mode {mode!r} on {monitor!r} keeps the {kept} value, but its name says mode "
+                f"{implied!r} ({better} is better)",
+                expected=f"mode: {implied} for {monitor} (or leave mode out: it is taken from the name)",
+                received=f"mode: {mode}",
+                fix=f"set mode: {implied}; if {kept.replace('est', 'er')} really is better for this "
+                "metric, log it under a name that says so",
+            )
+        )
+    return mode

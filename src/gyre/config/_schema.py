@@ -307,11 +307,10 @@ def _check_monitor_mode(section: dict[str, Any], where: str) -> None:
     monitor, mode = section.get("monitor"), section.get("mode")
     if not (isinstance(monitor, str) and mode in ("min", "max")):
         return
-    from gyre.trainer._model_checkpoint import ModelCheckpoint
-    from gyre.trainer._utility_callbacks import EarlyStopping, monitor_mode
+    from gyre.callbacks._monitor import monitor_mode
 
     target = lookup("callbacks", section["class_name"], where)
-    if isinstance(target, type) and issubclass(target, (ModelCheckpoint, EarlyStopping)):
+    if getattr(target, "mode_from_monitor", False):  # the trainer's ModelCheckpoint and EarlyStopping
         try:
             monitor_mode(where, monitor, mode)
         except ValueError as err:

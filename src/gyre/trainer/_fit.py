@@ -198,7 +198,9 @@ def fit(
         (2, True)
         >>> tmp.cleanup()
     """
-    import gyre
+    from gyre.callbacks import checkpoint, keras_bar
+    from gyre.core import on_train_step
+    from gyre.loggers import TensorBoardWriter, write_to
 
     policy = check_nan_policy(nan_policy, "gyre.fit", no_skip=(
         "its training step applies every one",
@@ -241,12 +243,12 @@ def fit(
         _evaluation(eval_step, ds, name, chosen, batch_size_fn)  # type: ignore[arg-type]
         for ds, name in ((test_ds, "test"), (val_ds, "val")) if ds is not None
     ]
-    ckpt = gyre.checkpoint(
+    ckpt = checkpoint(
         os.path.join(run_dir, "checkpoints"), keep=1,
         keep_best=1 if monitor_name else 0, monitor=monitor_name, mode=mode,
     )
     step = make_train_step(loss_fn, state) if plain_jit(chosen) else strategy_train_step(loss_fn, state, chosen)
-    tasks: dict[Any, Any] = {gyre.on_train_step: step}
+    tasks: dict[Any, Any] = {on_train_step: step}
     # saves for resuming: on a clock (a save costs tens of ms, an epoch may take less), at the
     # end and on preemption (the engine's final save); every epoch's end with save_every_minutes=0
     seconds = 60.0 * float(save_every_minutes)
@@ -261,10 +263,10 @@ def fit(
         tasks[clock or EpochEnds(epoch_steps, "save", every=eval_freq, last=epochs, others=True)] = [
             _unranked_save(ckpt)
         ]
-    writer = gyre.TensorBoardWriter(run_dir)
-    callbacks: list[Any] = [gyre.write_to(writer, every=epoch_steps)]
+    writer = TensorBoardWriter(run_dir)
+    callbacks: list[Any] = [write_to(writer, every=epoch_steps)]
     if progress:
-        callbacks.insert(0, gyre.keras_bar(total=epochs * epoch_steps))
+        callbacks.insert(0, keras_bar(total=epochs * epoch_steps))
     try:
         state, history, _ = _named.train_loop(
             state, data, tasks, callbacks=callbacks, stop=epochs * epoch_steps,

@@ -13,12 +13,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from gyre.callbacks._monitor import monitor_mode
 from gyre.callbacks._store import Store
 from gyre.config._registry import register_callback
 from gyre.core._errors import describe, explain, warn
 from gyre.engine._snapshot import Snapshot
 from gyre.trainer._callback import Callback
-from gyre.trainer._utility_callbacks import monitor_mode
 
 
 @register_callback
@@ -30,7 +30,7 @@ class ModelCheckpoint(Callback):
             every validation.
         mode: ``"min"``, ``"max"``, or ``"auto"`` (the default): the mode ``monitor``'s name
             implies (``"max"`` for ``val/acc``, ``"min"`` for ``val/loss`` and for a name that
-            implies neither; see :func:`~gyre.trainer._utility_callbacks.monitor_mode`). A mode
+            implies neither; see :func:`~gyre.callbacks._monitor.monitor_mode`). A mode
             against the name (``mode: min`` on ``val/acc``, which keeps the worst model) is an
             error.
         save_top_k: how many models to keep (>= 1).
@@ -43,6 +43,8 @@ class ModelCheckpoint(Callback):
         >>> cb.monitor, cb.mode, cb.save_top_k, cb.best_step()
         ('val/acc', 'max', 2, None)
     """
+
+    mode_from_monitor = True  # a config's mode against the monitor's name is refused (config/_schema)
 
     def __init__(
         self,

@@ -454,7 +454,7 @@ def _monitored(config: Any) -> dict[str, str]:
         >>> _monitored(NS(trainer=NS(callbacks={"ModelCheckpoint": {"monitor": "val/acc"}})))  # from the name
         {'monitor': 'val/acc', 'mode': 'max'}
     """
-    from gyre.trainer._utility_callbacks import monitor_mode
+    from gyre.callbacks._monitor import monitor_mode
 
     for name, section in config.trainer.callbacks.items():
         if section.get("class_name", name) == "ModelCheckpoint" and section.get("monitor"):

@@ -143,7 +143,7 @@ def build_writer(config: Any, log_dir: Path) -> Any:
     default; a CSV file when tensorboardX is not installed)."""
     import importlib.util
 
-    import gyre
+    from gyre.loggers import CSVWriter, TensorBoardWriter
 
     tool = config.logger.tool_config
     if tool is not None:
@@ -153,8 +153,8 @@ def build_writer(config: Any, log_dir: Path) -> Any:
         kwargs = validate_component("loggers", section, where="trainer.logger.tool_config", extra_allowed=("log_dir",))
         return LOGGERS.get(section["class_name"], where="trainer.logger.tool_config.class_name")(**kwargs, log_dir=str(log_dir))
     if importlib.util.find_spec("tensorboardX") is not None:
-        return gyre.TensorBoardWriter(log_dir / "tensorboard")
-    return gyre.CSVWriter(log_dir / "metrics.csv")
+        return TensorBoardWriter(log_dir / "tensorboard")
+    return CSVWriter(log_dir / "metrics.csv")
 
 
 def learning_rate_in(opt_state: Any) -> Any:

@@ -101,7 +101,10 @@ def first_batch(loader: Any) -> Any:
 
 
 def train_model(trainer: Any, train_loader: Any, val_loader: Any, test_loader: Any, num_epochs: int | None) -> dict[str, Any]:
-    import gyre
+    from gyre.callbacks import checkpoint, keras_bar
+    from gyre.core import after, on_train_step
+    from gyre.engine import train_loop
+    from gyre.loggers import write_to
     from gyre.trainer._hooks import TrainingHooks
 
     epochs = trainer.config.train_epochs if num_epochs is None else num_epochs
@@ -131,23 +134,23 @@ def train_model(trainer: Any, train_loader: Any, val_loader: Any, test_loader: A
     named_loaders(test_loader, "test")  # a bad dict of test loaders is explained before training
     step_logs = bool(hooks.step_callbacks or trainer.config.detect_nans)
     step = _compiled(trainer, f"train{int(step_logs)}", trainer._builder.train_step(step_logs=step_logs))
-    tasks: dict[Any, Any] = {gyre.on_train_step: step}
+    tasks: dict[Any, Any] = {on_train_step: step}
     every = trainer.config.logger.log_steps_every
     if every:
-        tasks[gyre.after(steps=every - 1).every(every)] = hooks.log_window
-    resume_ckpt = gyre.checkpoint(str((trainer.log_dir / "resume").resolve()), keep=1)
+        tasks[after(steps=every - 1).every(every)] = hooks.log_window
+    resume_ckpt = checkpoint(str((trainer.log_dir / "resume").resolve()), keep=1)
     minutes = trainer.config.resume_every_minutes
-    callbacks: list[Any] = [hooks, gyre.write_to(trainer.writer, every=max(1, min(every or epoch_steps, epoch_steps)))]
+    callbacks: list[Any] = [hooks, write_to(trainer.writer, every=max(1, min(every or epoch_steps, epoch_steps)))]
     if minutes:  # on a clock (a save costs tens of ms; small epochs take less): and at the end
         tasks[periodic(60.0 * minutes)] = resume_ckpt
     else:
         callbacks.insert(1, resume_ckpt)  # at every epoch's end, after the epoch's hooks
     if trainer.config.enable_progress_bar:
-        callbacks.insert(0, gyre.keras_bar(total=epochs * epoch_steps))
+        callbacks.insert(0, keras_bar(total=epochs * epoch_steps))
     trainer._stop_reason = ""
     status = "failed"
     try:
-        state, history, elapsed = gyre.train_loop(
+        state, history, elapsed = train_loop(
             trainer.state, data, tasks, callbacks=callbacks, stop=epochs * epoch_steps,
             epoch_duration=epoch_steps, steps_per_call=trainer.config.steps_per_call,
             resume=trainer.config.resume, nan_policy="raise" if trainer.config.detect_nans else "ignore",

@@ -11,45 +11,13 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
-from gyre.callbacks._monitor import implied_mode
+from gyre.callbacks._monitor import monitor_mode
 from gyre.config._registry import register_callback
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn, whole_number
 from gyre.core._host import fetch, numeric_dtype
 from gyre.trainer._callback import Callback, _check_state
 
 PROFILE_FOLDER = "profile"
-
-
-def monitor_mode(owner: str, monitor: str, mode: str) -> str:
-    """The mode of a callback that keeps the best ``monitor`` (a logged name such as
-    ``"val/acc"``): ``"auto"`` takes the one its name implies (``"max"`` for an accuracy,
-    ``"min"`` for a loss or an error, and ``"min"`` for a name that implies neither); a given
-    mode against the name (``"min"`` on ``"val/acc"``: the worst model kept) is an error.
-
-    Example:
-        >>> monitor_mode("ModelCheckpoint", "val/acc", "auto"), monitor_mode("ModelCheckpoint", "val/foo", "max")
-        ('max', 'max')
-        >>> monitor_mode("ModelCheckpoint", "val/acc", "min")
-        Traceback (most recent call last):
-        ValueError: ModelCheckpoint: mode 'min' on 'val/acc' keeps the lowest value, but its name says mode 'max' (higher is better)
-        ...
-    """
-    implied = implied_mode(monitor)
-    if mode == "auto":
-        return implied or "min"
-    if implied is not None and mode != implied:
-        kept, better = ("lowest", "higher") if mode == "min" else ("highest", "lower")
-        raise ValueError(
-            explain(
-                f"{owner}: mode {mode!r} on {monitor!r} keeps the {kept} value, but its name says mode "
-                f"{implied!r} ({better} is better)",
-                expected=f"mode: {implied} for {monitor} (or leave mode out: it is taken from the name)",
-                received=f"mode: {mode}",
-                fix=f"set mode: {implied}; if {kept.replace('est', 'er')} really is better for this "
-                "metric, log it under a name that says so",
-            )
-        )
-    return mode
 
 
 @register_callback
@@ -245,6 +213,8 @@ class EarlyStopping(Callback):
         ...     stopper.on_validation_epoch_end({"val/loss": loss}, epoch)
         EarlyStopping: val/loss did not improve for 2 validation epochs (best 0.4 at epoch 2)
     """
+
+    mode_from_monitor = True  # a config's mode against the monitor's name is refused (config/_schema)
 
     def __init__(
         self,
