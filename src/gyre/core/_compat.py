@@ -16,7 +16,7 @@ import jax
 
 def is_jitted(fn: Any) -> bool:
     """True when ``fn`` is a ``jax.jit``-wrapped function (public: ``jax.stages.Wrapped``)."""
-    if type(fn) is JITTED:  # the common cases, without the protocol check (50 us)
+    if type(fn) is JITTED:  # the common cases, without the slow protocol check
         return True
     if isinstance(fn, (types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
         return False

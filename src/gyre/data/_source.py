@@ -384,7 +384,7 @@ def arrays(
     ``workers=0``, 2 shared CPU cores, four runs): CIFAR-shaped gathers (10,000 x 32 x 32 x 3,
     batch 128; numpy ~6,000 batches/s) 0.26-0.59; the same augmented (numpy ~345/s) 0.80-1.31
     (the augmentation alone runs ~1.8x faster on two idle cores); digits-shaped batches
-    (1,797 x 64, batch 64; numpy ~210,000/s) 0.09-0.15 (grain costs 30-60 us per element). Keep
+    (1,797 x 64, batch 64; numpy ~210,000/s) 0.09-0.15. Keep
     ``workers=0`` unless a batch costs milliseconds (augmented images) and cores are idle.
 
     Example:

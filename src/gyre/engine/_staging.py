@@ -21,7 +21,7 @@ _stack_on_device = jax.jit(_stack_leaves)
 
 
 #: Byte alignment of the staging buffers: JAX on CPU reads a numpy argument aligned like this
-#: in place instead of copying it (a 1.6 MB chunk: 62 us per call against 230 us).
+#: in place instead of copying it.
 ALIGNMENT = 64
 
 

@@ -4,13 +4,12 @@ The writer builds each event with tensorboardX's protos and summary functions an
 with tensorboardX's ``RecordWriter`` (the TFRecord framing and its CRC-32C checksums; local
 folders and the remote ones tensorboardX opens), on its own thread. It does not use
 tensorboardX's ``SummaryWriter``, which hands every event through a second queue to a second
-thread: that cost about 170 us of Python per step for two scalars, against about 3 us here
-(one event per step holding all its scalars, refilled rather than rebuilt). The steps that
-:func:`gyre.write_to` hands over, a few hundred at a time, are encoded together, as numpy rows
-(:mod:`gyre.loggers._tfrecord`): about 0.3 us per step, byte for byte what tensorboardX would
-write. The checksums are computed in C when the ``crc32c`` package is installed (part of the
-``tensorboard`` extra; tensorboardX uses it), in tensorboardX's pure Python (about 8 us more
-per event written one by one) when not.
+thread, at many times the Python per step of one event per step holding all its scalars,
+refilled rather than rebuilt, as here. The steps that :func:`gyre.write_to` hands over, a few
+hundred at a time, are encoded together, as numpy rows (:mod:`gyre.loggers._tfrecord`), byte
+for byte what tensorboardX would write. The checksums are computed in C when the ``crc32c``
+package is installed (part of the ``tensorboard`` extra; tensorboardX uses it), in
+tensorboardX's slower pure Python when not.
 """
 
 from __future__ import annotations
@@ -111,8 +110,8 @@ class TensorBoardWriter(Writer):
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         # One event per step, holding every scalar of the step. Steps of a loop mostly share
         # their names, so the event of each set of names is built once and only its numbers
-        # change: 3 us of the writer's thread per event instead of 8, GIL time a host-bound
-        # loop's thread would otherwise wait for.
+        # change: less of the writer's thread per event, GIL time a host-bound loop's thread
+        # would otherwise wait for.
         names = tuple(values)
         template = self._templates.get(names)
         if template is None:
@@ -125,8 +124,8 @@ class TensorBoardWriter(Writer):
         self._w.write(event.SerializeToString())
 
     def _scalar_block(self, block: Block, keep: np.ndarray | None) -> None:
-        # A run's events are encoded at once, as numpy rows (gyre.loggers._tfrecord): about
-        # 0.3 us of the writer's thread per event, against 3 us event by event. Each event's
+        # A run's events are encoded at once, as numpy rows (gyre.loggers._tfrecord): a tenth of
+        # the writer's thread per event that event by event costs. Each event's
         # wall time is its step's own (the history's clock), not the moment it is written.
         out, encoder = getattr(self._w, "_writer", None), self._encoder  # the file under the framing
         for _, names, steps, dates, values in scalar_runs(block, keep):

@@ -208,9 +208,9 @@ def write_to(writer: Writer, *, every: int = 1, write_every: int = 1) -> WriteTo
         write_every: write only the steps that are multiples of this (0-based: 0, 50,
             100...), plus each step that logs a name the previous written step did not (an
             evaluation's ``loss_test``), and the loop's last step. 1 (the default) writes
-            every step. Writers whose backends cost much per step want it: on the 2-vCPU VM a
-            ``WandbWriter`` needs ~150 us of Python per written step and an ``MLflowWriter``
-            on a file store ~100 us, against ~0.7 us for ``TensorBoardWriter``.
+            every step. Writers whose backends cost much per step want it: a ``WandbWriter``
+            or an ``MLflowWriter`` on a file store spends far more Python per written step
+            than ``TensorBoardWriter``.
 
     Raises:
         TypeError: ``writer`` is not a gyre writer, or one that does not write scalars.

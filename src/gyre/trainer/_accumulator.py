@@ -63,8 +63,8 @@ def _merge_step(acc: Metric, value: jax.Array, weight: jax.Array) -> Metric:
 
 # -- the packed layout ---------------------------------------------------------------------------
 #
-# Speed, per compiled call: every buffer a call takes and returns costs (about a microsecond
-# each on CPU), and so does every separate kernel. So the metrics of one mode, shape and dtype
+# Speed, per compiled call: every buffer a call takes and returns costs host time, and so
+# does every separate kernel. So the metrics of one mode, shape and dtype
 # form a group whose monoid holds them stacked (leading axis: the group's metrics), updated by
 # one vmapped merge: a few kernels per group, whatever the number of metrics. And all the
 # groups' leaves travel packed, one flat vector per dtype. The layout, static and hashable,
