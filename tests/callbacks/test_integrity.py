@@ -14,6 +14,7 @@ from gyre.callbacks._integrity import (
     abstract,
     checksums,
     describe_tree,
+    empty_nodes,
     leaf_path,
     leaf_type,
     mismatch,
@@ -184,3 +185,12 @@ def test_reason_of_other_errors_is_their_first_line_clipped():
     long = reason(ValueError("x" * 500 + "\nsecond line"))
     assert len(long) < 200 and long.endswith("...") and "second" not in long
     assert reason(KeyError()) == "KeyError"
+
+
+def test_empty_nodes_are_the_structure_the_leaves_do_not_show_and_a_mismatch_names_them():
+    assert empty_nodes({"w": 1.0, "extras": {}, "opt": (2.0, ())}) == ["extras", "opt/1"]
+    saved = describe_tree({"w": jnp.zeros(2)}, with_checksums=False)
+    assert mismatch(saved, {"w": jnp.zeros(2), "opt": ((), ())}, saved_empty=[]) == (
+        "2 target nodes not in the checkpoint (opt/0, opt/1)"
+    )
+    assert mismatch(saved, {"w": jnp.zeros(2), "opt": ((), ())}) is None  # without saved_empty: leaves only

@@ -32,11 +32,6 @@ class Unreadable(Exception):
 
     ``kind`` is ``"corrupt"`` (damaged or incomplete files, a checksum that does not match)
     or ``"fit"`` (intact, but its tree is not the target's: another model, another dtype).
-
-    Example:
-        >>> err = Unreadable("corrupt", "the file state/_METADATA is empty")
-        >>> err.kind, str(err)
-        ('corrupt', 'the file state/_METADATA is empty')
     """
 
     def __init__(self, kind: str, reason: str) -> None:
@@ -48,11 +43,6 @@ class Unreadable(Exception):
 def leaf_path(path: tuple[Any, ...]) -> str:
     """A leaf's key path as ``"params/Dense_0/kernel"``: dict keys, attribute names and
     indices alike, so a dict state and a dataclass state with the same names match.
-
-    Example:
-        >>> import jax
-        >>> [leaf_path(p) for p, _ in jax.tree_util.tree_flatten_with_path({"a": [1, 2]})[0]]
-        ['a/0', 'a/1']
     """
     parts = []
     for key in path:
@@ -71,13 +61,7 @@ def _is_key(x: Any) -> bool:
 
 
 def leaf_type(x: Any, *, where: str = "state") -> tuple[tuple[int, ...], str]:
-    """A leaf's ``(shape, dtype name)``; a Python number's dtype is its type's name.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> leaf_type(jnp.zeros((2, 3))), leaf_type(1.5)
-        (((2, 3), 'float32'), ((), 'float'))
-    """
+    """A leaf's ``(shape, dtype name)``; a Python number's dtype is its type's name."""
     if isinstance(x, (bool, int, float, complex)):
         return (), type(x).__name__
     if isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)):
@@ -118,12 +102,6 @@ def _host_values(leaves: list[Any]) -> list[Any]:
 def checksums(leaves: list[Any]) -> list[int | None]:
     """CRC-32 of each leaf's bytes, from one host copy of them all; ``None`` for a leaf no
     process holds whole.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> a, b = checksums([jnp.arange(3), 2.0])
-        >>> a == checksums([jnp.arange(3)])[0], isinstance(b, int)
-        (True, True)
     """
     readable = [
         not (isinstance(x, jax.Array) and not x.is_fully_addressable) for x in leaves
@@ -134,14 +112,7 @@ def checksums(leaves: list[Any]) -> list[int | None]:
 
 
 def describe_tree(tree: Any, *, with_checksums: bool, where: str = "state") -> list[Leaf]:
-    """Every leaf of ``tree``: path, shape, dtype and (when asked) checksum.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> [(d["path"], d["shape"], d["dtype"]) for d in describe_tree(
-        ...     {"w": jnp.zeros((2,))}, with_checksums=False)]
-        [('w', [2], 'float32')]
-    """
+    """Every leaf of ``tree``: path, shape, dtype and (when asked) checksum."""
     leaves, paths, _ = _structure(tree)
     types = [leaf_type(x, where=where) for x in leaves]
     sums = checksums(leaves) if with_checksums else [None] * len(leaves)
@@ -196,10 +167,6 @@ def empty_nodes(tree: Any) -> list[str]:
     """The paths of the nodes of ``tree`` that hold no leaf (``None``, ``{}``, optax's
     ``EmptyState()``): the part of a tree's structure its leaves do not show (adam's and
     adamw's states have the same leaves; adamw's has one more empty node).
-
-    Example:
-        >>> empty_nodes({"w": 1.0, "extras": {}, "opt": (2.0, ())})
-        ['extras', 'opt/1']
     """
     return list(_structure(tree)[2])
 
@@ -210,14 +177,6 @@ def mismatch(
     """Why ``target`` cannot receive the saved leaves (one line), or ``None`` when it fits:
     the same paths, shapes and dtypes (a dtype is never cast) and, when ``saved_empty`` is
     given, the same empty nodes (:func:`empty_nodes`).
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> saved = describe_tree({"w": jnp.zeros(2)}, with_checksums=False)
-        >>> mismatch(saved, {"w": jnp.zeros(2, jnp.int32)})
-        'dtype of w: saved float32, target int32'
-        >>> mismatch(saved, {"w": jnp.zeros(2), "opt": ((), ())}, saved_empty=[])
-        '2 target nodes not in the checkpoint (opt/0, opt/1)'
     """
     wanted = {leaf_path(p): leaf_type(x, where=where) for p, x in jax.tree_util.tree_flatten_with_path(target)[0]}
     have = {d["path"]: (tuple(d["shape"]), d["dtype"]) for d in saved}
@@ -239,12 +198,6 @@ def abstract(target: Any) -> Any:
     """The target as orbax restores into it: arrays become ``jax.ShapeDtypeStruct`` with their
     sharding (a struct without one gets the first local device); numpy arrays and Python
     numbers stay as they are (restored as such).
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> out = abstract({"w": jnp.zeros(2), "s": jax.ShapeDtypeStruct((3,), jnp.int32)})
-        >>> type(out["w"]).__name__, out["s"].sharding.device_set == {jax.local_devices()[0]}
-        ('ShapeDtypeStruct', True)
     """
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
 
@@ -259,16 +212,7 @@ def abstract(target: Any) -> Any:
 
 
 def verify(saved: list[Leaf], restored: Any) -> None:
-    """Raises :class:`Unreadable` when a restored leaf's checksum is not the saved one.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> saved = describe_tree({"w": jnp.arange(3.0)}, with_checksums=True)
-        >>> verify(saved, {"w": jnp.arange(3.0)})
-        >>> verify(saved, {"w": jnp.zeros(3)})
-        Traceback (most recent call last):
-        gyre.callbacks._integrity.Unreadable: the values of w differ from those saved (checksum mismatch: the files were changed after the save)
-    """
+    """Raises :class:`Unreadable` when a restored leaf's checksum is not the saved one."""
     expected = {d["path"]: d.get("crc32") for d in saved}
     flat = jax.tree_util.tree_flatten_with_path(restored)[0]
     checked = [(leaf_path(p), x) for p, x in flat if expected.get(leaf_path(p)) is not None]
@@ -313,11 +257,6 @@ def reason(err: BaseException, step_dir: str | None = None) -> str:
     """One readable line for an exception raised while reading a checkpoint: a TensorStore
     status (here or in the exceptions that caused it) becomes what it means and the file or
     array it names, never its 2 kB spec.
-
-    Example:
-        >>> reason(ValueError('NOT_FOUND: Error reading "x" of local file "/c/5/state/d/ab12" '
-        ...                   '[tensorstore_spec=...]'), "/c/5")
-        'a file is missing (state/d/ab12)'
     """
     chain, seen = [err], {id(err)}
     while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and id(nxt) not in seen:
