@@ -102,3 +102,9 @@ def test_rows_skip_arrays_and_non_numbers():
 
     h = gyre.history([{"metrics": {"a": 1, "v": np.ones(2)}, "outputs": {"s": "text"}}])
     assert list(scalar_rows(h.read(0, wait=True))) == [(0, {"a": 1.0})]
+
+
+def test_only_real_scalars_are_numbers_for_wandb():
+    from gyre.callbacks._wandb_logger import is_number
+
+    assert [is_number(v) for v in (2, np.float32(0.5), np.ones(2), "1")] == [True, True, False, False]

@@ -298,3 +298,11 @@ def test_steps_per_epoch_refuses_an_epoch_of_no_batch_as_batches_does():
         batches(_data(10), 32)
     assert str(info.value) == str(same.value)
     assert steps_per_epoch(10, 32, drop_remainder=False) == 1
+
+
+def test_an_epochs_order_is_fixed_by_seed_and_epoch_and_differs_between_epochs():
+    from gyre.data._arrays import epoch_order
+
+    first = epoch_order(0, 0, 5).tolist()
+    assert first == epoch_order(0, 0, 5).tolist() != epoch_order(0, 1, 5).tolist()
+    assert sorted(first) == [0, 1, 2, 3, 4]  # a permutation of the rows

@@ -161,3 +161,7 @@ def test_bfloat16_losses_are_averaged_and_reach_best_fn():
     reduced = jaxloop.reduce_outputs({"loss": [jnp.bfloat16(1.0), jnp.bfloat16(2.0)]})
     assert reduced["loss"].shape == () and float(reduced["loss"]) == 1.5
     assert orbax_format.host_metrics({"half": np.asarray(0.5, jnp.bfloat16)}) == {"half": 0.5}
+
+
+def test_a_folder_path_is_not_an_orbax_manager():
+    assert not orbax_format.is_manager("runs/exp")

@@ -28,3 +28,13 @@ def test_eval_context_has_jaxloops_fields_in_jaxloops_order():
     ctx = jaxloop.EvalContext(True, 40, 0)
     assert (ctx.is_continuous_eval, ctx.step_num, ctx.loop_count) == (True, 40, 0)
     assert ctx.step == 40 and ctx.train_total_steps is None and ctx.eval_count == 0
+
+
+def test_one_shot_iterators_and_sources_with_a_position_are_told_apart():
+    import numpy as np
+
+    import gyre
+    from gyre.jaxloop._specs import has_position, is_one_shot
+
+    assert (is_one_shot(iter([1, 2])), is_one_shot([1, 2])) == (True, False)
+    assert (has_position(gyre.data.batches(np.zeros((4, 1)), 2)), has_position([1])) == (True, False)

@@ -69,3 +69,9 @@ def test_scalars_for_writers_keeps_numbers_only():
 def test_scalars_for_writers_keeps_bfloat16_and_float8_numbers():
     metrics = {"loss": jnp.bfloat16(0.5), "f8": jnp.asarray(0.5, jnp.float8_e4m3fn), "c": jnp.complex64(1)}
     assert list(scalars_for_writers(metrics, {})) == ["loss", "f8"]
+
+
+def test_a_scalar_is_a_python_number_or_a_zero_dimensional_array():
+    from gyre.trainer._metric_names import is_scalar
+
+    assert (is_scalar(1.5), is_scalar(jnp.ones(())), is_scalar(jnp.ones(2))) == (True, True, False)

@@ -25,10 +25,6 @@ Say = Callable[[int, Unreadable, bool], None]
 def resolve(resume: Any) -> tuple[str, Any]:
     """``resume`` as ``("latest", None)``, ``("best", None)``, ``("step", n)`` or
     ``("path", absolute path)``.
-
-    Example:
-        >>> resolve("latest"), resolve(120), resolve("best")
-        (('latest', None), ('step', 120), ('best', None))
     """
     if resume in ("latest", "best"):
         return resume, None
@@ -49,13 +45,7 @@ def resolve(resume: Any) -> tuple[str, Any]:
 
 
 def step_of_path(path: str) -> tuple[str, int]:
-    """``(root, step)`` of a checkpoint's directory, else a clear ``FileNotFoundError``.
-
-    Example:
-        >>> step_of_path("/tmp/nowhere/12")  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        FileNotFoundError: resume= names a path that is not a checkpoint...
-    """
+    """``(root, step)`` of a checkpoint's directory, else a clear ``FileNotFoundError``."""
     name = os.path.basename(path.rstrip(os.sep))
     if name.isdigit() and os.path.isfile(os.path.join(path, RECORD_ITEM, RECORD_FILE)):
         return os.path.dirname(path.rstrip(os.sep)), int(name)

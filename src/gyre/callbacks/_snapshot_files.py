@@ -28,13 +28,6 @@ _TEMPORARY = ".tmp-gyre-"
 def check_file_name(name: Any) -> str:
     """A :attr:`Snapshot.files` name, checked: a relative path of plain parts that cannot be
     taken for a step, a temporary directory or gyre's marker.
-
-    Example:
-        >>> check_file_name("history/000120.json")
-        'history/000120.json'
-        >>> check_file_name("../etc/passwd")  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ValueError: a checkpoint file name must be a relative path of plain names...
     """
     parts = name.split("/") if isinstance(name, str) else []
     top = parts[0] if parts else ""
@@ -66,16 +59,7 @@ def _write_atomically(path: str, data: bytes) -> None:
 
 
 class Files:
-    """The files under a checkpoint directory ``root``.
-
-    Example:
-        >>> import tempfile
-        >>> with tempfile.TemporaryDirectory() as tmp:
-        ...     files = Files(tmp)
-        ...     files.write({"history/000000000000.json": b"[]"})
-        ...     files.list("history"), files.read("history/000000000000.json"), files.tops()
-        (['history/000000000000.json'], b'[]', ['history'])
-    """
+    """The files under a checkpoint directory ``root``."""
 
     def __init__(self, root: str) -> None:
         self.root = root

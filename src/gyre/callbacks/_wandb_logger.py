@@ -34,10 +34,6 @@ from gyre.parallel.distributed import is_main_process
 def is_number(value: Any) -> bool:
     """A real number: a Python one (``bool`` included), or a 0-d numeric array (numpy scalars
     and JAX arrays included, read by their ``shape`` and ``dtype`` only).
-
-    Example:
-        >>> is_number(2), is_number(np.float32(0.5)), is_number(np.ones(2)), is_number("1")
-        (True, True, False, False)
     """
     if isinstance(value, numbers.Real):
         return True
@@ -70,13 +66,6 @@ def scalar_runs(
     values)``. A name is the bare one, ``collection.name`` when an earlier collection of the
     record took it; dates are the clocks' (now for an undated clock); values are float64, a
     row per record and a column per name. Records without a scalar number are left out.
-
-    Example:
-        >>> import gyre
-        >>> h = gyre.history([{"losses": {"loss": 1.0}}, {"losses": {"loss": 0.5}},
-        ...                   {"losses": {"loss": 0.25}, "stateful_metrics": {"loss": 2.0, "acc": 0.5}}])
-        >>> [(i, names, steps.tolist(), values.tolist()) for i, names, steps, _, values in scalar_runs(h.read(0))]
-        [(0, ('loss',), [0, 1], [[1.0], [0.5]]), (2, ('loss', 'stateful_metrics.loss', 'acc'), [2], [[0.25, 2.0, 0.5]])]
     """
     keys, present, found = [], [], []
     for key, (rows, values) in block.entries.items():
@@ -102,13 +91,7 @@ def scalar_runs(
 
 
 def scalar_rows(block: Block, keep: np.ndarray | None = None) -> Iterator[tuple[int, dict[str, float]]]:
-    """The records of :func:`scalar_runs` one by one, as ``(step, {name: number})``.
-
-    Example:
-        >>> import gyre
-        >>> list(scalar_rows(gyre.history([{"losses": {"loss": 0.5}}]).read(0)))
-        [(0, {'loss': 0.5})]
-    """
+    """The records of :func:`scalar_runs` one by one, as ``(step, {name: number})``."""
     for _, names, steps, _, values in scalar_runs(block, keep):
         for step, row in zip(steps.tolist(), values.tolist(), strict=True):
             yield step, dict(zip(names, row, strict=True))
@@ -119,15 +102,6 @@ class FollowsHistory:
     loop calling them (a new loop: the records of the last one are sent first, waiting), or,
     called by hand, a history of their own that the logs they receive go into. A subclass
     defines ``_send(wait=...)``, which reads with :meth:`_read`.
-
-    Example:
-        >>> import gyre
-        >>> class Counter(FollowsHistory):
-        ...     def _send(self, *, wait):
-        ...         print(self._read(wait=wait).count)
-        >>> c = Counter()
-        >>> c._follow(gyre.Elapsed(steps=0), gyre.logs().add_loss("loss", 1.0), None); c._send(wait=True)
-        1
     """
 
     _silent: bool | None = None  # decided at the first call: only process 0 sends

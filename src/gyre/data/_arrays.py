@@ -34,11 +34,6 @@ def _check_count(name: str, value: Any, *, minimum: int, example: str) -> int:
 def check_seed(seed: Any) -> int:
     """``seed`` as an ``int`` when it can seed numpy's generators (a whole number >= 0,
     numpy and 0-d integer arrays included), else a ``ValueError`` that says so.
-
-    Example:
-        >>> import numpy as np
-        >>> check_seed(np.int64(7))
-        7
     """
     return whole_number(
         seed,
@@ -140,10 +135,6 @@ def epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
     """The order of the ``n`` samples in epoch ``epoch``: the permutation drawn from
     ``numpy.random.default_rng((seed, epoch))``. Every path that shuffles in-memory arrays
     (``batches``, ``arrays(..., workers>=1)`` on grain) draws it here, so they agree bit for bit.
-
-    Example:
-        >>> epoch_order(0, 0, 5).tolist() == epoch_order(0, 0, 5).tolist() != epoch_order(0, 1, 5).tolist()
-        True
     """
     return np.random.default_rng((seed, epoch)).permutation(n)
 
@@ -236,11 +227,6 @@ class Batches(Iterator[Batch]):
     def __len__(self) -> int:
         """Batches per epoch (:attr:`epoch_steps`), as a torch ``DataLoader``'s ``len``, so
         ``gyre.lr_schedule(..., steps_per_epoch=len(train_ds))`` reads as in Jax Fit.
-
-        Example:
-            >>> import numpy as np
-            >>> len(batches(np.zeros((10, 2)), 4))
-            2
         """
         return self.epoch_steps
 

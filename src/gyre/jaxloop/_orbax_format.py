@@ -21,12 +21,7 @@ from gyre.steps._restore import restore_pytree
 
 
 def is_manager(obj: Any) -> bool:
-    """Whether ``obj`` is an orbax ``CheckpointManager``.
-
-    Example:
-        >>> is_manager("runs/exp")
-        False
-    """
+    """Whether ``obj`` is an orbax ``CheckpointManager``."""
     from orbax.checkpoint import CheckpointManager
 
     return isinstance(obj, CheckpointManager)
@@ -35,11 +30,6 @@ def is_manager(obj: Any) -> bool:
 def steps_in(directory: str | os.PathLike[str]) -> list[int]:
     """The complete steps an orbax ``CheckpointManager`` saved in ``directory``, oldest first
     (a save still under its temporary name is not one; no directory: none).
-
-    Example:
-        >>> import tempfile
-        >>> steps_in(tempfile.mkdtemp())
-        []
     """
     from orbax.checkpoint import utils
 
@@ -61,10 +51,6 @@ def save(manager: Any, step: int, state: Any, metrics: dict[str, float] | None) 
 def host_metrics(reduced: dict[str, Any]) -> dict[str, float]:
     """The numbers among a loop's reduced outputs, as Python floats (what orbax's
     ``best_fn`` is given and what it writes as JSON).
-
-    Example:
-        >>> host_metrics({"loss": np.float32(0.5), "logits": np.zeros(3), "n": 2})
-        {'loss': 0.5, 'n': 2.0}
     """
     return {k: float(v) for k, v in reduced.items() if np.ndim(v) == 0 and np.asarray(v).dtype != bool and numeric_dtype(np.asarray(v).dtype)}
 

@@ -59,11 +59,6 @@ class EvalContext:
 def is_one_shot(dataset: Any) -> bool:
     """Whether ``dataset`` is an iterator that cannot be read again from its start: it is its
     own iterator and has no ``state_dict``/``load_state_dict`` to put it back.
-
-    Example:
-        >>> import gyre
-        >>> is_one_shot(iter([1, 2])), is_one_shot([1, 2])
-        (True, False)
     """
     if not isinstance(dataset, Iterator) or has_position(dataset):
         return False
@@ -73,11 +68,6 @@ def is_one_shot(dataset: Any) -> bool:
 def has_position(dataset: Any) -> bool:
     """Whether ``dataset`` saves and loads its position (``state_dict``/``load_state_dict``,
     as ``gyre.data.batches``).
-
-    Example:
-        >>> import gyre, numpy as np
-        >>> has_position(gyre.data.batches(np.zeros((4, 1)), 2)), has_position([1])
-        (True, False)
     """
     return callable(getattr(dataset, "state_dict", None)) and callable(getattr(dataset, "load_state_dict", None))
 

@@ -37,12 +37,7 @@ def _masked(crc: Any) -> Any:
 
 
 def varint_length(steps: np.ndarray) -> np.ndarray:
-    """Bytes of each step's varint in a serialized event (0 for step 0, which proto3 omits).
-
-    Example:
-        >>> varint_length(np.array([0, 1, 127, 128, 16384])).tolist()
-        [0, 1, 1, 2, 3]
-    """
+    """Bytes of each step's varint in a serialized event (0 for step 0, which proto3 omits)."""
     steps = np.asarray(steps, np.int64)
     length = (steps > 0).astype(np.int64)
     for k in range(1, 10):
@@ -126,17 +121,7 @@ class _Template:
 
 
 class ScalarEvents:
-    """Encodes runs of scalar events (see the module docs); one per event file writer.
-
-    Example:
-        >>> import numpy as np
-        >>> from tensorboardX.crc32c import crc32c
-        >>> from tensorboardX.proto.event_pb2 import Event
-        >>> events = ScalarEvents(Event, crc32c)
-        >>> data = events.encode(("loss",), np.array([1, 2]), np.array([5.0, 6.0]), np.array([[0.5], [0.25]]))
-        >>> len(data) > 0
-        True
-    """
+    """Encodes runs of scalar events (see the module docs); one per event file writer."""
 
     def __init__(self, event: Any, crc32c: Any) -> None:
         self._event = event

@@ -78,16 +78,7 @@ class WriterError(RuntimeError):
 
 
 def require(module: str, *, extra: str, who: str) -> ModuleType:
-    """Imports an optional dependency, or raises an ``ImportError`` naming the extra.
-
-    Example:
-        >>> require("json", extra="none", who="a doctest").__name__
-        'json'
-        >>> require("no_such_module_here", extra="tensorboard", who="TensorBoardWriter")
-        Traceback (most recent call last):
-        ImportError: TensorBoardWriter needs the optional package 'no_such_module_here', which is not installed
-        ...
-    """
+    """Imports an optional dependency, or raises an ``ImportError`` naming the extra."""
     try:
         return importlib.import_module(module)
     except ImportError as err:
@@ -102,13 +93,7 @@ def require(module: str, *, extra: str, who: str) -> ModuleType:
 
 
 def supporters(kind: str) -> list[str]:
-    """The names of gyre's writers that write ``kind`` (one of :data:`KINDS`), sorted.
-
-    Example:
-        >>> import gyre
-        >>> supporters("histograms")
-        ['TensorBoardWriter', 'WandbWriter']
-    """
+    """The names of gyre's writers that write ``kind`` (one of :data:`KINDS`), sorted."""
     return sorted(cls.__name__ for cls in _WRITERS if kind in cls.kinds and cls.__module__.startswith("gyre."))
 
 
@@ -128,12 +113,7 @@ def _step(who: str, step: Any) -> Any:
 
 
 def jnp_integer(dtype: Any) -> bool:
-    """Whether a dtype holds integers (signed or not).
-
-    Example:
-        >>> jnp_integer(np.dtype("int32")), jnp_integer(np.dtype("float32"))
-        (True, False)
-    """
+    """Whether a dtype holds integers (signed or not)."""
     return np.dtype(dtype).kind in "iu"
 
 
@@ -175,12 +155,7 @@ def _scalars(who: str, method: str, values: Any, before: str = "step, ") -> dict
 
 
 def as_uint8_images(name: str, image: np.ndarray) -> np.ndarray:
-    """An HWC or NHWC image (uint8, or floats in [0, 1]) as uint8 NHWC.
-
-    Example:
-        >>> as_uint8_images("x", np.ones((2, 2, 1), np.float32)).shape
-        (1, 2, 2, 1)
-    """
+    """An HWC or NHWC image (uint8, or floats in [0, 1]) as uint8 NHWC."""
     image = np.asarray(image)
     if image.ndim == 3:
         image = image[None]

@@ -29,15 +29,6 @@ class ConcatCollector:
 
     Args:
         specs: the metrics' specs; the CONCAT ones are collected.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> specs = {"pred": MetricSpec("pred", "concat"), "loss": MetricSpec("loss")}
-        >>> collector = ConcatCollector(specs)
-        >>> collector.add({"pred": jnp.array([1, 2])})
-        >>> collector.add({"pred": (jnp.array([3]), None)})   # a (value, count) pair works too
-        >>> collector.compute()["pred"].tolist()
-        [1, 2, 3]
     """
 
     def __init__(self, specs: Mapping[str, MetricSpec]) -> None:
@@ -46,12 +37,7 @@ class ConcatCollector:
 
     @staticmethod
     def select(specs: Mapping[str, MetricSpec], values: Values) -> dict[str, Any]:
-        """The CONCAT metrics' values, for a compiled step to return (jittable).
-
-        Example:
-            >>> ConcatCollector.select({"p": MetricSpec("p", "concat")}, {"p": (7, None)})
-            {'p': 7}
-        """
+        """The CONCAT metrics' values, for a compiled step to return (jittable)."""
         return {k: values[k][0] for k, s in specs.items() if s.mode is LogMetricMode.CONCAT}
 
     def _add(self, values: Mapping[str, Any], stacked: bool) -> None:
@@ -66,25 +52,11 @@ class ConcatCollector:
     def add(self, values: Mapping[str, Any]) -> None:
         """Keeps one step's CONCAT values (arrays, or ``(value, count)`` pairs); other
         metrics' values are ignored.
-
-        Example:
-            >>> collector = ConcatCollector({"p": MetricSpec("p", "concat")})
-            >>> collector.add({"p": 1.0, "loss": 0.5})
-            >>> collector.compute()["p"].tolist()
-            [1.0]
         """
         self._add(values, stacked=False)
 
     def add_stacked(self, values: Mapping[str, Any]) -> None:
-        """Keeps the CONCAT values of several fused steps (leading axis: the steps).
-
-        Example:
-            >>> import jax.numpy as jnp
-            >>> collector = ConcatCollector({"p": MetricSpec("p", "concat")})
-            >>> collector.add_stacked({"p": jnp.array([[1, 2], [3, 4]])})   # 2 steps of 2 rows
-            >>> collector.compute()["p"].tolist()
-            [1, 2, 3, 4]
-        """
+        """Keeps the CONCAT values of several fused steps (leading axis: the steps)."""
         self._add(values, stacked=True)
 
     def compute(self) -> dict[str, jax.Array]:
@@ -93,10 +65,6 @@ class ConcatCollector:
 
         Raises:
             ValueError: a metric's rows have different shapes.
-
-        Example:
-            >>> ConcatCollector({"p": MetricSpec("p", "concat")}).compute()["p"].shape
-            (0,)
         """
         out = {}
         for key, parts in self._parts.items():
@@ -118,14 +86,7 @@ class ConcatCollector:
         return out
 
     def reset(self) -> None:
-        """Forgets every value (at the start of an epoch or a window).
-
-        Example:
-            >>> collector = ConcatCollector({"p": MetricSpec("p", "concat")})
-            >>> collector.add({"p": 1.0}); collector.reset()
-            >>> collector.compute()["p"].tolist()
-            []
-        """
+        """Forgets every value (at the start of an epoch or a window)."""
         self._parts = {k: [] for k in self.keys}
 
 

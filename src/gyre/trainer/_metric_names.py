@@ -80,26 +80,14 @@ def _phase_freq(phase: Any, freq: Any) -> None:
 
 
 def logged_name(key: str, phase: str, freq: str = "epoch") -> str:
-    """The name a metric is logged under (see the module for the rules).
-
-    Example:
-        >>> logged_name("acc", "train", "step"), logged_name("acc", "test")
-        ('train/acc_step', 'test/acc')
-        >>> logged_name("custom/acc", "train", "epoch"), logged_name("custom/acc", "val")
-        ('custom/acc_epoch', 'custom/acc')
-    """
+    """The name a metric is logged under (see the module for the rules)."""
     _phase_freq(phase, freq)
     base = key if "/" in key else f"{phase}/{key}"
     return f"{base}_{freq}" if phase == "train" else base
 
 
 def time_name(phase: str) -> str:
-    """``<phase>/time``: the seconds an epoch or evaluation took.
-
-    Example:
-        >>> time_name("val")
-        'val/time'
-    """
+    """``<phase>/time``: the seconds an epoch or evaluation took."""
     _phase_freq(phase, "epoch")
     return f"{phase}/time"
 
@@ -115,14 +103,6 @@ def metric_names(
     Raises:
         ValueError: an unknown phase or frequency, ``"step"`` for an evaluation phase, two
             metrics with one name, or a metric named ``<phase>/time``.
-
-    Example:
-        >>> specs = {"loss": MetricSpec("loss"), "v": MetricSpec("v", log_mode="val"),
-        ...          "t": MetricSpec("t", log_mode="test"), "s": MetricSpec("s", log_freq="step")}
-        >>> metric_names(specs, "train", "step")
-        {'loss': 'train/loss_step', 's': 'train/s_step'}
-        >>> metric_names(specs, "val"), metric_names(specs, "test")
-        ({'loss': 'val/loss', 'v': 'val/v', 's': 'val/s'}, {'loss': 'test/loss', 't': 'test/t', 's': 'test/s'})
     """
     _phase_freq(phase, freq)
     names: dict[str, str] = {}
@@ -155,11 +135,6 @@ def select_specs(
 ) -> dict[str, MetricSpec]:
     """The specs of the metrics logged in ``phase`` at ``freq`` (to make a smaller
     accumulator, e.g. the window accumulator of the STEP metrics).
-
-    Example:
-        >>> specs = {"a": MetricSpec("a", log_freq="epoch"), "b": MetricSpec("b")}
-        >>> list(select_specs(specs, "train", "step"))
-        ['b']
     """
     return {key: specs[key] for key in metric_names(specs, phase, freq)}
 
@@ -172,11 +147,6 @@ def name_metrics(
 
     Raises:
         KeyError: a metric routed to this phase has no computed value.
-
-    Example:
-        >>> name_metrics({"acc": 0.5, "v": 1.0}, {"acc": MetricSpec("acc"),
-        ...              "v": MetricSpec("v", log_mode="val")}, "test")
-        {'test/acc': 0.5}
     """
     out = {}
     for key, name in metric_names(specs, phase, freq).items():
@@ -189,11 +159,6 @@ def name_metrics(
 def is_scalar(value: Any) -> bool:
     """Whether ``value`` is one number (a Python or numpy number, or a 0-d numeric array):
     what writers and the metric files take. Reads no value.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> is_scalar(1.5), is_scalar(jnp.ones(())), is_scalar(jnp.ones(2))
-        (True, True, False)
     """
     if isinstance(value, numbers.Real):
         return True
@@ -209,14 +174,6 @@ def scalars_for_writers(
     """The entries of ``metrics`` (by logged name) that writers and the metric files take:
     numbers and 0-d arrays, never a CONCAT metric nor an array (callbacks get everything).
     Reads no value.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> specs = {"p": MetricSpec("p", "concat"), "c": MetricSpec("c", "sum")}
-        >>> metrics = {"val/p": jnp.ones(3), "val/c": jnp.ones(()), "val/time": 1.5,
-        ...            "val/per_class": jnp.ones(2)}
-        >>> list(scalars_for_writers(metrics, specs))
-        ['val/c', 'val/time']
     """
     concat = {
         logged_name(key, phase, freq)
@@ -232,10 +189,6 @@ def scalars_for_writers(
 def add_time(metrics: Mapping[str, Any], phase: str, seconds: float) -> dict[str, Any]:
     """``metrics`` with ``<phase>/time``: the seconds the epoch or evaluation took, a host
     number measured by the trainer.
-
-    Example:
-        >>> add_time({"train/loss_epoch": 0.5}, "train", 12.5)
-        {'train/loss_epoch': 0.5, 'train/time': 12.5}
     """
     name = time_name(phase)
     if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
