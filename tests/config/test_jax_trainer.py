@@ -138,3 +138,10 @@ def test_a_dataset_constructor_of_jax_trainer_passes_the_config_check_as_its_dat
     with pytest.raises(ConfigError, match=r"(?s)dataset.constructor names code to import: my.build.*CIFAR10Dataset.*fix:"):
         Config(trainer={}, model={"class_name": "SimpleCNN"}, optimizer={"class_name": "SGD", "learning_rate": 0.1},
                dataset={"constructor": "my.build"})
+
+
+def test_a_jax_trainer_optimizer_section_has_a_name_and_no_class_name():
+    from gyre.config._jax_trainer import is_jax_trainer_section
+
+    assert is_jax_trainer_section({"name": "adam", "lr": 1e-3})
+    assert not is_jax_trainer_section({"class_name": "Adam"})

@@ -411,3 +411,18 @@ def test_changed_settings_lists_each_setting_old_and_new():
         "trainer.train_epochs 1 → 2", "trainer.seed (none) → 1", "optimizer.learning_rate 0.003 → 0.03"]
     assert changed_settings(before, yaml.safe_load(before)) == []
     assert changed_settings("not: [valid", after) == []  # an unreadable old config: nothing to compare
+
+
+def test_resuming_with_other_settings_than_the_saved_config_warns_naming_each(tmp_path):
+    import warnings
+
+    from gyre.config._yaml import warn_changed_settings
+
+    saved = tmp_path / "config.yaml"
+    saved.write_text("optimizer: {learning_rate: 0.003}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn_changed_settings(saved, {"optimizer": {"learning_rate": 0.03}})
+        warn_changed_settings(saved, {"optimizer": {"learning_rate": 0.003}})  # the same: no warning
+    (message,) = [str(w.message) for w in caught]
+    assert "with settings other than its config.yaml's: optimizer.learning_rate 0.003 → 0.03" in message

@@ -259,3 +259,13 @@ def test_only_an_augment_taking_rng_is_given_it():
     assert _takes_rng(ForkNoiseLinen.augment)
     assert not _takes_rng(ZeroLabelsLinen.augment) and not _takes_rng(GaussianNoiseLinen.augment)
     assert not _takes_rng(BaseAugmentationLinen.augment)
+
+
+def test_the_forward_module_of_an_augmentation_wrapper_is_the_model_it_wraps():
+    from flax import linen
+
+    from gyre.trainer._augment import AugmentationLinen, forward_module
+
+    dense = linen.Dense(1)
+    assert forward_module(AugmentationLinen(wrapped_model=dense)) is dense
+    assert forward_module(dense) is dense

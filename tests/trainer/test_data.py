@@ -38,3 +38,11 @@ def test_a_loader_whose_length_changes_between_epochs_is_named():
 
     with pytest.raises(ValueError, match=r"changed its length between epochs(.|\n)*2 batches in epoch 2"):
         list(EpochStream(Shrinking(), epochs=2))
+
+
+def test_iterators_are_told_from_loaders_and_batch_parts_found_by_key_or_position():
+    from gyre.trainer._data import INPUT_KEYS, TARGET_KEYS, batch_part, is_iterator
+
+    assert (is_iterator(iter([1])), is_iterator([1])) == (True, False)
+    assert batch_part({"image": 1, "label": 2}, TARGET_KEYS, 1, "target") == 2
+    assert batch_part((1, 2), INPUT_KEYS, 0, "input") == 1

@@ -34,3 +34,12 @@ def test_periodic_skips_the_first_step_and_keeps_its_state():
     schedule = periodic(10.0)
     assert [t for t in (0.0, 9.0, 10.5, 15.0, 21.0) if schedule(Elapsed(time=t))] == [10.5, 21.0]
     assert schedule.state_dict() == {"last": 2}
+
+
+def test_epoch_ends_fire_every_nth_epoch_and_the_last_and_solve_their_next_step():
+    ends = EpochEnds(3, "evaluation", every=2, last=3)
+    clocks = [Elapsed(steps=i, epochs=i // 3, step_in_epoch=i % 3) for i in range(9)]
+    assert [e.steps for e in clocks if ends(e)] == [5, 8]
+    assert (ends.next_step(Elapsed(steps=0)), ends.next_step(Elapsed(steps=6, epochs=2))) == (5, 8)
+    assert EpochEnds(3, "save", every=1, others=True).next_step(Elapsed(steps=0)) is None
+    assert EpochEnds(4, "save").next_step(Elapsed(steps=5, epochs=1, step_in_epoch=1)) == 7

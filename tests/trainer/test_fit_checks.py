@@ -86,3 +86,13 @@ def test_a_learning_rate_given_as_a_string_is_explained(tmp_path):
 def test_fit_still_trains_on_pairs(tmp_path):
     state, history = run(tmp_path, test=make_data(), eval_step=accuracy)
     assert int(state.step) == 6 and len(history.collect("accuracy_test")) == 1
+
+
+def test_a_pair_of_arrays_as_train_ds_is_refused_with_an_explanation():
+    import numpy as np
+
+    from gyre.trainer._fit_checks import refuse_array_pair
+
+    with pytest.raises(TypeError, match="fit trains on batches, and train_ds is a pair of arrays"):
+        refuse_array_pair((np.zeros((8, 2)), np.zeros(8)))
+    refuse_array_pair([(np.zeros((8, 2)), np.zeros(8))])  # batches pass

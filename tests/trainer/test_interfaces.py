@@ -126,3 +126,12 @@ def test_flax_transforms_of_a_registered_linen_model_register_nothing():
     assert IfaceLinenConfig.class_name == "IfaceLinen" and MODELS.get("IfaceLinen") is IfaceLinen
     params = wrapped(IfaceLinenConfig()).init(jax.random.key(0), jnp.ones((2, 1, 2)))
     assert params["params"]["Dense_0"]["kernel"].shape == (2, 2, 5)
+
+
+def test_a_registered_factory_is_built_from_its_config_keys_and_what_the_trainer_supplies():
+    from flax import nnx
+
+    from gyre.trainer._interfaces import build_registered
+
+    layer = build_registered(nnx.Linear, {"in_features": 2, "out_features": 3}, rngs=nnx.Rngs(0))
+    assert layer.kernel.shape == (2, 3)

@@ -103,3 +103,11 @@ def test_init_ddp_mesh_is_a_data_axis_over_every_device_that_the_trainer_takes()
     assert mesh.axis_names == ("data",) and mesh.size == jax.device_count()
     strategy = strategy_of_mesh(mesh)
     assert strategy.name == "data_parallel" and strategy.data_axis == ("data",)
+
+
+def test_a_config_dict_section_becomes_a_plain_mapping():
+    from ml_collections import ConfigDict
+
+    from gyre.trainer._setup import plain_section
+
+    assert (plain_section(ConfigDict({"lr": 0.1})), plain_section(0.1)) == ({"lr": 0.1}, 0.1)

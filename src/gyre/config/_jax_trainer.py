@@ -29,12 +29,7 @@ _PARAMS = {"beta1": "b1", "beta2": "b2"}
 
 
 def is_jax_trainer_section(section: object) -> bool:
-    """Whether an optimizer section is written in jax_trainer's form (``name``, no ``class_name``).
-
-    Example:
-        >>> is_jax_trainer_section({"name": "adam", "lr": 1e-3}), is_jax_trainer_section({"class_name": "Adam"})
-        (True, False)
-    """
+    """Whether an optimizer section is written in jax_trainer's form (``name``, no ``class_name``)."""
     return isinstance(section, Mapping) and "name" in section and "class_name" not in section
 
 
@@ -43,10 +38,6 @@ def jax_trainer_component(section: dict[str, Any], where: str) -> dict[str, Any]
     model its ``hparams``) as gyre's: ``class_name`` is the path's last part, looked up in the
     registry (nothing is imported), and the ``hparams`` become the section's keys. A section
     with ``class_name`` is returned as it is.
-
-    Example:
-        >>> jax_trainer_component({"name": "tests.models.SimpleClassifier", "hparams": {"c_hid": 32}}, "model")
-        {'class_name': 'SimpleClassifier', 'c_hid': 32}
     """
     if "class_name" in section or not isinstance(section.get("name"), str):
         return section
@@ -79,14 +70,6 @@ def jax_trainer_dataset(section: dict[str, Any], where: str = "dataset") -> dict
     ``class_name`` (``batch_size`` is read as ``global_batch_size``). A config never imports
     a dotted path: any other constructor is refused with the registered names. A section
     with ``class_name`` is returned as it is.
-
-    Example:
-        >>> jax_trainer_dataset({"constructor": "jax_trainer.datasets.build_cifar10_datasets", "batch_size": 8})
-        {'global_batch_size': 8, 'class_name': 'CIFAR10Dataset'}
-        >>> jax_trainer_dataset({"constructor": "my_project.data.build"})
-        Traceback (most recent call last):
-        gyre.config.ConfigError: dataset.constructor names code to import: my_project.data.build
-        ...
     """
     if "class_name" in section or "constructor" not in section:
         return section

@@ -61,14 +61,6 @@ def tensorboard_tool_logger(
 ) -> TensorBoardWriter:
     """A :class:`gyre.TensorBoardWriter` writing into ``save_dir/name/version`` (``save_dir``
     defaults to ``<log_dir>/tensorboard``).
-
-    Example:
-        >>> import os, tempfile
-        >>> with tempfile.TemporaryDirectory() as run:
-        ...     writer = tensorboard_tool_logger(log_dir=run, version="0")
-        ...     writer.close()
-        ...     os.path.relpath(writer.logdir, run)
-        'tensorboard/0'
     """
     run = _run_folder(log_dir, "TensorboardToolLogger")
     base = save_dir if save_dir is not None else os.path.join(run, "tensorboard")
@@ -90,14 +82,6 @@ def wandb_tool_logger(
     """A :class:`gyre.WandbWriter` (offline by default): ``name`` is the run's name,
     ``version`` its id, and W&B writes its ``wandb/`` folder into ``save_dir`` (default:
     ``log_dir``).
-
-    Example:
-        >>> import tempfile
-        >>> with tempfile.TemporaryDirectory() as run:
-        ...     writer = wandb_tool_logger(log_dir=run, name="digits", mode="disabled")
-        ...     writer.close()
-        >>> writer.name, writer.mode
-        ('digits', 'disabled')
     """
     run = _run_folder(log_dir, "WandBToolLogger")
     options: dict[str, Any] = {}
@@ -123,14 +107,6 @@ def mlflow_tool_logger(
     """A :class:`gyre.MLflowWriter`: ``name`` is the experiment (default ``"gyre"``),
     ``version`` the run's name, and the store ``tracking_uri`` (default: a file store in
     ``<save_dir or log_dir>/mlruns``).
-
-    Example:
-        >>> import os, tempfile
-        >>> with tempfile.TemporaryDirectory() as run:
-        ...     writer = mlflow_tool_logger(log_dir=run, name="digits", version="0")
-        ...     writer.close()
-        ...     sorted(os.listdir(run))
-        ['mlruns']
     """
     run = _run_folder(log_dir, "MLflowToolLogger")
     uri = tracking_uri if tracking_uri is not None else os.path.join(save_dir if save_dir is not None else run, "mlruns")
@@ -148,15 +124,6 @@ def csv_tool_logger(
 ) -> CSVWriter:
     """A :class:`gyre.CSVWriter` writing ``save_dir/name/version/metrics.csv`` (``save_dir``
     defaults to ``log_dir``; the folders are created).
-
-    Example:
-        >>> import os, tempfile
-        >>> with tempfile.TemporaryDirectory() as run:
-        ...     with csv_tool_logger(log_dir=run, name="digits") as writer:
-        ...         writer.write_scalars(0, {"loss": 1.0})
-        ...     print(open(os.path.join(run, "digits", "metrics.csv")).read(), end="")
-        step,loss
-        0,1.0
     """
     run = _run_folder(log_dir, "CSVToolLogger")
     folder = _folder(save_dir if save_dir is not None else run, name, _version(version, use_timestamp_version))

@@ -82,10 +82,6 @@ def _expanded_size(root: yaml.Node, where: str) -> int:
 class ConfigLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` with YAML 1.2's floats and booleans, dates as strings, and
     duplicate keys refused.
-
-    Example:
-        >>> yaml.load("lr: 1e-3\\nsteps: 5E+2\\nflag: yes\\nday: 2024-01-01", Loader=ConfigLoader)
-        {'lr': 0.001, 'steps': 500.0, 'flag': 'yes', 'day': '2024-01-01'}
     """
 
     def construct_document(self, node: yaml.Node) -> Any:
@@ -113,11 +109,6 @@ class ConfigLoader(yaml.SafeLoader):
 class ConfigDumper(yaml.SafeDumper):
     """``yaml.SafeDumper`` that quotes every string that YAML 1.1 *or* :class:`ConfigLoader`
     would read as another type (``"1e-3"``, ``"yes"``), so both read back the same values.
-
-    Example:
-        >>> print(yaml.dump({"a": "1e-3", "b": 1e-3}, Dumper=ConfigDumper), end="")
-        a: '1e-3'
-        b: 0.001
     """
 
 
@@ -183,13 +174,6 @@ def apply_override(data: dict[str, Any], override: str) -> None:
     Raises:
         ConfigError: no ``=``, an empty part of the key, a value that is not YAML, or a path
             through a value that is not a mapping.
-
-    Example:
-        >>> data = {"trainer": {"train_epochs": 5}}
-        >>> apply_override(data, "trainer.train_epochs=3")
-        >>> apply_override(data, "optimizer.learning_rate=1e-3")
-        >>> data
-        {'trainer': {'train_epochs': 3}, 'optimizer': {'learning_rate': 0.001}}
     """
     if not isinstance(override, str):
         raise ConfigError(
@@ -401,10 +385,6 @@ def changed_settings(before: str, after: Mapping[str, Any]) -> list[str]:
     ``before`` (the YAML text of the config a run was saved with), each as
     ``"key old → new"``, in ``after``'s order (then the keys it lost); :data:`RESUME_FREE`
     keys are left out, and an unreadable ``before`` gives ``[]``.
-
-    Example:
-        >>> changed_settings("optimizer: {learning_rate: 0.003}", {"optimizer": {"learning_rate": 0.03}})
-        ['optimizer.learning_rate 0.003 → 0.03']
     """
     try:
         old = yaml.load(before, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader)
@@ -429,16 +409,6 @@ def warn_changed_settings(path: str | os.PathLike[str], after: Mapping[str, Any]
     with settings other than those of its saved config (``path``), listing each
     (:func:`changed_settings`): a resume with a new learning rate is sometimes wanted, never
     unannounced.
-
-    Example:
-        >>> import pathlib, tempfile, warnings
-        >>> saved = pathlib.Path(tempfile.mkdtemp()) / "config.yaml"
-        >>> _ = saved.write_text("optimizer: {learning_rate: 0.003}")
-        >>> with warnings.catch_warnings(record=True) as caught:
-        ...     warnings.simplefilter("always")
-        ...     warn_changed_settings(saved, {"optimizer": {"learning_rate": 0.03}})
-        >>> print(caught[0].message)  # doctest: +ELLIPSIS
-        resuming the run in ... with settings other than its config.yaml's: optimizer.learning_rate 0.003 → 0.03. ...
     """
     changes = changed_settings(Path(path).read_text(encoding="utf-8"), after)
     if changes:

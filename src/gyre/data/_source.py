@@ -49,14 +49,6 @@ def refuse_sources(value: Any, what: str) -> None:
     """Raises a clear error when ``value`` is the whole :class:`Sources` triple where one of its
     parts (``.train``, ``.val`` or ``.test``) belongs: iterated, the triple would yield its
     three parts as if they were batches.
-
-    Example:
-        >>> import numpy as np
-        >>> refuse_sources([np.zeros(2)], "the training data")  # anything else passes
-        >>> sources = arrays((np.zeros((4, 2)), np.arange(4)), 2)
-        >>> refuse_sources(sources, "the training data")
-        Traceback (most recent call last):
-        TypeError: the training data is the whole result of gyre.data.arrays(...), ...
     """
     if isinstance(value, Sources):
         raise TypeError(

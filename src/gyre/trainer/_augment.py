@@ -325,12 +325,6 @@ def wrap_model(config: Any, model: Any, mode: str) -> tuple[Any, Any]:
 def forward_module(model: Any) -> Any:
     """The linen module a trainer initialises and runs: the wrapped model of a linen
     augmentation (as the fork, whose ``apply_fn`` is the bare model's), else ``model``.
-
-    Example:
-        >>> from flax import linen
-        >>> dense = linen.Dense(1)
-        >>> forward_module(AugmentationLinen(wrapped_model=dense)) is dense, forward_module(dense) is dense
-        (True, True)
     """
     if isinstance(model, AugmentationLinen):
         return model.wrapped_model
@@ -352,16 +346,6 @@ def augment_linen(module: Any, params: Any, pair: Any, key: jax.Array) -> Any:
     """``module.augment(pair)`` under ``{"params": params}``, its ``augmentation`` key given
     both as the rng stream (``self.make_rng("augmentation")``) and, where ``augment`` takes
     it, as the fork's ``rng={"augmentation": key}``.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> from flax import linen
-        >>> class Fork(AugmentationLinen):
-        ...     def augment(self, inp, *, rng=None, **kwargs):
-        ...         return inp[0] + jax.random.normal(rng["augmentation"], inp[0].shape), inp[1]
-        >>> x, _ = augment_linen(Fork(wrapped_model=linen.Dense(1)), {}, (jnp.zeros(3), None), jax.random.key(0))
-        >>> bool(jnp.all(x != 0))
-        True
     """
     kwargs = {"rng": {"augmentation": key}} if _takes_rng(type(module).augment) else {}
     return module.apply({"params": params}, pair, method="augment", rngs={"augmentation": key}, **kwargs)

@@ -28,12 +28,7 @@ ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "silu": jax.nn.silu, "t
 
 
 def activation(name: str) -> Any:
-    """The activation function named ``name`` (relu, gelu, silu, tanh).
-
-    Example:
-        >>> float(activation("relu")(-1.0))
-        0.0
-    """
+    """The activation function named ``name`` (relu, gelu, silu, tanh)."""
     if name not in ACTIVATIONS:
         raise ValueError(
             explain(
@@ -55,16 +50,6 @@ def classification_metrics(
     ``num_classes`` is given); its size is ``num_classes``, or the logits' width when that is
     ``None``. With a ``mask`` (a boolean vector over the batch: its real rows, the rest
     padding), the means and the matrix count the real rows only: ``sum(x * mask) / mask.sum()``.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> loss, m = classification_metrics(jnp.array([[2.0, 0.0]]), jnp.array([0]), 2)
-        >>> float(m["acc"]), m["conf_matrix"]["value"].tolist()
-        (1.0, [[1, 0], [0, 0]])
-        >>> _, m = classification_metrics(jnp.array([[2.0, 0.0]] * 2), jnp.array([0, 1]), None,
-        ...                               mask=jnp.array([True, False]), conf_matrix=True)
-        >>> float(m["acc"]), m["conf_matrix"]["value"].tolist()
-        (1.0, [[1, 0], [0, 0]])
     """
     losses = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
     correct = logits.argmax(-1) == labels

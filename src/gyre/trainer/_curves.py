@@ -23,10 +23,6 @@ KINDS = (("", "train, per step"), ("train/", "train, epoch mean"), ("val/", "val
 def series_groups(names: Sequence[str]) -> list[tuple[str, list[tuple[str, str]]]]:
     """Panels: ``(metric, [(entry, label), ...])``, one entry per kind of series; window means
     (``train/<m>_step``) beside per-step values, times and the epoch counter are left out.
-
-    Example:
-        >>> series_groups(["loss", "acc", "train/loss_epoch", "val/loss", "train/loss_step", "val/time"])
-        [('loss', [('loss', 'train, per step'), ('train/loss_epoch', 'train, epoch mean'), ('val/loss', 'validation')]), ('acc', [('acc', 'train, per step')])]
     """
     panels: dict[str, dict[str, str]] = {}
     for name in names:
@@ -48,13 +44,6 @@ def series_groups(names: Sequence[str]) -> list[tuple[str, list[tuple[str, str]]
 def best_step(history: Any, monitor: str | None, mode: str = "max") -> int | None:
     """The step of the best ``monitor`` value (the first of equals, as a checkpoint keeps it),
     counted as completed steps (a checkpoint's number); ``None`` without one.
-
-    Example:
-        >>> import gyre
-        >>> h = gyre.history()
-        >>> for s, v in ((9, 0.5), (19, 0.9), (29, 0.9)): h.commit(gyre.Elapsed(steps=s), gyre.logs().add_metric("val/acc", v))
-        >>> best_step(h, "val/acc", "max")
-        20
     """
     if monitor is None:
         return None
@@ -100,12 +89,6 @@ def plot_curves(
         title: the figure's title (the run's name).
         monitor: the metric that chose the best checkpoint (``"val/acc"``), marked.
         mode: ``"max"`` or ``"min"``: which ``monitor`` value is best.
-
-    Example:
-        >>> import gyre, tempfile, os
-        >>> h = gyre.history()
-        >>> for i in range(4): h.commit(gyre.Elapsed(steps=i, epochs=i // 2, step_in_epoch=i % 2), gyre.logs().add_loss("loss", 1.0 / (i + 1)))
-        >>> plot_curves(h, os.path.join(tempfile.mkdtemp(), "curves.png"), title="run")
     """
     from matplotlib.figure import Figure  # no pyplot: the user's backend and figures are left alone
 

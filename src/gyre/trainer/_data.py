@@ -22,10 +22,6 @@ from gyre.engine._elapse import dataset_epoch_steps
 def epoch_length(loader: Any, *, what: str) -> int:
     """The batches of one pass over ``loader`` (``epoch_steps`` or ``len``); an error when it
     has neither or none.
-
-    Example:
-        >>> epoch_length([1, 2, 3], what="train_loader")
-        3
     """
     steps = dataset_epoch_steps(loader)  # the engine's own reading: epoch_steps, else len
     if steps is None:
@@ -48,10 +44,6 @@ def epoch_length(loader: Any, *, what: str) -> int:
 def is_iterator(loader: Any) -> bool:
     """Whether ``loader`` is a one-pass iterator (it has ``__next__``); asked without
     calling ``iter``, which may start a loader's workers.
-
-    Example:
-        >>> is_iterator(iter([1])), is_iterator([1])
-        (True, False)
     """
     return callable(getattr(loader, "__next__", None))
 
@@ -62,14 +54,6 @@ class EpochStream:
     Attributes:
         epoch_steps: batches per epoch.
         epochs: passes in all.
-
-    Example:
-        >>> s = EpochStream([10, 20, 30], epochs=2)
-        >>> list(s)
-        [10, 20, 30, 10, 20, 30]
-        >>> s = EpochStream([10, 20, 30], epochs=2); s.load_state_dict({"epoch": 1, "position": 1})
-        >>> list(s)
-        [20, 30]
     """
 
     def __init__(self, loader: Any, *, epochs: int) -> None:
@@ -139,11 +123,6 @@ def batch_part(batch: Any, keys: tuple[str, ...], position: int, what: str) -> A
     """One part of a batch (``what``: ``"input"`` or ``"target"``), by name first (a dict's
     key, a batch object's attribute, a namedtuple's field: the first of ``keys`` found), then
     by ``position`` in a tuple or list; else a ``TypeError`` saying how to override it.
-
-    Example:
-        >>> import numpy as np
-        >>> batch_part({"image": 1, "label": 2}, TARGET_KEYS, 1, "target"), batch_part((1, 2), INPUT_KEYS, 0, "input")
-        (2, 1)
     """
     for key in keys:
         if isinstance(batch, Mapping):

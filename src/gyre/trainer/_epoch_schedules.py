@@ -21,15 +21,6 @@ class EpochEnds(Schedule):
         every: epochs between two firings.
         last: the last epoch of the run, where it also fires (``None``: no such epoch).
         others: fire at the epoch ends that the rest of the arguments leave out.
-
-    Example:
-        >>> ends = EpochEnds(3, "evaluation", every=2, last=3)
-        >>> [e.steps for e in (Elapsed(steps=i, epochs=i // 3, step_in_epoch=i % 3) for i in range(9)) if ends(e)]
-        [5, 8]
-        >>> ends.next_step(Elapsed(steps=0)), ends.next_step(Elapsed(steps=6, epochs=2))
-        (5, 8)
-        >>> EpochEnds(3, "save", every=1, others=True).next_step(Elapsed(steps=0)) is None
-        True
     """
 
     def __init__(self, epoch_steps: int, label: str, *, every: int = 1, last: int | None = None, others: bool = False) -> None:
@@ -50,10 +41,6 @@ class EpochEnds(Schedule):
     def _next_step(self, after: Elapsed, epoch_steps: int | None) -> int | None:
         """:meth:`gyre.Schedule.next_step`: the first step index ``>= after.steps`` where it
         fires (``None``: never again), by its own epoch length.
-
-        Example:
-            >>> EpochEnds(4, "save").next_step(Elapsed(steps=5, epochs=1, step_in_epoch=1))
-            7
         """
         length, position, epoch = self.epoch_steps, after.step_in_epoch, after.epochs
         end = after.steps + length - 1 - position
@@ -73,11 +60,6 @@ def periodic(seconds: float) -> Schedule:
     """Fires at the first step once ``seconds`` have passed, then once every ``seconds``
     (at the first step starting at or past each multiple): a checkpoint on a clock. An
     ``every(time=...)`` that skips the first step, so the loop ends its blocks at its deadline.
-
-    Example:
-        >>> s = periodic(60.0)
-        >>> [t for t in (0.0, 30.0, 61.0, 90.0, 125.0) if s(Elapsed(time=t))]
-        [61.0, 125.0]
     """
     schedule = every(time=seconds)
     schedule.load_state_dict({"last": 0})

@@ -25,15 +25,7 @@ from gyre.core._errors import describe, explain
 
 
 def split_batch(batch: Any) -> tuple[Any, Any]:
-    """A training batch as ``(x, labels)``, or a ``TypeError`` explaining what fit needs.
-
-    Example:
-        >>> split_batch((1, 2))
-        (1, 2)
-        >>> split_batch({"image": 1, "label": 2})  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        TypeError: fit trains on (x, labels) batches, and train_ds gives dicts...
-    """
+    """A training batch as ``(x, labels)``, or a ``TypeError`` explaining what fit needs."""
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
         return batch[0], batch[1]
     if isinstance(batch, Mapping):
@@ -63,13 +55,6 @@ def check_labels(logits: Any, labels: Any) -> None:
     """Refuses labels of shape ``(..., 1)`` against logits ``(..., C)``, ``C > 1``: a one-hot
     loss broadcasts the column over the classes and trains at chance without an error. Reads
     shapes only (fit calls it while tracing its step). Other shapes pass: the loss decides.
-
-    Example:
-        >>> import numpy as np
-        >>> check_labels(np.zeros((4, 10)), np.zeros(4, int))  # integer class labels
-        >>> check_labels(np.zeros((4, 10)), np.zeros((4, 1)))  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ValueError: fit: labels of shape (4, 1) against logits of shape (4, 10)...
     """
     logits, labels = _single(logits), _single(labels)
     if logits is None or labels is None:
@@ -101,13 +86,7 @@ def _single(tree: Any) -> Any:
 
 
 def is_pair_of_arrays(ds: Any) -> bool:
-    """Whether ``ds`` is ``(x, y)``: a tuple of two arrays of one length (not batches).
-
-    Example:
-        >>> import numpy as np
-        >>> is_pair_of_arrays((np.zeros((8, 2)), np.zeros(8))), is_pair_of_arrays([(1, 2)])
-        (True, False)
-    """
+    """Whether ``ds`` is ``(x, y)``: a tuple of two arrays of one length (not batches)."""
     if not (isinstance(ds, tuple) and len(ds) == 2):
         return False
     shapes = [getattr(a, "shape", None) for a in ds]
@@ -117,11 +96,6 @@ def is_pair_of_arrays(ds: Any) -> bool:
 def eval_batches(ds: Any, batch_size: int) -> Any:
     """``ds`` as fit iterates it for an evaluation: ``(x, y)`` arrays become a list of
     ``batch_size`` slices (the last one smaller); anything else is returned as it is.
-
-    Example:
-        >>> import numpy as np
-        >>> [b[1].tolist() for b in eval_batches((np.zeros((5, 2)), np.arange(5)), 2)]
-        [[0, 1], [2, 3], [4]]
     """
     if not is_pair_of_arrays(ds):
         return ds
@@ -131,14 +105,7 @@ def eval_batches(ds: Any, batch_size: int) -> Any:
 
 
 def refuse_array_pair(train_ds: Any) -> None:
-    """``train_ds=(x, y)`` arrays: explained (fit trains on batches it does not choose).
-
-    Example:
-        >>> import numpy as np
-        >>> refuse_array_pair((np.zeros((8, 2)), np.zeros(8)))  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        TypeError: fit trains on batches, and train_ds is a pair of arrays...
-    """
+    """``train_ds=(x, y)`` arrays: explained (fit trains on batches it does not choose)."""
     if is_pair_of_arrays(train_ds):
         x, y = train_ds
         raise TypeError(
@@ -189,13 +156,6 @@ def _numeric(text: str) -> bool:
 def optimizer_error(err: Exception, tx: Any) -> TypeError | None:
     """The explanation of ``err``, raised by the optimizer's update, when the optimizer
     holds a number given as a string (``optax.adam("1e-3")``); else ``None``.
-
-    Example:
-        >>> import optax
-        >>> optimizer_error(TypeError("x"), optax.adam(1e-3)) is None
-        True
-        >>> print(str(optimizer_error(TypeError("x"), optax.adam("1e-3"))).splitlines()[0])
-        fit: the optimizer holds a number given as a string
     """
     found = [s for s in _strings(tx, set()) if _numeric(s)]
     if not found:

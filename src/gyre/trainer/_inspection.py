@@ -26,12 +26,6 @@ STATS = ("min", "max", "mean", "std")
 def tree_stats(tree: Any, suffix: str = "") -> dict[str, jax.Array]:
     """The statistics of every array leaf of ``tree`` (see the module docstring), the path
     followed by ``suffix`` (``".grad"`` for gradients). Jittable.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> stats = tree_stats({"dense": {"kernel": jnp.array([1.0, 3.0]), "scale": jnp.float32(2.0)}})
-        >>> {k: float(v) for k, v in stats.items()}
-        {'dense.kernel_min': 1.0, 'dense.kernel_max': 3.0, 'dense.kernel_mean': 2.0, 'dense.kernel_std': 1.0, 'dense.scale_val': 2.0}
     """
     out: dict[str, jax.Array] = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
@@ -47,13 +41,7 @@ def tree_stats(tree: Any, suffix: str = "") -> dict[str, jax.Array]:
 
 
 def count_params(params: Any) -> int:
-    """The number of parameters (array elements) in ``params``.
-
-    Example:
-        >>> import numpy as np
-        >>> count_params({"kernel": np.zeros((3, 4)), "bias": np.zeros(4)})
-        16
-    """
+    """The number of parameters (array elements) in ``params``."""
     return int(sum(np.size(leaf) for leaf in jax.tree_util.tree_leaves(params)))
 
 

@@ -174,11 +174,6 @@ def built_from_config(factory: Any) -> bool:
     """Whether a registered model is built from its typed config (a subclass of one of the
     fork's bases: :class:`BaseModelNNX`, :class:`BaseModelLinen`, the augmentation and
     preprocessing bases), not from the section's keys.
-
-    Example:
-        >>> from gyre.trainer import SimpleCNN
-        >>> built_from_config(SimpleCNN), built_from_config(BaseModelNNX)
-        (False, True)
     """
     return isinstance(factory, type) and issubclass(factory, RegistersSubclasses)
 
@@ -188,11 +183,6 @@ def build_registered(factory: Any, keys: dict[str, Any], **supplied: Any) -> Any
     ``keys`` and what the trainer supplies (``rngs``, ``wrapped_model``): one of the fork's
     bases from its config, ``Model(Config(**keys), **supplied)`` (a linen module's config is
     its ``config`` field), anything else as ``factory(**keys, **supplied)``.
-
-    Example:
-        >>> from flax import nnx
-        >>> build_registered(nnx.Linear, {"in_features": 2, "out_features": 3}, rngs=nnx.Rngs(0)).kernel.shape
-        (2, 3)
     """
     if not built_from_config(factory):
         return factory(**keys, **supplied)

@@ -19,14 +19,7 @@ from gyre.core._errors import describe, explain
 
 
 def figure_image(figure: Any) -> np.ndarray:
-    """A matplotlib figure drawn as an ``(height, width, 3)`` uint8 RGB image.
-
-    Example:
-        >>> from matplotlib.figure import Figure
-        >>> fig = Figure(figsize=(2, 1), dpi=50)
-        >>> figure_image(fig).shape
-        (50, 100, 3)
-    """
+    """A matplotlib figure drawn as an ``(height, width, 3)`` uint8 RGB image."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -108,13 +101,6 @@ def write_embedding(
 ) -> Path:
     """Writes one embedding for TensorBoard's projector into ``folder`` (see the module
     docstring) and returns its own folder.
-
-    Example:
-        >>> import tempfile, numpy as np
-        >>> run = tempfile.mkdtemp()
-        >>> where = write_embedding(run, "val/features", 10, np.eye(3), metadata=[0, 1, 2])
-        >>> sorted(p.name for p in where.iterdir()), where.name
-        (['metadata.tsv', 'tensors.tsv'], 'val_features_00000010')
     """
     vectors, labels, pictures = _embedding_arrays(encodings, metadata, images)
     folder = Path(folder)

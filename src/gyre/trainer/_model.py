@@ -25,13 +25,7 @@ NNX_REST = "nnx"  # the key of the nnx model's non-parameter state in TrainState
 
 
 def model_mode_of(model: Any) -> str:
-    """``"nnx"`` or ``"linen"`` for a flax module; a clear error for anything else.
-
-    Example:
-        >>> from flax import nnx, linen
-        >>> model_mode_of(nnx.Linear(2, 3, rngs=nnx.Rngs(0))), model_mode_of(linen.Dense(3))
-        ('nnx', 'linen')
-    """
+    """``"nnx"`` or ``"linen"`` for a flax module; a clear error for anything else."""
     from flax import linen, nnx
 
     if isinstance(model, nnx.Module):
@@ -53,18 +47,6 @@ def lazy_init_nnx(module: Any, exmp_input: Any) -> bool:
     """Initialises the ``nnx.bridge.ToNNX`` layers of an nnx ``module`` that have no variables
     yet (linen layers bridged into nnx are built on their first input) by one call on
     ``exmp_input``; ``True`` when there were any. A module without such layers is not called.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from flax import linen, nnx
-        >>> class Net(nnx.Module):
-        ...     def __init__(self, rngs):
-        ...         self.dense = nnx.bridge.ToNNX(linen.Dense(3), rngs=rngs)
-        ...     def __call__(self, x):
-        ...         return self.dense(x)
-        >>> net = Net(nnx.Rngs(0))
-        >>> lazy_init_nnx(net, jnp.ones((1, 2))), net.dense.kernel.shape, lazy_init_nnx(net, jnp.ones((1, 2)))
-        (True, (2, 3), False)
     """
     from flax import nnx
 
@@ -94,14 +76,6 @@ class NNXModel:
     """An nnx module split for compiled steps (see the module docstring). Its states travel
     as plain nested dicts (``State.to_pure_dict``): a train state of dicts flattens about ten
     times faster than one of nnx ``State`` objects, which every step call pays.
-
-    Example:
-        >>> from flax import nnx
-        >>> import jax.numpy as jnp
-        >>> m = NNXModel(nnx.Linear(2, 1, rngs=nnx.Rngs(0)))
-        >>> params, rest = m.initial()
-        >>> sorted(params), m.merge(params, rest, train=False)(jnp.ones((1, 2))).shape
-        (['bias', 'kernel'], (1, 1))
     """
 
     mode = "nnx"
@@ -159,16 +133,7 @@ class NNXModel:
 
 
 class LinenModel:
-    """A linen module with its initialised variables (see the module docstring).
-
-    Example:
-        >>> from flax import linen
-        >>> import jax, jax.numpy as jnp
-        >>> m = LinenModel(linen.Dense(1))
-        >>> params, model_state = m.init(jax.random.key(0), jnp.ones((1, 2)))
-        >>> sorted(params), model_state
-        (['bias', 'kernel'], {})
-    """
+    """A linen module with its initialised variables (see the module docstring)."""
 
     mode = "linen"
 

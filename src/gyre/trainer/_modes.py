@@ -234,20 +234,6 @@ def parse_metrics(
         TypeError: ``out`` is not a mapping with str keys; a value or count is not numeric.
         ValueError: an unknown option key, an unknown mode name, an options dict without
             ``"value"``, a count that is not a single number.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> specs, values = parse_metrics(
-        ...     {"loss": jnp.float32(0.5),
-        ...      "acc": {"value": 0.75, "count": 3, "log_mode": "val"}}, where="my loss")
-        >>> specs["acc"]
-        MetricSpec(name='acc', mode=<LogMetricMode.MEAN: 'mean'>, log_freq=<LogFreq.ANY: 'any'>, log_mode=<LogMode.VAL: 'val'>)
-        >>> values["acc"]
-        (0.75, 3)
-        >>> parse_metrics({"acc": {"value": 1.0, "mdoe": "max"}}, where="my loss")
-        Traceback (most recent call last):
-        ValueError: my loss: metric 'acc' has an unknown option 'mdoe'. Did you mean 'mode'?
-        ...
     """
     if not isinstance(out, Mapping):
         raise TypeError(

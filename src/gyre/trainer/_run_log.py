@@ -41,15 +41,6 @@ def run_logging(log_dir: str | Path, *, file_level: str = "info", stderr_level: 
     """Within the block, ``<log_dir>/run.log`` records logging at ``file_level`` and up (and
     the warnings raised), and stderr shows records from ``stderr_level`` up; yields the run's
     logger (``gyre.run``). Everything is restored when the block ends.
-
-    Example:
-        >>> import tempfile, pathlib, warnings
-        >>> folder = pathlib.Path(tempfile.mkdtemp())
-        >>> with run_logging(folder, file_level="info") as log:
-        ...     log.info("training 45 steps")
-        ...     log.debug("not written at info")
-        >>> [line.split(" ", 2)[2] for line in (folder / "run.log").read_text().splitlines()]
-        ['INFO gyre.run: training 45 steps']
     """
     file_at, console_at = _level("log_file_verbosity", file_level), _level("stderrthreshold", stderr_level)
     root, log = logging.getLogger(), logging.getLogger("gyre.run")

@@ -18,11 +18,6 @@ def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
     """The validated trainer config: ``given`` (a mapping or a config object) with
     ``options`` on top; the logger's keys (``log_dir=``, ``log_steps_every=``...) go to the
     ``logger`` section.
-
-    Example:
-        >>> import gyre
-        >>> trainer_config_of(gyre.TrainerModule, {"train_epochs": 2}, {"seed": 3}).seed
-        3
     """
     from gyre.config import TrainerConfig
 
@@ -60,11 +55,6 @@ def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
 def plain_section(section: Any) -> Any:
     """A config section as a plain dict when it is an ``ml_collections.ConfigDict``
     (jax_trainer's configs), else as it is.
-
-    Example:
-        >>> from ml_collections import ConfigDict
-        >>> plain_section(ConfigDict({"lr": 0.1})), plain_section(0.1)
-        ({'lr': 0.1}, 0.1)
     """
     return section.to_dict() if callable(getattr(section, "to_dict", None)) else section
 
@@ -183,11 +173,6 @@ def init_ddp_mesh() -> Any:
 def strategy_of_mesh(mesh: Any) -> Any:
     """Data parallelism over a ``jax.sharding.Mesh`` given to the trainer (``mesh=``, as the
     kpoeppel jax_trainer fork passes it): batches split over the mesh's first axis.
-
-    Example:
-        >>> import jax, numpy as np
-        >>> strategy_of_mesh(jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("data",))).name
-        'data_parallel'
     """
     from jax.sharding import Mesh
 
@@ -206,13 +191,7 @@ def strategy_of_mesh(mesh: Any) -> Any:
 
 
 def strategy_of(config: Any) -> Any:
-    """The strategy a trainer config asks for (see ``TrainerModule.strategy``).
-
-    Example:
-        >>> import gyre
-        >>> strategy_of(gyre.config.TrainerConfig(debug=True)).name
-        'eager'
-    """
+    """The strategy a trainer config asks for (see ``TrainerModule.strategy``)."""
     import jax
     import numpy as np
     from jax.sharding import Mesh
