@@ -65,12 +65,7 @@ class ConfigError(ValueError):
 
 
 def is_section(value: object) -> bool:
-    """Whether ``value`` is a component section: a mapping with a ``class_name``.
-
-    Example:
-        >>> is_section({"class_name": "AdamW", "b1": 0.9}), is_section(0.001)
-        (True, False)
-    """
+    """Whether ``value`` is a component section: a mapping with a ``class_name``."""
     return isinstance(value, Mapping) and "class_name" in value
 
 
@@ -125,11 +120,6 @@ def check_section(
 ) -> dict[str, Any]:
     """:func:`validate_component` that keeps the ``class_name``: the checked section, as a
     config stores it.
-
-    Example:
-        >>> check_section("loggers", {"class_name": "CSVToolLogger"}, where="tool_config",
-        ...               extra_allowed=("log_dir",))["class_name"]
-        'CSVToolLogger'
     """
     if kind not in REGISTRIES:
         raise ValueError(
@@ -183,12 +173,7 @@ def validate_nested(kind: str, value: Any, *, where: str, extra_allowed: Sequenc
 
 
 def section_mapping(value: Any, where: str) -> dict[str, Any]:
-    """``value`` as a dict with string keys, or a :class:`ConfigError` naming ``where``.
-
-    Example:
-        >>> section_mapping({"b1": 0.9}, "optimizer")
-        {'b1': 0.9}
-    """
+    """``value`` as a dict with string keys, or a :class:`ConfigError` naming ``where``."""
     if not isinstance(value, Mapping):
         raise ConfigError(
             explain(
@@ -212,12 +197,7 @@ def section_mapping(value: Any, where: str) -> dict[str, Any]:
 
 
 def lookup(kind: str, name: str, where: str) -> Any:
-    """The component registered as ``name``, or a :class:`ConfigError` listing the names.
-
-    Example:
-        >>> lookup("loggers", "CSVToolLogger", "tool_config").__name__
-        'csv_tool_logger'
-    """
+    """The component registered as ``name``, or a :class:`ConfigError` listing the names."""
     try:
         return REGISTRIES[kind].get(name, where=f"{where}.class_name")
     except KeyError as err:
@@ -225,32 +205,17 @@ def lookup(kind: str, name: str, where: str) -> Any:
 
 
 def list_of_sections(value: Any) -> bool:
-    """Whether ``value`` is a non-empty list of sections.
-
-    Example:
-        >>> list_of_sections([{"class_name": "GradClipNorm"}]), list_of_sections([{"class_name": "A"}, 1.0])
-        (True, False)
-    """
+    """Whether ``value`` is a non-empty list of sections."""
     return isinstance(value, (list, tuple)) and bool(value) and all(is_section(v) for v in value)
 
 
 def map_of_sections(value: Any) -> bool:
-    """Whether ``value`` is a non-empty mapping of names to sections.
-
-    Example:
-        >>> map_of_sections({"clip": {"class_name": "GradClipNorm"}}), map_of_sections({})
-        (True, False)
-    """
+    """Whether ``value`` is a non-empty mapping of names to sections."""
     return isinstance(value, Mapping) and bool(value) and all(is_section(v) for v in value.values())
 
 
 def plain(value: Any) -> Any:
-    """Mappings as dicts, sequences as lists (what JSON and YAML hold).
-
-    Example:
-        >>> plain({"shape": (2, 3)})
-        {'shape': [2, 3]}
-    """
+    """Mappings as dicts, sequences as lists (what JSON and YAML hold)."""
     if isinstance(value, Mapping):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -298,11 +263,6 @@ def check_signature(
 ) -> dict[str, Any]:
     """The keys of a section (without ``class_name``) checked against ``target``'s signature,
     as :func:`validate_component` does for a registered one (``name`` is for messages).
-
-    Example:
-        >>> def clip(*, max_norm: float, before_optimizer: bool = True): ...
-        >>> check_signature("transforms", "clip", clip, {"max_norm": 1}, "optimizer.transforms.0")
-        {'max_norm': 1.0, 'before_optimizer': True}
     """
     parameters, hints, takes_any = _signature(target)
     names = [p.name for p in parameters]
@@ -390,14 +350,6 @@ def check_value(annotation: Any, value: Any, *, path: str, owner: str = "the key
     """``value`` checked against a type annotation, strictly as if read from JSON (an int is
     a float, a list is a tuple; ``"3"`` is not an int): the converted value, or a
     :class:`ConfigError` naming ``path``, the type and the value.
-
-    Example:
-        >>> check_value(float, 1, path="optimizer.b1")
-        1.0
-        >>> check_value(int, "3", path="trainer.train_epochs")
-        Traceback (most recent call last):
-        gyre.config.ConfigError: wrong type at trainer.train_epochs.
-        ...
     """
     adapter = _adapter(annotation)
     text = _json(value)
@@ -460,12 +412,7 @@ def _literals(annotation: Any) -> list[Any]:
 
 
 def type_name(annotation: Any) -> str:
-    """A type annotation as an error message shows it.
-
-    Example:
-        >>> type_name(int | None), type_name(Literal["nnx", "linen"])
-        ('int | None', "'nnx' | 'linen'")
-    """
+    """A type annotation as an error message shows it."""
     origin = typing.get_origin(annotation)
     if annotation is _EMPTY or annotation is Any:
         return "any value"
@@ -502,15 +449,6 @@ def from_pydantic(err: ValidationError, model: type[BaseModel], where: str) -> C
     """A pydantic ``ValidationError`` of ``model`` (found at ``where``) as a
     :class:`ConfigError` naming the dotted path; an error of ours raised inside a validator
     comes back as it was.
-
-    Example:
-        >>> from pydantic import ValidationError
-        >>> from gyre.config import LoggerConfig
-        >>> try:
-        ...     LoggerConfig.__pydantic_validator__.validate_python({"log_steps_every": -1})
-        ... except ValidationError as err:
-        ...     print(str(from_pydantic(err, LoggerConfig, "trainer.logger")).splitlines()[0])
-        invalid value at trainer.logger.log_steps_every.
     """
     mistakes: list[str] = []
     for error in err.errors(include_url=False):

@@ -47,12 +47,6 @@ from gyre.core._errors import describe, explain, suggest
 def validate_tool_section(section: Any, *, where: str = "trainer.logger.tool_config") -> dict[str, Any]:
     """Checks a ``tool_config`` section against ``LOGGERS``: its ``log_dir`` is the run
     folder, supplied by the trainer, so a ``log_dir`` key is an error.
-
-    Example:
-        >>> validate_tool_section({"class_name": "CSVToolLogger", "log_dir": "runs"})
-        Traceback (most recent call last):
-        gyre.config.ConfigError: trainer.logger.tool_config.log_dir is not a key of a tool logger
-        ...
     """
     data = section_mapping(section, where)
     if "log_dir" in data:
@@ -189,12 +183,7 @@ _TOOLS = {"tensorboard": "TensorboardToolLogger", "wandb": "WandBToolLogger", "m
 
 
 def tool_section(tool: Any, project_name: Any, tool_config: Any, *, where: str) -> dict[str, Any]:
-    """The ``tool_config`` of jax_trainer's ``tool`` / ``project_name`` keys.
-
-    Example:
-        >>> tool_section("TensorBoard", "default", None, where="trainer.logger")
-        {'class_name': 'TensorboardToolLogger'}
-    """
+    """The ``tool_config`` of jax_trainer's ``tool`` / ``project_name`` keys."""
     name = _TOOLS.get(tool.lower()) if isinstance(tool, str) else None
     if name is None or tool_config is not None:
         raise ConfigError(
@@ -320,15 +309,6 @@ def _check_monitor_mode(section: dict[str, Any], where: str) -> None:
 def trainer_config_class(name: str) -> type[TrainerConfig]:
     """The config class of the trainer registered as ``name``: its ``config_class`` when it
     has one, else :class:`TrainerConfig`.
-
-    Example:
-        >>> from gyre.config import register_trainer
-        >>> @register_trainer("DocTrainer")
-        ... class DocTrainer:
-        ...     class config_class(TrainerConfig):
-        ...         num_classes: int = 10
-        >>> trainer_config_class("DocTrainer")(class_name="DocTrainer").num_classes
-        10
     """
     trainer = lookup("trainers", name, "trainer")
     config_class = getattr(trainer, "config_class", None)
@@ -386,10 +366,6 @@ def validate_optimizer(section: Any, *, where: str = "optimizer") -> dict[str, A
     signature, plus ``transforms``); the schedules and transforms inside are checked against
     the registry that holds their ``class_name``. Values (a schedule's phases...) are the
     builder's to check (:func:`gyre.config.build_optimizer`).
-
-    Example:
-        >>> validate_optimizer({"class_name": "sgd", "learning_rate": 0.1})["momentum"] is None
-        True
     """
     data = section_mapping(section, where)
     if is_jax_trainer_section(data):
@@ -529,12 +505,6 @@ def check_schedule(rate: Any, where: str = "optimizer.learning_rate") -> None:
     """Builds a learning-rate schedule section, so that its values (phases that exceed the
     total, two keys that disagree) are mistakes of the config, reported with the others; one
     that leaves its length to the run is built when the run's length is known.
-
-    Example:
-        >>> check_schedule({"class_name": "Linear", "init_value": 1.0, "end_value": 0.0, "steps": 0})
-        Traceback (most recent call last):
-        gyre.config.ConfigError: optimizer.learning_rate.steps must be a whole number >= 1
-        ...
     """
     from gyre.config._schedules import build_schedule
     from gyre.config._sections import RunLengthUnknown
@@ -575,12 +545,6 @@ def check_model_mode(name: str, mode: str) -> None:
     ``trainer.model_mode`` (a linen module is built without ``rngs``, an nnx one with them:
     the wrong mode fails inside the model's constructor); a left-out ``model_mode`` is the
     class's own (:func:`model_kind`). Factories that are not flax classes are not checked.
-
-    Example:
-        >>> check_model_mode("SimpleCNNLinen", "nnx")
-        Traceback (most recent call last):
-        gyre.config.ConfigError: the model 'SimpleCNNLinen' is a flax.linen module, but trainer.model_mode is 'nnx' ...
-        ...
     """
     kind = model_kind(name)
     if kind is None or kind == mode:

@@ -20,10 +20,6 @@ def to_numpy(tree: Any) -> Any:
     """``tree`` with every tensor replaced by a numpy array: tuples, lists and dicts are
     walked; a torch tensor goes through ``.detach().cpu().numpy()``, a TensorFlow tensor
     through ``.numpy()``, anything else through ``numpy.asarray``.
-
-    Example:
-        >>> to_numpy({"x": np.zeros(2), "y": (3, [4.0])})
-        {'x': array([0., 0.]), 'y': (array(3), [array(4.)])}
     """
     if isinstance(tree, np.ndarray):
         return tree

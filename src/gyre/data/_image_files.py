@@ -120,13 +120,6 @@ def _corrupt(path: Path, what: str, *, expected: str, received: str) -> ValueErr
 def read_idx(path: Path, *, magic: int, shape: tuple[int, ...]) -> np.ndarray:
     """The uint8 array of an IDX file, its header checked: the ``magic`` number, the
     dimensions after the first (``shape``) and the file size they imply.
-
-    Example:
-        >>> import tempfile
-        >>> path = Path(tempfile.mkdtemp()) / "labels"
-        >>> _ = path.write_bytes(bytes([0, 0, 8, 1, 0, 0, 0, 3, 7, 1, 4]))
-        >>> read_idx(path, magic=LABELS_MAGIC, shape=()).tolist()
-        [7, 1, 4]
     """
     data = _read(path)
     ndim = 1 + len(shape)

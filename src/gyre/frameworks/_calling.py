@@ -84,13 +84,7 @@ class KeySeq:
 def arguments(
     *, preds: Any, labels: Any, sample_weight: Any, inputs: Any, state: Any, key: jax.Array | None
 ) -> dict[str, Any]:
-    """Every keyword value of one batch (see :data:`KEYWORDS`).
-
-    Example:
-        >>> args = arguments(preds=1, labels={"y": 2}, sample_weight=None, inputs=0, state=None, key=None)
-        >>> args["logits"], args["target"], args["y"], args["mask"]
-        (1, {'y': 2}, 2, None)
-    """
+    """Every keyword value of one batch (see :data:`KEYWORDS`)."""
     model_state = getattr(state, "model_state", None)
     out: dict[str, Any] = {
         "preds": preds,
@@ -121,12 +115,7 @@ def arguments(
 
 
 def signature_text(fn: Any) -> str:
-    """``fn``'s signature for a message (``(...)`` when Python cannot tell it).
-
-    Example:
-        >>> signature_text(lambda preds, labels: 0)
-        '(preds, labels)'
-    """
+    """``fn``'s signature for a message (``(...)`` when Python cannot tell it)."""
     try:
         return str(inspect.signature(fn))
     except (TypeError, ValueError):
@@ -144,10 +133,6 @@ def takes_sample_weight(fn: Callable[..., Any]) -> bool:
     """Whether a positional ``fn`` takes the sample weights: a parameter named
     ``sample_weight``, or a third positional parameter without a default (optax's ``axis=-1``
     is not one).
-
-    Example:
-        >>> takes_sample_weight(lambda p, y, axis=-1: p), takes_sample_weight(lambda p, y, w: p)
-        (False, True)
     """
     params = _parameters(fn)
     if params is None:
@@ -163,10 +148,6 @@ class Plan:
     """How to call one function: by keyword (``names``: the keywords it takes, ``None`` for
     all; ``required``: those it needs) or by position; ``weighs``: it applies the sample
     weights itself.
-
-    Example:
-        >>> plan(lambda preds, labels, sample_weight=None: 0, frozenset(KEYWORDS))
-        Plan(keyword=True, names=frozenset({...}), required=frozenset({...}), weighs=True)
     """
 
     keyword: bool
@@ -176,15 +157,7 @@ class Plan:
 
 
 def plan(fn: Any, known: frozenset[str], *, positional: bool = True) -> Plan | None:
-    """How ``fn`` is called given the keyword names ``known`` (``None``: it cannot be).
-
-    Example:
-        >>> known = frozenset(KEYWORDS)
-        >>> plan(lambda *, preds, target, **_: 0, known).keyword
-        True
-        >>> plan(lambda p, y: 0, known).keyword, plan(lambda x: 0, known)
-        (False, None)
-    """
+    """How ``fn`` is called given the keyword names ``known`` (``None``: it cannot be)."""
     params = _parameters(fn)
     if params is None:  # a builtin or extension: gyre's convention
         return Plan(False, None, frozenset(), False) if positional else Plan(True, None, frozenset(), False)
@@ -209,12 +182,7 @@ def plan(fn: Any, known: frozenset[str], *, positional: bool = True) -> Plan | N
 
 
 def conventions(what: str) -> str:
-    """The accepted conventions, for messages.
-
-    Example:
-        >>> "fn(preds, labels)" in conventions("loss")
-        True
-    """
+    """The accepted conventions, for messages."""
     extra = " and the batch's losses by name" if what == "metric" else ""
     return (
         "fn(preds, labels) or fn(preds, labels, sample_weight) (positional, e.g. optax's "
@@ -224,12 +192,7 @@ def conventions(what: str) -> str:
 
 
 def refuse(what: str, name: str, fn: Any, known: frozenset[str], *, via: str = "") -> TypeError:
-    """The error for a function gyre cannot call.
-
-    Example:
-        >>> print(refuse("loss", "l", lambda x: x, frozenset(KEYWORDS)))  # doctest: +ELLIPSIS
-        loss 'l' cannot be called by create_flax_state...
-    """
+    """The error for a function gyre cannot call."""
     params = _parameters(fn) or []
     unknown = [p.name for p in params if p.default is _P.empty and p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD)
                and p.name not in known]
@@ -274,14 +237,6 @@ def weighted_mean(value: Any, sample_weight: Any = None) -> jax.Array:
 class Call:
     """A loss or metric function bound to its convention; ``call(args)`` gives the batch's
     value. Built by :func:`bind` (which refuses what it cannot call).
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> c = bind("mse", lambda *, preds, target, **_: (preds - target) ** 2, what="loss")
-        >>> args = arguments(preds=jnp.ones(2), labels=jnp.zeros(2), sample_weight=None,
-        ...                  inputs=None, state=None, key=None)
-        >>> float(c(args))
-        1.0
     """
 
     name: str
@@ -316,13 +271,7 @@ class Call:
 
 
 def check_loss_dtype(name: str, value: Any) -> None:
-    """A clear error for an integer or bool loss of create_flax_state (its gradient is zero).
-
-    Example:
-        >>> check_loss_dtype("acc", True)
-        Traceback (most recent call last):
-        TypeError: loss 'acc' of create_flax_state is bool: its gradient would be zero...
-    """
+    """A clear error for an integer or bool loss of create_flax_state (its gradient is zero)."""
     from gyre.steps.managed import check_floating_loss
 
     check_floating_loss(name, value, "create_flax_state")
@@ -339,11 +288,6 @@ def bind(name: str, fn: Any, *, what: str, extra: frozenset[str] = frozenset()) 
 
     Raises:
         TypeError: a signature gyre cannot call, explained.
-
-    Example:
-        >>> import optax
-        >>> bind("xent", optax.softmax_cross_entropy_with_integer_labels, what="loss").plan.keyword
-        True
     """
     if not callable(fn) or isinstance(fn, type):
         raise TypeError(
@@ -362,13 +306,7 @@ def bind(name: str, fn: Any, *, what: str, extra: frozenset[str] = frozenset()) 
 
 
 def call_keywords(fn: Any, args: Mapping[str, Any], found: Plan) -> dict[str, Any]:
-    """The keyword arguments ``fn`` takes among ``args`` (by a keyword ``found`` plan).
-
-    Example:
-        >>> call_keywords(lambda preds, target: 0, {"preds": 1, "target": 2, "inputs": 3},
-        ...               plan(lambda preds, target: 0, frozenset(KEYWORDS)))
-        {'preds': 1, 'target': 2}
-    """
+    """The keyword arguments ``fn`` takes among ``args`` (by a keyword ``found`` plan)."""
     if found.names is None:
         return dict(args)
     return {n: v for n, v in args.items() if n in found.names}
@@ -378,12 +316,6 @@ def flatten_names(tree: Any, *, full_path: bool = False) -> dict[str, Any]:
     """Names for the leaves of a model's ``losses``/``metrics`` collection: the last key of
     each path (``"Encoder_0/kl"`` with ``full_path``), made unique with ``_1``, ``_2``...;
     the values ``sow`` collects in a tuple share their path.
-
-    Example:
-        >>> flatten_names({"a": {"kl": (1, 2)}, "b": {"kl": 3}})
-        {'kl': 1, 'kl_1': 2, 'kl_2': 3}
-        >>> flatten_names({"a": {"kl": 1}}, full_path=True)
-        {'a/kl': 1}
     """
     out: dict[str, Any] = {}
 

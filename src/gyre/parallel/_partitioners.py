@@ -191,13 +191,7 @@ class Partitioner:
 
 
 def step_name(fn: Callable[..., Any]) -> str:
-    """How an error names a step function: its qualified name (``MyStep.run``).
-
-    Example:
-        >>> def run(state, batch): pass
-        >>> step_name(run)
-        'run'
-    """
+    """How an error names a step function: its qualified name (``MyStep.run``)."""
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 

@@ -257,14 +257,6 @@ class Strategy:
 def check_jit_options(options: Mapping[str, Any]) -> None:
     """Raises ``TypeError`` (jaxloop's type for it) for an option ``jax.jit`` does not have,
     before anything is compiled.
-
-    Example:
-        >>> check_jit_options({"keep_unused": True})
-        >>> check_jit_options({"keep_unsued": True})
-        Traceback (most recent call last):
-        ...
-        TypeError: compile() got an unexpected keyword argument 'keep_unsued'. Did you mean 'keep_unused'?
-        ...
     """
     known = [name for name in inspect.signature(jax.jit).parameters if name != "fun"]
     for name in options:

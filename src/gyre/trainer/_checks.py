@@ -21,15 +21,6 @@ def check_user_methods(trainer: Any, base: type, mode: str) -> None:
     """Raises a ``TypeError`` naming the method when the subclass's loss function for
     ``mode`` is missing (listing near-miss names it does define) or cannot take the
     trainer's arguments; ``batch_to_input`` is checked too.
-
-    Example:
-        >>> class T:
-        ...     def loss_function(self, batch):
-        ...         return 0.0
-        >>> check_user_methods(T(), object, "nnx")
-        Traceback (most recent call last):
-        TypeError: T.loss_function cannot take the trainer's arguments (model, batch, train)
-        ...
     """
     name = "loss_function" if mode == "nnx" else "loss_function_linen"
     cls = type(trainer)
@@ -77,16 +68,6 @@ def _signature(name: str) -> str:
 def check_batch(batch: Any) -> None:
     """Raises a ``TypeError`` when a batch is not a pytree of arrays (a plain class or
     dataclass instance is one opaque leaf to JAX, which the compiled step cannot take).
-
-    Example:
-        >>> import numpy as np
-        >>> check_batch((np.zeros(2), {"y": np.zeros(2)}))
-        >>> class Batch:
-        ...     pass
-        >>> check_batch(Batch())
-        Traceback (most recent call last):
-        TypeError: a batch holds a Batch, which JAX cannot put in a compiled step
-        ...
     """
     import jax
     import numpy as np
