@@ -34,13 +34,6 @@ def make_run_dir(out: str | Path, *, now: _dt.datetime | None = None) -> Path:
 
     Raises:
         DemoArgumentError: ``out`` is a file, or the folder cannot be created there.
-
-    Example:
-        >>> import tempfile, datetime
-        >>> when = datetime.datetime(2024, 5, 1, 12, 0, 0)
-        >>> with tempfile.TemporaryDirectory() as root:
-        ...     make_run_dir(root, now=when).name, make_run_dir(root, now=when).name
-        ('20240501-120000', '20240501-120000-1')
     """
     try:
         return _run.make_run_dir(check_out(out), now=now)
@@ -82,13 +75,6 @@ class DemoArgumentError(ValueError):
     Attributes:
         argument: the parameter's name (``"batch_size"``; the option is ``--batch-size``).
         summary: what is wrong, in one line that names the value received.
-
-    Example:
-        >>> try:
-        ...     fit_digits(epochs=0)
-        ... except DemoArgumentError as err:
-        ...     print(err.argument, "-", err.summary)
-        epochs - must be a whole number >= 1, received int 0
     """
 
     def __init__(self, argument: str, summary: str, *, expected: str, received: str, fix: str) -> None:
@@ -100,13 +86,7 @@ class DemoArgumentError(ValueError):
 
     @classmethod
     def of(cls, err: _run.RunError) -> DemoArgumentError:
-        """The same mistake, found by :mod:`gyre.trainer._run`, as the demo's.
-
-        Example:
-            >>> DemoArgumentError.of(_run.RunError("out", "is a file", expected="a folder",
-            ...     received="'a'", fix="out='runs'")).summary
-            'is a file'
-        """
+        """The same mistake, found by :mod:`gyre.trainer._run`, as the demo's."""
         return cls(err.argument, err.summary, expected=err.expected, received=err.received, fix=err.fix)
 
 
@@ -166,17 +146,6 @@ def check_out(out: str | Path) -> Path:
 
     ``out`` may be missing (it is created); it must not be a file, nor lie under a file or
     a folder that cannot be written to.
-
-    Example:
-        >>> import tempfile, os
-        >>> root = tempfile.TemporaryDirectory()
-        >>> check_out(os.path.join(root.name, "runs")).name  # missing: it will be created
-        'runs'
-        >>> open(os.path.join(root.name, "notes.txt"), "w").close()
-        >>> check_out(os.path.join(root.name, "notes.txt"))  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        gyre._demo.DemoArgumentError: fit_digits: out '...notes.txt' is a file, not a folder...
-        >>> root.cleanup()
     """
     try:
         return _run.check_out(out)
@@ -205,12 +174,6 @@ def digits_config(
     Adam at ``learning_rate``, the ``DigitsDataset`` (``seed`` picks the validation split,
     the shuffles and the initial parameters), the best model by ``val/acc`` kept and tested,
     a NaN or infinite loss stopping the run.
-
-    Example:
-        >>> from gyre.trainer._run import resolve_config
-        >>> config = resolve_config(digits_config(epochs=2))
-        >>> config.trainer.train_epochs, config.model["c_hid"], config.optimizer["learning_rate"]
-        (2, 256, 0.003)
     """
     return {
         "seed": seed,
@@ -282,11 +245,6 @@ def fit_digits(
             before the run folder is made, except that folder's own creation).
         gyre.NonFiniteError: the training diverged (a NaN or infinite loss or metric); a
             note names the run folder.
-
-    Example:
-        >>> result = fit_digits(epochs=15, out="runs")  # doctest: +SKIP
-        >>> result.test_accuracy > 0.95  # doctest: +SKIP
-        True
     """
     run_dir = None if resume is None else _resume_dir(resume)
     stored = {} if run_dir is None else stored_options(run_dir)
@@ -313,15 +271,7 @@ def fit_digits(
 
 
 def stored_options(run_dir: str | Path) -> dict[str, Any]:
-    """The demo's options a run folder's ``config.yaml`` holds (``{}`` without one).
-
-    Example:
-        >>> import tempfile, pathlib, yaml
-        >>> run = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (run / "config.yaml").write_text(yaml.safe_dump(digits_config(epochs=40)))
-        >>> stored_options(run)
-        {'epochs': 40, 'batch_size': 64, 'learning_rate': 0.003, 'seed': 0}
-    """
+    """The demo's options a run folder's ``config.yaml`` holds (``{}`` without one)."""
     import yaml
 
     try:

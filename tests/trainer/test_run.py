@@ -412,3 +412,15 @@ def test_the_log_file_keeps_its_level_and_a_run_that_cannot_start_leaves_nothing
     assert " INFO " not in text  # warning and up only
     code, _, err = gyre("fit", MLP, "dataset.global_batch_size=100000", "--out", tmp_path / "none")
     assert code == 2 and not any((tmp_path / "none").iterdir())
+
+
+def test_a_runs_steps_are_its_epochs_times_the_loaders_length_and_its_monitor_takes_the_mode_from_the_name():
+    from types import SimpleNamespace as NS
+
+    from gyre.trainer._run import _monitored, run_steps_of
+
+    assert run_steps_of(NS(trainer=NS(train_epochs=5)), NS(train_loader=[0] * 9)) == 45
+    given = NS(trainer=NS(callbacks={"ModelCheckpoint": {"monitor": "val/acc", "mode": "max"}}))
+    implied = NS(trainer=NS(callbacks={"ModelCheckpoint": {"monitor": "val/acc"}}))
+    assert _monitored(given) == _monitored(implied) == {"monitor": "val/acc", "mode": "max"}
+

@@ -37,11 +37,6 @@ class RunError(ValueError):
         expected: what would work.
         received: what came.
         fix: how to fix it.
-
-    Example:
-        >>> err = RunError("out", "is a file", expected="a folder", received="'a.txt'", fix="out='runs'")
-        >>> err.argument, str(err).splitlines()[0]
-        ('out', 'out is a file')
     """
 
     def __init__(self, argument: str, summary: str, *, expected: str, received: str, fix: str) -> None:
@@ -53,24 +48,13 @@ class RunError(ValueError):
 def is_user_error(err: BaseException) -> bool:
     """Whether ``err`` is a mistake gyre explained (expected / received / fix), which the
     command line prints without a traceback; anything else is a bug to report.
-
-    Example:
-        >>> is_user_error(ValueError(explain("bad", expected="a", received="b", fix="c")))
-        True
-        >>> is_user_error(ValueError("math domain error"))
-        False
     """
     text = user_message(err)
     return isinstance(err, (ValueError, TypeError, KeyError, OSError)) and "\n  expected: " in text and "\n  fix: " in text
 
 
 def user_message(err: BaseException) -> str:
-    """The text of an error (a ``KeyError``'s message without the quotes ``str`` adds).
-
-    Example:
-        >>> user_message(KeyError("no 'val/acc'"))
-        "no 'val/acc'"
-    """
+    """The text of an error (a ``KeyError``'s message without the quotes ``str`` adds)."""
     if isinstance(err, KeyError) and err.args and isinstance(err.args[0], str):
         return err.args[0]
     return str(err)
@@ -89,16 +73,6 @@ def _out_error(out: Any, summary: str) -> RunError:
 def check_out(out: str | os.PathLike[str]) -> Path:
     """Checks, before any work, that run folders can be made in ``out`` (missing: it will
     be created; not a file, nor under a file or a folder that cannot be written to).
-
-    Example:
-        >>> import tempfile, os
-        >>> root = tempfile.mkdtemp()
-        >>> check_out(os.path.join(root, "runs")).name
-        'runs'
-        >>> open(os.path.join(root, "notes.txt"), "w").close()
-        >>> check_out(os.path.join(root, "notes.txt"))  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        gyre.trainer._run.RunError: out '...notes.txt' is a file, not a folder to hold the run folders...
     """
     if isinstance(out, bytes) or not isinstance(out, (str, os.PathLike)) or not os.fspath(out):
         raise RunError(
@@ -126,12 +100,6 @@ def make_run_dir(out: str | os.PathLike[str], *, now: _dt.datetime | None = None
 
     Raises:
         RunError: ``out`` is a file, or the folder cannot be created there.
-
-    Example:
-        >>> import tempfile, datetime
-        >>> when, root = datetime.datetime(2024, 5, 1, 12, 0, 0), tempfile.mkdtemp()
-        >>> make_run_dir(root, now=when).name, make_run_dir(root, now=when).name
-        ('20240501-120000', '20240501-120000-1')
     """
     base = check_out(out)
     stamp = (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
@@ -183,13 +151,6 @@ def resolve_config(source: Any, overrides: Sequence[str] = ()) -> Any:
     ``overrides``; its optimizer is built too, so a schedule whose phases exceed its total
     fails here, before any training (one that leaves its length out to the run is built
     when the run's length is known: :func:`run_config`).
-
-    Example:
-        >>> cfg = resolve_config({"trainer": {"class_name": "ImgClassifierTrainer"},
-        ...     "model": {"class_name": "SimpleClassifier"}, "optimizer": {"class_name": "Adam",
-        ...     "learning_rate": 1e-3}, "dataset": {"class_name": "DigitsDataset"}}, ["model.c_hid=8"])
-        >>> cfg.model["c_hid"], cfg.trainer.num_classes
-        (8, None)
     """
     from gyre.config import Config, RunLengthUnknown, build_optimizer, config_to_dict, load_config
 
@@ -206,11 +167,6 @@ def resolve_config(source: Any, overrides: Sequence[str] = ()) -> Any:
 def run_steps_of(config: Any, dataset: Any) -> int | None:
     """The run's training steps, ``trainer.train_epochs`` x the training loader's batches per
     epoch (its ``epoch_steps`` or ``len``); ``None`` when the loader does not say.
-
-    Example:
-        >>> from types import SimpleNamespace as NS
-        >>> run_steps_of(NS(trainer=NS(train_epochs=5)), NS(train_loader=[0] * 9))
-        45
     """
     loader = dataset.train_loader
     per_epoch = getattr(loader, "epoch_steps", None)
@@ -230,13 +186,6 @@ def _with_log_dir(config: Any, run_dir: Path) -> Any:
 def build_dataset(config: Any) -> Any:
     """The dataset of the config's ``dataset`` section (through ``DATASETS``); it must offer
     ``train_loader``, ``val_loader`` and ``test_loader``.
-
-    Example:
-        >>> ds = build_dataset(resolve_config({"trainer": {}, "model": {"class_name": "SimpleClassifier"},
-        ...     "optimizer": {"class_name": "Adam", "learning_rate": 1e-3},
-        ...     "dataset": {"class_name": "DigitsDataset", "global_batch_size": 100}}))
-        >>> ds.train_loader.epoch_steps
-        12
     """
     from gyre.config import DATASETS, validate_component
 
@@ -292,11 +241,6 @@ def run_config(
         RunError: the run folder cannot be made.
         gyre.NonFiniteError: the training diverged (with ``detect_nans``); a note names
             the run folder.
-
-    Example:
-        >>> result = run_config("examples/configs/digits_mlp.yaml", ["trainer.train_epochs=2"])  # doctest: +SKIP
-        >>> result.test["test/acc"] > 0.9  # doctest: +SKIP
-        True
     """
     config = resolve_config(source, overrides)
     made = None
@@ -446,13 +390,6 @@ def _write_test_file(folder: Path, test: Mapping[str, float], elapsed: Any) -> N
 def _monitored(config: Any) -> dict[str, str]:
     """The metric that chose the run's best checkpoint (its ``ModelCheckpoint``), for
     ``curves.png``; empty without one.
-
-    Example:
-        >>> from types import SimpleNamespace as NS
-        >>> _monitored(NS(trainer=NS(callbacks={"ModelCheckpoint": {"monitor": "val/acc", "mode": "max"}})))
-        {'monitor': 'val/acc', 'mode': 'max'}
-        >>> _monitored(NS(trainer=NS(callbacks={"ModelCheckpoint": {"monitor": "val/acc"}})))  # from the name
-        {'monitor': 'val/acc', 'mode': 'max'}
     """
     from gyre.callbacks._monitor import monitor_mode
 
@@ -466,13 +403,6 @@ def _monitored(config: Any) -> dict[str, str]:
 def find_run_dir(path: str | os.PathLike[str]) -> Path:
     """The run folder that ``path`` names or lies in (a run folder, its ``checkpoints``
     folder, or one checkpoint's folder): the nearest folder holding ``config.yaml``.
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> run = pathlib.Path(tempfile.mkdtemp()); (run / "config.yaml").write_text("{}")
-        2
-        >>> (run / "checkpoints" / "40").mkdir(parents=True); find_run_dir(run / "checkpoints" / "40") == run
-        True
     """
     p = Path(path).expanduser()
     for candidate in (p, p.parent, p.parent.parent):
@@ -538,12 +468,7 @@ def run_test(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def metric_lines(metrics: Mapping[str, Any]) -> list[str]:
-    """``name: value`` lines of the scalar metrics (times left out), sorted by name.
-
-    Example:
-        >>> metric_lines({"test/loss": 0.25, "test/acc": 0.96875, "test/time": 0.1})
-        ['test/acc: 0.96875', 'test/loss: 0.25']
-    """
+    """``name: value`` lines of the scalar metrics (times left out), sorted by name."""
     lines = []
     for key in sorted(metrics):
         value = metrics[key]
