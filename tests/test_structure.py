@@ -1,6 +1,6 @@
 """The structure check (tools/check_structure.py) runs in the suite: no import cycle, no
 import from a higher layer or sideways within one, no import of the package itself inside it,
-no function of the engine over 80 lines of code; and tests/
+no private name read across packages, no function of the engine over 80 lines of code; and tests/
 mirrors src/gyre/: every module has its test file."""
 
 import pathlib
@@ -36,6 +36,56 @@ def test_the_check_finds_each_kind_of_problem(tmp_path, monkeypatch):
     source = "def f():\n    '''doc\n    more'''\n    # comment\n\n    x = 1\n    return x\n"
     node = ast.parse(source).body[0]
     assert check.code_lines(node, source.splitlines()) == 3  # def, x = 1, return
+
+
+
+def fake_package(root: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
+    """A package ``gyre`` under ``root`` made of ``files`` (path -> source), with its ``__init__``s."""
+    package = root / "gyre"
+    for relative, source in {"__init__.py": "import gyre.core\n", **files}.items():
+        path = package / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        (path.parent / "__init__.py").touch()
+        path.write_text(source)
+    return package
+
+
+def check(package: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(TOOL), str(package)], capture_output=True, text=True, timeout=60)
+
+
+def test_the_check_refuses_a_rung_importing_gyre_a_sideways_import_and_a_private_read(tmp_path):
+    package = fake_package(tmp_path, {
+        "core/_clock.py": "_FIELDS = ()\nFIELDS = ()\n",
+        "steps/_step.py": "",
+        "parallel/_mesh.py": "from gyre.core._clock import _FIELDS, FIELDS\nimport gyre.steps._step\n",
+        "trainer/_fit.py": "def fit():\n    import gyre\n    return gyre\n",
+        "jaxloop/_loop.py": "from gyre.trainer import fit\nfrom gyre.core import _clock\n",
+        "__main__.py": "from gyre import core\n",
+        "extra.py": "",
+    })
+    run = check(package)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.stdout.splitlines() == [
+        "module without a layer: gyre.extra (give it one in LAYERS of tools/check_structure.py)",
+        "sideways import: gyre.jaxloop._loop -> gyre.trainer (packages of one layer import nothing of each other:"
+        " move the shared piece down a layer)",
+        "upward import: gyre.parallel._mesh -> gyre.steps._step (a module imports its own layer or lower ones:"
+        " move the shared piece down)",
+        "private read across packages: gyre.parallel._mesh <- gyre.core._clock._FIELDS"
+        " (name it without the underscore)",
+        "import of the package itself: gyre.trainer._fit (import the module that defines the name)",
+    ]  # the doors (gyre, gyre.__main__) may import gyre; importing a private module is no private read
+
+
+def test_the_check_passes_a_package_that_keeps_the_rules(tmp_path):
+    package = fake_package(tmp_path, {
+        "core/_clock.py": "FIELDS = ()\n",
+        "trainer/_fit.py": "from gyre.core._clock import FIELDS\nfrom gyre.trainer import _run\n",
+        "trainer/_run.py": "from gyre.core import _clock\n",
+    })
+    run = check(package)
+    assert (run.returncode, run.stdout.split(",")[0]) == (0, "structure: no cycles"), run.stdout + run.stderr
 
 
 # -- tests/ mirrors src/gyre/ module by module -------------------------------------------------

@@ -16,7 +16,7 @@ import jax
 
 from gyre.core._errors import as_integer, describe, explain
 
-_FIELDS = ("steps", "samples", "epochs", "step_in_epoch", "time", "date")
+CLOCK_FIELDS = ("steps", "samples", "epochs", "step_in_epoch", "time", "date")
 
 
 class Elapsed:
@@ -42,7 +42,7 @@ class Elapsed:
         (True, False)
     """
 
-    __slots__ = (*_FIELDS, "_step")
+    __slots__ = (*CLOCK_FIELDS, "_step")
 
     def __init__(
         self,
@@ -63,7 +63,7 @@ class Elapsed:
         put(self, "_step", None)  # (batch size, epoch length) of the step in progress: a loop's mark
 
     def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle build a new clock (no setattr)
-        return type(self), tuple(getattr(self, n) for n in _FIELDS), (None, {"_step": self._step})
+        return type(self), tuple(getattr(self, n) for n in CLOCK_FIELDS), (None, {"_step": self._step})
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "_step":
@@ -73,7 +73,7 @@ class Elapsed:
             explain(f"Elapsed is immutable: its {name!r} cannot be set", expected="a new clock",
                     received=f"elapsed.{name} = {describe(value)}",
                     fix=f"elapsed.replace({name}=...) returns a copy with it changed"
-                    if name in _FIELDS else f"use one of the counters {_FIELDS} through replace(...)")
+                    if name in CLOCK_FIELDS else f"use one of the counters {CLOCK_FIELDS} through replace(...)")
         )
 
     @classmethod
@@ -202,17 +202,17 @@ class Elapsed:
             >>> Elapsed().replace(steps=5).steps
             5
         """
-        unknown = set(changes) - set(_FIELDS)
+        unknown = set(changes) - set(CLOCK_FIELDS)
         if unknown:
             raise TypeError(
                 explain(
                     f"Elapsed has no counter {sorted(unknown)}",
-                    expected=f"some of {_FIELDS}",
+                    expected=f"some of {CLOCK_FIELDS}",
                     received=str(sorted(changes)),
                     fix="use one of the names listed as expected",
                 )
             )
-        values = {name: getattr(self, name) for name in _FIELDS}
+        values = {name: getattr(self, name) for name in CLOCK_FIELDS}
         values.update(changes)
         return Elapsed(**values)
 
@@ -299,7 +299,7 @@ class Elapsed:
             return any(getattr(self, name) == value for name, value in other.items())
         if not isinstance(other, Elapsed):
             return NotImplemented
-        return all(getattr(self, n) == getattr(other, n) for n in _FIELDS)
+        return all(getattr(self, n) == getattr(other, n) for n in CLOCK_FIELDS)
 
     def __ne__(self, other: object) -> bool:
         equal = self.__eq__(other)
@@ -314,7 +314,7 @@ class Elapsed:
             >>> Elapsed(steps=2).to_dict()["steps"]
             2
         """
-        return {name: getattr(self, name) for name in _FIELDS}
+        return {name: getattr(self, name) for name in CLOCK_FIELDS}
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Elapsed:
@@ -327,7 +327,7 @@ class Elapsed:
         return cls().replace(**dict(values))
 
     def __repr__(self) -> str:
-        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in _FIELDS)
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in CLOCK_FIELDS)
         return f"Elapsed({inner})"
 
 

@@ -18,8 +18,7 @@ from typing import Any, NamedTuple, overload
 
 import numpy as np
 
-from gyre.core._clock import _FIELDS as CLOCK_FIELDS
-from gyre.core._clock import Elapsed, epochs_after
+from gyre.core._clock import CLOCK_FIELDS, Elapsed, epochs_after
 from gyre.core._errors import describe, explain
 from gyre.core._history_views import HistoryViews, Record, block_collect, block_records
 from gyre.core._host import fetch, is_ready, stacked, start_copy, to_python

@@ -14,8 +14,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from gyre.core._clock import _FIELDS as CLOCK_FIELDS
-from gyre.core._clock import Elapsed
+from gyre.core._clock import CLOCK_FIELDS, Elapsed
 from gyre.core._errors import ExplainedKeyError, closest, describe, explain, suggest
 from gyre.core._host import to_python
 from gyre.core._logs import Logs, put, resolution_order

@@ -305,7 +305,7 @@ class _Not(_And):
 
     def _next_step(self, clock: Elapsed, epoch_steps: int | None) -> Any:
         cycle = self.parts[0]._cycle(epoch_steps)
-        return UNSOLVED if cycle is None else _scan(self, clock, epoch_steps, cycle)
+        return UNSOLVED if cycle is None else first_firing(self, clock, epoch_steps, cycle)
 
     _next_change = Schedule._next_change  # stateless, or UNSOLVED
 
@@ -330,7 +330,7 @@ def _at(clock: Elapsed, step: int, epoch_steps: int | None) -> Elapsed:
     return Elapsed(step, clock.samples, clock.epochs + epochs, in_epoch, clock.time, clock.date)
 
 
-def _scan(predicate: ScheduleLike, clock: Elapsed, epoch_steps: int | None, cycle: int | None) -> int | None:
+def first_firing(predicate: ScheduleLike, clock: Elapsed, epoch_steps: int | None, cycle: int | None) -> int | None:
     """The first step from ``clock`` on where the stateless ``predicate`` is true, trying them
     one by one: ``None`` when none is in a whole ``cycle`` (its firings repeat after it), the
     step reached when :data:`_SCAN` steps found none."""

@@ -20,7 +20,8 @@ from flax import struct
 from gyre.core._errors import describe, explain, suggest
 
 
-def _as_key(rng: Any) -> jax.Array:
+def as_key(rng: Any) -> jax.Array:
+    """``rng`` (``None``, an int seed or a PRNG key) as a PRNG key; anything else raises."""
     if rng is None:
         return jax.random.PRNGKey(0)
     if isinstance(rng, int) and not isinstance(rng, bool):
@@ -175,7 +176,7 @@ class TrainState(struct.PyTreeNode, kw_only=True):
             step=jnp.zeros((), jnp.int32),
             params=params,
             opt_state=tx.init(params) if tx is not None else None,
-            rng=_as_key(rng),
+            rng=as_key(rng),
             model_state=model_state,
             extras=rest,
             apply_fn=apply_fn,

@@ -119,7 +119,7 @@ def _check_epoch_schedules(tasks: Sequence[Task], clock: Elapse) -> None:
             raise ValueError(epochs_unknown(f"the schedule {task.key!r} of {[i.name for i in task.invokers]}"))
 
 
-def _prefetched(dataset: Any, state: Any, size: int, stop: Any, initial: Elapsed | None) -> Any:
+def prefetched(dataset: Any, state: Any, size: int, stop: Any, initial: Elapsed | None) -> Any:
     """The dataset placed ahead on the state's strategy's devices (managed states only)."""
     strategy = getattr(state, "strategy", None)
     if not size or not callable(getattr(strategy, "place_batch", None)) or not getattr(strategy, "compiles", False):
@@ -344,7 +344,7 @@ def loop(
     if resume is not None:
         state, history, elapsed, resumed = resume_from(checkpoint, resume, state, history, elapsed, stop)  # type: ignore[arg-type]
     data = track_data(dataset, data_resume)
-    dataset = _prefetched(data, state, prefetch, stop, elapsed)
+    dataset = prefetched(data, state, prefetch, stop, elapsed)
     clock_iter = Elapse(
         dataset, stop=stop, initial=elapsed, epoch_duration=epoch_duration,
         batch_size_fn=batch_size_fn, clock=clock,

@@ -159,13 +159,13 @@ def _scan_of(invoker: Invoker, steps: int) -> FusedStep:
 _FUSED: weakref.WeakKeyDictionary[Any, dict[int, FusedStep]] = weakref.WeakKeyDictionary()
 #: The invoker the cached scans of a jitted step fold its returns with, when traced: whether
 #: the step returned a state is known there, whichever loop's invoker asks later.
-_TRACING: weakref.WeakKeyDictionary[Any, Invoker] = weakref.WeakKeyDictionary()
+TRACING: weakref.WeakKeyDictionary[Any, Invoker] = weakref.WeakKeyDictionary()
 
 
 def _fuse_jitted(invoker: Invoker, jitted: Any, steps: int) -> FusedStep:
     try:
         by_length = _FUSED.setdefault(jitted, {})
-        tracing = _TRACING.setdefault(jitted, invoker)
+        tracing = TRACING.setdefault(jitted, invoker)
     except TypeError:  # not weakly referenceable: no cache
         by_length, tracing = {}, invoker
     fused = by_length.get(steps)
@@ -185,7 +185,7 @@ def returned_state(invoker: Invoker) -> bool:
     if invoker.returned_state or not _compat.is_jitted(fn):
         return True
     try:
-        tracing = _TRACING.get(fn)
+        tracing = TRACING.get(fn)
     except TypeError:  # not weakly referenceable: never cached, traced with this invoker
         return False
     return tracing is not None and tracing.returned_state

@@ -24,8 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core._clock import _FIELDS as CLOCK_FIELDS
-from gyre.core._clock import Elapsed
+from gyre.core._clock import CLOCK_FIELDS, Elapsed
 from gyre.core._errors import explain
 from gyre.core._history import Block, History
 from gyre.core._logs import Logs, put

@@ -15,7 +15,7 @@ from gyre.core._errors import explain
 from gyre.data._padding import pad_batch
 from gyre.engine._binding import Invoker, Masked, bind
 from gyre.engine._elapse import StopLike, dataset_epoch_steps, size_function
-from gyre.engine._engine import _prefetched
+from gyre.engine._engine import prefetched
 
 
 def mask_wanted(callbacks: Sequence[Any], where: str) -> tuple[list[Invoker], bool]:
@@ -74,7 +74,7 @@ class MaskedBatches:
 
     def __iter__(self) -> Iterator[Masked]:
         rows: deque[int] = deque()
-        placed = _prefetched(self._padded(rows), self._state, self._prefetch, self._stop, self._initial)
+        placed = prefetched(self._padded(rows), self._state, self._prefetch, self._stop, self._initial)
         for item in placed:  # in order: the placed items are the padded ones, one for one
             item.rows = rows.popleft()
             yield item

@@ -29,7 +29,7 @@ from gyre.core import _compat
 from gyre.core._clock import infer_batch_size
 from gyre.core._logs import Logs
 from gyre.engine._binding import Invoker
-from gyre.engine._fuse import _TRACING, step_body
+from gyre.engine._fuse import TRACING, step_body
 
 #: Rows of a ring: the most steps of one block.
 ROWS = 256
@@ -123,7 +123,7 @@ def _ring_function(invoker: Invoker, step: Any, layout: Layout, sized: bool) -> 
     is donated when the step donates it; the ring always is."""
     try:
         by_layout = _RINGS.setdefault(step, {})
-        tracing = _TRACING.setdefault(step, invoker)
+        tracing = TRACING.setdefault(step, invoker)
     except TypeError:  # not weakly referenceable: no cache
         by_layout, tracing = {}, invoker
     fn = by_layout.get((layout, sized))

@@ -24,7 +24,7 @@ from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, suggest, warn
 from gyre.core._hooks import ALL_HOOKS, NamedSchedule
 from gyre.core._logs import Logs
-from gyre.core._schedules import UNSOLVED, Schedule, _scan, as_schedule, every
+from gyre.core._schedules import UNSOLVED, Schedule, as_schedule, every, first_firing
 from gyre.engine._binding import Invoker, bind, callback_name, inject
 
 Callback = Callable[..., Any]
@@ -84,7 +84,7 @@ class When(Schedule):
             return UNSOLVED
         if self._reads == {"step_in_epoch"} and epoch_steps is not None:
             return self._in_epoch(clock, epoch_steps)
-        return _scan(self.predicate, clock, epoch_steps, self._cycle(epoch_steps))
+        return first_firing(self.predicate, clock, epoch_steps, self._cycle(epoch_steps))
 
     def _in_epoch(self, clock: Elapsed, epoch_steps: int) -> int | None:
         """next_step of a predicate of step_in_epoch alone: tried once on each step of an

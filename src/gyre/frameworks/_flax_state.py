@@ -433,9 +433,9 @@ def create_flax_state(
     losses_ = _named("losses", losses)
     metrics_ = _named("metrics", metrics)
     _check_names(losses_, metrics_)
-    from gyre.core._train_state import _as_key
+    from gyre.core._train_state import as_key
 
-    key = _as_key(rng)
+    key = as_key(rng)
     adapter, params, model_state = adapt(module, inputs=inputs, rng=key, rng_streams=rng_streams, batched=batched)
     reported = getattr(adapter, "reported", {})
     aux_losses = list(calling.flatten_names(reported.get("losses", {}), full_path=logs_full_path))
