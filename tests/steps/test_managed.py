@@ -58,15 +58,15 @@ def test_the_facade_keeps_every_name_of_the_managed_module():
     from gyre.steps import (
         _managed_call,
         _managed_metrics,
-        _managed_nan,
         _managed_state,
         _managed_step,
+        _update,
     )
 
     moved = {
         "ManagedState": _managed_state, "ManagedStep": _managed_step, "StepFn": _managed_call,
         "check_floating_loss": _managed_call, "total_loss": _managed_call,
-        "merge_stateful_metrics": _managed_metrics, "skip_non_finite": _managed_nan,
+        "merge_stateful_metrics": _managed_metrics, "skip_non_finite": _update,
     }
     for name, module in moved.items():
         assert getattr(managed, name) is getattr(module, name), name

@@ -63,21 +63,14 @@ from gyre.steps._managed_call import total_loss as total_loss
 from gyre.steps._managed_metrics import _accumulator as _accumulator
 from gyre.steps._managed_metrics import _is_metric as _is_metric
 from gyre.steps._managed_metrics import merge_stateful_metrics as merge_stateful_metrics
-from gyre.steps._managed_nan import _all_finite as _all_finite
-from gyre.steps._managed_nan import _check_nan_policy as _check_nan_policy
-from gyre.steps._managed_nan import _keep as _keep
-from gyre.steps._managed_nan import _skip_counter as _skip_counter
-from gyre.steps._managed_nan import skip_non_finite as skip_non_finite
 from gyre.steps._managed_state import _DEFAULT as _DEFAULT
 from gyre.steps._managed_state import ManagedState as ManagedState
 from gyre.steps._managed_state import _no_skipped_steps as _no_skipped_steps
 from gyre.steps._managed_state import _strategy_of as _strategy_of
 from gyre.steps._managed_step import ManagedStep as ManagedStep
-from gyre.steps._managed_train import _make_train as _make_train
-from gyre.steps._managed_train import _mean_logs as _mean_logs
-from gyre.steps._managed_train import _merge_rows as _merge_rows
-from gyre.steps._managed_train import _split_micro as _split_micro
+from gyre.steps._managed_train import _check_nan_policy, _make_train
 from gyre.steps._precision import MixedPrecision, get_policy
+from gyre.steps._update import skip_non_finite as skip_non_finite
 
 
 def _check_options(accumulate_steps: Any, clip_grad_norm: Any) -> None:

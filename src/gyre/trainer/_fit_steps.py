@@ -22,6 +22,7 @@ from gyre.core._train_state import TrainState
 from gyre.engine._fuse import scanned
 from gyre.parallel._strategies import Jit
 from gyre.parallel._strategy import Strategy
+from gyre.steps._update import train_update
 from gyre.trainer._fit_checks import check_labels, optimizer_error, split_batch
 from gyre.trainer._training import first_batch
 
@@ -266,43 +267,44 @@ def _train_step_fn(
     mutable = list(collections)
     flags = {"train": True} if takes_train else {}
 
-    def train_step(state: TrainState, batch: Any) -> tuple[Logs, TrainState]:
+    def objective(inner: TrainState, batch: Any) -> tuple[Any, tuple[Mapping[str, Any], Any]]:
         x, labels = split_batch(batch)  # checks run while tracing: once, never per step
-        rng = jax.random.fold_in(state.rng, state.step)
-
-        def objective(params: Any) -> tuple[Any, tuple[Mapping[str, Any], Any]]:
-            variables = {"params": params, **state.model_state}
-            try:
-                if mutable:
-                    logits, updates = state.apply_fn(variables, x, **flags, mutable=mutable, rngs={"dropout": rng})
-                else:
-                    logits, updates = state.apply_fn(variables, x, **flags, rngs={"dropout": rng}), {}
-            except Exception as err:
-                explained = model_shape_error(err, batch, "gyre.fit's training step, on a batch of train_ds")
-                fix = apply_error_fix(err)
-                if fix:
-                    err.add_note(f"gyre.fit: {fix}")
-                (explained or err).add_note(_call_note(x, mutable, takes_train))
-                if explained is not None:
-                    raise explained from err
-                raise
-            check_labels(logits, labels)
-            try:
-                out = loss_fn(logits, labels, step=state.step) if takes_step else loss_fn(logits, labels)
-            except Exception as err:
-                err.add_note(_loss_note(logits, labels, takes_step))
-                raise
-            loss, loss_dict = _loss_pair(out)
-            return loss, (loss_dict, updates)
-
-        (loss, (loss_dict, updates)), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
+        rng = jax.random.fold_in(inner.rng, inner.step)
+        variables = {"params": inner.params, **inner.model_state}
         try:
-            new_state = state.apply_gradients(grads=grads, model_state={**state.model_state, **dict(updates)})
+            if mutable:
+                logits, updates = inner.apply_fn(variables, x, **flags, mutable=mutable, rngs={"dropout": rng})
+            else:
+                logits, updates = inner.apply_fn(variables, x, **flags, rngs={"dropout": rng}), {}
+        except Exception as err:
+            explained = model_shape_error(err, batch, "gyre.fit's training step, on a batch of train_ds")
+            fix = apply_error_fix(err)
+            if fix:
+                err.add_note(f"gyre.fit: {fix}")
+            (explained or err).add_note(_call_note(x, mutable, takes_train))
+            if explained is not None:
+                raise explained from err
+            raise
+        check_labels(logits, labels)
+        try:
+            out = loss_fn(logits, labels, step=inner.step) if takes_step else loss_fn(logits, labels)
+        except Exception as err:
+            err.add_note(_loss_note(logits, labels, takes_step))
+            raise
+        loss, loss_dict = _loss_pair(out)
+        return loss, (loss_dict, inner.replace(model_state={**inner.model_state, **dict(updates)}))
+
+    def apply(state: TrainState, grads: Any) -> TrainState:
+        try:
+            return state.apply_gradients(grads=grads)
         except Exception as err:
             explained = optimizer_error(err, state.tx)
             if explained is not None:
                 raise explained from err
             raise
+
+    def train_step(state: TrainState, batch: Any) -> tuple[Logs, TrainState]:
+        loss, loss_dict, _, new_state = train_update(objective, state, batch, apply=apply)[:4]
         logs = Logs().add_loss("loss", loss)
         for name, value in loss_dict.items():
             if name != "loss":

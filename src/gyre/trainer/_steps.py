@@ -17,6 +17,7 @@ from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.data._padding import accepts_mask
+from gyre.steps._update import train_update
 from gyre.trainer._augment import prepare
 from gyre.trainer._metrics import ConcatCollector
 from gyre.trainer._model import NNX_REST
@@ -149,28 +150,22 @@ class StepBuilder:
         """``(state, batch) -> (logs, state)``. ``step_logs``: the step's values are also
         returned as logs (for the NaN policy and the callbacks' ``on_training_step``)."""
         t = self.trainer
-        tx = t.optimizer
+
+        def objective(inner: Any, batch: Any) -> tuple[Any, tuple[dict[str, Any], Any]]:
+            rng = jax.random.fold_in(inner.rng, inner.step)
+            loss, metrics, model_state = self.forward(inner.params, inner, batch, rng, train=True)
+            return loss, (metrics, inner.replace(model_state=model_state))
 
         def step(state: Any, batch: Any) -> tuple[Logs | None, Any]:
-            rng = jax.random.fold_in(state.rng, state.step)
-
-            def objective(params: Any) -> tuple[Any, tuple[dict[str, Any], Any]]:
-                loss, metrics, model_state = self.forward(params, state, batch, rng, train=True)
-                return loss, (metrics, model_state)
-
-            (loss, (metrics, model_state)), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
-            updates, opt_state = tx.update(grads, state.opt_state, state.params)
-            params = optax.apply_updates(state.params, updates)
+            loss, metrics, grads, new = train_update(objective, state, batch)[:4]
             extra = self.inspected(state.params, grads)
             values = self.values(loss, metrics, extra)
             specs, parsed = parse_metrics(values, where=t._loss_name)
             count = batch_size_of(batch, t.batch_to_input(batch))
-            extras = dict(state.extras)
+            extras = dict(new.extras)
             extras[EPOCH] = extras[EPOCH].update(specs, parsed, count)
             extras[WINDOW] = extras[WINDOW].update(specs, parsed, count)
-            new = state.replace(
-                step=state.step + 1, params=params, opt_state=opt_state, model_state=model_state, extras=extras
-            )
+            new = new.replace(extras=extras)
             if not step_logs:
                 return None, new
             checked = getattr(t.config, "nan_keys", None)  # None: all; the others are not NaN-checked

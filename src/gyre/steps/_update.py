@@ -1,0 +1,240 @@
+"""The one train-step builder: the gradients of a loss, microbatch accumulation, mixed
+precision, clipping, the optax update and dropping non-finite updates, inside a compiled step.
+
+The managed step (:mod:`gyre.steps.managed`), the trainer's step and :func:`gyre.fit`'s step are
+vocabularies over :func:`train_update`: each turns its user's function into an objective and
+logs what it returns under its own names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from gyre.core._errors import explain
+from gyre.core._logs import Logs
+from gyre.engine._nan import SKIPPED_STEPS
+from gyre.steps._managed_call import _shapes
+from gyre.steps._precision import MixedPrecision
+
+Objective = Callable[[Any, Any], tuple[jax.Array, tuple[Any, Any]]]
+
+
+class Update(NamedTuple):
+    """What :func:`train_update` returns."""
+
+    loss: jax.Array  # the objective's loss (reduced over microbatches)
+    values: Any  # the objective's other values (reduced over microbatches, then settled)
+    grads: Any  # the gradients applied, before clipping (averaged over microbatches)
+    state: Any  # the state after the update (the one before, when a non-finite one was skipped)
+    grad_norm: Any = None  # the gradients' global norm, with clipping
+    skipped: Any = None  # the state's count of skipped updates, with skip
+
+
+def _update(state: Any, grads: Any) -> Any:
+    """The optax update of ``state`` (its ``apply_gradients``)."""
+    return state.apply_gradients(grads=grads)
+
+
+def _mean(losses: jax.Array, values: Any) -> tuple[jax.Array, Any]:
+    """Microbatch losses and values, averaged."""
+    return jnp.mean(losses), jax.tree_util.tree_map(lambda v: jnp.mean(v, axis=0), values)
+
+
+def train_update(
+    objective: Objective,
+    state: Any,
+    batch: Any,
+    *,
+    accumulate_steps: int = 1,
+    reduce: Callable[[jax.Array, Any], tuple[jax.Array, Any]] = _mean,
+    settle: Callable[[Any, Any], tuple[Any, Any]] | None = None,
+    clip_grad_norm: float | None = None,
+    policy: MixedPrecision | None = None,
+    skip: bool = False,
+    apply: Callable[[Any, Any], Any] = _update,
+    where: str = "train_step",
+) -> Update:
+    """One differentiate-and-update step, traced inside the caller's compiled step.
+
+    ``objective(state, batch) -> (loss, (values, state))`` gets ``state`` with the params being
+    differentiated (in the policy's compute dtype, as is ``batch``) and returns the loss, its
+    other values and the state it leaves (its params and rng are dropped: the update applies
+    to the given params and keeps the rng). The step's key is ``fold_in(state.rng, state.step)``.
+
+    Args:
+        objective: the loss and what comes with it, see above.
+        state: a :class:`~gyre.TrainState` (or any state with ``apply_gradients``).
+        batch: the step's batch.
+        accumulate_steps: split ``batch`` into this many microbatches (a ``lax.scan``; the
+            state each leaves goes to the next, microbatch ``i`` gets ``rng=fold_in(rng, i)``)
+            and average their gradients; ``reduce(losses, values)`` combines their outputs
+            (default: the means).
+        reduce: see ``accumulate_steps``.
+        settle: ``(values, state) -> (values, state)``, run before the update (and so undone
+            with a skipped one).
+        clip_grad_norm: clip the gradients to this global norm.
+        policy: mixed precision (see :class:`~gyre.steps.MixedPrecision`).
+        skip: keep the whole state as it was when the loss or a gradient is not finite, and
+            count it in the state's ``skipped_steps`` (see :func:`skip_non_finite`).
+        apply: ``(state, grads) -> state``, the optimizer update (default:
+            ``state.apply_gradients(grads=grads)``).
+        where: the step's name in error messages.
+
+    Example:
+        >>> import gyre, jax.numpy as jnp, optax
+        >>> state = gyre.TrainState.create(params=jnp.zeros(2), tx=optax.sgd(0.5))
+        >>> def objective(state, batch):
+        ...     loss = jnp.sum((state.params - batch) ** 2)
+        ...     return loss, ({"loss": loss}, state)
+        >>> out = train_update(objective, state, jnp.ones(2))
+        >>> float(out.loss), out.state.params.tolist(), int(out.state.step)
+        (2.0, [1.0, 1.0], 1)
+    """
+    policy = policy or MixedPrecision()
+
+    def grads_of(current: Any, batch: Any) -> tuple[Any, Any, Any, Any]:
+        def loss_fn(params: Any) -> tuple[jax.Array, tuple[Any, Any]]:
+            return objective(current.replace(params=policy.cast_to_compute(params)), policy.cast_to_compute(batch))
+
+        (loss, (values, after)), grads = jax.value_and_grad(loss_fn, has_aux=True)(current.params)
+        return loss, values, grads, after
+
+    if accumulate_steps == 1:
+        loss, values, grads, after = grads_of(state, batch)
+    else:
+        # The state each microbatch leaves (model_state, extras, metric states...) is carried
+        # to the next one; params and rng stay those of the step.
+        def body(carry: tuple[Any, Any], xs: tuple[jax.Array, Any]) -> tuple[tuple[Any, Any], Any]:
+            acc, current = carry
+            i, mb = xs
+            loss, values, grads, after = grads_of(current.replace(rng=jax.random.fold_in(state.rng, i)), mb)
+            acc = jax.tree_util.tree_map(jnp.add, acc, grads)
+            return (acc, after.replace(params=current.params, rng=current.rng)), (loss, values)
+
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+        index = jnp.arange(accumulate_steps)
+        (acc, after), stacked = jax.lax.scan(body, (zeros, state), (index, _split_micro(batch, accumulate_steps)))
+        grads = jax.tree_util.tree_map(lambda g: g / accumulate_steps, acc)
+        loss, values = reduce(*stacked)
+    if settle is not None:
+        values, after = settle(values, after)
+    applied, norm = grads, None
+    if clip_grad_norm is not None:
+        norm = optax.global_norm(grads)
+        scale = jnp.minimum(1.0, clip_grad_norm / (norm + 1e-6))
+        applied = jax.tree_util.tree_map(lambda g: g * scale.astype(g.dtype), grads)
+    # The objective saw compute-dtype params; the update applies to the float32 ones.
+    updated = apply(after.replace(params=state.params, rng=state.rng), applied)
+    count = None
+    if skip:
+        updated, count = _skip(state, updated, loss, applied, where)
+    return Update(loss, values, grads, updated, norm, count)
+
+
+def _split_micro(batch: Any, k: int) -> Any:
+    """``batch`` with each leaf split into ``k`` microbatches along a new leading axis."""
+
+    def split(x: Any) -> Any:
+        x = jnp.asarray(x)
+        if x.ndim == 0 or x.shape[0] % k != 0:
+            raise ValueError(
+                explain(
+                    f"a batch of {x.shape[0] if x.ndim else 'a scalar'} cannot be split into "
+                    f"{k} microbatches",
+                    expected=f"every batch leaf with a leading dimension divisible by accumulate_steps={k}",
+                    received=f"a leaf of shape {x.shape}",
+                    fix="use a batch size that is a multiple of accumulate_steps",
+                )
+            )
+        return x.reshape((k, x.shape[0] // k, *x.shape[1:]))
+
+    return jax.tree_util.tree_map(split, batch)
+
+
+# -- skipping non-finite updates ------------------------------------------------------------------
+
+
+def _skip_counter(state: Any, where: str) -> tuple[Any, Callable[[Any, Any], Any]]:
+    """The state's count of skipped steps and how to replace it (a field, or an extra)."""
+    fields = getattr(type(state), "__dataclass_fields__", {})
+    if SKIPPED_STEPS in fields:
+        return getattr(state, SKIPPED_STEPS), lambda s, count: s.replace(**{SKIPPED_STEPS: count})
+    extras = getattr(state, "extras", None) if "extras" in fields else None
+    if isinstance(extras, Mapping) and SKIPPED_STEPS in extras:
+        return extras[SKIPPED_STEPS], lambda s, count: s.replace(extras={**s.extras, SKIPPED_STEPS: count})
+    raise TypeError(
+        explain(
+            f"{where} skips non-finite updates (nan_policy='skip'), but its state has no "
+            "skipped_steps to count them in",
+            expected="a gyre.managed.ManagedState (its field skipped_steps starts at 0), or a "
+            "state with a skipped_steps field or extra",
+            received=f"a {type(state).__name__} with fields {sorted(f for f in fields if f != 'extras')}"
+            + (f" and extras {sorted(extras)}" if isinstance(extras, Mapping) else ""),
+            fix="create the state with gyre.managed.ManagedState.create(...); or "
+            "TrainState.create(..., skipped_steps=jnp.zeros((), jnp.int32)), which keeps it in "
+            "extras; or declare `skipped_steps: jax.Array` in your state class",
+        )
+    )
+
+
+def _all_finite(tree: Any) -> jax.Array:
+    """Whether every floating value of ``tree`` is finite (a boolean scalar on the device)."""
+    ok = jnp.array(True)
+    for leaf in jax.tree_util.tree_leaves(tree):
+        if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
+            ok = ok & jnp.all(jnp.isfinite(leaf))
+    return ok
+
+
+def _keep(ok: jax.Array, new: Any, old: Any) -> Any:
+    """``new`` where ``ok``, else ``old``, in ``new``'s dtype."""
+    if new is old:  # unchanged by the step (the rng, a counter): nothing to choose
+        return new
+    kept = jnp.where(ok, new, old)
+    return kept if kept.dtype == jnp.result_type(new) else kept.astype(jnp.result_type(new))
+
+
+def _skip(before: Any, after: Any, loss: Any, grads: Any, where: str) -> tuple[Any, Any]:
+    """``(state, skipped count)``: :func:`skip_non_finite` without the log."""
+    count, put = _skip_counter(before, where)
+    if jax.tree_util.tree_structure(before) != jax.tree_util.tree_structure(after):
+        raise ValueError(
+            explain(
+                f"{where} skips non-finite updates, and returned a state of another structure "
+                "than it received, so the previous one cannot be kept",
+                expected=f"a state structured like the one it received: {_shapes(before)}",
+                received=_shapes(after),
+                fix="return the state you received, changing only the values of its fields "
+                "(state.replace(...)); create every field and extra before the loop",
+            )
+        )
+    ok = jnp.isfinite(jnp.asarray(loss)) & _all_finite(grads)
+    kept = jax.tree_util.tree_map(lambda new, old: _keep(ok, new, old), after, before)
+    count = jnp.asarray(count) + jnp.where(ok, 0, 1).astype(jnp.result_type(count))
+    return put(kept, count), count
+
+
+def skip_non_finite(before: Any, after: Any, loss: Any, grads: Any, logs: Logs, where: str = "train_step") -> Any:
+    """``after`` when ``loss`` and ``grads`` are finite, else ``before`` (every leaf: params,
+    optimizer state, ``step``, model state, metric accumulators), with the state's
+    ``skipped_steps`` grown by one; logs the count as the stateful metric ``skipped_steps``.
+    Runs inside the compiled step: no host sync.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from gyre.steps.managed import ManagedState
+        >>> before = ManagedState.create(params=jnp.ones(2))
+        >>> after = before.replace(params=jnp.full(2, jnp.nan), step=before.step + 1)
+        >>> logs = Logs()
+        >>> kept = skip_non_finite(before, after, jnp.float32(jnp.nan), after.params, logs)
+        >>> kept.params.tolist(), int(kept.step), int(kept.skipped_steps), int(logs.stateful_metrics.skipped_steps)
+        ([1.0, 1.0], 0, 1, 1)
+    """
+    kept, count = _skip(before, after, loss, grads, where)
+    logs.add_stateful_metric(SKIPPED_STEPS, count)
+    return kept
