@@ -60,7 +60,7 @@ def test_a_masked_eval_step_weighs_a_batch_by_its_real_rows_and_keeps_explicit_c
     builder = t._builder
     assert builder.accepts_mask()
     batch, mask = (x, np.array([0, 1, 1, 1], np.int32)), np.array([True, False, False, False])
-    specs, shapes = builder.eval_specs(t.state, batch, mask)
+    specs, shapes = builder.specs(t.state, batch, train=False, mask=mask)
     acc, _ = jax.jit(builder.eval_step())(t.state, MetricAccumulator.init(specs, shapes), batch, mask)
     weights = {k: float(m.count) for k, m in acc.metrics.items()}
     assert weights == {"loss": 1.0, "acc": 1.0, "five": 3.0}  # mask.sum() rows; an explicit count stays

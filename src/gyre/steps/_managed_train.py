@@ -13,9 +13,9 @@ import jax
 from gyre.core import metrics
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
+from gyre.engine._nan import SKIPPED_STEPS
 from gyre.steps._managed_call import StepFn, _call, _check_params, _takes_batch, total_loss
 from gyre.steps._managed_metrics import _is_metric, merge_stateful_metrics
-from gyre.engine._nan import SKIPPED_STEPS
 from gyre.steps._precision import MixedPrecision
 from gyre.steps._update import train_update
 
@@ -44,6 +44,12 @@ def _mean_logs(stacked: Logs) -> Logs:
     return out
 
 
+def _settle(logs: Any, state: Any, where: str) -> tuple[Logs, Any]:
+    """The step's logs as ``Logs``, its metric objects merged into the state's accumulators."""
+    logs, state = merge_stateful_metrics(logs, state, where)
+    return (logs if isinstance(logs, Logs) else Logs().merge(logs)), state
+
+
 def _make_train(
     fn: StepFn,
     *,
@@ -64,13 +70,9 @@ def _make_train(
         logs = _mean_logs(stacked)
         return total_loss(logs, where), logs
 
-    def settle(logs: Any, state: Any) -> tuple[Logs, Any]:
-        logs, state = merge_stateful_metrics(logs, state, where)
-        return (logs if isinstance(logs, Logs) else Logs().merge(logs)), state
-
     def train(state: Any, batch: Any) -> tuple[Logs, Any]:
         out = train_update(
-            objective, state, batch, accumulate_steps=accumulate_steps, reduce=reduce, settle=settle,
+            objective, state, batch, accumulate_steps=accumulate_steps, reduce=reduce, settle=lambda logs, s: _settle(logs, s, where),
             clip_grad_norm=clip_grad_norm, policy=policy, skip=skip, where=where,
         )
         logs = out.values

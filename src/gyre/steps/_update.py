@@ -25,14 +25,16 @@ Objective = Callable[[Any, Any], tuple[jax.Array, tuple[Any, Any]]]
 
 
 class Update(NamedTuple):
-    """What :func:`train_update` returns."""
+    """What :func:`train_update` returns: the loss and values (reduced over microbatches, then
+    settled), the gradients (averaged, before clipping), the new state, and the gradients'
+    norm (with clipping) and the state's count of skipped updates (with skip)."""
 
-    loss: jax.Array  # the objective's loss (reduced over microbatches)
-    values: Any  # the objective's other values (reduced over microbatches, then settled)
-    grads: Any  # the gradients applied, before clipping (averaged over microbatches)
-    state: Any  # the state after the update (the one before, when a non-finite one was skipped)
-    grad_norm: Any = None  # the gradients' global norm, with clipping
-    skipped: Any = None  # the state's count of skipped updates, with skip
+    loss: jax.Array
+    values: Any
+    grads: Any
+    state: Any
+    grad_norm: Any = None
+    skipped: Any = None
 
 
 def _update(state: Any, grads: Any) -> Any:
@@ -62,27 +64,24 @@ def train_update(
     """One differentiate-and-update step, traced inside the caller's compiled step.
 
     ``objective(state, batch) -> (loss, (values, state))`` gets ``state`` with the params being
-    differentiated (in the policy's compute dtype, as is ``batch``) and returns the loss, its
-    other values and the state it leaves (its params and rng are dropped: the update applies
-    to the given params and keeps the rng). The step's key is ``fold_in(state.rng, state.step)``.
+    differentiated (in the policy's compute dtype, as is ``batch``); the params and rng of the
+    state it returns are dropped (the update applies to the given params). Its key for the step
+    is ``fold_in(state.rng, state.step)``.
 
     Args:
         objective: the loss and what comes with it, see above.
-        state: a :class:`~gyre.TrainState` (or any state with ``apply_gradients``).
+        state: a :class:`~gyre.TrainState`, or any state with ``apply_gradients``.
         batch: the step's batch.
-        accumulate_steps: split ``batch`` into this many microbatches (a ``lax.scan``; the
-            state each leaves goes to the next, microbatch ``i`` gets ``rng=fold_in(rng, i)``)
-            and average their gradients; ``reduce(losses, values)`` combines their outputs
-            (default: the means).
+        accumulate_steps: microbatches to split ``batch`` into (a ``lax.scan``; each gets
+            ``rng=fold_in(rng, i)`` and the state the previous one left); their gradients are
+            averaged and ``reduce(losses, values)`` combines the rest (default: means).
         reduce: see ``accumulate_steps``.
-        settle: ``(values, state) -> (values, state)``, run before the update (and so undone
-            with a skipped one).
+        settle: ``(values, state) -> (values, state)`` before the update (undone with it).
         clip_grad_norm: clip the gradients to this global norm.
-        policy: mixed precision (see :class:`~gyre.steps.MixedPrecision`).
-        skip: keep the whole state as it was when the loss or a gradient is not finite, and
-            count it in the state's ``skipped_steps`` (see :func:`skip_non_finite`).
-        apply: ``(state, grads) -> state``, the optimizer update (default:
-            ``state.apply_gradients(grads=grads)``).
+        policy: mixed precision, see :class:`~gyre.steps.MixedPrecision`.
+        skip: keep the whole state when the loss or a gradient is not finite, and count it in
+            the state's ``skipped_steps`` (see :func:`skip_non_finite`).
+        apply: ``(state, grads) -> state``, the update (default ``state.apply_gradients``).
         where: the step's name in error messages.
 
     Example:

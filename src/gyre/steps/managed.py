@@ -52,23 +52,13 @@ from typing import Any
 from gyre.core._errors import describe, explain, whole_number
 from gyre.core._logs import Logs
 from gyre.steps._managed_call import StepFn as StepFn
-from gyre.steps._managed_call import _as_pair as _as_pair
-from gyre.steps._managed_call import _call as _call
-from gyre.steps._managed_call import _check_params as _check_params
-from gyre.steps._managed_call import _shapes as _shapes
-from gyre.steps._managed_call import _takes_batch as _takes_batch
-from gyre.steps._managed_call import _takes_no_mask as _takes_no_mask
+from gyre.steps._managed_call import _call, _check_params, _takes_batch
 from gyre.steps._managed_call import check_floating_loss as check_floating_loss
 from gyre.steps._managed_call import total_loss as total_loss
-from gyre.steps._managed_metrics import _accumulator as _accumulator
-from gyre.steps._managed_metrics import _is_metric as _is_metric
 from gyre.steps._managed_metrics import merge_stateful_metrics as merge_stateful_metrics
-from gyre.steps._managed_state import _DEFAULT as _DEFAULT
 from gyre.steps._managed_state import ManagedState as ManagedState
-from gyre.steps._managed_state import _no_skipped_steps as _no_skipped_steps
-from gyre.steps._managed_state import _strategy_of as _strategy_of
 from gyre.steps._managed_step import ManagedStep as ManagedStep
-from gyre.steps._managed_train import _check_nan_policy, _make_train
+from gyre.steps._managed_train import _check_nan_policy, _make_train, _settle
 from gyre.steps._precision import MixedPrecision, get_policy
 from gyre.steps._update import skip_non_finite as skip_non_finite
 
@@ -180,8 +170,7 @@ def step(fn: StepFn | None = None, *, policy: str | MixedPrecision | None = None
             if chosen.casts:
                 _check_params(inner.params, getattr(new_state, "params", None), where)
                 new_state = new_state.replace(params=state.params)
-            logs, new_state = merge_stateful_metrics(logs, new_state, where)
-            return (logs if isinstance(logs, Logs) else Logs().merge(logs)), new_state
+            return _settle(logs, new_state, where)
 
         return ManagedStep(f, pure, kind="step")
 

@@ -284,7 +284,7 @@ class TrainerModule:
         check_batch(exmp_batch)
         exmp_input = self.batch_to_input(exmp_batch)
         state = self._build_state(exmp_input)
-        specs, shapes = self._builder.train_specs(state, exmp_batch)
+        specs, shapes = self._builder.specs(state, exmp_batch, train=True)
         self._specs = specs
         self.state = self.strategy.place_state(state.replace(
             extras={EPOCH: MetricAccumulator.init(specs, shapes), WINDOW: MetricAccumulator.init(specs, shapes)}

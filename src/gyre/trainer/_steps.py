@@ -105,7 +105,6 @@ class StepBuilder:
         self.trainer = trainer
         self.model = trainer._adapter
         self.mode = self.model.mode
-        self.specs: dict[str, Any] | None = None
         self.eval_specs_cached: dict[str, Any] = {}
 
     # -- one forward pass, both modes ---------------------------------------------------------
@@ -177,22 +176,23 @@ class StepBuilder:
 
         return step
 
-    def train_specs(self, state: Any, batch: Any) -> dict[str, Any]:
-        """The metric specs of a training step, and empty accumulators shaped after its values
-        (traced once with ``jax.eval_shape``: nothing runs)."""
-        t = self.trainer
-
+    def specs(self, state: Any, batch: Any, *, train: bool, mask: Any = None) -> tuple[dict[str, Any], Any]:
+        """The metric specs of a training (``train``) or evaluation step and its values' shapes
+        (traced once with ``jax.eval_shape``: nothing runs); an evaluation's are kept in
+        :attr:`eval_specs_cached` for naming the results."""
         found: dict[str, Any] = {}
 
-        def probe(state: Any, batch: Any) -> Any:
-            loss, metrics, _ = self.forward(state.params, state, batch, state.rng, train=True)
-            extra = self.inspected(state.params, state.params)  # gradients are shaped as the parameters
-            found["specs"], parsed = parse_metrics(self.values(loss, metrics, extra), where=t._loss_name)
+        def probe(state: Any, batch: Any, mask: Any) -> Any:
+            rng = state.rng if train else self.eval_rng(state)
+            loss, metrics, _ = self.forward(state.params, state, batch, rng, train=train, mask=mask)
+            extra = self.inspected(state.params, state.params) if train else {}  # grads are shaped as params
+            found["specs"], parsed = parse_metrics(self.values(loss, metrics, extra), where=self.trainer._loss_name)
             return parsed
 
-        shapes = jax.eval_shape(probe, state, batch)
-        self.specs = found["specs"]
-        return self.specs, shapes
+        shapes = jax.eval_shape(probe, state, batch, mask)
+        if not train:
+            self.eval_specs_cached = found["specs"]
+        return found["specs"], shapes
 
     def inspected(self, params: Any, grads: Any) -> dict[str, Any]:
         """The step's own values besides the loss function's: the gradients' global norm
@@ -221,21 +221,6 @@ class StepBuilder:
         pads its last, smaller batch and compiles its step once (:mod:`gyre.data._padding`)."""
         t = self.trainer
         return accepts_mask(t.loss_function if self.mode == "nnx" else t.loss_function_linen)
-
-    def eval_specs(self, state: Any, batch: Any, mask: Any = None) -> tuple[dict[str, Any], Any]:
-        """The metric specs of an evaluation step and its values' shapes (traced, not run);
-        kept in :attr:`eval_specs_cached` for naming the results."""
-
-        found: dict[str, Any] = {}
-
-        def probe(state: Any, batch: Any, mask: Any) -> Any:
-            loss, metrics, _ = self.forward(state.params, state, batch, self.eval_rng(state), train=False, mask=mask)
-            found["specs"], parsed = parse_metrics(self.values(loss, metrics, {}), where=self.trainer._loss_name)
-            return parsed
-
-        shapes = jax.eval_shape(probe, state, batch, mask)
-        self.eval_specs_cached = found["specs"]
-        return self.eval_specs_cached, shapes
 
     def eval_step(self) -> Callable[..., Any]:
         """``(state, accumulator, batch, mask=None) -> (accumulator, CONCAT values)``.

@@ -257,7 +257,7 @@ def _eval_start(trainer: Any, state: Any, batch: Any, mask: Any = None) -> tuple
     key = (tree, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves), mask is None)
     cache = trainer._compiled.setdefault("eval_start", {})
     if key not in cache:
-        specs, shapes = trainer._builder.eval_specs(state, batch, mask)
+        specs, shapes = trainer._builder.specs(state, batch, train=False, mask=mask)
         empty = MetricAccumulator.init(specs, shapes)
         if jax.process_count() == 1:  # committed where the step's output lands: no second compile
             empty = jax.device_put(empty, trainer.strategy.replicated())
