@@ -108,11 +108,12 @@ def test_the_caller_state_is_not_donated_under_a_strategy(tmp_path):
 
 
 def test_the_data_parallel_step_reads_nothing_from_the_device(sync_detector):
-    from gyre.trainer._fit_steps import strategy_train_step
+    from gyre.trainer._fit_steps import make_train_step
 
     dp = gyre.get_strategy("data_parallel")
     state = dp.place_state(make_state())
-    step = strategy_train_step(ce, state, dp)
+    step = make_train_step(ce, state, dp)
+    assert make_train_step(ce, state, dp) is step  # one step per loss function and strategy
     for x, y in data(48, 16):
         logs, state = step(state, (x, y))
     logs, state = step.fuse(2)(state, tuple(np.stack(v) for v in zip(*data(32, 16), strict=True)))

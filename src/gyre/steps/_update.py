@@ -21,8 +21,6 @@ from gyre.engine._nan import SKIPPED_STEPS
 from gyre.steps._managed_call import _shapes
 from gyre.steps._precision import MixedPrecision
 
-Objective = Callable[[Any, Any], tuple[jax.Array, tuple[Any, Any]]]
-
 
 class Update(NamedTuple):
     """What :func:`train_update` returns: the loss and values (reduced over microbatches, then
@@ -37,18 +35,13 @@ class Update(NamedTuple):
     skipped: Any = None
 
 
-def _update(state: Any, grads: Any) -> Any:
-    """The optax update of ``state`` (its ``apply_gradients``)."""
-    return state.apply_gradients(grads=grads)
-
-
 def _mean(losses: jax.Array, values: Any) -> tuple[jax.Array, Any]:
     """Microbatch losses and values, averaged."""
     return jnp.mean(losses), jax.tree_util.tree_map(lambda v: jnp.mean(v, axis=0), values)
 
 
 def train_update(
-    objective: Objective,
+    objective: Callable[[Any, Any], tuple[jax.Array, tuple[Any, Any]]],
     state: Any,
     batch: Any,
     *,
@@ -58,7 +51,7 @@ def train_update(
     clip_grad_norm: float | None = None,
     policy: MixedPrecision | None = None,
     skip: bool = False,
-    apply: Callable[[Any, Any], Any] = _update,
+    apply: Callable[[Any, Any], Any] | None = None,
     where: str = "train_step",
 ) -> Update:
     """One differentiate-and-update step, traced inside the caller's compiled step.
@@ -128,11 +121,12 @@ def train_update(
         scale = jnp.minimum(1.0, clip_grad_norm / (norm + 1e-6))
         applied = jax.tree_util.tree_map(lambda g: g * scale.astype(g.dtype), grads)
     # The objective saw compute-dtype params; the update applies to the float32 ones.
-    updated = apply(after.replace(params=state.params, rng=state.rng), applied)
-    count = None
-    if skip:
-        updated, count = _skip(state, updated, loss, applied, where)
-    return Update(loss, values, grads, updated, norm, count)
+    after = after.replace(params=state.params, rng=state.rng)
+    updated = after.apply_gradients(grads=applied) if apply is None else apply(after, applied)
+    if not skip:
+        return Update(loss, values, grads, updated, norm)
+    updated = skip_non_finite(state, updated, loss, applied, None, where)
+    return Update(loss, values, grads, updated, norm, _skip_counter(updated, where)[0])
 
 
 def _split_micro(batch: Any, k: int) -> Any:
@@ -198,8 +192,25 @@ def _keep(ok: jax.Array, new: Any, old: Any) -> Any:
     return kept if kept.dtype == jnp.result_type(new) else kept.astype(jnp.result_type(new))
 
 
-def _skip(before: Any, after: Any, loss: Any, grads: Any, where: str) -> tuple[Any, Any]:
-    """``(state, skipped count)``: :func:`skip_non_finite` without the log."""
+def skip_non_finite(
+    before: Any, after: Any, loss: Any, grads: Any, logs: Logs | None, where: str = "train_step"
+) -> Any:
+    """``after`` when ``loss`` and ``grads`` are finite, else ``before`` (every leaf: params,
+    optimizer state, ``step``, model state, metric accumulators), with the state's
+    ``skipped_steps`` grown by one; logs the count as the stateful metric ``skipped_steps``
+    (unless ``logs`` is ``None``).
+    Runs inside the compiled step: no host sync.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from gyre.steps.managed import ManagedState
+        >>> before = ManagedState.create(params=jnp.ones(2))
+        >>> after = before.replace(params=jnp.full(2, jnp.nan), step=before.step + 1)
+        >>> logs = Logs()
+        >>> kept = skip_non_finite(before, after, jnp.float32(jnp.nan), after.params, logs)
+        >>> kept.params.tolist(), int(kept.step), int(kept.skipped_steps), int(logs.stateful_metrics.skipped_steps)
+        ([1.0, 1.0], 0, 1, 1)
+    """
     count, put = _skip_counter(before, where)
     if jax.tree_util.tree_structure(before) != jax.tree_util.tree_structure(after):
         raise ValueError(
@@ -215,25 +226,6 @@ def _skip(before: Any, after: Any, loss: Any, grads: Any, where: str) -> tuple[A
     ok = jnp.isfinite(jnp.asarray(loss)) & _all_finite(grads)
     kept = jax.tree_util.tree_map(lambda new, old: _keep(ok, new, old), after, before)
     count = jnp.asarray(count) + jnp.where(ok, 0, 1).astype(jnp.result_type(count))
-    return put(kept, count), count
-
-
-def skip_non_finite(before: Any, after: Any, loss: Any, grads: Any, logs: Logs, where: str = "train_step") -> Any:
-    """``after`` when ``loss`` and ``grads`` are finite, else ``before`` (every leaf: params,
-    optimizer state, ``step``, model state, metric accumulators), with the state's
-    ``skipped_steps`` grown by one; logs the count as the stateful metric ``skipped_steps``.
-    Runs inside the compiled step: no host sync.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from gyre.steps.managed import ManagedState
-        >>> before = ManagedState.create(params=jnp.ones(2))
-        >>> after = before.replace(params=jnp.full(2, jnp.nan), step=before.step + 1)
-        >>> logs = Logs()
-        >>> kept = skip_non_finite(before, after, jnp.float32(jnp.nan), after.params, logs)
-        >>> kept.params.tolist(), int(kept.step), int(kept.skipped_steps), int(logs.stateful_metrics.skipped_steps)
-        ([1.0, 1.0], 0, 1, 1)
-    """
-    kept, count = _skip(before, after, loss, grads, where)
-    logs.add_stateful_metric(SKIPPED_STEPS, count)
-    return kept
+    if logs is not None:
+        logs.add_stateful_metric(SKIPPED_STEPS, count)
+    return put(kept, count)

@@ -56,7 +56,6 @@ from gyre.trainer._fit_steps import (
     make_train_step,
     model_shape_error,
     plain_jit,
-    strategy_train_step,
 )
 from gyre.trainer._training import first_batch, training_data
 
@@ -247,7 +246,7 @@ def fit(
         os.path.join(run_dir, "checkpoints"), keep=1,
         keep_best=1 if monitor_name else 0, monitor=monitor_name, mode=mode,
     )
-    step = make_train_step(loss_fn, state) if plain_jit(chosen) else strategy_train_step(loss_fn, state, chosen)
+    step = make_train_step(loss_fn, state, chosen)
     tasks: dict[Any, Any] = {on_train_step: step}
     # saves for resuming: on a clock (a save costs tens of ms, an epoch may take less), at the
     # end and on preemption (the engine's final save); every epoch's end with save_every_minutes=0

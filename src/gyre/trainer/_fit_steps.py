@@ -52,9 +52,11 @@ def _loss_pair(out: Any) -> tuple[Any, Mapping[str, Any]]:
     raise TypeError(explain(problem, expected=expected, received=describe(out), fix=fix))
 
 
-def make_train_step(loss_fn: Callable[..., Any], state: TrainState) -> Any:
-    """The compiled training step ``(state, (x, y)) -> (logs, state)`` of :func:`fit`
-    (state donated; fusable by ``steps_per_call``).
+def make_train_step(loss_fn: Callable[..., Any], state: TrainState, strategy: Strategy | None = None) -> Any:
+    """The compiled training step ``(state, (x, y)) -> (logs, state)`` of :func:`fit`, state
+    donated and fusable by ``steps_per_call``: ``jax.jit``'s for no strategy or the default
+    one (:func:`plain_jit`), else a :class:`StrategyStep`; one per loss function, model
+    collections and strategy (a second fit call does not trace it again).
 
     Example:
         >>> import gyre, jax, jax.numpy as jnp, optax, flax.linen as nn
@@ -69,33 +71,11 @@ def make_train_step(loss_fn: Callable[..., Any], state: TrainState) -> Any:
         >>> int(s.step), sorted(logs["losses"])
         (1, ['loss', 'mse'])
     """
-    cached, key = _cache_of(loss_fn, state, None)
-    if key not in cached:
-        cached[key] = jax.jit(_train_step_fn(loss_fn, key[0], key[1], key[3]), donate_argnums=0)
-    return cached[key]
-
-
-def strategy_train_step(loss_fn: Callable[..., Any], state: TrainState, strategy: Strategy) -> StrategyStep:
-    """:func:`fit`'s training step run by ``strategy`` (compiled by it, batches placed on
-    its devices): a :class:`StrategyStep`, one per loss function and strategy.
-
-    Example:
-        >>> import gyre, jax, jax.numpy as jnp, optax, flax.linen as nn
-        >>> model = nn.Dense(1)
-        >>> apply = lambda v, x, train=False, rngs=None: model.apply(v, x)
-        >>> p = model.init(jax.random.key(0), jnp.ones((1, 2)))["params"]
-        >>> dp = gyre.get_strategy("data_parallel")
-        >>> s = dp.place_state(gyre.TrainState.create(apply_fn=apply, params=p, tx=optax.sgd(0.1)))
-        >>> def mse(out, y):
-        ...     return jnp.mean((out[:, 0] - y) ** 2), {}
-        >>> step = strategy_train_step(mse, s, dp)
-        >>> logs, s = step(s, (jnp.ones((8, 2)), jnp.zeros(8)))
-        >>> int(s.step), step is strategy_train_step(mse, s, dp)
-        (1, True)
-    """
+    strategy = None if strategy is None or plain_jit(strategy) else strategy
     cached, key = _cache_of(loss_fn, state, strategy)
     if key not in cached:
-        cached[key] = StrategyStep(_train_step_fn(loss_fn, key[0], key[1], key[3]), strategy)
+        step = _train_step_fn(loss_fn, key[0], key[1], key[3])
+        cached[key] = jax.jit(step, donate_argnums=0) if strategy is None else StrategyStep(step, strategy)
     return cached[key]
 
 
