@@ -72,8 +72,9 @@ def _make_train(
 
     def train(state: Any, batch: Any) -> tuple[Logs, Any]:
         out = train_update(
-            objective, state, batch, accumulate_steps=accumulate_steps, reduce=reduce, settle=lambda logs, s: _settle(logs, s, where),
-            clip_grad_norm=clip_grad_norm, policy=policy, skip=skip, where=where,
+            objective, state, batch, accumulate_steps=accumulate_steps, reduce=reduce,
+            settle=lambda logs, s: _settle(logs, s, where), clip_grad_norm=clip_grad_norm,
+            policy=policy, skip=skip, where=where,
         )
         logs = out.values
         if out.grad_norm is not None:
