@@ -124,10 +124,10 @@ def ExponentialSchedule(  # noqa: N802
                 "keep only one of them (end_value alone reaches it exactly)",
             )
     pieces = [(warmup, ramp(0.0, init, warmup))] if warmup else []
-    decay = optax.exponential_decay(init, period or 1, base, staircase=stairs)  # the same bits as gyre's own formula
+    decaying = optax.exponential_decay(init, period or 1, base, staircase=stairs)
+    pieces.append((None if total is None else total - cooldown - warmup, lambda t: decaying(t.astype(_F32))))  # float32, as ever
     if total is None:  # the decay goes on
-        return phases([*pieces, (None, decay)], None)
-    pieces.append((total - cooldown - warmup, decay))
+        return phases(pieces, None)
     if cooldown:  # from exactly the decay's end, linearly to 0 at total
         pieces.append((cooldown, lambda t: jnp.where(t == 0, _F32(end), end * ((cooldown - t).astype(_F32) / cooldown))))
     return phases(pieces, 0.0 if cooldown else end, total=total)
@@ -199,4 +199,5 @@ def WarmupCosineDecaySchedule(  # noqa: N802
     factor = None if decay_factor is None else real("decay_factor", decay_factor)
     end = decayed_end(name, peak, factor, None if end_value is None else real("end_value", end_value), 0.1)
     pieces = [(warmup, ramp(init, peak, warmup))] if warmup else []
-    return phases([*pieces, (decay, cosine(peak, end, decay, power))], end, total=total)
+    decaying = cosine(peak, end, decay, power)  # held at peak_value before step 0, as before
+    return phases([*pieces, (decay, lambda t: decaying(jnp.maximum(t, 0)))], end, total=total)

@@ -30,11 +30,10 @@ def ramp(a: float, b: float, n: int) -> Any:
 
 
 def cosine(init: float, end: float, n: int, power: float) -> Any:
-    """The cosine piece from ``init`` to ``end`` over ``n`` steps, held at ``init`` before its start
-    (gyre's formula: optax's ``cosine_decay_schedule`` gives other float bits, and not exactly
-    ``init`` at ``t = 0``)."""
+    """The cosine piece from ``init`` to ``end`` over ``n`` steps (gyre's formula: optax's
+    ``cosine_decay_schedule`` gives other float bits, and not exactly ``init`` at ``t = 0``)."""
     def piece(t: Any) -> Any:
-        c = 0.5 * (1.0 + jnp.cos(jnp.pi * (jnp.maximum(t, 0).astype(_F32) / n)))
+        c = 0.5 * (1.0 + jnp.cos(jnp.pi * (t.astype(_F32) / n)))
         return init - (init - end) * (1.0 - c**power)
 
     return piece
