@@ -36,7 +36,6 @@ from gyre.config._sections import (
     run_steps,
     whole,
 )
-from gyre.config._simple_schedules import total_steps
 from gyre.config._transforms import (
     Transform,
     TransformsConfig,
@@ -45,6 +44,7 @@ from gyre.config._transforms import (
     build_transforms,
 )
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn
+from gyre.core._lr_schedule import total_steps
 
 _INJECTED = (optax.InjectHyperparamsState, optax.InjectStatefulHyperparamsState)
 

@@ -4,14 +4,14 @@ decay, each exact at its phases' ends and checked for phases that exceed the tot
 """
 
 import math
-from typing import Any
 
 import jax.numpy as jnp
 import optax
 
 from gyre.config._sections import flag, here, length, real, who, whole
-from gyre.config._simple_schedules import _F32, close, decayed_end, disagree, with_total
+from gyre.config._simple_schedules import _F32, close, cosine, decayed_end, disagree, ramp
 from gyre.core._errors import explain
+from gyre.core._lr_schedule import phases
 
 
 def ExponentialSchedule(  # noqa: N802
@@ -57,18 +57,22 @@ def ExponentialSchedule(  # noqa: N802
     """
     name = "ExponentialSchedule"
     init = real("init_value", init_value)
-    warmup, cooldown = (
-        whole("warmup_steps", warmup_steps, minimum=0),
-        whole("cooldown_steps", cooldown_steps, minimum=0),
-    )
+    warmup = whole("warmup_steps", warmup_steps, minimum=0)
+    cooldown = whole("cooldown_steps", cooldown_steps, minimum=0)
     period = None if transition_steps is None else whole("transition_steps", transition_steps, minimum=1)
     stairs = flag("staircase", staircase)
-    if decay_rate is not None and end_factor is not None:
-        raise _exactly_one(decay_rate, end_factor, end_value)
-    if decay_rate is None and end_factor is None and end_value is None:
-        if steps is None:
-            raise _exactly_one(decay_rate, end_factor, end_value)
-        decay_rate = 0.1  # the fork's default: the rate reached at steps
+    neither = decay_rate is None and end_factor is None and end_value is None
+    if (decay_rate is not None and end_factor is not None) or (neither and steps is None):
+        raise ValueError(
+            explain(
+                f"{who(name)} needs exactly one of decay_rate and end_factor (or end_value)",
+                expected="decay_rate: the factor per period (with steps and no transition_steps: reached at steps), "
+                "or end_factor: the fraction of init_value reached at the decay's end",
+                received=f"decay_rate={decay_rate!r}, end_factor={end_factor!r}, end_value={end_value!r}",
+                fix="keep one of them (with steps, decay_rate left out is 0.1)",
+            )
+        )
+    decay_rate = 0.1 if neither else decay_rate  # the fork's default: the rate reached at steps
     if steps is None and (cooldown or decay_rate is None):
         raise ValueError(
             explain(
@@ -79,25 +83,25 @@ def ExponentialSchedule(  # noqa: N802
             )
         )
     total = None if steps is None else whole("steps", steps, minimum=1)
-    if total is not None and warmup + cooldown > total:
-        raise _phases_exceed("warmup_steps + cooldown_steps", warmup + cooldown, total, name)
-    decay_end = None if total is None else total - cooldown
+    if total is not None:
+        fits("warmup_steps + cooldown_steps", warmup + cooldown, total, name)
+    if decay_rate is None and (stairs or period not in (None, 1)):
+        raise ValueError(
+            explain(
+                f"{who(name)}: end_factor sets the whole decay: staircase and transition_steps do not apply",
+                expected="staircase: false and no transition_steps with end_factor",
+                received=f"staircase={stairs}, transition_steps={period}",
+                fix="drop staircase/transition_steps, or give decay_rate instead of end_factor",
+            )
+        )
+    if total is not None and (decay_rate is None or period is None):  # the period is the whole decay
+        fits("warmup_steps + cooldown_steps (the decay needs >= 1 step)", warmup + cooldown + 1, total, name)
+        period = total - cooldown - warmup
     given_end = None if end_value is None else real("end_value", end_value)
     if decay_rate is None:  # end_factor or end_value: the decay reaches it exactly
-        if stairs or period not in (None, 1):
-            raise ValueError(
-                explain(
-                    f"{who(name)}: end_factor sets the whole decay: staircase and transition_steps do not apply",
-                    expected="staircase: false and no transition_steps with end_factor",
-                    received=f"staircase={stairs}, transition_steps={period}",
-                    fix="drop staircase/transition_steps, or give decay_rate instead of end_factor",
-                )
-            )
-        stairs, period = False, _decay_length(decay_end, warmup, cooldown, total, name)
-        factor = None if end_factor is None else real("end_factor", end_factor, above=0.0)
+        base = None if end_factor is None else real("end_factor", end_factor, above=0.0)
         if given_end is not None:
-            ratio = given_end / init if init else 0.0
-            if ratio <= 0.0:
+            if (given_end / init if init else 0.0) <= 0.0:
                 raise ValueError(
                     explain(
                         f"{here('end_value')} must be a fraction of init_value (same sign, not 0)",
@@ -106,19 +110,12 @@ def ExponentialSchedule(  # noqa: N802
                         fix="write end_factor: 0.1, and cooldown_steps to end at 0",
                     )
                 )
-            if factor is not None and not close(given_end, init * factor):
-                raise disagree(
-                    name, f"end_value and end_factor disagree: end_value = init_value * end_factor = {init * factor!r}",
-                    f"end_value: {given_end!r}, end_factor: {factor!r}", "keep only one of them",
-                )
-            factor = ratio if factor is None else factor
-        base = factor
+            decayed_end(name, init, base, given_end, 0.0, factor_key="end_factor")  # they agree
+            base = given_end / init if base is None else base
         end = init * base  # type: ignore[operator]
     else:
         base = real("decay_rate", decay_rate, above=0.0)
-        if period is None:
-            period = 1 if total is None else _decay_length(decay_end, warmup, cooldown, total, name)
-        exponent = None if decay_end is None else (decay_end - warmup) / period
+        exponent = None if total is None else (total - cooldown - warmup) / period  # type: ignore[operator]
         end = None if exponent is None else init * base ** (math.floor(exponent) if stairs else exponent)
         if given_end is not None and (end is None or not close(given_end, end)):
             raise disagree(
@@ -126,43 +123,30 @@ def ExponentialSchedule(  # noqa: N802
                 f"end_value: {given_end!r}, decay_rate: {base!r}, steps: {total}",
                 "keep only one of them (end_value alone reaches it exactly)",
             )
-
-    def schedule(count: Any) -> Any:
-        c = jnp.asarray(count)
-        if total is not None:
-            c = jnp.minimum(c, total)
-        e = jnp.maximum(c - warmup, 0).astype(_F32) / period
-        value = init * jnp.power(_F32(base), jnp.floor(e) if stairs else e)
-        if warmup:
-            value = jnp.where(c < warmup, init * (c.astype(_F32) / warmup), value)
-        if end is not None:
-            value = jnp.where(c >= decay_end, _F32(end), value)
-        if cooldown:
-            value = jnp.where(c > decay_end, end * ((total - c).astype(_F32) / cooldown), value)
-        return value
-
-    return with_total(schedule, total)
+    pieces = [(warmup, ramp(0.0, init, warmup))] if warmup else []
+    decaying = optax.exponential_decay(init, period or 1, base, staircase=stairs)
+    pieces.append((None if total is None else total - cooldown - warmup, lambda t: decaying(t.astype(_F32))))  # float32, as ever
+    if total is None:  # the decay goes on
+        return phases(pieces, None)
+    if cooldown:  # from exactly the decay's end, linearly to 0 at total
+        pieces.append((cooldown, lambda t: jnp.where(t == 0, _F32(end), end * ((cooldown - t).astype(_F32) / cooldown))))
+    return phases(pieces, 0.0 if cooldown else end, total=total)
 
 
-def _exactly_one(decay_rate: object, end_factor: object, end_value: object) -> ValueError:
-    return ValueError(
+def fits(what: str, used: int, total: int, name: str, *, from_run: bool = False) -> None:
+    """Refuses phases (``what``: ``used`` steps) longer than the schedule's ``total``."""
+    if used <= total:
+        return
+    run = " (the run's length: epochs x batches per epoch)" if from_run else ""
+    raise ValueError(
         explain(
-            f"{who('ExponentialSchedule')} needs exactly one of decay_rate and end_factor (or end_value)",
-            expected="decay_rate: the factor per period (with steps and no transition_steps: reached at steps), "
-            "or end_factor: the fraction of init_value reached at the decay's end",
-            received=f"decay_rate={decay_rate!r}, end_factor={end_factor!r}, end_value={end_value!r}",
-            fix="keep one of them (with steps, decay_rate left out is 0.1)",
+            f"{who(name)}: the schedule's phases exceed its total: {what} = {used} > steps = {total}{run}",
+            expected=f"{what} <= steps",
+            received=f"{what} = {used}, steps = {total}",
+            fix="train longer (trainer.train_epochs, or smaller batches), or shorten the phases"
+            if from_run else "raise steps, or shorten the phases",
         )
     )
-
-
-def _decay_length(decay_end: int | None, warmup: int, cooldown: int, total: int | None, name: str) -> int:
-    period = decay_end - warmup  # type: ignore[operator]
-    if period < 1:
-        raise _phases_exceed(
-            "warmup_steps + cooldown_steps (the decay needs >= 1 step)", warmup + cooldown + 1, total, name  # type: ignore[arg-type]
-        )
-    return period
 
 
 def WarmupCosineDecaySchedule(  # noqa: N802
@@ -192,66 +176,28 @@ def WarmupCosineDecaySchedule(  # noqa: N802
         >>> [round(float(s(i)), 6) for i in (0, 3, 4, 6, 8, 100)]
         [0.0, 0.75, 1.0, 0.75, 0.5, 0.5]
     """
+    name = "WarmupCosineDecaySchedule"
     init, peak = real("init_value", init_value), real("peak_value", peak_value)
-    warmup, power = (
-        whole("warmup_steps", warmup_steps, minimum=0),
-        real("exponent", exponent, above=0.0),
-    )
-    from_run = decay_steps is None and steps is None
-    if from_run:
-        steps = length("steps", None, name="WarmupCosineDecaySchedule", keys="steps or decay_steps")
-    decay = None if decay_steps is None else whole("decay_steps", decay_steps, minimum=1)
-    total = None if steps is None else whole("steps", steps, minimum=1)
-    if decay is None:
-        if warmup >= total:  # type: ignore[operator]
-            raise _phases_exceed(
-                "warmup_steps (the decay needs >= 1 step)",
-                warmup + 1,
-                total,
-                "WarmupCosineDecaySchedule",
-                from_run=from_run,
-            )  # type: ignore[arg-type]
-        decay = total - warmup  # type: ignore[operator]
-    elif total is None:
-        total = warmup + decay
-    elif warmup + decay != total:
-        if warmup + decay > total:
-            raise _phases_exceed(
-                "warmup_steps + decay_steps", warmup + decay, total, "WarmupCosineDecaySchedule"
+    warmup, power = whole("warmup_steps", warmup_steps, minimum=0), real("exponent", exponent, above=0.0)
+    if decay_steps is None:
+        total = length("steps", steps, name=name, keys="steps or decay_steps")
+        fits("warmup_steps (the decay needs >= 1 step)", warmup + 1, total, name, from_run=steps is None)
+        decay = total - warmup
+    else:
+        decay = whole("decay_steps", decay_steps, minimum=1)
+        total = warmup + decay if steps is None else whole("steps", steps, minimum=1)
+        fits("warmup_steps + decay_steps", warmup + decay, total, name)
+        if warmup + decay != total:
+            raise ValueError(
+                explain(
+                    f"{here('steps')} must equal warmup_steps + decay_steps (the end value is reached at steps)",
+                    expected=f"steps: {warmup + decay}",
+                    received=f"steps: {total}, warmup_steps: {warmup}, decay_steps: {decay}",
+                    fix=f"write steps: {warmup + decay}, or decay_steps: {total - warmup}, or drop one of them",
+                )
             )
-        raise ValueError(
-            explain(
-                f"{here('steps')} must equal warmup_steps + decay_steps (the end value is reached at steps)",
-                expected=f"steps: {warmup + decay}",
-                received=f"steps: {total}, warmup_steps: {warmup}, decay_steps: {decay}",
-                fix=f"write steps: {warmup + decay}, or decay_steps: {total - warmup}, or drop one of them",
-            )
-        )
     factor = None if decay_factor is None else real("decay_factor", decay_factor)
-    end = decayed_end(
-        "WarmupCosineDecaySchedule", peak, factor, None if end_value is None else real("end_value", end_value), 0.1
-    )
-
-    def schedule(count: Any) -> Any:
-        c = jnp.asarray(count)
-        t = jnp.clip(c - warmup, 0, decay).astype(_F32) / decay
-        cosine = 0.5 * (1.0 + jnp.cos(jnp.pi * t))
-        value = peak - (peak - end) * (1.0 - cosine**power)
-        if warmup:
-            value = jnp.where(c < warmup, init + (peak - init) * (c.astype(_F32) / warmup), value)
-        return jnp.where(c >= total, _F32(end), value)
-
-    return with_total(schedule, total)
-
-
-def _phases_exceed(what: str, used: int, total: int, name: str = "schedule", *, from_run: bool = False) -> ValueError:
-    run = " (the run's length: epochs x batches per epoch)" if from_run else ""
-    return ValueError(
-        explain(
-            f"{who(name)}: the schedule's phases exceed its total: {what} = {used} > steps = {total}{run}",
-            expected=f"{what} <= steps",
-            received=f"{what} = {used}, steps = {total}",
-            fix="train longer (trainer.train_epochs, or smaller batches), or shorten the phases"
-            if from_run else "raise steps, or shorten the phases",
-        )
-    )
+    end = decayed_end(name, peak, factor, None if end_value is None else real("end_value", end_value), 0.1)
+    pieces = [(warmup, ramp(init, peak, warmup))] if warmup else []
+    decaying = cosine(peak, end, decay, power)  # held at peak_value before step 0, as before
+    return phases([*pieces, (decay, lambda t: decaying(jnp.maximum(t, 0)))], end, total=total)

@@ -18,7 +18,6 @@ The one-formula schedules live in :mod:`gyre.config._simple_schedules`, the phas
 this module builds any of them from a config value.
 """
 
-import itertools
 import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,15 +38,9 @@ from gyre.config._sections import (
     who,
     whole,
 )
-from gyre.config._simple_schedules import (
-    ConstantSchedule,
-    CosineSchedule,
-    LinearSchedule,
-    close,
-    total_steps,
-    with_total,
-)
+from gyre.config._simple_schedules import ConstantSchedule, CosineSchedule, LinearSchedule, close
 from gyre.core._errors import describe, explain
+from gyre.core._lr_schedule import phases, total_steps
 
 #: What a config may write for a learning rate: a number or a schedule section.
 ScheduleConfig = float | Mapping[str, Any]
@@ -101,7 +94,6 @@ def ConcatSchedule(  # noqa: N802
     if named:
         names = [str(k) for k in schedules]
         built, lengths = _named_parts(schedules, boundaries)  # type: ignore[arg-type]
-        marks = list(itertools.accumulate(lengths))[:-1]
         total: int | None = sum(lengths)
     else:
         names = [f"schedules[{i}]" for i in range(len(schedules))]
@@ -124,7 +116,7 @@ def ConcatSchedule(  # noqa: N802
         total = declared
     if check:
         _check_continuity(names, built, lengths, init_value, end_value)
-    return with_total(optax.join_schedules(built, marks), total)
+    return phases(list(zip(lengths, built, strict=True)), None, total=total)
 
 
 def _named_parts(schedules: Mapping[str, Any], boundaries: object) -> tuple[list[Any], list[int]]:

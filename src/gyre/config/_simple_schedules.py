@@ -11,7 +11,6 @@ constant, an exponential decay that goes on).
 """
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
@@ -19,19 +18,25 @@ import optax
 
 from gyre.config._sections import length, real, who, whole
 from gyre.core._errors import explain
+from gyre.core._lr_schedule import phases
 
 _F32 = jnp.float32
 
 
-def with_total(schedule: Callable[[Any], Any], total: int | None) -> optax.Schedule:
-    """``schedule`` with its length recorded as ``schedule.total_steps`` (``None``: none)."""
-    schedule.total_steps = total  # type: ignore[attr-defined]
-    return schedule
+def ramp(a: float, b: float, n: int) -> Any:
+    """The piece from ``a`` to ``b`` over ``n`` steps (gyre's formula: optax's ``linear_schedule``
+    gives other float bits, and not exactly ``a`` at ``t = 0``)."""
+    return lambda t: a + (b - a) * (t.astype(_F32) / n)
 
 
-def total_steps(schedule: object) -> int | None:
-    """The length a schedule built here records (``None`` for one without, or built elsewhere)."""
-    return getattr(schedule, "total_steps", None)
+def cosine(init: float, end: float, n: int, power: float) -> Any:
+    """The cosine piece from ``init`` to ``end`` over ``n`` steps (gyre's formula: optax's
+    ``cosine_decay_schedule`` gives other float bits, and not exactly ``init`` at ``t = 0``)."""
+    def piece(t: Any) -> Any:
+        c = 0.5 * (1.0 + jnp.cos(jnp.pi * (t.astype(_F32) / n)))
+        return init - (init - end) * (1.0 - c**power)
+
+    return piece
 
 
 def close(a: float, b: float) -> bool:
@@ -102,12 +107,7 @@ def ConstantSchedule(  # noqa: N802 (config class names)
     if end_value is not None and not close(real("end_value", end_value), v):
         raise disagree(name, f"end_value of a constant must equal its value: {v!r}",
                        f"end_value: {end_value!r}", "drop end_value, or use a LinearSchedule to change the rate")
-    total = None if steps is None else whole("steps", steps, minimum=0)
-
-    def schedule(count: Any) -> Any:
-        return jnp.full(jnp.shape(count), v, _F32)
-
-    return with_total(schedule, total)
+    return phases([], v, total=None if steps is None else whole("steps", steps, minimum=0))
 
 
 def LinearSchedule(  # noqa: N802
@@ -123,12 +123,7 @@ def LinearSchedule(  # noqa: N802
     """
     a, b = real("init_value", init_value), real("end_value", end_value)
     n = length("steps", steps, name="LinearSchedule")
-
-    def schedule(count: Any) -> Any:
-        c = jnp.asarray(count)
-        return jnp.where(c >= n, _F32(b), a + (b - a) * (jnp.minimum(c, n).astype(_F32) / n))
-
-    return with_total(schedule, n)
+    return phases([(n, ramp(a, b, n))], b, total=n)
 
 
 def CosineSchedule(  # noqa: N802
@@ -165,12 +160,5 @@ def CosineSchedule(  # noqa: N802
     factor = None if factor is None else real("alpha" if alpha is not None else "decay_factor", factor)
     end_given = None if end_value is None else real("end_value", end_value)
     end = decayed_end(name, init, factor, end_given, 0.1 if steps is not None else 0.0)
-    power = real("exponent", exponent, above=0.0)
-
-    def schedule(count: Any) -> Any:
-        c = jnp.asarray(count)
-        cosine = 0.5 * (1.0 + jnp.cos(jnp.pi * (jnp.minimum(c, n).astype(_F32) / n)))
-        return jnp.where(c >= n, _F32(end), init - (init - end) * (1.0 - cosine**power))
-
-    return with_total(schedule, n)
+    return phases([(n, cosine(init, end, n, real("exponent", exponent, above=0.0)))], end, total=n)
 

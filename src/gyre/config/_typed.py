@@ -28,9 +28,9 @@ from gyre.config._optim import _weight_decay
 from gyre.config._registry import OPTIMIZERS, SCHEDULES, ConfigTyped
 from gyre.config._schedules import build_schedule
 from gyre.config._sections import check_keys, here, real
-from gyre.config._simple_schedules import total_steps
 from gyre.config._transforms import Transform
 from gyre.core._errors import describe, explain
+from gyre.core._lr_schedule import total_steps
 
 
 def _config_or_keys(cls: type, config: Any, keys: Mapping[str, Any]) -> None:

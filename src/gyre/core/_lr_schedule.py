@@ -28,8 +28,10 @@ With ``warmup_epochs=0`` there is no warmup: the rate starts at ``base_lr``.
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax.numpy as jnp
@@ -127,23 +129,43 @@ def lr_schedule(
                 fix="use fewer warmup epochs, more epochs, or more steps per epoch",
             )
         )
-    half = 0.5 * peak
     middle = warm + decay / 2
-    last = total - 1
 
-    def schedule(step: Any) -> Any:
-        s = jnp.asarray(step, dtype=float)
-        # XLA may turn x / c into x * (1 / c), so exact points are selected or made from an
-        # exact zero: at the middle the sine's argument is (0 / decay) * pi = 0.
-        rising = peak * (jnp.maximum(s, 0.0) / max(warm, 1))
-        u = jnp.clip((s - middle) / decay, -0.5, 0.5)
-        falling = half * (1.0 - jnp.sin(math.pi * u))
-        rate = jnp.where(s < warm, rising, jnp.where(s == warm, peak, falling))
-        return jnp.where((s >= last) | (s < 0), 0.0, rate)
+    def falling(t: Any) -> Any:
+        # gyre's cosine (optax's rounds differently), as 1 - sin(pi * u): exactly 0 at the middle, and
+        # XLA may turn x / c into x * (1 / c), so the peak at t = 0 is selected, not computed.
+        u = jnp.clip((jnp.asarray(t + warm, dtype=float) - middle) / decay, -0.5, 0.5)
+        return jnp.where(t == 0, peak, 0.5 * peak * (1.0 - jnp.sin(math.pi * u)))
 
+    rising = lambda s: peak * (jnp.maximum(jnp.asarray(s, dtype=float), 0.0) / max(warm, 1))  # noqa: E731 (0 before step 0)
+    schedule = phases([(warm, rising), (decay, falling)], 0.0, dtype=float)
     schedule.__name__ = schedule.__qualname__ = (
         f"lr_schedule(base_lr={peak!r}, steps_per_epoch={per_epoch}, epochs={n_epochs}, warmup_epochs={warmup})"
     )
+    return schedule
+
+
+def total_steps(schedule: object) -> int | None:
+    """The length a schedule records (``None`` for one without, or built elsewhere)."""
+    return getattr(schedule, "total_steps", None)
+
+
+def phases(
+    pieces: Sequence[tuple[int | None, Callable[[Any], Any]]], end: float | None, *,
+    total: int | None = None, dtype: Any = jnp.float32,
+) -> optax.Schedule:
+    """The schedule of ``pieces`` ``(steps, fn)`` one after another (``optax.join_schedules``:
+    each ``fn`` gets the steps since its start), then ``end`` (``None``: the last piece goes
+    on); it records ``total`` as ``total_steps``. Every schedule of gyre is built here."""
+    fns = [fn for _, fn in pieces]
+    if end is not None:
+        fns.append(lambda c: jnp.full(jnp.shape(c), end, dtype))
+    joined = optax.join_schedules(fns, list(itertools.accumulate(n for n, _ in pieces[: len(fns) - 1])))
+
+    def schedule(count: Any) -> Any:
+        return joined(jnp.asarray(count))
+
+    schedule.total_steps = total  # type: ignore[attr-defined]
     return schedule
 
 
