@@ -133,7 +133,7 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
 
     def reset(self) -> None:
         """Forgets what was seen (best value, counters and best weights)."""
-        super().reset()
+        self.best, self.wait = self.baseline, 0
         self.best_step: int | None = None
         self.best_state: Any = None
         self.since: Elapsed | None = None  # the clock of the first evaluation or the last improvement
@@ -197,7 +197,7 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
         """
         best = self.best_state
         return {
-            **super().state_dict(), "best_step": self.best_step, "evaluations": self.evaluations,
+            "best": self.best, "best_step": self.best_step, "wait": self.wait, "evaluations": self.evaluations,
             "since": None if self.since is None else self.since.to_dict(),
             "stopped_step": self.stopped_step,
             "best_leaves": None if best is None else jax.tree_util.tree_leaves(best),
@@ -213,7 +213,7 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
             >>> es.best, es.wait
             (0.5, 1)
         """
-        super().load_state_dict(values)
+        self.best, self.wait = values.get("best"), values.get("wait", 0)
         self.best_step = values.get("best_step")
         self.evaluations = values.get("evaluations", 0)
         self.stopped_step = values.get("stopped_step")

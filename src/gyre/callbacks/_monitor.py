@@ -90,17 +90,15 @@ MIN_WORDS = ("loss", "error", "err", "mse", "mae", "rmse", "nll", "perplexity", 
 
 
 def monitor_mode(owner: str, monitor: str | None, mode: Any, *, strict: bool = True, auto: bool = True) -> str:
-    """The mode of ``owner``, which keeps the best ``monitor`` (a logged name such as
-    ``"val/acc"``), checked once: ``"min"``, ``"max"`` or (when ``auto``) ``"auto"``, the mode
-    the name implies: ``"max"`` when a word of its last part is one of :data:`MAX_WORDS` (an
-    accuracy), else ``"min"`` (a loss, an error, a name that implies nothing). When ``strict``,
-    a given mode against the name (``"min"`` on ``"val/acc"``: the worst model kept) is an error.
+    """The mode of ``owner``, which keeps the best ``monitor``, checked once: ``"min"``,
+    ``"max"`` or (when ``auto``) ``"auto"``: ``"max"`` when a word of the name's last part is one
+    of :data:`MAX_WORDS`, else ``"min"``. When ``strict``, a mode against the name is an error.
 
     Example:
-        >>> monitor_mode("ModelCheckpoint", "val/acc", "auto"), monitor_mode("ModelCheckpoint", "val/foo", "max")
+        >>> monitor_mode("ModelCheckpoint", "val/acc", "auto"), monitor_mode("x", "metrics.f1_test", "auto")
         ('max', 'max')
-        >>> monitor_mode("early_stopping", "metrics.f1_test", "auto"), monitor_mode("x", "acc", "min", strict=False)
-        ('max', 'min')
+        >>> monitor_mode("x", "val/foo", "auto"), monitor_mode("x", "acc", "min", strict=False)
+        ('min', 'min')
         >>> monitor_mode("ModelCheckpoint", "val/acc", "min")
         Traceback (most recent call last):
         ValueError: ModelCheckpoint: mode 'min' on 'val/acc' keeps the lowest value, but its name says mode 'max' (higher is better)
@@ -119,14 +117,10 @@ def monitor_mode(owner: str, monitor: str | None, mode: Any, *, strict: bool = T
                 + (" (or leave mode out: it is taken from the name)" if auto else ""),
             )
         )
-    implied = None
-    if monitor is not None:
-        base = re.split(r"[./]", monitor)[-1].lower()  # after a collection's "metrics." or a prefix's "val/"
-        words = base.split("_")
-        if any(word in words or base.startswith(word) for word in MAX_WORDS):
-            implied = "max"
-        elif any(word in words for word in MIN_WORDS):
-            implied = "min"
+    base = re.split(r"[./]", monitor or "")[-1].lower()  # after a collection's "metrics." or a prefix's "val/"
+    words = base.split("_")
+    implied = ("max" if any(w in words or base.startswith(w) for w in MAX_WORDS)
+               else "min" if any(w in words for w in MIN_WORDS) else None)
     if mode == "auto":
         return implied or "min"
     if strict and implied is not None and mode != implied:
@@ -161,19 +155,12 @@ def check_min_delta(owner: str, min_delta: Any) -> float:
 
 
 class Improvement:
-    """Whether a monitored value improved: the rule every early stopping and ranking uses.
-
-    A value improves when it is below ``best - margin`` (``mode="min"``) or above
-    ``best + margin`` (``"max"``), strictly; the margin is ``min_delta``, or ``min_delta *
-    |best|`` when ``relative``. The first value improves (no best yet), unless a ``baseline``
-    is the first best; a NaN never improves. Each value that does not improve adds one to
-    ``wait``; an improvement sets it back to 0; the patience is ``exhausted`` when ``wait``
-    reaches ``patience``. Arguments are trusted: the callers check them at their doors
-    (:func:`monitor_mode`, :func:`check_min_delta`).
-
-    Attributes:
-        best: the best value seen (or the baseline), ``None`` before the first improvement.
-        wait: values in a row without improvement.
+    """The improvement rule of every early stopping and ranking, its arguments checked by the
+    caller (:func:`monitor_mode`, :func:`check_min_delta`). A value improves when it is strictly
+    below ``best - margin`` (``mode="min"``) or above ``best + margin`` (``"max"``), the margin
+    being ``min_delta`` (times ``|best|`` when ``relative``); the first value improves unless a
+    ``baseline`` is the first ``best``; a NaN never does. ``wait`` counts the values in a row
+    that did not improve; the patience is ``exhausted`` when it reaches ``patience``.
 
     Example:
         >>> rule = Improvement("min", min_delta=0.1, patience=2)
@@ -189,37 +176,22 @@ class Improvement:
     ) -> None:
         self.mode, self.min_delta, self.relative = mode, min_delta, relative
         self.patience, self.baseline = patience, baseline
-        Improvement.reset(self)
-
-    def reset(self) -> None:
-        """Forgets the values seen: the best is the baseline again, nothing waited."""
-        self.best: float | None = self.baseline
+        self.best: float | None = baseline
         self.wait = 0
 
-    def improves(self, value: float) -> bool:
-        """Whether ``value`` beats the best (see the class); changes nothing.
-
-        Example:
-            >>> Improvement("max", baseline=0.5).improves(0.5), Improvement("max").improves(0.1)
-            (False, True)
-        """
-        if math.isnan(value):
-            return False
-        if self.best is None:
-            return True
-        margin = self.min_delta * abs(self.best) if self.relative else self.min_delta
-        return value < self.best - margin if self.mode == "min" else value > self.best + margin
-
     def update(self, value: float) -> bool:
-        """Records ``value``: the new best when it improves (``wait`` back to 0), else one
-        more value waited. Returns whether it improved.
+        """Records ``value``: the new ``best`` when it improves (``wait`` back to 0), else one
+        more in ``wait``. Returns whether it improved.
 
         Example:
-            >>> rule = Improvement("min")
-            >>> rule.update(2.0), rule.update(2.0), rule.wait
-            (True, False, 1)
+            >>> rule = Improvement("max", baseline=0.5)
+            >>> rule.update(0.5), rule.update(0.6), rule.wait
+            (False, True, 0)
         """
-        if self.improves(value):
+        margin = self.min_delta * abs(self.best) if self.relative and self.best is not None else self.min_delta
+        if not math.isnan(value) and (
+            self.best is None or (value < self.best - margin if self.mode == "min" else value > self.best + margin)
+        ):
             self.best, self.wait = value, 0
             return True
         self.wait += 1
@@ -227,7 +199,7 @@ class Improvement:
 
     @property
     def exhausted(self) -> bool:
-        """Whether ``wait`` reached ``patience`` (never without a whole-number patience).
+        """Whether ``wait`` reached a whole-number ``patience``.
 
         Example:
             >>> rule = Improvement("min", patience=1)
@@ -237,8 +209,8 @@ class Improvement:
         return isinstance(self.patience, int) and self.wait >= self.patience
 
     def score(self, value: Any) -> float:
-        """``value`` ranked, higher is better: ``value`` in ``"max"`` mode, ``-value`` in
-        ``"min"``; a missing (non-number) or NaN value ranks last (``-inf``).
+        """``value`` ranked, higher is better (``-value`` in ``"min"`` mode); a missing
+        (non-number) or NaN value ranks last, ``-inf``.
 
         Example:
             >>> Improvement("min").score(0.25), Improvement("max").score(None)
@@ -247,23 +219,3 @@ class Improvement:
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
             return -math.inf
         return float(value) if self.mode == "max" else -float(value)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The best value and the values waited, for a resumed run.
-
-        Example:
-            >>> Improvement("min", baseline=1.0).state_dict()
-            {'best': 1.0, 'wait': 0}
-        """
-        return {"best": self.best, "wait": self.wait}
-
-    def load_state_dict(self, values: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict` (a missing key: nothing seen).
-
-        Example:
-            >>> rule = Improvement("min")
-            >>> rule.load_state_dict({"best": 0.5, "wait": 2})
-            >>> rule.best, rule.wait
-            (0.5, 2)
-        """
-        self.best, self.wait = values.get("best"), values.get("wait", 0)
