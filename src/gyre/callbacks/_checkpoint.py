@@ -25,7 +25,6 @@ orbax is imported on first use, so ``import gyre`` stays fast.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -81,6 +80,7 @@ class Checkpoint(Checkpointer):
         check_monitor(monitor, mode)
         self.keep, self.keep_best = check_keep(keep, keep_best, monitor)
         self.monitor, self.mode = monitor, mode
+        self._rule = _monitor.Improvement(mode)  # ranks the checkpoints (keep_best, best_step)
         self.async_save = check_flag(async_save, "async_save")
         self.overwrite = check_flag(overwrite, "overwrite")
         self.checksums = check_flag(checksums, "checksums")
@@ -105,10 +105,7 @@ class Checkpoint(Checkpointer):
 
     def _score(self, metrics: Any) -> float:
         """Higher is better; missing or NaN values rank last."""
-        value = metrics.get(self.monitor) if isinstance(metrics, Mapping) else None
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
-            return -math.inf
-        return float(value) if self.mode == "max" else -float(value)
+        return self._rule.score(metrics.get(self.monitor) if isinstance(metrics, Mapping) else None)
 
     # -- the directory belongs to one run ----------------------------------------------------
 

@@ -37,26 +37,12 @@ def _check_baseline(baseline: Any) -> float | None:
     return number
 
 
-def _check_min_delta(min_delta: Any) -> float:
-    good = isinstance(min_delta, numbers.Real) and not isinstance(min_delta, (bool, np.bool_))
-    if good and math.isfinite(min_delta) and min_delta >= 0:  # type: ignore[arg-type]
-        return float(min_delta)  # type: ignore[arg-type]
-    raise ValueError(
-        explain(
-            "early_stopping's min_delta must be a number >= 0",
-            expected="min_delta=0.001 (how much better a value must be to count)",
-            received=describe(min_delta),
-            fix="pass a non-negative float, e.g. min_delta=0.001 (0 counts any improvement)",
-        )
-    )
-
-
 def _copy(state: Any) -> Any:
     # The loop donates the state to the next step; keep buffers of our own.
     return jax.tree_util.tree_map(lambda x: x.copy() if isinstance(x, jax.Array) else x, state)
 
 
-class EarlyStopping(LoopElement):
+class EarlyStopping(_monitor.Improvement, LoopElement):
     """The callback :func:`early_stopping` returns (see there).
 
     Its arguments are checked when it is made; the monitored value is read when it runs,
@@ -111,15 +97,6 @@ class EarlyStopping(LoopElement):
             )
             for name, value in (("patience", patience), ("initial_patience", initial_patience))
         )
-        if not isinstance(mode, str) or mode not in ("min", "max", "auto"):
-            raise ValueError(
-                explain(
-                    "early_stopping's mode must be 'min', 'max' or 'auto'",
-                    expected="'min' for losses, 'max' for accuracies, 'auto' to guess by name",
-                    received=describe(mode),
-                    fix="mode='min'",
-                )
-            )
         if not isinstance(delta_mode, str) or delta_mode not in ("absolute", "relative"):
             raise ValueError(
                 explain(
@@ -139,12 +116,13 @@ class EarlyStopping(LoopElement):
                 )
             )
         self.monitor = monitor
-        self.patience = patience
-        self.min_delta = _check_min_delta(min_delta)
-        self.delta_mode = delta_mode
-        self.mode = _monitor.auto_mode(monitor) if mode == "auto" else mode
         self.mode_inferred = mode == "auto"
-        self.baseline = _check_baseline(baseline)
+        super().__init__(
+            _monitor.monitor_mode("early_stopping", monitor, mode, strict=False),
+            min_delta=_monitor.check_min_delta("early_stopping", min_delta),
+            relative=delta_mode == "relative", patience=patience, baseline=_check_baseline(baseline),
+        )
+        self.delta_mode = delta_mode
         self.restore_best_weights = bool(restore_best_weights)
         self.initial_patience = initial_patience
         self.reset()
@@ -155,23 +133,12 @@ class EarlyStopping(LoopElement):
 
     def reset(self) -> None:
         """Forgets what was seen (best value, counters and best weights)."""
-        self.best: float | None = None if self.baseline is None else float(self.baseline)
+        self.best, self.wait = self.baseline, 0
         self.best_step: int | None = None
         self.best_state: Any = None
         self.since: Elapsed | None = None  # the clock of the first evaluation or the last improvement
-        self.wait = 0
         self.evaluations = 0
         self.stopped_step: int | None = None
-
-    def _improved(self, value: float) -> bool:
-        if math.isnan(value):
-            return False
-        if self.best is None:
-            return True
-        margin = self.min_delta if self.delta_mode == "absolute" else self.min_delta * abs(self.best)
-        if self.mode == "min":
-            return value < self.best - margin
-        return value > self.best + margin
 
     def __call__(self, state: Any, elapsed: Any, logs: Logs, loop: Any = None) -> None:
         value = _monitor.find(
@@ -187,22 +154,20 @@ class EarlyStopping(LoopElement):
         self.evaluations += 1
         if self.since is None:
             self.since = elapsed.replace()  # a plain copy: not the clock of a step in progress
-        if self._improved(value):
-            self.best = value
+        if self.update(value):
             self.best_step = elapsed.steps
             self.since = elapsed.replace()
-            self.wait = 0
             if self.restore_best_weights:
                 self.best_state = _copy(state)
             return None
         if self.evaluations <= self.initial_patience:
+            self.wait -= 1  # a warm-up evaluation does not count against patience
             return None
-        self.wait += 1
         if isinstance(self.patience, Period):
             waited = elapsed.since(self.since)
             run_out, how_long = waited >= self.patience, f"{waited.steps} steps ({self.patience})"
         else:
-            run_out, how_long = self.wait >= self.patience, f"{self.wait} evaluations"
+            run_out, how_long = self.exhausted, f"{self.wait} evaluations"
         if run_out and loop is not None:
             self.stopped_step = elapsed.steps
             loop.request_stop(
@@ -232,8 +197,7 @@ class EarlyStopping(LoopElement):
         """
         best = self.best_state
         return {
-            "best": self.best, "best_step": self.best_step, "wait": self.wait,
-            "evaluations": self.evaluations,
+            "best": self.best, "best_step": self.best_step, "wait": self.wait, "evaluations": self.evaluations,
             "since": None if self.since is None else self.since.to_dict(),
             "stopped_step": self.stopped_step,
             "best_leaves": None if best is None else jax.tree_util.tree_leaves(best),
@@ -249,9 +213,8 @@ class EarlyStopping(LoopElement):
             >>> es.best, es.wait
             (0.5, 1)
         """
-        self.best = values.get("best")
+        self.best, self.wait = values.get("best"), values.get("wait", 0)
         self.best_step = values.get("best_step")
-        self.wait = values.get("wait", 0)
         self.evaluations = values.get("evaluations", 0)
         self.stopped_step = values.get("stopped_step")
         since = values.get("since")
@@ -297,9 +260,9 @@ def early_stopping(
             ``min_delta * |best|``).
         mode: ``"min"``, ``"max"``, or ``"auto"`` (the default): ``"max"`` when a word of
             the name says higher is better (``accuracy_test``, ``val_f1``, ``auc``, ``score``:
-            see :func:`gyre.callbacks._monitor.auto_mode`, the rule jaxloop's stop handler
-            uses too), else ``"min"`` (losses, errors, and a name that implies nothing). The
-            mode it uses is in its repr and in the loop's stop reason.
+            see :func:`gyre.callbacks._monitor.monitor_mode`, the rule of every monitor), else
+            ``"min"`` (losses, errors, and a name that implies nothing). The mode it uses is
+            in its repr and in the loop's stop reason.
         baseline: a value to beat; until it is beaten, evaluations count against patience.
         restore_best_weights: when the loop ends, for any reason, return the state of the
             best evaluation (a copy is kept on the device).

@@ -1,50 +1,21 @@
-"""What checkpoint and early stopping share: finding the monitored entry in the logs and
-reading it as one number, with errors that name the entry."""
+"""The one improvement monitor of every early stopping and best-model ranking (gyre's and
+ciclo's ``early_stopping``, the trainer's ``EarlyStopping`` and ``ModelCheckpoint``, jaxloop's
+stop handler, the checkpoint's ``keep_best``): the mode check and the mode a name implies, the
+improvement rule (mode, min_delta, patience, baseline, best), and finding the monitored entry
+in the logs as one number, with errors that name it."""
 
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from typing import Any
 
 import numpy as np
 
-from gyre.core._errors import ExplainedKeyError, describe, explain
+from gyre.core._errors import ExplainedKeyError, describe, explain, suggest
 from gyre.core._host import fetch, to_python
 from gyre.core._logs import Logs
-
-# Words that name a value to maximise, as a word of the monitored name ("accuracy_test",
-# "val_f1") or its start ("acc1"); words of a name to minimise (a loss, an error).
-MAX_WORDS = ("acc", "accuracy", "auc", "f1", "precision", "recall", "iou", "score", "r2")
-MIN_WORDS = ("loss", "error", "err", "mse", "mae", "rmse", "nll", "perplexity", "ppl", "ce")
-
-
-def implied_mode(monitor: str) -> str | None:
-    """The mode a monitored name implies: ``"max"`` (a word of :data:`MAX_WORDS`), ``"min"``
-    (a word of :data:`MIN_WORDS`) or ``None``. Only the last part of the name counts (after a
-    collection's ``"metrics."`` or a prefix's ``"val/"``).
-
-    Example:
-        >>> implied_mode("val/acc"), implied_mode("metrics.loss_test"), implied_mode("foo")
-        ('max', 'min', None)
-    """
-    base = re.split(r"[./]", monitor)[-1].lower()
-    words = base.split("_")
-    if any(word in words or base.startswith(word) for word in MAX_WORDS):
-        return "max"
-    return "min" if any(word in words for word in MIN_WORDS) else None
-
-
-def auto_mode(monitor: str) -> str:
-    """``"max"`` when the monitored name says higher is better (:func:`implied_mode`), else
-    ``"min"``: the one rule of gyre's early stopping, the trainer's monitors and jaxloop's stop
-    handler. A name that implies nothing (``"foo"``) is minimised.
-
-    Example:
-        >>> auto_mode("accuracy_test"), auto_mode("metrics.val_f1"), auto_mode("eval/accuracy"), auto_mode("foo")
-        ('max', 'max', 'max', 'min')
-    """
-    return implied_mode(monitor) or "min"
 
 
 def find(logs: Logs | None, monitor: str, *, owner: str, step: int, fix: str) -> Any:
@@ -110,24 +81,49 @@ def as_number(value: Any, monitor: str, *, owner: str, step: int) -> float:
     return float(host)
 
 
-def monitor_mode(owner: str, monitor: str, mode: str) -> str:
-    """The mode of a callback that keeps the best ``monitor`` (a logged name such as
-    ``"val/acc"``): ``"auto"`` takes the one its name implies (``"max"`` for an accuracy,
-    ``"min"`` for a loss or an error, and ``"min"`` for a name that implies neither); a given
-    mode against the name (``"min"`` on ``"val/acc"``: the worst model kept) is an error.
+
+
+# Words that name a value to maximise, as a word of the monitored name ("accuracy_test",
+# "val_f1") or its start ("acc1"); words of a name to minimise (a loss, an error).
+MAX_WORDS = ("acc", "accuracy", "auc", "f1", "precision", "recall", "iou", "score", "r2")
+MIN_WORDS = ("loss", "error", "err", "mse", "mae", "rmse", "nll", "perplexity", "ppl", "ce")
+
+
+def monitor_mode(owner: str, monitor: str | None, mode: Any, *, strict: bool = True, auto: bool = True) -> str:
+    """The mode of ``owner``, which keeps the best ``monitor``, checked once: ``"min"``,
+    ``"max"`` or (when ``auto``) ``"auto"``: ``"max"`` when a word of the name's last part is one
+    of :data:`MAX_WORDS`, else ``"min"``. When ``strict``, a mode against the name is an error.
 
     Example:
-        >>> monitor_mode("ModelCheckpoint", "val/acc", "auto"), monitor_mode("ModelCheckpoint", "val/foo", "max")
+        >>> monitor_mode("ModelCheckpoint", "val/acc", "auto"), monitor_mode("x", "metrics.f1_test", "auto")
         ('max', 'max')
+        >>> monitor_mode("x", "val/foo", "auto"), monitor_mode("x", "acc", "min", strict=False)
+        ('min', 'min')
         >>> monitor_mode("ModelCheckpoint", "val/acc", "min")
         Traceback (most recent call last):
         ValueError: ModelCheckpoint: mode 'min' on 'val/acc' keeps the lowest value, but its name says mode 'max' (higher is better)
         ...
     """
-    implied = implied_mode(monitor)
+    choices = ("min", "max", "auto") if auto else ("min", "max")
+    if not isinstance(mode, str) or mode not in choices:
+        named = f": unknown mode {mode!r}.{suggest(mode, choices)}" if isinstance(mode, str) else ""
+        raise ValueError(
+            explain(
+                f"{owner}'s mode must be {', '.join(map(repr, choices[:-1]))} or {choices[-1]!r}{named}",
+                expected="'min' (lower is better: a loss) or 'max' (higher is better: an accuracy)"
+                + (", or 'auto' (from the monitored name)" if auto else "") + "; any other mode is not known",
+                received=describe(mode),
+                fix="pass mode='min' for a loss or mode='max' for an accuracy"
+                + (" (or leave mode out: it is taken from the name)" if auto else ""),
+            )
+        )
+    base = re.split(r"[./]", monitor or "")[-1].lower()  # after a collection's "metrics." or a prefix's "val/"
+    words = base.split("_")
+    implied = ("max" if any(w in words or base.startswith(w) for w in MAX_WORDS)
+               else "min" if any(w in words for w in MIN_WORDS) else None)
     if mode == "auto":
         return implied or "min"
-    if implied is not None and mode != implied:
+    if strict and implied is not None and mode != implied:
         kept, better = ("lowest", "higher") if mode == "min" else ("highest", "lower")
         raise ValueError(
             explain(
@@ -140,3 +136,86 @@ def monitor_mode(owner: str, monitor: str, mode: str) -> str:
             )
         )
     return mode
+
+
+def check_min_delta(owner: str, min_delta: Any) -> float:
+    """``min_delta`` as a float >= 0, else an error naming ``owner``."""
+    good = isinstance(min_delta, numbers.Real) and not isinstance(min_delta, (bool, np.bool_))
+    if good and math.isfinite(min_delta) and min_delta >= 0:  # type: ignore[arg-type]
+        return float(min_delta)  # type: ignore[arg-type]
+    raise ValueError(
+        explain(
+            f"{owner}'s min_delta must be a number >= 0",
+            expected="min_delta=0.001 (how much better a value must be to count)",
+            received=describe(min_delta),
+            fix="pass a non-negative float, e.g. min_delta=0.001 (0 counts any improvement; the "
+            "direction comes from mode)",
+        )
+    )
+
+
+class Improvement:
+    """The improvement rule of every early stopping and ranking, its arguments checked by the
+    caller (:func:`monitor_mode`, :func:`check_min_delta`). A value improves when it is strictly
+    below ``best - margin`` (``mode="min"``) or above ``best + margin`` (``"max"``), the margin
+    being ``min_delta`` (times ``|best|`` when ``relative``); the first value improves unless a
+    ``baseline`` is the first ``best``; a NaN never does. ``wait`` counts the values in a row
+    that did not improve; the patience is ``exhausted`` when it reaches ``patience``.
+
+    Example:
+        >>> rule = Improvement("min", min_delta=0.1, patience=2)
+        >>> [rule.update(v) for v in (1.0, 0.95, 0.8, float("nan"), 0.75)], rule.best, rule.exhausted
+        ([True, False, True, False, False], 0.8, True)
+        >>> rule.score(0.5) > rule.score(0.6), rule.score(float("nan"))
+        (True, -inf)
+    """
+
+    def __init__(
+        self, mode: str, *, min_delta: float = 0.0, relative: bool = False, patience: Any = None,
+        baseline: float | None = None,
+    ) -> None:
+        self.mode, self.min_delta, self.relative = mode, min_delta, relative
+        self.patience, self.baseline = patience, baseline
+        self.best: float | None = baseline
+        self.wait = 0
+
+    def update(self, value: float) -> bool:
+        """Records ``value``: the new ``best`` when it improves (``wait`` back to 0), else one
+        more in ``wait``. Returns whether it improved.
+
+        Example:
+            >>> rule = Improvement("max", baseline=0.5)
+            >>> rule.update(0.5), rule.update(0.6), rule.wait
+            (False, True, 0)
+        """
+        margin = self.min_delta * abs(self.best) if self.relative and self.best is not None else self.min_delta
+        if not math.isnan(value) and (
+            self.best is None or (value < self.best - margin if self.mode == "min" else value > self.best + margin)
+        ):
+            self.best, self.wait = value, 0
+            return True
+        self.wait += 1
+        return False
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether ``wait`` reached a whole-number ``patience``.
+
+        Example:
+            >>> rule = Improvement("min", patience=1)
+            >>> rule.update(1.0), rule.exhausted, rule.update(1.5), rule.exhausted
+            (True, False, False, True)
+        """
+        return isinstance(self.patience, int) and self.wait >= self.patience
+
+    def score(self, value: Any) -> float:
+        """``value`` ranked, higher is better (``-value`` in ``"min"`` mode); a missing
+        (non-number) or NaN value ranks last, ``-inf``.
+
+        Example:
+            >>> Improvement("min").score(0.25), Improvement("max").score(None)
+            (-0.25, -inf)
+        """
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
+            return -math.inf
+        return float(value) if self.mode == "max" else -float(value)

@@ -6,9 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from gyre.callbacks._monitor import monitor_mode
 from gyre.core._errors import describe, explain, whole_number
-
-MODES = ("min", "max")
 
 
 def check_directory(directory: Any) -> str:
@@ -118,12 +117,4 @@ def check_monitor(monitor: Any, mode: Any) -> None:
                 fix="gyre.checkpoint(directory, monitor='loss_test', mode='min')",
             )
         )
-    if mode not in MODES:
-        raise ValueError(
-            explain(
-                "checkpoint's mode must be 'min' or 'max'",
-                expected="'min' when lower is better (losses), 'max' when higher is (accuracy)",
-                received=describe(mode),
-                fix="mode='min'",
-            )
-        )
+    monitor_mode("checkpoint", monitor, mode, strict=False, auto=False)

@@ -13,7 +13,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from gyre.callbacks._monitor import auto_mode
+from gyre.callbacks._monitor import Improvement, monitor_mode
 from gyre.core._errors import describe, explain, suggest, whole_number
 from gyre.jaxloop._actions import Action, Output, _step_of
 from gyre.jaxloop._loop import reduce_outputs
@@ -52,7 +52,7 @@ class MetricMonitoringStopHandler:
         patience: checks without improvement before stopping (>= 1).
         mode: ``"min"``, ``"max"``, or ``"auto"`` (``max`` when a word of the name says
             higher is better: ``val_acc``, ``accuracy_test``, ``f1``, ...; else ``min``: the
-            rule of ``gyre.early_stopping``, :func:`gyre.callbacks._monitor.auto_mode`).
+            rule of ``gyre.early_stopping``, :func:`gyre.callbacks._monitor.monitor_mode`).
         baseline: a value to beat before anything counts as an improvement.
 
     Example:
@@ -68,29 +68,19 @@ class MetricMonitoringStopHandler:
         self, monitored_metric: str, min_delta: float = 1e-8, patience: int = 10,
         mode: str = "auto", baseline: float | None = None,
     ) -> None:
-        if mode not in ("min", "max", "auto"):
-            raise ValueError(
-                explain(
-                    "MetricMonitoringStopHandler's mode is not known",
-                    expected="'min', 'max' or 'auto'",
-                    received=describe(mode),
-                    fix="pass mode='min' for a loss, mode='max' for an accuracy",
-                )
-            )
         self.monitored_metric = monitored_metric
+        self.mode = monitor_mode("MetricMonitoringStopHandler", monitored_metric, mode, strict=False)
         self.min_delta = abs(float(min_delta))
         self.patience = whole_number(
             patience, minimum=1, problem="MetricMonitoringStopHandler's patience must be a positive whole number",
             expected="the checks without improvement before stopping (an int >= 1)", fix="pass patience=3",
         )
-        if mode == "auto":
-            mode = auto_mode(monitored_metric)
-        self.mode = mode
         self.baseline = baseline
-        self._patience_left = self.patience
+        self._rule = Improvement(self.mode, min_delta=self.min_delta, patience=self.patience,
+                                 baseline=None if baseline is None else float(baseline))
         self.best_step = 0
         self._initialized = baseline is not None
-        self.best = float(baseline) if baseline is not None else (math.inf if mode == "min" else -math.inf)
+        self.best = self._rule.best if baseline is not None else (math.inf if self.mode == "min" else -math.inf)
 
     @property
     def monitored_op(self) -> Callable[[Any, Any], Any]:
@@ -104,9 +94,6 @@ class MetricMonitoringStopHandler:
         """
         return jnp.less if self.mode == "min" else jnp.greater
 
-    def _better(self, a: float, b: float) -> bool:
-        return a < b - self.min_delta if self.mode == "min" else a > b + self.min_delta
-
     def update_state(self, current_metric: float, current_step: int) -> bool:
         """Records a check; returns whether the metric improved.
 
@@ -116,16 +103,12 @@ class MetricMonitoringStopHandler:
             True
         """
         current = float(current_metric)
-        if not self._initialized:
-            self._initialized = True
-            self.best, self.best_step = current, int(current_step)
-            return True
-        if self._better(current, self.best):
-            self.best, self.best_step = current, int(current_step)
-            self._patience_left = self.patience
-            return True
-        self._patience_left -= 1
-        return False
+        if self._initialized and not self._rule.update(current):
+            return False
+        self._initialized = True  # jaxloop's first value is the best, whatever it is (NaN too)
+        self.best = self._rule.best = current
+        self.best_step = int(current_step)
+        return True
 
     def should_stop(self) -> bool:
         """Whether the patience ran out.
@@ -135,7 +118,7 @@ class MetricMonitoringStopHandler:
             >>> gyre.jaxloop.MetricMonitoringStopHandler("loss").should_stop()
             False
         """
-        return self._initialized and self._patience_left <= 0
+        return self._initialized and self._rule.exhausted
 
     def get_best_info(self) -> tuple[float, int]:
         """``(best_metric, best_step)``.

@@ -13,12 +13,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gyre.callbacks._monitor import monitor_mode
+from gyre.callbacks._monitor import Improvement, monitor_mode
 from gyre.callbacks._store import Store
 from gyre.config._registry import register_callback
 from gyre.core._errors import describe, explain, warn
 from gyre.engine._snapshot import Snapshot
 from gyre.trainer._callback import Callback
+from gyre.trainer._utility_callbacks import read_metric
 
 
 @register_callback
@@ -64,15 +65,6 @@ class ModelCheckpoint(Callback):
                     fix="monitor: val/acc",
                 )
             )
-        if mode not in ("min", "max", "auto"):
-            raise ValueError(
-                explain(
-                    "ModelCheckpoint's mode must be 'min', 'max' or 'auto'",
-                    expected="'min' (lower is better, a loss), 'max' (an accuracy) or 'auto' (from the name)",
-                    received=describe(mode),
-                    fix="mode: max for val/acc (or leave it out: it is taken from the name)",
-                )
-            )
         if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < 1:
             raise ValueError(
                 explain(
@@ -83,6 +75,7 @@ class ModelCheckpoint(Callback):
                 )
             )
         self.monitor, self.mode, self.save_top_k = monitor, monitor_mode("ModelCheckpoint", monitor, mode), save_top_k
+        self._rule = Improvement(self.mode)  # ranks the models: its score is higher for a better one
         self.save_optimizer_state = save_optimizer_state
         self.ranked: list[tuple[float, int]] = []  # (value, step), best first
         self._store: Store | None = None
@@ -93,36 +86,23 @@ class ModelCheckpoint(Callback):
         assert self.trainer is not None
         return Path(self.trainer.log_dir).resolve() / "checkpoints"
 
-    def _score(self, value: float) -> float:
-        return -value if self.mode == "min" else value
-
     @property
     def store(self) -> Store:
         if self._store is None:
-            monitor, sign = self.monitor, (-1.0 if self.mode == "min" else 1.0)
             self._store = Store(
                 str(self.directory), keep=1, keep_best=self.save_top_k,
-                score=lambda metrics: sign * float(metrics[monitor]),
+                score=lambda metrics: self._rule.score(metrics[self.monitor]),
             )
         return self._store
 
     def on_filtered_validation_epoch_end(self, eval_metrics: dict[str, Any], epoch_idx: int) -> None:
-        if self.monitor not in eval_metrics:
-            raise KeyError(
-                explain(
-                    f"ModelCheckpoint monitors {self.monitor!r}, which the validation did not log",
-                    expected=f"{self.monitor!r} among the validation's metrics",
-                    received=f"the keys {sorted(eval_metrics)}",
-                    fix="set monitor to one of them (validation metrics are named val/<key>)",
-                )
-            )
-        value = float(eval_metrics[self.monitor])  # a host read, once per validation
+        value = read_metric("ModelCheckpoint", eval_metrics, self.monitor, epoch_idx)  # a host read
         if math.isnan(value):
             return
         t = self.trainer
         assert t is not None
         step = int(t.global_step)
-        candidates = sorted([*self.ranked, (value, step)], key=lambda vs: -self._score(vs[0]))
+        candidates = sorted([*self.ranked, (value, step)], key=lambda vs: -self._rule.score(vs[0]))
         if (value, step) not in candidates[: self.save_top_k]:
             return
         self.ranked = candidates[: self.save_top_k]
@@ -260,8 +240,9 @@ def load_trainer(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any = N
                     fix="train with a ModelCheckpoint callback, or pass a run folder that has one",
                 )
             )
-        values = {s: store.read_record(s).get("meta", {}).get("value") for s in steps}
-        step = _best(values, lower=store.read_record(steps[-1]).get("meta", {}).get("mode") == "min")
+        rule = Improvement("min" if store.read_record(steps[-1]).get("meta", {}).get("mode") == "min" else "max")
+        scores = {s: rule.score(store.read_record(s).get("meta", {}).get("value")) for s in steps}
+        step = max(scores, key=scores.__getitem__) if max(scores.values()) > -math.inf else max(steps)
     meta = store.read_record(step).get("meta", {})
     trainer = _rebuild(cls, TRAINERS, meta.get("config") or {}, given)
     if exmp_batch is None and meta.get("input"):
@@ -273,13 +254,6 @@ def load_trainer(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any = N
     saved = store.read(step, target).state
     trainer.state = state.replace(params=saved["params"], model_state=saved["model_state"])
     return trainer
-
-
-def _best(values: dict[int, Any], *, lower: bool) -> int:
-    known = {s: v for s, v in values.items() if isinstance(v, (int, float))}
-    if not known:
-        return max(values)
-    return (min if lower else max)(known, key=lambda s: known[s])
 
 
 def _rebuild(cls: type, trainers: Any, config: dict[str, Any], given: dict[str, Any]) -> Any:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
-from gyre.callbacks._monitor import monitor_mode
+from gyre.callbacks._monitor import Improvement, check_min_delta, monitor_mode
 from gyre.config._registry import register_callback
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn, whole_number
 from gyre.core._host import fetch, numeric_dtype
@@ -181,7 +181,7 @@ class DisableGC(Callback):
 
 
 @register_callback
-class EarlyStopping(Callback):
+class EarlyStopping(Callback, Improvement):
     """Stops training when the validation metric ``monitor`` has not improved for
     ``patience`` validation epochs in a row (filtered ones: every ``every_n_epochs``).
 
@@ -235,58 +235,27 @@ class EarlyStopping(Callback):
                     fix="pass monitor='val/loss'",
                 )
             )
-        if mode not in ("min", "max", "auto"):
-            raise ValueError(
-                explain(
-                    f"EarlyStopping: unknown mode {mode!r}."
-                    + (suggest(mode, ["min", "max", "auto"]) if isinstance(mode, str) else ""),
-                    expected="'min' (lower is better, a loss), 'max' (higher is better, an accuracy) or "
-                    "'auto' (from the name)",
-                    received=describe(mode),
-                    fix="pass mode='min' or mode='max'",
-                )
-            )
-        ok = isinstance(min_delta, numbers.Real) and not isinstance(min_delta, bool)
-        if not ok or not (math.isfinite(min_delta) and min_delta >= 0):
-            raise ValueError(
-                explain(
-                    "EarlyStopping: min_delta must be a number >= 0",
-                    expected="the smallest improvement that counts, e.g. 0.0 or 1e-4",
-                    received=describe(min_delta),
-                    fix="pass min_delta=0.0 (the direction comes from mode)",
-                )
-            )
+        Improvement.__init__(
+            self, monitor_mode("EarlyStopping", monitor, mode), min_delta=check_min_delta("EarlyStopping", min_delta),
+            patience=_whole("EarlyStopping", "patience", patience, 1, "pass patience=3"),
+        )
         self.monitor = monitor
-        self.mode = monitor_mode("EarlyStopping", monitor, mode)
-        self.patience = _whole("EarlyStopping", "patience", patience, 1, "pass patience=3")
-        self.min_delta = float(min_delta)
-        self.best: float | None = None
         self.best_epoch = 0
         self.wait = 0
         self.stopped_epoch = 0  # the epoch at which it asked to stop; 0: not yet
 
     def on_filtered_validation_epoch_end(self, eval_metrics: dict[str, Any], epoch_idx: int) -> None:
         """Reads the monitored value and stops training when it stopped improving."""
-        value = _read(eval_metrics, self.monitor, epoch_idx)
-        if self._improves(value):
-            self.best, self.best_epoch, self.wait = value, epoch_idx, 0
+        value = read_metric("EarlyStopping", eval_metrics, self.monitor, epoch_idx)
+        if self.update(value):
+            self.best_epoch = epoch_idx
             return
-        self.wait += 1
-        if self.wait >= self.patience and not self.stopped_epoch:
+        if self.exhausted and not self.stopped_epoch:
             self.stopped_epoch = epoch_idx
             best = "no finite value yet" if self.best is None else f"best {self.best:g} at epoch {self.best_epoch}"
             self._bound().stop_training(
                 f"EarlyStopping: {self.monitor} did not improve for {self.wait} validation epochs ({best})"
             )
-
-    def _improves(self, value: float) -> bool:
-        if math.isnan(value):
-            return False
-        if self.best is None:
-            return True
-        if self.mode == "min":
-            return value < self.best - self.min_delta
-        return value > self.best + self.min_delta
 
     def state_dict(self) -> dict[str, Any]:
         """The best value and its epoch, the epochs waited, the stop epoch.
@@ -320,13 +289,13 @@ class EarlyStopping(Callback):
         self.stopped_epoch = int(np.asarray(d["stopped_epoch"]))
 
 
-def _read(metrics: dict[str, Any], monitor: str, epoch_idx: int) -> float:
-    """The monitored value as a float (one host read), or a clear error."""
+def read_metric(owner: str, metrics: dict[str, Any], monitor: str, epoch_idx: int) -> float:
+    """The validation metric ``owner`` monitors as a float (one host read), or a clear error."""
     if monitor not in metrics:
         keys = sorted(map(str, metrics))
         raise ExplainedKeyError(
             explain(
-                f"EarlyStopping monitors {monitor!r}, which was not logged in the validation of "
+                f"{owner} monitors {monitor!r}, which was not logged in the validation of "
                 f"epoch {epoch_idx}." + suggest(monitor, keys),
                 expected=f"{monitor!r} among the validation metrics",
                 received=f"keys {keys}",
@@ -340,7 +309,7 @@ def _read(metrics: dict[str, Any], monitor: str, epoch_idx: int) -> float:
     if isinstance(value, bool) or math.prod(shape) != 1 or not numeric_dtype(dtype) or np.dtype(dtype).kind == "b":
         raise ValueError(
             explain(
-                f"EarlyStopping monitors {monitor!r}, which is not one number",
+                f"{owner} monitors {monitor!r}, which is not one number",
                 expected="a scalar validation metric, e.g. a mean loss or an accuracy",
                 received=f"{describe(value)} of shape {shape}",
                 fix="monitor a scalar metric",
