@@ -7,14 +7,13 @@ their path (:func:`real`, :func:`whole`, :func:`flag`).
 
 import contextlib
 import inspect
-import math
-import numbers
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
 from gyre.config._registry import Registry
-from gyre.core._errors import as_integer, describe, explain, suggest
+from gyre.core import _checks as checks
+from gyre.core._errors import describe, explain, suggest
 
 _WHERE: ContextVar[str] = ContextVar("gyre_config_where", default="")
 _RUN_STEPS: ContextVar[int | None] = ContextVar("gyre_config_run_steps", default=None)
@@ -209,53 +208,17 @@ def real(
 ) -> float:
     """``value`` as a finite Python float (a numeric string such as ``"1e-3"`` counts, as
     PyYAML reads it), at least ``minimum`` / more than ``above``; else a clear error."""
-    number: float | None = None
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        number = float(value)
-    elif isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            number = float(value)
-    ok = number is not None and math.isfinite(number)
-    ok = ok and (minimum is None or number >= minimum) and (above is None or number > above)  # type: ignore[operator]
-    if not ok:
-        bound = (
-            f" >= {minimum}" if minimum is not None else f" > {above}" if above is not None else ""
-        )
-        raise ValueError(
-            explain(
-                f"{here(key)} must be a finite number{bound}",
-                expected=f"a float{bound}",
-                received=describe(value),
-                fix=f"write {key or here().rsplit('.', 1)[-1]}: <a number{bound}>",
-            )
-        )
-    return number  # type: ignore[return-value]
+    bound = f" >= {minimum}" if minimum is not None else f" > {above}" if above is not None else ""
+    fix = f"write {key or here().rsplit('.', 1)[-1]}: <a number{bound}>"
+    return checks.real(value, here(key), minimum=minimum, above=above, text=True, fix=fix)
 
 
 def whole(key: str, value: object, *, minimum: int) -> int:
     """``value`` as a Python int of at least ``minimum`` (booleans and 2.5 are errors)."""
-    number = as_integer(value)
-    if number is None or number < minimum:
-        raise ValueError(
-            explain(
-                f"{here(key)} must be a whole number >= {minimum}",
-                expected=f"an int >= {minimum}",
-                received=describe(value),
-                fix=f"write {key}: <an int >= {minimum}>",
-            )
-        )
-    return number
+    return checks.whole(value, here(key), minimum=minimum, fix=f"write {key}: <an int >= {minimum}>")
 
 
 def flag(key: str, value: object) -> bool:
     """``value`` when it is a bool; else a clear error (``"false"`` is not a bool)."""
-    if not isinstance(value, bool):
-        raise TypeError(
-            explain(
-                f"{here(key)} must be true or false",
-                expected="a bool",
-                received=describe(value),
-                fix=f"write {key}: true or {key}: false",
-            )
-        )
-    return value
+    return checks.instance(value, here(key), bool, expected="true or false",
+                           fix=f"write {key}: true or {key}: false")
