@@ -220,5 +220,5 @@ def whole(key: str, value: object, *, minimum: int) -> int:
 
 def flag(key: str, value: object) -> bool:
     """``value`` when it is a bool; else a clear error (``"false"`` is not a bool)."""
-    return checks.instance(value, here(key), bool, expected="true or false",
+    return checks.instance(value, here(key), bool, kind="true or false", expected="a bool",
                            fix=f"write {key}: true or {key}: false")

@@ -124,10 +124,12 @@ def choice(
 
 def instance(
     value: T, name: str, types: type | tuple[type, ...], *, none: bool = False,
-    expected: str | None = None, fix: str | None = None, error: type[Exception] = TypeError,
+    kind: str | None = None, expected: str | None = None, fix: str | None = None,
+    error: type[Exception] = TypeError,
 ) -> T:
     """``value`` when it is an instance of ``types`` (or ``None`` when ``none`` allows it),
-    else ``error`` (a ``TypeError``) saying what was expected.
+    else ``error`` (a ``TypeError``) saying what was expected; ``kind`` names the types in
+    words (``"a mapping"``; by default their class names).
 
     Example:
         >>> instance("runs", "directory", str)
@@ -142,9 +144,8 @@ def instance(
     if isinstance(value, types) or (none and value is None):
         return value
     kinds = types if isinstance(types, tuple) else (types,)
-    wanted = "a " + " or ".join(t.__name__ for t in kinds) + (" or None" if none else "")
-    raise _fail(error, f"{name} must be {expected or wanted}", expected or wanted, value,
-                fix or f"pass {wanted}")
+    wanted = (kind or "a " + " or ".join(t.__name__ for t in kinds)) + (" or None" if none else "")
+    raise _fail(error, f"{name} must be {wanted}", expected or wanted, value, fix or f"pass {wanted}")
 
 
 def known_keys(

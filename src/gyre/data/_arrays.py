@@ -14,34 +14,18 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core._errors import describe, explain, flag, keywords_checked, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import describe, explain, flag, keywords_checked
 
 Batch = tuple[np.ndarray, ...] | np.ndarray
-
-
-def _check_count(name: str, value: Any, *, minimum: int, example: str) -> int:
-    if isinstance(value, np.integer) and value >= minimum:  # a count read from an array
-        return int(value)
-    return whole_number(
-        value,
-        minimum=minimum,
-        problem=f"{name} must be a whole number >= {minimum}",
-        expected=f"an int >= {minimum}, e.g. {example}",
-        fix=f"pass {example}",
-    )
 
 
 def check_seed(seed: Any) -> int:
     """``seed`` as an ``int`` when it can seed numpy's generators (a whole number >= 0,
     numpy and 0-d integer arrays included), else a ``ValueError`` that says so.
     """
-    return whole_number(
-        seed,
-        minimum=0,
-        problem="a seed must be a whole number >= 0",
-        expected="an int >= 0, e.g. seed=0",
-        fix="pass seed=0 (any non-negative int; the same seed gives the same order)",
-    )
+    return whole(seed, "a seed", minimum=0, expected="an int >= 0, e.g. seed=0",
+                 fix="pass seed=0 (any non-negative int; the same seed gives the same order)")
 
 
 def steps_per_epoch(n: int, batch_size: int, drop_remainder: bool = True) -> int:
@@ -62,8 +46,8 @@ def steps_per_epoch(n: int, batch_size: int, drop_remainder: bool = True) -> int
         >>> steps_per_epoch(1437, 64), steps_per_epoch(1437, 64, drop_remainder=False)
         (22, 23)
     """
-    n = _check_count("n (the number of samples)", n, minimum=0, example="steps_per_epoch(1000, 32)")
-    batch_size = _check_count("batch_size", batch_size, minimum=1, example="batch_size=32")
+    n = whole(n, "n (the number of samples)", expected="an int >= 0, e.g. 1000", fix="pass steps_per_epoch(1000, 32)")
+    batch_size = whole(batch_size, "batch_size", minimum=1, expected="an int >= 1, e.g. 32", fix="pass batch_size=32")
     if n == 0:
         raise ValueError(
             explain("an epoch of no samples has no batch", expected="n >= 1 samples", received="n=0",
@@ -189,9 +173,8 @@ class Batches(Iterator[Batch]):
         drop_remainder: bool = True,
     ) -> None:
         data, single = _as_arrays(arrays)
-        batch_size = _check_count("batch_size", batch_size, minimum=1, example="batch_size=32")
-        if epochs is not None:
-            epochs = _check_count("epochs", epochs, minimum=1, example="epochs=1 (or None to repeat forever)")
+        batch_size = whole(batch_size, "batch_size", minimum=1, expected="an int >= 1, e.g. 32", fix="pass batch_size=32")
+        epochs = whole(epochs, "epochs", minimum=1, none=True, fix="pass epochs=1 (or None to repeat forever)")
         seed = check_seed(seed)
         n = data[0].shape[0]
         if n == 0:
@@ -383,13 +366,10 @@ class Batches(Iterator[Batch]):
 
 
 def _position_number(value: Any, name: str, *, minimum: int) -> int:
-    return whole_number(
-        value,
-        minimum=minimum,
-        problem=f"the batches' {name} must be a whole number >= {minimum}",
-        expected=f"{name} as Batches.state_dict() saved it, e.g. {{'{name}': 3}}",
-        fix="pass the dict that state_dict() returned, unchanged",
-    )
+    """A saved position's ``name`` as an int, or the explained error."""
+    return whole(value, f"the batches' {name}", minimum=minimum,
+                 expected=f"{name} as Batches.state_dict() saved it, e.g. {{'{name}': 3}}",
+                 fix="pass the dict that state_dict() returned, unchanged")
 
 
 @keywords_checked

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core._errors import as_integer, describe, explain, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import as_integer, describe, explain
 from gyre.data._arrays import check_seed
 
 Seed = int | tuple[int, ...] | np.random.Generator
@@ -78,13 +79,8 @@ def random_crop(images: Any, key_or_seed: Seed, padding: int = 4) -> np.ndarray:
     """
     array = _images(images, "random_crop")
     rng = _rng(key_or_seed)
-    padding = whole_number(
-        padding,
-        minimum=0,
-        problem="padding must be a whole number >= 0",
-        expected="the largest shift in pixels, e.g. padding=4 for 32 x 32 images",
-        fix="pass padding=4 (0 leaves the images unchanged)",
-    )
+    padding = whole(padding, "padding", expected="the largest shift in pixels, e.g. padding=4 for 32 x 32 images",
+                    fix="pass padding=4 (0 leaves the images unchanged)")
     n, height, width = array.shape[:3]
     offsets = rng.integers(0, 2 * padding + 1, size=(n, 2))
     widths = [(0, 0), (padding, padding), (padding, padding)] + [(0, 0)] * (array.ndim - 3)
@@ -167,16 +163,9 @@ def augment(
         >>> a.shape, np.array_equal(a, b), np.array_equal(a, c)
         ((4, 8, 8, 1), True, False)
     """
-    numbers = [
-        whole_number(
-            value,
-            minimum=0,
-            problem=f"augment's {name} must be a whole number >= 0",
-            expected=f"{name} as an int >= 0, e.g. {name}=0",
-            fix="pass the seed, the epoch and the batch's index in the epoch as ints",
-        )
-        for name, value in (("seed", seed), ("epoch", epoch), ("index", index))
-    ]
+    numbers = [whole(value, f"augment's {name}", expected=f"{name} as an int >= 0, e.g. {name}=0",
+                     fix="pass the seed, the epoch and the batch's index in the epoch as ints")
+               for name, value in (("seed", seed), ("epoch", epoch), ("index", index))]
     rng = np.random.default_rng((*numbers, AUGMENT_STREAM))
     out = random_crop(images, rng, padding)
     return random_flip(out, rng) if flip else out

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gyre.core._checks import whole
 from gyre.core._errors import describe, explain
 
 FILLS = ("edge", "zeros")
@@ -132,11 +133,7 @@ class Padded:
     """
 
     def __init__(self, loader: Iterable[Any], batch_size: int | None = None, *, fill: str = "edge") -> None:
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-            raise ValueError(
-                explain("padded: batch_size must be a whole number >= 1 (or None: the first batch's)",
-                        expected="batch_size=64", received=describe(batch_size), fix="pass batch_size=64")
-            )
+        batch_size = whole(batch_size, "padded: batch_size", minimum=1, none=True, fix="pass batch_size=64 (or None: the first batch's)")
         self.loader, self.batch_size, self.fill = loader, batch_size, fill
 
     def __iter__(self) -> Iterator[tuple[Any, np.ndarray]]:
