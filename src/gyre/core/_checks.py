@@ -10,8 +10,11 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
+
+import jax
 
 from gyre.core._errors import ExplainedKeyError, as_integer, describe, explain, suggest
 
@@ -25,11 +28,14 @@ def _fail(error: type[Exception], problem: str, expected: str, value: object, fi
 
 def whole(
     value: Any, name: str, *, minimum: int = 0, maximum: int | None = None, none: bool = False,
-    expected: str | None = None, fix: str | None = None, error: type[Exception] = ValueError,
+    device: bool = False, unit: str = "", expected: str | None = None, fix: str | None = None,
+    error: type[Exception] = ValueError,
 ) -> Any:
     """``value`` as a Python ``int`` when it is a whole number (``int``, ``numpy.int64``, a
     0-d integer array; not a bool, not ``2.0``) in ``[minimum, maximum]``, or ``None`` when
-    ``none`` allows it; else ``error`` saying so.
+    ``none`` allows it; else ``error`` saying so (a whole number of ``unit``, when given).
+    ``device``: a 0-d integer JAX array is returned unread (reading it would wait for the
+    device; a writer's thread reads it later).
 
     Example:
         >>> import numpy as np
@@ -42,15 +48,35 @@ def whole(
           received: int 0
           fix: pass stop=100
     """
-    if value is None and none:
-        return None
+    if (value is None and none) or (device and _device_integer(value)):
+        return value
     number = as_integer(value)
     if number is not None and number >= minimum and (maximum is None or number <= maximum):
         return number
     bound = f">= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
     wanted = f"an int {bound}" + (" or None" if none else "")
-    raise _fail(error, f"{name} must be a whole number {bound}", expected or wanted, value,
+    unit = f"of {unit} " if unit else ""
+    raise _fail(error, f"{name} must be a whole number {unit}{bound}", expected or wanted, value,
                 fix or f"pass {wanted}")
+
+
+def _device_integer(value: object) -> bool:
+    """Whether ``value`` is a 0-d integer JAX array."""
+    return isinstance(value, jax.Array) and value.ndim == 0 and value.dtype.kind in "iu"
+
+
+def path(value: Any, problem: str, *, expected: str, fix: str) -> str:
+    """``value`` as a ``str`` when it is a non-empty ``str`` or ``os.PathLike`` naming a
+    file or folder (bytes are refused), else a ``TypeError`` explaining ``problem``.
+
+    Example:
+        >>> import pathlib
+        >>> path(pathlib.Path("runs"), "a writer needs a folder", expected="a str or Path", fix="pass 'runs'")
+        'runs'
+    """
+    if isinstance(value, str | os.PathLike) and not isinstance(value, bytes) and os.fspath(value):
+        return os.fspath(value)
+    raise _fail(TypeError, problem, expected, value, fix)
 
 
 def real(

@@ -16,8 +16,9 @@ from typing import Any
 
 import jax
 
+from gyre.core._checks import whole
 from gyre.core._clock import BatchSizeFn, Elapsed, Period, infer_batch_size
-from gyre.core._errors import as_integer, describe, explain, warn, whole_number
+from gyre.core._errors import as_integer, describe, explain, warn
 
 StopLike = int | Period | None
 
@@ -59,13 +60,8 @@ def epoch_steps_of(epoch_duration: Any, dataset: Any) -> int | None:
         epoch_duration = epoch_duration.steps
     if epoch_duration is None:
         return dataset_epoch_steps(dataset)
-    return whole_number(
-        epoch_duration,
-        minimum=1,
-        problem="epoch_duration= must be a number of steps >= 1",
-        expected="epoch_duration=len(train_batches) or gyre.at(steps=...)",
-        fix="pass the number of steps in one epoch",
-    )
+    return whole(epoch_duration, "epoch_duration=", minimum=1, unit="steps", fix="pass the number of steps in one epoch",
+                 expected="epoch_duration=len(train_batches) or gyre.at(steps=...)")
 
 
 def dataset_epoch_steps(dataset: Any) -> int | None:

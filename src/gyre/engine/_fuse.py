@@ -16,7 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 import jax
 
 from gyre.core import _compat
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.engine._binding import Invoker, StateMethod, bind, callback_name
 from gyre.engine._loop_state import fold
@@ -40,13 +41,8 @@ class FusableStep(Protocol):
 
 def check_steps(steps: Any, name: str = "steps") -> int:
     """Validates a number of fused steps (an integral number >= 1); returns it as an int."""
-    return whole_number(
-        steps,
-        minimum=1,
-        problem=f"{name} must be a whole number of steps >= 1",
-        expected=f"{name}=100 (fuse 100 steps per call), or 1 to run step by step",
-        fix=f"pass a positive int, e.g. {name}=100",
-    )
+    return whole(steps, name, minimum=1, unit="steps", fix=f"pass a positive int, e.g. {name}=100",
+                 expected=f"{name}=100 (fuse 100 steps per call), or 1 to run step by step")
 
 
 def step_function(fn: Any) -> Any:

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from gyre.callbacks._wandb_logger import scalar_runs
-from gyre.core._errors import describe, explain, suggest
+from gyre.core._checks import path
+from gyre.core._errors import explain, suggest
 from gyre.core._history import Block
 from gyre.loggers._writer import Writer, require
 
@@ -22,17 +23,8 @@ _BATCH = 1000  # metrics per log_batch: MLflow's limit for one request
 
 def _tracking_uri(uri: Any) -> tuple[str, bool]:
     """The URI MLflow is given and whether it is a local file store."""
-    if isinstance(uri, bytes) or not isinstance(uri, (str, os.PathLike)) or not os.fspath(uri):
-        raise TypeError(
-            explain(
-                "MLflowWriter needs a tracking URI",
-                expected="a folder for a local file store ('runs/mlruns'), a file: URI, or "
-                "a server's http(s):// URI",
-                received=describe(uri),
-                fix="gyre.MLflowWriter('runs/mlruns', experiment_name='digits')",
-            )
-        )
-    text = os.fspath(uri)
+    text = path(uri, "MLflowWriter needs a tracking URI", fix="gyre.MLflowWriter('runs/mlruns', experiment_name='digits')",
+                expected="a folder for a local file store ('runs/mlruns'), a file: URI, or a server's http(s):// URI")
     if text.startswith("file:"):
         return text, True
     if "://" not in text:

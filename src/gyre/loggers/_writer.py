@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import atexit
 import importlib
-import numbers
 import queue
 import threading
 import time
@@ -36,6 +35,7 @@ import jax
 import numpy as np
 
 from gyre.callbacks._wandb_logger import is_number, scalar_rows
+from gyre.core._checks import whole
 from gyre.core._errors import describe, explain
 from gyre.core._history import Block
 from gyre.core._host import numeric_dtype
@@ -98,18 +98,9 @@ def supporters(kind: str) -> list[str]:
 
 
 def _step(who: str, step: Any) -> Any:
-    if isinstance(step, (numbers.Integral, np.integer)) and not isinstance(step, bool) and step >= 0:
-        return int(step)
-    if isinstance(step, jax.Array) and step.ndim == 0 and jnp_integer(step.dtype):
-        return step  # read on the writer's thread
-    raise ValueError(
-        explain(
-            f"{who}: a step must be a whole number >= 0",
-            expected="step as an int >= 0 (or a 0-d integer array), e.g. 10",
-            received=describe(step),
-            fix="pass the step number, e.g. writer.write_scalars(10, {'loss': loss})",
-        )
-    )
+    """``step`` checked: an int >= 0, or a 0-d integer device array (read on the writer's thread)."""
+    return whole(step, f"{who}: a step", device=True, expected="step as an int >= 0 (or a 0-d integer array), e.g. 10",
+                 fix="pass the step number, e.g. writer.write_scalars(10, {'loss': loss})")
 
 
 def jnp_integer(dtype: Any) -> bool:
@@ -247,15 +238,8 @@ class Writer:
             if not hasattr(value, "shape") or not np.size(value) or not numeric_dtype(value.dtype):
                 raise _bad_value(self._who, "write_histograms", name, value, "a non-empty numeric array",
                                  "pass a numpy or jax array of numbers")
-        if num_buckets is not None and (isinstance(num_buckets, bool) or not isinstance(num_buckets, numbers.Integral) or num_buckets < 1):
-            raise ValueError(
-                explain(
-                    f"{self._who}.write_histograms: num_buckets must be a whole number >= 1 or None",
-                    expected="num_buckets=None (the writer's default) or an int such as 30",
-                    received=describe(num_buckets),
-                    fix="pass num_buckets=30, or leave it out",
-                )
-            )
+        whole(num_buckets, f"{self._who}.write_histograms: num_buckets", minimum=1, none=True,
+              expected="num_buckets=None (the writer's default) or an int such as 30", fix="pass num_buckets=30, or leave it out")
         self._submit("histograms", _step(self._who, step), arrays, num_buckets)
 
     def write_images(self, step: int, images: Mapping[str, Any]) -> None:

@@ -13,7 +13,6 @@ written to a temporary name and renamed, so a reader never sees half a file.
 from __future__ import annotations
 
 import json
-import numbers
 import os
 import re
 from collections.abc import Mapping
@@ -22,27 +21,13 @@ from typing import Any
 import jax
 import numpy as np
 
+from gyre.core._checks import whole
 from gyre.core._errors import describe, explain
 from gyre.loggers import Writer
 from gyre.trainer._metrics import is_scalar
 
 _PHASE = re.compile(r"^[a-z][a-z0-9_]*$")
 _RESERVED = ("epoch", "step")
-
-
-def _whole(value: Any, minimum: int, what: str, example: str) -> Any:
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= minimum:
-        return int(value)
-    if isinstance(value, jax.Array) and value.ndim == 0 and np.dtype(value.dtype).kind in "iu":
-        return value  # a device step: read on the writer's thread
-    raise ValueError(
-        explain(
-            f"EpochMetricFiles.write: {what} must be a whole number >= {minimum}",
-            expected=f"an int >= {minimum}, e.g. {example}",
-            received=describe(value),
-            fix=f"pass {what}={example}",
-        )
-    )
 
 
 class EpochMetricFiles(Writer):
@@ -113,8 +98,8 @@ class EpochMetricFiles(Writer):
                     fix="write('val', epoch, step, metrics)",
                 )
             )
-        epoch = _whole(epoch, 0, "epoch", "1 (epochs are numbered from 1; 0 is before training)")
-        step = _whole(step, 0, "step", "the global step, e.g. 500")
+        epoch = whole(epoch, "EpochMetricFiles.write: epoch", device=True, fix="pass epoch=1 (epochs are numbered from 1; 0 is before training)")
+        step = whole(step, "EpochMetricFiles.write: step", device=True, fix="pass step=500 (the global step)")
         if not isinstance(metrics, Mapping) or not all(isinstance(k, str) for k in metrics):
             raise TypeError(
                 explain(
