@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from gyre.config._registry import REGISTRIES
+from gyre.core._checks import instance
 from gyre.core._errors import describe, explain, suggest
 
 _EMPTY = inspect.Parameter.empty
@@ -174,15 +175,8 @@ def validate_nested(kind: str, value: Any, *, where: str, extra_allowed: Sequenc
 
 def section_mapping(value: Any, where: str) -> dict[str, Any]:
     """``value`` as a dict with string keys, or a :class:`ConfigError` naming ``where``."""
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            explain(
-                f"{where or 'the config'} must be a mapping of keys to values",
-                expected="a section of 'key: value' lines",
-                received=describe(value),
-                fix=f"write {where or 'the config'} as a YAML mapping (indented 'key: value' lines)",
-            )
-        )
+    instance(value, where or "the config", Mapping, kind="a mapping of keys to values", expected="a section of 'key: value' lines",
+             fix=f"write {where or 'the config'} as a YAML mapping (indented 'key: value' lines)", error=ConfigError)
     for key in value:
         if not isinstance(key, str):
             raise ConfigError(

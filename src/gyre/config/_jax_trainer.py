@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gyre.config._components import ConfigError, plain, section_mapping
+from gyre.core._checks import instance
 from gyre.core._errors import describe, explain, suggest
 
 #: The keys of a jax_trainer optimizer section, and of its parts.
@@ -205,15 +206,8 @@ def from_jax_trainer(section: Any, *, where: str = "optimizer") -> dict[str, Any
     section = as_mapping(section, where)
     _unknown(section, KEYS, where)
     name = section.get("name")
-    if not isinstance(name, str):
-        raise ConfigError(
-            explain(
-                f"{where}.name must be an optimizer name",
-                expected="adam, adamw, sgd, lamb, or an optax optimizer (jax_trainer's form)",
-                received=describe(name),
-                fix=f"write {where}.name: adam",
-            )
-        )
+    instance(name, f"{where}.name", str, kind="an optimizer name", fix=f"write {where}.name: adam", error=ConfigError,
+             expected="adam, adamw, sgd, lamb, or an optax optimizer (jax_trainer's form)")
     if "lr" not in section:
         raise ConfigError(
             explain(

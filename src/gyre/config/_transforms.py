@@ -23,6 +23,7 @@ import optax
 
 from gyre.config._registry import TRANSFORMS, ConfigTyped
 from gyre.config._sections import call_section, class_name_of, flag, here, real, who
+from gyre.core._checks import choice, instance
 from gyre.core._errors import describe, explain
 
 #: What a config may write for ``transforms``: a list of sections, or names -> sections.
@@ -112,15 +113,7 @@ def parameter_path(path: Sequence[Any]) -> str:
 
 
 def _regex(key: str, pattern: object) -> re.Pattern[str] | None:
-    if not isinstance(pattern, str):
-        raise TypeError(
-            explain(
-                f"{here(key)} must be a regex string",
-                expected="a str",
-                received=describe(pattern),
-                fix=f'write {key}: "kernel$"',
-            )
-        )
+    instance(pattern, here(key), str, kind="a regex string", expected="a str", fix=f'write {key}: "kernel$"')
     try:
         return re.compile(pattern) if pattern else None
     except re.error as error:
@@ -173,15 +166,8 @@ def WeightDecay(  # noqa: N802 (config class names)
     """
     rate = real("value", value, minimum=0.0)
     before = True if before_optimizer is None else flag("before_optimizer", before_optimizer)
-    if mode not in ("whitelist", "blacklist"):
-        raise ValueError(
-            explain(
-                f"{here('mode')} must be 'whitelist' or 'blacklist'",
-                expected="whitelist (decay what include matches) or blacklist (decay all but what exclude matches)",
-                received=describe(mode),
-                fix="write mode: whitelist",
-            )
-        )
+    choice(mode, here("mode"), ("whitelist", "blacklist"), fix="write mode: whitelist.",
+           expected="whitelist (decay what include matches) or blacklist (decay all but what exclude matches)")
     include = _regex("parameter_regex_include", parameter_regex_include)
     exclude = _regex("parameter_regex_exclude", parameter_regex_exclude)
     if mode == "blacklist" and parameter_regex_include != DEFAULT_DECAY_REGEX:

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from gyre.config._components import ConfigError, section_mapping
 from gyre.config._schema import Config
+from gyre.core._checks import instance
 from gyre.core._errors import describe, explain, warn
 
 _FLOAT = "tag:yaml.org,2002:float"
@@ -175,15 +176,8 @@ def apply_override(data: dict[str, Any], override: str) -> None:
         ConfigError: no ``=``, an empty part of the key, a value that is not YAML, or a path
             through a value that is not a mapping.
     """
-    if not isinstance(override, str):
-        raise ConfigError(
-            explain(
-                "an override must be a 'dotted.key=value' string",
-                expected="a str such as 'trainer.train_epochs=3'",
-                received=describe(override),
-                fix="pass overrides as a list of strings",
-            )
-        )
+    instance(override, "an override", str, kind="a 'dotted.key=value' string", expected="a str such as 'trainer.train_epochs=3'",
+             fix="pass overrides as a list of strings", error=ConfigError)
     key, sep, text = override.partition("=")
     parts = key.strip().split(".")
     if not sep or not all(parts):

@@ -133,8 +133,8 @@ def choice(
         'min'
         >>> choice("mni", "mode", ("min", "max"))
         Traceback (most recent call last):
-        ValueError: mode must be one of 'min', 'max'
-          expected: one of 'min', 'max'
+        ValueError: mode must be 'min' or 'max'
+          expected: 'min' or 'max'
           received: str 'mni'
           fix: pass one of them. Did you mean 'min'?
     """
@@ -142,9 +142,9 @@ def choice(
     with contextlib.suppress(TypeError):  # an unhashable value is simply not an option
         if value in options:
             return value
-    listing = ", ".join(map(repr, options))
+    listing = " or ".join(map(repr, options)) if len(options) == 2 else "one of " + ", ".join(map(repr, options))
     hint = suggest(value, [o for o in options if isinstance(o, str)]) if isinstance(value, str) else ""
-    raise _fail(error, f"{name} must be one of {listing}", expected or f"one of {listing}", value,
+    raise _fail(error, f"{name} must be {listing}", expected or listing, value,
                 (fix or "pass one of them.") + hint)
 
 

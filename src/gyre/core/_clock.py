@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 
+from gyre.core._checks import instance, known_keys
 from gyre.core._errors import as_integer, describe, explain
 
 CLOCK_FIELDS = ("steps", "samples", "epochs", "step_in_epoch", "time", "date")
@@ -202,16 +203,7 @@ class Elapsed:
             >>> Elapsed().replace(steps=5).steps
             5
         """
-        unknown = set(changes) - set(CLOCK_FIELDS)
-        if unknown:
-            raise TypeError(
-                explain(
-                    f"Elapsed has no counter {sorted(unknown)}",
-                    expected=f"some of {CLOCK_FIELDS}",
-                    received=str(sorted(changes)),
-                    fix="use one of the names listed as expected",
-                )
-            )
+        known_keys(changes, "Elapsed's counters", CLOCK_FIELDS, error=TypeError)
         values = {name: getattr(self, name) for name in CLOCK_FIELDS}
         values.update(changes)
         return Elapsed(**values)
@@ -253,15 +245,9 @@ class Elapsed:
             >>> Elapsed(steps=3).reached(at(steps=3))
             True
         """
-        if not isinstance(period, Period):
-            raise TypeError(
-                explain(
-                    "an Elapsed can only be compared with a Period",
-                    expected="gyre.at(steps=..., samples=..., epochs=..., time=..., date=...)",
-                    received=describe(period),
-                    fix="wrap the bound in gyre.at(...), e.g. elapsed >= gyre.at(steps=100)",
-                )
-            )
+        instance(period, "what an Elapsed is compared with", Period, kind="a Period",
+                 expected="gyre.at(steps=..., samples=..., epochs=..., time=..., date=...)",
+                 fix="wrap the bound in gyre.at(...), e.g. elapsed >= gyre.at(steps=100)")
         return (
             (period.steps is not None and self.steps >= period.steps)
             or (period.samples is not None and self.samples >= period.samples)

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from gyre.core._checks import instance
 from gyre.core._errors import describe, explain, suggest
 
 
@@ -43,15 +44,8 @@ def as_key(rng: Any) -> jax.Array:
 def check_optimizer(value: Any, *, argument: str, none_means: str) -> None:
     """Raises a clear error unless ``value`` (the ``argument=``) is an optax optimizer or
     ``None`` (which means ``none_means``)."""
-    if value is not None and not isinstance(value, optax.GradientTransformation):
-        raise TypeError(
-            explain(
-                f"{argument}= must be an optax optimizer",
-                expected=f"e.g. optax.adam(1e-3), or None for {none_means}",
-                received=describe(value),
-                fix=f"build it with optax: {argument}=optax.adamw(1e-3)",
-            )
-        )
+    instance(value, f"{argument}=", optax.GradientTransformation, none=True, kind="an optax optimizer",
+             expected=f"e.g. optax.adam(1e-3), or None for {none_means}", fix=f"build it with optax: {argument}=optax.adamw(1e-3)")
 
 
 class TrainState(struct.PyTreeNode, kw_only=True):
