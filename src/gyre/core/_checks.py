@@ -82,13 +82,13 @@ def path(value: Any, problem: str, *, expected: str, fix: str) -> str:
 def real(
     value: Any, name: str, *, minimum: float | None = None, above: float | None = None,
     maximum: float | None = None, below: float | None = None, none: bool = False,
-    text: bool = False, expected: str | None = None, fix: str | None = None,
+    text: bool = False, unit: str = "", expected: str | None = None, fix: str | None = None,
     error: type[Exception] = ValueError,
 ) -> Any:
     """``value`` as a finite Python ``float`` within the bounds given (``minimum`` <= value,
     ``above`` < value, value <= ``maximum``, value < ``below``), or ``None`` when ``none``
     allows it; a numeric string such as ``"1e-3"`` counts when ``text`` is set (as PyYAML
-    reads it). Else ``error`` saying so.
+    reads it). Else ``error`` saying so (a number of ``unit``, when given).
 
     Example:
         >>> real(3, "learning_rate", above=0)
@@ -116,7 +116,8 @@ def real(
         return number
     bound = " and ".join(f"{sign} {limit}" for limit, sign, _ in limits if limit is not None)
     bound = f" {bound}" if bound else ""
-    raise _fail(error, f"{name} must be a finite number{bound}",
+    unit = f" of {unit}" if unit else ""
+    raise _fail(error, f"{name} must be a finite number{unit}{bound}",
                 expected or f"a float{bound}" + (" or None" if none else ""), value,
                 fix or f"pass a number{bound}")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import jax
 
-from gyre.core._checks import instance, known_keys
+from gyre.core._checks import instance
 from gyre.core._errors import as_integer, describe, explain
 
 CLOCK_FIELDS = ("steps", "samples", "epochs", "step_in_epoch", "time", "date")
@@ -203,7 +203,16 @@ class Elapsed:
             >>> Elapsed().replace(steps=5).steps
             5
         """
-        known_keys(changes, "Elapsed's counters", CLOCK_FIELDS, error=TypeError)
+        unknown = set(changes) - set(CLOCK_FIELDS)
+        if unknown:
+            raise TypeError(
+                explain(
+                    f"Elapsed has no counter {sorted(unknown)}",
+                    expected=f"some of {CLOCK_FIELDS}",
+                    received=str(sorted(changes)),
+                    fix="use one of the names listed as expected",
+                )
+            )
         values = {name: getattr(self, name) for name in CLOCK_FIELDS}
         values.update(changes)
         return Elapsed(**values)

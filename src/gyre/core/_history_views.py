@@ -14,8 +14,9 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from gyre.core._checks import instance
 from gyre.core._clock import CLOCK_FIELDS, Elapsed
-from gyre.core._errors import ExplainedKeyError, closest, describe, explain, suggest
+from gyre.core._errors import ExplainedKeyError, closest, explain, suggest
 from gyre.core._host import to_python
 from gyre.core._logs import Logs, put, resolution_order
 
@@ -150,11 +151,8 @@ class HistoryViews:
                         received="no keys", fix="e.g. history.collect('steps', 'loss')")
             )
         for key in keys:
-            if not isinstance(key, str):
-                raise TypeError(
-                    explain("history keys are strings", expected="'loss', 'metrics.accuracy' or 'steps'",
-                            received=describe(key), fix="pass the key's name as a string")
-                )
+            instance(key, "history keys", str, kind="strings", expected="'loss', 'metrics.accuracy' or 'steps'",
+                     fix="pass the key's name as a string")
         columns: list[list[Any]] = [[] for _ in keys]
         for block, _ in self._host_parts():
             for column, values in zip(columns, block_collect(block, keys), strict=True):

@@ -47,12 +47,12 @@ a plain function                    UNSOLVED
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gyre.core._checks import real, whole
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import as_integer, describe, explain, whole_number
+from gyre.core._errors import describe, explain, whole_number
 
 ScheduleLike = Callable[[Elapsed], bool]
 
@@ -414,23 +414,8 @@ def _one_quantity(fname: str, **given: Any) -> tuple[str, float]:
         )
     name, value = chosen[0]
     if name == "time":
-        number = None if isinstance(value, bool) or not isinstance(value, numbers.Real) else float(value)
-        ok = number is not None and math.isfinite(number) and number > 0
-        want = "a number of seconds > 0"
-    else:
-        number = as_integer(value)  # numpy and 0-d integers are whole numbers too
-        ok = number is not None and number >= 1
-        want = "a whole number >= 1"
-    if not ok:
-        raise ValueError(
-            explain(
-                f"{fname}({name}=...) must be {want}",
-                expected=want,
-                received=describe(value),
-                fix=f"e.g. {fname}({name}={60.0 if name == 'time' else 1})",
-            )
-        )
-    return name, number
+        return name, real(value, f"{fname}(time=...)", above=0, unit="seconds", fix=f"e.g. {fname}(time=60.0)")
+    return name, whole(value, f"{fname}({name}=...)", minimum=1, fix=f"e.g. {fname}({name}=1)")
 
 
 class Every(Schedule):

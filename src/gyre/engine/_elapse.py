@@ -16,7 +16,7 @@ from typing import Any
 
 import jax
 
-from gyre.core._checks import whole
+from gyre.core._checks import instance, whole
 from gyre.core._clock import BatchSizeFn, Elapsed, Period, infer_batch_size
 from gyre.core._errors import as_integer, describe, explain, warn
 
@@ -163,16 +163,8 @@ def size_function(batch_size_fn: Any) -> BatchSizeFn:
     """
     if batch_size_fn is None:
         return infer_batch_size
-    if not callable(batch_size_fn):
-        raise TypeError(
-            explain(
-                "batch_size_fn must be a function",
-                expected="batch_size_fn=lambda shapes: shapes[0][0] (ciclo's form: the list of "
-                "leaf shapes) or a function with a parameter named batch",
-                received=describe(batch_size_fn),
-                fix="pass a function returning the number of samples in a batch",
-            )
-        )
+    instance(batch_size_fn, "batch_size_fn", Callable, kind="a function", fix="pass a function returning the number of samples in a batch",
+             expected="batch_size_fn=lambda shapes: shapes[0][0] (ciclo's form: the list of leaf shapes) or a function with a parameter named batch")
     try:
         first = next(iter(inspect.signature(batch_size_fn).parameters), None)
     except (TypeError, ValueError):
@@ -312,15 +304,8 @@ class Elapse:
 def _check_initial(initial: Any) -> Elapsed:
     if initial is None:
         return Elapsed()
-    if not isinstance(initial, Elapsed):
-        raise TypeError(
-            explain(
-                "elapsed= / initial= must be a gyre.Elapsed",
-                expected="the Elapsed returned by a previous loop, or None",
-                received=describe(initial),
-                fix="pass the third value a loop returned: state, history, elapsed = gyre.loop(...)",
-            )
-        )
+    instance(initial, "elapsed= / initial=", Elapsed, kind="a gyre.Elapsed", expected="the Elapsed returned by a previous loop, or None",
+             fix="pass the third value a loop returned: state, history, elapsed = gyre.loop(...)")
     return initial.completed()
 
 

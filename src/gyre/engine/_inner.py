@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gyre.core._checks import instance
 from gyre.core._errors import describe, explain, flag
 from gyre.core._history import History, history
 from gyre.core._logs import Logs
@@ -261,15 +262,8 @@ def inner_loop(
                 fix="inner_loop('test', fn), or train_loop(..., test_name='test')",
             )
         )
-    if name is not None and not isinstance(name, str):
-        raise TypeError(
-            explain(
-                "inner_loop's name must be a string or None",
-                expected="inner_loop('test', fn)",
-                received=describe(name),
-                fix="pass the suffix as the first argument",
-            )
-        )
+    instance(name, "inner_loop's name", str, none=True, kind="a string", expected="inner_loop('test', fn)",
+             fix="pass the suffix as the first argument")
     if not callable(fn):
         raise TypeError(
             explain(

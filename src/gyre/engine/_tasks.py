@@ -20,6 +20,7 @@ import bisect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from gyre.core._checks import instance
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, suggest, warn
 from gyre.core._hooks import ALL_HOOKS, NamedSchedule
@@ -256,17 +257,10 @@ def check_table(tasks: Any, where: str = "tasks") -> Mapping[Any, Any]:
     """``tasks`` when it is a dict (``None``: empty), else the explained error."""
     if tasks is None:
         return {}
-    if not isinstance(tasks, Mapping):
-        raise TypeError(
-            explain(
-                f"{where} must be a dict from schedules to callbacks",
-                expected="{gyre.every(1): [train_step], gyre.every(100): [save]}",
-                received=describe(tasks),
-                fix="wrap the callbacks in a dict keyed by their schedule; a callback object "
-                "that is a gyre.LoopElement spreads into one: {**gyre.keras_bar(total=n)}",
-            )
-        )
-    return tasks
+    return instance(tasks, where, Mapping, kind="a dict from schedules to callbacks",
+                    expected="{gyre.every(1): [train_step], gyre.every(100): [save]}",
+                    fix="wrap the callbacks in a dict keyed by their schedule; a callback object "
+                    "that is a gyre.LoopElement spreads into one: {**gyre.keras_bar(total=n)}")
 
 
 def compile_tasks(tasks: Tasks | None) -> list[Task]:

@@ -35,7 +35,8 @@ from typing import Any, Protocol
 
 import jax
 
-from gyre.core._errors import describe, explain
+from gyre.core._checks import whole
+from gyre.core._errors import as_integer, describe, explain
 from gyre.loggers._writer import Writer
 
 STATUSES = ("success", "failed", "stopped")
@@ -314,19 +315,9 @@ def _check_state(cb: Callback, d: Any, keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _every_n_epochs(owner: str, value: Any) -> int:
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        if value == -1:
-            return 1  # jax_trainer's default: every epoch
-        if value >= 1:
-            return int(value)
-    raise ValueError(
-        explain(
-            f"{owner}: every_n_epochs must be a whole number >= 1",
-            expected="an int >= 1 (1 runs every epoch; -1, jax_trainer's default, means 1)",
-            received=describe(value),
-            fix="pass every_n_epochs=1, or 2 for every other epoch",
-        )
-    )
+    """``every_n_epochs`` checked; -1 (jax_trainer's default) means every epoch."""
+    return 1 if as_integer(value) == -1 else whole(value, f"{owner}: every_n_epochs", minimum=1, fix="pass every_n_epochs=1, or 2 for every other epoch",
+                                                   expected="an int >= 1 (1 runs every epoch; -1, jax_trainer's default, means 1)")
 
 
 def _every_n_minutes(owner: str, value: Any) -> float | None:

@@ -19,7 +19,8 @@ import jax.numpy as jnp
 from flax import struct
 
 from gyre.config._registry import register_trainer
-from gyre.core._errors import explain, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import explain
 from gyre.core._train_state import TrainState
 from gyre.trainer._checks import check_batch, check_user_methods
 from gyre.trainer._config import TrainerModuleConfig
@@ -525,9 +526,8 @@ class TrainerModule:
 
         if _state is not None:  # the validation of train_model: its hooks write the epoch's files
             return evaluate(self, data_loader, mode, _state)
-        epoch = whole_number(epoch_idx, minimum=0, problem=f"{mode}: epoch_idx must be a whole number >= 0",
-                             expected="the epoch the model was trained for, e.g. epoch_idx=5 (0: before training)",
-                             fix="pass epoch_idx=5, or leave it out (0)")
+        epoch = whole(epoch_idx, f"{mode}: epoch_idx", fix="pass epoch_idx=5, or leave it out (0)",
+                      expected="the epoch the model was trained for, e.g. epoch_idx=5 (0: before training)")
         metrics = evaluate(self, data_loader, mode, self.state)
         files = self._epoch_files
         step = max(self._global_step - 1, 0)  # the last trained step's index: the x-axis of every series

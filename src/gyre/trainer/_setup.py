@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gyre.config._jax_trainer import jax_trainer_component
+from gyre.core._checks import instance
 from gyre.core._errors import describe, explain
 
 LOGGER_KEYS = ("log_dir", "log_steps_every", "tool_config", "log_file_verbosity")
@@ -178,15 +179,9 @@ def strategy_of_mesh(mesh: Any) -> Any:
 
     from gyre.parallel import DataParallel
 
-    if not isinstance(mesh, Mesh):
-        raise TypeError(
-            explain(
-                "the trainer's mesh must be a jax.sharding.Mesh",
-                expected="jax.sharding.Mesh(np.asarray(jax.devices()), ('data',)), or None (trainer.num_devices decides)",
-                received=describe(mesh),
-                fix="pass mesh=jax.sharding.Mesh(np.asarray(jax.devices()), ('data',)) or leave it out",
-            )
-        )
+    instance(mesh, "the trainer's mesh", Mesh, kind="a jax.sharding.Mesh",
+             expected="jax.sharding.Mesh(np.asarray(jax.devices()), ('data',)), or None (trainer.num_devices decides)",
+             fix="pass mesh=jax.sharding.Mesh(np.asarray(jax.devices()), ('data',)) or leave it out")
     return DataParallel(mesh=mesh, data_axis=mesh.axis_names[0])
 
 
