@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import jax
 
-from gyre.core._errors import ExplainedKeyError, as_integer, describe, explain, suggest
+from gyre.core._errors import as_integer, describe, explain, suggest
 
 T = TypeVar("T")
 
@@ -175,26 +175,31 @@ def instance(
     raise _fail(error, f"{name} must be {wanted}", expected or wanted, value, fix or f"pass {wanted}")
 
 
-def known_keys(
-    keys: Iterable[Any], name: str, known: Iterable[str], *, fix: str | None = None,
-    error: type[Exception] = ExplainedKeyError,
-) -> None:
-    """Nothing when every key of ``keys`` (a mapping's, or any names) is in ``known``, else
-    ``error`` naming the first unknown one, the closest known name and all of them.
+def mapping(
+    value: Any, name: str, *, known: Iterable[str] | None = None, kind: str | None = None,
+    expected: str | None = None, fix: str | None = None, error: type[Exception] = ValueError,
+) -> dict[str, Any]:
+    """``value`` as a ``dict`` when it is a mapping with string keys (else a ``TypeError``),
+    each of them in ``known`` when given (else ``error`` naming the first unknown key and
+    the closest known one).
 
     Example:
-        >>> known_keys({"loss": 1.0}, "metrics", ["loss", "accuracy"])
-        >>> known_keys(["acuracy"], "metrics", ["loss", "accuracy"], error=ValueError)
+        >>> mapping({"loss": 1.0}, "metrics", known=["loss", "accuracy"])
+        {'loss': 1.0}
+        >>> mapping({"acuracy": 1.0}, "metrics", known=["loss", "accuracy"])
         Traceback (most recent call last):
         ValueError: unknown key 'acuracy' in metrics. Did you mean 'accuracy'?
           expected: keys among ['loss', 'accuracy']
           received: str 'acuracy'
           fix: use one of the known keys
     """
-    known = list(known)
-    unknown = [k for k in (keys if not isinstance(keys, Mapping) else keys.keys()) if k not in known]
-    if unknown:
-        key = unknown[0]
-        hint = suggest(key, known) if isinstance(key, str) else ""
-        raise _fail(error, f"unknown key {key!r} in {name}.{hint}", f"keys among {known}", key,
-                    fix or "use one of the known keys")
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        wanted = kind or "a mapping with string keys"
+        raise _fail(TypeError, f"{name} must be {wanted}", expected or wanted, value, fix or "pass a dict")
+    if known is not None:
+        known = list(known)
+        for key in value:
+            if key not in known:
+                raise _fail(error, f"unknown key {key!r} in {name}.{suggest(key, known)}", f"keys among {known}", key,
+                            fix or "use one of the known keys")
+    return dict(value)

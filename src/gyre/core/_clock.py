@@ -14,7 +14,7 @@ from typing import Any
 
 import jax
 
-from gyre.core._checks import instance
+from gyre.core._checks import instance, whole
 from gyre.core._errors import as_integer, describe, explain
 
 CLOCK_FIELDS = ("steps", "samples", "epochs", "step_in_epoch", "time", "date")
@@ -334,20 +334,12 @@ jax.tree_util.register_pytree_node(
 
 
 def _check_amount(name: str, value: Any, *, integral: bool) -> None:
+    """A Period's amount: a whole number >= 0 (steps, samples, epochs) or a number >= 0 (time)."""
+    fix = f"pass {name}=10 (or leave it out)"
     if integral:
-        number = as_integer(value)
-    else:
-        number = None if isinstance(value, bool) or not isinstance(value, numbers.Real) else value
-    if number is None or number < 0:
-        want = "a whole number >= 0" if integral else "a number >= 0"
-        raise ValueError(
-            explain(
-                f"{name}= must be {want}",
-                expected=want,
-                received=describe(value),
-                fix=f"pass {name}=10 (or leave it out)",
-            )
-        )
+        whole(value, f"{name}=", expected="a whole number >= 0", fix=fix)
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0:
+        raise ValueError(explain(f"{name}= must be a number >= 0", expected="a number >= 0", received=describe(value), fix=fix))
 
 
 class Period:

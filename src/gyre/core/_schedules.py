@@ -50,7 +50,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gyre.core._checks import real, whole
+from gyre.core._checks import instance, real, whole
 from gyre.core._clock import Elapsed, Period
 from gyre.core._errors import describe, explain, whole_number
 
@@ -500,25 +500,11 @@ class Piecewise(Schedule):
     """Switches between schedules at points on the clock; see :func:`piecewise`."""
 
     def __init__(self, initial: ScheduleLike, pieces: Mapping[Period, ScheduleLike]) -> None:
-        if not isinstance(pieces, Mapping):
-            raise TypeError(
-                explain(
-                    "piecewise() takes a dict from periods to schedules",
-                    expected="{gyre.at(steps=1000): gyre.every(100), ...}",
-                    received=describe(pieces),
-                    fix="pass the pieces as a dict",
-                )
-            )
+        instance(pieces, "piecewise()'s pieces", Mapping, kind="a dict from periods to schedules",
+                 expected="{gyre.at(steps=1000): gyre.every(100), ...}", fix="pass the pieces as a dict")
         for period in pieces:
-            if not isinstance(period, Period):
-                raise TypeError(
-                    explain(
-                        "piecewise() keys must be periods",
-                        expected="gyre.at(steps=..., ...) as each key",
-                        received=describe(period),
-                        fix="write the key as gyre.at(steps=1000)",
-                    )
-                )
+            instance(period, "piecewise() keys", Period, kind="periods", expected="gyre.at(steps=..., ...) as each key",
+                     fix="write the key as gyre.at(steps=1000)")
         self.initial = as_schedule(initial)
         self.periods = list(pieces)
         _check_order(self.periods)

@@ -35,7 +35,7 @@ import jax
 import numpy as np
 
 from gyre.callbacks._wandb_logger import is_number, scalar_rows
-from gyre.core._checks import whole
+from gyre.core._checks import mapping, whole
 from gyre.core._errors import describe, explain
 from gyre.core._history import Block
 from gyre.core._host import numeric_dtype
@@ -111,16 +111,9 @@ def jnp_integer(dtype: Any) -> bool:
 def _mapping(
     who: str, method: str, values: Any, what: str, example: str, before: str = "step, "
 ) -> dict[str, Any]:
-    if not isinstance(values, Mapping) or not all(isinstance(k, str) for k in values):
-        raise TypeError(
-            explain(
-                f"{who}.{method} takes a mapping from names to {what}",
-                expected=f"a dict with str keys, e.g. {example}",
-                received=describe(values),
-                fix=f"pass a dict, e.g. writer.{method}({before}{example})",
-            )
-        )
-    return dict(values)
+    """``values`` as a dict from names to ``what``, or the explained error."""
+    return mapping(values, f"{who}.{method}'s {what}", kind=f"a mapping from names to {what}",
+                   expected=f"a dict with str keys, e.g. {example}", fix=f"pass a dict, e.g. writer.{method}({before}{example})")
 
 
 def _bad_value(who: str, method: str, name: str, value: Any, expected: str, fix: str) -> ValueError:
