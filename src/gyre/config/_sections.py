@@ -76,15 +76,12 @@ def length(key: str, value: object, *, name: str, keys: str = "") -> int:
         return whole(key, value, minimum=1)
     steps = run_steps()
     if steps is None:
-        raise RunLengthUnknown(
-            explain(
-                f"{who(name)} needs {keys or key}: no run length is known to default to",
-                expected=f"{key}: the schedule's number of steps (left out, it is the run's: epochs x batches per epoch, "
-                "known when the trainer or gyre fit builds the optimizer)",
-                received=f"no {key}",
-                fix=f"write {key}: <steps>, or build it with build_optimizer(section, total_steps=<the run's steps>)",
-            )
-        )
+        raise RunLengthUnknown(explain(
+            f"{who(name)} needs {keys or key}: no run length is known to default to",
+            expected=f"{key}: the schedule's number of steps (left out, it is the run's: epochs x batches per epoch, "
+            "known when the trainer or gyre fit builds the optimizer)",
+            received=f"no {key}",
+            fix=f"write {key}: <steps>, or build it with build_optimizer(section, total_steps=<the run's steps>)"))
     return steps
 
 
@@ -95,14 +92,11 @@ def class_name_of(section: object, *, where: str, registry: Registry, also: str 
                     fix=f"write e.g. {where}: {{class_name: {next(iter(registry), 'Name')}, ...}}")
     name = section.get("class_name")
     if not isinstance(name, str):
-        raise ValueError(
-            explain(
-                f"{where} has no class_name (a string)",
-                expected=f"class_name: one of {known}",
-                received=describe(name) if "class_name" in section else f"keys {sorted(section)}",
-                fix=f"add class_name to {where}",
-            )
-        )
+        raise ValueError(explain(
+            f"{where} has no class_name (a string)",
+            expected=f"class_name: one of {known}",
+            received=describe(name) if "class_name" in section else f"keys {sorted(section)}",
+            fix=f"add class_name to {where}"))
     return name
 
 
@@ -137,14 +131,10 @@ def check_keys(
     )
     for key in kwargs:
         if known is not None and key not in known:
-            raise ValueError(
-                explain(
-                    f"unknown key {key!r} at {where} ({name})." + suggest(str(key), known),
-                    expected=f"the keys of {name}: {listing}",
-                    received=f"{key}: {describe(kwargs[key])}",
-                    fix=f"remove {key!r} or spell it as one of the keys above",
-                )
-            )
+            raise ValueError(explain(
+                f"unknown key {key!r} at {where} ({name})." + suggest(str(key), known),
+                expected=f"the keys of {name}: {listing}", received=f"{key}: {describe(kwargs[key])}",
+                fix=f"remove {key!r} or spell it as one of the keys above"))
     missing = [
         k
         for k, p in params.items()
@@ -153,14 +143,10 @@ def check_keys(
         and k not in kwargs
     ]
     if missing:
-        raise ValueError(
-            explain(
-                f"missing required key{'s' if len(missing) > 1 else ''} {', '.join(missing)} at {where} ({name})",
-                expected=f"the keys of {name}: {listing}",
-                received=f"keys {sorted(kwargs)}",
-                fix=f"add {', '.join(f'{k}: ...' for k in missing)} to {where}",
-            )
-        )
+        raise ValueError(explain(
+            f"missing required key{'s' if len(missing) > 1 else ''} {', '.join(missing)} at {where} ({name})",
+            expected=f"the keys of {name}: {listing}", received=f"keys {sorted(kwargs)}",
+            fix=f"add {', '.join(f'{k}: ...' for k in missing)} to {where}"))
 
 
 def _parameters(target: Callable[..., Any]) -> dict[str, inspect.Parameter]:

@@ -169,14 +169,11 @@ class HistoryViews:
             names = self.names()
             known = [f"{c}.{n}" for c, ns in names.items() for n in ns] + [n for ns in names.values() for n in ns]
             close = difflib.get_close_matches(key, known, n=len(known), cutoff=0.0)
-            raise ExplainedKeyError(
-                explain(
-                    f"no record of this history has the key {key!r}",
-                    expected="a logged name, 'collection.name', or a clock counter (" + ", ".join(CLOCK_FIELDS) + ")",
-                    received=f"{key!r}; the logged names, closest first: {close[:12]}",
-                    fix=f"use one of the logged names{', e.g. ' + repr(close[0]) if close else ''}",
-                )
-            )
+            raise ExplainedKeyError(explain(
+                f"no record of this history has the key {key!r}",
+                expected="a logged name, 'collection.name', or a clock counter (" + ", ".join(CLOCK_FIELDS) + ")",
+                received=f"{key!r}; the logged names, closest first: {close[:12]}",
+                fix=f"use one of the logged names{', e.g. ' + repr(close[0]) if close else ''}"))
 
     def names(self) -> dict[str, list[str]]:
         """Every entry name seen, by collection, in order of first appearance.

@@ -223,14 +223,10 @@ def as_schedule(fn: ScheduleLike) -> Schedule:
     if isinstance(fn, Schedule):
         return fn
     if not callable(fn):
-        raise TypeError(
-            explain(
-                "a schedule must be callable",
-                expected="a callable elapsed -> bool, e.g. gyre.every(10)",
-                received=describe(fn),
-                fix="use gyre.every(...), gyre.after(...), or a function of the clock",
-            )
-        )
+        raise TypeError(explain(
+            "a schedule must be callable",
+            expected="a callable elapsed -> bool, e.g. gyre.every(10)", received=describe(fn),
+            fix="use gyre.every(...), gyre.after(...), or a function of the clock"))
     return _Function(fn)
 
 
@@ -404,14 +400,10 @@ def _one_quantity(fname: str, **given: Any) -> tuple[str, float]:
     chosen = [(k, v) for k, v in given.items() if v is not None]
     if len(chosen) != 1:
         shown = ", ".join(f"{k}={v!r}" for k, v in chosen) or "nothing"
-        raise ValueError(
-            explain(
-                f"{fname}() takes exactly one of steps, samples, epochs, time",
-                expected="one quantity, e.g. every(10) or every(epochs=1)",
-                received=shown,
-                fix="to fire on either of two, combine schedules: every(steps=10) | every(time=60)",
-            )
-        )
+        raise ValueError(explain(
+            f"{fname}() takes exactly one of steps, samples, epochs, time",
+            expected="one quantity, e.g. every(10) or every(epochs=1)", received=shown,
+            fix="to fire on either of two, combine schedules: every(steps=10) | every(time=60)"))
     name, value = chosen[0]
     if name == "time":
         return name, real(value, f"{fname}(time=...)", above=0, unit="seconds", fix=f"e.g. {fname}(time=60.0)")
@@ -554,14 +546,10 @@ class Piecewise(Schedule):
             [5, 7, 9]
         """
         if len(self.periods) != 1 or not isinstance(self.schedules[0], _Always):
-            raise TypeError(
-                explain(
-                    ".then() and >> apply to a bare after(...)",
-                    expected="after(steps=...).then(schedule)",
-                    received=repr(self),
-                    fix="use piecewise(initial, {period: schedule, ...}) for several pieces",
-                )
-            )
+            raise TypeError(explain(
+                ".then() and >> apply to a bare after(...)",
+                expected="after(steps=...).then(schedule)", received=repr(self),
+                fix="use piecewise(initial, {period: schedule, ...}) for several pieces"))
         return Piecewise(self.initial, {self.periods[0]: schedule})
 
     __rshift__ = then
@@ -632,14 +620,11 @@ def _check_order(periods: list[Period]) -> None:
         for name in Period.__slots__:
             a, b = getattr(first, name), getattr(second, name)
             if a is not None and b is not None and b <= a:
-                raise ValueError(
-                    explain(
-                        "piecewise() pieces must be listed in increasing order of their points",
-                        expected=f"each piece's {name} greater than the one before it",
-                        received=f"{first!r} then {second!r} (the piece at {first!r} would never run)",
-                        fix="sort the pieces by their point, and merge two pieces at the same point",
-                    )
-                )
+                raise ValueError(explain(
+                    "piecewise() pieces must be listed in increasing order of their points",
+                    expected=f"each piece's {name} greater than the one before it",
+                    received=f"{first!r} then {second!r} (the piece at {first!r} would never run)",
+                    fix="sort the pieces by their point, and merge two pieces at the same point"))
 
 
 def piecewise(initial: ScheduleLike, pieces: Mapping[Period, ScheduleLike]) -> Piecewise:

@@ -36,14 +36,11 @@ def _rows_of(batch: Any) -> int:
     """The leading dimension shared by every array leaf of ``batch`` (scalars are skipped)."""
     sizes = {np.shape(x)[0] for x in jax.tree_util.tree_leaves(batch) if np.ndim(x) >= 1}
     if len(sizes) != 1:
-        raise ValueError(
-            explain(
-                "a batch to pad needs array leaves of one leading dimension (its rows)",
-                expected="e.g. (x of shape (40, 28, 28, 1), y of shape (40,))",
-                received="no array leaf" if not sizes else f"leading dimensions {sorted(sizes)}",
-                fix="give every array of the batch the batch's examples along axis 0",
-            )
-        )
+        raise ValueError(explain(
+            "a batch to pad needs array leaves of one leading dimension (its rows)",
+            expected="e.g. (x of shape (40, 28, 28, 1), y of shape (40,))",
+            received="no array leaf" if not sizes else f"leading dimensions {sorted(sizes)}",
+            fix="give every array of the batch the batch's examples along axis 0"))
     return sizes.pop()
 
 
@@ -104,14 +101,10 @@ def pad_batch(batch: Any, size: int, *, fill: str = "edge") -> tuple[Any, np.nda
         )
     rows = _rows_of(batch)
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or rows > size:
-        raise ValueError(
-            explain(
-                "pad_batch: the batch holds more rows than the size to pad to",
-                expected=f"a whole number size >= the batch's {rows} rows",
-                received=f"size={describe(size)}",
-                fix="pad to the largest batch's size (padded() learns it from the first batch)",
-            )
-        )
+        raise ValueError(explain(
+            "pad_batch: the batch holds more rows than the size to pad to",
+            expected=f"a whole number size >= the batch's {rows} rows", received=f"size={describe(size)}",
+            fix="pad to the largest batch's size (padded() learns it from the first batch)"))
     if rows == size:
         return batch, _full_mask(int(size))
     out = jax.tree_util.tree_map(lambda leaf: _pad_leaf(leaf, rows, int(size), fill), batch)

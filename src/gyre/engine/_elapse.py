@@ -35,14 +35,10 @@ def check_stop(stop: Any, name: str = "stop") -> StopLike:
     steps = as_integer(stop)
     if steps is not None and steps >= 1:
         return Period(steps=steps)
-    raise ValueError(
-        explain(
-            f"{name}= must be a number of steps >= 1, a Period, or None",
-            expected=f"{name}=1000, {name}=gyre.at(epochs=5), or {name}=None (until the data ends)",
-            received=describe(stop),
-            fix=f"pass a positive number of steps, e.g. {name}=100",
-        )
-    )
+    raise ValueError(explain(
+        f"{name}= must be a number of steps >= 1, a Period, or None",
+        expected=f"{name}=1000, {name}=gyre.at(epochs=5), or {name}=None (until the data ends)",
+        received=describe(stop), fix=f"pass a positive number of steps, e.g. {name}=100"))
 
 
 def steps_only(period: Period | None) -> int | None:
@@ -87,37 +83,28 @@ def check_iterable(dataset: Any) -> None:
     """
     if _looks_like_arrays(dataset):
         shapes = ", ".join(str(tuple(x.shape)) for x in dataset)
-        raise TypeError(
-            explain(
-                "the dataset is a tuple of whole arrays, which the loop would iterate "
-                "array by array (a Keras habit: fit(x, y))",
-                expected="an iterable of batches",
-                received=f"a tuple of {len(dataset)} arrays with shapes {shapes}",
-                fix="batch them: gyre.data.batches((X, Y), batch_size=32, seed=0)",
-            )
-        )
+        raise TypeError(explain(
+            "the dataset is a tuple of whole arrays, which the loop would iterate "
+            "array by array (a Keras habit: fit(x, y))",
+            expected="an iterable of batches",
+            received=f"a tuple of {len(dataset)} arrays with shapes {shapes}",
+            fix="batch them: gyre.data.batches((X, Y), batch_size=32, seed=0)"))
     if hasattr(dataset, "shape") and hasattr(dataset, "dtype") and len(dataset.shape) >= 1:
-        raise TypeError(
-            explain(
-                f"the dataset is a single array of shape {tuple(dataset.shape)}, which the loop "
-                "would iterate row by row (one example per step, with no batch dimension)",
-                expected="an iterable of batches",
-                received=f"a {type(dataset).__name__} of shape {tuple(dataset.shape)}",
-                fix="batch it: gyre.data.batches(x, batch_size=32, seed=0), or a list of batches",
-            )
-        )
+        raise TypeError(explain(
+            f"the dataset is a single array of shape {tuple(dataset.shape)}, which the loop "
+            "would iterate row by row (one example per step, with no batch dimension)",
+            expected="an iterable of batches",
+            received=f"a {type(dataset).__name__} of shape {tuple(dataset.shape)}",
+            fix="batch it: gyre.data.batches(x, batch_size=32, seed=0), or a list of batches"))
     if isinstance(dataset, Mapping):
         keys = list(dataset)
         shown = "(" + ", ".join(f"d[{k!r}]" for k in keys[:3]) + ")"
-        raise TypeError(
-            explain(
-                "the dataset is a dict: the loop would iterate its keys as batches",
-                expected="an iterable of batches (each batch may be a dict)",
-                received=f"a dict with keys {keys[:8]}",
-                fix=f"batch its arrays: gyre.data.batches({shown}, batch_size=32, seed=0), or "
-                "pass a list of dict batches",
-            )
-        )
+        raise TypeError(explain(
+            "the dataset is a dict: the loop would iterate its keys as batches",
+            expected="an iterable of batches (each batch may be a dict)",
+            received=f"a dict with keys {keys[:8]}",
+            fix=f"batch its arrays: gyre.data.batches({shown}, batch_size=32, seed=0), or "
+            "pass a list of dict batches"))
     if not (isinstance(dataset, Iterable) or hasattr(type(dataset), "__getitem__")):
         raise _not_iterable(dataset)
 
@@ -189,15 +176,11 @@ def samples(size: Any) -> int:
     number = as_integer(size)
     if number is not None and number >= 0:
         return number
-    raise TypeError(
-        explain(
-            f"batch_size_fn returned {size!r} as the samples of a batch",
-            expected="a whole number >= 0 (the examples in the batch)",
-            received=describe(size),
-            fix="return the batch's leading dimension as an int, e.g. "
-            "batch_size_fn=lambda batch: batch['y'].shape[0]",
-        )
-    )
+    raise TypeError(explain(
+        f"batch_size_fn returned {size!r} as the samples of a batch",
+        expected="a whole number >= 0 (the examples in the batch)", received=describe(size),
+        fix="return the batch's leading dimension as an int, e.g. "
+        "batch_size_fn=lambda batch: batch['y'].shape[0]"))
 
 
 class Elapse:

@@ -85,14 +85,10 @@ def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState, *, outermost:
 
 def _check_steps_per_call(steps_per_call: Any) -> int | str:
     if isinstance(steps_per_call, str) and steps_per_call != "auto":
-        raise ValueError(
-            explain(
-                f"steps_per_call={steps_per_call!r} is not a number of steps",
-                expected='a whole number of steps >= 1, or "auto"',
-                received=describe(steps_per_call),
-                fix='pass steps_per_call="auto" (measured at the start) or a number, e.g. 100',
-            )
-        )
+        raise ValueError(explain(
+            f"steps_per_call={steps_per_call!r} is not a number of steps",
+            expected='a whole number of steps >= 1, or "auto"', received=describe(steps_per_call),
+            fix='pass steps_per_call="auto" (measured at the start) or a number, e.g. 100'))
     return "auto" if steps_per_call == "auto" else check_steps(steps_per_call, "steps_per_call")
 
 

@@ -105,16 +105,13 @@ class _NotInFusedStep:
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):  # protocol probes (copy, pickle, jax): not a read
             raise AttributeError(attr)
-        raise TypeError(
-            explain(
-                f"the fused step {self._step} reads {self._arg}.{attr}",
-                expected="a step of (state, batch) only: inside one lax.scan there is no "
-                f"per-step {self._arg}",
-                received=f"a step that uses its {self._arg!r} parameter",
-                fix="keep the step counter in the state (state.step) and log by returning "
-                "(logs, state); or run with steps_per_call=1",
-            )
-        )
+        raise TypeError(explain(
+            f"the fused step {self._step} reads {self._arg}.{attr}",
+            expected="a step of (state, batch) only: inside one lax.scan there is no "
+            f"per-step {self._arg}",
+            received=f"a step that uses its {self._arg!r} parameter",
+            fix="keep the step counter in the state (state.step) and log by returning "
+            "(logs, state); or run with steps_per_call=1"))
 
 
 jax.tree_util.register_pytree_node(
@@ -223,22 +220,15 @@ def fuse(step: Any, steps: int) -> FusedStep:
     if callable(method):
         fused = method(steps)
         if not callable(fused):
-            raise TypeError(
-                explain(
-                    f"{callback_name(fn)}.fuse({steps}) did not return a function",
-                    expected="fuse(steps) -> fused(state, stacked_batch) -> (stacked_logs, state)",
-                    received=describe(fused),
-                    fix="return the compiled function from fuse()",
-                )
-            )
+            raise TypeError(explain(
+                f"{callback_name(fn)}.fuse({steps}) did not return a function",
+                expected="fuse(steps) -> fused(state, stacked_batch) -> (stacked_logs, state)",
+                received=describe(fused), fix="return the compiled function from fuse()"))
         return fused
-    raise TypeError(
-        explain(
-            f"cannot fuse {callback_name(fn)}: it is not a compiled step",
-            expected="a jax.jit-wrapped step (state, batch) -> (logs, state), or a managed step "
-            "with a fuse(steps) method (gyre.FusableStep)",
-            received=describe(fn) + (" (a plain Python function)" if callable(fn) else ""),
-            fix="compile it: step = jax.jit(step, donate_argnums=0); or run step by step "
-            "with steps_per_call=1",
-        )
-    )
+    raise TypeError(explain(
+        f"cannot fuse {callback_name(fn)}: it is not a compiled step",
+        expected="a jax.jit-wrapped step (state, batch) -> (logs, state), or a managed step "
+        "with a fuse(steps) method (gyre.FusableStep)",
+        received=describe(fn) + (" (a plain Python function)" if callable(fn) else ""),
+        fix="compile it: step = jax.jit(step, donate_argnums=0); or run step by step "
+        "with steps_per_call=1"))

@@ -47,16 +47,13 @@ def _placer(sharding: Any) -> Placer:
         return lambda batch: jax.tree_util.tree_map(lambda x: jax.device_put(x) if is_array(x) else x, batch)
     if isinstance(sharding, Sharding) or (is_sharding_tree(sharding) and jax.tree_util.tree_leaves(sharding)):
         return lambda batch: place(batch, sharding)
-    raise TypeError(
-        explain(
-            "prefetch_to_device got a sharding it cannot use",
-            expected="None (the default device), a jax.sharding.Sharding, a pytree of them "
-            "shaped like the batch, or a gyre.Strategy such as state.strategy",
-            received=describe(sharding),
-            fix="pass e.g. sharding=gyre.DataParallel() or "
-            "sharding=NamedSharding(mesh, PartitionSpec('data'))",
-        )
-    )
+    raise TypeError(explain(
+        "prefetch_to_device got a sharding it cannot use",
+        expected="None (the default device), a jax.sharding.Sharding, a pytree of them "
+        "shaped like the batch, or a gyre.Strategy such as state.strategy",
+        received=describe(sharding),
+        fix="pass e.g. sharding=gyre.DataParallel() or "
+        "sharding=NamedSharding(mesh, PartitionSpec('data'))"))
 
 
 class _End:
@@ -251,14 +248,10 @@ def prefetch_to_device(
     # decided without calling iter(): starting a pass of a data loader can be costly
     one_shot = isinstance(iterable, Iterator)
     if not (isinstance(iterable, Iterable) or hasattr(iterable, "__getitem__")):
-        raise TypeError(
-            explain(
-                "prefetch_to_device needs an iterable of batches",
-                expected="a list of batches, a generator, a data loader",
-                received=describe(iterable),
-                fix="pass something a for-loop can run over",
-            )
-        )
+        raise TypeError(explain(
+            "prefetch_to_device needs an iterable of batches",
+            expected="a list of batches, a generator, a data loader", received=describe(iterable),
+            fix="pass something a for-loop can run over"))
     sized = hasattr(iterable, "__len__")
     if one_shot:
         return (SizedPrefetchIterator if sized else PrefetchIterator)(iterable, size, place, limit)  # type: ignore[arg-type]

@@ -218,14 +218,10 @@ def callback(fn: Callable[..., Any]) -> FunctionCallback:
         [3, 4]
     """
     if not callable(fn):
-        raise TypeError(
-            explain(
-                "gyre.callback needs a function",
-                expected="a function of (state, batch, elapsed, loop_state), or a prefix of them",
-                received=describe(fn),
-                fix="pass the function itself: gyre.callback(my_fn)",
-            )
-        )
+        raise TypeError(explain(
+            "gyre.callback needs a function",
+            expected="a function of (state, batch, elapsed, loop_state), or a prefix of them",
+            received=describe(fn), fix="pass the function itself: gyre.callback(my_fn)"))
     return FunctionCallback(fn)
 
 
@@ -281,15 +277,11 @@ def _check_key(key: Any) -> None:
     if isinstance(key, NamedSchedule):
         key(Elapsed())  # raises the explanation
     if isinstance(key, str):
-        raise TypeError(
-            explain(
-                f"unknown schedule {key!r} in the task table",
-                expected="a schedule such as gyre.every(10); named schedules "
-                "(gyre.on_train_step, ...) belong to train_loop/test_loop/predict_loop",
-                received=f"the string {key!r}",
-                fix="use a schedule object." + suggest(key, ALL_HOOKS),
-            )
-        )
+        raise TypeError(explain(
+            f"unknown schedule {key!r} in the task table",
+            expected="a schedule such as gyre.every(10); named schedules "
+            "(gyre.on_train_step, ...) belong to train_loop/test_loop/predict_loop",
+            received=f"the string {key!r}", fix="use a schedule object." + suggest(key, ALL_HOOKS)))
 
 
 def loop_end_hooks(tasks: Sequence[Task]) -> list[Callable[[], Any]]:

@@ -251,15 +251,12 @@ class Call:
             kwargs = dict(args) if names is None else {n: v for n, v in args.items() if n in names}
             missing = sorted(self.plan.required - set(kwargs))
             if missing:
-                raise TypeError(
-                    explain(
-                        f"{self.what} {self.name!r} takes {missing}, which this batch does not provide",
-                        expected=f"parameters among {sorted(args)}",
-                        received=f"signature {signature_text(self.fn)}",
-                        fix="give the batch's labels (or inputs) as a dict with those keys, or "
-                        f"rename the parameters.{suggest(missing[0], args)}",
-                    )
-                )
+                raise TypeError(explain(
+                    f"{self.what} {self.name!r} takes {missing}, which this batch does not provide",
+                    expected=f"parameters among {sorted(args)}",
+                    received=f"signature {signature_text(self.fn)}",
+                    fix="give the batch's labels (or inputs) as a dict with those keys, or "
+                    f"rename the parameters.{suggest(missing[0], args)}"))
             value = self.fn(**kwargs)
         elif weight is not None and self.plan.weighs:
             value = self.fn(args["preds"], args["target"], weight)
@@ -290,14 +287,10 @@ def bind(name: str, fn: Any, *, what: str, extra: frozenset[str] = frozenset()) 
         TypeError: a signature gyre cannot call, explained.
     """
     if not callable(fn) or isinstance(fn, type):
-        raise TypeError(
-            explain(
-                f"{what} {name!r} is not a function",
-                expected=conventions(what),
-                received=describe(fn),
-                fix="e.g. losses={'loss': optax.softmax_cross_entropy_with_integer_labels}",
-            )
-        )
+        raise TypeError(explain(
+            f"{what} {name!r} is not a function",
+            expected=conventions(what), received=describe(fn),
+            fix="e.g. losses={'loss': optax.softmax_cross_entropy_with_integer_labels}"))
     known = frozenset(KEYWORDS) | extra
     found = plan(fn, known)
     if found is None:

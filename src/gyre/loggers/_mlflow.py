@@ -31,16 +31,13 @@ def _tracking_uri(uri: Any) -> tuple[str, bool]:
         return Path(text).expanduser().resolve().as_uri(), True
     scheme = text.split("://", 1)[0]
     if scheme not in ("http", "https"):
-        raise ValueError(
-            explain(
-                f"MLflowWriter cannot log to a {scheme}:// URI." + suggest(scheme, ("http", "https", "file")),
-                expected="a folder or file: URI (MLflow's local file store, which works offline), or "
-                "the http:// or https:// URI of a running MLflow tracking server",
-                received=repr(text),
-                fix="gyre.MLflowWriter('runs/mlruns') for a local store; for another store, run a "
-                "tracking server on it (mlflow server --backend-store-uri ...) and pass its http:// URI",
-            )
-        )
+        raise ValueError(explain(
+            f"MLflowWriter cannot log to a {scheme}:// URI." + suggest(scheme, ("http", "https", "file")),
+            expected="a folder or file: URI (MLflow's local file store, which works offline), or "
+            "the http:// or https:// URI of a running MLflow tracking server",
+            received=repr(text),
+            fix="gyre.MLflowWriter('runs/mlruns') for a local store; for another store, run a "
+            "tracking server on it (mlflow server --backend-store-uri ...) and pass its http:// URI"))
     return text, False
 
 
@@ -53,15 +50,12 @@ def _reach(uri: str) -> None:
     try:
         socket.create_connection((parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)), timeout=5).close()
     except OSError as err:
-        raise ConnectionError(
-            explain(
-                f"no MLflow tracking server answers at {uri}",
-                expected="a tracking server running there (mlflow server --host 127.0.0.1 --port 5000)",
-                received=f"{type(err).__name__}: {err}",
-                fix="start the server, correct the URI, or log offline to a local file store: "
-                "gyre.MLflowWriter('runs/mlruns')",
-            )
-        ) from err
+        raise ConnectionError(explain(
+            f"no MLflow tracking server answers at {uri}",
+            expected="a tracking server running there (mlflow server --host 127.0.0.1 --port 5000)",
+            received=f"{type(err).__name__}: {err}",
+            fix="start the server, correct the URI, or log offline to a local file store: "
+            "gyre.MLflowWriter('runs/mlruns')")) from err
 
 
 class MLflowWriter(Writer):

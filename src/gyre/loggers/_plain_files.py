@@ -25,14 +25,10 @@ def _path(who: str, path: Any) -> str:
                        fix=f"gyre.{who}('runs/metrics.csv')")
     if os.path.isdir(path):
         name = "metrics.jsonl" if who == "JSONLWriter" else "metrics.csv"
-        raise IsADirectoryError(
-            explain(
-                f"{who} needs a file path, and {path!r} is a folder",
-                expected="the path of the file to write (created, or replaced)",
-                received=f"the folder {path!r}",
-                fix=f"gyre.{who}(os.path.join({path!r}, {name!r}))",
-            )
-        )
+        raise IsADirectoryError(explain(
+            f"{who} needs a file path, and {path!r} is a folder",
+            expected="the path of the file to write (created, or replaced)", received=f"the folder {path!r}",
+            fix=f"gyre.{who}(os.path.join({path!r}, {name!r}))"))
     return path
 
 

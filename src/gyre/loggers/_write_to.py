@@ -43,14 +43,10 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
 
     def __init__(self, writer: Writer, *, every: int, write_every: int = 1) -> None:
         if not isinstance(writer, Writer):
-            raise TypeError(
-                explain(
-                    "write_to needs a gyre writer",
-                    expected="a gyre.Writer, e.g. gyre.TensorBoardWriter('runs/tb')",
-                    received=describe(writer),
-                    fix="gyre.write_to(gyre.TensorBoardWriter('runs/tb'))",
-                )
-            )
+            raise TypeError(explain(
+                "write_to needs a gyre writer",
+                expected="a gyre.Writer, e.g. gyre.TensorBoardWriter('runs/tb')", received=describe(writer),
+                fix="gyre.write_to(gyre.TensorBoardWriter('runs/tb'))"))
         if "scalars" not in writer.kinds:
             raise writer._unsupported("scalars")
         self.every = whole(every, "write_to's every", minimum=1, unit="steps", expected="every=1 (read the history at every step) or a larger int",

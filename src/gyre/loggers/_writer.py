@@ -82,14 +82,10 @@ def require(module: str, *, extra: str, who: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as err:
-        raise ImportError(
-            explain(
-                f"{who} needs the optional package {module!r}, which is not installed",
-                expected=f"{module} importable (the extra gyre[{extra}])",
-                received=f"{type(err).__name__}: {err}",
-                fix=f"pip install 'gyre[{extra}]'",
-            )
-        ) from err
+        raise ImportError(explain(
+            f"{who} needs the optional package {module!r}, which is not installed",
+            expected=f"{module} importable (the extra gyre[{extra}])",
+            received=f"{type(err).__name__}: {err}", fix=f"pip install 'gyre[{extra}]'")) from err
 
 
 def supporters(kind: str) -> list[str]:
@@ -149,14 +145,11 @@ def as_uint8_images(name: str, image: np.ndarray) -> np.ndarray:
         np.nanmin(image) >= 0.0 and np.nanmax(image) <= 1.0
     ):
         lo, hi = (float(np.min(image)), float(np.max(image))) if image.size else (0.0, 0.0)
-        raise ValueError(
-            explain(
-                f"image {name!r} is neither uint8 nor floats in [0, 1]",
-                expected="uint8 values 0..255, or floats in [0, 1]",
-                received=f"dtype {image.dtype}, values from {lo} to {hi}",
-                fix="scale it first, e.g. (x - x.min()) / (x.max() - x.min())",
-            )
-        )
+        raise ValueError(explain(
+            f"image {name!r} is neither uint8 nor floats in [0, 1]",
+            expected="uint8 values 0..255, or floats in [0, 1]",
+            received=f"dtype {image.dtype}, values from {lo} to {hi}",
+            fix="scale it first, e.g. (x - x.min()) / (x.max() - x.min())"))
     return np.round(np.nan_to_num(image) * 255).astype(np.uint8)
 
 
@@ -381,14 +374,11 @@ class Writer:
 
     def _submit(self, kind: str, *args: Any, batched: bool = False) -> None:
         if self._closed:
-            raise RuntimeError(
-                explain(
-                    f"{self!r} is closed",
-                    expected="writes before close()",
-                    received=f"a call to {'write_' + kind if kind in KINDS else kind} after close()",
-                    fix="make a new writer, or close it only when the run is over",
-                )
-            )
+            raise RuntimeError(explain(
+                f"{self!r} is closed",
+                expected="writes before close()",
+                received=f"a call to {'write_' + kind if kind in KINDS else kind} after close()",
+                fix="make a new writer, or close it only when the run is over"))
         if kind in KINDS and kind not in self.kinds:
             raise self._unsupported(kind)
         self._raise_pending()
@@ -405,14 +395,10 @@ class Writer:
             return
         kind, err = self._error
         self._error = None
-        raise WriterError(
-            explain(
-                f"{self!r} failed to write {kind} on its background thread",
-                expected=f"a successful {kind} write",
-                received=f"{type(err).__name__}: {err}",
-                fix="see the error above this one; the failed values were not written",
-            )
-        ) from err
+        raise WriterError(explain(
+            f"{self!r} failed to write {kind} on its background thread",
+            expected=f"a successful {kind} write", received=f"{type(err).__name__}: {err}",
+            fix="see the error above this one; the failed values were not written")) from err
 
     def _work(self) -> None:
         while True:

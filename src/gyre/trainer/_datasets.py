@@ -44,14 +44,10 @@ class DatasetConfig:
 
         name = type(self).__name__
         if interface is not None and not (isinstance(interface, type) and issubclass(interface, DatasetModule)):
-            raise TypeError(
-                explain(
-                    f"{name}.instantiate builds a DatasetModule",
-                    expected="instantiate(DatasetModule) or instantiate(DatasetModule, mesh)",
-                    received=describe(interface),
-                    fix="pass gyre.trainer.DatasetModule, or nothing",
-                )
-            )
+            raise TypeError(explain(
+                f"{name}.instantiate builds a DatasetModule",
+                expected="instantiate(DatasetModule) or instantiate(DatasetModule, mesh)",
+                received=describe(interface), fix="pass gyre.trainer.DatasetModule, or nothing"))
         instance(mesh, f"{name}.instantiate: mesh", Mesh, none=True, kind="a jax.sharding.Mesh", fix="pass mesh=init_ddp_mesh(), or leave it out",
                  expected="init_ddp_mesh() or None (the trainer shards batches over its own mesh=)")
         keys = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
@@ -92,14 +88,11 @@ class _ImageDataset(DatasetModule):
         size = whole(global_batch_size, f"{name}: global_batch_size", minimum=1, expected="examples per training batch, e.g. 128",
                      fix="global_batch_size: 128")
         if local_batch_size is not None and local_batch_size * jax.process_count() != size:
-            raise ValueError(
-                explain(
-                    f"{name}: local_batch_size must be global_batch_size split over the processes",
-                    expected=f"{size} // {jax.process_count()} process(es) = {size // jax.process_count()}",
-                    received=describe(local_batch_size),
-                    fix="leave local_batch_size out (gyre splits the global batch over the devices)",
-                )
-            )
+            raise ValueError(explain(
+                f"{name}: local_batch_size must be global_batch_size split over the processes",
+                expected=f"{size} // {jax.process_count()} process(es) = {size // jax.process_count()}",
+                received=describe(local_batch_size),
+                fix="leave local_batch_size out (gyre splits the global batch over the devices)"))
         whole(num_workers, f"{name}: num_workers", fix="num_workers: 0",
               expected="0 (accepted for jax_trainer configs: in-memory arrays batch in the calling thread)")
         train, test = self.reader(data_dir)
@@ -208,15 +201,11 @@ def build_dataset_module(config: Any) -> Any:
 
     data = config.to_dict() if callable(getattr(config, "to_dict", None)) else config
     if not isinstance(data, Mapping):
-        raise TypeError(
-            explain(
-                "build_dataset_module takes the dataset section",
-                expected="a mapping with class_name (or jax_trainer's constructor), e.g. "
-                "{'class_name': 'CIFAR10Dataset', 'data_dir': 'data/'}",
-                received=describe(config),
-                fix="pass config.dataset",
-            )
-        )
+        raise TypeError(explain(
+            "build_dataset_module takes the dataset section",
+            expected="a mapping with class_name (or jax_trainer's constructor), e.g. "
+            "{'class_name': 'CIFAR10Dataset', 'data_dir': 'data/'}",
+            received=describe(config), fix="pass config.dataset"))
     data = jax_trainer_dataset(dict(data))
     kwargs = validate_component("datasets", data, where="dataset")
     return DATASETS.get(data["class_name"], where="dataset.class_name")(**kwargs)

@@ -127,14 +127,11 @@ class TrainerModule:
         self.optimizer = optimizer if optimizer is not None else build_optimizer_of(optimizer_config, deferred=True)
         mode = model_mode_of(self.model)
         if mode != self.config.model_mode and "model_mode" in self._given(trainer_config, options):
-            raise ValueError(
-                explain(
-                    f"model_mode is {self.config.model_mode!r} but the model is a {mode} module",
-                    expected=f"model_mode={mode!r} for this model",
-                    received=f"model_mode={self.config.model_mode!r}, model {type(self.model).__name__}",
-                    fix=f"set trainer.model_mode: {mode}",
-                )
-            )
+            raise ValueError(explain(
+                f"model_mode is {self.config.model_mode!r} but the model is a {mode} module",
+                expected=f"model_mode={mode!r} for this model",
+                received=f"model_mode={self.config.model_mode!r}, model {type(self.model).__name__}",
+                fix=f"set trainer.model_mode: {mode}"))
         self.model_mode = mode
         from gyre.trainer._augment import wrap_model
 
@@ -222,15 +219,12 @@ class TrainerModule:
             Traceback (most recent call last):
             NotImplementedError: ...
         """
-        raise NotImplementedError(
-            explain(
-                "the trainer has no loss function",
-                expected="a subclass of gyre.TrainerModule defining loss_function(self, model, batch, train) "
-                "(nnx) or loss_function_linen(self, params, state, batch, rng, train) (linen)",
-                received=f"{type(self).__name__} without it",
-                fix="def loss_function(self, model, batch, train=True): ... return loss, {'acc': acc}",
-            )
-        )
+        raise NotImplementedError(explain(
+            "the trainer has no loss function",
+            expected="a subclass of gyre.TrainerModule defining loss_function(self, model, batch, train) "
+            "(nnx) or loss_function_linen(self, params, state, batch, rng, train) (linen)",
+            received=f"{type(self).__name__} without it",
+            fix="def loss_function(self, model, batch, train=True): ... return loss, {'acc': acc}"))
 
     def loss_function_linen(self, params: Any, state: Any, batch: Any, rng: jax.Array, train: bool = True) -> Any:
         """linen: ``loss`` or ``(loss, (mutable_variables, metrics))``; use
@@ -241,16 +235,13 @@ class TrainerModule:
             Traceback (most recent call last):
             NotImplementedError: ...
         """
-        raise NotImplementedError(
-            explain(
-                "the trainer has no linen loss function",
-                expected="a subclass of gyre.TrainerModule defining loss_function_linen(self, params, state, "
-                "batch, rng, train) for a linen model",
-                received=f"{type(self).__name__} without it",
-                fix="def loss_function_linen(self, params, state, batch, rng, train=True): logits, mutable = "
-                "self.model_linen_apply(params, state, batch[0], rng, train); ... return loss, (mutable, metrics)",
-            )
-        )
+        raise NotImplementedError(explain(
+            "the trainer has no linen loss function",
+            expected="a subclass of gyre.TrainerModule defining loss_function_linen(self, params, state, "
+            "batch, rng, train) for a linen model",
+            received=f"{type(self).__name__} without it",
+            fix="def loss_function_linen(self, params, state, batch, rng, train=True): logits, mutable = "
+            "self.model_linen_apply(params, state, batch[0], rng, train); ... return loss, (mutable, metrics)"))
 
     def model_linen_apply(self, params: Any, state: Any, input: Any, rng: jax.Array, train: bool = True) -> tuple[Any, Any]:  # noqa: A002
         """Runs the linen model: ``(outputs, mutable_variables)``, the collections of
@@ -328,14 +319,11 @@ class TrainerModule:
             model_state = {NNX_REST: rest}
         else:
             if exmp_input is None:
-                raise ValueError(
-                    explain(
-                        "a linen model needs an example input to be built",
-                        expected="exmp_batch=<a batch>",
-                        received="none (and the checkpoint records no input shape)",
-                        fix="pass exmp_batch=next(iter(test_loader))",
-                    )
-                )
+                raise ValueError(explain(
+                    "a linen model needs an example input to be built",
+                    expected="exmp_batch=<a batch>",
+                    received="none (and the checkpoint records no input shape)",
+                    fix="pass exmp_batch=next(iter(test_loader))"))
             params, model_state = self._adapter.init(key, exmp_input)
         leaves = jax.tree_util.tree_leaves(exmp_input)
         if leaves:
@@ -381,14 +369,11 @@ class TrainerModule:
 
     def _require_state(self, what: str) -> None:
         if self.state is None:
-            raise RuntimeError(
-                explain(
-                    f"{what} needs a trained or initialised model",
-                    expected="train_model(...), init_model(batch) or load_from_checkpoint(...) first",
-                    received="a trainer whose state is not built yet",
-                    fix=f"call trainer.train_model(train_loader, val_loader) before {what}",
-                )
-            )
+            raise RuntimeError(explain(
+                f"{what} needs a trained or initialised model",
+                expected="train_model(...), init_model(batch) or load_from_checkpoint(...) first",
+                received="a trainer whose state is not built yet",
+                fix=f"call trainer.train_model(train_loader, val_loader) before {what}"))
 
     # -- what callbacks see -------------------------------------------------------------------
 
