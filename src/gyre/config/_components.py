@@ -168,7 +168,8 @@ def validate_nested(kind: str, value: Any, *, where: str, extra_allowed: Sequenc
 
 def section_mapping(value: Any, where: str) -> dict[str, Any]:
     """``value`` as a dict with string keys, or a :class:`ConfigError` naming ``where``."""
-    instance(value, where or "the config", Mapping, kind="a mapping of keys to values", expected="a section of 'key: value' lines",
+    instance(value, where or "the config", Mapping, kind="a mapping of keys to values",
+             expected="a section of 'key: value' lines",
              fix=f"write {where or 'the config'} as a YAML mapping (indented 'key: value' lines)", error=ConfigError)
     for key in value:
         if not isinstance(key, str):

@@ -88,7 +88,8 @@ def length(key: str, value: object, *, name: str, keys: str = "") -> int:
 def class_name_of(section: object, *, where: str, registry: Registry, also: str = "") -> str:
     """The ``class_name`` of a section; a non-mapping or a missing name is a clear error."""
     known = ", ".join(sorted(registry)) + also
-    checks.instance(section, where, Mapping, kind="a section (a mapping with class_name)", expected=f"a mapping with class_name one of: {known}",
+    checks.instance(section, where, Mapping, kind="a section (a mapping with class_name)",
+                    expected=f"a mapping with class_name one of: {known}",
                     fix=f"write e.g. {where}: {{class_name: {next(iter(registry), 'Name')}, ...}}")
     name = section.get("class_name")
     if not isinstance(name, str):

@@ -28,7 +28,8 @@ from gyre.loggers._writer import Writer
 
 
 def _run_folder(log_dir: Any, who: str) -> str:
-    return path(log_dir, f"{who} needs the run folder as log_dir", expected="a str or pathlib.Path (the trainer passes its run folder)",
+    return path(log_dir, f"{who} needs the run folder as log_dir",
+                expected="a str or pathlib.Path (the trainer passes its run folder)",
                 fix=f"call it as {who}(log_dir='runs/my_run', ...)")
 
 

@@ -158,7 +158,8 @@ def apply_override(data: dict[str, Any], override: str) -> None:
         ConfigError: no ``=``, an empty part of the key, a value that is not YAML, or a path
             through a value that is not a mapping.
     """
-    instance(override, "an override", str, kind="a 'dotted.key=value' string", expected="a str such as 'trainer.train_epochs=3'",
+    instance(override, "an override", str, kind="a 'dotted.key=value' string",
+             expected="a str such as 'trainer.train_epochs=3'",
              fix="pass overrides as a list of strings", error=ConfigError)
     key, sep, text = override.partition("=")
     parts = key.strip().split(".")

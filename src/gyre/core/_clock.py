@@ -334,7 +334,8 @@ def _check_amount(name: str, value: Any, *, integral: bool) -> None:
     if integral:
         whole(value, f"{name}=", expected="a whole number >= 0", fix=fix)
     elif isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0:
-        raise ValueError(explain(f"{name}= must be a number >= 0", expected="a number >= 0", received=describe(value), fix=fix))
+        raise ValueError(explain(f"{name}= must be a number >= 0", expected="a number >= 0",
+                                 received=describe(value), fix=fix))
 
 
 class Period:

@@ -495,7 +495,8 @@ class Piecewise(Schedule):
         instance(pieces, "piecewise()'s pieces", Mapping, kind="a dict from periods to schedules",
                  expected="{gyre.at(steps=1000): gyre.every(100), ...}", fix="pass the pieces as a dict")
         for period in pieces:
-            instance(period, "piecewise() keys", Period, kind="periods", expected="gyre.at(steps=..., ...) as each key",
+            instance(period, "piecewise() keys", Period, kind="periods",
+                     expected="gyre.at(steps=..., ...) as each key",
                      fix="write the key as gyre.at(steps=1000)")
         self.initial = as_schedule(initial)
         self.periods = list(pieces)

@@ -41,7 +41,8 @@ def check_optimizer(value: Any, *, argument: str, none_means: str) -> None:
     """Raises a clear error unless ``value`` (the ``argument=``) is an optax optimizer or
     ``None`` (which means ``none_means``)."""
     instance(value, f"{argument}=", optax.GradientTransformation, none=True, kind="an optax optimizer",
-             expected=f"e.g. optax.adam(1e-3), or None for {none_means}", fix=f"build it with optax: {argument}=optax.adamw(1e-3)")
+             expected=f"e.g. optax.adam(1e-3), or None for {none_means}",
+             fix=f"build it with optax: {argument}=optax.adamw(1e-3)")
 
 
 class TrainState(struct.PyTreeNode, kw_only=True):

@@ -155,7 +155,8 @@ class Batches(Iterator[Batch]):
         drop_remainder: bool = True,
     ) -> None:
         data, single = _as_arrays(arrays)
-        batch_size = whole(batch_size, "batch_size", minimum=1, expected="an int >= 1, e.g. 32", fix="pass batch_size=32")
+        batch_size = whole(batch_size, "batch_size", minimum=1, expected="an int >= 1, e.g. 32",
+                           fix="pass batch_size=32")
         epochs = whole(epochs, "epochs", minimum=1, none=True, fix="pass epochs=1 (or None to repeat forever)")
         seed = check_seed(seed)
         n = data[0].shape[0]

@@ -126,7 +126,8 @@ class Padded:
     """
 
     def __init__(self, loader: Iterable[Any], batch_size: int | None = None, *, fill: str = "edge") -> None:
-        batch_size = whole(batch_size, "padded: batch_size", minimum=1, none=True, fix="pass batch_size=64 (or None: the first batch's)")
+        batch_size = whole(batch_size, "padded: batch_size", minimum=1, none=True,
+                           fix="pass batch_size=64 (or None: the first batch's)")
         self.loader, self.batch_size, self.fill = loader, batch_size, fill
 
     def __iter__(self) -> Iterator[tuple[Any, np.ndarray]]:

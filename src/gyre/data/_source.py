@@ -405,7 +405,8 @@ def arrays(
         )
     train_arrays, test_arrays = _split_arrays(data)
     seed = check_seed(seed)
-    batch_size = whole(batch_size, "batch_size", minimum=1, expected="an int >= 1, e.g. 128", fix="pass batch_size=128")
+    batch_size = whole(batch_size, "batch_size", minimum=1, expected="an int >= 1, e.g. 128",
+                       fix="pass batch_size=128")
     workers = whole(workers, "workers", expected="0 (numpy, this thread) or the threads of a grain pipeline, e.g. 2",
                     fix="pass workers=0 or workers=2")
     options = _augment_options(augment, seed, train_arrays[0])

@@ -56,7 +56,8 @@ def epoch_steps_of(epoch_duration: Any, dataset: Any) -> int | None:
         epoch_duration = epoch_duration.steps
     if epoch_duration is None:
         return dataset_epoch_steps(dataset)
-    return whole(epoch_duration, "epoch_duration=", minimum=1, unit="steps", fix="pass the number of steps in one epoch",
+    return whole(epoch_duration, "epoch_duration=", minimum=1, unit="steps",
+                 fix="pass the number of steps in one epoch",
                  expected="epoch_duration=len(train_batches) or gyre.at(steps=...)")
 
 
@@ -150,7 +151,8 @@ def size_function(batch_size_fn: Any) -> BatchSizeFn:
     """
     if batch_size_fn is None:
         return infer_batch_size
-    instance(batch_size_fn, "batch_size_fn", Callable, kind="a function", fix="pass a function returning the number of samples in a batch",
+    instance(batch_size_fn, "batch_size_fn", Callable, kind="a function",
+             fix="pass a function returning the number of samples in a batch",
              expected="batch_size_fn=lambda shapes: shapes[0][0] (ciclo's form: the list of leaf shapes) or a function with a parameter named batch")
     try:
         first = next(iter(inspect.signature(batch_size_fn).parameters), None)
@@ -287,7 +289,8 @@ class Elapse:
 def _check_initial(initial: Any) -> Elapsed:
     if initial is None:
         return Elapsed()
-    instance(initial, "elapsed= / initial=", Elapsed, kind="a gyre.Elapsed", expected="the Elapsed returned by a previous loop, or None",
+    instance(initial, "elapsed= / initial=", Elapsed, kind="a gyre.Elapsed",
+             expected="the Elapsed returned by a previous loop, or None",
              fix="pass the third value a loop returned: state, history, elapsed = gyre.loop(...)")
     return initial.completed()
 

@@ -240,7 +240,8 @@ def prefetch_to_device(
     """
     size = whole(size, "prefetch size", unit="batches", fix="pass a small whole number such as size=2",
                  expected="size=2 (two batches on their way while a step runs), or 0 for none")
-    limit = whole(limit, "prefetch limit", unit="batches", none=True, fix="pass the loop's stop as a whole number, or leave limit out",
+    limit = whole(limit, "prefetch limit", unit="batches", none=True,
+                  fix="pass the loop's stop as a whole number, or leave limit out",
                   expected="limit=1000 (the steps the loop will run), or None for every batch")
     place = _placer(sharding)
     if isinstance(iterable, DataTracker):  # a loop's data: keep positions `size` back

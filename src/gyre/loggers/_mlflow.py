@@ -23,8 +23,8 @@ _BATCH = 1000  # metrics per log_batch: MLflow's limit for one request
 
 def _tracking_uri(uri: Any) -> tuple[str, bool]:
     """The URI MLflow is given and whether it is a local file store."""
-    text = path(uri, "MLflowWriter needs a tracking URI", fix="gyre.MLflowWriter('runs/mlruns', experiment_name='digits')",
-                expected="a folder for a local file store ('runs/mlruns'), a file: URI, or a server's http(s):// URI")
+    text = path(uri, "MLflowWriter needs a tracking URI",
+                fix="gyre.MLflowWriter('runs/mlruns', experiment_name='digits')", expected="a folder for a local file store ('runs/mlruns'), a file: URI, or a server's http(s):// URI")
     if text.startswith("file:"):
         return text, True
     if "://" not in text:

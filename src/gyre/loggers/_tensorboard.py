@@ -73,7 +73,8 @@ class TensorBoardWriter(Writer):
 
     def __init__(self, logdir: str | os.PathLike[str]) -> None:
         self.logdir = path(logdir, "TensorBoardWriter needs a folder for its event files",
-                           expected="a str or pathlib.Path, e.g. 'runs/tensorboard'", fix="gyre.TensorBoardWriter('runs/tensorboard')")
+                           expected="a str or pathlib.Path, e.g. 'runs/tensorboard'",
+                           fix="gyre.TensorBoardWriter('runs/tensorboard')")
         self._w: Any = None
         self._templates: dict[tuple[str, ...], tuple[Any, list[Any]]] = {}
         self._encoder: ScalarEvents | None = None  # made with the event file

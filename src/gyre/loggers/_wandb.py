@@ -52,7 +52,8 @@ class WandbWriter(Writer):
         dir: str | os.PathLike[str] | None = None,
         **init_kwargs: Any,
     ) -> None:
-        choice(mode, "WandbWriter's mode", WANDB_MODES, fix="pass mode='offline' (upload later with `wandb sync`) or mode='online'.")
+        choice(mode, "WandbWriter's mode", WANDB_MODES,
+               fix="pass mode='offline' (upload later with `wandb sync`) or mode='online'.")
         self.project = project
         self.name = run
         self.mode = mode

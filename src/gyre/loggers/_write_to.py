@@ -49,9 +49,11 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
                 fix="gyre.write_to(gyre.TensorBoardWriter('runs/tb'))"))
         if "scalars" not in writer.kinds:
             raise writer._unsupported("scalars")
-        self.every = whole(every, "write_to's every", minimum=1, unit="steps", expected="every=1 (read the history at every step) or a larger int",
+        self.every = whole(every, "write_to's every", minimum=1, unit="steps",
+                           expected="every=1 (read the history at every step) or a larger int",
                            fix="pass every=1, or every=100 to read the history less often")
-        self.write_every = whole(write_every, "write_to's write_every", minimum=1, unit="steps", fix="pass write_every=50 to write every 50th step",
+        self.write_every = whole(write_every, "write_to's write_every", minimum=1, unit="steps",
+                                 fix="pass write_every=50 to write every 50th step",
                                  expected="write_every=1 (every step) or e.g. write_every=50 (every 50th step, and every evaluation)")
         self.writer = writer
         self.sent = 0

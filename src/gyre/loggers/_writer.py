@@ -95,7 +95,8 @@ def supporters(kind: str) -> list[str]:
 
 def _step(who: str, step: Any) -> Any:
     """``step`` checked: an int >= 0, or a 0-d integer device array (read on the writer's thread)."""
-    return whole(step, f"{who}: a step", device=True, expected="step as an int >= 0 (or a 0-d integer array), e.g. 10",
+    return whole(step, f"{who}: a step", device=True,
+                 expected="step as an int >= 0 (or a 0-d integer array), e.g. 10",
                  fix="pass the step number, e.g. writer.write_scalars(10, {'loss': loss})")
 
 
@@ -109,7 +110,8 @@ def _mapping(
 ) -> dict[str, Any]:
     """``values`` as a dict from names to ``what``, or the explained error."""
     return mapping(values, f"{who}.{method}'s {what}", kind=f"a mapping from names to {what}",
-                   expected=f"a dict with str keys, e.g. {example}", fix=f"pass a dict, e.g. writer.{method}({before}{example})")
+                   expected=f"a dict with str keys, e.g. {example}",
+                   fix=f"pass a dict, e.g. writer.{method}({before}{example})")
 
 
 def _bad_value(who: str, method: str, name: str, value: Any, expected: str, fix: str) -> ValueError:
@@ -225,7 +227,8 @@ class Writer:
                 raise _bad_value(self._who, "write_histograms", name, value, "a non-empty numeric array",
                                  "pass a numpy or jax array of numbers")
         whole(num_buckets, f"{self._who}.write_histograms: num_buckets", minimum=1, none=True,
-              expected="num_buckets=None (the writer's default) or an int such as 30", fix="pass num_buckets=30, or leave it out")
+              expected="num_buckets=None (the writer's default) or an int such as 30",
+              fix="pass num_buckets=30, or leave it out")
         self._submit("histograms", _step(self._who, step), arrays, num_buckets)
 
     def write_images(self, step: int, images: Mapping[str, Any]) -> None:

@@ -302,8 +302,10 @@ def _check_state(cb: Callback, d: Any, keys: tuple[str, ...]) -> dict[str, Any]:
 
 def _every_n_epochs(owner: str, value: Any) -> int:
     """``every_n_epochs`` checked; -1 (jax_trainer's default) means every epoch."""
-    return 1 if as_integer(value) == -1 else whole(value, f"{owner}: every_n_epochs", minimum=1, fix="pass every_n_epochs=1, or 2 for every other epoch",
-                                                   expected="an int >= 1 (1 runs every epoch; -1, jax_trainer's default, means 1)")
+    if as_integer(value) == -1:
+        return 1
+    return whole(value, f"{owner}: every_n_epochs", minimum=1, fix="pass every_n_epochs=1, or 2 for every other epoch",
+                 expected="an int >= 1 (1 runs every epoch; -1, jax_trainer's default, means 1)")
 
 
 def _every_n_minutes(owner: str, value: Any) -> float | None:

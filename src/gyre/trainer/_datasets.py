@@ -48,7 +48,8 @@ class DatasetConfig:
                 f"{name}.instantiate builds a DatasetModule",
                 expected="instantiate(DatasetModule) or instantiate(DatasetModule, mesh)",
                 received=describe(interface), fix="pass gyre.trainer.DatasetModule, or nothing"))
-        instance(mesh, f"{name}.instantiate: mesh", Mesh, none=True, kind="a jax.sharding.Mesh", fix="pass mesh=init_ddp_mesh(), or leave it out",
+        instance(mesh, f"{name}.instantiate: mesh", Mesh, none=True, kind="a jax.sharding.Mesh",
+                 fix="pass mesh=init_ddp_mesh(), or leave it out",
                  expected="init_ddp_mesh() or None (the trainer shards batches over its own mesh=)")
         keys = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
         return DATASETS.get(type(self).class_name, where=f"{name}.class_name")(**keys)  # type: ignore[arg-type]
@@ -85,7 +86,8 @@ class _ImageDataset(DatasetModule):
         import jax
 
         name = type(self).__name__
-        size = whole(global_batch_size, f"{name}: global_batch_size", minimum=1, expected="examples per training batch, e.g. 128",
+        size = whole(global_batch_size, f"{name}: global_batch_size", minimum=1,
+                     expected="examples per training batch, e.g. 128",
                      fix="global_batch_size: 128")
         if local_batch_size is not None and local_batch_size * jax.process_count() != size:
             raise ValueError(explain(

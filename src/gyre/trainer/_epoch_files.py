@@ -90,7 +90,8 @@ class EpochMetricFiles(Writer):
                 "EpochMetricFiles.write: the phase names the file",
                 expected="a lowercase name such as 'train', 'val' or 'test'", received=describe(phase),
                 fix="write('val', epoch, step, metrics)"))
-        epoch = whole(epoch, "EpochMetricFiles.write: epoch", device=True, fix="pass epoch=1 (epochs are numbered from 1; 0 is before training)")
+        epoch = whole(epoch, "EpochMetricFiles.write: epoch", device=True,
+                      fix="pass epoch=1 (epochs are numbered from 1; 0 is before training)")
         step = whole(step, "EpochMetricFiles.write: step", device=True, fix="pass step=500 (the global step)")
         if not isinstance(metrics, Mapping) or not all(isinstance(k, str) for k in metrics):
             raise TypeError(explain(
