@@ -288,16 +288,13 @@ def _extensionless(history: HistoryViews, path: str) -> Exception:
                     expected="a file name ending in the format, e.g. 'curves.png', '.pdf' or '.svg'",
                     fix=f"history.plot({path + '.png'!r})")
         )
-    return ExplainedKeyError(
-        explain(
-            "History.plot(path, keys): the first argument is the file to write, "
-            + (f"and {path!r} is the name of a series" if near == path else
-               f"and no series is named {path!r}." + suggest(path, names)),
-            expected="a file name with an extension first, the series to draw in keys=",
-            received=f"plot({path!r}), which would write {path + '.png'!r}",
-            fix=f"history.plot('curves.png', keys=[{near!r}])",
-        )
-    )
+    return ExplainedKeyError(explain(
+        "History.plot(path, keys): the first argument is the file to write, "
+        + (f"and {path!r} is the name of a series" if near == path else
+        f"and no series is named {path!r}." + suggest(path, names)),
+        expected="a file name with an extension first, the series to draw in keys=",
+        received=f"plot({path!r}), which would write {path + '.png'!r}",
+        fix=f"history.plot('curves.png', keys=[{near!r}])"))
 
 
 def _plot_groups(history: HistoryViews, keys: Sequence[str | Sequence[str]] | None) -> list[list[str]]:

@@ -56,16 +56,12 @@ def _folder(path: str | os.PathLike[str], dataset: str) -> Path:
 
 def _missing(dataset: str, folder: Path, names: list[str], *, gz: bool) -> FileNotFoundError:
     listed = ", ".join(f"{n} (or {n}.gz)" if gz else n for n in names)
-    return FileNotFoundError(
-        explain(
-            f"{dataset} files are missing in {folder}",
-            expected=f"the files {listed}",
-            received=f"a folder without {', '.join(names)}",
-            fix=f"download them from {SOURCES[dataset]} into {folder} (gzipped or not)"
-            if gz
-            else f"download them from {SOURCES[dataset]} and pass the extracted folder",
-        )
-    )
+    return FileNotFoundError(explain(
+        f"{dataset} files are missing in {folder}",
+        expected=f"the files {listed}", received=f"a folder without {', '.join(names)}",
+        fix=f"download them from {SOURCES[dataset]} into {folder} (gzipped or not)"
+        if gz
+        else f"download them from {SOURCES[dataset]} and pass the extracted folder"))
 
 
 def _idx_paths(folder: Path, dataset: str) -> list[Path]:
@@ -97,14 +93,10 @@ def _read(path: Path) -> bytes:
 
 
 def _corrupt(path: Path, what: str, *, expected: str, received: str) -> ValueError:
-    return ValueError(
-        explain(
-            f"{path} is corrupt: {what}",
-            expected=expected,
-            received=received,
-            fix="download the file again (and check that it is the one named, e.g. images not labels)",
-        )
-    )
+    return ValueError(explain(
+        f"{path} is corrupt: {what}",
+        expected=expected, received=received,
+        fix="download the file again (and check that it is the one named, e.g. images not labels)"))
 
 
 def read_idx(path: Path, *, magic: int, shape: tuple[int, ...]) -> np.ndarray:

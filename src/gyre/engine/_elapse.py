@@ -111,15 +111,11 @@ def check_iterable(dataset: Any) -> None:
 
 
 def _not_iterable(dataset: Any) -> TypeError:
-    return TypeError(
-        explain(
-            "the dataset is not iterable",
-            expected="an iterable of batches: a list, a generator, a data loader",
-            received=describe(dataset),
-            fix="pass e.g. [batch0, batch1, ...] or a generator that yields batches; "
-            "for one batch repeated, itertools.repeat(batch)",
-        )
-    )
+    return TypeError(explain(
+        "the dataset is not iterable",
+        expected="an iterable of batches: a list, a generator, a data loader", received=describe(dataset),
+        fix="pass e.g. [batch0, batch1, ...] or a generator that yields batches; "
+        "for one batch repeated, itertools.repeat(batch)"))
 
 
 def check_dataset(dataset: Any) -> Iterator[Any]:

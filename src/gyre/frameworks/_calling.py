@@ -197,16 +197,13 @@ def refuse(what: str, name: str, fn: Any, known: frozenset[str], *, via: str = "
     unknown = [p.name for p in params if p.default is _P.empty and p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD)
                and p.name not in known]
     hint = next((h for h in (suggest(u, known) for u in unknown) if h), "")
-    return TypeError(
-        explain(
-            f"{what} {name!r} cannot be called by create_flax_state{via}",
-            expected=conventions(what),
-            received=f"{describe(fn, 60)} with signature {signature_text(fn)}"
-            + (f"; unknown parameter(s) {unknown}.{hint}" if unknown else ""),
-            fix="rename its parameters to those names (e.g. def loss(*, preds, target, **_)), "
-            "or wrap it: lambda preds, labels: fn(...)",
-        )
-    )
+    return TypeError(explain(
+        f"{what} {name!r} cannot be called by create_flax_state{via}",
+        expected=conventions(what),
+        received=f"{describe(fn, 60)} with signature {signature_text(fn)}"
+        + (f"; unknown parameter(s) {unknown}.{hint}" if unknown else ""),
+        fix="rename its parameters to those names (e.g. def loss(*, preds, target, **_)), "
+        "or wrap it: lambda preds, labels: fn(...)"))
 
 
 # -- calling -------------------------------------------------------------------------------------

@@ -115,14 +115,11 @@ def _mapping(
 
 
 def _bad_value(who: str, method: str, name: str, value: Any, expected: str, fix: str) -> ValueError:
-    return ValueError(
-        explain(
-            f"{who}.{method}: the value of {name!r} cannot be written",
-            expected=expected,
-            received=f"{describe(value)} (shape {np.shape(value)})" if hasattr(value, "shape") else describe(value),
-            fix=fix,
-        )
-    )
+    return ValueError(explain(
+        f"{who}.{method}: the value of {name!r} cannot be written",
+        expected=expected,
+        received=f"{describe(value)} (shape {np.shape(value)})" if hasattr(value, "shape") else describe(value),
+        fix=fix))
 
 
 def _scalars(who: str, method: str, values: Any, before: str = "step, ") -> dict[str, Any]:
@@ -365,15 +362,12 @@ class Writer:
 
     def _unsupported(self, kind: str) -> TypeError:
         others = supporters(kind)
-        return TypeError(
-            explain(
-                f"{self!r} does not write {kind}",
-                expected=f"what {self._who} writes: {', '.join(sorted(self.kinds)) or 'nothing'}",
-                received=f"write_{kind}(...)",
-                fix=(f"write {kind} with {', '.join(others)}" if others else f"no writer of gyre writes {kind}")
-                + " (gyre.MultiWriter sends each kind to the writers that write it)",
-            )
-        )
+        return TypeError(explain(
+            f"{self!r} does not write {kind}",
+            expected=f"what {self._who} writes: {', '.join(sorted(self.kinds)) or 'nothing'}",
+            received=f"write_{kind}(...)",
+            fix=(f"write {kind} with {', '.join(others)}" if others else f"no writer of gyre writes {kind}")
+            + " (gyre.MultiWriter sends each kind to the writers that write it)"))
 
     def _submit(self, kind: str, *args: Any, batched: bool = False) -> None:
         if self._closed:
