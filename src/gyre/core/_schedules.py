@@ -52,7 +52,7 @@ from typing import Any
 
 from gyre.core._checks import instance, real, whole
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._errors import explain, whole_number
 
 ScheduleLike = Callable[[Elapsed], bool]
 
@@ -222,12 +222,9 @@ def as_schedule(fn: ScheduleLike) -> Schedule:
     """
     if isinstance(fn, Schedule):
         return fn
-    if not callable(fn):
-        raise TypeError(explain(
-            "a schedule must be callable",
-            expected="a callable elapsed -> bool, e.g. gyre.every(10)", received=describe(fn),
-            fix="use gyre.every(...), gyre.after(...), or a function of the clock"))
-    return _Function(fn)
+    return _Function(instance(fn, "a schedule", Callable, kind="callable",
+                              expected="a callable elapsed -> bool, e.g. gyre.every(10)",
+                              fix="use gyre.every(...), gyre.after(...), or a function of the clock"))
 
 
 class _And(Schedule):

@@ -33,6 +33,7 @@ from typing import Any
 
 import jax
 
+from gyre.core._checks import instance
 from gyre.core._errors import closest, describe, explain, suggest
 
 ARG_NAMES = ("state", "batch", "elapsed", "logs", "loop")
@@ -145,11 +146,8 @@ def bind(fn: Any) -> Invoker:
     loop_callback = getattr(fn, "__loop_callback__", None)
     if callable(loop_callback) and not isinstance(fn, type):
         return Invoker(fn, lambda s, b, e, lg, lp: loop_callback(lp), callback_name(fn), uses=frozenset({"loop"}))
-    if not callable(fn):
-        raise TypeError(explain(
-            "a callback must be callable",
-            expected="a function of (state, batch, elapsed, logs, loop), or any callable",
-            received=describe(fn), fix="pass a function or an object with __call__"))
+    instance(fn, "a callback", Callable, kind="callable", fix="pass a function or an object with __call__",
+             expected="a function of (state, batch, elapsed, logs, loop), or any callable")
     idx, kw, mask = _planned(fn, 0)
     name = callback_name(fn)
     return Invoker(fn, _make(fn, idx, kw, False, mask, name), name, takes_mask=mask is not None, uses=_uses(idx, kw))
