@@ -44,36 +44,25 @@ EXIT_CODES = f"""exit codes:
      config.yaml); a second signal stops at once"""
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, received {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, received {text!r}")
-    return value
+def _argument(convert: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Callable[[str], Any]:
+    """An argparse ``type``: ``convert(text)`` when it parses and passes ``ok``, else argparse's
+    usage error "expected ..., received '...'"."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, received {text!r}")
+        return value
+
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, received {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, received {text!r}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= MAX_SEED:
-        raise argparse.ArgumentTypeError(
-            f"expected a whole number from 0 to {MAX_SEED}, received {text!r}"
-        )
-    return value
+_positive_int = _argument(int, lambda v: v >= 1, "a whole number >= 1")
+_positive_float = _argument(float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
+_seed = _argument(int, lambda v: 0 <= v <= MAX_SEED, f"a whole number from 0 to {MAX_SEED}")
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from gyre.config._registry import REGISTRIES
+from gyre.core._checks import instance
 from gyre.core._errors import describe, explain, suggest
 
 _EMPTY = inspect.Parameter.empty
@@ -122,26 +123,19 @@ def check_section(
     config stores it.
     """
     if kind not in REGISTRIES:
-        raise ValueError(
-            explain(
-                f"no registry of {kind!r}",
-                expected=f"one of {', '.join(REGISTRIES)}",
-                received=describe(kind),
-                fix="pass the kind of component, e.g. validate_component('callbacks', ...)",
-            )
-        )
+        raise ValueError(explain(
+            f"no registry of {kind!r}",
+            expected=f"one of {', '.join(REGISTRIES)}", received=describe(kind),
+            fix="pass the kind of component, e.g. validate_component('callbacks', ...)"))
     data = section_mapping(section, where)
     name = data.get("class_name")
     if not isinstance(name, str):
         known = ", ".join(REGISTRIES[kind]) or "(none yet)"
-        raise ConfigError(
-            explain(
-                f"{where}.class_name is missing" if name is None else f"{where}.class_name is not a name",
-                expected=f"class_name: one of the registered {kind}: {known}",
-                received=describe(name) if "class_name" in data else f"the keys {', '.join(data) or '(none)'}",
-                fix=f"add class_name: <name> to {where}",
-            )
-        )
+        raise ConfigError(explain(
+            f"{where}.class_name is missing" if name is None else f"{where}.class_name is not a name",
+            expected=f"class_name: one of the registered {kind}: {known}",
+            received=describe(name) if "class_name" in data else f"the keys {', '.join(data) or '(none)'}",
+            fix=f"add class_name: <name> to {where}"))
     target = lookup(kind, name, where)
     rest = {k: v for k, v in data.items() if k != "class_name"}
     model = getattr(target, "config_class", None)
@@ -174,25 +168,15 @@ def validate_nested(kind: str, value: Any, *, where: str, extra_allowed: Sequenc
 
 def section_mapping(value: Any, where: str) -> dict[str, Any]:
     """``value`` as a dict with string keys, or a :class:`ConfigError` naming ``where``."""
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            explain(
-                f"{where or 'the config'} must be a mapping of keys to values",
-                expected="a section of 'key: value' lines",
-                received=describe(value),
-                fix=f"write {where or 'the config'} as a YAML mapping (indented 'key: value' lines)",
-            )
-        )
+    instance(value, where or "the config", Mapping, kind="a mapping of keys to values",
+             expected="a section of 'key: value' lines",
+             fix=f"write {where or 'the config'} as a YAML mapping (indented 'key: value' lines)", error=ConfigError)
     for key in value:
         if not isinstance(key, str):
-            raise ConfigError(
-                explain(
-                    f"{where or 'the config'} has a key that is not a string",
-                    expected="string keys",
-                    received=describe(key),
-                    fix="quote the key, or correct the indentation",
-                )
-            )
+            raise ConfigError(explain(
+                f"{where or 'the config'} has a key that is not a string",
+                expected="string keys", received=describe(key),
+                fix="quote the key, or correct the indentation"))
     return dict(value)
 
 
@@ -363,15 +347,11 @@ def check_value(annotation: Any, value: Any, *, path: str, owner: str = "the key
         errors = err.errors(include_url=False)
         detail = f" ({errors[0]['msg']})" if len(errors) == 1 else ""
         quote = str in _members(annotation) and isinstance(value, (bool, int, float))
-        raise ConfigError(
-            explain(
-                f"{_problem(errors[0]['type'])} at {path}." + _literal_hint(annotation, value),
-                expected=f"{type_name(annotation)}{detail}, for {owner}",
-                received=describe(value),
-                fix=_fix(path, annotation, errors[0])
-                + (" (quote it: YAML reads it as a number or a boolean)" if quote else ""),
-            )
-        ) from None
+        raise ConfigError(explain(
+            f"{_problem(errors[0]['type'])} at {path}." + _literal_hint(annotation, value),
+            expected=f"{type_name(annotation)}{detail}, for {owner}", received=describe(value),
+            fix=_fix(path, annotation, errors[0])
+            + (" (quote it: YAML reads it as a number or a boolean)" if quote else ""))) from None
 
 
 def _fix(path: str, annotation: Any, error: Mapping[str, Any]) -> str:

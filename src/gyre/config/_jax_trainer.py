@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gyre.config._components import ConfigError, plain, section_mapping
+from gyre.core._checks import instance
 from gyre.core._errors import describe, explain, suggest
 
 #: The keys of a jax_trainer optimizer section, and of its parts.
@@ -45,14 +46,10 @@ def jax_trainer_component(section: dict[str, Any], where: str) -> dict[str, Any]
     hparams = section_mapping(section.get("hparams") or {}, f"{where}.hparams")
     clash = sorted(set(hparams) & set(out))
     if clash:
-        raise ConfigError(
-            explain(
-                f"{where}.hparams repeats {', '.join(clash)} of {where}",
-                expected="each key once: in hparams (jax_trainer's form) or beside class_name (gyre's)",
-                received=f"{', '.join(clash)} in both",
-                fix=f"remove {clash[0]} from one of them",
-            )
-        )
+        raise ConfigError(explain(
+            f"{where}.hparams repeats {', '.join(clash)} of {where}",
+            expected="each key once: in hparams (jax_trainer's form) or beside class_name (gyre's)",
+            received=f"{', '.join(clash)} in both", fix=f"remove {clash[0]} from one of them"))
     return {"class_name": section["name"].rsplit(".", 1)[-1], **hparams, **out}
 
 
@@ -78,16 +75,13 @@ def jax_trainer_dataset(section: dict[str, Any], where: str = "dataset") -> dict
     if constructor not in DATASET_CONSTRUCTORS:
         from gyre.config._registry import DATASETS
 
-        raise ConfigError(
-            explain(
-                f"{where}.constructor names code to import: {constructor}",
-                expected=f"class_name: one of the registered data sets {sorted(DATASETS)}, or a jax_trainer "
-                f"constructor gyre has: {sorted(DATASET_CONSTRUCTORS)} (a config never imports a dotted path)",
-                received=f"constructor: {describe(constructor)}",
-                fix="register your data set with @gyre.config.register_dataset and name it: "
-                f"{where}: {{class_name: MyDataset, ...}}",
-            )
-        )
+        raise ConfigError(explain(
+            f"{where}.constructor names code to import: {constructor}",
+            expected=f"class_name: one of the registered data sets {sorted(DATASETS)}, or a jax_trainer "
+            f"constructor gyre has: {sorted(DATASET_CONSTRUCTORS)} (a config never imports a dotted path)",
+            received=f"constructor: {describe(constructor)}",
+            fix="register your data set with @gyre.config.register_dataset and name it: "
+            f"{where}: {{class_name: MyDataset, ...}}"))
     return {**{_DATASET_KEYS.get(k, k): v for k, v in data.items()}, "class_name": DATASET_CONSTRUCTORS[constructor]}
 
 
@@ -101,14 +95,10 @@ def as_mapping(value: Any, where: str) -> dict[str, Any]:
 def _unknown(keys: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
     for key in keys:
         if key not in known:
-            raise ConfigError(
-                explain(
-                    f"unknown key {where}.{key} (a jax_trainer optimizer section)." + suggest(key, known),
-                    expected=f"the keys: {', '.join(known)}",
-                    received=f"{key}: {describe(keys[key])}",
-                    fix=f"remove {key!r} or spell it as one of the keys above",
-                )
-            )
+            raise ConfigError(explain(
+                f"unknown key {where}.{key} (a jax_trainer optimizer section)." + suggest(key, known),
+                expected=f"the keys: {', '.join(known)}", received=f"{key}: {describe(keys[key])}",
+                fix=f"remove {key!r} or spell it as one of the keys above"))
 
 
 def _value(config: object) -> tuple[Any, bool]:
@@ -168,23 +158,15 @@ def _schedule(lr: Any, config: Mapping[str, Any], where: str) -> Any:
         for key, target in (("end_lr", "end_value"), ("end_lr_factor", "end_factor")):
             if config.get(key) is not None:
                 return {**out, target: config[key]}
-        raise ConfigError(
-            explain(
-                f"{where}.scheduler (exponential_decay) needs decay_rate, end_lr or end_lr_factor",
-                expected="decay_rate: the factor per transition_steps, or end_lr / end_lr_factor: where the decay ends",
-                received=describe(dict(config)),
-                fix=f"add end_lr_factor: 0.01 to {where}.scheduler",
-            )
-        )
-    raise ConfigError(
-        explain(
-            f"unknown scheduler {name!r} at {where}.scheduler.name." + suggest(str(name), SCHEDULERS),
-            expected=f"one of jax_trainer's schedulers: {', '.join(SCHEDULERS)} (or gyre's form: "
-            "learning_rate: {class_name: ..., ...})",
-            received=describe(name),
-            fix="use one of these names",
-        )
-    )
+        raise ConfigError(explain(
+            f"{where}.scheduler (exponential_decay) needs decay_rate, end_lr or end_lr_factor",
+            expected="decay_rate: the factor per transition_steps, or end_lr / end_lr_factor: where the decay ends",
+            received=describe(dict(config)), fix=f"add end_lr_factor: 0.01 to {where}.scheduler"))
+    raise ConfigError(explain(
+        f"unknown scheduler {name!r} at {where}.scheduler.name." + suggest(str(name), SCHEDULERS),
+        expected=f"one of jax_trainer's schedulers: {', '.join(SCHEDULERS)} (or gyre's form: "
+        "learning_rate: {class_name: ..., ...})",
+        received=describe(name), fix="use one of these names"))
 
 
 def from_jax_trainer(section: Any, *, where: str = "optimizer") -> dict[str, Any]:
@@ -205,24 +187,13 @@ def from_jax_trainer(section: Any, *, where: str = "optimizer") -> dict[str, Any
     section = as_mapping(section, where)
     _unknown(section, KEYS, where)
     name = section.get("name")
-    if not isinstance(name, str):
-        raise ConfigError(
-            explain(
-                f"{where}.name must be an optimizer name",
-                expected="adam, adamw, sgd, lamb, or an optax optimizer (jax_trainer's form)",
-                received=describe(name),
-                fix=f"write {where}.name: adam",
-            )
-        )
+    instance(name, f"{where}.name", str, kind="an optimizer name", fix=f"write {where}.name: adam", error=ConfigError,
+             expected="adam, adamw, sgd, lamb, or an optax optimizer (jax_trainer's form)")
     if "lr" not in section:
-        raise ConfigError(
-            explain(
-                f"{where} has no lr (a jax_trainer optimizer section needs its learning rate)",
-                expected="lr: <the (peak) learning rate>",
-                received=f"keys {sorted(section)}",
-                fix=f"add lr: 1e-3 to {where}",
-            )
-        )
+        raise ConfigError(explain(
+            f"{where} has no lr (a jax_trainer optimizer section needs its learning rate)",
+            expected="lr: <the (peak) learning rate>", received=f"keys {sorted(section)}",
+            fix=f"add lr: 1e-3 to {where}"))
     class_name = _NAMES.get(name.lower(), name.lower())
     lr = section["lr"]
     out: dict[str, Any] = {"class_name": class_name}

@@ -103,14 +103,9 @@ def assemble_optimizer(
 def _beta(key: str, value: object) -> float:
     number = real(key, value, minimum=0.0)
     if number >= 1.0:
-        raise ValueError(
-            explain(
-                f"{here(key)} must be in [0, 1)",
-                expected="e.g. 0.9",
-                received=describe(value),
-                fix=f"write {key}: 0.9",
-            )
-        )
+        raise ValueError(explain(
+            f"{here(key)} must be in [0, 1)",
+            expected="e.g. 0.9", received=describe(value), fix=f"write {key}: 0.9"))
     return number
 
 
@@ -128,14 +123,11 @@ def _weight_decay(value: object) -> tuple[float, Callable[[Any], Any] | None]:
         built = build_transform(section, where=where)
         coupled = isinstance(value, Mapping) and value.get("before_optimizer") is True
         if not isinstance(built, WeightDecayTransform) or coupled:
-            raise ValueError(
-                explain(
-                    f"{where} must be a WeightDecay section applied inside the optimizer (decoupled)",
-                    expected="class_name: WeightDecay with before_optimizer: false",
-                    received=f"{built.name}, before_optimizer: {built.before_optimizer}",
-                    fix="for other transforms, or weight decay before the optimizer, use the transforms key",
-                )
-            )
+            raise ValueError(explain(
+                f"{where} must be a WeightDecay section applied inside the optimizer (decoupled)",
+                expected="class_name: WeightDecay with before_optimizer: false",
+                received=f"{built.name}, before_optimizer: {built.before_optimizer}",
+                fix="for other transforms, or weight decay before the optimizer, use the transforms key"))
         return built.value, built.mask
     return real("weight_decay", value, minimum=0.0), None
 
@@ -245,14 +237,10 @@ def SGD(  # noqa: N802
     beta = 0.0 if momentum is None else _beta("momentum", momentum)
     nesterov = flag("nesterov", nesterov)
     if nesterov and beta == 0.0:
-        raise ValueError(
-            explain(
-                f"{here('nesterov')}: Nesterov momentum needs a momentum",
-                expected="momentum > 0 with nesterov: true",
-                received=f"momentum: {momentum!r}",
-                fix="set momentum: 0.9, or nesterov: false",
-            )
-        )
+        raise ValueError(explain(
+            f"{here('nesterov')}: Nesterov momentum needs a momentum",
+            expected="momentum > 0 with nesterov: true", received=f"momentum: {momentum!r}",
+            fix="set momentum: 0.9, or nesterov: false"))
     return assemble_optimizer(
         lambda lr: optax.sgd(lr, momentum=beta or None, nesterov=nesterov),
         learning_rate=learning_rate,
@@ -343,14 +331,10 @@ def _build_from_optax(
         try:
             function(learning_rate=0.0, **kwargs)
         except (TypeError, ValueError) as error:
-            raise TypeError(
-                explain(
-                    f"optax.{name} rejected the keys at {where}: {error}",
-                    expected=f"the arguments of optax.{name}{inspect.signature(function)}",
-                    received=describe(kwargs),
-                    fix="fix the values (see optax's documentation)",
-                )
-            ) from None
+            raise TypeError(explain(
+                f"optax.{name} rejected the keys at {where}: {error}",
+                expected=f"the arguments of optax.{name}{inspect.signature(function)}",
+                received=describe(kwargs), fix="fix the values (see optax's documentation)")) from None
         return assemble_optimizer(
             lambda lr: function(learning_rate=lr, **kwargs),
             learning_rate=rate,
@@ -401,23 +385,17 @@ def build_optimizer(
         built = _build_from_optax(name, function, section, where)
     else:
         known = list(OPTIMIZERS) + optax_optimizers()
-        raise ExplainedKeyError(
-            explain(
-                f"unknown optimizer {name!r} at {where}.class_name." + suggest(name, known),
-                expected=f"one of the registered optimizers: {', '.join(OPTIMIZERS)}; or an optax optimizer: {', '.join(optax_optimizers())}",
-                received=describe(name),
-                fix="use one of these names, or register your own with @gyre.config.register_optimizer",
-            )
-        )
+        raise ExplainedKeyError(explain(
+            f"unknown optimizer {name!r} at {where}.class_name." + suggest(name, known),
+            expected=f"one of the registered optimizers: {', '.join(OPTIMIZERS)}; or an optax optimizer: {', '.join(optax_optimizers())}",
+            received=describe(name),
+            fix="use one of these names, or register your own with @gyre.config.register_optimizer"))
     if not isinstance(built, optax.GradientTransformation):
-        raise TypeError(
-            explain(
-                f"the optimizer {name!r} at {where} did not return an optax.GradientTransformation",
-                expected="an optax.GradientTransformation (build it with assemble_optimizer)",
-                received=describe(built),
-                fix="return assemble_optimizer(lambda lr: <optax optimizer>(lr, ...), learning_rate=..., transforms=...)",
-            )
-        )
+        raise TypeError(explain(
+            f"the optimizer {name!r} at {where} did not return an optax.GradientTransformation",
+            expected="an optax.GradientTransformation (build it with assemble_optimizer)",
+            received=describe(built),
+            fix="return assemble_optimizer(lambda lr: <optax optimizer>(lr, ...), learning_rate=..., transforms=...)"))
     _check_fit(section, where)
     return built
 

@@ -78,15 +78,12 @@ class ConfigTyped(type):
         base = getattr(cls, "config_class", None)
         concrete = cls.typed_configs()
         if not concrete:
-            raise TypeError(
-                explain(
-                    f"{cls.__name__} has no typed config to annotate a field with",
-                    expected=_NO_CONFIG_CLASS.format(name=cls.__name__)
-                    + ", with at least one subclass that has a class_name",
-                    received=f"config_class = {describe(base)}",
-                    fix=f"set {cls.__name__}.config_class to a config class whose subclasses name components",
-                )
-            )
+            raise TypeError(explain(
+                f"{cls.__name__} has no typed config to annotate a field with",
+                expected=_NO_CONFIG_CLASS.format(name=cls.__name__)
+                + ", with at least one subclass that has a class_name",
+                received=f"config_class = {describe(base)}",
+                fix=f"set {cls.__name__}.config_class to a config class whose subclasses name components"))
         return concrete[0] if len(concrete) == 1 else Union[tuple(concrete)]  # noqa: UP007
 
 
@@ -147,25 +144,18 @@ class Registry:
 
     def _add(self, name: str, obj: Any, replace: bool) -> None:
         if not callable(obj):
-            raise TypeError(
-                explain(
-                    f"only classes and functions can be registered as {self.kind}",
-                    expected="a class or a function that builds the component",
-                    received=describe(obj),
-                    fix=f"decorate the class: @gyre.config.register_{self.kind[:-1]}",
-                )
-            )
+            raise TypeError(explain(
+                f"only classes and functions can be registered as {self.kind}",
+                expected="a class or a function that builds the component", received=describe(obj),
+                fix=f"decorate the class: @gyre.config.register_{self.kind[:-1]}"))
         old = self._items.get(name)
         if old is not None and old is not obj and not replace and _qualname(old) != _qualname(obj):
-            raise ValueError(
-                explain(
-                    f"the name {name!r} is already registered among the {self.kind}",
-                    expected=f"a name not taken (taken: {', '.join(sorted(self._items))})",
-                    received=f"{_qualname(obj)}; the registered one is {_qualname(old)}",
-                    fix=f"register it under another name, e.g. @register_{self.kind[:-1]}('My{name}'), "
-                    "or pass replace=True to replace it on purpose",
-                )
-            )
+            raise ValueError(explain(
+                f"the name {name!r} is already registered among the {self.kind}",
+                expected=f"a name not taken (taken: {', '.join(sorted(self._items))})",
+                received=f"{_qualname(obj)}; the registered one is {_qualname(old)}",
+                fix=f"register it under another name, e.g. @register_{self.kind[:-1]}('My{name}'), "
+                "or pass replace=True to replace it on purpose"))
         self._items[name] = obj
 
     def get(self, name: str, *, where: str = "class_name") -> Any:
@@ -181,15 +171,12 @@ class Registry:
         """
         if not isinstance(name, str) or name not in self._items:
             known = sorted(self._items)
-            raise KeyError(
-                explain(
-                    f"unknown {self.kind} name {name!r} at {where}."
-                    + (suggest(name, known) if isinstance(name, str) else ""),
-                    expected=f"one of the registered {self.kind}: {', '.join(known) or '(none yet)'}",
-                    received=describe(name),
-                    fix=f"use a registered name, or register your own with @gyre.config.register_{self.kind[:-1]}",
-                )
-            )
+            raise KeyError(explain(
+                f"unknown {self.kind} name {name!r} at {where}."
+                + (suggest(name, known) if isinstance(name, str) else ""),
+                expected=f"one of the registered {self.kind}: {', '.join(known) or '(none yet)'}",
+                received=describe(name),
+                fix=f"use a registered name, or register your own with @gyre.config.register_{self.kind[:-1]}"))
         return self._items[name]
 
     def __contains__(self, name: object) -> bool:
@@ -208,14 +195,10 @@ class Registry:
 def _name_of(obj: Any, kind: str) -> str:
     name = getattr(obj, "__name__", None)
     if not isinstance(name, str) or name == "<lambda>":
-        raise TypeError(
-            explain(
-                f"a registered {kind[:-1]} needs a name",
-                expected="a class or a def function (its __name__ is the name)",
-                received=describe(obj),
-                fix="give the name: @registry.register('Name')",
-            )
-        )
+        raise TypeError(explain(
+            f"a registered {kind[:-1]} needs a name",
+            expected="a class or a def function (its __name__ is the name)", received=describe(obj),
+            fix="give the name: @registry.register('Name')"))
     return name
 
 

@@ -50,14 +50,11 @@ def validate_tool_section(section: Any, *, where: str = "trainer.logger.tool_con
     """
     data = section_mapping(section, where)
     if "log_dir" in data:
-        raise ConfigError(
-            explain(
-                f"{where}.log_dir is not a key of a tool logger",
-                expected="the writer's folder from trainer.logger.log_dir (the run folder) or tool_config.save_dir",
-                received=f"log_dir: {describe(data['log_dir'])}",
-                fix=f"move it to trainer.logger.log_dir, or write it as {where}.save_dir",
-            )
-        )
+        raise ConfigError(explain(
+            f"{where}.log_dir is not a key of a tool logger",
+            expected="the writer's folder from trainer.logger.log_dir (the run folder) or tool_config.save_dir",
+            received=f"log_dir: {describe(data['log_dir'])}",
+            fix=f"move it to trainer.logger.log_dir, or write it as {where}.save_dir"))
     return check_section("loggers", data, where=where, extra_allowed=("log_dir",))
 
 
@@ -76,14 +73,11 @@ class _Section(BaseModel):
         # class that is not a dataclass (the kpoeppel fork's FullConfig.trainer)
         if section is not None:
             if not isinstance(section, Mapping) or data:
-                raise ConfigError(
-                    explain(
-                        f"{type(self).__name__} takes a section mapping or keyword arguments, not both",
-                        expected=f"{type(self).__name__}({{'train_epochs': 2}}) or {type(self).__name__}(train_epochs=2)",
-                        received=f"{describe(section)}" + (f" and keys {sorted(data)}" if data else ""),
-                        fix="pass the section's keys in the mapping, or pass keys alone",
-                    )
-                )
+                raise ConfigError(explain(
+                    f"{type(self).__name__} takes a section mapping or keyword arguments, not both",
+                    expected=f"{type(self).__name__}({{'train_epochs': 2}}) or {type(self).__name__}(train_epochs=2)",
+                    received=f"{describe(section)}" + (f" and keys {sorted(data)}" if data else ""),
+                    fix="pass the section's keys in the mapping, or pass keys alone"))
             data = dict(section)
         try:
             super().__init__(**data)
@@ -186,15 +180,12 @@ def tool_section(tool: Any, project_name: Any, tool_config: Any, *, where: str) 
     """The ``tool_config`` of jax_trainer's ``tool`` / ``project_name`` keys."""
     name = _TOOLS.get(tool.lower()) if isinstance(tool, str) else None
     if name is None or tool_config is not None:
-        raise ConfigError(
-            explain(
-                f"{where}.tool must be one of {', '.join(['TensorBoard', 'WandB', 'MLflow', 'CSV'])}, without tool_config"
-                if tool_config is None else f"{where} has both tool and tool_config",
-                expected="tool: TensorBoard (jax_trainer's form), or tool_config: {class_name: TensorboardToolLogger, ...}",
-                received=f"tool: {describe(tool)}" + ("" if tool_config is None else f", tool_config: {describe(tool_config)}"),
-                fix="keep one of them" if tool_config is not None else "write tool: TensorBoard" + suggest(str(tool), ["TensorBoard", "WandB", "MLflow", "CSV"]),
-            )
-        )
+        raise ConfigError(explain(
+            f"{where}.tool must be one of {', '.join(['TensorBoard', 'WandB', 'MLflow', 'CSV'])}, without tool_config"
+            if tool_config is None else f"{where} has both tool and tool_config",
+            expected="tool: TensorBoard (jax_trainer's form), or tool_config: {class_name: TensorboardToolLogger, ...}",
+            received=f"tool: {describe(tool)}" + ("" if tool_config is None else f", tool_config: {describe(tool_config)}"),
+            fix="keep one of them" if tool_config is not None else "write tool: TensorBoard" + suggest(str(tool), ["TensorBoard", "WandB", "MLflow", "CSV"])))
     section = {"class_name": name}
     if name == "WandBToolLogger" and project_name is not None:
         section["project"] = project_name
@@ -316,14 +307,10 @@ def trainer_config_class(name: str) -> type[TrainerConfig]:
         return TrainerConfig
     if isinstance(config_class, type) and issubclass(config_class, TrainerConfig):
         return config_class
-    raise ConfigError(
-        explain(
-            f"the trainer {name!r} has a config_class that is not a gyre TrainerConfig",
-            expected="config_class = a subclass of gyre.config.TrainerConfig",
-            received=describe(config_class),
-            fix="derive the trainer's config class from gyre.config.TrainerConfig",
-        )
-    )
+    raise ConfigError(explain(
+        f"the trainer {name!r} has a config_class that is not a gyre TrainerConfig",
+        expected="config_class = a subclass of gyre.config.TrainerConfig", received=describe(config_class),
+        fix="derive the trainer's config class from gyre.config.TrainerConfig"))
 
 
 _OPTIMIZER_PARTS = ("schedules", "transforms")
@@ -337,16 +324,13 @@ def _optimizer_part(value: Any, where: str) -> Any:
         kinds = [k for k in _OPTIMIZER_PARTS if isinstance(name, str) and name in REGISTRIES[k]]
         if not kinds:
             known = sorted({n for k in _OPTIMIZER_PARTS for n in REGISTRIES[k]})
-            raise ConfigError(
-                explain(
-                    f"unknown schedule or transform name {name!r} at {where}.class_name."
-                    + (suggest(name, known) if isinstance(name, str) else ""),
-                    expected=f"one of the registered schedules and transforms: {', '.join(known) or '(none yet)'}",
-                    received=describe(name),
-                    fix="use a registered name, or register your own with @gyre.config.register_schedule "
-                    "or @gyre.config.register_transform",
-                )
-            )
+            raise ConfigError(explain(
+                f"unknown schedule or transform name {name!r} at {where}.class_name."
+                + (suggest(name, known) if isinstance(name, str) else ""),
+                expected=f"one of the registered schedules and transforms: {', '.join(known) or '(none yet)'}",
+                received=describe(name),
+                fix="use a registered name, or register your own with @gyre.config.register_schedule "
+                "or @gyre.config.register_transform"))
         if len(kinds) > 1:
             return plain(value)  # both: the optimizer's builder decides
         checked = check_section(kinds[0], value, where=where)
@@ -377,15 +361,12 @@ def validate_optimizer(section: Any, *, where: str = "optimizer") -> dict[str, A
         fallback = optax_optimizers()
         if name not in fallback:
             known = list(REGISTRIES["optimizers"])
-            raise ConfigError(
-                explain(
-                    f"unknown optimizer {name!r} at {where}.class_name." + suggest(name, known + fallback),
-                    expected=f"one of the registered optimizers: {', '.join(known) or '(none yet)'}; "
-                    f"or an optax optimizer: {', '.join(fallback)}",
-                    received=describe(name),
-                    fix="use one of these names, or register your own with @gyre.config.register_optimizer",
-                )
-            )
+            raise ConfigError(explain(
+                f"unknown optimizer {name!r} at {where}.class_name." + suggest(name, known + fallback),
+                expected=f"one of the registered optimizers: {', '.join(known) or '(none yet)'}; "
+                f"or an optax optimizer: {', '.join(fallback)}",
+                received=describe(name),
+                fix="use one of these names, or register your own with @gyre.config.register_optimizer"))
         import optax
 
         rest = {k: v for k, v in data.items() if k != "class_name"}
@@ -451,16 +432,13 @@ class Config(_Section):
         elif "seed" not in data:
             data = {**data, "seed": given}
         elif data["seed"] != given and all(type(v) is int for v in (data["seed"], given)):  # else: wrong types
-            raise ConfigError(
-                explain(
-                    f"seed {data['seed']!r} and trainer.seed {given!r} disagree",
-                    expected="one seed: the top-level seed (the run's: the trainer's initial parameters "
-                    "and Python's and numpy's generators) or trainer.seed, or both equal",
-                    received=f"seed: {data['seed']!r} and trainer.seed: {given!r}",
-                    fix="keep one: remove trainer.seed from the config (seed sets it), or give both the "
-                    "same value (override both: seed=N trainer.seed=N)",
-                )
-            )
+            raise ConfigError(explain(
+                f"seed {data['seed']!r} and trainer.seed {given!r} disagree",
+                expected="one seed: the top-level seed (the run's: the trainer's initial parameters "
+                "and Python's and numpy's generators) or trainer.seed, or both equal",
+                received=f"seed: {data['seed']!r} and trainer.seed: {given!r}",
+                fix="keep one: remove trainer.seed from the config (seed sets it), or give both the "
+                "same value (override both: seed=N trainer.seed=N)"))
         return data
 
     @field_validator("trainer", mode="before")
@@ -549,12 +527,9 @@ def check_model_mode(name: str, mode: str) -> None:
     kind = model_kind(name)
     if kind is None or kind == mode:
         return
-    raise ConfigError(
-        explain(
-            f"the model {name!r} is a flax.{kind} module, but trainer.model_mode is {mode!r}",
-            expected=f"trainer.model_mode: {kind} for a flax.{kind} model (or no model_mode: the model's own)",
-            received=f"model_mode: {mode}, model {name} (flax.{kind})",
-            fix=f"write model_mode: {kind} in the trainer section, or leave model_mode out "
-            f"(or override: trainer.model_mode={kind})",
-        )
-    )
+    raise ConfigError(explain(
+        f"the model {name!r} is a flax.{kind} module, but trainer.model_mode is {mode!r}",
+        expected=f"trainer.model_mode: {kind} for a flax.{kind} model (or no model_mode: the model's own)",
+        received=f"model_mode: {mode}, model {name} (flax.{kind})",
+        fix=f"write model_mode: {kind} in the trainer section, or leave model_mode out "
+        f"(or override: trainer.model_mode={kind})"))

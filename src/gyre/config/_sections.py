@@ -7,14 +7,13 @@ their path (:func:`real`, :func:`whole`, :func:`flag`).
 
 import contextlib
 import inspect
-import math
-import numbers
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
 from gyre.config._registry import Registry
-from gyre.core._errors import as_integer, describe, explain, suggest
+from gyre.core import _checks as checks
+from gyre.core._errors import describe, explain, suggest
 
 _WHERE: ContextVar[str] = ContextVar("gyre_config_where", default="")
 _RUN_STEPS: ContextVar[int | None] = ContextVar("gyre_config_run_steps", default=None)
@@ -77,40 +76,28 @@ def length(key: str, value: object, *, name: str, keys: str = "") -> int:
         return whole(key, value, minimum=1)
     steps = run_steps()
     if steps is None:
-        raise RunLengthUnknown(
-            explain(
-                f"{who(name)} needs {keys or key}: no run length is known to default to",
-                expected=f"{key}: the schedule's number of steps (left out, it is the run's: epochs x batches per epoch, "
-                "known when the trainer or gyre fit builds the optimizer)",
-                received=f"no {key}",
-                fix=f"write {key}: <steps>, or build it with build_optimizer(section, total_steps=<the run's steps>)",
-            )
-        )
+        raise RunLengthUnknown(explain(
+            f"{who(name)} needs {keys or key}: no run length is known to default to",
+            expected=f"{key}: the schedule's number of steps (left out, it is the run's: epochs x batches per epoch, "
+            "known when the trainer or gyre fit builds the optimizer)",
+            received=f"no {key}",
+            fix=f"write {key}: <steps>, or build it with build_optimizer(section, total_steps=<the run's steps>)"))
     return steps
 
 
 def class_name_of(section: object, *, where: str, registry: Registry, also: str = "") -> str:
     """The ``class_name`` of a section; a non-mapping or a missing name is a clear error."""
     known = ", ".join(sorted(registry)) + also
-    if not isinstance(section, Mapping):
-        raise TypeError(
-            explain(
-                f"{where} must be a section (a mapping with class_name)",
-                expected=f"a mapping with class_name one of: {known}",
-                received=describe(section),
-                fix=f"write e.g. {where}: {{class_name: {next(iter(registry), 'Name')}, ...}}",
-            )
-        )
+    checks.instance(section, where, Mapping, kind="a section (a mapping with class_name)",
+                    expected=f"a mapping with class_name one of: {known}",
+                    fix=f"write e.g. {where}: {{class_name: {next(iter(registry), 'Name')}, ...}}")
     name = section.get("class_name")
     if not isinstance(name, str):
-        raise ValueError(
-            explain(
-                f"{where} has no class_name (a string)",
-                expected=f"class_name: one of {known}",
-                received=describe(name) if "class_name" in section else f"keys {sorted(section)}",
-                fix=f"add class_name to {where}",
-            )
-        )
+        raise ValueError(explain(
+            f"{where} has no class_name (a string)",
+            expected=f"class_name: one of {known}",
+            received=describe(name) if "class_name" in section else f"keys {sorted(section)}",
+            fix=f"add class_name to {where}"))
     return name
 
 
@@ -145,14 +132,10 @@ def check_keys(
     )
     for key in kwargs:
         if known is not None and key not in known:
-            raise ValueError(
-                explain(
-                    f"unknown key {key!r} at {where} ({name})." + suggest(str(key), known),
-                    expected=f"the keys of {name}: {listing}",
-                    received=f"{key}: {describe(kwargs[key])}",
-                    fix=f"remove {key!r} or spell it as one of the keys above",
-                )
-            )
+            raise ValueError(explain(
+                f"unknown key {key!r} at {where} ({name})." + suggest(str(key), known),
+                expected=f"the keys of {name}: {listing}", received=f"{key}: {describe(kwargs[key])}",
+                fix=f"remove {key!r} or spell it as one of the keys above"))
     missing = [
         k
         for k, p in params.items()
@@ -161,14 +144,10 @@ def check_keys(
         and k not in kwargs
     ]
     if missing:
-        raise ValueError(
-            explain(
-                f"missing required key{'s' if len(missing) > 1 else ''} {', '.join(missing)} at {where} ({name})",
-                expected=f"the keys of {name}: {listing}",
-                received=f"keys {sorted(kwargs)}",
-                fix=f"add {', '.join(f'{k}: ...' for k in missing)} to {where}",
-            )
-        )
+        raise ValueError(explain(
+            f"missing required key{'s' if len(missing) > 1 else ''} {', '.join(missing)} at {where} ({name})",
+            expected=f"the keys of {name}: {listing}", received=f"keys {sorted(kwargs)}",
+            fix=f"add {', '.join(f'{k}: ...' for k in missing)} to {where}"))
 
 
 def _parameters(target: Callable[..., Any]) -> dict[str, inspect.Parameter]:
@@ -209,53 +188,17 @@ def real(
 ) -> float:
     """``value`` as a finite Python float (a numeric string such as ``"1e-3"`` counts, as
     PyYAML reads it), at least ``minimum`` / more than ``above``; else a clear error."""
-    number: float | None = None
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        number = float(value)
-    elif isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            number = float(value)
-    ok = number is not None and math.isfinite(number)
-    ok = ok and (minimum is None or number >= minimum) and (above is None or number > above)  # type: ignore[operator]
-    if not ok:
-        bound = (
-            f" >= {minimum}" if minimum is not None else f" > {above}" if above is not None else ""
-        )
-        raise ValueError(
-            explain(
-                f"{here(key)} must be a finite number{bound}",
-                expected=f"a float{bound}",
-                received=describe(value),
-                fix=f"write {key or here().rsplit('.', 1)[-1]}: <a number{bound}>",
-            )
-        )
-    return number  # type: ignore[return-value]
+    bound = f" >= {minimum}" if minimum is not None else f" > {above}" if above is not None else ""
+    fix = f"write {key or here().rsplit('.', 1)[-1]}: <a number{bound}>"
+    return checks.real(value, here(key), minimum=minimum, above=above, text=True, fix=fix)
 
 
 def whole(key: str, value: object, *, minimum: int) -> int:
     """``value`` as a Python int of at least ``minimum`` (booleans and 2.5 are errors)."""
-    number = as_integer(value)
-    if number is None or number < minimum:
-        raise ValueError(
-            explain(
-                f"{here(key)} must be a whole number >= {minimum}",
-                expected=f"an int >= {minimum}",
-                received=describe(value),
-                fix=f"write {key}: <an int >= {minimum}>",
-            )
-        )
-    return number
+    return checks.whole(value, here(key), minimum=minimum, fix=f"write {key}: <an int >= {minimum}>")
 
 
 def flag(key: str, value: object) -> bool:
     """``value`` when it is a bool; else a clear error (``"false"`` is not a bool)."""
-    if not isinstance(value, bool):
-        raise TypeError(
-            explain(
-                f"{here(key)} must be true or false",
-                expected="a bool",
-                received=describe(value),
-                fix=f"write {key}: true or {key}: false",
-            )
-        )
-    return value
+    return checks.instance(value, here(key), bool, kind="true or false", expected="a bool",
+                           fix=f"write {key}: true or {key}: false")

@@ -26,9 +26,7 @@ def _check(config: Any, name: str, value: Any, kinds: tuple[type, ...], example:
         raise TypeError(explain(
             f"{type(config).__name__}.{name} has the wrong type",
             expected=" or ".join("None" if k is type(None) else k.__name__ for k in kinds),
-            received=describe(value),
-            fix=f"{type(config).__name__}({name}={example})",
-        ))
+            received=describe(value), fix=f"{type(config).__name__}({name}={example})"))
 
 
 @dataclasses.dataclass

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from gyre.config._components import lookup
 from gyre.config._registry import register_logger
 from gyre.config._schema import validate_tool_section
-from gyre.core._errors import describe, explain
+from gyre.core._checks import path
 from gyre.loggers._mlflow import MLflowWriter
 from gyre.loggers._plain_files import CSVWriter
 from gyre.loggers._tensorboard import TensorBoardWriter
@@ -28,16 +28,9 @@ from gyre.loggers._writer import Writer
 
 
 def _run_folder(log_dir: Any, who: str) -> str:
-    if isinstance(log_dir, bytes) or not isinstance(log_dir, (str, os.PathLike)) or not os.fspath(log_dir):
-        raise TypeError(
-            explain(
-                f"{who} needs the run folder as log_dir",
+    return path(log_dir, f"{who} needs the run folder as log_dir",
                 expected="a str or pathlib.Path (the trainer passes its run folder)",
-                received=describe(log_dir),
-                fix=f"call it as {who}(log_dir='runs/my_run', ...)",
-            )
-        )
-    return os.fspath(log_dir)
+                fix=f"call it as {who}(log_dir='runs/my_run', ...)")
 
 
 def _version(version: str | None, use_timestamp_version: bool) -> str:

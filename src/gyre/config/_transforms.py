@@ -23,6 +23,7 @@ import optax
 
 from gyre.config._registry import TRANSFORMS, ConfigTyped
 from gyre.config._sections import call_section, class_name_of, flag, here, real, who
+from gyre.core._checks import choice, instance
 from gyre.core._errors import describe, explain
 
 #: What a config may write for ``transforms``: a list of sections, or names -> sections.
@@ -112,26 +113,15 @@ def parameter_path(path: Sequence[Any]) -> str:
 
 
 def _regex(key: str, pattern: object) -> re.Pattern[str] | None:
-    if not isinstance(pattern, str):
-        raise TypeError(
-            explain(
-                f"{here(key)} must be a regex string",
-                expected="a str",
-                received=describe(pattern),
-                fix=f'write {key}: "kernel$"',
-            )
-        )
+    instance(pattern, here(key), str, kind="a regex string", expected="a str", fix=f'write {key}: "kernel$"')
     try:
         return re.compile(pattern) if pattern else None
     except re.error as error:
-        raise ValueError(
-            explain(
-                f"{here(key)} is not a valid regular expression: {error}",
-                expected="a Python regex searched in each parameter path, e.g. '(kernel|weight)$'",
-                received=repr(pattern),
-                fix="fix the regex (quote it in YAML; escape literal brackets and dots)",
-            )
-        ) from None
+        raise ValueError(explain(
+            f"{here(key)} is not a valid regular expression: {error}",
+            expected="a Python regex searched in each parameter path, e.g. '(kernel|weight)$'",
+            received=repr(pattern),
+            fix="fix the regex (quote it in YAML; escape literal brackets and dots)")) from None
 
 
 @TRANSFORMS.register
@@ -173,26 +163,16 @@ def WeightDecay(  # noqa: N802 (config class names)
     """
     rate = real("value", value, minimum=0.0)
     before = True if before_optimizer is None else flag("before_optimizer", before_optimizer)
-    if mode not in ("whitelist", "blacklist"):
-        raise ValueError(
-            explain(
-                f"{here('mode')} must be 'whitelist' or 'blacklist'",
-                expected="whitelist (decay what include matches) or blacklist (decay all but what exclude matches)",
-                received=describe(mode),
-                fix="write mode: whitelist",
-            )
-        )
+    choice(mode, here("mode"), ("whitelist", "blacklist"), fix="write mode: whitelist.",
+           expected="whitelist (decay what include matches) or blacklist (decay all but what exclude matches)")
     include = _regex("parameter_regex_include", parameter_regex_include)
     exclude = _regex("parameter_regex_exclude", parameter_regex_exclude)
     if mode == "blacklist" and parameter_regex_include != DEFAULT_DECAY_REGEX:
-        raise ValueError(
-            explain(
-                f"{who('WeightDecay')}: parameter_regex_include is not used in blacklist mode",
-                expected="blacklist: decay every parameter except those matching parameter_regex_exclude",
-                received=f"parameter_regex_include: {parameter_regex_include!r}",
-                fix="move the regex to parameter_regex_exclude, or use mode: whitelist",
-            )
-        )
+        raise ValueError(explain(
+            f"{who('WeightDecay')}: parameter_regex_include is not used in blacklist mode",
+            expected="blacklist: decay every parameter except those matching parameter_regex_exclude",
+            received=f"parameter_regex_include: {parameter_regex_include!r}",
+            fix="move the regex to parameter_regex_exclude, or use mode: whitelist"))
 
     def decays(path: str) -> bool:
         if exclude is not None and exclude.search(path):
@@ -208,15 +188,12 @@ def WeightDecay(  # noqa: N802 (config class names)
         if before:
             return optax.add_decayed_weights(rate, mask)
         if learning_rate is None or callable(learning_rate):
-            raise ValueError(
-                explain(
-                    "a WeightDecay after the optimizer is decoupled: it needs the current learning rate",
-                    expected="make(learning_rate=<the rate as a number or scalar array>)",
-                    received=describe(learning_rate),
-                    fix="build it through build_optimizer / assemble_optimizer with log_learning_rate: true "
-                    "(they pass the rate), or apply it before the optimizer (before_optimizer: true)",
-                )
-            )
+            raise ValueError(explain(
+                "a WeightDecay after the optimizer is decoupled: it needs the current learning rate",
+                expected="make(learning_rate=<the rate as a number or scalar array>)",
+                received=describe(learning_rate),
+                fix="build it through build_optimizer / assemble_optimizer with log_learning_rate: true "
+                "(they pass the rate), or apply it before the optimizer (before_optimizer: true)"))
         return optax.masked(_decoupled_decay(rate, learning_rate), mask)
 
     return WeightDecayTransform("WeightDecay", before, factory, value=rate, mask=mask)
@@ -287,14 +264,11 @@ def build_transform(section: object, *, where: str = "optimizer.transforms[0]") 
     target = TRANSFORMS.get(name, where=f"{where}.class_name")
     built = call_section(target, name, section, where=where)  # type: ignore[arg-type]
     if not isinstance(built, Transform):
-        raise TypeError(
-            explain(
-                f"the transform {name!r} at {where} did not return a gyre.config.Transform",
-                expected="Transform(name, before_optimizer, factory) from the registered function",
-                received=describe(built),
-                fix=f"return Transform({name!r}, before_optimizer, lambda learning_rate: <optax transformation>)",
-            )
-        )
+        raise TypeError(explain(
+            f"the transform {name!r} at {where} did not return a gyre.config.Transform",
+            expected="Transform(name, before_optimizer, factory) from the registered function",
+            received=describe(built),
+            fix=f"return Transform({name!r}, before_optimizer, lambda learning_rate: <optax transformation>)"))
     return built
 
 
@@ -313,25 +287,18 @@ def build_transforms(value: object, *, where: str = "optimizer.transforms") -> l
         return []
     if isinstance(value, Mapping):
         if "class_name" in value:
-            raise TypeError(
-                explain(
-                    f"{where} must be a list of transform sections (or a mapping of names to sections)",
-                    expected="[{class_name: GradClipNorm, max_norm: 1.0}, ...]",
-                    received=f"one section: {describe(dict(value))}",
-                    fix="write the section as the only item of a list",
-                )
-            )
+            raise TypeError(explain(
+                f"{where} must be a list of transform sections (or a mapping of names to sections)",
+                expected="[{class_name: GradClipNorm, max_norm: 1.0}, ...]",
+                received=f"one section: {describe(dict(value))}",
+                fix="write the section as the only item of a list"))
         return [build_transform(s, where=f"{where}.{k}") for k, s in value.items()]
     if isinstance(value, Sequence) and not isinstance(value, str):
         return [build_transform(s, where=f"{where}[{i}]") for i, s in enumerate(value)]
-    raise TypeError(
-        explain(
-            f"{where} must be a list of transform sections",
-            expected=f"a list of mappings with class_name one of: {', '.join(TRANSFORMS)}",
-            received=describe(value),
-            fix="write transforms: [{class_name: GradClipNorm, max_norm: 1.0}]",
-        )
-    )
+    raise TypeError(explain(
+        f"{where} must be a list of transform sections",
+        expected=f"a list of mappings with class_name one of: {', '.join(TRANSFORMS)}",
+        received=describe(value), fix="write transforms: [{class_name: GradClipNorm, max_norm: 1.0}]"))
 
 
 __all__ = [

@@ -37,14 +37,11 @@ def _config_or_keys(cls: type, config: Any, keys: Mapping[str, Any]) -> None:
     """Checks that exactly one of a typed config and keys came, of the class's config type."""
     wanted = cls.config_class  # type: ignore[attr-defined]
     if config is not None and (keys or not isinstance(config, wanted)):
-        raise TypeError(
-            explain(
-                f"{cls.__name__} takes a {wanted.__name__} or keyword arguments, not both",
-                expected=f"{cls.__name__}({wanted.__name__}(...)) or {cls.__name__}(<keys of the section>)",
-                received=f"{describe(config)} and keys {sorted(keys)}",
-                fix=f"pass the fields in the {wanted.__name__}, or pass keys alone",
-            )
-        )
+        raise TypeError(explain(
+            f"{cls.__name__} takes a {wanted.__name__} or keyword arguments, not both",
+            expected=f"{cls.__name__}({wanted.__name__}(...)) or {cls.__name__}(<keys of the section>)",
+            received=f"{describe(config)} and keys {sorted(keys)}",
+            fix=f"pass the fields in the {wanted.__name__}, or pass keys alone"))
     if config is None:
         check_keys(wanted.builder, cls.__name__, keys, where=here() or cls.__name__)
 

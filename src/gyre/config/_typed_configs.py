@@ -91,15 +91,12 @@ class _KeywordsChecked(type):
         fields = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
         wrong = [k for k in kwargs if k not in fields]
         if args or wrong:
-            raise TypedConfigError(
-                explain(
-                    f"{cls.__name__} takes its fields as keywords"
-                    + (f": {wrong[0]!r} is not one of them." + suggest(wrong[0], fields) if wrong else ""),
-                    expected=f"keywords among: {', '.join(fields)}",
-                    received=f"{len(args)} positional argument(s), keywords {sorted(kwargs)}",
-                    fix=f"write {cls.__name__}({fields[0] if fields else 'name'}=...)",
-                )
-            )
+            raise TypedConfigError(explain(
+                f"{cls.__name__} takes its fields as keywords"
+                + (f": {wrong[0]!r} is not one of them." + suggest(wrong[0], fields) if wrong else ""),
+                expected=f"keywords among: {', '.join(fields)}",
+                received=f"{len(args)} positional argument(s), keywords {sorted(kwargs)}",
+                fix=f"write {cls.__name__}({fields[0] if fields else 'name'}=...)"))
         return super().__call__(**kwargs)
 
 
@@ -135,25 +132,17 @@ class TypedConfig(metaclass=_KeywordsChecked):
         ``class_name``; ``interface`` (optional, the fork's argument) is checked against it.
         """
         if self.class_name is None:
-            raise TypedConfigError(
-                explain(
-                    f"{type(self).__name__} is a base class: it builds nothing",
-                    expected="a concrete config, e.g. LinearScheduleConfig or SGDConfig",
-                    received=describe(self),
-                    fix="use the config of the component you want",
-                )
-            )
+            raise TypedConfigError(explain(
+                f"{type(self).__name__} is a base class: it builds nothing",
+                expected="a concrete config, e.g. LinearScheduleConfig or SGDConfig", received=describe(self),
+                fix="use the config of the component you want"))
         target = REGISTRIES[self.registry].get(self.class_name)
         built = target(self) if isinstance(target, type) else target(**self.keys())
         if interface is not None and not isinstance(built, interface):
-            raise TypeError(
-                explain(
-                    f"{self.class_name} is not a {interface.__name__}",
-                    expected=f"an interface {self.class_name} implements",
-                    received=interface.__name__,
-                    fix=f"call instantiate() without an argument, or with {type(built).__name__}",
-                )
-            )
+            raise TypeError(explain(
+                f"{self.class_name} is not a {interface.__name__}",
+                expected=f"an interface {self.class_name} implements", received=interface.__name__,
+                fix=f"call instantiate() without an argument, or with {type(built).__name__}"))
         return built
 
 
@@ -423,14 +412,11 @@ class BaseOptimizerConfig(TypedConfig):
     def __post_init__(self) -> None:
         rate = self.learning_rate
         if not isinstance(rate, (BaseScheduleConfig, numbers.Real, str)) or isinstance(rate, bool):
-            raise TypedConfigError(
-                explain(
-                    f"{type(self).__name__}.learning_rate must be a number or a schedule config",
-                    expected="e.g. 1e-3, or LinearScheduleConfig(init_value=1e-3, end_value=0.0, steps=1000)",
-                    received=describe(rate),
-                    fix="pass a float or one of the *ScheduleConfig values (a YAML section goes to build_optimizer)",
-                )
-            )
+            raise TypedConfigError(explain(
+                f"{type(self).__name__}.learning_rate must be a number or a schedule config",
+                expected="e.g. 1e-3, or LinearScheduleConfig(init_value=1e-3, end_value=0.0, steps=1000)",
+                received=describe(rate),
+                fix="pass a float or one of the *ScheduleConfig values (a YAML section goes to build_optimizer)"))
         if not isinstance(rate, BaseScheduleConfig):
             object.__setattr__(self, "learning_rate", checked(real, key="learning_rate", value=rate, minimum=0.0))
         super().__post_init__()

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from gyre.config._components import ConfigError, section_mapping
 from gyre.config._schema import Config
+from gyre.core._checks import instance
 from gyre.core._errors import describe, explain, warn
 
 _FLOAT = "tag:yaml.org,2002:float"
@@ -51,28 +52,22 @@ def _expanded_size(root: yaml.Node, where: str) -> int:
         if id(node) in sizes:
             return sizes[id(node)]
         if id(node) in open_nodes:
-            raise ConfigError(
-                explain(
-                    f"the YAML of {where} holds itself (an alias inside its own anchor)",
-                    expected="a config of plain values, sections and lists",
-                    received=f"the anchor at line {node.start_mark.line + 1} used inside itself",
-                    fix="write the value out, or point the alias at another anchor",
-                )
-            )
+            raise ConfigError(explain(
+                f"the YAML of {where} holds itself (an alias inside its own anchor)",
+                expected="a config of plain values, sections and lists",
+                received=f"the anchor at line {node.start_mark.line + 1} used inside itself",
+                fix="write the value out, or point the alias at another anchor"))
         open_nodes.add(id(node))
         children = node.value if isinstance(node, yaml.CollectionNode) else ()
         total = 1 + sum(size(c) for child in children for c in (child if isinstance(child, tuple) else (child,)))
         open_nodes.discard(id(node))
         if total > MAX_NODES:
-            raise ConfigError(
-                explain(
-                    f"the YAML of {where} expands to more than {MAX_NODES:,} values: aliases of "
-                    "aliases (*name) multiply",
-                    expected=f"a config of at most {MAX_NODES:,} values once its aliases are copied out",
-                    received=f"the value at line {node.start_mark.line + 1} alone expands to {total:,}",
-                    fix="write the config without nested aliases (a 'billion laughs' is not a config)",
-                )
-            )
+            raise ConfigError(explain(
+                f"the YAML of {where} expands to more than {MAX_NODES:,} values: aliases of "
+                "aliases (*name) multiply",
+                expected=f"a config of at most {MAX_NODES:,} values once its aliases are copied out",
+                received=f"the value at line {node.start_mark.line + 1} alone expands to {total:,}",
+                fix="write the config without nested aliases (a 'billion laughs' is not a config)"))
         sizes[id(node)] = total
         return total
 
@@ -124,37 +119,25 @@ ConfigDumper.add_implicit_resolver(_FLOAT, _FLOAT_RE, list("-+0123456789."))
 def _read(source: str | os.PathLike[str]) -> Any:
     path = os.fspath(source)
     if not os.path.isfile(path):
-        raise FileNotFoundError(
-            explain(
-                f"no config file {path!r}" + (" (is it a folder?)" if os.path.isdir(path) else ""),
-                expected="the path of a YAML file",
-                received=describe(path),
-                fix="check the path; YAML text goes through yaml.safe_load first: load_config(yaml.safe_load(text))"
-                if "\n" in path
-                else "check the path (relative paths start at the working directory)",
-            )
-        )
+        raise FileNotFoundError(explain(
+            f"no config file {path!r}" + (" (is it a folder?)" if os.path.isdir(path) else ""),
+            expected="the path of a YAML file", received=describe(path),
+            fix="check the path; YAML text goes through yaml.safe_load first: load_config(yaml.safe_load(text))"
+            if "\n" in path
+            else "check the path (relative paths start at the working directory)"))
     with open(path, encoding="utf-8") as stream:
         try:
             data = yaml.load(stream, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader)
         except yaml.YAMLError as err:
-            raise ConfigError(
-                explain(
-                    f"the config file {path!r} is not valid YAML",
-                    expected="YAML mappings of 'key: value' lines",
-                    received=str(err),
-                    fix="correct the YAML at the line shown",
-                )
-            ) from None
+            raise ConfigError(explain(
+                f"the config file {path!r} is not valid YAML",
+                expected="YAML mappings of 'key: value' lines", received=str(err),
+                fix="correct the YAML at the line shown")) from None
     if data is None:
-        raise ConfigError(
-            explain(
-                f"the config file {path!r} is empty",
-                expected="the sections trainer, model, optimizer and dataset",
-                received="no YAML content",
-                fix="write the config (see the seed example in gyre's docs)",
-            )
-        )
+        raise ConfigError(explain(
+            f"the config file {path!r} is empty",
+            expected="the sections trainer, model, optimizer and dataset", received="no YAML content",
+            fix="write the config (see the seed example in gyre's docs)"))
     return data
 
 
@@ -175,51 +158,34 @@ def apply_override(data: dict[str, Any], override: str) -> None:
         ConfigError: no ``=``, an empty part of the key, a value that is not YAML, or a path
             through a value that is not a mapping.
     """
-    if not isinstance(override, str):
-        raise ConfigError(
-            explain(
-                "an override must be a 'dotted.key=value' string",
-                expected="a str such as 'trainer.train_epochs=3'",
-                received=describe(override),
-                fix="pass overrides as a list of strings",
-            )
-        )
+    instance(override, "an override", str, kind="a 'dotted.key=value' string",
+             expected="a str such as 'trainer.train_epochs=3'",
+             fix="pass overrides as a list of strings", error=ConfigError)
     key, sep, text = override.partition("=")
     parts = key.strip().split(".")
     if not sep or not all(parts):
-        raise ConfigError(
-            explain(
-                f"malformed override {override!r}",
-                expected="dotted.key=value, e.g. trainer.train_epochs=3 (no empty part between dots)",
-                received=describe(override),
-                fix="write the full dotted path of the key, '=', then the value",
-            )
-        )
+        raise ConfigError(explain(
+            f"malformed override {override!r}",
+            expected="dotted.key=value, e.g. trainer.train_epochs=3 (no empty part between dots)",
+            received=describe(override), fix="write the full dotted path of the key, '=', then the value"))
     try:
         value = yaml.load(text, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
-        raise ConfigError(
-            explain(
-                f"the value of the override {override!r} is not valid YAML",
-                expected="a YAML value: 3, 1e-3, max, 'quoted text', [1, 2], {key: value}",
-                received=str(err).replace("\n", " "),
-                fix="quote the value, e.g. key='text: with colon'",
-            )
-        ) from None
+        raise ConfigError(explain(
+            f"the value of the override {override!r} is not valid YAML",
+            expected="a YAML value: 3, 1e-3, max, 'quoted text', [1, 2], {key: value}",
+            received=str(err).replace("\n", " "),
+            fix="quote the value, e.g. key='text: with colon'")) from None
     node = data
     for i, part in enumerate(parts[:-1]):
         child = node.get(part)
         if child is None:
             child = node[part] = {}
         elif not isinstance(child, dict):
-            raise ConfigError(
-                explain(
-                    f"the override {override!r} goes through {'.'.join(parts[: i + 1])}, which is not a section",
-                    expected=f"{'.'.join(parts[: i + 1])} to be a mapping of keys",
-                    received=describe(child),
-                    fix=f"override the whole value instead: {'.'.join(parts[: i + 1])}={{key: value, ...}}",
-                )
-            )
+            raise ConfigError(explain(
+                f"the override {override!r} goes through {'.'.join(parts[: i + 1])}, which is not a section",
+                expected=f"{'.'.join(parts[: i + 1])} to be a mapping of keys", received=describe(child),
+                fix=f"override the whole value instead: {'.'.join(parts[: i + 1])}={{key: value, ...}}"))
         node = child
     node[parts[-1]] = value
 
@@ -264,27 +230,19 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], overrides: S
         ...
     """
     if isinstance(overrides, (str, bytes)):
-        raise ConfigError(
-            explain(
-                "overrides must be a list of 'dotted.key=value' strings",
-                expected="e.g. ['trainer.train_epochs=3']",
-                received=describe(overrides),
-                fix=f"wrap it in a list: [{overrides!r}]",
-            )
-        )
+        raise ConfigError(explain(
+            "overrides must be a list of 'dotted.key=value' strings",
+            expected="e.g. ['trainer.train_epochs=3']", received=describe(overrides),
+            fix=f"wrap it in a list: [{overrides!r}]"))
     if isinstance(source, Mapping):
         data = source
     elif isinstance(source, (str, os.PathLike)) and not isinstance(source, bytes):
         data = _read(source)
     else:
-        raise TypeError(
-            explain(
-                "load_config reads a YAML file or a mapping",
-                expected="a str or pathlib.Path of a YAML file, or a dict",
-                received=describe(source),
-                fix="load_config('configs/digits.yaml')",
-            )
-        )
+        raise TypeError(explain(
+            "load_config reads a YAML file or a mapping",
+            expected="a str or pathlib.Path of a YAML file, or a dict", received=describe(source),
+            fix="load_config('configs/digits.yaml')"))
     data = _plain(section_mapping(data, ""))
     for override in overrides:
         apply_override(data, override)
@@ -302,14 +260,10 @@ def config_to_dict(config: BaseModel) -> dict[str, Any]:
         50
     """
     if not isinstance(config, BaseModel):
-        raise TypeError(
-            explain(
-                "config_to_dict takes a validated config",
-                expected="a gyre.config.Config (from load_config)",
-                received=describe(config),
-                fix="config_to_dict(load_config(path))",
-            )
-        )
+        raise TypeError(explain(
+            "config_to_dict takes a validated config",
+            expected="a gyre.config.Config (from load_config)", received=describe(config),
+            fix="config_to_dict(load_config(path))"))
     return config.model_dump(mode="json")
 
 
@@ -342,26 +296,18 @@ def flatten_configdict(cfg: Any, separation_mark: str = ".") -> dict[str, Any]:
         {'a': 1, 'b/c': 2, 'b/d/e': 3}
     """
     if not isinstance(separation_mark, str) or not separation_mark:
-        raise TypeError(
-            explain(
-                "separation_mark must be a non-empty string",
-                expected="a str such as '.' or '/'",
-                received=describe(separation_mark),
-                fix="flatten_configdict(cfg, separation_mark='.')",
-            )
-        )
+        raise TypeError(explain(
+            "separation_mark must be a non-empty string",
+            expected="a str such as '.' or '/'", received=describe(separation_mark),
+            fix="flatten_configdict(cfg, separation_mark='.')"))
     data = config_to_dict(cfg) if isinstance(cfg, BaseModel) else cfg
     if not isinstance(data, Mapping) and callable(getattr(data, "to_dict", None)):
         data = data.to_dict()
     if not isinstance(data, Mapping):
-        raise TypeError(
-            explain(
-                "flatten_configdict takes a nested mapping",
-                expected="a dict, an ml_collections.ConfigDict or a gyre.config.Config",
-                received=describe(cfg),
-                fix="flatten_configdict(config_to_dict(load_config(path)))",
-            )
-        )
+        raise TypeError(explain(
+            "flatten_configdict takes a nested mapping",
+            expected="a dict, an ml_collections.ConfigDict or a gyre.config.Config", received=describe(cfg),
+            fix="flatten_configdict(config_to_dict(load_config(path)))"))
     flat: dict[str, Any] = {}
     for key, value in data.items():
         if isinstance(value, Mapping) or (not isinstance(value, (str, bytes)) and callable(getattr(value, "to_dict", None))):

@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 
+from gyre.core._checks import instance, whole
 from gyre.core._errors import as_integer, describe, explain
 
 CLOCK_FIELDS = ("steps", "samples", "epochs", "step_in_epoch", "time", "date")
@@ -69,12 +70,11 @@ class Elapsed:
         if name == "_step":
             object.__setattr__(self, name, value)
             return
-        raise AttributeError(
-            explain(f"Elapsed is immutable: its {name!r} cannot be set", expected="a new clock",
-                    received=f"elapsed.{name} = {describe(value)}",
-                    fix=f"elapsed.replace({name}=...) returns a copy with it changed"
-                    if name in CLOCK_FIELDS else f"use one of the counters {CLOCK_FIELDS} through replace(...)")
-        )
+        raise AttributeError(explain(
+            f"Elapsed is immutable: its {name!r} cannot be set",
+            expected="a new clock", received=f"elapsed.{name} = {describe(value)}",
+            fix=f"elapsed.replace({name}=...) returns a copy with it changed"
+            if name in CLOCK_FIELDS else f"use one of the counters {CLOCK_FIELDS} through replace(...)"))
 
     @classmethod
     def create(
@@ -204,14 +204,10 @@ class Elapsed:
         """
         unknown = set(changes) - set(CLOCK_FIELDS)
         if unknown:
-            raise TypeError(
-                explain(
-                    f"Elapsed has no counter {sorted(unknown)}",
-                    expected=f"some of {CLOCK_FIELDS}",
-                    received=str(sorted(changes)),
-                    fix="use one of the names listed as expected",
-                )
-            )
+            raise TypeError(explain(
+                f"Elapsed has no counter {sorted(unknown)}",
+                expected=f"some of {CLOCK_FIELDS}", received=str(sorted(changes)),
+                fix="use one of the names listed as expected"))
         values = {name: getattr(self, name) for name in CLOCK_FIELDS}
         values.update(changes)
         return Elapsed(**values)
@@ -253,15 +249,9 @@ class Elapsed:
             >>> Elapsed(steps=3).reached(at(steps=3))
             True
         """
-        if not isinstance(period, Period):
-            raise TypeError(
-                explain(
-                    "an Elapsed can only be compared with a Period",
-                    expected="gyre.at(steps=..., samples=..., epochs=..., time=..., date=...)",
-                    received=describe(period),
-                    fix="wrap the bound in gyre.at(...), e.g. elapsed >= gyre.at(steps=100)",
-                )
-            )
+        instance(period, "what an Elapsed is compared with", Period, kind="a Period",
+                 expected="gyre.at(steps=..., samples=..., epochs=..., time=..., date=...)",
+                 fix="wrap the bound in gyre.at(...), e.g. elapsed >= gyre.at(steps=100)")
         return (
             (period.steps is not None and self.steps >= period.steps)
             or (period.samples is not None and self.samples >= period.samples)
@@ -339,20 +329,13 @@ jax.tree_util.register_pytree_node(
 
 
 def _check_amount(name: str, value: Any, *, integral: bool) -> None:
+    """A Period's amount: a whole number >= 0 (steps, samples, epochs) or a number >= 0 (time)."""
+    fix = f"pass {name}=10 (or leave it out)"
     if integral:
-        number = as_integer(value)
-    else:
-        number = None if isinstance(value, bool) or not isinstance(value, numbers.Real) else value
-    if number is None or number < 0:
-        want = "a whole number >= 0" if integral else "a number >= 0"
-        raise ValueError(
-            explain(
-                f"{name}= must be {want}",
-                expected=want,
-                received=describe(value),
-                fix=f"pass {name}=10 (or leave it out)",
-            )
-        )
+        whole(value, f"{name}=", expected="a whole number >= 0", fix=fix)
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0:
+        raise ValueError(explain(f"{name}= must be a number >= 0", expected="a number >= 0",
+                                 received=describe(value), fix=fix))
 
 
 class Period:
@@ -395,14 +378,10 @@ class Period:
         elif date is not None:
             _check_amount("date", date, integral=False)
         if steps is None and samples is None and epochs is None and time is None and date is None:
-            raise ValueError(
-                explain(
-                    "a Period needs at least one quantity",
-                    expected="one or more of steps=, samples=, epochs=, time=, date=",
-                    received="none of them",
-                    fix="e.g. gyre.at(steps=1000) or gyre.at(epochs=5)",
-                )
-            )
+            raise ValueError(explain(
+                "a Period needs at least one quantity",
+                expected="one or more of steps=, samples=, epochs=, time=, date=", received="none of them",
+                fix="e.g. gyre.at(steps=1000) or gyre.at(epochs=5)"))
         self.steps = steps
         self.samples = samples
         self.epochs = epochs
@@ -516,16 +495,13 @@ def infer_batch_size(batch: Any) -> int:
 
 def _disagree(batch: Any) -> None:
     shapes = [tuple(getattr(leaf, "shape", ())) for leaf in jax.tree_util.tree_leaves(batch)]
-    raise ValueError(
-        explain(
-            "the loop cannot tell the samples in a batch: its arrays disagree on their leading dimension",
-            expected="array leaves sharing their leading dimension (the samples), or batch_size_fn=",
-            received=f"leaves of shapes {shapes}",
-            fix="say how to count them: batch_size_fn=lambda batch: batch['y'].shape[0] (a keyword of "
-            "gyre.loop, train_loop, test_loop, gyre.fit and the jaxloop loops; it weighs evaluation "
-            "means and counts samples)",
-        )
-    )
+    raise ValueError(explain(
+        "the loop cannot tell the samples in a batch: its arrays disagree on their leading dimension",
+        expected="array leaves sharing their leading dimension (the samples), or batch_size_fn=",
+        received=f"leaves of shapes {shapes}",
+        fix="say how to count them: batch_size_fn=lambda batch: batch['y'].shape[0] (a keyword of "
+        "gyre.loop, train_loop, test_loop, gyre.fit and the jaxloop loops; it weighs evaluation "
+        "means and counts samples)"))
 
 
 _ARRAY_TYPES: set[type] = set()  # array types met so far (numpy, jax's concrete array types)

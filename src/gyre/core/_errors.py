@@ -74,14 +74,10 @@ def as_pair(result: object, who: str, names: str = "(state, outputs)",
     """
     if isinstance(result, tuple | list) and len(result) == 2:
         return result[0], result[1]
-    raise TypeError(
-        explain(
-            f"{who} must return {names}",
-            expected=f"a pair {names}",
-            received=describe(result),
-            fix=f"end it with `return {example}` (a missing return gives None)",
-        )
-    )
+    raise TypeError(explain(
+        f"{who} must return {names}",
+        expected=f"a pair {names}", received=describe(result),
+        fix=f"end it with `return {example}` (a missing return gives None)"))
 
 
 def as_integer(value: object) -> int | None:
@@ -106,12 +102,9 @@ def flag(value: object, name: str, who: str) -> bool:
     if isinstance(value, bool | np.bool_):
         return bool(value)
     note = " (a non-empty string is true in Python)" if isinstance(value, str) and value else ""
-    raise TypeError(
-        explain(
-            f"{who}'s {name} must be True or False", expected="a bool",
-            received=describe(value) + note, fix=f"pass {name}=True or {name}=False",
-        )
-    )
+    raise TypeError(explain(
+        f"{who}'s {name} must be True or False",
+        expected="a bool", received=describe(value) + note, fix=f"pass {name}=True or {name}=False"))
 
 
 def whole_number(value: object, *, minimum: int, problem: str, expected: str, fix: str) -> int:

@@ -271,12 +271,11 @@ class History(HistoryViews):
         for (collection, name), value in zip(keys, leaves, strict=True):
             found = getattr(value, "shape", ())
             if not found or found[0] < start + n:
-                raise ValueError(
-                    explain(f"stacked logs entry {collection}.{name} has no row for every step",
-                            expected=f"arrays with a leading axis of at least {start + n} (one row per step)",
-                            received=f"shape {tuple(found)}",
-                            fix="commit per-step logs with History.commit, or stack them along axis 0")
-                )
+                raise ValueError(explain(
+                    f"stacked logs entry {collection}.{name} has no row for every step",
+                    expected=f"arrays with a leading axis of at least {start + n} (one row per step)",
+                    received=f"shape {tuple(found)}",
+                    fix="commit per-step logs with History.commit, or stack them along axis 0"))
         self._seal()
         start_copy(leaves)
         rows = np.arange(n)

@@ -14,8 +14,9 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from gyre.core._checks import instance
 from gyre.core._clock import CLOCK_FIELDS, Elapsed
-from gyre.core._errors import ExplainedKeyError, closest, describe, explain, suggest
+from gyre.core._errors import ExplainedKeyError, closest, explain, suggest
 from gyre.core._host import to_python
 from gyre.core._logs import Logs, put, resolution_order
 
@@ -150,11 +151,8 @@ class HistoryViews:
                         received="no keys", fix="e.g. history.collect('steps', 'loss')")
             )
         for key in keys:
-            if not isinstance(key, str):
-                raise TypeError(
-                    explain("history keys are strings", expected="'loss', 'metrics.accuracy' or 'steps'",
-                            received=describe(key), fix="pass the key's name as a string")
-                )
+            instance(key, "history keys", str, kind="strings", expected="'loss', 'metrics.accuracy' or 'steps'",
+                     fix="pass the key's name as a string")
         columns: list[list[Any]] = [[] for _ in keys]
         for block, _ in self._host_parts():
             for column, values in zip(columns, block_collect(block, keys), strict=True):
@@ -171,14 +169,11 @@ class HistoryViews:
             names = self.names()
             known = [f"{c}.{n}" for c, ns in names.items() for n in ns] + [n for ns in names.values() for n in ns]
             close = difflib.get_close_matches(key, known, n=len(known), cutoff=0.0)
-            raise ExplainedKeyError(
-                explain(
-                    f"no record of this history has the key {key!r}",
-                    expected="a logged name, 'collection.name', or a clock counter (" + ", ".join(CLOCK_FIELDS) + ")",
-                    received=f"{key!r}; the logged names, closest first: {close[:12]}",
-                    fix=f"use one of the logged names{', e.g. ' + repr(close[0]) if close else ''}",
-                )
-            )
+            raise ExplainedKeyError(explain(
+                f"no record of this history has the key {key!r}",
+                expected="a logged name, 'collection.name', or a clock counter (" + ", ".join(CLOCK_FIELDS) + ")",
+                received=f"{key!r}; the logged names, closest first: {close[:12]}",
+                fix=f"use one of the logged names{', e.g. ' + repr(close[0]) if close else ''}"))
 
     def names(self) -> dict[str, list[str]]:
         """Every entry name seen, by collection, in order of first appearance.
@@ -293,16 +288,13 @@ def _extensionless(history: HistoryViews, path: str) -> Exception:
                     expected="a file name ending in the format, e.g. 'curves.png', '.pdf' or '.svg'",
                     fix=f"history.plot({path + '.png'!r})")
         )
-    return ExplainedKeyError(
-        explain(
-            "History.plot(path, keys): the first argument is the file to write, "
-            + (f"and {path!r} is the name of a series" if near == path else
-               f"and no series is named {path!r}." + suggest(path, names)),
-            expected="a file name with an extension first, the series to draw in keys=",
-            received=f"plot({path!r}), which would write {path + '.png'!r}",
-            fix=f"history.plot('curves.png', keys=[{near!r}])",
-        )
-    )
+    return ExplainedKeyError(explain(
+        "History.plot(path, keys): the first argument is the file to write, "
+        + (f"and {path!r} is the name of a series" if near == path else
+        f"and no series is named {path!r}." + suggest(path, names)),
+        expected="a file name with an extension first, the series to draw in keys=",
+        received=f"plot({path!r}), which would write {path + '.png'!r}",
+        fix=f"history.plot('curves.png', keys=[{near!r}])"))
 
 
 def _plot_groups(history: HistoryViews, keys: Sequence[str | Sequence[str]] | None) -> list[list[str]]:

@@ -28,14 +28,11 @@ class NamedSchedule(Schedule):
         self.name = name
 
     def __call__(self, elapsed: Elapsed) -> bool:
-        raise TypeError(
-            explain(
-                f"the named schedule {self.name} was evaluated as a plain schedule",
-                expected="named schedules as keys of train_loop/test_loop/predict_loop tasks",
-                received=f"{self.name} used in gyre.loop or called directly",
-                fix="use gyre.train_loop(...) or replace it with a clock schedule like gyre.every(1)",
-            )
-        )
+        raise TypeError(explain(
+            f"the named schedule {self.name} was evaluated as a plain schedule",
+            expected="named schedules as keys of train_loop/test_loop/predict_loop tasks",
+            received=f"{self.name} used in gyre.loop or called directly",
+            fix="use gyre.train_loop(...) or replace it with a clock schedule like gyre.every(1)"))
 
     def reads(self) -> frozenset[str]:
         return frozenset()

@@ -25,16 +25,13 @@ def fetch(tree: Any) -> Any:
     except RuntimeError as err:
         if "non-addressable" not in str(err):
             raise
-        raise ValueError(
-            explain(
-                "a value split over several processes cannot be read by one of them",
-                expected="logged values every process holds whole (fully replicated), "
-                "as a step's out_shardings=replicated gives",
-                received="a global array sharded over devices of other processes",
-                fix="log a reduced value (a mean or sum over the batch) instead of a per-example array, "
-                "or gather it first with jax.experimental.multihost_utils.process_allgather",
-            )
-        ) from err
+        raise ValueError(explain(
+            "a value split over several processes cannot be read by one of them",
+            expected="logged values every process holds whole (fully replicated), "
+            "as a step's out_shardings=replicated gives",
+            received="a global array sharded over devices of other processes",
+            fix="log a reduced value (a mean or sum over the batch) instead of a per-example array, "
+            "or gather it first with jax.experimental.multihost_utils.process_allgather")) from err
 
 
 def is_ready(tree: Any) -> bool:

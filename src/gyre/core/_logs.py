@@ -73,14 +73,11 @@ class Logs(dict):
             Logs(images={'sample': 1})
         """
         if not isinstance(collection, str) or not isinstance(name, str):
-            raise TypeError(
-                explain(
-                    "log entries are named by strings",
-                    expected="add_entry(collection: str, name: str, value)",
-                    received=f"collection={describe(collection)}, name={describe(name)}",
-                    fix="pass the collection and entry names as strings",
-                )
-            )
+            raise TypeError(explain(
+                "log entries are named by strings",
+                expected="add_entry(collection: str, name: str, value)",
+                received=f"collection={describe(collection)}, name={describe(name)}",
+                fix="pass the collection and entry names as strings"))
         other = _SHARED.get(collection)
         if other is not None and name in self.get(other, ()) and self[other][name] is not value:
             _warn_shared(name, collection, other)
@@ -95,14 +92,10 @@ class Logs(dict):
             Logs(metrics={'a': 1, 'b': 2})
         """
         if not isinstance(values, Mapping):
-            raise TypeError(
-                explain(
-                    f"add_{collection}() takes a mapping of names to values",
-                    expected="a dict like {'accuracy': acc}",
-                    received=describe(values),
-                    fix="pass a dict, or call the singular form for one value",
-                )
-            )
+            raise TypeError(explain(
+                f"add_{collection}() takes a mapping of names to values",
+                expected="a dict like {'accuracy': acc}", received=describe(values),
+                fix="pass a dict, or call the singular form for one value"))
         for name, value in values.items():
             self.add_entry(collection, name, value)
         return self
@@ -268,14 +261,10 @@ class Logs(dict):
         path = self.entry_path(key)
         if path is None:
             names = [f"{c}.{n}" for c, n, _ in self.entries()]
-            raise ExplainedKeyError(
-                explain(
-                    f"no entry {key!r} in these logs",
-                    expected="a logged name or 'collection.name'",
-                    received=f"{key!r}; the logs hold {names}",
-                    fix="use one of the names held" + suggest(key, [n.split('.')[1] for n in names]),
-                )
-            )
+            raise ExplainedKeyError(explain(
+                f"no entry {key!r} in these logs",
+                expected="a logged name or 'collection.name'", received=f"{key!r}; the logs hold {names}",
+                fix="use one of the names held" + suggest(key, [n.split('.')[1] for n in names])))
         return self[path[0]][path[1]]
 
     def lookup(self, key: str) -> tuple[bool, Any]:
@@ -302,24 +291,17 @@ class Logs(dict):
 
 def _check_collections(other: Any) -> None:
     if not isinstance(other, Mapping):
-        raise TypeError(
-            explain(
-                "logs can only be merged with logs",
-                expected="a gyre.Logs or a dict of collections like {'metrics': {...}}",
-                received=describe(other),
-                fix="build the value with gyre.logs().add_metric(name, value)",
-            )
-        )
+        raise TypeError(explain(
+            "logs can only be merged with logs",
+            expected="a gyre.Logs or a dict of collections like {'metrics': {...}}", received=describe(other),
+            fix="build the value with gyre.logs().add_metric(name, value)"))
     for collection, entries in other.items():
         if not isinstance(entries, Mapping):
-            raise TypeError(
-                explain(
-                    f"collection {collection!r} of the logs is not a mapping",
-                    expected="{collection: {name: value}}, e.g. {'metrics': {'acc': acc}}",
-                    received=f"{collection!r}: {describe(entries)}",
-                    fix="build the value with gyre.logs().add_metric(name, value)",
-                )
-            )
+            raise TypeError(explain(
+                f"collection {collection!r} of the logs is not a mapping",
+                expected="{collection: {name: value}}, e.g. {'metrics': {'acc': acc}}",
+                received=f"{collection!r}: {describe(entries)}",
+                fix="build the value with gyre.logs().add_metric(name, value)"))
 
 
 def resolution_order(collections: Mapping[str, Any]) -> list[str]:

@@ -110,15 +110,11 @@ def place(tree: Any, sharding: ShardingSpec, *, copy: bool = False) -> Any:
         return jax.tree_util.tree_map(
             lambda s, subtree: place(subtree, s, copy=copy), sharding, tree
         )
-    raise TypeError(
-        explain(
-            "place() got something that is not a sharding",
-            expected="a jax.sharding.Sharding, a function leaf -> Sharding, or a pytree of "
-            "shardings shaped like the values",
-            received=describe(sharding),
-            fix="pass e.g. NamedSharding(mesh, PartitionSpec('data'))",
-        )
-    )
+    raise TypeError(explain(
+        "place() got something that is not a sharding",
+        expected="a jax.sharding.Sharding, a function leaf -> Sharding, or a pytree of "
+        "shardings shaped like the values",
+        received=describe(sharding), fix="pass e.g. NamedSharding(mesh, PartitionSpec('data'))"))
 
 
 def is_sharding_tree(tree: Any) -> bool:

@@ -47,12 +47,12 @@ a plain function                    UNSOLVED
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gyre.core._checks import instance, real, whole
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import as_integer, describe, explain, whole_number
+from gyre.core._errors import explain, whole_number
 
 ScheduleLike = Callable[[Elapsed], bool]
 
@@ -222,16 +222,9 @@ def as_schedule(fn: ScheduleLike) -> Schedule:
     """
     if isinstance(fn, Schedule):
         return fn
-    if not callable(fn):
-        raise TypeError(
-            explain(
-                "a schedule must be callable",
-                expected="a callable elapsed -> bool, e.g. gyre.every(10)",
-                received=describe(fn),
-                fix="use gyre.every(...), gyre.after(...), or a function of the clock",
-            )
-        )
-    return _Function(fn)
+    return _Function(instance(fn, "a schedule", Callable, kind="callable",
+                              expected="a callable elapsed -> bool, e.g. gyre.every(10)",
+                              fix="use gyre.every(...), gyre.after(...), or a function of the clock"))
 
 
 class _And(Schedule):
@@ -404,33 +397,14 @@ def _one_quantity(fname: str, **given: Any) -> tuple[str, float]:
     chosen = [(k, v) for k, v in given.items() if v is not None]
     if len(chosen) != 1:
         shown = ", ".join(f"{k}={v!r}" for k, v in chosen) or "nothing"
-        raise ValueError(
-            explain(
-                f"{fname}() takes exactly one of steps, samples, epochs, time",
-                expected="one quantity, e.g. every(10) or every(epochs=1)",
-                received=shown,
-                fix="to fire on either of two, combine schedules: every(steps=10) | every(time=60)",
-            )
-        )
+        raise ValueError(explain(
+            f"{fname}() takes exactly one of steps, samples, epochs, time",
+            expected="one quantity, e.g. every(10) or every(epochs=1)", received=shown,
+            fix="to fire on either of two, combine schedules: every(steps=10) | every(time=60)"))
     name, value = chosen[0]
     if name == "time":
-        number = None if isinstance(value, bool) or not isinstance(value, numbers.Real) else float(value)
-        ok = number is not None and math.isfinite(number) and number > 0
-        want = "a number of seconds > 0"
-    else:
-        number = as_integer(value)  # numpy and 0-d integers are whole numbers too
-        ok = number is not None and number >= 1
-        want = "a whole number >= 1"
-    if not ok:
-        raise ValueError(
-            explain(
-                f"{fname}({name}=...) must be {want}",
-                expected=want,
-                received=describe(value),
-                fix=f"e.g. {fname}({name}={60.0 if name == 'time' else 1})",
-            )
-        )
-    return name, number
+        return name, real(value, f"{fname}(time=...)", above=0, unit="seconds", fix=f"e.g. {fname}(time=60.0)")
+    return name, whole(value, f"{fname}({name}=...)", minimum=1, fix=f"e.g. {fname}({name}=1)")
 
 
 class Every(Schedule):
@@ -515,25 +489,12 @@ class Piecewise(Schedule):
     """Switches between schedules at points on the clock; see :func:`piecewise`."""
 
     def __init__(self, initial: ScheduleLike, pieces: Mapping[Period, ScheduleLike]) -> None:
-        if not isinstance(pieces, Mapping):
-            raise TypeError(
-                explain(
-                    "piecewise() takes a dict from periods to schedules",
-                    expected="{gyre.at(steps=1000): gyre.every(100), ...}",
-                    received=describe(pieces),
-                    fix="pass the pieces as a dict",
-                )
-            )
+        instance(pieces, "piecewise()'s pieces", Mapping, kind="a dict from periods to schedules",
+                 expected="{gyre.at(steps=1000): gyre.every(100), ...}", fix="pass the pieces as a dict")
         for period in pieces:
-            if not isinstance(period, Period):
-                raise TypeError(
-                    explain(
-                        "piecewise() keys must be periods",
-                        expected="gyre.at(steps=..., ...) as each key",
-                        received=describe(period),
-                        fix="write the key as gyre.at(steps=1000)",
-                    )
-                )
+            instance(period, "piecewise() keys", Period, kind="periods",
+                     expected="gyre.at(steps=..., ...) as each key",
+                     fix="write the key as gyre.at(steps=1000)")
         self.initial = as_schedule(initial)
         self.periods = list(pieces)
         _check_order(self.periods)
@@ -583,14 +544,10 @@ class Piecewise(Schedule):
             [5, 7, 9]
         """
         if len(self.periods) != 1 or not isinstance(self.schedules[0], _Always):
-            raise TypeError(
-                explain(
-                    ".then() and >> apply to a bare after(...)",
-                    expected="after(steps=...).then(schedule)",
-                    received=repr(self),
-                    fix="use piecewise(initial, {period: schedule, ...}) for several pieces",
-                )
-            )
+            raise TypeError(explain(
+                ".then() and >> apply to a bare after(...)",
+                expected="after(steps=...).then(schedule)", received=repr(self),
+                fix="use piecewise(initial, {period: schedule, ...}) for several pieces"))
         return Piecewise(self.initial, {self.periods[0]: schedule})
 
     __rshift__ = then
@@ -661,14 +618,11 @@ def _check_order(periods: list[Period]) -> None:
         for name in Period.__slots__:
             a, b = getattr(first, name), getattr(second, name)
             if a is not None and b is not None and b <= a:
-                raise ValueError(
-                    explain(
-                        "piecewise() pieces must be listed in increasing order of their points",
-                        expected=f"each piece's {name} greater than the one before it",
-                        received=f"{first!r} then {second!r} (the piece at {first!r} would never run)",
-                        fix="sort the pieces by their point, and merge two pieces at the same point",
-                    )
-                )
+                raise ValueError(explain(
+                    "piecewise() pieces must be listed in increasing order of their points",
+                    expected=f"each piece's {name} greater than the one before it",
+                    received=f"{first!r} then {second!r} (the piece at {first!r} would never run)",
+                    fix="sort the pieces by their point, and merge two pieces at the same point"))
 
 
 def piecewise(initial: ScheduleLike, pieces: Mapping[Period, ScheduleLike]) -> Piecewise:

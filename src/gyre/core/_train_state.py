@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from gyre.core._checks import instance
 from gyre.core._errors import describe, explain, suggest
 
 
@@ -30,28 +31,18 @@ def as_key(rng: Any) -> jax.Array:
         jnp.issubdtype(rng.dtype, jax.dtypes.prng_key) or (rng.dtype == jnp.uint32 and rng.shape == (2,))
     ):
         return rng
-    raise TypeError(
-        explain(
-            "rng= must be a seed or a PRNG key",
-            expected="an int seed, jax.random.PRNGKey(seed) or jax.random.key(seed)",
-            received=describe(rng),
-            fix="pass rng=0 or rng=jax.random.PRNGKey(0)",
-        )
-    )
+    raise TypeError(explain(
+        "rng= must be a seed or a PRNG key",
+        expected="an int seed, jax.random.PRNGKey(seed) or jax.random.key(seed)", received=describe(rng),
+        fix="pass rng=0 or rng=jax.random.PRNGKey(0)"))
 
 
 def check_optimizer(value: Any, *, argument: str, none_means: str) -> None:
     """Raises a clear error unless ``value`` (the ``argument=``) is an optax optimizer or
     ``None`` (which means ``none_means``)."""
-    if value is not None and not isinstance(value, optax.GradientTransformation):
-        raise TypeError(
-            explain(
-                f"{argument}= must be an optax optimizer",
-                expected=f"e.g. optax.adam(1e-3), or None for {none_means}",
-                received=describe(value),
-                fix=f"build it with optax: {argument}=optax.adamw(1e-3)",
-            )
-        )
+    instance(value, f"{argument}=", optax.GradientTransformation, none=True, kind="an optax optimizer",
+             expected=f"e.g. optax.adam(1e-3), or None for {none_means}",
+             fix=f"build it with optax: {argument}=optax.adamw(1e-3)")
 
 
 class TrainState(struct.PyTreeNode, kw_only=True):
@@ -135,43 +126,34 @@ class TrainState(struct.PyTreeNode, kw_only=True):
         """
         check_optimizer(tx, argument="tx", none_means="a state that is not trained")
         if params is None:
-            raise TypeError(
-                explain(
-                    f"{cls.__name__}.create got params=None",
-                    expected="the model's parameters (a pytree of arrays: variables['params']), or "
-                    "params=() for a state without parameters",
-                    received="params=None",
-                    fix="pass params=model.init(key, x)['params']; for a state that holds no "
-                    "parameters, params=()",
-                )
-            )
+            raise TypeError(explain(
+                f"{cls.__name__}.create got params=None",
+                expected="the model's parameters (a pytree of arrays: variables['params']), or "
+                "params=() for a state without parameters",
+                received="params=None",
+                fix="pass params=model.init(key, x)['params']; for a state that holds no "
+                "parameters, params=()"))
         model_state = dict(model_state or {})
         if batch_stats is not None:
             if "batch_stats" in model_state:
-                raise TypeError(
-                    explain(
-                        f"{cls.__name__}.create got batch_stats twice: as batch_stats= and in model_state",
-                        expected="one of batch_stats=variables['batch_stats'] or model_state={'batch_stats': ...}",
-                        received=f"batch_stats={describe(batch_stats)} and model_state keys {sorted(model_state)}",
-                        fix="drop one of them (batch_stats= is the shorthand for model_state={'batch_stats': ...})",
-                    )
-                )
+                raise TypeError(explain(
+                    f"{cls.__name__}.create got batch_stats twice: as batch_stats= and in model_state",
+                    expected="one of batch_stats=variables['batch_stats'] or model_state={'batch_stats': ...}",
+                    received=f"batch_stats={describe(batch_stats)} and model_state keys {sorted(model_state)}",
+                    fix="drop one of them (batch_stats= is the shorthand for model_state={'batch_stats': ...})"))
             model_state["batch_stats"] = batch_stats
         declared = {f: d for f, d in cls.__dataclass_fields__.items() if f not in TrainState.__dataclass_fields__}
         fields = {k: v for k, v in extras.items() if k in declared}
         rest = {k: v for k, v in extras.items() if k not in declared}
         missing = sorted(f for f, d in declared.items() if f not in fields and _required(d))
         if missing:
-            raise TypeError(
-                explain(
-                    f"{cls.__name__}.create is missing the field(s) {missing}",
-                    expected=f"a value for every field {cls.__name__} declares without a default",
-                    received=f"keywords {sorted(extras)}",
-                    fix=f"pass them: {cls.__name__}.create(params=..., "
-                    + ", ".join(f"{m}=..." for m in missing)
-                    + "), or give the fields defaults (struct.field(default_factory=...))",
-                )
-            )
+            raise TypeError(explain(
+                f"{cls.__name__}.create is missing the field(s) {missing}",
+                expected=f"a value for every field {cls.__name__} declares without a default",
+                received=f"keywords {sorted(extras)}",
+                fix=f"pass them: {cls.__name__}.create(params=..., "
+                + ", ".join(f"{m}=..." for m in missing)
+                + "), or give the fields defaults (struct.field(default_factory=...))"))
         return cls(
             step=jnp.zeros((), jnp.int32),
             params=params,
@@ -214,14 +196,10 @@ class TrainState(struct.PyTreeNode, kw_only=True):
             0.0
         """
         if self.tx is None:
-            raise ValueError(
-                explain(
-                    "this state has no optimizer",
-                    expected="a state created with tx=<an optax optimizer>",
-                    received="tx=None",
-                    fix="create the state with TrainState.create(params=..., tx=optax.adam(1e-3))",
-                )
-            )
+            raise ValueError(explain(
+                "this state has no optimizer",
+                expected="a state created with tx=<an optax optimizer>", received="tx=None",
+                fix="create the state with TrainState.create(params=..., tx=optax.adam(1e-3))"))
         updates, opt_state = self.tx.update(grads, self.opt_state, self.params)
         params = optax.apply_updates(self.params, updates)
         return self.replace(step=self.step + 1, params=params, opt_state=opt_state, **changes)
@@ -289,14 +267,11 @@ def _replace(self: Any, **changes: Any) -> Any:
             raise TypeError(message.replace("has no attribute", "cannot replace", 1))
     for given, whole in ((collections, "model_state"), (extra, "extras")):
         if given and whole in changes:
-            raise TypeError(
-                explain(
-                    f"{type(self).__name__}.replace got {sorted(given)} and {whole}= together",
-                    expected=f"either {whole}={{...}} (the whole mapping) or {', '.join(f'{k}=' for k in sorted(given))}",
-                    received=f"{sorted(given)} and {whole}={describe(changes[whole])}",
-                    fix=f"put them in the mapping: {whole}={{**state.{whole}, ...}}",
-                )
-            )
+            raise TypeError(explain(
+                f"{type(self).__name__}.replace got {sorted(given)} and {whole}= together",
+                expected=f"either {whole}={{...}} (the whole mapping) or {', '.join(f'{k}=' for k in sorted(given))}",
+                received=f"{sorted(given)} and {whole}={describe(changes[whole])}",
+                fix=f"put them in the mapping: {whole}={{**state.{whole}, ...}}"))
     if collections:
         changes["model_state"] = {**model_state, **collections}
     if extra:

@@ -66,24 +66,16 @@ def _array(value: Any, metric: str, what: str = "value") -> jax.Array:
     try:
         out = jnp.asarray(value)
     except TypeError as err:
-        raise TypeError(
-            explain(
-                f"{metric} got a {what} that is not an array",
-                expected="a number or an array (one leaf; map a metric over a pytree with "
-                "jax.tree_util.tree_map)",
-                received=describe(value),
-                fix=f"pass one array per {metric}",
-            )
-        ) from err
+        raise TypeError(explain(
+            f"{metric} got a {what} that is not an array",
+            expected="a number or an array (one leaf; map a metric over a pytree with "
+            "jax.tree_util.tree_map)",
+            received=describe(value), fix=f"pass one array per {metric}")) from err
     if not (jnp.issubdtype(out.dtype, jnp.number) or out.dtype == jnp.bool_):
-        raise TypeError(
-            explain(
-                f"{metric} got a {what} of dtype {out.dtype}",
-                expected="a numeric or bool array",
-                received=describe(value),
-                fix="log numbers: convert the value to an array of numbers",
-            )
-        )
+        raise TypeError(explain(
+            f"{metric} got a {what} of dtype {out.dtype}",
+            expected="a numeric or bool array", received=describe(value),
+            fix="log numbers: convert the value to an array of numbers"))
     return out
 
 
@@ -91,15 +83,12 @@ def _count(count: Any, metric: str) -> jax.Array:
     """A step's count as a float32 scalar."""
     c = _array(count, metric, "count").astype(_F32)
     if c.shape != ():
-        raise ValueError(
-            explain(
-                f"{metric}.from_value takes one count per value",
-                expected="count= a number or a 0-d array (e.g. the batch size)",
-                received=f"a count of shape {c.shape}",
-                fix="pass the step's total weight, e.g. count=batch_size; for a column of "
-                "steps use from_stacked(values, counts)",
-            )
-        )
+        raise ValueError(explain(
+            f"{metric}.from_value takes one count per value",
+            expected="count= a number or a 0-d array (e.g. the batch size)",
+            received=f"a count of shape {c.shape}",
+            fix="pass the step's total weight, e.g. count=batch_size; for a column of "
+            "steps use from_stacked(values, counts)"))
     return c
 
 
@@ -107,28 +96,21 @@ def _column(values: Any, counts: Any, metric: str) -> tuple[jax.Array, jax.Array
     """``(values, counts of shape (steps,), counts broadcastable to values)``."""
     v = _array(values, metric, "column")
     if v.ndim == 0:
-        raise ValueError(
-            explain(
-                f"{metric}.from_stacked needs a leading steps axis",
-                expected="values of shape (steps, ...), one row per step",
-                received="a scalar",
-                fix=f"use {metric}.from_value(value) for one step's value",
-            )
-        )
+        raise ValueError(explain(
+            f"{metric}.from_stacked needs a leading steps axis",
+            expected="values of shape (steps, ...), one row per step", received="a scalar",
+            fix=f"use {metric}.from_value(value) for one step's value"))
     steps = v.shape[0]
     if counts is None:
         c = jnp.ones((steps,), _F32)
     else:
         c = _array(counts, metric, "counts").astype(_F32)
         if c.shape != (steps,):
-            raise ValueError(
-                explain(
-                    f"{metric}.from_stacked takes one count per step",
-                    expected=f"counts of shape ({steps},) for values of shape {v.shape}",
-                    received=f"counts of shape {c.shape}",
-                    fix="pass counts=None (every step counts 1) or one count per row",
-                )
-            )
+            raise ValueError(explain(
+                f"{metric}.from_stacked takes one count per step",
+                expected=f"counts of shape ({steps},) for values of shape {v.shape}",
+                received=f"counts of shape {c.shape}",
+                fix="pass counts=None (every step counts 1) or one count per row"))
     return v, c, c.reshape((steps,) + (1,) * (v.ndim - 1))
 
 
@@ -225,14 +207,11 @@ class Metric(struct.PyTreeNode):
 
     def _check(self, other: Any) -> None:
         if type(other) is not type(self):
-            raise TypeError(
-                explain(
-                    f"{type(self).__name__}.merge takes another {type(self).__name__}",
-                    expected=f"a {type(self).__name__} (from empty(), from_value() or from_stacked())",
-                    received=describe(other),
-                    fix=f"merge metrics of one kind: {type(self).__name__}.from_value(value)",
-                )
-            )
+            raise TypeError(explain(
+                f"{type(self).__name__}.merge takes another {type(self).__name__}",
+                expected=f"a {type(self).__name__} (from empty(), from_value() or from_stacked())",
+                received=describe(other),
+                fix=f"merge metrics of one kind: {type(self).__name__}.from_value(value)"))
 
 
 # -- Mean, Sum ---------------------------------------------------------------------------------
@@ -603,14 +582,11 @@ class Concat(Metric):
         if other.values.shape[0] == 0:
             return Concat(values=self.values, count=count)
         if self.values.shape[1:] != other.values.shape[1:]:
-            raise ValueError(
-                explain(
-                    "Concat cannot join rows of different shapes",
-                    expected=f"rows of shape {self.values.shape[1:]}",
-                    received=f"rows of shape {other.values.shape[1:]}",
-                    fix="log values of one shape per entry (pad or reduce them first)",
-                )
-            )
+            raise ValueError(explain(
+                "Concat cannot join rows of different shapes",
+                expected=f"rows of shape {self.values.shape[1:]}",
+                received=f"rows of shape {other.values.shape[1:]}",
+                fix="log values of one shape per entry (pad or reduce them first)"))
         return Concat(values=jnp.concatenate([self.values, other.values]), count=count)
 
     def compute(self) -> jax.Array:
@@ -650,24 +626,17 @@ def get_reduction(name: str | type[Metric]) -> type[Metric]:
     if isinstance(name, type) and issubclass(name, Metric):
         return name
     if not isinstance(name, str):
-        raise TypeError(
-            explain(
-                "a reduction is named by a string",
-                expected=f"one of {sorted(REDUCTIONS)} or a gyre.core.metrics.Metric class",
-                received=describe(name),
-                fix="e.g. 'mean'",
-            )
-        )
+        raise TypeError(explain(
+            "a reduction is named by a string",
+            expected=f"one of {sorted(REDUCTIONS)} or a gyre.core.metrics.Metric class",
+            received=describe(name), fix="e.g. 'mean'"))
     found = REDUCTIONS.get(name)
     if found is not None:
         return found
     close = difflib.get_close_matches(name.lower(), list(REDUCTIONS), n=3, cutoff=0.5)
     hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ValueError(
-        explain(
-            f"unknown reduction {name!r}.{hint}",
-            expected=f"one of {', '.join(repr(k) for k in REDUCTIONS)}",
-            received=repr(name) + (f" (closest: {', '.join(map(repr, close))})" if close else ""),
-            fix=f"use {close[0]!r}" if close else "pick one of the names above",
-        )
-    )
+    raise ValueError(explain(
+        f"unknown reduction {name!r}.{hint}",
+        expected=f"one of {', '.join(repr(k) for k in REDUCTIONS)}",
+        received=repr(name) + (f" (closest: {', '.join(map(repr, close))})" if close else ""),
+        fix=f"use {close[0]!r}" if close else "pick one of the names above"))

@@ -64,26 +64,17 @@ def _require(module: str, package: str, adapter: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError as err:
-        raise ImportError(
-            explain(
-                f"gyre.data.{adapter} needs {package}, which is not installed",
-                expected=f"{package} installed (gyre does not depend on it)",
-                received=f"ImportError: {err}",
-                fix=f"pip install {package}, or pass gyre.data.batches((x, y), batch_size) instead",
-            )
-        ) from err
+        raise ImportError(explain(
+            f"gyre.data.{adapter} needs {package}, which is not installed",
+            expected=f"{package} installed (gyre does not depend on it)", received=f"ImportError: {err}",
+            fix=f"pip install {package}, or pass gyre.data.batches((x, y), batch_size) instead")) from err
 
 
 def _check_iterable(loader: Any, adapter: str, example: str) -> None:
     if not isinstance(loader, Iterable) or isinstance(loader, Iterator):
-        raise TypeError(
-            explain(
-                f"{adapter}() takes a re-iterable loader (one pass per epoch)",
-                expected=example,
-                received=describe(loader),
-                fix="pass the loader itself, not iter(loader)",
-            )
-        )
+        raise TypeError(explain(
+            f"{adapter}() takes a re-iterable loader (one pass per epoch)",
+            expected=example, received=describe(loader), fix="pass the loader itself, not iter(loader)"))
 
 
 def from_torch(loader: Any) -> NumpyLoader:

@@ -14,34 +14,18 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core._errors import describe, explain, flag, keywords_checked, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import describe, explain, flag, keywords_checked
 
 Batch = tuple[np.ndarray, ...] | np.ndarray
-
-
-def _check_count(name: str, value: Any, *, minimum: int, example: str) -> int:
-    if isinstance(value, np.integer) and value >= minimum:  # a count read from an array
-        return int(value)
-    return whole_number(
-        value,
-        minimum=minimum,
-        problem=f"{name} must be a whole number >= {minimum}",
-        expected=f"an int >= {minimum}, e.g. {example}",
-        fix=f"pass {example}",
-    )
 
 
 def check_seed(seed: Any) -> int:
     """``seed`` as an ``int`` when it can seed numpy's generators (a whole number >= 0,
     numpy and 0-d integer arrays included), else a ``ValueError`` that says so.
     """
-    return whole_number(
-        seed,
-        minimum=0,
-        problem="a seed must be a whole number >= 0",
-        expected="an int >= 0, e.g. seed=0",
-        fix="pass seed=0 (any non-negative int; the same seed gives the same order)",
-    )
+    return whole(seed, "a seed", minimum=0, expected="an int >= 0, e.g. seed=0",
+                 fix="pass seed=0 (any non-negative int; the same seed gives the same order)")
 
 
 def steps_per_epoch(n: int, batch_size: int, drop_remainder: bool = True) -> int:
@@ -62,22 +46,19 @@ def steps_per_epoch(n: int, batch_size: int, drop_remainder: bool = True) -> int
         >>> steps_per_epoch(1437, 64), steps_per_epoch(1437, 64, drop_remainder=False)
         (22, 23)
     """
-    n = _check_count("n (the number of samples)", n, minimum=0, example="steps_per_epoch(1000, 32)")
-    batch_size = _check_count("batch_size", batch_size, minimum=1, example="batch_size=32")
+    n = whole(n, "n (the number of samples)", expected="an int >= 0, e.g. 1000", fix="pass steps_per_epoch(1000, 32)")
+    batch_size = whole(batch_size, "batch_size", minimum=1, expected="an int >= 1, e.g. 32", fix="pass batch_size=32")
     if n == 0:
         raise ValueError(
             explain("an epoch of no samples has no batch", expected="n >= 1 samples", received="n=0",
                     fix="check the data split that produced them")
         )
     if drop_remainder and batch_size > n:
-        raise ValueError(
-            explain(
-                "the batch is larger than the data, so every batch would be dropped",
-                expected=f"batch_size <= {n} (the number of samples)",
-                received=f"batch_size={batch_size} with drop_remainder=True",
-                fix=f"use batch_size <= {n}, or drop_remainder=False to get one batch of {n}",
-            )
-        )
+        raise ValueError(explain(
+            "the batch is larger than the data, so every batch would be dropped",
+            expected=f"batch_size <= {n} (the number of samples)",
+            received=f"batch_size={batch_size} with drop_remainder=True",
+            fix=f"use batch_size <= {n}, or drop_remainder=False to get one batch of {n}"))
     return n // batch_size if drop_remainder else -(-n // batch_size)
 
 
@@ -86,48 +67,33 @@ def _as_arrays(arrays: Any) -> tuple[tuple[np.ndarray, ...], bool]:
     if isinstance(arrays, np.ndarray) or hasattr(arrays, "__array__"):
         single = (np.asarray(arrays),)
         if single[0].ndim == 0:
-            raise ValueError(
-                explain(
-                    "batches() needs arrays with a leading sample dimension",
-                    expected="an array of shape (n, ...) or a tuple of them, e.g. (x, y)",
-                    received=f"a 0-d array {describe(arrays)}",
-                    fix="pass the whole data set, e.g. batches((x, y), 32)",
-                )
-            )
+            raise ValueError(explain(
+                "batches() needs arrays with a leading sample dimension",
+                expected="an array of shape (n, ...) or a tuple of them, e.g. (x, y)",
+                received=f"a 0-d array {describe(arrays)}",
+                fix="pass the whole data set, e.g. batches((x, y), 32)"))
         return single, True
     if not isinstance(arrays, Sequence) or isinstance(arrays, (str, bytes)) or not arrays:
-        raise TypeError(
-            explain(
-                "batches() takes an array or a non-empty tuple of arrays",
-                expected="batches((x_train, y_train), batch_size)",
-                received=describe(arrays),
-                fix="pass the arrays as a tuple: batches((x, y), 32)",
-            )
-        )
+        raise TypeError(explain(
+            "batches() takes an array or a non-empty tuple of arrays",
+            expected="batches((x_train, y_train), batch_size)", received=describe(arrays),
+            fix="pass the arrays as a tuple: batches((x, y), 32)"))
     out = []
     for i, array in enumerate(arrays):
         value = np.asarray(array)
         if value.ndim == 0:
-            raise ValueError(
-                explain(
-                    f"array {i} given to batches() has no leading sample dimension",
-                    expected="arrays of shape (n, ...) that share n",
-                    received=f"array {i}: {describe(array)}",
-                    fix="pass one value per sample, e.g. labels of shape (n,)",
-                )
-            )
+            raise ValueError(explain(
+                f"array {i} given to batches() has no leading sample dimension",
+                expected="arrays of shape (n, ...) that share n", received=f"array {i}: {describe(array)}",
+                fix="pass one value per sample, e.g. labels of shape (n,)"))
         out.append(value)
     sizes = [a.shape[0] for a in out]
     if len(set(sizes)) != 1:
         shapes = ", ".join(f"array {i}: {a.shape}" for i, a in enumerate(out))
-        raise ValueError(
-            explain(
-                "the arrays given to batches() have different numbers of samples",
-                expected="the same leading dimension in every array, e.g. x (n, 64) and y (n,)",
-                received=shapes,
-                fix="check that inputs and labels come from the same split",
-            )
-        )
+        raise ValueError(explain(
+            "the arrays given to batches() have different numbers of samples",
+            expected="the same leading dimension in every array, e.g. x (n, 64) and y (n,)", received=shapes,
+            fix="check that inputs and labels come from the same split"))
     return tuple(out), False
 
 
@@ -189,20 +155,16 @@ class Batches(Iterator[Batch]):
         drop_remainder: bool = True,
     ) -> None:
         data, single = _as_arrays(arrays)
-        batch_size = _check_count("batch_size", batch_size, minimum=1, example="batch_size=32")
-        if epochs is not None:
-            epochs = _check_count("epochs", epochs, minimum=1, example="epochs=1 (or None to repeat forever)")
+        batch_size = whole(batch_size, "batch_size", minimum=1, expected="an int >= 1, e.g. 32",
+                           fix="pass batch_size=32")
+        epochs = whole(epochs, "epochs", minimum=1, none=True, fix="pass epochs=1 (or None to repeat forever)")
         seed = check_seed(seed)
         n = data[0].shape[0]
         if n == 0:
-            raise ValueError(
-                explain(
-                    "batches() was given empty arrays",
-                    expected="at least one sample",
-                    received=f"arrays of shapes {[a.shape for a in data]}",
-                    fix="check the data split that produced them",
-                )
-            )
+            raise ValueError(explain(
+                "batches() was given empty arrays",
+                expected="at least one sample", received=f"arrays of shapes {[a.shape for a in data]}",
+                fix="check the data split that produced them"))
         shuffle, drop_remainder = flag(shuffle, "shuffle", "batches"), flag(drop_remainder, "drop_remainder", "batches")
         epoch_steps = steps_per_epoch(n, batch_size, drop_remainder)  # refuses an epoch of no batch
         self._data, self._single, self._n = data, single, n
@@ -318,36 +280,26 @@ class Batches(Iterator[Batch]):
             ([4, 5], 4)
         """
         if not isinstance(state, Mapping):
-            raise TypeError(
-                explain(
-                    "Batches.load_state_dict() takes the dict that state_dict() returned",
-                    expected="a dict such as {'epoch': 2, 'position': 5, 'seed': 0, ...}",
-                    received=describe(state),
-                    fix="pass batches.state_dict() of the run being continued",
-                )
-            )
+            raise TypeError(explain(
+                "Batches.load_state_dict() takes the dict that state_dict() returned",
+                expected="a dict such as {'epoch': 2, 'position': 5, 'seed': 0, ...}",
+                received=describe(state), fix="pass batches.state_dict() of the run being continued"))
         missing = [key for key in ("epoch", "position") if key not in state]
         if missing:
-            raise ValueError(
-                explain(
-                    f"the batches' position lacks {', '.join(repr(k) for k in missing)}",
-                    expected="a dict from Batches.state_dict(), with 'epoch' and 'position'",
-                    received=f"a dict with keys {sorted(map(str, state))}",
-                    fix="pass the whole dict that state_dict() returned",
-                )
-            )
+            raise ValueError(explain(
+                f"the batches' position lacks {', '.join(repr(k) for k in missing)}",
+                expected="a dict from Batches.state_dict(), with 'epoch' and 'position'",
+                received=f"a dict with keys {sorted(map(str, state))}",
+                fix="pass the whole dict that state_dict() returned"))
         self._check_identity(state)
         epoch = _position_number(state["epoch"], "epoch", minimum=0)
         position = _position_number(state["position"], "position", minimum=0)
         if position >= self.epoch_steps:
-            raise ValueError(
-                explain(
-                    f"position {position} is past the end of an epoch of {self.epoch_steps} batches",
-                    expected=f"0 <= position < {self.epoch_steps} (batches per epoch here)",
-                    received=f"epoch={epoch}, position={position}",
-                    fix="pass a state_dict() of batches with the same data and batch_size",
-                )
-            )
+            raise ValueError(explain(
+                f"position {position} is past the end of an epoch of {self.epoch_steps} batches",
+                expected=f"0 <= position < {self.epoch_steps} (batches per epoch here)",
+                received=f"epoch={epoch}, position={position}",
+                fix="pass a state_dict() of batches with the same data and batch_size"))
         self._epoch, self._position, self._ready = epoch, position, -1
 
     def _check_identity(self, state: Mapping[str, Any]) -> None:
@@ -363,17 +315,14 @@ class Batches(Iterator[Batch]):
             if saved != here[key]:
                 differ.append(f"{key}: saved {saved!r}, here {here[key]!r}")
         if differ:
-            raise ValueError(
-                explain(
-                    "the position comes from batches built with other arguments, so it would "
-                    "continue with other data",
-                    expected="a state_dict() of batches over the same arrays, with the same "
-                    "batch_size, seed, shuffle and drop_remainder",
-                    received="; ".join(differ),
-                    fix="build the batches as the run that saved the position did (the saved "
-                    "values above), or start a new run instead of resuming",
-                )
-            )
+            raise ValueError(explain(
+                "the position comes from batches built with other arguments, so it would "
+                "continue with other data",
+                expected="a state_dict() of batches over the same arrays, with the same "
+                "batch_size, seed, shuffle and drop_remainder",
+                received="; ".join(differ),
+                fix="build the batches as the run that saved the position did (the saved "
+                "values above), or start a new run instead of resuming"))
 
     def __repr__(self) -> str:
         return (
@@ -383,13 +332,10 @@ class Batches(Iterator[Batch]):
 
 
 def _position_number(value: Any, name: str, *, minimum: int) -> int:
-    return whole_number(
-        value,
-        minimum=minimum,
-        problem=f"the batches' {name} must be a whole number >= {minimum}",
-        expected=f"{name} as Batches.state_dict() saved it, e.g. {{'{name}': 3}}",
-        fix="pass the dict that state_dict() returned, unchanged",
-    )
+    """A saved position's ``name`` as an int, or the explained error."""
+    return whole(value, f"the batches' {name}", minimum=minimum,
+                 expected=f"{name} as Batches.state_dict() saved it, e.g. {{'{name}': 3}}",
+                 fix="pass the dict that state_dict() returned, unchanged")
 
 
 @keywords_checked

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core._errors import as_integer, describe, explain, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import as_integer, describe, explain
 from gyre.data._arrays import check_seed
 
 Seed = int | tuple[int, ...] | np.random.Generator
@@ -26,29 +27,23 @@ def _rng(key_or_seed: Any) -> np.random.Generator:
     numbers = [as_integer(v) for v in parts]
     if all(n is not None and n >= 0 for n in numbers):
         return np.random.default_rng(numbers if len(numbers) > 1 else numbers[0])
-    raise TypeError(
-        explain(
-            "augmentation draws from a numpy Generator or a seed",
-            expected="a whole number >= 0, a tuple of them such as (seed, epoch, index), or "
-            "numpy.random.default_rng(...)",
-            received=describe(key_or_seed),
-            fix="pass seed=0, or (seed, epoch, index) for a draw that repeats on resume "
-            "(a JAX key lives on the device: augment on the host with a numpy seed instead)",
-        )
-    )
+    raise TypeError(explain(
+        "augmentation draws from a numpy Generator or a seed",
+        expected="a whole number >= 0, a tuple of them such as (seed, epoch, index), or "
+        "numpy.random.default_rng(...)",
+        received=describe(key_or_seed),
+        fix="pass seed=0, or (seed, epoch, index) for a draw that repeats on resume "
+        "(a JAX key lives on the device: augment on the host with a numpy seed instead)"))
 
 
 def _images(images: Any, what: str) -> np.ndarray:
     array = np.asarray(images)
     if array.ndim < 3:
-        raise ValueError(
-            explain(
-                f"{what} works on a batch of images",
-                expected="an array shaped (batch, height, width) or (batch, height, width, channels)",
-                received=f"an array of shape {array.shape}",
-                fix="reshape flat images first, e.g. x.reshape(-1, 8, 8, 1) for the digits",
-            )
-        )
+        raise ValueError(explain(
+            f"{what} works on a batch of images",
+            expected="an array shaped (batch, height, width) or (batch, height, width, channels)",
+            received=f"an array of shape {array.shape}",
+            fix="reshape flat images first, e.g. x.reshape(-1, 8, 8, 1) for the digits"))
     return array
 
 
@@ -78,13 +73,8 @@ def random_crop(images: Any, key_or_seed: Seed, padding: int = 4) -> np.ndarray:
     """
     array = _images(images, "random_crop")
     rng = _rng(key_or_seed)
-    padding = whole_number(
-        padding,
-        minimum=0,
-        problem="padding must be a whole number >= 0",
-        expected="the largest shift in pixels, e.g. padding=4 for 32 x 32 images",
-        fix="pass padding=4 (0 leaves the images unchanged)",
-    )
+    padding = whole(padding, "padding", expected="the largest shift in pixels, e.g. padding=4 for 32 x 32 images",
+                    fix="pass padding=4 (0 leaves the images unchanged)")
     n, height, width = array.shape[:3]
     offsets = rng.integers(0, 2 * padding + 1, size=(n, 2))
     widths = [(0, 0), (padding, padding), (padding, padding)] + [(0, 0)] * (array.ndim - 3)
@@ -120,14 +110,9 @@ def random_flip(images: Any, key_or_seed: Seed, p: float = 0.5) -> np.ndarray:
     array = _images(images, "random_flip")
     rng = _rng(key_or_seed)
     if isinstance(p, bool) or not isinstance(p, (int, float, np.floating)) or not 0 <= p <= 1:
-        raise ValueError(
-            explain(
-                "the flip probability p must be a number in [0, 1]",
-                expected="e.g. p=0.5 (half the images mirrored)",
-                received=describe(p),
-                fix="pass p=0.5",
-            )
-        )
+        raise ValueError(explain(
+            "the flip probability p must be a number in [0, 1]",
+            expected="e.g. p=0.5 (half the images mirrored)", received=describe(p), fix="pass p=0.5"))
     flip = (rng.random(array.shape[0]) < p).reshape((-1,) + (1,) * (array.ndim - 1))
     return np.where(flip, array[:, :, ::-1], array)
 
@@ -167,16 +152,9 @@ def augment(
         >>> a.shape, np.array_equal(a, b), np.array_equal(a, c)
         ((4, 8, 8, 1), True, False)
     """
-    numbers = [
-        whole_number(
-            value,
-            minimum=0,
-            problem=f"augment's {name} must be a whole number >= 0",
-            expected=f"{name} as an int >= 0, e.g. {name}=0",
-            fix="pass the seed, the epoch and the batch's index in the epoch as ints",
-        )
-        for name, value in (("seed", seed), ("epoch", epoch), ("index", index))
-    ]
+    numbers = [whole(value, f"augment's {name}", expected=f"{name} as an int >= 0, e.g. {name}=0",
+                     fix="pass the seed, the epoch and the batch's index in the epoch as ints")
+               for name, value in (("seed", seed), ("epoch", epoch), ("index", index))]
     rng = np.random.default_rng((*numbers, AUGMENT_STREAM))
     out = random_crop(images, rng, padding)
     return random_flip(out, rng) if flip else out
@@ -192,14 +170,11 @@ class Augmented(Iterator[Any]):
     def __init__(self, source: Any, *, seed: int = 0, padding: int = 4, flip: bool = True) -> None:
         steps = getattr(source, "epoch_steps", None)
         if steps is None or not callable(getattr(source, "state_dict", None)):
-            raise TypeError(
-                explain(
-                    "augmented() needs a source that knows its position",
-                    expected="gyre.data.batches(...) (or an iterator with epoch_steps and state_dict)",
-                    received=describe(source),
-                    fix="wrap the batches: augmented(gyre.data.batches((x, y), 128), seed=0)",
-                )
-            )
+            raise TypeError(explain(
+                "augmented() needs a source that knows its position",
+                expected="gyre.data.batches(...) (or an iterator with epoch_steps and state_dict)",
+                received=describe(source),
+                fix="wrap the batches: augmented(gyre.data.batches((x, y), 128), seed=0)"))
         self.source, self.epoch_steps = source, steps
         self.seed, self.padding, self.flip = check_seed(seed), padding, bool(flip)
         random_crop(np.zeros((1, 1, 1)), 0, padding)  # checks padding now, not at the first batch

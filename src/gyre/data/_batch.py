@@ -50,14 +50,10 @@ def _as_supervised(batch: Any) -> SupervisedBatch:
         return batch
     if isinstance(batch, tuple) and len(batch) == 2:
         return SupervisedBatch(*batch)
-    raise TypeError(
-        explain(
-            "supervised() turns (inputs, targets) batches into SupervisedBatch",
-            expected="batches that are (x, y) tuples",
-            received=describe(batch),
-            fix="give it gyre.data.batches((x, y), 128) or another source of (x, y) pairs",
-        )
-    )
+    raise TypeError(explain(
+        "supervised() turns (inputs, targets) batches into SupervisedBatch",
+        expected="batches that are (x, y) tuples", received=describe(batch),
+        fix="give it gyre.data.batches((x, y), 128) or another source of (x, y) pairs"))
 
 
 class Supervised(Iterator[SupervisedBatch]):
@@ -66,14 +62,10 @@ class Supervised(Iterator[SupervisedBatch]):
 
     def __init__(self, source: Any) -> None:
         if not hasattr(source, "__iter__"):
-            raise TypeError(
-                explain(
-                    "supervised() needs a source of batches",
-                    expected="an iterable of (x, y) batches, e.g. gyre.data.batches((x, y), 128)",
-                    received=describe(source),
-                    fix="supervised(gyre.data.batches((x, y), 128))",
-                )
-            )
+            raise TypeError(explain(
+                "supervised() needs a source of batches",
+                expected="an iterable of (x, y) batches, e.g. gyre.data.batches((x, y), 128)",
+                received=describe(source), fix="supervised(gyre.data.batches((x, y), 128))"))
         self.source = source
         self._it: Iterator[Any] | None = source if isinstance(source, Iterator) else None
 

@@ -18,14 +18,10 @@ Split = tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 def _check_test_size(test_size: object) -> float:
     if isinstance(test_size, bool) or not isinstance(test_size, numbers.Real) or not 0 < test_size < 1:
-        raise ValueError(
-            explain(
-                "test_size must be a fraction strictly between 0 and 1",
-                expected="e.g. test_size=0.2 (20% of the samples held out)",
-                received=describe(test_size),
-                fix="pass a float in (0, 1)",
-            )
-        )
+        raise ValueError(explain(
+            "test_size must be a fraction strictly between 0 and 1",
+            expected="e.g. test_size=0.2 (20% of the samples held out)", received=describe(test_size),
+            fix="pass a float in (0, 1)"))
     return float(test_size)
 
 
@@ -61,14 +57,10 @@ def stratified_split(labels: np.ndarray, *, test_size: float, seed: int) -> tupl
             "(np.digitize)" if labels.ndim == 1
             else "pass one class per sample"
         )
-        raise ValueError(
-            explain(
-                "stratified_split needs 1-D integer class labels (it keeps each class's share)",
-                expected="an int array of shape (n,), e.g. np.array([0, 2, 1, 0])",
-                received=f"an array of shape {labels.shape} and dtype {labels.dtype}",
-                fix=fix,
-            )
-        )
+        raise ValueError(explain(
+            "stratified_split needs 1-D integer class labels (it keeps each class's share)",
+            expected="an int array of shape (n,), e.g. np.array([0, 2, 1, 0])",
+            received=f"an array of shape {labels.shape} and dtype {labels.dtype}", fix=fix))
     classes, counts = np.unique(labels, return_counts=True)
     # Largest-remainder apportionment: the test set holds ceil(test_size * n) samples in all,
     # each class its share rounded down plus one for the largest fractional parts.
@@ -112,14 +104,10 @@ def digits(*, test_size: float = 0.2, seed: int = 0) -> Split:
     try:
         from sklearn.datasets import load_digits
     except ImportError as err:
-        raise ImportError(
-            explain(
-                "gyre.data.digits needs scikit-learn, which is not installed",
-                expected="scikit-learn (it ships the digits data set)",
-                received=f"ImportError: {err}",
-                fix="pip install 'gyre[examples]'",
-            )
-        ) from err
+        raise ImportError(explain(
+            "gyre.data.digits needs scikit-learn, which is not installed",
+            expected="scikit-learn (it ships the digits data set)", received=f"ImportError: {err}",
+            fix="pip install 'gyre[examples]'")) from err
     bunch = load_digits()
     x = (np.asarray(bunch.data, dtype=np.float32) / 16.0).reshape(-1, 64)
     y = np.asarray(bunch.target, dtype=np.int32)

@@ -40,39 +40,28 @@ SOURCES = {
 
 def _folder(path: str | os.PathLike[str], dataset: str) -> Path:
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(
-            explain(
-                f"{dataset} reads its files from a folder given as a path",
-                expected="a str or pathlib.Path naming a folder, e.g. '~/data/mnist'",
-                received=describe(path),
-                fix="pass the folder that holds the data set's files",
-            )
-        )
+        raise TypeError(explain(
+            f"{dataset} reads its files from a folder given as a path",
+            expected="a str or pathlib.Path naming a folder, e.g. '~/data/mnist'", received=describe(path),
+            fix="pass the folder that holds the data set's files"))
     folder = Path(path).expanduser()
     if not folder.is_dir():
-        raise FileNotFoundError(
-            explain(
-                f"the {dataset} folder does not exist (or is not a folder)",
-                expected=f"a folder holding the {dataset} files, downloaded from {SOURCES[dataset]}",
-                received=f"{str(path)!r} (resolved to {folder.resolve()})",
-                fix="download the files there, or pass the folder where they are",
-            )
-        )
+        raise FileNotFoundError(explain(
+            f"the {dataset} folder does not exist (or is not a folder)",
+            expected=f"a folder holding the {dataset} files, downloaded from {SOURCES[dataset]}",
+            received=f"{str(path)!r} (resolved to {folder.resolve()})",
+            fix="download the files there, or pass the folder where they are"))
     return folder
 
 
 def _missing(dataset: str, folder: Path, names: list[str], *, gz: bool) -> FileNotFoundError:
     listed = ", ".join(f"{n} (or {n}.gz)" if gz else n for n in names)
-    return FileNotFoundError(
-        explain(
-            f"{dataset} files are missing in {folder}",
-            expected=f"the files {listed}",
-            received=f"a folder without {', '.join(names)}",
-            fix=f"download them from {SOURCES[dataset]} into {folder} (gzipped or not)"
-            if gz
-            else f"download them from {SOURCES[dataset]} and pass the extracted folder",
-        )
-    )
+    return FileNotFoundError(explain(
+        f"{dataset} files are missing in {folder}",
+        expected=f"the files {listed}", received=f"a folder without {', '.join(names)}",
+        fix=f"download them from {SOURCES[dataset]} into {folder} (gzipped or not)"
+        if gz
+        else f"download them from {SOURCES[dataset]} and pass the extracted folder"))
 
 
 def _idx_paths(folder: Path, dataset: str) -> list[Path]:
@@ -96,25 +85,18 @@ def _read(path: Path) -> bytes:
     try:
         return gzip.decompress(raw)
     except (OSError, EOFError, zlib.error) as err:
-        raise ValueError(
-            explain(
-                f"{path} is not a readable gzip file",
-                expected="a gzip file, as downloaded (or the same file uncompressed, without .gz)",
-                received=f"{len(raw)} bytes that fail to decompress: {err}",
-                fix="download the file again; an interrupted download leaves it truncated",
-            )
-        ) from err
+        raise ValueError(explain(
+            f"{path} is not a readable gzip file",
+            expected="a gzip file, as downloaded (or the same file uncompressed, without .gz)",
+            received=f"{len(raw)} bytes that fail to decompress: {err}",
+            fix="download the file again; an interrupted download leaves it truncated")) from err
 
 
 def _corrupt(path: Path, what: str, *, expected: str, received: str) -> ValueError:
-    return ValueError(
-        explain(
-            f"{path} is corrupt: {what}",
-            expected=expected,
-            received=received,
-            fix="download the file again (and check that it is the one named, e.g. images not labels)",
-        )
-    )
+    return ValueError(explain(
+        f"{path} is corrupt: {what}",
+        expected=expected, received=received,
+        fix="download the file again (and check that it is the one named, e.g. images not labels)"))
 
 
 def read_idx(path: Path, *, magic: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -185,14 +167,11 @@ def _idx_dataset(path: str | os.PathLike[str], dataset: str) -> Split:
         images = read_idx(image_path, magic=IMAGES_MAGIC, shape=(28, 28))
         labels = read_idx(label_path, magic=LABELS_MAGIC, shape=())
         if len(images) != len(labels):
-            raise ValueError(
-                explain(
-                    f"{label_path.name} and {image_path.name} disagree on the number of examples",
-                    expected="as many labels as images (60,000 train, 10,000 test)",
-                    received=f"{len(images)} images in {image_path}, {len(labels)} labels in {label_path}",
-                    fix="download both files again from the same release",
-                )
-            )
+            raise ValueError(explain(
+                f"{label_path.name} and {image_path.name} disagree on the number of examples",
+                expected="as many labels as images (60,000 train, 10,000 test)",
+                received=f"{len(images)} images in {image_path}, {len(labels)} labels in {label_path}",
+                fix="download both files again from the same release"))
         out.append((_images(images)[..., None], _check_labels(label_path, labels)))
     return out[0], out[1]
 

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gyre.core._checks import whole
 from gyre.core._errors import describe, explain
 
 FILLS = ("edge", "zeros")
@@ -35,14 +36,11 @@ def _rows_of(batch: Any) -> int:
     """The leading dimension shared by every array leaf of ``batch`` (scalars are skipped)."""
     sizes = {np.shape(x)[0] for x in jax.tree_util.tree_leaves(batch) if np.ndim(x) >= 1}
     if len(sizes) != 1:
-        raise ValueError(
-            explain(
-                "a batch to pad needs array leaves of one leading dimension (its rows)",
-                expected="e.g. (x of shape (40, 28, 28, 1), y of shape (40,))",
-                received="no array leaf" if not sizes else f"leading dimensions {sorted(sizes)}",
-                fix="give every array of the batch the batch's examples along axis 0",
-            )
-        )
+        raise ValueError(explain(
+            "a batch to pad needs array leaves of one leading dimension (its rows)",
+            expected="e.g. (x of shape (40, 28, 28, 1), y of shape (40,))",
+            received="no array leaf" if not sizes else f"leading dimensions {sorted(sizes)}",
+            fix="give every array of the batch the batch's examples along axis 0"))
     return sizes.pop()
 
 
@@ -103,14 +101,10 @@ def pad_batch(batch: Any, size: int, *, fill: str = "edge") -> tuple[Any, np.nda
         )
     rows = _rows_of(batch)
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or rows > size:
-        raise ValueError(
-            explain(
-                "pad_batch: the batch holds more rows than the size to pad to",
-                expected=f"a whole number size >= the batch's {rows} rows",
-                received=f"size={describe(size)}",
-                fix="pad to the largest batch's size (padded() learns it from the first batch)",
-            )
-        )
+        raise ValueError(explain(
+            "pad_batch: the batch holds more rows than the size to pad to",
+            expected=f"a whole number size >= the batch's {rows} rows", received=f"size={describe(size)}",
+            fix="pad to the largest batch's size (padded() learns it from the first batch)"))
     if rows == size:
         return batch, _full_mask(int(size))
     out = jax.tree_util.tree_map(lambda leaf: _pad_leaf(leaf, rows, int(size), fill), batch)
@@ -132,11 +126,8 @@ class Padded:
     """
 
     def __init__(self, loader: Iterable[Any], batch_size: int | None = None, *, fill: str = "edge") -> None:
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-            raise ValueError(
-                explain("padded: batch_size must be a whole number >= 1 (or None: the first batch's)",
-                        expected="batch_size=64", received=describe(batch_size), fix="pass batch_size=64")
-            )
+        batch_size = whole(batch_size, "padded: batch_size", minimum=1, none=True,
+                           fix="pass batch_size=64 (or None: the first batch's)")
         self.loader, self.batch_size, self.fill = loader, batch_size, fill
 
     def __iter__(self) -> Iterator[tuple[Any, np.ndarray]]:

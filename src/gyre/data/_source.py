@@ -21,7 +21,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gyre.core._errors import describe, explain, suggest, whole_number
+from gyre.core._checks import instance, whole
+from gyre.core._errors import describe, explain, suggest
 from gyre.data._arrays import Batches, check_seed, epoch_order
 from gyre.data._augment import augment as augment_batch
 from gyre.data._augment import augmented, random_crop
@@ -317,9 +318,8 @@ def _augment_options(augment: Any, seed: int, images: np.ndarray) -> dict[str, A
                     received=f"x of shape {images.shape}",
                     fix="reshape flat images first, e.g. x.reshape(-1, 8, 8, 1), or leave augment=None")
         )
-    if not isinstance(options.get("flip", True), bool):
-        raise TypeError(explain("augment's flip must be a bool", expected="flip=True or flip=False",
-                                received=describe(options["flip"]), fix="pass {'flip': True}"))
+    instance(options.get("flip", True), "augment's flip", bool, expected="flip=True or flip=False",
+             fix="pass {'flip': True}")
     default = int(np.random.SeedSequence(seed, spawn_key=(2,)).generate_state(1)[0])
     options["seed"] = check_seed(options.get("seed", default))
     options["padding"] = options.get("padding", 4)
@@ -405,11 +405,10 @@ def arrays(
         )
     train_arrays, test_arrays = _split_arrays(data)
     seed = check_seed(seed)
-    batch_size = whole_number(batch_size, minimum=1, problem="batch_size must be a whole number >= 1",
-                              expected="an int >= 1, e.g. 128", fix="pass batch_size=128")
-    workers = whole_number(workers, minimum=0, problem="workers must be a whole number >= 0",
-                           expected="0 (numpy, this thread) or the threads of a grain pipeline, e.g. 2",
-                           fix="pass workers=0 or workers=2")
+    batch_size = whole(batch_size, "batch_size", minimum=1, expected="an int >= 1, e.g. 128",
+                       fix="pass batch_size=128")
+    workers = whole(workers, "workers", expected="0 (numpy, this thread) or the threads of a grain pipeline, e.g. 2",
+                    fix="pass workers=0 or workers=2")
     options = _augment_options(augment, seed, train_arrays[0])
     val = None
     if validation is not None:

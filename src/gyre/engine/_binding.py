@@ -33,6 +33,7 @@ from typing import Any
 
 import jax
 
+from gyre.core._checks import instance
 from gyre.core._errors import closest, describe, explain, suggest
 
 ARG_NAMES = ("state", "batch", "elapsed", "logs", "loop")
@@ -145,15 +146,8 @@ def bind(fn: Any) -> Invoker:
     loop_callback = getattr(fn, "__loop_callback__", None)
     if callable(loop_callback) and not isinstance(fn, type):
         return Invoker(fn, lambda s, b, e, lg, lp: loop_callback(lp), callback_name(fn), uses=frozenset({"loop"}))
-    if not callable(fn):
-        raise TypeError(
-            explain(
-                "a callback must be callable",
-                expected="a function of (state, batch, elapsed, logs, loop), or any callable",
-                received=describe(fn),
-                fix="pass a function or an object with __call__",
-            )
-        )
+    instance(fn, "a callback", Callable, kind="callable", fix="pass a function or an object with __call__",
+             expected="a function of (state, batch, elapsed, logs, loop), or any callable")
     idx, kw, mask = _planned(fn, 0)
     name = callback_name(fn)
     return Invoker(fn, _make(fn, idx, kw, False, mask, name), name, takes_mask=mask is not None, uses=_uses(idx, kw))
@@ -199,14 +193,10 @@ def _params(fn: Any) -> list[inspect.Parameter]:
     try:
         return list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
-        raise TypeError(
-            explain(
-                f"cannot read the signature of callback {callback_name(fn)}",
-                expected="a Python callable whose parameters inspect.signature can read",
-                received=describe(fn),
-                fix="wrap it: lambda state, batch: fn(state, batch)",
-            )
-        ) from None
+        raise TypeError(explain(
+            f"cannot read the signature of callback {callback_name(fn)}",
+            expected="a Python callable whose parameters inspect.signature can read", received=describe(fn),
+            fix="wrap it: lambda state, batch: fn(state, batch)")) from None
 
 
 _P = inspect.Parameter
@@ -246,16 +236,13 @@ def _plan(fn: Any, params: list[inspect.Parameter], offset: int) -> Plan:
         count = len([p for p in required if p.kind in _POSITIONAL])
     missing_kw = [p.name for p in required if p.kind is _P.KEYWORD_ONLY]
     if count > len(ARG_NAMES) - offset or missing_kw:
-        raise TypeError(
-            explain(
-                f"cannot bind the parameters of callback {callback_name(fn)}",
-                expected=f"parameters named from {list(ARG_NAMES[offset:])}, or at most "
-                f"{len(ARG_NAMES) - offset} positional ones",
-                received=f"parameters {[p.name for p in params]}",
-                fix="name the parameters state, batch, elapsed, logs, loop (any subset), "
-                "or give the extra ones defaults",
-            )
-        )
+        raise TypeError(explain(
+            f"cannot bind the parameters of callback {callback_name(fn)}",
+            expected=f"parameters named from {list(ARG_NAMES[offset:])}, or at most "
+            f"{len(ARG_NAMES) - offset} positional ones",
+            received=f"parameters {[p.name for p in params]}",
+            fix="name the parameters state, batch, elapsed, logs, loop (any subset), "
+            "or give the extra ones defaults"))
     if found is not None and found.kind is _P.POSITIONAL_OR_KEYWORD:
         _check_mask_last(fn, params, params.index(found))
     _check_near_misses(fn, [p for p in required if p.kind in _POSITIONAL][:count], offset)
@@ -270,18 +257,15 @@ def _check_near_misses(fn: Any, positional: list[inspect.Parameter], offset: int
         if close is None or _INDEX[close] == position:
             continue
         given = ARG_NAMES[position]
-        raise TypeError(
-            explain(
-                f"callback {callback_name(fn)}: parameter {p.name!r} looks like a misspelling of "
-                f"{close!r}",
-                expected=f"parameters named from {list(ARG_NAMES[offset:])} (bound by name), or "
-                "names unlike them (bound by position: state, batch, elapsed, logs, loop)",
-                received=f"parameters {[q.name for q in positional]}: bound by position, "
-                f"{p.name!r} would get the {given}, not the {ARG_NAMES[_INDEX[close]]}",
-                fix=f"rename it {close!r}; to take the {given} by position, give it a name unlike "
-                f"the loop's values (e.g. def cb({'s' if given == 'state' else given[0]}))",
-            )
-        )
+        raise TypeError(explain(
+            f"callback {callback_name(fn)}: parameter {p.name!r} looks like a misspelling of "
+            f"{close!r}",
+            expected=f"parameters named from {list(ARG_NAMES[offset:])} (bound by name), or "
+            "names unlike them (bound by position: state, batch, elapsed, logs, loop)",
+            received=f"parameters {[q.name for q in positional]}: bound by position, "
+            f"{p.name!r} would get the {given}, not the {ARG_NAMES[_INDEX[close]]}",
+            fix=f"rename it {close!r}; to take the {given} by position, give it a name unlike "
+            f"the loop's values (e.g. def cb({'s' if given == 'state' else given[0]}))"))
 
 
 def _check_defaulted_misses(fn: Any, defaulted: list[inspect.Parameter]) -> None:
@@ -292,33 +276,27 @@ def _check_defaulted_misses(fn: Any, defaulted: list[inspect.Parameter]) -> None
         close = closest(p.name, _INDEX, cutoff=TYPO_CUTOFF)
         if close is None:
             continue
-        raise TypeError(
-            explain(
-                f"callback {callback_name(fn)}: parameter {p.name!r} looks like a misspelling of "
-                f"{close!r}",
-                expected=f"the loop's values named exactly: {list(ARG_NAMES)}",
-                received=f"{p.name}={p.default!r}: the loop passes no {p.name!r}, so it always "
-                "keeps its default",
-                fix=f"rename it {close!r}; if it is a setting of your own, give it a name unlike "
-                "the loop's values",
-            )
-        )
+        raise TypeError(explain(
+            f"callback {callback_name(fn)}: parameter {p.name!r} looks like a misspelling of "
+            f"{close!r}",
+            expected=f"the loop's values named exactly: {list(ARG_NAMES)}",
+            received=f"{p.name}={p.default!r}: the loop passes no {p.name!r}, so it always "
+            "keeps its default",
+            fix=f"rename it {close!r}; if it is a setting of your own, give it a name unlike "
+            "the loop's values"))
 
 
 def _check_mask_last(fn: Any, params: list[inspect.Parameter], at: int) -> None:
     """A ``mask`` before parameters bound by position would receive one of their values."""
     later = params[at + 1 :]
     if any(p.kind is _P.VAR_POSITIONAL or (p.kind in _POSITIONAL and p.default is _P.empty) for p in later):
-        raise TypeError(
-            explain(
-                f"callback {callback_name(fn)} has its mask parameter before parameters bound "
-                "by position",
-                expected="mask after them (def step(s, b, mask=None)), or parameters named "
-                "state, batch, ... (bound by name, in any order)",
-                received=f"parameters {[p.name for p in params]}",
-                fix="move mask to the end of the parameters, or make it keyword-only (*, mask=None)",
-            )
-        )
+        raise TypeError(explain(
+            f"callback {callback_name(fn)} has its mask parameter before parameters bound "
+            "by position",
+            expected="mask after them (def step(s, b, mask=None)), or parameters named "
+            "state, batch, ... (bound by name, in any order)",
+            received=f"parameters {[p.name for p in params]}",
+            fix="move mask to the end of the parameters, or make it keyword-only (*, mask=None)"))
 
 
 def _by_name(params: list[inspect.Parameter], names: set[str]) -> tuple[tuple[int, ...], tuple[tuple[str, int], ...]]:
@@ -339,17 +317,14 @@ def _by_name(params: list[inspect.Parameter], names: set[str]) -> tuple[tuple[in
 
 def _mixed(fn: Any, params: list[inspect.Parameter], unknown: list[inspect.Parameter], names: set[str]) -> None:
     hints = [f"{p.name!r}:{suggest(p.name, sorted(names)) or ' no close name'}" for p in unknown]
-    raise TypeError(
-        explain(
-            f"callback {callback_name(fn)} names some of its parameters after the loop's "
-            "values and not the others",
-            expected=f"every required parameter named from {sorted(names)} (bound by name), or "
-            "none of them (bound by position: state, batch, elapsed, logs, loop)",
-            received=f"parameters {[p.name for p in params]}; not loop values: " + "; ".join(hints),
-            fix="rename the parameters (e.g. def cb(elapsed, logs)), or give the others "
-            "defaults; binding by position would hand them the wrong values",
-        )
-    )
+    raise TypeError(explain(
+        f"callback {callback_name(fn)} names some of its parameters after the loop's "
+        "values and not the others",
+        expected=f"every required parameter named from {sorted(names)} (bound by name), or "
+        "none of them (bound by position: state, batch, elapsed, logs, loop)",
+        received=f"parameters {[p.name for p in params]}; not loop values: " + "; ".join(hints),
+        fix="rename the parameters (e.g. def cb(elapsed, logs)), or give the others "
+        "defaults; binding by position would hand them the wrong values"))
 
 
 def _make(

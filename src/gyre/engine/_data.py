@@ -76,15 +76,11 @@ def check_data_resume(data_resume: Any) -> str:
     if isinstance(data_resume, str) and data_resume in DATA_RESUME:
         return data_resume
     hint = suggest(data_resume, DATA_RESUME) if isinstance(data_resume, str) else ""
-    raise ValueError(
-        explain(
-            "data_resume= must say how a resumed run treats data that cannot save its position",
-            expected="'restart' (start the data again, with a warning) or 'skip' (pull and drop "
-            "the batches consumed before the checkpoint: O(position))",
-            received=describe(data_resume),
-            fix="pass data_resume='restart' or data_resume='skip'." + hint,
-        )
-    )
+    raise ValueError(explain(
+        "data_resume= must say how a resumed run treats data that cannot save its position",
+        expected="'restart' (start the data again, with a warning) or 'skip' (pull and drop "
+        "the batches consumed before the checkpoint: O(position))",
+        received=describe(data_resume), fix="pass data_resume='restart' or data_resume='skip'." + hint))
 
 
 def _has(obj: Any, *names: str) -> bool:
@@ -370,17 +366,14 @@ class DataTracker:
             try:
                 next(it)
             except StopIteration:
-                raise ValueError(
-                    explain(
-                        f"the data ended while skipping the batches consumed before the "
-                        f"checkpoint (data_resume='skip'): it held {done}, the run had "
-                        f"consumed {count}",
-                        expected=f"the same data as the run that saved it: at least {count} batches",
-                        received=f"a {source} of {done} batches",
-                        fix="resume with the same data (repeated for as many epochs), or "
-                        "data_resume='restart' to start it again from its beginning",
-                    )
-                ) from None
+                raise ValueError(explain(
+                    f"the data ended while skipping the batches consumed before the "
+                    f"checkpoint (data_resume='skip'): it held {done}, the run had "
+                    f"consumed {count}",
+                    expected=f"the same data as the run that saved it: at least {count} batches",
+                    received=f"a {source} of {done} batches",
+                    fix="resume with the same data (repeated for as many epochs), or "
+                    "data_resume='restart' to start it again from its beginning")) from None
 
     def __repr__(self) -> str:
         kind = self._kind or "unopened"
@@ -399,24 +392,17 @@ def _count(saved: Any) -> int:
 
 def _check_saved(state: Any) -> tuple[str, Any]:
     if not isinstance(state, Mapping) or "kind" not in state or "state" not in state:
-        raise TypeError(
-            explain(
-                "a data position must be the dict that loop.data.state_dict() returned",
-                expected="{'kind': 'state_dict' | 'grain' | 'count', 'source': ..., 'state': ...}",
-                received=describe(state),
-                fix="pass the saved data position unchanged (a checkpoint's meta['data'])",
-            )
-        )
+        raise TypeError(explain(
+            "a data position must be the dict that loop.data.state_dict() returned",
+            expected="{'kind': 'state_dict' | 'grain' | 'count', 'source': ..., 'state': ...}",
+            received=describe(state),
+            fix="pass the saved data position unchanged (a checkpoint's meta['data'])"))
     kind = state["kind"]
     if kind not in KINDS:
-        raise ValueError(
-            explain(
-                f"unknown kind of data position {kind!r}",
-                expected=f"one of {list(KINDS)}",
-                received=describe(state),
-                fix="pass the data position the loop saved, unchanged",
-            )
-        )
+        raise ValueError(explain(
+            f"unknown kind of data position {kind!r}",
+            expected=f"one of {list(KINDS)}", received=describe(state),
+            fix="pass the data position the loop saved, unchanged"))
     return kind, state["state"]
 
 
@@ -450,14 +436,11 @@ def _encode(raw: bytes) -> tuple[str, str]:
 
 def _decode(text: Any, encoding: Any) -> bytes:
     if not isinstance(text, str) or encoding not in ("utf-8", "base64"):
-        raise ValueError(
-            explain(
-                "a saved grain state stored as text cannot be read back",
-                expected="{'kind': 'grain', 'state': <text>, 'encoding': 'utf-8' or 'base64'}",
-                received=f"state {describe(text)}, encoding {describe(encoding)}",
-                fix="pass the data position the loop saved, unchanged",
-            )
-        )
+        raise ValueError(explain(
+            "a saved grain state stored as text cannot be read back",
+            expected="{'kind': 'grain', 'state': <text>, 'encoding': 'utf-8' or 'base64'}",
+            received=f"state {describe(text)}, encoding {describe(encoding)}",
+            fix="pass the data position the loop saved, unchanged"))
     return text.encode("utf-8") if encoding == "utf-8" else base64.b64decode(text)
 
 
@@ -482,15 +465,12 @@ def to_json(value: Any, where: str) -> Any:
 
 
 def _not_json(where: str, value: Any, what: str) -> TypeError:
-    return TypeError(
-        explain(
-            f"{where} cannot be saved in a checkpoint: a data position is stored as JSON",
-            expected="ints, floats, strings, bools, None, and lists and dicts (string keys) of them",
-            received=what,
-            fix="make state_dict() return plain values (e.g. an int position, a seed), and "
-            "rebuild anything else from them in load_state_dict()",
-        )
-    )
+    return TypeError(explain(
+        f"{where} cannot be saved in a checkpoint: a data position is stored as JSON",
+        expected="ints, floats, strings, bools, None, and lists and dicts (string keys) of them",
+        received=what,
+        fix="make state_dict() return plain values (e.g. an int position, a seed), and "
+        "rebuild anything else from them in load_state_dict()"))
 
 
 def track_data(dataset: Any, data_resume: str = "restart", *, track: bool = True) -> DataTracker:

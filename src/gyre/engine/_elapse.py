@@ -16,8 +16,9 @@ from typing import Any
 
 import jax
 
+from gyre.core._checks import instance, whole
 from gyre.core._clock import BatchSizeFn, Elapsed, Period, infer_batch_size
-from gyre.core._errors import as_integer, describe, explain, warn, whole_number
+from gyre.core._errors import as_integer, describe, explain, warn
 
 StopLike = int | Period | None
 
@@ -34,14 +35,10 @@ def check_stop(stop: Any, name: str = "stop") -> StopLike:
     steps = as_integer(stop)
     if steps is not None and steps >= 1:
         return Period(steps=steps)
-    raise ValueError(
-        explain(
-            f"{name}= must be a number of steps >= 1, a Period, or None",
-            expected=f"{name}=1000, {name}=gyre.at(epochs=5), or {name}=None (until the data ends)",
-            received=describe(stop),
-            fix=f"pass a positive number of steps, e.g. {name}=100",
-        )
-    )
+    raise ValueError(explain(
+        f"{name}= must be a number of steps >= 1, a Period, or None",
+        expected=f"{name}=1000, {name}=gyre.at(epochs=5), or {name}=None (until the data ends)",
+        received=describe(stop), fix=f"pass a positive number of steps, e.g. {name}=100"))
 
 
 def steps_only(period: Period | None) -> int | None:
@@ -59,13 +56,9 @@ def epoch_steps_of(epoch_duration: Any, dataset: Any) -> int | None:
         epoch_duration = epoch_duration.steps
     if epoch_duration is None:
         return dataset_epoch_steps(dataset)
-    return whole_number(
-        epoch_duration,
-        minimum=1,
-        problem="epoch_duration= must be a number of steps >= 1",
-        expected="epoch_duration=len(train_batches) or gyre.at(steps=...)",
-        fix="pass the number of steps in one epoch",
-    )
+    return whole(epoch_duration, "epoch_duration=", minimum=1, unit="steps",
+                 fix="pass the number of steps in one epoch",
+                 expected="epoch_duration=len(train_batches) or gyre.at(steps=...)")
 
 
 def dataset_epoch_steps(dataset: Any) -> int | None:
@@ -91,51 +84,38 @@ def check_iterable(dataset: Any) -> None:
     """
     if _looks_like_arrays(dataset):
         shapes = ", ".join(str(tuple(x.shape)) for x in dataset)
-        raise TypeError(
-            explain(
-                "the dataset is a tuple of whole arrays, which the loop would iterate "
-                "array by array (a Keras habit: fit(x, y))",
-                expected="an iterable of batches",
-                received=f"a tuple of {len(dataset)} arrays with shapes {shapes}",
-                fix="batch them: gyre.data.batches((X, Y), batch_size=32, seed=0)",
-            )
-        )
+        raise TypeError(explain(
+            "the dataset is a tuple of whole arrays, which the loop would iterate "
+            "array by array (a Keras habit: fit(x, y))",
+            expected="an iterable of batches",
+            received=f"a tuple of {len(dataset)} arrays with shapes {shapes}",
+            fix="batch them: gyre.data.batches((X, Y), batch_size=32, seed=0)"))
     if hasattr(dataset, "shape") and hasattr(dataset, "dtype") and len(dataset.shape) >= 1:
-        raise TypeError(
-            explain(
-                f"the dataset is a single array of shape {tuple(dataset.shape)}, which the loop "
-                "would iterate row by row (one example per step, with no batch dimension)",
-                expected="an iterable of batches",
-                received=f"a {type(dataset).__name__} of shape {tuple(dataset.shape)}",
-                fix="batch it: gyre.data.batches(x, batch_size=32, seed=0), or a list of batches",
-            )
-        )
+        raise TypeError(explain(
+            f"the dataset is a single array of shape {tuple(dataset.shape)}, which the loop "
+            "would iterate row by row (one example per step, with no batch dimension)",
+            expected="an iterable of batches",
+            received=f"a {type(dataset).__name__} of shape {tuple(dataset.shape)}",
+            fix="batch it: gyre.data.batches(x, batch_size=32, seed=0), or a list of batches"))
     if isinstance(dataset, Mapping):
         keys = list(dataset)
         shown = "(" + ", ".join(f"d[{k!r}]" for k in keys[:3]) + ")"
-        raise TypeError(
-            explain(
-                "the dataset is a dict: the loop would iterate its keys as batches",
-                expected="an iterable of batches (each batch may be a dict)",
-                received=f"a dict with keys {keys[:8]}",
-                fix=f"batch its arrays: gyre.data.batches({shown}, batch_size=32, seed=0), or "
-                "pass a list of dict batches",
-            )
-        )
+        raise TypeError(explain(
+            "the dataset is a dict: the loop would iterate its keys as batches",
+            expected="an iterable of batches (each batch may be a dict)",
+            received=f"a dict with keys {keys[:8]}",
+            fix=f"batch its arrays: gyre.data.batches({shown}, batch_size=32, seed=0), or "
+            "pass a list of dict batches"))
     if not (isinstance(dataset, Iterable) or hasattr(type(dataset), "__getitem__")):
         raise _not_iterable(dataset)
 
 
 def _not_iterable(dataset: Any) -> TypeError:
-    return TypeError(
-        explain(
-            "the dataset is not iterable",
-            expected="an iterable of batches: a list, a generator, a data loader",
-            received=describe(dataset),
-            fix="pass e.g. [batch0, batch1, ...] or a generator that yields batches; "
-            "for one batch repeated, itertools.repeat(batch)",
-        )
-    )
+    return TypeError(explain(
+        "the dataset is not iterable",
+        expected="an iterable of batches: a list, a generator, a data loader", received=describe(dataset),
+        fix="pass e.g. [batch0, batch1, ...] or a generator that yields batches; "
+        "for one batch repeated, itertools.repeat(batch)"))
 
 
 def check_dataset(dataset: Any) -> Iterator[Any]:
@@ -167,16 +147,9 @@ def size_function(batch_size_fn: Any) -> BatchSizeFn:
     """
     if batch_size_fn is None:
         return infer_batch_size
-    if not callable(batch_size_fn):
-        raise TypeError(
-            explain(
-                "batch_size_fn must be a function",
-                expected="batch_size_fn=lambda shapes: shapes[0][0] (ciclo's form: the list of "
-                "leaf shapes) or a function with a parameter named batch",
-                received=describe(batch_size_fn),
-                fix="pass a function returning the number of samples in a batch",
-            )
-        )
+    instance(batch_size_fn, "batch_size_fn", Callable, kind="a function",
+             fix="pass a function returning the number of samples in a batch",
+             expected="batch_size_fn=lambda shapes: shapes[0][0] (ciclo's form: the list of leaf shapes) or a function with a parameter named batch")
     try:
         first = next(iter(inspect.signature(batch_size_fn).parameters), None)
     except (TypeError, ValueError):
@@ -201,15 +174,11 @@ def samples(size: Any) -> int:
     number = as_integer(size)
     if number is not None and number >= 0:
         return number
-    raise TypeError(
-        explain(
-            f"batch_size_fn returned {size!r} as the samples of a batch",
-            expected="a whole number >= 0 (the examples in the batch)",
-            received=describe(size),
-            fix="return the batch's leading dimension as an int, e.g. "
-            "batch_size_fn=lambda batch: batch['y'].shape[0]",
-        )
-    )
+    raise TypeError(explain(
+        f"batch_size_fn returned {size!r} as the samples of a batch",
+        expected="a whole number >= 0 (the examples in the batch)", received=describe(size),
+        fix="return the batch's leading dimension as an int, e.g. "
+        "batch_size_fn=lambda batch: batch['y'].shape[0]"))
 
 
 class Elapse:
@@ -316,15 +285,9 @@ class Elapse:
 def _check_initial(initial: Any) -> Elapsed:
     if initial is None:
         return Elapsed()
-    if not isinstance(initial, Elapsed):
-        raise TypeError(
-            explain(
-                "elapsed= / initial= must be a gyre.Elapsed",
-                expected="the Elapsed returned by a previous loop, or None",
-                received=describe(initial),
-                fix="pass the third value a loop returned: state, history, elapsed = gyre.loop(...)",
-            )
-        )
+    instance(initial, "elapsed= / initial=", Elapsed, kind="a gyre.Elapsed",
+             expected="the Elapsed returned by a previous loop, or None",
+             fix="pass the third value a loop returned: state, history, elapsed = gyre.loop(...)")
     return initial.completed()
 
 

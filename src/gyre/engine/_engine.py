@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from gyre.core._checks import instance
 from gyre.core._clock import Elapsed, Period
 from gyre.core._errors import describe, explain, flag, keywords_checked, warn
 from gyre.core._history import History
@@ -84,30 +85,18 @@ def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState, *, outermost:
 
 def _check_steps_per_call(steps_per_call: Any) -> int | str:
     if isinstance(steps_per_call, str) and steps_per_call != "auto":
-        raise ValueError(
-            explain(
-                f"steps_per_call={steps_per_call!r} is not a number of steps",
-                expected='a whole number of steps >= 1, or "auto"',
-                received=describe(steps_per_call),
-                fix='pass steps_per_call="auto" (measured at the start) or a number, e.g. 100',
-            )
-        )
+        raise ValueError(explain(
+            f"steps_per_call={steps_per_call!r} is not a number of steps",
+            expected='a whole number of steps >= 1, or "auto"', received=describe(steps_per_call),
+            fix='pass steps_per_call="auto" (measured at the start) or a number, e.g. 100'))
     return "auto" if steps_per_call == "auto" else check_steps(steps_per_call, "steps_per_call")
 
 
 def _check_history(history: Any) -> History:
     if history is None:
         return History()
-    if not isinstance(history, History):
-        raise TypeError(
-            explain(
-                "history= must be a gyre.History",
-                expected="the history a previous loop returned, gyre.history(), or None",
-                received=describe(history),
-                fix="pass the second value a loop returned",
-            )
-        )
-    return history
+    return instance(history, "history=", History, kind="a gyre.History", fix="pass the second value a loop returned",
+                    expected="the history a previous loop returned, gyre.history(), or None")
 
 
 def _check_epoch_schedules(tasks: Sequence[Task], clock: Elapse) -> None:

@@ -16,7 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 import jax
 
 from gyre.core import _compat
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.engine._binding import Invoker, StateMethod, bind, callback_name
 from gyre.engine._loop_state import fold
@@ -40,13 +41,8 @@ class FusableStep(Protocol):
 
 def check_steps(steps: Any, name: str = "steps") -> int:
     """Validates a number of fused steps (an integral number >= 1); returns it as an int."""
-    return whole_number(
-        steps,
-        minimum=1,
-        problem=f"{name} must be a whole number of steps >= 1",
-        expected=f"{name}=100 (fuse 100 steps per call), or 1 to run step by step",
-        fix=f"pass a positive int, e.g. {name}=100",
-    )
+    return whole(steps, name, minimum=1, unit="steps", fix=f"pass a positive int, e.g. {name}=100",
+                 expected=f"{name}=100 (fuse 100 steps per call), or 1 to run step by step")
 
 
 def step_function(fn: Any) -> Any:
@@ -109,16 +105,13 @@ class _NotInFusedStep:
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):  # protocol probes (copy, pickle, jax): not a read
             raise AttributeError(attr)
-        raise TypeError(
-            explain(
-                f"the fused step {self._step} reads {self._arg}.{attr}",
-                expected="a step of (state, batch) only: inside one lax.scan there is no "
-                f"per-step {self._arg}",
-                received=f"a step that uses its {self._arg!r} parameter",
-                fix="keep the step counter in the state (state.step) and log by returning "
-                "(logs, state); or run with steps_per_call=1",
-            )
-        )
+        raise TypeError(explain(
+            f"the fused step {self._step} reads {self._arg}.{attr}",
+            expected="a step of (state, batch) only: inside one lax.scan there is no "
+            f"per-step {self._arg}",
+            received=f"a step that uses its {self._arg!r} parameter",
+            fix="keep the step counter in the state (state.step) and log by returning "
+            "(logs, state); or run with steps_per_call=1"))
 
 
 jax.tree_util.register_pytree_node(
@@ -227,22 +220,15 @@ def fuse(step: Any, steps: int) -> FusedStep:
     if callable(method):
         fused = method(steps)
         if not callable(fused):
-            raise TypeError(
-                explain(
-                    f"{callback_name(fn)}.fuse({steps}) did not return a function",
-                    expected="fuse(steps) -> fused(state, stacked_batch) -> (stacked_logs, state)",
-                    received=describe(fused),
-                    fix="return the compiled function from fuse()",
-                )
-            )
+            raise TypeError(explain(
+                f"{callback_name(fn)}.fuse({steps}) did not return a function",
+                expected="fuse(steps) -> fused(state, stacked_batch) -> (stacked_logs, state)",
+                received=describe(fused), fix="return the compiled function from fuse()"))
         return fused
-    raise TypeError(
-        explain(
-            f"cannot fuse {callback_name(fn)}: it is not a compiled step",
-            expected="a jax.jit-wrapped step (state, batch) -> (logs, state), or a managed step "
-            "with a fuse(steps) method (gyre.FusableStep)",
-            received=describe(fn) + (" (a plain Python function)" if callable(fn) else ""),
-            fix="compile it: step = jax.jit(step, donate_argnums=0); or run step by step "
-            "with steps_per_call=1",
-        )
-    )
+    raise TypeError(explain(
+        f"cannot fuse {callback_name(fn)}: it is not a compiled step",
+        expected="a jax.jit-wrapped step (state, batch) -> (logs, state), or a managed step "
+        "with a fuse(steps) method (gyre.FusableStep)",
+        received=describe(fn) + (" (a plain Python function)" if callable(fn) else ""),
+        fix="compile it: step = jax.jit(step, donate_argnums=0); or run step by step "
+        "with steps_per_call=1"))

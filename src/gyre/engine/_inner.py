@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gyre.core._checks import instance
 from gyre.core._errors import describe, explain, flag
 from gyre.core._history import History, history
 from gyre.core._logs import Logs
@@ -35,15 +36,12 @@ Piece = tuple[np.ndarray, Any]
 def _check_reduction(reduction: Any) -> None:
     if callable(reduction) or reduction in REDUCTIONS:
         return
-    raise ValueError(
-        explain(
-            f"unknown aggregation {reduction!r}",
-            expected=f"one of {list(REDUCTIONS)}, a callable list -> value, or a dict "
-            "{collection: aggregation}",
-            received=describe(reduction),
-            fix="e.g. aggregation='mean' or aggregation={'metrics': 'mean', 'stateful_metrics': 'last'}",
-        )
-    )
+    raise ValueError(explain(
+        f"unknown aggregation {reduction!r}",
+        expected=f"one of {list(REDUCTIONS)}, a callable list -> value, or a dict "
+        "{collection: aggregation}",
+        received=describe(reduction),
+        fix="e.g. aggregation='mean' or aggregation={'metrics': 'mean', 'stateful_metrics': 'last'}"))
 
 
 def check_aggregation(aggregation: Aggregation) -> None:
@@ -96,14 +94,11 @@ def _reduced(reduction: str, pieces: Sequence[Piece], weights: np.ndarray | None
     """The entry's records stacked on the device and reduced, in one compiled call."""
     shapes = _row_shapes(pieces)
     if len(shapes) > 1:
-        raise ValueError(
-            explain(
-                f"entry {name} cannot be reduced: its values have different shapes",
-                expected="values of one shape across the inner loop's steps (a mean, a sum...)",
-                received=f"values of shapes {sorted(shapes)}",
-                fix="aggregate it with 'last', 'first' or 'concat', or pad the short last batch",
-            )
-        )
+        raise ValueError(explain(
+            f"entry {name} cannot be reduced: its values have different shapes",
+            expected="values of one shape across the inner loop's steps (a mean, a sum...)",
+            received=f"values of shapes {sorted(shapes)}",
+            fix="aggregate it with 'last', 'first' or 'concat', or pad the short last batch"))
     rows = np.concatenate([r for r, _ in pieces])
     counts = None if weights is None or reduction != "mean" else weights[rows]
     return _compiled_reduction(reduction)([c for _, c in pieces], counts)
@@ -181,15 +176,12 @@ class InnerLoop(LoopElement):
         if isinstance(records, list):  # ciclo's History is a list of log dicts
             records = history(records)
         if not isinstance(records, History):
-            raise TypeError(
-                explain(
-                    f"the function of inner_loop({self.name!r}) must return what a loop returns",
-                    expected="(state, history, elapsed), e.g. lambda state: gyre.test_loop(state, data); "
-                    "the history may also be a list of ciclo's records ({collection: {entry: value}})",
-                    received=describe(result),
-                    fix="return the result of gyre.loop / gyre.test_loop from the function",
-                )
-            )
+            raise TypeError(explain(
+                f"the function of inner_loop({self.name!r}) must return what a loop returns",
+                expected="(state, history, elapsed), e.g. lambda state: gyre.test_loop(state, data); "
+                "the history may also be a list of ciclo's records ({collection: {entry: value}})",
+                received=describe(result),
+                fix="return the result of gyre.loop / gyre.test_loop from the function"))
         inner_state, inner_history = result[0], records
         out = suffixed(aggregate(inner_history, self.aggregation), self.name)
         if logs:
@@ -203,16 +195,13 @@ class InnerLoop(LoopElement):
         taken = {name: collection for collection, name, _ in logs.entries()}
         clash = [f"{c}.{n} (the step's {taken[n]}.{n})" for c, n, _ in out.entries() if n in taken]
         if clash:
-            raise ValueError(
-                explain(
-                    f"inner_loop({self.name!r}) logs {clash[0]}: a name the outer step already "
-                    "logged, so the two series would mix in the history",
-                    expected="evaluation entries whose names no other callback of the step logs",
-                    received=", ".join(clash),
-                    fix="rename the outer step's entry, or give the evaluation another suffix: "
-                    "train_loop(..., test_name='val'), gyre.inner_loop('val', ...)",
-                )
-            )
+            raise ValueError(explain(
+                f"inner_loop({self.name!r}) logs {clash[0]}: a name the outer step already "
+                "logged, so the two series would mix in the history",
+                expected="evaluation entries whose names no other callback of the step logs",
+                received=", ".join(clash),
+                fix="rename the outer step's entry, or give the evaluation another suffix: "
+                "train_loop(..., test_name='val'), gyre.inner_loop('val', ...)"))
 
     def __repr__(self) -> str:
         return f"inner_loop({self.name!r})"
@@ -252,32 +241,17 @@ def inner_loop(
     if fn is None and callable(name) and not isinstance(name, str):
         name, fn = None, name
     if name == "":
-        raise ValueError(
-            explain(
-                "inner_loop's name must not be empty (train_loop's test_name is this name)",
-                expected="a suffix such as 'test' (accuracy becomes accuracy_test), or None to "
-                "keep the names in an outer loop that logs none of them",
-                received="''",
-                fix="inner_loop('test', fn), or train_loop(..., test_name='test')",
-            )
-        )
-    if name is not None and not isinstance(name, str):
-        raise TypeError(
-            explain(
-                "inner_loop's name must be a string or None",
-                expected="inner_loop('test', fn)",
-                received=describe(name),
-                fix="pass the suffix as the first argument",
-            )
-        )
+        raise ValueError(explain(
+            "inner_loop's name must not be empty (train_loop's test_name is this name)",
+            expected="a suffix such as 'test' (accuracy becomes accuracy_test), or None to "
+            "keep the names in an outer loop that logs none of them",
+            received="''", fix="inner_loop('test', fn), or train_loop(..., test_name='test')"))
+    instance(name, "inner_loop's name", str, none=True, kind="a string", expected="inner_loop('test', fn)",
+             fix="pass the suffix as the first argument")
     if not callable(fn):
-        raise TypeError(
-            explain(
-                "inner_loop needs a function state -> (state, history, elapsed)",
-                expected="e.g. lambda state: gyre.test_loop(state, test_data)",
-                received=describe(fn),
-                fix="wrap the inner loop in a function of the state",
-            )
-        )
+        raise TypeError(explain(
+            "inner_loop needs a function state -> (state, history, elapsed)",
+            expected="e.g. lambda state: gyre.test_loop(state, test_data)", received=describe(fn),
+            fix="wrap the inner loop in a function of the state"))
     check_aggregation(aggregation)
     return InnerLoop(name, fn, aggregation, flag(output_state, "output_state", "inner_loop"))

@@ -176,15 +176,12 @@ class LoopState:
         counts as completed, and ``on_end`` callbacks still run. ``reason`` (a string) becomes
         ``history.stop_reason``; anything else (a step number) is refused."""
         if not isinstance(reason, str):
-            raise TypeError(
-                explain(
-                    "request_stop takes a reason (a string), and stops after the current step",
-                    expected="loop.request_stop() or loop.request_stop('validation plateaued')",
-                    received=describe(reason),
-                    fix="to stop at a given step, pass it to the loop: stop=5 (or stop=gyre.at(epochs=2)); "
-                    "to stop now, call request_stop() with no argument or a string",
-                )
-            )
+            raise TypeError(explain(
+                "request_stop takes a reason (a string), and stops after the current step",
+                expected="loop.request_stop() or loop.request_stop('validation plateaued')",
+                received=describe(reason),
+                fix="to stop at a given step, pass it to the loop: stop=5 (or stop=gyre.at(epochs=2)); "
+                "to stop now, call request_stop() with no argument or a string"))
         self.stop_requested = True
         self.stop_reason = reason
 
@@ -285,36 +282,26 @@ def _changed(new: Any, old: Any) -> bool:
 
 
 def _not_a_pair(out: tuple[Any, ...], invoker: Invoker) -> None:
-    raise TypeError(
-        explain(
-            f"callback {invoker.name} returned a {len(out)}-tuple",
-            expected="None, Logs, a new state, or a pair (logs, state)",
-            received=f"a tuple of {len(out)} values: ({', '.join(type(v).__name__ for v in out)})",
-            fix="return (logs, state); use None in the pair for what did not change",
-        )
-    )
+    raise TypeError(explain(
+        f"callback {invoker.name} returned a {len(out)}-tuple",
+        expected="None, Logs, a new state, or a pair (logs, state)",
+        received=f"a tuple of {len(out)} values: ({', '.join(type(v).__name__ for v in out)})",
+        fix="return (logs, state); use None in the pair for what did not change"))
 
 
 def _merge_other(first: Any, second: Any, logs: Logs, invoker: Invoker) -> None:
     if isinstance(second, Logs):
-        raise TypeError(
-            explain(
-                f"callback {invoker.name} returned (state, logs): the pair is (logs, state)",
-                expected="(logs, state)",
-                received=f"({describe(first, 40)}, Logs(...))",
-                fix="swap them: return logs, state",
-            )
-        )
+        raise TypeError(explain(
+            f"callback {invoker.name} returned (state, logs): the pair is (logs, state)",
+            expected="(logs, state)", received=f"({describe(first, 40)}, Logs(...))",
+            fix="swap them: return logs, state"))
     if not isinstance(first, Mapping):
-        raise TypeError(
-            explain(
-                f"callback {invoker.name} returned a pair whose first value is not logs",
-                expected="(logs, state) with logs a gyre.Logs, a dict of collections, or None",
-                received=f"({describe(first)}, ...)",
-                fix="return (gyre.logs().add_metric(...), state); if your state is itself a "
-                "pair, return (None, state)",
-            )
-        )
+        raise TypeError(explain(
+            f"callback {invoker.name} returned a pair whose first value is not logs",
+            expected="(logs, state) with logs a gyre.Logs, a dict of collections, or None",
+            received=f"({describe(first)}, ...)",
+            fix="return (gyre.logs().add_metric(...), state); if your state is itself a "
+            "pair, return (None, state)"))
     logs.merge(first)
 
 
@@ -327,16 +314,12 @@ def check_structure(new: Any, old: Any, invoker: Invoker) -> None:
     before, after = jax.tree_util.tree_structure(old), jax.tree_util.tree_structure(new)
     if before == after:
         return
-    raise TypeError(
-        explain(
-            f"callback {invoker.name} returned a value whose structure differs from the state's, "
-            "so it would silently become the new state",
-            expected=f"a state structured like the current one: {_short(before)}",
-            received=f"{_short(after)}",
-            fix="return (logs, state) to log values with an unchanged state, or (logs, None); "
-            "to change the state's structure on purpose, return gyre.replace_state(new_state)",
-        )
-    )
+    raise TypeError(explain(
+        f"callback {invoker.name} returned a value whose structure differs from the state's, "
+        "so it would silently become the new state",
+        expected=f"a state structured like the current one: {_short(before)}", received=f"{_short(after)}",
+        fix="return (logs, state) to log values with an unchanged state, or (logs, None); "
+        "to change the state's structure on purpose, return gyre.replace_state(new_state)"))
 
 
 def _short(treedef: Any, limit: int = 300) -> str:

@@ -26,17 +26,14 @@ def mask_wanted(callbacks: Sequence[Any], where: str) -> tuple[list[Invoker], bo
     takers = [i.name for i in invokers if i.takes_mask]
     others = [i.name for i in invokers if not i.takes_mask]
     if takers and others:
-        raise ValueError(
-            explain(
-                f"the on_test_step callbacks of {where} disagree about mask: {takers} take it, "
-                f"{others} do not",
-                expected="every on_test_step callback with a mask parameter (the evaluation's "
-                "batches are then padded to one size and masked), or none (batches as they come)",
-                received=f"{len(takers)} callback(s) with mask and {len(others)} without",
-                fix=f"add mask=None to {others[0]} and leave the padded rows out of its means "
-                "(jnp.sum(x * mask) / jnp.sum(mask)), or move it to gyre.on_test_batch_end",
-            )
-        )
+        raise ValueError(explain(
+            f"the on_test_step callbacks of {where} disagree about mask: {takers} take it, "
+            f"{others} do not",
+            expected="every on_test_step callback with a mask parameter (the evaluation's "
+            "batches are then padded to one size and masked), or none (batches as they come)",
+            received=f"{len(takers)} callback(s) with mask and {len(others)} without",
+            fix=f"add mask=None to {others[0]} and leave the padded rows out of its means "
+            "(jnp.sum(x * mask) / jnp.sum(mask)), or move it to gyre.on_test_batch_end"))
     return invokers, bool(takers)
 
 

@@ -79,27 +79,19 @@ class NamedHooks:
             name = hook_name(key)
             if name is not None:
                 if name not in self.accepted:
-                    raise ValueError(
-                        explain(
-                            f"unknown named schedule {name!r} for {self.loop_name}",
-                            expected=f"one of {list(self.accepted)}",
-                            received=repr(key),
-                            fix="use one of the expected names." + suggest(name, self.accepted),
-                        )
-                    )
+                    raise ValueError(explain(
+                        f"unknown named schedule {name!r} for {self.loop_name}",
+                        expected=f"one of {list(self.accepted)}", received=repr(key),
+                        fix="use one of the expected names." + suggest(name, self.accepted)))
                 self.named[name].extend(as_list(callbacks))
                 self.in_tasks.add(name)
             elif isinstance(key, Schedule) or callable(key):
                 self.clock.setdefault(key, []).extend(as_list(callbacks))
             else:
-                raise TypeError(
-                    explain(
-                        f"a key of the tasks of {self.loop_name} is not a schedule",
-                        expected="a named schedule (gyre.on_train_step) or a clock schedule (gyre.every(10))",
-                        received=describe(key),
-                        fix="key each list of callbacks by a schedule",
-                    )
-                )
+                raise TypeError(explain(
+                    f"a key of the tasks of {self.loop_name} is not a schedule",
+                    expected="a named schedule (gyre.on_train_step) or a clock schedule (gyre.every(10))",
+                    received=describe(key), fix="key each list of callbacks by a schedule"))
 
     def _add_callbacks(self, callbacks: Sequence[Any] | None) -> None:
         for obj in as_list(callbacks):
@@ -107,15 +99,12 @@ class NamedHooks:
             methods = [(h, getattr(obj, h, None)) for h in self.accepted]
             found = [(h, m) for h, m in methods if callable(m)]
             if not found:
-                raise TypeError(
-                    explain(
-                        f"callback {describe(obj)} of {self.loop_name} matches no named schedule",
-                        expected=f"an object with a method named after one of {list(self.accepted)}",
-                        received=f"an object of type {type(obj).__name__} with none of them",
-                        fix="put a plain function in tasks under a schedule, e.g. "
-                        "tasks={gyre.every(1): [fn]} or {gyre.on_epoch_end: [fn]}",
-                    )
-                )
+                raise TypeError(explain(
+                    f"callback {describe(obj)} of {self.loop_name} matches no named schedule",
+                    expected=f"an object with a method named after one of {list(self.accepted)}",
+                    received=f"an object of type {type(obj).__name__} with none of them",
+                    fix="put a plain function in tasks under a schedule, e.g. "
+                    "tasks={gyre.every(1): [fn]} or {gyre.on_epoch_end: [fn]}"))
             for hook, method in found:
                 self.named[hook].append(method)
 
@@ -123,17 +112,14 @@ class NamedHooks:
         """A method named like a hook (``on_...``) that is none would never be called."""
         for name in dir(obj):
             if name.startswith("on_") and name not in KNOWN_HOOKS and callable(getattr(obj, name, None)):
-                raise ValueError(
-                    explain(
-                        f"callback {type(obj).__name__} of {self.loop_name} has a method {name!r} "
-                        "that is no named point: it would never be called",
-                        expected=f"methods named after the points of {self.loop_name}: "
-                        f"{list(self.accepted)}",
-                        received=f"{name!r}",
-                        fix="rename it." + (suggest(name, KNOWN_HOOKS) or " (Methods of your own: "
-                        "a name that does not start with on_.)"),
-                    )
-                )
+                raise ValueError(explain(
+                    f"callback {type(obj).__name__} of {self.loop_name} has a method {name!r} "
+                    "that is no named point: it would never be called",
+                    expected=f"methods named after the points of {self.loop_name}: "
+                    f"{list(self.accepted)}",
+                    received=f"{name!r}",
+                    fix="rename it." + (suggest(name, KNOWN_HOOKS) or " (Methods of your own: "
+                    "a name that does not start with on_.)")))
 
     def _add_state_methods(self, state: Any) -> None:
         cls = type(state)
@@ -155,15 +141,12 @@ def _test_factory(test_dataset: Any) -> Callable[[], Iterable[Any]]:
     except TypeError:
         is_iterator = None
     if is_iterator is None or is_iterator:
-        raise TypeError(
-            explain(
-                "test_dataset must be a function returning a fresh dataset for each evaluation",
-                expected="test_dataset=lambda: make_test_batches() (or a list, re-read each time)",
-                received=describe(test_dataset)
-                + (" (an iterator, which would be empty after the first evaluation)" if is_iterator else ""),
-                fix="wrap it: test_dataset=lambda: iter_test_batches()",
-            )
-        )
+        raise TypeError(explain(
+            "test_dataset must be a function returning a fresh dataset for each evaluation",
+            expected="test_dataset=lambda: make_test_batches() (or a list, re-read each time)",
+            received=describe(test_dataset)
+            + (" (an iterator, which would be empty after the first evaluation)" if is_iterator else ""),
+            fix="wrap it: test_dataset=lambda: iter_test_batches()"))
     return lambda: test_dataset
 
 
@@ -327,16 +310,13 @@ def _check_steps(hooks: NamedHooks, test_dataset: Any) -> str | None:
     warning for a train loop with nothing to train (given once the run has ended, so a door
     error that stops it first is not preceded by it), or ``None``."""
     if test_dataset is None and "on_test_step" in hooks.in_tasks:
-        raise ValueError(
-            explain(
-                "train_loop got a test step but no test_dataset to run it on",
-                expected="test_dataset= (a function returning the evaluation batches) beside a "
-                "step at gyre.on_test_step",
-                received="a callback at on_test_step and test_dataset=None: it would never run",
-                fix="pass test_dataset=lambda: test_batches, or leave the test step out "
-                "(gyre.test_loop evaluates on its own)",
-            )
-        )
+        raise ValueError(explain(
+            "train_loop got a test step but no test_dataset to run it on",
+            expected="test_dataset= (a function returning the evaluation batches) beside a "
+            "step at gyre.on_test_step",
+            received="a callback at on_test_step and test_dataset=None: it would never run",
+            fix="pass test_dataset=lambda: test_batches, or leave the test step out "
+            "(gyre.test_loop evaluates on its own)"))
     if hooks.named["on_train_step"] or any(hooks.clock.values()):
         return None
     filled = [h for h, callbacks in hooks.named.items() if callbacks]
@@ -365,15 +345,12 @@ def _evaluation(
     named = hooks.named
     make_test = _test_factory(test_dataset)
     if not named["on_test_step"]:
-        raise ValueError(
-            explain(
-                "train_loop got a test_dataset but no test step to run on it",
-                expected="a callback under gyre.on_test_step, a callbacks= object with "
-                "on_test_step, or a state class with a test_step method",
-                received="test_dataset= and nothing registered at on_test_step",
-                fix="add {gyre.on_test_step: test_step} to the tasks, or leave test_dataset out",
-            )
-        )
+        raise ValueError(explain(
+            "train_loop got a test_dataset but no test step to run on it",
+            expected="a callback under gyre.on_test_step, a callbacks= object with "
+            "on_test_step, or a state class with a test_step method",
+            received="test_dataset= and nothing registered at on_test_step",
+            fix="add {gyre.on_test_step: test_step} to the tasks, or leave test_dataset out"))
     mask_wanted(named["on_test_step"], "train_loop")  # (mixed: an error before training)
     test_tasks = {h: named[h] for h in TEST_HOOKS if h != "on_reset_step"}
     test_tasks["on_reset_step"] = named["on_reset_step"]
@@ -388,16 +365,13 @@ def _evaluation(
             batch_size_fn=batch_size_fn, metadata=metadata, clock=clock, nan_policy="ignore",
         )
         if result[2].steps == 0:
-            raise ValueError(
-                explain(
-                    f"the evaluation at the end of epoch {evaluations[0]} ran on no batch",
-                    expected="test_dataset() returning at least one batch at each evaluation",
-                    received="test_dataset returned an empty dataset (an exhausted iterator "
-                    "or generator, an empty list): no test entry would be logged",
-                    fix="make test_dataset a function that builds the batches anew each time, "
-                    "e.g. test_dataset=lambda: gyre.data.batches(test_arrays, 64, shuffle=False, epochs=1)",
-                )
-            )
+            raise ValueError(explain(
+                f"the evaluation at the end of epoch {evaluations[0]} ran on no batch",
+                expected="test_dataset() returning at least one batch at each evaluation",
+                received="test_dataset returned an empty dataset (an exhausted iterator "
+                "or generator, an empty list): no test entry would be logged",
+                fix="make test_dataset a function that builds the batches anew each time, "
+                "e.g. test_dataset=lambda: gyre.data.batches(test_arrays, 64, shuffle=False, epochs=1)"))
         evaluations[0] += 1
         return result
 

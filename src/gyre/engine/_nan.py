@@ -39,8 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from gyre.core._checks import choice
 from gyre.core._clock import Elapsed
-from gyre.core._errors import describe, explain, suggest
+from gyre.core._errors import explain
 from gyre.core._history import Block, History
 from gyre.core._host import fetch
 from gyre.core._logs import Logs
@@ -99,28 +100,16 @@ def check_nan_policy(policy: Any, where: str = "loop", *, no_skip: tuple[str, st
     error. ``no_skip=(why, fix)``: ``where`` applies every update itself, so ``"skip"`` is
     refused with that reason and fix.
     """
-    if isinstance(policy, str) and policy in NAN_POLICIES:
-        if policy == "skip" and no_skip is not None:
-            why, fix = no_skip
-            raise ValueError(
-                explain(
-                    f"{where} cannot skip non-finite updates: {why}",
-                    expected="nan_policy='raise' (stop at the first NaN/Inf) or 'ignore' (go on through them)",
-                    received="nan_policy='skip'",
-                    fix=fix,
-                )
-            )
-        return policy
-    hint = suggest(policy, NAN_POLICIES) if isinstance(policy, str) else ""
-    raise ValueError(
-        explain(
-            f"nan_policy of {where} must be one of 'raise', 'skip', 'ignore'",
-            expected="'raise' (stop with gyre.NonFiniteError at the first NaN/Inf loss or metric), "
-            "'skip' (managed train steps drop non-finite updates and count them) or 'ignore'",
-            received=describe(policy),
-            fix="pass one of them." + hint,
-        )
-    )
+    policy = choice(policy, f"nan_policy of {where}", NAN_POLICIES,
+                    expected="'raise' (stop with gyre.NonFiniteError at the first NaN/Inf loss or metric), "
+                    "'skip' (managed train steps drop non-finite updates and count them) or 'ignore'")
+    if policy == "skip" and no_skip is not None:
+        why, fix = no_skip
+        raise ValueError(explain(
+            f"{where} cannot skip non-finite updates: {why}",
+            expected="nan_policy='raise' (stop at the first NaN/Inf) or 'ignore' (go on through them)",
+            received="nan_policy='skip'", fix=fix))
+    return policy
 
 
 def _skipping(fn: Any) -> Any:
@@ -157,21 +146,18 @@ def apply_nan_policy(tasks: Any, policy: str) -> tuple[Any, bool]:
     skipping = any(skips(cb) for cbs in table.values() for cb in as_list(cbs))
     if policy == "skip" and not skipping:
         names = [getattr(cb, "__qualname__", None) or type(cb).__name__ for cbs in table.values() for cb in as_list(cbs)]
-        raise ValueError(
-            explain(
-                "nan_policy='skip' needs a step that can drop a non-finite update, and this "
-                "loop has none",
-                expected="a managed train step in the table (@gyre.managed.train_step, or the "
-                "train_step of gyre.create_flax_state): it drops the update inside the compiled "
-                "step and counts it in state.skipped_steps",
-                received=f"the callbacks {names[:8]}{' ...' if len(names) > 8 else ''}, none a "
-                "managed train step (an evaluation or prediction loop makes no update to skip)",
-                fix="write the step with @gyre.managed.train_step; or, in your own jitted step, "
-                "keep the previous state with jnp.where(jnp.isfinite(loss), new, old) (or "
-                "optax.apply_if_finite) and run the loop with nan_policy='ignore'; or keep "
-                "nan_policy='raise' to stop at the first non-finite loss",
-            )
-        )
+        raise ValueError(explain(
+            "nan_policy='skip' needs a step that can drop a non-finite update, and this "
+            "loop has none",
+            expected="a managed train step in the table (@gyre.managed.train_step, or the "
+            "train_step of gyre.create_flax_state): it drops the update inside the compiled "
+            "step and counts it in state.skipped_steps",
+            received=f"the callbacks {names[:8]}{' ...' if len(names) > 8 else ''}, none a "
+            "managed train step (an evaluation or prediction loop makes no update to skip)",
+            fix="write the step with @gyre.managed.train_step; or, in your own jitted step, "
+            "keep the previous state with jnp.where(jnp.isfinite(loss), new, old) (or "
+            "optax.apply_if_finite) and run the loop with nan_policy='ignore'; or keep "
+            "nan_policy='raise' to stop at the first non-finite loss"))
     return table, skipping
 
 

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 import jax
 from jax.sharding import Sharding
 
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import describe, explain
 from gyre.core._placement import is_array, is_sharding_tree, place
 from gyre.engine._data import DataTracker
 from gyre.engine._elapse import dataset_epoch_steps
@@ -28,16 +29,6 @@ class BatchPlacer(Protocol):
     def place_batch(self, batch: Any, *, axis: int = 0) -> Any: ...  # pragma: no cover
 
 Placer = Callable[[Any], Any]
-
-
-def _check_size(size: Any) -> int:
-    return whole_number(
-        size,
-        minimum=0,
-        problem="prefetch size must be a number of batches >= 0",
-        expected="size=2 (two batches on their way while a step runs), or 0 for none",
-        fix="pass a small whole number such as size=2",
-    )
 
 
 def _placer(sharding: Any) -> Placer:
@@ -56,16 +47,13 @@ def _placer(sharding: Any) -> Placer:
         return lambda batch: jax.tree_util.tree_map(lambda x: jax.device_put(x) if is_array(x) else x, batch)
     if isinstance(sharding, Sharding) or (is_sharding_tree(sharding) and jax.tree_util.tree_leaves(sharding)):
         return lambda batch: place(batch, sharding)
-    raise TypeError(
-        explain(
-            "prefetch_to_device got a sharding it cannot use",
-            expected="None (the default device), a jax.sharding.Sharding, a pytree of them "
-            "shaped like the batch, or a gyre.Strategy such as state.strategy",
-            received=describe(sharding),
-            fix="pass e.g. sharding=gyre.DataParallel() or "
-            "sharding=NamedSharding(mesh, PartitionSpec('data'))",
-        )
-    )
+    raise TypeError(explain(
+        "prefetch_to_device got a sharding it cannot use",
+        expected="None (the default device), a jax.sharding.Sharding, a pytree of them "
+        "shaped like the batch, or a gyre.Strategy such as state.strategy",
+        received=describe(sharding),
+        fix="pass e.g. sharding=gyre.DataParallel() or "
+        "sharding=NamedSharding(mesh, PartitionSpec('data'))"))
 
 
 class _End:
@@ -250,30 +238,21 @@ def prefetch_to_device(
         >>> next(iter(placed)).sharding.spec
         P('data',)
     """
-    size = _check_size(size)
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-        raise ValueError(
-            explain(
-                "prefetch limit must be a number of batches >= 0, or None",
-                expected="limit=1000 (the steps the loop will run), or None for every batch",
-                received=describe(limit),
-                fix="pass the loop's stop as a whole number, or leave limit out",
-            )
-        )
+    size = whole(size, "prefetch size", unit="batches", fix="pass a small whole number such as size=2",
+                 expected="size=2 (two batches on their way while a step runs), or 0 for none")
+    limit = whole(limit, "prefetch limit", unit="batches", none=True,
+                  fix="pass the loop's stop as a whole number, or leave limit out",
+                  expected="limit=1000 (the steps the loop will run), or None for every batch")
     place = _placer(sharding)
     if isinstance(iterable, DataTracker):  # a loop's data: keep positions `size` back
         iterable.read_ahead(size)
     # decided without calling iter(): starting a pass of a data loader can be costly
     one_shot = isinstance(iterable, Iterator)
     if not (isinstance(iterable, Iterable) or hasattr(iterable, "__getitem__")):
-        raise TypeError(
-            explain(
-                "prefetch_to_device needs an iterable of batches",
-                expected="a list of batches, a generator, a data loader",
-                received=describe(iterable),
-                fix="pass something a for-loop can run over",
-            )
-        )
+        raise TypeError(explain(
+            "prefetch_to_device needs an iterable of batches",
+            expected="a list of batches, a generator, a data loader", received=describe(iterable),
+            fix="pass something a for-loop can run over"))
     sized = hasattr(iterable, "__len__")
     if one_shot:
         return (SizedPrefetchIterator if sized else PrefetchIterator)(iterable, size, place, limit)  # type: ignore[arg-type]

@@ -133,15 +133,12 @@ def _json_number(value: Any, where: str) -> Any:
 
 
 def _not_json(where: str, what: str) -> None:
-    raise TypeError(
-        explain(
-            f"the state_dict value at {where} cannot be saved in a checkpoint",
-            expected="JSON values (dicts with str keys, lists, str, numbers, bool, None) and arrays",
-            received=what,
-            fix="return plain values and arrays from state_dict(); flatten a pytree with "
-            "jax.tree_util.tree_leaves and rebuild it in load_state_dict",
-        )
-    )
+    raise TypeError(explain(
+        f"the state_dict value at {where} cannot be saved in a checkpoint",
+        expected="JSON values (dicts with str keys, lists, str, numbers, bool, None) and arrays",
+        received=what,
+        fix="return plain values and arrays from state_dict(); flatten a pytree with "
+        "jax.tree_util.tree_leaves and rebuild it in load_state_dict"))
 
 
 def join_arrays(tree: Any, arrays: Mapping[str, Any]) -> Any:
@@ -163,14 +160,10 @@ def state_dicts(objects: Mapping[str, Any], arrays: dict[str, Any]) -> dict[str,
     for name, obj in objects.items():
         values = obj.state_dict()
         if not isinstance(values, Mapping):
-            raise TypeError(
-                explain(
-                    f"{name}.state_dict() must return a dict",
-                    expected="a dict of JSON values and arrays",
-                    received=describe(values),
-                    fix="return e.g. {'count': self.count} from state_dict()",
-                )
-            )
+            raise TypeError(explain(
+                f"{name}.state_dict() must return a dict",
+                expected="a dict of JSON values and arrays", received=describe(values),
+                fix="return e.g. {'count': self.count} from state_dict()"))
         out[name] = split_arrays(values, arrays, name)
     return out
 

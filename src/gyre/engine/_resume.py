@@ -36,16 +36,13 @@ def check_resume(resume: Any) -> Any:
         return int(resume)
     if isinstance(resume, os.PathLike) or (isinstance(resume, str) and os.sep in resume):
         return os.fspath(resume)
-    raise ValueError(
-        explain(
-            "resume= names the checkpoint a loop continues from",
-            expected="None (start afresh), 'latest', 'best', a saved step number, or the path "
-            "of a checkpoint's step directory",
-            received=describe(resume),
-            fix="resume='latest' continues from the newest good checkpoint, or starts afresh "
-            "when there is none",
-        )
-    )
+    raise ValueError(explain(
+        "resume= names the checkpoint a loop continues from",
+        expected="None (start afresh), 'latest', 'best', a saved step number, or the path "
+        "of a checkpoint's step directory",
+        received=describe(resume),
+        fix="resume='latest' continues from the newest good checkpoint, or starts afresh "
+        "when there is none"))
 
 
 def _one_directory_each(found: Sequence[Checkpointer]) -> None:
@@ -56,16 +53,13 @@ def _one_directory_each(found: Sequence[Checkpointer]) -> None:
             continue
         other = seen.setdefault(os.path.realpath(directory), each)
         if other is not each:
-            raise ValueError(
-                explain(
-                    "two checkpoints of one loop write to the same directory",
-                    expected="a directory of its own for each gyre.checkpoint",
-                    received=f"{other!r} and {each!r}",
-                    fix="give each its own directory (runs/exp1/latest, runs/exp1/best), or keep "
-                    "the latest and the best in one: gyre.checkpoint(directory, keep=3, "
-                    "keep_best=1, monitor='loss_test')",
-                )
-            )
+            raise ValueError(explain(
+                "two checkpoints of one loop write to the same directory",
+                expected="a directory of its own for each gyre.checkpoint",
+                received=f"{other!r} and {each!r}",
+                fix="give each its own directory (runs/exp1/latest, runs/exp1/best), or keep "
+                "the latest and the best in one: gyre.checkpoint(directory, keep=3, "
+                "keep_best=1, monitor='loss_test')"))
 
 
 def find_checkpointer(tasks: Sequence[Task], extra: Sequence[Invoker], resume: Any) -> Checkpointer | None:
@@ -76,15 +70,12 @@ def find_checkpointer(tasks: Sequence[Task], extra: Sequence[Invoker], resume: A
     found = checkpointers(tasks, extra)
     _one_directory_each(found)
     if resume is not None and not found:
-        raise ValueError(
-            explain(
-                f"resume={resume!r} needs a checkpoint in the loop to resume from",
-                expected="a gyre.checkpoint(directory) in the tasks (or callbacks=) of the loop",
-                received="no checkpoint among the loop's callbacks",
-                fix="add {gyre.every(500): gyre.checkpoint('runs/exp1/checkpoints')} to the "
-                "tasks, or restore by hand with gyre.restore(directory, state)",
-            )
-        )
+        raise ValueError(explain(
+            f"resume={resume!r} needs a checkpoint in the loop to resume from",
+            expected="a gyre.checkpoint(directory) in the tasks (or callbacks=) of the loop",
+            received="no checkpoint among the loop's callbacks",
+            fix="add {gyre.every(500): gyre.checkpoint('runs/exp1/checkpoints')} to the "
+            "tasks, or restore by hand with gyre.restore(directory, state)"))
     if resume == "latest" and len(found) > 1:
         newest = [-1 if (step := each.latest_step()) is None else step for each in found]
         return found[newest.index(max(newest))]
@@ -104,16 +95,13 @@ def _past(stop: Any, snapshot: Snapshot, resume: Any) -> None:
         if name in ("steps", "samples", "epochs") and getattr(clock, name) > value
     ]
     if past:
-        raise ValueError(
-            explain(
-                f"resume={resume!r} continues from step {snapshot.step}, which is past stop={stop!r}: "
-                "the loop would train nothing and return the saved state",
-                expected=f"a stop beyond the checkpoint's clock (step {clock.steps}, epoch {clock.epochs})",
-                received=f"stop={stop!r} ({', '.join(past)})",
-                fix=f"raise stop above {snapshot.step} steps to continue the run, or start a new "
-                "run (resume=None) in a new checkpoint directory",
-            )
-        )
+        raise ValueError(explain(
+            f"resume={resume!r} continues from step {snapshot.step}, which is past stop={stop!r}: "
+            "the loop would train nothing and return the saved state",
+            expected=f"a stop beyond the checkpoint's clock (step {clock.steps}, epoch {clock.epochs})",
+            received=f"stop={stop!r} ({', '.join(past)})",
+            fix=f"raise stop above {snapshot.step} steps to continue the run, or start a new "
+            "run (resume=None) in a new checkpoint directory"))
 
 
 def resume_from(

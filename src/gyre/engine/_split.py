@@ -68,49 +68,36 @@ def split_tasks(tasks: Sequence[Task], steps: int) -> ChunkPlan:
 def _no_step(tasks: Sequence[Task], steps: int) -> None:
     plain = [i for t in tasks if t.schedule is None for i in t.invokers if not is_chunk_safe(i.fn)]
     if plain:
-        raise TypeError(
-            explain(
-                f"steps_per_call={steps} cannot fuse {', '.join(i.name for i in plain)}: "
-                "it is not a compiled step",
-                expected="a jax.jit-wrapped step (state, batch) -> (logs, state), or a managed "
-                "step with a fuse(steps) method (gyre.FusableStep)",
-                received=describe(step_function(plain[0].fn)) + " (a plain Python function)",
-                fix="compile it: step = jax.jit(step, donate_argnums=0); or run step by step "
-                "with steps_per_call=1",
-            )
-        )
-    raise ValueError(
-            explain(
-                f"steps_per_call={steps} found no step to fuse",
-                expected="a compiled step under gyre.every(1) (gyre.loop) or on_train_step / "
-                "on_test_step / on_predict_step (named loops)",
-                received="no jax.jit function or managed step on every step",
-                fix="wrap the step: jax.jit(step, donate_argnums=0); or use steps_per_call=1",
-            )
-        )
+        raise TypeError(explain(
+            f"steps_per_call={steps} cannot fuse {', '.join(i.name for i in plain)}: "
+            "it is not a compiled step",
+            expected="a jax.jit-wrapped step (state, batch) -> (logs, state), or a managed "
+            "step with a fuse(steps) method (gyre.FusableStep)",
+            received=describe(step_function(plain[0].fn)) + " (a plain Python function)",
+            fix="compile it: step = jax.jit(step, donate_argnums=0); or run step by step "
+            "with steps_per_call=1"))
+    raise ValueError(explain(
+        f"steps_per_call={steps} found no step to fuse",
+        expected="a compiled step under gyre.every(1) (gyre.loop) or on_train_step / "
+        "on_test_step / on_predict_step (named loops)",
+        received="no jax.jit function or managed step on every step",
+        fix="wrap the step: jax.jit(step, donate_argnums=0); or use steps_per_call=1"))
 
 
 def _take_step(plan: ChunkPlan, task: Task, invoker: Invoker, steps: int) -> None:
     if plan.step is not None:
-        raise ValueError(
-            explain(
-                f"steps_per_call={steps} fuses one step, and the table has two",
-                expected="one compiled step on every step",
-                received=f"{plan.step.name} and {invoker.name}",
-                fix="combine them into one jitted function, or run with steps_per_call=1",
-            )
-        )
+        raise ValueError(explain(
+            f"steps_per_call={steps} fuses one step, and the table has two",
+            expected="one compiled step on every step", received=f"{plan.step.name} and {invoker.name}",
+            fix="combine them into one jitted function, or run with steps_per_call=1"))
     plan.step, plan.step_task = invoker, task
 
 
 def _not_compiled(task: Task, invoker: Invoker, steps: int) -> None:
-    raise TypeError(
-        explain(
-            f"with steps_per_call={steps}, the {task.key!r} callback {invoker.name} must be a "
-            "compiled step",
-            expected="a jax.jit-wrapped step or a managed step (gyre.FusableStep)",
-            received=describe(step_function(invoker.fn)),
-            fix="wrap it: jax.jit(step, donate_argnums=0); move other callbacks to another "
-            "point (e.g. on_train_batch_end); or use steps_per_call=1",
-        )
-    )
+    raise TypeError(explain(
+        f"with steps_per_call={steps}, the {task.key!r} callback {invoker.name} must be a "
+        "compiled step",
+        expected="a jax.jit-wrapped step or a managed step (gyre.FusableStep)",
+        received=describe(step_function(invoker.fn)),
+        fix="wrap it: jax.jit(step, donate_argnums=0); move other callbacks to another "
+        "point (e.g. on_train_batch_end); or use steps_per_call=1"))

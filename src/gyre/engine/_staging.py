@@ -88,15 +88,12 @@ class Stager:
             flat = leaves if i == 0 else treedef.flatten_up_to(batch)
             for buffer, shape, x in zip(buffers, expected, flat, strict=True):
                 if np.shape(x) != shape:
-                    raise ValueError(
-                        explain(
-                            "the batches of a fused chunk must all have the same shapes",
-                            expected=f"every batch shaped like the first: {[s for s, _ in shapes]}",
-                            received=f"batch {i} of the chunk with a leaf of shape {np.shape(x)}",
-                            fix="drop or pad the last, smaller batch (drop_remainder=True), "
-                            "or use steps_per_call=1",
-                        )
-                    )
+                    raise ValueError(explain(
+                        "the batches of a fused chunk must all have the same shapes",
+                        expected=f"every batch shaped like the first: {[s for s, _ in shapes]}",
+                        received=f"batch {i} of the chunk with a leaf of shape {np.shape(x)}",
+                        fix="drop or pad the last, smaller batch (drop_remainder=True), "
+                        "or use steps_per_call=1"))
                 buffer[i] = x
         return jax.tree_util.tree_unflatten(treedef, list(buffers)), slot
 

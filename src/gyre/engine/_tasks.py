@@ -20,6 +20,7 @@ import bisect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from gyre.core._checks import instance
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, suggest, warn
 from gyre.core._hooks import ALL_HOOKS, NamedSchedule
@@ -217,14 +218,10 @@ def callback(fn: Callable[..., Any]) -> FunctionCallback:
         [3, 4]
     """
     if not callable(fn):
-        raise TypeError(
-            explain(
-                "gyre.callback needs a function",
-                expected="a function of (state, batch, elapsed, loop_state), or a prefix of them",
-                received=describe(fn),
-                fix="pass the function itself: gyre.callback(my_fn)",
-            )
-        )
+        raise TypeError(explain(
+            "gyre.callback needs a function",
+            expected="a function of (state, batch, elapsed, loop_state), or a prefix of them",
+            received=describe(fn), fix="pass the function itself: gyre.callback(my_fn)"))
     return FunctionCallback(fn)
 
 
@@ -256,17 +253,10 @@ def check_table(tasks: Any, where: str = "tasks") -> Mapping[Any, Any]:
     """``tasks`` when it is a dict (``None``: empty), else the explained error."""
     if tasks is None:
         return {}
-    if not isinstance(tasks, Mapping):
-        raise TypeError(
-            explain(
-                f"{where} must be a dict from schedules to callbacks",
-                expected="{gyre.every(1): [train_step], gyre.every(100): [save]}",
-                received=describe(tasks),
-                fix="wrap the callbacks in a dict keyed by their schedule; a callback object "
-                "that is a gyre.LoopElement spreads into one: {**gyre.keras_bar(total=n)}",
-            )
-        )
-    return tasks
+    return instance(tasks, where, Mapping, kind="a dict from schedules to callbacks",
+                    expected="{gyre.every(1): [train_step], gyre.every(100): [save]}",
+                    fix="wrap the callbacks in a dict keyed by their schedule; a callback object "
+                    "that is a gyre.LoopElement spreads into one: {**gyre.keras_bar(total=n)}")
 
 
 def compile_tasks(tasks: Tasks | None) -> list[Task]:
@@ -287,15 +277,11 @@ def _check_key(key: Any) -> None:
     if isinstance(key, NamedSchedule):
         key(Elapsed())  # raises the explanation
     if isinstance(key, str):
-        raise TypeError(
-            explain(
-                f"unknown schedule {key!r} in the task table",
-                expected="a schedule such as gyre.every(10); named schedules "
-                "(gyre.on_train_step, ...) belong to train_loop/test_loop/predict_loop",
-                received=f"the string {key!r}",
-                fix="use a schedule object." + suggest(key, ALL_HOOKS),
-            )
-        )
+        raise TypeError(explain(
+            f"unknown schedule {key!r} in the task table",
+            expected="a schedule such as gyre.every(10); named schedules "
+            "(gyre.on_train_step, ...) belong to train_loop/test_loop/predict_loop",
+            received=f"the string {key!r}", fix="use a schedule object." + suggest(key, ALL_HOOKS)))
 
 
 def loop_end_hooks(tasks: Sequence[Task]) -> list[Callable[[], Any]]:

@@ -344,24 +344,16 @@ def adapt(
     framework = framework_of(module)
     key = jax.random.PRNGKey(0) if rng is None else rng
     if framework is None:
-        raise TypeError(
-            explain(
-                "create_flax_state got a model of no supported framework",
-                expected="a flax.linen.Module, a flax.nnx.Module or an equinox.Module",
-                received=describe(module),
-                fix="pass the model object (e.g. MLP(), not MLP); for other frameworks build a "
-                "gyre.managed.ManagedState yourself and write the step with @gyre.managed.train_step",
-            )
-        )
+        raise TypeError(explain(
+            "create_flax_state got a model of no supported framework",
+            expected="a flax.linen.Module, a flax.nnx.Module or an equinox.Module", received=describe(module),
+            fix="pass the model object (e.g. MLP(), not MLP); for other frameworks build a "
+            "gyre.managed.ManagedState yourself and write the step with @gyre.managed.train_step"))
     if framework == "linen" and inputs is None:
-        raise ValueError(
-            explain(
-                "a linen model needs example inputs to initialise its parameters",
-                expected="inputs= an example batch, e.g. inputs=jnp.zeros((1, 784))",
-                received="inputs=None",
-                fix="pass inputs= shaped like one batch of the data (a batch of 1 is enough)",
-            )
-        )
+        raise ValueError(explain(
+            "a linen model needs example inputs to initialise its parameters",
+            expected="inputs= an example batch, e.g. inputs=jnp.zeros((1, 784))", received="inputs=None",
+            fix="pass inputs= shaped like one batch of the data (a batch of 1 is enough)"))
     try:
         if framework == "linen":
             adapter, params, model_state = _init_linen(module, inputs, key, rng_streams)
@@ -373,15 +365,12 @@ def adapt(
             rngs = {name: jax.random.PRNGKey(0) for name in adapter.rng_streams}
             jax.eval_shape(lambda p, s, x: adapter.apply(p, s, x, training=True, rngs=rngs), params, model_state, inputs)
     except Exception as err:  # a user's model failing on the user's inputs
-        raise ValueError(
-            explain(
-                f"the {framework} model {type(module).__name__} cannot run on the given inputs",
-                expected="inputs= shaped like one batch the model accepts (batch dimension first)",
-                received=f"inputs with shapes {_shapes(inputs)}; the model raised "
-                f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
-                fix="pass inputs of the shape your data has (e.g. jnp.zeros((1, 64)) for 64 "
-                "features), or fix the model's layer sizes to match the data",
-            )
-        ) from err
+        raise ValueError(explain(
+            f"the {framework} model {type(module).__name__} cannot run on the given inputs",
+            expected="inputs= shaped like one batch the model accepts (batch dimension first)",
+            received=f"inputs with shapes {_shapes(inputs)}; the model raised "
+            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
+            fix="pass inputs of the shape your data has (e.g. jnp.zeros((1, 64)) for 64 "
+            "features), or fix the model's layer sizes to match the data")) from err
     adapter.input_shapes = None if inputs is None else _shapes(inputs)
     return adapter, params, model_state

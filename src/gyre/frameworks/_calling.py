@@ -197,16 +197,13 @@ def refuse(what: str, name: str, fn: Any, known: frozenset[str], *, via: str = "
     unknown = [p.name for p in params if p.default is _P.empty and p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD)
                and p.name not in known]
     hint = next((h for h in (suggest(u, known) for u in unknown) if h), "")
-    return TypeError(
-        explain(
-            f"{what} {name!r} cannot be called by create_flax_state{via}",
-            expected=conventions(what),
-            received=f"{describe(fn, 60)} with signature {signature_text(fn)}"
-            + (f"; unknown parameter(s) {unknown}.{hint}" if unknown else ""),
-            fix="rename its parameters to those names (e.g. def loss(*, preds, target, **_)), "
-            "or wrap it: lambda preds, labels: fn(...)",
-        )
-    )
+    return TypeError(explain(
+        f"{what} {name!r} cannot be called by create_flax_state{via}",
+        expected=conventions(what),
+        received=f"{describe(fn, 60)} with signature {signature_text(fn)}"
+        + (f"; unknown parameter(s) {unknown}.{hint}" if unknown else ""),
+        fix="rename its parameters to those names (e.g. def loss(*, preds, target, **_)), "
+        "or wrap it: lambda preds, labels: fn(...)"))
 
 
 # -- calling -------------------------------------------------------------------------------------
@@ -251,15 +248,12 @@ class Call:
             kwargs = dict(args) if names is None else {n: v for n, v in args.items() if n in names}
             missing = sorted(self.plan.required - set(kwargs))
             if missing:
-                raise TypeError(
-                    explain(
-                        f"{self.what} {self.name!r} takes {missing}, which this batch does not provide",
-                        expected=f"parameters among {sorted(args)}",
-                        received=f"signature {signature_text(self.fn)}",
-                        fix="give the batch's labels (or inputs) as a dict with those keys, or "
-                        f"rename the parameters.{suggest(missing[0], args)}",
-                    )
-                )
+                raise TypeError(explain(
+                    f"{self.what} {self.name!r} takes {missing}, which this batch does not provide",
+                    expected=f"parameters among {sorted(args)}",
+                    received=f"signature {signature_text(self.fn)}",
+                    fix="give the batch's labels (or inputs) as a dict with those keys, or "
+                    f"rename the parameters.{suggest(missing[0], args)}"))
             value = self.fn(**kwargs)
         elif weight is not None and self.plan.weighs:
             value = self.fn(args["preds"], args["target"], weight)
@@ -290,14 +284,10 @@ def bind(name: str, fn: Any, *, what: str, extra: frozenset[str] = frozenset()) 
         TypeError: a signature gyre cannot call, explained.
     """
     if not callable(fn) or isinstance(fn, type):
-        raise TypeError(
-            explain(
-                f"{what} {name!r} is not a function",
-                expected=conventions(what),
-                received=describe(fn),
-                fix="e.g. losses={'loss': optax.softmax_cross_entropy_with_integer_labels}",
-            )
-        )
+        raise TypeError(explain(
+            f"{what} {name!r} is not a function",
+            expected=conventions(what), received=describe(fn),
+            fix="e.g. losses={'loss': optax.softmax_cross_entropy_with_integer_labels}"))
     known = frozenset(KEYWORDS) | extra
     found = plan(fn, known)
     if found is None:

@@ -65,14 +65,10 @@ def unpack_batch(batch: Any) -> tuple[Any, Any, Any]:
     if 1 <= len(batch) <= 3:
         x, y, w = (*batch, None, None)[:3]
         return x, y, w
-    raise ValueError(
-        explain(
-            f"a batch of {len(batch)} parts is not understood",
-            expected="x, (x,), (x, y) or (x, y, sample_weight)",
-            received=f"a tuple of {len(batch)} values",
-            fix="pack several inputs in one value (a dict or a tuple as x): ((x1, x2), y)",
-        )
-    )
+    raise ValueError(explain(
+        f"a batch of {len(batch)} parts is not understood",
+        expected="x, (x,), (x, y) or (x, y, sample_weight)", received=f"a tuple of {len(batch)} values",
+        fix="pack several inputs in one value (a dict or a tuple as x): ((x1, x2), y)"))
 
 
 class FlaxState(managed.ManagedState, kw_only=True):
@@ -109,16 +105,13 @@ class FlaxState(managed.ManagedState, kw_only=True):
             received = jax.tree_util.tree_map(lambda x: tuple(jnp.shape(x)), inputs)
             if expected is None or _trailing(expected) == _trailing(received):
                 raise
-            raise ValueError(
-                explain(
-                    "the batch's inputs do not fit the model",
-                    expected=f"inputs shaped like {expected} (the inputs= the state was created "
-                    "with), any batch size",
-                    received=f"inputs shaped {received}; the model raised {type(err).__name__}",
-                    fix="make the data match the model (reshape or preprocess it), or create the "
-                    "state with inputs= shaped like the data",
-                )
-            ) from err
+            raise ValueError(explain(
+                "the batch's inputs do not fit the model",
+                expected=f"inputs shaped like {expected} (the inputs= the state was created "
+                "with), any batch size",
+                received=f"inputs shaped {received}; the model raised {type(err).__name__}",
+                fix="make the data match the model (reshape or preprocess it), or create the "
+                "state with inputs= shaped like the data")) from err
 
     def _evaluate(self, batch: Any, training: bool, mask: Any = None) -> tuple[Logs, Any]:
         inputs, labels, weight = unpack_batch(batch)
@@ -127,14 +120,11 @@ class FlaxState(managed.ManagedState, kw_only=True):
         preds, model_state, reported = self._forward(inputs, training)
         aux_losses = calling.flatten_names(reported.get("losses", {}), full_path=self.logs_full_path)
         if training and not self.loss_fns and not aux_losses:
-            raise ValueError(
-                explain(
-                    "train_step has no loss to minimise",
-                    expected="create_flax_state(..., losses={'loss': fn}) with fn(preds, labels)",
-                    received="losses=None, and the model reports no 'losses' collection",
-                    fix="pass losses=, e.g. losses={'loss': optax.softmax_cross_entropy_with_integer_labels}",
-                )
-            )
+            raise ValueError(explain(
+                "train_step has no loss to minimise",
+                expected="create_flax_state(..., losses={'loss': fn}) with fn(preds, labels)",
+                received="losses=None, and the model reports no 'losses' collection",
+                fix="pass losses=, e.g. losses={'loss': optax.softmax_cross_entropy_with_integer_labels}"))
         args = calling.arguments(
             preds=preds, labels=labels, sample_weight=weight, inputs=inputs, state=self,
             key=self.step_key("losses"),
@@ -260,15 +250,11 @@ def _unclaimed(name: str, taken: Mapping[str, Any], what: str) -> str:
     """``name`` for a value the model reported, or a clear error when a given loss or metric
     already has it."""
     if name in taken:
-        raise ValueError(
-            explain(
-                f"the model reports a {what} named {name!r}, which another {what} already has",
-                expected="distinct names",
-                received=f"{what} names {sorted(taken)} and the model's {name!r}",
-                fix="rename one of them, or pass logs_full_path=True to name the model's values "
-                "by their whole path",
-            )
-        )
+        raise ValueError(explain(
+            f"the model reports a {what} named {name!r}, which another {what} already has",
+            expected="distinct names", received=f"{what} names {sorted(taken)} and the model's {name!r}",
+            fix="rename one of them, or pass logs_full_path=True to name the model's values "
+            "by their whole path"))
     return name
 
 
@@ -278,16 +264,13 @@ def _check_same_collections(before: Mapping[str, Any], after: Mapping[str, Any])
     old, new = jax.tree_util.tree_structure(dict(before)), jax.tree_util.tree_structure(dict(after))
     if old != new:
         grown = sorted(k for k in before if jax.tree_util.tree_structure(before[k]) != jax.tree_util.tree_structure(after.get(k)))
-        raise ValueError(
-            explain(
-                f"the model changed the structure of its collection(s) {grown} in a training step",
-                expected="collections of a fixed structure (the state is compiled once)",
-                received=f"{old} became {new}",
-                fix="self.sow(...) appends a value per call: sow into 'losses', 'metrics' or "
-                "'intermediates' (reported per step, not kept), or use self.put_variable to "
-                "overwrite a state value",
-            )
-        )
+        raise ValueError(explain(
+            f"the model changed the structure of its collection(s) {grown} in a training step",
+            expected="collections of a fixed structure (the state is compiled once)",
+            received=f"{old} became {new}",
+            fix="self.sow(...) appends a value per call: sow into 'losses', 'metrics' or "
+            "'intermediates' (reported per step, not kept), or use self.put_variable to "
+            "overwrite a state value"))
 
 
 _CLASSES: dict[Any, type[FlaxState]] = {}
@@ -323,14 +306,10 @@ def _named(kind: str, given: Any) -> dict[str, Any]:
         name = "loss" if kind == "losses" else getattr(given, "__name__", "metric")
         return {name if name.isidentifier() and name != "<lambda>" else kind[:-1]: given}
     if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):
-        raise TypeError(
-            explain(
-                f"{kind}= must map names to {kind}",
-                expected=f"a dict like {{'{'loss' if kind == 'losses' else 'accuracy'}': fn}}",
-                received=describe(given),
-                fix=f"name each of the {kind}: {kind}={{'name': fn}}",
-            )
-        )
+        raise TypeError(explain(
+            f"{kind}= must map names to {kind}",
+            expected=f"a dict like {{'{'loss' if kind == 'losses' else 'accuracy'}': fn}}",
+            received=describe(given), fix=f"name each of the {kind}: {kind}={{'name': fn}}"))
     return dict(given)
 
 
@@ -475,22 +454,14 @@ def create_flax_state(
 def _check_names(losses: Mapping[str, Any], metrics: Mapping[str, Any]) -> None:
     clash = sorted(set(losses) & set(metrics))
     if clash:
-        raise ValueError(
-            explain(
-                f"{clash[0]!r} names both a loss and a metric",
-                expected="distinct names (in evaluation losses are logged as metrics)",
-                received=f"losses {sorted(losses)} and metrics {sorted(metrics)}",
-                fix="rename one of them",
-            )
-        )
+        raise ValueError(explain(
+            f"{clash[0]!r} names both a loss and a metric",
+            expected="distinct names (in evaluation losses are logged as metrics)",
+            received=f"losses {sorted(losses)} and metrics {sorted(metrics)}", fix="rename one of them"))
     reserved = sorted(set(losses) & set(calling.KEYWORDS))
     if reserved:
-        raise ValueError(
-            explain(
-                f"loss name {reserved[0]!r} is one of the keywords metrics receive",
-                expected=f"loss names other than {', '.join(calling.KEYWORDS)} (metrics receive "
-                "the losses by name, next to those keywords)",
-                received=f"losses {sorted(losses)}",
-                fix=f"rename it, e.g. {reserved[0] + '_loss'!r}",
-            )
-        )
+        raise ValueError(explain(
+            f"loss name {reserved[0]!r} is one of the keywords metrics receive",
+            expected=f"loss names other than {', '.join(calling.KEYWORDS)} (metrics receive "
+            "the losses by name, next to those keywords)",
+            received=f"losses {sorted(losses)}", fix=f"rename it, e.g. {reserved[0] + '_loss'!r}"))

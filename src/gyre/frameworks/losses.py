@@ -22,14 +22,10 @@ from gyre.frameworks._calling import weighted_mean
 def _target(target: Any, labels: Any, loss: str) -> jax.Array:
     value = labels if target is None else target
     if value is None:
-        raise TypeError(
-            explain(
-                f"{loss} needs the batch's labels",
-                expected=f"{loss}(preds=..., target=...) (or labels=)",
-                received="target=None",
-                fix="give batches as (inputs, labels)",
-            )
-        )
+        raise TypeError(explain(
+            f"{loss} needs the batch's labels",
+            expected=f"{loss}(preds=..., target=...) (or labels=)", received="target=None",
+            fix="give batches as (inputs, labels)"))
     return jnp.asarray(value)
 
 

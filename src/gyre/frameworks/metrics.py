@@ -94,14 +94,11 @@ class Accuracy(struct.PyTreeNode):
         preds = logits if preds is None else preds
         labels = target if labels is None else labels
         if preds is None or labels is None:
-            raise TypeError(
-                explain(
-                    "Accuracy.update needs predictions and labels",
-                    expected="update(preds=..., labels=...) (or logits=, target=)",
-                    received=f"preds={describe(preds)}, labels={describe(labels)}",
-                    fix="give the batch labels: a batch (x, y) in create_flax_state",
-                )
-            )
+            raise TypeError(explain(
+                "Accuracy.update needs predictions and labels",
+                expected="update(preds=..., labels=...) (or logits=, target=)",
+                received=f"preds={describe(preds)}, labels={describe(labels)}",
+                fix="give the batch labels: a batch (x, y) in create_flax_state"))
         preds, labels = jnp.asarray(preds), jnp.asarray(labels)
         if labels.ndim == preds.ndim and preds.ndim >= 2:  # one-hot
             labels = jnp.argmax(labels, axis=-1)
@@ -167,14 +164,10 @@ class Mean(struct.PyTreeNode):
     def update(self, *, preds: Any = None, labels: Any = None, sample_weight: Any = None, **values: Any) -> Mean:
         """This mean with the batch's value of ``name`` added."""
         if self.name not in values:
-            raise TypeError(
-                explain(
-                    f"Mean({self.name!r}) found no value {self.name!r}",
-                    expected=f"a loss (or keyword) named {self.name!r}",
-                    received=f"values {sorted(values)}",
-                    fix="name a loss of losses= in Mean(...)",
-                )
-            )
+            raise TypeError(explain(
+                f"Mean({self.name!r}) found no value {self.name!r}",
+                expected=f"a loss (or keyword) named {self.name!r}", received=f"values {sorted(values)}",
+                fix="name a loss of losses= in Mean(...)"))
         value = calling.weighted_mean(values[self.name], sample_weight)
         count = _batch_weight(preds, sample_weight)
         return self.replace(mean=self.mean.merge(core.Mean.from_value(value, count)))
@@ -280,14 +273,10 @@ def metric_state(name: str, spec: Any, extra: frozenset[str] = frozenset()) -> A
         try:
             spec = spec() if kind == "update" else spec.empty()
         except TypeError as err:
-            raise TypeError(
-                explain(
-                    f"metric {name!r} is a class gyre cannot build without arguments",
-                    expected=f"{spec.__name__}() to work, or an instance",
-                    received=f"TypeError: {err}",
-                    fix=f"pass an instance: metrics={{{name!r}: {spec.__name__}(...)}}",
-                )
-            ) from err
+            raise TypeError(explain(
+                f"metric {name!r} is a class gyre cannot build without arguments",
+                expected=f"{spec.__name__}() to work, or an instance", received=f"TypeError: {err}",
+                fix=f"pass an instance: metrics={{{name!r}: {spec.__name__}(...)}}")) from err
     method = _method_of(spec)
     known = frozenset(calling.KEYWORDS) | extra
     if calling.plan(method, known, positional=False) is None:

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from gyre.callbacks._wandb_logger import scalar_runs
-from gyre.core._errors import describe, explain, suggest
+from gyre.core._checks import path
+from gyre.core._errors import explain, suggest
 from gyre.core._history import Block
 from gyre.loggers._writer import Writer, require
 
@@ -22,33 +23,21 @@ _BATCH = 1000  # metrics per log_batch: MLflow's limit for one request
 
 def _tracking_uri(uri: Any) -> tuple[str, bool]:
     """The URI MLflow is given and whether it is a local file store."""
-    if isinstance(uri, bytes) or not isinstance(uri, (str, os.PathLike)) or not os.fspath(uri):
-        raise TypeError(
-            explain(
-                "MLflowWriter needs a tracking URI",
-                expected="a folder for a local file store ('runs/mlruns'), a file: URI, or "
-                "a server's http(s):// URI",
-                received=describe(uri),
-                fix="gyre.MLflowWriter('runs/mlruns', experiment_name='digits')",
-            )
-        )
-    text = os.fspath(uri)
+    text = path(uri, "MLflowWriter needs a tracking URI",
+                fix="gyre.MLflowWriter('runs/mlruns', experiment_name='digits')", expected="a folder for a local file store ('runs/mlruns'), a file: URI, or a server's http(s):// URI")
     if text.startswith("file:"):
         return text, True
     if "://" not in text:
         return Path(text).expanduser().resolve().as_uri(), True
     scheme = text.split("://", 1)[0]
     if scheme not in ("http", "https"):
-        raise ValueError(
-            explain(
-                f"MLflowWriter cannot log to a {scheme}:// URI." + suggest(scheme, ("http", "https", "file")),
-                expected="a folder or file: URI (MLflow's local file store, which works offline), or "
-                "the http:// or https:// URI of a running MLflow tracking server",
-                received=repr(text),
-                fix="gyre.MLflowWriter('runs/mlruns') for a local store; for another store, run a "
-                "tracking server on it (mlflow server --backend-store-uri ...) and pass its http:// URI",
-            )
-        )
+        raise ValueError(explain(
+            f"MLflowWriter cannot log to a {scheme}:// URI." + suggest(scheme, ("http", "https", "file")),
+            expected="a folder or file: URI (MLflow's local file store, which works offline), or "
+            "the http:// or https:// URI of a running MLflow tracking server",
+            received=repr(text),
+            fix="gyre.MLflowWriter('runs/mlruns') for a local store; for another store, run a "
+            "tracking server on it (mlflow server --backend-store-uri ...) and pass its http:// URI"))
     return text, False
 
 
@@ -61,15 +50,12 @@ def _reach(uri: str) -> None:
     try:
         socket.create_connection((parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)), timeout=5).close()
     except OSError as err:
-        raise ConnectionError(
-            explain(
-                f"no MLflow tracking server answers at {uri}",
-                expected="a tracking server running there (mlflow server --host 127.0.0.1 --port 5000)",
-                received=f"{type(err).__name__}: {err}",
-                fix="start the server, correct the URI, or log offline to a local file store: "
-                "gyre.MLflowWriter('runs/mlruns')",
-            )
-        ) from err
+        raise ConnectionError(explain(
+            f"no MLflow tracking server answers at {uri}",
+            expected="a tracking server running there (mlflow server --host 127.0.0.1 --port 5000)",
+            received=f"{type(err).__name__}: {err}",
+            fix="start the server, correct the URI, or log offline to a local file store: "
+            "gyre.MLflowWriter('runs/mlruns')")) from err
 
 
 class MLflowWriter(Writer):

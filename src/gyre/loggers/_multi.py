@@ -37,14 +37,10 @@ class MultiWriter(Writer):
     def __init__(self, writers: Sequence[Writer]) -> None:
         writers = list(writers) if isinstance(writers, (list, tuple)) else writers  # type: ignore[assignment]
         if not isinstance(writers, list) or not all(isinstance(w, Writer) for w in writers):
-            raise TypeError(
-                explain(
-                    "MultiWriter takes a list of writers",
-                    expected="a list of gyre writers, e.g. [gyre.TensorBoardWriter(d), gyre.CSVWriter(p)]",
-                    received=describe(writers),
-                    fix="gyre.MultiWriter([writer_a, writer_b])",
-                )
-            )
+            raise TypeError(explain(
+                "MultiWriter takes a list of writers",
+                expected="a list of gyre writers, e.g. [gyre.TensorBoardWriter(d), gyre.CSVWriter(p)]",
+                received=describe(writers), fix="gyre.MultiWriter([writer_a, writer_b])"))
         self.writers: list[Writer] = writers
         self.kinds = frozenset().union(*(w.kinds for w in writers))  # type: ignore[misc]
         super().__init__()

@@ -15,31 +15,20 @@ import json
 import os
 from typing import Any, TextIO
 
-from gyre.core._errors import describe, explain
+from gyre.core import _checks as checks
+from gyre.core._errors import explain
 from gyre.loggers._writer import Writer
 
 
 def _path(who: str, path: Any) -> str:
-    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-        raise TypeError(
-            explain(
-                f"{who} needs a file path",
-                expected="a str or pathlib.Path, e.g. 'runs/metrics.csv'",
-                received=describe(path),
-                fix=f"gyre.{who}('runs/metrics.csv')",
-            )
-        )
-    path = os.fspath(path)
+    path = checks.path(path, f"{who} needs a file path", expected="a str or pathlib.Path, e.g. 'runs/metrics.csv'",
+                       fix=f"gyre.{who}('runs/metrics.csv')")
     if os.path.isdir(path):
         name = "metrics.jsonl" if who == "JSONLWriter" else "metrics.csv"
-        raise IsADirectoryError(
-            explain(
-                f"{who} needs a file path, and {path!r} is a folder",
-                expected="the path of the file to write (created, or replaced)",
-                received=f"the folder {path!r}",
-                fix=f"gyre.{who}(os.path.join({path!r}, {name!r}))",
-            )
-        )
+        raise IsADirectoryError(explain(
+            f"{who} needs a file path, and {path!r} is a folder",
+            expected="the path of the file to write (created, or replaced)", received=f"the folder {path!r}",
+            fix=f"gyre.{who}(os.path.join({path!r}, {name!r}))"))
     return path
 
 

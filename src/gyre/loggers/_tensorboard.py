@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from gyre.callbacks._wandb_logger import scalar_runs
-from gyre.core._errors import describe, explain
+from gyre.core._checks import path
 from gyre.core._history import Block
 from gyre.loggers._tfrecord import ScalarEvents
 from gyre.loggers._writer import Writer, require
@@ -72,16 +72,9 @@ class TensorBoardWriter(Writer):
     kinds = frozenset({"scalars", "histograms", "images", "texts", "hparams"})
 
     def __init__(self, logdir: str | os.PathLike[str]) -> None:
-        if isinstance(logdir, bytes) or not isinstance(logdir, (str, os.PathLike)) or not os.fspath(logdir):
-            raise TypeError(
-                explain(
-                    "TensorBoardWriter needs a folder for its event files",
-                    expected="a str or pathlib.Path, e.g. 'runs/tensorboard'",
-                    received=describe(logdir),
-                    fix="gyre.TensorBoardWriter('runs/tensorboard')",
-                )
-            )
-        self.logdir = os.fspath(logdir)
+        self.logdir = path(logdir, "TensorBoardWriter needs a folder for its event files",
+                           expected="a str or pathlib.Path, e.g. 'runs/tensorboard'",
+                           fix="gyre.TensorBoardWriter('runs/tensorboard')")
         self._w: Any = None
         self._templates: dict[tuple[str, ...], tuple[Any, list[Any]]] = {}
         self._encoder: ScalarEvents | None = None  # made with the event file

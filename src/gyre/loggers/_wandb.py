@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core._errors import describe, explain, suggest
+from gyre.core._checks import choice
 from gyre.loggers._writer import Writer, require
 
 #: The modes ``wandb.init`` accepts (its settings refuse any other, with a pydantic error).
@@ -52,15 +52,8 @@ class WandbWriter(Writer):
         dir: str | os.PathLike[str] | None = None,
         **init_kwargs: Any,
     ) -> None:
-        if mode not in WANDB_MODES:
-            raise ValueError(
-                explain(
-                    f"WandbWriter's mode is not one W&B knows.{suggest(str(mode), WANDB_MODES)}",
-                    expected=f"one of {', '.join(map(repr, WANDB_MODES))}",
-                    received=describe(mode),
-                    fix="pass mode='offline' (upload later with `wandb sync`) or mode='online'",
-                )
-            )
+        choice(mode, "WandbWriter's mode", WANDB_MODES,
+               fix="pass mode='offline' (upload later with `wandb sync`) or mode='online'.")
         self.project = project
         self.name = run
         self.mode = mode

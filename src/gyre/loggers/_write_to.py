@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from gyre.callbacks._wandb_logger import FollowsHistory, scalar_runs
+from gyre.core._checks import whole
 from gyre.core._clock import Elapsed
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._errors import describe, explain
 from gyre.core._history import Block
 from gyre.core._logs import Logs
 from gyre.engine._tasks import ChunkSafe, LoopElement
@@ -42,28 +43,18 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
 
     def __init__(self, writer: Writer, *, every: int, write_every: int = 1) -> None:
         if not isinstance(writer, Writer):
-            raise TypeError(
-                explain(
-                    "write_to needs a gyre writer",
-                    expected="a gyre.Writer, e.g. gyre.TensorBoardWriter('runs/tb')",
-                    received=describe(writer),
-                    fix="gyre.write_to(gyre.TensorBoardWriter('runs/tb'))",
-                )
-            )
+            raise TypeError(explain(
+                "write_to needs a gyre writer",
+                expected="a gyre.Writer, e.g. gyre.TensorBoardWriter('runs/tb')", received=describe(writer),
+                fix="gyre.write_to(gyre.TensorBoardWriter('runs/tb'))"))
         if "scalars" not in writer.kinds:
             raise writer._unsupported("scalars")
-        self.every = whole_number(
-            every, minimum=1, problem="write_to's every must be a whole number of steps >= 1",
-            expected="every=1 (read the history at every step) or a larger int",
-            fix="pass every=1, or every=100 to read the history less often",
-        )
-        self.write_every = whole_number(
-            write_every, minimum=1,
-            problem="write_to's write_every must be a whole number of steps >= 1",
-            expected="write_every=1 (every step) or e.g. write_every=50 (every 50th step, "
-            "and every evaluation)",
-            fix="pass write_every=50 to write every 50th step",
-        )
+        self.every = whole(every, "write_to's every", minimum=1, unit="steps",
+                           expected="every=1 (read the history at every step) or a larger int",
+                           fix="pass every=1, or every=100 to read the history less often")
+        self.write_every = whole(write_every, "write_to's write_every", minimum=1, unit="steps",
+                                 fix="pass write_every=50 to write every 50th step",
+                                 expected="write_every=1 (every step) or e.g. write_every=50 (every 50th step, and every evaluation)")
         self.writer = writer
         self.sent = 0
         self._written: frozenset[str] = frozenset()  # names of the last row written (thinning)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import atexit
 import importlib
-import numbers
 import queue
 import threading
 import time
@@ -36,6 +35,7 @@ import jax
 import numpy as np
 
 from gyre.callbacks._wandb_logger import is_number, scalar_rows
+from gyre.core._checks import mapping, whole
 from gyre.core._errors import describe, explain
 from gyre.core._history import Block
 from gyre.core._host import numeric_dtype
@@ -82,14 +82,10 @@ def require(module: str, *, extra: str, who: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as err:
-        raise ImportError(
-            explain(
-                f"{who} needs the optional package {module!r}, which is not installed",
-                expected=f"{module} importable (the extra gyre[{extra}])",
-                received=f"{type(err).__name__}: {err}",
-                fix=f"pip install 'gyre[{extra}]'",
-            )
-        ) from err
+        raise ImportError(explain(
+            f"{who} needs the optional package {module!r}, which is not installed",
+            expected=f"{module} importable (the extra gyre[{extra}])",
+            received=f"{type(err).__name__}: {err}", fix=f"pip install 'gyre[{extra}]'")) from err
 
 
 def supporters(kind: str) -> list[str]:
@@ -98,18 +94,10 @@ def supporters(kind: str) -> list[str]:
 
 
 def _step(who: str, step: Any) -> Any:
-    if isinstance(step, (numbers.Integral, np.integer)) and not isinstance(step, bool) and step >= 0:
-        return int(step)
-    if isinstance(step, jax.Array) and step.ndim == 0 and jnp_integer(step.dtype):
-        return step  # read on the writer's thread
-    raise ValueError(
-        explain(
-            f"{who}: a step must be a whole number >= 0",
-            expected="step as an int >= 0 (or a 0-d integer array), e.g. 10",
-            received=describe(step),
-            fix="pass the step number, e.g. writer.write_scalars(10, {'loss': loss})",
-        )
-    )
+    """``step`` checked: an int >= 0, or a 0-d integer device array (read on the writer's thread)."""
+    return whole(step, f"{who}: a step", device=True,
+                 expected="step as an int >= 0 (or a 0-d integer array), e.g. 10",
+                 fix="pass the step number, e.g. writer.write_scalars(10, {'loss': loss})")
 
 
 def jnp_integer(dtype: Any) -> bool:
@@ -120,27 +108,18 @@ def jnp_integer(dtype: Any) -> bool:
 def _mapping(
     who: str, method: str, values: Any, what: str, example: str, before: str = "step, "
 ) -> dict[str, Any]:
-    if not isinstance(values, Mapping) or not all(isinstance(k, str) for k in values):
-        raise TypeError(
-            explain(
-                f"{who}.{method} takes a mapping from names to {what}",
-                expected=f"a dict with str keys, e.g. {example}",
-                received=describe(values),
-                fix=f"pass a dict, e.g. writer.{method}({before}{example})",
-            )
-        )
-    return dict(values)
+    """``values`` as a dict from names to ``what``, or the explained error."""
+    return mapping(values, f"{who}.{method}'s {what}", kind=f"a mapping from names to {what}",
+                   expected=f"a dict with str keys, e.g. {example}",
+                   fix=f"pass a dict, e.g. writer.{method}({before}{example})")
 
 
 def _bad_value(who: str, method: str, name: str, value: Any, expected: str, fix: str) -> ValueError:
-    return ValueError(
-        explain(
-            f"{who}.{method}: the value of {name!r} cannot be written",
-            expected=expected,
-            received=f"{describe(value)} (shape {np.shape(value)})" if hasattr(value, "shape") else describe(value),
-            fix=fix,
-        )
-    )
+    return ValueError(explain(
+        f"{who}.{method}: the value of {name!r} cannot be written",
+        expected=expected,
+        received=f"{describe(value)} (shape {np.shape(value)})" if hasattr(value, "shape") else describe(value),
+        fix=fix))
 
 
 def _scalars(who: str, method: str, values: Any, before: str = "step, ") -> dict[str, Any]:
@@ -165,14 +144,11 @@ def as_uint8_images(name: str, image: np.ndarray) -> np.ndarray:
         np.nanmin(image) >= 0.0 and np.nanmax(image) <= 1.0
     ):
         lo, hi = (float(np.min(image)), float(np.max(image))) if image.size else (0.0, 0.0)
-        raise ValueError(
-            explain(
-                f"image {name!r} is neither uint8 nor floats in [0, 1]",
-                expected="uint8 values 0..255, or floats in [0, 1]",
-                received=f"dtype {image.dtype}, values from {lo} to {hi}",
-                fix="scale it first, e.g. (x - x.min()) / (x.max() - x.min())",
-            )
-        )
+        raise ValueError(explain(
+            f"image {name!r} is neither uint8 nor floats in [0, 1]",
+            expected="uint8 values 0..255, or floats in [0, 1]",
+            received=f"dtype {image.dtype}, values from {lo} to {hi}",
+            fix="scale it first, e.g. (x - x.min()) / (x.max() - x.min())"))
     return np.round(np.nan_to_num(image) * 255).astype(np.uint8)
 
 
@@ -247,15 +223,9 @@ class Writer:
             if not hasattr(value, "shape") or not np.size(value) or not numeric_dtype(value.dtype):
                 raise _bad_value(self._who, "write_histograms", name, value, "a non-empty numeric array",
                                  "pass a numpy or jax array of numbers")
-        if num_buckets is not None and (isinstance(num_buckets, bool) or not isinstance(num_buckets, numbers.Integral) or num_buckets < 1):
-            raise ValueError(
-                explain(
-                    f"{self._who}.write_histograms: num_buckets must be a whole number >= 1 or None",
-                    expected="num_buckets=None (the writer's default) or an int such as 30",
-                    received=describe(num_buckets),
-                    fix="pass num_buckets=30, or leave it out",
-                )
-            )
+        whole(num_buckets, f"{self._who}.write_histograms: num_buckets", minimum=1, none=True,
+              expected="num_buckets=None (the writer's default) or an int such as 30",
+              fix="pass num_buckets=30, or leave it out")
         self._submit("histograms", _step(self._who, step), arrays, num_buckets)
 
     def write_images(self, step: int, images: Mapping[str, Any]) -> None:
@@ -392,26 +362,20 @@ class Writer:
 
     def _unsupported(self, kind: str) -> TypeError:
         others = supporters(kind)
-        return TypeError(
-            explain(
-                f"{self!r} does not write {kind}",
-                expected=f"what {self._who} writes: {', '.join(sorted(self.kinds)) or 'nothing'}",
-                received=f"write_{kind}(...)",
-                fix=(f"write {kind} with {', '.join(others)}" if others else f"no writer of gyre writes {kind}")
-                + " (gyre.MultiWriter sends each kind to the writers that write it)",
-            )
-        )
+        return TypeError(explain(
+            f"{self!r} does not write {kind}",
+            expected=f"what {self._who} writes: {', '.join(sorted(self.kinds)) or 'nothing'}",
+            received=f"write_{kind}(...)",
+            fix=(f"write {kind} with {', '.join(others)}" if others else f"no writer of gyre writes {kind}")
+            + " (gyre.MultiWriter sends each kind to the writers that write it)"))
 
     def _submit(self, kind: str, *args: Any, batched: bool = False) -> None:
         if self._closed:
-            raise RuntimeError(
-                explain(
-                    f"{self!r} is closed",
-                    expected="writes before close()",
-                    received=f"a call to {'write_' + kind if kind in KINDS else kind} after close()",
-                    fix="make a new writer, or close it only when the run is over",
-                )
-            )
+            raise RuntimeError(explain(
+                f"{self!r} is closed",
+                expected="writes before close()",
+                received=f"a call to {'write_' + kind if kind in KINDS else kind} after close()",
+                fix="make a new writer, or close it only when the run is over"))
         if kind in KINDS and kind not in self.kinds:
             raise self._unsupported(kind)
         self._raise_pending()
@@ -428,14 +392,10 @@ class Writer:
             return
         kind, err = self._error
         self._error = None
-        raise WriterError(
-            explain(
-                f"{self!r} failed to write {kind} on its background thread",
-                expected=f"a successful {kind} write",
-                received=f"{type(err).__name__}: {err}",
-                fix="see the error above this one; the failed values were not written",
-            )
-        ) from err
+        raise WriterError(explain(
+            f"{self!r} failed to write {kind} on its background thread",
+            expected=f"a successful {kind} write", received=f"{type(err).__name__}: {err}",
+            fix="see the error above this one; the failed values were not written")) from err
 
     def _work(self) -> None:
         while True:

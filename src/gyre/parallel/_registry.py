@@ -72,35 +72,25 @@ def register_strategy(
         2
     """
     if not isinstance(name, str) or not name:
-        raise ValueError(
-            explain(
-                "a strategy name must be a non-empty string",
-                expected="e.g. register_strategy('my_strategy', constructor=MyStrategy)",
-                received=describe(name),
-                fix="pass the name as a string",
-            )
-        )
+        raise ValueError(explain(
+            "a strategy name must be a non-empty string",
+            expected="e.g. register_strategy('my_strategy', constructor=MyStrategy)", received=describe(name),
+            fix="pass the name as a string"))
 
     def register(fn: C) -> C:
         if not callable(fn):
-            raise TypeError(
-                explain(
-                    f"the constructor of strategy {name!r} is not callable",
-                    expected="a Strategy subclass or a function with no arguments that returns a "
-                    "gyre.Strategy",
-                    received=describe(fn),
-                    fix=f"register_strategy({name!r}, constructor=lambda: gyre.Jit(donate=False))",
-                )
-            )
+            raise TypeError(explain(
+                f"the constructor of strategy {name!r} is not callable",
+                expected="a Strategy subclass or a function with no arguments that returns a "
+                "gyre.Strategy",
+                received=describe(fn),
+                fix=f"register_strategy({name!r}, constructor=lambda: gyre.Jit(donate=False))"))
         if name in STRATEGIES and not replace:
-            raise ValueError(
-                explain(
-                    f"strategy {name!r} is already registered",
-                    expected=f"a new name (registered: {sorted(STRATEGIES)})",
-                    received=f"register_strategy({name!r}, ...) a second time",
-                    fix="choose another name, or pass replace=True to replace it on purpose",
-                )
-            )
+            raise ValueError(explain(
+                f"strategy {name!r} is already registered",
+                expected=f"a new name (registered: {sorted(STRATEGIES)})",
+                received=f"register_strategy({name!r}, ...) a second time",
+                fix="choose another name, or pass replace=True to replace it on purpose"))
         STRATEGIES[name] = fn
         return fn
 
@@ -135,27 +125,21 @@ def get_strategy(strategy: str | Strategy) -> Strategy:
         if constructor is not None:
             built = constructor()
             if not isinstance(built, Strategy):
-                raise TypeError(
-                    explain(
-                        f"the constructor registered as strategy {strategy!r} did not build a "
-                        "gyre.Strategy",
-                        expected="a gyre.Strategy (e.g. a subclass of gyre.Jit or gyre.DataParallel)",
-                        received=describe(built),
-                        fix=f"register_strategy({strategy!r}, constructor=..., replace=True) with "
-                        "a constructor that returns a gyre.Strategy",
-                    )
-                )
+                raise TypeError(explain(
+                    f"the constructor registered as strategy {strategy!r} did not build a "
+                    "gyre.Strategy",
+                    expected="a gyre.Strategy (e.g. a subclass of gyre.Jit or gyre.DataParallel)",
+                    received=describe(built),
+                    fix=f"register_strategy({strategy!r}, constructor=..., replace=True) with "
+                    "a constructor that returns a gyre.Strategy"))
             return built
     valid = list(STRATEGIES)
-    raise ValueError(
-        explain(
-            f"unknown strategy {strategy!r}",
-            expected=f"one of {valid}, or a gyre.Strategy object such as "
-            "gyre.DataParallel(mesh=..., data_axis=...)",
-            received=describe(strategy),
-            fix="pick a registered name." + (suggest(strategy, valid) if isinstance(strategy, str) else ""),
-        )
-    )
+    raise ValueError(explain(
+        f"unknown strategy {strategy!r}",
+        expected=f"one of {valid}, or a gyre.Strategy object such as "
+        "gyre.DataParallel(mesh=..., data_axis=...)",
+        received=describe(strategy),
+        fix="pick a registered name." + (suggest(strategy, valid) if isinstance(strategy, str) else "")))
 
 
 register_strategy("eager", constructor=Eager)

@@ -80,16 +80,13 @@ class SPMD(DataParallel):
             if kind == jax.sharding.AxisType.Explicit
         ]
         if explicit:
-            raise ValueError(
-                explain(
-                    "the spmd strategy needs a mesh whose axes are Auto",
-                    expected="a mesh built with axis_types=(jax.sharding.AxisType.Auto, ...) "
-                    "so that XLA propagates the parameters' shardings through the model",
-                    received=f"a mesh with Explicit axes {explicit} (jax.make_mesh's default)",
-                    fix="jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) "
-                    "* len(names)), or jax.sharding.Mesh(devices, names)",
-                )
-            )
+            raise ValueError(explain(
+                "the spmd strategy needs a mesh whose axes are Auto",
+                expected="a mesh built with axis_types=(jax.sharding.AxisType.Auto, ...) "
+                "so that XLA propagates the parameters' shardings through the model",
+                received=f"a mesh with Explicit axes {explicit} (jax.make_mesh's default)",
+                fix="jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) "
+                "* len(names)), or jax.sharding.Mesh(devices, names)"))
 
     def _key(self) -> tuple[Any, ...]:
         return (*super()._key(), self.rules)
@@ -125,16 +122,13 @@ class SPMD(DataParallel):
             try:
                 named = NamedSharding(self.mesh, spec)
             except (ValueError, KeyError) as err:
-                raise ValueError(
-                    explain(
-                        "a parameter's partitioning names an axis the mesh does not have",
-                        expected=f"mesh axes among {list(self.mesh.axis_names)}",
-                        received=f"{spec} for {where} (from "
-                        f"{describe(getattr(leaf, 'names', leaf))})",
-                        fix="map the logical names to the mesh's axes in rules=[(logical, "
-                        "mesh_axis), ...], or build the mesh with that axis",
-                    )
-                ) from err
+                raise ValueError(explain(
+                    "a parameter's partitioning names an axis the mesh does not have",
+                    expected=f"mesh axes among {list(self.mesh.axis_names)}",
+                    received=f"{spec} for {where} (from "
+                    f"{describe(getattr(leaf, 'names', leaf))})",
+                    fix="map the logical names to the mesh's axes in rules=[(logical, "
+                    "mesh_axis), ...], or build the mesh with that axis")) from err
             self._check_divisible(where, leaf, spec)
             return named
 
@@ -162,15 +156,12 @@ class SPMD(DataParallel):
             names = (axes,) if isinstance(axes, str) else tuple(axes)
             ways = int(np.prod([self.mesh.shape[a] for a in names]))
             if shape[dim] % ways:
-                raise ValueError(
-                    explain(
-                        f"{where} cannot be split over mesh axis {axes!r} ({ways} devices)",
-                        expected=f"dimension {dim} of {where} divisible by {ways}",
-                        received=f"shape {tuple(shape)} with partition spec {spec}",
-                        fix="change the rules so this dimension maps to a smaller axis (or "
-                        "None), or choose sizes that divide evenly",
-                    )
-                )
+                raise ValueError(explain(
+                    f"{where} cannot be split over mesh axis {axes!r} ({ways} devices)",
+                    expected=f"dimension {dim} of {where} divisible by {ways}",
+                    received=f"shape {tuple(shape)} with partition spec {spec}",
+                    fix="change the rules so this dimension maps to a smaller axis (or "
+                    "None), or choose sizes that divide evenly"))
 
     def _traced_in_context(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         rules, mesh = self.rules, self.mesh
@@ -196,12 +187,8 @@ def _check_rules(rules: Any) -> tuple[tuple[str, Any], ...]:
     except (TypeError, ValueError):
         pairs = None
     if pairs is None or not all(isinstance(name, str) for name, _ in pairs):
-        raise ValueError(
-            explain(
-                "rules= must be pairs of (logical axis name, mesh axis)",
-                expected="e.g. [('batch', 'data'), ('mlp', 'model'), ('embed', None)]",
-                received=describe(rules),
-                fix="pass a list of (str, str | None) pairs",
-            )
-        )
+        raise ValueError(explain(
+            "rules= must be pairs of (logical axis name, mesh axis)",
+            expected="e.g. [('batch', 'data'), ('mlp', 'model'), ('embed', None)]", received=describe(rules),
+            fix="pass a list of (str, str | None) pairs"))
     return pairs

@@ -120,24 +120,17 @@ class DataParallel(Strategy):
         if mesh is None:
             mesh = Mesh(np.asarray(jax.devices()), axes[:1]) if len(axes) == 1 else None
             if mesh is None:
-                raise ValueError(
-                    explain(
-                        "several data axes need a mesh",
-                        expected="mesh=jax.make_mesh(...) naming the axes in data_axis",
-                        received=f"data_axis={data_axis!r} and no mesh",
-                        fix="pass mesh=, or a single axis name",
-                    )
-                )
+                raise ValueError(explain(
+                    "several data axes need a mesh",
+                    expected="mesh=jax.make_mesh(...) naming the axes in data_axis",
+                    received=f"data_axis={data_axis!r} and no mesh", fix="pass mesh=, or a single axis name"))
         missing = [a for a in axes if a not in mesh.axis_names]
         if missing:
-            raise ValueError(
-                explain(
-                    f"the mesh has no axis {missing[0]!r}",
-                    expected=f"data_axis naming axes of the mesh: {list(mesh.axis_names)}",
-                    received=f"data_axis={data_axis!r}",
-                    fix="pass one of the mesh's axis names." + suggest(missing[0], mesh.axis_names),
-                )
-            )
+            raise ValueError(explain(
+                f"the mesh has no axis {missing[0]!r}",
+                expected=f"data_axis naming axes of the mesh: {list(mesh.axis_names)}",
+                received=f"data_axis={data_axis!r}",
+                fix="pass one of the mesh's axis names." + suggest(missing[0], mesh.axis_names)))
         self._mesh = mesh
         self.data_axis: tuple[str, ...] = axes
         self._data_size = int(np.prod([mesh.shape[a] for a in axes]))  # read on every step

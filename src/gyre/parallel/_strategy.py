@@ -123,16 +123,13 @@ class Strategy:
             shape = np.shape(leaf)
             if len(shape) > axis and shape[axis] % _local_share(n) != 0:
                 where = jax.tree_util.keystr(path) or "the batch"
-                raise ValueError(
-                    explain(
-                        f"a batch of {shape[axis]} cannot be split evenly over {n} devices",
-                        expected=f"a batch size that is a multiple of {n} (the devices on "
-                        f"the data axis{'' if jax.process_count() == 1 else ', all processes together'})",
-                        received=f"{where} with shape {shape}",
-                        fix=f"use a batch size such as {max(n, shape[axis] - shape[axis] % n)}, "
-                        "drop the remainder batch, or pad it",
-                    )
-                )
+                raise ValueError(explain(
+                    f"a batch of {shape[axis]} cannot be split evenly over {n} devices",
+                    expected=f"a batch size that is a multiple of {n} (the devices on "
+                    f"the data axis{'' if jax.process_count() == 1 else ', all processes together'})",
+                    received=f"{where} with shape {shape}",
+                    fix=f"use a batch size such as {max(n, shape[axis] - shape[axis] % n)}, "
+                    "drop the remainder batch, or pad it"))
 
     # -- compilation -------------------------------------------------------------------------
     def compile(
@@ -261,27 +258,19 @@ def check_jit_options(options: Mapping[str, Any]) -> None:
     known = [name for name in inspect.signature(jax.jit).parameters if name != "fun"]
     for name in options:
         if name not in known:
-            raise TypeError(
-                explain(
-                    f"compile() got an unexpected keyword argument {name!r}.{suggest(name, known)}",
-                    expected=f"options of jax.jit: {', '.join(known)}",
-                    received=f"{name}={options[name]!r}",
-                    fix=f"drop {name}=, or spell it as jax.jit does",
-                )
-            )
+            raise TypeError(explain(
+                f"compile() got an unexpected keyword argument {name!r}.{suggest(name, known)}",
+                expected=f"options of jax.jit: {', '.join(known)}", received=f"{name}={options[name]!r}",
+                fix=f"drop {name}=, or spell it as jax.jit does"))
 
 
 def _donation(donate: bool | None, donate_args: bool | None) -> bool:
     """The donation flag from gyre's ``donate`` and ciclo's ``donate_args`` (default True)."""
     if donate is not None and donate_args is not None and bool(donate) != bool(donate_args):
-        raise ValueError(
-            explain(
-                "donate= and donate_args= disagree",
-                expected="one of them (donate_args is ciclo's name for donate)",
-                received=f"donate={donate!r}, donate_args={donate_args!r}",
-                fix="pass only donate=",
-            )
-        )
+        raise ValueError(explain(
+            "donate= and donate_args= disagree",
+            expected="one of them (donate_args is ciclo's name for donate)",
+            received=f"donate={donate!r}, donate_args={donate_args!r}", fix="pass only donate="))
     chosen = donate if donate is not None else donate_args
     return True if chosen is None else bool(chosen)
 

@@ -45,14 +45,10 @@ def _env_int(name: str) -> int | None:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(
-            explain(
-                f"the environment variable {name} is not a whole number",
-                expected=f"{name}=<int>, e.g. {name}=0",
-                received=f"{name}={raw!r}",
-                fix=f"set {name} to an integer, or pass the value to gyre.distributed.initialize",
-            )
-        ) from None
+        raise ValueError(explain(
+            f"the environment variable {name} is not a whole number",
+            expected=f"{name}=<int>, e.g. {name}=0", received=f"{name}={raw!r}",
+            fix=f"set {name} to an integer, or pass the value to gyre.distributed.initialize")) from None
 
 
 def _check_int(name: str, value: Any, *, low: int) -> None:
@@ -75,14 +71,10 @@ def _check_address(address: Any) -> None:
         host, _, port = address.rpartition(":")
         ok = bool(host) and port.isdigit() and 0 < int(port) < 65536
     if not ok:
-        raise ValueError(
-            explain(
-                "coordinator_address must be 'host:port'",
-                expected="the address of process 0, e.g. '127.0.0.1:1234' or 'node0:8476'",
-                received=describe(address),
-                fix="pass coordinator_address='<host of process 0>:<a free port>'",
-            )
-        )
+        raise ValueError(explain(
+            "coordinator_address must be 'host:port'",
+            expected="the address of process 0, e.g. '127.0.0.1:1234' or 'node0:8476'",
+            received=describe(address), fix="pass coordinator_address='<host of process 0>:<a free port>'"))
 
 
 def initialize(
@@ -135,35 +127,26 @@ def initialize(
     _check_int("num_processes", num_processes, low=1)
     _check_int("process_id", process_id, low=0)
     if num_processes is not None and process_id is not None and process_id >= num_processes:
-        raise ValueError(
-            explain(
-                "process_id must be below num_processes",
-                expected=f"0 <= process_id < {num_processes}",
-                received=f"process_id={process_id}, num_processes={num_processes}",
-                fix="number the processes 0, 1, ..., num_processes - 1",
-            )
-        )
+        raise ValueError(explain(
+            "process_id must be below num_processes",
+            expected=f"0 <= process_id < {num_processes}",
+            received=f"process_id={process_id}, num_processes={num_processes}",
+            fix="number the processes 0, 1, ..., num_processes - 1"))
     if jax.distributed.is_initialized():
-        raise RuntimeError(
-            explain(
-                "gyre.distributed.initialize was called twice",
-                expected="one call per process, at the start of the script",
-                received=f"a second call (this is process {jax.process_index()} of "
-                f"{jax.process_count()})",
-                fix="remove the second call; check gyre.distributed.is_initialized() first",
-            )
-        )
+        raise RuntimeError(explain(
+            "gyre.distributed.initialize was called twice",
+            expected="one call per process, at the start of the script",
+            received=f"a second call (this is process {jax.process_index()} of "
+            f"{jax.process_count()})",
+            fix="remove the second call; check gyre.distributed.is_initialized() first"))
     if backends_started():
-        raise RuntimeError(
-            explain(
-                "gyre.distributed.initialize must run before JAX starts its backend",
-                expected="initialize() first, before any computation, jax.devices(), "
-                "jax.device_put or jax.process_index()",
-                received="a process where JAX has already computed or listed devices",
-                fix="move gyre.distributed.initialize(...) to the top of the script, right "
-                "after the imports (importing gyre and jax is fine)",
-            )
-        )
+        raise RuntimeError(explain(
+            "gyre.distributed.initialize must run before JAX starts its backend",
+            expected="initialize() first, before any computation, jax.devices(), "
+            "jax.device_put or jax.process_index()",
+            received="a process where JAX has already computed or listed devices",
+            fix="move gyre.distributed.initialize(...) to the top of the script, right "
+            "after the imports (importing gyre and jax is fine)"))
     try:
         jax.distributed.initialize(
             coordinator_address, num_processes, process_id,
@@ -181,16 +164,13 @@ def initialize(
             )
             if value is None
         ]
-        raise ValueError(
-            explain(
-                "gyre.distributed.initialize could not tell how the processes are laid out",
-                expected="coordinator_address, num_processes and process_id, as arguments, "
-                f"through {ENV_COORDINATOR} / {ENV_NUM_PROCESSES} / {ENV_PROCESS_ID}, or "
-                "on a cluster JAX detects (Slurm, Open MPI, Cloud TPU)",
-                received=f"no value for {', '.join(missing)} (JAX said: {err})",
-                fix="pass e.g. initialize('127.0.0.1:1234', num_processes=2, process_id=i)",
-            )
-        ) from err
+        raise ValueError(explain(
+            "gyre.distributed.initialize could not tell how the processes are laid out",
+            expected="coordinator_address, num_processes and process_id, as arguments, "
+            f"through {ENV_COORDINATOR} / {ENV_NUM_PROCESSES} / {ENV_PROCESS_ID}, or "
+            "on a cluster JAX detects (Slurm, Open MPI, Cloud TPU)",
+            received=f"no value for {', '.join(missing)} (JAX said: {err})",
+            fix="pass e.g. initialize('127.0.0.1:1234', num_processes=2, process_id=i)")) from err
 
 
 def is_initialized() -> bool:

@@ -35,7 +35,8 @@ from typing import Any, Protocol
 
 import jax
 
-from gyre.core._errors import describe, explain
+from gyre.core._checks import whole
+from gyre.core._errors import as_integer, describe, explain
 from gyre.loggers._writer import Writer
 
 STATUSES = ("success", "failed", "stopped")
@@ -130,28 +131,22 @@ class Callback:
         """
         missing = [name for name in _MEMBERS if not _has(trainer, name)]
         if missing:
-            raise TypeError(
-                explain(
-                    f"{type(self).__name__}.bind needs a trainer with {', '.join(_MEMBERS)}",
-                    expected="a gyre.TrainerModule (or an object with the TrainerView members)",
-                    received=f"{describe(trainer)}, which lacks {', '.join(missing)}",
-                    fix="let the TrainerModule bind its callbacks; in a test, give a fake "
-                    "trainer those members",
-                )
-            )
+            raise TypeError(explain(
+                f"{type(self).__name__}.bind needs a trainer with {', '.join(_MEMBERS)}",
+                expected="a gyre.TrainerModule (or an object with the TrainerView members)",
+                received=f"{describe(trainer)}, which lacks {', '.join(missing)}",
+                fix="let the TrainerModule bind its callbacks; in a test, give a fake "
+                "trainer those members"))
         self.trainer = trainer
 
     def _bound(self) -> TrainerView:
         """The bound trainer, or a clear error when :meth:`bind` was never called."""
         if self.trainer is None:
-            raise RuntimeError(
-                explain(
-                    f"{type(self).__name__} is not bound to a trainer",
-                    expected="callback.bind(trainer) before its hooks run",
-                    received="a hook call on a callback that was never bound",
-                    fix="give the callback to a TrainerModule (it binds it), or call bind() first",
-                )
-            )
+            raise RuntimeError(explain(
+                f"{type(self).__name__} is not bound to a trainer",
+                expected="callback.bind(trainer) before its hooks run",
+                received="a hook call on a callback that was never bound",
+                fix="give the callback to a TrainerModule (it binds it), or call bind() first"))
         return self.trainer
 
     def _write(self, kind: str, values: Mapping[str, Any]) -> None:
@@ -244,14 +239,10 @@ class Callback:
             ValueError: Callback.finalize got an unknown status 'done'...
         """
         if status not in STATUSES:
-            raise ValueError(
-                explain(
-                    f"{type(self).__name__}.finalize got an unknown status {status!r}",
-                    expected=f"one of {', '.join(map(repr, STATUSES))}",
-                    received=describe(status),
-                    fix="pass 'success', 'failed' or 'stopped'",
-                )
-            )
+            raise ValueError(explain(
+                f"{type(self).__name__}.finalize got an unknown status {status!r}",
+                expected=f"one of {', '.join(map(repr, STATUSES))}", received=describe(status),
+                fix="pass 'success', 'failed' or 'stopped'"))
 
     # -- resume -------------------------------------------------------------------------------
 
@@ -301,32 +292,20 @@ def _check_state(cb: Callback, d: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     name = type(cb).__name__
     if not isinstance(d, Mapping) or set(d) != set(keys):
         received = describe(d) if not isinstance(d, Mapping) else f"keys {sorted(map(str, d))}"
-        raise ValueError(
-            explain(
-                f"{name}.load_state_dict got a state it did not write",
-                expected=f"a dict with keys {sorted(keys)} (what {name}.state_dict returns)",
-                received=received,
-                fix="resume with the callbacks (and their order) of the run that wrote the "
-                "checkpoint",
-            )
-        )
+        raise ValueError(explain(
+            f"{name}.load_state_dict got a state it did not write",
+            expected=f"a dict with keys {sorted(keys)} (what {name}.state_dict returns)", received=received,
+            fix="resume with the callbacks (and their order) of the run that wrote the "
+            "checkpoint"))
     return dict(d)
 
 
 def _every_n_epochs(owner: str, value: Any) -> int:
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        if value == -1:
-            return 1  # jax_trainer's default: every epoch
-        if value >= 1:
-            return int(value)
-    raise ValueError(
-        explain(
-            f"{owner}: every_n_epochs must be a whole number >= 1",
-            expected="an int >= 1 (1 runs every epoch; -1, jax_trainer's default, means 1)",
-            received=describe(value),
-            fix="pass every_n_epochs=1, or 2 for every other epoch",
-        )
-    )
+    """``every_n_epochs`` checked; -1 (jax_trainer's default) means every epoch."""
+    if as_integer(value) == -1:
+        return 1
+    return whole(value, f"{owner}: every_n_epochs", minimum=1, fix="pass every_n_epochs=1, or 2 for every other epoch",
+                 expected="an int >= 1 (1 runs every epoch; -1, jax_trainer's default, means 1)")
 
 
 def _every_n_minutes(owner: str, value: Any) -> float | None:
@@ -337,12 +316,8 @@ def _every_n_minutes(owner: str, value: Any) -> float | None:
             return None  # jax_trainer's default: off
         if value > 0 and math.isfinite(value):
             return float(value)
-    raise ValueError(
-        explain(
-            f"{owner}: every_n_minutes must be a number > 0, or None",
-            expected="None (epochs only), or minutes > 0, e.g. 30 (-1, jax_trainer's 'off', "
-            "means None)",
-            received=describe(value),
-            fix="pass every_n_minutes=30, or leave it out",
-        )
-    )
+    raise ValueError(explain(
+        f"{owner}: every_n_minutes must be a number > 0, or None",
+        expected="None (epochs only), or minutes > 0, e.g. 30 (-1, jax_trainer's 'off', "
+        "means None)",
+        received=describe(value), fix="pass every_n_minutes=30, or leave it out"))

@@ -30,14 +30,9 @@ ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "silu": jax.nn.silu, "t
 def activation(name: str) -> Any:
     """The activation function named ``name`` (relu, gelu, silu, tanh)."""
     if name not in ACTIVATIONS:
-        raise ValueError(
-            explain(
-                f"unknown activation {name!r}",
-                expected=f"one of {sorted(ACTIVATIONS)}",
-                received=describe(name),
-                fix="act_fn: gelu",
-            )
-        )
+        raise ValueError(explain(
+            f"unknown activation {name!r}",
+            expected=f"one of {sorted(ACTIVATIONS)}", received=describe(name), fix="act_fn: gelu"))
     return ACTIVATIONS[name]
 
 
@@ -188,25 +183,19 @@ class SimpleClassifier(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         x = _flat(x)
         if self.input_dim is not None and x.shape[-1] != self.input_dim:
-            raise ValueError(
-                explain(
-                    f"SimpleClassifier takes {self.input_dim} input features (input_dim) per example",
-                    expected=f"inputs of {self.input_dim} values each (flattened), e.g. shape (batch, {self.input_dim})",
-                    received=f"{x.shape[-1]} values per example",
-                    fix=f"set input_dim: {x.shape[-1]} in the model section, or leave it out (sized by the input)",
-                )
-            )
+            raise ValueError(explain(
+                f"SimpleClassifier takes {self.input_dim} input features (input_dim) per example",
+                expected=f"inputs of {self.input_dim} values each (flattened), e.g. shape (batch, {self.input_dim})",
+                received=f"{x.shape[-1]} values per example",
+                fix=f"set input_dim: {x.shape[-1]} in the model section, or leave it out (sized by the input)"))
         first = self.hidden[0]
         if self.input_dim is None and not any(isinstance(v, nnx.Variable) for v in vars(first).values()):
             if isinstance(x, jax.core.Tracer):
-                raise ValueError(
-                    explain(
-                        "SimpleClassifier without input_dim is sized by its first input, which must come eagerly",
-                        expected="one call outside jit first (or the trainer, which builds it from its example batch)",
-                        received=f"a first call inside a traced function (input shape {x.shape})",
-                        fix="call model(x) once before jit, or give input_dim",
-                    )
-                )
+                raise ValueError(explain(
+                    "SimpleClassifier without input_dim is sized by its first input, which must come eagerly",
+                    expected="one call outside jit first (or the trainer, which builds it from its example batch)",
+                    received=f"a first call inside a traced function (input shape {x.shape})",
+                    fix="call model(x) once before jit, or give input_dim"))
             nnx.bridge.lazy_init(first, x)
         for i, layer in enumerate(self.hidden):
             x = layer(x)
@@ -352,14 +341,10 @@ class DigitsDataset:
         if image_shape:
             x, xt = x.reshape(-1, 8, 8, 1), xt.reshape(-1, 8, 8, 1)
         if isinstance(val_size, bool) or not isinstance(val_size, int) or not 0 < val_size < len(y):
-            raise ValueError(
-                explain(
-                    "DigitsDataset's val_size must leave training examples",
-                    expected=f"a whole number in 1..{len(y) - 1}",
-                    received=describe(val_size),
-                    fix="val_size: 200",
-                )
-            )
+            raise ValueError(explain(
+                "DigitsDataset's val_size must leave training examples",
+                expected=f"a whole number in 1..{len(y) - 1}", received=describe(val_size),
+                fix="val_size: 200"))
         train_idx, val_idx = stratified_split(y, test_size=val_size / len(y), seed=split_seed)
         self.global_batch_size = global_batch_size
         self.train_loader = batches((x[train_idx], y[train_idx]), global_batch_size, seed=split_seed)

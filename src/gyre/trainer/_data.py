@@ -29,15 +29,12 @@ def epoch_length(loader: Any, *, what: str) -> int:
             size: int | None = len(loader)
         except TypeError:
             size = None
-        raise TypeError(
-            explain(
-                f"the trainer needs to know how many batches one epoch of {what} holds",
-                expected="a loader with len() (a list of batches, a torch DataLoader) or "
-                "gyre.data.batches(...), with at least one batch",
-                received=describe(loader) + ("" if size is None else f" (its length is {size})"),
-                fix="pass gyre.data.batches((x, y), batch_size) or a list of batches",
-            )
-        )
+        raise TypeError(explain(
+            f"the trainer needs to know how many batches one epoch of {what} holds",
+            expected="a loader with len() (a list of batches, a torch DataLoader) or "
+            "gyre.data.batches(...), with at least one batch",
+            received=describe(loader) + ("" if size is None else f" (its length is {size})"),
+            fix="pass gyre.data.batches((x, y), batch_size) or a list of batches"))
     return steps
 
 
@@ -58,14 +55,10 @@ class EpochStream:
 
     def __init__(self, loader: Any, *, epochs: int) -> None:
         if is_iterator(loader):
-            raise TypeError(
-                explain(
-                    "the training loader is an iterator, which one epoch would exhaust",
-                    expected="a re-iterable loader (a list, a DataLoader) or gyre.data.batches(...)",
-                    received=describe(loader),
-                    fix="pass the loader itself, not iter(loader) or a generator",
-                )
-            )
+            raise TypeError(explain(
+                "the training loader is an iterator, which one epoch would exhaust",
+                expected="a re-iterable loader (a list, a DataLoader) or gyre.data.batches(...)",
+                received=describe(loader), fix="pass the loader itself, not iter(loader) or a generator"))
         self.loader = loader
         self.epochs = epochs
         self.epoch_steps = epoch_length(loader, what="train_loader")
@@ -86,14 +79,11 @@ class EpochStream:
                 self._index += 1
                 yield batch
             if count != self.epoch_steps:
-                raise ValueError(
-                    explain(
-                        "the training loader changed its length between epochs",
-                        expected=f"{self.epoch_steps} batches in every epoch",
-                        received=f"{count} batches in epoch {epoch + 1}",
-                        fix="give a loader with a fixed number of batches (drop the last, short one)",
-                    )
-                )
+                raise ValueError(explain(
+                    "the training loader changed its length between epochs",
+                    expected=f"{self.epoch_steps} batches in every epoch",
+                    received=f"{count} batches in epoch {epoch + 1}",
+                    fix="give a loader with a fixed number of batches (drop the last, short one)"))
             epoch, skip = epoch + 1, 0
 
     @property
@@ -134,12 +124,9 @@ def batch_part(batch: Any, keys: tuple[str, ...], position: int, what: str) -> A
             return getattr(batch, key)  # a namedtuple with named fields
     if isinstance(batch, (tuple, list)) and len(batch) > position:
         return batch[position]
-    raise TypeError(
-        explain(
-            f"the trainer cannot find the model's {what} in a batch",
-            expected=f"an (inputs, targets) tuple, a dict with {keys[0]!r} or {keys[2]!r}, or a batch with "
-            f".{keys[0]} (jax_trainer's SupervisedBatch)",
-            received=describe(batch),
-            fix=f"override batch_to_{what}(self, batch) in your trainer to return the {what}",
-        )
-    )
+    raise TypeError(explain(
+        f"the trainer cannot find the model's {what} in a batch",
+        expected=f"an (inputs, targets) tuple, a dict with {keys[0]!r} or {keys[2]!r}, or a batch with "
+        f".{keys[0]} (jax_trainer's SupervisedBatch)",
+        received=describe(batch),
+        fix=f"override batch_to_{what}(self, batch) in your trainer to return the {what}"))

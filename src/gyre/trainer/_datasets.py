@@ -20,7 +20,8 @@ import numpy as np
 
 from gyre.config._jax_trainer import jax_trainer_dataset
 from gyre.config._registry import ConfigTyped, register_dataset
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._checks import instance, whole
+from gyre.core._errors import describe, explain
 from gyre.data import arrays, cifar10, mnist, supervised
 
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
@@ -43,23 +44,13 @@ class DatasetConfig:
 
         name = type(self).__name__
         if interface is not None and not (isinstance(interface, type) and issubclass(interface, DatasetModule)):
-            raise TypeError(
-                explain(
-                    f"{name}.instantiate builds a DatasetModule",
-                    expected="instantiate(DatasetModule) or instantiate(DatasetModule, mesh)",
-                    received=describe(interface),
-                    fix="pass gyre.trainer.DatasetModule, or nothing",
-                )
-            )
-        if mesh is not None and not isinstance(mesh, Mesh):
-            raise TypeError(
-                explain(
-                    f"{name}.instantiate: mesh must be a jax.sharding.Mesh or None",
-                    expected="init_ddp_mesh() or None (the trainer shards batches over its own mesh=)",
-                    received=describe(mesh),
-                    fix="pass mesh=init_ddp_mesh(), or leave it out",
-                )
-            )
+            raise TypeError(explain(
+                f"{name}.instantiate builds a DatasetModule",
+                expected="instantiate(DatasetModule) or instantiate(DatasetModule, mesh)",
+                received=describe(interface), fix="pass gyre.trainer.DatasetModule, or nothing"))
+        instance(mesh, f"{name}.instantiate: mesh", Mesh, none=True, kind="a jax.sharding.Mesh",
+                 fix="pass mesh=init_ddp_mesh(), or leave it out",
+                 expected="init_ddp_mesh() or None (the trainer shards batches over its own mesh=)")
         keys = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
         return DATASETS.get(type(self).class_name, where=f"{name}.class_name")(**keys)  # type: ignore[arg-type]
 
@@ -95,20 +86,17 @@ class _ImageDataset(DatasetModule):
         import jax
 
         name = type(self).__name__
-        size = whole_number(global_batch_size, minimum=1, problem=f"{name}: global_batch_size must be a whole number >= 1",
-                            expected="examples per training batch, e.g. 128", fix="global_batch_size: 128")
+        size = whole(global_batch_size, f"{name}: global_batch_size", minimum=1,
+                     expected="examples per training batch, e.g. 128",
+                     fix="global_batch_size: 128")
         if local_batch_size is not None and local_batch_size * jax.process_count() != size:
-            raise ValueError(
-                explain(
-                    f"{name}: local_batch_size must be global_batch_size split over the processes",
-                    expected=f"{size} // {jax.process_count()} process(es) = {size // jax.process_count()}",
-                    received=describe(local_batch_size),
-                    fix="leave local_batch_size out (gyre splits the global batch over the devices)",
-                )
-            )
-        whole_number(num_workers, minimum=0, problem=f"{name}: num_workers must be a whole number >= 0",
-                     expected="0 (accepted for jax_trainer configs: in-memory arrays batch in the calling thread)",
-                     fix="num_workers: 0")
+            raise ValueError(explain(
+                f"{name}: local_batch_size must be global_batch_size split over the processes",
+                expected=f"{size} // {jax.process_count()} process(es) = {size // jax.process_count()}",
+                received=describe(local_batch_size),
+                fix="leave local_batch_size out (gyre splits the global batch over the devices)"))
+        whole(num_workers, f"{name}: num_workers", fix="num_workers: 0",
+              expected="0 (accepted for jax_trainer configs: in-memory arrays batch in the calling thread)")
         train, test = self.reader(data_dir)
         (x, y), (xt, yt) = (self._prepared(*train, normalize), self._prepared(*test, normalize))
         sources = arrays(((x, y), (xt, yt)), size, validation=val_size, seed=split_seed)
@@ -215,15 +203,11 @@ def build_dataset_module(config: Any) -> Any:
 
     data = config.to_dict() if callable(getattr(config, "to_dict", None)) else config
     if not isinstance(data, Mapping):
-        raise TypeError(
-            explain(
-                "build_dataset_module takes the dataset section",
-                expected="a mapping with class_name (or jax_trainer's constructor), e.g. "
-                "{'class_name': 'CIFAR10Dataset', 'data_dir': 'data/'}",
-                received=describe(config),
-                fix="pass config.dataset",
-            )
-        )
+        raise TypeError(explain(
+            "build_dataset_module takes the dataset section",
+            expected="a mapping with class_name (or jax_trainer's constructor), e.g. "
+            "{'class_name': 'CIFAR10Dataset', 'data_dir': 'data/'}",
+            received=describe(config), fix="pass config.dataset"))
     data = jax_trainer_dataset(dict(data))
     kwargs = validate_component("datasets", data, where="dataset")
     return DATASETS.get(data["class_name"], where="dataset.class_name")(**kwargs)

@@ -13,7 +13,6 @@ written to a temporary name and renamed, so a reader never sees half a file.
 from __future__ import annotations
 
 import json
-import numbers
 import os
 import re
 from collections.abc import Mapping
@@ -22,27 +21,13 @@ from typing import Any
 import jax
 import numpy as np
 
+from gyre.core._checks import whole
 from gyre.core._errors import describe, explain
 from gyre.loggers import Writer
 from gyre.trainer._metrics import is_scalar
 
 _PHASE = re.compile(r"^[a-z][a-z0-9_]*$")
 _RESERVED = ("epoch", "step")
-
-
-def _whole(value: Any, minimum: int, what: str, example: str) -> Any:
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= minimum:
-        return int(value)
-    if isinstance(value, jax.Array) and value.ndim == 0 and np.dtype(value.dtype).kind in "iu":
-        return value  # a device step: read on the writer's thread
-    raise ValueError(
-        explain(
-            f"EpochMetricFiles.write: {what} must be a whole number >= {minimum}",
-            expected=f"an int >= {minimum}, e.g. {example}",
-            received=describe(value),
-            fix=f"pass {what}={example}",
-        )
-    )
 
 
 class EpochMetricFiles(Writer):
@@ -64,14 +49,10 @@ class EpochMetricFiles(Writer):
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         if isinstance(directory, bytes) or not isinstance(directory, (str, os.PathLike)):
-            raise TypeError(
-                explain(
-                    "EpochMetricFiles needs the run folder",
-                    expected="a str or pathlib.Path, e.g. 'runs/digits'",
-                    received=describe(directory),
-                    fix="EpochMetricFiles('runs/digits')",
-                )
-            )
+            raise TypeError(explain(
+                "EpochMetricFiles needs the run folder",
+                expected="a str or pathlib.Path, e.g. 'runs/digits'", received=describe(directory),
+                fix="EpochMetricFiles('runs/digits')"))
         self.directory = os.path.join(os.fspath(directory), "metrics")
         super().__init__()
 
@@ -105,45 +86,30 @@ class EpochMetricFiles(Writer):
             ...
         """
         if not isinstance(phase, str) or not _PHASE.match(phase):
-            raise ValueError(
-                explain(
-                    "EpochMetricFiles.write: the phase names the file",
-                    expected="a lowercase name such as 'train', 'val' or 'test'",
-                    received=describe(phase),
-                    fix="write('val', epoch, step, metrics)",
-                )
-            )
-        epoch = _whole(epoch, 0, "epoch", "1 (epochs are numbered from 1; 0 is before training)")
-        step = _whole(step, 0, "step", "the global step, e.g. 500")
+            raise ValueError(explain(
+                "EpochMetricFiles.write: the phase names the file",
+                expected="a lowercase name such as 'train', 'val' or 'test'", received=describe(phase),
+                fix="write('val', epoch, step, metrics)"))
+        epoch = whole(epoch, "EpochMetricFiles.write: epoch", device=True,
+                      fix="pass epoch=1 (epochs are numbered from 1; 0 is before training)")
+        step = whole(step, "EpochMetricFiles.write: step", device=True, fix="pass step=500 (the global step)")
         if not isinstance(metrics, Mapping) or not all(isinstance(k, str) for k in metrics):
-            raise TypeError(
-                explain(
-                    "EpochMetricFiles.write takes a dict of metrics",
-                    expected="a dict from names to numbers, e.g. {'val/acc': acc}",
-                    received=describe(metrics),
-                    fix="pass the epoch's metrics as a dict",
-                )
-            )
+            raise TypeError(explain(
+                "EpochMetricFiles.write takes a dict of metrics",
+                expected="a dict from names to numbers, e.g. {'val/acc': acc}", received=describe(metrics),
+                fix="pass the epoch's metrics as a dict"))
         for name, value in metrics.items():
             if name in _RESERVED:
-                raise ValueError(
-                    explain(
-                        f"EpochMetricFiles.write: a metric is named {name!r}",
-                        expected="metric names other than 'epoch' and 'step' (the file's own keys)",
-                        received=f"{name!r}",
-                        fix="log the metric under its phase's name, e.g. 'val/acc'",
-                    )
-                )
+                raise ValueError(explain(
+                    f"EpochMetricFiles.write: a metric is named {name!r}",
+                    expected="metric names other than 'epoch' and 'step' (the file's own keys)",
+                    received=f"{name!r}", fix="log the metric under its phase's name, e.g. 'val/acc'"))
             if not is_scalar(value):
                 shape = f" (shape {np.shape(value)})" if hasattr(value, "shape") else ""
-                raise ValueError(
-                    explain(
-                        f"EpochMetricFiles.write: metric {name!r} is not one number",
-                        expected="numbers or 0-d arrays only",
-                        received=describe(value) + shape,
-                        fix="drop arrays and CONCAT metrics first: scalars_for_writers(metrics, specs)",
-                    )
-                )
+                raise ValueError(explain(
+                    f"EpochMetricFiles.write: metric {name!r} is not one number",
+                    expected="numbers or 0-d arrays only", received=describe(value) + shape,
+                    fix="drop arrays and CONCAT metrics first: scalars_for_writers(metrics, specs)"))
         self._submit("epoch metrics", phase, epoch, step, dict(metrics))
 
     def _open(self) -> None:

@@ -19,7 +19,8 @@ import jax.numpy as jnp
 from flax import struct
 
 from gyre.config._registry import register_trainer
-from gyre.core._errors import explain, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import explain
 from gyre.core._train_state import TrainState
 from gyre.trainer._checks import check_batch, check_user_methods
 from gyre.trainer._config import TrainerModuleConfig
@@ -126,14 +127,11 @@ class TrainerModule:
         self.optimizer = optimizer if optimizer is not None else build_optimizer_of(optimizer_config, deferred=True)
         mode = model_mode_of(self.model)
         if mode != self.config.model_mode and "model_mode" in self._given(trainer_config, options):
-            raise ValueError(
-                explain(
-                    f"model_mode is {self.config.model_mode!r} but the model is a {mode} module",
-                    expected=f"model_mode={mode!r} for this model",
-                    received=f"model_mode={self.config.model_mode!r}, model {type(self.model).__name__}",
-                    fix=f"set trainer.model_mode: {mode}",
-                )
-            )
+            raise ValueError(explain(
+                f"model_mode is {self.config.model_mode!r} but the model is a {mode} module",
+                expected=f"model_mode={mode!r} for this model",
+                received=f"model_mode={self.config.model_mode!r}, model {type(self.model).__name__}",
+                fix=f"set trainer.model_mode: {mode}"))
         self.model_mode = mode
         from gyre.trainer._augment import wrap_model
 
@@ -221,15 +219,12 @@ class TrainerModule:
             Traceback (most recent call last):
             NotImplementedError: ...
         """
-        raise NotImplementedError(
-            explain(
-                "the trainer has no loss function",
-                expected="a subclass of gyre.TrainerModule defining loss_function(self, model, batch, train) "
-                "(nnx) or loss_function_linen(self, params, state, batch, rng, train) (linen)",
-                received=f"{type(self).__name__} without it",
-                fix="def loss_function(self, model, batch, train=True): ... return loss, {'acc': acc}",
-            )
-        )
+        raise NotImplementedError(explain(
+            "the trainer has no loss function",
+            expected="a subclass of gyre.TrainerModule defining loss_function(self, model, batch, train) "
+            "(nnx) or loss_function_linen(self, params, state, batch, rng, train) (linen)",
+            received=f"{type(self).__name__} without it",
+            fix="def loss_function(self, model, batch, train=True): ... return loss, {'acc': acc}"))
 
     def loss_function_linen(self, params: Any, state: Any, batch: Any, rng: jax.Array, train: bool = True) -> Any:
         """linen: ``loss`` or ``(loss, (mutable_variables, metrics))``; use
@@ -240,16 +235,13 @@ class TrainerModule:
             Traceback (most recent call last):
             NotImplementedError: ...
         """
-        raise NotImplementedError(
-            explain(
-                "the trainer has no linen loss function",
-                expected="a subclass of gyre.TrainerModule defining loss_function_linen(self, params, state, "
-                "batch, rng, train) for a linen model",
-                received=f"{type(self).__name__} without it",
-                fix="def loss_function_linen(self, params, state, batch, rng, train=True): logits, mutable = "
-                "self.model_linen_apply(params, state, batch[0], rng, train); ... return loss, (mutable, metrics)",
-            )
-        )
+        raise NotImplementedError(explain(
+            "the trainer has no linen loss function",
+            expected="a subclass of gyre.TrainerModule defining loss_function_linen(self, params, state, "
+            "batch, rng, train) for a linen model",
+            received=f"{type(self).__name__} without it",
+            fix="def loss_function_linen(self, params, state, batch, rng, train=True): logits, mutable = "
+            "self.model_linen_apply(params, state, batch[0], rng, train); ... return loss, (mutable, metrics)"))
 
     def model_linen_apply(self, params: Any, state: Any, input: Any, rng: jax.Array, train: bool = True) -> tuple[Any, Any]:  # noqa: A002
         """Runs the linen model: ``(outputs, mutable_variables)``, the collections of
@@ -327,14 +319,11 @@ class TrainerModule:
             model_state = {NNX_REST: rest}
         else:
             if exmp_input is None:
-                raise ValueError(
-                    explain(
-                        "a linen model needs an example input to be built",
-                        expected="exmp_batch=<a batch>",
-                        received="none (and the checkpoint records no input shape)",
-                        fix="pass exmp_batch=next(iter(test_loader))",
-                    )
-                )
+                raise ValueError(explain(
+                    "a linen model needs an example input to be built",
+                    expected="exmp_batch=<a batch>",
+                    received="none (and the checkpoint records no input shape)",
+                    fix="pass exmp_batch=next(iter(test_loader))"))
             params, model_state = self._adapter.init(key, exmp_input)
         leaves = jax.tree_util.tree_leaves(exmp_input)
         if leaves:
@@ -380,14 +369,11 @@ class TrainerModule:
 
     def _require_state(self, what: str) -> None:
         if self.state is None:
-            raise RuntimeError(
-                explain(
-                    f"{what} needs a trained or initialised model",
-                    expected="train_model(...), init_model(batch) or load_from_checkpoint(...) first",
-                    received="a trainer whose state is not built yet",
-                    fix=f"call trainer.train_model(train_loader, val_loader) before {what}",
-                )
-            )
+            raise RuntimeError(explain(
+                f"{what} needs a trained or initialised model",
+                expected="train_model(...), init_model(batch) or load_from_checkpoint(...) first",
+                received="a trainer whose state is not built yet",
+                fix=f"call trainer.train_model(train_loader, val_loader) before {what}"))
 
     # -- what callbacks see -------------------------------------------------------------------
 
@@ -525,9 +511,8 @@ class TrainerModule:
 
         if _state is not None:  # the validation of train_model: its hooks write the epoch's files
             return evaluate(self, data_loader, mode, _state)
-        epoch = whole_number(epoch_idx, minimum=0, problem=f"{mode}: epoch_idx must be a whole number >= 0",
-                             expected="the epoch the model was trained for, e.g. epoch_idx=5 (0: before training)",
-                             fix="pass epoch_idx=5, or leave it out (0)")
+        epoch = whole(epoch_idx, f"{mode}: epoch_idx", fix="pass epoch_idx=5, or leave it out (0)",
+                      expected="the epoch the model was trained for, e.g. epoch_idx=5 (0: before training)")
         metrics = evaluate(self, data_loader, mode, self.state)
         files = self._epoch_files
         step = max(self._global_step - 1, 0)  # the last trained step's index: the x-axis of every series

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gyre.config._jax_trainer import jax_trainer_component
+from gyre.core._checks import instance
 from gyre.core._errors import describe, explain
 
 LOGGER_KEYS = ("log_dir", "log_steps_every", "tool_config", "log_file_verbosity")
@@ -31,14 +32,11 @@ def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
     elif callable(getattr(given, "to_dict", None)):  # an ml_collections.ConfigDict (jax_trainer's configs)
         data = dict(given.to_dict())
     else:
-        raise TypeError(
-            explain(
-                "the trainer config must be a mapping or a gyre.config.TrainerConfig",
-                expected="{'train_epochs': 5, ...} or the 'trainer' section of a loaded config",
-                received=describe(given),
-                fix="pass trainer_config=config.trainer, or keyword options (train_epochs=5)",
-            )
-        )
+        raise TypeError(explain(
+            "the trainer config must be a mapping or a gyre.config.TrainerConfig",
+            expected="{'train_epochs': 5, ...} or the 'trainer' section of a loaded config",
+            received=describe(given),
+            fix="pass trainer_config=config.trainer, or keyword options (train_epochs=5)"))
     options = dict(options)
     moved = {k: options.pop(k) for k in LOGGER_KEYS if k in options}
     if moved:  # logger keys given as trainer keywords (log_dir=..., log_steps_every=...)
@@ -63,15 +61,12 @@ def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
     """The model of the ``model`` section: an nnx class (or, for a factory function,
     ``model_mode: nnx``) gets ``rngs=nnx.Rngs(seed)``."""
     if section is None:
-        raise TypeError(
-            explain(
-                "the trainer has no model",
-                expected="model=<a flax module> or a model section with a registered class_name",
-                received="neither",
-                fix="TrainerModule(model=MyModel(rngs=nnx.Rngs(0)), optimizer=optax.adam(1e-3)), or a "
-                "config with model: {class_name: MyModel, ...}",
-            )
-        )
+        raise TypeError(explain(
+            "the trainer has no model",
+            expected="model=<a flax module> or a model section with a registered class_name",
+            received="neither",
+            fix="TrainerModule(model=MyModel(rngs=nnx.Rngs(0)), optimizer=optax.adam(1e-3)), or a "
+            "config with model: {class_name: MyModel, ...}"))
     from flax import nnx
 
     from gyre.config import MODELS, model_kind, validate_component
@@ -93,14 +88,10 @@ def build_optimizer_of(section: Any, *, run_steps: int | None = None, deferred: 
     needs the run's length (unknown yet) gives ``None``: the trainer builds it in
     ``train_model`` (jax_trainer builds its optimizer there too)."""
     if section is None:
-        raise TypeError(
-            explain(
-                "the trainer has no optimizer",
-                expected="optimizer=<an optax optimizer> or an optimizer section",
-                received="neither",
-                fix="TrainerModule(..., optimizer=optax.adam(1e-3)) or optimizer: {class_name: AdamW, learning_rate: 1e-3}",
-            )
-        )
+        raise TypeError(explain(
+            "the trainer has no optimizer",
+            expected="optimizer=<an optax optimizer> or an optimizer section", received="neither",
+            fix="TrainerModule(..., optimizer=optax.adam(1e-3)) or optimizer: {class_name: AdamW, learning_rate: 1e-3}"))
     from gyre.config import RunLengthUnknown, build_optimizer
 
     if isinstance(section, (int, float)) and not isinstance(section, bool):
@@ -178,15 +169,9 @@ def strategy_of_mesh(mesh: Any) -> Any:
 
     from gyre.parallel import DataParallel
 
-    if not isinstance(mesh, Mesh):
-        raise TypeError(
-            explain(
-                "the trainer's mesh must be a jax.sharding.Mesh",
-                expected="jax.sharding.Mesh(np.asarray(jax.devices()), ('data',)), or None (trainer.num_devices decides)",
-                received=describe(mesh),
-                fix="pass mesh=jax.sharding.Mesh(np.asarray(jax.devices()), ('data',)) or leave it out",
-            )
-        )
+    instance(mesh, "the trainer's mesh", Mesh, kind="a jax.sharding.Mesh",
+             expected="jax.sharding.Mesh(np.asarray(jax.devices()), ('data',)), or None (trainer.num_devices decides)",
+             fix="pass mesh=jax.sharding.Mesh(np.asarray(jax.devices()), ('data',)) or leave it out")
     return DataParallel(mesh=mesh, data_axis=mesh.axis_names[0])
 
 
@@ -205,12 +190,8 @@ def strategy_of(config: Any) -> Any:
         return get_strategy("jit")
     devices = jax.devices()
     if n > len(devices):
-        raise ValueError(
-            explain(
-                f"num_devices={n} but only {len(devices)} devices are visible",
-                expected=f"num_devices between 1 and {len(devices)}",
-                received=f"num_devices={n}",
-                fix=f"set trainer.num_devices: {len(devices)} (or leave it out for one device)",
-            )
-        )
+        raise ValueError(explain(
+            f"num_devices={n} but only {len(devices)} devices are visible",
+            expected=f"num_devices between 1 and {len(devices)}", received=f"num_devices={n}",
+            fix=f"set trainer.num_devices: {len(devices)} (or leave it out for one device)"))
     return DataParallel(mesh=Mesh(np.asarray(devices[:n]), ("data",)))
