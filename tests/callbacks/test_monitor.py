@@ -1,12 +1,15 @@
 """gyre.callbacks._monitor: finding the monitored entry in the logs and reading it as one
-number (what checkpoint and early stopping share)."""
+number, the mode a name implies, and the improvement rule and ranking score (what every early
+stopping and checkpoint ranking shares)."""
+
+import math
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import gyre
-from gyre.callbacks._monitor import as_number, find
+from gyre.callbacks._monitor import Improvement, as_number, check_name, find, monitor_mode, score
 from gyre.core._errors import ExplainedKeyError
 
 
@@ -55,3 +58,43 @@ def test_a_vector_is_refused_before_any_transfer(monkeypatch):
 def test_a_value_that_is_not_a_number_is_explained(value):
     with pytest.raises(TypeError, match="which is not a number at step 2"):
         as_number(value, "loss", owner="checkpoint", step=2)
+
+
+def test_the_mode_a_name_implies_and_a_mode_against_it():
+    assert monitor_mode("ModelCheckpoint", "val/acc", "auto") == "max"
+    assert monitor_mode("x", "metrics.f1_test", "auto") == "max"
+    assert monitor_mode("x", "val/foo", "auto") == "min"  # a name that implies nothing
+    assert monitor_mode("x", "acc", "min", strict=False) == "min"
+    with pytest.raises(ValueError) as err:
+        monitor_mode("ModelCheckpoint", "val/acc", "min")
+    assert str(err.value).splitlines()[0] == (
+        "ModelCheckpoint: mode 'min' on 'val/acc' keeps the lowest value, but its name says mode 'max' "
+        "(higher is better)")
+    with pytest.raises(ValueError, match="checkpoint's mode must be 'min' or 'max'"):
+        monitor_mode("checkpoint", "loss", "auto", auto=False)
+
+
+def test_the_improvement_rule_min_delta_nan_baseline_and_patience():
+    rule = Improvement("min", min_delta=0.1, patience=2)
+    assert [rule.update(v) for v in (1.0, 0.95, 0.8, float("nan"), 0.75)] == [True, False, True, False, False]
+    assert rule.best == 0.8 and rule.exhausted
+    baseline = Improvement("max", baseline=0.5)
+    assert (baseline.update(0.5), baseline.update(0.6), baseline.wait) == (False, True, 0)  # a tie is no improvement
+    once = Improvement("min", patience=1)
+    assert (once.update(1.0), once.exhausted, once.update(1.5), once.exhausted) == (True, False, False, True)
+    relative = Improvement("min", min_delta=0.1, relative=True)
+    assert relative.update(10.0) and not relative.update(9.5) and relative.update(8.9)
+
+
+def test_the_ranking_score_puts_better_first_and_missing_or_nan_last():
+    assert score("min", 0.5) > score("min", 0.6) and score("max", 0.6) > score("max", 0.5)
+    assert (score("min", 0.25), score("max", None), score("min", float("nan")), score("max", True)) == (
+        -0.25, -math.inf, -math.inf, -math.inf)
+
+
+def test_a_monitor_name_is_a_non_empty_string():
+    assert check_name("loss", "p", "'loss'", "f") == "loss" and check_name(None, "p", "'x'", "f", optional=True) is None
+    with pytest.raises(TypeError) as err:
+        check_name("", "x needs a name", "'loss_test'", "x('loss_test')")
+    assert str(err.value).splitlines() == [
+        "x needs a name", "  expected: a logged name, e.g. 'loss_test'", "  received: str ''", "  fix: x('loss_test')"]

@@ -80,7 +80,6 @@ class Checkpoint(Checkpointer):
         check_monitor(monitor, mode)
         self.keep, self.keep_best = check_keep(keep, keep_best, monitor)
         self.monitor, self.mode = monitor, mode
-        self._rule = _monitor.Improvement(mode)  # ranks the checkpoints (keep_best, best_step)
         self.async_save = check_flag(async_save, "async_save")
         self.overwrite = check_flag(overwrite, "overwrite")
         self.checksums = check_flag(checksums, "checksums")
@@ -105,7 +104,7 @@ class Checkpoint(Checkpointer):
 
     def _score(self, metrics: Any) -> float:
         """Higher is better; missing or NaN values rank last."""
-        return self._rule.score(metrics.get(self.monitor) if isinstance(metrics, Mapping) else None)
+        return _monitor.score(self.mode, metrics.get(self.monitor) if isinstance(metrics, Mapping) else None)
 
     # -- the directory belongs to one run ----------------------------------------------------
 

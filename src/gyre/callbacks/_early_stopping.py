@@ -74,15 +74,8 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
         restore_best_weights: bool,
         initial_patience: int,
     ) -> None:
-        if not isinstance(monitor, str) or not monitor:
-            raise TypeError(
-                explain(
-                    "early_stopping needs the name of the value to monitor",
-                    expected="a logged name such as 'loss_test' or 'metrics.accuracy_test'",
-                    received=describe(monitor),
-                    fix="early_stopping('loss_test', patience=3)",
-                )
-            )
+        self.monitor = _monitor.check_name(monitor, "early_stopping needs the name of the value to monitor",
+                                           "'loss_test' or 'metrics.accuracy_test'", "early_stopping('loss_test', patience=3)")
         patience, initial_patience = (
             value
             if name == "patience" and isinstance(value, Period)
@@ -115,7 +108,6 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
                     fix="pass restore_best_weights=True or False",
                 )
             )
-        self.monitor = monitor
         self.mode_inferred = mode == "auto"
         super().__init__(
             _monitor.monitor_mode("early_stopping", monitor, mode, strict=False),

@@ -18,15 +18,15 @@ from gyre.core._host import fetch, to_python
 from gyre.core._logs import Logs
 
 
-def find(logs: Logs | None, monitor: str, *, owner: str, step: int, fix: str) -> Any:
-    """The value logged as ``monitor`` (``"name"`` or ``"collection.name"``), else an
-    :class:`~gyre.core._errors.ExplainedKeyError` listing the logged entries.
+def check_name(monitor: Any, problem: str, example: str, fix: str, *, optional: bool = False) -> Any:
+    """``monitor`` when it names a logged value (or is None when ``optional``), else a TypeError saying ``problem``."""
+    if (isinstance(monitor, str) and monitor) or (optional and monitor is None):
+        return monitor
+    raise TypeError(explain(problem, expected=f"a logged name, e.g. {example}", received=describe(monitor), fix=fix))
 
-    Example:
-        >>> from gyre.core._logs import Logs
-        >>> find(Logs().add_loss("loss", 0.5), "loss", owner="early_stopping", step=0, fix="")
-        0.5
-    """
+
+def find(logs: Logs | None, monitor: str, *, owner: str, step: int, fix: str) -> Any:
+    """The value logged as ``monitor`` (``"name"`` or ``"collection.name"``), else an error listing the logged entries."""
     found, value = (False, None) if logs is None else logs.lookup(monitor)
     if found:
         return value
@@ -42,18 +42,7 @@ def find(logs: Logs | None, monitor: str, *, owner: str, step: int, fix: str) ->
 
 
 def as_number(value: Any, monitor: str, *, owner: str, step: int) -> float:
-    """Reads a monitored value as one float; its shape is checked before any transfer.
-
-    A single number is a scalar, or any array holding one value (shape ``(1,)``).
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> as_number(jnp.float32(0.25), "loss", owner="early_stopping", step=3)
-        0.25
-        >>> as_number(jnp.ones(3), "loss", owner="early_stopping", step=3)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ValueError: early_stopping monitors 'loss', which is not a single number at step 3...
-    """
+    """A monitored value read as one float (a scalar or one-value array); the shape is checked before any transfer."""
     shape = tuple(np.shape(value))  # read from the array's metadata: no transfer
     dtype = getattr(value, "dtype", None)
     if math.prod(shape) != 1:
@@ -81,8 +70,6 @@ def as_number(value: Any, monitor: str, *, owner: str, step: int) -> float:
     return float(host)
 
 
-
-
 # Words that name a value to maximise, as a word of the monitored name ("accuracy_test",
 # "val_f1") or its start ("acc1"); words of a name to minimise (a loss, an error).
 MAX_WORDS = ("acc", "accuracy", "auc", "f1", "precision", "recall", "iou", "score", "r2")
@@ -90,20 +77,8 @@ MIN_WORDS = ("loss", "error", "err", "mse", "mae", "rmse", "nll", "perplexity", 
 
 
 def monitor_mode(owner: str, monitor: str | None, mode: Any, *, strict: bool = True, auto: bool = True) -> str:
-    """The mode of ``owner``, which keeps the best ``monitor``, checked once: ``"min"``,
-    ``"max"`` or (when ``auto``) ``"auto"``: ``"max"`` when a word of the name's last part is one
-    of :data:`MAX_WORDS`, else ``"min"``. When ``strict``, a mode against the name is an error.
-
-    Example:
-        >>> monitor_mode("ModelCheckpoint", "val/acc", "auto"), monitor_mode("x", "metrics.f1_test", "auto")
-        ('max', 'max')
-        >>> monitor_mode("x", "val/foo", "auto"), monitor_mode("x", "acc", "min", strict=False)
-        ('min', 'min')
-        >>> monitor_mode("ModelCheckpoint", "val/acc", "min")
-        Traceback (most recent call last):
-        ValueError: ModelCheckpoint: mode 'min' on 'val/acc' keeps the lowest value, but its name says mode 'max' (higher is better)
-        ...
-    """
+    """``mode`` checked once for ``owner``; ``"auto"`` (when allowed) is ``"max"`` when a word of the
+    name's last part is one of :data:`MAX_WORDS`, else ``"min"``; when ``strict``, a mode against the name is an error."""
     choices = ("min", "max", "auto") if auto else ("min", "max")
     if not isinstance(mode, str) or mode not in choices:
         named = f": unknown mode {mode!r}.{suggest(mode, choices)}" if isinstance(mode, str) else ""
@@ -154,21 +129,20 @@ def check_min_delta(owner: str, min_delta: Any) -> float:
     )
 
 
-class Improvement:
-    """The improvement rule of every early stopping and ranking, its arguments checked by the
-    caller (:func:`monitor_mode`, :func:`check_min_delta`). A value improves when it is strictly
-    below ``best - margin`` (``mode="min"``) or above ``best + margin`` (``"max"``), the margin
-    being ``min_delta`` (times ``|best|`` when ``relative``); the first value improves unless a
-    ``baseline`` is the first ``best``; a NaN never does. ``wait`` counts the values in a row
-    that did not improve; the patience is ``exhausted`` when it reaches ``patience``.
+def score(mode: str, value: Any) -> float:
+    """``value`` ranked, higher is better (``-value`` in ``"min"`` mode); a non-number or NaN ranks last (``-inf``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
+        return -math.inf
+    return float(value) if mode == "max" else -float(value)
 
-    Example:
-        >>> rule = Improvement("min", min_delta=0.1, patience=2)
-        >>> [rule.update(v) for v in (1.0, 0.95, 0.8, float("nan"), 0.75)], rule.best, rule.exhausted
-        ([True, False, True, False, False], 0.8, True)
-        >>> rule.score(0.5) > rule.score(0.6), rule.score(float("nan"))
-        (True, -inf)
-    """
+
+class Improvement:
+    """The improvement rule of every early stopping, its arguments checked by the caller
+    (:func:`monitor_mode`, :func:`check_min_delta`): a value improves when it is strictly below
+    ``best - margin`` (``"min"``) or above ``best + margin`` (``"max"``), the margin being
+    ``min_delta`` (times ``|best|`` when ``relative``); the first value improves unless a
+    ``baseline`` is the first ``best``; a NaN never does. ``wait`` counts the values in a row
+    that did not improve."""
 
     def __init__(
         self, mode: str, *, min_delta: float = 0.0, relative: bool = False, patience: Any = None,
@@ -180,14 +154,7 @@ class Improvement:
         self.wait = 0
 
     def update(self, value: float) -> bool:
-        """Records ``value``: the new ``best`` when it improves (``wait`` back to 0), else one
-        more in ``wait``. Returns whether it improved.
-
-        Example:
-            >>> rule = Improvement("max", baseline=0.5)
-            >>> rule.update(0.5), rule.update(0.6), rule.wait
-            (False, True, 0)
-        """
+        """Records ``value`` (a new ``best`` and ``wait`` back to 0, or one more in ``wait``); whether it improved."""
         margin = self.min_delta * abs(self.best) if self.relative and self.best is not None else self.min_delta
         if not math.isnan(value) and (
             self.best is None or (value < self.best - margin if self.mode == "min" else value > self.best + margin)
@@ -199,23 +166,5 @@ class Improvement:
 
     @property
     def exhausted(self) -> bool:
-        """Whether ``wait`` reached a whole-number ``patience``.
-
-        Example:
-            >>> rule = Improvement("min", patience=1)
-            >>> rule.update(1.0), rule.exhausted, rule.update(1.5), rule.exhausted
-            (True, False, False, True)
-        """
+        """Whether ``wait`` reached a whole-number ``patience``."""
         return isinstance(self.patience, int) and self.wait >= self.patience
-
-    def score(self, value: Any) -> float:
-        """``value`` ranked, higher is better (``-value`` in ``"min"`` mode); a missing
-        (non-number) or NaN value ranks last, ``-inf``.
-
-        Example:
-            >>> Improvement("min").score(0.25), Improvement("max").score(None)
-            (-0.25, -inf)
-        """
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
-            return -math.inf
-        return float(value) if self.mode == "max" else -float(value)

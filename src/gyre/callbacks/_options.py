@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gyre.callbacks._monitor import monitor_mode
+from gyre.callbacks._monitor import check_name, monitor_mode
 from gyre.core._errors import describe, explain, whole_number
 
 
@@ -108,13 +108,7 @@ def check_flag(value: Any, name: str) -> bool:
 
 
 def check_monitor(monitor: Any, mode: Any) -> None:
-    if monitor is not None and (not isinstance(monitor, str) or not monitor):
-        raise TypeError(
-            explain(
-                "checkpoint's monitor must be the name of a logged value, or None",
-                expected="a logged name such as 'loss_test' or 'metrics.accuracy_test'",
-                received=describe(monitor),
-                fix="gyre.checkpoint(directory, monitor='loss_test', mode='min')",
-            )
-        )
+    check_name(monitor, "checkpoint's monitor must be the name of a logged value, or None",
+               "'loss_test' or 'metrics.accuracy_test'", "gyre.checkpoint(directory, monitor='loss_test', mode='min')",
+               optional=True)
     monitor_mode("checkpoint", monitor, mode, strict=False, auto=False)

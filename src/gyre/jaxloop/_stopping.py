@@ -42,7 +42,7 @@ class StopTrainingError(Exception):
         return f"{self.args[0]} Training stopped early. Best step: {self.best_step}, best metric: {metric}."
 
 
-class MetricMonitoringStopHandler:
+class MetricMonitoringStopHandler(Improvement):
     """Decides when training stops, from a monitored metric: after ``patience`` checks
     without an improvement of more than ``min_delta``.
 
@@ -69,18 +69,19 @@ class MetricMonitoringStopHandler:
         mode: str = "auto", baseline: float | None = None,
     ) -> None:
         self.monitored_metric = monitored_metric
-        self.mode = monitor_mode("MetricMonitoringStopHandler", monitored_metric, mode, strict=False)
-        self.min_delta = abs(float(min_delta))
-        self.patience = whole_number(
-            patience, minimum=1, problem="MetricMonitoringStopHandler's patience must be a positive whole number",
-            expected="the checks without improvement before stopping (an int >= 1)", fix="pass patience=3",
+        super().__init__(
+            monitor_mode("MetricMonitoringStopHandler", monitored_metric, mode, strict=False),
+            min_delta=abs(float(min_delta)),
+            patience=whole_number(
+                patience, minimum=1, problem="MetricMonitoringStopHandler's patience must be a positive whole number",
+                expected="the checks without improvement before stopping (an int >= 1)", fix="pass patience=3",
+            ),
+            baseline=None if baseline is None else float(baseline),
         )
-        self.baseline = baseline
-        self._rule = Improvement(self.mode, min_delta=self.min_delta, patience=self.patience,
-                                 baseline=None if baseline is None else float(baseline))
         self.best_step = 0
         self._initialized = baseline is not None
-        self.best = self._rule.best if baseline is not None else (math.inf if self.mode == "min" else -math.inf)
+        if baseline is None:
+            self.best = math.inf if self.mode == "min" else -math.inf
 
     @property
     def monitored_op(self) -> Callable[[Any, Any], Any]:
@@ -103,11 +104,10 @@ class MetricMonitoringStopHandler:
             True
         """
         current = float(current_metric)
-        if self._initialized and not self._rule.update(current):
+        if self._initialized and not self.update(current):
             return False
-        self._initialized = True  # jaxloop's first value is the best, whatever it is (NaN too)
-        self.best = self._rule.best = current
-        self.best_step = int(current_step)
+        # jaxloop's first value is the best, whatever it is (NaN too)
+        self._initialized, self.best, self.wait, self.best_step = True, current, 0, int(current_step)
         return True
 
     def should_stop(self) -> bool:
@@ -118,7 +118,7 @@ class MetricMonitoringStopHandler:
             >>> gyre.jaxloop.MetricMonitoringStopHandler("loss").should_stop()
             False
         """
-        return self._initialized and self._rule.exhausted
+        return self.exhausted
 
     def get_best_info(self) -> tuple[float, int]:
         """``(best_metric, best_step)``.

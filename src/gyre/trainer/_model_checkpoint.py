@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gyre.callbacks._monitor import Improvement, monitor_mode
+from gyre.callbacks._monitor import check_name, monitor_mode, score
 from gyre.callbacks._store import Store
 from gyre.config._registry import register_callback
 from gyre.core._errors import describe, explain, warn
@@ -56,15 +56,8 @@ class ModelCheckpoint(Callback):
         every_n_epochs: int = 1,
     ) -> None:
         super().__init__(every_n_epochs=every_n_epochs)
-        if not isinstance(monitor, str) or not monitor:
-            raise TypeError(
-                explain(
-                    "ModelCheckpoint's monitor must name a validation metric",
-                    expected="a logged name, e.g. 'val/loss' or 'val/acc'",
-                    received=describe(monitor),
-                    fix="monitor: val/acc",
-                )
-            )
+        check_name(monitor, "ModelCheckpoint's monitor must name a validation metric", "'val/loss' or 'val/acc'",
+                   "monitor: val/acc")
         if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < 1:
             raise ValueError(
                 explain(
@@ -75,7 +68,6 @@ class ModelCheckpoint(Callback):
                 )
             )
         self.monitor, self.mode, self.save_top_k = monitor, monitor_mode("ModelCheckpoint", monitor, mode), save_top_k
-        self._rule = Improvement(self.mode)  # ranks the models: its score is higher for a better one
         self.save_optimizer_state = save_optimizer_state
         self.ranked: list[tuple[float, int]] = []  # (value, step), best first
         self._store: Store | None = None
@@ -91,7 +83,7 @@ class ModelCheckpoint(Callback):
         if self._store is None:
             self._store = Store(
                 str(self.directory), keep=1, keep_best=self.save_top_k,
-                score=lambda metrics: self._rule.score(metrics[self.monitor]),
+                score=lambda metrics: score(self.mode, metrics[self.monitor]),
             )
         return self._store
 
@@ -102,7 +94,7 @@ class ModelCheckpoint(Callback):
         t = self.trainer
         assert t is not None
         step = int(t.global_step)
-        candidates = sorted([*self.ranked, (value, step)], key=lambda vs: -self._rule.score(vs[0]))
+        candidates = sorted([*self.ranked, (value, step)], key=lambda vs: -score(self.mode, vs[0]))
         if (value, step) not in candidates[: self.save_top_k]:
             return
         self.ranked = candidates[: self.save_top_k]
@@ -240,8 +232,8 @@ def load_trainer(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any = N
                     fix="train with a ModelCheckpoint callback, or pass a run folder that has one",
                 )
             )
-        rule = Improvement("min" if store.read_record(steps[-1]).get("meta", {}).get("mode") == "min" else "max")
-        scores = {s: rule.score(store.read_record(s).get("meta", {}).get("value")) for s in steps}
+        mode = "min" if store.read_record(steps[-1]).get("meta", {}).get("mode") == "min" else "max"
+        scores = {s: score(mode, store.read_record(s).get("meta", {}).get("value")) for s in steps}
         step = max(scores, key=scores.__getitem__) if max(scores.values()) > -math.inf else max(steps)
     meta = store.read_record(step).get("meta", {})
     trainer = _rebuild(cls, TRAINERS, meta.get("config") or {}, given)

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
-from gyre.callbacks._monitor import Improvement, check_min_delta, monitor_mode
+from gyre.callbacks._monitor import Improvement, check_min_delta, check_name, monitor_mode
 from gyre.config._registry import register_callback
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn, whole_number
 from gyre.core._host import fetch, numeric_dtype
@@ -226,22 +226,13 @@ class EarlyStopping(Callback, Improvement):
         every_n_epochs: int = 1,
     ) -> None:
         super().__init__(every_n_epochs=every_n_epochs)
-        if not isinstance(monitor, str) or not monitor:
-            raise TypeError(
-                explain(
-                    "EarlyStopping: monitor must name a validation metric",
-                    expected="a logged name, e.g. 'val/loss' or 'val/acc'",
-                    received=describe(monitor),
-                    fix="pass monitor='val/loss'",
-                )
-            )
+        self.monitor = check_name(monitor, "EarlyStopping: monitor must name a validation metric",
+                                  "'val/loss' or 'val/acc'", "pass monitor='val/loss'")
         Improvement.__init__(
             self, monitor_mode("EarlyStopping", monitor, mode), min_delta=check_min_delta("EarlyStopping", min_delta),
             patience=_whole("EarlyStopping", "patience", patience, 1, "pass patience=3"),
         )
-        self.monitor = monitor
         self.best_epoch = 0
-        self.wait = 0
         self.stopped_epoch = 0  # the epoch at which it asked to stop; 0: not yet
 
     def on_filtered_validation_epoch_end(self, eval_metrics: dict[str, Any], epoch_idx: int) -> None:
