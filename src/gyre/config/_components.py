@@ -1,14 +1,8 @@
-"""Component sections checked against what they name: a section is a mapping with a
-``class_name``, looked up in the registry of its kind (:data:`gyre.config.REGISTRIES`); its
-other keys must be parameters of the registered class (its ``__init__``) or function, of the
-annotated types. A class that defines ``config_class`` (a pydantic model) is checked against
-that model instead.
+"""Component sections checked against the registered class or function their ``class_name`` names.
 
-Values are checked strictly, as if read from JSON: ``"3"`` is not an int, ``True`` is not a
-number, but an int is a float and a list is a tuple. Every mistake is a :class:`ConfigError`
-that names its dotted path (``trainer.callbacks.ModelCheckpoint.monitr``), lists the valid
-keys and suggests the closest; pydantic's errors are translated the same way
-(:func:`from_pydantic`).
+Values are checked strictly, as if read from JSON (``"3"`` is not an int, ``True`` not a
+number; an int is a float, a list a tuple); a class with a pydantic ``config_class`` is checked
+against that model. Every mistake is a :class:`ConfigError` naming its dotted path.
 """
 
 from __future__ import annotations
@@ -73,29 +67,23 @@ def is_section(value: object) -> bool:
 def validate_component(
     kind: str, section: Mapping[str, Any], *, where: str, extra_allowed: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """Checks a component section against the component its ``class_name`` names, and
-    returns the keyword arguments to build it with: ``REGISTRY.get(name)(**kwargs)``.
+    """Checks a component section and returns the keyword arguments to build it with.
 
-    Every key but ``class_name`` must be a parameter of the registered callable (a class's
-    ``__init__``), of the annotated type; required parameters must be given; defaults that
-    are plain data (numbers, strings, lists...) are filled in. A class with a pydantic
-    ``config_class`` is checked against that model instead. Values that hold other
-    sections (a mapping with a ``class_name``, or a list or mapping of them) are left to
-    the builder of their kind (see :func:`validate_nested`) and returned as plain dicts.
+    Required parameters must be given; plain-data defaults are filled in; nested sections are
+    left to their own builders (:func:`validate_nested`) and returned as plain dicts.
 
     Args:
         kind: the registry, e.g. ``"callbacks"`` (a key of :data:`gyre.config.REGISTRIES`).
         section: the mapping read from the config.
-        where: the section's dotted path, for messages (``"trainer.callbacks.EarlyStopping"``).
-        extra_allowed: names the caller supplies itself (``rngs`` of an nnx model, the
-            ``log_dir`` of a tool logger): never required nor filled in, and accepted in the
-            section even when they are not parameters.
+        where: the section's dotted path, for messages.
+        extra_allowed: names the caller supplies itself (an nnx model's ``rngs``): never
+            required nor filled in, accepted even when not parameters.
 
     Returns:
         The checked keyword arguments (without ``class_name``), in signature order.
 
     Raises:
-        ConfigError: an unknown ``class_name``, an unknown key, a wrong type, a missing key.
+        ConfigError: an unknown ``class_name`` or key, a wrong type, a missing key.
 
     Example:
         >>> validate_component("loggers", {"class_name": "CSVToolLogger", "version": "0"},
@@ -145,10 +133,7 @@ def check_section(
 
 
 def validate_nested(kind: str, value: Any, *, where: str, extra_allowed: Sequence[str] = ()) -> Any:
-    """Checks the sections that a value holds, for the builder of their kind: a section, a
-    list of sections, or a mapping of names to sections, each checked by
-    :func:`check_section` (its ``class_name`` kept); any other value comes back as it is (a
-    float learning rate, say).
+    """Checks the sections a value holds (one, a list, or a mapping of them; ``class_name`` kept); any other value is returned as it is.
 
     Example:
         >>> validate_nested("loggers", 0.001, where="optimizer.learning_rate")

@@ -1,9 +1,4 @@
-"""The section-calling helpers that the schedule, transform and optimizer builders share: the
-dotted config path being built (:func:`here`, :func:`at`, :func:`who`), a section's
-``class_name`` and keys checked against its target's signature (:func:`class_name_of`,
-:func:`call_section`, :func:`check_keys`), and config values checked with errors that name
-their path (:func:`real`, :func:`whole`, :func:`flag`).
-"""
+"""Helpers the schedule, transform and optimizer builders share: the config path being built, sections called by signature, values checked by path."""
 
 import contextlib
 import inspect
@@ -40,9 +35,9 @@ def at(where: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def run_length(steps: int | None) -> Iterator[None]:
-    """Within the block, a schedule whose length is left out lasts ``steps`` (the run's
-    training steps: epochs x batches per epoch), and an optimizer built there warns when its
-    learning-rate schedule has another length; ``None``: no run length is known.
+    """Within the block, a schedule whose length is left out lasts ``steps`` (``None``: unknown).
+
+    An optimizer built there warns when its schedule has another length.
 
     Example:
         >>> from gyre.config import build_schedule

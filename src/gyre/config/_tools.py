@@ -1,12 +1,8 @@
-"""Tool loggers: the ``trainer.logger.tool_config`` sections, each built into a gyre writer.
+"""Tool loggers: ``trainer.logger.tool_config`` sections built into gyre writers, under jax_trainer's names.
 
-Registered in ``LOGGERS`` under jax_trainer's names: ``TensorboardToolLogger``,
-``WandBToolLogger``, ``MLflowToolLogger`` and ``CSVToolLogger``. Each takes the run folder as
-``log_dir`` (supplied by the trainer, never written in the config) and the keys ``name``,
-``save_dir``, ``use_timestamp_version`` and ``version``: the writer writes into
-``save_dir`` (default: a folder of the run) ``/name/version``, empty parts left out; a
-``version`` of ``None`` with ``use_timestamp_version`` is the current time
-(``20250101_120000_123``).
+Each writes into ``save_dir`` (default: a folder of the run) ``/name/version``, empty parts left
+out; ``version`` ``None`` with ``use_timestamp_version`` is the time now. ``log_dir`` is the
+trainer's, never the config's.
 """
 
 from __future__ import annotations
