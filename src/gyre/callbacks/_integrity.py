@@ -1,15 +1,7 @@
-"""What makes a checkpoint trustworthy: every array leaf described at save time (its path,
-shape, dtype and a CRC-32 of its bytes), that description compared with the target a run
-restores into *before* orbax reads anything, and the restored values checked against it.
+"""What makes a checkpoint trustworthy: each array leaf's path, shape, dtype and CRC-32 recorded at save, compared before and after a restore.
 
-The checksum of a leaf is ``zlib.crc32`` of its bytes in C order, computed from one host copy
-of the state (``jax.device_get`` of all leaves at once) when the save starts: on the digits MLP
-this costs well under a millisecond; on a large model it is one extra device-to-host copy of
-the state plus CRC-32 at about 1 GB/s on one core (``checksums=False`` turns it off). A leaf
-split over several processes (not fully addressable) has no checksum: no process holds it whole.
-Typed PRNG keys are checksummed through their key data.
-
-Nothing here touches the file system; :mod:`gyre.callbacks._store` does.
+The CRC-32 is of the leaf's bytes in C order, from one host copy of the state (about 1 GB/s;
+``checksums=False`` turns it off); a leaf split over processes has none.
 """
 
 from __future__ import annotations
@@ -28,11 +20,7 @@ Leaf = dict[str, Any]  # {"path": str, "shape": [int], "dtype": str, "crc32": in
 
 
 class Unreadable(Exception):
-    """A checkpoint that must not be loaded, with the reason in one readable line.
-
-    ``kind`` is ``"corrupt"`` (damaged or incomplete files, a checksum that does not match)
-    or ``"fit"`` (intact, but its tree is not the target's: another model, another dtype).
-    """
+    """A checkpoint that must not be loaded: ``kind`` is ``"corrupt"`` (damaged files, bad checksum) or ``"fit"`` (another tree)."""
 
     def __init__(self, kind: str, reason: str) -> None:
         super().__init__(reason)

@@ -1,11 +1,7 @@
-"""What progress bars show, read from the loop's history (:meth:`gyre.History.read`) without
-ever waiting for the device: every step, fused ones included, whatever the bar's place in the
-task table. Called by hand (``bar(elapsed, logs)``), a bar keeps a small history of its own.
+"""What progress bars show, read from the loop's history without waiting for the device.
 
-As Keras shows them, losses and metrics are running means over the current epoch (over the
-whole run when the loop has no epochs); stateful metrics, and entries not logged in the
-current epoch (an evaluation's ``accuracy_test``), show their last value. ``values="last"``
-shows every entry's last value instead.
+As in Keras, losses and metrics are running means over the epoch (the run without epochs);
+stateful metrics and entries not logged this epoch show their last value.
 """
 
 from __future__ import annotations

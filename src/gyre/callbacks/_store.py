@@ -1,26 +1,10 @@
-"""Where ``gyre.checkpoint`` keeps its checkpoints: orbax's ``CheckpointManager`` and the files
-beside it.
+"""Where ``gyre.checkpoint`` keeps its checkpoints: orbax's ``CheckpointManager`` and the files beside it.
 
-A checkpoint of step ``N`` is the directory ``<root>/N``, written by orbax under a temporary
-name (``N.orbax-checkpoint-tmp``) and renamed when complete. It holds:
-
-* ``state/``: the state (orbax ``StandardSave``: every process writes its shards);
-* ``arrays/``: :attr:`Snapshot.arrays`, when not empty (early stopping's best weights);
-* ``gyre/metadata``: the *record*, one JSON dict written by process 0: the format, the step,
-  the clock, :attr:`Snapshot.meta`, the monitored metrics, and every array leaf's path, shape,
-  dtype and CRC-32, and the paths of its empty nodes (:mod:`gyre.callbacks._integrity`), and
-  the CRC-32 of the record itself;
-* orbax's own ``_CHECKPOINT_METADATA`` and, with a monitor, ``metrics/``.
-
-Beside the steps, process 0 writes :attr:`Snapshot.files` (``history/000120.json``) before the
-step's save starts (:mod:`gyre.callbacks._snapshot_files`); rotation never deletes them. A loop's meta
-holds the running CRC-32 of the history blocks its checkpoint counts (``history_crc``), so every
-file a checkpoint depends on is checksummed: a changed record, block or array is damage, and the
-loader falls back to the previous checkpoint. A step
-directory that could not be loaded is set aside as ``N.corrupt`` (orbax ignores that name),
-never deleted.
-
-Nothing is unpickled: arrays go through orbax, everything else through JSON.
+Step ``N`` is ``<root>/N`` (renamed from a temporary name when complete), holding ``state/``,
+``arrays/`` (:attr:`Snapshot.arrays`), orbax's metadata, and ``gyre/metadata``: the JSON
+record (step, clock, meta, metrics, each leaf's path, shape, dtype and CRC-32, and its own
+CRC-32). The history blocks are checksummed through the meta's ``history_crc``. A step that
+cannot be loaded is set aside as ``N.corrupt``, never deleted. Nothing is unpickled.
 """
 
 from __future__ import annotations
@@ -75,12 +59,7 @@ class CheckpointError(RuntimeError):
 
 
 def is_primary() -> bool:
-    """True on the process that writes what is written once (process 0).
-
-    Example:
-        >>> is_primary()
-        True
-    """
+    """True on process 0, which writes what is written once."""
     return jax.process_index() == 0
 
 
@@ -99,14 +78,7 @@ def _json_default(value: Any) -> Any:
 
 
 def as_json(value: Any, *, what: str) -> Any:
-    """``value`` through a JSON round trip (numpy scalars become Python numbers); a clear
-    error when it holds anything else that JSON cannot hold.
-
-    Example:
-        >>> import numpy as np
-        >>> as_json({"best": np.float32(0.5), "n": 3}, what="meta")
-        {'best': 0.5, 'n': 3}
-    """
+    """``value`` through a JSON round trip, or a clear error naming ``what``."""
     try:
         return json.loads(json.dumps(value, default=_json_default))
     except (TypeError, ValueError) as err:
@@ -121,13 +93,7 @@ def as_json(value: Any, *, what: str) -> Any:
 
 
 def record_crc(record: dict[str, Any]) -> int:
-    """CRC-32 of a record's JSON (keys sorted), its own ``crc32`` left out: the same before
-    the save and after reading it back, as JSON round-trips numbers exactly.
-
-    Example:
-        >>> record_crc({"step": 3, "crc32": 1}) == record_crc({"step": 3})
-        True
-    """
+    """CRC-32 of a record's JSON (keys sorted), its own ``crc32`` left out."""
     rest = {key: value for key, value in record.items() if key != "crc32"}
     return zlib.crc32(json.dumps(rest, sort_keys=True).encode())
 
@@ -147,25 +113,7 @@ def _read_json(path: str, rel: str) -> Any:
 
 
 class Store:
-    """The checkpoints of one directory, through orbax (see the module's docstring).
-
-    Args:
-        root: the absolute directory.
-        keep: how many of the latest checkpoints rotation keeps.
-        keep_best: how many of the best-scored checkpoints it keeps as well.
-        score: ``metrics -> float``, higher is better (``None``: no monitor).
-        async_save: write in the background (orbax's async checkpointing).
-        read_only: only read (``gyre.restore``): nothing is created, saved or deleted.
-
-    Example:
-        >>> import tempfile, jax.numpy as jnp
-        >>> from gyre.core._clock import Elapsed
-        >>> with tempfile.TemporaryDirectory() as tmp:
-        ...     store = Store(tmp)
-        ...     store.save(Snapshot(2, {"w": jnp.ones(2)}, Elapsed(steps=2)), metrics=None, wait=True)
-        ...     store.read(2, {"w": jnp.zeros(2)}).state["w"].tolist(), store.steps()
-        ([1.0, 1.0], [2])
-    """
+    """The checkpoints of one directory, through orbax; ``read_only`` creates, saves and deletes nothing."""
 
     def __init__(
         self,
