@@ -11,12 +11,9 @@ from gyre.loggers._writer import Writer
 
 
 class MultiWriter(Writer):
-    """Sends every write to each of its writers that writes that kind of value (histograms
-    to a TensorBoard writer and not to a CSV one); a kind none of them writes raises.
-    ``flush`` and ``close`` reach every writer; the first error is raised after all of them.
+    """Sends every write to each of ``writers`` that writes that kind of value; a kind none writes raises.
 
-    Args:
-        writers: the writers (each keeps its own thread).
+    ``flush`` and ``close`` reach every writer; the first error is raised after all of them.
 
     Example:
         >>> import gyre, io, tempfile, os, numpy as np

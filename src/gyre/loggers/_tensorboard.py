@@ -1,15 +1,9 @@
-"""``TensorBoardWriter``: TensorBoard event files, written with tensorboardX (no TensorFlow).
+"""``TensorBoardWriter``: TensorBoard event files, written with tensorboardX's protos and ``RecordWriter`` (no TensorFlow).
 
-The writer builds each event with tensorboardX's protos and summary functions and writes it
-with tensorboardX's ``RecordWriter`` (the TFRecord framing and its CRC-32C checksums; local
-folders and the remote ones tensorboardX opens), on its own thread. It does not use
-tensorboardX's ``SummaryWriter``, which hands every event through a second queue to a second
-thread, at many times the Python per step of one event per step holding all its scalars,
-refilled rather than rebuilt, as here. The steps that :func:`gyre.write_to` hands over, a few
-hundred at a time, are encoded together, as numpy rows (:mod:`gyre.loggers._tfrecord`), byte
-for byte what tensorboardX would write. The checksums are computed in C when the ``crc32c``
-package is installed (part of the ``tensorboard`` extra; tensorboardX uses it), in
-tensorboardX's slower pure Python when not.
+It skips tensorboardX's ``SummaryWriter`` (a second queue and thread, many times the Python
+per step) and encodes the blocks :func:`gyre.write_to` hands over together
+(:mod:`gyre.loggers._tfrecord`), byte for byte what tensorboardX writes. The ``crc32c``
+package (in the ``tensorboard`` extra) makes the checksums fast.
 """
 
 from __future__ import annotations
@@ -45,19 +39,13 @@ _TENSORFLOW_BINS = _tensorflow_bins()
 
 
 class TensorBoardWriter(Writer):
-    """Writes TensorBoard event files into ``logdir`` (``pip install 'gyre[tensorboard]'``).
+    """Writes TensorBoard event files into ``logdir``, created if missing (``pip install 'gyre[tensorboard]'``).
 
-    Scalars, histograms, images, texts and hyperparameters (the HParams plugin's summaries,
-    in the same event file) are written on the writer's thread; ``tensorboard --logdir
-    <logdir>`` shows them. Events reach the disk at each ``flush()`` (``write_to`` flushes at
-    the loop's end), at ``close()``, and whenever the file's buffer fills. Each writer writes
-    its own event file.
-
-    Args:
-        logdir: the folder of the event files (created if missing).
+    Events reach the disk at ``flush()``, ``close()`` and when the buffer fills; each writer
+    writes its own event file.
 
     Raises:
-        ImportError: tensorboardX is not installed (the message names the extra).
+        ImportError: tensorboardX is not installed.
 
     Example:
         >>> import gyre, os, tempfile

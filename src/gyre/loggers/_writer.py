@@ -1,22 +1,13 @@
 """The one writer contract, :class:`Writer`: typed values in, written on a background thread.
 
-A writer's public methods (``write_scalars``, ``write_histograms``, ``write_images``,
-``write_texts``, ``write_hparams``, ``flush``, ``close``) check their arguments' *shapes* on
-the caller's thread (metadata only: no value is read) and queue them; the writer's own thread
-moves the values to the host (one ``jax.device_get`` per call) and writes them. The caller
-never waits for the device (CLU's ``AsyncWriter`` is the model). An error on that thread is
-raised on the caller at its next write, ``flush`` or ``close``, as a :class:`WriterError`
-naming the writer. In a multi-process run only process 0 writes; elsewhere a writer checks
-its arguments and does nothing else (it opens no file, starts no run).
+Public methods check shapes on the caller's thread (no value is read) and queue; the writer's
+thread moves values to the host and writes them, so the caller never waits for the device
+(CLU's ``AsyncWriter`` is the model). Only process 0 writes.
 
-A new kind of writer subclasses :class:`Writer`, lists what it writes in ``kinds``, and
-defines the matching ``_scalars`` / ``_histograms`` / ``_images`` / ``_texts`` /
-``_hparams`` methods (plus ``_open``, ``_flush``, ``_close``): they run on the writer's thread
-and receive host values (Python floats, numpy arrays, uint8 NHWC images). The steps
-:func:`gyre.write_to` hands over come as a history's :class:`~gyre.core.Block` (with the rows
-to write), read on the writer's thread as runs of records holding the same scalar entries
-(:func:`scalar_runs`); by default each record is one ``_scalars`` call, and a writer that can
-write a whole run at once overrides ``_scalar_block``.
+A new writer subclasses :class:`Writer`, lists ``kinds``, and defines the matching
+``_scalars`` / ``_histograms`` / ``_images`` / ``_texts`` / ``_hparams`` (plus ``_open``,
+``_flush``, ``_close``), which get host values on the writer's thread; one that writes a run
+of records at once overrides ``_scalar_block``.
 """
 
 from __future__ import annotations
@@ -66,8 +57,7 @@ def _close_at_exit() -> None:
 
 
 class WriterError(RuntimeError):
-    """A write that failed on a writer's background thread, raised on the caller's thread at
-    its next call; ``__cause__`` is the original error.
+    """A write that failed on a writer's thread, raised at the caller's next call; ``__cause__`` is the original.
 
     Example:
         >>> issubclass(WriterError, RuntimeError)
@@ -153,15 +143,13 @@ def as_uint8_images(name: str, image: np.ndarray) -> np.ndarray:
 
 
 class Writer:
-    """The base of every writer: checks, queues, and writes on its own thread (see the module).
+    """The base of every writer: checks, queues, and writes on its own thread.
 
     Attributes:
         kinds: what the writer writes, a subset of ``("scalars", "histograms", "images",
-            "texts", "hparams")``; asking it for anything else raises a ``TypeError`` that
-            names the writers that do.
+            "texts", "hparams")``; anything else raises a ``TypeError`` naming writers that do.
         active: False on processes other than 0, where the writer does nothing.
-        max_queued: how many writes wait in the queue at most (10,000); past that, a write
-            waits for the writer's thread to make room, so a writer slower than the loop
+        max_queued: writes queued at most (10,000); past that a write waits, so a slow writer
             slows the loop instead of filling the memory.
 
     Example:
@@ -209,8 +197,7 @@ class Writer:
         self._submit("scalars", _step(self._who, step), _scalars(self._who, "write_scalars", values))
 
     def write_histograms(self, step: int, arrays: Mapping[str, Any], num_buckets: int | None = None) -> None:
-        """Queues arrays whose value distributions are written at ``step`` (``num_buckets``
-        bins, or the writer's default).
+        """Queues arrays whose distributions are written at ``step`` (``num_buckets`` bins, or the writer's default).
 
         Example:
             >>> import gyre, tempfile, numpy as np
@@ -267,8 +254,7 @@ class Writer:
         self._submit("texts", _step(self._who, step), texts)
 
     def write_hparams(self, params: Mapping[str, Any], metrics: Mapping[str, Any] | None = None) -> None:
-        """Queues a run's hyperparameters (numbers, bools and strings; anything else is
-        written as its ``str``) and, optionally, the final metrics they reached.
+        """Queues hyperparameters (numbers, bools, strings; else their ``str``) and, optionally, the final metrics.
 
         Example:
             >>> import gyre, io
@@ -292,10 +278,7 @@ class Writer:
         self._submit("scalars", block, keep, batched=True)
 
     def flush(self) -> None:
-        """Waits until everything queued is written and the backend has flushed it.
-
-        Raises:
-            WriterError: a write failed on the writer's thread.
+        """Waits until everything queued is written and flushed; raises :class:`WriterError` for a failed write.
 
         Example:
             >>> import gyre, os, tempfile
@@ -314,8 +297,7 @@ class Writer:
         self._raise_pending()
 
     def close(self) -> None:
-        """Writes what is queued, closes the backend and stops the thread; a second call
-        does nothing. Writing after ``close`` raises.
+        """Writes what is queued, closes the backend and stops the thread; a second call does nothing, a write after raises.
 
         Example:
             >>> import gyre, io
