@@ -16,9 +16,7 @@ Say = Callable[[int, Unreadable, bool], None]
 
 
 def resolve(resume: Any) -> tuple[str, Any]:
-    """``resume`` as ``("latest", None)``, ``("best", None)``, ``("step", n)`` or
-    ``("path", absolute path)``.
-    """
+    """``resume`` as ``("latest", None)``, ``("best", None)``, ``("step", n)`` or ``("path", absolute path)``."""
     if resume in ("latest", "best"):
         return resume, None
     step = as_integer(resume)

@@ -31,8 +31,7 @@ def check_mode(values: Any, owner: str) -> str:
 
 
 class RunningValues:
-    """Running means over the current epoch (or last values) of the scalar entries of the
-    records absorbed."""
+    """Running means over the current epoch (or last values) of the absorbed records' scalar entries."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
@@ -91,13 +90,11 @@ class BarValues(RunningValues, FollowsHistory):
         self.absorb(self._read(wait=wait))
 
     def read(self, *, wait: bool = False) -> dict[str, float]:
-        """The values to show now (``wait``: every record so far, waiting for the device; only
-        when the loop is over)."""
+        """The values to show now (``wait``: every record so far, waiting for the device, at the loop's end)."""
         self._send(wait=wait)
         return self.shown()
 
     def reset(self) -> None:
-        """Forgets the history followed and the values seen (a bar used again starts from the
-        next records)."""
+        """Forgets the history followed and the values seen."""
         self._history = self._own = None
         RunningValues.__init__(self, self.mode)

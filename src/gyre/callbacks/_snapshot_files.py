@@ -22,9 +22,7 @@ _TEMPORARY = ".tmp-gyre-"
 
 
 def check_file_name(name: Any) -> str:
-    """A :attr:`Snapshot.files` name, checked: a relative path of plain parts that cannot be
-    taken for a step, a temporary directory or gyre's marker.
-    """
+    """A :attr:`Snapshot.files` name, checked: a relative path that cannot be taken for a step, a temporary folder or gyre's marker."""
     parts = name.split("/") if isinstance(name, str) else []
     top = parts[0] if parts else ""
     if (

@@ -180,15 +180,13 @@ class Store:
         return sorted(int(n) for n in os.listdir(self.root) if n.isdigit() and os.path.isdir(self.step_dir(int(n))))
 
     def steps(self) -> list[int]:
-        """The saved steps (and the one being saved), in increasing order; a step directory
-        without a record (empty, or from a crashed save) is not one."""
+        """The saved steps (and the one being saved), in increasing order; a step directory without a record is not one."""
         return sorted(
             s for s in self.manager.all_steps() if self.has_record(s) or not os.path.isdir(self.step_dir(s))
         )
 
     def latest(self) -> int | None:
-        """The newest of :meth:`steps` (``None`` when there is none), checking only the steps
-        newer than it."""
+        """The newest of :meth:`steps`, or ``None``."""
         for step in sorted(self.manager.all_steps(), reverse=True):
             if self.has_record(step) or not os.path.isdir(self.step_dir(step)):
                 return step
@@ -199,9 +197,7 @@ class Store:
         return self.manager.metrics(step) if self.score is not None else None
 
     def _recorded_metrics(self, step: int) -> Any:
-        """The metrics of step ``step``'s record (checksummed, unlike orbax's own copy beside
-        it); orbax's copy when the record cannot be read (the step is then reported as
-        damaged when it is tried)."""
+        """The metrics of step ``step``'s checksummed record; orbax's copy when the record cannot be read."""
         try:
             return self.read_record(step).get("metrics")
         except Unreadable:
@@ -219,8 +215,7 @@ class Store:
     # -- saving ----------------------------------------------------------------------------
 
     def record(self, snapshot: Snapshot, metrics: Mapping[str, float] | None, checksums: bool) -> dict[str, Any]:
-        """The JSON record of a snapshot (computes the checksums: one host copy), with its
-        own CRC-32."""
+        """The JSON record of a snapshot (checksums computed from one host copy), with its own CRC-32."""
         record = {
             "format": FORMAT,
             "step": int(snapshot.step),
@@ -240,8 +235,7 @@ class Store:
     def save(
         self, snapshot: Snapshot, *, metrics: Mapping[str, float] | None, checksums: bool = True, wait: bool = False
     ) -> None:
-        """Writes ``snapshot`` (in the background unless ``wait``) after its files; waits for
-        the previous save first, raising :class:`CheckpointError` if it failed."""
+        """Writes ``snapshot`` after its files (in the background unless ``wait``), first raising a failed previous save."""
         import orbax.checkpoint as ocp
 
         step = int(snapshot.step)
@@ -262,17 +256,13 @@ class Store:
             self.wait()
 
     def finished_pending(self) -> bool:
-        """True when a background save was started and has ended (well or not): :meth:`wait`
-        then returns at once. Never waits; on several processes always ``False`` (waiting
-        there is a collective step every process must take together, at a save)."""
+        """Whether a background save has ended, so :meth:`wait` returns at once; always ``False`` on several processes (waiting is collective)."""
         if self.pending is None or self._manager is None or jax.process_count() > 1:
             return False
         return not self._manager.is_saving_in_progress()
 
     def wait(self) -> None:
-        """Blocks until the save in flight is on disk; raises :class:`CheckpointError` naming
-        its step if it failed (the older checkpoints stay: rotation runs only after a save
-        succeeds)."""
+        """Blocks until the save in flight is on disk; raises :class:`CheckpointError` naming its step if it failed."""
         if self._manager is None or self.pending is None:  # nothing started since the last wait
             return
         step, self.pending = self.pending, None
@@ -330,8 +320,7 @@ class Store:
                              "saved (checksum mismatch: a file was changed after the save)")
 
     def _check_files(self, step: int, record: dict[str, Any]) -> None:
-        """orbax's metadata files must be present and parse (orbax reads some of them
-        leniently: an emptied one would otherwise load)."""
+        """orbax's metadata files must be present and parse (orbax reads some leniently: an emptied one would load)."""
         items = ["state"] + (["arrays"] if record.get("arrays") else [])
         _read_json(os.path.join(self.step_dir(step), "_CHECKPOINT_METADATA"), "_CHECKPOINT_METADATA")
         for item in items:
@@ -350,8 +339,7 @@ class Store:
         )
 
     def read(self, step: int, target_state: Any, target_arrays: Any = None) -> Snapshot:
-        """Step ``step`` restored into ``target_state`` (and ``target_arrays``, else onto the
-        first local device) and verified; :class:`Unreadable` says why it cannot be."""
+        """Step ``step`` restored into ``target_state`` (and ``target_arrays``) and verified, else :class:`Unreadable`."""
         import orbax.checkpoint as ocp
 
         record = self.read_record(step)
@@ -395,9 +383,7 @@ class Store:
     # -- housekeeping (process 0; the caller syncs) ----------------------------------------
 
     def _remove_unfinished(self) -> None:
-        """Deletes what failed saves left (a full disk is full of them). orbax's writers of a
-        failed save may still be running when it is reported, so this runs at every later save
-        and at :meth:`close`."""
+        """Deletes what failed saves left; run at every save and at :meth:`close`, as a failed save's writers may still run."""
         if self._unfinished and is_primary():
             for name in self._temporaries():
                 if name.split(".")[0] in {str(s) for s in self._unfinished}:
@@ -409,8 +395,7 @@ class Store:
         return sorted(n for n in os.listdir(self.root) if TEMPORARY in n)
 
     def set_aside(self, step: int, suffix: str = SET_ASIDE) -> str:
-        """Renames step ``step``'s directory to ``N.corrupt`` (``N.corrupt-2``...; another
-        ``suffix`` for another reason); returns it."""
+        """Renames step ``step``'s directory to ``N.corrupt`` (or ``N.<suffix>``, ``-2``...) and returns it."""
         target, n = f"{self.step_dir(step)}{suffix}", 1
         while os.path.exists(target):
             n += 1
@@ -442,8 +427,7 @@ class Store:
 
 
 def _wrapped(tree: Any) -> Any:
-    """``tree`` as orbax's ``StandardSave`` takes it: a state that is one array or number
-    (``state = jnp.zeros(())`` in a small loop) goes in a dict, which it refuses bare."""
+    """``tree`` as orbax's ``StandardSave`` takes it: a bare array or number goes in a dict."""
     return {"value": tree} if jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(tree)) else tree
 
 

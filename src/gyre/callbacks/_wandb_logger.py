@@ -23,9 +23,7 @@ from gyre.parallel.distributed import is_main_process
 
 
 def is_number(value: Any) -> bool:
-    """A real number: a Python one (``bool`` included), or a 0-d numeric array (numpy scalars
-    and JAX arrays included, read by their ``shape`` and ``dtype`` only).
-    """
+    """A real number: a Python one (``bool`` too) or a 0-d numeric array, read by ``shape`` and ``dtype`` only."""
     if isinstance(value, numbers.Real):
         return True
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
@@ -33,8 +31,7 @@ def is_number(value: Any) -> bool:
 
 
 def _column(count: int, rows: np.ndarray, values: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """An entry as (which records hold a scalar number, the numbers with NaN elsewhere);
-    ``None`` when no record does (arrays, strings)."""
+    """An entry as (which records hold a scalar number, the numbers with NaN elsewhere), or ``None``."""
     present, found = np.zeros(count, bool), np.full(count, np.nan)
     if isinstance(values, np.ndarray) and numeric_dtype(values.dtype):
         if values.ndim != 1:
@@ -110,8 +107,7 @@ class FollowsHistory:
         return self._silent
 
     def _follow(self, elapsed: Elapsed, logs: Logs, loop: Any) -> None:
-        """Follows ``loop``'s history, or (``loop`` is ``None``) commits ``logs`` to a
-        history of its own."""
+        """Follows ``loop``'s history, or (``loop`` is ``None``) commits ``logs`` to its own."""
         if loop is not None:
             if loop.history is not self._history:  # a new loop: follow its history from its start
                 if self._history is not None:
@@ -129,10 +125,7 @@ class FollowsHistory:
 
 
 def _start_of(loop: Any) -> int | None:
-    """Where the records of ``loop`` begin in its history, whatever step calls first (a
-    callback under ``gyre.every(10)`` in a loop resumed at step 45 is first called at step
-    50, after the records of steps 45 to 49); ``None`` (the history's current length) for a
-    loop that does not say which steps it ran (a ``LoopState`` built by hand)."""
+    """Where ``loop``'s records begin in its history, whatever step calls first (a resumed loop's); ``None`` when it does not say."""
     data = getattr(loop, "data", None)
     if data is None:
         return None

@@ -107,9 +107,7 @@ def validate_component(
 def check_section(
     kind: str, section: Mapping[str, Any], *, where: str, extra_allowed: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """:func:`validate_component` that keeps the ``class_name``: the checked section, as a
-    config stores it.
-    """
+    """:func:`validate_component` keeping ``class_name``: the checked section as a config stores it."""
     if kind not in REGISTRIES:
         raise ValueError(explain(
             f"no registry of {kind!r}",
@@ -200,8 +198,7 @@ def _json(value: Any) -> str | None:
 
 
 def _signature(target: Any) -> tuple[list[inspect.Parameter], dict[str, Any], bool]:
-    """The keyword parameters of a class's ``__init__`` or a function, their resolved
-    annotations, and whether it takes ``**kwargs``."""
+    """The keyword parameters of a class's ``__init__`` or a function, their annotations, and whether it takes ``**kwargs``."""
     function = target
     skip = set()
     if inspect.isclass(target) and "__wrapped__" in vars(target):
@@ -230,9 +227,7 @@ def _signature(target: Any) -> tuple[list[inspect.Parameter], dict[str, Any], bo
 def check_signature(
     kind: str, name: str, target: Any, data: dict[str, Any], where: str, extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
-    """The keys of a section (without ``class_name``) checked against ``target``'s signature,
-    as :func:`validate_component` does for a registered one (``name`` is for messages).
-    """
+    """A section's keys checked against ``target``'s signature, as :func:`validate_component` does."""
     parameters, hints, takes_any = _signature(target)
     names = [p.name for p in parameters]
     out: dict[str, Any] = {}
@@ -282,8 +277,7 @@ def check_signature(
 
 
 def _default(annotation: Any, default: Any) -> Any:
-    """A default as the config would hold it, or ``_NOT_FILLED`` when it is not plain data
-    (a function, an array) or does not match its own annotation."""
+    """A default as the config would hold it, or ``_NOT_FILLED`` when it is not plain data matching its annotation."""
     text = _json(default)
     if text is None or json.loads(text) != plain(default):
         return _NOT_FILLED
@@ -316,10 +310,7 @@ def _cached_adapter(annotation: Any) -> TypeAdapter[Any] | None:
 
 
 def check_value(annotation: Any, value: Any, *, path: str, owner: str = "the key") -> Any:
-    """``value`` checked against a type annotation, strictly as if read from JSON (an int is
-    a float, a list is a tuple; ``"3"`` is not an int): the converted value, or a
-    :class:`ConfigError` naming ``path``, the type and the value.
-    """
+    """``value`` checked strictly, as if read from JSON, against ``annotation``: converted, or a :class:`ConfigError` naming ``path``."""
     adapter = _adapter(annotation)
     text = _json(value)
     if adapter is None:
@@ -340,8 +331,7 @@ def check_value(annotation: Any, value: Any, *, path: str, owner: str = "the key
 
 
 def _fix(path: str, annotation: Any, error: Mapping[str, Any]) -> str:
-    """How to mend a value pydantic refused: the bound it broke (``greater than or equal to
-    1``), else the type it needs."""
+    """How to mend a value pydantic refused: the bound it broke, else the type it needs."""
     if _problem(error["type"]) == "invalid value" and error["msg"].startswith("Input should be "):
         return f"set {path} to a value {error['msg'].removeprefix('Input should be ')}"
     return f"set {path} to a value of type {type_name(annotation)}"
@@ -411,10 +401,7 @@ def _with_model(model: type[BaseModel], data: dict[str, Any], where: str) -> dic
 
 
 def from_pydantic(err: ValidationError, model: type[BaseModel], where: str) -> ConfigError:
-    """A pydantic ``ValidationError`` of ``model`` (found at ``where``) as a
-    :class:`ConfigError` naming the dotted path; an error of ours raised inside a validator
-    comes back as it was.
-    """
+    """A pydantic ``ValidationError`` as a :class:`ConfigError` naming the dotted path (our own errors pass through)."""
     mistakes: list[str] = []
     for error in err.errors(include_url=False):
         cause = (error.get("ctx") or {}).get("error")
@@ -442,8 +429,7 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
 
 
 def _walk(model: type[BaseModel], loc: Sequence[Any]) -> tuple[list[str], Any, type[BaseModel] | None]:
-    """The leading parts of ``loc`` that name fields, the annotation of the last one, and the
-    model its value is (or None)."""
+    """The leading parts of ``loc`` that name fields, the last one's annotation, and its model (or None)."""
     parts: list[str] = []
     annotation: Any = _EMPTY
     current: type[BaseModel] | None = model

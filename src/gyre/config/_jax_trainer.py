@@ -28,9 +28,7 @@ def is_jax_trainer_section(section: object) -> bool:
 
 
 def jax_trainer_component(section: dict[str, Any], where: str) -> dict[str, Any]:
-    """A trainer or model section in jax_trainer's form (``name``: a dotted path whose last part is
-    looked up in the registry; a model's ``hparams`` become keys) as gyre's.
-    """
+    """A trainer or model section in jax_trainer's form (``name``: a dotted path's last part; ``hparams``) as gyre's."""
     if "class_name" in section or not isinstance(section.get("name"), str):
         return section
     out = {k: v for k, v in section.items() if k not in ("name", "hparams")}
@@ -53,9 +51,7 @@ _DATASET_KEYS = {"batch_size": "global_batch_size"}
 
 
 def jax_trainer_dataset(section: dict[str, Any], where: str = "dataset") -> dict[str, Any]:
-    """A dataset section in jax_trainer's form (``constructor``, ``batch_size``) as gyre's; a
-    constructor that is not one of jax_trainer's own data sets is refused.
-    """
+    """A dataset section in jax_trainer's form as gyre's; only jax_trainer's own data sets are accepted."""
     if "class_name" in section or "constructor" not in section:
         return section
     data = dict(section)

@@ -97,9 +97,7 @@ def _beta(key: str, value: object) -> float:
 
 
 def _weight_decay(value: object) -> tuple[float, Callable[[Any], Any] | None]:
-    """The rate and mask of an optimizer's own (decoupled) weight decay: a number (every
-    parameter), or a ``WeightDecay`` section (``before_optimizer`` is not used there: left
-    out or false; true is an error)."""
+    """The rate and mask of an optimizer's own decoupled weight decay (``before_optimizer: true`` is an error)."""
     where = here("weight_decay")
     if isinstance(value, (Mapping, Transform)):
         section = (

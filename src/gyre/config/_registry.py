@@ -19,8 +19,7 @@ _NO_CONFIG_CLASS = (
 
 
 def _concrete_configs(base: type) -> list[type]:
-    """``base`` and its subclasses, in definition order, that name a component (a
-    ``class_name``): the configs a section of this kind can be."""
+    """``base`` and its subclasses that name a component, in definition order."""
     found: list[type] = []
     pending = [base]
     while pending:
@@ -55,9 +54,7 @@ class ConfigTyped(type):
     """
 
     def typed_configs(cls) -> list[type]:
-        """The config classes ``cfgtype`` joins: here those under ``config_class`` that name
-        a component; an interface whose components each bring their own config class (the
-        fork's model bases) overrides this in its metaclass."""
+        """The config classes ``cfgtype`` joins; interfaces whose components bring their own configs override it."""
         base = getattr(cls, "config_class", None)
         return _concrete_configs(base) if isinstance(base, type) else []
 

@@ -40,9 +40,7 @@ from gyre.core._errors import describe, explain, suggest
 
 
 def validate_tool_section(section: Any, *, where: str = "trainer.logger.tool_config") -> dict[str, Any]:
-    """Checks a ``tool_config`` section against ``LOGGERS``: its ``log_dir`` is the run
-    folder, supplied by the trainer, so a ``log_dir`` key is an error.
-    """
+    """Checks a ``tool_config`` section against ``LOGGERS``; a ``log_dir`` key is an error (the trainer's)."""
     data = section_mapping(section, where)
     if "log_dir" in data:
         raise ConfigError(explain(
@@ -57,8 +55,7 @@ def validate_tool_section(section: Any, *, where: str = "trainer.logger.tool_con
 
 
 class _Section(BaseModel):
-    """A strict section: unknown keys and wrong types are :class:`ConfigError`\\ s that name
-    their dotted path (``section_path``)."""
+    """A strict section: unknown keys and wrong types are :class:`ConfigError`\\ s naming their dotted path."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     section_path: ClassVar[str] = ""
@@ -257,8 +254,7 @@ class TrainerConfig(_Section, metaclass=_NamedSectionMeta):
 
 
 def _check_monitor_mode(section: dict[str, Any], where: str) -> None:
-    """A ModelCheckpoint's or EarlyStopping's mode against its monitor's name (``mode: min``
-    on ``val/acc``) is refused in the config, as the callback refuses it."""
+    """Refuses a checkpoint's or early stopping's mode that contradicts its monitor's name, as the callback does."""
     monitor, mode = section.get("monitor"), section.get("mode")
     if not (isinstance(monitor, str) and mode in ("min", "max")):
         return
@@ -273,9 +269,7 @@ def _check_monitor_mode(section: dict[str, Any], where: str) -> None:
 
 
 def trainer_config_class(name: str) -> type[TrainerConfig]:
-    """The config class of the trainer registered as ``name``: its ``config_class`` when it
-    has one, else :class:`TrainerConfig`.
-    """
+    """The ``config_class`` of the trainer registered as ``name``, else :class:`TrainerConfig`."""
     trainer = lookup("trainers", name, "trainer")
     config_class = getattr(trainer, "config_class", None)
     if config_class is None:
@@ -292,8 +286,7 @@ _OPTIMIZER_PARTS = ("schedules", "transforms")
 
 
 def _optimizer_part(value: Any, where: str) -> Any:
-    """The schedules and transforms inside an optimizer section, each checked against the
-    registry that holds its ``class_name`` (and so on, inside them)."""
+    """The schedules and transforms inside an optimizer section, checked against their registries, recursively."""
     if is_section(value):
         name = value["class_name"]
         kinds = [k for k in _OPTIMIZER_PARTS if isinstance(name, str) and name in REGISTRIES[k]]
@@ -381,8 +374,7 @@ class Config(_Section):
     @model_validator(mode="before")
     @classmethod
     def _run_seed(cls, data: Any) -> Any:
-        """The top-level ``seed`` and ``trainer.seed`` are one seed: either given sets the
-        other; both given must agree (one of them was silently ignored)."""
+        """The top-level ``seed`` and ``trainer.seed`` are one seed: either sets the other; both must agree."""
         trainer = data.get("trainer") if isinstance(data, Mapping) else None
         if isinstance(trainer, TrainerConfig):
             given = trainer.seed if "seed" in trainer.model_fields_set else None
@@ -442,10 +434,7 @@ class Config(_Section):
 
 
 def check_schedule(rate: Any, where: str = "optimizer.learning_rate") -> None:
-    """Builds a learning-rate schedule section, so that its values (phases that exceed the
-    total, two keys that disagree) are mistakes of the config, reported with the others; one
-    that leaves its length to the run is built when the run's length is known.
-    """
+    """Builds a schedule section so its value mistakes are reported with the config's others (unless its length is the run's)."""
     from gyre.config._schedules import build_schedule
     from gyre.config._sections import RunLengthUnknown
 

@@ -18,14 +18,12 @@ _F32 = jnp.float32
 
 
 def ramp(a: float, b: float, n: int) -> Any:
-    """The piece from ``a`` to ``b`` over ``n`` steps (gyre's formula: optax's ``linear_schedule``
-    gives other float bits, and not exactly ``a`` at ``t = 0``)."""
+    """The piece from ``a`` to ``b`` over ``n`` steps, exact at both ends (unlike optax's ``linear_schedule``)."""
     return lambda t: a + (b - a) * (t.astype(_F32) / n)
 
 
 def cosine(init: float, end: float, n: int, power: float) -> Any:
-    """The cosine piece from ``init`` to ``end`` over ``n`` steps (gyre's formula: optax's
-    ``cosine_decay_schedule`` gives other float bits, and not exactly ``init`` at ``t = 0``)."""
+    """The cosine piece from ``init`` to ``end`` over ``n`` steps, exact at both ends (unlike optax's)."""
     def piece(t: Any) -> Any:
         c = 0.5 * (1.0 + jnp.cos(jnp.pi * (t.astype(_F32) / n)))
         return init - (init - end) * (1.0 - c**power)
@@ -59,8 +57,7 @@ def decayed_end(
     name: str, base: float, factor: float | None, end: float | None, default: float,
     factor_key: str = "decay_factor",
 ) -> float:
-    """The end value ``base * factor``: ``factor``, or ``end`` (both: they must agree), or
-    the ``default`` factor."""
+    """The end value ``base * factor``: ``factor``, or ``end`` (both must agree), or the ``default`` factor."""
     if factor is not None and end is not None and not close(end, base * factor):
         raise disagree(
             name, f"end_value and {factor_key} disagree: end_value = {base!r} * {factor_key} = {base * factor!r}",

@@ -48,9 +48,7 @@ def tensorboard_tool_logger(
     use_timestamp_version: bool = False,
     version: str | None = None,
 ) -> TensorBoardWriter:
-    """A :class:`gyre.TensorBoardWriter` writing into ``save_dir/name/version`` (``save_dir``
-    defaults to ``<log_dir>/tensorboard``).
-    """
+    """A :class:`gyre.TensorBoardWriter` into ``save_dir/name/version`` (``save_dir`` default ``<log_dir>/tensorboard``)."""
     run = _run_folder(log_dir, "TensorboardToolLogger")
     base = save_dir if save_dir is not None else os.path.join(run, "tensorboard")
     return TensorBoardWriter(_folder(base, name, _version(version, use_timestamp_version)))
@@ -68,10 +66,7 @@ def wandb_tool_logger(
     entity: str | None = None,
     mode: Literal["offline", "online", "disabled"] = "offline",
 ) -> WandbWriter:
-    """A :class:`gyre.WandbWriter` (offline by default): ``name`` is the run's name,
-    ``version`` its id, and W&B writes its ``wandb/`` folder into ``save_dir`` (default:
-    ``log_dir``).
-    """
+    """A :class:`gyre.WandbWriter` (offline): ``name`` the run's name, ``version`` its id, files in ``save_dir`` (default ``log_dir``)."""
     run = _run_folder(log_dir, "WandBToolLogger")
     options: dict[str, Any] = {}
     run_id = _version(version, use_timestamp_version)
@@ -93,10 +88,7 @@ def mlflow_tool_logger(
     version: str | None = None,
     tracking_uri: str | None = None,
 ) -> MLflowWriter:
-    """A :class:`gyre.MLflowWriter`: ``name`` is the experiment (default ``"gyre"``),
-    ``version`` the run's name, and the store ``tracking_uri`` (default: a file store in
-    ``<save_dir or log_dir>/mlruns``).
-    """
+    """A :class:`gyre.MLflowWriter`: ``name`` the experiment (``"gyre"``), ``version`` the run, store default ``<save_dir or log_dir>/mlruns``."""
     run = _run_folder(log_dir, "MLflowToolLogger")
     uri = tracking_uri if tracking_uri is not None else os.path.join(save_dir if save_dir is not None else run, "mlruns")
     return MLflowWriter(uri, experiment_name=name or "gyre", run_name=_version(version, use_timestamp_version) or None)
@@ -111,9 +103,7 @@ def csv_tool_logger(
     use_timestamp_version: bool = False,
     version: str | None = None,
 ) -> CSVWriter:
-    """A :class:`gyre.CSVWriter` writing ``save_dir/name/version/metrics.csv`` (``save_dir``
-    defaults to ``log_dir``; the folders are created).
-    """
+    """A :class:`gyre.CSVWriter` of ``save_dir/name/version/metrics.csv`` (``save_dir`` default ``log_dir``)."""
     run = _run_folder(log_dir, "CSVToolLogger")
     folder = _folder(save_dir if save_dir is not None else run, name, _version(version, use_timestamp_version))
     os.makedirs(folder, exist_ok=True)

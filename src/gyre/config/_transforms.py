@@ -52,8 +52,7 @@ class Transform(metaclass=ConfigTyped):
         return self.factory(learning_rate)
 
     def init(self, params: Any) -> Any:
-        """``make().init(params)``: a transform that needs no learning rate used as an optax
-        transformation (the kpoeppel fork's ``GradientTransformInterface``)."""
+        """``make().init(params)``, for the kpoeppel fork's ``GradientTransformInterface``."""
         return self.make().init(params)
 
     def update(self, updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:

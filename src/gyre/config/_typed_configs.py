@@ -49,8 +49,7 @@ class TypedConfigError(ConfigError, AssertionError):
 
 
 def checked(build: Callable[..., Any], **keys: Any) -> Any:
-    """``build(**keys)``, its explained ``ValueError`` / ``TypeError`` raised as a
-    :class:`TypedConfigError` (same message)."""
+    """``build(**keys)``, its ``ValueError`` / ``TypeError`` raised as a :class:`TypedConfigError`."""
     try:
         return build(**keys)
     except (ValueError, TypeError) as error:
@@ -66,8 +65,7 @@ def _plain(value: Any) -> Any:
 
 
 class _KeywordsChecked(type):
-    """Makes a misspelt or positional argument of a typed config one explained error (the
-    dataclass's own ``__init__`` would raise a bare ``TypeError``)."""
+    """Makes a misspelt or positional argument of a typed config one explained error."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         fields = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
@@ -109,9 +107,7 @@ class TypedConfig(metaclass=_KeywordsChecked):
         return {"class_name": self.class_name, **self.keys()}
 
     def instantiate(self, interface: type | None = None) -> Any:
-        """The component this value describes, built by the class or function registered as
-        ``class_name``; ``interface`` (optional, the fork's argument) is checked against it.
-        """
+        """The component this value describes, built as ``class_name`` is registered; ``interface`` is checked against it."""
         if self.class_name is None:
             raise TypedConfigError(explain(
                 f"{type(self).__name__} is a base class: it builds nothing",
@@ -365,8 +361,7 @@ Transform.config_class = GradientTransformConfig
 
 
 def learning_rate_keys(value: Any) -> Any:
-    """A learning rate for a builder: a number as it is, a schedule config as its built
-    schedule (so an optimizer and its ``scheduler`` share one)."""
+    """A learning rate for a builder: a number, or a schedule config as its built schedule."""
     if isinstance(value, BaseScheduleConfig):
         return value.built if value.built is not None else value.to_dict()
     return _plain(value)

@@ -39,9 +39,7 @@ MAX_NODES = 100_000
 
 
 def _expanded_size(root: yaml.Node, where: str) -> int:
-    """How many values ``root`` stands for once every alias is copied out (each node counted
-    once per use, each distinct node visited once), or a :class:`ConfigError` as soon as that
-    passes :data:`MAX_NODES` or a node holds itself."""
+    """How many values ``root`` stands for with aliases copied out; a :class:`ConfigError` past :data:`MAX_NODES` or for a self-holding node."""
     sizes: dict[int, int] = {}
     open_nodes: set[int] = set()
 
@@ -72,9 +70,7 @@ def _expanded_size(root: yaml.Node, where: str) -> int:
 
 
 class ConfigLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` with YAML 1.2's floats and booleans, dates as strings, and
-    duplicate keys refused.
-    """
+    """``yaml.SafeLoader`` with YAML 1.2's floats and booleans, dates as strings, duplicate keys refused."""
 
     def construct_document(self, node: yaml.Node) -> Any:
         """The document, once its expanded size is known to be bounded (see the module)."""
@@ -99,9 +95,7 @@ class ConfigLoader(yaml.SafeLoader):
 
 
 class ConfigDumper(yaml.SafeDumper):
-    """``yaml.SafeDumper`` that quotes every string that YAML 1.1 *or* :class:`ConfigLoader`
-    would read as another type (``"1e-3"``, ``"yes"``), so both read back the same values.
-    """
+    """``yaml.SafeDumper`` quoting every string YAML 1.1 or :class:`ConfigLoader` would read as another type."""
 
 
 ConfigLoader.yaml_implicit_resolvers = {

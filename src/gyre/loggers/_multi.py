@@ -90,8 +90,7 @@ class MultiWriter(Writer):
             self._all("flush")
 
     def close(self) -> None:
-        """Closes every writer (a second call does nothing); the first error is raised after
-        all of them."""
+        """Closes every writer (once); the first error is raised after all of them."""
         if self._closed:
             return
         self._closed = True

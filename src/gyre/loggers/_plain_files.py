@@ -31,8 +31,7 @@ class _TextFileWriter(Writer):
     path: str
 
     def _create(self, newline: str | None = None) -> TextIO:
-        """Creates (or truncates) the file, and its folder if missing, as ``TensorBoardWriter``
-        and ``MLflowWriter`` create theirs."""
+        """Creates (or truncates) the file, and its folder if missing."""
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         return open(self.path, "w", newline=newline)  # noqa: SIM115 (closed by close())
 

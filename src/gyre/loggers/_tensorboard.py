@@ -89,10 +89,7 @@ class TensorBoardWriter(Writer):
         self._w.write(Event(wall_time=time.time(), **fields).SerializeToString())
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
-        # One event per step, holding every scalar of the step. Steps of a loop mostly share
-        # their names, so the event of each set of names is built once and only its numbers
-        # change: less of the writer's thread per event, GIL time a host-bound loop's thread
-        # would otherwise wait for.
+        # One event per step; the event of each set of names is built once, only numbers change.
         names = tuple(values)
         template = self._templates.get(names)
         if template is None:
@@ -105,9 +102,8 @@ class TensorBoardWriter(Writer):
         self._w.write(event.SerializeToString())
 
     def _scalar_block(self, block: Block, keep: np.ndarray | None) -> None:
-        # A run's events are encoded at once, as numpy rows (gyre.loggers._tfrecord): a tenth of
-        # the writer's thread per event that event by event costs. Each event's
-        # wall time is its step's own (the history's clock), not the moment it is written.
+        # A run's events are encoded at once (gyre.loggers._tfrecord); each event's wall time is
+        # its step's own (the history's clock), not the moment it is written.
         out, encoder = getattr(self._w, "_writer", None), self._encoder  # the file under the framing
         for _, names, steps, dates, values in scalar_runs(block, keep):
             data = None if out is None or encoder is None else encoder.encode(names, steps, dates, values)

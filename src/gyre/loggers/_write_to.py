@@ -146,9 +146,7 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         self.sent += block.count
 
     def _thinned(self, block: Block, *, last: bool) -> np.ndarray:
-        """The rows to write when only every ``write_every``-th step is: those at multiples of
-        it, the first row holding a name the previous written row did not (an evaluation's
-        entries), and with ``last`` the block's last row holding numbers (the loop's end)."""
+        """The rows to write under ``write_every``: its multiples, a row bringing a new name, and with ``last`` the block's last row."""
         keep = np.zeros(block.count, bool)
         runs = list(scalar_runs(block))
         for i, (start, names, steps, _, _) in enumerate(runs):

@@ -34,12 +34,8 @@ from gyre.parallel.distributed import is_main_process
 
 KINDS = ("scalars", "histograms", "images", "texts", "hparams")
 
-#: A block of rows (a few hundred steps of a history) is written in slices of about this many
-#: seconds, the writer's thread giving up the GIL between slices. Written at once, a block held
-#: it for milliseconds (Python hands the GIL over only every ``sys.getswitchinterval()``, 5 ms)
-#: while the loop's thread waited to dispatch its next step and the device ran dry; handed back
-#: after every few rows, each hand-over cost the loop's thread more than the rows themselves
-#: (a host-bound loop ran 5-8 % slower with slices of 16 rows than with whole blocks).
+#: A block is written in slices of about this many seconds, the writer's thread yielding the GIL
+#: between them, so a host-bound loop's thread is not starved (whole blocks or tiny slices were slower).
 SLICE_SECONDS = 0.001
 _WRITERS: list[type[Writer]] = []  # every writer class, in the order they were defined
 _OPEN: weakref.WeakSet[Writer] = weakref.WeakSet()  # writers with a thread, closed at exit
@@ -271,10 +267,7 @@ class Writer:
         self._submit("hparams", params, found)
 
     def _write_block(self, block: Block, keep: np.ndarray | None = None) -> None:
-        """Queues many steps' scalars at once, as one item: a history's block (its rows in
-        ``keep``, all by default), what :func:`gyre.write_to` hands over, written on the
-        writer's thread (:meth:`_scalar_block`): the caller pays one queue put for a few
-        hundred steps and not their conversion."""
+        """Queues a history block's scalars (rows in ``keep``) as one item, converted on the writer's thread."""
         self._submit("scalars", block, keep, batched=True)
 
     def flush(self) -> None:
@@ -424,9 +417,7 @@ class Writer:
         raise self._unsupported("scalars")
 
     def _scalar_block(self, block: Block, keep: np.ndarray | None) -> None:
-        """Writes a block's scalars (what :meth:`_write_block` queued); by default one
-        :meth:`_scalars` call per record, giving up the GIL every ``SLICE_SECONDS``. A writer
-        that can write a whole run at once overrides it."""
+        """Writes a queued block's scalars, one :meth:`_scalars` call per record (yielding the GIL every ``SLICE_SECONDS``); override to write a run at once."""
         clock = time.perf_counter
         until = clock() + SLICE_SECONDS
         for step, values in scalar_rows(block, keep):

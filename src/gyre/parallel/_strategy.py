@@ -223,9 +223,7 @@ class Strategy:
 
 
 def check_jit_options(options: Mapping[str, Any]) -> None:
-    """Raises ``TypeError`` (jaxloop's type for it) for an option ``jax.jit`` does not have,
-    before anything is compiled.
-    """
+    """Raises ``TypeError`` (jaxloop's type) for an option ``jax.jit`` does not have, before compiling."""
     known = [name for name in inspect.signature(jax.jit).parameters if name != "fun"]
     for name in options:
         if name not in known:

@@ -54,8 +54,7 @@ def _takes_batch(fn: Callable[..., Any], where: str) -> bool:
 
 
 def _as_pair(out: Any, state: Any, where: str) -> tuple[Any, Any]:
-    """``(logs, state)`` from what the function returned: the pair (``None`` parts meaning
-    none / unchanged), the logs alone or the state alone."""
+    """``(logs, state)`` from what the function returned: the pair (``None`` parts: none / unchanged), the logs or the state."""
     if isinstance(out, tuple) and len(out) == 2:
         logs, new = out
         if type(logs) is type(state) and isinstance(new, Mapping) and type(new) is not type(state):
@@ -120,8 +119,7 @@ def _shapes(tree: Any, limit: int = 300) -> str:
 
 
 def _check_params(given: Any, returned: Any, where: str) -> None:
-    """A clear error when the function returned params unlike those it received (they would
-    be dropped: the step computes the params update itself)."""
+    """A clear error when the function returned params unlike those it received (the step computes their update itself)."""
     if returned is given:
         return
     same = jax.tree_util.tree_structure(given) == jax.tree_util.tree_structure(returned) and all(

@@ -77,8 +77,7 @@ def restore_pytree(
 
 
 def _keep_missing(restored: Any, state: Any, where: Any) -> Any:
-    """Leaves of ``state`` the checkpoint lacks come back from orbax as shape structs: they
-    keep ``state``'s values instead (said in a warning), never a struct in place of an array."""
+    """Leaves the checkpoint lacks (orbax gives shape structs) keep ``state``'s values, with a warning."""
     missing: list[str] = []
 
     def pick(path: Any, new: Any, old: Any) -> Any:

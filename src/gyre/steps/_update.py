@@ -21,9 +21,7 @@ from gyre.steps._precision import MixedPrecision
 
 
 class Update(NamedTuple):
-    """What :func:`train_update` returns: the loss and values (reduced over microbatches, then
-    settled), the gradients (averaged, before clipping), the new state, and the gradients'
-    norm (with clipping) and the state's count of skipped updates (with skip)."""
+    """What :func:`train_update` returns: loss, values, averaged unclipped gradients, the new state, the gradients' norm and the skipped count."""
 
     loss: jax.Array
     values: Any
