@@ -379,7 +379,8 @@ class TqdmBar(_Bar):
 
 
 def tqdm_bar(total: int | Period | None = None, *, interval: float = 0.5, values: str = "mean", **tqdm_kwargs: Any) -> TqdmBar:
-    """A tqdm progress bar with the epoch's values as its postfix (shown as :func:`keras_bar` shows them).
+    """A tqdm progress bar with the epoch's values as its postfix (shown as :func:`keras_bar` shows
+    them).
 
     Args:
         total: as :func:`keras_bar`'s.

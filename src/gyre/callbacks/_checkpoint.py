@@ -1,4 +1,5 @@
-"""``checkpoint``: save a run with orbax, keep the latest and the best checkpoints, load the newest good one to resume exactly.
+"""``checkpoint``: save a run with orbax, keep the latest and the best checkpoints, load the newest
+good one to resume exactly.
 
 Saves are asynchronous and atomic (a half-written checkpoint is never loaded); a background
 failure is raised at the next save or wait, naming its step. Loading verifies the record, the
@@ -26,7 +27,8 @@ from gyre.engine._snapshot import Checkpointer, Snapshot
 
 
 class Checkpoint(Checkpointer):
-    """The callback :func:`checkpoint` returns, and the :class:`~gyre.loop.Checkpointer` the engine saves and resumes through.
+    """The callback :func:`checkpoint` returns, and the :class:`~gyre.loop.Checkpointer` the engine
+    saves and resumes through.
 
     Its attributes are :func:`checkpoint`'s arguments (``directory`` made absolute).
 
@@ -82,7 +84,8 @@ class Checkpoint(Checkpointer):
     # -- the directory belongs to one run ----------------------------------------------------
 
     def on_loop_start(self) -> None:
-        """Claims the directory for this run, as the first save does; call it before training to fail at once.
+        """Claims the directory for this run, as the first save does; call it before training to
+        fail at once.
 
         Refuses another run's checkpoints (:class:`FileExistsError`) unless resumed from them or
         ``overwrite=True`` (then deletes them); sets damaged step directories aside as ``N.corrupt``
@@ -167,7 +170,8 @@ class Checkpoint(Checkpointer):
         return _monitor.as_number(value, self.monitor, owner="checkpoint", step=clock.steps)  # type: ignore[arg-type]
 
     def __call__(self, elapsed: Elapsed, state: Any, logs: Logs | None = None, loop: Any = None) -> None:
-        """Saves the run asynchronously (in a loop, through ``loop.request_save``); skips a step already saved.
+        """Saves the run asynchronously (in a loop, through ``loop.request_save``); skips a step
+        already saved.
 
         The state during step ``k`` already holds its update, so it is saved as step ``k + 1``
         (``elapsed.completed()``). ``logs`` is needed when ``monitor`` is set.
@@ -208,7 +212,8 @@ class Checkpoint(Checkpointer):
     on_epoch_end = __call__
 
     def save_snapshot(self, snapshot: Snapshot, *, wait: bool = False) -> None:
-        """Saves ``snapshot`` (files first, then the state, arrays and record), in the background unless ``wait``.
+        """Saves ``snapshot`` (files first, then the state, arrays and record), in the background
+        unless ``wait``.
 
         A step already saved or resumed from is skipped; one older than the newest on disk is
         skipped with a warning. Only ``snapshot.metrics[monitor]`` is kept.
@@ -304,7 +309,8 @@ class Checkpoint(Checkpointer):
         return None
 
     def load_snapshot(self, resume: Any, target_state: Any, *, target_arrays: Any = None) -> Snapshot | None:
-        """The snapshot ``resume`` names, restored into the structure of ``target_state``; marks this object as resumed.
+        """The snapshot ``resume`` names, restored into the structure of ``target_state``; marks
+        this object as resumed.
 
         Args:
             resume: ``"latest"`` (the newest that loads, damaged or misfitting ones skipped with a
@@ -369,7 +375,8 @@ class Checkpoint(Checkpointer):
         return snapshot
 
     def continue_from(self, step: int) -> dict[str, Any] | None:
-        """Marks this object as resumed from its newest record up to ``step`` (a loop's second checkpoint); returns that record's meta or ``None``.
+        """Marks this object as resumed from its newest record up to ``step`` (a loop's second
+        checkpoint); returns that record's meta or ``None``.
 
         Example:
             >>> import tempfile, gyre, jax.numpy as jnp
@@ -393,7 +400,8 @@ class Checkpoint(Checkpointer):
         return None
 
     def restore(self, target_state: Any, step: int | None = None) -> tuple[Any, Elapsed]:
-        """Loads a saved state into the structure of ``target_state``, and its clock; marks this object as resumed.
+        """Loads a saved state into the structure of ``target_state``, and its clock; marks this
+        object as resumed.
 
         Args:
             target_state: a pytree with the saved state's structure, shapes and dtypes
@@ -488,7 +496,8 @@ class Checkpoint(Checkpointer):
                 self._store.wait()
 
     def wait_until_finished(self) -> None:
-        """Blocks until every save started so far is on disk; raises :class:`CheckpointError` for a failed one."""
+        """Blocks until every save started so far is on disk; raises :class:`CheckpointError` for a
+        failed one."""
         with self._failures():
             self._store.wait()
 
@@ -516,7 +525,8 @@ def checkpoint(
     overwrite: bool = False,
     checksums: bool = True,
 ) -> Checkpoint:
-    """Saves a run with orbax, keeping the latest ``keep`` checkpoints and the best ``keep_best`` by ``monitor``, for an exact resume.
+    """Saves a run with orbax, keeping the latest ``keep`` checkpoints and the best ``keep_best`` by
+    ``monitor``, for an exact resume.
 
     In a task table it runs under its schedule; in a named loop's ``callbacks=`` on
     ``on_epoch_end``. In a loop it saves ``loop.snapshot()``; by hand, ``ckpt(elapsed, state)``.

@@ -230,7 +230,8 @@ def early_stopping(
     restore_best_weights: bool = False,
     initial_patience: int = 0,
 ) -> EarlyStopping:
-    """Stops the loop when ``monitor`` has not improved for ``patience`` evaluations (calls where it is logged).
+    """Stops the loop when ``monitor`` has not improved for ``patience`` evaluations (calls where it
+    is logged).
 
     In a named loop it runs on ``on_epoch_end``, after the evaluation. The monitored value must
     be a single number.

@@ -1,4 +1,5 @@
-"""The one improvement monitor of every early stopping and best-model ranking: the mode a name implies, the improvement rule, and the monitored entry read from the logs."""
+"""The one improvement monitor of every early stopping and best-model ranking: the mode a name
+implies, the improvement rule, and the monitored entry read from the logs."""
 
 from __future__ import annotations
 
@@ -133,7 +134,8 @@ def score(mode: str, value: Any) -> float:
 
 
 class Improvement:
-    """The improvement rule: strictly beyond ``best`` by ``min_delta`` (times ``|best|`` when relative); a NaN never improves; ``wait`` counts misses in a row."""
+    """The improvement rule: strictly beyond ``best`` by ``min_delta`` (times ``|best|`` when
+    relative); a NaN never improves; ``wait`` counts misses in a row."""
 
     def __init__(
         self, mode: str, *, min_delta: float = 0.0, relative: bool = False, patience: Any = None,

@@ -31,7 +31,8 @@ def check_mode(values: Any, owner: str) -> str:
 
 
 class RunningValues:
-    """Running means over the current epoch (or last values) of the absorbed records' scalar entries."""
+    """Running means over the current epoch (or last values) of the absorbed records' scalar
+    entries."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
@@ -90,7 +91,8 @@ class BarValues(RunningValues, FollowsHistory):
         self.absorb(self._read(wait=wait))
 
     def read(self, *, wait: bool = False) -> dict[str, float]:
-        """The values to show now (``wait``: every record so far, waiting for the device, at the loop's end)."""
+        """The values to show now (``wait``: every record so far, waiting for the device, at the
+        loop's end)."""
         self._send(wait=wait)
         return self.shown()
 

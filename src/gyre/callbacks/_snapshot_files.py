@@ -1,4 +1,5 @@
-"""The files a checkpoint directory holds beside its steps (:attr:`Snapshot.files`, the history's blocks).
+"""The files a checkpoint directory holds beside its steps (:attr:`Snapshot.files`, the history's
+blocks).
 
 Process 0 writes each atomically (not fsync'ed); rotation never deletes them;
 ``gyre-files.json`` lists them so gyre deletes only what it wrote.
@@ -22,7 +23,8 @@ _TEMPORARY = ".tmp-gyre-"
 
 
 def check_file_name(name: Any) -> str:
-    """A :attr:`Snapshot.files` name, checked: a relative path that cannot be taken for a step, a temporary folder or gyre's marker."""
+    """A :attr:`Snapshot.files` name, checked: a relative path that cannot be taken for a step, a
+    temporary folder or gyre's marker."""
     parts = name.split("/") if isinstance(name, str) else []
     top = parts[0] if parts else ""
     if (

@@ -1,4 +1,5 @@
-"""Where ``gyre.checkpoint`` keeps its checkpoints: orbax's ``CheckpointManager`` and the files beside it.
+"""Where ``gyre.checkpoint`` keeps its checkpoints: orbax's ``CheckpointManager`` and the files
+beside it.
 
 Step ``N`` is ``<root>/N`` (renamed from a temporary name when complete), holding ``state/``,
 ``arrays/`` (:attr:`Snapshot.arrays`), orbax's metadata, and ``gyre/metadata``: the JSON
@@ -113,7 +114,8 @@ def _read_json(path: str, rel: str) -> Any:
 
 
 class Store:
-    """The checkpoints of one directory, through orbax; ``read_only`` creates, saves and deletes nothing."""
+    """The checkpoints of one directory, through orbax; ``read_only`` creates, saves and deletes
+    nothing."""
 
     def __init__(
         self,
@@ -180,7 +182,8 @@ class Store:
         return sorted(int(n) for n in os.listdir(self.root) if n.isdigit() and os.path.isdir(self.step_dir(int(n))))
 
     def steps(self) -> list[int]:
-        """The saved steps (and the one being saved), in increasing order; a step directory without a record is not one."""
+        """The saved steps (and the one being saved), in increasing order; a step directory without
+        a record is not one."""
         return sorted(
             s for s in self.manager.all_steps() if self.has_record(s) or not os.path.isdir(self.step_dir(s))
         )
@@ -197,7 +200,8 @@ class Store:
         return self.manager.metrics(step) if self.score is not None else None
 
     def _recorded_metrics(self, step: int) -> Any:
-        """The metrics of step ``step``'s checksummed record; orbax's copy when the record cannot be read."""
+        """The metrics of step ``step``'s checksummed record; orbax's copy when the record cannot be
+        read."""
         try:
             return self.read_record(step).get("metrics")
         except Unreadable:
@@ -215,7 +219,8 @@ class Store:
     # -- saving ----------------------------------------------------------------------------
 
     def record(self, snapshot: Snapshot, metrics: Mapping[str, float] | None, checksums: bool) -> dict[str, Any]:
-        """The JSON record of a snapshot (checksums computed from one host copy), with its own CRC-32."""
+        """The JSON record of a snapshot (checksums computed from one host copy), with its own
+        CRC-32."""
         record = {
             "format": FORMAT,
             "step": int(snapshot.step),
@@ -235,7 +240,8 @@ class Store:
     def save(
         self, snapshot: Snapshot, *, metrics: Mapping[str, float] | None, checksums: bool = True, wait: bool = False
     ) -> None:
-        """Writes ``snapshot`` after its files (in the background unless ``wait``), first raising a failed previous save."""
+        """Writes ``snapshot`` after its files (in the background unless ``wait``), first raising a
+        failed previous save."""
         import orbax.checkpoint as ocp
 
         step = int(snapshot.step)
@@ -256,13 +262,15 @@ class Store:
             self.wait()
 
     def finished_pending(self) -> bool:
-        """Whether a background save has ended, so :meth:`wait` returns at once; always ``False`` on several processes (waiting is collective)."""
+        """Whether a background save has ended, so :meth:`wait` returns at once; always ``False`` on
+        several processes (waiting is collective)."""
         if self.pending is None or self._manager is None or jax.process_count() > 1:
             return False
         return not self._manager.is_saving_in_progress()
 
     def wait(self) -> None:
-        """Blocks until the save in flight is on disk; raises :class:`CheckpointError` naming its step if it failed."""
+        """Blocks until the save in flight is on disk; raises :class:`CheckpointError` naming its
+        step if it failed."""
         if self._manager is None or self.pending is None:  # nothing started since the last wait
             return
         step, self.pending = self.pending, None
@@ -320,7 +328,8 @@ class Store:
                              "saved (checksum mismatch: a file was changed after the save)")
 
     def _check_files(self, step: int, record: dict[str, Any]) -> None:
-        """orbax's metadata files must be present and parse (orbax reads some leniently: an emptied one would load)."""
+        """orbax's metadata files must be present and parse (orbax reads some leniently: an emptied
+        one would load)."""
         items = ["state"] + (["arrays"] if record.get("arrays") else [])
         _read_json(os.path.join(self.step_dir(step), "_CHECKPOINT_METADATA"), "_CHECKPOINT_METADATA")
         for item in items:
@@ -339,7 +348,8 @@ class Store:
         )
 
     def read(self, step: int, target_state: Any, target_arrays: Any = None) -> Snapshot:
-        """Step ``step`` restored into ``target_state`` (and ``target_arrays``) and verified, else :class:`Unreadable`."""
+        """Step ``step`` restored into ``target_state`` (and ``target_arrays``) and verified, else
+        :class:`Unreadable`."""
         import orbax.checkpoint as ocp
 
         record = self.read_record(step)
@@ -383,7 +393,8 @@ class Store:
     # -- housekeeping (process 0; the caller syncs) ----------------------------------------
 
     def _remove_unfinished(self) -> None:
-        """Deletes what failed saves left; run at every save and at :meth:`close`, as a failed save's writers may still run."""
+        """Deletes what failed saves left; run at every save and at :meth:`close`, as a failed
+        save's writers may still run."""
         if self._unfinished and is_primary():
             for name in self._temporaries():
                 if name.split(".")[0] in {str(s) for s in self._unfinished}:
@@ -395,7 +406,8 @@ class Store:
         return sorted(n for n in os.listdir(self.root) if TEMPORARY in n)
 
     def set_aside(self, step: int, suffix: str = SET_ASIDE) -> str:
-        """Renames step ``step``'s directory to ``N.corrupt`` (or ``N.<suffix>``, ``-2``...) and returns it."""
+        """Renames step ``step``'s directory to ``N.corrupt`` (or ``N.<suffix>``, ``-2``...) and
+        returns it."""
         target, n = f"{self.step_dir(step)}{suffix}", 1
         while os.path.exists(target):
             n += 1

@@ -23,7 +23,8 @@ from gyre.parallel.distributed import is_main_process
 
 
 def is_number(value: Any) -> bool:
-    """A real number: a Python one (``bool`` too) or a 0-d numeric array, read by ``shape`` and ``dtype`` only."""
+    """A real number: a Python one (``bool`` too) or a 0-d numeric array, read by ``shape`` and
+    ``dtype`` only."""
     if isinstance(value, numbers.Real):
         return True
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
@@ -31,7 +32,8 @@ def is_number(value: Any) -> bool:
 
 
 def _column(count: int, rows: np.ndarray, values: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """An entry as (which records hold a scalar number, the numbers with NaN elsewhere), or ``None``."""
+    """An entry as (which records hold a scalar number, the numbers with NaN elsewhere), or
+    ``None``."""
     present, found = np.zeros(count, bool), np.full(count, np.nan)
     if isinstance(values, np.ndarray) and numeric_dtype(values.dtype):
         if values.ndim != 1:
@@ -49,7 +51,8 @@ def _column(count: int, rows: np.ndarray, values: Any) -> tuple[np.ndarray, np.n
 def scalar_runs(
     block: Block, keep: np.ndarray | None = None
 ) -> Iterator[tuple[int, tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]]:
-    """The scalar numbers of ``block``'s rows in ``keep``, as runs of records holding the same entries: ``(first row, names, steps, dates, values)``."""
+    """The scalar numbers of ``block``'s rows in ``keep``, as runs of records holding the same
+    entries: ``(first row, names, steps, dates, values)``."""
     keys, present, found = [], [], []
     for key, (rows, values) in block.entries.items():
         column = _column(block.count, rows, values)
@@ -81,7 +84,8 @@ def scalar_rows(block: Block, keep: np.ndarray | None = None) -> Iterator[tuple[
 
 
 class FollowsHistory:
-    """A position in the calling loop's history (or, called by hand, a history of its own); subclasses define ``_send(wait=...)``."""
+    """A position in the calling loop's history (or, called by hand, a history of its own);
+    subclasses define ``_send(wait=...)``."""
 
     _silent: bool | None = None  # decided at the first call: only process 0 sends
     _reads_history = True  # in a loop, it ignores its logs argument (gyre.engine._tasks.reads_history)
@@ -125,7 +129,8 @@ class FollowsHistory:
 
 
 def _start_of(loop: Any) -> int | None:
-    """Where ``loop``'s records begin in its history, whatever step calls first (a resumed loop's); ``None`` when it does not say."""
+    """Where ``loop``'s records begin in its history, whatever step calls first (a resumed loop's);
+    ``None`` when it does not say."""
     data = getattr(loop, "data", None)
     if data is None:
         return None

@@ -107,7 +107,8 @@ def validate_component(
 def check_section(
     kind: str, section: Mapping[str, Any], *, where: str, extra_allowed: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """:func:`validate_component` keeping ``class_name``: the checked section as a config stores it."""
+    """:func:`validate_component` keeping ``class_name``: the checked section as a config stores
+    it."""
     if kind not in REGISTRIES:
         raise ValueError(explain(
             f"no registry of {kind!r}",
@@ -131,7 +132,8 @@ def check_section(
 
 
 def validate_nested(kind: str, value: Any, *, where: str, extra_allowed: Sequence[str] = ()) -> Any:
-    """Checks the sections a value holds (one, a list, or a mapping of them; ``class_name`` kept); any other value is returned as it is.
+    """Checks the sections a value holds (one, a list, or a mapping of them; ``class_name`` kept);
+    any other value is returned as it is.
 
     Example:
         >>> validate_nested("loggers", 0.001, where="optimizer.learning_rate")
@@ -198,7 +200,8 @@ def _json(value: Any) -> str | None:
 
 
 def _signature(target: Any) -> tuple[list[inspect.Parameter], dict[str, Any], bool]:
-    """The keyword parameters of a class's ``__init__`` or a function, their annotations, and whether it takes ``**kwargs``."""
+    """The keyword parameters of a class's ``__init__`` or a function, their annotations, and
+    whether it takes ``**kwargs``."""
     function = target
     skip = set()
     if inspect.isclass(target) and "__wrapped__" in vars(target):
@@ -227,7 +230,8 @@ def _signature(target: Any) -> tuple[list[inspect.Parameter], dict[str, Any], bo
 def check_signature(
     kind: str, name: str, target: Any, data: dict[str, Any], where: str, extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
-    """A section's keys checked against ``target``'s signature, as :func:`validate_component` does."""
+    """A section's keys checked against ``target``'s signature, as :func:`validate_component`
+    does."""
     parameters, hints, takes_any = _signature(target)
     names = [p.name for p in parameters]
     out: dict[str, Any] = {}
@@ -277,7 +281,8 @@ def check_signature(
 
 
 def _default(annotation: Any, default: Any) -> Any:
-    """A default as the config would hold it, or ``_NOT_FILLED`` when it is not plain data matching its annotation."""
+    """A default as the config would hold it, or ``_NOT_FILLED`` when it is not plain data matching
+    its annotation."""
     text = _json(default)
     if text is None or json.loads(text) != plain(default):
         return _NOT_FILLED
@@ -310,7 +315,8 @@ def _cached_adapter(annotation: Any) -> TypeAdapter[Any] | None:
 
 
 def check_value(annotation: Any, value: Any, *, path: str, owner: str = "the key") -> Any:
-    """``value`` checked strictly, as if read from JSON, against ``annotation``: converted, or a :class:`ConfigError` naming ``path``."""
+    """``value`` checked strictly, as if read from JSON, against ``annotation``: converted, or a
+    :class:`ConfigError` naming ``path``."""
     adapter = _adapter(annotation)
     text = _json(value)
     if adapter is None:
@@ -401,7 +407,8 @@ def _with_model(model: type[BaseModel], data: dict[str, Any], where: str) -> dic
 
 
 def from_pydantic(err: ValidationError, model: type[BaseModel], where: str) -> ConfigError:
-    """A pydantic ``ValidationError`` as a :class:`ConfigError` naming the dotted path (our own errors pass through)."""
+    """A pydantic ``ValidationError`` as a :class:`ConfigError` naming the dotted path (our own
+    errors pass through)."""
     mistakes: list[str] = []
     for error in err.errors(include_url=False):
         cause = (error.get("ctx") or {}).get("error")
@@ -429,7 +436,8 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
 
 
 def _walk(model: type[BaseModel], loc: Sequence[Any]) -> tuple[list[str], Any, type[BaseModel] | None]:
-    """The leading parts of ``loc`` that name fields, the last one's annotation, and its model (or None)."""
+    """The leading parts of ``loc`` that name fields, the last one's annotation, and its model (or
+    None)."""
     parts: list[str] = []
     annotation: Any = _EMPTY
     current: type[BaseModel] | None = model

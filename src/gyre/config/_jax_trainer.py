@@ -28,7 +28,8 @@ def is_jax_trainer_section(section: object) -> bool:
 
 
 def jax_trainer_component(section: dict[str, Any], where: str) -> dict[str, Any]:
-    """A trainer or model section in jax_trainer's form (``name``: a dotted path's last part; ``hparams``) as gyre's."""
+    """A trainer or model section in jax_trainer's form (``name``: a dotted path's last part;
+    ``hparams``) as gyre's."""
     if "class_name" in section or not isinstance(section.get("name"), str):
         return section
     out = {k: v for k, v in section.items() if k not in ("name", "hparams")}
@@ -51,7 +52,8 @@ _DATASET_KEYS = {"batch_size": "global_batch_size"}
 
 
 def jax_trainer_dataset(section: dict[str, Any], where: str = "dataset") -> dict[str, Any]:
-    """A dataset section in jax_trainer's form as gyre's; only jax_trainer's own data sets are accepted."""
+    """A dataset section in jax_trainer's form as gyre's; only jax_trainer's own data sets are
+    accepted."""
     if "class_name" in section or "constructor" not in section:
         return section
     data = dict(section)
@@ -154,7 +156,8 @@ def _schedule(lr: Any, config: Mapping[str, Any], where: str) -> Any:
 
 
 def from_jax_trainer(section: Any, *, where: str = "optimizer") -> dict[str, Any]:
-    """A jax_trainer optimizer section (``name``, ``lr``, ``params``, ``transforms``, ``scheduler``) as gyre's.
+    """A jax_trainer optimizer section (``name``, ``lr``, ``params``, ``transforms``, ``scheduler``)
+    as gyre's.
 
     ``params`` are the optimizer's keyword arguments (``beta1``/``beta2`` are Adam's ``b1``/``b2``);
     a name other than adam, adamw, sgd and lamb is the optax optimizer of that name.

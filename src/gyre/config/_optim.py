@@ -49,7 +49,8 @@ def assemble_optimizer(
     transforms: TransformsConfig | list[Transform] = (),
     log_learning_rate: bool = True,
 ) -> optax.GradientTransformation:
-    """``core`` with its learning rate injected and the transforms chained around it; use it to register an optimizer.
+    """``core`` with its learning rate injected and the transforms chained around it; use it to
+    register an optimizer.
 
     Args:
         core: ``learning_rate -> optax optimizer``.
@@ -97,7 +98,8 @@ def _beta(key: str, value: object) -> float:
 
 
 def _weight_decay(value: object) -> tuple[float, Callable[[Any], Any] | None]:
-    """The rate and mask of an optimizer's own decoupled weight decay (``before_optimizer: true`` is an error)."""
+    """The rate and mask of an optimizer's own decoupled weight decay (``before_optimizer: true`` is
+    an error)."""
     where = here("weight_decay")
     if isinstance(value, (Mapping, Transform)):
         section = (
@@ -208,7 +210,8 @@ def SGD(  # noqa: N802
     transforms: TransformsConfig = (),
     log_learning_rate: bool = True,
 ) -> optax.GradientTransformation:
-    """Stochastic gradient descent (``optax.sgd``); ``momentum`` 0 or ``null`` keeps no momentum state.
+    """Stochastic gradient descent (``optax.sgd``); ``momentum`` 0 or ``null`` keeps no momentum
+    state.
 
     Example:
         >>> import jax.numpy as jnp
@@ -245,7 +248,8 @@ def Lamb(  # noqa: N802
     transforms: TransformsConfig = (),
     log_learning_rate: bool = True,
 ) -> optax.GradientTransformation:
-    """LAMB as the kpoeppel fork builds it: the trust ratio applies only to the parameters the weight decay's mask chooses.
+    """LAMB as the kpoeppel fork builds it: the trust ratio applies only to the parameters the
+    weight decay's mask chooses.
 
     ``weight_decay`` as in :func:`AdamW`; left out, a ``WeightDecay`` of 0 with its default mask
     (paths ending in ``weight`` or ``kernel``); a number decays, and trust-ratios, every parameter.

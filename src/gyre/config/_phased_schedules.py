@@ -145,7 +145,8 @@ def WarmupCosineDecaySchedule(  # noqa: N802
     end_value: float | None = None,
     exponent: float = 1.0,
 ) -> optax.Schedule:
-    """Linear warmup to ``peak_value`` over ``warmup_steps``, then cosine decay to the end value over ``decay_steps``.
+    """Linear warmup to ``peak_value`` over ``warmup_steps``, then cosine decay to the end value
+    over ``decay_steps``.
 
     ``decay_steps`` excludes the warmup (jax_trainer's meaning, not optax's); give ``steps``,
     ``decay_steps`` or both (they must agree). The end value is ``end_value`` or ``peak_value *

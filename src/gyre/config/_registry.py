@@ -1,4 +1,5 @@
-"""Registries: the only way a ``class_name`` in a config becomes a Python object (a config never imports a dotted path)."""
+"""Registries: the only way a ``class_name`` in a config becomes a Python object (a config never
+imports a dotted path)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def _concrete_configs(base: type) -> list[type]:
 
 
 class ConfigTyped(type):
-    """Metaclass giving an interface ``cfgtype``: the union of the config classes under its ``config_class`` (compoconf's).
+    """Metaclass giving an interface ``cfgtype``: the union of the config classes under its
+    ``config_class`` (compoconf's).
 
     Example:
         >>> import dataclasses
@@ -54,7 +56,8 @@ class ConfigTyped(type):
     """
 
     def typed_configs(cls) -> list[type]:
-        """The config classes ``cfgtype`` joins; interfaces whose components bring their own configs override it."""
+        """The config classes ``cfgtype`` joins; interfaces whose components bring their own configs
+        override it."""
         base = getattr(cls, "config_class", None)
         return _concrete_configs(base) if isinstance(base, type) else []
 
@@ -105,7 +108,8 @@ class Registry:
     def register(self, name: str | None = None, /, *, replace: bool = False) -> Callable[[T], T]: ...
 
     def register(self, target: Any = None, /, *, replace: bool = False) -> Any:
-        """Registers under ``__name__`` or a given name; a different object under a taken name needs ``replace=True``.
+        """Registers under ``__name__`` or a given name; a different object under a taken name needs
+        ``replace=True``.
 
         Example:
             >>> r = Registry("callbacks")
@@ -143,7 +147,8 @@ class Registry:
         self._items[name] = obj
 
     def get(self, name: str, *, where: str = "class_name") -> Any:
-        """The component registered as ``name``; an unknown name is a ``KeyError`` listing the registered ones.
+        """The component registered as ``name``; an unknown name is a ``KeyError`` listing the
+        registered ones.
 
         Example:
             >>> r = Registry("schedules")

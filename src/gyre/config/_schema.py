@@ -1,4 +1,5 @@
-"""The strict config schema: pydantic models of the whole config, ``trainer`` and ``trainer.logger``; every mistake is a :class:`ConfigError`."""
+"""The strict config schema: pydantic models of the whole config, ``trainer`` and
+``trainer.logger``; every mistake is a :class:`ConfigError`."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ from gyre.core._errors import describe, explain, suggest
 
 
 def validate_tool_section(section: Any, *, where: str = "trainer.logger.tool_config") -> dict[str, Any]:
-    """Checks a ``tool_config`` section against ``LOGGERS``; a ``log_dir`` key is an error (the trainer's)."""
+    """Checks a ``tool_config`` section against ``LOGGERS``; a ``log_dir`` key is an error (the
+    trainer's)."""
     data = section_mapping(section, where)
     if "log_dir" in data:
         raise ConfigError(explain(
@@ -55,7 +57,8 @@ def validate_tool_section(section: Any, *, where: str = "trainer.logger.tool_con
 
 
 class _Section(BaseModel):
-    """A strict section: unknown keys and wrong types are :class:`ConfigError`\\ s naming their dotted path."""
+    """A strict section: unknown keys and wrong types are :class:`ConfigError`\\ s naming their
+    dotted path."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     section_path: ClassVar[str] = ""
@@ -178,7 +181,8 @@ def tool_section(tool: Any, project_name: Any, tool_config: Any, *, where: str) 
 
 
 class _NamedSectionMeta(type(_Section)):  # type: ignore[misc]
-    """Gives a trainer config class a ``class_name`` on the class (the trainer whose ``config_class`` it is), for compoconf."""
+    """Gives a trainer config class a ``class_name`` on the class (the trainer whose
+    ``config_class`` it is), for compoconf."""
 
     def __getattr__(cls, name: str) -> Any:
         fields = cls.__dict__.get("__pydantic_fields__")
@@ -254,7 +258,8 @@ class TrainerConfig(_Section, metaclass=_NamedSectionMeta):
 
 
 def _check_monitor_mode(section: dict[str, Any], where: str) -> None:
-    """Refuses a checkpoint's or early stopping's mode that contradicts its monitor's name, as the callback does."""
+    """Refuses a checkpoint's or early stopping's mode that contradicts its monitor's name, as the
+    callback does."""
     monitor, mode = section.get("monitor"), section.get("mode")
     if not (isinstance(monitor, str) and mode in ("min", "max")):
         return
@@ -286,7 +291,8 @@ _OPTIMIZER_PARTS = ("schedules", "transforms")
 
 
 def _optimizer_part(value: Any, where: str) -> Any:
-    """The schedules and transforms inside an optimizer section, checked against their registries, recursively."""
+    """The schedules and transforms inside an optimizer section, checked against their registries,
+    recursively."""
     if is_section(value):
         name = value["class_name"]
         kinds = [k for k in _OPTIMIZER_PARTS if isinstance(name, str) and name in REGISTRIES[k]]
@@ -311,7 +317,8 @@ def _optimizer_part(value: Any, where: str) -> Any:
 
 
 def validate_optimizer(section: Any, *, where: str = "optimizer") -> dict[str, Any]:
-    """Checks an optimizer section (jax_trainer's form rewritten first) and the schedule and transform sections inside it."""
+    """Checks an optimizer section (jax_trainer's form rewritten first) and the schedule and
+    transform sections inside it."""
     data = section_mapping(section, where)
     if is_jax_trainer_section(data):
         data = from_jax_trainer(data, where=where)
@@ -374,7 +381,8 @@ class Config(_Section):
     @model_validator(mode="before")
     @classmethod
     def _run_seed(cls, data: Any) -> Any:
-        """The top-level ``seed`` and ``trainer.seed`` are one seed: either sets the other; both must agree."""
+        """The top-level ``seed`` and ``trainer.seed`` are one seed: either sets the other; both
+        must agree."""
         trainer = data.get("trainer") if isinstance(data, Mapping) else None
         if isinstance(trainer, TrainerConfig):
             given = trainer.seed if "seed" in trainer.model_fields_set else None
@@ -434,7 +442,8 @@ class Config(_Section):
 
 
 def check_schedule(rate: Any, where: str = "optimizer.learning_rate") -> None:
-    """Builds a schedule section so its value mistakes are reported with the config's others (unless its length is the run's)."""
+    """Builds a schedule section so its value mistakes are reported with the config's others (unless
+    its length is the run's)."""
     from gyre.config._schedules import build_schedule
     from gyre.config._sections import RunLengthUnknown
 
@@ -452,7 +461,8 @@ def check_schedule(rate: Any, where: str = "optimizer.learning_rate") -> None:
 
 
 def model_kind(name: str) -> Literal["nnx", "linen"] | None:
-    """The flax API of the registered model ``name`` (``"linen"``, ``"nnx"``, else ``None``); the default ``model_mode``.
+    """The flax API of the registered model ``name`` (``"linen"``, ``"nnx"``, else ``None``); the
+    default ``model_mode``.
 
     Example:
         >>> import gyre.trainer  # registers SimpleCNN and SimpleCNNLinen

@@ -1,4 +1,5 @@
-"""Helpers the schedule, transform and optimizer builders share: the config path being built, sections called by signature, values checked by path."""
+"""Helpers the schedule, transform and optimizer builders share: the config path being built,
+sections called by signature, values checked by path."""
 
 import contextlib
 import inspect
@@ -65,7 +66,8 @@ class RunLengthUnknown(ValueError):
 
 
 def length(key: str, value: object, *, name: str, keys: str = "") -> int:
-    """A schedule's length: ``value`` (>= 1), else the run's (:func:`run_length`), else an error naming ``key``."""
+    """A schedule's length: ``value`` (>= 1), else the run's (:func:`run_length`), else an error
+    naming ``key``."""
     if value is not None:
         return whole(key, value, minimum=1)
     steps = run_steps()
@@ -98,7 +100,8 @@ def class_name_of(section: object, *, where: str, registry: Registry, also: str 
 def call_section(
     target: Callable[..., Any], name: str, section: Mapping[str, Any], *, where: str
 ) -> Any:
-    """Calls ``target`` with the section's keys after checking them against its signature; errors name ``where``."""
+    """Calls ``target`` with the section's keys after checking them against its signature; errors
+    name ``where``."""
     kwargs = {k: v for k, v in section.items() if k != "class_name"}
     check_keys(target, name, kwargs, where=where)
     with at(where):
@@ -177,7 +180,8 @@ def who(name: str) -> str:
 def real(
     key: str, value: object, *, minimum: float | None = None, above: float | None = None
 ) -> float:
-    """``value`` as a finite float (numeric strings such as ``"1e-3"`` too), within its bounds, else a clear error."""
+    """``value`` as a finite float (numeric strings such as ``"1e-3"`` too), within its bounds, else
+    a clear error."""
     bound = f" >= {minimum}" if minimum is not None else f" > {above}" if above is not None else ""
     fix = f"write {key or here().rsplit('.', 1)[-1]}: <a number{bound}>"
     return checks.real(value, here(key), minimum=minimum, above=above, text=True, fix=fix)

@@ -18,12 +18,14 @@ _F32 = jnp.float32
 
 
 def ramp(a: float, b: float, n: int) -> Any:
-    """The piece from ``a`` to ``b`` over ``n`` steps, exact at both ends (unlike optax's ``linear_schedule``)."""
+    """The piece from ``a`` to ``b`` over ``n`` steps, exact at both ends (unlike optax's
+    ``linear_schedule``)."""
     return lambda t: a + (b - a) * (t.astype(_F32) / n)
 
 
 def cosine(init: float, end: float, n: int, power: float) -> Any:
-    """The cosine piece from ``init`` to ``end`` over ``n`` steps, exact at both ends (unlike optax's)."""
+    """The cosine piece from ``init`` to ``end`` over ``n`` steps, exact at both ends (unlike
+    optax's)."""
     def piece(t: Any) -> Any:
         c = 0.5 * (1.0 + jnp.cos(jnp.pi * (t.astype(_F32) / n)))
         return init - (init - end) * (1.0 - c**power)
@@ -57,7 +59,8 @@ def decayed_end(
     name: str, base: float, factor: float | None, end: float | None, default: float,
     factor_key: str = "decay_factor",
 ) -> float:
-    """The end value ``base * factor``: ``factor``, or ``end`` (both must agree), or the ``default`` factor."""
+    """The end value ``base * factor``: ``factor``, or ``end`` (both must agree), or the ``default``
+    factor."""
     if factor is not None and end is not None and not close(end, base * factor):
         raise disagree(
             name, f"end_value and {factor_key} disagree: end_value = {base!r} * {factor_key} = {base * factor!r}",
@@ -104,7 +107,8 @@ def ConstantSchedule(  # noqa: N802 (config class names)
 def LinearSchedule(  # noqa: N802
     *, init_value: float, end_value: float, steps: int | None = None
 ) -> optax.Schedule:
-    """From ``init_value`` at step 0 linearly to ``end_value`` at ``steps`` (left out: the run's), then ``end_value``.
+    """From ``init_value`` at step 0 linearly to ``end_value`` at ``steps`` (left out: the run's),
+    then ``end_value``.
 
     Example:
         >>> s = LinearSchedule(init_value=1.0, end_value=0.0, steps=4)
@@ -126,7 +130,8 @@ def CosineSchedule(  # noqa: N802
     decay_factor: float | None = None,
     end_value: float | None = None,
 ) -> optax.Schedule:
-    """Cosine decay from ``init_value`` to ``alpha * init_value`` at ``decay_steps``, then constant (optax's formula).
+    """Cosine decay from ``init_value`` to ``alpha * init_value`` at ``decay_steps``, then constant
+    (optax's formula).
 
     jax_trainer's ``steps``, ``decay_factor`` and ``end_value`` name ``decay_steps``, ``alpha`` and
     ``init_value * alpha``. The factor left out is 0.1 with ``steps``, else 0.0.

@@ -1,4 +1,5 @@
-"""Gradient transforms built from config sections: regex-masked weight decay, clipping by norm and by value.
+"""Gradient transforms built from config sections: regex-masked weight decay, clipping by norm and
+by value.
 
 A leaf's path is its pytree keys joined by ``/`` (``params/Dense_0/kernel``, ``layers/0/kernel``;
 an nnx ``Variable``'s ``value`` is dropped). Regexes are searched anywhere in the path
@@ -62,7 +63,8 @@ class Transform(metaclass=ConfigTyped):
 
 @dataclasses.dataclass(frozen=True)
 class WeightDecayTransform(Transform):
-    """A weight-decay :class:`Transform` that also exposes ``value`` and ``mask`` (for AdamW and Lamb).
+    """A weight-decay :class:`Transform` that also exposes ``value`` and ``mask`` (for AdamW and
+    Lamb).
 
     Example:
         >>> wd = WeightDecay(value=0.1)
@@ -121,7 +123,8 @@ def WeightDecay(  # noqa: N802 (config class names)
     parameter_regex_exclude: str = "",
     before_optimizer: bool | None = None,
 ) -> WeightDecayTransform:
-    """Weight decay on the parameters chosen by regexes on their path (an empty regex matches nothing).
+    """Weight decay on the parameters chosen by regexes on their path (an empty regex matches
+    nothing).
 
     ``whitelist`` decays paths matching ``parameter_regex_include`` (default: ending in
     ``weight`` or ``kernel``) and not ``parameter_regex_exclude``; ``blacklist`` decays all but
@@ -250,7 +253,8 @@ def build_transform(section: object, *, where: str = "optimizer.transforms[0]") 
 
 
 def build_transforms(value: object, *, where: str = "optimizer.transforms") -> list[Transform]:
-    """The transforms of a list of sections, or a mapping of labels to sections, in order; ``None``: none.
+    """The transforms of a list of sections, or a mapping of labels to sections, in order; ``None``:
+    none.
 
     Example:
         >>> ts = build_transforms({"clip": {"class_name": "GradClipValue", "max_delta": 1.0},

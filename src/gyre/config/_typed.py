@@ -1,4 +1,5 @@
-"""The kpoeppel fork's schedule and optimizer classes: what a ``class_name`` section and ``Class(TypedConfig(...))`` both build.
+"""The kpoeppel fork's schedule and optimizer classes: what a ``class_name`` section and
+``Class(TypedConfig(...))`` both build.
 
 A schedule instance is the ``optax.Schedule`` with ``config`` and ``total_steps``; an optimizer
 instance is the ``optax.GradientTransformation`` with ``scheduler``, ``config`` and, for AdamW
@@ -38,7 +39,8 @@ def _config_or_keys(cls: type, config: Any, keys: Mapping[str, Any]) -> None:
 
 
 class ScheduleInterface(metaclass=ConfigTyped):
-    """A learning-rate schedule of the fork's form: ``Schedule(config)`` or ``Schedule(**keys)``; ``cfgtype`` annotates a config field.
+    """A learning-rate schedule of the fork's form: ``Schedule(config)`` or ``Schedule(**keys)``;
+    ``cfgtype`` annotates a config field.
 
     Example:
         >>> s = LinearSchedule(typed.LinearScheduleConfig(init_value=1.0, end_value=0.0, steps=4))
@@ -110,7 +112,8 @@ def _scheduler(rate: Any) -> Any:
 
 
 class OptimizerInterface(optax.GradientTransformationExtraArgs, metaclass=ConfigTyped):
-    """An optimizer of the fork's form: ``Optimizer(config)`` or ``Optimizer(**keys)``, with ``scheduler`` and ``config``.
+    """An optimizer of the fork's form: ``Optimizer(config)`` or ``Optimizer(**keys)``, with
+    ``scheduler`` and ``config``.
 
     Example:
         >>> tx = SGD(typed.SGDConfig(learning_rate=0.5))

@@ -1,4 +1,5 @@
-"""Typed config values in the kpoeppel fork's form (``SGDConfig(learning_rate=LinearScheduleConfig(...))``).
+"""Typed config values in the kpoeppel fork's form
+(``SGDConfig(learning_rate=LinearScheduleConfig(...))``).
 
 Each ``XConfig`` is a frozen dataclass whose ``class_name`` is the registered ``X`` and whose
 ``to_dict()`` is the same YAML section; it is checked when made, by the registered builders.
@@ -35,7 +36,8 @@ from gyre.core._errors import describe, explain, suggest
 
 
 class TypedConfigError(ConfigError, AssertionError):
-    """A mistake in a typed config value: a :class:`~gyre.config.ConfigError` that is also an ``AssertionError`` (the fork asserts).
+    """A mistake in a typed config value: a :class:`~gyre.config.ConfigError` that is also an
+    ``AssertionError`` (the fork asserts).
 
     Example:
         >>> try:
@@ -49,7 +51,8 @@ class TypedConfigError(ConfigError, AssertionError):
 
 
 def checked(build: Callable[..., Any], **keys: Any) -> Any:
-    """``build(**keys)``, its ``ValueError`` / ``TypeError`` raised as a :class:`TypedConfigError`."""
+    """``build(**keys)``, its ``ValueError`` / ``TypeError`` raised as a
+    :class:`TypedConfigError`."""
     try:
         return build(**keys)
     except (ValueError, TypeError) as error:
@@ -82,7 +85,8 @@ class _KeywordsChecked(type):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TypedConfig(metaclass=_KeywordsChecked):
-    """Every typed config value has ``class_name``, ``to_dict()`` (its YAML section) and ``instantiate()``.
+    """Every typed config value has ``class_name``, ``to_dict()`` (its YAML section) and
+    ``instantiate()``.
 
     Example:
         >>> GradClipValueConfig(max_delta=0.5).to_dict()
@@ -107,7 +111,8 @@ class TypedConfig(metaclass=_KeywordsChecked):
         return {"class_name": self.class_name, **self.keys()}
 
     def instantiate(self, interface: type | None = None) -> Any:
-        """The component this value describes, built as ``class_name`` is registered; ``interface`` is checked against it."""
+        """The component this value describes, built as ``class_name`` is registered; ``interface``
+        is checked against it."""
         if self.class_name is None:
             raise TypedConfigError(explain(
                 f"{type(self).__name__} is a base class: it builds nothing",
@@ -255,7 +260,8 @@ class ConcatScheduleConfig(BaseScheduleConfig):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WarmupCosineDecayScheduleConfig(BaseScheduleConfig):
-    """Linear warmup to ``peak_value``, then cosine decay to ``peak_value * decay_factor``; give two of ``steps``, ``warmup_steps``, ``decay_steps``.
+    """Linear warmup to ``peak_value``, then cosine decay to ``peak_value * decay_factor``; give two
+    of ``steps``, ``warmup_steps``, ``decay_steps``.
 
     Example:
         >>> WarmupCosineDecayScheduleConfig(peak_value=0.1, warmup_steps=20, decay_steps=80).steps
@@ -293,7 +299,8 @@ ScheduleConfigs = Union[  # noqa: UP007 (a runtime value, read by get_type_hints
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GradientTransformConfig(TypedConfig):
-    """Where a transform goes: on the gradients before the optimizer (``True``) or on its updates after.
+    """Where a transform goes: on the gradients before the optimizer (``True``) or on its updates
+    after.
 
     Example:
         >>> GradientTransformConfig().before_optimizer
@@ -369,7 +376,8 @@ def learning_rate_keys(value: Any) -> Any:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BaseOptimizerConfig(TypedConfig):
-    """Every optimizer config's fields: ``learning_rate`` (number or schedule config), ``transforms``, ``log_learning_rate``.
+    """Every optimizer config's fields: ``learning_rate`` (number or schedule config),
+    ``transforms``, ``log_learning_rate``.
 
     Example:
         >>> BaseOptimizerConfig(learning_rate=0.01).learning_rate

@@ -39,7 +39,8 @@ MAX_NODES = 100_000
 
 
 def _expanded_size(root: yaml.Node, where: str) -> int:
-    """How many values ``root`` stands for with aliases copied out; a :class:`ConfigError` past :data:`MAX_NODES` or for a self-holding node."""
+    """How many values ``root`` stands for with aliases copied out; a :class:`ConfigError` past
+    :data:`MAX_NODES` or for a self-holding node."""
     sizes: dict[int, int] = {}
     open_nodes: set[int] = set()
 
@@ -70,7 +71,8 @@ def _expanded_size(root: yaml.Node, where: str) -> int:
 
 
 class ConfigLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` with YAML 1.2's floats and booleans, dates as strings, duplicate keys refused."""
+    """``yaml.SafeLoader`` with YAML 1.2's floats and booleans, dates as strings, duplicate keys
+    refused."""
 
     def construct_document(self, node: yaml.Node) -> Any:
         """The document, once its expanded size is known to be bounded (see the module)."""
@@ -95,7 +97,8 @@ class ConfigLoader(yaml.SafeLoader):
 
 
 class ConfigDumper(yaml.SafeDumper):
-    """``yaml.SafeDumper`` quoting every string YAML 1.1 or :class:`ConfigLoader` would read as another type."""
+    """``yaml.SafeDumper`` quoting every string YAML 1.1 or :class:`ConfigLoader` would read as
+    another type."""
 
 
 ConfigLoader.yaml_implicit_resolvers = {
@@ -141,7 +144,8 @@ def _plain(value: Any) -> Any:
 
 
 def apply_override(data: dict[str, Any], override: str) -> None:
-    """Sets one ``dotted.key=value`` override in ``data`` in place (the value read as YAML; missing sections created)."""
+    """Sets one ``dotted.key=value`` override in ``data`` in place (the value read as YAML; missing
+    sections created)."""
     instance(override, "an override", str, kind="a 'dotted.key=value' string",
              expected="a str such as 'trainer.train_epochs=3'",
              fix="pass overrides as a list of strings", error=ConfigError)
@@ -225,7 +229,8 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], overrides: S
 
 
 def config_to_dict(config: BaseModel) -> dict[str, Any]:
-    """The resolved config (or a section) as plain data, defaults included, that :func:`load_config` reads back.
+    """The resolved config (or a section) as plain data, defaults included, that :func:`load_config`
+    reads back.
 
     Example:
         >>> from gyre.config import TrainerConfig
@@ -258,7 +263,8 @@ def dump_config(config: BaseModel) -> str:
 
 
 def flatten_configdict(cfg: Any, separation_mark: str = ".") -> dict[str, Any]:
-    """A nested config as one flat dict keyed by paths joined with ``separation_mark`` (jax_trainer's; lists kept whole).
+    """A nested config as one flat dict keyed by paths joined with ``separation_mark``
+    (jax_trainer's; lists kept whole).
 
     Example:
         >>> flatten_configdict({"a": 1, "b": {"c": 2, "d": {"e": 3}}}, separation_mark="/")
@@ -296,7 +302,8 @@ RESUME_FREE = ("trainer.resume", "trainer.enable_progress_bar", "trainer.logger.
 
 
 def changed_settings(before: str, after: Mapping[str, Any]) -> list[str]:
-    """The settings of ``after`` that differ from the saved YAML ``before``, as ``"key old → new"`` (:data:`RESUME_FREE` left out)."""
+    """The settings of ``after`` that differ from the saved YAML ``before``, as ``"key old → new"``
+    (:data:`RESUME_FREE` left out)."""
     try:
         old = yaml.load(before, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader)
     except (yaml.YAMLError, ConfigError):
@@ -316,7 +323,8 @@ def changed_settings(before: str, after: Mapping[str, Any]) -> list[str]:
 
 
 def warn_changed_settings(path: str | os.PathLike[str], after: Mapping[str, Any]) -> None:
-    """Warns (a :class:`~gyre.LoopWarning`) when a resumed run goes on with settings other than its saved config's."""
+    """Warns (a :class:`~gyre.LoopWarning`) when a resumed run goes on with settings other than its
+    saved config's."""
     changes = changed_settings(Path(path).read_text(encoding="utf-8"), after)
     if changes:
         warn(

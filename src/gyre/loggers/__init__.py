@@ -1,4 +1,5 @@
-"""Writers: one contract (:class:`Writer`), many destinations, and :func:`write_to`, which feeds them from a loop's history.
+"""Writers: one contract (:class:`Writer`), many destinations, and :func:`write_to`, which feeds
+them from a loop's history.
 
 Example:
     >>> import gyre, io

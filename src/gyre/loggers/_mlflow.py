@@ -42,7 +42,8 @@ def _tracking_uri(uri: Any) -> tuple[str, bool]:
 
 
 def _reach(uri: str) -> None:
-    """Raises at once when nothing listens at a server's address (MLflow's client retries for minutes)."""
+    """Raises at once when nothing listens at a server's address (MLflow's client retries for
+    minutes)."""
     parts = urllib.parse.urlsplit(uri)
     if urllib.request.getproxies().get(parts.scheme):
         return

@@ -11,7 +11,8 @@ from gyre.loggers._writer import Writer
 
 
 class MultiWriter(Writer):
-    """Sends every write to each of ``writers`` that writes that kind of value; a kind none writes raises.
+    """Sends every write to each of ``writers`` that writes that kind of value; a kind none writes
+    raises.
 
     ``flush`` and ``close`` reach every writer; the first error is raised after all of them.
 

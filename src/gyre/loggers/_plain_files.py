@@ -45,7 +45,8 @@ class _TextFileWriter(Writer):
 
 
 class CSVWriter(_TextFileWriter):
-    """Writes scalars to a CSV file (created or truncated at once, its folder too): ``step``, then a column per name.
+    """Writes scalars to a CSV file (created or truncated at once, its folder too): ``step``, then a
+    column per name.
 
     A name that appears late rewrites the file once with the wider header (earlier rows get an
     empty cell), so every row lines up with the header.
@@ -101,7 +102,8 @@ class CSVWriter(_TextFileWriter):
 
 
 class JSONLWriter(_TextFileWriter):
-    """Writes scalars as JSON lines, one ``{"step": ..., name: value}`` per write (file created or truncated at once; non-finite as ``NaN``).
+    """Writes scalars as JSON lines, one ``{"step": ..., name: value}`` per write (file created or
+    truncated at once; non-finite as ``NaN``).
 
     Example:
         >>> import gyre, os, tempfile

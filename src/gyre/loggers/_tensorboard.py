@@ -1,4 +1,5 @@
-"""``TensorBoardWriter``: TensorBoard event files, written with tensorboardX's protos and ``RecordWriter`` (no TensorFlow).
+"""``TensorBoardWriter``: TensorBoard event files, written with tensorboardX's protos and
+``RecordWriter`` (no TensorFlow).
 
 It skips tensorboardX's ``SummaryWriter`` (a second queue and thread, many times the Python
 per step) and encodes the blocks :func:`gyre.write_to` hands over together
@@ -39,7 +40,8 @@ _TENSORFLOW_BINS = _tensorflow_bins()
 
 
 class TensorBoardWriter(Writer):
-    """Writes TensorBoard event files into ``logdir``, created if missing (``pip install 'gyre[tensorboard]'``).
+    """Writes TensorBoard event files into ``logdir``, created if missing (``pip install
+    'gyre[tensorboard]'``).
 
     Events reach the disk at ``flush()``, ``close()`` and when the buffer fills; each writer
     writes its own event file.

@@ -15,12 +15,14 @@ WANDB_MODES = ("offline", "online", "disabled", "shared", "dryrun", "run")
 
 
 class WandbWriter(Writer):
-    """Writes to a W&B run that it starts (``pip install 'gyre[wandb]'``); ``close()`` finishes it. Steps must never decrease.
+    """Writes to a W&B run that it starts (``pip install 'gyre[wandb]'``); ``close()`` finishes it.
+    Steps must never decrease.
 
     Args:
         mode: ``"offline"`` (default: files only, ``wandb sync`` uploads later), ``"online"`` or
             ``"disabled"``.
-        dir: the folder of W&B's ``wandb/`` folder (default: ``$WANDB_DIR`` or the working directory).
+        dir: the folder of W&B's ``wandb/`` folder (default: ``$WANDB_DIR`` or the working
+            directory).
         **init_kwargs: anything else ``wandb.init`` takes (``config=``, ``tags=``...).
 
     Raises:

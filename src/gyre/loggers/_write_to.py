@@ -67,7 +67,8 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
             self._due = elapsed.steps + self.every
 
     def on_train_begin(self) -> None:
-        """In a ``train_loop``: evaluations reach the writer through the training history only from here on.
+        """In a ``train_loop``: evaluations reach the writer through the training history only from
+        here on.
 
         Example:
             >>> import gyre
@@ -93,7 +94,8 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         self(elapsed, logs, loop)
 
     def on_test_batch_end(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
-        """In a ``test_loop`` or ``predict_loop``: runs after every step; in a ``train_loop`` the evaluations come through the training history instead.
+        """In a ``test_loop`` or ``predict_loop``: runs after every step; in a ``train_loop`` the
+        evaluations come through the training history instead.
 
         Example:
             >>> import gyre
@@ -146,7 +148,8 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         self.sent += block.count
 
     def _thinned(self, block: Block, *, last: bool) -> np.ndarray:
-        """The rows to write under ``write_every``: its multiples, a row bringing a new name, and with ``last`` the block's last row."""
+        """The rows to write under ``write_every``: its multiples, a row bringing a new name, and
+        with ``last`` the block's last row."""
         keep = np.zeros(block.count, bool)
         runs = list(scalar_runs(block))
         for i, (start, names, steps, _, _) in enumerate(runs):

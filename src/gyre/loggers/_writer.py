@@ -35,7 +35,8 @@ from gyre.parallel.distributed import is_main_process
 KINDS = ("scalars", "histograms", "images", "texts", "hparams")
 
 #: A block is written in slices of about this many seconds, the writer's thread yielding the GIL
-#: between them, so a host-bound loop's thread is not starved (whole blocks or tiny slices were slower).
+#: between them so a host-bound loop's thread is not starved (whole blocks and tiny slices were
+#: both slower).
 SLICE_SECONDS = 0.001
 _WRITERS: list[type[Writer]] = []  # every writer class, in the order they were defined
 _OPEN: weakref.WeakSet[Writer] = weakref.WeakSet()  # writers with a thread, closed at exit
@@ -53,7 +54,8 @@ def _close_at_exit() -> None:
 
 
 class WriterError(RuntimeError):
-    """A write that failed on a writer's thread, raised at the caller's next call; ``__cause__`` is the original.
+    """A write that failed on a writer's thread, raised at the caller's next call; ``__cause__`` is
+    the original.
 
     Example:
         >>> issubclass(WriterError, RuntimeError)
@@ -193,7 +195,8 @@ class Writer:
         self._submit("scalars", _step(self._who, step), _scalars(self._who, "write_scalars", values))
 
     def write_histograms(self, step: int, arrays: Mapping[str, Any], num_buckets: int | None = None) -> None:
-        """Queues arrays whose distributions are written at ``step`` (``num_buckets`` bins, or the writer's default).
+        """Queues arrays whose distributions are written at ``step`` (``num_buckets`` bins, or the
+        writer's default).
 
         Example:
             >>> import gyre, tempfile, numpy as np
@@ -250,7 +253,8 @@ class Writer:
         self._submit("texts", _step(self._who, step), texts)
 
     def write_hparams(self, params: Mapping[str, Any], metrics: Mapping[str, Any] | None = None) -> None:
-        """Queues hyperparameters (numbers, bools, strings; else their ``str``) and, optionally, the final metrics.
+        """Queues hyperparameters (numbers, bools, strings; else their ``str``) and, optionally, the
+        final metrics.
 
         Example:
             >>> import gyre, io
@@ -267,11 +271,13 @@ class Writer:
         self._submit("hparams", params, found)
 
     def _write_block(self, block: Block, keep: np.ndarray | None = None) -> None:
-        """Queues a history block's scalars (rows in ``keep``) as one item, converted on the writer's thread."""
+        """Queues a history block's scalars (rows in ``keep``) as one item, converted on the
+        writer's thread."""
         self._submit("scalars", block, keep, batched=True)
 
     def flush(self) -> None:
-        """Waits until everything queued is written and flushed; raises :class:`WriterError` for a failed write.
+        """Waits until everything queued is written and flushed; raises :class:`WriterError` for a
+        failed write.
 
         Example:
             >>> import gyre, os, tempfile
@@ -290,7 +296,8 @@ class Writer:
         self._raise_pending()
 
     def close(self) -> None:
-        """Writes what is queued, closes the backend and stops the thread; a second call does nothing, a write after raises.
+        """Writes what is queued, closes the backend and stops the thread; a second call does
+        nothing, a write after raises.
 
         Example:
             >>> import gyre, io
@@ -417,7 +424,8 @@ class Writer:
         raise self._unsupported("scalars")
 
     def _scalar_block(self, block: Block, keep: np.ndarray | None) -> None:
-        """Writes a queued block's scalars, one :meth:`_scalars` call per record (yielding the GIL every ``SLICE_SECONDS``); override to write a run at once."""
+        """Writes a queued block's scalars, one :meth:`_scalars` call per record (yielding the GIL
+        every ``SLICE_SECONDS``); override to write a run at once."""
         clock = time.perf_counter
         until = clock() + SLICE_SECONDS
         for step, values in scalar_rows(block, keep):

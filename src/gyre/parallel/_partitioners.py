@@ -84,7 +84,8 @@ class Partitioner:
         return self.strategy.place_batch(batch)
 
     def shard_init_fn(self, init_fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``init_fn`` compiled so the state it builds lands directly on the strategy's state shardings.
+        """``init_fn`` compiled so the state it builds lands directly on the strategy's state
+        shardings.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -111,7 +112,8 @@ class Partitioner:
         donate: bool = False,
         **jit_kwargs: Any,
     ) -> Callable[..., Any]:
-        """jaxloop's ``partition``: ``fn(state, batch, **kwargs)`` compiled by the strategy, returning whatever ``fn`` returns.
+        """jaxloop's ``partition``: ``fn(state, batch, **kwargs)`` compiled by the strategy,
+        returning whatever ``fn`` returns.
 
         Outputs stay where XLA propagates them (nothing is gathered). ``donate=True`` donates the
         state unless ``jit_kwargs`` names its own donation; other ``jit_kwargs`` go to ``jax.jit``
@@ -135,7 +137,8 @@ class Partitioner:
         donate: bool = True,
         **jit_kwargs: Any,
     ) -> Callable[..., tuple[Any, Any]]:
-        """``fn(state, batch, **kwargs) -> (state, outputs)`` compiled by :meth:`gyre.Strategy.compile`; the state is donated unless ``donate=False``.
+        """``fn(state, batch, **kwargs) -> (state, outputs)`` compiled by
+        :meth:`gyre.Strategy.compile`; the state is donated unless ``donate=False``.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -203,7 +206,8 @@ class DataParallelPartitioner(Partitioner):
 
 
 class SPMDPartitioner(Partitioner):
-    """Parameters sharded as their flax annotations say, the batch split over ``data_axis`` (:class:`~gyre.SPMD` has the details).
+    """Parameters sharded as their flax annotations say, the batch split over ``data_axis``
+    (:class:`~gyre.SPMD` has the details).
 
     Example:
         >>> import gyre, jax, numpy as np

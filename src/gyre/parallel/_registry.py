@@ -35,7 +35,8 @@ def register_strategy(name: str, *, replace: bool) -> Callable[[C], C]: ...
 def register_strategy(
     name: str, *, constructor: StrategyConstructor | None = None, replace: bool = False
 ) -> Callable[[C], C] | None:
-    """Registers a strategy constructor under ``name``, for ``strategy="name"`` anywhere gyre takes one.
+    """Registers a strategy constructor under ``name``, for ``strategy="name"`` anywhere gyre takes
+    one.
 
     ciclo's signature: ``register_strategy(name, constructor=fn)``, or ``register_strategy(name)``
     as a decorator returning the constructor unchanged. The constructor is called with no

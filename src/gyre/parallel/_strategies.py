@@ -44,7 +44,8 @@ class Eager(Strategy):
 
 
 class Jit(Strategy):
-    """One device (default ``jax.devices()[0]``), compiled with ``jax.jit``, state donated unless ``donate=False``.
+    """One device (default ``jax.devices()[0]``), compiled with ``jax.jit``, state donated unless
+    ``donate=False``.
 
     ``gyre.JIT`` is the same class under ciclo's name (ciclo's ``donate_args=`` is accepted).
 

@@ -1,4 +1,5 @@
-"""The strategy base class: how a step ``(state, batch) -> (logs, state)`` is placed and compiled, on ``jax.sharding``."""
+"""The strategy base class: how a step ``(state, batch) -> (logs, state)`` is placed and compiled,
+on ``jax.sharding``."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ Step = Callable[[Any, Any], tuple[Any, Any]]
 
 
 class Strategy:
-    """Base class: subclasses define the mesh and shardings. Strategies configured alike compare equal (one jit cache entry).
+    """Base class: subclasses define the mesh and shardings. Strategies configured alike compare
+    equal (one jit cache entry).
 
     Example:
         >>> import gyre
@@ -87,7 +89,8 @@ class Strategy:
         return place(_numbers_as_arrays(state), shardings, copy=True)
 
     def place_batch(self, batch: Any, *, axis: int = 0) -> Any:
-        """The batch moved onto the batch sharding; with several processes, each process's batch becomes its slice of one global batch.
+        """The batch moved onto the batch sharding; with several processes, each process's batch
+        becomes its slice of one global batch.
 
         Example:
             >>> import gyre, numpy as np
@@ -127,7 +130,8 @@ class Strategy:
         donate: bool | None = None,
         **jit_kwargs: Any,
     ) -> Step:
-        """``step`` compiled for this strategy, the new state kept on :meth:`state_sharding` and the logs replicated.
+        """``step`` compiled for this strategy, the new state kept on :meth:`state_sharding` and the
+        logs replicated.
 
         One compiled function serves every state structure. The state is donated unless the
         strategy or this call says ``donate=False`` (evaluation should not donate). Batches must be
@@ -165,7 +169,8 @@ class Strategy:
         return jax.jit(placed_step, **options)
 
     def jit(self, fn: Callable[..., Any], *, donate: bool = False, **jit_kwargs: Any) -> Callable[..., Any]:
-        """``fn`` compiled with ``jax.jit`` under this strategy's mesh and rules, outputs unconstrained (:meth:`compile` is the form for steps).
+        """``fn`` compiled with ``jax.jit`` under this strategy's mesh and rules, outputs
+        unconstrained (:meth:`compile` is the form for steps).
 
         ``donate`` donates the first argument unless ``jit_kwargs`` names its own donation; a
         ``jit_kwargs`` key ``jax.jit`` lacks raises ``TypeError`` here.
@@ -203,7 +208,8 @@ class Strategy:
         return init
 
     def lift_batch_size(self, batch_size: int) -> int:
-        """ciclo's helper: the batch size each process loads so every device on the data axis gets ``batch_size``.
+        """ciclo's helper: the batch size each process loads so every device on the data axis gets
+        ``batch_size``.
 
         Example:
             >>> import gyre, jax
@@ -223,7 +229,8 @@ class Strategy:
 
 
 def check_jit_options(options: Mapping[str, Any]) -> None:
-    """Raises ``TypeError`` (jaxloop's type) for an option ``jax.jit`` does not have, before compiling."""
+    """Raises ``TypeError`` (jaxloop's type) for an option ``jax.jit`` does not have, before
+    compiling."""
     known = [name for name in inspect.signature(jax.jit).parameters if name != "fun"]
     for name in options:
         if name not in known:

@@ -77,7 +77,8 @@ def initialize(
     local_device_ids: int | Sequence[int] | None = None,
     **kwargs: Any,
 ) -> None:
-    """Connects this process to the others of a multi-process run (``jax.distributed``); call it first, before any JAX computation.
+    """Connects this process to the others of a multi-process run (``jax.distributed``); call it
+    first, before any JAX computation.
 
     Arguments left out come from ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``,
     ``JAX_PROCESS_ID``, else JAX's cluster detection (Slurm, Open MPI, Cloud TPU, Kubernetes).
@@ -201,7 +202,8 @@ def is_main_process() -> bool:
 
 
 def main_process_only(fn: F) -> F:
-    """Decorator: ``fn`` runs on process 0 only, returning ``None`` elsewhere; never for computations every process must join (they would hang).
+    """Decorator: ``fn`` runs on process 0 only, returning ``None`` elsewhere; never for
+    computations every process must join (they would hang).
 
     Example:
         >>> import gyre

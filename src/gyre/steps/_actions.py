@@ -1,4 +1,5 @@
-"""Checks shared by everything that holds jaxloop actions: a list of callables, each with a positive whole ``interval``."""
+"""Checks shared by everything that holds jaxloop actions: a list of callables, each with a positive
+whole ``interval``."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def check_interval(interval: Any, owner: str) -> int:
 
 
 def check_actions(actions: Any, name: str, owner: str, example: str) -> list[Any]:
-    """``actions`` as a checked list (``None``: none); ``example`` is the action shown in the fix."""
+    """``actions`` as a checked list (``None``: none); ``example`` is the action shown in the
+    fix."""
     if actions is None:
         return []
     if callable(actions) or isinstance(actions, str | bytes | Mapping) or not isinstance(actions, Iterable):

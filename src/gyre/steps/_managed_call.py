@@ -54,7 +54,8 @@ def _takes_batch(fn: Callable[..., Any], where: str) -> bool:
 
 
 def _as_pair(out: Any, state: Any, where: str) -> tuple[Any, Any]:
-    """``(logs, state)`` from what the function returned: the pair (``None`` parts: none / unchanged), the logs or the state."""
+    """``(logs, state)`` from what the function returned: the pair (``None`` parts: none /
+    unchanged), the logs or the state."""
     if isinstance(out, tuple) and len(out) == 2:
         logs, new = out
         if type(logs) is type(state) and isinstance(new, Mapping) and type(new) is not type(state):
@@ -119,7 +120,8 @@ def _shapes(tree: Any, limit: int = 300) -> str:
 
 
 def _check_params(given: Any, returned: Any, where: str) -> None:
-    """A clear error when the function returned params unlike those it received (the step computes their update itself)."""
+    """A clear error when the function returned params unlike those it received (the step computes
+    their update itself)."""
     if returned is given:
         return
     same = jax.tree_util.tree_structure(given) == jax.tree_util.tree_structure(returned) and all(
@@ -158,7 +160,8 @@ def check_floating_loss(name: str, value: Any, where: str) -> None:
 
 
 def total_loss(logs: Any, where: str = "train_step") -> jax.Array:
-    """The sum of the losses in ``logs``, in float32; a clear error when there are none or one is not a floating scalar."""
+    """The sum of the losses in ``logs``, in float32; a clear error when there are none or one is
+    not a floating scalar."""
     losses = logs.get("losses") if isinstance(logs, dict) else None
     if not losses:
         raise ValueError(

@@ -1,4 +1,5 @@
-"""Stateful metric objects in a managed step's logs, merged into the state's accumulators on the device (as ciclo does)."""
+"""Stateful metric objects in a managed step's logs, merged into the state's accumulators on the
+device (as ciclo does)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def _accumulator(state: Any, name: str, value: Any, where: str) -> tuple[Any, bo
 
 
 def merge_stateful_metrics(logs: Any, state: Any, where: str = "step") -> tuple[Any, Any]:
-    """Merges each metric object of ``logs.stateful_metrics`` into the state's accumulator of that name and logs its ``compute()``."""
+    """Merges each metric object of ``logs.stateful_metrics`` into the state's accumulator of that
+    name and logs its ``compute()``."""
     entries = logs.get("stateful_metrics") if isinstance(logs, Mapping) else None
     if not entries or not any(_is_metric(v) for v in entries.values()):
         return logs, state

@@ -92,7 +92,8 @@ class ManagedStep(LoopElement):
         return run(state, batch)
 
     def fuse(self, steps: int) -> StepFn:
-        """``(state, batches) -> (logs, state)`` running one step per row of stacked ``batches`` in one ``lax.scan``; logs come back stacked.
+        """``(state, batches) -> (logs, state)`` running one step per row of stacked ``batches`` in
+        one ``lax.scan``; logs come back stacked.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -113,7 +114,8 @@ class ManagedStep(LoopElement):
         return fused
 
     def with_nan_policy(self, policy: str) -> ManagedStep:
-        """This step as a loop with ``nan_policy=policy`` runs it: under ``"skip"``, a train step that drops non-finite updates; else this step.
+        """This step as a loop with ``nan_policy=policy`` runs it: under ``"skip"``, a train step
+        that drops non-finite updates; else this step.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -131,7 +133,8 @@ class ManagedStep(LoopElement):
         return variant
 
     def compiled_count(self) -> int:
-        """How many programs this step's compiled functions hold, its skipping form's included (for tests).
+        """How many programs this step's compiled functions hold, its skipping form's included (for
+        tests).
 
         Example:
             >>> from gyre.steps.managed import step

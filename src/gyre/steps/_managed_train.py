@@ -1,4 +1,5 @@
-"""The managed train step: the user's function as the objective of :func:`~gyre.steps._update.train_update` (the sum of its logged losses)."""
+"""The managed train step: the user's function as the objective of
+:func:`~gyre.steps._update.train_update` (the sum of its logged losses)."""
 
 from __future__ import annotations
 

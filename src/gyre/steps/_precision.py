@@ -14,7 +14,8 @@ from gyre.core._errors import describe, explain
 
 @dataclass(frozen=True)
 class MixedPrecision:
-    """Which dtype the step computes in: floating params and batch leaves are cast to ``compute_dtype``; gradients flow back to the float32 params.
+    """Which dtype the step computes in: floating params and batch leaves are cast to
+    ``compute_dtype``; gradients flow back to the float32 params.
 
     Example:
         >>> import jax.numpy as jnp
@@ -73,7 +74,8 @@ POLICIES = {
 
 
 def get_policy(policy: str | MixedPrecision | None) -> MixedPrecision:
-    """A precision from its name (``"float32"``, ``"bfloat16"``, ``"float16"``), ``None`` (float32) or a :class:`MixedPrecision`.
+    """A precision from its name (``"float32"``, ``"bfloat16"``, ``"float16"``), ``None`` (float32)
+    or a :class:`MixedPrecision`.
 
     Example:
         >>> get_policy("bfloat16").casts, get_policy(None).casts

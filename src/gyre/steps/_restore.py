@@ -1,4 +1,5 @@
-"""Reading jaxloop's checkpoints (a plain orbax ``CheckpointManager``: item ``<dir>/N/<item>``) onto the shardings of a state you have."""
+"""Reading jaxloop's checkpoints (a plain orbax ``CheckpointManager``: item ``<dir>/N/<item>``) onto
+the shardings of a state you have."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ _log = logging.getLogger(__name__)
 
 
 def latest_step(checkpoint_dir: str | os.PathLike[str]) -> int | None:
-    """The newest complete step an orbax ``CheckpointManager`` saved in ``checkpoint_dir``, or ``None``."""
+    """The newest complete step an orbax ``CheckpointManager`` saved in ``checkpoint_dir``, or
+    ``None``."""
     from orbax.checkpoint import path as ocp_path
 
     if not os.path.isdir(os.fspath(checkpoint_dir)):
@@ -33,7 +35,8 @@ def restore_pytree(
     item: str = "default",
     transforms: Any = None,
 ) -> Any:
-    """Item ``item`` of step ``step``, restored with the structure, shapes, dtypes and shardings of ``state``.
+    """Item ``item`` of step ``step``, restored with the structure, shapes, dtypes and shardings of
+    ``state``.
 
     ``transforms`` default to reading every ``params`` leaf, as jaxloop does. A leaf the
     checkpoint lacks keeps ``state``'s value, with a warning. A missing item is a
@@ -77,7 +80,8 @@ def restore_pytree(
 
 
 def _keep_missing(restored: Any, state: Any, where: Any) -> Any:
-    """Leaves the checkpoint lacks (orbax gives shape structs) keep ``state``'s values, with a warning."""
+    """Leaves the checkpoint lacks (orbax gives shape structs) keep ``state``'s values, with a
+    warning."""
     missing: list[str] = []
 
     def pick(path: Any, new: Any, old: Any) -> Any:

@@ -1,4 +1,5 @@
-"""jaxloop's ``Step``: a class whose ``run`` is the maths of one step, compiled and sharded by a partitioner.
+"""jaxloop's ``Step``: a class whose ``run`` is the maths of one step, compiled and sharded by a
+partitioner.
 
 A call runs ``preprocess_batch`` and ``shard_batch`` on the host, then ``begin``, the compiled
 ``run`` and ``end``; as in jaxloop, only ``run`` is compiled (once, the state donated when the
@@ -36,7 +37,8 @@ _STEP_ACTION = "StepNumberAction(writer, interval=10)"  # the action an error's 
 
 
 class Step:
-    """One train or eval step in jaxloop's shape: override :meth:`run` (and optionally :meth:`preprocess_batch`, :meth:`begin`, :meth:`end`).
+    """One train or eval step in jaxloop's shape: override :meth:`run` (and optionally
+    :meth:`preprocess_batch`, :meth:`begin`, :meth:`end`).
 
     The arguments are jaxloop's, in its order.
 
@@ -169,7 +171,8 @@ class Step:
 
     # -- the model -------------------------------------------------------------------------------
     def initialize_model(self, spec: Any, log_num_params: bool = False, **kwargs: Any) -> TrainState:
-        """A :class:`~gyre.TrainState` for the model, initialised from a spec of one input batch, placed by the partitioner.
+        """A :class:`~gyre.TrainState` for the model, initialised from a spec of one input batch,
+        placed by the partitioner.
 
         The spec is a shape, a ``(shape, dtype)`` pair, a ``jax.ShapeDtypeStruct``, an array, or a
         pytree of these; its zero batch goes through :meth:`preprocess_batch`. Parameters go to
@@ -230,7 +233,8 @@ class Step:
         step: int | None = None,
         transforms: Any = None,
     ) -> TrainState:
-        """The state read from a jaxloop checkpoint (``<checkpoint_dir>/<step>/<chkpt_item_name>``) onto ``state``'s shardings; ``state`` itself when there is none.
+        """The state read from a jaxloop checkpoint (``<checkpoint_dir>/<step>/<chkpt_item_name>``)
+        onto ``state``'s shardings; ``state`` itself when there is none.
 
         Unlike jaxloop, ``state``'s arrays are not deleted.
 
@@ -305,7 +309,8 @@ class Step:
         return self._num_flops
 
     def prng_key(self, step: int | jax.Array) -> Any:
-        """The key of step ``step``: ``fold_in(base_prng, step)`` (each key of a pytree); usable inside ``run``.
+        """The key of step ``step``: ``fold_in(base_prng, step)`` (each key of a pytree); usable
+        inside ``run``.
 
         Example:
             >>> import gyre, jax, flax.linen as nn
@@ -318,7 +323,8 @@ class Step:
 
     # -- the hooks -------------------------------------------------------------------------------
     def preprocess_batch(self, batch: Batch) -> Batch:
-        """Prepares a raw batch on the host before sharding (also the zero batch of :meth:`initialize_model`); the identity by default.
+        """Prepares a raw batch on the host before sharding (also the zero batch of
+        :meth:`initialize_model`); the identity by default.
 
         Example:
             >>> import gyre, jax, flax.linen as nn
@@ -350,7 +356,8 @@ class Step:
         return state, batch
 
     def run(self, state: TrainState, batch: Batch) -> tuple[TrainState, Output | None]:
-        """The step itself, to override: jittable, returning ``(state, outputs)`` with ``outputs`` a dict.
+        """The step itself, to override: jittable, returning ``(state, outputs)`` with ``outputs`` a
+        dict.
 
         Example:
             >>> import gyre, jax, flax.linen as nn
@@ -380,7 +387,8 @@ class Step:
 
         Args:
             donate: donate the state to ``run`` (default: when the step trains).
-            **jit_kwargs: ``jax.jit`` options; an unknown one raises ``TypeError`` here, as in jaxloop.
+            **jit_kwargs: ``jax.jit`` options; an unknown one raises ``TypeError`` here, as in
+                jaxloop.
 
         Example:
             >>> import gyre, jax, flax.linen as nn
@@ -425,12 +433,13 @@ class Step:
         log_num_flops: bool = False,
         **kwargs: Any,
     ) -> tuple[TrainState, Output | None]:
-        """Runs the step: ``preprocess_batch``, ``shard_batch``, ``begin``, the compiled ``run``, ``end``; returns ``(state, outputs)``.
+        """Runs the step: ``preprocess_batch``, ``shard_batch``, ``begin``, the compiled ``run``,
+        ``end``; returns ``(state, outputs)``.
 
         Args:
             state: donated when the step trains: use the returned one.
-            per_loop_step_number: the 1-based step number a jaxloop loop passes (not to ``run``): the
-                actions run when it is a multiple of their interval (never at 0).
+            per_loop_step_number: the 1-based step number a jaxloop loop passes (not to ``run``):
+                the actions run when it is a multiple of their interval (never at 0).
             log_num_flops: compute :attr:`num_flops` once and log it at INFO.
             **kwargs: passed to ``run`` as traced arguments.
 
@@ -460,7 +469,8 @@ class Step:
         return state, outputs
 
     def as_callback(self, collection: str = "metrics") -> Callable[[Any, Any], tuple[Logs, Any]]:
-        """This step as a ``gyre.loop`` callback ``(state, batch) -> (Logs, state)``, outputs logged under ``collection``.
+        """This step as a ``gyre.loop`` callback ``(state, batch) -> (Logs, state)``, outputs logged
+        under ``collection``.
 
         Example:
             >>> import gyre, jax, jax.numpy as jnp, flax.linen as nn
@@ -520,7 +530,8 @@ def to_logs(outputs: Mapping[str, Any] | Logs | None, collection: str = "metrics
 
 
 def zeroed_batch(spec: Any) -> Any:
-    """A numpy batch of zeros from a spec: shapes (float32), ``(shape, dtype)`` pairs, ``jax.ShapeDtypeStruct``\\ s or arrays, in any pytree.
+    """A numpy batch of zeros from a spec: shapes (float32), ``(shape, dtype)`` pairs,
+    ``jax.ShapeDtypeStruct``\\ s or arrays, in any pytree.
 
     Example:
         >>> import jax, jax.numpy as jnp

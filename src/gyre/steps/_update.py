@@ -1,4 +1,5 @@
-"""The one train-step builder: gradients, microbatch accumulation, mixed precision, clipping, the optax update and skipping non-finite updates.
+"""The one train-step builder: gradients, microbatch accumulation, mixed precision, clipping, the
+optax update and skipping non-finite updates.
 
 The managed step, the trainer's step and :func:`gyre.fit`'s step are vocabularies over
 :func:`train_update`.
@@ -21,7 +22,8 @@ from gyre.steps._precision import MixedPrecision
 
 
 class Update(NamedTuple):
-    """What :func:`train_update` returns: loss, values, averaged unclipped gradients, the new state, the gradients' norm and the skipped count."""
+    """What :func:`train_update` returns: loss, values, averaged unclipped gradients, the new state,
+    the gradients' norm and the skipped count."""
 
     loss: jax.Array
     values: Any
@@ -174,7 +176,8 @@ def _keep(ok: jax.Array, new: Any, old: Any) -> Any:
 def skip_non_finite(
     before: Any, after: Any, loss: Any, grads: Any, logs: Logs | None, where: str = "train_step"
 ) -> Any:
-    """``after`` when ``loss`` and ``grads`` are finite, else ``before`` with ``skipped_steps`` grown by one (logged as a stateful metric unless ``logs`` is ``None``)."""
+    """``after`` when ``loss`` and ``grads`` are finite, else ``before`` with ``skipped_steps``
+    grown by one (logged as a stateful metric unless ``logs`` is ``None``)."""
     count, put = _skip_counter(before, where)
     if jax.tree_util.tree_structure(before) != jax.tree_util.tree_structure(after):
         raise ValueError(

@@ -116,7 +116,8 @@ def train_step(
 
 
 def step(fn: StepFn | None = None, *, policy: str | MixedPrecision | None = None) -> Any:
-    """Makes ``fn(state, batch) -> (logs, state)`` (or ``fn(state) -> state``) a compiled step without gradients; ``mask`` as in the module docs.
+    """Makes ``fn(state, batch) -> (logs, state)`` (or ``fn(state) -> state``) a compiled step
+    without gradients; ``mask`` as in the module docs.
 
     Example:
         >>> import gyre, jax.numpy as jnp
