@@ -7,8 +7,8 @@ from jaxloop")::
     outer_loop = jaxloop.OuterLoop(train_loop=train_loop, eval_loops=[eval_loop])
 
 ``jaxloop.Step`` is :class:`gyre.Step`, ``jaxloop.Partitioner`` :class:`gyre.Partitioner`;
-jaxloop's ``types`` are here too, so
-``from gyre import jaxloop as types`` ports ``from jaxloop import types``.
+jaxloop's ``types`` are here too
+(``from gyre import jaxloop as types``).
 """
 
 from typing import Any
