@@ -181,12 +181,7 @@ class Elapsed:
         return Elapsed(self.steps + steps, self.samples + samples, epochs, in_epoch, self.time, self.date)
 
     def replace(self, **changes: Any) -> Elapsed:
-        """A copy with some counters changed.
-
-        Example:
-            >>> Elapsed().replace(steps=5).steps
-            5
-        """
+        """A copy with some counters changed."""
         unknown = set(changes) - set(CLOCK_FIELDS)
         if unknown:
             raise TypeError(explain(
@@ -282,22 +277,12 @@ class Elapsed:
     __hash__ = None  # type: ignore[assignment]
 
     def to_dict(self) -> dict[str, float]:
-        """The counters as a plain dict (JSON-ready).
-
-        Example:
-            >>> Elapsed(steps=2).to_dict()["steps"]
-            2
-        """
+        """The counters as a plain dict (JSON-ready)."""
         return {name: getattr(self, name) for name in CLOCK_FIELDS}
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Elapsed:
-        """The inverse of :meth:`to_dict`.
-
-        Example:
-            >>> Elapsed.from_dict({"steps": 4}).steps
-            4
-        """
+        """The inverse of :meth:`to_dict`."""
         return cls().replace(**dict(values))
 
     def __repr__(self) -> str:

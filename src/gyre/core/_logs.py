@@ -62,12 +62,7 @@ class Logs(dict):
             raise AttributeError(f"no collection {name!r} in these logs; they have {sorted(self)}") from None
 
     def add_entry(self, collection: str, name: str, value: Any) -> Logs:
-        """Adds ``value`` under ``collection.name`` (creating the collection); returns self.
-
-        Example:
-            >>> Logs().add_entry("images", "sample", 1)
-            Logs(images={'sample': 1})
-        """
+        """Adds ``value`` under ``collection.name`` (creating the collection); returns self."""
         if not isinstance(collection, str) or not isinstance(name, str):
             raise TypeError(explain(
                 "log entries are named by strings",
@@ -101,12 +96,7 @@ class Logs(dict):
         return self.add_entry("metrics", name, value)
 
     def add_metrics(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
-        """Adds several metrics, as a dict and/or as keywords (ciclo's form).
-
-        Example:
-            >>> Logs().add_metrics({"acc": 1.0}, f1=0.5)
-            Logs(metrics={'acc': 1.0, 'f1': 0.5})
-        """
+        """Adds several metrics, as a dict and/or as keywords (ciclo's form)."""
         if values is not None:
             self.add_entries("metrics", values)
         return self.add_entries("metrics", entries)
@@ -137,12 +127,7 @@ class Logs(dict):
         return self.add_entries("metrics", given) if add_metrics else self
 
     def add_stateful_metric(self, name: str, value: Any) -> Logs:
-        """Adds a metric accumulated across steps (its last value is the running result).
-
-        Example:
-            >>> Logs().add_stateful_metric("acc", 0.5).stateful_metrics.acc
-            0.5
-        """
+        """Adds a metric accumulated across steps (its last value is the running result)."""
         return self.add_entry("stateful_metrics", name, value)
 
     def add_stateful_metrics(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
@@ -161,18 +146,13 @@ class Logs(dict):
         return self.add_entry("outputs", name, value)
 
     def add_outputs(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
-        """Adds several outputs, as a dict and/or as keywords.
-
-        Example:
-            >>> Logs().add_outputs(y=1)
-            Logs(outputs={'y': 1})
-        """
+        """Adds several outputs, as a dict and/or as keywords."""
         if values is not None:
             self.add_entries("outputs", values)
         return self.add_entries("outputs", entries)
 
     def merge(self, other: Mapping[str, Mapping[str, Any]] | None) -> Logs:
-        """Merges another ``Logs`` or dict of collections (``None``: nothing) into this one.
+        """Merges another ``Logs`` or dict of collections (``None``: nothing) in; returns self.
 
         Entries of ``other`` replace entries of the same name.
 
@@ -203,12 +183,7 @@ class Logs(dict):
         self.merge(other)
 
     def entries(self) -> Iterator[tuple[str, str, Any]]:
-        """Every ``(collection, name, value)``.
-
-        Example:
-            >>> list(Logs().add_metric("a", 1).entries())
-            [('metrics', 'a', 1)]
-        """
+        """Every ``(collection, name, value)``."""
         for collection, values in self.items():
             for name, value in values.items():
                 yield collection, name, value
@@ -230,12 +205,7 @@ class Logs(dict):
         return None
 
     def entry_collection(self, key: str) -> str | None:
-        """The collection holding ``key`` (see :meth:`entry_path`), or ``None``.
-
-        Example:
-            >>> Logs().add_loss("l", 1).entry_collection("l")
-            'losses'
-        """
+        """The collection holding ``key`` (see :meth:`entry_path`), or ``None``."""
         path = self.entry_path(key)
         return None if path is None else path[0]
 
@@ -304,12 +274,7 @@ def put(logs: Logs, collection: str, name: str, value: Any) -> None:
 
 
 def logs() -> Logs:
-    """A new, empty :class:`Logs`.
-
-    Example:
-        >>> logs().add_metric("accuracy", 0.5)
-        Logs(metrics={'accuracy': 0.5})
-    """
+    """A new, empty :class:`Logs`."""
     return Logs()
 
 
