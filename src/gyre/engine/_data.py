@@ -1,4 +1,4 @@
-"""The data position of a running loop (``loop.data``): saved with a checkpoint, restored on resume.
+"""The data position of a running loop (``loop.data``), saved with a checkpoint.
 
 Data sources: an object with ``state_dict()`` (the position after the batches handed out, as
 JSON values in a new dict each call; it is called after every batch pulled, so keep it cheap,
@@ -228,7 +228,8 @@ class DataTracker:
         return self._clock is not None and self.consumed > 0
 
     def state_dict(self) -> dict[str, Any]:
-        """The position after the batches the loop consumed: ``{"kind", "source", "state"}``.
+        """The position after the batches the loop consumed: ``{"kind", "source", "state"}``,
+        ``kind`` being ``"state_dict"``, ``"grain"`` or ``"count"`` (batches consumed).
 
         Raises:
             RuntimeError: the loop reads ahead and was told not to track the position.
@@ -403,7 +404,9 @@ def _decode(text: Any, encoding: Any) -> bytes:
 
 
 def to_json(value: Any, where: str) -> Any:
-    """``value`` with numpy values as Python ones, tuples as lists, or an explained TypeError."""
+    """``value`` with numpy numbers and arrays as Python ones and tuples as lists, or an
+    explained ``TypeError`` naming the first part JSON cannot hold.
+    """
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (np.generic, np.ndarray)):
@@ -430,8 +433,8 @@ def _not_json(where: str, value: Any, what: str) -> TypeError:
 
 
 def track_data(dataset: Any, data_resume: str = "restart", *, track: bool = True) -> DataTracker:
-    """The dataset wrapped to follow the position of the batches the loop consumes.
-
-    ``track=False`` keeps no position for batches read ahead of their use.
+    """The dataset a loop is given, with the position of the batches the loop consumes (see the
+    module docs). ``track=False``: no position is kept for batches read ahead of their use
+    (nothing per step; ``state_dict()`` then only works in a loop that does not read ahead).
     """
     return DataTracker(dataset, data_resume, track=track)
