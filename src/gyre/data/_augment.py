@@ -45,18 +45,11 @@ def _images(images: Any, what: str) -> np.ndarray:
 
 
 def random_crop(images: Any, key_or_seed: Seed, padding: int = 4) -> np.ndarray:
-    """Each image padded with ``padding`` zeros on every side, then cropped back to its size at a
-    random offset (``rng.integers(0, 2 * padding + 1, size=(batch, 2))``; ``padding`` keeps
-    the image in place).
-
-    Args:
-        images: a batch shaped ``(batch, height, width)`` or ``(batch, height, width, channels)``.
-        key_or_seed: a numpy ``Generator`` (drawn from) or a seed (an int, or a tuple such as
-            ``(seed, epoch, index)``).
-        padding: the largest shift, in pixels (a whole number >= 0).
-
-    Returns:
-        A new array of the same shape and dtype.
+    """Each image of ``images`` (``(batch, height, width[, channels])``) padded with ``padding``
+    zeros on every side, then cropped back to its size at a random offset, drawn as
+    ``rng.integers(0, 2 * padding + 1, size=(batch, 2))`` (``padding`` keeps it in place), from
+    ``key_or_seed``: a numpy ``Generator`` or a seed (an int, or a tuple such as ``(seed, epoch,
+    index)``). Returns a new array of the same shape and dtype.
 
     Example:
         >>> x = np.arange(1, 10, dtype=np.float32).reshape(1, 3, 3, 1)
@@ -84,15 +77,8 @@ def random_crop(images: Any, key_or_seed: Seed, padding: int = 4) -> np.ndarray:
 
 
 def random_flip(images: Any, key_or_seed: Seed, p: float = 0.5) -> np.ndarray:
-    """Each image mirrored left to right with probability ``p`` (``rng.random(batch) < p``).
-
-    Args:
-        images: a batch shaped ``(batch, height, width)`` or ``(batch, height, width, channels)``.
-        key_or_seed: a numpy ``Generator`` or a seed, as for :func:`random_crop`.
-        p: the probability of a flip, in [0, 1].
-
-    Returns:
-        A new array of the same shape and dtype.
+    """Each image mirrored left to right with probability ``p`` (``rng.random(batch) < p``), drawn
+    from ``key_or_seed`` as in :func:`random_crop`; returns a new array.
 
     Example:
         >>> x = np.array([[[1, 2, 3]], [[4, 5, 6]]])  # two 1 x 3 images
@@ -117,21 +103,10 @@ AUGMENT_STREAM = 0x617567
 def augment(
     images: Any, *, seed: int, epoch: int, index: int, padding: int = 4, flip: bool = True
 ) -> np.ndarray:
-    """A random crop with ``padding``, then (``flip``) a random horizontal flip, drawn from
-    ``default_rng((seed, epoch, index, AUGMENT_STREAM))``: the same batch of an epoch is always
-    augmented the same way, and the stream is apart from :func:`gyre.data.batches`' shuffles,
-    so one ``seed`` for both is safe.
-
-    Args:
-        images: a batch shaped ``(batch, height, width[, channels])``.
-        seed: the seed of the augmentation (a whole number >= 0).
-        epoch: the epoch of the batch.
-        index: the batch's index in its epoch.
-        padding: the largest shift of the crop (0: no crop).
-        flip: whether to flip.
-
-    Returns:
-        The augmented batch, a new array of the same shape and dtype.
+    """A random crop with ``padding`` (0: none), then (``flip``) a random horizontal flip of the
+    batch ``images``, drawn from ``default_rng((seed, epoch, index, AUGMENT_STREAM))``: batch
+    ``index`` of ``epoch`` is always augmented the same way, and the stream is apart from
+    :func:`gyre.data.batches`' shuffles, so one ``seed`` for both is safe. Returns a new array.
 
     Example:
         >>> x = np.random.default_rng(0).random((4, 8, 8, 1), dtype=np.float32)
@@ -206,15 +181,11 @@ class Augmented(Iterator[Any]):
 
 
 def augmented(source: Any, *, seed: int = 0, padding: int = 4, flip: bool = True) -> Augmented:
-    """Every batch of ``source`` with its images (the batch's first array) passed through
-    :func:`augment`, seeded by the batch's ``(seed, epoch, position)``; the source's
-    ``epoch_steps`` and position protocol are kept, so a resumed run augments the same way.
-
-    Args:
-        source: a resumable source, e.g. ``gyre.data.batches((x, y), 128)``.
-        seed: the seed of the augmentation (independent of the shuffle's).
-        padding: the largest shift of the random crop (0: no crop).
-        flip: whether to flip horizontally at random.
+    """Every batch of ``source`` (e.g. ``gyre.data.batches((x, y), 128)``) with its images (the
+    batch's first array) passed through :func:`augment`, seeded by ``seed`` (independent of the
+    shuffle's) and the batch's epoch and position; ``padding`` is the crop's largest shift (0:
+    none), ``flip`` a random horizontal flip. The source's ``epoch_steps`` and position protocol
+    are kept, so a resumed run augments the same way.
 
     Returns:
         An :class:`Augmented` iterator.

@@ -49,12 +49,9 @@ def is_fusable(fn: Any) -> bool:
 
 
 #: Steps per iteration of a fused ``lax.scan``. Two, not one: a step that updates a weight
-#: before its last read of the old value (the backward pass reads weights that the optimizer
-#: has already been given) makes XLA copy that weight on every iteration of a one-step loop,
-#: because a loop carry is updated in place. With two steps per iteration the carry is only
-#: written by the second step, after every read of it by the first, so the copies go away
-#: (on the digits MLP of ``benchmarks/fused_steps.py``: a 256x256 and a 256x10 copy per step).
-#: The price is a loop body twice as long to compile.
+#: before its last read makes XLA copy the in-place loop carry every iteration; with two, the
+#: second step writes it after the first's reads (``benchmarks/fused_steps.py``). The price is
+#: a loop body twice as long to compile.
 UNROLL = 2
 
 
