@@ -1,19 +1,7 @@
-"""Evaluation without recompiles: the last, smaller batch padded to the batch shape, with a
-mask of its real rows.
-
-A compiled evaluation step is built for one batch shape; an evaluation set whose size the
-batch size does not divide ends with a smaller batch, and a second compilation. Padding that
-batch to the full size and passing a boolean ``mask`` of its real rows keeps one shape: a step
-that accepts the mask computes its means over the real rows only (``sum(x * mask) /
-mask.sum()``) and weighs the batch by ``mask.sum()``, so the evaluation's means stay exact.
-
-- :func:`pad_batch`: one batch padded to ``size`` rows, and its mask.
-- :func:`padded`: a loader's batches as ``(batch, mask)`` pairs, all of one size.
-- :func:`accepts_mask`: whether a step takes the keyword ``mask`` (opts in to padding).
-
-Padding repeats the last real row (``fill="edge"``, the default: whatever the step computes
-on a real row it computes on a padded one, so no padded row turns into a NaN that a
-``x * mask`` would keep) or writes zeros (``fill="zeros"``).
+"""Evaluation without recompiles: the last, smaller batch padded to the batch shape, with a mask
+of its real rows, so a step that takes ``mask`` compiles once and its means stay exact
+(README: "Evaluation without recompiles"). ``fill="edge"`` (the default) repeats the last
+real row, so no padded row becomes a NaN that ``x * mask`` would keep; ``"zeros"`` writes 0.
 """
 
 from __future__ import annotations
@@ -68,11 +56,9 @@ def _full_mask(size: int) -> np.ndarray:
 
 
 def pad_batch(batch: Any, size: int, *, fill: str = "edge") -> tuple[Any, np.ndarray]:
-    """``batch`` with every array leaf padded along axis 0 to ``size`` rows, and the mask of
-    its real rows (a numpy bool vector of length ``size``, made on the host: no device sync).
-
-    Numpy leaves stay numpy, JAX arrays stay on their device; scalar leaves are kept as they
-    are. A batch of ``size`` rows comes back unchanged with a mask of ones.
+    """``batch`` with every array leaf padded along axis 0 to ``size`` rows, and the numpy bool
+    mask of its real rows (made on the host). Numpy stays numpy, JAX arrays stay on their
+    device, scalars are kept; a full batch comes back unchanged with a mask of ones.
 
     Args:
         batch: a pytree of arrays sharing their leading dimension (e.g. ``(x, y)``).
@@ -91,8 +77,6 @@ def pad_batch(batch: Any, size: int, *, fill: str = "edge") -> tuple[Any, np.nda
         >>> (x, y), mask = pad_batch((np.array([[1.0], [2.0]]), np.array([3, 4])), 4)
         >>> x[:, 0].tolist(), y.tolist(), mask.tolist()
         ([1.0, 2.0, 2.0, 2.0], [3, 4, 4, 4], [True, True, False, False])
-        >>> pad_batch(np.array([5, 6]), 3, fill="zeros")[0].tolist()
-        [5, 6, 0]
     """
     if fill not in FILLS:
         raise ValueError(
@@ -114,9 +98,7 @@ def pad_batch(batch: Any, size: int, *, fill: str = "edge") -> tuple[Any, np.nda
 
 
 class Padded:
-    """The batches of a loader as ``(batch, mask)`` pairs of one batch size (see
-    :func:`padded`). Iterable as often as the loader is: each pass learns the batch size from
-    its first batch unless one was given.
+    """The batches of a loader as ``(batch, mask)`` pairs of one size: what :func:`padded` returns.
 
     Example:
         >>> import numpy as np
@@ -146,19 +128,17 @@ class Padded:
 
 
 def padded(loader: Iterable[Any], batch_size: int | None = None, *, fill: str = "edge") -> Padded:
-    """``loader``'s batches as ``(batch, mask)`` pairs padded to one batch size: the given
-    ``batch_size``, else the first batch's (a later, larger batch is an error).
-
-    Feed them to a step that takes the keyword ``mask``: ``step(state, batch, mask=mask)``;
-    it compiles once for every batch, and weighs each by ``mask.sum()``.
+    """``loader``'s batches as ``(batch, mask)`` pairs padded to one batch size, for a step that
+    takes ``mask``.
 
     Args:
         loader: the batches (pytrees of arrays sharing their leading dimension).
-        batch_size: the rows to pad to; ``None``: the first batch's rows.
+        batch_size: the rows to pad to; ``None``: each pass's first batch's rows (a later,
+            larger batch is an error).
         fill: ``"edge"`` (repeat the last real row) or ``"zeros"``.
 
     Returns:
-        A re-iterable :class:`Padded` (as re-iterable as ``loader``).
+        A :class:`Padded`, as re-iterable as ``loader``.
 
     Example:
         >>> import numpy as np
@@ -166,8 +146,6 @@ def padded(loader: Iterable[Any], batch_size: int | None = None, *, fill: str = 
         >>> pairs = list(padded([x[i : i + 4] for i in range(0, 10, 4)]))
         >>> [b.shape for b, _ in pairs], [int(m.sum()) for _, m in pairs]
         ([(4,), (4,), (4,)], [4, 4, 2])
-        >>> sum(float((b * m).sum()) for b, m in pairs) / sum(int(m.sum()) for _, m in pairs)
-        4.5
     """
     return Padded(loader, batch_size, fill=fill)
 

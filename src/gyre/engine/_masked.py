@@ -1,7 +1,5 @@
-"""Padded evaluations: an evaluation whose step takes ``mask`` compiles once (see "Evaluation
-without recompiles" in :func:`gyre.test_loop`). Its batches are padded to the first one's size
-(:func:`gyre.data.pad_batch`) and carried as :class:`~gyre.engine._binding.Masked`; the real rows
-are counted on the host, before a batch is placed on the devices: no device value is read.
+"""Padded evaluations: a test step that takes ``mask`` gets batches padded to the first one's size
+and compiles once (README: "Evaluation without recompiles").
 """
 
 from __future__ import annotations
