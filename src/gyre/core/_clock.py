@@ -476,9 +476,9 @@ def infer_batch_size(batch: Any, *, strict: bool = True, default: int | None = 1
         (1, 3)
     """
     kind = type(batch)
-    size: int | None = None
     if kind is tuple or kind is list or kind is dict or (isinstance(batch, tuple) and hasattr(kind, "_fields")):
         # the common batches (a named tuple's fields are its children too), without flattening
+        size = None
         for leaf in batch.values() if kind is dict else batch:
             if type(leaf) not in _ARRAY_TYPES and not _is_array(leaf):
                 break
@@ -488,8 +488,9 @@ def infer_batch_size(batch: Any, *, strict: bool = True, default: int | None = 1
                     break  # (the general path explains, or gives the first leaf's)
                 size = shape[0]
         else:
-            return _sized(batch, size, default)
-        size = None
+            if size is not None:
+                return size
+    size = None
     for leaf in jax.tree_util.tree_leaves(batch):
         shape = getattr(leaf, "shape", None)
         if shape and shape[0] != size:
@@ -498,16 +499,9 @@ def infer_batch_size(batch: Any, *, strict: bool = True, default: int | None = 1
                     return size
                 _refuse(batch)
             size = shape[0]
-    return _sized(batch, size, default)
-
-
-def _sized(batch: Any, size: int | None, default: int | None) -> int:
-    """``size``, else (no array leaf) ``default``, else the error."""
-    if size is not None:
-        return size
-    if default is None:
+    if size is None and default is None:
         _refuse(batch)
-    return default  # type: ignore[return-value]
+    return default if size is None else size  # type: ignore[return-value]
 
 
 def _refuse(batch: Any) -> None:
