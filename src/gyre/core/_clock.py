@@ -425,11 +425,16 @@ def epochs_after(epochs: int, step_in_epoch: int, steps: Any, epoch_steps: int |
     return epochs + rolled * (1 + (steps - roll) // epoch_steps), in_epoch + rolled * ((steps - roll) % epoch_steps - in_epoch)
 
 
-def infer_batch_size(batch: Any) -> int:
-    """Samples in a batch: the leading dimension its array leaves share (1 without arrays).
+def infer_batch_size(batch: Any, *, strict: bool = True, default: int | None = 1) -> int:
+    """Samples in a batch: the leading dimension its array leaves share (scalars are not
+    counted). Leaves that disagree (time-major inputs beside labels) are refused: pass the
+    loop's ``batch_size_fn=``.
 
-    Leaves that disagree (time-major inputs beside labels) are refused: pass the loop's
-    ``batch_size_fn=``.
+    Args:
+        batch: a pytree (a tuple, dict, named tuple, a single array...).
+        strict: ``False``: leaves that disagree give the first array leaf's leading dimension
+            (in ``jax.tree_util`` order) instead of an error.
+        default: the answer for a batch without array leaves; ``None``: an error.
 
     Example:
         >>> import numpy as np
@@ -439,36 +444,45 @@ def infer_batch_size(batch: Any) -> int:
     kind = type(batch)
     if kind is tuple or kind is list or kind is dict or (isinstance(batch, tuple) and hasattr(kind, "_fields")):
         # the common batches (a named tuple's fields are its children too), without flattening
-        size = 0
+        size = None
         for leaf in batch.values() if kind is dict else batch:
             if type(leaf) not in _ARRAY_TYPES and not _is_array(leaf):
                 break
             shape = leaf.shape
             if shape and shape[0] != size:
-                if size:
-                    _disagree(batch)
+                if size is not None:
+                    break  # (the general path explains, or gives the first leaf's)
                 size = shape[0]
         else:
-            return size or 1
-    size = 0
+            if size is not None:
+                return size
+    size = None
     for leaf in jax.tree_util.tree_leaves(batch):
         shape = getattr(leaf, "shape", None)
         if shape and shape[0] != size:
-            if size:
-                _disagree(batch)
+            if size is not None:
+                if not strict:
+                    return size
+                _refuse(batch)
             size = shape[0]
-    return size or 1
+    if size is None and default is None:
+        _refuse(batch)
+    return default if size is None else size  # type: ignore[return-value]
 
 
-def _disagree(batch: Any) -> None:
+def _refuse(batch: Any) -> None:
+    """The error for a batch whose samples cannot be counted (leaves disagree, or none)."""
     shapes = [tuple(getattr(leaf, "shape", ())) for leaf in jax.tree_util.tree_leaves(batch)]
+    sizes = sorted({s[0] for s in shapes if s})
     raise ValueError(explain(
-        "the loop cannot tell the samples in a batch: its arrays disagree on their leading dimension",
-        expected="array leaves sharing their leading dimension (the samples), or batch_size_fn=",
-        received=f"leaves of shapes {shapes}",
-        fix="say how to count them: batch_size_fn=lambda batch: batch['y'].shape[0] (a keyword of "
-        "gyre.loop, train_loop, test_loop, gyre.fit and the jaxloop loops; it weighs evaluation "
-        "means and counts samples)"))
+        "cannot tell the samples (rows) in a batch: "
+        + ("its arrays disagree on their leading dimension" if sizes else "it holds no array"),
+        expected="array leaves of one leading dimension (the samples), e.g. (x of shape (40, 28, 28, 1), "
+        "y of shape (40,)), or batch_size_fn=",
+        received=f"leading dimensions {sizes}, leaves of shapes {shapes}" if sizes else "no array leaf",
+        fix="give every array of the batch its examples along axis 0, or say how to count them: "
+        "batch_size_fn=lambda batch: batch['y'].shape[0] (a keyword of gyre.loop, train_loop, "
+        "test_loop, gyre.fit and the jaxloop loops; it weighs evaluation means and counts samples)"))
 
 
 _ARRAY_TYPES: set[type] = set()  # array types met so far (numpy, jax's concrete array types)

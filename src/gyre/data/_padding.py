@@ -15,21 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from gyre.core._checks import whole
+from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain
 
 FILLS = ("edge", "zeros")
-
-
-def _rows_of(batch: Any) -> int:
-    """The leading dimension shared by every array leaf of ``batch`` (scalars are skipped)."""
-    sizes = {np.shape(x)[0] for x in jax.tree_util.tree_leaves(batch) if np.ndim(x) >= 1}
-    if len(sizes) != 1:
-        raise ValueError(explain(
-            "a batch to pad needs array leaves of one leading dimension (its rows)",
-            expected="e.g. (x of shape (40, 28, 28, 1), y of shape (40,))",
-            received="no array leaf" if not sizes else f"leading dimensions {sorted(sizes)}",
-            fix="give every array of the batch the batch's examples along axis 0"))
-    return sizes.pop()
 
 
 def _pad_leaf(leaf: Any, rows: int, size: int, fill: str) -> Any:
@@ -83,7 +72,7 @@ def pad_batch(batch: Any, size: int, *, fill: str = "edge") -> tuple[Any, np.nda
             explain("pad_batch: unknown fill", expected=f"one of {list(FILLS)}", received=repr(fill),
                     fix="fill='edge' (repeat the last row) or fill='zeros'")
         )
-    rows = _rows_of(batch)
+    rows = infer_batch_size(batch, default=None)
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or rows > size:
         raise ValueError(explain(
             "pad_batch: the batch holds more rows than the size to pad to",
@@ -116,7 +105,7 @@ class Padded:
         size = self.batch_size
         for batch in self.loader:
             if size is None:
-                size = _rows_of(batch)
+                size = infer_batch_size(batch, default=None)
             yield pad_batch(batch, size, fill=self.fill)
 
     def __len__(self) -> int:

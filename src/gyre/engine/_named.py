@@ -217,7 +217,8 @@ def test_loop(
     extra: dict[str, Any] = {}
     if masked:
         hooks.named["on_test_step"] = steps
-        dataset = MaskedBatches(dataset, state, stop=stop, initial=elapsed, batch_size_fn=batch_size_fn)
+        if not isinstance(dataset, MaskedBatches):  # (fit gives its own, padded to split over the devices)
+            dataset = MaskedBatches(dataset, state, stop=stop, initial=elapsed, batch_size_fn=batch_size_fn)
         batch_size_fn, extra["prefetch"] = real_rows, 0  # (placed ahead by MaskedBatches)
     return _run_simple(
         hooks, "test", state, dataset, masked=masked, stop=stop, history=history, elapsed=elapsed,
