@@ -37,15 +37,11 @@ def _check_total(total: Any) -> int | None:
     if isinstance(total, Period):  # ciclo's total=Period.create(steps=n) / gyre.at(n)
         if total.items() and all(name == "steps" for name, _ in total.items()):
             return total.steps
-        raise ValueError(
-            explain(
-                "a progress bar counts steps: its total must be a number of steps",
-                expected="total=1000 or total=gyre.at(steps=1000)",
-                received=f"total={total!r}",
-                fix="give the number of steps the loop will run (a bar by samples or time, "
-                "as ciclo's, is not drawn by gyre)",
-            )
-        )
+        raise ValueError(explain(
+            "a progress bar counts steps: its total must be a number of steps",
+            expected="total=1000 or total=gyre.at(steps=1000)", received=f"total={total!r}",
+            fix="give the number of steps the loop will run (a bar by samples or time, "
+            "as ciclo's, is not drawn by gyre)"))
     return whole_number(
         total,
         minimum=1,
@@ -72,39 +68,28 @@ def _check_interval(interval: Any, *, owner: str, optional: bool) -> float | Non
     if good and math.isfinite(interval) and interval >= 0:  # type: ignore[arg-type]
         return float(interval)  # type: ignore[arg-type]
     default = " (or None: 0.1 on a terminal, 10 in a log file)" if optional else ""
-    raise ValueError(
-        explain(
-            f"{owner}'s interval must be a number of seconds >= 0{' or None' if optional else ''}",
-            expected=f"interval=0.5 (seconds between redraws){default}",
-            received=describe(interval),
-            fix="pass the seconds between redraws as a number, e.g. interval=0.5",
-        )
-    )
+    raise ValueError(explain(
+        f"{owner}'s interval must be a number of seconds >= 0{' or None' if optional else ''}",
+        expected=f"interval=0.5 (seconds between redraws){default}", received=describe(interval),
+        fix="pass the seconds between redraws as a number, e.g. interval=0.5"))
 
 
 def _check_file(file: Any, owner: str) -> Any:
     if file is None or callable(getattr(file, "write", None)):
         return file
     if isinstance(file, (str, bytes, os.PathLike)):
-        raise TypeError(
-            explain(
-                f"{owner}'s file must be an open text file, not a path",
-                expected="an object with a write() method: sys.stdout, sys.stderr, io.StringIO(), "
-                "or a file you opened",
-                received=describe(file),
-                fix=f"open the file yourself and close it after the loop: "
-                f"f = open({os.fsdecode(file)!r}, 'w'); {owner}(..., file=f)",
-            )
-        )
-    raise TypeError(
-        explain(
-            f"{owner}'s file must be an open text file or None",
-            expected="an object with a write() method (sys.stdout, io.StringIO(), open(...)), "
-            "or None for sys.stdout",
+        raise TypeError(explain(
+            f"{owner}'s file must be an open text file, not a path",
+            expected="an object with a write() method: sys.stdout, sys.stderr, io.StringIO(), "
+            "or a file you opened",
             received=describe(file),
-            fix=f"{owner}(..., file=sys.stderr)",
-        )
-    )
+            fix=f"open the file yourself and close it after the loop: "
+            f"f = open({os.fsdecode(file)!r}, 'w'); {owner}(..., file=f)"))
+    raise TypeError(explain(
+        f"{owner}'s file must be an open text file or None",
+        expected="an object with a write() method (sys.stdout, io.StringIO(), open(...)), "
+        "or None for sys.stdout",
+        received=describe(file), fix=f"{owner}(..., file=sys.stderr)"))
 
 
 def _format_seconds(seconds: float) -> str:
@@ -323,24 +308,17 @@ def _check_tqdm_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     accepted -= {"self", "total", *taken}  # total is tqdm_bar's own argument
     for name in kwargs:
         if name in taken:
-            raise TypeError(
-                explain(
-                    f"tqdm_bar sets tqdm's {name!r} itself",
-                    expected="tqdm options other than iterable and initial (the bar is "
-                    "called by the loop, and starts where the loop's clock does)",
-                    received=f"{name}={describe(kwargs[name])}",
-                    fix=f"remove {name}=; to continue a run, pass the loop its elapsed=",
-                )
-            )
+            raise TypeError(explain(
+                f"tqdm_bar sets tqdm's {name!r} itself",
+                expected="tqdm options other than iterable and initial (the bar is "
+                "called by the loop, and starts where the loop's clock does)",
+                received=f"{name}={describe(kwargs[name])}",
+                fix=f"remove {name}=; to continue a run, pass the loop its elapsed="))
         if name not in accepted:
-            raise TypeError(
-                explain(
-                    f"tqdm_bar got {name!r}, which tqdm does not take",
-                    expected=f"tqdm options: {', '.join(sorted(accepted))}",
-                    received=f"{name}={describe(kwargs[name])}",
-                    fix="check the name." + suggest(name, accepted),
-                )
-            )
+            raise TypeError(explain(
+                f"tqdm_bar got {name!r}, which tqdm does not take",
+                expected=f"tqdm options: {', '.join(sorted(accepted))}",
+                received=f"{name}={describe(kwargs[name])}", fix="check the name." + suggest(name, accepted)))
     if "file" in kwargs:
         _check_file(kwargs["file"], "tqdm_bar")
     return kwargs

@@ -225,14 +225,11 @@ class Checkpoint(Checkpointer):
         elif isinstance(elapsed, Elapsed):
             clock = elapsed.completed()
         else:
-            raise TypeError(
-                explain(
-                    "a checkpoint called by hand takes the clock first, then the state",
-                    expected="ckpt(elapsed, state) with elapsed a gyre.Elapsed",
-                    received=f"ckpt({describe(elapsed, 40)}, {describe(state, 40)})",
-                    fix="pass the elapsed from gyre.elapse(...) or a loop first: ckpt(elapsed, state)",
-                )
-            )
+            raise TypeError(explain(
+                "a checkpoint called by hand takes the clock first, then the state",
+                expected="ckpt(elapsed, state) with elapsed a gyre.Elapsed",
+                received=f"ckpt({describe(elapsed, 40)}, {describe(state, 40)})",
+                fix="pass the elapsed from gyre.elapse(...) or a loop first: ckpt(elapsed, state)"))
         step = int(clock.steps)
         metrics = {self.monitor: self._monitored(logs, clock)} if self.monitor is not None else None
         if step in self._saved or step == self._resumed:
@@ -272,14 +269,10 @@ class Checkpoint(Checkpointer):
             >>> ckpt.close(); tmp.cleanup()
         """
         if not isinstance(snapshot, Snapshot):
-            raise TypeError(
-                explain(
-                    "save_snapshot takes a gyre Snapshot",
-                    expected="Snapshot(step=..., state=..., elapsed=...) (loop.snapshot() gives one)",
-                    received=describe(snapshot),
-                    fix="save a state by hand with ckpt(elapsed, state)",
-                )
-            )
+            raise TypeError(explain(
+                "save_snapshot takes a gyre Snapshot",
+                expected="Snapshot(step=..., state=..., elapsed=...) (loop.snapshot() gives one)",
+                received=describe(snapshot), fix="save a state by hand with ckpt(elapsed, state)"))
         step = whole_number(
             snapshot.step, minimum=0, problem="a Snapshot's step must be a whole number >= 0",
             expected="the completed steps (elapsed.steps)", fix="Snapshot(step=elapsed.steps, ...)",
@@ -564,14 +557,11 @@ class Checkpoint(Checkpointer):
             >>> ckpt.close(); tmp.cleanup()
         """
         if self.monitor is None:
-            raise ValueError(
-                explain(
-                    "best_step() needs a checkpoint that monitors a value",
-                    expected="gyre.checkpoint(directory, monitor='loss_test', mode='min')",
-                    received=f"{self!r} (no monitor)",
-                    fix="pass monitor= to gyre.checkpoint, or use latest_step()",
-                )
-            )
+            raise ValueError(explain(
+                "best_step() needs a checkpoint that monitors a value",
+                expected="gyre.checkpoint(directory, monitor='loss_test', mode='min')",
+                received=f"{self!r} (no monitor)",
+                fix="pass monitor= to gyre.checkpoint, or use latest_step()"))
         return self._store.best_step()
 
     # -- lifetime ----------------------------------------------------------------------------

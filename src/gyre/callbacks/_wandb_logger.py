@@ -187,24 +187,16 @@ class WandbLogger(FollowsHistory, ChunkSafe, LoopElement):
 
     def __init__(self, run: Any, *, interval: float) -> None:
         if not callable(getattr(run, "log", None)):
-            raise TypeError(
-                explain(
-                    "wandb_logger needs a W&B run",
-                    expected="the run wandb.init() returns (any object with log(data, step=...))",
-                    received=describe(run),
-                    fix="run = wandb.init(project=...); gyre.wandb_logger(run)",
-                )
-            )
+            raise TypeError(explain(
+                "wandb_logger needs a W&B run",
+                expected="the run wandb.init() returns (any object with log(data, step=...))",
+                received=describe(run), fix="run = wandb.init(project=...); gyre.wandb_logger(run)"))
         good = isinstance(interval, numbers.Real) and not isinstance(interval, bool)
         if not (good and math.isfinite(interval) and interval >= 0):
-            raise ValueError(
-                explain(
-                    "wandb_logger's interval must be a number of seconds >= 0",
-                    expected="interval=1.0 (0 sends at every call)",
-                    received=describe(interval),
-                    fix="pass interval as a number, e.g. interval=1.0",
-                )
-            )
+            raise ValueError(explain(
+                "wandb_logger's interval must be a number of seconds >= 0",
+                expected="interval=1.0 (0 sends at every call)", received=describe(interval),
+                fix="pass interval as a number, e.g. interval=1.0"))
         self.run = run
         self.interval = float(interval)
         self.sent = 0

@@ -113,27 +113,20 @@ class EvalSpec:
 
     def __post_init__(self) -> None:
         if self.dataset is None and self.dataset_iterator is None:
-            raise ValueError(
-                explain(
-                    "an EvalSpec needs dataset= or dataset_iterator=",
-                    expected="dataset= (what each evaluation reads: a collection from its start, "
-                    "an iterator onward) or dataset_iterator= (one iterator continued across "
-                    "evaluations)",
-                    received="neither",
-                    fix="pass EvalSpec(dataset=eval_batches) or EvalSpec(dataset_iterator=it, num_steps=10)",
-                )
-            )
+            raise ValueError(explain(
+                "an EvalSpec needs dataset= or dataset_iterator=",
+                expected="dataset= (what each evaluation reads: a collection from its start, "
+                "an iterator onward) or dataset_iterator= (one iterator continued across "
+                "evaluations)",
+                received="neither",
+                fix="pass EvalSpec(dataset=eval_batches) or EvalSpec(dataset_iterator=it, num_steps=10)"))
         for name in ("dataset", "dataset_iterator"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, Iterable):
-                raise TypeError(
-                    explain(
-                        f"EvalSpec's {name}= must be iterable",
-                        expected="a collection of batches or an iterator",
-                        received=describe(value),
-                        fix=f"pass {name}=iter(batches)",
-                    )
-                )
+                raise TypeError(explain(
+                    f"EvalSpec's {name}= must be iterable",
+                    expected="a collection of batches or an iterator", received=describe(value),
+                    fix=f"pass {name}=iter(batches)"))
         for name in ("num_steps", "eval_loop_interval"):
             value = getattr(self, name)
             if value is not None:
@@ -142,14 +135,10 @@ class EvalSpec:
                     expected="an int >= 1, or None", fix=f"pass {name}=10, or leave it None",
                 )
         if self.should_eval_fn is not None and not callable(self.should_eval_fn):
-            raise TypeError(
-                explain(
-                    "EvalSpec's should_eval_fn must be callable",
-                    expected="a function EvalContext -> bool",
-                    received=describe(self.should_eval_fn),
-                    fix="pass should_eval_fn=lambda ctx: ctx.step >= 1000",
-                )
-            )
+            raise TypeError(explain(
+                "EvalSpec's should_eval_fn must be callable",
+                expected="a function EvalContext -> bool", received=describe(self.should_eval_fn),
+                fix="pass should_eval_fn=lambda ctx: ctx.step >= 1000"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,14 +171,10 @@ class CheckpointSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.checkpoint_dir, str | os.PathLike):
-            raise TypeError(
-                explain(
-                    "CheckpointSpec's checkpoint_dir must be a path",
-                    expected="a str or os.PathLike directory",
-                    received=describe(self.checkpoint_dir),
-                    fix="pass CheckpointSpec('runs/exp/checkpoints')",
-                )
-            )
+            raise TypeError(explain(
+                "CheckpointSpec's checkpoint_dir must be a path",
+                expected="a str or os.PathLike directory", received=describe(self.checkpoint_dir),
+                fix="pass CheckpointSpec('runs/exp/checkpoints')"))
 
     @property
     def directory(self) -> str:

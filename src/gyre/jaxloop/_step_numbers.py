@@ -58,14 +58,10 @@ class LocalFileStepNumberWriter(StepNumberWriter):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__()
         if not isinstance(path, str | os.PathLike):
-            raise TypeError(
-                explain(
-                    "LocalFileStepNumberWriter needs a file path",
-                    expected="a str or os.PathLike path",
-                    received=describe(path),
-                    fix="pass LocalFileStepNumberWriter('runs/exp/step.txt')",
-                )
-            )
+            raise TypeError(explain(
+                "LocalFileStepNumberWriter needs a file path",
+                expected="a str or os.PathLike path", received=describe(path),
+                fix="pass LocalFileStepNumberWriter('runs/exp/step.txt')"))
         self.path = os.fspath(path)
         self._replace("")
 
@@ -102,14 +98,11 @@ class StepNumberAction(Action):
     def __init__(self, step_writer: StepNumberWriter, interval: int = 1) -> None:
         super().__init__(interval=interval)
         if not callable(getattr(step_writer, "write", None)):
-            raise TypeError(
-                explain(
-                    "StepNumberAction needs a step number writer",
-                    expected="an object with write(step_number), e.g. LocalFileStepNumberWriter(path)",
-                    received=describe(step_writer),
-                    fix="pass StepNumberAction(gyre.jaxloop.LocalFileStepNumberWriter(path))",
-                )
-            )
+            raise TypeError(explain(
+                "StepNumberAction needs a step number writer",
+                expected="an object with write(step_number), e.g. LocalFileStepNumberWriter(path)",
+                received=describe(step_writer),
+                fix="pass StepNumberAction(gyre.jaxloop.LocalFileStepNumberWriter(path))"))
         self._step_number_writer = step_writer
 
     def __call__(self, state: Any, outputs: Output | None = None, **kwargs: Any) -> None:

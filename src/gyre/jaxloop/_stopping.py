@@ -149,14 +149,10 @@ class EarlyStoppingAction(Action):
     def __init__(self, handler: MetricMonitoringStopHandler, interval: int = 1) -> None:
         super().__init__(interval=interval)
         if not isinstance(handler, MetricMonitoringStopHandler):
-            raise TypeError(
-                explain(
-                    "EarlyStoppingAction needs a MetricMonitoringStopHandler",
-                    expected="MetricMonitoringStopHandler('loss', patience=3)",
-                    received=describe(handler),
-                    fix="wrap the metric's name: EarlyStoppingAction(MetricMonitoringStopHandler(name))",
-                )
-            )
+            raise TypeError(explain(
+                "EarlyStoppingAction needs a MetricMonitoringStopHandler",
+                expected="MetricMonitoringStopHandler('loss', patience=3)", received=describe(handler),
+                fix="wrap the metric's name: EarlyStoppingAction(MetricMonitoringStopHandler(name))"))
         self._handler = handler
         self._missing_said = False  # the missing metric is said once, not at every check
         self.monitored_metric = handler.monitored_metric
