@@ -24,8 +24,9 @@ import time
 from typing import IO, Any
 
 from gyre.callbacks._shown import BarValues, check_mode
+from gyre.core._checks import whole
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import describe, explain, suggest, whole_number
+from gyre.core._errors import describe, explain, suggest
 from gyre.core._logs import Logs
 from gyre.engine._tasks import ChunkSafe, LoopElement
 from gyre.parallel.distributed import is_main_process
@@ -42,23 +43,14 @@ def _check_total(total: Any) -> int | None:
             expected="total=1000 or total=gyre.at(steps=1000)", received=f"total={total!r}",
             fix="give the number of steps the loop will run (a bar by samples or time, "
             "as ciclo's, is not drawn by gyre)"))
-    return whole_number(
-        total,
-        minimum=1,
-        problem="a progress bar's total must be a number of steps >= 1 or None",
-        expected="total=1000 (the loop's stop), or None for a bar without an end",
-        fix="pass the number of steps the loop will run",
-    )
+    return whole(total, "total", minimum=1, problem="a progress bar's total must be a number of steps >= 1 or None",
+                 expected="total=1000 (the loop's stop), or None for a bar without an end",
+                 fix="pass the number of steps the loop will run")
 
 
 def _check_width(width: Any) -> int:
-    return whole_number(
-        width,
-        minimum=1,
-        problem="keras_bar's width must be a number of characters >= 1",
-        expected="width=30 (the characters between the brackets)",
-        fix="pass width as an int, e.g. width=30",
-    )
+    return whole(width, "width", minimum=1, problem="keras_bar's width must be a number of characters >= 1",
+                 expected="width=30 (the characters between the brackets)", fix="pass width as an int, e.g. width=30")
 
 
 def _check_interval(interval: Any, *, owner: str, optional: bool) -> float | None:

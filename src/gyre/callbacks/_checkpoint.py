@@ -35,8 +35,9 @@ from gyre.callbacks._integrity import Unreadable
 from gyre.callbacks._options import check_directory, check_flag, check_keep, check_monitor
 from gyre.callbacks._snapshot_files import Files
 from gyre.callbacks._store import CheckpointError, Store, is_primary, sync
+from gyre.core._checks import whole
 from gyre.core._clock import Elapsed
-from gyre.core._errors import describe, explain, keywords_checked, warn, whole_number
+from gyre.core._errors import describe, explain, keywords_checked, warn
 from gyre.core._logs import Logs
 from gyre.engine._snapshot import Checkpointer, Snapshot
 
@@ -273,10 +274,8 @@ class Checkpoint(Checkpointer):
                 "save_snapshot takes a gyre Snapshot",
                 expected="Snapshot(step=..., state=..., elapsed=...) (loop.snapshot() gives one)",
                 received=describe(snapshot), fix="save a state by hand with ckpt(elapsed, state)"))
-        step = whole_number(
-            snapshot.step, minimum=0, problem="a Snapshot's step must be a whole number >= 0",
-            expected="the completed steps (elapsed.steps)", fix="Snapshot(step=elapsed.steps, ...)",
-        )
+        step = whole(snapshot.step, "a Snapshot's step", expected="the completed steps (elapsed.steps)",
+                     fix="Snapshot(step=elapsed.steps, ...)")
         if step in self._saved or step == self._resumed:
             if wait:
                 self.wait_until_finished()

@@ -7,7 +7,8 @@ import os
 from typing import Any
 
 from gyre.callbacks._monitor import check_name, monitor_mode
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import describe, explain
 
 
 def check_directory(directory: Any) -> str:
@@ -47,21 +48,11 @@ def check_directory(directory: Any) -> str:
 
 
 def check_keep(keep: Any, keep_best: Any, monitor: Any) -> tuple[int, int]:
-    kept = whole_number(
-        keep,
-        minimum=1,
-        problem="checkpoint's keep must be a whole number >= 1",
-        expected="keep=3 (how many of the latest checkpoints to keep on disk; the newest is "
-        "what a run resumes from, so at least 1)",
-        fix="pass keep as a positive int; keep=1 keeps only the latest",
-    )
-    best = whole_number(
-        keep_best,
-        minimum=0,
-        problem="checkpoint's keep_best must be a whole number >= 0",
-        expected="keep_best=2 (how many of the best checkpoints by monitor to keep as well)",
-        fix="pass keep_best as an int >= 0 (0: keep only the latest)",
-    )
+    kept = whole(keep, "checkpoint's keep", minimum=1, expected="keep=3 (how many of the latest checkpoints "
+                 "to keep on disk; the newest is what a run resumes from, so at least 1)",
+                 fix="pass keep as a positive int; keep=1 keeps only the latest")
+    best = whole(keep_best, "checkpoint's keep_best", expected="keep_best=2 (how many of the best checkpoints "
+                 "by monitor to keep as well)", fix="pass keep_best as an int >= 0 (0: keep only the latest)")
     if best and monitor is None:
         raise ValueError(explain(
             "checkpoint's keep_best needs a monitored value to rank checkpoints by",

@@ -1,8 +1,8 @@
 """The check vocabulary: one call per value at a public door, each building the expected /
 received / fix text of :func:`~gyre.core._errors.explain` from its fields; inside, the value
 is trusted. ``name`` is the value's name as the user wrote it (``"steps"``,
-``"EarlyStopping's patience"``); ``expected`` and ``fix`` replace the derived lines when the
-call site knows better words (an example, the meaning of each option).
+``"EarlyStopping's patience"``); ``problem``, ``expected`` and ``fix`` replace the derived
+lines when the call site knows better words (an example, the meaning of each option).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ def _fail(error: type[Exception], problem: str, expected: str, value: object, fi
 
 def whole(
     value: Any, name: str, *, minimum: int = 0, maximum: int | None = None, none: bool = False,
-    device: bool = False, unit: str = "", expected: str | None = None, fix: str | None = None,
-    error: type[Exception] = ValueError,
+    device: bool = False, unit: str = "", problem: str | None = None, expected: str | None = None,
+    fix: str | None = None, error: type[Exception] = ValueError,
 ) -> Any:
     """``value`` as a Python ``int`` when it is a whole number (``int``, ``numpy.int64``, a
     0-d integer array; not a bool, not ``2.0``) in ``[minimum, maximum]``, or ``None`` when
@@ -56,7 +56,7 @@ def whole(
     bound = f">= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
     wanted = f"an int {bound}" + (" or None" if none else "")
     unit = f"of {unit} " if unit else ""
-    raise _fail(error, f"{name} must be a whole number {unit}{bound}", expected or wanted, value,
+    raise _fail(error, problem or f"{name} must be a whole number {unit}{bound}", expected or wanted, value,
                 fix or f"pass {wanted}")
 
 
@@ -82,8 +82,8 @@ def path(value: Any, problem: str, *, expected: str, fix: str) -> str:
 def real(
     value: Any, name: str, *, minimum: float | None = None, above: float | None = None,
     maximum: float | None = None, below: float | None = None, none: bool = False,
-    text: bool = False, unit: str = "", expected: str | None = None, fix: str | None = None,
-    error: type[Exception] = ValueError,
+    text: bool = False, unit: str = "", problem: str | None = None, expected: str | None = None,
+    fix: str | None = None, error: type[Exception] = ValueError,
 ) -> Any:
     """``value`` as a finite Python ``float`` within the bounds given (``minimum`` <= value,
     ``above`` < value, value <= ``maximum``, value < ``below``), or ``None`` when ``none``
@@ -117,7 +117,7 @@ def real(
     bound = " and ".join(f"{sign} {limit}" for limit, sign, _ in limits if limit is not None)
     bound = f" {bound}" if bound else ""
     unit = f" of {unit}" if unit else ""
-    raise _fail(error, f"{name} must be a finite number{unit}{bound}",
+    raise _fail(error, problem or f"{name} must be a finite number{unit}{bound}",
                 expected or f"a float{bound}" + (" or None" if none else ""), value,
                 fix or f"pass a number{bound}")
 

@@ -50,7 +50,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gyre.core._errors import describe, explain, suggest, warn, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import describe, explain, suggest, warn
 from gyre.data._arrays import Batches
 from gyre.engine._elapse import check_dataset, check_iterable, dataset_epoch_steps
 
@@ -381,13 +382,9 @@ class DataTracker:
 
 
 def _count(saved: Any) -> int:
-    return whole_number(
-        saved,
-        minimum=0,
-        problem="a saved data position of kind 'count' must be a number of batches >= 0",
-        expected="{'kind': 'count', 'state': <batches consumed>}, as the loop saved it",
-        fix="pass the data position the loop saved (loop.data.state_dict()), unchanged",
-    )
+    return whole(saved, "count", problem="a saved data position of kind 'count' must be a number of batches >= 0",
+                 expected="{'kind': 'count', 'state': <batches consumed>}, as the loop saved it",
+                 fix="pass the data position the loop saved (loop.data.state_dict()), unchanged")
 
 
 def _check_saved(state: Any) -> tuple[str, Any]:

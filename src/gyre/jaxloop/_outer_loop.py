@@ -22,7 +22,8 @@ from typing import Any
 import jax
 
 from gyre.callbacks._checkpoint import checkpoint
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import describe, explain
 from gyre.jaxloop import _orbax_format as orbax_format
 from gyre.jaxloop._action_loop import ActionLoop, EvalLoop
 from gyre.jaxloop._actions import DATA_META, CheckpointAction, SummaryAction
@@ -162,16 +163,11 @@ class OuterLoop:
                 "OuterLoop with a train loop needs train_dataset=",
                 expected="an iterator or iterable of training batches", received="train_dataset=None",
                 fix="pass train_dataset=iter(batches)"))
-        total = whole_number(
-            total, minimum=1, problem="train_total_steps must be a positive whole number",
-            expected="the step to train to (an int >= 1)", fix="pass train_total_steps=1000",
-        )
-        if loop_steps is not None:
-            loop_steps = whole_number(
-                loop_steps, minimum=1, problem="train_loop_steps must be a positive whole number or None",
-                expected="steps per inner train loop (>= 1), or None for one pass of the data",
-                fix="pass train_loop_steps=100",
-            )
+        total = whole(total, "train_total_steps", minimum=1, problem="train_total_steps must be a positive whole number",
+                      expected="the step to train to (an int >= 1)", fix="pass train_total_steps=1000")
+        loop_steps = whole(loop_steps, "train_loop_steps", minimum=1, none=True, fix="pass train_loop_steps=100",
+                           problem="train_loop_steps must be a positive whole number or None",
+                           expected="steps per inner train loop (>= 1), or None for one pass of the data")
         return total, loop_steps, specs
 
     # -- the run ----------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import describe, explain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,12 +129,9 @@ class EvalSpec:
                     expected="a collection of batches or an iterator", received=describe(value),
                     fix=f"pass {name}=iter(batches)"))
         for name in ("num_steps", "eval_loop_interval"):
-            value = getattr(self, name)
-            if value is not None:
-                whole_number(
-                    value, minimum=1, problem=f"EvalSpec's {name} must be a positive whole number or None",
-                    expected="an int >= 1, or None", fix=f"pass {name}=10, or leave it None",
-                )
+            whole(getattr(self, name), name, minimum=1, none=True, expected="an int >= 1, or None",
+                  problem=f"EvalSpec's {name} must be a positive whole number or None",
+                  fix=f"pass {name}=10, or leave it None")
         if self.should_eval_fn is not None and not callable(self.should_eval_fn):
             raise TypeError(explain(
                 "EvalSpec's should_eval_fn must be callable",

@@ -14,7 +14,8 @@ from typing import Any
 import jax.numpy as jnp
 
 from gyre.callbacks._monitor import Improvement, monitor_mode
-from gyre.core._errors import describe, explain, suggest, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import describe, explain, suggest
 from gyre.jaxloop._actions import Action, Output, _step_of
 from gyre.jaxloop._loop import reduce_outputs
 
@@ -72,10 +73,9 @@ class MetricMonitoringStopHandler(Improvement):
         super().__init__(
             monitor_mode("MetricMonitoringStopHandler", monitored_metric, mode, strict=False),
             min_delta=abs(float(min_delta)),
-            patience=whole_number(
-                patience, minimum=1, problem="MetricMonitoringStopHandler's patience must be a positive whole number",
-                expected="the checks without improvement before stopping (an int >= 1)", fix="pass patience=3",
-            ),
+            patience=whole(patience, "patience", minimum=1, fix="pass patience=3",
+                           problem="MetricMonitoringStopHandler's patience must be a positive whole number",
+                           expected="the checks without improvement before stopping (an int >= 1)"),
             baseline=None if baseline is None else float(baseline),
         )
         self.best_step = 0

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import describe, explain
 
 
 def check_interval(interval: Any, owner: str) -> int:
@@ -20,11 +21,9 @@ def check_interval(interval: Any, owner: str) -> int:
     """
     if isinstance(interval, bool):
         interval = None
-    return whole_number(
-        interval, minimum=1, problem=f"{owner}'s interval must be a positive whole number",
-        expected="an int >= 1: the action runs every `interval` loops (or steps)",
-        fix="pass interval=1 to run it every time, interval=10 for every tenth",
-    )
+    return whole(interval, "interval", minimum=1, problem=f"{owner}'s interval must be a positive whole number",
+                 expected="an int >= 1: the action runs every `interval` loops (or steps)",
+                 fix="pass interval=1 to run it every time, interval=10 for every tenth")
 
 
 def check_actions(actions: Any, name: str, owner: str, example: str) -> list[Any]:

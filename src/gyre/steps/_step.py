@@ -29,7 +29,8 @@ import numpy as np
 import optax
 from flax.core import FrozenDict
 
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.core._train_state import TrainState, check_optimizer
 from gyre.parallel._partitioners import Partitioner, SingleDevicePartitioner
@@ -289,10 +290,8 @@ class Step:
             True
         """
         if step is not None:
-            step = whole_number(
-                step, minimum=0, problem="restore_model's step must be a whole number >= 0",
-                expected="a saved step, or None for the newest", fix="pass step=None",
-            )
+            step = whole(step, "restore_model's step", expected="a saved step, or None for the newest",
+                         fix="pass step=None")
         found = latest_step(checkpoint_dir) if step is None else step
         if found is None:
             _log.info("No checkpoint found in %s. Returning the original model state.", checkpoint_dir)
