@@ -16,15 +16,13 @@ does nothing (the values it would show are the same global ones everywhere).
 from __future__ import annotations
 
 import inspect
-import math
-import numbers
 import os
 import sys
 import time
 from typing import IO, Any
 
 from gyre.callbacks._shown import BarValues, check_mode
-from gyre.core._checks import whole
+from gyre.core._checks import real, whole
 from gyre.core._clock import Elapsed, Period
 from gyre.core._errors import describe, explain, suggest
 from gyre.core._logs import Logs
@@ -54,16 +52,11 @@ def _check_width(width: Any) -> int:
 
 
 def _check_interval(interval: Any, *, owner: str, optional: bool) -> float | None:
-    if interval is None and optional:
-        return None
-    good = isinstance(interval, numbers.Real) and not isinstance(interval, bool)
-    if good and math.isfinite(interval) and interval >= 0:  # type: ignore[arg-type]
-        return float(interval)  # type: ignore[arg-type]
     default = " (or None: 0.1 on a terminal, 10 in a log file)" if optional else ""
-    raise ValueError(explain(
-        f"{owner}'s interval must be a number of seconds >= 0{' or None' if optional else ''}",
-        expected=f"interval=0.5 (seconds between redraws){default}", received=describe(interval),
-        fix="pass the seconds between redraws as a number, e.g. interval=0.5"))
+    return real(interval, "interval", minimum=0, none=optional,
+                problem=f"{owner}'s interval must be a number of seconds >= 0{' or None' if optional else ''}",
+                expected=f"interval=0.5 (seconds between redraws){default}",
+                fix="pass the seconds between redraws as a number, e.g. interval=0.5")
 
 
 def _check_file(file: Any, owner: str) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from gyre.core._checks import real
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest
 from gyre.core._host import fetch, to_python
 from gyre.core._logs import Logs
@@ -98,14 +99,10 @@ def monitor_mode(owner: str, monitor: str | None, mode: Any, *, strict: bool = T
 
 def check_min_delta(owner: str, min_delta: Any) -> float:
     """``min_delta`` as a float >= 0, else an error naming ``owner``."""
-    good = isinstance(min_delta, numbers.Real) and not isinstance(min_delta, (bool, np.bool_))
-    if good and math.isfinite(min_delta) and min_delta >= 0:  # type: ignore[arg-type]
-        return float(min_delta)  # type: ignore[arg-type]
-    raise ValueError(explain(
-        f"{owner}'s min_delta must be a number >= 0",
-        expected="min_delta=0.001 (how much better a value must be to count)", received=describe(min_delta),
-        fix="pass a non-negative float, e.g. min_delta=0.001 (0 counts any improvement; the "
-        "direction comes from mode)"))
+    return real(min_delta, "min_delta", minimum=0, problem=f"{owner}'s min_delta must be a number >= 0",
+                expected="min_delta=0.001 (how much better a value must be to count)",
+                fix="pass a non-negative float, e.g. min_delta=0.001 (0 counts any improvement; the "
+                "direction comes from mode)")
 
 
 def score(mode: str, value: Any) -> float:
