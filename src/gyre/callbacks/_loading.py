@@ -15,6 +15,7 @@ from typing import Any
 
 from gyre.callbacks._integrity import Unreadable
 from gyre.callbacks._store import RECORD_FILE, RECORD_ITEM, CheckpointError, Store
+from gyre.core._checks import path, whole
 from gyre.core._clock import Elapsed
 from gyre.core._errors import as_integer, describe, explain, warn
 from gyre.engine._snapshot import Snapshot
@@ -74,8 +75,7 @@ def does_not_fit(root: str, failures: Sequence[tuple[int, Unreadable]]) -> Value
         "state given has another tree)",
         expected="a target_state with the tree, leaves, shapes and dtypes of the saved "
         "state (a dtype is never cast)",
-        received=received,
-        fix="build target_state as the run that saved them built it (the same model, "
+        received=received, fix="build target_state as the run that saved them built it (the same model, "
         "optimizer and state class, e.g. by running its init function again); to train "
         "another model, give it a new directory"))
 
@@ -150,13 +150,8 @@ def no_best(root: str, monitor: str) -> FileNotFoundError:
 
 
 def as_step(step: Any) -> int:
-    number = as_integer(step)
-    if number is None or number < 0:
-        raise TypeError(explain(
-            "step= must be a saved step number",
-            expected="an int >= 0 (one of ckpt.all_steps()), or None for the latest", received=describe(step),
-            fix="step=ckpt.latest_step()"))
-    return number
+    return whole(step, "step=", problem="step= must be a saved step number", fix="step=ckpt.latest_step()",
+                 expected="an int >= 0 (one of ckpt.all_steps()), or None for the latest", error=TypeError)
 
 
 def nothing_to_restore(directory: str) -> FileNotFoundError:
@@ -195,12 +190,9 @@ def restore(directory: str | os.PathLike[str], target: Any, step: int | None = N
         ([3.0, 3.0], 3)
         >>> tmp.cleanup()
     """
-    if isinstance(directory, bytes) or not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
-        raise TypeError(explain(
-            "gyre.restore's directory must be a path",
-            expected="a str or os.PathLike naming a checkpoint directory", received=describe(directory),
-            fix="gyre.restore('runs/exp1/checkpoints', target)"))
-    root = os.path.abspath(os.path.expanduser(os.fspath(directory)))
+    root = os.path.abspath(os.path.expanduser(path(
+        directory, "gyre.restore's directory must be a path", fix="gyre.restore('runs/exp1/checkpoints', target)",
+        expected="a str or os.PathLike naming a checkpoint directory")))
     if not os.path.isdir(root):
         raise nothing_to_restore(root)
     if step is None and os.path.basename(root).isdigit():
