@@ -48,8 +48,7 @@ def as_number(value: Any, monitor: str, *, owner: str, step: int) -> float:
             f"{owner} monitors {monitor!r}, which is not a single number at step {step}",
             expected=f"a scalar logged as {monitor!r} (a loss or a metric averaged over "
             "the batch)",
-            received=kind,
-            fix=f"log one number under {monitor!r}, e.g. logs.add_metric(name, "
+            received=kind, fix=f"log one number under {monitor!r}, e.g. logs.add_metric(name, "
             "values.mean()), or monitor another entry"))
     host = to_python(np.reshape(fetch(value), ()))
     if isinstance(host, bool) or not isinstance(host, (int, float)):
@@ -76,8 +75,7 @@ def monitor_mode(owner: str, monitor: str | None, mode: Any, *, strict: bool = T
             f"{owner}'s mode must be {', '.join(map(repr, choices[:-1]))} or {choices[-1]!r}{named}",
             expected="'min' (lower is better: a loss) or 'max' (higher is better: an accuracy)"
             + (", or 'auto' (from the monitored name)" if auto else "") + "; any other mode is not known",
-            received=describe(mode),
-            fix="pass mode='min' for a loss or mode='max' for an accuracy"
+            received=describe(mode), fix="pass mode='min' for a loss or mode='max' for an accuracy"
             + (" (or leave mode out: it is taken from the name)" if auto else "")))
     base = re.split(r"[./]", monitor or "")[-1].lower()  # after a collection's "metrics." or a prefix's "val/"
     words = base.split("_")

@@ -190,10 +190,9 @@ def WeightDecay(  # noqa: N802 (config class names)
         if learning_rate is None or callable(learning_rate):
             raise ValueError(explain(
                 "a WeightDecay after the optimizer is decoupled: it needs the current learning rate",
-                expected="make(learning_rate=<the rate as a number or scalar array>)",
-                received=describe(learning_rate),
-                fix="build it through build_optimizer / assemble_optimizer with log_learning_rate: true "
-                "(they pass the rate), or apply it before the optimizer (before_optimizer: true)"))
+                expected="make(learning_rate=<the rate as a number or scalar array>)", received=describe(learning_rate),
+                fix="build it through build_optimizer / assemble_optimizer with log_learning_rate: true (they pass "
+                "the rate), or apply it before the optimizer (before_optimizer: true)"))
         return optax.masked(_decoupled_decay(rate, learning_rate), mask)
 
     return WeightDecayTransform("WeightDecay", before, factory, value=rate, mask=mask)
@@ -290,8 +289,7 @@ def build_transforms(value: object, *, where: str = "optimizer.transforms") -> l
             raise TypeError(explain(
                 f"{where} must be a list of transform sections (or a mapping of names to sections)",
                 expected="[{class_name: GradClipNorm, max_norm: 1.0}, ...]",
-                received=f"one section: {describe(dict(value))}",
-                fix="write the section as the only item of a list"))
+                received=f"one section: {describe(dict(value))}", fix="write the section as the only item of a list"))
         return [build_transform(s, where=f"{where}.{k}") for k, s in value.items()]
     if isinstance(value, Sequence) and not isinstance(value, str):
         return [build_transform(s, where=f"{where}[{i}]") for i, s in enumerate(value)]

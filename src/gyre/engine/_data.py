@@ -465,8 +465,7 @@ def _not_json(where: str, value: Any, what: str) -> TypeError:
     return TypeError(explain(
         f"{where} cannot be saved in a checkpoint: a data position is stored as JSON",
         expected="ints, floats, strings, bools, None, and lists and dicts (string keys) of them",
-        received=what,
-        fix="make state_dict() return plain values (e.g. an int position, a seed), and "
+        received=what, fix="make state_dict() return plain values (e.g. an int position, a seed), and "
         "rebuild anything else from them in load_state_dict()"))
 
 

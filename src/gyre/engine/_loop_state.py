@@ -178,10 +178,9 @@ class LoopState:
         if not isinstance(reason, str):
             raise TypeError(explain(
                 "request_stop takes a reason (a string), and stops after the current step",
-                expected="loop.request_stop() or loop.request_stop('validation plateaued')",
-                received=describe(reason),
-                fix="to stop at a given step, pass it to the loop: stop=5 (or stop=gyre.at(epochs=2)); "
-                "to stop now, call request_stop() with no argument or a string"))
+                expected="loop.request_stop() or loop.request_stop('validation plateaued')", received=describe(reason),
+                fix="to stop at a given step, pass it to the loop: stop=5 (or stop=gyre.at(epochs=2)); to stop now, "
+                "call request_stop() with no argument or a string"))
         self.stop_requested = True
         self.stop_reason = reason
 

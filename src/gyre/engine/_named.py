@@ -102,9 +102,8 @@ class NamedHooks:
                 raise TypeError(explain(
                     f"callback {describe(obj)} of {self.loop_name} matches no named schedule",
                     expected=f"an object with a method named after one of {list(self.accepted)}",
-                    received=f"an object of type {type(obj).__name__} with none of them",
-                    fix="put a plain function in tasks under a schedule, e.g. "
-                    "tasks={gyre.every(1): [fn]} or {gyre.on_epoch_end: [fn]}"))
+                    received=f"an object of type {type(obj).__name__} with none of them", fix="put a plain "
+                    "function in tasks under a schedule, e.g. tasks={gyre.every(1): [fn]} or {gyre.on_epoch_end: [fn]}"))
             for hook, method in found:
                 self.named[hook].append(method)
 

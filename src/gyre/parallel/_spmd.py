@@ -159,9 +159,8 @@ class SPMD(DataParallel):
                 raise ValueError(explain(
                     f"{where} cannot be split over mesh axis {axes!r} ({ways} devices)",
                     expected=f"dimension {dim} of {where} divisible by {ways}",
-                    received=f"shape {tuple(shape)} with partition spec {spec}",
-                    fix="change the rules so this dimension maps to a smaller axis (or "
-                    "None), or choose sizes that divide evenly"))
+                    received=f"shape {tuple(shape)} with partition spec {spec}", fix="change the rules so this "
+                    "dimension maps to a smaller axis (or None), or choose sizes that divide evenly"))
 
     def _traced_in_context(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         rules, mesh = self.rules, self.mesh
