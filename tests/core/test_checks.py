@@ -71,6 +71,8 @@ def test_instance():
         instance(3, "name", str, none=True, kind="a string")
     with pytest.raises(TypeError, match="x must be a str or bytes"):
         instance(3, "x", (str, bytes))
+    with pytest.raises(TypeError, match=r"^save_snapshot takes a Snapshot\n  expected: a str\n  received: int 3"):
+        instance(3, "snapshot", str, problem="save_snapshot takes a Snapshot")
 
 
 def test_mapping_checks_string_keys_and_known_keys():

@@ -35,7 +35,7 @@ from gyre.callbacks._integrity import Unreadable
 from gyre.callbacks._options import check_directory, check_flag, check_keep, check_monitor
 from gyre.callbacks._snapshot_files import Files
 from gyre.callbacks._store import CheckpointError, Store, is_primary, sync
-from gyre.core._checks import whole
+from gyre.core._checks import instance, whole
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, keywords_checked, warn
 from gyre.core._logs import Logs
@@ -269,11 +269,9 @@ class Checkpoint(Checkpointer):
             (4, ['history/000004.json'])
             >>> ckpt.close(); tmp.cleanup()
         """
-        if not isinstance(snapshot, Snapshot):
-            raise TypeError(explain(
-                "save_snapshot takes a gyre Snapshot",
-                expected="Snapshot(step=..., state=..., elapsed=...) (loop.snapshot() gives one)",
-                received=describe(snapshot), fix="save a state by hand with ckpt(elapsed, state)"))
+        instance(snapshot, "snapshot", Snapshot, problem="save_snapshot takes a gyre Snapshot",
+                 expected="Snapshot(step=..., state=..., elapsed=...) (loop.snapshot() gives one)",
+                 fix="save a state by hand with ckpt(elapsed, state)")
         step = whole(snapshot.step, "a Snapshot's step", expected="the completed steps (elapsed.steps)",
                      fix="Snapshot(step=elapsed.steps, ...)")
         if step in self._saved or step == self._resumed:

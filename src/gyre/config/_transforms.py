@@ -262,13 +262,10 @@ def build_transform(section: object, *, where: str = "optimizer.transforms[0]") 
     name = class_name_of(section, where=where, registry=TRANSFORMS)
     target = TRANSFORMS.get(name, where=f"{where}.class_name")
     built = call_section(target, name, section, where=where)  # type: ignore[arg-type]
-    if not isinstance(built, Transform):
-        raise TypeError(explain(
-            f"the transform {name!r} at {where} did not return a gyre.config.Transform",
-            expected="Transform(name, before_optimizer, factory) from the registered function",
-            received=describe(built),
-            fix=f"return Transform({name!r}, before_optimizer, lambda learning_rate: <optax transformation>)"))
-    return built
+    return instance(
+        built, "the transform", Transform, problem=f"the transform {name!r} at {where} did not return a gyre.config.Transform",
+        expected="Transform(name, before_optimizer, factory) from the registered function",
+        fix=f"return Transform({name!r}, before_optimizer, lambda learning_rate: <optax transformation>)")
 
 
 def build_transforms(value: object, *, where: str = "optimizer.transforms") -> list[Transform]:

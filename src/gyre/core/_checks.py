@@ -151,8 +151,8 @@ def choice(
 
 def instance(
     value: T, name: str, types: type | tuple[type, ...], *, none: bool = False,
-    kind: str | None = None, expected: str | None = None, fix: str | None = None,
-    error: type[Exception] = TypeError,
+    kind: str | None = None, problem: str | None = None, expected: str | None = None,
+    fix: str | None = None, error: type[Exception] = TypeError,
 ) -> T:
     """``value`` when it is an instance of ``types`` (or ``None`` when ``none`` allows it),
     else ``error`` (a ``TypeError``) saying what was expected; ``kind`` names the types in
@@ -172,7 +172,7 @@ def instance(
         return value
     kinds = types if isinstance(types, tuple) else (types,)
     wanted = (kind or "a " + " or ".join(t.__name__ for t in kinds)) + (" or None" if none else "")
-    raise _fail(error, f"{name} must be {wanted}", expected or wanted, value, fix or f"pass {wanted}")
+    raise _fail(error, problem or f"{name} must be {wanted}", expected or wanted, value, fix or f"pass {wanted}")
 
 
 def mapping(

@@ -22,7 +22,7 @@ from typing import Any
 import jax
 
 from gyre.callbacks._checkpoint import checkpoint
-from gyre.core._checks import whole
+from gyre.core._checks import instance, whole
 from gyre.core._errors import describe, explain
 from gyre.jaxloop import _orbax_format as orbax_format
 from gyre.jaxloop._action_loop import ActionLoop, EvalLoop
@@ -88,11 +88,9 @@ class OuterLoop:
         eval_loops: Sequence[EvalLoop | Loop] | None = None,
         checkpoint_spec: CheckpointSpec | None = None,
     ) -> None:
-        if eval_loops is not None and not isinstance(eval_loops, (list, tuple)):
-            raise TypeError(explain(
-                "OuterLoop's eval_loops must be a list of loops",
-                expected="eval_loops=[EvalLoop(step)], one loop per EvalSpec", received=describe(eval_loops),
-                fix="put the loop in a list: eval_loops=[eval_loop]"))
+        instance(eval_loops, "eval_loops", (list, tuple), none=True, fix="put the loop in a list: eval_loops=[eval_loop]",
+                 problem="OuterLoop's eval_loops must be a list of loops",
+                 expected="eval_loops=[EvalLoop(step)], one loop per EvalSpec")
         if train_loop is None and not eval_loops:
             raise ValueError(explain(
                 "OuterLoop has nothing to run",
@@ -105,16 +103,11 @@ class OuterLoop:
                 received="eval_loops without train_loop or checkpoint_spec",
                 fix="pass checkpoint_spec=gyre.jaxloop.CheckpointSpec('runs/exp/checkpoints')"))
         for loop in ([train_loop] if train_loop is not None else []) + list(eval_loops or []):
-            if not isinstance(loop, Loop):
-                raise TypeError(explain(
-                    "OuterLoop's loops must be gyre.jaxloop loops",
-                    expected="TrainLoop(step) and EvalLoop(step) (or other Loop subclasses)",
-                    received=describe(loop), fix="wrap your step: gyre.jaxloop.TrainLoop(step)"))
-        if checkpoint_spec is not None and not isinstance(checkpoint_spec, CheckpointSpec):
-            raise TypeError(explain(
-                "checkpoint_spec must be a CheckpointSpec",
-                expected="gyre.jaxloop.CheckpointSpec(checkpoint_dir)", received=describe(checkpoint_spec),
-                fix="wrap the directory in CheckpointSpec"))
+            instance(loop, "loop", Loop, problem="OuterLoop's loops must be gyre.jaxloop loops",
+                     expected="TrainLoop(step) and EvalLoop(step) (or other Loop subclasses)",
+                     fix="wrap your step: gyre.jaxloop.TrainLoop(step)")
+        instance(checkpoint_spec, "checkpoint_spec", CheckpointSpec, none=True, fix="wrap the directory in CheckpointSpec",
+                 problem="checkpoint_spec must be a CheckpointSpec", expected="gyre.jaxloop.CheckpointSpec(checkpoint_dir)")
         self._train_loop = train_loop
         self._eval_loops = list(eval_loops or [])
         self._checkpoint_spec = checkpoint_spec
@@ -151,11 +144,9 @@ class OuterLoop:
                 received=f"{len(specs)} eval spec(s)",
                 fix="pass eval_specs=[EvalSpec(dataset=...)] with as many specs as eval_loops"))
         for spec in specs:
-            if not isinstance(spec, EvalSpec):
-                raise TypeError(
-                    explain("eval_specs must hold EvalSpecs", expected="gyre.jaxloop.EvalSpec(dataset=...)",
-                            received=describe(spec), fix="wrap each eval dataset in EvalSpec(dataset=...)")
-                )
+            instance(spec, "eval_specs", EvalSpec, problem="eval_specs must hold EvalSpecs",
+                     expected="gyre.jaxloop.EvalSpec(dataset=...)",
+                     fix="wrap each eval dataset in EvalSpec(dataset=...)")
         if self._train_loop is None:
             return 0, None, specs
         if train_dataset is None:

@@ -14,8 +14,8 @@ from typing import Any
 import jax.numpy as jnp
 
 from gyre.callbacks._monitor import Improvement, monitor_mode
-from gyre.core._checks import whole
-from gyre.core._errors import describe, explain, suggest
+from gyre.core._checks import instance, whole
+from gyre.core._errors import suggest
 from gyre.jaxloop._actions import Action, Output, _step_of
 from gyre.jaxloop._loop import reduce_outputs
 
@@ -148,12 +148,10 @@ class EarlyStoppingAction(Action):
 
     def __init__(self, handler: MetricMonitoringStopHandler, interval: int = 1) -> None:
         super().__init__(interval=interval)
-        if not isinstance(handler, MetricMonitoringStopHandler):
-            raise TypeError(explain(
-                "EarlyStoppingAction needs a MetricMonitoringStopHandler",
-                expected="MetricMonitoringStopHandler('loss', patience=3)", received=describe(handler),
-                fix="wrap the metric's name: EarlyStoppingAction(MetricMonitoringStopHandler(name))"))
-        self._handler = handler
+        self._handler = instance(
+            handler, "handler", MetricMonitoringStopHandler, expected="MetricMonitoringStopHandler('loss', patience=3)",
+            problem="EarlyStoppingAction needs a MetricMonitoringStopHandler",
+            fix="wrap the metric's name: EarlyStoppingAction(MetricMonitoringStopHandler(name))")
         self._missing_said = False  # the missing metric is said once, not at every check
         self.monitored_metric = handler.monitored_metric
 

@@ -29,7 +29,7 @@ import numpy as np
 import optax
 from flax.core import FrozenDict
 
-from gyre.core._checks import whole
+from gyre.core._checks import instance, whole
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.core._train_state import TrainState, check_optimizer
@@ -561,12 +561,10 @@ def to_logs(outputs: Mapping[str, Any] | Logs | None, collection: str = "metrics
     logs = Logs()
     if outputs is None:
         return logs
-    if not isinstance(outputs, Mapping):
-        raise TypeError(explain(
-            "a Step's run must return (state, outputs) with outputs a dict",
-            expected="outputs like {'loss': loss, 'accuracy': accuracy}, or None", received=describe(outputs),
-            fix="return state, {'name': value, ...} from run"))
-    return logs.add_entries(collection, outputs)
+    return logs.add_entries(collection, instance(
+        outputs, "outputs", Mapping, problem="a Step's run must return (state, outputs) with outputs a dict",
+        expected="outputs like {'loss': loss, 'accuracy': accuracy}, or None",
+        fix="return state, {'name': value, ...} from run"))
 
 
 def zeroed_batch(spec: Any) -> Any:
