@@ -32,12 +32,12 @@ from typing import Any
 
 from gyre.callbacks import _loading, _monitor
 from gyre.callbacks._integrity import Unreadable
-from gyre.callbacks._options import check_directory, check_flag, check_keep, check_monitor
+from gyre.callbacks._options import check_directory, check_keep, check_monitor
 from gyre.callbacks._snapshot_files import Files
 from gyre.callbacks._store import CheckpointError, Store, is_primary, sync
 from gyre.core._checks import instance, whole
 from gyre.core._clock import Elapsed
-from gyre.core._errors import describe, explain, keywords_checked, warn
+from gyre.core._errors import describe, explain, flag, keywords_checked, warn
 from gyre.core._logs import Logs
 from gyre.engine._snapshot import Checkpointer, Snapshot
 
@@ -81,9 +81,9 @@ class Checkpoint(Checkpointer):
         check_monitor(monitor, mode)
         self.keep, self.keep_best = check_keep(keep, keep_best, monitor)
         self.monitor, self.mode = monitor, mode
-        self.async_save = check_flag(async_save, "async_save")
-        self.overwrite = check_flag(overwrite, "overwrite")
-        self.checksums = check_flag(checksums, "checksums")
+        self.async_save = flag(async_save, "async_save", "checkpoint")
+        self.overwrite = flag(overwrite, "overwrite", "checkpoint")
+        self.checksums = flag(checksums, "checksums", "checkpoint")
         self._store = Store(
             self.directory, keep=self.keep, keep_best=self.keep_best,
             score=self._score if monitor is not None else None, async_save=self.async_save,

@@ -63,15 +63,6 @@ def check_keep(keep: Any, keep_best: Any, monitor: Any) -> tuple[int, int]:
     return kept, best
 
 
-def check_flag(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(explain(
-            f"checkpoint's {name} must be True or False",
-            expected=f"{name}=True or {name}=False", received=describe(value),
-            fix=f"pass {name}=True or {name}=False"))
-    return value
-
-
 def check_monitor(monitor: Any, mode: Any) -> None:
     check_name(monitor, "checkpoint's monitor must be the name of a logged value, or None",
                "'loss_test' or 'metrics.accuracy_test'", "gyre.checkpoint(directory, monitor='loss_test', mode='min')",
