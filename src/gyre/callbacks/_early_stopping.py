@@ -10,8 +10,9 @@ import jax
 import numpy as np
 
 from gyre.callbacks import _monitor
+from gyre.core._checks import whole
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.engine._tasks import LoopElement
 
@@ -79,15 +80,10 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
         patience, initial_patience = (
             value
             if name == "patience" and isinstance(value, Period)
-            else whole_number(
-                value,
-                minimum=0,
-                problem=f"early_stopping's {name} must be a whole number >= 0",
-                expected=f"{name}=3 (counted in evaluations of the monitored value)"
-                + (", or patience=gyre.at(steps=200) (the clock since the best value, ciclo's "
-                   "meaning)" if name == "patience" else ""),
-                fix=f"pass {name} as a non-negative int",
-            )
+            else whole(value, f"early_stopping's {name}", fix=f"pass {name} as a non-negative int",
+                       expected=f"{name}=3 (counted in evaluations of the monitored value)"
+                       + (", or patience=gyre.at(steps=200) (the clock since the best value, ciclo's "
+                          "meaning)" if name == "patience" else ""))
             for name, value in (("patience", patience), ("initial_patience", initial_patience))
         )
         if not isinstance(delta_mode, str) or delta_mode not in ("absolute", "relative"):

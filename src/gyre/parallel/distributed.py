@@ -27,8 +27,9 @@ from typing import Any, TypeVar
 
 import jax
 
+from gyre.core._checks import whole
 from gyre.core._compat import backends_started
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._errors import describe, explain
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,15 +53,8 @@ def _env_int(name: str) -> int | None:
 
 
 def _check_int(name: str, value: Any, *, low: int) -> None:
-    if value is None:
-        return
-    whole_number(
-        value,
-        minimum=low,
-        problem=f"{name} must be an integer >= {low}",
-        expected=f"{name}=<int >= {low}>",
-        fix=f"pass {name} as a whole number (or set it through the environment)",
-    )
+    whole(value, name, minimum=low, none=True, problem=f"{name} must be an integer >= {low}",
+          expected=f"{name}=<int >= {low}>", fix=f"pass {name} as a whole number (or set it through the environment)")
 
 
 def _check_address(address: Any) -> None:
