@@ -175,10 +175,7 @@ class Checkpoint(Checkpointer):
                    f"the later ones and continue from step {self._resumed}, or use a new directory")
         return explain(
             problem,
-            expected="an empty directory, or checkpoints this run resumed from",
-            received=received,
-            fix=fix,
-        )
+            expected="an empty directory, or checkpoints this run resumed from", received=received, fix=fix)
 
     # -- saving ------------------------------------------------------------------------------
 

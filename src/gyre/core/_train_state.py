@@ -311,7 +311,5 @@ def _unknown_attribute(state: Any, name: str, model_state: Any, extras: Any) -> 
         f"{type(state).__name__} has no attribute {name!r}.{hint}",
         expected=f"a field ({', '.join(fields)}), a model_state collection ({collections or 'none'}) "
         f"or an extra ({extra or 'none'})",
-        received=repr(name),
-        fix=(f"use {hint.split(chr(39))[1]!r}" if hint else "check the name")
-        + "; values passed to create() that are not fields are kept in extras",
-    )
+        received=repr(name), fix=(f"use {hint.split(chr(39))[1]!r}" if hint else "check the name")
+        + "; values passed to create() that are not fields are kept in extras")

@@ -420,8 +420,7 @@ def _other_kind(state: Mapping[str, Any], kind: str, tracker: DataTracker) -> st
         f"dataset (a {here}) is",
         received=f"a position saved from {_KIND_WORDS[kind]} (a {saved_from})",
         fix=f"resume with the dataset the run was saved with (a {saved_from}, built with the "
-        "same arguments), or start a new run instead of resuming",
-    )
+        "same arguments), or start a new run instead of resuming")
 
 
 def _encode(raw: bytes) -> tuple[str, str]:

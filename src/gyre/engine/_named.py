@@ -324,8 +324,7 @@ def _check_steps(hooks: NamedHooks, test_dataset: Any) -> str | None:
         expected="a callback at gyre.on_train_step (or under a clock schedule: "
         "{gyre.every(1): train_step}), or a state class with a train_step method",
         received=f"callbacks only at {filled}" if filled else "no callback at all",
-        fix="add {gyre.on_train_step: train_step} to the tasks (to evaluate only, use gyre.test_loop)",
-    )
+        fix="add {gyre.on_train_step: train_step} to the tasks (to evaluate only, use gyre.test_loop)")
 
 
 def _evaluation(

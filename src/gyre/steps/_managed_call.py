@@ -101,8 +101,7 @@ def _takes_no_mask(fn: Any) -> str:
         expected="a function with a mask parameter: def step(state, batch, mask=None)",
         received=f"signature {inspect.signature(fn)}",
         fix="add mask=None to the function and leave the padded rows out of its means "
-        "(jnp.sum(x * mask) / jnp.sum(mask)), or call the step without mask=",
-    )
+        "(jnp.sum(x * mask) / jnp.sum(mask)), or call the step without mask=")
 
 
 def _shapes(tree: Any, limit: int = 300) -> str:

@@ -662,8 +662,7 @@ def _not_implemented(cls: type) -> str:
         "(state, outputs)",
         received=f"{cls.__qualname__}, which inherits Step.run",
         fix="define run in your subclass: compute the loss (and gradients with "
-        "jax.value_and_grad when self.train), return (state, {'loss': loss, ...})",
-    )
+        "jax.value_and_grad when self.train), return (state, {'loss': loss, ...})")
 
 
 def _as_linen(model: Any, args: tuple[Any, ...] | None, kwargs: dict[str, Any]) -> nn.Module:
