@@ -119,16 +119,10 @@ def one_step(store: Store, step: int, target_state: Any, target_arrays: Any) -> 
     except Unreadable as problem:
         if problem.kind == "fit":
             raise does_not_fit(store.root, [(step, problem)]) from None
-        raise CheckpointError(
-            explain(
-                f"the checkpoint of step {step} in {store.root} cannot be loaded",
-                expected="an intact checkpoint",
-                received=problem.reason,
-                fix=f"load another step (on disk: {on_disk}), or 'latest', which skips damaged "
-                "checkpoints",
-            ),
-            step=step,
-        ) from None
+        raise CheckpointError(explain(
+            f"the checkpoint of step {step} in {store.root} cannot be loaded",
+            expected="an intact checkpoint", received=problem.reason,
+            fix=f"load another step (on disk: {on_disk}), or 'latest', which skips damaged checkpoints"), step=step) from None
 
 
 def no_monitor(owner: str) -> ValueError:

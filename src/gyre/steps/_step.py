@@ -236,17 +236,14 @@ class Step:
             jax.eval_shape(init_fn, batch)
         except Exception as err:  # the model's own error, about its input, is chained
             raise ValueError(explain(
-                f"initialize_model could not run {type(model).__name__} on inputs built "
-                "from the spec",
-                expected=f"a spec of one input batch that {type(model).__name__}.__call__ "
-                "accepts (a shape with its batch dimension, e.g. (1, 28, 28, 1), a "
-                "(shape, dtype) pair, a jax.ShapeDtypeStruct, or a pytree of them shaped "
-                "like the model's input)",
-                received=f"spec {_short(spec)} -> inputs {_shapes(batch)}; the model "
-                f"raised {type(err).__name__}: {_first_line(err)}",
-                fix="pass the shape of what the model takes, e.g. "
-                "step.initialize_model((1, <features>)); if preprocess_batch reshapes "
-                "the batch, give the spec of the batch before it")) from err
+                f"initialize_model could not run {type(model).__name__} on inputs built from the spec",
+                expected=f"a spec of one input batch that {type(model).__name__}.__call__ accepts (a shape with "
+                "its batch dimension, e.g. (1, 28, 28, 1), a (shape, dtype) pair, a jax.ShapeDtypeStruct, "
+                "or a pytree of them shaped like the model's input)",
+                received=f"spec {_short(spec)} -> inputs {_shapes(batch)}; the model raised "
+                f"{type(err).__name__}: {_first_line(err)}",
+                fix="pass the shape of what the model takes, e.g. step.initialize_model((1, <features>)); "
+                "if preprocess_batch reshapes the batch, give the spec of the batch before it")) from err
         state = self._partitioner.shard_init_fn(init_fn)(batch)
         if log_num_params:
             _log.info("Initialized model with %d parameters.", self.compute_num_params(state))
