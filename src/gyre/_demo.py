@@ -157,14 +157,10 @@ def _require_plotting() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError as err:
-        raise ImportError(
-            explain(
-                "gyre fit draws curves.png with matplotlib, which is not installed",
-                expected="matplotlib",
-                received=f"ImportError: {err}",
-                fix="pip install 'gyre[examples]'",
-            )
-        ) from err
+        raise ImportError(explain(
+            "gyre fit draws curves.png with matplotlib, which is not installed",
+            expected="matplotlib", received=f"ImportError: {err}",
+            fix="pip install 'gyre[examples]'")) from err
 
 
 def digits_config(

@@ -124,14 +124,10 @@ class CompilationCounter:
 
     def _start(self) -> None:
         if self._listening:
-            raise RuntimeError(
-                explain(
-                    "this compilation counter is already counting",
-                    expected="one with-block per counter",
-                    received="a second `with` on the same counter",
-                    fix="create a new one with gyre.testing.count_compilations()",
-                )
-            )
+            raise RuntimeError(explain(
+                "this compilation counter is already counting",
+                expected="one with-block per counter", received="a second `with` on the same counter",
+                fix="create a new one with gyre.testing.count_compilations()"))
         self._thread = threading.get_ident()
         self._listening = True
         jax.monitoring.register_event_duration_secs_listener(self._on_event)
@@ -292,14 +288,11 @@ class CompiledOnceCheck(CompilationCounter):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self._listening:
-            raise RuntimeError(
-                explain(
-                    "the compiled-once checker is called outside its with-block",
-                    expected="calls inside `with gyre.testing.assert_compiled_once(fn) as fn:`",
-                    received=f"a call of {_name_of(self.fn)} after (or before) the block",
-                    fix="call the function itself outside the block, or move the call inside",
-                )
-            )
+            raise RuntimeError(explain(
+                "the compiled-once checker is called outside its with-block",
+                expected="calls inside `with gyre.testing.assert_compiled_once(fn) as fn:`",
+                received=f"a call of {_name_of(self.fn)} after (or before) the block",
+                fix="call the function itself outside the block, or move the call inside"))
         index, outer = self.calls, self._current
         self.calls += 1
         before = self.count
@@ -335,40 +328,30 @@ class CompiledOnceCheck(CompilationCounter):
         """
         name = _name_of(self.fn)
         if self.calls == 0:
-            raise AssertionError(
-                explain(
-                    f"{name} was never called through the checker",
-                    expected="calls of the object the with-statement gives",
-                    received="no call",
-                    fix=f"write `with gyre.testing.assert_compiled_once({name}) as {name}:` and "
-                    f"call {name}(...) (or put it in the loop's task table) inside the block",
-                )
-            )
+            raise AssertionError(explain(
+                f"{name} was never called through the checker",
+                expected="calls of the object the with-statement gives", received="no call",
+                fix=f"write `with gyre.testing.assert_compiled_once({name}) as {name}:` and "
+                f"call {name}(...) (or put it in the loop's task table) inside the block"))
         if self.count == 1:
             return
         if self.count == 0:
-            raise AssertionError(
-                explain(
-                    f"{name} was not compiled during its {self.calls} call(s)",
-                    expected="one compilation, at the first call",
-                    received="none: it was compiled before the block (an earlier call with the "
-                    "same argument types), or it does not compile (run eagerly)",
-                    fix="check a fresh function, or, to check that an already compiled function "
-                    "does not compile again, assert `.count == 0` on "
-                    "gyre.testing.count_compilations()",
-                )
-            )
-        raise AssertionError(
-            explain(
-                f"{name} compiled {self.count} times in {self.calls} calls, expected once",
-                expected="one compilation, at the first call, and none after",
-                received=f"{self.count} compilations:\n" + self._explain_calls(),
-                fix="give every call the same shapes, dtypes, shardings and tree structure "
-                "(pad or drop a short last batch; keep Python scalars and static fields the "
-                "same), build the function once outside the loop, and run no new operation "
-                "eagerly inside it",
-            )
-        )
+            raise AssertionError(explain(
+                f"{name} was not compiled during its {self.calls} call(s)",
+                expected="one compilation, at the first call",
+                received="none: it was compiled before the block (an earlier call with the "
+                "same argument types), or it does not compile (run eagerly)",
+                fix="check a fresh function, or, to check that an already compiled function "
+                "does not compile again, assert `.count == 0` on "
+                "gyre.testing.count_compilations()"))
+        raise AssertionError(explain(
+            f"{name} compiled {self.count} times in {self.calls} calls, expected once",
+            expected="one compilation, at the first call, and none after",
+            received=f"{self.count} compilations:\n" + self._explain_calls(),
+            fix="give every call the same shapes, dtypes, shardings and tree structure "
+            "(pad or drop a short last batch; keep Python scalars and static fields the "
+            "same), build the function once outside the loop, and run no new operation "
+            "eagerly inside it"))
 
     def _explain_calls(self) -> str:
         by_call: dict[int, list[Compilation]] = {}
@@ -437,14 +420,10 @@ def assert_compiled_once(fn: Callable[..., Any]) -> CompiledOnceCheck:
         ...
     """
     if not callable(fn):
-        raise TypeError(
-            explain(
-                "assert_compiled_once needs the function to check",
-                expected="a callable: a jax.jit function, a managed step, a gyre.Step",
-                received=describe(fn),
-                fix="pass the step itself: `with assert_compiled_once(step) as step: ...`",
-            )
-        )
+        raise TypeError(explain(
+            "assert_compiled_once needs the function to check",
+            expected="a callable: a jax.jit function, a managed step, a gyre.Step", received=describe(fn),
+            fix="pass the step itself: `with assert_compiled_once(step) as step: ...`"))
     return CompiledOnceCheck(fn)
 
 

@@ -110,14 +110,11 @@ def as_json(value: Any, *, what: str) -> Any:
     try:
         return json.loads(json.dumps(value, default=_json_default))
     except (TypeError, ValueError) as err:
-        raise TypeError(
-            explain(
-                f"a checkpoint's {what} must be JSON-able",
-                expected="dicts, lists, strings, numbers, booleans and None",
-                received=f"{describe(value, 120)} ({err})",
-                fix="return JSON-able values from state_dict(); put arrays in Snapshot.arrays",
-            )
-        ) from err
+        raise TypeError(explain(
+            f"a checkpoint's {what} must be JSON-able",
+            expected="dicts, lists, strings, numbers, booleans and None",
+            received=f"{describe(value, 120)} ({err})",
+            fix="return JSON-able values from state_dict(); put arrays in Snapshot.arrays")) from err
 
 
 def record_crc(record: dict[str, Any]) -> int:

@@ -483,9 +483,7 @@ def _explain_error(error: Any, model: type[BaseModel], where: str) -> str:
             f"unknown key {_join(place, key)} {'in ' + place if place else 'at the top level of the config'}."
             + suggest(key, valid),
             expected=f"a key of {place or 'the config'}: {', '.join(valid)}",
-            received=f"{key}: {describe(value)}",
-            fix=f"correct the spelling, or remove {key}",
-        )
+            received=f"{key}: {describe(value)}", fix=f"correct the spelling, or remove {key}")
     parts, annotation, _ = _walk(model, loc)
     path = _join(where, *parts)
     if kind == "missing":
@@ -494,19 +492,13 @@ def _explain_error(error: Any, model: type[BaseModel], where: str) -> str:
         return explain(
             f"missing required key {path or key}",
             expected=f"{key}: {'a section' if typing.get_origin(annotation) is dict or _model_in(annotation) else type_name(annotation)}",
-            received=f"no {key} in {holder}",
-            fix=f"add {key} to {holder}",
-        )
+            received=f"no {key} in {holder}", fix=f"add {key} to {holder}")
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return explain(
             f"{path or 'the config'} must be a mapping of keys to values",
-            expected="a section of 'key: value' lines",
-            received=describe(value),
-            fix=f"write {path or 'the config'} as a YAML mapping",
-        )
+            expected="a section of 'key: value' lines", received=describe(value),
+            fix=f"write {path or 'the config'} as a YAML mapping")
     return explain(
         f"{_problem(kind)} at {path}." + _literal_hint(annotation, value),
-        expected=f"{type_name(annotation)} ({error['msg']})",
-        received=describe(value),
-        fix=_fix(path, annotation, error),
-    )
+        expected=f"{type_name(annotation)} ({error['msg']})", received=describe(value),
+        fix=_fix(path, annotation, error))

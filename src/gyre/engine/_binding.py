@@ -371,8 +371,7 @@ def _no_mask(name: str) -> str:
         received=f"{name} called with an unpadded batch (a training step, a plain gyre.loop, or "
         "a point other than on_test_step and its batch callbacks)",
         fix="give mask a default (def step(state, batch, mask=None)) and read None as 'every "
-        "row is real', or register the step at gyre.on_test_step",
-    )
+        "row is real', or register the step at gyre.on_test_step")
 
 
 def inject(fn: Callable[..., Any]) -> Callable[..., Any]:

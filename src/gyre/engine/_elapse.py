@@ -301,8 +301,7 @@ def epochs_unknown(what: str, dataset: Any = None) -> str:
         "(gyre.data.batches(...), or anything with len())",
         received=f"{kind} with neither len() nor epoch_steps, and no epoch_duration",
         fix="pass epoch_duration=<batches per epoch> (e.g. gyre.data.steps_per_epoch(len(x), "
-        "batch_size)), iterate gyre.data.batches(...), or count in steps",
-    )
+        "batch_size)), iterate gyre.data.batches(...), or count in steps")
 
 
 def source_of(dataset: Any) -> Any:

@@ -68,14 +68,10 @@ def _check_options(accumulate_steps: Any, clip_grad_norm: Any) -> None:
     whole(accumulate_steps, "accumulate_steps=", minimum=1, fix="pass a positive int",
           expected="e.g. accumulate_steps=4 to average the gradients of 4 microbatches")
     if clip_grad_norm is not None and not (isinstance(clip_grad_norm, (int, float)) and clip_grad_norm > 0):
-        raise ValueError(
-            explain(
-                "clip_grad_norm= must be a positive number or None",
-                expected="e.g. clip_grad_norm=1.0",
-                received=describe(clip_grad_norm),
-                fix="pass a positive float, or None for no clipping",
-            )
-        )
+        raise ValueError(explain(
+            "clip_grad_norm= must be a positive number or None",
+            expected="e.g. clip_grad_norm=1.0", received=describe(clip_grad_norm),
+            fix="pass a positive float, or None for no clipping"))
 
 
 def train_step(
