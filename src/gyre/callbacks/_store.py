@@ -335,22 +335,18 @@ class Store:
             self._unfinished.add(step)  # removed at the next save: orbax may still write there
         self.manager.reload()  # orbax forgot the steps it meant to delete after this save
         kept = self.steps()
-        raise CheckpointError(
-            explain(
-                f"checkpoint: the save of step {step} to {self.root} failed",
-                expected="the checkpoint written to disk",
-                received=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip(": "),
-                fix=(
-                    "free disk space or fix the directory (permissions, mount)"
-                    if isinstance(err, OSError)
-                    else "make the state a pytree of arrays and numbers (what orbax saves); "
-                    "keep other objects out of it or give them state_dict()/load_state_dict()"
-                )
-                + f"; the checkpoints already on disk are intact ({kept}), so a run resumed from "
-                "them loses only the steps since",
-            ),
-            step=step,
-        ) from err
+        raise CheckpointError(explain(
+            f"checkpoint: the save of step {step} to {self.root} failed",
+            expected="the checkpoint written to disk",
+            received=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip(": "),
+            fix=(
+                "free disk space or fix the directory (permissions, mount)"
+                if isinstance(err, OSError)
+                else "make the state a pytree of arrays and numbers (what orbax saves); "
+                "keep other objects out of it or give them state_dict()/load_state_dict()"
+            )
+            + f"; the checkpoints already on disk are intact ({kept}), so a run resumed from "
+            "them loses only the steps since"), step=step) from err
 
     # -- reading ---------------------------------------------------------------------------
 

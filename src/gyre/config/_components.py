@@ -259,14 +259,10 @@ def check_signature(
                 out[key] = plain(value)
                 continue
             valid = ["class_name", *names]
-            mistakes.append(
-                explain(
-                    f"unknown key {path} for the {kind[:-1]} {name!r}." + suggest(key, valid),
-                    expected=f"a key of {name}: {', '.join(valid)}",
-                    received=f"{key}: {describe(value)}",
-                    fix=f"correct the spelling, or remove {key} from {where}",
-                )
-            )
+            mistakes.append(explain(
+                f"unknown key {path} for the {kind[:-1]} {name!r}." + suggest(key, valid),
+                expected=f"a key of {name}: {', '.join(valid)}", received=f"{key}: {describe(value)}",
+                fix=f"correct the spelling, or remove {key} from {where}"))
             continue
         if is_section(value) or list_of_sections(value) or map_of_sections(value):
             out[key] = plain(value)  # for the builder of its kind
@@ -278,14 +274,11 @@ def check_signature(
     missing = [p for p in parameters if p.default is _EMPTY and p.name not in data and p.name not in extra]
     if missing:
         keys = ", ".join(p.name for p in missing)
-        mistakes.append(
-            explain(
-                f"missing required key{'s' if len(missing) > 1 else ''} {keys} in {where} ({kind[:-1]} {name!r})",
-                expected=", ".join(f"{p.name}: {type_name(hints[p.name])}" for p in missing),
-                received=f"the keys {', '.join(data) or '(none)'}",
-                fix=f"add {missing[0].name}: <value> to {where}",
-            )
-        )
+        mistakes.append(explain(
+            f"missing required key{'s' if len(missing) > 1 else ''} {keys} in {where} ({kind[:-1]} {name!r})",
+            expected=", ".join(f"{p.name}: {type_name(hints[p.name])}" for p in missing),
+            received=f"the keys {', '.join(data) or '(none)'}",
+            fix=f"add {missing[0].name}: <value> to {where}"))
     if mistakes:
         raise ConfigError.of(mistakes)
     for p in parameters:

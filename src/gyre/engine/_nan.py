@@ -381,19 +381,12 @@ class FiniteCheck:
                 f"if {name!r} can be NaN on its own (a ratio over an empty batch), log it as an "
                 "output (logs.add_output) or guard it with jnp.where; else " + fix
             )
-        raise NonFiniteError(
-            explain(
-                f'"{name}" is {text} at step {step}',
-                expected=f"finite losses and metrics ({policy}): the first non-finite {kind} "
-                "stops the loop, before any checkpoint holds a state made from it",
-                received=f"{collection}.{name} = {text} at step {step} ({clock}){later}",
-                fix=fix,
-            ),
-            step=step,
-            collection=collection,
-            name=name,
-            value=value,
-        )
+        raise NonFiniteError(explain(
+            f'"{name}" is {text} at step {step}',
+            expected=f"finite losses and metrics ({policy}): the first non-finite {kind} "
+            "stops the loop, before any checkpoint holds a state made from it",
+            received=f"{collection}.{name} = {text} at step {step} ({clock}){later}",
+            fix=fix), step=step, collection=collection, name=name, value=value)
 
 
 def _count_before_last(columns: Block, before: int | None) -> int | None:
