@@ -138,8 +138,7 @@ def no_best(root: str, monitor: str) -> FileNotFoundError:
     return FileNotFoundError(explain(
         f"no checkpoint in {root} has a value of {monitor!r} to rank it by",
         expected=f"checkpoints saved where {monitor!r} was logged",
-        received="checkpoints without metrics (saved at the end of a loop, or by another "
-        "configuration)",
+        received="checkpoints without metrics (saved at the end of a loop, or by another configuration)",
         fix="resume='latest', or pass the step to resume from"))
 
 

@@ -46,8 +46,7 @@ def as_number(value: Any, monitor: str, *, owner: str, step: int) -> float:
         kind = f"an array of shape {shape}" + (f" ({dtype})" if dtype is not None else "")
         raise ValueError(explain(
             f"{owner} monitors {monitor!r}, which is not a single number at step {step}",
-            expected=f"a scalar logged as {monitor!r} (a loss or a metric averaged over "
-            "the batch)",
+            expected=f"a scalar logged as {monitor!r} (a loss or a metric averaged over the batch)",
             received=kind, fix=f"log one number under {monitor!r}, e.g. logs.add_metric(name, "
             "values.mean()), or monitor another entry"))
     host = to_python(np.reshape(fetch(value), ()))

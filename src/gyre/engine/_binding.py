@@ -258,8 +258,7 @@ def _check_near_misses(fn: Any, positional: list[inspect.Parameter], offset: int
             continue
         given = ARG_NAMES[position]
         raise TypeError(explain(
-            f"callback {callback_name(fn)}: parameter {p.name!r} looks like a misspelling of "
-            f"{close!r}",
+            f"callback {callback_name(fn)}: parameter {p.name!r} looks like a misspelling of {close!r}",
             expected=f"parameters named from {list(ARG_NAMES[offset:])} (bound by name), or "
             "names unlike them (bound by position: state, batch, elapsed, logs, loop)",
             received=f"parameters {[q.name for q in positional]}: bound by position, "
@@ -277,11 +276,9 @@ def _check_defaulted_misses(fn: Any, defaulted: list[inspect.Parameter]) -> None
         if close is None:
             continue
         raise TypeError(explain(
-            f"callback {callback_name(fn)}: parameter {p.name!r} looks like a misspelling of "
-            f"{close!r}",
+            f"callback {callback_name(fn)}: parameter {p.name!r} looks like a misspelling of {close!r}",
             expected=f"the loop's values named exactly: {list(ARG_NAMES)}",
-            received=f"{p.name}={p.default!r}: the loop passes no {p.name!r}, so it always "
-            "keeps its default",
+            received=f"{p.name}={p.default!r}: the loop passes no {p.name!r}, so it always keeps its default",
             fix=f"rename it {close!r}; if it is a setting of your own, give it a name unlike "
             "the loop's values"))
 
@@ -291,8 +288,7 @@ def _check_mask_last(fn: Any, params: list[inspect.Parameter], at: int) -> None:
     later = params[at + 1 :]
     if any(p.kind is _P.VAR_POSITIONAL or (p.kind in _POSITIONAL and p.default is _P.empty) for p in later):
         raise TypeError(explain(
-            f"callback {callback_name(fn)} has its mask parameter before parameters bound "
-            "by position",
+            f"callback {callback_name(fn)} has its mask parameter before parameters bound by position",
             expected="mask after them (def step(s, b, mask=None)), or parameters named "
             "state, batch, ... (bound by name, in any order)",
             received=f"parameters {[p.name for p in params]}",

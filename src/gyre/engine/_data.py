@@ -368,9 +368,8 @@ class DataTracker:
                 next(it)
             except StopIteration:
                 raise ValueError(explain(
-                    f"the data ended while skipping the batches consumed before the "
-                    f"checkpoint (data_resume='skip'): it held {done}, the run had "
-                    f"consumed {count}",
+                    "the data ended while skipping the batches consumed before the checkpoint "
+                    f"(data_resume='skip'): it held {done}, the run had consumed {count}",
                     expected=f"the same data as the run that saved it: at least {count} batches",
                     received=f"a {source} of {done} batches",
                     fix="resume with the same data (repeated for as many epochs), or "
@@ -416,8 +415,7 @@ def _other_kind(state: Mapping[str, Any], kind: str, tracker: DataTracker) -> st
     return explain(
         "the saved data position belongs to another kind of dataset, so this loop's data "
         "cannot continue from it",
-        expected=f"a position saved from {_KIND_WORDS[tracker.kind]}, as this loop's "
-        f"dataset (a {here}) is",
+        expected=f"a position saved from {_KIND_WORDS[tracker.kind]}, as this loop's dataset (a {here}) is",
         received=f"a position saved from {_KIND_WORDS[kind]} (a {saved_from})",
         fix=f"resume with the dataset the run was saved with (a {saved_from}, built with the "
         "same arguments), or start a new run instead of resuming")

@@ -114,8 +114,7 @@ class NamedHooks:
                 raise ValueError(explain(
                     f"callback {type(obj).__name__} of {self.loop_name} has a method {name!r} "
                     "that is no named point: it would never be called",
-                    expected=f"methods named after the points of {self.loop_name}: "
-                    f"{list(self.accepted)}",
+                    expected=f"methods named after the points of {self.loop_name}: {list(self.accepted)}",
                     received=f"{name!r}",
                     fix="rename it." + (suggest(name, KNOWN_HOOKS) or " (Methods of your own: "
                     "a name that does not start with on_.)")))

@@ -147,8 +147,7 @@ def apply_nan_policy(tasks: Any, policy: str) -> tuple[Any, bool]:
     if policy == "skip" and not skipping:
         names = [getattr(cb, "__qualname__", None) or type(cb).__name__ for cbs in table.values() for cb in as_list(cbs)]
         raise ValueError(explain(
-            "nan_policy='skip' needs a step that can drop a non-finite update, and this "
-            "loop has none",
+            "nan_policy='skip' needs a step that can drop a non-finite update, and this loop has none",
             expected="a managed train step in the table (@gyre.managed.train_step, or the "
             "train_step of gyre.create_flax_state): it drops the update inside the compiled "
             "step and counts it in state.skipped_steps",

@@ -116,9 +116,8 @@ class EvalSpec:
         if self.dataset is None and self.dataset_iterator is None:
             raise ValueError(explain(
                 "an EvalSpec needs dataset= or dataset_iterator=",
-                expected="dataset= (what each evaluation reads: a collection from its start, "
-                "an iterator onward) or dataset_iterator= (one iterator continued across "
-                "evaluations)",
+                expected="dataset= (what each evaluation reads: a collection from its start, an iterator "
+                "onward) or dataset_iterator= (one iterator continued across evaluations)",
                 received="neither",
                 fix="pass EvalSpec(dataset=eval_batches) or EvalSpec(dataset_iterator=it, num_steps=10)"))
         for name in ("dataset", "dataset_iterator"):

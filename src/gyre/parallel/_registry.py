@@ -81,8 +81,7 @@ def register_strategy(
         if not callable(fn):
             raise TypeError(explain(
                 f"the constructor of strategy {name!r} is not callable",
-                expected="a Strategy subclass or a function with no arguments that returns a "
-                "gyre.Strategy",
+                expected="a Strategy subclass or a function with no arguments that returns a gyre.Strategy",
                 received=describe(fn),
                 fix=f"register_strategy({name!r}, constructor=lambda: gyre.Jit(donate=False))"))
         if name in STRATEGIES and not replace:
@@ -126,8 +125,7 @@ def get_strategy(strategy: str | Strategy) -> Strategy:
             built = constructor()
             if not isinstance(built, Strategy):
                 raise TypeError(explain(
-                    f"the constructor registered as strategy {strategy!r} did not build a "
-                    "gyre.Strategy",
+                    f"the constructor registered as strategy {strategy!r} did not build a gyre.Strategy",
                     expected="a gyre.Strategy (e.g. a subclass of gyre.Jit or gyre.DataParallel)",
                     received=describe(built),
                     fix=f"register_strategy({strategy!r}, constructor=..., replace=True) with "

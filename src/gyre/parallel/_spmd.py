@@ -125,8 +125,7 @@ class SPMD(DataParallel):
                 raise ValueError(explain(
                     "a parameter's partitioning names an axis the mesh does not have",
                     expected=f"mesh axes among {list(self.mesh.axis_names)}",
-                    received=f"{spec} for {where} (from "
-                    f"{describe(getattr(leaf, 'names', leaf))})",
+                    received=f"{spec} for {where} (from {describe(getattr(leaf, 'names', leaf))})",
                     fix="map the logical names to the mesh's axes in rules=[(logical, "
                     "mesh_axis), ...], or build the mesh with that axis")) from err
             self._check_divisible(where, leaf, spec)

@@ -130,8 +130,7 @@ def initialize(
         raise RuntimeError(explain(
             "gyre.distributed.initialize was called twice",
             expected="one call per process, at the start of the script",
-            received=f"a second call (this is process {jax.process_index()} of "
-            f"{jax.process_count()})",
+            received=f"a second call (this is process {jax.process_index()} of {jax.process_count()})",
             fix="remove the second call; check gyre.distributed.is_initialized() first"))
     if backends_started():
         raise RuntimeError(explain(

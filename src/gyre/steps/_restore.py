@@ -78,8 +78,7 @@ def restore_pytree(
         present = _items(os.fspath(step_dir))
         raise FileNotFoundError(explain(
             f"no checkpoint item {item!r} at step {step} in {os.fspath(checkpoint_dir)}",
-            expected=f"a directory {os.fspath(step_dir)}/{item} written by an orbax "
-            "CheckpointManager",
+            expected=f"a directory {os.fspath(step_dir)}/{item} written by an orbax CheckpointManager",
             received=f"items {present}" if present else f"no directory {os.fspath(step_dir)}",
             fix="pass the item name the state was saved under (Step(..., "
             "chkpt_item_name=...)), or another step"))

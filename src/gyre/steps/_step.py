@@ -655,8 +655,7 @@ def _first_key(rngs: Any) -> jax.Array:
 def _not_implemented(cls: type) -> str:
     return explain(
         f"{cls.__name__}.run is not implemented" if cls is not Step else "Step.run is not implemented",
-        expected="a subclass of gyre.Step that overrides run(self, state, batch) -> "
-        "(state, outputs)",
+        expected="a subclass of gyre.Step that overrides run(self, state, batch) -> (state, outputs)",
         received=f"{cls.__qualname__}, which inherits Step.run",
         fix="define run in your subclass: compute the loss (and gradients with "
         "jax.value_and_grad when self.train), return (state, {'loss': loss, ...})")
@@ -708,7 +707,6 @@ def _as_partitioner(partitioner: Any) -> Partitioner:
         pass
     raise TypeError(explain(
         "partitioner= must be a gyre partitioner or strategy",
-        expected="gyre.SingleDevicePartitioner(), gyre.DataParallelPartitioner(mesh=..., "
-        "data_axis=...), gyre.SPMDPartitioner(mesh=..., rules=...), or a strategy such "
-        "as gyre.FSDP()",
+        expected="gyre.SingleDevicePartitioner(), gyre.DataParallelPartitioner(mesh=..., data_axis=...), "
+        "gyre.SPMDPartitioner(mesh=..., rules=...), or a strategy such as gyre.FSDP()",
         received=describe(partitioner), fix="pass one of the above"))

@@ -136,8 +136,7 @@ def _split_micro(batch: Any, k: int) -> Any:
         x = jnp.asarray(x)
         if x.ndim == 0 or x.shape[0] % k != 0:
             raise ValueError(explain(
-                f"a batch of {x.shape[0] if x.ndim else 'a scalar'} cannot be split into "
-                f"{k} microbatches",
+                f"a batch of {x.shape[0] if x.ndim else 'a scalar'} cannot be split into {k} microbatches",
                 expected=f"every batch leaf with a leading dimension divisible by accumulate_steps={k}",
                 received=f"a leaf of shape {x.shape}",
                 fix="use a batch size that is a multiple of accumulate_steps"))
