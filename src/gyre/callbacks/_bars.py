@@ -65,8 +65,7 @@ def _check_file(file: Any, owner: str) -> Any:
     if isinstance(file, (str, bytes, os.PathLike)):
         raise TypeError(explain(
             f"{owner}'s file must be an open text file, not a path",
-            expected="an object with a write() method: sys.stdout, sys.stderr, io.StringIO(), "
-            "or a file you opened",
+            expected="an object with a write() method: sys.stdout, sys.stderr, io.StringIO(), or a file you opened",
             received=describe(file), fix=f"open the file yourself and close it after the loop: "
             f"f = open({os.fsdecode(file)!r}, 'w'); {owner}(..., file=f)"))
     raise TypeError(explain(

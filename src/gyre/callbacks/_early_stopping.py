@@ -30,8 +30,7 @@ def _check_baseline(baseline: Any) -> float | None:
             "early_stopping's baseline must be a number or None",
             expected="the value to beat, e.g. baseline=0.5 for a loss (mode='min') or "
             "baseline=0.9 for an accuracy (mode='max'); None for no baseline",
-            received=describe(baseline),
-            fix="pass the monitored value's threshold as a float, e.g. baseline=0.5"))
+            received=describe(baseline), fix="pass the monitored value's threshold as a float, e.g. baseline=0.5"))
     return number
 
 

@@ -84,8 +84,7 @@ def damaged(root: str, failures: Sequence[tuple[int, Unreadable]]) -> Checkpoint
     """The error for checkpoints that are all damaged."""
     return CheckpointError(explain(
         f"no checkpoint in {root} can be loaded",
-        expected="at least one intact checkpoint",
-        received="; ".join(f"step {s}: {e.reason}" for s, e in failures),
+        expected="at least one intact checkpoint", received="; ".join(f"step {s}: {e.reason}" for s, e in failures),
         fix="restore the directory from a backup, or start over with a new directory or "
         "gyre.checkpoint(..., overwrite=True)"))
 

@@ -226,8 +226,7 @@ def _split_arrays(data: Any) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, 
             return train, test
     raise TypeError(explain(
         "arrays() takes a tuple of arrays sharing their first dimension, or a reader's result",
-        expected="(x, y) numpy arrays, or ((x_train, y_train), (x_test, y_test)) as "
-        "gyre.data.mnist(path) returns",
+        expected="(x, y) numpy arrays, or ((x_train, y_train), (x_test, y_test)) as gyre.data.mnist(path) returns",
         received=describe(data),
         fix="pass gyre.data.arrays((x, y), 128) or gyre.data.arrays(gyre.data.mnist(path), 128)"))
 

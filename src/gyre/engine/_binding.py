@@ -279,8 +279,7 @@ def _check_defaulted_misses(fn: Any, defaulted: list[inspect.Parameter]) -> None
             f"callback {callback_name(fn)}: parameter {p.name!r} looks like a misspelling of {close!r}",
             expected=f"the loop's values named exactly: {list(ARG_NAMES)}",
             received=f"{p.name}={p.default!r}: the loop passes no {p.name!r}, so it always keeps its default",
-            fix=f"rename it {close!r}; if it is a setting of your own, give it a name unlike "
-            "the loop's values"))
+            fix=f"rename it {close!r}; if it is a setting of your own, give it a name unlike the loop's values"))
 
 
 def _check_mask_last(fn: Any, params: list[inspect.Parameter], at: int) -> None:

@@ -46,8 +46,7 @@ def _no_transforms(spec: CheckpointSpec) -> None:
     if spec.transforms is not None:
         raise ValueError(explain(
             "CheckpointSpec's transforms apply to checkpoints in jaxloop's format only",
-            expected="transforms=None for gyre's checkpoints (they restore into the given "
-            "state's structure)",
+            expected="transforms=None for gyre's checkpoints (they restore into the given state's structure)",
             received=f"transforms={describe(spec.transforms)} with gyre checkpoints in {spec.directory}",
             fix="drop transforms=, or restore and transform the state yourself with gyre.restore"))
 

@@ -134,8 +134,7 @@ def get_strategy(strategy: str | Strategy) -> Strategy:
     valid = list(STRATEGIES)
     raise ValueError(explain(
         f"unknown strategy {strategy!r}",
-        expected=f"one of {valid}, or a gyre.Strategy object such as "
-        "gyre.DataParallel(mesh=..., data_axis=...)",
+        expected=f"one of {valid}, or a gyre.Strategy object such as gyre.DataParallel(mesh=..., data_axis=...)",
         received=describe(strategy),
         fix="pick a registered name." + (suggest(strategy, valid) if isinstance(strategy, str) else "")))
 

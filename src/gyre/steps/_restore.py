@@ -80,8 +80,7 @@ def restore_pytree(
             f"no checkpoint item {item!r} at step {step} in {os.fspath(checkpoint_dir)}",
             expected=f"a directory {os.fspath(step_dir)}/{item} written by an orbax CheckpointManager",
             received=f"items {present}" if present else f"no directory {os.fspath(step_dir)}",
-            fix="pass the item name the state was saved under (Step(..., "
-            "chkpt_item_name=...)), or another step"))
+            fix="pass the item name the state was saved under (Step(..., chkpt_item_name=...)), or another step"))
     restore_args = checkpoint_utils.construct_restore_args(state)
     abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state)
     checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
@@ -131,10 +130,8 @@ def check_item_name(name: Any) -> str:
         return name
     raise ValueError(explain(
         "chkpt_item_name must name an orbax checkpoint item",
-        expected="a non-empty name without '/' that does not start with '.' or '_' "
-        "(jaxloop's default is 'default')",
-        received=describe(name),
-        fix="pass chkpt_item_name='default', or the name your CheckpointManager saved under"))
+        expected="a non-empty name without '/' that does not start with '.' or '_' (jaxloop's default is 'default')",
+        received=describe(name), fix="pass chkpt_item_name='default', or the name your CheckpointManager saved under"))
 
 
 def _items(step_dir: str) -> list[str]:

@@ -584,8 +584,7 @@ def zeroed_batch(spec: Any) -> Any:
             return np.zeros(tuple(x.shape), x.dtype)
         raise ValueError(explain(
             "initialize_model's spec has a leaf that is not a shape",
-            expected="shapes like (1, 28, 28, 1), (shape, dtype) pairs, "
-            "jax.ShapeDtypeStruct or arrays, in any pytree",
+            expected="shapes like (1, 28, 28, 1), (shape, dtype) pairs, jax.ShapeDtypeStruct or arrays, in any pytree",
             received=f"{describe(x)} in spec {_short(spec)}",
             fix="describe each input as a shape, e.g. initialize_model({'image': (1, 8, 8, 1)})"))
 
