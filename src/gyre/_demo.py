@@ -159,8 +159,7 @@ def _require_plotting() -> None:
     except ImportError as err:
         raise ImportError(explain(
             "gyre fit draws curves.png with matplotlib, which is not installed",
-            expected="matplotlib", received=f"ImportError: {err}",
-            fix="pip install 'gyre[examples]'")) from err
+            expected="matplotlib", received=f"ImportError: {err}", fix="pip install 'gyre[examples]'")) from err
 
 
 def digits_config(

@@ -88,6 +88,20 @@ def test_infer_batch_size_refuses_leaves_that_disagree_instead_of_taking_the_lar
     assert infer_batch_size({"x": np.zeros((4, 3)), "y": np.zeros(4), "t": np.float32(2)}) == 4
 
 
+def test_infer_batch_size_as_fit_reads_rows_first_leaf_and_zero_without_arrays():
+    import numpy as np
+
+    # (moved from fit's deleted batch_rows: fit reads rows with strict=False, default=0)
+    rows = lambda batch: infer_batch_size(batch, strict=False, default=0)  # noqa: E731
+    assert rows((np.zeros((5, 2)), np.zeros(5))) == 5
+    assert rows({"x": np.zeros((3, 2)), "scalar": np.float32(1)}) == 3
+    assert rows(()) == 0
+    assert rows((np.zeros((10, 4)), np.zeros(4))) == 10  # the first leaf, no error
+    assert infer_batch_size(np.zeros((0, 3))) == 0  # a leading dimension of 0 is 0 rows
+    with pytest.raises(ValueError, match="no array leaf"):
+        infer_batch_size({"a": 1.0}, default=None)
+
+
 def test_an_elapsed_is_immutable_as_documented_and_copies_keep_the_step_in_progress():
     import copy
     import pickle

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import gyre
 from gyre import jaxloop
 from gyre.jaxloop import MetricType, MetricWithMetadata
 from tests.jaxloop._helpers import FakeWriter, add_step, fresh
@@ -117,6 +118,16 @@ def test_checkpoint_action_saves_at_the_state_step(tmp_path):
     assert int(restored["step"]) == 12 and restored["w"].tolist() == [12.0, 12.0] and elapsed.steps == 12
     with pytest.raises(TypeError, match="needs a checkpoint manager or a directory"):
         jaxloop.CheckpointAction(42)
+
+
+def test_checkpoint_action_and_spec_report_an_absolute_directory(tmp_path, monkeypatch):
+    # the doctests of CheckpointAction.directory/.ckpt_manager and CheckpointSpec.directory
+    monkeypatch.chdir(tmp_path)
+    action = jaxloop.CheckpointAction("ckpt")
+    assert action.directory == str(tmp_path / "ckpt") and action.ckpt_manager is None
+    assert isinstance(action.checkpoint, gyre.Checkpoint)
+    action.close()
+    assert jaxloop.CheckpointSpec("ckpt").directory == str(tmp_path / "ckpt")
 
 
 def test_an_action_needs_the_state_step():

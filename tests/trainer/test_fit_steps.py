@@ -8,7 +8,7 @@ import optax
 import pytest
 
 import gyre
-from gyre.trainer._fit_steps import _loss_pair, batch_rows, check_split, make_train_step, plain_jit
+from gyre.trainer._fit_steps import _loss_pair, check_split, make_train_step, plain_jit
 from tests.trainer.test_fit import ce, make_state
 
 
@@ -44,12 +44,6 @@ def test_the_step_is_built_once_per_loss_function_and_carries_batch_stats_and_th
                                                           strict=True))
     assert float(logs["losses"]["loss"]) == float(logs["losses"]["ce"]) > 0
     assert float(logs["metrics"]["learning_rate"]) == 0.25  # read from the injected state, on device
-
-
-def test_batch_rows_reads_the_leading_dimension_from_shapes():
-    assert batch_rows(batch(5)) == 5
-    assert batch_rows({"x": np.zeros((3, 2)), "scalar": np.float32(1)}) == 3
-    assert batch_rows(()) == 0
 
 
 def test_only_the_default_jit_skips_the_strategy_path():

@@ -1,10 +1,7 @@
 """Ready-made callbacks: progress bars, checkpoints, early stopping, nested evaluation.
 
-Each factory returns an object that can sit in a task table under any schedule, or be given
-to a named loop's ``callbacks=``, where it registers itself on the points it is made for
-(a bar on ``on_train_batch_end``, a checkpoint and early stopping on ``on_epoch_end``).
-The classes are exported for type hints and ``isinstance`` checks; build them with the
-factories.
+Each sits in a task table under any schedule, or in a named loop's ``callbacks=``, where it
+registers itself where it belongs. Build them with the factories; the classes are for type hints.
 
 Example:
     >>> import io

@@ -1,16 +1,8 @@
-"""Progress bars: ``keras_bar`` (Keras-style line) and ``tqdm_bar``.
+"""Progress bars: ``keras_bar`` (a Keras-style line) and ``tqdm_bar``.
 
-Both run on ``on_train_batch_end`` when given to a named loop, or on any schedule in a task
-table, before or after the step: they show what the step logs wherever they sit. They never
-wait for the device: the values shown are those of the newest step that has finished
-computing (see :class:`~gyre.callbacks.lagged.LaggedValues`), and redraws are rate-limited.
-When the loop ends (``on_loop_end``, or ``on_train_end`` in a named loop) they draw the
-final values and end their line, also when the loop stopped before ``total``.
-
-Arguments are checked when the bar is made, not at its first draw.
-
-In a multi-process run (:mod:`gyre.distributed`) only process 0 draws; on the others a bar
-does nothing (the values it would show are the same global ones everywhere).
+They never wait for the device (they show the newest finished step's values) and rate-limit
+their redraws; at the loop's end they draw the final values and end their line. In a
+multi-process run only process 0 draws.
 """
 
 from __future__ import annotations
@@ -104,12 +96,7 @@ class _Bar(ChunkSafe, LoopElement):
 
 
 class KerasBar(_Bar):
-    """The callback :func:`keras_bar` returns (see there).
-
-    Attributes:
-        total: the step count at which the bar is full, or ``None``.
-        width: characters between the brackets.
-        file: where it writes (``None``: ``sys.stdout``).
+    """The callback :func:`keras_bar` returns; its attributes are its arguments.
 
     Example:
         >>> import gyre, io, numpy as np
@@ -171,11 +158,7 @@ class KerasBar(_Bar):
     on_train_batch_end = __call__
 
     def on_loop_end(self) -> None:
-        """Draws the final values and ends the line, once (later calls do nothing until
-        the bar is used again).
-
-        The engine calls it when a loop that holds the bar ends, whatever ended it; a named
-        loop also calls :meth:`on_train_end`, which is the same.
+        """Draws the final values and ends the line, once; ``on_train_end`` is the same.
 
         Example:
             >>> import gyre, io
@@ -242,31 +225,22 @@ def keras_bar(
 ) -> KerasBar:
     """A Keras-style progress line: ``80/100 [=====>...] - ETA: 4s - loss: 0.1234``.
 
-    The ETA is measured from the end of the first step, so compilation does not inflate it.
-    As in Keras, losses and metrics are running means over the current epoch (stateful
-    metrics and entries logged now and then, such as ``accuracy_test``, show their last
-    value); they are read from the loop's history as soon as the device has computed them,
-    never waiting for it, so the bar sees every step (fused chunks included) wherever it sits
-    in the task table (see :mod:`gyre.callbacks._shown`).
-
-    In a loop the line ends when the loop ends (:meth:`KerasBar.on_loop_end`); called by hand
-    (``bar(elapsed, logs)``), when it reaches ``total``. A bar is a
-    :class:`~gyre.LoopElement`: ``{gyre.every(1): step, **gyre.keras_bar(total=n)}``.
+    The ETA starts after the first step, so compilation does not inflate it. Losses and metrics
+    are running means over the epoch (stateful metrics and occasional entries such as
+    ``accuracy_test`` show their last value), read from the loop's history, so the bar sees every
+    step wherever it sits. Called by hand (``bar(elapsed, logs)``) the line ends at ``total``.
 
     Args:
-        total: steps the loop will run (the bar's end): any whole number >= 1, numpy and
-            0-d JAX integers included, or ``gyre.at(steps=n)`` (ciclo's form); ``None`` shows
-            a counter.
-        interval: seconds between redraws (default 0.1 on a terminal, 10 otherwise, where
-            each redraw is a new line).
+        total: steps the loop will run: a whole number >= 1 (numpy and 0-d JAX integers too) or
+            ``gyre.at(steps=n)``; ``None`` shows a counter.
+        interval: seconds between redraws (default 0.1 on a terminal, 10 otherwise).
         width: characters of the bar.
-        file: an open text file to write to (default ``sys.stdout``); to write to a path,
-            open it yourself: ``file=open("train.log", "w")``.
-        values: ``"mean"`` (running means over the epoch) or ``"last"`` (last values).
+        file: an open text file (default ``sys.stdout``), not a path.
+        values: ``"mean"`` (running means over the epoch) or ``"last"``.
 
     Raises:
         ValueError: ``total``, ``width``, ``interval`` or ``values`` out of range.
-        TypeError: ``file`` is not an open file (a path string, say).
+        TypeError: ``file`` is not an open file.
 
     Example:
         >>> import gyre, io
@@ -308,12 +282,7 @@ def _check_tqdm_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 class TqdmBar(_Bar):
-    """The callback :func:`tqdm_bar` returns (see there).
-
-    Attributes:
-        total: the step count at which the bar is full, or ``None``.
-        interval: seconds between updates of the values shown.
-        tqdm_kwargs: the options passed to ``tqdm``.
+    """The callback :func:`tqdm_bar` returns; its attributes are its arguments.
 
     Example:
         >>> import gyre, io
@@ -350,9 +319,7 @@ class TqdmBar(_Bar):
     on_train_batch_end = __call__
 
     def on_loop_end(self) -> None:
-        """Shows the final values and closes the bar, once (later calls do nothing until
-        the bar is used again). The engine calls it when a loop that holds the bar ends; a
-        named loop also calls :meth:`on_train_end`, which is the same.
+        """Shows the final values and closes the bar, once; ``on_train_end`` is the same.
 
         Example:
             >>> import gyre, io
@@ -373,16 +340,14 @@ class TqdmBar(_Bar):
 
 
 def tqdm_bar(total: int | Period | None = None, *, interval: float = 0.5, values: str = "mean", **tqdm_kwargs: Any) -> TqdmBar:
-    """A tqdm progress bar with the running means of the epoch's values as its postfix (see
-    :func:`keras_bar` for what is shown, and when the bar closes).
+    """A tqdm progress bar with the epoch's values as its postfix (shown as :func:`keras_bar` shows
+    them).
 
     Args:
-        total: steps the loop will run: any whole number >= 1 (numpy and 0-d JAX integers
-            included) or ``gyre.at(steps=n)``, or ``None``.
+        total: as :func:`keras_bar`'s.
         interval: seconds between postfix updates.
-        values: ``"mean"`` (running means over the epoch) or ``"last"`` (last values).
-        **tqdm_kwargs: passed to ``tqdm`` (``desc``, ``file``, ``disable``, ...); checked
-            against tqdm's options when the bar is made.
+        values: ``"mean"`` (running means over the epoch) or ``"last"``.
+        **tqdm_kwargs: passed to ``tqdm`` (``desc``, ``file``, ``disable``...), checked when made.
 
     Raises:
         ValueError: ``total`` or ``interval`` out of range.

@@ -1,26 +1,11 @@
-"""``checkpoint``: save a run with orbax, keep the latest and the best checkpoints, and load
-the newest good one to resume exactly.
+"""``checkpoint``: save a run with orbax, keep the latest and the best checkpoints, load the newest
+good one to resume exactly.
 
-Saves are asynchronous: a call returns once the arrays are copied off the device, and orbax
-writes the files on a background thread, under a temporary name renamed when complete, so a
-half-written checkpoint is never loaded. The next save waits for the previous one (the loop
-waits only then), as do :meth:`Checkpoint.wait_until_finished`, ``on_loop_end`` and a
-restore. A save that failed in the background (a full disk) is raised at the next save or
-wait, naming its step; the older checkpoints stay (rotation runs only after a save
-succeeds).
-
-Loading checks before it trusts: the record and orbax's metadata must parse, the saved leaves
-must match the target's paths, shapes and dtypes (nothing is cast), and each array's CRC-32
-must match the one computed when it was saved (:mod:`gyre.callbacks._integrity`). A
-checkpoint that fails is skipped with one warning and the previous one is loaded
-(:mod:`gyre.callbacks._loading`). The storage itself is :mod:`gyre.callbacks._store`.
-
-A directory belongs to one run. A :class:`Checkpoint` whose directory already holds
-checkpoints refuses to save there (:class:`FileExistsError`) unless it *resumed* from them, that is,
-:meth:`Checkpoint.load_snapshot` or :meth:`Checkpoint.restore` loaded one of them through
-this object, or it was made with ``overwrite=True`` (which deletes them at the first save).
-
-orbax is imported on first use, so ``import gyre`` stays fast.
+Saves are asynchronous and atomic (a half-written checkpoint is never loaded); a background
+failure is raised at the next save or wait, naming its step. Loading verifies the record, the
+leaves' paths, shapes and dtypes, and each array's CRC-32, skipping a damaged checkpoint with
+a warning. A directory belongs to one run: another run's checkpoints there are refused
+unless this object resumed from them or ``overwrite=True``.
 """
 
 from __future__ import annotations
@@ -43,20 +28,10 @@ from gyre.engine._snapshot import Checkpointer, Snapshot
 
 
 class Checkpoint(Checkpointer):
-    """The callback :func:`checkpoint` returns (see there): a :class:`~gyre.LoopElement`
-    (ciclo's ``{**gyre.checkpoint(directory)}`` saves after every step) and the
-    :class:`~gyre.loop.Checkpointer` the engine saves and resumes through.
+    """The callback :func:`checkpoint` returns, and the :class:`~gyre.loop.Checkpointer` the engine
+    saves and resumes through.
 
-    Attributes:
-        directory: the absolute directory holding one sub-directory per saved step.
-        keep: how many of the latest checkpoints are kept.
-        keep_best: how many of the best checkpoints by ``monitor`` are kept as well.
-        monitor: the logged value ranking checkpoints, or ``None``.
-        mode: ``"min"`` or ``"max"``: which values of ``monitor`` are better.
-        async_save: whether files are written in the background.
-        overwrite: whether another run's checkpoints in ``directory`` are deleted at the
-            first save (instead of refused).
-        checksums: whether each array's CRC-32 is stored and verified.
+    Its attributes are :func:`checkpoint`'s arguments (``directory`` made absolute).
 
     Example:
         >>> import gyre
@@ -110,12 +85,12 @@ class Checkpoint(Checkpointer):
     # -- the directory belongs to one run ----------------------------------------------------
 
     def on_loop_start(self) -> None:
-        """Claims the directory for this run, as the first save does: refuses another run's
-        checkpoints there (:class:`FileExistsError`) unless this object resumed from them or
-        ``overwrite=True`` (then deletes them); sets damaged step directories aside as
-        ``N.corrupt``; deletes unfinished saves and, for a run that did not resume, files
-        left by one that never finished a checkpoint. Call it before training to fail at
-        once rather than at the first save.
+        """Claims the directory for this run, as the first save does; call it before training to
+        fail at once.
+
+        Refuses another run's checkpoints (:class:`FileExistsError`) unless resumed from them or
+        ``overwrite=True`` (then deletes them); sets damaged step directories aside as ``N.corrupt``
+        and deletes unfinished saves.
 
         Example:
             >>> import tempfile, gyre, jax.numpy as jnp
@@ -193,21 +168,11 @@ class Checkpoint(Checkpointer):
         return _monitor.as_number(value, self.monitor, owner="checkpoint", step=clock.steps)  # type: ignore[arg-type]
 
     def __call__(self, elapsed: Elapsed, state: Any, logs: Logs | None = None, loop: Any = None) -> None:
-        """Saves the run (asynchronously); skips a step already saved.
+        """Saves the run asynchronously (in a loop, through ``loop.request_save``); skips a step
+        already saved.
 
-        In a loop it asks the engine to save (``loop.request_save``) once the step has
-        completed: the engine then hands :meth:`save_snapshot` the loop's snapshot (the
-        state, the clock, the schedules', callbacks' and data's state, the history blocks).
-        Called by hand it saves ``state`` and the clock. One numbering, the completed steps: during step
-        ``k`` the state already holds the step's update, so it is saved as step ``k + 1``
-        (``elapsed.completed()``), and a run resumed from it starts at the next step index. A
-        clock that is not in progress (the one a loop returned) is saved as it is.
-
-        Args:
-            elapsed: the clock (``gyre.Elapsed``).
-            state: any pytree of arrays.
-            logs: the step's logs; needed when ``monitor`` is set.
-            loop: the loop (passed by the engine).
+        The state during step ``k`` already holds its update, so it is saved as step ``k + 1``
+        (``elapsed.completed()``). ``logs`` is needed when ``monitor`` is set.
 
         Example:
             >>> import tempfile, gyre, jax.numpy as jnp
@@ -242,17 +207,14 @@ class Checkpoint(Checkpointer):
     on_epoch_end = __call__
 
     def save_snapshot(self, snapshot: Snapshot, *, wait: bool = False) -> None:
-        """Saves ``snapshot``: its files first (process 0, atomically), then the state, the
-        arrays and the record through orbax, in the background unless ``wait``.
+        """Saves ``snapshot`` (files first, then the state, arrays and record), in the background
+        unless ``wait``.
 
-        A step this object already saved, or resumed from, is skipped (``wait`` still waits);
-        a step older than the newest one on disk is skipped with a warning. The first save
-        claims the directory (:meth:`on_loop_start`). Only ``snapshot.metrics[monitor]`` is
-        kept, for best-k ranking; a snapshot without it is kept by recency only.
+        A step already saved or resumed from is skipped; one older than the newest on disk is
+        skipped with a warning. Only ``snapshot.metrics[monitor]`` is kept.
 
         Raises:
-            CheckpointError: the save, or the previous one still in flight, failed (its step
-                is named; older checkpoints stay on disk).
+            CheckpointError: this save, or the previous one still in flight, failed.
 
         Example:
             >>> import tempfile, gyre, jax.numpy as jnp
@@ -305,23 +267,11 @@ class Checkpoint(Checkpointer):
             raise
 
     def saved_step(self) -> int | None:
-        """The newest step this object saved (or is saving), or resumed from; ``None`` before.
-
-        Example:
-            >>> import tempfile, gyre, jax.numpy as jnp
-            >>> with tempfile.TemporaryDirectory() as tmp, gyre.checkpoint(tmp) as ckpt:
-            ...     before = ckpt.saved_step()
-            ...     ckpt(gyre.Elapsed(steps=2), {"w": jnp.ones(2)})
-            ...     print(before, ckpt.saved_step())
-            None 2
-        """
+        """The newest step this object saved (or is saving), or resumed from; ``None`` before."""
         return self._last
 
     def on_train_end(self) -> None:
-        """Waits until every save is on disk when the loop ends (raises a failed one).
-
-        ``on_loop_end``, which the engine calls when any loop holding the checkpoint ends,
-        is the same, so a plain ``gyre.loop`` returns only once its saves are on disk.
+        """Waits until every save is on disk (raises a failed one); ``on_loop_end`` is the same.
 
         Example:
             >>> import os, tempfile, gyre, jax.numpy as jnp
@@ -346,28 +296,20 @@ class Checkpoint(Checkpointer):
         return None
 
     def load_snapshot(self, resume: Any, target_state: Any, *, target_arrays: Any = None) -> Snapshot | None:
-        """The snapshot ``resume`` names, restored into the structure of ``target_state``.
-
-        ``"latest"``: the newest checkpoint that loads; damaged ones, and ones that do not
-        fit the target, are skipped with one warning each (the damaged ones are set aside at
-        the first save); ``None`` when the directory holds none, after saying once "no
-        checkpoint in <dir>: starting fresh". ``"best"``: the same, best ``monitor`` value
-        first. A step number or a checkpoint's path (a step directory, here or elsewhere):
-        that one, or an error. Loading marks this object as resumed, so it saves on in the
-        directory (see :meth:`on_loop_start`); a run resumed from another directory copies
-        that directory's files (history blocks) here at its first save.
+        """The snapshot ``resume`` names, restored into the structure of ``target_state``; marks
+        this object as resumed.
 
         Args:
-            resume: ``"latest"``, ``"best"``, a step, or a path.
-            target_state: the structure to restore into: concrete arrays, or
-                ``jax.ShapeDtypeStruct`` leaves, whose shardings the arrays get (another
-                device count or sharding than at save time works).
-            target_arrays: the structure of :attr:`Snapshot.arrays`; by default they are
-                restored as saved, onto the first local device.
+            resume: ``"latest"`` (the newest that loads, damaged or misfitting ones skipped with a
+                warning; ``None`` when there is none), ``"best"`` (by ``monitor``), a step, or a
+                checkpoint's path (then a run resumed from another directory copies its files here).
+            target_state: concrete arrays or ``jax.ShapeDtypeStruct`` leaves, whose shardings the
+                arrays get (another device count than at save time works).
+            target_arrays: the structure of :attr:`Snapshot.arrays` (default: as saved, on the
+                first local device).
 
         Raises:
-            ValueError: no checkpoint fits ``target_state`` (the leaves, shapes and dtypes
-                are listed), or ``"best"`` without a monitor.
+            ValueError: no checkpoint fits ``target_state``, or ``"best"`` without a monitor.
             FileNotFoundError: the step or path is not a checkpoint here.
             CheckpointError: the named checkpoint, or every one, is damaged.
 
@@ -420,11 +362,8 @@ class Checkpoint(Checkpointer):
         return snapshot
 
     def continue_from(self, step: int) -> dict[str, Any] | None:
-        """Continues the run a loop resumed at ``step`` through another checkpoint (a loop with
-        a latest and a best checkpoint): this one's newest readable record up to ``step``
-        marks it as resumed from that step, as :meth:`load_snapshot` would (its later
-        checkpoints are refused at :meth:`on_loop_start`, unless ``overwrite=True``); returns
-        that record's meta, ``None`` when there is none (or it already loaded or saved).
+        """Marks this object as resumed from its newest record up to ``step`` (a loop's second
+        checkpoint); returns that record's meta or ``None``.
 
         Example:
             >>> import tempfile, gyre, jax.numpy as jnp
@@ -448,16 +387,13 @@ class Checkpoint(Checkpointer):
         return None
 
     def restore(self, target_state: Any, step: int | None = None) -> tuple[Any, Elapsed]:
-        """Loads a saved state into the structure of ``target_state``, and its clock.
-
-        The newest checkpoint that loads (damaged ones are skipped with a warning), or
-        ``step``. Like :meth:`load_snapshot`, it marks this object as resumed.
+        """Loads a saved state into the structure of ``target_state``, and its clock; marks this
+        object as resumed.
 
         Args:
-            target_state: a pytree with the structure, shapes and dtypes of the saved state
-                (a freshly initialised state; ``jax.ShapeDtypeStruct`` leaves work too).
-                Its arrays' shardings are used for the restored ones.
-            step: the step to load; the latest by default.
+            target_state: a pytree with the saved state's structure, shapes and dtypes
+                (``jax.ShapeDtypeStruct`` leaves work); its shardings are used.
+            step: the step to load (default: the newest that loads).
 
         Returns:
             ``(state, elapsed)``: pass ``elapsed`` back to the loop to continue the run.
@@ -488,44 +424,21 @@ class Checkpoint(Checkpointer):
         return (self._source if self._source is not None else self._store).files
 
     def read_file(self, name: str) -> bytes | None:
-        """A file saved from :attr:`Snapshot.files` (``None`` if absent); after resuming from
-        another directory, read from there until the first save copies them here.
-
-        Example:
-            >>> import tempfile, gyre
-            >>> with tempfile.TemporaryDirectory() as tmp:
-            ...     print(gyre.checkpoint(tmp).read_file("history/000001.json"))
-            None
-        """
+        """A file saved from :attr:`Snapshot.files`, or ``None``."""
         return self._files().read(name)
 
     def list_files(self, folder: str) -> list[str]:
-        """The files saved under ``folder`` from snapshots: relative paths, sorted.
-
-        Example:
-            >>> import tempfile, gyre
-            >>> with tempfile.TemporaryDirectory() as tmp:
-            ...     print(gyre.checkpoint(tmp).list_files("history"))
-            []
-        """
+        """The files saved under ``folder`` from snapshots: relative paths, sorted."""
         return self._files().list(folder)
 
     # -- reading -----------------------------------------------------------------------------
 
     def latest_step(self) -> int | None:
-        """The latest saved (or being saved) step, or ``None`` when there is none.
-
-        Example:
-            >>> import tempfile, gyre
-            >>> with tempfile.TemporaryDirectory() as tmp, gyre.checkpoint(tmp) as ckpt:
-            ...     print(ckpt.latest_step())
-            None
-        """
+        """The latest saved (or being saved) step, or ``None``."""
         return self._store.latest()
 
     def all_steps(self) -> list[int]:
-        """The saved steps, in increasing order (a step directory without gyre's record,
-        empty or unfinished, is not one).
+        """The saved steps, in increasing order.
 
         Example:
             >>> import tempfile, gyre, jax.numpy as jnp
@@ -538,7 +451,7 @@ class Checkpoint(Checkpointer):
         return self._store.steps()
 
     def best_step(self) -> int | None:
-        """The saved step with the best monitored value, or ``None`` when there is none.
+        """The saved step with the best monitored value, or ``None``.
 
         Example:
             >>> import tempfile, gyre, jax.numpy as jnp
@@ -561,44 +474,19 @@ class Checkpoint(Checkpointer):
     # -- lifetime ----------------------------------------------------------------------------
 
     def poll(self) -> None:
-        """Raises a background save that has finished failing (:class:`CheckpointError`
-        naming its step); never waits for one still running. The loop calls it after every
-        step, so a failed save (a full disk) stops training at once; on several processes
-        the failure is raised at the next save or at the loop's end, where every process
-        waits together.
-
-        Example:
-            >>> import tempfile, gyre, jax.numpy as jnp
-            >>> with tempfile.TemporaryDirectory() as tmp, gyre.checkpoint(tmp) as ckpt:
-            ...     ckpt(gyre.Elapsed(steps=1), {"w": jnp.ones(2)})
-            ...     ckpt.poll()  # nothing failed: returns at once
-        """
+        """Raises a background save that has failed (:class:`CheckpointError`); never waits."""
         if self._store.finished_pending():
             with self._failures():
                 self._store.wait()
 
     def wait_until_finished(self) -> None:
-        """Blocks until every save started so far is on disk.
-
-        Raises:
-            CheckpointError: a save failed in the background (its step is named).
-
-        Example:
-            >>> import tempfile, gyre
-            >>> with tempfile.TemporaryDirectory() as tmp:
-            ...     gyre.checkpoint(tmp).wait_until_finished()
-        """
+        """Blocks until every save started so far is on disk; raises :class:`CheckpointError` for a
+        failed one."""
         with self._failures():
             self._store.wait()
 
     def close(self) -> None:
-        """Waits for pending saves and releases orbax's resources; the object can be reused.
-
-        Example:
-            >>> import tempfile, gyre
-            >>> with tempfile.TemporaryDirectory() as tmp, gyre.checkpoint(tmp) as ckpt:
-            ...     pass
-        """
+        """Waits for pending saves and releases orbax's resources; the object can be reused."""
         with self._failures():
             self._store.close()
 
@@ -621,39 +509,26 @@ def checkpoint(
     overwrite: bool = False,
     checksums: bool = True,
 ) -> Checkpoint:
-    """Saves a run with orbax, keeping the latest ``keep`` checkpoints and the best
-    ``keep_best`` by ``monitor``, for an exact resume.
+    """Saves a run with orbax, keeping the latest ``keep`` checkpoints and the best ``keep_best`` by
+    ``monitor``, for an exact resume.
 
-    Put it in a task table under any schedule, or pass it to a named loop's ``callbacks=``,
-    where it registers itself on ``on_epoch_end`` (after the evaluation). In a loop it saves
-    ``loop.snapshot()``: the state, the clock and what the engine adds to resume exactly;
-    by hand, ``ckpt(elapsed, state)`` saves a state and its clock. Saves are asynchronous
-    (the next save waits for the previous one); a step already saved is skipped; a loop
-    returns only once its saves are on disk (``on_loop_end``).
-
-    What a checkpoint holds: the state (orbax), ``Snapshot.arrays`` (orbax), and as JSON the
-    clock, ``Snapshot.meta``, the monitored value, and each array leaf's path, shape, dtype
-    and CRC-32. Nothing is unpickled. On several processes every process takes part (orbax's
-    multi-host save) and process 0 writes the JSON and the files.
+    In a task table it runs under its schedule; in a named loop's ``callbacks=`` on
+    ``on_epoch_end``. In a loop it saves ``loop.snapshot()``; by hand, ``ckpt(elapsed, state)``.
+    A loop returns only once its saves are on disk. Nothing is unpickled; on several processes
+    every process takes part and process 0 writes the JSON.
 
     Args:
-        directory: where to save (one sub-directory per step); made absolute. It must be
-            empty, or hold the checkpoints this run resumes from (see ``overwrite``).
-        keep: how many of the latest checkpoints to keep (>= 1: the newest always stays).
-        keep_best: how many of the best checkpoints by ``monitor`` to keep as well (they
-            survive rotation by recency); needs ``monitor``.
-        monitor: a logged name (``"loss_test"``) or ``"collection.name"`` ranking the
-            checkpoints; it must be in the logs whenever the checkpoint runs. Needed for
-            ``keep_best``, ``best_step()`` and ``resume="best"``.
-        mode: ``"min"`` (lower is better) or ``"max"``.
-        async_save: write in the background (``False``: each save blocks until on disk).
-        overwrite: delete another run's checkpoints found in ``directory`` at the first save,
-            instead of refusing to save there.
-        checksums: store a CRC-32 of each array (one host copy of the state per save) and
-            verify it when loading, so a file changed after the save is never loaded.
-
-    Returns:
-        A :class:`Checkpoint`, also able to list, restore and resume what it saved.
+        directory: one sub-directory per step; empty, or holding the checkpoints this run
+            resumes from.
+        keep: the latest checkpoints kept (>= 1).
+        keep_best: the best checkpoints by ``monitor`` kept as well; needs ``monitor``.
+        monitor: a logged name (``"loss_test"``) or ``"collection.name"``; it must be in the
+            logs whenever the checkpoint runs. Needed for ``keep_best`` and ``resume="best"``.
+        mode: ``"min"`` or ``"max"``.
+        async_save: ``False``: each save blocks until on disk.
+        overwrite: delete another run's checkpoints in ``directory`` at the first save instead
+            of refusing.
+        checksums: store and verify each array's CRC-32 (one host copy of the state per save).
 
     Example:
         >>> import tempfile, gyre, jax.numpy as jnp

@@ -40,11 +40,7 @@ def _copy(state: Any) -> Any:
 
 
 class EarlyStopping(_monitor.Improvement, LoopElement):
-    """The callback :func:`early_stopping` returns (see there).
-
-    Its arguments are checked when it is made; the monitored value is read when it runs,
-    and must then be a single number. A :class:`~gyre.LoopElement`: ciclo's
-    ``{**gyre.early_stopping(...)}`` puts it under ``every(1)``.
+    """The callback :func:`early_stopping` returns.
 
     Attributes:
         best: the best value seen (or the baseline), ``None`` before the first evaluation.
@@ -163,8 +159,7 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
         return None
 
     def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint saves: the counters, the best value, and the best weights (as
-        the list of the state's leaves; rebuilt with the state's structure when used).
+        """What a checkpoint saves: the counters, the best value and the best weights' leaves.
 
         Example:
             >>> es = early_stopping("loss", patience=2)
@@ -180,8 +175,7 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
         }
 
     def load_state_dict(self, values: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict` (the best weights take the structure of the state the
-        callback sees next).
+        """Restores :meth:`state_dict`.
 
         Example:
             >>> es = early_stopping("loss", patience=2)
@@ -220,30 +214,25 @@ def early_stopping(
     restore_best_weights: bool = False,
     initial_patience: int = 0,
 ) -> EarlyStopping:
-    """Stops the loop when ``monitor`` has not improved for ``patience`` evaluations.
+    """Stops the loop when ``monitor`` has not improved for ``patience`` evaluations (calls where it
+    is logged).
 
-    An *evaluation* is one call in which the monitored value is present; in a named loop the
-    callback registers itself on ``on_epoch_end``, after the evaluation on ``test_dataset``.
+    In a named loop it runs on ``on_epoch_end``, after the evaluation. The monitored value must
+    be a single number.
 
     Args:
         monitor: a logged name (``"loss_test"``) or ``"collection.name"``.
-        patience: evaluations in a row without improvement after which the loop stops; or a
-            :class:`~gyre.Period` (``gyre.at(steps=200)``): the clock since the first
-            evaluation or the last improvement after which it stops, as ciclo counts it
-            (ciclo reads a plain int as steps; gyre, as Keras, as evaluations).
+        patience: evaluations without improvement; or a :class:`~gyre.Period`
+            (``gyre.at(steps=200)``): the clock since the last improvement, as ciclo counts it.
         min_delta: how much better a value must be to count as an improvement.
-        delta_mode: ``"absolute"`` (by ``min_delta``) or ``"relative"`` (by
-            ``min_delta * |best|``).
-        mode: ``"min"``, ``"max"``, or ``"auto"`` (the default): ``"max"`` when a word of
-            the name says higher is better (``accuracy_test``, ``val_f1``, ``auc``, ``score``:
-            see :func:`gyre.callbacks._monitor.monitor_mode`, the rule of every monitor), else
-            ``"min"`` (losses, errors, and a name that implies nothing). The mode it uses is
-            in its repr and in the loop's stop reason.
+        delta_mode: ``"absolute"`` (by ``min_delta``) or ``"relative"`` (by ``min_delta * |best|``).
+        mode: ``"min"``, ``"max"``, or ``"auto"``: ``"max"`` when a word of the name says higher
+            is better (``accuracy``, ``f1``, ``auc``, ``score``...), else ``"min"``.
         baseline: a value to beat; until it is beaten, evaluations count against patience.
-        restore_best_weights: when the loop ends, for any reason, return the state of the
-            best evaluation (a copy is kept on the device).
-        initial_patience: the first evaluations that cannot count against patience (a
-            warm-up); they still record the best value.
+        restore_best_weights: when the loop ends, return the best evaluation's state (a copy is
+            kept on the device).
+        initial_patience: first evaluations that cannot count against patience (they still
+            record the best).
 
     Example:
         >>> import gyre

@@ -1,15 +1,8 @@
-"""What makes a checkpoint trustworthy: every array leaf described at save time (its path,
-shape, dtype and a CRC-32 of its bytes), that description compared with the target a run
-restores into *before* orbax reads anything, and the restored values checked against it.
+"""What makes a checkpoint trustworthy: each array leaf's path, shape, dtype and CRC-32 recorded at
+save, compared before and after a restore.
 
-The checksum of a leaf is ``zlib.crc32`` of its bytes in C order, computed from one host copy
-of the state (``jax.device_get`` of all leaves at once) when the save starts: on the digits MLP
-this costs well under a millisecond; on a large model it is one extra device-to-host copy of
-the state plus CRC-32 at about 1 GB/s on one core (``checksums=False`` turns it off). A leaf
-split over several processes (not fully addressable) has no checksum: no process holds it whole.
-Typed PRNG keys are checksummed through their key data.
-
-Nothing here touches the file system; :mod:`gyre.callbacks._store` does.
+The CRC-32 is of the leaf's bytes in C order, from one host copy of the state (about 1 GB/s;
+``checksums=False`` turns it off); a leaf split over processes has none.
 """
 
 from __future__ import annotations
@@ -28,11 +21,8 @@ Leaf = dict[str, Any]  # {"path": str, "shape": [int], "dtype": str, "crc32": in
 
 
 class Unreadable(Exception):
-    """A checkpoint that must not be loaded, with the reason in one readable line.
-
-    ``kind`` is ``"corrupt"`` (damaged or incomplete files, a checksum that does not match)
-    or ``"fit"`` (intact, but its tree is not the target's: another model, another dtype).
-    """
+    """A checkpoint that must not be loaded: ``kind`` is ``"corrupt"`` (damaged files, bad checksum)
+    or ``"fit"`` (another tree)."""
 
     def __init__(self, kind: str, reason: str) -> None:
         super().__init__(reason)
@@ -41,9 +31,8 @@ class Unreadable(Exception):
 
 
 def leaf_path(path: tuple[Any, ...]) -> str:
-    """A leaf's key path as ``"params/Dense_0/kernel"``: dict keys, attribute names and
-    indices alike, so a dict state and a dataclass state with the same names match.
-    """
+    """A leaf's key path as ``"params/Dense_0/kernel"`` (dict keys, attributes and indices alike, so
+    dict and dataclass states match)."""
     parts = []
     for key in path:
         for attribute in ("key", "name", "idx"):
@@ -79,26 +68,24 @@ def _crc(host: Any) -> int:
 
 
 def _in_host_memory(x: Any) -> bool:
-    """Whether ``x`` is a jax array held whole by this process's CPU devices: ``np.asarray``
-    reads its bytes in place, where an explicit transfer (``jax.device_get``) would only add
-    a per-leaf round trip."""
+    """Whether ``x`` is held whole by this process's CPU devices, so ``np.asarray`` reads it in
+    place without a transfer."""
     return isinstance(x, jax.Array) and x.is_fully_addressable and all(
         d.platform == "cpu" for d in x.sharding.device_set
     )
 
 
 def _host_values(leaves: list[Any]) -> list[Any]:
-    """The host values of ``leaves``: read in place when already in host memory, the others
-    in one explicit transfer of them all."""
+    """The host values of ``leaves``: in place when already on the host, the others in one
+    transfer."""
     away = [x for x in leaves if not _in_host_memory(x)]
     fetched = iter(fetch(away) if away else ())
     return [np.asarray(x) if _in_host_memory(x) else next(fetched) for x in leaves]
 
 
 def checksums(leaves: list[Any]) -> list[int | None]:
-    """CRC-32 of each leaf's bytes, from one host copy of them all; ``None`` for a leaf no
-    process holds whole.
-    """
+    """CRC-32 of each leaf's bytes from one host copy; ``None`` for a leaf no process holds
+    whole."""
     readable = [
         not (isinstance(x, jax.Array) and not x.is_fully_addressable) for x in leaves
     ]
@@ -123,8 +110,7 @@ _STRUCTURES: dict[Any, tuple[list[str], list[str]]] = {}
 
 
 def _structure(tree: Any) -> tuple[list[Any], list[str], list[str]]:
-    """``tree``'s leaves, their paths and the paths of its empty nodes (:func:`empty_nodes`);
-    the paths depend on the structure only, so they are computed once per structure."""
+    """``tree``'s leaves, their paths and its empty nodes' paths, computed once per structure."""
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     try:
         known = _STRUCTURES.get(treedef)
@@ -160,20 +146,16 @@ def _is_empty(x: Any) -> bool:
 
 
 def empty_nodes(tree: Any) -> list[str]:
-    """The paths of the nodes of ``tree`` that hold no leaf (``None``, ``{}``, optax's
-    ``EmptyState()``): the part of a tree's structure its leaves do not show (adam's and
-    adamw's states have the same leaves; adamw's has one more empty node).
-    """
+    """The paths of ``tree``'s nodes that hold no leaf (``None``, ``{}``, ``EmptyState()``): what
+    tells adam's state from adamw's."""
     return list(_structure(tree)[2])
 
 
 def mismatch(
     saved: list[Leaf], target: Any, *, where: str = "state", saved_empty: list[str] | None = None
 ) -> str | None:
-    """Why ``target`` cannot receive the saved leaves (one line), or ``None`` when it fits:
-    the same paths, shapes and dtypes (a dtype is never cast) and, when ``saved_empty`` is
-    given, the same empty nodes (:func:`empty_nodes`).
-    """
+    """Why ``target`` cannot receive the saved leaves (paths, shapes, dtypes, empty nodes; never
+    cast), or ``None``."""
     wanted = {leaf_path(p): leaf_type(x, where=where) for p, x in jax.tree_util.tree_flatten_with_path(target)[0]}
     have = {d["path"]: (tuple(d["shape"]), d["dtype"]) for d in saved}
     problems = [] if saved_empty is None else _one_sided("nodes", empty_nodes(target), saved_empty)
@@ -191,10 +173,8 @@ def mismatch(
 
 
 def abstract(target: Any) -> Any:
-    """The target as orbax restores into it: arrays become ``jax.ShapeDtypeStruct`` with their
-    sharding (a struct without one gets the first local device); numpy arrays and Python
-    numbers stay as they are (restored as such).
-    """
+    """The target as orbax restores into it: arrays as sharded ``jax.ShapeDtypeStruct`` (default:
+    the first local device)."""
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
 
     def one(x: Any) -> Any:
@@ -250,10 +230,8 @@ def _status_line(text: str, step_dir: str | None) -> str | None:
 
 
 def reason(err: BaseException, step_dir: str | None = None) -> str:
-    """One readable line for an exception raised while reading a checkpoint: a TensorStore
-    status (here or in the exceptions that caused it) becomes what it means and the file or
-    array it names, never its 2 kB spec.
-    """
+    """One readable line for an error reading a checkpoint: a TensorStore status as what it means
+    and the file it names."""
     chain, seen = [err], {id(err)}
     while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and id(nxt) not in seen:
         chain.append(nxt)

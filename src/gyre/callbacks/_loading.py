@@ -1,11 +1,5 @@
-"""Which checkpoint a run continues from: ``resume=`` read as a request, the request resolved to
-steps on disk, and the fallback past checkpoints that must not be loaded.
-
-``"latest"`` and ``"best"`` try their candidates in order (newest first; best first) and skip
-any that is damaged or does not fit the target, saying so once per checkpoint in one line. A
-step or a path names one checkpoint: it loads, or it raises. When nothing loads, one error
-says why: the target does not fit (expected, received, fix), or every checkpoint is damaged.
-"""
+"""Which checkpoint a run continues from: ``resume=`` resolved to steps on disk, falling back past
+checkpoints that must not be loaded."""
 
 from __future__ import annotations
 
@@ -24,9 +18,8 @@ Say = Callable[[int, Unreadable, bool], None]
 
 
 def resolve(resume: Any) -> tuple[str, Any]:
-    """``resume`` as ``("latest", None)``, ``("best", None)``, ``("step", n)`` or
-    ``("path", absolute path)``.
-    """
+    """``resume`` as ``("latest", None)``, ``("best", None)``, ``("step", n)`` or ``("path",
+    absolute path)``."""
     if resume in ("latest", "best"):
         return resume, None
     step = as_integer(resume)
@@ -156,18 +149,15 @@ def nothing_to_restore(directory: str) -> FileNotFoundError:
 
 
 def restore(directory: str | os.PathLike[str], target: Any, step: int | None = None) -> tuple[Any, Elapsed]:
-    """Loads a checkpoint saved by :func:`checkpoint` into the structure of ``target``, without
-    a :class:`Checkpoint` object (nothing is written to the directory).
-
-    The newest checkpoint that loads (a damaged one, or one that does not fit ``target``, is
-    skipped with a warning), or ``step``. ``target`` may hold concrete arrays or
-    ``jax.ShapeDtypeStruct`` leaves with shardings; the arrays get those shardings, whatever
-    the number of devices or the sharding at save time. A dtype is never cast.
+    """Loads a checkpoint saved by :func:`checkpoint` into the structure of ``target``, writing
+    nothing.
 
     Args:
         directory: the checkpoint directory, or one step's directory (``.../checkpoints/120``).
-        target: the structure, shapes and dtypes of the saved state.
-        step: the step to load; the newest good one by default.
+        target: concrete arrays or ``jax.ShapeDtypeStruct`` leaves with shardings, which the
+            arrays get (any device count); a dtype is never cast.
+        step: the step to load (default: the newest that loads, damaged or misfitting ones
+            skipped with a warning).
 
     Returns:
         ``(state, elapsed)``.

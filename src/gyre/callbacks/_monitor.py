@@ -1,8 +1,5 @@
-"""The one improvement monitor of every early stopping and best-model ranking (gyre's and
-ciclo's ``early_stopping``, the trainer's ``EarlyStopping`` and ``ModelCheckpoint``, jaxloop's
-stop handler, the checkpoint's ``keep_best``): the mode check and the mode a name implies, the
-improvement rule (mode, min_delta, patience, baseline, best), and finding the monitored entry
-in the logs as one number, with errors that name it."""
+"""The one improvement monitor of every early stopping and best-model ranking: the mode a name
+implies, the improvement rule, and the monitored entry read from the logs."""
 
 from __future__ import annotations
 
@@ -110,12 +107,8 @@ def score(mode: str, value: Any) -> float:
 
 
 class Improvement:
-    """The improvement rule of every early stopping, its arguments checked by the caller
-    (:func:`monitor_mode`, :func:`check_min_delta`): a value improves when it is strictly below
-    ``best - margin`` (``"min"``) or above ``best + margin`` (``"max"``), the margin being
-    ``min_delta`` (times ``|best|`` when ``relative``); the first value improves unless a
-    ``baseline`` is the first ``best``; a NaN never does. ``wait`` counts the values in a row
-    that did not improve."""
+    """The improvement rule: strictly beyond ``best`` by ``min_delta`` (times ``|best|`` when
+    relative); a NaN never improves; ``wait`` counts misses in a row."""
 
     def __init__(
         self, mode: str, *, min_delta: float = 0.0, relative: bool = False, patience: Any = None,

@@ -8,8 +8,8 @@ from gyre.engine._tasks import LoopElement
 
 
 class NoOp(LoopElement):
-    """The type of :data:`noop`: called with anything, does nothing and returns ``None``; as a
-    :class:`~gyre.LoopElement` it also spreads into a table, ``{**gyre.noop}`` (ciclo's form).
+    """The type of :data:`noop`: called with anything, does nothing and returns ``None``;
+    ``{**gyre.noop}`` spreads into a table.
 
     Example:
         >>> import gyre

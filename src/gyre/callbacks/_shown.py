@@ -1,11 +1,7 @@
-"""What progress bars show, read from the loop's history (:meth:`gyre.History.read`) without
-ever waiting for the device: every step, fused ones included, whatever the bar's place in the
-task table. Called by hand (``bar(elapsed, logs)``), a bar keeps a small history of its own.
+"""What progress bars show, read from the loop's history without waiting for the device.
 
-As Keras shows them, losses and metrics are running means over the current epoch (over the
-whole run when the loop has no epochs); stateful metrics, and entries not logged in the
-current epoch (an evaluation's ``accuracy_test``), show their last value. ``values="last"``
-shows every entry's last value instead.
+As in Keras, losses and metrics are running means over the epoch (the run without epochs);
+stateful metrics and entries not logged this epoch show their last value.
 """
 
 from __future__ import annotations
@@ -35,8 +31,8 @@ def check_mode(values: Any, owner: str) -> str:
 
 
 class RunningValues:
-    """Running means over the current epoch (or last values) of the scalar entries of the
-    records absorbed."""
+    """Running means over the current epoch (or last values) of the absorbed records' scalar
+    entries."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
@@ -95,13 +91,12 @@ class BarValues(RunningValues, FollowsHistory):
         self.absorb(self._read(wait=wait))
 
     def read(self, *, wait: bool = False) -> dict[str, float]:
-        """The values to show now (``wait``: every record so far, waiting for the device; only
-        when the loop is over)."""
+        """The values to show now (``wait``: every record so far, waiting for the device, at the
+        loop's end)."""
         self._send(wait=wait)
         return self.shown()
 
     def reset(self) -> None:
-        """Forgets the history followed and the values seen (a bar used again starts from the
-        next records)."""
+        """Forgets the history followed and the values seen."""
         self._history = self._own = None
         RunningValues.__init__(self, self.mode)

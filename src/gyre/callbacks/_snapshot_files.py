@@ -1,11 +1,8 @@
-"""The files a checkpoint directory holds beside its steps: :attr:`Snapshot.files` (the history's
-appended blocks, ``history/000000000120.json``).
+"""The files a checkpoint directory holds beside its steps (:attr:`Snapshot.files`, the history's
+blocks).
 
-Each file is written by process 0 only, atomically (a temporary name in the same folder, then
-``os.replace``), so a reader sees the old content or the new, never half of one. Rotation never
-deletes them. ``gyre-files.json`` lists their top-level names, so gyre deletes only what it
-wrote (``overwrite=True``, or a new run in a directory whose run never finished a checkpoint).
-Writes are not fsync'ed: a killed process loses nothing the kernel accepted; a power cut can.
+Process 0 writes each atomically (not fsync'ed); rotation never deletes them;
+``gyre-files.json`` lists them so gyre deletes only what it wrote.
 """
 
 from __future__ import annotations
@@ -26,9 +23,8 @@ _TEMPORARY = ".tmp-gyre-"
 
 
 def check_file_name(name: Any) -> str:
-    """A :attr:`Snapshot.files` name, checked: a relative path of plain parts that cannot be
-    taken for a step, a temporary directory or gyre's marker.
-    """
+    """A :attr:`Snapshot.files` name, checked: a relative path that cannot be taken for a step, a
+    temporary folder or gyre's marker."""
     parts = name.split("/") if isinstance(name, str) else []
     top = parts[0] if parts else ""
     if (

@@ -1,26 +1,11 @@
 """Where ``gyre.checkpoint`` keeps its checkpoints: orbax's ``CheckpointManager`` and the files
 beside it.
 
-A checkpoint of step ``N`` is the directory ``<root>/N``, written by orbax under a temporary
-name (``N.orbax-checkpoint-tmp``) and renamed when complete. It holds:
-
-* ``state/``: the state (orbax ``StandardSave``: every process writes its shards);
-* ``arrays/``: :attr:`Snapshot.arrays`, when not empty (early stopping's best weights);
-* ``gyre/metadata``: the *record*, one JSON dict written by process 0: the format, the step,
-  the clock, :attr:`Snapshot.meta`, the monitored metrics, and every array leaf's path, shape,
-  dtype and CRC-32, and the paths of its empty nodes (:mod:`gyre.callbacks._integrity`), and
-  the CRC-32 of the record itself;
-* orbax's own ``_CHECKPOINT_METADATA`` and, with a monitor, ``metrics/``.
-
-Beside the steps, process 0 writes :attr:`Snapshot.files` (``history/000120.json``) before the
-step's save starts (:mod:`gyre.callbacks._snapshot_files`); rotation never deletes them. A loop's meta
-holds the running CRC-32 of the history blocks its checkpoint counts (``history_crc``), so every
-file a checkpoint depends on is checksummed: a changed record, block or array is damage, and the
-loader falls back to the previous checkpoint. A step
-directory that could not be loaded is set aside as ``N.corrupt`` (orbax ignores that name),
-never deleted.
-
-Nothing is unpickled: arrays go through orbax, everything else through JSON.
+Step ``N`` is ``<root>/N`` (renamed from a temporary name when complete), holding ``state/``,
+``arrays/`` (:attr:`Snapshot.arrays`), orbax's metadata, and ``gyre/metadata``: the JSON
+record (step, clock, meta, metrics, each leaf's path, shape, dtype and CRC-32, and its own
+CRC-32). The history blocks are checksummed through the meta's ``history_crc``. A step that
+cannot be loaded is set aside as ``N.corrupt``, never deleted. Nothing is unpickled.
 """
 
 from __future__ import annotations
@@ -75,12 +60,7 @@ class CheckpointError(RuntimeError):
 
 
 def is_primary() -> bool:
-    """True on the process that writes what is written once (process 0).
-
-    Example:
-        >>> is_primary()
-        True
-    """
+    """True on process 0, which writes what is written once."""
     return jax.process_index() == 0
 
 
@@ -99,14 +79,7 @@ def _json_default(value: Any) -> Any:
 
 
 def as_json(value: Any, *, what: str) -> Any:
-    """``value`` through a JSON round trip (numpy scalars become Python numbers); a clear
-    error when it holds anything else that JSON cannot hold.
-
-    Example:
-        >>> import numpy as np
-        >>> as_json({"best": np.float32(0.5), "n": 3}, what="meta")
-        {'best': 0.5, 'n': 3}
-    """
+    """``value`` through a JSON round trip, or a clear error naming ``what``."""
     try:
         return json.loads(json.dumps(value, default=_json_default))
     except (TypeError, ValueError) as err:
@@ -118,13 +91,7 @@ def as_json(value: Any, *, what: str) -> Any:
 
 
 def record_crc(record: dict[str, Any]) -> int:
-    """CRC-32 of a record's JSON (keys sorted), its own ``crc32`` left out: the same before
-    the save and after reading it back, as JSON round-trips numbers exactly.
-
-    Example:
-        >>> record_crc({"step": 3, "crc32": 1}) == record_crc({"step": 3})
-        True
-    """
+    """CRC-32 of a record's JSON (keys sorted), its own ``crc32`` left out."""
     rest = {key: value for key, value in record.items() if key != "crc32"}
     return zlib.crc32(json.dumps(rest, sort_keys=True).encode())
 
@@ -144,25 +111,8 @@ def _read_json(path: str, rel: str) -> Any:
 
 
 class Store:
-    """The checkpoints of one directory, through orbax (see the module's docstring).
-
-    Args:
-        root: the absolute directory.
-        keep: how many of the latest checkpoints rotation keeps.
-        keep_best: how many of the best-scored checkpoints it keeps as well.
-        score: ``metrics -> float``, higher is better (``None``: no monitor).
-        async_save: write in the background (orbax's async checkpointing).
-        read_only: only read (``gyre.restore``): nothing is created, saved or deleted.
-
-    Example:
-        >>> import tempfile, jax.numpy as jnp
-        >>> from gyre.core._clock import Elapsed
-        >>> with tempfile.TemporaryDirectory() as tmp:
-        ...     store = Store(tmp)
-        ...     store.save(Snapshot(2, {"w": jnp.ones(2)}, Elapsed(steps=2)), metrics=None, wait=True)
-        ...     store.read(2, {"w": jnp.zeros(2)}).state["w"].tolist(), store.steps()
-        ([1.0, 1.0], [2])
-    """
+    """The checkpoints of one directory, through orbax; ``read_only`` creates, saves and deletes
+    nothing."""
 
     def __init__(
         self,
@@ -229,15 +179,14 @@ class Store:
         return sorted(int(n) for n in os.listdir(self.root) if n.isdigit() and os.path.isdir(self.step_dir(int(n))))
 
     def steps(self) -> list[int]:
-        """The saved steps (and the one being saved), in increasing order; a step directory
-        without a record (empty, or from a crashed save) is not one."""
+        """The saved steps (and the one being saved), in increasing order; a step directory without
+        a record is not one."""
         return sorted(
             s for s in self.manager.all_steps() if self.has_record(s) or not os.path.isdir(self.step_dir(s))
         )
 
     def latest(self) -> int | None:
-        """The newest of :meth:`steps` (``None`` when there is none), checking only the steps
-        newer than it."""
+        """The newest of :meth:`steps`, or ``None``."""
         for step in sorted(self.manager.all_steps(), reverse=True):
             if self.has_record(step) or not os.path.isdir(self.step_dir(step)):
                 return step
@@ -248,9 +197,8 @@ class Store:
         return self.manager.metrics(step) if self.score is not None else None
 
     def _recorded_metrics(self, step: int) -> Any:
-        """The metrics of step ``step``'s record (checksummed, unlike orbax's own copy beside
-        it); orbax's copy when the record cannot be read (the step is then reported as
-        damaged when it is tried)."""
+        """The metrics of step ``step``'s checksummed record; orbax's copy when the record cannot be
+        read."""
         try:
             return self.read_record(step).get("metrics")
         except Unreadable:
@@ -268,8 +216,8 @@ class Store:
     # -- saving ----------------------------------------------------------------------------
 
     def record(self, snapshot: Snapshot, metrics: Mapping[str, float] | None, checksums: bool) -> dict[str, Any]:
-        """The JSON record of a snapshot (computes the checksums: one host copy), with its
-        own CRC-32."""
+        """The JSON record of a snapshot (checksums computed from one host copy), with its own
+        CRC-32."""
         record = {
             "format": FORMAT,
             "step": int(snapshot.step),
@@ -289,8 +237,8 @@ class Store:
     def save(
         self, snapshot: Snapshot, *, metrics: Mapping[str, float] | None, checksums: bool = True, wait: bool = False
     ) -> None:
-        """Writes ``snapshot`` (in the background unless ``wait``) after its files; waits for
-        the previous save first, raising :class:`CheckpointError` if it failed."""
+        """Writes ``snapshot`` after its files (in the background unless ``wait``), first raising a
+        failed previous save."""
         import orbax.checkpoint as ocp
 
         step = int(snapshot.step)
@@ -311,17 +259,15 @@ class Store:
             self.wait()
 
     def finished_pending(self) -> bool:
-        """True when a background save was started and has ended (well or not): :meth:`wait`
-        then returns at once. Never waits; on several processes always ``False`` (waiting
-        there is a collective step every process must take together, at a save)."""
+        """Whether a background save has ended, so :meth:`wait` returns at once; always ``False`` on
+        several processes (waiting is collective)."""
         if self.pending is None or self._manager is None or jax.process_count() > 1:
             return False
         return not self._manager.is_saving_in_progress()
 
     def wait(self) -> None:
-        """Blocks until the save in flight is on disk; raises :class:`CheckpointError` naming
-        its step if it failed (the older checkpoints stay: rotation runs only after a save
-        succeeds)."""
+        """Blocks until the save in flight is on disk; raises :class:`CheckpointError` naming its
+        step if it failed."""
         if self._manager is None or self.pending is None:  # nothing started since the last wait
             return
         step, self.pending = self.pending, None
@@ -375,8 +321,8 @@ class Store:
                              "saved (checksum mismatch: a file was changed after the save)")
 
     def _check_files(self, step: int, record: dict[str, Any]) -> None:
-        """orbax's metadata files must be present and parse (orbax reads some of them
-        leniently: an emptied one would otherwise load)."""
+        """orbax's metadata files must be present and parse (orbax reads some leniently: an emptied
+        one would load)."""
         items = ["state"] + (["arrays"] if record.get("arrays") else [])
         _read_json(os.path.join(self.step_dir(step), "_CHECKPOINT_METADATA"), "_CHECKPOINT_METADATA")
         for item in items:
@@ -395,8 +341,8 @@ class Store:
         )
 
     def read(self, step: int, target_state: Any, target_arrays: Any = None) -> Snapshot:
-        """Step ``step`` restored into ``target_state`` (and ``target_arrays``, else onto the
-        first local device) and verified; :class:`Unreadable` says why it cannot be."""
+        """Step ``step`` restored into ``target_state`` (and ``target_arrays``) and verified, else
+        :class:`Unreadable`."""
         import orbax.checkpoint as ocp
 
         record = self.read_record(step)
@@ -440,9 +386,8 @@ class Store:
     # -- housekeeping (process 0; the caller syncs) ----------------------------------------
 
     def _remove_unfinished(self) -> None:
-        """Deletes what failed saves left (a full disk is full of them). orbax's writers of a
-        failed save may still be running when it is reported, so this runs at every later save
-        and at :meth:`close`."""
+        """Deletes what failed saves left; run at every save and at :meth:`close`, as a failed
+        save's writers may still run."""
         if self._unfinished and is_primary():
             for name in self._temporaries():
                 if name.split(".")[0] in {str(s) for s in self._unfinished}:
@@ -454,8 +399,8 @@ class Store:
         return sorted(n for n in os.listdir(self.root) if TEMPORARY in n)
 
     def set_aside(self, step: int, suffix: str = SET_ASIDE) -> str:
-        """Renames step ``step``'s directory to ``N.corrupt`` (``N.corrupt-2``...; another
-        ``suffix`` for another reason); returns it."""
+        """Renames step ``step``'s directory to ``N.corrupt`` (or ``N.<suffix>``, ``-2``...) and
+        returns it."""
         target, n = f"{self.step_dir(step)}{suffix}", 1
         while os.path.exists(target):
             n += 1
@@ -487,8 +432,7 @@ class Store:
 
 
 def _wrapped(tree: Any) -> Any:
-    """``tree`` as orbax's ``StandardSave`` takes it: a state that is one array or number
-    (``state = jnp.zeros(())`` in a small loop) goes in a dict, which it refuses bare."""
+    """``tree`` as orbax's ``StandardSave`` takes it: a bare array or number goes in a dict."""
     return {"value": tree} if jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(tree)) else tree
 
 

@@ -1,15 +1,6 @@
 """``wandb_logger``: every step's scalar entries sent to a Weights & Biases run (ciclo's name).
 
-The logger follows the loop's history (:meth:`gyre.History.read`) instead of
-reading the step's logs: every ``interval`` seconds it sends the records whose values the
-device has computed, in step order, in one transfer, and never waits for the device, so the
-step path stays free of host syncs (fused chunks included: it sees every step). When the
-loop ends (``on_loop_end``, or ``on_train_end`` in a named loop) it sends the rest. Called by
-hand (``logger(elapsed, logs)`` in a loop over ``gyre.elapse``), it keeps a history of its own;
-call :meth:`WandbLogger.flush` after the loop.
-
-Nothing here imports ``wandb``: the run is any object with ``log(data, step=...)``, such as
-the one ``wandb.init()`` returns (``pip install 'gyre[wandb]'``).
+Nothing here imports ``wandb``: the run is any object with ``log(data, step=...)``.
 """
 
 from __future__ import annotations
@@ -33,9 +24,8 @@ from gyre.parallel.distributed import is_main_process
 
 
 def is_number(value: Any) -> bool:
-    """A real number: a Python one (``bool`` included), or a 0-d numeric array (numpy scalars
-    and JAX arrays included, read by their ``shape`` and ``dtype`` only).
-    """
+    """A real number: a Python one (``bool`` too) or a 0-d numeric array, read by ``shape`` and
+    ``dtype`` only."""
     if isinstance(value, numbers.Real):
         return True
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
@@ -43,8 +33,8 @@ def is_number(value: Any) -> bool:
 
 
 def _column(count: int, rows: np.ndarray, values: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """An entry as (which records hold a scalar number, the numbers with NaN elsewhere);
-    ``None`` when no record does (arrays, strings)."""
+    """An entry as (which records hold a scalar number, the numbers with NaN elsewhere), or
+    ``None``."""
     present, found = np.zeros(count, bool), np.full(count, np.nan)
     if isinstance(values, np.ndarray) and numeric_dtype(values.dtype):
         if values.ndim != 1:
@@ -62,12 +52,8 @@ def _column(count: int, rows: np.ndarray, values: Any) -> tuple[np.ndarray, np.n
 def scalar_runs(
     block: Block, keep: np.ndarray | None = None
 ) -> Iterator[tuple[int, tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]]:
-    """The scalar numbers of ``block`` (only its rows in ``keep``, a mask) as runs of
-    consecutive records holding the same entries: ``(first row, names, steps, dates,
-    values)``. A name is the bare one, ``collection.name`` when an earlier collection of the
-    record took it; dates are the clocks' (now for an undated clock); values are float64, a
-    row per record and a column per name. Records without a scalar number are left out.
-    """
+    """The scalar numbers of ``block``'s rows in ``keep``, as runs of records holding the same
+    entries: ``(first row, names, steps, dates, values)``."""
     keys, present, found = [], [], []
     for key, (rows, values) in block.entries.items():
         column = _column(block.count, rows, values)
@@ -99,11 +85,8 @@ def scalar_rows(block: Block, keep: np.ndarray | None = None) -> Iterator[tuple[
 
 
 class FollowsHistory:
-    """What :class:`WandbLogger` and ``gyre.write_to`` share: a position in the history of the
-    loop calling them (a new loop: the records of the last one are sent first, waiting), or,
-    called by hand, a history of their own that the logs they receive go into. A subclass
-    defines ``_send(wait=...)``, which reads with :meth:`_read`.
-    """
+    """A position in the calling loop's history (or, called by hand, a history of its own);
+    subclasses define ``_send(wait=...)``."""
 
     _silent: bool | None = None  # decided at the first call: only process 0 sends
     _reads_history = True  # in a loop, it ignores its logs argument (gyre.engine._tasks.reads_history)
@@ -129,8 +112,7 @@ class FollowsHistory:
         return self._silent
 
     def _follow(self, elapsed: Elapsed, logs: Logs, loop: Any) -> None:
-        """Follows ``loop``'s history, or (``loop`` is ``None``) commits ``logs`` to a
-        history of its own."""
+        """Follows ``loop``'s history, or (``loop`` is ``None``) commits ``logs`` to its own."""
         if loop is not None:
             if loop.history is not self._history:  # a new loop: follow its history from its start
                 if self._history is not None:
@@ -148,10 +130,8 @@ class FollowsHistory:
 
 
 def _start_of(loop: Any) -> int | None:
-    """Where the records of ``loop`` begin in its history, whatever step calls first (a
-    callback under ``gyre.every(10)`` in a loop resumed at step 45 is first called at step
-    50, after the records of steps 45 to 49); ``None`` (the history's current length) for a
-    loop that does not say which steps it ran (a ``LoopState`` built by hand)."""
+    """Where ``loop``'s records begin in its history, whatever step calls first (a resumed loop's);
+    ``None`` when it does not say."""
     data = getattr(loop, "data", None)
     if data is None:
         return None
@@ -169,7 +149,7 @@ def _start_of(loop: Any) -> int | None:
 
 
 class WandbLogger(FollowsHistory, ChunkSafe, LoopElement):
-    """The callback :func:`wandb_logger` returns (see there).
+    """The callback :func:`wandb_logger` returns.
 
     Attributes:
         run: the run it logs to.
@@ -211,7 +191,7 @@ class WandbLogger(FollowsHistory, ChunkSafe, LoopElement):
     on_train_batch_end = __call__
 
     def flush(self) -> None:
-        """Sends every record not sent yet, waiting for the device (the loop's end).
+        """Sends every record not sent yet, waiting for the device (call it after a hand-made loop).
 
         Example:
             >>> import gyre
@@ -240,17 +220,13 @@ class WandbLogger(FollowsHistory, ChunkSafe, LoopElement):
 def wandb_logger(run: Any, *, interval: float = 1.0) -> WandbLogger:
     """A callback that logs every step's scalar entries to a Weights & Biases run.
 
-    Each record goes out as ``run.log({name: value}, step=elapsed.steps)``, as ciclo sends it:
-    losses, metrics, stateful metrics and evaluation entries (``accuracy_test``) by their bare
-    names, ``collection.name`` when two collections of a step share a name; arrays are left
-    out. Every ``interval`` seconds the records the device has computed are sent (never
-    waiting for it), the rest when the loop ends. A :class:`~gyre.LoopElement`: ``{**gyre.wandb_logger(run)}`` runs it
-    every step; given to a named loop's ``callbacks=``, after every training step.
+    Each record goes out as ``run.log({name: value}, step=elapsed.steps)``, as ciclo sends it, by
+    bare names (``collection.name`` when two collections share one); arrays are left out. It
+    follows the loop's history, never waiting for the device, and sends the rest at the loop's end.
 
     Args:
         run: the run ``wandb.init()`` returns, or any object with ``log(data, step=...)``.
-        interval: seconds between two sends (each one explicit transfer of the records
-            computed since the last).
+        interval: seconds between two sends.
 
     Raises:
         TypeError: ``run`` has no ``log`` method.

@@ -1,14 +1,8 @@
-"""Component sections checked against what they name: a section is a mapping with a
-``class_name``, looked up in the registry of its kind (:data:`gyre.config.REGISTRIES`); its
-other keys must be parameters of the registered class (its ``__init__``) or function, of the
-annotated types. A class that defines ``config_class`` (a pydantic model) is checked against
-that model instead.
+"""Component sections checked against the registered class or function their ``class_name`` names.
 
-Values are checked strictly, as if read from JSON: ``"3"`` is not an int, ``True`` is not a
-number, but an int is a float and a list is a tuple. Every mistake is a :class:`ConfigError`
-that names its dotted path (``trainer.callbacks.ModelCheckpoint.monitr``), lists the valid
-keys and suggests the closest; pydantic's errors are translated the same way
-(:func:`from_pydantic`).
+Values are checked strictly, as if read from JSON (``"3"`` is not an int, ``True`` not a
+number; an int is a float, a list a tuple); a class with a pydantic ``config_class`` is checked
+against that model. Every mistake is a :class:`ConfigError` naming its dotted path.
 """
 
 from __future__ import annotations
@@ -73,29 +67,23 @@ def is_section(value: object) -> bool:
 def validate_component(
     kind: str, section: Mapping[str, Any], *, where: str, extra_allowed: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """Checks a component section against the component its ``class_name`` names, and
-    returns the keyword arguments to build it with: ``REGISTRY.get(name)(**kwargs)``.
+    """Checks a component section and returns the keyword arguments to build it with.
 
-    Every key but ``class_name`` must be a parameter of the registered callable (a class's
-    ``__init__``), of the annotated type; required parameters must be given; defaults that
-    are plain data (numbers, strings, lists...) are filled in. A class with a pydantic
-    ``config_class`` is checked against that model instead. Values that hold other
-    sections (a mapping with a ``class_name``, or a list or mapping of them) are left to
-    the builder of their kind (see :func:`validate_nested`) and returned as plain dicts.
+    Required parameters must be given; plain-data defaults are filled in; nested sections are
+    left to their own builders (:func:`validate_nested`) and returned as plain dicts.
 
     Args:
         kind: the registry, e.g. ``"callbacks"`` (a key of :data:`gyre.config.REGISTRIES`).
         section: the mapping read from the config.
-        where: the section's dotted path, for messages (``"trainer.callbacks.EarlyStopping"``).
-        extra_allowed: names the caller supplies itself (``rngs`` of an nnx model, the
-            ``log_dir`` of a tool logger): never required nor filled in, and accepted in the
-            section even when they are not parameters.
+        where: the section's dotted path, for messages.
+        extra_allowed: names the caller supplies itself (an nnx model's ``rngs``): never
+            required nor filled in, accepted even when not parameters.
 
     Returns:
         The checked keyword arguments (without ``class_name``), in signature order.
 
     Raises:
-        ConfigError: an unknown ``class_name``, an unknown key, a wrong type, a missing key.
+        ConfigError: an unknown ``class_name`` or key, a wrong type, a missing key.
 
     Example:
         >>> validate_component("loggers", {"class_name": "CSVToolLogger", "version": "0"},
@@ -119,9 +107,8 @@ def validate_component(
 def check_section(
     kind: str, section: Mapping[str, Any], *, where: str, extra_allowed: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """:func:`validate_component` that keeps the ``class_name``: the checked section, as a
-    config stores it.
-    """
+    """:func:`validate_component` keeping ``class_name``: the checked section as a config stores
+    it."""
     if kind not in REGISTRIES:
         raise ValueError(explain(
             f"no registry of {kind!r}",
@@ -145,10 +132,8 @@ def check_section(
 
 
 def validate_nested(kind: str, value: Any, *, where: str, extra_allowed: Sequence[str] = ()) -> Any:
-    """Checks the sections that a value holds, for the builder of their kind: a section, a
-    list of sections, or a mapping of names to sections, each checked by
-    :func:`check_section` (its ``class_name`` kept); any other value comes back as it is (a
-    float learning rate, say).
+    """Checks the sections a value holds (one, a list, or a mapping of them; ``class_name`` kept);
+    any other value is returned as it is.
 
     Example:
         >>> validate_nested("loggers", 0.001, where="optimizer.learning_rate")
@@ -215,8 +200,8 @@ def _json(value: Any) -> str | None:
 
 
 def _signature(target: Any) -> tuple[list[inspect.Parameter], dict[str, Any], bool]:
-    """The keyword parameters of a class's ``__init__`` or a function, their resolved
-    annotations, and whether it takes ``**kwargs``."""
+    """The keyword parameters of a class's ``__init__`` or a function, their annotations, and
+    whether it takes ``**kwargs``."""
     function = target
     skip = set()
     if inspect.isclass(target) and "__wrapped__" in vars(target):
@@ -245,9 +230,8 @@ def _signature(target: Any) -> tuple[list[inspect.Parameter], dict[str, Any], bo
 def check_signature(
     kind: str, name: str, target: Any, data: dict[str, Any], where: str, extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
-    """The keys of a section (without ``class_name``) checked against ``target``'s signature,
-    as :func:`validate_component` does for a registered one (``name`` is for messages).
-    """
+    """A section's keys checked against ``target``'s signature, as :func:`validate_component`
+    does."""
     parameters, hints, takes_any = _signature(target)
     names = [p.name for p in parameters]
     out: dict[str, Any] = {}
@@ -290,8 +274,8 @@ def check_signature(
 
 
 def _default(annotation: Any, default: Any) -> Any:
-    """A default as the config would hold it, or ``_NOT_FILLED`` when it is not plain data
-    (a function, an array) or does not match its own annotation."""
+    """A default as the config would hold it, or ``_NOT_FILLED`` when it is not plain data matching
+    its annotation."""
     text = _json(default)
     if text is None or json.loads(text) != plain(default):
         return _NOT_FILLED
@@ -324,10 +308,8 @@ def _cached_adapter(annotation: Any) -> TypeAdapter[Any] | None:
 
 
 def check_value(annotation: Any, value: Any, *, path: str, owner: str = "the key") -> Any:
-    """``value`` checked against a type annotation, strictly as if read from JSON (an int is
-    a float, a list is a tuple; ``"3"`` is not an int): the converted value, or a
-    :class:`ConfigError` naming ``path``, the type and the value.
-    """
+    """``value`` checked strictly, as if read from JSON, against ``annotation``: converted, or a
+    :class:`ConfigError` naming ``path``."""
     adapter = _adapter(annotation)
     text = _json(value)
     if adapter is None:
@@ -348,8 +330,7 @@ def check_value(annotation: Any, value: Any, *, path: str, owner: str = "the key
 
 
 def _fix(path: str, annotation: Any, error: Mapping[str, Any]) -> str:
-    """How to mend a value pydantic refused: the bound it broke (``greater than or equal to
-    1``), else the type it needs."""
+    """How to mend a value pydantic refused: the bound it broke, else the type it needs."""
     if _problem(error["type"]) == "invalid value" and error["msg"].startswith("Input should be "):
         return f"set {path} to a value {error['msg'].removeprefix('Input should be ')}"
     return f"set {path} to a value of type {type_name(annotation)}"
@@ -419,10 +400,8 @@ def _with_model(model: type[BaseModel], data: dict[str, Any], where: str) -> dic
 
 
 def from_pydantic(err: ValidationError, model: type[BaseModel], where: str) -> ConfigError:
-    """A pydantic ``ValidationError`` of ``model`` (found at ``where``) as a
-    :class:`ConfigError` naming the dotted path; an error of ours raised inside a validator
-    comes back as it was.
-    """
+    """A pydantic ``ValidationError`` as a :class:`ConfigError` naming the dotted path (our own
+    errors pass through)."""
     mistakes: list[str] = []
     for error in err.errors(include_url=False):
         cause = (error.get("ctx") or {}).get("error")
@@ -450,8 +429,8 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
 
 
 def _walk(model: type[BaseModel], loc: Sequence[Any]) -> tuple[list[str], Any, type[BaseModel] | None]:
-    """The leading parts of ``loc`` that name fields, the annotation of the last one, and the
-    model its value is (or None)."""
+    """The leading parts of ``loc`` that name fields, the last one's annotation, and its model (or
+    None)."""
     parts: list[str] = []
     annotation: Any = _EMPTY
     current: type[BaseModel] | None = model

@@ -1,15 +1,8 @@
-"""phlippe/jax_trainer's optimizer sections (``name``, ``lr``, ``params``, ``transforms``,
-``scheduler``) read as gyre's, and its optimizer builder (:mod:`gyre.config._builder`).
+"""Reads phlippe/jax_trainer's config sections as gyre's.
 
-:func:`from_jax_trainer` rewrites such a section into gyre's form (``class_name``,
-``learning_rate``, a schedule section, transform sections), so it is checked, built and
-stored like any other; the schema does it when it meets ``name`` without ``class_name``.
-Its maths is jax_trainer's, with three mistakes of jax_trainer's not kept (each a key it
-read and dropped without a word, or a sign): ``transforms.gradient_clip_norm`` clips (it was
-ignored: only ``grad_clip_norm`` was read), a ``warmup_cosine_decay``'s ``alpha`` sets its end
-value (ignored), and a weight decay after the optimizer (``before_optimizer: false``) shrinks
-the weights, scaled by the learning rate (it added ``+decay * param`` to the updates, growing
-them).
+Its maths is kept, less three of its mistakes: ``transforms.gradient_clip_norm`` clips, a
+``warmup_cosine_decay``'s ``alpha`` sets its end value, and a weight decay after the optimizer
+shrinks the weights (it grew them).
 """
 
 from __future__ import annotations
@@ -35,11 +28,8 @@ def is_jax_trainer_section(section: object) -> bool:
 
 
 def jax_trainer_component(section: dict[str, Any], where: str) -> dict[str, Any]:
-    """A trainer or model section in jax_trainer's form (``name``, a dotted path, and for a
-    model its ``hparams``) as gyre's: ``class_name`` is the path's last part, looked up in the
-    registry (nothing is imported), and the ``hparams`` become the section's keys. A section
-    with ``class_name`` is returned as it is.
-    """
+    """A trainer or model section in jax_trainer's form (``name``: a dotted path's last part;
+    ``hparams``) as gyre's."""
     if "class_name" in section or not isinstance(section.get("name"), str):
         return section
     out = {k: v for k, v in section.items() if k not in ("name", "hparams")}
@@ -62,12 +52,8 @@ _DATASET_KEYS = {"batch_size": "global_batch_size"}
 
 
 def jax_trainer_dataset(section: dict[str, Any], where: str = "dataset") -> dict[str, Any]:
-    """A dataset section in jax_trainer's form (``constructor``, ``batch_size``) as gyre's:
-    a constructor that names one of jax_trainer's own data sets becomes that data set's
-    ``class_name`` (``batch_size`` is read as ``global_batch_size``). A config never imports
-    a dotted path: any other constructor is refused with the registered names. A section
-    with ``class_name`` is returned as it is.
-    """
+    """A dataset section in jax_trainer's form as gyre's; only jax_trainer's own data sets are
+    accepted."""
     if "class_name" in section or "constructor" not in section:
         return section
     data = dict(section)
@@ -170,10 +156,11 @@ def _schedule(lr: Any, config: Mapping[str, Any], where: str) -> Any:
 
 
 def from_jax_trainer(section: Any, *, where: str = "optimizer") -> dict[str, Any]:
-    """A jax_trainer optimizer section (``name``, ``lr``, ``params``, ``transforms``,
-    ``scheduler``) as gyre's (see the module docstring). ``params`` keys are the optimizer's
-    keyword arguments (``beta1``/``beta2`` are Adam's ``b1``/``b2``); a name other than
-    adam, adamw, sgd and lamb is the optax optimizer of that name.
+    """A jax_trainer optimizer section (``name``, ``lr``, ``params``, ``transforms``, ``scheduler``)
+    as gyre's.
+
+    ``params`` are the optimizer's keyword arguments (``beta1``/``beta2`` are Adam's ``b1``/``b2``);
+    a name other than adam, adamw, sgd and lamb is the optax optimizer of that name.
 
     Example:
         >>> from_jax_trainer({"name": "adam", "lr": 1e-3, "params": {"beta1": 0.9},

@@ -1,16 +1,9 @@
 """Optimizers built from the ``optimizer`` config section.
 
-``class_name`` is an optimizer registered in :data:`~gyre.config.OPTIMIZERS` (gyre's
-``AdamW``, ``Adam``, ``SGD``, ``Lamb``, or the user's; ``AdamW``, ``SGD`` and ``Lamb`` are the
-classes of :mod:`gyre.config._typed`, whose maths is the function of the same name here), or else the lowercase name of an optax
-optimizer (``adabelief``, ``lion``, ``rmsprop``...: a top-level ``optax`` function with a
-``learning_rate`` parameter), built with its own keyword arguments, checked against optax's
-signature. Every optimizer takes ``learning_rate`` (a number or a schedule section) and
-``transforms`` (see :mod:`gyre.config._transforms`).
-
-The result is ``optax.inject_hyperparams(factory)(learning_rate=...)`` around
-``chain([transforms before], optimizer, [transforms after])``: the current learning rate lives
-in the optimizer state, where :func:`learning_rate_of` finds it on the device.
+``class_name`` is a registered optimizer or the lowercase name of an optax optimizer (checked
+against optax's signature). Each is ``optax.inject_hyperparams`` around
+``chain(transforms before, optimizer, transforms after)``, so the current learning rate lives
+in the optimizer state (:func:`learning_rate_of`).
 """
 
 import inspect
@@ -56,20 +49,15 @@ def assemble_optimizer(
     transforms: TransformsConfig | list[Transform] = (),
     log_learning_rate: bool = True,
 ) -> optax.GradientTransformation:
-    """``core`` (``learning_rate -> optax optimizer``) with its learning rate injected as a
-    hyperparameter and the transforms chained before and after it: what every optimizer in
-    the registry returns. Use it to register an optimizer of your own.
+    """``core`` with its learning rate injected and the transforms chained around it; use it to
+    register an optimizer.
 
     Args:
-        core: builds the optimizer for a given (scalar) learning rate.
+        core: ``learning_rate -> optax optimizer``.
         learning_rate: a number, a schedule section or an ``optax.Schedule``.
         transforms: transform sections (a list, or a mapping of names to sections).
-        log_learning_rate: inject the learning rate in the optimizer state, where
-            :func:`learning_rate_of` (and the ``LearningRateMonitor``) reads it; ``False``
-            passes the schedule to ``core`` as it is (jax_trainer's key): nothing to read.
-
-    Returns:
-        The ``optax.GradientTransformation``.
+        log_learning_rate: ``False`` passes the schedule to ``core`` as it is (jax_trainer's
+            key): :func:`learning_rate_of` then finds nothing.
 
     Example:
         >>> import jax.numpy as jnp
@@ -110,9 +98,8 @@ def _beta(key: str, value: object) -> float:
 
 
 def _weight_decay(value: object) -> tuple[float, Callable[[Any], Any] | None]:
-    """The rate and mask of an optimizer's own (decoupled) weight decay: a number (every
-    parameter), or a ``WeightDecay`` section (``before_optimizer`` is not used there: left
-    out or false; true is an error)."""
+    """The rate and mask of an optimizer's own decoupled weight decay (``before_optimizer: true`` is
+    an error)."""
     where = here("weight_decay")
     if isinstance(value, (Mapping, Transform)):
         section = (
@@ -144,9 +131,10 @@ def AdamW(  # noqa: N802 (config class names)
     transforms: TransformsConfig = (),
     log_learning_rate: bool = True,
 ) -> optax.GradientTransformation:
-    """Adam with decoupled weight decay (``optax.adamw``). ``weight_decay`` is a rate for
-    every parameter, or a ``WeightDecay`` section (its ``value`` and regex mask; its
-    ``class_name`` may be left out). ``log_learning_rate``: see :func:`assemble_optimizer`.
+    """Adam with decoupled weight decay (``optax.adamw``).
+
+    ``weight_decay`` is a rate for every parameter, or a ``WeightDecay`` section (``value`` and
+    regex mask; ``class_name`` may be left out).
 
     Example:
         >>> tx = AdamW(learning_rate=1e-3, weight_decay={"value": 0.01, "parameter_regex_include": "kernel$"})
@@ -190,7 +178,7 @@ def Adam(  # noqa: N802
     transforms: TransformsConfig = (),
     log_learning_rate: bool = True,
 ) -> optax.GradientTransformation:
-    """Adam (``optax.adam``). ``log_learning_rate``: see :func:`assemble_optimizer`.
+    """Adam (``optax.adam``).
 
     Example:
         >>> import jax.numpy as jnp
@@ -222,8 +210,8 @@ def SGD(  # noqa: N802
     transforms: TransformsConfig = (),
     log_learning_rate: bool = True,
 ) -> optax.GradientTransformation:
-    """Stochastic gradient descent (``optax.sgd``); ``momentum: 0`` (or ``null``,
-    jax_trainer's default) keeps no momentum state; ``nesterov`` needs a momentum.
+    """Stochastic gradient descent (``optax.sgd``); ``momentum`` 0 or ``null`` keeps no momentum
+    state.
 
     Example:
         >>> import jax.numpy as jnp
@@ -260,12 +248,11 @@ def Lamb(  # noqa: N802
     transforms: TransformsConfig = (),
     log_learning_rate: bool = True,
 ) -> optax.GradientTransformation:
-    """LAMB as the kpoeppel fork builds it: Adam's scaling, the weight decay, then the trust
-    ratio (``optax.scale_by_trust_ratio``) on the parameters the weight decay's mask chooses
-    only, then the learning rate. ``weight_decay`` as in :func:`AdamW`; left out, it is a
-    ``WeightDecay`` of value 0 with its default mask (paths ending in ``weight`` or
-    ``kernel``: biases and norms get no trust ratio); a number decays every parameter, and
-    the trust ratio then applies to all (``optax.lamb``).
+    """LAMB as the kpoeppel fork builds it: the trust ratio applies only to the parameters the
+    weight decay's mask chooses.
+
+    ``weight_decay`` as in :func:`AdamW`; left out, a ``WeightDecay`` of 0 with its default mask
+    (paths ending in ``weight`` or ``kernel``); a number decays, and trust-ratios, every parameter.
 
     Example:
         >>> import jax.numpy as jnp
@@ -298,8 +285,7 @@ def Lamb(  # noqa: N802
 
 
 def optax_optimizers() -> list[str]:
-    """The optax optimizers a config may name in lowercase (the fallback of
-    :func:`build_optimizer`).
+    """The optax optimizers a config may name in lowercase.
 
     Example:
         >>> {"adabelief", "lion", "sgd"} <= set(optax_optimizers())
@@ -345,19 +331,13 @@ def _build_from_optax(
 def build_optimizer(
     section: Mapping[str, Any], *, where: str = "optimizer", run_steps: int | None = None
 ) -> optax.GradientTransformation:
-    """The optimizer an ``optimizer`` section describes (see the module docstring); a section
-    in phlippe/jax_trainer's form (``name``, ``lr``, ``params``, ``scheduler``,
-    ``transforms``) is read as :func:`gyre.config.from_jax_trainer` rewrites it.
-
-    With the run's length known (``run_steps``, or set by the trainer or ``gyre fit``), a
-    schedule that leaves its length out lasts the run, and a learning-rate schedule of
-    another length warns (a 1,755-step warmup-cosine in a 45-step run never leaves its
-    warmup: the model trains at a tiny rate).
+    """The optimizer an ``optimizer`` section describes (jax_trainer's form is read too).
 
     Args:
         section: the section, with ``class_name`` and the optimizer's keys.
         where: its dotted path, for error messages.
-        run_steps: the run's training steps (epochs x batches per epoch).
+        run_steps: the run's training steps: a schedule that leaves its length out lasts the run,
+            and one of another length warns.
 
     Returns:
         An ``optax.GradientTransformation`` whose state holds the current learning rate.
@@ -421,10 +401,9 @@ def _check_fit(section: Mapping[str, Any], where: str) -> None:
 
 
 def learning_rate_of(opt_state: Any) -> jax.Array | None:
-    """The learning rate injected in an optimizer state built by :func:`build_optimizer` (the
-    rate the last update used; before any update, the first one's), found in chains,
-    ``optax.MultiSteps`` and other containers. A device scalar: reading it is the caller's
-    choice (never per step). ``None`` when the state holds no injected learning rate.
+    """The learning rate injected in an optimizer state (the one the last update used), or ``None``.
+
+    A device scalar, found through chains and ``optax.MultiSteps``.
 
     Example:
         >>> import jax.numpy as jnp

@@ -1,7 +1,4 @@
-"""The schedules of several phases: exponential (warmup, decay, cooldown) and warmup-cosine
-decay, each exact at its phases' ends and checked for phases that exceed the total; see
-:mod:`gyre.config._schedules`.
-"""
+"""Schedules of several phases, exact at each phase's end."""
 
 import math
 
@@ -26,25 +23,13 @@ def ExponentialSchedule(  # noqa: N802
     end_value: float | None = None,
     staircase: bool = False,
 ) -> optax.Schedule:
-    """Linear warmup, exponential decay, linear cooldown (jax_trainer's ``exponential_decay``,
-    with its discontinuity at the cooldown fixed; the kpoeppel fork's keys and maths).
+    """Linear warmup, exponential decay, linear cooldown to 0 (the kpoeppel fork's keys and maths).
 
-    Phases, for step ``s`` (``total = steps``):
-
-    * warmup, ``s < warmup_steps``: ``init_value * s / warmup_steps`` (from 0; at
-      ``s = warmup_steps`` exactly ``init_value``);
-    * decay: ``init_value * decay_rate ** (t / period)``, ``t = s - warmup_steps`` (``floor``
-      of the exponent with ``staircase``). The period is ``transition_steps`` when given;
-      else, with ``steps``, the whole decay (``steps - warmup_steps - cooldown_steps``: the
-      fork's meaning, ``decay_rate`` is the factor reached at its end, ``0.1`` if left out);
-      else 1 step. Give ``end_factor`` (or ``end_value = init_value * end_factor``) instead
-      of ``decay_rate`` to reach exactly that value at the decay's end
-      (``staircase`` and ``transition_steps`` then do not apply);
-    * cooldown, the last ``cooldown_steps`` before ``total``: linear from the decayed value at
-      ``total - cooldown_steps`` down to exactly 0 at ``total``.
-
-    With ``steps`` the value holds past ``total``; without it (``decay_rate`` and no cooldown)
-    the decay goes on. ``warmup_steps + cooldown_steps > steps`` is an error.
+    Warmup rises from 0 to ``init_value`` over ``warmup_steps``; the decay multiplies by
+    ``decay_rate`` every ``transition_steps`` (default: the whole decay with ``steps``, else 1
+    step; ``staircase`` floors the exponent), or reaches exactly ``init_value * end_factor``
+    (or ``end_value``) at its end; the cooldown is the last ``cooldown_steps`` before ``steps``.
+    With ``steps`` the value holds past it. ``warmup_steps + cooldown_steps > steps`` is an error.
 
     Example:
         >>> s = ExponentialSchedule(init_value=1.0, end_factor=0.25, warmup_steps=2,
@@ -144,15 +129,12 @@ def WarmupCosineDecaySchedule(  # noqa: N802
     end_value: float | None = None,
     exponent: float = 1.0,
 ) -> optax.Schedule:
-    """Linear warmup from ``init_value`` to ``peak_value`` over ``warmup_steps``, then cosine
-    decay to ``end_value`` over ``decay_steps``: exactly ``peak_value`` at ``warmup_steps``
-    and exactly ``end_value`` at ``steps = warmup_steps + decay_steps``, then constant.
+    """Linear warmup to ``peak_value`` over ``warmup_steps``, then cosine decay to the end value
+    over ``decay_steps``.
 
-    ``decay_steps`` is the length of the decay alone (jax_trainer's meaning; optax's
-    ``decay_steps`` counts the warmup too, which ended jax_trainer's schedules early). Give
-    ``steps``, ``decay_steps`` or both (then they must agree). The end value is
-    ``end_value``, or ``peak_value * decay_factor`` (both: they must agree; neither:
-    ``decay_factor`` 0.1, jax_trainer's default).
+    ``decay_steps`` excludes the warmup (jax_trainer's meaning, not optax's); give ``steps``,
+    ``decay_steps`` or both (they must agree). The end value is ``end_value`` or ``peak_value *
+    decay_factor`` (default ``decay_factor`` 0.1).
 
     Example:
         >>> s = WarmupCosineDecaySchedule(init_value=0.0, peak_value=1.0, warmup_steps=4,

@@ -1,10 +1,5 @@
-"""Registries: the only way a ``class_name`` in a config becomes a Python object.
-
-A config never imports a dotted path (DESIGN.md, reliability rule 6): each kind of component
-(trainers, models, callbacks, optimizers, schedules, transforms, datasets, loggers) has one
-:class:`Registry`, filled by gyre's own components and by the user's, through a decorator.
-Looking up a name that is not there is an error listing the names that are.
-"""
+"""Registries: the only way a ``class_name`` in a config becomes a Python object (a config never
+imports a dotted path)."""
 
 from __future__ import annotations
 
@@ -25,8 +20,7 @@ _NO_CONFIG_CLASS = (
 
 
 def _concrete_configs(base: type) -> list[type]:
-    """``base`` and its subclasses, in definition order, that name a component (a
-    ``class_name``): the configs a section of this kind can be."""
+    """``base`` and its subclasses that name a component, in definition order."""
     found: list[type] = []
     pending = [base]
     while pending:
@@ -38,12 +32,8 @@ def _concrete_configs(base: type) -> list[type]:
 
 
 class ConfigTyped(type):
-    """The metaclass of an interface whose components have typed configs: it gives the
-    class ``cfgtype``, the type a config field of that kind is annotated with (the kpoeppel
-    fork's ``OptimizerInterface.cfgtype``, as compoconf has it): the one config class, or
-    the ``Union`` of every config class under the interface's ``config_class`` that names a
-    component. Each has its ``class_name``, so a parser that resolves a section by its
-    ``class_name`` (compoconf's ``parse_config``) finds the config of that section.
+    """Metaclass giving an interface ``cfgtype``: the union of the config classes under its
+    ``config_class`` (compoconf's).
 
     Example:
         >>> import dataclasses
@@ -66,9 +56,8 @@ class ConfigTyped(type):
     """
 
     def typed_configs(cls) -> list[type]:
-        """The config classes ``cfgtype`` joins: here those under ``config_class`` that name
-        a component; an interface whose components each bring their own config class (the
-        fork's model bases) overrides this in its metaclass."""
+        """The config classes ``cfgtype`` joins; interfaces whose components bring their own configs
+        override it."""
         base = getattr(cls, "config_class", None)
         return _concrete_configs(base) if isinstance(base, type) else []
 
@@ -119,9 +108,8 @@ class Registry:
     def register(self, name: str | None = None, /, *, replace: bool = False) -> Callable[[T], T]: ...
 
     def register(self, target: Any = None, /, *, replace: bool = False) -> Any:
-        """Registers a class or function under its ``__name__`` (``@registry.register``) or
-        under a given name (``@registry.register("Name")``). Registering a second, different
-        object under a taken name is an error unless ``replace=True``.
+        """Registers under ``__name__`` or a given name; a different object under a taken name needs
+        ``replace=True``.
 
         Example:
             >>> r = Registry("callbacks")
@@ -159,8 +147,8 @@ class Registry:
         self._items[name] = obj
 
     def get(self, name: str, *, where: str = "class_name") -> Any:
-        """The component registered as ``name``; an unknown name is a ``KeyError`` that lists
-        the registered ones (``where`` names the config key, for the message).
+        """The component registered as ``name``; an unknown name is a ``KeyError`` listing the
+        registered ones.
 
         Example:
             >>> r = Registry("schedules")

@@ -1,21 +1,9 @@
-"""Learning-rate schedules built from config sections: :func:`build_schedule` and the
-schedules that hold other schedules (``ConcatSchedule``).
+"""Learning-rate schedules built from config sections.
 
-A config writes a learning rate as a number (a constant) or as a section whose ``class_name``
-is registered in :data:`~gyre.config.SCHEDULES`; the section's other keys are the keyword
-parameters of the registered class (:mod:`gyre.config._typed`), whose maths is the function
-of the same name here. Every schedule is registered twice: with and
-without the ``Schedule`` suffix (``Cosine`` and ``CosineSchedule``), because jax_trainer's
-configs write the long names and the issue the short ones. Each returns an ``optax.Schedule``:
-``step -> float32 learning rate``, pure ``jax.numpy`` (jit-able, no host reads).
-
-A schedule with a total holds its last value past the total. The values named in each
-docstring are exact (``jnp.where`` picks them, no rounding of a formula); between them the
-formula is float32 arithmetic.
-
-The one-formula schedules live in :mod:`gyre.config._simple_schedules`, the phased ones in
-:mod:`gyre.config._phased_schedules`, the section helpers in :mod:`gyre.config._sections`;
-this module builds any of them from a config value.
+A learning rate is a number (a constant) or a section whose ``class_name`` is registered in
+:data:`~gyre.config.SCHEDULES`, under both its short and ``Schedule``-suffixed name
+(``Cosine``, ``CosineSchedule``). Each is an ``optax.Schedule`` (pure ``jax.numpy``), exact at
+the values its docstring names, holding its last value past its total.
 """
 
 import numbers
@@ -55,17 +43,12 @@ def ConcatSchedule(  # noqa: N802
     steps: int | None = None,
     check_continuity: bool | None = None,
 ) -> optax.Schedule:
-    """Schedules one after another (``optax.join_schedules``), each called with the steps
-    since it took over. Two forms:
+    """Schedules one after another, each called with the steps since it took over.
 
-    * the kpoeppel fork's: ``schedules`` a mapping of names to schedule sections, each with
-      its ``steps``; each takes over where the one before it ends, and ``steps`` (left out:
-      their sum) must be their sum. ``check_continuity`` (default true) refuses a jump at a
-      boundary (each schedule starts where the one before it ends, within numpy's
-      ``allclose`` tolerances), and checks ``init_value`` / ``end_value`` when given;
-    * a list of schedules (numbers or sections) with ``boundaries``: the absolute steps
-      (cumulative, strictly increasing) at which ``schedules[i + 1]`` takes over;
-      ``check_continuity`` defaults to false there.
+    ``schedules`` is either a mapping of names to sections, each with its ``steps`` (the
+    kpoeppel fork's form; ``steps`` is their sum and ``check_continuity``, default true, refuses
+    a jump at a boundary), or a list of schedules with ``boundaries``, the absolute steps at
+    which ``schedules[i + 1]`` takes over.
 
     Example:
         >>> s = ConcatSchedule(init_value=0.0, end_value=0.0, steps=6, schedules={
@@ -189,20 +172,13 @@ def _check_continuity(
 def build_schedule(
     value: object, *, where: str = "optimizer.learning_rate", run_steps: int | None = None
 ) -> optax.Schedule:
-    """The schedule a config value describes: a number is a constant; a mapping with
-    ``class_name`` is the registered schedule built from its other keys (nested sections, as
-    in ``ConcatSchedule``, recursively); an already built schedule (a callable) is returned
-    as it is. Anything else is an error naming ``where``.
+    """The schedule a config value describes: a number, a schedule section, or a built schedule.
 
     Args:
         value: the config value.
         where: its dotted path, for error messages.
-        run_steps: the run's training steps (epochs x batches per epoch): the length of a
-            schedule that leaves its ``steps`` out. ``None``: the length the caller set (the
-            optimizer's builder), else none (such a schedule is then an error).
-
-    Returns:
-        An ``optax.Schedule`` (step -> learning rate).
+        run_steps: the length of a schedule that leaves its ``steps`` out (``None``: the length
+            :func:`~gyre.config.run_length` set, else such a schedule is an error).
 
     Example:
         >>> import jax.numpy as jnp

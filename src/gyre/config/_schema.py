@@ -1,9 +1,5 @@
-"""The strict config schema: the whole config and its ``trainer`` and ``trainer.logger``
-sections as pydantic models (unknown keys forbidden, types strict); the ``model``,
-``optimizer``, ``dataset``, callback and tool sections checked against the components they
-name (:mod:`gyre.config._components`). Every mistake is a :class:`ConfigError` naming its
-dotted path and the valid keys, never a raw pydantic error.
-"""
+"""The strict config schema: pydantic models of the whole config, ``trainer`` and
+``trainer.logger``; every mistake is a :class:`ConfigError`."""
 
 from __future__ import annotations
 
@@ -45,9 +41,8 @@ from gyre.core._errors import describe, explain, suggest
 
 
 def validate_tool_section(section: Any, *, where: str = "trainer.logger.tool_config") -> dict[str, Any]:
-    """Checks a ``tool_config`` section against ``LOGGERS``: its ``log_dir`` is the run
-    folder, supplied by the trainer, so a ``log_dir`` key is an error.
-    """
+    """Checks a ``tool_config`` section against ``LOGGERS``; a ``log_dir`` key is an error (the
+    trainer's)."""
     data = section_mapping(section, where)
     if "log_dir" in data:
         raise ConfigError(explain(
@@ -62,8 +57,8 @@ def validate_tool_section(section: Any, *, where: str = "trainer.logger.tool_con
 
 
 class _Section(BaseModel):
-    """A strict section: unknown keys and wrong types are :class:`ConfigError`\\ s that name
-    their dotted path (``section_path``)."""
+    """A strict section: unknown keys and wrong types are :class:`ConfigError`\\ s naming their
+    dotted path."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     section_path: ClassVar[str] = ""
@@ -105,23 +100,16 @@ class LoggerConfig(_Section):
     """``trainer.logger``: where and how often the trainer logs.
 
     Attributes:
-        class_name: always ``"Logger"``.
-        log_dir: the run folder (default: chosen by the trainer).
+        log_dir: the run folder (default: chosen by the trainer; the string ``None`` is none).
         log_steps_every: log step metrics every this many steps (0: per epoch only).
-        tool_config: a writer section (``TensorboardToolLogger``, ``WandBToolLogger``,
-            ``MLflowToolLogger``, ``CSVToolLogger``), checked against ``LOGGERS``; a typed
-            :class:`~gyre.config.TensorboardConfig` / :class:`~gyre.config.WandbConfig` is
-            checked as its section and kept as given (``tool_config.save_dir`` reads it),
-            and dumped as its section.
-        log_file_verbosity: the level of the run's log file (``<log_dir>/run.log``).
-        stderrthreshold: the level from which log records are also printed on stderr.
-        base_log_dir: the folder that holds the run folders when ``log_dir`` is left out.
-        tool: phlippe/jax_trainer's short form of ``tool_config``: ``TensorBoard``,
-            ``WandB``, ``MLflow`` or ``CSV`` (its writer with its defaults); not with
-            ``tool_config``.
-        project_name: the W&B project of ``tool: WandB`` (unused by the other tools).
-
-    ``log_dir: None`` (the string, as jax_trainer's configs write it) is no folder.
+        tool_config: a writer section checked against ``LOGGERS``, or a typed
+            :class:`~gyre.config.TensorboardConfig` / :class:`~gyre.config.WandbConfig`.
+        log_file_verbosity: the level of ``<log_dir>/run.log``.
+        stderrthreshold: the level from which records are also printed on stderr.
+        base_log_dir: the folder of the run folders when ``log_dir`` is left out.
+        tool: jax_trainer's short form of ``tool_config`` (``TensorBoard``, ``WandB``, ``MLflow``,
+            ``CSV``); not with ``tool_config``.
+        project_name: the W&B project of ``tool: WandB``.
 
     Example:
         >>> LoggerConfig(log_steps_every=10).log_steps_every
@@ -193,11 +181,8 @@ def tool_section(tool: Any, project_name: Any, tool_config: Any, *, where: str) 
 
 
 class _NamedSectionMeta(type(_Section)):  # type: ignore[misc]
-    """Gives a trainer config class ``class_name`` read on the class: the registered trainer
-    whose ``config_class`` it is (else the field's default). A parser that picks a section's
-    config class by its ``class_name`` (compoconf's ``parse_config``: the kpoeppel fork's
-    ``trainer: ImgClassifierTrainerConfig``) reads it there; an instance keeps its own value
-    (pydantic keeps field defaults off the class)."""
+    """Gives a trainer config class a ``class_name`` on the class (the trainer whose
+    ``config_class`` it is), for compoconf."""
 
     def __getattr__(cls, name: str) -> Any:
         fields = cls.__dict__.get("__pydantic_fields__")
@@ -209,30 +194,21 @@ class _NamedSectionMeta(type(_Section)):  # type: ignore[misc]
 
 
 class TrainerConfig(_Section, metaclass=_NamedSectionMeta):
-    """``trainer``: what the trainer does. A registered trainer may define ``config_class``,
-    a subclass of this adding its own keys (``num_classes``...), used to check its section.
+    """``trainer``: what the trainer does; a trainer's ``config_class`` subclasses it to add keys.
 
     Attributes:
         class_name: the trainer, looked up in ``TRAINERS``.
-        train_epochs: epochs to train (>= 1).
-        check_val_every_n_epoch: validate every this many epochs (0: never; then no best model
-            is saved, and the test scores the final model, with a warning).
+        check_val_every_n_epoch: validate every this many epochs (0: never; then no best model is
+            saved and the test scores the final model, with a warning).
         debug: run without jit.
-        enable_progress_bar: show a progress bar.
-        seed: the trainer's seed.
-        log_grad_norm: log the gradients' global norm.
-        detect_nans: stop on a NaN or Inf loss or metric (the default; the loop checks its
-            values as they reach the host, within about a second); ``false`` trains through them.
+        detect_nans: stop on a NaN or Inf loss or metric (default); ``false`` trains through them.
         model_mode: ``"nnx"`` or ``"linen"``.
         steps_per_call: training steps fused into one compiled call.
         num_devices: devices for data parallelism (default: all).
-        resume: ``"latest"`` to resume from the run's latest checkpoint.
-        resume_every_minutes: minutes between two checkpoints of the run in ``<log_dir>/resume``
-            (what ``resume`` continues from; one is also saved when training ends, stops or
-            is preempted); ``0``: at every epoch's end.
-        logger: the :class:`LoggerConfig`.
-        callbacks: names to callback sections (``class_name`` defaults to the name),
-            checked against ``CALLBACKS``.
+        resume: ``"latest"`` resumes from the run's latest checkpoint.
+        resume_every_minutes: minutes between checkpoints in ``<log_dir>/resume`` (one is also
+            saved when training ends, stops or is preempted); ``0``: every epoch's end.
+        callbacks: names to callback sections (``class_name`` defaults to the name).
 
     Example:
         >>> TrainerConfig(train_epochs=3).model_mode
@@ -282,8 +258,8 @@ class TrainerConfig(_Section, metaclass=_NamedSectionMeta):
 
 
 def _check_monitor_mode(section: dict[str, Any], where: str) -> None:
-    """A ModelCheckpoint's or EarlyStopping's mode against its monitor's name (``mode: min``
-    on ``val/acc``) is refused in the config, as the callback refuses it."""
+    """Refuses a checkpoint's or early stopping's mode that contradicts its monitor's name, as the
+    callback does."""
     monitor, mode = section.get("monitor"), section.get("mode")
     if not (isinstance(monitor, str) and mode in ("min", "max")):
         return
@@ -298,9 +274,7 @@ def _check_monitor_mode(section: dict[str, Any], where: str) -> None:
 
 
 def trainer_config_class(name: str) -> type[TrainerConfig]:
-    """The config class of the trainer registered as ``name``: its ``config_class`` when it
-    has one, else :class:`TrainerConfig`.
-    """
+    """The ``config_class`` of the trainer registered as ``name``, else :class:`TrainerConfig`."""
     trainer = lookup("trainers", name, "trainer")
     config_class = getattr(trainer, "config_class", None)
     if config_class is None:
@@ -317,8 +291,8 @@ _OPTIMIZER_PARTS = ("schedules", "transforms")
 
 
 def _optimizer_part(value: Any, where: str) -> Any:
-    """The schedules and transforms inside an optimizer section, each checked against the
-    registry that holds its ``class_name`` (and so on, inside them)."""
+    """The schedules and transforms inside an optimizer section, checked against their registries,
+    recursively."""
     if is_section(value):
         name = value["class_name"]
         kinds = [k for k in _OPTIMIZER_PARTS if isinstance(name, str) and name in REGISTRIES[k]]
@@ -343,14 +317,8 @@ def _optimizer_part(value: Any, where: str) -> Any:
 
 
 def validate_optimizer(section: Any, *, where: str = "optimizer") -> dict[str, Any]:
-    """Checks an optimizer section (one in jax_trainer's form, ``name``/``lr``/``params``/
-    ``scheduler``/``transforms``, rewritten as gyre's first: :func:`gyre.config.from_jax_trainer`):
-    its ``class_name`` is a registered optimizer (checked by
-    signature) or the lowercase name of an optax optimizer (checked against optax's
-    signature, plus ``transforms``); the schedules and transforms inside are checked against
-    the registry that holds their ``class_name``. Values (a schedule's phases...) are the
-    builder's to check (:func:`gyre.config.build_optimizer`).
-    """
+    """Checks an optimizer section (jax_trainer's form rewritten first) and the schedule and
+    transform sections inside it."""
     data = section_mapping(section, where)
     if is_jax_trainer_section(data):
         data = from_jax_trainer(data, where=where)
@@ -379,19 +347,13 @@ def validate_optimizer(section: Any, *, where: str = "optimizer") -> dict[str, A
 class Config(_Section):
     """A whole config: ``trainer``, ``model``, ``optimizer`` and ``dataset`` sections.
 
-    ``model``, ``optimizer`` and ``dataset`` are component sections, checked against the
-    registered ``MODELS`` (``rngs`` is supplied by the trainer), ``OPTIMIZERS`` (with the
-    schedules and transforms inside) and ``DATASETS``, and kept as dicts for their builders.
+    ``model``, ``optimizer`` and ``dataset`` are checked against ``MODELS`` (``rngs`` is the
+    trainer's), ``OPTIMIZERS`` and ``DATASETS``, and kept as dicts for their builders.
 
     Attributes:
-        seed: the run's seed: the seed of Python's and numpy's global generators in ``gyre fit``
-            (for a model's or dataset's own draws), and ``trainer.seed`` when that is left out;
-            left out, it is ``trainer.seed``. Both given and different is an error.
+        seed: the run's seed (Python's and numpy's in ``gyre fit``); left out, ``trainer.seed``;
+            both given and different is an error.
         num_gpus: kept for jax_trainer's configs (``trainer.num_devices`` picks the devices).
-        trainer: the :class:`TrainerConfig` (or the trainer's ``config_class``).
-        model: the model section.
-        optimizer: the optimizer section.
-        dataset: the dataset section.
 
     Example:
         >>> from gyre.config import register_dataset, register_model, register_optimizer
@@ -419,8 +381,8 @@ class Config(_Section):
     @model_validator(mode="before")
     @classmethod
     def _run_seed(cls, data: Any) -> Any:
-        """The top-level ``seed`` and ``trainer.seed`` are one seed: either given sets the
-        other; both given must agree (one of them was silently ignored)."""
+        """The top-level ``seed`` and ``trainer.seed`` are one seed: either sets the other; both
+        must agree."""
         trainer = data.get("trainer") if isinstance(data, Mapping) else None
         if isinstance(trainer, TrainerConfig):
             given = trainer.seed if "seed" in trainer.model_fields_set else None
@@ -480,10 +442,8 @@ class Config(_Section):
 
 
 def check_schedule(rate: Any, where: str = "optimizer.learning_rate") -> None:
-    """Builds a learning-rate schedule section, so that its values (phases that exceed the
-    total, two keys that disagree) are mistakes of the config, reported with the others; one
-    that leaves its length to the run is built when the run's length is known.
-    """
+    """Builds a schedule section so its value mistakes are reported with the config's others (unless
+    its length is the run's)."""
     from gyre.config._schedules import build_schedule
     from gyre.config._sections import RunLengthUnknown
 
@@ -501,9 +461,8 @@ def check_schedule(rate: Any, where: str = "optimizer.learning_rate") -> None:
 
 
 def model_kind(name: str) -> Literal["nnx", "linen"] | None:
-    """The flax API of the registered model ``name``: ``"linen"`` for a ``flax.linen``
-    module class, ``"nnx"`` for an ``nnx.Module`` class, ``None`` for anything else (a
-    factory function). A config whose trainer leaves ``model_mode`` out takes this one.
+    """The flax API of the registered model ``name`` (``"linen"``, ``"nnx"``, else ``None``); the
+    default ``model_mode``.
 
     Example:
         >>> import gyre.trainer  # registers SimpleCNN and SimpleCNNLinen
@@ -519,11 +478,7 @@ def model_kind(name: str) -> Literal["nnx", "linen"] | None:
 
 
 def check_model_mode(name: str, mode: str) -> None:
-    """Refuses a registered model class of the other flax API than a given
-    ``trainer.model_mode`` (a linen module is built without ``rngs``, an nnx one with them:
-    the wrong mode fails inside the model's constructor); a left-out ``model_mode`` is the
-    class's own (:func:`model_kind`). Factories that are not flax classes are not checked.
-    """
+    """Refuses a registered flax model class of the other API than ``trainer.model_mode``."""
     kind = model_kind(name)
     if kind is None or kind == mode:
         return

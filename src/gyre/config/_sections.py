@@ -1,9 +1,5 @@
-"""The section-calling helpers that the schedule, transform and optimizer builders share: the
-dotted config path being built (:func:`here`, :func:`at`, :func:`who`), a section's
-``class_name`` and keys checked against its target's signature (:func:`class_name_of`,
-:func:`call_section`, :func:`check_keys`), and config values checked with errors that name
-their path (:func:`real`, :func:`whole`, :func:`flag`).
-"""
+"""Helpers the schedule, transform and optimizer builders share: the config path being built,
+sections called by signature, values checked by path."""
 
 import contextlib
 import inspect
@@ -40,9 +36,9 @@ def at(where: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def run_length(steps: int | None) -> Iterator[None]:
-    """Within the block, a schedule whose length is left out lasts ``steps`` (the run's
-    training steps: epochs x batches per epoch), and an optimizer built there warns when its
-    learning-rate schedule has another length; ``None``: no run length is known.
+    """Within the block, a schedule whose length is left out lasts ``steps`` (``None``: unknown).
+
+    An optimizer built there warns when its schedule has another length.
 
     Example:
         >>> from gyre.config import build_schedule
@@ -70,8 +66,8 @@ class RunLengthUnknown(ValueError):
 
 
 def length(key: str, value: object, *, name: str, keys: str = "") -> int:
-    """A schedule's length: ``value`` (a whole number >= 1), or, when it is ``None``, the
-    run's length (:func:`run_length`); neither is an error naming ``key``."""
+    """A schedule's length: ``value`` (>= 1), else the run's (:func:`run_length`), else an error
+    naming ``key``."""
     if value is not None:
         return whole(key, value, minimum=1)
     steps = run_steps()
@@ -104,10 +100,8 @@ def class_name_of(section: object, *, where: str, registry: Registry, also: str 
 def call_section(
     target: Callable[..., Any], name: str, section: Mapping[str, Any], *, where: str
 ) -> Any:
-    """Calls ``target`` with the section's keys (all but ``class_name``) after checking them
-    against its signature: an unknown key or a missing required one is an error that lists
-    the parameters, with their types and defaults. Errors raised while building name
-    ``where`` through :func:`here`."""
+    """Calls ``target`` with the section's keys after checking them against its signature; errors
+    name ``where``."""
     kwargs = {k: v for k, v in section.items() if k != "class_name"}
     check_keys(target, name, kwargs, where=where)
     with at(where):
@@ -186,8 +180,8 @@ def who(name: str) -> str:
 def real(
     key: str, value: object, *, minimum: float | None = None, above: float | None = None
 ) -> float:
-    """``value`` as a finite Python float (a numeric string such as ``"1e-3"`` counts, as
-    PyYAML reads it), at least ``minimum`` / more than ``above``; else a clear error."""
+    """``value`` as a finite float (numeric strings such as ``"1e-3"`` too), within its bounds, else
+    a clear error."""
     bound = f" >= {minimum}" if minimum is not None else f" > {above}" if above is not None else ""
     fix = f"write {key or here().rsplit('.', 1)[-1]}: <a number{bound}>"
     return checks.real(value, here(key), minimum=minimum, above=above, text=True, fix=fix)

@@ -1,13 +1,7 @@
-"""The maths of the schedules of one formula: constant, linear and cosine decay. The classes
-registered in :data:`~gyre.config.SCHEDULES` under both names (``Cosine`` and
-``CosineSchedule``, :mod:`gyre.config._typed`) build through these functions; see
-:mod:`gyre.config._schedules`.
+"""Schedules of one formula: constant, linear and cosine decay.
 
-Each takes jax_trainer's keys (the kpoeppel fork's: ``init_value``, ``end_value``, ``steps``,
-``decay_factor``) beside optax's (``value``, ``decay_steps``, ``alpha``), with the fork's
-maths. A schedule's length left out is the run's (see :func:`gyre.config.build_optimizer`).
-Every built schedule carries ``total_steps``: its length, or ``None`` when it has none (a
-constant, an exponential decay that goes on).
+Each takes jax_trainer's keys (``init_value``, ``end_value``, ``steps``, ``decay_factor``)
+beside optax's, and carries ``total_steps`` (``None`` when it has no length).
 """
 
 import math
@@ -24,14 +18,14 @@ _F32 = jnp.float32
 
 
 def ramp(a: float, b: float, n: int) -> Any:
-    """The piece from ``a`` to ``b`` over ``n`` steps (gyre's formula: optax's ``linear_schedule``
-    gives other float bits, and not exactly ``a`` at ``t = 0``)."""
+    """The piece from ``a`` to ``b`` over ``n`` steps, exact at both ends (unlike optax's
+    ``linear_schedule``)."""
     return lambda t: a + (b - a) * (t.astype(_F32) / n)
 
 
 def cosine(init: float, end: float, n: int, power: float) -> Any:
-    """The cosine piece from ``init`` to ``end`` over ``n`` steps (gyre's formula: optax's
-    ``cosine_decay_schedule`` gives other float bits, and not exactly ``init`` at ``t = 0``)."""
+    """The cosine piece from ``init`` to ``end`` over ``n`` steps, exact at both ends (unlike
+    optax's)."""
     def piece(t: Any) -> Any:
         c = 0.5 * (1.0 + jnp.cos(jnp.pi * (t.astype(_F32) / n)))
         return init - (init - end) * (1.0 - c**power)
@@ -65,8 +59,8 @@ def decayed_end(
     name: str, base: float, factor: float | None, end: float | None, default: float,
     factor_key: str = "decay_factor",
 ) -> float:
-    """The end value ``base * factor``: ``factor``, or ``end`` (both: they must agree), or
-    the ``default`` factor."""
+    """The end value ``base * factor``: ``factor``, or ``end`` (both must agree), or the ``default``
+    factor."""
     if factor is not None and end is not None and not close(end, base * factor):
         raise disagree(
             name, f"end_value and {factor_key} disagree: end_value = {base!r} * {factor_key} = {base * factor!r}",
@@ -84,9 +78,9 @@ def ConstantSchedule(  # noqa: N802 (config class names)
     end_value: float | None = None,
     steps: int | None = None,
 ) -> optax.Schedule:
-    """The same learning rate at every step (a plain number in a config means this):
-    ``value``, or ``init_value`` (jax_trainer's key; ``end_value``, if given, must equal
-    it). ``steps`` is its length inside a ``ConcatSchedule`` (optional elsewhere).
+    """The same learning rate at every step: ``value``, or ``init_value`` (jax_trainer's key).
+
+    ``steps`` is its length inside a ``ConcatSchedule``.
 
     Example:
         >>> float(ConstantSchedule(value=0.5)(10**6)), float(ConstantSchedule(init_value=0.5, steps=10)(3))
@@ -109,8 +103,8 @@ def ConstantSchedule(  # noqa: N802 (config class names)
 def LinearSchedule(  # noqa: N802
     *, init_value: float, end_value: float, steps: int | None = None
 ) -> optax.Schedule:
-    """From ``init_value`` at step 0 linearly to ``end_value`` at step ``steps`` (exact at
-    both; left out: the run's length), then ``end_value``.
+    """From ``init_value`` at step 0 linearly to ``end_value`` at ``steps`` (left out: the run's),
+    then ``end_value``.
 
     Example:
         >>> s = LinearSchedule(init_value=1.0, end_value=0.0, steps=4)
@@ -132,14 +126,11 @@ def CosineSchedule(  # noqa: N802
     decay_factor: float | None = None,
     end_value: float | None = None,
 ) -> optax.Schedule:
-    """Cosine decay from ``init_value`` at step 0 to ``alpha * init_value`` at step
-    ``decay_steps`` (exact at both), then constant: ``end + (init - end) * c ** exponent``
-    with ``c = (1 + cos(pi * step / decay_steps)) / 2`` (optax's ``cosine_decay_schedule``).
+    """Cosine decay from ``init_value`` to ``alpha * init_value`` at ``decay_steps``, then constant
+    (optax's formula).
 
-    jax_trainer's keys name the same settings: ``steps`` is ``decay_steps``,
-    ``decay_factor`` is ``alpha``, and ``end_value`` is ``init_value * alpha``. The factor
-    left out is jax_trainer's 0.1 when the length is written ``steps``, optax's 0.0 when it is
-    ``decay_steps`` (or left out: the run's length).
+    jax_trainer's ``steps``, ``decay_factor`` and ``end_value`` name ``decay_steps``, ``alpha`` and
+    ``init_value * alpha``. The factor left out is 0.1 with ``steps``, else 0.0.
 
     Example:
         >>> s = CosineSchedule(init_value=1.0, decay_steps=4, alpha=0.5)

@@ -1,14 +1,8 @@
-"""The kpoeppel jax_trainer fork's tool-logger configs (``jax_trainer.logger.backend``):
-:class:`TensorboardConfig` and :class:`WandbConfig`, typed values of a ``tool_config`` section.
+"""The kpoeppel fork's tool-logger configs: typed values of a ``tool_config`` section.
 
-Each is a dataclass with the fork's fields and defaults, and also a read-only mapping: the
-section it stands for (``class_name`` and the keys), so it goes wherever gyre takes a
-``tool_config`` section (``LoggerConfig(tool_config=TensorboardConfig(...))``,
-:func:`~gyre.config.build_tool_writer`) and is built by gyre's registered tool loggers.
-
-Where gyre differs from the fork: an empty ``save_dir`` (the fork's default: the current
-folder) is left out of the section, so the writer goes into the run folder; the timestamp
-version is local time, as gyre's tool loggers stamp it.
+Each is a dataclass with the fork's fields and defaults and a read-only mapping (the section
+it stands for). Unlike the fork, an empty ``save_dir`` means the run folder, and the timestamp
+version is local time.
 """
 
 from __future__ import annotations
@@ -67,14 +61,12 @@ class _ToolConfig(Mapping):
 
 @dataclasses.dataclass(eq=True)
 class TensorboardConfig(_ToolConfig):
-    """The ``TensorboardToolLogger`` section: TensorBoard event files in
-    ``save_dir/name/version`` (``save_dir`` left empty: the run folder's ``tensorboard/``).
+    """The ``TensorboardToolLogger`` section: event files in ``save_dir/name/version``.
 
     Attributes:
         save_dir: the folder (``""``: the run folder's ``tensorboard/``).
         name: a subfolder (``""``: none).
         version: the run's subfolder (``""`` with ``use_timestamp_version``: the time now).
-        use_timestamp_version: stamp an empty ``version`` with the time.
 
     Example:
         >>> config = TensorboardConfig(save_dir="logs", version="run1")
@@ -92,16 +84,12 @@ class TensorboardConfig(_ToolConfig):
 
 @dataclasses.dataclass(eq=True)
 class WandbConfig(_ToolConfig):
-    """The ``WandBToolLogger`` section: a W&B run (offline unless ``WANDB_MODE`` says
-    otherwise) named ``name``, with id ``version``, in project ``project``.
+    """The ``WandBToolLogger`` section: a W&B run (offline unless ``WANDB_MODE`` says otherwise).
 
     Attributes:
         save_dir: where W&B writes its ``wandb/`` folder (``""``: the run folder).
         version: the run's id (``""`` with ``use_timestamp_version``: the time now).
-        name: the run's name.
-        project: the W&B project.
-        entity: the W&B entity (team or user).
-        use_timestamp_version: stamp an empty ``version`` with the time.
+        entity: the W&B team or user.
 
     Example:
         >>> WandbConfig(project="digits", version="1")["project"]

@@ -1,12 +1,9 @@
-"""Tool loggers: the ``trainer.logger.tool_config`` sections, each built into a gyre writer.
+"""Tool loggers: ``trainer.logger.tool_config`` sections built into gyre writers, under
+jax_trainer's names.
 
-Registered in ``LOGGERS`` under jax_trainer's names: ``TensorboardToolLogger``,
-``WandBToolLogger``, ``MLflowToolLogger`` and ``CSVToolLogger``. Each takes the run folder as
-``log_dir`` (supplied by the trainer, never written in the config) and the keys ``name``,
-``save_dir``, ``use_timestamp_version`` and ``version``: the writer writes into
-``save_dir`` (default: a folder of the run) ``/name/version``, empty parts left out; a
-``version`` of ``None`` with ``use_timestamp_version`` is the current time
-(``20250101_120000_123``).
+Each writes into ``save_dir`` (default: a folder of the run) ``/name/version``, empty parts left
+out; ``version`` ``None`` with ``use_timestamp_version`` is the time now. ``log_dir`` is the
+trainer's, never the config's.
 """
 
 from __future__ import annotations
@@ -52,9 +49,8 @@ def tensorboard_tool_logger(
     use_timestamp_version: bool = False,
     version: str | None = None,
 ) -> TensorBoardWriter:
-    """A :class:`gyre.TensorBoardWriter` writing into ``save_dir/name/version`` (``save_dir``
-    defaults to ``<log_dir>/tensorboard``).
-    """
+    """A :class:`gyre.TensorBoardWriter` into ``save_dir/name/version`` (``save_dir`` default
+    ``<log_dir>/tensorboard``)."""
     run = _run_folder(log_dir, "TensorboardToolLogger")
     base = save_dir if save_dir is not None else os.path.join(run, "tensorboard")
     return TensorBoardWriter(_folder(base, name, _version(version, use_timestamp_version)))
@@ -72,10 +68,8 @@ def wandb_tool_logger(
     entity: str | None = None,
     mode: Literal["offline", "online", "disabled"] = "offline",
 ) -> WandbWriter:
-    """A :class:`gyre.WandbWriter` (offline by default): ``name`` is the run's name,
-    ``version`` its id, and W&B writes its ``wandb/`` folder into ``save_dir`` (default:
-    ``log_dir``).
-    """
+    """A :class:`gyre.WandbWriter` (offline): ``name`` the run's name, ``version`` its id, files in
+    ``save_dir`` (default ``log_dir``)."""
     run = _run_folder(log_dir, "WandBToolLogger")
     options: dict[str, Any] = {}
     run_id = _version(version, use_timestamp_version)
@@ -97,10 +91,8 @@ def mlflow_tool_logger(
     version: str | None = None,
     tracking_uri: str | None = None,
 ) -> MLflowWriter:
-    """A :class:`gyre.MLflowWriter`: ``name`` is the experiment (default ``"gyre"``),
-    ``version`` the run's name, and the store ``tracking_uri`` (default: a file store in
-    ``<save_dir or log_dir>/mlruns``).
-    """
+    """A :class:`gyre.MLflowWriter`: ``name`` the experiment (``"gyre"``), ``version`` the run,
+    store default ``<save_dir or log_dir>/mlruns``."""
     run = _run_folder(log_dir, "MLflowToolLogger")
     uri = tracking_uri if tracking_uri is not None else os.path.join(save_dir if save_dir is not None else run, "mlruns")
     return MLflowWriter(uri, experiment_name=name or "gyre", run_name=_version(version, use_timestamp_version) or None)
@@ -115,9 +107,8 @@ def csv_tool_logger(
     use_timestamp_version: bool = False,
     version: str | None = None,
 ) -> CSVWriter:
-    """A :class:`gyre.CSVWriter` writing ``save_dir/name/version/metrics.csv`` (``save_dir``
-    defaults to ``log_dir``; the folders are created).
-    """
+    """A :class:`gyre.CSVWriter` of ``save_dir/name/version/metrics.csv`` (``save_dir`` default
+    ``log_dir``)."""
     run = _run_folder(log_dir, "CSVToolLogger")
     folder = _folder(save_dir if save_dir is not None else run, name, _version(version, use_timestamp_version))
     os.makedirs(folder, exist_ok=True)

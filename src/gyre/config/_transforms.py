@@ -1,16 +1,9 @@
-"""Gradient transforms built from config sections: weight decay masked by regexes on the
-parameter path, clipping by global norm and by value.
+"""Gradient transforms built from config sections: regex-masked weight decay, clipping by norm and
+by value.
 
-Each registered transform returns a :class:`Transform`: where it goes in the optimizer chain
-(``before_optimizer``) and how to make its ``optax.GradientTransformation`` given the current
-learning rate (only decoupled weight decay uses it). ``build_optimizer`` chains
-``[transforms before] -> optimizer -> [transforms after]``, in the order the config lists them.
-
-**Parameter paths.** A leaf's path is its pytree keys joined by ``/``: dict keys and
-attribute names as written, sequence indices as numbers (``params/Dense_0/kernel`` for a
-linen params dict, ``layers/0/kernel`` for an nnx ``State``). The trailing ``value``
-attribute of an nnx ``Variable`` is dropped, so nnx and linen paths read alike. Regexes are
-*searched* anywhere in the path (``re.search``): anchor them with ``^``/``$``.
+A leaf's path is its pytree keys joined by ``/`` (``params/Dense_0/kernel``, ``layers/0/kernel``;
+an nnx ``Variable``'s ``value`` is dropped). Regexes are searched anywhere in the path
+(``re.search``): anchor them with ``^``/``$``.
 """
 
 import dataclasses
@@ -34,14 +27,12 @@ DEFAULT_DECAY_REGEX = "((.*weight$)|(.*kernel$))"
 
 @dataclasses.dataclass(frozen=True)
 class Transform(metaclass=ConfigTyped):
-    """A gradient transform from a config section, and its place in the chain.
+    """A gradient transform from a config section, and its place in the optimizer chain.
 
     Args:
         name: the class_name it was built from (for messages).
-        before_optimizer: applied to the gradients before the optimizer (True), or to the
-            optimizer's updates after it (False).
-        factory: ``learning_rate -> optax.GradientTransformation``; ``learning_rate`` is the
-            current rate (a scalar inside ``optax.inject_hyperparams``), or None.
+        before_optimizer: applied to the gradients (True) or to the optimizer's updates (False).
+        factory: ``learning_rate -> optax.GradientTransformation`` (the current rate, or None).
 
     Example:
         >>> import jax.numpy as jnp
@@ -62,8 +53,7 @@ class Transform(metaclass=ConfigTyped):
         return self.factory(learning_rate)
 
     def init(self, params: Any) -> Any:
-        """``make().init(params)``: a transform that needs no learning rate used as an optax
-        transformation (the kpoeppel fork's ``GradientTransformInterface``)."""
+        """``make().init(params)``, for the kpoeppel fork's ``GradientTransformInterface``."""
         return self.make().init(params)
 
     def update(self, updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
@@ -73,8 +63,8 @@ class Transform(metaclass=ConfigTyped):
 
 @dataclasses.dataclass(frozen=True)
 class WeightDecayTransform(Transform):
-    """A :class:`Transform` for weight decay, which also exposes its rate and its mask (the
-    optimizers with built-in decoupled decay, AdamW and Lamb, take these two).
+    """A weight-decay :class:`Transform` that also exposes ``value`` and ``mask`` (for AdamW and
+    Lamb).
 
     Example:
         >>> wd = WeightDecay(value=0.1)
@@ -87,7 +77,7 @@ class WeightDecayTransform(Transform):
 
 
 def parameter_path(path: Sequence[Any]) -> str:
-    """The ``/``-joined name of a pytree path (see the module docstring).
+    """The ``/``-joined name of a pytree path.
 
     Example:
         >>> leaves = jax.tree_util.tree_flatten_with_path({"Dense_0": {"kernel": 1}, "h": [2]})[0]
@@ -133,22 +123,14 @@ def WeightDecay(  # noqa: N802 (config class names)
     parameter_regex_exclude: str = "",
     before_optimizer: bool | None = None,
 ) -> WeightDecayTransform:
-    """Weight decay on the parameters chosen by regexes on their path.
+    """Weight decay on the parameters chosen by regexes on their path (an empty regex matches
+    nothing).
 
-    Which leaves decay (an empty regex matches nothing):
-
-    * ``whitelist``: those whose path matches ``parameter_regex_include`` and not
-      ``parameter_regex_exclude`` (default include: paths ending in ``weight`` or
-      ``kernel``, jax_trainer's default);
-    * ``blacklist``: all leaves except those matching ``parameter_regex_exclude``
-      (``parameter_regex_include`` must keep its default: it is not used).
-
-    How: in ``transforms`` it is *coupled* (L2) by default, as in jax_trainer
-    (``before_optimizer`` left out or true): ``value * param`` is added to the gradient, and
-    the optimizer transforms it with the rest. With ``before_optimizer: false`` it is
-    *decoupled* (AdamW): the update gains ``-learning_rate * value * param``, with the
-    current learning rate. As an optimizer's ``weight_decay`` (AdamW, Lamb) it is that
-    optimizer's own decoupled decay, and ``before_optimizer`` is not used.
+    ``whitelist`` decays paths matching ``parameter_regex_include`` (default: ending in
+    ``weight`` or ``kernel``) and not ``parameter_regex_exclude``; ``blacklist`` decays all but
+    ``parameter_regex_exclude``. In ``transforms`` it is coupled (L2, ``value * param`` added to
+    the gradient) by default, decoupled (``-learning_rate * value * param`` added to the update)
+    with ``before_optimizer: false``; as AdamW's or Lamb's ``weight_decay`` it is theirs.
 
     Example:
         >>> import jax.numpy as jnp
@@ -216,8 +198,7 @@ def _decoupled_decay(rate: float, learning_rate: Any) -> optax.GradientTransform
 
 @TRANSFORMS.register
 def GradClipNorm(*, max_norm: float, before_optimizer: bool = True) -> Transform:  # noqa: N802
-    """Scales the whole update down when its global L2 norm exceeds ``max_norm``
-    (``optax.clip_by_global_norm``).
+    """Scales the update down when its global L2 norm exceeds ``max_norm``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -250,8 +231,7 @@ def GradClipValue(*, max_delta: float, before_optimizer: bool = True) -> Transfo
 
 
 def build_transform(section: object, *, where: str = "optimizer.transforms[0]") -> Transform:
-    """The :class:`Transform` a section describes (``class_name`` registered in
-    ``TRANSFORMS``); a ``Transform`` is returned as it is.
+    """The :class:`Transform` a section describes; a ``Transform`` is returned as it is.
 
     Example:
         >>> build_transform({"class_name": "GradClipNorm", "max_norm": 1.0}).before_optimizer
@@ -269,9 +249,8 @@ def build_transform(section: object, *, where: str = "optimizer.transforms[0]") 
 
 
 def build_transforms(value: object, *, where: str = "optimizer.transforms") -> list[Transform]:
-    """The transforms of a ``transforms`` value: a list of sections, or a mapping of names to
-    sections (jax_trainer's form; the names are labels), in the order written. ``None`` or
-    empty: no transform.
+    """The transforms of a list of sections, or a mapping of labels to sections, in order; ``None``:
+    none.
 
     Example:
         >>> ts = build_transforms({"clip": {"class_name": "GradClipValue", "max_delta": 1.0},

@@ -1,17 +1,9 @@
-"""The registered schedules and optimizers of the kpoeppel fork's names, as classes: what a
-``class_name: LinearSchedule`` section and ``LinearSchedule(LinearScheduleConfig(...))``
-both build (one public form per thing).
+"""The kpoeppel fork's schedule and optimizer classes: what a ``class_name`` section and
+``Class(TypedConfig(...))`` both build.
 
-A schedule class (a :class:`ScheduleInterface`) is called with a typed config
-(:mod:`gyre.config._typed_configs`) or with a section's keys; either way its maths is the
-schedule function of :mod:`gyre.config._simple_schedules` / ``_phased_schedules`` /
-``_schedules``. An instance is the ``optax.Schedule`` (``step -> learning rate``) with its
-``config`` and ``total_steps``.
-
-An optimizer class (an :class:`OptimizerInterface`) is an ``optax.GradientTransformation``
-(``init`` / ``update``), built by the optimizer function of :mod:`gyre.config._optim`, with
-the fork's attributes: ``scheduler`` (a float or a schedule), ``config`` and, for AdamW and
-Lamb, ``weight_decay`` and ``weight_decay_mask``.
+A schedule instance is the ``optax.Schedule`` with ``config`` and ``total_steps``; an optimizer
+instance is the ``optax.GradientTransformation`` with ``scheduler``, ``config`` and, for AdamW
+and Lamb, ``weight_decay`` and ``weight_decay_mask``.
 """
 
 from __future__ import annotations
@@ -47,17 +39,13 @@ def _config_or_keys(cls: type, config: Any, keys: Mapping[str, Any]) -> None:
 
 
 class ScheduleInterface(metaclass=ConfigTyped):
-    """A learning-rate schedule of the fork's form: ``Schedule(config)`` or
-    ``Schedule(**section_keys)``, called on a step.
+    """A learning-rate schedule of the fork's form: ``Schedule(config)`` or ``Schedule(**keys)``;
+    ``cfgtype`` annotates a config field.
 
     Example:
         >>> s = LinearSchedule(typed.LinearScheduleConfig(init_value=1.0, end_value=0.0, steps=4))
         >>> float(s(2)), s.total_steps, isinstance(s, ScheduleInterface)
         (0.5, 4, True)
-
-        ``cfgtype`` (the fork's, from compoconf) is the union of the schedule configs, to
-        annotate a config field with:
-
         >>> LinearSchedule.cfgtype.__name__, len(ScheduleInterface.cfgtype.__args__)
         ('LinearScheduleConfig', 6)
     """
@@ -124,8 +112,8 @@ def _scheduler(rate: Any) -> Any:
 
 
 class OptimizerInterface(optax.GradientTransformationExtraArgs, metaclass=ConfigTyped):
-    """An optimizer of the fork's form: ``Optimizer(config)`` or ``Optimizer(**section_keys)``;
-    an ``optax.GradientTransformation`` with ``scheduler`` and ``config``.
+    """An optimizer of the fork's form: ``Optimizer(config)`` or ``Optimizer(**keys)``, with
+    ``scheduler`` and ``config``.
 
     Example:
         >>> tx = SGD(typed.SGDConfig(learning_rate=0.5))

@@ -1,26 +1,11 @@
-"""Typed config values in the kpoeppel fork's form (``SGDConfig(learning_rate=
-LinearScheduleConfig(...), momentum=0.9)``): a face over the registered builders.
+"""Typed config values in the kpoeppel fork's form
+(``SGDConfig(learning_rate=LinearScheduleConfig(...))``).
 
-Each ``XConfig`` is a frozen dataclass with the fork's fields. Its ``class_name`` is the name
-``X`` is registered under, and ``to_dict()`` is the YAML section with the same keys: the
-config value and the section are two spellings of one thing, built by the same function
-(the section through :func:`~gyre.config.build_schedule` and friends, the value through
-``X(config)`` or ``config.instantiate()``). A value is checked when it is made, by building
-it: the rules are the builders' own, never a copy.
-
-**The error.** A mistake raises :class:`TypedConfigError`, gyre's explained
-:class:`~gyre.config.ConfigError` that is also an ``AssertionError``: the fork checks its
-configs with ``assert``, so code ported from it catches ``AssertionError``; gyre's own code
-catches ``ConfigError`` (a ``ValueError``). Only these typed configs raise it.
-
-**Where gyre differs from the fork** (each a bug or limit of the fork): a length the fork
-writes ``-1`` ("not set", then refused) is ``None`` here, and gyre's rule for a left-out
-length applies (a constant needs none; a ``ConcatScheduleConfig`` or warmup-cosine one is
-the sum of its parts); ``ConcatScheduleConfig`` has no default ``schedules`` (the fork's
-default, ``ConstantScheduleConfig(value=...)``, raises ``TypeError``) and checks
-``init_value`` / ``end_value`` only when given; a ``WarmupCosineDecayScheduleConfig`` may
-have no warmup; ``WeightDecayConfig.before_optimizer`` left out (``None``) is coupled
-weight decay in ``transforms`` and the optimizer's own decay in ``weight_decay``.
+Each ``XConfig`` is a frozen dataclass whose ``class_name`` is the registered ``X`` and whose
+``to_dict()`` is the same YAML section; it is checked when made, by the registered builders.
+Unlike the fork: a length left out is ``None`` (not ``-1``) under gyre's rule for left-out
+lengths, ``ConcatScheduleConfig`` has no default ``schedules``, a warmup-cosine may have no
+warmup, and ``WeightDecayConfig.before_optimizer`` left out is coupled decay in ``transforms``.
 """
 
 from __future__ import annotations
@@ -51,9 +36,8 @@ from gyre.core._errors import describe, explain, suggest
 
 
 class TypedConfigError(ConfigError, AssertionError):
-    """A mistake in a typed config value (the fork's form): gyre's explained
-    :class:`~gyre.config.ConfigError`, also an ``AssertionError`` because the fork checks its
-    configs with ``assert`` and code ported from it catches that.
+    """A mistake in a typed config value: a :class:`~gyre.config.ConfigError` that is also an
+    ``AssertionError`` (the fork asserts).
 
     Example:
         >>> try:
@@ -67,8 +51,8 @@ class TypedConfigError(ConfigError, AssertionError):
 
 
 def checked(build: Callable[..., Any], **keys: Any) -> Any:
-    """``build(**keys)``, its explained ``ValueError`` / ``TypeError`` raised as a
-    :class:`TypedConfigError` (same message)."""
+    """``build(**keys)``, its ``ValueError`` / ``TypeError`` raised as a
+    :class:`TypedConfigError`."""
     try:
         return build(**keys)
     except (ValueError, TypeError) as error:
@@ -84,8 +68,7 @@ def _plain(value: Any) -> Any:
 
 
 class _KeywordsChecked(type):
-    """Makes a misspelt or positional argument of a typed config one explained error (the
-    dataclass's own ``__init__`` would raise a bare ``TypeError``)."""
+    """Makes a misspelt or positional argument of a typed config one explained error."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         fields = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
@@ -102,8 +85,8 @@ class _KeywordsChecked(type):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TypedConfig(metaclass=_KeywordsChecked):
-    """What every typed config value has: ``class_name`` (the registered name it builds),
-    ``to_dict()`` (the same thing as a YAML section) and ``instantiate()``.
+    """Every typed config value has ``class_name``, ``to_dict()`` (its YAML section) and
+    ``instantiate()``.
 
     Example:
         >>> GradClipValueConfig(max_delta=0.5).to_dict()
@@ -128,9 +111,8 @@ class TypedConfig(metaclass=_KeywordsChecked):
         return {"class_name": self.class_name, **self.keys()}
 
     def instantiate(self, interface: type | None = None) -> Any:
-        """The component this value describes, built by the class or function registered as
-        ``class_name``; ``interface`` (optional, the fork's argument) is checked against it.
-        """
+        """The component this value describes, built as ``class_name`` is registered; ``interface``
+        is checked against it."""
         if self.class_name is None:
             raise TypedConfigError(explain(
                 f"{type(self).__name__} is a base class: it builds nothing",
@@ -278,8 +260,8 @@ class ConcatScheduleConfig(BaseScheduleConfig):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WarmupCosineDecayScheduleConfig(BaseScheduleConfig):
-    """Linear warmup to ``peak_value``, then cosine decay to ``end_value = peak_value *
-    decay_factor``; ``steps = warmup_steps + decay_steps`` (any two of the three).
+    """Linear warmup to ``peak_value``, then cosine decay to ``peak_value * decay_factor``; give two
+    of ``steps``, ``warmup_steps``, ``decay_steps``.
 
     Example:
         >>> WarmupCosineDecayScheduleConfig(peak_value=0.1, warmup_steps=20, decay_steps=80).steps
@@ -317,8 +299,8 @@ ScheduleConfigs = Union[  # noqa: UP007 (a runtime value, read by get_type_hints
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GradientTransformConfig(TypedConfig):
-    """Where a transform goes: on the gradients before the optimizer (``True``) or on its
-    updates after it.
+    """Where a transform goes: on the gradients before the optimizer (``True``) or on its updates
+    after.
 
     Example:
         >>> GradientTransformConfig().before_optimizer
@@ -331,8 +313,7 @@ class GradientTransformConfig(TypedConfig):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WeightDecayConfig(GradientTransformConfig):
-    """Weight decay on the parameters whose path the regexes choose (see
-    :func:`gyre.config.build_transform`, ``WeightDecay``).
+    """Weight decay on the parameters whose path the regexes choose (see ``WeightDecay``).
 
     Example:
         >>> WeightDecayConfig(value=0.01).instantiate().mask({"bias": 0.0, "kernel": 0.0})
@@ -387,8 +368,7 @@ Transform.config_class = GradientTransformConfig
 
 
 def learning_rate_keys(value: Any) -> Any:
-    """A learning rate for a builder: a number as it is, a schedule config as its built
-    schedule (so an optimizer and its ``scheduler`` share one)."""
+    """A learning rate for a builder: a number, or a schedule config as its built schedule."""
     if isinstance(value, BaseScheduleConfig):
         return value.built if value.built is not None else value.to_dict()
     return _plain(value)
@@ -396,8 +376,8 @@ def learning_rate_keys(value: Any) -> Any:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BaseOptimizerConfig(TypedConfig):
-    """The fields every optimizer config has: ``learning_rate`` (a number or a schedule
-    config), ``transforms`` (names to transform configs), ``log_learning_rate``.
+    """Every optimizer config's fields: ``learning_rate`` (number or schedule config),
+    ``transforms``, ``log_learning_rate``.
 
     Example:
         >>> BaseOptimizerConfig(learning_rate=0.01).learning_rate

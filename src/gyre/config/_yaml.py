@@ -1,11 +1,8 @@
 """Config files: YAML in (safely, with dotted overrides), the resolved config out.
 
-The YAML is read with a ``yaml.SafeLoader`` (nothing is constructed but plain data) whose
-scalars follow YAML 1.2 where YAML 1.1 surprises: ``1e-3`` and ``5E+2`` are floats (1.1 reads
-them as strings), only ``true``/``false`` are booleans (not ``yes``, ``no``, ``on``, ``off``),
-and dates stay strings. A key written twice in one mapping is an error (1.1 keeps the last).
-A document whose aliases expand to more than :data:`MAX_NODES` values (a "billion laughs" of
-nested aliases) or that holds itself is refused before it is expanded.
+Scalars follow YAML 1.2 (``1e-3`` is a float; only ``true``/``false`` are booleans; dates stay
+strings); a key written twice, a self-holding document or one whose aliases expand past
+:data:`MAX_NODES` values is refused.
 """
 
 from __future__ import annotations
@@ -42,9 +39,8 @@ MAX_NODES = 100_000
 
 
 def _expanded_size(root: yaml.Node, where: str) -> int:
-    """How many values ``root`` stands for once every alias is copied out (each node counted
-    once per use, each distinct node visited once), or a :class:`ConfigError` as soon as that
-    passes :data:`MAX_NODES` or a node holds itself."""
+    """How many values ``root`` stands for with aliases copied out; a :class:`ConfigError` past
+    :data:`MAX_NODES` or for a self-holding node."""
     sizes: dict[int, int] = {}
     open_nodes: set[int] = set()
 
@@ -74,9 +70,8 @@ def _expanded_size(root: yaml.Node, where: str) -> int:
 
 
 class ConfigLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` with YAML 1.2's floats and booleans, dates as strings, and
-    duplicate keys refused.
-    """
+    """``yaml.SafeLoader`` with YAML 1.2's floats and booleans, dates as strings, duplicate keys
+    refused."""
 
     def construct_document(self, node: yaml.Node) -> Any:
         """The document, once its expanded size is known to be bounded (see the module)."""
@@ -101,9 +96,8 @@ class ConfigLoader(yaml.SafeLoader):
 
 
 class ConfigDumper(yaml.SafeDumper):
-    """``yaml.SafeDumper`` that quotes every string that YAML 1.1 *or* :class:`ConfigLoader`
-    would read as another type (``"1e-3"``, ``"yes"``), so both read back the same values.
-    """
+    """``yaml.SafeDumper`` quoting every string YAML 1.1 or :class:`ConfigLoader` would read as
+    another type."""
 
 
 ConfigLoader.yaml_implicit_resolvers = {
@@ -149,14 +143,8 @@ def _plain(value: Any) -> Any:
 
 
 def apply_override(data: dict[str, Any], override: str) -> None:
-    """Sets one ``dotted.key=value`` override in ``data`` (in place). The value is read as
-    YAML (``3``, ``1e-3``, ``max``, ``[1, 2]``, ``{class_name: Cosine}``); missing sections on
-    the way are created. Whether the key exists is the schema's to say.
-
-    Raises:
-        ConfigError: no ``=``, an empty part of the key, a value that is not YAML, or a path
-            through a value that is not a mapping.
-    """
+    """Sets one ``dotted.key=value`` override in ``data`` in place (the value read as YAML; missing
+    sections created)."""
     instance(override, "an override", str, kind="a 'dotted.key=value' string",
              expected="a str such as 'trainer.train_epochs=3'",
              fix="pass overrides as a list of strings", error=ConfigError)
@@ -190,20 +178,11 @@ def apply_override(data: dict[str, Any], override: str) -> None:
 
 
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any], overrides: Sequence[str] = ()) -> Config:
-    """Reads and validates a config: a YAML file, or a mapping (a config already read, or
-    :func:`config_to_dict`'s output), then ``dotted.key=value`` overrides.
-
-    Args:
-        source: the path of a YAML file, or a mapping.
-        overrides: ``"trainer.train_epochs=3"``, ``"optimizer.learning_rate=1e-3"``...
-
-    Returns:
-        The validated :class:`~gyre.config.Config`, defaults filled in.
+    """Reads and validates a config: a YAML file or a mapping, then ``dotted.key=value`` overrides.
 
     Raises:
         FileNotFoundError: no such file.
-        ConfigError: not YAML, empty, not a mapping, a malformed override, or anything the
-            schema refuses (an unknown key, a wrong type, a missing section...).
+        ConfigError: not YAML, not a mapping, a malformed override, or anything the schema refuses.
 
     Example:
         >>> from gyre.config import register_dataset, register_model, register_optimizer
@@ -249,9 +228,8 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], overrides: S
 
 
 def config_to_dict(config: BaseModel) -> dict[str, Any]:
-    """The resolved config (a :class:`~gyre.config.Config`, or one of its sections) as plain
-    data, defaults included, JSON- and YAML-safe: :func:`load_config` rebuilds an equal
-    config from it.
+    """The resolved config (or a section) as plain data, defaults included, that :func:`load_config`
+    reads back.
 
     Example:
         >>> from gyre.config import TrainerConfig
@@ -267,8 +245,7 @@ def config_to_dict(config: BaseModel) -> dict[str, Any]:
 
 
 def dump_config(config: BaseModel) -> str:
-    """The resolved config as YAML text, in the order of the schema (for the run folder and
-    the checkpoints; :func:`load_config` reads it back).
+    """The resolved config as YAML text, in the schema's order.
 
     Example:
         >>> from gyre.config import LoggerConfig
@@ -285,10 +262,8 @@ def dump_config(config: BaseModel) -> str:
 
 
 def flatten_configdict(cfg: Any, separation_mark: str = ".") -> dict[str, Any]:
-    """A nested config as one flat dict, each key the path of its value joined by
-    ``separation_mark`` (jax_trainer's ``flatten_configdict``; the kpoeppel fork calls it
-    ``flatten_dict``). ``cfg`` is a mapping, an ``ml_collections.ConfigDict`` or a validated
-    config; values other than mappings (lists included) are kept as they are.
+    """A nested config as one flat dict keyed by paths joined with ``separation_mark``
+    (jax_trainer's; lists kept whole).
 
     Example:
         >>> flatten_configdict({"a": 1, "b": {"c": 2, "d": {"e": 3}}}, separation_mark="/")
@@ -326,11 +301,8 @@ RESUME_FREE = ("trainer.resume", "trainer.enable_progress_bar", "trainer.logger.
 
 
 def changed_settings(before: str, after: Mapping[str, Any]) -> list[str]:
-    """The settings of ``after`` (a config as plain data) that differ from those of
-    ``before`` (the YAML text of the config a run was saved with), each as
-    ``"key old → new"``, in ``after``'s order (then the keys it lost); :data:`RESUME_FREE`
-    keys are left out, and an unreadable ``before`` gives ``[]``.
-    """
+    """The settings of ``after`` that differ from the saved YAML ``before``, as ``"key old → new"``
+    (:data:`RESUME_FREE` left out)."""
     try:
         old = yaml.load(before, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader)
     except (yaml.YAMLError, ConfigError):
@@ -350,11 +322,8 @@ def changed_settings(before: str, after: Mapping[str, Any]) -> list[str]:
 
 
 def warn_changed_settings(path: str | os.PathLike[str], after: Mapping[str, Any]) -> None:
-    """Warns (a :class:`~gyre.LoopWarning`) when a run resumed in ``path``'s folder goes on
-    with settings other than those of its saved config (``path``), listing each
-    (:func:`changed_settings`): a resume with a new learning rate is sometimes wanted, never
-    unannounced.
-    """
+    """Warns (a :class:`~gyre.LoopWarning`) when a resumed run goes on with settings other than its
+    saved config's."""
     changes = changed_settings(Path(path).read_text(encoding="utf-8"), after)
     if changes:
         warn(

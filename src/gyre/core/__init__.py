@@ -1,8 +1,5 @@
-"""Pure building blocks of gyre: the clock, schedules, named points, logs, the history,
-device-value metrics, the training state and the error types. No loops here.
-
-Internal modules are private (``gyre.core._clock``, ...); use the names below, which
-``gyre`` also re-exports. ``gyre.core.metrics`` is public: mergeable device metrics.
+"""Pure building blocks of gyre: the clock, schedules, named points, logs, the history, device
+metrics (``gyre.core.metrics``, public) and the training state. ``gyre`` re-exports them.
 
 Example:
     >>> from gyre import core

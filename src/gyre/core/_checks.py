@@ -1,8 +1,6 @@
-"""The check vocabulary: one call per value at a public door, each building the expected /
-received / fix text of :func:`~gyre.core._errors.explain` from its fields; inside, the value
-is trusted. ``name`` is the value's name as the user wrote it (``"steps"``,
-``"EarlyStopping's patience"``); ``problem``, ``expected`` and ``fix`` replace the derived
-lines when the call site knows better words (an example, the meaning of each option).
+"""The check vocabulary: one call per value at a public door, building the expected / received /
+fix text of :func:`~gyre.core._errors.explain` from its fields; ``name`` is the value's name as
+the user wrote it, and ``problem``/``expected``/``fix`` replace the derived lines when given.
 """
 
 from __future__ import annotations
@@ -31,22 +29,9 @@ def whole(
     device: bool = False, unit: str = "", problem: str | None = None, expected: str | None = None,
     fix: str | None = None, error: type[Exception] = ValueError,
 ) -> Any:
-    """``value`` as a Python ``int`` when it is a whole number (``int``, ``numpy.int64``, a
-    0-d integer array; not a bool, not ``2.0``) in ``[minimum, maximum]``, or ``None`` when
-    ``none`` allows it; else ``error`` saying so (a whole number of ``unit``, when given).
-    ``device``: a 0-d integer JAX array is returned unread (reading it would wait for the
-    device; a writer's thread reads it later).
+    """``value`` as an ``int`` when a whole number in range (not a bool, not 2.0), else ``error``.
 
-    Example:
-        >>> import numpy as np
-        >>> whole(np.int64(3), "steps", minimum=1)
-        3
-        >>> whole(0, "steps", minimum=1, fix="pass stop=100")
-        Traceback (most recent call last):
-        ValueError: steps must be a whole number >= 1
-          expected: an int >= 1
-          received: int 0
-          fix: pass stop=100
+    ``none`` allows ``None``; ``device`` returns a 0-d JAX integer unread (no device wait).
     """
     if (value is None and none) or (device and _device_integer(value)):
         return value
@@ -66,14 +51,7 @@ def _device_integer(value: object) -> bool:
 
 
 def path(value: Any, problem: str, *, expected: str, fix: str) -> str:
-    """``value`` as a ``str`` when it is a non-empty ``str`` or ``os.PathLike`` naming a
-    file or folder (bytes are refused), else a ``TypeError`` explaining ``problem``.
-
-    Example:
-        >>> import pathlib
-        >>> path(pathlib.Path("runs"), "a writer needs a folder", expected="a str or Path", fix="pass 'runs'")
-        'runs'
-    """
+    """``value`` as a ``str`` when a non-empty ``str`` or ``os.PathLike``, else a ``TypeError``."""
     if isinstance(value, str | os.PathLike) and not isinstance(value, bytes) and os.fspath(value):
         return os.fspath(value)
     raise _fail(TypeError, problem, expected, value, fix)
@@ -85,20 +63,9 @@ def real(
     text: bool = False, unit: str = "", problem: str | None = None, expected: str | None = None,
     fix: str | None = None, error: type[Exception] = ValueError,
 ) -> Any:
-    """``value`` as a finite Python ``float`` within the bounds given (``minimum`` <= value,
-    ``above`` < value, value <= ``maximum``, value < ``below``), or ``None`` when ``none``
-    allows it; a numeric string such as ``"1e-3"`` counts when ``text`` is set (as PyYAML
-    reads it). Else ``error`` saying so (a number of ``unit``, when given).
+    """``value`` as a finite ``float`` within the bounds given, else ``error``.
 
-    Example:
-        >>> real(3, "learning_rate", above=0)
-        3.0
-        >>> real(float("nan"), "learning_rate", above=0)
-        Traceback (most recent call last):
-        ValueError: learning_rate must be a finite number > 0
-          expected: a float > 0
-          received: float nan
-          fix: pass a number > 0
+    ``text`` accepts numeric strings such as ``"1e-3"`` (as PyYAML reads them).
     """
     if value is None and none:
         return None
@@ -126,19 +93,7 @@ def choice(
     value: Any, name: str, options: Iterable[Any], *, expected: str | None = None,
     fix: str | None = None, error: type[Exception] = ValueError,
 ) -> Any:
-    """``value`` when it is one of ``options``, else ``error`` naming them and, for a
-    misspelt string, the closest one.
-
-    Example:
-        >>> choice("min", "mode", ("min", "max"))
-        'min'
-        >>> choice("mni", "mode", ("min", "max"))
-        Traceback (most recent call last):
-        ValueError: mode must be 'min' or 'max'
-          expected: 'min' or 'max'
-          received: str 'mni'
-          fix: pass one of them. Did you mean 'min'?
-    """
+    """``value`` when one of ``options``, else ``error`` naming them and the closest."""
     options = tuple(options)
     with contextlib.suppress(TypeError):  # an unhashable value is simply not an option
         if value in options:
@@ -154,20 +109,7 @@ def instance(
     kind: str | None = None, problem: str | None = None, expected: str | None = None,
     fix: str | None = None, error: type[Exception] = TypeError,
 ) -> T:
-    """``value`` when it is an instance of ``types`` (or ``None`` when ``none`` allows it),
-    else ``error`` (a ``TypeError``) saying what was expected; ``kind`` names the types in
-    words (``"a mapping"``; by default their class names).
-
-    Example:
-        >>> instance("runs", "directory", str)
-        'runs'
-        >>> instance(3, "directory", (str, bytes), fix="pass directory='runs'")
-        Traceback (most recent call last):
-        TypeError: directory must be a str or bytes
-          expected: a str or bytes
-          received: int 3
-          fix: pass directory='runs'
-    """
+    """``value`` when an instance of ``types`` (``kind``: them in words), else a ``TypeError``."""
     if isinstance(value, types) or (none and value is None):
         return value
     kinds = types if isinstance(types, tuple) else (types,)
@@ -179,20 +121,7 @@ def mapping(
     value: Any, name: str, *, known: Iterable[str] | None = None, kind: str | None = None,
     expected: str | None = None, fix: str | None = None, error: type[Exception] = ValueError,
 ) -> dict[str, Any]:
-    """``value`` as a ``dict`` when it is a mapping with string keys (else a ``TypeError``),
-    each of them in ``known`` when given (else ``error`` naming the first unknown key and
-    the closest known one).
-
-    Example:
-        >>> mapping({"loss": 1.0}, "metrics", known=["loss", "accuracy"])
-        {'loss': 1.0}
-        >>> mapping({"acuracy": 1.0}, "metrics", known=["loss", "accuracy"])
-        Traceback (most recent call last):
-        ValueError: unknown key 'acuracy' in metrics. Did you mean 'accuracy'?
-          expected: keys among ['loss', 'accuracy']
-          received: str 'acuracy'
-          fix: use one of the known keys
-    """
+    """``value`` as a ``dict`` with string keys, each in ``known`` when given, else the error."""
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         wanted = kind or "a mapping with string keys"
         raise _fail(TypeError, f"{name} must be {wanted}", expected or wanted, value, fix or "pass a dict")

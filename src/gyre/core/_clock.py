@@ -1,9 +1,4 @@
-"""The clock of a loop: :class:`Elapsed`, the :class:`Period` it is compared with, and ``at``.
-
-``Elapsed`` counts *completed* work: during step ``i`` a callback sees ``elapsed.steps == i``
-(``i`` steps done before this one); the loop returns the clock after its last step, so passing
-it back as ``elapsed=`` continues at the next step index without repeating one.
-"""
+"""The clock of a loop: :class:`Elapsed`, the :class:`Period` it is compared with, and ``at``."""
 
 from __future__ import annotations
 
@@ -23,9 +18,8 @@ CLOCK_FIELDS = ("steps", "samples", "epochs", "step_in_epoch", "time", "date")
 class Elapsed:
     """Completed steps, samples, epochs, step within the epoch, seconds since start, and date.
 
-    An ``Elapsed`` is immutable and a pytree (its six counters are the leaves), so it can be
-    saved in a checkpoint next to the state. ``elapsed >= period`` is true when *any* of the
-    quantities set in the :class:`Period` has been reached.
+    Immutable and a pytree (its six counters are the leaves). During step ``i`` a loop's clock
+    says ``steps == i``; passing a returned clock back as ``elapsed=`` continues at the next step.
 
     Attributes:
         steps: completed steps.
@@ -83,8 +77,6 @@ class Elapsed:
         """A clock at the given counts (zero by default), dated now (or at ``date``).
 
         Example:
-            >>> Elapsed.create(date=10.0)
-            Elapsed(steps=0, samples=0, epochs=0, step_in_epoch=0, time=0.0, date=10.0)
             >>> Elapsed.create(steps=5, samples=40, date=0.0).samples
             40
         """
@@ -97,22 +89,17 @@ class Elapsed:
 
     @property
     def in_progress(self) -> bool:
-        """True for the clock a loop hands out *during* a step (``gyre.elapse``, callbacks):
-        it counts the steps completed before this one, and :meth:`completed` gives the clock
-        once this step is done.
+        """True for the clock a loop hands out during a step; :meth:`completed` gives it once done.
 
         Example:
             >>> import gyre
             >>> [(e.steps, e.in_progress) for e, _ in gyre.elapse([10, 20])]
             [(0, True), (1, True)]
-            >>> Elapsed(steps=2).in_progress
-            False
         """
         return self._step is not None
 
     def completed(self, *, time: float | None = None, date: float | None = None) -> Elapsed:
-        """The clock once the step in progress completes (itself when no step is in
-        progress): what a checkpoint saves, so a resumed run starts at the next step index.
+        """The clock once the step in progress completes (itself when none is in progress).
 
         Args:
             time, date: the moment of completion (default: this clock's own).
@@ -135,8 +122,7 @@ class Elapsed:
         )
 
     def started(self, batch_size: int, epoch_steps: int | None) -> Elapsed:
-        """This clock, marked as the clock of a step in progress of ``batch_size`` samples
-        (see :attr:`in_progress`). Used by loops; returns ``self``.
+        """This clock, marked in progress for a step of ``batch_size`` samples; returns ``self``.
 
         Example:
             >>> Elapsed().started(8, None).completed().samples
@@ -157,12 +143,11 @@ class Elapsed:
 
         Args:
             batch_size: samples in the step just completed.
-            time: seconds since start, now. Left out (ciclo's ``elapsed.update(batch_size)``):
-                this clock's time plus the wall-clock seconds since its ``date`` (unchanged
-                when this clock is undated, ``date == 0``).
-            date: POSIX timestamp, now (left out: the current time).
-            epoch_steps: steps per epoch; when the epoch fills up, ``epochs`` grows by one and
-                ``step_in_epoch`` goes back to 0. ``None``: epochs never advance.
+            time: seconds since start; left out (ciclo's form), this clock's time plus the
+                seconds since its ``date`` (unchanged when undated, ``date == 0``).
+            date: POSIX timestamp (default: now).
+            epoch_steps: steps per epoch, after which ``epochs`` grows and ``step_in_epoch``
+                restarts; ``None``: epochs never advance.
 
         Example:
             >>> e = Elapsed().update(8, time=0.1, date=0.1, epoch_steps=1)
@@ -196,12 +181,7 @@ class Elapsed:
         return Elapsed(self.steps + steps, self.samples + samples, epochs, in_epoch, self.time, self.date)
 
     def replace(self, **changes: Any) -> Elapsed:
-        """A copy with some counters changed.
-
-        Example:
-            >>> Elapsed().replace(steps=5).steps
-            5
-        """
+        """A copy with some counters changed."""
         unknown = set(changes) - set(CLOCK_FIELDS)
         if unknown:
             raise TypeError(explain(
@@ -215,8 +195,7 @@ class Elapsed:
     def since(self, origin: Elapsed) -> Elapsed:
         """The clock counted from ``origin``: steps, samples, epochs and time are differences.
 
-        ``step_in_epoch`` and ``date`` are kept as they are. Schedules that start part-way
-        through training (``after(...).every(...)``, ``piecewise``) see this relative clock.
+        ``step_in_epoch`` and ``date`` are kept.
 
         Example:
             >>> Elapsed(steps=12, samples=96).since(Elapsed(steps=10, samples=80)).steps
@@ -298,22 +277,12 @@ class Elapsed:
     __hash__ = None  # type: ignore[assignment]
 
     def to_dict(self) -> dict[str, float]:
-        """The counters as a plain dict (JSON-ready).
-
-        Example:
-            >>> Elapsed(steps=2).to_dict()["steps"]
-            2
-        """
+        """The counters as a plain dict (JSON-ready)."""
         return {name: getattr(self, name) for name in CLOCK_FIELDS}
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Elapsed:
-        """The inverse of :meth:`to_dict`.
-
-        Example:
-            >>> Elapsed.from_dict({"steps": 4}).steps
-            4
-        """
+        """The inverse of :meth:`to_dict`."""
         return cls().replace(**dict(values))
 
     def __repr__(self) -> str:
@@ -341,8 +310,8 @@ def _check_amount(name: str, value: Any, *, integral: bool) -> None:
 class Period:
     """A point on the clock: any of steps, samples, epochs, seconds of training, or a date.
 
-    ``elapsed >= period`` is true as soon as *any* of the given quantities is reached, so
-    ``at(steps=1000, time=3600)`` means "after 1000 steps or one hour, whichever comes first".
+    ``elapsed >= period`` is true as soon as any of the given quantities is reached:
+    ``at(steps=1000, time=3600)`` is "after 1000 steps or one hour, whichever comes first".
 
     Example:
         >>> p = Period(steps=100, time=60.0)
@@ -456,52 +425,64 @@ def epochs_after(epochs: int, step_in_epoch: int, steps: Any, epoch_steps: int |
     return epochs + rolled * (1 + (steps - roll) // epoch_steps), in_epoch + rolled * ((steps - roll) % epoch_steps - in_epoch)
 
 
-def infer_batch_size(batch: Any) -> int:
+def infer_batch_size(batch: Any, *, strict: bool = True, default: int | None = 1) -> int:
     """Samples in a batch: the leading dimension its array leaves share (scalars are not
-    counted; a batch without arrays counts 1). Leaves that disagree (time-major ``(T, B, F)``
-    inputs beside ``(B,)`` labels, a per-batch table) are refused: which dimension holds the
-    examples is the loop's ``batch_size_fn=`` to say, not a guess (it weighs evaluation means).
+    counted). Leaves that disagree (time-major inputs beside labels) are refused: pass the
+    loop's ``batch_size_fn=``.
+
+    Args:
+        batch: a pytree (a tuple, dict, named tuple, a single array...).
+        strict: ``False``: leaves that disagree give the first array leaf's leading dimension
+            (in ``jax.tree_util`` order) instead of an error.
+        default: the answer for a batch without array leaves; ``None``: an error.
 
     Example:
         >>> import numpy as np
         >>> infer_batch_size({"x": np.zeros((32, 8)), "y": np.zeros(32)})
         32
-        >>> infer_batch_size(7)
-        1
     """
     kind = type(batch)
     if kind is tuple or kind is list or kind is dict or (isinstance(batch, tuple) and hasattr(kind, "_fields")):
         # the common batches (a named tuple's fields are its children too), without flattening
-        size = 0
+        size = None
         for leaf in batch.values() if kind is dict else batch:
             if type(leaf) not in _ARRAY_TYPES and not _is_array(leaf):
                 break
             shape = leaf.shape
             if shape and shape[0] != size:
-                if size:
-                    _disagree(batch)
+                if size is not None:
+                    break  # (the general path explains, or gives the first leaf's)
                 size = shape[0]
         else:
-            return size or 1
-    size = 0
+            if size is not None:
+                return size
+    size = None
     for leaf in jax.tree_util.tree_leaves(batch):
         shape = getattr(leaf, "shape", None)
         if shape and shape[0] != size:
-            if size:
-                _disagree(batch)
+            if size is not None:
+                if not strict:
+                    return size
+                _refuse(batch)
             size = shape[0]
-    return size or 1
+    if size is None and default is None:
+        _refuse(batch)
+    return default if size is None else size  # type: ignore[return-value]
 
 
-def _disagree(batch: Any) -> None:
+def _refuse(batch: Any) -> None:
+    """The error for a batch whose samples cannot be counted (leaves disagree, or none)."""
     shapes = [tuple(getattr(leaf, "shape", ())) for leaf in jax.tree_util.tree_leaves(batch)]
+    sizes = sorted({s[0] for s in shapes if s})
     raise ValueError(explain(
-        "the loop cannot tell the samples in a batch: its arrays disagree on their leading dimension",
-        expected="array leaves sharing their leading dimension (the samples), or batch_size_fn=",
-        received=f"leaves of shapes {shapes}",
-        fix="say how to count them: batch_size_fn=lambda batch: batch['y'].shape[0] (a keyword of "
-        "gyre.loop, train_loop, test_loop, gyre.fit and the jaxloop loops; it weighs evaluation "
-        "means and counts samples)"))
+        "cannot tell the samples (rows) in a batch: "
+        + ("its arrays disagree on their leading dimension" if sizes else "it holds no array"),
+        expected="array leaves of one leading dimension (the samples), e.g. (x of shape (40, 28, 28, 1), "
+        "y of shape (40,)), or batch_size_fn=",
+        received=f"leading dimensions {sizes}, leaves of shapes {shapes}" if sizes else "no array leaf",
+        fix="give every array of the batch its examples along axis 0, or say how to count them: "
+        "batch_size_fn=lambda batch: batch['y'].shape[0] (a keyword of gyre.loop, train_loop, "
+        "test_loop, gyre.fit and the jaxloop loops; it weighs evaluation means and counts samples)"))
 
 
 _ARRAY_TYPES: set[type] = set()  # array types met so far (numpy, jax's concrete array types)

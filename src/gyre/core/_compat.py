@@ -1,9 +1,5 @@
-"""Every use of a private JAX API in gyre, in one place, each behind a small function.
-
-JAX changes its internals between releases; gyre keeps the few it needs here, each with a
-fallback that keeps gyre working (less precisely) when the internal is gone, and each with a
-test in ``tests/core/test_compat.py``, so a JAX upgrade that breaks one shows up as one failing
-test of this file rather than as errors anywhere in the library.
+"""Every use of a private JAX API in gyre, each behind a small function with a fallback and a
+test in ``tests/core/test_compat.py``, so a JAX upgrade that breaks one fails one test.
 """
 
 from __future__ import annotations
@@ -28,26 +24,20 @@ JITTED = type(jax.jit(lambda x: x))
 
 
 def donated_argnums(fn: Any) -> tuple[int, ...] | None:
-    """The positional arguments a ``jax.jit`` function donates, or ``None`` when JAX does not
-    say (private: ``PjitFunction._jit_info``).
-    """
+    """The arguments a ``jax.jit`` function donates, or ``None`` (private ``_jit_info``)."""
     info = getattr(fn, "_jit_info", None)
     donated = getattr(info, "donate_argnums", None)
     return None if donated is None else tuple(donated)
 
 
 def cache_size(fn: Any) -> int:
-    """How many compiled programs a ``jax.jit`` function holds (private:
-    ``PjitFunction._cache_size``); 0 for anything else.
-    """
+    """How many compiled programs a ``jax.jit`` function holds (private); 0 for anything else."""
     size = getattr(fn, "_cache_size", None)
     return int(size()) if callable(size) else 0
 
 
 def backends_started() -> bool:
-    """True once JAX has started its backends (after which ``jax.distributed.initialize`` is
-    too late). Private: ``jax._src.xla_bridge.backends_are_initialized``; without it, gyre
-    assumes they have not started and lets JAX raise its own error."""
+    """True once JAX started its backends (private ``backends_are_initialized``; else False)."""
     try:
         from jax._src import xla_bridge
     except ImportError:  # pragma: no cover - a JAX without the module

@@ -16,34 +16,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def explain(problem: str, *, expected: str, received: str, fix: str) -> str:
-    """Builds a teaching error message.
-
-    Args:
-        problem: one line naming what went wrong.
-        expected: what gyre expected.
-        received: what it got instead.
-        fix: how to fix it.
-
-    Returns:
-        The message, one fact per line.
-
-    Example:
-        >>> print(explain("bad stop", expected="an int >= 1", received="0", fix="pass stop=100"))
-        bad stop
-          expected: an int >= 1
-          received: 0
-          fix: pass stop=100
-    """
+    """A teaching error message: ``problem``, then ``expected``, ``received`` and ``fix`` lines."""
     return f"{problem}\n  expected: {expected}\n  received: {received}\n  fix: {fix}"
 
 
 def describe(value: object, limit: int = 80) -> str:
-    """A short description of a value for an error message: its type and a clipped repr.
-
-    Example:
-        >>> describe(3)
-        'int 3'
-    """
+    """A value's type and clipped repr, for an error message."""
     text = repr(value)
     if len(text) > limit:
         text = text[: limit - 3] + "..."
@@ -51,12 +29,7 @@ def describe(value: object, limit: int = 80) -> str:
 
 
 def suggest(name: str, choices: Iterable[str]) -> str:
-    """A 'did you mean' hint for a misspelt name, or an empty string.
-
-    Example:
-        >>> suggest("on_trian_step", ["on_train_step", "on_test_step"])
-        " Did you mean 'on_train_step'?"
-    """
+    """A ``" Did you mean 'x'?"`` hint for a misspelt name, or an empty string."""
     close = closest(name, choices)
     return f" Did you mean {close!r}?" if close else ""
 
@@ -69,9 +42,7 @@ def closest(name: str, choices: Iterable[str], cutoff: float = 0.6) -> str | Non
 
 def as_pair(result: object, who: str, names: str = "(state, outputs)",
             example: str = "state, {'loss': loss}") -> tuple[object, object]:
-    """``result`` as a pair, else a ``TypeError`` saying that ``who`` must return ``names``
-    (a missing ``return`` is the usual cause: it gives ``None``).
-    """
+    """``result`` as a pair, else a ``TypeError`` saying that ``who`` must return ``names``."""
     if isinstance(result, tuple | list) and len(result) == 2:
         return result[0], result[1]
     raise TypeError(explain(
@@ -81,10 +52,7 @@ def as_pair(result: object, who: str, names: str = "(state, outputs)",
 
 
 def as_integer(value: object) -> int | None:
-    """``value`` as a Python ``int`` when it is an integral number of any kind (``int``,
-    ``numpy.int64``, a 0-d integer numpy or JAX array), else ``None``. Booleans are not
-    numbers here. Call it at construction time: reading a JAX array waits for the device.
-    """
+    """``value`` as an ``int`` when integral (not a bool), else ``None``; reads device arrays."""
     if isinstance(value, bool):
         return None
     if isinstance(value, numbers.Integral):
@@ -96,9 +64,7 @@ def as_integer(value: object) -> int | None:
 
 
 def flag(value: object, name: str, who: str) -> bool:
-    """``value`` as a ``bool`` when it is one (Python's or numpy's), else a ``TypeError``: a
-    flag given ``"no"``, ``"False"``, ``0`` or ``None`` is refused, not taken for its truth.
-    """
+    """``value`` as a ``bool`` when one (Python's or numpy's), else a ``TypeError``."""
     if isinstance(value, bool | np.bool_):
         return bool(value)
     note = " (a non-empty string is true in Python)" if isinstance(value, str) and value else ""
@@ -108,18 +74,7 @@ def flag(value: object, name: str, who: str) -> bool:
 
 
 def whole_number(value: object, *, minimum: int, problem: str, expected: str, fix: str) -> int:
-    """``value`` as an ``int`` when it is an integral number (see :func:`as_integer`) of at
-    least ``minimum``, else a ``ValueError`` built by :func:`explain` from the caller's words.
-
-    Example:
-        >>> import numpy as np
-        >>> whole_number(np.int64(3), minimum=1, problem="steps", expected="an int", fix="pass 3")
-        3
-        >>> whole_number(0, minimum=1, problem="steps must be >= 1", expected="an int >= 1",
-        ...              fix="pass 1")  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ValueError: steps must be >= 1...
-    """
+    """``value`` as an ``int`` >= ``minimum``, else a ``ValueError`` in the caller's words."""
     number = as_integer(value)
     if number is not None and number >= minimum:
         return number
@@ -156,9 +111,7 @@ KEYWORD_ALIASES: dict[str, tuple[str, ...]] = {
 
 
 def unknown_keyword(who: str, name: str, known: Iterable[str]) -> str:
-    """The message for a keyword ``who`` does not take: the closest known name (a misspelling,
-    or another library's name for it, from :data:`KEYWORD_ALIASES`), and the known names.
-    """
+    """The message for a keyword ``who`` does not take: the closest name, and the known ones."""
     known = list(known)
     alias = next((a for a in KEYWORD_ALIASES.get(name, ()) if a in known), None)
     if alias is not None:
@@ -173,10 +126,7 @@ def unknown_keyword(who: str, name: str, known: Iterable[str]) -> str:
 
 
 def keywords_checked(func: F) -> F:
-    """Decorates a public function so that an unknown keyword raises a ``TypeError`` naming
-    the closest keyword it takes (see :func:`unknown_keyword`) instead of Python's bare
-    "unexpected keyword argument". The check is one set lookup per keyword given.
-    """
+    """Makes a function's unknown-keyword ``TypeError`` name the closest keyword it takes."""
     params = inspect.signature(func).parameters.values()
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return func
@@ -195,12 +145,11 @@ def keywords_checked(func: F) -> F:
 
 
 class ExplainedKeyError(KeyError):
-    """A ``KeyError`` that prints its message as written (Python prints a plain
-    ``KeyError``'s message as its repr: one line with literal ``\\n``).
+    r"""A ``KeyError`` that prints its message as written, not as a one-line repr.
 
     Example:
-        >>> str(ExplainedKeyError("no entry 'los'\\n  fix: use 'loss'"))
-        "no entry 'los'\\n  fix: use 'loss'"
+        >>> str(ExplainedKeyError("no entry 'los'\n  fix: use 'loss'"))
+        "no entry 'los'\n  fix: use 'loss'"
     """
 
     __module__ = "gyre.core"  # its public path, in tracebacks and reprs
@@ -210,9 +159,7 @@ class ExplainedKeyError(KeyError):
 
 
 class LoopWarning(UserWarning):
-    """Something a loop did that the user probably did not intend (the data ended before
-    ``stop``, a Ctrl-C, fused chunks cut short, a train step that returns no state): said
-    once, never silent.
+    """Something a loop did that the user probably did not intend, said once.
 
     Example:
         >>> import warnings
@@ -227,9 +174,7 @@ class LoopWarning(UserWarning):
 
 
 def warn(message: str, category: type[Warning] = LoopWarning) -> None:
-    """Issues a warning attributed to the user's code: the first caller outside gyre (so the
-    warning shows the user's line, and ``-W error`` filters on their module work).
-    """
+    """Issues a warning attributed to the first caller outside gyre."""
     import os
     import sys
 

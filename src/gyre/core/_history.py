@@ -1,11 +1,8 @@
 """``History``: a run's per-step records, kept by column in :class:`Block` objects.
 
-Records arrive stacked (``commit_block``, ``commit_stacked``: a row per step) or one step at a
-time (``commit``, gathered into a block every ``flush_every`` commits or at the next read). A
-block's copy to the host starts when it is committed; it *lands* (becomes numpy columns) at a
-later read, once computed. A block holds a column per clock counter, the batch sizes, and per
-entry the rows that hold it and their values: no Python object per record. The views and
-exports of a history (``collect``, ``to_csv``, ``plot``, :class:`Record`) are in ``_history_views``.
+Records arrive stacked (a row per step) or one step at a time (gathered into a block every
+``flush_every`` commits). A block's copy to the host starts when it is committed and lands at
+a later read, once computed. Views and exports are in ``_history_views``.
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ _STACK_FROM = 8  # per-step values of one entry stacked on the device before the
 
 
 class Block(NamedTuple):
-    """Consecutive records of a history, by column (see the module docstring), as
-    :meth:`History.read` hands them out.
+    """Consecutive records of a history, by column, as :meth:`History.read` hands them out.
 
     Example:
         >>> b = Block(2, {"steps": np.array([0, 1])}, {("losses", "loss"): (np.array([1]), np.array([2.0]))})
@@ -165,12 +161,10 @@ def _host_column(values: Any, lo: int, n: int) -> Any:
 class History(HistoryViews):
     """Per-step records of a run: ``commit`` on the step path, ``collect`` afterwards.
 
-    Keys for :meth:`collect`: a clock counter (``"steps"``, ``"samples"``, ``"epochs"``,
-    ``"step_in_epoch"``, ``"time"``, ``"date"``, also as ``"elapsed.steps"``), a qualified
-    entry (``"metrics.loss"``) or a bare entry name (``"loss"``). A bare name resolves to the
-    first collection that holds it in *that record*, in the order ``losses``, ``metrics``,
-    ``stateful_metrics``, ``outputs``, then custom collections by name; if no collection
-    holds it, a clock counter of that name is used. Records missing a key are skipped.
+    Keys for :meth:`collect`: a clock counter (``"steps"``, ``"time"``, also ``"elapsed.steps"``),
+    a qualified entry (``"metrics.loss"``) or a bare entry name, which resolves per record to the
+    first collection holding it (``losses``, ``metrics``, ``stateful_metrics``, ``outputs``, then
+    custom ones by name), else to a clock counter. Records missing a key are skipped.
 
     Args:
         flush_every: per-step commits gathered into one block (one transfer).
@@ -205,18 +199,11 @@ class History(HistoryViews):
 
     # -- writing -----------------------------------------------------------------------------
     def commit(self, elapsed: Elapsed, logs: Logs, *, batch_size: int | None = None) -> None:
-        """Appends one step's logs (device values are kept; nothing waits). Only the values
-        are kept, not ``logs`` itself: changing it afterwards changes nothing (example: see
-        :class:`History`)."""
+        """Appends the values of one step's logs (``logs`` itself is not kept); never waits."""
         self.commit_owned(elapsed, Logs().merge(logs), batch_size)
 
     def commit_owned(self, elapsed: Elapsed, logs: Logs, batch_size: int | None) -> None:
-        """:meth:`commit` for a caller that hands ``logs`` over and never changes it afterwards.
-
-        Example:
-            >>> h = History(); h.commit_owned(Elapsed(), Logs().add_metric("a", 1), 8); len(h)
-            1
-        """
+        """:meth:`commit` for a caller that hands ``logs`` over and never changes it afterwards."""
         if type(elapsed) is not Elapsed:
             _not_a_clock(elapsed)
         self._open.append((elapsed, logs, batch_size))
@@ -227,9 +214,7 @@ class History(HistoryViews):
     def commit_stacked(
         self, clocks: Sequence[Elapsed], logs: Logs, *, batch_sizes: Sequence[int | None] | None = None, start: int = 0
     ) -> None:
-        """Appends ``len(clocks)`` steps whose logs come stacked: every value has a leading axis
-        (what a fused step returns: see :func:`gyre.fuse`) and step ``i`` gets row ``start + i``,
-        cut on the host once the values have moved there.
+        """Appends ``len(clocks)`` steps whose logs come stacked: step ``i`` gets row ``start + i``.
 
         Example:
             >>> h = History()
@@ -250,8 +235,7 @@ class History(HistoryViews):
     def commit_block(
         self, first: Elapsed, sizes: Sequence[int | None], logs: Logs, *, epoch_steps: int | None, start: int = 0
     ) -> None:
-        """Appends ``len(sizes)`` steps whose logs come stacked (row ``start + i``: step ``i``), the
-        first at clock ``first``, the next ones as :func:`block_clocks` makes them.
+        """Appends ``len(sizes)`` stacked steps, the first at clock ``first``, then one step each.
 
         Example:
             >>> h = History()
@@ -345,19 +329,15 @@ class History(HistoryViews):
             self.on_land()
 
     def flush(self) -> None:
-        """Moves every record to the host, waiting for the device.
-
-        Example:
-            >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1)); h.flush()
-        """
+        """Moves every record to the host, waiting for the device."""
         self._seal()
         self._land(wait=True)
 
     # -- reading -----------------------------------------------------------------------------
     def read(self, since: int = 0, *, wait: bool = False, fresh: bool = True) -> Block:
-        """The records from index ``since`` on that can be read without waiting for the device
-        (``wait``: all of them, waiting), as one block of host columns. ``fresh=False`` leaves the
-        per-step commits since the last block to the history's own batching (a batched writer).
+        """The records from ``since`` on that are on the host, as one block (``wait``: all).
+
+        ``fresh=False`` leaves the latest per-step commits to the history's own batching.
 
         Example:
             >>> h = History()
@@ -382,14 +362,7 @@ class History(HistoryViews):
         return block
 
     def segments(self) -> list[tuple[int, Block]]:
-        """Every record as ``(index of its first record, block)`` without waiting: device values
-        where they have not landed (for reductions on the device).
-
-        Example:
-            >>> h = History(); h.commit(Elapsed(), Logs().add_metric("a", 1.0))
-            >>> [(start, list(block.entries)) for start, block in h.segments()]
-            [(0, [('metrics', 'a')])]
-        """
+        """Every record as ``(first index, block)``, not waiting: device values where not landed."""
         self._seal()
         return list(self._views())
 
@@ -458,7 +431,7 @@ class History(HistoryViews):
         return next(self.records(i, i + 1))
 
     def records(self, start: int = 0, stop: int | None = None) -> Iterator[Record]:
-        """Records ``start`` to ``stop - 1`` (flushes first), reading only the blocks that hold them.
+        """Records ``start`` to ``stop - 1`` (flushes first), reading only the blocks holding them.
 
         Example:
             >>> h = History()
@@ -476,14 +449,7 @@ class History(HistoryViews):
             yield from block.take(max(start - first, 0), min(stop - first, block.count)).records()
 
     def extend(self, other: History | Block) -> None:
-        """Appends every record of ``other``, a history or a block of host columns (a
-        continued run).
-
-        Example:
-            >>> a, b = History(), History()
-            >>> b.commit(Elapsed(), Logs()); a.extend(b); len(a)
-            1
-        """
+        """Appends every record of ``other``, a history or a block of host columns."""
         self._seal()
         for block, _ in other._host_parts() if isinstance(other, History) else [(other, 0)]:
             self._append(block, 0)
@@ -500,13 +466,11 @@ def _not_a_clock(elapsed: Any) -> None:
 def history(logs_list: Iterable[Any] | None = None, *, flush_every: int = 256, lag: int = 16) -> History:
     """A new :class:`History`: empty, or holding the records of ``logs_list``.
 
-    ``logs_list`` holds records as ciclo keeps them: one dict per step of collections of
-    entries, the clock under ``"elapsed"`` (an :class:`~gyre.Elapsed` or a dict of its counters,
-    other keys ignored; without one, ``steps`` is the record's index), or gyre's own records.
+    ``logs_list`` holds ciclo's records (a dict per step of collections, the clock under
+    ``"elapsed"`` as an :class:`~gyre.Elapsed` or a dict; without one, ``steps`` is the
+    record's index) or gyre's own.
 
     Example:
-        >>> len(history())
-        0
         >>> h = history([{"metrics": {"a": 1.0}, "elapsed": {"steps": 4}}, {"metrics": {"a": 3.0}}])
         >>> h.collect("steps", "a")
         ([4, 1], [1.0, 3.0])

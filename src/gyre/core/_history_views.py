@@ -1,6 +1,5 @@
-"""The views and exports of a history: :class:`Record`, the key lookup behind ``collect``, and
-``History``'s ``collect``, ``names``, ``to_records``, ``to_csv`` and ``plot`` (a mixin that reads
-the history's blocks once they are on the host). The transport itself is in ``_history``.
+"""The views and exports of a history: :class:`Record` and ``History``'s ``collect``, ``names``,
+``to_records``, ``to_csv`` and ``plot`` (a mixin over the history's host blocks).
 """
 
 from __future__ import annotations
@@ -36,10 +35,9 @@ class HostBlock(Protocol):
 
 
 class Record(NamedTuple):
-    """One committed step: the clock at the step, its logs, and its batch size (or None).
+    """One committed step: its clock, its logs and its batch size (or None).
 
-    A record also reads like ciclo's (a dict of collections plus ``"elapsed"``):
-    ``record["metrics"]["accuracy_test"]``, ``record["elapsed"]["steps"]``.
+    It also reads like ciclo's record: ``record["metrics"]["acc"]``, ``record["elapsed"]["steps"]``.
 
     Example:
         >>> r = Record(Elapsed(steps=3), Logs().add_metric("acc", 0.5))
@@ -134,8 +132,9 @@ class HistoryViews:
     __iter__: Callable[[], Iterator[Record]]
 
     def collect(self, *keys: str) -> list[Any] | tuple[list[Any], ...]:
-        """Values of ``keys`` from every record that has all of them: one key gives a list,
-        several a tuple of lists of equal length; scalars as Python numbers, arrays as numpy.
+        """Values of ``keys`` from every record that has all of them (keys: see :class:`History`).
+
+        One key gives a list, several a tuple of lists; scalars as Python numbers, arrays as numpy.
 
         Example:
             >>> from gyre import History
@@ -190,8 +189,8 @@ class HistoryViews:
         return {c: list(v) for c, v in seen.items()}
 
     def to_records(self) -> list[dict[str, Any]]:
-        """One flat dict per record: the clock counters, then every entry, by its bare name
-        when no other collection of the history uses it, else ``collection.name``.
+        """One flat dict per record: the clock counters, then every entry by its bare name, or as
+        ``collection.name`` when another collection uses the name.
 
         Example:
             >>> from gyre import History
@@ -231,13 +230,12 @@ class HistoryViews:
             writer.writerows(rows)
 
     def plot(self, path: str | None = None, keys: Sequence[str | Sequence[str]] | None = None, *, x: str = "steps") -> Any:
-        """Plots entries against the clock counter ``x`` with matplotlib and returns the figure,
-        saved to ``path`` (its folder created) unless ``None``. ``keys``: one panel per key, or
-        per nested group (``[["loss", "loss_test"], ["accuracy", "accuracy_test"]]``); by default
-        every scalar entry, ``name_<suffix>`` on the panel of ``name``. A key no record holds,
-        or a ``path`` without an extension (``plot("loss")``: the series go in ``keys``), raises.
-        A figure saved to ``path`` is made without pyplot (matplotlib's backend and pyplot's
-        figures stay as they were); with ``path=None`` it is a pyplot figure, for ``plt.show()``.
+        """Plots entries against the clock counter ``x`` with matplotlib; returns the figure.
+
+        ``keys``: one panel per key or per nested group (``[["loss", "loss_test"], ["acc"]]``); by
+        default every scalar entry, ``name_<suffix>`` on ``name``'s panel. Saved to ``path`` (which
+        needs an extension; its folder is created) without pyplot, leaving the backend alone;
+        ``path=None`` makes a pyplot figure for ``plt.show()``. A key no record holds raises.
 
         Example:
             >>> import tempfile, os

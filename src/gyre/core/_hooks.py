@@ -1,9 +1,7 @@
 """Named points of the predefined loops: ``NamedSchedule`` and the points each loop offers.
 
-A named schedule is a key of the task table of :func:`gyre.train_loop`, :func:`gyre.test_loop`
-or :func:`gyre.predict_loop`; the loop decides when it fires (``on_train_step`` on every
-training step, ``on_epoch_end`` after the last step of each epoch, ...). ciclo's string keys
-(``"on_train_step"``) and its short names (``"train_step"``) name the same points.
+A named schedule is a task-table key of ``train_loop``, ``test_loop`` or ``predict_loop``; the
+loop decides when it fires. ciclo's strings (``"on_train_step"``, ``"train_step"``) name the same.
 """
 
 from __future__ import annotations
@@ -71,9 +69,7 @@ SHORT_NAMES = {
 
 
 def hook_name(key: Any) -> str | None:
-    """The named point a task-table key names (a :class:`NamedSchedule` or a string, short
-    names resolved), or ``None`` for any other key.
-    """
+    """The named point a task-table key names (short names resolved), or ``None``."""
     if isinstance(key, NamedSchedule):
         name = key.name
     elif isinstance(key, str):

@@ -1,7 +1,5 @@
-"""The single door through which gyre moves device values to the host: :func:`fetch`, an
-explicit ``jax.device_get`` of a whole batch of values at once. Nothing on the step path calls
-``float()``, ``np.asarray`` or ``.item()`` on a device array; the no-host-sync test patches
-those implicit paths to raise and lets only this function through.
+"""The one door through which gyre moves device values to the host: :func:`fetch` (the
+no-host-sync test lets only it through).
 """
 
 from __future__ import annotations
@@ -17,9 +15,9 @@ from gyre.core._errors import explain
 
 
 def fetch(tree: Any) -> Any:
-    """Copies a pytree of device values to host numpy values in one explicit transfer. In a
-    multi-process run a fully replicated global array (a data-parallel step's logs) is read
-    from each process's own copy; one split over several processes cannot be read."""
+    """Copies a pytree of device values to host numpy in one transfer (replicated global arrays
+    are read from the process's own copy).
+    """
     try:
         return jax.device_get(tree)
     except RuntimeError as err:
@@ -45,9 +43,7 @@ def to_python(value: Any) -> Any:
 
 
 def numeric_dtype(dtype: Any) -> bool:
-    """Whether values of ``dtype`` are real numbers: bools, integers and floats, low precision
-    ones included (bfloat16, float8, int4: numpy kind ``'V'``); not complex, strings, objects
-    or PRNG keys."""
+    """Whether ``dtype`` holds real numbers (bools, ints, floats, low-precision ones included)."""
     try:
         dtype = np.dtype(dtype)
     except TypeError:  # an extended dtype (a PRNG key)

@@ -1,9 +1,8 @@
 """``Logs``: what a step reports, grouped in collections, as a pytree that can leave ``jit``.
 
 Collections: ``losses`` (what managed steps differentiate), ``metrics``, ``stateful_metrics``
-(accumulated over an epoch; the last value is the running result), ``outputs`` (predictions
-and other arrays) and any custom name given to :meth:`Logs.add_entry`.
-Values stay on the device: nothing here reads them.
+(accumulated; the last value is the running result), ``outputs`` and custom names. Values stay
+on the device: nothing here reads them.
 """
 
 from __future__ import annotations
@@ -40,16 +39,13 @@ class Collection(dict):
 class Logs(dict):
     """Named values a step reports, by collection: ``logs.metrics.accuracy``.
 
-    A ``Logs`` is a pytree, so a jitted step can return one. Entries are added with
-    ``add_metric``/``add_loss``/... and a whole other ``Logs`` (or a dict of collections)
-    is merged in with :meth:`merge` or with the write-only ``logs.updates = other``.
+    Another ``Logs`` (or a dict of collections) merges in with :meth:`merge` or the write-only
+    ``logs.updates = other``.
 
     Example:
         >>> logs = Logs()
         >>> logs.add_loss("loss", 0.5).add_metric("accuracy", 0.9)
         Logs(losses={'loss': 0.5}, metrics={'accuracy': 0.9})
-        >>> logs.metrics.accuracy
-        0.9
         >>> logs.updates = {"metrics": {"f1": 0.8}}
         >>> sorted(logs.metrics)
         ['accuracy', 'f1']
@@ -66,12 +62,7 @@ class Logs(dict):
             raise AttributeError(f"no collection {name!r} in these logs; they have {sorted(self)}") from None
 
     def add_entry(self, collection: str, name: str, value: Any) -> Logs:
-        """Adds ``value`` under ``collection.name`` (creating the collection); returns self.
-
-        Example:
-            >>> Logs().add_entry("images", "sample", 1)
-            Logs(images={'sample': 1})
-        """
+        """Adds ``value`` under ``collection.name`` (creating the collection); returns self."""
         if not isinstance(collection, str) or not isinstance(name, str):
             raise TypeError(explain(
                 "log entries are named by strings",
@@ -105,23 +96,15 @@ class Logs(dict):
         return self.add_entry("metrics", name, value)
 
     def add_metrics(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
-        """Adds several metrics, as a dict and/or as keywords (ciclo's form).
-
-        Example:
-            >>> Logs().add_metrics({"acc": 1.0}, f1=0.5)
-            Logs(metrics={'acc': 1.0, 'f1': 0.5})
-        """
+        """Adds several metrics, as a dict and/or as keywords (ciclo's form)."""
         if values is not None:
             self.add_entries("metrics", values)
         return self.add_entries("metrics", entries)
 
     def add_loss(self, name: str, value: Any, *, add_metric: bool = False) -> Logs:
-        """Adds a loss (managed steps differentiate the sum of the losses); with
-        ``add_metric=True`` (ciclo's option) it is logged as a metric too.
+        """Adds a loss; ``add_metric=True`` (ciclo's option) logs it as a metric too.
 
         Example:
-            >>> Logs().add_loss("mse", 0.1).losses.mse
-            0.1
             >>> Logs().add_loss("mse", 0.1, add_metric=True)
             Logs(losses={'mse': 0.1}, metrics={'mse': 0.1})
         """
@@ -131,8 +114,7 @@ class Logs(dict):
     def add_losses(
         self, values: Mapping[str, Any] | None = None, /, *, add_metrics: bool = False, **entries: Any
     ) -> Logs:
-        """Adds several losses, as a dict and/or as keywords; ``add_metrics=True`` logs them as
-        metrics too.
+        """Adds several losses, as a dict and/or keywords (``add_metrics=True``: as metrics too).
 
         Example:
             >>> Logs().add_losses(mse=0.1, kl=0.2)
@@ -145,17 +127,11 @@ class Logs(dict):
         return self.add_entries("metrics", given) if add_metrics else self
 
     def add_stateful_metric(self, name: str, value: Any) -> Logs:
-        """Adds a metric accumulated across steps (its last value is the running result).
-
-        Example:
-            >>> Logs().add_stateful_metric("acc", 0.5).stateful_metrics.acc
-            0.5
-        """
+        """Adds a metric accumulated across steps (its last value is the running result)."""
         return self.add_entry("stateful_metrics", name, value)
 
     def add_stateful_metrics(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
-        """Adds several stateful metrics, as a dict and/or as keywords (ciclo's
-        ``add_stateful_metrics(**metrics.compute())``).
+        """Adds several stateful metrics, as a dict and/or keywords.
 
         Example:
             >>> Logs().add_stateful_metrics(**{"a": 1, "b": 2})
@@ -170,20 +146,15 @@ class Logs(dict):
         return self.add_entry("outputs", name, value)
 
     def add_outputs(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
-        """Adds several outputs, as a dict and/or as keywords.
-
-        Example:
-            >>> Logs().add_outputs(y=1)
-            Logs(outputs={'y': 1})
-        """
+        """Adds several outputs, as a dict and/or as keywords."""
         if values is not None:
             self.add_entries("outputs", values)
         return self.add_entries("outputs", entries)
 
     def merge(self, other: Mapping[str, Mapping[str, Any]] | None) -> Logs:
-        """Merges another ``Logs`` (or dict of collections) into this one; returns self.
+        """Merges another ``Logs`` or dict of collections (``None``: nothing) in; returns self.
 
-        Entries of ``other`` replace entries of the same name. ``None`` merges nothing.
+        Entries of ``other`` replace entries of the same name.
 
         Example:
             >>> a = Logs().add_metric("x", 1)
@@ -212,20 +183,13 @@ class Logs(dict):
         self.merge(other)
 
     def entries(self) -> Iterator[tuple[str, str, Any]]:
-        """Every ``(collection, name, value)``.
-
-        Example:
-            >>> list(Logs().add_metric("a", 1).entries())
-            [('metrics', 'a', 1)]
-        """
+        """Every ``(collection, name, value)``."""
         for collection, values in self.items():
             for name, value in values.items():
                 yield collection, name, value
 
     def entry_path(self, key: str) -> tuple[str, str] | None:
-        """ciclo's ``entry_path``: where ``"name"`` or ``"collection.name"`` is, as
-        ``(collection, name)``, or ``None``. A bare name held by several collections resolves
-        as :meth:`lookup` does (``losses`` first).
+        """ciclo's ``entry_path``: ``(collection, name)`` of a key (see :meth:`lookup`), or None.
 
         Example:
             >>> Logs().add_metric("acc", 1).entry_path("acc")
@@ -241,18 +205,12 @@ class Logs(dict):
         return None
 
     def entry_collection(self, key: str) -> str | None:
-        """The collection holding ``key`` (see :meth:`entry_path`), or ``None``.
-
-        Example:
-            >>> Logs().add_loss("l", 1).entry_collection("l")
-            'losses'
-        """
+        """The collection holding ``key`` (see :meth:`entry_path`), or ``None``."""
         path = self.entry_path(key)
         return None if path is None else path[0]
 
     def entry_value(self, key: str) -> Any:
-        """The value of ``key`` (see :meth:`entry_path`); a ``KeyError`` listing the entries
-        when it is missing.
+        """The value of ``key`` (see :meth:`lookup`), or a ``KeyError`` listing the entries.
 
         Example:
             >>> Logs().add_metric("acc", 0.5).entry_value("metrics.acc")
@@ -268,13 +226,10 @@ class Logs(dict):
         return self[path[0]][path[1]]
 
     def lookup(self, key: str) -> tuple[bool, Any]:
-        """Finds an entry by ``"collection.name"`` or by bare ``"name"``.
+        """``(found, value)`` of an entry by ``"collection.name"`` or bare ``"name"``.
 
-        A bare name resolves to the first collection holding it in the order ``losses``,
-        ``metrics``, ``stateful_metrics``, ``outputs``, then custom collections by name.
-
-        Returns:
-            ``(found, value)``.
+        A bare name resolves to the first collection holding it: ``losses``, ``metrics``,
+        ``stateful_metrics``, ``outputs``, then custom collections by name.
 
         Example:
             >>> logs = Logs().add_stateful_metric("acc", 2).add_metric("acc", 1)
@@ -319,12 +274,7 @@ def put(logs: Logs, collection: str, name: str, value: Any) -> None:
 
 
 def logs() -> Logs:
-    """A new, empty :class:`Logs`.
-
-    Example:
-        >>> logs().add_metric("accuracy", 0.5)
-        Logs(metrics={'accuracy': 0.5})
-    """
+    """A new, empty :class:`Logs`."""
     return Logs()
 
 
@@ -355,9 +305,7 @@ _SHARED = {"losses": "metrics", "metrics": "losses"}
 
 
 def _warn_shared(name: str, collection: str, other: str) -> None:
-    """Explains a name logged as a loss and as a metric with different values (the same
-    value under both is ``add_loss(..., add_metric=True)``, on purpose): the bare name reads
-    the loss only."""
+    """Explains a name logged as a loss and as a different metric (the bare name reads the loss)."""
     warn(
         f"{name!r} is logged as {other}.{name} and {collection}.{name} with different values in "
         f"one step: the bare name {name!r} reads losses.{name} (collect, monitors, bars); "

@@ -1,30 +1,4 @@
-"""``lr_schedule``: Jax Fit's learning-rate schedule, linear warmup then cosine decay to 0.
-
-A run of ``epochs * steps_per_epoch`` optimizer steps numbers them ``0 .. T - 1``
-(``T = epochs * steps_per_epoch``); optax calls the schedule with the count of updates
-already applied, so step ``s`` is the ``s``-th update. With ``W = warmup_epochs *
-steps_per_epoch`` and ``D = T - 1 - W`` (the decay's length):
-
-========================  ==========================================================
-step ``s``                learning rate
-========================  ==========================================================
-``0 <= s <= W``           ``base_lr * s / W`` (linear warmup: 0 at step 0, ``base_lr``
-                          at step ``W``, the end of the warmup)
-``W <= s <= T - 1``       ``base_lr * (1 + cos(pi * (s - W) / D)) / 2`` (``base_lr`` at
-                          ``W``, ``base_lr / 2`` at the middle ``W + D / 2``, 0 at the
-                          last step ``T - 1``)
-``s >= T - 1``, ``s < 0`` 0 past the end (and before the start)
-========================  ==========================================================
-
-"The last step" is ``T - 1``, the last update the run applies (optax's
-``warmup_cosine_decay_schedule(..., decay_steps=T)`` reaches 0 at step ``T``, one past
-the run, so its last update still has a small non-zero rate). Those four points are exact
-(bit for bit, in the schedule's float dtype, eager or jitted): the end points are
-selected, not computed, and the cosine is evaluated as ``1 - sin(pi * u)`` with
-``u = (s - W - D / 2) / D``, which is exactly 0 at the middle. The middle is a step when
-``D`` is even; otherwise the rate passes ``base_lr / 2`` between two steps.
-With ``warmup_epochs=0`` there is no warmup: the rate starts at ``base_lr``.
-"""
+"""``lr_schedule``: Jax Fit's learning-rate schedule, linear warmup then cosine decay to 0."""
 
 from __future__ import annotations
 
@@ -64,21 +38,24 @@ def lr_schedule(
     epochs: int = 100,
     warmup_epochs: int = 5,
 ) -> optax.Schedule:
-    """Linear warmup from 0 to ``base_lr``, then cosine decay reaching 0 exactly at the last
-    step of the run (see the module's table: step ``epochs * steps_per_epoch - 1``).
+    """Linear warmup from 0 to ``base_lr``, then cosine decay reaching 0 exactly at the last step.
 
-    The schedule is jittable: ``step`` may be a Python int, a numpy int or a traced
-    integer array (optax's ``count``). Values are in JAX's default float dtype.
+    With ``T = epochs * steps_per_epoch`` updates numbered ``0 .. T - 1`` (optax's count),
+    ``W = warmup_epochs * steps_per_epoch`` and ``D = T - 1 - W``: the rate is ``base_lr * s / W``
+    for ``s <= W``, then ``base_lr * (1 + cos(pi * (s - W) / D)) / 2``, and 0 outside
+    ``[0, T - 1]``. Step 0, ``W``, the middle ``W + D / 2`` (when a step) and ``T - 1`` are exact
+    (0, ``base_lr``, ``base_lr / 2``, 0), bit for bit, eager or jitted; optax's
+    ``warmup_cosine_decay_schedule(decay_steps=T)`` would still be above 0 at ``T - 1``.
+    ``step`` may be a traced integer; values are in JAX's default float dtype.
 
     Args:
         base_lr: the peak learning rate, a positive finite number.
         steps_per_epoch: optimizer steps per epoch, e.g. ``len(train_ds)``.
         epochs: the run's length in epochs.
-        warmup_epochs: epochs of linear warmup, ``0 <= warmup_epochs < epochs``.
+        warmup_epochs: epochs of linear warmup, ``0 <= warmup_epochs < epochs`` (0: none).
 
     Returns:
-        An ``optax.Schedule``, ``step -> learning rate``, for ``optax.adam(schedule)`` or
-        ``optax.inject_hyperparams(optax.adam)(learning_rate=schedule)``.
+        An ``optax.Schedule``, ``step -> learning rate``.
 
     Raises:
         ValueError: a non-positive or non-finite ``base_lr``, a count below its minimum,
@@ -90,9 +67,6 @@ def lr_schedule(
         >>> lr = gyre.lr_schedule(base_lr=0.1, steps_per_epoch=5, epochs=4, warmup_epochs=1)
         >>> [round(float(lr(s)), 6) for s in (0, 2, 5, 12, 19)]  # start, warmup, peak, middle, last
         [0.0, 0.04, 0.1, 0.05, 0.0]
-        >>> gyre.lr_schedule(0.1, steps_per_epoch=10, epochs=5, warmup_epochs=5)
-        Traceback (most recent call last):
-        ValueError: lr_schedule: warmup_epochs=5 leaves no epoch for the decay...
     """
     peak = _check_base_lr(base_lr)
     per_epoch = _count(steps_per_epoch, "steps_per_epoch", 1, "len(train_ds)")

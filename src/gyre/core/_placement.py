@@ -1,19 +1,5 @@
-"""Moving host or device values onto their shardings: the one placement function of gyre.
-
-:func:`place_leaf` puts one value on one sharding, and :func:`place` does it for a pytree.
-Both serve every caller that moves data to devices: prefetching, a strategy's
-``place_batch`` and ``place_state``. The rules, leaf by leaf:
-
-* a leaf that is not an array (a string, a Python number, ``None``) is returned unchanged;
-* a sharding whose devices all belong to this process: ``jax.device_put``;
-* a leaf that already is a global array (it spans several processes) is kept when it already
-  has the sharding asked for, and resharded by JAX otherwise;
-* any other leaf (numpy, or an array on this process's devices) onto a sharding that spans
-  several processes is this process's slice of one global array:
-  ``jax.make_array_from_process_local_data``.
-
-This module is in gyre's lowest layer, so the loop layer and the parallel layer can both use
-it.
+"""Moving host or device values onto their shardings: the one placement function of gyre
+(prefetching, a strategy's ``place_batch`` and ``place_state`` all use it).
 """
 
 from __future__ import annotations
@@ -40,17 +26,16 @@ def is_array(leaf: Any) -> bool:
 
 
 def place_leaf(leaf: Any, sharding: Sharding, *, copy: bool = False) -> Any:
-    """One leaf placed on ``sharding`` (see the module docstring for the rules).
+    """One leaf placed on ``sharding``.
+
+    Non-arrays are returned unchanged; on this process's devices: ``jax.device_put``; a global
+    array is kept when already so sharded, else resharded; any other leaf onto a sharding across
+    processes becomes this process's slice of one global array.
 
     Args:
         leaf: a numpy or JAX array (any other value is returned unchanged).
         sharding: where it goes.
-        copy: never share a buffer with ``leaf`` (needed for values a compiled step will
-            donate: donation deletes the buffers, and the caller's arrays must survive). Without
-            it, JAX may return ``leaf`` itself when it already is where it should be.
-
-    Returns:
-        The placed array, or ``leaf`` itself when it is not an array.
+        copy: never share a buffer with ``leaf`` (for values a compiled step will donate).
 
     Example:
         >>> import jax, numpy as np
@@ -81,16 +66,12 @@ def place(tree: Any, sharding: ShardingSpec, *, copy: bool = False) -> Any:
 
     Args:
         tree: any pytree (a batch, a state).
-        sharding: one ``jax.sharding.Sharding`` for every leaf, a function
-            ``leaf -> Sharding``, or a pytree of shardings shaped like ``tree`` (or like a
-            prefix of it: a sharding then serves the whole subtree under it).
-        copy: never share buffers with ``tree`` (see :func:`place_leaf`).
-
-    Returns:
-        ``tree`` with its array leaves placed.
+        sharding: one ``jax.sharding.Sharding``, a function ``leaf -> Sharding``, or a pytree of
+            shardings shaped like ``tree`` or a prefix of it.
+        copy: never share buffers with ``tree``.
 
     Raises:
-        TypeError: ``sharding`` is none of the forms above.
+        TypeError: ``sharding`` is none of these forms.
 
     Example:
         >>> import jax, numpy as np

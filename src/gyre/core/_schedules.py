@@ -1,47 +1,8 @@
 """Schedules: predicates on the clock that say when a callback runs.
 
-A schedule is any callable ``elapsed -> bool``; the classes here add the algebra
-(``&``, ``|``, ``~``) and keep their state, if any, in :meth:`Schedule.state_dict`.
-The loop calls each schedule once per step, with the clock of completed work, so on
-step index ``i`` a schedule sees ``elapsed.steps == i``.
-
-When each one fires:
-
-==================================  =======================================================
-``every(n)`` / ``every(steps=n)``   step indices 0, n, 2n, ... (``elapsed.steps % n == 0``)
-``every(epochs=n)``                 first step of epochs 0, n, 2n, ... (``step_in_epoch == 0``)
-``every(samples=n)``                first step starting at or past each multiple of n samples
-``every(time=t)``                   first step starting at or past each multiple of t seconds
-``after(period)``                   every step once ``elapsed >= period``
-``after(period).every(...)``        the inner schedule, on the clock counted from the step
-                                    where the period was reached (``after(steps=50).every(100)``
-                                    fires at steps 50, 150, 250, ...)
-``after(period).then(s)`` / ``>>``  ``s``, on that same relative clock
-``piecewise(initial, {p: s})``      ``initial`` until ``p`` is reached, then ``s`` (relative)
-``always()`` / ``never()``          every step / no step
-``a & b``, ``a | b``, ``~a``        both / either / not; every operand is evaluated every
-                                    step (no short-circuit), so stateful ones stay in step
-==================================  =======================================================
-
-:meth:`Schedule.next_step` says in advance at which step a schedule must next be called, so a
-loop can run the steps before it without calling it; :data:`UNSOLVED` when it cannot say:
-
-==================================  =======================================================
-``every(n)``                        the next multiple of ``n``
-``every(epochs=n)``                 the first step of the next epoch ``e % n == 0`` (needs
-                                    ``epoch_steps``, else UNSOLVED)
-``every(samples=/time=)``           UNSOLVED (batch sizes, wall time)
-``always()`` / ``never()``          this step / ``None`` (never again)
-``a | b``                           the first of the parts' steps
-``a & b``                           the first state change of a part, or else the first
-                                    step where every part may fire
-``~a``                              the first step where ``a`` does not fire (UNSOLVED when
-                                    ``a`` is stateful)
-``after`` / ``piecewise``           the first switch point not reached yet (in steps, or
-                                    epochs with ``epoch_steps``; others UNSOLVED) or the
-                                    active piece's step on its relative clock
-a plain function                    UNSOLVED
-==================================  =======================================================
+A schedule is any callable ``elapsed -> bool``; the classes here add the algebra (``&``, ``|``,
+``~``), their state (:meth:`Schedule.state_dict`) and :meth:`Schedule.next_step`, which lets a
+loop skip the calls in between. On step index ``i`` a schedule sees ``elapsed.steps == i``.
 """
 
 from __future__ import annotations
@@ -82,8 +43,9 @@ _SCAN = 1024
 class Schedule:
     """Base class: a predicate on the clock with ``&``, ``|``, ``~`` and a state dict.
 
-    Subclasses implement ``__call__(elapsed) -> bool``. Stateful ones also override
-    :meth:`state_dict` / :meth:`load_state_dict` so a checkpoint can carry their state.
+    Subclasses implement ``__call__(elapsed) -> bool``; stateful ones override
+    :meth:`state_dict`/:meth:`load_state_dict`. ``a & b``, ``a | b`` evaluate every operand every
+    step (no short-circuit), so stateful ones stay in step.
 
     Example:
         >>> s = every(2) & ~every(4)
@@ -114,9 +76,7 @@ class Schedule:
     fires_always: bool = False
 
     def reads(self) -> frozenset[str] | None:
-        """The clock counters the schedule reads (``"steps"``, ``"epochs"``, ...), or ``None``
-        when it cannot tell (a plain function). Loops use it to refuse epoch-based schedules
-        over data of unknown epoch length, and to explain how fused chunks are cut.
+        """The clock counters the schedule reads, or ``None`` when it cannot tell.
 
         Example:
             >>> sorted(every(epochs=1).reads()), (every(2) | every(time=1.0)).reads() >= {"time"}
@@ -132,25 +92,17 @@ class Schedule:
         """Restores what :meth:`state_dict` returned."""
 
     def next_step(self, after: Elapsed | int, *, epoch_steps: int | None = None) -> Any:
-        """The first step index ``s >= after.steps`` at which calling the schedule could
-        return True or change its state (:meth:`state_dict`), were it called at every step from
-        ``after`` on; ``None`` when neither can happen again; :data:`UNSOLVED` when it cannot
-        say in advance (samples, time, dates, plain functions, or any part that cannot).
+        """The first step ``s >= after.steps`` where a call could fire or change the state; ``None``
+        when never again; :data:`UNSOLVED` when it cannot say (samples, time, dates, functions).
 
-        So a loop that calls the schedule only at the steps this returns, asking again with the
-        clock of the step after each call, sees the same firings and ends with the same state
-        as one that calls it at every step. An earlier step than needed may come back (a call
-        there returns False and changes nothing), a later one never. It changes no state.
+        Calling the schedule only at the steps this returns (asking again after each call) gives
+        the same firings and state as calling it every step. It changes no state.
 
         Args:
-            after: the clock of the step in progress (its ``steps``, ``epochs`` and
-                ``step_in_epoch`` exact for that step); an ``int`` is ``Elapsed(steps=after)``.
-            epoch_steps: steps per epoch; step ``s`` then has ``step_in_epoch ==
-                (after.step_in_epoch + s - after.steps) % epoch_steps`` and ``epochs`` counts
-                the epochs filled since ``after``. ``None``: epoch schedules are UNSOLVED.
+            after: the clock of the step in progress; an ``int`` is ``Elapsed(steps=after)``.
+            epoch_steps: steps per epoch; ``None``: epoch schedules are UNSOLVED.
 
-        Subclasses override ``_next_step(clock, epoch_steps)`` (the clock an ``Elapsed``);
-        the default solves a schedule with ``fires_always`` and leaves others UNSOLVED.
+        Subclasses override ``_next_step(clock, epoch_steps)``.
 
         Example:
             >>> every(10).next_step(13), always().next_step(13), never().next_step(13)
@@ -158,12 +110,8 @@ class Schedule:
             >>> s = after(steps=50).every(100)
             >>> s.next_step(13)  # the switch at step 50 is a state change, and fires
             50
-            >>> s(Elapsed(steps=50)), s.next_step(51)
-            (True, 150)
             >>> every(epochs=2).next_step(Elapsed(steps=3, step_in_epoch=3), epoch_steps=5)
             10
-            >>> every(epochs=1).next_step(3), every(time=60.0).next_step(3)
-            (UNSOLVED, UNSOLVED)
         """
         if not isinstance(after, Elapsed):
             steps = whole(after, "after", problem="next_step(after=...) takes the clock of a step",
@@ -317,9 +265,7 @@ def _at(clock: Elapsed, step: int, epoch_steps: int | None) -> Elapsed:
 
 
 def first_firing(predicate: ScheduleLike, clock: Elapsed, epoch_steps: int | None, cycle: int | None) -> int | None:
-    """The first step from ``clock`` on where the stateless ``predicate`` is true, trying them
-    one by one: ``None`` when none is in a whole ``cycle`` (its firings repeat after it), the
-    step reached when :data:`_SCAN` steps found none."""
+    """The first step from ``clock`` where the stateless ``predicate`` is true, tried one by one."""
     span = min(cycle or _SCAN, _SCAN)
     for step in range(clock.steps, clock.steps + span):
         if predicate(_at(clock, step, epoch_steps)):
@@ -377,7 +323,7 @@ def always() -> Schedule:
 
 
 def never() -> Schedule:
-    """Never fires (a placeholder that switches a task off).
+    """Never fires (switches a task off).
 
     Example:
         >>> never()(Elapsed())
@@ -460,11 +406,9 @@ def every(
 ) -> Schedule:
     """Fires periodically, counted in exactly one of steps, samples, epochs or seconds.
 
-    * ``every(n)``: step indices 0, n, 2n, ... (stateless).
-    * ``every(epochs=n)``: the first step of epochs 0, n, 2n, ... (stateless).
-    * ``every(samples=n)`` / ``every(time=t)``: the first step that starts at or past each
-      multiple of n samples / t seconds, including the very first step (stateful: it
-      remembers the last multiple it fired on, in :meth:`Schedule.state_dict`).
+    ``every(n)``: step indices 0, n, 2n, ...; ``every(epochs=n)``: the first step of epochs 0, n,
+    2n, ...; ``every(samples=n)``/``every(time=t)``: the first step starting at or past each
+    multiple of n samples / t seconds, the first step included (stateful).
 
     Example:
         >>> s = every(3)
@@ -603,10 +547,7 @@ def _reach(period: Period, clock: Elapsed, epoch_steps: int | None) -> Any:
 
 
 def _check_order(periods: list[Period]) -> None:
-    """Refuses a piece listed after one it does not follow: the active piece is the last
-    reached in the listed order, so a piece at or past the next one's point never runs.
-    Pieces that share no quantity (``at(epochs=2)`` then ``at(steps=500)``) cannot be ordered
-    here and are taken as listed."""
+    """Refuses a piece listed after one it does not follow (pieces sharing no quantity pass)."""
     for first, second in zip(periods, periods[1:], strict=False):
         for name in Period.__slots__:
             a, b = getattr(first, name), getattr(second, name)
@@ -621,10 +562,8 @@ def _check_order(periods: list[Period]) -> None:
 def piecewise(initial: ScheduleLike, pieces: Mapping[Period, ScheduleLike]) -> Piecewise:
     """``initial`` until the first period is reached, then that period's schedule, and so on.
 
-    Pieces are taken in the order given, which must be increasing (pieces out of order, or two
-    at the same point, are an error: the earlier one would never run). Once reached, a
-    period stays reached; the active piece is the last reached one. Each piece sees the clock
-    counted from the step where its period was reached (see :meth:`Elapsed.since`).
+    Pieces must be in increasing order (out of order, or two at one point, is an error). Each
+    piece sees the clock counted from the step where its period was reached.
 
     Example:
         >>> s = piecewise(every(1), {Period(steps=4): every(3)})
@@ -643,8 +582,8 @@ def after(
 ) -> Piecewise:
     """Fires on every step once any of the given quantities is reached.
 
-    Refine it with ``.every(...)``, ``.then(schedule)`` or ``>> schedule``; the refinement sees
-    the clock counted from the step where the period was reached.
+    ``.every(...)``, ``.then(schedule)`` or ``>> schedule`` refine it, on the clock counted from
+    the step where the period was reached.
 
     Example:
         >>> s = after(steps=3)

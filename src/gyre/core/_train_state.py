@@ -1,9 +1,4 @@
-"""``TrainState``: the default state pytree (step, params, optimizer state, rng, model state).
-
-Randomness is stateless: the key of step ``n`` is ``jax.random.fold_in(rng, n)``, so a resumed
-run draws the same numbers as one that never stopped. ``apply_fn`` and ``tx`` are static
-(part of the tree structure, not leaves), so a jitted step sees only arrays.
-"""
+"""``TrainState``: the default state pytree (step, params, optimizer state, rng, model state)."""
 
 from __future__ import annotations
 
@@ -46,17 +41,13 @@ def check_optimizer(value: Any, *, argument: str, none_means: str) -> None:
 
 
 class TrainState(struct.PyTreeNode, kw_only=True):
-    """The training state: a pytree with ``step``, ``params``, ``opt_state``, ``rng``,
-    ``model_state`` (mutable collections such as ``batch_stats``) and ``extras``.
+    """The training state: ``step``, ``params``, ``opt_state``, ``rng``, ``model_state`` (mutable
+    collections such as ``batch_stats``) and ``extras``; ``apply_fn`` and ``tx`` are static.
 
-    Subclasses may declare more fields (``flax.struct`` style), with or without defaults:
-    gyre's own fields are keyword-only, so ``class MyState(TrainState): ema: Any`` works, and
-    ``create`` takes them as keywords. ``create`` puts unknown keyword arguments in
-    ``extras``. Model collections and extras read as attributes (``state.batch_stats``,
-    ``state.ema``); ``state.batch_stats`` is ``None`` when the model has no batch statistics
-    (the one name that answers without existing, as flax's examples expect). Any other
-    unknown name is an ``AttributeError`` listing the fields, collections and extras, with
-    the closest name.
+    Subclasses may declare more fields (``class MyState(TrainState): ema: Any``). Collections
+    and extras read as attributes (``state.ema``); ``state.batch_stats`` is ``None`` when the
+    model has none. The key of step ``n`` is ``fold_in(rng, n)``, so a resumed run draws the
+    same numbers.
 
     Example:
         >>> import jax.numpy as jnp, optax
@@ -96,33 +87,25 @@ class TrainState(struct.PyTreeNode, kw_only=True):
     ) -> Any:
         """A state at step 0, with the optimizer state initialised from ``params``.
 
-        ``batch_stats=`` (as flax's and Jax Fit's states take it) is stored as
-        ``model_state["batch_stats"]``: ``state.batch_stats`` reads it and
-        ``state.replace(batch_stats=...)`` replaces it.
-
         Args:
-            params: the trainable parameters (any pytree).
+            params: the trainable parameters (any pytree; ``()`` for none).
             tx: an optax optimizer; ``None`` for a state that is never updated.
             apply_fn: the model's apply function, kept static.
             rng: a seed or PRNG key; per-step keys are folded from it.
             model_state: mutable model collections (``{"batch_stats": ...}``).
-            batch_stats: the model's ``batch_stats`` collection (``variables["batch_stats"]``),
-                a shorthand for ``model_state={"batch_stats": ...}``.
-            **extras: fields a subclass declares (required when they have no default), or
-                else extra values kept in ``extras``.
+            batch_stats: shorthand for ``model_state={"batch_stats": ...}``.
+            **extras: fields a subclass declares, or else extra values kept in ``extras``.
 
         Raises:
-            TypeError: a field the subclass declares without a default is missing,
-                ``batch_stats`` is given both as ``batch_stats=`` and in ``model_state``,
-                or ``params`` is ``None`` (a state without parameters passes ``params=()``).
+            TypeError: a declared field without a default is missing, ``batch_stats`` is given
+                twice, or ``params`` is ``None``.
 
         Example:
             >>> import jax.numpy as jnp
-            >>> TrainState.create(params=jnp.zeros(3), ema=jnp.zeros(3)).ema.shape
-            (3,)
-            >>> s = TrainState.create(params=jnp.zeros(3), batch_stats={"mean": jnp.zeros(3)})
-            >>> sorted(s.model_state), s.batch_stats["mean"].shape
-            (['batch_stats'], (3,))
+            >>> s = TrainState.create(params=jnp.zeros(3), batch_stats={"mean": jnp.zeros(3)},
+            ...                       ema=1.0)
+            >>> sorted(s.model_state), s.batch_stats["mean"].shape, s.ema
+            (['batch_stats'], (3,), 1.0)
         """
         check_optimizer(tx, argument="tx", none_means="a state that is not trained")
         if params is None:
@@ -184,9 +167,7 @@ class TrainState(struct.PyTreeNode, kw_only=True):
     def apply_gradients(self, *, grads: Any, **changes: Any) -> Any:
         """One optimizer update: new params and optimizer state, ``step + 1``.
 
-        Args:
-            grads: gradients shaped like ``params``.
-            **changes: other fields to replace at the same time (e.g. ``model_state=``).
+        ``**changes`` replaces other fields at the same time.
 
         Example:
             >>> import jax.numpy as jnp, optax
@@ -204,8 +185,7 @@ class TrainState(struct.PyTreeNode, kw_only=True):
         return self.replace(step=self.step + 1, params=params, opt_state=opt_state, **changes)
 
     def step_key(self, stream: int | str | None = None) -> jax.Array:
-        """The PRNG key of the current step (``fold_in(rng, step)``), optionally of a named
-        stream, so dropout and noise draw independent numbers.
+        """The PRNG key of the current step (``fold_in(rng, step)``), optionally of a named stream.
 
         Example:
             >>> s = TrainState.create(params=(), rng=0)

@@ -1,38 +1,17 @@
 """Metrics as mergeable device values: ``Mean``, ``Sum``, ``First``, ``Last``, ``Max``, ``Min``,
 ``Std`` and ``Concat``.
 
-Each metric is an immutable pytree (a ``flax.struct`` node) holding the sufficient statistics
-of a reduction, never the reduction's result, so two partial results combine exactly:
+Each is an immutable pytree holding a reduction's sufficient statistics, so partial results
+combine exactly: ``M.empty()`` (the identity of ``merge``), ``M.from_value(value, count=1)``,
+``M.from_stacked(values, counts=None)`` (a column of per-step values), ``m.update(value,
+count=1)``, ``m.merge(other)``, ``m.compute()``. All run under ``jit``, never reading a device
+value; vector values reduce elementwise.
 
-* ``M.empty()`` is the identity of ``merge`` (``m.merge(M.empty()) == m``);
-* ``M.from_value(value, count=1)`` is the metric of one step's value;
-* ``M.from_stacked(values, counts=None)`` is the metric of a column of per-step values (the
-  leading axis is the steps), computed in one vectorised expression;
-* ``m.update(value, count=1)`` is ``m.merge(M.from_value(value, count))``;
-* ``m.merge(other)`` combines two (associative), ``m.compute()`` gives the result.
-
-Everything runs under ``jit`` and eagerly and nothing reads a device value on the host, so an
-evaluation can be reduced while the device is still busy. Values may have any shape: vector
-values (per-class metrics) are reduced elementwise; a step's ``count`` is a scalar.
-
-**Counts.** Every metric carries ``count``, the total weight it has seen (float32; ``0`` means
-empty). ``Mean`` and ``Std`` weigh each value by its count (pass the batch size to get a mean
-over examples). The other metrics use the count as presence: a step with count ``0`` is left
-out (``Sum``, ``First``, ``Last``, ``Max``, ``Min``), except by ``Concat``, whose length must be
-known when compiling, which keeps every value.
-
-**Dtypes.** ``Mean`` and ``Std`` accumulate in float32 at least (integer, bool, bfloat16 and
-float16 inputs give float32; float64 stays float64). ``Sum`` adds integers and bools in int32 at
-least and floats in float32 at least. ``First``, ``Last``, ``Max``, ``Min`` and ``Concat`` keep
-the values' dtype. ``empty()`` of the dtype-keeping metrics holds a weakly typed ``0`` that takes
-the dtype of whatever it is merged with.
-
-**Empty metrics.** ``compute()`` of an empty metric is ``0`` for every metric (a zero-length
-array for ``Concat``): never NaN, so an empty evaluation does not poison a running result.
-Check ``m.count == 0`` to tell an empty metric from a zero result.
-
-``REDUCTIONS`` maps the names ``"mean"``, ``"sum"``, ``"first"``, ``"last"``, ``"min"``,
-``"max"``, ``"std"``, ``"concat"`` to the classes; :func:`get_reduction` looks one up.
+``count`` (float32, 0: empty) weighs ``Mean`` and ``Std``; the others leave out steps with
+count 0, except ``Concat``, which keeps every value. ``Mean``/``Std`` accumulate in float32 at
+least, ``Sum`` in int32/float32 at least; the others keep the values' dtype. ``compute()`` of
+an empty metric is 0 (a zero-length array for ``Concat``), never NaN: check ``m.count == 0``.
+``REDUCTIONS`` maps ``"mean"``, ``"sum"``, ... to the classes (:func:`get_reduction`).
 
 Example:
     >>> import jax.numpy as jnp
@@ -159,10 +138,8 @@ def _safe(count: jax.Array) -> jax.Array:
 
 
 class Metric(struct.PyTreeNode):
-    """A mergeable reduction: the base class of every metric here.
-
-    Subclasses define ``empty``, ``from_value``, ``from_stacked``, ``merge`` and ``compute``;
-    ``update`` is ``merge(from_value(...))``.
+    """A mergeable reduction, the base class of every metric here: subclasses define ``empty``,
+    ``from_value``, ``from_stacked``, ``merge`` and ``compute``.
 
     Example:
         >>> issubclass(Mean, Metric), Mean.empty().update(3.0).compute().tolist()
@@ -446,13 +423,10 @@ class Min(_Selecting):
 
 
 class Std(Metric):
-    """The weighted population standard deviation (``ddof=0``, as ``numpy.std``).
+    """The weighted population standard deviation (``ddof=0``, as ``numpy.std``); 0 when empty.
 
-    Numerically stable: it keeps the count, a shift (the first value seen), the mean of the
-    values minus the shift and their sum of squared deviations (``m2``), merged with Chan et
-    al.'s parallel formula; never a sum of squares. Deviations from the shift are exact for
-    nearby values, so values with a large offset (``1e6 + noise`` in float32) keep their
-    precision. ``empty()`` is exact zeros, so a reset leaves no residue. 0 when empty.
+    Numerically stable (a shift and Chan et al.'s parallel merge, never a sum of squares), so
+    values with a large offset keep their precision.
 
     Example:
         >>> import jax.numpy as jnp
@@ -522,12 +496,7 @@ class Std(Metric):
         return self.shift + self.mean
 
     def variance(self) -> jax.Array:
-        """``m2 / count`` (0 when empty).
-
-        Example:
-            >>> Std.empty().variance().tolist()
-            0.0
-        """
+        """``m2 / count`` (0 when empty)."""
         return self.m2 / _safe(self.count).astype(self.m2.dtype)
 
     def compute(self) -> jax.Array:
@@ -539,10 +508,9 @@ class Std(Metric):
 
 
 class Concat(Metric):
-    """Every value, concatenated along the leading axis: a step's value of shape ``(b, ...)``
-    adds ``b`` rows, a scalar adds one. Its shape grows, so it is not a ``lax.scan`` carry,
-    and a new total length compiles a new program under ``jit``. Counts are added up but
-    leave no value out. Empty: a zero-length float32 array.
+    """Every value, concatenated along the leading axis (a scalar adds one row); empty: a
+    zero-length float32 array. Its shape grows: not a ``lax.scan`` carry, and each new total
+    length compiles again under ``jit``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -612,15 +580,12 @@ def get_reduction(name: str | type[Metric]) -> type[Metric]:
     """The metric class of a reduction's name (a :class:`Metric` subclass is returned as is).
 
     Raises:
-        ValueError: an unknown name; the message lists the closest names and all of them.
+        ValueError: an unknown name (the message lists the closest and all names).
         TypeError: neither a name nor a metric class.
 
     Example:
         >>> get_reduction("mean").__name__, get_reduction(Std).__name__
         ('Mean', 'Std')
-        >>> get_reduction("maen")
-        Traceback (most recent call last):
-        ValueError: unknown reduction 'maen'. Did you mean 'mean'?...
     """
     if isinstance(name, type) and issubclass(name, Metric):
         return name

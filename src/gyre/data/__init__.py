@@ -1,19 +1,7 @@
-"""Data for gyre loops: batches of in-memory arrays and built-in data sets.
+"""Data for gyre loops: batches of in-memory arrays and built-in data sets (README: "Data").
 
-``import gyre`` is enough: ``gyre.data`` needs only numpy; scikit-learn, which ships the
-digits, is imported when :func:`digits` is called (``pip install 'gyre[examples]'``).
-
-- :func:`digits`: ``((x_train, y_train), (x_test, y_test))`` as numpy arrays.
-- :func:`arrays`: in-memory arrays (or a reader's result) as :class:`Sources` ``(train, val,
-  test)``: resumable training batches reshuffled every epoch, a seeded validation split,
-  fixed evaluation batches, optional image augmentation, on grain threads with ``workers=``.
-- :func:`batches`: a :class:`Batches` iterator of ``(x, y)`` batches, reshuffled every epoch,
-  that knows its epoch length and saves its position (``state_dict`` / ``load_state_dict``),
-  so a resumed run continues with exactly the next batch.
-- :func:`steps_per_epoch`: how many batches one epoch holds.
-- :func:`stratified_split`: the train/test indices ``digits`` uses, for your own arrays.
-- :func:`supervised`: ``(x, y)`` batches as :class:`SupervisedBatch` (``.input``, ``.target``,
-  ``.size``: jax_trainer's batches), keeping the source's position.
+``gyre.data`` needs only numpy; :func:`digits` imports scikit-learn when called
+(``pip install 'gyre[examples]'``).
 
 Example:
     >>> import gyre
@@ -21,8 +9,6 @@ Example:
     >>> x, y = next(gyre.data.batches((x_train, y_train), 32))
     >>> x.shape, y.shape
     ((32, 64), (32,))
-    >>> gyre.data.steps_per_epoch(len(x_train), 32)
-    44
 """
 
 from gyre.data._adapters import NumpyLoader as NumpyLoader

@@ -1,8 +1,5 @@
-"""Batches of a ``torch.utils.data.DataLoader`` or a ``tf.data.Dataset`` as numpy: the loaders
-stay re-iterable (one pass per epoch) and keep their length, their tensors become numpy arrays.
-
-Neither torch nor TensorFlow is a gyre dependency: each adapter imports its package when it
-is called and says which one to install when it is missing.
+"""Batches of a torch ``DataLoader`` or a ``tf.data.Dataset`` as numpy, still re-iterable and
+with their length. Each adapter imports its package when called.
 """
 
 from __future__ import annotations
@@ -17,10 +14,7 @@ from gyre.core._errors import describe, explain
 
 
 def to_numpy(tree: Any) -> Any:
-    """``tree`` with every tensor replaced by a numpy array: tuples, lists and dicts are
-    walked; a torch tensor goes through ``.detach().cpu().numpy()``, a TensorFlow tensor
-    through ``.numpy()``, anything else through ``numpy.asarray``.
-    """
+    """``tree`` with every torch or TensorFlow tensor (in tuples, lists, dicts) as a numpy array."""
     if isinstance(tree, np.ndarray):
         return tree
     if isinstance(tree, Mapping):
@@ -38,8 +32,7 @@ def to_numpy(tree: Any) -> Any:
 
 class NumpyLoader(Iterable[Any]):
     """A re-iterable loader whose batches come out as numpy: what :func:`from_torch` and
-    :func:`from_tf` return. Each ``iter()`` is a new pass over the wrapped loader;
-    ``len()`` is its length when it has one.
+    :func:`from_tf` return. ``len()`` is the wrapped loader's when it has one.
 
     Example:
         >>> loader = NumpyLoader([(np.ones(2), 7)])
@@ -78,12 +71,8 @@ def _check_iterable(loader: Any, adapter: str, example: str) -> None:
 
 
 def from_torch(loader: Any) -> NumpyLoader:
-    """A ``torch.utils.data.DataLoader`` whose batches come out as numpy arrays (tensors
-    through ``.detach().cpu().numpy()``), still re-iterable and with its ``len``, so a gyre
-    loop or trainer takes it as one epoch per pass. Needs torch.
-
-    Args:
-        loader: the ``DataLoader`` (or any re-iterable of torch tensors).
+    """A ``torch.utils.data.DataLoader`` (or any re-iterable of torch tensors) whose batches come
+    out as numpy, re-iterable (one epoch per pass) and with its ``len``. Needs torch.
 
     Returns:
         A :class:`NumpyLoader`.
@@ -107,11 +96,8 @@ def from_torch(loader: Any) -> NumpyLoader:
 
 
 def from_tf(dataset: Any) -> NumpyLoader:
-    """A ``tf.data.Dataset`` whose batches come out as numpy arrays (through
-    ``as_numpy_iterator()``), re-iterable and with its ``len`` when finite. Needs TensorFlow.
-
-    Args:
-        dataset: the batched ``tf.data.Dataset`` (or any re-iterable of TensorFlow tensors).
+    """A batched ``tf.data.Dataset`` (or any re-iterable of TensorFlow tensors) whose batches come
+    out as numpy, re-iterable and with its ``len`` when finite. Needs TensorFlow.
 
     Returns:
         A :class:`NumpyLoader`.

@@ -1,10 +1,6 @@
-"""Batches from in-memory arrays: ``batches`` (a resumable :class:`Batches` iterator) and
-``steps_per_epoch``.
-
-Numpy only: the batches are host arrays, moved to the device by the step that consumes
-them. Each epoch is shuffled with its own generator, seeded by ``(seed, epoch)``, so the
-order of epoch ``k`` does not depend on how many epochs ran before it, and a position
-``(epoch, index in the epoch)`` is all a resumed run needs to continue with the same batches.
+"""Batches from in-memory numpy arrays: ``batches`` (a resumable :class:`Batches` iterator) and
+``steps_per_epoch``. Epoch ``k`` is shuffled by a generator seeded ``(seed, k)``, so a
+position ``(epoch, index)`` is all a resumed run needs.
 """
 
 from __future__ import annotations
@@ -21,26 +17,18 @@ Batch = tuple[np.ndarray, ...] | np.ndarray
 
 
 def check_seed(seed: Any) -> int:
-    """``seed`` as an ``int`` when it can seed numpy's generators (a whole number >= 0,
-    numpy and 0-d integer arrays included), else a ``ValueError`` that says so.
-    """
+    """``seed`` as an ``int`` when a whole number >= 0, else a ``ValueError``."""
     return whole(seed, "a seed", minimum=0, expected="an int >= 0, e.g. seed=0",
                  fix="pass seed=0 (any non-negative int; the same seed gives the same order)")
 
 
 def steps_per_epoch(n: int, batch_size: int, drop_remainder: bool = True) -> int:
-    """Batches in one epoch of ``n`` samples.
+    """Batches in one epoch of ``n`` samples: ``n // batch_size`` when dropping the remainder
+    (:func:`batches`' default), else ``ceil(n / batch_size)``.
 
-    Args:
-        n: samples in the data set.
-        batch_size: samples per batch.
-        drop_remainder: whether a last, smaller batch is dropped (as :func:`batches` does by
-            default) or kept.
-
-    Returns:
-        ``n // batch_size`` when dropping the remainder, else ``ceil(n / batch_size)``: at
-        least 1. An epoch of no batch (no samples, or a batch larger than the data with
-        ``drop_remainder``) is refused, as :func:`batches` refuses it.
+    Raises:
+        ValueError: an epoch of no batch (no samples, or a batch larger than the data with
+            ``drop_remainder``).
 
     Example:
         >>> steps_per_epoch(1437, 64), steps_per_epoch(1437, 64, drop_remainder=False)
@@ -97,10 +85,7 @@ def _as_arrays(arrays: Any) -> tuple[tuple[np.ndarray, ...], bool]:
 
 
 def epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
-    """The order of the ``n`` samples in epoch ``epoch``: the permutation drawn from
-    ``numpy.random.default_rng((seed, epoch))``. Every path that shuffles in-memory arrays
-    (``batches``, ``arrays(..., workers>=1)`` on grain) draws it here, so they agree bit for bit.
-    """
+    """The permutation of ``n`` samples in ``epoch``, from ``default_rng((seed, epoch))``."""
     return np.random.default_rng((seed, epoch)).permutation(n)
 
 
@@ -110,16 +95,10 @@ _IDENTITY = ("samples", "shapes", "batch_size", "drop_remainder", "shuffle", "se
 
 
 class Batches(Iterator[Batch]):
-    """Batches of in-memory arrays that can save and restore their position: what
-    :func:`batches` returns (see it for the arguments and the order of the batches).
-
-    An iterator (one pass; ``iter(it) is it``) that also knows:
-
-    * :attr:`epoch_steps`: batches per epoch, read by ``gyre.train_loop`` and ``gyre.loop``
-      (so epochs, epoch hooks and evaluations need no ``epoch_duration``);
-    * :meth:`state_dict` / :meth:`load_state_dict`: the position of the next batch, as
-      JSON-able numbers, which a checkpoint saves and a resumed run loads, continuing with
-      exactly that batch.
+    """Batches of in-memory arrays that can save and restore their position: what :func:`batches`
+    returns. A one-pass iterator with ``epoch_steps`` (read by the loops, so they need no
+    ``epoch_duration``), ``__len__`` (the same, as a ``DataLoader``'s) and
+    ``state_dict``/``load_state_dict`` (JSON-able: a resumed run continues with the next batch).
 
     Attributes:
         epoch_steps: batches in one epoch.
@@ -134,8 +113,6 @@ class Batches(Iterator[Batch]):
         >>> it.epoch_steps, next(it).tolist()
         (2, [9, 6, 0, 2])
         >>> saved = it.state_dict()
-        >>> saved["epoch"], saved["position"], saved["seed"]
-        (0, 1, 3)
         >>> after = [next(it).tolist() for _ in range(2)]
         >>> again = gyre.data.batches(x, 4, seed=3)
         >>> again.load_state_dict(saved)
@@ -186,9 +163,7 @@ class Batches(Iterator[Batch]):
         return self
 
     def __len__(self) -> int:
-        """Batches per epoch (:attr:`epoch_steps`), as a torch ``DataLoader``'s ``len``, so
-        ``gyre.lr_schedule(..., steps_per_epoch=len(train_ds))`` reads as in Jax Fit.
-        """
+        """Batches per epoch (:attr:`epoch_steps`), as a torch ``DataLoader``'s ``len``."""
         return self.epoch_steps
 
     def __next__(self) -> Batch:
@@ -230,9 +205,8 @@ class Batches(Iterator[Batch]):
         return self._epoch * self.epoch_steps + self._position
 
     def state_dict(self) -> dict[str, Any]:
-        """The position of the next batch, JSON-able: ``{"epoch", "position", "seed"}`` and the
-        arguments that decide the batches (``samples``, ``shapes``, ``batch_size``,
-        ``drop_remainder``, ``shuffle``), which :meth:`load_state_dict` checks.
+        """The position of the next batch, JSON-able: ``epoch``, ``position``, ``seed`` and the
+        arguments that decide the batches, which :meth:`load_state_dict` checks.
 
         Example:
             >>> import numpy as np
@@ -244,9 +218,7 @@ class Batches(Iterator[Batch]):
         return self.state_dict_at(self.index)
 
     def state_dict_at(self, index: int) -> dict[str, Any]:
-        """The :meth:`state_dict` these batches had, or will have, when their next batch is
-        number ``index`` (see :attr:`index`): a loop that reads ahead of its use saves the
-        position of the batch it used, with no cost per batch.
+        """The :meth:`state_dict` when the next batch is number ``index`` (counted from the first).
 
         Example:
             >>> import numpy as np
@@ -258,13 +230,12 @@ class Batches(Iterator[Batch]):
         return {"epoch": epoch, "position": position, "seed": self.seed, **self._identity}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continues with the batch a :meth:`state_dict` points at: the next batch is the one
-        that followed when the state was taken, bit for bit.
+        """Continues with the batch a :meth:`state_dict` points at, bit for bit.
 
         Args:
-            state: a dict from :meth:`state_dict` (after a JSON round trip, too). Only
-                ``epoch`` and ``position`` are required; every other key it holds must match
-                these batches (the seed only matters, and is only checked, when shuffling).
+            state: a dict from :meth:`state_dict` (after a JSON round trip, too). Only ``epoch``
+                and ``position`` are required; every other key must match these batches (the
+                seed only when shuffling).
 
         Raises:
             TypeError: ``state`` is not a dict.
@@ -347,32 +318,26 @@ def batches(
     epochs: int | None = None,
     drop_remainder: bool = True,
 ) -> Batches:
-    """Batches of in-memory arrays, reshuffled every epoch with a deterministic order, with a
-    position that a checkpoint saves and a resumed run continues from.
-
-    Arguments are checked at once (not when the first batch is pulled).
+    """Batches of in-memory arrays, reshuffled every epoch in a deterministic order, with a
+    position a checkpoint saves; arguments are checked at once.
 
     Args:
         arrays: a tuple of arrays sharing their leading (sample) dimension, e.g. ``(x, y)``;
             or a single array.
         batch_size: samples per batch.
-        shuffle: draw a new order every epoch (epoch ``k`` uses the generator seeded by
-            ``(seed, k)``); ``False`` keeps the original order.
+        shuffle: a new order every epoch (epoch ``k`` seeded by ``(seed, k)``); ``False``
+            keeps the original order.
         seed: the seed of the shuffles (a whole number >= 0).
         epochs: passes over the data; ``None`` repeats forever (bound the loop with ``stop=``).
-        drop_remainder: drop the last batch of an epoch when it is smaller than
-            ``batch_size``, so every batch has the same shape (one compilation of the step).
+        drop_remainder: drop an epoch's last, smaller batch (one shape: one compilation).
 
     Returns:
-        A :class:`Batches` iterator of tuples of numpy arrays, one per input array (a single
-        array when a single array was given). It knows its epoch length
-        (:attr:`Batches.epoch_steps`, so ``gyre.train_loop`` needs no ``epoch_duration``)
-        and its position (:meth:`Batches.state_dict` / :meth:`Batches.load_state_dict`).
+        A :class:`Batches` iterator of tuples of numpy arrays (a single array when a single
+        array was given).
 
     Raises:
         ValueError: the arrays disagree on the number of samples, ``batch_size < 1``, a
-            negative ``seed``, or a whole batch does not fit in the data while
-            ``drop_remainder=True``.
+            negative ``seed``, or no whole batch fits in the data with ``drop_remainder``.
 
     Example:
         >>> import numpy as np
@@ -381,11 +346,6 @@ def batches(
         [[0, 1], [2, 3]]
         >>> [b.tolist() for b in batches(y, 2, shuffle=False, epochs=1, drop_remainder=False)]
         [[0, 1], [2, 3], [4]]
-        >>> it = batches((x, y), 5, seed=1)
-        >>> sorted(next(it)[1].tolist()), sorted(next(it)[1].tolist())
-        ([0, 1, 2, 3, 4], [0, 1, 2, 3, 4])
-        >>> it.epoch_steps, it.state_dict()["epoch"]
-        (1, 2)
     """
     return Batches(
         arrays, batch_size, shuffle=shuffle, seed=seed, epochs=epochs, drop_remainder=drop_remainder

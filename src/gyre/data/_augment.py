@@ -1,9 +1,6 @@
 """Simple image augmentation on host numpy batches: random crop with zero padding, horizontal
-flip, and :func:`augmented`, which applies them to every batch of a resumable source.
-
-The draws come from a numpy ``Generator`` seeded by ``(seed, epoch, batch index)``: batch
-``i`` of epoch ``k`` is augmented the same way whatever ran before it, so a resumed run
-draws exactly what the uninterrupted one drew, and each epoch draws anew.
+flip, and :func:`augmented` for a resumable source. Draws are seeded by ``(seed, epoch,
+batch index)``, so a resumed run draws what the uninterrupted one drew.
 """
 
 from __future__ import annotations
@@ -48,21 +45,11 @@ def _images(images: Any, what: str) -> np.ndarray:
 
 
 def random_crop(images: Any, key_or_seed: Seed, padding: int = 4) -> np.ndarray:
-    """Each image padded with ``padding`` zeros on every side, then cropped back to its size
-    at a random offset: the image shifted by up to ``padding`` pixels each way, the uncovered
-    border filled with zeros.
-
-    The offsets are ``rng.integers(0, 2 * padding + 1, size=(batch, 2))`` (row, column); an
-    offset of ``padding`` keeps the image where it was.
-
-    Args:
-        images: a batch shaped ``(batch, height, width)`` or ``(batch, height, width, channels)``.
-        key_or_seed: a numpy ``Generator`` (drawn from) or a seed (an int, or a tuple such as
-            ``(seed, epoch, index)``).
-        padding: the largest shift, in pixels (a whole number >= 0).
-
-    Returns:
-        A new array of the same shape and dtype.
+    """Each image of ``images`` (``(batch, height, width[, channels])``) padded with ``padding``
+    zeros on every side, then cropped back to its size at a random offset, drawn as
+    ``rng.integers(0, 2 * padding + 1, size=(batch, 2))`` (``padding`` keeps it in place), from
+    ``key_or_seed``: a numpy ``Generator`` or a seed (an int, or a tuple such as ``(seed, epoch,
+    index)``). Returns a new array of the same shape and dtype.
 
     Example:
         >>> x = np.arange(1, 10, dtype=np.float32).reshape(1, 3, 3, 1)
@@ -90,17 +77,8 @@ def random_crop(images: Any, key_or_seed: Seed, padding: int = 4) -> np.ndarray:
 
 
 def random_flip(images: Any, key_or_seed: Seed, p: float = 0.5) -> np.ndarray:
-    """Each image mirrored left to right with probability ``p``.
-
-    The draw is ``rng.random(batch) < p``.
-
-    Args:
-        images: a batch shaped ``(batch, height, width)`` or ``(batch, height, width, channels)``.
-        key_or_seed: a numpy ``Generator`` or a seed, as for :func:`random_crop`.
-        p: the probability of a flip, in [0, 1].
-
-    Returns:
-        A new array of the same shape and dtype.
+    """Each image mirrored left to right with probability ``p`` (``rng.random(batch) < p``), drawn
+    from ``key_or_seed`` as in :func:`random_crop`; returns a new array.
 
     Example:
         >>> x = np.array([[[1, 2, 3]], [[4, 5, 6]]])  # two 1 x 3 images
@@ -125,24 +103,10 @@ AUGMENT_STREAM = 0x617567
 def augment(
     images: Any, *, seed: int, epoch: int, index: int, padding: int = 4, flip: bool = True
 ) -> np.ndarray:
-    """A random crop with ``padding`` (:func:`random_crop`) then, when ``flip``, a random
-    horizontal flip (:func:`random_flip`), both drawn from
-    ``numpy.random.default_rng((seed, epoch, index, AUGMENT_STREAM))``: the same batch of the
-    same epoch is always augmented the same way (so a resumed run repeats it), another epoch
-    differently. The last number keeps the stream apart from the shuffles of
-    :func:`gyre.data.batches` (``default_rng((seed, epoch))``, which numpy would otherwise
-    make the same stream as ``(seed, epoch, 0)``), so the same ``seed`` for both is safe.
-
-    Args:
-        images: a batch shaped ``(batch, height, width[, channels])``.
-        seed: the seed of the augmentation (a whole number >= 0).
-        epoch: the epoch of the batch.
-        index: the batch's index in its epoch.
-        padding: the largest shift of the crop (0: no crop).
-        flip: whether to flip.
-
-    Returns:
-        The augmented batch, a new array of the same shape and dtype.
+    """A random crop with ``padding`` (0: none), then (``flip``) a random horizontal flip of the
+    batch ``images``, drawn from ``default_rng((seed, epoch, index, AUGMENT_STREAM))``: batch
+    ``index`` of ``epoch`` is always augmented the same way, and the stream is apart from
+    :func:`gyre.data.batches`' shuffles, so one ``seed`` for both is safe. Returns a new array.
 
     Example:
         >>> x = np.random.default_rng(0).random((4, 8, 8, 1), dtype=np.float32)
@@ -161,11 +125,7 @@ def augment(
 
 
 class Augmented(Iterator[Any]):
-    """Batches of a resumable source with their images augmented: what :func:`augmented`
-    returns (see it). It keeps the source's ``epoch_steps`` and position protocol
-    (``state_dict``, ``state_dict_at``, ``load_state_dict``), so loops see the same data
-    source, now augmented.
-    """
+    """Batches of a resumable source with their images augmented: what :func:`augmented` returns."""
 
     def __init__(self, source: Any, *, seed: int = 0, padding: int = 4, flip: bool = True) -> None:
         steps = getattr(source, "epoch_steps", None)
@@ -221,21 +181,11 @@ class Augmented(Iterator[Any]):
 
 
 def augmented(source: Any, *, seed: int = 0, padding: int = 4, flip: bool = True) -> Augmented:
-    """Every batch of ``source`` with its images (the first array of the batch) passed through
-    :func:`augment`, seeded by ``(seed, epoch, position in the epoch)`` of the batch: the
-    per-batch transform to plug between ``gyre.data.batches`` and a loop. The result keeps
-    the source's ``epoch_steps`` and ``state_dict``/``load_state_dict``, so a resumed run
-    gets the same batches augmented the same way.
-
-    Augmentation runs on the host, in numpy, before the batch reaches the device (no host
-    sync); for a hand-made loop, call :func:`augment` on each batch yourself with its epoch
-    and index.
-
-    Args:
-        source: a resumable source, e.g. ``gyre.data.batches((x, y), 128)``.
-        seed: the seed of the augmentation (independent of the shuffle's).
-        padding: the largest shift of the random crop (0: no crop).
-        flip: whether to flip horizontally at random.
+    """Every batch of ``source`` (e.g. ``gyre.data.batches((x, y), 128)``) with its images (the
+    batch's first array) passed through :func:`augment`, seeded by ``seed`` (independent of the
+    shuffle's) and the batch's epoch and position; ``padding`` is the crop's largest shift (0:
+    none), ``flip`` a random horizontal flip. The source's ``epoch_steps`` and position protocol
+    are kept, so a resumed run augments the same way.
 
     Returns:
         An :class:`Augmented` iterator.

@@ -1,6 +1,5 @@
-"""``SupervisedBatch``: a batch of model inputs and their targets, jax_trainer's batch type
-(``batch.input``, ``batch.target``, ``batch.size``), and :func:`supervised`, which turns a
-source of ``(x, y)`` batches into one of such batches, keeping its epoch length and position.
+"""``SupervisedBatch`` (jax_trainer's batch type: ``input``, ``target``, ``size``) and
+:func:`supervised`, which turns a source of ``(x, y)`` batches into one of them.
 """
 
 from __future__ import annotations
@@ -17,8 +16,7 @@ from gyre.core._errors import describe, explain
 
 @dataclasses.dataclass(frozen=True)
 class SupervisedBatch:
-    """Model inputs and their targets: a pytree of the two arrays (compiled steps take it as
-    it is); ``size`` is the number of examples.
+    """Model inputs and their targets, a pytree of the two; ``size`` is the number of examples.
 
     Example:
         >>> import numpy as np
@@ -100,8 +98,8 @@ class Supervised(Iterator[SupervisedBatch]):
 
 
 def supervised(source: Any) -> Supervised:
-    """The batches of ``source`` (``(x, y)`` pairs) as :class:`SupervisedBatch`; a resumable
-    source stays resumable (its ``epoch_steps`` and ``state_dict`` pass through).
+    """The ``(x, y)`` batches of ``source`` as :class:`SupervisedBatch`; its ``epoch_steps`` and
+    position (``state_dict``) pass through.
 
     Example:
         >>> import numpy as np, gyre

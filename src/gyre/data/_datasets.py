@@ -1,8 +1,4 @@
-"""Built-in data sets that need no download.
-
-``digits``: the 8x8 handwritten digits bundled with scikit-learn (1,797 images, 10 classes),
-small enough to train an MLP to ~97% test accuracy in seconds on a laptop CPU.
-"""
+"""Built-in data sets that need no download: ``digits``, scikit-learn's 8x8 handwritten digits."""
 
 from __future__ import annotations
 
@@ -28,13 +24,12 @@ def _check_test_size(test_size: object) -> float:
 def stratified_split(labels: np.ndarray, *, test_size: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Indices of a deterministic train/test split that keeps the class proportions.
 
-    The test set holds ``ceil(test_size * n)`` samples, shared among the classes in
-    proportion to their counts, drawn with ``numpy.random.default_rng(seed)``; both index
-    arrays are then shuffled.
+    The test set holds ``ceil(test_size * n)`` samples, shared among the classes in proportion,
+    drawn with ``default_rng(seed)``; both index arrays are shuffled.
 
     Args:
         labels: one integer class label per sample, a 1-D array (floats, one-hot rows or a
-            column ``(n, 1)`` are refused: the message says how to convert them).
+            column ``(n, 1)`` are refused, with how to convert them).
         test_size: fraction of the samples held out, in (0, 1).
         seed: the seed of the draw.
 
@@ -79,26 +74,22 @@ def stratified_split(labels: np.ndarray, *, test_size: float, seed: int) -> tupl
 
 
 def digits(*, test_size: float = 0.2, seed: int = 0) -> Split:
-    """The scikit-learn digits: 8x8 grey images of the digits 0-9, split into train and test.
+    """The scikit-learn digits (1,797 8x8 grey images of 0-9), split into train and test.
 
-    Needs scikit-learn (``pip install 'gyre[examples]'``); the data ship with it, nothing is
-    downloaded.
+    Needs scikit-learn (``pip install 'gyre[examples]'``); nothing is downloaded.
 
     Args:
         test_size: fraction held out for the test set, stratified by class.
-        seed: the seed of the split, a whole number >= 0 (the same seed always gives the
-            same split).
+        seed: the seed of the split, a whole number >= 0.
 
     Returns:
-        ``((x_train, y_train), (x_test, y_test))``: images flattened to float32 vectors of 64
-        values in [0, 1], labels as int32.
+        ``((x_train, y_train), (x_test, y_test))``: images as float32 vectors of 64 values in
+        [0, 1], labels int32.
 
     Example:
         >>> (x_train, y_train), (x_test, y_test) = digits()
         >>> x_train.shape, x_test.shape, x_train.dtype, y_train.dtype
         ((1437, 64), (360, 64), dtype('float32'), dtype('int32'))
-        >>> float(x_train.min()), float(x_train.max())
-        (0.0, 1.0)
     """
     seed, test_size = check_seed(seed), _check_test_size(test_size)
     try:

@@ -1,10 +1,6 @@
-"""Image data sets read from files you already have: MNIST, Fashion-MNIST (IDX files, gzipped
-or not) and CIFAR-10 (its "binary version"). Nothing is downloaded.
-
-Each reader returns what :func:`gyre.data.digits` returns, ``((x_train, y_train), (x_test,
-y_test))`` as numpy arrays: images float32 in [0, 1] shaped ``(N, H, W, C)``, labels int32.
-Every header and size is checked, so a truncated or mixed-up file is a ``ValueError`` naming
-the file, never a silent reshape.
+"""Image data sets read from files you already have: MNIST, Fashion-MNIST (IDX files, gzipped or
+not) and CIFAR-10 (its binary version). Nothing is downloaded; every header and size is
+checked, so a truncated or mixed-up file is a ``ValueError`` naming the file.
 """
 
 from __future__ import annotations
@@ -100,9 +96,7 @@ def _corrupt(path: Path, what: str, *, expected: str, received: str) -> ValueErr
 
 
 def read_idx(path: Path, *, magic: int, shape: tuple[int, ...]) -> np.ndarray:
-    """The uint8 array of an IDX file, its header checked: the ``magic`` number, the
-    dimensions after the first (``shape``) and the file size they imply.
-    """
+    """The uint8 array of an IDX file, its magic number, dimensions and size checked."""
     data = _read(path)
     ndim = 1 + len(shape)
     header = 4 + 4 * ndim
@@ -179,23 +173,19 @@ def _idx_dataset(path: str | os.PathLike[str], dataset: str) -> Split:
 def mnist(path: str | os.PathLike[str]) -> Split:
     """MNIST read from its four IDX files in the folder ``path`` (gzipped or not).
 
-    The files, as published on https://yann.lecun.com/exdb/mnist/:
-    ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte`` and
-    ``t10k-labels-idx1-ubyte``, each with or without ``.gz``. Nothing is downloaded.
-
-    Args:
-        path: the folder holding the files.
+    The files (https://yann.lecun.com/exdb/mnist/): ``train-images-idx3-ubyte``,
+    ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``, each
+    with or without ``.gz``.
 
     Returns:
         ``((x_train, y_train), (x_test, y_test))``: images float32 in [0, 1] shaped
         ``(N, 28, 28, 1)`` (60,000 train, 10,000 test), labels int32 in 0-9.
 
     Raises:
-        FileNotFoundError: the folder or a file is missing (the message lists the file names
-            and where to get them).
-        ValueError: a file is corrupt: a wrong magic number, dimensions that are not
-            ``28 x 28`` or do not match the file size, a label count that is not the image
-            count, a label above 9, a gzip file that does not decompress.
+        FileNotFoundError: the folder or a file is missing (the message lists the files and
+            where to get them).
+        ValueError: a file is corrupt (magic number, dimensions, size, label count or value,
+            gzip).
 
     Example:
         >>> import gzip, tempfile
@@ -215,21 +205,13 @@ def mnist(path: str | os.PathLike[str]) -> Split:
 
 
 def fashion_mnist(path: str | os.PathLike[str]) -> Split:
-    """Fashion-MNIST read from its four IDX files in the folder ``path`` (gzipped or not).
-
-    Same file names and format as :func:`mnist` (from
-    https://github.com/zalandoresearch/fashion-mnist, folder ``data/fashion``): 10 classes of
-    clothing, 0 T-shirt/top ... 9 ankle boot.
-
-    Args:
-        path: the folder holding the files.
-
-    Returns:
-        ``((x_train, y_train), (x_test, y_test))`` as :func:`mnist` does.
+    """Fashion-MNIST read from its four IDX files in the folder ``path``, as :func:`mnist` reads
+    MNIST (https://github.com/zalandoresearch/fashion-mnist, folder ``data/fashion``; classes
+    0 T-shirt/top ... 9 ankle boot).
 
     Raises:
         FileNotFoundError: the folder or a file is missing.
-        ValueError: a file is corrupt (see :func:`mnist`).
+        ValueError: a file is corrupt.
 
     Example:
         >>> import tempfile
@@ -277,24 +259,17 @@ def _cifar_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def cifar10(path: str | os.PathLike[str]) -> Split:
-    """CIFAR-10 read from its "binary version" files (https://www.cs.toronto.edu/~kriz/cifar.html).
+    """CIFAR-10 read from its binary version (https://www.cs.toronto.edu/~kriz/cifar.html).
 
-    ``path`` is the folder ``cifar-10-batches-bin`` (what ``tar xzf cifar-10-binary.tar.gz``
-    makes) or the folder above it, holding ``data_batch_1.bin`` ... ``data_batch_5.bin`` and
-    ``test_batch.bin``. Each record is one label byte and 3,072 pixel bytes, channel-major
-    (the 32 x 32 red values, then green, then blue).
-
-    Args:
-        path: the folder.
+    ``path`` is the folder ``cifar-10-batches-bin`` (or the one above it) holding
+    ``data_batch_1.bin`` ... ``data_batch_5.bin`` and ``test_batch.bin``.
 
     Returns:
         ``((x_train, y_train), (x_test, y_test))``: images float32 in [0, 1] shaped
-        ``(N, 32, 32, 3)`` (50,000 train in the order of the batch files, 10,000 test),
-        labels int32 in 0-9.
+        ``(N, 32, 32, 3)`` (50,000 train in batch-file order, 10,000 test), labels int32.
 
     Raises:
-        FileNotFoundError: the folder or a file is missing (the message lists the file names
-            and where to get them, and says so when the archive is still packed).
+        FileNotFoundError: the folder or a file is missing (also when the archive is packed).
         ValueError: a file's size is not a multiple of 3,073 bytes, or a label is above 9.
 
     Example:

@@ -1,19 +1,7 @@
-"""Evaluation without recompiles: the last, smaller batch padded to the batch shape, with a
-mask of its real rows.
-
-A compiled evaluation step is built for one batch shape; an evaluation set whose size the
-batch size does not divide ends with a smaller batch, and a second compilation. Padding that
-batch to the full size and passing a boolean ``mask`` of its real rows keeps one shape: a step
-that accepts the mask computes its means over the real rows only (``sum(x * mask) /
-mask.sum()``) and weighs the batch by ``mask.sum()``, so the evaluation's means stay exact.
-
-- :func:`pad_batch`: one batch padded to ``size`` rows, and its mask.
-- :func:`padded`: a loader's batches as ``(batch, mask)`` pairs, all of one size.
-- :func:`accepts_mask`: whether a step takes the keyword ``mask`` (opts in to padding).
-
-Padding repeats the last real row (``fill="edge"``, the default: whatever the step computes
-on a real row it computes on a padded one, so no padded row turns into a NaN that a
-``x * mask`` would keep) or writes zeros (``fill="zeros"``).
+"""Evaluation without recompiles: the last, smaller batch padded to the batch shape, with a mask
+of its real rows, so a step that takes ``mask`` compiles once and its means stay exact
+(README: "Evaluation without recompiles"). ``fill="edge"`` (the default) repeats the last
+real row, so no padded row becomes a NaN that ``x * mask`` would keep; ``"zeros"`` writes 0.
 """
 
 from __future__ import annotations
@@ -27,21 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from gyre.core._checks import whole
+from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain
 
 FILLS = ("edge", "zeros")
-
-
-def _rows_of(batch: Any) -> int:
-    """The leading dimension shared by every array leaf of ``batch`` (scalars are skipped)."""
-    sizes = {np.shape(x)[0] for x in jax.tree_util.tree_leaves(batch) if np.ndim(x) >= 1}
-    if len(sizes) != 1:
-        raise ValueError(explain(
-            "a batch to pad needs array leaves of one leading dimension (its rows)",
-            expected="e.g. (x of shape (40, 28, 28, 1), y of shape (40,))",
-            received="no array leaf" if not sizes else f"leading dimensions {sorted(sizes)}",
-            fix="give every array of the batch the batch's examples along axis 0"))
-    return sizes.pop()
 
 
 def _pad_leaf(leaf: Any, rows: int, size: int, fill: str) -> Any:
@@ -68,11 +45,9 @@ def _full_mask(size: int) -> np.ndarray:
 
 
 def pad_batch(batch: Any, size: int, *, fill: str = "edge") -> tuple[Any, np.ndarray]:
-    """``batch`` with every array leaf padded along axis 0 to ``size`` rows, and the mask of
-    its real rows (a numpy bool vector of length ``size``, made on the host: no device sync).
-
-    Numpy leaves stay numpy, JAX arrays stay on their device; scalar leaves are kept as they
-    are. A batch of ``size`` rows comes back unchanged with a mask of ones.
+    """``batch`` with every array leaf padded along axis 0 to ``size`` rows, and the numpy bool
+    mask of its real rows (made on the host). Numpy stays numpy, JAX arrays stay on their
+    device, scalars are kept; a full batch comes back unchanged with a mask of ones.
 
     Args:
         batch: a pytree of arrays sharing their leading dimension (e.g. ``(x, y)``).
@@ -91,15 +66,13 @@ def pad_batch(batch: Any, size: int, *, fill: str = "edge") -> tuple[Any, np.nda
         >>> (x, y), mask = pad_batch((np.array([[1.0], [2.0]]), np.array([3, 4])), 4)
         >>> x[:, 0].tolist(), y.tolist(), mask.tolist()
         ([1.0, 2.0, 2.0, 2.0], [3, 4, 4, 4], [True, True, False, False])
-        >>> pad_batch(np.array([5, 6]), 3, fill="zeros")[0].tolist()
-        [5, 6, 0]
     """
     if fill not in FILLS:
         raise ValueError(
             explain("pad_batch: unknown fill", expected=f"one of {list(FILLS)}", received=repr(fill),
                     fix="fill='edge' (repeat the last row) or fill='zeros'")
         )
-    rows = _rows_of(batch)
+    rows = infer_batch_size(batch, default=None)
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or rows > size:
         raise ValueError(explain(
             "pad_batch: the batch holds more rows than the size to pad to",
@@ -114,9 +87,7 @@ def pad_batch(batch: Any, size: int, *, fill: str = "edge") -> tuple[Any, np.nda
 
 
 class Padded:
-    """The batches of a loader as ``(batch, mask)`` pairs of one batch size (see
-    :func:`padded`). Iterable as often as the loader is: each pass learns the batch size from
-    its first batch unless one was given.
+    """The batches of a loader as ``(batch, mask)`` pairs of one size: what :func:`padded` returns.
 
     Example:
         >>> import numpy as np
@@ -134,7 +105,7 @@ class Padded:
         size = self.batch_size
         for batch in self.loader:
             if size is None:
-                size = _rows_of(batch)
+                size = infer_batch_size(batch, default=None)
             yield pad_batch(batch, size, fill=self.fill)
 
     def __len__(self) -> int:
@@ -146,19 +117,17 @@ class Padded:
 
 
 def padded(loader: Iterable[Any], batch_size: int | None = None, *, fill: str = "edge") -> Padded:
-    """``loader``'s batches as ``(batch, mask)`` pairs padded to one batch size: the given
-    ``batch_size``, else the first batch's (a later, larger batch is an error).
-
-    Feed them to a step that takes the keyword ``mask``: ``step(state, batch, mask=mask)``;
-    it compiles once for every batch, and weighs each by ``mask.sum()``.
+    """``loader``'s batches as ``(batch, mask)`` pairs padded to one batch size, for a step that
+    takes ``mask``.
 
     Args:
         loader: the batches (pytrees of arrays sharing their leading dimension).
-        batch_size: the rows to pad to; ``None``: the first batch's rows.
+        batch_size: the rows to pad to; ``None``: each pass's first batch's rows (a later,
+            larger batch is an error).
         fill: ``"edge"`` (repeat the last real row) or ``"zeros"``.
 
     Returns:
-        A re-iterable :class:`Padded` (as re-iterable as ``loader``).
+        A :class:`Padded`, as re-iterable as ``loader``.
 
     Example:
         >>> import numpy as np
@@ -166,8 +135,6 @@ def padded(loader: Iterable[Any], batch_size: int | None = None, *, fill: str = 
         >>> pairs = list(padded([x[i : i + 4] for i in range(0, 10, 4)]))
         >>> [b.shape for b, _ in pairs], [int(m.sum()) for _, m in pairs]
         ([(4,), (4,), (4,)], [4, 4, 2])
-        >>> sum(float((b * m).sum()) for b, m in pairs) / sum(int(m.sum()) for _, m in pairs)
-        4.5
     """
     return Padded(loader, batch_size, fill=fill)
 

@@ -1,14 +1,11 @@
-"""In-memory arrays as data sources: :func:`arrays` turns ``(x, y)`` (or a reader's whole
-``((x_train, y_train), (x_test, y_test))``) into resumable training batches, a seeded
+"""In-memory arrays as data sources: :func:`arrays` makes resumable training batches, a seeded
 validation split and fixed evaluation batches, optionally augmented, optionally on grain.
 
-Every random choice has its own stream of ``seed``: the split is drawn from
-``numpy.random.SeedSequence(seed, spawn_key=(1,))``, the shuffle of epoch ``k`` from
-``default_rng((seed, k))`` (as :func:`gyre.data.batches`), the augmentation of batch ``i`` of
-epoch ``k`` from ``(augment_seed, k, i)`` (as :func:`gyre.data.augmented`), ``augment_seed``
-drawn from ``SeedSequence(seed, spawn_key=(2,))``. So batch ``i`` of epoch ``k`` is a pure
-function of its position: grain's threads produce exactly the numpy path's batches, and a
-position saved by one path resumes the other.
+Every random choice has its own stream of ``seed`` (the split: ``SeedSequence(seed,
+spawn_key=(1,))``; epoch ``k``'s shuffle: ``(seed, k)``; augmentation: ``(augment_seed, k,
+i)``, ``augment_seed`` from ``spawn_key=(2,)``), so batch ``i`` of epoch ``k`` is a pure
+function of its position: grain's path and numpy's give the same batches and resume each
+other.
 """
 
 from __future__ import annotations
@@ -31,8 +28,8 @@ AUGMENT_OPTIONS = ("padding", "flip", "seed")
 
 
 class Sources(NamedTuple):
-    """What :func:`arrays` returns: ``train`` (endless, resumable, reshuffled every epoch),
-    ``val`` and ``test`` (:class:`EvalBatches`, or ``None`` when there is no such split).
+    """What :func:`arrays` returns: ``train``, ``val`` and ``test`` (``None`` when there is no such
+    split).
 
     Example:
         >>> import numpy as np, gyre
@@ -47,10 +44,7 @@ class Sources(NamedTuple):
 
 
 def refuse_sources(value: Any, what: str) -> None:
-    """Raises a clear error when ``value`` is the whole :class:`Sources` triple where one of its
-    parts (``.train``, ``.val`` or ``.test``) belongs: iterated, the triple would yield its
-    three parts as if they were batches.
-    """
+    """Raises a clear error when ``value`` is the whole :class:`Sources` triple, not one part."""
     if isinstance(value, Sources):
         raise TypeError(explain(
             f"{what} is the whole result of gyre.data.arrays(...), a (train, val, test) triple",
@@ -62,8 +56,8 @@ def refuse_sources(value: Any, what: str) -> None:
 
 
 class EvalBatches:
-    """Evaluation batches of in-memory arrays: the same fixed order in every pass (re-iterable),
-    the last, smaller batch kept (gyre pads and masks it), never shuffled or augmented.
+    """Evaluation batches of in-memory arrays: re-iterable in one fixed order, the last, smaller
+    batch kept (gyre pads and masks it), never shuffled or augmented.
 
     Attributes:
         batch_size: rows per batch (the last may hold fewer).
@@ -91,13 +85,10 @@ class EvalBatches:
 
 
 class GrainBatches(Iterator[tuple[np.ndarray, ...]]):
-    """The training batches of :func:`arrays` with ``workers >= 1``: the batches of
-    ``gyre.data.batches`` (augmented as ``gyre.data.augmented`` would), produced by a grain
-    pipeline of one element per batch, gathered and augmented on grain's threads.
-
-    Element ``i`` is batch ``i % epoch_steps`` of epoch ``i // epoch_steps``; the grain
-    iterator's ``get_state()``/``set_state()`` are saved as :class:`~gyre.data.Batches`'
-    ``state_dict`` (``epoch``, ``position``, ...), so either path resumes the other.
+    """The training batches of :func:`arrays` with ``workers >= 1``: ``gyre.data.batches``'s
+    batches (augmented as ``gyre.data.augmented`` would), gathered on grain's threads, one
+    element per batch. Its position is :class:`~gyre.data.Batches`' ``state_dict``, so either
+    path resumes the other.
 
     Attributes:
         epoch_steps: batches per epoch. epochs: ``None`` (endless). batch_size, seed: as given.
@@ -109,8 +100,7 @@ class GrainBatches(Iterator[tuple[np.ndarray, ...]]):
         >>> plain = gyre.data.batches((x, np.arange(6)), 2)  # the numpy path's batches
         >>> all(np.array_equal(next(it)[1], next(plain)[1]) for _ in range(4))
         True
-        >>> saved = it.state_dict(); saved["epoch"], saved["position"]
-        (1, 1)
+        >>> saved = it.state_dict()
         >>> again = gyre.data.arrays((x, np.arange(6)), 2, workers=1).train
         >>> again.load_state_dict(saved)
         >>> np.array_equal(next(again)[1], next(it)[1])
@@ -323,39 +313,28 @@ def arrays(
         data: ``(x, y, ...)`` arrays sharing their first dimension (``test`` is then ``None``),
             or a reader's result ``((x_train, y_train), (x_test, y_test))`` (``gyre.data.mnist``).
         batch_size: examples per batch.
-        *extra: nothing is accepted here; ``arrays(x, y, 64)`` (Keras's habit) is an error that
-            says to pass ``(x, y)`` as one tuple.
-        validation: ``None``; a fraction in (0, 1) (rounded, at least one example) or a count
-            >= 1 of the training examples, held out by a permutation drawn from ``seed`` (the
-            same seed, the same split; another seed, another split).
+        *extra: refused: ``arrays(x, y, 64)`` is an error saying to pass ``(x, y)``.
+        validation: ``None``; a fraction in (0, 1) (at least one example) or a count >= 1 of
+            the training examples, held out by a permutation drawn from ``seed``.
         seed: decides the split, every epoch's order and the augmentation.
         shuffle: reshuffle the training batches every epoch (``False``: the data's order).
         drop_remainder: drop each epoch's last, smaller training batch (one step shape).
-        augment: ``None``; ``True`` or ``{"padding": 4, "flip": True, "seed": ...}``: a random
-            crop with zero padding and a random horizontal flip of the training images (the
-            first array), drawn from ``(augment seed, epoch, batch)`` (repeats on resume; the
-            augment seed comes from ``seed`` unless given).
-        workers: ``0``: numpy in the calling thread. ``>= 1``: the same batches from a grain
-            pipeline (one element per batch) on that many threads (``pip install 'gyre[grain]'``).
+        augment: ``None``; ``True`` or ``{"padding": 4, "flip": True, "seed": ...}``: random
+            crop and flip of the training images (the first array), repeated on resume.
+        workers: ``0``: numpy in the calling thread; ``>= 1``: the same batches from a grain
+            pipeline on that many threads (``pip install 'gyre[grain]'``). Worth it only when a
+            batch costs milliseconds (augmented images) and cores are idle
+            (``benchmarks/data_sources.py``).
 
     Returns:
-        :class:`Sources` ``(train, val, test)``. ``train`` is endless and knows its
-        ``epoch_steps`` and position (``state_dict``/``load_state_dict``, JSON-able, the same
-        for both paths): ``gyre.data.Batches`` (``workers=0``; wrapped by
-        ``gyre.data.augmented`` when augmenting) or :class:`GrainBatches`. ``val``/``test``
-        are :class:`EvalBatches` (or ``None``).
+        :class:`Sources` ``(train, val, test)``: ``train`` is endless, knows its
+        ``epoch_steps`` and position (``gyre.data.Batches``, possibly ``augmented``, or
+        :class:`GrainBatches`); ``val``/``test`` are :class:`EvalBatches` or ``None``.
 
     Raises:
         TypeError, ValueError: ``data`` has another form, arrays disagree on their first
             dimension, a bad ``validation``, ``augment`` or ``workers`` (the message says).
         ImportError: ``workers >= 1`` without grain.
-
-    Where grain pays (``benchmarks/data_sources.py``: batches/s of ``workers=2`` over
-    ``workers=0``, 2 shared CPU cores, four runs): CIFAR-shaped gathers (10,000 x 32 x 32 x 3,
-    batch 128; numpy ~6,000 batches/s) 0.26-0.59; the same augmented (numpy ~345/s) 0.80-1.31
-    (the augmentation alone runs ~1.8x faster on two idle cores); digits-shaped batches
-    (1,797 x 64, batch 64; numpy ~210,000/s) 0.09-0.15. Keep
-    ``workers=0`` unless a batch costs milliseconds (augmented images) and cores are idle.
 
     Example:
         >>> import numpy as np, gyre
@@ -363,8 +342,6 @@ def arrays(
         >>> train, val, test = gyre.data.arrays((x, y), 4, validation=0.2, seed=1)
         >>> train.epoch_steps, val.samples, len(val), test is None
         (2, 2, 1, True)
-        >>> xb, yb = next(train); xb.shape
-        (4, 2)
         >>> saved = train.state_dict()
         >>> again = gyre.data.arrays((x, y), 4, validation=0.2, seed=1).train
         >>> again.load_state_dict(saved)

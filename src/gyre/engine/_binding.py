@@ -1,26 +1,9 @@
 """Binding a callback's parameters to the loop's values, once, before the loop starts.
 
-The loop offers five values, in this order: ``state``, ``batch``, ``elapsed``, ``logs``,
-``loop`` (ciclo's name ``loop_state`` is accepted for ``loop``). A callback whose parameters
-use those names gets them by name; a callback whose parameters use none of them gets the first
-``n`` by position, ``n`` being its number of required positional parameters. A callback that
-mixes the two (``def cb(elapsed, log)``), or whose parameter is a near miss of a value's name
-(``def cb(elapsd)``, ``def cb(state, elapsd=None)``: difflib's ratio at least
-:data:`TYPO_CUTOFF`), is refused with the closest name suggested: it would silently get the
-wrong value, or keep its default. Names far from all five (``def cb(s, b)``), and near misses
-of the value their position gives (``def cb(states, batches)``), bind by position.
-
-Objects with ciclo's ``__loop_callback__(loop_state)`` method are called through it, and
-methods taken from the state's class (:class:`StateMethod`) receive the state as ``self``.
-
-One more name is understood, whichever way the others are bound: ``mask``. An evaluation
-whose test step takes ``mask`` (``gyre.test_loop``, ``train_loop``'s ``test_dataset``) pads
-its last, smaller batch to the batch size and carries each batch as a :class:`Masked`; a
-callback with a ``mask`` parameter then gets the padded batch as ``batch`` and ``mask=``, a
-boolean vector over its rows (``True`` for the real ones). Where batches are not padded (a
-training step, a plain ``gyre.loop``), ``mask`` keeps its default, and a callback whose
-``mask`` has none is an error: no mask exists there (not even one of ones, which would hide
-the mistake of a step written for a padded evaluation).
+A callback gets ``state``, ``batch``, ``elapsed``, ``logs``, ``loop`` (ciclo's ``loop_state``)
+by parameter name, or, when it uses none of these names, the first ``n`` by position. Mixing
+the two, or a near miss of a name (``elapsd``), is refused. A ``mask`` parameter gets the mask
+of a padded evaluation's batch (see :class:`Masked`).
 """
 
 from __future__ import annotations
@@ -53,16 +36,10 @@ Call = Callable[[Any, Any, Any, Any, Any], Any]
 
 
 class Masked:
-    """A batch padded to the evaluation's batch size, and ``mask``, the boolean vector of its
-    real rows: what a padded evaluation's loop carries as its batch (a pytree of both, so it
-    is stacked, sliced and placed on the devices as one). Callbacks never see it: those with
-    a ``mask`` parameter get ``batch`` and ``mask=`` (see :func:`bind`), the others ``batch``.
+    """A padded batch and ``mask``, its real rows (``True``): what a padded evaluation carries.
 
-    Attributes:
-        batch: the padded batch.
-        mask: the real rows (``True``) and the padding (``False``).
-        rows: the samples the loop's clock counts for the batch (its real rows), read on the
-            host before the batch is placed; ``None`` once stacked or placed.
+    Callbacks with a ``mask`` parameter get ``batch`` and ``mask=``, the others ``batch``.
+    ``rows`` is the real rows the clock counts (``None`` once stacked or placed).
     """
 
     __slots__ = ("batch", "mask", "rows")
@@ -90,10 +67,7 @@ def callback_name(fn: Any) -> str:
 
 
 class Invoker:
-    """A bound callback: ``invoker.call(state, batch, elapsed, logs, loop)`` calls ``fn`` with
-    the values it asked for (their names: ``uses``). Built by :func:`bind`. ``returned_state``
-    is set once it returned a state (whose structure the loop checked); ``read_only`` (a
-    predict step): a changed state is said once."""
+    """A bound callback: ``call(state, batch, elapsed, logs, loop)`` passes what ``fn`` asks for."""
 
     __slots__ = ("fn", "name", "call", "returned_state", "takes_mask", "read_only", "uses")
 
@@ -113,8 +87,7 @@ class Invoker:
 
 
 class StateMethod:
-    """A method of the state's class registered at a named point (``train_step``, ...):
-    called on the current state, ``method(state, ...)``. Fused loops fuse ``method`` itself.
+    """A method of the state's class registered at a named point: called as ``method(state, ...)``.
 
     Example:
         >>> class S(int):
@@ -161,9 +134,7 @@ _PLANS: weakref.WeakKeyDictionary[Any, dict[int, Plan]] = weakref.WeakKeyDiction
 
 
 def _planned(fn: Any, offset: int) -> Plan:
-    """:func:`_plan` of ``fn``'s parameters (past ``offset``: a state method's self), read once
-    per function, or per class for a callable object (a loop binds its callbacks each time it
-    starts, and a new bar or writer each loop is a new object of the same class)."""
+    """:func:`_plan` of ``fn``'s parameters, cached per function or per class of a callable."""
     call = _class_call(fn)
     key, slot = (fn, offset) if call is None else (call, ("instance", offset))
     try:
@@ -176,8 +147,7 @@ def _planned(fn: Any, offset: int) -> Plan:
 
 
 def _class_call(fn: Any) -> Any:
-    """The Python function that calling the object ``fn`` runs (its class's ``__call__``),
-    when its signature is that function's less ``self``; else None."""
+    """The class's ``__call__`` function when ``fn``'s signature is its own, else None."""
     if isinstance(fn, (types.FunctionType, types.MethodType)) or hasattr(fn, "__wrapped__"):
         return None
     if "__signature__" in getattr(fn, "__dict__", ()):
@@ -215,8 +185,7 @@ Plan = tuple[tuple[int, ...], tuple[tuple[str, int], ...], str | None]
 
 
 def _plan(fn: Any, params: list[inspect.Parameter], offset: int) -> Plan:
-    """Which of the five values go to which parameter: (positional indices, keyword pairs,
-    ``"optional"``/``"required"`` for a ``mask`` parameter, else ``None``)."""
+    """Which values go to which parameter: (positional indices, keyword pairs, mask kind)."""
     found = _mask_param(params)
     mask = None if found is None else ("required" if found.default is _P.empty else "optional")
     names = {n for n, i in _INDEX.items() if i >= offset}
@@ -250,8 +219,7 @@ def _plan(fn: Any, params: list[inspect.Parameter], offset: int) -> Plan:
 
 
 def _check_near_misses(fn: Any, positional: list[inspect.Parameter], offset: int) -> None:
-    """A parameter bound by position whose name is a near miss of another value's name
-    (``def cb(elapsd)``) would silently get the wrong value: refused, naming the value."""
+    """Refuses a positional parameter whose name is a near miss of another value's name."""
     for position, p in enumerate(positional, start=offset):
         close = closest(p.name, _INDEX, cutoff=TYPO_CUTOFF)
         if close is None or _INDEX[close] == position:
@@ -268,9 +236,7 @@ def _check_near_misses(fn: Any, positional: list[inspect.Parameter], offset: int
 
 
 def _check_defaulted_misses(fn: Any, defaulted: list[inspect.Parameter]) -> None:
-    """A parameter defaulting to ``None`` whose name is a near miss of a value's name
-    (``def cb(state, elapsd=None)``) is never passed: it would silently keep its default.
-    Other defaults are taken as the user's own (``def cb(elapsed, log=log)`` captures a list)."""
+    """Refuses a ``None``-defaulted parameter named like a near miss of a value (never passed)."""
     for p in defaulted:
         close = closest(p.name, _INDEX, cutoff=TYPO_CUTOFF)
         if close is None:
@@ -342,8 +308,7 @@ def _make(
 
 
 def _masked(fn: Any, idx: tuple[int, ...], kw: tuple[tuple[str, int], ...], required: bool, name: str) -> Call:
-    """The call of a callback with a ``mask`` parameter: a :class:`Masked` batch is split into
-    ``batch`` and ``mask=``; any other batch is passed as it is, ``mask`` left to its default."""
+    """The call of a callback with ``mask``: a :class:`Masked` batch is split in two."""
 
     def call_masked(*args: Any) -> Any:
         batch = args[1]

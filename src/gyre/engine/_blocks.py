@@ -1,20 +1,7 @@
 """Blocks: the loop plans its table once and runs its steps a block at a time.
 
-When a loop starts, its table is classified (:func:`plan_table`): the *step* (the compiled
-callback on every step), *events* (tasks whose schedule can say when it next fires:
-:meth:`gyre.Schedule.next_step`), and *observers* (:class:`~gyre.ChunkSafe` callbacks: the
-progress bars, the writers). A table of these runs in blocks (:class:`BlockRunner`): a block
-ends at the next event, after at most :data:`~gyre.engine._ring.ROWS` steps (fewer, so a block
-lasts about :data:`BLOCK_SECONDS`), at the stop, or where the data ends. Inside a block the
-only Python is the iteration over batches and the compiled call, which writes the step's logs
-into a device ring (:mod:`gyre.engine._ring`); the clock, the history, the observers, the NaN
-check and preemption are dealt with once per block. Each event's callbacks run after exactly
-the step they fire on, with that step's clock, batch, logs and state, as step by step.
-
-A task on ``every(time=...)`` is asked at block ends, and a block ends when its time comes.
-Anything else (a plain Python function on every step, a schedule that cannot be solved in
-advance: ``every(samples=...)``, a lambda) runs on the general per-step path, which stays
-correct: ``loop.plan`` says which path a loop took, and why.
+A block ends at the next event, the stop or the data's end; inside it the only Python is the
+iteration and the compiled call. ``loop.plan`` says which path a loop took; see README.md here.
 """
 
 from __future__ import annotations
@@ -74,9 +61,7 @@ def _next(task: Task, clock: Elapsed, epoch_steps: int | None) -> Any:
 
 
 def _deadline(task: Task) -> float | None:
-    """When a ``every(time=...)`` task can next fire, in the loop's seconds (``-inf``: at
-    once); None for other schedules. Such a task is asked at block ends, and the block ends
-    once its time has come."""
+    """When an ``every(time=...)`` task can next fire, in loop seconds, else None."""
     schedule = task.schedule
     if isinstance(schedule, Every) and schedule.unit == "time":
         last = schedule.state_dict().get("last")
@@ -145,10 +130,7 @@ def _stop_step(elapse: Elapse, clock: Elapsed) -> int | None | bool:
 
 
 class BlockClocks(Sequence[Elapsed]):
-    """The clocks of a block's steps, made when read from the history's clock columns
-    (:func:`~gyre.core._history.block_clocks`): ``first`` (the first step's), then one more
-    step each, samples from ``sizes``, epochs rolled by ``epoch_steps``, the time of ``first``
-    (a block's steps share the time its first step started)."""
+    """The clocks of a block's steps, made when read; the steps share the first step's time."""
 
     def __init__(self, first: Elapsed, sizes: Sequence[int], epoch_steps: int | None) -> None:
         self.first, self.sizes, self.epoch_steps = first, sizes, epoch_steps
@@ -177,10 +159,7 @@ class BlockClocks(Sequence[Elapsed]):
 
 
 class BlockRunner(ChunkRunner):
-    """Runs a planned table block by block (see the module docs); built by :func:`gyre.loop`.
-
-    Example: ``gyre.loop(state, batches, {gyre.every(1): [step, gyre.keras_bar()]})``.
-    """
+    """Runs a planned table block by block; built by :func:`gyre.loop`."""
 
     def __init__(
         self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, steps: int = ROWS, *, outermost: bool = True
@@ -218,9 +197,7 @@ class BlockRunner(ChunkRunner):
         self.deadline = self.elapse._t0 + deadline  # on the monotonic clock
 
     def call(self, chunk: Chunk) -> Logs:
-        """Runs the block's steps, pulling each batch as its step starts; the clock counts
-        them, the last in progress. A step that raises leaves the steps before it counted and
-        committed, and ``loop.step_start`` the state it was given."""
+        """Runs the block's steps; if one raises, the steps before it stay counted."""
         start = _time.perf_counter()
         sizes, epoch_steps = chunk.sizes, self.elapse.epoch_steps
         if self.ring.ring is None:  # type: ignore[union-attr]
@@ -277,9 +254,7 @@ class BlockRunner(ChunkRunner):
                 at = _next(task, clocks[at - first + 1], epoch_steps)
 
     def _ringed(self, chunk: Chunk, sizes: list[int]) -> tuple[Logs, Any]:
-        """The block's steps through the ring: its batches pulled one by one, or those a fused
-        runner pulled already (``chunk.batches``, their ``sizes`` known). A ``sized`` ring gives
-        each step's batch size with its call (``tags``): no size is asked per step on the host."""
+        """The block's steps through the ring, pulling batches or taking those already pulled."""
         ring, ls, n = self.ring, self.ls, self.n
         fn, rows = ring.fn, ring.ring  # type: ignore[union-attr]
         it, size_of, now, deadline = self.elapse._it, self.elapse.size_of, self.elapse._clock, self.deadline
@@ -337,11 +312,7 @@ class BlockRunner(ChunkRunner):
 
 
 class FusedBlockRunner(BlockRunner):
-    """``steps_per_call=K`` on a planned table: each block is rounded to K steps (its events
-    solved, so no schedule is asked step by step), its batches pulled, then one fused call.
-
-    Example: ``gyre.loop(state, batches, {gyre.every(1): step, gyre.every(50): save}, steps_per_call=10)``.
-    """
+    """``steps_per_call=K`` on a planned table: blocks rounded to K steps, each one fused call."""
 
     def __init__(self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, steps: int, *, outermost: bool = True) -> None:
         super().__init__(plan, elapse, loop_state, steps, outermost=outermost)
@@ -383,14 +354,9 @@ _CHOSEN: weakref.WeakKeyDictionary[Any, dict[Any, str | None]] = weakref.WeakKey
 
 
 def run_auto(plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, *, outermost: bool = True) -> None:
-    """``steps_per_call="auto"``: runs a block (its step compiled), times one more (the device
-    waited for at its start and end: the only waits), and when the loop is host-bound and its
-    step fusable, times a fused chunk of :data:`AUTO_STEPS` after the one that compiles it; the
-    rest of the loop runs the faster way (``loop.plan`` says which). The choice is kept for the
-    step and its argument shapes: a later loop over them runs its first step, then that way.
-    Same results either way.
+    """``steps_per_call="auto"``: times blocks against a fused chunk, runs on the faster way.
 
-    Example: ``gyre.loop(state, batches, {gyre.every(1): step}, steps_per_call="auto")``.
+    The choice is kept per step and argument shapes, so later loops over them do not measure.
     """
     blocks = BlockRunner(plan, elapse, loop_state, outermost=outermost)
     fused = FusedBlockRunner(plan, elapse, loop_state, AUTO_STEPS, outermost=outermost)

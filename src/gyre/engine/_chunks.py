@@ -1,12 +1,5 @@
 """What blocks and fused chunks share (:class:`ChunkRunner`): a run of steps between two events
-(see :mod:`gyre.engine._blocks`, which plans them), and what happens around it.
-
-A chunk starts with its first step's batch, and the tasks placed before the step that fire
-on it run then, with the state before the chunk. After its steps (run one by one through the
-ring, or in one fused call), the tasks after the step that fire on its last step run, with
-that step's clock, batch, logs and state; then the observers (:class:`~gyre.ChunkSafe`
-callbacks: the bars, the writers) whose schedule fired on any of its steps, once. Then the
-steps are committed, the NaN check and preemption are dealt with, and saves asked for are made.
+and the tasks, observers, commit and checks around it (see README.md here).
 """
 
 from __future__ import annotations
@@ -70,10 +63,7 @@ def _identities(logs: Logs) -> list[tuple[str, str, int]]:
 
 
 class ChunkRunner:
-    """Runs a loop's steps chunk by chunk (see the module docs); built by :func:`gyre.loop`.
-
-    Example: ``gyre.loop(state, batches, {gyre.every(1): [step]}, steps_per_call=4)``.
-    """
+    """Runs a loop's steps chunk by chunk; built by :func:`gyre.loop`."""
 
     def __init__(self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, steps: int, *, outermost: bool = True) -> None:
         self.plan = plan
@@ -175,10 +165,7 @@ class ChunkRunner:
         self.ls.end_step(chunk.clocks[-1].steps, chunk.clocks[0].steps)
 
     def after_chunk(self, chunk: Chunk, logs: Logs) -> Logs | None:
-        """Runs the tasks after the step that fire on the last step, then the display tasks
-        that fired; returns the last step's logs when they must be committed on their own.
-        The last row is taken from the stacked logs (a device call) only when a callback
-        that runs reads logs; else only if one logged something."""
+        """Runs the tasks after the step, then the observers that fired; returns the last logs."""
         after = bool(chunk.after) and chunk.after[-1]
         shown = [t for t, fired in zip(self.plan.display, chunk.shown, strict=True) if fired]
         if not after and not shown:
@@ -221,9 +208,7 @@ class ChunkRunner:
         return found
 
     def commit(self, chunk: Chunk, logs: Logs, last: Logs | None) -> None:
-        """Commits the chunk's records: the first step with what the tasks before it logged,
-        the middle rows stacked (split on the host later), the last step with what the tasks
-        after it logged."""
+        """Commits the chunk's records: first step, the stacked middle rows, the last step."""
         history, clocks, sizes, first = self.ls.history, chunk.clocks, chunk.sizes, chunk.first
         k = len(clocks)
         start, stop = 0, k

@@ -1,44 +1,11 @@
-"""The data position of a running loop: which batches it has consumed, saved with a checkpoint
-and restored on resume.
+"""The data position of a running loop (``loop.data``), saved with a checkpoint.
 
-:func:`track_data` wraps the dataset a loop is given in a :class:`DataTracker` (the engine's
-``loop.data``). Its :meth:`~DataTracker.state_dict` is the position after the batches the loop
-has *consumed*: the steps its clock counts, not the batches prefetching has read ahead.
-:meth:`~DataTracker.load_state_dict` puts a new run's dataset at that position before its
-first batch is pulled, so the resumed run continues with exactly the next batch.
-
-How a dataset's position is saved, by what it is:
-
-* **An object with** ``state_dict()`` **and** ``load_state_dict(d)``: ``gyre.data.batches``,
-  or your own data source. The protocol, for your own:
-
-  - ``state_dict() -> dict``: the position after the batches handed out so far, as JSON-able
-    values (ints, floats, strings, bools, lists, dicts with string keys), in a *new* dict
-    each call. Keep it cheap: it is called after every batch pulled (a loop may read ahead
-    of its use: prefetching to the device, fused steps), so that the position of the batch
-    the loop actually consumed is known. (``gyre.data.batches`` skips this: the position
-    of any of its batches follows from its index, see ``Batches.state_dict_at``; so does
-    any source with an ``index`` (batches handed out, counted from the first of epoch 0,
-    right after ``load_state_dict`` too) and ``state_dict_at(index)``.)
-  - ``load_state_dict(d)``: continue with the batch that followed when ``d`` was taken.
-    It is called before the loop asks the object for its iterator (``iter(obj)``), so a
-    re-iterable source (a data loader) can apply it to the pass it starts next; raise a
-    clear error when ``d`` belongs to other data.
-
-* **A grain iterator**, recognised by its ``get_state()`` / ``set_state(s)`` methods; a grain
-  ``MapDataset`` / ``IterDataset`` / ``DataLoader`` is iterated and its iterator's state
-  saved (grain's ``DataLoader`` state, bytes, is stored as text).
-* **Anything else** (a list, a generator, a data loader without state) cannot say where it
-  is. The loop saves how many batches it consumed, and on resume, by ``data_resume``:
-  ``"restart"`` (the default) starts the data again from its beginning and warns once;
-  ``"skip"`` pulls and drops the consumed batches first, which costs O(position): every
-  skipped batch is produced (read, decoded, augmented) only to be thrown away.
-
-The engine calls, in this order: :func:`track_data` (the dataset is checked here), reads the
-iterable (``iter(tracker)``, possibly through ``prefetch_to_device``, which tells the
-tracker how far it reads ahead), :meth:`~DataTracker.follow` with its clock; then
-:meth:`~DataTracker.load_state_dict` on resume (before the first batch) and
-:meth:`~DataTracker.state_dict` at each save.
+Data sources: an object with ``state_dict()`` (the position after the batches handed out, as
+JSON values in a new dict each call; it is called after every batch pulled, so keep it cheap,
+or give ``index`` and ``state_dict_at(index)`` as ``gyre.data.batches`` does) and
+``load_state_dict(d)`` (called before ``iter(obj)``; raise when ``d`` is another data's); a
+grain iterator (``get_state``/``set_state``); anything else restarts or skips, by
+``data_resume`` (README: "Resume after a crash").
 """
 
 from __future__ import annotations
@@ -217,9 +184,7 @@ class DataTracker:
             self._recorder.keep(self._ahead + 8)
 
     def __iter__(self) -> Iterator[Any]:
-        """The iterator the loop pulls from: the dataset's own, or one that records the
-        position after each batch when the loop may read ahead of its use (one pass: every
-        call returns the same iterator)."""
+        """The iterator the loop pulls from, recording positions when the loop reads ahead."""
         if self._handed is not None:
             return self._handed
         self._open()
@@ -264,10 +229,8 @@ class DataTracker:
         return self._clock is not None and self.consumed > 0
 
     def state_dict(self) -> dict[str, Any]:
-        """The position after the batches the loop has consumed, JSON-able:
-        ``{"kind": ..., "source": <type name>, "state": ...}`` where ``state`` is the
-        dataset's ``state_dict()`` (``kind="state_dict"``), its grain iterator's state
-        (``"grain"``), or the number of its batches consumed (``"count"``).
+        """The position after the batches the loop consumed: ``{"kind", "source", "state"}``,
+        ``kind`` being ``"state_dict"``, ``"grain"`` or ``"count"`` (batches consumed).
 
         Raises:
             RuntimeError: the loop reads ahead and was told not to track the position.
@@ -299,14 +262,10 @@ class DataTracker:
         return self._capture()()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Puts the dataset at the position ``state`` (from :meth:`state_dict`) names, so the
-        loop's first batch is the one that followed it. Call it before the first batch is
-        pulled (after the loop took its iterator is fine: a re-iterable source with its own
-        ``load_state_dict``, a data loader, starts its pass at the first pull).
+        """Puts the dataset at the position ``state`` names, before the first batch is pulled.
 
         Raises:
-            TypeError, ValueError: ``state`` is not a saved data position, or belongs to a
-                dataset of another kind (the message says which).
+            TypeError, ValueError: ``state`` is not a saved data position, or another dataset's.
             RuntimeError: batches were pulled already.
         """
         kind, saved = _check_saved(state)
@@ -469,5 +428,6 @@ def _not_json(where: str, value: Any, what: str) -> TypeError:
 def track_data(dataset: Any, data_resume: str = "restart", *, track: bool = True) -> DataTracker:
     """The dataset a loop is given, with the position of the batches the loop consumes (see the
     module docs). ``track=False``: no position is kept for batches read ahead of their use
-    (nothing per step; ``state_dict()`` then only works in a loop that does not read ahead)."""
+    (nothing per step; ``state_dict()`` then only works in a loop that does not read ahead).
+    """
     return DataTracker(dataset, data_resume, track=track)

@@ -1,9 +1,7 @@
 """The clock of a running loop: :class:`Elapse` pulls batches and counts completed steps.
 
-During step ``i`` the clock says ``steps == i`` (the steps completed before it) and is marked
-:attr:`~gyre.Elapsed.in_progress`; the step counts as completed when the next batch is asked
-for, or when the loop ends. A batch is pulled only for a step that will run: never past
-``stop``. See ``src/gyre/engine/README.md`` for the whole picture.
+During step ``i`` the clock says ``steps == i`` and is ``in_progress``; the step counts as
+completed when the next batch is asked for, or when the loop ends (see README.md here).
 """
 
 from __future__ import annotations
@@ -27,9 +25,7 @@ END = object()
 
 
 def check_stop(stop: Any, name: str = "stop") -> StopLike:
-    """A loop's ``stop`` (or ``test_duration``): steps as an integral number >= 1, a Period,
-    or None; numpy and 0-d integers are accepted.
-    """
+    """A loop's ``stop``: a whole number of steps >= 1, a Period, or None."""
     if stop is None or isinstance(stop, Period):
         return stop
     steps = as_integer(stop)
@@ -49,9 +45,7 @@ def steps_only(period: Period | None) -> int | None:
 
 
 def epoch_steps_of(epoch_duration: Any, dataset: Any) -> int | None:
-    """Steps per epoch: ``epoch_duration`` (steps or ``at(steps=...)``), else what the dataset
-    says (see :func:`dataset_epoch_steps`), else None (unknown).
-    """
+    """Steps per epoch: ``epoch_duration``, else the dataset's own, else None."""
     if isinstance(epoch_duration, Period) and steps_only(epoch_duration) is not None:
         epoch_duration = epoch_duration.steps
     if epoch_duration is None:
@@ -62,11 +56,7 @@ def epoch_steps_of(epoch_duration: Any, dataset: Any) -> int | None:
 
 
 def dataset_epoch_steps(dataset: Any) -> int | None:
-    """The batches in one epoch of ``dataset``, as it knows them: its ``epoch_steps``
-    attribute (``gyre.data.batches``, and the loop's own wrappers around a dataset), else
-    ``len(dataset)``; None when it has neither, or a length that only marks an endless
-    dataset (``sys.maxsize``, as grain gives a repeated dataset).
-    """
+    """The dataset's ``epoch_steps`` or ``len``; None when unknown or endless (``sys.maxsize``)."""
     steps = as_integer(getattr(dataset, "epoch_steps", None))
     if steps is not None and steps >= 1:
         return steps
@@ -78,10 +68,7 @@ def dataset_epoch_steps(dataset: Any) -> int | None:
 
 
 def check_iterable(dataset: Any) -> None:
-    """Raises the explained error for a dataset a loop cannot iterate (not iterable, a
-    Keras-style ``(X, Y)`` pair of whole arrays, a bare array, whose rows it would take for
-    batches, or a dict, whose keys it would), without starting a pass over it.
-    """
+    """Raises the explained error for a dataset a loop cannot iterate (an array, a dict, a pair)."""
     if _looks_like_arrays(dataset):
         shapes = ", ".join(str(tuple(x.shape)) for x in dataset)
         raise TypeError(explain(
@@ -136,10 +123,10 @@ def _looks_like_arrays(dataset: Any) -> bool:
 
 
 def size_function(batch_size_fn: Any) -> BatchSizeFn:
-    """The function giving a batch's samples: by default the leading dimension its arrays
-    share (:func:`~gyre.core.infer_batch_size`, which refuses arrays that disagree); a
-    ``batch_size_fn`` whose parameter is named ``batch`` gets the batch, any other gets the
-    list of leaf shapes as ciclo passes it (scalars as ``(1,)``).
+    """The batch-size function: leading dimension by default, else ``batch_size_fn``.
+
+    A ``batch_size_fn`` whose parameter is named ``batch`` gets the batch, any other the list of
+    leaf shapes (ciclo's form; scalars as ``(1,)``).
     """
     if batch_size_fn is None:
         return infer_batch_size
@@ -161,10 +148,7 @@ def size_function(batch_size_fn: Any) -> BatchSizeFn:
 
 
 def samples(size: Any) -> int:
-    """A ``batch_size_fn``'s result as a Python ``int``, or the explained error: a negative,
-    fractional or non-numeric count would silently corrupt the clock's samples (and the
-    weights of the means that it gives).
-    """
+    """A ``batch_size_fn``'s result as an ``int``, or the explained error."""
     if type(size) is int and size >= 0:
         return size
     number = as_integer(size)
@@ -178,12 +162,10 @@ def samples(size: Any) -> int:
 
 
 class Elapse:
-    """Iterates ``(elapsed, batch)`` pairs, counting a step completed when the next one is
-    asked for (or by :meth:`complete`). Built by :func:`elapse`; the loops use it too, and the
-    fused loop pulls through :meth:`pull` and counts chunks with :meth:`advance`.
+    """Iterates ``(elapsed, batch)`` pairs, counting a step completed when the next is asked for.
 
     Attributes:
-        elapsed: the clock: of the step in progress, or of the next step between steps.
+        elapsed: the clock of the step in progress, or of the next step between steps.
         exhausted: the data ended (rather than the stop).
     """
 
@@ -301,9 +283,7 @@ def epochs_unknown(what: str, dataset: Any = None) -> str:
 
 
 def source_of(dataset: Any) -> Any:
-    """The user's dataset inside the loop's wrappers (each names what it wraps as
-    ``wrapped_dataset``).
-    """
+    """The user's dataset inside the loop's wrappers (``wrapped_dataset``)."""
     for _ in range(8):  # wrappers are a few levels deep at most
         inner = getattr(dataset, "wrapped_dataset", None)
         if inner is None:
@@ -325,16 +305,14 @@ def elapse(
 
     Args:
         dataset: an iterable of batches.
-        stop: steps (an integral number) or a :class:`Period` after which iteration ends.
+        stop: steps (a whole number) or a :class:`Period` after which iteration ends.
         initial: the clock to continue from (the ``elapsed`` a previous loop returned).
-        epoch_duration: steps per epoch; by default the dataset's own (``epoch_steps`` of
-            ``gyre.data.batches``, or ``len(dataset)``) when it has one.
-        batch_size_fn: samples in a batch (see :func:`size_function`); by default the
-            leading dimension the batch's arrays share.
-        clock: seconds source (default ``time.monotonic``), injectable for tests.
+        epoch_duration: steps per epoch; by default the dataset's ``epoch_steps`` or ``len``.
+        batch_size_fn: samples in a batch; by default the leading dimension of its arrays.
+        clock: seconds source (default ``time.monotonic``).
 
-    Each ``elapsed`` is the clock of the step in progress: ``elapsed.completed()`` is the clock
-    once it is done (what ``gyre.checkpoint`` saves, as inside ``gyre.loop``).
+    Each ``elapsed`` is the clock of the step in progress; ``elapsed.completed()`` is the clock
+    once it is done (what ``gyre.checkpoint`` saves).
 
     Example:
         >>> import gyre

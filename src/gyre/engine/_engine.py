@@ -1,12 +1,4 @@
-"""The engine: ``loop`` runs a task table over a dataset.
-
-A step of :func:`loop`: take a batch (never one the loop will not use), then for each
-``schedule: callbacks`` entry in table order, if the schedule fires on the clock, run the
-callbacks in list order, folding each return into the step's logs and the loop's state
-(:func:`gyre.engine._loop_state.fold`). The step's logs are committed to the history; the step
-counts as completed when the next one starts. ``steps_per_call`` runs the same table in fused
-chunks (:mod:`gyre.engine._chunks`), with the same meaning.
-"""
+"""The engine's entry point: :func:`loop` runs a task table over a dataset (see README.md here)."""
 
 from __future__ import annotations
 
@@ -47,13 +39,7 @@ from gyre.engine._tasks import (
 
 
 def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState, *, outermost: bool = True) -> None:
-    """The per-step loop. Each step runs every task whose schedule fires on the step's clock,
-    in table order, each callback's return folded into the step's logs and the state (the
-    rest of the step is skipped once a stop is requested); then the logs are committed.
-
-    The history takes each step's logs as they are (:meth:`History.commit_owned`): the
-    engine makes them for the step, and they are sorted a block of steps at a time.
-    """
+    """Runs the table step by step, committing each step's logs (without a copy) to the history."""
     commit = ls.history.commit_owned  # each step's logs are made for it: no copy
     nan = ls._nan
     first = True
@@ -124,9 +110,7 @@ def prefetched(dataset: Any, state: Any, size: int, stop: Any, initial: Elapsed 
 
 
 def _finish(clock: Elapse, ls: LoopState, ends: list[Any], table: Sequence[Task], *, cut: bool = False) -> Elapsed:
-    """Ends a loop: completes the last step, saves it through the loop's checkpoints (unless
-    saved, or ``cut`` short by a Ctrl-C: its logs, an evaluation's, are not all there), runs
-    ``on_end`` and the ``on_loop_end`` hooks (which wait for the saves)."""
+    """Ends a loop: completes the clock, saves the last step unless ``cut``, runs end hooks."""
     final = clock.complete()
     ls.batch = None
     preempted = ls.stop_reason == "preempted"
@@ -149,10 +133,7 @@ def _finish(clock: Elapse, ls: LoopState, ends: list[Any], table: Sequence[Task]
 
 
 def _failed(err: BaseException, ls: LoopState, clock: Elapse, saving: Sequence[Any]) -> None:
-    """Hands the caller the last consistent state and clock on an exception leaving the loop
-    (``err.state``, ``err.elapsed``): the state when the failing step started if it still
-    exists, else (its arrays were donated to the step) the state the step produced, counted
-    as completed. Saves in flight are finished, so the last good checkpoint stays whole."""
+    """Attaches the last consistent ``err.state``/``err.elapsed`` and finishes saves in flight."""
     start = ls.step_start
     if start is not None and _alive(start):
         state, elapsed = start, clock.elapsed.replace()
@@ -176,10 +157,7 @@ def _alive(tree: Any) -> bool:
 
 
 def _interrupted(ls: LoopState, clock: Elapse, catch: bool) -> None:
-    """Ctrl-C: only the outermost loop catches it (an evaluation that was cut short must not
-    report its partial result as complete); it says once where training stopped. A Ctrl-C
-    after a first signal (which ends the loop at the step's end) is not caught: it stops at
-    once, and the step it cut short (its evaluation, say) is not saved as if it had finished."""
+    """Ctrl-C: only the outermost loop catches it; a second signal (after SIGTERM) stops at once."""
     if depth() > 1:
         raise KeyboardInterrupt
     if requested():
@@ -229,83 +207,54 @@ def loop(
     """Runs a task table over a dataset: the loop language.
 
     Args:
-        state: any pytree (params, optimizer state, ...), threaded through the callbacks.
-        dataset: an iterable of batches. A batch is pulled only for a step that will run.
-        tasks: ``{schedule: callback or [callbacks]}``; entries run in table order, and a
-            schedule is any callable ``elapsed -> bool``. The dict is never modified. A
-            :class:`~gyre.LoopElement` (a progress bar, ``gyre.callback(fn)``) spreads into
-            it under its default schedule: ``{gyre.every(1): step, **gyre.keras_bar(total=n)}``.
-        stop: steps (an integral number >= 1) or a :class:`Period`; ``None`` runs until the
-            data ends.
+        state: any pytree, threaded through the callbacks.
+        dataset: an iterable of batches; a batch is pulled only for a step that will run.
+        tasks: ``{schedule: callback or [callbacks]}``, run in table order (never modified); a
+            schedule is any callable ``elapsed -> bool``. A :class:`~gyre.LoopElement` (a bar)
+            spreads into it under its default schedule: ``{**gyre.keras_bar(total=n)}``.
+        stop: steps (a whole number >= 1) or a :class:`Period`; ``None`` runs until the data ends.
         on_start: callbacks run once before the first step (their logs are not committed).
-        on_end: callbacks run once at the end, also after a stop request or Ctrl-C; logs they
-            return are committed to the history with the final clock. Callback objects in the
-            table with an ``on_loop_end()`` method have it called after them.
-        history: a history to append to (to continue a run); a new one by default.
+        on_end: callbacks run once at the end, also after a stop request or Ctrl-C; their logs are
+            committed with the final clock. Table callbacks' ``on_loop_end()`` run after them.
+        history: a history to append to; a new one by default.
         elapsed: the clock to continue from (the third value a previous loop returned).
-        catch_keyboard_interrupt: Ctrl-C ends the outermost loop cleanly (``on_end`` runs,
-            and a warning says where) instead of raising; loops nested in a callback re-raise.
-        batch_size_fn: samples in a batch: a function of the list of leaf shapes (ciclo's
-            form), or of the batch when its parameter is named ``batch``; by default the
-            leading dimension the batch's arrays share (arrays that disagree are refused).
+        catch_keyboard_interrupt: Ctrl-C ends the outermost loop cleanly (``on_end`` runs, a
+            warning says where) instead of raising; nested loops re-raise.
+        batch_size_fn: samples in a batch: a function of the list of leaf shapes (ciclo's form),
+            or of the batch when its parameter is named ``batch``; by default the leading
+            dimension the batch's arrays share.
         metadata: anything, exposed to callbacks as ``loop.metadata``.
         epoch_duration: steps per epoch; by default ``len(dataset)`` when it has one.
-        clock: seconds source (default ``time.monotonic``), injectable for tests.
-        steps_per_call: run up to this many steps per call of the compiled step under
-            ``every(1)``/``always()``, in one ``lax.scan`` (see :mod:`gyre.engine._chunks`):
-            every callback still runs after the same steps, with the same clock and state,
-            and the history gets one record per step. 1 (the default) runs step by step
-            (in blocks, see :mod:`gyre.engine._blocks`). ``"auto"`` measures the first blocks
-            (the host's time to dispatch a step against the step's own) and fuses 100 steps
-            per call when the loop is host-bound, else runs step by step: same meaning.
-            The choice is kept for the step and its argument shapes (later loops over them
-            do not measure again).
-        prefetch: when the state has a strategy (a managed state), this many batches are
-            placed on its devices ahead of the step that uses them (0: off). Batches are
-            never taken beyond ``stop`` when it is a number of steps.
-        resume: continue from a checkpoint of the loop's ``gyre.checkpoint``: ``"latest"``
-            (the newest good one; a fresh start when there is none), ``"best"``, a saved step,
-            or a checkpoint's path; ``None`` (the default) starts from ``state``. The state,
-            clock, history, the ``state_dict`` of every stateful schedule and callback, and
-            the data position are restored (see :mod:`gyre.engine._resumables`); ``state``
-            gives the structure (and shardings) to restore into.
-        nan_policy: what a NaN or infinite loss or metric (the ``losses`` and ``metrics``
-            collections) does: ``"raise"`` stops the loop with :class:`gyre.NonFiniteError`
-            naming the step and the entry, before any checkpoint saves a state made from it
-            (values are read lagged, as they reach the host, within about a second or two
-            blocks of 64 steps: no host sync per step; the rest is checked before each
-            checkpoint and when the loop ends); ``"skip"`` makes the
-            table's managed train steps drop such updates inside the compiled step and count
-            them (``state.skipped_steps``); ``"ignore"`` checks nothing.
-        data_resume: on resume, what happens to data that cannot save its position (a
-            list, a generator): ``"restart"`` starts it again from its beginning, with a
-            warning; ``"skip"`` pulls and drops the batches consumed before the checkpoint
-            (O(position)). Data with ``state_dict``/``load_state_dict``
-            (``gyre.data.batches``) or grain's ``get_state``/``set_state`` always continues
-            with exactly the next batch; see :mod:`gyre.engine._data`.
+        clock: seconds source (default ``time.monotonic``).
+        steps_per_call: steps per call of the compiled step under ``every(1)``/``always()``, in
+            one ``lax.scan``; callbacks, clock, state and history are the same as step by step.
+            ``"auto"`` fuses 100 steps per call when the loop is host-bound, else 1.
+        prefetch: batches placed ahead on a managed state's devices (0: off); never beyond a
+            ``stop`` given in steps.
+        resume: continue from the loop's ``gyre.checkpoint``: ``"latest"`` (a fresh start when
+            there is none), ``"best"``, a saved step, or a path. State, clock, history, stateful
+            schedules and callbacks, and the data position are restored; ``state`` gives the
+            structure (and shardings) to restore into.
+        nan_policy: a NaN or Inf in the ``losses``/``metrics`` logs: ``"raise"`` raises
+            :class:`gyre.NonFiniteError` before any checkpoint saves it; ``"skip"`` makes managed
+            train steps drop such updates (counted in ``state.skipped_steps``); ``"ignore"``.
+        data_resume: on resume, data that cannot save its position (a list, a generator):
+            ``"restart"`` starts it again, with a warning; ``"skip"`` drops the batches consumed
+            before the checkpoint.
 
     Returns:
-        ``(state, history, elapsed)``, where ``elapsed`` counts the completed steps, and
-        ``history.stop_reason`` says why the loop stopped early (``"preempted"`` after
-        SIGTERM, a callback's reason), or is ``None``.
+        ``(state, history, elapsed)``: ``elapsed`` counts the completed steps, and
+        ``history.stop_reason`` says why the loop stopped early (``"preempted"``, a callback's
+        reason) or is ``None``.
 
     Raises:
-        Exception: whatever a callback raised, carrying ``err.state`` and ``err.elapsed``:
-            the last consistent state and its clock (the caller's own state may have been
-            donated to the step), to inspect or continue from.
+        Exception: whatever a callback raised, carrying ``err.state`` and ``err.elapsed``, the last
+            consistent state and its clock.
 
-    When a loop ends (its data, its ``stop``, a stop request, SIGTERM), its checkpoints save
-    the final step unless it is saved, and the loop returns once the saves are on disk.
-    SIGTERM (and Ctrl-C, with ``catch_keyboard_interrupt``) finishes the current step, saves
-    synchronously and ends the loop (:mod:`gyre.engine._preempt`).
-
-    Callbacks receive ``state``, ``batch``, ``elapsed``, ``logs``, ``loop`` by parameter name
-    (any subset, any order), or else the first ``n`` of them by position. They return
-    ``None``, a :class:`~gyre.Logs`, a new state, or ``(logs, state)`` where ``None`` means
-    "unchanged" and any other value (``0``, ``{}``) is taken as given; or they assign
-    ``loop.state``. A returned state keeps the state's structure (``gyre.replace_state``
-    changes it on purpose). The ``logs`` a callback receives become the step's record when
-    the step ends, without a copy: add to them during the step, not after it.
+    Callbacks take ``state``, ``batch``, ``elapsed``, ``logs``, ``loop`` by parameter name, or else
+    the first ``n`` by position, and return ``None``, :class:`~gyre.Logs`, a state, or
+    ``(logs, state)`` (README: "What a callback returns"). SIGTERM finishes the step, saves and
+    ends the loop.
 
     Example:
         >>> import gyre, jax, jax.numpy as jnp

@@ -1,11 +1,4 @@
-"""Fusing a step: K steps in one ``lax.scan`` over K stacked batches.
-
-A step can be fused when it is compiled: a ``jax.jit`` function (the scan calls it as it is,
-so its own jit options, shardings and static arguments included, still apply inside), or an
-object with a method ``fuse(steps)`` (:class:`FusableStep`, what managed steps provide).
-:func:`fuse` turns either into ``fused(state, stacked_batch) -> (stacked_logs, state)``. How a
-loop cuts its batches into chunks is in :mod:`gyre.engine._chunks`.
-"""
+"""Fusing a step: K steps in one ``lax.scan`` over K stacked batches (see :func:`fuse`)."""
 
 from __future__ import annotations
 
@@ -30,9 +23,8 @@ FusedStep = Callable[[Any, Any], tuple[Logs, Any]]
 class FusableStep(Protocol):
     """A step that can compile K of itself into one call.
 
-    ``fuse(steps)`` returns ``fused(state, stacked_batch) -> (stacked_logs, state)``: the batch
-    leaves have a leading axis of ``steps``, so do the logs' values (one row per step), and the
-    state is donated. It is called once per chunk length in a loop.
+    ``fuse(steps)`` returns ``fused(state, stacked_batch) -> (stacked_logs, state)``: batch leaves
+    and log values have a leading axis of ``steps``; the state is donated.
     """
 
     def fuse(self, steps: int) -> FusedStep:  # pragma: no cover - protocol
@@ -57,29 +49,21 @@ def is_fusable(fn: Any) -> bool:
 
 
 #: Steps per iteration of a fused ``lax.scan``. Two, not one: a step that updates a weight
-#: before its last read of the old value (the backward pass reads weights that the optimizer
-#: has already been given) makes XLA copy that weight on every iteration of a one-step loop,
-#: because a loop carry is updated in place. With two steps per iteration the carry is only
-#: written by the second step, after every read of it by the first, so the copies go away
-#: (on the digits MLP of ``benchmarks/fused_steps.py``: a 256x256 and a 256x10 copy per step).
-#: The price is a loop body twice as long to compile.
+#: before its last read makes XLA copy the in-place loop carry every iteration; with two, the
+#: second step writes it after the first's reads (``benchmarks/fused_steps.py``). The price is
+#: a loop body twice as long to compile.
 UNROLL = 2
 
 
 def scan_steps(
     body: Callable[[Any, Any], tuple[Any, Any]], state: Any, batches: Any, length: int | None = None
 ) -> tuple[Any, Any]:
-    """``jax.lax.scan(body, state, batches)`` as fused steps run it (:data:`UNROLL` steps per
-    iteration; results are the same as the plain scan's).
-    """
+    """``jax.lax.scan(body, state, batches)`` unrolled :data:`UNROLL` steps per iteration."""
     return jax.lax.scan(body, state, batches, length=length, unroll=UNROLL)
 
 
 def scanned(step: Callable[[Any, Any], tuple[Any, Any]]) -> Callable[[Any, Any], tuple[Any, Any]]:
-    """``(state, batches) -> (logs, state)``: ``step(state, batch) -> (logs, state)`` run on
-    each row of ``batches`` (:func:`scan_steps`), the logs stacked a row per step; what a
-    strategy compiles as a fused step.
-    """
+    """``(state, batches) -> (logs, state)``: ``step`` on each row, its logs stacked."""
 
     def scan(state: Any, batches: Any) -> tuple[Any, Any]:
         def body(carry: Any, batch: Any) -> tuple[Any, Any]:
@@ -93,10 +77,7 @@ def scanned(step: Callable[[Any, Any], tuple[Any, Any]]) -> Callable[[Any, Any],
 
 
 class _NotInFusedStep:
-    """Stands for ``elapsed``/``logs``/``loop`` inside a fused step, where they do not exist.
-
-    A pytree without leaves, so a ``jax.jit`` step that takes the parameter accepts it (and
-    fuses when it does not read it); reading it raises the explanation."""
+    """Stands for ``elapsed``/``logs``/``loop`` inside a fused step; reading it raises."""
 
     def __init__(self, arg: str, step: str) -> None:
         self._arg = arg
@@ -121,9 +102,7 @@ jax.tree_util.register_pytree_node(
 
 
 def step_body(invoker: Invoker) -> Callable[[Any, Any], tuple[Any, Logs]]:
-    """``body(state, batch) -> (state, logs)``: one call of the callback, its return folded as
-    in the loop (what a fused scan and a ring step trace).
-    """
+    """``body(state, batch) -> (state, logs)``: one call of the callback, its return folded."""
     missing = [_NotInFusedStep(a, invoker.name) for a in ("elapsed", "logs", "loop")]
 
     def body(state: Any, batch: Any) -> tuple[Any, Logs]:
@@ -169,10 +148,7 @@ def _fuse_jitted(invoker: Invoker, jitted: Any, steps: int) -> FusedStep:
 
 
 def returned_state(invoker: Invoker) -> bool:
-    """Whether a fused step has returned a state, once it ran: a :class:`FusableStep` always
-    does; a jitted step's scans record it when traced, possibly by an earlier loop, whose
-    compiled scans this loop reuses.
-    """
+    """Whether a fused step has returned a state (recorded when its scans were traced)."""
     fn = step_function(invoker.fn)
     if invoker.returned_state or not _compat.is_jitted(fn):
         return True
@@ -186,18 +162,14 @@ def returned_state(invoker: Invoker) -> bool:
 def fuse(step: Any, steps: int) -> FusedStep:
     """K steps in one call: ``fused(state, stacked_batch) -> (stacked_logs, state)``.
 
-    The batch's leaves carry a leading axis of ``steps`` (the batches stacked), the logs'
-    values one row per step; the state is donated when the step donates it. A ``jax.jit``
-    function is called as it is inside one ``lax.scan``, compiled once per ``steps`` (cached),
-    so its own jit options still apply; a :class:`FusableStep` fuses itself.
+    Batch leaves carry a leading axis of ``steps``, the logs one row per step. A ``jax.jit``
+    function runs inside one ``lax.scan`` with its own jit options (compiled once per ``steps``);
+    a :class:`FusableStep` fuses itself.
 
     Args:
         step: a ``jax.jit``-wrapped ``(state, batch) -> (logs, state)`` (or a bound callback of
             one, or a state's method), or an object with a ``fuse(steps)`` method.
         steps: steps per call.
-
-    Returns:
-        The fused callable.
 
     Example:
         >>> import gyre, jax, numpy as np

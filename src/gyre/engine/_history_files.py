@@ -1,16 +1,8 @@
-"""The history in a checkpoint: appended blocks of columns, so a save costs its new records only.
+"""The history in a checkpoint: appended JSON blocks of columns, so a save writes new records only.
 
-Each save writes the records committed since the previous one as ``history/<first record, 12
-digits>.json``, and the checkpoint records how many records belong to it. A resumed loop reads
-the chain of blocks from record 0 (each names where the next starts) up to that count and
-truncates the last one: blocks a dead run wrote after its last good checkpoint are never read.
-The checkpoint's meta also holds the running CRC-32 of the blocks it counts (:func:`chain_crc`).
-
-A block (format 2) is a JSON object holding its records by column, as the history keeps them:
-a column per clock counter, the batch sizes, and per entry the rows that hold it (``null``:
-every record) and its values. A numpy column is its raw bytes, base64 (exact to the bit;
-``{"dtype": "float32", "shape": [], "bytes": "..."}``); any other column a list of values
-(arrays keep their dtype and shape). Blocks of format 1 (a JSON object per record) are still read.
+Each save writes ``history/<first record, 12 digits>.json``; the checkpoint's meta holds its
+record count and the chain's CRC-32, so blocks a dead run wrote later are never read. Numpy
+columns are stored as base64 raw bytes (exact to the bit). Format 1 blocks are still read.
 """
 
 from __future__ import annotations

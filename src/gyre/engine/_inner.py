@@ -1,10 +1,5 @@
-"""``inner_loop``: run a whole loop (an evaluation) as one callback of an outer loop.
-
-The inner loop's history is reduced to one value per entry (``aggregation``), the names are
-suffixed with ``_<name>`` (``accuracy`` becomes ``accuracy_test``) and the result is merged
-into the outer step's logs. The reductions run on the device, over the history's values
-wherever they are (:meth:`gyre.History.segments`): an evaluation never waits for the device
-and moves nothing to the host (the means are read later, lagged, like every logged value).
+"""``inner_loop``: run a whole loop (an evaluation) as one callback of an outer loop, its history
+reduced on the device to one suffixed value per entry.
 """
 
 from __future__ import annotations
@@ -117,10 +112,8 @@ def reduce(reduction: Reduction, pieces: Sequence[Piece], weights: np.ndarray | 
 def aggregate(history: History, aggregation: Aggregation = "last") -> Logs:
     """Reduces every entry of a history to one value, per collection, on the device.
 
-    ``"mean"`` is weighted by the batch size of each record when the loop recorded it, so the
-    mean of a per-batch accuracy over a test set with a short last batch is the accuracy of
-    the whole set. A dict gives one aggregation per collection; collections it does not name
-    use ``"last"``. Nothing waits for the device.
+    ``"mean"`` is weighted by each record's batch size. A dict gives one aggregation per
+    collection; collections it does not name use ``"last"``.
 
     Example:
         >>> from gyre.core._clock import Elapsed
@@ -187,9 +180,7 @@ class InnerLoop(LoopElement):
         return out, (inner_state if self.output_state else None)
 
     def _check_clash(self, out: Logs, logs: Logs) -> None:
-        """Refuses entries whose names the outer step already logged (a training metric
-        named ``loss_test``, or no suffix at all): merged, one would replace the other, or
-        the history's series of that name would mix the two."""
+        """Refuses entries whose names the outer step already logged (the two series would mix)."""
         taken = {name: collection for collection, name, _ in logs.entries()}
         clash = [f"{c}.{n} (the step's {taken[n]}.{n})" for c, n, _ in out.entries() if n in taken]
         if clash:
@@ -216,15 +207,12 @@ def inner_loop(
 
     Args:
         name: suffix for the entry names (``accuracy`` becomes ``accuracy_<name>``); ``None``
-            keeps the names. ciclo's one-argument form ``inner_loop(fn)`` is accepted too. An
-            empty name is refused, and so is an entry whose (suffixed) name the outer step
-            already logged: the two series would mix.
-        fn: ``state -> (state, history, elapsed)``, typically a call of :func:`gyre.test_loop`;
-            the history may be a list of ciclo's records (see :func:`gyre.history`).
-        aggregation: how each entry of the inner history becomes one value: ``"last"``,
-            ``"first"``, ``"mean"`` (batch-size weighted), ``"sum"``, ``"min"``, ``"max"``,
-            ``"std"``, ``"concat"`` (along the first axis), a callable ``list -> value``, or a
-            dict ``{collection: aggregation}``.
+            keeps the names; ciclo's ``inner_loop(fn)`` works too. An empty name, or a name the
+            outer step already logged, is refused.
+        fn: ``state -> (state, history, elapsed)``, typically a :func:`gyre.test_loop` call.
+        aggregation: ``"last"``, ``"first"``, ``"mean"`` (batch-size weighted), ``"sum"``,
+            ``"min"``, ``"max"``, ``"std"``, ``"concat"`` (along the first axis), a callable
+            ``list -> value``, or a dict ``{collection: aggregation}``.
         output_state: pass the inner loop's final state on (default: the outer state is kept).
 
     Example:

@@ -1,15 +1,6 @@
-"""``LoopState``, the one owner of a running loop's state, clock and logs, and the one function
-that folds a callback's return into them.
-
-Every path of the engine (step by step, the callbacks between fused chunks, the start and end
-hooks, and the body of a fused ``lax.scan``) goes through :func:`fold` and :func:`run_callbacks`,
-so a callback means the same thing wherever it runs.
-
-A callback changes the state by returning it (or ``(logs, state)``), or by assigning
-``loop.state = new_state``; both are allowed, in every path, and the next callback sees the
-change. A returned state must have the structure of the current one: a callback that returns
-something else (a dict of metrics, say) would otherwise become the new state silently and fail
-steps later. To change the state's structure on purpose, return ``gyre.replace_state(new)``.
+"""``LoopState``, the one owner of a running loop's state, clock and logs, and :func:`fold`, the
+one place a callback's return is read, on every path of the engine (README: "What a callback
+returns").
 """
 
 from __future__ import annotations
@@ -39,12 +30,10 @@ class LoopState:
         elapsed: the clock of the current step.
         logs: the current step's logs.
         batch: the current batch.
-        metadata: whatever was passed as ``metadata=`` to the loop.
+        metadata: the loop's ``metadata=``.
         stop_requested: whether a callback asked to stop (ciclo's ``stop_iteration`` too).
         stop_reason: the reason given.
-        data: the position of the loop's data (a :class:`~gyre.engine._data.DataTracker`):
-            ``loop.data.state_dict()`` after the batches consumed so far, what a checkpoint
-            saves; ``None`` outside a loop.
+        data: the data position: ``loop.data.state_dict()`` is what a checkpoint saves.
 
     Example:
         >>> import gyre
@@ -94,9 +83,7 @@ class LoopState:
         self.plan: Any = None
 
     def snapshot(self, owner: Any = None, metrics: dict[str, float] | None = None) -> Snapshot:
-        """What a checkpoint saves of this loop now: the state, the completed clock, the
-        ``state_dict`` of every resumable schedule and callback, the data position, and (for
-        ``owner``, the checkpoint writing it) the history records it has not written yet.
+        """What a checkpoint saves now: state, clock, resumables, data position, new records.
 
         Example:
             >>> ls = LoopState({"w": 1.0}, History(), Elapsed(steps=2))
@@ -127,9 +114,7 @@ class LoopState:
         )
 
     def end_step(self, step: int, first: int | None = None) -> None:
-        """What happens between two steps: the saves asked for during the step, and a stop
-        when a preemption signal arrived (the engine calls it after committing a step, or the
-        steps ``first`` to ``step`` of a block)."""
+        """Between two steps: makes the saves asked for, and stops on a preemption signal."""
         if self.saves:
             self.run_saves()
         for checkpoint in self.checkpoints:
@@ -138,9 +123,7 @@ class LoopState:
             self.request_stop("preempted")
 
     def request_save(self, checkpoint: Any, metrics: dict[str, float] | None = None) -> None:
-        """Asks the engine to save through ``checkpoint`` once this step has completed (its
-        logs committed, every callback of the step run), so the checkpoint holds the state,
-        the history and the callbacks' state of a step boundary."""
+        """Asks the engine to save through ``checkpoint`` once this step has completed."""
         if all(c is not checkpoint for c, _ in self.saves):
             self.saves.append((checkpoint, metrics))
 
@@ -151,11 +134,9 @@ class LoopState:
             checkpoint.save_snapshot(self.snapshot(checkpoint, metrics), wait=wait)
 
     def check_finite(self) -> None:
-        """Raises :class:`gyre.NonFiniteError` if the loop has logged a NaN or infinite loss
-        or metric so far, the current step's included (under ``nan_policy="raise"`` or
-        ``"skip"``; ``"ignore"``: nothing). It waits for the device: call it where the loop
-        waits anyway. :meth:`snapshot` calls it, so no checkpoint holds a state made from a
-        non-finite loss.
+        """Raises :class:`gyre.NonFiniteError` if a NaN or Inf loss or metric was logged so far.
+
+        Under ``nan_policy="ignore"`` it checks nothing. It waits for the device.
 
         Example:
             >>> import gyre, math
@@ -172,9 +153,10 @@ class LoopState:
             self._nan.check(self.logs, self.elapsed)
 
     def request_stop(self, reason: str = "") -> None:
-        """Asks the loop to stop: the rest of this step is skipped, its logs are kept, the step
-        counts as completed, and ``on_end`` callbacks still run. ``reason`` (a string) becomes
-        ``history.stop_reason``; anything else (a step number) is refused."""
+        """Asks the loop to stop after this callback: the step counts as completed, ``on_end`` runs.
+
+        ``reason`` (a string) becomes ``history.stop_reason``.
+        """
         if not isinstance(reason, str):
             raise TypeError(explain(
                 "request_stop takes a reason (a string), and stops after the current step",
@@ -220,10 +202,6 @@ class ReplaceState:
 
 def replace_state(state: Any) -> ReplaceState:
     """Marks a callback's returned state as a deliberate change of the state's structure.
-
-    A returned state must otherwise have the structure of the current one (a returned dict of
-    metrics would silently become the state); return ``gyre.replace_state(new)``, or
-    ``(logs, gyre.replace_state(new))``, when the structure changes on purpose.
 
     Example:
         >>> import gyre

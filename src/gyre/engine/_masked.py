@@ -1,7 +1,5 @@
-"""Padded evaluations: an evaluation whose step takes ``mask`` compiles once (see "Evaluation
-without recompiles" in :func:`gyre.test_loop`). Its batches are padded to the first one's size
-(:func:`gyre.data.pad_batch`) and carried as :class:`~gyre.engine._binding.Masked`; the real rows
-are counted on the host, before a batch is placed on the devices: no device value is read.
+"""Padded evaluations: a test step that takes ``mask`` gets batches padded to the first one's size
+and compiles once (README: "Evaluation without recompiles").
 """
 
 from __future__ import annotations
@@ -10,9 +8,9 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from gyre.core._clock import Elapsed, infer_batch_size
+from gyre.core._clock import Elapsed
 from gyre.core._errors import explain
-from gyre.data._padding import pad_batch
+from gyre.data._padding import padded
 from gyre.engine._binding import Invoker, Masked, bind
 from gyre.engine._elapse import StopLike, dataset_epoch_steps, size_function
 from gyre.engine._engine import prefetched
@@ -38,9 +36,11 @@ def mask_wanted(callbacks: Sequence[Any], where: str) -> tuple[list[Invoker], bo
 
 
 class MaskedBatches:
-    """The batches of ``dataset`` padded to the first one's size (learnt anew each pass), as
-    :class:`~gyre.engine._binding.Masked` items whose ``rows`` (counted on the host) are the
-    samples before padding; with a managed state's strategy, placed ``prefetch`` batches ahead."""
+    """The batches of ``dataset`` padded (:func:`gyre.data.padded`) to ``batch_size`` or the
+    first one's size (learnt anew each pass), as :class:`~gyre.engine._binding.Masked` items
+    whose ``rows`` (counted on the host, ``batch_size_fn`` of the batch before padding) weigh
+    them; with a managed state's strategy, placed ``prefetch`` batches ahead. The one padded
+    evaluation: ``test_loop``, ``fit`` and jaxloop's ``EvalLoop`` iterate it."""
 
     def __init__(
         self,
@@ -51,8 +51,10 @@ class MaskedBatches:
         initial: Elapsed | None = None,
         batch_size_fn: Any = None,
         prefetch: int = 2,
+        batch_size: int | None = None,
     ) -> None:
         self.wrapped_dataset = dataset
+        self.batch_size = batch_size
         self.epoch_steps = dataset_epoch_steps(dataset)
         self._state = state
         self._stop = stop
@@ -61,12 +63,12 @@ class MaskedBatches:
         self._prefetch = prefetch
 
     def _padded(self, rows: deque[int]) -> Iterator[Masked]:
-        size = None
-        for batch in self.wrapped_dataset:
-            if size is None:
-                size = infer_batch_size(batch)
-            full, mask = pad_batch(batch, size)
-            rows.append(self._size_of(batch))
+        def counted() -> Iterator[Any]:
+            for batch in self.wrapped_dataset:
+                rows.append(self._size_of(batch))
+                yield batch
+
+        for full, mask in padded(counted(), self.batch_size):
             yield Masked(full, mask)
 
     def __iter__(self) -> Iterator[Masked]:

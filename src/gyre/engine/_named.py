@@ -1,19 +1,15 @@
 """Predefined loops with named schedules: ``train_loop``, ``test_loop``, ``predict_loop``.
 
-Each is :func:`gyre.loop` with a task table assembled from named points (listed in
-:mod:`gyre.core._hooks`). Callbacks reach a named point three ways: as a value of the ``tasks``
-dict under a named schedule (``{gyre.on_train_step: [train_step]}``, or ciclo's string keys
-``"on_train_step"`` / ``"train_step"``), as an object in ``callbacks=`` that has a method of
-that name (``keras_bar`` has ``on_train_batch_end``), or as a method of the state's class
-(``on_train_step`` or its short form ``train_step``; likewise ``test_step``,
-``predict_step``, ``reset_step``), used only for points that ``tasks`` and ``callbacks`` do
-not fill.
+Each is :func:`gyre.loop` over a table built from named points (:mod:`gyre.core._hooks`).
+A callback reaches a named point as a value under a named schedule in ``tasks``
+(``{gyre.on_train_step: step}``, or ciclo's strings ``"on_train_step"``/``"train_step"``), as
+an object in ``callbacks=`` with a method of that name, or as a method of the state's class
+(``train_step``, ``test_step``, ``predict_step``, ``reset_step``, also with the ``on_``
+prefix), used only for points the other two leave empty.
 
-Order within a training step: ``on_reset_step`` and ``on_epoch_begin`` (first step of each
-epoch), ``on_train_batch_begin``, ``on_train_step``, the clock-scheduled tasks in table order,
-then on the last step of each epoch the evaluation on ``test_dataset`` and ``on_epoch_end``,
-and finally ``on_train_batch_end`` (where progress bars live, so they see everything the step
-logged).
+Order within a training step: ``on_reset_step`` and ``on_epoch_begin`` (first step of an
+epoch), ``on_train_batch_begin``, ``on_train_step``, the clock-scheduled tasks, then on an
+epoch's last step the evaluation and ``on_epoch_end``, and last ``on_train_batch_end``.
 """
 
 from __future__ import annotations
@@ -181,9 +177,9 @@ def test_loop(
     nan_policy: str = "raise",
     data_resume: str = "restart",
 ) -> tuple[Any, History, Elapsed]:
-    """An evaluation loop: ``on_reset_step`` and ``on_test_begin``, then per batch
-    ``on_test_batch_begin``, ``on_test_step``, the clock-scheduled tasks,
-    ``on_test_batch_end``; then ``on_test_end``.
+    """An evaluation loop: ``on_reset_step``, ``on_test_begin``, then per batch
+    ``on_test_batch_begin``, ``on_test_step``, the clock-scheduled tasks, ``on_test_batch_end``;
+    then ``on_test_end``.
 
     Args:
         state: the state to evaluate.
@@ -194,24 +190,15 @@ def test_loop(
         history, elapsed, resume, batch_size_fn, metadata, catch_keyboard_interrupt, clock,
             data_resume: as in :func:`gyre.loop`.
         steps_per_call: fuse up to this many ``on_test_step`` steps into one call.
-        nan_policy: ``"raise"`` (a NaN or infinite loss or metric stops the loop with
-            :class:`gyre.NonFiniteError`) or ``"ignore"``; see :func:`gyre.loop`. An
-            evaluation makes no update, so ``"skip"`` is an error here.
+        nan_policy: ``"raise"`` or ``"ignore"`` (an evaluation makes no update: ``"skip"`` is an
+            error).
 
     Returns:
         ``(state, history, elapsed)``.
 
-    **Evaluation without recompiles.** When the ``on_test_step`` callbacks take a keyword
-    ``mask`` (``def test_step(state, batch, mask=None)``; a state's ``test_step`` of
-    ``gyre.create_flax_state`` does), every batch is padded to the first one's size (the
-    last real row repeated) and the step gets ``mask=``, a boolean vector over the batch,
-    ``True`` for the real rows: it compiles once, and must compute its means over the real
-    rows (``jnp.sum(x * mask) / jnp.sum(mask)``). The clock counts the real rows
-    (``batch_size_fn`` is applied to the batch before padding), so the batch-weighted means
-    of an evaluation (``train_loop``'s, :func:`gyre.inner_loop` with ``"mean"``) are exact
-    over the examples. Other callbacks get the padded batch; ``loop.batch`` is the
-    :class:`~gyre.engine._binding.Masked` pair. A step without ``mask`` gets the batches as
-    they come (a smaller last batch compiles once more); mixing the two is an error.
+    An ``on_test_step`` that takes ``mask`` gets every batch padded to the first one's size and
+    compiles once (README: "Evaluation without recompiles"); mixing steps with and without
+    ``mask`` is an error.
 
     Example:
         >>> import gyre
@@ -220,22 +207,6 @@ def test_loop(
         >>> _, history, _ = gyre.test_loop(None, [1, 2, 3], {gyre.on_test_step: test_step})
         >>> history.collect("x")
         [1, 2, 3]
-
-        A step that takes ``mask``: 10 examples in batches of 4, one compiled program,
-        the exact mean:
-
-        >>> import jax, jax.numpy as jnp, numpy as np
-        >>> @jax.jit
-        ... def mean_step(state, batch, mask=None):
-        ...     return gyre.logs().add_metric("x", jnp.sum(batch * mask) / jnp.sum(mask))
-        >>> x = np.arange(10.0, dtype=np.float32)
-        >>> evaluate = gyre.inner_loop("test", lambda state: gyre.test_loop(
-        ...     state, [x[i : i + 4] for i in range(0, 10, 4)], {gyre.on_test_step: mean_step}),
-        ...     aggregation="mean")
-        >>> with gyre.testing.count_compilations() as compiled:
-        ...     logs, _ = evaluate(None)
-        >>> float(logs.metrics.x_test), compiled.names.count("jit(ringed)")  # the step, in the loop's ring
-        (4.5, 1)
     """
     policy = check_nan_policy(nan_policy, "test_loop")
     hooks = NamedHooks("test_loop", TEST_HOOKS, tasks, callbacks, state)
@@ -244,7 +215,8 @@ def test_loop(
     extra: dict[str, Any] = {}
     if masked:
         hooks.named["on_test_step"] = steps
-        dataset = MaskedBatches(dataset, state, stop=stop, initial=elapsed, batch_size_fn=batch_size_fn)
+        if not isinstance(dataset, MaskedBatches):  # (fit gives its own, padded to split over the devices)
+            dataset = MaskedBatches(dataset, state, stop=stop, initial=elapsed, batch_size_fn=batch_size_fn)
         batch_size_fn, extra["prefetch"] = real_rows, 0  # (placed ahead by MaskedBatches)
     return _run_simple(
         hooks, "test", state, dataset, masked=masked, stop=stop, history=history, elapsed=elapsed,
@@ -274,12 +246,11 @@ def predict_loop(
     data_resume: str = "restart",
 ) -> tuple[Any, History, Elapsed]:
     """An inference loop: ``on_predict_begin``, per batch ``on_predict_batch_begin``,
-    ``on_predict_step``, the clock-scheduled tasks and ``on_predict_batch_end``, then
+    ``on_predict_step``, the clock-scheduled tasks, ``on_predict_batch_end``; then
     ``on_predict_end``.
 
-    Predictions logged with ``logs.add_output`` are in the returned history. Arguments are
-    those of :func:`test_loop`; ``steps_per_call`` fuses ``on_predict_step``; ``nan_policy``
-    checks the losses and metrics it logs, not its outputs.
+    Arguments are :func:`test_loop`'s. Predictions logged with ``logs.add_output`` are in the
+    returned history; ``nan_policy`` checks losses and metrics, not outputs.
 
     Example:
         >>> import gyre
@@ -427,30 +398,21 @@ def train_loop(
     Args:
         state: the initial state.
         dataset: the training batches (all epochs: repeat the data yourself).
-        tasks: ``{named or clock schedule: callbacks}``; named points are listed in
-            :mod:`gyre.core._hooks` (``on_train_step``, ``on_epoch_end``, ``on_test_step``, ...).
+        tasks: ``{named or clock schedule: callbacks}`` (named points: :mod:`gyre.core._hooks`).
         callbacks: objects registered under every named point whose name they have as a method.
         test_dataset: a function returning the evaluation batches, called at each evaluation
-            (it needs a step at ``on_test_step``). A test step that takes ``mask`` gets the
-            batches padded to one size and their mask: it compiles once, and the evaluation's
-            means count the real examples only (see :func:`test_loop`).
-        epoch_duration: steps per epoch (default: the dataset's own: ``gyre.data.batches``
-            knows it, or ``len(dataset)``); needed for epochs, epoch hooks and evaluation.
+            (it needs a step at ``on_test_step``; one taking ``mask`` compiles once, see
+            :func:`test_loop`).
+        epoch_duration: steps per epoch (default: the dataset's ``epoch_steps`` or ``len``);
+            needed for epochs, epoch hooks and evaluation.
         test_duration: steps (or Period) of each evaluation (default: the whole test set).
         test_name: suffix of evaluation entries (``accuracy`` becomes ``accuracy_test``).
         test_aggregation: how each evaluation is reduced (see :func:`gyre.inner_loop`); by
             default batch-weighted means of losses and metrics, last value of stateful metrics.
         stop, history, elapsed, resume, batch_size_fn, metadata, catch_keyboard_interrupt,
-            clock, data_resume: as in :func:`gyre.loop` (``resume="latest"`` continues from the
-            newest good checkpoint of a ``gyre.checkpoint`` among the tasks or callbacks).
-        steps_per_call: fuse up to this many ``on_train_step`` steps into one call; every
-            callback (evaluations included) still runs after the same steps as step by step.
-        inner_loop_kwargs: more arguments of the evaluation's :func:`gyre.inner_loop`
-            (ciclo's), e.g. ``{"aggregation": "last"}``.
-        nan_policy: ``"raise"`` (default: a NaN or infinite loss or metric, an evaluation's
-            included, stops the loop with :class:`gyre.NonFiniteError`), ``"skip"`` (the
-            managed train step drops non-finite updates and counts them in
-            ``state.skipped_steps``) or ``"ignore"``; see :func:`gyre.loop`.
+            clock, data_resume, nan_policy: as in :func:`gyre.loop`.
+        steps_per_call: fuse up to this many ``on_train_step`` steps into one call.
+        inner_loop_kwargs: more arguments of the evaluation's :func:`gyre.inner_loop`.
 
     Returns:
         ``(state, history, elapsed)``.

@@ -1,34 +1,10 @@
-"""The NaN/Inf policy of a loop: ``nan_policy="raise"`` (the default), ``"skip"``, ``"ignore"``.
+"""The NaN/Inf policy of a loop: ``nan_policy="raise"`` (the default), ``"skip"``, ``"ignore"``
+(what each does and what is checked: README, "NaN and Inf").
 
-What is checked: every value logged in the ``losses`` and ``metrics`` collections (an
-evaluation's means included: ``loss_test``). ``stateful_metrics`` are not checked: they are
-accumulators whose ``compute()`` is NaN when they are empty (a mean over no batch, a
-precision with no positive prediction), and a non-finite value that reaches them from a step
-shows first in that step's losses. ``outputs`` are predictions, not checked either.
-
-How, without a host sync per step: the history moves every logged value to the host, in
-blocks (:class:`~gyre.History`). :class:`FiniteCheck` reads the records whose values are
-computed (:meth:`gyre.History.read`, which never waits) after each block of a loop that runs
-in blocks, after the step during which another reader landed some (a writer's or a bar's
-read), and every :data:`POLL_EVERY` steps of the per-step path. So a non-finite loss is
-noticed within a block or two of steps after it was logged, at no cost to the step. When
-those steps take longer than :data:`POLL_SECONDS`, the poll comes at that time instead (the
-step's clock is read anyway): a slow run notices a non-finite loss within about a second of
-wall time (two polls), not at its end. Everything still on the device is checked, waiting for it,
-only at the moments that wait anyway: before a checkpoint saves
-(:meth:`gyre.LoopState.check_finite`, called by :meth:`gyre.LoopState.snapshot`) and when the
-outermost loop ends. So no checkpoint ever holds a state produced after the first non-finite
-loss, and a loop never returns as if it went well. With several processes, only those two
-moments check (each process lands its values at its own pace, and all processes must stop
-at the same step).
-
-``"skip"``: the loop's managed train steps (:func:`gyre.managed.train_step`) drop an update
-whose loss or gradients are not finite inside the compiled step, and count it in the state's
-``skipped_steps``, logged as a stateful metric. A step does so in any loop when it was built
-with ``train_step(nan_policy="skip")``; ``nan_policy="skip"`` on the loop turns it on for
-every managed train step of its table (and is an error when none can). Under ``"raise"`` and
-``"skip"``, the records of steps that were skipped are not errors; any other non-finite value
-is. ``"ignore"`` checks nothing.
+:class:`FiniteCheck` reads the history's values as they reach the host (after each block, or
+every :data:`POLL_EVERY` steps or :data:`POLL_SECONDS`), never waiting; what is still on the
+device is checked before a checkpoint saves and when the outermost loop ends. With several
+processes only those two moments check, so every process stops at the same step.
 """
 
 from __future__ import annotations
@@ -69,8 +45,7 @@ class NonFiniteError(FloatingPointError):
         step: the step that logged it (its clock's ``steps``: step 0 is the first).
         collection: ``"losses"`` or ``"metrics"``.
         name: the entry's name (``"loss"``, ``"accuracy_test"``).
-        value: the value (``nan``, ``inf`` or ``-inf``; the first non-finite element of an
-            array).
+        value: ``nan``, ``inf`` or ``-inf`` (an array's first non-finite element).
 
     Example:
         >>> import gyre, math
@@ -96,10 +71,7 @@ class NonFiniteError(FloatingPointError):
 
 
 def check_nan_policy(policy: Any, where: str = "loop", *, no_skip: tuple[str, str] | None = None) -> str:
-    """``policy`` when it is one of ``"raise"``, ``"skip"``, ``"ignore"``; else the explained
-    error. ``no_skip=(why, fix)``: ``where`` applies every update itself, so ``"skip"`` is
-    refused with that reason and fix.
-    """
+    """``policy`` if valid, else the explained error; ``no_skip=(why, fix)`` refuses ``"skip"``."""
     policy = choice(policy, f"nan_policy of {where}", NAN_POLICIES,
                     expected="'raise' (stop with gyre.NonFiniteError at the first NaN/Inf loss or metric), "
                     "'skip' (managed train steps drop non-finite updates and count them) or 'ignore'")
@@ -121,10 +93,7 @@ def _skipping(fn: Any) -> Any:
 
 
 def _skippable(fn: Any) -> bool:
-    """Whether ``fn`` is a step that can drop its update when its loss or gradients are not
-    finite (what :func:`gyre.managed.train_step` makes): it has a ``nan_policy`` (``"skip"``
-    when it does) and ``with_nan_policy("skip")`` returns the step that does. Duck-typed: a
-    runtime Protocol's ``isinstance`` is slow."""
+    """Whether ``fn`` is a step that can skip non-finite updates (duck-typed, for speed)."""
     return hasattr(fn, "nan_policy") and callable(getattr(fn, "with_nan_policy", None))
 
 
@@ -136,9 +105,8 @@ def skips(fn: Any) -> bool:
 
 
 def apply_nan_policy(tasks: Any, policy: str) -> tuple[Any, bool]:
-    """The task table a loop runs under ``policy`` and whether one of its steps skips
-    non-finite updates. Under ``"skip"`` each managed train step is replaced by its skipping
-    form (the caller's table is only read), and a table without one is an error.
+    """The table to run under ``policy`` (managed train steps in their skipping form under
+    ``"skip"``, an error when there is none), and whether a step skips.
     """
     table = check_table(tasks)
     if policy == "skip":
@@ -161,9 +129,7 @@ def apply_nan_policy(tasks: Any, policy: str) -> tuple[Any, bool]:
 
 
 def skipped_steps_of(state: Any) -> Any:
-    """The state's count of skipped steps (a field or an extra named ``skipped_steps``, or a
-    dict key), or ``None``.
-    """
+    """The state's ``skipped_steps`` (a field, an extra or a dict key), or ``None``."""
     if isinstance(state, Mapping):
         return state.get(SKIPPED_STEPS)
     try:
@@ -210,11 +176,11 @@ def _first_nonfinite(value: Any) -> float | None:
 
 
 class FiniteCheck:
-    """Finds the first non-finite loss or metric a loop logged, reading the history as its
-    values reach the host (see the module docs). Built by :func:`finite_check`; ``start`` is
-    the first record to check, ``initial_skips`` the state's count of skipped steps at the
-    start (when a step skips), and ``lagged=False`` (several processes) reads only in
-    :meth:`check`."""
+    """Finds the first non-finite loss or metric a loop logged, as its values reach the host.
+
+    ``start``: the first record to check; ``initial_skips``: the state's skipped steps at the
+    start; ``lagged=False`` (several processes) reads only in :meth:`check`.
+    """
 
     def __init__(
         self,
@@ -244,10 +210,7 @@ class FiniteCheck:
         self.pending: tuple[list[Elapsed], Logs] | None = None
 
     def poll(self, steps: int = 1, time: float = -math.inf) -> None:
-        """Called after each step (or chunk of ``steps``), ``time`` the loop's clock's
-        (:attr:`gyre.Elapsed.time`, read by the step anyway): every :data:`POLL_EVERY` steps,
-        or :data:`POLL_SECONDS` after the last read when that comes first, checks the records
-        whose values are computed. Never waits for the device."""
+        """After a step (or ``steps``): checks the computed records when due; never waits."""
         self.countdown -= steps
         if self.countdown > 0 and time < self._due:
             return
@@ -267,10 +230,9 @@ class FiniteCheck:
         self.countdown = 0
 
     def check(self, current: Logs | None = None, clock: Elapsed | None = None, *, wait: bool = True) -> None:
-        """Checks every record not checked yet, waiting for the device when ``wait``: the
-        history, then a fused chunk's pending rows, then ``current``, the logs of the step in
-        progress (with its ``clock``); raises :class:`NonFiniteError` at the first non-finite
-        value."""
+        """Checks every record not checked yet (waiting for the device when ``wait``), ``current``
+        (the step in progress, at ``clock``) last; raises :class:`NonFiniteError`.
+        """
         self._read(wait=wait)
         if not wait:
             return

@@ -1,13 +1,6 @@
-"""Preemption: SIGTERM (and Ctrl-C, when the loop catches it) ends a loop cleanly at a step
-boundary: the current step finishes, the loop's checkpoints save synchronously, ``on_end``
-callbacks run, and the loop returns with ``history.stop_reason == "preempted"``. A second
-signal stops at once (``KeyboardInterrupt`` for Ctrl-C, exit status 143 for SIGTERM).
-
-On several processes, SIGTERM is JAX's own preemption notice: every process asks
-``jax.experimental.multihost_utils.reached_preemption_sync_point(step)`` for every step (a
-local check, no collective), asked for a block's steps at its end, and all of them stop at
-the same step. Only the outermost loop
-on the main thread installs handlers; nested loops (evaluations) see the same flag.
+"""Preemption: SIGTERM (and Ctrl-C, when caught) ends a loop cleanly at a step boundary (README:
+"Resume after a crash"). Only the outermost loop on the main thread installs handlers; on
+several processes every one stops at the same step, through JAX's preemption sync point.
 """
 
 from __future__ import annotations
@@ -33,9 +26,7 @@ def depth() -> int:
 
 @contextlib.contextmanager
 def guarded(*, catch_interrupt: bool) -> Iterator[Preemption]:
-    """Counts a loop as running on this thread while inside, and installs the preemption
-    handlers when it is the outermost (see :class:`Preemption`); every loop of gyre's, the
-    named ones included, runs inside it."""
+    """Counts a running loop on this thread; the outermost installs the preemption handlers."""
     _DEPTH.value = depth() + 1
     try:
         with Preemption(catch_interrupt=catch_interrupt, outermost=_DEPTH.value == 1) as guard:
@@ -60,9 +51,8 @@ def _handler(signum: int, frame: Any) -> None:
 class Preemption:
     """Installs the handlers for the duration of the outermost loop (a context manager).
 
-    Attributes:
-        check: ``check(first, end=first + 1) -> bool``, asked after steps ``first`` to
-            ``end - 1`` ran (a block, or one step): whether to stop now.
+    ``check(first, end=first + 1)``, asked after steps ``first`` to ``end - 1``, says whether
+    to stop now.
     """
 
     def __init__(self, *, catch_interrupt: bool, outermost: bool) -> None:

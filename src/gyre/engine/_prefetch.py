@@ -1,11 +1,4 @@
-"""Batches moved to the devices ahead of the step that uses them.
-
-:func:`prefetch_to_device` wraps an iterable of host batches. While the device runs step
-``i``, batches ``i + 1 ... i + size`` are already on their way to the devices (JAX transfers
-asynchronously), so host-to-device copies overlap compute. Placement is mesh-aware: given a
-:class:`~gyre.Strategy` (or a sharding), each batch lands split over the mesh the step runs
-on, and with several processes each process's batch becomes its slice of one global array.
-"""
+"""Batches moved to the devices ahead of the step that uses them (:func:`prefetch_to_device`)."""
 
 from __future__ import annotations
 
@@ -65,12 +58,11 @@ class _End:
 
 
 class PrefetchIterator(Iterator[Any]):
-    """One pass over a source, ``size`` placed batches ahead; see :func:`prefetch_to_device`.
+    """One pass over a source, ``size`` placed batches ahead.
 
     Attributes:
         pulled: items taken from the source so far.
-        delivered: batches handed to the consumer so far (``pulled - delivered`` were taken
-            ahead and not yet used).
+        delivered: batches handed to the consumer so far.
     """
 
     def __init__(
@@ -147,9 +139,7 @@ class SizedPrefetchIterator(PrefetchIterator):
 
 
 class Prefetch:
-    """A re-iterable of placed batches over a re-iterable source (a list, a data loader):
-    every ``iter()`` starts a new pass, ``size`` batches ahead; see :func:`prefetch_to_device`.
-    """
+    """A re-iterable of placed batches: every ``iter()`` starts a new pass over the source."""
 
     def __init__(
         self, iterable: Iterable[Any], size: int, place: Placer, limit: int | None = None
@@ -193,36 +183,19 @@ def prefetch_to_device(
 ) -> Prefetch | PrefetchIterator:
     """Batches moved to their devices ahead of use, so the copy overlaps the running step.
 
-    While the consumer holds batch ``i``, batches ``i + 1 ... i + size`` have been taken from
-    the source and handed to JAX, which copies them to the devices asynchronously. The source
-    is read on the caller's thread (no background thread), in order, and never more than
-    ``size`` items ahead of what the consumer has taken.
-
-    Placement:
-
-    * ``sharding=None``: each array leaf onto the default device (with several processes,
-      batches are left on the host: a local array cannot feed a global computation).
-    * a :class:`~gyre.Strategy` (``state.strategy``, ``gyre.DataParallel()``): its
-      :meth:`~gyre.Strategy.place_batch`, split over the mesh; with several processes each
-      process's batch becomes its slice of one global batch.
-    * a ``jax.sharding.Sharding`` (or a pytree of them shaped like the batch): every array
-      leaf onto it, as a global array when it spans several processes.
-
-    Non-array leaves (strings, Python numbers) are left as they are, except by a strategy.
-
-    ``len()`` is the source's when it has one, and so is ``epoch_steps`` (so loops still
-    infer epochs: ``gyre.data.batches`` knows its epoch length). An error raised
-    by the source, or by the placement of a batch, reaches the consumer at that batch's
-    position: every earlier batch is delivered first. Stopping early (``break``, a loop's
-    ``stop=``) leaves up to ``size`` items taken from the source but never delivered: over a
-    one-shot iterator, keep using the same prefetch object (it continues where it stopped)
-    rather than the source, or they are skipped; or pass ``limit=`` the number of batches
-    that will be used (a loop's ``stop``), and no item beyond it is ever taken.
+    The source is read on the caller's thread, in order, never more than ``size`` items ahead of
+    the consumer. ``len()`` and ``epoch_steps`` are the source's. An error from the source or a
+    placement reaches the consumer at that batch's position. Stopping early leaves up to ``size``
+    items taken but not delivered: keep using the prefetch object (it continues), or pass
+    ``limit``.
 
     Args:
         iterable: the batches, on the host (numpy) or anywhere.
         size: batches kept on their way ahead of the consumer (0: placed when asked).
-        sharding: where batches go; see above.
+        sharding: ``None`` (the default device; with several processes, left on the host), a
+            :class:`~gyre.Strategy` (its ``place_batch``: split over the mesh, one global batch
+            across processes), or a ``jax.sharding.Sharding`` or a pytree of them. Non-array
+            leaves are left as they are, except by a strategy.
         limit: take at most this many items from the source (per pass); ``None``: all.
 
     Returns:

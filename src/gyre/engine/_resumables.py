@@ -1,29 +1,8 @@
-"""The objects of a loop whose state a checkpoint carries, and how their ``state_dict`` travels.
+"""The objects of a loop whose state a checkpoint carries (README: "Resume after a crash").
 
-Anything with ``state_dict() -> dict`` and ``load_state_dict(d)`` in a loop's task table (a
-stateful schedule, a callback object, the object behind a callback's bound method, an
-``on_start``/``on_end`` callback) is *resumable*: a checkpoint saves its ``state_dict()`` and a
-resumed loop hands it back through ``load_state_dict``. Your own callback resumes by defining
-the pair::
-
-    class CountBatches:
-        def __init__(self):
-            self.seen = 0
-
-        def __call__(self, batch):
-            self.seen += 1
-
-        def state_dict(self):
-            return {"seen": self.seen}
-
-        def load_state_dict(self, d):
-            self.seen = d["seen"]
-
-A ``state_dict`` holds JSON values (dicts with string keys, lists, strings, numbers, booleans,
-``None``) and arrays; the arrays travel through orbax beside the state, the rest as JSON, and
-nothing is pickled. Objects are named by class and rank among the objects of their class
-(``"EarlyStopping"``, ``"EarlyStopping#2"``), so a resumed loop finds them again when its table
-is built the same way.
+Anything in a task table with ``state_dict()``/``load_state_dict(d)`` is resumable; a
+``state_dict`` holds JSON values and arrays (arrays through orbax, nothing pickled). Objects
+are named by class and rank (``"EarlyStopping#2"``), so a table built the same way finds them.
 """
 
 from __future__ import annotations
@@ -66,10 +45,7 @@ def _candidates(tasks: Sequence[Task], extra: Iterable[Invoker]) -> Iterable[Any
 
 
 def collect(tasks: Sequence[Task], extra: Iterable[Invoker] = ()) -> dict[str, Any]:
-    """The resumable objects of a task table (and of ``extra`` callbacks), by stable name.
-
-    Checkpoints themselves are left out (their bookkeeping lives in their directory).
-    """
+    """The resumable objects of a table (and ``extra`` callbacks) by name, not checkpoints."""
     found: dict[str, Any] = {}
     seen: set[int] = set()
     counts: dict[str, int] = {}
@@ -100,9 +76,7 @@ def _is_array(value: Any) -> bool:
 
 
 def split_arrays(tree: Any, arrays: dict[str, Any], where: str) -> Any:
-    """``tree`` with every array replaced by a reference into ``arrays`` (filled here), so the
-    rest is JSON. Numpy scalars become Python numbers.
-    """
+    """``tree`` with every array replaced by a reference into ``arrays``, so the rest is JSON."""
     if tree is None or isinstance(tree, (bool, str)):
         return tree
     if isinstance(tree, (Integral, Real)) and not _is_array(tree):

@@ -1,11 +1,4 @@
-"""``resume=``: a loop continues from a checkpoint of its own as if it had never stopped.
-
-The loop finds its checkpoint (a ``gyre.checkpoint`` in the task table or callbacks), asks it
-for the snapshot ``resume`` names, and continues from it: the state, the clock, the history (the
-records that belong to the checkpoint), the ``state_dict`` of every stateful schedule and
-callback, and the data position. When a loop ends, for any reason, its final state is saved
-unless that step already is (:func:`final_save`).
-"""
+"""``resume=``: a loop continues from a checkpoint of its own as if it had never stopped."""
 
 from __future__ import annotations
 
@@ -61,10 +54,7 @@ def _one_directory_each(found: Sequence[Checkpointer]) -> None:
 
 
 def find_checkpointer(tasks: Sequence[Task], extra: Sequence[Invoker], resume: Any) -> Checkpointer | None:
-    """The checkpoint a loop resumes through, or ``None``: of several, the one holding the
-    newest step for ``"latest"`` (the first of the table on a tie), the first with a monitor
-    for ``"best"``, else the first. Two checkpoints writing to one directory are refused here,
-    before anything is loaded or trained."""
+    """The checkpoint a loop resumes through, or ``None``; refuses two sharing a directory."""
     found = checkpointers(tasks, extra)
     _one_directory_each(found)
     if resume is not None and not found:
@@ -106,9 +96,7 @@ def resume_from(
     checkpoint: Checkpointer, resume: Any, state: Any, history: History, elapsed: Elapsed | None,
     stop: Any = None,
 ) -> tuple[Any, History, Elapsed | None, Snapshot | None]:
-    """Loads the snapshot ``resume`` names; returns the state, history and clock to start from
-    (those given when there is nothing to resume) and the snapshot. A ``stop`` the snapshot is
-    past is refused."""
+    """Loads the snapshot ``resume`` names; returns the state, history, clock and the snapshot."""
     snapshot = checkpoint.load_snapshot(resume, state)
     if snapshot is None:
         return state, history, elapsed, None
@@ -140,10 +128,9 @@ def restore_objects(ls: LoopState, snapshot: Snapshot) -> None:
 
 
 def prepare(ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], resumed: Snapshot | None) -> None:
-    """Fills what the loop's checkpoints save: its resumable objects, and where the history
-    files of the checkpoints it resumed from stand (one it resumed through, the others
-    continuing the same run from their own checkpoints; one without any writes its files from
-    record 0); then lets each checkpoint claim its directory before the first step."""
+    """Tells the loop's checkpoints their resumables and history files, then lets them claim
+    their directories before the first step.
+    """
     ls.resumables = collect(tasks, extra)
     ls.checkpoints = checkpointers(tasks, extra)
     source = None if resumed is None else resumed.source or next(iter(ls.checkpoints), None)

@@ -1,16 +1,8 @@
-"""The history written by the step: a jitted step wrapped once so that each call also writes
-its logs into a device *ring*, one row per step.
+"""The history written by the step: a jitted step wrapped once so that each call also writes its
+logs into a donated ``uint32`` device *ring*, one row per step (see README.md here).
 
-The ring is one ``uint32`` array: each log value's bits in its columns of a row (a bool, an
-8-, 16- or 32-bit value a word per element, a 64-bit value two), and the write index in an
-extra last row. It is donated to every call, so the write is in place, and the step returns
-the ring instead of its logs: no per-step log arrays for Python to rebuild, and one array in
-and out of the call, whatever the logs (each array of a call costs host time). A block of
-steps ends by *sealing* the ring: its rows become the block's stacked logs (a row per step,
-like a fused step's, bit for bit), and the next block writes a fresh ring. A step whose logs
-change structure (a new batch shape that logs differently) raises :class:`RingMismatch` while
-it is traced, before anything runs: the block ends there, and the next opens a ring of the
-new structure.
+Sealing the ring at a block's end gives the block's stacked logs, bit for bit a fused step's.
+A step whose logs change structure raises :class:`RingMismatch` while traced.
 """
 
 from __future__ import annotations
@@ -43,9 +35,7 @@ class RingMismatch(Exception):
 
 
 class Layout(NamedTuple):
-    """Where each log value lives in a ring row: per leaf ``(shape, dtype, first column,
-    words)``, or ``None`` for a value the step returns (large, or not a bit pattern of at
-    most 64 bits); ``width`` the row's words; ``treedef`` the logs' structure."""
+    """Where each log value lives in a ring row (``None``: returned by the step, not held)."""
 
     leaves: tuple[tuple[tuple[int, ...], Any, int, int] | None, ...]
     width: int
@@ -115,12 +105,7 @@ _RINGS: weakref.WeakKeyDictionary[Any, dict[tuple[Layout, bool], Any]] = weakref
 
 
 def _ring_function(invoker: Invoker, step: Any, layout: Layout, sized: bool) -> Any:
-    """The jitted ``(state, batch, ring) -> (state, ring, {batch size: values not held})``,
-    cached per step, layout and ``sized`` (traced with the first invoker, as fused scans are).
-    With ``sized``, the batch size is :func:`~gyre.core.infer_batch_size` of the batch, found
-    while tracing (it depends on shapes only) and returned as the dict's key, a constant of the
-    output's structure: each call gives it without a Python call per step (else 0). The state
-    is donated when the step donates it; the ring always is."""
+    """The cached jitted ``(state, batch, ring) -> (state, ring, {batch size: not held})``."""
     try:
         by_layout = _RINGS.setdefault(step, {})
         tracing = TRACING.setdefault(step, invoker)
@@ -155,9 +140,7 @@ def donates(step: Any) -> bool:
 
 
 def ringable(step: Any, state: Any) -> bool:
-    """Whether a step can write the history itself: a ``jax.jit`` function, or a managed step
-    (``pure`` and ``donates``) on one device of data (a sharded batch is placed on the host
-    side of the step's call). A wrapper of a jitted function is not: it must be called."""
+    """Whether a step can write the history itself: a ``jax.jit`` function or a managed step."""
     if type(step) is _compat.JITTED:  # a jax.jit function itself (a wrapper that counts or times
         return True  # its calls, such as gyre.testing.assert_compiled_once, is called each step)
     strategy = getattr(state, "strategy", None)
@@ -204,10 +187,7 @@ class Ring:
         return list(itertools.chain.from_iterable(tagged))  # each dict's one key
 
     def seal(self, *, last: bool = False) -> Logs:
-        """The open ring's stacked logs (``ROWS`` rows, the first ones written, the others
-        unspecified; the values it does not hold stacked, a row per step written); the ring
-        is closed, and kept for the next :meth:`open` (one compiled call a block). With
-        ``last``, the same call also gives the last written row's logs: :attr:`last_row`."""
+        """The open ring's stacked logs (and with ``last``, the last row's: :attr:`last_row`)."""
         layout = self.layout
         treedef = layout.treedef  # type: ignore[union-attr]
         if last:
@@ -250,9 +230,7 @@ def _layout(invoker: Invoker, step: Any, state: Any, batch: Any) -> Layout:
 
 @functools.lru_cache(maxsize=256)
 def _unpack(layout: Layout, last: bool) -> Any:
-    """A compiled ``ring -> ([rows of each held value], the ring with its index reset)`` (the
-    ring donated: it is written again in place); with ``last``, ``(rows, [the last written
-    row of each held value], ring)``."""
+    """A compiled ``ring -> (rows, ring with its index reset)``; with ``last``, the last row too."""
 
     def unpack(ring: Any) -> tuple[Any, ...]:
         specs = list(filter(None, layout.leaves))
@@ -277,10 +255,7 @@ def _zeros_of(width: int, placement: Any) -> Any:
 
 
 def _placement(state: Any) -> Any:
-    """Where the ring lives: committed where a committed state is (its device, or its mesh,
-    replicated), else uncommitted (None), so that the step's first call and the next see the
-    same placements (a committed argument commits the outputs: a ring or a state that changed
-    from uncommitted to committed after the first call would compile the step twice)."""
+    """Where the ring lives: where a committed state is, else uncommitted (one compile, not two)."""
     for leaf in jax.tree_util.tree_leaves(state):
         sharding = getattr(leaf, "sharding", None)
         if sharding is None or not getattr(leaf, "committed", False):

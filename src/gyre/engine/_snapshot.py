@@ -1,16 +1,5 @@
-"""What a checkpoint of a running loop holds, and the protocol the engine uses to save and
-resume through a checkpoint callback.
-
-The loop layer cannot import the callbacks layer above it, so the engine knows a checkpoint
-only through :class:`Checkpointer`: a :class:`~gyre.LoopElement` with ``save_snapshot`` and
-``load_snapshot``. ``gyre.checkpoint`` is the one implementation; its storage (orbax, the
-checksums, the fallback to an older good checkpoint) lives in ``gyre.callbacks``.
-
-A :class:`Snapshot` is everything a run needs to continue bit for bit: the state (arrays,
-through orbax), the completed clock, and ``meta``, a JSON-able dict holding the state of every
-stateful schedule and callback of the task table, the data position and how many history
-records belong to the checkpoint. Arrays found in a callback's ``state_dict`` (early
-stopping's best weights) travel in ``arrays``, also through orbax: nothing is pickled.
+"""What a checkpoint of a running loop holds (:class:`Snapshot`), and :class:`Checkpointer`, the
+protocol through which the engine saves and resumes (``gyre.checkpoint`` implements it).
 """
 
 from __future__ import annotations
@@ -27,17 +16,15 @@ class Snapshot:
     """One saved point of a run.
 
     Attributes:
-        step: the checkpoint's number: the completed steps (``elapsed.steps``).
+        step: the completed steps (``elapsed.steps``).
         state: the state (any pytree of arrays).
         elapsed: the clock once the step completed.
         meta: JSON-able values: ``{"resumables": {...}, "data": ..., "history": n, ...}``.
         arrays: pytrees of arrays that are not the state, by name (``{}`` when none).
         metrics: the monitored value by name, for best-k ranking (``None`` when none).
-        files: append-only files to write under the checkpoint directory before the step is
-            saved, by relative path (``{"history/000120.json": b"..."}``): the history's new
-            records, so a save never grows with the run's length. Written atomically (a
-            temporary name, then a rename), by process 0 only; never rotated out.
-        source: the checkpointer a loop resumed it through (set by the loop; never saved).
+        files: append-only files to write under the checkpoint directory, by relative path
+            (the history's new records); written atomically by process 0, never rotated out.
+        source: the checkpointer a loop resumed it through (never saved).
     """
 
     step: int
@@ -51,23 +38,13 @@ class Snapshot:
 
 
 class Checkpointer(LoopElement):
-    """A task-table element the engine saves and resumes through (``gyre.checkpoint``).
-
-    The engine calls :meth:`save_snapshot` when a loop ends (its data, its ``stop``, a stop
-    request, a preemption) unless that step is already saved, and :meth:`load_snapshot` when
-    the loop is given ``resume=``.
-    """
+    """A task-table element the engine saves through when a loop ends, and resumes through."""
 
     def on_loop_start(self) -> None:
-        """Called before the loop's first step, after any resume: a checkpointer checks here
-        what it will write to (``gyre.checkpoint`` refuses another run's checkpoints), so a
-        run fails before training rather than at its first save. The default does nothing."""
+        """Called before the first step, after any resume: check what will be written to."""
 
     def poll(self) -> None:
-        """Called after every step (every chunk when fused) while the loop runs: raises the
-        failure of a background save that has finished failing, without waiting for one still
-        running, so a failed save stops training at once rather than at the next save. The
-        default does nothing."""
+        """Called after every step or chunk: raises a finished save's failure, never waits."""
 
     def latest_step(self) -> int | None:
         """The newest step in its storage, or ``None``: a loop with several checkpointers
@@ -75,10 +52,9 @@ class Checkpointer(LoopElement):
         return None
 
     def continue_from(self, step: int) -> dict[str, Any] | None:
-        """Called when the loop resumed at ``step`` through another checkpointer (a latest
-        and a best checkpoint in one loop): this one continues the same run, from its own
-        newest checkpoint up to ``step``; returns that checkpoint's ``meta`` (``None`` when it
-        has none). The default does nothing and returns ``None``."""
+        """Called when the loop resumed at ``step`` through another checkpointer; returns the
+        ``meta`` of this one's newest checkpoint up to ``step``, or ``None``.
+        """
         return None
 
     def save_snapshot(self, snapshot: Snapshot, *, wait: bool = False) -> None:  # pragma: no cover

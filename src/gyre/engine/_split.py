@@ -1,11 +1,5 @@
-"""A task table split for fused execution: the step to fuse, and the other tasks around it.
-
-Tasks (or callbacks of the step's own task) placed before the step run before a chunk, with
-its first step; those after it run after the chunk, with its last step. Chunks end exactly
-where such a task fires, so each callback runs after the same steps as step by step.
-Tasks whose callbacks are all :class:`~gyre.engine._tasks.ChunkSafe` (progress bars) are
-*display* tasks: they never end a chunk, and run once after it when they fired on any of its
-steps.
+"""A task table split for fused execution: the step to fuse, the tasks before and after it (they
+end a chunk where they fire), and display tasks (run once after a chunk that fired them).
 """
 
 from __future__ import annotations

@@ -48,12 +48,9 @@ def _in_buffers(value: Any, buffers: dict[Any, list[np.ndarray]]) -> bool:
 
 
 class Stager:
-    """Stacks the host batches of each chunk into a few reused, aligned buffers.
+    """Stacks each chunk's host batches into a few reused, aligned buffers (fresh ones page-fault).
 
-    A fresh array of a chunk's size costs a page fault per 4 KiB on first touch, several times
-    the copy itself. JAX on CPU reads the aligned buffers in place, so one is reused only once
-    the call that read it has finished (:meth:`release` records its outputs); a step whose
-    outputs are the buffer itself keeps it (the slot gets new buffers).
+    A buffer is reused once the call that read it has finished (:meth:`release`).
     """
 
     def __init__(self, slots: int = 3) -> None:

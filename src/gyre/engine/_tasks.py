@@ -1,17 +1,6 @@
-"""Task tables: validation, binding, and the explicit types the engine reads instead of
-attributes set on users' objects.
-
-A task table maps schedules to callbacks. :func:`compile_tasks` turns one into a list of
-:class:`Task` (a schedule, or ``None`` when it fires on every step, and its bound callbacks).
-Three types tell the engine what it needs to know:
-
-* :class:`StepPoint`: the schedule of a named loop's step (``on_train_step``, ...), whose
-  callbacks are the step that ``steps_per_call`` fuses.
-* :class:`ChunkSafe`: a base class for callbacks that only display progress (the bars): with
-  ``steps_per_call`` they run once per fused chunk, with its last step, instead of cutting the
-  chunks to one step.
-* :class:`LoopElement` / :class:`LoopCallbackBase`: ciclo's protocol; an element spreads into a
-  table with its default schedule (``{**gyre.keras_bar(total=n)}``).
+"""Task tables: :func:`compile_tasks` validates and binds a ``{schedule: callbacks}`` table into
+:class:`Task` s, and the explicit types the engine reads (:class:`StepPoint`,
+:class:`ChunkSafe`, :class:`LoopElement`).
 """
 
 from __future__ import annotations
@@ -33,9 +22,7 @@ Tasks = Mapping[Any, Callback | Sequence[Callback]]
 
 
 class StepPoint(Schedule):
-    """The schedule of a named loop's step point (``"on_train_step"``): fires on every step;
-    its callbacks are the step that is fused. ``expects_state``: it trains, so a step that
-    never returns a state trains nothing (the loop warns once)."""
+    """The schedule of a named loop's step point: fires every step; its callbacks are fused."""
 
     fires_always = True
 
@@ -54,9 +41,7 @@ class StepPoint(Schedule):
 
 
 class When(Schedule):
-    """A named loop's own schedule (a fresh task-table key) with a fixed, stateless predicate
-    of the counters in ``reads`` (which say how :meth:`next_step` solves it); ``in_epoch``, when
-    given, names the one step of an epoch it fires on (then nothing is tried)."""
+    """A named loop's own stateless schedule over the counters in ``reads``."""
 
     def __init__(
         self, predicate: Callable[[Elapsed], bool], label: str, *, reads: Sequence[str] = (),
@@ -118,9 +103,7 @@ class EachStep(When):
 
 
 class ChunkSafe:
-    """Base class of callbacks that only show progress: with ``steps_per_call`` they run once
-    per fused chunk, after its last step, wherever they sit in the table (step by step they
-    run every step, in table order). Progress bars are ChunkSafe.
+    """Base class of callbacks that only show progress: fused, they run once per chunk.
 
     Example:
         >>> class Dots(ChunkSafe):
@@ -132,10 +115,7 @@ class ChunkSafe:
 
 
 def reads_history(fn: Any) -> bool:
-    """Whether a callback (or the object of a bound method) marks itself with
-    ``_reads_history = True``: called by a loop, it reads the loop's history, never its
-    ``logs`` argument or ``loop.logs`` (the bars, the writers), so the engine need not gather
-    the last step's logs for it."""
+    """Whether a callback sets ``_reads_history = True`` (reads the history, never ``logs``)."""
     return bool(getattr(fn, "_reads_history", False) or getattr(getattr(fn, "__self__", None), "_reads_history", False))
 
 
@@ -145,8 +125,7 @@ def is_chunk_safe(fn: Any) -> bool:
 
 
 class LoopElement:
-    """ciclo's loop element: spreads into a task table under its default schedule,
-    ``{gyre.every(1): step, **element}`` (the dict calls :meth:`keys` and ``element[key]``).
+    """ciclo's loop element: spreads into a task table under its default schedule.
 
     Example:
         >>> class Printer(LoopElement):
@@ -169,8 +148,7 @@ class LoopElement:
 
 
 class LoopCallbackBase(LoopElement):
-    """ciclo's callback base class: subclasses define ``__loop_callback__(loop_state)`` and
-    return ``(logs, state)``; the loop calls it with its :class:`~gyre.LoopState`.
+    """ciclo's callback base class: ``__loop_callback__(loop_state)`` returns ``(logs, state)``.
 
     Example:
         >>> import gyre
@@ -208,8 +186,7 @@ class FunctionCallback(LoopCallbackBase):
 
 
 def callback(fn: Callable[..., Any]) -> FunctionCallback:
-    """ciclo's ``callback``: a function as a loop element, called by position with ``state,
-    batch, elapsed, loop_state``; spreads into a table under ``every(1)``.
+    """ciclo's ``callback``: a function as a loop element under ``every(1)``, called by position.
 
     Example:
         >>> import gyre
@@ -285,9 +262,7 @@ def _check_key(key: Any) -> None:
 
 
 def loop_end_hooks(tasks: Sequence[Task]) -> list[Callable[[], Any]]:
-    """The ``on_loop_end()`` methods of the callback objects in a table (each object once; for
-    a bound method, its object's): the loop calls them when it ends.
-    """
+    """The ``on_loop_end()`` methods of a table's callback objects, each object once."""
     hooks: dict[int, Callable[[], Any]] = {}
     for task in tasks:
         for invoker in task.invokers:
@@ -299,15 +274,10 @@ def loop_end_hooks(tasks: Sequence[Task]) -> list[Callable[[], Any]]:
 
 
 def warn_if_untrained(tasks: Sequence[Task], logs: Any = None, *, state: Any = None, outermost: bool = True) -> None:
-    """Warns once, after a loop's first step, when the loop trains and none of its training
-    callbacks returned a state: it trained nothing. One rule for every loop:
+    """Warns once, after the first step, when a training loop's callbacks returned no state.
 
-    * a named loop trains when its table has a train step point (``train_loop``'s
-      ``on_train_step``): its callbacks must return a state;
-    * a plain ``gyre.loop`` (no named step point) trains when its state is not ``None`` and
-      its first step logged a loss (``add_loss``: a value to minimise), unless it runs nested
-      in another loop's callback (an evaluation): some callback of its table must return a
-      state. An evaluation that logs a loss at the top level says so with ``gyre.test_loop``.
+    A named loop trains when it has a train step point; a plain ``gyre.loop`` when its state is
+    not ``None``, its first step logged a loss and it is not nested in another loop.
     """
     if _no_gradients(tasks, logs, outermost):
         return
@@ -330,9 +300,7 @@ def warn_if_untrained(tasks: Sequence[Task], logs: Any = None, *, state: Any = N
 
 
 def _no_gradients(tasks: Sequence[Task], logs: Any, outermost: bool) -> bool:
-    """Warns when a loop logged a loss and its only steps that return a state are
-    ``managed.step`` (``trains`` is ``False``: compiled without gradients), so the loss is
-    never minimised; returns whether it warned."""
+    """Warns (and returns True) when the loss's only state-returning steps are ``managed.step``."""
     losses = logs.get("losses") if isinstance(logs, Mapping) else None
     points = [t for t in tasks if isinstance(t.key, StepPoint)]
     if not losses or not outermost or (points and not any(t.key.expects_state for t in points)):

@@ -1,15 +1,14 @@
-"""``gyre.jaxloop``: jaxloop's vocabulary (steps, inner loops with actions, an outer loop
-with evaluations) on gyre's engine, so jaxloop code ports by changing imports::
+"""``gyre.jaxloop``: jaxloop's vocabulary (steps, inner loops with actions, an outer loop with
+evaluations) on gyre's engine, so jaxloop code ports by changing imports (README: "Coming
+from jaxloop")::
 
     from gyre import jaxloop
     train_loop = jaxloop.TrainLoop(train_step, end_actions=[summary_action, ckpt_action])
     outer_loop = jaxloop.OuterLoop(train_loop=train_loop, eval_loops=[eval_loop])
-    state, outputs = outer_loop(state, train_dataset=it, train_total_steps=1000,
-                                train_loop_steps=100, eval_specs=[jaxloop.EvalSpec(dataset=ds)])
 
-``jaxloop.Step`` is :class:`gyre.Step` and ``jaxloop.Partitioner`` :class:`gyre.Partitioner`;
-jaxloop's ``types`` are here too (``Batch``, ``Output``, ``PRNGType``, ``TrainState``), so
-``from gyre import jaxloop as types`` ports ``from jaxloop import types``. See the README's "Coming from jaxloop".
+``jaxloop.Step`` is :class:`gyre.Step`, ``jaxloop.Partitioner`` :class:`gyre.Partitioner`;
+jaxloop's ``types`` are here too
+(``from gyre import jaxloop as types``).
 """
 
 from typing import Any

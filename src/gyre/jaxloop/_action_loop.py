@@ -1,8 +1,4 @@
-"""jaxloop's loops with actions: ``ActionLoop`` runs actions before and after itself
-(each every ``interval`` loops); ``TrainLoop`` and ``EvalLoop`` are the training and the
-evaluation loops built on it (with their default statistics, their logging and, for the
-evaluation, padded batches and a mask so the step compiles once).
-"""
+"""jaxloop's loops with actions: ``ActionLoop``, and ``TrainLoop`` and ``EvalLoop`` on it."""
 
 from __future__ import annotations
 
@@ -20,8 +16,8 @@ _log = logging.getLogger(__name__)
 
 
 class ActionLoop(StatLoop):
-    """A loop that runs actions before and after itself: each action runs when the loop's
-    count (1 for the first call, kept across calls) is a multiple of its interval.
+    """A loop that runs actions before and after itself, each when the loop's count (1 for the
+    first call, kept across calls) is a multiple of its interval.
 
     Args:
         step: the step.
@@ -57,37 +53,17 @@ class ActionLoop(StatLoop):
 
     @property
     def begin_actions(self) -> list[Any]:
-        """The actions run at the start of a loop.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.ActionLoop(print).begin_actions
-            []
-        """
+        """The actions run at the start of a loop."""
         return self._begin_actions
 
     @property
     def end_actions(self) -> list[Any]:
-        """The actions run at the end of a loop.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.ActionLoop(print).end_actions
-            []
-        """
+        """The actions run at the end of a loop."""
         return self._end_actions
 
     @property
     def loop_count(self) -> int:
-        """How many times the loop began (settable, e.g. to align with a resumed step).
-
-        Example:
-            >>> import gyre
-            >>> loop = gyre.jaxloop.ActionLoop(print)
-            >>> loop.loop_count = 7
-            >>> loop.loop_count
-            7
-        """
+        """How many times the loop began (settable, e.g. to align with a resumed step)."""
         return self._loop_count
 
     @loop_count.setter
@@ -113,8 +89,7 @@ class ActionLoop(StatLoop):
 
     def end(self, state: State, outputs: Output | None) -> tuple[State, Output | None]:
         """Adds the statistics, then runs the end actions whose interval divides the count
-        (and every :class:`~gyre.jaxloop.CheckpointAction` when SIGTERM cut the loop short: the
-        state it stopped at is saved, as :func:`gyre.loop`'s checkpoints save it).
+        (and every :class:`~gyre.jaxloop.CheckpointAction` when SIGTERM cut the loop short).
 
         Example:
             >>> import gyre
@@ -137,8 +112,7 @@ class ActionLoop(StatLoop):
 
 
 class TrainLoop(ActionLoop):
-    """The training loop: an :class:`ActionLoop` adding ``steps_per_sec`` by default and
-    logging it.
+    """The training loop: an :class:`ActionLoop` adding and logging ``steps_per_sec`` by default.
 
     Example:
         >>> import gyre
@@ -171,15 +145,10 @@ class TrainLoop(ActionLoop):
 class EvalLoop(ActionLoop):
     """The evaluation loop: an :class:`ActionLoop` adding ``loop_time_secs`` by default.
 
-    **Evaluation without recompiles.** When the step takes the keyword ``mask`` (a
-    :class:`gyre.Step` whose ``run(self, state, batch, mask=None)`` does, or a callable
-    ``step(state, batch, n, mask=None, **kwargs)``), every batch is padded to the first one's
-    size (the last real row repeated, :func:`gyre.data.pad_batch`) and the step gets
-    ``mask=``, a boolean vector over the batch, ``True`` for the real rows: it compiles once.
-    Return metric objects weighted by the mask (``gyre.core.metrics.Mean.from_stacked(
-    per_example, mask)``): :func:`reduce_outputs` merges them into the exact means over the
-    examples (bare scalars, means over each step's real rows, are averaged weighted by those
-    rows). A step without ``mask`` gets the batches as they come.
+    A step that takes the keyword ``mask`` (a :class:`gyre.Step` whose ``run`` does, or
+    ``step(state, batch, n, mask=None, **kwargs)``) gets batches padded to the first one's size
+    and compiles once; return ``Mean.from_stacked(per_example, mask)`` and
+    :func:`reduce_outputs` merges the exact means (README: "Evaluation without recompiles").
 
     Args:
         step: the (eval) step.
@@ -195,21 +164,6 @@ class EvalLoop(ActionLoop):
         >>> state, outputs = loop(0, [0.5, 1.0])
         >>> loop.name, outputs["acc"]
         ('test', [0.5, 1.0])
-
-        A step that takes ``mask``: 10 examples in batches of 4, one compilation, the exact
-        mean:
-
-        >>> import jax, numpy as np
-        >>> from gyre.core.metrics import Mean
-        >>> @jax.jit
-        ... def run(batch, mask):
-        ...     return Mean.from_stacked(batch, mask)
-        >>> def step(state, batch, n, mask=None, **kwargs):
-        ...     return state, {"x": run(batch, mask)}
-        >>> x = np.arange(10.0, dtype=np.float32)
-        >>> _, outputs = gyre.jaxloop.EvalLoop(step)(0, [x[i : i + 4] for i in range(0, 10, 4)])
-        >>> float(gyre.jaxloop.reduce_outputs(outputs)["x"]), run._cache_size()
-        (4.5, 1)
     """
 
     pads_batches = True

@@ -1,13 +1,6 @@
-"""jaxloop's actions: small host-side objects a loop (or a step) calls every ``interval``
-loops (or steps), with the state and the loop's outputs.
-
-This module holds the :class:`Action` base and the actions that write and save:
-``SummaryAction`` writes to any writer with gyre's writer methods (``write_scalars``,
-``write_histograms``, ``write_images``, ``write_texts``, ``flush``, ``close``);
-``CheckpointAction`` saves through :func:`gyre.checkpoint`. ``StepNumberAction`` (which
-writes the step number) is in ``_step_numbers``; ``EarlyStoppingAction`` (which raises
-:class:`~gyre.jaxloop.StopTrainingError`, handled by an :class:`~gyre.jaxloop.OuterLoop`)
-is in ``_stopping``.
+"""jaxloop's actions: host-side objects a loop (or a step) calls every ``interval`` loops (or
+steps) with the state and the outputs: the :class:`Action` base, ``SummaryAction`` (writes)
+and ``CheckpointAction`` (saves).
 """
 
 from __future__ import annotations
@@ -45,12 +38,9 @@ def _step_of(state: Any) -> int:
 
 
 class Action:
-    """An operation run every ``interval`` loops (in a loop's ``begin_actions`` /
-    ``end_actions``) or steps (in a ``gyre.Step``'s). Subclass it and define
-    ``__call__(state, outputs, **kwargs)``; the return value is ignored by the loops.
-
-    Args:
-        interval: a positive int.
+    """An operation run every ``interval`` (a positive int) loops, in a loop's ``begin_actions`` /
+    ``end_actions``, or steps, in a ``gyre.Step``'s. Subclass it and define
+    ``__call__(state, outputs, **kwargs)``; its return value is ignored.
 
     Example:
         >>> import gyre
@@ -59,11 +49,6 @@ class Action:
         ...         print("step", state["step"])
         >>> Hello(interval=2)({"step": 4}, None)
         step 4
-        >>> Hello(interval=0)
-        Traceback (most recent call last):
-        ...
-        ValueError: Hello's interval must be a positive whole number
-        ...
     """
 
     def __init__(self, interval: int = 1) -> None:
@@ -71,26 +56,11 @@ class Action:
 
     @property
     def interval(self) -> int:
-        """Every how many loops (or steps) the action runs.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.StepNumberAction(gyre.jaxloop.StepNumberWriter(), interval=3).interval
-            3
-        """
+        """Every how many loops (or steps) the action runs."""
         return self._interval
 
     def __call__(self, state: Any, outputs: Output | None, **kwargs: Any) -> Any:
-        """Runs the action; override it.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.Action()(None, None)
-            Traceback (most recent call last):
-            ...
-            NotImplementedError: Action.__call__ is not implemented
-            ...
-        """
+        """Runs the action; override it (the base raises ``NotImplementedError``)."""
         raise NotImplementedError(explain(
             f"{type(self).__name__}.__call__ is not implemented",
             expected="an Action subclass defining __call__(self, state, outputs, **kwargs)",
@@ -100,9 +70,8 @@ class Action:
 class MetricType(enum.Enum):
     """The kinds of value an output can be (jaxloop's members, CLU writer's methods).
 
-    :class:`SummaryAction` writes ``SCALAR``, ``HISTOGRAM``, ``IMAGE``, ``VIDEO`` and
-    ``TEXT``; ``AUDIO`` and ``OTHER`` are for your own actions (``metadata`` carries what
-    they need, e.g. a sample rate).
+    :class:`SummaryAction` writes ``SCALAR``, ``HISTOGRAM``, ``IMAGE``, ``VIDEO`` and ``TEXT``;
+    ``AUDIO`` and ``OTHER`` are for your own actions.
 
     Example:
         >>> import gyre
@@ -121,8 +90,8 @@ class MetricType(enum.Enum):
 
 @dataclass(frozen=True)
 class MetricWithMetadata:
-    """An output value with its kind, for :class:`SummaryAction` (a bare value is a scalar),
-    and free ``metadata`` for whoever consumes it.
+    """An output value with its kind, for :class:`SummaryAction` (a bare value is a scalar), and
+    free ``metadata``.
 
     Example:
         >>> import gyre
@@ -148,19 +117,16 @@ _METHODS = {
 class SummaryAction(Action):
     """Writes a loop's outputs to a writer at its step (``int(state.step)``).
 
-    Bare values are scalars and go to ``write_scalars``, as in jaxloop: a value (a number,
-    a 0-d array, whatever your ``end`` reduced the outputs to) as it is, and a per-step list
-    (a loop's raw outputs) reduced to its mean (metric objects are merged and computed,
-    :func:`~gyre.jaxloop.reduce_outputs`); a list that does not reduce to one number
-    (per-step logits) is not written, and a warning says so once per name, with the type
-    to wrap it in. A :class:`MetricWithMetadata` goes to the writer's method for its type
-    (the last value of a per-step list; a ``SCALAR`` joins the bare values); ``AUDIO`` and
-    ``OTHER`` raise ``ValueError``, as in jaxloop.
+    Bare values are scalars: a value as it is, a per-step list reduced to its mean (metric
+    objects merged, :func:`~gyre.jaxloop.reduce_outputs`); a list that does not reduce to one
+    number is skipped with a warning, once per name. A :class:`MetricWithMetadata` goes to the
+    writer's method for its type (a list's last value); ``AUDIO`` and ``OTHER`` raise
+    ``ValueError``.
 
     Args:
-        summary_writer: any object with ``write_scalars(step, values)`` (and
-            ``write_histograms``, ``write_images``, ``write_videos``, ``write_texts`` for
-            those types), ``flush()``, ``close()``: gyre's writers, or CLU's.
+        summary_writer: an object with ``write_scalars(step, values)`` (and ``write_histograms``,
+            ``write_images``, ``write_videos``, ``write_texts`` for those types), ``flush()``,
+            ``close()``: gyre's writers, or CLU's.
         interval: every how many loops.
         flush_each_call: flush the writer after each call.
 
@@ -193,15 +159,7 @@ class SummaryAction(Action):
 
     @property
     def summary_writer(self) -> Any:
-        """The writer.
-
-        Example:
-            >>> import gyre
-            >>> class W:
-            ...     def write_scalars(self, step, values): pass
-            >>> w = W(); gyre.jaxloop.SummaryAction(w).summary_writer is w
-            True
-        """
+        """The writer."""
         return self._writer
 
     def split_outputs(self, outputs: Output | None) -> dict[MetricType, dict[str, Any]]:
@@ -251,15 +209,7 @@ class SummaryAction(Action):
         return by_type
 
     def __call__(self, state: Any, outputs: Output | None, **kwargs: Any) -> None:
-        """Writes the outputs at the state's step.
-
-        Example:
-            >>> import gyre
-            >>> class Printer:
-            ...     def write_scalars(self, step, values): print(step, sorted(values))
-            >>> gyre.jaxloop.SummaryAction(Printer())({"step": 3}, {"acc": [1.0]})
-            3 ['acc']
-        """
+        """Writes the outputs at the state's step."""
         step = _step_of(state)
         for metric_type, values in self.split_outputs(outputs).items():
             method = getattr(self._writer, _METHODS[metric_type], None)
@@ -274,17 +224,7 @@ class SummaryAction(Action):
             self._writer.flush()
 
     def close(self) -> None:
-        """Flushes and closes the writer, once (an :class:`OuterLoop` calls it when it ends).
-
-        Example:
-            >>> import gyre
-            >>> class W:
-            ...     def write_scalars(self, step, values): pass
-            ...     def close(self): print("closed")
-            >>> action = gyre.jaxloop.SummaryAction(W())
-            >>> action.close(); action.close()
-            closed
-        """
+        """Flushes and closes the writer, once (an :class:`OuterLoop` calls it when it ends)."""
         if self._closed:
             return
         self._closed = True
@@ -314,23 +254,17 @@ def _is_scalar(value: Any) -> bool:
 
 
 class CheckpointAction(Action):
-    """Saves the state at ``int(state.step)``: through :func:`gyre.checkpoint`, or through
-    an orbax ``CheckpointManager`` you built (jaxloop's way and format).
+    """Saves the state at ``int(state.step)``: through :func:`gyre.checkpoint`, or through an orbax
+    ``CheckpointManager`` you built (jaxloop's way and format).
 
-    gyre's checkpoints are asynchronous (orbax) and checked (checksums), and hold the
-    training data's position; an :class:`OuterLoop` with a
-    :class:`~gyre.jaxloop.CheckpointSpec` on the same directory resumes from them. A
-    checkpoint with ``monitor=`` ranks the saves by that output (reduced over the loop), as
-    jaxloop's ``metrics=outputs``: ``gyre.checkpoint(directory, keep=1, keep_best=1,
-    monitor="loss")``. With an orbax ``CheckpointManager``, each save is jaxloop's
-    ``manager.save(step, metrics=..., args=PyTreeSave(state))`` (the metrics are the loop's
-    outputs reduced to numbers); an :class:`OuterLoop` resumes from those too, and its
-    continuous evaluation reads them.
+    An :class:`OuterLoop` with a :class:`~gyre.jaxloop.CheckpointSpec` on the same directory
+    resumes from either. A gyre checkpoint with ``monitor=`` ranks saves by that output, as
+    jaxloop's ``metrics=outputs`` (``gyre.checkpoint(d, keep=1, keep_best=1, monitor="loss")``);
+    a manager gets ``manager.save(step, metrics=..., args=PyTreeSave(state))``.
 
     Args:
-        ckpt_manager: an orbax ``CheckpointManager`` (jaxloop's argument), a
-            :class:`gyre.Checkpoint`, or a directory to make a gyre checkpoint in (keeping
-            the latest ``keep``).
+        ckpt_manager: an orbax ``CheckpointManager``, a :class:`gyre.Checkpoint`, or a
+            directory to make a gyre checkpoint in.
         interval: every how many loops.
         keep: how many checkpoints a directory given here keeps.
 
@@ -369,46 +303,24 @@ class CheckpointAction(Action):
 
     @property
     def checkpoint(self) -> Checkpoint | None:
-        """The :class:`gyre.Checkpoint` saving (and restoring) the states; ``None`` when an
-        orbax ``CheckpointManager`` saves them (:attr:`ckpt_manager`).
-
-        Example:
-            >>> import tempfile, gyre
-            >>> with tempfile.TemporaryDirectory() as tmp:
-            ...     isinstance(gyre.jaxloop.CheckpointAction(tmp).checkpoint, gyre.Checkpoint)
-            True
-        """
+        """The :class:`gyre.Checkpoint` saving the states; ``None`` when an orbax manager does."""
         return self._checkpoint
 
     @property
     def ckpt_manager(self) -> Any:
-        """The orbax ``CheckpointManager`` given (jaxloop's), or ``None`` with a gyre checkpoint.
-
-        Example:
-            >>> import tempfile, gyre
-            >>> with tempfile.TemporaryDirectory() as tmp:
-            ...     gyre.jaxloop.CheckpointAction(tmp).ckpt_manager is None
-            True
-        """
+        """The orbax ``CheckpointManager`` given, or ``None`` with a gyre checkpoint."""
         return self._manager
 
     @property
     def directory(self) -> str:
-        """The checkpoint directory (absolute).
-
-        Example:
-            >>> import os, tempfile, gyre
-            >>> with tempfile.TemporaryDirectory() as tmp:
-            ...     os.path.isabs(gyre.jaxloop.CheckpointAction(tmp).directory)
-            True
-        """
+        """The checkpoint directory (absolute)."""
         if self._manager is not None:
             return os.path.abspath(os.fspath(self._manager.directory))
         assert self._checkpoint is not None
         return self._checkpoint.directory
 
     def save(self, step: int, state: Any, outputs: Output | None) -> bool:
-        """Saves ``state`` at ``step`` (in the background); returns whether a save started
+        """Saves ``state`` at ``step`` in the background; returns whether a save started
         (``False``: the step is saved already, or the manager's policy skipped it).
 
         Example:
@@ -445,39 +357,17 @@ class CheckpointAction(Action):
         return ckpt.saved_step() != before  # a step saved already (or older) is skipped
 
     def __call__(self, state: Any, outputs: Output | None, **kwargs: Any) -> None:
-        """Saves ``state`` at its step (in the background; a step already saved is skipped).
-
-        Example:
-            >>> import tempfile, gyre, jax.numpy as jnp
-            >>> with tempfile.TemporaryDirectory() as tmp:
-            ...     action = gyre.jaxloop.CheckpointAction(tmp)
-            ...     action({"step": jnp.int32(1)}, None); action.close()
-            ...     action.checkpoint.latest_step()
-            1
-        """
+        """Saves ``state`` at its step (in the background; a step already saved is skipped)."""
         step = _step_of(state)
         if self.save(step, state, outputs):
             _log.info("Saving checkpoint to %s at step %d.", self.directory, step)
 
     def wait_until_finished(self) -> None:
-        """Blocks until the saves are on disk.
-
-        Example:
-            >>> import tempfile, gyre
-            >>> with tempfile.TemporaryDirectory() as tmp:
-            ...     gyre.jaxloop.CheckpointAction(tmp).wait_until_finished()
-        """
+        """Blocks until the saves are on disk."""
         (self._manager or self._checkpoint).wait_until_finished()
 
     def close(self) -> None:
-        """Waits for the saves and releases orbax's resources (a gyre checkpoint's action
-        stays usable; an orbax manager is closed, as jaxloop's outer loop does).
-
-        Example:
-            >>> import tempfile, gyre
-            >>> with tempfile.TemporaryDirectory() as tmp:
-            ...     gyre.jaxloop.CheckpointAction(tmp).close()
-        """
+        """Waits for the saves and releases orbax's resources (an orbax manager is closed)."""
         if self._manager is not None:
             self._manager.wait_until_finished()
             self._manager.close()

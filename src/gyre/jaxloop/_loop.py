@@ -1,19 +1,8 @@
-"""jaxloop's base loop: ``Loop``, and the helpers every loop shares
-(:func:`reduce_outputs`, :func:`takes_mask`, :func:`state_step`).
+"""jaxloop's base loop: ``Loop``, and the helpers every loop shares (:func:`reduce_outputs`,
+:func:`takes_mask`, :func:`state_step`).
 
-A :class:`Loop` runs its steps in one tight loop: each step pulls its batch (only for a step
-that will run), calls the step and appends its outputs to per-key lists as the device arrays
-they are (``outputs["loss"]`` is the list of the loop's losses); nothing is read back from the
-device per step, and no gyre Python runs per step besides a preemption flag. A subclass that
-overrides jaxloop's per-step hooks (:meth:`Loop._run_one_step`, :meth:`Loop._get_next_batch`,
-:meth:`Loop.update_outputs`) has them called at every step. SIGTERM ends a loop at a step's
-end, as it ends :func:`gyre.loop` (:func:`preemption`).
-:func:`reduce_outputs` turns such outputs into numbers when you ask.
-
-The classes keep jaxloop's layering (``Loop`` <- ``StatLoop`` (``_stat_loop``) <-
-``ActionLoop`` <- ``TrainLoop`` / ``EvalLoop`` (``_action_loop``)) and its hooks:
-``__call__`` runs ``begin(state, dataset)``, ``run(state, dataset, num_steps)`` and
-``end(state, outputs)``.
+The classes keep jaxloop's layering (``Loop`` <- ``StatLoop`` <- ``ActionLoop`` <-
+``TrainLoop`` / ``EvalLoop``) and hooks: ``__call__`` runs ``begin``, ``run`` and ``end``.
 """
 
 from __future__ import annotations
@@ -75,27 +64,19 @@ class Loop:
     Args:
         step: a :class:`gyre.Step` (or any callable ``step(state, batch,
             per_loop_step_number, **kwargs) -> (state, outputs)``).
-        nan_policy: ``"raise"`` (the default): a run whose last scalar float output (a
-            loss, a metric's value; not arrays or metric objects) is NaN or infinite, as a
-            diverged run's stay, raises :class:`gyre.NonFiniteError` at its end, naming the
-            first step that output went non-finite. Nothing is read per step: one value per
-            key at the run's end (which waits for its last step). A lone non-finite value
-            between finite ones is not looked for (a read per step); ``"ignore"`` checks
-            nothing, as jaxloop does. (``"skip"`` is refused: the loop cannot drop a
-            step's update; wrap the optimizer in ``optax.apply_if_finite``.)
-        batch_size_fn: ``batch -> examples`` in a batch, the weight of the step's scalar
-            outputs in :func:`reduce_outputs`. By default the leading dimension its array
-            leaves share; a batch whose leaves disagree (time-major ``(T, B, F)`` inputs, a
-            per-batch table) is refused at its step: say how to count, e.g.
-            ``batch_size_fn=lambda batch: batch["y"].shape[0]``.
+        nan_policy: ``"raise"`` (the default): a run whose last scalar float output per key is
+            NaN or infinite raises :class:`gyre.NonFiniteError` at its end, naming the first step
+            it went non-finite (nothing is read per step); ``"ignore"`` checks nothing.
+            ``"skip"`` is refused (use ``optax.apply_if_finite``).
+        batch_size_fn: ``batch -> examples``, the weight of the step's scalar outputs in
+            :func:`reduce_outputs`; by default the leading dimension the batch's arrays share.
 
-    Calling the loop (``loop(state, dataset, num_steps)``) runs :meth:`begin`, :meth:`run`
-    and :meth:`end`; override them (and :meth:`update_outputs`, or jaxloop's per-step and
-    per-batch hooks :meth:`_run_one_step` and :meth:`_get_next_batch`) to customise it.
+    Override :meth:`begin`, :meth:`run`, :meth:`end`, :meth:`update_outputs` or jaxloop's
+    per-step hooks :meth:`_run_one_step` and :meth:`_get_next_batch` to customise it.
 
     Attributes:
-        pads_batches: pad the batches to the first one's size and pass ``mask=`` to a step
-            that takes it (:func:`takes_mask`); ``True`` for :class:`EvalLoop` only.
+        pads_batches: pad batches to the first one's size and pass ``mask=`` to a step that
+            takes it; ``True`` for :class:`EvalLoop` only.
 
     Example:
         >>> import gyre
@@ -140,28 +121,15 @@ class Loop:
 
     @property
     def step(self) -> Any:
-        """The step this loop runs.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.Loop(print).step is print
-            True
-        """
+        """The step this loop runs."""
         return self._step
 
     def begin(self, state: State, dataset: Iterator[Any]) -> tuple[State, Iterator[Any]]:
-        """Runs before the loop; returns ``(state, dataset)``. The identity by default.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.Loop(print).begin("state", "data")
-            ('state', 'data')
-        """
+        """Runs before the loop; returns ``(state, dataset)``. The identity by default."""
         return state, dataset
 
     def update_outputs(self, loop_outputs: Output, step_outputs: Output | None) -> Output:
-        """Adds one step's outputs to the loop's: each value is appended to the list under
-        its key (a ``defaultdict(list)``); values stay on the device.
+        """Appends one step's outputs to the loop's lists, by key (values stay on the device).
 
         Example:
             >>> import collections, gyre
@@ -251,23 +219,18 @@ class Loop:
         log_num_flops: bool = False,
         **kwargs: Any,
     ) -> tuple[State, Output]:
-        """Runs the step over the dataset: each step pulls its batch, calls the step and
-        appends its outputs. With jaxloop's per-step hooks as they are, that is one tight
-        loop (no hook call per step); a subclass that overrides :meth:`_run_one_step`,
-        :meth:`_get_next_batch` or :meth:`update_outputs` has them called at every step.
+        """Runs the step over the dataset, pulling a batch only for a step that runs.
+
         SIGTERM ends the loop after the step it arrived during, as it ends :func:`gyre.loop`.
 
         Args:
             state: the state (donated to a train step: use the returned one).
-            dataset: an iterator (it continues where the last call left it) or an iterable
-                (a list starts from its beginning at each call).
-            num_steps: how many steps (>= 1: ``0`` is refused, where jaxloop would run one);
-                ``None`` runs until the data ends. A batch is pulled only for a step that runs.
-            log_num_flops: have the step compute its flop count at the first step
-                (``log_num_flops=True`` reaches a step that takes it, as a :class:`gyre.Step`).
-            **kwargs: passed to each step call; ``return_state_from_step=False`` keeps
-                the input state (the step's returned state is dropped: an evaluation that
-                returns no state saves memory).
+            dataset: an iterator (continued across calls) or an iterable (restarted each call).
+            num_steps: how many steps (>= 1; ``0`` is refused, where jaxloop would run one);
+                ``None`` runs until the data ends.
+            log_num_flops: have the step compute its flop count at the first step.
+            **kwargs: passed to each step call; ``return_state_from_step=False`` keeps the
+                input state and drops the step's.
 
         Returns:
             ``(state, outputs)``, ``outputs[key]`` the list of each step's values.
@@ -360,27 +323,13 @@ class Loop:
             run.state, run.count = state, n
 
     def end(self, state: State, outputs: Output | None) -> tuple[State, Output | None]:
-        """Runs after the loop; returns ``(state, outputs)``. The identity by default.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.Loop(print).end("state", {"loss": [1.0]})
-            ('state', {'loss': [1.0]})
-        """
+        """Runs after the loop; returns ``(state, outputs)``. The identity by default."""
         return state, outputs
 
     def __call__(
         self, state: State, dataset: Iterable[Any], num_steps: int | None = None, **kwargs: Any
     ) -> tuple[State, Output | None]:
-        """Runs :meth:`begin`, :meth:`run` and :meth:`end`; returns ``(state, outputs)``.
-
-        Example:
-            >>> import gyre
-            >>> def step(state, batch, n, **kwargs):
-            ...     return state + batch, {"x": batch}
-            >>> gyre.jaxloop.Loop(step)(0, range(5))[0]
-            10
-        """
+        """Runs :meth:`begin`, :meth:`run` and :meth:`end`; returns ``(state, outputs)``."""
         who = type(self).__name__
         _check_num_steps(num_steps)  # before begin's actions run
         state, dataset = as_pair(self.begin(state, dataset), f"{who}.begin", "(state, dataset)", "state, dataset")
@@ -555,12 +504,9 @@ def state_step(state: Any) -> int | None:
 def reduce_outputs(outputs: Mapping[str, Any] | None) -> dict[str, Any]:
     """A loop's outputs as one value per key, read to the host once.
 
-    A list of scalars (the per-step losses) becomes its mean, weighted by the examples of
-    each step's batch when a loop recorded them (:class:`Loop`'s ``batch_size_fn``: a
-    smaller last batch counts for what it holds); a list of gyre (or CLU-style)
-    metric objects, with ``merge`` and ``compute``, is merged and computed; a list of arrays
-    with more than one element is stacked (``(steps, ...)``); any other value (a statistic,
-    ``STOP_LOOP``) is kept as it is.
+    A list of scalars becomes its mean, weighted by each step's examples when the loop
+    recorded them; a list of metric objects (``merge``/``compute``) is merged and computed; a
+    list of larger arrays is stacked; any other value is kept.
 
     Example:
         >>> import gyre, jax.numpy as jnp

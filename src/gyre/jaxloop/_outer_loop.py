@@ -1,14 +1,5 @@
-"""jaxloop's outer loop: train loops interleaved with evaluations, resumed from checkpoints,
-or continuous evaluation of the checkpoints another job writes.
-
-``OuterLoop(train_loop=, eval_loops=[...], checkpoint_spec=None)(state, train_dataset=,
-train_total_steps=, train_loop_steps=, eval_specs=[...])`` runs inner train loops of
-``train_loop_steps`` steps until ``train_total_steps`` (counted from ``state.step``), and
-after each one the evaluations whose :class:`EvalSpec` says so. It ends early when the data
-ends, when an output sets :data:`STOP_LOOP`, or when an action raises
-:class:`~gyre.jaxloop.StopTrainingError`: then the state is returned, checkpoint saves finish,
-writers close and the ``STOPPED`` marker is written. SIGTERM ends it after the step it arrived
-during, without the marker (the training is not done: run it again to resume).
+"""jaxloop's outer loop: train loops interleaved with evaluations, resumed from checkpoints, or
+continuous evaluation of the checkpoints another job writes (:class:`OuterLoop`).
 """
 
 from __future__ import annotations
@@ -61,12 +52,16 @@ def _stop_flag(outputs: Any) -> bool:
 
 
 class OuterLoop:
-    """Runs training and evaluation loops (jaxloop's ``OuterLoop``).
+    r"""Runs training and evaluation loops (jaxloop's ``OuterLoop``).
+
+    It ends early when the data ends, an output sets :data:`STOP_LOOP`, or an action raises
+    :class:`~gyre.jaxloop.StopTrainingError` (saves finish, writers close, the ``STOPPED``
+    marker is written); SIGTERM ends it after the current step, without the marker.
 
     Args:
         train_loop: the :class:`~gyre.jaxloop.TrainLoop`, or ``None`` for continuous
             evaluation of the checkpoints in ``checkpoint_spec``.
-        eval_loops: the :class:`~gyre.jaxloop.EvalLoop`\\ s, one per :class:`EvalSpec`.
+        eval_loops: the :class:`~gyre.jaxloop.EvalLoop`\ s, one per :class:`EvalSpec`.
         checkpoint_spec: where to resume training from (the latest checkpoint, if any), or
             which checkpoints continuous evaluation reads.
 
@@ -117,15 +112,7 @@ class OuterLoop:
 
     @property
     def eval_names(self) -> list[str]:
-        """The keys of the eval loops' outputs: each loop's ``name``, else ``"eval"``,
-        ``"eval_1"``... by position.
-
-        Example:
-            >>> import gyre
-            >>> loops = [gyre.jaxloop.EvalLoop(print), gyre.jaxloop.EvalLoop(print, name="test")]
-            >>> gyre.jaxloop.OuterLoop(train_loop=gyre.jaxloop.TrainLoop(print), eval_loops=loops).eval_names
-            ['eval', 'test']
-        """
+        """The keys of the eval loops' outputs: each ``name``, else ``"eval"``, ``"eval_1"``..."""
         return list(self._names)
 
     @staticmethod
@@ -176,22 +163,17 @@ class OuterLoop:
             state: the initial state (or the structure to restore checkpoints into).
             train_dataset: an iterator (shared by the train loops) or an iterable (with
                 ``train_loop_steps=None``, each train loop makes one pass of it).
-            train_total_steps: the step to train to, counted from ``state.step`` (a resumed
-                state continues to it).
-            train_loop_steps: steps per train loop; inner loops end at multiples of it,
-                also after a resume. ``None``: one pass of the data per train loop.
+            train_total_steps: the step to train to, counted from ``state.step``.
+            train_loop_steps: steps per train loop (inner loops end at its multiples, also after a
+                resume); ``None``: one pass of the data per train loop.
             eval_specs: one :class:`EvalSpec` per eval loop.
             log_train_total_steps: log the target step.
 
         Returns:
-            ``(state, outputs)``: the training state (never changed by an evaluation), and
-            the last train loop's outputs, with :data:`STOP_LOOP` and each eval loop's
-            latest outputs under its name (see :attr:`eval_names`); ``outputs`` is ``None``
-            when no train loop ran (``state`` was at ``train_total_steps`` already), as in
-            jaxloop. Continuous evaluation returns, as jaxloop, the last evaluated state and
-            the outputs of the last evaluation that ran (``None`` if none did), with
-            ``"checkpoint_steps"``, the checkpoint steps looked at. Checkpoints are gyre's, or
-            an orbax ``CheckpointManager``'s (jaxloop's format).
+            ``(state, outputs)``: the training state, and the last train loop's outputs with
+            :data:`STOP_LOOP` and each eval loop's latest outputs under its name; ``outputs`` is
+            ``None`` when no train loop ran. Continuous evaluation returns the last evaluated state
+            and the last evaluation's outputs (or ``None``) with ``"checkpoint_steps"``.
 
         Raises:
             ValueError: ``train_dataset`` is missing, ``train_total_steps`` or
@@ -204,11 +186,6 @@ class OuterLoop:
             ...     train_loop=gyre.jaxloop.TrainLoop(lambda s, b, n: ({"step": s["step"] + 1}, {})))
             >>> outer({"step": 0}, train_dataset=iter(range(10)), train_total_steps=4)[0]
             {'step': 4}
-            >>> outer({"step": 0}, train_total_steps=4)
-            Traceback (most recent call last):
-            ...
-            ValueError: OuterLoop with a train loop needs train_dataset=
-            ...
         """
         total, loop_steps, specs = self._precheck(train_dataset, train_total_steps, train_loop_steps, eval_specs)
         if self._train_loop is None:

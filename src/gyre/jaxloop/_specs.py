@@ -1,6 +1,5 @@
-"""What an :class:`~gyre.jaxloop.OuterLoop` is told: :class:`EvalSpec` (which data an evaluation
-reads, and when it runs), :class:`EvalContext` (what a ``should_eval_fn`` predicate is shown) and
-:class:`CheckpointSpec` (where checkpoints go, for resuming and for continuous evaluation).
+"""What an :class:`~gyre.jaxloop.OuterLoop` is told: :class:`EvalSpec`, :class:`EvalContext` and
+:class:`CheckpointSpec`.
 """
 
 from __future__ import annotations
@@ -16,15 +15,13 @@ from gyre.core._errors import explain
 
 @dataclasses.dataclass(frozen=True)
 class EvalContext:
-    """What an :class:`EvalSpec`'s ``should_eval_fn`` is told before an evaluation
-    (jaxloop's three fields first, in jaxloop's order, then gyre's).
+    """What an :class:`EvalSpec`'s ``should_eval_fn`` is told before an evaluation (jaxloop's three
+    fields first, in jaxloop's order, then gyre's).
 
     Attributes:
-        is_continuous_eval: whether the evaluation is of a saved checkpoint (an
-            :class:`OuterLoop` without a train loop).
-        step_num: the step evaluated: the checkpoint's in continuous evaluation, else the
-            training step reached.
-        loop_count: the train loop's ``loop_count`` (always 0 in continuous evaluation).
+        is_continuous_eval: whether a saved checkpoint is evaluated (no train loop).
+        step_num: the step evaluated (the checkpoint's, or the training step reached).
+        loop_count: the train loop's ``loop_count`` (0 in continuous evaluation).
         train_total_steps: the step training runs to (``None`` in continuous evaluation).
         train_outputs: the last train loop's outputs (empty in continuous evaluation).
         eval_name: the evaluation's name in the outputs.
@@ -47,13 +44,7 @@ class EvalContext:
 
     @property
     def step(self) -> int:
-        """``step_num``, under gyre's earlier name.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.EvalContext(True, 7, 0).step
-            7
-        """
+        """``step_num``, under gyre's earlier name."""
         return self.step_num
 
 
@@ -78,24 +69,15 @@ class EvalSpec:
     """How and when one eval loop of an :class:`OuterLoop` runs.
 
     Attributes:
-        dataset: what an evaluation reads, as jaxloop does (``iter(dataset)`` at each
-            evaluation): a collection (a list, ``gyre.data.arrays(...).test``, a
-            ``tf.data.Dataset``) is read from its start each time; an iterator continues
-            where the last evaluation stopped (an endless one with ``num_steps`` is
-            jaxloop's usual eval stream; a finite one runs out, and an evaluation that
-            gets no batch says so in a warning). An iterator with
-            ``state_dict()``/``load_state_dict()`` (``gyre.data.batches(..., epochs=1)``) is
-            put back before each evaluation where it was at the first, so each reads the
-            same batches.
-        dataset_iterator: one iterator shared by all evaluations, each continuing where
-            the last one stopped; used instead of ``dataset`` when both are given (jaxloop's
-            rule).
+        dataset: read as ``iter(dataset)`` at each evaluation: a collection restarts each time,
+            an iterator continues (a finite one runs out, with a warning); an iterator with
+            ``state_dict``/``load_state_dict`` is put back to its first position each time.
+        dataset_iterator: one iterator shared by all evaluations; wins over ``dataset``.
         num_steps: steps per evaluation; ``None`` runs until the data ends.
-        eval_loop_interval: evaluate after every ``eval_loop_interval``-th train loop
-            (``loop_count % interval == 0``); ``None``: after every train loop.
-        should_eval_fn: a predicate on an :class:`EvalContext`; when given, the evaluation
-            runs only when it (and the interval, if any) says so; in continuous evaluation
-            it decides alone.
+        eval_loop_interval: evaluate after every ``eval_loop_interval``-th train loop;
+            ``None``: after every train loop.
+        should_eval_fn: a predicate on an :class:`EvalContext`, needed as well as the interval;
+            in continuous evaluation it decides alone.
         kwargs: keyword arguments for the eval loop's steps.
 
     Example:
@@ -134,20 +116,15 @@ class EvalSpec:
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointSpec:
-    """Where an :class:`OuterLoop` resumes training from, and where continuous evaluation
-    finds its checkpoints.
+    """Where an :class:`OuterLoop` resumes training from, and continuous evaluation reads.
 
     Attributes:
-        checkpoint_dir: the directory of a :class:`~gyre.jaxloop.CheckpointAction`: gyre
-            checkpoints, or those of an orbax ``CheckpointManager`` (jaxloop's format, read
-            with the step's :meth:`gyre.Step.restore_model`).
-        iterate_interval_secs: seconds between looks for a new checkpoint (continuous
-            evaluation); at least one second (the default, 0, looks once a second).
-        iterate_stop_fn: a function returning ``True`` when no checkpoint will come; by
-            default, whether ``checkpoint_dir/STOPPED`` exists.
-        transforms: orbax ``PyTreeRestore`` transforms for reading checkpoints in jaxloop's
-            format (``Step.restore_model``'s); gyre checkpoints restore into the given
-            state's structure and refuse them.
+        checkpoint_dir: a :class:`~gyre.jaxloop.CheckpointAction`'s directory: gyre
+            checkpoints, or an orbax ``CheckpointManager``'s (read by ``Step.restore_model``).
+        iterate_interval_secs: seconds between looks for a new checkpoint (at least one).
+        iterate_stop_fn: returns ``True`` when no checkpoint will come; by default, whether
+            ``checkpoint_dir/STOPPED`` exists.
+        transforms: orbax ``PyTreeRestore`` transforms, for jaxloop's format only.
 
     Example:
         >>> import gyre
@@ -167,11 +144,5 @@ class CheckpointSpec:
 
     @property
     def directory(self) -> str:
-        """The checkpoint directory, absolute.
-
-        Example:
-            >>> import os, gyre
-            >>> os.path.isabs(gyre.jaxloop.CheckpointSpec("ckpts").directory)
-            True
-        """
+        """The checkpoint directory, absolute."""
         return os.path.abspath(os.fspath(self.checkpoint_dir))

@@ -1,9 +1,5 @@
-"""jaxloop's ``StatLoop``: a :class:`~gyre.jaxloop.Loop` that adds statistics to its
-outputs, named by the ``STAT_*`` constants of this module (steps and examples per second,
-loop and life time, parameter and flop counts).
-
-``_Throughput`` measures ``steps_per_sec`` without making an inner loop wait for its own
-last step.
+"""jaxloop's ``StatLoop``: a :class:`~gyre.jaxloop.Loop` that adds statistics (the ``STAT_*``
+names) to its outputs.
 """
 
 from __future__ import annotations
@@ -30,16 +26,13 @@ STAT_EXAMPLES_PER_SEC = f"{STAT_PREFIX}/examples_per_sec"
 
 
 class StatLoop(Loop):
-    """A loop that adds statistics to its outputs, by name (``STAT_*`` of this module):
-    ``jaxloop/steps_per_sec``, ``examples_per_sec`` (needs ``global_batch_size``),
-    ``loop_time_secs``, ``num_params``, ``num_flops`` (the compiled step's cost analysis),
-    ``init_time``, ``begin_time``, ``life_time_secs``.
+    """A loop that adds statistics to its outputs: ``jaxloop/steps_per_sec``,
+    ``examples_per_sec`` (needs ``global_batch_size``), ``loop_time_secs``, ``num_params``,
+    ``num_flops``, ``init_time``, ``begin_time``, ``life_time_secs``.
 
-    ``steps_per_sec`` and ``examples_per_sec`` never make an inner loop wait for its own
-    last step (that wait would leave the device idle between inner loops): the first inner
-    loop waits once and reports its exact rate; from then on each reports the rate of the
-    inner loop before it (see ``_Throughput``). ``loop_time_secs`` and ``life_time_secs``
-    wait for the loop's state, as jaxloop's do.
+    ``steps_per_sec``/``examples_per_sec`` never wait for the loop's own last step: after the
+    first loop, each reports the rate of the loop before it. ``loop_time_secs`` and
+    ``life_time_secs`` wait for the state, as jaxloop's do.
 
     Args:
         step: the step.
@@ -70,23 +63,11 @@ class StatLoop(Loop):
 
     @property
     def stat_names(self) -> list[str]:
-        """The statistics this loop adds.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.StatLoop(print, stat_names=["jaxloop/num_params"]).stat_names
-            ['jaxloop/num_params']
-        """
+        """The statistics this loop adds."""
         return self._stat_names
 
     def begin(self, state: State, dataset: Iterator[Any]) -> tuple[State, Iterator[Any]]:
-        """Starts the loop's clock.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.StatLoop(print).begin(0, [])
-            (0, [])
-        """
+        """Starts the loop's clock."""
         self._begin_time = time.time()
         return super().begin(state, dataset)
 
@@ -94,13 +75,7 @@ class StatLoop(Loop):
         self, state: State, dataset: Iterable[Any], num_steps: int | None = None,
         log_num_flops: bool = False, **kwargs: Any,
     ) -> tuple[State, Output]:
-        """:meth:`Loop.run`, computing the flops when ``num_flops`` is asked for.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.StatLoop(lambda s, b, n: (s, {"b": b})).run(0, [5])
-            (0, defaultdict(<class 'list'>, {'b': [5]}))
-        """
+        """:meth:`Loop.run`, computing the flops when ``num_flops`` is asked for."""
         flops = log_num_flops or (STAT_NUM_FLOPS in self._stat_names and getattr(self._step, "num_flops", None) is None)
         return super().run(state, dataset, num_steps, flops, **kwargs)
 
@@ -179,18 +154,9 @@ def _array_in(value: Any) -> Any:
 
 
 class _Throughput:
-    """``steps_per_sec`` of a train loop without waiting for the loop's own last step.
+    """``steps_per_sec`` one loop late, waiting for the previous loop's last-step marker only.
 
-    Waiting at every inner loop's end for its state drains the device's queue and leaves it
-    idle while the host sets up the next loop (on a small model, 0.90 of the hand-written
-    loop's speed with 100 steps per inner loop, 0.77 with 20). Instead, the first inner loop
-    waits once (its rate is exact); each later one keeps a marker of its last step (an array
-    that step output, else a one-element copy of a state leaf: a compiled call, one dispatch)
-    and waits for the *previous* loop's marker, which is done (or nearly: the wait only keeps the
-    host at most one inner loop ahead of the device). The rate reported at the end of inner
-    loop ``k`` is the one of loop ``k - 1``: its steps over the time between the moments the
-    loops ``k - 2`` and ``k - 1`` were seen done. Over steady training that is the rate of
-    the loop, one loop late.
+    Waiting for each loop's own state would leave the device idle between inner loops.
     """
 
     def __init__(self) -> None:

@@ -1,11 +1,6 @@
 """jaxloop's step number action: ``StepNumberAction`` writes the state's step through a
-``StepNumberWriter`` (kept in memory) or a ``LocalFileStepNumberWriter`` (a local file in
-jaxloop's format, ``timestamp_ms:<ms>,step_number:<n>``), so another job can read how far
-training got.
-
-Unlike jaxloop's, the file holds the latest entry only, replaced atomically: jaxloop appends
-a line per write, so its file grows with the run and a reader can meet a half-written line.
-A reader of jaxloop's files that takes the last line reads the same.
+``StepNumberWriter`` (in memory) or a ``LocalFileStepNumberWriter``, so another job can read
+how far training got.
 """
 
 from __future__ import annotations
@@ -32,20 +27,14 @@ class StepNumberWriter:
         self.last: int | None = None
 
     def write(self, step_number: int) -> None:
-        """Records ``step_number`` (jaxloop's argument name).
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.StepNumberWriter().write(1)
-        """
+        """Records ``step_number`` (jaxloop's argument name)."""
         self.last = int(step_number)
 
 
 class LocalFileStepNumberWriter(StepNumberWriter):
-    """Writes the step number to a local file as ``timestamp_ms:<ms>,step_number:<n>``
-    (jaxloop's entry; the time is when ``write`` ran, in Unix milliseconds). The file is
-    created empty at construction (a reader takes an empty file for "initialising") and
-    replaced atomically by each write, so it holds the latest entry.
+    """Writes the step number to a local file as ``timestamp_ms:<ms>,step_number:<n>`` (jaxloop's
+    entry). The file is created empty at construction and replaced atomically by each write,
+    so it holds the latest entry only (jaxloop appends a line each time).
 
     Example:
         >>> import os, tempfile, gyre
@@ -64,13 +53,7 @@ class LocalFileStepNumberWriter(StepNumberWriter):
         self._replace("")
 
     def write(self, step_number: int) -> None:
-        """Writes ``step_number`` to the file, with the time.
-
-        Example:
-            >>> import os, tempfile, gyre
-            >>> with tempfile.TemporaryDirectory() as tmp:
-            ...     gyre.jaxloop.LocalFileStepNumberWriter(os.path.join(tmp, "a", "s")).write(3)
-        """
+        """Writes ``step_number`` to the file, with the time (its folder is created)."""
         super().write(step_number)
         self._replace(f"timestamp_ms:{time.time() * 1000.0},step_number:{int(step_number)}\n")
 
@@ -104,12 +87,5 @@ class StepNumberAction(Action):
         self._step_number_writer = step_writer
 
     def __call__(self, state: Any, outputs: Output | None = None, **kwargs: Any) -> None:
-        """Writes the step number.
-
-        Example:
-            >>> import gyre
-            >>> w = gyre.jaxloop.StepNumberWriter()
-            >>> gyre.jaxloop.StepNumberAction(w)({"step": 2}); w.last
-            2
-        """
+        """Writes the step number."""
         self._step_number_writer.write(step_number=_step_of(state))

@@ -1,7 +1,5 @@
-"""jaxloop's early stopping: ``EarlyStoppingAction`` asks a ``MetricMonitoringStopHandler``
-whether a monitored output stopped improving, and raises :class:`StopTrainingError` when it
-did; an :class:`~gyre.jaxloop.OuterLoop` handles it (the state is returned, saves finish,
-writers close).
+"""jaxloop's early stopping: ``EarlyStoppingAction`` raises :class:`StopTrainingError` when a
+``MetricMonitoringStopHandler`` says a monitored output stopped improving.
 """
 
 from __future__ import annotations
@@ -44,16 +42,15 @@ class StopTrainingError(Exception):
 
 
 class MetricMonitoringStopHandler(Improvement):
-    """Decides when training stops, from a monitored metric: after ``patience`` checks
-    without an improvement of more than ``min_delta``.
+    """Decides when training stops: after ``patience`` checks without an improvement of more than
+    ``min_delta``.
 
     Args:
         monitored_metric: the output's name.
         min_delta: the smallest change that counts as an improvement.
         patience: checks without improvement before stopping (>= 1).
-        mode: ``"min"``, ``"max"``, or ``"auto"`` (``max`` when a word of the name says
-            higher is better: ``val_acc``, ``accuracy_test``, ``f1``, ...; else ``min``: the
-            rule of ``gyre.early_stopping``, :func:`gyre.callbacks._monitor.monitor_mode`).
+        mode: ``"min"``, ``"max"``, or ``"auto"`` (``max`` when the name says higher is better:
+            ``val_acc``, ``f1``, ...; else ``min``, as ``gyre.early_stopping``).
         baseline: a value to beat before anything counts as an improvement.
 
     Example:
@@ -85,24 +82,11 @@ class MetricMonitoringStopHandler(Improvement):
 
     @property
     def monitored_op(self) -> Callable[[Any, Any], Any]:
-        """jaxloop's comparison of a metric with the best one: ``jnp.less`` in ``min`` mode,
-        ``jnp.greater`` in ``max`` mode (``min_delta`` is applied on top).
-
-        Example:
-            >>> import gyre, jax.numpy as jnp
-            >>> gyre.jaxloop.MetricMonitoringStopHandler("val_auc").monitored_op is jnp.greater
-            True
-        """
+        """jaxloop's comparison with the best: ``jnp.less`` or (``max``) ``jnp.greater``."""
         return jnp.less if self.mode == "min" else jnp.greater
 
     def update_state(self, current_metric: float, current_step: int) -> bool:
-        """Records a check; returns whether the metric improved.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.MetricMonitoringStopHandler("acc").update_state(0.5, 10)
-            True
-        """
+        """Records a check; returns whether the metric improved."""
         current = float(current_metric)
         if self._initialized and not self.update(current):
             return False
@@ -111,29 +95,17 @@ class MetricMonitoringStopHandler(Improvement):
         return True
 
     def should_stop(self) -> bool:
-        """Whether the patience ran out.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.MetricMonitoringStopHandler("loss").should_stop()
-            False
-        """
+        """Whether the patience ran out."""
         return self.exhausted
 
     def get_best_info(self) -> tuple[float, int]:
-        """``(best_metric, best_step)``.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.MetricMonitoringStopHandler("loss", baseline=2.0).get_best_info()
-            (2.0, 0)
-        """
+        """``(best_metric, best_step)``."""
         return self.best, self.best_step
 
 
 class EarlyStoppingAction(Action):
-    """Raises :class:`StopTrainingError` when the handler says to stop (or the metric is
-    NaN); put it in an eval loop's ``end_actions``. The metric is the mean of its output.
+    """Raises :class:`StopTrainingError` when the handler says to stop (or the metric, the mean of
+    its output, is NaN); put it in an eval loop's ``end_actions``.
 
     Example:
         >>> import gyre
@@ -157,25 +129,11 @@ class EarlyStoppingAction(Action):
 
     @property
     def handler(self) -> MetricMonitoringStopHandler:
-        """The stop handler.
-
-        Example:
-            >>> import gyre
-            >>> h = gyre.jaxloop.MetricMonitoringStopHandler("loss")
-            >>> gyre.jaxloop.EarlyStoppingAction(h).handler is h
-            True
-        """
+        """The stop handler."""
         return self._handler
 
     def __call__(self, state: Any, outputs: Output | None, **kwargs: Any) -> Output | None:
-        """Checks the metric; raises :class:`StopTrainingError` to stop.
-
-        Example:
-            >>> import gyre
-            >>> h = gyre.jaxloop.MetricMonitoringStopHandler("loss")
-            >>> gyre.jaxloop.EarlyStoppingAction(h)({"step": 0}, {"other": [1.0]})
-            {'other': [1.0]}
-        """
+        """Checks the metric; raises :class:`StopTrainingError` to stop."""
         step = _step_of(state)
         if outputs is None or self.monitored_metric not in outputs:
             if not self._missing_said:

@@ -1,11 +1,5 @@
-"""Writers: one contract (:class:`Writer`), many destinations, and the loop callback
-:func:`write_to` that feeds them from a loop's history.
-
-Every writer takes typed values (``write_scalars``, ``write_histograms``, ``write_images``,
-``write_texts``, ``write_hparams``), writes them on its own background thread (device values
-are moved to the host there, never on the step path), and ``flush()``/``close()``. In a
-multi-process run only process 0 writes. Optional packages are imported when a writer is made:
-``pip install 'gyre[tensorboard]'``, ``'gyre[wandb]'``, ``'gyre[mlflow]'``.
+"""Writers: one contract (:class:`Writer`), many destinations, and :func:`write_to`, which feeds
+them from a loop's history.
 
 Example:
     >>> import gyre, io

@@ -13,11 +13,8 @@ def _show(value: Any) -> str:
 
 
 class ConsoleWriter(Writer):
-    """Prints ``step 3: loss=0.25, accuracy=0.9`` lines (and texts, and hyperparameters).
-
-    Args:
-        file: where to print; ``None`` (the default) is ``sys.stdout`` at the time of each
-            write.
+    """Prints ``step 3: loss=0.25, accuracy=0.9`` lines (and texts, and hyperparameters) to ``file``
+    (default: ``sys.stdout`` at each write).
 
     Example:
         >>> import gyre

@@ -43,7 +43,7 @@ def _tracking_uri(uri: Any) -> tuple[str, bool]:
 
 def _reach(uri: str) -> None:
     """Raises at once when nothing listens at a server's address (MLflow's client retries for
-    minutes before it says so). Behind a proxy, MLflow's own requests tell."""
+    minutes)."""
     parts = urllib.parse.urlsplit(uri)
     if urllib.request.getproxies().get(parts.scheme):
         return
@@ -59,26 +59,19 @@ def _reach(uri: str) -> None:
 
 
 class MLflowWriter(Writer):
-    """Writes to an MLflow run that it starts (``pip install 'gyre[mlflow]'``, mlflow-skinny).
+    """Writes to an MLflow run that it starts (``pip install 'gyre[mlflow]'``); ``close()`` ends it.
 
-    Scalars are metrics at their step; hyperparameters are params (their metrics are
-    metrics at step 0); texts are artifacts ``texts/<name>/step_<step>.txt``; images go
-    through ``log_image`` (artifacts under ``images/``). MLflow has no histograms: writing
-    them raises. ``close()`` ends the run.
-
-    A local folder (or ``file:`` URI) is MLflow's file store, which MLflow 3 only opens
-    when ``MLFLOW_ALLOW_FILE_STORE`` is set: the writer sets it to ``true`` in its process
-    (unless already set) when given one.
+    Scalars are metrics; hyperparameters are params; texts and images are artifacts. MLflow has
+    no histograms: writing them raises. For a local store the writer sets
+    ``MLFLOW_ALLOW_FILE_STORE=true`` in its process unless already set (MLflow 3 needs it).
 
     Args:
-        tracking_uri: a folder or ``file:`` URI (the local file store, offline), or the
-            ``http(s)://`` URI of a running tracking server (checked at once). Other stores
-            (``s3://``, ``sqlite://``, ``databricks://``) are reached through a server.
+        tracking_uri: a folder or ``file:`` URI (the local file store), or the ``http(s)://`` URI
+            of a running tracking server (checked at once; other stores go through a server).
         experiment_name: the experiment (created if missing).
-        run_name: the run's name.
 
     Raises:
-        ImportError: mlflow is not installed (the message names the extra).
+        ImportError: mlflow is not installed.
         ValueError: a URI of another scheme.
         ConnectionError: nothing answers at a server URI.
 

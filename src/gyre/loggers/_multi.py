@@ -11,12 +11,10 @@ from gyre.loggers._writer import Writer
 
 
 class MultiWriter(Writer):
-    """Sends every write to each of its writers that writes that kind of value (histograms
-    to a TensorBoard writer and not to a CSV one); a kind none of them writes raises.
-    ``flush`` and ``close`` reach every writer; the first error is raised after all of them.
+    """Sends every write to each of ``writers`` that writes that kind of value; a kind none writes
+    raises.
 
-    Args:
-        writers: the writers (each keeps its own thread).
+    ``flush`` and ``close`` reach every writer; the first error is raised after all of them.
 
     Example:
         >>> import gyre, io, tempfile, os, numpy as np
@@ -93,8 +91,7 @@ class MultiWriter(Writer):
             self._all("flush")
 
     def close(self) -> None:
-        """Closes every writer (a second call does nothing); the first error is raised after
-        all of them."""
+        """Closes every writer (once); the first error is raised after all of them."""
         if self._closed:
             return
         self._closed = True

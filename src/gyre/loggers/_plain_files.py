@@ -1,12 +1,4 @@
-"""``CSVWriter`` and ``JSONLWriter``: scalars in plain files, one record per write.
-
-A CSV's header is the set of names written so far, ``step`` first, then each name in the
-order it first appeared. When a write brings a name the header lacks, the file is rewritten
-once with the wider header (earlier rows get an empty cell there) and writing goes on: every
-row always lines up with the header, whatever order names come in. A JSONL file holds one
-JSON object per write, ``{"step": ..., name: value, ...}``; non-finite numbers appear as
-``NaN``/``Infinity`` (what Python's ``json`` and pandas read).
-"""
+"""``CSVWriter`` and ``JSONLWriter``: scalars in plain files, one record per write."""
 
 from __future__ import annotations
 
@@ -39,8 +31,7 @@ class _TextFileWriter(Writer):
     path: str
 
     def _create(self, newline: str | None = None) -> TextIO:
-        """Creates (or truncates) the file, and its folder if missing, as ``TensorBoardWriter``
-        and ``MLflowWriter`` create theirs."""
+        """Creates (or truncates) the file, and its folder if missing."""
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         return open(self.path, "w", newline=newline)  # noqa: SIM115 (closed by close())
 
@@ -54,11 +45,11 @@ class _TextFileWriter(Writer):
 
 
 class CSVWriter(_TextFileWriter):
-    """Writes scalars to a CSV file: a ``step`` column, then one column per name (see the
-    module for a name that appears late). The file is created (or truncated) at once.
+    """Writes scalars to a CSV file (created or truncated at once, its folder too): ``step``, then a
+    column per name.
 
-    Args:
-        path: the CSV file; its folder is created if missing.
+    A name that appears late rewrites the file once with the wider header (earlier rows get an
+    empty cell), so every row lines up with the header.
 
     Example:
         >>> import gyre, os, tempfile
@@ -111,11 +102,8 @@ class CSVWriter(_TextFileWriter):
 
 
 class JSONLWriter(_TextFileWriter):
-    """Writes scalars as JSON lines, one ``{"step": ..., name: value}`` object per write.
-    The file is created (or truncated) at once.
-
-    Args:
-        path: the ``.jsonl`` file; its folder is created if missing.
+    """Writes scalars as JSON lines, one ``{"step": ..., name: value}`` per write (file created or
+    truncated at once; non-finite as ``NaN``).
 
     Example:
         >>> import gyre, os, tempfile

@@ -1,15 +1,10 @@
-"""``TensorBoardWriter``: TensorBoard event files, written with tensorboardX (no TensorFlow).
+"""``TensorBoardWriter``: TensorBoard event files, written with tensorboardX's protos and
+``RecordWriter`` (no TensorFlow).
 
-The writer builds each event with tensorboardX's protos and summary functions and writes it
-with tensorboardX's ``RecordWriter`` (the TFRecord framing and its CRC-32C checksums; local
-folders and the remote ones tensorboardX opens), on its own thread. It does not use
-tensorboardX's ``SummaryWriter``, which hands every event through a second queue to a second
-thread, at many times the Python per step of one event per step holding all its scalars,
-refilled rather than rebuilt, as here. The steps that :func:`gyre.write_to` hands over, a few
-hundred at a time, are encoded together, as numpy rows (:mod:`gyre.loggers._tfrecord`), byte
-for byte what tensorboardX would write. The checksums are computed in C when the ``crc32c``
-package is installed (part of the ``tensorboard`` extra; tensorboardX uses it), in
-tensorboardX's slower pure Python when not.
+It skips tensorboardX's ``SummaryWriter`` (a second queue and thread, many times the Python
+per step) and encodes the blocks :func:`gyre.write_to` hands over together
+(:mod:`gyre.loggers._tfrecord`), byte for byte what tensorboardX writes. The ``crc32c``
+package (in the ``tensorboard`` extra) makes the checksums fast.
 """
 
 from __future__ import annotations
@@ -45,19 +40,14 @@ _TENSORFLOW_BINS = _tensorflow_bins()
 
 
 class TensorBoardWriter(Writer):
-    """Writes TensorBoard event files into ``logdir`` (``pip install 'gyre[tensorboard]'``).
+    """Writes TensorBoard event files into ``logdir``, created if missing (``pip install
+    'gyre[tensorboard]'``).
 
-    Scalars, histograms, images, texts and hyperparameters (the HParams plugin's summaries,
-    in the same event file) are written on the writer's thread; ``tensorboard --logdir
-    <logdir>`` shows them. Events reach the disk at each ``flush()`` (``write_to`` flushes at
-    the loop's end), at ``close()``, and whenever the file's buffer fills. Each writer writes
-    its own event file.
-
-    Args:
-        logdir: the folder of the event files (created if missing).
+    Events reach the disk at ``flush()``, ``close()`` and when the buffer fills; each writer
+    writes its own event file.
 
     Raises:
-        ImportError: tensorboardX is not installed (the message names the extra).
+        ImportError: tensorboardX is not installed.
 
     Example:
         >>> import gyre, os, tempfile
@@ -101,10 +91,7 @@ class TensorBoardWriter(Writer):
         self._w.write(Event(wall_time=time.time(), **fields).SerializeToString())
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
-        # One event per step, holding every scalar of the step. Steps of a loop mostly share
-        # their names, so the event of each set of names is built once and only its numbers
-        # change: less of the writer's thread per event, GIL time a host-bound loop's thread
-        # would otherwise wait for.
+        # One event per step; the event of each set of names is built once, only numbers change.
         names = tuple(values)
         template = self._templates.get(names)
         if template is None:
@@ -117,9 +104,8 @@ class TensorBoardWriter(Writer):
         self._w.write(event.SerializeToString())
 
     def _scalar_block(self, block: Block, keep: np.ndarray | None) -> None:
-        # A run's events are encoded at once, as numpy rows (gyre.loggers._tfrecord): a tenth of
-        # the writer's thread per event that event by event costs. Each event's
-        # wall time is its step's own (the history's clock), not the moment it is written.
+        # A run's events are encoded at once (gyre.loggers._tfrecord); each event's wall time is
+        # its step's own (the history's clock), not the moment it is written.
         out, encoder = getattr(self._w, "_writer", None), self._encoder  # the file under the framing
         for _, names, steps, dates, values in scalar_runs(block, keep):
             data = None if out is None or encoder is None else encoder.encode(names, steps, dates, values)

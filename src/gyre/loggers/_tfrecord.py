@@ -1,18 +1,10 @@
-"""Scalar events for a whole run of steps at once, as TensorBoard event-file records.
+"""Scalar events for a run of steps at once, as TensorBoard event-file records.
 
-An event file is a sequence of TFRecords, each an ``Event`` protobuf framed by its length,
-the length's masked CRC-32C and the data's masked CRC-32C. The events of a run of steps that
-log the same scalars differ only in a few bytes: the wall time, the step, and each number.
-:class:`ScalarEvents` serializes one event with tensorboardX's protos (a template), finds
-those bytes, and then writes every step of a run by setting them in a numpy array, a row per
-event. The data's CRC follows from the template's by linearity (a CRC of a message of fixed
-length is an affine function of its bits), from a table of each changing byte's contribution.
-
-A template is checked before use: two events encoded here must equal, byte for byte,
-tensorboardX's serialization framed as its ``RecordWriter`` frames it (the changing bytes are
-found wherever the protobuf library puts them); if not, :meth:`ScalarEvents.encode` returns
-``None`` and the caller writes event by event. Per event this costs a tenth of the writer's
-thread time of event by event, time a host-bound loop's thread would otherwise wait for the GIL.
+Events of steps logging the same scalars differ only in a few bytes (wall time, step, each
+number): one template event is serialized with tensorboardX's protos, and every step is
+written by setting those bytes in a numpy row; the data's CRC follows from the template's by
+linearity. A template is checked byte for byte against tensorboardX's framing first; if it
+differs, :meth:`ScalarEvents.encode` returns ``None`` and the caller writes event by event.
 """
 
 from __future__ import annotations

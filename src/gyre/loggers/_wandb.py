@@ -15,23 +15,18 @@ WANDB_MODES = ("offline", "online", "disabled", "shared", "dryrun", "run")
 
 
 class WandbWriter(Writer):
-    """Writes to a W&B run that it starts (``pip install 'gyre[wandb]'``).
-
-    Scalars, texts, histograms (``wandb.Histogram``) and images (``wandb.Image``) go to
-    ``run.log(..., step=step)``; hyperparameters to ``run.config`` and their metrics to
-    ``run.summary``. ``close()`` finishes the run. W&B wants steps that never decrease.
+    """Writes to a W&B run that it starts (``pip install 'gyre[wandb]'``); ``close()`` finishes it.
+    Steps must never decrease.
 
     Args:
-        project: the W&B project.
-        run: the run's name.
-        mode: ``"offline"`` (the default: files only, ``wandb sync`` uploads them later),
-            ``"online"`` or ``"disabled"``.
-        dir: the folder W&B writes its ``wandb/`` folder into (default: W&B's own,
-            ``$WANDB_DIR`` or the working directory).
+        mode: ``"offline"`` (default: files only, ``wandb sync`` uploads later), ``"online"`` or
+            ``"disabled"``.
+        dir: the folder of W&B's ``wandb/`` folder (default: ``$WANDB_DIR`` or the working
+            directory).
         **init_kwargs: anything else ``wandb.init`` takes (``config=``, ``tags=``...).
 
     Raises:
-        ImportError: wandb is not installed (the message names the extra).
+        ImportError: wandb is not installed.
 
     Example:
         >>> import gyre, os, tempfile

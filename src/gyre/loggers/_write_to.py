@@ -1,14 +1,4 @@
-"""``write_to``: a loop callback that sends the history's scalar entries to a writer.
-
-It follows the loop's history (:meth:`gyre.History.read`), as the progress bars and
-``wandb_logger`` do: it reads the records whose values have reached the host or are computed
-(the history moves them in blocks) and never waits for the device, so the step path stays
-free of host syncs (it sees every step), and each record reaches the writer at its own
-0-based step, a block or so late. When the loop ends
-(``on_loop_end``; ``on_train_end`` / ``on_test_end`` / ``on_predict_end`` in a named loop) it
-sends the rest and flushes the writer; it does not close it (one writer may serve several
-loops).
-"""
+"""``write_to``: a loop callback that sends the history's scalar entries to a writer."""
 
 from __future__ import annotations
 
@@ -27,12 +17,12 @@ from gyre.loggers._writer import Writer
 
 
 class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
-    """The callback :func:`write_to` returns (see there).
+    """The callback :func:`write_to` returns.
 
     Attributes:
         writer: the writer it sends to.
         every: steps between two reads of the history.
-        sent: how many records it has read (and sent, those holding numbers).
+        sent: how many records it has read.
 
     Example:
         >>> import gyre, io
@@ -77,9 +67,8 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
             self._due = elapsed.steps + self.every
 
     def on_train_begin(self) -> None:
-        """In a ``train_loop``: from here on, its evaluations reach the writer through the
-        training history only (a resumed run can evaluate before its first training callback
-        runs: the evaluation's own steps must not be written as training steps).
+        """In a ``train_loop``: evaluations reach the writer through the training history only from
+        here on.
 
         Example:
             >>> import gyre
@@ -105,9 +94,8 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         self(elapsed, logs, loop)
 
     def on_test_batch_end(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
-        """In a ``test_loop``'s (or ``predict_loop``'s) ``callbacks=``: runs after every step.
-        In a ``train_loop`` it does nothing: the evaluations reach the writer through the
-        training history, as ``loss_test`` and so on, at the training step they follow.
+        """In a ``test_loop`` or ``predict_loop``: runs after every step; in a ``train_loop`` the
+        evaluations come through the training history instead.
 
         Example:
             >>> import gyre
@@ -122,8 +110,7 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
     on_predict_batch_end = on_test_batch_end
 
     def flush(self) -> None:
-        """Sends every record not sent yet (waiting for the device: the loop's end) and
-        flushes the writer.
+        """Sends every record not sent yet (waiting for the device) and flushes the writer.
 
         Example:
             >>> import gyre
@@ -161,9 +148,8 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         self.sent += block.count
 
     def _thinned(self, block: Block, *, last: bool) -> np.ndarray:
-        """The rows to write when only every ``write_every``-th step is: those at multiples of
-        it, the first row holding a name the previous written row did not (an evaluation's
-        entries), and with ``last`` the block's last row holding numbers (the loop's end)."""
+        """The rows to write under ``write_every``: its multiples, a row bringing a new name, and
+        with ``last`` the block's last row."""
         keep = np.zeros(block.count, bool)
         runs = list(scalar_runs(block))
         for i, (start, names, steps, _, _) in enumerate(runs):
@@ -181,27 +167,19 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
 
 
 def write_to(writer: Writer, *, every: int = 1, write_every: int = 1) -> WriteTo:
-    """A callback that sends every step's scalar entries to a writer, at their own steps.
+    """A callback that sends every step's scalar entries to a writer, at their own 0-based steps.
 
-    Losses, metrics and evaluation entries (``loss_test``) go out by their bare names,
-    ``collection.name`` when two collections of a step share a name (``wandb_logger``'s
-    rule); arrays are left out. Every ``every`` calls it hands the writer the records whose
-    values are computed (it never waits for the device), the rest when the loop ends, when it
-    also flushes the writer. A :class:`~gyre.LoopElement`: ``{**gyre.write_to(writer)}`` runs it every step; given to a
-    named loop's ``callbacks=``, after every step of that loop. Under a schedule of its own
-    (``{gyre.every(100): gyre.write_to(writer)}``) it still writes every record of the loop,
-    from the loop's first step (a resumed run's included), not from its own first call.
+    Entries go out by bare names (``collection.name`` when two collections share one); arrays
+    are left out. It follows the loop's history, never waiting for the device, so records arrive
+    a block or so late; at the loop's end it sends the rest and flushes (not closes) the writer.
+    Under a schedule of its own it still writes every record from the loop's first step.
 
     Args:
-        writer: any :class:`gyre.Writer` (``TensorBoardWriter``, ``CSVWriter``, ``MultiWriter``...).
-        every: steps between two reads of the history; it changes when records
-            reach the writer, not which.
-        write_every: write only the steps that are multiples of this (0-based: 0, 50,
-            100...), plus each step that logs a name the previous written step did not (an
-            evaluation's ``loss_test``), and the loop's last step. 1 (the default) writes
-            every step. Writers whose backends cost much per step want it: a ``WandbWriter``
-            or an ``MLflowWriter`` on a file store spends far more Python per written step
-            than ``TensorBoardWriter``.
+        writer: any :class:`gyre.Writer`.
+        every: steps between two reads of the history (when records arrive, not which).
+        write_every: write only steps that are multiples of this, plus each step that logs a new
+            name (an evaluation's ``loss_test``) and the last step; for backends that cost much
+            per step (W&B, MLflow).
 
     Raises:
         TypeError: ``writer`` is not a gyre writer, or one that does not write scalars.

@@ -1,22 +1,13 @@
 """The one writer contract, :class:`Writer`: typed values in, written on a background thread.
 
-A writer's public methods (``write_scalars``, ``write_histograms``, ``write_images``,
-``write_texts``, ``write_hparams``, ``flush``, ``close``) check their arguments' *shapes* on
-the caller's thread (metadata only: no value is read) and queue them; the writer's own thread
-moves the values to the host (one ``jax.device_get`` per call) and writes them. The caller
-never waits for the device (CLU's ``AsyncWriter`` is the model). An error on that thread is
-raised on the caller at its next write, ``flush`` or ``close``, as a :class:`WriterError`
-naming the writer. In a multi-process run only process 0 writes; elsewhere a writer checks
-its arguments and does nothing else (it opens no file, starts no run).
+Public methods check shapes on the caller's thread (no value is read) and queue; the writer's
+thread moves values to the host and writes them, so the caller never waits for the device
+(CLU's ``AsyncWriter`` is the model). Only process 0 writes.
 
-A new kind of writer subclasses :class:`Writer`, lists what it writes in ``kinds``, and
-defines the matching ``_scalars`` / ``_histograms`` / ``_images`` / ``_texts`` /
-``_hparams`` methods (plus ``_open``, ``_flush``, ``_close``): they run on the writer's thread
-and receive host values (Python floats, numpy arrays, uint8 NHWC images). The steps
-:func:`gyre.write_to` hands over come as a history's :class:`~gyre.core.Block` (with the rows
-to write), read on the writer's thread as runs of records holding the same scalar entries
-(:func:`scalar_runs`); by default each record is one ``_scalars`` call, and a writer that can
-write a whole run at once overrides ``_scalar_block``.
+A new writer subclasses :class:`Writer`, lists ``kinds``, and defines the matching
+``_scalars`` / ``_histograms`` / ``_images`` / ``_texts`` / ``_hparams`` (plus ``_open``,
+``_flush``, ``_close``), which get host values on the writer's thread; one that writes a run
+of records at once overrides ``_scalar_block``.
 """
 
 from __future__ import annotations
@@ -43,12 +34,9 @@ from gyre.parallel.distributed import is_main_process
 
 KINDS = ("scalars", "histograms", "images", "texts", "hparams")
 
-#: A block of rows (a few hundred steps of a history) is written in slices of about this many
-#: seconds, the writer's thread giving up the GIL between slices. Written at once, a block held
-#: it for milliseconds (Python hands the GIL over only every ``sys.getswitchinterval()``, 5 ms)
-#: while the loop's thread waited to dispatch its next step and the device ran dry; handed back
-#: after every few rows, each hand-over cost the loop's thread more than the rows themselves
-#: (a host-bound loop ran 5-8 % slower with slices of 16 rows than with whole blocks).
+#: A block is written in slices of about this many seconds, the writer's thread yielding the GIL
+#: between them so a host-bound loop's thread is not starved (whole blocks and tiny slices were
+#: both slower).
 SLICE_SECONDS = 0.001
 _WRITERS: list[type[Writer]] = []  # every writer class, in the order they were defined
 _OPEN: weakref.WeakSet[Writer] = weakref.WeakSet()  # writers with a thread, closed at exit
@@ -66,8 +54,8 @@ def _close_at_exit() -> None:
 
 
 class WriterError(RuntimeError):
-    """A write that failed on a writer's background thread, raised on the caller's thread at
-    its next call; ``__cause__`` is the original error.
+    """A write that failed on a writer's thread, raised at the caller's next call; ``__cause__`` is
+    the original.
 
     Example:
         >>> issubclass(WriterError, RuntimeError)
@@ -153,15 +141,13 @@ def as_uint8_images(name: str, image: np.ndarray) -> np.ndarray:
 
 
 class Writer:
-    """The base of every writer: checks, queues, and writes on its own thread (see the module).
+    """The base of every writer: checks, queues, and writes on its own thread.
 
     Attributes:
         kinds: what the writer writes, a subset of ``("scalars", "histograms", "images",
-            "texts", "hparams")``; asking it for anything else raises a ``TypeError`` that
-            names the writers that do.
+            "texts", "hparams")``; anything else raises a ``TypeError`` naming writers that do.
         active: False on processes other than 0, where the writer does nothing.
-        max_queued: how many writes wait in the queue at most (10,000); past that, a write
-            waits for the writer's thread to make room, so a writer slower than the loop
+        max_queued: writes queued at most (10,000); past that a write waits, so a slow writer
             slows the loop instead of filling the memory.
 
     Example:
@@ -209,8 +195,8 @@ class Writer:
         self._submit("scalars", _step(self._who, step), _scalars(self._who, "write_scalars", values))
 
     def write_histograms(self, step: int, arrays: Mapping[str, Any], num_buckets: int | None = None) -> None:
-        """Queues arrays whose value distributions are written at ``step`` (``num_buckets``
-        bins, or the writer's default).
+        """Queues arrays whose distributions are written at ``step`` (``num_buckets`` bins, or the
+        writer's default).
 
         Example:
             >>> import gyre, tempfile, numpy as np
@@ -267,8 +253,8 @@ class Writer:
         self._submit("texts", _step(self._who, step), texts)
 
     def write_hparams(self, params: Mapping[str, Any], metrics: Mapping[str, Any] | None = None) -> None:
-        """Queues a run's hyperparameters (numbers, bools and strings; anything else is
-        written as its ``str``) and, optionally, the final metrics they reached.
+        """Queues hyperparameters (numbers, bools, strings; else their ``str``) and, optionally, the
+        final metrics.
 
         Example:
             >>> import gyre, io
@@ -285,17 +271,13 @@ class Writer:
         self._submit("hparams", params, found)
 
     def _write_block(self, block: Block, keep: np.ndarray | None = None) -> None:
-        """Queues many steps' scalars at once, as one item: a history's block (its rows in
-        ``keep``, all by default), what :func:`gyre.write_to` hands over, written on the
-        writer's thread (:meth:`_scalar_block`): the caller pays one queue put for a few
-        hundred steps and not their conversion."""
+        """Queues a history block's scalars (rows in ``keep``) as one item, converted on the
+        writer's thread."""
         self._submit("scalars", block, keep, batched=True)
 
     def flush(self) -> None:
-        """Waits until everything queued is written and the backend has flushed it.
-
-        Raises:
-            WriterError: a write failed on the writer's thread.
+        """Waits until everything queued is written and flushed; raises :class:`WriterError` for a
+        failed write.
 
         Example:
             >>> import gyre, os, tempfile
@@ -314,8 +296,8 @@ class Writer:
         self._raise_pending()
 
     def close(self) -> None:
-        """Writes what is queued, closes the backend and stops the thread; a second call
-        does nothing. Writing after ``close`` raises.
+        """Writes what is queued, closes the backend and stops the thread; a second call does
+        nothing, a write after raises.
 
         Example:
             >>> import gyre, io
@@ -442,9 +424,8 @@ class Writer:
         raise self._unsupported("scalars")
 
     def _scalar_block(self, block: Block, keep: np.ndarray | None) -> None:
-        """Writes a block's scalars (what :meth:`_write_block` queued); by default one
-        :meth:`_scalars` call per record, giving up the GIL every ``SLICE_SECONDS``. A writer
-        that can write a whole run at once overrides it."""
+        """Writes a queued block's scalars, one :meth:`_scalars` call per record (yielding the GIL
+        every ``SLICE_SECONDS``); override to write a run at once."""
         clock = time.perf_counter
         until = clock() + SLICE_SECONDS
         for step, values in scalar_rows(block, keep):

@@ -1,20 +1,7 @@
 """jaxloop's partitioners, as thin adapters over gyre's strategies.
 
-A partitioner tells a :class:`~gyre.Step` how to shard three things: the batch
-(:meth:`Partitioner.shard_batch`), the model initialisation (:meth:`Partitioner.shard_init_fn`)
-and the step itself (:meth:`Partitioner.partition`). Each one holds a gyre
-:class:`~gyre.Strategy` (``partitioner.strategy``) and forwards every one of those to it
-(:meth:`~gyre.Strategy.place_batch`, :meth:`~gyre.Strategy.sharded_init`,
-:meth:`~gyre.Strategy.compile`); the partitioners only translate jaxloop's conventions
-(``(state, outputs)`` returned by a step, ``shard_*`` names); :meth:`Partitioner.partition` is
-jaxloop's (any return value), :meth:`Partitioner.partition_step` the form a ``Step`` uses:
-
-* :class:`SingleDevicePartitioner`: :class:`~gyre.Jit`, one device.
-* :class:`DataParallelPartitioner`: :class:`~gyre.DataParallel`, the batch split over
-  ``data_axis``, the state replicated.
-* :class:`SPMDPartitioner`: :class:`~gyre.SPMD`, the batch split over ``data_axis`` and each
-  parameter sharded as its flax annotation says.
-* ``Partitioner(strategy)``: any other strategy, e.g. ``Partitioner(gyre.FSDP())``.
+Each holds a :class:`~gyre.Strategy` (``partitioner.strategy``) and forwards ``shard_batch``,
+``shard_init_fn`` and ``partition`` to it, translating only jaxloop's conventions.
 """
 
 from __future__ import annotations
@@ -85,7 +72,7 @@ class Partitioner:
 
     # -- jaxloop's methods -----------------------------------------------------------------------
     def shard_batch(self, batch: Any) -> Any:
-        """The batch placed on the strategy's batch sharding (split over the data axis).
+        """The batch placed on the strategy's batch sharding.
 
         Example:
             >>> import gyre, numpy as np
@@ -98,7 +85,7 @@ class Partitioner:
 
     def shard_init_fn(self, init_fn: Callable[..., Any]) -> Callable[..., Any]:
         """``init_fn`` compiled so the state it builds lands directly on the strategy's state
-        shardings (nothing is built whole on one device first).
+        shardings.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -128,14 +115,9 @@ class Partitioner:
         """jaxloop's ``partition``: ``fn(state, batch, **kwargs)`` compiled by the strategy,
         returning whatever ``fn`` returns.
 
-        The result is placed where XLA propagates it from the inputs (outputs computed from
-        a batch split over the data axis stay split: nothing is gathered). ``donate=True``
-        donates the state (its buffers are reused and the caller's copy is deleted: right
-        when ``fn`` returns a new state; jaxloop's multi-device partitioners donate an
-        argument named ``state``), or ``jit_kwargs`` names its own donation; other
-        ``jit_kwargs`` go to ``jax.jit``, and one it does not have raises ``TypeError`` at
-        once. A :class:`~gyre.Step` compiles its ``run`` with :meth:`partition_step`, which
-        also keeps the new state on the strategy's shardings.
+        Outputs stay where XLA propagates them (nothing is gathered). ``donate=True`` donates the
+        state unless ``jit_kwargs`` names its own donation; other ``jit_kwargs`` go to ``jax.jit``
+        (an unknown one raises ``TypeError`` at once).
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -155,13 +137,8 @@ class Partitioner:
         donate: bool = True,
         **jit_kwargs: Any,
     ) -> Callable[..., tuple[Any, Any]]:
-        """``fn(state, batch, **kwargs) -> (state, outputs)`` compiled by the strategy.
-
-        :meth:`gyre.Strategy.compile` does the work: the output state keeps the strategy's
-        shardings and the outputs are replicated, so the step compiles once. The state is donated
-        unless ``donate=False`` (or ``jit_kwargs`` names its own ``donate_argnums`` /
-        ``donate_argnames``). Other ``jit_kwargs`` go to ``jax.jit``; one it does not have
-        raises ``TypeError`` at once.
+        """``fn(state, batch, **kwargs) -> (state, outputs)`` compiled by
+        :meth:`gyre.Strategy.compile`; the state is donated unless ``donate=False``.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -196,10 +173,7 @@ def step_name(fn: Callable[..., Any]) -> str:
 
 
 class SingleDevicePartitioner(Partitioner):
-    """One device (:class:`~gyre.Jit`).
-
-    Args:
-        device: the device; by default ``jax.devices()[0]``.
+    """One device (:class:`~gyre.Jit`; default ``jax.devices()[0]``).
 
     Example:
         >>> import gyre
@@ -213,12 +187,7 @@ class SingleDevicePartitioner(Partitioner):
 
 
 class DataParallelPartitioner(Partitioner):
-    """The batch split over ``data_axis`` of ``mesh``, the state replicated
-    (:class:`~gyre.DataParallel`).
-
-    Args:
-        mesh: the device mesh; by default every device on one axis named ``data_axis``.
-        data_axis: the mesh axis the batch is split over.
+    """The batch split over ``data_axis`` of ``mesh`` (default: every device), the state replicated.
 
     Example:
         >>> import gyre, jax
@@ -237,19 +206,8 @@ class DataParallelPartitioner(Partitioner):
 
 
 class SPMDPartitioner(Partitioner):
-    """Parameters sharded as their flax annotations say, the batch split over ``data_axis``.
-
-    The strategy is :class:`~gyre.SPMD` (its docstring has the details): annotate parameters
-    with ``nn.with_logical_partitioning(init, ("embed", "mlp"))`` and map the logical names to
-    mesh axes with ``rules``; ``nn.with_partitioning`` annotations name mesh axes directly.
-    The boxes stay in the state (flax's way), so the optimizer state is sharded like the
-    parameters; ``flax.linen.meta.unbox(state.params)`` gives plain arrays.
-
-    Args:
-        mesh: the device mesh; by default every device on one axis named ``data_axis``.
-        rules: ``(logical_name, mesh_axis)`` pairs, in order of precedence (flax's rules);
-            by default those flax holds when the partitioner is built.
-        data_axis: the mesh axis the batch is split over.
+    """Parameters sharded as their flax annotations say, the batch split over ``data_axis``
+    (:class:`~gyre.SPMD` has the details).
 
     Example:
         >>> import gyre, jax, numpy as np

@@ -1,12 +1,4 @@
-"""The registry of strategy names: a strategy looked up by name, or one of your own added.
-
-Strategies are looked up by name in a registry (:func:`get_strategy`); ciclo's names
-(``"jit_donate"``, ``"data_parallel_donate"``, ...) are registered too, and
-:func:`register_strategy` adds your own, with ciclo's signature.
-
-Importing this module registers the built-in names (``gyre.parallel`` imports it, so every one
-is known after ``import gyre``).
-"""
+"""The registry of strategy names; importing it registers the built-in ones."""
 
 from __future__ import annotations
 
@@ -43,20 +35,18 @@ def register_strategy(name: str, *, replace: bool) -> Callable[[C], C]: ...
 def register_strategy(
     name: str, *, constructor: StrategyConstructor | None = None, replace: bool = False
 ) -> Callable[[C], C] | None:
-    """Registers a strategy under ``name``, for ``strategy="name"`` anywhere gyre takes one.
+    """Registers a strategy constructor under ``name``, for ``strategy="name"`` anywhere gyre takes
+    one.
 
-    ciclo's signature: ``register_strategy(name, constructor=fn)`` registers at once;
-    ``register_strategy(name)`` is a decorator of the constructor (a :class:`Strategy`
-    subclass or a function returning a strategy), returned unchanged. The constructor is
-    called with no arguments each time the name is looked up.
+    ciclo's signature: ``register_strategy(name, constructor=fn)``, or ``register_strategy(name)``
+    as a decorator returning the constructor unchanged. The constructor is called with no
+    arguments at each lookup.
 
     Args:
-        name: the name (a non-empty string).
-        constructor: builds the strategy; leave it out to use the decorator form.
-        replace: allow replacing a registered name (ciclo refuses it, as gyre does by default).
+        replace: allow replacing a registered name.
 
     Raises:
-        ValueError: the name is taken (and ``replace`` is not set), or not a string.
+        ValueError: the name is taken (without ``replace``), or not a string.
         TypeError: the constructor is not callable.
 
     Example:
@@ -102,10 +92,8 @@ def register_strategy(
 def get_strategy(strategy: str | Strategy) -> Strategy:
     """A strategy from its registered name, or as given when it already is one.
 
-    Names: ``"eager"``, ``"jit"``, ``"data_parallel"``, ``"fsdp"``, ``"spmd"``; ciclo's
-    ``"jit_donate"``, ``"data_parallel_donate"`` and ``"data-parallel"`` (gyre donates the
-    state with ``"jit"`` and ``"data_parallel"`` too); ``"dp"``; and any name given to
-    :func:`register_strategy`.
+    Names: ``"eager"``, ``"jit"``, ``"data_parallel"``, ``"fsdp"``, ``"spmd"``, ``"dp"``, ciclo's
+    ``"jit_donate"``, ``"data_parallel_donate"``, ``"data-parallel"``, and registered ones.
 
     Example:
         >>> import gyre

@@ -1,11 +1,4 @@
-"""The ``"spmd"`` strategy, for models whose parameters carry flax partitioning annotations.
-
-* ``"spmd"``: as data-parallel, and each parameter is sharded as its flax annotation says
-  (``nn.with_logical_partitioning`` names mapped to mesh axes by ``rules``, or
-  ``nn.with_partitioning`` mesh axes); the optimizer state follows its parameter.
-
-Steps are traced under flax's logical rules and the mesh (``_spmd_context``).
-"""
+"""The ``"spmd"`` strategy, for models whose parameters carry flax partitioning annotations."""
 
 from __future__ import annotations
 
@@ -29,27 +22,18 @@ Rules = Sequence[tuple[str, str | Sequence[str] | None]]
 class SPMD(DataParallel):
     """Parameters sharded as their flax annotations say, the batch split over ``data_axis``.
 
-    Annotate a linen model's parameters with ``nn.with_logical_partitioning(init, ("embed",
-    "mlp"))`` and map the logical names to mesh axes with ``rules``
-    (``[("mlp", "model"), ("embed", None)]``, flax's rules, in order of precedence);
-    ``nn.with_partitioning(init, (None, "model"))`` names mesh axes directly. Leaves without
-    an annotation are replicated. The annotations stay in the state as flax's boxes
-    (``nn.LogicallyPartitioned``), so ``tx.init`` boxes the optimizer state the same way and
-    it is sharded like its parameter; the model's ``apply`` unboxes them, gradients and optax
-    updates keep them, and ``flax.linen.meta.unbox(state.params)`` gives plain arrays.
-
-    Steps are traced under the rules and the mesh, so ``nn.with_logical_constraint`` inside
-    the model constrains activations too.
+    ``nn.with_logical_partitioning(init, ("embed", "mlp"))`` names are mapped to mesh axes by
+    ``rules``; ``nn.with_partitioning`` names mesh axes directly; unannotated leaves are
+    replicated. The boxes stay in the state, so the optimizer state is sharded like its
+    parameter; ``flax.linen.meta.unbox(state.params)`` gives plain arrays. Steps are traced under
+    the rules and mesh, so ``nn.with_logical_constraint`` works too.
 
     Args:
-        mesh: the device mesh, with ``Auto`` axes (``jax.sharding.Mesh(devices, names)``, or
-            ``jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * n)``);
-            by default every device on one axis named ``data_axis``.
-        rules: ``(logical_name, mesh_axis)`` pairs; by default the rules flax holds when the
-            strategy is built (``with nn.logical_axis_rules(rules):``), else none (every
-            logically named dimension replicated). A box's own rules win.
+        mesh: a mesh with ``Auto`` axes; by default every device on one axis named ``data_axis``.
+        rules: ``(logical_name, mesh_axis)`` pairs in order of precedence; by default flax's
+            rules when the strategy is built. A box's own rules win.
         data_axis: the mesh axis (or axes) the batch is split over.
-        donate: donate the state to the compiled step (default ``True``).
+        donate: donate the state to the compiled step.
         donate_args: ciclo's name for ``donate``.
 
     Example:

@@ -1,15 +1,4 @@
-"""Strategies: how a step ``(state, batch) -> (logs, state)`` is run, on ``jax.sharding``.
-
-* ``"eager"``: no compilation, for debugging (prints and breakpoints work in the step).
-* ``"jit"``: one device, compiled, the state donated.
-* ``"data_parallel"``: the batch split over every device of a mesh along ``data_axis``, the
-  state replicated; gradients are averaged by XLA's collectives.
-* ``"fsdp"``: as data-parallel, and each parameter and optimizer-state leaf is also split over
-  ``data_axis`` along its first dimension that divides the axis size (others stay replicated).
-
-``"spmd"`` is in :mod:`gyre.parallel._spmd`, the base class :class:`Strategy` in
-:mod:`gyre.parallel._strategy`, and the names are registered in :mod:`gyre.parallel._registry`.
-"""
+"""The built-in strategies: eager, jit, data parallel, FSDP."""
 
 from __future__ import annotations
 
@@ -25,7 +14,7 @@ from gyre.parallel._strategy import Step, Strategy
 
 
 class Eager(Strategy):
-    """Runs the step op by op, uncompiled: slow, for debugging only.
+    """Runs the step op by op, uncompiled: for debugging (prints and breakpoints work).
 
     Example:
         >>> import gyre
@@ -55,15 +44,10 @@ class Eager(Strategy):
 
 
 class Jit(Strategy):
-    """One device, compiled with ``jax.jit``, state donated.
+    """One device (default ``jax.devices()[0]``), compiled with ``jax.jit``, state donated unless
+    ``donate=False``.
 
-    ``gyre.JIT`` is the same class under ciclo's name; unlike ciclo's, it donates the state
-    unless ``donate=False`` (ciclo's ``donate_args=`` is accepted too).
-
-    Args:
-        device: the device; by default ``jax.devices()[0]``.
-        donate: donate the state to the compiled step (default ``True``).
-        donate_args: ciclo's name for ``donate``.
+    ``gyre.JIT`` is the same class under ciclo's name (ciclo's ``donate_args=`` is accepted).
 
     Example:
         >>> import gyre
@@ -91,13 +75,7 @@ class Jit(Strategy):
 
 
 class DataParallel(Strategy):
-    """The batch split over ``data_axis`` of a mesh, the state replicated.
-
-    Args:
-        mesh: the device mesh; by default every device in one axis named ``data_axis``.
-        data_axis: the mesh axis (or axes) the batch is split over.
-        donate: donate the state to the compiled step (default ``True``).
-        donate_args: ciclo's name for ``donate``.
+    """The batch split over ``data_axis`` of a mesh (default: every device), the state replicated.
 
     Example:
         >>> import gyre, jax
@@ -168,10 +146,10 @@ class DataParallel(Strategy):
 
 
 class FSDP(DataParallel):
-    """Data-parallel, with parameters and optimizer state split over ``data_axis`` too.
+    """Data-parallel, with each parameter and optimizer-state leaf split over ``data_axis`` too.
 
-    Each leaf is split along its first dimension that the data-axis size divides; leaves
-    with no such dimension, and leaves smaller than ``min_size`` elements, stay replicated.
+    A leaf is split along its first dimension that the axis size divides; leaves with none, or
+    smaller than ``min_size`` elements, stay replicated.
 
     Example:
         >>> import gyre, jax, jax.numpy as jnp

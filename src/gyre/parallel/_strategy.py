@@ -1,14 +1,5 @@
-"""The strategy base class: how a step ``(state, batch) -> (logs, state)`` is run, on ``jax.sharding``.
-
-A strategy places the state (:meth:`Strategy.place_state`), places batches
-(:meth:`Strategy.place_batch`, which builds global arrays from per-process data when several
-processes run), and compiles steps (:meth:`Strategy.compile`) with fixed shardings, so a step
-compiles once and keeps its state where it is. Placement itself is
-:func:`gyre.core._placement.place`, shared with prefetching.
-
-The built-in strategies are in :mod:`gyre.parallel._strategies` and :mod:`gyre.parallel._spmd`;
-their names in :mod:`gyre.parallel._registry`.
-"""
+"""The strategy base class: how a step ``(state, batch) -> (logs, state)`` is placed and compiled,
+on ``jax.sharding``."""
 
 from __future__ import annotations
 
@@ -27,10 +18,8 @@ Step = Callable[[Any, Any], tuple[Any, Any]]
 
 
 class Strategy:
-    """Base class. Subclasses define the mesh and the shardings; see the module docstring.
-
-    Strategies compare equal when they are configured alike, so a state holding one (as a
-    static field) keeps the same jit cache entry.
+    """Base class: subclasses define the mesh and shardings. Strategies configured alike compare
+    equal (one jit cache entry).
 
     Example:
         >>> import gyre
@@ -83,7 +72,7 @@ class Strategy:
 
     # -- placement ---------------------------------------------------------------------------
     def place_state(self, state: Any) -> Any:
-        """The state moved onto its shardings (a copy; the argument is left as it is).
+        """The state copied onto its shardings.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -100,8 +89,8 @@ class Strategy:
         return place(_numbers_as_arrays(state), shardings, copy=True)
 
     def place_batch(self, batch: Any, *, axis: int = 0) -> Any:
-        """The batch moved onto the batch sharding; with several processes, each process's
-        batch becomes its slice of one global batch.
+        """The batch moved onto the batch sharding; with several processes, each process's batch
+        becomes its slice of one global batch.
 
         Example:
             >>> import gyre, numpy as np
@@ -141,18 +130,12 @@ class Strategy:
         donate: bool | None = None,
         **jit_kwargs: Any,
     ) -> Step:
-        """``step`` compiled for this strategy.
+        """``step`` compiled for this strategy, the new state kept on :meth:`state_sharding` and the
+        logs replicated.
 
-        The new state is constrained to :meth:`state_sharding` and the logs to
-        :meth:`replicated` inside the compiled function, so the state keeps its placement
-        from step to step (and donation reuses its buffers) whatever its structure; one
-        compiled function serves every state structure (``jax.jit`` retraces per structure).
-        The state is donated unless the strategy was built with ``donate=False`` or
-        ``donate=False`` is passed here (steps that leave the state unchanged, such as
-        evaluation, should not donate it). The returned function expects batches placed by
-        :meth:`place_batch`; ``state`` is accepted for symmetry and not needed. Other
-        ``jit_kwargs`` go to ``jax.jit`` (its own ``donate_argnums``/``donate_argnames`` win);
-        keyword arguments of the call reach ``step``.
+        One compiled function serves every state structure. The state is donated unless the
+        strategy or this call says ``donate=False`` (evaluation should not donate). Batches must be
+        placed by :meth:`place_batch`; ``state`` is not needed. ``jit_kwargs`` go to ``jax.jit``.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -186,16 +169,11 @@ class Strategy:
         return jax.jit(placed_step, **options)
 
     def jit(self, fn: Callable[..., Any], *, donate: bool = False, **jit_kwargs: Any) -> Callable[..., Any]:
-        """``fn`` compiled with ``jax.jit`` as this strategy traces (its mesh, its sharding
-        rules), nothing constrained: what ``fn`` returns is placed where XLA propagates it
-        from the inputs' shardings. :meth:`compile` is the form for steps.
+        """``fn`` compiled with ``jax.jit`` under this strategy's mesh and rules, outputs
+        unconstrained (:meth:`compile` is the form for steps).
 
-        Args:
-            fn: any jittable function.
-            donate: donate the first argument (its buffers are reused; the caller's copy is
-                deleted), unless ``jit_kwargs`` names its own donation.
-            **jit_kwargs: ``jax.jit`` options; one ``jax.jit`` does not have raises
-                ``TypeError`` here.
+        ``donate`` donates the first argument unless ``jit_kwargs`` names its own donation; a
+        ``jit_kwargs`` key ``jax.jit`` lacks raises ``TypeError`` here.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -211,8 +189,7 @@ class Strategy:
         return compiled if self.compiles else fn
 
     def sharded_init(self, init_fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``init_fn`` compiled so the state it builds lands directly on
-        :meth:`state_sharding` (nothing is built whole on one device first).
+        """``init_fn`` compiled so the state it builds lands directly on :meth:`state_sharding`.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -231,8 +208,8 @@ class Strategy:
         return init
 
     def lift_batch_size(self, batch_size: int) -> int:
-        """ciclo's helper: the batch size each process should load so that every device on
-        the data axis gets ``batch_size`` examples (``batch_size`` on one device).
+        """ciclo's helper: the batch size each process loads so every device on the data axis gets
+        ``batch_size``.
 
         Example:
             >>> import gyre, jax
@@ -252,9 +229,8 @@ class Strategy:
 
 
 def check_jit_options(options: Mapping[str, Any]) -> None:
-    """Raises ``TypeError`` (jaxloop's type for it) for an option ``jax.jit`` does not have,
-    before anything is compiled.
-    """
+    """Raises ``TypeError`` (jaxloop's type) for an option ``jax.jit`` does not have, before
+    compiling."""
     known = [name for name in inspect.signature(jax.jit).parameters if name != "fun"]
     for name in options:
         if name not in known:

@@ -1,16 +1,8 @@
 """Several processes, one training run: ``initialize`` and who does the side effects.
 
-Each process runs the same script on its own devices. :func:`initialize` connects them (it
-wraps :func:`jax.distributed.initialize` and must come before any JAX computation); then
-``jax.devices()`` lists every device of every process, a :class:`~gyre.DataParallel` mesh
-spans them all, and :meth:`~gyre.Strategy.place_batch` (or :func:`gyre.prefetch_to_device`)
-turns each process's slice of a batch into one global array. Steps, losses and metrics are
-global: every process computes the same replicated values, so its history holds the same
-numbers. Side effects that should happen once (progress bars, writers, printing) run on
-process 0 only: :func:`is_main_process`, :func:`main_process_only`.
-
-Single-process runs need none of this: every function here works without ``initialize``
-(one process, index 0).
+After :func:`initialize`, ``jax.devices()`` lists every process's devices and
+:meth:`~gyre.Strategy.place_batch` builds global batches; every process computes the same
+values, and side effects run on process 0 only. Everything here works without it (one process).
 
 Example:
     >>> import gyre
@@ -79,25 +71,17 @@ def initialize(
     local_device_ids: int | Sequence[int] | None = None,
     **kwargs: Any,
 ) -> None:
-    """Connects this process to the others of a multi-process run (``jax.distributed``).
+    """Connects this process to the others of a multi-process run (``jax.distributed``); call it
+    first, before any JAX computation.
 
-    Call it first thing, in every process, before any JAX computation (also before
-    ``jax.devices()``, which starts JAX's backend). Arguments left out are read from the
-    environment: ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID`` (and
-    JAX's own ``JAX_LOCAL_DEVICE_IDS``); when still missing, JAX detects them on clusters it
-    knows (Slurm, Open MPI, Cloud TPU, Kubernetes).
-
-    On one machine, ``initialize("127.0.0.1:PORT", 2, i)`` in process ``i`` of 2 works on
-    CPU (collectives over gloo); give each process its devices with
-    ``XLA_FLAGS=--xla_force_host_platform_device_count=N``.
+    Arguments left out come from ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``,
+    ``JAX_PROCESS_ID``, else JAX's cluster detection (Slurm, Open MPI, Cloud TPU, Kubernetes).
+    On one machine, ``initialize("127.0.0.1:PORT", 2, i)`` works on CPU.
 
     Args:
-        coordinator_address: ``"host:port"`` of process 0, which every process can reach.
-        num_processes: how many processes take part.
-        process_id: this process's index, ``0 <= process_id < num_processes``.
-        local_device_ids: the local devices this process uses (GPUs); default all.
-        **kwargs: passed to :func:`jax.distributed.initialize` (``initialization_timeout``,
-            ``cluster_detection_method``, ...).
+        coordinator_address: ``"host:port"`` of process 0.
+        local_device_ids: the local devices this process uses (default all).
+        **kwargs: passed to :func:`jax.distributed.initialize`.
 
     Raises:
         RuntimeError: when called twice, or after JAX has started its backend.
@@ -211,12 +195,8 @@ def is_main_process() -> bool:
 
 
 def main_process_only(fn: F) -> F:
-    """Decorator: ``fn`` runs on process 0 only; elsewhere the call does nothing and
-    returns ``None`` (which a loop callback takes as "no change").
-
-    Use it for side effects (printing, writing files, uploading), never for anything that
-    computes on global arrays: a computation every process must join would wait forever
-    for the processes that skipped it.
+    """Decorator: ``fn`` runs on process 0 only, returning ``None`` elsewhere; never for
+    computations every process must join (they would hang).
 
     Example:
         >>> import gyre

@@ -1,5 +1,5 @@
-"""Turning user functions into compiled steps: the managed API (``gyre.managed``), the
-jaxloop ``Step``, and mixed precision.
+"""Turning user functions into compiled steps: the managed API (``gyre.managed``), jaxloop's
+``Step``, and mixed precision.
 
 Example:
     >>> from gyre import steps

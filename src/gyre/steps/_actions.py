@@ -1,7 +1,5 @@
-"""The checks shared by everything that holds jaxloop actions (a :class:`~gyre.Step`'s
-``begin_actions``/``end_actions``, an :class:`~gyre.jaxloop.ActionLoop`'s): a list of
-callables, each with a positive whole ``interval``.
-"""
+"""Checks shared by everything that holds jaxloop actions: a list of callables, each with a positive
+whole ``interval``."""
 
 from __future__ import annotations
 
@@ -13,12 +11,7 @@ from gyre.core._errors import describe, explain
 
 
 def check_interval(interval: Any, owner: str) -> int:
-    """``interval`` as an int >= 1, else a ``ValueError`` that says so.
-
-    Example:
-        >>> check_interval(5, "Action")
-        5
-    """
+    """``interval`` as an int >= 1, else a ``ValueError`` that says so."""
     if isinstance(interval, bool):
         interval = None
     return whole(interval, "interval", minimum=1, problem=f"{owner}'s interval must be a positive whole number",
@@ -27,21 +20,8 @@ def check_interval(interval: Any, owner: str) -> int:
 
 
 def check_actions(actions: Any, name: str, owner: str, example: str) -> list[Any]:
-    """``actions`` as a list after checking it: ``None`` is no action; anything else must be
-    an iterable of callables that each have a positive whole ``interval``. ``example`` is the
-    action shown in the fix.
-
-    Example:
-        >>> import gyre
-        >>> check_actions(None, "end_actions", "TrainLoop", "SummaryAction(writer)")
-        []
-        >>> check_actions(gyre.jaxloop.Action(), "end_actions", "TrainLoop", "SummaryAction(writer)")
-        Traceback (most recent call last):
-        TypeError: TrainLoop's end_actions must be a list of actions
-          expected: a list, e.g. end_actions=[gyre.jaxloop.SummaryAction(writer)]
-          received: Action <...>
-          fix: put the action in a list: end_actions=[action]
-    """
+    """``actions`` as a checked list (``None``: none); ``example`` is the action shown in the
+    fix."""
     if actions is None:
         return []
     if callable(actions) or isinstance(actions, str | bytes | Mapping) or not isinstance(actions, Iterable):

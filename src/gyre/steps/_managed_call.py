@@ -1,15 +1,4 @@
-"""Calling the user's step function, and checking what it takes, returns and logs.
-
-Part of :mod:`gyre.steps.managed`: the function may take ``(state, batch)``, ``(state)`` or
-also ``mask``, and return ``(logs, state)`` (``None`` parts meaning none / unchanged), the
-logs alone or the state alone; a train step's losses must be floating-point scalars and the
-params it returns those it received. Each mistake is a clear error.
-
-Example:
-    >>> import gyre, jax.numpy as jnp
-    >>> float(total_loss(gyre.logs().add_loss("a", jnp.float32(1.5))))
-    1.5
-"""
+"""Calling the user's managed step function, and checking what it takes, returns and logs."""
 
 from __future__ import annotations
 
@@ -57,8 +46,8 @@ def _takes_batch(fn: Callable[..., Any], where: str) -> bool:
 
 
 def _as_pair(out: Any, state: Any, where: str) -> tuple[Any, Any]:
-    """``(logs, state)`` from what the function returned: the pair (``None`` parts meaning
-    none / unchanged), the logs alone or the state alone."""
+    """``(logs, state)`` from what the function returned: the pair (``None`` parts: none /
+    unchanged), the logs or the state."""
     if isinstance(out, tuple) and len(out) == 2:
         logs, new = out
         if type(logs) is type(state) and isinstance(new, Mapping) and type(new) is not type(state):
@@ -110,8 +99,8 @@ def _shapes(tree: Any, limit: int = 300) -> str:
 
 
 def _check_params(given: Any, returned: Any, where: str) -> None:
-    """A clear error when the function returned params unlike those it received (they would
-    be dropped: the step computes the params update itself)."""
+    """A clear error when the function returned params unlike those it received (the step computes
+    their update itself)."""
     if returned is given:
         return
     same = jax.tree_util.tree_structure(given) == jax.tree_util.tree_structure(returned) and all(
@@ -131,13 +120,7 @@ def _check_params(given: Any, returned: Any, where: str) -> None:
 
 
 def check_floating_loss(name: str, value: Any, where: str) -> None:
-    """A clear error for an integer or bool loss, whose gradient is silently zero.
-
-    Example:
-        >>> check_floating_loss("hits", 3, "train_step")
-        Traceback (most recent call last):
-        TypeError: loss 'hits' of train_step is int32...
-    """
+    """A clear error for an integer or bool loss, whose gradient is silently zero."""
     dtype = jnp.result_type(value)
     if not jnp.issubdtype(dtype, jnp.inexact):
         raise TypeError(explain(
@@ -148,14 +131,8 @@ def check_floating_loss(name: str, value: Any, where: str) -> None:
 
 
 def total_loss(logs: Any, where: str = "train_step") -> jax.Array:
-    """The sum of the losses in ``logs``, in float32; a clear error when there are none, or
-    one is not a floating-point scalar.
-
-    Example:
-        >>> import gyre, jax.numpy as jnp
-        >>> float(total_loss(gyre.logs().add_loss("a", jnp.float32(1)).add_loss("b", 2.0)))
-        3.0
-    """
+    """The sum of the losses in ``logs``, in float32; a clear error when there are none or one is
+    not a floating scalar."""
     losses = logs.get("losses") if isinstance(logs, dict) else None
     if not losses:
         raise ValueError(explain(

@@ -1,15 +1,5 @@
-"""Stateful metric objects in a managed step's logs, merged into the state's accumulators.
-
-Part of :mod:`gyre.steps.managed`: a metric object (``clu.metrics.Accuracy``, a gyre metric,
-anything with ``merge`` and ``compute``) logged with ``add_stateful_metric`` is merged into
-the state's field or extra of the same name and logged as its ``compute()``, as ciclo's
-managed API does, on the device.
-
-Example:
-    >>> from gyre.core.metrics import Mean
-    >>> _is_metric(Mean.empty()), _is_metric(1.0)
-    (True, False)
-"""
+"""Stateful metric objects in a managed step's logs, merged into the state's accumulators on the
+device (as ciclo does)."""
 
 from __future__ import annotations
 
@@ -56,19 +46,8 @@ def _accumulator(state: Any, name: str, value: Any, where: str) -> tuple[Any, bo
 
 
 def merge_stateful_metrics(logs: Any, state: Any, where: str = "step") -> tuple[Any, Any]:
-    """Merges each metric object of ``logs.stateful_metrics`` into the state's accumulator of
-    the same name and logs the accumulator's ``compute()`` instead (a dict: one entry per
-    key), as ciclo's managed steps do. Other entries are left as they are.
-
-    Example:
-        >>> import gyre, jax.numpy as jnp
-        >>> from gyre.core.metrics import Mean
-        >>> from gyre.steps.managed import ManagedState
-        >>> state = ManagedState.create(params=(), acc=Mean.empty().update(1.0))
-        >>> logs, state = merge_stateful_metrics(gyre.logs().add_stateful_metric("acc", Mean.from_value(0.0)), state)
-        >>> float(logs.stateful_metrics.acc), float(state.acc.count)
-        (0.5, 2.0)
-    """
+    """Merges each metric object of ``logs.stateful_metrics`` into the state's accumulator of that
+    name and logs its ``compute()``."""
     entries = logs.get("stateful_metrics") if isinstance(logs, Mapping) else None
     if not entries or not any(_is_metric(v) for v in entries.values()):
         return logs, state

@@ -1,13 +1,4 @@
-"""The managed API's state: a :class:`~gyre.TrainState` that carries its strategy.
-
-Part of :mod:`gyre.steps.managed` (which re-exports it): :class:`ManagedState`, placed on its
-strategy's devices, with the ``skipped_steps`` count of ``nan_policy="skip"``.
-
-Example:
-    >>> import jax.numpy as jnp
-    >>> ManagedState.create(params=jnp.zeros(2), strategy="jit").strategy.name
-    'jit'
-"""
+"""The managed API's state: a :class:`~gyre.TrainState` that carries its strategy."""
 
 from __future__ import annotations
 
@@ -30,12 +21,11 @@ def _no_skipped_steps() -> jax.Array:
 
 
 class ManagedState(TrainState, kw_only=True):
-    """A :class:`~gyre.TrainState` with a strategy (static), placed on its devices.
+    """A :class:`~gyre.TrainState` with a static strategy, placed on its devices.
 
-    Subclasses may declare fields with or without defaults (``ema_params: Any``); ``create``
-    takes them as keywords. ``skipped_steps`` (an int32 scalar, 0 at creation) counts the
-    updates a train step dropped because its loss or gradients were not finite
-    (``nan_policy="skip"``); it is part of the state, so a checkpoint keeps it.
+    Subclasses may declare fields (``ema_params: Any``), which ``create`` takes as keywords.
+    ``skipped_steps`` (int32, 0 at creation) counts the updates ``nan_policy="skip"`` dropped; a
+    checkpoint keeps it.
 
     Example:
         >>> import jax.numpy as jnp, optax
@@ -59,8 +49,7 @@ class ManagedState(TrainState, kw_only=True):
         model_state: Any = None,
         **extra: Any,
     ) -> Any:
-        """A state at step 0 placed for ``strategy`` (``"eager"``, ``"jit"``,
-        ``"data_parallel"``, ``"fsdp"`` or a :class:`~gyre.Strategy`).
+        """A state at step 0 placed for ``strategy`` (a name or a :class:`~gyre.Strategy`).
 
         Example:
             >>> import jax.numpy as jnp

@@ -1,14 +1,4 @@
-"""The managed step object: a user's step compiled once per strategy, callable and fusable.
-
-Part of :mod:`gyre.steps.managed` (its decorators ``train_step`` and ``step`` build it):
-:class:`ManagedStep` calls, fuses ``k`` steps in a ``lax.scan``, passes the mask of a padded
-batch, and gives its ``nan_policy="skip"`` form.
-
-Example:
-    >>> from gyre.steps.managed import step
-    >>> step(lambda s, b: (None, s)).kind
-    'step'
-"""
+"""The managed step object: a user's step compiled once per strategy, callable and fusable."""
 
 from __future__ import annotations
 
@@ -30,17 +20,10 @@ from gyre.steps._managed_state import _strategy_of
 class ManagedStep(LoopElement):
     """A step compiled per strategy; built by :func:`train_step` and :func:`step`.
 
-    Call it as ``step(state, batch)``, as a method ``state.train_step(batch)`` when it is a
-    class attribute of the state, or put it in a loop's task table, where it spreads under
-    ``every(1)`` as in ciclo (``{**train_step, gyre.every(100): [...]}``). ``fuse(k)`` gives
-    the ``lax.scan`` of ``k`` steps over stacked batches (used by ``steps_per_call``).
-    ``step(state, batch, mask=mask)`` passes the mask of a padded batch to a function that
-    takes ``mask`` (:attr:`takes_mask`; the signature of the step is its function's, so the
-    loops see it).
-
-    ``nan_policy`` is ``"skip"`` when the step drops updates whose loss or gradients are not
-    finite, else ``None``; ``with_nan_policy("skip")`` gives the step that does (what a loop
-    run with ``nan_policy="skip"`` uses).
+    Call it as ``step(state, batch)`` (``mask=`` for a padded batch when the function takes
+    it), as a method of the state when it is a class attribute, or spread it into a task table
+    (``{**train_step, gyre.every(100): [...]}``, under ``every(1)`` as in ciclo). ``nan_policy``
+    is ``"skip"`` when it drops non-finite updates, else ``None``.
 
     Example:
         >>> import gyre
@@ -109,8 +92,8 @@ class ManagedStep(LoopElement):
         return run(state, batch)
 
     def fuse(self, steps: int) -> StepFn:
-        """``(state, batches) -> (logs, state)`` running one step per row of ``batches``
-        (leaves stacked on a new leading axis) in one ``lax.scan``; logs come back stacked.
+        """``(state, batches) -> (logs, state)`` running one step per row of stacked ``batches`` in
+        one ``lax.scan``; logs come back stacked.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -131,9 +114,8 @@ class ManagedStep(LoopElement):
         return fused
 
     def with_nan_policy(self, policy: str) -> ManagedStep:
-        """This step as it runs in a loop with ``nan_policy=policy``: under ``"skip"``, a train
-        step that drops updates whose loss or gradients are not finite (built once, then
-        reused); otherwise, or for a step that makes no update, this step.
+        """This step as a loop with ``nan_policy=policy`` runs it: under ``"skip"``, a train step
+        that drops non-finite updates; else this step.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -151,8 +133,8 @@ class ManagedStep(LoopElement):
         return variant
 
     def compiled_count(self) -> int:
-        """How many programs the compiled functions of this step hold (for tests), its
-        skipping form's (:meth:`with_nan_policy`) included.
+        """How many programs this step's compiled functions hold, its skipping form's included (for
+        tests).
 
         Example:
             >>> from gyre.steps.managed import step

@@ -1,8 +1,5 @@
-"""The managed train step: the user's ``(state, batch) -> (logs, state)`` as the objective of
-:func:`gyre.steps._update.train_update` (the sum of its logged losses), and its options.
-
-Part of :mod:`gyre.steps.managed` (``train_step`` compiles what :func:`_make_train` builds).
-"""
+"""The managed train step: the user's function as the objective of
+:func:`~gyre.steps._update.train_update` (the sum of its logged losses)."""
 
 from __future__ import annotations
 

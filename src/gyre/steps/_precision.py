@@ -1,9 +1,4 @@
-"""Mixed precision: parameters kept in float32, the step computed in a lower precision.
-
-:class:`MixedPrecision` was called ``Policy`` before; ``gyre.Policy`` and
-``gyre.steps._precision.Policy`` still work and warn (``DeprecationWarning``) when used.
-The ``policy=`` arguments of the managed steps keep their name.
-"""
+"""Mixed precision: parameters kept in float32, the step computed in a lower precision."""
 
 from __future__ import annotations
 
@@ -19,10 +14,8 @@ from gyre.core._errors import describe, explain
 
 @dataclass(frozen=True)
 class MixedPrecision:
-    """Which dtype the step computes in; parameters stay in their own (float32) dtype.
-
-    Floating leaves of the params and of the batch are cast to ``compute_dtype`` before the
-    step's function sees them; gradients flow back to the float32 parameters.
+    """Which dtype the step computes in: floating params and batch leaves are cast to
+    ``compute_dtype``; gradients flow back to the float32 params.
 
     Example:
         >>> import jax.numpy as jnp
@@ -81,8 +74,8 @@ POLICIES = {
 
 
 def get_policy(policy: str | MixedPrecision | None) -> MixedPrecision:
-    """A precision from its name (``"float32"``, ``"bfloat16"``, ``"float16"``), ``None``
-    (float32) or a :class:`MixedPrecision`.
+    """A precision from its name (``"float32"``, ``"bfloat16"``, ``"float16"``), ``None`` (float32)
+    or a :class:`MixedPrecision`.
 
     Example:
         >>> get_policy("bfloat16").casts, get_policy(None).casts

@@ -1,12 +1,5 @@
-"""Reading checkpoints that orbax's ``CheckpointManager`` wrote (jaxloop's format) into a state.
-
-jaxloop saves with a plain orbax ``CheckpointManager``: step ``N`` is the directory
-``<dir>/N`` and the state is its item ``<dir>/N/<item>`` (``default`` for a manager built with
-one checkpointer, the legacy API). :func:`latest_step` finds the newest complete step
-(orbax skips ``N.orbax-checkpoint-tmp``, a save that never finished) and
-:func:`restore_pytree` reads an item onto the shardings of a state you already have, so a
-restored state lands where the step expects it.
-"""
+"""Reading jaxloop's checkpoints (a plain orbax ``CheckpointManager``: item ``<dir>/N/<item>``) onto
+the shardings of a state you have."""
 
 from __future__ import annotations
 
@@ -22,14 +15,8 @@ _log = logging.getLogger(__name__)
 
 
 def latest_step(checkpoint_dir: str | os.PathLike[str]) -> int | None:
-    """The newest complete step saved in ``checkpoint_dir`` by an orbax ``CheckpointManager``
-    (``None`` when there is none, or no such directory).
-
-    Example:
-        >>> import tempfile
-        >>> latest_step(tempfile.mkdtemp()) is None
-        True
-    """
+    """The newest complete step an orbax ``CheckpointManager`` saved in ``checkpoint_dir``, or
+    ``None``."""
     from orbax.checkpoint import path as ocp_path
 
     if not os.path.isdir(os.fspath(checkpoint_dir)):
@@ -48,24 +35,12 @@ def restore_pytree(
     item: str = "default",
     transforms: Any = None,
 ) -> Any:
-    """Item ``item`` of step ``step`` of an orbax ``CheckpointManager`` directory, restored
-    with the structure, shapes, dtypes and shardings of ``state``.
+    """Item ``item`` of step ``step``, restored with the structure, shapes, dtypes and shardings of
+    ``state``.
 
-    Args:
-        state: a state shaped like the saved one (its arrays' shardings place the result).
-        checkpoint_dir: the manager's directory.
-        step: the step to read.
-        item: the item name the state was saved under (``default`` for the legacy API).
-        transforms: orbax ``PyTreeRestore`` transforms; by default every ``params`` leaf is
-            read from the checkpoint, as jaxloop does.
-
-    Returns:
-        The restored state. A leaf of ``state`` the checkpoint does not hold keeps its value
-        in ``state`` (a warning names it); orbax alone would leave a shape struct there.
-
-    Raises:
-        FileNotFoundError: there is no item ``item`` at that step (the items present are
-            named).
+    ``transforms`` default to reading every ``params`` leaf, as jaxloop does. A leaf the
+    checkpoint lacks keeps ``state``'s value, with a warning. A missing item is a
+    ``FileNotFoundError`` naming the items present.
     """
     import orbax.checkpoint as ocp
     from orbax.checkpoint import checkpoint_utils
@@ -100,8 +75,8 @@ def restore_pytree(
 
 
 def _keep_missing(restored: Any, state: Any, where: Any) -> Any:
-    """Leaves of ``state`` the checkpoint lacks come back from orbax as shape structs: they
-    keep ``state``'s values instead (said in a warning), never a struct in place of an array."""
+    """Leaves the checkpoint lacks (orbax gives shape structs) keep ``state``'s values, with a
+    warning."""
     missing: list[str] = []
 
     def pick(path: Any, new: Any, old: Any) -> Any:
@@ -120,12 +95,7 @@ def _keep_missing(restored: Any, state: Any, where: Any) -> Any:
 
 
 def check_item_name(name: Any) -> str:
-    """``name`` if it is a usable orbax item name, else a ``ValueError``.
-
-    Example:
-        >>> check_item_name("default")
-        'default'
-    """
+    """``name`` if it is a usable orbax item name, else a ``ValueError``."""
     if isinstance(name, str) and name and "/" not in name and not name.startswith((".", "_")):
         return name
     raise ValueError(explain(

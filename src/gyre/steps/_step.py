@@ -1,19 +1,9 @@
-"""jaxloop's ``Step``: a class whose ``run`` is the maths of one step, compiled and sharded
-by a partitioner.
-
-Subclass :class:`Step`, write ``run(state, batch) -> (state, outputs)`` (jittable; ``outputs``
-a dict of metrics), then::
-
-    step = MyStep(jax.random.key(0), model, optimizer=optax.adam(1e-3),
-                  partitioner=gyre.DataParallelPartitioner(), train=True)
-    state = step.initialize_model((1, 64))        # the shape of one input batch
-    state, outputs = step(state, batch)           # preprocess, shard, begin, run, end
+"""jaxloop's ``Step``: a class whose ``run`` is the maths of one step, compiled and sharded by a
+partitioner.
 
 A call runs ``preprocess_batch`` and ``shard_batch`` on the host, then ``begin``, the compiled
-``run`` and ``end``. As in jaxloop, ``begin`` and ``end`` run outside ``jit`` (they may
-convert data or touch the host); only ``run`` is compiled, once, by the partitioner, with the
-state donated when the step trains. ``step.as_callback()`` gives a ``gyre.loop`` callback
-``(state, batch) -> (Logs, state)``.
+``run`` and ``end``; as in jaxloop, only ``run`` is compiled (once, the state donated when the
+step trains).
 """
 
 from __future__ import annotations
@@ -51,34 +41,24 @@ class Step:
     """One train or eval step in jaxloop's shape: override :meth:`run` (and optionally
     :meth:`preprocess_batch`, :meth:`begin`, :meth:`end`).
 
-    The arguments are jaxloop's, in jaxloop's order (``MyStep(key, model, optimizer,
-    partitioner, train)`` works positionally).
+    The arguments are jaxloop's, in its order.
 
     Args:
-        base_prng: the base PRNG key (or a pytree of keys, e.g. one per flax rng stream);
-            it initialises the model and :meth:`prng_key` folds the step number into it.
-        model: a flax linen module, or an ``nnx.Module`` class built with
-            ``nnx_model_args`` / ``**nnx_model_kwargs`` (bridged to linen).
-        optimizer: an optax optimizer; ``None`` for a step that never updates the state
-            (evaluation).
-        partitioner: how batches, initialisation and ``run`` are sharded; by default
-            :class:`~gyre.SingleDevicePartitioner`. A gyre strategy or strategy name is
-            accepted too (``partitioner=gyre.FSDP()``).
-        train: whether this is a training step (``self.train`` inside ``run``); a training
-            step donates its state to the compiled ``run``.
-        should_shard_batch: shard each batch before ``begin``; ``False`` leaves it to you
-            (call :meth:`shard_batch`).
-        nnx_model_args: positional arguments of an ``nnx.Module`` class's ``__init__``
-            (its ``rngs`` is given by the bridge); required for such a class (``()`` when it
-            takes only ``rngs`` and keywords), as in jaxloop.
-        begin_actions: jaxloop actions (objects with an ``interval`` and a
-            ``__call__(state, outputs, **kwargs)``, e.g. ``gyre.jaxloop.StepNumberAction``)
-            run before the step, with ``outputs=None``, when the 1-based
+        base_prng: the base PRNG key (or a pytree of keys); it initialises the model and
+            :meth:`prng_key` folds the step number into it.
+        model: a flax linen module, or an ``nnx.Module`` class built with ``nnx_model_args`` /
+            ``**nnx_model_kwargs`` (bridged to linen).
+        optimizer: an optax optimizer; ``None`` for a step that never updates the state.
+        partitioner: default :class:`~gyre.SingleDevicePartitioner`; a gyre strategy or its
+            name is accepted too.
+        train: a training step (``self.train`` in ``run``), which donates its state.
+        should_shard_batch: ``False`` leaves sharding to you (:meth:`shard_batch`).
+        nnx_model_args: positional arguments of an ``nnx.Module`` class (``rngs`` is the
+            bridge's); required for such a class, as in jaxloop.
+        begin_actions: jaxloop actions run before the step (``outputs=None``) when the 1-based
             ``per_loop_step_number`` a loop passes is a multiple of their interval.
-        end_actions: the same, run after the step with its state and outputs.
-        chkpt_item_name: the orbax item :meth:`restore_model` reads (jaxloop's
-            ``CheckpointManager`` saves under ``default``).
-        **nnx_model_kwargs: keyword arguments of an ``nnx.Module`` class's ``__init__``.
+        end_actions: the same, after the step with its state and outputs.
+        chkpt_item_name: the orbax item :meth:`restore_model` reads (jaxloop's ``default``).
 
     Example:
         >>> import gyre, jax, jax.numpy as jnp, optax, flax.linen as nn
@@ -142,7 +122,7 @@ class Step:
 
     @property
     def begin_actions(self) -> list[Any]:
-        """The actions run before the step (see ``begin_actions=``).
+        """The actions run before the step.
 
         Example:
             >>> import gyre, jax, flax.linen as nn
@@ -153,7 +133,7 @@ class Step:
 
     @property
     def end_actions(self) -> list[Any]:
-        """The actions run after the step (see ``end_actions=``).
+        """The actions run after the step.
 
         Example:
             >>> import gyre, jax, flax.linen as nn
@@ -192,27 +172,19 @@ class Step:
 
     # -- the model -------------------------------------------------------------------------------
     def initialize_model(self, spec: Any, log_num_params: bool = False, **kwargs: Any) -> TrainState:
-        """A :class:`~gyre.TrainState` for the model, initialised from a spec of its input.
+        """A :class:`~gyre.TrainState` for the model, initialised from a spec of one input batch,
+        placed by the partitioner.
 
-        The spec describes one input batch of the model: a shape (``(1, 28, 28, 1)`` or a
-        list), a ``(shape, dtype)`` pair, a ``jax.ShapeDtypeStruct``, an array, or a pytree
-        of these. A zero batch is built from it, passed through :meth:`preprocess_batch`,
-        and the model is initialised inside ``jit`` with the state landing directly on the
-        partitioner's shardings. Parameters go to ``state.params``, other collections
-        (``batch_stats``...) to ``state.model_state``; ``state.rng`` is the base key.
+        The spec is a shape, a ``(shape, dtype)`` pair, a ``jax.ShapeDtypeStruct``, an array, or a
+        pytree of these; its zero batch goes through :meth:`preprocess_batch`. Parameters go to
+        ``state.params``, other collections to ``state.model_state``; ``state.rng`` is the base key.
 
         Args:
-            spec: the input spec (see above).
-            log_num_params: log the parameter count (``logging`` at INFO).
-            **kwargs: keyword arguments of the model's ``__call__`` at initialisation
-                (e.g. ``train=False``); they are static.
-
-        Returns:
-            The state, placed by the partitioner.
+            log_num_params: log the parameter count at INFO.
+            **kwargs: static keyword arguments of the model's ``__call__`` (``train=False``).
 
         Raises:
-            ValueError: the spec is not a spec, or the model cannot run on inputs of its
-                shapes (the model's own error is chained).
+            ValueError: the spec is not a spec, or the model cannot run on it (its error chained).
 
         Example:
             >>> import gyre, jax, flax.linen as nn, optax
@@ -256,28 +228,18 @@ class Step:
         step: int | None = None,
         transforms: Any = None,
     ) -> TrainState:
-        """The state read from a checkpoint an orbax ``CheckpointManager`` saved (jaxloop's
-        format: ``<checkpoint_dir>/<step>/<chkpt_item_name>``), or ``state`` itself when the
-        directory holds no checkpoint (logged at INFO).
+        """The state read from a jaxloop checkpoint (``<checkpoint_dir>/<step>/<chkpt_item_name>``)
+        onto ``state``'s shardings; ``state`` itself when there is none.
 
-        The checkpoint is read with the structure, shapes, dtypes and shardings of ``state``
-        (e.g. the one :meth:`initialize_model` gave), so it lands where the step expects it.
-        Unlike jaxloop, ``state``'s arrays are not deleted: drop your reference to free them.
+        Unlike jaxloop, ``state``'s arrays are not deleted.
 
         Args:
-            state: a state shaped like the saved one.
-            checkpoint_dir: the manager's directory.
-            step: the step to read; by default the newest complete one.
-            transforms: orbax ``PyTreeRestore`` transforms; by default every ``params``
-                leaf is read from the checkpoint, as in jaxloop.
-
-        Returns:
-            The restored state.
+            step: default: the newest complete one.
+            transforms: orbax ``PyTreeRestore`` transforms (default: every ``params`` leaf read).
 
         Raises:
             ValueError: ``step`` is not a whole number >= 0.
-            FileNotFoundError: ``step`` was given and is not in the directory, or it has no
-                item ``chkpt_item_name``.
+            FileNotFoundError: a given ``step`` is not there, or has no item ``chkpt_item_name``.
 
         Example:
             >>> import gyre, jax, flax.linen as nn, tempfile
@@ -340,8 +302,8 @@ class Step:
         return self._num_flops
 
     def prng_key(self, step: int | jax.Array) -> Any:
-        """The PRNG key of step ``step``: ``fold_in(base_prng, step)`` (each key of a pytree
-        of keys). Deterministic, and usable inside ``run`` with ``state.step``.
+        """The key of step ``step``: ``fold_in(base_prng, step)`` (each key of a pytree); usable
+        inside ``run``.
 
         Example:
             >>> import gyre, jax, flax.linen as nn
@@ -354,9 +316,8 @@ class Step:
 
     # -- the hooks -------------------------------------------------------------------------------
     def preprocess_batch(self, batch: Batch) -> Batch:
-        """Prepares a raw batch (on the host, before sharding); the identity by default.
-
-        Also applied to the zero batch of :meth:`initialize_model`.
+        """Prepares a raw batch on the host before sharding (also the zero batch of
+        :meth:`initialize_model`); the identity by default.
 
         Example:
             >>> import gyre, jax, flax.linen as nn
@@ -388,8 +349,8 @@ class Step:
         return state, batch
 
     def run(self, state: TrainState, batch: Batch) -> tuple[TrainState, Output | None]:
-        """The step itself: override it. It is compiled (so it must be jittable) and returns
-        ``(state, outputs)`` with ``outputs`` a dict of named values (loss, metrics...).
+        """The step itself, to override: jittable, returning ``(state, outputs)`` with ``outputs`` a
+        dict.
 
         Example:
             >>> import gyre, jax, flax.linen as nn
@@ -415,13 +376,12 @@ class Step:
 
     # -- compiling and calling -----------------------------------------------------------------
     def compile(self, *, donate: bool | None = None, **jit_kwargs: Any) -> None:
-        """Sets the options ``run`` is compiled with (``jax.jit`` traces it at the next
-        call, with that call's state).
+        """Sets the options ``run`` is compiled with at the next call.
 
         Args:
             donate: donate the state to ``run`` (default: when the step trains).
-            **jit_kwargs: more ``jax.jit`` options (e.g. ``keep_unused=True``); an option
-                ``jax.jit`` does not have raises ``TypeError`` here, as in jaxloop.
+            **jit_kwargs: ``jax.jit`` options; an unknown one raises ``TypeError`` here, as in
+                jaxloop.
 
         Example:
             >>> import gyre, jax, flax.linen as nn
@@ -466,22 +426,15 @@ class Step:
         log_num_flops: bool = False,
         **kwargs: Any,
     ) -> tuple[TrainState, Output | None]:
-        """Runs the step: ``preprocess_batch``, ``shard_batch``, ``begin``, the compiled
-        ``run`` (compiled at the first call), ``end``.
+        """Runs the step: ``preprocess_batch``, ``shard_batch``, ``begin``, the compiled ``run``,
+        ``end``; returns ``(state, outputs)``.
 
         Args:
-            state: the state (donated when the step trains: use the returned one).
-            batch: the raw batch.
-            per_loop_step_number: the step's 1-based number within its loop (a jaxloop
-                loop passes it; not passed to ``run``): the step's ``begin_actions`` and
-                ``end_actions`` run when it is a multiple of their interval (never at 0,
-                a call outside a loop).
-            log_num_flops: compute :attr:`num_flops` (once, at the first such call) and log
-                it at INFO, as jaxloop's loops ask at their first step.
+            state: donated when the step trains: use the returned one.
+            per_loop_step_number: the 1-based step number a jaxloop loop passes (not to ``run``):
+                the actions run when it is a multiple of their interval (never at 0).
+            log_num_flops: compute :attr:`num_flops` once and log it at INFO.
             **kwargs: passed to ``run`` as traced arguments.
-
-        Returns:
-            ``(state, outputs)``.
 
         Example:
             >>> import gyre, jax, jax.numpy as jnp, flax.linen as nn
@@ -509,8 +462,8 @@ class Step:
         return state, outputs
 
     def as_callback(self, collection: str = "metrics") -> Callable[[Any, Any], tuple[Logs, Any]]:
-        """This step as a ``gyre.loop`` callback ``(state, batch) -> (Logs, state)``, its
-        outputs logged under ``collection``.
+        """This step as a ``gyre.loop`` callback ``(state, batch) -> (Logs, state)``, outputs logged
+        under ``collection``.
 
         Example:
             >>> import gyre, jax, jax.numpy as jnp, flax.linen as nn
@@ -533,8 +486,7 @@ class Step:
         return step_callback
 
     def compiled_count(self) -> int:
-        """How many times ``run`` was traced for compilation (1 after any number of calls
-        with same-shaped batches: no retracing).
+        """How many times ``run`` was traced (1 after any number of same-shaped calls).
 
         Example:
             >>> import gyre, jax, flax.linen as nn
@@ -565,7 +517,7 @@ def to_logs(outputs: Mapping[str, Any] | Logs | None, collection: str = "metrics
 
 
 def zeroed_batch(spec: Any) -> Any:
-    """A batch of zeros (numpy) from a spec: shapes (float32), ``(shape, dtype)`` pairs,
+    """A numpy batch of zeros from a spec: shapes (float32), ``(shape, dtype)`` pairs,
     ``jax.ShapeDtypeStruct``\\ s or arrays, in any pytree.
 
     Example:

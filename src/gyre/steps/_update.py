@@ -1,9 +1,8 @@
-"""The one train-step builder: the gradients of a loss, microbatch accumulation, mixed
-precision, clipping, the optax update and dropping non-finite updates, inside a compiled step.
+"""The one train-step builder: gradients, microbatch accumulation, mixed precision, clipping, the
+optax update and skipping non-finite updates.
 
-The managed step (:mod:`gyre.steps.managed`), the trainer's step and :func:`gyre.fit`'s step are
-vocabularies over :func:`train_update`: each turns its user's function into an objective and
-logs what it returns under its own names.
+The managed step, the trainer's step and :func:`gyre.fit`'s step are vocabularies over
+:func:`train_update`.
 """
 
 from __future__ import annotations
@@ -23,9 +22,8 @@ from gyre.steps._precision import MixedPrecision
 
 
 class Update(NamedTuple):
-    """What :func:`train_update` returns: the loss and values (reduced over microbatches, then
-    settled), the gradients (averaged, before clipping), the new state, and the gradients'
-    norm (with clipping) and the state's count of skipped updates (with skip)."""
+    """What :func:`train_update` returns: loss, values, averaged unclipped gradients, the new state,
+    the gradients' norm and the skipped count."""
 
     loss: jax.Array
     values: Any
@@ -56,36 +54,19 @@ def train_update(
 ) -> Update:
     """One differentiate-and-update step, traced inside the caller's compiled step.
 
-    ``objective(state, batch) -> (loss, (values, state))`` gets ``state`` with the params being
-    differentiated (in the policy's compute dtype, as is ``batch``); the params and rng of the
-    state it returns are dropped (the update applies to the given params). Its key for the step
-    is ``fold_in(state.rng, state.step)``.
+    ``objective(state, batch) -> (loss, (values, state))`` gets the params being differentiated
+    (in the policy's compute dtype, as is ``batch``); the params and rng of the state it returns
+    are dropped. Its key is ``fold_in(state.rng, state.step)``.
 
     Args:
-        objective: the loss and what comes with it, see above.
-        state: a :class:`~gyre.TrainState`, or any state with ``apply_gradients``.
-        batch: the step's batch.
-        accumulate_steps: microbatches to split ``batch`` into (a ``lax.scan``; each gets
-            ``rng=fold_in(rng, i)`` and the state the previous one left); their gradients are
-            averaged and ``reduce(losses, values)`` combines the rest (default: means).
-        reduce: see ``accumulate_steps``.
+        accumulate_steps: microbatches in a ``lax.scan`` (each gets ``fold_in(rng, i)`` and the
+            previous one's state); gradients are averaged, ``reduce(losses, values)`` combines
+            the rest (default: means).
         settle: ``(values, state) -> (values, state)`` before the update (undone with it).
-        clip_grad_norm: clip the gradients to this global norm.
-        policy: mixed precision, see :class:`~gyre.steps.MixedPrecision`.
-        skip: keep the whole state when the loss or a gradient is not finite, and count it in
-            the state's ``skipped_steps`` (see :func:`skip_non_finite`).
-        apply: ``(state, grads) -> state``, the update (default ``state.apply_gradients``).
+        skip: keep the whole state on a non-finite loss or gradient, counting it in
+            ``skipped_steps``.
+        apply: ``(state, grads) -> state`` (default ``state.apply_gradients``).
         where: the step's name in error messages.
-
-    Example:
-        >>> import gyre, jax.numpy as jnp, optax
-        >>> state = gyre.TrainState.create(params=jnp.zeros(2), tx=optax.sgd(0.5))
-        >>> def objective(state, batch):
-        ...     loss = jnp.sum((state.params - batch) ** 2)
-        ...     return loss, ({"loss": loss}, state)
-        >>> out = train_update(objective, state, jnp.ones(2))
-        >>> float(out.loss), out.state.params.tolist(), int(out.state.step)
-        (2.0, [1.0, 1.0], 1)
     """
     policy = policy or MixedPrecision()
 
@@ -188,22 +169,8 @@ def _keep(ok: jax.Array, new: Any, old: Any) -> Any:
 def skip_non_finite(
     before: Any, after: Any, loss: Any, grads: Any, logs: Logs | None, where: str = "train_step"
 ) -> Any:
-    """``after`` when ``loss`` and ``grads`` are finite, else ``before`` (every leaf: params,
-    optimizer state, ``step``, model state, metric accumulators), with the state's
-    ``skipped_steps`` grown by one; logs the count as the stateful metric ``skipped_steps``
-    (unless ``logs`` is ``None``).
-    Runs inside the compiled step: no host sync.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from gyre.steps.managed import ManagedState
-        >>> before = ManagedState.create(params=jnp.ones(2))
-        >>> after = before.replace(params=jnp.full(2, jnp.nan), step=before.step + 1)
-        >>> logs = Logs()
-        >>> kept = skip_non_finite(before, after, jnp.float32(jnp.nan), after.params, logs)
-        >>> kept.params.tolist(), int(kept.step), int(kept.skipped_steps), int(logs.stateful_metrics.skipped_steps)
-        ([1.0, 1.0], 0, 1, 1)
-    """
+    """``after`` when ``loss`` and ``grads`` are finite, else ``before`` with ``skipped_steps``
+    grown by one (logged as a stateful metric unless ``logs`` is ``None``)."""
     count, put = _skip_counter(before, where)
     if jax.tree_util.tree_structure(before) != jax.tree_util.tree_structure(after):
         raise ValueError(explain(

@@ -1,33 +1,16 @@
-"""The managed API: write the maths of a step, gyre compiles, differentiates and shards it.
+"""The managed API: write the maths of a step; gyre compiles, differentiates and shards it.
 
-``ManagedState`` is a :class:`~gyre.TrainState` that carries a strategy. ``train_step``
-turns ``(state, batch) -> (logs, state)`` into a full training step: it differentiates the
-sum of the losses the function logged with ``add_loss`` with respect to ``state.params``,
-applies the optimizer, and compiles the whole for the state's strategy (donating the state).
-``step`` compiles without gradients (evaluation, prediction).
+The function may take ``(state, batch)`` or ``(state)`` and return ``(logs, state)``
+(``None`` for either: none / unchanged), the logs alone or the state alone.
 
-The function may take ``(state, batch)`` or just ``(state)``, and return ``(logs, state)``
-(``None`` for either means "none" / "unchanged"), the logs alone or the state alone.
+A function that also takes ``mask`` gets the mask of a padded batch (``True`` for real rows):
+an evaluation then pads its last, smaller batch so the step compiles once. It computes means
+over the real rows (``jnp.sum(x * mask) / jnp.sum(mask)``) and passes ``mask=`` to its metric
+objects; without a padded batch it gets its default.
 
-A function that also takes ``mask`` (``def test_step(state, batch, mask=None)``) gets the
-mask of a padded batch: ``step(state, batch, mask=mask)`` by hand, or in an evaluation
-(``gyre.test_loop``, ``train_loop``'s ``test_dataset``), which then pads its last, smaller
-batch to the batch size, so the step compiles once. ``mask`` is a boolean vector over the
-batch (``True`` for the real rows); the function computes its means over the real rows
-(``jnp.sum(x * mask) / jnp.sum(mask)``) and passes ``mask=`` to the metric objects it logs
-(``clu.metrics.Accuracy.from_model_output(..., mask=mask)``). Without a padded batch it gets
-its default.
-Metric objects logged as stateful metrics (``logs.add_stateful_metric("accuracy",
-clu.metrics.Accuracy.from_model_output(...))``, or any object with ``merge`` and
-``compute``) are merged into the state's accumulator of the same name (a field or extra
-``state.accuracy``), which is replaced, and logged as its ``compute()`` (a dict adds one entry
-per key), as ciclo's managed API does, on the device.
-
-Non-finite updates: ``train_step(nan_policy="skip")``, or a loop run with
-``nan_policy="skip"``, drops an update whose loss or gradients are NaN or infinite inside the
-compiled step (the whole state is kept as it was, ``state.step`` included: it counts the
-updates applied) and adds one to ``state.skipped_steps``, logged as the stateful metric
-``skipped_steps``.
+Metric objects logged with ``add_stateful_metric`` (anything with ``merge`` and ``compute``)
+are merged into the state's accumulator of that name and logged as its ``compute()``, as in
+ciclo.
 
 Example:
     >>> import gyre, jax.numpy as jnp, optax
@@ -85,22 +68,19 @@ def train_step(
     """Makes ``fn(state, batch) -> (logs, state)`` a compiled training step.
 
     The sum of the losses ``fn`` logs with ``add_loss`` is differentiated with respect to
-    ``state.params``; the optimizer update is applied and ``state.step`` grows by one.
+    ``state.params``; the update is applied and ``state.step`` grows by one.
 
     Args:
-        fn: the step's maths (usable bare, ``@train_step``, or with options,
-            ``@train_step(accumulate_steps=4)``).
-        accumulate_steps: split each batch into this many microbatches and average their
-            gradients inside the compiled step (a ``lax.scan``; each microbatch gets its
-            own rng, ``fold_in(rng, i)``); losses and metrics are averaged.
+        fn: the step's maths (``@train_step``, or ``@train_step(accumulate_steps=4)``).
+        accumulate_steps: microbatches per batch, their gradients averaged in the compiled step
+            (each gets ``fold_in(rng, i)``); losses and metrics are averaged.
         clip_grad_norm: clip gradients to this global norm (logs ``grad_norm``).
         policy: mixed precision, e.g. ``"bfloat16"``: ``fn`` sees params and floating batch
-            values in bfloat16, the update is applied to float32 params.
-        nan_policy: ``"skip"``: when the summed loss or a gradient is NaN or infinite, the
-            update is dropped inside the compiled step (the whole state is kept as it was;
-            ``state.step`` counts applied updates) and ``state.skipped_steps`` grows by one,
-            logged as the stateful metric ``skipped_steps``. ``None`` (default): follow the
-            loop (skip under a loop's ``nan_policy="skip"``; by hand, apply every update).
+            values in bfloat16; the update applies to float32 params.
+        nan_policy: ``"skip"``: a NaN or infinite loss or gradient drops the update (the whole
+            state kept, ``state.step`` counting applied updates) and grows
+            ``state.skipped_steps``, logged as a stateful metric. ``None`` (default): follow the
+            loop's ``nan_policy``; by hand, apply every update.
 
     Example:
         >>> import gyre, jax.numpy as jnp, optax
@@ -129,10 +109,7 @@ def train_step(
 
 def step(fn: StepFn | None = None, *, policy: str | MixedPrecision | None = None) -> Any:
     """Makes ``fn(state, batch) -> (logs, state)`` (or ``fn(state) -> state``) a compiled step
-    without gradients.
-
-    A function that takes ``mask`` gets the mask of a padded batch (see the module docs): in
-    an evaluation loop the last, smaller batch is padded and the step compiles once.
+    without gradients; ``mask`` as in the module docs.
 
     Example:
         >>> import gyre, jax.numpy as jnp

@@ -261,26 +261,18 @@ class MetricAccumulator(struct.PyTreeNode):
         if key not in values:
             raise _missing(key, "value")
         if MONOIDS.get(spec.mode) is not group.monoid:
-            raise ValueError(
-                explain(
-                    f"metric {key!r} changed its mode",
-                    expected=f"the mode it had when the accumulator was made "
-                    f"({group.monoid.__name__})",
-                    received=f"mode {spec.mode.name}",
-                    fix="give a metric one mode in every step of a phase",
-                )
-            )
+            raise ValueError(explain(
+                f"metric {key!r} changed its mode",
+                expected=f"the mode it had when the accumulator was made "
+                f"({group.monoid.__name__})",
+                received=f"mode {spec.mode.name}", fix="give a metric one mode in every step of a phase"))
         value, count = values[key]
         if np.shape(value) != group.shape:
-            raise ValueError(
-                explain(
-                    f"metric {key!r} changed its shape",
-                    expected=f"values of shape {group.shape}, as at init",
-                    received=f"a value of shape {np.shape(value)}",
-                    fix="log values of one shape (pad a short batch, or reduce the value "
-                    "to a number first)",
-                )
-            )
+            raise ValueError(explain(
+                f"metric {key!r} changed its shape",
+                expected=f"values of shape {group.shape}, as at init", received=f"a value of shape {np.shape(value)}",
+                fix="log values of one shape (pad a short batch, or reduce the value "
+                "to a number first)"))
         return jnp.asarray(value).astype(group.dtype), count
 
     def merge(self, other: MetricAccumulator) -> MetricAccumulator:
@@ -293,14 +285,11 @@ class MetricAccumulator(struct.PyTreeNode):
             4
         """
         if self.layout != other.layout:
-            raise ValueError(
-                explain(
-                    "only accumulators of the same metrics merge",
-                    expected=f"the metrics {list(self.layout.keys)}, of the same shapes",
-                    received=f"the metrics {list(other.layout.keys)}",
-                    fix="merge accumulators made by init from the same specs and values",
-                )
-            )
+            raise ValueError(explain(
+                "only accumulators of the same metrics merge",
+                expected=f"the metrics {list(self.layout.keys)}, of the same shapes",
+                received=f"the metrics {list(other.layout.keys)}",
+                fix="merge accumulators made by init from the same specs and values"))
         mine, theirs = _unpack(self.buffers, self.layout), _unpack(other.buffers, other.layout)
         merged = [jax.vmap(type(a).merge)(a, b) for a, b in zip(mine, theirs, strict=True)]
         return self.replace(buffers=_pack(merged, self.layout))

@@ -99,10 +99,8 @@ def spec_to_array(spec: ArraySpec) -> Any:
     if not isinstance(spec, ArraySpec):
         raise TypeError(explain(
             "spec_to_array takes an ArraySpec",
-            expected="ArraySpec(shape=..., dtype=..., device=..., value=...)",
-            received=describe(spec),
-            fix="build the spec with array_to_spec(array) or ArraySpec(...)",
-        ))
+            expected="ArraySpec(shape=..., dtype=..., device=..., value=...)", received=describe(spec),
+            fix="build the spec with array_to_spec(array) or ArraySpec(...)"))
     if spec.device == "numpy":
         return np.full(spec.shape, spec.value, dtype=spec.dtype)
     return jax.device_put(jnp.full(spec.shape, spec.value, dtype=spec.dtype), _device(spec.device))
@@ -136,11 +134,10 @@ def _unsupported(value: Any, where: str) -> TypeError:
     return TypeError(explain(
         f"save_pytree cannot store the leaf at {where or 'the root'}",
         expected="dicts with str keys, lists, tuples, None, bool, int, float, str, "
-                 "and numeric JAX or numpy arrays",
+             "and numeric JAX or numpy arrays",
         received=describe(value),
         fix="convert it first (a dataclass to a dict, an object array to a list); "
-            "gyre stores no pickled objects",
-    ))
+        "gyre stores no pickled objects"))
 
 
 def _encode(node: Any, arrays: dict[str, np.ndarray], where: str) -> Any:
@@ -224,13 +221,10 @@ def load_pytree(path: str | os.PathLike[str]) -> Any:
             expected="a file written by gyre's save_pytree (an .npz archive, read without pickle)",
             received=f"{type(error).__name__}: {error}",
             fix="save the tree again with gyre.trainer.save_pytree "
-                "(the fork's save_pytree pickled, which gyre never loads)",
-        )) from None
+            "(the fork's save_pytree pickled, which gyre never loads)")) from None
     if _TREE not in arrays:
         raise ValueError(explain(
             f"load_pytree: {os.fspath(path)!r} is an .npz archive without gyre's tree",
-            expected=f"a file written by save_pytree (it holds {_TREE!r})",
-            received=f"the arrays {sorted(arrays)}",
-            fix="read a plain archive with numpy.load; write trees with save_pytree",
-        ))
+            expected=f"a file written by save_pytree (it holds {_TREE!r})", received=f"the arrays {sorted(arrays)}",
+            fix="read a plain archive with numpy.load; write trees with save_pytree"))
     return _decode(json.loads(str(arrays.pop(_TREE))), arrays)

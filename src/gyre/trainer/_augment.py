@@ -287,14 +287,10 @@ def _section(config: Any, key: str) -> dict[str, Any] | None:
     if section is None:
         return None
     if not isinstance(section, Mapping) or not isinstance(section.get("class_name"), str):
-        raise TypeError(
-            explain(
-                f"trainer.{key} must name a registered module",
-                expected="{'class_name': 'GaussianNoise', ...} (a class registered with @gyre.config.register_model)",
-                received=describe(section),
-                fix=f"{key}: {{class_name: GaussianNoise, scale: 0.1}}",
-            )
-        )
+        raise TypeError(explain(
+            f"trainer.{key} must name a registered module",
+            expected="{'class_name': 'GaussianNoise', ...} (a class registered with @gyre.config.register_model)",
+            received=describe(section), fix=f"{key}: {{class_name: GaussianNoise, scale: 0.1}}"))
     return dict(section)
 
 

@@ -136,7 +136,7 @@ class Callback:
                 expected="a gyre.TrainerModule (or an object with the TrainerView members)",
                 received=f"{describe(trainer)}, which lacks {', '.join(missing)}",
                 fix="let the TrainerModule bind its callbacks; in a test, give a fake "
-                "trainer those members"))
+            "trainer those members"))
         self.trainer = trainer
 
     def _bound(self) -> TrainerView:
@@ -296,7 +296,7 @@ def _check_state(cb: Callback, d: Any, keys: tuple[str, ...]) -> dict[str, Any]:
             f"{name}.load_state_dict got a state it did not write",
             expected=f"a dict with keys {sorted(keys)} (what {name}.state_dict returns)", received=received,
             fix="resume with the callbacks (and their order) of the run that wrote the "
-            "checkpoint"))
+        "checkpoint"))
     return dict(d)
 
 
@@ -319,5 +319,5 @@ def _every_n_minutes(owner: str, value: Any) -> float | None:
     raise ValueError(explain(
         f"{owner}: every_n_minutes must be a number > 0, or None",
         expected="None (epochs only), or minutes > 0, e.g. 30 (-1, jax_trainer's 'off', "
-        "means None)",
+    "means None)",
         received=describe(value), fix="pass every_n_minutes=30, or leave it out"))

@@ -74,14 +74,10 @@ class ConcatCollector:
                 continue
             shapes = {tuple(np.shape(r)[1:]) for r in rows}
             if len(shapes) > 1:
-                raise ValueError(
-                    explain(
-                        f"CONCAT metric {key!r} has rows of different shapes",
-                        expected="values of one shape after the first axis",
-                        received=f"rows of shapes {sorted(shapes)}",
-                        fix="log values of one shape per metric (pad or reduce them first)",
-                    )
-                )
+                raise ValueError(explain(
+                    f"CONCAT metric {key!r} has rows of different shapes",
+                    expected="values of one shape after the first axis", received=f"rows of shapes {sorted(shapes)}",
+                    fix="log values of one shape per metric (pad or reduce them first)"))
             out[key] = rows[0] if len(rows) == 1 else jnp.concatenate(rows)
         return out
 

@@ -60,12 +60,8 @@ class TrainerModuleConfig(TrainerConfig):
         if value is None:
             return None
         if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(k, str) and k for k in value):
-            raise ValueError(
-                explain(
-                    "trainer.nan_keys must be a list of training value names",
-                    expected="e.g. ['train/loss'] or ['loss', 'acc'] (null: every value)",
-                    received=describe(value),
-                    fix="nan_keys: [train/loss]",
-                )
-            )
+            raise ValueError(explain(
+                "trainer.nan_keys must be a list of training value names",
+                expected="e.g. ['train/loss'] or ['loss', 'acc'] (null: every value)", received=describe(value),
+                fix="nan_keys: [train/loss]"))
         return tuple(k.removeprefix("train/") for k in value)

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gyre.config._registry import register_callback
+from gyre.core._checks import whole
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest
 from gyre.core._host import fetch
 from gyre.trainer._callback import Callback
@@ -44,35 +45,21 @@ def confusion_matrix(labels: Any, predictions: Any, num_classes: int) -> jax.Arr
         >>> confusion_matrix(jnp.array([0, 1, 1, 2, -1]), jnp.array([0, 1, 2, 2, 0]), 3).tolist()
         [[1, 0, 0], [0, 1, 1], [0, 0, 1]]
     """
-    if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 1:
-        raise ValueError(
-            explain(
-                "confusion_matrix: num_classes must be a whole number >= 1",
-                expected="a Python int, e.g. 10",
-                received=describe(num_classes),
-                fix="pass the number of classes, e.g. confusion_matrix(labels, preds, 10)",
-            )
-        )
+    num_classes = whole(num_classes, "confusion_matrix: num_classes", minimum=1, expected="a Python int, e.g. 10",
+                        fix="pass the number of classes, e.g. confusion_matrix(labels, preds, 10)")
     labels, predictions = jnp.asarray(labels), jnp.asarray(predictions)
     for name, value in (("labels", labels), ("predictions", predictions)):
         if not jnp.issubdtype(value.dtype, jnp.integer):
-            raise TypeError(
-                explain(
-                    f"confusion_matrix: {name} must hold integer classes",
-                    expected="integer arrays of class indices",
-                    received=f"dtype {value.dtype}, shape {value.shape}",
-                    fix="pass predicted classes, e.g. logits.argmax(-1), not the logits",
-                )
-            )
+            raise TypeError(explain(
+                f"confusion_matrix: {name} must hold integer classes",
+                expected="integer arrays of class indices", received=f"dtype {value.dtype}, shape {value.shape}",
+                fix="pass predicted classes, e.g. logits.argmax(-1), not the logits"))
     if labels.shape != predictions.shape:
-        raise ValueError(
-            explain(
-                "confusion_matrix: labels and predictions differ in shape",
-                expected="one prediction per label (the same shape)",
-                received=f"labels {labels.shape}, predictions {predictions.shape}",
-                fix="take the argmax over the class axis only: logits.argmax(-1)",
-            )
-        )
+        raise ValueError(explain(
+            "confusion_matrix: labels and predictions differ in shape",
+            expected="one prediction per label (the same shape)",
+            received=f"labels {labels.shape}, predictions {predictions.shape}",
+            fix="take the argmax over the class axis only: logits.argmax(-1)"))
     n = int(num_classes)
     labels, predictions = labels.reshape(-1), predictions.reshape(-1)
     valid = (labels >= 0) & (labels < n) & (predictions >= 0) & (predictions < n)
@@ -169,27 +156,21 @@ class ConfusionMatrixCallback(Callback):
         trainer = self._bound()
         keys = [k for k in metrics if isinstance(k, str) and k.endswith(SUFFIX)]
         if not keys:
-            raise ExplainedKeyError(
-                explain(
-                    f"ConfusionMatrixCallback found no confusion matrix in the {phase} metrics "
-                    f"of epoch {epoch_idx}",
-                    expected=f"a metric whose key ends with {SUFFIX!r}, e.g. '{phase}/{SUFFIX}'",
-                    received=f"keys {sorted(map(str, metrics))}",
-                    fix="return {'conf_matrix': {'value': gyre.trainer.confusion_matrix(labels, "
-                    "preds, n), 'mode': 'sum', 'log_mode': 'eval'}} from the loss function",
-                )
-            )
+            raise ExplainedKeyError(explain(
+                f"ConfusionMatrixCallback found no confusion matrix in the {phase} metrics "
+                f"of epoch {epoch_idx}",
+                expected=f"a metric whose key ends with {SUFFIX!r}, e.g. '{phase}/{SUFFIX}'",
+                received=f"keys {sorted(map(str, metrics))}",
+                fix="return {'conf_matrix': {'value': gyre.trainer.confusion_matrix(labels, "
+                "preds, n), 'mode': 'sum', 'log_mode': 'eval'}} from the loss function"))
         for key in keys:
             shape = np.shape(metrics[key])  # metadata: no read
             if len(shape) != 2 or shape[0] != shape[1] or shape[0] < 1:
-                raise ValueError(
-                    explain(
-                        f"ConfusionMatrixCallback: {key!r} is not a square matrix",
-                        expected="an (n, n) array: rows true labels, columns predictions",
-                        received=f"{describe(metrics[key])} of shape {shape}",
-                        fix="log gyre.trainer.confusion_matrix(labels, preds, n) with mode 'sum'",
-                    )
-                )
+                raise ValueError(explain(
+                    f"ConfusionMatrixCallback: {key!r} is not a square matrix",
+                    expected="an (n, n) array: rows true labels, columns predictions",
+                    received=f"{describe(metrics[key])} of shape {shape}",
+                    fix="log gyre.trainer.confusion_matrix(labels, preds, n) with mode 'sum'"))
         images = {}
         folder = pathlib.Path(trainer.log_dir) / FOLDER
         folder.mkdir(parents=True, exist_ok=True)
@@ -210,14 +191,10 @@ class ConfusionMatrixCallback(Callback):
             cmap = matplotlib.colormaps[self.cmap]
         except KeyError:
             names = sorted(matplotlib.colormaps)
-            raise ValueError(
-                explain(
-                    f"ConfusionMatrixCallback: unknown colormap {self.cmap!r}." + suggest(self.cmap, names),
-                    expected="a matplotlib colormap name, e.g. 'Blues', 'viridis', 'Greys'",
-                    received=describe(self.cmap),
-                    fix="pass cmap='Blues'",
-                )
-            ) from None
+            raise ValueError(explain(
+                f"ConfusionMatrixCallback: unknown colormap {self.cmap!r}." + suggest(self.cmap, names),
+                expected="a matplotlib colormap name, e.g. 'Blues', 'viridis', 'Greys'", received=describe(self.cmap),
+                fix="pass cmap='Blues'")) from None
         if self.normalize:
             matrix = _normalize(matrix)
         n = matrix.shape[0]
@@ -260,14 +237,10 @@ def _matplotlib() -> tuple[Any, Any]:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as err:
-        raise ImportError(
-            explain(
-                "ConfusionMatrixCallback needs matplotlib, which is not installed",
-                expected="matplotlib importable (the extra gyre[plot])",
-                received=f"{type(err).__name__}: {err}",
-                fix="pip install 'gyre[plot]'",
-            )
-        ) from err
+        raise ImportError(explain(
+            "ConfusionMatrixCallback needs matplotlib, which is not installed",
+            expected="matplotlib importable (the extra gyre[plot])", received=f"{type(err).__name__}: {err}",
+            fix="pip install 'gyre[plot]'")) from err
     return Figure, FigureCanvasAgg
 
 

@@ -32,7 +32,7 @@ def epoch_length(loader: Any, *, what: str) -> int:
         raise TypeError(explain(
             f"the trainer needs to know how many batches one epoch of {what} holds",
             expected="a loader with len() (a list of batches, a torch DataLoader) or "
-            "gyre.data.batches(...), with at least one batch",
+        "gyre.data.batches(...), with at least one batch",
             received=describe(loader) + ("" if size is None else f" (its length is {size})"),
             fix="pass gyre.data.batches((x, y), batch_size) or a list of batches"))
     return steps
@@ -127,6 +127,5 @@ def batch_part(batch: Any, keys: tuple[str, ...], position: int, what: str) -> A
     raise TypeError(explain(
         f"the trainer cannot find the model's {what} in a batch",
         expected=f"an (inputs, targets) tuple, a dict with {keys[0]!r} or {keys[2]!r}, or a batch with "
-        f".{keys[0]} (jax_trainer's SupervisedBatch)",
-        received=describe(batch),
-        fix=f"override batch_to_{what}(self, batch) in your trainer to return the {what}"))
+    f".{keys[0]} (jax_trainer's SupervisedBatch)",
+        received=describe(batch), fix=f"override batch_to_{what}(self, batch) in your trainer to return the {what}"))

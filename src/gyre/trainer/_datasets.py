@@ -206,7 +206,7 @@ def build_dataset_module(config: Any) -> Any:
         raise TypeError(explain(
             "build_dataset_module takes the dataset section",
             expected="a mapping with class_name (or jax_trainer's constructor), e.g. "
-            "{'class_name': 'CIFAR10Dataset', 'data_dir': 'data/'}",
+        "{'class_name': 'CIFAR10Dataset', 'data_dir': 'data/'}",
             received=describe(config), fix="pass config.dataset"))
     data = jax_trainer_dataset(dict(data))
     kwargs = validate_component("datasets", data, where="dataset")

@@ -42,6 +42,7 @@ from gyre.data._padding import accepts_mask, padded
 from gyre.data._source import refuse_sources
 from gyre.engine import _named
 from gyre.engine._inner import inner_loop
+from gyre.engine._masked import MaskedBatches
 from gyre.engine._nan import check_nan_policy
 from gyre.parallel._registry import get_strategy
 from gyre.parallel._strategy import Strategy
@@ -50,7 +51,6 @@ from gyre.trainer._epoch_schedules import EpochEnds, periodic
 from gyre.trainer._fit_checks import eval_batches, is_pair_of_arrays, refuse_array_pair
 from gyre.trainer._fit_steps import (
     apply_error_fix,
-    batch_rows,
     check_split,
     leaf_shapes,
     make_train_step,
@@ -111,7 +111,8 @@ def fit(
             accepts a keyword ``mask`` (``(state, batch, mask=None)``) gets every batch
             padded to the first batch's size and ``mask``, a bool vector of its real rows:
             it compiles once, must return means over the real rows (``sum(x * mask) /
-            mask.sum()``), and each batch weighs ``mask.sum()``. Without ``mask``, a
+            mask.sum()``), and each batch weighs its real rows (``mask.sum()``; ``batch_size_fn``
+            of the batch before padding, when given). Without ``mask``, a
             smaller last batch is passed as it is (and compiles a jitted step again).
         eval_freq: evaluate every this many epochs (and after the last one).
         num_epochs: epochs to train (>= 1).
@@ -209,7 +210,7 @@ def fit(
     ))
     refuse_array_pair(train_ds)
     if is_pair_of_arrays(test_ds) or is_pair_of_arrays(val_ds):  # Keras's validation_data=(x, y)
-        rows = batch_rows(first_batch(train_ds))
+        rows = infer_batch_size(first_batch(train_ds), strict=False, default=0)
         test_ds, val_ds = eval_batches(test_ds, rows), eval_batches(val_ds, rows)
     epochs = _check_arguments(state, num_epochs, eval_freq, test_ds, val_ds, eval_step, mode)
     _check_run_options(log_name, hparams)
@@ -420,41 +421,38 @@ def _evaluation(
     """One evaluation of ``eval_step`` over ``ds`` (an inner :func:`gyre.test_loop`),
     entries named ``<metric>_<name>``, batch-size weighted means.
 
-    An ``eval_step`` that accepts the keyword ``mask`` gets every batch padded to the first
-    one's size (:func:`gyre.data.padded`) with ``mask`` (a bool vector of the real rows):
-    it compiles once, and each batch weighs ``mask.sum()``. Any other runs on the batches as
-    they are (a smaller last batch: one more compilation).
+    An ``eval_step`` that accepts the keyword ``mask`` runs in the engine's padded evaluation
+    (:func:`gyre.test_loop`): every batch padded to the first one's size with ``mask`` (a
+    bool vector of the real rows); it compiles once, and each batch weighs its real rows
+    (``batch_size_fn`` of the batch before padding, when given). Any other runs on the
+    batches as they are (a smaller last batch: one more compilation).
 
     Under a strategy with a mesh, batches are placed on its devices (split over the data
     axis): padded batches to the next multiple of the devices, and an unpadded batch that
     does not split is passed whole (every device computes it). Weights are read from the
-    host batches and masks, before placing."""
+    host batches, before placing."""
     share = strategy.lift_batch_size(1) if strategy is not None and strategy.mesh is not None else 0
 
     def place(batch: Any) -> Any:
-        if not share:
+        if not share or infer_batch_size(batch, strict=False, default=0) % share:
             return batch
-        return strategy.place_batch(batch) if batch_rows(batch) % share == 0 else batch  # type: ignore[union-attr]
+        return strategy.place_batch(batch)  # type: ignore[union-attr]
 
     if accepts_mask(eval_step):
-        size = None
-        if share:  # the first batch's size, rounded up to split over the devices
-            size = -(-batch_rows(first_batch(ds)) // share) * share
-        data: Any = padded(ds, size)  # re-iterable as ds is
+        size = -(-infer_batch_size(first_batch(ds), strict=False, default=0) // share) * share if share else None
+        data: Any = MaskedBatches(ds, batch_size_fn=batch_size_fn, batch_size=size)  # re-iterable as ds is
 
-        def test_step(state: Any, batch: Any) -> Logs:  # batch: a (batch, mask) pair
-            batch, mask = place(batch)
+        def test_step(state: Any, batch: Any, mask: Any = None) -> Logs:
+            batch, mask = place((batch, mask))
             return Logs().add_metrics(eval_entries(_call_eval(eval_step, name, state, batch, mask=mask)))
-
-        size_fn: Any = _real_rows
     else:
-        data, size_fn = ds, batch_size_fn
+        data = ds
 
-        def test_step(state: Any, batch: Any) -> Logs:
+        def test_step(state: Any, batch: Any) -> Logs:  # type: ignore[misc]
             return Logs().add_metrics(eval_entries(_call_eval(eval_step, name, state, place(batch))))
 
     def evaluate(state: Any) -> Any:
-        return _named.test_loop(state, data, {"on_test_step": test_step}, nan_policy="ignore", batch_size_fn=size_fn)
+        return _named.test_loop(state, data, {"on_test_step": test_step}, nan_policy="ignore", batch_size_fn=batch_size_fn)
 
     return inner_loop(name, evaluate, aggregation=_named.DEFAULT_TEST_AGGREGATION)
 
@@ -506,11 +504,6 @@ def _check_eval_signature(eval_step: Any) -> None:
                 fix="swap the two parameters: def eval_step(state, batch)",
             )
         )
-
-
-def _real_rows(batch: Any) -> int:
-    """The weight of a padded ``(batch, mask)`` item: its real rows (a host numpy mask)."""
-    return int(batch[1].sum())
 
 
 def _unranked_save(ckpt: Any) -> Callable[[Any], None]:

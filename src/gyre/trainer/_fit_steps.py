@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.core._train_state import TrainState
@@ -311,7 +312,7 @@ def check_split(strategy: Strategy, train_ds: Any) -> None:
         return
     items = enumerate(train_ds) if isinstance(train_ds, (list, tuple)) else [(0, first_batch(train_ds))]
     for index, batch in items:
-        rows = batch_rows(batch)
+        rows = infer_batch_size(batch, strict=False, default=0)
         if rows % share:
             lower, upper = rows - rows % share, rows + share - rows % share
             raise ValueError(
@@ -335,15 +336,3 @@ def _learning_rate(opt_state: Any) -> Any:
     from gyre.config._optim import learning_rate_of
 
     return learning_rate_of(opt_state)
-
-
-def batch_rows(batch: Any) -> int:
-    """A batch's leading dimension (its first array leaf's; 0 without one), from shapes.
-
-    Example:
-        >>> import numpy as np
-        >>> batch_rows((np.zeros((5, 2)), np.zeros(5))), batch_rows({})
-        (5, 0)
-    """
-    sizes = [np.shape(x)[0] for x in jax.tree_util.tree_leaves(batch) if np.ndim(x) >= 1]
-    return sizes[0] if sizes else 0

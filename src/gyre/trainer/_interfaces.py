@@ -56,16 +56,13 @@ def _own_config_class(cls: type) -> type | None:
     if any(vars(base).get("config_class") is found for base in cls.__mro__[1:]):
         return None  # a copy of a registered class (flax's nn.vmap, nn.remat): its config is the original's
     if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
-        raise TypeError(
-            explain(
-                f"the model {cls.__name__}'s config must be a dataclass",
-                expected="config_class = MyModelConfig (or config: MyModelConfig), a @dataclass of the model's keys",
-                received=describe(found),
-                fix=f"decorate the config class with @dataclasses.dataclass and set config_class = it (an "
-                f"annotation that is a string cannot always be resolved), or derive {cls.__name__} from "
-                "nnx.Module / linen.Module and register it with @gyre.config.register_model",
-            )
-        )
+        raise TypeError(explain(
+            f"the model {cls.__name__}'s config must be a dataclass",
+            expected="config_class = MyModelConfig (or config: MyModelConfig), a @dataclass of the model's keys",
+            received=describe(found),
+            fix=f"decorate the config class with @dataclasses.dataclass and set config_class = it (an "
+            f"annotation that is a string cannot always be resolved), or derive {cls.__name__} from "
+            "nnx.Module / linen.Module and register it with @gyre.config.register_model"))
     return found
 
 

@@ -89,10 +89,8 @@ class Logger:
         if not isinstance(config, LoggerConfig):
             raise TypeError(explain(
                 "Logger takes a LoggerConfig",
-                expected="gyre.config.LoggerConfig(...) or its mapping",
-                received=describe(config),
-                fix="Logger(LoggerConfig(log_steps_every=50, tool_config=TensorboardConfig()), full_config)",
-            ))
+                expected="gyre.config.LoggerConfig(...) or its mapping", received=describe(config),
+                fix="Logger(LoggerConfig(log_steps_every=50, tool_config=TensorboardConfig()), full_config)"))
         self.config = config
         self.full_config = full_config
         tool = config.tool_config if config.tool_config is not None else TensorboardConfig()
@@ -151,10 +149,8 @@ class Logger:
         if not isinstance(mode, str) or not _MODE.match(mode):
             raise LoggingModeError(explain(
                 "Logger.start_epoch: unknown logging mode",
-                expected="'train', or a lowercase name starting with 'val' or 'test'",
-                received=describe(mode),
-                fix="logger.start_epoch(epoch, mode='val')",
-            ))
+                expected="'train', or a lowercase name starting with 'val' or 'test'", received=describe(mode),
+                fix="logger.start_epoch(epoch, mode='val')"))
         self.logging_mode = mode
         self.epoch_idx = epoch
         self._reset_epoch_metrics()
@@ -224,10 +220,8 @@ class Logger:
         if not isinstance(filename, str) or not filename or os.sep in filename:
             raise ValueError(explain(
                 "Logger.save_metrics: the file's name",
-                expected="a name without folders or suffix, e.g. 'val_best'",
-                received=describe(filename),
-                fix="logger.save_metrics('val_best', metrics)",
-            ))
+                expected="a name without folders or suffix, e.g. 'val_best'", received=describe(filename),
+                fix="logger.save_metrics('val_best', metrics)"))
         kept = {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool))}
         folder = os.path.join(self.log_dir, "metrics")
         os.makedirs(folder, exist_ok=True)

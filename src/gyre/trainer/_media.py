@@ -24,23 +24,15 @@ def figure_image(figure: Any) -> np.ndarray:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as err:
-        raise ImportError(
-            explain(
-                "log_figure needs matplotlib, which is not installed",
-                expected="matplotlib importable (the extra gyre[plot])",
-                received=f"{type(err).__name__}: {err}",
-                fix="pip install 'gyre[plot]'",
-            )
-        ) from err
+        raise ImportError(explain(
+            "log_figure needs matplotlib, which is not installed",
+            expected="matplotlib importable (the extra gyre[plot])", received=f"{type(err).__name__}: {err}",
+            fix="pip install 'gyre[plot]'")) from err
     if not isinstance(figure, Figure):
-        raise TypeError(
-            explain(
-                "log_figure takes a matplotlib figure",
-                expected="a matplotlib.figure.Figure (plt.figure(), fig of plt.subplots())",
-                received=describe(figure),
-                fix="pass the figure, e.g. fig, ax = plt.subplots(); ...; trainer.log_figure('name', fig)",
-            )
-        )
+        raise TypeError(explain(
+            "log_figure takes a matplotlib figure",
+            expected="a matplotlib.figure.Figure (plt.figure(), fig of plt.subplots())", received=describe(figure),
+            fix="pass the figure, e.g. fig, ax = plt.subplots(); ...; trainer.log_figure('name', fig)"))
     canvas = FigureCanvasAgg(figure)
     canvas.draw()
     return np.array(canvas.buffer_rgba(), dtype=np.uint8)[..., :3]
@@ -49,35 +41,24 @@ def figure_image(figure: Any) -> np.ndarray:
 def _embedding_arrays(encodings: Any, metadata: Any, images: Any) -> tuple[np.ndarray, list[str] | None, Any]:
     vectors = np.asarray(encodings)
     if vectors.ndim != 2 or not np.issubdtype(vectors.dtype, np.number) or len(vectors) == 0:
-        raise ValueError(
-            explain(
-                "log_embedding takes one vector per point",
-                expected="encodings of shape (points, dimensions), numbers",
-                received=describe(encodings) + (f" of shape {vectors.shape}" if hasattr(vectors, "shape") else ""),
-                fix="pass features.reshape(len(features), -1)",
-            )
-        )
+        raise ValueError(explain(
+            "log_embedding takes one vector per point",
+            expected="encodings of shape (points, dimensions), numbers",
+            received=describe(encodings) + (f" of shape {vectors.shape}" if hasattr(vectors, "shape") else ""),
+            fix="pass features.reshape(len(features), -1)"))
     labels = None if metadata is None else [str(m) for m in np.asarray(metadata).reshape(-1)]
     if labels is not None and len(labels) != len(vectors):
-        raise ValueError(
-            explain(
-                "log_embedding's metadata must label each point",
-                expected=f"{len(vectors)} labels (one per encoding)",
-                received=f"{len(labels)} labels",
-                fix="pass metadata=labels of the same examples as the encodings",
-            )
-        )
+        raise ValueError(explain(
+            "log_embedding's metadata must label each point",
+            expected=f"{len(vectors)} labels (one per encoding)", received=f"{len(labels)} labels",
+            fix="pass metadata=labels of the same examples as the encodings"))
     if images is not None:
         images = np.asarray(images)
         if images.ndim != 4 or len(images) != len(vectors):
-            raise ValueError(
-                explain(
-                    "log_embedding's images must picture each point",
-                    expected=f"an array of shape ({len(vectors)}, height, width, channels)",
-                    received=f"shape {images.shape}",
-                    fix="pass images=batch.input[:n] for the n encoded examples (NHWC)",
-                )
-            )
+            raise ValueError(explain(
+                "log_embedding's images must picture each point",
+                expected=f"an array of shape ({len(vectors)}, height, width, channels)",
+                received=f"shape {images.shape}", fix="pass images=batch.input[:n] for the n encoded examples (NHWC)"))
     return vectors, labels, images
 
 

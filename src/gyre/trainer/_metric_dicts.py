@@ -55,10 +55,8 @@ def _fold(
     if mode is LogMetricMode.CONCAT:
         raise ValueError(explain(
             f"update_metrics: metric {spec.name!r} has mode CONCAT",
-            expected="MEAN, SUM, SINGLE, MAX, MIN or STD (the fork's modes)",
-            received="LogMetricMode.CONCAT",
-            fix="log it through a TrainerModule, which keeps CONCAT metrics for callbacks",
-        ))
+            expected="MEAN, SUM, SINGLE, MAX, MIN or STD (the fork's modes)", received="LogMetricMode.CONCAT",
+            fix="log it through a TrainerModule, which keeps CONCAT metrics for callbacks"))
     fresh = entry is None
     entry = {"value": 0.0, "count": 0} if fresh else dict(entry)
     if mode is LogMetricMode.MEAN:
@@ -118,9 +116,7 @@ def _monoid(key: str, entry: Any) -> Metric:
         raise ValueError(explain(
             f"get_metrics: entry {key!r} is not a metric entry",
             expected="a dict with 'value', 'count' and 'mode' (as update_metrics makes them)",
-            received=describe(entry),
-            fix="build the entries with update_metrics",
-        ))
+            received=describe(entry), fix="build the entries with update_metrics"))
     mode = MetricSpec(key, entry["mode"]).mode
     value, count = jnp.asarray(entry["value"], jnp.float32), jnp.asarray(entry["count"], jnp.float32)
     if mode is LogMetricMode.MEAN:

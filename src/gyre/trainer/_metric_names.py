@@ -44,15 +44,11 @@ _FREQ_MODES = {"step": {LogFreq.STEP, LogFreq.ANY}, "epoch": {LogFreq.EPOCH, Log
 
 
 def _missing(key: str, what: str) -> ExplainedKeyError:
-    return ExplainedKeyError(
-        explain(
-            f"metric {key!r} has no {what}",
-            expected=f"a {what} for every metric of the accumulator",
-            received=f"none for {key!r}",
-            fix="return the same metrics at every step of a phase (a metric that only some "
-            "steps have: give it 'count': 0 on the others)",
-        )
-    )
+    return ExplainedKeyError(explain(
+        f"metric {key!r} has no {what}",
+        expected=f"a {what} for every metric of the accumulator", received=f"none for {key!r}",
+        fix="return the same metrics at every step of a phase (a metric that only some "
+        "steps have: give it 'count': 0 on the others)"))
 
 
 # -- names and routing ---------------------------------------------------------------------------
@@ -60,23 +56,15 @@ def _missing(key: str, what: str) -> ExplainedKeyError:
 
 def _phase_freq(phase: Any, freq: Any) -> None:
     if phase not in PHASES or freq not in FREQS:
-        raise ValueError(
-            explain(
-                f"unknown phase {phase!r} or frequency {freq!r}",
-                expected=f"phase in {PHASES} and freq in {FREQS}",
-                received=f"phase={describe(phase)}, freq={describe(freq)}",
-                fix="e.g. metric_names(specs, 'val', 'epoch')",
-            )
-        )
+        raise ValueError(explain(
+            f"unknown phase {phase!r} or frequency {freq!r}",
+            expected=f"phase in {PHASES} and freq in {FREQS}",
+            received=f"phase={describe(phase)}, freq={describe(freq)}", fix="e.g. metric_names(specs, 'val', 'epoch')"))
     if phase != "train" and freq == "step":
-        raise ValueError(
-            explain(
-                f"{phase} metrics are logged once per evaluation, not per step",
-                expected="freq='epoch' for the phases 'val' and 'test'",
-                received=f"phase={phase!r}, freq='step'",
-                fix=f"metric_names(specs, {phase!r}, 'epoch')",
-            )
-        )
+        raise ValueError(explain(
+            f"{phase} metrics are logged once per evaluation, not per step",
+            expected="freq='epoch' for the phases 'val' and 'test'", received=f"phase={phase!r}, freq='step'",
+            fix=f"metric_names(specs, {phase!r}, 'epoch')"))
 
 
 def logged_name(key: str, phase: str, freq: str = "epoch") -> str:
@@ -116,15 +104,11 @@ def metric_names(
         name = logged_name(key, phase, freq)
         if name == reserved or name in owner:
             other = "the epoch's duration" if name == reserved else f"metric {owner[name]!r}"
-            raise ValueError(
-                explain(
-                    f"metric {key!r} would be logged as {name!r}, the name of {other}",
-                    expected="one name per metric in a phase",
-                    received=f"{key!r} -> {name!r}",
-                    fix=f"rename metric {key!r}, or give it a log_mode that keeps it out of "
-                    f"the {phase} phase",
-                )
-            )
+            raise ValueError(explain(
+                f"metric {key!r} would be logged as {name!r}, the name of {other}",
+                expected="one name per metric in a phase", received=f"{key!r} -> {name!r}",
+                fix=f"rename metric {key!r}, or give it a log_mode that keeps it out of "
+                f"the {phase} phase"))
         owner[name] = key
         names[key] = name
     return names
@@ -192,21 +176,13 @@ def add_time(metrics: Mapping[str, Any], phase: str, seconds: float) -> dict[str
     """
     name = time_name(phase)
     if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
-        raise TypeError(
-            explain(
-                f"{name} must be a host number of seconds",
-                expected="a float such as time.perf_counter() - start",
-                received=describe(seconds),
-                fix="measure the time on the host with time.perf_counter()",
-            )
-        )
+        raise TypeError(explain(
+            f"{name} must be a host number of seconds",
+            expected="a float such as time.perf_counter() - start", received=describe(seconds),
+            fix="measure the time on the host with time.perf_counter()"))
     if name in metrics:
-        raise ValueError(
-            explain(
-                f"{name!r} is already a metric",
-                expected=f"no metric named {name!r} (it is the phase's duration)",
-                received=f"the metrics {', '.join(map(repr, metrics))}",
-                fix="rename that metric",
-            )
-        )
+        raise ValueError(explain(
+            f"{name!r} is already a metric",
+            expected=f"no metric named {name!r} (it is the phase's duration)",
+            received=f"the metrics {', '.join(map(repr, metrics))}", fix="rename that metric"))
     return {**metrics, name: float(seconds)}

@@ -59,14 +59,9 @@ class ModelCheckpoint(Callback):
         check_name(monitor, "ModelCheckpoint's monitor must name a validation metric", "'val/loss' or 'val/acc'",
                    "monitor: val/acc")
         if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < 1:
-            raise ValueError(
-                explain(
-                    "ModelCheckpoint's save_top_k must be a whole number >= 1",
-                    expected="save_top_k: 1 (the best model) or more",
-                    received=describe(save_top_k),
-                    fix="save_top_k: 1",
-                )
-            )
+            raise ValueError(explain(
+                "ModelCheckpoint's save_top_k must be a whole number >= 1",
+                expected="save_top_k: 1 (the best model) or more", received=describe(save_top_k), fix="save_top_k: 1"))
         self.monitor, self.mode, self.save_top_k = monitor, monitor_mode("ModelCheckpoint", monitor, mode), save_top_k
         self.save_optimizer_state = save_optimizer_state
         self.ranked: list[tuple[float, int]] = []  # (value, step), best first
@@ -205,14 +200,10 @@ def _find(path: str | os.PathLike[str]) -> tuple[Path, int | None]:
         return p.parent, int(p.name)
     if p.is_dir():
         return p, None
-    raise FileNotFoundError(
-        explain(
-            "load_from_checkpoint found no checkpoint there",
-            expected="a run folder (holding checkpoints/), a checkpoints folder, or one step's folder",
-            received=str(p),
-            fix="pass the run folder that train_model wrote (trainer.log_dir)",
-        )
-    )
+    raise FileNotFoundError(explain(
+        "load_from_checkpoint found no checkpoint there",
+        expected="a run folder (holding checkpoints/), a checkpoints folder, or one step's folder", received=str(p),
+        fix="pass the run folder that train_model wrote (trainer.log_dir)"))
 
 
 def load_trainer(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any = None, **given: Any) -> Any:
@@ -224,14 +215,10 @@ def load_trainer(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any = N
     if step is None:
         steps = store.steps()
         if not steps:
-            raise FileNotFoundError(
-                explain(
-                    "load_from_checkpoint found no model checkpoint",
-                    expected="a folder written by ModelCheckpoint",
-                    received=f"{folder} holding no step",
-                    fix="train with a ModelCheckpoint callback, or pass a run folder that has one",
-                )
-            )
+            raise FileNotFoundError(explain(
+                "load_from_checkpoint found no model checkpoint",
+                expected="a folder written by ModelCheckpoint", received=f"{folder} holding no step",
+                fix="train with a ModelCheckpoint callback, or pass a run folder that has one"))
         mode = "min" if store.read_record(steps[-1]).get("meta", {}).get("mode") == "min" else "max"
         scores = {s: score(mode, store.read_record(s).get("meta", {}).get("value")) for s in steps}
         step = max(scores, key=scores.__getitem__) if max(scores.values()) > -math.inf else max(steps)
@@ -260,14 +247,11 @@ def _rebuild(cls: type, trainers: Any, config: dict[str, Any], given: dict[str, 
     trainer_cls = trainers.get(name) if isinstance(name, str) and name in trainers and cls.__name__ == "TrainerModule" else cls
     missing = [k for k in ("model", "optimizer") if config.get(k) is None and k not in given]
     if missing:
-        raise TypeError(
-            explain(
-                f"this checkpoint cannot rebuild the trainer's {' and '.join(missing)}",
-                expected="a trainer built from config sections (model_config=, optimizer_config= or a YAML "
-                "config), whose sections the checkpoint stores",
-                received=f"a checkpoint of a trainer given {' and '.join(f'{k}=<object>' for k in missing)} directly",
-                fix="pass them again: load_from_checkpoint(path, "
-                + ", ".join(f"{k}=..." for k in missing) + ")",
-            )
-        )
+        raise TypeError(explain(
+            f"this checkpoint cannot rebuild the trainer's {' and '.join(missing)}",
+            expected="a trainer built from config sections (model_config=, optimizer_config= or a YAML "
+            "config), whose sections the checkpoint stores",
+            received=f"a checkpoint of a trainer given {' and '.join(f'{k}=<object>' for k in missing)} directly",
+            fix="pass them again: load_from_checkpoint(path, "
+            + ", ".join(f"{k}=..." for k in missing) + ")"))
     return trainer_cls(config.get("trainer"), config.get("model"), config.get("optimizer"), **given)

@@ -114,14 +114,10 @@ def _member(enum_cls: type[_NamedEnum], value: Any, *, problem: str, fix_example
             pass
     names = [m.value for m in enum_cls]
     hint = suggest(value.lower(), names) if isinstance(value, str) else ""
-    raise ValueError(
-        explain(
-            problem + hint,
-            expected=f"a {enum_cls.__name__} or one of the names {', '.join(map(repr, names))}",
-            received=describe(value),
-            fix=fix_example,
-        )
-    )
+    raise ValueError(explain(
+        problem + hint,
+        expected=f"a {enum_cls.__name__} or one of the names {', '.join(map(repr, names))}", received=describe(value),
+        fix=fix_example))
 
 
 @dataclass(frozen=True)
@@ -145,14 +141,10 @@ class MetricSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise TypeError(
-                explain(
-                    "a metric's name must be a non-empty str",
-                    expected="a name such as 'loss' or 'val/top5'",
-                    received=describe(self.name),
-                    fix="name the metric with a str key in the metrics dict",
-                )
-            )
+            raise TypeError(explain(
+                "a metric's name must be a non-empty str",
+                expected="a name such as 'loss' or 'val/top5'", received=describe(self.name),
+                fix="name the metric with a str key in the metrics dict"))
         for option, enum_cls in _ENUMS.items():
             value = _member(
                 enum_cls, getattr(self, option),
@@ -173,16 +165,13 @@ def _is_numeric(value: Any) -> bool:
 
 
 def _bad_value(where: str, key: str, value: Any, what: str = "value") -> TypeError:
-    return TypeError(
-        explain(
-            f"{where}: the {what} of metric {key!r} is not a number",
-            expected="a number or a 0-d numeric array"
-            if what == "count" else "a number or an array of numbers (bool, int or float)",
-            received=describe(value),
-            fix=f"return a number or an array for {key!r}, e.g. {{{key!r}: jnp.mean(x)}}"
-            if what == "value" else "pass the number of examples, e.g. 'count': batch_size",
-        )
-    )
+    return TypeError(explain(
+        f"{where}: the {what} of metric {key!r} is not a number",
+        expected="a number or a 0-d numeric array"
+        if what == "count" else "a number or an array of numbers (bool, int or float)",
+        received=describe(value),
+        fix=f"return a number or an array for {key!r}, e.g. {{{key!r}: jnp.mean(x)}}"
+        if what == "value" else "pass the number of examples, e.g. 'count': batch_size"))
 
 
 def _options(where: str, key: str, entry: Mapping[Any, Any]) -> dict[str, Any]:
@@ -193,25 +182,18 @@ def _options(where: str, key: str, entry: Mapping[Any, Any]) -> dict[str, Any]:
         fix = "remove it" if not isinstance(option, str) else f"remove {option!r}"
         if option == "value2":
             fix = "remove 'value2': gyre's STD is exact from the values alone"
-        raise ValueError(
-            explain(
-                f"{where}: metric {key!r} has an unknown option {option!r}."
-                + (suggest(option, OPTIONS) if isinstance(option, str) else ""),
-                expected=f"options among {', '.join(map(repr, OPTIONS))}",
-                received=f"the options {', '.join(map(repr, entry))}",
-                fix=fix,
-            )
-        )
+        raise ValueError(explain(
+            f"{where}: metric {key!r} has an unknown option {option!r}."
+            + (suggest(option, OPTIONS) if isinstance(option, str) else ""),
+            expected=f"options among {', '.join(map(repr, OPTIONS))}",
+            received=f"the options {', '.join(map(repr, entry))}", fix=fix))
     if "value" not in entry:
-        raise ValueError(
-            explain(
-                f"{where}: metric {key!r} is an options dict without a 'value'",
-                expected="{'value': v, 'mode': ..., 'log_freq': ..., 'log_mode': ..., 'count': ...}"
-                " (every key but 'value' optional)",
-                received=f"the options {', '.join(map(repr, entry)) or '(none)'}",
-                fix=f"add the metric's value: {{{key!r}: {{'value': v, ...}}}}",
-            )
-        )
+        raise ValueError(explain(
+            f"{where}: metric {key!r} is an options dict without a 'value'",
+            expected="{'value': v, 'mode': ..., 'log_freq': ..., 'log_mode': ..., 'count': ...}"
+            " (every key but 'value' optional)",
+            received=f"the options {', '.join(map(repr, entry)) or '(none)'}",
+            fix=f"add the metric's value: {{{key!r}: {{'value': v, ...}}}}"))
     return dict(entry)
 
 
@@ -236,26 +218,18 @@ def parse_metrics(
             ``"value"``, a count that is not a single number.
     """
     if not isinstance(out, Mapping):
-        raise TypeError(
-            explain(
-                f"{where}: the metrics must be a dict",
-                expected="a dict from names to values or options dicts, e.g. {'acc': acc}",
-                received=describe(out),
-                fix="return the metrics as a dict",
-            )
-        )
+        raise TypeError(explain(
+            f"{where}: the metrics must be a dict",
+            expected="a dict from names to values or options dicts, e.g. {'acc': acc}", received=describe(out),
+            fix="return the metrics as a dict"))
     specs: dict[str, MetricSpec] = {}
     values: dict[str, tuple[Any, Any | None]] = {}
     for key, entry in out.items():
         if not isinstance(key, str) or not key:
-            raise TypeError(
-                explain(
-                    f"{where}: a metric's name must be a non-empty str",
-                    expected="str keys such as 'acc' or 'val/top5'",
-                    received=describe(key),
-                    fix="name every metric with a str",
-                )
-            )
+            raise TypeError(explain(
+                f"{where}: a metric's name must be a non-empty str",
+                expected="str keys such as 'acc' or 'val/top5'", received=describe(key),
+                fix="name every metric with a str"))
         options = _options(where, key, entry) if isinstance(entry, Mapping) else {"value": entry}
         value, count = options["value"], options.get("count")
         if not _is_numeric(value):
@@ -264,14 +238,11 @@ def parse_metrics(
             if not _is_numeric(count):
                 raise _bad_value(where, key, count, "count")
             if getattr(count, "shape", ()) != ():
-                raise ValueError(
-                    explain(
-                        f"{where}: the count of metric {key!r} must be one number",
-                        expected="a number or a 0-d array: how many examples the value stands for",
-                        received=f"a count of shape {count.shape}",
-                        fix="pass the step's total weight, e.g. 'count': mask.sum()",
-                    )
-                )
+                raise ValueError(explain(
+                    f"{where}: the count of metric {key!r} must be one number",
+                    expected="a number or a 0-d array: how many examples the value stands for",
+                    received=f"a count of shape {count.shape}",
+                    fix="pass the step's total weight, e.g. 'count': mask.sum()"))
         chosen = {}
         for option, enum_cls in _ENUMS.items():
             if option in options:

@@ -178,27 +178,21 @@ class GradientSpikeMonitor(Callback):
         for key in (self.metric, f"train/{self.metric}_step", f"train/{self.metric}"):
             if key in step_metrics:
                 if np.shape(step_metrics[key]) != ():  # metadata only: no read
-                    raise ValueError(
-                        explain(
-                            f"GradientSpikeMonitor: the step metric {key!r} is not one number",
-                            expected="a scalar gradient norm per step",
-                            received=f"{describe(step_metrics[key])} of shape "
-                            f"{np.shape(step_metrics[key])}",
-                            fix="log the global norm (optax.global_norm(grads)) under "
-                            f"{self.metric!r}, or set metric= to the name of a scalar",
-                        )
-                    )
+                    raise ValueError(explain(
+                        f"GradientSpikeMonitor: the step metric {key!r} is not one number",
+                        expected="a scalar gradient norm per step",
+                        received=f"{describe(step_metrics[key])} of shape "
+                        f"{np.shape(step_metrics[key])}",
+                        fix="log the global norm (optax.global_norm(grads)) under "
+                        f"{self.metric!r}, or set metric= to the name of a scalar"))
                 return key
-        raise ExplainedKeyError(
-            explain(
-                f"GradientSpikeMonitor needs the step metric {self.metric!r}, which was not logged",
-                expected=f"{self.metric!r} in the step metrics (the trainer logs the gradient "
-                "norm when log_grad_norm is on)",
-                received=f"step metrics {sorted(step_metrics)}",
-                fix="set log_grad_norm: true in the trainer's config, or set metric= to the "
-                "name of the metric holding the gradient norm",
-            )
-        )
+        raise ExplainedKeyError(explain(
+            f"GradientSpikeMonitor needs the step metric {self.metric!r}, which was not logged",
+            expected=f"{self.metric!r} in the step metrics (the trainer logs the gradient "
+            "norm when log_grad_norm is on)",
+            received=f"step metrics {sorted(step_metrics)}",
+            fix="set log_grad_norm: true in the trainer's config, or set metric= to the "
+            "name of the metric holding the gradient norm"))
 
     def on_training_step(self, step_metrics: dict[str, Any], epoch_idx: int, global_step: int) -> None:
         """Updates the EMA and the spike count on the device, one compiled call (see the class)."""

@@ -21,10 +21,8 @@ def _module(module: Any, who: str) -> Any:
     if not isinstance(module, nnx.Module):
         raise TypeError(explain(
             f"{who} takes a flax nnx module",
-            expected="an nnx.Module (e.g. nnx.Linear(2, 3, rngs=nnx.Rngs(0)))",
-            received=describe(module),
-            fix="pass the model object; for linen parameters use gyre.trainer's count of a params pytree",
-        ))
+            expected="an nnx.Module (e.g. nnx.Linear(2, 3, rngs=nnx.Rngs(0)))", received=describe(module),
+            fix="pass the model object; for linen parameters use gyre.trainer's count of a params pytree"))
     return nnx
 
 

@@ -50,10 +50,8 @@ class ToolLoggerInterface:
         if not isinstance(writer, Writer):
             raise TypeError(explain(
                 "ToolLoggerInterface writes through a gyre writer",
-                expected="a gyre.loggers.Writer (TensorBoardWriter, WandbWriter, ...)",
-                received=describe(writer),
-                fix="build one from a tool_config section: gyre.config.build_tool_writer(section, log_dir=...)",
-            ))
+                expected="a gyre.loggers.Writer (TensorBoardWriter, WandbWriter, ...)", received=describe(writer),
+                fix="build one from a tool_config section: gyre.config.build_tool_writer(section, log_dir=...)"))
         self.writer = writer
         self.config = config
 

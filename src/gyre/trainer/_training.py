@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 
 from gyre.core._errors import describe, explain, warn
-from gyre.data._padding import padded
 from gyre.data._source import refuse_sources
+from gyre.engine._masked import MaskedBatches
 from gyre.trainer._data import EpochStream, epoch_length, is_iterator
 from gyre.trainer._epoch_schedules import periodic
 from gyre.trainer._metrics import ConcatCollector, MetricAccumulator, metric_names
@@ -213,9 +213,9 @@ def evaluate(trainer: Any, loader: Any, mode: str, state: Any) -> dict[str, Any]
     single = strategy.mesh is None  # jit takes numpy batches as they are, faster than placing them
     run = _compiled(trainer, "eval", trainer._builder.eval_step())
     masked = trainer._builder.accepts_mask()
-    items = padded(loader) if masked else ((batch, None) for batch in loader)
     acc = collector = None
-    for batch, mask in items:
+    for item in MaskedBatches(loader) if masked else loader:  # the engine's padded evaluation
+        batch, mask = (item.batch, item.mask) if masked else (item, None)
         if acc is None:
             specs, empty = _eval_start(trainer, state, batch, mask)
             acc, collector = empty, ConcatCollector(specs)
@@ -224,7 +224,7 @@ def evaluate(trainer: Any, loader: Any, mode: str, state: Any) -> dict[str, Any]
             acc, concat = run(state, acc, args[0])
         else:
             acc, concat = run(state, acc, *args)
-            real = int(mask.sum())  # a host numpy mask: no device read
+            real = item.rows  # counted on the host: no device read
             if real < len(mask):
                 concat = {k: v[:real] if jnp.ndim(v) and jnp.shape(v)[0] == len(mask) else v for k, v in concat.items()}
         collector.add(concat)

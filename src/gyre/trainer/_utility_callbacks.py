@@ -284,28 +284,20 @@ def read_metric(owner: str, metrics: dict[str, Any], monitor: str, epoch_idx: in
     """The validation metric ``owner`` monitors as a float (one host read), or a clear error."""
     if monitor not in metrics:
         keys = sorted(map(str, metrics))
-        raise ExplainedKeyError(
-            explain(
-                f"{owner} monitors {monitor!r}, which was not logged in the validation of "
-                f"epoch {epoch_idx}." + suggest(monitor, keys),
-                expected=f"{monitor!r} among the validation metrics",
-                received=f"keys {keys}",
-                fix="set monitor= to one of those keys (validation metrics are named "
-                "'val/<name>'), or log the metric in the loss function",
-            )
-        )
+        raise ExplainedKeyError(explain(
+            f"{owner} monitors {monitor!r}, which was not logged in the validation of "
+            f"epoch {epoch_idx}." + suggest(monitor, keys),
+            expected=f"{monitor!r} among the validation metrics", received=f"keys {keys}",
+            fix="set monitor= to one of those keys (validation metrics are named "
+            "'val/<name>'), or log the metric in the loss function"))
     value = metrics[monitor]
     shape = tuple(np.shape(value))  # metadata: no read
     dtype = float if isinstance(value, numbers.Real) else getattr(value, "dtype", object)
     if isinstance(value, bool) or math.prod(shape) != 1 or not numeric_dtype(dtype) or np.dtype(dtype).kind == "b":
-        raise ValueError(
-            explain(
-                f"{owner} monitors {monitor!r}, which is not one number",
-                expected="a scalar validation metric, e.g. a mean loss or an accuracy",
-                received=f"{describe(value)} of shape {shape}",
-                fix="monitor a scalar metric",
-            )
-        )
+        raise ValueError(explain(
+            f"{owner} monitors {monitor!r}, which is not one number",
+            expected="a scalar validation metric, e.g. a mean loss or an accuracy",
+            received=f"{describe(value)} of shape {shape}", fix="monitor a scalar metric"))
     return float(np.reshape(fetch(value), ()))
 
 
