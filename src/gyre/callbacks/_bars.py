@@ -267,9 +267,8 @@ def _check_tqdm_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
         if name in taken:
             raise TypeError(explain(
                 f"tqdm_bar sets tqdm's {name!r} itself",
-                expected="tqdm options other than iterable and initial (the bar is "
-                "called by the loop, and starts where the loop's clock does)",
-                received=f"{name}={describe(kwargs[name])}",
+                expected="tqdm options other than iterable and initial (the bar is called by the loop, and starts "
+                "where the loop's clock does)", received=f"{name}={describe(kwargs[name])}",
                 fix=f"remove {name}=; to continue a run, pass the loop its elapsed="))
         if name not in accepted:
             raise TypeError(explain(

@@ -85,9 +85,8 @@ def monitor_mode(owner: str, monitor: str | None, mode: Any, *, strict: bool = T
             f"{owner}: mode {mode!r} on {monitor!r} keeps the {kept} value, but its name says mode "
             f"{implied!r} ({better} is better)",
             expected=f"mode: {implied} for {monitor} (or leave mode out: it is taken from the name)",
-            received=f"mode: {mode}",
-            fix=f"set mode: {implied}; if {kept.replace('est', 'er')} really is better for this "
-            "metric, log it under a name that says so"))
+            received=f"mode: {mode}", fix=f"set mode: {implied}; if {kept.replace('est', 'er')} really is better for "
+            "this metric, log it under a name that says so"))
     return mode
 
 
