@@ -57,8 +57,8 @@ def check_keep(keep: Any, keep_best: Any, monitor: Any) -> tuple[int, int]:
         raise ValueError(explain(
             "checkpoint's keep_best needs a monitored value to rank checkpoints by",
             expected="keep_best=2 together with monitor='loss_test' (and mode=)",
-            received=f"keep_best={best} without monitor=",
-            fix="gyre.checkpoint(directory, keep_best=2, monitor='loss_test', mode='min'), or leave keep_best=0"))
+            received=f"keep_best={best} without monitor=", fix="gyre.checkpoint(directory, keep_best=2, "
+            "monitor='loss_test', mode='min'), or leave keep_best=0"))
     return kept, best
 
 

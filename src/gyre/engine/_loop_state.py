@@ -276,8 +276,8 @@ def _merge_other(first: Any, second: Any, logs: Logs, invoker: Invoker) -> None:
         raise TypeError(explain(
             f"callback {invoker.name} returned a pair whose first value is not logs",
             expected="(logs, state) with logs a gyre.Logs, a dict of collections, or None",
-            received=f"({describe(first)}, ...)",
-            fix="return (gyre.logs().add_metric(...), state); if your state is itself a pair, return (None, state)"))
+            received=f"({describe(first)}, ...)", fix="return (gyre.logs().add_metric(...), state); if your state "
+            "is itself a pair, return (None, state)"))
     logs.merge(first)
 
 
