@@ -341,17 +341,15 @@ class CompiledOnceCheck(CompilationCounter):
                 expected="one compilation, at the first call",
                 received="none: it was compiled before the block (an earlier call with the "
                 "same argument types), or it does not compile (run eagerly)",
-                fix="check a fresh function, or, to check that an already compiled function "
-                "does not compile again, assert `.count == 0` on "
-                "gyre.testing.count_compilations()"))
+                fix="check a fresh function, or, to check that an already compiled function does not "
+                "compile again, assert `.count == 0` on gyre.testing.count_compilations()"))
         raise AssertionError(explain(
             f"{name} compiled {self.count} times in {self.calls} calls, expected once",
             expected="one compilation, at the first call, and none after",
             received=f"{self.count} compilations:\n" + self._explain_calls(),
-            fix="give every call the same shapes, dtypes, shardings and tree structure "
-            "(pad or drop a short last batch; keep Python scalars and static fields the "
-            "same), build the function once outside the loop, and run no new operation "
-            "eagerly inside it"))
+            fix="give every call the same shapes, dtypes, shardings and tree structure (pad or drop a short "
+            "last batch; keep Python scalars and static fields the same), build the function once outside "
+            "the loop, and run no new operation eagerly inside it"))
 
     def _explain_calls(self) -> str:
         by_call: dict[int, list[Compilation]] = {}

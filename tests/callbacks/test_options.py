@@ -5,7 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from gyre.callbacks._options import check_directory, check_flag, check_keep, check_monitor
+import gyre
+from gyre.callbacks._options import check_directory, check_keep, check_monitor
 
 
 def test_a_directory_is_made_absolute_and_may_not_exist_yet(tmp_path, monkeypatch):
@@ -53,9 +54,9 @@ def test_keep_best_needs_a_monitor():
 
 
 @pytest.mark.parametrize("value", [1, None, "yes"])
-def test_flags_are_booleans(value):
+def test_flags_are_booleans(value, tmp_path):
     with pytest.raises(TypeError) as info:
-        check_flag(value, "overwrite")
+        gyre.checkpoint(tmp_path, overwrite=value)
     assert str(info.value).splitlines()[0] == "checkpoint's overwrite must be True or False"
 
 

@@ -36,6 +36,8 @@ def test_whole_message_parts():
     ]
     with pytest.raises(TypeError, match="expected: e.g. 3"):
         whole("x", "n", expected="e.g. 3", error=TypeError)
+    with pytest.raises(ValueError, match=r"^Every's interval must be a positive whole number\n  expected: an int >= 1\n"):
+        whole(0, "Every's interval", minimum=1, problem="Every's interval must be a positive whole number")
 
 
 def test_real_bounds_and_text():
@@ -49,6 +51,8 @@ def test_real_bounds_and_text():
         real(1.5, "p", minimum=0, maximum=1)
     with pytest.raises(ValueError, match=r"every\(time=...\) must be a finite number of seconds > 0"):
         real(-1, "every(time=...)", above=0, unit="seconds")
+    with pytest.raises(ValueError, match=r"^interval must be a number of seconds >= 0\n  expected: a float >= 0\n"):
+        real(-1, "interval", minimum=0, problem="interval must be a number of seconds >= 0")
 
 
 def test_choice_names_the_options_and_the_closest():
@@ -67,6 +71,8 @@ def test_instance():
         instance(3, "name", str, none=True, kind="a string")
     with pytest.raises(TypeError, match="x must be a str or bytes"):
         instance(3, "x", (str, bytes))
+    with pytest.raises(TypeError, match=r"^save_snapshot takes a Snapshot\n  expected: a str\n  received: int 3"):
+        instance(3, "snapshot", str, problem="save_snapshot takes a Snapshot")
 
 
 def test_mapping_checks_string_keys_and_known_keys():

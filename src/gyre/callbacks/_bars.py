@@ -8,16 +8,15 @@ multi-process run only process 0 draws.
 from __future__ import annotations
 
 import inspect
-import math
-import numbers
 import os
 import sys
 import time
 from typing import IO, Any
 
 from gyre.callbacks._shown import BarValues, check_mode
+from gyre.core._checks import real, whole
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import describe, explain, suggest, whole_number
+from gyre.core._errors import describe, explain, suggest
 from gyre.core._logs import Logs
 from gyre.engine._tasks import ChunkSafe, LoopElement
 from gyre.parallel.distributed import is_main_process
@@ -29,74 +28,43 @@ def _check_total(total: Any) -> int | None:
     if isinstance(total, Period):  # ciclo's total=Period.create(steps=n) / gyre.at(n)
         if total.items() and all(name == "steps" for name, _ in total.items()):
             return total.steps
-        raise ValueError(
-            explain(
-                "a progress bar counts steps: its total must be a number of steps",
-                expected="total=1000 or total=gyre.at(steps=1000)",
-                received=f"total={total!r}",
-                fix="give the number of steps the loop will run (a bar by samples or time, "
-                "as ciclo's, is not drawn by gyre)",
-            )
-        )
-    return whole_number(
-        total,
-        minimum=1,
-        problem="a progress bar's total must be a number of steps >= 1 or None",
-        expected="total=1000 (the loop's stop), or None for a bar without an end",
-        fix="pass the number of steps the loop will run",
-    )
+        raise ValueError(explain(
+            "a progress bar counts steps: its total must be a number of steps",
+            expected="total=1000 or total=gyre.at(steps=1000)", received=f"total={total!r}",
+            fix="give the number of steps the loop will run (a bar by samples or time, "
+            "as ciclo's, is not drawn by gyre)"))
+    return whole(total, "total", minimum=1, problem="a progress bar's total must be a number of steps >= 1 or None",
+                 expected="total=1000 (the loop's stop), or None for a bar without an end",
+                 fix="pass the number of steps the loop will run")
 
 
 def _check_width(width: Any) -> int:
-    return whole_number(
-        width,
-        minimum=1,
-        problem="keras_bar's width must be a number of characters >= 1",
-        expected="width=30 (the characters between the brackets)",
-        fix="pass width as an int, e.g. width=30",
-    )
+    return whole(width, "width", minimum=1, problem="keras_bar's width must be a number of characters >= 1",
+                 expected="width=30 (the characters between the brackets)", fix="pass width as an int, e.g. width=30")
 
 
 def _check_interval(interval: Any, *, owner: str, optional: bool) -> float | None:
-    if interval is None and optional:
-        return None
-    good = isinstance(interval, numbers.Real) and not isinstance(interval, bool)
-    if good and math.isfinite(interval) and interval >= 0:  # type: ignore[arg-type]
-        return float(interval)  # type: ignore[arg-type]
     default = " (or None: 0.1 on a terminal, 10 in a log file)" if optional else ""
-    raise ValueError(
-        explain(
-            f"{owner}'s interval must be a number of seconds >= 0{' or None' if optional else ''}",
-            expected=f"interval=0.5 (seconds between redraws){default}",
-            received=describe(interval),
-            fix="pass the seconds between redraws as a number, e.g. interval=0.5",
-        )
-    )
+    return real(interval, "interval", minimum=0, none=optional,
+                problem=f"{owner}'s interval must be a number of seconds >= 0{' or None' if optional else ''}",
+                expected=f"interval=0.5 (seconds between redraws){default}",
+                fix="pass the seconds between redraws as a number, e.g. interval=0.5")
 
 
 def _check_file(file: Any, owner: str) -> Any:
     if file is None or callable(getattr(file, "write", None)):
         return file
     if isinstance(file, (str, bytes, os.PathLike)):
-        raise TypeError(
-            explain(
-                f"{owner}'s file must be an open text file, not a path",
-                expected="an object with a write() method: sys.stdout, sys.stderr, io.StringIO(), "
-                "or a file you opened",
-                received=describe(file),
-                fix=f"open the file yourself and close it after the loop: "
-                f"f = open({os.fsdecode(file)!r}, 'w'); {owner}(..., file=f)",
-            )
-        )
-    raise TypeError(
-        explain(
-            f"{owner}'s file must be an open text file or None",
-            expected="an object with a write() method (sys.stdout, io.StringIO(), open(...)), "
-            "or None for sys.stdout",
-            received=describe(file),
-            fix=f"{owner}(..., file=sys.stderr)",
-        )
-    )
+        raise TypeError(explain(
+            f"{owner}'s file must be an open text file, not a path",
+            expected="an object with a write() method: sys.stdout, sys.stderr, io.StringIO(), or a file you opened",
+            received=describe(file), fix=f"open the file yourself and close it after the loop: "
+            f"f = open({os.fsdecode(file)!r}, 'w'); {owner}(..., file=f)"))
+    raise TypeError(explain(
+        f"{owner}'s file must be an open text file or None",
+        expected="an object with a write() method (sys.stdout, io.StringIO(), open(...)), "
+        "or None for sys.stdout",
+        received=describe(file), fix=f"{owner}(..., file=sys.stderr)"))
 
 
 def _format_seconds(seconds: float) -> str:
@@ -297,24 +265,16 @@ def _check_tqdm_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     accepted -= {"self", "total", *taken}  # total is tqdm_bar's own argument
     for name in kwargs:
         if name in taken:
-            raise TypeError(
-                explain(
-                    f"tqdm_bar sets tqdm's {name!r} itself",
-                    expected="tqdm options other than iterable and initial (the bar is "
-                    "called by the loop, and starts where the loop's clock does)",
-                    received=f"{name}={describe(kwargs[name])}",
-                    fix=f"remove {name}=; to continue a run, pass the loop its elapsed=",
-                )
-            )
+            raise TypeError(explain(
+                f"tqdm_bar sets tqdm's {name!r} itself",
+                expected="tqdm options other than iterable and initial (the bar is called by the loop, and starts "
+                "where the loop's clock does)", received=f"{name}={describe(kwargs[name])}",
+                fix=f"remove {name}=; to continue a run, pass the loop its elapsed="))
         if name not in accepted:
-            raise TypeError(
-                explain(
-                    f"tqdm_bar got {name!r}, which tqdm does not take",
-                    expected=f"tqdm options: {', '.join(sorted(accepted))}",
-                    received=f"{name}={describe(kwargs[name])}",
-                    fix="check the name." + suggest(name, accepted),
-                )
-            )
+            raise TypeError(explain(
+                f"tqdm_bar got {name!r}, which tqdm does not take",
+                expected=f"tqdm options: {', '.join(sorted(accepted))}",
+                received=f"{name}={describe(kwargs[name])}", fix="check the name." + suggest(name, accepted)))
     if "file" in kwargs:
         _check_file(kwargs["file"], "tqdm_bar")
     return kwargs

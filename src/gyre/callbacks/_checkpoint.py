@@ -17,11 +17,12 @@ from typing import Any
 
 from gyre.callbacks import _loading, _monitor
 from gyre.callbacks._integrity import Unreadable
-from gyre.callbacks._options import check_directory, check_flag, check_keep, check_monitor
+from gyre.callbacks._options import check_directory, check_keep, check_monitor
 from gyre.callbacks._snapshot_files import Files
 from gyre.callbacks._store import CheckpointError, Store, is_primary, sync
+from gyre.core._checks import instance, whole
 from gyre.core._clock import Elapsed
-from gyre.core._errors import describe, explain, keywords_checked, warn, whole_number
+from gyre.core._errors import describe, explain, flag, keywords_checked, warn
 from gyre.core._logs import Logs
 from gyre.engine._snapshot import Checkpointer, Snapshot
 
@@ -55,9 +56,9 @@ class Checkpoint(Checkpointer):
         check_monitor(monitor, mode)
         self.keep, self.keep_best = check_keep(keep, keep_best, monitor)
         self.monitor, self.mode = monitor, mode
-        self.async_save = check_flag(async_save, "async_save")
-        self.overwrite = check_flag(overwrite, "overwrite")
-        self.checksums = check_flag(checksums, "checksums")
+        self.async_save = flag(async_save, "async_save", "checkpoint")
+        self.overwrite = flag(overwrite, "overwrite", "checkpoint")
+        self.checksums = flag(checksums, "checksums", "checkpoint")
         self._store = Store(
             self.directory, keep=self.keep, keep_best=self.keep_best,
             score=self._score if monitor is not None else None, async_save=self.async_save,
@@ -149,10 +150,7 @@ class Checkpoint(Checkpointer):
                    f"the later ones and continue from step {self._resumed}, or use a new directory")
         return explain(
             problem,
-            expected="an empty directory, or checkpoints this run resumed from",
-            received=received,
-            fix=fix,
-        )
+            expected="an empty directory, or checkpoints this run resumed from", received=received, fix=fix)
 
     # -- saving ------------------------------------------------------------------------------
 
@@ -190,14 +188,11 @@ class Checkpoint(Checkpointer):
         elif isinstance(elapsed, Elapsed):
             clock = elapsed.completed()
         else:
-            raise TypeError(
-                explain(
-                    "a checkpoint called by hand takes the clock first, then the state",
-                    expected="ckpt(elapsed, state) with elapsed a gyre.Elapsed",
-                    received=f"ckpt({describe(elapsed, 40)}, {describe(state, 40)})",
-                    fix="pass the elapsed from gyre.elapse(...) or a loop first: ckpt(elapsed, state)",
-                )
-            )
+            raise TypeError(explain(
+                "a checkpoint called by hand takes the clock first, then the state",
+                expected="ckpt(elapsed, state) with elapsed a gyre.Elapsed",
+                received=f"ckpt({describe(elapsed, 40)}, {describe(state, 40)})",
+                fix="pass the elapsed from gyre.elapse(...) or a loop first: ckpt(elapsed, state)"))
         step = int(clock.steps)
         metrics = {self.monitor: self._monitored(logs, clock)} if self.monitor is not None else None
         if step in self._saved or step == self._resumed:
@@ -233,19 +228,11 @@ class Checkpoint(Checkpointer):
             (4, ['history/000004.json'])
             >>> ckpt.close(); tmp.cleanup()
         """
-        if not isinstance(snapshot, Snapshot):
-            raise TypeError(
-                explain(
-                    "save_snapshot takes a gyre Snapshot",
-                    expected="Snapshot(step=..., state=..., elapsed=...) (loop.snapshot() gives one)",
-                    received=describe(snapshot),
-                    fix="save a state by hand with ckpt(elapsed, state)",
-                )
-            )
-        step = whole_number(
-            snapshot.step, minimum=0, problem="a Snapshot's step must be a whole number >= 0",
-            expected="the completed steps (elapsed.steps)", fix="Snapshot(step=elapsed.steps, ...)",
-        )
+        instance(snapshot, "snapshot", Snapshot, problem="save_snapshot takes a gyre Snapshot",
+                 expected="Snapshot(step=..., state=..., elapsed=...) (loop.snapshot() gives one)",
+                 fix="save a state by hand with ckpt(elapsed, state)")
+        step = whole(snapshot.step, "a Snapshot's step", expected="the completed steps (elapsed.steps)",
+                     fix="Snapshot(step=elapsed.steps, ...)")
         if step in self._saved or step == self._resumed:
             if wait:
                 self.wait_until_finished()
@@ -477,14 +464,11 @@ class Checkpoint(Checkpointer):
             >>> ckpt.close(); tmp.cleanup()
         """
         if self.monitor is None:
-            raise ValueError(
-                explain(
-                    "best_step() needs a checkpoint that monitors a value",
-                    expected="gyre.checkpoint(directory, monitor='loss_test', mode='min')",
-                    received=f"{self!r} (no monitor)",
-                    fix="pass monitor= to gyre.checkpoint, or use latest_step()",
-                )
-            )
+            raise ValueError(explain(
+                "best_step() needs a checkpoint that monitors a value",
+                expected="gyre.checkpoint(directory, monitor='loss_test', mode='min')",
+                received=f"{self!r} (no monitor)",
+                fix="pass monitor= to gyre.checkpoint, or use latest_step()"))
         return self._store.best_step()
 
     # -- lifetime ----------------------------------------------------------------------------

@@ -10,8 +10,9 @@ import jax
 import numpy as np
 
 from gyre.callbacks import _monitor
+from gyre.core._checks import whole
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.engine._tasks import LoopElement
 
@@ -25,15 +26,11 @@ def _check_baseline(baseline: Any) -> float | None:
     elif getattr(baseline, "shape", None) == () and getattr(getattr(baseline, "dtype", None), "kind", "") in "iuf":
         number = float(baseline)  # a 0-d numpy or JAX number, read once here
     if number is None or math.isnan(number):
-        raise ValueError(
-            explain(
-                "early_stopping's baseline must be a number or None",
-                expected="the value to beat, e.g. baseline=0.5 for a loss (mode='min') or "
-                "baseline=0.9 for an accuracy (mode='max'); None for no baseline",
-                received=describe(baseline),
-                fix="pass the monitored value's threshold as a float, e.g. baseline=0.5",
-            )
-        )
+        raise ValueError(explain(
+            "early_stopping's baseline must be a number or None",
+            expected="the value to beat, e.g. baseline=0.5 for a loss (mode='min') or "
+            "baseline=0.9 for an accuracy (mode='max'); None for no baseline",
+            received=describe(baseline), fix="pass the monitored value's threshold as a float, e.g. baseline=0.5"))
     return number
 
 
@@ -75,35 +72,22 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
         patience, initial_patience = (
             value
             if name == "patience" and isinstance(value, Period)
-            else whole_number(
-                value,
-                minimum=0,
-                problem=f"early_stopping's {name} must be a whole number >= 0",
-                expected=f"{name}=3 (counted in evaluations of the monitored value)"
-                + (", or patience=gyre.at(steps=200) (the clock since the best value, ciclo's "
-                   "meaning)" if name == "patience" else ""),
-                fix=f"pass {name} as a non-negative int",
-            )
+            else whole(value, f"early_stopping's {name}", fix=f"pass {name} as a non-negative int",
+                       expected=f"{name}=3 (counted in evaluations of the monitored value)"
+                       + (", or patience=gyre.at(steps=200) (the clock since the best value, ciclo's "
+                          "meaning)" if name == "patience" else ""))
             for name, value in (("patience", patience), ("initial_patience", initial_patience))
         )
         if not isinstance(delta_mode, str) or delta_mode not in ("absolute", "relative"):
-            raise ValueError(
-                explain(
-                    "early_stopping's delta_mode must be 'absolute' or 'relative'",
-                    expected="'absolute' (improve by min_delta) or 'relative' (by min_delta * |best|)",
-                    received=describe(delta_mode),
-                    fix="delta_mode='absolute'",
-                )
-            )
+            raise ValueError(explain(
+                "early_stopping's delta_mode must be 'absolute' or 'relative'",
+                expected="'absolute' (improve by min_delta) or 'relative' (by min_delta * |best|)",
+                received=describe(delta_mode), fix="delta_mode='absolute'"))
         if not isinstance(restore_best_weights, (bool, np.bool_)):
-            raise TypeError(
-                explain(
-                    "early_stopping's restore_best_weights must be True or False",
-                    expected="restore_best_weights=True to return the best state at the end",
-                    received=describe(restore_best_weights),
-                    fix="pass restore_best_weights=True or False",
-                )
-            )
+            raise TypeError(explain(
+                "early_stopping's restore_best_weights must be True or False",
+                expected="restore_best_weights=True to return the best state at the end",
+                received=describe(restore_best_weights), fix="pass restore_best_weights=True or False"))
         self.mode_inferred = mode == "auto"
         super().__init__(
             _monitor.monitor_mode("early_stopping", monitor, mode, strict=False),

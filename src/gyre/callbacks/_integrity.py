@@ -55,15 +55,11 @@ def leaf_type(x: Any, *, where: str = "state") -> tuple[tuple[int, ...], str]:
         return (), type(x).__name__
     if isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)):
         return tuple(int(n) for n in x.shape), str(x.dtype)
-    raise TypeError(
-        explain(
-            f"a checkpoint saves arrays and numbers; the {where} holds something else",
-            expected="a pytree whose leaves are jax or numpy arrays or Python numbers",
-            received=describe(x),
-            fix="keep other values out of the state (static fields of a flax struct, "
-            "or the callback's JSON-able state_dict)",
-        )
-    )
+    raise TypeError(explain(
+        f"a checkpoint saves arrays and numbers; the {where} holds something else",
+        expected="a pytree whose leaves are jax or numpy arrays or Python numbers", received=describe(x),
+        fix="keep other values out of the state (static fields of a flax struct, "
+        "or the callback's JSON-able state_dict)"))
 
 
 def _crc(host: Any) -> int:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from gyre.core._checks import real
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest
 from gyre.core._host import fetch, to_python
 from gyre.core._logs import Logs
@@ -28,14 +29,10 @@ def find(logs: Logs | None, monitor: str, *, owner: str, step: int, fix: str) ->
     if found:
         return value
     available = [] if logs is None else sorted({f"{c}.{n}" for c, n, _ in logs.entries()})
-    raise ExplainedKeyError(
-        explain(
-            f"{owner} monitors {monitor!r}, which was not logged at step {step}",
-            expected=f"an entry named {monitor!r} in the logs when {owner} runs",
-            received=f"entries {available}" if logs is not None else "no logs (logs=None)",
-            fix=fix,
-        )
-    )
+    raise ExplainedKeyError(explain(
+        f"{owner} monitors {monitor!r}, which was not logged at step {step}",
+        expected=f"an entry named {monitor!r} in the logs when {owner} runs",
+        received=f"entries {available}" if logs is not None else "no logs (logs=None)", fix=fix))
 
 
 def as_number(value: Any, monitor: str, *, owner: str, step: int) -> float:
@@ -44,26 +41,17 @@ def as_number(value: Any, monitor: str, *, owner: str, step: int) -> float:
     dtype = getattr(value, "dtype", None)
     if math.prod(shape) != 1:
         kind = f"an array of shape {shape}" + (f" ({dtype})" if dtype is not None else "")
-        raise ValueError(
-            explain(
-                f"{owner} monitors {monitor!r}, which is not a single number at step {step}",
-                expected=f"a scalar logged as {monitor!r} (a loss or a metric averaged over "
-                "the batch)",
-                received=kind,
-                fix=f"log one number under {monitor!r}, e.g. logs.add_metric(name, "
-                "values.mean()), or monitor another entry",
-            )
-        )
+        raise ValueError(explain(
+            f"{owner} monitors {monitor!r}, which is not a single number at step {step}",
+            expected=f"a scalar logged as {monitor!r} (a loss or a metric averaged over the batch)",
+            received=kind, fix=f"log one number under {monitor!r}, e.g. logs.add_metric(name, "
+            "values.mean()), or monitor another entry"))
     host = to_python(np.reshape(fetch(value), ()))
     if isinstance(host, bool) or not isinstance(host, (int, float)):
-        raise TypeError(
-            explain(
-                f"{owner} monitors {monitor!r}, which is not a number at step {step}",
-                expected="an int or float value (a loss or a metric)",
-                received=describe(value),
-                fix=f"log a number under {monitor!r}, or monitor another entry",
-            )
-        )
+        raise TypeError(explain(
+            f"{owner} monitors {monitor!r}, which is not a number at step {step}",
+            expected="an int or float value (a loss or a metric)", received=describe(value),
+            fix=f"log a number under {monitor!r}, or monitor another entry"))
     return float(host)
 
 
@@ -79,16 +67,12 @@ def monitor_mode(owner: str, monitor: str | None, mode: Any, *, strict: bool = T
     choices = ("min", "max", "auto") if auto else ("min", "max")
     if not isinstance(mode, str) or mode not in choices:
         named = f": unknown mode {mode!r}.{suggest(mode, choices)}" if isinstance(mode, str) else ""
-        raise ValueError(
-            explain(
-                f"{owner}'s mode must be {', '.join(map(repr, choices[:-1]))} or {choices[-1]!r}{named}",
-                expected="'min' (lower is better: a loss) or 'max' (higher is better: an accuracy)"
-                + (", or 'auto' (from the monitored name)" if auto else "") + "; any other mode is not known",
-                received=describe(mode),
-                fix="pass mode='min' for a loss or mode='max' for an accuracy"
-                + (" (or leave mode out: it is taken from the name)" if auto else ""),
-            )
-        )
+        raise ValueError(explain(
+            f"{owner}'s mode must be {', '.join(map(repr, choices[:-1]))} or {choices[-1]!r}{named}",
+            expected="'min' (lower is better: a loss) or 'max' (higher is better: an accuracy)"
+            + (", or 'auto' (from the monitored name)" if auto else "") + "; any other mode is not known",
+            received=describe(mode), fix="pass mode='min' for a loss or mode='max' for an accuracy"
+            + (" (or leave mode out: it is taken from the name)" if auto else "")))
     base = re.split(r"[./]", monitor or "")[-1].lower()  # after a collection's "metrics." or a prefix's "val/"
     words = base.split("_")
     implied = ("max" if any(w in words or base.startswith(w) for w in MAX_WORDS)
@@ -97,33 +81,21 @@ def monitor_mode(owner: str, monitor: str | None, mode: Any, *, strict: bool = T
         return implied or "min"
     if strict and implied is not None and mode != implied:
         kept, better = ("lowest", "higher") if mode == "min" else ("highest", "lower")
-        raise ValueError(
-            explain(
-                f"{owner}: mode {mode!r} on {monitor!r} keeps the {kept} value, but its name says mode "
-                f"{implied!r} ({better} is better)",
-                expected=f"mode: {implied} for {monitor} (or leave mode out: it is taken from the name)",
-                received=f"mode: {mode}",
-                fix=f"set mode: {implied}; if {kept.replace('est', 'er')} really is better for this "
-                "metric, log it under a name that says so",
-            )
-        )
+        raise ValueError(explain(
+            f"{owner}: mode {mode!r} on {monitor!r} keeps the {kept} value, but its name says mode "
+            f"{implied!r} ({better} is better)",
+            expected=f"mode: {implied} for {monitor} (or leave mode out: it is taken from the name)",
+            received=f"mode: {mode}", fix=f"set mode: {implied}; if {kept.replace('est', 'er')} really is better for "
+            "this metric, log it under a name that says so"))
     return mode
 
 
 def check_min_delta(owner: str, min_delta: Any) -> float:
     """``min_delta`` as a float >= 0, else an error naming ``owner``."""
-    good = isinstance(min_delta, numbers.Real) and not isinstance(min_delta, (bool, np.bool_))
-    if good and math.isfinite(min_delta) and min_delta >= 0:  # type: ignore[arg-type]
-        return float(min_delta)  # type: ignore[arg-type]
-    raise ValueError(
-        explain(
-            f"{owner}'s min_delta must be a number >= 0",
-            expected="min_delta=0.001 (how much better a value must be to count)",
-            received=describe(min_delta),
-            fix="pass a non-negative float, e.g. min_delta=0.001 (0 counts any improvement; the "
-            "direction comes from mode)",
-        )
-    )
+    return real(min_delta, "min_delta", minimum=0, problem=f"{owner}'s min_delta must be a number >= 0",
+                expected="min_delta=0.001 (how much better a value must be to count)",
+                fix="pass a non-negative float, e.g. min_delta=0.001 (0 counts any improvement; the "
+                "direction comes from mode)")
 
 
 def score(mode: str, value: Any) -> float:

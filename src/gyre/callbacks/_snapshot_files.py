@@ -35,15 +35,11 @@ def check_file_name(name: Any) -> str:
         or any(word in top for word in RESERVED)
         or _TEMPORARY in parts[-1]
     ):
-        raise ValueError(
-            explain(
-                "a checkpoint file name must be a relative path of plain names",
-                expected="'folder/name.json': letters, digits, '_', '-', '.', '=' per part, "
-                "not starting with '.', and a first part that is not a step number",
-                received=describe(name),
-                fix="name the files of a Snapshot like 'history/000120.json'",
-            )
-        )
+        raise ValueError(explain(
+            "a checkpoint file name must be a relative path of plain names",
+            expected="'folder/name.json': letters, digits, '_', '-', '.', '=' per part, "
+            "not starting with '.', and a first part that is not a step number",
+            received=describe(name), fix="name the files of a Snapshot like 'history/000120.json'"))
     return name
 
 

@@ -83,14 +83,11 @@ def as_json(value: Any, *, what: str) -> Any:
     try:
         return json.loads(json.dumps(value, default=_json_default))
     except (TypeError, ValueError) as err:
-        raise TypeError(
-            explain(
-                f"a checkpoint's {what} must be JSON-able",
-                expected="dicts, lists, strings, numbers, booleans and None",
-                received=f"{describe(value, 120)} ({err})",
-                fix="return JSON-able values from state_dict(); put arrays in Snapshot.arrays",
-            )
-        ) from err
+        raise TypeError(explain(
+            f"a checkpoint's {what} must be JSON-able",
+            expected="dicts, lists, strings, numbers, booleans and None",
+            received=f"{describe(value, 120)} ({err})",
+            fix="return JSON-able values from state_dict(); put arrays in Snapshot.arrays")) from err
 
 
 def record_crc(record: dict[str, Any]) -> int:
@@ -284,22 +281,18 @@ class Store:
             self._unfinished.add(step)  # removed at the next save: orbax may still write there
         self.manager.reload()  # orbax forgot the steps it meant to delete after this save
         kept = self.steps()
-        raise CheckpointError(
-            explain(
-                f"checkpoint: the save of step {step} to {self.root} failed",
-                expected="the checkpoint written to disk",
-                received=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip(": "),
-                fix=(
-                    "free disk space or fix the directory (permissions, mount)"
-                    if isinstance(err, OSError)
-                    else "make the state a pytree of arrays and numbers (what orbax saves); "
-                    "keep other objects out of it or give them state_dict()/load_state_dict()"
-                )
-                + f"; the checkpoints already on disk are intact ({kept}), so a run resumed from "
-                "them loses only the steps since",
-            ),
-            step=step,
-        ) from err
+        raise CheckpointError(explain(
+            f"checkpoint: the save of step {step} to {self.root} failed",
+            expected="the checkpoint written to disk",
+            received=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip(": "),
+            fix=(
+                "free disk space or fix the directory (permissions, mount)"
+                if isinstance(err, OSError)
+                else "make the state a pytree of arrays and numbers (what orbax saves); "
+                "keep other objects out of it or give them state_dict()/load_state_dict()"
+            )
+            + f"; the checkpoints already on disk are intact ({kept}), so a run resumed from "
+            "them loses only the steps since"), step=step) from err
 
     # -- reading ---------------------------------------------------------------------------
 

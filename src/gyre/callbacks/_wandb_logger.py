@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from gyre.core._checks import real
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
 from gyre.core._history import Block, History
@@ -167,26 +168,14 @@ class WandbLogger(FollowsHistory, ChunkSafe, LoopElement):
 
     def __init__(self, run: Any, *, interval: float) -> None:
         if not callable(getattr(run, "log", None)):
-            raise TypeError(
-                explain(
-                    "wandb_logger needs a W&B run",
-                    expected="the run wandb.init() returns (any object with log(data, step=...))",
-                    received=describe(run),
-                    fix="run = wandb.init(project=...); gyre.wandb_logger(run)",
-                )
-            )
-        good = isinstance(interval, numbers.Real) and not isinstance(interval, bool)
-        if not (good and math.isfinite(interval) and interval >= 0):
-            raise ValueError(
-                explain(
-                    "wandb_logger's interval must be a number of seconds >= 0",
-                    expected="interval=1.0 (0 sends at every call)",
-                    received=describe(interval),
-                    fix="pass interval as a number, e.g. interval=1.0",
-                )
-            )
+            raise TypeError(explain(
+                "wandb_logger needs a W&B run",
+                expected="the run wandb.init() returns (any object with log(data, step=...))",
+                received=describe(run), fix="run = wandb.init(project=...); gyre.wandb_logger(run)"))
+        self.interval = real(interval, "interval", minimum=0, expected="interval=1.0 (0 sends at every call)",
+                             problem="wandb_logger's interval must be a number of seconds >= 0",
+                             fix="pass interval as a number, e.g. interval=1.0")
         self.run = run
-        self.interval = float(interval)
         self.sent = 0
         self._last = -math.inf
 

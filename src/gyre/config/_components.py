@@ -243,14 +243,10 @@ def check_signature(
                 out[key] = plain(value)
                 continue
             valid = ["class_name", *names]
-            mistakes.append(
-                explain(
-                    f"unknown key {path} for the {kind[:-1]} {name!r}." + suggest(key, valid),
-                    expected=f"a key of {name}: {', '.join(valid)}",
-                    received=f"{key}: {describe(value)}",
-                    fix=f"correct the spelling, or remove {key} from {where}",
-                )
-            )
+            mistakes.append(explain(
+                f"unknown key {path} for the {kind[:-1]} {name!r}." + suggest(key, valid),
+                expected=f"a key of {name}: {', '.join(valid)}", received=f"{key}: {describe(value)}",
+                fix=f"correct the spelling, or remove {key} from {where}"))
             continue
         if is_section(value) or list_of_sections(value) or map_of_sections(value):
             out[key] = plain(value)  # for the builder of its kind
@@ -262,14 +258,11 @@ def check_signature(
     missing = [p for p in parameters if p.default is _EMPTY and p.name not in data and p.name not in extra]
     if missing:
         keys = ", ".join(p.name for p in missing)
-        mistakes.append(
-            explain(
-                f"missing required key{'s' if len(missing) > 1 else ''} {keys} in {where} ({kind[:-1]} {name!r})",
-                expected=", ".join(f"{p.name}: {type_name(hints[p.name])}" for p in missing),
-                received=f"the keys {', '.join(data) or '(none)'}",
-                fix=f"add {missing[0].name}: <value> to {where}",
-            )
-        )
+        mistakes.append(explain(
+            f"missing required key{'s' if len(missing) > 1 else ''} {keys} in {where} ({kind[:-1]} {name!r})",
+            expected=", ".join(f"{p.name}: {type_name(hints[p.name])}" for p in missing),
+            received=f"the keys {', '.join(data) or '(none)'}",
+            fix=f"add {missing[0].name}: <value> to {where}"))
     if mistakes:
         raise ConfigError.of(mistakes)
     for p in parameters:
@@ -462,9 +455,7 @@ def _explain_error(error: Any, model: type[BaseModel], where: str) -> str:
             f"unknown key {_join(place, key)} {'in ' + place if place else 'at the top level of the config'}."
             + suggest(key, valid),
             expected=f"a key of {place or 'the config'}: {', '.join(valid)}",
-            received=f"{key}: {describe(value)}",
-            fix=f"correct the spelling, or remove {key}",
-        )
+            received=f"{key}: {describe(value)}", fix=f"correct the spelling, or remove {key}")
     parts, annotation, _ = _walk(model, loc)
     path = _join(where, *parts)
     if kind == "missing":
@@ -473,19 +464,13 @@ def _explain_error(error: Any, model: type[BaseModel], where: str) -> str:
         return explain(
             f"missing required key {path or key}",
             expected=f"{key}: {'a section' if typing.get_origin(annotation) is dict or _model_in(annotation) else type_name(annotation)}",
-            received=f"no {key} in {holder}",
-            fix=f"add {key} to {holder}",
-        )
+            received=f"no {key} in {holder}", fix=f"add {key} to {holder}")
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return explain(
             f"{path or 'the config'} must be a mapping of keys to values",
-            expected="a section of 'key: value' lines",
-            received=describe(value),
-            fix=f"write {path or 'the config'} as a YAML mapping",
-        )
+            expected="a section of 'key: value' lines", received=describe(value),
+            fix=f"write {path or 'the config'} as a YAML mapping")
     return explain(
         f"{_problem(kind)} at {path}." + _literal_hint(annotation, value),
-        expected=f"{type_name(annotation)} ({error['msg']})",
-        received=describe(value),
-        fix=_fix(path, annotation, error),
-    )
+        expected=f"{type_name(annotation)} ({error['msg']})", received=describe(value),
+        fix=_fix(path, annotation, error))

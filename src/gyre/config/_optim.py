@@ -393,16 +393,11 @@ def _check_fit(section: Mapping[str, Any], where: str) -> None:
         if total > run
         else f"it holds its last value for the run's last {run - total} steps"
     )
-    warn(
-        explain(
-            f"{where}.learning_rate ({rate.get('class_name')}) lasts {total} steps, but the run trains {run}: {what}",
-            expected=f"a schedule of {run} steps (epochs x batches per epoch)",
-            received=f"{total} steps",
-            fix=f"leave its length out (steps, and decay_steps where it has one: the schedule then lasts the run), "
-            f"or write its phases for {run} steps",
-        ),
-        UserWarning,
-    )
+    warn(explain(
+        f"{where}.learning_rate ({rate.get('class_name')}) lasts {total} steps, but the run trains {run}: {what}",
+        expected=f"a schedule of {run} steps (epochs x batches per epoch)", received=f"{total} steps",
+        fix=f"leave its length out (steps, and decay_steps where it has one: the schedule then lasts the run), "
+        f"or write its phases for {run} steps"), UserWarning)
 
 
 def learning_rate_of(opt_state: Any) -> jax.Array | None:

@@ -48,37 +48,28 @@ def ExponentialSchedule(  # noqa: N802
     stairs = flag("staircase", staircase)
     neither = decay_rate is None and end_factor is None and end_value is None
     if (decay_rate is not None and end_factor is not None) or (neither and steps is None):
-        raise ValueError(
-            explain(
-                f"{who(name)} needs exactly one of decay_rate and end_factor (or end_value)",
-                expected="decay_rate: the factor per period (with steps and no transition_steps: reached at steps), "
-                "or end_factor: the fraction of init_value reached at the decay's end",
-                received=f"decay_rate={decay_rate!r}, end_factor={end_factor!r}, end_value={end_value!r}",
-                fix="keep one of them (with steps, decay_rate left out is 0.1)",
-            )
-        )
+        raise ValueError(explain(
+            f"{who(name)} needs exactly one of decay_rate and end_factor (or end_value)",
+            expected="decay_rate: the factor per period (with steps and no transition_steps: reached at steps), "
+            "or end_factor: the fraction of init_value reached at the decay's end",
+            received=f"decay_rate={decay_rate!r}, end_factor={end_factor!r}, end_value={end_value!r}",
+            fix="keep one of them (with steps, decay_rate left out is 0.1)"))
     decay_rate = 0.1 if neither else decay_rate  # the fork's default: the rate reached at steps
     if steps is None and (cooldown or decay_rate is None):
-        raise ValueError(
-            explain(
-                f"{here('steps')} is required with cooldown_steps or end_factor",
-                expected="steps: the schedule's total number of steps",
-                received=f"cooldown_steps={cooldown}, end_factor={end_factor!r}, end_value={end_value!r}, no steps",
-                fix="add steps: <total training steps>",
-            )
-        )
+        raise ValueError(explain(
+            f"{here('steps')} is required with cooldown_steps or end_factor",
+            expected="steps: the schedule's total number of steps",
+            received=f"cooldown_steps={cooldown}, end_factor={end_factor!r}, end_value={end_value!r}, no steps",
+            fix="add steps: <total training steps>"))
     total = None if steps is None else whole("steps", steps, minimum=1)
     if total is not None:
         fits("warmup_steps + cooldown_steps", warmup + cooldown, total, name)
     if decay_rate is None and (stairs or period not in (None, 1)):
-        raise ValueError(
-            explain(
-                f"{who(name)}: end_factor sets the whole decay: staircase and transition_steps do not apply",
-                expected="staircase: false and no transition_steps with end_factor",
-                received=f"staircase={stairs}, transition_steps={period}",
-                fix="drop staircase/transition_steps, or give decay_rate instead of end_factor",
-            )
-        )
+        raise ValueError(explain(
+            f"{who(name)}: end_factor sets the whole decay: staircase and transition_steps do not apply",
+            expected="staircase: false and no transition_steps with end_factor",
+            received=f"staircase={stairs}, transition_steps={period}",
+            fix="drop staircase/transition_steps, or give decay_rate instead of end_factor"))
     if total is not None and (decay_rate is None or period is None):  # the period is the whole decay
         fits("warmup_steps + cooldown_steps (the decay needs >= 1 step)", warmup + cooldown + 1, total, name)
         period = total - cooldown - warmup
@@ -87,14 +78,11 @@ def ExponentialSchedule(  # noqa: N802
         base = None if end_factor is None else real("end_factor", end_factor, above=0.0)
         if given_end is not None:
             if (given_end / init if init else 0.0) <= 0.0:
-                raise ValueError(
-                    explain(
-                        f"{here('end_value')} must be a fraction of init_value (same sign, not 0)",
-                        expected="end_value = init_value * end_factor with end_factor > 0 (an exponential decay never reaches 0)",
-                        received=f"end_value: {given_end!r}, init_value: {init!r}",
-                        fix="write end_factor: 0.1, and cooldown_steps to end at 0",
-                    )
-                )
+                raise ValueError(explain(
+                    f"{here('end_value')} must be a fraction of init_value (same sign, not 0)",
+                    expected="end_value = init_value * end_factor with end_factor > 0 (an exponential decay never reaches 0)",
+                    received=f"end_value: {given_end!r}, init_value: {init!r}",
+                    fix="write end_factor: 0.1, and cooldown_steps to end at 0"))
             decayed_end(name, init, base, given_end, 0.0, factor_key="end_factor")  # they agree
             base = given_end / init if base is None else base
         end = init * base  # type: ignore[operator]
@@ -123,15 +111,11 @@ def fits(what: str, used: int, total: int, name: str, *, from_run: bool = False)
     if used <= total:
         return
     run = " (the run's length: epochs x batches per epoch)" if from_run else ""
-    raise ValueError(
-        explain(
-            f"{who(name)}: the schedule's phases exceed its total: {what} = {used} > steps = {total}{run}",
-            expected=f"{what} <= steps",
-            received=f"{what} = {used}, steps = {total}",
-            fix="train longer (trainer.train_epochs, or smaller batches), or shorten the phases"
-            if from_run else "raise steps, or shorten the phases",
-        )
-    )
+    raise ValueError(explain(
+        f"{who(name)}: the schedule's phases exceed its total: {what} = {used} > steps = {total}{run}",
+        expected=f"{what} <= steps", received=f"{what} = {used}, steps = {total}",
+        fix="train longer (trainer.train_epochs, or smaller batches), or shorten the phases"
+        if from_run else "raise steps, or shorten the phases"))
 
 
 def WarmupCosineDecaySchedule(  # noqa: N802
@@ -170,14 +154,11 @@ def WarmupCosineDecaySchedule(  # noqa: N802
         total = warmup + decay if steps is None else whole("steps", steps, minimum=1)
         fits("warmup_steps + decay_steps", warmup + decay, total, name)
         if warmup + decay != total:
-            raise ValueError(
-                explain(
-                    f"{here('steps')} must equal warmup_steps + decay_steps (the end value is reached at steps)",
-                    expected=f"steps: {warmup + decay}",
-                    received=f"steps: {total}, warmup_steps: {warmup}, decay_steps: {decay}",
-                    fix=f"write steps: {warmup + decay}, or decay_steps: {total - warmup}, or drop one of them",
-                )
-            )
+            raise ValueError(explain(
+                f"{here('steps')} must equal warmup_steps + decay_steps (the end value is reached at steps)",
+                expected=f"steps: {warmup + decay}",
+                received=f"steps: {total}, warmup_steps: {warmup}, decay_steps: {decay}",
+                fix=f"write steps: {warmup + decay}, or decay_steps: {total - warmup}, or drop one of them"))
     factor = None if decay_factor is None else real("decay_factor", decay_factor)
     end = decayed_end(name, peak, factor, None if end_value is None else real("end_value", end_value), 0.1)
     pieces = [(warmup, ramp(init, peak, warmup))] if warmup else []

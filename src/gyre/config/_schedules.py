@@ -65,14 +65,11 @@ def ConcatSchedule(  # noqa: N802
     """
     named = isinstance(schedules, Mapping)
     if isinstance(schedules, str) or not isinstance(schedules, (Sequence, Mapping)) or not schedules:
-        raise TypeError(
-            explain(
-                f"{here('schedules')} must be a non-empty mapping (or list) of schedules",
-                expected="names to schedule sections with steps (or a list of numbers or sections, with boundaries)",
-                received=describe(schedules),
-                fix="write schedules: {warmup: {class_name: Linear, ..., steps: 100}, decay: {class_name: Cosine, ..., steps: 900}}",
-            )
-        )
+        raise TypeError(explain(
+            f"{here('schedules')} must be a non-empty mapping (or list) of schedules",
+            expected="names to schedule sections with steps (or a list of numbers or sections, with boundaries)",
+            received=describe(schedules),
+            fix="write schedules: {warmup: {class_name: Linear, ..., steps: 100}, decay: {class_name: Cosine, ..., steps: 900}}"))
     check = flag("check_continuity", named if check_continuity is None else check_continuity)
     if named:
         names = [str(k) for k in schedules]
@@ -88,14 +85,11 @@ def ConcatSchedule(  # noqa: N802
     if steps is not None:
         declared = whole("steps", steps, minimum=1)
         if total is not None and declared != total:
-            raise ValueError(
-                explain(
-                    f"{here('steps')} must be the sum of the schedules' steps",
-                    expected=f"steps: {total} ({' + '.join(f'{n}: {k}' for n, k in zip(names, lengths, strict=False))})",
-                    received=f"steps: {declared}",
-                    fix=f"write steps: {total}, or change the schedules' steps to add up to {declared}",
-                )
-            )
+            raise ValueError(explain(
+                f"{here('steps')} must be the sum of the schedules' steps",
+                expected=f"steps: {total} ({' + '.join(f'{n}: {k}' for n, k in zip(names, lengths, strict=False))})",
+                received=f"steps: {declared}",
+                fix=f"write steps: {total}, or change the schedules' steps to add up to {declared}"))
         total = declared
     if check:
         _check_continuity(names, built, lengths, init_value, end_value)
@@ -104,28 +98,21 @@ def ConcatSchedule(  # noqa: N802
 
 def _named_parts(schedules: Mapping[str, Any], boundaries: object) -> tuple[list[Any], list[int]]:
     if boundaries is not None:
-        raise ValueError(
-            explain(
-                f"{here('boundaries')} does not go with named schedules",
-                expected="each named schedule's own steps (it takes over where the one before it ends)",
-                received=f"boundaries: {describe(boundaries)}",
-                fix="drop boundaries, or write schedules as a list",
-            )
-        )
+        raise ValueError(explain(
+            f"{here('boundaries')} does not go with named schedules",
+            expected="each named schedule's own steps (it takes over where the one before it ends)",
+            received=f"boundaries: {describe(boundaries)}",
+            fix="drop boundaries, or write schedules as a list"))
     built, lengths = [], []
     with run_length(None):  # a part's length is never the run's
         for key, section in schedules.items():
             part = build_schedule(section, where=here(f"schedules.{key}"))
             n = total_steps(part)
             if n is None:
-                raise ValueError(
-                    explain(
-                        f"{here(f'schedules.{key}')} needs steps: each named schedule of a ConcatSchedule has a length",
-                        expected="steps: <its number of steps> in the section",
-                        received=describe(section),
-                        fix=f"add steps to schedules.{key}",
-                    )
-                )
+                raise ValueError(explain(
+                    f"{here(f'schedules.{key}')} needs steps: each named schedule of a ConcatSchedule has a length",
+                    expected="steps: <its number of steps> in the section", received=describe(section),
+                    fix=f"add steps to schedules.{key}"))
             built.append(part)
             lengths.append(n)
     return built, lengths
@@ -133,33 +120,23 @@ def _named_parts(schedules: Mapping[str, Any], boundaries: object) -> tuple[list
 
 def _boundaries(boundaries: object, count: int) -> list[int]:
     if isinstance(boundaries, (str, Mapping)) or not isinstance(boundaries, Sequence):
-        raise TypeError(
-            explain(
-                f"{here('boundaries')} must be a list of ints (with a list of schedules)",
-                expected="a list of steps",
-                received=describe(boundaries),
-                fix="write boundaries: [100, 500], or schedules as a mapping of names to sections with steps",
-            )
-        )
+        raise TypeError(explain(
+            f"{here('boundaries')} must be a list of ints (with a list of schedules)",
+            expected="a list of steps", received=describe(boundaries),
+            fix="write boundaries: [100, 500], or schedules as a mapping of names to sections with steps"))
     marks = [whole(f"boundaries[{i}]", b, minimum=1) for i, b in enumerate(boundaries)]
     if len(marks) != count - 1:
-        raise ValueError(
-            explain(
-                f"{here('boundaries')} needs one boundary between each two schedules",
-                expected=f"{count - 1} boundaries for {count} schedules",
-                received=f"{len(marks)} boundaries: {marks}",
-                fix="give the absolute step at which each schedule after the first starts",
-            )
-        )
+        raise ValueError(explain(
+            f"{here('boundaries')} needs one boundary between each two schedules",
+            expected=f"{count - 1} boundaries for {count} schedules",
+            received=f"{len(marks)} boundaries: {marks}",
+            fix="give the absolute step at which each schedule after the first starts"))
     if any(a <= b for b, a in zip(marks, marks[1:], strict=False)):
-        raise ValueError(
-            explain(
-                f"{here('boundaries')} must be strictly increasing (they are cumulative: absolute steps)",
-                expected="e.g. [100, 600] for 100 steps of the first schedule and 500 of the second",
-                received=str(marks),
-                fix="write each boundary as the step where its schedule starts, counted from 0",
-            )
-        )
+        raise ValueError(explain(
+            f"{here('boundaries')} must be strictly increasing (they are cumulative: absolute steps)",
+            expected="e.g. [100, 600] for 100 steps of the first schedule and 500 of the second",
+            received=str(marks),
+            fix="write each boundary as the step where its schedule starts, counted from 0"))
     return marks
 
 
@@ -170,14 +147,10 @@ def _check_continuity(
         return float(schedule(jnp.int32(step)))
 
     def jump(what: str, want: float, got: float, fix: str) -> ValueError:
-        return ValueError(
-            explain(
-                f"{who('ConcatSchedule')} jumps {what} (check_continuity is on)",
-                expected=f"{want!r}",
-                received=f"{got!r}",
-                fix=fix + ", or set check_continuity: false if the jump is meant",
-            )
-        )
+        return ValueError(explain(
+            f"{who('ConcatSchedule')} jumps {what} (check_continuity is on)",
+            expected=f"{want!r}", received=f"{got!r}",
+            fix=fix + ", or set check_continuity: false if the jump is meant"))
 
     if init is not None and not close(value(built[0], 0), real("init_value", init)):
         raise jump(f"at step 0: init_value is {init!r} but {names[0]} starts elsewhere",
@@ -229,14 +202,11 @@ def build_schedule(
             return ConstantSchedule(value=real("", value))  # type: ignore[arg-type]
     if callable(value):
         return value  # type: ignore[return-value]
-    raise TypeError(
-        explain(
-            f"{where} must be a number or a schedule section",
-            expected=f"a float, or a mapping with class_name one of: {', '.join(SCHEDULES)}",
-            received=describe(value),
-            fix=f"write {where.rsplit('.', 1)[-1]}: 0.001, or a section such as {{class_name: Cosine, init_value: 0.001, decay_steps: 1000}}",
-        )
-    )
+    raise TypeError(explain(
+        f"{where} must be a number or a schedule section",
+        expected=f"a float, or a mapping with class_name one of: {', '.join(SCHEDULES)}",
+        received=describe(value),
+        fix=f"write {where.rsplit('.', 1)[-1]}: 0.001, or a section such as {{class_name: Cosine, init_value: 0.001, decay_steps: 1000}}"))
 
 
 __all__ = [

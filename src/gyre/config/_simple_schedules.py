@@ -89,14 +89,10 @@ def ConstantSchedule(  # noqa: N802 (config class names)
     name = "ConstantSchedule"
     given = one_of(name, "value", value, "init_value", init_value)
     if given is None:
-        raise ValueError(
-            explain(
-                f"{who(name)} needs its value",
-                expected="value: <the learning rate> (or init_value, jax_trainer's key)",
-                received="neither value nor init_value",
-                fix="write value: 0.001",
-            )
-        )
+        raise ValueError(explain(
+            f"{who(name)} needs its value",
+            expected="value: <the learning rate> (or init_value, jax_trainer's key)",
+            received="neither value nor init_value", fix="write value: 0.001"))
     v = real("value" if value is not None else "init_value", given)
     if end_value is not None and not close(real("end_value", end_value), v):
         raise disagree(name, f"end_value of a constant must equal its value: {v!r}",

@@ -172,10 +172,9 @@ def WeightDecay(  # noqa: N802 (config class names)
         if learning_rate is None or callable(learning_rate):
             raise ValueError(explain(
                 "a WeightDecay after the optimizer is decoupled: it needs the current learning rate",
-                expected="make(learning_rate=<the rate as a number or scalar array>)",
-                received=describe(learning_rate),
-                fix="build it through build_optimizer / assemble_optimizer with log_learning_rate: true "
-                "(they pass the rate), or apply it before the optimizer (before_optimizer: true)"))
+                expected="make(learning_rate=<the rate as a number or scalar array>)", received=describe(learning_rate),
+                fix="build it through build_optimizer / assemble_optimizer with log_learning_rate: true (they pass "
+                "the rate), or apply it before the optimizer (before_optimizer: true)"))
         return optax.masked(_decoupled_decay(rate, learning_rate), mask)
 
     return WeightDecayTransform("WeightDecay", before, factory, value=rate, mask=mask)
@@ -243,13 +242,10 @@ def build_transform(section: object, *, where: str = "optimizer.transforms[0]") 
     name = class_name_of(section, where=where, registry=TRANSFORMS)
     target = TRANSFORMS.get(name, where=f"{where}.class_name")
     built = call_section(target, name, section, where=where)  # type: ignore[arg-type]
-    if not isinstance(built, Transform):
-        raise TypeError(explain(
-            f"the transform {name!r} at {where} did not return a gyre.config.Transform",
-            expected="Transform(name, before_optimizer, factory) from the registered function",
-            received=describe(built),
-            fix=f"return Transform({name!r}, before_optimizer, lambda learning_rate: <optax transformation>)"))
-    return built
+    return instance(
+        built, "the transform", Transform, problem=f"the transform {name!r} at {where} did not return a gyre.config.Transform",
+        expected="Transform(name, before_optimizer, factory) from the registered function",
+        fix=f"return Transform({name!r}, before_optimizer, lambda learning_rate: <optax transformation>)")
 
 
 def build_transforms(value: object, *, where: str = "optimizer.transforms") -> list[Transform]:
@@ -269,8 +265,7 @@ def build_transforms(value: object, *, where: str = "optimizer.transforms") -> l
             raise TypeError(explain(
                 f"{where} must be a list of transform sections (or a mapping of names to sections)",
                 expected="[{class_name: GradClipNorm, max_norm: 1.0}, ...]",
-                received=f"one section: {describe(dict(value))}",
-                fix="write the section as the only item of a list"))
+                received=f"one section: {describe(dict(value))}", fix="write the section as the only item of a list"))
         return [build_transform(s, where=f"{where}.{k}") for k, s in value.items()]
     if isinstance(value, Sequence) and not isinstance(value, str):
         return [build_transform(s, where=f"{where}[{i}]") for i, s in enumerate(value)]

@@ -59,8 +59,7 @@ def _expanded_size(root: yaml.Node, where: str) -> int:
         open_nodes.discard(id(node))
         if total > MAX_NODES:
             raise ConfigError(explain(
-                f"the YAML of {where} expands to more than {MAX_NODES:,} values: aliases of "
-                "aliases (*name) multiply",
+                f"the YAML of {where} expands to more than {MAX_NODES:,} values: aliases of aliases (*name) multiply",
                 expected=f"a config of at most {MAX_NODES:,} values once its aliases are copied out",
                 received=f"the value at line {node.start_mark.line + 1} alone expands to {total:,}",
                 fix="write the config without nested aliases (a 'billion laughs' is not a config)"))

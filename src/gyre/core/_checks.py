@@ -1,6 +1,6 @@
 """The check vocabulary: one call per value at a public door, building the expected / received /
 fix text of :func:`~gyre.core._errors.explain` from its fields; ``name`` is the value's name as
-the user wrote it, and ``expected``/``fix`` replace the derived lines when given.
+the user wrote it, and ``problem``/``expected``/``fix`` replace the derived lines when given.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ def _fail(error: type[Exception], problem: str, expected: str, value: object, fi
 
 def whole(
     value: Any, name: str, *, minimum: int = 0, maximum: int | None = None, none: bool = False,
-    device: bool = False, unit: str = "", expected: str | None = None, fix: str | None = None,
-    error: type[Exception] = ValueError,
+    device: bool = False, unit: str = "", problem: str | None = None, expected: str | None = None,
+    fix: str | None = None, error: type[Exception] = ValueError,
 ) -> Any:
     """``value`` as an ``int`` when a whole number in range (not a bool, not 2.0), else ``error``.
 
@@ -41,7 +41,7 @@ def whole(
     bound = f">= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
     wanted = f"an int {bound}" + (" or None" if none else "")
     unit = f"of {unit} " if unit else ""
-    raise _fail(error, f"{name} must be a whole number {unit}{bound}", expected or wanted, value,
+    raise _fail(error, problem or f"{name} must be a whole number {unit}{bound}", expected or wanted, value,
                 fix or f"pass {wanted}")
 
 
@@ -60,8 +60,8 @@ def path(value: Any, problem: str, *, expected: str, fix: str) -> str:
 def real(
     value: Any, name: str, *, minimum: float | None = None, above: float | None = None,
     maximum: float | None = None, below: float | None = None, none: bool = False,
-    text: bool = False, unit: str = "", expected: str | None = None, fix: str | None = None,
-    error: type[Exception] = ValueError,
+    text: bool = False, unit: str = "", problem: str | None = None, expected: str | None = None,
+    fix: str | None = None, error: type[Exception] = ValueError,
 ) -> Any:
     """``value`` as a finite ``float`` within the bounds given, else ``error``.
 
@@ -84,7 +84,7 @@ def real(
     bound = " and ".join(f"{sign} {limit}" for limit, sign, _ in limits if limit is not None)
     bound = f" {bound}" if bound else ""
     unit = f" of {unit}" if unit else ""
-    raise _fail(error, f"{name} must be a finite number{unit}{bound}",
+    raise _fail(error, problem or f"{name} must be a finite number{unit}{bound}",
                 expected or f"a float{bound}" + (" or None" if none else ""), value,
                 fix or f"pass a number{bound}")
 
@@ -106,15 +106,15 @@ def choice(
 
 def instance(
     value: T, name: str, types: type | tuple[type, ...], *, none: bool = False,
-    kind: str | None = None, expected: str | None = None, fix: str | None = None,
-    error: type[Exception] = TypeError,
+    kind: str | None = None, problem: str | None = None, expected: str | None = None,
+    fix: str | None = None, error: type[Exception] = TypeError,
 ) -> T:
     """``value`` when an instance of ``types`` (``kind``: them in words), else a ``TypeError``."""
     if isinstance(value, types) or (none and value is None):
         return value
     kinds = types if isinstance(types, tuple) else (types,)
     wanted = (kind or "a " + " or ".join(t.__name__ for t in kinds)) + (" or None" if none else "")
-    raise _fail(error, f"{name} must be {wanted}", expected or wanted, value, fix or f"pass {wanted}")
+    raise _fail(error, problem or f"{name} must be {wanted}", expected or wanted, value, fix or f"pass {wanted}")
 
 
 def mapping(

@@ -456,11 +456,10 @@ class History(HistoryViews):
 
 
 def _not_a_clock(elapsed: Any) -> None:
-    raise TypeError(
-        explain("History.commit needs the step's clock", expected="a gyre.Elapsed (what the loop passes as elapsed)",
-                received=describe(elapsed),
-                fix="commit(elapsed, logs): pass the callback's elapsed, or gyre.Elapsed(steps=i)")
-    )
+    raise TypeError(explain(
+        "History.commit needs the step's clock",
+        expected="a gyre.Elapsed (what the loop passes as elapsed)", received=describe(elapsed),
+        fix="commit(elapsed, logs): pass the callback's elapsed, or gyre.Elapsed(steps=i)"))
 
 
 
@@ -484,11 +483,10 @@ def history(logs_list: Iterable[Any] | None = None, *, flush_every: int = 256, l
         if not isinstance(record, Mapping) or not all(
             isinstance(v, Mapping) or (k == "elapsed" and isinstance(v, Elapsed)) for k, v in record.items()
         ):
-            raise TypeError(
-                explain(f"record {index} of the list given to history() is not a dict of collections",
-                        expected='{"metrics": {"loss": 0.5}, "elapsed": {"steps": 3}} (ciclo\'s records)',
-                        received=describe(record), fix="give one dict per step, each collection a dict of entries")
-            )
+            raise TypeError(explain(
+                f"record {index} of the list given to history() is not a dict of collections",
+                expected='{"metrics": {"loss": 0.5}, "elapsed": {"steps": 3}} (ciclo\'s records)',
+                received=describe(record), fix="give one dict per step, each collection a dict of entries"))
         clock = record.get("elapsed")
         if clock is None:
             clock = Elapsed(steps=index)

@@ -20,23 +20,15 @@ def _count(value: Any, name: str, minimum: int, example: str) -> int:
     number = as_integer(value)
     what = "steps" if name == "steps_per_epoch" else "epochs"
     if number is None:
-        raise TypeError(
-            explain(
-                f"lr_schedule: {name}= must be a whole number of {what}",
-                expected=f"an int >= {minimum} (numpy ints are fine), e.g. {name}={example}",
-                received=describe(value),
-                fix=f"pass an int: {name}=int(...)",
-            )
-        )
+        raise TypeError(explain(
+            f"lr_schedule: {name}= must be a whole number of {what}",
+            expected=f"an int >= {minimum} (numpy ints are fine), e.g. {name}={example}",
+            received=describe(value), fix=f"pass an int: {name}=int(...)"))
     if number < minimum:
-        raise ValueError(
-            explain(
-                f"lr_schedule: {name}={number} is {'negative' if minimum == 0 else 'not positive'}",
-                expected=f"an int >= {minimum}, e.g. {name}={example}",
-                received=describe(value),
-                fix=f"pass at least {minimum} {what}",
-            )
-        )
+        raise ValueError(explain(
+            f"lr_schedule: {name}={number} is {'negative' if minimum == 0 else 'not positive'}",
+            expected=f"an int >= {minimum}, e.g. {name}={example}", received=describe(value),
+            fix=f"pass at least {minimum} {what}"))
     return number
 
 
@@ -81,28 +73,22 @@ def lr_schedule(
     n_epochs = _count(epochs, "epochs", 1, "100")
     warmup = _count(warmup_epochs, "warmup_epochs", 0, "5")
     if warmup >= n_epochs:
-        raise ValueError(
-            explain(
-                f"lr_schedule: warmup_epochs={warmup} leaves no epoch for the decay",
-                expected=f"0 <= warmup_epochs < epochs (epochs={n_epochs})",
-                received=f"warmup_epochs={warmup}, epochs={n_epochs}",
-                fix=f"pass warmup_epochs between 0 and {n_epochs - 1}, or more epochs",
-            )
-        )
+        raise ValueError(explain(
+            f"lr_schedule: warmup_epochs={warmup} leaves no epoch for the decay",
+            expected=f"0 <= warmup_epochs < epochs (epochs={n_epochs})",
+            received=f"warmup_epochs={warmup}, epochs={n_epochs}",
+            fix=f"pass warmup_epochs between 0 and {n_epochs - 1}, or more epochs"))
     total = n_epochs * per_epoch
     warm = warmup * per_epoch
     decay = total - 1 - warm
     if decay < 1:
-        raise ValueError(
-            explain(
-                f"lr_schedule: the warmup ends at the last step ({warm}), so the rate cannot be "
-                "base_lr there and reach 0 there",
-                expected="at least one step between the end of the warmup and the last step "
-                "(epochs * steps_per_epoch - 1)",
-                received=f"steps_per_epoch={per_epoch}, epochs={n_epochs}, warmup_epochs={warmup}",
-                fix="use fewer warmup epochs, more epochs, or more steps per epoch",
-            )
-        )
+        raise ValueError(explain(
+            f"lr_schedule: the warmup ends at the last step ({warm}), so the rate cannot be "
+            "base_lr there and reach 0 there",
+            expected="at least one step between the end of the warmup and the last step "
+            "(epochs * steps_per_epoch - 1)",
+            received=f"steps_per_epoch={per_epoch}, epochs={n_epochs}, warmup_epochs={warmup}",
+            fix="use fewer warmup epochs, more epochs, or more steps per epoch"))
     middle = warm + decay / 2
 
     def falling(t: Any) -> Any:
@@ -147,22 +133,14 @@ def _check_base_lr(base_lr: Any) -> float:
     kind = getattr(getattr(base_lr, "dtype", None), "kind", None)
     number = isinstance(base_lr, numbers.Real) or (kind in ("i", "u", "f") and getattr(base_lr, "shape", None) == ())
     if isinstance(base_lr, bool) or not number:
-        raise TypeError(
-            explain(
-                "lr_schedule: base_lr= must be a number",
-                expected="a positive float, e.g. base_lr=1e-3",
-                received=describe(base_lr),
-                fix="pass the peak learning rate as a float: base_lr=1e-3",
-            )
-        )
+        raise TypeError(explain(
+            "lr_schedule: base_lr= must be a number",
+            expected="a positive float, e.g. base_lr=1e-3", received=describe(base_lr),
+            fix="pass the peak learning rate as a float: base_lr=1e-3"))
     value = float(base_lr)
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(
-            explain(
-                "lr_schedule: base_lr= must be positive and finite",
-                expected="a float > 0, e.g. base_lr=1e-3",
-                received=describe(base_lr),
-                fix="pass the peak learning rate: base_lr=1e-3",
-            )
-        )
+        raise ValueError(explain(
+            "lr_schedule: base_lr= must be positive and finite",
+            expected="a float > 0, e.g. base_lr=1e-3", received=describe(base_lr),
+            fix="pass the peak learning rate: base_lr=1e-3"))
     return value

@@ -13,7 +13,7 @@ from typing import Any
 
 from gyre.core._checks import instance, real, whole
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import explain, whole_number
+from gyre.core._errors import explain
 
 ScheduleLike = Callable[[Elapsed], bool]
 
@@ -114,22 +114,15 @@ class Schedule:
             10
         """
         if not isinstance(after, Elapsed):
-            steps = whole_number(
-                after,
-                minimum=0,
-                problem="next_step(after=...) takes the clock of a step",
-                expected="a gyre.Elapsed, or a step index (an int >= 0)",
-                fix="pass the loop's elapsed, or elapsed.steps",
-            )
+            steps = whole(after, "after", problem="next_step(after=...) takes the clock of a step",
+                          expected="a gyre.Elapsed, or a step index (an int >= 0)",
+                          fix="pass the loop's elapsed, or elapsed.steps")
             after = Elapsed(steps=steps)
         if epoch_steps is not None and (type(epoch_steps) is not int or epoch_steps < 1):
-            epoch_steps = whole_number(
-                epoch_steps,
-                minimum=1,
-                problem="next_step(epoch_steps=...) is the number of steps per epoch",
-                expected="an int >= 1, or None when the epoch length is unknown",
-                fix="pass epoch_steps=len(dataset), or leave it out",
-            )
+            epoch_steps = whole(epoch_steps, "epoch_steps", minimum=1,
+                                problem="next_step(epoch_steps=...) is the number of steps per epoch",
+                                expected="an int >= 1, or None when the epoch length is unknown",
+                                fix="pass epoch_steps=len(dataset), or leave it out")
         return self._next_step(after, epoch_steps)
 
     def _next_step(self, clock: Elapsed, epoch_steps: int | None) -> Any:

@@ -122,8 +122,8 @@ class TrainState(struct.PyTreeNode, kw_only=True):
                 raise TypeError(explain(
                     f"{cls.__name__}.create got batch_stats twice: as batch_stats= and in model_state",
                     expected="one of batch_stats=variables['batch_stats'] or model_state={'batch_stats': ...}",
-                    received=f"batch_stats={describe(batch_stats)} and model_state keys {sorted(model_state)}",
-                    fix="drop one of them (batch_stats= is the shorthand for model_state={'batch_stats': ...})"))
+                    received=f"batch_stats={describe(batch_stats)} and model_state keys {sorted(model_state)}", fix="drop "
+                    "one of them (batch_stats= is the shorthand for model_state={'batch_stats': ...})"))
             model_state["batch_stats"] = batch_stats
         declared = {f: d for f, d in cls.__dataclass_fields__.items() if f not in TrainState.__dataclass_fields__}
         fields = {k: v for k, v in extras.items() if k in declared}
@@ -133,8 +133,7 @@ class TrainState(struct.PyTreeNode, kw_only=True):
             raise TypeError(explain(
                 f"{cls.__name__}.create is missing the field(s) {missing}",
                 expected=f"a value for every field {cls.__name__} declares without a default",
-                received=f"keywords {sorted(extras)}",
-                fix=f"pass them: {cls.__name__}.create(params=..., "
+                received=f"keywords {sorted(extras)}", fix=f"pass them: {cls.__name__}.create(params=..., "
                 + ", ".join(f"{m}=..." for m in missing)
                 + "), or give the fields defaults (struct.field(default_factory=...))"))
         return cls(
@@ -292,7 +291,5 @@ def _unknown_attribute(state: Any, name: str, model_state: Any, extras: Any) -> 
         f"{type(state).__name__} has no attribute {name!r}.{hint}",
         expected=f"a field ({', '.join(fields)}), a model_state collection ({collections or 'none'}) "
         f"or an extra ({extra or 'none'})",
-        received=repr(name),
-        fix=(f"use {hint.split(chr(39))[1]!r}" if hint else "check the name")
-        + "; values passed to create() that are not fields are kept in extras",
-    )
+        received=repr(name), fix=(f"use {hint.split(chr(39))[1]!r}" if hint else "check the name")
+        + "; values passed to create() that are not fields are kept in extras")

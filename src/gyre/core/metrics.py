@@ -64,8 +64,7 @@ def _count(count: Any, metric: str) -> jax.Array:
     if c.shape != ():
         raise ValueError(explain(
             f"{metric}.from_value takes one count per value",
-            expected="count= a number or a 0-d array (e.g. the batch size)",
-            received=f"a count of shape {c.shape}",
+            expected="count= a number or a 0-d array (e.g. the batch size)", received=f"a count of shape {c.shape}",
             fix="pass the step's total weight, e.g. count=batch_size; for a column of "
             "steps use from_stacked(values, counts)"))
     return c

@@ -37,10 +37,9 @@ def steps_per_epoch(n: int, batch_size: int, drop_remainder: bool = True) -> int
     n = whole(n, "n (the number of samples)", expected="an int >= 0, e.g. 1000", fix="pass steps_per_epoch(1000, 32)")
     batch_size = whole(batch_size, "batch_size", minimum=1, expected="an int >= 1, e.g. 32", fix="pass batch_size=32")
     if n == 0:
-        raise ValueError(
-            explain("an epoch of no samples has no batch", expected="n >= 1 samples", received="n=0",
-                    fix="check the data split that produced them")
-        )
+        raise ValueError(explain(
+            "an epoch of no samples has no batch",
+            expected="n >= 1 samples", received="n=0", fix="check the data split that produced them"))
     if drop_remainder and batch_size > n:
         raise ValueError(explain(
             "the batch is larger than the data, so every batch would be dropped",

@@ -46,16 +46,13 @@ class Sources(NamedTuple):
 def refuse_sources(value: Any, what: str) -> None:
     """Raises a clear error when ``value`` is the whole :class:`Sources` triple, not one part."""
     if isinstance(value, Sources):
-        raise TypeError(
-            explain(
-                f"{what} is the whole result of gyre.data.arrays(...), a (train, val, test) triple",
-                expected="one of its parts: sources.train to train on, sources.val or sources.test "
-                "to evaluate on (or unpack: train, val, test = gyre.data.arrays(...))",
-                received=f"Sources(train={value.train!r}, val={value.val!r}, test={value.test!r})",
-                fix="pass sources.train as the training data and sources.val / sources.test as "
-                "the evaluation data",
-            )
-        )
+        raise TypeError(explain(
+            f"{what} is the whole result of gyre.data.arrays(...), a (train, val, test) triple",
+            expected="one of its parts: sources.train to train on, sources.val or sources.test "
+            "to evaluate on (or unpack: train, val, test = gyre.data.arrays(...))",
+            received=f"Sources(train={value.train!r}, val={value.val!r}, test={value.test!r})",
+            fix="pass sources.train as the training data and sources.val / sources.test as "
+            "the evaluation data"))
 
 
 class EvalBatches:
@@ -197,14 +194,10 @@ def _import_grain() -> Any:
     try:
         import grain
     except ImportError as err:
-        raise ImportError(
-            explain(
-                "gyre.data.arrays(..., workers>=1) runs on grain, which is not installed",
-                expected="the grain package (an optional extra of gyre)",
-                received=f"ImportError: {err}",
-                fix="pip install 'gyre[grain]', or pass workers=0 (the numpy path, the same batches)",
-            )
-        ) from err
+        raise ImportError(explain(
+            "gyre.data.arrays(..., workers>=1) runs on grain, which is not installed",
+            expected="the grain package (an optional extra of gyre)", received=f"ImportError: {err}",
+            fix="pip install 'gyre[grain]', or pass workers=0 (the numpy path, the same batches)")) from err
     return grain
 
 
@@ -221,29 +214,22 @@ def _split_arrays(data: Any) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, 
             train, test = _same_rows(data[0], "the training arrays"), _same_rows(data[1], "the test arrays")
             _same_examples(train, test)
             return train, test
-    raise TypeError(
-        explain(
-            "arrays() takes a tuple of arrays sharing their first dimension, or a reader's result",
-            expected="(x, y) numpy arrays, or ((x_train, y_train), (x_test, y_test)) as "
-            "gyre.data.mnist(path) returns",
-            received=describe(data),
-            fix="pass gyre.data.arrays((x, y), 128) or gyre.data.arrays(gyre.data.mnist(path), 128)",
-        )
-    )
+    raise TypeError(explain(
+        "arrays() takes a tuple of arrays sharing their first dimension, or a reader's result",
+        expected="(x, y) numpy arrays, or ((x_train, y_train), (x_test, y_test)) as gyre.data.mnist(path) returns",
+        received=describe(data),
+        fix="pass gyre.data.arrays((x, y), 128) or gyre.data.arrays(gyre.data.mnist(path), 128)"))
 
 
 def _same_rows(arrays: Any, what: str) -> tuple[np.ndarray, ...]:
     out = tuple(np.asarray(a) for a in arrays)
     rows = [a.shape[0] for a in out]
     if len(set(rows)) != 1 or rows[0] == 0:
-        raise ValueError(
-            explain(
-                f"{what} must hold the same number (>= 1) of examples along their first dimension",
-                expected="e.g. x of shape (n, 28, 28, 1) and y of shape (n,), n >= 1",
-                received=", ".join(str(a.shape) for a in out),
-                fix="pass inputs and labels of the same split, e.g. (x_train, y_train)",
-            )
-        )
+        raise ValueError(explain(
+            f"{what} must hold the same number (>= 1) of examples along their first dimension",
+            expected="e.g. x of shape (n, 28, 28, 1) and y of shape (n,), n >= 1",
+            received=", ".join(str(a.shape) for a in out),
+            fix="pass inputs and labels of the same split, e.g. (x_train, y_train)"))
     return out
 
 
@@ -252,14 +238,11 @@ def _same_examples(train: tuple[np.ndarray, ...], test: tuple[np.ndarray, ...]) 
     cannot evaluate the other)."""
     shapes = [a.shape[1:] for a in train], [a.shape[1:] for a in test]
     if shapes[0] != shapes[1]:
-        raise ValueError(
-            explain(
-                "the test arrays' examples differ in shape from the training arrays'",
-                expected=f"per-example shapes {shapes[0]} (the training arrays', after the first dimension)",
-                received=f"{shapes[1]}",
-                fix="pass the test split of the same data, with the same preprocessing (reshape, one-hot)",
-            )
-        )
+        raise ValueError(explain(
+            "the test arrays' examples differ in shape from the training arrays'",
+            expected=f"per-example shapes {shapes[0]} (the training arrays', after the first dimension)",
+            received=f"{shapes[1]}",
+            fix="pass the test split of the same data, with the same preprocessing (reshape, one-hot)"))
 
 
 def _held_out(validation: Any, n: int) -> int:
@@ -277,14 +260,11 @@ def _held_out(validation: Any, n: int) -> int:
     if bad is None and count >= n:
         bad = f"all {n} examples, leaving none for training"
     if bad is not None:
-        raise ValueError(
-            explain(
-                f"validation= must hold out some, not all, of the {n} training examples ({bad})",
-                expected=f"None, a fraction in (0, 1) such as 0.1, or a count 1 <= k < {n} such as {max(1, n // 10)}",
-                received=describe(validation),
-                fix=f"pass validation=0.1 or validation={max(1, n // 10)} (an int), or None for no split",
-            )
-        )
+        raise ValueError(explain(
+            f"validation= must hold out some, not all, of the {n} training examples ({bad})",
+            expected=f"None, a fraction in (0, 1) such as 0.1, or a count 1 <= k < {n} such as {max(1, n // 10)}",
+            received=describe(validation),
+            fix=f"pass validation=0.1 or validation={max(1, n // 10)} (an int), or None for no split"))
     return count
 
 
@@ -294,20 +274,18 @@ def _augment_options(augment: Any, seed: int, images: np.ndarray) -> dict[str, A
     options = {} if augment is True else dict(augment) if isinstance(augment, Mapping) else None
     unknown = [key for key in options or {} if key not in AUGMENT_OPTIONS]
     if options is None or unknown:
-        raise (TypeError if options is None else ValueError)(
-            explain("augment= takes None, True or a dict of the options padding, flip, seed",
-                    expected="augment=True (crop with padding 4, flip) or augment={'padding': 2, 'flip': False}",
-                    received=describe(augment) if options is None else f"an unknown option {unknown[0]!r}",
-                    fix="pass augment=True or a dict with keys padding, flip, seed."
-                    + (suggest(str(unknown[0]), AUGMENT_OPTIONS) if unknown else ""))
-        )
+        raise (TypeError if options is None else ValueError)(explain(
+            "augment= takes None, True or a dict of the options padding, flip, seed",
+            expected="augment=True (crop with padding 4, flip) or augment={'padding': 2, 'flip': False}",
+            received=describe(augment) if options is None else f"an unknown option {unknown[0]!r}",
+            fix="pass augment=True or a dict with keys padding, flip, seed."
+            + (suggest(str(unknown[0]), AUGMENT_OPTIONS) if unknown else "")))
     if images.ndim < 3:
-        raise ValueError(
-            explain("augment= crops and flips images, and the first array holds none",
-                    expected="x shaped (n, height, width) or (n, height, width, channels)",
-                    received=f"x of shape {images.shape}",
-                    fix="reshape flat images first, e.g. x.reshape(-1, 8, 8, 1), or leave augment=None")
-        )
+        raise ValueError(explain(
+            "augment= crops and flips images, and the first array holds none",
+            expected="x shaped (n, height, width) or (n, height, width, channels)",
+            received=f"x of shape {images.shape}",
+            fix="reshape flat images first, e.g. x.reshape(-1, 8, 8, 1), or leave augment=None"))
     instance(options.get("flip", True), "augment's flip", bool, expected="flip=True or flip=False",
              fix="pass {'flip': True}")
     default = int(np.random.SeedSequence(seed, spawn_key=(2,)).generate_state(1)[0])
@@ -372,14 +350,11 @@ def arrays(
     """
     if extra or (_is_array(data) and np.ndim(batch_size) >= 1):  # arrays(x, y, 64): Keras's habit
         received = [describe(v, 40) for v in (data, batch_size, *extra)]
-        raise TypeError(
-            explain(
-                "arrays() takes the arrays as one tuple, then the batch size",
-                expected="gyre.data.arrays((x, y), 64) or gyre.data.arrays(((x_train, y_train), (x_test, y_test)), 64)",
-                received=f"{len(received)} positional arguments: {', '.join(received)}",
-                fix="wrap the arrays in a tuple: gyre.data.arrays((x, y), batch_size)",
-            )
-        )
+        raise TypeError(explain(
+            "arrays() takes the arrays as one tuple, then the batch size",
+            expected="gyre.data.arrays((x, y), 64) or gyre.data.arrays(((x_train, y_train), (x_test, y_test)), 64)",
+            received=f"{len(received)} positional arguments: {', '.join(received)}",
+            fix="wrap the arrays in a tuple: gyre.data.arrays((x, y), batch_size)"))
     train_arrays, test_arrays = _split_arrays(data)
     seed = check_seed(seed)
     batch_size = whole(batch_size, "batch_size", minimum=1, expected="an int >= 1, e.g. 128",

@@ -226,8 +226,7 @@ def _check_near_misses(fn: Any, positional: list[inspect.Parameter], offset: int
             continue
         given = ARG_NAMES[position]
         raise TypeError(explain(
-            f"callback {callback_name(fn)}: parameter {p.name!r} looks like a misspelling of "
-            f"{close!r}",
+            f"callback {callback_name(fn)}: parameter {p.name!r} looks like a misspelling of {close!r}",
             expected=f"parameters named from {list(ARG_NAMES[offset:])} (bound by name), or "
             "names unlike them (bound by position: state, batch, elapsed, logs, loop)",
             received=f"parameters {[q.name for q in positional]}: bound by position, "
@@ -243,13 +242,10 @@ def _check_defaulted_misses(fn: Any, defaulted: list[inspect.Parameter]) -> None
         if close is None:
             continue
         raise TypeError(explain(
-            f"callback {callback_name(fn)}: parameter {p.name!r} looks like a misspelling of "
-            f"{close!r}",
+            f"callback {callback_name(fn)}: parameter {p.name!r} looks like a misspelling of {close!r}",
             expected=f"the loop's values named exactly: {list(ARG_NAMES)}",
-            received=f"{p.name}={p.default!r}: the loop passes no {p.name!r}, so it always "
-            "keeps its default",
-            fix=f"rename it {close!r}; if it is a setting of your own, give it a name unlike "
-            "the loop's values"))
+            received=f"{p.name}={p.default!r}: the loop passes no {p.name!r}, so it always keeps its default",
+            fix=f"rename it {close!r}; if it is a setting of your own, give it a name unlike the loop's values"))
 
 
 def _check_mask_last(fn: Any, params: list[inspect.Parameter], at: int) -> None:
@@ -257,8 +253,7 @@ def _check_mask_last(fn: Any, params: list[inspect.Parameter], at: int) -> None:
     later = params[at + 1 :]
     if any(p.kind is _P.VAR_POSITIONAL or (p.kind in _POSITIONAL and p.default is _P.empty) for p in later):
         raise TypeError(explain(
-            f"callback {callback_name(fn)} has its mask parameter before parameters bound "
-            "by position",
+            f"callback {callback_name(fn)} has its mask parameter before parameters bound by position",
             expected="mask after them (def step(s, b, mask=None)), or parameters named "
             "state, batch, ... (bound by name, in any order)",
             received=f"parameters {[p.name for p in params]}",
@@ -336,8 +331,7 @@ def _no_mask(name: str) -> str:
         received=f"{name} called with an unpadded batch (a training step, a plain gyre.loop, or "
         "a point other than on_test_step and its batch callbacks)",
         fix="give mask a default (def step(state, batch, mask=None)) and read None as 'every "
-        "row is real', or register the step at gyre.on_test_step",
-    )
+        "row is real', or register the step at gyre.on_test_step")
 
 
 def inject(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gyre.core._errors import describe, explain, suggest, warn, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import describe, explain, suggest, warn
 from gyre.data._arrays import Batches
 from gyre.engine._elapse import check_dataset, check_iterable, dataset_epoch_steps
 
@@ -326,9 +327,8 @@ class DataTracker:
                 next(it)
             except StopIteration:
                 raise ValueError(explain(
-                    f"the data ended while skipping the batches consumed before the "
-                    f"checkpoint (data_resume='skip'): it held {done}, the run had "
-                    f"consumed {count}",
+                    "the data ended while skipping the batches consumed before the checkpoint "
+                    f"(data_resume='skip'): it held {done}, the run had consumed {count}",
                     expected=f"the same data as the run that saved it: at least {count} batches",
                     received=f"a {source} of {done} batches",
                     fix="resume with the same data (repeated for as many epochs), or "
@@ -340,13 +340,9 @@ class DataTracker:
 
 
 def _count(saved: Any) -> int:
-    return whole_number(
-        saved,
-        minimum=0,
-        problem="a saved data position of kind 'count' must be a number of batches >= 0",
-        expected="{'kind': 'count', 'state': <batches consumed>}, as the loop saved it",
-        fix="pass the data position the loop saved (loop.data.state_dict()), unchanged",
-    )
+    return whole(saved, "count", problem="a saved data position of kind 'count' must be a number of batches >= 0",
+                 expected="{'kind': 'count', 'state': <batches consumed>}, as the loop saved it",
+                 fix="pass the data position the loop saved (loop.data.state_dict()), unchanged")
 
 
 def _check_saved(state: Any) -> tuple[str, Any]:
@@ -378,12 +374,10 @@ def _other_kind(state: Mapping[str, Any], kind: str, tracker: DataTracker) -> st
     return explain(
         "the saved data position belongs to another kind of dataset, so this loop's data "
         "cannot continue from it",
-        expected=f"a position saved from {_KIND_WORDS[tracker.kind]}, as this loop's "
-        f"dataset (a {here}) is",
+        expected=f"a position saved from {_KIND_WORDS[tracker.kind]}, as this loop's dataset (a {here}) is",
         received=f"a position saved from {_KIND_WORDS[kind]} (a {saved_from})",
         fix=f"resume with the dataset the run was saved with (a {saved_from}, built with the "
-        "same arguments), or start a new run instead of resuming",
-    )
+        "same arguments), or start a new run instead of resuming")
 
 
 def _encode(raw: bytes) -> tuple[str, str]:
@@ -427,8 +421,7 @@ def _not_json(where: str, value: Any, what: str) -> TypeError:
     return TypeError(explain(
         f"{where} cannot be saved in a checkpoint: a data position is stored as JSON",
         expected="ints, floats, strings, bools, None, and lists and dicts (string keys) of them",
-        received=what,
-        fix="make state_dict() return plain values (e.g. an int position, a seed), and "
+        received=what, fix="make state_dict() return plain values (e.g. an int position, a seed), and "
         "rebuild anything else from them in load_state_dict()"))
 
 

@@ -74,25 +74,21 @@ def check_iterable(dataset: Any) -> None:
         raise TypeError(explain(
             "the dataset is a tuple of whole arrays, which the loop would iterate "
             "array by array (a Keras habit: fit(x, y))",
-            expected="an iterable of batches",
-            received=f"a tuple of {len(dataset)} arrays with shapes {shapes}",
+            expected="an iterable of batches", received=f"a tuple of {len(dataset)} arrays with shapes {shapes}",
             fix="batch them: gyre.data.batches((X, Y), batch_size=32, seed=0)"))
     if hasattr(dataset, "shape") and hasattr(dataset, "dtype") and len(dataset.shape) >= 1:
         raise TypeError(explain(
             f"the dataset is a single array of shape {tuple(dataset.shape)}, which the loop "
             "would iterate row by row (one example per step, with no batch dimension)",
-            expected="an iterable of batches",
-            received=f"a {type(dataset).__name__} of shape {tuple(dataset.shape)}",
+            expected="an iterable of batches", received=f"a {type(dataset).__name__} of shape {tuple(dataset.shape)}",
             fix="batch it: gyre.data.batches(x, batch_size=32, seed=0), or a list of batches"))
     if isinstance(dataset, Mapping):
         keys = list(dataset)
         shown = "(" + ", ".join(f"d[{k!r}]" for k in keys[:3]) + ")"
         raise TypeError(explain(
             "the dataset is a dict: the loop would iterate its keys as batches",
-            expected="an iterable of batches (each batch may be a dict)",
-            received=f"a dict with keys {keys[:8]}",
-            fix=f"batch its arrays: gyre.data.batches({shown}, batch_size=32, seed=0), or "
-            "pass a list of dict batches"))
+            expected="an iterable of batches (each batch may be a dict)", received=f"a dict with keys {keys[:8]}",
+            fix=f"batch its arrays: gyre.data.batches({shown}, batch_size=32, seed=0), or pass a list of dict batches"))
     if not (isinstance(dataset, Iterable) or hasattr(type(dataset), "__getitem__")):
         raise _not_iterable(dataset)
 
@@ -283,8 +279,7 @@ def epochs_unknown(what: str, dataset: Any = None) -> str:
         "(gyre.data.batches(...), or anything with len())",
         received=f"{kind} with neither len() nor epoch_steps, and no epoch_duration",
         fix="pass epoch_duration=<batches per epoch> (e.g. gyre.data.steps_per_epoch(len(x), "
-        "batch_size)), iterate gyre.data.batches(...), or count in steps",
-    )
+        "batch_size)), iterate gyre.data.batches(...), or count in steps")
 
 
 def source_of(dataset: Any) -> Any:

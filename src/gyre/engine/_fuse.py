@@ -88,8 +88,7 @@ class _NotInFusedStep:
             raise AttributeError(attr)
         raise TypeError(explain(
             f"the fused step {self._step} reads {self._arg}.{attr}",
-            expected="a step of (state, batch) only: inside one lax.scan there is no "
-            f"per-step {self._arg}",
+            expected=f"a step of (state, batch) only: inside one lax.scan there is no per-step {self._arg}",
             received=f"a step that uses its {self._arg!r} parameter",
             fix="keep the step counter in the state (state.step) and log by returning "
             "(logs, state); or run with steps_per_call=1"))
@@ -202,5 +201,4 @@ def fuse(step: Any, steps: int) -> FusedStep:
         expected="a jax.jit-wrapped step (state, batch) -> (logs, state), or a managed step "
         "with a fuse(steps) method (gyre.FusableStep)",
         received=describe(fn) + (" (a plain Python function)" if callable(fn) else ""),
-        fix="compile it: step = jax.jit(step, donate_argnums=0); or run step by step "
-        "with steps_per_call=1"))
+        fix="compile it: step = jax.jit(step, donate_argnums=0); or run step by step with steps_per_call=1"))

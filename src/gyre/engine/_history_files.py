@@ -37,11 +37,10 @@ def _encode_value(value: Any) -> Any:
     if hasattr(value, "dtype") and hasattr(value, "shape"):
         array = np.asarray(value)
         return {"dtype": array.dtype.name, "shape": list(array.shape), "data": array.tolist()}
-    raise TypeError(
-        explain("a history value cannot be saved in a checkpoint", expected="numbers, strings or arrays in the logs",
-                received=f"a {type(value).__name__}",
-                fix="log arrays or numbers (e.g. gyre.logs().add_metric(name, value))")
-    )
+    raise TypeError(explain(
+        "a history value cannot be saved in a checkpoint",
+        expected="numbers, strings or arrays in the logs", received=f"a {type(value).__name__}",
+        fix="log arrays or numbers (e.g. gyre.logs().add_metric(name, value))"))
 
 
 def _decode_value(value: Any) -> Any:

@@ -33,8 +33,7 @@ def _check_reduction(reduction: Any) -> None:
         return
     raise ValueError(explain(
         f"unknown aggregation {reduction!r}",
-        expected=f"one of {list(REDUCTIONS)}, a callable list -> value, or a dict "
-        "{collection: aggregation}",
+        expected=f"one of {list(REDUCTIONS)}, a callable list -> value, or a dict {{collection: aggregation}}",
         received=describe(reduction),
         fix="e.g. aggregation='mean' or aggregation={'metrics': 'mean', 'stateful_metrics': 'last'}"))
 
@@ -173,8 +172,7 @@ class InnerLoop(LoopElement):
                 f"the function of inner_loop({self.name!r}) must return what a loop returns",
                 expected="(state, history, elapsed), e.g. lambda state: gyre.test_loop(state, data); "
                 "the history may also be a list of ciclo's records ({collection: {entry: value}})",
-                received=describe(result),
-                fix="return the result of gyre.loop / gyre.test_loop from the function"))
+                received=describe(result), fix="return the result of gyre.loop / gyre.test_loop from the function"))
         inner_state, inner_history = result[0], records
         out = suffixed(aggregate(inner_history, self.aggregation), self.name)
         if logs:

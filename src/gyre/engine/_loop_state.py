@@ -160,10 +160,9 @@ class LoopState:
         if not isinstance(reason, str):
             raise TypeError(explain(
                 "request_stop takes a reason (a string), and stops after the current step",
-                expected="loop.request_stop() or loop.request_stop('validation plateaued')",
-                received=describe(reason),
-                fix="to stop at a given step, pass it to the loop: stop=5 (or stop=gyre.at(epochs=2)); "
-                "to stop now, call request_stop() with no argument or a string"))
+                expected="loop.request_stop() or loop.request_stop('validation plateaued')", received=describe(reason),
+                fix="to stop at a given step, pass it to the loop: stop=5 (or stop=gyre.at(epochs=2)); to stop now, "
+                "call request_stop() with no argument or a string"))
         self.stop_requested = True
         self.stop_reason = reason
 
@@ -277,9 +276,8 @@ def _merge_other(first: Any, second: Any, logs: Logs, invoker: Invoker) -> None:
         raise TypeError(explain(
             f"callback {invoker.name} returned a pair whose first value is not logs",
             expected="(logs, state) with logs a gyre.Logs, a dict of collections, or None",
-            received=f"({describe(first)}, ...)",
-            fix="return (gyre.logs().add_metric(...), state); if your state is itself a "
-            "pair, return (None, state)"))
+            received=f"({describe(first)}, ...)", fix="return (gyre.logs().add_metric(...), state); if your state "
+            "is itself a pair, return (None, state)"))
     logs.merge(first)
 
 

@@ -98,9 +98,8 @@ class NamedHooks:
                 raise TypeError(explain(
                     f"callback {describe(obj)} of {self.loop_name} matches no named schedule",
                     expected=f"an object with a method named after one of {list(self.accepted)}",
-                    received=f"an object of type {type(obj).__name__} with none of them",
-                    fix="put a plain function in tasks under a schedule, e.g. "
-                    "tasks={gyre.every(1): [fn]} or {gyre.on_epoch_end: [fn]}"))
+                    received=f"an object of type {type(obj).__name__} with none of them", fix="put a plain "
+                    "function in tasks under a schedule, e.g. tasks={gyre.every(1): [fn]} or {gyre.on_epoch_end: [fn]}"))
             for hook, method in found:
                 self.named[hook].append(method)
 
@@ -111,8 +110,7 @@ class NamedHooks:
                 raise ValueError(explain(
                     f"callback {type(obj).__name__} of {self.loop_name} has a method {name!r} "
                     "that is no named point: it would never be called",
-                    expected=f"methods named after the points of {self.loop_name}: "
-                    f"{list(self.accepted)}",
+                    expected=f"methods named after the points of {self.loop_name}: {list(self.accepted)}",
                     received=f"{name!r}",
                     fix="rename it." + (suggest(name, KNOWN_HOOKS) or " (Methods of your own: "
                     "a name that does not start with on_.)")))
@@ -296,8 +294,7 @@ def _check_steps(hooks: NamedHooks, test_dataset: Any) -> str | None:
         expected="a callback at gyre.on_train_step (or under a clock schedule: "
         "{gyre.every(1): train_step}), or a state class with a train_step method",
         received=f"callbacks only at {filled}" if filled else "no callback at all",
-        fix="add {gyre.on_train_step: train_step} to the tasks (to evaluate only, use gyre.test_loop)",
-    )
+        fix="add {gyre.on_train_step: train_step} to the tasks (to evaluate only, use gyre.test_loop)")
 
 
 def _evaluation(

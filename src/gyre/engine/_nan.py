@@ -115,8 +115,7 @@ def apply_nan_policy(tasks: Any, policy: str) -> tuple[Any, bool]:
     if policy == "skip" and not skipping:
         names = [getattr(cb, "__qualname__", None) or type(cb).__name__ for cbs in table.values() for cb in as_list(cbs)]
         raise ValueError(explain(
-            "nan_policy='skip' needs a step that can drop a non-finite update, and this "
-            "loop has none",
+            "nan_policy='skip' needs a step that can drop a non-finite update, and this loop has none",
             expected="a managed train step in the table (@gyre.managed.train_step, or the "
             "train_step of gyre.create_flax_state): it drops the update inside the compiled "
             "step and counts it in state.skipped_steps",
@@ -343,19 +342,12 @@ class FiniteCheck:
                 f"if {name!r} can be NaN on its own (a ratio over an empty batch), log it as an "
                 "output (logs.add_output) or guard it with jnp.where; else " + fix
             )
-        raise NonFiniteError(
-            explain(
-                f'"{name}" is {text} at step {step}',
-                expected=f"finite losses and metrics ({policy}): the first non-finite {kind} "
-                "stops the loop, before any checkpoint holds a state made from it",
-                received=f"{collection}.{name} = {text} at step {step} ({clock}){later}",
-                fix=fix,
-            ),
-            step=step,
-            collection=collection,
-            name=name,
-            value=value,
-        )
+        raise NonFiniteError(explain(
+            f'"{name}" is {text} at step {step}',
+            expected=f"finite losses and metrics ({policy}): the first non-finite {kind} "
+            "stops the loop, before any checkpoint holds a state made from it",
+            received=f"{collection}.{name} = {text} at step {step} ({clock}){later}",
+            fix=fix), step=step, collection=collection, name=name, value=value)
 
 
 def _count_before_last(columns: Block, before: int | None) -> int | None:

@@ -44,8 +44,7 @@ def _placer(sharding: Any) -> Placer:
         "prefetch_to_device got a sharding it cannot use",
         expected="None (the default device), a jax.sharding.Sharding, a pytree of them "
         "shaped like the batch, or a gyre.Strategy such as state.strategy",
-        received=describe(sharding),
-        fix="pass e.g. sharding=gyre.DataParallel() or "
+        received=describe(sharding), fix="pass e.g. sharding=gyre.DataParallel() or "
         "sharding=NamedSharding(mesh, PartitionSpec('data'))"))
 
 

@@ -110,8 +110,7 @@ def _not_json(where: str, what: str) -> None:
     raise TypeError(explain(
         f"the state_dict value at {where} cannot be saved in a checkpoint",
         expected="JSON values (dicts with str keys, lists, str, numbers, bool, None) and arrays",
-        received=what,
-        fix="return plain values and arrays from state_dict(); flatten a pytree with "
+        received=what, fix="return plain values and arrays from state_dict(); flatten a pytree with "
         "jax.tree_util.tree_leaves and rebuild it in load_state_dict"))
 
 

@@ -48,11 +48,9 @@ def _one_directory_each(found: Sequence[Checkpointer]) -> None:
         if other is not each:
             raise ValueError(explain(
                 "two checkpoints of one loop write to the same directory",
-                expected="a directory of its own for each gyre.checkpoint",
-                received=f"{other!r} and {each!r}",
-                fix="give each its own directory (runs/exp1/latest, runs/exp1/best), or keep "
-                "the latest and the best in one: gyre.checkpoint(directory, keep=3, "
-                "keep_best=1, monitor='loss_test')"))
+                expected="a directory of its own for each gyre.checkpoint", received=f"{other!r} and {each!r}",
+                fix="give each its own directory (runs/exp1/latest, runs/exp1/best), or keep the latest and "
+                "the best in one: gyre.checkpoint(directory, keep=3, keep_best=1, monitor='loss_test')"))
 
 
 def find_checkpointer(tasks: Sequence[Task], extra: Sequence[Invoker], resume: Any) -> Checkpointer | None:

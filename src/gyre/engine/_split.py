@@ -89,8 +89,7 @@ def _take_step(plan: ChunkPlan, task: Task, invoker: Invoker, steps: int) -> Non
 
 def _not_compiled(task: Task, invoker: Invoker, steps: int) -> None:
     raise TypeError(explain(
-        f"with steps_per_call={steps}, the {task.key!r} callback {invoker.name} must be a "
-        "compiled step",
+        f"with steps_per_call={steps}, the {task.key!r} callback {invoker.name} must be a compiled step",
         expected="a jax.jit-wrapped step or a managed step (gyre.FusableStep)",
         received=describe(step_function(invoker.fn)),
         fix="wrap it: jax.jit(step, donate_argnums=0); move other callbacks to another "

@@ -89,8 +89,7 @@ class Stager:
                         "the batches of a fused chunk must all have the same shapes",
                         expected=f"every batch shaped like the first: {[s for s, _ in shapes]}",
                         received=f"batch {i} of the chunk with a leaf of shape {np.shape(x)}",
-                        fix="drop or pad the last, smaller batch (drop_remainder=True), "
-                        "or use steps_per_call=1"))
+                        fix="drop or pad the last, smaller batch (drop_remainder=True), or use steps_per_call=1"))
                 buffer[i] = x
         return jax.tree_util.tree_unflatten(treedef, list(buffers)), slot
 

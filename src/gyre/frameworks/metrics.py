@@ -290,10 +290,8 @@ def _bad_metric(name: str, spec: Any) -> str:
         f"metric {name!r} is neither a callable nor a metric object",
         expected="a callable (preds, labels) -> value, a metric object with reset/update/compute "
         "(gyre.frameworks.Accuracy()) or empty/from_model_output/merge/compute (clu.metrics)",
-        received=describe(spec),
-        fix="e.g. metrics={'accuracy': gyre.frameworks.Accuracy()} or "
-        "metrics={'accuracy': lambda preds, labels: preds.argmax(-1) == labels}",
-    )
+        received=describe(spec), fix="e.g. metrics={'accuracy': gyre.frameworks.Accuracy()} or "
+        "metrics={'accuracy': lambda preds, labels: preds.argmax(-1) == labels}")
 
 
 def reset(metric: Any) -> Any:

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from gyre.core._errors import whole_number
+from gyre.core._checks import whole
 from gyre.jaxloop._actions import CheckpointAction
 from gyre.jaxloop._loop import Output, State, state_step
 from gyre.jaxloop._stat_loop import STAT_LOOP_TIME_SECS, STAT_STEPS_PER_SEC, StatLoop
@@ -68,10 +68,8 @@ class ActionLoop(StatLoop):
 
     @loop_count.setter
     def loop_count(self, loop_count: int) -> None:
-        self._loop_count = whole_number(
-            loop_count, minimum=0, problem="loop_count must be a whole number >= 0",
-            expected="the number of loops already run", fix="set loop.loop_count = 0 to start over",
-        )
+        self._loop_count = whole(loop_count, "loop_count", expected="the number of loops already run",
+                                 fix="set loop.loop_count = 0 to start over")
 
     def begin(self, state: State, dataset: Iterator[Any]) -> tuple[State, Iterator[Any]]:
         """Counts the loop and runs the begin actions whose interval divides the count.

@@ -30,14 +30,10 @@ _log = logging.getLogger(__name__)
 def _step_of(state: Any) -> int:
     step = state_step(state)
     if step is None:
-        raise TypeError(
-            explain(
-                "a jaxloop action needs the state's step",
-                expected="a state with a step (gyre.TrainState, or a dict with 'step')",
-                received=describe(state),
-                fix="train with gyre.Step.initialize_model's TrainState, or keep a 'step' entry",
-            )
-        )
+        raise TypeError(explain(
+            "a jaxloop action needs the state's step",
+            expected="a state with a step (gyre.TrainState, or a dict with 'step')", received=describe(state),
+            fix="train with gyre.Step.initialize_model's TrainState, or keep a 'step' entry"))
     return step
 
 
@@ -65,14 +61,10 @@ class Action:
 
     def __call__(self, state: Any, outputs: Output | None, **kwargs: Any) -> Any:
         """Runs the action; override it (the base raises ``NotImplementedError``)."""
-        raise NotImplementedError(
-            explain(
-                f"{type(self).__name__}.__call__ is not implemented",
-                expected="an Action subclass defining __call__(self, state, outputs, **kwargs)",
-                received=type(self).__qualname__,
-                fix="define __call__ in your subclass",
-            )
-        )
+        raise NotImplementedError(explain(
+            f"{type(self).__name__}.__call__ is not implemented",
+            expected="an Action subclass defining __call__(self, state, outputs, **kwargs)",
+            received=type(self).__qualname__, fix="define __call__ in your subclass"))
 
 
 class MetricType(enum.Enum):
@@ -155,15 +147,11 @@ class SummaryAction(Action):
         super().__init__(interval=interval)
         writer = summary_writer
         if not callable(getattr(writer, "write_scalars", None)):
-            raise TypeError(
-                explain(
-                    "SummaryAction needs a writer",
-                    expected="an object with write_scalars(step, values), flush() and close() "
-                    "(a gyre writer, or a CLU metric writer)",
-                    received=describe(writer),
-                    fix="pass a writer, e.g. gyre.loggers.CSVWriter(path)",
-                )
-            )
+            raise TypeError(explain(
+                "SummaryAction needs a writer",
+                expected="an object with write_scalars(step, values), flush() and close() "
+                "(a gyre writer, or a CLU metric writer)",
+                received=describe(writer), fix="pass a writer, e.g. gyre.loggers.CSVWriter(path)"))
         self._writer = writer
         self._flush_each_call = bool(flush_each_call)
         self._closed = False
@@ -204,14 +192,11 @@ class SummaryAction(Action):
                     by_type.setdefault(MetricType.SCALAR, {})[key] = value
                 continue
             if value.type not in self.supported_types:
-                raise ValueError(
-                    explain(
-                        f"SummaryAction cannot write {key!r}: type {value.type.name} is not supported",
-                        expected=f"one of {sorted(t.name for t in self.supported_types)}",
-                        received=f"MetricWithMetadata(type=MetricType.{value.type.name})",
-                        fix="write it yourself in an Action, or log it as another type",
-                    )
-                )
+                raise ValueError(explain(
+                    f"SummaryAction cannot write {key!r}: type {value.type.name} is not supported",
+                    expected=f"one of {sorted(t.name for t in self.supported_types)}",
+                    received=f"MetricWithMetadata(type=MetricType.{value.type.name})",
+                    fix="write it yourself in an Action, or log it as another type"))
             inner = value.value[-1] if isinstance(value.value, list) and value.value else value.value
             by_type.setdefault(value.type, {})[key] = inner
         reduced = reduce_outputs(per_step)
@@ -229,14 +214,11 @@ class SummaryAction(Action):
         for metric_type, values in self.split_outputs(outputs).items():
             method = getattr(self._writer, _METHODS[metric_type], None)
             if method is None:
-                raise TypeError(
-                    explain(
-                        f"the writer cannot write {metric_type.name.lower()} values",
-                        expected=f"a writer with {_METHODS[metric_type]}(step, values)",
-                        received=describe(self._writer),
-                        fix="use a writer that supports the type, or log the values as scalars",
-                    )
-                )
+                raise TypeError(explain(
+                    f"the writer cannot write {metric_type.name.lower()} values",
+                    expected=f"a writer with {_METHODS[metric_type]}(step, values)",
+                    received=describe(self._writer),
+                    fix="use a writer that supports the type, or log the values as scalars"))
             method(step, values)
         if self._flush_each_call and callable(getattr(self._writer, "flush", None)):
             self._writer.flush()
@@ -311,16 +293,13 @@ class CheckpointAction(Action):
         elif orbax_format.is_manager(ckpt_manager):
             self._manager = ckpt_manager
         else:
-            raise TypeError(
-                explain(
-                    "CheckpointAction needs a checkpoint manager or a directory",
-                    expected="an orbax CheckpointManager (jaxloop's format), "
-                    "gyre.checkpoint(directory, ...), or a path",
-                    received=describe(ckpt_manager),
-                    fix="pass CheckpointAction('runs/exp/checkpoints', interval=10), or "
-                    "CheckpointAction(ckpt_manager=orbax.checkpoint.CheckpointManager(path))",
-                )
-            )
+            raise TypeError(explain(
+                "CheckpointAction needs a checkpoint manager or a directory",
+                expected="an orbax CheckpointManager (jaxloop's format), "
+                "gyre.checkpoint(directory, ...), or a path",
+                received=describe(ckpt_manager),
+                fix="pass CheckpointAction('runs/exp/checkpoints', interval=10), or "
+                "CheckpointAction(ckpt_manager=orbax.checkpoint.CheckpointManager(path))"))
 
     @property
     def checkpoint(self) -> Checkpoint | None:

@@ -13,7 +13,8 @@ from typing import Any
 import jax
 
 from gyre.callbacks._checkpoint import checkpoint
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._checks import instance, whole
+from gyre.core._errors import describe, explain
 from gyre.jaxloop import _orbax_format as orbax_format
 from gyre.jaxloop._action_loop import ActionLoop, EvalLoop
 from gyre.jaxloop._actions import DATA_META, CheckpointAction, SummaryAction
@@ -34,15 +35,11 @@ POLL_SECS = 1.0
 
 def _no_transforms(spec: CheckpointSpec) -> None:
     if spec.transforms is not None:
-        raise ValueError(
-            explain(
-                "CheckpointSpec's transforms apply to checkpoints in jaxloop's format only",
-                expected="transforms=None for gyre's checkpoints (they restore into the given "
-                "state's structure)",
-                received=f"transforms={describe(spec.transforms)} with gyre checkpoints in {spec.directory}",
-                fix="drop transforms=, or restore and transform the state yourself with gyre.restore",
-            )
-        )
+        raise ValueError(explain(
+            "CheckpointSpec's transforms apply to checkpoints in jaxloop's format only",
+            expected="transforms=None for gyre's checkpoints (they restore into the given state's structure)",
+            received=f"transforms={describe(spec.transforms)} with gyre checkpoints in {spec.directory}",
+            fix="drop transforms=, or restore and transform the state yourself with gyre.restore"))
 
 
 def _stop_flag(outputs: Any) -> bool:
@@ -85,51 +82,26 @@ class OuterLoop:
         eval_loops: Sequence[EvalLoop | Loop] | None = None,
         checkpoint_spec: CheckpointSpec | None = None,
     ) -> None:
-        if eval_loops is not None and not isinstance(eval_loops, (list, tuple)):
-            raise TypeError(
-                explain(
-                    "OuterLoop's eval_loops must be a list of loops",
-                    expected="eval_loops=[EvalLoop(step)], one loop per EvalSpec",
-                    received=describe(eval_loops),
-                    fix="put the loop in a list: eval_loops=[eval_loop]",
-                )
-            )
+        instance(eval_loops, "eval_loops", (list, tuple), none=True, fix="put the loop in a list: eval_loops=[eval_loop]",
+                 problem="OuterLoop's eval_loops must be a list of loops",
+                 expected="eval_loops=[EvalLoop(step)], one loop per EvalSpec")
         if train_loop is None and not eval_loops:
-            raise ValueError(
-                explain(
-                    "OuterLoop has nothing to run",
-                    expected="train_loop=, eval_loops=, or both",
-                    received="neither",
-                    fix="pass OuterLoop(train_loop=TrainLoop(step), eval_loops=[EvalLoop(eval_step)])",
-                )
-            )
+            raise ValueError(explain(
+                "OuterLoop has nothing to run",
+                expected="train_loop=, eval_loops=, or both", received="neither",
+                fix="pass OuterLoop(train_loop=TrainLoop(step), eval_loops=[EvalLoop(eval_step)])"))
         if train_loop is None and checkpoint_spec is None:
-            raise ValueError(
-                explain(
-                    "OuterLoop without a train loop evaluates checkpoints, and needs to know where",
-                    expected="checkpoint_spec=CheckpointSpec(checkpoint_dir) with eval_loops only",
-                    received="eval_loops without train_loop or checkpoint_spec",
-                    fix="pass checkpoint_spec=gyre.jaxloop.CheckpointSpec('runs/exp/checkpoints')",
-                )
-            )
+            raise ValueError(explain(
+                "OuterLoop without a train loop evaluates checkpoints, and needs to know where",
+                expected="checkpoint_spec=CheckpointSpec(checkpoint_dir) with eval_loops only",
+                received="eval_loops without train_loop or checkpoint_spec",
+                fix="pass checkpoint_spec=gyre.jaxloop.CheckpointSpec('runs/exp/checkpoints')"))
         for loop in ([train_loop] if train_loop is not None else []) + list(eval_loops or []):
-            if not isinstance(loop, Loop):
-                raise TypeError(
-                    explain(
-                        "OuterLoop's loops must be gyre.jaxloop loops",
-                        expected="TrainLoop(step) and EvalLoop(step) (or other Loop subclasses)",
-                        received=describe(loop),
-                        fix="wrap your step: gyre.jaxloop.TrainLoop(step)",
-                    )
-                )
-        if checkpoint_spec is not None and not isinstance(checkpoint_spec, CheckpointSpec):
-            raise TypeError(
-                explain(
-                    "checkpoint_spec must be a CheckpointSpec",
-                    expected="gyre.jaxloop.CheckpointSpec(checkpoint_dir)",
-                    received=describe(checkpoint_spec), fix="wrap the directory in CheckpointSpec",
-                )
-            )
+            instance(loop, "loop", Loop, problem="OuterLoop's loops must be gyre.jaxloop loops",
+                     expected="TrainLoop(step) and EvalLoop(step) (or other Loop subclasses)",
+                     fix="wrap your step: gyre.jaxloop.TrainLoop(step)")
+        instance(checkpoint_spec, "checkpoint_spec", CheckpointSpec, none=True, fix="wrap the directory in CheckpointSpec",
+                 problem="checkpoint_spec must be a CheckpointSpec", expected="gyre.jaxloop.CheckpointSpec(checkpoint_dir)")
         self._train_loop = train_loop
         self._eval_loops = list(eval_loops or [])
         self._checkpoint_spec = checkpoint_spec
@@ -152,41 +124,27 @@ class OuterLoop:
     def _precheck(self, train_dataset: Any, total: Any, loop_steps: Any, specs: Any) -> tuple[int, int | None, list[EvalSpec]]:
         specs = list(specs or [])
         if len(specs) != len(self._eval_loops):
-            raise ValueError(
-                explain(
-                    "OuterLoop needs one EvalSpec per eval loop",
-                    expected=f"{len(self._eval_loops)} eval spec(s), one for each eval loop, in order",
-                    received=f"{len(specs)} eval spec(s)",
-                    fix="pass eval_specs=[EvalSpec(dataset=...)] with as many specs as eval_loops",
-                )
-            )
+            raise ValueError(explain(
+                "OuterLoop needs one EvalSpec per eval loop",
+                expected=f"{len(self._eval_loops)} eval spec(s), one for each eval loop, in order",
+                received=f"{len(specs)} eval spec(s)",
+                fix="pass eval_specs=[EvalSpec(dataset=...)] with as many specs as eval_loops"))
         for spec in specs:
-            if not isinstance(spec, EvalSpec):
-                raise TypeError(
-                    explain("eval_specs must hold EvalSpecs", expected="gyre.jaxloop.EvalSpec(dataset=...)",
-                            received=describe(spec), fix="wrap each eval dataset in EvalSpec(dataset=...)")
-                )
+            instance(spec, "eval_specs", EvalSpec, problem="eval_specs must hold EvalSpecs",
+                     expected="gyre.jaxloop.EvalSpec(dataset=...)",
+                     fix="wrap each eval dataset in EvalSpec(dataset=...)")
         if self._train_loop is None:
             return 0, None, specs
         if train_dataset is None:
-            raise ValueError(
-                explain(
-                    "OuterLoop with a train loop needs train_dataset=",
-                    expected="an iterator or iterable of training batches",
-                    received="train_dataset=None",
-                    fix="pass train_dataset=iter(batches)",
-                )
-            )
-        total = whole_number(
-            total, minimum=1, problem="train_total_steps must be a positive whole number",
-            expected="the step to train to (an int >= 1)", fix="pass train_total_steps=1000",
-        )
-        if loop_steps is not None:
-            loop_steps = whole_number(
-                loop_steps, minimum=1, problem="train_loop_steps must be a positive whole number or None",
-                expected="steps per inner train loop (>= 1), or None for one pass of the data",
-                fix="pass train_loop_steps=100",
-            )
+            raise ValueError(explain(
+                "OuterLoop with a train loop needs train_dataset=",
+                expected="an iterator or iterable of training batches", received="train_dataset=None",
+                fix="pass train_dataset=iter(batches)"))
+        total = whole(total, "train_total_steps", minimum=1, problem="train_total_steps must be a positive whole number",
+                      expected="the step to train to (an int >= 1)", fix="pass train_total_steps=1000")
+        loop_steps = whole(loop_steps, "train_loop_steps", minimum=1, none=True, fix="pass train_loop_steps=100",
+                           problem="train_loop_steps must be a positive whole number or None",
+                           expected="steps per inner train loop (>= 1), or None for one pass of the data")
         return total, loop_steps, specs
 
     # -- the run ----------------------------------------------------------------------------------

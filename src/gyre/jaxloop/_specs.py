@@ -9,7 +9,8 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._checks import instance, whole
+from gyre.core._errors import explain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,43 +96,22 @@ class EvalSpec:
 
     def __post_init__(self) -> None:
         if self.dataset is None and self.dataset_iterator is None:
-            raise ValueError(
-                explain(
-                    "an EvalSpec needs dataset= or dataset_iterator=",
-                    expected="dataset= (what each evaluation reads: a collection from its start, "
-                    "an iterator onward) or dataset_iterator= (one iterator continued across "
-                    "evaluations)",
-                    received="neither",
-                    fix="pass EvalSpec(dataset=eval_batches) or EvalSpec(dataset_iterator=it, num_steps=10)",
-                )
-            )
+            raise ValueError(explain(
+                "an EvalSpec needs dataset= or dataset_iterator=",
+                expected="dataset= (what each evaluation reads: a collection from its start, an iterator "
+                "onward) or dataset_iterator= (one iterator continued across evaluations)",
+                received="neither",
+                fix="pass EvalSpec(dataset=eval_batches) or EvalSpec(dataset_iterator=it, num_steps=10)"))
         for name in ("dataset", "dataset_iterator"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, Iterable):
-                raise TypeError(
-                    explain(
-                        f"EvalSpec's {name}= must be iterable",
-                        expected="a collection of batches or an iterator",
-                        received=describe(value),
-                        fix=f"pass {name}=iter(batches)",
-                    )
-                )
+            instance(getattr(self, name), name, Iterable, none=True, problem=f"EvalSpec's {name}= must be iterable",
+                     expected="a collection of batches or an iterator", fix=f"pass {name}=iter(batches)")
         for name in ("num_steps", "eval_loop_interval"):
-            value = getattr(self, name)
-            if value is not None:
-                whole_number(
-                    value, minimum=1, problem=f"EvalSpec's {name} must be a positive whole number or None",
-                    expected="an int >= 1, or None", fix=f"pass {name}=10, or leave it None",
-                )
-        if self.should_eval_fn is not None and not callable(self.should_eval_fn):
-            raise TypeError(
-                explain(
-                    "EvalSpec's should_eval_fn must be callable",
-                    expected="a function EvalContext -> bool",
-                    received=describe(self.should_eval_fn),
-                    fix="pass should_eval_fn=lambda ctx: ctx.step >= 1000",
-                )
-            )
+            whole(getattr(self, name), name, minimum=1, none=True, expected="an int >= 1, or None",
+                  problem=f"EvalSpec's {name} must be a positive whole number or None",
+                  fix=f"pass {name}=10, or leave it None")
+        instance(self.should_eval_fn, "EvalSpec's should_eval_fn", Callable, none=True, kind="callable",
+                 problem="EvalSpec's should_eval_fn must be callable", expected="a function EvalContext -> bool",
+                 fix="pass should_eval_fn=lambda ctx: ctx.step >= 1000")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,15 +138,9 @@ class CheckpointSpec:
     transforms: Any = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.checkpoint_dir, str | os.PathLike):
-            raise TypeError(
-                explain(
-                    "CheckpointSpec's checkpoint_dir must be a path",
-                    expected="a str or os.PathLike directory",
-                    received=describe(self.checkpoint_dir),
-                    fix="pass CheckpointSpec('runs/exp/checkpoints')",
-                )
-            )
+        instance(self.checkpoint_dir, "checkpoint_dir", (str, os.PathLike), expected="a str or os.PathLike directory",
+                 problem="CheckpointSpec's checkpoint_dir must be a path",
+                 fix="pass CheckpointSpec('runs/exp/checkpoints')")
 
     @property
     def directory(self) -> str:

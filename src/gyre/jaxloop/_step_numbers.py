@@ -9,6 +9,7 @@ import os
 import time
 from typing import Any
 
+from gyre.core._checks import instance
 from gyre.core._errors import describe, explain
 from gyre.jaxloop._actions import Action, Output, _step_of
 
@@ -46,16 +47,9 @@ class LocalFileStepNumberWriter(StepNumberWriter):
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__()
-        if not isinstance(path, str | os.PathLike):
-            raise TypeError(
-                explain(
-                    "LocalFileStepNumberWriter needs a file path",
-                    expected="a str or os.PathLike path",
-                    received=describe(path),
-                    fix="pass LocalFileStepNumberWriter('runs/exp/step.txt')",
-                )
-            )
-        self.path = os.fspath(path)
+        self.path = os.fspath(instance(
+            path, "path", (str, os.PathLike), problem="LocalFileStepNumberWriter needs a file path",
+            expected="a str or os.PathLike path", fix="pass LocalFileStepNumberWriter('runs/exp/step.txt')"))
         self._replace("")
 
     def write(self, step_number: int) -> None:
@@ -85,14 +79,11 @@ class StepNumberAction(Action):
     def __init__(self, step_writer: StepNumberWriter, interval: int = 1) -> None:
         super().__init__(interval=interval)
         if not callable(getattr(step_writer, "write", None)):
-            raise TypeError(
-                explain(
-                    "StepNumberAction needs a step number writer",
-                    expected="an object with write(step_number), e.g. LocalFileStepNumberWriter(path)",
-                    received=describe(step_writer),
-                    fix="pass StepNumberAction(gyre.jaxloop.LocalFileStepNumberWriter(path))",
-                )
-            )
+            raise TypeError(explain(
+                "StepNumberAction needs a step number writer",
+                expected="an object with write(step_number), e.g. LocalFileStepNumberWriter(path)",
+                received=describe(step_writer),
+                fix="pass StepNumberAction(gyre.jaxloop.LocalFileStepNumberWriter(path))"))
         self._step_number_writer = step_writer
 
     def __call__(self, state: Any, outputs: Output | None = None, **kwargs: Any) -> None:

@@ -12,7 +12,8 @@ from typing import Any
 import jax.numpy as jnp
 
 from gyre.callbacks._monitor import Improvement, monitor_mode
-from gyre.core._errors import describe, explain, suggest, whole_number
+from gyre.core._checks import instance, whole
+from gyre.core._errors import suggest
 from gyre.jaxloop._actions import Action, Output, _step_of
 from gyre.jaxloop._loop import reduce_outputs
 
@@ -69,10 +70,9 @@ class MetricMonitoringStopHandler(Improvement):
         super().__init__(
             monitor_mode("MetricMonitoringStopHandler", monitored_metric, mode, strict=False),
             min_delta=abs(float(min_delta)),
-            patience=whole_number(
-                patience, minimum=1, problem="MetricMonitoringStopHandler's patience must be a positive whole number",
-                expected="the checks without improvement before stopping (an int >= 1)", fix="pass patience=3",
-            ),
+            patience=whole(patience, "patience", minimum=1, fix="pass patience=3",
+                           problem="MetricMonitoringStopHandler's patience must be a positive whole number",
+                           expected="the checks without improvement before stopping (an int >= 1)"),
             baseline=None if baseline is None else float(baseline),
         )
         self.best_step = 0
@@ -120,16 +120,10 @@ class EarlyStoppingAction(Action):
 
     def __init__(self, handler: MetricMonitoringStopHandler, interval: int = 1) -> None:
         super().__init__(interval=interval)
-        if not isinstance(handler, MetricMonitoringStopHandler):
-            raise TypeError(
-                explain(
-                    "EarlyStoppingAction needs a MetricMonitoringStopHandler",
-                    expected="MetricMonitoringStopHandler('loss', patience=3)",
-                    received=describe(handler),
-                    fix="wrap the metric's name: EarlyStoppingAction(MetricMonitoringStopHandler(name))",
-                )
-            )
-        self._handler = handler
+        self._handler = instance(
+            handler, "handler", MetricMonitoringStopHandler, expected="MetricMonitoringStopHandler('loss', patience=3)",
+            problem="EarlyStoppingAction needs a MetricMonitoringStopHandler",
+            fix="wrap the metric's name: EarlyStoppingAction(MetricMonitoringStopHandler(name))")
         self._missing_said = False  # the missing metric is said once, not at every check
         self.monitored_metric = handler.monitored_metric
 

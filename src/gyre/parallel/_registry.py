@@ -71,8 +71,7 @@ def register_strategy(
         if not callable(fn):
             raise TypeError(explain(
                 f"the constructor of strategy {name!r} is not callable",
-                expected="a Strategy subclass or a function with no arguments that returns a "
-                "gyre.Strategy",
+                expected="a Strategy subclass or a function with no arguments that returns a gyre.Strategy",
                 received=describe(fn),
                 fix=f"register_strategy({name!r}, constructor=lambda: gyre.Jit(donate=False))"))
         if name in STRATEGIES and not replace:
@@ -114,8 +113,7 @@ def get_strategy(strategy: str | Strategy) -> Strategy:
             built = constructor()
             if not isinstance(built, Strategy):
                 raise TypeError(explain(
-                    f"the constructor registered as strategy {strategy!r} did not build a "
-                    "gyre.Strategy",
+                    f"the constructor registered as strategy {strategy!r} did not build a gyre.Strategy",
                     expected="a gyre.Strategy (e.g. a subclass of gyre.Jit or gyre.DataParallel)",
                     received=describe(built),
                     fix=f"register_strategy({strategy!r}, constructor=..., replace=True) with "
@@ -124,8 +122,7 @@ def get_strategy(strategy: str | Strategy) -> Strategy:
     valid = list(STRATEGIES)
     raise ValueError(explain(
         f"unknown strategy {strategy!r}",
-        expected=f"one of {valid}, or a gyre.Strategy object such as "
-        "gyre.DataParallel(mesh=..., data_axis=...)",
+        expected=f"one of {valid}, or a gyre.Strategy object such as gyre.DataParallel(mesh=..., data_axis=...)",
         received=describe(strategy),
         fix="pick a registered name." + (suggest(strategy, valid) if isinstance(strategy, str) else "")))
 

@@ -109,8 +109,7 @@ class SPMD(DataParallel):
                 raise ValueError(explain(
                     "a parameter's partitioning names an axis the mesh does not have",
                     expected=f"mesh axes among {list(self.mesh.axis_names)}",
-                    received=f"{spec} for {where} (from "
-                    f"{describe(getattr(leaf, 'names', leaf))})",
+                    received=f"{spec} for {where} (from {describe(getattr(leaf, 'names', leaf))})",
                     fix="map the logical names to the mesh's axes in rules=[(logical, "
                     "mesh_axis), ...], or build the mesh with that axis")) from err
             self._check_divisible(where, leaf, spec)
@@ -143,9 +142,8 @@ class SPMD(DataParallel):
                 raise ValueError(explain(
                     f"{where} cannot be split over mesh axis {axes!r} ({ways} devices)",
                     expected=f"dimension {dim} of {where} divisible by {ways}",
-                    received=f"shape {tuple(shape)} with partition spec {spec}",
-                    fix="change the rules so this dimension maps to a smaller axis (or "
-                    "None), or choose sizes that divide evenly"))
+                    received=f"shape {tuple(shape)} with partition spec {spec}", fix="change the rules so this "
+                    "dimension maps to a smaller axis (or None), or choose sizes that divide evenly"))
 
     def _traced_in_context(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         rules, mesh = self.rules, self.mesh

@@ -19,8 +19,9 @@ from typing import Any, TypeVar
 
 import jax
 
+from gyre.core._checks import whole
 from gyre.core._compat import backends_started
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._errors import describe, explain
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,15 +45,8 @@ def _env_int(name: str) -> int | None:
 
 
 def _check_int(name: str, value: Any, *, low: int) -> None:
-    if value is None:
-        return
-    whole_number(
-        value,
-        minimum=low,
-        problem=f"{name} must be an integer >= {low}",
-        expected=f"{name}=<int >= {low}>",
-        fix=f"pass {name} as a whole number (or set it through the environment)",
-    )
+    whole(value, name, minimum=low, none=True, problem=f"{name} must be an integer >= {low}",
+          expected=f"{name}=<int >= {low}>", fix=f"pass {name} as a whole number (or set it through the environment)")
 
 
 def _check_address(address: Any) -> None:
@@ -120,8 +114,7 @@ def initialize(
         raise RuntimeError(explain(
             "gyre.distributed.initialize was called twice",
             expected="one call per process, at the start of the script",
-            received=f"a second call (this is process {jax.process_index()} of "
-            f"{jax.process_count()})",
+            received=f"a second call (this is process {jax.process_index()} of {jax.process_count()})",
             fix="remove the second call; check gyre.distributed.is_initialized() first"))
     if backends_started():
         raise RuntimeError(explain(

@@ -31,25 +31,17 @@ def _takes_batch(fn: Callable[..., Any], where: str) -> bool:
         return True
     positional = [p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
     if not positional:
-        raise TypeError(
-            explain(
-                f"{where} cannot be a managed step: it takes no state",
-                expected="fn(state, batch) -> (logs, state), or fn(state) -> state",
-                received=f"signature {inspect.signature(fn)}",
-                fix="def step(state, batch): ...",
-            )
-        )
+        raise TypeError(explain(
+            f"{where} cannot be a managed step: it takes no state",
+            expected="fn(state, batch) -> (logs, state), or fn(state) -> state",
+            received=f"signature {inspect.signature(fn)}", fix="def step(state, batch): ..."))
     required = [p for p in positional if p.default is P.empty]
     if len(required) > 2:
-        raise TypeError(
-            explain(
-                f"{where} takes {len(required)} arguments; a managed step gets (state, batch)",
-                expected="fn(state, batch) or fn(state)",
-                received=f"signature {inspect.signature(fn)}",
-                fix="drop the other parameters (ciclo's elapsed: the state's step counter is "
-                "state.step, and its per-step key state.step_key()), or give them defaults",
-            )
-        )
+        raise TypeError(explain(
+            f"{where} takes {len(required)} arguments; a managed step gets (state, batch)",
+            expected="fn(state, batch) or fn(state)", received=f"signature {inspect.signature(fn)}",
+            fix="drop the other parameters (ciclo's elapsed: the state's step counter is "
+            "state.step, and its per-step key state.step_key()), or give them defaults"))
     return len(positional) >= 2
 
 
@@ -59,23 +51,15 @@ def _as_pair(out: Any, state: Any, where: str) -> tuple[Any, Any]:
     if isinstance(out, tuple) and len(out) == 2:
         logs, new = out
         if type(logs) is type(state) and isinstance(new, Mapping) and type(new) is not type(state):
-            raise TypeError(
-                explain(
-                    f"{where} returned (state, logs): the pair is in the wrong order",
-                    expected="(logs, state)",
-                    received=f"({type(logs).__name__}, {type(new).__name__})",
-                    fix="return logs, state",
-                )
-            )
+            raise TypeError(explain(
+                f"{where} returned (state, logs): the pair is in the wrong order",
+                expected="(logs, state)", received=f"({type(logs).__name__}, {type(new).__name__})",
+                fix="return logs, state"))
         if logs is not None and not isinstance(logs, Mapping):
-            raise TypeError(
-                explain(
-                    f"{where} must return (logs, state)",
-                    expected="a pair: (gyre.logs().add_loss(...), state)",
-                    received=f"a pair whose first value is {describe(logs)}",
-                    fix="return logs, state",
-                )
-            )
+            raise TypeError(explain(
+                f"{where} must return (logs, state)",
+                expected="a pair: (gyre.logs().add_loss(...), state)",
+                received=f"a pair whose first value is {describe(logs)}", fix="return logs, state"))
         return (Logs() if logs is None else logs), (state if new is None else new)
     if out is None:
         return Logs(), state
@@ -83,14 +67,10 @@ def _as_pair(out: Any, state: Any, where: str) -> tuple[Any, Any]:
         return Logs(), out
     if isinstance(out, Mapping):
         return out, state
-    raise TypeError(
-        explain(
-            f"{where} must return (logs, state)",
-            expected="a pair: (gyre.logs().add_loss(...), state), the logs, or the state",
-            received=describe(out),
-            fix="return logs, state",
-        )
-    )
+    raise TypeError(explain(
+        f"{where} must return (logs, state)",
+        expected="a pair: (gyre.logs().add_loss(...), state), the logs, or the state", received=describe(out),
+        fix="return logs, state"))
 
 
 def _call(fn: Callable[..., Any], takes_batch: bool, state: Any, batch: Any, where: str) -> tuple[Any, Any]:
@@ -110,8 +90,7 @@ def _takes_no_mask(fn: Any) -> str:
         expected="a function with a mask parameter: def step(state, batch, mask=None)",
         received=f"signature {inspect.signature(fn)}",
         fix="add mask=None to the function and leave the padded rows out of its means "
-        "(jnp.sum(x * mask) / jnp.sum(mask)), or call the step without mask=",
-    )
+        "(jnp.sum(x * mask) / jnp.sum(mask)), or call the step without mask=")
 
 
 def _shapes(tree: Any, limit: int = 300) -> str:
@@ -129,16 +108,12 @@ def _check_params(given: Any, returned: Any, where: str) -> None:
         for a, b in zip(jax.tree_util.tree_leaves(given), jax.tree_util.tree_leaves(returned), strict=True)
     )
     if not same:
-        raise ValueError(
-            explain(
-                f"{where} returned params of another structure or shape than it received",
-                expected=f"the params it received: {_shapes(given)}",
-                received=_shapes(returned),
-                fix="a managed train step computes the params update itself from the logged "
-                "losses: return the state you received, changing only model_state or extras "
-                "(return logs, state); to update params yourself write a plain jax.jit step",
-            )
-        )
+        raise ValueError(explain(
+            f"{where} returned params of another structure or shape than it received",
+            expected=f"the params it received: {_shapes(given)}", received=_shapes(returned),
+            fix="a managed train step computes the params update itself from the logged "
+            "losses: return the state you received, changing only model_state or extras "
+            "(return logs, state); to update params yourself write a plain jax.jit step"))
 
 
 # -- losses ------------------------------------------------------------------------------------
@@ -148,15 +123,11 @@ def check_floating_loss(name: str, value: Any, where: str) -> None:
     """A clear error for an integer or bool loss, whose gradient is silently zero."""
     dtype = jnp.result_type(value)
     if not jnp.issubdtype(dtype, jnp.inexact):
-        raise TypeError(
-            explain(
-                f"loss {name!r} of {where} is {dtype}: its gradient would be zero",
-                expected="a floating-point loss (float32, bfloat16, ...)",
-                received=f"a loss of dtype {dtype}",
-                fix="compute the loss in floating point (cast its inputs with .astype(jnp.float32) "
-                "before the arithmetic); log counts and accuracies with add_metric instead",
-            )
-        )
+        raise TypeError(explain(
+            f"loss {name!r} of {where} is {dtype}: its gradient would be zero",
+            expected="a floating-point loss (float32, bfloat16, ...)", received=f"a loss of dtype {dtype}",
+            fix="compute the loss in floating point (cast its inputs with .astype(jnp.float32) "
+            "before the arithmetic); log counts and accuracies with add_metric instead"))
 
 
 def total_loss(logs: Any, where: str = "train_step") -> jax.Array:
@@ -164,27 +135,20 @@ def total_loss(logs: Any, where: str = "train_step") -> jax.Array:
     not a floating scalar."""
     losses = logs.get("losses") if isinstance(logs, dict) else None
     if not losses:
-        raise ValueError(
-            explain(
-                f"{where} logged no loss to differentiate",
-                expected="the step to log at least one scalar with logs.add_loss(name, value)",
-                received="logs with collections " + (repr(sorted(logs)) if isinstance(logs, dict) else describe(logs)),
-                fix="return (gyre.logs().add_loss('loss', loss), state); metrics logged with "
-                "add_metric are not differentiated",
-            )
-        )
+        raise ValueError(explain(
+            f"{where} logged no loss to differentiate",
+            expected="the step to log at least one scalar with logs.add_loss(name, value)",
+            received="logs with collections " + (repr(sorted(logs)) if isinstance(logs, dict) else describe(logs)),
+            fix="return (gyre.logs().add_loss('loss', loss), state); metrics logged with "
+            "add_metric are not differentiated"))
     total = jnp.zeros((), jnp.float32)
     for name, value in losses.items():
         shape = jnp.shape(value)
         if shape != ():
-            raise ValueError(
-                explain(
-                    f"loss {name!r} is not a scalar",
-                    expected="a scalar loss (shape ()) per add_loss",
-                    received=f"shape {shape}",
-                    fix=f"reduce it before logging, e.g. logs.add_loss({name!r}, per_example.mean())",
-                )
-            )
+            raise ValueError(explain(
+                f"loss {name!r} is not a scalar",
+                expected="a scalar loss (shape ()) per add_loss", received=f"shape {shape}",
+                fix=f"reduce it before logging, e.g. logs.add_loss({name!r}, per_example.mean())"))
         check_floating_loss(name, value, where)
         total = total + jnp.asarray(value, jnp.float32)
     return total

@@ -28,26 +28,20 @@ def _accumulator(state: Any, name: str, value: Any, where: str) -> tuple[Any, bo
         found, is_field = extras[name], False
     else:
         kind = type(value).__name__
-        raise ValueError(
-            explain(
-                f"{where} logged the metric object {name!r} ({kind}) as a stateful metric, but the "
-                f"state has no {name!r} to accumulate it in",
-                expected=f"a state field or extra named {name!r} holding an empty {kind}",
-                received=f"a {type(state).__name__} with fields {sorted(f for f in fields if f != 'extras')}",
-                fix=f"create the state with {name}={kind}.empty() (ManagedState.create(..., {name}=...)) "
-                f"or declare `{name}: {kind}` in your state class; reset it with "
-                f"state.replace({name}={kind}.empty()); or log {name}.compute() for this batch alone",
-            )
-        )
+        raise ValueError(explain(
+            f"{where} logged the metric object {name!r} ({kind}) as a stateful metric, but the "
+            f"state has no {name!r} to accumulate it in",
+            expected=f"a state field or extra named {name!r} holding an empty {kind}",
+            received=f"a {type(state).__name__} with fields {sorted(f for f in fields if f != 'extras')}",
+            fix=f"create the state with {name}={kind}.empty() (ManagedState.create(..., {name}=...)) "
+            f"or declare `{name}: {kind}` in your state class; reset it with "
+            f"state.replace({name}={kind}.empty()); or log {name}.compute() for this batch alone"))
     if type(found) is not type(value):
-        raise TypeError(
-            explain(
-                f"state.{name} cannot accumulate the stateful metric {name!r} logged by {where}",
-                expected=f"state.{name} of the logged metric's type, {type(value).__name__}",
-                received=f"state.{name} = {describe(found)}",
-                fix=f"initialise it with {type(value).__name__}.empty()",
-            )
-        )
+        raise TypeError(explain(
+            f"state.{name} cannot accumulate the stateful metric {name!r} logged by {where}",
+            expected=f"state.{name} of the logged metric's type, {type(value).__name__}",
+            received=f"state.{name} = {describe(found)}",
+            fix=f"initialise it with {type(value).__name__}.empty()"))
     return found, is_field
 
 

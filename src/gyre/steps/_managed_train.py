@@ -88,17 +88,13 @@ def _check_nan_policy(nan_policy: Any) -> None:
     if nan_policy is None or nan_policy == "skip":
         return
     raising = nan_policy in ("raise", "ignore")
-    raise ValueError(
-        explain(
-            "train_step's nan_policy= must be None or 'skip'",
-            expected="None (follow the loop's nan_policy: skip under a loop's 'skip', else apply "
-            "every update) or 'skip' (always drop an update whose loss or gradients are not "
-            "finite, also when called by hand)",
-            received=describe(nan_policy),
-            fix="pass nan_policy='raise' or 'ignore' to the loop, not to the step (a compiled step "
-            "cannot stop the loop without waiting for the device): gyre.train_loop(..., "
-            "nan_policy=...)"
-            if raising
-            else "pass nan_policy='skip', or leave it out",
-        )
-    )
+    raise ValueError(explain(
+        "train_step's nan_policy= must be None or 'skip'",
+        expected="None (follow the loop's nan_policy: skip under a loop's 'skip', else apply every update) "
+        "or 'skip' (always drop an update whose loss or gradients are not finite, also when called by hand)",
+        received=describe(nan_policy),
+        fix="pass nan_policy='raise' or 'ignore' to the loop, not to the step (a compiled step "
+        "cannot stop the loop without waiting for the device): gyre.train_loop(..., "
+        "nan_policy=...)"
+        if raising
+        else "pass nan_policy='skip', or leave it out"))

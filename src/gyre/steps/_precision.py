@@ -87,11 +87,8 @@ def get_policy(policy: str | MixedPrecision | None) -> MixedPrecision:
         return policy
     if isinstance(policy, str) and policy in POLICIES:
         return POLICIES[policy]
-    raise ValueError(
-        explain(
-            f"unknown precision policy {policy!r}",
-            expected=f"one of {list(POLICIES)}, None, or gyre.MixedPrecision(compute_dtype=...)",
-            received=describe(policy),
-            fix="e.g. policy='bfloat16' to compute in bfloat16 with float32 parameters",
-        )
-    )
+    raise ValueError(explain(
+        f"unknown precision policy {policy!r}",
+        expected=f"one of {list(POLICIES)}, None, or gyre.MixedPrecision(compute_dtype=...)",
+        received=describe(policy),
+        fix="e.g. policy='bfloat16' to compute in bfloat16 with float32 parameters"))

@@ -51,16 +51,11 @@ def restore_pytree(
     )
     if not os.path.isdir(os.path.join(os.fspath(step_dir), item)):
         present = _items(os.fspath(step_dir))
-        raise FileNotFoundError(
-            explain(
-                f"no checkpoint item {item!r} at step {step} in {os.fspath(checkpoint_dir)}",
-                expected=f"a directory {os.fspath(step_dir)}/{item} written by an orbax "
-                "CheckpointManager",
-                received=f"items {present}" if present else f"no directory {os.fspath(step_dir)}",
-                fix="pass the item name the state was saved under (Step(..., "
-                "chkpt_item_name=...)), or another step",
-            )
-        )
+        raise FileNotFoundError(explain(
+            f"no checkpoint item {item!r} at step {step} in {os.fspath(checkpoint_dir)}",
+            expected=f"a directory {os.fspath(step_dir)}/{item} written by an orbax CheckpointManager",
+            received=f"items {present}" if present else f"no directory {os.fspath(step_dir)}",
+            fix="pass the item name the state was saved under (Step(..., chkpt_item_name=...)), or another step"))
     restore_args = checkpoint_utils.construct_restore_args(state)
     abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state)
     checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
@@ -103,15 +98,10 @@ def check_item_name(name: Any) -> str:
     """``name`` if it is a usable orbax item name, else a ``ValueError``."""
     if isinstance(name, str) and name and "/" not in name and not name.startswith((".", "_")):
         return name
-    raise ValueError(
-        explain(
-            "chkpt_item_name must name an orbax checkpoint item",
-            expected="a non-empty name without '/' that does not start with '.' or '_' "
-            "(jaxloop's default is 'default')",
-            received=describe(name),
-            fix="pass chkpt_item_name='default', or the name your CheckpointManager saved under",
-        )
-    )
+    raise ValueError(explain(
+        "chkpt_item_name must name an orbax checkpoint item",
+        expected="a non-empty name without '/' that does not start with '.' or '_' (jaxloop's default is 'default')",
+        received=describe(name), fix="pass chkpt_item_name='default', or the name your CheckpointManager saved under"))
 
 
 def _items(step_dir: str) -> list[str]:

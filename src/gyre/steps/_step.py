@@ -19,7 +19,8 @@ import numpy as np
 import optax
 from flax.core import FrozenDict
 
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._checks import instance, whole
+from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.core._train_state import TrainState, check_optimizer
 from gyre.parallel._partitioners import Partitioner, SingleDevicePartitioner
@@ -206,21 +207,15 @@ class Step:
         try:
             jax.eval_shape(init_fn, batch)
         except Exception as err:  # the model's own error, about its input, is chained
-            raise ValueError(
-                explain(
-                    f"initialize_model could not run {type(model).__name__} on inputs built "
-                    "from the spec",
-                    expected=f"a spec of one input batch that {type(model).__name__}.__call__ "
-                    "accepts (a shape with its batch dimension, e.g. (1, 28, 28, 1), a "
-                    "(shape, dtype) pair, a jax.ShapeDtypeStruct, or a pytree of them shaped "
-                    "like the model's input)",
-                    received=f"spec {_short(spec)} -> inputs {_shapes(batch)}; the model "
-                    f"raised {type(err).__name__}: {_first_line(err)}",
-                    fix="pass the shape of what the model takes, e.g. "
-                    "step.initialize_model((1, <features>)); if preprocess_batch reshapes "
-                    "the batch, give the spec of the batch before it",
-                )
-            ) from err
+            raise ValueError(explain(
+                f"initialize_model could not run {type(model).__name__} on inputs built from the spec",
+                expected=f"a spec of one input batch that {type(model).__name__}.__call__ accepts (a shape with "
+                "its batch dimension, e.g. (1, 28, 28, 1), a (shape, dtype) pair, a jax.ShapeDtypeStruct, "
+                "or a pytree of them shaped like the model's input)",
+                received=f"spec {_short(spec)} -> inputs {_shapes(batch)}; the model raised "
+                f"{type(err).__name__}: {_first_line(err)}",
+                fix="pass the shape of what the model takes, e.g. step.initialize_model((1, <features>)); "
+                "if preprocess_batch reshapes the batch, give the spec of the batch before it")) from err
         state = self._partitioner.shard_init_fn(init_fn)(batch)
         if log_num_params:
             _log.info("Initialized model with %d parameters.", self.compute_num_params(state))
@@ -254,10 +249,8 @@ class Step:
             True
         """
         if step is not None:
-            step = whole_number(
-                step, minimum=0, problem="restore_model's step must be a whole number >= 0",
-                expected="a saved step, or None for the newest", fix="pass step=None",
-            )
+            step = whole(step, "restore_model's step", expected="a saved step, or None for the newest",
+                         fix="pass step=None")
         found = latest_step(checkpoint_dir) if step is None else step
         if found is None:
             _log.info("No checkpoint found in %s. Returning the original model state.", checkpoint_dir)
@@ -517,16 +510,10 @@ def to_logs(outputs: Mapping[str, Any] | Logs | None, collection: str = "metrics
     logs = Logs()
     if outputs is None:
         return logs
-    if not isinstance(outputs, Mapping):
-        raise TypeError(
-            explain(
-                "a Step's run must return (state, outputs) with outputs a dict",
-                expected="outputs like {'loss': loss, 'accuracy': accuracy}, or None",
-                received=describe(outputs),
-                fix="return state, {'name': value, ...} from run",
-            )
-        )
-    return logs.add_entries(collection, outputs)
+    return logs.add_entries(collection, instance(
+        outputs, "outputs", Mapping, problem="a Step's run must return (state, outputs) with outputs a dict",
+        expected="outputs like {'loss': loss, 'accuracy': accuracy}, or None",
+        fix="return state, {'name': value, ...} from run"))
 
 
 def zeroed_batch(spec: Any) -> Any:
@@ -547,15 +534,11 @@ def zeroed_batch(spec: Any) -> Any:
             return np.zeros(_shape(x[0]), np.dtype(x[1]))
         if hasattr(x, "shape") and hasattr(x, "dtype"):
             return np.zeros(tuple(x.shape), x.dtype)
-        raise ValueError(
-            explain(
-                "initialize_model's spec has a leaf that is not a shape",
-                expected="shapes like (1, 28, 28, 1), (shape, dtype) pairs, "
-                "jax.ShapeDtypeStruct or arrays, in any pytree",
-                received=f"{describe(x)} in spec {_short(spec)}",
-                fix="describe each input as a shape, e.g. initialize_model({'image': (1, 8, 8, 1)})",
-            )
-        )
+        raise ValueError(explain(
+            "initialize_model's spec has a leaf that is not a shape",
+            expected="shapes like (1, 28, 28, 1), (shape, dtype) pairs, jax.ShapeDtypeStruct or arrays, in any pytree",
+            received=f"{describe(x)} in spec {_short(spec)}",
+            fix="describe each input as a shape, e.g. initialize_model({'image': (1, 8, 8, 1)})"))
 
     return jax.tree_util.tree_map(
         leaf, spec, is_leaf=lambda x: _is_shape(x) or _is_pair(x) or hasattr(x, "shape")
@@ -613,55 +596,43 @@ def _first_line(err: BaseException) -> str:
 def _first_key(rngs: Any) -> jax.Array:
     leaves = jax.tree_util.tree_leaves(rngs)
     if not leaves:
-        raise TypeError(
-            explain(
-                "base_prng holds no PRNG key",
-                expected="jax.random.key(seed), jax.random.PRNGKey(seed), or a dict of keys",
-                received=describe(rngs),
-                fix="pass base_prng=jax.random.key(0)",
-            )
-        )
+        raise TypeError(explain(
+            "base_prng holds no PRNG key",
+            expected="jax.random.key(seed), jax.random.PRNGKey(seed), or a dict of keys",
+            received=describe(rngs), fix="pass base_prng=jax.random.key(0)"))
     return leaves[0]
 
 
 def _not_implemented(cls: type) -> str:
     return explain(
         f"{cls.__name__}.run is not implemented" if cls is not Step else "Step.run is not implemented",
-        expected="a subclass of gyre.Step that overrides run(self, state, batch) -> "
-        "(state, outputs)",
+        expected="a subclass of gyre.Step that overrides run(self, state, batch) -> (state, outputs)",
         received=f"{cls.__qualname__}, which inherits Step.run",
         fix="define run in your subclass: compute the loss (and gradients with "
-        "jax.value_and_grad when self.train), return (state, {'loss': loss, ...})",
-    )
+        "jax.value_and_grad when self.train), return (state, {'loss': loss, ...})")
 
 
 def _as_linen(model: Any, args: tuple[Any, ...] | None, kwargs: dict[str, Any]) -> nn.Module:
     if isinstance(model, nn.Module):
         if args is not None or kwargs:
-            raise ValueError(
-                explain(
-                    "nnx_model_args / model keyword arguments are only for an nnx.Module class",
-                    expected="a linen module alone, or an nnx.Module class with its arguments",
-                    received=f"{type(model).__name__} with args={args!r}, kwargs={sorted(kwargs)}",
-                    fix="drop the extra arguments, or build the linen module with them",
-                )
-            )
+            raise ValueError(explain(
+                "nnx_model_args / model keyword arguments are only for an nnx.Module class",
+                expected="a linen module alone, or an nnx.Module class with its arguments",
+                received=f"{type(model).__name__} with args={args!r}, kwargs={sorted(kwargs)}",
+                fix="drop the extra arguments, or build the linen module with them"))
         return model
     from flax import nnx
 
     if isinstance(model, type) and issubclass(model, nnx.Module):
         if args is None and not kwargs:
-            raise ValueError(
-                explain(
-                    f"an nnx.Module class needs its constructor arguments: {model.__name__} "
-                    "is built by the bridge, which cannot guess them",
-                    expected="nnx_model_args=(...) (the positional arguments of "
-                    f"{model.__name__}.__init__ but rngs), and keywords as **nnx_model_kwargs",
-                    received=f"model={model.__name__} with nnx_model_args=None",
-                    fix="pass e.g. nnx_model_args=(in_features, out_features), or "
-                    "nnx_model_args=() when the class takes only rngs",
-                )
-            )
+            raise ValueError(explain(
+                f"an nnx.Module class needs its constructor arguments: {model.__name__} "
+                "is built by the bridge, which cannot guess them",
+                expected="nnx_model_args=(...) (the positional arguments of "
+                f"{model.__name__}.__init__ but rngs), and keywords as **nnx_model_kwargs",
+                received=f"model={model.__name__} with nnx_model_args=None",
+                fix="pass e.g. nnx_model_args=(in_features, out_features), or "
+                "nnx_model_args=() when the class takes only rngs"))
         return nnx.bridge.ToLinen(model, tuple(args or ()), kwargs=FrozenDict(kwargs))
     received = describe(model)
     fix = "pass a flax.linen module instance, e.g. model=MLP()"
@@ -670,14 +641,10 @@ def _as_linen(model: Any, args: tuple[Any, ...] | None, kwargs: dict[str, Any]) 
             f"pass the class and its arguments: model={type(model).__name__}, "
             "nnx_model_args=(...) (the bridge builds it with its own rngs)"
         )
-    raise TypeError(
-        explain(
-            "Step's model must be a flax linen module or an nnx.Module class",
-            expected="nn.Module instance, or an nnx.Module subclass with nnx_model_args=",
-            received=received,
-            fix=fix,
-        )
-    )
+    raise TypeError(explain(
+        "Step's model must be a flax linen module or an nnx.Module class",
+        expected="nn.Module instance, or an nnx.Module subclass with nnx_model_args=", received=received,
+        fix=fix))
 
 
 def _as_partitioner(partitioner: Any) -> Partitioner:
@@ -689,13 +656,8 @@ def _as_partitioner(partitioner: Any) -> Partitioner:
         return Partitioner(partitioner)
     except ValueError:
         pass
-    raise TypeError(
-        explain(
-            "partitioner= must be a gyre partitioner or strategy",
-            expected="gyre.SingleDevicePartitioner(), gyre.DataParallelPartitioner(mesh=..., "
-            "data_axis=...), gyre.SPMDPartitioner(mesh=..., rules=...), or a strategy such "
-            "as gyre.FSDP()",
-            received=describe(partitioner),
-            fix="pass one of the above",
-        )
-    )
+    raise TypeError(explain(
+        "partitioner= must be a gyre partitioner or strategy",
+        expected="gyre.SingleDevicePartitioner(), gyre.DataParallelPartitioner(mesh=..., data_axis=...), "
+        "gyre.SPMDPartitioner(mesh=..., rules=...), or a strategy such as gyre.FSDP()",
+        received=describe(partitioner), fix="pass one of the above"))

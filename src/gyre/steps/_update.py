@@ -116,15 +116,11 @@ def _split_micro(batch: Any, k: int) -> Any:
     def split(x: Any) -> Any:
         x = jnp.asarray(x)
         if x.ndim == 0 or x.shape[0] % k != 0:
-            raise ValueError(
-                explain(
-                    f"a batch of {x.shape[0] if x.ndim else 'a scalar'} cannot be split into "
-                    f"{k} microbatches",
-                    expected=f"every batch leaf with a leading dimension divisible by accumulate_steps={k}",
-                    received=f"a leaf of shape {x.shape}",
-                    fix="use a batch size that is a multiple of accumulate_steps",
-                )
-            )
+            raise ValueError(explain(
+                f"a batch of {x.shape[0] if x.ndim else 'a scalar'} cannot be split into {k} microbatches",
+                expected=f"every batch leaf with a leading dimension divisible by accumulate_steps={k}",
+                received=f"a leaf of shape {x.shape}",
+                fix="use a batch size that is a multiple of accumulate_steps"))
         return x.reshape((k, x.shape[0] // k, *x.shape[1:]))
 
     return jax.tree_util.tree_map(split, batch)
@@ -141,19 +137,16 @@ def _skip_counter(state: Any, where: str) -> tuple[Any, Callable[[Any, Any], Any
     extras = getattr(state, "extras", None) if "extras" in fields else None
     if isinstance(extras, Mapping) and SKIPPED_STEPS in extras:
         return extras[SKIPPED_STEPS], lambda s, count: s.replace(extras={**s.extras, SKIPPED_STEPS: count})
-    raise TypeError(
-        explain(
-            f"{where} skips non-finite updates (nan_policy='skip'), but its state has no "
-            "skipped_steps to count them in",
-            expected="a gyre.managed.ManagedState (its field skipped_steps starts at 0), or a "
-            "state with a skipped_steps field or extra",
-            received=f"a {type(state).__name__} with fields {sorted(f for f in fields if f != 'extras')}"
-            + (f" and extras {sorted(extras)}" if isinstance(extras, Mapping) else ""),
-            fix="create the state with gyre.managed.ManagedState.create(...); or "
-            "TrainState.create(..., skipped_steps=jnp.zeros((), jnp.int32)), which keeps it in "
-            "extras; or declare `skipped_steps: jax.Array` in your state class",
-        )
-    )
+    raise TypeError(explain(
+        f"{where} skips non-finite updates (nan_policy='skip'), but its state has no "
+        "skipped_steps to count them in",
+        expected="a gyre.managed.ManagedState (its field skipped_steps starts at 0), or a "
+        "state with a skipped_steps field or extra",
+        received=f"a {type(state).__name__} with fields {sorted(f for f in fields if f != 'extras')}"
+        + (f" and extras {sorted(extras)}" if isinstance(extras, Mapping) else ""),
+        fix="create the state with gyre.managed.ManagedState.create(...); or "
+        "TrainState.create(..., skipped_steps=jnp.zeros((), jnp.int32)), which keeps it in "
+        "extras; or declare `skipped_steps: jax.Array` in your state class"))
 
 
 def _all_finite(tree: Any) -> jax.Array:
@@ -180,16 +173,13 @@ def skip_non_finite(
     grown by one (logged as a stateful metric unless ``logs`` is ``None``)."""
     count, put = _skip_counter(before, where)
     if jax.tree_util.tree_structure(before) != jax.tree_util.tree_structure(after):
-        raise ValueError(
-            explain(
-                f"{where} skips non-finite updates, and returned a state of another structure "
-                "than it received, so the previous one cannot be kept",
-                expected=f"a state structured like the one it received: {_shapes(before)}",
-                received=_shapes(after),
-                fix="return the state you received, changing only the values of its fields "
-                "(state.replace(...)); create every field and extra before the loop",
-            )
-        )
+        raise ValueError(explain(
+            f"{where} skips non-finite updates, and returned a state of another structure "
+            "than it received, so the previous one cannot be kept",
+            expected=f"a state structured like the one it received: {_shapes(before)}",
+            received=_shapes(after),
+            fix="return the state you received, changing only the values of its fields "
+            "(state.replace(...)); create every field and extra before the loop"))
     ok = jnp.isfinite(jnp.asarray(loss)) & _all_finite(grads)
     kept = jax.tree_util.tree_map(lambda new, old: _keep(ok, new, old), after, before)
     count = jnp.asarray(count) + jnp.where(ok, 0, 1).astype(jnp.result_type(count))

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gyre.core._errors import describe, explain, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.steps._managed_call import StepFn as StepFn
 from gyre.steps._managed_call import _call, _check_params, _takes_batch
@@ -47,22 +48,13 @@ from gyre.steps._update import skip_non_finite as skip_non_finite
 
 
 def _check_options(accumulate_steps: Any, clip_grad_norm: Any) -> None:
-    whole_number(
-        accumulate_steps,
-        minimum=1,
-        problem="accumulate_steps= must be a whole number >= 1",
-        expected="e.g. accumulate_steps=4 to average the gradients of 4 microbatches",
-        fix="pass a positive int",
-    )
+    whole(accumulate_steps, "accumulate_steps=", minimum=1, fix="pass a positive int",
+          expected="e.g. accumulate_steps=4 to average the gradients of 4 microbatches")
     if clip_grad_norm is not None and not (isinstance(clip_grad_norm, (int, float)) and clip_grad_norm > 0):
-        raise ValueError(
-            explain(
-                "clip_grad_norm= must be a positive number or None",
-                expected="e.g. clip_grad_norm=1.0",
-                received=describe(clip_grad_norm),
-                fix="pass a positive float, or None for no clipping",
-            )
-        )
+        raise ValueError(explain(
+            "clip_grad_norm= must be a positive number or None",
+            expected="e.g. clip_grad_norm=1.0", received=describe(clip_grad_norm),
+            fix="pass a positive float, or None for no clipping"))
 
 
 def train_step(
