@@ -433,3 +433,17 @@ def test_managed_state_subclass_adds_fields_without_defaults():
 
     state = State.create(params={"w": jnp.zeros(2)}, tx=optax.sgd(0.1), ema={"w": jnp.ones(2)})
     assert float(state.ema["w"][0]) == 1.0
+
+
+def test_ciclo_names_are_the_classes_themselves():
+    """One public form per thing: ciclo's lowercase names are the classes (as in ciclo)."""
+    pairs = [(ciclo.keras_bar, ciclo.KerasBar), (ciclo.tqdm_bar, ciclo.TqdmBar), (ciclo.checkpoint, ciclo.Checkpoint),
+             (ciclo.early_stopping, ciclo.EarlyStopping), (ciclo.inner_loop, ciclo.InnerLoop)]
+    assert all(lower is cls for lower, cls in pairs)
+    assert isinstance(ciclo.early_stopping("loss", patience=1), ciclo.early_stopping)
+
+
+def test_checkpoint_names_the_keyword_it_takes(tmp_path):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_to_keep'") as err:
+        ciclo.checkpoint(tmp_path, max_to_keep=3)
+    assert "use keep= (gyre's name for max_to_keep)" in str(err.value)

@@ -208,10 +208,10 @@ def test_keras_bar_bad_width(width):
 
 
 @pytest.mark.parametrize("path", ["out.txt", pathlib.Path("out.txt"), b"out.txt"])
-@pytest.mark.parametrize("make", [gyre.keras_bar, gyre.tqdm_bar])
-def test_a_path_as_file_says_to_open_it(make, path, tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", ["keras_bar", "tqdm_bar"])
+def test_a_path_as_file_says_to_open_it(name, path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    name = make.__name__
+    make = getattr(gyre, name)
     with pytest.raises(TypeError) as info:
         make(file=path)
     lines = str(info.value).splitlines()

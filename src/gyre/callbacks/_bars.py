@@ -96,22 +96,41 @@ class _Bar(ChunkSafe, LoopElement):
 
 
 class KerasBar(_Bar):
-    """The callback :func:`keras_bar` returns; its attributes are its arguments.
+    """A Keras-style progress line: ``80/100 [=====>...] - ETA: 4s - loss: 0.1234``.
+
+    The ETA starts after the first step, so compilation does not inflate it. Losses and metrics
+    are running means over the epoch (stateful metrics and occasional entries such as
+    ``accuracy_test`` show their last value), read from the loop's history, so the bar sees every
+    step wherever it sits. Called by hand (``bar(elapsed, logs)``) the line ends at ``total``.
+
+    Args:
+        total: steps the loop will run: a whole number >= 1 (numpy and 0-d JAX integers too) or
+            ``gyre.at(steps=n)``; ``None`` shows a counter.
+        interval: seconds between redraws (default 0.1 on a terminal, 10 otherwise).
+        width: characters of the bar.
+        file: an open text file (default ``sys.stdout``), not a path.
+        values: ``"mean"`` (running means over the epoch) or ``"last"``.
+
+    Raises:
+        ValueError: ``total``, ``width``, ``interval`` or ``values`` out of range.
+        TypeError: ``file`` is not an open file.
 
     Example:
-        >>> import gyre, io, numpy as np
-        >>> bar = gyre.keras_bar(total=np.int64(100), file=io.StringIO())
-        >>> isinstance(bar, gyre.callbacks.KerasBar), bar.total
-        (True, 100)
+        >>> import gyre, io
+        >>> out = io.StringIO()
+        >>> bar = gyre.keras_bar(total=3, file=out)
+        >>> _ = gyre.loop(None, range(3), {gyre.every(1): [lambda: gyre.logs().add_metric("m", 1.0), bar]})
+        >>> out.getvalue().splitlines()[-1].startswith("3/3 [==============================]")
+        True
     """
 
     def __init__(
         self,
-        total: int | Period | None,
+        total: int | Period | None = None,
         *,
-        interval: float | None,
-        width: int,
-        file: IO[str] | None,
+        interval: float | None = None,
+        width: int = 30,
+        file: IO[str] | None = None,
         values: str = "mean",
     ) -> None:
         self.total = _check_total(total)
@@ -215,42 +234,7 @@ class KerasBar(_Bar):
             self._shown.reset()
 
 
-def keras_bar(
-    total: int | Period | None = None,
-    *,
-    interval: float | None = None,
-    width: int = 30,
-    file: IO[str] | None = None,
-    values: str = "mean",
-) -> KerasBar:
-    """A Keras-style progress line: ``80/100 [=====>...] - ETA: 4s - loss: 0.1234``.
-
-    The ETA starts after the first step, so compilation does not inflate it. Losses and metrics
-    are running means over the epoch (stateful metrics and occasional entries such as
-    ``accuracy_test`` show their last value), read from the loop's history, so the bar sees every
-    step wherever it sits. Called by hand (``bar(elapsed, logs)``) the line ends at ``total``.
-
-    Args:
-        total: steps the loop will run: a whole number >= 1 (numpy and 0-d JAX integers too) or
-            ``gyre.at(steps=n)``; ``None`` shows a counter.
-        interval: seconds between redraws (default 0.1 on a terminal, 10 otherwise).
-        width: characters of the bar.
-        file: an open text file (default ``sys.stdout``), not a path.
-        values: ``"mean"`` (running means over the epoch) or ``"last"``.
-
-    Raises:
-        ValueError: ``total``, ``width``, ``interval`` or ``values`` out of range.
-        TypeError: ``file`` is not an open file.
-
-    Example:
-        >>> import gyre, io
-        >>> out = io.StringIO()
-        >>> bar = gyre.keras_bar(total=3, file=out)
-        >>> _ = gyre.loop(None, range(3), {gyre.every(1): [lambda: gyre.logs().add_metric("m", 1.0), bar]})
-        >>> out.getvalue().splitlines()[-1].startswith("3/3 [==============================]")
-        True
-    """
-    return KerasBar(total, interval=interval, width=width, file=file, values=values)
+keras_bar = KerasBar  # ciclo's name: one class, two spellings
 
 
 def _check_tqdm_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -281,16 +265,28 @@ def _check_tqdm_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 class TqdmBar(_Bar):
-    """The callback :func:`tqdm_bar` returns; its attributes are its arguments.
+    """A tqdm progress bar with the epoch's values as its postfix (shown as :func:`keras_bar` shows
+    them).
+
+    Args:
+        total: as :func:`keras_bar`'s.
+        interval: seconds between postfix updates.
+        values: ``"mean"`` (running means over the epoch) or ``"last"``.
+        **tqdm_kwargs: passed to ``tqdm`` (``desc``, ``file``, ``disable``...), checked when made.
+
+    Raises:
+        ValueError: ``total`` or ``interval`` out of range.
+        TypeError: an option tqdm does not take, or ``file`` that is not an open file.
 
     Example:
         >>> import gyre, io
-        >>> bar = gyre.tqdm_bar(total=10, desc="train", file=io.StringIO())
-        >>> isinstance(bar, gyre.callbacks.TqdmBar), bar.tqdm_kwargs["desc"]
-        (True, 'train')
+        >>> bar = gyre.tqdm_bar(total=2, file=io.StringIO())
+        >>> _ = gyre.loop(None, range(2), {gyre.every(1): bar})
     """
 
-    def __init__(self, total: int | Period | None, *, interval: float, values: str = "mean", **tqdm_kwargs: Any) -> None:
+    def __init__(
+        self, total: int | Period | None = None, *, interval: float = 0.5, values: str = "mean", **tqdm_kwargs: Any
+    ) -> None:
         self.total = _check_total(total)
         self.interval = _check_interval(interval, owner="tqdm_bar", optional=False)
         self.tqdm_kwargs = _check_tqdm_kwargs(tqdm_kwargs)
@@ -338,23 +334,4 @@ class TqdmBar(_Bar):
     on_train_end = on_loop_end
 
 
-def tqdm_bar(total: int | Period | None = None, *, interval: float = 0.5, values: str = "mean", **tqdm_kwargs: Any) -> TqdmBar:
-    """A tqdm progress bar with the epoch's values as its postfix (shown as :func:`keras_bar` shows
-    them).
-
-    Args:
-        total: as :func:`keras_bar`'s.
-        interval: seconds between postfix updates.
-        values: ``"mean"`` (running means over the epoch) or ``"last"``.
-        **tqdm_kwargs: passed to ``tqdm`` (``desc``, ``file``, ``disable``...), checked when made.
-
-    Raises:
-        ValueError: ``total`` or ``interval`` out of range.
-        TypeError: an option tqdm does not take, or ``file`` that is not an open file.
-
-    Example:
-        >>> import gyre, io
-        >>> bar = gyre.tqdm_bar(total=2, file=io.StringIO())
-        >>> _ = gyre.loop(None, range(2), {gyre.every(1): bar})
-    """
-    return TqdmBar(total, interval=interval, values=values, **tqdm_kwargs)
+tqdm_bar = TqdmBar  # ciclo's name: one class, two spellings

@@ -28,18 +28,44 @@ from gyre.engine._snapshot import Checkpointer, Snapshot
 
 
 class Checkpoint(Checkpointer):
-    """The callback :func:`checkpoint` returns, and the :class:`~gyre.loop.Checkpointer` the engine
-    saves and resumes through.
+    """Saves a run with orbax, keeping the latest ``keep`` checkpoints and the best ``keep_best`` by
+    ``monitor``, for an exact resume.
 
-    Its attributes are :func:`checkpoint`'s arguments (``directory`` made absolute).
+    In a task table it runs under its schedule; in a named loop's ``callbacks=`` on
+    ``on_epoch_end``. In a loop it saves ``loop.snapshot()``; by hand, ``ckpt(elapsed, state)``.
+    A loop returns only once its saves are on disk. Nothing is unpickled; on several processes
+    every process takes part and process 0 writes the JSON.
+
+    Args:
+        directory: one sub-directory per step; empty, or holding the checkpoints this run
+            resumes from.
+        keep: the latest checkpoints kept (>= 1).
+        keep_best: the best checkpoints by ``monitor`` kept as well; needs ``monitor``.
+        monitor: a logged name (``"loss_test"``) or ``"collection.name"``; it must be in the
+            logs whenever the checkpoint runs. Needed for ``keep_best`` and ``resume="best"``.
+        mode: ``"min"`` or ``"max"``.
+        async_save: ``False``: each save blocks until on disk.
+        overwrite: delete another run's checkpoints in ``directory`` at the first save instead
+            of refusing.
+        checksums: store and verify each array's CRC-32 (one host copy of the state per save).
 
     Example:
-        >>> import gyre
-        >>> ckpt = gyre.checkpoint("runs/exp1/checkpoints", keep=3)  # nothing written yet
-        >>> isinstance(ckpt, gyre.callbacks.Checkpoint), ckpt.keep, ckpt.directory.endswith("checkpoints")
-        (True, 3, True)
+        >>> import tempfile, gyre, jax.numpy as jnp
+        >>> def train_step(state):
+        ...     return {"w": state["w"] + 1.0}
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> ckpt = gyre.checkpoint(tmp.name, keep=2)
+        >>> state, _, elapsed = gyre.loop(
+        ...     {"w": jnp.zeros(2)}, range(6), {gyre.every(1): train_step, gyre.every(2): ckpt})
+        >>> ckpt.all_steps()  # after steps 1, 3, 5 and the loop's end; the latest 2 kept
+        [5, 6]
+        >>> state, elapsed = ckpt.restore({"w": jnp.zeros(2)})
+        >>> state["w"].tolist(), elapsed.steps
+        ([6.0, 6.0], 6)
+        >>> ckpt.close(); tmp.cleanup()
     """
 
+    @keywords_checked
     def __init__(
         self,
         directory: str | os.PathLike[str],
@@ -52,6 +78,7 @@ class Checkpoint(Checkpointer):
         overwrite: bool = False,
         checksums: bool = True,
     ) -> None:
+        """Its attributes are its arguments (``directory`` made absolute)."""
         self.directory = check_directory(directory)
         check_monitor(monitor, mode)
         self.keep, self.keep_best = check_keep(keep, keep_best, monitor)
@@ -497,56 +524,5 @@ class Checkpoint(Checkpointer):
         self.close()
 
 
-@keywords_checked
-def checkpoint(
-    directory: str | os.PathLike[str],
-    *,
-    keep: int = 3,
-    keep_best: int = 0,
-    monitor: str | None = None,
-    mode: str = "min",
-    async_save: bool = True,
-    overwrite: bool = False,
-    checksums: bool = True,
-) -> Checkpoint:
-    """Saves a run with orbax, keeping the latest ``keep`` checkpoints and the best ``keep_best`` by
-    ``monitor``, for an exact resume.
-
-    In a task table it runs under its schedule; in a named loop's ``callbacks=`` on
-    ``on_epoch_end``. In a loop it saves ``loop.snapshot()``; by hand, ``ckpt(elapsed, state)``.
-    A loop returns only once its saves are on disk. Nothing is unpickled; on several processes
-    every process takes part and process 0 writes the JSON.
-
-    Args:
-        directory: one sub-directory per step; empty, or holding the checkpoints this run
-            resumes from.
-        keep: the latest checkpoints kept (>= 1).
-        keep_best: the best checkpoints by ``monitor`` kept as well; needs ``monitor``.
-        monitor: a logged name (``"loss_test"``) or ``"collection.name"``; it must be in the
-            logs whenever the checkpoint runs. Needed for ``keep_best`` and ``resume="best"``.
-        mode: ``"min"`` or ``"max"``.
-        async_save: ``False``: each save blocks until on disk.
-        overwrite: delete another run's checkpoints in ``directory`` at the first save instead
-            of refusing.
-        checksums: store and verify each array's CRC-32 (one host copy of the state per save).
-
-    Example:
-        >>> import tempfile, gyre, jax.numpy as jnp
-        >>> def train_step(state):
-        ...     return {"w": state["w"] + 1.0}
-        >>> tmp = tempfile.TemporaryDirectory()
-        >>> ckpt = gyre.checkpoint(tmp.name, keep=2)
-        >>> state, _, elapsed = gyre.loop(
-        ...     {"w": jnp.zeros(2)}, range(6), {gyre.every(1): train_step, gyre.every(2): ckpt})
-        >>> ckpt.all_steps()  # after steps 1, 3, 5 and the loop's end; the latest 2 kept
-        [5, 6]
-        >>> state, elapsed = ckpt.restore({"w": jnp.zeros(2)})
-        >>> state["w"].tolist(), elapsed.steps
-        ([6.0, 6.0], 6)
-        >>> ckpt.close(); tmp.cleanup()
-    """
-    return Checkpoint(
-        directory, keep=keep, keep_best=keep_best, monitor=monitor, mode=mode,
-        async_save=async_save, overwrite=overwrite, checksums=checksums,
-    )
+checkpoint = Checkpoint  # ciclo's name: one class, two spellings
 

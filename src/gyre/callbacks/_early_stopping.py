@@ -40,7 +40,25 @@ def _copy(state: Any) -> Any:
 
 
 class EarlyStopping(_monitor.Improvement, LoopElement):
-    """The callback :func:`early_stopping` returns.
+    """Stops the loop when ``monitor`` has not improved for ``patience`` evaluations (calls where it
+    is logged).
+
+    In a named loop it runs on ``on_epoch_end``, after the evaluation. The monitored value must
+    be a single number.
+
+    Args:
+        monitor: a logged name (``"loss_test"``) or ``"collection.name"``.
+        patience: evaluations without improvement; or a :class:`~gyre.Period`
+            (``gyre.at(steps=200)``): the clock since the last improvement, as ciclo counts it.
+        min_delta: how much better a value must be to count as an improvement.
+        delta_mode: ``"absolute"`` (by ``min_delta``) or ``"relative"`` (by ``min_delta * |best|``).
+        mode: ``"min"``, ``"max"``, or ``"auto"``: ``"max"`` when a word of the name says higher
+            is better (``accuracy``, ``f1``, ``auc``, ``score``...), else ``"min"``.
+        baseline: a value to beat; until it is beaten, evaluations count against patience.
+        restore_best_weights: when the loop ends, return the best evaluation's state (a copy is
+            kept on the device).
+        initial_patience: first evaluations that cannot count against patience (they still
+            record the best).
 
     Attributes:
         best: the best value seen (or the baseline), ``None`` before the first evaluation.
@@ -50,9 +68,14 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
 
     Example:
         >>> import gyre
-        >>> es = gyre.early_stopping("loss_test", patience=3, baseline=2.0)
-        >>> isinstance(es, gyre.callbacks.EarlyStopping), es.best, es.mode
-        (True, 2.0, 'min')
+        >>> losses = iter([3.0, 2.0, 2.5, 2.4, 2.6, 1.0])
+        >>> def evaluate(state):
+        ...     return gyre.logs().add_loss("loss", next(losses)), state + 1
+        >>> es = gyre.early_stopping("loss", patience=2, restore_best_weights=True)
+        >>> state, _, elapsed = gyre.loop(0, range(6), {gyre.every(1): [evaluate, es]},
+        ...                               on_end=es.on_train_end)
+        >>> elapsed.steps, state, es.best
+        (4, 2, 2.0)
     """
 
     def __init__(
@@ -60,12 +83,12 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
         monitor: str,
         *,
         patience: int | Period,
-        min_delta: float,
-        delta_mode: str,
-        mode: str,
-        baseline: float | None,
-        restore_best_weights: bool,
-        initial_patience: int,
+        min_delta: float = 0.0,
+        delta_mode: str = "absolute",
+        mode: str = "auto",
+        baseline: float | None = None,
+        restore_best_weights: bool = False,
+        initial_patience: int = 0,
     ) -> None:
         self.monitor = _monitor.check_name(monitor, "early_stopping needs the name of the value to monitor",
                                            "'loss_test' or 'metrics.accuracy_test'", "early_stopping('loss_test', patience=3)")
@@ -203,50 +226,4 @@ class _Leaves:
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(state), self.leaves)
 
 
-def early_stopping(
-    monitor: str,
-    *,
-    patience: int | Period,
-    min_delta: float = 0.0,
-    delta_mode: str = "absolute",
-    mode: str = "auto",
-    baseline: float | None = None,
-    restore_best_weights: bool = False,
-    initial_patience: int = 0,
-) -> EarlyStopping:
-    """Stops the loop when ``monitor`` has not improved for ``patience`` evaluations (calls where it
-    is logged).
-
-    In a named loop it runs on ``on_epoch_end``, after the evaluation. The monitored value must
-    be a single number.
-
-    Args:
-        monitor: a logged name (``"loss_test"``) or ``"collection.name"``.
-        patience: evaluations without improvement; or a :class:`~gyre.Period`
-            (``gyre.at(steps=200)``): the clock since the last improvement, as ciclo counts it.
-        min_delta: how much better a value must be to count as an improvement.
-        delta_mode: ``"absolute"`` (by ``min_delta``) or ``"relative"`` (by ``min_delta * |best|``).
-        mode: ``"min"``, ``"max"``, or ``"auto"``: ``"max"`` when a word of the name says higher
-            is better (``accuracy``, ``f1``, ``auc``, ``score``...), else ``"min"``.
-        baseline: a value to beat; until it is beaten, evaluations count against patience.
-        restore_best_weights: when the loop ends, return the best evaluation's state (a copy is
-            kept on the device).
-        initial_patience: first evaluations that cannot count against patience (they still
-            record the best).
-
-    Example:
-        >>> import gyre
-        >>> losses = iter([3.0, 2.0, 2.5, 2.4, 2.6, 1.0])
-        >>> def evaluate(state):
-        ...     return gyre.logs().add_loss("loss", next(losses)), state + 1
-        >>> es = gyre.early_stopping("loss", patience=2, restore_best_weights=True)
-        >>> state, _, elapsed = gyre.loop(0, range(6), {gyre.every(1): [evaluate, es]},
-        ...                               on_end=es.on_train_end)
-        >>> elapsed.steps, state, es.best
-        (4, 2, 2.0)
-    """
-    return EarlyStopping(
-        monitor, patience=patience, min_delta=min_delta, delta_mode=delta_mode, mode=mode,
-        baseline=baseline, restore_best_weights=restore_best_weights,
-        initial_patience=initial_patience,
-    )
+early_stopping = EarlyStopping  # ciclo's name: one class, two spellings

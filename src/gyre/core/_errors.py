@@ -130,9 +130,9 @@ def keywords_checked(func: F) -> F:
     params = inspect.signature(func).parameters.values()
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return func
-    names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
     known = frozenset(names)
-    who = getattr(func, "__qualname__", func.__name__)
+    who = getattr(func, "__qualname__", func.__name__).removesuffix(".__init__")  # a class: its name
 
     @functools.wraps(func)
     def checked(*args: Any, **kwargs: Any) -> Any:

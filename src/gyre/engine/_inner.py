@@ -148,19 +148,54 @@ def suffixed(logs: Logs, name: str | None) -> Logs:
 
 
 class InnerLoop(LoopElement):
-    """The callback :func:`inner_loop` returns (a loop element: it spreads into a table)."""
+    """A callback that runs ``fn(state)`` (a whole loop) and logs its aggregated results.
+
+    Args:
+        name: suffix for the entry names (``accuracy`` becomes ``accuracy_<name>``); ``None``
+            keeps the names; ciclo's ``inner_loop(fn)`` works too. An empty name, or a name the
+            outer step already logged, is refused.
+        fn: ``state -> (state, history, elapsed)``, typically a :func:`gyre.test_loop` call.
+        aggregation: ``"last"``, ``"first"``, ``"mean"`` (batch-size weighted), ``"sum"``,
+            ``"min"``, ``"max"``, ``"std"``, ``"concat"`` (along the first axis), a callable
+            ``list -> value``, or a dict ``{collection: aggregation}``.
+        output_state: pass the inner loop's final state on (default: the outer state is kept).
+
+    Example:
+        >>> import gyre
+        >>> def evaluate(state):
+        ...     step = lambda state, batch: gyre.logs().add_metric("acc", batch)
+        ...     return gyre.loop(state, [1.0, 0.0, 1.0, 1.0], {gyre.every(1): step})
+        >>> logs, _ = gyre.inner_loop("test", evaluate, aggregation="mean")(None)
+        >>> float(logs.metrics.acc_test)
+        0.75
+    """
 
     def __init__(
         self,
-        name: str | None,
-        fn: Callable[[Any], tuple[Any, History, Any]],
-        aggregation: Aggregation,
-        output_state: bool,
+        name: str | None | Callable[[Any], tuple[Any, History, Any]],
+        fn: Callable[[Any], tuple[Any, History, Any]] | None = None,
+        *,
+        aggregation: Aggregation = "last",
+        output_state: bool = False,
     ) -> None:
-        self.name = name
-        self.fn = fn
-        self.aggregation = aggregation
-        self.output_state = output_state
+        if fn is None and callable(name) and not isinstance(name, str):
+            name, fn = None, name
+        if name == "":
+            raise ValueError(explain(
+                "inner_loop's name must not be empty (train_loop's test_name is this name)",
+                expected="a suffix such as 'test' (accuracy becomes accuracy_test), or None to "
+                "keep the names in an outer loop that logs none of them",
+                received="''", fix="inner_loop('test', fn), or train_loop(..., test_name='test')"))
+        instance(name, "inner_loop's name", str, none=True, kind="a string", expected="inner_loop('test', fn)",
+                 fix="pass the suffix as the first argument")
+        if not callable(fn):
+            raise TypeError(explain(
+                "inner_loop needs a function state -> (state, history, elapsed)",
+                expected="e.g. lambda state: gyre.test_loop(state, test_data)", received=describe(fn),
+                fix="wrap the inner loop in a function of the state"))
+        check_aggregation(aggregation)
+        self.name, self.fn, self.aggregation = name, fn, aggregation
+        self.output_state = flag(output_state, "output_state", "inner_loop")
 
     def __call__(self, state: Any, logs: Logs | None = None) -> tuple[Logs, Any]:
         result = self.fn(state)
@@ -196,48 +231,4 @@ class InnerLoop(LoopElement):
         return f"inner_loop({self.name!r})"
 
 
-def inner_loop(
-    name: str | None | Callable[[Any], tuple[Any, History, Any]],
-    fn: Callable[[Any], tuple[Any, History, Any]] | None = None,
-    *,
-    aggregation: Aggregation = "last",
-    output_state: bool = False,
-) -> InnerLoop:
-    """A callback that runs ``fn(state)`` (a whole loop) and logs its aggregated results.
-
-    Args:
-        name: suffix for the entry names (``accuracy`` becomes ``accuracy_<name>``); ``None``
-            keeps the names; ciclo's ``inner_loop(fn)`` works too. An empty name, or a name the
-            outer step already logged, is refused.
-        fn: ``state -> (state, history, elapsed)``, typically a :func:`gyre.test_loop` call.
-        aggregation: ``"last"``, ``"first"``, ``"mean"`` (batch-size weighted), ``"sum"``,
-            ``"min"``, ``"max"``, ``"std"``, ``"concat"`` (along the first axis), a callable
-            ``list -> value``, or a dict ``{collection: aggregation}``.
-        output_state: pass the inner loop's final state on (default: the outer state is kept).
-
-    Example:
-        >>> import gyre
-        >>> def evaluate(state):
-        ...     step = lambda state, batch: gyre.logs().add_metric("acc", batch)
-        ...     return gyre.loop(state, [1.0, 0.0, 1.0, 1.0], {gyre.every(1): step})
-        >>> logs, _ = gyre.inner_loop("test", evaluate, aggregation="mean")(None)
-        >>> float(logs.metrics.acc_test)
-        0.75
-    """
-    if fn is None and callable(name) and not isinstance(name, str):
-        name, fn = None, name
-    if name == "":
-        raise ValueError(explain(
-            "inner_loop's name must not be empty (train_loop's test_name is this name)",
-            expected="a suffix such as 'test' (accuracy becomes accuracy_test), or None to "
-            "keep the names in an outer loop that logs none of them",
-            received="''", fix="inner_loop('test', fn), or train_loop(..., test_name='test')"))
-    instance(name, "inner_loop's name", str, none=True, kind="a string", expected="inner_loop('test', fn)",
-             fix="pass the suffix as the first argument")
-    if not callable(fn):
-        raise TypeError(explain(
-            "inner_loop needs a function state -> (state, history, elapsed)",
-            expected="e.g. lambda state: gyre.test_loop(state, test_data)", received=describe(fn),
-            fix="wrap the inner loop in a function of the state"))
-    check_aggregation(aggregation)
-    return InnerLoop(name, fn, aggregation, flag(output_state, "output_state", "inner_loop"))
+inner_loop = InnerLoop  # ciclo's name: one class, two spellings
