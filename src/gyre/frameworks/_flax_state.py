@@ -212,16 +212,7 @@ class FlaxState(managed.ManagedState, kw_only=True):
 
 
 def _masked_weight(weight: Any, mask: Any) -> jax.Array:
-    """The batch's sample weights with its padded rows weighing 0 (the mask, as float32,
-    when the batch has none).
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> _masked_weight(None, jnp.array([True, False])).tolist()
-        [1.0, 0.0]
-        >>> _masked_weight(jnp.array([[2.0], [3.0]]), jnp.array([True, False])).tolist()
-        [[2.0], [0.0]]
-    """
+    """The batch's sample weights with its padded rows weighing 0 (the mask when it has none)."""
     m = jnp.asarray(mask, jnp.float32)
     if weight is None:
         return m
