@@ -199,7 +199,14 @@ class NnxAdapter(Adapter):
     def merge(self, *states: Any, training: bool) -> Any:
         """The module rebuilt from ``states`` in training or evaluation mode, its variables
         fresh at this trace level (a call mutates them: batch statistics, rng counters,
-        possibly under ``jax.grad``)."""
+        possibly under ``jax.grad``).
+
+        Example:
+            >>> from flax import nnx
+            >>> adapter, params, state = adapt(nnx.Linear(3, 2, rngs=nnx.Rngs(0)))
+            >>> adapter.merge(params, state["other"], training=False).out_features
+            2
+        """
         from flax import nnx
 
         return nnx.merge(self.train_def if training else self.eval_def, *states, copy=True)
