@@ -12,6 +12,8 @@ and no object-graph walk per step on the host); equinox models as ``eqx.partitio
 params + static parts. ``rngs`` maps stream names (``adapter.rng_streams``) to the keys of
 the current step (``state.step_rngs(*adapter.rng_streams)``); it is empty in evaluation.
 
+The trainer's nnx and linen modes (``gyre.trainer``) are built on the same pieces: the graph
+definitions per mode and :meth:`NnxAdapter.merge`, :func:`init_linen`, :class:`LinenAdapter`.
 Equinox is optional: it is imported only when an equinox model is given.
 """
 
@@ -105,7 +107,8 @@ class LinenAdapter(Adapter):
     ``cache``, your own) in ``model_state``, updated in training; in evaluation every
     collection but ``params`` and ``batch_stats`` may be written, and the writes to
     ``model_state`` are dropped. The collections of :data:`STEP_COLLECTIONS` are not state:
-    :meth:`apply_collect` returns what the model wrote in them during the call.
+    :meth:`apply_collect` returns what the model wrote in them during the call. The module
+    gets the training flag under the first of ``flags`` its ``__call__`` takes.
 
     Example:
         >>> import flax.linen as nn, jax.numpy as jnp
