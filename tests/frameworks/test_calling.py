@@ -131,3 +131,8 @@ def test_key_seq_draws_new_keys():
     seq = calling.KeySeq(jax.random.key(1))
     keys = [jax.random.key_data(next(seq)) for _ in range(3)]
     assert len({tuple(np.asarray(k).tolist()) for k in keys}) == 3
+
+
+def test_weighted_mean_weighs_examples_and_keeps_scalars():
+    assert float(calling.weighted_mean(jnp.array([1.0, 3.0]), jnp.array([1.0, 0.0]))) == 1.0
+    assert float(calling.weighted_mean(jnp.float32(2.5), jnp.array([1.0, 0.0]))) == 2.5

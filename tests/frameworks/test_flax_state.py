@@ -572,3 +572,10 @@ def test_a_whole_batch_loss_warns_once_that_it_counts_the_padding():
     with pytest.warns(gyre.LoopWarning, match=r"\['loss'\] give one value for the whole batch") as caught:
         gyre.test_loop(state, test)
     assert len(caught) == 1 and "take mask=" in str(caught[0].message)
+
+
+def test_masked_weight_zeroes_the_padded_rows():
+    from gyre.frameworks._flax_state import _masked_weight
+
+    assert _masked_weight(None, jnp.array([True, False])).tolist() == [1.0, 0.0]
+    assert _masked_weight(jnp.array([[2.0], [3.0]]), jnp.array([True, False])).tolist() == [[2.0], [0.0]]

@@ -12,6 +12,8 @@ and no object-graph walk per step on the host); equinox models as ``eqx.partitio
 params + static parts. ``rngs`` maps stream names (``adapter.rng_streams``) to the keys of
 the current step (``state.step_rngs(*adapter.rng_streams)``); it is empty in evaluation.
 
+The trainer's nnx and linen modes (``gyre.trainer``) are built on the same pieces: the graph
+definitions per mode and :meth:`NnxAdapter.merge`, :func:`init_linen`, :class:`LinenAdapter`.
 Equinox is optional: it is imported only when an equinox model is given.
 """
 
@@ -32,6 +34,7 @@ Rngs = Mapping[str, jax.Array]
 TRAINING_ARGS = ("training", "train")
 #: ... and for its inverse (``True`` in evaluation).
 DETERMINISTIC_ARGS = ("deterministic",)
+FLAG_ARGS = (*TRAINING_ARGS, *DETERMINISTIC_ARGS)
 
 
 class Adapter:
@@ -74,18 +77,15 @@ class Adapter:
         return f"<gyre {self.framework} adapter of {type(self.module).__name__}>"  # type: ignore[attr-defined]
 
 
-def _flag_kwargs(fn: Callable[..., Any], training: bool) -> dict[str, bool]:
-    """``{"training": training}`` (or ``train``/``deterministic``) when ``fn`` takes it."""
+def _flag_kwargs(fn: Callable[..., Any], training: bool, accepted: Sequence[str] = FLAG_ARGS) -> dict[str, bool]:
+    """``{"training": training}`` (or ``train``/``deterministic``, among ``accepted``) when ``fn`` takes it."""
     try:
         names = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return {}
-    for name in TRAINING_ARGS:
+    for name in accepted:
         if name in names:
-            return {name: training}
-    for name in DETERMINISTIC_ARGS:
-        if name in names:
-            return {name: not training}
+            return {name: training if name in TRAINING_ARGS else not training}
     return {}
 
 
@@ -107,7 +107,8 @@ class LinenAdapter(Adapter):
     ``cache``, your own) in ``model_state``, updated in training; in evaluation every
     collection but ``params`` and ``batch_stats`` may be written, and the writes to
     ``model_state`` are dropped. The collections of :data:`STEP_COLLECTIONS` are not state:
-    :meth:`apply_collect` returns what the model wrote in them during the call.
+    :meth:`apply_collect` returns what the model wrote in them during the call. The module
+    gets the training flag under the first of ``flags`` its ``__call__`` takes.
 
     Example:
         >>> import flax.linen as nn, jax.numpy as jnp
@@ -118,10 +119,13 @@ class LinenAdapter(Adapter):
 
     framework = "linen"
 
-    def __init__(self, module: Any, *, rng_streams: Sequence[str], collections: Sequence[str]) -> None:
+    def __init__(
+        self, module: Any, *, rng_streams: Sequence[str], collections: Sequence[str], flags: Sequence[str] = FLAG_ARGS
+    ) -> None:
         self.module = module
         self.rng_streams = tuple(rng_streams)
         self.collections = tuple(collections)
+        self.flags = tuple(flags)  # the names of the training flag the module is called with
         #: what the model reported at initialisation (``{"losses": {...}}``), for the names
         self.reported: dict[str, Any] = {}
 
@@ -137,7 +141,7 @@ class LinenAdapter(Adapter):
         from flax.core import DenyList
 
         variables = {"params": params, **model_state}
-        flags = _flag_kwargs(self.module.__call__, training)
+        flags = _flag_kwargs(self.module.__call__, training, self.flags)
         frozen = DenyList(["params"] if training else ["params", "batch_stats"])
         out, updates = self.module.apply(variables, inputs, rngs=dict(rngs) or None, mutable=frozen, **flags)
         updates = dict(updates)
@@ -147,15 +151,23 @@ class LinenAdapter(Adapter):
         return out, {k: updates.get(k, v) for k, v in model_state.items()}, reported
 
 
+def init_linen(
+    module: Any, inputs: Any, keys: Rngs, *, flags: Sequence[str] = FLAG_ARGS, compiled: bool = True
+) -> tuple[Any, dict[str, Any]]:
+    """``(params, other collections)`` of a linen module initialised on ``inputs`` with the
+    ``keys`` of its rng streams, called as in training (its flag among ``flags``); ``compiled``:
+    under ``jax.jit``."""
+    kwargs = _flag_kwargs(module.__call__, True, flags)
+    init = lambda k, x: module.init(k, x, **kwargs)  # noqa: E731
+    variables = dict((jax.jit(init) if compiled else init)(dict(keys), inputs))
+    return variables.pop("params", {}), variables
+
+
 def _init_linen(module: Any, inputs: Any, key: jax.Array, rng_streams: Sequence[str]) -> tuple[Adapter, Any, dict[str, Any]]:
     streams = ("params", *[s for s in rng_streams if s != "params"])
-    keys = {name: jax.random.fold_in(key, i) for i, name in enumerate(streams)}
-    flags = _flag_kwargs(module.__call__, True)
-    variables = jax.jit(lambda k, x: module.init(k, x, **flags))(keys, inputs)
-    variables = dict(variables)
-    params = variables.pop("params", {})
+    params, variables = init_linen(module, inputs, {name: jax.random.fold_in(key, i) for i, name in enumerate(streams)})
     reported = {k: variables.pop(k) for k in STEP_COLLECTIONS if k in variables}
-    adapter = LinenAdapter(module, rng_streams=[s for s in streams if s != "params"], collections=list(variables))
+    adapter = LinenAdapter(module, rng_streams=streams[1:], collections=list(variables))
     adapter.reported = reported
     return adapter, params, variables
 
@@ -187,6 +199,21 @@ class NnxAdapter(Adapter):
         self.key_impl = key_impl
         self.rng_streams = tuple(rng_streams)
 
+    def merge(self, *states: Any, training: bool) -> Any:
+        """The module rebuilt from ``states`` in training or evaluation mode, its variables
+        fresh at this trace level (a call mutates them: batch statistics, rng counters,
+        possibly under ``jax.grad``).
+
+        Example:
+            >>> from flax import nnx
+            >>> adapter, params, state = adapt(nnx.Linear(3, 2, rngs=nnx.Rngs(0)))
+            >>> adapter.merge(params, state["other"], training=False).out_features
+            2
+        """
+        from flax import nnx
+
+        return nnx.merge(self.train_def if training else self.eval_def, *states, copy=True)
+
     def apply(
         self, params: Any, model_state: Mapping[str, Any], inputs: Any, *, training: bool, rngs: Rngs
     ) -> tuple[Any, dict[str, Any]]:
@@ -195,10 +222,7 @@ class NnxAdapter(Adapter):
         keys = jax.tree_util.tree_map(
             lambda k: jax.random.wrap_key_data(k, impl=self.key_impl), model_state["rng_keys"]
         )
-        # copy=True: fresh variables at this trace level (they are mutated by reseed and
-        # by the rng counters, possibly under jax.grad)
-        graphdef = self.train_def if training else self.eval_def
-        model = nnx.merge(graphdef, params, keys, model_state["other"], copy=True)
+        model = self.merge(params, keys, model_state["other"], training=training)
         if training and rngs:
             nnx.reseed(model, **{name: rngs[name] for name in self.rng_streams if name in rngs})
         out = model(inputs)

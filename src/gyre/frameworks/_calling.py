@@ -210,14 +210,7 @@ def refuse(what: str, name: str, fn: Any, known: frozenset[str], *, via: str = "
 
 
 def weighted_mean(value: Any, sample_weight: Any = None) -> jax.Array:
-    """A scalar from a callable's result: scalars as they are, per-example values averaged,
-    weighted by ``sample_weight`` (batch dimension first) when given.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> float(weighted_mean(jnp.array([1.0, 3.0]), jnp.array([1.0, 0.0])))
-        1.0
-    """
+    """A scalar from a callable's result: per-example values averaged, weighted by ``sample_weight``."""
     value = jnp.asarray(value)
     if value.dtype == jnp.bool_ or jnp.issubdtype(value.dtype, jnp.integer):
         value = value.astype(jnp.float32)
@@ -244,8 +237,7 @@ class Call:
     def __call__(self, args: Mapping[str, Any]) -> jax.Array:
         weight = args.get("sample_weight")
         if self.plan.keyword:
-            names = self.plan.names
-            kwargs = dict(args) if names is None else {n: v for n, v in args.items() if n in names}
+            kwargs = call_keywords(self.fn, args, self.plan)
             missing = sorted(self.plan.required - set(kwargs))
             if missing:
                 raise TypeError(explain(

@@ -1,34 +1,20 @@
 """``create_flax_state``: a model, an optimizer, losses and metrics; steps that need no code.
 
-The state it returns is a :class:`~gyre.managed.ManagedState` whose class defines
-``train_step``, ``test_step``, ``predict_step`` (managed steps, compiled for the state's
-strategy) and ``reset_step``, so ``gyre.train_loop(state, data, test_dataset=...)`` runs with
-no task table, and ``logs, state = state.train_step(batch)`` works by hand.
+The state is a :class:`~gyre.managed.ManagedState` whose class defines ``train_step``,
+``test_step``, ``predict_step`` and ``reset_step`` (managed steps, compiled for its strategy),
+so ``gyre.train_loop(state, data, test_dataset=...)`` needs no task table. Batches are
+Keras-style (:func:`unpack_batch`); losses and metrics are called as
+:mod:`gyre.frameworks._calling` says, metric objects as :mod:`gyre.frameworks.metrics` does.
 
-Batches are Keras-style: ``x``, ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)``.
+``test_step(batch, mask=mask)`` lets the loops pad the last, smaller batch and compile once:
+the mask multiplies the batch's ``sample_weight`` (metric objects get ``sample_weight=``, CLU's
+``mask=``), so per-example values are averaged over the real rows; a function's whole-batch
+value without weights warns, and values the model reports itself count the padding.
 
-Losses and metrics are called in gyre's positional convention (``fn(preds, labels)``, as
-optax's losses are) or in ciclo's keyword one (``fn(*, preds, target, **_)``, jax_metrics'
-``Crossentropy()``), told apart from their signatures: see :mod:`gyre.frameworks._calling`.
-Metric objects (gyre's, jax_metrics-style, CLU's) are described in
-:mod:`gyre.frameworks.metrics`.
-
-Evaluation without recompiles: ``test_step`` takes ``mask`` (``state.test_step(batch,
-mask=mask)``), so ``gyre.test_loop`` and ``train_loop``'s evaluation pad the last, smaller
-batch to the batch size and compile the step once. The mask multiplies the batch's
-``sample_weight`` (or is it): per-example losses and metrics are averaged over the real rows,
-functions that take ``sample_weight``/``mask`` get them, metric objects get ``sample_weight=``
-and CLU's ``mask=``. A loss or metric function that returns one value for the whole batch
-without taking either cannot leave the padding out: the step warns (when it compiles) that it
-counts it. Values the model reports itself (its ``losses``/``metrics`` collections) are its
-own: a batch mean it computes counts the padding.
-
-What it logs, as ciclo's ``FlaxState`` does: each loss (``losses.<name>`` in training,
-``metrics.<name>`` in evaluation), ``avg_<name>``, the running mean of each loss over the epoch
-(a stateful metric), each metric, and what a linen model reports itself: values it writes
-(``self.sow`` or ``self.put_variable``) into its ``losses`` collection are losses (minimised
-in training, with their ``avg_`` means) and into its ``metrics`` collection are metrics, named
-by the last key of their path (the whole path with ``logs_full_path=True``).
+It logs as ciclo's ``FlaxState``: each loss (``losses.<name>`` in training, ``metrics.<name>``
+in evaluation) and its epoch mean ``avg_<name>``, each metric, and what a linen model writes
+into its ``losses`` (minimised) and ``metrics`` collections, named by the last key of their
+path (the whole path with ``logs_full_path=True``).
 """
 
 from __future__ import annotations
@@ -212,16 +198,7 @@ class FlaxState(managed.ManagedState, kw_only=True):
 
 
 def _masked_weight(weight: Any, mask: Any) -> jax.Array:
-    """The batch's sample weights with its padded rows weighing 0 (the mask, as float32,
-    when the batch has none).
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> _masked_weight(None, jnp.array([True, False])).tolist()
-        [1.0, 0.0]
-        >>> _masked_weight(jnp.array([[2.0], [3.0]]), jnp.array([True, False])).tolist()
-        [[2.0], [0.0]]
-    """
+    """The batch's sample weights with its padded rows weighing 0 (the mask when it has none)."""
     m = jnp.asarray(mask, jnp.float32)
     if weight is None:
         return m

@@ -1,16 +1,16 @@
-"""The trainer's two model modes, behind one small interface: where the parameters and the
-mutable model state live in the train state, and how a loss function sees the model.
+"""The trainer's two model modes over the model adapters of :mod:`gyre.frameworks`: what is
+jax_trainer's own is kept here, the splitting, merging and calling are the adapters'.
 
-* ``nnx``: the module is split once into a graph definition per mode (``model.train()`` and
-  ``model.eval()`` differ only in static attributes, so each mode has its own) and two states:
-  the parameters (``nnx.Param``, what is differentiated) and the rest (batch statistics, the
-  modules' rng counters: dropout draws fresh keys every step and resumes exactly). Inside the
-  compiled step the module is merged back, handed to ``loss_function(model, batch, train)``,
-  and split again to collect what it changed. The hot path is ``jax.jit`` over these states
-  (DESIGN.md: ``nnx.jit`` costs twice the Python per step).
-* ``linen``: ``model.init`` gives ``params`` and the other collections (``batch_stats``) kept in
-  ``TrainState.model_state``; ``loss_function_linen(params, state, batch, rng, train)`` gets
-  the per-step key ``fold_in(state.rng, state.step)``.
+* ``nnx``: the module's graph definitions per mode are the adapter's; its states are the
+  parameters (``nnx.Param``, what is differentiated) and the rest (batch statistics, the
+  modules' rng counters: dropout draws fresh keys every step and resumes exactly), kept in
+  ``TrainState.model_state[NNX_REST]`` so checkpoints keep their layout. Inside the compiled
+  step the module is merged, handed to ``loss_function(model, batch, train)``, and split
+  again to collect what it changed.
+* ``linen``: ``model.init`` (keys split from the seed) gives ``params`` and the other
+  collections kept in ``TrainState.model_state``; ``loss_function_linen(params, state, batch,
+  rng, train)`` gets the per-step key ``fold_in(state.rng, state.step)``; the module is
+  called with ``train=`` when its ``__call__`` takes it.
 """
 
 from __future__ import annotations
@@ -20,18 +20,17 @@ from typing import Any
 import jax
 
 from gyre.core._errors import describe, explain
+from gyre.frameworks._adapters import LinenAdapter, adapt, framework_of, init_linen
 
 NNX_REST = "nnx"  # the key of the nnx model's non-parameter state in TrainState.model_state
+_FLAGS = ("train",)  # jax_trainer's name of the training flag
 
 
 def model_mode_of(model: Any) -> str:
     """``"nnx"`` or ``"linen"`` for a flax module; a clear error for anything else."""
-    from flax import linen, nnx
-
-    if isinstance(model, nnx.Module):
-        return "nnx"
-    if isinstance(model, linen.Module):
-        return "linen"
+    mode = framework_of(model)
+    if mode in ("nnx", "linen"):
+        return mode
     raise TypeError(
         explain(
             "the trainer's model must be a flax module",
@@ -82,20 +81,19 @@ class NNXModel:
 
     def __init__(self, module: Any) -> None:
         self.module = module
-        self._eval_def = self._split(module, train=False)[0]
-        self._train_def, self._params, self._rest = self._split(module, train=True)
+        self.adapter = adapt(module)[0]
+        self._params, self._rest = self._split(module)
 
-    @staticmethod
-    def _split(module: Any, *, train: bool) -> tuple[Any, Any, Any]:
+    def _split(self, module: Any) -> tuple[Any, Any]:
+        """The module's parameters and the rest of its state, left in training mode."""
         from flax import nnx
 
-        module.train() if train else module.eval()
-        return nnx.split(module, nnx.Param, ...)
+        module.train()
+        return nnx.split(module, nnx.Param, ...)[1:]
 
     @staticmethod
     def _state(template: Any, pure: Any) -> Any:
-        """An nnx ``State`` shaped as ``template`` holding ``pure``'s values (fresh
-        Variables, made in the current trace)."""
+        """An nnx ``State`` shaped as ``template`` holding ``pure``'s values."""
         from flax import nnx
 
         state = jax.tree.map(lambda x: x, template)
@@ -104,17 +102,12 @@ class NNXModel:
 
     def initial(self) -> tuple[Any, Any]:
         """The parameters and the rest of the module's state, as plain dicts."""
-        _, params, rest = self._split(self.module, train=True)
+        params, rest = self._split(self.module)
         return params.to_pure_dict(), rest.to_pure_dict()
 
     def merge(self, params: Any, rest: Any, *, train: bool) -> Any:
         """The module, rebuilt from its states, in training or evaluation mode."""
-        from flax import nnx
-
-        # copy: fresh Variables in the current trace (a BatchNorm updating its statistics
-        # inside jax.grad must not touch Variables made by the enclosing jit trace)
-        graph = self._train_def if train else self._eval_def
-        return nnx.merge(graph, self._state(self._params, params), self._state(self._rest, rest), copy=True)
+        return self.adapter.merge(self._state(self._params, params), self._state(self._rest, rest), training=train)
 
     def rest_of(self, module: Any) -> Any:
         """What a merged module holds besides its parameters (a plain dict), after a call
@@ -133,43 +126,29 @@ class NNXModel:
 
 
 class LinenModel:
-    """A linen module with its initialised variables (see the module docstring)."""
+    """A linen module called through the frameworks' :class:`~gyre.frameworks.LinenAdapter`
+    (see the module docstring)."""
 
     mode = "linen"
 
     def __init__(self, module: Any) -> None:
         self.module = module
+        self.adapter = LinenAdapter(module, rng_streams=("dropout",), collections=(), flags=_FLAGS)
 
     def init(self, key: jax.Array, exmp_input: Any) -> tuple[Any, dict[str, Any]]:
-        """``(params, other collections)`` from ``module.init`` on an example input; the
-        module is called with ``train=True`` when its ``__call__`` takes ``train``."""
+        """``(params, other collections)`` from ``module.init`` on an example input."""
         params_key, dropout_key = jax.random.split(key)
-        kwargs = {"train": True} if _takes_train(self.module) else {}
-        variables = self.module.init({"params": params_key, "dropout": dropout_key}, exmp_input, **kwargs)
-        variables = dict(variables)
-        params = variables.pop("params", {})
-        return params, variables
+        keys = {"params": params_key, "dropout": dropout_key}
+        return init_linen(self.module, exmp_input, keys, flags=_FLAGS, compiled=False)
 
     def apply(
         self, params: Any, model_state: Any, inputs: Any, rng: jax.Array | None, *, train: bool, sow: bool = False
     ) -> tuple[Any, Any]:
         """``(outputs, new mutable collections)``: in training, the collections of
-        ``model_state`` are mutable and dropout draws from ``rng``; with ``sow``, what the
+        ``model_state`` are updated and dropout draws from ``rng``; with ``sow``, what the
         model sows comes back too, as the collection ``intermediates``."""
-        kwargs = {"train": train} if _takes_train(self.module) else {}
-        variables = {"params": params, **dict(model_state)}
-        rngs = {"dropout": rng} if rng is not None else None
-        mutable = [*(model_state if train else ()), *(["intermediates"] if sow else [])]
-        if mutable:
-            out, mutated = self.module.apply(variables, inputs, rngs=rngs, mutable=mutable, **kwargs)
-            return out, dict(mutated) if train else {**dict(model_state), **dict(mutated)}
-        return self.module.apply(variables, inputs, rngs=rngs, **kwargs), dict(model_state)
-
-
-def _takes_train(module: Any) -> bool:
-    import inspect
-
-    try:
-        return "train" in inspect.signature(type(module).__call__).parameters
-    except (TypeError, ValueError):
-        return False
+        rngs = {} if rng is None else {"dropout": rng}
+        out, model_state, reported = self.adapter.apply_collect(params, model_state, inputs, training=train, rngs=rngs)
+        if sow and "intermediates" in reported:
+            model_state["intermediates"] = reported["intermediates"]
+        return out, model_state
