@@ -547,7 +547,7 @@ class TrainerModule:
         if run.val_history:
             result["val"] = result[max(run.val_history)]
         if test_loader is not None and self.history.stop_reason != "preempted":
-            result["test"] = training.test_best(self, test_loader, self._elapsed.epochs)
+            result["test"] = training.best_test_metrics(self, test_loader, self._elapsed.epochs)
         self.writer.flush()
         return result
 

@@ -121,7 +121,7 @@ def build_deferred_optimizer(trainer: Any, run_steps: int) -> None:
         state.replace(tx=trainer.optimizer, opt_state=trainer.optimizer.init(state.params)))
 
 
-def test_best(trainer: Any, test_loader: Any, epoch: int) -> dict[str, Any]:
+def best_test_metrics(trainer: Any, test_loader: Any, epoch: int) -> dict[str, Any]:
     """The test metrics of the best checkpoint by the monitored validation metric (the
     final model when no ModelCheckpoint ranks them, with a warning when one saved none):
     never chosen on the test set."""
