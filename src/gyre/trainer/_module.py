@@ -518,7 +518,9 @@ class TrainerModule:
         from gyre.trainer import _training as training
         from gyre.trainer._hooks import TrainingRun
 
-        epochs = training.run_epochs(self.config.train_epochs if num_epochs is None else num_epochs)
+        epochs = whole(self.config.train_epochs if num_epochs is None else num_epochs, "train_model: num_epochs",
+                       minimum=1, unit="epochs", expected="num_epochs=5 (or trainer.train_epochs in the config)",
+                       fix="pass num_epochs=5")
         if self.state is None:
             self.init_model(training.first_batch(train_loader))
         data, epoch_steps = training.training_data(train_loader, epochs, getattr(self.config, "max_steps_per_epoch", None))

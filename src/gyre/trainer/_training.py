@@ -28,20 +28,6 @@ def _compiled(trainer: Any, name: str, fn: Any) -> Any:
     return trainer._compiled[name]
 
 
-def run_epochs(epochs: Any) -> int:
-    """The run's number of epochs, checked: a whole number >= 1."""
-    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-        raise ValueError(
-            explain(
-                "train_model needs a whole number of epochs >= 1",
-                expected="num_epochs=5 (or trainer.train_epochs in the config)",
-                received=repr(epochs),
-                fix="pass num_epochs=5",
-            )
-        )
-    return epochs
-
-
 def training_data(loader: Any, epochs: int, most: int | None = None) -> tuple[Any, int]:
     """The stream of ``epochs`` epochs the loop iterates, and its batches per epoch (at most
     ``most``: shorter epochs, the loader not restarted between them).
