@@ -262,7 +262,7 @@ def fit_digits(
     result = _run.run_config(config, run_dir=run_dir)
     trainer = result.trainer
     accuracy = result.test.get("test/acc", math.nan)  # none: preempted
-    return DemoResult(result.run_dir, accuracy, trainer.history, trainer._elapsed, result.seconds, result.preempted)
+    return DemoResult(result.run_dir, accuracy, trainer.history, trainer.elapsed, result.seconds, result.preempted)
 
 
 def stored_options(run_dir: str | Path) -> dict[str, Any]:

@@ -100,7 +100,7 @@ class ModelCheckpoint(Callback):
         meta = {"config": stored_config(t), "epoch": epoch_idx, "monitor": self.monitor, "mode": self.mode,
                 "value": value, "input": input_spec(t)}
         self.store.save(
-            Snapshot(step=step, state=payload, elapsed=t._elapsed, meta=meta), metrics={self.monitor: value}
+            Snapshot(step=step, state=payload, elapsed=t.elapsed, meta=meta), metrics={self.monitor: value}
         )
 
     def on_training_start(self) -> None:

@@ -89,6 +89,9 @@ class TrainerModule:
 
     #: a registered trainer may name a subclass of gyre.config.TrainerConfig with its own keys
     config_class: ClassVar[Any] = TrainerModuleConfig
+    _state: Any = None  # the state while no loop runs
+    _elapsed: Any = None  # the last run's clock
+    _run: Any = None  # the running train_model's TrainingRun (gyre.trainer._hooks)
 
     def __init__(
         self,
@@ -145,12 +148,8 @@ class TrainerModule:
         self._loss_name = "loss_function" if mode == "nnx" else "loss_function_linen"
         self.log_dir = Path(self.config.logger.log_dir or _default_log_dir())
         self.callbacks = build_callbacks(self.config) + list(callbacks)
-        self.state: Any = None
-        self._elapsed: Any = None
-        self._global_step = 0
         self._specs: dict[str, Any] | None = None
         self._eval_specs: dict[str, Any] | None = None
-        self._stop_reason = ""
         self._writer: Any = None
         self._files: Any = None
         self._compiled: dict[str, Any] = {}
@@ -375,12 +374,41 @@ class TrainerModule:
                 received="a trainer whose state is not built yet",
                 fix=f"call trainer.train_model(train_loader, val_loader) before {what}"))
 
-    # -- what callbacks see -------------------------------------------------------------------
+    # -- what callbacks see: while train_model runs, views of its loop --------------------------
+
+    @property
+    def _loop(self) -> Any:
+        return None if self._run is None else self._run.loop
+
+    @property
+    def state(self) -> Any:
+        """The train state: the running loop's while :meth:`train_model` runs (assigning it
+        replaces the loop's), else the last one built, loaded or trained (``None`` before)."""
+        loop = self._loop
+        return self._state if loop is None else loop.state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        loop = self._loop
+        if loop is None:
+            self._state = value
+        else:
+            loop.state = value
+
+    @property
+    def elapsed(self) -> Any:
+        """The training clock (a :class:`gyre.Elapsed`): the running loop's while
+        :meth:`train_model` runs, else the last run's (``None`` before any)."""
+        loop = self._loop
+        return self._elapsed if loop is None else loop.elapsed
 
     @property
     def global_step(self) -> int:
         """Training steps completed (a host count: no device read)."""
-        return self._global_step
+        loop = self._loop
+        if loop is None:
+            return 0 if self._elapsed is None else self._elapsed.steps
+        return self._run.global_step
 
     def learning_rate(self) -> jax.Array | None:
         """The optimizer's current learning rate as a device scalar, when the optimizer
@@ -422,7 +450,7 @@ class TrainerModule:
             ...                   log_dir=tempfile.mkdtemp())
             >>> t.log_image("val/sample", np.zeros((8, 8, 3)))
         """
-        self.writer.write_images(self._global_step if step is None else step, {key: image})
+        self.writer.write_images(self.global_step if step is None else step, {key: image})
 
     def log_figure(self, key: str, figure: Any, step: int | None = None) -> None:
         """Sends a matplotlib figure, drawn, to the run's writer as an image (see :meth:`log_image`).
@@ -456,7 +484,7 @@ class TrainerModule:
         from gyre.trainer._media import write_embedding
 
         if jax.process_index() == 0:
-            write_embedding(self.log_dir / "tensorboard", key, self._global_step if step is None else step,
+            write_embedding(self.log_dir / "tensorboard", key, self.global_step if step is None else step,
                             encodings, metadata, images)
 
     def stop_training(self, reason: str) -> None:
@@ -468,7 +496,8 @@ class TrainerModule:
             >>> t = TrainerModule(model=nnx.Linear(3, 2, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1), log_dir="unused")
             >>> t.stop_training("patience ran out")
         """
-        self._stop_reason = reason or "stopped by a callback"
+        if self._run is not None:  # (a request outside a run is forgotten: each run starts afresh)
+            self._run.stop_reason = reason or "stopped by a callback"
 
     # -- training, evaluation, testing --------------------------------------------------------
 
@@ -486,9 +515,43 @@ class TrainerModule:
 
         Example: see the class.
         """
-        from gyre.trainer._training import train_model
+        from gyre.trainer import _training as training
+        from gyre.trainer._hooks import TrainingRun
 
-        return train_model(self, train_loader, val_loader, test_loader, num_epochs)
+        epochs = whole(self.config.train_epochs if num_epochs is None else num_epochs, "train_model: num_epochs",
+                       minimum=1, unit="epochs", expected="num_epochs=5 (or trainer.train_epochs in the config)",
+                       fix="pass num_epochs=5")
+        if self.state is None:
+            self.init_model(training.first_batch(train_loader))
+        data, epoch_steps = training.training_data(train_loader, epochs, getattr(self.config, "max_steps_per_epoch", None))
+        if self.optimizer is None:  # its schedule lasts the run: now its length is known
+            training.build_deferred_optimizer(self, epochs * epoch_steps)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._config_yaml = training.store_config(self, self._config_yaml)
+        self.writer.write_scalars(self.global_step, {"param/num_model_params": self.num_model_params()})
+        run = TrainingRun(self, training.named_loaders(val_loader, "val"), specs=self._specs or {}, builder=self._builder,
+                          files=self._epoch_files)
+        training.named_loaders(test_loader, "test")  # a bad dict of test loaders is explained before training
+        step_logs = bool(run.step_callbacks or self.config.detect_nans)
+        key = f"train{int(step_logs)}"  # compiled once per trainer
+        if key not in self._compiled:
+            self._compiled[key] = self.strategy.compile(self._builder.train_step(step_logs=step_logs), donate=True)
+        self._run = run
+        try:
+            self._state, self.history, self._elapsed = run.run(data, self._compiled[key], epochs, epoch_steps)
+        except BaseException:
+            if run.loop is not None:  # what the loop had when it failed
+                self._state, self._elapsed = run.loop.state, run.loop.elapsed
+            raise
+        finally:
+            self._run = None
+        result: dict[Any, Any] = {e: training.host_values(m) for e, m in sorted(run.val_history.items())}  # result[5]["val/acc"]
+        if run.val_history:
+            result["val"] = result[max(run.val_history)]
+        if test_loader is not None and self.history.stop_reason != "preempted":
+            result["test"] = training.best_test_metrics(self, test_loader, self._elapsed.epochs)
+        self.writer.flush()
+        return result
 
     def eval_model(self, data_loader: Any, mode: str = "val", epoch_idx: int = 0, *, _state: Any = None) -> dict[str, Any]:
         """The metrics of one pass over ``data_loader`` in evaluation mode, named
@@ -515,7 +578,7 @@ class TrainerModule:
                       expected="the epoch the model was trained for, e.g. epoch_idx=5 (0: before training)")
         metrics = evaluate(self, data_loader, mode, self.state)
         files = self._epoch_files
-        step = max(self._global_step - 1, 0)  # the last trained step's index: the x-axis of every series
+        step = max(self.global_step - 1, 0)  # the last trained step's index: the x-axis of every series
         files.write(mode, epoch, step, scalars_for_writers(metrics, self._builder.eval_specs_cached))
         files.flush()  # on disk when the call returns, as jax_trainer's logger writes it
         return metrics
@@ -575,12 +638,6 @@ class TrainerModule:
 
             self._files = EpochMetricFiles(self.log_dir)
         return self._files
-
-    def _write_epoch_files(self, step: int, epoch: int, train: Mapping[str, Any], evals: Mapping[str, Any]) -> None:
-        """The epoch's files: ``train``, and one per validation loader (``evals``: mode -> metrics)."""
-        self._epoch_files.write("train", epoch, step, scalars_for_writers(train, self._specs or {}))
-        for mode, metrics in evals.items():
-            self._epoch_files.write(mode, epoch, step, scalars_for_writers(metrics, self._builder.eval_specs_cached))
 
 
 def _default_log_dir() -> str:

@@ -272,7 +272,7 @@ def run_config(
     try:
         outcome = trainer.train_model(dataset.train_loader, dataset.val_loader, dataset.test_loader)
         seconds = time.perf_counter() - start
-        elapsed, history = trainer._elapsed, trainer.history
+        elapsed, history = trainer.elapsed, trainer.history
         test = _scalars(outcome.get("test", {}))
         if test:
             _write_test_file(folder, test, elapsed)

@@ -1,5 +1,6 @@
-"""``TrainerModule.train_model`` and ``eval_model``: the whole run as one ``train_loop`` of
-the engine (see :mod:`gyre.trainer._module`)."""
+"""What ``TrainerModule.train_model`` and ``eval_model`` are made of: the training data, the
+named loaders, the evaluation pass, the best checkpoint's test, the stored config (see
+:mod:`gyre.trainer._module`; the run itself: :mod:`gyre.trainer._hooks`)."""
 
 from __future__ import annotations
 
@@ -16,24 +17,20 @@ from gyre.core._errors import describe, explain, warn
 from gyre.data._source import refuse_sources
 from gyre.engine._masked import MaskedBatches
 from gyre.trainer._data import EpochStream, epoch_length, is_iterator
-from gyre.trainer._epoch_schedules import periodic
 from gyre.trainer._metrics import ConcatCollector, MetricAccumulator, metric_names
 
 
 def _compiled(trainer: Any, name: str, fn: Any) -> Any:
-    """A ``(state, batch) -> (logs, state)`` step compiled once by the trainer's strategy
-    (donating the state; ``debug``: run eagerly), or any other function jitted once (its
-    inputs' shardings decide where it runs)."""
+    """``fn`` jitted once per trainer (``debug``: run eagerly); its inputs' shardings decide
+    where it runs."""
     if name not in trainer._compiled:
-        if name.startswith("train"):
-            trainer._compiled[name] = trainer.strategy.compile(fn, donate=True)
-        else:
-            trainer._compiled[name] = fn if trainer.config.debug else jax.jit(fn)
+        trainer._compiled[name] = fn if trainer.config.debug else jax.jit(fn)
     return trainer._compiled[name]
 
 
-def training_data(loader: Any, epochs: int) -> tuple[Any, int]:
-    """The stream of ``epochs`` epochs the loop iterates, and its batches per epoch.
+def training_data(loader: Any, epochs: int, most: int | None = None) -> tuple[Any, int]:
+    """The stream of ``epochs`` epochs the loop iterates, and its batches per epoch (at most
+    ``most``: shorter epochs, the loader not restarted between them).
 
     Example:
         >>> data, steps = training_data([1, 2], 3); steps, list(data)
@@ -52,9 +49,9 @@ def training_data(loader: Any, epochs: int) -> tuple[Any, int]:
                     fix="build it with gyre.data.batches(..., epochs=None); the trainer stops it",
                 )
             )
-        return loader, steps
+        return loader, min(steps, most or steps)
     stream = EpochStream(loader, epochs=epochs)
-    return stream, stream.epoch_steps
+    return stream, min(stream.epoch_steps, most or stream.epoch_steps)
 
 
 _MODE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -100,79 +97,8 @@ def first_batch(loader: Any) -> Any:
     return batch
 
 
-def train_model(trainer: Any, train_loader: Any, val_loader: Any, test_loader: Any, num_epochs: int | None) -> dict[str, Any]:
-    from gyre.callbacks import checkpoint, keras_bar
-    from gyre.core import after, on_train_step
-    from gyre.engine import train_loop
-    from gyre.loggers import write_to
-    from gyre.trainer._hooks import TrainingHooks
-
-    epochs = trainer.config.train_epochs if num_epochs is None else num_epochs
-    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-        raise ValueError(
-            explain(
-                "train_model needs a whole number of epochs >= 1",
-                expected="num_epochs=5 (or trainer.train_epochs in the config)",
-                received=repr(epochs),
-                fix="pass num_epochs=5",
-            )
-        )
-    if trainer.state is None:
-        trainer.init_model(first_batch(train_loader))
-    data, epoch_steps = training_data(train_loader, epochs)
-    most = getattr(trainer.config, "max_steps_per_epoch", None)
-    if most:  # shorter epochs; the loader is not restarted between them
-        epoch_steps = min(epoch_steps, most)
-    if trainer.optimizer is None:  # its schedule lasts the run: now its length is known
-        _build_deferred_optimizer(trainer, epochs * epoch_steps)
-    trainer.log_dir.mkdir(parents=True, exist_ok=True)
-    _store_config(trainer)
-    from gyre.trainer._inspection import count_params
-
-    trainer.writer.write_scalars(trainer.global_step, {"param/num_model_params": count_params(trainer.state.params)})
-    hooks = TrainingHooks(trainer, named_loaders(val_loader, "val"))
-    named_loaders(test_loader, "test")  # a bad dict of test loaders is explained before training
-    step_logs = bool(hooks.step_callbacks or trainer.config.detect_nans)
-    step = _compiled(trainer, f"train{int(step_logs)}", trainer._builder.train_step(step_logs=step_logs))
-    tasks: dict[Any, Any] = {on_train_step: step}
-    every = trainer.config.logger.log_steps_every
-    if every:
-        tasks[after(steps=every - 1).every(every)] = hooks.log_window
-    resume_ckpt = checkpoint(str((trainer.log_dir / "resume").resolve()), keep=1)
-    minutes = trainer.config.resume_every_minutes
-    callbacks: list[Any] = [hooks, write_to(trainer.writer, every=max(1, min(every or epoch_steps, epoch_steps)))]
-    if minutes:  # on a clock (a save costs tens of ms; small epochs take less): and at the end
-        tasks[periodic(60.0 * minutes)] = resume_ckpt
-    else:
-        callbacks.insert(1, resume_ckpt)  # at every epoch's end, after the epoch's hooks
-    if trainer.config.enable_progress_bar:
-        callbacks.insert(0, keras_bar(total=epochs * epoch_steps))
-    trainer._stop_reason = ""
-    status = "failed"
-    try:
-        state, history, elapsed = train_loop(
-            trainer.state, data, tasks, callbacks=callbacks, stop=epochs * epoch_steps,
-            epoch_duration=epoch_steps, steps_per_call=trainer.config.steps_per_call,
-            resume=trainer.config.resume, nan_policy="raise" if trainer.config.detect_nans else "ignore",
-        )
-        status = "stopped" if history.stop_reason else "success"
-    finally:
-        for cb in trainer.callbacks:
-            cb.finalize(status)
-        resume_ckpt.close()
-    trainer.state, trainer._elapsed, trainer.history = state, elapsed, history
-    result: dict[Any, Any] = {}
-    if hooks.val_history:
-        for epoch, metrics in sorted(hooks.val_history.items()):  # jax_trainer's result[epoch]["val/acc"]
-            result[epoch] = host_values(metrics)
-        result["val"] = result[max(hooks.val_history)]
-    if test_loader is not None and history.stop_reason != "preempted":
-        result["test"] = _test_best(trainer, test_loader, elapsed.epochs)
-    trainer.writer.flush()
-    return result
-
-
-def _build_deferred_optimizer(trainer: Any, run_steps: int) -> None:
+def build_deferred_optimizer(trainer: Any, run_steps: int) -> None:
+    """The optimizer whose schedule lasts the run, built now that its length is known."""
     from gyre.trainer._setup import build_optimizer_of
 
     trainer.optimizer = build_optimizer_of(trainer.optimizer_config, run_steps=run_steps)
@@ -181,7 +107,7 @@ def _build_deferred_optimizer(trainer: Any, run_steps: int) -> None:
         state.replace(tx=trainer.optimizer, opt_state=trainer.optimizer.init(state.params)))
 
 
-def _test_best(trainer: Any, test_loader: Any, epoch: int) -> dict[str, Any]:
+def best_test_metrics(trainer: Any, test_loader: Any, epoch: int) -> dict[str, Any]:
     """The test metrics of the best checkpoint by the monitored validation metric (the
     final model when no ModelCheckpoint ranks them, with a warning when one saved none):
     never chosen on the test set."""
@@ -267,9 +193,10 @@ def _eval_start(trainer: Any, state: Any, batch: Any, mask: Any = None) -> tuple
     return specs, empty
 
 
-def _store_config(trainer: Any) -> None:
-    """The resolved config, in the run folder (``config.yaml``): the whole config when the
-    trainer was built from one, else the trainer's own sections."""
+def store_config(trainer: Any, cached: tuple[str, str] | None) -> tuple[str, str]:
+    """Writes the resolved config in the run folder (``config.yaml``): the whole config when
+    the trainer was built from one, else the trainer's own sections. ``cached``: the last
+    ``(key, text)`` written (YAML takes milliseconds per call); returns the new one."""
     import yaml
 
     from gyre.config import dump_config
@@ -278,16 +205,15 @@ def _store_config(trainer: Any) -> None:
 
     stored = stored_config(trainer)
     key = json.dumps(stored, default=repr)  # (a snapshot: the model's settings may be changed in place)
-    cached = trainer._config_yaml  # (key, text): YAML takes milliseconds per call
     if cached is not None and cached[0] == key:
         text = cached[1]
     else:
         text = dump_config(trainer.full_config) if trainer.full_config is not None else yaml.safe_dump(stored, sort_keys=False)
-        trainer._config_yaml = (key, text)
     path = trainer.log_dir / "config.yaml"
     if trainer.config.resume is not None and path.is_file():
         warn_changed_settings(path, yaml.safe_load(text))
     path.write_text(text)
+    return key, text
 
 
 def host_values(metrics: Mapping[str, Any]) -> dict[str, Any]:
