@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gyre.core._checks import require
 from gyre.core._clock import Elapsed
 from gyre.core._errors import as_integer, describe, explain
 from gyre.core._history import History
-from gyre.loggers._writer import require
 from gyre.trainer import _run
 
 #: digits held out of the training part for validation (the rest train)
@@ -154,12 +154,7 @@ def check_out(out: str | Path) -> Path:
 
 
 def _require_plotting() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as err:
-        raise ImportError(explain(
-            "gyre fit draws curves.png with matplotlib, which is not installed",
-            expected="matplotlib", received=f"ImportError: {err}", fix="pip install 'gyre[examples]'")) from err
+    require("matplotlib", "gyre fit (it draws curves.png)", extra="examples")
 
 
 def digits_config(

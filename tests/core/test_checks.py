@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gyre.core._checks import choice, instance, mapping, path, real, whole
+from gyre.core._checks import choice, instance, mapping, path, real, require, whole
 
 
 def test_whole_accepts_integral_numbers_of_any_kind():
@@ -90,3 +90,17 @@ def test_path():
     for bad in (b"runs", "", None):
         with pytest.raises(TypeError, match=r"a writer needs a folder\n  expected: a path"):
             path(bad, "a writer needs a folder", expected="a path", fix="pass 'runs'")
+
+
+def test_require_imports_or_names_the_package_and_the_install():
+    import json
+
+    assert require("json", "a reader") is json
+    with pytest.raises(ImportError) as err:
+        require("gyre_no_such_module.sub", "ConfusionMatrixCallback", extra="plot")
+    lines = str(err.value).splitlines()
+    assert lines[0] == "ConfusionMatrixCallback needs gyre_no_such_module, which is not installed"
+    assert lines[1] == "  expected: gyre_no_such_module importable (the extra gyre[plot])"
+    assert lines[-1] == "  fix: pip install 'gyre[plot]'"
+    with pytest.raises(ImportError, match=r"needs torch-thing, which is not installed[\s\S]*fix: pip install x"):
+        require("gyre_no_such_module", "an adapter", package="torch-thing", fix="pip install x")

@@ -136,11 +136,6 @@ def test_only_process_zero_writes(tmp_path, monkeypatch):
         gyre.CSVWriter(tmp_path / "m.csv").write_images(0, {"i": np.ones((2, 2, 3))})
 
 
-def test_require_names_the_extra():
-    with pytest.raises(ImportError, match=r"(?s)WandbWriter needs.*pip install 'gyre\[wandb\]'"):
-        _writer.require("a_module_that_is_not_there", extra="wandb", who="WandbWriter")
-
-
 def test_a_writer_left_open_is_closed_at_exit(tmp_path):
     import subprocess
     import sys

@@ -6,10 +6,12 @@ the user wrote it, and ``problem``/``expected``/``fix`` replace the derived line
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 import numbers
 import os
 from collections.abc import Iterable, Mapping
+from types import ModuleType
 from typing import Any, TypeVar
 
 import jax
@@ -132,3 +134,17 @@ def mapping(
                 raise _fail(error, f"unknown key {key!r} in {name}.{suggest(key, known)}", f"keys among {known}", key,
                             fix or "use one of the known keys")
     return dict(value)
+
+
+def require(module: str, who: str, *, extra: str | None = None, package: str | None = None,
+            fix: str | None = None) -> ModuleType:
+    """``module`` imported, or an ``ImportError`` saying that ``who`` needs ``package`` (default:
+    the module's top name) and how to install it: the extra ``gyre[extra]``, or ``fix``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        package = package or module.partition(".")[0]
+        where = f" (the extra gyre[{extra}])" if extra else " (gyre does not depend on it)"
+        raise ImportError(explain(
+            f"{who} needs {package}, which is not installed", expected=f"{package} importable{where}",
+            received=f"{type(err).__name__}: {err}", fix=fix or f"pip install 'gyre[{extra}]'")) from err

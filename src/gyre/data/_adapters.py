@@ -4,12 +4,12 @@ with their length. Each adapter imports its package when called.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
+from gyre.core._checks import require
 from gyre.core._errors import describe, explain
 
 
@@ -54,13 +54,8 @@ class NumpyLoader(Iterable[Any]):
 
 
 def _require(module: str, package: str, adapter: str) -> None:
-    try:
-        importlib.import_module(module)
-    except ImportError as err:
-        raise ImportError(explain(
-            f"gyre.data.{adapter} needs {package}, which is not installed",
-            expected=f"{package} installed (gyre does not depend on it)", received=f"ImportError: {err}",
-            fix=f"pip install {package}, or pass gyre.data.batches((x, y), batch_size) instead")) from err
+    require(module, f"gyre.data.{adapter}", package=package,
+            fix=f"pip install {package}, or pass gyre.data.batches((x, y), batch_size) instead")
 
 
 def _check_iterable(loader: Any, adapter: str, example: str) -> None:

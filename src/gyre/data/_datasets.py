@@ -6,6 +6,7 @@ import numbers
 
 import numpy as np
 
+from gyre.core._checks import require
 from gyre.core._errors import describe, explain
 from gyre.data._arrays import check_seed
 
@@ -92,14 +93,7 @@ def digits(*, test_size: float = 0.2, seed: int = 0) -> Split:
         ((1437, 64), (360, 64), dtype('float32'), dtype('int32'))
     """
     seed, test_size = check_seed(seed), _check_test_size(test_size)
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError as err:
-        raise ImportError(explain(
-            "gyre.data.digits needs scikit-learn, which is not installed",
-            expected="scikit-learn (it ships the digits data set)", received=f"ImportError: {err}",
-            fix="pip install 'gyre[examples]'")) from err
-    bunch = load_digits()
+    bunch = require("sklearn.datasets", "gyre.data.digits", extra="examples", package="scikit-learn").load_digits()
     x = (np.asarray(bunch.data, dtype=np.float32) / 16.0).reshape(-1, 64)
     y = np.asarray(bunch.target, dtype=np.int32)
     train, test = stratified_split(y, test_size=test_size, seed=seed)

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gyre.core._checks import instance, whole
+from gyre.core._checks import instance, require, whole
 from gyre.core._errors import describe, explain, suggest
 from gyre.data._arrays import Batches, check_seed, epoch_order
 from gyre.data._augment import augment as augment_batch
@@ -191,14 +191,8 @@ class GrainBatches(Iterator[tuple[np.ndarray, ...]]):
 
 
 def _import_grain() -> Any:
-    try:
-        import grain
-    except ImportError as err:
-        raise ImportError(explain(
-            "gyre.data.arrays(..., workers>=1) runs on grain, which is not installed",
-            expected="the grain package (an optional extra of gyre)", received=f"ImportError: {err}",
-            fix="pip install 'gyre[grain]', or pass workers=0 (the numpy path, the same batches)")) from err
-    return grain
+    return require("grain", "gyre.data.arrays(..., workers>=1) (it runs on grain)", extra="grain",
+                   fix="pip install 'gyre[grain]', or pass workers=0 (the numpy path, the same batches)")
 
 
 def _is_array(value: Any) -> bool:

@@ -18,8 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gyre.core._checks import whole
 from gyre.core._clock import infer_batch_size
-from gyre.core._errors import as_pair, describe, explain, warn, whole_number
+from gyre.core._errors import as_pair, describe, explain, warn
 from gyre.core._host import numeric_dtype
 from gyre.data._padding import accepts_mask, padded
 from gyre.engine._elapse import samples
@@ -50,8 +51,8 @@ def _as_iterator(dataset: Any) -> Iterator[Any]:
 def _check_num_steps(num_steps: Any) -> int | None:
     if num_steps is None:
         return None
-    return whole_number(
-        num_steps, minimum=1, problem="num_steps must be a whole number >= 1 or None",
+    return whole(
+        num_steps, "num_steps", minimum=1, problem="num_steps must be a whole number >= 1 or None",
         expected="the number of steps to run, or None to run until the data ends "
         "(num_steps=0 would run nothing; jaxloop itself runs one step for it)",
         fix="pass num_steps=100, or num_steps=None; skip the call to run no step",

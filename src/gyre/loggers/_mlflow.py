@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from gyre.callbacks._wandb_logger import scalar_runs
-from gyre.core._checks import path
+from gyre.core._checks import path, require
 from gyre.core._errors import explain, suggest
 from gyre.core._history import Block
-from gyre.loggers._writer import Writer, require
+from gyre.loggers._writer import Writer
 
 _BATCH = 1000  # metrics per log_batch: MLflow's limit for one request
 

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from gyre.callbacks._wandb_logger import scalar_runs
-from gyre.core._checks import path
+from gyre.core._checks import path, require
 from gyre.core._history import Block
 from gyre.loggers._tfrecord import ScalarEvents
-from gyre.loggers._writer import Writer, require
+from gyre.loggers._writer import Writer
 
 _FILES = itertools.count()  # two writers of one process never share an event file
 _TEMPLATES = 64  # scalar events kept ready to fill, one per set of names (see _scalars)

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core._checks import choice
-from gyre.loggers._writer import Writer, require
+from gyre.core._checks import choice, require
+from gyre.loggers._writer import Writer
 
 #: The modes ``wandb.init`` accepts (its settings refuse any other, with a pydantic error).
 WANDB_MODES = ("offline", "online", "disabled", "shared", "dryrun", "run")

@@ -13,13 +13,11 @@ of records at once overrides ``_scalar_block``.
 from __future__ import annotations
 
 import atexit
-import importlib
 import queue
 import threading
 import time
 import weakref
 from collections.abc import Mapping
-from types import ModuleType
 from typing import Any, ClassVar
 
 import jax
@@ -63,17 +61,6 @@ class WriterError(RuntimeError):
     """
 
     __module__ = "gyre"  # its public path, in tracebacks and reprs
-
-
-def require(module: str, *, extra: str, who: str) -> ModuleType:
-    """Imports an optional dependency, or raises an ``ImportError`` naming the extra."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as err:
-        raise ImportError(explain(
-            f"{who} needs the optional package {module!r}, which is not installed",
-            expected=f"{module} importable (the extra gyre[{extra}])",
-            received=f"{type(err).__name__}: {err}", fix=f"pip install 'gyre[{extra}]'")) from err
 
 
 def supporters(kind: str) -> list[str]:

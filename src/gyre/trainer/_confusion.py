@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gyre.config._registry import register_callback
-from gyre.core._checks import whole
+from gyre.core._checks import require, whole
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest
 from gyre.core._host import fetch
 from gyre.trainer._callback import Callback
@@ -233,15 +233,8 @@ def _cell(value: float, fmt: str) -> str:
 
 def _matplotlib() -> tuple[Any, Any]:
     """matplotlib's ``Figure`` and Agg canvas, or an ImportError naming the extra."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as err:
-        raise ImportError(explain(
-            "ConfusionMatrixCallback needs matplotlib, which is not installed",
-            expected="matplotlib importable (the extra gyre[plot])", received=f"{type(err).__name__}: {err}",
-            fix="pip install 'gyre[plot]'")) from err
-    return Figure, FigureCanvasAgg
+    figure = require("matplotlib.figure", "ConfusionMatrixCallback", extra="plot")
+    return figure.Figure, require("matplotlib.backends.backend_agg", "ConfusionMatrixCallback", extra="plot").FigureCanvasAgg
 
 
 def _save_png(path: pathlib.Path, rgba: np.ndarray) -> None:

@@ -15,19 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from gyre.core._checks import require
 from gyre.core._errors import describe, explain
 
 
 def figure_image(figure: Any) -> np.ndarray:
     """A matplotlib figure drawn as an ``(height, width, 3)`` uint8 RGB image."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as err:
-        raise ImportError(explain(
-            "log_figure needs matplotlib, which is not installed",
-            expected="matplotlib importable (the extra gyre[plot])", received=f"{type(err).__name__}: {err}",
-            fix="pip install 'gyre[plot]'")) from err
+    Figure = require("matplotlib.figure", "log_figure", extra="plot").Figure
+    FigureCanvasAgg = require("matplotlib.backends.backend_agg", "log_figure", extra="plot").FigureCanvasAgg
     if not isinstance(figure, Figure):
         raise TypeError(explain(
             "log_figure takes a matplotlib figure",

@@ -13,7 +13,8 @@ import numpy as np
 
 from gyre.callbacks._monitor import Improvement, check_min_delta, check_name, monitor_mode
 from gyre.config._registry import register_callback
-from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn, whole_number
+from gyre.core._checks import whole
+from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn
 from gyre.core._host import fetch, numeric_dtype
 from gyre.trainer._callback import Callback, _check_state
 
@@ -60,9 +61,9 @@ class JAXProfiler(Callback):
         self, *, every_n_minutes: float | None = 60, first_step: int = 10, profile_n_steps: int = 5
     ) -> None:
         super().__init__(every_n_minutes=every_n_minutes)
-        self.first_step = _whole("JAXProfiler", "first_step", first_step, 0, "pass first_step=10")
-        self.profile_n_steps = _whole("JAXProfiler", "profile_n_steps", profile_n_steps, 1,
-                                      "pass profile_n_steps=5")
+        self.first_step = whole(first_step, "JAXProfiler: first_step", minimum=0, fix="pass first_step=10")
+        self.profile_n_steps = whole(profile_n_steps, "JAXProfiler: profile_n_steps", minimum=1,
+                                     fix="pass profile_n_steps=5")
         self.active = False
         self.traces = 0  # traces taken
         self._started_at = 0  # the step after which the running trace started
@@ -230,7 +231,7 @@ class EarlyStopping(Callback, Improvement):
                                   "'val/loss' or 'val/acc'", "pass monitor='val/loss'")
         Improvement.__init__(
             self, monitor_mode("EarlyStopping", monitor, mode), min_delta=check_min_delta("EarlyStopping", min_delta),
-            patience=_whole("EarlyStopping", "patience", patience, 1, "pass patience=3"),
+            patience=whole(patience, "EarlyStopping: patience", minimum=1, fix="pass patience=3"),
         )
         self.best_epoch = 0
         self.stopped_epoch = 0  # the epoch at which it asked to stop; 0: not yet
@@ -299,10 +300,3 @@ def read_metric(owner: str, metrics: dict[str, Any], monitor: str, epoch_idx: in
             expected="a scalar validation metric, e.g. a mean loss or an accuracy",
             received=f"{describe(value)} of shape {shape}", fix="monitor a scalar metric"))
     return float(np.reshape(fetch(value), ()))
-
-
-def _whole(owner: str, name: str, value: Any, minimum: int, fix: str) -> int:
-    return whole_number(
-        value, minimum=minimum, problem=f"{owner}: {name} must be a whole number >= {minimum}",
-        expected=f"an int >= {minimum}", fix=fix,
-    )
