@@ -352,17 +352,9 @@ def _members(annotation: Any) -> list[Any]:
 
 
 def _literal_hint(annotation: Any, value: Any) -> str:
-    choices = [c for c in _literals(annotation) if isinstance(c, str)]
+    choices = [c for m in _members(annotation) if typing.get_origin(m) is Literal
+               for c in typing.get_args(m) if isinstance(c, str)]
     return suggest(value, choices) if isinstance(value, str) and choices else ""
-
-
-def _literals(annotation: Any) -> list[Any]:
-    origin = typing.get_origin(annotation)
-    if origin is Literal:
-        return list(typing.get_args(annotation))
-    if origin in (Union, types.UnionType, Annotated):
-        return [c for a in typing.get_args(annotation) for c in _literals(a)]
-    return []
 
 
 def type_name(annotation: Any) -> str:

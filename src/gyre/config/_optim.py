@@ -119,6 +119,12 @@ def _weight_decay(value: object) -> tuple[float, Callable[[Any], Any] | None]:
     return real("weight_decay", value, minimum=0.0), None
 
 
+def _adam(b1: object, b2: object, eps: object, eps_root: object) -> dict[str, float]:
+    """Adam's checked ``b1``, ``b2``, ``eps`` and ``eps_root`` (AdamW's and Lamb's too)."""
+    return {"b1": _beta("b1", b1), "b2": _beta("b2", b2), "eps": real("eps", eps, minimum=0.0),
+            "eps_root": real("eps_root", eps_root, minimum=0.0)}
+
+
 def AdamW(  # noqa: N802 (config class names)
     *,
     learning_rate: ScheduleConfig,
@@ -142,28 +148,10 @@ def AdamW(  # noqa: N802 (config class names)
         'GradientTransformationExtraArgs'
     """
     decay, mask = _weight_decay(weight_decay)
-    b1, b2, eps, eps_root = (
-        _beta("b1", b1),
-        _beta("b2", b2),
-        real("eps", eps, minimum=0.0),
-        real("eps_root", eps_root, minimum=0.0),
-    )
-    nesterov = flag("nesterov", nesterov)
+    adam, nesterov = _adam(b1, b2, eps, eps_root), flag("nesterov", nesterov)
     return assemble_optimizer(
-        lambda lr: optax.adamw(
-            lr,
-            b1=b1,
-            b2=b2,
-            eps=eps,
-            eps_root=eps_root,
-            weight_decay=decay,
-            mask=mask,
-            nesterov=nesterov,
-        ),
-        learning_rate=learning_rate,
-        transforms=transforms,
-        log_learning_rate=log_learning_rate,
-    )
+        lambda lr: optax.adamw(lr, **adam, weight_decay=decay, mask=mask, nesterov=nesterov),
+        learning_rate=learning_rate, transforms=transforms, log_learning_rate=log_learning_rate)
 
 
 @OPTIMIZERS.register
@@ -187,19 +175,9 @@ def Adam(  # noqa: N802
         >>> [round(x, 4) for x in tx.update({"w": jnp.array([2.0, -3.0])}, tx.init(p), p)[0]["w"].tolist()]
         [-0.5, 0.5]
     """
-    b1, b2, eps, eps_root = (
-        _beta("b1", b1),
-        _beta("b2", b2),
-        real("eps", eps, minimum=0.0),
-        real("eps_root", eps_root, minimum=0.0),
-    )
-    nesterov = flag("nesterov", nesterov)
-    return assemble_optimizer(
-        lambda lr: optax.adam(lr, b1=b1, b2=b2, eps=eps, eps_root=eps_root, nesterov=nesterov),
-        learning_rate=learning_rate,
-        transforms=transforms,
-        log_learning_rate=log_learning_rate,
-    )
+    adam, nesterov = _adam(b1, b2, eps, eps_root), flag("nesterov", nesterov)
+    return assemble_optimizer(lambda lr: optax.adam(lr, **adam, nesterov=nesterov), learning_rate=learning_rate,
+                              transforms=transforms, log_learning_rate=log_learning_rate)
 
 
 def SGD(  # noqa: N802
@@ -263,17 +241,12 @@ def Lamb(  # noqa: N802
         ([-0.1, -0.1], [-0.3, -0.3])
     """
     decay, mask = _weight_decay({"value": 0.0} if weight_decay is None else weight_decay)
-    b1, b2, eps, eps_root = (
-        _beta("b1", b1),
-        _beta("b2", b2),
-        real("eps", eps, minimum=0.0),
-        real("eps_root", eps_root, minimum=0.0),
-    )
+    adam = _adam(b1, b2, eps, eps_root)
 
     def lamb(lr: Any) -> optax.GradientTransformation:
         trust = optax.scale_by_trust_ratio()
         return optax.chain(
-            optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root),
+            optax.scale_by_adam(**adam),
             optax.add_decayed_weights(decay, mask),
             trust if mask is None else optax.masked(trust, mask),
             optax.scale_by_learning_rate(lr),

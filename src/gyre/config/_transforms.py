@@ -84,22 +84,10 @@ def parameter_path(path: Sequence[Any]) -> str:
         >>> [parameter_path(p) for p, _ in leaves]
         ['Dense_0/kernel', 'h/0']
     """
-    keys = list(path)
+    keys = tuple(path)
     if keys and isinstance(keys[-1], jax.tree_util.GetAttrKey) and keys[-1].name == "value":
         keys = keys[:-1]
-    parts = []
-    for key in keys:
-        if isinstance(key, jax.tree_util.DictKey):
-            parts.append(str(key.key))
-        elif isinstance(key, jax.tree_util.SequenceKey):
-            parts.append(str(key.idx))
-        elif isinstance(key, jax.tree_util.GetAttrKey):
-            parts.append(key.name)
-        elif isinstance(key, jax.tree_util.FlattenedIndexKey):
-            parts.append(str(key.key))
-        else:
-            parts.append(str(key))
-    return "/".join(parts)
+    return jax.tree_util.keystr(keys, simple=True, separator="/")
 
 
 def _regex(key: str, pattern: object) -> re.Pattern[str] | None:

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from gyre.config._components import ConfigError, section_mapping
+from gyre.config._components import ConfigError, plain, section_mapping
 from gyre.config._schema import Config
 from gyre.core._checks import instance
 from gyre.core._errors import describe, explain, warn
@@ -134,14 +134,6 @@ def _read(source: str | os.PathLike[str]) -> Any:
     return data
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
 def apply_override(data: dict[str, Any], override: str) -> None:
     """Sets one ``dotted.key=value`` override in ``data`` in place (the value read as YAML; missing
     sections created)."""
@@ -221,7 +213,7 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], overrides: S
             "load_config reads a YAML file or a mapping",
             expected="a str or pathlib.Path of a YAML file, or a dict", received=describe(source),
             fix="load_config('configs/digits.yaml')"))
-    data = _plain(section_mapping(data, ""))
+    data = plain(section_mapping(data, ""))
     for override in overrides:
         apply_override(data, override)
     return Config.model_validate(data)
