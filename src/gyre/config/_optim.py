@@ -280,6 +280,16 @@ def _optax_optimizer(name: str) -> Callable[..., optax.GradientTransformation] |
     return function if "learning_rate" in parameters else None
 
 
+def unknown_optimizer(name: str, where: str) -> str:
+    """The message for an optimizer name neither registered nor optax's (the schema's too)."""
+    known, fallback = list(OPTIMIZERS), optax_optimizers()
+    return explain(
+        f"unknown optimizer {name!r} at {where}.class_name." + suggest(name, known + fallback),
+        expected=f"one of the registered optimizers: {', '.join(known)}; or an optax optimizer: {', '.join(fallback)}",
+        received=describe(name),
+        fix="use one of these names, or register your own with @gyre.config.register_optimizer")
+
+
 def _build_from_optax(
     name: str, function: Callable[..., Any], section: Mapping[str, Any], where: str
 ) -> Any:
@@ -337,12 +347,7 @@ def build_optimizer(
     elif (function := _optax_optimizer(name)) is not None:
         built = _build_from_optax(name, function, section, where)
     else:
-        known = list(OPTIMIZERS) + optax_optimizers()
-        raise ExplainedKeyError(explain(
-            f"unknown optimizer {name!r} at {where}.class_name." + suggest(name, known),
-            expected=f"one of the registered optimizers: {', '.join(OPTIMIZERS)}; or an optax optimizer: {', '.join(optax_optimizers())}",
-            received=describe(name),
-            fix="use one of these names, or register your own with @gyre.config.register_optimizer"))
+        raise ExplainedKeyError(unknown_optimizer(name, where))
     if not isinstance(built, optax.GradientTransformation):
         raise TypeError(explain(
             f"the optimizer {name!r} at {where} did not return an optax.GradientTransformation",

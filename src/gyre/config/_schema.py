@@ -324,17 +324,10 @@ def validate_optimizer(section: Any, *, where: str = "optimizer") -> dict[str, A
         data = from_jax_trainer(data, where=where)
     name = data.get("class_name")
     if isinstance(name, str) and name not in REGISTRIES["optimizers"]:
-        from gyre.config._optim import optax_optimizers
+        from gyre.config._optim import optax_optimizers, unknown_optimizer
 
-        fallback = optax_optimizers()
-        if name not in fallback:
-            known = list(REGISTRIES["optimizers"])
-            raise ConfigError(explain(
-                f"unknown optimizer {name!r} at {where}.class_name." + suggest(name, known + fallback),
-                expected=f"one of the registered optimizers: {', '.join(known) or '(none yet)'}; "
-                f"or an optax optimizer: {', '.join(fallback)}",
-                received=describe(name),
-                fix="use one of these names, or register your own with @gyre.config.register_optimizer"))
+        if name not in optax_optimizers():
+            raise ConfigError(unknown_optimizer(name, where))
         import optax
 
         rest = {k: v for k, v in data.items() if k != "class_name"}

@@ -12,15 +12,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any, ClassVar
 
-from gyre.core._errors import describe, explain
-
-
-def _check(config: Any, name: str, value: Any, kinds: tuple[type, ...], example: str) -> None:
-    if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
-        raise TypeError(explain(
-            f"{type(config).__name__}.{name} has the wrong type",
-            expected=" or ".join("None" if k is type(None) else k.__name__ for k in kinds),
-            received=describe(value), fix=f"{type(config).__name__}({name}={example})"))
+from gyre.core._checks import instance
 
 
 @dataclasses.dataclass
@@ -34,13 +26,13 @@ class _ToolConfig(Mapping):
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.name == "use_timestamp_version":
-                _check(self, field.name, value, (bool,), "False")
-            elif field.default is None:
-                _check(self, field.name, value, (str, type(None)), "'my_run'")
-            else:
-                _check(self, field.name, value, (str,), "'my_run'")
+            kinds, wanted, example = (
+                ((bool,), "bool", "False") if field.name == "use_timestamp_version"
+                else ((str, type(None)), "str or None", "'my_run'") if field.default is None
+                else ((str,), "str", "'my_run'"))
+            instance(getattr(self, field.name), field.name, kinds, expected=wanted,
+                     problem=f"{type(self).__name__}.{field.name} has the wrong type",
+                     fix=f"{type(self).__name__}({field.name}={example})")
         if not self.version and self.use_timestamp_version:
             self.version = datetime.now().strftime("%Y%m%d_%H%M%S_%f")[:-3]
 
