@@ -17,7 +17,7 @@ import optax
 
 from gyre.config import _typed_configs as typed
 from gyre.config._optim import _weight_decay
-from gyre.config._registry import OPTIMIZERS, SCHEDULES, ConfigTyped
+from gyre.config._registry import REGISTRIES, SCHEDULES, ConfigTyped
 from gyre.config._schedules import build_schedule
 from gyre.config._sections import check_keys, here, real
 from gyre.config._transforms import Transform
@@ -68,23 +68,26 @@ class ScheduleInterface(metaclass=ConfigTyped):
         return f"{type(self).__name__}({self.config if self.config is not None else self.keys})"
 
 
-def _schedule_class(config_class: type[typed.BaseScheduleConfig]) -> type[ScheduleInterface]:
-    name = config_class.class_name
-    cls = type(name, (ScheduleInterface,), {
+def _component_class(interface: type, config_class: type[typed.TypedConfig]) -> Any:
+    """The class named ``config_class.class_name`` over its builder, registered (a schedule under its
+    short name too)."""
+    name, config, schedule = config_class.class_name, config_class.__name__, interface is ScheduleInterface
+    shows = ".total_steps\n        10" if schedule else ".scheduler\n        0.1"
+    cls = type(name, (interface,), {
         "config_class": config_class,
         "__module__": "gyre.config",
-        "__doc__": f"The {name} of a {config_class.__name__} or of a section's keys "
-        f"(see gyre.config.{config_class.__name__}).\n\n"
-        f"    Example:\n        >>> {name}({config_class.__name__}{_EXAMPLES[name]}).total_steps\n"
-        f"        {_EXAMPLE_LENGTHS[name]}\n",
+        "__doc__": f"The {name}{'' if schedule else ' optimizer'} of a {config} or of a section's keys "
+        f"(see gyre.config.{config}).\n\n"
+        f"    Example:\n        >>> {name}({config}{_EXAMPLES.get(name, '(learning_rate=0.1)')}){shows}\n",
         "__wrapped__": config_class.builder,  # the section's keys (inspect.signature follows it)
     })
-    SCHEDULES.register(cls)
-    SCHEDULES.register(name.removesuffix("Schedule"))(cls)
+    REGISTRIES[config_class.registry].register(cls)
+    if schedule:
+        SCHEDULES.register(name.removesuffix("Schedule"))(cls)
     return cls
 
 
-_EXAMPLES = {
+_EXAMPLES = {  # the generated schedule classes' examples (an optimizer's: learning_rate=0.1)
     "ConstantSchedule": "(init_value=0.1, steps=10)",
     "LinearSchedule": "(init_value=0.1, end_value=0.0, steps=10)",
     "CosineSchedule": "(init_value=0.1, steps=10)",
@@ -92,14 +95,13 @@ _EXAMPLES = {
     "ConcatSchedule": "(schedules={'a': ConstantScheduleConfig(init_value=0.1, steps=10)})",
     "WarmupCosineDecaySchedule": "(peak_value=0.1, warmup_steps=2, decay_steps=8)",
 }
-_EXAMPLE_LENGTHS = {name: 10 for name in _EXAMPLES}
 
-ConstantSchedule = _schedule_class(typed.ConstantScheduleConfig)
-LinearSchedule = _schedule_class(typed.LinearScheduleConfig)
-CosineSchedule = _schedule_class(typed.CosineScheduleConfig)
-ExponentialSchedule = _schedule_class(typed.ExponentialScheduleConfig)
-ConcatSchedule = _schedule_class(typed.ConcatScheduleConfig)
-WarmupCosineDecaySchedule = _schedule_class(typed.WarmupCosineDecayScheduleConfig)
+ConstantSchedule = _component_class(ScheduleInterface, typed.ConstantScheduleConfig)
+LinearSchedule = _component_class(ScheduleInterface, typed.LinearScheduleConfig)
+CosineSchedule = _component_class(ScheduleInterface, typed.CosineScheduleConfig)
+ExponentialSchedule = _component_class(ScheduleInterface, typed.ExponentialScheduleConfig)
+ConcatSchedule = _component_class(ScheduleInterface, typed.ConcatScheduleConfig)
+WarmupCosineDecaySchedule = _component_class(ScheduleInterface, typed.WarmupCosineDecayScheduleConfig)
 
 
 def _scheduler(rate: Any) -> Any:
@@ -148,24 +150,9 @@ class OptimizerInterface(optax.GradientTransformationExtraArgs, metaclass=Config
         return self
 
 
-def _optimizer_class(config_class: type[typed.BaseOptimizerConfig]) -> type[OptimizerInterface]:
-    name = config_class.class_name
-    cls = type(name, (OptimizerInterface,), {
-        "config_class": config_class,
-        "__module__": "gyre.config",
-        "__doc__": f"The {name} optimizer of a {config_class.__name__} or of a section's keys "
-        f"(see gyre.config.{config_class.__name__}).\n\n"
-        f"    Example:\n        >>> {name}({config_class.__name__}(learning_rate=0.1)).scheduler\n"
-        "        0.1\n",
-        "__wrapped__": config_class.builder,
-    })
-    OPTIMIZERS.register(cls)
-    return cls
-
-
-SGD = _optimizer_class(typed.SGDConfig)
-AdamW = _optimizer_class(typed.AdamWConfig)
-Lamb = _optimizer_class(typed.LambConfig)
+SGD = _component_class(OptimizerInterface, typed.SGDConfig)
+AdamW = _component_class(OptimizerInterface, typed.AdamWConfig)
+Lamb = _component_class(OptimizerInterface, typed.LambConfig)
 
 #: The fork's name of what a transform config builds: gyre's :class:`~gyre.config.Transform`.
 GradientTransformInterface = Transform

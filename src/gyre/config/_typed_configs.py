@@ -367,13 +367,6 @@ Transform.config_class = GradientTransformConfig
 # -- optimizers ----------------------------------------------------------------------------------
 
 
-def learning_rate_keys(value: Any) -> Any:
-    """A learning rate for a builder: a number, or a schedule config as its built schedule."""
-    if isinstance(value, BaseScheduleConfig):
-        return value.built if value.built is not None else value.to_dict()
-    return _plain(value)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BaseOptimizerConfig(TypedConfig):
     """Every optimizer config's fields: ``learning_rate`` (number or schedule config),
@@ -402,9 +395,10 @@ class BaseOptimizerConfig(TypedConfig):
         super().__post_init__()
 
     def keys(self) -> dict[str, Any]:
-        keys = super().keys()
-        keys["learning_rate"] = learning_rate_keys(self.learning_rate)
-        return keys
+        rate = self.learning_rate  # a number, or a schedule config as its built schedule
+        if isinstance(rate, BaseScheduleConfig):
+            rate = rate.to_dict() if rate.built is None else rate.built
+        return {**super().keys(), "learning_rate": rate}
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "learning_rate": _plain(self.learning_rate)}
