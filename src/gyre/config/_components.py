@@ -315,9 +315,7 @@ def check_value(annotation: Any, value: Any, *, path: str, owner: str = "the key
     if adapter is None:
         return plain(value) if text is None else json.loads(text)
     try:
-        if text is not None:
-            return adapter.validate_json(text, strict=True)
-        return adapter.validate_python(value, strict=True)
+        return adapter.validate_python(value, strict=True) if text is None else adapter.validate_json(text, strict=True)
     except ValidationError as err:
         errors = err.errors(include_url=False)
         detail = f" ({errors[0]['msg']})" if len(errors) == 1 else ""
@@ -379,10 +377,7 @@ def type_name(annotation: Any) -> str:
 def _with_model(model: type[BaseModel], data: dict[str, Any], where: str) -> dict[str, Any]:
     text = _json(data)
     try:
-        if text is not None:
-            checked = model.model_validate_json(text, strict=True)
-        else:
-            checked = model.model_validate(data, strict=True)
+        checked = model.model_validate(data, strict=True) if text is None else model.model_validate_json(text, strict=True)
     except ValidationError as err:
         raise from_pydantic(err, model, where) from None
     return checked.model_dump()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
+import optax
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -35,7 +36,10 @@ from gyre.config._jax_trainer import (
     jax_trainer_component,
     jax_trainer_dataset,
 )
+from gyre.config._optim import optax_optimizers, unknown_optimizer
 from gyre.config._registry import REGISTRIES
+from gyre.config._schedules import build_schedule
+from gyre.config._sections import RunLengthUnknown
 from gyre.config._tool_configs import TensorboardConfig, WandbConfig
 from gyre.core._errors import describe, explain, suggest
 
@@ -324,12 +328,8 @@ def validate_optimizer(section: Any, *, where: str = "optimizer") -> dict[str, A
         data = from_jax_trainer(data, where=where)
     name = data.get("class_name")
     if isinstance(name, str) and name not in REGISTRIES["optimizers"]:
-        from gyre.config._optim import optax_optimizers, unknown_optimizer
-
         if name not in optax_optimizers():
             raise ConfigError(unknown_optimizer(name, where))
-        import optax
-
         rest = {k: v for k, v in data.items() if k != "class_name"}
         checked = {"class_name": name, **check_signature("optimizers", f"optax.{name}", getattr(optax, name), rest, where, ("transforms",))}
     else:
@@ -437,9 +437,6 @@ class Config(_Section):
 def check_schedule(rate: Any, where: str = "optimizer.learning_rate") -> None:
     """Builds a schedule section so its value mistakes are reported with the config's others (unless
     its length is the run's)."""
-    from gyre.config._schedules import build_schedule
-    from gyre.config._sections import RunLengthUnknown
-
     if not is_section(rate):
         return
     try:
