@@ -67,11 +67,10 @@ def assemble_optimizer(
         >>> tx.update({"w": jnp.array([4.0, 0.5])}, tx.init(params), params)[0]["w"].tolist()
         [-0.5, -0.25]
     """
-    schedule: Any = learning_rate
-    if not isinstance(learning_rate, (int, float)) or isinstance(learning_rate, bool):
-        schedule = build_schedule(learning_rate, where=here("learning_rate"))
+    if isinstance(learning_rate, (int, float)) and not isinstance(learning_rate, bool):
+        schedule: Any = real("learning_rate", learning_rate, minimum=0.0)
     else:
-        schedule = real("learning_rate", learning_rate, minimum=0.0)
+        schedule = build_schedule(learning_rate, where=here("learning_rate"))
     parts = build_transforms(transforms, where=here("transforms"))
     before = [t for t in parts if t.before_optimizer]
     after = [t for t in parts if not t.before_optimizer]
@@ -207,12 +206,8 @@ def SGD(  # noqa: N802
             f"{here('nesterov')}: Nesterov momentum needs a momentum",
             expected="momentum > 0 with nesterov: true", received=f"momentum: {momentum!r}",
             fix="set momentum: 0.9, or nesterov: false"))
-    return assemble_optimizer(
-        lambda lr: optax.sgd(lr, momentum=beta or None, nesterov=nesterov),
-        learning_rate=learning_rate,
-        transforms=transforms,
-        log_learning_rate=log_learning_rate,
-    )
+    return assemble_optimizer(lambda lr: optax.sgd(lr, momentum=beta or None, nesterov=nesterov),
+                              learning_rate=learning_rate, transforms=transforms, log_learning_rate=log_learning_rate)
 
 
 def Lamb(  # noqa: N802

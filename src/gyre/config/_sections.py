@@ -113,30 +113,16 @@ def check_keys(
 ) -> None:
     """Raises when ``kwargs`` has a key ``target`` does not take, or lacks a required one."""
     params = _parameters(target)
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        known = None
-    else:
-        known = {
-            k: p for k, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
-        }
-    listing = ", ".join(
-        _describe_parameter(p)
-        for p in params.values()
-        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    )
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    known = [k for k, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    listing = ", ".join(_describe_parameter(p) for p in params.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
     for key in kwargs:
-        if known is not None and key not in known:
+        if not takes_any and key not in known:
             raise ValueError(explain(
                 f"unknown key {key!r} at {where} ({name})." + suggest(str(key), known),
                 expected=f"the keys of {name}: {listing}", received=f"{key}: {describe(kwargs[key])}",
                 fix=f"remove {key!r} or spell it as one of the keys above"))
-    missing = [
-        k
-        for k, p in params.items()
-        if p.default is p.empty
-        and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
-        and k not in kwargs
-    ]
+    missing = [k for k in known if params[k].default is inspect.Parameter.empty and k not in kwargs]
     if missing:
         raise ValueError(explain(
             f"missing required key{'s' if len(missing) > 1 else ''} {', '.join(missing)} at {where} ({name})",

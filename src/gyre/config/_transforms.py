@@ -169,10 +169,6 @@ def WeightDecay(  # noqa: N802 (config class names)
 
 
 def _decoupled_decay(rate: float, learning_rate: Any) -> optax.GradientTransformation:
-    def init(params: Any) -> optax.EmptyState:
-        del params
-        return optax.EmptyState()
-
     def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
         if params is None:
             raise ValueError(optax.NO_PARAMS_MSG)
@@ -181,7 +177,7 @@ def _decoupled_decay(rate: float, learning_rate: Any) -> optax.GradientTransform
             lambda u, p: u + (scale * p).astype(u.dtype), updates, params
         ), state
 
-    return optax.GradientTransformation(init, update)
+    return optax.GradientTransformation(optax.init_empty_state, update)
 
 
 @TRANSFORMS.register
@@ -194,10 +190,7 @@ def GradClipNorm(*, max_norm: float, before_optimizer: bool = True) -> Transform
         >>> t.update({"w": jnp.array([3.0, 4.0])}, t.init(None))[0]["w"].tolist()
         [0.6000000238418579, 0.800000011920929]
     """
-    bound, before = (
-        real("max_norm", max_norm, above=0.0),
-        flag("before_optimizer", before_optimizer),
-    )
+    bound, before = real("max_norm", max_norm, above=0.0), flag("before_optimizer", before_optimizer)
     return Transform("GradClipNorm", before, lambda _: optax.clip_by_global_norm(bound))
 
 
@@ -211,10 +204,7 @@ def GradClipValue(*, max_delta: float, before_optimizer: bool = True) -> Transfo
         >>> t.update({"w": jnp.array([-2.0, 0.25])}, t.init(None))[0]["w"].tolist()
         [-0.5, 0.25]
     """
-    bound, before = (
-        real("max_delta", max_delta, above=0.0),
-        flag("before_optimizer", before_optimizer),
-    )
+    bound, before = real("max_delta", max_delta, above=0.0), flag("before_optimizer", before_optimizer)
     return Transform("GradClipValue", before, lambda _: optax.clip(bound))
 
 
