@@ -222,8 +222,7 @@ def _signature(target: Any) -> tuple[list[inspect.Parameter], dict[str, Any], bo
         hints = {}
     keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     named = [p for p in parameters if p.kind in keyword and p.name not in skip]
-    hints = {p.name: hints.get(p.name, p.annotation) for p in named}
-    hints = {k: (_EMPTY if isinstance(v, str) else v) for k, v in hints.items()}
+    hints = {p.name: _EMPTY if isinstance(h := hints.get(p.name, p.annotation), str) else h for p in named}
     return named, hints, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 

@@ -134,8 +134,7 @@ class OptimizerInterface(optax.GradientTransformationExtraArgs, metaclass=Config
             return super().__new__(cls, config, *rest)
         _config_or_keys(cls, config, keys)
         if config is not None:
-            rate, tx = config.learning_rate, config.built
-            scheduler = _scheduler(rate)
+            scheduler, tx = _scheduler(config.learning_rate), config.built
         else:
             scheduler = _scheduler(keys["learning_rate"])
             tx = cls.config_class.builder(**{**keys, "learning_rate": scheduler})  # type: ignore[misc]
