@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from gyre.core._clock import infer_batch_size
+from gyre.core._epoch_schedules import EpochEnds, periodic
 from gyre.core._errors import describe, explain, keywords_checked, whole_number
 from gyre.core._history import History
 from gyre.core._logs import Logs
@@ -41,15 +42,12 @@ from gyre.core._train_state import TrainState
 from gyre.data._padding import accepts_mask, padded
 from gyre.data._source import refuse_sources
 from gyre.engine import _named
+from gyre.engine._epochs import first_batch, is_iterator, training_data
 from gyre.engine._inner import inner_loop
 from gyre.engine._masked import MaskedBatches
 from gyre.engine._nan import check_nan_policy
-from gyre.parallel._registry import get_strategy
-from gyre.parallel._strategy import Strategy
-from gyre.trainer._data import is_iterator
-from gyre.trainer._epoch_schedules import EpochEnds, periodic
-from gyre.trainer._fit_checks import eval_batches, is_pair_of_arrays, refuse_array_pair
-from gyre.trainer._fit_steps import (
+from gyre.fitting._fit_checks import eval_batches, is_pair_of_arrays, refuse_array_pair
+from gyre.fitting._fit_steps import (
     apply_error_fix,
     check_split,
     leaf_shapes,
@@ -57,7 +55,8 @@ from gyre.trainer._fit_steps import (
     model_shape_error,
     plain_jit,
 )
-from gyre.trainer._training import first_batch, training_data
+from gyre.parallel._registry import get_strategy
+from gyre.parallel._strategy import Strategy
 
 BARE_METRIC = "accuracy"
 """The name a bare value returned by ``eval_step`` is recorded under (``accuracy_test``)."""
