@@ -33,9 +33,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from gyre.core._checks import whole
 from gyre.core._clock import infer_batch_size
 from gyre.core._epoch_schedules import EpochEnds, periodic
-from gyre.core._errors import describe, explain, keywords_checked, whole_number
+from gyre.core._errors import describe, explain, keywords_checked
 from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.core._train_state import TrainState
@@ -351,14 +352,10 @@ def _check_arguments(
                 fix="create the state with apply_fn=model.apply and an optax optimizer tx=",
             )
         )
-    epochs = whole_number(
-        num_epochs, minimum=1, problem="fit needs num_epochs >= 1",
-        expected="num_epochs=10", fix="pass a whole number of epochs, e.g. num_epochs=10",
-    )
-    whole_number(
-        eval_freq, minimum=1, problem="fit needs eval_freq >= 1 (epochs between evaluations)",
-        expected="eval_freq=1", fix="pass a whole number of epochs, e.g. eval_freq=1",
-    )
+    epochs = whole(num_epochs, "num_epochs", minimum=1, problem="fit needs num_epochs >= 1",
+                   expected="num_epochs=10", fix="pass a whole number of epochs, e.g. num_epochs=10")
+    whole(eval_freq, "eval_freq", minimum=1, problem="fit needs eval_freq >= 1 (epochs between evaluations)",
+          expected="eval_freq=1", fix="pass a whole number of epochs, e.g. eval_freq=1")
     if mode not in ("min", "max"):
         raise ValueError(
             explain("fit: mode must be 'min' or 'max'", expected="'max' (accuracy) or 'min' (a loss)",
