@@ -249,7 +249,7 @@ def make_runners(train: Arrays, tests: list[Arrays], seed: int, root: str) -> di
 def per_call_costs(runners: dict[str, Runner], state: Any, batch: Arrays, steps: int, repeats: int = 3) -> str:
     """The trace + compile of fit's training step (as each fit call does it), and the whole
     fixed cost of a one-epoch fit call against a one-epoch hand-written run saving every epoch."""
-    from gyre.trainer._fit_steps import make_train_step
+    from gyre.fitting._fit_steps import make_train_step
 
     compiles = []
     for _ in range(repeats):
@@ -285,7 +285,7 @@ PARTS = (
     ("    Strategy.place_batch (device_put of a batch)", "gyre.parallel._strategy", "Strategy.place_batch"),
     ("    data: Batches.__next__", "gyre.data._arrays", "Batches.__next__"),
     ("evaluation: test_loop (the test pass)", "gyre.engine._named", "test_loop"),
-    ("  fit: eval_entries (per test batch)", "gyre.trainer._fit", "eval_entries"),
+    ("  fit: eval_entries (per test batch)", "gyre.fitting._fit", "eval_entries"),
     ("writer: WriteTo._send", "gyre.loggers._write_to", "WriteTo._send"),
     ("engine: History.commit_owned", "gyre.core._history", "History.commit_owned"),
     ("engine: LoopState.run_saves (the checkpoint)", "gyre.engine._loop_state", "LoopState.run_saves"),
@@ -294,7 +294,7 @@ PARTS = (
     ("  Store.wait (previous save)", "gyre.callbacks._store", "Store.wait"),
     ("  orbax CheckpointManager.save", "orbax.checkpoint.checkpoint_manager", "CheckpointManager.save"),
     ("engine: Checkpoint.poll", "gyre.callbacks._checkpoint", "Checkpoint.poll"),
-    ("fit: make_train_step (builds the jitted step)", "gyre.trainer._fit", "make_train_step"),
+    ("fit: make_train_step (builds the jitted step)", "gyre.fitting._fit", "make_train_step"),
     ("fit: gyre.checkpoint (manager per call)", "gyre", "checkpoint"),
     ("fit: TensorBoardWriter (per call)", "gyre", "TensorBoardWriter"),
 )
@@ -326,7 +326,7 @@ def timed_fit_run(run: Runner, epochs: int) -> tuple[Timers, float]:
 def dispatch_alone(state: Any, hand_step: Callable[..., Any], hand_state: Any, batches: list[Arrays]) -> None:
     """fit's compiled step and the hand-written one, each alone in a bare Python loop over
     the same batches (best of 5)."""
-    from gyre.trainer._fit_steps import make_train_step
+    from gyre.fitting._fit_steps import make_train_step
 
     step = make_train_step(loss_fn, state)
     state = fresh_copy(state)

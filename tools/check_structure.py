@@ -5,7 +5,7 @@
 2. No module imports a higher layer, nor another package of its own layer (DESIGN.md's
    direction rule, ordered within each of its layers by what the packages use:
    core <- data/testing <- engine <- parallel <- steps <- frameworks <- callbacks <- loggers
-   <- config <- jaxloop/trainer <- _demo <- cli; jaxloop and trainer share a layer and import
+   <- config <- jaxloop/trainer/fitting <- _demo <- cli; the three rungs share a layer and import
    nothing of each other). A package's facade (``from gyre.trainer import x``) counts as its
    package, and every module has a layer: a new package or top-level module gets one here.
 3. No module but the package's doors (``gyre/__init__.py``, ``gyre/__main__.py``) imports the
@@ -29,7 +29,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "src" / "gyre"
 LAYERS = {
     "core": 0, "data": 1, "engine": 2, "parallel": 3, "steps": 4, "frameworks": 5,
-    "callbacks": 6, "loggers": 7, "config": 8, "jaxloop": 9, "trainer": 9, "_demo": 10, "cli": 11,
+    "callbacks": 6, "loggers": 7, "config": 8, "jaxloop": 9, "trainer": 9, "fitting": 9, "_demo": 10, "cli": 11,
     "testing": 1,
 }
 DOORS = ("gyre", "gyre.__main__")  # the modules that may import the package itself

@@ -114,8 +114,8 @@ from gyre.steps import managed as managed
 
 __version__ = "0.1.0"
 
+from gyre.fitting import fit as fit
 from gyre.trainer import TrainerModule as TrainerModule
-from gyre.trainer._fit import fit as fit
 
 __all__ = [
     "CSVWriter",

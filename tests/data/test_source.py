@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.trainer._training import first_batch, training_data
+from gyre.engine._epochs import first_batch, training_data
 
 N, BATCH = 20, 4
 Y = np.arange(N, dtype=np.int32)  # a batch's labels name its examples

@@ -44,7 +44,6 @@ from gyre.trainer._datasets import MNISTConfig as MNISTConfig
 from gyre.trainer._datasets import MNISTDataset as MNISTDataset
 from gyre.trainer._datasets import build_dataset_module as build_dataset_module
 from gyre.trainer._epoch_files import EpochMetricFiles as EpochMetricFiles
-from gyre.trainer._fit import fit as fit
 from gyre.trainer._interfaces import BaseModelLinen as BaseModelLinen
 from gyre.trainer._interfaces import BaseModelNNX as BaseModelNNX
 from gyre.trainer._logger import Logger as Logger
@@ -71,7 +70,7 @@ __all__ = [
     "Augmentation", "AugmentationLinen", "CIFAR10Dataset", "Callback", "ConfusionMatrixCallback", "DigitsDataset", "DisableGC", "EarlyStopping", "EpochMetricFiles",
     "GaussianNoise", "GaussianNoiseLinen", "GradientSpikeMonitor", "ImgClassifierConfig", "ImgClassifierTrainer", "JAXProfiler", "LearningRateMonitor",
     "LogFreq", "LogMetricMode", "LogMode", "MNISTDataset", "MetricAccumulator", "MetricSpec", "ModelCheckpoint", "SimpleCNN",
-    "SimpleCNNLinen", "SimpleClassifier", "SimpleClassifierLinen", "TrainerModule", "TrainerModuleConfig", "TrainerView", "build_dataset_module", "confusion_matrix", "fit",
+    "SimpleCNNLinen", "SimpleClassifier", "SimpleClassifierLinen", "TrainerModule", "TrainerModuleConfig", "TrainerView", "build_dataset_module", "confusion_matrix",
     # the kpoeppel fork's logger surface (jax_trainer.logger)
     "ArraySpec", "Logger", "ToolLoggerInterface", "array_to_spec", "convert_from_array_spec", "convert_to_array_spec",
     "count_parameters", "get_metrics", "load_pytree", "module_named_params", "np_array_to_spec", "save_pytree",

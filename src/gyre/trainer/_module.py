@@ -22,6 +22,7 @@ from gyre.config._registry import register_trainer
 from gyre.core._checks import whole
 from gyre.core._errors import explain
 from gyre.core._train_state import TrainState
+from gyre.engine._epochs import first_batch, training_data
 from gyre.trainer._checks import check_batch, check_user_methods
 from gyre.trainer._config import TrainerModuleConfig
 from gyre.trainer._data import INPUT_KEYS, TARGET_KEYS, batch_part
@@ -522,8 +523,8 @@ class TrainerModule:
                        minimum=1, unit="epochs", expected="num_epochs=5 (or trainer.train_epochs in the config)",
                        fix="pass num_epochs=5")
         if self.state is None:
-            self.init_model(training.first_batch(train_loader))
-        data, epoch_steps = training.training_data(train_loader, epochs, getattr(self.config, "max_steps_per_epoch", None))
+            self.init_model(first_batch(train_loader))
+        data, epoch_steps = training_data(train_loader, epochs, getattr(self.config, "max_steps_per_epoch", None))
         if self.optimizer is None:  # its schedule lasts the run: now its length is known
             training.build_deferred_optimizer(self, epochs * epoch_steps)
         self.log_dir.mkdir(parents=True, exist_ok=True)

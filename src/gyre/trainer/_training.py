@@ -14,9 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from gyre.core._errors import describe, explain, warn
-from gyre.data._source import refuse_sources
 from gyre.engine._masked import MaskedBatches
-from gyre.trainer._data import EpochStream, epoch_length, is_iterator
 from gyre.trainer._metrics import ConcatCollector, MetricAccumulator, metric_names
 
 
@@ -26,32 +24,6 @@ def _compiled(trainer: Any, name: str, fn: Any) -> Any:
     if name not in trainer._compiled:
         trainer._compiled[name] = fn if trainer.config.debug else jax.jit(fn)
     return trainer._compiled[name]
-
-
-def training_data(loader: Any, epochs: int, most: int | None = None) -> tuple[Any, int]:
-    """The stream of ``epochs`` epochs the loop iterates, and its batches per epoch (at most
-    ``most``: shorter epochs, the loader not restarted between them).
-
-    Example:
-        >>> data, steps = training_data([1, 2], 3); steps, list(data)
-        (2, [1, 2, 1, 2, 1, 2])
-    """
-    refuse_sources(loader, "the training data")
-    if hasattr(loader, "state_dict") and hasattr(loader, "load_state_dict") and is_iterator(loader):
-        steps = epoch_length(loader, what="train_loader")
-        available = getattr(loader, "epochs", None)
-        if available is not None and available < epochs:
-            raise ValueError(
-                explain(
-                    "the training loader ends before the last epoch",
-                    expected=f"a loader of at least {epochs} epochs (or endless: epochs=None)",
-                    received=f"{loader!r} with epochs={available}",
-                    fix="build it with gyre.data.batches(..., epochs=None); the trainer stops it",
-                )
-            )
-        return loader, min(steps, most or steps)
-    stream = EpochStream(loader, epochs=epochs)
-    return stream, min(stream.epoch_steps, most or stream.epoch_steps)
 
 
 _MODE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -85,16 +57,6 @@ def named_loaders(loader: Any, phase: str) -> list[tuple[str, Any]]:
         )
     names = list(loader)
     return [(phase if i == 0 else f"{phase}_{name}", loader[name]) for i, name in enumerate(names)]
-
-
-def first_batch(loader: Any) -> Any:
-    """One batch of ``loader`` to build the model from, without moving a resumable
-    loader's position (a copy of its state is restored)."""
-    saved = loader.state_dict() if hasattr(loader, "state_dict") else None
-    batch = next(iter(loader))
-    if saved is not None:
-        loader.load_state_dict(saved)
-    return batch
 
 
 def build_deferred_optimizer(trainer: Any, run_steps: int) -> None:

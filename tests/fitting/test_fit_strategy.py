@@ -8,7 +8,7 @@ import optax
 import pytest
 
 import gyre
-from tests.trainer.test_fit import Tiny, accuracy, ce
+from tests.fitting.test_fit import Tiny, accuracy, ce
 
 DEVICES = 8
 
@@ -108,7 +108,7 @@ def test_the_caller_state_is_not_donated_under_a_strategy(tmp_path):
 
 
 def test_the_data_parallel_step_reads_nothing_from_the_device(sync_detector):
-    from gyre.trainer._fit_steps import make_train_step
+    from gyre.fitting._fit_steps import make_train_step
 
     dp = gyre.get_strategy("data_parallel")
     state = dp.place_state(make_state())

@@ -342,7 +342,7 @@ def test_an_eval_step_without_mask_gets_exact_means_with_one_more_compilation(tm
 
 
 def test_resume_saves_run_on_a_clock_and_a_second_call_reuses_the_compiled_step(tmp_path):
-    from gyre.trainer._fit_steps import make_train_step
+    from gyre.fitting._fit_steps import make_train_step
 
     def mse(out, y):
         loss = jnp.mean((out[:, 0] - y) ** 2)

@@ -33,23 +33,22 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from gyre.core._checks import whole
 from gyre.core._clock import infer_batch_size
-from gyre.core._errors import describe, explain, keywords_checked, whole_number
+from gyre.core._epoch_schedules import EpochEnds, periodic
+from gyre.core._errors import describe, explain, keywords_checked
 from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.core._train_state import TrainState
 from gyre.data._padding import accepts_mask, padded
 from gyre.data._source import refuse_sources
 from gyre.engine import _named
+from gyre.engine._epochs import first_batch, is_iterator, training_data
 from gyre.engine._inner import inner_loop
 from gyre.engine._masked import MaskedBatches
 from gyre.engine._nan import check_nan_policy
-from gyre.parallel._registry import get_strategy
-from gyre.parallel._strategy import Strategy
-from gyre.trainer._data import is_iterator
-from gyre.trainer._epoch_schedules import EpochEnds, periodic
-from gyre.trainer._fit_checks import eval_batches, is_pair_of_arrays, refuse_array_pair
-from gyre.trainer._fit_steps import (
+from gyre.fitting._fit_checks import eval_batches, is_pair_of_arrays, refuse_array_pair
+from gyre.fitting._fit_steps import (
     apply_error_fix,
     check_split,
     leaf_shapes,
@@ -57,7 +56,8 @@ from gyre.trainer._fit_steps import (
     model_shape_error,
     plain_jit,
 )
-from gyre.trainer._training import first_batch, training_data
+from gyre.parallel._registry import get_strategy
+from gyre.parallel._strategy import Strategy
 
 BARE_METRIC = "accuracy"
 """The name a bare value returned by ``eval_step`` is recorded under (``accuracy_test``)."""
@@ -352,14 +352,10 @@ def _check_arguments(
                 fix="create the state with apply_fn=model.apply and an optax optimizer tx=",
             )
         )
-    epochs = whole_number(
-        num_epochs, minimum=1, problem="fit needs num_epochs >= 1",
-        expected="num_epochs=10", fix="pass a whole number of epochs, e.g. num_epochs=10",
-    )
-    whole_number(
-        eval_freq, minimum=1, problem="fit needs eval_freq >= 1 (epochs between evaluations)",
-        expected="eval_freq=1", fix="pass a whole number of epochs, e.g. eval_freq=1",
-    )
+    epochs = whole(num_epochs, "num_epochs", minimum=1, problem="fit needs num_epochs >= 1",
+                   expected="num_epochs=10", fix="pass a whole number of epochs, e.g. num_epochs=10")
+    whole(eval_freq, "eval_freq", minimum=1, problem="fit needs eval_freq >= 1 (epochs between evaluations)",
+          expected="eval_freq=1", fix="pass a whole number of epochs, e.g. eval_freq=1")
     if mode not in ("min", "max"):
         raise ValueError(
             explain("fit: mode must be 'min' or 'max'", expected="'max' (accuracy) or 'min' (a loss)",

@@ -20,12 +20,12 @@ from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.core._train_state import TrainState
+from gyre.engine._epochs import first_batch
 from gyre.engine._fuse import scanned
+from gyre.fitting._fit_checks import check_labels, optimizer_error, split_batch
 from gyre.parallel._strategies import Jit
 from gyre.parallel._strategy import Strategy
 from gyre.steps._update import train_update
-from gyre.trainer._fit_checks import check_labels, optimizer_error, split_batch
-from gyre.trainer._training import first_batch
 
 
 def _takes_step(fn: Any) -> bool:

@@ -1,4 +1,4 @@
-"""gyre.trainer._fit_steps: fit's training step (loss pairs checked, compiled once per loss
+"""gyre.fitting._fit_steps: fit's training step (loss pairs checked, compiled once per loss
 function, batch statistics and the learning rate carried), and its parts under a strategy."""
 
 import jax
@@ -8,8 +8,8 @@ import optax
 import pytest
 
 import gyre
-from gyre.trainer._fit_steps import _loss_pair, check_split, make_train_step, plain_jit
-from tests.trainer.test_fit import ce, make_state
+from gyre.fitting._fit_steps import _loss_pair, check_split, make_train_step, plain_jit
+from tests.fitting.test_fit import ce, make_state
 
 
 def batch(n=8, seed=0):

@@ -1,18 +1,18 @@
-"""gyre.trainer._fit_checks: what gyre.fit checks of a Jax Fit user's data and optimizer, once
+"""gyre.fitting._fit_checks: what gyre.fit checks of a Jax Fit user's data and optimizer, once
 (at the door, or while its step is traced): each mistake found by trying, as a new user makes it."""
 
 import numpy as np
 import optax
 import pytest
 
-from gyre.trainer._fit_checks import (
+from gyre.fitting._fit_checks import (
     check_labels,
     eval_batches,
     is_pair_of_arrays,
     optimizer_error,
     split_batch,
 )
-from tests.trainer.test_fit import accuracy, make_data, make_state, run
+from tests.fitting.test_fit import accuracy, make_data, make_state, run
 
 
 def one_hot_ce(logits, labels):
@@ -91,7 +91,7 @@ def test_fit_still_trains_on_pairs(tmp_path):
 def test_a_pair_of_arrays_as_train_ds_is_refused_with_an_explanation():
     import numpy as np
 
-    from gyre.trainer._fit_checks import refuse_array_pair
+    from gyre.fitting._fit_checks import refuse_array_pair
 
     with pytest.raises(TypeError, match="fit trains on batches, and train_ds is a pair of arrays"):
         refuse_array_pair((np.zeros((8, 2)), np.zeros(8)))

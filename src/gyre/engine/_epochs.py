@@ -1,0 +1,142 @@
+"""A training loader turned into one resumable stream of ``epochs`` epochs, so that a whole
+training run is one loop of the engine (one clock, one checkpoint story) while the trainer and
+:func:`gyre.fit` still speak in epochs.
+
+* A loader with ``state_dict``/``load_state_dict`` and ``epoch_steps`` (``gyre.data.batches``)
+  is iterated as it is, for ``epochs × epoch_steps`` steps: its own position resumes it.
+* Any other re-iterable loader (a list of batches, a torch ``DataLoader``, a function's fresh
+  generator each epoch) is iterated once per epoch by :class:`EpochStream`, which knows its
+  epoch and position; resuming skips the batches the checkpoint had consumed (exact for a
+  loader that gives the same batches in each pass, or reshuffles from its own seed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from gyre.core._errors import describe, explain
+from gyre.data._source import refuse_sources
+from gyre.engine._elapse import dataset_epoch_steps
+
+
+def epoch_length(loader: Any, *, what: str) -> int:
+    """The batches of one pass over ``loader`` (``epoch_steps`` or ``len``); an error when it
+    has neither or none.
+    """
+    steps = dataset_epoch_steps(loader)  # the engine's own reading: epoch_steps, else len
+    if steps is None:
+        try:
+            size: int | None = len(loader)
+        except TypeError:
+            size = None
+        raise TypeError(explain(
+            f"the trainer needs to know how many batches one epoch of {what} holds",
+            expected="a loader with len() (a list of batches, a torch DataLoader) or "
+        "gyre.data.batches(...), with at least one batch",
+            received=describe(loader) + ("" if size is None else f" (its length is {size})"),
+            fix="pass gyre.data.batches((x, y), batch_size) or a list of batches"))
+    return steps
+
+
+def is_iterator(loader: Any) -> bool:
+    """Whether ``loader`` is a one-pass iterator (it has ``__next__``); asked without
+    calling ``iter``, which may start a loader's workers.
+    """
+    return callable(getattr(loader, "__next__", None))
+
+
+class EpochStream:
+    """``epochs`` passes over a re-iterable loader as one resumable iterator.
+
+    Attributes:
+        epoch_steps: batches per epoch.
+        epochs: passes in all.
+    """
+
+    def __init__(self, loader: Any, *, epochs: int) -> None:
+        if is_iterator(loader):
+            raise TypeError(explain(
+                "the training loader is an iterator, which one epoch would exhaust",
+                expected="a re-iterable loader (a list, a DataLoader) or gyre.data.batches(...)",
+                received=describe(loader), fix="pass the loader itself, not iter(loader) or a generator"))
+        self.loader = loader
+        self.epochs = epochs
+        self.epoch_steps = epoch_length(loader, what="train_loader")
+        self._start = 0  # the index of the first batch the next iteration yields
+        self._index = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._batches()
+
+    def _batches(self) -> Iterator[Any]:
+        epoch, skip = divmod(self._start, self.epoch_steps)
+        self._index = self._start
+        while epoch < self.epochs:
+            count = 0
+            for count, batch in enumerate(self.loader, start=1):  # noqa: B007
+                if count <= skip:
+                    continue
+                self._index += 1
+                yield batch
+            if count != self.epoch_steps:
+                raise ValueError(explain(
+                    "the training loader changed its length between epochs",
+                    expected=f"{self.epoch_steps} batches in every epoch",
+                    received=f"{count} batches in epoch {epoch + 1}",
+                    fix="give a loader with a fixed number of batches (drop the last, short one)"))
+            epoch, skip = epoch + 1, 0
+
+    @property
+    def index(self) -> int:
+        """How many batches were handed out (resumed runs count from the saved position)."""
+        return self._index
+
+    def state_dict(self) -> dict[str, int]:
+        """The position after the batches handed out so far."""
+        return self.state_dict_at(self._index)
+
+    def state_dict_at(self, index: int) -> dict[str, int]:
+        """The position once ``index`` batches are consumed (the loop reads ahead of its use)."""
+        epoch, position = divmod(int(index), self.epoch_steps)
+        return {"epoch": epoch, "position": position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continues after ``state``'s position at the next iteration."""
+        self._start = self._index = int(state["epoch"]) * self.epoch_steps + int(state["position"])
+
+
+def training_data(loader: Any, epochs: int, most: int | None = None) -> tuple[Any, int]:
+    """The stream of ``epochs`` epochs the loop iterates, and its batches per epoch (at most
+    ``most``: shorter epochs, the loader not restarted between them).
+
+    Example:
+        >>> data, steps = training_data([1, 2], 3); steps, list(data)
+        (2, [1, 2, 1, 2, 1, 2])
+    """
+    refuse_sources(loader, "the training data")
+    if hasattr(loader, "state_dict") and hasattr(loader, "load_state_dict") and is_iterator(loader):
+        steps = epoch_length(loader, what="train_loader")
+        available = getattr(loader, "epochs", None)
+        if available is not None and available < epochs:
+            raise ValueError(
+                explain(
+                    "the training loader ends before the last epoch",
+                    expected=f"a loader of at least {epochs} epochs (or endless: epochs=None)",
+                    received=f"{loader!r} with epochs={available}",
+                    fix="build it with gyre.data.batches(..., epochs=None); the trainer stops it",
+                )
+            )
+        return loader, min(steps, most or steps)
+    stream = EpochStream(loader, epochs=epochs)
+    return stream, min(stream.epoch_steps, most or stream.epoch_steps)
+
+
+def first_batch(loader: Any) -> Any:
+    """One batch of ``loader`` to build the model from, without moving a resumable
+    loader's position (a copy of its state is restored)."""
+    saved = loader.state_dict() if hasattr(loader, "state_dict") else None
+    batch = next(iter(loader))
+    if saved is not None:
+        loader.load_state_dict(saved)
+    return batch
