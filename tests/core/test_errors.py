@@ -15,7 +15,6 @@ from gyre.core._errors import (
     explain,
     suggest,
     warn,
-    whole_number,
 )
 
 
@@ -47,17 +46,6 @@ def test_suggest_gives_the_closest_name_or_nothing():
 def test_as_integer_accepts_integral_numbers_of_any_kind_and_nothing_else(value, expected):
     got = as_integer(value)
     assert got == expected and (got is None or type(got) is int)
-
-
-def test_whole_number_checks_the_minimum_and_explains_with_the_callers_words():
-    assert whole_number(np.int64(0), minimum=0, problem="p", expected="e", fix="f") == 0
-    with pytest.raises(ValueError) as err:
-        whole_number(2.5, minimum=1, problem="n must be >= 1", expected="an int", fix="pass 1")
-    assert str(err.value).splitlines() == [
-        "n must be >= 1", "  expected: an int", "  received: float 2.5", "  fix: pass 1",
-    ]
-    with pytest.raises(ValueError, match="received: int 0"):
-        whole_number(0, minimum=1, problem="p", expected="e", fix="f")
 
 
 def test_explained_key_error_prints_its_lines_and_is_still_a_key_error():

@@ -73,14 +73,6 @@ def flag(value: object, name: str, who: str) -> bool:
         expected="a bool", received=describe(value) + note, fix=f"pass {name}=True or {name}=False"))
 
 
-def whole_number(value: object, *, minimum: int, problem: str, expected: str, fix: str) -> int:
-    """``value`` as an ``int`` >= ``minimum``, else a ``ValueError`` in the caller's words."""
-    number = as_integer(value)
-    if number is not None and number >= minimum:
-        return number
-    raise ValueError(explain(problem, expected=expected, received=describe(value), fix=fix))
-
-
 # Other libraries' names for gyre's keywords: a keyword not in a signature but listed here is
 # named with its gyre counterpart, when the signature has it (Keras, Lightning, orbax, ciclo).
 KEYWORD_ALIASES: dict[str, tuple[str, ...]] = {
