@@ -34,7 +34,8 @@ COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 @dataclass(frozen=True)
 class Compilation:
-    """One program built by JAX; ``call`` is the checked function's call index (``None`` outside one).
+    """One program built by JAX; ``call`` is the checked function's call index (``None`` outside
+    one).
 
     Example:
         >>> Compilation("jit(step)", 0.5, call=0).name
@@ -47,7 +48,8 @@ class Compilation:
 
 
 class CompilationCounter:
-    """Counts the programs JAX builds in this thread during a ``with`` block (:func:`count_compilations`).
+    """Counts the programs JAX builds in this thread during a ``with`` block
+    (:func:`count_compilations`).
 
     Example:
         >>> import gyre, jax, jax.numpy as jnp
@@ -219,7 +221,8 @@ def _path_text(path: tuple[Any, ...]) -> str:
 
 
 class CompiledOnceCheck(CompilationCounter):
-    """The checker :func:`assert_compiled_once` returns; it passes on the function's attributes and signature.
+    """The checker :func:`assert_compiled_once` returns; it passes on the function's attributes and
+    signature.
 
     Example:
         >>> import gyre, jax, jax.numpy as jnp
@@ -277,7 +280,8 @@ class CompiledOnceCheck(CompilationCounter):
             self.check()
 
     def check(self) -> None:
-        """Raises ``AssertionError`` unless exactly one compilation happened so far (run at the block's end)."""
+        """Raises ``AssertionError`` unless exactly one compilation happened so far (run at the
+        block's end)."""
         name = _name_of(self.fn)
         if self.calls == 0:
             raise AssertionError(explain(
@@ -332,7 +336,8 @@ class CompiledOnceCheck(CompilationCounter):
 
 
 def assert_compiled_once(fn: Callable[..., Any]) -> CompiledOnceCheck:
-    """A context manager asserting ``fn`` compiles exactly once during the calls made through it in the block.
+    """A context manager asserting ``fn`` compiles exactly once during the calls made through it in
+    the block.
 
     Use what the ``with`` statement gives in place of ``fn`` (call it, or put it in a task
     table); only compilations during its calls count.

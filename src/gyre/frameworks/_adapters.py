@@ -30,7 +30,8 @@ FLAG_ARGS = (*TRAINING_ARGS, *DETERMINISTIC_ARGS)
 
 
 class Adapter:
-    """Base class: ``apply(params, model_state, inputs, *, training, rngs)``; adapters compare by identity.
+    """Base class: ``apply(params, model_state, inputs, *, training, rngs)``; adapters compare by
+    identity.
 
     Attributes:
         framework: ``"linen"``, ``"nnx"`` or ``"equinox"``.
@@ -56,7 +57,8 @@ class Adapter:
     def apply_collect(
         self, params: Any, model_state: Mapping[str, Any], inputs: Any, *, training: bool, rngs: Rngs
     ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-        """``apply``, plus what the model reported in :data:`STEP_COLLECTIONS` (``{}`` for other frameworks)."""
+        """``apply``, plus what the model reported in :data:`STEP_COLLECTIONS` (``{}`` for other
+        frameworks)."""
         out, model_state = self.apply(params, model_state, inputs, training=training, rngs=rngs)
         return out, model_state, {}
 
@@ -90,7 +92,8 @@ STEP_COLLECTIONS = ("losses", "metrics", "intermediates")
 
 
 class LinenAdapter(Adapter):
-    """A ``flax.linen`` module: ``params``, and the other collections in ``model_state`` (updated in training only).
+    """A ``flax.linen`` module: ``params``, and the other collections in ``model_state`` (updated in
+    training only).
 
     :data:`STEP_COLLECTIONS` are not state: :meth:`apply_collect` returns what the call wrote
     there. The training flag goes under the first of ``flags`` the module's ``__call__`` takes.
@@ -139,7 +142,8 @@ class LinenAdapter(Adapter):
 def init_linen(
     module: Any, inputs: Any, keys: Rngs, *, flags: Sequence[str] = FLAG_ARGS, compiled: bool = True
 ) -> tuple[Any, dict[str, Any]]:
-    """``(params, other collections)`` of a linen module initialised on ``inputs`` as in training."""
+    """``(params, other collections)`` of a linen module initialised on ``inputs`` as in
+    training."""
     kwargs = _flag_kwargs(module.__call__, True, flags)
     init = lambda k, x: module.init(k, x, **kwargs)  # noqa: E731
     variables = dict((jax.jit(init) if compiled else init)(dict(keys), inputs))
@@ -159,7 +163,8 @@ def _init_linen(module: Any, inputs: Any, key: jax.Array, rng_streams: Sequence[
 
 
 class NnxAdapter(Adapter):
-    """A ``flax.nnx`` module kept as ``graphdef`` + states: ``nnx.Param`` are the params, the rest ``model_state``.
+    """A ``flax.nnx`` module kept as ``graphdef`` + states: ``nnx.Param`` are the params, the rest
+    ``model_state``.
 
     In training its rng streams are reseeded from the step's keys.
 
@@ -182,7 +187,8 @@ class NnxAdapter(Adapter):
         self.rng_streams = tuple(rng_streams)
 
     def merge(self, *states: Any, training: bool) -> Any:
-        """The module rebuilt from ``states`` in training or evaluation mode, its variables fresh at this trace level.
+        """The module rebuilt from ``states`` in training or evaluation mode, its variables fresh at
+        this trace level.
 
         Example:
             >>> from flax import nnx
@@ -233,7 +239,8 @@ def _init_nnx(module: Any) -> tuple[Adapter, Any, dict[str, Any]]:
 
 
 class EquinoxAdapter(Adapter):
-    """An ``equinox.Module`` whose floating arrays are the params, mapped over the batch unless ``batched``.
+    """An ``equinox.Module`` whose floating arrays are the params, mapped over the batch unless
+    ``batched``.
 
     A ``key`` parameter gets one ``dropout`` key per example in training. Stateful layers
     (``eqx.nn.State``) are not handled: write the step with the managed API.

@@ -42,7 +42,8 @@ _P = inspect.Parameter
 
 
 class KeySeq:
-    """PRNG keys drawn from one key: ``next()`` gives a new one each call; losses take it as ``key_seq=``.
+    """PRNG keys drawn from one key: ``next()`` gives a new one each call; losses take it as
+    ``key_seq=``.
 
     Example:
         >>> import jax
@@ -113,7 +114,8 @@ def _parameters(fn: Any) -> list[inspect.Parameter] | None:
 
 
 def takes_sample_weight(fn: Callable[..., Any]) -> bool:
-    """Whether a positional ``fn`` takes the sample weights (``sample_weight``, or a third required positional)."""
+    """Whether a positional ``fn`` takes the sample weights (``sample_weight``, or a third required
+    positional)."""
     params = _parameters(fn)
     if params is None:
         return False
@@ -125,7 +127,8 @@ def takes_sample_weight(fn: Callable[..., Any]) -> bool:
 
 @dataclass(frozen=True)
 class Plan:
-    """How to call one function: by keyword (``names``; ``None``: all) or position; ``weighs``: it weighs itself."""
+    """How to call one function: by keyword (``names``; ``None``: all) or position; ``weighs``: it
+    weighs itself."""
 
     keyword: bool
     names: frozenset[str] | None
@@ -202,7 +205,8 @@ def weighted_mean(value: Any, sample_weight: Any = None) -> jax.Array:
 
 @dataclass(frozen=True, eq=False)
 class Call:
-    """A loss or metric function bound to its convention by :func:`bind`; ``call(args)`` gives the batch's value."""
+    """A loss or metric function bound to its convention by :func:`bind`; ``call(args)`` gives the
+    batch's value."""
 
     name: str
     fn: Callable[..., Any]
@@ -239,7 +243,8 @@ def check_loss_dtype(name: str, value: Any) -> None:
 
 
 def bind(name: str, fn: Any, *, what: str, extra: frozenset[str] = frozenset()) -> Call:
-    """``fn`` bound to the convention its signature asks for (``extra``: more keyword names), or a ``TypeError``."""
+    """``fn`` bound to the convention its signature asks for (``extra``: more keyword names), or a
+    ``TypeError``."""
     if not callable(fn) or isinstance(fn, type):
         raise TypeError(explain(
             f"{what} {name!r} is not a function",
@@ -260,7 +265,8 @@ def call_keywords(fn: Any, args: Mapping[str, Any], found: Plan) -> dict[str, An
 
 
 def flatten_names(tree: Any, *, full_path: bool = False) -> dict[str, Any]:
-    """Names for the leaves of a ``losses``/``metrics`` collection: each path's last key (or whole path), made unique."""
+    """Names for the leaves of a ``losses``/``metrics`` collection: each path's last key (or whole
+    path), made unique."""
     out: dict[str, Any] = {}
 
     def walk(path: tuple[str, ...], node: Any) -> None:

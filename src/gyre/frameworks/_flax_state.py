@@ -46,7 +46,8 @@ def unpack_batch(batch: Any) -> tuple[Any, Any, Any]:
 
 
 class FlaxState(managed.ManagedState, kw_only=True):
-    """The state :func:`create_flax_state` returns, with ``train_step``, ``test_step``, ``predict_step`` and ``reset_step``.
+    """The state :func:`create_flax_state` returns, with ``train_step``, ``test_step``,
+    ``predict_step`` and ``reset_step``.
 
     ``predict_step`` logs the model's outputs as ``outputs.preds``.
 
@@ -130,7 +131,8 @@ class FlaxState(managed.ManagedState, kw_only=True):
         return logs, self.replace(**changes)
 
     def _warn_unmasked(self, keywords: dict[str, Any]) -> None:
-        """Warns (when the step compiles) about whole-batch values that count a padded batch's padding."""
+        """Warns (when the step compiles) about whole-batch values that count a padded batch's
+        padding."""
         probe = {**keywords, "key_seq": calling.KeySeq(self.step_key("mask_probe"))}  # (the real keys untouched)
         whole = [name for name, call in (*self.loss_fns, *self.metric_fns) if _whole_batch(call, probe)]
         if whole:
@@ -163,7 +165,8 @@ class FlaxState(managed.ManagedState, kw_only=True):
     predict_step = managed.step(_predict)
 
     def reset_step(self) -> Any:
-        """The state with every metric object emptied (the named loops call it each epoch and evaluation)."""
+        """The state with every metric object emptied (the named loops call it each epoch and
+        evaluation)."""
         if not self.metric_states:
             return self
         fresh = {name: _metrics.reset(m) for name, m in self.metric_states.items()}
@@ -180,7 +183,8 @@ def _masked_weight(weight: Any, mask: Any) -> jax.Array:
 
 
 def _whole_batch(call: calling.Call, args: Mapping[str, Any]) -> bool:
-    """Whether a loss or metric function gives one value for the whole batch without taking the weights."""
+    """Whether a loss or metric function gives one value for the whole batch without taking the
+    weights."""
     if call.plan.weighs:
         return False
     if call.plan.keyword:
@@ -207,7 +211,8 @@ def _unclaimed(name: str, taken: Mapping[str, Any], what: str) -> str:
 
 
 def _check_same_collections(before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
-    """An error when a training step changes the structure of the model's state (a ``sow`` into it)."""
+    """An error when a training step changes the structure of the model's state (a ``sow`` into
+    it)."""
     old, new = jax.tree_util.tree_structure(dict(before)), jax.tree_util.tree_structure(dict(after))
     if old != new:
         grown = sorted(k for k in before if jax.tree_util.tree_structure(before[k]) != jax.tree_util.tree_structure(after.get(k)))

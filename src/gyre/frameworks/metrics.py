@@ -30,7 +30,8 @@ def _batch_weight(preds: Any, sample_weight: Any) -> jax.Array:
 
 
 class Accuracy(struct.PyTreeNode):
-    """Running accuracy of ``argmax(preds)`` (or ``logits=``) against integer or one-hot ``labels=`` / ``target=``.
+    """Running accuracy of ``argmax(preds)`` (or ``logits=``) against integer or one-hot ``labels=``
+    / ``target=``.
 
     Weighted by ``sample_weight``; per-position labels count every position.
 
@@ -106,7 +107,8 @@ class Accuracy(struct.PyTreeNode):
 
 
 class Mean(struct.PyTreeNode):
-    """Running mean of a logged value (default ``"loss"``), weighted by the batch's sample weight, else its size.
+    """Running mean of a logged value (default ``"loss"``), weighted by the batch's sample weight,
+    else its size.
 
     Example:
         >>> import jax.numpy as jnp
@@ -161,7 +163,8 @@ class Mean(struct.PyTreeNode):
 
 
 class Metrics(struct.PyTreeNode):
-    """Several update-style metrics updated together (jax_metrics' ``Metrics``); ``compute`` gives ``{name: value}``.
+    """Several update-style metrics updated together (jax_metrics' ``Metrics``); ``compute`` gives
+    ``{name: value}``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -229,7 +232,8 @@ def _method_of(metric: Any) -> Any:
 
 
 def metric_state(name: str, spec: Any, extra: frozenset[str] = frozenset()) -> Any:
-    """The initial state of a metric object or class, or ``None`` for a plain callable; refuses what gyre cannot call.
+    """The initial state of a metric object or class, or ``None`` for a plain callable; refuses what
+    gyre cannot call.
 
     Example:
         >>> metric_state("acc", Accuracy).total.tolist(), metric_state("f", lambda p, y: p)

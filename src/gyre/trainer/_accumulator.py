@@ -37,7 +37,8 @@ Values = Mapping[str, tuple[Any, Any]]
 
 
 def _weight(monoid: type[Metric], count: Any, default_count: Any) -> jax.Array:
-    """A step's weight: MEAN's ``count`` (else ``default_count``); for other modes 1, or 0 when ``count`` is 0."""
+    """A step's weight: MEAN's ``count`` (else ``default_count``); for other modes 1, or 0 when
+    ``count`` is 0."""
     if monoid is Mean:
         return jnp.asarray(default_count if count is None else count, jnp.float32)
     if count is None:
@@ -55,7 +56,8 @@ def _merge_step(acc: Metric, value: jax.Array, weight: jax.Array) -> Metric:
 
 @dataclass(frozen=True)
 class _Group:
-    """Metrics of one mode, shape and dtype, stacked in one monoid at ``(dtype, offset, shape)`` leaves."""
+    """Metrics of one mode, shape and dtype, stacked in one monoid at ``(dtype, offset, shape)``
+    leaves."""
 
     monoid: type[Metric]
     keys: tuple[str, ...]
@@ -162,7 +164,8 @@ class MetricAccumulator(struct.PyTreeNode):
 
     @classmethod
     def init(cls, specs: Mapping[str, MetricSpec], values: Values) -> MetricAccumulator:
-        """An empty accumulator shaped like one step's ``values`` (``(value, count)`` pairs; only shapes are read).
+        """An empty accumulator shaped like one step's ``values`` (``(value, count)`` pairs; only
+        shapes are read).
 
         Example:
             >>> import jax.numpy as jnp

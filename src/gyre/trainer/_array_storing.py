@@ -23,7 +23,8 @@ _TREE = "__gyre_tree__"
 
 @dataclass
 class ArraySpec:
-    """An array described by its shape, dtype, device (``"numpy"``, ``"cpu"``, ``"cuda:0"``) and one fill value.
+    """An array described by its shape, dtype, device (``"numpy"``, ``"cpu"``, ``"cuda:0"``) and one
+    fill value.
 
     Example:
         >>> spec = ArraySpec(shape=(2,), dtype=np.float32, device="numpy", value=1.5)
@@ -72,7 +73,8 @@ def _device(name: Any) -> Any:
 
 
 def spec_to_array(spec: ArraySpec) -> Any:
-    """The array a spec describes: numpy for device ``"numpy"``, else a JAX array on that device (or the default).
+    """The array a spec describes: numpy for device ``"numpy"``, else a JAX array on that device (or
+    the default).
 
     Example:
         >>> spec_to_array(ArraySpec(shape=(2,), dtype=jnp.int32, device="cpu", value=7))
@@ -159,7 +161,8 @@ def _decode(node: Any, arrays: Mapping[str, np.ndarray]) -> Any:
 
 
 def save_pytree(pytree: Any, path: str | os.PathLike[str]) -> None:
-    """Writes ``pytree`` (dicts with str keys, lists, tuples, scalars, arrays) to the ``.npz`` file ``path``.
+    """Writes ``pytree`` (dicts with str keys, lists, tuples, scalars, arrays) to the ``.npz`` file
+    ``path``.
 
     Raises:
         TypeError: a leaf that cannot be stored without pickle, naming where it is.

@@ -25,7 +25,8 @@ AUGMENTATION_STREAM = 7  # the constant a linen augmentation's key is folded wit
 
 
 class Augmentation(nnx.Module):
-    """The base of an nnx augmentation: calls go to ``wrapped_model``; subclasses override :meth:`augment`.
+    """The base of an nnx augmentation: calls go to ``wrapped_model``; subclasses override
+    :meth:`augment`.
 
     ``rngs`` gets an ``augmentation`` stream seeded by ``trainer.augmentation_seed``; draw
     from ``self.rngs.augmentation()``.
@@ -51,7 +52,8 @@ class Augmentation(nnx.Module):
 
 
 class AugmentationLinen(linen.Module):
-    """The base of a linen augmentation; :meth:`augment` draws from ``self.make_rng("augmentation")``.
+    """The base of a linen augmentation; :meth:`augment` draws from
+    ``self.make_rng("augmentation")``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -120,7 +122,8 @@ class GaussianNoiseLinen(AugmentationLinen):
 
 @dataclasses.dataclass
 class BaseAugmentationNNXConfig:
-    """The base of an augmentation's typed config; ``class_name`` is set when its augmentation is defined.
+    """The base of an augmentation's typed config; ``class_name`` is set when its augmentation is
+    defined.
 
     Example:
         >>> BaseAugmentationNNXConfig.class_name is None
@@ -163,7 +166,8 @@ class BasePreprocessingLinenConfig(BasePreprocessingNNXConfig):
 
 
 class BaseAugmentationNNX(RegistersSubclasses, Augmentation, metaclass=NNXBase):
-    """An nnx :class:`Augmentation` built from its typed config: ``Aug(config, wrapped_model=..., rngs=...)``.
+    """An nnx :class:`Augmentation` built from its typed config:
+    ``Aug(config, wrapped_model=..., rngs=...)``.
 
     A subclass names its config (``config_class`` or a ``config`` annotation) and is registered.
 
@@ -190,7 +194,8 @@ class BaseAugmentationNNX(RegistersSubclasses, Augmentation, metaclass=NNXBase):
 
 
 class BaseAugmentationLinen(RegistersSubclasses, AugmentationLinen, metaclass=ModelBase):
-    """A linen :class:`AugmentationLinen` built from its typed config; a subclass declares ``config: MyConfig``.
+    """A linen :class:`AugmentationLinen` built from its typed config; a subclass declares
+    ``config: MyConfig``.
 
     Example:
         >>> import dataclasses
@@ -291,7 +296,8 @@ def wrap_model(config: Any, model: Any, mode: str) -> tuple[Any, Any]:
 
 
 def forward_module(model: Any) -> Any:
-    """The linen module a trainer initialises and runs: a linen augmentation's wrapped model, else ``model``."""
+    """The linen module a trainer initialises and runs: a linen augmentation's wrapped model, else
+    ``model``."""
     if isinstance(model, AugmentationLinen):
         return model.wrapped_model
     return model
@@ -309,13 +315,15 @@ def _takes_rng(method: Any) -> bool:
 
 
 def augment_linen(module: Any, params: Any, pair: Any, key: jax.Array) -> Any:
-    """``module.augment(pair)``, ``key`` given as the ``augmentation`` stream and, if taken, as ``rng=``."""
+    """``module.augment(pair)``, ``key`` given as the ``augmentation`` stream and, if taken, as
+    ``rng=``."""
     kwargs = {"rng": {"augmentation": key}} if _takes_rng(type(module).augment) else {}
     return module.apply({"params": params}, pair, method="augment", rngs={"augmentation": key}, **kwargs)
 
 
 def prepare(trainer: Any, model: Any, params: Any, batch: Any, rng: jax.Array, *, train: bool) -> Any:
-    """The batch the loss function gets: preprocessed, and augmented in training (``model``: nnx, else ``None``)."""
+    """The batch the loss function gets: preprocessed, and augmented in training (``model``: nnx,
+    else ``None``)."""
     config = trainer.config
     augmenting = train and getattr(config, "augmentation", None) is not None
     pre = trainer.preprocessing

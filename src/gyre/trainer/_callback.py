@@ -105,7 +105,8 @@ class Callback:
     # -- binding ------------------------------------------------------------------------------
 
     def bind(self, trainer: TrainerView) -> None:
-        """Gives the callback the trainer it serves; one that lacks a :class:`TrainerView` member is an error.
+        """Gives the callback the trainer it serves; one that lacks a :class:`TrainerView` member is
+        an error.
 
         Example:
             >>> Callback().bind(object())  # doctest: +ELLIPSIS
@@ -133,7 +134,8 @@ class Callback:
         return self.trainer
 
     def _write(self, kind: str, values: Mapping[str, Any]) -> None:
-        """Writes ``values`` (``"scalars"`` or ``"images"``) at the global step, if the writer takes that kind."""
+        """Writes ``values`` (``"scalars"`` or ``"images"``) at the global step, if the writer takes
+        that kind."""
         trainer = self._bound()
         writer = trainer.writer
         if kind in writer.kinds:
@@ -204,7 +206,8 @@ class Callback:
         """Called after testing with its metrics (not filtered)."""
 
     def on_training_step(self, step_metrics: dict[str, Any], epoch_idx: int, global_step: int) -> None:
-        """Called after each training step, only for classes that override it; read no metric here."""
+        """Called after each training step, only for classes that override it; read no metric
+        here."""
 
     def finalize(self, status: str) -> None:
         """Called once at the very end: ``"success"``, ``"failed"`` or ``"stopped"``.
@@ -223,7 +226,8 @@ class Callback:
     # -- resume -------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """What the callback needs to resume exactly (numbers, strings, lists, arrays); saved in every checkpoint.
+        """What the callback needs to resume exactly (numbers, strings, lists, arrays); saved in
+        every checkpoint.
 
         Example:
             >>> Callback().state_dict()

@@ -16,7 +16,8 @@ CALLS = {
 
 
 def check_user_methods(trainer: Any, base: type, mode: str) -> None:
-    """Raises a ``TypeError`` when the loss function for ``mode`` (or ``batch_to_input``) is missing or misfits."""
+    """Raises a ``TypeError`` when the loss function for ``mode`` (or ``batch_to_input``) is missing
+    or misfits."""
     name = "loss_function" if mode == "nnx" else "loss_function_linen"
     cls = type(trainer)
     if getattr(cls, name, None) is getattr(base, name, None):

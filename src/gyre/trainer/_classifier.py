@@ -59,7 +59,8 @@ def classification_metrics(
 
 @register_trainer
 class ImgClassifierTrainer(TrainerModule):
-    """Classification of ``(images, labels)`` batches with nnx or linen models: cross-entropy and ``acc``.
+    """Classification of ``(images, labels)`` batches with nnx or linen models: cross-entropy and
+    ``acc``.
 
     Validation and testing add ``conf_matrix`` when ``num_classes`` is set or a
     ``ConfusionMatrixCallback`` draws it.
@@ -138,7 +139,8 @@ def _flat(x: jax.Array) -> jax.Array:
 
 @register_model
 class SimpleClassifier(nnx.Module):
-    """An MLP classifier (nnx) of ``num_layers`` hidden layers of ``c_hid`` units; inputs are flattened.
+    """An MLP classifier (nnx) of ``num_layers`` hidden layers of ``c_hid`` units; inputs are
+    flattened.
 
     Without ``input_dim`` the first layer is sized by the first input, which must come eagerly.
 
@@ -194,7 +196,8 @@ class SimpleClassifier(nnx.Module):
 
 @register_model
 class SimpleCNN(nnx.Module):
-    """A small CNN classifier (nnx) for ``(N, H, W, C)`` images; flat inputs are read as ``image_size`` squares.
+    """A small CNN classifier (nnx) for ``(N, H, W, C)`` images; flat inputs are read as
+    ``image_size`` squares.
 
     Example:
         >>> from flax import nnx

@@ -26,7 +26,8 @@ ANNOTATE_UP_TO = 30  # classes; a larger matrix is drawn without the numbers in 
 
 
 def confusion_matrix(labels: Any, predictions: Any, num_classes: int) -> jax.Array:
-    """Counts (true label, prediction) pairs in a ``(num_classes, num_classes)`` int32 array (jittable).
+    """Counts (true label, prediction) pairs in a ``(num_classes, num_classes)`` int32 array
+    (jittable).
 
     ``predictions`` are classes (``logits.argmax(-1)``), of the labels' shape; pairs outside
     ``[0, num_classes)`` (a padding label ``-1``) are not counted.

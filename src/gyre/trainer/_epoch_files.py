@@ -22,7 +22,8 @@ _RESERVED = ("epoch", "step")
 
 
 class EpochMetricFiles(Writer):
-    """Writes ``<directory>/metrics/<phase>_epoch_NNNN.json``, one file per phase and epoch; see :meth:`flush`.
+    """Writes ``<directory>/metrics/<phase>_epoch_NNNN.json``, one file per phase and epoch; see
+    :meth:`flush`.
 
     Example:
         >>> import json, os, tempfile, jax.numpy as jnp
@@ -49,7 +50,8 @@ class EpochMetricFiles(Writer):
         return os.path.join(self.directory, f"{phase}_epoch_{epoch:04d}.json")
 
     def write(self, phase: str, epoch: int, step: int, metrics: Mapping[str, Any]) -> None:
-        """Queues the file of ``phase`` at ``epoch`` with ``step`` and the scalar ``metrics``; reads no device value.
+        """Queues the file of ``phase`` at ``epoch`` with ``step`` and the scalar ``metrics``; reads
+        no device value.
 
         Raises:
             ValueError: a bad phase name, epoch or step, a metric that is not one number, or

@@ -31,7 +31,8 @@ def _annotation(owner: Any, annotations: dict[str, Any]) -> Any:
 
 
 def _own_config_class(cls: type) -> type | None:
-    """The config class a subclass defines itself, or ``None`` (an intermediate base, a class flax derives)."""
+    """The config class a subclass defines itself, or ``None`` (an intermediate base, a class flax
+    derives)."""
     init = vars(cls).get("__init__")
     if vars(cls).get("config_class") is not None:
         found = vars(cls)["config_class"]
@@ -73,7 +74,8 @@ def _register(cls: type) -> None:
 
 
 class ModelBase(ConfigTyped):
-    """The metaclass of the fork's bases: ``cfgtype`` joins the registered subclasses' config classes."""
+    """The metaclass of the fork's bases: ``cfgtype`` joins the registered subclasses' config
+    classes."""
 
     def typed_configs(cls) -> list[type]:
         found = []
@@ -128,7 +130,8 @@ class BaseModelNNX(RegistersSubclasses, nnx.Module, metaclass=NNXBase):
 
 
 class BaseModelLinen(RegistersSubclasses, linen.Module, metaclass=ModelBase):
-    """The base of a linen model built from its typed config, a ``config`` field of the model's dataclass.
+    """The base of a linen model built from its typed config, a ``config`` field of the model's
+    dataclass.
 
     Example:
         >>> import dataclasses
@@ -150,12 +153,14 @@ class BaseModelLinen(RegistersSubclasses, linen.Module, metaclass=ModelBase):
 
 
 def built_from_config(factory: Any) -> bool:
-    """Whether a registered model is built from its typed config (a subclass of one of the fork's bases)."""
+    """Whether a registered model is built from its typed config (a subclass of one of the fork's
+    bases)."""
     return isinstance(factory, type) and issubclass(factory, RegistersSubclasses)
 
 
 def build_registered(factory: Any, keys: dict[str, Any], **supplied: Any) -> Any:
-    """``Model(Config(**keys), **supplied)`` for the fork's bases, else ``factory(**keys, **supplied)``."""
+    """``Model(Config(**keys), **supplied)`` for the fork's bases, else
+    ``factory(**keys, **supplied)``."""
     if not built_from_config(factory):
         return factory(**keys, **supplied)
     config = factory.config_class(**keys)

@@ -32,7 +32,8 @@ _MODE = re.compile(r"^(train|(val|test)[a-z0-9_]*)$")
 
 
 class LoggingModeError(ValueError, AssertionError):
-    """An unknown logging mode: a ``ValueError``, and an ``AssertionError`` as the fork's ``assert``.
+    """An unknown logging mode: a ``ValueError``, and an ``AssertionError`` as the fork's
+    ``assert``.
 
     Example:
         >>> issubclass(LoggingModeError, AssertionError)
@@ -103,7 +104,8 @@ class Logger:
         return self.config.log_dir or self.logger.log_dir or os.getcwd()
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, log_postfix: str = "") -> None:
-        """Writes the scalar ``metrics`` at ``step``, keys suffixed ``_<log_postfix>`` when given."""
+        """Writes the scalar ``metrics`` at ``step``, keys suffixed ``_<log_postfix>`` when
+        given."""
         chosen = {}
         for key, value in metrics.items():
             value = _scalar(value)
@@ -123,7 +125,8 @@ class Logger:
         self.logger.finalize(status)
 
     def start_epoch(self, epoch: int, mode: str = "train") -> None:
-        """Starts epoch ``epoch`` of ``mode``: ``"train"``, or a name starting with ``"val"`` or ``"test"``."""
+        """Starts epoch ``epoch`` of ``mode``: ``"train"``, or a name starting with ``"val"`` or
+        ``"test"``."""
         if not isinstance(mode, str) or not _MODE.match(mode):
             raise LoggingModeError(explain(
                 "Logger.start_epoch: unknown logging mode",
@@ -134,7 +137,8 @@ class Logger:
         self._reset_epoch_metrics()
 
     def log_step(self, metrics: Mapping[str, Any]) -> Any:
-        """Counts one step; every ``log_steps_every`` training steps writes the step entries and returns them reset."""
+        """Counts one step; every ``log_steps_every`` training steps writes the step entries and
+        returns them reset."""
         self.epoch_step_count += 1
         if self.logging_mode == "train" and self.log_steps_every > 0:
             self.step_count += 1
@@ -165,7 +169,8 @@ class Logger:
         return final
 
     def end_epoch(self, metrics: Mapping[str, Any], save_metrics: bool = False) -> tuple[Any, dict[str, Any]]:
-        """Writes the epoch's metrics (and with ``save_metrics`` ``metrics/<mode>_epoch_NNNN.json``).
+        """Writes the epoch's metrics (and with ``save_metrics``
+        ``metrics/<mode>_epoch_NNNN.json``).
 
         Returns ``metrics`` with the epoch entries reset, and the epoch's metrics by logged name.
         """
@@ -190,7 +195,8 @@ class Logger:
         self._files.flush()
 
     def save_metrics(self, filename: str, metrics: Mapping[str, Any]) -> None:
-        """Writes the numbers, strings and booleans of ``metrics`` to ``<log_dir>/metrics/<filename>.json``."""
+        """Writes the numbers, strings and booleans of ``metrics`` to
+        ``<log_dir>/metrics/<filename>.json``."""
         if not isinstance(filename, str) or not filename or os.sep in filename:
             raise ValueError(explain(
                 "Logger.save_metrics: the file's name",

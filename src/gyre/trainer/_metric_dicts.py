@@ -113,7 +113,8 @@ def _monoid(key: str, entry: Any) -> Metric:
 def get_metrics(
     global_metrics: Mapping[str, Any], log_freq: LogFreq = LogFreq.ANY, reset_metrics: bool = True
 ) -> tuple[FrozenDict, dict[str, Any]]:
-    """``(entries, host)``: the ``log_freq`` entries reduced on the host by metric name, and reset if ``reset_metrics``.
+    """``(entries, host)``: the ``log_freq`` entries reduced on the host by metric name, and reset
+    if ``reset_metrics``.
 
     Example:
         >>> m = update_metrics(None, {"acc": {"value": 0.5, "mode": "max"}}, True, 8)

@@ -63,7 +63,8 @@ def time_name(phase: str) -> str:
 def metric_names(
     specs: Mapping[str, MetricSpec], phase: str, freq: str = "epoch"
 ) -> dict[str, str]:
-    """``{key: logged name}`` of the metrics logged in ``phase`` at ``freq``; two metrics of one name are an error."""
+    """``{key: logged name}`` of the metrics logged in ``phase`` at ``freq``; two metrics of one
+    name are an error."""
     _phase_freq(phase, freq)
     names: dict[str, str] = {}
     owner: dict[str, str] = {}
@@ -96,7 +97,8 @@ def select_specs(
 def name_metrics(
     computed: Mapping[str, Any], specs: Mapping[str, MetricSpec], phase: str, freq: str = "epoch"
 ) -> dict[str, Any]:
-    """The computed values of the metrics logged in ``phase`` at ``freq``, under their logged names."""
+    """The computed values of the metrics logged in ``phase`` at ``freq``, under their logged
+    names."""
     out = {}
     for key, name in metric_names(specs, phase, freq).items():
         if key not in computed:

@@ -33,7 +33,8 @@ def model_mode_of(model: Any) -> str:
 
 
 def lazy_init_nnx(module: Any, exmp_input: Any) -> bool:
-    """Initialises a module's uninitialised ``nnx.bridge.ToNNX`` layers by one call on ``exmp_input``; ``True`` if any."""
+    """Initialises a module's uninitialised ``nnx.bridge.ToNNX`` layers by one call on
+    ``exmp_input``; ``True`` if any."""
     from flax import nnx
 
     pending = [
@@ -59,7 +60,8 @@ def lazy_init_nnx(module: Any, exmp_input: Any) -> bool:
 
 
 class NNXModel:
-    """An nnx module split for compiled steps; its states travel as plain dicts (they flatten faster)."""
+    """An nnx module split for compiled steps; its states travel as plain dicts (they flatten
+    faster)."""
 
     mode = "nnx"
 

@@ -47,7 +47,8 @@ class LogMetricMode(_NamedEnum):
 
 
 class LogFreq(_NamedEnum):
-    """When a training metric is logged: every ``log_steps_every`` steps, at each epoch's end, or both.
+    """When a training metric is logged: every ``log_steps_every`` steps, at each epoch's end, or
+    both.
 
     Example:
         >>> LogFreq("epoch")
@@ -174,7 +175,8 @@ def _options(where: str, key: str, entry: Mapping[Any, Any]) -> dict[str, Any]:
 def parse_metrics(
     out: Mapping[str, Any], *, where: str
 ) -> tuple[dict[str, MetricSpec], dict[str, tuple[Any, Any | None]]]:
-    """``(specs, values)`` of a metrics dict: a :class:`MetricSpec` and a ``(value, count)`` per metric.
+    """``(specs, values)`` of a metrics dict: a :class:`MetricSpec` and a ``(value, count)`` per
+    metric.
 
     Runs at trace time: it checks types, dtypes and shapes only; ``where`` names the dict's source.
     """

@@ -55,7 +55,8 @@ class TrainerModule:
         config: the whole config, stored with every checkpoint for :meth:`load_from_checkpoint`;
             a :class:`gyre.config.TrainerConfig` without ``trainer_config`` is the trainer section.
         mesh: a ``jax.sharding.Mesh`` to train data-parallel on; ``None``: ``trainer.num_devices``.
-        **options: trainer keys (``train_epochs=3``, ``log_dir=...``), overriding ``trainer_config``.
+        **options: trainer keys (``train_epochs=3``, ``log_dir=...``), overriding
+            ``trainer_config``.
 
     Example:
         >>> import gyre, optax, numpy as np, tempfile
@@ -166,7 +167,8 @@ class TrainerModule:
     # -- what a subclass writes ---------------------------------------------------------------
 
     def batch_to_input(self, batch: Any) -> Any:
-        """The ``input`` / ``inputs`` / ``x`` / ``image`` entry or attribute of ``batch``, else its first element.
+        """The ``input`` / ``inputs`` / ``x`` / ``image`` entry or attribute of ``batch``, else its
+        first element.
 
         Example:
             >>> import numpy as np
@@ -176,7 +178,8 @@ class TrainerModule:
         return batch_part(batch, INPUT_KEYS, 0, "input")
 
     def batch_to_target(self, batch: Any) -> Any:
-        """The ``target`` / ``targets`` / ``label`` / ``labels`` / ``y`` entry or attribute of ``batch``, else its second element.
+        """The ``target`` / ``targets`` / ``label`` / ``labels`` / ``y`` entry or attribute of
+        ``batch``, else its second element.
 
         Example:
             >>> import numpy as np
@@ -315,7 +318,8 @@ class TrainerModule:
 
     @property
     def strategy(self) -> Any:
-        """How steps run: ``eager`` with ``debug``, ``jit`` on one device, else ``data_parallel``."""
+        """How steps run: ``eager`` with ``debug``, ``jit`` on one device, else
+        ``data_parallel``."""
         if getattr(self, "_strategy", None) is None:
             from gyre.trainer._setup import strategy_of
 
@@ -323,7 +327,8 @@ class TrainerModule:
         return self._strategy
 
     def bind_model(self) -> Any:
-        """The trained model: the nnx module holding the state's parameters, or the bound linen module.
+        """The trained model: the nnx module holding the state's parameters, or the bound linen
+        module.
 
         Example:
             >>> import optax, jax.numpy as jnp
@@ -355,7 +360,8 @@ class TrainerModule:
 
     @property
     def state(self) -> Any:
-        """The train state: the running loop's during :meth:`train_model`, else the last one (``None`` before)."""
+        """The train state: the running loop's during :meth:`train_model`, else the last one
+        (``None`` before)."""
         loop = self._loop
         return self._state if loop is None else loop.state
 
@@ -382,7 +388,8 @@ class TrainerModule:
         return self._run.global_step
 
     def learning_rate(self) -> jax.Array | None:
-        """The current learning rate (a device scalar) if the optimizer keeps it (``optax.inject_hyperparams``), else ``None``.
+        """The current learning rate (a device scalar) if the optimizer keeps it
+        (``optax.inject_hyperparams``), else ``None``.
 
         Example:
             >>> import optax, jax.numpy as jnp
@@ -409,7 +416,8 @@ class TrainerModule:
         return self._writer
 
     def log_image(self, key: str, image: Any, step: int | None = None) -> None:
-        """Sends an image (``(H, W)`` or ``(H, W, C)``, in [0, 1] or uint8) to the writer; ``step`` defaults to the global step.
+        """Sends an image (``(H, W)`` or ``(H, W, C)``, in [0, 1] or uint8) to the writer; ``step``
+        defaults to the global step.
 
         Example:
             >>> import optax, tempfile, numpy as np
@@ -437,7 +445,8 @@ class TrainerModule:
 
     def log_embedding(self, key: str, encodings: Any, step: int | None = None, metadata: Any = None,
                       images: Any = None) -> None:
-        """Writes embeddings (optional labels and ``(N, H, W, C)`` pictures) for TensorBoard's projector.
+        """Writes embeddings (optional labels and ``(N, H, W, C)`` pictures) for TensorBoard's
+        projector.
 
         Example:
             >>> import optax, tempfile, numpy as np
@@ -471,7 +480,8 @@ class TrainerModule:
     def train_model(
         self, train_loader: Any, val_loader: Any = None, test_loader: Any = None, num_epochs: int | None = None
     ) -> dict[str, Any]:
-        """Trains for ``num_epochs`` (default ``train_epochs``), validating every ``check_val_every_n_epoch``.
+        """Trains for ``num_epochs`` (default ``train_epochs``), validating every
+        ``check_val_every_n_epoch``.
 
         A dict ``val_loader`` logs its first loader as ``val/...``, the others as
         ``val_<name>/...``. ``test_loader`` tests the best ``ModelCheckpoint`` (else the final
@@ -548,7 +558,8 @@ class TrainerModule:
         return metrics
 
     def test_model(self, test_loader: Any, apply_callbacks: bool = False, epoch_idx: int = 0) -> dict[str, Any]:
-        """:meth:`eval_model` with ``mode="test"``, as Python floats; ``apply_callbacks`` runs the test hooks.
+        """:meth:`eval_model` with ``mode="test"``, as Python floats; ``apply_callbacks`` runs the
+        test hooks.
 
         A dict of loaders logs as ``test/...`` then ``test_<name>/...``.
 

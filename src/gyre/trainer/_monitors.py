@@ -19,7 +19,8 @@ SPIKES_FILE = "grad_spikes.jsonl"
 
 @register_callback
 class LearningRateMonitor(Callback):
-    """Writes ``trainer.learning_rate()`` as ``optimizer/lr`` at each filtered training epoch's start.
+    """Writes ``trainer.learning_rate()`` as ``optimizer/lr`` at each filtered training epoch's
+    start.
 
     When the trainer cannot tell the rate, nothing is written and a warning says so once.
 
@@ -60,7 +61,8 @@ CHUNK = 1024  # per-step rows kept on the device in buffers of this many steps
 
 
 def _spike_update(carry: dict[str, jax.Array], value: Any, decay: jax.Array, threshold: jax.Array):
-    """One step of the spike monitor, on the device; writes ``[value, ema, spike]`` into ``rows`` if carried."""
+    """One step of the spike monitor, on the device; writes ``[value, ema, spike]`` into ``rows`` if
+    carried."""
     value = jnp.asarray(value).astype(jnp.float32)
     ema, seen = carry["ema"], carry["seen"]
     finite = jnp.isfinite(value)

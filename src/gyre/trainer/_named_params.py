@@ -21,7 +21,8 @@ def _module(module: Any, who: str) -> Any:
 
 
 def module_named_params(module: Any, recursive: bool = False) -> Iterator[tuple[str, Any]]:
-    """The ``(name, nnx.Param)`` pairs of ``module``'s attributes; ``recursive``: submodules' first, as ``<sub>.<param>``.
+    """The ``(name, nnx.Param)`` pairs of ``module``'s attributes; ``recursive``: submodules' first,
+    as ``<sub>.<param>``.
 
     Example:
         >>> from flax import nnx
@@ -41,7 +42,8 @@ def module_named_params(module: Any, recursive: bool = False) -> Iterator[tuple[
 
 
 def count_parameters(module: Any) -> int:
-    """The number of parameter elements in an nnx module (every ``nnx.Param`` of its graph, unlike the fork).
+    """The number of parameter elements in an nnx module (every ``nnx.Param`` of its graph, unlike
+    the fork).
 
     Example:
         >>> from flax import nnx

@@ -14,7 +14,8 @@ LOGGER_KEYS = ("log_dir", "log_steps_every", "tool_config", "log_file_verbosity"
 
 
 def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
-    """The validated trainer config: ``given`` with ``options`` on top (logger keys go to ``logger``)."""
+    """The validated trainer config: ``given`` with ``options`` on top (logger keys go to
+    ``logger``)."""
     from gyre.config import TrainerConfig
 
     config_class = getattr(cls, "config_class", None) or TrainerConfig
@@ -75,7 +76,8 @@ def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
 
 
 def build_optimizer_of(section: Any, *, run_steps: int | None = None, deferred: bool = False) -> Any:
-    """The optimizer of the ``optimizer`` section (a float: Adam); ``deferred``: ``None`` if it needs the run's length."""
+    """The optimizer of the ``optimizer`` section (a float: Adam); ``deferred``: ``None`` if it
+    needs the run's length."""
     if section is None:
         raise TypeError(explain(
             "the trainer has no optimizer",

@@ -169,7 +169,8 @@ class DisableGC(Callback):
 
 @register_callback
 class EarlyStopping(Callback, Improvement):
-    """Stops training when the validation metric ``monitor`` has not improved for ``patience`` validations.
+    """Stops training when the validation metric ``monitor`` has not improved for ``patience``
+    validations.
 
     Args:
         mode: ``"min"``, ``"max"``, or ``"auto"``: the mode ``monitor``'s name implies
