@@ -36,8 +36,7 @@ def make_run_dir(out: str | Path, *, now: _dt.datetime | None = None) -> Path:
 
 @dataclass(frozen=True)
 class DemoResult:
-    """What :func:`fit_digits` returns; ``test_accuracy`` is the best model's (NaN when
-    preempted)."""
+    """What :func:`fit_digits` returns; ``test_accuracy`` is NaN when preempted."""
 
     run_dir: Path
     test_accuracy: float
@@ -130,8 +129,7 @@ def _require_plotting() -> None:
 def digits_config(
     *, epochs: int = 15, batch_size: int = 64, learning_rate: float = 3e-3, seed: int = 0, quiet: bool = False
 ) -> dict[str, Any]:
-    """The demo as a config: a 64-256-256-10 MLP, Adam, the digits; the best model by ``val/acc`` is
-    tested."""
+    """The demo as a config: a 64-256-256-10 MLP, Adam, the digits; the best ``val/acc`` tested."""
     return {
         "seed": seed,
         "trainer": {

@@ -33,8 +33,7 @@ EXIT_CODES = f"""exit codes:
 
 
 def _argument(convert: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Callable[[str], Any]:
-    """An argparse ``type``: ``convert(text)`` when it parses and passes ``ok``, else a usage
-    error."""
+    """An argparse ``type``: ``convert(text)`` if it parses and passes ``ok``, else an error."""
 
     def parse(text: str) -> Any:
         try:
@@ -54,8 +53,7 @@ _seed = _argument(int, lambda v: 0 <= v <= MAX_SEED, f"a whole number from 0 to 
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows option defaults (but ``None`` and empty lists); keeps the description and epilog as
-    written."""
+    """Shows option defaults (not ``None`` nor ``[]``); keeps description and epilog as written."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default is None or action.default == []:
@@ -64,8 +62,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 
 
 class _Given(argparse.Action):
-    """Stores the value and remembers the option was given (the demo's options are refused beside a
-    config)."""
+    """Stores the value, remembering the option was given (refused beside a config)."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
@@ -255,8 +252,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def command_warning(name: str) -> Callable[..., str]:
-    """The ``warnings.formatwarning`` of a command: ``gyre fit: warning: ...``, without source
-    lines."""
+    """The ``warnings.formatwarning`` of a command: ``gyre fit: warning: ...``, no source lines."""
 
     def format_warning(message: Warning | str, category: type[Warning], *_: Any) -> str:
         kind = "warning" if issubclass(category, UserWarning) else category.__name__

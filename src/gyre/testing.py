@@ -280,8 +280,7 @@ class CompiledOnceCheck(CompilationCounter):
             self.check()
 
     def check(self) -> None:
-        """Raises ``AssertionError`` unless exactly one compilation happened so far (run at the
-        block's end)."""
+        """Raises ``AssertionError`` unless exactly one compilation happened so far."""
         name = _name_of(self.fn)
         if self.calls == 0:
             raise AssertionError(explain(

@@ -57,8 +57,7 @@ class Adapter:
     def apply_collect(
         self, params: Any, model_state: Mapping[str, Any], inputs: Any, *, training: bool, rngs: Rngs
     ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-        """``apply``, plus what the model reported in :data:`STEP_COLLECTIONS` (``{}`` for other
-        frameworks)."""
+        """``apply``, plus what the model wrote in :data:`STEP_COLLECTIONS` (linen; else ``{}``)."""
         out, model_state = self.apply(params, model_state, inputs, training=training, rngs=rngs)
         return out, model_state, {}
 
@@ -142,8 +141,7 @@ class LinenAdapter(Adapter):
 def init_linen(
     module: Any, inputs: Any, keys: Rngs, *, flags: Sequence[str] = FLAG_ARGS, compiled: bool = True
 ) -> tuple[Any, dict[str, Any]]:
-    """``(params, other collections)`` of a linen module initialised on ``inputs`` as in
-    training."""
+    """``(params, other collections)`` of a linen module, initialised on ``inputs``."""
     kwargs = _flag_kwargs(module.__call__, True, flags)
     init = lambda k, x: module.init(k, x, **kwargs)  # noqa: E731
     variables = dict((jax.jit(init) if compiled else init)(dict(keys), inputs))

@@ -114,8 +114,7 @@ def _parameters(fn: Any) -> list[inspect.Parameter] | None:
 
 
 def takes_sample_weight(fn: Callable[..., Any]) -> bool:
-    """Whether a positional ``fn`` takes the sample weights (``sample_weight``, or a third required
-    positional)."""
+    """Whether a positional ``fn`` takes ``sample_weight`` (by name, or a third positional)."""
     params = _parameters(fn)
     if params is None:
         return False
@@ -127,8 +126,7 @@ def takes_sample_weight(fn: Callable[..., Any]) -> bool:
 
 @dataclass(frozen=True)
 class Plan:
-    """How to call one function: by keyword (``names``; ``None``: all) or position; ``weighs``: it
-    weighs itself."""
+    """How to call a function: by keyword (``names``; ``None``: all) or by position."""
 
     keyword: bool
     names: frozenset[str] | None
@@ -205,8 +203,7 @@ def weighted_mean(value: Any, sample_weight: Any = None) -> jax.Array:
 
 @dataclass(frozen=True, eq=False)
 class Call:
-    """A loss or metric function bound to its convention by :func:`bind`; ``call(args)`` gives the
-    batch's value."""
+    """A loss or metric bound to its convention by :func:`bind`; ``call(args)`` gives its value."""
 
     name: str
     fn: Callable[..., Any]
@@ -243,8 +240,7 @@ def check_loss_dtype(name: str, value: Any) -> None:
 
 
 def bind(name: str, fn: Any, *, what: str, extra: frozenset[str] = frozenset()) -> Call:
-    """``fn`` bound to the convention its signature asks for (``extra``: more keyword names), or a
-    ``TypeError``."""
+    """``fn`` bound to its signature's convention (``extra``: more keywords), or a ``TypeError``."""
     if not callable(fn) or isinstance(fn, type):
         raise TypeError(explain(
             f"{what} {name!r} is not a function",
@@ -265,8 +261,7 @@ def call_keywords(fn: Any, args: Mapping[str, Any], found: Plan) -> dict[str, An
 
 
 def flatten_names(tree: Any, *, full_path: bool = False) -> dict[str, Any]:
-    """Names for the leaves of a ``losses``/``metrics`` collection: each path's last key (or whole
-    path), made unique."""
+    """Unique names for a ``losses``/``metrics`` collection's leaves: last keys, or whole paths."""
     out: dict[str, Any] = {}
 
     def walk(path: tuple[str, ...], node: Any) -> None:

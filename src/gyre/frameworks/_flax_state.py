@@ -131,8 +131,7 @@ class FlaxState(managed.ManagedState, kw_only=True):
         return logs, self.replace(**changes)
 
     def _warn_unmasked(self, keywords: dict[str, Any]) -> None:
-        """Warns (when the step compiles) about whole-batch values that count a padded batch's
-        padding."""
+        """Warns (when the step compiles) of whole-batch values that count a batch's padding."""
         probe = {**keywords, "key_seq": calling.KeySeq(self.step_key("mask_probe"))}  # (the real keys untouched)
         whole = [name for name, call in (*self.loss_fns, *self.metric_fns) if _whole_batch(call, probe)]
         if whole:
@@ -165,8 +164,7 @@ class FlaxState(managed.ManagedState, kw_only=True):
     predict_step = managed.step(_predict)
 
     def reset_step(self) -> Any:
-        """The state with every metric object emptied (the named loops call it each epoch and
-        evaluation)."""
+        """The state with every metric object emptied (the loops call it each epoch)."""
         if not self.metric_states:
             return self
         fresh = {name: _metrics.reset(m) for name, m in self.metric_states.items()}
@@ -183,8 +181,7 @@ def _masked_weight(weight: Any, mask: Any) -> jax.Array:
 
 
 def _whole_batch(call: calling.Call, args: Mapping[str, Any]) -> bool:
-    """Whether a loss or metric function gives one value for the whole batch without taking the
-    weights."""
+    """Whether a loss or metric gives one value for the whole batch without taking the weights."""
     if call.plan.weighs:
         return False
     if call.plan.keyword:
@@ -211,8 +208,7 @@ def _unclaimed(name: str, taken: Mapping[str, Any], what: str) -> str:
 
 
 def _check_same_collections(before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
-    """An error when a training step changes the structure of the model's state (a ``sow`` into
-    it)."""
+    """An error when a training step changes the model state's structure (a ``sow`` into it)."""
     old, new = jax.tree_util.tree_structure(dict(before)), jax.tree_util.tree_structure(dict(after))
     if old != new:
         grown = sorted(k for k in before if jax.tree_util.tree_structure(before[k]) != jax.tree_util.tree_structure(after.get(k)))

@@ -37,8 +37,7 @@ Values = Mapping[str, tuple[Any, Any]]
 
 
 def _weight(monoid: type[Metric], count: Any, default_count: Any) -> jax.Array:
-    """A step's weight: MEAN's ``count`` (else ``default_count``); for other modes 1, or 0 when
-    ``count`` is 0."""
+    """A step's weight: MEAN's ``count`` (or ``default_count``); else 1, or 0 if ``count`` is 0."""
     if monoid is Mean:
         return jnp.asarray(default_count if count is None else count, jnp.float32)
     if count is None:
@@ -56,8 +55,7 @@ def _merge_step(acc: Metric, value: jax.Array, weight: jax.Array) -> Metric:
 
 @dataclass(frozen=True)
 class _Group:
-    """Metrics of one mode, shape and dtype, stacked in one monoid at ``(dtype, offset, shape)``
-    leaves."""
+    """Metrics of one mode, shape and dtype, stacked in one monoid of packed leaves."""
 
     monoid: type[Metric]
     keys: tuple[str, ...]

@@ -296,8 +296,7 @@ def wrap_model(config: Any, model: Any, mode: str) -> tuple[Any, Any]:
 
 
 def forward_module(model: Any) -> Any:
-    """The linen module a trainer initialises and runs: a linen augmentation's wrapped model, else
-    ``model``."""
+    """The linen module a trainer runs: a linen augmentation's wrapped model, else ``model``."""
     if isinstance(model, AugmentationLinen):
         return model.wrapped_model
     return model
@@ -315,15 +314,13 @@ def _takes_rng(method: Any) -> bool:
 
 
 def augment_linen(module: Any, params: Any, pair: Any, key: jax.Array) -> Any:
-    """``module.augment(pair)``, ``key`` given as the ``augmentation`` stream and, if taken, as
-    ``rng=``."""
+    """``module.augment(pair)``, ``key`` its ``augmentation`` stream (and ``rng=`` if taken)."""
     kwargs = {"rng": {"augmentation": key}} if _takes_rng(type(module).augment) else {}
     return module.apply({"params": params}, pair, method="augment", rngs={"augmentation": key}, **kwargs)
 
 
 def prepare(trainer: Any, model: Any, params: Any, batch: Any, rng: jax.Array, *, train: bool) -> Any:
-    """The batch the loss function gets: preprocessed, and augmented in training (``model``: nnx,
-    else ``None``)."""
+    """The batch the loss function gets: preprocessed, and augmented in training."""
     config = trainer.config
     augmenting = train and getattr(config, "augmentation", None) is not None
     pre = trainer.preprocessing

@@ -134,8 +134,7 @@ class Callback:
         return self.trainer
 
     def _write(self, kind: str, values: Mapping[str, Any]) -> None:
-        """Writes ``values`` (``"scalars"`` or ``"images"``) at the global step, if the writer takes
-        that kind."""
+        """Writes ``values`` (``"scalars"``, ``"images"``) at the global step, if the writer can."""
         trainer = self._bound()
         writer = trainer.writer
         if kind in writer.kinds:
@@ -206,8 +205,7 @@ class Callback:
         """Called after testing with its metrics (not filtered)."""
 
     def on_training_step(self, step_metrics: dict[str, Any], epoch_idx: int, global_step: int) -> None:
-        """Called after each training step, only for classes that override it; read no metric
-        here."""
+        """Called after each training step, only if overridden; read no metric value here."""
 
     def finalize(self, status: str) -> None:
         """Called once at the very end: ``"success"``, ``"failed"`` or ``"stopped"``.

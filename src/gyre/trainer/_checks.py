@@ -16,8 +16,7 @@ CALLS = {
 
 
 def check_user_methods(trainer: Any, base: type, mode: str) -> None:
-    """Raises a ``TypeError`` when the loss function for ``mode`` (or ``batch_to_input``) is missing
-    or misfits."""
+    """A ``TypeError`` when the loss function for ``mode`` or ``batch_to_input`` misfits."""
     name = "loss_function" if mode == "nnx" else "loss_function_linen"
     cls = type(trainer)
     if getattr(cls, name, None) is getattr(base, name, None):

@@ -17,8 +17,7 @@ from gyre.trainer._modes import LogMetricMode, MetricSpec
 
 
 class ConcatCollector:
-    """Keeps the CONCAT metrics' per-step device arrays and concatenates them along the first axis
-    in :meth:`compute`."""
+    """Keeps CONCAT metrics' per-step device arrays; :meth:`compute` concatenates them."""
 
     def __init__(self, specs: Mapping[str, MetricSpec]) -> None:
         self.keys = tuple(k for k, s in specs.items() if s.mode is LogMetricMode.CONCAT)
@@ -47,8 +46,7 @@ class ConcatCollector:
         self._add(values, stacked=True)
 
     def compute(self) -> dict[str, jax.Array]:
-        """Every CONCAT metric's rows so far, one device array each; rows of different shapes are an
-        error."""
+        """Every CONCAT metric's rows so far, one device array each (of one shape)."""
         out = {}
         for key, parts in self._parts.items():
             rows = [_rows(v, stacked) for v, stacked in parts]

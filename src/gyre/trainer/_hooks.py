@@ -27,8 +27,7 @@ _roll = jax.jit(_compute_and_reset)
 
 
 class TrainingRun:
-    """Named-loop callback of one :meth:`TrainerModule.train_model` call; ``val_loaders`` is
-    ``[(mode, loader)]``."""
+    """Named-loop callback of one :meth:`TrainerModule.train_model` call."""
 
     def __init__(self, trainer: Any, val_loaders: list[tuple[str, Any]], *, specs: Any, builder: Any,
                  files: Any) -> None:

@@ -18,8 +18,7 @@ STATS = ("min", "max", "mean", "std")
 
 
 def tree_stats(tree: Any, suffix: str = "") -> dict[str, jax.Array]:
-    """The statistics of every array leaf of ``tree``, the path followed by ``suffix``
-    (jittable)."""
+    """The statistics of every array leaf of ``tree``, its path then ``suffix`` (jittable)."""
     out: dict[str, jax.Array] = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
         if not hasattr(leaf, "dtype") or not jnp.issubdtype(leaf.dtype, jnp.number):
@@ -39,8 +38,7 @@ def count_params(params: Any) -> int:
 
 
 def _nnx_table(model: Any) -> str:
-    """Each submodule of an nnx model: path, class and parameter count (``nnx.tabulate`` fails on
-    bridged layers)."""
+    """Each nnx submodule's path, class and parameter count (``nnx.tabulate`` fails on bridges)."""
     from flax import nnx
 
     rows = []
@@ -57,8 +55,7 @@ def _nnx_table(model: Any) -> str:
 
 
 def tabulate(trainer: Any, exmp_input: Any) -> dict[str, str]:
-    """The model's summary (``model.txt``) and its parameters' paths, shapes and dtypes
-    (``params.txt``)."""
+    """The model's summary (``model.txt``) and its parameters (``params.txt``)."""
     from flax import linen
 
     state = trainer.state

@@ -31,8 +31,7 @@ def _annotation(owner: Any, annotations: dict[str, Any]) -> Any:
 
 
 def _own_config_class(cls: type) -> type | None:
-    """The config class a subclass defines itself, or ``None`` (an intermediate base, a class flax
-    derives)."""
+    """The config class a subclass defines itself, or ``None`` (a base, or a class flax derives)."""
     init = vars(cls).get("__init__")
     if vars(cls).get("config_class") is not None:
         found = vars(cls)["config_class"]
@@ -74,8 +73,7 @@ def _register(cls: type) -> None:
 
 
 class ModelBase(ConfigTyped):
-    """The metaclass of the fork's bases: ``cfgtype`` joins the registered subclasses' config
-    classes."""
+    """The metaclass of the fork's bases: ``cfgtype`` joins the registered subclasses' configs."""
 
     def typed_configs(cls) -> list[type]:
         found = []
@@ -153,8 +151,7 @@ class BaseModelLinen(RegistersSubclasses, linen.Module, metaclass=ModelBase):
 
 
 def built_from_config(factory: Any) -> bool:
-    """Whether a registered model is built from its typed config (a subclass of one of the fork's
-    bases)."""
+    """Whether a registered model is built from its typed config (it subclasses a fork's base)."""
     return isinstance(factory, type) and issubclass(factory, RegistersSubclasses)
 
 

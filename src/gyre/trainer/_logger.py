@@ -104,8 +104,7 @@ class Logger:
         return self.config.log_dir or self.logger.log_dir or os.getcwd()
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, log_postfix: str = "") -> None:
-        """Writes the scalar ``metrics`` at ``step``, keys suffixed ``_<log_postfix>`` when
-        given."""
+        """Writes the scalar ``metrics`` at ``step``, keys suffixed ``_<log_postfix>`` if given."""
         chosen = {}
         for key, value in metrics.items():
             value = _scalar(value)
@@ -125,8 +124,7 @@ class Logger:
         self.logger.finalize(status)
 
     def start_epoch(self, epoch: int, mode: str = "train") -> None:
-        """Starts epoch ``epoch`` of ``mode``: ``"train"``, or a name starting with ``"val"`` or
-        ``"test"``."""
+        """Starts epoch ``epoch`` of ``mode``: ``"train"``, or ``"val..."`` or ``"test..."``."""
         if not isinstance(mode, str) or not _MODE.match(mode):
             raise LoggingModeError(explain(
                 "Logger.start_epoch: unknown logging mode",
@@ -137,8 +135,7 @@ class Logger:
         self._reset_epoch_metrics()
 
     def log_step(self, metrics: Mapping[str, Any]) -> Any:
-        """Counts one step; every ``log_steps_every`` training steps writes the step entries and
-        returns them reset."""
+        """Counts a step; every ``log_steps_every`` steps writes and resets the step entries."""
         self.epoch_step_count += 1
         if self.logging_mode == "train" and self.log_steps_every > 0:
             self.step_count += 1

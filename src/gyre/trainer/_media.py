@@ -71,8 +71,7 @@ def _sprite(images: np.ndarray) -> np.ndarray:
 def write_embedding(
     folder: str | os.PathLike[str], key: str, step: int, encodings: Any, metadata: Any = None, images: Any = None
 ) -> Path:
-    """Writes one embedding for TensorBoard's projector into ``folder`` and returns its own
-    folder."""
+    """Writes one embedding for TensorBoard's projector into ``folder``; returns its own folder."""
     vectors, labels, pictures = _embedding_arrays(encodings, metadata, images)
     folder = Path(folder)
     name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', key)}_{int(step):08d}"

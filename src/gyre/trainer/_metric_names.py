@@ -63,8 +63,7 @@ def time_name(phase: str) -> str:
 def metric_names(
     specs: Mapping[str, MetricSpec], phase: str, freq: str = "epoch"
 ) -> dict[str, str]:
-    """``{key: logged name}`` of the metrics logged in ``phase`` at ``freq``; two metrics of one
-    name are an error."""
+    """``{key: logged name}`` of the metrics logged in ``phase`` at ``freq`` (names must differ)."""
     _phase_freq(phase, freq)
     names: dict[str, str] = {}
     owner: dict[str, str] = {}
@@ -97,8 +96,7 @@ def select_specs(
 def name_metrics(
     computed: Mapping[str, Any], specs: Mapping[str, MetricSpec], phase: str, freq: str = "epoch"
 ) -> dict[str, Any]:
-    """The computed values of the metrics logged in ``phase`` at ``freq``, under their logged
-    names."""
+    """The computed values of the metrics logged in ``phase`` at ``freq``, by logged name."""
     out = {}
     for key, name in metric_names(specs, phase, freq).items():
         if key not in computed:

@@ -60,8 +60,7 @@ def lazy_init_nnx(module: Any, exmp_input: Any) -> bool:
 
 
 class NNXModel:
-    """An nnx module split for compiled steps; its states travel as plain dicts (they flatten
-    faster)."""
+    """An nnx module split for compiled steps; its states travel as plain dicts."""
 
     mode = "nnx"
 

@@ -318,8 +318,7 @@ class TrainerModule:
 
     @property
     def strategy(self) -> Any:
-        """How steps run: ``eager`` with ``debug``, ``jit`` on one device, else
-        ``data_parallel``."""
+        """How steps run: ``eager`` with ``debug``, ``jit`` on one device, else data parallel."""
         if getattr(self, "_strategy", None) is None:
             from gyre.trainer._setup import strategy_of
 
@@ -360,8 +359,7 @@ class TrainerModule:
 
     @property
     def state(self) -> Any:
-        """The train state: the running loop's during :meth:`train_model`, else the last one
-        (``None`` before)."""
+        """The train state: the running loop's in :meth:`train_model`, else the last one."""
         loop = self._loop
         return self._state if loop is None else loop.state
 

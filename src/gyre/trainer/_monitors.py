@@ -61,8 +61,7 @@ CHUNK = 1024  # per-step rows kept on the device in buffers of this many steps
 
 
 def _spike_update(carry: dict[str, jax.Array], value: Any, decay: jax.Array, threshold: jax.Array):
-    """One step of the spike monitor, on the device; writes ``[value, ema, spike]`` into ``rows`` if
-    carried."""
+    """One step of the spike monitor on the device; the row goes into ``rows`` if carried."""
     value = jnp.asarray(value).astype(jnp.float32)
     ema, seen = carry["ema"], carry["seen"]
     finite = jnp.isfinite(value)

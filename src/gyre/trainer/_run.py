@@ -31,8 +31,7 @@ class RunError(ValueError):
 
 
 def is_user_error(err: BaseException) -> bool:
-    """Whether ``err`` is a mistake gyre explained (expected / received / fix), printed without a
-    traceback."""
+    """Whether ``err`` is a mistake gyre explained (expected / received / fix)."""
     text = user_message(err)
     return isinstance(err, (ValueError, TypeError, KeyError, OSError)) and "\n  expected: " in text and "\n  fix: " in text
 
@@ -103,8 +102,7 @@ def make_run_dir(out: str | os.PathLike[str], *, now: _dt.datetime | None = None
 
 @dataclass(frozen=True)
 class RunResult:
-    """What :func:`run_config` returns: ``val`` and ``test`` hold scalar metrics (``test`` of the
-    best checkpoint)."""
+    """What :func:`run_config` returns; ``test`` holds the best checkpoint's scalar metrics."""
 
     run_dir: Path
     config: Any
@@ -118,8 +116,7 @@ class RunResult:
 
 
 def resolve_config(source: Any, overrides: Sequence[str] = ()) -> Any:
-    """The validated config of ``source`` with ``overrides``; its optimizer is built to fail before
-    training."""
+    """The validated config of ``source`` with ``overrides``, its optimizer built (fails early)."""
     from gyre.config import Config, RunLengthUnknown, build_optimizer, config_to_dict, load_config
 
     if isinstance(source, Config):
@@ -133,8 +130,7 @@ def resolve_config(source: Any, overrides: Sequence[str] = ()) -> Any:
 
 
 def run_steps_of(config: Any, dataset: Any) -> int | None:
-    """The run's training steps (``train_epochs`` x batches per epoch), or ``None`` when the loader
-    does not say."""
+    """The run's training steps (``train_epochs`` x batches per epoch), or ``None`` if unknown."""
     loader = dataset.train_loader
     per_epoch = getattr(loader, "epoch_steps", None)
     if per_epoch is None and hasattr(loader, "__len__"):
@@ -357,8 +353,7 @@ def find_run_dir(path: str | os.PathLike[str]) -> Path:
 
 
 def resume_run(run: str | os.PathLike[str], *, quiet: bool = False) -> RunResult:
-    """Continues the stopped run in folder ``run`` from its newest resume checkpoint, with its
-    stored config."""
+    """Continues the stopped run ``run`` from its newest resume checkpoint, with its own config."""
     from gyre.core._errors import warn
 
     folder = find_run_dir(run)
@@ -372,8 +367,7 @@ def resume_run(run: str | os.PathLike[str], *, quiet: bool = False) -> RunResult
 
 
 def run_test(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The test metrics of a run's best checkpoint (or the one ``path`` names), on its stored
-    dataset."""
+    """The test metrics of a run's best checkpoint (or the one ``path`` names), on its dataset."""
     from gyre.trainer._module import TrainerModule
 
     target = Path(path).expanduser()

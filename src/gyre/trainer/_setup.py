@@ -14,8 +14,7 @@ LOGGER_KEYS = ("log_dir", "log_steps_every", "tool_config", "log_file_verbosity"
 
 
 def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
-    """The validated trainer config: ``given`` with ``options`` on top (logger keys go to
-    ``logger``)."""
+    """The validated trainer config: ``given`` with ``options`` on top (logger keys: ``logger``)."""
     from gyre.config import TrainerConfig
 
     config_class = getattr(cls, "config_class", None) or TrainerConfig

@@ -67,8 +67,7 @@ def _described(out: Any) -> str:
 
 
 def batch_size_of(batch: Any, inputs: Any) -> Any:
-    """The examples in a batch (its ``size`` attribute, else its input's leading axis): MEAN's
-    weight."""
+    """A batch's examples (its ``size`` attribute, else its input's leading axis): MEAN's weight."""
     size = getattr(batch, "size", None)
     if isinstance(size, (int, jax.Array)) and not callable(size):
         return size
@@ -122,8 +121,7 @@ class StepBuilder:
     # -- the training step --------------------------------------------------------------------
 
     def train_step(self, *, step_logs: bool) -> Callable[[Any, Any], tuple[Logs | None, Any]]:
-        """``(state, batch) -> (logs, state)``; ``step_logs`` also returns the step's values as
-        logs."""
+        """``(state, batch) -> (logs, state)``; ``step_logs`` also returns the step's values."""
         t = self.trainer
 
         def objective(inner: Any, batch: Any) -> tuple[Any, tuple[dict[str, Any], Any]]:
@@ -193,8 +191,7 @@ class StepBuilder:
         return accepts_mask(t.loss_function if self.mode == "nnx" else t.loss_function_linen)
 
     def eval_step(self) -> Callable[..., Any]:
-        """``(state, accumulator, batch, mask=None) -> (accumulator, CONCAT values)``; MEAN weighs
-        ``mask.sum()``."""
+        """``(state, accumulator, batch, mask=None) -> (accumulator, CONCAT values)``."""
         t = self.trainer
 
         def step(state: Any, acc: Any, batch: Any, mask: Any = None) -> Any:

@@ -71,8 +71,7 @@ class ToolLoggerInterface:
         self, key: str, encodings: Any, metadata: Any = None, label_img: Any = None, step: int | None = None,
         log_postfix: str = "", logging_mode: str | None = None,
     ) -> None:
-        """Writes an embedding for TensorBoard's projector into the writer's folder (none: a
-        warning)."""
+        """Writes an embedding for TensorBoard's projector in the writer's folder, if it has one."""
         folder = getattr(self.writer, "logdir", None)
         if folder is None:
             LOGGER.warning("Embedding logging is only implemented for TensorBoard (got %s).", type(self.writer).__name__)
