@@ -74,6 +74,7 @@ def test_a_jit_function_compiled_once_passes():
         for _ in range(3):
             matmul(jnp.ones((2, 3)), jnp.ones((3, 4)))
     assert matmul.calls == 3 and matmul.count == 1
+    matmul.check()  # after the block too: still one
 
 
 def test_a_recompiling_jit_function_fails_saying_what_changed():

@@ -1,13 +1,6 @@
-"""The job behind ``gyre fit`` without a config: the digits demo, run as a config through
-:func:`gyre.trainer._run.run_config` (the path every ``gyre fit CONFIG`` takes).
-
-:func:`digits_config` turns the demo's options into a config: the ``ImgClassifierTrainer``,
-a 64-256-256-10 ``SimpleClassifier`` MLP, Adam, and the ``DigitsDataset`` (200 of the 1,437
-training digits held out for validation; the best model by validation accuracy is tested).
-``examples/configs/digits_mlp.yaml`` is the same config as a file.
-
-Needs the ``examples`` extra (scikit-learn for the data, matplotlib for the plot,
-tensorboardX for the event files).
+"""The job behind ``gyre fit`` without a config: the digits demo, whose options become a config
+(``examples/configs/digits_mlp.yaml`` as a file) run by :func:`gyre.trainer._run.run_config`.
+Needs the ``examples`` extra.
 """
 
 from __future__ import annotations
@@ -43,20 +36,7 @@ def make_run_dir(out: str | Path, *, now: _dt.datetime | None = None) -> Path:
 
 @dataclass(frozen=True)
 class DemoResult:
-    """What :func:`fit_digits` returns.
-
-    Attributes:
-        run_dir: the run folder (``config.yaml``, ``history.csv``, ``curves.png``,
-            ``tensorboard/``, ``metrics/``, ``checkpoints/`` with the best model by validation
-            accuracy, ``resume/``).
-        test_accuracy: accuracy on the whole test set of the best model by validation
-            accuracy (NaN when preempted).
-        history: the run's history.
-        elapsed: the loop's final clock.
-        seconds: wall-clock seconds of training, compilation, validations and the test.
-        preempted: the run stopped on SIGTERM (or Ctrl-C), its last step saved; run again
-            with ``resume=run_dir`` to continue.
-    """
+    """What :func:`fit_digits` returns; ``test_accuracy`` is NaN when preempted."""
 
     run_dir: Path
     test_accuracy: float
@@ -67,15 +47,8 @@ class DemoResult:
 
 
 class DemoArgumentError(ValueError):
-    """An argument of :func:`fit_digits` (or :func:`make_run_dir`) that cannot work.
-
-    ``str(err)`` is the full explanation (expected, received, fix); the ``gyre`` command
-    prints ``argument --<name>: <summary>`` with its usage line instead.
-
-    Attributes:
-        argument: the parameter's name (``"batch_size"``; the option is ``--batch-size``).
-        summary: what is wrong, in one line that names the value received.
-    """
+    """An argument of :func:`fit_digits` that cannot work; the command prints
+    ``argument --<name>: <summary>``."""
 
     def __init__(self, argument: str, summary: str, *, expected: str, received: str, fix: str) -> None:
         super().__init__(
@@ -142,11 +115,7 @@ def _check_batch_size(batch_size: int, samples: int) -> None:
 
 
 def check_out(out: str | Path) -> Path:
-    """Checks, before any work, that run folders can be made in ``out``.
-
-    ``out`` may be missing (it is created); it must not be a file, nor lie under a file or
-    a folder that cannot be written to.
-    """
+    """Checks, before any work, that run folders can be made in ``out``."""
     try:
         return _run.check_out(out)
     except _run.RunError as err:
@@ -160,11 +129,7 @@ def _require_plotting() -> None:
 def digits_config(
     *, epochs: int = 15, batch_size: int = 64, learning_rate: float = 3e-3, seed: int = 0, quiet: bool = False
 ) -> dict[str, Any]:
-    """The demo as a config: ``ImgClassifierTrainer``, a 64-256-256-10 ``SimpleClassifier``,
-    Adam at ``learning_rate``, the ``DigitsDataset`` (``seed`` picks the validation split,
-    the shuffles and the initial parameters), the best model by ``val/acc`` kept and tested,
-    a NaN or infinite loss stopping the run.
-    """
+    """The demo as a config: a 64-256-256-10 MLP, Adam, the digits; the best ``val/acc`` tested."""
     return {
         "seed": seed,
         "trainer": {
@@ -203,38 +168,12 @@ def fit_digits(
     quiet: bool = False,
     resume: str | Path | None = None,
 ) -> DemoResult:
-    """Trains a 64-256-256-10 MLP on the digits with Adam (:func:`digits_config` through
-    :func:`gyre.trainer._run.run_config`); writes a run folder.
+    """Trains a 64-256-256-10 MLP on the digits with Adam into a run folder ``<out>/<timestamp>/``.
 
-    The run folder ``<out>/<YYYYmmdd-HHMMSS>/`` receives the resolved ``config.yaml``,
-    ``history.csv``, ``curves.png`` (loss and accuracy: steps, epochs, validation),
-    ``tensorboard/`` (``tensorboard --logdir <out>``), ``metrics/`` (one JSON file per phase
-    and epoch), ``checkpoints/`` (the best model by validation accuracy, the one tested) and
-    ``resume/``. Fifteen epochs take a few seconds on a laptop CPU and reach about 97% test
-    accuracy.
-
-    Args:
-        epochs: passes over the training set (15); the validation set is evaluated after each.
-        batch_size: samples per training step (64).
-        learning_rate: Adam's learning rate (3e-3).
-        seed: seeds the validation split, the shuffles and the initial parameters (0).
-        out: the folder that holds run folders.
-        quiet: no progress bar.
-        resume: a run folder of an earlier, stopped run (SIGTERM, a crash): the run
-            continues there from its newest good checkpoint, exactly as if it had never
-            stopped, with the run's own options (from its ``config.yaml``) for those not
-            given. ``epochs`` and ``learning_rate`` may change; a ``batch_size`` or ``seed``
-            other than the run's is refused before anything is written (the data would
-            differ).
-
-    Returns:
-        A :class:`DemoResult`.
-
-    Raises:
-        DemoArgumentError: an argument that cannot work (checked before any training, and
-            before the run folder is made, except that folder's own creation).
-        gyre.NonFiniteError: the training diverged (a NaN or infinite loss or metric); a
-            note names the run folder.
+    ``seed`` draws the validation split, the shuffles and the initial parameters. ``resume``
+    continues a stopped run folder with its own options; only ``epochs`` and
+    ``learning_rate`` may change. Raises :class:`DemoArgumentError` before any training, or
+    ``gyre.NonFiniteError``.
     """
     run_dir = None if resume is None else _resume_dir(resume)
     stored = {} if run_dir is None else stored_options(run_dir)
@@ -277,9 +216,7 @@ def stored_options(run_dir: str | Path) -> dict[str, Any]:
 
 
 def _check_same_data(run_dir: Path, stored: dict[str, Any], chosen: dict[str, Any]) -> None:
-    """A resumed run continues with the batches it was saved with: another batch size or
-    seed (which draws the validation split and the shuffles) is refused, before anything
-    is written, in the command line's terms."""
+    """Refuses resuming with another batch size or seed than the run's (the data would differ)."""
     for name, value in chosen.items():
         if name in stored and stored[name] != value:
             option = "--" + name.replace("_", "-")

@@ -1,18 +1,6 @@
-"""The ``gyre`` command (also ``python -m gyre``): a thin shell over
-:mod:`gyre.trainer._run`.
-
-``gyre fit CONFIG [dotted.key=value ...]`` trains what a YAML config describes and tests its
-best checkpoint; ``gyre resume RUN`` continues a stopped run; ``gyre test RUN`` tests a run's
-best checkpoint again; ``gyre config CONFIG [overrides]`` prints the validated config with its
-defaults. ``gyre fit`` with no config trains the digits demo (:func:`gyre._demo.fit_digits`).
-Plain ``gyre`` prints the help.
-
-A mistake in the options or the config (a batch larger than the data set, ``--out`` naming a
-file or a folder that cannot be written, a negative seed, a missing file, bad YAML, an unknown
-key or ``class_name``, a malformed override...) is a usage error, exit code 2, printed as
-gyre's explanation, never as a traceback. A training that diverges (a NaN or infinite loss or metric: :class:`gyre.NonFiniteError`)
-stops at once and exits with code 3, printing the error's explanation (the step, the entry,
-the fix) and the run folder, whose checkpoints hold no state made after the divergence.
+"""The ``gyre`` command (also ``python -m gyre``): ``fit CONFIG [key=value ...]``, ``resume
+RUN``, ``test RUN`` and ``config CONFIG``, a thin shell over :mod:`gyre.trainer._run`;
+``gyre fit`` with no config trains the digits demo (:func:`gyre._demo.fit_digits`).
 """
 
 from __future__ import annotations
@@ -45,8 +33,7 @@ EXIT_CODES = f"""exit codes:
 
 
 def _argument(convert: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Callable[[str], Any]:
-    """An argparse ``type``: ``convert(text)`` when it parses and passes ``ok``, else argparse's
-    usage error "expected ..., received '...'"."""
+    """An argparse ``type``: ``convert(text)`` if it parses and passes ``ok``, else an error."""
 
     def parse(text: str) -> Any:
         try:
@@ -66,8 +53,7 @@ _seed = _argument(int, lambda v: 0 <= v <= MAX_SEED, f"a whole number from 0 to 
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Option defaults shown (but ``None`` and empty lists), the description and the epilog
-    (the exit codes) kept as written."""
+    """Shows option defaults (not ``None`` nor ``[]``); keeps description and epilog as written."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default is None or action.default == []:
@@ -76,8 +62,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 
 
 class _Given(argparse.Action):
-    """Stores the value and remembers the option was given (the demo's options are refused
-    beside a config, which has its own keys for them)."""
+    """Stores the value, remembering the option was given (refused beside a config)."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
@@ -101,12 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``gyre`` command.
 
     Example:
-        >>> args = build_parser().parse_args(["fit", "--epochs", "3"])
-        >>> args.command, args.config, args.epochs, args.batch_size
-        ('fit', None, 3, 64)
         >>> args = build_parser().parse_args(["fit", "run.yaml", "trainer.seed=1"])
-        >>> args.config, args.overrides
-        ('run.yaml', ['trainer.seed=1'])
+        >>> args.command, args.config, args.overrides
+        ('fit', 'run.yaml', ['trainer.seed=1'])
     """
     parser = argparse.ArgumentParser(
         prog="gyre",
@@ -270,13 +252,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def command_warning(name: str) -> Callable[..., str]:
-    """The ``warnings.formatwarning`` of a command: a warning reads as the command's
-    (``gyre fit: warning: ...``), not as a line of gyre's script with its source.
-
-    Example:
-        >>> command_warning("gyre fit")(UserWarning("the schedule is short"), UserWarning, "gyre", 6)
-        'gyre fit: warning: the schedule is short\\n'
-    """
+    """The ``warnings.formatwarning`` of a command: ``gyre fit: warning: ...``, no source lines."""
 
     def format_warning(message: Warning | str, category: type[Warning], *_: Any) -> str:
         kind = "warning" if issubclass(category, UserWarning) else category.__name__
@@ -286,8 +262,7 @@ def command_warning(name: str) -> Callable[..., str]:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    """Runs one command: an explained mistake exits 2, a divergence 3, each with its message
-    on stderr and no traceback; any other error is a bug, raised as it is."""
+    """Runs one command: an explained mistake exits 2, a divergence 3; any other error is raised."""
     from gyre.engine import NonFiniteError
     from gyre.trainer._run import is_user_error, user_message
 
@@ -313,12 +288,7 @@ def _notes(err: BaseException) -> str:
 
 
 def diverged_fix(step: int) -> str:
-    """The fix of a diverged training, in the command line's terms (config keys and options).
-
-    Example:
-        >>> diverged_fix(3).startswith("the training diverged: lower optimizer.learning_rate")
-        True
-    """
+    """The fix of a diverged training, in the command line's terms."""
     return (
         "the training diverged: lower optimizer.learning_rate (gyre fit CONFIG "
         "optimizer.learning_rate=1e-4; the demo: --learning-rate 1e-4), clip the gradients (in "
@@ -328,13 +298,7 @@ def diverged_fix(step: int) -> str:
 
 
 def cli_fix(message: str, fix: str) -> str:
-    """An explained error's message (expected / received / fix) with its fix replaced: the
-    command line gives fixes in its own terms, not Python's.
-
-    Example:
-        >>> cli_fix("bad\\n  expected: a\\n  received: b\\n  fix: call f(1)", "pass --n 1")
-        'bad\\n  expected: a\\n  received: b\\n  fix: pass --n 1'
-    """
+    """An explained error's message with its fix replaced by the command line's."""
     head, sep, _ = message.rpartition("\n  fix: ")
     return f"{head}{sep}{fix}" if sep else message
 
@@ -343,23 +307,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the ``gyre`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit code.
 
     A usage error (an option or a config that cannot work) prints one explanation to stderr
-    and exits with code 2, as ``argparse`` does. A training that diverges (a NaN or infinite
-    loss or metric) returns 3 after printing the explanation to stderr; a preempted one 75.
+    and exits with code 2; a diverged training returns 3, a preempted one 75.
 
     Example:
         >>> import contextlib, io
-        >>> with contextlib.redirect_stdout(io.StringIO()) as out:
-        ...     code = main([])
-        >>> code, out.getvalue().startswith("usage: gyre")
-        (0, True)
-        >>> with contextlib.redirect_stderr(io.StringIO()) as err:
-        ...     try:
-        ...         main(["fit", "--seed", "-1"])
-        ...     except SystemExit as exit:
-        ...         print(exit.code)
-        2
-        >>> print(err.getvalue().splitlines()[-1])
-        gyre fit: error: argument --seed: expected a whole number from 0 to 9223372036854775807, received '-1'
         >>> with contextlib.redirect_stderr(io.StringIO()) as err:
         ...     main(["config", "no-such.yaml"])
         2

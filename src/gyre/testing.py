@@ -1,23 +1,8 @@
 """Helpers for tests of JAX training code: count compilations, assert a step compiles once.
 
-A step that recompiles silently costs seconds per call; these helpers make "compiled once"
-a one-line assertion in your own tests (and in gyre's). They count the programs XLA builds,
-through JAX's public monitoring events (``jax.monitoring``), so they work for anything that
-compiles: a ``jax.jit`` function, a gyre managed step (``gyre.managed.train_step``), a
-``gyre.Step``, a ``fuse``\\ d loop. A program JAX takes from its persistent compilation cache
-counts too: it is still a new program for this process.
-
-* :func:`assert_compiled_once` wraps one function; only compilations that happen during its
-  calls count, and a failure says how many happened, at which calls, and what changed in the
-  arguments (shapes, dtypes, weak types, shardings, structure) since the call that compiled
-  first.
-* :func:`count_compilations` counts every compilation in a ``with`` block.
-
-Example:
-    >>> import gyre, jax, jax.numpy as jnp
-    >>> with gyre.testing.assert_compiled_once(jax.jit(lambda x: x * 2)) as double:
-    ...     for _ in range(3):
-    ...         y = double(jnp.ones(3))
+They count the programs XLA builds through ``jax.monitoring`` events, so they work for anything
+that compiles (``jax.jit`` functions, managed steps, ``gyre.Step``); a program taken from the
+persistent compilation cache counts too.
 """
 
 from __future__ import annotations
@@ -49,13 +34,8 @@ COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 @dataclass(frozen=True)
 class Compilation:
-    """One program built by JAX.
-
-    Attributes:
-        name: the program's name as JAX gives it (``jit(<function name>)``).
-        seconds: how long building it took.
-        call: the index of the call of the checked function during which it happened
-            (:func:`assert_compiled_once`), or ``None`` (:func:`count_compilations`).
+    """One program built by JAX; ``call`` is the checked function's call index (``None`` outside
+    one).
 
     Example:
         >>> Compilation("jit(step)", 0.5, call=0).name
@@ -68,10 +48,8 @@ class Compilation:
 
 
 class CompilationCounter:
-    """Counts the programs JAX builds in this thread while it is active (a ``with`` block).
-
-    Built by :func:`count_compilations`; read :attr:`count`, :attr:`names` or
-    :attr:`compilations` after (or during) the block.
+    """Counts the programs JAX builds in this thread during a ``with`` block
+    (:func:`count_compilations`).
 
     Example:
         >>> import gyre, jax, jax.numpy as jnp
@@ -100,13 +78,7 @@ class CompilationCounter:
         return [c.name for c in self.compilations]
 
     def report(self) -> str:
-        """One line per program built (name and seconds).
-
-        Example:
-            >>> counter = CompilationCounter()
-            >>> counter.report()
-            'no compilation'
-        """
+        """One line per program built (name and seconds)."""
         if not self.compilations:
             return "no compilation"
         return "\n".join(f"{c.name} ({c.seconds:.2f}s)" for c in self.compilations)
@@ -151,14 +123,10 @@ class CompilationCounter:
 
 
 def count_compilations() -> CompilationCounter:
-    """A context manager counting every program JAX builds in this thread during the block.
+    """A :class:`CompilationCounter` of every program JAX builds in this thread during the block.
 
-    Everything counts: the steps you call, and the small programs of operations run eagerly
-    (``jnp.zeros(...)`` outside ``jit`` compiles once per shape). To attribute compilations
-    to one function, use :func:`assert_compiled_once`.
-
-    Returns:
-        A :class:`CompilationCounter`; ``.count`` after the block.
+    Eager operations count too (``jnp.zeros(...)`` compiles once per shape); to attribute
+    compilations to one function, use :func:`assert_compiled_once`.
 
     Example:
         >>> import gyre, jax, jax.numpy as jnp
@@ -253,12 +221,8 @@ def _path_text(path: tuple[Any, ...]) -> str:
 
 
 class CompiledOnceCheck(CompilationCounter):
-    """The checker :func:`assert_compiled_once` returns: call it in place of the function
-    inside the ``with`` block; at the end of the block it asserts exactly one compilation
-    happened during those calls.
-
-    Attributes of the function (``fuse``, ``compile``, ...) are reachable through it, and it
-    has the function's signature, so it can stand in a ``gyre.loop`` task table.
+    """The checker :func:`assert_compiled_once` returns; it passes on the function's attributes and
+    signature.
 
     Example:
         >>> import gyre, jax, jax.numpy as jnp
@@ -316,16 +280,7 @@ class CompiledOnceCheck(CompilationCounter):
             self.check()
 
     def check(self) -> None:
-        """Raises ``AssertionError`` unless exactly one compilation happened during the calls
-        so far (called at the end of the ``with`` block).
-
-        Example:
-            >>> import gyre, jax, jax.numpy as jnp
-            >>> check = gyre.testing.assert_compiled_once(jax.jit(lambda x: x * 3))
-            >>> with check as triple:
-            ...     _ = triple(jnp.ones(2))
-            >>> check.check()  # still one
-        """
+        """Raises ``AssertionError`` unless exactly one compilation happened so far."""
         name = _name_of(self.fn)
         if self.calls == 0:
             raise AssertionError(explain(
@@ -380,24 +335,15 @@ class CompiledOnceCheck(CompilationCounter):
 
 
 def assert_compiled_once(fn: Callable[..., Any]) -> CompiledOnceCheck:
-    """A context manager that asserts ``fn`` compiles exactly once during the calls made
-    through it in the ``with`` block.
+    """A context manager asserting ``fn`` compiles exactly once during the calls made through it in
+    the block.
 
-    Use the object the ``with`` statement gives in place of ``fn`` (call it, or put it in a
-    ``gyre.loop`` task table); only compilations during its calls count, so the loop's own
-    programs (history, metrics) do not. A failure says how many compilations happened, at
-    which calls, and what changed in the arguments since the first compiling call.
-
-    Args:
-        fn: anything callable that compiles: a ``jax.jit`` function, a gyre managed step
-            (``gyre.managed.train_step``, ``state.train_step``), a ``gyre.Step``.
-
-    Returns:
-        A :class:`CompiledOnceCheck` (a context manager, callable like ``fn``).
+    Use what the ``with`` statement gives in place of ``fn`` (call it, or put it in a task
+    table); only compilations during its calls count.
 
     Raises:
-        AssertionError: at the end of the block, when the calls compiled zero or several
-            programs, or ``fn`` was never called through the checker.
+        AssertionError: at the block's end, on zero or several compilations (saying at which
+            calls and what changed in the arguments), or when ``fn`` was never called.
 
     Example:
         >>> import gyre, jax, jax.numpy as jnp, optax

@@ -1,9 +1,6 @@
 """Framework support: flax linen, flax nnx and equinox models behind one pure ``apply``, and
-:func:`create_flax_state`, a state whose train, test and predict steps need no code.
-
-``losses`` and ``metrics`` are shaped like jax_metrics' namespaces, so code written for ciclo
-ports with ``import gyre.frameworks as jm`` (``jm.losses.Crossentropy()``,
-``jm.metrics.Accuracy()``, ``jm.metrics.Mean().from_argument("loss")``, ``jm.Metrics``).
+:func:`create_flax_state`, a state whose steps need no code. ``losses`` and ``metrics`` are
+shaped like jax_metrics' namespaces (``import gyre.frameworks as jm``).
 
 Example:
     >>> import flax.linen as nn, gyre, jax.numpy as jnp, optax

@@ -1,20 +1,12 @@
 """Model adapters: one pure ``apply`` for flax linen, flax nnx and equinox models.
 
-An adapter turns a framework's model into three things a :class:`~gyre.TrainState` can hold:
-``params`` (what the optimizer updates), ``model_state`` (mutable collections such as
-``batch_stats``) and a static ``apply`` function::
+An adapter turns a model into ``params``, ``model_state`` (mutable collections such as
+``batch_stats``) and a static, pure ``apply`` (one ``jax.jit`` region with the step)::
 
     outputs, model_state = adapter.apply(params, model_state, inputs, training=..., rngs=...)
 
-``apply`` is a plain function of arrays, so the step around it is one ``jax.jit`` region: nnx
-models are kept as ``graphdef`` + state and merged inside the compiled step (no ``nnx.jit``
-and no object-graph walk per step on the host); equinox models as ``eqx.partition``'s
-params + static parts. ``rngs`` maps stream names (``adapter.rng_streams``) to the keys of
-the current step (``state.step_rngs(*adapter.rng_streams)``); it is empty in evaluation.
-
-The trainer's nnx and linen modes (``gyre.trainer``) are built on the same pieces: the graph
-definitions per mode and :meth:`NnxAdapter.merge`, :func:`init_linen`, :class:`LinenAdapter`.
-Equinox is optional: it is imported only when an equinox model is given.
+``rngs`` maps ``adapter.rng_streams`` to the step's keys; it is empty in evaluation. The
+trainer's nnx and linen modes are built on the same pieces.
 """
 
 from __future__ import annotations
@@ -38,15 +30,12 @@ FLAG_ARGS = (*TRAINING_ARGS, *DETERMINISTIC_ARGS)
 
 
 class Adapter:
-    """Base class: ``apply(params, model_state, inputs, *, training, rngs)``.
-
-    Adapters compare by identity: a state holds its adapter as a static field, so the
-    compiled step of one state is reused by every state derived from it.
+    """Base class: ``apply(params, model_state, inputs, *, training, rngs)``; adapters compare by
+    identity.
 
     Attributes:
         framework: ``"linen"``, ``"nnx"`` or ``"equinox"``.
         rng_streams: the rng streams the model draws from in training.
-        input_shapes: the shapes of the example ``inputs`` (for error messages).
 
     Example:
         >>> import flax.linen as nn, jax.numpy as jnp
@@ -68,8 +57,7 @@ class Adapter:
     def apply_collect(
         self, params: Any, model_state: Mapping[str, Any], inputs: Any, *, training: bool, rngs: Rngs
     ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-        """``apply``, plus what the model reported during this call (the linen collections of
-        :data:`STEP_COLLECTIONS`, e.g. ``{"losses": {...}}``); ``{}`` for other frameworks."""
+        """``apply``, plus what the model wrote in :data:`STEP_COLLECTIONS` (linen; else ``{}``)."""
         out, model_state = self.apply(params, model_state, inputs, training=training, rngs=rngs)
         return out, model_state, {}
 
@@ -103,12 +91,11 @@ STEP_COLLECTIONS = ("losses", "metrics", "intermediates")
 
 
 class LinenAdapter(Adapter):
-    """A ``flax.linen`` module: params in ``params``, the other collections (``batch_stats``,
-    ``cache``, your own) in ``model_state``, updated in training; in evaluation every
-    collection but ``params`` and ``batch_stats`` may be written, and the writes to
-    ``model_state`` are dropped. The collections of :data:`STEP_COLLECTIONS` are not state:
-    :meth:`apply_collect` returns what the model wrote in them during the call. The module
-    gets the training flag under the first of ``flags`` its ``__call__`` takes.
+    """A ``flax.linen`` module: ``params``, and the other collections in ``model_state`` (updated in
+    training only).
+
+    :data:`STEP_COLLECTIONS` are not state: :meth:`apply_collect` returns what the call wrote
+    there. The training flag goes under the first of ``flags`` the module's ``__call__`` takes.
 
     Example:
         >>> import flax.linen as nn, jax.numpy as jnp
@@ -154,9 +141,7 @@ class LinenAdapter(Adapter):
 def init_linen(
     module: Any, inputs: Any, keys: Rngs, *, flags: Sequence[str] = FLAG_ARGS, compiled: bool = True
 ) -> tuple[Any, dict[str, Any]]:
-    """``(params, other collections)`` of a linen module initialised on ``inputs`` with the
-    ``keys`` of its rng streams, called as in training (its flag among ``flags``); ``compiled``:
-    under ``jax.jit``."""
+    """``(params, other collections)`` of a linen module, initialised on ``inputs``."""
     kwargs = _flag_kwargs(module.__call__, True, flags)
     init = lambda k, x: module.init(k, x, **kwargs)  # noqa: E731
     variables = dict((jax.jit(init) if compiled else init)(dict(keys), inputs))
@@ -176,10 +161,10 @@ def _init_linen(module: Any, inputs: Any, key: jax.Array, rng_streams: Sequence[
 
 
 class NnxAdapter(Adapter):
-    """A ``flax.nnx`` module kept as ``graphdef`` + states: ``nnx.Param`` variables are the
-    params; everything else (``BatchStat``, rng counters, ...) is ``model_state``. The model
-    is rebuilt with ``nnx.merge`` inside the compiled step; its rng streams are reseeded from
-    the step's keys in training, so dropout follows ``fold_in(state.rng, state.step)``.
+    """A ``flax.nnx`` module kept as ``graphdef`` + states: ``nnx.Param`` are the params, the rest
+    ``model_state``.
+
+    In training its rng streams are reseeded from the step's keys.
 
     Example:
         >>> from flax import nnx
@@ -200,9 +185,8 @@ class NnxAdapter(Adapter):
         self.rng_streams = tuple(rng_streams)
 
     def merge(self, *states: Any, training: bool) -> Any:
-        """The module rebuilt from ``states`` in training or evaluation mode, its variables
-        fresh at this trace level (a call mutates them: batch statistics, rng counters,
-        possibly under ``jax.grad``).
+        """The module rebuilt from ``states`` in training or evaluation mode, its variables fresh at
+        this trace level.
 
         Example:
             >>> from flax import nnx
@@ -253,13 +237,11 @@ def _init_nnx(module: Any) -> tuple[Adapter, Any, dict[str, Any]]:
 
 
 class EquinoxAdapter(Adapter):
-    """An ``equinox.Module`` split by ``eqx.partition(model, eqx.is_inexact_array)``: the
-    floating arrays are the params, the rest is static. Equinox models take one example, so
-    ``apply`` maps the model over the batch (``jax.vmap``) unless ``batched=True``. A model
-    whose ``__call__`` takes ``key`` gets one key per example from the ``dropout`` stream in
-    training; evaluation runs under ``eqx.nn.inference_mode``. Stateful equinox layers
-    (``eqx.nn.BatchNorm`` with ``eqx.nn.State``) are not handled here: write the step with
-    the managed API (``examples/07_equinox.py``).
+    """An ``equinox.Module`` whose floating arrays are the params, mapped over the batch unless
+    ``batched``.
+
+    A ``key`` parameter gets one ``dropout`` key per example in training. Stateful layers
+    (``eqx.nn.State``) are not handled: write the step with the managed API.
 
     Example:
         >>> import equinox as eqx, jax, jax.numpy as jnp
@@ -347,16 +329,13 @@ def adapt(
     """``(adapter, params, model_state)`` for a linen, nnx or equinox model.
 
     Args:
-        module: a ``flax.linen.Module`` (initialised here, with ``inputs``), a ``flax.nnx.Module``
-            or an ``equinox.Module`` (both already initialised).
+        module: a linen module (initialised here from ``inputs``), an nnx or equinox module.
         inputs: an example batch; needed for linen, checked against the model for the others.
         rng: the key linen's ``init`` draws from (default ``PRNGKey(0)``).
-        rng_streams: linen rng streams supplied in training (``dropout`` by default).
         batched: equinox only: the model takes a whole batch (no ``vmap``).
 
     Raises:
-        ValueError: the model cannot run on ``inputs`` (a shape mismatch), or linen without
-            ``inputs``.
+        ValueError: the model cannot run on ``inputs``, or linen without ``inputs``.
         TypeError: an object of no supported framework.
 
     Example:

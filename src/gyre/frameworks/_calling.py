@@ -1,23 +1,7 @@
-"""How :func:`~gyre.create_flax_state` calls a loss or a metric.
-
-Two conventions are accepted, told apart from the signature once, when the state is created:
-
-* **positional** (gyre, optax): ``fn(preds, labels)`` or ``fn(preds, labels, sample_weight)``,
-  e.g. ``optax.softmax_cross_entropy_with_integer_labels`` or ``lambda p, y: p.argmax(-1) == y``;
-* **keyword** (ciclo, jax_metrics, CLU): ``fn(*, preds, target, **_)``: every parameter is
-  one of the names of :data:`KEYWORDS` (or, for a metric, a loss's name), and gyre passes
-  the ones it takes (all of them to a ``**kwargs``).
-
-A function that takes at least one name of :data:`KEYWORDS` (or ``**kwargs``) and whose
-required parameters all have such names, or are keyword-only (keys of a dict of labels or
-inputs, checked at the first batch), is called by keyword; any other function with two or
-three positional parameters is called by position; anything else is refused at creation
-with the signature and these rules.
-
-Each call gives one value per batch: a scalar is taken as it is; a per-example value (batch
-first) is averaged, weighted by the batch's ``sample_weight`` unless the function takes
-``sample_weight`` (or ``mask``) itself. A loss must be floating point: an integer or bool
-loss has no gradient.
+"""How :func:`~gyre.create_flax_state` calls a loss or a metric (its docstring says the two
+conventions). A function taking a :data:`KEYWORDS` name (or ``**kwargs``) whose required
+parameters are such names or keyword-only is called by keyword; one with two or three
+positional parameters by position; anything else is refused at creation.
 """
 
 from __future__ import annotations
@@ -58,8 +42,8 @@ _P = inspect.Parameter
 
 
 class KeySeq:
-    """A sequence of PRNG keys drawn from one key: ``next()`` gives a new one each call
-    (``fold_in(key, i)``). Losses that draw noise take it as ``key_seq=``.
+    """PRNG keys drawn from one key: ``next()`` gives a new one each call; losses take it as
+    ``key_seq=``.
 
     Example:
         >>> import jax
@@ -130,10 +114,7 @@ def _parameters(fn: Any) -> list[inspect.Parameter] | None:
 
 
 def takes_sample_weight(fn: Callable[..., Any]) -> bool:
-    """Whether a positional ``fn`` takes the sample weights: a parameter named
-    ``sample_weight``, or a third positional parameter without a default (optax's ``axis=-1``
-    is not one).
-    """
+    """Whether a positional ``fn`` takes ``sample_weight`` (by name, or a third positional)."""
     params = _parameters(fn)
     if params is None:
         return False
@@ -145,10 +126,7 @@ def takes_sample_weight(fn: Callable[..., Any]) -> bool:
 
 @dataclass(frozen=True)
 class Plan:
-    """How to call one function: by keyword (``names``: the keywords it takes, ``None`` for
-    all; ``required``: those it needs) or by position; ``weighs``: it applies the sample
-    weights itself.
-    """
+    """How to call a function: by keyword (``names``; ``None``: all) or by position."""
 
     keyword: bool
     names: frozenset[str] | None
@@ -225,9 +203,7 @@ def weighted_mean(value: Any, sample_weight: Any = None) -> jax.Array:
 
 @dataclass(frozen=True, eq=False)
 class Call:
-    """A loss or metric function bound to its convention; ``call(args)`` gives the batch's
-    value. Built by :func:`bind` (which refuses what it cannot call).
-    """
+    """A loss or metric bound to its convention by :func:`bind`; ``call(args)`` gives its value."""
 
     name: str
     fn: Callable[..., Any]
@@ -257,24 +233,14 @@ class Call:
 
 
 def check_loss_dtype(name: str, value: Any) -> None:
-    """A clear error for an integer or bool loss of create_flax_state (its gradient is zero)."""
+    """An error for an integer or bool loss of create_flax_state (its gradient is zero)."""
     from gyre.steps.managed import check_floating_loss
 
     check_floating_loss(name, value, "create_flax_state")
 
 
 def bind(name: str, fn: Any, *, what: str, extra: frozenset[str] = frozenset()) -> Call:
-    """``fn`` bound to the convention its signature asks for.
-
-    Args:
-        name: the loss's or metric's name (for messages).
-        fn: the callable.
-        what: ``"loss"`` or ``"metric"``.
-        extra: more keyword names it may take (the losses' names, for a metric).
-
-    Raises:
-        TypeError: a signature gyre cannot call, explained.
-    """
+    """``fn`` bound to its signature's convention (``extra``: more keywords), or a ``TypeError``."""
     if not callable(fn) or isinstance(fn, type):
         raise TypeError(explain(
             f"{what} {name!r} is not a function",
@@ -295,10 +261,7 @@ def call_keywords(fn: Any, args: Mapping[str, Any], found: Plan) -> dict[str, An
 
 
 def flatten_names(tree: Any, *, full_path: bool = False) -> dict[str, Any]:
-    """Names for the leaves of a model's ``losses``/``metrics`` collection: the last key of
-    each path (``"Encoder_0/kl"`` with ``full_path``), made unique with ``_1``, ``_2``...;
-    the values ``sow`` collects in a tuple share their path.
-    """
+    """Unique names for a ``losses``/``metrics`` collection's leaves: last keys, or whole paths."""
     out: dict[str, Any] = {}
 
     def walk(path: tuple[str, ...], node: Any) -> None:

@@ -1,20 +1,8 @@
 """``create_flax_state``: a model, an optimizer, losses and metrics; steps that need no code.
 
-The state is a :class:`~gyre.managed.ManagedState` whose class defines ``train_step``,
-``test_step``, ``predict_step`` and ``reset_step`` (managed steps, compiled for its strategy),
-so ``gyre.train_loop(state, data, test_dataset=...)`` needs no task table. Batches are
-Keras-style (:func:`unpack_batch`); losses and metrics are called as
-:mod:`gyre.frameworks._calling` says, metric objects as :mod:`gyre.frameworks.metrics` does.
-
-``test_step(batch, mask=mask)`` lets the loops pad the last, smaller batch and compile once:
-the mask multiplies the batch's ``sample_weight`` (metric objects get ``sample_weight=``, CLU's
-``mask=``), so per-example values are averaged over the real rows; a function's whole-batch
-value without weights warns, and values the model reports itself count the padding.
-
-It logs as ciclo's ``FlaxState``: each loss (``losses.<name>`` in training, ``metrics.<name>``
-in evaluation) and its epoch mean ``avg_<name>``, each metric, and what a linen model writes
-into its ``losses`` (minimised) and ``metrics`` collections, named by the last key of their
-path (the whole path with ``logs_full_path=True``).
+It logs as ciclo's ``FlaxState``: each loss (a metric in evaluation) and its epoch mean
+``avg_<name>``, each metric, and what a linen model writes into its ``losses`` (minimised) and
+``metrics`` collections.
 """
 
 from __future__ import annotations
@@ -58,12 +46,10 @@ def unpack_batch(batch: Any) -> tuple[Any, Any, Any]:
 
 
 class FlaxState(managed.ManagedState, kw_only=True):
-    """The state :func:`create_flax_state` returns: model params and collections, optimizer
-    state, metric states, and the static model adapter, losses and metrics.
+    """The state :func:`create_flax_state` returns, with ``train_step``, ``test_step``,
+    ``predict_step`` and ``reset_step``.
 
-    ``train_step`` differentiates the sum of the losses and logs the metrics; ``test_step``
-    logs losses and metrics as metrics; ``predict_step`` logs the model's outputs
-    (``outputs.preds``); ``reset_step`` empties the metric objects.
+    ``predict_step`` logs the model's outputs as ``outputs.preds``.
 
     Example:
         >>> import flax.linen as nn, jax.numpy as jnp, optax
@@ -145,8 +131,7 @@ class FlaxState(managed.ManagedState, kw_only=True):
         return logs, self.replace(**changes)
 
     def _warn_unmasked(self, keywords: dict[str, Any]) -> None:
-        """Warns (when the step compiles) about the losses and metrics that count a padded
-        batch's padding rows: whole-batch values of functions that take no weights."""
+        """Warns (when the step compiles) of whole-batch values that count a batch's padding."""
         probe = {**keywords, "key_seq": calling.KeySeq(self.step_key("mask_probe"))}  # (the real keys untouched)
         whole = [name for name, call in (*self.loss_fns, *self.metric_fns) if _whole_batch(call, probe)]
         if whole:
@@ -179,18 +164,7 @@ class FlaxState(managed.ManagedState, kw_only=True):
     predict_step = managed.step(_predict)
 
     def reset_step(self) -> Any:
-        """The state with every metric object emptied (called at the start of each epoch and
-        evaluation by the named loops).
-
-        Example:
-            >>> import flax.linen as nn, jax.numpy as jnp, optax
-            >>> from gyre.frameworks import Accuracy
-            >>> state = create_flax_state(nn.Dense(2), inputs=jnp.zeros((1, 2)), tx=optax.sgd(0.1),
-            ...     losses={"l": lambda p, y: p.mean()}, metrics={"acc": Accuracy()})
-            >>> _, state = state.test_step((jnp.ones((4, 2)), jnp.zeros(4, jnp.int32)))
-            >>> float(state.metric_states["acc"].total), float(state.reset_step().metric_states["acc"].total)
-            (4.0, 0.0)
-        """
+        """The state with every metric object emptied (the loops call it each epoch)."""
         if not self.metric_states:
             return self
         fresh = {name: _metrics.reset(m) for name, m in self.metric_states.items()}
@@ -207,8 +181,7 @@ def _masked_weight(weight: Any, mask: Any) -> jax.Array:
 
 
 def _whole_batch(call: calling.Call, args: Mapping[str, Any]) -> bool:
-    """Whether a loss or metric function gives one value for the whole batch without taking
-    the weights (so no mask can leave padded rows out of it): its result's shape, traced."""
+    """Whether a loss or metric gives one value for the whole batch without taking the weights."""
     if call.plan.weighs:
         return False
     if call.plan.keyword:
@@ -224,8 +197,7 @@ def _trailing(shapes: Any) -> Any:
 
 
 def _unclaimed(name: str, taken: Mapping[str, Any], what: str) -> str:
-    """``name`` for a value the model reported, or a clear error when a given loss or metric
-    already has it."""
+    """``name`` for a value the model reported, or an error when a given loss or metric has it."""
     if name in taken:
         raise ValueError(explain(
             f"the model reports a {what} named {name!r}, which another {what} already has",
@@ -236,8 +208,7 @@ def _unclaimed(name: str, taken: Mapping[str, Any], what: str) -> str:
 
 
 def _check_same_collections(before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
-    """A clear error when a training step changes the structure of the model's state (a
-    ``sow`` into a collection kept as state grows it by one value per step)."""
+    """An error when a training step changes the model state's structure (a ``sow`` into it)."""
     old, new = jax.tree_util.tree_structure(dict(before)), jax.tree_util.tree_structure(dict(after))
     if old != new:
         grown = sorted(k for k in before if jax.tree_util.tree_structure(before[k]) != jax.tree_util.tree_structure(after.get(k)))
@@ -308,61 +279,29 @@ def create_flax_state(
 ) -> FlaxState:
     """A trainable state for a flax linen, flax nnx or equinox model, with its steps built in.
 
-    **Losses and metric functions** are called in one of two conventions, chosen from the
-    signature when the state is created (a signature that fits neither is refused here,
-    with the accepted ones):
-
-    * positional, gyre's and optax's: ``fn(preds, labels)`` or ``fn(preds, labels,
-      sample_weight)``, e.g. ``optax.softmax_cross_entropy_with_integer_labels``;
-    * keyword, ciclo's and jax_metrics': every parameter named from ``preds`` (or
-      ``logits``, ``y_pred``), ``target`` (or ``labels``, ``y_true``), ``sample_weight``,
-      ``mask``, ``inputs``, ``params``, ``batch_stats``, ``model_state``, ``state`` (or
-      ``module``), ``key_seq``, the keys of a dict of labels or inputs, and, for metrics, the
-      batch's losses by name; e.g. ``def loss(*, preds, target, **_)`` or
-      ``gyre.frameworks.losses.Crossentropy()``. A ``**kwargs`` receives them all.
-
-    A loss or metric function returns a scalar, or per-example values (batch first) that are
-    averaged, weighted by ``sample_weight`` unless the function takes ``sample_weight`` or
-    ``mask`` itself. Losses must be floating point (an integer loss has no gradient).
-    ``state.test_step(batch, mask=mask)`` weighs the padded rows 0: the evaluations of
-    ``gyre.test_loop`` and ``train_loop`` pad the last, smaller batch and compile it once,
-    exact for per-example values and weight-taking functions (a whole-batch value warns).
-
-    **Metric objects** accumulate over an epoch and are logged as stateful metrics:
-    ``reset``/``update``/``compute`` objects (:class:`gyre.frameworks.Accuracy`,
-    :class:`gyre.frameworks.Mean`, jax_metrics-style ``Accuracy()``), whose ``update`` gets
-    the keywords above it takes, and CLU metrics (``clu.metrics.Accuracy``, your subclass of
-    ``clu.metrics.Metric``, a ``clu.metrics.Collection``; a class or an instance), whose
-    ``from_model_output`` gets the keywords it declares (``logits=``/``labels=`` or
-    ``preds=``/``target=``; ``mask=`` is ``sample_weight > 0``).
+    Loss and metric functions are called positionally (``fn(preds, labels[, sample_weight])``,
+    optax's) or by keyword (``fn(*, preds, target, **_)``, ciclo's; the names are
+    :data:`~gyre.frameworks.KEYWORDS`), chosen from the signature now. They return a scalar or
+    per-example values, averaged with ``sample_weight`` unless they take it (or ``mask``).
+    Metric objects (``reset``/``update``/``compute``, or CLU metrics) accumulate over an epoch.
+    Batches are Keras-style (:func:`unpack_batch`); ``test_step(batch, mask=mask)`` weighs
+    padded rows 0.
 
     Args:
-        module: a ``flax.linen.Module`` (initialised here from ``inputs``), a ``flax.nnx.Module``
-            or an ``equinox.Module`` (already initialised; ``inputs`` checks them).
-        inputs: an example batch of inputs (a batch of 1 is enough), e.g. ``jnp.zeros((1, 64))``.
+        module: a linen module (initialised here from ``inputs``), an nnx or equinox module.
+        inputs: an example batch of inputs (a batch of 1 is enough).
         tx: the optax optimizer (``None`` for a state that is only evaluated).
-        losses: ``{name: fn}`` (or one callable, named ``loss``); their sum is minimised, and
-            each is also logged as ``avg_<name>``, its running mean over the epoch.
-        metrics: ``{name: metric}``: functions like losses (logged per step) or metric objects
-            (accumulated, logged as stateful metrics).
-        strategy: ``"jit"``, ``"eager"``, ``"data_parallel"``, ``"fsdp"`` or a ``gyre.Strategy``.
-        rng: seed or key; linen params are drawn from it and each step's dropout keys are
-            ``fold_in(rng, step)`` per stream.
+        losses: ``{name: fn}`` (or one callable, named ``loss``); their sum is minimised.
+        metrics: ``{name: fn or metric object}``.
+        rng: seed or key; each step's keys are ``fold_in(rng, step)`` per stream.
         rng_streams: linen rng streams given to the model in training.
         batched: equinox only: the model takes whole batches (no ``jax.vmap``).
         accumulate_steps, clip_grad_norm, policy: options of :func:`gyre.managed.train_step`.
-        logs_full_path: name the values a linen model reports in its ``losses``/``metrics``
-            collections by their whole path (``"Encoder_0/kl"``) instead of the last key.
-
-    Returns:
-        A :class:`FlaxState`; ``state.train_step(batch)``, ``test_step``, ``predict_step`` and
-        ``reset_step`` register themselves in ``gyre.train_loop``/``test_loop``/``predict_loop``.
+        logs_full_path: name a linen model's reported values by their whole path, not the last key.
 
     Raises:
-        ValueError: the model cannot run on ``inputs`` (a shape mismatch), names clash, or a
-            train step without losses.
-        TypeError: a loss or metric gyre cannot call (its signature and the conventions are
-            in the message).
+        ValueError: the model cannot run on ``inputs``, names clash, or no loss to train.
+        TypeError: a loss or metric gyre cannot call.
 
     Example:
         >>> import flax.linen as nn, gyre, jax.numpy as jnp, numpy as np, optax
@@ -375,16 +314,6 @@ def create_flax_state(
         >>> loss = history.collect("loss")
         >>> bool(loss[-1] < loss[0]), float(state.metric_states["accuracy"].total)  # 20 x 3 seen
         (True, 60.0)
-
-        ciclo's keyword convention works as well:
-
-        >>> def ciclo_loss(*, preds, target, **_):
-        ...     return optax.softmax_cross_entropy_with_integer_labels(preds, target).mean()
-        >>> state = gyre.create_flax_state(nn.Dense(2), inputs=jnp.zeros((1, 3)), tx=optax.sgd(0.1),
-        ...     losses={"loss": ciclo_loss})
-        >>> logs, state = state.train_step((x, y))
-        >>> sorted(logs.losses), sorted(logs.stateful_metrics)
-        (['loss'], ['avg_loss'])
     """
     losses_ = _named("losses", losses)
     metrics_ = _named("metrics", metrics)

@@ -1,10 +1,5 @@
-"""Loss objects called by keyword, as ``jax_metrics``' are (``loss(target=, preds=)``), for
-code written for ciclo: ``losses={"loss": Crossentropy()}`` in :func:`~gyre.create_flax_state`.
-
-Each returns the batch's mean, weighted by ``sample_weight`` when given. Any function works as
-a loss too (see :mod:`gyre.frameworks._calling`); these exist so ciclo's examples port unchanged
-(``import gyre.frameworks as jm``: ``jm.losses.Crossentropy()``, ``jm.metrics.Accuracy()``).
-"""
+"""Loss objects called by keyword as ``jax_metrics``' are (``loss(target=, preds=)``), so ciclo's
+examples port unchanged; each returns the batch's mean, weighted by ``sample_weight``."""
 
 from __future__ import annotations
 

@@ -1,23 +1,8 @@
-"""Metric objects for :func:`~gyre.create_flax_state` and the managed API, built on
-:mod:`gyre.core.metrics`, and the protocols of the metric objects gyre accepts.
-
-Metric objects are accumulated over an epoch in the state (``state.metric_states``) and
-emptied by the state's ``reset_step``, which the named loops call at the start of every epoch
-and evaluation. Three protocols are accepted, by duck typing (no import needed):
-
-* **update-style** (gyre, jax_metrics): ``reset()``, ``update(**keywords) -> metric`` and
-  ``compute()``, such as :class:`Accuracy`, :class:`Mean` and :class:`Metrics` here, or
-  ``jax_metrics``' ``Accuracy()``; ``update`` receives the keywords of
-  :data:`gyre.frameworks._calling.KEYWORDS` it takes (``preds=``, ``target=``/``labels=``,
-  ``sample_weight=``, ...) and the batch's losses by name;
-* **CLU-style**: ``empty()``, ``from_model_output(**keywords)`` (or a ``Collection``'s
-  ``single_from_model_output``) and ``merge``/``compute``, e.g. ``clu.metrics.Accuracy``
-  (``logits=``, ``labels=``), ``clu.metrics.Average.from_output("loss")`` or your own
-  subclass taking ``preds=``/``target=``: the keywords it declares are passed, ``mask=``
-  being ``sample_weight > 0``;
-* a **class** of either kind, built with no arguments (``reset``-style) or ``empty()``.
-
-A ``compute()`` that returns a dict logs one entry per key.
+"""Metric objects for :func:`~gyre.create_flax_state` and the managed API, on
+:mod:`gyre.core.metrics`, and the protocols gyre accepts by duck typing: update-style
+(``reset``/``update(**keywords)``/``compute``, jax_metrics') and CLU-style
+(``empty``/``from_model_output``/``merge``/``compute``), as objects or classes. Each gets the
+:data:`~gyre.frameworks.KEYWORDS` it declares; a ``compute()`` dict logs one entry per key.
 """
 
 from __future__ import annotations
@@ -45,11 +30,10 @@ def _batch_weight(preds: Any, sample_weight: Any) -> jax.Array:
 
 
 class Accuracy(struct.PyTreeNode):
-    """Running accuracy of ``argmax(preds)`` against integer (or one-hot) labels, weighted by
-    ``sample_weight``: a :class:`gyre.core.metrics.Mean` of the hits.
+    """Running accuracy of ``argmax(preds)`` (or ``logits=``) against integer or one-hot ``labels=``
+    / ``target=``.
 
-    Labels come as ``labels=`` (gyre) or ``target=`` (ciclo, jax_metrics); predictions as
-    ``preds=`` or ``logits=``. Per-position labels (``(batch, length)``) count every position.
+    Weighted by ``sample_weight``; per-position labels count every position.
 
     Example:
         >>> import jax.numpy as jnp
@@ -123,10 +107,8 @@ class Accuracy(struct.PyTreeNode):
 
 
 class Mean(struct.PyTreeNode):
-    """Running mean of a logged value (a loss, by default ``"loss"``), weighted by the batch's
-    total sample weight, else its size: a :class:`gyre.core.metrics.Mean`.
-
-    ``Mean().from_argument("loss")`` (jax_metrics' spelling) is ``Mean("loss")``.
+    """Running mean of a logged value (default ``"loss"``), weighted by the batch's sample weight,
+    else its size.
 
     Example:
         >>> import jax.numpy as jnp
@@ -149,12 +131,7 @@ class Mean(struct.PyTreeNode):
         return self.mean.count
 
     def from_argument(self, name: str) -> Mean:
-        """The same mean of the value named ``name``.
-
-        Example:
-            >>> Mean().from_argument("kl").name
-            'kl'
-        """
+        """``Mean(name)``, in jax_metrics' spelling."""
         return Mean(name)
 
     def reset(self) -> Mean:
@@ -186,8 +163,8 @@ class Mean(struct.PyTreeNode):
 
 
 class Metrics(struct.PyTreeNode):
-    """Several update-style metrics updated together (jax_metrics' ``Metrics``): ``update``
-    passes each the keywords it takes; ``compute`` gives ``{name: value}``.
+    """Several update-style metrics updated together (jax_metrics' ``Metrics``); ``compute`` gives
+    ``{name: value}``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -231,8 +208,7 @@ def _has(obj: Any, *methods: str) -> bool:
 
 
 def kind_of(obj: Any) -> str | None:
-    """``"update"`` (reset/update/compute), ``"clu"`` (empty/from_model_output/merge/compute)
-    or ``None``, for an object or a class.
+    """``"update"``, ``"clu"`` or ``None``: the protocol of an object or a class.
 
     Example:
         >>> kind_of(Accuracy()), kind_of(Accuracy), kind_of(lambda p, y: p)
@@ -256,9 +232,8 @@ def _method_of(metric: Any) -> Any:
 
 
 def metric_state(name: str, spec: Any, extra: frozenset[str] = frozenset()) -> Any:
-    """The initial accumulated state of a metric given as an object or class, or ``None``
-    when ``spec`` is a plain callable (a per-batch metric). Refuses, explained, a metric
-    whose ``update``/``from_model_output`` takes keywords gyre cannot give.
+    """The initial state of a metric object or class, or ``None`` for a plain callable; refuses what
+    gyre cannot call.
 
     Example:
         >>> metric_state("acc", Accuracy).total.tolist(), metric_state("f", lambda p, y: p)

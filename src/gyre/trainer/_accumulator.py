@@ -1,20 +1,8 @@
-"""The metric accumulator a compiled step carries: the monoids of the non-CONCAT metrics,
-packed on device.
+"""The metric accumulator a compiled step carries: one monoid of :mod:`gyre.core.metrics` per
+non-CONCAT metric, of fixed shapes, packed in one flat device vector per dtype.
 
-**Accumulating.** :class:`MetricAccumulator` holds one monoid of :mod:`gyre.core.metrics`
-per metric (MEAN -> ``Mean``, SUM -> ``Sum``, SINGLE -> ``Last``, MAX -> ``Max``, MIN ->
-``Min``, STD -> ``Std``), with fixed shapes and dtypes, so a compiled step takes it and returns
-it without ever compiling again. It is built for the step's speed: the metrics of one mode and
-shape are stacked and updated by one vectorised merge, and everything travels packed in one
-flat vector per dtype (usually a single buffer). ``init`` builds it empty from one step's
-values (or their shapes); ``update`` merges one step in (inside ``jit``); ``compute`` reduces
-it (device values, nothing read on the host); ``reset`` empties it; ``merge`` adds another's
-steps. One class serves the epoch accumulator and the ``log_steps_every`` window alike.
-
-**Counts.** MEAN weighs each step's value by the metric's ``count`` when it gives one, else
-by ``default_count`` (the batch size): the value is a mean over ``count`` examples (jax_trainer
-read a value with an explicit count as a *sum* over ``count`` examples; here pass the mean).
-The other modes weigh every step alike; a ``count`` of 0 leaves the step out.
+MEAN weighs each step's value (a mean, not jax_trainer's sum) by its ``count``, else the
+batch size; the other modes weigh steps alike, and a ``count`` of 0 leaves a step out.
 """
 
 from __future__ import annotations
@@ -49,8 +37,7 @@ Values = Mapping[str, tuple[Any, Any]]
 
 
 def _weight(monoid: type[Metric], count: Any, default_count: Any) -> jax.Array:
-    """A step's weight as a float32 scalar: MEAN's ``count`` (else ``default_count``, the batch
-    size); for the other modes 1, or 0 when ``count`` is 0 (presence only)."""
+    """A step's weight: MEAN's ``count`` (or ``default_count``); else 1, or 0 if ``count`` is 0."""
     if monoid is Mean:
         return jnp.asarray(default_count if count is None else count, jnp.float32)
     if count is None:
@@ -61,20 +48,14 @@ def _weight(monoid: type[Metric], count: Any, default_count: Any) -> jax.Array:
 def _merge_step(acc: Metric, value: jax.Array, weight: jax.Array) -> Metric:
     return acc.merge(type(acc).from_value(value, weight))
 
-# -- the packed layout ---------------------------------------------------------------------------
-#
-# Speed, per compiled call: every buffer a call takes and returns costs host time, and so
-# does every separate kernel. So the metrics of one mode, shape and dtype
-# form a group whose monoid holds them stacked (leading axis: the group's metrics), updated by
-# one vmapped merge: a few kernels per group, whatever the number of metrics. And all the
-# groups' leaves travel packed, one flat vector per dtype. The layout, static and hashable,
-# says where everything lives; unpacking is slicing, free inside XLA.
+# -- the packed layout: metrics of one mode, shape and dtype are stacked in one monoid and
+# updated by one vmapped merge; all leaves travel in one flat vector per dtype (fewer buffers
+# and kernels per call). The layout is static; unpacking is slicing.
 
 
 @dataclass(frozen=True)
 class _Group:
-    """Metrics of one mode, value shape and value dtype, stacked in one monoid whose leaves
-    live at ``(buffer dtype, offset, shape)`` in the packed buffers."""
+    """Metrics of one mode, shape and dtype, stacked in one monoid of packed leaves."""
 
     monoid: type[Metric]
     keys: tuple[str, ...]
@@ -85,8 +66,7 @@ class _Group:
 
 
 class _Layout:
-    """The groups of an accumulator and its metrics' order: static, compared at every
-    compiled call, so its hash is computed once and it compares by identity first."""
+    """The groups and metric order of an accumulator; hashed once, compared by identity first."""
 
     __slots__ = ("groups", "keys", "_hash")
 
@@ -165,12 +145,7 @@ def _compute(buffers: dict[str, jax.Array], layout: _Layout) -> list[jax.Array]:
 
 
 class MetricAccumulator(struct.PyTreeNode):
-    """The monoids of the (non-CONCAT) metrics, packed: a compiled step's carry, of fixed
-    shapes and dtypes, usually one buffer in all (see the module).
-
-    Attributes:
-        buffers: the packed leaves, one flat vector per dtype.
-        layout: where each metric's monoid lives (static: part of the compiled program's key).
+    """The monoids of the non-CONCAT metrics, packed: a compiled step's carry.
 
     Example:
         >>> import jax.numpy as jnp
@@ -187,9 +162,8 @@ class MetricAccumulator(struct.PyTreeNode):
 
     @classmethod
     def init(cls, specs: Mapping[str, MetricSpec], values: Values) -> MetricAccumulator:
-        """An empty accumulator for the non-CONCAT metrics of ``specs``, shaped like one step's
-        ``values`` (``(value, count)`` pairs as :func:`parse_metrics` gives them; the values
-        may be arrays, tracers or ``jax.ShapeDtypeStruct``: only their shapes are used).
+        """An empty accumulator shaped like one step's ``values`` (``(value, count)`` pairs; only
+        shapes are read).
 
         Example:
             >>> import jax.numpy as jnp
@@ -203,13 +177,7 @@ class MetricAccumulator(struct.PyTreeNode):
 
     @property
     def metrics(self) -> dict[str, Metric]:
-        """The monoid of each metric (``acc.metrics["loss"].count`` is the weight seen).
-
-        Example:
-            >>> acc = MetricAccumulator.init({"n": MetricSpec("n", "sum")}, {"n": (0, None)})
-            >>> type(acc.metrics["n"]).__name__
-            'Sum'
-        """
+        """The monoid of each metric (``acc.metrics["loss"].count`` is the weight seen)."""
         found = {}
         for group, monoid in zip(self.layout.groups, _unpack(self.buffers, self.layout), strict=True):
             for i, key in enumerate(group.keys):
@@ -219,12 +187,11 @@ class MetricAccumulator(struct.PyTreeNode):
     def update(
         self, specs: Mapping[str, MetricSpec], values: Values, default_count: Any
     ) -> MetricAccumulator:
-        """The accumulator with one more step merged in (jittable; shapes and dtypes kept).
+        """The accumulator with one more step merged in (jittable).
 
         Args:
-            specs: the metrics' specs (keys the accumulator lacks are ignored, so a window
-                accumulator of a few metrics takes the whole dict).
-            values: ``(value, count)`` per metric, as :func:`parse_metrics` gives them.
+            specs: the metrics' specs (keys the accumulator lacks are ignored).
+            values: ``(value, count)`` per metric.
             default_count: MEAN's weight when a metric gives no ``count``: the batch size.
 
         Raises:
@@ -276,14 +243,7 @@ class MetricAccumulator(struct.PyTreeNode):
         return jnp.asarray(value).astype(group.dtype), count
 
     def merge(self, other: MetricAccumulator) -> MetricAccumulator:
-        """Both accumulators' steps (e.g. a window folded into the epoch); same metrics.
-
-        Example:
-            >>> specs = {"n": MetricSpec("n", "sum")}
-            >>> a = MetricAccumulator.init(specs, {"n": (0, None)}).update(specs, {"n": (2, None)}, 1)
-            >>> a.merge(a).compute()["n"].tolist()
-            4
-        """
+        """Both accumulators' steps (a window folded into the epoch); same metrics only."""
         if self.layout != other.layout:
             raise ValueError(explain(
                 "only accumulators of the same metrics merge",
@@ -295,22 +255,9 @@ class MetricAccumulator(struct.PyTreeNode):
         return self.replace(buffers=_pack(merged, self.layout))
 
     def compute(self) -> dict[str, jax.Array]:
-        """Every metric reduced, as device values (nothing is read on the host), in the
-        specs' order; one compiled program per layout when called outside ``jit``.
-
-        Example:
-            >>> MetricAccumulator.init({}, {}).compute()
-            {}
-        """
+        """Every metric reduced, as device values, in the specs' order."""
         return dict(zip(self.layout.keys, _compute(self.buffers, self.layout), strict=True))
 
     def reset(self) -> MetricAccumulator:
-        """An empty accumulator of the same metrics, shapes and dtypes.
-
-        Example:
-            >>> specs = {"s": MetricSpec("s", "std")}
-            >>> acc = MetricAccumulator.init(specs, {"s": (0.0, None)})
-            >>> acc.update(specs, {"s": (3.0, None)}, 1).reset().metrics["s"].count.tolist()
-            0.0
-        """
+        """An empty accumulator of the same metrics, shapes and dtypes."""
         return self.replace(buffers={d: jnp.zeros_like(b) for d, b in self.buffers.items()})

@@ -1,15 +1,7 @@
-"""The kpoeppel jax_trainer fork's array specs and pytree files (``jax_trainer.logger.
-array_storing``), without pickle.
+"""The kpoeppel jax_trainer fork's array specs and pytree files, without pickle.
 
-An :class:`ArraySpec` describes an array as its shape, dtype, device and one fill value
-(``array_to_spec`` keeps the first element); ``spec_to_array`` builds the filled array back.
-
-:func:`save_pytree` / :func:`load_pytree` keep a pytree of dicts, lists, tuples, numbers,
-strings, ``None`` and arrays in one ``.npz`` file: every array in full (numpy's format, read
-with ``allow_pickle=False``) and the tree's shape as JSON. Where the fork differs: it pickled
-the tree and kept each array only as a spec (its shape and *first element*), so a loaded array
-came back filled with one value; here the values come back exact, and nothing is unpickled
-(gyre's rule), so a file written by the fork is refused with an explained error.
+Unlike the fork's pickles (arrays kept as specs: shape and first element), :func:`save_pytree`
+writes one ``.npz`` with every array in full and the tree as JSON, so values come back exact.
 """
 
 from __future__ import annotations
@@ -31,13 +23,8 @@ _TREE = "__gyre_tree__"
 
 @dataclass
 class ArraySpec:
-    """An array described by its shape, dtype, device and one fill value.
-
-    Attributes:
-        shape: the array's shape.
-        dtype: its dtype.
-        device: ``"numpy"`` for a numpy array, else a JAX device (``"cpu"``, ``"cuda:0"``).
-        value: the value every element is filled with.
+    """An array described by its shape, dtype, device (``"numpy"``, ``"cpu"``, ``"cuda:0"``) and one
+    fill value.
 
     Example:
         >>> spec = ArraySpec(shape=(2,), dtype=np.float32, device="numpy", value=1.5)
@@ -86,11 +73,8 @@ def _device(name: Any) -> Any:
 
 
 def spec_to_array(spec: ArraySpec) -> Any:
-    """The array a spec describes: numpy for device ``"numpy"``, else a JAX array on that
-    device (the default device when this machine has no such device).
-
-    Raises:
-        TypeError: ``spec`` is not an :class:`ArraySpec`.
+    """The array a spec describes: numpy for device ``"numpy"``, else a JAX array on that device (or
+    the default).
 
     Example:
         >>> spec_to_array(ArraySpec(shape=(2,), dtype=jnp.int32, device="cpu", value=7))
@@ -177,12 +161,11 @@ def _decode(node: Any, arrays: Mapping[str, np.ndarray]) -> Any:
 
 
 def save_pytree(pytree: Any, path: str | os.PathLike[str]) -> None:
-    """Writes ``pytree`` to ``path`` (one ``.npz`` file, exactly that name): every array in
-    full, the tree's shape as JSON; no pickle.
+    """Writes ``pytree`` (dicts with str keys, lists, tuples, scalars, arrays) to the ``.npz`` file
+    ``path``.
 
     Raises:
-        TypeError: a leaf gyre cannot store without pickle (an object, a dict with non-str
-            keys, an object array), naming where it is.
+        TypeError: a leaf that cannot be stored without pickle, naming where it is.
 
     Example:
         >>> import tempfile
@@ -198,12 +181,10 @@ def save_pytree(pytree: Any, path: str | os.PathLike[str]) -> None:
 
 
 def load_pytree(path: str | os.PathLike[str]) -> Any:
-    """Reads a pytree written by :func:`save_pytree`: JAX arrays come back as JAX arrays on
-    the default device, numpy arrays as numpy arrays, the values exact.
+    """Reads a pytree written by :func:`save_pytree`, JAX arrays as JAX arrays, numpy as numpy.
 
     Raises:
-        ValueError: the file is not one :func:`save_pytree` wrote (a pickle written by the
-            fork's ``save_pytree``, for example: gyre never unpickles).
+        ValueError: the file is not one :func:`save_pytree` wrote (the fork's pickles included).
 
     Example:
         >>> import tempfile

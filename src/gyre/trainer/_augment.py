@@ -1,27 +1,10 @@
 """Augmentation and preprocessing inside the compiled step, as the kpoeppel jax_trainer fork
-does them: an *augmentation* wraps the model (a module holding ``wrapped_model``) and changes
-each training batch in its ``augment(batch)``; a *preprocessing* module changes every batch,
-in training and evaluation, in its ``preprocess(batch)``. Both get and return the batch as an
-``(inputs, targets)`` pair, which the loss function then receives.
+does them: an augmentation wraps the model and changes each training batch (``augment``); a
+preprocessing module changes every batch (``preprocess``); both on ``(inputs, targets)`` pairs.
 
-The trainer config names them as models (registered with ``@gyre.config.register_model``)::
-
-    trainer:
-      augmentation: {class_name: GaussianNoise, scale: 0.1}
-      augmentation_seed: 44
-      preprocessing: {class_name: MyPreprocessing}
-
-An nnx augmentation draws from ``self.rngs.augmentation()`` (its ``nnx.Rngs`` carry a stream
-seeded by ``augmentation_seed``, saved with the model's state, so a resumed run draws the same
-noise); a linen one from ``self.make_rng("augmentation")`` (the step's key, folded with a
-constant: stateless), or, where its ``augment`` takes ``rng`` (the fork's form,
-``augment(batch, *, rng)``), from ``rng["augmentation"]``, the same key.
-
-A linen augmentation is used as the fork uses it: the model's variables are the wrapped
-model's own (initialised and run without the augmentation around it, so the augmentation's
-``__call__`` is never called and holds no variables), and ``augment`` is applied with those
-variables in training only. On host-side augmentation of images (crops, flips) see
-:func:`gyre.data.augmented`.
+The trainer config names them (``trainer.augmentation: {class_name: GaussianNoise, scale:
+0.1}``, ``trainer.preprocessing``). A linen augmentation holds no variables: the wrapped model
+is initialised and run alone, as the fork does.
 """
 
 from __future__ import annotations
@@ -42,13 +25,11 @@ AUGMENTATION_STREAM = 7  # the constant a linen augmentation's key is folded wit
 
 
 class Augmentation(nnx.Module):
-    """The base of an nnx augmentation: it wraps the model (calls go to ``wrapped_model``)
-    and overrides :meth:`augment`.
+    """The base of an nnx augmentation: calls go to ``wrapped_model``; subclasses override
+    :meth:`augment`.
 
-    Args:
-        wrapped_model: the model being trained.
-        rngs: its random streams (the trainer gives ``augmentation`` seeded by
-            ``augmentation_seed``).
+    ``rngs`` gets an ``augmentation`` stream seeded by ``trainer.augmentation_seed``; draw
+    from ``self.rngs.augmentation()``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -71,8 +52,8 @@ class Augmentation(nnx.Module):
 
 
 class AugmentationLinen(linen.Module):
-    """The base of a linen augmentation (see :class:`Augmentation`): a field
-    ``wrapped_model``; :meth:`augment` draws from ``self.make_rng("augmentation")``.
+    """The base of a linen augmentation; :meth:`augment` draws from
+    ``self.make_rng("augmentation")``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -141,8 +122,8 @@ class GaussianNoiseLinen(AugmentationLinen):
 
 @dataclasses.dataclass
 class BaseAugmentationNNXConfig:
-    """The base of an augmentation's typed config (the fork's); its ``class_name`` is the
-    augmentation's, written when the augmentation class is defined.
+    """The base of an augmentation's typed config; ``class_name`` is set when its augmentation is
+    defined.
 
     Example:
         >>> BaseAugmentationNNXConfig.class_name is None
@@ -164,7 +145,7 @@ class BaseAugmentationLinenConfig(BaseAugmentationNNXConfig):
 
 @dataclasses.dataclass
 class BasePreprocessingNNXConfig:
-    """The base of a preprocessing's typed config (the fork's).
+    """The base of a preprocessing's typed config.
 
     Example:
         >>> BasePreprocessingNNXConfig.class_name is None
@@ -185,10 +166,10 @@ class BasePreprocessingLinenConfig(BasePreprocessingNNXConfig):
 
 
 class BaseAugmentationNNX(RegistersSubclasses, Augmentation, metaclass=NNXBase):
-    """An nnx :class:`Augmentation` built from its typed config (the fork's
-    ``BaseAugmentationNNX``): ``Aug(config, wrapped_model=..., rngs=...)``; a subclass names
-    its config (``config_class`` or a ``config`` annotation) and is registered under its name,
-    for ``trainer.augmentation: {class_name: ..., <config keys>}``.
+    """An nnx :class:`Augmentation` built from its typed config:
+    ``Aug(config, wrapped_model=..., rngs=...)``.
+
+    A subclass names its config (``config_class`` or a ``config`` annotation) and is registered.
 
     Example:
         >>> import dataclasses, jax.numpy as jnp
@@ -213,9 +194,8 @@ class BaseAugmentationNNX(RegistersSubclasses, Augmentation, metaclass=NNXBase):
 
 
 class BaseAugmentationLinen(RegistersSubclasses, AugmentationLinen, metaclass=ModelBase):
-    """A linen :class:`AugmentationLinen` built from its typed config (the fork's
-    ``BaseAugmentationLinen``): a subclass declares ``config: MyConfig`` (and gets
-    ``wrapped_model``).
+    """A linen :class:`AugmentationLinen` built from its typed config; a subclass declares
+    ``config: MyConfig``.
 
     Example:
         >>> import dataclasses
@@ -234,8 +214,7 @@ class BaseAugmentationLinen(RegistersSubclasses, AugmentationLinen, metaclass=Mo
 
 
 class BasePreprocessingNNX(RegistersSubclasses, nnx.Module, metaclass=NNXBase):
-    """An nnx preprocessing built from its typed config (the fork's ``BasePreprocessingNNX``):
-    its ``preprocess(batch)`` changes every batch, in training and evaluation.
+    """An nnx preprocessing built from its typed config; ``preprocess(batch)`` changes every batch.
 
     Example:
         >>> import dataclasses
@@ -259,8 +238,7 @@ class BasePreprocessingNNX(RegistersSubclasses, nnx.Module, metaclass=NNXBase):
 
 
 class BasePreprocessingLinen(RegistersSubclasses, linen.Module, metaclass=ModelBase):
-    """A linen preprocessing built from its typed config (the fork's
-    ``BasePreprocessingLinen``): a subclass declares ``config: MyConfig``.
+    """A linen preprocessing built from its typed config; a subclass declares ``config: MyConfig``.
 
     Example:
         >>> import dataclasses
@@ -295,8 +273,7 @@ def _section(config: Any, key: str) -> dict[str, Any] | None:
 
 
 def wrap_model(config: Any, model: Any, mode: str) -> tuple[Any, Any]:
-    """``(model, preprocessing)``: the model wrapped by the config's ``augmentation`` (or as
-    it is) and the config's ``preprocessing`` module (or ``None``)."""
+    """``(model wrapped by trainer.augmentation, trainer.preprocessing or None)``."""
     from gyre.config import MODELS, validate_component
 
     built = []
@@ -319,9 +296,7 @@ def wrap_model(config: Any, model: Any, mode: str) -> tuple[Any, Any]:
 
 
 def forward_module(model: Any) -> Any:
-    """The linen module a trainer initialises and runs: the wrapped model of a linen
-    augmentation (as the fork, whose ``apply_fn`` is the bare model's), else ``model``.
-    """
+    """The linen module a trainer runs: a linen augmentation's wrapped model, else ``model``."""
     if isinstance(model, AugmentationLinen):
         return model.wrapped_model
     return model
@@ -339,18 +314,13 @@ def _takes_rng(method: Any) -> bool:
 
 
 def augment_linen(module: Any, params: Any, pair: Any, key: jax.Array) -> Any:
-    """``module.augment(pair)`` under ``{"params": params}``, its ``augmentation`` key given
-    both as the rng stream (``self.make_rng("augmentation")``) and, where ``augment`` takes
-    it, as the fork's ``rng={"augmentation": key}``.
-    """
+    """``module.augment(pair)``, ``key`` its ``augmentation`` stream (and ``rng=`` if taken)."""
     kwargs = {"rng": {"augmentation": key}} if _takes_rng(type(module).augment) else {}
     return module.apply({"params": params}, pair, method="augment", rngs={"augmentation": key}, **kwargs)
 
 
 def prepare(trainer: Any, model: Any, params: Any, batch: Any, rng: jax.Array, *, train: bool) -> Any:
-    """The batch the loss function gets: as it is without augmentation and preprocessing,
-    else the ``(inputs, targets)`` pair, preprocessed, and augmented in training. ``model``
-    is the merged nnx module (``None`` for linen, whose ``params`` are given)."""
+    """The batch the loss function gets: preprocessed, and augmented in training."""
     config = trainer.config
     augmenting = train and getattr(config, "augmentation", None) is not None
     pre = trainer.preprocessing

@@ -1,8 +1,6 @@
 """The trainer's callback contract: :class:`Callback` (jax_trainer's hooks) and
-:class:`TrainerView`, what a callback may use of the trainer.
-
-The :class:`~gyre.TrainerModule` binds each callback once (:meth:`Callback.bind`), then calls
-its hooks in this order (epochs are numbered from 1, as jax_trainer numbers them)::
+:class:`TrainerView`, what a callback may use of the trainer. Hooks run in this order
+(epochs from 1)::
 
     on_training_start()
     for each epoch e = 1, 2, ...:
@@ -15,15 +13,8 @@ its hooks in this order (epochs are numbered from 1, as jax_trainer numbers them
     on_test_epoch_start(e); on_test_epoch_end(test_metrics, e)
     finalize("success" | "failed" | "stopped")
 
-The training and validation hooks are *filtered*: ``on_training_epoch_start(e)`` calls
-``on_filtered_training_epoch_start(e)`` only on the epochs the callback runs on (and likewise
-for the other three); a callback overrides the ``on_filtered_*`` methods. The test hooks are
-not filtered. ``on_training_step`` is called only for callbacks whose class overrides it
-(:func:`overrides_training_step`): a Python call per step costs time.
-
-Metrics dicts hold device values (scalars and arrays) under their logged names
-(``train/loss_epoch``, ``val/acc``, ``test/conf_matrix``). Reading one as a Python number waits
-for the device: fine at an epoch's end, never in ``on_training_step``.
+Each training and validation hook calls its ``on_filtered_*`` twin on the callback's epochs
+only; callbacks override those. Metrics dicts hold device values under their logged names.
 """
 
 import math
@@ -49,9 +40,8 @@ class TrainerView(Protocol):
     Attributes:
         log_dir: the run folder.
         state: the current train state (``.params``, ``.opt_state``, ``.step``).
-        writer: the run's :class:`gyre.Writer` (it writes on its own thread; it may write
-            nothing, e.g. ``gyre.MultiWriter([])``).
-        global_step: the number of training steps done (a host count).
+        writer: the run's :class:`gyre.Writer`.
+        global_step: the number of training steps done.
 
     Example:
         >>> import pathlib, types, gyre
@@ -70,7 +60,7 @@ class TrainerView(Protocol):
     global_step: int
 
     def stop_training(self, reason: str) -> None:
-        """Asks the trainer to stop after the current epoch, for ``reason`` (shown to the user)."""
+        """Asks the trainer to stop after the current epoch, for ``reason``."""
         ...
 
     def learning_rate(self) -> jax.Array | None:
@@ -82,17 +72,11 @@ class Callback:
     """The base of the trainer's callbacks: every hook does nothing until overridden.
 
     Args:
-        every_n_epochs: the filtered hooks (``on_filtered_training_epoch_start/end``,
-            ``on_filtered_validation_epoch_start/end``) run at the epochs ``e`` with
-            ``e % every_n_epochs == 0``. An int >= 1; jax_trainer's ``-1`` ("every epoch")
-            is accepted and means 1, so its configs load unchanged.
-        every_n_minutes: when given (a number > 0), a filtered hook also runs at an epoch
-            when at least this many minutes passed since the same phase's (training or
-            validation) filtered hooks last ran (since the first epoch of that phase the
-            callback saw, when they never ran). The decision is taken at the phase's
-            ``*_start`` hook and kept for its ``*_end`` hook of the same epoch, so a filtered
-            start always has its filtered end; the minutes count from the filtered end.
-            ``None`` (the default) or jax_trainer's ``-1``: epochs only.
+        every_n_epochs: the filtered hooks run at epochs ``e % every_n_epochs == 0``
+            (jax_trainer's ``-1`` means 1).
+        every_n_minutes: a filtered hook also runs when this many minutes passed since its
+            phase's last filtered end; a filtered start always gets its filtered end.
+            ``None`` or ``-1``: epochs only.
 
     Attributes:
         trainer: the :class:`TrainerView` given to :meth:`bind`, ``None`` before.
@@ -121,8 +105,8 @@ class Callback:
     # -- binding ------------------------------------------------------------------------------
 
     def bind(self, trainer: TrainerView) -> None:
-        """Gives the callback the trainer it serves (the trainer calls it once, before
-        training or testing); an object that lacks a :class:`TrainerView` member is an error.
+        """Gives the callback the trainer it serves; one that lacks a :class:`TrainerView` member is
+        an error.
 
         Example:
             >>> Callback().bind(object())  # doctest: +ELLIPSIS
@@ -140,7 +124,7 @@ class Callback:
         self.trainer = trainer
 
     def _bound(self) -> TrainerView:
-        """The bound trainer, or a clear error when :meth:`bind` was never called."""
+        """The bound trainer, or an error when :meth:`bind` was never called."""
         if self.trainer is None:
             raise RuntimeError(explain(
                 f"{type(self).__name__} is not bound to a trainer",
@@ -150,9 +134,7 @@ class Callback:
         return self.trainer
 
     def _write(self, kind: str, values: Mapping[str, Any]) -> None:
-        """Writes ``values`` (``kind``: ``"scalars"`` or ``"images"``) at the trainer's
-        global step, through the trainer's writer; nothing when that writer does not write
-        this kind (a run without TensorBoard writes no images)."""
+        """Writes ``values`` (``"scalars"``, ``"images"``) at the global step, if the writer can."""
         trainer = self._bound()
         writer = trainer.writer
         if kind in writer.kinds:
@@ -185,8 +167,7 @@ class Callback:
         """Called once, after the last training epoch (not when training failed)."""
 
     def on_training_epoch_start(self, epoch_idx: int) -> None:
-        """Called at each training epoch's start; runs
-        :meth:`on_filtered_training_epoch_start` on the callback's epochs."""
+        """Runs :meth:`on_filtered_training_epoch_start` on the callback's epochs."""
         if self._fires("training", epoch_idx, start=True):
             self.on_filtered_training_epoch_start(epoch_idx)
 
@@ -194,8 +175,7 @@ class Callback:
         """Called at the start of the training epochs the callback runs on."""
 
     def on_training_epoch_end(self, train_metrics: dict[str, Any], epoch_idx: int) -> None:
-        """Called at each training epoch's end with its metrics; runs
-        :meth:`on_filtered_training_epoch_end` on the callback's epochs."""
+        """Runs :meth:`on_filtered_training_epoch_end` on the callback's epochs."""
         if self._fires("training", epoch_idx, start=False):
             self.on_filtered_training_epoch_end(train_metrics, epoch_idx)
 
@@ -203,8 +183,7 @@ class Callback:
         """Called at the end of the training epochs the callback runs on."""
 
     def on_validation_epoch_start(self, epoch_idx: int) -> None:
-        """Called before each validation; runs :meth:`on_filtered_validation_epoch_start`
-        on the callback's epochs."""
+        """Runs :meth:`on_filtered_validation_epoch_start` on the callback's epochs."""
         if self._fires("validation", epoch_idx, start=True):
             self.on_filtered_validation_epoch_start(epoch_idx)
 
@@ -212,8 +191,7 @@ class Callback:
         """Called before the validations of the epochs the callback runs on."""
 
     def on_validation_epoch_end(self, eval_metrics: dict[str, Any], epoch_idx: int) -> None:
-        """Called after each validation with its metrics; runs
-        :meth:`on_filtered_validation_epoch_end` on the callback's epochs."""
+        """Runs :meth:`on_filtered_validation_epoch_end` on the callback's epochs."""
         if self._fires("validation", epoch_idx, start=False):
             self.on_filtered_validation_epoch_end(eval_metrics, epoch_idx)
 
@@ -227,8 +205,7 @@ class Callback:
         """Called after testing with its metrics (not filtered)."""
 
     def on_training_step(self, step_metrics: dict[str, Any], epoch_idx: int, global_step: int) -> None:
-        """Called after each training step, only for classes that override it; the metrics
-        are device values: read none of them here."""
+        """Called after each training step, only if overridden; read no metric value here."""
 
     def finalize(self, status: str) -> None:
         """Called once at the very end: ``"success"``, ``"failed"`` or ``"stopped"``.
@@ -247,8 +224,8 @@ class Callback:
     # -- resume -------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """What the callback needs to resume exactly; saved in every checkpoint. Values are
-        numbers, strings, lists, or numpy/JAX arrays. The base has none: ``{}``.
+        """What the callback needs to resume exactly (numbers, strings, lists, arrays); saved in
+        every checkpoint.
 
         Example:
             >>> Callback().state_dict()
@@ -257,8 +234,7 @@ class Callback:
         return {}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
-        """Restores what :meth:`state_dict` returned. The base accepts only ``{}``: keys it
-        does not know mean the checkpoint was written by another callback.
+        """Restores what :meth:`state_dict` returned; unknown keys are an error.
 
         Example:
             >>> Callback().load_state_dict({})
@@ -267,14 +243,12 @@ class Callback:
 
 
 def _has(obj: Any, name: str) -> bool:
-    """Whether ``obj`` has ``name``, without running a property (a trainer's ``writer``
-    opens its files when first read)."""
+    """Whether ``obj`` has ``name``, without running a property."""
     return any(name in vars(k) for k in type(obj).__mro__) or name in getattr(obj, "__dict__", {})
 
 
 def overrides_training_step(cb: Callback) -> bool:
-    """Whether ``cb``'s class overrides :meth:`Callback.on_training_step` (the trainer calls
-    that hook only for those).
+    """Whether ``cb``'s class overrides :meth:`Callback.on_training_step`.
 
     Example:
         >>> class Stepper(Callback):
@@ -288,7 +262,7 @@ def overrides_training_step(cb: Callback) -> bool:
 
 
 def _check_state(cb: Callback, d: Any, keys: tuple[str, ...]) -> dict[str, Any]:
-    """``d`` as a dict holding exactly ``keys``, else a clear error."""
+    """``d`` as a dict holding exactly ``keys``, else an error."""
     name = type(cb).__name__
     if not isinstance(d, Mapping) or set(d) != set(keys):
         received = describe(d) if not isinstance(d, Mapping) else f"keys {sorted(map(str, d))}"

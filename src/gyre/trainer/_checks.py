@@ -1,6 +1,4 @@
-"""Checks of what a trainer subclass defines, made when the trainer is built (before any
-tracing), so a wrong signature or a misspelt method name is named in plain words instead of
-surfacing as a ``TypeError`` deep inside a compiled step."""
+"""Checks of what a trainer subclass defines, made when the trainer is built, before any tracing."""
 
 from __future__ import annotations
 
@@ -18,10 +16,7 @@ CALLS = {
 
 
 def check_user_methods(trainer: Any, base: type, mode: str) -> None:
-    """Raises a ``TypeError`` naming the method when the subclass's loss function for
-    ``mode`` is missing (listing near-miss names it does define) or cannot take the
-    trainer's arguments; ``batch_to_input`` is checked too.
-    """
+    """A ``TypeError`` when the loss function for ``mode`` or ``batch_to_input`` misfits."""
     name = "loss_function" if mode == "nnx" else "loss_function_linen"
     cls = type(trainer)
     if getattr(cls, name, None) is getattr(base, name, None):
@@ -66,9 +61,7 @@ def _signature(name: str) -> str:
 
 
 def check_batch(batch: Any) -> None:
-    """Raises a ``TypeError`` when a batch is not a pytree of arrays (a plain class or
-    dataclass instance is one opaque leaf to JAX, which the compiled step cannot take).
-    """
+    """Raises a ``TypeError`` when a batch is not a pytree of arrays."""
     import jax
     import numpy as np
 

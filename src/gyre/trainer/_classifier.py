@@ -1,8 +1,5 @@
-"""Ready-made parts for image classification, registered under the names jax_trainer's
-configs use: the trainer ``ImgClassifierTrainer``, the models ``SimpleClassifier`` (an MLP)
-and ``SimpleCNN`` (nnx) with linen twins ``SimpleClassifierLinen`` and ``SimpleCNNLinen``, and
-the data set ``DigitsDataset`` (scikit-learn's digits, embedded: no download).
-"""
+"""Ready-made image classification parts, registered under jax_trainer's config names: a
+trainer, MLP and CNN models (nnx and linen) and the embedded digits data set."""
 
 from __future__ import annotations
 
@@ -21,7 +18,7 @@ from gyre.trainer._config import TrainerModuleConfig
 from gyre.trainer._confusion import ConfusionMatrixCallback, confusion_matrix
 from gyre.trainer._module import TrainerModule
 
-#: a count of classes, units or layers: the config refuses 0 (a layer of no units divides by zero)
+#: a count of classes, units or layers (>= 1)
 Count = Annotated[int, Field(ge=1)]
 
 ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "silu": jax.nn.silu, "tanh": jnp.tanh}
@@ -40,12 +37,8 @@ def classification_metrics(
     logits: jax.Array, labels: jax.Array, num_classes: int | None, mask: jax.Array | None = None,
     *, conf_matrix: bool | None = None,
 ) -> tuple[jax.Array, dict[str, Any]]:
-    """Cross-entropy loss and the accuracy, plus a summed confusion matrix (rows true labels,
-    :func:`gyre.trainer.confusion_matrix`) when ``conf_matrix`` (default: when
-    ``num_classes`` is given); its size is ``num_classes``, or the logits' width when that is
-    ``None``. With a ``mask`` (a boolean vector over the batch: its real rows, the rest
-    padding), the means and the matrix count the real rows only: ``sum(x * mask) / mask.sum()``.
-    """
+    """Cross-entropy and accuracy, plus a summed confusion matrix when ``conf_matrix`` (default:
+    when ``num_classes`` is given); ``mask`` marks the rows counted."""
     losses = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
     correct = logits.argmax(-1) == labels
     if mask is None:
@@ -66,11 +59,11 @@ def classification_metrics(
 
 @register_trainer
 class ImgClassifierTrainer(TrainerModule):
-    """Classification of ``(images, labels)`` batches (or batches with ``input`` and
-    ``target``, jax_trainer's ``SupervisedBatch``): cross-entropy, accuracy ``acc``, and a
-    confusion matrix ``conf_matrix`` in validation and testing when the config's
-    ``num_classes`` is set or a ``ConfusionMatrixCallback`` draws it (sized by the logits'
-    width without ``num_classes``). Works with nnx and linen models.
+    """Classification of ``(images, labels)`` batches with nnx or linen models: cross-entropy and
+    ``acc``.
+
+    Validation and testing add ``conf_matrix`` when ``num_classes`` is set or a
+    ``ConfusionMatrixCallback`` draws it.
 
     Example:
         >>> import gyre, optax, tempfile
@@ -99,16 +92,14 @@ class ImgClassifierTrainer(TrainerModule):
         return getattr(self.config, "num_classes", None)
 
     def _conf_matrix(self, train: bool) -> bool:
-        """A confusion matrix in validation and testing when ``num_classes`` is set or a
-        :class:`ConfusionMatrixCallback` draws it (then sized by the logits' width)."""
+        """Whether to compute a confusion matrix (evaluation only)."""
         if train:
             return False
         return bool(self._num_classes()) or any(isinstance(cb, ConfusionMatrixCallback) for cb in self.callbacks)
 
 
 class ImgClassifierConfig(TrainerModuleConfig):
-    """The trainer keys of :class:`ImgClassifierTrainer`: those of every trainer, and
-    ``num_classes`` (the confusion matrix's size; ``None``: no matrix).
+    """The trainer keys of :class:`ImgClassifierTrainer`: every trainer's and ``num_classes``.
 
     Example:
         >>> ImgClassifierConfig(num_classes=10).num_classes
@@ -122,8 +113,7 @@ ImgClassifierTrainer.config_class = ImgClassifierConfig
 
 
 class AugmentedImgClassifierTrainerConfig(ImgClassifierConfig):
-    """The trainer keys of :class:`AugmentedImgClassifierTrainer`: :class:`ImgClassifierConfig`'s
-    (``augmentation``, ``augmentation_seed`` and ``preprocessing`` among them).
+    """The trainer keys of :class:`AugmentedImgClassifierTrainer` (:class:`ImgClassifierConfig`'s).
 
     Example:
         >>> AugmentedImgClassifierTrainerConfig.class_name
@@ -133,9 +123,7 @@ class AugmentedImgClassifierTrainerConfig(ImgClassifierConfig):
 
 @register_trainer
 class AugmentedImgClassifierTrainer(ImgClassifierTrainer):
-    """The kpoeppel fork's name of an image classifier trained with ``trainer.augmentation``
-    and ``trainer.preprocessing``: :class:`ImgClassifierTrainer`, which takes them itself;
-    its own config class lets a config (or compoconf's ``parse_config``) name it.
+    """The kpoeppel fork's name for :class:`ImgClassifierTrainer` with ``trainer.augmentation``.
 
     Example:
         >>> issubclass(AugmentedImgClassifierTrainer, ImgClassifierTrainer)
@@ -151,11 +139,10 @@ def _flat(x: jax.Array) -> jax.Array:
 
 @register_model
 class SimpleClassifier(nnx.Module):
-    """An MLP classifier (nnx): ``num_layers`` hidden layers of ``c_hid`` units, optional
-    batch norm and dropout. Inputs of any shape are flattened. Without ``input_dim`` the
-    first layer takes its size from the first input, as a linen ``Dense`` does (it is one,
-    bridged with ``nnx.bridge.ToNNX``): called eagerly once, or built by the trainer from
-    its example batch.
+    """An MLP classifier (nnx) of ``num_layers`` hidden layers of ``c_hid`` units; inputs are
+    flattened.
+
+    Without ``input_dim`` the first layer is sized by the first input, which must come eagerly.
 
     Example:
         >>> from flax import nnx
@@ -209,9 +196,8 @@ class SimpleClassifier(nnx.Module):
 
 @register_model
 class SimpleCNN(nnx.Module):
-    """A small CNN classifier (nnx) for ``(N, H, W, C)`` images (flat 64-pixel digits are
-    read as 8×8): two 3×3 convolutions of ``c_hid`` channels, the second strided, then a
-    dense layer.
+    """A small CNN classifier (nnx) for ``(N, H, W, C)`` images; flat inputs are read as
+    ``image_size`` squares.
 
     Example:
         >>> from flax import nnx
@@ -307,21 +293,13 @@ class SimpleCNNLinen(linen.Module):
 
 @register_dataset
 class DigitsDataset:
-    """scikit-learn's digits (1,797 8×8 images, embedded) as the trainer's three loaders: a
-    seeded, stratified validation split of the training part, the test part (20 %).
+    """scikit-learn's digits (embedded) as ``train_loader``, ``val_loader`` and ``test_loader``.
 
     Args:
-        global_batch_size: examples per training batch.
-        val_size: examples held out of the training part for validation.
-        split_seed: the seed of the validation split (and of the training shuffles).
+        val_size: examples held out of the training part, stratified by ``split_seed``.
         eval_batch_size: examples per validation / test batch (default: all in one).
         normalize: pixels in [0, 1] (``False``: the raw 0..16 counts).
-        image_shape: ``True``: images shaped ``(N, 8, 8, 1)``; ``False``: flat 64 pixels.
-
-    Attributes:
-        train_loader: resumable batches, reshuffled every epoch (``gyre.data.batches``).
-        val_loader: a list of ``(x, y)`` batches.
-        test_loader: a list of ``(x, y)`` batches.
+        image_shape: images shaped ``(N, 8, 8, 1)`` rather than flat.
 
     Example:
         >>> d = DigitsDataset(global_batch_size=64, val_size=200)

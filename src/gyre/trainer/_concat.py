@@ -1,9 +1,5 @@
-"""The host-side collector of the CONCAT metrics' values.
-
-**CONCAT** values grow with the steps, so they cannot live in a carried fixed-shape state:
-the step returns them (:meth:`ConcatCollector.select`) and a :class:`ConcatCollector` keeps the
-device arrays on the host side, concatenated once at the end of the epoch.
-"""
+"""The host-side collector of the CONCAT metrics' values, which grow with the steps and so
+cannot live in the step's fixed-shape carry."""
 
 from __future__ import annotations
 
@@ -21,15 +17,7 @@ from gyre.trainer._modes import LogMetricMode, MetricSpec
 
 
 class ConcatCollector:
-    """Gathers the CONCAT metrics' per-step device arrays on the host side (a list per metric:
-    no transfer, no wait) and concatenates them along the first axis in :meth:`compute`.
-
-    A step's value of shape ``(b, ...)`` adds ``b`` rows, a scalar adds one;
-    :meth:`add_stacked` takes the values of ``steps_per_call`` fused steps at once.
-
-    Args:
-        specs: the metrics' specs; the CONCAT ones are collected.
-    """
+    """Keeps CONCAT metrics' per-step device arrays; :meth:`compute` concatenates them."""
 
     def __init__(self, specs: Mapping[str, MetricSpec]) -> None:
         self.keys = tuple(k for k, s in specs.items() if s.mode is LogMetricMode.CONCAT)
@@ -50,9 +38,7 @@ class ConcatCollector:
             self._parts[key].append((value, stacked))
 
     def add(self, values: Mapping[str, Any]) -> None:
-        """Keeps one step's CONCAT values (arrays, or ``(value, count)`` pairs); other
-        metrics' values are ignored.
-        """
+        """Keeps one step's CONCAT values (arrays, or ``(value, count)`` pairs)."""
         self._add(values, stacked=False)
 
     def add_stacked(self, values: Mapping[str, Any]) -> None:
@@ -60,12 +46,7 @@ class ConcatCollector:
         self._add(values, stacked=True)
 
     def compute(self) -> dict[str, jax.Array]:
-        """Every CONCAT metric's rows so far, one device array each (a zero-length float32
-        array for a metric with no step). Reads no value.
-
-        Raises:
-            ValueError: a metric's rows have different shapes.
-        """
+        """Every CONCAT metric's rows so far, one device array each (of one shape)."""
         out = {}
         for key, parts in self._parts.items():
             rows = [_rows(v, stacked) for v, stacked in parts]

@@ -1,8 +1,5 @@
-"""``TrainerModuleConfig``: the ``trainer`` keys of :class:`gyre.TrainerModule` beyond those
-every trainer has (:class:`gyre.config.TrainerConfig`): the kpoeppel jax_trainer fork's
-inspection and evaluation options, and phlippe/jax_trainer's ``tabulate_model``. It is the
-trainer's ``config_class``, so a config's ``trainer`` section is checked against it.
-"""
+"""``TrainerModuleConfig``: the ``trainer`` keys of :class:`gyre.TrainerModule` beyond every
+trainer's (:class:`gyre.config.TrainerConfig`)."""
 
 from __future__ import annotations
 
@@ -18,25 +15,16 @@ class TrainerModuleConfig(TrainerConfig):
     """The keys of :class:`gyre.TrainerModule`'s ``trainer`` section.
 
     Attributes:
-        seed_eval: the seed of the evaluation's random key (a linen model's ``rng`` in
-            validation and testing); ``None``: the training seed's key.
-        max_steps_per_epoch: at most this many training steps make an epoch (the loader is
-            not restarted: the next epoch continues where this one stopped); ``None``: the
-            loader's whole pass.
+        seed_eval: the seed of the evaluation's random key; ``None``: the training seed's.
+        max_steps_per_epoch: at most this many steps make an epoch (the next continues the
+            loader); ``None``: the loader's whole pass.
         log_param_stats: log each parameter's min, max, mean and std every step.
-        log_grad_stats: the same of each gradient (``<path>.grad_<stat>``).
-        log_intermediates: the same of each value the model sows (``nnx.Intermediate``,
-            linen's ``intermediates`` collection).
-        nan_keys: with ``detect_nans``, the training values whose NaN or Inf stops the run
-            (``"loss"`` or ``"train/loss"``, ``"acc"``...); ``None``: all of them.
-        tabulate_model: write the model's summary (``model.txt``) and its parameters
-            (``params.txt``) into the run folder when the model is built.
-        augmentation: a registered module wrapping the model whose ``augment`` changes each
-            training batch inside the step (:mod:`gyre.trainer._augment`), e.g.
-            ``{class_name: GaussianNoise, scale: 0.1}``; ``None``: none.
-        augmentation_seed: the seed of an nnx augmentation's ``augmentation`` stream.
-        preprocessing: a registered module whose ``preprocess`` changes every batch (training
-            and evaluation) inside the step; ``None``: none.
+        log_grad_stats: the same of each gradient; ``log_intermediates``: of each sown value.
+        nan_keys: with ``detect_nans``, the training values whose NaN or Inf stops the run;
+            ``None``: all of them.
+        tabulate_model: write ``model.txt`` and ``params.txt`` into the run folder.
+        augmentation: a registered module changing each training batch, e.g.
+            ``{class_name: GaussianNoise, scale: 0.1}``; ``preprocessing``: every batch.
 
     Example:
         >>> TrainerModuleConfig(nan_keys=["train/loss"], seed_eval=0).nan_keys

@@ -1,11 +1,6 @@
-"""Confusion matrices: :func:`confusion_matrix` (counted on the device, in the loss function)
-and :class:`ConfusionMatrixCallback` (a PNG per validation and test epoch, and an image for the
-writer).
-
-A confusion matrix here is an ``(n, n)`` array whose row ``i``, column ``j`` counts the
-examples of TRUE label ``i`` that were PREDICTED as ``j`` (rows true labels, columns
-predictions, as scikit-learn lays them out). A loss function returns one per batch with mode
-SUM, under a key ending in ``conf_matrix``, and the trainer sums it over the epoch::
+"""Confusion matrices (rows true labels, columns predictions): :func:`confusion_matrix`, counted
+in the loss function under a key ending in ``conf_matrix``, and :class:`ConfusionMatrixCallback`,
+which draws them::
 
     metrics["conf_matrix"] = {"value": confusion_matrix(labels, logits.argmax(-1), 10),
                               "mode": "sum", "log_mode": "eval"}
@@ -31,14 +26,11 @@ ANNOTATE_UP_TO = 30  # classes; a larger matrix is drawn without the numbers in 
 
 
 def confusion_matrix(labels: Any, predictions: Any, num_classes: int) -> jax.Array:
-    """Counts (true label, prediction) pairs: an ``(num_classes, num_classes)`` int32 array,
-    rows TRUE labels, columns PREDICTIONS. Jittable; labels or predictions outside
-    ``[0, num_classes)`` (a padding label such as ``-1``) are not counted.
+    """Counts (true label, prediction) pairs in a ``(num_classes, num_classes)`` int32 array
+    (jittable).
 
-    Args:
-        labels: integer labels, any shape.
-        predictions: integer predicted classes, the same shape (``logits.argmax(-1)``).
-        num_classes: the number of classes (a Python int).
+    ``predictions`` are classes (``logits.argmax(-1)``), of the labels' shape; pairs outside
+    ``[0, num_classes)`` (a padding label ``-1``) are not counted.
 
     Example:
         >>> import jax.numpy as jnp
@@ -70,29 +62,15 @@ def confusion_matrix(labels: Any, predictions: Any, num_classes: int) -> jax.Arr
 
 @register_callback
 class ConfusionMatrixCallback(Callback):
-    """Draws the confusion matrix of each (filtered) validation epoch and of each test: a PNG
-    at ``log_dir/confusion_matrix/<phase>_epoch_NNNN.png`` (``phase`` is ``val`` or ``test``,
-    ``NNNN`` the epoch) and the same picture through the writer's ``write_images`` as
-    ``<phase>/confusion_matrix`` (RGB), at the trainer's global step.
+    """Draws each metric ending in ``conf_matrix`` of filtered validations and of tests.
 
-    It draws the metric whose key ends with ``conf_matrix`` (``val/conf_matrix``): an
-    ``(n, n)`` array summed over the epoch, rows true labels, columns predictions (see
-    :func:`confusion_matrix`). When several keys end so, each is drawn, the PNG's name
-    holding the key (``val_top_conf_matrix_epoch_0003.png``). A phase without one is an
-    error naming the keys received. Needs matplotlib (``pip install 'gyre[plot]'``), used
-    through its Agg canvas (no window, no pyplot state).
+    Each is a PNG at ``log_dir/confusion_matrix/<phase>_epoch_NNNN.png`` and an image
+    ``<phase>/confusion_matrix`` for the writer. Needs matplotlib (``gyre[plot]``).
 
     Args:
-        normalize: divide each row by its total (a row of zeros stays zeros), so a cell is
-            the fraction of that true class given that prediction.
-        cmap: a matplotlib colormap name.
-        figsize: the figure's (width, height) in inches; the PNG is ``figsize * dpi`` pixels.
-        format: how a cell's number is written (a format spec); ``None``: ``".2f"`` when
-            normalized, ``"d"`` for counts (counts are rounded to ints first for a ``"d"``
-            spec). Numbers are written in the cells up to 30 classes.
-        dpi: pixels per inch.
-        every_n_epochs: draw the validation epochs ``e`` with ``e % every_n_epochs == 0``
-            (tests are always drawn).
+        normalize: divide each row by its total.
+        figsize: the figure's (width, height) in inches.
+        format: a cell's format spec; ``None``: ``".2f"`` when normalized, else ``"d"``.
 
     Example:
         >>> import pathlib, tempfile, types, gyre, jax.numpy as jnp
@@ -145,11 +123,11 @@ class ConfusionMatrixCallback(Callback):
         self.dpi = int(dpi)
 
     def on_filtered_validation_epoch_end(self, eval_metrics: dict[str, Any], epoch_idx: int) -> None:
-        """Draws the validation matrix (see the class)."""
+        """Draws the validation matrix."""
         self._draw(eval_metrics, epoch_idx, "val")
 
     def on_test_epoch_end(self, test_metrics: dict[str, Any], epoch_idx: int) -> None:
-        """Draws the test matrix (see the class)."""
+        """Draws the test matrix."""
         self._draw(test_metrics, epoch_idx, "test")
 
     def _draw(self, metrics: dict[str, Any], epoch_idx: int, phase: str) -> None:

@@ -1,14 +1,5 @@
-"""``EpochMetricFiles``: one JSON file of scalars per phase and epoch, as jax_trainer writes
-them (``metrics/<phase>_epoch_NNNN.json``, epochs numbered from 1; epoch 0 is before any training), written off the training
-thread.
-
-Each file is one JSON object: ``"epoch"`` and ``"step"`` (the global step, the one x-axis of
-every series) first, then the metrics as plain JSON floats (non-finite values as ``NaN`` /
-``Infinity``, which Python's ``json`` reads). The values may be device arrays: they are moved
-to the host on the writer's thread (:class:`gyre.Writer`'s machinery: one ``device_get`` per
-file, errors raised at the next call). Files appear after :meth:`~gyre.Writer.flush`; each is
-written to a temporary name and renamed, so a reader never sees half a file.
-"""
+"""``EpochMetricFiles``: jax_trainer's ``metrics/<phase>_epoch_NNNN.json`` files, written off the
+training thread; each holds ``"epoch"``, ``"step"`` and the scalar metrics as floats."""
 
 from __future__ import annotations
 
@@ -31,10 +22,8 @@ _RESERVED = ("epoch", "step")
 
 
 class EpochMetricFiles(Writer):
-    """Writes ``<directory>/metrics/<phase>_epoch_NNNN.json``, one file per phase and epoch.
-
-    Args:
-        directory: the run folder; ``metrics/`` is made in it (on process 0 only).
+    """Writes ``<directory>/metrics/<phase>_epoch_NNNN.json``, one file per phase and epoch; see
+    :meth:`flush`.
 
     Example:
         >>> import json, os, tempfile, jax.numpy as jnp
@@ -57,33 +46,17 @@ class EpochMetricFiles(Writer):
         super().__init__()
 
     def path(self, phase: str, epoch: int) -> str:
-        """The file of ``phase`` at ``epoch`` (numbered from 1; 0: before training).
-
-        Example:
-            >>> import os, tempfile
-            >>> with tempfile.TemporaryDirectory() as run, EpochMetricFiles(run) as files:
-            ...     os.path.relpath(files.path("train", 3), run)
-            'metrics/train_epoch_0003.json'
-        """
+        """The file of ``phase`` at ``epoch`` (numbered from 1; 0: before training)."""
         return os.path.join(self.directory, f"{phase}_epoch_{epoch:04d}.json")
 
     def write(self, phase: str, epoch: int, step: int, metrics: Mapping[str, Any]) -> None:
-        """Queues the file of ``phase`` at ``epoch``: ``step`` and the scalar ``metrics``
-        (numbers or 0-d arrays, by logged name; pass ``scalars_for_writers(...)``). Reads no
-        device value; a file written again is replaced.
+        """Queues the file of ``phase`` at ``epoch`` with ``step`` and the scalar ``metrics``; reads
+        no device value.
 
         Raises:
-            ValueError: a bad phase name, a negative epoch (0: before training), a negative step, a metric that
-                is not one number, or a metric named ``"epoch"`` or ``"step"``.
+            ValueError: a bad phase name, epoch or step, a metric that is not one number, or
+                one named ``"epoch"`` or ``"step"``.
             WriterError: an earlier file failed on the writer's thread.
-
-        Example:
-            >>> import tempfile
-            >>> with tempfile.TemporaryDirectory() as run, EpochMetricFiles(run) as files:
-            ...     files.write("test", -1, 10, {"test/acc": 1.0})
-            Traceback (most recent call last):
-            ValueError: EpochMetricFiles.write: epoch must be a whole number >= 0
-            ...
         """
         if not isinstance(phase, str) or not _PHASE.match(phase):
             raise ValueError(explain(

@@ -1,10 +1,6 @@
-"""One run of :meth:`TrainerModule.train_model`: the engine's ``train_loop`` it builds, and the
-one loop callback that turns the engine's named hooks into the trainer's (epoch starts and
-ends, validation, step logs, ``on_training_step``). It holds the running loop, whose state and
-clock are the trainer's ``state``, ``elapsed`` and ``global_step`` while it runs, and the
-trainer's stop request; through the engine's ``state_dict`` protocol it carries the trainer's
-callbacks' state into every checkpoint.
-"""
+"""One run of :meth:`TrainerModule.train_model`: the engine's ``train_loop`` and the loop
+callback that turns its named hooks into the trainer's, carrying the trainer callbacks' state
+into every checkpoint."""
 
 from __future__ import annotations
 
@@ -31,16 +27,7 @@ _roll = jax.jit(_compute_and_reset)
 
 
 class TrainingRun:
-    """Named-loop callback of one :meth:`TrainerModule.train_model` call (see the module
-    docstring).
-
-    Args:
-        trainer: the trainer being trained.
-        val_loaders: the validation loaders, ``[(mode, loader)]`` (``named_loaders``).
-        specs: the training metrics' specs.
-        builder: the trainer's step builder (the evaluation's specs, once it ran).
-        files: the run folder's per-epoch metric files.
-    """
+    """Named-loop callback of one :meth:`TrainerModule.train_model` call."""
 
     def __init__(self, trainer: Any, val_loaders: list[tuple[str, Any]], *, specs: Any, builder: Any,
                  files: Any) -> None:
@@ -60,14 +47,12 @@ class TrainingRun:
 
     @property
     def global_step(self) -> int:
-        """Training steps completed (a host count): the loop's clock, and the step in progress
-        once it ran."""
+        """Training steps completed, counting the step in progress once it ran."""
         clock = self.loop.elapsed
         return clock.steps + (clock.in_progress and not self.before_step)
 
     def run(self, data: Any, step: Any, epochs: int, epoch_steps: int) -> tuple[Any, Any, Any]:
-        """Trains ``epochs`` epochs of ``epoch_steps`` steps of ``data``: the engine's
-        ``(state, history, elapsed)``."""
+        """Trains ``epochs`` epochs of ``epoch_steps`` steps: ``(state, history, elapsed)``."""
         from gyre.callbacks import checkpoint, keras_bar
         from gyre.core import after, on_train_step
         from gyre.engine import train_loop
@@ -129,8 +114,7 @@ class TrainingRun:
         return logs, state.replace(extras={**state.extras, WINDOW: fresh})
 
     def _logs(self, values: dict[str, Any], freq: str) -> Logs:
-        """``values`` as metrics, the NaN check's business; with ``trainer.nan_keys``, only
-        the training values it names are (the others go unchecked, as stateful metrics)."""
+        """``values`` as logs for the NaN check (with ``nan_keys``, only those it names)."""
         keys = getattr(self.trainer.config, "nan_keys", None)
         if keys is None:
             return Logs().add_metrics(values)

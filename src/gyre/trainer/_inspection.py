@@ -1,12 +1,6 @@
-"""Looking inside the model while it trains, as the kpoeppel jax_trainer fork's
-``TrainerConfig`` offers it: per-tensor statistics of the parameters (``log_param_stats``),
-the gradients (``log_grad_stats``) and the values a model sows (``log_intermediates``), logged
-as training metrics, and the model's summary in the run folder (``tabulate_model``:
-``model.txt``, ``params.txt``) with its parameter count (``param/num_model_params``).
-
-A tensor's statistics are its ``min``, ``max``, ``mean`` and ``std`` (one ``val`` for a single
-number), named by its path joined with dots: ``conv1.kernel_mean``, ``conv1.kernel.grad_std``
-(the fork's names), logged as ``train/conv1.kernel_mean_step`` and ``..._epoch``.
+"""Looking inside the model while it trains, as the kpoeppel jax_trainer fork does: per-tensor
+``min`` / ``max`` / ``mean`` / ``std`` of parameters, gradients and sown values, named by path
+(``conv1.kernel_mean``, ``conv1.kernel.grad_std``), and the model's summary files.
 """
 
 from __future__ import annotations
@@ -24,9 +18,7 @@ STATS = ("min", "max", "mean", "std")
 
 
 def tree_stats(tree: Any, suffix: str = "") -> dict[str, jax.Array]:
-    """The statistics of every array leaf of ``tree`` (see the module docstring), the path
-    followed by ``suffix`` (``".grad"`` for gradients). Jittable.
-    """
+    """The statistics of every array leaf of ``tree``, its path then ``suffix`` (jittable)."""
     out: dict[str, jax.Array] = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
         if not hasattr(leaf, "dtype") or not jnp.issubdtype(leaf.dtype, jnp.number):
@@ -46,9 +38,7 @@ def count_params(params: Any) -> int:
 
 
 def _nnx_table(model: Any) -> str:
-    """Each submodule of an nnx model: its path, class and parameter count (flax's own
-    ``nnx.tabulate`` runs the model and can fail on bridged linen layers, and then leaves
-    the module's methods patched)."""
+    """Each nnx submodule's path, class and parameter count (``nnx.tabulate`` fails on bridges)."""
     from flax import nnx
 
     rows = []
@@ -65,12 +55,7 @@ def _nnx_table(model: Any) -> str:
 
 
 def tabulate(trainer: Any, exmp_input: Any) -> dict[str, str]:
-    """The model's summary (``model.txt``: each submodule and its parameter count for nnx,
-    flax's ``linen.tabulate`` on ``exmp_input`` for linen) and its parameters
-    (``params.txt``: each path, shape and dtype, then the total).
-
-    Example: see ``tests/trainer/test_inspection.py`` (it builds a trainer).
-    """
+    """The model's summary (``model.txt``) and its parameters (``params.txt``)."""
     from flax import linen
 
     state = trainer.state

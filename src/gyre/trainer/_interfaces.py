@@ -1,18 +1,10 @@
-"""The kpoeppel jax_trainer fork's model bases (``jax_trainer.interfaces``), over gyre's model
-registry: ``BaseModelNNX`` and ``BaseModelLinen``.
+"""The kpoeppel jax_trainer fork's model bases (``BaseModelNNX``, ``BaseModelLinen``) over gyre's
+model registry.
 
-A subclass names its typed config (a dataclass) as the fork's do, by ``config_class = ...``, a
-``config: ...`` annotation, or the annotation of its ``__init__``'s ``config``; defining the
-subclass registers it in :data:`gyre.config.MODELS` under its class name and writes that name
-into the config class's ``class_name``. So a ``model: {class_name: MyModel, ...}`` section is checked against the
-config's fields and builds ``MyModel(MyModelConfig(**keys))`` (an nnx model also gets
-``rngs=``), and a parser that resolves a section by its ``class_name`` (compoconf's
-``parse_config``, the fork's ``BaseModelNNX.cfgtype``) finds the config class. compoconf's
-``@register`` on such a subclass is then harmless and not needed; gyre does not import
-compoconf.
-
-A subclass named as one of gyre's built-in models (``SimpleClassifier``) takes that name
-over, with a warning: a config names the user's model, as in the fork.
+A subclass names its dataclass config (``config_class``, a ``config`` annotation, or its
+``__init__``'s); defining it registers it in :data:`gyre.config.MODELS` and sets the config's
+``class_name``, so ``model: {class_name: MyModel, ...}`` builds ``MyModel(MyModelConfig(**keys))``.
+A subclass named as a built-in model takes that name over, with a warning.
 """
 
 from __future__ import annotations
@@ -39,9 +31,7 @@ def _annotation(owner: Any, annotations: dict[str, Any]) -> Any:
 
 
 def _own_config_class(cls: type) -> type | None:
-    """The config class a subclass defines itself (``config_class``, a ``config``
-    annotation, or the annotation of its ``__init__``'s ``config``), or ``None`` (an
-    intermediate base, or a class flax derives)."""
+    """The config class a subclass defines itself, or ``None`` (a base, or a class flax derives)."""
     init = vars(cls).get("__init__")
     if vars(cls).get("config_class") is not None:
         found = vars(cls)["config_class"]
@@ -83,8 +73,7 @@ def _register(cls: type) -> None:
 
 
 class ModelBase(ConfigTyped):
-    """The metaclass of the fork's bases: ``cfgtype`` joins the config classes of the
-    registered subclasses."""
+    """The metaclass of the fork's bases: ``cfgtype`` joins the registered subclasses' configs."""
 
     def typed_configs(cls) -> list[type]:
         found = []
@@ -102,8 +91,7 @@ class NNXBase(type(nnx.Module), ModelBase):  # type: ignore[misc]
 
 
 class RegistersSubclasses:
-    """The mixin of the fork's bases: defining a subclass registers it with its typed config
-    (see the module docstring)."""
+    """The mixin of the fork's bases: defining a subclass registers it with its typed config."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -111,11 +99,7 @@ class RegistersSubclasses:
 
 
 class BaseModelNNX(RegistersSubclasses, nnx.Module, metaclass=NNXBase):
-    """The base of an nnx model built from its typed config: ``Model(config, rngs=...)``
-    (the fork's ``jax_trainer.interfaces.BaseModelNNX``; see the module docstring).
-
-    Args:
-        config: the model's config (an instance of its dataclass).
+    """The base of an nnx model built from its typed config: ``Model(config, rngs=...)``.
 
     Example:
         >>> import dataclasses
@@ -144,9 +128,8 @@ class BaseModelNNX(RegistersSubclasses, nnx.Module, metaclass=NNXBase):
 
 
 class BaseModelLinen(RegistersSubclasses, linen.Module, metaclass=ModelBase):
-    """The base of a linen model built from its typed config: a ``config`` field
-    annotated with the model's dataclass (the fork's ``jax_trainer.interfaces.BaseModelLinen``;
-    see the module docstring).
+    """The base of a linen model built from its typed config, a ``config`` field of the model's
+    dataclass.
 
     Example:
         >>> import dataclasses
@@ -168,19 +151,13 @@ class BaseModelLinen(RegistersSubclasses, linen.Module, metaclass=ModelBase):
 
 
 def built_from_config(factory: Any) -> bool:
-    """Whether a registered model is built from its typed config (a subclass of one of the
-    fork's bases: :class:`BaseModelNNX`, :class:`BaseModelLinen`, the augmentation and
-    preprocessing bases), not from the section's keys.
-    """
+    """Whether a registered model is built from its typed config (it subclasses a fork's base)."""
     return isinstance(factory, type) and issubclass(factory, RegistersSubclasses)
 
 
 def build_registered(factory: Any, keys: dict[str, Any], **supplied: Any) -> Any:
-    """A registered model (or augmentation, preprocessing) built from a checked section's
-    ``keys`` and what the trainer supplies (``rngs``, ``wrapped_model``): one of the fork's
-    bases from its config, ``Model(Config(**keys), **supplied)`` (a linen module's config is
-    its ``config`` field), anything else as ``factory(**keys, **supplied)``.
-    """
+    """``Model(Config(**keys), **supplied)`` for the fork's bases, else
+    ``factory(**keys, **supplied)``."""
     if not built_from_config(factory):
         return factory(**keys, **supplied)
     config = factory.config_class(**keys)

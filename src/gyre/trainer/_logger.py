@@ -1,19 +1,7 @@
-"""The kpoeppel jax_trainer fork's ``Logger`` (``jax_trainer.logger.loggers``): the step and
-epoch bookkeeping of a hand-written training loop over gyre's pieces.
-
-The metric entries are :func:`~gyre.trainer.update_metrics`'s (gyre's metric modes and
-monoids); writing goes through the ``tool_config`` section's gyre writer (TensorBoard via
-tensorboardX, W&B offline...) wrapped in a :class:`~gyre.trainer.ToolLoggerInterface`; an
-epoch's metrics file is the TrainerModule's ``metrics/<mode>_epoch_NNNN.json``
-(:class:`~gyre.trainer.EpochMetricFiles`).
-
-Where gyre differs from the fork: ``config`` is gyre's :class:`~gyre.config.LoggerConfig`,
-whose ``log_dir`` left out is ``None`` (the fork's ``""`` is no folder either, but reads like
-the current one); ``log_dir`` is that folder when given, else the writer's (the fork always
-took the writer's, ignoring ``log_dir``); a bad ``start_epoch`` mode is an explained error (an
-``AssertionError`` too, as the fork's ``assert``); ``log_image`` passes its ``step`` on (the
-fork dropped it) and ``log_embedding`` its mode and postfix (the fork's TensorBoard logger
-required them, so the call failed); an epoch file also holds ``epoch`` and ``step``.
+"""The kpoeppel jax_trainer fork's ``Logger``: step and epoch bookkeeping of a hand-written
+training loop, over :func:`~gyre.trainer.update_metrics`, the ``tool_config`` writer and
+:class:`~gyre.trainer.EpochMetricFiles`. Unlike the fork, ``config.log_dir`` wins over the
+writer's folder, and ``log_image`` / ``log_embedding`` pass their step, mode and postfix on.
 """
 
 from __future__ import annotations
@@ -44,8 +32,8 @@ _MODE = re.compile(r"^(train|(val|test)[a-z0-9_]*)$")
 
 
 class LoggingModeError(ValueError, AssertionError):
-    """An unknown logging mode: a ``ValueError`` with gyre's explanation, and an
-    ``AssertionError`` because the fork checked the mode with ``assert``.
+    """An unknown logging mode: a ``ValueError``, and an ``AssertionError`` as the fork's
+    ``assert``.
 
     Example:
         >>> issubclass(LoggingModeError, AssertionError)
@@ -63,10 +51,8 @@ def _scalar(value: Any) -> Any:
 class Logger:
     """Step and epoch logging of a training loop, as the fork's ``Logger``.
 
-    Args:
-        config: a :class:`~gyre.config.LoggerConfig` (or its mapping); its ``tool_config``
-            (default: a :class:`~gyre.config.TensorboardConfig`) picks the writer.
-        full_config: the run's whole config, kept as ``full_config``.
+    ``config`` is a :class:`~gyre.config.LoggerConfig` (or its mapping) whose ``tool_config``
+    (default TensorBoard) picks the writer.
 
     Example:
         >>> import tempfile
@@ -114,13 +100,11 @@ class Logger:
 
     @property
     def log_dir(self) -> str:
-        """The run folder: ``config.log_dir`` when given, else the writer's folder, else the
-        current folder."""
+        """``config.log_dir``, else the writer's folder, else the current folder."""
         return self.config.log_dir or self.logger.log_dir or os.getcwd()
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int, log_postfix: str = "") -> None:
-        """Writes the scalar ``metrics`` at ``step`` (arrays of more than one element are left
-        out), each key followed by ``_<log_postfix>`` when one is given."""
+        """Writes the scalar ``metrics`` at ``step``, keys suffixed ``_<log_postfix>`` if given."""
         chosen = {}
         for key, value in metrics.items():
             value = _scalar(value)
@@ -140,12 +124,7 @@ class Logger:
         self.logger.finalize(status)
 
     def start_epoch(self, epoch: int, mode: str = "train") -> None:
-        """Starts epoch ``epoch`` of ``mode`` (``"train"``, or a name starting with ``"val"`` or
-        ``"test"``).
-
-        Raises:
-            LoggingModeError: another mode (also an ``AssertionError``, as the fork's).
-        """
+        """Starts epoch ``epoch`` of ``mode``: ``"train"``, or ``"val..."`` or ``"test..."``."""
         if not isinstance(mode, str) or not _MODE.match(mode):
             raise LoggingModeError(explain(
                 "Logger.start_epoch: unknown logging mode",
@@ -156,8 +135,7 @@ class Logger:
         self._reset_epoch_metrics()
 
     def log_step(self, metrics: Mapping[str, Any]) -> Any:
-        """Counts one step; every ``log_steps_every`` training steps, writes the step entries
-        of ``metrics`` and returns them reset (else ``metrics`` unchanged)."""
+        """Counts a step; every ``log_steps_every`` steps writes and resets the step entries."""
         self.epoch_step_count += 1
         if self.logging_mode == "train" and self.log_steps_every > 0:
             self.step_count += 1
@@ -188,11 +166,10 @@ class Logger:
         return final
 
     def end_epoch(self, metrics: Mapping[str, Any], save_metrics: bool = False) -> tuple[Any, dict[str, Any]]:
-        """Writes the epoch entries of ``metrics`` and the epoch's scalars (with its ``time``),
-        and, with ``save_metrics``, the file ``metrics/<mode>_epoch_NNNN.json``.
+        """Writes the epoch's metrics (and with ``save_metrics``
+        ``metrics/<mode>_epoch_NNNN.json``).
 
-        Returns:
-            ``metrics`` with the epoch entries reset, and the epoch's metrics by logged name.
+        Returns ``metrics`` with the epoch entries reset, and the epoch's metrics by logged name.
         """
         self.log_epoch_scalar("time", time.time() - (self.epoch_start_time or time.time()))
         metrics, epoch_metrics = get_metrics(metrics, log_freq=LogFreq.EPOCH, reset_metrics=True)
@@ -216,7 +193,7 @@ class Logger:
 
     def save_metrics(self, filename: str, metrics: Mapping[str, Any]) -> None:
         """Writes the numbers, strings and booleans of ``metrics`` to
-        ``<log_dir>/metrics/<filename>.json`` (written whole, then renamed)."""
+        ``<log_dir>/metrics/<filename>.json``."""
         if not isinstance(filename, str) or not filename or os.sep in filename:
             raise ValueError(explain(
                 "Logger.save_metrics: the file's name",

@@ -1,9 +1,5 @@
-"""Images, matplotlib figures and embeddings from a trainer, as jax_trainer's logger takes them
-(``log_image``, ``log_figure``, ``log_embedding``): images and figures go through the run's
-writer (``write_images``: TensorBoard, W&B...), embeddings into TensorBoard's projector files
-in the run's ``tensorboard`` folder (``projector_config.pbtxt`` and one folder per embedding:
-``tensors.tsv``, ``metadata.tsv``, ``sprite.png``), which TensorBoard's Projector tab reads.
-"""
+"""Figures drawn to images, and embeddings written as TensorBoard projector files
+(``projector_config.pbtxt``, ``tensors.tsv``, ``metadata.tsv``, ``sprite.png``)."""
 
 from __future__ import annotations
 
@@ -75,9 +71,7 @@ def _sprite(images: np.ndarray) -> np.ndarray:
 def write_embedding(
     folder: str | os.PathLike[str], key: str, step: int, encodings: Any, metadata: Any = None, images: Any = None
 ) -> Path:
-    """Writes one embedding for TensorBoard's projector into ``folder`` (see the module
-    docstring) and returns its own folder.
-    """
+    """Writes one embedding for TensorBoard's projector into ``folder``; returns its own folder."""
     vectors, labels, pictures = _embedding_arrays(encodings, metadata, images)
     folder = Path(folder)
     name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', key)}_{int(step):08d}"

@@ -1,20 +1,7 @@
-"""The kpoeppel jax_trainer fork's metric dicts (``jax_trainer.logger.metrics``):
-:func:`update_metrics` folds one step's metrics into a frozen dict of running sums, and
-:func:`get_metrics` reduces them for logging, and resets them.
-
-A step's metrics are read by :func:`~gyre.trainer._modes.parse_metrics` (the options dicts,
-modes and errors of the TrainerModule's loss functions). Each kept metric becomes one entry per
-frequency, ``<name>_step`` (training only) and/or ``<name>_epoch``, holding ``value`` (MEAN:
-the weighted sum; SUM: the sum; SINGLE / MAX / MIN: the value), ``count`` (MEAN: the weight;
-else the steps), ``value2`` (STD: the sum of squares) and the options. The reduction is
-gyre's metric monoid of the mode (:mod:`gyre.core.metrics`).
-
-Where gyre differs from the fork: a MEAN value given with a ``count`` is a mean over ``count``
-examples, as everywhere in gyre (the fork read it as a sum); ``value2`` is not an option (STD
-is computed from the values); a reset MAX / MIN entry starts empty (the fork reset it to 0, so
-the next window's maximum of negative values came out 0); a reset STD entry also clears its
-sum of squares (the fork kept it); the standard deviation is exact, without the fork's
-``+ 1e-6`` under the square root.
+"""The kpoeppel jax_trainer fork's metric dicts: :func:`update_metrics` folds a step's metrics
+into ``<name>_step`` / ``<name>_epoch`` entries of running sums, :func:`get_metrics` reduces
+and resets them. Unlike the fork, a MEAN with a ``count`` is a mean, a reset MAX / MIN starts
+empty, and STD is exact.
 """
 
 from __future__ import annotations
@@ -80,19 +67,12 @@ def _fold(
 def update_metrics(
     global_metrics: Mapping[str, Any] | None, step_metrics: Mapping[str, Any], train: bool, batch_size: Any
 ) -> FrozenDict:
-    """Folds one step's metrics into the running entries (works inside ``jax.jit``).
+    """Folds one step's metrics (values or options dicts) into the running entries (jittable).
 
     Args:
         global_metrics: the entries so far (``None``: none yet).
-        step_metrics: the step's metrics, names to values or options dicts
-            (``{"value": v, "mode": ..., "log_freq": ..., "log_mode": ..., "count": ...}``).
-        train: a training step (``<name>_step`` and ``<name>_epoch`` entries, TRAIN and ANY
-            metrics) or an evaluation one (``<name>_epoch`` entries, all but TRAIN metrics).
+        train: a training step (``_step`` and ``_epoch`` entries) or an evaluation one (``_epoch``).
         batch_size: MEAN's weight when a metric gives no ``count``.
-
-    Raises:
-        TypeError / ValueError: a malformed metrics dict (explained by ``parse_metrics``),
-            or a CONCAT metric.
 
     Example:
         >>> m = update_metrics(None, {"loss": 0.5}, train=True, batch_size=4)
@@ -133,12 +113,8 @@ def _monoid(key: str, entry: Any) -> Metric:
 def get_metrics(
     global_metrics: Mapping[str, Any], log_freq: LogFreq = LogFreq.ANY, reset_metrics: bool = True
 ) -> tuple[FrozenDict, dict[str, Any]]:
-    """The entries of ``log_freq`` (``ANY``: all) reduced on the host, by metric name (the
-    ``_step`` / ``_epoch`` postfix removed), and the entries with those reset when
-    ``reset_metrics``.
-
-    Raises:
-        ValueError: an entry without ``value``, ``count`` or ``mode``, or an unknown mode.
+    """``(entries, host)``: the ``log_freq`` entries reduced on the host by metric name, and reset
+    if ``reset_metrics``.
 
     Example:
         >>> m = update_metrics(None, {"acc": {"value": 0.5, "mode": "max"}}, True, 8)

@@ -1,26 +1,6 @@
-"""The names metrics are logged under, and their routing by phase and frequency.
-
-:func:`metric_names` routes metrics by phase and frequency and names them:
-
-* training: ``train/<key>_step`` (every ``log_steps_every`` steps, ``LogFreq.STEP`` or
-  ``ANY``) and ``train/<key>_epoch`` (``LogFreq.EPOCH`` or ``ANY``), for ``LogMode.TRAIN`` and
-  ``ANY`` metrics;
-* validation: ``val/<key>`` for ``VAL``, ``EVAL`` and ``ANY``; test: ``test/<key>`` for
-  ``TEST``, ``EVAL`` and ``ANY``. Evaluation logs once per run whatever the ``log_freq``.
-* a key holding ``/`` is taken as a full name and never prefixed: in training it still gets
-  the ``_step`` / ``_epoch`` suffix (the two series stay apart), in evaluation it is kept as
-  given (so give such a metric ``log_mode`` VAL or TEST, or its validation and test values
-  share one name);
-* ``<phase>/time`` (:func:`add_time`) is the seconds the epoch or evaluation took; no metric
-  may take that name.
-
-:func:`scalars_for_writers` keeps what writers and the metric files take (numbers, never a
-CONCAT metric nor an array).
-
-Example:
-    >>> specs = {"loss": MetricSpec("loss"), "v": MetricSpec("v", log_mode="val")}
-    >>> metric_names(specs, "train", "epoch"), metric_names(specs, "val")
-    ({'loss': 'train/loss_epoch'}, {'loss': 'val/loss', 'v': 'val/v'})
+"""The names metrics are logged under, routed by phase and frequency: ``train/<key>_step``,
+``train/<key>_epoch``, ``val/<key>``, ``test/<key>``. A key holding ``/`` is not prefixed (in
+training it still gets the suffix); ``<phase>/time`` is reserved for the phase's seconds.
 """
 
 from __future__ import annotations
@@ -68,7 +48,7 @@ def _phase_freq(phase: Any, freq: Any) -> None:
 
 
 def logged_name(key: str, phase: str, freq: str = "epoch") -> str:
-    """The name a metric is logged under (see the module for the rules)."""
+    """The name a metric is logged under."""
     _phase_freq(phase, freq)
     base = key if "/" in key else f"{phase}/{key}"
     return f"{base}_{freq}" if phase == "train" else base
@@ -83,15 +63,7 @@ def time_name(phase: str) -> str:
 def metric_names(
     specs: Mapping[str, MetricSpec], phase: str, freq: str = "epoch"
 ) -> dict[str, str]:
-    """The metrics logged in ``phase`` at ``freq``, by key: ``{key: logged name}``.
-
-    ``LogMode`` picks the phases (TRAIN, VAL, TEST, EVAL = val and test, ANY); in training,
-    ``LogFreq`` picks ``"step"`` (STEP, ANY) or ``"epoch"`` (EPOCH, ANY).
-
-    Raises:
-        ValueError: an unknown phase or frequency, ``"step"`` for an evaluation phase, two
-            metrics with one name, or a metric named ``<phase>/time``.
-    """
+    """``{key: logged name}`` of the metrics logged in ``phase`` at ``freq`` (names must differ)."""
     _phase_freq(phase, freq)
     names: dict[str, str] = {}
     owner: dict[str, str] = {}
@@ -117,21 +89,14 @@ def metric_names(
 def select_specs(
     specs: Mapping[str, MetricSpec], phase: str, freq: str = "epoch"
 ) -> dict[str, MetricSpec]:
-    """The specs of the metrics logged in ``phase`` at ``freq`` (to make a smaller
-    accumulator, e.g. the window accumulator of the STEP metrics).
-    """
+    """The specs of the metrics logged in ``phase`` at ``freq``."""
     return {key: specs[key] for key in metric_names(specs, phase, freq)}
 
 
 def name_metrics(
     computed: Mapping[str, Any], specs: Mapping[str, MetricSpec], phase: str, freq: str = "epoch"
 ) -> dict[str, Any]:
-    """The computed values (accumulator and collector, by key) of the metrics logged in
-    ``phase`` at ``freq``, under their logged names; values are passed through untouched.
-
-    Raises:
-        KeyError: a metric routed to this phase has no computed value.
-    """
+    """The computed values of the metrics logged in ``phase`` at ``freq``, by logged name."""
     out = {}
     for key, name in metric_names(specs, phase, freq).items():
         if key not in computed:
@@ -141,9 +106,7 @@ def name_metrics(
 
 
 def is_scalar(value: Any) -> bool:
-    """Whether ``value`` is one number (a Python or numpy number, or a 0-d numeric array):
-    what writers and the metric files take. Reads no value.
-    """
+    """Whether ``value`` is one number or a 0-d numeric array (reads no value)."""
     if isinstance(value, numbers.Real):
         return True
     dtype = getattr(value, "dtype", None)
@@ -155,10 +118,7 @@ def is_scalar(value: Any) -> bool:
 def scalars_for_writers(
     metrics: Mapping[str, Any], specs: Mapping[str, MetricSpec]
 ) -> dict[str, Any]:
-    """The entries of ``metrics`` (by logged name) that writers and the metric files take:
-    numbers and 0-d arrays, never a CONCAT metric nor an array (callbacks get everything).
-    Reads no value.
-    """
+    """The scalar, non-CONCAT entries of ``metrics``: what writers and the metric files take."""
     concat = {
         logged_name(key, phase, freq)
         for key, spec in specs.items()
@@ -171,9 +131,7 @@ def scalars_for_writers(
 
 
 def add_time(metrics: Mapping[str, Any], phase: str, seconds: float) -> dict[str, Any]:
-    """``metrics`` with ``<phase>/time``: the seconds the epoch or evaluation took, a host
-    number measured by the trainer.
-    """
+    """``metrics`` with ``<phase>/time``, the phase's seconds."""
     name = time_name(phase)
     if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
         raise TypeError(explain(

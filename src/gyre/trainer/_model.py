@@ -1,16 +1,6 @@
-"""The trainer's two model modes over the model adapters of :mod:`gyre.frameworks`: what is
-jax_trainer's own is kept here, the splitting, merging and calling are the adapters'.
-
-* ``nnx``: the module's graph definitions per mode are the adapter's; its states are the
-  parameters (``nnx.Param``, what is differentiated) and the rest (batch statistics, the
-  modules' rng counters: dropout draws fresh keys every step and resumes exactly), kept in
-  ``TrainState.model_state[NNX_REST]`` so checkpoints keep their layout. Inside the compiled
-  step the module is merged, handed to ``loss_function(model, batch, train)``, and split
-  again to collect what it changed.
-* ``linen``: ``model.init`` (keys split from the seed) gives ``params`` and the other
-  collections kept in ``TrainState.model_state``; ``loss_function_linen(params, state, batch,
-  rng, train)`` gets the per-step key ``fold_in(state.rng, state.step)``; the module is
-  called with ``train=`` when its ``__call__`` takes it.
+"""The trainer's two model modes over the adapters of :mod:`gyre.frameworks`. An nnx module's
+non-parameter state (batch statistics, rng counters) lives in ``model_state[NNX_REST]``; a
+linen module's other collections in ``model_state``, its step key ``fold_in(rng, step)``.
 """
 
 from __future__ import annotations
@@ -27,7 +17,7 @@ _FLAGS = ("train",)  # jax_trainer's name of the training flag
 
 
 def model_mode_of(model: Any) -> str:
-    """``"nnx"`` or ``"linen"`` for a flax module; a clear error for anything else."""
+    """``"nnx"`` or ``"linen"`` for a flax module; an error for anything else."""
     mode = framework_of(model)
     if mode in ("nnx", "linen"):
         return mode
@@ -43,10 +33,8 @@ def model_mode_of(model: Any) -> str:
 
 
 def lazy_init_nnx(module: Any, exmp_input: Any) -> bool:
-    """Initialises the ``nnx.bridge.ToNNX`` layers of an nnx ``module`` that have no variables
-    yet (linen layers bridged into nnx are built on their first input) by one call on
-    ``exmp_input``; ``True`` when there were any. A module without such layers is not called.
-    """
+    """Initialises a module's uninitialised ``nnx.bridge.ToNNX`` layers by one call on
+    ``exmp_input``; ``True`` if any."""
     from flax import nnx
 
     pending = [
@@ -72,10 +60,7 @@ def lazy_init_nnx(module: Any, exmp_input: Any) -> bool:
 
 
 class NNXModel:
-    """An nnx module split for compiled steps (see the module docstring). Its states travel
-    as plain nested dicts (``State.to_pure_dict``): a train state of dicts flattens about ten
-    times faster than one of nnx ``State`` objects, which every step call pays.
-    """
+    """An nnx module split for compiled steps; its states travel as plain dicts."""
 
     mode = "nnx"
 
@@ -110,15 +95,13 @@ class NNXModel:
         return self.adapter.merge(self._state(self._params, params), self._state(self._rest, rest), training=train)
 
     def rest_of(self, module: Any) -> Any:
-        """What a merged module holds besides its parameters (a plain dict), after a call
-        changed it."""
+        """What a merged module holds besides its parameters, as a plain dict."""
         from flax import nnx
 
         return nnx.split(module, nnx.Param, ...)[2].to_pure_dict()
 
     def update_module(self, params: Any, rest: Any) -> Any:
-        """Writes trained states back into the user's module object (after training), so
-        ``trainer.model`` is the trained model; returns it."""
+        """Writes trained states back into the user's module object and returns it."""
         from flax import nnx
 
         nnx.update(self.module, self._state(self._params, params), self._state(self._rest, rest))
@@ -126,8 +109,7 @@ class NNXModel:
 
 
 class LinenModel:
-    """A linen module called through the frameworks' :class:`~gyre.frameworks.LinenAdapter`
-    (see the module docstring)."""
+    """A linen module called through :class:`~gyre.frameworks.LinenAdapter`."""
 
     mode = "linen"
 
@@ -144,9 +126,7 @@ class LinenModel:
     def apply(
         self, params: Any, model_state: Any, inputs: Any, rng: jax.Array | None, *, train: bool, sow: bool = False
     ) -> tuple[Any, Any]:
-        """``(outputs, new mutable collections)``: in training, the collections of
-        ``model_state`` are updated and dropout draws from ``rng``; with ``sow``, what the
-        model sows comes back too, as the collection ``intermediates``."""
+        """``(outputs, new mutable collections)``; with ``sow``, ``intermediates`` too."""
         rngs = {} if rng is None else {"dropout": rng}
         out, model_state, reported = self.adapter.apply_collect(params, model_state, inputs, training=train, rngs=rngs)
         if sow and "intermediates" in reported:

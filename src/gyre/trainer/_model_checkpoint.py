@@ -1,9 +1,6 @@
-"""``ModelCheckpoint``: the best ``save_top_k`` models by a validation metric, in
-``<run>/checkpoints`` (exactly those k: a model that does not rank is not written), on gyre's
-checkpoint storage (orbax, checksums, atomic renames). The checkpoints a run *resumes* from
-live in ``<run>/resume``, so model selection and resume never evict each other. Each model
-checkpoint carries the resolved config, so :func:`load_trainer` rebuilds the trainer, its
-model and its optimizer from the checkpoint alone.
+"""``ModelCheckpoint``: the best ``save_top_k`` models by a validation metric in
+``<run>/checkpoints`` (resume checkpoints live apart, in ``<run>/resume``), each with the
+config :func:`load_trainer` rebuilds the trainer from.
 """
 
 from __future__ import annotations
@@ -27,17 +24,10 @@ class ModelCheckpoint(Callback):
     """Keeps the best ``save_top_k`` models by ``monitor`` (a validation metric).
 
     Args:
-        monitor: the logged name ranking the models (``"val/acc"``); it must be logged at
-            every validation.
-        mode: ``"min"``, ``"max"``, or ``"auto"`` (the default): the mode ``monitor``'s name
-            implies (``"max"`` for ``val/acc``, ``"min"`` for ``val/loss`` and for a name that
-            implies neither; see :func:`~gyre.callbacks._monitor.monitor_mode`). A mode
-            against the name (``mode: min`` on ``val/acc``, which keeps the worst model) is an
-            error.
-        save_top_k: how many models to keep (>= 1).
-        save_optimizer_state: also save the optimizer state (to continue training from a
-            model checkpoint; resuming a run uses ``<run>/resume`` instead).
-        every_n_epochs: validations between two looks.
+        monitor: the logged name ranking the models, logged at every validation.
+        mode: ``"min"``, ``"max"``, or ``"auto"``: the mode ``monitor``'s name implies
+            (``"max"`` for ``val/acc``, else ``"min"``); a mode against the name is an error.
+        save_optimizer_state: also save the optimizer state.
 
     Example:
         >>> cb = ModelCheckpoint(monitor="val/acc", save_top_k=2)
@@ -129,15 +119,7 @@ class ModelCheckpoint(Callback):
             self._store.wait()
 
     def none_saved(self) -> str:
-        """Why no model was saved and what the test scores instead (the trainer warns with it).
-
-        Example:
-            >>> import types
-            >>> cb = ModelCheckpoint(monitor="val/acc")
-            >>> cb.trainer = types.SimpleNamespace(config=types.SimpleNamespace(check_val_every_n_epoch=0))
-            >>> cb.none_saved()  # doctest: +ELLIPSIS
-            'ModelCheckpoint saved no model (trainer.check_val_every_n_epoch is 0: no validation ran), ...'
-        """
+        """Why no model was saved and what the test scores instead (the trainer warns with it)."""
         every = self._bound().config.check_val_every_n_epoch
         why = ("trainer.check_val_every_n_epoch is 0: no validation ran" if not every
                else f"no validation logged a finite {self.monitor}")
@@ -170,8 +152,7 @@ class ModelCheckpoint(Callback):
 
 
 def stored_config(trainer: Any) -> dict[str, Any]:
-    """The config a checkpoint stores: the whole resolved config when the trainer was built
-    from one, else its sections as far as they are known."""
+    """The config a checkpoint stores: the whole config, else the trainer's known sections."""
     from gyre.config import config_to_dict
 
     if trainer.full_config is not None:
@@ -191,8 +172,7 @@ def input_spec(trainer: Any) -> dict[str, Any] | None:
 
 
 def _find(path: str | os.PathLike[str]) -> tuple[Path, int | None]:
-    """The checkpoints folder and step that ``path`` names (a run folder, its checkpoints
-    folder, or one step's folder)."""
+    """The checkpoints folder and step that ``path`` names."""
     p = Path(path).expanduser().resolve()
     if (p / "checkpoints").is_dir():
         return p / "checkpoints", None

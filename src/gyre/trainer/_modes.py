@@ -1,21 +1,7 @@
-"""jax_trainer's metric options: how a metric is reduced (:class:`LogMetricMode`), how often
-it is logged (:class:`LogFreq`) and in which phases (:class:`LogMode`), and
-:func:`parse_metrics`, which reads a loss function's metrics dict into one
-:class:`MetricSpec` and one ``(value, count)`` pair per metric.
-
-A loss function's metrics dict maps names to plain values (a number or an array) or to an
-options dict ``{"value": v, "mode": ..., "log_freq": ..., "log_mode": ..., "count": ...}``
-(every key but ``"value"`` optional; defaults MEAN, ANY, ANY, no count). Modes are given as
-members (``LogMetricMode.MAX``) or by name, in any case (``"max"``, ``"MAX"``).
-
-:func:`parse_metrics` runs at trace time, inside the compiled step: it looks at the values'
-types, dtypes and shapes (static facts of a tracer) and never at their contents.
-
-Example:
-    >>> specs, values = parse_metrics({"loss": 0.5, "acc": {"value": 0.9, "mode": "max"}},
-    ...                               where="the metrics")
-    >>> specs["acc"].mode, values["acc"]
-    (<LogMetricMode.MAX: 'max'>, (0.9, None))
+"""jax_trainer's metric options (reduction, frequency, phases) and :func:`parse_metrics`, which
+reads a loss function's metrics dict: names to values or to ``{"value": v, "mode": ...,
+"log_freq": ..., "log_mode": ..., "count": ...}`` (defaults MEAN, ANY, ANY, no count); enum
+names are accepted in any case.
 """
 
 from __future__ import annotations
@@ -43,14 +29,8 @@ class _NamedEnum(enum.StrEnum):
 class LogMetricMode(_NamedEnum):
     """How a metric's per-step values are reduced over an epoch (or a window of steps).
 
-    * ``MEAN``: the mean weighted by the batch size, or by the metric's ``count``;
-    * ``SUM``: the sum;
-    * ``SINGLE``: the last value;
-    * ``MAX`` / ``MIN``: the largest / smallest value (elementwise for arrays);
-    * ``STD``: the population standard deviation of the per-step values, exact (a constant
-      series gives exactly 0);
-    * ``CONCAT``: every value, concatenated along the first axis; given to callbacks, never
-      to writers or the metric files.
+    ``MEAN`` is weighted by the batch size or the metric's ``count``; ``SINGLE`` keeps the
+    last value; ``STD`` is the population deviation; ``CONCAT`` values go to callbacks only.
 
     Example:
         >>> LogMetricMode("max") is LogMetricMode.MAX is LogMetricMode("MAX")
@@ -67,9 +47,8 @@ class LogMetricMode(_NamedEnum):
 
 
 class LogFreq(_NamedEnum):
-    """When a training metric is logged: every ``log_steps_every`` steps (``STEP``), at the
-    end of each epoch (``EPOCH``) or both (``ANY``). Evaluation logs once per run of the
-    evaluation whatever the frequency.
+    """When a training metric is logged: every ``log_steps_every`` steps, at each epoch's end, or
+    both.
 
     Example:
         >>> LogFreq("epoch")
@@ -82,9 +61,7 @@ class LogFreq(_NamedEnum):
 
 
 class LogMode(_NamedEnum):
-    """In which phases a metric is logged: ``TRAIN``, ``VAL``, ``TEST``, ``EVAL`` (validation
-    and test) or ``ANY``. A ``VAL`` metric never appears in a test, nor a ``TEST`` one in a
-    validation.
+    """In which phases a metric is logged (``EVAL``: validation and test).
 
     Example:
         >>> [m.value for m in LogMode]
@@ -122,9 +99,7 @@ def _member(enum_cls: type[_NamedEnum], value: Any, *, problem: str, fix_example
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """What a metric is and how it is logged: its key, reduction, frequency and phases.
-    Frozen and hashable (it can be a static argument of a compiled function); strings are
-    turned into the enums.
+    """A metric's key, reduction, frequency and phases (hashable; strings become the enums).
 
     Example:
         >>> spec = MetricSpec("acc", "max", log_mode="val")
@@ -200,22 +175,10 @@ def _options(where: str, key: str, entry: Mapping[Any, Any]) -> dict[str, Any]:
 def parse_metrics(
     out: Mapping[str, Any], *, where: str
 ) -> tuple[dict[str, MetricSpec], dict[str, tuple[Any, Any | None]]]:
-    """Reads a loss function's metrics dict: one spec and one ``(value, count)`` per metric.
+    """``(specs, values)`` of a metrics dict: a :class:`MetricSpec` and a ``(value, count)`` per
+    metric.
 
-    Runs at trace time (values may be tracers): it checks types, dtypes and shapes only.
-
-    Args:
-        out: names to plain values or to options dicts (see the module).
-        where: who returned the dict, for error messages (e.g. ``"MyTrainer.loss_function"``).
-
-    Returns:
-        ``(specs, values)``: ``specs[key]`` a :class:`MetricSpec`; ``values[key]`` the pair
-        ``(value, count)``, ``count`` ``None`` when not given. Both in ``out``'s order.
-
-    Raises:
-        TypeError: ``out`` is not a mapping with str keys; a value or count is not numeric.
-        ValueError: an unknown option key, an unknown mode name, an options dict without
-            ``"value"``, a count that is not a single number.
+    Runs at trace time: it checks types, dtypes and shapes only; ``where`` names the dict's source.
     """
     if not isinstance(out, Mapping):
         raise TypeError(explain(

@@ -1,9 +1,5 @@
-"""``TrainerModule``: jax_trainer's (and Lightning's) trainer, as a thin shell over gyre's
-rungs: the engine's ``train_loop`` runs the epochs (one clock, fused steps, prefetch, the NaN
-policy, preemption), ``gyre.checkpoint`` saves and resumes them exactly, ``write_to`` sends the
-history to the configured writer, and :mod:`gyre.trainer._metrics` accumulates the metric
-modes on the device. Users subclass it and write a loss function.
-"""
+"""``TrainerModule``: jax_trainer's trainer over gyre's engine, checkpoints and writers; users
+subclass it and write a loss function."""
 
 from __future__ import annotations
 
@@ -32,8 +28,7 @@ from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder
 
 
 class TrainerState(TrainState):
-    """The trainer's state: a :class:`gyre.TrainState` that also names its strategy, so the
-    engine places the next batches on the strategy's devices while a step runs.
+    """A :class:`gyre.TrainState` that names its strategy, where the engine places the next batches.
 
     Example:
         >>> import gyre, jax.numpy as jnp
@@ -51,26 +46,18 @@ class TrainerModule:
     ``loss_function_linen`` (linen), and call :meth:`train_model`.
 
     Args:
-        trainer_config: the ``trainer`` section (a mapping or a
-            :class:`gyre.config.TrainerConfig`); ``None``: the defaults plus ``**options``.
-        model_config: the ``model`` section (``class_name`` registered with
-            ``@gyre.config.register_model``), used when ``model`` is not given.
+        trainer_config: the ``trainer`` section; ``None``: the defaults plus ``**options``.
+        model_config: the ``model`` section, used when ``model`` is not given.
         optimizer_config: the ``optimizer`` section (or a float learning rate for Adam), used
             when ``optimizer`` is not given.
-        exmp_input: an example batch (jax_trainer's ``exmp_input``): the model is built and
-            initialised from it now (``init_model``), so ``test_model`` works at once; nnx
-            models holding ``nnx.bridge.ToNNX`` layers are initialised lazily from its input.
-        model: a flax module (an ``nnx.Module`` instance, or a ``linen.Module``).
-        optimizer: an optax optimizer.
+        exmp_input: an example batch: the model is initialised from it now (``init_model``).
+        model: an ``nnx.Module`` instance or a ``linen.Module``.
         callbacks: trainer callbacks added to those of the config.
-        config: the whole resolved config, stored in the run folder and with every
-            checkpoint so that :meth:`load_from_checkpoint` can rebuild this trainer. A
-            :class:`gyre.config.TrainerConfig` here, with no ``trainer_config``, is the trainer
-            section (the kpoeppel jax_trainer fork's ``config=config.trainer``).
-        mesh: a ``jax.sharding.Mesh`` to train data-parallel on (the batch split over its
-            first axis, the state replicated); ``None``: ``trainer.num_devices`` decides.
-        **options: trainer keys (``train_epochs=3``, ``log_dir=...`` goes to the logger),
-            overriding ``trainer_config``.
+        config: the whole config, stored with every checkpoint for :meth:`load_from_checkpoint`;
+            a :class:`gyre.config.TrainerConfig` without ``trainer_config`` is the trainer section.
+        mesh: a ``jax.sharding.Mesh`` to train data-parallel on; ``None``: ``trainer.num_devices``.
+        **options: trainer keys (``train_epochs=3``, ``log_dir=...``), overriding
+            ``trainer_config``.
 
     Example:
         >>> import gyre, optax, numpy as np, tempfile
@@ -181,9 +168,8 @@ class TrainerModule:
     # -- what a subclass writes ---------------------------------------------------------------
 
     def batch_to_input(self, batch: Any) -> Any:
-        """The model's input in ``batch``: its ``input`` / ``inputs`` / ``x`` / ``image``
-        entry or attribute (jax_trainer's ``SupervisedBatch.input``), else its first element
-        (``(x, y)`` batches). Override it for other batches.
+        """The ``input`` / ``inputs`` / ``x`` / ``image`` entry or attribute of ``batch``, else its
+        first element.
 
         Example:
             >>> import numpy as np
@@ -193,9 +179,8 @@ class TrainerModule:
         return batch_part(batch, INPUT_KEYS, 0, "input")
 
     def batch_to_target(self, batch: Any) -> Any:
-        """The targets in ``batch``: its ``target`` / ``targets`` / ``label`` / ``labels`` /
-        ``y`` entry or attribute (jax_trainer's ``SupervisedBatch.target``), else its second
-        element (``(x, y)`` batches). Override it for other batches.
+        """The ``target`` / ``targets`` / ``label`` / ``labels`` / ``y`` entry or attribute of
+        ``batch``, else its second element.
 
         Example:
             >>> import numpy as np
@@ -205,14 +190,11 @@ class TrainerModule:
         return batch_part(batch, TARGET_KEYS, 1, "target")
 
     def loss_function(self, model: Any, batch: Any, train: bool = True) -> Any:
-        """nnx: ``loss`` or ``(loss, metrics)`` of ``batch``; ``model`` is in training
-        mode when ``train`` (dropout on, batch statistics updated). Metrics are values or
-        ``{"value": v, "mode": ..., "log_freq": ..., "log_mode": ..., "count": ...}``.
+        """nnx: ``loss`` or ``(loss, metrics)`` of ``batch``, to override.
 
-        A loss function that also takes ``mask=None`` gets, in evaluation, the last, smaller
-        batch padded to the batch size with ``mask`` marking its real rows (a boolean vector):
-        it computes masked means (``(x * mask).sum() / mask.sum()``) and the evaluation
-        compiles once. Without ``mask`` the short batch runs as it is (one more compile).
+        Metrics are values or ``{"value": v, "mode": ..., "log_freq": ..., "log_mode": ...,
+        "count": ...}``. A loss function that also takes ``mask=None`` gets the last evaluation
+        batch padded, ``mask`` marking its real rows (compute masked means).
 
         Example:
             >>> TrainerModule.loss_function(None, None, None)
@@ -244,8 +226,7 @@ class TrainerModule:
             "self.model_linen_apply(params, state, batch[0], rng, train); ... return loss, (mutable, metrics)"))
 
     def model_linen_apply(self, params: Any, state: Any, input: Any, rng: jax.Array, train: bool = True) -> tuple[Any, Any]:  # noqa: A002
-        """Runs the linen model: ``(outputs, mutable_variables)``, the collections of
-        ``state.model_state`` mutable in training and ``rng`` the dropout key.
+        """Runs the linen model: ``(outputs, mutable_variables)``; ``rng`` is the dropout key.
 
         Example:
             >>> import optax, jax.numpy as jnp
@@ -261,8 +242,7 @@ class TrainerModule:
     # -- the model and its state --------------------------------------------------------------
 
     def init_model(self, exmp_batch: Any) -> Any:
-        """Builds the train state from an example batch (the model's parameters for linen;
-        the optimizer state, the rng from ``seed``, and empty metric accumulators).
+        """Builds the train state from an example batch.
 
         Example:
             >>> import optax, jax.numpy as jnp
@@ -288,8 +268,7 @@ class TrainerModule:
         return self.state
 
     def num_model_params(self) -> int:
-        """The model's number of parameters (logged as ``param/num_model_params`` when
-        training starts).
+        """The model's number of parameters.
 
         Example:
             >>> import optax
@@ -340,8 +319,7 @@ class TrainerModule:
 
     @property
     def strategy(self) -> Any:
-        """How steps run: ``eager`` with ``debug``, ``jit`` on one device, ``data_parallel``
-        over the first ``num_devices`` devices (the batch split, the state replicated)."""
+        """How steps run: ``eager`` with ``debug``, ``jit`` on one device, else data parallel."""
         if getattr(self, "_strategy", None) is None:
             from gyre.trainer._setup import strategy_of
 
@@ -349,9 +327,8 @@ class TrainerModule:
         return self._strategy
 
     def bind_model(self) -> Any:
-        """The trained model: the nnx module holding the state's parameters, or the linen
-        module bound to its variables (call it on inputs); for a linen augmentation, the
-        model it wraps, whose variables they are.
+        """The trained model: the nnx module holding the state's parameters, or the bound linen
+        module.
 
         Example:
             >>> import optax, jax.numpy as jnp
@@ -383,8 +360,7 @@ class TrainerModule:
 
     @property
     def state(self) -> Any:
-        """The train state: the running loop's while :meth:`train_model` runs (assigning it
-        replaces the loop's), else the last one built, loaded or trained (``None`` before)."""
+        """The train state: the running loop's in :meth:`train_model`, else the last one."""
         loop = self._loop
         return self._state if loop is None else loop.state
 
@@ -398,23 +374,21 @@ class TrainerModule:
 
     @property
     def elapsed(self) -> Any:
-        """The training clock (a :class:`gyre.Elapsed`): the running loop's while
-        :meth:`train_model` runs, else the last run's (``None`` before any)."""
+        """The training clock (a :class:`gyre.Elapsed`), as :attr:`state` is found."""
         loop = self._loop
         return self._elapsed if loop is None else loop.elapsed
 
     @property
     def global_step(self) -> int:
-        """Training steps completed (a host count: no device read)."""
+        """Training steps completed."""
         loop = self._loop
         if loop is None:
             return 0 if self._elapsed is None else self._elapsed.steps
         return self._run.global_step
 
     def learning_rate(self) -> jax.Array | None:
-        """The optimizer's current learning rate as a device scalar, when the optimizer
-        keeps it in its state (``optax.inject_hyperparams``, every optimizer built from a
-        config); else ``None``.
+        """The current learning rate (a device scalar) if the optimizer keeps it
+        (``optax.inject_hyperparams``), else ``None``.
 
         Example:
             >>> import optax, jax.numpy as jnp
@@ -433,7 +407,7 @@ class TrainerModule:
 
     @property
     def writer(self) -> Any:
-        """The run's writer (the config's ``logger.tool_config``; TensorBoard by default)."""
+        """The run's writer (``logger.tool_config``; TensorBoard by default)."""
         if self._writer is None:
             from gyre.trainer._setup import build_writer
 
@@ -441,8 +415,8 @@ class TrainerModule:
         return self._writer
 
     def log_image(self, key: str, image: Any, step: int | None = None) -> None:
-        """Sends an image (``(H, W)``, ``(H, W, C)``, values in [0, 1] or uint8) to the run's
-        writer as ``key``, at ``step`` (default: the global step).
+        """Sends an image (``(H, W)`` or ``(H, W, C)``, in [0, 1] or uint8) to the writer; ``step``
+        defaults to the global step.
 
         Example:
             >>> import optax, tempfile, numpy as np
@@ -454,7 +428,7 @@ class TrainerModule:
         self.writer.write_images(self.global_step if step is None else step, {key: image})
 
     def log_figure(self, key: str, figure: Any, step: int | None = None) -> None:
-        """Sends a matplotlib figure, drawn, to the run's writer as an image (see :meth:`log_image`).
+        """Sends a matplotlib figure to the writer as an image.
 
         Example:
             >>> import optax, tempfile
@@ -470,8 +444,8 @@ class TrainerModule:
 
     def log_embedding(self, key: str, encodings: Any, step: int | None = None, metadata: Any = None,
                       images: Any = None) -> None:
-        """Writes embeddings (one vector per point, optional labels and ``(N, H, W, C)``
-        pictures) for TensorBoard's projector into ``<log_dir>/tensorboard``.
+        """Writes embeddings (optional labels and ``(N, H, W, C)`` pictures) for TensorBoard's
+        projector.
 
         Example:
             >>> import optax, tempfile, numpy as np
@@ -506,13 +480,12 @@ class TrainerModule:
         self, train_loader: Any, val_loader: Any = None, test_loader: Any = None, num_epochs: int | None = None
     ) -> dict[str, Any]:
         """Trains for ``num_epochs`` (default ``train_epochs``), validating every
-        ``check_val_every_n_epoch`` epochs (on each loader of a dict ``val_loader``: the
-        first logged as ``val/...``, the others as ``val_<name>/...``); then, with ``test_loader``, tests the best
-        checkpoint by the monitored validation metric (``ModelCheckpoint``; else the final
-        model, with a warning when a ``ModelCheckpoint`` saved none: with
-        ``check_val_every_n_epoch: 0``, jax_trainer's "no validation", nothing is ranked). Returns ``{"val": {...}, "test": {...}}``: the last validation's and the
-        test's metrics as Python floats, and each validation's under its epoch number
-        (``result[5]["val/acc"]``, jax_trainer's form).
+        ``check_val_every_n_epoch``.
+
+        A dict ``val_loader`` logs its first loader as ``val/...``, the others as
+        ``val_<name>/...``. ``test_loader`` tests the best ``ModelCheckpoint`` (else the final
+        model). Returns ``{"val": {...}, "test": {...}}`` as Python floats, and each
+        validation's metrics under its epoch (``result[5]["val/acc"]``).
 
         Example: see the class.
         """
@@ -555,10 +528,9 @@ class TrainerModule:
         return result
 
     def eval_model(self, data_loader: Any, mode: str = "val", epoch_idx: int = 0, *, _state: Any = None) -> dict[str, Any]:
-        """The metrics of one pass over ``data_loader`` in evaluation mode, named
-        ``<mode>/<key>`` (device values; ``<mode>/time`` in seconds). Their scalars are also
-        written to ``<log_dir>/metrics/<mode>_epoch_<epoch_idx:04d>.json``, as jax_trainer's
-        logger does (epoch 0: before training).
+        """The metrics of one evaluation pass, named ``<mode>/<key>`` (device values).
+
+        Scalars are also written to ``<log_dir>/metrics/<mode>_epoch_<epoch_idx:04d>.json``.
 
         Example:
             >>> import optax, tempfile, jax.numpy as jnp
@@ -585,11 +557,10 @@ class TrainerModule:
         return metrics
 
     def test_model(self, test_loader: Any, apply_callbacks: bool = False, epoch_idx: int = 0) -> dict[str, Any]:
-        """:meth:`eval_model` with ``mode="test"``; with ``apply_callbacks`` the callbacks'
-        test hooks run. Returns Python floats (scalars; array metrics stay arrays).
+        """:meth:`eval_model` with ``mode="test"``, as Python floats; ``apply_callbacks`` runs the
+        test hooks.
 
-        ``test_loader`` may be a dict of named loaders: the first is logged as ``test/...``,
-        the others as ``test_<name>/...`` (as several validation loaders).
+        A dict of loaders logs as ``test/...`` then ``test_<name>/...``.
 
         Example: see :meth:`eval_model`.
         """
@@ -615,13 +586,11 @@ class TrainerModule:
         cls, path: str | os.PathLike[str], *, exmp_batch: Any = None, model: Any = None, optimizer: Any = None,
         exmp_input_file: str | os.PathLike[str] | None = None,
     ) -> TrainerModule:
-        """A trainer rebuilt from a checkpoint alone: its trainer, model and optimizer from
-        the config stored with it, its parameters from the checkpoint. ``path`` is a run
-        folder (its best model checkpoint), a ``checkpoints`` folder or one step's folder.
-        A trainer that was given its ``model=`` / ``optimizer=`` as objects (not config
-        sections) gets them again here. ``exmp_input_file`` (jax_trainer's pickled example
-        input) is accepted and not read: gyre never unpickles, and each checkpoint records
-        the example input's shape and dtype.
+        """A trainer rebuilt from a checkpoint and the config stored with it.
+
+        ``path`` is a run folder (its best checkpoint), a ``checkpoints`` folder or one step's.
+        Pass ``model=`` / ``optimizer=`` again when they were objects, not config sections.
+        ``exmp_input_file`` is accepted and not read (gyre never unpickles).
 
         Example: see ``tests/trainer/test_trainer.py`` (it needs a trained run).
         """

@@ -1,6 +1,4 @@
-"""Monitors that write what the optimizer does: :class:`LearningRateMonitor` (the learning
-rate at each epoch's start) and :class:`GradientSpikeMonitor` (gradient-norm spikes against an
-exponential moving average, counted on the device at every step)."""
+"""Monitors of the optimizer: :class:`LearningRateMonitor` and :class:`GradientSpikeMonitor`."""
 
 import json
 import pathlib
@@ -21,16 +19,10 @@ SPIKES_FILE = "grad_spikes.jsonl"
 
 @register_callback
 class LearningRateMonitor(Callback):
-    """Writes the learning rate as ``optimizer/lr`` at each (filtered) training epoch's
-    start, at the trainer's global step (0 at the first epoch), through the trainer's writer.
+    """Writes ``trainer.learning_rate()`` as ``optimizer/lr`` at each filtered training epoch's
+    start.
 
-    The value is the device scalar ``trainer.learning_rate()`` returns (from the optimizer
-    state of ``optax.inject_hyperparams``, or the schedule at the current step); the writer's
-    thread reads it, never the training thread. When the trainer cannot tell the rate
-    (``None``), nothing is written and a warning says so once.
-
-    Args:
-        every_n_epochs: write at the epochs ``e`` with ``e % every_n_epochs == 0``.
+    When the trainer cannot tell the rate, nothing is written and a warning says so once.
 
     Example:
         >>> import io, pathlib, types, gyre, jax.numpy as jnp
@@ -51,7 +43,7 @@ class LearningRateMonitor(Callback):
         self._warned = False
 
     def on_filtered_training_epoch_start(self, epoch_idx: int) -> None:
-        """Writes ``optimizer/lr`` (see the class)."""
+        """Writes ``optimizer/lr``."""
         rate = self._bound().learning_rate()
         if rate is None:
             if not self._warned:
@@ -69,9 +61,7 @@ CHUNK = 1024  # per-step rows kept on the device in buffers of this many steps
 
 
 def _spike_update(carry: dict[str, jax.Array], value: Any, decay: jax.Array, threshold: jax.Array):
-    """One step of the spike monitor, on the device. With ``rows`` in the carry (a
-    ``(CHUNK, 3)`` buffer and its fill ``pos``), the step's row ``[value, ema after the step,
-    spike (0 or 1)]`` is written into it."""
+    """One step of the spike monitor on the device; the row goes into ``rows`` if carried."""
     value = jnp.asarray(value).astype(jnp.float32)
     ema, seen = carry["ema"], carry["seen"]
     finite = jnp.isfinite(value)
@@ -96,29 +86,11 @@ _UPDATE = jax.jit(_spike_update)
 
 @register_callback
 class GradientSpikeMonitor(Callback):
-    """Counts gradient-norm spikes: steps whose norm exceeds ``threshold`` times the
-    exponential moving average (EMA) of the norms before it.
+    """Counts steps whose gradient norm exceeds ``threshold`` times the EMA of the norms before it.
 
-    At each training step it reads ``step_metrics[metric]`` (the global gradient norm the
-    trainer logs when ``log_grad_norm`` is on; when ``metric`` is absent, ``train/<metric>_step``
-    and ``train/<metric>`` are tried, once) and updates, on the device, in one compiled call:
-    the EMA (``ema = ema_decay * ema + (1 - ema_decay) * norm``, started at the first norm),
-    the spike count (``norm > threshold * ema``, the EMA before this step; a NaN or infinite
-    norm counts as a spike and leaves the EMA unchanged). Nothing is read on the host per step.
-
-    At each (filtered) training epoch end it writes ``grad/spikes`` (the spikes since it last
-    wrote) and ``grad/ema`` through the trainer's writer, and with ``log_to_disk`` appends one
-    JSON line per step since it last wrote to ``log_dir/grad_spikes.jsonl``:
-    ``{"step": global_step, "epoch": e, "<metric>": norm, "ema": ema after the step,
-    "spike": true|false}`` (a non-finite number is ``null``): one host read per epoch.
-    Steps not yet written when training ends are written by :meth:`on_training_end`.
-
-    Args:
-        every_n_epochs: write at the epochs ``e`` with ``e % every_n_epochs == 0``.
-        ema_decay: the EMA's decay, in [0, 1).
-        threshold: a step is a spike when its norm exceeds ``threshold`` times the EMA (> 0).
-        log_to_disk: also write the per-step values to ``grad_spikes.jsonl``.
-        metric: the step metric holding the gradient norm.
+    The norm is the step metric ``metric`` (logged with ``log_grad_norm``); a non-finite norm
+    is a spike. Each filtered epoch end writes ``grad/spikes`` and ``grad/ema``, and with
+    ``log_to_disk`` one JSON line per step to ``log_dir/grad_spikes.jsonl``.
 
     Example:
         >>> import pathlib, tempfile, types, gyre, jax.numpy as jnp
@@ -195,7 +167,7 @@ class GradientSpikeMonitor(Callback):
             "name of the metric holding the gradient norm"))
 
     def on_training_step(self, step_metrics: dict[str, Any], epoch_idx: int, global_step: int) -> None:
-        """Updates the EMA and the spike count on the device, one compiled call (see the class)."""
+        """Updates the EMA and the spike count on the device."""
         value = step_metrics.get(self._key) if self._key is not None else None
         if value is None:  # the first step (or a step without the metric): find it, or explain
             self._key = self._find(step_metrics)
@@ -209,7 +181,7 @@ class GradientSpikeMonitor(Callback):
                 self._new_buffer()
 
     def on_filtered_training_epoch_end(self, train_metrics: dict[str, Any], epoch_idx: int) -> None:
-        """Writes ``grad/spikes``, ``grad/ema`` and the per-step lines (see the class)."""
+        """Writes ``grad/spikes``, ``grad/ema`` and the per-step lines."""
         self._flush()
 
     def on_training_end(self) -> None:
@@ -236,9 +208,7 @@ class GradientSpikeMonitor(Callback):
         self._new_buffer()
 
     def state_dict(self) -> dict[str, Any]:
-        """The EMA, the counts, and the steps not yet written (device arrays, not read):
-        ``rows`` is the current ``(1024, 3)`` buffer of per-step values (``[]`` without
-        ``log_to_disk``), ``chunks`` the full ones, ``pos`` how many rows of ``rows`` are used.
+        """The EMA, the counts, and the per-step rows not yet written (device arrays).
 
         Example:
             >>> sorted(GradientSpikeMonitor().state_dict())  # doctest: +NORMALIZE_WHITESPACE
@@ -259,9 +229,7 @@ class GradientSpikeMonitor(Callback):
         }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
-        """Restores what :meth:`state_dict` returned: the run resumes exactly (a state saved
-        without ``log_to_disk`` restores no per-step rows; with it, they are dropped when
-        ``log_to_disk`` is now off).
+        """Restores what :meth:`state_dict` returned (per-step rows only with ``log_to_disk``).
 
         Example:
             >>> monitor = GradientSpikeMonitor()

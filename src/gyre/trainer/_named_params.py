@@ -1,10 +1,4 @@
-"""The kpoeppel jax_trainer fork's parameter helpers for flax nnx modules
-(``jax_trainer.logger.utils``): :func:`module_named_params` and :func:`count_parameters`.
-
-Where gyre differs from the fork: ``count_parameters`` counts every ``nnx.Param`` of the
-module's graph (through :func:`nnx.state`, as the TrainerModule's summary does), so parameters
-held in lists or dicts of submodules count too (the fork followed only attributes).
-"""
+"""The kpoeppel jax_trainer fork's parameter helpers for flax nnx modules."""
 
 from __future__ import annotations
 
@@ -27,12 +21,8 @@ def _module(module: Any, who: str) -> Any:
 
 
 def module_named_params(module: Any, recursive: bool = False) -> Iterator[tuple[str, Any]]:
-    """The ``(name, nnx.Param)`` pairs of ``module``'s attributes; with ``recursive``, those of
-    its submodule attributes first, named ``<submodule>.<param>``. Params whose value is
-    ``None`` are left out.
-
-    Raises:
-        TypeError: ``module`` is not an nnx module.
+    """The ``(name, nnx.Param)`` pairs of ``module``'s attributes; ``recursive``: submodules' first,
+    as ``<sub>.<param>``.
 
     Example:
         >>> from flax import nnx
@@ -52,10 +42,8 @@ def module_named_params(module: Any, recursive: bool = False) -> Iterator[tuple[
 
 
 def count_parameters(module: Any) -> int:
-    """The number of parameter elements in an nnx module (every ``nnx.Param`` of its graph).
-
-    Raises:
-        TypeError: ``module`` is not an nnx module.
+    """The number of parameter elements in an nnx module (every ``nnx.Param`` of its graph, unlike
+    the fork).
 
     Example:
         >>> from flax import nnx

@@ -1,12 +1,6 @@
 """A whole run from a config: the job behind ``gyre fit CONFIG``, ``gyre resume RUN`` and
-``gyre test RUN`` (and the digits demo, whose options become a config).
-
-:func:`run_config` validates the config, makes the run folder (``trainer.logger.log_dir``, or
-``<out>/<timestamp>``), builds the dataset and the trainer through the registries, trains,
-tests the best checkpoint on the dataset's test loader, and leaves in the run folder the
-resolved ``config.yaml``, ``checkpoints/`` (the best models), ``resume/``, ``metrics/*.json``
-(``test_epoch_NNNN.json`` included), the writer's logs, ``history.csv`` and ``curves.png``.
-:func:`test_run` rebuilds a trained model from its checkpoint and tests it again.
+``gyre test RUN``. The run folder gets ``config.yaml``, ``checkpoints/``, ``resume/``,
+``metrics/*.json``, the writer's logs, ``history.csv`` and ``curves.png``.
 """
 
 from __future__ import annotations
@@ -28,16 +22,7 @@ from gyre.trainer._run_log import LOG_FILE, run_logging
 
 
 class RunError(ValueError):
-    """A run that cannot start, found before any training (a run folder that cannot be made,
-    a folder that holds no run). ``str(err)`` is the full explanation.
-
-    Attributes:
-        argument: what was wrong (``"out"``, ``"run"``...).
-        summary: one line naming the value received.
-        expected: what would work.
-        received: what came.
-        fix: how to fix it.
-    """
+    """A run that cannot start, found before any training; ``str(err)`` is the full explanation."""
 
     def __init__(self, argument: str, summary: str, *, expected: str, received: str, fix: str) -> None:
         super().__init__(explain(f"{argument} {summary}", expected=expected, received=received, fix=fix))
@@ -46,9 +31,7 @@ class RunError(ValueError):
 
 
 def is_user_error(err: BaseException) -> bool:
-    """Whether ``err`` is a mistake gyre explained (expected / received / fix), which the
-    command line prints without a traceback; anything else is a bug to report.
-    """
+    """Whether ``err`` is a mistake gyre explained (expected / received / fix)."""
     text = user_message(err)
     return isinstance(err, (ValueError, TypeError, KeyError, OSError)) and "\n  expected: " in text and "\n  fix: " in text
 
@@ -71,9 +54,7 @@ def _out_error(out: Any, summary: str) -> RunError:
 
 
 def check_out(out: str | os.PathLike[str]) -> Path:
-    """Checks, before any work, that run folders can be made in ``out`` (missing: it will
-    be created; not a file, nor under a file or a folder that cannot be written to).
-    """
+    """Checks, before any work, that run folders can be made in ``out``."""
     if isinstance(out, bytes) or not isinstance(out, (str, os.PathLike)) or not os.fspath(out):
         raise RunError(
             "out",
@@ -121,19 +102,7 @@ def make_run_dir(out: str | os.PathLike[str], *, now: _dt.datetime | None = None
 
 @dataclass(frozen=True)
 class RunResult:
-    """What :func:`run_config` returns.
-
-    Attributes:
-        run_dir: the run folder.
-        config: the resolved config (as stored in ``config.yaml``).
-        trainer: the trained trainer (its final state).
-        val: the last validation's scalar metrics (``val/<key>``).
-        test: the test metrics of the best checkpoint (``test/<key>``; empty when preempted).
-        steps: training steps completed (all runs of this folder together).
-        epochs: epochs completed.
-        seconds: wall-clock seconds of training, validation and testing.
-        preempted: the run stopped on SIGTERM (or Ctrl-C), its last step saved.
-    """
+    """What :func:`run_config` returns; ``test`` holds the best checkpoint's scalar metrics."""
 
     run_dir: Path
     config: Any
@@ -147,11 +116,7 @@ class RunResult:
 
 
 def resolve_config(source: Any, overrides: Sequence[str] = ()) -> Any:
-    """The validated config of ``source`` (a YAML path, a mapping or a config) with
-    ``overrides``; its optimizer is built too, so a schedule whose phases exceed its total
-    fails here, before any training (one that leaves its length out to the run is built
-    when the run's length is known: :func:`run_config`).
-    """
+    """The validated config of ``source`` with ``overrides``, its optimizer built (fails early)."""
     from gyre.config import Config, RunLengthUnknown, build_optimizer, config_to_dict, load_config
 
     if isinstance(source, Config):
@@ -165,9 +130,7 @@ def resolve_config(source: Any, overrides: Sequence[str] = ()) -> Any:
 
 
 def run_steps_of(config: Any, dataset: Any) -> int | None:
-    """The run's training steps, ``trainer.train_epochs`` x the training loader's batches per
-    epoch (its ``epoch_steps`` or ``len``); ``None`` when the loader does not say.
-    """
+    """The run's training steps (``train_epochs`` x batches per epoch), or ``None`` if unknown."""
     loader = dataset.train_loader
     per_epoch = getattr(loader, "epoch_steps", None)
     if per_epoch is None and hasattr(loader, "__len__"):
@@ -184,9 +147,7 @@ def _with_log_dir(config: Any, run_dir: Path) -> Any:
 
 
 def build_dataset(config: Any) -> Any:
-    """The dataset of the config's ``dataset`` section (through ``DATASETS``); it must offer
-    ``train_loader``, ``val_loader`` and ``test_loader``.
-    """
+    """The dataset of the config's ``dataset`` section, with its three loaders checked."""
     from gyre.config import DATASETS, validate_component
 
     kwargs = validate_component("datasets", config.dataset, where="dataset")
@@ -206,11 +167,7 @@ def build_dataset(config: Any) -> Any:
 
 
 def build_trainer(config: Any) -> Any:
-    """The trainer of ``config.trainer.class_name`` (through ``TRAINERS``), with its model,
-    optimizer and callbacks built from the config.
-
-    Example: see :func:`run_config`.
-    """
+    """The trainer of ``config.trainer.class_name``, built from the config."""
     from gyre.config import TRAINERS
 
     trainer_cls = TRAINERS.get(config.trainer.class_name, where="trainer.class_name")
@@ -224,23 +181,9 @@ def run_config(
     out: str | os.PathLike[str] = "runs",
     run_dir: str | os.PathLike[str] | None = None,
 ) -> RunResult:
-    """Trains and tests what a config describes (see the module docstring).
+    """Trains and tests what a config describes, in ``run_dir`` or a timestamped folder of ``out``.
 
-    Args:
-        source: a YAML path, a mapping, or a :class:`gyre.config.Config`.
-        overrides: ``dotted.key=value`` strings applied on top.
-        out: the folder that holds timestamped run folders, used when the config sets no
-            ``trainer.logger.log_dir`` nor ``base_log_dir`` (and ``run_dir`` is not given).
-        run_dir: the run folder, already made (it becomes ``trainer.logger.log_dir``).
-
-    Returns:
-        A :class:`RunResult`.
-
-    Raises:
-        gyre.config.ConfigError: the config is wrong (checked before any training).
-        RunError: the run folder cannot be made.
-        gyre.NonFiniteError: the training diverged (with ``detect_nans``); a note names
-            the run folder.
+    Raises ``ConfigError`` (before training), :class:`RunError`, or ``gyre.NonFiniteError``.
     """
     config = resolve_config(source, overrides)
     made = None
@@ -300,8 +243,7 @@ def run_config(
 
 
 def _start_log(log: Any, source: Any, config: Any, dataset: Any) -> None:
-    """Seeds Python's and numpy's global generators with the config's ``seed`` (a model's or a
-    dataset's own draws), and logs what the run is."""
+    """Seeds Python's and numpy's global generators with the config's ``seed``, and logs the run."""
     import random
 
     import numpy as np
@@ -314,8 +256,7 @@ def _start_log(log: Any, source: Any, config: Any, dataset: Any) -> None:
 
 
 def _end_log(log: Any, trainer: Any, config: Any, elapsed: Any, seconds: float, metrics: Mapping[str, float]) -> None:
-    """Logs the run's end, and writes the config as the writer's hyperparameters with the
-    final metrics (TensorBoard's HPARAMS tab)."""
+    """Logs the run's end, and writes the config as hyperparameters with the final metrics."""
     from gyre.config import flatten_configdict
 
     log.info("trained %d steps (%d epochs) in %.1fs; %s", elapsed.steps, elapsed.epochs, seconds,
@@ -325,9 +266,7 @@ def _end_log(log: Any, trainer: Any, config: Any, elapsed: Any, seconds: float, 
 
 
 class _KeptConfig:
-    """A resumed run's ``config.yaml`` as it was before the resume: put back when the resume
-    fails (a refused resume must not rewrite it, or ``gyre resume`` would read the refused
-    config), with a note saying how to continue the run."""
+    """A resumed run's ``config.yaml`` as it was, put back (with a note) when the resume fails."""
 
     def __init__(self, path: Path, text: str | None) -> None:
         self.path, self.text = path, text
@@ -388,9 +327,7 @@ def _write_test_file(folder: Path, test: Mapping[str, float], elapsed: Any) -> N
 
 
 def _monitored(config: Any) -> dict[str, str]:
-    """The metric that chose the run's best checkpoint (its ``ModelCheckpoint``), for
-    ``curves.png``; empty without one.
-    """
+    """The ``ModelCheckpoint``'s monitor and mode, for ``curves.png``; empty without one."""
     from gyre.callbacks._monitor import monitor_mode
 
     for name, section in config.trainer.callbacks.items():
@@ -401,9 +338,7 @@ def _monitored(config: Any) -> dict[str, str]:
 
 
 def find_run_dir(path: str | os.PathLike[str]) -> Path:
-    """The run folder that ``path`` names or lies in (a run folder, its ``checkpoints``
-    folder, or one checkpoint's folder): the nearest folder holding ``config.yaml``.
-    """
+    """The nearest folder holding ``config.yaml`` at or up to two levels above ``path``."""
     p = Path(path).expanduser()
     for candidate in (p, p.parent, p.parent.parent):
         if (candidate / "config.yaml").is_file():
@@ -418,14 +353,7 @@ def find_run_dir(path: str | os.PathLike[str]) -> Path:
 
 
 def resume_run(run: str | os.PathLike[str], *, quiet: bool = False) -> RunResult:
-    """Continues the stopped run in folder ``run`` from its newest good checkpoint
-    (``<run>/resume``) with its stored config, exactly as if it had never stopped (``quiet``:
-    no progress bar). A run killed at any moment continues: best models in ``checkpoints/``
-    newer than that checkpoint are saved again when the run reaches them, and a run killed
-    before its first resume checkpoint starts over from step 0 (a ``LoopWarning`` says so).
-
-    Example: see ``tests/trainer/test_run.py`` (it needs a stopped run).
-    """
+    """Continues the stopped run ``run`` from its newest resume checkpoint, with its own config."""
     from gyre.core._errors import warn
 
     folder = find_run_dir(run)
@@ -439,12 +367,7 @@ def resume_run(run: str | os.PathLike[str], *, quiet: bool = False) -> RunResult
 
 
 def run_test(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Rebuilds the model of a run (its best checkpoint, or the checkpoint ``path`` names)
-    with :meth:`gyre.TrainerModule.load_from_checkpoint`, rebuilds the dataset from the
-    stored config, and returns the test metrics (scalars as floats).
-
-    Example: see ``tests/trainer/test_run.py`` (it needs a trained run).
-    """
+    """The test metrics of a run's best checkpoint (or the one ``path`` names), on its dataset."""
     from gyre.trainer._module import TrainerModule
 
     target = Path(path).expanduser()

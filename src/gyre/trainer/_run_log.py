@@ -1,11 +1,5 @@
-"""A run's log file and console threshold: ``trainer.logger.log_file_verbosity`` and
-``stderrthreshold`` (jax_trainer's keys), applied while :func:`gyre.trainer._run.run_config`
-trains.
-
-The log file, ``<run folder>/run.log``, receives every Python ``logging`` record at its level
-and above (gyre's, absl's, JAX's, the user's), and the warnings the run raises; the console
-prints records from ``stderrthreshold`` up (warnings are shown as Python shows them, once).
-"""
+"""A run's ``run.log`` and console threshold (jax_trainer's ``log_file_verbosity`` and
+``stderrthreshold``), applied while :func:`gyre.trainer._run.run_config` trains."""
 
 from __future__ import annotations
 
@@ -38,10 +32,9 @@ def _level(key: str, name: object) -> int:
 
 @contextlib.contextmanager
 def run_logging(log_dir: str | Path, *, file_level: str = "info", stderr_level: str = "warning") -> Iterator[logging.Logger]:
-    """Within the block, ``<log_dir>/run.log`` records logging at ``file_level`` and up (and
-    the warnings raised), and stderr shows records from ``stderr_level`` up; yields the run's
-    logger (``gyre.run``). Everything is restored when the block ends.
-    """
+    """Within the block ``<log_dir>/run.log`` records logging from ``file_level`` (and warnings),
+    stderr from
+    ``stderr_level``; yields the ``gyre.run`` logger."""
     file_at, console_at = _level("log_file_verbosity", file_level), _level("stderrthreshold", stderr_level)
     root, log = logging.getLogger(), logging.getLogger("gyre.run")
     Path(log_dir).mkdir(parents=True, exist_ok=True)

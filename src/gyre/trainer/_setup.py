@@ -1,6 +1,4 @@
-"""Building a trainer's parts from its config sections: the trainer config itself, the model,
-the optimizer, the callbacks and the writer, each through the registries of
-:mod:`gyre.config` (never by importing a dotted path)."""
+"""Building a trainer's parts from its config sections, through :mod:`gyre.config`'s registries."""
 
 from __future__ import annotations
 
@@ -16,10 +14,7 @@ LOGGER_KEYS = ("log_dir", "log_steps_every", "tool_config", "log_file_verbosity"
 
 
 def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
-    """The validated trainer config: ``given`` (a mapping or a config object) with
-    ``options`` on top; the logger's keys (``log_dir=``, ``log_steps_every=``...) go to the
-    ``logger`` section.
-    """
+    """The validated trainer config: ``given`` with ``options`` on top (logger keys: ``logger``)."""
     from gyre.config import TrainerConfig
 
     config_class = getattr(cls, "config_class", None) or TrainerConfig
@@ -51,15 +46,12 @@ def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
 
 
 def plain_section(section: Any) -> Any:
-    """A config section as a plain dict when it is an ``ml_collections.ConfigDict``
-    (jax_trainer's configs), else as it is.
-    """
+    """An ``ml_collections.ConfigDict`` section as a plain dict, else the section as it is."""
     return section.to_dict() if callable(getattr(section, "to_dict", None)) else section
 
 
 def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
-    """The model of the ``model`` section: an nnx class (or, for a factory function,
-    ``model_mode: nnx``) gets ``rngs=nnx.Rngs(seed)``."""
+    """The model of the ``model`` section; an nnx model gets ``rngs=nnx.Rngs(seed)``."""
     if section is None:
         raise TypeError(explain(
             "the trainer has no model",
@@ -83,10 +75,8 @@ def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
 
 
 def build_optimizer_of(section: Any, *, run_steps: int | None = None, deferred: bool = False) -> Any:
-    """The optimizer of the ``optimizer`` section (a float: Adam at that rate); schedules
-    without their own length last ``run_steps``. With ``deferred``, a section whose schedule
-    needs the run's length (unknown yet) gives ``None``: the trainer builds it in
-    ``train_model`` (jax_trainer builds its optimizer there too)."""
+    """The optimizer of the ``optimizer`` section (a float: Adam); ``deferred``: ``None`` if it
+    needs the run's length."""
     if section is None:
         raise TypeError(explain(
             "the trainer has no optimizer",
@@ -105,8 +95,7 @@ def build_optimizer_of(section: Any, *, run_steps: int | None = None, deferred: 
 
 
 def build_callbacks(config: Any) -> list[Any]:
-    """The callbacks of ``trainer.callbacks`` (name -> section; ``class_name`` defaults
-    to the name), in the config's order."""
+    """The callbacks of ``trainer.callbacks``, in order (``class_name`` defaults to the name)."""
     from gyre.config import CALLBACKS, validate_component
 
     out = []
@@ -120,8 +109,7 @@ def build_callbacks(config: Any) -> list[Any]:
 
 
 def build_writer(config: Any, log_dir: Path) -> Any:
-    """The writer of ``logger.tool_config`` (TensorBoard in ``<log_dir>/tensorboard`` by
-    default; a CSV file when tensorboardX is not installed)."""
+    """The writer of ``logger.tool_config`` (default TensorBoard, or CSV without tensorboardX)."""
     import importlib.util
 
     from gyre.loggers import CSVWriter, TensorBoardWriter
@@ -146,9 +134,7 @@ def learning_rate_in(opt_state: Any) -> Any:
 
 
 def init_ddp_mesh() -> Any:
-    """A one-axis ``("data",)`` mesh over every device, for data parallelism (the kpoeppel
-    fork's ``jax_trainer.init_mesh.init_ddp_mesh``): :class:`gyre.parallel.DataParallel`'s
-    mesh, what the trainer's ``mesh=`` takes.
+    """A one-axis ``("data",)`` mesh over every device, for the trainer's ``mesh=``.
 
     Example:
         >>> import jax
@@ -162,9 +148,7 @@ def init_ddp_mesh() -> Any:
 
 
 def strategy_of_mesh(mesh: Any) -> Any:
-    """Data parallelism over a ``jax.sharding.Mesh`` given to the trainer (``mesh=``, as the
-    kpoeppel jax_trainer fork passes it): batches split over the mesh's first axis.
-    """
+    """Data parallelism over the trainer's ``mesh=``: batches split over its first axis."""
     from jax.sharding import Mesh
 
     from gyre.parallel import DataParallel

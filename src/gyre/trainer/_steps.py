@@ -1,8 +1,5 @@
-"""The trainer's compiled steps, built from the user's loss function: one training step
-``(state, batch) -> (logs, state)`` for the engine, one evaluation step that folds a batch's
-metrics into an accumulator. Metrics accumulate on the device inside these steps (one monoid
-per metric mode, :mod:`gyre.trainer._metrics`); nothing is read on the host.
-"""
+"""The trainer's compiled training and evaluation steps, built from the user's loss function;
+metrics accumulate on the device inside them."""
 
 from __future__ import annotations
 
@@ -28,17 +25,7 @@ WINDOW = "train_window_metrics"  # the accumulator of the steps since the last s
 
 
 def loss_output(out: Any, *, mode: str, name: str) -> tuple[Any, Mapping[str, Any], Any]:
-    """``(loss, metrics, mutable variables)`` from what a loss function returned, or an
-    error naming what it returned instead.
-
-    nnx: ``loss`` or ``(loss, metrics)``; linen: ``loss``, ``(loss, metrics)`` or
-    ``(loss, (mutable_variables, metrics))`` as jax_trainer's ``loss_function_linen``.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> loss_output((jnp.float32(1.0), {"acc": 0.5}), mode="nnx", name="loss_function")[1]
-        {'acc': 0.5}
-    """
+    """``(loss, metrics, mutable variables)`` from what a loss function returned, or an error."""
     loss, metrics, mutable = out, {}, None
     if isinstance(out, tuple) and len(out) == 2:
         loss, aux = out
@@ -80,14 +67,7 @@ def _described(out: Any) -> str:
 
 
 def batch_size_of(batch: Any, inputs: Any) -> Any:
-    """The examples in a batch (its ``size`` attribute, else the leading axis of its
-    model input): the weight of its MEAN metrics.
-
-    Example:
-        >>> import numpy as np
-        >>> batch_size_of((np.zeros((4, 2)), np.zeros(4)), np.zeros((4, 2)))
-        4
-    """
+    """A batch's examples (its ``size`` attribute, else its input's leading axis): MEAN's weight."""
     size = getattr(batch, "size", None)
     if isinstance(size, (int, jax.Array)) and not callable(size):
         return size
@@ -95,11 +75,7 @@ def batch_size_of(batch: Any, inputs: Any) -> Any:
 
 
 class StepBuilder:
-    """Builds the trainer's compiled functions (see the module docstring).
-
-    Args:
-        trainer: the :class:`~gyre.TrainerModule` (its loss function, model and options).
-    """
+    """Builds a :class:`~gyre.TrainerModule`'s compiled functions."""
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
@@ -112,8 +88,7 @@ class StepBuilder:
     def forward(
         self, params: Any, state: Any, batch: Any, rng: jax.Array, *, train: bool, mask: Any = None
     ) -> tuple[Any, dict[str, Any], Any]:
-        """``(loss, metrics, new model_state)`` of one batch (``mask``: passed on to a loss
-        function that accepts it, see :meth:`accepts_mask`)."""
+        """``(loss, metrics, new model_state)`` of one batch."""
         from flax import nnx
 
         from gyre.trainer._inspection import tree_stats
@@ -146,8 +121,7 @@ class StepBuilder:
     # -- the training step --------------------------------------------------------------------
 
     def train_step(self, *, step_logs: bool) -> Callable[[Any, Any], tuple[Logs | None, Any]]:
-        """``(state, batch) -> (logs, state)``. ``step_logs``: the step's values are also
-        returned as logs (for the NaN policy and the callbacks' ``on_training_step``)."""
+        """``(state, batch) -> (logs, state)``; ``step_logs`` also returns the step's values."""
         t = self.trainer
 
         def objective(inner: Any, batch: Any) -> tuple[Any, tuple[dict[str, Any], Any]]:
@@ -177,9 +151,7 @@ class StepBuilder:
         return step
 
     def specs(self, state: Any, batch: Any, *, train: bool, mask: Any = None) -> tuple[dict[str, Any], Any]:
-        """The metric specs of a training (``train``) or evaluation step and its values' shapes
-        (traced once with ``jax.eval_shape``: nothing runs); an evaluation's are kept in
-        :attr:`eval_specs_cached` for naming the results."""
+        """The metric specs and value shapes of a training or evaluation step (traced, not run)."""
         found: dict[str, Any] = {}
 
         def probe(state: Any, batch: Any, mask: Any) -> Any:
@@ -195,9 +167,7 @@ class StepBuilder:
         return found["specs"], shapes
 
     def inspected(self, params: Any, grads: Any) -> dict[str, Any]:
-        """The step's own values besides the loss function's: the gradients' global norm
-        (``log_grad_norm``), the parameters' and gradients' statistics (``log_param_stats``,
-        ``log_grad_stats``, :mod:`gyre.trainer._inspection`)."""
+        """The gradient norm and parameter / gradient statistics the config asks to log."""
         from gyre.trainer._inspection import tree_stats
 
         config = self.trainer.config
@@ -216,18 +186,12 @@ class StepBuilder:
     # -- the evaluation step ------------------------------------------------------------------
 
     def accepts_mask(self) -> bool:
-        """Whether the trainer's loss function (``loss_function`` for nnx,
-        ``loss_function_linen`` for linen) takes the keyword ``mask``: then the evaluation
-        pads its last, smaller batch and compiles its step once (:mod:`gyre.data._padding`)."""
+        """Whether the loss function takes ``mask``: then evaluation pads its last batch."""
         t = self.trainer
         return accepts_mask(t.loss_function if self.mode == "nnx" else t.loss_function_linen)
 
     def eval_step(self) -> Callable[..., Any]:
-        """``(state, accumulator, batch, mask=None) -> (accumulator, CONCAT values)``.
-
-        With a ``mask`` (a boolean vector over the padded batch's rows, given only to a loss
-        function that accepts it), the batch's MEAN weight is ``mask.sum()``, its real rows;
-        the loss function computes its means over those rows."""
+        """``(state, accumulator, batch, mask=None) -> (accumulator, CONCAT values)``."""
         t = self.trainer
 
         def step(state: Any, acc: Any, batch: Any, mask: Any = None) -> Any:

@@ -1,13 +1,5 @@
-"""The kpoeppel jax_trainer fork's tool logger (``ToolLoggerInterface`` of
-``jax_trainer.logger.backend``): its methods over one gyre writer.
-
-The fork wrapped a PyTorch Lightning logger per tool; here every tool is a gyre
-:class:`~gyre.loggers.Writer` (built from a ``tool_config`` section by
-:func:`~gyre.config.build_tool_writer`), and this class speaks the fork's method names to it:
-``log_metrics`` is ``write_scalars``, ``log_image`` / ``log_figure`` are ``write_images``,
-``log_embedding`` writes TensorBoard's projector files, ``finalize`` closes the writer.
-Tags are ``<logging_mode>/<key><log_postfix>``, as the fork's.
-"""
+"""The kpoeppel jax_trainer fork's ``ToolLoggerInterface``: its method names over one gyre
+:class:`~gyre.loggers.Writer`; tags are ``<logging_mode>/<key><log_postfix>``, as the fork's."""
 
 from __future__ import annotations
 
@@ -32,9 +24,7 @@ def _tag(key: str, log_postfix: str, logging_mode: str | None) -> str:
 class ToolLoggerInterface:
     """The fork's tool-logger methods over a gyre writer; subclass it to change one.
 
-    Args:
-        writer: the gyre writer every call goes to.
-        config: the ``tool_config`` section it was built from (kept for reading).
+    ``config`` is the ``tool_config`` section the writer was built from, kept for reading.
 
     Example:
         >>> import io, gyre
@@ -81,8 +71,7 @@ class ToolLoggerInterface:
         self, key: str, encodings: Any, metadata: Any = None, label_img: Any = None, step: int | None = None,
         log_postfix: str = "", logging_mode: str | None = None,
     ) -> None:
-        """Writes an embedding for TensorBoard's projector into the writer's folder; a writer
-        without a folder (W&B) logs a warning and writes nothing, as the fork's W&B logger."""
+        """Writes an embedding for TensorBoard's projector in the writer's folder, if it has one."""
         folder = getattr(self.writer, "logdir", None)
         if folder is None:
             LOGGER.warning("Embedding logging is only implemented for TensorBoard (got %s).", type(self.writer).__name__)

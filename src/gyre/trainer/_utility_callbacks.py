@@ -1,6 +1,4 @@
-"""Small trainer callbacks: :class:`JAXProfiler` (a trace of a few steps, now and then),
-:class:`DisableGC` (Python's garbage collector off during training) and
-:class:`EarlyStopping` (stop when a validation metric stops improving)."""
+"""Small trainer callbacks: :class:`JAXProfiler`, :class:`DisableGC` and :class:`EarlyStopping`."""
 
 import gc
 import math
@@ -23,21 +21,10 @@ PROFILE_FOLDER = "profile"
 
 @register_callback
 class JAXProfiler(Callback):
-    """Traces ``profile_n_steps`` training steps with ``jax.profiler`` into
-    ``log_dir/profile`` (open it with TensorBoard's profile plugin or Perfetto).
+    """Traces ``profile_n_steps`` training steps with ``jax.profiler`` into ``log_dir/profile``.
 
-    The first trace starts right after the step numbered ``first_step`` (the ``global_step``
-    given to ``on_training_step``; a run resumed past it starts at its first step) and stops
-    after ``profile_n_steps`` more steps, once the device has finished them. Another trace
-    starts at the first step after ``every_n_minutes`` minutes have passed since the last
-    one stopped (``None``: only the first). A trace still running at a training epoch's end,
-    at training's end or at :meth:`finalize` is stopped there. A trace that cannot start
-    (another one is running in this process) is a warning, not an error.
-
-    Args:
-        every_n_minutes: minutes between traces, or ``None`` for one trace.
-        first_step: the step after which the first trace starts (>= 0).
-        profile_n_steps: how many steps a trace covers (>= 1).
+    The first trace starts after step ``first_step``; another starts ``every_n_minutes``
+    after the last one stopped (``None``: one trace). A trace that cannot start is a warning.
 
     Example:
         >>> import pathlib, tempfile, types, gyre, jax.numpy as jnp
@@ -70,7 +57,7 @@ class JAXProfiler(Callback):
         self._stopped_at: float | None = None  # clock time the last trace stopped
 
     def on_training_step(self, step_metrics: dict[str, Any], epoch_idx: int, global_step: int) -> None:
-        """Starts or stops a trace (see the class); reads no device value."""
+        """Starts or stops a trace."""
         if self.active:
             if global_step - self._started_at >= self.profile_n_steps:
                 self._stop()
@@ -107,7 +94,7 @@ class JAXProfiler(Callback):
         jax.profiler.stop_trace()
 
     def on_training_epoch_end(self, train_metrics: dict[str, Any], epoch_idx: int) -> None:
-        """Stops a running trace (the validation that follows is not a training step)."""
+        """Stops a running trace."""
         self._stop()
 
     def on_training_end(self) -> None:
@@ -122,10 +109,9 @@ class JAXProfiler(Callback):
 
 @register_callback
 class DisableGC(Callback):
-    """Turns Python's garbage collector off while training (its pauses land at random
-    steps), and collects at each epoch's end instead (training, validation and test epochs
-    while it is off). Training's end and :meth:`finalize` (a failed run included) put the
-    collector back as it was before training.
+    """Turns Python's garbage collector off while training and collects at each epoch's end instead.
+
+    Training's end and :meth:`finalize` put the collector back as it was.
 
     Example:
         >>> import gc
@@ -153,11 +139,11 @@ class DisableGC(Callback):
             gc.collect()
 
     def on_training_epoch_end(self, train_metrics: dict[str, Any], epoch_idx: int) -> None:
-        """Collects (every epoch: not filtered)."""
+        """Collects."""
         self._collect()
 
     def on_validation_epoch_end(self, eval_metrics: dict[str, Any], epoch_idx: int) -> None:
-        """Collects (every epoch: not filtered)."""
+        """Collects."""
         self._collect()
 
     def on_test_epoch_end(self, test_metrics: dict[str, Any], epoch_idx: int) -> None:
@@ -176,31 +162,20 @@ class DisableGC(Callback):
         self._restore()
 
     def finalize(self, status: str) -> None:
-        """Puts the collector back as it was (after a failed run too)."""
+        """Puts the collector back as it was."""
         super().finalize(status)
         self._restore()
 
 
 @register_callback
 class EarlyStopping(Callback, Improvement):
-    """Stops training when the validation metric ``monitor`` has not improved for
-    ``patience`` validation epochs in a row (filtered ones: every ``every_n_epochs``).
-
-    An epoch improves when its value is below the best so far minus ``min_delta``
-    (``mode="min"``) or above the best plus ``min_delta`` (``"max"``); the first finite value
-    is the first best. A NaN never improves. When the epochs without improvement reach
-    ``patience``, it calls ``trainer.stop_training(reason)`` (once): training ends after that
-    epoch. The value is read on the host at the validation's end. A ``monitor`` missing from
-    the validation metrics is an error listing the logged keys.
+    """Stops training when the validation metric ``monitor`` has not improved for ``patience``
+    validations.
 
     Args:
-        monitor: the logged name of the validation metric, e.g. ``"val/loss"``.
-        mode: ``"min"`` (lower is better), ``"max"``, or ``"auto"`` (the default): the mode
-            ``monitor``'s name implies (:func:`monitor_mode`: ``"max"`` for ``val/acc``,
-            ``"min"`` for ``val/loss`` and for a name that implies neither). A mode against
-            the name is an error.
-        patience: validation epochs without improvement before stopping (>= 1).
-        min_delta: the smallest change that counts as an improvement (>= 0).
+        mode: ``"min"``, ``"max"``, or ``"auto"``: the mode ``monitor``'s name implies
+            (``"max"`` for ``val/acc``, else ``"min"``); a mode against the name is an error.
+        min_delta: the smallest change that counts as an improvement; a NaN never improves.
         every_n_epochs: look at the validations of epochs ``e % every_n_epochs == 0``.
 
     Example:
@@ -282,7 +257,7 @@ class EarlyStopping(Callback, Improvement):
 
 
 def read_metric(owner: str, metrics: dict[str, Any], monitor: str, epoch_idx: int) -> float:
-    """The validation metric ``owner`` monitors as a float (one host read), or a clear error."""
+    """The validation metric ``owner`` monitors as a float, or an error."""
     if monitor not in metrics:
         keys = sorted(map(str, metrics))
         raise ExplainedKeyError(explain(
