@@ -21,6 +21,7 @@ import numpy as np
 from gyre.config._schema import LoggerConfig
 from gyre.config._tool_configs import TensorboardConfig
 from gyre.config._tools import build_tool_writer
+from gyre.core._checks import instance
 from gyre.core._errors import describe, explain
 from gyre.trainer._epoch_files import EpochMetricFiles
 from gyre.trainer._metric_dicts import get_metrics
@@ -72,11 +73,9 @@ class Logger:
     def __init__(self, config: LoggerConfig | Mapping[str, Any], full_config: Any) -> None:
         if isinstance(config, Mapping):
             config = LoggerConfig.model_validate(dict(config))
-        if not isinstance(config, LoggerConfig):
-            raise TypeError(explain(
-                "Logger takes a LoggerConfig",
-                expected="gyre.config.LoggerConfig(...) or its mapping", received=describe(config),
-                fix="Logger(LoggerConfig(log_steps_every=50, tool_config=TensorboardConfig()), full_config)"))
+        instance(config, "config", LoggerConfig, problem="Logger takes a LoggerConfig",
+                 expected="gyre.config.LoggerConfig(...) or its mapping",
+                 fix="Logger(LoggerConfig(log_steps_every=50, tool_config=TensorboardConfig()), full_config)")
         self.config = config
         self.full_config = full_config
         tool = config.tool_config if config.tool_config is not None else TensorboardConfig()

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core._errors import describe, explain
+from gyre.core._checks import instance
 from gyre.loggers import Writer
 from gyre.trainer._media import figure_image, write_embedding
 
@@ -37,11 +37,9 @@ class ToolLoggerInterface:
     """
 
     def __init__(self, writer: Writer, config: Mapping[str, Any] | None = None) -> None:
-        if not isinstance(writer, Writer):
-            raise TypeError(explain(
-                "ToolLoggerInterface writes through a gyre writer",
-                expected="a gyre.loggers.Writer (TensorBoardWriter, WandbWriter, ...)", received=describe(writer),
-                fix="build one from a tool_config section: gyre.config.build_tool_writer(section, log_dir=...)"))
+        instance(writer, "writer", Writer, problem="ToolLoggerInterface writes through a gyre writer",
+                 expected="a gyre.loggers.Writer (TensorBoardWriter, WandbWriter, ...)",
+                 fix="build one from a tool_config section: gyre.config.build_tool_writer(section, log_dir=...)")
         self.writer = writer
         self.config = config
 
