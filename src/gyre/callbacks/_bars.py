@@ -14,12 +14,12 @@ import time
 from typing import IO, Any
 
 from gyre.callbacks._shown import BarValues, check_mode
+from gyre.callbacks._wandb_logger import FollowsHistory
 from gyre.core._checks import real, whole
 from gyre.core._clock import Elapsed, Period
 from gyre.core._errors import describe, explain, suggest
 from gyre.core._logs import Logs
 from gyre.engine._tasks import ChunkSafe, LoopElement
-from gyre.parallel.distributed import is_main_process
 
 
 def _check_total(total: Any) -> int | None:
@@ -88,11 +88,7 @@ class _Bar(ChunkSafe, LoopElement):
 
     _silent: bool | None = None
     _reads_history = True  # in a loop, its values come from the history (BarValues)
-
-    def _skip(self) -> bool:
-        if self._silent is None:
-            self._silent = not is_main_process()
-        return self._silent
+    _skip = FollowsHistory._skipped
 
 
 class KerasBar(_Bar):

@@ -227,9 +227,7 @@ class Checkpoint(Checkpointer):
         if callable(getattr(loop, "request_save", None)):
             loop.request_save(self, metrics)  # the engine saves once the step has completed
             return None
-        snapshot = Snapshot(step=step, state=state, elapsed=clock, metrics=metrics)
-        self.save_snapshot(snapshot)
-        return None
+        self.save_snapshot(Snapshot(step=step, state=state, elapsed=clock, metrics=metrics))
 
     on_epoch_end = __call__
 
@@ -320,7 +318,6 @@ class Checkpoint(Checkpointer):
         if not self._said_fresh:
             self._said_fresh = True
             warn(f"checkpoint: no checkpoint in {self.directory}: starting fresh", UserWarning)
-        return None
 
     def load_snapshot(self, resume: Any, target_state: Any, *, target_arrays: Any = None) -> Snapshot | None:
         """The snapshot ``resume`` names, restored into the structure of ``target_state``; marks

@@ -187,14 +187,7 @@ class Store:
 
     def latest(self) -> int | None:
         """The newest of :meth:`steps`, or ``None``."""
-        for step in sorted(self.manager.all_steps(), reverse=True):
-            if self.has_record(step) or not os.path.isdir(self.step_dir(step)):
-                return step
-        return None
-
-    def metrics(self, step: int) -> Any:
-        """The metrics saved with ``step`` (``None`` when none)."""
-        return self.manager.metrics(step) if self.score is not None else None
+        return max(self.steps(), default=None)
 
     def _recorded_metrics(self, step: int) -> Any:
         """The metrics of step ``step``'s checksummed record; orbax's copy when the record cannot be
@@ -202,7 +195,7 @@ class Store:
         try:
             return self.read_record(step).get("metrics")
         except Unreadable:
-            return self.metrics(step)
+            return self.manager.metrics(step)
 
     def ranked(self) -> list[int]:
         """The finished steps with a monitored value, best first."""
@@ -334,11 +327,8 @@ class Store:
     def _saved_tree(self, step: int, item: str) -> Any:
         """The abstract tree of a saved item, on the first local device (no target given)."""
         meta = self.manager.item_metadata(step)[item]
-        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         tree = getattr(meta, "tree", meta)
-        return jax.tree_util.tree_map(
-            lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype, sharding=device), tree
-        )
+        return abstract(jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), tree))
 
     def read(self, step: int, target_state: Any, target_arrays: Any = None) -> Snapshot:
         """Step ``step`` restored into ``target_state`` (and ``target_arrays``) and verified, else

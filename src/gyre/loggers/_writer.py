@@ -38,6 +38,7 @@ KINDS = ("scalars", "histograms", "images", "texts", "hparams")
 SLICE_SECONDS = 0.001
 _WRITERS: list[type[Writer]] = []  # every writer class, in the order they were defined
 _OPEN: weakref.WeakSet[Writer] = weakref.WeakSet()  # writers with a thread, closed at exit
+_UNCONVERTED = {"flush": "_flush", "close": "_close", "runs": "_scalar_block"}  # queued kind: method
 
 
 @atexit.register
@@ -73,11 +74,6 @@ def _step(who: str, step: Any) -> Any:
     return whole(step, f"{who}: a step", device=True,
                  expected="step as an int >= 0 (or a 0-d integer array), e.g. 10",
                  fix="pass the step number, e.g. writer.write_scalars(10, {'loss': loss})")
-
-
-def jnp_integer(dtype: Any) -> bool:
-    """Whether a dtype holds integers (signed or not)."""
-    return np.dtype(dtype).kind in "iu"
 
 
 def _mapping(
@@ -381,14 +377,8 @@ class Writer:
                 self._queue.task_done()
 
     def _do(self, kind: str, args: tuple[Any, ...]) -> None:
-        if kind == "flush":
-            self._flush()
-            return
-        if kind == "close":
-            self._close()
-            return
-        if kind == "runs":
-            self._scalar_block(*args)
+        if kind in _UNCONVERTED:  # no values to move to the host
+            getattr(self, _UNCONVERTED[kind])(*args)
             return
         args = _to_host(args)  # the one transfer, off the caller's thread
         if kind == "hparams":
@@ -441,13 +431,7 @@ def _to_host(args: tuple[Any, ...]) -> tuple[Any, ...]:
     for arg in args:
         flat.extend(arg.values() if isinstance(arg, dict) else [arg])
     host = iter(jax.device_get(flat))
-    out = []
-    for arg in args:
-        if isinstance(arg, dict):
-            out.append({k: next(host) for k in arg})
-        else:
-            out.append(next(host))
-    return tuple(out)
+    return tuple({k: next(host) for k in arg} if isinstance(arg, dict) else next(host) for arg in args)
 
 
 def _host_array(value: Any) -> np.ndarray:
@@ -458,5 +442,4 @@ def _host_array(value: Any) -> np.ndarray:
 
 
 def _number(value: Any) -> float | int | bool:
-    value = np.asarray(value).item()
-    return value
+    return np.asarray(value).item()

@@ -291,7 +291,7 @@ class Step:
         return self._count_flops(state, batch)
 
     def _count_flops(self, state: TrainState, batch: Batch, **kwargs: Any) -> float:
-        run = self._get_run(state)
+        run = self._get_run()
         compiled = getattr(run, "compiled", run)
         if not hasattr(compiled, "lower"):
             return 0.0
@@ -412,11 +412,10 @@ class Step:
             return partitioner.partition(self.run, **jit_kwargs)
         return partitioner.partition_step(self.run, donate=donate, **jit_kwargs)
 
-    def _get_run(self, state: TrainState) -> Callable[..., tuple[Any, Any]]:
-        run = self._cached_run
-        if run is None:
-            run = self._cached_run = self._build_run(self._donate, self._jit_kwargs)
-        return run
+    def _get_run(self) -> Callable[..., tuple[Any, Any]]:
+        if self._cached_run is None:
+            self._cached_run = self._build_run(self._donate, self._jit_kwargs)
+        return self._cached_run
 
     def __call__(
         self,
@@ -455,7 +454,7 @@ class Step:
         state, batch = self.begin(state, batch)
         if log_num_flops and self._num_flops is None:
             _log.info("Step flops: %s", self._count_flops(state, batch, **kwargs))
-        state, outputs = self._get_run(state)(state, batch, **kwargs)
+        state, outputs = self._get_run()(state, batch, **kwargs)
         state, outputs = self.end(state, outputs)
         if n and self._end_actions:
             _run_actions(self._end_actions, n, state, outputs)
@@ -579,8 +578,7 @@ def _is_pair(x: Any) -> bool:
 
 
 def _shapes(batch: Any) -> str:
-    shapes = jax.tree_util.tree_map(lambda x: f"{tuple(np.shape(x))} {np.asarray(x).dtype}", batch)
-    return str(shapes)
+    return str(jax.tree_util.tree_map(lambda x: f"{tuple(np.shape(x))} {np.asarray(x).dtype}", batch))
 
 
 def _short(value: Any, limit: int = 120) -> str:
@@ -605,7 +603,7 @@ def _first_key(rngs: Any) -> jax.Array:
 
 def _not_implemented(cls: type) -> str:
     return explain(
-        f"{cls.__name__}.run is not implemented" if cls is not Step else "Step.run is not implemented",
+        f"{cls.__name__}.run is not implemented",
         expected="a subclass of gyre.Step that overrides run(self, state, batch) -> (state, outputs)",
         received=f"{cls.__qualname__}, which inherits Step.run",
         fix="define run in your subclass: compute the loss (and gradients with "
