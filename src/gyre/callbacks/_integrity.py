@@ -33,15 +33,7 @@ class Unreadable(Exception):
 def leaf_path(path: tuple[Any, ...]) -> str:
     """A leaf's key path as ``"params/Dense_0/kernel"`` (dict keys, attributes and indices alike, so
     dict and dataclass states match)."""
-    parts = []
-    for key in path:
-        for attribute in ("key", "name", "idx"):
-            if hasattr(key, attribute):
-                parts.append(str(getattr(key, attribute)))
-                break
-        else:
-            parts.append(str(key))
-    return "/".join(parts)
+    return jax.tree_util.keystr(tuple(path), simple=True, separator="/")
 
 
 def _is_key(x: Any) -> bool:
@@ -86,9 +78,7 @@ def _host_values(leaves: list[Any]) -> list[Any]:
 def checksums(leaves: list[Any]) -> list[int | None]:
     """CRC-32 of each leaf's bytes from one host copy; ``None`` for a leaf no process holds
     whole."""
-    readable = [
-        not (isinstance(x, jax.Array) and not x.is_fully_addressable) for x in leaves
-    ]
+    readable = [not (isinstance(x, jax.Array) and not x.is_fully_addressable) for x in leaves]
     raw = [jax.random.key_data(x) if _is_key(x) else x for x, ok in zip(leaves, readable, strict=True) if ok]
     host = iter(_host_values(raw))
     return [_crc(next(host)) if ok else None for ok in readable]

@@ -21,9 +21,7 @@ def latest_step(checkpoint_dir: str | os.PathLike[str]) -> int | None:
 
     if not os.path.isdir(os.fspath(checkpoint_dir)):
         return None
-    found = ocp_path.step.latest_step_metadata(
-        os.fspath(checkpoint_dir), ocp_path.step.standard_name_format()
-    )
+    found = ocp_path.step.latest_step_metadata(os.fspath(checkpoint_dir), ocp_path.step.standard_name_format())
     return None if found is None else int(found.step)
 
 
@@ -46,9 +44,7 @@ def restore_pytree(
     from orbax.checkpoint import checkpoint_utils
     from orbax.checkpoint import path as ocp_path
 
-    step_dir = ocp_path.step.build_step_path(
-        os.fspath(checkpoint_dir), ocp_path.step.standard_name_format(), step
-    )
+    step_dir = ocp_path.step.build_step_path(os.fspath(checkpoint_dir), ocp_path.step.standard_name_format(), step)
     if not os.path.isdir(os.path.join(os.fspath(step_dir), item)):
         present = _items(os.fspath(step_dir))
         raise FileNotFoundError(explain(

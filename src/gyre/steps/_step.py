@@ -200,9 +200,7 @@ class Step:
         def init_fn(batch: Any) -> TrainState:
             variables = dict(model.init(rngs, batch, **kwargs))
             params = variables.pop("params", {})
-            return TrainState.create(
-                params=params, tx=tx, apply_fn=model.apply, rng=rng, model_state=variables
-            )
+            return TrainState.create(params=params, tx=tx, apply_fn=model.apply, rng=rng, model_state=variables)
 
         try:
             jax.eval_shape(init_fn, batch)
@@ -256,9 +254,7 @@ class Step:
             _log.info("No checkpoint found in %s. Returning the original model state.", checkpoint_dir)
             return state
         _log.info("Restoring model from %s at step %d.", checkpoint_dir, found)
-        return restore_pytree(
-            state, checkpoint_dir, found, item=self._chkpt_item_name, transforms=transforms
-        )
+        return restore_pytree(state, checkpoint_dir, found, item=self._chkpt_item_name, transforms=transforms)
 
     def compute_num_params(self, state: TrainState) -> int:
         """The number of parameters in ``state.params`` (also kept in :attr:`num_params`).
@@ -362,9 +358,7 @@ class Step:
         """
         raise NotImplementedError(_not_implemented(type(self)))
 
-    def end(
-        self, state: TrainState, outputs: Output | None
-    ) -> tuple[TrainState, Output | None]:
+    def end(self, state: TrainState, outputs: Output | None) -> tuple[TrainState, Output | None]:
         """Runs after the compiled :meth:`run`, outside ``jit``; the identity by default.
 
         Example:
@@ -539,9 +533,7 @@ def zeroed_batch(spec: Any) -> Any:
             received=f"{describe(x)} in spec {_short(spec)}",
             fix="describe each input as a shape, e.g. initialize_model({'image': (1, 8, 8, 1)})"))
 
-    return jax.tree_util.tree_map(
-        leaf, spec, is_leaf=lambda x: _is_shape(x) or _is_pair(x) or hasattr(x, "shape")
-    )
+    return jax.tree_util.tree_map(leaf, spec, is_leaf=lambda x: _is_shape(x) or _is_pair(x) or hasattr(x, "shape"))
 
 
 # -- helpers -----------------------------------------------------------------------------------
