@@ -19,12 +19,13 @@ from gyre.callbacks import _loading, _monitor
 from gyre.callbacks._integrity import Unreadable
 from gyre.callbacks._options import check_directory, check_keep, check_monitor
 from gyre.callbacks._snapshot_files import Files
-from gyre.callbacks._store import CheckpointError, Store, is_primary, sync
+from gyre.callbacks._store import CheckpointError, Store, sync
 from gyre.core._checks import instance, whole
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, flag, keywords_checked, warn
 from gyre.core._logs import Logs
 from gyre.engine._snapshot import Checkpointer, Snapshot
+from gyre.parallel.distributed import is_main_process
 
 
 class Checkpoint(Checkpointer):
@@ -137,7 +138,7 @@ class Checkpoint(Checkpointer):
         later = good if self._resumed is None else [s for s in good if s > self._resumed]
         if later and not self.overwrite:
             raise FileExistsError(self._refusal(later))
-        if is_primary():
+        if is_main_process():
             store.delete_steps(later)
             for step in damaged:
                 where = store.set_aside(step)
@@ -362,7 +363,7 @@ class Checkpoint(Checkpointer):
                 source = Store(root, read_only=True)
                 snapshot = _loading.one_step(source, step, target_state, target_arrays)
                 self._source = source
-                if self._claimed and is_primary():
+                if self._claimed and is_main_process():
                     store.files.copy_from(source.files)
                     self._source = None
                 return snapshot
@@ -436,9 +437,7 @@ class Checkpoint(Checkpointer):
             self.wait_until_finished()
             if not self._store.on_disk():
                 raise _loading.nothing_to_restore(self.directory)
-            snapshot = self.load_snapshot("latest", target_state)
-        else:
-            snapshot = self.load_snapshot(_loading.as_step(step), target_state)
+        snapshot = self.load_snapshot("latest" if step is None else _loading.as_step(step), target_state)
         assert snapshot is not None
         return snapshot.state, snapshot.elapsed
 

@@ -35,6 +35,7 @@ from gyre.core._errors import describe, explain
 from gyre.core._host import to_python
 from gyre.engine._history_files import chain_crc
 from gyre.engine._snapshot import Snapshot
+from gyre.parallel.distributed import is_main_process
 
 FORMAT = 2  # 2: the record holds its own CRC-32, and meta the CRC-32 of the history's blocks
 RECORD_ITEM = "gyre"
@@ -57,11 +58,6 @@ class CheckpointError(RuntimeError):
     def __init__(self, message: str, *, step: int | None = None) -> None:
         super().__init__(message)
         self.step = step
-
-
-def is_primary() -> bool:
-    """True on process 0, which writes what is written once."""
-    return jax.process_index() == 0
 
 
 def sync(name: str) -> None:
@@ -241,7 +237,7 @@ class Store:
             items["arrays"] = ocp.args.StandardSave(snapshot.arrays)
         self.wait()
         self._remove_unfinished()
-        if snapshot.files and is_primary():
+        if snapshot.files and is_main_process():
             self.files.write(snapshot.files)
         try:
             self.manager.save(step, args=ocp.args.Composite(**items), metrics=record["metrics"], force=True)
@@ -352,8 +348,6 @@ class Store:
                 into = abstract(target_arrays) if target_arrays is not None else self._saved_tree(step, "arrays")
                 items["arrays"] = ocp.args.StandardRestore(into)
             restored = self.manager.restore(step, args=ocp.args.Composite(**items))
-        except Unreadable:
-            raise
         except Exception as err:
             if "tree structures do not match" in str(err):  # a record older than "empty"
                 raise Unreadable("fit", "its state's tree differs from the target's "
@@ -378,15 +372,8 @@ class Store:
     def _remove_unfinished(self) -> None:
         """Deletes what failed saves left; run at every save and at :meth:`close`, as a failed
         save's writers may still run."""
-        if self._unfinished and is_primary():
-            for name in self._temporaries():
-                if name.split(".")[0] in {str(s) for s in self._unfinished}:
-                    shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
-
-    def _temporaries(self) -> list[str]:
-        if not os.path.isdir(self.root):
-            return []
-        return sorted(n for n in os.listdir(self.root) if TEMPORARY in n)
+        if self._unfinished and is_main_process():
+            self.delete_temporaries({str(s) for s in self._unfinished})
 
     def set_aside(self, step: int, suffix: str = SET_ASIDE) -> str:
         """Renames step ``step``'s directory to ``N.corrupt`` (or ``N.<suffix>``, ``-2``...) and
@@ -402,9 +389,11 @@ class Store:
         for step in steps:
             shutil.rmtree(self.step_dir(step), ignore_errors=True)
 
-    def delete_temporaries(self) -> None:
-        for name in self._temporaries():
-            shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+    def delete_temporaries(self, steps: set[str] | None = None) -> None:
+        """Deletes unfinished saves' temporary directories (only those of ``steps`` when given)."""
+        for name in sorted(os.listdir(self.root)) if os.path.isdir(self.root) else []:
+            if TEMPORARY in name and (steps is None or name.split(".")[0] in steps):
+                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
 
     def reload(self) -> None:
         if self._manager is not None:

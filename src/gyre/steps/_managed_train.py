@@ -32,12 +32,8 @@ def _mean_logs(stacked: Logs) -> Logs:
     for collection, values in stacked.items():
         reduction = metrics.Mean if collection in ("losses", "metrics") else metrics.Last
         for name, value in values.items():
-            if _is_metric(value):
-                out.add_entry(collection, name, _merge_rows(value))
-            else:
-                out.add_entry(
-                    collection, name, jax.tree_util.tree_map(lambda v, r=reduction: r.from_stacked(v).compute(), value)
-                )
+            out.add_entry(collection, name, _merge_rows(value) if _is_metric(value) else
+                          jax.tree_util.tree_map(lambda v, r=reduction: r.from_stacked(v).compute(), value))
     return out
 
 
