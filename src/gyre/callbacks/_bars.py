@@ -38,11 +38,6 @@ def _check_total(total: Any) -> int | None:
                  fix="pass the number of steps the loop will run")
 
 
-def _check_width(width: Any) -> int:
-    return whole(width, "width", minimum=1, problem="keras_bar's width must be a number of characters >= 1",
-                 expected="width=30 (the characters between the brackets)", fix="pass width as an int, e.g. width=30")
-
-
 def _check_interval(interval: Any, *, owner: str, optional: bool) -> float | None:
     default = " (or None: 0.1 on a terminal, 10 in a log file)" if optional else ""
     return real(interval, "interval", minimum=0, none=optional,
@@ -131,7 +126,8 @@ class KerasBar(_Bar):
     ) -> None:
         self.total = _check_total(total)
         self.file = _check_file(file, "keras_bar")
-        self.width = _check_width(width)
+        self.width = whole(width, "width", minimum=1, problem="keras_bar's width must be a number of characters >= 1",
+                           expected="width=30 (the characters between the brackets)", fix="pass width as an int, e.g. width=30")
         self._interval = _check_interval(interval, owner="keras_bar", optional=True)
         self._shown = BarValues(check_mode(values, "keras_bar"))
         self._in_loop = False
