@@ -191,12 +191,10 @@ class KerasBar(_Bar):
         steps, total = self._steps, self.total
         parts = []
         if total is not None:
-            done = min(steps, total)
-            filled = int(self.width * done / total)
+            filled = int(self.width * min(steps, total) / total)
             arrow = ">" if filled < self.width else ""
             bar = "=" * max(filled - (1 if arrow else 0), 0) + arrow
-            digits = len(str(total))
-            parts.append(f"{steps:>{digits}}/{total} [{bar:<{self.width}}]")
+            parts.append(f"{steps:>{len(str(total))}}/{total} [{bar:<{self.width}}]")
         else:
             parts.append(f"{steps} steps")
         spent = now - self._t_first if self._t_first is not None else 0.0

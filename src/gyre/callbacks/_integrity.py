@@ -150,13 +150,11 @@ def mismatch(
     have = {d["path"]: (tuple(d["shape"]), d["dtype"]) for d in saved}
     problems = [] if saved_empty is None else _one_sided("nodes", empty_nodes(target), saved_empty)
     problems += _one_sided("leaves", wanted, have)
-    shapes = [p for p in wanted if p in have and have[p][0] != wanted[p][0]]
-    dtypes = [p for p in wanted if p in have and have[p][1] != wanted[p][1]]
-    for p in shapes[:3]:
-        problems.append(f"shape of {p or 'the state'}: saved {have[p][0]}, target {wanted[p][0]}")
-    for p in dtypes[:3]:
-        problems.append(f"dtype of {p or 'the state'}: saved {have[p][1]}, target {wanted[p][1]}")
-    hidden = max(len(shapes) - 3, 0) + max(len(dtypes) - 3, 0)
+    hidden = 0
+    for i, what in enumerate(("shape", "dtype")):
+        differ = [p for p in wanted if p in have and have[p][i] != wanted[p][i]]
+        problems += [f"{what} of {p or 'the state'}: saved {have[p][i]}, target {wanted[p][i]}" for p in differ[:3]]
+        hidden += max(len(differ) - 3, 0)
     if hidden:
         problems.append(f"{hidden} more leaves of another shape or dtype")
     return "; ".join(problems) or None

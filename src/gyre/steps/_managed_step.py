@@ -70,11 +70,8 @@ class ManagedStep(LoopElement):
     def _get(self, strategy: Strategy, state: Any, fused: bool) -> StepFn:
         run = self._compiled.get((strategy, fused))
         if run is None:
-            if fused:
-                run = strategy.compile(scanned(self.pure), state, batch_axis=1, donate=self.donates)
-            else:
-                run = strategy.compile(self.pure, state, donate=self.donates)
-            self._compiled[(strategy, fused)] = run
+            pure, axis = (scanned(self.pure), 1) if fused else (self.pure, 0)
+            run = self._compiled[(strategy, fused)] = strategy.compile(pure, state, batch_axis=axis, donate=self.donates)
         return run
 
     def __call__(self, state: Any, batch: Any = None, mask: Any = None) -> tuple[Logs, Any]:
