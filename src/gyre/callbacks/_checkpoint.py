@@ -272,10 +272,8 @@ class Checkpoint(Checkpointer):
                 UserWarning,
             )
             return
-        metrics = None
-        if self.monitor is not None and snapshot.metrics and snapshot.metrics.get(self.monitor) is not None:
-            value = _monitor.as_number(snapshot.metrics[self.monitor], self.monitor, owner="checkpoint", step=step)
-            metrics = {self.monitor: value}
+        value = (snapshot.metrics or {}).get(self.monitor) if self.monitor is not None else None
+        metrics = None if value is None else {self.monitor: _monitor.as_number(value, self.monitor, owner="checkpoint", step=step)}
         with self._failures():
             self._store.save(snapshot, metrics=metrics, checksums=self.checksums, wait=wait)
         self._saved.add(step)

@@ -73,15 +73,6 @@ def does_not_fit(root: str, failures: Sequence[tuple[int, Unreadable]]) -> Value
         "another model, give it a new directory"))
 
 
-def damaged(root: str, failures: Sequence[tuple[int, Unreadable]]) -> CheckpointError:
-    """The error for checkpoints that are all damaged."""
-    return CheckpointError(explain(
-        f"no checkpoint in {root} can be loaded",
-        expected="at least one intact checkpoint", received="; ".join(f"step {s}: {e.reason}" for s, e in failures),
-        fix="restore the directory from a backup, or start over with a new directory or "
-        "gyre.checkpoint(..., overwrite=True)"))
-
-
 def first_readable(
     store: Store, steps: Sequence[int], target_state: Any, target_arrays: Any, say: Say
 ) -> tuple[Snapshot, list[tuple[int, Unreadable]]]:
@@ -95,7 +86,11 @@ def first_readable(
             failures.append((step, problem))
     if any(e.kind == "fit" for _, e in failures):
         raise does_not_fit(store.root, failures)
-    raise damaged(store.root, failures)
+    raise CheckpointError(explain(
+        f"no checkpoint in {store.root} can be loaded",
+        expected="at least one intact checkpoint", received="; ".join(f"step {s}: {e.reason}" for s, e in failures),
+        fix="restore the directory from a backup, or start over with a new directory or "
+        "gyre.checkpoint(..., overwrite=True)"))
 
 
 def one_step(store: Store, step: int, target_state: Any, target_arrays: Any) -> Snapshot:

@@ -282,8 +282,7 @@ class Step:
             True
         """
         batch = self.preprocess_batch(batch)
-        if self._should_shard_batch:
-            batch = self.shard_batch(batch)
+        batch = self.shard_batch(batch) if self._should_shard_batch else batch
         return self._count_flops(state, batch)
 
     def _count_flops(self, state: TrainState, batch: Batch, **kwargs: Any) -> float:
@@ -443,8 +442,7 @@ class Step:
         if n and self._begin_actions:
             _run_actions(self._begin_actions, n, state, None)
         batch = self.preprocess_batch(batch)
-        if self._should_shard_batch:
-            batch = self.shard_batch(batch)
+        batch = self.shard_batch(batch) if self._should_shard_batch else batch
         state, batch = self.begin(state, batch)
         if log_num_flops and self._num_flops is None:
             _log.info("Step flops: %s", self._count_flops(state, batch, **kwargs))
