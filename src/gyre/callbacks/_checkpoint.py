@@ -368,7 +368,6 @@ class Checkpoint(Checkpointer):
             kind, value = "step", step
         if kind == "step":
             snapshot = _loading.one_step(store, value, target_state, target_arrays)
-            failures: list[tuple[int, Unreadable]] = []
         else:
             if kind == "best" and self.monitor is None:
                 raise _loading.no_monitor("resume=")
@@ -378,7 +377,7 @@ class Checkpoint(Checkpointer):
             if not candidates:
                 raise _loading.no_best(self.directory, self.monitor)  # type: ignore[arg-type]
             snapshot, failures = _loading.first_readable(store, candidates, target_state, target_arrays, say)
-        self._unreadable |= {s for s, e in failures if e.kind == "corrupt"}
+            self._unreadable |= {s for s, e in failures if e.kind == "corrupt"}
         self._resumed = snapshot.step
         if not self._claimed:
             self._last = snapshot.step
