@@ -71,15 +71,14 @@ class TensorBoardWriter(Writer):
 
     def _open(self) -> None:
         require("tensorboardX", extra="tensorboard", who="TensorBoardWriter")
+        from tensorboardX.crc32c import crc32c
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.record_writer import RecordWriter
+
         if "://" not in self.logdir:  # s3:// and gs:// folders are tensorboardX's to open
             os.makedirs(self.logdir, exist_ok=True)
         name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILES)}"
-        from tensorboardX.record_writer import RecordWriter
-
         self._w = RecordWriter(os.path.join(self.logdir, name))
-        from tensorboardX.crc32c import crc32c
-        from tensorboardX.proto.event_pb2 import Event
-
         self._encoder = ScalarEvents(Event, crc32c)
         self._event(file_version="brain.Event:2")
         self._w.flush()
