@@ -332,13 +332,11 @@ class Store:
         import orbax.checkpoint as ocp
 
         record = self.read_record(step)
-        problem = mismatch(record["state"], target_state, saved_empty=record.get("empty"))
-        if problem:
+        if problem := mismatch(record["state"], target_state, saved_empty=record.get("empty")):
             raise Unreadable("fit", f"its state does not fit the target: {problem}")
         has_arrays = record.get("arrays") is not None
         if has_arrays and target_arrays is not None:
-            problem = mismatch(record["arrays"], target_arrays, where="Snapshot.arrays")
-            if problem:
+            if problem := mismatch(record["arrays"], target_arrays, where="Snapshot.arrays"):
                 raise Unreadable("fit", f"its Snapshot.arrays do not fit the target: {problem}")
         self._check_files(step, record)
         self._check_history(record)

@@ -79,8 +79,7 @@ class CSVWriter(_TextFileWriter):
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         assert self._file is not None
-        new = [name for name in values if name not in self._header]
-        if new:
+        if new := [name for name in values if name not in self._header]:
             self._widen(new)
         row = {"step": step, **values}
         csv.DictWriter(self._file, self._header, restval="").writerow(row)

@@ -123,11 +123,9 @@ class ManagedStep(LoopElement):
         """
         if policy != "skip" or self.nan_policy == "skip" or self._make is None:
             return self
-        variant = self._variants.get(policy)
-        if variant is None:
-            variant = ManagedStep(self._fn, self._make(True), kind=self.kind, nan_policy="skip", make=self._make)
-            self._variants[policy] = variant
-        return variant
+        if policy not in self._variants:
+            self._variants[policy] = ManagedStep(self._fn, self._make(True), kind=self.kind, nan_policy="skip", make=self._make)
+        return self._variants[policy]
 
     def compiled_count(self) -> int:
         """How many programs this step's compiled functions hold, its skipping form's included (for

@@ -35,13 +35,9 @@ class MixedPrecision:
         if self.compute_dtype is None:
             return tree
         dtype = self.compute_dtype
-
-        def cast(x: Any) -> Any:
-            if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating):
-                return jnp.asarray(x, dtype)
-            return x
-
-        return jax.tree_util.tree_map(cast, tree)
+        return jax.tree_util.tree_map(
+            lambda x: jnp.asarray(x, dtype) if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating) else x, tree
+        )
 
 
 class Policy(MixedPrecision):
