@@ -89,8 +89,7 @@ class Checkpoint(Checkpointer):
         self.checksums = flag(checksums, "checksums", "checkpoint")
         self._store = Store(
             self.directory, keep=self.keep, keep_best=self.keep_best,
-            score=self._score if monitor is not None else None, async_save=self.async_save,
-        )
+            score=self._score if monitor is not None else None, async_save=self.async_save)
         self._claimed = False  # the directory is this run's (checked at the first save)
         self._resumed: int | None = None  # the step of this directory the run resumed from
         self._source: Store | None = None  # a checkpoint directory elsewhere it resumed from
@@ -160,8 +159,7 @@ class Checkpoint(Checkpointer):
                 f"(best_step(), resume='best') but keeps only the latest {self.keep}: the best "
                 "one is rotated out like any other. Pass keep_best=1 to keep it as well (ciclo's "
                 "checkpoint(monitor=...) kept only the best: keep=1, keep_best=1)",
-                UserWarning,
-            )
+                UserWarning)
 
     def _refusal(self, steps: list[int]) -> str:
         if self._resumed is None:
@@ -191,8 +189,7 @@ class Checkpoint(Checkpointer):
             fix="monitor one of the received names (evaluation entries carry the test "
             "suffix, e.g. 'loss_test'), and save where it is logged (the checkpoint "
             "registers itself on on_epoch_end, after evaluation); when calling it by "
-            "hand, pass the logs: ckpt(elapsed, state, logs)",
-        )
+            "hand, pass the logs: ckpt(elapsed, state, logs)")
         return _monitor.as_number(value, self.monitor, owner="checkpoint", step=clock.steps)  # type: ignore[arg-type]
 
     def __call__(self, elapsed: Elapsed, state: Any, logs: Logs | None = None, loop: Any = None) -> None:
@@ -269,8 +266,7 @@ class Checkpoint(Checkpointer):
             warn(
                 f"checkpoint: step {step} not saved in {self.directory}: it holds a later "
                 f"step ({latest}); use a new directory for a run that goes back in time",
-                UserWarning,
-            )
+                UserWarning)
             return
         value = (snapshot.metrics or {}).get(self.monitor) if self.monitor is not None else None
         metrics = None if value is None else {self.monitor: _monitor.as_number(value, self.monitor, owner="checkpoint", step=step)}

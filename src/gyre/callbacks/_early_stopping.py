@@ -94,8 +94,7 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
                        expected=f"{name}=3 (counted in evaluations of the monitored value)"
                        + (", or patience=gyre.at(steps=200) (the clock since the best value, ciclo's "
                           "meaning)" if name == "patience" else ""))
-            for name, value in (("patience", patience), ("initial_patience", initial_patience))
-        )
+            for name, value in (("patience", patience), ("initial_patience", initial_patience)))
         choice(delta_mode, "early_stopping's delta_mode", ("absolute", "relative"), fix="delta_mode='absolute'.",
                expected="'absolute' (improve by min_delta) or 'relative' (by min_delta * |best|)")
         instance(restore_best_weights, "restore_best_weights", (bool, np.bool_),
@@ -106,8 +105,7 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
         super().__init__(
             _monitor.monitor_mode("early_stopping", monitor, mode, strict=False),
             min_delta=_monitor.check_min_delta("early_stopping", min_delta),
-            relative=delta_mode == "relative", patience=patience, baseline=_check_baseline(baseline),
-        )
+            relative=delta_mode == "relative", patience=patience, baseline=_check_baseline(baseline))
         self.delta_mode = delta_mode
         self.restore_best_weights = bool(restore_best_weights)
         self.initial_patience = initial_patience
@@ -134,8 +132,7 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
             step=elapsed.steps,
             fix="monitor one of the received names (evaluation entries carry the test "
             "suffix, e.g. 'loss_test'), and run early stopping where it is logged "
-            "(it registers itself on on_epoch_end, after evaluation)",
-        )
+            "(it registers itself on on_epoch_end, after evaluation)")
         value = _monitor.as_number(value, self.monitor, owner="early_stopping", step=elapsed.steps)
         self.evaluations += 1
         if self.since is None:
@@ -146,10 +143,10 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
             if self.restore_best_weights:
                 # the loop donates the state to the next step: keep buffers of our own
                 self.best_state = jax.tree_util.tree_map(lambda x: x.copy() if isinstance(x, jax.Array) else x, state)
-            return None
+            return
         if self.evaluations <= self.initial_patience:
             self.wait -= 1  # a warm-up evaluation does not count against patience
-            return None
+            return
         if isinstance(self.patience, Period):
             waited = elapsed.since(self.since)
             run_out, how_long = waited >= self.patience, f"{waited.steps} steps ({self.patience})"
@@ -159,9 +156,7 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
             self.stopped_step = elapsed.steps
             loop.request_stop(
                 f"early stopping: {self.monitor} (mode {self.mode!r}) did not improve for {how_long} "
-                f"(best {self.best:.6g} at step {self.best_step})"
-            )
-        return None
+                f"(best {self.best:.6g} at step {self.best_step})")
 
     on_epoch_end = __call__
 

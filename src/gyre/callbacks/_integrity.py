@@ -63,8 +63,7 @@ def _in_host_memory(x: Any) -> bool:
     """Whether ``x`` is held whole by this process's CPU devices, so ``np.asarray`` reads it in
     place without a transfer."""
     return isinstance(x, jax.Array) and x.is_fully_addressable and all(
-        d.platform == "cpu" for d in x.sharding.device_set
-    )
+        d.platform == "cpu" for d in x.sharding.device_set)
 
 
 def _host_values(leaves: list[Any]) -> list[Any]:
@@ -122,8 +121,7 @@ def _one_sided(kind: str, target: Any, saved: Any) -> list[str]:
     missing = [p for p in target if p not in saved]
     extra = [p for p in saved if p not in target]
     return ([f"{len(missing)} target {kind} not in the checkpoint ({_listed(missing)})"] if missing else []) + (
-        [f"{len(extra)} saved {kind} not in the target ({_listed(extra)})"] if extra else []
-    )
+        [f"{len(extra)} saved {kind} not in the target ({_listed(extra)})"] if extra else [])
 
 
 def _listed(names: list[str], limit: int = 3) -> str:
@@ -188,8 +186,7 @@ def verify(saved: list[Leaf], restored: Any) -> None:
         raise Unreadable(
             "corrupt",
             f"the values of {_listed(bad)} differ from those saved (checksum mismatch: the "
-            "files were changed after the save)",
-        )
+            "files were changed after the save)")
 
 
 _STATUS = {

@@ -141,16 +141,14 @@ class Store:
                 # with LatestN beside it the newest always stays.
                 policies.append(
                     cm.BestN(get_metric_fn=self.score, reverse=False, n=self.keep_best,
-                             keep_checkpoints_without_metrics=False)
-                )
+                             keep_checkpoints_without_metrics=False))
             options = ocp.CheckpointManagerOptions(
                 preservation_policy=cm.AnyPreservationPolicy(policies),
                 best_fn=self.score,  # also makes orbax write the metrics beside each step
                 best_mode="max",  # score is "higher is better"
                 enable_async_checkpointing=self.async_save,
                 create=not self.read_only,
-                read_only=self.read_only,
-            )
+                read_only=self.read_only)
             handlers = {
                 "state": ocp.StandardCheckpointHandler(),
                 "arrays": ocp.StandardCheckpointHandler(),
@@ -178,8 +176,7 @@ class Store:
         """The saved steps (and the one being saved), in increasing order; a step directory without
         a record is not one."""
         return sorted(
-            s for s in self.manager.all_steps() if self.has_record(s) or not os.path.isdir(self.step_dir(s))
-        )
+            s for s in self.manager.all_steps() if self.has_record(s) or not os.path.isdir(self.step_dir(s)))
 
     def latest(self) -> int | None:
         """The newest of :meth:`steps`, or ``None``."""
@@ -278,8 +275,7 @@ class Store:
                 "free disk space or fix the directory (permissions, mount)"
                 if isinstance(err, OSError)
                 else "make the state a pytree of arrays and numbers (what orbax saves); "
-                "keep other objects out of it or give them state_dict()/load_state_dict()"
-            )
+                "keep other objects out of it or give them state_dict()/load_state_dict()")
             + f"; the checkpoints already on disk are intact ({kept}), so a run resumed from "
             "them loses only the steps since"), step=step) from err
 
@@ -362,8 +358,7 @@ class Store:
             elapsed=Elapsed.from_dict(record["elapsed"]),
             meta=record.get("meta") or {},
             arrays=dict(arrays),
-            metrics=record.get("metrics"),
-        )
+            metrics=record.get("metrics"))
 
     # -- housekeeping (process 0; the caller syncs) ----------------------------------------
 

@@ -55,8 +55,7 @@ class _Template:
         self.data = np.frombuffer(data, np.uint8)
         self.wall, self.step, self.k, self.slots = wall, step, k, slots
         self.places = np.array(
-            [*range(wall, wall + 8), *range(step, step + k), *(s + i for s in slots for i in range(4))], np.int64
-        )
+            [*range(wall, wall + 8), *range(step, step + k), *(s + i for s in slots for i in range(4))], np.int64)
         size = len(data)
         header = struct.pack("<Q", size)
         self.header = np.frombuffer(header + struct.pack("<I", _masked(crc32c(header))), np.uint8)
@@ -151,8 +150,7 @@ class ScalarEvents:
         mine = template.encode(steps, dates, values)
         theirs = b"".join(
             _record(self._serialize(names, int(s), float(d), v.tolist()), self._crc32c)
-            for s, d, v in zip(steps, dates, values, strict=True)
-        )
+            for s, d, v in zip(steps, dates, values, strict=True))
         return mine == theirs
 
 

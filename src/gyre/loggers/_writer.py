@@ -99,8 +99,7 @@ def _scalars(who: str, method: str, values: Any, before: str = "step, ") -> dict
         if not is_number(value):
             raise _bad_value(
                 who, method, name, value, "a number: a Python or numpy scalar, or a 0-d array",
-                "reduce arrays to one number first (jnp.mean(x)), or write them as histograms",
-            )
+                "reduce arrays to one number first (jnp.mean(x)), or write them as histograms")
     return out
 
 
@@ -214,8 +213,7 @@ class Writer:
                     self._who, "write_images", name, value,
                     "an array of shape (height, width, channels) or (n, height, width, channels), "
                     "channels 1, 3 or 4",
-                    "add a channel axis to a greyscale image: image[..., None]",
-                )
+                    "add a channel axis to a greyscale image: image[..., None]")
         self._submit("images", _step(self._who, step), images)
 
     def write_texts(self, step: int, texts: Mapping[str, str]) -> None:

@@ -55,8 +55,7 @@ class ManagedState(TrainState, kw_only=True):
         chosen = get_strategy(strategy)
         state = super().create(
             params=params, tx=tx, apply_fn=apply_fn, rng=rng, model_state=model_state,
-            strategy=chosen, **extra,
-        )
+            strategy=chosen, **extra)
         return chosen.place_state(state)
 
     def with_strategy(self, strategy: str | Strategy) -> Any:

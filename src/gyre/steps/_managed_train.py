@@ -67,8 +67,7 @@ def _make_train(
         out = train_update(
             objective, state, batch, accumulate_steps=accumulate_steps, reduce=reduce,
             settle=lambda logs, s: _settle(logs, s, where), clip_grad_norm=clip_grad_norm,
-            policy=policy, skip=skip, where=where,
-        )
+            policy=policy, skip=skip, where=where)
         logs = out.values
         if out.grad_norm is not None:
             logs.add_metric("grad_norm", out.grad_norm)

@@ -57,8 +57,7 @@ class Policy(MixedPrecision):
             "gyre.Policy is deprecated: use gyre.MixedPrecision (the same class, renamed: "
             "'Policy' read like any policy; policy= arguments keep their name)",
             DeprecationWarning,
-            stacklevel=2,
-        )
+            stacklevel=2)
         super().__init__(compute_dtype=compute_dtype)
 
 

@@ -55,18 +55,9 @@ def restore_pytree(
     restore_args = checkpoint_utils.construct_restore_args(state)
     abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state)
     checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
-    restored = checkpointer.restore(
-        step_dir,
-        args=ocp.args.Composite(
-            **{
-                item: ocp.args.PyTreeRestore(
-                    abstract,
-                    restore_args=restore_args,
-                    transforms=transforms if transforms is not None else {r"params/.*": ocp.Transform()},
-                )
-            }
-        ),
-    )
+    transforms = transforms if transforms is not None else {r"params/.*": ocp.Transform()}
+    read = ocp.args.PyTreeRestore(abstract, restore_args=restore_args, transforms=transforms)
+    restored = checkpointer.restore(step_dir, args=ocp.args.Composite(**{item: read}))
     return _keep_missing(restored[item], state, step_dir)
 
 
@@ -85,8 +76,7 @@ def _keep_missing(restored: Any, state: Any, where: Any) -> Any:
     if missing:
         _log.warning(
             "restore: %d leaf(s) of the state are not in the checkpoint %s and keep their values: %s",
-            len(missing), os.fspath(where), ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""),
-        )
+            len(missing), os.fspath(where), ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
     return merged
 
 

@@ -111,8 +111,7 @@ class Step:
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(model={type(self._model).__name__}, train={self._train}, "
-            f"partitioner={self._partitioner!r})"
-        )
+            f"partitioner={self._partitioner!r})")
 
     # -- properties ----------------------------------------------------------------------------
     @property
@@ -627,8 +626,7 @@ def _as_linen(model: Any, args: tuple[Any, ...] | None, kwargs: dict[str, Any]) 
     if isinstance(model, nnx.Module):
         fix = (
             f"pass the class and its arguments: model={type(model).__name__}, "
-            "nnx_model_args=(...) (the bridge builds it with its own rngs)"
-        )
+            "nnx_model_args=(...) (the bridge builds it with its own rngs)")
     raise TypeError(explain(
         "Step's model must be a flax linen module or an nnx.Module class",
         expected="nn.Module instance, or an nnx.Module subclass with nnx_model_args=", received=received,
