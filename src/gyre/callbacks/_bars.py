@@ -23,8 +23,6 @@ from gyre.engine._tasks import ChunkSafe, LoopElement
 
 
 def _check_total(total: Any) -> int | None:
-    if total is None:
-        return None
     if isinstance(total, Period):  # ciclo's total=Period.create(steps=n) / gyre.at(n)
         if total.items() and all(name == "steps" for name, _ in total.items()):
             return total.steps
@@ -33,9 +31,9 @@ def _check_total(total: Any) -> int | None:
             expected="total=1000 or total=gyre.at(steps=1000)", received=f"total={total!r}",
             fix="give the number of steps the loop will run (a bar by samples or time, "
             "as ciclo's, is not drawn by gyre)"))
-    return whole(total, "total", minimum=1, problem="a progress bar's total must be a number of steps >= 1 or None",
-                 expected="total=1000 (the loop's stop), or None for a bar without an end",
-                 fix="pass the number of steps the loop will run")
+    return whole(total, "total", minimum=1, none=True, fix="pass the number of steps the loop will run",
+                 problem="a progress bar's total must be a number of steps >= 1 or None",
+                 expected="total=1000 (the loop's stop), or None for a bar without an end")
 
 
 def _check_interval(interval: Any, *, owner: str, optional: bool) -> float | None:

@@ -175,8 +175,7 @@ class Store:
     def steps(self) -> list[int]:
         """The saved steps (and the one being saved), in increasing order; a step directory without
         a record is not one."""
-        return sorted(
-            s for s in self.manager.all_steps() if self.has_record(s) or not os.path.isdir(self.step_dir(s)))
+        return sorted(s for s in self.manager.all_steps() if self.has_record(s) or not os.path.isdir(self.step_dir(s)))
 
     def latest(self) -> int | None:
         """The newest of :meth:`steps`, or ``None``."""

@@ -76,9 +76,7 @@ def _step(who: str, step: Any) -> Any:
                  fix="pass the step number, e.g. writer.write_scalars(10, {'loss': loss})")
 
 
-def _mapping(
-    who: str, method: str, values: Any, what: str, example: str, before: str = "step, "
-) -> dict[str, Any]:
+def _mapping(who: str, method: str, values: Any, what: str, example: str, before: str = "step, ") -> dict[str, Any]:
     """``values`` as a dict from names to ``what``, or the explained error."""
     return mapping(values, f"{who}.{method}'s {what}", kind=f"a mapping from names to {what}",
                    expected=f"a dict with str keys, e.g. {example}",

@@ -245,9 +245,8 @@ class Step:
             >>> step.restore_model(state, tempfile.mkdtemp()) is state  # nothing saved there
             True
         """
-        if step is not None:
-            step = whole(step, "restore_model's step", expected="a saved step, or None for the newest",
-                         fix="pass step=None")
+        step = whole(step, "restore_model's step", none=True, expected="a saved step, or None for the newest",
+                     fix="pass step=None")
         found = latest_step(checkpoint_dir) if step is None else step
         if found is None:
             _log.info("No checkpoint found in %s. Returning the original model state.", checkpoint_dir)
