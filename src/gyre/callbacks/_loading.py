@@ -3,6 +3,7 @@ checkpoints that must not be loaded."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -173,10 +174,8 @@ def restore(directory: str | os.PathLike[str], target: Any, step: int | None = N
     if not os.path.isdir(root):
         raise nothing_to_restore(root)
     if step is None and os.path.basename(root).isdigit():
-        try:
+        with contextlib.suppress(FileNotFoundError):
             root, step = step_of_path(root)
-        except FileNotFoundError:
-            pass
     store = Store(root, read_only=True)
     try:
         if step is not None:

@@ -13,6 +13,7 @@ of records at once overrides ``_scalar_block``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import queue
 import threading
 import time
@@ -46,10 +47,8 @@ def _close_at_exit() -> None:
     """Writes what open writers still hold when the interpreter exits (their threads are
     daemons, which would otherwise die with queued values); errors are not raised then."""
     for writer in list(_OPEN):
-        try:
+        with contextlib.suppress(Exception):  # nothing can be raised to anyone at exit
             writer.close()
-        except Exception:  # noqa: BLE001 (nothing can be raised to anyone at exit)
-            pass
 
 
 class WriterError(RuntimeError):

@@ -8,6 +8,7 @@ step trains).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -637,10 +638,8 @@ def _as_partitioner(partitioner: Any) -> Partitioner:
         return SingleDevicePartitioner()
     if isinstance(partitioner, Partitioner):
         return partitioner
-    try:
+    with contextlib.suppress(ValueError):
         return Partitioner(partitioner)
-    except ValueError:
-        pass
     raise TypeError(explain(
         "partitioner= must be a gyre partitioner or strategy",
         expected="gyre.SingleDevicePartitioner(), gyre.DataParallelPartitioner(mesh=..., data_axis=...), "
