@@ -30,7 +30,6 @@ from gyre.steps._restore import check_item_name, latest_step, restore_pytree
 
 Batch = Any
 Output = dict[str, Any]
-State = TrainState
 
 _log = logging.getLogger(__name__)
 
