@@ -76,12 +76,10 @@ def get_policy(policy: str | MixedPrecision | None) -> MixedPrecision:
         >>> get_policy("bfloat16").casts, get_policy(None).casts
         (True, False)
     """
-    if policy is None:
-        return POLICIES["float32"]
     if isinstance(policy, MixedPrecision):
         return policy
-    if isinstance(policy, str) and policy in POLICIES:
-        return POLICIES[policy]
+    if policy is None or (isinstance(policy, str) and policy in POLICIES):
+        return POLICIES[policy or "float32"]
     raise ValueError(explain(
         f"unknown precision policy {policy!r}",
         expected=f"one of {list(POLICIES)}, None, or gyre.MixedPrecision(compute_dtype=...)",
