@@ -216,9 +216,7 @@ class KerasBar(_Bar):
             out.write(line + "\n")
         out.flush()
         if final:  # a later use starts a new line, drawn at once
-            self._closed = True
-            self._t_first = None
-            self._last_draw = -float("inf")
+            self._closed, self._t_first, self._last_draw = True, None, -float("inf")
             self._shown.reset()
 
 

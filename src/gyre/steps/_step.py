@@ -470,8 +470,7 @@ class Step:
             state, outputs = self(state, batch)
             return to_logs(outputs, collection), state
 
-        step_callback.__name__ = f"{type(self).__name__}.as_callback"
-        step_callback.__qualname__ = step_callback.__name__
+        step_callback.__name__ = step_callback.__qualname__ = f"{type(self).__name__}.as_callback"
         return step_callback
 
     def compiled_count(self) -> int:
@@ -496,10 +495,9 @@ def to_logs(outputs: Mapping[str, Any] | Logs | None, collection: str = "metrics
     """
     if isinstance(outputs, Logs):
         return outputs
-    logs = Logs()
     if outputs is None:
-        return logs
-    return logs.add_entries(collection, instance(
+        return Logs()
+    return Logs().add_entries(collection, instance(
         outputs, "outputs", Mapping, problem="a Step's run must return (state, outputs) with outputs a dict",
         expected="outputs like {'loss': loss, 'accuracy': accuracy}, or None",
         fix="return state, {'name': value, ...} from run"))
