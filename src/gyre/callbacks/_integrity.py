@@ -88,10 +88,8 @@ def describe_tree(tree: Any, *, with_checksums: bool, where: str = "state") -> l
     leaves, paths, _ = _structure(tree)
     types = [leaf_type(x, where=where) for x in leaves]
     sums = checksums(leaves) if with_checksums else [None] * len(leaves)
-    return [
-        {"path": path, "shape": list(shape), "dtype": dtype, "crc32": crc}
-        for path, (shape, dtype), crc in zip(paths, types, sums, strict=True)
-    ]
+    return [{"path": path, "shape": list(shape), "dtype": dtype, "crc32": crc}
+            for path, (shape, dtype), crc in zip(paths, types, sums, strict=True)]
 
 
 #: leaf paths and empty nodes by tree structure: a run saves one structure again and again

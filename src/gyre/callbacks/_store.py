@@ -212,8 +212,7 @@ class Store:
             "state": describe_tree(snapshot.state, with_checksums=checksums),
             "empty": empty_nodes(snapshot.state),
             "arrays": describe_tree(snapshot.arrays, with_checksums=checksums, where="Snapshot.arrays")
-            if snapshot.arrays
-            else None,
+            if snapshot.arrays else None,
             "processes": jax.process_count(),
         }
         record["crc32"] = record_crc(record)
