@@ -492,8 +492,7 @@ class Checkpoint(Checkpointer):
     def poll(self) -> None:
         """Raises a background save that has failed (:class:`CheckpointError`); never waits."""
         if self._store.finished_pending():
-            with self._failures():
-                self._store.wait()
+            self.wait_until_finished()
 
     def wait_until_finished(self) -> None:
         """Blocks until every save started so far is on disk; raises :class:`CheckpointError` for a
