@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.callbacks import _bars as bars
+from gyre.callbacks import _wandb_logger
 
 
 class FakeTTY(io.StringIO):
@@ -255,11 +255,11 @@ def test_tqdm_bar_options_it_sets_itself(name):
 def test_bars_draw_only_on_process_zero(monkeypatch, make):
     out = io.StringIO()
     bar = make(out)
-    monkeypatch.setattr(bars, "is_main_process", lambda: False)
+    monkeypatch.setattr(_wandb_logger, "is_main_process", lambda: False)
     metric = lambda: gyre.logs().add_metric("m", 1.0)  # noqa: E731
     gyre.loop(None, range(3), {gyre.every(1): [metric, bar]}, on_end=bar.on_train_end)
     assert out.getvalue() == ""
-    monkeypatch.setattr(bars, "is_main_process", lambda: True)
+    monkeypatch.setattr(_wandb_logger, "is_main_process", lambda: True)
     out = io.StringIO()
     bar = make(out)
     gyre.loop(None, range(3), {gyre.every(1): [metric, bar]}, on_end=bar.on_train_end)

@@ -14,17 +14,15 @@ import time
 from typing import IO, Any
 
 from gyre.callbacks._shown import BarValues, check_mode
+from gyre.callbacks._wandb_logger import FollowsHistory
 from gyre.core._checks import real, whole
 from gyre.core._clock import Elapsed, Period
 from gyre.core._errors import describe, explain, suggest
 from gyre.core._logs import Logs
 from gyre.engine._tasks import ChunkSafe, LoopElement
-from gyre.parallel.distributed import is_main_process
 
 
 def _check_total(total: Any) -> int | None:
-    if total is None:
-        return None
     if isinstance(total, Period):  # ciclo's total=Period.create(steps=n) / gyre.at(n)
         if total.items() and all(name == "steps" for name, _ in total.items()):
             return total.steps
@@ -33,14 +31,9 @@ def _check_total(total: Any) -> int | None:
             expected="total=1000 or total=gyre.at(steps=1000)", received=f"total={total!r}",
             fix="give the number of steps the loop will run (a bar by samples or time, "
             "as ciclo's, is not drawn by gyre)"))
-    return whole(total, "total", minimum=1, problem="a progress bar's total must be a number of steps >= 1 or None",
-                 expected="total=1000 (the loop's stop), or None for a bar without an end",
-                 fix="pass the number of steps the loop will run")
-
-
-def _check_width(width: Any) -> int:
-    return whole(width, "width", minimum=1, problem="keras_bar's width must be a number of characters >= 1",
-                 expected="width=30 (the characters between the brackets)", fix="pass width as an int, e.g. width=30")
+    return whole(total, "total", minimum=1, none=True, fix="pass the number of steps the loop will run",
+                 problem="a progress bar's total must be a number of steps >= 1 or None",
+                 expected="total=1000 (the loop's stop), or None for a bar without an end")
 
 
 def _check_interval(interval: Any, *, owner: str, optional: bool) -> float | None:
@@ -88,11 +81,7 @@ class _Bar(ChunkSafe, LoopElement):
 
     _silent: bool | None = None
     _reads_history = True  # in a loop, its values come from the history (BarValues)
-
-    def _skip(self) -> bool:
-        if self._silent is None:
-            self._silent = not is_main_process()
-        return self._silent
+    _skip = FollowsHistory._skipped
 
 
 class KerasBar(_Bar):
@@ -135,7 +124,8 @@ class KerasBar(_Bar):
     ) -> None:
         self.total = _check_total(total)
         self.file = _check_file(file, "keras_bar")
-        self.width = _check_width(width)
+        self.width = whole(width, "width", minimum=1, problem="keras_bar's width must be a number of characters >= 1",
+                           expected="width=30 (the characters between the brackets)", fix="pass width as an int, e.g. width=30")
         self._interval = _check_interval(interval, owner="keras_bar", optional=True)
         self._shown = BarValues(check_mode(values, "keras_bar"))
         self._in_loop = False
@@ -199,12 +189,10 @@ class KerasBar(_Bar):
         steps, total = self._steps, self.total
         parts = []
         if total is not None:
-            done = min(steps, total)
-            filled = int(self.width * done / total)
+            filled = int(self.width * min(steps, total) / total)
             arrow = ">" if filled < self.width else ""
             bar = "=" * max(filled - (1 if arrow else 0), 0) + arrow
-            digits = len(str(total))
-            parts.append(f"{steps:>{digits}}/{total} [{bar:<{self.width}}]")
+            parts.append(f"{steps:>{len(str(total))}}/{total} [{bar:<{self.width}}]")
         else:
             parts.append(f"{steps} steps")
         spent = now - self._t_first if self._t_first is not None else 0.0
@@ -228,9 +216,7 @@ class KerasBar(_Bar):
             out.write(line + "\n")
         out.flush()
         if final:  # a later use starts a new line, drawn at once
-            self._closed = True
-            self._t_first = None
-            self._last_draw = -float("inf")
+            self._closed, self._t_first, self._last_draw = True, None, -float("inf")
             self._shown.reset()
 
 

@@ -19,12 +19,13 @@ from gyre.callbacks import _loading, _monitor
 from gyre.callbacks._integrity import Unreadable
 from gyre.callbacks._options import check_directory, check_keep, check_monitor
 from gyre.callbacks._snapshot_files import Files
-from gyre.callbacks._store import CheckpointError, Store, is_primary, sync
+from gyre.callbacks._store import CheckpointError, Store, sync
 from gyre.core._checks import instance, whole
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, flag, keywords_checked, warn
 from gyre.core._logs import Logs
 from gyre.engine._snapshot import Checkpointer, Snapshot
+from gyre.parallel.distributed import is_main_process
 
 
 class Checkpoint(Checkpointer):
@@ -88,8 +89,7 @@ class Checkpoint(Checkpointer):
         self.checksums = flag(checksums, "checksums", "checkpoint")
         self._store = Store(
             self.directory, keep=self.keep, keep_best=self.keep_best,
-            score=self._score if monitor is not None else None, async_save=self.async_save,
-        )
+            score=self._score if monitor is not None else None, async_save=self.async_save)
         self._claimed = False  # the directory is this run's (checked at the first save)
         self._resumed: int | None = None  # the step of this directory the run resumed from
         self._source: Store | None = None  # a checkpoint directory elsewhere it resumed from
@@ -137,7 +137,7 @@ class Checkpoint(Checkpointer):
         later = good if self._resumed is None else [s for s in good if s > self._resumed]
         if later and not self.overwrite:
             raise FileExistsError(self._refusal(later))
-        if is_primary():
+        if is_main_process():
             store.delete_steps(later)
             for step in damaged:
                 where = store.set_aside(step)
@@ -159,8 +159,7 @@ class Checkpoint(Checkpointer):
                 f"(best_step(), resume='best') but keeps only the latest {self.keep}: the best "
                 "one is rotated out like any other. Pass keep_best=1 to keep it as well (ciclo's "
                 "checkpoint(monitor=...) kept only the best: keep=1, keep_best=1)",
-                UserWarning,
-            )
+                UserWarning)
 
     def _refusal(self, steps: list[int]) -> str:
         if self._resumed is None:
@@ -190,8 +189,7 @@ class Checkpoint(Checkpointer):
             fix="monitor one of the received names (evaluation entries carry the test "
             "suffix, e.g. 'loss_test'), and save where it is logged (the checkpoint "
             "registers itself on on_epoch_end, after evaluation); when calling it by "
-            "hand, pass the logs: ckpt(elapsed, state, logs)",
-        )
+            "hand, pass the logs: ckpt(elapsed, state, logs)")
         return _monitor.as_number(value, self.monitor, owner="checkpoint", step=clock.steps)  # type: ignore[arg-type]
 
     def __call__(self, elapsed: Elapsed, state: Any, logs: Logs | None = None, loop: Any = None) -> None:
@@ -227,9 +225,7 @@ class Checkpoint(Checkpointer):
         if callable(getattr(loop, "request_save", None)):
             loop.request_save(self, metrics)  # the engine saves once the step has completed
             return None
-        snapshot = Snapshot(step=step, state=state, elapsed=clock, metrics=metrics)
-        self.save_snapshot(snapshot)
-        return None
+        self.save_snapshot(Snapshot(step=step, state=state, elapsed=clock, metrics=metrics))
 
     on_epoch_end = __call__
 
@@ -270,13 +266,10 @@ class Checkpoint(Checkpointer):
             warn(
                 f"checkpoint: step {step} not saved in {self.directory}: it holds a later "
                 f"step ({latest}); use a new directory for a run that goes back in time",
-                UserWarning,
-            )
+                UserWarning)
             return
-        metrics = None
-        if self.monitor is not None and snapshot.metrics and snapshot.metrics.get(self.monitor) is not None:
-            value = _monitor.as_number(snapshot.metrics[self.monitor], self.monitor, owner="checkpoint", step=step)
-            metrics = {self.monitor: value}
+        value = (snapshot.metrics or {}).get(self.monitor) if self.monitor is not None else None
+        metrics = None if value is None else {self.monitor: _monitor.as_number(value, self.monitor, owner="checkpoint", step=step)}
         with self._failures():
             self._store.save(snapshot, metrics=metrics, checksums=self.checksums, wait=wait)
         self._saved.add(step)
@@ -320,7 +313,6 @@ class Checkpoint(Checkpointer):
         if not self._said_fresh:
             self._said_fresh = True
             warn(f"checkpoint: no checkpoint in {self.directory}: starting fresh", UserWarning)
-        return None
 
     def load_snapshot(self, resume: Any, target_state: Any, *, target_arrays: Any = None) -> Snapshot | None:
         """The snapshot ``resume`` names, restored into the structure of ``target_state``; marks
@@ -365,14 +357,13 @@ class Checkpoint(Checkpointer):
                 source = Store(root, read_only=True)
                 snapshot = _loading.one_step(source, step, target_state, target_arrays)
                 self._source = source
-                if self._claimed and is_primary():
+                if self._claimed and is_main_process():
                     store.files.copy_from(source.files)
                     self._source = None
                 return snapshot
             kind, value = "step", step
         if kind == "step":
             snapshot = _loading.one_step(store, value, target_state, target_arrays)
-            failures: list[tuple[int, Unreadable]] = []
         else:
             if kind == "best" and self.monitor is None:
                 raise _loading.no_monitor("resume=")
@@ -382,7 +373,7 @@ class Checkpoint(Checkpointer):
             if not candidates:
                 raise _loading.no_best(self.directory, self.monitor)  # type: ignore[arg-type]
             snapshot, failures = _loading.first_readable(store, candidates, target_state, target_arrays, say)
-        self._unreadable |= {s for s, e in failures if e.kind == "corrupt"}
+            self._unreadable |= {s for s, e in failures if e.kind == "corrupt"}
         self._resumed = snapshot.step
         if not self._claimed:
             self._last = snapshot.step
@@ -439,9 +430,7 @@ class Checkpoint(Checkpointer):
             self.wait_until_finished()
             if not self._store.on_disk():
                 raise _loading.nothing_to_restore(self.directory)
-            snapshot = self.load_snapshot("latest", target_state)
-        else:
-            snapshot = self.load_snapshot(_loading.as_step(step), target_state)
+        snapshot = self.load_snapshot("latest" if step is None else _loading.as_step(step), target_state)
         assert snapshot is not None
         return snapshot.state, snapshot.elapsed
 
@@ -503,8 +492,7 @@ class Checkpoint(Checkpointer):
     def poll(self) -> None:
         """Raises a background save that has failed (:class:`CheckpointError`); never waits."""
         if self._store.finished_pending():
-            with self._failures():
-                self._store.wait()
+            self.wait_until_finished()
 
     def wait_until_finished(self) -> None:
         """Blocks until every save started so far is on disk; raises :class:`CheckpointError` for a

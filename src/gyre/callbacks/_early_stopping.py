@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from gyre.callbacks import _monitor
-from gyre.core._checks import whole
+from gyre.core._checks import choice, instance, whole
 from gyre.core._clock import Elapsed, Period
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
@@ -32,11 +32,6 @@ def _check_baseline(baseline: Any) -> float | None:
             "baseline=0.9 for an accuracy (mode='max'); None for no baseline",
             received=describe(baseline), fix="pass the monitored value's threshold as a float, e.g. baseline=0.5"))
     return number
-
-
-def _copy(state: Any) -> Any:
-    # The loop donates the state to the next step; keep buffers of our own.
-    return jax.tree_util.tree_map(lambda x: x.copy() if isinstance(x, jax.Array) else x, state)
 
 
 class EarlyStopping(_monitor.Improvement, LoopElement):
@@ -99,24 +94,18 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
                        expected=f"{name}=3 (counted in evaluations of the monitored value)"
                        + (", or patience=gyre.at(steps=200) (the clock since the best value, ciclo's "
                           "meaning)" if name == "patience" else ""))
-            for name, value in (("patience", patience), ("initial_patience", initial_patience))
-        )
-        if not isinstance(delta_mode, str) or delta_mode not in ("absolute", "relative"):
-            raise ValueError(explain(
-                "early_stopping's delta_mode must be 'absolute' or 'relative'",
-                expected="'absolute' (improve by min_delta) or 'relative' (by min_delta * |best|)",
-                received=describe(delta_mode), fix="delta_mode='absolute'"))
-        if not isinstance(restore_best_weights, (bool, np.bool_)):
-            raise TypeError(explain(
-                "early_stopping's restore_best_weights must be True or False",
-                expected="restore_best_weights=True to return the best state at the end",
-                received=describe(restore_best_weights), fix="pass restore_best_weights=True or False"))
+            for name, value in (("patience", patience), ("initial_patience", initial_patience)))
+        choice(delta_mode, "early_stopping's delta_mode", ("absolute", "relative"), fix="delta_mode='absolute'.",
+               expected="'absolute' (improve by min_delta) or 'relative' (by min_delta * |best|)")
+        instance(restore_best_weights, "restore_best_weights", (bool, np.bool_),
+                 problem="early_stopping's restore_best_weights must be True or False",
+                 expected="restore_best_weights=True to return the best state at the end",
+                 fix="pass restore_best_weights=True or False")
         self.mode_inferred = mode == "auto"
         super().__init__(
             _monitor.monitor_mode("early_stopping", monitor, mode, strict=False),
             min_delta=_monitor.check_min_delta("early_stopping", min_delta),
-            relative=delta_mode == "relative", patience=patience, baseline=_check_baseline(baseline),
-        )
+            relative=delta_mode == "relative", patience=patience, baseline=_check_baseline(baseline))
         self.delta_mode = delta_mode
         self.restore_best_weights = bool(restore_best_weights)
         self.initial_patience = initial_patience
@@ -143,8 +132,7 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
             step=elapsed.steps,
             fix="monitor one of the received names (evaluation entries carry the test "
             "suffix, e.g. 'loss_test'), and run early stopping where it is logged "
-            "(it registers itself on on_epoch_end, after evaluation)",
-        )
+            "(it registers itself on on_epoch_end, after evaluation)")
         value = _monitor.as_number(value, self.monitor, owner="early_stopping", step=elapsed.steps)
         self.evaluations += 1
         if self.since is None:
@@ -153,11 +141,12 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
             self.best_step = elapsed.steps
             self.since = elapsed.replace()
             if self.restore_best_weights:
-                self.best_state = _copy(state)
-            return None
+                # the loop donates the state to the next step: keep buffers of our own
+                self.best_state = jax.tree_util.tree_map(lambda x: x.copy() if isinstance(x, jax.Array) else x, state)
+            return
         if self.evaluations <= self.initial_patience:
             self.wait -= 1  # a warm-up evaluation does not count against patience
-            return None
+            return
         if isinstance(self.patience, Period):
             waited = elapsed.since(self.since)
             run_out, how_long = waited >= self.patience, f"{waited.steps} steps ({self.patience})"
@@ -167,9 +156,7 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
             self.stopped_step = elapsed.steps
             loop.request_stop(
                 f"early stopping: {self.monitor} (mode {self.mode!r}) did not improve for {how_long} "
-                f"(best {self.best:.6g} at step {self.best_step})"
-            )
-        return None
+                f"(best {self.best:.6g} at step {self.best_step})")
 
     on_epoch_end = __call__
 

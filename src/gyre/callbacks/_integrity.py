@@ -33,15 +33,7 @@ class Unreadable(Exception):
 def leaf_path(path: tuple[Any, ...]) -> str:
     """A leaf's key path as ``"params/Dense_0/kernel"`` (dict keys, attributes and indices alike, so
     dict and dataclass states match)."""
-    parts = []
-    for key in path:
-        for attribute in ("key", "name", "idx"):
-            if hasattr(key, attribute):
-                parts.append(str(getattr(key, attribute)))
-                break
-        else:
-            parts.append(str(key))
-    return "/".join(parts)
+    return jax.tree_util.keystr(tuple(path), simple=True, separator="/")
 
 
 def _is_key(x: Any) -> bool:
@@ -71,8 +63,7 @@ def _in_host_memory(x: Any) -> bool:
     """Whether ``x`` is held whole by this process's CPU devices, so ``np.asarray`` reads it in
     place without a transfer."""
     return isinstance(x, jax.Array) and x.is_fully_addressable and all(
-        d.platform == "cpu" for d in x.sharding.device_set
-    )
+        d.platform == "cpu" for d in x.sharding.device_set)
 
 
 def _host_values(leaves: list[Any]) -> list[Any]:
@@ -86,9 +77,7 @@ def _host_values(leaves: list[Any]) -> list[Any]:
 def checksums(leaves: list[Any]) -> list[int | None]:
     """CRC-32 of each leaf's bytes from one host copy; ``None`` for a leaf no process holds
     whole."""
-    readable = [
-        not (isinstance(x, jax.Array) and not x.is_fully_addressable) for x in leaves
-    ]
+    readable = [not (isinstance(x, jax.Array) and not x.is_fully_addressable) for x in leaves]
     raw = [jax.random.key_data(x) if _is_key(x) else x for x, ok in zip(leaves, readable, strict=True) if ok]
     host = iter(_host_values(raw))
     return [_crc(next(host)) if ok else None for ok in readable]
@@ -99,10 +88,8 @@ def describe_tree(tree: Any, *, with_checksums: bool, where: str = "state") -> l
     leaves, paths, _ = _structure(tree)
     types = [leaf_type(x, where=where) for x in leaves]
     sums = checksums(leaves) if with_checksums else [None] * len(leaves)
-    return [
-        {"path": path, "shape": list(shape), "dtype": dtype, "crc32": crc}
-        for path, (shape, dtype), crc in zip(paths, types, sums, strict=True)
-    ]
+    return [{"path": path, "shape": list(shape), "dtype": dtype, "crc32": crc}
+            for path, (shape, dtype), crc in zip(paths, types, sums, strict=True)]
 
 
 #: leaf paths and empty nodes by tree structure: a run saves one structure again and again
@@ -132,8 +119,7 @@ def _one_sided(kind: str, target: Any, saved: Any) -> list[str]:
     missing = [p for p in target if p not in saved]
     extra = [p for p in saved if p not in target]
     return ([f"{len(missing)} target {kind} not in the checkpoint ({_listed(missing)})"] if missing else []) + (
-        [f"{len(extra)} saved {kind} not in the target ({_listed(extra)})"] if extra else []
-    )
+        [f"{len(extra)} saved {kind} not in the target ({_listed(extra)})"] if extra else [])
 
 
 def _listed(names: list[str], limit: int = 3) -> str:
@@ -160,13 +146,11 @@ def mismatch(
     have = {d["path"]: (tuple(d["shape"]), d["dtype"]) for d in saved}
     problems = [] if saved_empty is None else _one_sided("nodes", empty_nodes(target), saved_empty)
     problems += _one_sided("leaves", wanted, have)
-    shapes = [p for p in wanted if p in have and have[p][0] != wanted[p][0]]
-    dtypes = [p for p in wanted if p in have and have[p][1] != wanted[p][1]]
-    for p in shapes[:3]:
-        problems.append(f"shape of {p or 'the state'}: saved {have[p][0]}, target {wanted[p][0]}")
-    for p in dtypes[:3]:
-        problems.append(f"dtype of {p or 'the state'}: saved {have[p][1]}, target {wanted[p][1]}")
-    hidden = max(len(shapes) - 3, 0) + max(len(dtypes) - 3, 0)
+    hidden = 0
+    for i, what in enumerate(("shape", "dtype")):
+        differ = [p for p in wanted if p in have and have[p][i] != wanted[p][i]]
+        problems += [f"{what} of {p or 'the state'}: saved {have[p][i]}, target {wanted[p][i]}" for p in differ[:3]]
+        hidden += max(len(differ) - 3, 0)
     if hidden:
         problems.append(f"{hidden} more leaves of another shape or dtype")
     return "; ".join(problems) or None
@@ -200,8 +184,7 @@ def verify(saved: list[Leaf], restored: Any) -> None:
         raise Unreadable(
             "corrupt",
             f"the values of {_listed(bad)} differ from those saved (checksum mismatch: the "
-            "files were changed after the save)",
-        )
+            "files were changed after the save)")
 
 
 _STATUS = {

@@ -3,6 +3,7 @@ checkpoints that must not be loaded."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -73,15 +74,6 @@ def does_not_fit(root: str, failures: Sequence[tuple[int, Unreadable]]) -> Value
         "another model, give it a new directory"))
 
 
-def damaged(root: str, failures: Sequence[tuple[int, Unreadable]]) -> CheckpointError:
-    """The error for checkpoints that are all damaged."""
-    return CheckpointError(explain(
-        f"no checkpoint in {root} can be loaded",
-        expected="at least one intact checkpoint", received="; ".join(f"step {s}: {e.reason}" for s, e in failures),
-        fix="restore the directory from a backup, or start over with a new directory or "
-        "gyre.checkpoint(..., overwrite=True)"))
-
-
 def first_readable(
     store: Store, steps: Sequence[int], target_state: Any, target_arrays: Any, say: Say
 ) -> tuple[Snapshot, list[tuple[int, Unreadable]]]:
@@ -95,7 +87,11 @@ def first_readable(
             failures.append((step, problem))
     if any(e.kind == "fit" for _, e in failures):
         raise does_not_fit(store.root, failures)
-    raise damaged(store.root, failures)
+    raise CheckpointError(explain(
+        f"no checkpoint in {store.root} can be loaded",
+        expected="at least one intact checkpoint", received="; ".join(f"step {s}: {e.reason}" for s, e in failures),
+        fix="restore the directory from a backup, or start over with a new directory or "
+        "gyre.checkpoint(..., overwrite=True)"))
 
 
 def one_step(store: Store, step: int, target_state: Any, target_arrays: Any) -> Snapshot:
@@ -178,10 +174,8 @@ def restore(directory: str | os.PathLike[str], target: Any, step: int | None = N
     if not os.path.isdir(root):
         raise nothing_to_restore(root)
     if step is None and os.path.basename(root).isdigit():
-        try:
+        with contextlib.suppress(FileNotFoundError):
             root, step = step_of_path(root)
-        except FileNotFoundError:
-            pass
     store = Store(root, read_only=True)
     try:
         if step is not None:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from gyre.callbacks._wandb_logger import FollowsHistory
-from gyre.core._errors import describe, explain
+from gyre.core._checks import choice
 from gyre.core._history import Block
 from gyre.core._host import numeric_dtype
 
@@ -21,13 +21,8 @@ DISPLAYED = ("losses", "metrics", "stateful_metrics")
 
 def check_mode(values: Any, owner: str) -> str:
     """A bar's ``values=`` option: ``"mean"`` or ``"last"``."""
-    if values in ("mean", "last"):
-        return values
-    raise ValueError(
-        explain(f"{owner}(values=...) must be 'mean' or 'last'", received=describe(values),
-                expected="values='mean' (running means over the epoch, as Keras) or values='last'",
-                fix=f"{owner}(values='mean')")
-    )
+    return choice(values, f"{owner}(values=...)", ("mean", "last"), fix=f"{owner}(values='mean').",
+                  expected="values='mean' (running means over the epoch, as Keras) or values='last'")
 
 
 class RunningValues:

@@ -104,14 +104,12 @@ class Files:
 
     def delete(self) -> None:
         """Deletes every file gyre wrote here, and the marker."""
-        for name in self.tops():
+        for name in [*self.tops(), MARKER]:
             path = os.path.join(self.root, name)
             if os.path.isdir(path):
                 shutil.rmtree(path, ignore_errors=True)
             elif os.path.exists(path):
                 os.remove(path)
-        if os.path.exists(os.path.join(self.root, MARKER)):
-            os.remove(os.path.join(self.root, MARKER))
 
     def copy_from(self, other: Files) -> None:
         """Copies ``other``'s files here (a run resumed from a checkpoint elsewhere)."""

@@ -35,6 +35,7 @@ from gyre.core._errors import describe, explain
 from gyre.core._host import to_python
 from gyre.engine._history_files import chain_crc
 from gyre.engine._snapshot import Snapshot
+from gyre.parallel.distributed import is_main_process
 
 FORMAT = 2  # 2: the record holds its own CRC-32, and meta the CRC-32 of the history's blocks
 RECORD_ITEM = "gyre"
@@ -57,11 +58,6 @@ class CheckpointError(RuntimeError):
     def __init__(self, message: str, *, step: int | None = None) -> None:
         super().__init__(message)
         self.step = step
-
-
-def is_primary() -> bool:
-    """True on process 0, which writes what is written once."""
-    return jax.process_index() == 0
 
 
 def sync(name: str) -> None:
@@ -145,16 +141,14 @@ class Store:
                 # with LatestN beside it the newest always stays.
                 policies.append(
                     cm.BestN(get_metric_fn=self.score, reverse=False, n=self.keep_best,
-                             keep_checkpoints_without_metrics=False)
-                )
+                             keep_checkpoints_without_metrics=False))
             options = ocp.CheckpointManagerOptions(
                 preservation_policy=cm.AnyPreservationPolicy(policies),
                 best_fn=self.score,  # also makes orbax write the metrics beside each step
                 best_mode="max",  # score is "higher is better"
                 enable_async_checkpointing=self.async_save,
                 create=not self.read_only,
-                read_only=self.read_only,
-            )
+                read_only=self.read_only)
             handlers = {
                 "state": ocp.StandardCheckpointHandler(),
                 "arrays": ocp.StandardCheckpointHandler(),
@@ -181,20 +175,11 @@ class Store:
     def steps(self) -> list[int]:
         """The saved steps (and the one being saved), in increasing order; a step directory without
         a record is not one."""
-        return sorted(
-            s for s in self.manager.all_steps() if self.has_record(s) or not os.path.isdir(self.step_dir(s))
-        )
+        return sorted(s for s in self.manager.all_steps() if self.has_record(s) or not os.path.isdir(self.step_dir(s)))
 
     def latest(self) -> int | None:
         """The newest of :meth:`steps`, or ``None``."""
-        for step in sorted(self.manager.all_steps(), reverse=True):
-            if self.has_record(step) or not os.path.isdir(self.step_dir(step)):
-                return step
-        return None
-
-    def metrics(self, step: int) -> Any:
-        """The metrics saved with ``step`` (``None`` when none)."""
-        return self.manager.metrics(step) if self.score is not None else None
+        return max(self.steps(), default=None)
 
     def _recorded_metrics(self, step: int) -> Any:
         """The metrics of step ``step``'s checksummed record; orbax's copy when the record cannot be
@@ -202,7 +187,7 @@ class Store:
         try:
             return self.read_record(step).get("metrics")
         except Unreadable:
-            return self.metrics(step)
+            return self.manager.metrics(step)
 
     def ranked(self) -> list[int]:
         """The finished steps with a monitored value, best first."""
@@ -227,8 +212,7 @@ class Store:
             "state": describe_tree(snapshot.state, with_checksums=checksums),
             "empty": empty_nodes(snapshot.state),
             "arrays": describe_tree(snapshot.arrays, with_checksums=checksums, where="Snapshot.arrays")
-            if snapshot.arrays
-            else None,
+            if snapshot.arrays else None,
             "processes": jax.process_count(),
         }
         record["crc32"] = record_crc(record)
@@ -248,7 +232,7 @@ class Store:
             items["arrays"] = ocp.args.StandardSave(snapshot.arrays)
         self.wait()
         self._remove_unfinished()
-        if snapshot.files and is_primary():
+        if snapshot.files and is_main_process():
             self.files.write(snapshot.files)
         try:
             self.manager.save(step, args=ocp.args.Composite(**items), metrics=record["metrics"], force=True)
@@ -289,8 +273,7 @@ class Store:
                 "free disk space or fix the directory (permissions, mount)"
                 if isinstance(err, OSError)
                 else "make the state a pytree of arrays and numbers (what orbax saves); "
-                "keep other objects out of it or give them state_dict()/load_state_dict()"
-            )
+                "keep other objects out of it or give them state_dict()/load_state_dict()")
             + f"; the checkpoints already on disk are intact ({kept}), so a run resumed from "
             "them loses only the steps since"), step=step) from err
 
@@ -334,11 +317,8 @@ class Store:
     def _saved_tree(self, step: int, item: str) -> Any:
         """The abstract tree of a saved item, on the first local device (no target given)."""
         meta = self.manager.item_metadata(step)[item]
-        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         tree = getattr(meta, "tree", meta)
-        return jax.tree_util.tree_map(
-            lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype, sharding=device), tree
-        )
+        return abstract(jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), tree))
 
     def read(self, step: int, target_state: Any, target_arrays: Any = None) -> Snapshot:
         """Step ``step`` restored into ``target_state`` (and ``target_arrays``) and verified, else
@@ -346,13 +326,11 @@ class Store:
         import orbax.checkpoint as ocp
 
         record = self.read_record(step)
-        problem = mismatch(record["state"], target_state, saved_empty=record.get("empty"))
-        if problem:
+        if problem := mismatch(record["state"], target_state, saved_empty=record.get("empty")):
             raise Unreadable("fit", f"its state does not fit the target: {problem}")
         has_arrays = record.get("arrays") is not None
         if has_arrays and target_arrays is not None:
-            problem = mismatch(record["arrays"], target_arrays, where="Snapshot.arrays")
-            if problem:
+            if problem := mismatch(record["arrays"], target_arrays, where="Snapshot.arrays"):
                 raise Unreadable("fit", f"its Snapshot.arrays do not fit the target: {problem}")
         self._check_files(step, record)
         self._check_history(record)
@@ -362,8 +340,6 @@ class Store:
                 into = abstract(target_arrays) if target_arrays is not None else self._saved_tree(step, "arrays")
                 items["arrays"] = ocp.args.StandardRestore(into)
             restored = self.manager.restore(step, args=ocp.args.Composite(**items))
-        except Unreadable:
-            raise
         except Exception as err:
             if "tree structures do not match" in str(err):  # a record older than "empty"
                 raise Unreadable("fit", "its state's tree differs from the target's "
@@ -380,23 +356,15 @@ class Store:
             elapsed=Elapsed.from_dict(record["elapsed"]),
             meta=record.get("meta") or {},
             arrays=dict(arrays),
-            metrics=record.get("metrics"),
-        )
+            metrics=record.get("metrics"))
 
     # -- housekeeping (process 0; the caller syncs) ----------------------------------------
 
     def _remove_unfinished(self) -> None:
         """Deletes what failed saves left; run at every save and at :meth:`close`, as a failed
         save's writers may still run."""
-        if self._unfinished and is_primary():
-            for name in self._temporaries():
-                if name.split(".")[0] in {str(s) for s in self._unfinished}:
-                    shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
-
-    def _temporaries(self) -> list[str]:
-        if not os.path.isdir(self.root):
-            return []
-        return sorted(n for n in os.listdir(self.root) if TEMPORARY in n)
+        if self._unfinished and is_main_process():
+            self.delete_temporaries({str(s) for s in self._unfinished})
 
     def set_aside(self, step: int, suffix: str = SET_ASIDE) -> str:
         """Renames step ``step``'s directory to ``N.corrupt`` (or ``N.<suffix>``, ``-2``...) and
@@ -412,9 +380,11 @@ class Store:
         for step in steps:
             shutil.rmtree(self.step_dir(step), ignore_errors=True)
 
-    def delete_temporaries(self) -> None:
-        for name in self._temporaries():
-            shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+    def delete_temporaries(self, steps: set[str] | None = None) -> None:
+        """Deletes unfinished saves' temporary directories (only those of ``steps`` when given)."""
+        for name in sorted(os.listdir(self.root)) if os.path.isdir(self.root) else []:
+            if TEMPORARY in name and (steps is None or name.split(".")[0] in steps):
+                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
 
     def reload(self) -> None:
         if self._manager is not None:

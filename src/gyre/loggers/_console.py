@@ -29,21 +29,17 @@ class ConsoleWriter(Writer):
         self.file = file
         super().__init__()
 
-    def _print(self, line: str) -> None:
-        out = self.file if self.file is not None else sys.stdout
-        print(line, file=out)
-
     def _scalars(self, step: int, values: dict[str, float]) -> None:
-        self._print(f"step {step}: " + ", ".join(f"{k}={_show(v)}" for k, v in values.items()))
+        print(f"step {step}: " + ", ".join(f"{k}={_show(v)}" for k, v in values.items()), file=self.file)
 
     def _texts(self, step: int, texts: dict[str, str]) -> None:
         for name, text in texts.items():
-            self._print(f"step {step}: {name}: {text}")
+            print(f"step {step}: {name}: {text}", file=self.file)
 
     def _hparams(self, params: dict[str, Any], metrics: dict[str, float] | None) -> None:
-        self._print("hparams: " + ", ".join(f"{k}={_show(v)}" for k, v in params.items()))
+        print("hparams: " + ", ".join(f"{k}={_show(v)}" for k, v in params.items()), file=self.file)
         if metrics:
-            self._print("hparams metrics: " + ", ".join(f"{k}={_show(v)}" for k, v in metrics.items()))
+            print("hparams metrics: " + ", ".join(f"{k}={_show(v)}" for k, v in metrics.items()), file=self.file)
 
     def _flush(self) -> None:
         (self.file if self.file is not None else sys.stdout).flush()

@@ -43,6 +43,9 @@ class _TextFileWriter(Writer):
         if self._file is not None:
             self._file.close()
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path!r})"
+
 
 class CSVWriter(_TextFileWriter):
     """Writes scalars to a CSV file (created or truncated at once, its folder too): ``step``, then a
@@ -68,7 +71,6 @@ class CSVWriter(_TextFileWriter):
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = _path("CSVWriter", path)
-        self._file: TextIO | None = None
         self._header: list[str] = ["step"]
         super().__init__()
 
@@ -77,8 +79,7 @@ class CSVWriter(_TextFileWriter):
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         assert self._file is not None
-        new = [name for name in values if name not in self._header]
-        if new:
+        if new := [name for name in values if name not in self._header]:
             self._widen(new)
         row = {"step": step, **values}
         csv.DictWriter(self._file, self._header, restval="").writerow(row)
@@ -96,9 +97,6 @@ class CSVWriter(_TextFileWriter):
             writer.writerows(rows)
         os.replace(temporary, self.path)
         self._file = open(self.path, "a", newline="")  # noqa: SIM115
-
-    def __repr__(self) -> str:
-        return f"CSVWriter({self.path!r})"
 
 
 class JSONLWriter(_TextFileWriter):
@@ -119,7 +117,6 @@ class JSONLWriter(_TextFileWriter):
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = _path("JSONLWriter", path)
-        self._file: TextIO | None = None
         super().__init__()
 
     def _open(self) -> None:
@@ -128,6 +125,3 @@ class JSONLWriter(_TextFileWriter):
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         assert self._file is not None
         self._file.write(json.dumps({"step": step, **values}) + "\n")
-
-    def __repr__(self) -> str:
-        return f"JSONLWriter({self.path!r})"

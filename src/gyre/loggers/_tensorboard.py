@@ -20,11 +20,10 @@ import numpy as np
 from gyre.callbacks._wandb_logger import scalar_runs
 from gyre.core._checks import path, require
 from gyre.core._history import Block
-from gyre.loggers._tfrecord import ScalarEvents
+from gyre.loggers._tfrecord import _TEMPLATES, ScalarEvents
 from gyre.loggers._writer import Writer
 
 _FILES = itertools.count()  # two writers of one process never share an event file
-_TEMPLATES = 64  # scalar events kept ready to fill, one per set of names (see _scalars)
 
 
 def _tensorflow_bins() -> list[float]:
@@ -72,15 +71,14 @@ class TensorBoardWriter(Writer):
 
     def _open(self) -> None:
         require("tensorboardX", extra="tensorboard", who="TensorBoardWriter")
+        from tensorboardX.crc32c import crc32c
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.record_writer import RecordWriter
+
         if "://" not in self.logdir:  # s3:// and gs:// folders are tensorboardX's to open
             os.makedirs(self.logdir, exist_ok=True)
         name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILES)}"
-        from tensorboardX.record_writer import RecordWriter
-
         self._w = RecordWriter(os.path.join(self.logdir, name))
-        from tensorboardX.crc32c import crc32c
-        from tensorboardX.proto.event_pb2 import Event
-
         self._encoder = ScalarEvents(Event, crc32c)
         self._event(file_version="brain.Event:2")
         self._w.flush()
@@ -93,10 +91,14 @@ class TensorBoardWriter(Writer):
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         # One event per step; the event of each set of names is built once, only numbers change.
         names = tuple(values)
-        template = self._templates.get(names)
-        if template is None:
-            template = self._template(names)
-        event, slots = template
+        if names not in self._templates:
+            from tensorboardX.proto.event_pb2 import Event
+
+            if len(self._templates) >= _TEMPLATES:  # names that keep changing: start afresh
+                self._templates.clear()
+            event = Event()
+            self._templates[names] = (event, [event.summary.value.add(tag=name) for name in names])
+        event, slots = self._templates[names]
         event.step = step
         event.wall_time = time.time()
         for slot, value in zip(slots, values.values(), strict=True):
@@ -114,16 +116,6 @@ class TensorBoardWriter(Writer):
                     self._scalars(step, dict(zip(names, row, strict=True)))
             else:
                 out.write(data)
-
-    def _template(self, names: tuple[str, ...]) -> tuple[Any, list[Any]]:
-        from tensorboardX.proto.event_pb2 import Event
-
-        if len(self._templates) >= _TEMPLATES:  # names that keep changing: start afresh
-            self._templates.clear()
-        event = Event()
-        slots = [event.summary.value.add(tag=name) for name in names]
-        template = self._templates[names] = (event, slots)
-        return template
 
     def _histograms(self, step: int, arrays: dict[str, np.ndarray], num_buckets: int | None) -> None:
         from tensorboardX.summary import histogram

@@ -45,30 +45,17 @@ def _find(data: bytes, piece: bytes) -> int | None:
 def _record(data: bytes, crc32c: Any) -> bytes:
     """``data`` framed as tensorboardX's RecordWriter frames it."""
     header = struct.pack("<Q", len(data))
-    return (
-        header
-        + struct.pack("<I", _masked(crc32c(header)))
-        + data
-        + struct.pack("<I", _masked(crc32c(data)))
-    )
+    return header + struct.pack("<I", _masked(crc32c(header))) + data + struct.pack("<I", _masked(crc32c(data)))
 
 
 class _Template:
     """One serialized event and where its changing bytes are."""
 
-    def __init__(
-        self, data: bytes, wall: int, step: int, k: int, slots: list[int], crc32c: Any
-    ) -> None:
+    def __init__(self, data: bytes, wall: int, step: int, k: int, slots: list[int], crc32c: Any) -> None:
         self.data = np.frombuffer(data, np.uint8)
         self.wall, self.step, self.k, self.slots = wall, step, k, slots
         self.places = np.array(
-            [
-                *range(wall, wall + 8),
-                *range(step, step + k),
-                *(s + i for s in slots for i in range(4)),
-            ],
-            np.int64,
-        )
+            [*range(wall, wall + 8), *range(step, step + k), *(s + i for s in slots for i in range(4))], np.int64)
         size = len(data)
         header = struct.pack("<Q", size)
         self.header = np.frombuffer(header + struct.pack("<I", _masked(crc32c(header))), np.uint8)
@@ -92,9 +79,7 @@ class _Template:
         out[:, :12] = self.header
         body = out[:, 12 : 12 + size]
         body[:] = self.data
-        body[:, self.wall : self.wall + 8] = (
-            np.ascontiguousarray(dates, "<f8").view(np.uint8).reshape(n, 8)
-        )
+        body[:, self.wall : self.wall + 8] = np.ascontiguousarray(dates, "<f8").view(np.uint8).reshape(n, 8)
         for i in range(self.k):
             more = 0x80 if i < self.k - 1 else 0
             body[:, self.step + i] = ((steps >> (7 * i)) & 0x7F) | more
@@ -103,12 +88,8 @@ class _Template:
         for j, slot in enumerate(self.slots):
             body[:, slot : slot + 4] = numbers[:, 4 * j : 4 * j + 4]
         delta = body[:, self.places] ^ self.data[self.places]
-        crc = np.bitwise_xor.reduce(
-            self.table[np.arange(len(self.places)), delta], axis=1
-        ) ^ np.uint32(self.crc)
-        out[:, 12 + size :] = (
-            np.ascontiguousarray(_masked(crc.astype(np.uint32)), "<u4").view(np.uint8).reshape(n, 4)
-        )
+        crc = np.bitwise_xor.reduce(self.table[np.arange(len(self.places)), delta], axis=1) ^ np.uint32(self.crc)
+        out[:, 12 + size :] = np.ascontiguousarray(_masked(crc.astype(np.uint32)), "<u4").view(np.uint8).reshape(n, 4)
         return out.tobytes()
 
 
@@ -120,9 +101,7 @@ class ScalarEvents:
         self._crc32c = crc32c
         self._templates: dict[tuple[tuple[str, ...], int], _Template | None] = {}
 
-    def encode(
-        self, names: tuple[str, ...], steps: np.ndarray, dates: np.ndarray, values: np.ndarray
-    ) -> bytes | None:
+    def encode(self, names: tuple[str, ...], steps: np.ndarray, dates: np.ndarray, values: np.ndarray) -> bytes | None:
         """The records of one event per row (``values[i]`` for ``names`` at ``steps[i]``,
         wall time ``dates[i]``), in order; ``None`` when the template cannot be used."""
         steps = np.asarray(steps, np.int64)
@@ -136,9 +115,7 @@ class ScalarEvents:
             parts.append(template.encode(steps[start:stop], dates[start:stop], values[start:stop]))
         return b"".join(parts)
 
-    def _serialize(
-        self, names: tuple[str, ...], step: int, wall: float, numbers: list[float]
-    ) -> bytes:
+    def _serialize(self, names: tuple[str, ...], step: int, wall: float, numbers: list[float]) -> bytes:
         event = self._event(wall_time=wall, step=step)
         for name, number in zip(names, numbers, strict=True):
             event.summary.value.add(tag=name, simple_value=number)
@@ -173,8 +150,7 @@ class ScalarEvents:
         mine = template.encode(steps, dates, values)
         theirs = b"".join(
             _record(self._serialize(names, int(s), float(d), v.tolist()), self._crc32c)
-            for s, d, v in zip(steps, dates, values, strict=True)
-        )
+            for s, d, v in zip(steps, dates, values, strict=True))
         return mine == theirs
 
 

@@ -7,9 +7,8 @@ from typing import Any
 import numpy as np
 
 from gyre.callbacks._wandb_logger import FollowsHistory, scalar_runs
-from gyre.core._checks import whole
+from gyre.core._checks import instance, whole
 from gyre.core._clock import Elapsed
-from gyre.core._errors import describe, explain
 from gyre.core._history import Block
 from gyre.core._logs import Logs
 from gyre.engine._tasks import ChunkSafe, LoopElement
@@ -32,11 +31,9 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
     """
 
     def __init__(self, writer: Writer, *, every: int, write_every: int = 1) -> None:
-        if not isinstance(writer, Writer):
-            raise TypeError(explain(
-                "write_to needs a gyre writer",
-                expected="a gyre.Writer, e.g. gyre.TensorBoardWriter('runs/tb')", received=describe(writer),
-                fix="gyre.write_to(gyre.TensorBoardWriter('runs/tb'))"))
+        instance(writer, "writer", Writer, problem="write_to needs a gyre writer",
+                 expected="a gyre.Writer, e.g. gyre.TensorBoardWriter('runs/tb')",
+                 fix="gyre.write_to(gyre.TensorBoardWriter('runs/tb'))")
         if "scalars" not in writer.kinds:
             raise writer._unsupported("scalars")
         self.every = whole(every, "write_to's every", minimum=1, unit="steps",

@@ -13,6 +13,7 @@ of records at once overrides ``_scalar_block``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import queue
 import threading
 import time
@@ -38,6 +39,7 @@ KINDS = ("scalars", "histograms", "images", "texts", "hparams")
 SLICE_SECONDS = 0.001
 _WRITERS: list[type[Writer]] = []  # every writer class, in the order they were defined
 _OPEN: weakref.WeakSet[Writer] = weakref.WeakSet()  # writers with a thread, closed at exit
+_UNCONVERTED = {"flush": "_flush", "close": "_close", "runs": "_scalar_block"}  # queued kind: method
 
 
 @atexit.register
@@ -45,10 +47,8 @@ def _close_at_exit() -> None:
     """Writes what open writers still hold when the interpreter exits (their threads are
     daemons, which would otherwise die with queued values); errors are not raised then."""
     for writer in list(_OPEN):
-        try:
+        with contextlib.suppress(Exception):  # nothing can be raised to anyone at exit
             writer.close()
-        except Exception:  # noqa: BLE001 (nothing can be raised to anyone at exit)
-            pass
 
 
 class WriterError(RuntimeError):
@@ -75,14 +75,7 @@ def _step(who: str, step: Any) -> Any:
                  fix="pass the step number, e.g. writer.write_scalars(10, {'loss': loss})")
 
 
-def jnp_integer(dtype: Any) -> bool:
-    """Whether a dtype holds integers (signed or not)."""
-    return np.dtype(dtype).kind in "iu"
-
-
-def _mapping(
-    who: str, method: str, values: Any, what: str, example: str, before: str = "step, "
-) -> dict[str, Any]:
+def _mapping(who: str, method: str, values: Any, what: str, example: str, before: str = "step, ") -> dict[str, Any]:
     """``values`` as a dict from names to ``what``, or the explained error."""
     return mapping(values, f"{who}.{method}'s {what}", kind=f"a mapping from names to {what}",
                    expected=f"a dict with str keys, e.g. {example}",
@@ -103,8 +96,7 @@ def _scalars(who: str, method: str, values: Any, before: str = "step, ") -> dict
         if not is_number(value):
             raise _bad_value(
                 who, method, name, value, "a number: a Python or numpy scalar, or a 0-d array",
-                "reduce arrays to one number first (jnp.mean(x)), or write them as histograms",
-            )
+                "reduce arrays to one number first (jnp.mean(x)), or write them as histograms")
     return out
 
 
@@ -218,8 +210,7 @@ class Writer:
                     self._who, "write_images", name, value,
                     "an array of shape (height, width, channels) or (n, height, width, channels), "
                     "channels 1, 3 or 4",
-                    "add a channel axis to a greyscale image: image[..., None]",
-                )
+                    "add a channel axis to a greyscale image: image[..., None]")
         self._submit("images", _step(self._who, step), images)
 
     def write_texts(self, step: int, texts: Mapping[str, str]) -> None:
@@ -381,14 +372,8 @@ class Writer:
                 self._queue.task_done()
 
     def _do(self, kind: str, args: tuple[Any, ...]) -> None:
-        if kind == "flush":
-            self._flush()
-            return
-        if kind == "close":
-            self._close()
-            return
-        if kind == "runs":
-            self._scalar_block(*args)
+        if kind in _UNCONVERTED:  # no values to move to the host
+            getattr(self, _UNCONVERTED[kind])(*args)
             return
         args = _to_host(args)  # the one transfer, off the caller's thread
         if kind == "hparams":
@@ -441,13 +426,7 @@ def _to_host(args: tuple[Any, ...]) -> tuple[Any, ...]:
     for arg in args:
         flat.extend(arg.values() if isinstance(arg, dict) else [arg])
     host = iter(jax.device_get(flat))
-    out = []
-    for arg in args:
-        if isinstance(arg, dict):
-            out.append({k: next(host) for k in arg})
-        else:
-            out.append(next(host))
-    return tuple(out)
+    return tuple({k: next(host) for k in arg} if isinstance(arg, dict) else next(host) for arg in args)
 
 
 def _host_array(value: Any) -> np.ndarray:
@@ -458,5 +437,4 @@ def _host_array(value: Any) -> np.ndarray:
 
 
 def _number(value: Any) -> float | int | bool:
-    value = np.asarray(value).item()
-    return value
+    return np.asarray(value).item()

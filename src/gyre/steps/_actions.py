@@ -12,8 +12,6 @@ from gyre.core._errors import describe, explain
 
 def check_interval(interval: Any, owner: str) -> int:
     """``interval`` as an int >= 1, else a ``ValueError`` that says so."""
-    if isinstance(interval, bool):
-        interval = None
     return whole(interval, "interval", minimum=1, problem=f"{owner}'s interval must be a positive whole number",
                  expected="an int >= 1: the action runs every `interval` loops (or steps)",
                  fix="pass interval=1 to run it every time, interval=10 for every tenth")

@@ -105,8 +105,7 @@ def _check_params(given: Any, returned: Any, where: str) -> None:
         return
     same = jax.tree_util.tree_structure(given) == jax.tree_util.tree_structure(returned) and all(
         jnp.shape(a) == jnp.shape(b) and jnp.result_type(a) == jnp.result_type(b)
-        for a, b in zip(jax.tree_util.tree_leaves(given), jax.tree_util.tree_leaves(returned), strict=True)
-    )
+        for a, b in zip(jax.tree_util.tree_leaves(given), jax.tree_util.tree_leaves(returned), strict=True))
     if not same:
         raise ValueError(explain(
             f"{where} returned params of another structure or shape than it received",

@@ -13,9 +13,7 @@ from gyre.core._logs import Logs
 
 
 def _is_metric(value: Any) -> bool:
-    return not isinstance(value, jax.Array) and all(
-        callable(getattr(value, m, None)) for m in ("merge", "compute")
-    )
+    return not isinstance(value, jax.Array) and all(callable(getattr(value, m, None)) for m in ("merge", "compute"))
 
 
 def _accumulator(state: Any, name: str, value: Any, where: str) -> tuple[Any, bool]:

@@ -16,10 +16,6 @@ from gyre.parallel._strategies import Jit
 from gyre.parallel._strategy import Strategy
 
 
-def _no_skipped_steps() -> jax.Array:
-    return jnp.zeros((), jnp.int32)
-
-
 class ManagedState(TrainState, kw_only=True):
     """A :class:`~gyre.TrainState` with a static strategy, placed on its devices.
 
@@ -35,7 +31,7 @@ class ManagedState(TrainState, kw_only=True):
     """
 
     strategy: Strategy = struct.field(pytree_node=False, default_factory=Jit)
-    skipped_steps: jax.Array = struct.field(default_factory=_no_skipped_steps)
+    skipped_steps: jax.Array = struct.field(default_factory=lambda: jnp.zeros((), jnp.int32))
 
     @classmethod
     def create(  # type: ignore[override]
@@ -59,8 +55,7 @@ class ManagedState(TrainState, kw_only=True):
         chosen = get_strategy(strategy)
         state = super().create(
             params=params, tx=tx, apply_fn=apply_fn, rng=rng, model_state=model_state,
-            strategy=chosen, **extra,
-        )
+            strategy=chosen, **extra)
         return chosen.place_state(state)
 
     def with_strategy(self, strategy: str | Strategy) -> Any:

@@ -70,11 +70,8 @@ class ManagedStep(LoopElement):
     def _get(self, strategy: Strategy, state: Any, fused: bool) -> StepFn:
         run = self._compiled.get((strategy, fused))
         if run is None:
-            if fused:
-                run = strategy.compile(scanned(self.pure), state, batch_axis=1, donate=self.donates)
-            else:
-                run = strategy.compile(self.pure, state, donate=self.donates)
-            self._compiled[(strategy, fused)] = run
+            pure, axis = (scanned(self.pure), 1) if fused else (self.pure, 0)
+            run = self._compiled[(strategy, fused)] = strategy.compile(pure, state, batch_axis=axis, donate=self.donates)
         return run
 
     def __call__(self, state: Any, batch: Any = None, mask: Any = None) -> tuple[Logs, Any]:
@@ -126,11 +123,9 @@ class ManagedStep(LoopElement):
         """
         if policy != "skip" or self.nan_policy == "skip" or self._make is None:
             return self
-        variant = self._variants.get(policy)
-        if variant is None:
-            variant = ManagedStep(self._fn, self._make(True), kind=self.kind, nan_policy="skip", make=self._make)
-            self._variants[policy] = variant
-        return variant
+        if policy not in self._variants:
+            self._variants[policy] = ManagedStep(self._fn, self._make(True), kind=self.kind, nan_policy="skip", make=self._make)
+        return self._variants[policy]
 
     def compiled_count(self) -> int:
         """How many programs this step's compiled functions hold, its skipping form's included (for

@@ -32,12 +32,8 @@ def _mean_logs(stacked: Logs) -> Logs:
     for collection, values in stacked.items():
         reduction = metrics.Mean if collection in ("losses", "metrics") else metrics.Last
         for name, value in values.items():
-            if _is_metric(value):
-                out.add_entry(collection, name, _merge_rows(value))
-            else:
-                out.add_entry(
-                    collection, name, jax.tree_util.tree_map(lambda v, r=reduction: r.from_stacked(v).compute(), value)
-                )
+            out.add_entry(collection, name, _merge_rows(value) if _is_metric(value) else
+                          jax.tree_util.tree_map(lambda v, r=reduction: r.from_stacked(v).compute(), value))
     return out
 
 
@@ -71,8 +67,7 @@ def _make_train(
         out = train_update(
             objective, state, batch, accumulate_steps=accumulate_steps, reduce=reduce,
             settle=lambda logs, s: _settle(logs, s, where), clip_grad_norm=clip_grad_norm,
-            policy=policy, skip=skip, where=where,
-        )
+            policy=policy, skip=skip, where=where)
         logs = out.values
         if out.grad_norm is not None:
             logs.add_metric("grad_norm", out.grad_norm)

@@ -35,13 +35,9 @@ class MixedPrecision:
         if self.compute_dtype is None:
             return tree
         dtype = self.compute_dtype
-
-        def cast(x: Any) -> Any:
-            if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating):
-                return jnp.asarray(x, dtype)
-            return x
-
-        return jax.tree_util.tree_map(cast, tree)
+        return jax.tree_util.tree_map(
+            lambda x: jnp.asarray(x, dtype) if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating) else x, tree
+        )
 
 
 class Policy(MixedPrecision):
@@ -61,8 +57,7 @@ class Policy(MixedPrecision):
             "gyre.Policy is deprecated: use gyre.MixedPrecision (the same class, renamed: "
             "'Policy' read like any policy; policy= arguments keep their name)",
             DeprecationWarning,
-            stacklevel=2,
-        )
+            stacklevel=2)
         super().__init__(compute_dtype=compute_dtype)
 
 
@@ -81,12 +76,10 @@ def get_policy(policy: str | MixedPrecision | None) -> MixedPrecision:
         >>> get_policy("bfloat16").casts, get_policy(None).casts
         (True, False)
     """
-    if policy is None:
-        return POLICIES["float32"]
     if isinstance(policy, MixedPrecision):
         return policy
-    if isinstance(policy, str) and policy in POLICIES:
-        return POLICIES[policy]
+    if policy is None or (isinstance(policy, str) and policy in POLICIES):
+        return POLICIES[policy or "float32"]
     raise ValueError(explain(
         f"unknown precision policy {policy!r}",
         expected=f"one of {list(POLICIES)}, None, or gyre.MixedPrecision(compute_dtype=...)",

@@ -21,9 +21,7 @@ def latest_step(checkpoint_dir: str | os.PathLike[str]) -> int | None:
 
     if not os.path.isdir(os.fspath(checkpoint_dir)):
         return None
-    found = ocp_path.step.latest_step_metadata(
-        os.fspath(checkpoint_dir), ocp_path.step.standard_name_format()
-    )
+    found = ocp_path.step.latest_step_metadata(os.fspath(checkpoint_dir), ocp_path.step.standard_name_format())
     return None if found is None else int(found.step)
 
 
@@ -46,9 +44,7 @@ def restore_pytree(
     from orbax.checkpoint import checkpoint_utils
     from orbax.checkpoint import path as ocp_path
 
-    step_dir = ocp_path.step.build_step_path(
-        os.fspath(checkpoint_dir), ocp_path.step.standard_name_format(), step
-    )
+    step_dir = ocp_path.step.build_step_path(os.fspath(checkpoint_dir), ocp_path.step.standard_name_format(), step)
     if not os.path.isdir(os.path.join(os.fspath(step_dir), item)):
         present = _items(os.fspath(step_dir))
         raise FileNotFoundError(explain(
@@ -59,18 +55,9 @@ def restore_pytree(
     restore_args = checkpoint_utils.construct_restore_args(state)
     abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state)
     checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
-    restored = checkpointer.restore(
-        step_dir,
-        args=ocp.args.Composite(
-            **{
-                item: ocp.args.PyTreeRestore(
-                    abstract,
-                    restore_args=restore_args,
-                    transforms=transforms if transforms is not None else {r"params/.*": ocp.Transform()},
-                )
-            }
-        ),
-    )
+    transforms = transforms if transforms is not None else {r"params/.*": ocp.Transform()}
+    read = ocp.args.PyTreeRestore(abstract, restore_args=restore_args, transforms=transforms)
+    restored = checkpointer.restore(step_dir, args=ocp.args.Composite(**{item: read}))
     return _keep_missing(restored[item], state, step_dir)
 
 
@@ -89,8 +76,7 @@ def _keep_missing(restored: Any, state: Any, where: Any) -> Any:
     if missing:
         _log.warning(
             "restore: %d leaf(s) of the state are not in the checkpoint %s and keep their values: %s",
-            len(missing), os.fspath(where), ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""),
-        )
+            len(missing), os.fspath(where), ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
     return merged
 
 

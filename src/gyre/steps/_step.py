@@ -8,6 +8,7 @@ step trains).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +30,6 @@ from gyre.steps._restore import check_item_name, latest_step, restore_pytree
 
 Batch = Any
 Output = dict[str, Any]
-State = TrainState
 
 _log = logging.getLogger(__name__)
 
@@ -111,8 +111,7 @@ class Step:
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(model={type(self._model).__name__}, train={self._train}, "
-            f"partitioner={self._partitioner!r})"
-        )
+            f"partitioner={self._partitioner!r})")
 
     # -- properties ----------------------------------------------------------------------------
     @property
@@ -200,9 +199,7 @@ class Step:
         def init_fn(batch: Any) -> TrainState:
             variables = dict(model.init(rngs, batch, **kwargs))
             params = variables.pop("params", {})
-            return TrainState.create(
-                params=params, tx=tx, apply_fn=model.apply, rng=rng, model_state=variables
-            )
+            return TrainState.create(params=params, tx=tx, apply_fn=model.apply, rng=rng, model_state=variables)
 
         try:
             jax.eval_shape(init_fn, batch)
@@ -248,17 +245,14 @@ class Step:
             >>> step.restore_model(state, tempfile.mkdtemp()) is state  # nothing saved there
             True
         """
-        if step is not None:
-            step = whole(step, "restore_model's step", expected="a saved step, or None for the newest",
-                         fix="pass step=None")
+        step = whole(step, "restore_model's step", none=True, expected="a saved step, or None for the newest",
+                     fix="pass step=None")
         found = latest_step(checkpoint_dir) if step is None else step
         if found is None:
             _log.info("No checkpoint found in %s. Returning the original model state.", checkpoint_dir)
             return state
         _log.info("Restoring model from %s at step %d.", checkpoint_dir, found)
-        return restore_pytree(
-            state, checkpoint_dir, found, item=self._chkpt_item_name, transforms=transforms
-        )
+        return restore_pytree(state, checkpoint_dir, found, item=self._chkpt_item_name, transforms=transforms)
 
     def compute_num_params(self, state: TrainState) -> int:
         """The number of parameters in ``state.params`` (also kept in :attr:`num_params`).
@@ -286,12 +280,11 @@ class Step:
             True
         """
         batch = self.preprocess_batch(batch)
-        if self._should_shard_batch:
-            batch = self.shard_batch(batch)
+        batch = self.shard_batch(batch) if self._should_shard_batch else batch
         return self._count_flops(state, batch)
 
     def _count_flops(self, state: TrainState, batch: Batch, **kwargs: Any) -> float:
-        run = self._get_run(state)
+        run = self._get_run()
         compiled = getattr(run, "compiled", run)
         if not hasattr(compiled, "lower"):
             return 0.0
@@ -362,9 +355,7 @@ class Step:
         """
         raise NotImplementedError(_not_implemented(type(self)))
 
-    def end(
-        self, state: TrainState, outputs: Output | None
-    ) -> tuple[TrainState, Output | None]:
+    def end(self, state: TrainState, outputs: Output | None) -> tuple[TrainState, Output | None]:
         """Runs after the compiled :meth:`run`, outside ``jit``; the identity by default.
 
         Example:
@@ -412,11 +403,10 @@ class Step:
             return partitioner.partition(self.run, **jit_kwargs)
         return partitioner.partition_step(self.run, donate=donate, **jit_kwargs)
 
-    def _get_run(self, state: TrainState) -> Callable[..., tuple[Any, Any]]:
-        run = self._cached_run
-        if run is None:
-            run = self._cached_run = self._build_run(self._donate, self._jit_kwargs)
-        return run
+    def _get_run(self) -> Callable[..., tuple[Any, Any]]:
+        if self._cached_run is None:
+            self._cached_run = self._build_run(self._donate, self._jit_kwargs)
+        return self._cached_run
 
     def __call__(
         self,
@@ -450,12 +440,11 @@ class Step:
         if n and self._begin_actions:
             _run_actions(self._begin_actions, n, state, None)
         batch = self.preprocess_batch(batch)
-        if self._should_shard_batch:
-            batch = self.shard_batch(batch)
+        batch = self.shard_batch(batch) if self._should_shard_batch else batch
         state, batch = self.begin(state, batch)
         if log_num_flops and self._num_flops is None:
             _log.info("Step flops: %s", self._count_flops(state, batch, **kwargs))
-        state, outputs = self._get_run(state)(state, batch, **kwargs)
+        state, outputs = self._get_run()(state, batch, **kwargs)
         state, outputs = self.end(state, outputs)
         if n and self._end_actions:
             _run_actions(self._end_actions, n, state, outputs)
@@ -481,8 +470,7 @@ class Step:
             state, outputs = self(state, batch)
             return to_logs(outputs, collection), state
 
-        step_callback.__name__ = f"{type(self).__name__}.as_callback"
-        step_callback.__qualname__ = step_callback.__name__
+        step_callback.__name__ = step_callback.__qualname__ = f"{type(self).__name__}.as_callback"
         return step_callback
 
     def compiled_count(self) -> int:
@@ -507,10 +495,9 @@ def to_logs(outputs: Mapping[str, Any] | Logs | None, collection: str = "metrics
     """
     if isinstance(outputs, Logs):
         return outputs
-    logs = Logs()
     if outputs is None:
-        return logs
-    return logs.add_entries(collection, instance(
+        return Logs()
+    return Logs().add_entries(collection, instance(
         outputs, "outputs", Mapping, problem="a Step's run must return (state, outputs) with outputs a dict",
         expected="outputs like {'loss': loss, 'accuracy': accuracy}, or None",
         fix="return state, {'name': value, ...} from run"))
@@ -540,9 +527,7 @@ def zeroed_batch(spec: Any) -> Any:
             received=f"{describe(x)} in spec {_short(spec)}",
             fix="describe each input as a shape, e.g. initialize_model({'image': (1, 8, 8, 1)})"))
 
-    return jax.tree_util.tree_map(
-        leaf, spec, is_leaf=lambda x: _is_shape(x) or _is_pair(x) or hasattr(x, "shape")
-    )
+    return jax.tree_util.tree_map(leaf, spec, is_leaf=lambda x: _is_shape(x) or _is_pair(x) or hasattr(x, "shape"))
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -579,8 +564,7 @@ def _is_pair(x: Any) -> bool:
 
 
 def _shapes(batch: Any) -> str:
-    shapes = jax.tree_util.tree_map(lambda x: f"{tuple(np.shape(x))} {np.asarray(x).dtype}", batch)
-    return str(shapes)
+    return str(jax.tree_util.tree_map(lambda x: f"{tuple(np.shape(x))} {np.asarray(x).dtype}", batch))
 
 
 def _short(value: Any, limit: int = 120) -> str:
@@ -605,7 +589,7 @@ def _first_key(rngs: Any) -> jax.Array:
 
 def _not_implemented(cls: type) -> str:
     return explain(
-        f"{cls.__name__}.run is not implemented" if cls is not Step else "Step.run is not implemented",
+        f"{cls.__name__}.run is not implemented",
         expected="a subclass of gyre.Step that overrides run(self, state, batch) -> (state, outputs)",
         received=f"{cls.__qualname__}, which inherits Step.run",
         fix="define run in your subclass: compute the loss (and gradients with "
@@ -639,8 +623,7 @@ def _as_linen(model: Any, args: tuple[Any, ...] | None, kwargs: dict[str, Any]) 
     if isinstance(model, nnx.Module):
         fix = (
             f"pass the class and its arguments: model={type(model).__name__}, "
-            "nnx_model_args=(...) (the bridge builds it with its own rngs)"
-        )
+            "nnx_model_args=(...) (the bridge builds it with its own rngs)")
     raise TypeError(explain(
         "Step's model must be a flax linen module or an nnx.Module class",
         expected="nn.Module instance, or an nnx.Module subclass with nnx_model_args=", received=received,
@@ -652,10 +635,8 @@ def _as_partitioner(partitioner: Any) -> Partitioner:
         return SingleDevicePartitioner()
     if isinstance(partitioner, Partitioner):
         return partitioner
-    try:
+    with contextlib.suppress(ValueError):
         return Partitioner(partitioner)
-    except ValueError:
-        pass
     raise TypeError(explain(
         "partitioner= must be a gyre partitioner or strategy",
         expected="gyre.SingleDevicePartitioner(), gyre.DataParallelPartitioner(mesh=..., data_axis=...), "

@@ -99,8 +99,7 @@ def train_step(
     def wrap(f: StepFn) -> ManagedStep:
         def make(skip: bool) -> StepFn:
             return _make_train(
-                f, accumulate_steps=accumulate_steps, clip_grad_norm=clip_grad_norm, policy=chosen, skip=skip
-            )
+                f, accumulate_steps=accumulate_steps, clip_grad_norm=clip_grad_norm, policy=chosen, skip=skip)
 
         return ManagedStep(f, make(nan_policy == "skip"), kind="train_step", nan_policy=nan_policy, make=make)
 
