@@ -1,4 +1,5 @@
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import gyre
@@ -240,3 +241,14 @@ def test_jaxloop_handler_infers_the_mode_by_the_same_rule():
     # a prefix before '/' is not part of the word (jaxloop's own endswith rule maximised it)
     assert gyre.jaxloop.MetricMonitoringStopHandler("eval/accuracy").mode == "max"
     assert gyre.early_stopping("val/acc", patience=1).mode == "max"
+
+
+def test_a_restored_best_state_saves_again_before_the_loop_ends():
+    """A run resumed from a checkpoint saves its early stopping again (the next checkpoint)
+    before on_train_end gives the restored leaves their structure: the same leaves come back."""
+    es = gyre.early_stopping("loss", patience=2, restore_best_weights=True)
+    es.load_state_dict({"best": 0.5, "wait": 1, "best_leaves": [np.float32(1.0), np.float32(2.0)]})
+    again = gyre.early_stopping("loss", patience=2, restore_best_weights=True)
+    again.load_state_dict(es.state_dict())
+    restored = again.on_train_end({"a": np.float32(0.0), "b": np.float32(0.0)})
+    assert restored == {"a": 1.0, "b": 2.0}

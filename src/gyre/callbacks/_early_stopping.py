@@ -181,7 +181,8 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
             "best": self.best, "best_step": self.best_step, "wait": self.wait, "evaluations": self.evaluations,
             "since": None if self.since is None else self.since.to_dict(),
             "stopped_step": self.stopped_step,
-            "best_leaves": None if best is None else jax.tree_util.tree_leaves(best),
+            "best_leaves": None if best is None else best.leaves if isinstance(best, _Leaves)
+            else jax.tree_util.tree_leaves(best),  # restored leaves not yet given their structure
         }
 
     def load_state_dict(self, values: dict[str, Any]) -> None:
