@@ -252,3 +252,11 @@ def test_a_restored_best_state_saves_again_before_the_loop_ends():
     again.load_state_dict(es.state_dict())
     restored = again.on_train_end({"a": np.float32(0.0), "b": np.float32(0.0)})
     assert restored == {"a": 1.0, "b": 2.0}
+
+
+def test_a_baseline_with_a_shape_but_no_dtype_is_explained():
+    class Shaped:
+        shape = ()
+
+    with pytest.raises(ValueError, match="baseline must be a number or None"):
+        gyre.early_stopping("loss", patience=1, baseline=Shaped())

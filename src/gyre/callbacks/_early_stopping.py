@@ -23,7 +23,7 @@ def _check_baseline(baseline: Any) -> float | None:
     number = None
     if isinstance(baseline, numbers.Real) and not isinstance(baseline, (bool, np.bool_)):
         number = float(baseline)
-    elif getattr(baseline, "shape", None) == () and getattr(getattr(baseline, "dtype", None), "kind", "") in "iuf":
+    elif getattr(baseline, "shape", None) == () and getattr(getattr(baseline, "dtype", None), "kind", "") in ("i", "u", "f"):
         number = float(baseline)  # a 0-d numpy or JAX number, read once here
     if number is None or math.isnan(number):
         raise ValueError(explain(
