@@ -54,3 +54,15 @@ def test_a_missing_metric_is_said_once_with_the_name_meant(caplog):
     assert len(said) == 1
     assert "'los' is not available in the outputs dictionary (it holds ['loss'])" in said[0]
     assert "Did you mean 'loss'?" in said[0]
+
+
+def test_the_handler_keeps_jaxloops_patience_counter():
+    """jaxloop's own tests read ``_patience_left``: checks left before the stop."""
+    handler = jaxloop.MetricMonitoringStopHandler("loss", patience=3)
+    handler.update_state(1.0, 10)
+    assert handler._patience_left == 3
+    handler.update_state(2.0, 20)
+    handler.update_state(2.0, 30)
+    assert handler._patience_left == 1 and not handler.should_stop()
+    handler.update_state(0.5, 40)
+    assert handler._patience_left == 3

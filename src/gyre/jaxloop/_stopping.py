@@ -102,6 +102,11 @@ class MetricMonitoringStopHandler(Improvement):
         """``(best_metric, best_step)``."""
         return self.best, self.best_step
 
+    @property
+    def _patience_left(self) -> int:
+        """jaxloop's own counter (its tests read it): checks left before the stop."""
+        return self.patience - self.wait
+
 
 class EarlyStoppingAction(Action):
     """Raises :class:`StopTrainingError` when the handler says to stop (or the metric, the mean of
