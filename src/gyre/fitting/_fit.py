@@ -190,14 +190,10 @@ def fit(
     if isinstance(save_every_minutes, bool) or not isinstance(save_every_minutes, (int, float)) or not (
         save_every_minutes >= 0
     ):
-        raise ValueError(
-            explain(
-                "fit needs save_every_minutes >= 0",
-                expected="save_every_minutes=10 (minutes between checkpoints), or 0 for every epoch's end",
-                received=describe(save_every_minutes),
-                fix="pass save_every_minutes=10",
-            )
-        )
+        raise ValueError(explain(
+            "fit needs save_every_minutes >= 0",
+            expected="save_every_minutes=10 (minutes between checkpoints), or 0 for every epoch's end",
+            received=describe(save_every_minutes), fix="pass save_every_minutes=10"))
     evaluations = [
         _evaluation(eval_step, ds, name, chosen, batch_size_fn)  # type: ignore[arg-type]
         for ds, name in ((test_ds, "test"), (val_ds, "val")) if ds is not None
@@ -276,24 +272,17 @@ def _check_run_options(log_name: Any, hparams: Any) -> None:
         not isinstance(log_name, str) or log_name in ("", ".", "..")
         or any(sep in log_name for sep in ("/", "\\", os.sep)) or os.path.isabs(log_name)
     ):
-        raise ValueError(
-            explain(
-                "fit's log_name must be one folder name inside log_dir (the run's folder)",
-                expected="a name such as log_name='mnist' (no '/', '\\', '..' or absolute path)",
-                received=f"log_name={log_name!r}",
-                fix="pass the parent folder as log_dir= and the run's name as log_name=, e.g. "
-                "log_dir='runs', log_name='mnist'",
-            )
-        )
+        raise ValueError(explain(
+            "fit's log_name must be one folder name inside log_dir (the run's folder)",
+            expected="a name such as log_name='mnist' (no '/', '\\', '..' or absolute path)",
+            received=f"log_name={log_name!r}",
+            fix="pass the parent folder as log_dir= and the run's name as log_name=, e.g. "
+            "log_dir='runs', log_name='mnist'"))
     if hparams is not None and not (isinstance(hparams, Mapping) and all(isinstance(k, str) for k in hparams)):
-        raise TypeError(
-            explain(
-                "fit's hparams must map names to values (written to TensorBoard after training)",
-                expected="a dict such as hparams={'lr': 0.01, 'batch_size': 64}",
-                received=describe(hparams),
-                fix="name each hyperparameter: hparams={'lr': 0.01}",
-            )
-        )
+        raise TypeError(explain(
+            "fit's hparams must map names to values (written to TensorBoard after training)",
+            expected="a dict such as hparams={'lr': 0.01, 'batch_size': 64}", received=describe(hparams),
+            fix="name each hyperparameter: hparams={'lr': 0.01}"))
 
 
 def _check_arguments(
@@ -303,14 +292,10 @@ def _check_arguments(
         missing = "a gyre.TrainState" if not isinstance(state, TrainState) else (
             "apply_fn" if state.apply_fn is None else "tx"
         )
-        raise TypeError(
-            explain(
-                f"fit needs a gyre.TrainState with apply_fn and tx (missing: {missing})",
-                expected="gyre.TrainState.create(apply_fn=model.apply, params=..., tx=optax.adam(1e-3))",
-                received=describe(state),
-                fix="create the state with apply_fn=model.apply and an optax optimizer tx=",
-            )
-        )
+        raise TypeError(explain(
+            f"fit needs a gyre.TrainState with apply_fn and tx (missing: {missing})",
+            expected="gyre.TrainState.create(apply_fn=model.apply, params=..., tx=optax.adam(1e-3))",
+            received=describe(state), fix="create the state with apply_fn=model.apply and an optax optimizer tx="))
     epochs = whole(num_epochs, "num_epochs", minimum=1, problem="fit needs num_epochs >= 1",
                    expected="num_epochs=10", fix="pass a whole number of epochs, e.g. num_epochs=10")
     whole(eval_freq, "eval_freq", minimum=1, problem="fit needs eval_freq >= 1 (epochs between evaluations)",
@@ -327,23 +312,15 @@ def _check_arguments(
             continue
         refuse_sources(ds, name)
         if eval_step is None:
-            raise ValueError(
-                explain(
-                    f"fit got {name} but no eval_step to run on it",
-                    expected="eval_step=lambda state, batch: accuracy (a scalar or a dict of them)",
-                    received=f"{name}={describe(ds, 60)}, eval_step=None",
-                    fix=f"pass eval_step=, or leave {name} out",
-                )
-            )
+            raise ValueError(explain(
+                f"fit got {name} but no eval_step to run on it",
+                expected="eval_step=lambda state, batch: accuracy (a scalar or a dict of them)",
+                received=f"{name}={describe(ds, 60)}, eval_step=None", fix=f"pass eval_step=, or leave {name} out"))
         if is_iterator(ds):
-            raise TypeError(
-                explain(
-                    f"fit iterates {name} once per evaluation, and it is an iterator (one pass only)",
-                    expected="a list of (x, y) batches, a loader, or gyre.data.batches(..., epochs=1)",
-                    received=describe(ds),
-                    fix=f"pass a list: {name}=list(batches)",
-                )
-            )
+            raise TypeError(explain(
+                f"fit iterates {name} once per evaluation, and it is an iterator (one pass only)",
+                expected="a list of (x, y) batches, a loader, or gyre.data.batches(..., epochs=1)",
+                received=describe(ds), fix=f"pass a list: {name}=list(batches)"))
     return epochs
 
 
@@ -359,14 +336,11 @@ def eval_entries(out: Any) -> dict[str, Any]:
     for name, value in entries.items():
         if isinstance(value, (tuple, list, Mapping)) or jnp.ndim(value) != 0:
             shape = getattr(value, "shape", None)
-            raise TypeError(
-                explain(
-                    f"eval_step returned a non-scalar for {name!r}",
-                    expected="a scalar metric (the batch's mean) or a dict {name: scalar}",
-                    received=describe(value) + (f" of shape {tuple(shape)}" if shape is not None else ""),
-                    fix="reduce it over the batch: return jnp.mean(correct)",
-                )
-            )
+            raise TypeError(explain(
+                f"eval_step returned a non-scalar for {name!r}",
+                expected="a scalar metric (the batch's mean) or a dict {name: scalar}",
+                received=describe(value) + (f" of shape {tuple(shape)}" if shape is not None else ""),
+                fix="reduce it over the batch: return jnp.mean(correct)"))
     return entries
 
 
@@ -432,15 +406,11 @@ def _call_eval(eval_step: Callable[..., Any], name: str, state: Any, batch: Any,
             raise explained from err
         raise
     if result is None:
-        raise TypeError(
-            explain(
-                "eval_step returned None",
-                expected="a metric (e.g. jnp.mean(predictions == labels)) or a dict of metrics",
-                received="None",
-                fix="end eval_step with `return accuracy` or `return {'accuracy': accuracy}` "
-                "(a missing return gives None)",
-            )
-        )
+        raise TypeError(explain(
+            "eval_step returned None",
+            expected="a metric (e.g. jnp.mean(predictions == labels)) or a dict of metrics", received="None",
+            fix="end eval_step with `return accuracy` or `return {'accuracy': accuracy}` "
+            "(a missing return gives None)"))
     return result
 
 
@@ -451,14 +421,11 @@ def _check_eval_signature(eval_step: Any) -> None:
     except (TypeError, ValueError):
         return
     if names == ["batch", "state"]:
-        raise TypeError(
-            explain(
-                "eval_step takes (batch, state), but fit calls eval_step(state, batch)",
-                expected="def eval_step(state, batch): ... (the state first, as Jax Fit's)",
-                received=f"eval_step{inspect.signature(eval_step)}",
-                fix="swap the two parameters: def eval_step(state, batch)",
-            )
-        )
+        raise TypeError(explain(
+            "eval_step takes (batch, state), but fit calls eval_step(state, batch)",
+            expected="def eval_step(state, batch): ... (the state first, as Jax Fit's)",
+            received=f"eval_step{inspect.signature(eval_step)}",
+            fix="swap the two parameters: def eval_step(state, batch)"))
 
 
 def _unranked_save(ckpt: Any) -> Callable[[Any], None]:
@@ -489,14 +456,10 @@ def _monitor_name(monitor: str | None, names: list[str]) -> str:
         return f"{names[0]}_val"
     base = monitor[: -len("_val")] if monitor.endswith("_val") else monitor
     if base not in names:
-        raise ValueError(
-            explain(
-                f"fit: monitor={monitor!r} is not a metric of eval_step",
-                expected=f"one of {names} (the validation entries are {[n + '_val' for n in names]})",
-                received=repr(monitor),
-                fix=f"pass monitor={names[0]!r}",
-            )
-        )
+        raise ValueError(explain(
+            f"fit: monitor={monitor!r} is not a metric of eval_step",
+            expected=f"one of {names} (the validation entries are {[n + '_val' for n in names]})",
+            received=repr(monitor), fix=f"pass monitor={names[0]!r}"))
     return f"{base}_val"
 
 

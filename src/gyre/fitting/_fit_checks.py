@@ -31,24 +31,17 @@ def split_batch(batch: Any) -> tuple[Any, Any]:
     if isinstance(batch, Mapping):
         keys = list(batch)
         pair = ", ".join(f"b[{k!r}]" for k in keys[:2]) if len(keys) >= 2 else "b['image'], b['label']"
-        raise TypeError(
-            explain(
-                "fit trains on (x, labels) batches, and train_ds gives dicts",
-                expected="each batch a pair (x, labels), as Jax Fit's: the model's input and the labels loss_fn gets",
-                received=f"a dict batch with keys {keys}",
-                fix=f"map each batch to a pair: train_ds = [({pair}) for b in ds] for a list; for "
-                f"tf.data, ds.map(lambda b: ({pair})) (eval_step gets the batches "
-                "of test_ds as they are: a dict there is yours to read)",
-            )
-        )
-    raise TypeError(
-        explain(
-            "fit trains on (x, labels) batches",
-            expected="each batch of train_ds a pair (x, labels)",
-            received=f"a batch {describe(batch, 60)}",
-            fix="give train_ds batches of two elements: [(x, y), ...] or gyre.data.batches((x, y), 64)",
-        )
-    )
+        raise TypeError(explain(
+            "fit trains on (x, labels) batches, and train_ds gives dicts",
+            expected="each batch a pair (x, labels), as Jax Fit's: the model's input and the labels loss_fn gets",
+            received=f"a dict batch with keys {keys}",
+            fix=f"map each batch to a pair: train_ds = [({pair}) for b in ds] for a list; for "
+            f"tf.data, ds.map(lambda b: ({pair})) (eval_step gets the batches "
+            "of test_ds as they are: a dict there is yours to read)"))
+    raise TypeError(explain(
+        "fit trains on (x, labels) batches",
+        expected="each batch of train_ds a pair (x, labels)", received=f"a batch {describe(batch, 60)}",
+        fix="give train_ds batches of two elements: [(x, y), ...] or gyre.data.batches((x, y), 64)"))
 
 
 def check_labels(logits: Any, labels: Any) -> None:
@@ -63,20 +56,17 @@ def check_labels(logits: Any, labels: Any) -> None:
     if len(lo) < 2 or len(la) != len(lo) or la[:-1] != lo[:-1] or la[-1] != 1 or lo[-1] == 1:
         return
     classes, flat = lo[-1], la[:-1]
-    raise ValueError(
-        explain(
-            f"fit: labels of shape {la} against logits of shape {lo}: a one-hot loss "
-            f"(optax.softmax_cross_entropy) broadcasts that one column over the {classes} classes "
-            "and trains at chance, without an error",
-            expected=f"integer class labels of shape {flat} (softmax_cross_entropy_with_integer_labels), "
-            f"or one-hot labels of shape {lo}",
-            received=f"labels {la} ({labels.dtype}), logits {lo}",
-            fix="flatten the labels where the batches are made: y.reshape(-1) (a (N, 1) column "
-            f"of class indices becomes (N,)); for a one-hot loss, jax.nn.one_hot(labels, {classes}) "
-            "inside loss_fn. A loss_fn that indexes the logits with (B, 1) labels on purpose "
-            "(take_along_axis) takes them flat and adds the axis itself",
-        )
-    )
+    raise ValueError(explain(
+        f"fit: labels of shape {la} against logits of shape {lo}: a one-hot loss "
+        f"(optax.softmax_cross_entropy) broadcasts that one column over the {classes} classes "
+        "and trains at chance, without an error",
+        expected=f"integer class labels of shape {flat} (softmax_cross_entropy_with_integer_labels), "
+        f"or one-hot labels of shape {lo}",
+        received=f"labels {la} ({labels.dtype}), logits {lo}",
+        fix="flatten the labels where the batches are made: y.reshape(-1) (a (N, 1) column "
+        f"of class indices becomes (N,)); for a one-hot loss, jax.nn.one_hot(labels, {classes}) "
+        "inside loss_fn. A loss_fn that indexes the logits with (B, 1) labels on purpose "
+        "(take_along_axis) takes them flat and adds the axis itself"))
 
 
 def _single(tree: Any) -> Any:
@@ -108,15 +98,12 @@ def refuse_array_pair(train_ds: Any) -> None:
     """``train_ds=(x, y)`` arrays: explained (fit trains on batches it does not choose)."""
     if is_pair_of_arrays(train_ds):
         x, y = train_ds
-        raise TypeError(
-            explain(
-                "fit trains on batches, and train_ds is a pair of arrays",
-                expected="an iterable of (x, labels) batches: a list, a loader, or gyre.data.batches",
-                received=f"(x, y) of shapes {tuple(x.shape)} and {tuple(y.shape)}",
-                fix="batch them: train_ds=gyre.data.batches((x, y), 64) (shuffled each epoch, "
-                "resumable); test_ds=(x, y) and val_ds=(x, y) are evaluated as they are",
-            )
-        )
+        raise TypeError(explain(
+            "fit trains on batches, and train_ds is a pair of arrays",
+            expected="an iterable of (x, labels) batches: a list, a loader, or gyre.data.batches",
+            received=f"(x, y) of shapes {tuple(x.shape)} and {tuple(y.shape)}",
+            fix="batch them: train_ds=gyre.data.batches((x, y), 64) (shuffled each epoch, "
+            "resumable); test_ds=(x, y) and val_ds=(x, y) are evaluated as they are"))
 
 
 def _strings(obj: Any, seen: set[int], depth: int = 0) -> Iterable[str]:
@@ -161,14 +148,11 @@ def optimizer_error(err: Exception, tx: Any) -> TypeError | None:
     if not found:
         return None
     shown = ", ".join(repr(s) for s in found[:3])
-    return TypeError(
-        explain(
-            "fit: the optimizer holds a number given as a string",
-            expected="numbers (or optax schedules) for its hyperparameters: optax.adam(1e-3)",
-            received=f"string values {shown} in state.tx (optax.adam('1e-3') keeps -1 * '1e-3', "
-            f"the empty string, as its step size); the update raised {type(err).__name__}: {err}",
-            fix="pass numbers: optax.adam(1e-3), or float(text) for a value read from a file or "
-            "the command line",
-        )
-    )
+    return TypeError(explain(
+        "fit: the optimizer holds a number given as a string",
+        expected="numbers (or optax schedules) for its hyperparameters: optax.adam(1e-3)",
+        received=f"string values {shown} in state.tx (optax.adam('1e-3') keeps -1 * '1e-3', "
+        f"the empty string, as its step size); the update raised {type(err).__name__}: {err}",
+        fix="pass numbers: optax.adam(1e-3), or float(text) for a value read from a file or "
+        "the command line"))
 

@@ -212,16 +212,13 @@ def model_shape_error(err: Exception, batch: Any, where: str) -> ValueError | No
     if match is None:
         return None
     name, layer, wanted, has = match.group("name", "layer", "wanted", "has")
-    return ValueError(
-        explain(
-            f"the model cannot take its input: layer {layer}'s {name!r} has shape {has}, and the input "
-            f"asks for {wanted} (in {where})",
-            expected=f"batches of the shapes the model was initialised with (its {name!r} of shape {has})",
-            received=f"a batch with leaves of shapes {leaf_shapes(batch)}",
-            fix="initialise the model with a batch of this data (model.init(key, x[:1])), or reshape the "
-            "batches to the model's input",
-        )
-    )
+    return ValueError(explain(
+        f"the model cannot take its input: layer {layer}'s {name!r} has shape {has}, and the input "
+        f"asks for {wanted} (in {where})",
+        expected=f"batches of the shapes the model was initialised with (its {name!r} of shape {has})",
+        received=f"a batch with leaves of shapes {leaf_shapes(batch)}",
+        fix="initialise the model with a batch of this data (model.init(key, x[:1])), or reshape the "
+        "batches to the model's input"))
 
 
 def apply_error_fix(err: Exception) -> str | None:
@@ -315,18 +312,15 @@ def check_split(strategy: Strategy, train_ds: Any) -> None:
         rows = infer_batch_size(batch, strict=False, default=0)
         if rows % share:
             lower, upper = rows - rows % share, rows + share - rows % share
-            raise ValueError(
-                explain(
-                    f"fit: a training batch of {rows} examples cannot be split over the {share} devices "
-                    f"of strategy {strategy.name!r}",
-                    expected=f"every training batch a multiple of {share} examples (each device gets "
-                    f"batch_size / {share})",
-                    received=f"batch {index} of train_ds with {rows} examples",
-                    fix=f"use a batch size of {upper}" + (f" or {lower}" if lower else "")
-                    + " (gyre.data.batches(..., drop_remainder=True) drops a smaller last batch), "
-                    "or strategy='jit'",
-                )
-            )
+            raise ValueError(explain(
+                f"fit: a training batch of {rows} examples cannot be split over the {share} devices "
+                f"of strategy {strategy.name!r}",
+                expected=f"every training batch a multiple of {share} examples (each device gets "
+                f"batch_size / {share})",
+                received=f"batch {index} of train_ds with {rows} examples",
+                fix=f"use a batch size of {upper}" + (f" or {lower}" if lower else "")
+                + " (gyre.data.batches(..., drop_remainder=True) drops a smaller last batch), "
+                "or strategy='jit'"))
 
 
 _STEPS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()

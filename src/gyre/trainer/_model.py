@@ -21,15 +21,12 @@ def model_mode_of(model: Any) -> str:
     mode = framework_of(model)
     if mode in ("nnx", "linen"):
         return mode
-    raise TypeError(
-        explain(
-            "the trainer's model must be a flax module",
-            expected="an nnx.Module instance (model_mode='nnx') or a linen.Module (model_mode='linen')",
-            received=describe(model),
-            fix="build the model with flax, e.g. nnx.Linear(64, 10, rngs=nnx.Rngs(0)), or register "
-            "a model class with @gyre.config.register_model and name it in the config",
-        )
-    )
+    raise TypeError(explain(
+        "the trainer's model must be a flax module",
+        expected="an nnx.Module instance (model_mode='nnx') or a linen.Module (model_mode='linen')",
+        received=describe(model),
+        fix="build the model with flax, e.g. nnx.Linear(64, 10, rngs=nnx.Rngs(0)), or register "
+        "a model class with @gyre.config.register_model and name it in the config"))
 
 
 def lazy_init_nnx(module: Any, exmp_input: Any) -> bool:
@@ -46,16 +43,13 @@ def lazy_init_nnx(module: Any, exmp_input: Any) -> bool:
     try:
         nnx.bridge.lazy_init(module, exmp_input)
     except Exception as err:
-        raise ValueError(
-            explain(
-                f"the model's bridged linen layers could not be initialised from the example input "
-                f"({type(err).__name__}: {err})",
-                expected="an example input the model can be called on (the input of a batch: model(input))",
-                received=describe(exmp_input),
-                fix="pass exmp_input=next(iter(train_loader)) (a batch whose input the model takes), or "
-                "override batch_to_input(self, batch) to return the model's input",
-            )
-        ) from err
+        raise ValueError(explain(
+            f"the model's bridged linen layers could not be initialised from the example input "
+            f"({type(err).__name__}: {err})",
+            expected="an example input the model can be called on (the input of a batch: model(input))",
+            received=describe(exmp_input),
+            fix="pass exmp_input=next(iter(train_loader)) (a batch whose input the model takes), or "
+            "override batch_to_input(self, batch) to return the model's input")) from err
     return True
 
 

@@ -204,7 +204,7 @@ class TrainerModule:
         raise NotImplementedError(explain(
             "the trainer has no loss function",
             expected="a subclass of gyre.TrainerModule defining loss_function(self, model, batch, train) "
-            "(nnx) or loss_function_linen(self, params, state, batch, rng, train) (linen)",
+        "(nnx) or loss_function_linen(self, params, state, batch, rng, train) (linen)",
             received=f"{type(self).__name__} without it",
             fix="def loss_function(self, model, batch, train=True): ... return loss, {'acc': acc}"))
 
@@ -220,10 +220,10 @@ class TrainerModule:
         raise NotImplementedError(explain(
             "the trainer has no linen loss function",
             expected="a subclass of gyre.TrainerModule defining loss_function_linen(self, params, state, "
-            "batch, rng, train) for a linen model",
+        "batch, rng, train) for a linen model",
             received=f"{type(self).__name__} without it",
             fix="def loss_function_linen(self, params, state, batch, rng, train=True): logits, mutable = "
-            "self.model_linen_apply(params, state, batch[0], rng, train); ... return loss, (mutable, metrics)"))
+        "self.model_linen_apply(params, state, batch[0], rng, train); ... return loss, (mutable, metrics)"))
 
     def model_linen_apply(self, params: Any, state: Any, input: Any, rng: jax.Array, train: bool = True) -> tuple[Any, Any]:  # noqa: A002
         """Runs the linen model: ``(outputs, mutable_variables)``; ``rng`` is the dropout key.
@@ -300,8 +300,7 @@ class TrainerModule:
             if exmp_input is None:
                 raise ValueError(explain(
                     "a linen model needs an example input to be built",
-                    expected="exmp_batch=<a batch>",
-                    received="none (and the checkpoint records no input shape)",
+                    expected="exmp_batch=<a batch>", received="none (and the checkpoint records no input shape)",
                     fix="pass exmp_batch=next(iter(test_loader))"))
             params, model_state = self._adapter.init(key, exmp_input)
         leaves = jax.tree_util.tree_leaves(exmp_input)

@@ -155,14 +155,10 @@ def build_dataset(config: Any) -> Any:
     dataset = DATASETS.get(name, where="dataset.class_name")(**kwargs)
     missing = [a for a in ("train_loader", "val_loader", "test_loader") if not hasattr(dataset, a)]
     if missing:
-        raise TypeError(
-            explain(
-                f"the dataset {name!r} has no {', '.join(missing)}",
-                expected="a registered dataset with train_loader, val_loader and test_loader attributes",
-                received=f"{describe(dataset)}",
-                fix=f"give {name} those attributes (see gyre.trainer.DigitsDataset)",
-            )
-        )
+        raise TypeError(explain(
+            f"the dataset {name!r} has no {', '.join(missing)}",
+            expected="a registered dataset with train_loader, val_loader and test_loader attributes",
+            received=f"{describe(dataset)}", fix=f"give {name} those attributes (see gyre.trainer.DigitsDataset)"))
     return dataset
 
 

@@ -19,14 +19,9 @@ LOG_FILE = "run.log"
 
 def _level(key: str, name: object) -> int:
     if name not in LEVELS:
-        raise ValueError(
-            explain(
-                f"trainer.logger.{key} must be one of {', '.join(LEVELS)}",
-                expected="debug, info, warning or error",
-                received=describe(name),
-                fix=f"write {key}: warning",
-            )
-        )
+        raise ValueError(explain(
+            f"trainer.logger.{key} must be one of {', '.join(LEVELS)}",
+            expected="debug, info, warning or error", received=describe(name), fix=f"write {key}: warning"))
     return LEVELS[name]  # type: ignore[index]
 
 

@@ -38,23 +38,16 @@ def loss_output(out: Any, *, mode: str, name: str) -> tuple[Any, Mapping[str, An
     good_loss = isinstance(loss, (jax.Array, float, int)) and not isinstance(loss, bool) and jnp.ndim(loss) == 0
     if not good_loss or not isinstance(metrics, Mapping):
         shape = "loss, (mutable_variables, metrics)" if mode == "linen" else "loss, metrics"
-        raise TypeError(
-            explain(
-                f"{name} returned no scalar loss",
-                expected=f"a scalar loss, or ({shape}) with metrics a dict of name -> value",
-                received=_described(out),
-                fix=f"end {name} with `return loss, {{'acc': acc}}`, loss a 0-d array (e.g. .mean())",
-            )
-        )
+        raise TypeError(explain(
+            f"{name} returned no scalar loss",
+            expected=f"a scalar loss, or ({shape}) with metrics a dict of name -> value", received=_described(out),
+            fix=f"end {name} with `return loss, {{'acc': acc}}`, loss a 0-d array (e.g. .mean())"))
     if "loss" in metrics:
-        raise ValueError(
-            explain(
-                f"{name}'s metrics hold a key 'loss'",
-                expected="metrics other than the loss (the trainer logs the returned loss as 'loss')",
-                received=f"metric keys {sorted(metrics)}",
-                fix="rename the metric, or return the loss only as the first value",
-            )
-        )
+        raise ValueError(explain(
+            f"{name}'s metrics hold a key 'loss'",
+            expected="metrics other than the loss (the trainer logs the returned loss as 'loss')",
+            received=f"metric keys {sorted(metrics)}",
+            fix="rename the metric, or return the loss only as the first value"))
     return loss, dict(metrics), mutable
 
 

@@ -45,16 +45,13 @@ def named_loaders(loader: Any, phase: str) -> list[tuple[str, Any]]:
     bad = [k for k, v in loader.items() if not isinstance(k, str) or not _MODE.match(f"{phase}_{k}")
            or hasattr(v, "shape") or not hasattr(v, "__iter__")]
     if not loader or bad:
-        raise TypeError(
-            explain(
-                f"a dict given as the {phase} loader must map names to loaders",
-                expected=f"{{'{phase}': loader, 'ood': other_loader}}: lowercase names (letters, digits, _), each "
-                "an iterable of batches (the first is logged as '" + phase + "/...', the others as '"
-                + phase + "_<name>/...')",
-                received="an empty dict" if not loader else f"entries {bad[:3]!r} ({describe(loader[bad[0]])})",
-                fix="pass one loader, or a dict of named loaders; a batch dict goes inside a list: [{'x': ..., 'y': ...}]",
-            )
-        )
+        raise TypeError(explain(
+            f"a dict given as the {phase} loader must map names to loaders",
+            expected=f"{{'{phase}': loader, 'ood': other_loader}}: lowercase names (letters, digits, _), each "
+            "an iterable of batches (the first is logged as '" + phase + "/...', the others as '"
+            + phase + "_<name>/...')",
+            received="an empty dict" if not loader else f"entries {bad[:3]!r} ({describe(loader[bad[0]])})",
+            fix="pass one loader, or a dict of named loaders; a batch dict goes inside a list: [{'x': ..., 'y': ...}]"))
     names = list(loader)
     return [(phase if i == 0 else f"{phase}_{name}", loader[name]) for i, name in enumerate(names)]
 
@@ -117,14 +114,10 @@ def evaluate(trainer: Any, loader: Any, mode: str, state: Any) -> dict[str, Any]
                 concat = {k: v[:real] if jnp.ndim(v) and jnp.shape(v)[0] == len(mask) else v for k, v in concat.items()}
         collector.add(concat)
     if acc is None:
-        raise ValueError(
-            explain(
-                f"the {mode} loader gave no batch",
-                expected="at least one batch",
-                received=f"an empty {type(loader).__name__}",
-                fix=f"check the {mode} split (its size and batch size)",
-            )
-        )
+        raise ValueError(explain(
+            f"the {mode} loader gave no batch",
+            expected="at least one batch", received=f"an empty {type(loader).__name__}",
+            fix=f"check the {mode} split (its size and batch size)"))
     compute = trainer._compiled.get("compute")
     if compute is None:
         compute = trainer._compiled["compute"] = jax.jit(lambda a: a.compute())
