@@ -15,10 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from gyre.config._registry import register_callback
-from gyre.core._checks import require, whole
+from gyre.core._checks import whole
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest
 from gyre.core._host import fetch
 from gyre.trainer._callback import Callback
+from gyre.trainer._media import matplotlib_canvas
 
 SUFFIX = "conf_matrix"
 FOLDER = "confusion_matrix"
@@ -162,7 +163,7 @@ class ConfusionMatrixCallback(Callback):
 
     def _render(self, matrix: np.ndarray, key: str, epoch_idx: int) -> np.ndarray:
         """The picture as an (height, width, 4) uint8 RGBA array."""
-        figure, agg = _matplotlib()
+        figure, agg = matplotlib_canvas("ConfusionMatrixCallback")
         import matplotlib
 
         try:
@@ -207,12 +208,6 @@ def _cell(value: float, fmt: str) -> str:
     if fmt.endswith(("d", "x", "X", "o", "b", "c")):
         return format(int(round(float(value))), fmt)
     return format(float(value), fmt)
-
-
-def _matplotlib() -> tuple[Any, Any]:
-    """matplotlib's ``Figure`` and Agg canvas, or an ImportError naming the extra."""
-    figure = require("matplotlib.figure", "ConfusionMatrixCallback", extra="plot")
-    return figure.Figure, require("matplotlib.backends.backend_agg", "ConfusionMatrixCallback", extra="plot").FigureCanvasAgg
 
 
 def _save_png(path: pathlib.Path, rgba: np.ndarray) -> None:

@@ -15,10 +15,16 @@ from gyre.core._checks import require
 from gyre.core._errors import describe, explain
 
 
+def matplotlib_canvas(who: str) -> tuple[Any, Any]:
+    """matplotlib's ``Figure`` and Agg canvas (no pyplot, the user's backend untouched), or an
+    ImportError saying that ``who`` needs the extra."""
+    figure = require("matplotlib.figure", who, extra="plot")
+    return figure.Figure, require("matplotlib.backends.backend_agg", who, extra="plot").FigureCanvasAgg
+
+
 def figure_image(figure: Any) -> np.ndarray:
     """A matplotlib figure drawn as an ``(height, width, 3)`` uint8 RGB image."""
-    Figure = require("matplotlib.figure", "log_figure", extra="plot").Figure
-    FigureCanvasAgg = require("matplotlib.backends.backend_agg", "log_figure", extra="plot").FigureCanvasAgg
+    Figure, FigureCanvasAgg = matplotlib_canvas("log_figure")
     if not isinstance(figure, Figure):
         raise TypeError(explain(
             "log_figure takes a matplotlib figure",
