@@ -5,7 +5,7 @@ and a Keras progress bar last (so it shows what the step logged). The seed's ``.
 filled in with a small flax model on flax's ``TrainState``.
 
 What changed from the seed: ``import gyre as ciclo``; the data (scikit-learn's digits as 8x8x1
-images, ``_digits.py``); ``logdir/model`` is under this run's folder; and the history is
+images, ``_from_ciclo.py``); ``logdir/model`` is under this run's folder; and the history is
 plotted to ``history.png`` at the end (not in the seed).
 
     python examples/from_ciclo/loop_language.py
@@ -20,7 +20,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
-from _digits import make_workdir, train_dataset
+from _from_ciclo import make_workdir, train_dataset
 from flax.training.train_state import TrainState
 
 import gyre as ciclo  # ciclo: import ciclo

@@ -8,7 +8,7 @@ The train and test steps go under the named schedules ``on_train_step`` and ``on
 (a dict of the parameters and the optax state), the model a small flax MLP.
 
 What changed from the seed: ``import gyre as ciclo``; the data (scikit-learn's digits as 8x8x1
-images, ``_digits.py``); ``logdir/model`` is under this run's folder.
+images, ``_from_ciclo.py``); ``logdir/model`` is under this run's folder.
 
     python examples/from_ciclo/train_loop.py
 
@@ -22,7 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
-from _digits import get_test_dataset, make_workdir, train_dataset
+from _from_ciclo import get_test_dataset, make_workdir, train_dataset
 
 import gyre as ciclo  # ciclo: import ciclo
 
