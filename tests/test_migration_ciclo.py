@@ -27,7 +27,7 @@ def load(monkeypatch):
     def load(name):
         import importlib
 
-        for module in SHARED:  # another folder's module of the same name must not answer
+        for module in (*SHARED, name):  # another folder's module of the same name must not answer
             sys.modules.pop(module, None)
         loaded.append(name)
         return importlib.import_module(name)
