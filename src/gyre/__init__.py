@@ -112,7 +112,7 @@ from gyre.steps import Policy as Policy
 from gyre.steps import Step as Step
 from gyre.steps import managed as managed
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place it is written: pyproject.toml reads it from here
 
 from gyre.fitting import fit as fit
 from gyre.trainer import TrainerModule as TrainerModule
