@@ -200,8 +200,8 @@ def test_the_wheel_and_sdist_build_and_the_wheel_runs_gyre_fit_in_a_fresh_enviro
     where = run("python", "-c", "import importlib.util as u, sys; print(u.find_spec('gyre').origin, sys.prefix);"
                 f"print([n for n in {NOT_DECLARED!r} if u.find_spec(n)])")  # fmt: skip
     assert where.returncode == 0, where.stderr
-    origin, prefix = where.stdout.split("\n")[0].split()
-    assert origin.startswith(str(venv)) and prefix == str(venv), where.stdout  # the wheel, not src/
+    origin, prefix = (pathlib.Path(p).resolve() for p in where.stdout.split("\n")[0].split())
+    assert origin.is_relative_to(venv.resolve()) and prefix == venv.resolve(), where.stdout  # not src/
     assert where.stdout.split("\n")[1] == "[]"  # only the declared closure is importable
 
     version = run("gyre", "--version")
