@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from gyre._version import __version__
+
+    parser.add_argument("--version", action="version", version=f"gyre {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     fit = commands.add_parser(
         "fit",
