@@ -183,3 +183,15 @@ def test_jax_fit_usage_runs_the_seeds_code(tmp_path, monkeypatch):
     assert len(history.collect("accuracy_test")) == 2  # eval_freq=1
     assert history.collect("accuracy_test")[-1] > 0.5
     assert (tmp_path / "mnist" / "checkpoints").is_dir() and list((tmp_path / "mnist").glob("events.out.tfevents.*"))
+
+
+def test_the_jax_fit_guides_block_in_one_screen_runs_as_written(tmp_path, monkeypatch):
+    text = (DOCS / "jax_fit.md").read_text()
+    code = text.split("## The three keys in one screen")[1].split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(tmp_path)  # fit writes under ./runs
+    namespace = {"print": lambda *a, **k: None}
+    exec(compile(code, "docs/migration/jax_fit.md", "exec"), namespace)
+    history = namespace["history"]
+    assert history.collect("accuracy_test")[-1] >= 0.9
+    assert len(history.collect("accuracy_val")) == 5
+    assert (tmp_path / "runs" / "digits").is_dir()

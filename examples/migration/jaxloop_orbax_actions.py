@@ -16,6 +16,7 @@ Writes ``checkpoints/`` and TensorBoard event files to ``runs/jaxloop_orbax_acti
 (``GYRE_EXAMPLE_WORKDIR=folder`` writes there instead).
 """
 
+# ruff: noqa: E402, I001  (the seed's cell keeps its imports where and as it has them)
 import os
 import sys
 
@@ -28,7 +29,7 @@ import gyre
 import gyre.data
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))  # gyre: examples/_digits_common.py
-from _digits_common import make_workdir  # gyre: runs/<example>/<timestamp>/  # noqa: E402
+from _digits_common import make_workdir  # gyre: runs/<example>/<timestamp>/
 
 
 class MLP(nn.Module):  # gyre: a small model for the digits (the seed's CNN: examples/09)
@@ -52,9 +53,9 @@ class DigitsStep(gyre.jaxloop.Step):  # gyre: the seed's MnistStep, without its 
 
 
 # %% The seed's snippet
-from orbax import checkpoint  # noqa: E402
-from gyre import jaxloop as actions  # gyre: was `from jaxloop import actions`  # noqa: E402
-from etils import epath  # noqa: E402
+from orbax import checkpoint
+from gyre import jaxloop as actions  # gyre: was `from jaxloop import actions`
+from etils import epath
 
 work_dir = make_workdir(os.environ.get('GYRE_EXAMPLE_WORKDIR'), 'jaxloop_orbax_actions')  # gyre: was tempfile.mkdtemp()
 work_dir = epath.Path(work_dir)
