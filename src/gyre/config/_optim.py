@@ -393,14 +393,3 @@ def learning_rate_of(opt_state: Any) -> jax.Array | None:
             return rate if isinstance(rate, jax.Array) else getattr(rate, "value", rate)
     return None
 
-
-__all__ = [
-    "SGD",
-    "Adam",
-    "AdamW",
-    "Lamb",
-    "assemble_optimizer",
-    "build_optimizer",
-    "learning_rate_of",
-    "optax_optimizers",
-]
