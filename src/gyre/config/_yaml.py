@@ -204,16 +204,11 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], overrides: S
             "overrides must be a list of 'dotted.key=value' strings",
             expected="e.g. ['trainer.train_epochs=3']", received=describe(overrides),
             fix=f"wrap it in a list: [{overrides!r}]"))
-    if isinstance(source, Mapping):
-        data = source
-    elif isinstance(source, (str, os.PathLike)) and not isinstance(source, bytes):
-        data = _read(source)
-    else:
-        raise TypeError(explain(
-            "load_config reads a YAML file or a mapping",
-            expected="a str or pathlib.Path of a YAML file, or a dict", received=describe(source),
-            fix="load_config('configs/digits.yaml')"))
-    data = plain(section_mapping(data, ""))
+    if not isinstance(source, Mapping):
+        source = _read(instance(source, "source", (str, os.PathLike), problem="load_config reads a YAML file or a mapping",
+                                expected="a str or pathlib.Path of a YAML file, or a dict",
+                                fix="load_config('configs/digits.yaml')"))
+    data = plain(section_mapping(source, ""))
     for override in overrides:
         apply_override(data, override)
     return Config.model_validate(data)
@@ -228,11 +223,8 @@ def config_to_dict(config: BaseModel) -> dict[str, Any]:
         >>> config_to_dict(TrainerConfig(train_epochs=2).logger)["log_steps_every"]
         50
     """
-    if not isinstance(config, BaseModel):
-        raise TypeError(explain(
-            "config_to_dict takes a validated config",
-            expected="a gyre.config.Config (from load_config)", received=describe(config),
-            fix="config_to_dict(load_config(path))"))
+    instance(config, "config", BaseModel, problem="config_to_dict takes a validated config",
+             expected="a gyre.config.Config (from load_config)", fix="config_to_dict(load_config(path))")
     return config.model_dump(mode="json")
 
 
