@@ -177,20 +177,10 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], overrides: S
         ConfigError: not YAML, not a mapping, a malformed override, or anything the schema refuses.
 
     Example:
-        >>> from gyre.config import register_dataset, register_model, register_optimizer
-        >>> from gyre.config import register_trainer
-        >>> @register_trainer("DocYamlTrainer")
-        ... class DocYamlTrainer: ...
-        >>> @register_model("DocYamlMLP")
-        ... def doc_mlp(width: int = 32, *, rngs=None): ...
-        >>> @register_optimizer("DocYamlSGD")
-        ... def doc_sgd(learning_rate: float, momentum: float = 0.0): ...
-        >>> @register_dataset("DocYamlDigits")
-        ... def doc_digits(batch_size: int = 64): ...
-        >>> data = {"trainer": {"class_name": "DocYamlTrainer", "train_epochs": 5},
-        ...         "model": {"class_name": "DocYamlMLP"},
-        ...         "optimizer": {"class_name": "DocYamlSGD", "learning_rate": 0.1},
-        ...         "dataset": {"class_name": "DocYamlDigits"}}
+        >>> data = {"trainer": {"train_epochs": 5},
+        ...         "model": {"class_name": "SimpleClassifier", "c_hid": 32, "num_classes": 10},
+        ...         "optimizer": {"class_name": "Adam", "learning_rate": 0.1},
+        ...         "dataset": {"class_name": "DigitsDataset"}}
         >>> config = load_config(data, ["trainer.train_epochs=3", "optimizer.learning_rate=1e-3"])
         >>> config.trainer.train_epochs, config.optimizer["learning_rate"]
         (3, 0.001)
