@@ -1017,3 +1017,21 @@ def test_resume_best_ranks_by_the_checksummed_record_not_orbaxs_metrics_file(tmp
             ckpt(gyre.Elapsed(steps=step), make_state(float(step)), gyre.logs().add_loss("loss", loss))
     change_a_digit(tmp_path / "2" / "metrics" / "metrics", '"loss": 0.')  # 0.9 -> 0.0, the best now
     assert gyre.checkpoint(tmp_path, monitor="loss").load_snapshot("best", target()).step == 1
+
+
+def test_a_script_that_ends_right_after_a_save_by_hand_keeps_its_checkpoint(tmp_path):
+    """ciclo's manual iteration saves by hand and may end at once: the background save finishes
+    before the interpreter shuts its thread pools (it used to leave only orbax's tmp folder)."""
+    import subprocess
+    import sys
+
+    script = ("import sys, gyre, jax.numpy as jnp\n"
+              "gyre.checkpoint(sys.argv[1])(gyre.Elapsed.create(), {'w': jnp.arange(3.0)})\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "ck")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    ckpt = gyre.checkpoint(tmp_path / "ck")
+    assert ckpt.latest_step() == 0
+    state, elapsed = ckpt.restore({"w": jnp.zeros(3)})
+    assert np.array_equal(state["w"], np.arange(3.0)) and elapsed.steps == 0
+    ckpt.close()

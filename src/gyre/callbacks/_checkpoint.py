@@ -10,7 +10,9 @@ unless this object resumed from them or ``overwrite=True``.
 
 from __future__ import annotations
 
+import concurrent.futures.thread  # noqa: F401  (its exit hook must be registered before ours)
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -26,6 +28,24 @@ from gyre.core._errors import describe, explain, flag, keywords_checked, warn
 from gyre.core._logs import Logs
 from gyre.engine._snapshot import Checkpointer, Snapshot
 from gyre.parallel.distributed import is_main_process
+
+_SAVING: set[Checkpoint] = set()  # with a save in flight: kept alive until it is on disk
+
+
+def _finish_saves_at_exit() -> None:
+    """Waits for every checkpoint's background saves when the program ends: a script that ends
+    right after ``ckpt(elapsed, state)`` keeps its checkpoint (orbax's threads would otherwise
+    find their executors shut and leave only a temporary folder)."""
+    for ckpt in list(_SAVING):
+        try:
+            ckpt.wait_until_finished()
+        except CheckpointError as err:  # the program is ending: say so, do not stop the other waits
+            warn(f"checkpoint: a save still in flight when the program ended failed: {err}", UserWarning)
+
+
+# CPython runs these hooks before it joins threads, in reverse order: so before
+# concurrent.futures' own hook refuses new work to its executors (orbax's saves use them).
+threading._register_atexit(_finish_saves_at_exit)  # type: ignore[attr-defined]
 
 
 class Checkpoint(Checkpointer):
@@ -273,6 +293,8 @@ class Checkpoint(Checkpointer):
         with self._failures():
             self._store.save(snapshot, metrics=metrics, checksums=self.checksums, wait=wait)
         self._saved.add(step)
+        if not wait:
+            _SAVING.add(self)
         self._last = step
 
     @contextmanager
@@ -499,11 +521,13 @@ class Checkpoint(Checkpointer):
         failed one."""
         with self._failures():
             self._store.wait()
+        _SAVING.discard(self)
 
     def close(self) -> None:
         """Waits for pending saves and releases orbax's resources; the object can be reused."""
         with self._failures():
             self._store.close()
+        _SAVING.discard(self)
 
     def __enter__(self) -> Checkpoint:
         return self
