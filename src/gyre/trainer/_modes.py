@@ -129,7 +129,7 @@ class MetricSpec:
             object.__setattr__(self, option, value)
 
 
-def _is_numeric(value: Any) -> bool:
+def is_numeric(value: Any) -> bool:
     """A number or a numeric array (a tracer too): its dtype, never its contents."""
     if isinstance(value, numbers.Real):  # bool, int, float, numpy real scalars
         return True
@@ -195,10 +195,10 @@ def parse_metrics(
                 fix="name every metric with a str"))
         options = _options(where, key, entry) if isinstance(entry, Mapping) else {"value": entry}
         value, count = options["value"], options.get("count")
-        if not _is_numeric(value):
+        if not is_numeric(value):
             raise _bad_value(where, key, value)
         if count is not None:
-            if not _is_numeric(count):
+            if not is_numeric(count):
                 raise _bad_value(where, key, count, "count")
             if getattr(count, "shape", ()) != ():
                 raise ValueError(explain(
