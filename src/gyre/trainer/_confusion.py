@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gyre.config._registry import register_callback
-from gyre.core._checks import whole
+from gyre.core._checks import instance, whole
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest
 from gyre.core._host import fetch
 from gyre.trainer._callback import Callback
@@ -99,8 +99,8 @@ class ConfusionMatrixCallback(Callback):
         every_n_epochs: int = 1,
     ) -> None:
         super().__init__(every_n_epochs=every_n_epochs)
-        if not isinstance(normalize, bool):
-            raise TypeError(_bad("normalize", normalize, "True or False", "pass normalize=True"))
+        instance(normalize, "normalize", bool, problem="ConfusionMatrixCallback: bad normalize",
+                 expected="True or False", fix="pass normalize=True")
         if not isinstance(cmap, str) or not cmap:
             raise TypeError(_bad("cmap", cmap, "a matplotlib colormap name, e.g. 'Blues'", "pass cmap='Blues'"))
         size = tuple(figsize) if isinstance(figsize, (tuple, list)) else None
@@ -109,8 +109,8 @@ class ConfusionMatrixCallback(Callback):
         ):
             raise ValueError(_bad("figsize", figsize, "(width, height) in inches, two numbers > 0",
                                   "pass figsize=(8, 8)"))
-        if isinstance(dpi, bool) or not isinstance(dpi, numbers.Integral) or not 1 <= dpi <= 2000:
-            raise ValueError(_bad("dpi", dpi, "a whole number from 1 to 2000", "pass dpi=100"))
+        dpi = whole(dpi, "dpi", minimum=1, maximum=2000, problem="ConfusionMatrixCallback: bad dpi",
+                    expected="a whole number from 1 to 2000", fix="pass dpi=100")
         fmt = format if format is not None else (".2f" if normalize else "d")
         try:
             _cell(1.0, fmt)

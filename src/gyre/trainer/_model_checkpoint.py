@@ -13,7 +13,8 @@ from typing import Any
 from gyre.callbacks._monitor import check_name, monitor_mode, score
 from gyre.callbacks._store import Store
 from gyre.config._registry import register_callback
-from gyre.core._errors import describe, explain, warn
+from gyre.core._checks import whole
+from gyre.core._errors import explain, warn
 from gyre.engine._snapshot import Snapshot
 from gyre.trainer._callback import Callback
 from gyre.trainer._utility_callbacks import read_metric
@@ -48,10 +49,8 @@ class ModelCheckpoint(Callback):
         super().__init__(every_n_epochs=every_n_epochs)
         check_name(monitor, "ModelCheckpoint's monitor must name a validation metric", "'val/loss' or 'val/acc'",
                    "monitor: val/acc")
-        if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < 1:
-            raise ValueError(explain(
-                "ModelCheckpoint's save_top_k must be a whole number >= 1",
-                expected="save_top_k: 1 (the best model) or more", received=describe(save_top_k), fix="save_top_k: 1"))
+        save_top_k = whole(save_top_k, "ModelCheckpoint's save_top_k", minimum=1,
+                           expected="save_top_k: 1 (the best model) or more", fix="save_top_k: 1")
         self.monitor, self.mode, self.save_top_k = monitor, monitor_mode("ModelCheckpoint", monitor, mode), save_top_k
         self.save_optimizer_state = save_optimizer_state
         self.ranked: list[tuple[float, int]] = []  # (value, step), best first
