@@ -133,7 +133,6 @@ class TrainerModule:
         from gyre.trainer._augment import forward_module
 
         self._adapter: Any = NNXModel(self.model) if mode == "nnx" else LinenModel(forward_module(self.model))
-        self._loss_name = "loss_function" if mode == "nnx" else "loss_function_linen"
         self.log_dir = Path(self.config.logger.log_dir or _default_log_dir())
         self.callbacks = build_callbacks(self.config) + list(callbacks)
         self._specs: dict[str, Any] | None = None
@@ -312,7 +311,7 @@ class TrainerModule:
         ahead = strategy.compiles and (strategy.mesh is not None or jax.default_backend() != "cpu")
         state = TrainerState.create(params=params, tx=self.optimizer, rng=key, model_state=model_state,
                                     strategy=strategy if ahead else None)
-        self._builder = StepBuilder(self)
+        self._builder = StepBuilder(self, self._adapter)
         self.state = strategy.place_state(state.replace(extras={EPOCH: (), WINDOW: ()}))
         return self.state
 
@@ -412,6 +411,18 @@ class TrainerModule:
 
             self._writer = build_writer(self.config, self.log_dir)
         return self._writer
+
+    def close_writer(self) -> None:
+        """Closes the run's writer if one was opened (``gyre fit`` does at the run's end).
+
+        Example:
+            >>> import optax
+            >>> from flax import nnx
+            >>> t = TrainerModule(model=nnx.Linear(3, 2, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1), log_dir="unused")
+            >>> t.close_writer()  # none was opened: nothing to close
+        """
+        if self._writer is not None:
+            self._writer.close()
 
     def log_image(self, key: str, image: Any, step: int | None = None) -> None:
         """Sends an image (``(H, W)`` or ``(H, W, C)``, in [0, 1] or uint8) to the writer; ``step``
@@ -542,13 +553,12 @@ class TrainerModule:
             >>> int(t.eval_model([(jnp.ones((4, 3)),)] * 3, mode="val")["val/n"])
             3
         """
-        from gyre.trainer._training import evaluate
-
         if _state is not None:  # the validation of train_model: its hooks write the epoch's files
-            return evaluate(self, data_loader, mode, _state)
+            return self._builder.evaluate(data_loader, mode, _state)
         epoch = whole(epoch_idx, f"{mode}: epoch_idx", fix="pass epoch_idx=5, or leave it out (0)",
                       expected="the epoch the model was trained for, e.g. epoch_idx=5 (0: before training)")
-        metrics = evaluate(self, data_loader, mode, self.state)
+        self._require_state("eval_model")
+        metrics = self._builder.evaluate(data_loader, mode, self.state)
         files = self._epoch_files
         step = max(self.global_step - 1, 0)  # the last trained step's index: the x-axis of every series
         files.write(mode, epoch, step, scalars_for_writers(metrics, self._builder.eval_specs_cached))
@@ -593,10 +603,12 @@ class TrainerModule:
 
         Example: see ``tests/trainer/test_trainer.py`` (it needs a trained run).
         """
-        from gyre.trainer._model_checkpoint import load_trainer
+        from gyre.trainer._model_checkpoint import find_checkpoint, read_model
 
         given = {k: v for k, v in (("model", model), ("optimizer", optimizer)) if v is not None}
-        return load_trainer(cls, path, exmp_batch=exmp_batch, **given)
+        trainer, store, step, exmp_input = find_checkpoint(cls, path, exmp_batch=exmp_batch, **given)
+        trainer.state = read_model(store, step, trainer._build_state(exmp_input))
+        return trainer
 
     # -- run-folder files ---------------------------------------------------------------------
 

@@ -228,8 +228,7 @@ def run_config(
         kept.restore(err)
         raise
     finally:
-        if trainer._writer is not None:
-            trainer.writer.close()
+        trainer.close_writer()
         logs.close()
     preempted = history is not None and history.stop_reason == "preempted"
     return RunResult(
@@ -382,8 +381,7 @@ def run_test(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         return trainer.test_model(dataset.test_loader)
     finally:
-        if trainer._writer is not None:  # a callback opened it
-            trainer.writer.close()
+        trainer.close_writer()  # if a callback opened it
 
 
 def metric_lines(metrics: Mapping[str, Any]) -> list[str]:
