@@ -125,9 +125,7 @@ class BaseAugmentationNNXConfig:
     """The base of an augmentation's typed config; ``class_name`` is set when its augmentation is
     defined.
 
-    Example:
-        >>> BaseAugmentationNNXConfig.class_name is None
-        True
+    Example: see :class:`BaseAugmentationNNX`.
     """
 
     class_name: ClassVar[str | None] = None
@@ -137,9 +135,7 @@ class BaseAugmentationNNXConfig:
 class BaseAugmentationLinenConfig(BaseAugmentationNNXConfig):
     """:class:`BaseAugmentationNNXConfig` for linen augmentations.
 
-    Example:
-        >>> BaseAugmentationLinenConfig().class_name is None
-        True
+    Example: see :class:`BaseAugmentationLinen`.
     """
 
 
@@ -147,9 +143,7 @@ class BaseAugmentationLinenConfig(BaseAugmentationNNXConfig):
 class BasePreprocessingNNXConfig:
     """The base of a preprocessing's typed config.
 
-    Example:
-        >>> BasePreprocessingNNXConfig.class_name is None
-        True
+    Example: see :class:`BasePreprocessingNNX`.
     """
 
     class_name: ClassVar[str | None] = None
@@ -159,9 +153,7 @@ class BasePreprocessingNNXConfig:
 class BasePreprocessingLinenConfig(BasePreprocessingNNXConfig):
     """:class:`BasePreprocessingNNXConfig` for linen preprocessing modules.
 
-    Example:
-        >>> BasePreprocessingLinenConfig().class_name is None
-        True
+    Example: see :class:`BasePreprocessingLinen`.
     """
 
 

@@ -74,18 +74,16 @@ class ConfusionMatrixCallback(Callback):
         format: a cell's format spec; ``None``: ``".2f"`` when normalized, else ``"d"``.
 
     Example:
-        >>> import pathlib, tempfile, types, gyre, jax.numpy as jnp
-        >>> folder = pathlib.Path(tempfile.mkdtemp())
-        >>> trainer = types.SimpleNamespace(
-        ...     log_dir=folder, state=None, writer=gyre.MultiWriter([]), global_step=0,
-        ...     stop_training=print, learning_rate=lambda: None)
+        >>> import tempfile, gyre, optax, jax.numpy as jnp
+        >>> from flax import nnx
         >>> callback = ConfusionMatrixCallback(figsize=(2, 2), dpi=50)
-        >>> callback.bind(trainer)
+        >>> trainer = gyre.TrainerModule(model=nnx.Linear(1, 1, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1),
+        ...                              log_dir=tempfile.mkdtemp(), callbacks=[callback])
         >>> matrix = confusion_matrix(jnp.array([0, 1, 1]), jnp.array([0, 1, 0]), 2)
         >>> callback.on_validation_epoch_end({"val/conf_matrix": matrix}, 3)
-        >>> sorted(p.name for p in (folder / "confusion_matrix").iterdir())
+        >>> sorted(p.name for p in (trainer.log_dir / "confusion_matrix").iterdir())
         ['val_epoch_0003.png']
-        >>> import shutil; shutil.rmtree(folder)
+        >>> trainer.close_writer()
     """
 
     def __init__(

@@ -26,6 +26,28 @@ from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
 from gyre.trainer._model import NNX_REST, LinenModel, NNXModel, lazy_init_nnx, model_mode_of
 from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder
 
+#: what a trainer without its loss function is told: (problem, expected, fix) by method
+_NO_LOSS = {
+    "loss_function": (
+        "the trainer has no loss function",
+        "a subclass of gyre.TrainerModule defining loss_function(self, model, batch, train) (nnx) or "
+        "loss_function_linen(self, params, state, batch, rng, train) (linen)",
+        "def loss_function(self, model, batch, train=True): ... return loss, {'acc': acc}"),
+    "loss_function_linen": (
+        "the trainer has no linen loss function",
+        "a subclass of gyre.TrainerModule defining loss_function_linen(self, params, state, batch, rng, train) "
+        "for a linen model",
+        "def loss_function_linen(self, params, state, batch, rng, train=True): logits, mutable = "
+        "self.model_linen_apply(params, state, batch[0], rng, train); ... return loss, (mutable, metrics)"),
+}
+
+
+def _no_loss(trainer: Any, method: str) -> NotImplementedError:
+    """The error of a trainer that lacks ``method``."""
+    problem, expected, fix = _NO_LOSS[method]
+    return NotImplementedError(explain(problem, expected=expected, received=f"{type(trainer).__name__} without it",
+                                       fix=fix))
+
 
 class TrainerState(TrainState):
     """A :class:`gyre.TrainState` that names its strategy, where the engine places the next batches.
@@ -73,6 +95,7 @@ class TrainerModule:
         >>> result = trainer.train_model(data)
         >>> round(float(trainer.bind_model().kernel[0, 0]), 2)
         3.0
+        >>> trainer.close_writer()
     """
 
     #: a registered trainer may name a subclass of gyre.config.TrainerConfig with its own keys
@@ -200,12 +223,7 @@ class TrainerModule:
             Traceback (most recent call last):
             NotImplementedError: ...
         """
-        raise NotImplementedError(explain(
-            "the trainer has no loss function",
-            expected="a subclass of gyre.TrainerModule defining loss_function(self, model, batch, train) "
-        "(nnx) or loss_function_linen(self, params, state, batch, rng, train) (linen)",
-            received=f"{type(self).__name__} without it",
-            fix="def loss_function(self, model, batch, train=True): ... return loss, {'acc': acc}"))
+        raise _no_loss(self, "loss_function")
 
     def loss_function_linen(self, params: Any, state: Any, batch: Any, rng: jax.Array, train: bool = True) -> Any:
         """linen: ``loss`` or ``(loss, (mutable_variables, metrics))``; use
@@ -216,13 +234,7 @@ class TrainerModule:
             Traceback (most recent call last):
             NotImplementedError: ...
         """
-        raise NotImplementedError(explain(
-            "the trainer has no linen loss function",
-            expected="a subclass of gyre.TrainerModule defining loss_function_linen(self, params, state, "
-        "batch, rng, train) for a linen model",
-            received=f"{type(self).__name__} without it",
-            fix="def loss_function_linen(self, params, state, batch, rng, train=True): logits, mutable = "
-        "self.model_linen_apply(params, state, batch[0], rng, train); ... return loss, (mutable, metrics)"))
+        raise _no_loss(self, "loss_function_linen")
 
     def model_linen_apply(self, params: Any, state: Any, input: Any, rng: jax.Array, train: bool = True) -> tuple[Any, Any]:  # noqa: A002
         """Runs the linen model: ``(outputs, mutable_variables)``; ``rng`` is the dropout key.
@@ -251,6 +263,8 @@ class TrainerModule:
             ...                          log_dir="unused")
             >>> int(t.init_model((jnp.ones((2, 64)), jnp.zeros(2, jnp.int32))).step)
             0
+            >>> t.bind_model()(jnp.ones((1, 64))).shape
+            (1, 10)
         """
         check_batch(exmp_batch)
         exmp_input = self.batch_to_input(exmp_batch)
@@ -328,14 +342,7 @@ class TrainerModule:
         """The trained model: the nnx module holding the state's parameters, or the bound linen
         module.
 
-        Example:
-            >>> import optax, jax.numpy as jnp
-            >>> from flax import nnx
-            >>> from gyre.trainer import ImgClassifierTrainer, SimpleClassifier
-            >>> t = ImgClassifierTrainer(model=SimpleClassifier(c_hid=4, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1),
-            ...                          log_dir="unused")
-            >>> _ = t.init_model((jnp.ones((2, 64)), jnp.zeros(2, jnp.int32))); t.bind_model()(jnp.ones((1, 64))).shape
-            (1, 10)
+        Example: see :meth:`init_model`.
         """
         self._require_state("bind_model")
         if self.model_mode == "nnx":
@@ -415,11 +422,7 @@ class TrainerModule:
     def close_writer(self) -> None:
         """Closes the run's writer if one was opened (``gyre fit`` does at the run's end).
 
-        Example:
-            >>> import optax
-            >>> from flax import nnx
-            >>> t = TrainerModule(model=nnx.Linear(3, 2, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1), log_dir="unused")
-            >>> t.close_writer()  # none was opened: nothing to close
+        Example: see the class.
         """
         if self._writer is not None:
             self._writer.close()
