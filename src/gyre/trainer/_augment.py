@@ -1,11 +1,7 @@
 """Augmentation and preprocessing inside the compiled step, as the kpoeppel jax_trainer fork
-does them: an augmentation wraps the model and changes each training batch (``augment``); a
-preprocessing module changes every batch (``preprocess``); both on ``(inputs, targets)`` pairs.
-
-The trainer config names them (``trainer.augmentation: {class_name: GaussianNoise, scale:
-0.1}``, ``trainer.preprocessing``). A linen augmentation holds no variables: the wrapped model
-is initialised and run alone, as the fork does.
-"""
+does them on ``(inputs, targets)`` pairs: an augmentation wraps the model and changes each
+training batch; a preprocessing module changes every batch. A linen augmentation holds no
+variables: its wrapped model is initialised and run alone, as in the fork."""
 
 from __future__ import annotations
 

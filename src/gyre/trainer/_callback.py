@@ -248,15 +248,7 @@ def _has(obj: Any, name: str) -> bool:
 
 
 def overrides_training_step(cb: Callback) -> bool:
-    """Whether ``cb``'s class overrides :meth:`Callback.on_training_step`.
-
-    Example:
-        >>> class Stepper(Callback):
-        ...     def on_training_step(self, step_metrics, epoch_idx, global_step):
-        ...         pass
-        >>> overrides_training_step(Stepper()), overrides_training_step(Callback())
-        (True, False)
-    """
+    """Whether ``cb``'s class overrides :meth:`Callback.on_training_step`."""
     method = getattr(type(cb), "on_training_step", None)
     return method is not None and method is not Callback.on_training_step
 

@@ -1,10 +1,6 @@
 """Confusion matrices (rows true labels, columns predictions): :func:`confusion_matrix`, counted
-in the loss function under a key ending in ``conf_matrix``, and :class:`ConfusionMatrixCallback`,
-which draws them::
-
-    metrics["conf_matrix"] = {"value": confusion_matrix(labels, logits.argmax(-1), 10),
-                              "mode": "sum", "log_mode": "eval"}
-"""
+in the loss function under a key ending in ``conf_matrix`` (mode ``sum``, log_mode ``eval``), and
+:class:`ConfusionMatrixCallback`, which draws them."""
 
 import numbers
 import pathlib

@@ -1,13 +1,6 @@
-"""``curves.png`` of a run (``gyre fit``): one panel per metric, read at a glance.
-
-Each panel holds one metric's series under one name each: the training steps (thin), the
-training epoch means, the validation (``loss``, ``train/loss_epoch``, ``val/loss``); a
-window mean logged beside the steps (``train/loss_step``) is the steps again and is left out.
-The x-axis counts epochs (a step's value sits at the fraction of the epoch it completed); a
-loss panel has a log scale (a loss spans decades); any other panel is zoomed on the range
-where its curves differ, past the first epoch's climb; the best checkpoint (by the run's
-monitored metric) is marked on every panel; the title names the run.
-"""
+"""``curves.png`` of a run (``gyre fit``): one panel per metric with its step, epoch-mean and
+validation series, x in epochs, a loss on a log scale, other panels zoomed past the first
+epoch, the best checkpoint marked."""
 
 from __future__ import annotations
 

@@ -16,15 +16,40 @@ from flax import struct
 
 from gyre.config._registry import register_trainer
 from gyre.core._checks import whole
-from gyre.core._errors import explain
+from gyre.core._errors import describe, explain
 from gyre.core._train_state import TrainState
 from gyre.engine._epochs import first_batch, training_data
 from gyre.trainer._checks import check_batch, check_user_methods
 from gyre.trainer._config import TrainerModuleConfig
-from gyre.trainer._data import INPUT_KEYS, TARGET_KEYS, batch_part
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
 from gyre.trainer._model import NNX_REST, LinenModel, NNXModel, lazy_init_nnx, model_mode_of
 from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder
+
+INPUT_KEYS = ("input", "inputs", "x", "image", "images")
+TARGET_KEYS = ("target", "targets", "label", "labels", "y")
+
+
+def batch_part(batch: Any, keys: tuple[str, ...], position: int, what: str) -> Any:
+    """One part of a batch (``what``: ``"input"`` or ``"target"``), by name first (a dict's
+    key, a batch object's attribute, a namedtuple's field: the first of ``keys`` found), then
+    by ``position`` in a tuple or list; else a ``TypeError`` saying how to override it.
+    """
+    for key in keys:
+        if isinstance(batch, Mapping):
+            if key in batch:
+                return batch[key]
+        elif not isinstance(batch, (tuple, list)) and hasattr(batch, key):
+            return getattr(batch, key)
+        elif isinstance(batch, tuple) and key in getattr(batch, "_fields", ()):
+            return getattr(batch, key)  # a namedtuple with named fields
+    if isinstance(batch, (tuple, list)) and len(batch) > position:
+        return batch[position]
+    raise TypeError(explain(
+        f"the trainer cannot find the model's {what} in a batch",
+        expected=f"an (inputs, targets) tuple, a dict with {keys[0]!r} or {keys[2]!r}, or a batch with "
+    f".{keys[0]} (jax_trainer's SupervisedBatch)",
+        received=describe(batch), fix=f"override batch_to_{what}(self, batch) in your trainer to return the {what}"))
+
 
 #: what a trainer without its loss function is told: (problem, expected, fix) by method
 _NO_LOSS = {
@@ -50,14 +75,7 @@ def _no_loss(trainer: Any, method: str) -> NotImplementedError:
 
 
 class TrainerState(TrainState):
-    """A :class:`gyre.TrainState` that names its strategy, where the engine places the next batches.
-
-    Example:
-        >>> import gyre, jax.numpy as jnp
-        >>> s = TrainerState.create(params={"w": jnp.ones(2)}, strategy=gyre.get_strategy("jit"))
-        >>> s.strategy.name
-        'jit'
-    """
+    """A :class:`gyre.TrainState` that names its strategy, where the engine places the next batches."""
 
     strategy: Any = struct.field(pytree_node=False, default=None)
 
@@ -406,9 +424,9 @@ class TrainerModule:
         """
         if self.state is None:
             return None
-        from gyre.trainer._setup import learning_rate_in
+        from gyre.config import learning_rate_of
 
-        return learning_rate_in(self.state.opt_state)
+        return learning_rate_of(self.state.opt_state)
 
     @property
     def writer(self) -> Any:

@@ -19,12 +19,7 @@ _MODE = re.compile(r"^[a-z][a-z0-9_]*$")
 def named_loaders(loader: Any, phase: str) -> list[tuple[str, Any]]:
     """``[(mode, loader)]`` of a ``val_loader`` / ``test_loader`` argument: one loader is the
     ``phase``; a dict of several (the kpoeppel jax_trainer fork's ``{"val": v1, "ood": v2}``)
-    names its first ``phase`` and the others ``<phase>_<name>`` (``val_ood/acc``); ``None``: none.
-
-    Example:
-        >>> [mode for mode, _ in named_loaders({"val": [1], "ood": [2]}, "val")]
-        ['val', 'val_ood']
-    """
+    names its first ``phase`` and the others ``<phase>_<name>`` (``val_ood/acc``); ``None``: none."""
     if loader is None:
         return []
     if not isinstance(loader, Mapping):
@@ -96,12 +91,6 @@ def store_config(trainer: Any, cached: tuple[str, str] | None) -> tuple[str, str
 
 
 def host_values(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """Metrics with scalars as Python floats (one transfer for all), arrays as numpy.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> host_values({"val/acc": jnp.float32(0.5), "val/time": 1.5})
-        {'val/acc': 0.5, 'val/time': 1.5}
-    """
+    """Metrics with scalars as Python floats (one transfer for all), arrays as numpy."""
     host = jax.device_get(dict(metrics))
     return {k: float(v) if jnp.ndim(v) == 0 else v for k, v in host.items()}
