@@ -137,7 +137,7 @@ class TrainingRun:
             for cb in t.callbacks:
                 cb.on_validation_epoch_start(epoch)
             for mode, loader in self.val_loaders:
-                evals[mode] = t.eval_model(loader, mode=mode, epoch_idx=epoch, _state=state)
+                evals[mode] = self.builder.evaluate(loader, mode, state)  # the epoch's files are written below
             val = {k: v for metrics in evals.values() for k, v in metrics.items()}
             self.val_history[epoch] = val
             for cb in t.callbacks:

@@ -30,10 +30,8 @@ TARGET_KEYS = ("target", "targets", "label", "labels", "y")
 
 
 def batch_part(batch: Any, keys: tuple[str, ...], position: int, what: str) -> Any:
-    """One part of a batch (``what``: ``"input"`` or ``"target"``), by name first (a dict's
-    key, a batch object's attribute, a namedtuple's field: the first of ``keys`` found), then
-    by ``position`` in a tuple or list; else a ``TypeError`` saying how to override it.
-    """
+    """One part of a batch (``what``: ``"input"`` or ``"target"``): the first of ``keys`` found as a
+    dict key, attribute or namedtuple field, else the item at ``position``, else a ``TypeError``."""
     for key in keys:
         if isinstance(batch, Mapping):
             if key in batch:
@@ -558,7 +556,7 @@ class TrainerModule:
         self.writer.flush()
         return result
 
-    def eval_model(self, data_loader: Any, mode: str = "val", epoch_idx: int = 0, *, _state: Any = None) -> dict[str, Any]:
+    def eval_model(self, data_loader: Any, mode: str = "val", epoch_idx: int = 0) -> dict[str, Any]:
         """The metrics of one evaluation pass, named ``<mode>/<key>`` (device values).
 
         Scalars are also written to ``<log_dir>/metrics/<mode>_epoch_<epoch_idx:04d>.json``.
@@ -574,8 +572,6 @@ class TrainerModule:
             >>> int(t.eval_model([(jnp.ones((4, 3)),)] * 3, mode="val")["val/n"])
             3
         """
-        if _state is not None:  # the validation of train_model: its hooks write the epoch's files
-            return self._builder.evaluate(data_loader, mode, _state)
         epoch = whole(epoch_idx, f"{mode}: epoch_idx", fix="pass epoch_idx=5, or leave it out (0)",
                       expected="the epoch the model was trained for, e.g. epoch_idx=5 (0: before training)")
         self._require_state("eval_model")
