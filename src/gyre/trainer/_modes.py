@@ -175,11 +175,8 @@ def _options(where: str, key: str, entry: Mapping[Any, Any]) -> dict[str, Any]:
 def parse_metrics(
     out: Mapping[str, Any], *, where: str
 ) -> tuple[dict[str, MetricSpec], dict[str, tuple[Any, Any | None]]]:
-    """``(specs, values)`` of a metrics dict: a :class:`MetricSpec` and a ``(value, count)`` per
-    metric.
-
-    Runs at trace time: it checks types, dtypes and shapes only; ``where`` names the dict's source.
-    """
+    """``(specs, values)`` of a metrics dict, checked at trace time (types, dtypes, shapes only);
+    ``where`` names the dict's source."""
     if not isinstance(out, Mapping):
         raise TypeError(explain(
             f"{where}: the metrics must be a dict",

@@ -76,11 +76,7 @@ def check_out(out: str | os.PathLike[str]) -> Path:
 
 
 def make_run_dir(out: str | os.PathLike[str], *, now: _dt.datetime | None = None) -> Path:
-    """Creates and returns ``<out>/<YYYYmmdd-HHMMSS>/``, with a ``-1``, ``-2``... suffix if taken.
-
-    Raises:
-        RunError: ``out`` is a file, or the folder cannot be created there.
-    """
+    """Creates and returns ``<out>/<YYYYmmdd-HHMMSS>/`` (``-1``, ``-2``... if taken), else a RunError."""
     base = check_out(out)
     stamp = (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
     suffix = 0
@@ -176,10 +172,8 @@ def run_config(
     out: str | os.PathLike[str] = "runs",
     run_dir: str | os.PathLike[str] | None = None,
 ) -> RunResult:
-    """Trains and tests what a config describes, in ``run_dir`` or a timestamped folder of ``out``.
-
-    Raises ``ConfigError`` (before training), :class:`RunError`, or ``gyre.NonFiniteError``.
-    """
+    """Trains and tests what a config describes, in ``run_dir`` or a timestamped folder of ``out``
+    (a ``ConfigError`` or :class:`RunError` comes before any training)."""
     config = resolve_config(source, overrides)
     made = None
     if run_dir is None and config.trainer.logger.log_dir is None:  # logger.base_log_dir: jax_trainer's out
