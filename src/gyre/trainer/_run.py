@@ -26,7 +26,8 @@ class RunError(ValueError):
 
     def __init__(self, argument: str, summary: str, *, expected: str, received: str, fix: str) -> None:
         super().__init__(explain(f"{argument} {summary}", expected=expected, received=received, fix=fix))
-        self.argument, self.summary = argument, summary  # gyre's CLI reports them as argparse does
+        self.argument, self.summary = argument, summary
+        self.expected, self.received, self.fix = expected, received, fix
 
 
 def is_user_error(err: BaseException) -> bool:
