@@ -1,6 +1,6 @@
 """The trainer's data: the parts of a batch, found by key or position."""
 
-from gyre.trainer._data import INPUT_KEYS, TARGET_KEYS, batch_part
+from gyre.trainer._module import INPUT_KEYS, TARGET_KEYS, batch_part
 
 
 def test_batch_parts_are_found_by_key_or_position():

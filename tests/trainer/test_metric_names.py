@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gyre.trainer._metric_names import (
+from gyre.trainer._metrics import (
     add_time,
     logged_name,
     metric_names,
@@ -72,6 +72,6 @@ def test_scalars_for_writers_keeps_bfloat16_and_float8_numbers():
 
 
 def test_a_scalar_is_a_python_number_or_a_zero_dimensional_array():
-    from gyre.trainer._metric_names import is_scalar
+    from gyre.trainer._metrics import is_scalar
 
     assert (is_scalar(1.5), is_scalar(jnp.ones(())), is_scalar(jnp.ones(2))) == (True, True, False)

@@ -1,11 +1,7 @@
 """Augmentation and preprocessing inside the compiled step, as the kpoeppel jax_trainer fork
-does them: an augmentation wraps the model and changes each training batch (``augment``); a
-preprocessing module changes every batch (``preprocess``); both on ``(inputs, targets)`` pairs.
-
-The trainer config names them (``trainer.augmentation: {class_name: GaussianNoise, scale:
-0.1}``, ``trainer.preprocessing``). A linen augmentation holds no variables: the wrapped model
-is initialised and run alone, as the fork does.
-"""
+does them on ``(inputs, targets)`` pairs: an augmentation wraps the model and changes each
+training batch; a preprocessing module changes every batch. A linen augmentation holds no
+variables: its wrapped model is initialised and run alone, as in the fork."""
 
 from __future__ import annotations
 
@@ -125,9 +121,7 @@ class BaseAugmentationNNXConfig:
     """The base of an augmentation's typed config; ``class_name`` is set when its augmentation is
     defined.
 
-    Example:
-        >>> BaseAugmentationNNXConfig.class_name is None
-        True
+    Example: see :class:`BaseAugmentationNNX`.
     """
 
     class_name: ClassVar[str | None] = None
@@ -137,9 +131,7 @@ class BaseAugmentationNNXConfig:
 class BaseAugmentationLinenConfig(BaseAugmentationNNXConfig):
     """:class:`BaseAugmentationNNXConfig` for linen augmentations.
 
-    Example:
-        >>> BaseAugmentationLinenConfig().class_name is None
-        True
+    Example: see :class:`BaseAugmentationLinen`.
     """
 
 
@@ -147,9 +139,7 @@ class BaseAugmentationLinenConfig(BaseAugmentationNNXConfig):
 class BasePreprocessingNNXConfig:
     """The base of a preprocessing's typed config.
 
-    Example:
-        >>> BasePreprocessingNNXConfig.class_name is None
-        True
+    Example: see :class:`BasePreprocessingNNX`.
     """
 
     class_name: ClassVar[str | None] = None
@@ -159,9 +149,7 @@ class BasePreprocessingNNXConfig:
 class BasePreprocessingLinenConfig(BasePreprocessingNNXConfig):
     """:class:`BasePreprocessingNNXConfig` for linen preprocessing modules.
 
-    Example:
-        >>> BasePreprocessingLinenConfig().class_name is None
-        True
+    Example: see :class:`BasePreprocessingLinen`.
     """
 
 

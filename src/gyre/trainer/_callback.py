@@ -17,7 +17,6 @@ Each training and validation hook calls its ``on_filtered_*`` twin on the callba
 only; callbacks override those. Metrics dicts hold device values under their logged names.
 """
 
-import math
 import numbers
 import pathlib
 import time
@@ -26,7 +25,7 @@ from typing import Any, Protocol
 
 import jax
 
-from gyre.core._checks import whole
+from gyre.core._checks import real, whole
 from gyre.core._errors import as_integer, describe, explain
 from gyre.loggers._writer import Writer
 
@@ -166,34 +165,35 @@ class Callback:
     def on_training_end(self) -> None:
         """Called once, after the last training epoch (not when training failed)."""
 
+    def _filtered(self, phase: str, hook: str, epoch_idx: int, *metrics: Any) -> None:
+        """Runs ``on_filtered_<phase>_epoch_<hook>`` when the callback's filter fires."""
+        if self._fires(phase, epoch_idx, start=hook == "start"):
+            getattr(self, f"on_filtered_{phase}_epoch_{hook}")(*metrics, epoch_idx)
+
     def on_training_epoch_start(self, epoch_idx: int) -> None:
         """Runs :meth:`on_filtered_training_epoch_start` on the callback's epochs."""
-        if self._fires("training", epoch_idx, start=True):
-            self.on_filtered_training_epoch_start(epoch_idx)
+        self._filtered("training", "start", epoch_idx)
 
     def on_filtered_training_epoch_start(self, epoch_idx: int) -> None:
         """Called at the start of the training epochs the callback runs on."""
 
     def on_training_epoch_end(self, train_metrics: dict[str, Any], epoch_idx: int) -> None:
         """Runs :meth:`on_filtered_training_epoch_end` on the callback's epochs."""
-        if self._fires("training", epoch_idx, start=False):
-            self.on_filtered_training_epoch_end(train_metrics, epoch_idx)
+        self._filtered("training", "end", epoch_idx, train_metrics)
 
     def on_filtered_training_epoch_end(self, train_metrics: dict[str, Any], epoch_idx: int) -> None:
         """Called at the end of the training epochs the callback runs on."""
 
     def on_validation_epoch_start(self, epoch_idx: int) -> None:
         """Runs :meth:`on_filtered_validation_epoch_start` on the callback's epochs."""
-        if self._fires("validation", epoch_idx, start=True):
-            self.on_filtered_validation_epoch_start(epoch_idx)
+        self._filtered("validation", "start", epoch_idx)
 
     def on_filtered_validation_epoch_start(self, epoch_idx: int) -> None:
         """Called before the validations of the epochs the callback runs on."""
 
     def on_validation_epoch_end(self, eval_metrics: dict[str, Any], epoch_idx: int) -> None:
         """Runs :meth:`on_filtered_validation_epoch_end` on the callback's epochs."""
-        if self._fires("validation", epoch_idx, start=False):
-            self.on_filtered_validation_epoch_end(eval_metrics, epoch_idx)
+        self._filtered("validation", "end", epoch_idx, eval_metrics)
 
     def on_filtered_validation_epoch_end(self, eval_metrics: dict[str, Any], epoch_idx: int) -> None:
         """Called after the validations of the epochs the callback runs on."""
@@ -248,15 +248,7 @@ def _has(obj: Any, name: str) -> bool:
 
 
 def overrides_training_step(cb: Callback) -> bool:
-    """Whether ``cb``'s class overrides :meth:`Callback.on_training_step`.
-
-    Example:
-        >>> class Stepper(Callback):
-        ...     def on_training_step(self, step_metrics, epoch_idx, global_step):
-        ...         pass
-        >>> overrides_training_step(Stepper()), overrides_training_step(Callback())
-        (True, False)
-    """
+    """Whether ``cb``'s class overrides :meth:`Callback.on_training_step`."""
     method = getattr(type(cb), "on_training_step", None)
     return method is not None and method is not Callback.on_training_step
 
@@ -283,15 +275,9 @@ def _every_n_epochs(owner: str, value: Any) -> int:
 
 
 def _every_n_minutes(owner: str, value: Any) -> float | None:
-    if value is None:
+    """``every_n_minutes`` checked; -1 (jax_trainer's 'off') means ``None``."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and value == -1:
         return None
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        if value == -1:
-            return None  # jax_trainer's default: off
-        if value > 0 and math.isfinite(value):
-            return float(value)
-    raise ValueError(explain(
-        f"{owner}: every_n_minutes must be a number > 0, or None",
-        expected="None (epochs only), or minutes > 0, e.g. 30 (-1, jax_trainer's 'off', "
-    "means None)",
-        received=describe(value), fix="pass every_n_minutes=30, or leave it out"))
+    return real(value, f"{owner}: every_n_minutes", above=0, none=True,
+                problem=f"{owner}: every_n_minutes must be a number > 0, or None", fix="pass every_n_minutes=30, or leave it out",
+                expected="None (epochs only), or minutes > 0, e.g. 30 (-1, jax_trainer's 'off', means None)")

@@ -29,7 +29,7 @@ def check_user_methods(trainer: Any, base: type, mode: str) -> None:
             raise TypeError(
                 explain(
                     f"{cls.__name__} defines no {name}.{hint}",
-                    expected=f"a method {name}{_signature(name)}",
+                    expected=f"a method {name}(self, {', '.join(CALLS[name])}=True)",
                     received=f"the methods {sorted(defined)}",
                     fix=f"rename it to {name}",
                 )
@@ -54,10 +54,6 @@ def check_user_methods(trainer: Any, base: type, mode: str) -> None:
             ) from None
         except ValueError:  # no signature to read (a builtin): trust it
             pass
-
-
-def _signature(name: str) -> str:
-    return f"(self, {', '.join(CALLS[name])}=True)"
 
 
 def check_batch(batch: Any) -> None:

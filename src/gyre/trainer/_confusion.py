@@ -1,10 +1,6 @@
 """Confusion matrices (rows true labels, columns predictions): :func:`confusion_matrix`, counted
-in the loss function under a key ending in ``conf_matrix``, and :class:`ConfusionMatrixCallback`,
-which draws them::
-
-    metrics["conf_matrix"] = {"value": confusion_matrix(labels, logits.argmax(-1), 10),
-                              "mode": "sum", "log_mode": "eval"}
-"""
+in the loss function under a key ending in ``conf_matrix`` (mode ``sum``, log_mode ``eval``), and
+:class:`ConfusionMatrixCallback`, which draws them."""
 
 import numbers
 import pathlib
@@ -15,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gyre.config._registry import register_callback
-from gyre.core._checks import whole
+from gyre.core._checks import instance, whole
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest
 from gyre.core._host import fetch
 from gyre.trainer._callback import Callback
@@ -74,18 +70,16 @@ class ConfusionMatrixCallback(Callback):
         format: a cell's format spec; ``None``: ``".2f"`` when normalized, else ``"d"``.
 
     Example:
-        >>> import pathlib, tempfile, types, gyre, jax.numpy as jnp
-        >>> folder = pathlib.Path(tempfile.mkdtemp())
-        >>> trainer = types.SimpleNamespace(
-        ...     log_dir=folder, state=None, writer=gyre.MultiWriter([]), global_step=0,
-        ...     stop_training=print, learning_rate=lambda: None)
+        >>> import tempfile, gyre, optax, jax.numpy as jnp
+        >>> from flax import nnx
         >>> callback = ConfusionMatrixCallback(figsize=(2, 2), dpi=50)
-        >>> callback.bind(trainer)
+        >>> trainer = gyre.TrainerModule(model=nnx.Linear(1, 1, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1),
+        ...                              log_dir=tempfile.mkdtemp(), callbacks=[callback])
         >>> matrix = confusion_matrix(jnp.array([0, 1, 1]), jnp.array([0, 1, 0]), 2)
         >>> callback.on_validation_epoch_end({"val/conf_matrix": matrix}, 3)
-        >>> sorted(p.name for p in (folder / "confusion_matrix").iterdir())
+        >>> sorted(p.name for p in (trainer.log_dir / "confusion_matrix").iterdir())
         ['val_epoch_0003.png']
-        >>> import shutil; shutil.rmtree(folder)
+        >>> trainer.close_writer()
     """
 
     def __init__(
@@ -99,8 +93,8 @@ class ConfusionMatrixCallback(Callback):
         every_n_epochs: int = 1,
     ) -> None:
         super().__init__(every_n_epochs=every_n_epochs)
-        if not isinstance(normalize, bool):
-            raise TypeError(_bad("normalize", normalize, "True or False", "pass normalize=True"))
+        instance(normalize, "normalize", bool, problem="ConfusionMatrixCallback: bad normalize",
+                 expected="True or False", fix="pass normalize=True")
         if not isinstance(cmap, str) or not cmap:
             raise TypeError(_bad("cmap", cmap, "a matplotlib colormap name, e.g. 'Blues'", "pass cmap='Blues'"))
         size = tuple(figsize) if isinstance(figsize, (tuple, list)) else None
@@ -109,8 +103,8 @@ class ConfusionMatrixCallback(Callback):
         ):
             raise ValueError(_bad("figsize", figsize, "(width, height) in inches, two numbers > 0",
                                   "pass figsize=(8, 8)"))
-        if isinstance(dpi, bool) or not isinstance(dpi, numbers.Integral) or not 1 <= dpi <= 2000:
-            raise ValueError(_bad("dpi", dpi, "a whole number from 1 to 2000", "pass dpi=100"))
+        dpi = whole(dpi, "dpi", minimum=1, maximum=2000, problem="ConfusionMatrixCallback: bad dpi",
+                    expected="a whole number from 1 to 2000", fix="pass dpi=100")
         fmt = format if format is not None else (".2f" if normalize else "d")
         try:
             _cell(1.0, fmt)

@@ -1,13 +1,6 @@
-"""``curves.png`` of a run (``gyre fit``): one panel per metric, read at a glance.
-
-Each panel holds one metric's series under one name each: the training steps (thin), the
-training epoch means, the validation (``loss``, ``train/loss_epoch``, ``val/loss``); a
-window mean logged beside the steps (``train/loss_step``) is the steps again and is left out.
-The x-axis counts epochs (a step's value sits at the fraction of the epoch it completed); a
-loss panel has a log scale (a loss spans decades); any other panel is zoomed on the range
-where its curves differ, past the first epoch's climb; the best checkpoint (by the run's
-monitored metric) is marked on every panel; the title names the run.
-"""
+"""``curves.png`` of a run (``gyre fit``): one panel per metric with its step, epoch-mean and
+validation series, x in epochs, a loss on a log scale, other panels zoomed past the first
+epoch, the best checkpoint marked."""
 
 from __future__ import annotations
 
@@ -22,8 +15,7 @@ KINDS = (("", "train, per step"), ("train/", "train, epoch mean"), ("val/", "val
 
 def series_groups(names: Sequence[str]) -> list[tuple[str, list[tuple[str, str]]]]:
     """Panels: ``(metric, [(entry, label), ...])``, one entry per kind of series; window means
-    (``train/<m>_step``) beside per-step values, times and the epoch counter are left out.
-    """
+    (``train/<m>_step``) beside per-step values, times and the epoch counter are left out."""
     panels: dict[str, dict[str, str]] = {}
     for name in names:
         prefix, _, rest = name.rpartition("/")
@@ -43,8 +35,7 @@ def series_groups(names: Sequence[str]) -> list[tuple[str, list[tuple[str, str]]
 
 def best_step(history: Any, monitor: str | None, mode: str = "max") -> int | None:
     """The step of the best ``monitor`` value (the first of equals, as a checkpoint keeps it),
-    counted as completed steps (a checkpoint's number); ``None`` without one.
-    """
+    counted as completed steps (a checkpoint's number); ``None`` without one."""
     if monitor is None:
         return None
     steps, values = history.collect("steps", monitor)
@@ -81,15 +72,8 @@ def plot_curves(
     history: Any, path: str | os.PathLike[str], *, title: str | None = None,
     monitor: str | None = None, mode: str = "max",
 ) -> None:
-    """Draws ``history``'s scalar series into ``path`` (see the module docs).
-
-    Args:
-        history: the run's :class:`gyre.History`.
-        path: the PNG to write.
-        title: the figure's title (the run's name).
-        monitor: the metric that chose the best checkpoint (``"val/acc"``), marked.
-        mode: ``"max"`` or ``"min"``: which ``monitor`` value is best.
-    """
+    """Draws ``history``'s scalar series into the PNG ``path``, marking the best ``monitor`` value
+    by ``mode`` (the checkpoint's metric; see the module docs)."""
     from matplotlib.figure import Figure  # no pyplot: the user's backend and figures are left alone
 
     names = history.names()

@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from gyre.core._checks import path as folder_path
 from gyre.core._checks import whole
 from gyre.core._errors import describe, explain
 from gyre.loggers import Writer
@@ -37,12 +38,9 @@ class EpochMetricFiles(Writer):
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
-        if isinstance(directory, bytes) or not isinstance(directory, (str, os.PathLike)):
-            raise TypeError(explain(
-                "EpochMetricFiles needs the run folder",
-                expected="a str or pathlib.Path, e.g. 'runs/digits'", received=describe(directory),
-                fix="EpochMetricFiles('runs/digits')"))
-        self.directory = os.path.join(os.fspath(directory), "metrics")
+        directory = folder_path(directory, "EpochMetricFiles needs the run folder",
+                                expected="a str or pathlib.Path, e.g. 'runs/digits'", fix="EpochMetricFiles('runs/digits')")
+        self.directory = os.path.join(directory, "metrics")
         super().__init__()
 
     def path(self, phase: str, epoch: int) -> str:

@@ -15,15 +15,9 @@ from gyre.trainer._callback import overrides_training_step
 from gyre.trainer._metrics import metric_names, scalars_for_writers
 from gyre.trainer._steps import EPOCH, WINDOW
 
-
-def _compute_and_reset(acc: Any) -> tuple[Any, Any]:
-    """An accumulator's results and its emptied self."""
-    return acc.compute(), acc.reset()
-
-
-# one compiled call (eagerly, each of the few small operations would cost a dispatch), shared
-# by every run: compiled once per accumulator structure
-_roll = jax.jit(_compute_and_reset)
+# an accumulator's results and its emptied self in one compiled call (eagerly, each small
+# operation would cost a dispatch), compiled once per accumulator structure
+_roll = jax.jit(lambda acc: (acc.compute(), acc.reset()))
 
 
 class TrainingRun:
@@ -143,7 +137,7 @@ class TrainingRun:
             for cb in t.callbacks:
                 cb.on_validation_epoch_start(epoch)
             for mode, loader in self.val_loaders:
-                evals[mode] = t.eval_model(loader, mode=mode, epoch_idx=epoch, _state=state)
+                evals[mode] = self.builder.evaluate(loader, mode, state)  # the epoch's files are written below
             val = {k: v for metrics in evals.values() for k, v in metrics.items()}
             self.val_history[epoch] = val
             for cb in t.callbacks:

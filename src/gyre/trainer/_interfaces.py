@@ -1,11 +1,7 @@
-"""The kpoeppel jax_trainer fork's model bases (``BaseModelNNX``, ``BaseModelLinen``) over gyre's
-model registry.
-
-A subclass names its dataclass config (``config_class``, a ``config`` annotation, or its
-``__init__``'s); defining it registers it in :data:`gyre.config.MODELS` and sets the config's
-``class_name``, so ``model: {class_name: MyModel, ...}`` builds ``MyModel(MyModelConfig(**keys))``.
-A subclass named as a built-in model takes that name over, with a warning.
-"""
+"""The kpoeppel jax_trainer fork's model bases (``BaseModelNNX``, ``BaseModelLinen``): defining a
+subclass registers it in :data:`gyre.config.MODELS` with its dataclass config (``config_class``,
+a ``config`` annotation, or its ``__init__``'s), so ``model: {class_name: MyModel, ...}`` builds
+``MyModel(MyModelConfig(**keys))``; a subclass named as a built-in model takes the name, warned."""
 
 from __future__ import annotations
 

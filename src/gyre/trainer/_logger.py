@@ -34,12 +34,7 @@ _MODE = re.compile(r"^(train|(val|test)[a-z0-9_]*)$")
 
 class LoggingModeError(ValueError, AssertionError):
     """An unknown logging mode: a ``ValueError``, and an ``AssertionError`` as the fork's
-    ``assert``.
-
-    Example:
-        >>> issubclass(LoggingModeError, AssertionError)
-        True
-    """
+    ``assert``."""
 
 
 def _scalar(value: Any) -> Any:

@@ -15,13 +15,11 @@ import numpy as np
 from flax.core import FrozenDict, freeze, unfreeze
 
 from gyre.core._errors import describe, explain
-from gyre.core.metrics import Last, Max, Mean, Metric, Min, Std, Sum
+from gyre.core.metrics import Mean, Metric, Std, Sum
+from gyre.trainer._metrics import MONOIDS
 from gyre.trainer._modes import LogFreq, LogMetricMode, LogMode, MetricSpec, parse_metrics
 
 _KEYS = ("value", "count", "mode")
-_SELECTING: dict[LogMetricMode, type[Metric]] = {
-    LogMetricMode.SINGLE: Last, LogMetricMode.MAX: Max, LogMetricMode.MIN: Min,
-}
 
 
 def _kept(spec: MetricSpec, train: bool) -> list[tuple[LogFreq, str]]:
@@ -107,7 +105,7 @@ def _monoid(key: str, entry: Any) -> Metric:
         mean = value / jnp.maximum(count, 1.0)
         m2 = jnp.maximum(jnp.asarray(entry.get("value2", 0.0), jnp.float32) - count * mean * mean, 0.0)
         return Std(count=count, shift=jnp.zeros_like(mean), mean=mean, m2=m2)
-    return _SELECTING[mode](value=jnp.asarray(entry["value"]), count=count)
+    return MONOIDS[mode](value=jnp.asarray(entry["value"]), count=count)
 
 
 def get_metrics(

@@ -1,6 +1,6 @@
 """``ModelCheckpoint``: the best ``save_top_k`` models by a validation metric in
 ``<run>/checkpoints`` (resume checkpoints live apart, in ``<run>/resume``), each with the
-config :func:`load_trainer` rebuilds the trainer from.
+config :meth:`TrainerModule.load_from_checkpoint` rebuilds the trainer from.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 from gyre.callbacks._monitor import check_name, monitor_mode, score
 from gyre.callbacks._store import Store
 from gyre.config._registry import register_callback
-from gyre.core._errors import describe, explain, warn
+from gyre.core._checks import whole
+from gyre.core._errors import explain, warn
 from gyre.engine._snapshot import Snapshot
 from gyre.trainer._callback import Callback
 from gyre.trainer._utility_callbacks import read_metric
@@ -48,10 +49,8 @@ class ModelCheckpoint(Callback):
         super().__init__(every_n_epochs=every_n_epochs)
         check_name(monitor, "ModelCheckpoint's monitor must name a validation metric", "'val/loss' or 'val/acc'",
                    "monitor: val/acc")
-        if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < 1:
-            raise ValueError(explain(
-                "ModelCheckpoint's save_top_k must be a whole number >= 1",
-                expected="save_top_k: 1 (the best model) or more", received=describe(save_top_k), fix="save_top_k: 1"))
+        save_top_k = whole(save_top_k, "ModelCheckpoint's save_top_k", minimum=1,
+                           expected="save_top_k: 1 (the best model) or more", fix="save_top_k: 1")
         self.monitor, self.mode, self.save_top_k = monitor, monitor_mode("ModelCheckpoint", monitor, mode), save_top_k
         self.save_optimizer_state = save_optimizer_state
         self.ranked: list[tuple[float, int]] = []  # (value, step), best first
@@ -83,10 +82,7 @@ class ModelCheckpoint(Callback):
         if (value, step) not in candidates[: self.save_top_k]:
             return
         self.ranked = candidates[: self.save_top_k]
-        state = t.state
-        payload: dict[str, Any] = {"params": state.params, "model_state": state.model_state}
-        if self.save_optimizer_state:
-            payload["opt_state"] = state.opt_state
+        payload = _model_tree(t.state, self.save_optimizer_state)
         meta = {"config": stored_config(t), "epoch": epoch_idx, "monitor": self.monitor, "mode": self.mode,
                 "value": value, "input": input_spec(t)}
         self.store.save(
@@ -136,11 +132,7 @@ class ModelCheckpoint(Callback):
         step = self.best_step()
         assert step is not None
         self.store.wait()
-        target = {"params": state.params, "model_state": state.model_state}
-        if self.save_optimizer_state:
-            target["opt_state"] = state.opt_state
-        saved = self.store.read(step, target).state
-        return state.replace(params=saved["params"], model_state=saved["model_state"])
+        return read_model(self.store, step, state, self.save_optimizer_state)
 
     def state_dict(self) -> dict[str, Any]:
         if self._store is not None:  # a resume checkpoint names only models already on disk
@@ -149,6 +141,18 @@ class ModelCheckpoint(Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.ranked = [(float(v), int(s)) for v, s in state.get("ranked", [])]
+
+
+def _model_tree(state: Any, optimizer: bool = False) -> dict[str, Any]:
+    """What a model checkpoint holds of ``state``: parameters, model state, optimizer state if asked."""
+    tree = {"params": state.params, "model_state": state.model_state}
+    return {**tree, "opt_state": state.opt_state} if optimizer else tree
+
+
+def read_model(store: Store, step: int, state: Any, optimizer: bool = False) -> Any:
+    """``state`` with the parameters and model state saved at ``step`` in ``store``."""
+    saved = store.read(step, _model_tree(state, optimizer)).state
+    return state.replace(params=saved["params"], model_state=saved["model_state"])
 
 
 def stored_config(trainer: Any) -> dict[str, Any]:
@@ -186,8 +190,9 @@ def _find(path: str | os.PathLike[str]) -> tuple[Path, int | None]:
         fix="pass the run folder that train_model wrote (trainer.log_dir)"))
 
 
-def load_trainer(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any = None, **given: Any) -> Any:
-    """See :meth:`gyre.TrainerModule.load_from_checkpoint`."""
+def find_checkpoint(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any = None,
+                    **given: Any) -> tuple[Any, Store, int, Any]:
+    """``(trainer, store, step, example input)`` of the model checkpoint ``path`` names (the best)."""
     from gyre.config import TRAINERS
 
     folder, step = _find(path)
@@ -208,11 +213,7 @@ def load_trainer(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any = N
         import numpy as np
 
         exmp_batch = (np.zeros(meta["input"]["shape"], meta["input"]["dtype"]),)
-    state = trainer._build_state(None if exmp_batch is None else trainer.batch_to_input(exmp_batch))
-    target = {"params": state.params, "model_state": state.model_state}
-    saved = store.read(step, target).state
-    trainer.state = state.replace(params=saved["params"], model_state=saved["model_state"])
-    return trainer
+    return trainer, store, step, None if exmp_batch is None else trainer.batch_to_input(exmp_batch)
 
 
 def _rebuild(cls: type, trainers: Any, config: dict[str, Any], given: dict[str, Any]) -> Any:

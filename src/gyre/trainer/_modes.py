@@ -129,7 +129,7 @@ class MetricSpec:
             object.__setattr__(self, option, value)
 
 
-def _is_numeric(value: Any) -> bool:
+def is_numeric(value: Any) -> bool:
     """A number or a numeric array (a tracer too): its dtype, never its contents."""
     if isinstance(value, numbers.Real):  # bool, int, float, numpy real scalars
         return True
@@ -175,11 +175,8 @@ def _options(where: str, key: str, entry: Mapping[Any, Any]) -> dict[str, Any]:
 def parse_metrics(
     out: Mapping[str, Any], *, where: str
 ) -> tuple[dict[str, MetricSpec], dict[str, tuple[Any, Any | None]]]:
-    """``(specs, values)`` of a metrics dict: a :class:`MetricSpec` and a ``(value, count)`` per
-    metric.
-
-    Runs at trace time: it checks types, dtypes and shapes only; ``where`` names the dict's source.
-    """
+    """``(specs, values)`` of a metrics dict, checked at trace time (types, dtypes, shapes only);
+    ``where`` names the dict's source."""
     if not isinstance(out, Mapping):
         raise TypeError(explain(
             f"{where}: the metrics must be a dict",
@@ -195,10 +192,10 @@ def parse_metrics(
                 fix="name every metric with a str"))
         options = _options(where, key, entry) if isinstance(entry, Mapping) else {"value": entry}
         value, count = options["value"], options.get("count")
-        if not _is_numeric(value):
+        if not is_numeric(value):
             raise _bad_value(where, key, value)
         if count is not None:
-            if not _is_numeric(count):
+            if not is_numeric(count):
                 raise _bad_value(where, key, count, "count")
             if getattr(count, "shape", ()) != ():
                 raise ValueError(explain(

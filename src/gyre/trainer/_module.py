@@ -16,26 +16,64 @@ from flax import struct
 
 from gyre.config._registry import register_trainer
 from gyre.core._checks import whole
-from gyre.core._errors import explain
+from gyre.core._errors import describe, explain
 from gyre.core._train_state import TrainState
 from gyre.engine._epochs import first_batch, training_data
 from gyre.trainer._checks import check_batch, check_user_methods
 from gyre.trainer._config import TrainerModuleConfig
-from gyre.trainer._data import INPUT_KEYS, TARGET_KEYS, batch_part
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
 from gyre.trainer._model import NNX_REST, LinenModel, NNXModel, lazy_init_nnx, model_mode_of
 from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder
 
+INPUT_KEYS = ("input", "inputs", "x", "image", "images")
+TARGET_KEYS = ("target", "targets", "label", "labels", "y")
+
+
+def batch_part(batch: Any, keys: tuple[str, ...], position: int, what: str) -> Any:
+    """One part of a batch (``what``: ``"input"`` or ``"target"``): the first of ``keys`` found as a
+    dict key, attribute or namedtuple field, else the item at ``position``, else a ``TypeError``."""
+    for key in keys:
+        if isinstance(batch, Mapping):
+            if key in batch:
+                return batch[key]
+        elif not isinstance(batch, (tuple, list)) and hasattr(batch, key):
+            return getattr(batch, key)
+        elif isinstance(batch, tuple) and key in getattr(batch, "_fields", ()):
+            return getattr(batch, key)  # a namedtuple with named fields
+    if isinstance(batch, (tuple, list)) and len(batch) > position:
+        return batch[position]
+    raise TypeError(explain(
+        f"the trainer cannot find the model's {what} in a batch",
+        expected=f"an (inputs, targets) tuple, a dict with {keys[0]!r} or {keys[2]!r}, or a batch with "
+    f".{keys[0]} (jax_trainer's SupervisedBatch)",
+        received=describe(batch), fix=f"override batch_to_{what}(self, batch) in your trainer to return the {what}"))
+
+
+#: what a trainer without its loss function is told: (problem, expected, fix) by method
+_NO_LOSS = {
+    "loss_function": (
+        "the trainer has no loss function",
+        "a subclass of gyre.TrainerModule defining loss_function(self, model, batch, train) (nnx) or "
+        "loss_function_linen(self, params, state, batch, rng, train) (linen)",
+        "def loss_function(self, model, batch, train=True): ... return loss, {'acc': acc}"),
+    "loss_function_linen": (
+        "the trainer has no linen loss function",
+        "a subclass of gyre.TrainerModule defining loss_function_linen(self, params, state, batch, rng, train) "
+        "for a linen model",
+        "def loss_function_linen(self, params, state, batch, rng, train=True): logits, mutable = "
+        "self.model_linen_apply(params, state, batch[0], rng, train); ... return loss, (mutable, metrics)"),
+}
+
+
+def _no_loss(trainer: Any, method: str) -> NotImplementedError:
+    """The error of a trainer that lacks ``method``."""
+    problem, expected, fix = _NO_LOSS[method]
+    return NotImplementedError(explain(problem, expected=expected, received=f"{type(trainer).__name__} without it",
+                                       fix=fix))
+
 
 class TrainerState(TrainState):
-    """A :class:`gyre.TrainState` that names its strategy, where the engine places the next batches.
-
-    Example:
-        >>> import gyre, jax.numpy as jnp
-        >>> s = TrainerState.create(params={"w": jnp.ones(2)}, strategy=gyre.get_strategy("jit"))
-        >>> s.strategy.name
-        'jit'
-    """
+    """A :class:`gyre.TrainState` that names its strategy, where the engine places the next batches."""
 
     strategy: Any = struct.field(pytree_node=False, default=None)
 
@@ -73,6 +111,7 @@ class TrainerModule:
         >>> result = trainer.train_model(data)
         >>> round(float(trainer.bind_model().kernel[0, 0]), 2)
         3.0
+        >>> trainer.close_writer()
     """
 
     #: a registered trainer may name a subclass of gyre.config.TrainerConfig with its own keys
@@ -133,7 +172,6 @@ class TrainerModule:
         from gyre.trainer._augment import forward_module
 
         self._adapter: Any = NNXModel(self.model) if mode == "nnx" else LinenModel(forward_module(self.model))
-        self._loss_name = "loss_function" if mode == "nnx" else "loss_function_linen"
         self.log_dir = Path(self.config.logger.log_dir or _default_log_dir())
         self.callbacks = build_callbacks(self.config) + list(callbacks)
         self._specs: dict[str, Any] | None = None
@@ -201,12 +239,7 @@ class TrainerModule:
             Traceback (most recent call last):
             NotImplementedError: ...
         """
-        raise NotImplementedError(explain(
-            "the trainer has no loss function",
-            expected="a subclass of gyre.TrainerModule defining loss_function(self, model, batch, train) "
-        "(nnx) or loss_function_linen(self, params, state, batch, rng, train) (linen)",
-            received=f"{type(self).__name__} without it",
-            fix="def loss_function(self, model, batch, train=True): ... return loss, {'acc': acc}"))
+        raise _no_loss(self, "loss_function")
 
     def loss_function_linen(self, params: Any, state: Any, batch: Any, rng: jax.Array, train: bool = True) -> Any:
         """linen: ``loss`` or ``(loss, (mutable_variables, metrics))``; use
@@ -217,13 +250,7 @@ class TrainerModule:
             Traceback (most recent call last):
             NotImplementedError: ...
         """
-        raise NotImplementedError(explain(
-            "the trainer has no linen loss function",
-            expected="a subclass of gyre.TrainerModule defining loss_function_linen(self, params, state, "
-        "batch, rng, train) for a linen model",
-            received=f"{type(self).__name__} without it",
-            fix="def loss_function_linen(self, params, state, batch, rng, train=True): logits, mutable = "
-        "self.model_linen_apply(params, state, batch[0], rng, train); ... return loss, (mutable, metrics)"))
+        raise _no_loss(self, "loss_function_linen")
 
     def model_linen_apply(self, params: Any, state: Any, input: Any, rng: jax.Array, train: bool = True) -> tuple[Any, Any]:  # noqa: A002
         """Runs the linen model: ``(outputs, mutable_variables)``; ``rng`` is the dropout key.
@@ -252,6 +279,8 @@ class TrainerModule:
             ...                          log_dir="unused")
             >>> int(t.init_model((jnp.ones((2, 64)), jnp.zeros(2, jnp.int32))).step)
             0
+            >>> t.bind_model()(jnp.ones((1, 64))).shape
+            (1, 10)
         """
         check_batch(exmp_batch)
         exmp_input = self.batch_to_input(exmp_batch)
@@ -312,7 +341,7 @@ class TrainerModule:
         ahead = strategy.compiles and (strategy.mesh is not None or jax.default_backend() != "cpu")
         state = TrainerState.create(params=params, tx=self.optimizer, rng=key, model_state=model_state,
                                     strategy=strategy if ahead else None)
-        self._builder = StepBuilder(self)
+        self._builder = StepBuilder(self, self._adapter)
         self.state = strategy.place_state(state.replace(extras={EPOCH: (), WINDOW: ()}))
         return self.state
 
@@ -329,14 +358,7 @@ class TrainerModule:
         """The trained model: the nnx module holding the state's parameters, or the bound linen
         module.
 
-        Example:
-            >>> import optax, jax.numpy as jnp
-            >>> from flax import nnx
-            >>> from gyre.trainer import ImgClassifierTrainer, SimpleClassifier
-            >>> t = ImgClassifierTrainer(model=SimpleClassifier(c_hid=4, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1),
-            ...                          log_dir="unused")
-            >>> _ = t.init_model((jnp.ones((2, 64)), jnp.zeros(2, jnp.int32))); t.bind_model()(jnp.ones((1, 64))).shape
-            (1, 10)
+        Example: see :meth:`init_model`.
         """
         self._require_state("bind_model")
         if self.model_mode == "nnx":
@@ -400,9 +422,9 @@ class TrainerModule:
         """
         if self.state is None:
             return None
-        from gyre.trainer._setup import learning_rate_in
+        from gyre.config import learning_rate_of
 
-        return learning_rate_in(self.state.opt_state)
+        return learning_rate_of(self.state.opt_state)
 
     @property
     def writer(self) -> Any:
@@ -412,6 +434,14 @@ class TrainerModule:
 
             self._writer = build_writer(self.config, self.log_dir)
         return self._writer
+
+    def close_writer(self) -> None:
+        """Closes the run's writer if one was opened (``gyre fit`` does at the run's end).
+
+        Example: see the class.
+        """
+        if self._writer is not None:
+            self._writer.close()
 
     def log_image(self, key: str, image: Any, step: int | None = None) -> None:
         """Sends an image (``(H, W)`` or ``(H, W, C)``, in [0, 1] or uint8) to the writer; ``step``
@@ -526,7 +556,7 @@ class TrainerModule:
         self.writer.flush()
         return result
 
-    def eval_model(self, data_loader: Any, mode: str = "val", epoch_idx: int = 0, *, _state: Any = None) -> dict[str, Any]:
+    def eval_model(self, data_loader: Any, mode: str = "val", epoch_idx: int = 0) -> dict[str, Any]:
         """The metrics of one evaluation pass, named ``<mode>/<key>`` (device values).
 
         Scalars are also written to ``<log_dir>/metrics/<mode>_epoch_<epoch_idx:04d>.json``.
@@ -542,13 +572,10 @@ class TrainerModule:
             >>> int(t.eval_model([(jnp.ones((4, 3)),)] * 3, mode="val")["val/n"])
             3
         """
-        from gyre.trainer._training import evaluate
-
-        if _state is not None:  # the validation of train_model: its hooks write the epoch's files
-            return evaluate(self, data_loader, mode, _state)
         epoch = whole(epoch_idx, f"{mode}: epoch_idx", fix="pass epoch_idx=5, or leave it out (0)",
                       expected="the epoch the model was trained for, e.g. epoch_idx=5 (0: before training)")
-        metrics = evaluate(self, data_loader, mode, self.state)
+        self._require_state("eval_model")
+        metrics = self._builder.evaluate(data_loader, mode, self.state)
         files = self._epoch_files
         step = max(self.global_step - 1, 0)  # the last trained step's index: the x-axis of every series
         files.write(mode, epoch, step, scalars_for_writers(metrics, self._builder.eval_specs_cached))
@@ -593,10 +620,12 @@ class TrainerModule:
 
         Example: see ``tests/trainer/test_trainer.py`` (it needs a trained run).
         """
-        from gyre.trainer._model_checkpoint import load_trainer
+        from gyre.trainer._model_checkpoint import find_checkpoint, read_model
 
         given = {k: v for k, v in (("model", model), ("optimizer", optimizer)) if v is not None}
-        return load_trainer(cls, path, exmp_batch=exmp_batch, **given)
+        trainer, store, step, exmp_input = find_checkpoint(cls, path, exmp_batch=exmp_batch, **given)
+        trainer.state = read_model(store, step, trainer._build_state(exmp_input))
+        return trainer
 
     # -- run-folder files ---------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gyre.config._registry import register_callback
+from gyre.core._checks import instance, real
 from gyre.core._errors import ExplainedKeyError, describe, explain, warn
 from gyre.core._host import fetch
 from gyre.trainer._callback import Callback, _check_state
@@ -120,15 +121,15 @@ class GradientSpikeMonitor(Callback):
         metric: str = "grad_norm",
     ) -> None:
         super().__init__(every_n_epochs=every_n_epochs)
-        self.ema_decay = _number_in("ema_decay", ema_decay, 0.0, 1.0, "a number in [0, 1)",
-                                    "pass ema_decay=0.99")
-        self.threshold = _number_in("threshold", threshold, 0.0, None, "a number > 0",
-                                    "pass threshold=3.0", open_low=True)
-        if not isinstance(log_to_disk, bool):
-            raise TypeError(_bad("log_to_disk", log_to_disk, "True or False", "pass log_to_disk=True"))
+        self.ema_decay = real(ema_decay, "ema_decay", minimum=0.0, below=1.0, problem="GradientSpikeMonitor: bad ema_decay",
+                              expected="a number in [0, 1)", fix="pass ema_decay=0.99")
+        self.threshold = real(threshold, "threshold", above=0.0, problem="GradientSpikeMonitor: bad threshold",
+                              expected="a number > 0", fix="pass threshold=3.0")
+        instance(log_to_disk, "log_to_disk", bool, problem="GradientSpikeMonitor: bad log_to_disk",
+                 expected="True or False", fix="pass log_to_disk=True")
         if not isinstance(metric, str) or not metric:
-            raise TypeError(_bad("metric", metric, "the name of a step metric, e.g. 'grad_norm'",
-                                 "pass metric='grad_norm'"))
+            raise TypeError(explain("GradientSpikeMonitor: bad metric", expected="the name of a step metric, e.g. 'grad_norm'",
+                                    received=describe(metric), fix="pass metric='grad_norm'"))
         self.log_to_disk = log_to_disk
         self.metric = metric
         self._key: str | None = None  # the step metric's key, found at the first step
@@ -252,18 +253,3 @@ class GradientSpikeMonitor(Callback):
 
 def _finite(value: float) -> float | None:
     return value if np.isfinite(value) else None
-
-
-def _bad(name: str, value: Any, expected: str, fix: str) -> str:
-    return explain(f"GradientSpikeMonitor: bad {name}", expected=expected, received=describe(value), fix=fix)
-
-
-def _number_in(name: str, value: Any, low: float, high: float | None, expected: str, fix: str,
-               open_low: bool = False) -> float:
-    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
-    if ok:
-        value = float(value)
-        ok = bool(np.isfinite(value)) and (value > low if open_low else value >= low) and (high is None or value < high)
-    if not ok:
-        raise ValueError(_bad(name, value, expected, fix))
-    return value

@@ -77,11 +77,7 @@ def check_out(out: str | os.PathLike[str]) -> Path:
 
 
 def make_run_dir(out: str | os.PathLike[str], *, now: _dt.datetime | None = None) -> Path:
-    """Creates and returns ``<out>/<YYYYmmdd-HHMMSS>/``, with a ``-1``, ``-2``... suffix if taken.
-
-    Raises:
-        RunError: ``out`` is a file, or the folder cannot be created there.
-    """
+    """Creates and returns ``<out>/<YYYYmmdd-HHMMSS>/`` (``-1``, ``-2``... if taken), else a RunError."""
     base = check_out(out)
     stamp = (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
     suffix = 0
@@ -177,10 +173,8 @@ def run_config(
     out: str | os.PathLike[str] = "runs",
     run_dir: str | os.PathLike[str] | None = None,
 ) -> RunResult:
-    """Trains and tests what a config describes, in ``run_dir`` or a timestamped folder of ``out``.
-
-    Raises ``ConfigError`` (before training), :class:`RunError`, or ``gyre.NonFiniteError``.
-    """
+    """Trains and tests what a config describes, in ``run_dir`` or a timestamped folder of ``out``
+    (a ``ConfigError`` or :class:`RunError` comes before any training)."""
     config = resolve_config(source, overrides)
     made = None
     if run_dir is None and config.trainer.logger.log_dir is None:  # logger.base_log_dir: jax_trainer's out
@@ -228,8 +222,7 @@ def run_config(
         kept.restore(err)
         raise
     finally:
-        if trainer._writer is not None:
-            trainer.writer.close()
+        trainer.close_writer()
         logs.close()
     preempted = history is not None and history.stop_reason == "preempted"
     return RunResult(
@@ -382,8 +375,7 @@ def run_test(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         return trainer.test_model(dataset.test_loader)
     finally:
-        if trainer._writer is not None:  # a callback opened it
-            trainer.writer.close()
+        trainer.close_writer()  # if a callback opened it
 
 
 def metric_lines(metrics: Mapping[str, Any]) -> list[str]:

@@ -28,8 +28,7 @@ def _level(key: str, name: object) -> int:
 @contextlib.contextmanager
 def run_logging(log_dir: str | Path, *, file_level: str = "info", stderr_level: str = "warning") -> Iterator[logging.Logger]:
     """Within the block ``<log_dir>/run.log`` records logging from ``file_level`` (and warnings),
-    stderr from
-    ``stderr_level``; yields the ``gyre.run`` logger."""
+    stderr from ``stderr_level``; yields the ``gyre.run`` logger."""
     file_at, console_at = _level("log_file_verbosity", file_level), _level("stderrthreshold", stderr_level)
     root, log = logging.getLogger(), logging.getLogger("gyre.run")
     Path(log_dir).mkdir(parents=True, exist_ok=True)

@@ -126,13 +126,6 @@ def build_writer(config: Any, log_dir: Path) -> Any:
     return CSVWriter(log_dir / "metrics.csv")
 
 
-def learning_rate_in(opt_state: Any) -> Any:
-    """The injected learning rate in an optimizer state, or ``None``."""
-    from gyre.config import learning_rate_of
-
-    return learning_rate_of(opt_state)
-
-
 def init_ddp_mesh() -> Any:
     """A one-axis ``("data",)`` mesh over every device, for the trainer's ``mesh=``.
 

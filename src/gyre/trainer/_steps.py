@@ -3,6 +3,7 @@ metrics accumulate on the device inside them."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -14,9 +15,10 @@ from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.data._padding import accepts_mask
+from gyre.engine._masked import MaskedBatches
 from gyre.steps._update import train_update
 from gyre.trainer._augment import prepare
-from gyre.trainer._metrics import ConcatCollector
+from gyre.trainer._metrics import ConcatCollector, MetricAccumulator, metric_names
 from gyre.trainer._model import NNX_REST
 from gyre.trainer._modes import parse_metrics
 
@@ -70,11 +72,13 @@ def batch_size_of(batch: Any, inputs: Any) -> Any:
 class StepBuilder:
     """Builds a :class:`~gyre.TrainerModule`'s compiled functions."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Any, adapter: Any) -> None:
         self.trainer = trainer
-        self.model = trainer._adapter
-        self.mode = self.model.mode
+        self.model = adapter
+        self.mode = adapter.mode
+        self.loss_name = "loss_function" if self.mode == "nnx" else "loss_function_linen"
         self.eval_specs_cached: dict[str, Any] = {}
+        self._eval: dict[str, Any] = {}  # the compiled evaluation, its reduction, its specs by batch structure
 
     # -- one forward pass, both modes ---------------------------------------------------------
 
@@ -126,7 +130,7 @@ class StepBuilder:
             loss, metrics, grads, new = train_update(objective, state, batch)[:4]
             extra = self.inspected(state.params, grads)
             values = self.values(loss, metrics, extra)
-            specs, parsed = parse_metrics(values, where=t._loss_name)
+            specs, parsed = parse_metrics(values, where=self.loss_name)
             count = batch_size_of(batch, t.batch_to_input(batch))
             extras = dict(new.extras)
             extras[EPOCH] = extras[EPOCH].update(specs, parsed, count)
@@ -151,7 +155,7 @@ class StepBuilder:
             rng = state.rng if train else self.eval_rng(state)
             loss, metrics, _ = self.forward(state.params, state, batch, rng, train=train, mask=mask)
             extra = self.inspected(state.params, state.params) if train else {}  # grads are shaped as params
-            found["specs"], parsed = parse_metrics(self.values(loss, metrics, extra), where=self.trainer._loss_name)
+            found["specs"], parsed = parse_metrics(self.values(loss, metrics, extra), where=self.loss_name)
             return parsed
 
         shapes = jax.eval_shape(probe, state, batch, mask)
@@ -189,9 +193,66 @@ class StepBuilder:
 
         def step(state: Any, acc: Any, batch: Any, mask: Any = None) -> Any:
             loss, metrics, _ = self.forward(state.params, state, batch, self.eval_rng(state), train=False, mask=mask)
-            specs, parsed = parse_metrics(self.values(loss, metrics, {}), where=t._loss_name)
+            specs, parsed = parse_metrics(self.values(loss, metrics, {}), where=self.loss_name)
             count = batch_size_of(batch, t.batch_to_input(batch)) if mask is None else jnp.sum(mask)
             acc = acc.update(specs, parsed, count)
             return acc, ConcatCollector.select(specs, parsed)
 
         return step
+
+    def evaluate(self, loader: Any, mode: str, state: Any) -> dict[str, Any]:
+        """One pass over ``loader``: ``{"<mode>/<key>": device value, "<mode>/time": seconds}``.
+
+        When the loss function takes ``mask``, a batch smaller than the first is padded to its
+        size and masked (one compilation; CONCAT values are cut back to the real rows); else it
+        runs as it is (one more compilation)."""
+        start = time.perf_counter()
+        strategy = self.trainer.strategy
+        single = strategy.mesh is None  # jit takes numpy batches as they are, faster than placing them
+        if "step" not in self._eval:
+            self._eval["step"] = self.eval_step() if self.trainer.config.debug else jax.jit(self.eval_step())
+            self._eval["compute"] = jax.jit(lambda a: a.compute())
+        run, masked = self._eval["step"], self.accepts_mask()
+        acc = collector = None
+        for item in MaskedBatches(loader) if masked else loader:  # the engine's padded evaluation
+            batch, mask = (item.batch, item.mask) if masked else (item, None)
+            if acc is None:
+                specs, acc = self._eval_start(state, batch, mask)
+                collector = ConcatCollector(specs)
+            args = (batch, mask) if single else strategy.place_batch((batch, mask))
+            if mask is None:
+                acc, concat = run(state, acc, args[0])
+            else:
+                acc, concat = run(state, acc, *args)
+                real = item.rows  # counted on the host: no device read
+                if real < len(mask):
+                    concat = {k: v[:real] if jnp.ndim(v) and jnp.shape(v)[0] == len(mask) else v for k, v in concat.items()}
+            collector.add(concat)
+        if acc is None:
+            raise ValueError(explain(
+                f"the {mode} loader gave no batch",
+                expected="at least one batch", received=f"an empty {type(loader).__name__}",
+                fix=f"check the {mode} split (its size and batch size)"))
+        values = {**self._eval["compute"](acc), **collector.compute()}
+        phase = "test" if mode.startswith("test") else "val"
+        names = metric_names(self.eval_specs_cached, phase, "epoch")
+        if mode != phase:  # a further named loader (val_ood): its own names
+            names = {k: mode + n[len(phase):] if n.startswith(phase + "/") else f"{mode}/{n}" for k, n in names.items()}
+        out = {name: values[key] for key, name in names.items() if key in values}
+        out[f"{mode}/time"] = time.perf_counter() - start
+        return out
+
+    def _eval_start(self, state: Any, batch: Any, mask: Any) -> tuple[Any, Any]:
+        """The evaluation's specs and empty accumulator, traced once per batch structure."""
+        leaves, tree = jax.tree_util.tree_flatten(batch)
+        key = (tree, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves), mask is None)
+        cache = self._eval.setdefault("start", {})
+        if key not in cache:
+            specs, shapes = self.specs(state, batch, train=False, mask=mask)
+            empty = MetricAccumulator.init(specs, shapes)
+            if jax.process_count() == 1:  # committed where the step's output lands: no second compile
+                empty = jax.device_put(empty, self.trainer.strategy.replicated())
+            cache[key] = (specs, empty)
+        specs, empty = cache[key]
+        self.eval_specs_cached = specs
+        return specs, empty

@@ -1,12 +1,10 @@
-"""What ``TrainerModule.train_model`` and ``eval_model`` are made of: the training data, the
-named loaders, the evaluation pass, the best checkpoint's test, the stored config (see
-:mod:`gyre.trainer._module`; the run itself: :mod:`gyre.trainer._hooks`)."""
+"""Parts of ``TrainerModule.train_model``: the named loaders, the deferred optimizer, the best
+checkpoint's test, the stored config (the run itself: :mod:`gyre.trainer._hooks`)."""
 
 from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,17 +12,6 @@ import jax
 import jax.numpy as jnp
 
 from gyre.core._errors import describe, explain, warn
-from gyre.engine._masked import MaskedBatches
-from gyre.trainer._metrics import ConcatCollector, MetricAccumulator, metric_names
-
-
-def _compiled(trainer: Any, name: str, fn: Any) -> Any:
-    """``fn`` jitted once per trainer (``debug``: run eagerly); its inputs' shardings decide
-    where it runs."""
-    if name not in trainer._compiled:
-        trainer._compiled[name] = fn if trainer.config.debug else jax.jit(fn)
-    return trainer._compiled[name]
-
 
 _MODE = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -32,12 +19,7 @@ _MODE = re.compile(r"^[a-z][a-z0-9_]*$")
 def named_loaders(loader: Any, phase: str) -> list[tuple[str, Any]]:
     """``[(mode, loader)]`` of a ``val_loader`` / ``test_loader`` argument: one loader is the
     ``phase``; a dict of several (the kpoeppel jax_trainer fork's ``{"val": v1, "ood": v2}``)
-    names its first ``phase`` and the others ``<phase>_<name>`` (``val_ood/acc``); ``None``: none.
-
-    Example:
-        >>> [mode for mode, _ in named_loaders({"val": [1], "ood": [2]}, "val")]
-        ['val', 'val_ood']
-    """
+    names its first ``phase`` and the others ``<phase>_<name>`` (``val_ood/acc``); ``None``: none."""
     if loader is None:
         return []
     if not isinstance(loader, Mapping):
@@ -85,69 +67,6 @@ def best_test_metrics(trainer: Any, test_loader: Any, epoch: int) -> dict[str, A
         trainer.state = final
 
 
-def evaluate(trainer: Any, loader: Any, mode: str, state: Any) -> dict[str, Any]:
-    """One pass over ``loader``: ``{"<mode>/<key>": device value, "<mode>/time": seconds}``.
-
-    When the loss function accepts ``mask`` (see :meth:`StepBuilder.accepts_mask`), a batch
-    smaller than the first is padded to its size and masked: the step compiles once, and the
-    means count the real rows only (CONCAT values are cut back to them). Otherwise the smaller
-    batch runs as it is (one more compilation)."""
-    trainer._require_state("eval_model")
-    start = time.perf_counter()
-    strategy = trainer.strategy
-    single = strategy.mesh is None  # jit takes numpy batches as they are, faster than placing them
-    run = _compiled(trainer, "eval", trainer._builder.eval_step())
-    masked = trainer._builder.accepts_mask()
-    acc = collector = None
-    for item in MaskedBatches(loader) if masked else loader:  # the engine's padded evaluation
-        batch, mask = (item.batch, item.mask) if masked else (item, None)
-        if acc is None:
-            specs, empty = _eval_start(trainer, state, batch, mask)
-            acc, collector = empty, ConcatCollector(specs)
-        args = (batch, mask) if single else strategy.place_batch((batch, mask))
-        if mask is None:
-            acc, concat = run(state, acc, args[0])
-        else:
-            acc, concat = run(state, acc, *args)
-            real = item.rows  # counted on the host: no device read
-            if real < len(mask):
-                concat = {k: v[:real] if jnp.ndim(v) and jnp.shape(v)[0] == len(mask) else v for k, v in concat.items()}
-        collector.add(concat)
-    if acc is None:
-        raise ValueError(explain(
-            f"the {mode} loader gave no batch",
-            expected="at least one batch", received=f"an empty {type(loader).__name__}",
-            fix=f"check the {mode} split (its size and batch size)"))
-    compute = trainer._compiled.get("compute")
-    if compute is None:
-        compute = trainer._compiled["compute"] = jax.jit(lambda a: a.compute())
-    values = {**compute(acc), **collector.compute()}
-    phase = "test" if mode.startswith("test") else "val"
-    names = metric_names(trainer._builder.eval_specs_cached, phase, "epoch")
-    if mode != phase:  # a further named loader (val_ood): its own names
-        names = {k: mode + n[len(phase):] if n.startswith(phase + "/") else f"{mode}/{n}" for k, n in names.items()}
-    out = {name: values[key] for key, name in names.items() if key in values}
-    out[f"{mode}/time"] = time.perf_counter() - start
-    return out
-
-
-def _eval_start(trainer: Any, state: Any, batch: Any, mask: Any = None) -> tuple[Any, Any]:
-    """The evaluation's metric specs and an empty accumulator, traced once per batch
-    structure (an evaluation every epoch must not trace the loss function again)."""
-    leaves, tree = jax.tree_util.tree_flatten(batch)
-    key = (tree, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves), mask is None)
-    cache = trainer._compiled.setdefault("eval_start", {})
-    if key not in cache:
-        specs, shapes = trainer._builder.specs(state, batch, train=False, mask=mask)
-        empty = MetricAccumulator.init(specs, shapes)
-        if jax.process_count() == 1:  # committed where the step's output lands: no second compile
-            empty = jax.device_put(empty, trainer.strategy.replicated())
-        cache[key] = (specs, empty)
-    specs, empty = cache[key]
-    trainer._builder.eval_specs_cached = specs
-    return specs, empty
-
-
 def store_config(trainer: Any, cached: tuple[str, str] | None) -> tuple[str, str]:
     """Writes the resolved config in the run folder (``config.yaml``): the whole config when
     the trainer was built from one, else the trainer's own sections. ``cached``: the last
@@ -172,12 +91,6 @@ def store_config(trainer: Any, cached: tuple[str, str] | None) -> tuple[str, str
 
 
 def host_values(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """Metrics with scalars as Python floats (one transfer for all), arrays as numpy.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> host_values({"val/acc": jnp.float32(0.5), "val/time": 1.5})
-        {'val/acc': 0.5, 'val/time': 1.5}
-    """
+    """Metrics with scalars as Python floats (one transfer for all), arrays as numpy."""
     host = jax.device_get(dict(metrics))
     return {k: float(v) if jnp.ndim(v) == 0 else v for k, v in host.items()}

@@ -19,8 +19,24 @@ from gyre.trainer._callback import Callback, _check_state
 PROFILE_FOLDER = "profile"
 
 
+class _CleansUp(Callback):
+    """A callback whose ``_clean_up`` runs at training's end and at :meth:`finalize`, whatever the status."""
+
+    def _clean_up(self) -> None:
+        raise NotImplementedError
+
+    def on_training_end(self) -> None:
+        """Cleans up (see the class)."""
+        self._clean_up()
+
+    def finalize(self, status: str) -> None:
+        """Cleans up (see the class)."""
+        super().finalize(status)
+        self._clean_up()
+
+
 @register_callback
-class JAXProfiler(Callback):
+class JAXProfiler(_CleansUp):
     """Traces ``profile_n_steps`` training steps with ``jax.profiler`` into ``log_dir/profile``.
 
     The first trace starts after step ``first_step``; another starts ``every_n_minutes``
@@ -60,7 +76,7 @@ class JAXProfiler(Callback):
         """Starts or stops a trace."""
         if self.active:
             if global_step - self._started_at >= self.profile_n_steps:
-                self._stop()
+                self._clean_up()
         elif self._due(global_step):
             self._start(global_step)
 
@@ -84,7 +100,8 @@ class JAXProfiler(Callback):
         self.traces += 1
         self._started_at = global_step
 
-    def _stop(self) -> None:
+    def _clean_up(self) -> None:
+        """Stops a running trace."""
         if not self.active:
             return
         state = self.trainer.state if self.trainer is not None else None
@@ -95,20 +112,11 @@ class JAXProfiler(Callback):
 
     def on_training_epoch_end(self, train_metrics: dict[str, Any], epoch_idx: int) -> None:
         """Stops a running trace."""
-        self._stop()
-
-    def on_training_end(self) -> None:
-        """Stops a running trace."""
-        self._stop()
-
-    def finalize(self, status: str) -> None:
-        """Stops a running trace, whatever the status."""
-        super().finalize(status)
-        self._stop()
+        self._clean_up()
 
 
 @register_callback
-class DisableGC(Callback):
+class DisableGC(_CleansUp):
     """Turns Python's garbage collector off while training and collects at each epoch's end instead.
 
     Training's end and :meth:`finalize` put the collector back as it was.
@@ -150,21 +158,13 @@ class DisableGC(Callback):
         """Collects."""
         self._collect()
 
-    def _restore(self) -> None:
+    def _clean_up(self) -> None:
+        """Puts the collector back as it was."""
         if self._was_enabled is None:
             return
         if self._was_enabled:
             gc.enable()
         self._was_enabled = None
-
-    def on_training_end(self) -> None:
-        """Puts the collector back as it was."""
-        self._restore()
-
-    def finalize(self, status: str) -> None:
-        """Puts the collector back as it was."""
-        super().finalize(status)
-        self._restore()
 
 
 @register_callback
