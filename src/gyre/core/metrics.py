@@ -378,7 +378,23 @@ class Last(_Selecting):
         return jnp.where(has_b, b, a)
 
 
-class Max(_Selecting):
+class _Extreme(_Selecting):
+    """The elementwise max (``jnp.max``/``maximum``) or min over the steps that count."""
+
+    _reduce: ClassVar[Any]
+    _pair: ClassVar[Any]
+
+    @classmethod
+    def _choose(cls, values: jax.Array, present: jax.Array, mask: jax.Array) -> jax.Array:
+        fill = _extreme(values.dtype, high=cls._reduce is jnp.min)
+        return cls._reduce(jnp.where(mask, values, fill), axis=0, initial=fill)
+
+    @classmethod
+    def _pick(cls, a: jax.Array, b: jax.Array, has_a: jax.Array, has_b: jax.Array) -> jax.Array:
+        return jnp.where(has_a & has_b, cls._pair(a, b), jnp.where(has_a, a, b))
+
+
+class Max(_Extreme):
     """The elementwise maximum over the steps that count (NaN propagates); 0 when empty.
 
     Example:
@@ -388,18 +404,11 @@ class Max(_Selecting):
     """
 
     reduction: ClassVar[str] = "max"
-
-    @classmethod
-    def _choose(cls, values: jax.Array, present: jax.Array, mask: jax.Array) -> jax.Array:
-        low = _extreme(values.dtype, high=False)
-        return jnp.max(jnp.where(mask, values, low), axis=0, initial=low)
-
-    @staticmethod
-    def _pick(a: jax.Array, b: jax.Array, has_a: jax.Array, has_b: jax.Array) -> jax.Array:
-        return jnp.where(has_a & has_b, jnp.maximum(a, b), jnp.where(has_a, a, b))
+    _reduce = staticmethod(jnp.max)
+    _pair = staticmethod(jnp.maximum)
 
 
-class Min(_Selecting):
+class Min(_Extreme):
     """The elementwise minimum over the steps that count (NaN propagates); 0 when empty.
 
     Example:
@@ -408,15 +417,8 @@ class Min(_Selecting):
     """
 
     reduction: ClassVar[str] = "min"
-
-    @classmethod
-    def _choose(cls, values: jax.Array, present: jax.Array, mask: jax.Array) -> jax.Array:
-        high = _extreme(values.dtype, high=True)
-        return jnp.min(jnp.where(mask, values, high), axis=0, initial=high)
-
-    @staticmethod
-    def _pick(a: jax.Array, b: jax.Array, has_a: jax.Array, has_b: jax.Array) -> jax.Array:
-        return jnp.where(has_a & has_b, jnp.minimum(a, b), jnp.where(has_a, a, b))
+    _reduce = staticmethod(jnp.min)
+    _pair = staticmethod(jnp.minimum)
 
 
 # -- Std ---------------------------------------------------------------------------------------
