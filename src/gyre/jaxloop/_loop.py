@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gyre.core._checks import whole
+from gyre.core._checks import instance, whole
 from gyre.core._clock import infer_batch_size
-from gyre.core._errors import as_pair, describe, explain, warn
+from gyre.core._errors import as_pair, explain, warn
 from gyre.core._host import numeric_dtype
 from gyre.data._padding import accepts_mask, padded
 from gyre.engine._elapse import samples
@@ -35,13 +35,11 @@ State = Any
 def _as_iterator(dataset: Any) -> Iterator[Any]:
     if isinstance(dataset, Iterator):
         return dataset
-    if isinstance(dataset, Iterable):
-        return iter(dataset)
-    raise TypeError(explain(
-        "a jaxloop loop's dataset must be an iterator or an iterable of batches",
+    return iter(instance(
+        dataset, "dataset", Iterable, problem="a jaxloop loop's dataset must be an iterator or an iterable of batches",
         expected="an iterator (a generator, ds.as_numpy_iterator()) or an iterable "
         "(a list of batches, gyre.data.batches(...))",
-        received=describe(dataset), fix="pass the batches, e.g. loop(state, iter(batches), num_steps=100)"))
+        fix="pass the batches, e.g. loop(state, iter(batches), num_steps=100)"))
 
 
 def _check_num_steps(num_steps: Any) -> int | None:
@@ -94,20 +92,15 @@ class Loop:
             "drop them in the optimizer: optax.apply_if_finite(tx, max_consecutive_errors=5), "
             f"with {who}(step, nan_policy='ignore')",
         ))
-        if batch_size_fn is not None and not callable(batch_size_fn):
-            raise TypeError(explain(
-                f"{type(self).__name__}'s batch_size_fn must be a function of the batch",
-                expected="batch_size_fn=lambda batch: batch['y'].shape[0] (the examples in a batch)",
-                received=describe(batch_size_fn),
-                fix="pass a function, or leave it None (the leading dimension of the batch's arrays)"))
+        instance(batch_size_fn, "batch_size_fn", Callable, none=True,
+                 problem=f"{type(self).__name__}'s batch_size_fn must be a function of the batch",
+                 expected="batch_size_fn=lambda batch: batch['y'].shape[0] (the examples in a batch)",
+                 fix="pass a function, or leave it None (the leading dimension of the batch's arrays)")
         self._size_of = infer_batch_size if batch_size_fn is None else lambda batch: samples(batch_size_fn(batch))
-        if not callable(step):
-            raise TypeError(explain(
-                "a jaxloop loop needs a step",
-                expected="a gyre.Step (or a callable (state, batch, per_loop_step_number) "
-                "-> (state, outputs))",
-                received=describe(step), fix="pass the step: TrainLoop(MyStep(key, model, optimizer=..., train=True))"))
-        self._step = step
+        self._step = instance(
+            step, "step", Callable, problem="a jaxloop loop needs a step",
+            expected="a gyre.Step (or a callable (state, batch, per_loop_step_number) -> (state, outputs))",
+            fix="pass the step: TrainLoop(MyStep(key, model, optimizer=..., train=True))")
 
     @property
     def step(self) -> Any:
