@@ -345,28 +345,13 @@ def _alive(tree: Any) -> bool:
 
 @contextlib.contextmanager
 def preemption() -> Iterator[Callable[[int], bool]]:
-    """SIGTERM for the time of a jaxloop loop, as :func:`gyre.loop` has it: yields
-    ``preempted(step) -> bool``, asked after each step (the outermost loop on the main thread
-    installs the handler; a loop nested in another runs to its end).
-
-    Example:
-        >>> with preemption() as preempted:
-        ...     preempted(1)
-        False
-    """
+    """SIGTERM for a jaxloop loop, as gyre.loop has it: yields ``preempted(step) -> bool``, asked after each step."""
     with guarded(catch_interrupt=False) as guard:
         yield guard.check
 
 
 class StepValues(list):  # type: ignore[type-arg]
-    """A list of a loop's per-step values that knows each step's examples (``batch_sizes``),
-    so :func:`reduce_outputs` weighs the steps' means by them.
-
-    Example:
-        >>> values = StepValues([0.0, 0.4], [8, 1])
-        >>> values == [0.0, 0.4], values.batch_sizes
-        (True, [8, 1])
-    """
+    """A list of per-step values with each step's examples (``batch_sizes``), which :func:`reduce_outputs` weighs by."""
 
     def __init__(self, values: Any, batch_sizes: list[int]) -> None:
         super().__init__(values)
@@ -455,15 +440,7 @@ def _takes_flops(step: Any) -> bool:
 
 
 def takes_mask(step: Any) -> bool:
-    """Whether a jaxloop step takes the keyword ``mask``: its ``run`` (a :class:`gyre.Step`,
-    whose call passes keywords on to ``run``) or the callable itself.
-
-    Example:
-        >>> takes_mask(lambda state, batch, n, mask=None, **kwargs: None)
-        True
-        >>> takes_mask(lambda state, batch, n, **kwargs: None)
-        False
-    """
+    """Whether a jaxloop step (or a :class:`gyre.Step`'s ``run``) takes the keyword ``mask``."""
     if accepts_mask(step):
         return True
     run = getattr(step, "run", None)
@@ -471,13 +448,7 @@ def takes_mask(step: Any) -> bool:
 
 
 def state_step(state: Any) -> int | None:
-    """The state's step as an int (``state.step``, or ``state["step"]``), ``None`` without one.
-    Reading a device value waits for it.
-
-    Example:
-        >>> state_step({"step": 3}), state_step(0)
-        (3, None)
-    """
+    """The state's step as an int (``state.step`` or ``state["step"]``; a device value is waited for), else ``None``."""
     step = getattr(state, "step", None)
     if step is None and isinstance(state, Mapping):
         step = state.get("step")
