@@ -269,13 +269,8 @@ class CompiledOnceCheck(CompilationCounter):
             if self.count > before or not self._signatures:
                 self._signatures[index] = signature
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stop()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        super().__exit__(exc_type, *exc)  # type: ignore[arg-type]
         if exc_type is None:
             self.check()
 

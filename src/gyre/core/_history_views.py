@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from gyre.core._checks import instance
+from gyre.core._checks import instance, require
 from gyre.core._clock import CLOCK_FIELDS, Elapsed
 from gyre.core._errors import ExplainedKeyError, closest, explain, suggest
 from gyre.core._host import to_python
@@ -250,14 +250,12 @@ class HistoryViews:
         groups = _plot_groups(self, keys)
         if keys is not None and len(self):
             self._check_keys([x, *chain.from_iterable(groups)])
-        try:  # a figure to save is made without pyplot: the user's backend and figures are left alone
-            if path is None:
-                from matplotlib.pyplot import figure as Figure  # noqa: N812
-            else:
-                from matplotlib.figure import Figure
-        except ImportError as err:
-            raise ImportError("History.plot needs matplotlib: pip install 'gyre[plot]'") from err
-        fig = Figure(figsize=(5 * max(len(groups), 1), 3.6))
+        # a figure to save is made without pyplot: the user's backend and figures are left alone
+        if path is None:
+            make = require("matplotlib.pyplot", "History.plot", extra="plot").figure
+        else:
+            make = require("matplotlib.figure", "History.plot", extra="plot").Figure
+        fig = make(figsize=(5 * max(len(groups), 1), 3.6))
         axes = list(fig.subplots(1, max(len(groups), 1), squeeze=False)[0])
         for ax, group in zip(axes, groups, strict=False):
             for key in group:

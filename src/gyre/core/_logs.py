@@ -97,9 +97,7 @@ class Logs(dict):
 
     def add_metrics(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
         """Adds several metrics, as a dict and/or as keywords (ciclo's form)."""
-        if values is not None:
-            self.add_entries("metrics", values)
-        return self.add_entries("metrics", entries)
+        return self._add_both("metrics", values, entries)
 
     def add_loss(self, name: str, value: Any, *, add_metric: bool = False) -> Logs:
         """Adds a loss; ``add_metric=True`` (ciclo's option) logs it as a metric too.
@@ -121,9 +119,7 @@ class Logs(dict):
             Logs(losses={'mse': 0.1, 'kl': 0.2})
         """
         given = {**(values or {}), **entries}
-        if values is not None:
-            self.add_entries("losses", values)
-        self.add_entries("losses", entries)
+        self._add_both("losses", values, entries)
         return self.add_entries("metrics", given) if add_metrics else self
 
     def add_stateful_metric(self, name: str, value: Any) -> Logs:
@@ -137,9 +133,7 @@ class Logs(dict):
             >>> Logs().add_stateful_metrics(**{"a": 1, "b": 2})
             Logs(stateful_metrics={'a': 1, 'b': 2})
         """
-        if values is not None:
-            self.add_entries("stateful_metrics", values)
-        return self.add_entries("stateful_metrics", entries)
+        return self._add_both("stateful_metrics", values, entries)
 
     def add_output(self, name: str, value: Any) -> Logs:
         """Adds an output (predictions, embeddings...). Example: ``Logs().add_output("y", 1)``."""
@@ -147,9 +141,13 @@ class Logs(dict):
 
     def add_outputs(self, values: Mapping[str, Any] | None = None, /, **entries: Any) -> Logs:
         """Adds several outputs, as a dict and/or as keywords."""
+        return self._add_both("outputs", values, entries)
+
+    def _add_both(self, collection: str, values: Mapping[str, Any] | None, entries: Mapping[str, Any]) -> Logs:
+        """Adds the dict ``values`` (unless ``None``), then the keyword ``entries``."""
         if values is not None:
-            self.add_entries("outputs", values)
-        return self.add_entries("outputs", entries)
+            self.add_entries(collection, values)
+        return self.add_entries(collection, entries)
 
     def merge(self, other: Mapping[str, Mapping[str, Any]] | None) -> Logs:
         """Merges another ``Logs`` or dict of collections (``None``: nothing) in; returns self.

@@ -238,7 +238,34 @@ class Mean(Metric):
         return self.total / _safe(self.count).astype(self.total.dtype)
 
 
-class Sum(Metric):
+class _Valued(Metric):
+    """A ``value`` and the ``count`` of the steps behind it (0 and 0 when empty)."""
+
+    value: jax.Array
+    count: jax.Array
+
+    @classmethod
+    def empty(cls) -> Self:
+        """A weakly typed 0 (it takes the dtype of what it is merged with) and zero count."""
+        return cls(value=jnp.asarray(0), count=jnp.zeros((), _F32))
+
+    @classmethod
+    def from_value(cls, value: Any, count: Any = 1) -> Self:
+        """``value``, present when ``count`` is positive (else 0)."""
+        v = cls._cast(_array(value, cls.__name__))
+        c = _count(count, cls.__name__)
+        return cls(value=jnp.where(c > 0, v, jnp.zeros_like(v)), count=c)
+
+    @staticmethod
+    def _cast(value: jax.Array) -> jax.Array:
+        return value
+
+    def compute(self) -> jax.Array:
+        """The value."""
+        return self.value
+
+
+class Sum(_Valued):
     """The sum of the values of the steps that count (count > 0); 0 when empty.
 
     Example:
@@ -248,27 +275,16 @@ class Sum(Metric):
     """
 
     reduction: ClassVar[str] = "sum"
-    value: jax.Array
-    count: jax.Array
 
-    @classmethod
-    def empty(cls) -> Sum:
-        """A weakly typed 0 (it takes the dtype of what it is merged with)."""
-        return cls(value=jnp.asarray(0), count=jnp.zeros((), _F32))
-
-    @classmethod
-    def from_value(cls, value: Any, count: Any = 1) -> Sum:
-        """``value``, or 0 when ``count`` is 0."""
-        v = _array(value, "Sum")
-        v = v.astype(_sum_dtype(v.dtype))
-        c = _count(count, "Sum")
-        return cls(value=jnp.where(c > 0, v, jnp.zeros_like(v)), count=c)
+    @staticmethod
+    def _cast(value: jax.Array) -> jax.Array:
+        return value.astype(_sum_dtype(value.dtype))
 
     @classmethod
     def from_stacked(cls, values: Any, counts: Any = None) -> Sum:
         """The sum of the rows whose count is positive."""
         v, c, w = _column(values, counts, "Sum")
-        v = v.astype(_sum_dtype(v.dtype))
+        v = cls._cast(v)
         return cls(value=jnp.sum(jnp.where(w > 0, v, jnp.zeros_like(v)), axis=0), count=jnp.sum(c))
 
     def merge(self, other: Sum) -> Sum:
@@ -277,31 +293,12 @@ class Sum(Metric):
         a, b = _aligned(self.value, other.value)
         return Sum(value=a + b, count=self.count + other.count)
 
-    def compute(self) -> jax.Array:
-        """The sum."""
-        return self.value
-
 
 # -- First, Last, Max, Min ---------------------------------------------------------------------
 
 
-class _Selecting(Metric):
+class _Selecting(_Valued):
     """One value chosen among the steps that count; ``count`` says whether there is one."""
-
-    value: jax.Array
-    count: jax.Array
-
-    @classmethod
-    def empty(cls) -> Self:
-        """No value (a weakly typed 0) and zero count."""
-        return cls(value=jnp.asarray(0), count=jnp.zeros((), _F32))
-
-    @classmethod
-    def from_value(cls, value: Any, count: Any = 1) -> Self:
-        """``value`` (its dtype kept), present when ``count`` is positive."""
-        v = _array(value, cls.__name__)
-        c = _count(count, cls.__name__)
-        return cls(value=jnp.where(c > 0, v, jnp.zeros_like(v)), count=c)
 
     @classmethod
     def from_stacked(cls, values: Any, counts: Any = None) -> Self:
@@ -326,10 +323,6 @@ class _Selecting(Metric):
         a, b = _aligned(self.value, other.value)
         value = self._pick(a, b, self.count > 0, other.count > 0)
         return type(self)(value=value, count=self.count + other.count)
-
-    def compute(self) -> jax.Array:
-        """The chosen value (0 when empty)."""
-        return self.value
 
 
 def _row(values: jax.Array, index: jax.Array) -> jax.Array:
@@ -378,7 +371,23 @@ class Last(_Selecting):
         return jnp.where(has_b, b, a)
 
 
-class Max(_Selecting):
+class _Extreme(_Selecting):
+    """The elementwise max (``jnp.max``/``maximum``) or min over the steps that count."""
+
+    _reduce: ClassVar[Any]
+    _pair: ClassVar[Any]
+
+    @classmethod
+    def _choose(cls, values: jax.Array, present: jax.Array, mask: jax.Array) -> jax.Array:
+        fill = _extreme(values.dtype, high=cls._reduce is jnp.min)
+        return cls._reduce(jnp.where(mask, values, fill), axis=0, initial=fill)
+
+    @classmethod
+    def _pick(cls, a: jax.Array, b: jax.Array, has_a: jax.Array, has_b: jax.Array) -> jax.Array:
+        return jnp.where(has_a & has_b, cls._pair(a, b), jnp.where(has_a, a, b))
+
+
+class Max(_Extreme):
     """The elementwise maximum over the steps that count (NaN propagates); 0 when empty.
 
     Example:
@@ -388,18 +397,11 @@ class Max(_Selecting):
     """
 
     reduction: ClassVar[str] = "max"
-
-    @classmethod
-    def _choose(cls, values: jax.Array, present: jax.Array, mask: jax.Array) -> jax.Array:
-        low = _extreme(values.dtype, high=False)
-        return jnp.max(jnp.where(mask, values, low), axis=0, initial=low)
-
-    @staticmethod
-    def _pick(a: jax.Array, b: jax.Array, has_a: jax.Array, has_b: jax.Array) -> jax.Array:
-        return jnp.where(has_a & has_b, jnp.maximum(a, b), jnp.where(has_a, a, b))
+    _reduce = staticmethod(jnp.max)
+    _pair = staticmethod(jnp.maximum)
 
 
-class Min(_Selecting):
+class Min(_Extreme):
     """The elementwise minimum over the steps that count (NaN propagates); 0 when empty.
 
     Example:
@@ -408,15 +410,8 @@ class Min(_Selecting):
     """
 
     reduction: ClassVar[str] = "min"
-
-    @classmethod
-    def _choose(cls, values: jax.Array, present: jax.Array, mask: jax.Array) -> jax.Array:
-        high = _extreme(values.dtype, high=True)
-        return jnp.min(jnp.where(mask, values, high), axis=0, initial=high)
-
-    @staticmethod
-    def _pick(a: jax.Array, b: jax.Array, has_a: jax.Array, has_b: jax.Array) -> jax.Array:
-        return jnp.where(has_a & has_b, jnp.minimum(a, b), jnp.where(has_a, a, b))
+    _reduce = staticmethod(jnp.min)
+    _pair = staticmethod(jnp.minimum)
 
 
 # -- Std ---------------------------------------------------------------------------------------

@@ -95,10 +95,28 @@ _IDENTITY = ("samples", "shapes", "batch_size", "drop_remainder", "shuffle", "se
 
 
 class Batches(Iterator[Batch]):
-    """Batches of in-memory arrays that can save and restore their position: what :func:`batches`
-    returns. A one-pass iterator with ``epoch_steps`` (read by the loops, so they need no
+    """Batches of in-memory arrays, reshuffled every epoch in a deterministic order, with a
+    position a checkpoint saves; arguments are checked at once. ``gyre.data.batches`` is this
+    class. A one-pass iterator with ``epoch_steps`` (read by the loops, so they need no
     ``epoch_duration``), ``__len__`` (the same, as a ``DataLoader``'s) and
     ``state_dict``/``load_state_dict`` (JSON-able: a resumed run continues with the next batch).
+
+    Args:
+        arrays: a tuple of arrays sharing their leading (sample) dimension, e.g. ``(x, y)``;
+            or a single array.
+        batch_size: samples per batch.
+        shuffle: a new order every epoch (epoch ``k`` seeded by ``(seed, k)``); ``False``
+            keeps the original order.
+        seed: the seed of the shuffles (a whole number >= 0).
+        epochs: passes over the data; ``None`` repeats forever (bound the loop with ``stop=``).
+        drop_remainder: drop an epoch's last, smaller batch (one shape: one compilation).
+
+    Yields:
+        Tuples of numpy arrays (a single array when a single array was given).
+
+    Raises:
+        ValueError: the arrays disagree on the number of samples, ``batch_size < 1``, a
+            negative ``seed``, or no whole batch fits in the data with ``drop_remainder``.
 
     Attributes:
         epoch_steps: batches in one epoch.
@@ -118,8 +136,14 @@ class Batches(Iterator[Batch]):
         >>> again.load_state_dict(saved)
         >>> [next(again).tolist() for _ in range(2)] == after
         True
+        >>> x, y = np.arange(10).reshape(5, 2), np.arange(5)
+        >>> [b[1].tolist() for b in batches((x, y), 2, shuffle=False, epochs=1)]
+        [[0, 1], [2, 3]]
+        >>> [b.tolist() for b in batches(y, 2, shuffle=False, epochs=1, drop_remainder=False)]
+        [[0, 1], [2, 3], [4]]
     """
 
+    @keywords_checked
     def __init__(
         self,
         arrays: Sequence[Any] | np.ndarray,
@@ -308,45 +332,5 @@ def _position_number(value: Any, name: str, *, minimum: int) -> int:
                  fix="pass the dict that state_dict() returned, unchanged")
 
 
-@keywords_checked
-def batches(
-    arrays: Sequence[Any] | np.ndarray,
-    batch_size: int,
-    *,
-    shuffle: bool = True,
-    seed: int = 0,
-    epochs: int | None = None,
-    drop_remainder: bool = True,
-) -> Batches:
-    """Batches of in-memory arrays, reshuffled every epoch in a deterministic order, with a
-    position a checkpoint saves; arguments are checked at once.
-
-    Args:
-        arrays: a tuple of arrays sharing their leading (sample) dimension, e.g. ``(x, y)``;
-            or a single array.
-        batch_size: samples per batch.
-        shuffle: a new order every epoch (epoch ``k`` seeded by ``(seed, k)``); ``False``
-            keeps the original order.
-        seed: the seed of the shuffles (a whole number >= 0).
-        epochs: passes over the data; ``None`` repeats forever (bound the loop with ``stop=``).
-        drop_remainder: drop an epoch's last, smaller batch (one shape: one compilation).
-
-    Returns:
-        A :class:`Batches` iterator of tuples of numpy arrays (a single array when a single
-        array was given).
-
-    Raises:
-        ValueError: the arrays disagree on the number of samples, ``batch_size < 1``, a
-            negative ``seed``, or no whole batch fits in the data with ``drop_remainder``.
-
-    Example:
-        >>> import numpy as np
-        >>> x, y = np.arange(10).reshape(5, 2), np.arange(5)
-        >>> [b[1].tolist() for b in batches((x, y), 2, shuffle=False, epochs=1)]
-        [[0, 1], [2, 3]]
-        >>> [b.tolist() for b in batches(y, 2, shuffle=False, epochs=1, drop_remainder=False)]
-        [[0, 1], [2, 3], [4]]
-    """
-    return Batches(
-        arrays, batch_size, shuffle=shuffle, seed=seed, epochs=epochs, drop_remainder=drop_remainder
-    )
+#: The public spelling (``gyre.data.batches((x, y), 32)``): one class, two names.
+batches = Batches

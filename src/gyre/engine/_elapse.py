@@ -162,11 +162,27 @@ def samples(size: Any) -> int:
 
 
 class Elapse:
-    """Iterates ``(elapsed, batch)`` pairs, counting a step completed when the next is asked for.
+    """Yields ``(elapsed, batch)`` for a hand-written loop; the clock counts completed steps
+    (a step is completed when the next is asked for). ``gyre.elapse`` is this class.
+
+    Args:
+        dataset: an iterable of batches.
+        stop: steps (a whole number) or a :class:`Period` after which iteration ends.
+        initial: the clock to continue from (the ``elapsed`` a previous loop returned).
+        epoch_duration: steps per epoch; by default the dataset's ``epoch_steps`` or ``len``.
+        batch_size_fn: samples in a batch; by default the leading dimension of its arrays.
+        clock: seconds source (default ``time.monotonic``).
 
     Attributes:
-        elapsed: the clock of the step in progress, or of the next step between steps.
+        elapsed: the clock of the step in progress (what each pair holds), or of the next step
+            between steps; ``elapsed.completed()`` is the clock once it is done (what
+            ``gyre.checkpoint`` saves).
         exhausted: the data ended (rather than the stop).
+
+    Example:
+        >>> import gyre
+        >>> [e.steps for e, batch in gyre.elapse(range(100), stop=3)]
+        [0, 1, 2]
     """
 
     def __init__(
@@ -292,34 +308,5 @@ def source_of(dataset: Any) -> Any:
     return dataset
 
 
-def elapse(
-    dataset: Iterable[Any],
-    *,
-    stop: StopLike = None,
-    initial: Elapsed | None = None,
-    epoch_duration: int | Period | None = None,
-    batch_size_fn: Any = None,
-    clock: Callable[[], float] | None = None,
-) -> Elapse:
-    """Yields ``(elapsed, batch)`` for a hand-written loop; the clock counts completed steps.
-
-    Args:
-        dataset: an iterable of batches.
-        stop: steps (a whole number) or a :class:`Period` after which iteration ends.
-        initial: the clock to continue from (the ``elapsed`` a previous loop returned).
-        epoch_duration: steps per epoch; by default the dataset's ``epoch_steps`` or ``len``.
-        batch_size_fn: samples in a batch; by default the leading dimension of its arrays.
-        clock: seconds source (default ``time.monotonic``).
-
-    Each ``elapsed`` is the clock of the step in progress; ``elapsed.completed()`` is the clock
-    once it is done (what ``gyre.checkpoint`` saves).
-
-    Example:
-        >>> import gyre
-        >>> [e.steps for e, batch in gyre.elapse(range(100), stop=3)]
-        [0, 1, 2]
-    """
-    return Elapse(
-        dataset, stop=stop, initial=initial, epoch_duration=epoch_duration,
-        batch_size_fn=batch_size_fn, clock=clock,
-    )
+#: The public spelling (``gyre.elapse(dataset, stop=...)``): one class, two names.
+elapse = Elapse

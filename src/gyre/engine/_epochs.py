@@ -107,26 +107,17 @@ class EpochStream:
 
 
 def training_data(loader: Any, epochs: int, most: int | None = None) -> tuple[Any, int]:
-    """The stream of ``epochs`` epochs the loop iterates, and its batches per epoch (at most
-    ``most``: shorter epochs, the loader not restarted between them).
-
-    Example:
-        >>> data, steps = training_data([1, 2], 3); steps, list(data)
-        (2, [1, 2, 1, 2, 1, 2])
-    """
+    """The stream of ``epochs`` epochs and its batches per epoch (at most ``most``)."""
     refuse_sources(loader, "the training data")
     if hasattr(loader, "state_dict") and hasattr(loader, "load_state_dict") and is_iterator(loader):
         steps = epoch_length(loader, what="train_loader")
         available = getattr(loader, "epochs", None)
         if available is not None and available < epochs:
-            raise ValueError(
-                explain(
-                    "the training loader ends before the last epoch",
-                    expected=f"a loader of at least {epochs} epochs (or endless: epochs=None)",
-                    received=f"{loader!r} with epochs={available}",
-                    fix="build it with gyre.data.batches(..., epochs=None); the trainer stops it",
-                )
-            )
+            raise ValueError(explain(
+                "the training loader ends before the last epoch",
+                expected=f"a loader of at least {epochs} epochs (or endless: epochs=None)",
+                received=f"{loader!r} with epochs={available}",
+                fix="build it with gyre.data.batches(..., epochs=None); the trainer stops it"))
         return loader, min(steps, most or steps)
     stream = EpochStream(loader, epochs=epochs)
     return stream, min(stream.epoch_steps, most or stream.epoch_steps)

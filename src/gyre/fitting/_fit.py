@@ -237,21 +237,7 @@ def fit(
 
 
 def run_folder(log_dir: str | os.PathLike[str], log_name: str, resume: str | None) -> str:
-    """The folder of this run under ``log_dir``: ``<log_name>``, or, when earlier runs of
-    that name hold checkpoints (a script run again), the next free ``<log_name>-<n>``, so a
-    rerun never mixes its checkpoints and curves with an earlier run's (TensorBoard shows
-    them side by side). With ``resume``, the newest run of that name (the highest ``n``
-    holding checkpoints), or ``<log_name>`` when there is none.
-
-    Example:
-        >>> import tempfile, os
-        >>> root = tempfile.mkdtemp()
-        >>> os.path.basename(run_folder(root, "mnist", None))
-        'mnist'
-        >>> os.makedirs(os.path.join(root, "mnist", "checkpoints", "10"))
-        >>> [os.path.basename(run_folder(root, "mnist", r)) for r in (None, "latest")]
-        ['mnist-1', 'mnist']
-    """
+    """This run's folder: ``log_dir/<log_name>``, the next free ``<log_name>-<n>`` when taken, the newest with ``resume``."""
     root = Path(os.fspath(log_dir))
     pattern = re.compile(re.escape(log_name) + r"(?:-(\d+))?")
     used = []
@@ -325,13 +311,7 @@ def _check_arguments(
 
 
 def eval_entries(out: Any) -> dict[str, Any]:
-    """``eval_step``'s result as ``{name: scalar}`` (a bare value is ``accuracy``), or a
-    clear error for a non-scalar.
-
-    Example:
-        >>> eval_entries(0.5), eval_entries({"acc": 1.0})
-        ({'accuracy': 0.5}, {'acc': 1.0})
-    """
+    """``eval_step``'s result as ``{name: scalar}`` (a bare value is ``accuracy``), or the explained error."""
     entries = dict(out) if isinstance(out, Mapping) else {BARE_METRIC: out}
     for name, value in entries.items():
         if isinstance(value, (tuple, list, Mapping)) or jnp.ndim(value) != 0:
@@ -464,15 +444,7 @@ def _monitor_name(monitor: str | None, names: list[str]) -> str:
 
 
 def final_metrics(history: History) -> dict[str, float]:
-    """The last value of every evaluation entry (``*_test``, ``*_val``) of ``history``.
-
-    Example:
-        >>> import gyre
-        >>> h = gyre.History()
-        >>> h.commit(gyre.Elapsed(steps=0), gyre.Logs().add_metric("accuracy_test", 0.5))
-        >>> final_metrics(h)
-        {'accuracy_test': 0.5}
-    """
+    """The last value of every evaluation entry (``*_test``, ``*_val``) of ``history``."""
     out: dict[str, float] = {}
     for names in history.names().values():
         for name in names:

@@ -54,24 +54,7 @@ def _loss_pair(out: Any) -> tuple[Any, Mapping[str, Any]]:
 
 
 def make_train_step(loss_fn: Callable[..., Any], state: TrainState, strategy: Strategy | None = None) -> Any:
-    """The compiled training step ``(state, (x, y)) -> (logs, state)`` of :func:`fit`, state
-    donated and fusable by ``steps_per_call``: ``jax.jit``'s for no strategy or the default
-    one (:func:`plain_jit`), else a :class:`StrategyStep`; one per loss function, model
-    collections and strategy (a second fit call does not trace it again).
-
-    Example:
-        >>> import gyre, jax, jax.numpy as jnp, optax, flax.linen as nn
-        >>> model = nn.Dense(1)
-        >>> apply = lambda v, x, train=False, rngs=None: model.apply(v, x)
-        >>> p = model.init(jax.random.key(0), jnp.ones((1, 2)))["params"]
-        >>> s = gyre.TrainState.create(apply_fn=apply, params=p, tx=optax.sgd(0.1))
-        >>> def mse(out, y):
-        ...     loss = jnp.mean((out[:, 0] - y) ** 2)
-        ...     return loss, {"mse": loss}
-        >>> logs, s = make_train_step(mse, s)(s, (jnp.ones((4, 2)), jnp.zeros(4)))
-        >>> int(s.step), sorted(logs["losses"])
-        (1, ['loss', 'mse'])
-    """
+    """fit's compiled training step ``(state, (x, y)) -> (logs, state)``, cached per loss, collections and strategy."""
     strategy = None if strategy is None or plain_jit(strategy) else strategy
     cached, key = _cache_of(loss_fn, state, strategy)
     if key not in cached:
@@ -81,16 +64,7 @@ def make_train_step(loss_fn: Callable[..., Any], state: TrainState, strategy: St
 
 
 class StrategyStep:
-    """A ``(state, batch) -> (logs, state)`` step compiled by a strategy, which places each
-    batch on the strategy's devices (split over its data axis) before the call; ``fuse(k)``
-    (``steps_per_call``) runs ``k`` of them in one ``lax.scan`` over ``k`` stacked batches.
-
-    Example:
-        >>> import gyre, jax.numpy as jnp
-        >>> add = StrategyStep(lambda s, b: (gyre.logs(), s + b.sum()), gyre.get_strategy("jit"))
-        >>> float(add(jnp.zeros(()), jnp.ones(4))[1]), float(add.fuse(2)(jnp.zeros(()), jnp.ones((2, 4)))[1])
-        (4.0, 8.0)
-    """
+    """A ``(state, batch) -> (logs, state)`` step compiled by a strategy, placing batches; ``fuse(k)`` scans ``k``."""
 
     def __init__(self, step: Callable[[Any, Any], tuple[Logs, Any]], strategy: Strategy) -> None:
         self.step, self.strategy = step, strategy
@@ -128,15 +102,7 @@ def _cache_of(loss_fn: Any, state: TrainState, strategy: Strategy | None) -> tup
 
 
 def model_takes_train(apply_fn: Any) -> bool:
-    """Whether the model behind ``apply_fn`` takes ``train=`` (Jax Fit's convention for
-    dropout and batch norm): for a linen ``model.apply``, its module's ``__call__``; for any
-    other function, its own parameters. A model without it is called without it.
-
-    Example:
-        >>> import flax.linen as nn
-        >>> model_takes_train(nn.Dense(2).apply), model_takes_train(lambda v, x, train=False: x)
-        (False, True)
-    """
+    """Whether the model behind ``apply_fn`` (a linen module's ``__call__``, else itself) takes ``train=``."""
     module = getattr(apply_fn, "__self__", None)
     target = module.__call__ if module is not None and callable(module) else apply_fn
     try:
@@ -147,13 +113,7 @@ def model_takes_train(apply_fn: Any) -> bool:
 
 
 def leaf_shapes(tree: Any) -> list[tuple[int, ...]]:
-    """The shapes of a batch's leaves, for the notes fit adds to errors (no value is read).
-
-    Example:
-        >>> import numpy as np
-        >>> leaf_shapes((np.zeros((4, 3)), np.zeros(4)))
-        [(4, 3), (4,)]
-    """
+    """The shapes of a batch's leaves, for the notes fit adds to errors (no value is read)."""
     return [tuple(np.shape(leaf)) for leaf in jax.tree_util.tree_leaves(tree)]
 
 
@@ -193,21 +153,7 @@ _PARAM_SHAPE = re.compile(
 
 
 def model_shape_error(err: Exception, batch: Any, where: str) -> ValueError | None:
-    """An explained error for a batch the model cannot take (a layer's parameter built for
-    other input shapes: flax's ``ScopeParamShapeError``), naming the layer, its parameter's
-    shape and the batch's leaf shapes; ``None`` for any other error.
-
-    Example:
-        >>> import numpy as np
-        >>> class ScopeParamShapeError(Exception): ...
-        >>> err = ScopeParamShapeError('For parameter "kernel" in "/Dense_0", the given initializer is '
-        ...     'expected to generate shape (5, 8), but the existing parameter it received has shape (4, 8).')
-        >>> print(model_shape_error(err, (np.zeros((2, 5)), np.zeros(2)), "a step"))
-        the model cannot take its input: layer /Dense_0's 'kernel' has shape (4, 8), and the input asks for (5, 8) (in a step)
-          expected: batches of the shapes the model was initialised with (its 'kernel' of shape (4, 8))
-          received: a batch with leaves of shapes [(2, 5), (2,)]
-          fix: initialise the model with a batch of this data (model.init(key, x[:1])), or reshape the batches to the model's input
-    """
+    """The explained error for a batch the model cannot take (flax's ``ScopeParamShapeError``), else ``None``."""
     match = _PARAM_SHAPE.search(str(err)) if type(err).__name__ == "ScopeParamShapeError" else None
     if match is None:
         return None
@@ -222,12 +168,7 @@ def model_shape_error(err: Exception, batch: Any, where: str) -> ValueError | No
 
 
 def apply_error_fix(err: Exception) -> str | None:
-    """The fix for a model error a Jax Fit user meets, when ``err`` is one, else ``None``.
-
-    Example:
-        >>> apply_error_fix(KeyError('collection "batch_stats" is empty'))[:36]
-        'the model has batch norm but the sta'
-    """
+    """The fix for a model error a Jax Fit user meets, when ``err`` is one, else ``None``."""
     text = str(err)
     if "batch_stats" in text and "collection" in text:
         return ("the model has batch norm but the state has no batch statistics: pass "

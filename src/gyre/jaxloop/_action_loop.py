@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from gyre.core._checks import whole
 from gyre.jaxloop._actions import CheckpointAction
@@ -37,6 +37,10 @@ class ActionLoop(StatLoop):
         >>> loop.loop_count, seen
         (4, [1, 1])
     """
+
+    #: ``(statistic, format)``: the line logged at INFO at the end (``TrainLoop``'s speed,
+    #: ``EvalLoop``'s time), or ``None``.
+    _logged: ClassVar[tuple[str, str] | None] = None
 
     def __init__(
         self,
@@ -89,7 +93,8 @@ class ActionLoop(StatLoop):
 
     def end(self, state: State, outputs: Output | None) -> tuple[State, Output | None]:
         """Adds the statistics, then runs the end actions whose interval divides the count
-        (and every :class:`~gyre.jaxloop.CheckpointAction` when SIGTERM cut the loop short).
+        (and every :class:`~gyre.jaxloop.CheckpointAction` when SIGTERM cut the loop short);
+        then logs a ``TrainLoop``'s speed or an ``EvalLoop``'s time (``logging`` at INFO).
 
         Example:
             >>> import gyre
@@ -108,6 +113,8 @@ class ActionLoop(StatLoop):
                     # the loop's input state may be donated: hand the caller this one
                     err.state, err.outputs = state, outputs  # type: ignore[attr-defined]
                     raise
+        if self._logged is not None and outputs is not None and self._logged[0] in outputs and _log.isEnabledFor(logging.INFO):
+            _log.info(self._logged[1], state_step(state), outputs[self._logged[0]])
         return state, outputs
 
 
@@ -123,23 +130,10 @@ class TrainLoop(ActionLoop):
         (6, [0, 1, 2, 3], True)
     """
 
+    _logged = (STAT_STEPS_PER_SEC, "train    | step: %s | steps_per_sec: %6.1f")
+
     def __init__(self, step: Any, stat_names: Sequence[str] | None = None, **kwargs: Any) -> None:
         super().__init__(step, stat_names=stat_names or [STAT_STEPS_PER_SEC], **kwargs)
-
-    def end(self, state: State, outputs: Output | None) -> tuple[State, Output | None]:
-        """:meth:`ActionLoop.end`, then logs the speed (``logging`` at INFO).
-
-        Example:
-            >>> import gyre
-            >>> loop = gyre.jaxloop.TrainLoop(print, stat_names=["jaxloop/loop_time_secs"])
-            >>> _ = loop.begin(0, [])
-            >>> sorted(loop.end(0, {})[1])
-            ['jaxloop/loop_time_secs']
-        """
-        state, outputs = super().end(state, outputs)
-        if outputs is not None and STAT_STEPS_PER_SEC in outputs and _log.isEnabledFor(logging.INFO):
-            _log.info("train    | step: %s | steps_per_sec: %6.1f", state_step(state), outputs[STAT_STEPS_PER_SEC])
-        return state, outputs
 
 
 class EvalLoop(ActionLoop):
@@ -167,6 +161,7 @@ class EvalLoop(ActionLoop):
     """
 
     pads_batches = True
+    _logged = (STAT_LOOP_TIME_SECS, "eval     | step: %s | eval time: %4.2f seconds.")
 
     def __init__(
         self, step: Any, stat_names: Sequence[str] | None = None, *, name: str | None = None, **kwargs: Any
@@ -174,17 +169,3 @@ class EvalLoop(ActionLoop):
         super().__init__(step, stat_names=stat_names or [STAT_LOOP_TIME_SECS], **kwargs)
         self.name = name
 
-    def end(self, state: State, outputs: Output | None) -> tuple[State, Output | None]:
-        """:meth:`ActionLoop.end`, then logs the evaluation's time (``logging`` at INFO).
-
-        Example:
-            >>> import gyre
-            >>> loop = gyre.jaxloop.EvalLoop(print)
-            >>> _ = loop.begin(0, [])
-            >>> sorted(loop.end(0, {})[1])
-            ['jaxloop/loop_time_secs']
-        """
-        state, outputs = super().end(state, outputs)
-        if outputs is not None and STAT_LOOP_TIME_SECS in outputs and _log.isEnabledFor(logging.INFO):
-            _log.info("eval     | step: %s | eval time: %4.2f seconds.", state_step(state), outputs[STAT_LOOP_TIME_SECS])
-        return state, outputs

@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gyre.core._checks import whole
+from gyre.core._checks import instance, whole
 from gyre.core._clock import infer_batch_size
-from gyre.core._errors import as_pair, describe, explain, warn
+from gyre.core._errors import as_pair, explain, warn
 from gyre.core._host import numeric_dtype
 from gyre.data._padding import accepts_mask, padded
 from gyre.engine._elapse import samples
@@ -35,13 +35,11 @@ State = Any
 def _as_iterator(dataset: Any) -> Iterator[Any]:
     if isinstance(dataset, Iterator):
         return dataset
-    if isinstance(dataset, Iterable):
-        return iter(dataset)
-    raise TypeError(explain(
-        "a jaxloop loop's dataset must be an iterator or an iterable of batches",
+    return iter(instance(
+        dataset, "dataset", Iterable, problem="a jaxloop loop's dataset must be an iterator or an iterable of batches",
         expected="an iterator (a generator, ds.as_numpy_iterator()) or an iterable "
         "(a list of batches, gyre.data.batches(...))",
-        received=describe(dataset), fix="pass the batches, e.g. loop(state, iter(batches), num_steps=100)"))
+        fix="pass the batches, e.g. loop(state, iter(batches), num_steps=100)"))
 
 
 def _check_num_steps(num_steps: Any) -> int | None:
@@ -94,20 +92,15 @@ class Loop:
             "drop them in the optimizer: optax.apply_if_finite(tx, max_consecutive_errors=5), "
             f"with {who}(step, nan_policy='ignore')",
         ))
-        if batch_size_fn is not None and not callable(batch_size_fn):
-            raise TypeError(explain(
-                f"{type(self).__name__}'s batch_size_fn must be a function of the batch",
-                expected="batch_size_fn=lambda batch: batch['y'].shape[0] (the examples in a batch)",
-                received=describe(batch_size_fn),
-                fix="pass a function, or leave it None (the leading dimension of the batch's arrays)"))
+        instance(batch_size_fn, "batch_size_fn", Callable, none=True,
+                 problem=f"{type(self).__name__}'s batch_size_fn must be a function of the batch",
+                 expected="batch_size_fn=lambda batch: batch['y'].shape[0] (the examples in a batch)",
+                 fix="pass a function, or leave it None (the leading dimension of the batch's arrays)")
         self._size_of = infer_batch_size if batch_size_fn is None else lambda batch: samples(batch_size_fn(batch))
-        if not callable(step):
-            raise TypeError(explain(
-                "a jaxloop loop needs a step",
-                expected="a gyre.Step (or a callable (state, batch, per_loop_step_number) "
-                "-> (state, outputs))",
-                received=describe(step), fix="pass the step: TrainLoop(MyStep(key, model, optimizer=..., train=True))"))
-        self._step = step
+        self._step = instance(
+            step, "step", Callable, problem="a jaxloop loop needs a step",
+            expected="a gyre.Step (or a callable (state, batch, per_loop_step_number) -> (state, outputs))",
+            fix="pass the step: TrainLoop(MyStep(key, model, optimizer=..., train=True))")
 
     @property
     def step(self) -> Any:
@@ -352,28 +345,13 @@ def _alive(tree: Any) -> bool:
 
 @contextlib.contextmanager
 def preemption() -> Iterator[Callable[[int], bool]]:
-    """SIGTERM for the time of a jaxloop loop, as :func:`gyre.loop` has it: yields
-    ``preempted(step) -> bool``, asked after each step (the outermost loop on the main thread
-    installs the handler; a loop nested in another runs to its end).
-
-    Example:
-        >>> with preemption() as preempted:
-        ...     preempted(1)
-        False
-    """
+    """SIGTERM for a jaxloop loop, as gyre.loop has it: yields ``preempted(step) -> bool``, asked after each step."""
     with guarded(catch_interrupt=False) as guard:
         yield guard.check
 
 
 class StepValues(list):  # type: ignore[type-arg]
-    """A list of a loop's per-step values that knows each step's examples (``batch_sizes``),
-    so :func:`reduce_outputs` weighs the steps' means by them.
-
-    Example:
-        >>> values = StepValues([0.0, 0.4], [8, 1])
-        >>> values == [0.0, 0.4], values.batch_sizes
-        (True, [8, 1])
-    """
+    """A list of per-step values with each step's examples (``batch_sizes``), which :func:`reduce_outputs` weighs by."""
 
     def __init__(self, values: Any, batch_sizes: list[int]) -> None:
         super().__init__(values)
@@ -462,15 +440,7 @@ def _takes_flops(step: Any) -> bool:
 
 
 def takes_mask(step: Any) -> bool:
-    """Whether a jaxloop step takes the keyword ``mask``: its ``run`` (a :class:`gyre.Step`,
-    whose call passes keywords on to ``run``) or the callable itself.
-
-    Example:
-        >>> takes_mask(lambda state, batch, n, mask=None, **kwargs: None)
-        True
-        >>> takes_mask(lambda state, batch, n, **kwargs: None)
-        False
-    """
+    """Whether a jaxloop step (or a :class:`gyre.Step`'s ``run``) takes the keyword ``mask``."""
     if accepts_mask(step):
         return True
     run = getattr(step, "run", None)
@@ -478,13 +448,7 @@ def takes_mask(step: Any) -> bool:
 
 
 def state_step(state: Any) -> int | None:
-    """The state's step as an int (``state.step``, or ``state["step"]``), ``None`` without one.
-    Reading a device value waits for it.
-
-    Example:
-        >>> state_step({"step": 3}), state_step(0)
-        (3, None)
-    """
+    """The state's step as an int (``state.step`` or ``state["step"]``; a device value is waited for), else ``None``."""
     step = getattr(state, "step", None)
     if step is None and isinstance(state, Mapping):
         step = state.get("step")

@@ -10,7 +10,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
 from gyre.core._errors import explain, suggest
-from gyre.parallel._strategy import Step, Strategy
+from gyre.parallel._strategy import Strategy
 
 
 class Eager(Strategy):
@@ -30,17 +30,6 @@ class Eager(Strategy):
 
     def place_batch(self, batch: Any, *, axis: int = 0) -> Any:
         return batch
-
-    def compile(
-        self,
-        step: Step,
-        state: Any = None,
-        *,
-        batch_axis: int = 0,
-        donate: bool | None = None,
-        **jit_kwargs: Any,
-    ) -> Step:
-        return step
 
 
 class Jit(Strategy):

@@ -145,6 +145,8 @@ class Strategy:
             >>> float(run(state, strategy.place_batch(jnp.ones(4)))[1])
             4.0
         """
+        if not self.compiles:  # eager: the step as it is
+            return step
         if self.mesh is None:
             return self.jit(step, donate=self.donate if donate is None else donate, **jit_kwargs)
         step = self._traced_in_context(step)
