@@ -139,7 +139,8 @@ BENCHMARKS = (
         "for bit as the run never interrupted (params, optimizer state, history).",
         full=("--trials", "2"),
         quick=("--trials", "1", "--steps", "12"),
-        reduced="2 trials instead of 20: on this machine each job process took about a minute",
+        reduced="2 trials instead of 20 (each trial is two processes that start JAX; on the busy machine of a "
+        "trial run one job process took a minute)",
     ),
     Benchmark(
         "cli_kill_resume", "cli_kill_resume.py",
@@ -148,7 +149,8 @@ BENCHMARKS = (
         full=("--trials", "1"),
         quick=("--trials", "1"),
         reduced="1 trial instead of 20 (with a resume checkpoint every epoch): a trial is a `gyre fit` and "
-        "a `gyre resume` process, and the uninterrupted reference run alone took two minutes on this machine",
+        "a `gyre resume` process, and on the busy machine of a trial run the uninterrupted reference alone "
+        "took two minutes",
     ),
 )
 NAMES = tuple(b.name for b in BENCHMARKS)
@@ -404,6 +406,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 json.dump({"info": info, "quick": args.quick}, f)
         for i, bench in enumerate(chosen):
             results[bench.name] = run_one(bench, bench.quick if args.quick else bench.full, folder)
+            if keep:  # with its wall time, so that a page can be written again from the folder
+                with open(os.path.join(keep, f"{bench.name}.json"), "w") as f:
+                    json.dump(results[bench.name], f, indent=1)
             pending = [b.name for b in chosen[i + 1:]]  # the page so far: a run cut short keeps it
             text = page(results, info, args.quick, time.perf_counter() - start, image_dir, pending)
             with open(out, "w") as f:
