@@ -56,6 +56,7 @@ import optax
 import gyre
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_json  # noqa: E402
 from loop_overhead import fresh_copy, init_params, make_batches, make_step  # noqa: E402
 
 TARGET = 0.95
@@ -217,6 +218,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=5000, help="steps per run (default 5000)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the batches and the model")
+    bench_json.add_option(parser)
     return parser.parse_args(argv)
 
 
@@ -243,7 +245,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print()
-    print(report(seconds, args.steps, args.rounds))
+    text = report(seconds, args.steps, args.rounds)
+    print(text)
+    rows = []
+    for name, values in seconds.items():
+        base = BASELINE.get(name)
+        ratio = None if base is None else statistics.median(b / v for b, v in zip(seconds[base], values, strict=True))
+        rows.append(bench_json.row(name, ratio, base or name, value=round(args.steps / statistics.median(values)),
+                                   unit="steps/s"))
+    bench_json.write(args.json, benchmark="checkpoint_overhead", steps=args.steps, rounds=args.rounds, rows=rows,
+                     report=text, note="each ratio is against its own reference: the gyre variants against "
+                     f"'{NONE}', '{JAX_ORBAX}' against '{JAX}'")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_json  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "configs", "digits_mlp.yaml")
 _READING = threading.Lock()
@@ -189,6 +192,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=2026, help="seed of the kill moments")
     parser.add_argument("--jobs", type=int, default=1, help="trials run at once (default 1)")
     parser.add_argument("--keep", action="store_true", help="keep the run folders of failed trials")
+    bench_json.add_option(parser)
     return parser.parse_args(argv)
 
 
@@ -239,6 +243,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     print(f"exact resumes: {exact}/{args.trials}")
+    bench_json.write(args.json, benchmark="cli_kill_resume", steps=None, rounds=args.trials, report=f"exact resumes: {exact}/{args.trials}",
+                     rows=[bench_json.row("exact resumes", exact / args.trials, "every trial",
+                                          value=f"{exact}/{args.trials}", unit="trials")],
+                     note="a correctness check, not a speed: the share of killed-and-resumed runs that end "
+                     "bit for bit as the uninterrupted run (target: 1.0)")
 
 
 if __name__ == "__main__":

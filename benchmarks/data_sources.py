@@ -35,6 +35,7 @@ import itertools
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -42,6 +43,9 @@ from typing import Any
 import numpy as np
 
 import gyre
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_json  # noqa: E402
 
 WORKERS = 2
 
@@ -107,6 +111,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--batches", type=int, default=300, help="batches per round (default 300)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the arrays and the shuffles")
+    bench_json.add_option(parser)
     return parser.parse_args(argv)
 
 
@@ -119,7 +124,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         shown = ", ".join(f"{path} {args.batches / statistics.median(s):,.0f}" for path, s in results[name].items())
         print(f"{name}: batches/s {shown}", flush=True)
     print()
-    print(report(results, args.batches, args.rounds))
+    text = report(results, args.batches, args.rounds)
+    print(text)
+    rows = [bench_json.row(name, statistics.median(n / g for n, g in zip(s["numpy"], s["grain"], strict=True)),
+                           "numpy path (workers=0)", value=round(args.batches / statistics.median(s["grain"])),
+                           unit="grain batches/s") for name, s in results.items()]
+    bench_json.write(args.json, benchmark="data_sources", steps=args.batches, rounds=args.rounds, rows=rows,
+                     report=text, note="not against hand-written JAX: the grain path against the numpy path of "
+                     "the same gyre.data.arrays (above 1: grain pays)")
 
 
 if __name__ == "__main__":

@@ -90,6 +90,7 @@ import optax
 import gyre
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_json  # noqa: E402
 from loop_overhead import fresh_copy, print_profile  # noqa: E402
 from trainer_overhead import (  # noqa: E402
     Samples,
@@ -98,6 +99,7 @@ from trainer_overhead import (  # noqa: E402
     best_of_5,
     interleave,
     overhead_report,
+    ratio_rows,
     without_checkpoint_writes,
     wrap_parts,
 )
@@ -377,6 +379,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seed of the model")
     parser.add_argument("--profile", action="store_true",
                         help="instead of timing, break one fit run down with timers and cProfile")
+    bench_json.add_option(parser)
     args = parser.parse_args(argv)
     if args.steps < 1 or args.rounds < 1:
         parser.error("--steps and --rounds must be >= 1")
@@ -408,9 +411,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print()
-    print(report(rates, cpu, steps, epochs, args.rounds))
-    print()
-    print(costs)
+    text = report(rates, cpu, steps, epochs, args.rounds) + "\n\n" + costs
+    print(text)
+    bench_json.write(args.json, benchmark="fit_overhead", steps=steps, rounds=args.rounds,
+                     rows=ratio_rows(rates, HAND), report=text)
     return 0
 
 

@@ -70,6 +70,7 @@ import gyre
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import bench_json  # noqa: E402
 from loop_overhead import (  # noqa: E402  (the foundation benchmark's model and data)
     LEARNING_RATE,
     Batch,
@@ -208,6 +209,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--cpus", type=int, default=None,
                         help="pin the process to its first N allowed CPUs before JAX starts "
                         "(Linux; default: all)")
+    bench_json.add_option(parser)
     args = parser.parse_args(argv)
     if args.steps < 1 or args.rounds < 1 or args.chunk < 1:
         parser.error("--steps, --rounds and --chunk must be >= 1")
@@ -249,7 +251,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rates, cpu, process = interleave(runners, initial, steps, args.rounds)
     print()
-    print(report(rates, cpu, process, steps, args.rounds, chunk))
+    text = report(rates, cpu, process, steps, args.rounds, chunk)
+    print(text)
+    rows = [bench_json.row(name, None if name == SCAN else statistics.median(
+        v / b for v, b in zip(rates[name], rates[SCAN], strict=True)), SCAN,
+        value=round(statistics.median(rates[name])), unit="steps/s") for name in VARIANTS]
+    bench_json.write(args.json, benchmark="fused_steps", steps=steps, rounds=args.rounds, rows=rows, report=text)
     return 0
 
 

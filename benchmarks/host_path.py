@@ -61,6 +61,7 @@ import jax
 import optax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_json  # noqa: E402
 import loop_overhead as base  # noqa: E402
 
 import gyre  # noqa: E402
@@ -211,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "pull): a CPU stand-in for a host-bound GPU (see loop_overhead.py; default 0)")
     parser.add_argument("--dispatch-wait-on", choices=("call", "data"), default="call",
                         help="where the wait is paid (see loop_overhead.py; default: every jax.jit call)")
+    bench_json.add_option(parser)
     args = parser.parse_args(argv)
     if min(args.steps, args.rounds, args.hidden) < 1 or args.dispatch_wait_us < 0:
         parser.error("--steps, --rounds and --hidden must be >= 1, --dispatch-wait-us >= 0")
@@ -227,7 +229,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     variants = make_variants(step, data, args.steps)
     for run, _ in variants.values():  # compiles the step, gyre's ring and the history's transfers
         jax.block_until_ready(run(base.fresh_copy(initial)))
-    print(report(measure(variants, initial, args.steps, args.rounds)))
+    results = measure(variants, initial, args.steps, args.rounds)
+    text = report(results)
+    print(text)
+    rows = [bench_json.row(name, None if name == HAND else statistics.median(
+        r[0] / h[0] for r, h in zip(values, results[HAND], strict=True)), HAND,
+        value=round(statistics.median(r[1] for r in values), 1), unit="loop-thread CPU us/step")
+        for name, values in results.items()]
+    bench_json.write(args.json, benchmark="host_path", steps=args.steps, rounds=args.rounds, rows=rows, report=text)
     return 0
 
 

@@ -44,6 +44,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_json  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOB = os.path.join(ROOT, "tests", "resume", "kill_job.py")
 WALL = ("time", "date")  # the clock's wall-time fields differ between any two runs
@@ -105,6 +108,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--kills", type=int, default=1, help="kills per trial before the resume (default 1)")
     parser.add_argument("--steps", type=int, default=70, help="steps of each run (default 70: 3 epochs and a bit)")
     parser.add_argument("--seed", type=int, default=2026, help="seed of the kill steps")
+    bench_json.add_option(parser)
     return parser.parse_args(argv)
 
 
@@ -134,6 +138,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"exact resumes: {exact}/{args.trials}")
+    bench_json.write(args.json, benchmark="kill_resume", steps=None, rounds=args.trials, report=f"exact resumes: {exact}/{args.trials}",
+                     rows=[bench_json.row("exact resumes", exact / args.trials, "every trial",
+                                          value=f"{exact}/{args.trials}", unit="trials")],
+                     note="a correctness check, not a speed: the share of killed-and-resumed runs that end "
+                     "bit for bit as the uninterrupted run (target: 1.0)")
 
 
 if __name__ == "__main__":

@@ -125,6 +125,7 @@ import numpy as np
 import optax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_json  # noqa: E402
 import slow_jit  # noqa: E402
 
 slow_jit.install_from_argv()  # before gyre is imported: its compiled functions wait too
@@ -655,6 +656,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help=f"the variant --profile runs (default {LOOP})")
     parser.add_argument("--profile-top", type=int, default=25,
                         help="functions --profile lists, by own time (default 25)")
+    bench_json.add_option(parser)
     args = parser.parse_args(argv)
     if min(args.steps, args.rounds, args.hidden, args.steps_per_call) < 1:
         parser.error("--steps, --rounds, --hidden and --steps-per-call must be >= 1")
@@ -716,9 +718,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(["", "the paths the gyre.loop variants took in the timed runs:", *plans_taken(runners)]))
     print()
     if args.fused_table:
-        print(fused_report(rates, cpu, steps, args.rounds, args.auto_target))
+        text = fused_report(rates, cpu, steps, args.rounds, args.auto_target)
     else:
-        print(report(rates, cpu, steps, args.rounds, args.target))
+        text = report(rates, cpu, steps, args.rounds, args.target)
+    print(text)
+    rows = [bench_json.row(name, None if name == HAND else paired(rates[name], rates[HAND]), HAND,
+                           value=round(statistics.median(rates[name])), unit="steps/s") for name in rates]
+    bench_json.write(args.json, benchmark="loop_overhead", steps=steps, rounds=args.rounds, rows=rows, report=text)
     return 0
 
 

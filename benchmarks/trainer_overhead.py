@@ -100,6 +100,7 @@ import optax
 import gyre
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_json  # noqa: E402
 from loop_overhead import fresh_copy, print_profile  # noqa: E402
 
 TARGET = 0.95
@@ -306,6 +307,13 @@ def paired(values: Sequence[float], reference: Sequence[float]) -> list[float]:
         [0.9, 1.0]
     """
     return [v / r for v, r in zip(values, reference, strict=True)]
+
+
+def ratio_rows(rates: Samples, hand: str) -> list[dict[str, Any]]:
+    """Each variant's median of the per-round ratios to ``hand``, and its median steps/s, as
+    ``bench_json`` rows (this benchmark's and ``fit_overhead.py``'s)."""
+    return [bench_json.row(name, None if name == hand else statistics.median(paired(rates[name], rates[hand])), hand,
+                           value=round(statistics.median(rates[name])), unit="steps/s") for name in rates]
 
 
 def report(rates: Samples, cpu: Samples, steps: int, epochs: int, rounds: int) -> str:
@@ -598,6 +606,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="instead of timing, break one run down with timers and cProfile")
     parser.add_argument("--profile-variant", choices=VARIANTS, default=TRAINER,
                         help=f"the variant --profile runs (default {TRAINER!r})")
+    bench_json.add_option(parser)
     args = parser.parse_args(argv)
     if args.steps < 1 or args.rounds < 1:
         parser.error("--steps and --rounds must be >= 1")
@@ -627,7 +636,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print()
-    print(report(rates, cpu, steps, epochs, args.rounds))
+    text = report(rates, cpu, steps, epochs, args.rounds)
+    print(text)
+    bench_json.write(args.json, benchmark="trainer_overhead", steps=steps, rounds=args.rounds,
+                     rows=ratio_rows(rates, HAND), report=text)
     return 0
 
 

@@ -38,6 +38,7 @@ import importlib.util
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import gyre
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_json  # noqa: E402
 
 Run = Callable[[str], None]  # one run in a fresh folder
 
@@ -144,15 +148,22 @@ def measure(runs: dict[str, Run], rounds: int) -> dict[str, list[float]]:
     return seconds
 
 
+def extra_us(seconds: dict[str, list[float]], steps: int, alone: set[str]) -> dict[str, float]:
+    """Each writer's median extra process CPU per step, in microseconds (over the loop without
+    a writer; from zero for the writers run ``alone``)."""
+    base = seconds["no writer"]
+    return {
+        name: statistics.median((s - (0.0 if name in alone else b)) / steps * 1e6 for s, b in zip(values, base, strict=True))
+        for name, values in seconds.items() if name != "no writer"
+    }
+
+
 def report(seconds: dict[str, list[float]], steps: int, alone: set[str]) -> str:
     """A markdown table: each writer's median extra process CPU per step (over the loop
     without a writer; from zero for the writers run ``alone``), and its ratio to
     ``TensorBoardWriter``'s."""
     base = seconds["no writer"]
-    extra = {
-        name: statistics.median((s - (0.0 if name in alone else b)) / steps * 1e6 for s, b in zip(values, base, strict=True))
-        for name, values in seconds.items() if name != "no writer"
-    }
+    extra = extra_us(seconds, steps, alone)
     reference = extra.get("TensorBoardWriter") or float("nan")
     lines = [f"{steps} steps x {len(base)} rounds, interleaved; no writer: "
              f"{statistics.median(base) / steps * 1e6:.1f} us of process CPU per step", "",
@@ -167,6 +178,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", nargs="*", help="the variants to run (besides the baseline)")
+    bench_json.add_option(parser)
     return parser.parse_args(argv)
 
 
@@ -176,7 +188,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.only:
         runs = {k: v for k, v in runs.items() if k == "no writer" or k in args.only}
     print(f"# writer cost: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, jax {jax.__version__}\n")
-    print(report(measure(runs, args.rounds), args.steps, {k for k, v in runs.items() if getattr(v, 'alone', False)}))
+    alone = {k for k, v in runs.items() if getattr(v, "alone", False)}
+    seconds = measure(runs, args.rounds)
+    text = report(seconds, args.steps, alone)
+    print(text)
+    extra = extra_us(seconds, args.steps, alone)
+    reference = extra.get("TensorBoardWriter")
+    rows = [bench_json.row(name, us / reference if reference else None, "TensorBoardWriter", value=round(us, 1),
+                           unit="extra process CPU us per written step") for name, us in extra.items()]
+    bench_json.write(args.json, benchmark="writer_cost", steps=args.steps, rounds=args.rounds, rows=rows,
+                     report=text, lower_is_better=True,
+                     note="a cost, not a speed: lower is cheaper; the ratio is to gyre's TensorBoardWriter")
     return 0
 
 

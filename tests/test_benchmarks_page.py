@@ -1,0 +1,42 @@
+"""``benchmarks/run_all.py`` writes the benchmark page: the machine, the commit, a table of ratios
+per benchmark with its plot, and the command that reproduces it (issue 26).
+
+One quick run of the cheapest benchmark (``data_sources``: no compiled step) into a temporary
+folder; the full page is ``docs/benchmarks.md``, written by a full run.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_ALL = os.path.join(ROOT, "benchmarks", "run_all.py")
+
+
+def test_a_quick_run_writes_the_page_with_the_machine_the_commit_the_ratios_and_the_command(tmp_path):
+    out = tmp_path / "docs" / "benchmarks.md"
+    args = ["--quick", "--only", "data_sources", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, RUN_ALL, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    page = out.read_text()
+
+    assert re.search(r"^\*\*Machine:\*\* .+, \d+ cores; (no GPU|.+)\. Load average at start: [\d.]+", page, re.M)
+    assert re.search(r"^\| commit \| `[0-9a-f]{12}` \((clean tree|the tree had uncommitted changes)\)", page, re.M)
+    assert re.search(r"^\| jax / jaxlib \| \d", page, re.M)
+    assert re.search(r"^\| date \| \d{4}-\d\d-\d\d \d\d:\d\d UTC \|", page, re.M)
+    assert "| command | `python benchmarks/run_all.py --quick --only data_sources --out " in page
+    assert "A quick run" in page  # a quick page says its figures mean nothing
+
+    assert "## data_sources" in page and "## loop_overhead" not in page
+    assert "Run alone: `python benchmarks/data_sources.py --batches 5 --rounds 1`" in page
+    table = re.search(r"^\| variant \| ratio \(median of 1 rounds\) \| against \|.*\n\|---.*\n((?:\|.*\n)+)", page, re.M)
+    assert table, page
+    rows = table.group(1).splitlines()
+    assert len(rows) == 3 and all(re.match(r"\| .+ \| \d+\.\d{3} \| numpy path \(workers=0\) \|", r) for r in rows)
+
+    assert "![data_sources: ratios](images/bench_data_sources.png)" in page  # relative, as the docs site needs
+    image = out.parent / "images" / "bench_data_sources.png"
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
