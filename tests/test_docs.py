@@ -112,3 +112,15 @@ def test_the_gyre_page_lists_every_top_level_name():
         page_of = "gyre" if module == "gyre" else module.split(".")[1]
         text = (ROOT / "docs" / "api" / f"{page_of}.md").read_text()
         assert f"::: {module}\n" in text, f"docs/api/{page_of}.md has no '::: {module}' directive"
+
+
+def test_the_config_catalogue_lists_every_registered_class_name():
+    from gyre.config import REGISTRIES
+
+    page = (ROOT / "docs" / "concepts" / "trainer.md").read_text()
+    table = page.split("## The catalogue of config class names")[1].split("\n## ")[0]
+    listed = set(re.findall(r"`(\w+)`", "\n".join(line.split("|")[2] for line in table.splitlines()
+                                                    if line.startswith("| `"))))
+    listed |= {f"{name}Schedule" for name in listed if f"{name}Schedule" in REGISTRIES["schedules"]}
+    registered = {name for registry in REGISTRIES.values() for name in registry}
+    assert listed == registered, {"missing": registered - listed, "extra": listed - registered}
