@@ -124,3 +124,17 @@ def test_the_config_catalogue_lists_every_registered_class_name():
     listed |= {f"{name}Schedule" for name in listed if f"{name}Schedule" in REGISTRIES["schedules"]}
     registered = {name for registry in REGISTRIES.values() for name in registry}
     assert listed == registered, {"missing": registered - listed, "extra": listed - registered}
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/first-loop.md"])
+def test_the_first_loop_runs_as_written(run_readme, page, capsys):
+    heading = "A first loop" if page == "README.md" else ""
+    namespace = run_readme(heading, page=page) if heading else _run_first_block(page)
+    assert namespace["elapsed"].steps == 500 and float(namespace["history"].collect("loss")[-1]) < 0.2
+
+
+def _run_first_block(page: str) -> dict:
+    code = (ROOT / page).read_text().split("```python\n")[1].split("```")[0]
+    namespace: dict = {}
+    exec(compile(code, page, "exec"), namespace)
+    return namespace
