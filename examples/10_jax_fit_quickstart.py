@@ -25,7 +25,7 @@ import gyre
 BATCH_SIZE = 64
 
 
-# key 1: your model (the seed's, in one compact method: flax refuses setup and compact together)
+# key 1: your model (the seed's, in one compact method; examples/migration/jax_fit_usage.py keeps its setup)
 class Model(nn.Module):
     """conv 3x3 (16) -> batch norm -> relu -> dropout 0.5 -> flatten -> dense 10."""
 

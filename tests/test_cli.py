@@ -50,6 +50,13 @@ def test_plain_gyre_prints_help(capsys):
     assert "fit" in capsys.readouterr().out
 
 
+def test_version_prints_gyres_version(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"gyre {gyre.__version__}\n"
+
+
 # -- usage errors: never a traceback ------------------------------------------------------
 
 

@@ -30,7 +30,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "src" / "gyre"
 LAYERS = {
     "core": 0, "data": 1, "engine": 2, "parallel": 3, "steps": 4, "frameworks": 5,
     "callbacks": 6, "loggers": 7, "config": 8, "jaxloop": 9, "trainer": 9, "fitting": 9, "_demo": 10, "cli": 11,
-    "testing": 1,
+    "testing": 1, "_version": 0,
 }
 DOORS = ("gyre", "gyre.__main__")  # the modules that may import the package itself
 MAX_LINES = 80

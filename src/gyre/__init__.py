@@ -14,6 +14,7 @@ from gyre import jaxloop as jaxloop
 from gyre import loggers as loggers
 from gyre import testing as testing
 from gyre import trainer as trainer
+from gyre._version import __version__ as __version__
 from gyre.callbacks import Checkpoint as Checkpoint
 from gyre.callbacks import EarlyStopping as EarlyStopping
 from gyre.callbacks import KerasBar as KerasBar
@@ -79,6 +80,7 @@ from gyre.engine import prefetch_to_device as prefetch_to_device
 from gyre.engine import replace_state as replace_state
 from gyre.engine import test_loop as test_loop
 from gyre.engine import train_loop as train_loop
+from gyre.fitting import fit as fit
 from gyre.frameworks import FlaxState as FlaxState
 from gyre.frameworks import create_flax_state as create_flax_state
 from gyre.loggers import ConsoleWriter as ConsoleWriter
@@ -111,10 +113,6 @@ from gyre.steps import MixedPrecision as MixedPrecision
 from gyre.steps import Policy as Policy
 from gyre.steps import Step as Step
 from gyre.steps import managed as managed
-
-__version__ = "0.1.0"
-
-from gyre.fitting import fit as fit
 from gyre.trainer import TrainerModule as TrainerModule
 
 __all__ = [

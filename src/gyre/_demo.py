@@ -63,7 +63,7 @@ class DemoArgumentError(ValueError):
         return cls(err.argument, err.summary, expected=err.expected, received=err.received, fix=err.fix)
 
 
-MAX_SEED = 2**63 - 1  # what jax.random.key takes
+MAX_SEED = 2**63 - 1  # what jax.random.key takes (the CLI checks --seed against it too)
 
 
 def _check_whole(name: str, value: Any, *, minimum: int, maximum: int | None, example: str) -> int:

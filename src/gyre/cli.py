@@ -13,7 +13,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-MAX_SEED = 2**63 - 1  # what jax.random.key takes (kept equal to gyre._demo.MAX_SEED)
+from gyre._demo import MAX_SEED
+from gyre._version import __version__
 
 #: Exit codes of the ``gyre`` command.
 EXIT_OK = 0
@@ -96,17 +97,22 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    fit = commands.add_parser(
-        "fit",
-        help="train from a YAML config (without one: an MLP on the digits data set, the demo)",
-        description="With CONFIG: train what the YAML config describes (its trainer, model, optimizer\n"
+    parser.add_argument("--version", action="version", version=f"gyre {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        sub = subparsers.add_parser(name, help=summary, description=description, epilog=EXIT_CODES,
+                                    formatter_class=_HelpFormatter)
+        sub.set_defaults(command_parser=sub)
+        return sub
+
+    fit = command(
+        "fit", "train from a YAML config (without one: an MLP on the digits data set, the demo)",
+        "With CONFIG: train what the YAML config describes (its trainer, model, optimizer\n"
         "and dataset sections), test the best checkpoint, and print the test metrics. The run\n"
         "folder (trainer.logger.log_dir, else <out>/<timestamp>/) holds config.yaml, checkpoints/,\n"
         "resume/, metrics/, the writer's logs, history.csv and curves.png.\n"
         "Without CONFIG: the digits demo, a 64-256-256-10 MLP trained with Adam (the options below).",
-        epilog=EXIT_CODES,
-        formatter_class=_HelpFormatter,
     )
     fit.add_argument("config", nargs="?", default=None, metavar="CONFIG", help="a YAML config (none: the demo)")
     fit.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=_OVERRIDES_HELP)
@@ -125,39 +131,33 @@ def build_parser() -> argparse.ArgumentParser:
         "RUN_FOLDER); --epochs and --learning-rate given here change them, --batch-size and --seed "
         "cannot (they would change the data)",
     )
-    fit.set_defaults(command_parser=fit, demo_options=())
+    fit.set_defaults(demo_options=())
 
-    resume = commands.add_parser(
-        "resume", help="continue a stopped run from its newest good checkpoint",
-        description="Continue the run in RUN_FOLDER (stopped by SIGTERM, Ctrl-C or a crash) from\n"
+    resume = command(
+        "resume", "continue a stopped run from its newest good checkpoint",
+        "Continue the run in RUN_FOLDER (stopped by SIGTERM, Ctrl-C or a crash) from\n"
         "RUN_FOLDER/resume with its stored config.yaml and trainer.resume=latest, exactly as if\n"
         "it had never stopped; then test its best checkpoint.",
-        epilog=EXIT_CODES, formatter_class=_HelpFormatter,
     )
     resume.add_argument("run", metavar="RUN_FOLDER", help="the run folder gyre fit printed")
     resume.add_argument("--quiet", action="store_true", help="no progress bar")
-    resume.set_defaults(command_parser=resume)
 
-    test = commands.add_parser(
-        "test", help="test a trained run's best checkpoint again",
-        description="Rebuild the trainer, model and optimizer from the config stored with the checkpoint\n"
+    test = command(
+        "test", "test a trained run's best checkpoint again",
+        "Rebuild the trainer, model and optimizer from the config stored with the checkpoint\n"
         "(TrainerModule.load_from_checkpoint), the dataset from the run's config, and print the\n"
         "test metrics.",
-        epilog=EXIT_CODES, formatter_class=_HelpFormatter,
     )
     test.add_argument("path", metavar="RUN_OR_CHECKPOINT",
                       help="a run folder (its best checkpoint), its checkpoints/ folder, or one checkpoint")
-    test.set_defaults(command_parser=test)
 
-    config = commands.add_parser(
-        "config", help="print a config, validated, with every default",
-        description="Validate CONFIG with its overrides (and build its optimizer, so a schedule whose\n"
+    config = command(
+        "config", "print a config, validated, with every default",
+        "Validate CONFIG with its overrides (and build its optimizer, so a schedule whose\n"
         "phases exceed its total fails here too), then print it as YAML with every default filled in.",
-        epilog=EXIT_CODES, formatter_class=_HelpFormatter,
     )
     config.add_argument("config", metavar="CONFIG", help="a YAML config")
     config.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=_OVERRIDES_HELP)
-    config.set_defaults(command_parser=config)
     return parser
 
 

@@ -7,17 +7,14 @@ import os
 from typing import Any
 
 from gyre.callbacks._monitor import check_name, monitor_mode
-from gyre.core._checks import whole
+from gyre.core._checks import instance, whole
 from gyre.core._errors import describe, explain
 
 
 def check_directory(directory: Any) -> str:
-    if isinstance(directory, bytes) or not isinstance(directory, (str, os.PathLike)):
-        raise TypeError(explain(
-            "checkpoint's directory must be a path",
-            expected="a str or os.PathLike (pathlib.Path) naming a directory", received=describe(directory),
-            fix="gyre.checkpoint('runs/exp1/checkpoints')"))
-    path = os.fspath(directory)
+    path = os.fspath(instance(directory, "directory", (str, os.PathLike), problem="checkpoint's directory must be a path",
+                              expected="a str or os.PathLike (pathlib.Path) naming a directory",
+                              fix="gyre.checkpoint('runs/exp1/checkpoints')"))
     if not isinstance(path, str) or not path:
         raise ValueError(explain(
             "checkpoint's directory must be a non-empty path",

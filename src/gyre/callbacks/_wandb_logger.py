@@ -157,11 +157,8 @@ class WandbLogger(FollowsHistory, ChunkSafe, LoopElement):
         sent: how many records it has sent.
 
     Example:
-        >>> import gyre
-        >>> class Run:
-        ...     def log(self, data, step):
-        ...         pass
-        >>> logger = gyre.wandb_logger(Run(), interval=5)
+        >>> import gyre, types
+        >>> logger = gyre.wandb_logger(types.SimpleNamespace(log=lambda data, step: None), interval=5)
         >>> isinstance(logger, gyre.callbacks.WandbLogger), logger.interval, logger.sent
         (True, 5.0, 0)
     """

@@ -43,5 +43,3 @@ class OptimizerBuilder:
             build_schedule(section.get("learning_rate"), where="optimizer.learning_rate", run_steps=run),
         )
 
-
-__all__ = ["OptimizerBuilder"]

@@ -195,5 +195,3 @@ def from_jax_trainer(section: Any, *, where: str = "optimizer") -> dict[str, Any
         out["transforms"] = transforms
     return out
 
-
-__all__ = ["as_mapping", "from_jax_trainer", "is_jax_trainer_section", "jax_trainer_component", "jax_trainer_dataset"]

@@ -36,6 +36,7 @@ from gyre.config._transforms import (
     build_transform,
     build_transforms,
 )
+from gyre.core._checks import instance
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn
 from gyre.core._lr_schedule import total_steps
 
@@ -343,12 +344,10 @@ def build_optimizer(
         built = _build_from_optax(name, function, section, where)
     else:
         raise ExplainedKeyError(unknown_optimizer(name, where))
-    if not isinstance(built, optax.GradientTransformation):
-        raise TypeError(explain(
-            f"the optimizer {name!r} at {where} did not return an optax.GradientTransformation",
-            expected="an optax.GradientTransformation (build it with assemble_optimizer)",
-            received=describe(built),
-            fix="return assemble_optimizer(lambda lr: <optax optimizer>(lr, ...), learning_rate=..., transforms=...)"))
+    instance(built, "the optimizer", optax.GradientTransformation,
+             problem=f"the optimizer {name!r} at {where} did not return an optax.GradientTransformation",
+             expected="an optax.GradientTransformation (build it with assemble_optimizer)",
+             fix="return assemble_optimizer(lambda lr: <optax optimizer>(lr, ...), learning_rate=..., transforms=...)")
     _check_fit(section, where)
     return built
 
@@ -393,14 +392,3 @@ def learning_rate_of(opt_state: Any) -> jax.Array | None:
             return rate if isinstance(rate, jax.Array) else getattr(rate, "value", rate)
     return None
 
-
-__all__ = [
-    "SGD",
-    "Adam",
-    "AdamW",
-    "Lamb",
-    "assemble_optimizer",
-    "build_optimizer",
-    "learning_rate_of",
-    "optax_optimizers",
-]

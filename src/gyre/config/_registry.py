@@ -13,12 +13,6 @@ T = TypeVar("T")
 KINDS = ("trainers", "models", "callbacks", "optimizers", "schedules", "transforms", "datasets", "loggers")
 
 
-_NO_CONFIG_CLASS = (
-    "{name}.cfgtype needs {name}.config_class: the base class of the typed configs that "
-    "build a {name}"
-)
-
-
 def _concrete_configs(base: type) -> list[type]:
     """``base`` and its subclasses that name a component, in definition order."""
     found: list[type] = []
@@ -33,27 +27,7 @@ def _concrete_configs(base: type) -> list[type]:
 
 class ConfigTyped(type):
     """Metaclass giving an interface ``cfgtype``: the union of the config classes under its
-    ``config_class`` (compoconf's).
-
-    Example:
-        >>> import dataclasses
-        >>> from typing import ClassVar, get_args
-        >>> @dataclasses.dataclass
-        ... class ShapeConfig:
-        ...     class_name: ClassVar[str | None] = None
-        >>> @dataclasses.dataclass
-        ... class CircleConfig(ShapeConfig):
-        ...     class_name: ClassVar[str] = "Circle"
-        ...     radius: float = 1.0
-        >>> @dataclasses.dataclass
-        ... class SquareConfig(ShapeConfig):
-        ...     class_name: ClassVar[str] = "Square"
-        ...     side: float = 1.0
-        >>> class Shape(metaclass=ConfigTyped):
-        ...     config_class = ShapeConfig
-        >>> [c.__name__ for c in get_args(Shape.cfgtype)]
-        ['CircleConfig', 'SquareConfig']
-    """
+    ``config_class`` (compoconf's)."""
 
     def typed_configs(cls) -> list[type]:
         """The config classes ``cfgtype`` joins; interfaces whose components bring their own configs
@@ -69,8 +43,8 @@ class ConfigTyped(type):
         if not concrete:
             raise TypeError(explain(
                 f"{cls.__name__} has no typed config to annotate a field with",
-                expected=_NO_CONFIG_CLASS.format(name=cls.__name__)
-                + ", with at least one subclass that has a class_name",
+                expected=f"{cls.__name__}.cfgtype needs {cls.__name__}.config_class: the base class of the typed "
+                f"configs that build a {cls.__name__}, with at least one subclass that has a class_name",
                 received=f"config_class = {describe(base)}",
                 fix=f"set {cls.__name__}.config_class to a config class whose subclasses name components"))
         return concrete[0] if len(concrete) == 1 else Union[tuple(concrete)]  # noqa: UP007

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 import optax
@@ -60,6 +61,15 @@ def validate_tool_section(section: Any, *, where: str = "trainer.logger.tool_con
 # -- the top-level schema ---------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _explained(cls: type[_Section]) -> Iterator[None]:
+    """Raises pydantic's ``ValidationError`` as the :class:`ConfigError` of ``cls``'s section."""
+    try:
+        yield
+    except ValidationError as err:
+        raise from_pydantic(err, cls, cls.section_path) from None
+
+
 class _Section(BaseModel):
     """A strict section: unknown keys and wrong types are :class:`ConfigError`\\ s naming their
     dotted path."""
@@ -78,26 +88,20 @@ class _Section(BaseModel):
                     received=f"{describe(section)}" + (f" and keys {sorted(data)}" if data else ""),
                     fix="pass the section's keys in the mapping, or pass keys alone"))
             data = dict(section)
-        try:
+        with _explained(type(self)):
             super().__init__(**data)
-        except ValidationError as err:
-            raise from_pydantic(err, type(self), type(self).section_path) from None
 
     @classmethod
     def model_validate(cls, obj: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         """Validates ``obj`` (a mapping); mistakes are :class:`ConfigError`\\ s."""
-        try:
+        with _explained(cls):
             return super().model_validate(obj, **kwargs)
-        except ValidationError as err:
-            raise from_pydantic(err, cls, cls.section_path) from None
 
     @classmethod
     def model_validate_json(cls, json_data: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         """Validates JSON text; mistakes are :class:`ConfigError`\\ s."""
-        try:
+        with _explained(cls):
             return super().model_validate_json(json_data, **kwargs)
-        except ValidationError as err:
-            raise from_pydantic(err, cls, cls.section_path) from None
 
 
 class LoggerConfig(_Section):

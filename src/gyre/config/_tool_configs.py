@@ -15,6 +15,11 @@ from typing import Any, ClassVar
 from gyre.core._checks import instance
 
 
+def timestamp() -> str:
+    """The version of a run left without one: the local time to the millisecond."""
+    return datetime.now().strftime("%Y%m%d_%H%M%S_%f")[:-3]
+
+
 @dataclasses.dataclass
 class _ToolConfig(Mapping):
     """What both configs share: the folder, the version and the mapping view."""
@@ -34,7 +39,7 @@ class _ToolConfig(Mapping):
                      problem=f"{type(self).__name__}.{field.name} has the wrong type",
                      fix=f"{type(self).__name__}({field.name}={example})")
         if not self.version and self.use_timestamp_version:
-            self.version = datetime.now().strftime("%Y%m%d_%H%M%S_%f")[:-3]
+            self.version = timestamp()
 
     def _section(self) -> dict[str, Any]:
         keys = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

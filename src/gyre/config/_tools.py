@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any, Literal
 
 from gyre.config._components import lookup
 from gyre.config._registry import register_logger
 from gyre.config._schema import validate_tool_section
+from gyre.config._tool_configs import timestamp
 from gyre.core._checks import path
 from gyre.loggers._mlflow import MLflowWriter
 from gyre.loggers._plain_files import CSVWriter
@@ -33,7 +33,7 @@ def _run_folder(log_dir: Any, who: str) -> str:
 def _version(version: str | None, use_timestamp_version: bool) -> str:
     if version:
         return version
-    return datetime.now().strftime("%Y%m%d_%H%M%S_%f")[:-3] if use_timestamp_version else ""
+    return timestamp() if use_timestamp_version else ""
 
 
 def _folder(base: str, name: str, version: str) -> str:

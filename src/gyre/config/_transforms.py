@@ -252,16 +252,3 @@ def build_transforms(value: object, *, where: str = "optimizer.transforms") -> l
         expected=f"a list of mappings with class_name one of: {', '.join(TRANSFORMS)}",
         received=describe(value), fix="write transforms: [{class_name: GradClipNorm, max_norm: 1.0}]"))
 
-
-__all__ = [
-    "DEFAULT_DECAY_REGEX",
-    "GradClipNorm",
-    "GradClipValue",
-    "Transform",
-    "TransformsConfig",
-    "WeightDecay",
-    "WeightDecayTransform",
-    "build_transform",
-    "build_transforms",
-    "parameter_path",
-]

@@ -155,18 +155,3 @@ Lamb = _component_class(OptimizerInterface, typed.LambConfig)
 
 #: The fork's name of what a transform config builds: gyre's :class:`~gyre.config.Transform`.
 GradientTransformInterface = Transform
-
-__all__ = [
-    "AdamW",
-    "ConcatSchedule",
-    "ConstantSchedule",
-    "CosineSchedule",
-    "ExponentialSchedule",
-    "GradientTransformInterface",
-    "Lamb",
-    "LinearSchedule",
-    "OptimizerInterface",
-    "SGD",
-    "ScheduleInterface",
-    "WarmupCosineDecaySchedule",
-]

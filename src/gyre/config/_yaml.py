@@ -177,20 +177,10 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], overrides: S
         ConfigError: not YAML, not a mapping, a malformed override, or anything the schema refuses.
 
     Example:
-        >>> from gyre.config import register_dataset, register_model, register_optimizer
-        >>> from gyre.config import register_trainer
-        >>> @register_trainer("DocYamlTrainer")
-        ... class DocYamlTrainer: ...
-        >>> @register_model("DocYamlMLP")
-        ... def doc_mlp(width: int = 32, *, rngs=None): ...
-        >>> @register_optimizer("DocYamlSGD")
-        ... def doc_sgd(learning_rate: float, momentum: float = 0.0): ...
-        >>> @register_dataset("DocYamlDigits")
-        ... def doc_digits(batch_size: int = 64): ...
-        >>> data = {"trainer": {"class_name": "DocYamlTrainer", "train_epochs": 5},
-        ...         "model": {"class_name": "DocYamlMLP"},
-        ...         "optimizer": {"class_name": "DocYamlSGD", "learning_rate": 0.1},
-        ...         "dataset": {"class_name": "DocYamlDigits"}}
+        >>> data = {"trainer": {"train_epochs": 5},
+        ...         "model": {"class_name": "SimpleClassifier", "c_hid": 32, "num_classes": 10},
+        ...         "optimizer": {"class_name": "Adam", "learning_rate": 0.1},
+        ...         "dataset": {"class_name": "DigitsDataset"}}
         >>> config = load_config(data, ["trainer.train_epochs=3", "optimizer.learning_rate=1e-3"])
         >>> config.trainer.train_epochs, config.optimizer["learning_rate"]
         (3, 0.001)
@@ -204,16 +194,11 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], overrides: S
             "overrides must be a list of 'dotted.key=value' strings",
             expected="e.g. ['trainer.train_epochs=3']", received=describe(overrides),
             fix=f"wrap it in a list: [{overrides!r}]"))
-    if isinstance(source, Mapping):
-        data = source
-    elif isinstance(source, (str, os.PathLike)) and not isinstance(source, bytes):
-        data = _read(source)
-    else:
-        raise TypeError(explain(
-            "load_config reads a YAML file or a mapping",
-            expected="a str or pathlib.Path of a YAML file, or a dict", received=describe(source),
-            fix="load_config('configs/digits.yaml')"))
-    data = plain(section_mapping(data, ""))
+    if not isinstance(source, Mapping):
+        source = _read(instance(source, "source", (str, os.PathLike), problem="load_config reads a YAML file or a mapping",
+                                expected="a str or pathlib.Path of a YAML file, or a dict",
+                                fix="load_config('configs/digits.yaml')"))
+    data = plain(section_mapping(source, ""))
     for override in overrides:
         apply_override(data, override)
     return Config.model_validate(data)
@@ -228,11 +213,8 @@ def config_to_dict(config: BaseModel) -> dict[str, Any]:
         >>> config_to_dict(TrainerConfig(train_epochs=2).logger)["log_steps_every"]
         50
     """
-    if not isinstance(config, BaseModel):
-        raise TypeError(explain(
-            "config_to_dict takes a validated config",
-            expected="a gyre.config.Config (from load_config)", received=describe(config),
-            fix="config_to_dict(load_config(path))"))
+    instance(config, "config", BaseModel, problem="config_to_dict takes a validated config",
+             expected="a gyre.config.Config (from load_config)", fix="config_to_dict(load_config(path))")
     return config.model_dump(mode="json")
 
 

@@ -104,12 +104,10 @@ class JSONLWriter(_TextFileWriter):
     truncated at once; non-finite as ``NaN``).
 
     Example:
-        >>> import gyre, os, tempfile
-        >>> with tempfile.TemporaryDirectory() as root:
-        ...     path = os.path.join(root, "metrics.jsonl")
-        ...     with gyre.JSONLWriter(path) as writer:
-        ...         writer.write_scalars(0, {"loss": 1.0})
-        ...     print(open(path).read(), end="")
+        >>> import gyre, pathlib, tempfile
+        >>> with tempfile.TemporaryDirectory() as root, gyre.JSONLWriter(f"{root}/m.jsonl") as writer:
+        ...     writer.write_scalars(0, {"loss": 1.0}); writer.flush()
+        ...     print(pathlib.Path(writer.path).read_text(), end="")
         {"step": 0, "loss": 1.0}
     """
 
