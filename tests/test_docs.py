@@ -83,6 +83,8 @@ def public_names() -> dict[str, list[str]]:
         sys.path.remove(str(ROOT / "tests"))
     names = {}
     for module in public_namespaces():
+        if any(part.startswith("_") for part in module.__name__.split(".")):
+            continue  # gyre._version: a private module that gyre/__init__ imports from
         if hasattr(module, "__all__"):
             names[module.__name__] = list(module.__all__)
         else:
