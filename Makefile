@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench docs docs-build clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "gyre needs Python >= 3.11, found " + sys.version'
@@ -29,8 +29,15 @@ test: $(VENV)/.stamp-test
 	TMPDIR="$$tmp" $(BIN)/python -m pytest -q -n 2 --durations=10; \
 	status=$$?; rm -rf "$$tmp"; exit $$status
 
+# The documentation site (mkdocs.yml, docs/): served at http://127.0.0.1:8000, or built into site/.
+docs: $(VENV)/.stamp-test
+	$(BIN)/mkdocs serve
+
+docs-build: $(VENV)/.stamp-test
+	$(BIN)/mkdocs build --strict
+
 bench: $(VENV)/.stamp-test
 	$(BIN)/python benchmarks/loop_overhead.py
 
 clean:
-	rm -rf $(VENV) .jax_cache runs
+	rm -rf $(VENV) .jax_cache runs site

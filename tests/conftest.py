@@ -97,17 +97,18 @@ def sync_detector(monkeypatch):
 
 @pytest.fixture
 def run_readme(tmp_path, monkeypatch):
-    """``run(heading, namespace=None)``: runs the first python block of the README's section
-    ``## <heading>`` as written, in ``tmp_path``, and returns the namespace it filled."""
+    """``run(heading, namespace=None, page="README.md")``: runs the first python block of the
+    section ``## <heading>`` of ``page`` (README.md or a page of the docs site, ``docs/...``) as
+    written, in ``tmp_path``, and returns the namespace it filled."""
     from pathlib import Path
 
-    def run(heading, namespace=None):
-        readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    def run(heading, namespace=None, page="README.md"):
+        readme = (Path(__file__).resolve().parents[1] / page).read_text()
         section = readme.split(f"## {heading}")[1].split("\n## ")[0]
         code = section.split("```python\n")[1].split("```")[0]
         monkeypatch.chdir(tmp_path)
         namespace = {} if namespace is None else namespace
-        exec(compile(code, f"README.md ({heading})", "exec"), namespace)
+        exec(compile(code, f"{page} ({heading})", "exec"), namespace)
         return namespace
 
     return run

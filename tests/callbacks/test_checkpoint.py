@@ -394,7 +394,7 @@ def test_missing_monitor_error_prints_real_newlines(tmp_path):
 
 
 def test_readme_checkpoint_section_runs(tmp_path, run_readme, capsys):
-    run_readme("Checkpoints")
+    run_readme("Checkpoints", page="docs/concepts/checkpoints.md")
     assert capsys.readouterr().out == "9 [9. 9.]\n"
     assert _saved_steps_in(tmp_path / "runs" / "readme" / "checkpoints") == [5, 7, 9]
 

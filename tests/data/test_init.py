@@ -37,6 +37,6 @@ def test_gyre_data_is_a_facade():
 
 
 def test_readme_data_section_runs(run_readme):
-    namespace = run_readme("Data: `gyre.data`")
+    namespace = run_readme("Data: `gyre.data`", page="docs/how-to/datasets.md")
     assert namespace["x"].shape == (64, 64) and namespace["y"].dtype == np.int32
     assert namespace["steps"] == 22 and len(list(namespace["test"]())) == 6

@@ -382,8 +382,8 @@ def make_data_arrays(n=32, seed=0):
     return x, (x[:, 0] > 0).astype(np.int32)
 
 
-def test_readme_coming_from_jax_fit_block_runs_as_written(tmp_path, run_readme):
-    namespace = run_readme("Coming from Jax Fit", {"print": lambda *a, **k: None})  # fit writes under ./runs
+def test_docs_fit_block_runs_as_written(tmp_path, run_readme):
+    namespace = run_readme("fit in one call", {"print": lambda *a, **k: None}, page="docs/concepts/fit.md")  # fit writes under ./runs
     history = namespace["history"]
     assert history.collect("accuracy_test")[-1] >= 0.9
     assert len(history.collect("accuracy_val")) == 5

@@ -21,7 +21,7 @@ def test_all_lists_exactly_the_public_names_and_gyre_reexports_them():
 
 
 def test_readme_writers_section_runs(tmp_path, run_readme, capsys):
-    run_readme("Writers")
+    run_readme("Writers", page="docs/how-to/writers.md")
     assert capsys.readouterr().out == "['step,loss', '0,1.0', '1,0.03999999538064003']\n"
     values = tensorboard_values(str(tmp_path / "runs" / "writers" / "tensorboard"))
     assert [s for s, _ in values["loss"]] == list(range(50))
