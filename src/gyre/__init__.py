@@ -4,7 +4,7 @@ A loop is a table from schedules to callbacks, run by one small engine::
 
     state, history, elapsed = gyre.loop(state, batches, {gyre.every(1): [train_step]}, stop=1000)
 
-See the README for the ladder of APIs built on it.
+See docs/index.md for the ladder of APIs built on it.
 """
 
 from gyre import callbacks as callbacks

@@ -1,4 +1,4 @@
-"""Data for gyre loops: batches of in-memory arrays and built-in data sets (README: "Data").
+"""Data for gyre loops: batches of in-memory arrays and built-in data sets (docs/how-to/datasets.md).
 
 ``gyre.data`` needs only numpy; :func:`digits` imports scikit-learn when called
 (``pip install 'gyre[examples]'``).

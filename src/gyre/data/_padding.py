@@ -1,6 +1,6 @@
 """Evaluation without recompiles: the last, smaller batch padded to the batch shape, with a mask
 of its real rows, so a step that takes ``mask`` compiles once and its means stay exact
-(README: "Evaluation without recompiles"). ``fill="edge"`` (the default) repeats the last
+(docs/concepts/named-loops.md: "Evaluation without recompiles"). ``fill="edge"`` (the default) repeats the last
 real row, so no padded row becomes a NaN that ``x * mask`` would keep; ``"zeros"`` writes 0.
 """
 

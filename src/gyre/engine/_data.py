@@ -5,7 +5,7 @@ JSON values in a new dict each call; it is called after every batch pulled, so k
 or give ``index`` and ``state_dict_at(index)`` as ``gyre.data.batches`` does) and
 ``load_state_dict(d)`` (called before ``iter(obj)``; raise when ``d`` is another data's); a
 grain iterator (``get_state``/``set_state``); anything else restarts or skips, by
-``data_resume`` (README: "Resume after a crash").
+``data_resume`` (docs/concepts/checkpoints.md: "Resume after a crash").
 """
 
 from __future__ import annotations

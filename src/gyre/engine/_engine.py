@@ -253,7 +253,7 @@ def loop(
 
     Callbacks take ``state``, ``batch``, ``elapsed``, ``logs``, ``loop`` by parameter name, or else
     the first ``n`` by position, and return ``None``, :class:`~gyre.Logs`, a state, or
-    ``(logs, state)`` (README: "What a callback returns"). SIGTERM finishes the step, saves and
+    ``(logs, state)`` (docs/concepts/named-loops.md: "What a callback returns"). SIGTERM finishes the step, saves and
     ends the loop.
 
     Example:

@@ -1,5 +1,5 @@
 """``LoopState``, the one owner of a running loop's state, clock and logs, and :func:`fold`, the
-one place a callback's return is read, on every path of the engine (README: "What a callback
+one place a callback's return is read, on every path of the engine (docs/concepts/named-loops.md: "What a callback
 returns").
 """
 
@@ -214,7 +214,7 @@ def replace_state(state: Any) -> ReplaceState:
 
 def fold(out: Any, logs: Logs, state: Any, invoker: Invoker) -> Any:
     """Folds a callback's return value into the step's ``logs``; returns the new state (what
-    each kind of return means: the module docs and ``README.md``)."""
+    each kind of return means: the module docs and docs/concepts/named-loops.md)."""
     if type(out) is tuple:
         if len(out) != 2:
             _not_a_pair(out, invoker)

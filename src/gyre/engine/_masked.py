@@ -1,5 +1,5 @@
 """Padded evaluations: a test step that takes ``mask`` gets batches padded to the first one's size
-and compiles once (README: "Evaluation without recompiles").
+and compiles once (docs/concepts/named-loops.md: "Evaluation without recompiles").
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ TEST_LOOP_DOC = """An evaluation loop: ``on_reset_step``, ``on_test_begin``, the
         ``(state, history, elapsed)``.
 
     An ``on_test_step`` that takes ``mask`` gets every batch padded to the first one's size and
-    compiles once (README: "Evaluation without recompiles"); mixing steps with and without
+    compiles once (docs/concepts/named-loops.md: "Evaluation without recompiles"); mixing steps with and without
     ``mask`` is an error.
 
     Example:

@@ -1,5 +1,5 @@
 """The NaN/Inf policy of a loop: ``nan_policy="raise"`` (the default), ``"skip"``, ``"ignore"``
-(what each does and what is checked: README, "NaN and Inf").
+(what each does and what is checked: docs/concepts/nan-policy.md).
 
 :class:`FiniteCheck` reads the history's values as they reach the host (after each block, or
 every :data:`POLL_EVERY` steps or :data:`POLL_SECONDS`), never waiting; what is still on the

@@ -1,5 +1,5 @@
-"""Preemption: SIGTERM (and Ctrl-C, when caught) ends a loop cleanly at a step boundary (README:
-"Resume after a crash"). Only the outermost loop on the main thread installs handlers; on
+"""Preemption: SIGTERM (and Ctrl-C, when caught) ends a loop cleanly at a step boundary
+(docs/concepts/checkpoints.md: "Resume after a crash"). Only the outermost loop on the main thread installs handlers; on
 several processes every one stops at the same step, through JAX's preemption sync point.
 """
 

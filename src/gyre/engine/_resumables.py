@@ -1,4 +1,4 @@
-"""The objects of a loop whose state a checkpoint carries (README: "Resume after a crash").
+"""The objects of a loop whose state a checkpoint carries (docs/concepts/checkpoints.md: "Resume after a crash").
 
 Anything in a task table with ``state_dict()``/``load_state_dict(d)`` is resumable; a
 ``state_dict`` holds JSON values and arrays (arrays through orbax, nothing pickled). Objects

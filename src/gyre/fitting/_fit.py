@@ -1,6 +1,6 @@
 """``gyre.fit``: Jax Fit's one call (seed 004) as one :func:`gyre.train_loop`, with Jax Fit's
 bugs fixed (fresh dropout keys, batch-weighted evaluation, the best model chosen on ``val_ds``,
-NaN stops, exact resume, one folder per run); the README's "Coming from Jax Fit" lists them.
+NaN stops, exact resume, one folder per run); docs/migration/jax_fit.md lists them.
 """
 
 from __future__ import annotations

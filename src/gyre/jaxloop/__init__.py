@@ -1,6 +1,5 @@
 """``gyre.jaxloop``: jaxloop's vocabulary (steps, inner loops with actions, an outer loop with
-evaluations) on gyre's engine, so jaxloop code ports by changing imports (README: "Coming
-from jaxloop")::
+evaluations) on gyre's engine, so jaxloop code ports by changing imports (docs/migration/jaxloop.md)::
 
     from gyre import jaxloop
     train_loop = jaxloop.TrainLoop(train_step, end_actions=[summary_action, ckpt_action])

@@ -142,7 +142,7 @@ class EvalLoop(ActionLoop):
     A step that takes the keyword ``mask`` (a :class:`gyre.Step` whose ``run`` does, or
     ``step(state, batch, n, mask=None, **kwargs)``) gets batches padded to the first one's size
     and compiles once; return ``Mean.from_stacked(per_example, mask)`` and
-    :func:`reduce_outputs` merges the exact means (README: "Evaluation without recompiles").
+    :func:`reduce_outputs` merges the exact means (docs/concepts/named-loops.md: "Evaluation without recompiles").
 
     Args:
         step: the (eval) step.
