@@ -37,7 +37,7 @@ docs-build: $(VENV)/.stamp-test
 	$(BIN)/mkdocs build --strict
 
 bench: $(VENV)/.stamp-test
-	$(BIN)/python benchmarks/loop_overhead.py
+	$(BIN)/python benchmarks/run_all.py
 
 clean:
 	rm -rf $(VENV) .jax_cache runs site

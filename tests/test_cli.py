@@ -1,6 +1,7 @@
 """The ``gyre`` command (gyre.cli): options, output, and usage errors instead of tracebacks."""
 
 import os
+import sys
 
 import pytest
 
@@ -303,3 +304,13 @@ def test_a_schedules_values_are_mistakes_reported_with_the_others(capsys):
     assert code == 2 and err.startswith("gyre config: error: 2 mistakes in the config")
     assert "(1) unknown key trainer.train_epoch" in err
     assert "(2) optimizer.learning_rate (WarmupCosineDecaySchedule): the schedule's phases exceed its total" in err
+
+
+def test_cli_fit_without_the_examples_extra_exits_2_naming_it(tmp_path, capsys, monkeypatch):
+    """`pip install gyre` alone has no scikit-learn: the demo says which extra to install (exit 2),
+    it does not print a traceback."""
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # what a missing package looks like to import
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    assert cli.main(["fit", "--epochs", "1", "--quiet", "--out", str(tmp_path)]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "gyre fit: error:" in err and "scikit-learn" in err and "gyre[examples]" in err

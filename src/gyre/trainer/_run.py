@@ -33,7 +33,7 @@ class RunError(ValueError):
 def is_user_error(err: BaseException) -> bool:
     """Whether ``err`` is a mistake gyre explained (expected / received / fix)."""
     text = user_message(err)
-    return isinstance(err, (ValueError, TypeError, KeyError, OSError)) and "\n  expected: " in text and "\n  fix: " in text
+    return isinstance(err, (ValueError, TypeError, KeyError, OSError, ImportError)) and "\n  expected: " in text and "\n  fix: " in text
 
 
 def user_message(err: BaseException) -> str:
