@@ -26,7 +26,6 @@ from gyre.callbacks import noop as noop
 from gyre.callbacks import restore as restore
 from gyre.callbacks import tqdm_bar as tqdm_bar
 from gyre.callbacks import wandb_logger as wandb_logger
-from gyre.core import ALL_HOOKS as _ALL_HOOKS  # (the named points, listed in __all__)
 from gyre.core import Elapsed as Elapsed
 from gyre.core import History as History
 from gyre.core import Logs as Logs
@@ -194,7 +193,24 @@ __all__ = [
     "managed",
     "never",
     "noop",
-    *_ALL_HOOKS,
+    "on_epoch_begin",
+    "on_epoch_end",
+    "on_predict_batch_begin",
+    "on_predict_batch_end",
+    "on_predict_begin",
+    "on_predict_end",
+    "on_predict_step",
+    "on_reset_step",
+    "on_test_batch_begin",
+    "on_test_batch_end",
+    "on_test_begin",
+    "on_test_end",
+    "on_test_step",
+    "on_train_batch_begin",
+    "on_train_batch_end",
+    "on_train_begin",
+    "on_train_end",
+    "on_train_step",
     "piecewise",
     "predict_loop",
     "prefetch_to_device",
