@@ -137,3 +137,14 @@ def test_the_first_loop_runs_as_written(page, capsys):
     namespace: dict = {}
     exec(compile(code, page, "exec"), namespace)
     assert namespace["elapsed"].steps == 500 and float(namespace["history"].collect("loss")[-1]) < 0.2
+
+
+def test_the_troubleshooting_page_names_every_exported_error_class():
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from test_public_exceptions import exported_exceptions
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    missing = sorted(cls.__name__ for cls in exported_exceptions() if f".{cls.__name__}`" not in page)
+    assert missing == [], f"docs/troubleshooting.md does not name {missing}: add what each means and what to do"
