@@ -49,7 +49,7 @@ def main(total_steps: int = 100, workdir: str | None = None):
         keras_bar(elapsed, logs)  # update progress bar
         history.commit(elapsed, logs)  # commit logs to history
 
-    checkpoint.wait_until_finished()  # not in the seed: orbax saves in the background
+    checkpoint.wait_until_finished()  # not in the seed: the save is on disk before it is read
     history.plot(f"{logdir}/history.png", ["loss", "accuracy"])  # not in the seed
     return state, history
 
