@@ -424,3 +424,15 @@ def test_a_runs_steps_are_its_epochs_times_the_loaders_length_and_its_monitor_ta
     implied = NS(trainer=NS(callbacks={"ModelCheckpoint": {"monitor": "val/acc"}}))
     assert _monitored(given) == _monitored(implied) == {"monitor": "val/acc", "mode": "max"}
 
+
+
+def test_an_empty_log_dir_means_a_new_run_folder_holding_everything(tmp_path, monkeypatch):
+    """The fork writes log_dir: "" for "no folder of mine": the whole run goes to one timestamped
+    folder of --out (it used to split: config, curves and metrics in the current folder)."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = gyre("fit", MLP, "trainer.train_epochs=1", "model.c_hid=8", "trainer.enable_progress_bar=false",
+                          "trainer.logger.log_dir=''", "--out", "runs")
+    assert code == 0, out + err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert {"config.yaml", "checkpoints", "resume", "history.csv"} <= {p.name for p in run_dir.iterdir()}

@@ -177,7 +177,7 @@ def run_config(
     (a ``ConfigError`` or :class:`RunError` comes before any training)."""
     config = resolve_config(source, overrides)
     made = None
-    if run_dir is None and config.trainer.logger.log_dir is None:  # logger.base_log_dir: jax_trainer's out
+    if run_dir is None and not config.trainer.logger.log_dir:  # None or "" (the fork's "no folder"); base_log_dir: jax_trainer's out
         run_dir = made = make_run_dir(config.trainer.logger.base_log_dir or out)
     logs = contextlib.ExitStack()  # the run's log file (trainer.logger.log_file_verbosity) and stderr threshold
     try:
