@@ -158,7 +158,26 @@ def _run_simple(
     return loop(state, dataset, table, on_start=on_start, on_end=named[f"on_{kind}_end"], **kwargs)
 
 
-TEST_LOOP_DOC = """An evaluation loop: ``on_reset_step``, ``on_test_begin``, then per batch
+@keywords_checked
+def test_loop(
+    state: Any,
+    dataset: Iterable[Any],
+    tasks: Tasks | None = None,
+    *,
+    callbacks: Sequence[Any] | None = None,
+    stop: StopLike = None,
+    history: History | None = None,
+    elapsed: Elapsed | None = None,
+    resume: Any = None,
+    batch_size_fn: Any = None,
+    metadata: Any = None,
+    catch_keyboard_interrupt: bool = True,
+    clock: Callable[[], float] | None = None,
+    steps_per_call: int = 1,
+    nan_policy: str = "raise",
+    data_resume: str = "restart",
+) -> tuple[Any, History, Elapsed]:
+    """An evaluation loop: ``on_reset_step``, ``on_test_begin``, then per batch
     ``on_test_batch_begin``, ``on_test_step``, the clock-scheduled tasks, ``on_test_batch_end``;
     then ``on_test_end``.
 
@@ -189,8 +208,44 @@ TEST_LOOP_DOC = """An evaluation loop: ``on_reset_step``, ``on_test_begin``, the
         >>> history.collect("x")
         [1, 2, 3]
     """
+    policy = check_nan_policy(nan_policy, "test_loop")
+    hooks = NamedHooks("test_loop", TEST_HOOKS, tasks, callbacks, state)
+    steps, masked = mask_wanted(hooks.named["on_test_step"], "test_loop")
+    masked = masked and hasattr(dataset, "__iter__")  # (not iterable: the loop explains)
+    extra: dict[str, Any] = {}
+    if masked:
+        hooks.named["on_test_step"] = steps
+        if not isinstance(dataset, MaskedBatches):  # (fit gives its own, padded to split over the devices)
+            dataset = MaskedBatches(dataset, state, stop=stop, initial=elapsed, batch_size_fn=batch_size_fn)
+        batch_size_fn, extra["prefetch"] = real_rows, 0  # (placed ahead by MaskedBatches)
+    return _run_simple(
+        hooks, "test", state, dataset, masked=masked, stop=stop, history=history, elapsed=elapsed,
+        resume=resume, batch_size_fn=batch_size_fn, metadata=metadata,
+        catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
+        nan_policy=policy, data_resume=data_resume, **extra,
+    )
 
-PREDICT_LOOP_DOC = """An inference loop: ``on_predict_begin``, per batch ``on_predict_batch_begin``,
+
+@keywords_checked
+def predict_loop(
+    state: Any,
+    dataset: Iterable[Any],
+    tasks: Tasks | None = None,
+    *,
+    callbacks: Sequence[Any] | None = None,
+    stop: StopLike = None,
+    history: History | None = None,
+    elapsed: Elapsed | None = None,
+    resume: Any = None,
+    batch_size_fn: Any = None,
+    metadata: Any = None,
+    catch_keyboard_interrupt: bool = True,
+    clock: Callable[[], float] | None = None,
+    steps_per_call: int = 1,
+    nan_policy: str = "raise",
+    data_resume: str = "restart",
+) -> tuple[Any, History, Elapsed]:
+    """An inference loop: ``on_predict_begin``, per batch ``on_predict_batch_begin``,
     ``on_predict_step``, the clock-scheduled tasks, ``on_predict_batch_end``; then
     ``on_predict_end``.
 
@@ -205,61 +260,18 @@ PREDICT_LOOP_DOC = """An inference loop: ``on_predict_begin``, per batch ``on_pr
         >>> history.collect("outputs.y")
         [2, 4]
     """
-
-
-def _simple_loop(kind: str, hooks: Sequence[str], doc: str) -> Callable[..., tuple[Any, History, Elapsed]]:
-    """``test_loop`` or ``predict_loop`` (one signature): an evaluation pads for a masked step,
-    a prediction's steps are read-only."""
-    name = f"{kind}_loop"
-
-    def run(
-        state: Any,
-        dataset: Iterable[Any],
-        tasks: Tasks | None = None,
-        *,
-        callbacks: Sequence[Any] | None = None,
-        stop: StopLike = None,
-        history: History | None = None,
-        elapsed: Elapsed | None = None,
-        resume: Any = None,
-        batch_size_fn: Any = None,
-        metadata: Any = None,
-        catch_keyboard_interrupt: bool = True,
-        clock: Callable[[], float] | None = None,
-        steps_per_call: int = 1,
-        nan_policy: str = "raise",
-        data_resume: str = "restart",
-    ) -> tuple[Any, History, Elapsed]:
-        policy = check_nan_policy(nan_policy, name)
-        named = NamedHooks(name, hooks, tasks, callbacks, state)
-        extra: dict[str, Any] = {}
-        if kind == "test":
-            steps, masked = mask_wanted(named.named["on_test_step"], name)
-            masked = masked and hasattr(dataset, "__iter__")  # (not iterable: the loop explains)
-        else:
-            steps = named.named["on_predict_step"] = [bind(cb) for cb in named.named["on_predict_step"]]
-            masked = False
-            for step in steps:
-                step.read_only = True  # a changed state is said once (see fold)
-        if masked:
-            named.named["on_test_step"] = steps
-            if not isinstance(dataset, MaskedBatches):  # (fit gives its own, padded to split over the devices)
-                dataset = MaskedBatches(dataset, state, stop=stop, initial=elapsed, batch_size_fn=batch_size_fn)
-            batch_size_fn, extra["prefetch"] = real_rows, 0  # (placed ahead by MaskedBatches)
-        return _run_simple(
-            named, kind, state, dataset, masked=masked, stop=stop, history=history, elapsed=elapsed,
-            resume=resume, batch_size_fn=batch_size_fn, metadata=metadata,
-            catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
-            nan_policy=policy, data_resume=data_resume, **extra,
-        )
-
-    run.__name__ = run.__qualname__ = name
-    run.__doc__ = doc
-    return keywords_checked(run)
-
-
-test_loop = _simple_loop("test", TEST_HOOKS, TEST_LOOP_DOC)
-predict_loop = _simple_loop("predict", PREDICT_HOOKS, PREDICT_LOOP_DOC)
+    policy = check_nan_policy(nan_policy, "predict_loop")
+    hooks = NamedHooks("predict_loop", PREDICT_HOOKS, tasks, callbacks, state)
+    steps = hooks.named["on_predict_step"] = [bind(cb) for cb in hooks.named["on_predict_step"]]
+    for step in steps:
+        step.read_only = True  # a changed state is said once (see fold)
+    return _run_simple(
+        hooks, "predict", state, dataset, stop=stop, history=history, elapsed=elapsed, resume=resume,
+        batch_size_fn=batch_size_fn, metadata=metadata,
+        catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
+        nan_policy=policy,
+        data_resume=data_resume,
+    )
 
 
 def _check_steps(hooks: NamedHooks, test_dataset: Any) -> str | None:
