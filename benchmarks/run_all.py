@@ -334,8 +334,8 @@ def page(results: dict[str, dict[str, Any]], info: dict[str, str], quick: bool, 
     lines += [f"| {key} | {value} |" for key, value in info.items()]
     lines += [f"| wall time of the run | {total / 60:.1f} min |", ""]
     if os.cpu_count() and os.cpu_count() <= 4:
-        lines += ["The machine is small and was shared with other work while the benchmarks ran (see the load "
-                  "average): wall-time figures move by several percent between runs. Each benchmark interleaves "
+        lines += ["The machine is small (and busy when the load average above exceeds its cores): wall-time "
+                  "figures move by several percent between runs. Each benchmark interleaves "
                   "its variants and reports the median of the per-round ratios, so a slow patch slows every "
                   "variant of a round alike; the CPU-time tables in the full reports are less disturbed still.",
                   ""]
