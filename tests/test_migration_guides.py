@@ -5,16 +5,14 @@ registries' (a new registered name, or a removed one, fails here)."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import re
 import runpy
 from pathlib import Path
 
 import pytest
 
-from gyre import cli
+from tests.trainer.test_run import gyre  # runs the gyre command in this process
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "migration"
@@ -30,17 +28,6 @@ def _blocks(guide):
 
 def _lines(text):
     return {line.strip() for line in text.splitlines() if line.strip()}
-
-
-def gyre(*argv):
-    """Runs the ``gyre`` command in this process: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli.main([str(a) for a in argv])
-        except SystemExit as exit:  # argparse's usage errors
-            code = exit.code
-    return code, out.getvalue(), err.getvalue()
 
 
 # -- the guides' blocks ---------------------------------------------------------------------
