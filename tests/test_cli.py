@@ -113,7 +113,7 @@ def test_cli_bad_seed(seed, capsys, tmp_path):
     assert message.endswith(f"argument --seed: expected a whole number from 0 to {2**63 - 1}, "
                             f"received {seed!r}")
     assert not any(tmp_path.iterdir())
-    assert cli.MAX_SEED == demo.MAX_SEED  # the CLI does not import the demo to check it
+    assert cli.MAX_SEED == demo.MAX_SEED  # one bound: the CLI checks --seed with the demo's
 
 
 def test_cli_batch_larger_than_the_data(capsys, tmp_path):
