@@ -236,3 +236,78 @@ def test_samples_are_the_same_whether_the_ring_or_the_host_sizes_the_batches(bat
     assert history.collect("samples") == [0, 4, 8, 12, 15, 19] and float(info.value.state) == 6
     _, history, elapsed = gyre.loop(jnp.float32(0), data[:-1], {gyre.every(1): step}, batch_size_fn=batch_size_fn)
     assert (elapsed.steps, elapsed.samples) == (6, 23) and history.batch_sizes() == [4, 4, 4, 3, 4, 4]
+
+
+def _roll(state):
+    """A task between steps: ``(state) -> (logs, state)``, reading and changing the state only."""
+    return gyre.logs().add_metric("rolled", state * 2).add_stateful_metric("seen", state), state - 1.0
+
+
+def _between(state):
+    return _roll(state)
+
+
+_between._between_steps = True
+
+
+class Ends(gyre.ChunkSafe):
+    """An observer that counts block ends (it runs once per block)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self):
+        self.calls += 1
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 4])
+def test_a_task_between_steps_computes_what_an_event_computes_without_ending_blocks(steps_per_call):
+    # on every(3) and at each epoch's end (both solved in advance), beside an event on every(5)
+    # that ends blocks (so the task also runs on a block's first and last steps): the history,
+    # state and clock are those of the same callback run as an event, bit for bit
+    data = [np.full(2, i, np.float32) for i in range(40)]
+
+    def event(state):
+        return gyre.logs().add_metric("event", state), state
+
+    runs = []
+    for roll in (_roll, _between):
+        ends = Ends()
+        table = {gyre.every(1): [add_step, ends], gyre.every(3): roll, gyre.every(epochs=1): roll, gyre.every(5): event}
+        state, history, elapsed = gyre.loop(jnp.float32(0), data, table, epoch_duration=7, steps_per_call=steps_per_call)
+        records = [{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in r.items() if k not in ("time", "date")}
+                   for r in history.to_records()]  # (the time: blocks end at other steps)
+        runs.append((float(state), records, elapsed.replace(time=0.0, date=0.0), ends.calls))
+    (state_a, records_a, clock_a, ends_a), (state_b, records_b, clock_b, ends_b) = runs
+    assert (state_a, records_a, clock_a) == (state_b, records_b, clock_b)
+    rolled = [r["steps"] for r in records_b if "rolled" in r]
+    # every(5) ends blocks after steps 0, 5, 10...: 6 is a block's first step, 15 its last, 7
+    # an epoch's end, 21 both schedules' step
+    assert {6, 7, 15, 21} <= set(rolled) and len(rolled) == 18
+    if steps_per_call == 1:
+        assert ends_b < ends_a  # the tasks between steps no longer end blocks (a fused call runs them as events)
+
+
+def test_a_task_between_steps_may_not_log_a_name_the_step_logs():
+    def clash(state):
+        return gyre.logs().add_metric("total", state), state
+
+    clash._between_steps = True
+    with pytest.raises(ValueError, match="repeat the step's entry metrics.total"):
+        gyre.loop(jnp.float32(0), [np.ones(2, np.float32)] * 6, {gyre.every(1): add_step, gyre.every(2): clash})
+
+
+def test_a_task_between_steps_that_raises_leaves_the_steps_it_ran_after_counted():
+    def roll(state):
+        if state > 50:  # (a host read: the task runs on the host between two calls)
+            raise RuntimeError("the task failed")
+        return gyre.logs().add_metric("rolled", state), state - 1.0
+
+    roll._between_steps = True
+    history = gyre.history()
+    with pytest.raises(RuntimeError, match="the task failed"):
+        gyre.loop(jnp.float32(0), [np.full(2, i, np.float32) for i in range(40)],
+                  {gyre.every(1): add_step, gyre.every(3): roll}, history=history)
+    # steps 0..9 ran (the task failed after step 9, when the state passed 50); each is counted
+    assert history.collect("steps", "total") == (list(range(10)), [0.0, 1.0, 5.0, 11.0, 18.0, 28.0, 40.0, 53.0, 69.0, 87.0])
+    assert history.collect("steps", "rolled") == ([0, 3, 6], [0.0, 11.0, 40.0])

@@ -124,6 +124,32 @@ def block_clocks(first: Elapsed, sizes: Sequence[int | None], epoch_steps: int |
     }
 
 
+def _add_rows(entries: dict[Key, tuple[Any, Any]], between: Mapping[int, Logs]) -> dict[int, tuple[Key, ...]] | None:
+    """Adds the logs of some rows (``between``) to a block's stacked ``entries`` as sparse
+    entries; returns the orders of the rows whose entries come in another order."""
+    found: dict[Key, tuple[list[int], list[Any]]] = {}
+    for row in sorted(between):
+        for collection, values in between[row].items():
+            for name, value in values.items():
+                if (collection, name) in entries:
+                    raise ValueError(explain(
+                        f"logs between a block's steps repeat the step's entry {collection}.{name}",
+                        expected="names the step does not log", received=f"{collection}.{name} in both",
+                        fix="rename the value the task between the steps logs"))
+                rows, found_values = found.setdefault((collection, name), ([], []))
+                rows.append(row)
+                found_values.append(value)
+    ranks = {key: i for i, key in enumerate([*entries, *found])}
+    stacked_keys = list(entries)
+    entries.update((key, (np.asarray(rows, np.int64), values)) for key, (rows, values) in found.items())
+    orders = {}
+    for row in between:
+        keys = [(c, n) for c, values in between[row].items() for n in values]
+        if [ranks[k] for k in keys] != sorted(ranks[k] for k in keys):
+            orders[row] = (*stacked_keys, *keys)
+    return orders or None
+
+
 def _ready_rows(block: Block) -> int:
     """How many leading records of a block are computed (a stacked column: all or none)."""
     count, whole = block.count, True
@@ -233,9 +259,11 @@ class History(HistoryViews):
             self._stacked_part(_clock_columns(clocks), logs, sizes, start)
 
     def commit_block(
-        self, first: Elapsed, sizes: Sequence[int | None], logs: Logs, *, epoch_steps: int | None, start: int = 0
+        self, first: Elapsed, sizes: Sequence[int | None], logs: Logs, *, epoch_steps: int | None, start: int = 0,
+        between: Mapping[int, Logs] | None = None,
     ) -> None:
-        """Appends ``len(sizes)`` stacked steps, the first at clock ``first``, then one step each.
+        """Appends ``len(sizes)`` stacked steps, the first at clock ``first``, then one step each;
+        ``between`` adds more logs to some of them (by row, names the stacked logs do not hold).
 
         Example:
             >>> h = History()
@@ -246,9 +274,11 @@ class History(HistoryViews):
         if type(first) is not Elapsed:
             _not_a_clock(first)
         if len(sizes):
-            self._stacked_part(block_clocks(first, sizes, epoch_steps), logs, list(sizes), start)
+            self._stacked_part(block_clocks(first, sizes, epoch_steps), logs, list(sizes), start, between or {})
 
-    def _stacked_part(self, clocks: dict[str, Any], logs: Logs, sizes: list[int | None], start: int) -> None:
+    def _stacked_part(
+        self, clocks: dict[str, Any], logs: Logs, sizes: list[int | None], start: int, between: Mapping[int, Logs] = {}
+    ) -> None:
         n = len(sizes)
         leaves, shape = flatten_logs(logs if type(logs) is Logs else Logs().merge(logs))
         keys = [(collection, name) for collection, names in shape for name in names]
@@ -263,7 +293,9 @@ class History(HistoryViews):
         self._seal()
         start_copy(leaves)
         rows = np.arange(n)
-        self._append(Block(n, clocks, {key: (rows, leaf) for key, leaf in zip(keys, leaves, strict=True)}, sizes), start)
+        entries: dict[Key, tuple[Any, Any]] = {key: (rows, leaf) for key, leaf in zip(keys, leaves, strict=True)}
+        orders = _add_rows(entries, between) if between else None
+        self._append(Block(n, clocks, entries, sizes, orders), start)
 
     def _seal(self, n: int | None = None) -> None:
         """Gathers the first ``n`` per-step commits (all by default) into a block; the values

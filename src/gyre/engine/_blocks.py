@@ -20,13 +20,13 @@ from gyre.core._errors import warn
 from gyre.core._history import block_clocks
 from gyre.core._logs import Logs
 from gyre.core._schedules import UNSOLVED, Every
-from gyre.engine._chunks import Chunk, ChunkRunner, first_firing
+from gyre.engine._chunks import Chunk, ChunkRunner, _asks, first_firing
 from gyre.engine._elapse import END, Elapse, steps_only
 from gyre.engine._fuse import is_fusable, step_function
-from gyre.engine._loop_state import LoopState
+from gyre.engine._loop_state import LoopState, run_callbacks
 from gyre.engine._ring import ROWS, Ring, RingMismatch, arg_shapes, ringable
 from gyre.engine._split import ChunkPlan, split_tasks
-from gyre.engine._tasks import StepPoint, Task, reads_history
+from gyre.engine._tasks import StepPoint, Task, between_steps, reads_history
 
 #: The longest a block lasts (it also ends after ROWS steps).
 BLOCK_SECONDS = 0.5
@@ -175,6 +175,11 @@ class BlockRunner(ChunkRunner):
         #: a block's last row comes from its seal (the same compiled call) when a callback
         #: at its end may read or add to it: all but the observers that read the history
         self.row_wanted = bool(plan.after) or not all(reads_history(i.fn) for t in plan.display for i in t.invokers)
+        #: the tasks after the step that a block runs between its steps (see between_steps)
+        self.inline = [t for t in plan.after if between_steps(t)] if self.ring is not None else []
+        self.after = [t for t in plan.after if t not in self.inline]
+        self._inline_at: list[Any] = []  # each one's next step (None: never)
+        self._fire = 0  # the block's count of steps after which the next of them runs (0: none)
 
     def extend(self, chunk: Chunk) -> None:
         """Solves the block's length (up to the next event, the stop, :data:`ROWS` steps) and
@@ -186,7 +191,7 @@ class BlockRunner(ChunkRunner):
             n = min(n, stop - clock.steps)
         deadline = clock.time + BLOCK_SECONDS
         later = clock._after(chunk.sizes[0], clock.time, clock.date, epoch_steps)
-        for tasks, start, extra in ((self.plan.before, later, 0), (self.plan.after, clock, 1)):
+        for tasks, start, extra in ((self.plan.before, later, 0), (self.after, clock, 1)):
             for task in tasks:
                 timed = _deadline(task)
                 if timed is not None:
@@ -195,6 +200,29 @@ class BlockRunner(ChunkRunner):
                     n = min(n, e - clock.steps + extra)
         self.n = max(n, 1)
         self.deadline = self.elapse._t0 + deadline  # on the monotonic clock
+        self.between = {}
+        self._inline_at = [_next(task, clock, epoch_steps) for task in self.inline]
+        self._fire = self._next_fire(clock)
+
+    def _next_fire(self, first: Elapsed) -> int:
+        return min((e - first.steps + 1 for e in self._inline_at if e is not None), default=0)
+
+    def _run_between(self, chunk: Chunk, k: int, batch: Any, state: Any) -> Any:
+        """Runs the tasks between steps due after the block's ``k``-th step; returns the state."""
+        ls, first, epoch_steps = self.ls, chunk.clocks[0], self.elapse.epoch_steps
+        step = first.steps + k - 1
+        clock = first if k == 1 else first._after_steps(k - 1, 0, epoch_steps)  # (only steps and epochs are read)
+        ls.state, elapsed, logs = state, ls.elapsed, Logs()
+        for i, task in enumerate(self.inline):
+            if self._inline_at[i] == step:
+                if _asks(task, clock):
+                    run_callbacks(task.invokers, ls, clock, batch, logs)
+                self._inline_at[i] = _next(task, first._after_steps(k, 0, epoch_steps), epoch_steps)
+        ls.elapsed = elapsed
+        if logs:
+            self.between[k - 1] = logs
+        self._fire = self._next_fire(first)
+        return ls.state
 
     def call(self, chunk: Chunk) -> Logs:
         """Runs the block's steps; if one raises, the steps before it stay counted."""
@@ -208,8 +236,10 @@ class BlockRunner(ChunkRunner):
             logs, k = self.partial
             clocks = BlockClocks(chunk.clocks[0], sizes, epoch_steps)
             self.elapse.advance(clocks, sizes)
+            between, self.between = self.between, {}
             if k and logs:
-                self.ls.history.commit_block(clocks[0], sizes[:k], logs, epoch_steps=epoch_steps)
+                self.ls.history.commit_block(clocks[0], sizes[:k], logs, epoch_steps=epoch_steps,
+                                             between={row: extra for row, extra in between.items() if row < k})
             raise
         self.dispatched = (_time.perf_counter() - start) / len(sizes)
         chunk.row = self.ring.last_row  # type: ignore[union-attr]
@@ -239,8 +269,8 @@ class BlockRunner(ChunkRunner):
         """Asks the schedules of the block's last step (the tasks after the step) and of the
         observers (on each step where theirs can fire)."""
         clocks, epoch_steps = chunk.clocks, self.elapse.epoch_steps
-        if self.plan.after:
-            first_firing(self.plan.after, clocks[-1], chunk.after)
+        if self.after:
+            first_firing(self.after, clocks[-1], chunk.after)
         first, last = clocks[0].steps, clocks[-1].steps
         for i, task in enumerate(self.plan.display):
             if task.schedule is None or _deadline(task) is not None:  # (a time schedule: asked once)
@@ -263,7 +293,7 @@ class BlockRunner(ChunkRunner):
             it, n, deadline = iter(chunk.batches[1:]), len(chunk.batches), math.inf
         sized = ring.sized and not pulled  # type: ignore[union-attr]
         state, batch = ls.state, chunk.batches[0]
-        last, k, tags, in_step = batch, 0, [], False
+        last, k, tags, in_step, fire = batch, 0, [], False, self._fire
         try:
             while True:
                 try:
@@ -282,6 +312,9 @@ class BlockRunner(ChunkRunner):
                     raise
                 tags.append(tag)
                 k, last = k + 1, batch
+                if k == fire:
+                    state = self._run_between(chunk, k, batch, state)
+                    fire = self._fire
                 if k == n or now() >= deadline:
                     break
                 batch = next(it, END)
@@ -317,6 +350,7 @@ class FusedBlockRunner(BlockRunner):
     def __init__(self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, steps: int, *, outermost: bool = True) -> None:
         super().__init__(plan, elapse, loop_state, steps, outermost=outermost)
         self.short = False  # the chunk is shorter than K: its steps go through the ring
+        self.inline, self.after = [], plan.after  # a fused call has no between
 
     def extend(self, chunk: Chunk) -> None:
         """Pulls the chunk's batches: up to its solved length, its deadline, the data's end,

@@ -76,6 +76,9 @@ class ChunkRunner:
         self.fused_once = False
         self.outermost = outermost
         self._row_readers: dict[int, bool] = {}
+        self.after = plan.after  # the tasks after the step that end a chunk where they fire
+        #: logs of the tasks a block ran between its steps, by the block's row (see BlockRunner)
+        self.between: dict[int, Logs] = {}
 
     def run(self, chunks: int | None = None) -> None:
         """Runs chunks until the data, the stop or a stop request ends the loop (or, given
@@ -168,7 +171,8 @@ class ChunkRunner:
         """Runs the tasks after the step, then the observers that fired; returns the last logs."""
         after = bool(chunk.after) and chunk.after[-1]
         shown = [t for t, fired in zip(self.plan.display, chunk.shown, strict=True) if fired]
-        if not after and not shown:
+        extra = self.between.pop(len(chunk.clocks) - 1, None)  # logged between steps, on the last
+        if not after and not shown and extra is None:
             return None
         k = len(chunk.clocks)
         last = Logs()
@@ -176,14 +180,16 @@ class ChunkRunner:
         if alone:
             last.merge(chunk.first)
         answers = chunk.after  # the after tasks not asked yet may fire too
-        fired = [t for i, t in enumerate(self.plan.after) if i >= len(answers) or answers[i]] if after else []
-        lazy = bool(logs) and not alone and not any(map(self._reads_row, [*fired, *shown]))
+        fired = [t for i, t in enumerate(self.after) if i >= len(answers) or answers[i]] if after else []
+        lazy = bool(logs) and not alone and extra is None and not any(map(self._reads_row, [*fired, *shown]))
         if logs and not lazy:
             last.merge(self._last_row(chunk, logs))
-        before = None if alone else _identities(last)
+        if extra is not None:
+            last.merge(extra)
+        before = None if alone or extra is not None else _identities(last)
         clock, batch = chunk.clocks[-1], chunk.batches[-1]
         if after:
-            self.run_lazily(self.plan.after, chunk.after, clock, batch, last)
+            self.run_lazily(self.after, chunk.after, clock, batch, last)
         for task in shown:
             if self.ls.stop_requested:
                 break
@@ -210,19 +216,26 @@ class ChunkRunner:
     def commit(self, chunk: Chunk, logs: Logs, last: Logs | None) -> None:
         """Commits the chunk's records: first step, the stacked middle rows, the last step."""
         history, clocks, sizes, first = self.ls.history, chunk.clocks, chunk.sizes, chunk.first
+        between, self.between = self.between, {}
         k = len(clocks)
         start, stop = 0, k
-        if first and (k > 1 or last is None):
+        if (first or 0 in between) and (k > 1 or last is None):
             head = Logs().merge(first)
             if logs:
                 head.merge(_row(logs, 0))
+            if 0 in between:
+                head.merge(between.pop(0))
             history.commit(clocks[0], head, batch_size=sizes[0])
             start = 1
         if last is not None:
             stop = k - 1
         if logs and stop > start:
             epoch_steps = self.elapse.epoch_steps
-            history.commit_block(clocks[start], sizes[start:stop], logs, epoch_steps=epoch_steps, start=start)
+            history.commit_block(clocks[start], sizes[start:stop], logs, epoch_steps=epoch_steps, start=start,
+                                 between={row - start: extra for row, extra in between.items()})
+        else:  # steps that log nothing: the rows logged between them alone
+            for row, extra in sorted(between.items()):
+                history.commit(clocks[row], extra, batch_size=sizes[row])
         if last:
             history.commit(clocks[-1], last, batch_size=sizes[-1])
 

@@ -119,6 +119,13 @@ def reads_history(fn: Any) -> bool:
     return bool(getattr(fn, "_reads_history", False) or getattr(getattr(fn, "__self__", None), "_reads_history", False))
 
 
+def between_steps(task: Task) -> bool:
+    """Whether a block may run ``task`` between two of its steps instead of ending there: each
+    callback sets ``_between_steps = True`` and takes the state alone (it returns ``(logs,
+    state)``, reads no clock, logs or loop, and cannot stop the loop)."""
+    return all(getattr(i.fn, "_between_steps", False) and i.uses <= {"state"} for i in task.invokers)
+
+
 def is_chunk_safe(fn: Any) -> bool:
     """Whether a callback (or the object of a bound method) is :class:`ChunkSafe`."""
     return isinstance(fn, ChunkSafe) or isinstance(getattr(fn, "__self__", None), ChunkSafe)

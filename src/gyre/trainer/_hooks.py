@@ -107,6 +107,8 @@ class TrainingRun:
         logs = self._logs(scalars_for_writers(named, self.specs), "step")
         return logs, state.replace(extras={**state.extras, WINDOW: fresh})
 
+    log_window._between_steps = True  # type: ignore[attr-defined]  # a block runs it between its steps
+
     def _logs(self, values: dict[str, Any], freq: str) -> Logs:
         """``values`` as logs for the NaN check (with ``nan_keys``, only those it names)."""
         keys = getattr(self.trainer.config, "nan_keys", None)
