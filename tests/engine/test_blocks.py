@@ -260,8 +260,12 @@ class Ends(gyre.ChunkSafe):
         self.calls += 1
 
 
-@pytest.mark.parametrize("steps_per_call", [1, 4])
-def test_a_task_between_steps_computes_what_an_event_computes_without_ending_blocks(steps_per_call):
+@pytest.mark.parametrize("steps_per_call", [1, 4, "auto"])
+def test_a_task_between_steps_computes_what_an_event_computes_without_ending_blocks(steps_per_call, monkeypatch):
+    if steps_per_call == "auto":  # measured in blocks, then fused (the tasks between steps become events)
+        monkeypatch.setattr(_blocks, "HOST_BOUND", 0.0)
+        monkeypatch.setattr(_blocks, "FASTER", math.inf)
+        monkeypatch.setattr(_blocks, "_CHOSEN", weakref.WeakKeyDictionary())
     # on every(3) and at each epoch's end (both solved in advance), beside an event on every(5)
     # that ends blocks (so the task also runs on a block's first and last steps): the history,
     # state and clock are those of the same callback run as an event, bit for bit
