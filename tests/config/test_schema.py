@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import numpy as np
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -317,12 +318,19 @@ def test_the_trainer_and_logger_defaults():
     assert TrainerConfig(logger=None, callbacks=None) == trainer
 
 
+def test_steps_per_call_takes_auto():
+    assert TrainerConfig(steps_per_call="auto").steps_per_call == "auto"
+    assert TrainerConfig(steps_per_call=np.int64(4)).steps_per_call == 4
+
+
 @pytest.mark.parametrize(
     "key, value, message",
     [
         ("train_epochs", 0, r"invalid value at trainer\.train_epochs\.\n  expected: int \(Input should be greater than or equal to 1\)\n  received: int 0"),
         ("check_val_every_n_epoch", -1, r"invalid value at trainer\.check_val_every_n_epoch\."),
         ("steps_per_call", 0, r"invalid value at trainer\.steps_per_call\."),
+        ("steps_per_call", "fast", r"^invalid value at trainer\.steps_per_call\.\n  expected: int \| 'auto' \(Value error, "
+                                   r"steps_per_call is a whole number >= 1, or 'auto'\)\n  received: str 'fast'"),
         ("num_devices", 0, r"invalid value at trainer\.num_devices\."),
         ("resume", "latst", r"invalid value at trainer\.resume\. Did you mean 'latest'\?\n  expected: 'latest' \| None"),
         ("model_mode", "flax", r"invalid value at trainer\.model_mode\.\n  expected: 'nnx' \| 'linen'"),

@@ -158,9 +158,10 @@ def test_a_resumed_fit_is_bit_identical_to_an_uninterrupted_one(tmp_path, steps_
     assert len(history.collect("accuracy_val")) == 2  # epochs 2 and 4
 
 
-def test_fused_steps_train_as_step_by_step(tmp_path):
+@pytest.mark.parametrize("steps_per_call", [3, "auto"])
+def test_fused_steps_train_as_step_by_step(tmp_path, steps_per_call):
     one, h1 = run(tmp_path / "one", num_epochs=2)
-    fused, h2 = run(tmp_path / "fused", num_epochs=2, steps_per_call=3)
+    fused, h2 = run(tmp_path / "fused", num_epochs=2, steps_per_call=steps_per_call)
     for a, b in zip(jax.tree.leaves(jax.device_get(one)), jax.tree.leaves(jax.device_get(fused)), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert h2.collect("loss") == pytest.approx(h1.collect("loss"), rel=1e-5)

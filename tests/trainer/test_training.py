@@ -74,17 +74,18 @@ def test_a_run_killed_mid_epoch_resumes_bit_identical(tmp_path, digits):
 
 def test_fused_steps_change_nothing(tmp_path, digits):
     runs = []
-    for k in (1, 3):
+    for k in (1, 3, "auto"):
         data = DigitsDataset(global_batch_size=32, val_size=200)
         t = trainer(tmp_path / str(k), steps_per_call=k, log_steps_every=5)
         out = t.train_model(data.train_loader, data.val_loader)
         runs.append((t, out))
-    (a, out_a), (b, out_b) = runs
-    for x, y in zip(leaves(a.state.params), leaves(b.state.params), strict=True):
-        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6)
-    assert out_a["val"]["val/acc"] == out_b["val"]["val/acc"]
-    np.testing.assert_allclose(np.asarray(a.history.collect("train/loss_step")),
-                               np.asarray(b.history.collect("train/loss_step")), rtol=1e-5)
+    (a, out_a), *others = runs
+    for b, out_b in others:
+        for x, y in zip(leaves(a.state.params), leaves(b.state.params), strict=True):
+            np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6)
+        assert out_a["val"]["val/acc"] == out_b["val"]["val/acc"]
+        np.testing.assert_allclose(np.asarray(a.history.collect("train/loss_step")),
+                                   np.asarray(b.history.collect("train/loss_step")), rtol=1e-5)
 
 
 def test_data_parallel_over_num_devices_trains_like_one_device(tmp_path):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import numbers
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -211,7 +212,8 @@ class TrainerConfig(_Section, metaclass=_NamedSectionMeta):
         debug: run without jit.
         detect_nans: stop on a NaN or Inf loss or metric (default); ``false`` trains through them.
         model_mode: ``"nnx"`` or ``"linen"``.
-        steps_per_call: training steps fused into one compiled call.
+        steps_per_call: training steps fused into one compiled call, or ``"auto"``: gyre measures
+            the first steps and fuses 100 per call only when dispatching them costs most of their time.
         num_devices: devices for data parallelism (default: all).
         resume: ``"latest"`` resumes from the run's latest checkpoint.
         resume_every_minutes: minutes between checkpoints in ``<log_dir>/resume`` (one is also
@@ -239,12 +241,21 @@ class TrainerConfig(_Section, metaclass=_NamedSectionMeta):
     log_grad_norm: bool = False
     detect_nans: bool = True
     model_mode: Literal["nnx", "linen"] = "nnx"
-    steps_per_call: Annotated[int, Field(ge=1)] = 1
+    steps_per_call: int | Literal["auto"] = 1
     num_devices: Annotated[int, Field(ge=1)] | None = None
     resume: Literal["latest"] | None = None
     resume_every_minutes: Annotated[float, Field(ge=0)] = 10.0
     logger: LoggerConfig = Field(default_factory=LoggerConfig)
     callbacks: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("steps_per_call", mode="before")
+    @classmethod
+    def _steps_per_call(cls, value: Any) -> Any:
+        if isinstance(value, str) and value == "auto":
+            return value
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1:
+            return int(value)  # (a numpy integer too)
+        raise ValueError("steps_per_call is a whole number >= 1, or 'auto'")
 
     @field_validator("logger", mode="before")
     @classmethod

@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -59,7 +59,7 @@ def fit(
     hparams: Mapping[str, Any] | None = None,
     val_ds: Iterable[Any] | None = None,
     resume: str | None = None,
-    steps_per_call: int = 1,
+    steps_per_call: int | Literal["auto"] = 1,
     log_dir: str | os.PathLike[str] = "runs",
     progress: bool = True,
     save_every_minutes: float = 10.0,
@@ -107,7 +107,8 @@ def fit(
         val_ds: validation batches, recorded as ``<name>_val``; the best checkpoint by
             ``monitor`` is kept in ``<log_dir>/<log_name>/checkpoints``.
         resume: ``"latest"`` continues exactly from the newest checkpoint of this run.
-        steps_per_call: fuse this many training steps into one call.
+        steps_per_call: fuse this many training steps into one call, or ``"auto"`` (fuse only when
+            dispatching the steps costs most of their time, measured on the first ones).
         log_dir: the folder holding the runs.
         progress: show a Keras-style progress bar.
         save_every_minutes: minutes between two checkpoints for resuming (one is also saved
