@@ -274,10 +274,10 @@ class History(HistoryViews):
         if type(first) is not Elapsed:
             _not_a_clock(first)
         if len(sizes):
-            self._stacked_part(block_clocks(first, sizes, epoch_steps), logs, list(sizes), start, between or {})
+            self._stacked_part(block_clocks(first, sizes, epoch_steps), logs, list(sizes), start, between)
 
     def _stacked_part(
-        self, clocks: dict[str, Any], logs: Logs, sizes: list[int | None], start: int, between: Mapping[int, Logs] = {}
+        self, clocks: dict[str, Any], logs: Logs, sizes: list[int | None], start: int, between: Mapping[int, Logs] | None = None
     ) -> None:
         n = len(sizes)
         leaves, shape = flatten_logs(logs if type(logs) is Logs else Logs().merge(logs))

@@ -176,9 +176,9 @@ class BlockRunner(ChunkRunner):
         #: at its end may read or add to it: all but the observers that read the history
         self.row_wanted = bool(plan.after) or not all(reads_history(i.fn) for t in plan.display for i in t.invokers)
         #: the tasks after the step that a block runs between its steps (see between_steps)
-        self.inline = [t for t in plan.after if between_steps(t)] if self.ring is not None else []
-        self.after = [t for t in plan.after if t not in self.inline]
-        self._inline_at: list[Any] = []  # each one's next step (None: never)
+        self.between_tasks = [t for t in plan.after if between_steps(t)] if self.ring is not None else []
+        self.after = [t for t in plan.after if t not in self.between_tasks]
+        self._between_at: list[Any] = []  # each one's next step (None: never)
         self._fire = 0  # the block's count of steps after which the next of them runs (0: none)
 
     def extend(self, chunk: Chunk) -> None:
@@ -201,11 +201,11 @@ class BlockRunner(ChunkRunner):
         self.n = max(n, 1)
         self.deadline = self.elapse._t0 + deadline  # on the monotonic clock
         self.between = {}
-        self._inline_at = [_next(task, clock, epoch_steps) for task in self.inline]
+        self._between_at = [_next(task, clock, epoch_steps) for task in self.between_tasks]
         self._fire = self._next_fire(clock)
 
     def _next_fire(self, first: Elapsed) -> int:
-        return min((e - first.steps + 1 for e in self._inline_at if e is not None), default=0)
+        return min((e - first.steps + 1 for e in self._between_at if e is not None), default=0)
 
     def _run_between(self, chunk: Chunk, k: int, batch: Any, state: Any) -> Any:
         """Runs the tasks between steps due after the block's ``k``-th step; returns the state."""
@@ -213,11 +213,11 @@ class BlockRunner(ChunkRunner):
         step = first.steps + k - 1
         clock = first if k == 1 else first._after_steps(k - 1, 0, epoch_steps)  # (only steps and epochs are read)
         ls.state, elapsed, logs = state, ls.elapsed, Logs()
-        for i, task in enumerate(self.inline):
-            if self._inline_at[i] == step:
+        for i, task in enumerate(self.between_tasks):
+            if self._between_at[i] == step:
                 if _asks(task, clock):
                     run_callbacks(task.invokers, ls, clock, batch, logs)
-                self._inline_at[i] = _next(task, first._after_steps(k, 0, epoch_steps), epoch_steps)
+                self._between_at[i] = _next(task, first._after_steps(k, 0, epoch_steps), epoch_steps)
         ls.elapsed = elapsed
         if logs:
             self.between[k - 1] = logs
@@ -350,7 +350,7 @@ class FusedBlockRunner(BlockRunner):
     def __init__(self, plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, steps: int, *, outermost: bool = True) -> None:
         super().__init__(plan, elapse, loop_state, steps, outermost=outermost)
         self.short = False  # the chunk is shorter than K: its steps go through the ring
-        self.inline, self.after = [], plan.after  # a fused call has no between
+        self.between_tasks, self.after = [], plan.after  # a fused call runs them as events
 
     def extend(self, chunk: Chunk) -> None:
         """Pulls the chunk's batches: up to its solved length, its deadline, the data's end,
