@@ -37,7 +37,8 @@ def test_period_date_accepts_datetime():
     assert not Elapsed(date=when.timestamp() - 1) >= p
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"steps": -1}, {"steps": 1.5}, {"time": -2.0}, {"steps": True}])
+@pytest.mark.parametrize("kwargs", [{}, {"steps": -1}, {"steps": 1.5}, {"time": -2.0}, {"steps": True},
+                                    {"time": float("nan")}, {"date": float("nan")}])  # a NaN time was never reached
 def test_bad_period(kwargs):
     with pytest.raises(ValueError, match="expected"):
         Period(**kwargs)

@@ -26,6 +26,29 @@ def test_stop_handler_modes_patience_and_baseline():
         jaxloop.MetricMonitoringStopHandler("loss", patience=0)
 
 
+@pytest.mark.parametrize("kwargs, first_line", [
+    ({"baseline": float("nan")}, "MetricMonitoringStopHandler's baseline must be a number or None"),
+    ({"baseline": "low"}, "MetricMonitoringStopHandler's baseline must be a number or None"),
+    ({"min_delta": float("nan")}, "MetricMonitoringStopHandler's min_delta must be a number"),
+    ({"min_delta": "0.1"}, "MetricMonitoringStopHandler's min_delta must be a number"),
+])
+def test_a_nan_or_non_number_baseline_or_min_delta_is_refused(kwargs, first_line):
+    # a NaN baseline or min_delta used to be taken: no value then ever improved, so training
+    # stopped after `patience` checks whatever the metric did
+    with pytest.raises(ValueError) as info:
+        jaxloop.MetricMonitoringStopHandler("loss", patience=2, **kwargs)
+    lines = str(info.value).splitlines()
+    assert lines[0] == first_line
+    assert lines[2].startswith("  received: ") and lines[3].startswith("  fix: pass ")
+
+
+def test_numpy_and_jax_numbers_are_a_baseline_and_min_delta_keeps_jaxloops_sign_rule():
+    handler = jaxloop.MetricMonitoringStopHandler("loss", patience=2, baseline=jnp.float32(0.45), min_delta=-0.01)
+    assert handler.min_delta == pytest.approx(0.01) and handler.baseline == pytest.approx(0.45)
+    assert [handler.update_state(v, s) for s, v in enumerate([1.0, 0.5, 0.4, 0.3])] == [False, False, True, True]
+    assert not handler.should_stop() and handler.get_best_info() == (0.3, 3)
+
+
 
 def test_early_stopping_action_raises_with_the_best_step_and_metric():
     action = jaxloop.EarlyStoppingAction(jaxloop.MetricMonitoringStopHandler("loss", patience=2))

@@ -95,6 +95,8 @@ def test_gaussian_noise_for_linen_trains(tmp_path):
     ("GaussianNoise", ConfigError, r"(?s)trainer.augmentation must be a mapping.*received: str"),
     ({"scale": 0.1}, TypeError, r"trainer.augmentation must name a registered module"),
     ({"class_name": "GausianNoise"}, Exception, r"GaussianNoise"),
+    ({"class_name": "GaussianNoise", "scale": -0.1}, ValueError, r"(?s)GaussianNoise's scale must be a finite number >= 0.0.*received: float -0.1"),
+    ({"class_name": "GaussianNoise", "scale": float("nan")}, ValueError, r"(?s)GaussianNoise's scale must be.*received: float nan"),
 ])
 def test_a_bad_augmentation_section_is_explained(tmp_path, section, error, match):
     with pytest.raises(error, match=match):

@@ -103,6 +103,22 @@ def test_a_model_of_no_classes_or_no_units_is_refused_by_the_config(model, key):
         load_config(data)
 
 
+@pytest.mark.parametrize("model, rate, bound", [
+    ("SimpleClassifier", 1.5, "less than 1"), ("SimpleCNN", -0.1, "greater than or equal to 0"),
+    ("SimpleClassifierLinen", float("nan"), "less than 1"), ("SimpleCNNLinen", 1.0, "less than 1"),
+])
+def test_a_dropout_rate_outside_0_1_is_refused_by_the_config(model, rate, bound):
+    # flax's dropout zeroes every unit silently at a rate >= 1 (and for NaN)
+    import yaml
+
+    from gyre.config import ConfigError, load_config
+
+    data = yaml.safe_load(open(DIGITS_MLP).read())
+    data["model"] = {"class_name": model, "dropout": rate}
+    with pytest.raises(ConfigError, match=rf"(?s)invalid value at model\.dropout.*{bound}"):
+        load_config(data)
+
+
 def test_a_trainer_of_no_classes_is_refused_by_the_config():
     from gyre.config import ConfigError, load_config
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Any
 
 import jax
@@ -12,26 +10,8 @@ import numpy as np
 from gyre.callbacks import _monitor
 from gyre.core._checks import choice, instance, whole
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.engine._tasks import LoopElement
-
-
-def _check_baseline(baseline: Any) -> float | None:
-    if baseline is None:
-        return None
-    number = None
-    if isinstance(baseline, numbers.Real) and not isinstance(baseline, (bool, np.bool_)):
-        number = float(baseline)
-    elif getattr(baseline, "shape", None) == () and getattr(getattr(baseline, "dtype", None), "kind", "") in ("i", "u", "f"):
-        number = float(baseline)  # a 0-d numpy or JAX number, read once here
-    if number is None or math.isnan(number):
-        raise ValueError(explain(
-            "early_stopping's baseline must be a number or None",
-            expected="the value to beat, e.g. baseline=0.5 for a loss (mode='min') or "
-            "baseline=0.9 for an accuracy (mode='max'); None for no baseline",
-            received=describe(baseline), fix="pass the monitored value's threshold as a float, e.g. baseline=0.5"))
-    return number
 
 
 class EarlyStopping(_monitor.Improvement, LoopElement):
@@ -105,7 +85,7 @@ class EarlyStopping(_monitor.Improvement, LoopElement):
         super().__init__(
             _monitor.monitor_mode("early_stopping", monitor, mode, strict=False),
             min_delta=_monitor.check_min_delta("early_stopping", min_delta),
-            relative=delta_mode == "relative", patience=patience, baseline=_check_baseline(baseline))
+            relative=delta_mode == "relative", patience=patience, baseline=_monitor.check_baseline("early_stopping", baseline))
         self.delta_mode = delta_mode
         self.restore_best_weights = bool(restore_best_weights)
         self.initial_patience = initial_patience

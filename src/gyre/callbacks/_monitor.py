@@ -98,6 +98,22 @@ def check_min_delta(owner: str, min_delta: Any) -> float:
                 "direction comes from mode)")
 
 
+def check_baseline(owner: str, baseline: Any) -> float | None:
+    """``baseline`` as a float (a 0-d numpy or JAX number read once), or ``None``; NaN and
+    non-numbers are errors naming ``owner``."""
+    if baseline is None:
+        return None
+    plain = isinstance(baseline, numbers.Real) and not isinstance(baseline, (bool, np.bool_))
+    zero_d = getattr(baseline, "shape", None) == () and getattr(getattr(baseline, "dtype", None), "kind", "") in ("i", "u", "f")
+    if (plain or zero_d) and not math.isnan(float(baseline)):
+        return float(baseline)
+    raise ValueError(explain(
+        f"{owner}'s baseline must be a number or None",
+        expected="the value to beat, e.g. baseline=0.5 for a loss (mode='min') or "
+        "baseline=0.9 for an accuracy (mode='max'); None for no baseline",
+        received=describe(baseline), fix="pass the monitored value's threshold as a float, e.g. baseline=0.5"))
+
+
 def score(mode: str, value: Any) -> float:
     """``value`` ranked, higher is better (``-value`` in ``"min"`` mode); a non-number or NaN ranks last (``-inf``)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):

@@ -302,7 +302,7 @@ def _check_amount(name: str, value: Any, *, integral: bool) -> None:
     fix = f"pass {name}=10 (or leave it out)"
     if integral:
         whole(value, f"{name}=", expected="a whole number >= 0", fix=fix)
-    elif isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0:
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:  # NaN too
         raise ValueError(explain(f"{name}= must be a number >= 0", expected="a number >= 0",
                                  received=describe(value), fix=fix))
 

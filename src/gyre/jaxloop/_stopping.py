@@ -11,8 +11,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from gyre.callbacks._monitor import Improvement, monitor_mode
-from gyre.core._checks import instance, whole
+from gyre.callbacks._monitor import Improvement, check_baseline, monitor_mode
+from gyre.core._checks import instance, real, whole
 from gyre.core._errors import suggest
 from gyre.jaxloop._actions import Action, Output, _step_of
 from gyre.jaxloop._loop import reduce_outputs
@@ -69,11 +69,13 @@ class MetricMonitoringStopHandler(Improvement):
         self.monitored_metric = monitored_metric
         super().__init__(
             monitor_mode("MetricMonitoringStopHandler", monitored_metric, mode, strict=False),
-            min_delta=abs(float(min_delta)),
+            min_delta=abs(real(min_delta, "min_delta", problem="MetricMonitoringStopHandler's min_delta must be a number",
+                               expected="the smallest change that counts as an improvement, e.g. min_delta=1e-3",
+                               fix="pass a float, e.g. min_delta=1e-3 (its sign is ignored, as jaxloop's)")),
             patience=whole(patience, "patience", minimum=1, fix="pass patience=3",
                            problem="MetricMonitoringStopHandler's patience must be a positive whole number",
                            expected="the checks without improvement before stopping (an int >= 1)"),
-            baseline=None if baseline is None else float(baseline),
+            baseline=check_baseline("MetricMonitoringStopHandler", baseline),
         )
         self.best_step = 0
         self._initialized = baseline is not None

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from flax import linen, nnx
 
 from gyre.config._registry import register_model
+from gyre.core._checks import real
 from gyre.core._errors import describe, explain
 from gyre.trainer._interfaces import ModelBase, NNXBase, RegistersSubclasses, build_registered
 
@@ -69,6 +70,11 @@ class AugmentationLinen(linen.Module):
         return self.wrapped_model(x, *args, **kwargs)
 
 
+def _scale(value: Any, who: str) -> float:
+    """A noise deviation: a finite float >= 0 (a YAML string such as ``"1e-2"`` too)."""
+    return real(value, f"{who}'s scale", minimum=0.0, text=True, fix="write scale: 0.1 (the noise's standard deviation)")
+
+
 @register_model
 class GaussianNoise(Augmentation):
     """Adds Gaussian noise of deviation ``scale`` to the inputs of each training batch.
@@ -85,7 +91,7 @@ class GaussianNoise(Augmentation):
 
     def __init__(self, scale: float = 0.1, *, wrapped_model: nnx.Module, rngs: nnx.Rngs) -> None:
         super().__init__(wrapped_model, rngs=rngs)
-        self.scale = float(scale)
+        self.scale = _scale(scale, "GaussianNoise")
 
     def augment(self, batch: Any) -> Any:
         x, y = batch
@@ -106,6 +112,10 @@ class GaussianNoiseLinen(AugmentationLinen):
     """
 
     scale: float = 0.1
+
+    def __post_init__(self) -> None:
+        _scale(self.scale, "GaussianNoiseLinen")
+        super().__post_init__()
 
     def augment(self, batch: Any) -> Any:
         x, y = batch

@@ -20,6 +20,8 @@ from gyre.trainer._module import TrainerModule
 
 #: a count of classes, units or layers (>= 1)
 Count = Annotated[int, Field(ge=1)]
+#: a dropout rate: a fraction in [0, 1) of the units zeroed while training
+Rate = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "silu": jax.nn.silu, "tanh": jnp.tanh}
 
@@ -156,7 +158,7 @@ class SimpleClassifier(nnx.Module):
 
     def __init__(
         self, c_hid: Count = 64, num_classes: Count = 10, act_fn: str = "relu", batch_norm: bool = False,
-        dropout: float = 0.0, num_layers: Count = 1, input_dim: Count | None = None, *, rngs: nnx.Rngs,
+        dropout: Rate = 0.0, num_layers: Count = 1, input_dim: Count | None = None, *, rngs: nnx.Rngs,
     ) -> None:
         self.act = activation(act_fn)
         self.input_dim = input_dim
@@ -208,7 +210,7 @@ class SimpleCNN(nnx.Module):
 
     def __init__(
         self, c_hid: Count = 16, num_classes: Count = 10, act_fn: str = "relu", image_size: Count = 8,
-        channels: Count = 1, dropout: float = 0.0, *, rngs: nnx.Rngs,
+        channels: Count = 1, dropout: Rate = 0.0, *, rngs: nnx.Rngs,
     ) -> None:
         self.act = activation(act_fn)
         self.image_size, self.channels = image_size, channels
@@ -244,7 +246,7 @@ class SimpleClassifierLinen(linen.Module):
     num_classes: Count = 10
     act_fn: str = "relu"
     batch_norm: bool = False
-    dropout: float = 0.0
+    dropout: Rate = 0.0
     num_layers: Count = 1
 
     @linen.compact
@@ -276,7 +278,7 @@ class SimpleCNNLinen(linen.Module):
     act_fn: str = "relu"
     image_size: Count = 8
     channels: Count = 1
-    dropout: float = 0.0
+    dropout: Rate = 0.0
 
     @linen.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
