@@ -26,7 +26,9 @@ of the initial state, after an untimed warm-up of each. The report is a markdown
 median steps/s, the median of the per-round ratios to each variant's reference (a slow patch of
 the machine slows a whole round, the ratio within a round cancels it), the time added per save,
 the verdict for ``gyre.checkpoint every 500`` (target: ratio >= 0.95), that ratio against
-orbax's own cost (target >= 0.97), and the time gyre adds per save over orbax by hand in the
+orbax's own cost (target >= 0.97), the same run against hand-written JAX + orbax every 500 run
+for run (steps/s over steps/s: what the issue's "≥ 0.97 of hand-written JAX + orbax" reads as
+literally; target >= 0.97), and the time gyre adds per save over orbax by hand in the
 same loop (target <= 5 ms). The script always exits 0: it is a report, not a test.
 
 How to run
@@ -197,6 +199,7 @@ def report(seconds: dict[str, list[float]], steps: int, rounds: int) -> str:
         lines.append(f"| {name} | {saves} | {rate:,.0f} | {ratios[name]:.3f} | {added:.1f} |")
     verdict = "PASS" if ratios[VERDICT] >= TARGET else "FAIL"
     against = ratios[VERDICT] / ratios[JAX_ORBAX]
+    direct = statistics.median(h / g for h, g in zip(seconds[JAX_ORBAX], seconds[VERDICT], strict=True))
     saves = saves_in(steps, EVERY)
     over = statistics.median(
         (v - b) / saves * 1e3 for b, v in zip(seconds[BY_HAND], seconds[VERDICT], strict=True)
@@ -207,6 +210,8 @@ def report(seconds: dict[str, list[float]], steps: int, rounds: int) -> str:
         f"orbax alone costs a hand-written JAX loop {ratios[JAX_ORBAX]:.3f} (the floor on this machine for "
         f"saving every {EVERY} steps with orbax); gyre.checkpoint against it: {against:.3f} "
         f"(target >= {AGAINST_ORBAX:.2f}: {'PASS' if against >= AGAINST_ORBAX else 'FAIL'})",
+        f"{VERDICT} against {JAX_ORBAX}, run for run (steps/s over steps/s, median of rounds): {direct:.3f} "
+        f"(target >= {AGAINST_ORBAX:.2f}: {'PASS' if direct >= AGAINST_ORBAX else 'FAIL'})",
         f"gyre.checkpoint adds {over:.1f} ms per save over orbax by hand in the same loop (median of rounds; "
         f"target <= {ADDED_MS:.0f} ms: {'PASS' if over <= ADDED_MS else 'FAIL'})",
     ]
