@@ -11,6 +11,12 @@ from gyre.jaxloop import MetricType, MetricWithMetadata
 from tests.jaxloop._helpers import FakeWriter, add_step, fresh
 
 
+def test_a_metric_type_is_a_member_or_its_value_and_a_misspelt_one_is_explained():
+    assert MetricWithMetadata([1.0], "histogram").type is MetricType.HISTOGRAM
+    with pytest.raises(ValueError, match=r"(?s)MetricWithMetadata's type must be one of 'scalar'.*received: str 'histogramm'"):
+        MetricWithMetadata([1.0], "histogramm")  # used to fail later, inside SummaryAction, as 'str' has no .name
+
+
 def test_summary_action_writes_each_type_at_the_state_step():
     writer = FakeWriter()
     action = jaxloop.SummaryAction(writer, flush_each_call=True)

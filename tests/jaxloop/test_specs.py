@@ -14,6 +14,13 @@ def test_bad_specs_are_explained():
         EvalSpec(dataset=[1], eval_loop_interval=0)
     with pytest.raises(TypeError, match=r"dataset= must be iterable[\s\S]*received: int 3"):
         EvalSpec(dataset=3)
+    # a NaN interval made the continuous evaluation's time.sleep fail with Python's bare "Invalid value NaN"
+    for secs in (float("nan"), -1.0, "60"):
+        with pytest.raises(ValueError, match=r"(?s)CheckpointSpec's iterate_interval_secs must be a finite number >= 0.*received: "):
+            jaxloop.CheckpointSpec("ckpt", iterate_interval_secs=secs)
+    # a count of 0 silently dropped examples_per_sec (jaxloop tests the size for truth)
+    with pytest.raises(ValueError, match=r"(?s)StatLoop's global_batch_size must be a whole number >= 1.*received: int 0"):
+        jaxloop.StatLoop(lambda state, batch: (state, {}), global_batch_size=0)
 
 
 def test_an_iterator_is_a_dataset_and_dataset_iterator_wins_when_both_are_given():

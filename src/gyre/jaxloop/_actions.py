@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from gyre.callbacks._checkpoint import Checkpoint, checkpoint
+from gyre.core._checks import choice
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
@@ -103,6 +104,13 @@ class MetricWithMetadata:
     value: Any
     type: MetricType = MetricType.SCALAR
     metadata: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.type, MetricType):  # its value ("histogram") reads as the member
+            names = [t.value for t in MetricType]
+            object.__setattr__(self, "type", MetricType(choice(
+                self.type, "MetricWithMetadata's type", names, expected=f"a MetricType or one of {names}",
+                fix="pass type=gyre.jaxloop.MetricType.HISTOGRAM (or its value, 'histogram')")))
 
 
 _METHODS = {

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from gyre.core._checks import instance, whole
+from gyre.core._checks import instance, real, whole
 from gyre.core._errors import explain
 
 
@@ -141,6 +141,9 @@ class CheckpointSpec:
         instance(self.checkpoint_dir, "checkpoint_dir", (str, os.PathLike), expected="a str or os.PathLike directory",
                  problem="CheckpointSpec's checkpoint_dir must be a path",
                  fix="pass CheckpointSpec('runs/exp/checkpoints')")
+        real(self.iterate_interval_secs, "CheckpointSpec's iterate_interval_secs", minimum=0,
+             expected="seconds between looks for a new checkpoint, a number >= 0 (0: as often as it polls)",
+             fix="pass iterate_interval_secs=60")
 
     @property
     def directory(self) -> str:

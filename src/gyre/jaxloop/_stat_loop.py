@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from gyre.core._checks import whole
 from gyre.jaxloop._loop import Loop, Output, State
 
 STAT_PREFIX = "jaxloop"
@@ -56,7 +57,10 @@ class StatLoop(Loop):
         super().__init__(step, nan_policy=nan_policy, batch_size_fn=batch_size_fn)
         self._stat_names = list(stat_names or [])
         self._init_time = time.time()
-        self._global_batch_size = global_batch_size
+        self._global_batch_size = whole(
+            global_batch_size, "StatLoop's global_batch_size", minimum=1, none=True,
+            expected="the examples per step over all devices (an int >= 1), or None (no examples_per_sec)",
+            fix="pass global_batch_size=256, or leave it out")
         self._begin_time = 0.0
         self._last_steps = 0
         self._speed = _Throughput()
