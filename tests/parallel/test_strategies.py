@@ -118,3 +118,11 @@ def test_with_strategy_moves_the_state():
     moved = state.with_strategy("fsdp")
     assert moved.strategy.name == "fsdp" and moved.params["w1"].sharding.spec == jax.sharding.PartitionSpec("data")
     np.testing.assert_array_equal(jax.device_get(moved.params["w1"]), jax.device_get(state.params["w1"]))
+
+
+@pytest.mark.parametrize("min_size", [float("nan"), -1, "4096", 2.5])
+def test_fsdps_min_size_is_a_whole_number_of_elements(min_size):
+    # a NaN min_size used to leave every parameter replicated: no comparison with NaN holds
+    with pytest.raises(ValueError, match=r"(?s)FSDP's min_size must be a whole number of elements >= 0.*received: "):
+        gyre.FSDP(min_size=min_size)
+    assert gyre.FSDP(min_size=4096).min_size == 4096

@@ -9,6 +9,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
+from gyre.core._checks import whole
 from gyre.core._errors import explain, suggest
 from gyre.parallel._strategy import Strategy
 
@@ -161,7 +162,9 @@ class FSDP(DataParallel):
         donate_args: bool | None = None,
     ) -> None:
         super().__init__(mesh=mesh, data_axis=data_axis, donate=donate, donate_args=donate_args)
-        self.min_size = min_size
+        self.min_size = whole(min_size, "FSDP's min_size", unit="elements",
+                              expected="the size below which a parameter stays replicated: an int >= 0",
+                              fix="pass min_size=2**14 (or leave it out: every parameter is sharded)")
 
     def _key(self) -> tuple[Any, ...]:
         return (*super()._key(), self.min_size)
