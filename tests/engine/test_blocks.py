@@ -8,6 +8,7 @@ import weakref
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import gyre
@@ -315,3 +316,50 @@ def test_a_task_between_steps_that_raises_leaves_the_steps_it_ran_after_counted(
     # steps 0..9 ran (the task failed after step 9, when the state passed 50); each is counted
     assert history.collect("steps", "total") == (list(range(10)), [0.0, 1.0, 5.0, 11.0, 18.0, 28.0, 40.0, 53.0, 69.0, 87.0])
     assert history.collect("steps", "rolled") == ([0, 3, 6], [0.0, 11.0, 40.0])
+
+
+class Counted(gyre.TrainState):
+    """A state with a field of its own, for the structured-state test."""
+
+    seen: jax.Array
+
+
+def test_a_structured_state_travels_as_its_leaves_within_a_block_and_comes_back_whole():
+    # a flax dataclass state (static apply_fn and tx, an optax namedtuple inside) goes to the
+    # ring step as its leaves; at the block's end and to tasks between steps it is the object
+    # again, with its static fields; a task that replaces the state's structure is followed
+    tx = optax.sgd(0.1)
+    state = Counted.create(params={"w": jnp.ones(2)}, tx=tx, rng=0, seen=jnp.int32(0))
+
+    @jax.jit
+    def train(state, batch):
+        new = state.apply_gradients(grads={"w": batch}).replace(seen=state.seen + 1)
+        return gyre.logs().add_metric("w0", new.params["w"][0]), new
+
+    seen = []
+
+    def between(state):
+        seen.append((type(state).__name__, state.tx is tx, int(state.seen)))
+        return gyre.logs(), state
+
+    between._between_steps = True
+    data = [np.full(2, 0.5, np.float32)] * 9
+    plans = []
+    out, history, _ = gyre.loop(state, data, {gyre.every(1): train, gyre.every(4): between},
+                                on_end=lambda loop: plans.append(loop.plan))
+    assert plans[0].path == "blocks" and isinstance(out, Counted) and out.tx is tx and int(out.seen) == 9
+    assert seen == [("Counted", True, 1), ("Counted", True, 5), ("Counted", True, 9)]
+    np.testing.assert_allclose(history.collect("w0"), 1.0 - 0.05 * np.arange(1, 10), rtol=1e-6)
+
+    @jax.jit
+    def add(state, batch):
+        return gyre.logs().add_metric("total", state["total"]), {**state, "total": state["total"] + batch.sum()}
+
+    def grow(state):  # between steps, once: the state gains an entry
+        return gyre.logs(), state if "extra" in state else gyre.replace_state({**state, "extra": jnp.int32(7)})
+
+    grow._between_steps = True
+    grown, history, _ = gyre.loop({"total": jnp.float32(0)}, data, {gyre.every(1): add, gyre.every(3): grow},
+                                  on_end=lambda loop: plans.append(loop.plan))
+    assert plans[1].path == "blocks" and sorted(grown) == ["extra", "total"] and float(grown["total"]) == 9.0
+    assert history.collect("total") == [float(i) for i in range(9)]

@@ -286,22 +286,24 @@ class BlockRunner(ChunkRunner):
     def _ringed(self, chunk: Chunk, sizes: list[int]) -> tuple[Logs, Any]:
         """The block's steps through the ring, pulling batches or taking those already pulled."""
         ring, ls, n = self.ring, self.ls, self.n
-        fn, rows = ring.fn, ring.ring  # type: ignore[union-attr]
+        flatten, unflatten = jax.tree_util.tree_flatten, jax.tree_util.tree_unflatten
+        leaves, treedef = flatten(ls.state)  # the state travels as its leaves within the block
+        fn, rows = ring.function(treedef), ring.ring  # type: ignore[union-attr]
         it, size_of, now, deadline = self.elapse._it, self.elapse.size_of, self.elapse._clock, self.deadline
         pulled = len(chunk.batches) > 1
         if pulled:
             it, n, deadline = iter(chunk.batches[1:]), len(chunk.batches), math.inf
         sized = ring.sized and not pulled  # type: ignore[union-attr]
-        state, batch = ls.state, chunk.batches[0]
+        batch = chunk.batches[0]
         last, k, tags, in_step, fire = batch, 0, [], False, self._fire
         try:
             while True:
                 try:
-                    state, rows, tag = fn(state, batch, rows)
+                    leaves, rows, tag = fn(leaves, batch, rows)
                 except RingMismatch:
                     if k == 0:  # a new structure: a ring for it
-                        ring.open(state, batch, again=True)  # type: ignore[union-attr]
-                        fn, rows = ring.fn, ring.ring  # type: ignore[union-attr]
+                        ring.open(unflatten(treedef, leaves), batch, again=True)  # type: ignore[union-attr]
+                        fn, rows = ring.function(treedef), ring.ring  # type: ignore[union-attr]
                         continue
                     self.carry = (batch, [])  # the next block starts with it
                     if not sized:
@@ -313,7 +315,9 @@ class BlockRunner(ChunkRunner):
                 tags.append(tag)
                 k, last = k + 1, batch
                 if k == fire:
-                    state = self._run_between(chunk, k, batch, state)
+                    leaves, structure = flatten(self._run_between(chunk, k, batch, unflatten(treedef, leaves)))
+                    if structure != treedef:  # (a task's gyre.replace_state)
+                        treedef, fn = structure, ring.function(structure)  # type: ignore[union-attr]
                     fire = self._fire
                 if k == n or now() >= deadline:
                     break
@@ -326,7 +330,7 @@ class BlockRunner(ChunkRunner):
                 if not sized:
                     sizes.append(size_of(batch))
         except BaseException:
-            ls.step_start = ls.state = state
+            ls.step_start = ls.state = unflatten(treedef, leaves)
             ring.ring = rows  # type: ignore[union-attr]
             counted = ring.untag(tags)  # type: ignore[union-attr]
             if sized:
@@ -336,7 +340,7 @@ class BlockRunner(ChunkRunner):
                     sizes.append(size_of(batch))
             self.partial = ring.seal(), k  # type: ignore[union-attr]
             raise
-        ls.state = state
+        ls.state = unflatten(treedef, leaves)
         ring.ring = rows  # type: ignore[union-attr]
         counted = ring.untag(tags)  # type: ignore[union-attr]
         if sized:

@@ -101,27 +101,31 @@ def _write(ring: Any, logs: Logs, layout: Layout) -> tuple[Any, list[Any]]:
     return ring, [x for spec, x in zip(layout.leaves, leaves, strict=True) if spec is None]
 
 
-_RINGS: weakref.WeakKeyDictionary[Any, dict[tuple[Layout, bool], Any]] = weakref.WeakKeyDictionary()
+_RINGS: weakref.WeakKeyDictionary[Any, dict[tuple[Layout, bool, Any], Any]] = weakref.WeakKeyDictionary()
 
 
-def _ring_function(invoker: Invoker, step: Any, layout: Layout, sized: bool) -> Any:
-    """The cached jitted ``(state, batch, ring) -> (state, ring, {batch size: not held})``."""
+def _ring_function(invoker: Invoker, step: Any, layout: Layout, sized: bool, treedef: Any) -> Any:
+    """The cached jitted ``(state's leaves, batch, ring) -> (leaves, ring, {batch size: not
+    held})`` for states of structure ``treedef`` (the step keeps it: see ``step_body``).
+
+    A state travels as its leaves: jit's dispatch then builds no state object (a flax
+    dataclass, an optax namedtuple) per call."""
     try:
         by_layout = _RINGS.setdefault(step, {})
         tracing = TRACING.setdefault(step, invoker)
     except TypeError:  # not weakly referenceable: no cache
         by_layout, tracing = {}, invoker
-    fn = by_layout.get((layout, sized))
+    fn = by_layout.get((layout, sized, treedef))
     if fn is None:
         body = step_body(tracing)
 
-        def ringed(state: Any, batch: Any, ring: Any) -> tuple[Any, Any, dict[int, list[Any]]]:
+        def ringed(leaves: Any, batch: Any, ring: Any) -> tuple[Any, Any, dict[int, list[Any]]]:
             size = infer_batch_size(batch) if sized else 0
-            state, logs = body(state, batch)
+            state, logs = body(jax.tree_util.tree_unflatten(treedef, leaves), batch)
             ring, large = _write(ring, logs, layout)
-            return state, ring, {size: large}
+            return jax.tree_util.tree_leaves(state), ring, {size: large}
 
-        fn = by_layout[(layout, sized)] = jax.jit(ringed, donate_argnums=(0, 2) if donates(step) else (2,))
+        fn = by_layout[(layout, sized, treedef)] = jax.jit(ringed, donate_argnums=(0, 2) if donates(step) else (2,))
     return fn
 
 
@@ -156,7 +160,6 @@ class Ring:
         self.step = step
         self.sized = sized  # the ring step gives each batch's size (see _ring_function)
         self.layout: Layout | None = None  # where the step's logs go in a row
-        self.fn: Any = None  # the ring step of that layout
         self.zeros: Any = None  # makes a fresh ring, in one compiled call
         self.ring: Any = None  # the open ring (None: closed)
         self.spare: Any = None  # the last ring sealed, its index reset: the next one opened
@@ -168,16 +171,21 @@ class Ring:
         a :class:`RingMismatch`)."""
         if self.layout is None or again:
             self.layout = _layout(self.invoker, self.step, state, batch)
-            self.fn = _ring_function(self.invoker, self.step, self.layout, self.sized)
             self.zeros, self.spare = _zeros_of(self.layout.width, _placement(state)), None
         self.ring, self.spare = (self.zeros() if self.spare is None else self.spare), None
         self.large = []
 
+    def function(self, treedef: Any) -> Any:
+        """The open layout's ring step for states of structure ``treedef`` (see
+        :func:`_ring_function`)."""
+        return _ring_function(self.invoker, self.step, self.layout, self.sized, treedef)  # type: ignore[arg-type]
+
     def call(self, state: Any, batch: Any) -> Any:
         """One step: returns the new state; its logs are written into the ring."""
-        state, self.ring, tagged = self.fn(state, batch, self.ring)
+        leaves, treedef = jax.tree_util.tree_flatten(state)
+        leaves, self.ring, tagged = self.function(treedef)(leaves, batch, self.ring)
         self.untag([tagged])
-        return state
+        return jax.tree_util.tree_unflatten(treedef, leaves)
 
     def untag(self, tagged: list[dict[int, list[Any]]]) -> list[int]:
         """Keeps the values not held of the steps whose call gave ``tagged``; returns their
