@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gyre.core._checks import choice, instance, mapping, path, real, require, whole
+from gyre.core._checks import choice, instance, mapping, path, real, require, scalar, whole
 
 
 def test_whole_accepts_integral_numbers_of_any_kind():
@@ -104,3 +104,16 @@ def test_require_imports_or_names_the_package_and_the_install():
     assert lines[-1] == "  fix: pip install 'gyre[plot]'"
     with pytest.raises(ImportError, match=r"needs torch-thing, which is not installed[\s\S]*fix: pip install x"):
         require("gyre_no_such_module", "an adapter", package="torch-thing", fix="pip install x")
+
+
+def test_scalar_passes_one_number_through_unread_and_names_the_shape_of_anything_else():
+    device = jnp.float32(2.0)
+    assert scalar(device, "count") is device and scalar(3, "count") == 3 and scalar(np.int64(4), "count") == 4
+    with pytest.raises(ValueError) as info:
+        scalar(jnp.ones((2, 3)), "count", fix="pass count=batch_size")
+    assert str(info.value).splitlines() == [
+        "count must be one number",
+        "  expected: a number or a 0-d array",
+        "  received: a count of shape (2, 3)",
+        "  fix: pass count=batch_size",
+    ]

@@ -91,6 +91,19 @@ def real(
                 fix or f"pass a number{bound}")
 
 
+def scalar(
+    value: Any, name: str, *, problem: str | None = None, expected: str | None = None,
+    fix: str | None = None, error: type[Exception] = ValueError,
+) -> Any:
+    """``value`` when it is one number (a Python number or a 0-d array: its shape is read, never
+    its contents), else ``error``."""
+    shape = getattr(value, "shape", ())
+    if shape == ():
+        return value
+    raise error(explain(problem or f"{name} must be one number", expected=expected or "a number or a 0-d array",
+                        received=f"a {name} of shape {tuple(shape)}", fix=fix or "pass one number"))
+
+
 def choice(
     value: Any, name: str, options: Iterable[Any], *, expected: str | None = None,
     fix: str | None = None, error: type[Exception] = ValueError,

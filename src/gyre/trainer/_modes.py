@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gyre.core._checks import scalar
 from gyre.core._errors import describe, explain, suggest
 from gyre.core._host import numeric_dtype
 
@@ -197,12 +198,9 @@ def parse_metrics(
         if count is not None:
             if not is_numeric(count):
                 raise _bad_value(where, key, count, "count")
-            if getattr(count, "shape", ()) != ():
-                raise ValueError(explain(
-                    f"{where}: the count of metric {key!r} must be one number",
-                    expected="a number or a 0-d array: how many examples the value stands for",
-                    received=f"a count of shape {count.shape}",
-                    fix="pass the step's total weight, e.g. 'count': mask.sum()"))
+            scalar(count, "count", problem=f"{where}: the count of metric {key!r} must be one number",
+                   expected="a number or a 0-d array: how many examples the value stands for",
+                   fix="pass the step's total weight, e.g. 'count': mask.sum()")
         chosen = {}
         for option, enum_cls in _ENUMS.items():
             if option in options:
