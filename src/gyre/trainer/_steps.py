@@ -9,6 +9,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from gyre.core._clock import infer_batch_size
@@ -212,7 +213,8 @@ class StepBuilder:
         if "step" not in self._eval:
             self._eval["step"] = self.eval_step() if self.trainer.config.debug else jax.jit(self.eval_step())
             self._eval["compute"] = jax.jit(lambda a: a.compute())
-        run, masked = self._eval["step"], self.accepts_mask()
+            self._eval["masked"] = self.accepts_mask()  # (a signature read once, not every evaluation)
+        run, masked = self._eval["step"], self._eval["masked"]
         acc = collector = None
         for item in MaskedBatches(loader) if masked else loader:  # the engine's padded evaluation
             batch, mask = (item.batch, item.mask) if masked else (item, None)
@@ -245,7 +247,7 @@ class StepBuilder:
     def _eval_start(self, state: Any, batch: Any, mask: Any) -> tuple[Any, Any]:
         """The evaluation's specs and empty accumulator, traced once per batch structure."""
         leaves, tree = jax.tree_util.tree_flatten(batch)
-        key = (tree, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves), mask is None)
+        key = (tree, tuple((np.shape(x), getattr(x, "dtype", type(x))) for x in leaves), mask is None)
         cache = self._eval.setdefault("start", {})
         if key not in cache:
             specs, shapes = self.specs(state, batch, train=False, mask=mask)
