@@ -363,3 +363,18 @@ def test_a_structured_state_travels_as_its_leaves_within_a_block_and_comes_back_
                                   on_end=lambda loop: plans.append(loop.plan))
     assert plans[1].path == "blocks" and sorted(grown) == ["extra", "total"] and float(grown["total"]) == 9.0
     assert history.collect("total") == [float(i) for i in range(9)]
+
+
+def test_a_state_of_none_is_made_by_the_first_step_in_a_block():
+    # a state of None takes any structure (check_structure): the ring step's first call makes
+    # it, and the block goes on with the leaves of the state it made
+    @jax.jit
+    def start(state, batch):
+        total = batch.sum() if state is None else state["total"] + batch.sum()
+        return gyre.logs().add_metric("total", total), {"total": total}
+
+    plans = []
+    out, history, _ = gyre.loop(None, [np.ones(2, np.float32)] * 5, {gyre.every(1): start},
+                                on_end=lambda loop: plans.append(loop.plan))
+    assert plans == [Plan("blocks")] and float(out["total"]) == 10.0
+    assert history.collect("total") == [2.0, 4.0, 6.0, 8.0, 10.0]

@@ -288,7 +288,7 @@ class BlockRunner(ChunkRunner):
         ring, ls, n = self.ring, self.ls, self.n
         flatten, unflatten = jax.tree_util.tree_flatten, jax.tree_util.tree_unflatten
         leaves, treedef = flatten(ls.state)  # the state travels as its leaves within the block
-        fn, rows = ring.function(treedef), ring.ring  # type: ignore[union-attr]
+        (fn, out), rows = ring.function(treedef), ring.ring  # type: ignore[union-attr]
         it, size_of, now, deadline = self.elapse._it, self.elapse.size_of, self.elapse._clock, self.deadline
         pulled = len(chunk.batches) > 1
         if pulled:
@@ -303,7 +303,7 @@ class BlockRunner(ChunkRunner):
                 except RingMismatch:
                     if k == 0:  # a new structure: a ring for it
                         ring.open(unflatten(treedef, leaves), batch, again=True)  # type: ignore[union-attr]
-                        fn, rows = ring.function(treedef), ring.ring  # type: ignore[union-attr]
+                        (fn, out), rows = ring.function(treedef), ring.ring  # type: ignore[union-attr]
                         continue
                     self.carry = (batch, [])  # the next block starts with it
                     if not sized:
@@ -314,10 +314,14 @@ class BlockRunner(ChunkRunner):
                     raise
                 tags.append(tag)
                 k, last = k + 1, batch
+                if out["def"] is not treedef:  # a first step made the state (it was None)
+                    treedef = out["def"]
+                    fn, out = ring.function(treedef)  # type: ignore[union-attr]
                 if k == fire:
                     leaves, structure = flatten(self._run_between(chunk, k, batch, unflatten(treedef, leaves)))
                     if structure != treedef:  # (a task's gyre.replace_state)
-                        treedef, fn = structure, ring.function(structure)  # type: ignore[union-attr]
+                        treedef = structure
+                        fn, out = ring.function(treedef)  # type: ignore[union-attr]
                     fire = self._fire
                 if k == n or now() >= deadline:
                     break

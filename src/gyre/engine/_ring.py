@@ -104,9 +104,11 @@ def _write(ring: Any, logs: Logs, layout: Layout) -> tuple[Any, list[Any]]:
 _RINGS: weakref.WeakKeyDictionary[Any, dict[tuple[Layout, bool, Any], Any]] = weakref.WeakKeyDictionary()
 
 
-def _ring_function(invoker: Invoker, step: Any, layout: Layout, sized: bool, treedef: Any) -> Any:
+def _ring_function(invoker: Invoker, step: Any, layout: Layout, sized: bool, treedef: Any) -> tuple[Any, dict[str, Any]]:
     """The cached jitted ``(state's leaves, batch, ring) -> (leaves, ring, {batch size: not
-    held})`` for states of structure ``treedef`` (the step keeps it: see ``step_body``).
+    held})`` for states of structure ``treedef``, and ``{"def": the structure of the state it
+    returns}``, set when traced: ``treedef`` itself, or another only when the state was ``None``
+    (a first step makes it; ``check_structure`` refuses any other change).
 
     A state travels as its leaves: jit's dispatch then builds no state object (a flax
     dataclass, an optax namedtuple) per call."""
@@ -115,23 +117,26 @@ def _ring_function(invoker: Invoker, step: Any, layout: Layout, sized: bool, tre
         tracing = TRACING.setdefault(step, invoker)
     except TypeError:  # not weakly referenceable: no cache
         by_layout, tracing = {}, invoker
-    fn = by_layout.get((layout, sized, treedef))
-    if fn is None:
-        body = step_body(tracing)
+    found = by_layout.get((layout, sized, treedef))
+    if found is None:
+        body, out = step_body(tracing), {"def": treedef}
 
         def ringed(leaves: Any, batch: Any, ring: Any) -> tuple[Any, Any, dict[int, list[Any]]]:
             size = infer_batch_size(batch) if sized else 0
             state, logs = body(jax.tree_util.tree_unflatten(treedef, leaves), batch)
+            leaves, structure = jax.tree_util.tree_flatten(state)
+            out["def"] = treedef if structure == treedef else structure
             ring, large = _write(ring, logs, layout)
-            return jax.tree_util.tree_leaves(state), ring, {size: large}
+            return leaves, ring, {size: large}
 
-        fn = by_layout[(layout, sized, treedef)] = jax.jit(ringed, donate_argnums=(0, 2) if donates(step) else (2,))
-    return fn
+        fn = jax.jit(ringed, donate_argnums=(0, 2) if donates(step) else (2,))
+        found = by_layout[(layout, sized, treedef)] = (fn, out)
+    return found
 
 
 def compilations(step: Any) -> int:
     """How many times the ring steps of ``step`` compiled (every layout's, added up)."""
-    return sum(fn._cache_size() for fn in _RINGS.get(step, {}).values())
+    return sum(fn._cache_size() for fn, _ in _RINGS.get(step, {}).values())
 
 
 def donates(step: Any) -> bool:
@@ -175,7 +180,7 @@ class Ring:
         self.ring, self.spare = (self.zeros() if self.spare is None else self.spare), None
         self.large = []
 
-    def function(self, treedef: Any) -> Any:
+    def function(self, treedef: Any) -> tuple[Any, dict[str, Any]]:
         """The open layout's ring step for states of structure ``treedef`` (see
         :func:`_ring_function`)."""
         return _ring_function(self.invoker, self.step, self.layout, self.sized, treedef)  # type: ignore[arg-type]
@@ -183,9 +188,10 @@ class Ring:
     def call(self, state: Any, batch: Any) -> Any:
         """One step: returns the new state; its logs are written into the ring."""
         leaves, treedef = jax.tree_util.tree_flatten(state)
-        leaves, self.ring, tagged = self.function(treedef)(leaves, batch, self.ring)
+        fn, out = self.function(treedef)
+        leaves, self.ring, tagged = fn(leaves, batch, self.ring)
         self.untag([tagged])
-        return jax.tree_util.tree_unflatten(treedef, leaves)
+        return jax.tree_util.tree_unflatten(out["def"], leaves)
 
     def untag(self, tagged: list[dict[int, list[Any]]]) -> list[int]:
         """Keeps the values not held of the steps whose call gave ``tagged``; returns their
