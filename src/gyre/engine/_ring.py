@@ -222,9 +222,10 @@ class Ring:
 _LAYOUTS: weakref.WeakKeyDictionary[Any, dict[Any, Layout]] = weakref.WeakKeyDictionary()
 
 
-def arg_shapes(state: Any, batch: Any) -> Any:
-    """A hashable key of the step's arguments: their structure, and each leaf's shape and dtype."""
-    leaves, structure = jax.tree_util.tree_flatten((state, batch))
+def arg_shapes(*args: Any) -> Any:
+    """A hashable key of a call's arguments (a step's ``state, batch``): their structure, and each
+    leaf's shape and dtype."""
+    leaves, structure = jax.tree_util.tree_flatten(args)
     return structure, tuple((getattr(x, "shape", None), getattr(x, "dtype", type(x))) for x in leaves)
 
 

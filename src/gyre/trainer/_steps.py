@@ -9,7 +9,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from gyre.core._clock import infer_batch_size
@@ -17,6 +16,7 @@ from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.data._padding import accepts_mask
 from gyre.engine._masked import MaskedBatches
+from gyre.engine._ring import arg_shapes
 from gyre.steps._update import train_update
 from gyre.trainer._augment import prepare
 from gyre.trainer._metrics import ConcatCollector, MetricAccumulator, metric_names
@@ -246,8 +246,7 @@ class StepBuilder:
 
     def _eval_start(self, state: Any, batch: Any, mask: Any) -> tuple[Any, Any]:
         """The evaluation's specs and empty accumulator, traced once per batch structure."""
-        leaves, tree = jax.tree_util.tree_flatten(batch)
-        key = (tree, tuple((np.shape(x), getattr(x, "dtype", type(x))) for x in leaves), mask is None)
+        key = (arg_shapes(batch), mask is None)
         cache = self._eval.setdefault("start", {})
         if key not in cache:
             specs, shapes = self.specs(state, batch, train=False, mask=mask)
