@@ -107,8 +107,8 @@ class TimedRing(TimedStep):
             real = _ring._ring_function
 
             def wrapped(*args: Any) -> Any:
-                self.step = real(*args)
-                return self
+                self.step, out = real(*args)  # the compiled ring step, and what it records when traced
+                return self, out
 
             _ring._ring_function = wrapped
             try:

@@ -40,3 +40,17 @@ def test_a_quick_run_writes_the_page_with_the_machine_the_commit_the_ratios_and_
     assert "![data_sources: ratios](images/bench_data_sources.png)" in page  # relative, as the docs site needs
     image = out.parent / "images" / "bench_data_sources.png"
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_host_path_still_times_gyre_s_own_step_call():
+    """``host_path.py`` reaches into the engine (it times the compiled ring step through
+    ``_ring._ring_function``): a change there must not break the benchmark's acceptance figure."""
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "host_path.py"), "--steps", "12",
+                           "--rounds", "1"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    row = re.search(r"^\| gyre\.loop \(bar \+ history\), ring call timed \|(.*)\|$", done.stdout, re.M)
+    assert row, done.stdout
+    inside, outside = (float(cell) for cell in row.group(1).split("|")[-2:])
+    assert inside > 0 and outside > 0
+    assert re.search(r"^target: .* -> (PASS|FAIL) \([+-]\d+\.\d us", done.stdout, re.M)
