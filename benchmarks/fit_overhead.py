@@ -93,6 +93,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_json  # noqa: E402
 from loop_overhead import fresh_copy, print_profile  # noqa: E402
 from trainer_overhead import (  # noqa: E402
+    ENGINE_PARTS,
+    SAVE_PARTS,
     Samples,
     Timers,
     _seconds,
@@ -101,8 +103,8 @@ from trainer_overhead import (  # noqa: E402
     overhead_report,
     ratio_rows,
     without_checkpoint_writes,
-    wrap_parts,
 )
+from trainer_overhead import install_timers as timers_around  # noqa: E402
 from trainer_overhead import print_breakdown as breakdown  # noqa: E402
 
 TARGET = 0.95
@@ -279,34 +281,17 @@ def report(rates: Samples, cpu: Samples, steps: int, epochs: int, rounds: int) -
 
 # -- profiling -------------------------------------------------------------------------------
 
-# (label, module, attribute path): the parts of a fit run timed by --profile. Nested parts are
-# indented under the part that calls them; a part gyre no longer has is skipped.
-PARTS = (
-    ("engine: Elapse.__next__ (clock and next batch)", "gyre.engine._elapse", "Elapse.__next__"),
-    ("  prefetch: PrefetchIterator.__next__", "gyre.engine._prefetch", "PrefetchIterator.__next__"),
-    ("    Strategy.place_batch (device_put of a batch)", "gyre.parallel._strategy", "Strategy.place_batch"),
-    ("    data: Batches.__next__", "gyre.data._arrays", "Batches.__next__"),
+# (label, module, attribute path): the parts of a fit run timed by --profile: the block engine's
+# and the checkpoint's (trainer_overhead.py's), and fit's own. Nested parts are indented under the
+# part that calls them; a part gyre no longer has is skipped.
+PARTS = ENGINE_PARTS + (
     ("evaluation: test_loop (the test pass)", "gyre.engine._named", "test_loop"),
     ("  fit: eval_entries (per test batch)", "gyre.fitting._fit", "eval_entries"),
     ("writer: WriteTo._send", "gyre.loggers._write_to", "WriteTo._send"),
-    ("engine: History.commit_owned", "gyre.core._history", "History.commit_owned"),
-    ("engine: LoopState.run_saves (the checkpoint)", "gyre.engine._loop_state", "LoopState.run_saves"),
-    ("  LoopState.snapshot", "gyre.engine._loop_state", "LoopState.snapshot"),
-    ("  Store.record (checksums, JSON record)", "gyre.callbacks._store", "Store.record"),
-    ("  Store.wait (previous save)", "gyre.callbacks._store", "Store.wait"),
-    ("  orbax CheckpointManager.save", "orbax.checkpoint.checkpoint_manager", "CheckpointManager.save"),
-    ("engine: Checkpoint.poll", "gyre.callbacks._checkpoint", "Checkpoint.poll"),
     ("fit: make_train_step (builds the jitted step)", "gyre.fitting._fit", "make_train_step"),
     ("fit: gyre.checkpoint (manager per call)", "gyre", "checkpoint"),
     ("fit: TensorBoardWriter (per call)", "gyre", "TensorBoardWriter"),
-)
-
-
-def install_timers() -> Timers:
-    """Timers around :data:`PARTS`."""
-    timers = Timers()
-    wrap_parts(timers, PARTS)
-    return timers
+) + SAVE_PARTS
 
 
 def print_breakdown(title: str, timers: Timers, seconds: float, steps: int, hand: float) -> None:
@@ -315,7 +300,7 @@ def print_breakdown(title: str, timers: Timers, seconds: float, steps: int, hand
 
 
 def timed_fit_run(run: Runner, epochs: int) -> tuple[Timers, float]:
-    timers = install_timers()
+    timers = timers_around(PARTS)
     try:
         gc.collect()
         start = time.perf_counter()

@@ -375,33 +375,38 @@ def overhead_report(
 
 # -- profiling -------------------------------------------------------------------------------
 
-STEP_PART = "  train step (the compiled step's call)"
+STEP_PART = "    the ring step's call (compiled step + history write)"
 # (label, module, attribute path): the parts of a trainer run timed by --profile. Nested parts
-# are indented under the part that calls them; a part gyre no longer has is skipped.
-PARTS = (
-    ("engine: Elapse.__next__ (clock and next batch)", "gyre.engine._elapse", "Elapse.__next__"),
-    ("  prefetch: PrefetchIterator.__next__", "gyre.engine._prefetch", "PrefetchIterator.__next__"),
-    ("    Strategy.place_batch (device_put of a batch)", "gyre.parallel._strategy", "Strategy.place_batch"),
+# are indented under the part that calls them; a part gyre no longer has is skipped, one not
+# called in the run is not printed. The trainer's table runs on the block engine.
+ENGINE_PARTS = (
+    ("engine: BlockRunner.extend (a block's length)", "gyre.engine._blocks", "BlockRunner.extend"),
+    ("engine: BlockRunner.call (a block's steps)", "gyre.engine._blocks", "BlockRunner.call"),
+    ("  BlockRunner._ringed", "gyre.engine._blocks", "BlockRunner._ringed"),
     ("    data: Batches.__next__", "gyre.data._arrays", "Batches.__next__"),
     (STEP_PART, "", None),
-    ("trainer: TrainingRun.on_train_batch_end", "gyre.trainer._hooks", "TrainingRun.on_train_batch_end"),
-    ("trainer: TrainingRun.log_window", "gyre.trainer._hooks", "TrainingRun.log_window"),
-    ("trainer: TrainingRun.on_epoch_begin", "gyre.trainer._hooks", "TrainingRun.on_epoch_begin"),
-    ("trainer: TrainingRun.on_epoch_end", "gyre.trainer._hooks", "TrainingRun.on_epoch_end"),
-    ("  evaluate (validation pass)", "gyre.trainer._training", "evaluate"),
-    ("    StepBuilder.eval_specs (jax.eval_shape)", "gyre.trainer._steps", "StepBuilder.eval_specs"),
-    ("    MetricAccumulator.compute", "gyre.trainer._metrics", "MetricAccumulator.compute"),
-    ("  TrainingRun._write_files", "gyre.trainer._hooks", "TrainingRun._write_files"),
-    ("  scalars_for_writers", "gyre.trainer._hooks", "scalars_for_writers"),
-    ("writer: WriteTo._send", "gyre.loggers._write_to", "WriteTo._send"),
-    ("engine: History.commit_owned", "gyre.core._history", "History.commit_owned"),
-    ("engine: LoopState.run_saves (resume checkpoint)", "gyre.engine._loop_state", "LoopState.run_saves"),
+    ("    Ring.seal (the block's logs)", "gyre.engine._ring", "Ring.seal"),
+    ("    BlockRunner._run_between (tasks between steps)", "gyre.engine._blocks", "BlockRunner._run_between"),
+    ("engine: History.commit_block", "gyre.core._history", "History.commit_block"),
+    ("engine: NanGuard.after_block (the NaN check)", "gyre.engine._nan", "NanGuard.after_block"),
+)
+SAVE_PARTS = (
+    ("engine: LoopState.run_saves (the checkpoint)", "gyre.engine._loop_state", "LoopState.run_saves"),
     ("  LoopState.snapshot", "gyre.engine._loop_state", "LoopState.snapshot"),
     ("  Store.record (checksums, JSON record)", "gyre.callbacks._store", "Store.record"),
     ("  Store.wait (previous save)", "gyre.callbacks._store", "Store.wait"),
     ("  orbax CheckpointManager.save", "orbax.checkpoint.checkpoint_manager", "CheckpointManager.save"),
-    ("engine: Checkpoint.poll", "gyre.callbacks._checkpoint", "Checkpoint.poll"),
 )
+PARTS = ENGINE_PARTS + (
+    ("trainer: TrainingRun.log_window", "gyre.trainer._hooks", "TrainingRun.log_window"),
+    ("trainer: TrainingRun.on_epoch_begin", "gyre.trainer._hooks", "TrainingRun.on_epoch_begin"),
+    ("trainer: TrainingRun.on_epoch_end", "gyre.trainer._hooks", "TrainingRun.on_epoch_end"),
+    ("  evaluate (validation pass)", "gyre.trainer._steps", "StepBuilder.evaluate"),
+    ("    MetricAccumulator.compute", "gyre.trainer._metrics", "MetricAccumulator.compute"),
+    ("  TrainingRun._write_files", "gyre.trainer._hooks", "TrainingRun._write_files"),
+    ("  scalars_for_writers", "gyre.trainer._hooks", "scalars_for_writers"),
+    ("writer: WriteTo._send", "gyre.loggers._write_to", "WriteTo._send"),
+) + SAVE_PARTS
 
 
 class Timers:
@@ -422,8 +427,9 @@ class Timers:
         self._undo.append(lambda: setattr(owner, name, original))
 
     def timed(self, label: str, func: Callable[..., Any]) -> Callable[..., Any]:
-        """``func`` adding its wall and thread CPU time to ``label``'s."""
-        self.seconds[label], self.cpu[label], self.calls[label] = 0.0, 0.0, 0
+        """``func`` adding its wall and thread CPU time to ``label``'s (several functions may
+        add to one label)."""
+        self.seconds.setdefault(label, 0.0), self.cpu.setdefault(label, 0.0), self.calls.setdefault(label, 0)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             start, cpu = time.perf_counter(), time.thread_time()
@@ -442,21 +448,24 @@ class Timers:
         self._undo.clear()
 
 
-def install_timers(trainer: Any) -> Timers:
-    """Timers around :data:`PARTS`, and around the trainer's compiled training step (each
-    ``train*`` entry of the functions the trainer compiles and caches)."""
+def install_timers(parts: Any = PARTS) -> Timers:
+    """Timers around ``parts`` (default :data:`PARTS`), and around the compiled ring step the block engine calls for
+    each training step (each one ``_ring._ring_function`` makes; wrapping the trainer's own
+    compiled step instead would make it unringable and send the run down the general path)."""
+    from gyre.engine import _ring
+
     timers = Timers()
-    compiled = getattr(trainer, "_compiled", {})
-    for key in [k for k in compiled if k.startswith("train")]:
-        step = compiled[key]
-        timed = timers.timed(STEP_PART, step)
+    real, timed = _ring._ring_function, {}
 
-        def timed_step(state: Any, batch: Any, _timed: Callable[..., Any] = timed) -> Any:
-            return _timed(state, batch)
+    def made(*args: Any) -> Any:
+        fn, out = real(*args)
+        if fn not in timed:
+            timed[fn] = timers.timed(STEP_PART, fn)
+        return timed[fn], out
 
-        compiled[key] = functools.wraps(step)(timed_step)
-        timers._undo.append(functools.partial(compiled.__setitem__, key, step))
-    wrap_parts(timers, PARTS)
+    _ring._ring_function = made
+    timers._undo.append(lambda: setattr(_ring, "_ring_function", real))
+    wrap_parts(timers, parts)
     return timers
 
 
@@ -497,7 +506,7 @@ def print_breakdown(
 
 def timed_trainer_run(run: Runner, epochs: int) -> tuple[Timers, float]:
     """One trainer run with :func:`install_timers`: the timers and the run's seconds."""
-    timers = install_timers(run.trainer)  # type: ignore[attr-defined]
+    timers = install_timers()
     try:
         gc.collect()
         start = time.perf_counter()
