@@ -1,5 +1,6 @@
 """gyre.engine._loop_state: LoopState, and fold, the one place a callback's return is read."""
 
+import numpy as np
 import pytest
 
 import gyre
@@ -53,6 +54,15 @@ def test_three_tuple_is_explained():
 def test_pair_with_bad_logs_is_explained():
     with pytest.raises(TypeError, match="first value is not logs"):
         gyre.loop(0, range(1), {gyre.every(1): lambda: (3, 4)})
+
+
+def test_a_step_returning_only_a_pair_state_is_explained_not_read_as_logs():
+    """A step that forgets its logs and returns ``(params, opt_state)``: the params dict is not a
+    dict of collections, so the pair's first value is not logs (not "collection 'b' ...")."""
+    params = {"w": np.ones(2), "b": np.zeros(1)}
+    with pytest.raises(TypeError, match="first value is not logs") as err:
+        gyre.loop((params, 0), range(1), {gyre.every(1): lambda state: (state[0], state[1] + 1)})
+    assert "dict {'w':" in str(err.value) and "return (None, state)" in str(err.value)
 
 
 def test_metadata_and_loop_state():

@@ -272,7 +272,9 @@ def _merge_other(first: Any, second: Any, logs: Logs, invoker: Invoker) -> None:
             f"callback {invoker.name} returned (state, logs): the pair is (logs, state)",
             expected="(logs, state)", received=f"({describe(first, 40)}, Logs(...))",
             fix="swap them: return logs, state"))
-    if not isinstance(first, Mapping):
+    if not isinstance(first, Mapping) or (
+        not isinstance(first, Logs) and not all(isinstance(v, Mapping) for v in first.values())
+    ):  # (a dict of arrays: the state, or a state that is itself a pair, returned alone)
         raise TypeError(explain(
             f"callback {invoker.name} returned a pair whose first value is not logs",
             expected="(logs, state) with logs a gyre.Logs, a dict of collections, or None",
