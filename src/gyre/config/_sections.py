@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
+from gyre.config._components import type_name
 from gyre.config._registry import Registry
 from gyre.core import _checks as checks
 from gyre.core._errors import describe, explain, suggest
@@ -138,21 +139,11 @@ def _parameters(target: Callable[..., Any]) -> dict[str, inspect.Parameter]:
 
 
 def _describe_parameter(p: inspect.Parameter) -> str:
-    ann = "" if p.annotation is p.empty else _type_name(p.annotation)
+    ann = "" if p.annotation is p.empty else p.annotation
+    ann = ann if isinstance(ann, str) else type_name(ann)  # a string: under postponed annotations
     ann = "" if len(ann) > 60 else ann  # optax's own Union annotations: the name says enough
     default = "required" if p.default is p.empty else f"default {p.default!r}"
     return f"{p.name} ({ann + ', ' if ann else ''}{default})"
-
-
-def _type_name(annotation: object) -> str:
-    if isinstance(annotation, str):
-        return annotation
-    if isinstance(annotation, type):
-        return annotation.__name__
-    text = repr(annotation)
-    for prefix in ("collections.abc.", "typing.", "optax._src.base.", "gyre.config._transforms."):
-        text = text.replace(prefix, "")
-    return text
 
 
 def who(name: str) -> str:
