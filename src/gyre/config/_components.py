@@ -192,6 +192,13 @@ def plain(value: Any) -> Any:
     return value
 
 
+def to_dict(value: Any) -> Any:
+    """An ``ml_collections.ConfigDict`` (a non-mapping with ``to_dict``) as its dict, else ``value``."""
+    if not isinstance(value, Mapping) and callable(getattr(value, "to_dict", None)):
+        return value.to_dict()
+    return value
+
+
 def _json(value: Any) -> str | None:
     try:
         return json.dumps(value)

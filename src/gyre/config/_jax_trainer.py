@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gyre.config._components import ConfigError, plain, section_mapping
+from gyre.config._components import ConfigError, plain, section_mapping, to_dict
 from gyre.core._checks import instance
 from gyre.core._errors import describe, explain, suggest
 
@@ -73,9 +73,7 @@ def jax_trainer_dataset(section: dict[str, Any], where: str = "dataset") -> dict
 
 def as_mapping(value: Any, where: str) -> dict[str, Any]:
     """A mapping, or an ``ml_collections.ConfigDict`` (anything with ``to_dict``), as plain dicts."""
-    if not isinstance(value, Mapping) and callable(getattr(value, "to_dict", None)):
-        value = value.to_dict()
-    return plain(section_mapping(value, where))
+    return plain(section_mapping(to_dict(value), where))
 
 
 def _unknown(keys: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:

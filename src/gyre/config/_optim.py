@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from gyre.config._components import to_dict
 from gyre.config._jax_trainer import from_jax_trainer, is_jax_trainer_section
 from gyre.config._registry import OPTIMIZERS
 from gyre.config._schedules import ScheduleConfig, build_schedule
@@ -332,8 +333,7 @@ def build_optimizer(
     if run_steps is not None:
         with run_length(whole("run_steps", run_steps, minimum=1)):
             return build_optimizer(section, where=where)
-    if not isinstance(section, Mapping) and callable(getattr(section, "to_dict", None)):
-        section = section.to_dict()  # an ml_collections.ConfigDict
+    section = to_dict(section)
     if is_jax_trainer_section(section):
         section = from_jax_trainer(section, where=where)
     also = "; or an optax optimizer in lowercase, e.g. adabelief, lion, rmsprop"

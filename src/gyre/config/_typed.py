@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import optax
 
 from gyre.config import _typed_configs as typed
+from gyre.config._components import to_dict
 from gyre.config._optim import _weight_decay
 from gyre.config._registry import REGISTRIES, SCHEDULES, ConfigTyped
 from gyre.config._schedules import build_schedule
@@ -143,9 +144,7 @@ class OptimizerInterface(optax.GradientTransformationExtraArgs, metaclass=Config
         if "weight_decay" in inspect.signature(cls.config_class.builder).parameters:
             decay = getattr(config, "weight_decay", None) if config is not None else keys.get("weight_decay")
             decay = {"value": 0.0} if decay is None else decay  # AdamW's 0.0, Lamb's default section
-            self.weight_decay, self.weight_decay_mask = _weight_decay(
-                decay.to_dict() if isinstance(decay, typed.TypedConfig) else decay
-            )
+            self.weight_decay, self.weight_decay_mask = _weight_decay(to_dict(decay))
         return self
 
 

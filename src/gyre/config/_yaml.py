@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from gyre.config._components import ConfigError, plain, section_mapping
+from gyre.config._components import ConfigError, plain, section_mapping, to_dict
 from gyre.config._schema import Config
 from gyre.core._checks import instance
 from gyre.core._errors import describe, explain, warn
@@ -248,9 +248,7 @@ def flatten_configdict(cfg: Any, separation_mark: str = ".") -> dict[str, Any]:
             "separation_mark must be a non-empty string",
             expected="a str such as '.' or '/'", received=describe(separation_mark),
             fix="flatten_configdict(cfg, separation_mark='.')"))
-    data = config_to_dict(cfg) if isinstance(cfg, BaseModel) else cfg
-    if not isinstance(data, Mapping) and callable(getattr(data, "to_dict", None)):
-        data = data.to_dict()
+    data = config_to_dict(cfg) if isinstance(cfg, BaseModel) else to_dict(cfg)
     if not isinstance(data, Mapping):
         raise TypeError(explain(
             "flatten_configdict takes a nested mapping",
