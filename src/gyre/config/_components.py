@@ -12,7 +12,7 @@ import inspect
 import json
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
@@ -142,12 +142,18 @@ def validate_nested(kind: str, value: Any, *, where: str, extra_allowed: Sequenc
         ...                                           where="tools", extra_allowed=("log_dir",))]
         ['CSVToolLogger']
     """
+    return each_section(value, where, lambda s, at: check_section(kind, s, where=at, extra_allowed=extra_allowed))
+
+
+def each_section(value: Any, where: str, check: Callable[[Mapping[str, Any], str], Any]) -> Any:
+    """``check(section, its dotted path)`` of a section, or of each in a list or a mapping of them;
+    any other value as it is."""
     if is_section(value):
-        return check_section(kind, value, where=where, extra_allowed=extra_allowed)
+        return check(value, where)
     if list_of_sections(value):
-        return [check_section(kind, v, where=f"{where}.{i}", extra_allowed=extra_allowed) for i, v in enumerate(value)]
+        return [check(v, f"{where}.{i}") for i, v in enumerate(value)]
     if map_of_sections(value):
-        return {k: check_section(kind, v, where=f"{where}.{k}", extra_allowed=extra_allowed) for k, v in value.items()}
+        return {k: check(v, f"{where}.{k}") for k, v in value.items()}
     return value
 
 

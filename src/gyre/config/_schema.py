@@ -24,11 +24,10 @@ from gyre.config._components import (
     ConfigError,
     check_section,
     check_signature,
+    each_section,
     from_pydantic,
     is_section,
-    list_of_sections,
     lookup,
-    map_of_sections,
     plain,
     section_mapping,
 )
@@ -309,30 +308,24 @@ def trainer_config_class(name: str) -> type[TrainerConfig]:
 _OPTIMIZER_PARTS = ("schedules", "transforms")
 
 
-def _optimizer_part(value: Any, where: str) -> Any:
-    """The schedules and transforms inside an optimizer section, checked against their registries,
-    recursively."""
-    if is_section(value):
-        name = value["class_name"]
-        kinds = [k for k in _OPTIMIZER_PARTS if isinstance(name, str) and name in REGISTRIES[k]]
-        if not kinds:
-            known = sorted({n for k in _OPTIMIZER_PARTS for n in REGISTRIES[k]})
-            raise ConfigError(explain(
-                f"unknown schedule or transform name {name!r} at {where}.class_name."
-                + (suggest(name, known) if isinstance(name, str) else ""),
-                expected=f"one of the registered schedules and transforms: {', '.join(known) or '(none yet)'}",
-                received=describe(name),
-                fix="use a registered name, or register your own with @gyre.config.register_schedule "
-                "or @gyre.config.register_transform"))
-        if len(kinds) > 1:
-            return plain(value)  # both: the optimizer's builder decides
-        checked = check_section(kinds[0], value, where=where)
-        return {k: _optimizer_part(v, f"{where}.{k}") for k, v in checked.items()}
-    if list_of_sections(value):
-        return [_optimizer_part(v, f"{where}.{i}") for i, v in enumerate(value)]
-    if map_of_sections(value):
-        return {k: _optimizer_part(v, f"{where}.{k}") for k, v in value.items()}
-    return value
+def _optimizer_part(section: Mapping[str, Any], where: str) -> Any:
+    """A schedule or transform section inside an optimizer section, checked against its registry,
+    and the sections inside it."""
+    name = section["class_name"]
+    kinds = [k for k in _OPTIMIZER_PARTS if isinstance(name, str) and name in REGISTRIES[k]]
+    if not kinds:
+        known = sorted({n for k in _OPTIMIZER_PARTS for n in REGISTRIES[k]})
+        raise ConfigError(explain(
+            f"unknown schedule or transform name {name!r} at {where}.class_name."
+            + (suggest(name, known) if isinstance(name, str) else ""),
+            expected=f"one of the registered schedules and transforms: {', '.join(known) or '(none yet)'}",
+            received=describe(name),
+            fix="use a registered name, or register your own with @gyre.config.register_schedule "
+            "or @gyre.config.register_transform"))
+    if len(kinds) > 1:
+        return plain(section)  # both: the optimizer's builder decides
+    checked = check_section(kinds[0], section, where=where)
+    return {k: each_section(v, f"{where}.{k}", _optimizer_part) for k, v in checked.items()}
 
 
 def validate_optimizer(section: Any, *, where: str = "optimizer") -> dict[str, Any]:
@@ -349,7 +342,7 @@ def validate_optimizer(section: Any, *, where: str = "optimizer") -> dict[str, A
         checked = {"class_name": name, **check_signature("optimizers", f"optax.{name}", getattr(optax, name), rest, where, ("transforms",))}
     else:
         checked = check_section("optimizers", data, where=where)
-    return {k: _optimizer_part(v, f"{where}.{k}") for k, v in checked.items()}
+    return {k: each_section(v, f"{where}.{k}", _optimizer_part) for k, v in checked.items()}
 
 
 class Config(_Section):
