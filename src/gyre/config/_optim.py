@@ -261,10 +261,11 @@ def optax_optimizers() -> list[str]:
         >>> {"adabelief", "lion", "sgd"} <= set(optax_optimizers())
         True
     """
-    return [name for name in dir(optax) if _optax_optimizer(name) is not None]
+    return [name for name in dir(optax) if optax_optimizer(name) is not None]
 
 
-def _optax_optimizer(name: str) -> Callable[..., optax.GradientTransformation] | None:
+def optax_optimizer(name: str) -> Callable[..., optax.GradientTransformation] | None:
+    """The optax optimizer a config may name ``name`` (lowercase, with a learning_rate), else None."""
     if not name.isidentifier() or not name.islower() or name.startswith(("_", "scale_by")):
         return None
     function = getattr(optax, name, None)
@@ -340,7 +341,7 @@ def build_optimizer(
     name = class_name_of(section, where=where, registry=OPTIMIZERS, also=also)
     if name in OPTIMIZERS:
         built = call_section(OPTIMIZERS.get(name), name, section, where=where)
-    elif (function := _optax_optimizer(name)) is not None:
+    elif (function := optax_optimizer(name)) is not None:
         built = _build_from_optax(name, function, section, where)
     else:
         raise ExplainedKeyError(unknown_optimizer(name, where))

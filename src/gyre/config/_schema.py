@@ -8,7 +8,6 @@ import numbers
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-import optax
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -37,7 +36,7 @@ from gyre.config._jax_trainer import (
     jax_trainer_component,
     jax_trainer_dataset,
 )
-from gyre.config._optim import optax_optimizers, unknown_optimizer
+from gyre.config._optim import optax_optimizer, unknown_optimizer
 from gyre.config._registry import REGISTRIES
 from gyre.config._schedules import build_schedule
 from gyre.config._sections import RunLengthUnknown
@@ -336,10 +335,11 @@ def validate_optimizer(section: Any, *, where: str = "optimizer") -> dict[str, A
         data = from_jax_trainer(data, where=where)
     name = data.get("class_name")
     if isinstance(name, str) and name not in REGISTRIES["optimizers"]:
-        if name not in optax_optimizers():
+        function = optax_optimizer(name)
+        if function is None:
             raise ConfigError(unknown_optimizer(name, where))
         rest = {k: v for k, v in data.items() if k != "class_name"}
-        checked = {"class_name": name, **check_signature("optimizers", f"optax.{name}", getattr(optax, name), rest, where, ("transforms",))}
+        checked = {"class_name": name, **check_signature("optimizers", f"optax.{name}", function, rest, where, ("transforms",))}
     else:
         checked = check_section("optimizers", data, where=where)
     return {k: each_section(v, f"{where}.{k}", _optimizer_part) for k, v in checked.items()}
