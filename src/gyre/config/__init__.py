@@ -1,10 +1,10 @@
 """Typed configs: registries of components, the YAML schema, optimizer/schedule/transform builders."""
 
-from gyre.config._builder import OptimizerBuilder as OptimizerBuilder
 from gyre.config._components import ConfigError as ConfigError
 from gyre.config._components import validate_component as validate_component
 from gyre.config._components import validate_nested as validate_nested
 from gyre.config._jax_trainer import from_jax_trainer as from_jax_trainer
+from gyre.config._optim import OptimizerBuilder as OptimizerBuilder
 from gyre.config._optim import assemble_optimizer as assemble_optimizer
 from gyre.config._optim import build_optimizer as build_optimizer
 from gyre.config._optim import learning_rate_of as learning_rate_of

@@ -3,7 +3,8 @@
 ``class_name`` is a registered optimizer or the lowercase name of an optax optimizer (checked
 against optax's signature). Each is ``optax.inject_hyperparams`` around
 ``chain(transforms before, optimizer, transforms after)``, so the current learning rate lives
-in the optimizer state (:func:`learning_rate_of`).
+in the optimizer state (:func:`learning_rate_of`). :class:`OptimizerBuilder` is jax_trainer's
+builder over them.
 """
 
 import inspect
@@ -15,7 +16,7 @@ import jax.numpy as jnp
 import optax
 
 from gyre.config._components import to_dict
-from gyre.config._jax_trainer import from_jax_trainer, is_jax_trainer_section
+from gyre.config._jax_trainer import as_mapping, from_jax_trainer, is_jax_trainer_section
 from gyre.config._registry import OPTIMIZERS
 from gyre.config._schedules import ScheduleConfig, build_schedule
 from gyre.config._sections import (
@@ -392,4 +393,36 @@ def learning_rate_of(opt_state: Any) -> jax.Array | None:
             rate = node.hyperparams["learning_rate"]
             return rate if isinstance(rate, jax.Array) else getattr(rate, "value", rate)
     return None
+
+
+class OptimizerBuilder:
+    """jax_trainer's optimizer builder over gyre's: ``OptimizerBuilder(config).build_optimizer(
+    num_epochs, num_train_steps_per_epoch)`` returns ``(optimizer, lr_schedule)``. The config
+    is a section in jax_trainer's form (a dict or an ``ml_collections.ConfigDict``) or in
+    gyre's; a schedule that leaves its length out lasts ``num_epochs * num_train_steps_per_epoch``.
+
+    Example:
+        >>> tx, schedule = OptimizerBuilder({"name": "sgd", "lr": 0.1, "scheduler": {
+        ...     "name": "cosine_decay"}}).build_optimizer(num_epochs=2, num_train_steps_per_epoch=5)
+        >>> round(float(schedule(0)), 6), float(schedule(10))
+        (0.1, 0.0)
+    """
+
+    def __init__(self, optimizer_config: Any) -> None:
+        self.optimizer_config = optimizer_config
+
+    def section(self) -> dict[str, Any]:
+        """The optimizer section in gyre's form."""
+        section = as_mapping(self.optimizer_config, "optimizer")
+        return from_jax_trainer(section) if is_jax_trainer_section(section) else section
+
+    def build_optimizer(self, num_epochs: int = 0, num_train_steps_per_epoch: int = 0) -> tuple[optax.GradientTransformation, optax.Schedule]:
+        """The optimizer and its learning-rate schedule (``step -> rate``)."""
+        steps = num_epochs * num_train_steps_per_epoch
+        run = steps if isinstance(steps, int) and steps > 0 else None
+        section = self.section()
+        return (
+            build_optimizer(section, run_steps=run),
+            build_schedule(section.get("learning_rate"), where="optimizer.learning_rate", run_steps=run),
+        )
 
