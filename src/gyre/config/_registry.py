@@ -93,16 +93,13 @@ class Registry:
             >>> r.get("Printer").__name__
             'PrintEveryEpoch'
         """
-        if target is None or isinstance(target, str):
-            name = target
+        named = target is None or isinstance(target, str)
 
-            def decorate(obj: T) -> T:
-                self._add(name or _name_of(obj, self.kind), obj, replace)
-                return obj
+        def decorate(obj: T) -> T:
+            self._add(target if named and target else _name_of(obj, self.kind), obj, replace)
+            return obj
 
-            return decorate
-        self._add(_name_of(target, self.kind), target, replace)
-        return target
+        return decorate if named else decorate(target)
 
     def _add(self, name: str, obj: Any, replace: bool) -> None:
         if not callable(obj):
