@@ -212,7 +212,7 @@ def _json(value: Any) -> str | None:
         return None
 
 
-def _signature(target: Any) -> tuple[list[inspect.Parameter], dict[str, Any], bool]:
+def keyword_parameters(target: Any) -> tuple[list[inspect.Parameter], dict[str, Any], bool]:
     """The keyword parameters of a class's ``__init__`` or a function, their annotations, and
     whether it takes ``**kwargs``."""
     function = target
@@ -244,7 +244,7 @@ def check_signature(
 ) -> dict[str, Any]:
     """A section's keys checked against ``target``'s signature, as :func:`validate_component`
     does."""
-    parameters, hints, takes_any = _signature(target)
+    parameters, hints, takes_any = keyword_parameters(target)
     names = [p.name for p in parameters]
     out: dict[str, Any] = {}
     mistakes: list[str] = []

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
-from gyre.config._components import type_name
+from gyre.config._components import keyword_parameters, type_name
 from gyre.config._registry import Registry
 from gyre.core import _checks as checks
 from gyre.core._errors import describe, explain, suggest
@@ -113,29 +113,21 @@ def check_keys(
     target: Callable[..., Any], name: str, kwargs: Mapping[str, Any], *, where: str
 ) -> None:
     """Raises when ``kwargs`` has a key ``target`` does not take, or lacks a required one."""
-    params = _parameters(target)
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    known = [k for k, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    listing = ", ".join(_describe_parameter(p) for p in params.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+    params, _, takes_any = keyword_parameters(target)
+    known = [p.name for p in params]
+    listing = ", ".join(_describe_parameter(p) for p in params)
     for key in kwargs:
         if not takes_any and key not in known:
             raise ValueError(explain(
                 f"unknown key {key!r} at {where} ({name})." + suggest(str(key), known),
                 expected=f"the keys of {name}: {listing}", received=f"{key}: {describe(kwargs[key])}",
                 fix=f"remove {key!r} or spell it as one of the keys above"))
-    missing = [k for k in known if params[k].default is inspect.Parameter.empty and k not in kwargs]
+    missing = [p.name for p in params if p.default is p.empty and p.name not in kwargs]
     if missing:
         raise ValueError(explain(
             f"missing required key{'s' if len(missing) > 1 else ''} {', '.join(missing)} at {where} ({name})",
             expected=f"the keys of {name}: {listing}", received=f"keys {sorted(kwargs)}",
             fix=f"add {', '.join(f'{k}: ...' for k in missing)} to {where}"))
-
-
-def _parameters(target: Callable[..., Any]) -> dict[str, inspect.Parameter]:
-    try:
-        return dict(inspect.signature(target).parameters)
-    except (TypeError, ValueError):  # a builtin without a signature: take any key
-        return {"kwargs": inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)}
 
 
 def _describe_parameter(p: inspect.Parameter) -> str:
