@@ -116,8 +116,8 @@ def _schedule(lr: Any, config: Mapping[str, Any], where: str) -> Any:
     """The learning-rate section of jax_trainer's ``scheduler`` (``decay_steps`` left out: the run's)."""
     config = dict(config)
     name = config.pop("name", None)
-    steps = {} if config.get("decay_steps") is None else {"steps": config.pop("decay_steps")}
-    config.pop("decay_steps", None)
+    decay_steps = config.pop("decay_steps", None)
+    steps = {} if decay_steps is None else {"steps": decay_steps}
     if name in (None, "constant"):
         _unknown(config, (), f"{where}.scheduler")
         return lr
@@ -180,10 +180,8 @@ def from_jax_trainer(section: Any, *, where: str = "optimizer") -> dict[str, Any
             expected="lr: <the (peak) learning rate>", received=f"keys {sorted(section)}",
             fix=f"add lr: 1e-3 to {where}"))
     class_name = _NAMES.get(name.lower(), name.lower())
-    lr = section["lr"]
-    out: dict[str, Any] = {"class_name": class_name}
     scheduler = section_mapping(section.get("scheduler") or {}, f"{where}.scheduler")
-    out["learning_rate"] = _schedule(lr, scheduler, where)
+    out: dict[str, Any] = {"class_name": class_name, "learning_rate": _schedule(section["lr"], scheduler, where)}
     params = section_mapping(section.get("params") or {}, f"{where}.params")
     out.update({_PARAMS.get(k, k) if class_name in ("Adam", "AdamW", "Lamb") else k: v for k, v in params.items()})
     transforms, decay = _transforms(section, class_name, where)
