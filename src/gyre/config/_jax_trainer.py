@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gyre.config._components import ConfigError, plain, section_mapping, to_dict
+from gyre.config._registry import DATASETS
 from gyre.core._checks import instance
 from gyre.core._errors import describe, explain, suggest
 
@@ -59,8 +60,6 @@ def jax_trainer_dataset(section: dict[str, Any], where: str = "dataset") -> dict
     data = dict(section)
     constructor = data.pop("constructor")
     if constructor not in DATASET_CONSTRUCTORS:
-        from gyre.config._registry import DATASETS
-
         raise ConfigError(explain(
             f"{where}.constructor names code to import: {constructor}",
             expected=f"class_name: one of the registered data sets {sorted(DATASETS)}, or a jax_trainer "
