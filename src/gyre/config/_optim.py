@@ -104,12 +104,8 @@ def _weight_decay(value: object) -> tuple[float, Callable[[Any], Any] | None]:
     an error)."""
     where = here("weight_decay")
     if isinstance(value, (Mapping, Transform)):
-        section = (
-            value
-            if not isinstance(value, Mapping) or "class_name" in value
-            else {"class_name": "WeightDecay", **value}
-        )
-        built = build_transform(section, where=where)
+        bare = isinstance(value, Mapping) and "class_name" not in value
+        built = build_transform({"class_name": "WeightDecay", **value} if bare else value, where=where)
         coupled = isinstance(value, Mapping) and value.get("before_optimizer") is True
         if not isinstance(built, WeightDecayTransform) or coupled:
             raise ValueError(explain(
