@@ -30,12 +30,13 @@ from gyre.engine._tasks import StepPoint, Task, between_steps, reads_history
 
 #: The longest a block lasts (it also ends after ROWS steps).
 BLOCK_SECONDS = 0.5
-#: ``steps_per_call="auto"``: the steps it tries fused per call when the loop is host-bound
-#: (dispatching a block's steps took more than HOST_BOUND of the block's time), and keeps when
-#: a fused chunk's steps took under FASTER of a block's.
+#: ``steps_per_call="auto"``: the steps it tries fused per call when dispatching a block's steps
+#: took at least HOST_BOUND of the block's time (a heavier step does not try: one compile of the
+#: fused step saved), and keeps when a fused chunk's steps took under FASTER of a block's (a CPU
+#: MLP whose dispatch is a sixth of its step gains: loop_overhead.py --fused-table --hidden 256).
 AUTO_STEPS = 100
 AUTO_TIMED = 32  # the steps of the block it times
-HOST_BOUND = 0.5
+HOST_BOUND = 0.1
 FASTER = 0.9
 
 

@@ -228,7 +228,8 @@ def loop(
         clock: seconds source (default ``time.monotonic``).
         steps_per_call: steps per call of the compiled step under ``every(1)``/``always()``, in
             one ``lax.scan``; callbacks, clock, state and history are the same as step by step.
-            ``"auto"`` fuses 100 steps per call when the loop is host-bound, else 1.
+            ``"auto"`` times the first steps and fuses 100 per call when that measured faster,
+            else 1.
         prefetch: batches placed ahead on a managed state's devices (0: off); never beyond a
             ``stop`` given in steps.
         resume: continue from the loop's ``gyre.checkpoint``: ``"latest"`` (a fresh start when
