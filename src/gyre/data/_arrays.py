@@ -51,16 +51,10 @@ def steps_per_epoch(n: int, batch_size: int, drop_remainder: bool = True) -> int
 
 def _as_arrays(arrays: Any) -> tuple[tuple[np.ndarray, ...], bool]:
     """The arrays as a tuple, and whether a single array (not a sequence) was given."""
-    if isinstance(arrays, np.ndarray) or hasattr(arrays, "__array__"):
-        single = (np.asarray(arrays),)
-        if single[0].ndim == 0:
-            raise ValueError(explain(
-                "batches() needs arrays with a leading sample dimension",
-                expected="an array of shape (n, ...) or a tuple of them, e.g. (x, y)",
-                received=f"a 0-d array {describe(arrays)}",
-                fix="pass the whole data set, e.g. batches((x, y), 32)"))
-        return single, True
-    if not isinstance(arrays, Sequence) or isinstance(arrays, (str, bytes)) or not arrays:
+    single = hasattr(arrays, "__array__")
+    if single:
+        arrays = (arrays,)
+    elif not isinstance(arrays, Sequence) or isinstance(arrays, (str, bytes)) or not arrays:
         raise TypeError(explain(
             "batches() takes an array or a non-empty tuple of arrays",
             expected="batches((x_train, y_train), batch_size)", received=describe(arrays),
@@ -81,7 +75,7 @@ def _as_arrays(arrays: Any) -> tuple[tuple[np.ndarray, ...], bool]:
             "the arrays given to batches() have different numbers of samples",
             expected="the same leading dimension in every array, e.g. x (n, 64) and y (n,)", received=shapes,
             fix="check that inputs and labels come from the same split"))
-    return tuple(out), False
+    return tuple(out), single
 
 
 def epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:

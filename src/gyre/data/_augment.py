@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core._checks import whole
+from gyre.core._checks import real, whole
 from gyre.core._errors import as_integer, describe, explain
 from gyre.data._arrays import check_seed
 
@@ -44,6 +44,12 @@ def _images(images: Any, what: str) -> np.ndarray:
     return array
 
 
+def check_padding(padding: Any) -> int:
+    """``padding`` (the crop's largest shift) as an ``int`` when a whole number >= 0, else a ``ValueError``."""
+    return whole(padding, "padding", expected="the largest shift in pixels, e.g. padding=4 for 32 x 32 images",
+                 fix="pass padding=4 (0 leaves the images unchanged)")
+
+
 def random_crop(images: Any, key_or_seed: Seed, padding: int = 4) -> np.ndarray:
     """Each image of ``images`` (``(batch, height, width[, channels])``) padded with ``padding``
     zeros on every side, then cropped back to its size at a random offset, drawn as
@@ -60,8 +66,7 @@ def random_crop(images: Any, key_or_seed: Seed, padding: int = 4) -> np.ndarray:
     """
     array = _images(images, "random_crop")
     rng = _rng(key_or_seed)
-    padding = whole(padding, "padding", expected="the largest shift in pixels, e.g. padding=4 for 32 x 32 images",
-                    fix="pass padding=4 (0 leaves the images unchanged)")
+    padding = check_padding(padding)
     n, height, width = array.shape[:3]
     offsets = rng.integers(0, 2 * padding + 1, size=(n, 2))
     widths = [(0, 0), (padding, padding), (padding, padding)] + [(0, 0)] * (array.ndim - 3)
@@ -87,10 +92,8 @@ def random_flip(images: Any, key_or_seed: Seed, p: float = 0.5) -> np.ndarray:
     """
     array = _images(images, "random_flip")
     rng = _rng(key_or_seed)
-    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating)) or not 0 <= p <= 1:
-        raise ValueError(explain(
-            "the flip probability p must be a number in [0, 1]",
-            expected="e.g. p=0.5 (half the images mirrored)", received=describe(p), fix="pass p=0.5"))
+    p = real(p, "p", minimum=0, maximum=1, problem="the flip probability p must be a number in [0, 1]",
+             expected="e.g. p=0.5 (half the images mirrored)", fix="pass p=0.5")
     flip = (rng.random(array.shape[0]) < p).reshape((-1,) + (1,) * (array.ndim - 1))
     return np.where(flip, array[:, :, ::-1], array)
 
@@ -136,8 +139,7 @@ class Augmented(Iterator[Any]):
                 received=describe(source),
                 fix="wrap the batches: augmented(gyre.data.batches((x, y), 128), seed=0)"))
         self.source, self.epoch_steps = source, steps
-        self.seed, self.padding, self.flip = check_seed(seed), padding, bool(flip)
-        random_crop(np.zeros((1, 1, 1)), 0, padding)  # checks padding now, not at the first batch
+        self.seed, self.padding, self.flip = check_seed(seed), check_padding(padding), bool(flip)
 
     def __iter__(self) -> Augmented:
         return self

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
-from gyre.core._checks import require
-from gyre.core._errors import describe, explain
+from gyre.core._checks import real, require
+from gyre.core._errors import explain
 from gyre.data._arrays import check_seed
 
 Split = tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 def _check_test_size(test_size: object) -> float:
-    if isinstance(test_size, bool) or not isinstance(test_size, numbers.Real) or not 0 < test_size < 1:
-        raise ValueError(explain(
-            "test_size must be a fraction strictly between 0 and 1",
-            expected="e.g. test_size=0.2 (20% of the samples held out)", received=describe(test_size),
-            fix="pass a float in (0, 1)"))
-    return float(test_size)
+    return real(test_size, "test_size", above=0, below=1,
+                problem="test_size must be a fraction strictly between 0 and 1",
+                expected="e.g. test_size=0.2 (20% of the samples held out)", fix="pass a float in (0, 1)")
 
 
 def stratified_split(labels: np.ndarray, *, test_size: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

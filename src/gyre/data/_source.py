@@ -22,7 +22,7 @@ from gyre.core._checks import instance, require, whole
 from gyre.core._errors import describe, explain, suggest
 from gyre.data._arrays import Batches, check_seed, epoch_order
 from gyre.data._augment import augment as augment_batch
-from gyre.data._augment import augmented, random_crop
+from gyre.data._augment import augmented, check_padding
 
 AUGMENT_OPTIONS = ("padding", "flip", "seed")
 
@@ -284,8 +284,7 @@ def _augment_options(augment: Any, seed: int, images: np.ndarray) -> dict[str, A
              fix="pass {'flip': True}")
     default = int(np.random.SeedSequence(seed, spawn_key=(2,)).generate_state(1)[0])
     options["seed"] = check_seed(options.get("seed", default))
-    options["padding"] = options.get("padding", 4)
-    random_crop(np.zeros((1, 1, 1)), 0, options["padding"])  # checks padding now
+    options["padding"] = check_padding(options.get("padding", 4))
     return options
 
 
