@@ -77,7 +77,8 @@ def _flag_kwargs(fn: Callable[..., Any], training: bool, accepted: Sequence[str]
     return {}
 
 
-def _shapes(inputs: Any) -> Any:
+def shapes_of(inputs: Any) -> Any:
+    """The shape of every leaf of ``inputs``, for messages and for checking later batches."""
     return jax.tree_util.tree_map(lambda x: tuple(jnp.shape(x)), inputs)
 
 
@@ -371,9 +372,9 @@ def adapt(
         raise ValueError(explain(
             f"the {framework} model {type(module).__name__} cannot run on the given inputs",
             expected="inputs= shaped like one batch the model accepts (batch dimension first)",
-            received=f"inputs with shapes {_shapes(inputs)}; the model raised "
+            received=f"inputs with shapes {shapes_of(inputs)}; the model raised "
             f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
             fix="pass inputs of the shape your data has (e.g. jnp.zeros((1, 64)) for 64 "
             "features), or fix the model's layer sizes to match the data")) from err
-    adapter.input_shapes = None if inputs is None else _shapes(inputs)
+    adapter.input_shapes = None if inputs is None else shapes_of(inputs)
     return adapter, params, model_state

@@ -113,17 +113,6 @@ def _parameters(fn: Any) -> list[inspect.Parameter] | None:
         return None
 
 
-def takes_sample_weight(fn: Callable[..., Any]) -> bool:
-    """Whether a positional ``fn`` takes ``sample_weight`` (by name, or a third positional)."""
-    params = _parameters(fn)
-    if params is None:
-        return False
-    if any(p.name == "sample_weight" for p in params):
-        return True
-    positional = [p for p in params if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 3 and positional[2].default is _P.empty
-
-
 @dataclass(frozen=True)
 class Plan:
     """How to call a function: by keyword (``names``; ``None``: all) or by position."""
@@ -153,9 +142,12 @@ def plan(fn: Any, known: frozenset[str], *, positional: bool = True) -> Plan | N
         names = None if var_kw else frozenset(by_name)
         weighs = any(n in by_name for n in _WEIGHT_NAMES)
         return Plan(True, names, frozenset(p.name for p in required), weighs)
-    positional_count = sum(p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD) for p in params)
-    if positional and (positional_count >= 2 or var_pos) and len(required_positional) <= 3 and not keyword_only:
-        return Plan(False, None, frozenset(), takes_sample_weight(fn))
+    positionals = [p for p in params if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)]
+    if positional and (len(positionals) >= 2 or var_pos) and len(required_positional) <= 3 and not keyword_only:
+        # it takes sample_weight by name, or as a required third positional
+        weighs = any(p.name == "sample_weight" for p in params) or (
+            len(positionals) >= 3 and positionals[2].default is _P.empty)
+        return Plan(False, None, frozenset(), weighs)
     return None
 
 
@@ -211,9 +203,16 @@ class Call:
     plan: Plan
 
     def __call__(self, args: Mapping[str, Any]) -> jax.Array:
+        value = self.result(args)
+        if self.what == "loss":
+            check_loss_dtype(self.name, value)
+        return weighted_mean(value, None if self.plan.weighs else args.get("sample_weight"))
+
+    def result(self, args: Mapping[str, Any]) -> Any:
+        """What ``fn`` itself returns for the batch's keywords ``args`` (not yet averaged)."""
         weight = args.get("sample_weight")
         if self.plan.keyword:
-            kwargs = call_keywords(self.fn, args, self.plan)
+            kwargs = call_keywords(args, self.plan)
             missing = sorted(self.plan.required - set(kwargs))
             if missing:
                 raise TypeError(explain(
@@ -222,14 +221,10 @@ class Call:
                     received=f"signature {signature_text(self.fn)}",
                     fix="give the batch's labels (or inputs) as a dict with those keys, or "
                     f"rename the parameters.{suggest(missing[0], args)}"))
-            value = self.fn(**kwargs)
-        elif weight is not None and self.plan.weighs:
-            value = self.fn(args["preds"], args["target"], weight)
-        else:
-            value = self.fn(args["preds"], args["target"])
-        if self.what == "loss":
-            check_loss_dtype(self.name, value)
-        return weighted_mean(value, None if self.plan.weighs else weight)
+            return self.fn(**kwargs)
+        if weight is not None and self.plan.weighs:
+            return self.fn(args["preds"], args["target"], weight)
+        return self.fn(args["preds"], args["target"])
 
 
 def check_loss_dtype(name: str, value: Any) -> None:
@@ -253,8 +248,8 @@ def bind(name: str, fn: Any, *, what: str, extra: frozenset[str] = frozenset()) 
     return Call(name, fn, what, found)
 
 
-def call_keywords(fn: Any, args: Mapping[str, Any], found: Plan) -> dict[str, Any]:
-    """The keyword arguments ``fn`` takes among ``args`` (by a keyword ``found`` plan)."""
+def call_keywords(args: Mapping[str, Any], found: Plan) -> dict[str, Any]:
+    """The keyword arguments a function takes among ``args`` (by its keyword ``found`` plan)."""
     if found.names is None:
         return dict(args)
     return {n: v for n, v in args.items() if n in found.names}

@@ -19,7 +19,7 @@ from gyre.core._errors import describe, explain, warn
 from gyre.core._logs import Logs
 from gyre.frameworks import _calling as calling
 from gyre.frameworks import metrics as _metrics
-from gyre.frameworks._adapters import Adapter, adapt
+from gyre.frameworks._adapters import Adapter, adapt, shapes_of
 from gyre.parallel._strategy import Strategy
 from gyre.steps import managed
 from gyre.steps._precision import MixedPrecision
@@ -74,7 +74,7 @@ class FlaxState(managed.ManagedState, kw_only=True):
             return self.adapter.apply_collect(self.params, self.model_state, inputs, training=training, rngs=rngs)
         except Exception as err:
             expected = self.adapter.input_shapes
-            received = jax.tree_util.tree_map(lambda x: tuple(jnp.shape(x)), inputs)
+            received = shapes_of(inputs)
             if expected is None or _trailing(expected) == _trailing(received):
                 raise
             raise ValueError(explain(
@@ -184,11 +184,7 @@ def _whole_batch(call: calling.Call, args: Mapping[str, Any]) -> bool:
     """Whether a loss or metric gives one value for the whole batch without taking the weights."""
     if call.plan.weighs:
         return False
-    if call.plan.keyword:
-        kwargs = calling.call_keywords(call.fn, args, call.plan)
-        shape = jax.eval_shape(lambda: call.fn(**kwargs))
-    else:
-        shape = jax.eval_shape(lambda: call.fn(args["preds"], args["target"]))
+    shape = jax.eval_shape(lambda: call.result(args))
     return all(len(s.shape) == 0 for s in jax.tree_util.tree_leaves(shape))
 
 

@@ -294,7 +294,7 @@ def update(metric: Any, keywords: Mapping[str, Any]) -> Any:
     found = calling.plan(method, frozenset(keywords), positional=False)
     if found is None:
         raise calling.refuse("metric", type(metric).__name__, method, frozenset(keywords))
-    values = calling.call_keywords(method, keywords, found)
+    values = calling.call_keywords(keywords, found)
     if kind_of(metric) == "update":
         return metric.update(**values)
     return metric.merge(method(**values))
