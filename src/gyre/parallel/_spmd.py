@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -149,18 +148,12 @@ class SPMD(DataParallel):
         rules, mesh = self.rules, self.mesh
 
         def under_rules(*args: Any, **kwargs: Any) -> Any:
-            with _spmd_context(rules, mesh):
+            # the rules and the mesh let the model's nn.with_logical_constraint calls constrain
+            # its activations
+            with nn.logical_axis_rules(rules), jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
                 return fn(*args, **kwargs)
 
         return under_rules
-
-
-@contextlib.contextmanager
-def _spmd_context(rules: Rules, mesh: Mesh) -> Iterator[None]:
-    """flax's logical rules and the mesh, while a step is traced (so the model's
-    ``nn.with_logical_constraint`` calls constrain its activations)."""
-    with nn.logical_axis_rules(rules), jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-        yield
 
 
 def _check_rules(rules: Any) -> tuple[tuple[str, Any], ...]:

@@ -86,12 +86,12 @@ class DataParallel(Strategy):
         super().__init__(donate=donate, donate_args=donate_args)
         axes = (data_axis,) if isinstance(data_axis, str) else tuple(data_axis)
         if mesh is None:
-            mesh = Mesh(np.asarray(jax.devices()), axes[:1]) if len(axes) == 1 else None
-            if mesh is None:
+            if len(axes) != 1:
                 raise ValueError(explain(
                     "several data axes need a mesh",
                     expected="mesh=jax.make_mesh(...) naming the axes in data_axis",
                     received=f"data_axis={data_axis!r} and no mesh", fix="pass mesh=, or a single axis name"))
+            mesh = Mesh(np.asarray(jax.devices()), axes)
         missing = [a for a in axes if a not in mesh.axis_names]
         if missing:
             raise ValueError(explain(

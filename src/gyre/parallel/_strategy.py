@@ -165,10 +165,7 @@ class Strategy:
             new_state = jax.tree_util.tree_map(constrain, self.state_sharding(new_state), new_state)
             return logs, new_state
 
-        options = dict(jit_kwargs)
-        if "donate_argnums" not in options and "donate_argnames" not in options:
-            options["donate_argnums"] = (0,) if (self.donate if donate is None else donate) else ()
-        return jax.jit(placed_step, **options)
+        return jax.jit(placed_step, **_jit_options(jit_kwargs, self.donate if donate is None else donate))
 
     def jit(self, fn: Callable[..., Any], *, donate: bool = False, **jit_kwargs: Any) -> Callable[..., Any]:
         """``fn`` compiled with ``jax.jit`` under this strategy's mesh and rules, outputs
@@ -184,10 +181,7 @@ class Strategy:
             2.0
         """
         check_jit_options(jit_kwargs)
-        options = dict(jit_kwargs)
-        if "donate_argnums" not in options and "donate_argnames" not in options:
-            options["donate_argnums"] = (0,) if donate else ()
-        compiled = jax.jit(self._traced_in_context(fn), **options)
+        compiled = jax.jit(self._traced_in_context(fn), **_jit_options(jit_kwargs, donate))
         return compiled if self.compiles else fn
 
     def sharded_init(self, init_fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -240,6 +234,14 @@ def check_jit_options(options: Mapping[str, Any]) -> None:
                 f"compile() got an unexpected keyword argument {name!r}.{suggest(name, known)}",
                 expected=f"options of jax.jit: {', '.join(known)}", received=f"{name}={options[name]!r}",
                 fix=f"drop {name}=, or spell it as jax.jit does"))
+
+
+def _jit_options(jit_kwargs: Mapping[str, Any], donate: bool) -> dict[str, Any]:
+    """``jax.jit``'s options: ``jit_kwargs``, donating the first argument when ``donate`` unless
+    they name their own donation."""
+    if "donate_argnums" in jit_kwargs or "donate_argnames" in jit_kwargs:
+        return dict(jit_kwargs)
+    return {**jit_kwargs, "donate_argnums": (0,) if donate else ()}
 
 
 def _donation(donate: bool | None, donate_args: bool | None) -> bool:

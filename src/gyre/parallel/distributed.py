@@ -130,17 +130,10 @@ def initialize(
             local_device_ids=local_device_ids, **kwargs,
         )
     except (ValueError, TypeError) as err:
-        if coordinator_address is not None and num_processes is not None and process_id is not None:
+        given = {"coordinator_address": coordinator_address, "num_processes": num_processes, "process_id": process_id}
+        missing = [name for name, value in given.items() if value is None]
+        if not missing:
             raise
-        missing = [
-            name
-            for name, value in (
-                ("coordinator_address", coordinator_address),
-                ("num_processes", num_processes),
-                ("process_id", process_id),
-            )
-            if value is None
-        ]
         raise ValueError(explain(
             "gyre.distributed.initialize could not tell how the processes are laid out",
             expected="coordinator_address, num_processes and process_id, as arguments, "
