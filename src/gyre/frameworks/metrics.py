@@ -223,12 +223,11 @@ def kind_of(obj: Any) -> str | None:
     return None
 
 
-def _from_output(cls: Any) -> Any:
-    return cls.single_from_model_output if _has(cls, "single_from_model_output") else cls.from_model_output
-
-
 def _method_of(metric: Any) -> Any:
-    return metric.update if kind_of(metric) == "update" else _from_output(type(metric))
+    if kind_of(metric) == "update":
+        return metric.update
+    cls = type(metric)
+    return cls.single_from_model_output if _has(cls, "single_from_model_output") else cls.from_model_output
 
 
 def metric_state(name: str, spec: Any, extra: frozenset[str] = frozenset()) -> Any:
@@ -243,7 +242,12 @@ def metric_state(name: str, spec: Any, extra: frozenset[str] = frozenset()) -> A
     if kind is None:
         if callable(spec) and not isinstance(spec, type):
             return None
-        raise TypeError(_bad_metric(name, spec))
+        raise TypeError(explain(
+            f"metric {name!r} is neither a callable nor a metric object",
+            expected="a callable (preds, labels) -> value, a metric object with reset/update/compute "
+            "(gyre.frameworks.Accuracy()) or empty/from_model_output/merge/compute (clu.metrics)",
+            received=describe(spec), fix="e.g. metrics={'accuracy': gyre.frameworks.Accuracy()} or "
+            "metrics={'accuracy': lambda preds, labels: preds.argmax(-1) == labels}"))
     if isinstance(spec, type):
         try:
             spec = spec() if kind == "update" else spec.empty()
@@ -258,15 +262,6 @@ def metric_state(name: str, spec: Any, extra: frozenset[str] = frozenset()) -> A
         via = f" (its {getattr(method, '__name__', 'update')} method)"
         raise calling.refuse("metric", name, method, known, via=via)
     return spec
-
-
-def _bad_metric(name: str, spec: Any) -> str:
-    return explain(
-        f"metric {name!r} is neither a callable nor a metric object",
-        expected="a callable (preds, labels) -> value, a metric object with reset/update/compute "
-        "(gyre.frameworks.Accuracy()) or empty/from_model_output/merge/compute (clu.metrics)",
-        received=describe(spec), fix="e.g. metrics={'accuracy': gyre.frameworks.Accuracy()} or "
-        "metrics={'accuracy': lambda preds, labels: preds.argmax(-1) == labels}")
 
 
 def reset(metric: Any) -> Any:
