@@ -24,9 +24,8 @@ Rngs = Mapping[str, jax.Array]
 
 #: Keyword names a model's ``__call__`` may use for the training flag (``True`` in training).
 TRAINING_ARGS = ("training", "train")
-#: ... and for its inverse (``True`` in evaluation).
-DETERMINISTIC_ARGS = ("deterministic",)
-FLAG_ARGS = (*TRAINING_ARGS, *DETERMINISTIC_ARGS)
+#: ... and with its inverse, ``deterministic`` (``True`` in evaluation).
+FLAG_ARGS = (*TRAINING_ARGS, "deterministic")
 
 
 class Adapter:
