@@ -127,7 +127,7 @@ def plan(fn: Any, known: frozenset[str], *, positional: bool = True) -> Plan | N
     """How ``fn`` is called given the keyword names ``known`` (``None``: it cannot be)."""
     params = _parameters(fn)
     if params is None:  # a builtin or extension: gyre's convention
-        return Plan(False, None, frozenset(), False) if positional else Plan(True, None, frozenset(), False)
+        return Plan(not positional, None, frozenset(), False)
     var_kw = any(p.kind is _P.VAR_KEYWORD for p in params)
     var_pos = any(p.kind is _P.VAR_POSITIONAL for p in params)
     required = [p for p in params if p.default is _P.empty and p.kind not in (_P.VAR_POSITIONAL, _P.VAR_KEYWORD)]
