@@ -105,7 +105,8 @@ class OuterLoop:
         self._train_loop = train_loop
         self._eval_loops = list(eval_loops or [])
         self._checkpoint_spec = checkpoint_spec
-        self._names = [self._name(i, loop) for i, loop in enumerate(self._eval_loops)]
+        self._names = [getattr(loop, "name", None) or ("eval" if i == 0 else f"eval_{i}")
+                       for i, loop in enumerate(self._eval_loops)]
         self._eval_counts = [0] * len(self._eval_loops)
         self._eval_starts: dict[int, tuple[Any, Any]] = {}  # id(dataset): (dataset, first position)
         self._said_empty: set[int] = set()  # eval iterators already said to be exhausted
@@ -114,11 +115,6 @@ class OuterLoop:
     def eval_names(self) -> list[str]:
         """The keys of the eval loops' outputs: each ``name``, else ``"eval"``, ``"eval_1"``..."""
         return list(self._names)
-
-    @staticmethod
-    def _name(index: int, loop: Any) -> str:
-        name = getattr(loop, "name", None)
-        return name if name else ("eval" if index == 0 else f"eval_{index}")
 
     # -- checks ---------------------------------------------------------------------------------
     def _precheck(self, train_dataset: Any, total: Any, loop_steps: Any, specs: Any) -> tuple[int, int | None, list[EvalSpec]]:
@@ -207,8 +203,13 @@ class OuterLoop:
         for action in same:
             action.wait_until_finished()
         ckpt = next((a.checkpoint for a in same if a.checkpoint is not None), None) or checkpoint(spec.directory)
-        if ckpt.latest_step() is None:
-            return self._resume_jaxloop_format(state)
+        if ckpt.latest_step() is None:  # none of gyre's: the newest an orbax manager wrote (jaxloop's format)
+            steps = orbax_format.steps_in(spec.directory)
+            if not steps:
+                return state
+            state = orbax_format.restore(self._train_loop.step, state, spec.directory, steps[-1], spec.transforms)
+            _log.info("train    | resumed from checkpoint %s of %s (jaxloop's format)", steps[-1], spec.directory)
+            return state
         _no_transforms(spec)
         ckpt.wait_until_finished()
         snapshot = ckpt.load_snapshot("latest", state)
@@ -221,24 +222,12 @@ class OuterLoop:
         _log.info("train    | resumed from checkpoint %s of %s", ckpt.saved_step(), spec.directory)
         return state
 
-    def _resume_jaxloop_format(self, state: Any) -> Any:
-        """The newest checkpoint an orbax ``CheckpointManager`` wrote (jaxloop's format), read
-        by the train step's ``restore_model``; ``state`` when there is none."""
-        spec = self._checkpoint_spec
-        assert spec is not None and self._train_loop is not None
-        steps = orbax_format.steps_in(spec.directory)
-        if not steps:
-            return state
-        state = orbax_format.restore(self._train_loop.step, state, spec.directory, steps[-1], spec.transforms)
-        _log.info("train    | resumed from checkpoint %s of %s (jaxloop's format)", steps[-1], spec.directory)
-        return state
-
     def _train(
         self, state: Any, train_dataset: Any, total: int, loop_steps: int | None, specs: list[EvalSpec], log: bool
     ) -> tuple[Any, Output]:
         train = self._train_loop
         assert train is not None
-        self._remove_marker()
+        self._marker(write=False)
         state = self._resume(state, train_dataset)
         step = state_step(state) or 0
         if log:
@@ -277,13 +266,17 @@ class OuterLoop:
                     _log.warning("train    | the training data ended at step %d, before step %d", step, total)
                     break
         except StopTrainingError as err:
-            state = self._state_after(err, state)
+            # the state the loop attached, else the last one held (an evaluation never changes it)
+            attached = getattr(err, "state", None)
+            state = attached if attached is not None else state
             step = state_step(state) or step
             _log.info("train    | stopped at step %s: %s", step, err)
             stop = True
-        self._finish_checkpoints()
+        for action in self._all_actions():
+            if isinstance(action, CheckpointAction):
+                action.wait_until_finished()
         if not preempted:
-            self._write_marker()
+            self._marker(write=True)
         if not ran_any:
             return state, None  # as jaxloop: no train loop ran (the target was reached already)
         result = dict(outputs)
@@ -291,46 +284,42 @@ class OuterLoop:
         result[STOP_LOOP] = bool(stop)
         return state, result
 
-    @staticmethod
-    def _state_after(err: BaseException, state: Any) -> Any:
-        """The state when a StopTrainingError left a loop: the one the loop attached, else
-        the last one this outer loop holds (an evaluation never changes it)."""
-        attached = getattr(err, "state", None)
-        return attached if attached is not None else state
-
     def _evaluate(
         self, state: Any, step: int, total: int, train_outputs: Output, specs: list[EvalSpec], evals: dict[str, Any]
     ) -> bool:
         stop = False
         loop_count = getattr(self._train_loop, "loop_count", 0)
-        for i, (loop, spec) in enumerate(zip(self._eval_loops, specs, strict=True)):
+        for i, spec in enumerate(specs):
             if spec.eval_loop_interval is not None and loop_count % spec.eval_loop_interval != 0:
                 continue
-            if spec.should_eval_fn is not None:
-                ctx = EvalContext(
-                    is_continuous_eval=False, step_num=step, loop_count=loop_count, train_total_steps=total,
-                    train_outputs=train_outputs, eval_name=self._names[i], eval_count=self._eval_counts[i],
-                )
-                if not spec.should_eval_fn(ctx):
-                    continue
-            try:
-                _, eval_outputs = self._run_eval(loop, spec, state)
-            except StopTrainingError:
-                self._eval_counts[i] += 1
-                raise
-            self._eval_counts[i] += 1
+            if not self._due(i, spec, is_continuous_eval=False, step_num=step, loop_count=loop_count,
+                             train_total_steps=total, train_outputs=train_outputs):
+                continue
+            _, eval_outputs = self._run_eval(i, spec, state)
             evals[self._names[i]] = eval_outputs
             stop = stop or _stop_flag(eval_outputs)
         return stop
 
-    def _run_eval(self, loop: Loop, spec: EvalSpec, state: Any) -> tuple[Any, Any]:
+    def _due(self, i: int, spec: EvalSpec, **context: Any) -> bool:
+        """Whether ``spec.should_eval_fn``, if any, lets eval loop ``i`` run, told ``context``."""
+        return spec.should_eval_fn is None or bool(spec.should_eval_fn(
+            EvalContext(**context, eval_name=self._names[i], eval_count=self._eval_counts[i])))
+
+    def _run_eval(self, i: int, spec: EvalSpec, state: Any) -> tuple[Any, Any]:
+        """Runs eval loop ``i`` on ``state``, counting the evaluation (also one stopped by an action)."""
+        loop = self._eval_loops[i]
         if spec.dataset_iterator is not None:  # it wins over dataset=, as in jaxloop
             data = spec.dataset_iterator
         elif has_position(spec.dataset) and iter(spec.dataset) is spec.dataset:
             data = self._from_start(spec.dataset)
         else:
             data = iter(spec.dataset)  # type: ignore[arg-type]
-        state, outputs = loop(state, data, spec.num_steps, **spec.kwargs)
+        try:
+            state, outputs = loop(state, data, spec.num_steps, **spec.kwargs)
+        except StopTrainingError:
+            self._eval_counts[i] += 1
+            raise
+        self._eval_counts[i] += 1
         if getattr(loop, "_last_steps", 1) == 0 and id(data) not in self._said_empty:
             self._said_empty.add(id(data))
             _log.warning(
@@ -372,18 +361,13 @@ class OuterLoop:
                 for step in new:
                     restored = ckpt.restore(state, step=step)[0] if gyre_steps else None  # type: ignore[union-attr]
                     for i, (loop, eval_spec) in enumerate(zip(self._eval_loops, specs, strict=True)):
-                        ctx = EvalContext(
-                            is_continuous_eval=True, step_num=step, loop_count=0,
-                            eval_name=self._names[i], eval_count=self._eval_counts[i],
-                        )
-                        if eval_spec.should_eval_fn is not None and not eval_spec.should_eval_fn(ctx):
+                        if not self._due(i, eval_spec, is_continuous_eval=True, step_num=step, loop_count=0):
                             continue
                         if restored is None:  # jaxloop's format: each loop's step reads it, as in jaxloop
                             restored_here = orbax_format.restore(loop.step, state, directory, step, spec.transforms)
                         else:
                             restored_here = restored
-                        eval_state, outputs = self._run_eval(loop, eval_spec, restored_here)
-                        self._eval_counts[i] += 1
+                        eval_state, outputs = self._run_eval(i, eval_spec, restored_here)
                     evaluated.append(step)
                     last = step
                 if ckpt is not None:
@@ -420,11 +404,6 @@ class OuterLoop:
                 seen.setdefault(id(action), action)
         return list(seen.values())
 
-    def _finish_checkpoints(self) -> None:
-        for action in self._all_actions():
-            if isinstance(action, CheckpointAction):
-                action.wait_until_finished()
-
     def _close_actions(self) -> None:
         """Pending saves finish and writers close, whatever ended the run."""
         errors: list[BaseException] = []
@@ -437,20 +416,18 @@ class OuterLoop:
         if errors:
             raise errors[0]
 
-    def _remove_marker(self) -> None:
-        """Training (re)starts: a marker left by an earlier run would stop an evaluator now."""
+    def _marker(self, *, write: bool) -> None:
+        """Writes the ``STOPPED`` marker when training ends, or removes it when training (re)starts
+        (a marker left by an earlier run would stop an evaluator now)."""
         spec = self._checkpoint_spec
         if spec is None or jax.process_index() != 0:
             return
         marker = os.path.join(spec.directory, STOP_FILE_NAME)
-        if os.path.exists(marker):
-            os.remove(marker)
-
-    def _write_marker(self) -> None:
-        spec = self._checkpoint_spec
-        if spec is None or jax.process_index() != 0:
+        if not write:
+            if os.path.exists(marker):
+                os.remove(marker)
             return
         os.makedirs(spec.directory, exist_ok=True)
-        with open(os.path.join(spec.directory, STOP_FILE_NAME), "w"):
+        with open(marker, "w"):
             pass
-        _log.info("train    | wrote %s", os.path.join(spec.directory, STOP_FILE_NAME))
+        _log.info("train    | wrote %s", marker)
