@@ -104,9 +104,8 @@ class ActionLoop(StatLoop):
             (0, {'x': [1]})
         """
         state, outputs = super().end(state, outputs)
-        preempted = getattr(self, "_preempted", False)
         for action in self._end_actions:
-            if self._loop_count % action.interval == 0 or (preempted and isinstance(action, CheckpointAction)):
+            if self._loop_count % action.interval == 0 or (self._preempted and isinstance(action, CheckpointAction)):
                 try:
                     action(state, outputs)
                 except Exception as err:

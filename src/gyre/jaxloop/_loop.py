@@ -93,7 +93,7 @@ class Loop:
             f"with {who}(step, nan_policy='ignore')",
         ))
         instance(batch_size_fn, "batch_size_fn", Callable, none=True,
-                 problem=f"{type(self).__name__}'s batch_size_fn must be a function of the batch",
+                 problem=f"{who}'s batch_size_fn must be a function of the batch",
                  expected="batch_size_fn=lambda batch: batch['y'].shape[0] (the examples in a batch)",
                  fix="pass a function, or leave it None (the leading dimension of the batch's arrays)")
         self._size_of = infer_batch_size if batch_size_fn is None else lambda batch: samples(batch_size_fn(batch))
@@ -101,6 +101,10 @@ class Loop:
             step, "step", Callable, problem="a jaxloop loop needs a step",
             expected="a gyre.Step (or a callable (state, batch, per_loop_step_number) -> (state, outputs))",
             fix="pass the step: TrainLoop(MyStep(key, model, optimizer=..., train=True))")
+        # what run() sets for its steps (and leaves for those who read them after it)
+        self._last_steps, self._preempted = 0, False
+        self._sizes: list[int] | None = None  # each step's examples: the weights of reduce_outputs
+        self._pads: _Pads | None = None
 
     @property
     def step(self) -> Any:
@@ -174,12 +178,10 @@ class Loop:
             (6, {'n': [1]})
         """
         batch = self._get_next_batch(dataset)
-        sizes = getattr(self, "_sizes", None)
-        if sizes is not None:  # the weight of this step's outputs (reduce_outputs), from shapes
-            sizes.append(getattr(self, "_size_of", infer_batch_size)(batch))
-        pads = getattr(self, "_pads", None)
-        if pads is not None:  # an EvalLoop whose step takes a mask: one batch size throughout
-            batch, mask = pads(batch)
+        if self._sizes is not None:  # in run(): the weight of this step's outputs, from shapes
+            self._sizes.append(self._size_of(batch))
+        if self._pads is not None:  # an EvalLoop whose step takes a mask: one batch size throughout
+            batch, mask = self._pads(batch)
             kwargs = {**kwargs, "mask": mask}
         if log_num_flops and _takes_flops(self._step):
             kwargs = {**kwargs, "log_num_flops": True}
@@ -191,7 +193,10 @@ class Loop:
             state = step_state
         loop_outputs = self.update_outputs(loop_outputs, step_outputs)
         if loop_outputs is None:
-            raise TypeError(_no_outputs(self))
+            raise TypeError(explain(
+                f"{type(self).__name__}.update_outputs must return the loop's outputs",
+                expected="the outputs, updated with the step's (the next step's call receives them)",
+                received="None", fix="end it with `return loop_outputs` (a missing return gives None)"))
         return state, loop_outputs
 
     def run(
@@ -233,7 +238,7 @@ class Loop:
         keep_state = bool(kwargs.pop("return_state_from_step", True))
         data = _as_iterator(dataset)
         self._last_steps, self._preempted = 0, False
-        self._sizes: list[int] | None = []
+        self._sizes = []
         self._pads = _Pads() if self.pads_batches and takes_mask(self._step) else None
         numbers = itertools.count(1) if num_steps is None else range(1, num_steps + 1)
         steps = self._tight if _default_hooks(self) else self._hooked
@@ -252,7 +257,7 @@ class Loop:
                 f"preempted ({Preemption.signal_name()}) at per_loop_step_number {run.count}: "
                 f"{type(self).__name__} stopped after that step and returned its outputs"
             )
-        if getattr(self, "_nan_policy", "raise") != "ignore":
+        if self._nan_policy != "ignore":
             _check_finite(run.outputs, run.count, type(self).__name__)
         return run.state, _weighted(run.outputs, self._sizes)
 
@@ -403,15 +408,6 @@ def _check_finite(outputs: Any, steps: int, who: str) -> None:
             f"{who}(step, nan_policy='ignore') records them without stopping",
         ),
         step=index, collection="outputs", name=name, value=value,
-    )
-
-
-def _no_outputs(loop: Loop) -> str:
-    return explain(
-        f"{type(loop).__name__}.update_outputs must return the loop's outputs",
-        expected="the outputs, updated with the step's (the next step's call receives them)",
-        received="None",
-        fix="end it with `return loop_outputs` (a missing return gives None)",
     )
 
 

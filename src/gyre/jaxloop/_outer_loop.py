@@ -246,7 +246,7 @@ class OuterLoop:
                 data = _as_iterator(train_dataset) if epochs else shared
                 ran_any = True
                 new_state, new_outputs = train(state, data, want)
-                ran = getattr(train, "_last_steps", want)
+                ran = train._last_steps
                 state = new_state
                 num_steps = loop_steps
                 if ran == 0:
@@ -256,7 +256,7 @@ class OuterLoop:
                 # last step, leaving the device idle while the next inner loop is set up
                 step += ran
                 outputs = new_outputs if new_outputs is not None else {}
-                if getattr(train, "_preempted", False):  # SIGTERM: no evaluation, no STOPPED marker
+                if train._preempted:  # SIGTERM: no evaluation, no STOPPED marker
                     _log.warning("train    | preempted at step %d: training stopped; run it again to resume", step)
                     stop = preempted = True
                     break
@@ -320,7 +320,7 @@ class OuterLoop:
             self._eval_counts[i] += 1
             raise
         self._eval_counts[i] += 1
-        if getattr(loop, "_last_steps", 1) == 0 and id(data) not in self._said_empty:
+        if loop._last_steps == 0 and id(data) not in self._said_empty:
             self._said_empty.add(id(data))
             _log.warning(
                 "eval     | %s read no batch: its data is exhausted (an iterator continues where the "

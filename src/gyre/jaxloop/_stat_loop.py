@@ -62,7 +62,6 @@ class StatLoop(Loop):
             expected="the examples per step over all devices (an int >= 1), or None (no examples_per_sec)",
             fix="pass global_batch_size=256, or leave it out")
         self._begin_time = 0.0
-        self._last_steps = 0
         self._speed = _Throughput()
 
     @property
@@ -118,11 +117,10 @@ class StatLoop(Loop):
         if STAT_LOOP_TIME_SECS in names:
             outputs[STAT_LOOP_TIME_SECS] = seconds
         if speed is not None:
-            steps_per_sec = speed
             if STAT_STEPS_PER_SEC in names:
-                outputs[STAT_STEPS_PER_SEC] = steps_per_sec
+                outputs[STAT_STEPS_PER_SEC] = speed
             if STAT_EXAMPLES_PER_SEC in names and self._global_batch_size:
-                outputs[STAT_EXAMPLES_PER_SEC] = steps_per_sec * self._global_batch_size
+                outputs[STAT_EXAMPLES_PER_SEC] = speed * self._global_batch_size
         return super().end(state, outputs)
 
 
