@@ -153,14 +153,13 @@ class SummaryAction(Action):
 
     def __init__(self, summary_writer: Any, interval: int = 1, flush_each_call: bool = False) -> None:
         super().__init__(interval=interval)
-        writer = summary_writer
-        if not callable(getattr(writer, "write_scalars", None)):
+        if not callable(getattr(summary_writer, "write_scalars", None)):
             raise TypeError(explain(
                 "SummaryAction needs a writer",
                 expected="an object with write_scalars(step, values), flush() and close() "
                 "(a gyre writer, or a CLU metric writer)",
-                received=describe(writer), fix="pass a writer, e.g. gyre.loggers.CSVWriter(path)"))
-        self._writer = writer
+                received=describe(summary_writer), fix="pass a writer, e.g. gyre.loggers.CSVWriter(path)"))
+        self._writer = summary_writer
         self._flush_each_call = bool(flush_each_call)
         self._closed = False
         self._not_written: set[str] = set()  # bare non-scalar outputs already warned about
@@ -340,28 +339,20 @@ class CheckpointAction(Action):
             (True, False)
         """
         if self._manager is not None:
-            metrics = None
-            if outputs:
-                metrics = orbax_format.host_metrics(reduce_outputs(_bare(outputs)))
+            metrics = orbax_format.host_metrics(reduce_outputs(_bare(outputs))) if outputs else None
             return orbax_format.save(self._manager, step, state, metrics)
         ckpt = self._checkpoint
         assert ckpt is not None
         before = ckpt.saved_step()
-        logs = None
+        elapsed = Elapsed(steps=step)
+        metrics = None
         if ckpt.monitor is not None:  # best-k ranks by the loop's (reduced) output
             reduced = reduce_outputs(_bare(outputs or {}))
             logs = Logs().add_entries("metrics", {k: v for k, v in reduced.items() if _is_scalar(v)})
-        source = self.data_source
-        if source is None:
-            ckpt(Elapsed(steps=step), state, logs)
-        else:  # the training data's position goes with the state (an OuterLoop resumes both)
-            metrics = None
-            if logs is not None:
-                metrics = {ckpt.monitor: ckpt._monitored(logs, Elapsed(steps=step))}
-            meta = {DATA_META: source.state_dict()}
-            ckpt.save_snapshot(
-                Snapshot(step=step, state=state, elapsed=Elapsed(steps=step), meta=meta, metrics=metrics)
-            )
+            metrics = {ckpt.monitor: ckpt._monitored(logs, elapsed)}
+        # the training data's position goes with the state (an OuterLoop resumes both)
+        meta = {} if self.data_source is None else {DATA_META: self.data_source.state_dict()}
+        ckpt.save_snapshot(Snapshot(step=step, state=state, elapsed=elapsed, meta=meta, metrics=metrics))
         return ckpt.saved_step() != before  # a step saved already (or older) is skipped
 
     def __call__(self, state: Any, outputs: Output | None, **kwargs: Any) -> None:
