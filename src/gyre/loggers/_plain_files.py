@@ -25,15 +25,19 @@ def _path(who: str, path: Any) -> str:
 
 
 class _TextFileWriter(Writer):
-    """A writer of one text file (``self._file``, opened by the subclass's ``_open``)."""
+    """A writer of scalars to one text file, created (or truncated) at once, its folder too."""
 
+    kinds = frozenset({"scalars"})
+    _newline: str | None = None  # open()'s newline=
     _file: TextIO | None = None
-    path: str
 
-    def _create(self, newline: str | None = None) -> TextIO:
-        """Creates (or truncates) the file, and its folder if missing."""
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = _path(type(self).__name__, path)
+        super().__init__()
+
+    def _open(self) -> None:
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        return open(self.path, "w", newline=newline)  # noqa: SIM115 (closed by close())
+        self._file = open(self.path, "w", newline=self._newline)  # noqa: SIM115 (closed by close())
 
     def _flush(self) -> None:
         if self._file is not None:
@@ -67,15 +71,11 @@ class CSVWriter(_TextFileWriter):
         1,0.5,0.75
     """
 
-    kinds = frozenset({"scalars"})
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = _path("CSVWriter", path)
-        self._header: list[str] = ["step"]
-        super().__init__()
+    _newline = ""  # the csv module's own line ends
 
     def _open(self) -> None:
-        self._file = self._create(newline="")
+        self._header = ["step"]
+        super()._open()
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         assert self._file is not None
@@ -110,15 +110,6 @@ class JSONLWriter(_TextFileWriter):
         ...     print(pathlib.Path(writer.path).read_text(), end="")
         {"step": 0, "loss": 1.0}
     """
-
-    kinds = frozenset({"scalars"})
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = _path("JSONLWriter", path)
-        super().__init__()
-
-    def _open(self) -> None:
-        self._file = self._create()
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         assert self._file is not None
