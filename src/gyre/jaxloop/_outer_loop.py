@@ -245,9 +245,8 @@ class OuterLoop:
                 want = total - step if num_steps is None else min(num_steps, total - step)
                 data = _as_iterator(train_dataset) if epochs else shared
                 ran_any = True
-                new_state, new_outputs = train(state, data, want)
+                state, new_outputs = train(state, data, want)
                 ran = train._last_steps
-                state = new_state
                 num_steps = loop_steps
                 if ran == 0:
                     _log.warning("train    | the training data ended at step %d, before step %d", step, total)
@@ -279,10 +278,7 @@ class OuterLoop:
             self._marker(write=True)
         if not ran_any:
             return state, None  # as jaxloop: no train loop ran (the target was reached already)
-        result = dict(outputs)
-        result.update(evals)
-        result[STOP_LOOP] = bool(stop)
-        return state, result
+        return state, {**outputs, **evals, STOP_LOOP: stop}
 
     def _evaluate(
         self, state: Any, step: int, total: int, train_outputs: Output, specs: list[EvalSpec], evals: dict[str, Any]
@@ -382,9 +378,7 @@ class OuterLoop:
             self._close_actions()
         if outputs is None:
             return eval_state, None  # as jaxloop: no evaluation ran
-        outputs = dict(outputs)
-        outputs["checkpoint_steps"] = evaluated
-        return eval_state, outputs
+        return eval_state, {**outputs, "checkpoint_steps": evaluated}
 
     # -- the end ------------------------------------------------------------------------------------
     @staticmethod

@@ -104,7 +104,8 @@ class StatLoop(Loop):
         if STAT_NUM_PARAMS in names:
             if getattr(self._step, "num_params", None) is None and hasattr(self._step, "compute_num_params"):
                 self._step.compute_num_params(state)
-            outputs[STAT_NUM_PARAMS] = getattr(self._step, "num_params", None) or _count_params(state)
+            outputs[STAT_NUM_PARAMS] = getattr(self._step, "num_params", None) or int(sum(
+                np.size(x) for x in jax.tree_util.tree_leaves(getattr(state, "params", state))))
         if STAT_NUM_FLOPS in names:
             outputs[STAT_NUM_FLOPS] = getattr(self._step, "num_flops", None) or 0
         if STAT_INIT_TIME in names:
@@ -183,8 +184,3 @@ class _Throughput:
         self.pending = (_last_output(outputs) or _done_marker(leaves[0]), steps)
         assert self.rate is not None
         return self.rate
-
-
-def _count_params(state: Any) -> int:
-    params = getattr(state, "params", state)
-    return int(sum(np.size(x) for x in jax.tree_util.tree_leaves(params)))

@@ -152,14 +152,12 @@ class EarlyStoppingAction(Action):
                 )
             return outputs
         value = float(reduce_outputs({"m": outputs[self.monitored_metric]})["m"])
-        if math.isnan(value):
+        nan = math.isnan(value)
+        if not nan:
+            self._handler.update_state(value, step)
+        if nan or self._handler.should_stop():
             best, best_step = self._handler.get_best_info()
-            raise StopTrainingError(f"Metric '{self.monitored_metric}' was NaN", best_step=best_step, best_metric=best)
-        self._handler.update_state(value, step)
-        if self._handler.should_stop():
-            best, best_step = self._handler.get_best_info()
-            raise StopTrainingError(
-                f"Early stopping triggered for metric '{self.monitored_metric}'",
-                best_step=best_step, best_metric=best,
-            )
+            name = self.monitored_metric
+            message = f"Metric '{name}' was NaN" if nan else f"Early stopping triggered for metric '{name}'"
+            raise StopTrainingError(message, best_step=best_step, best_metric=best)
         return outputs
