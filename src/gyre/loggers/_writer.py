@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import jax
@@ -75,29 +75,24 @@ def _step(who: str, step: Any) -> Any:
                  fix="pass the step number, e.g. writer.write_scalars(10, {'loss': loss})")
 
 
-def _mapping(who: str, method: str, values: Any, what: str, example: str, before: str = "step, ") -> dict[str, Any]:
-    """``values`` as a dict from names to ``what``, or the explained error."""
-    return mapping(values, f"{who}.{method}'s {what}", kind=f"a mapping from names to {what}",
-                   expected=f"a dict with str keys, e.g. {example}",
-                   fix=f"pass a dict, e.g. writer.{method}({before}{example})")
-
-
-def _bad_value(who: str, method: str, name: str, value: Any, expected: str, fix: str) -> ValueError:
-    return ValueError(explain(
-        f"{who}.{method}: the value of {name!r} cannot be written",
-        expected=expected,
-        received=f"{describe(value)} (shape {np.shape(value)})" if hasattr(value, "shape") else describe(value),
-        fix=fix))
+def _checked(who: str, method: str, values: Any, what: str, example: str, before: str = "step, ",
+             ok: Callable[[Any], Any] | None = None, expected: str = "", fix: str = "") -> dict[str, Any]:
+    """``values`` as a dict from names to ``what``, each passing ``ok``, or the explained error."""
+    out = mapping(values, f"{who}.{method}'s {what}", kind=f"a mapping from names to {what}",
+                  expected=f"a dict with str keys, e.g. {example}",
+                  fix=f"pass a dict, e.g. writer.{method}({before}{example})")
+    for name, value in out.items() if ok is not None else ():
+        if not ok(value):
+            shape = f" (shape {np.shape(value)})" if hasattr(value, "shape") else ""
+            raise ValueError(explain(f"{who}.{method}: the value of {name!r} cannot be written",
+                                     expected=expected, received=describe(value) + shape, fix=fix))
+    return out
 
 
 def _scalars(who: str, method: str, values: Any, before: str = "step, ") -> dict[str, Any]:
-    out = _mapping(who, method, values, "numbers", "{'loss': 0.5}", before)
-    for name, value in out.items():
-        if not is_number(value):
-            raise _bad_value(
-                who, method, name, value, "a number: a Python or numpy scalar, or a 0-d array",
-                "reduce arrays to one number first (jnp.mean(x)), or write them as histograms")
-    return out
+    return _checked(who, method, values, "numbers", "{'loss': 0.5}", before, is_number,
+                    "a number: a Python or numpy scalar, or a 0-d array",
+                    "reduce arrays to one number first (jnp.mean(x)), or write them as histograms")
 
 
 def as_uint8_images(name: str, image: np.ndarray) -> np.ndarray:
@@ -183,11 +178,9 @@ class Writer:
             ...     with gyre.TensorBoardWriter(logdir) as writer:
             ...         writer.write_histograms(0, {"w": np.arange(10.0)}, num_buckets=4)
         """
-        arrays = _mapping(self._who, "write_histograms", arrays, "arrays", "{'weights': w}")
-        for name, value in arrays.items():
-            if not hasattr(value, "shape") or not np.size(value) or not numeric_dtype(value.dtype):
-                raise _bad_value(self._who, "write_histograms", name, value, "a non-empty numeric array",
-                                 "pass a numpy or jax array of numbers")
+        arrays = _checked(self._who, "write_histograms", arrays, "arrays", "{'weights': w}",
+                          ok=lambda v: hasattr(v, "shape") and np.size(v) and numeric_dtype(v.dtype),
+                          expected="a non-empty numeric array", fix="pass a numpy or jax array of numbers")
         whole(num_buckets, f"{self._who}.write_histograms: num_buckets", minimum=1, none=True,
               expected="num_buckets=None (the writer's default) or an int such as 30",
               fix="pass num_buckets=30, or leave it out")
@@ -202,15 +195,11 @@ class Writer:
             ...     with gyre.TensorBoardWriter(logdir) as writer:
             ...         writer.write_images(0, {"noise": np.random.rand(8, 8, 3)})
         """
-        images = _mapping(self._who, "write_images", images, "images", "{'sample': image}")
-        for name, value in images.items():
-            shape = getattr(value, "shape", None)
-            if shape is None or len(shape) not in (3, 4) or shape[-1] not in (1, 3, 4):
-                raise _bad_value(
-                    self._who, "write_images", name, value,
-                    "an array of shape (height, width, channels) or (n, height, width, channels), "
-                    "channels 1, 3 or 4",
-                    "add a channel axis to a greyscale image: image[..., None]")
+        images = _checked(
+            self._who, "write_images", images, "images", "{'sample': image}",
+            ok=lambda v: len(getattr(v, "shape", ())) in (3, 4) and v.shape[-1] in (1, 3, 4),
+            expected="an array of shape (height, width, channels) or (n, height, width, channels), channels 1, 3 or 4",
+            fix="add a channel axis to a greyscale image: image[..., None]")
         self._submit("images", _step(self._who, step), images)
 
     def write_texts(self, step: int, texts: Mapping[str, str]) -> None:
@@ -224,10 +213,8 @@ class Writer:
             >>> out.getvalue()
             'step 2: note: hello\\n'
         """
-        texts = _mapping(self._who, "write_texts", texts, "strings", "{'note': 'hello'}")
-        for name, value in texts.items():
-            if not isinstance(value, str):
-                raise _bad_value(self._who, "write_texts", name, value, "a str", "pass str(value)")
+        texts = _checked(self._who, "write_texts", texts, "strings", "{'note': 'hello'}",
+                         ok=lambda v: isinstance(v, str), expected="a str", fix="pass str(value)")
         self._submit("texts", _step(self._who, step), texts)
 
     def write_hparams(self, params: Mapping[str, Any], metrics: Mapping[str, Any] | None = None) -> None:
@@ -243,7 +230,7 @@ class Writer:
             hparams: lr=0.1, layers=(2, 3)
             hparams metrics: accuracy=0.9
         """
-        params = _mapping(self._who, "write_hparams", params, "values", "{'learning_rate': 1e-3}", "")
+        params = _checked(self._who, "write_hparams", params, "values", "{'learning_rate': 1e-3}", "")
         params = {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in params.items()}
         found = None if metrics is None else _scalars(self._who, "write_hparams", metrics, "params, ")
         self._submit("hparams", params, found)
