@@ -106,22 +106,17 @@ class StatLoop(Loop):
                 self._step.compute_num_params(state)
             outputs[STAT_NUM_PARAMS] = getattr(self._step, "num_params", None) or int(sum(
                 np.size(x) for x in jax.tree_util.tree_leaves(getattr(state, "params", state))))
-        if STAT_NUM_FLOPS in names:
-            outputs[STAT_NUM_FLOPS] = getattr(self._step, "num_flops", None) or 0
-        if STAT_INIT_TIME in names:
-            outputs[STAT_INIT_TIME] = self._init_time
-        if STAT_BEGIN_TIME in names:
-            outputs[STAT_BEGIN_TIME] = self._begin_time
-        if STAT_LIFE_TIME_SECS in names:
-            outputs[STAT_LIFE_TIME_SECS] = now - self._init_time
-        seconds = max(now - self._begin_time, 1e-9)
-        if STAT_LOOP_TIME_SECS in names:
-            outputs[STAT_LOOP_TIME_SECS] = seconds
-        if speed is not None:
-            if STAT_STEPS_PER_SEC in names:
-                outputs[STAT_STEPS_PER_SEC] = speed
-            if STAT_EXAMPLES_PER_SEC in names and self._global_batch_size:
-                outputs[STAT_EXAMPLES_PER_SEC] = speed * self._global_batch_size
+        stats = {
+            STAT_NUM_FLOPS: getattr(self._step, "num_flops", None) or 0,
+            STAT_INIT_TIME: self._init_time,
+            STAT_BEGIN_TIME: self._begin_time,
+            STAT_LIFE_TIME_SECS: now - self._init_time,
+            STAT_LOOP_TIME_SECS: max(now - self._begin_time, 1e-9),
+            STAT_STEPS_PER_SEC: speed,
+            STAT_EXAMPLES_PER_SEC: None if speed is None or not self._global_batch_size
+            else speed * self._global_batch_size,
+        }
+        outputs.update({name: value for name, value in stats.items() if name in names and value is not None})
         return super().end(state, outputs)
 
 
