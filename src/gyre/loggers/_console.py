@@ -8,8 +8,9 @@ from typing import Any, TextIO
 from gyre.loggers._writer import Writer
 
 
-def _show(value: Any) -> str:
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
+def _pairs(values: dict[str, Any]) -> str:
+    """``name=value, ...``, floats to 6 significant digits."""
+    return ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
 
 
 class ConsoleWriter(Writer):
@@ -30,16 +31,16 @@ class ConsoleWriter(Writer):
         super().__init__()
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
-        print(f"step {step}: " + ", ".join(f"{k}={_show(v)}" for k, v in values.items()), file=self.file)
+        print(f"step {step}: {_pairs(values)}", file=self.file)
 
     def _texts(self, step: int, texts: dict[str, str]) -> None:
         for name, text in texts.items():
             print(f"step {step}: {name}: {text}", file=self.file)
 
     def _hparams(self, params: dict[str, Any], metrics: dict[str, float] | None) -> None:
-        print("hparams: " + ", ".join(f"{k}={_show(v)}" for k, v in params.items()), file=self.file)
+        print(f"hparams: {_pairs(params)}", file=self.file)
         if metrics:
-            print("hparams metrics: " + ", ".join(f"{k}={_show(v)}" for k, v in metrics.items()), file=self.file)
+            print(f"hparams metrics: {_pairs(metrics)}", file=self.file)
 
     def _flush(self) -> None:
         (self.file if self.file is not None else sys.stdout).flush()

@@ -136,8 +136,6 @@ class Writer:
     """
 
     kinds: ClassVar[frozenset[str]] = frozenset()
-    #: items the queue holds at most: a writer slower than the loop makes the caller wait
-    #: (each write waits for room) instead of letting memory grow without limit
     max_queued: ClassVar[int] = 10_000
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
