@@ -9,7 +9,7 @@ import os
 import time
 from typing import Any
 
-from gyre.core._checks import instance
+from gyre.core import _checks as checks
 from gyre.core._errors import describe, explain
 from gyre.jaxloop._actions import Action, Output, _step_of
 
@@ -47,9 +47,8 @@ class LocalFileStepNumberWriter(StepNumberWriter):
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__()
-        self.path = os.fspath(instance(
-            path, "path", (str, os.PathLike), problem="LocalFileStepNumberWriter needs a file path",
-            expected="a str or os.PathLike path", fix="pass LocalFileStepNumberWriter('runs/exp/step.txt')"))
+        self.path = checks.path(path, "LocalFileStepNumberWriter needs a file path", expected="a str or os.PathLike path",
+                                fix="pass LocalFileStepNumberWriter('runs/exp/step.txt')")
         self._replace("")
 
     def write(self, step_number: int) -> None:
