@@ -102,7 +102,7 @@ class Loop:
             expected="a gyre.Step (or a callable (state, batch, per_loop_step_number) -> (state, outputs))",
             fix="pass the step: TrainLoop(MyStep(key, model, optimizer=..., train=True))")
         # what run() sets for its steps (and leaves for those who read them after it)
-        self._last_steps, self._preempted = 0, False
+        self._preempted = False
         self._sizes: list[int] | None = None  # each step's examples: the weights of reduce_outputs
         self._pads: _Pads | None = None
 

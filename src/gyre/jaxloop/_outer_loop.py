@@ -246,7 +246,7 @@ class OuterLoop:
                 data = _as_iterator(train_dataset) if epochs else shared
                 ran_any = True
                 state, new_outputs = train(state, data, want)
-                ran = train._last_steps
+                ran = getattr(train, "_last_steps", want)  # a run() of your own may not count them
                 num_steps = loop_steps
                 if ran == 0:
                     _log.warning("train    | the training data ended at step %d, before step %d", step, total)
@@ -316,7 +316,7 @@ class OuterLoop:
             self._eval_counts[i] += 1
             raise
         self._eval_counts[i] += 1
-        if loop._last_steps == 0 and id(data) not in self._said_empty:
+        if getattr(loop, "_last_steps", 1) == 0 and id(data) not in self._said_empty:
             self._said_empty.add(id(data))
             _log.warning(
                 "eval     | %s read no batch: its data is exhausted (an iterator continues where the "

@@ -62,6 +62,7 @@ class StatLoop(Loop):
             expected="the examples per step over all devices (an int >= 1), or None (no examples_per_sec)",
             fix="pass global_batch_size=256, or leave it out")
         self._begin_time = 0.0
+        self._last_steps = 0
         self._speed = _Throughput()
 
     @property
