@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from gyre.core._errors import describe, explain
-from gyre.core._history import Block
 from gyre.loggers._writer import Writer
 
 
@@ -43,37 +42,13 @@ class MultiWriter(Writer):
         self.kinds = frozenset().union(*(w.kinds for w in writers))  # type: ignore[misc]
         super().__init__()
 
-    def _each(self, kind: str, call: Callable[[Writer], None]) -> None:
-        if self._closed:
-            self._submit(kind)  # raises: closed
-        targets = [w for w in self.writers if kind in w.kinds]
-        if not targets:
-            raise self._unsupported(kind)
-        for writer in targets:
-            call(writer)
-
-    def write_scalars(self, step: int, values: Mapping[str, Any]) -> None:
-        """:meth:`gyre.Writer.write_scalars` on each writer that writes scalars."""
-        self._each("scalars", lambda w: w.write_scalars(step, values))
-
-    def write_histograms(self, step: int, arrays: Mapping[str, Any], num_buckets: int | None = None) -> None:
-        """:meth:`gyre.Writer.write_histograms` on each writer that writes histograms."""
-        self._each("histograms", lambda w: w.write_histograms(step, arrays, num_buckets))
-
-    def write_images(self, step: int, images: Mapping[str, Any]) -> None:
-        """:meth:`gyre.Writer.write_images` on each writer that writes images."""
-        self._each("images", lambda w: w.write_images(step, images))
-
-    def write_texts(self, step: int, texts: Mapping[str, str]) -> None:
-        """:meth:`gyre.Writer.write_texts` on each writer that writes texts."""
-        self._each("texts", lambda w: w.write_texts(step, texts))
-
-    def write_hparams(self, params: Mapping[str, Any], metrics: Mapping[str, Any] | None = None) -> None:
-        """:meth:`gyre.Writer.write_hparams` on each writer that writes hyperparameters."""
-        self._each("hparams", lambda w: w.write_hparams(params, metrics))
-
-    def _write_block(self, block: Block, keep: Any = None) -> None:
-        self._each("scalars", lambda w: w._write_block(block, keep))
+    def _submit(self, kind: str, *args: Any, batched: bool = False) -> None:
+        # the values were checked once, by this writer's public method: each writer takes them as they are
+        if self._closed or kind not in self.kinds:
+            super()._submit(kind)  # raises: closed, or a kind none of them writes
+        for writer in self.writers:
+            if kind in writer.kinds:
+                writer._submit(kind, *args, batched=batched)
 
     def _all(self, method: str) -> None:
         first: BaseException | None = None
