@@ -90,9 +90,9 @@ def _checked(who: str, method: str, values: Any, what: str, example: str, before
 
 
 def _scalars(who: str, method: str, values: Any, before: str = "step, ") -> dict[str, Any]:
-    return _checked(who, method, values, "numbers", "{'loss': 0.5}", before, is_number,
-                    "a number: a Python or numpy scalar, or a 0-d array",
-                    "reduce arrays to one number first (jnp.mean(x)), or write them as histograms")
+    return _checked(who, method, values, "numbers", "{'loss': 0.5}", before, ok=is_number,
+                    expected="a number: a Python or numpy scalar, or a 0-d array",
+                    fix="reduce arrays to one number first (jnp.mean(x)), or write them as histograms")
 
 
 def as_uint8_images(name: str, image: np.ndarray) -> np.ndarray:
