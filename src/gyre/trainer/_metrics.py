@@ -175,9 +175,6 @@ def _weight(monoid: type[Metric], count: Any, default_count: Any) -> jax.Array:
     return jnp.where(jnp.asarray(count) > 0, 1.0, 0.0).astype(jnp.float32)
 
 
-def _merge_step(acc: Metric, value: jax.Array, weight: jax.Array) -> Metric:
-    return acc.merge(type(acc).from_value(value, weight))
-
 # -- the packed layout: metrics of one mode, shape and dtype are stacked in one monoid and
 # updated by one vmapped merge; all leaves travel in one flat vector per dtype (fewer buffers
 # and kernels per call). The layout is static; unpacking is slicing.
@@ -208,9 +205,7 @@ class _Layout:
         return self._hash
 
     def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        return (
+        return self is other or (
             isinstance(other, _Layout) and self._hash == other._hash
             and (self.groups, self.keys) == (other.groups, other.keys)
         )
@@ -344,7 +339,8 @@ class MetricAccumulator(struct.PyTreeNode):
                 value, count = self._step_value(key, group, specs, values)
                 stacked.append(value)
                 weights.append(_weight(group.monoid, count, default_count))
-            merged.append(jax.vmap(_merge_step)(monoid, jnp.stack(stacked), jnp.stack(weights)))
+            step = jax.vmap(group.monoid.from_value)(jnp.stack(stacked), jnp.stack(weights))
+            merged.append(jax.vmap(group.monoid.merge)(monoid, step))
         return self.replace(buffers=_pack(merged, self.layout))
 
     @staticmethod

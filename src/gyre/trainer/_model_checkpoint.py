@@ -16,12 +16,11 @@ from gyre.config._registry import register_callback
 from gyre.core._checks import whole
 from gyre.core._errors import explain, warn
 from gyre.engine._snapshot import Snapshot
-from gyre.trainer._callback import Callback
-from gyre.trainer._utility_callbacks import read_metric
+from gyre.trainer._utility_callbacks import _CleansUp, read_metric
 
 
 @register_callback
-class ModelCheckpoint(Callback):
+class ModelCheckpoint(_CleansUp):
     """Keeps the best ``save_top_k`` models by ``monitor`` (a validation metric).
 
     Args:
@@ -106,11 +105,8 @@ class ModelCheckpoint(Callback):
             store.delete_temporaries()  # a save the kill cut short
             store.reload()
 
-    def on_training_end(self) -> None:
-        if self._store is not None:
-            self._store.wait()
-
-    def finalize(self, status: str) -> None:
+    def _clean_up(self) -> None:
+        """Waits for the saves in flight."""
         if self._store is not None:
             self._store.wait()
 
@@ -135,8 +131,7 @@ class ModelCheckpoint(Callback):
         return read_model(self.store, step, state, self.save_optimizer_state)
 
     def state_dict(self) -> dict[str, Any]:
-        if self._store is not None:  # a resume checkpoint names only models already on disk
-            self._store.wait()
+        self._clean_up()  # a resume checkpoint names only models already on disk
         return {"ranked": [[v, s] for v, s in self.ranked]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

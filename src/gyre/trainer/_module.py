@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -47,29 +46,6 @@ def batch_part(batch: Any, keys: tuple[str, ...], position: int, what: str) -> A
         expected=f"an (inputs, targets) tuple, a dict with {keys[0]!r} or {keys[2]!r}, or a batch with "
     f".{keys[0]} (jax_trainer's SupervisedBatch)",
         received=describe(batch), fix=f"override batch_to_{what}(self, batch) in your trainer to return the {what}"))
-
-
-#: what a trainer without its loss function is told: (problem, expected, fix) by method
-_NO_LOSS = {
-    "loss_function": (
-        "the trainer has no loss function",
-        "a subclass of gyre.TrainerModule defining loss_function(self, model, batch, train) (nnx) or "
-        "loss_function_linen(self, params, state, batch, rng, train) (linen)",
-        "def loss_function(self, model, batch, train=True): ... return loss, {'acc': acc}"),
-    "loss_function_linen": (
-        "the trainer has no linen loss function",
-        "a subclass of gyre.TrainerModule defining loss_function_linen(self, params, state, batch, rng, train) "
-        "for a linen model",
-        "def loss_function_linen(self, params, state, batch, rng, train=True): logits, mutable = "
-        "self.model_linen_apply(params, state, batch[0], rng, train); ... return loss, (mutable, metrics)"),
-}
-
-
-def _no_loss(trainer: Any, method: str) -> NotImplementedError:
-    """The error of a trainer that lacks ``method``."""
-    problem, expected, fix = _NO_LOSS[method]
-    return NotImplementedError(explain(problem, expected=expected, received=f"{type(trainer).__name__} without it",
-                                       fix=fix))
 
 
 class TrainerState(TrainState):
@@ -172,7 +148,8 @@ class TrainerModule:
         from gyre.trainer._augment import forward_module
 
         self._adapter: Any = NNXModel(self.model) if mode == "nnx" else LinenModel(forward_module(self.model))
-        self.log_dir = Path(self.config.logger.log_dir or _default_log_dir())
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.log_dir = Path(self.config.logger.log_dir or Path("runs", stamp))
         self.callbacks = build_callbacks(self.config) + list(callbacks)
         self._specs: dict[str, Any] | None = None
         self._eval_specs: dict[str, Any] | None = None
@@ -239,7 +216,12 @@ class TrainerModule:
             Traceback (most recent call last):
             NotImplementedError: ...
         """
-        raise _no_loss(self, "loss_function")
+        raise NotImplementedError(explain(
+            "the trainer has no loss function",
+            expected="a subclass of gyre.TrainerModule defining loss_function(self, model, batch, train) (nnx) or "
+            "loss_function_linen(self, params, state, batch, rng, train) (linen)",
+            received=f"{type(self).__name__} without it",
+            fix="def loss_function(self, model, batch, train=True): ... return loss, {'acc': acc}"))
 
     def loss_function_linen(self, params: Any, state: Any, batch: Any, rng: jax.Array, train: bool = True) -> Any:
         """linen: ``loss`` or ``(loss, (mutable_variables, metrics))``; use
@@ -250,7 +232,13 @@ class TrainerModule:
             Traceback (most recent call last):
             NotImplementedError: ...
         """
-        raise _no_loss(self, "loss_function_linen")
+        raise NotImplementedError(explain(
+            "the trainer has no linen loss function",
+            expected="a subclass of gyre.TrainerModule defining loss_function_linen(self, params, state, batch, rng, "
+            "train) for a linen model",
+            received=f"{type(self).__name__} without it",
+            fix="def loss_function_linen(self, params, state, batch, rng, train=True): logits, mutable = "
+            "self.model_linen_apply(params, state, batch[0], rng, train); ... return loss, (mutable, metrics)"))
 
     def model_linen_apply(self, params: Any, state: Any, input: Any, rng: jax.Array, train: bool = True) -> tuple[Any, Any]:  # noqa: A002
         """Runs the linen model: ``(outputs, mutable_variables)``; ``rng`` is the dropout key.
@@ -590,7 +578,7 @@ class TrainerModule:
 
         Example: see :meth:`eval_model`.
         """
-        from gyre.trainer._training import named_loaders
+        from gyre.trainer._training import host_values, named_loaders
 
         self._require_state("test_model")
         loaders = named_loaders(test_loader, "test")
@@ -603,8 +591,6 @@ class TrainerModule:
         if apply_callbacks:
             for cb in self.callbacks:
                 cb.on_test_epoch_end(metrics, epoch_idx)
-        from gyre.trainer._training import host_values
-
         return host_values(metrics)
 
     @classmethod
@@ -637,7 +623,3 @@ class TrainerModule:
             self._files = EpochMetricFiles(self.log_dir)
         return self._files
 
-
-def _default_log_dir() -> str:
-    stamp = datetime.datetime.fromtimestamp(time.time()).strftime("%Y%m%d-%H%M%S")
-    return os.path.join("runs", stamp)

@@ -134,21 +134,12 @@ def run_steps_of(config: Any, dataset: Any) -> int | None:
     return None if not per_epoch else config.trainer.train_epochs * int(per_epoch)
 
 
-def _with_log_dir(config: Any, run_dir: Path) -> Any:
-    from gyre.config import config_to_dict, load_config
-
-    data = config_to_dict(config)
-    data["trainer"]["logger"]["log_dir"] = str(run_dir)
-    return load_config(data)
-
-
 def build_dataset(config: Any) -> Any:
     """The dataset of the config's ``dataset`` section, with its three loaders checked."""
-    from gyre.config import DATASETS, validate_component
+    from gyre.trainer._datasets import build_dataset_module
 
-    kwargs = validate_component("datasets", config.dataset, where="dataset")
+    dataset = build_dataset_module(config.dataset)
     name = config.dataset["class_name"]
-    dataset = DATASETS.get(name, where="dataset.class_name")(**kwargs)
     missing = [a for a in ("train_loader", "val_loader", "test_loader") if not hasattr(dataset, a)]
     if missing:
         raise TypeError(explain(
@@ -156,14 +147,6 @@ def build_dataset(config: Any) -> Any:
             expected="a registered dataset with train_loader, val_loader and test_loader attributes",
             received=f"{describe(dataset)}", fix=f"give {name} those attributes (see gyre.trainer.DigitsDataset)"))
     return dataset
-
-
-def build_trainer(config: Any) -> Any:
-    """The trainer of ``config.trainer.class_name``, built from the config."""
-    from gyre.config import TRAINERS
-
-    trainer_cls = TRAINERS.get(config.trainer.class_name, where="trainer.class_name")
-    return trainer_cls(config.trainer, config.model, config.optimizer, config=config)
 
 
 def run_config(
@@ -175,6 +158,8 @@ def run_config(
 ) -> RunResult:
     """Trains and tests what a config describes, in ``run_dir`` or a timestamped folder of ``out``
     (a ``ConfigError`` or :class:`RunError` comes before any training)."""
+    from gyre.config import TRAINERS, config_to_dict, dump_config, load_config, run_length
+
     config = resolve_config(source, overrides)
     made = None
     if run_dir is None and not config.trainer.logger.log_dir:  # None or "" (the fork's "no folder"); base_log_dir: jax_trainer's out
@@ -182,25 +167,27 @@ def run_config(
     logs = contextlib.ExitStack()  # the run's log file (trainer.logger.log_file_verbosity) and stderr threshold
     try:
         if run_dir is not None:
-            config = _with_log_dir(config, Path(run_dir))
+            data = config_to_dict(config)
+            data["trainer"]["logger"]["log_dir"] = str(run_dir)
+            config = load_config(data)
         folder = Path(config.trainer.logger.log_dir)
         if config.trainer.resume is None:
             _check_fresh(folder)
-            _write_config(folder, config)  # from now on a kill leaves a run gyre resume continues
+            folder.mkdir(parents=True, exist_ok=True)  # from now on a kill leaves a run gyre resume continues
+            (folder / "config.yaml").write_text(dump_config(config))
         log = logs.enter_context(run_logging(folder, file_level=config.trainer.logger.log_file_verbosity,
                                              stderr_level=config.trainer.logger.stderrthreshold))
         dataset = build_dataset(config)
-        from gyre.config import run_length
-
         with run_length(run_steps_of(config, dataset)):  # schedules without steps last the run
-            trainer = build_trainer(config)
+            trainer_cls = TRAINERS.get(config.trainer.class_name, where="trainer.class_name")
+            trainer = trainer_cls(config.trainer, config.model, config.optimizer, config=config)
     except Exception:
         logs.close()
         if made is not None and {p.name for p in made.iterdir()} <= {LOG_FILE, "config.yaml"}:
             shutil.rmtree(made)  # a run that could not start leaves no run folder behind
         raise
     _start_log(log, source, config, dataset)
-    kept = _kept_config(folder, config)
+    kept = _KeptConfig(folder / "config.yaml", config.trainer.resume is not None)
     start = time.perf_counter()
     try:
         outcome = trainer.train_model(dataset.train_loader, dataset.val_loader, dataset.test_loader)
@@ -257,8 +244,9 @@ def _end_log(log: Any, trainer: Any, config: Any, elapsed: Any, seconds: float, 
 class _KeptConfig:
     """A resumed run's ``config.yaml`` as it was, put back (with a note) when the resume fails."""
 
-    def __init__(self, path: Path, text: str | None) -> None:
-        self.path, self.text = path, text
+    def __init__(self, path: Path, resuming: bool) -> None:
+        self.path = path
+        self.text = path.read_text() if resuming and path.is_file() else None
 
     def restore(self, err: BaseException) -> None:
         if self.text is None:
@@ -268,19 +256,6 @@ class _KeptConfig:
             f"gyre: {self.path} is kept as the run wrote it; continue the run with its own "
             f"config: gyre resume {self.path.parent}"
         )
-
-
-def _kept_config(folder: Path, config: Any) -> _KeptConfig:
-    path = folder / "config.yaml"
-    resuming = config.trainer.resume is not None and path.is_file()
-    return _KeptConfig(path, path.read_text() if resuming else None)
-
-
-def _write_config(folder: Path, config: Any) -> None:
-    from gyre.config import dump_config
-
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(dump_config(config))
 
 
 def _check_fresh(folder: Path) -> None:
@@ -298,11 +273,7 @@ def _check_fresh(folder: Path) -> None:
 
 
 def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
-    out = {}
-    for key, value in metrics.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[key] = float(value)
-    return out
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def _write_test_file(folder: Path, test: Mapping[str, float], elapsed: Any) -> None:
