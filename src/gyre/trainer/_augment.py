@@ -295,9 +295,7 @@ def wrap_model(config: Any, model: Any, mode: str) -> tuple[Any, Any]:
 
 def forward_module(model: Any) -> Any:
     """The linen module a trainer runs: a linen augmentation's wrapped model, else ``model``."""
-    if isinstance(model, AugmentationLinen):
-        return model.wrapped_model
-    return model
+    return model.wrapped_model if isinstance(model, AugmentationLinen) else model
 
 
 def _takes_rng(method: Any) -> bool:

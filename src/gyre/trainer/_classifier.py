@@ -13,6 +13,7 @@ from flax import linen, nnx
 from pydantic import Field
 
 from gyre.config._registry import register_dataset, register_model, register_trainer
+from gyre.core._checks import whole
 from gyre.core._errors import describe, explain
 from gyre.trainer._config import TrainerModuleConfig
 from gyre.trainer._confusion import ConfusionMatrixCallback, confusion_matrix
@@ -320,11 +321,9 @@ class DigitsDataset:
             x, xt = x * 16.0, xt * 16.0
         if image_shape:
             x, xt = x.reshape(-1, 8, 8, 1), xt.reshape(-1, 8, 8, 1)
-        if isinstance(val_size, bool) or not isinstance(val_size, int) or not 0 < val_size < len(y):
-            raise ValueError(explain(
-                "DigitsDataset's val_size must leave training examples",
-                expected=f"a whole number in 1..{len(y) - 1}", received=describe(val_size),
-                fix="val_size: 200"))
+        val_size = whole(val_size, "val_size", minimum=1, maximum=len(y) - 1, fix="val_size: 200",
+                         problem="DigitsDataset's val_size must leave training examples",
+                         expected=f"a whole number in 1..{len(y) - 1}")
         train_idx, val_idx = stratified_split(y, test_size=val_size / len(y), seed=split_seed)
         self.global_batch_size = global_batch_size
         self.train_loader = batches((x[train_idx], y[train_idx]), global_batch_size, seed=split_seed)

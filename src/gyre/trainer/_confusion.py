@@ -148,17 +148,17 @@ class ConfusionMatrixCallback(Callback):
         folder = pathlib.Path(trainer.log_dir) / FOLDER
         folder.mkdir(parents=True, exist_ok=True)
         for key, matrix in zip(keys, fetch([metrics[k] for k in keys]), strict=True):  # one read
-            rgba = self._render(np.asarray(matrix, np.float64), key, epoch_idx)
             stem = key.rsplit("/", 1)[-1]
             name = phase if len(keys) == 1 else f"{phase}_{stem}"
-            _save_png(folder / f"{name}_epoch_{epoch_idx:04d}.png", rgba)
+            rgba = self._render(np.asarray(matrix, np.float64), key, epoch_idx,
+                                folder / f"{name}_epoch_{epoch_idx:04d}.png")
             images[f"{phase}/confusion_matrix" if len(keys) == 1 else f"{phase}/{stem}"] = rgba[..., :3]
         self._write("images", images)
 
-    def _render(self, matrix: np.ndarray, key: str, epoch_idx: int) -> np.ndarray:
-        """The picture as an (height, width, 4) uint8 RGBA array."""
+    def _render(self, matrix: np.ndarray, key: str, epoch_idx: int, path: pathlib.Path) -> np.ndarray:
+        """Draws the picture into the PNG ``path``; returns it as an (height, width, 4) uint8 RGBA array."""
         figure, agg = matplotlib_canvas("ConfusionMatrixCallback")
-        import matplotlib
+        import matplotlib.image
 
         try:
             cmap = matplotlib.colormaps[self.cmap]
@@ -189,7 +189,9 @@ class ConfusionMatrixCallback(Callback):
         ax.set_title(f"{key}, epoch {epoch_idx}")
         fig.tight_layout()
         canvas.draw()
-        return np.array(canvas.buffer_rgba(), dtype=np.uint8)
+        rgba = np.array(canvas.buffer_rgba(), dtype=np.uint8)
+        matplotlib.image.imsave(path, rgba, format="png")
+        return rgba
 
 
 def _normalize(matrix: np.ndarray) -> np.ndarray:
@@ -202,12 +204,6 @@ def _cell(value: float, fmt: str) -> str:
     if fmt.endswith(("d", "x", "X", "o", "b", "c")):
         return format(int(round(float(value))), fmt)
     return format(float(value), fmt)
-
-
-def _save_png(path: pathlib.Path, rgba: np.ndarray) -> None:
-    import matplotlib.image
-
-    matplotlib.image.imsave(path, rgba, format="png")
 
 
 def _bad(name: str, value: Any, expected: str, fix: str) -> str:

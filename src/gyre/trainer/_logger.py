@@ -205,28 +205,24 @@ class Logger:
         self, key: str, image: Any, step: int | None = None, log_postfix: str = "", logging_mode: str | None = None
     ) -> None:
         """Writes an image (HWC) at ``step`` (default: the global step)."""
-        self.logger.log_image(
-            key=key, image=np.asarray(jax.device_get(image)),
-            step=self.full_step_counter if step is None else step,
-            log_postfix=log_postfix, logging_mode=self.logging_mode if logging_mode is None else logging_mode,
-        )
+        self.logger.log_image(key=key, image=np.asarray(jax.device_get(image)),
+                              **self._at(step, log_postfix, logging_mode))
 
     def log_figure(
         self, key: str, figure: Any, step: int | None = None, log_postfix: str = "", logging_mode: str | None = None
     ) -> None:
         """Writes a matplotlib figure at ``step`` (default: the global step)."""
-        self.logger.log_figure(
-            key, figure=figure, step=self.full_step_counter if step is None else step,
-            log_postfix=log_postfix, logging_mode=self.logging_mode if logging_mode is None else logging_mode,
-        )
+        self.logger.log_figure(key, figure=figure, **self._at(step, log_postfix, logging_mode))
 
     def log_embedding(
         self, key: str, encodings: Any, step: int | None = None, metadata: Any = None, images: Any = None,
         log_postfix: str = "", logging_mode: str | None = None,
     ) -> None:
         """Writes an embedding for TensorBoard's projector (see :class:`ToolLoggerInterface`)."""
-        self.logger.log_embedding(
-            key, encodings=encodings, metadata=metadata, label_img=images,
-            step=self.full_step_counter if step is None else step,
-            log_postfix=log_postfix, logging_mode=self.logging_mode if logging_mode is None else logging_mode,
-        )
+        self.logger.log_embedding(key, encodings=encodings, metadata=metadata, label_img=images,
+                                  **self._at(step, log_postfix, logging_mode))
+
+    def _at(self, step: int | None, log_postfix: str, logging_mode: str | None) -> dict[str, Any]:
+        """Where a media call writes: ``step`` and ``logging_mode`` default to the logger's own."""
+        return {"step": self.full_step_counter if step is None else step, "log_postfix": log_postfix,
+                "logging_mode": self.logging_mode if logging_mode is None else logging_mode}
