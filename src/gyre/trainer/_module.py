@@ -111,6 +111,7 @@ class TrainerModule:
         **options: Any,
     ) -> None:
         from gyre.config import TrainerConfig
+        from gyre.trainer._augment import forward_module, wrap_model
         from gyre.trainer._setup import (
             build_callbacks,
             build_model,
@@ -139,20 +140,15 @@ class TrainerModule:
                 received=f"model_mode={self.config.model_mode!r}, model {type(self.model).__name__}",
                 fix=f"set trainer.model_mode: {mode}"))
         self.model_mode = mode
-        from gyre.trainer._augment import wrap_model
-
         self.model, self.preprocessing = wrap_model(self.config, self.model, mode)
         check_user_methods(self, TrainerModule, mode)
         # a linen augmentation is initialised and run as the fork does: its wrapped model
         # alone (the fork's apply_fn), the augmentation's own __call__ never called
-        from gyre.trainer._augment import forward_module
-
         self._adapter: Any = NNXModel(self.model) if mode == "nnx" else LinenModel(forward_module(self.model))
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.log_dir = Path(self.config.logger.log_dir or Path("runs", stamp))
         self.callbacks = build_callbacks(self.config) + list(callbacks)
         self._specs: dict[str, Any] | None = None
-        self._eval_specs: dict[str, Any] | None = None
         self._writer: Any = None
         self._files: Any = None
         self._compiled: dict[str, Any] = {}

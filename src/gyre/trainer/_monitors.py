@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gyre.callbacks._monitor import check_name
 from gyre.config._registry import register_callback
 from gyre.core._checks import instance, real
 from gyre.core._errors import ExplainedKeyError, describe, explain, warn
@@ -127,11 +128,8 @@ class GradientSpikeMonitor(Callback):
                               expected="a number > 0", fix="pass threshold=3.0")
         instance(log_to_disk, "log_to_disk", bool, problem="GradientSpikeMonitor: bad log_to_disk",
                  expected="True or False", fix="pass log_to_disk=True")
-        if not isinstance(metric, str) or not metric:
-            raise TypeError(explain("GradientSpikeMonitor: bad metric", expected="the name of a step metric, e.g. 'grad_norm'",
-                                    received=describe(metric), fix="pass metric='grad_norm'"))
+        self.metric = check_name(metric, "GradientSpikeMonitor: bad metric", "'grad_norm'", "pass metric='grad_norm'")
         self.log_to_disk = log_to_disk
-        self.metric = metric
         self._key: str | None = None  # the step metric's key, found at the first step
         self._consts = (jnp.float32(self.ema_decay), jnp.float32(self.threshold))
         self._zero = jnp.zeros((), jnp.int32)
