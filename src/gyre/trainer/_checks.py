@@ -38,18 +38,17 @@ def check_user_methods(trainer: Any, base: type, mode: str) -> None:
     for method in (name, "batch_to_input"):
         fn = getattr(trainer, method)
         args = CALLS[method]
+        # the loss function as the compiled step calls it: train by keyword
+        positional, keywords = (args[:-1], {"train": True}) if method == name else (args, {})
         try:
-            if method == name:
-                inspect.signature(fn).bind(*args[:-1], train=True)  # as the compiled step calls it
-            else:
-                inspect.signature(fn).bind(*args)
+            inspect.signature(fn).bind(*positional, **keywords)
         except TypeError as err:
             raise TypeError(
                 explain(
-                    f"{cls.__name__}.{method} cannot take the trainer's arguments ({', '.join(CALLS[method])})",
-                    expected=f"def {method}(self, {', '.join(CALLS[method])}{'=True' if method == name else ''})",
+                    f"{cls.__name__}.{method} cannot take the trainer's arguments ({', '.join(args)})",
+                    expected=f"def {method}(self, {', '.join(args)}{'=True' if keywords else ''})",
                     received=f"def {method}{inspect.signature(fn)} ({err})",
-                    fix=f"give {method} the parameters {', '.join(CALLS[method])}",
+                    fix=f"give {method} the parameters {', '.join(args)}",
                 )
             ) from None
         except ValueError:  # no signature to read (a builtin): trust it

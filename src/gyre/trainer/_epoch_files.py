@@ -18,7 +18,7 @@ from gyre.core._errors import describe, explain
 from gyre.loggers import Writer
 from gyre.trainer._metrics import is_scalar
 
-_PHASE = re.compile(r"^[a-z][a-z0-9_]*$")
+PHASE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")  # a phase, or a named loader's mode (val_ood)
 _RESERVED = ("epoch", "step")
 
 
@@ -56,7 +56,7 @@ class EpochMetricFiles(Writer):
                 one named ``"epoch"`` or ``"step"``.
             WriterError: an earlier file failed on the writer's thread.
         """
-        if not isinstance(phase, str) or not _PHASE.match(phase):
+        if not isinstance(phase, str) or not PHASE_NAME.match(phase):
             raise ValueError(explain(
                 "EpochMetricFiles.write: the phase names the file",
                 expected="a lowercase name such as 'train', 'val' or 'test'", received=describe(phase),

@@ -54,10 +54,13 @@ def _nnx_table(model: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def tabulate(trainer: Any, exmp_input: Any) -> dict[str, str]:
-    """The model's summary (``model.txt``) and its parameters (``params.txt``)."""
+def write_tabulation(trainer: Any, exmp_input: Any) -> None:
+    """Writes the model's summary (``model.txt``) and its parameters (``params.txt``) into the
+    trainer's run folder (process 0 only)."""
     from flax import linen
 
+    if jax.process_index() != 0:
+        return
     state = trainer.state
     lines = [f"{parameter_path(p)}: {tuple(np.shape(x))} {jnp.result_type(x)}"
              for p, x in jax.tree_util.tree_flatten_with_path(state.params)[0]]
@@ -69,13 +72,6 @@ def tabulate(trainer: Any, exmp_input: Any) -> dict[str, str]:
             table = linen.tabulate(trainer.model, jax.random.key(0), depth=3)(exmp_input)
         except Exception as err:  # a summary must never stop a run: the file says why it is short
             table = f"(flax could not tabulate this model: {type(err).__name__}: {err})\n{trainer.model!r}"
-    return {"model.txt": str(table), "params.txt": "\n".join(lines) + "\n"}
-
-
-def write_tabulation(trainer: Any, exmp_input: Any) -> None:
-    """Writes :func:`tabulate`'s files into the trainer's run folder (process 0 only)."""
-    if jax.process_index() != 0:
-        return
     os.makedirs(trainer.log_dir, exist_ok=True)
-    for name, text in tabulate(trainer, exmp_input).items():
-        (trainer.log_dir / name).write_text(text)
+    (trainer.log_dir / "model.txt").write_text(str(table))
+    (trainer.log_dir / "params.txt").write_text("\n".join(lines) + "\n")

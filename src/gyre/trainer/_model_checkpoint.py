@@ -188,8 +188,6 @@ def _find(path: str | os.PathLike[str]) -> tuple[Path, int | None]:
 def find_checkpoint(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any = None,
                     **given: Any) -> tuple[Any, Store, int, Any]:
     """``(trainer, store, step, example input)`` of the model checkpoint ``path`` names (the best)."""
-    from gyre.config import TRAINERS
-
     folder, step = _find(path)
     store = Store(str(folder), read_only=True)
     if step is None:
@@ -203,7 +201,7 @@ def find_checkpoint(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any 
         scores = {s: score(mode, store.read_record(s).get("meta", {}).get("value")) for s in steps}
         step = max(scores, key=scores.__getitem__) if max(scores.values()) > -math.inf else max(steps)
     meta = store.read_record(step).get("meta", {})
-    trainer = _rebuild(cls, TRAINERS, meta.get("config") or {}, given)
+    trainer = _rebuild(cls, meta.get("config") or {}, given)
     if exmp_batch is None and meta.get("input"):
         import numpy as np
 
@@ -211,16 +209,16 @@ def find_checkpoint(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any 
     return trainer, store, step, None if exmp_batch is None else trainer.batch_to_input(exmp_batch)
 
 
-def _rebuild(cls: type, trainers: Any, config: dict[str, Any], given: dict[str, Any]) -> Any:
-    from gyre.config import load_config
+def _rebuild(cls: type, config: dict[str, Any], given: dict[str, Any]) -> Any:
+    from gyre.config import TRAINERS, load_config
 
     if all(k in config for k in ("trainer", "model", "optimizer", "dataset")):
         full = load_config(config)
         name = full.trainer.class_name
-        trainer_cls = trainers.get(name, where="trainer.class_name") if name in trainers else cls
+        trainer_cls = TRAINERS.get(name, where="trainer.class_name") if name in TRAINERS else cls
         return trainer_cls(full.trainer, full.model, full.optimizer, config=full, **given)
     name = config.get("trainer_class")
-    trainer_cls = trainers.get(name) if isinstance(name, str) and name in trainers and cls.__name__ == "TrainerModule" else cls
+    trainer_cls = TRAINERS.get(name) if isinstance(name, str) and name in TRAINERS and cls.__name__ == "TrainerModule" else cls
     missing = [k for k in ("model", "optimizer") if config.get(k) is None and k not in given]
     if missing:
         raise TypeError(explain(

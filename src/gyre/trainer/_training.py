@@ -4,7 +4,6 @@ checkpoint's test, the stored config (the run itself: :mod:`gyre.trainer._hooks`
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,8 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from gyre.core._errors import describe, explain, warn
-
-_MODE = re.compile(r"^[a-z][a-z0-9_]*$")
+from gyre.trainer._epoch_files import PHASE_NAME
 
 
 def named_loaders(loader: Any, phase: str) -> list[tuple[str, Any]]:
@@ -24,7 +22,7 @@ def named_loaders(loader: Any, phase: str) -> list[tuple[str, Any]]:
         return []
     if not isinstance(loader, Mapping):
         return [(phase, loader)]
-    bad = [k for k, v in loader.items() if not isinstance(k, str) or not _MODE.match(f"{phase}_{k}")
+    bad = [k for k, v in loader.items() if not isinstance(k, str) or not PHASE_NAME.match(f"{phase}_{k}")
            or hasattr(v, "shape") or not hasattr(v, "__iter__")]
     if not loader or bad:
         raise TypeError(explain(
