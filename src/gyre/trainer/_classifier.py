@@ -51,9 +51,7 @@ def classification_metrics(
         loss = jnp.sum(jnp.where(mask, losses, 0)) / real
         acc = jnp.sum(jnp.where(mask, correct, False)) / real
     metrics: dict[str, Any] = {"acc": acc}
-    if conf_matrix is None:
-        conf_matrix = bool(num_classes)
-    if conf_matrix:
+    if conf_matrix or (conf_matrix is None and num_classes):
         counted = labels if mask is None else jnp.where(mask, labels, -1)  # -1: not counted
         matrix = confusion_matrix(counted, logits.argmax(-1), num_classes or logits.shape[-1])
         metrics["conf_matrix"] = {"value": matrix, "mode": "sum", "log_freq": "epoch", "log_mode": "eval"}
@@ -96,9 +94,8 @@ class ImgClassifierTrainer(TrainerModule):
 
     def _conf_matrix(self, train: bool) -> bool:
         """Whether to compute a confusion matrix (evaluation only)."""
-        if train:
-            return False
-        return bool(self._num_classes()) or any(isinstance(cb, ConfusionMatrixCallback) for cb in self.callbacks)
+        return not train and (bool(self._num_classes())
+                              or any(isinstance(cb, ConfusionMatrixCallback) for cb in self.callbacks))
 
 
 class ImgClassifierConfig(TrainerModuleConfig):
