@@ -145,15 +145,19 @@ class TrainingRun:
             for cb in t.callbacks:
                 cb.on_validation_epoch_end(val, epoch)
             logged.update(val)
-        self.files.write("train", epoch, elapsed.steps, scalars_for_writers(train, self.specs))
-        for mode, metrics in evals.items():  # one file per validation loader
-            self.files.write(mode, epoch, elapsed.steps, scalars_for_writers(metrics, self.builder.eval_specs_cached))
+        self._write_files(elapsed.steps, epoch, train, evals)
         logs = self._logs(scalars_for_writers(logged, {**self.specs, **self.builder.eval_specs_cached}), "epoch")
         logs = logs.add_metric("epoch", epoch)  # the epoch beside the global step, for every series
         if self.stop_reason:
             loop.request_stop(self.stop_reason)
         self._epoch_start = time.perf_counter()
         return logs, state.replace(extras={**state.extras, EPOCH: fresh})
+
+    def _write_files(self, step: int, epoch: int, train: dict[str, Any], evals: dict[str, Any]) -> None:
+        """The epoch's files: ``train``, and one per validation loader (``evals``: mode -> metrics)."""
+        self.files.write("train", epoch, step, scalars_for_writers(train, self.specs))
+        for mode, metrics in evals.items():
+            self.files.write(mode, epoch, step, scalars_for_writers(metrics, self.builder.eval_specs_cached))
 
     def on_train_end(self) -> None:
         for cb in self.trainer.callbacks:
