@@ -201,12 +201,10 @@ def run_config(
         if history is not None:
             history.to_csv(str(folder / "history.csv"))
             plot_curves(history, folder / "curves.png", title=folder.name, **_monitored(config))
-    except FloatingPointError as err:  # gyre.NonFiniteError: the checkpoints hold the last good state
-        kept.restore(err)
-        err.add_note(f"run folder: {folder}")
-        raise
     except BaseException as err:
         kept.restore(err)
+        if isinstance(err, FloatingPointError):  # gyre.NonFiniteError: the checkpoints hold the last good state
+            err.add_note(f"run folder: {folder}")
         raise
     finally:
         trainer.close_writer()
