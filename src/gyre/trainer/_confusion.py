@@ -93,8 +93,8 @@ class ConfusionMatrixCallback(Callback):
         every_n_epochs: int = 1,
     ) -> None:
         super().__init__(every_n_epochs=every_n_epochs)
-        instance(normalize, "normalize", bool, problem="ConfusionMatrixCallback: bad normalize",
-                 expected="True or False", fix="pass normalize=True")
+        self.normalize = instance(normalize, "normalize", bool, problem="ConfusionMatrixCallback: bad normalize",
+                                  expected="True or False", fix="pass normalize=True")
         if not isinstance(cmap, str) or not cmap:
             raise TypeError(_bad("cmap", cmap, "a matplotlib colormap name, e.g. 'Blues'", "pass cmap='Blues'"))
         size = tuple(figsize) if isinstance(figsize, (tuple, list)) else None
@@ -103,19 +103,17 @@ class ConfusionMatrixCallback(Callback):
         ):
             raise ValueError(_bad("figsize", figsize, "(width, height) in inches, two numbers > 0",
                                   "pass figsize=(8, 8)"))
-        dpi = whole(dpi, "dpi", minimum=1, maximum=2000, problem="ConfusionMatrixCallback: bad dpi",
-                    expected="a whole number from 1 to 2000", fix="pass dpi=100")
+        self.dpi = whole(dpi, "dpi", minimum=1, maximum=2000, problem="ConfusionMatrixCallback: bad dpi",
+                         expected="a whole number from 1 to 2000", fix="pass dpi=100")
         fmt = format if format is not None else (".2f" if normalize else "d")
         try:
             _cell(1.0, fmt)
         except (TypeError, ValueError) as err:
             raise ValueError(_bad("format", format, "a format spec for one number, e.g. '.2f' or 'd'",
                                   "pass format='.2f', or leave it out")) from err
-        self.normalize = normalize
         self.cmap = cmap
         self.figsize = (float(size[0]), float(size[1]))
         self.format = fmt
-        self.dpi = int(dpi)
 
     def on_filtered_validation_epoch_end(self, eval_metrics: dict[str, Any], epoch_idx: int) -> None:
         """Draws the validation matrix."""

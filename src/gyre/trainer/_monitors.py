@@ -126,10 +126,9 @@ class GradientSpikeMonitor(Callback):
                               expected="a number in [0, 1)", fix="pass ema_decay=0.99")
         self.threshold = real(threshold, "threshold", above=0.0, problem="GradientSpikeMonitor: bad threshold",
                               expected="a number > 0", fix="pass threshold=3.0")
-        instance(log_to_disk, "log_to_disk", bool, problem="GradientSpikeMonitor: bad log_to_disk",
-                 expected="True or False", fix="pass log_to_disk=True")
+        self.log_to_disk = instance(log_to_disk, "log_to_disk", bool, problem="GradientSpikeMonitor: bad log_to_disk",
+                                    expected="True or False", fix="pass log_to_disk=True")
         self.metric = check_name(metric, "GradientSpikeMonitor: bad metric", "'grad_norm'", "pass metric='grad_norm'")
-        self.log_to_disk = log_to_disk
         self._key: str | None = None  # the step metric's key, found at the first step
         self._consts = (jnp.float32(self.ema_decay), jnp.float32(self.threshold))
         self._zero = jnp.zeros((), jnp.int32)
