@@ -133,7 +133,9 @@ class TrainerModule:
         # a schedule that lasts "the run" is built when train_model knows the run's length
         self.optimizer = optimizer if optimizer is not None else build_optimizer_of(optimizer_config, deferred=True)
         mode = model_mode_of(self.model)
-        if mode != self.config.model_mode and "model_mode" in self._given(trainer_config, options):
+        given = set(options) | set(trainer_config if isinstance(trainer_config, Mapping)
+                                   else getattr(trainer_config, "model_fields_set", ()))
+        if mode != self.config.model_mode and "model_mode" in given:
             raise ValueError(explain(
                 f"model_mode is {self.config.model_mode!r} but the model is a {mode} module",
                 expected=f"model_mode={mode!r} for this model",
@@ -166,15 +168,6 @@ class TrainerModule:
     def trainer_config(self) -> Any:
         """The trainer's config (jax_trainer's name for :attr:`config`)."""
         return self.config
-
-    @staticmethod
-    def _given(trainer_config: Any, options: Mapping[str, Any]) -> set[str]:
-        keys = set(options)
-        if isinstance(trainer_config, Mapping):
-            keys |= set(trainer_config)
-        elif trainer_config is not None:
-            keys |= set(getattr(trainer_config, "model_fields_set", ()))
-        return keys
 
     # -- what a subclass writes ---------------------------------------------------------------
 
