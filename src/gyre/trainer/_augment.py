@@ -6,6 +6,7 @@ variables: its wrapped model is initialised and run alone, as in the fork."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -300,8 +301,6 @@ def forward_module(model: Any) -> Any:
 
 def _takes_rng(method: Any) -> bool:
     """Whether a linen ``augment`` takes the fork's ``rng=`` keyword (named, or ``**kwargs``)."""
-    import inspect
-
     try:
         params = inspect.signature(method).parameters.values()
     except (TypeError, ValueError):

@@ -9,6 +9,7 @@ import contextlib
 import datetime as _dt
 import math
 import os
+import random
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, warn
 from gyre.trainer._curves import plot_curves
 from gyre.trainer._run_log import LOG_FILE, run_logging
 
@@ -218,8 +219,6 @@ def run_config(
 
 def _start_log(log: Any, source: Any, config: Any, dataset: Any) -> None:
     """Seeds Python's and numpy's global generators with the config's ``seed``, and logs the run."""
-    import random
-
     import numpy as np
 
     random.seed(config.seed)
@@ -312,8 +311,6 @@ def find_run_dir(path: str | os.PathLike[str]) -> Path:
 
 def resume_run(run: str | os.PathLike[str], *, quiet: bool = False) -> RunResult:
     """Continues the stopped run ``run`` from its newest resume checkpoint, with its own config."""
-    from gyre.core._errors import warn
-
     folder = find_run_dir(run)
     resume = folder / "resume"
     if not resume.is_dir() or not any(p.name.isdigit() for p in resume.iterdir()):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -110,8 +111,6 @@ def build_callbacks(config: Any) -> list[Any]:
 
 def build_writer(config: Any, log_dir: Path) -> Any:
     """The writer of ``logger.tool_config`` (default TensorBoard, or CSV without tensorboardX)."""
-    import importlib.util
-
     from gyre.loggers import CSVWriter, TensorBoardWriter
 
     tool = config.logger.tool_config
