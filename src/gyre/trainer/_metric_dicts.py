@@ -16,20 +16,18 @@ from flax.core import FrozenDict, freeze, unfreeze
 
 from gyre.core._errors import describe, explain
 from gyre.core.metrics import Mean, Metric, Std, Sum
-from gyre.trainer._metrics import MONOIDS
+from gyre.trainer._metrics import FREQ_MODES, MONOIDS, PHASE_MODES
 from gyre.trainer._modes import LogFreq, LogMetricMode, LogMode, MetricSpec, parse_metrics
 
 _KEYS = ("value", "count", "mode")
 
 
-def _kept(spec: MetricSpec, train: bool) -> list[tuple[LogFreq, str]]:
-    """The entries a metric feeds in this phase: ``(frequency, postfix)`` pairs."""
-    if train:
-        if spec.log_mode not in (LogMode.TRAIN, LogMode.ANY):
-            return []
-        return [(freq, freq.value) for freq in (LogFreq.STEP, LogFreq.EPOCH)
-                if spec.log_freq in (LogFreq.ANY, freq)]
-    return [] if spec.log_mode is LogMode.TRAIN else [(LogFreq.EPOCH, "epoch")]
+def _kept(spec: MetricSpec, train: bool) -> list[LogFreq]:
+    """The frequencies of the entries a metric feeds in this phase (evaluation: ``epoch``)."""
+    if not train:
+        return [] if spec.log_mode is LogMode.TRAIN else [LogFreq.EPOCH]
+    return [freq for freq in (LogFreq.STEP, LogFreq.EPOCH)
+            if spec.log_mode in PHASE_MODES["train"] and spec.log_freq in FREQ_MODES[freq.value]]
 
 
 def _fold(
@@ -82,8 +80,8 @@ def update_metrics(
     entries = {} if global_metrics is None else dict(unfreeze(global_metrics))
     for name, spec in specs.items():
         value, count = values[name]
-        for freq, postfix in _kept(spec, bool(train)):
-            key = f"{name}_{postfix}"
+        for freq in _kept(spec, bool(train)):
+            key = f"{name}_{freq.value}"
             entries[key] = _fold(entries.get(key), spec, freq, value, count, batch_size)
     return freeze(entries)
 

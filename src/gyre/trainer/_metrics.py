@@ -27,12 +27,13 @@ from gyre.trainer._modes import LogFreq, LogMetricMode, LogMode, MetricSpec, is_
 
 PHASES = ("train", "val", "test")
 FREQS = ("step", "epoch")
-_PHASE_MODES = {
+#: the log_mode values each phase logs, and the log_freq values each frequency logs
+PHASE_MODES = {
     "train": {LogMode.TRAIN, LogMode.ANY},
     "val": {LogMode.VAL, LogMode.EVAL, LogMode.ANY},
     "test": {LogMode.TEST, LogMode.EVAL, LogMode.ANY},
 }
-_FREQ_MODES = {"step": {LogFreq.STEP, LogFreq.ANY}, "epoch": {LogFreq.EPOCH, LogFreq.ANY}}
+FREQ_MODES = {"step": {LogFreq.STEP, LogFreq.ANY}, "epoch": {LogFreq.EPOCH, LogFreq.ANY}}
 
 
 def _missing(key: str, what: str) -> ExplainedKeyError:
@@ -81,9 +82,9 @@ def metric_names(
     owner: dict[str, str] = {}
     reserved = time_name(phase)
     for key, spec in specs.items():
-        if spec.log_mode not in _PHASE_MODES[phase]:
+        if spec.log_mode not in PHASE_MODES[phase]:
             continue
-        if phase == "train" and spec.log_freq not in _FREQ_MODES[freq]:
+        if phase == "train" and spec.log_freq not in FREQ_MODES[freq]:
             continue
         name = logged_name(key, phase, freq)
         if name == reserved or name in owner:
