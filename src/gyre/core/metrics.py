@@ -61,10 +61,12 @@ def _array(value: Any, metric: str, what: str = "value") -> jax.Array:
 
 def _count(count: Any, metric: str) -> jax.Array:
     """A step's count as a float32 scalar."""
-    return scalar(_array(count, metric, "count").astype(_F32), "count", problem=f"{metric}.from_value takes one count per value",
-                  expected="count= a number or a 0-d array (e.g. the batch size)",
-                  fix="pass the step's total weight, e.g. count=batch_size; for a column of steps use "
-                  "from_stacked(values, counts)")
+    return scalar(
+        _array(count, metric, "count").astype(_F32), "count",
+        problem=f"{metric}.from_value takes one count per value",
+        expected="count= a number or a 0-d array (e.g. the batch size)",
+        fix="pass the step's total weight, e.g. count=batch_size; for a column of steps use "
+        "from_stacked(values, counts)")
 
 
 def _column(values: Any, counts: Any, metric: str) -> tuple[jax.Array, jax.Array, jax.Array]:
