@@ -139,11 +139,6 @@ def AdamW(  # noqa: N802 (config class names)
 
     ``weight_decay`` is a rate for every parameter, or a ``WeightDecay`` section (``value`` and
     regex mask; ``class_name`` may be left out).
-
-    Example:
-        >>> tx = AdamW(learning_rate=1e-3, weight_decay={"value": 0.01, "parameter_regex_include": "kernel$"})
-        >>> type(tx).__name__
-        'GradientTransformationExtraArgs'
     """
     decay, mask = _weight_decay(weight_decay)
     adam, nesterov = _adam(b1, b2, eps, eps_root), flag("nesterov", nesterov)
@@ -164,15 +159,7 @@ def Adam(  # noqa: N802
     transforms: TransformsConfig = (),
     log_learning_rate: bool = True,
 ) -> optax.GradientTransformation:
-    """Adam (``optax.adam``).
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> tx = Adam(learning_rate=0.5)
-        >>> p = {"w": jnp.zeros(2)}
-        >>> [round(x, 4) for x in tx.update({"w": jnp.array([2.0, -3.0])}, tx.init(p), p)[0]["w"].tolist()]
-        [-0.5, 0.5]
-    """
+    """Adam (``optax.adam``)."""
     adam, nesterov = _adam(b1, b2, eps, eps_root), flag("nesterov", nesterov)
     return assemble_optimizer(lambda lr: optax.adam(lr, **adam, nesterov=nesterov), learning_rate=learning_rate,
                               transforms=transforms, log_learning_rate=log_learning_rate)
@@ -186,18 +173,7 @@ def SGD(  # noqa: N802
     transforms: TransformsConfig = (),
     log_learning_rate: bool = True,
 ) -> optax.GradientTransformation:
-    """Stochastic gradient descent (``optax.sgd``); ``momentum`` 0 or ``null`` keeps no momentum
-    state.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> tx = SGD(learning_rate=0.5, momentum=0.5)
-        >>> p, g = {"w": jnp.zeros(1)}, {"w": jnp.ones(1)}
-        >>> u1, s = tx.update(g, tx.init(p), p)
-        >>> u2, s = tx.update(g, s, p)
-        >>> u1["w"].tolist(), u2["w"].tolist()
-        ([-0.5], [-0.75])
-    """
+    """Stochastic gradient descent (``optax.sgd``); ``momentum`` 0 or ``null`` keeps no momentum state."""
     beta = 0.0 if momentum is None else _beta("momentum", momentum)
     nesterov = flag("nesterov", nesterov)
     if nesterov and beta == 0.0:
@@ -225,14 +201,6 @@ def Lamb(  # noqa: N802
 
     ``weight_decay`` as in :func:`AdamW`; left out, a ``WeightDecay`` of 0 with its default mask
     (paths ending in ``weight`` or ``kernel``); a number decays, and trust-ratios, every parameter.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> tx = Lamb(learning_rate=0.1)
-        >>> p = {"bias": jnp.full(2, 3.0), "kernel": jnp.full(2, 3.0)}
-        >>> u, _ = tx.update({"bias": jnp.full(2, 2.0), "kernel": jnp.full(2, 2.0)}, tx.init(p), p)
-        >>> [round(x, 4) for x in u["bias"].tolist()], [round(x, 4) for x in u["kernel"].tolist()]
-        ([-0.1, -0.1], [-0.3, -0.3])
     """
     decay, mask = _weight_decay({"value": 0.0} if weight_decay is None else weight_decay)
     adam = _adam(b1, b2, eps, eps_root)

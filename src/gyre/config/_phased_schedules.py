@@ -30,15 +30,6 @@ def ExponentialSchedule(  # noqa: N802
     step; ``staircase`` floors the exponent), or reaches exactly ``init_value * end_factor``
     (or ``end_value``) at its end; the cooldown is the last ``cooldown_steps`` before ``steps``.
     With ``steps`` the value holds past it. ``warmup_steps + cooldown_steps > steps`` is an error.
-
-    Example:
-        >>> s = ExponentialSchedule(init_value=1.0, end_factor=0.25, warmup_steps=2,
-        ...                         cooldown_steps=4, steps=12)
-        >>> [float(s(i)) for i in (0, 1, 2, 8, 10, 12, 20)]
-        [0.0, 0.5, 1.0, 0.25, 0.125, 0.0, 0.0]
-        >>> s = ExponentialSchedule(init_value=0.1, decay_rate=0.1, steps=100)
-        >>> [round(float(s(i)), 4) for i in (0, 50, 100)]
-        [0.1, 0.0316, 0.01]
     """
     name = "ExponentialSchedule"
     init = real("init_value", init_value)
@@ -135,12 +126,6 @@ def WarmupCosineDecaySchedule(  # noqa: N802
     ``decay_steps`` excludes the warmup (jax_trainer's meaning, not optax's); give ``steps``,
     ``decay_steps`` or both (they must agree). The end value is ``end_value`` or ``peak_value *
     decay_factor`` (default ``decay_factor`` 0.1).
-
-    Example:
-        >>> s = WarmupCosineDecaySchedule(init_value=0.0, peak_value=1.0, warmup_steps=4,
-        ...                               decay_steps=4, decay_factor=0.5)
-        >>> [round(float(s(i)), 6) for i in (0, 3, 4, 6, 8, 100)]
-        [0.0, 0.75, 1.0, 0.75, 0.5, 0.5]
     """
     name = "WarmupCosineDecaySchedule"
     init, peak = real("init_value", init_value), real("peak_value", peak_value)

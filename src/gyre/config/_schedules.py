@@ -49,19 +49,6 @@ def ConcatSchedule(  # noqa: N802
     kpoeppel fork's form; ``steps`` is their sum and ``check_continuity``, default true, refuses
     a jump at a boundary), or a list of schedules with ``boundaries``, the absolute steps at
     which ``schedules[i + 1]`` takes over.
-
-    Example:
-        >>> s = ConcatSchedule(init_value=0.0, end_value=0.0, steps=6, schedules={
-        ...     "warmup": {"class_name": "Linear", "init_value": 0.0, "end_value": 1.0, "steps": 4},
-        ...     "decay": {"class_name": "Linear", "init_value": 1.0, "end_value": 0.0, "steps": 2}})
-        >>> [float(s(i)) for i in (0, 2, 4, 5, 6, 50)]
-        [0.0, 0.5, 1.0, 0.5, 0.0, 0.0]
-        >>> s = ConcatSchedule(
-        ...     schedules=[{"class_name": "Linear", "init_value": 0.0, "end_value": 1.0, "steps": 4},
-        ...                1.0, {"class_name": "Linear", "init_value": 1.0, "end_value": 0.0, "steps": 2}],
-        ...     boundaries=[4, 6])
-        >>> [float(s(i)) for i in (0, 2, 4, 5, 6, 7, 8, 50)]
-        [0.0, 0.5, 1.0, 1.0, 1.0, 0.5, 0.0, 0.0]
     """
     named = isinstance(schedules, Mapping)
     if isinstance(schedules, str) or not isinstance(schedules, (Sequence, Mapping)) or not schedules:

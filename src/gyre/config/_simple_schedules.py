@@ -81,10 +81,6 @@ def ConstantSchedule(  # noqa: N802 (config class names)
     """The same learning rate at every step: ``value``, or ``init_value`` (jax_trainer's key).
 
     ``steps`` is its length inside a ``ConcatSchedule``.
-
-    Example:
-        >>> float(ConstantSchedule(value=0.5)(10**6)), float(ConstantSchedule(init_value=0.5, steps=10)(3))
-        (0.5, 0.5)
     """
     name = "ConstantSchedule"
     given = one_of(name, "value", value, "init_value", init_value)
@@ -105,11 +101,6 @@ def LinearSchedule(  # noqa: N802
 ) -> optax.Schedule:
     """From ``init_value`` at step 0 linearly to ``end_value`` at ``steps`` (left out: the run's),
     then ``end_value``.
-
-    Example:
-        >>> s = LinearSchedule(init_value=1.0, end_value=0.0, steps=4)
-        >>> [float(s(i)) for i in (0, 1, 4, 9)]
-        [1.0, 0.75, 0.0, 0.0]
     """
     a, b = real("init_value", init_value), real("end_value", end_value)
     n = length("steps", steps, name="LinearSchedule")
@@ -131,13 +122,6 @@ def CosineSchedule(  # noqa: N802
 
     jax_trainer's ``steps``, ``decay_factor`` and ``end_value`` name ``decay_steps``, ``alpha`` and
     ``init_value * alpha``. The factor left out is 0.1 with ``steps``, else 0.0.
-
-    Example:
-        >>> s = CosineSchedule(init_value=1.0, decay_steps=4, alpha=0.5)
-        >>> [round(float(s(i)), 6) for i in (0, 2, 4, 5)]
-        [1.0, 0.75, 0.5, 0.5]
-        >>> round(float(CosineSchedule(init_value=0.1, steps=100)(100)), 6)
-        0.01
     """
     name = "CosineSchedule"
     init = real("init_value", init_value)
