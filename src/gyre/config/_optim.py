@@ -348,8 +348,6 @@ def learning_rate_of(opt_state: Any) -> jax.Array | None:
         >>> tx = optax.MultiSteps(build_optimizer({"class_name": "Adam", "learning_rate": 0.25}), 2)
         >>> float(learning_rate_of(tx.init({"w": jnp.zeros(1)})))
         0.25
-        >>> learning_rate_of(optax.sgd(0.1).init({"w": jnp.zeros(1)})) is None
-        True
     """
     nodes = jax.tree_util.tree_leaves(opt_state, is_leaf=lambda node: isinstance(node, _INJECTED))
     for node in nodes:

@@ -64,11 +64,6 @@ class Registry:
         ...         self.width = width
         >>> models.get("MLP")(width=8).width
         8
-        >>> @models.register("Tiny")
-        ... def tiny():
-        ...     return MLP(width=2)
-        >>> sorted(models)
-        ['MLP', 'Tiny']
     """
 
     def __init__(self, kind: str) -> None:
@@ -83,16 +78,7 @@ class Registry:
 
     def register(self, target: Any = None, /, *, replace: bool = False) -> Any:
         """Registers under ``__name__`` or a given name; a different object under a taken name needs
-        ``replace=True``.
-
-        Example:
-            >>> r = Registry("callbacks")
-            >>> @r.register("Printer")
-            ... class PrintEveryEpoch:
-            ...     pass
-            >>> r.get("Printer").__name__
-            'PrintEveryEpoch'
-        """
+        ``replace=True``."""
         named = target is None or isinstance(target, str)
 
         def decorate(obj: T) -> T:

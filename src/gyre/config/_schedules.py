@@ -174,8 +174,6 @@ def build_schedule(
         ...                     "steps": 1755, "decay_factor": 0.1})
         >>> [float(s(i)) for i in (0, 200, 1755)] == [0.0, float(jnp.float32(1e-3)), float(jnp.float32(1e-4))]
         True
-        >>> float(build_schedule(0.25)(7))
-        0.25
     """
     if run_steps is not None:
         with run_length(whole("run_steps", run_steps, minimum=1)):

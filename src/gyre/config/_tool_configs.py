@@ -69,10 +69,6 @@ class TensorboardConfig(_ToolConfig):
         >>> config = TensorboardConfig(save_dir="logs", version="run1")
         >>> dict(config)
         {'class_name': 'TensorboardToolLogger', 'save_dir': 'logs', 'version': 'run1', 'use_timestamp_version': True, 'name': ''}
-        >>> TensorboardConfig(version=3)
-        Traceback (most recent call last):
-        TypeError: TensorboardConfig.version has the wrong type
-        ...
     """
 
     class_name: ClassVar[str] = "TensorboardToolLogger"
