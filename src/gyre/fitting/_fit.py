@@ -15,7 +15,7 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
-from gyre.core._checks import whole
+from gyre.core._checks import choice, whole
 from gyre.core._clock import infer_batch_size
 from gyre.core._epoch_schedules import EpochEnds, periodic
 from gyre.core._errors import describe, explain, keywords_checked
@@ -31,12 +31,11 @@ from gyre.engine._masked import MaskedBatches
 from gyre.engine._nan import check_nan_policy
 from gyre.fitting._fit_checks import eval_batches, is_pair_of_arrays, refuse_array_pair
 from gyre.fitting._fit_steps import (
-    apply_error_fix,
     check_split,
     leaf_shapes,
     make_train_step,
-    model_shape_error,
     plain_jit,
+    reraise_explained,
 )
 from gyre.parallel._registry import get_strategy
 from gyre.parallel._strategy import Strategy
@@ -287,11 +286,8 @@ def _check_arguments(
                    expected="num_epochs=10", fix="pass a whole number of epochs, e.g. num_epochs=10")
     whole(eval_freq, "eval_freq", minimum=1, problem="fit needs eval_freq >= 1 (epochs between evaluations)",
           expected="eval_freq=1", fix="pass a whole number of epochs, e.g. eval_freq=1")
-    if mode not in ("min", "max"):
-        raise ValueError(
-            explain("fit: mode must be 'min' or 'max'", expected="'max' (accuracy) or 'min' (a loss)",
-                    received=repr(mode), fix="pass mode='max' or mode='min'")
-        )
+    choice(mode, "fit: mode", ("min", "max"), expected="'max' (accuracy) or 'min' (a loss)",
+           fix="pass mode='max' or mode='min'.")
     if eval_step is not None:
         _check_eval_signature(eval_step)
     for ds, name in ((test_ds, "test_ds"), (val_ds, "val_ds")):
@@ -328,19 +324,10 @@ def eval_entries(out: Any) -> dict[str, Any]:
 def _evaluation(
     eval_step: Callable[..., Any], ds: Any, name: str, strategy: Strategy | None = None, batch_size_fn: Any = None
 ) -> Any:
-    """One evaluation of ``eval_step`` over ``ds`` (an inner :func:`gyre.test_loop`),
-    entries named ``<metric>_<name>``, batch-size weighted means.
-
-    An ``eval_step`` that accepts the keyword ``mask`` runs in the engine's padded evaluation
-    (:func:`gyre.test_loop`): every batch padded to the first one's size with ``mask`` (a
-    bool vector of the real rows); it compiles once, and each batch weighs its real rows
-    (``batch_size_fn`` of the batch before padding, when given). Any other runs on the
-    batches as they are (a smaller last batch: one more compilation).
-
-    Under a strategy with a mesh, batches are placed on its devices (split over the data
-    axis): padded batches to the next multiple of the devices, and an unpadded batch that
-    does not split is passed whole (every device computes it). Weights are read from the
-    host batches, before placing."""
+    """One evaluation of ``eval_step`` over ``ds`` (an inner :func:`gyre.test_loop`), entries named
+    ``<metric>_<name>``, batch-size weighted means (see fit's ``eval_step`` and ``strategy``). Under a
+    mesh, batches are placed on its devices: masked ones padded to a multiple of them, an unpadded
+    batch that does not split passed whole; weights are read from the host batches."""
     share = strategy.lift_batch_size(1) if strategy is not None and strategy.mesh is not None else 0
 
     def place(batch: Any) -> Any:
@@ -373,19 +360,10 @@ def _call_eval(eval_step: Callable[..., Any], name: str, state: Any, batch: Any,
     try:
         result = eval_step(state, batch, **mask)
     except Exception as err:
-        explained = model_shape_error(err, batch, f"eval_step, on a batch of {name}_ds")
-        shapes = leaf_shapes(batch)
-        fix = apply_error_fix(err)
-        if fix:
-            err.add_note(f"gyre.fit: {fix}")
-        (explained or err).add_note(
+        reraise_explained(err, batch, f"eval_step, on a batch of {name}_ds", (
             f"(raised in eval_step, which gyre.fit calls as eval_step(state, batch"
             f"{', mask=mask' if mask else ''}) with state a {type(state).__name__} and batch one "
-            f"element of {name}_ds, leaves of shapes {shapes})"
-        )
-        if explained is not None:
-            raise explained from err
-        raise
+            f"element of {name}_ds, leaves of shapes {leaf_shapes(batch)})"))
     if result is None:
         raise TypeError(explain(
             "eval_step returned None",

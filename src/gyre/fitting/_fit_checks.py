@@ -1,17 +1,5 @@
-"""What :func:`gyre.fit` checks of a Jax Fit user's data and optimizer, once: at the door
-(data given in a form fit does not iterate) or while its step is traced for the first step
-(shapes only; nothing runs per step).
-
-* :func:`split_batch`: a training batch is ``(x, labels)``; a dict batch (``{"image",
-  "label"}``, as TFDS gives) is explained with the mapping that fixes it.
-* :func:`check_labels`: labels of shape ``(B, 1)`` against logits ``(B, C)`` train at chance
-  with a one-hot loss (it broadcasts the column over the classes), silently: refused.
-* :func:`eval_batches`: ``test_ds=(x, y)`` / ``val_ds=(x, y)`` (two arrays, as Keras's
-  ``validation_data``) is evaluated in batches of the training batch size;
-  ``train_ds=(x, y)`` is explained (fit does not choose a batch size or a shuffle for you).
-* :func:`optimizer_error`: an optimizer built with a string hyperparameter
-  (``optax.adam("1e-3")``) fails deep in optax; the error says which and how to fix it.
-"""
+"""What :func:`gyre.fit` checks of a Jax Fit user's data and optimizer, once: at the door, or while
+its step is traced for the first step (shapes only; nothing runs per step)."""
 
 from __future__ import annotations
 

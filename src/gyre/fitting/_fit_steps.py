@@ -10,7 +10,7 @@ import inspect
 import re
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -167,6 +167,19 @@ def model_shape_error(err: Exception, batch: Any, where: str) -> ValueError | No
         "batches to the model's input"))
 
 
+def reraise_explained(err: Exception, batch: Any, where: str, note: str) -> NoReturn:
+    """Re-raises ``err`` (raised by the model or ``eval_step`` on ``batch``) explained where it can be,
+    with ``note`` saying how fit called it."""
+    explained = model_shape_error(err, batch, where)
+    fix = apply_error_fix(err)
+    if fix:
+        err.add_note(f"gyre.fit: {fix}")
+    (explained or err).add_note(note)
+    if explained is not None:
+        raise explained from err
+    raise err
+
+
 def apply_error_fix(err: Exception) -> str | None:
     """The fix for a model error a Jax Fit user meets, when ``err`` is one, else ``None``."""
     text = str(err)
@@ -196,14 +209,8 @@ def _train_step_fn(
             else:
                 logits, updates = inner.apply_fn(variables, x, **flags, rngs={"dropout": rng}), {}
         except Exception as err:
-            explained = model_shape_error(err, batch, "gyre.fit's training step, on a batch of train_ds")
-            fix = apply_error_fix(err)
-            if fix:
-                err.add_note(f"gyre.fit: {fix}")
-            (explained or err).add_note(_call_note(x, mutable, takes_train))
-            if explained is not None:
-                raise explained from err
-            raise
+            reraise_explained(err, batch, "gyre.fit's training step, on a batch of train_ds",
+                              _call_note(x, mutable, takes_train))
         check_labels(logits, labels)
         try:
             out = loss_fn(logits, labels, step=inner.step) if takes_step else loss_fn(logits, labels)
