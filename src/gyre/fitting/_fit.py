@@ -89,18 +89,14 @@ def fit(
         loss_fn: ``(logits, labels) -> (loss, loss_dict)``; may take ``step=`` (the step).
         eval_step: ``(state, batch) -> metric or {name: metric}`` (scalars); a bare value
             is recorded as ``accuracy``. Needed with ``test_ds`` or ``val_ds``. One that
-            accepts a keyword ``mask`` (``(state, batch, mask=None)``) gets every batch
-            padded to the first batch's size and ``mask``, a bool vector of its real rows:
-            it compiles once, must return means over the real rows (``sum(x * mask) /
-            mask.sum()``), and each batch weighs its real rows (``mask.sum()``; ``batch_size_fn``
-            of the batch before padding, when given). Without ``mask``, a
-            smaller last batch is passed as it is (and compiles a jitted step again).
+            accepts a keyword ``mask`` gets every batch padded to the first one's size (it
+            compiles once) and ``mask``, a bool vector of its real rows: it must return means
+            over them (``sum(x * mask) / mask.sum()``), and each batch weighs its real rows.
         eval_freq: evaluate every this many epochs (and after the last one).
         num_epochs: epochs to train (>= 1).
         log_name: the run's folder under ``log_dir`` (TensorBoard events, checkpoints): one
-            folder name (no ``/``, ``\\``, ``..`` or absolute path, which would leave ``log_dir``). A
-            script run again with the same name trains in a new folder, ``<log_name>-1``,
-            ``-2``... (see :func:`run_folder`); ``resume`` continues the newest.
+            folder name. Run again, the same name trains in a new folder, ``<log_name>-1``,
+            ``-2``...; ``resume`` continues the newest.
         hparams: hyperparameters written to TensorBoard with the final metrics: a mapping
             ``{name: value}`` (checked before training).
         val_ds: validation batches, recorded as ``<name>_val``; the best checkpoint by
@@ -116,23 +112,17 @@ def fit(
         monitor: the validation metric ranking checkpoints (default: ``eval_step``'s first
             one), with or without the ``_val`` suffix.
         mode: ``"max"`` (default: higher ``monitor`` is better) or ``"min"``.
-        strategy: how the steps run, a name (``"jit"``, the default: one device;
-            ``"data_parallel"``, ``"fsdp"``, ``"spmd"``, ``"eager"``, any registered one) or
-            a :class:`gyre.Strategy` (``gyre.DataParallel(mesh=...)``). Under data
-            parallelism the state is replicated and each batch split over the devices: every
-            training batch must hold a multiple of the device count (checked before training,
-            a list's batches all at once), evaluation batches are padded to one for a
-            mask-aware ``eval_step`` (else a batch that does not split runs whole on every
-            device). Batch norm statistics and means are over the whole batch, as on one.
+        strategy: how the steps run, a registered name (``"jit"``, the default: one device;
+            ``"data_parallel"``, ``"fsdp"``, ``"spmd"``, ``"eager"``) or a :class:`gyre.Strategy`.
+            Under data parallelism every training batch must hold a multiple of the device
+            count (checked before training); batch norm statistics and means are over the
+            whole batch, as on one device.
         nan_policy: ``"raise"`` (the default): a NaN or infinite loss or metric stops the run
-            with :class:`gyre.NonFiniteError`, naming the step (noticed within a block of
-            steps, and before any checkpoint holds a state trained after it); ``"ignore"``
-            trains through (Jax Fit's behaviour). ``"skip"`` is refused: fit's step makes
-            every update; wrap the optimizer in ``optax.apply_if_finite`` to drop them.
-        batch_size_fn: the examples in a batch, as :func:`gyre.loop` takes it
-            (``lambda batch: len(batch[1])``): they weigh the evaluation means and count the
-            samples. By default the leading dimension the batch's arrays share; batches whose
-            arrays disagree (time-major ``(T, B, F)`` inputs) are refused before training.
+            with :class:`gyre.NonFiniteError`, before any checkpoint holds a state trained after
+            it; ``"ignore"`` trains through (Jax Fit's behaviour). ``"skip"`` is refused.
+        batch_size_fn: the examples in a batch (``lambda batch: len(batch[1])``): they weigh
+            the evaluation means and count the samples. By default the leading dimension the
+            batch's arrays share (arrays that disagree are refused before training).
 
     Returns:
         ``(state, history)``: the final state and the run's :class:`gyre.History`.
