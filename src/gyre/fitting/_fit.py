@@ -414,14 +414,8 @@ def _monitor_name(monitor: str | None, names: list[str]) -> str:
 
 def final_metrics(history: History) -> dict[str, float]:
     """The last value of every evaluation entry (``*_test``, ``*_val``) of ``history``."""
-    out: dict[str, float] = {}
-    for names in history.names().values():
-        for name in names:
-            if name.endswith(("_test", "_val")):
-                values = history.collect(name)
-                if values:
-                    out[name] = float(values[-1])
-    return out
+    return {name: float(values[-1]) for names in history.names().values() for name in names
+            if name.endswith(("_test", "_val")) and (values := history.collect(name))}
 
 
 __all__ = ["fit"]

@@ -1,8 +1,5 @@
-"""The training step of :func:`gyre.fit`: the seed's ``loss_fn(logits, labels)`` turned into a
-jitted ``(state, batch) -> (logs, state)`` step (batch statistics mutable, a fresh dropout key
-per step, the learning rate logged from the optimizer state), compiled once per loss function,
-and its form under a strategy (:class:`StrategyStep`: batches placed, the state replicated).
-"""
+"""The training step of :func:`gyre.fit`: the seed's ``loss_fn(logits, labels)`` as a compiled
+``(state, batch) -> (logs, state)`` step, and the notes fit adds to the errors raised in it."""
 
 from __future__ import annotations
 
