@@ -38,8 +38,7 @@ class ActionLoop(StatLoop):
         (4, [1, 1])
     """
 
-    #: ``(statistic, format)``: the line logged at INFO at the end (``TrainLoop``'s speed,
-    #: ``EvalLoop``'s time), or ``None``.
+    #: ``(statistic, format)`` logged at INFO at the end, or ``None``.
     _logged: ClassVar[tuple[str, str] | None] = None
 
     def __init__(
@@ -109,7 +108,6 @@ class ActionLoop(StatLoop):
                 try:
                     action(state, outputs)
                 except Exception as err:
-                    # the loop's input state may be donated: hand the caller this one
                     err.state, err.outputs = state, outputs  # type: ignore[attr-defined]
                     raise
         if self._logged is not None and outputs is not None and self._logged[0] in outputs and _log.isEnabledFor(logging.INFO):

@@ -1,7 +1,4 @@
-"""jaxloop's actions: host-side objects a loop (or a step) calls every ``interval`` loops (or
-steps) with the state and the outputs: the :class:`Action` base, ``SummaryAction`` (writes)
-and ``CheckpointAction`` (saves).
-"""
+"""jaxloop's actions: the :class:`Action` base, ``SummaryAction`` (writes) and ``CheckpointAction`` (saves)."""
 
 from __future__ import annotations
 
@@ -350,7 +347,6 @@ class CheckpointAction(Action):
             reduced = reduce_outputs(_bare(outputs or {}))
             logs = Logs().add_entries("metrics", {k: v for k, v in reduced.items() if _is_scalar(v)})
             metrics = {ckpt.monitor: ckpt._monitored(logs, elapsed)}
-        # the training data's position goes with the state (an OuterLoop resumes both)
         meta = {} if self.data_source is None else {DATA_META: self.data_source.state_dict()}
         ckpt.save_snapshot(Snapshot(step=step, state=state, elapsed=elapsed, meta=meta, metrics=metrics))
         return ckpt.saved_step() != before  # a step saved already (or older) is skipped

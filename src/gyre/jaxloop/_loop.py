@@ -1,9 +1,4 @@
-"""jaxloop's base loop: ``Loop``, and the helpers every loop shares (:func:`reduce_outputs`,
-:func:`takes_mask`, :func:`state_step`).
-
-The classes keep jaxloop's layering (``Loop`` <- ``StatLoop`` <- ``ActionLoop`` <-
-``TrainLoop`` / ``EvalLoop``) and hooks: ``__call__`` runs ``begin``, ``run`` and ``end``.
-"""
+"""jaxloop's base ``Loop`` (``__call__`` runs ``begin``, ``run``, ``end``) and the helpers every loop shares."""
 
 from __future__ import annotations
 
@@ -101,7 +96,6 @@ class Loop:
             step, "step", Callable, problem="a jaxloop loop needs a step",
             expected="a gyre.Step (or a callable (state, batch, per_loop_step_number) -> (state, outputs))",
             fix="pass the step: TrainLoop(MyStep(key, model, optimizer=..., train=True))")
-        # what run() sets for its steps (and leaves for those who read them after it)
         self._preempted = False
         self._sizes: list[int] | None = None  # each step's examples: the weights of reduce_outputs
         self._pads: _Pads | None = None
@@ -131,15 +125,7 @@ class Loop:
         return loop_outputs
 
     def _get_next_batch(self, dataset: Iterator[Any]) -> Any:
-        """The next batch of ``dataset`` (``next(dataset)``): jaxloop's per-batch hook,
-        called once per step by :meth:`_run_one_step`. Override it (calling ``super()``) to
-        time or profile the data alone; ``StopIteration`` ends the loop.
-
-        Example:
-            >>> import gyre
-            >>> gyre.jaxloop.Loop(print)._get_next_batch(iter([7, 8]))
-            7
-        """
+        """jaxloop's per-batch hook (``next(dataset)``); ``StopIteration`` ends the loop."""
         return next(dataset)
 
     def _run_one_step(
@@ -152,33 +138,10 @@ class Loop:
         return_state_from_step: bool = True,
         **kwargs: Any,
     ) -> tuple[State, Output]:
-        """One step of the loop: jaxloop's per-step hook, called by :meth:`run` for each
-        step. It pulls a batch (:meth:`_get_next_batch`), calls the step and adds its outputs
-        (:meth:`update_outputs`); override it (calling ``super()``) to time or profile one
-        step.
-
-        Args:
-            state: the state.
-            dataset: the loop's iterator.
-            loop_outputs: the outputs so far.
-            per_loop_step_number: this step's 1-based number in the loop.
-            log_num_flops: ask the step for its flop count (at the loop's first step).
-            return_state_from_step: keep the step's state (``False``: the input state is
-                returned, the step's dropped).
-            **kwargs: passed to the step.
-
-        Returns:
-            ``(state, loop_outputs)``.
-
-        Example:
-            >>> import collections, gyre
-            >>> loop = gyre.jaxloop.Loop(lambda state, batch, n, **kw: (state + batch, {"n": n}))
-            >>> state, outputs = loop._run_one_step(1, iter([5]), collections.defaultdict(list), 1)
-            >>> state, dict(outputs)
-            (6, {'n': [1]})
-        """
+        """jaxloop's per-step hook: pulls a batch, calls the step, adds its outputs; returns
+        ``(state, loop_outputs)`` (the input state when not ``return_state_from_step``)."""
         batch = self._get_next_batch(dataset)
-        if self._sizes is not None:  # in run(): the weight of this step's outputs, from shapes
+        if self._sizes is not None:  # in run()
             self._sizes.append(self._size_of(batch))
         if self._pads is not None:  # an EvalLoop whose step takes a mask: one batch size throughout
             batch, mask = self._pads(batch)
@@ -279,8 +242,7 @@ class Loop:
                 return
 
     def _tight(self, run: _Run, data: Iterator[Any], numbers: Iterable[int], preempted: Callable[[int], bool]) -> None:
-        """The steps of :meth:`_hooked` with the default hooks written in: no Python call per
-        step besides the batch, its size, the step and the preemption check."""
+        """:meth:`_hooked` with the default hooks inlined (no per-step Python call besides the step's own)."""
         step, size_of, pads, sizes, keep = self._step, self._size_of, self._pads, self._sizes, run.keep
         outputs, kwargs, state, n = run.outputs, run.kwargs, run.state, 0
         first = {**kwargs, "log_num_flops": True} if run.flops and _takes_flops(step) else kwargs
@@ -326,8 +288,7 @@ class Loop:
 
 
 class _Run:
-    """What :meth:`Loop.run` carries through its steps: the state, the outputs, the steps run,
-    and the step's keywords (``flops``: ``log_num_flops`` at the first step)."""
+    """What :meth:`Loop.run` carries through its steps (``flops``: ``log_num_flops`` at step 1)."""
 
     def __init__(self, state: Any, flops: bool, keep: bool, kwargs: dict[str, Any]) -> None:
         self.state, self.flops, self.keep, self.kwargs = state, flops, keep, kwargs
@@ -380,8 +341,7 @@ def _float_scalar(value: Any) -> bool:
 
 
 def _check_finite(outputs: Any, steps: int, who: str) -> None:
-    """Raises :class:`gyre.NonFiniteError` when a key's last scalar float output of this run is
-    NaN or infinite, naming the first step it went so (the values are read only then)."""
+    """Raises :class:`gyre.NonFiniteError` naming the first non-finite step of a key whose last float output is so."""
     first: tuple[int, str, float] | None = None
     for key, values in (outputs.items() if isinstance(outputs, Mapping) else ()):
         if not isinstance(values, list) or not values or not _float_scalar(values[-1]):
@@ -412,8 +372,7 @@ def _check_finite(outputs: Any, steps: int, who: str) -> None:
 
 
 class _Pads:
-    """Pads each batch to the first one's rows and gives its mask (:func:`gyre.data.padded`
-    over a one-batch slot, fed a batch at a time)."""
+    """Pads each batch to the first one's rows and gives its mask (:func:`gyre.data.padded`, a batch at a time)."""
 
     def __init__(self) -> None:
         self._batch: Any = None

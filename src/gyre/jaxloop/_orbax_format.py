@@ -1,7 +1,4 @@
-"""jaxloop's checkpoint format, what an orbax ``CheckpointManager`` writes by itself (step ``N``
-in ``<dir>/N``, the state as item ``default``): how ``CheckpointAction`` and ``OuterLoop``
-write and read it, so a jaxloop directory resumes and feeds continuous evaluation.
-"""
+"""jaxloop's checkpoint format (a bare orbax ``CheckpointManager``'s), as ``CheckpointAction`` and ``OuterLoop`` use it."""
 
 from __future__ import annotations
 

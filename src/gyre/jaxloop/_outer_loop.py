@@ -1,6 +1,4 @@
-"""jaxloop's outer loop: train loops interleaved with evaluations, resumed from checkpoints, or
-continuous evaluation of the checkpoints another job writes (:class:`OuterLoop`).
-"""
+"""jaxloop's :class:`OuterLoop`: train loops with evaluations, resumed from checkpoints, or continuous evaluation."""
 
 from __future__ import annotations
 
@@ -28,8 +26,7 @@ STOP_FILE_NAME = "STOPPED"
 Output = dict[str, Any]
 _log = logging.getLogger(__name__)
 
-#: Seconds between looks for a new checkpoint in continuous evaluation, at least (orbax's
-#: ``checkpoints_iterator`` waits as long): each look opens the checkpoint directory.
+#: The least seconds between looks for a new checkpoint in continuous evaluation (as orbax's iterator).
 POLL_SECS = 1.0
 
 
@@ -251,9 +248,7 @@ class OuterLoop:
                 if ran == 0:
                     _log.warning("train    | the training data ended at step %d, before step %d", step, total)
                     break
-                # counted on the host: reading state.step here would wait for the inner loop's
-                # last step, leaving the device idle while the next inner loop is set up
-                step += ran
+                step += ran  # counted on the host: reading state.step would wait for the device
                 outputs = new_outputs if new_outputs is not None else {}
                 if train._preempted:  # SIGTERM: no evaluation, no STOPPED marker
                     _log.warning("train    | preempted at step %d: training stopped; run it again to resume", step)
@@ -265,7 +260,6 @@ class OuterLoop:
                     _log.warning("train    | the training data ended at step %d, before step %d", step, total)
                     break
         except StopTrainingError as err:
-            # the state the loop attached, else the last one held (an evaluation never changes it)
             attached = getattr(err, "state", None)
             state = attached if attached is not None else state
             step = state_step(state) or step
@@ -326,8 +320,7 @@ class OuterLoop:
         return state, outputs
 
     def _from_start(self, dataset: Any) -> Any:
-        """A resumable iterator (``gyre.data.batches``) put back where it was the first time this
-        outer loop evaluated it, so every evaluation reads the same batches."""
+        """A resumable iterator put back where this outer loop first evaluated it."""
         kept = self._eval_starts.get(id(dataset))
         if kept is None or kept[0] is not dataset:
             self._eval_starts[id(dataset)] = (dataset, dataset.state_dict())
@@ -359,11 +352,9 @@ class OuterLoop:
                     for i, (loop, eval_spec) in enumerate(zip(self._eval_loops, specs, strict=True)):
                         if not self._due(i, eval_spec, is_continuous_eval=True, step_num=step, loop_count=0):
                             continue
-                        if restored is None:  # jaxloop's format: each loop's step reads it, as in jaxloop
-                            restored_here = orbax_format.restore(loop.step, state, directory, step, spec.transforms)
-                        else:
-                            restored_here = restored
-                        eval_state, outputs = self._run_eval(i, eval_spec, restored_here)
+                        here = restored if restored is not None else orbax_format.restore(
+                            loop.step, state, directory, step, spec.transforms)  # jaxloop's format: each loop's step reads it
+                        eval_state, outputs = self._run_eval(i, eval_spec, here)
                     evaluated.append(step)
                     last = step
                 if ckpt is not None:
@@ -411,8 +402,7 @@ class OuterLoop:
             raise errors[0]
 
     def _marker(self, *, write: bool) -> None:
-        """Writes the ``STOPPED`` marker when training ends, or removes it when training (re)starts
-        (a marker left by an earlier run would stop an evaluator now)."""
+        """Writes the ``STOPPED`` marker when training ends, or removes a stale one when it starts."""
         spec = self._checkpoint_spec
         if spec is None or jax.process_index() != 0:
             return
@@ -422,6 +412,5 @@ class OuterLoop:
                 os.remove(marker)
             return
         os.makedirs(spec.directory, exist_ok=True)
-        with open(marker, "w"):
-            pass
+        open(marker, "w").close()
         _log.info("train    | wrote %s", marker)

@@ -1,6 +1,4 @@
-"""What an :class:`~gyre.jaxloop.OuterLoop` is told: :class:`EvalSpec`, :class:`EvalContext` and
-:class:`CheckpointSpec`.
-"""
+"""What an :class:`~gyre.jaxloop.OuterLoop` is told: :class:`EvalSpec`, :class:`EvalContext`, :class:`CheckpointSpec`."""
 
 from __future__ import annotations
 
@@ -49,18 +47,14 @@ class EvalContext:
 
 
 def is_one_shot(dataset: Any) -> bool:
-    """Whether ``dataset`` is an iterator that cannot be read again from its start: it is its
-    own iterator and has no ``state_dict``/``load_state_dict`` to put it back.
-    """
+    """Whether ``dataset`` is its own iterator, without a position to put it back (:func:`has_position`)."""
     if not isinstance(dataset, Iterator) or has_position(dataset):
         return False
     return iter(dataset) is dataset
 
 
 def has_position(dataset: Any) -> bool:
-    """Whether ``dataset`` saves and loads its position (``state_dict``/``load_state_dict``,
-    as ``gyre.data.batches``).
-    """
+    """Whether ``dataset`` has ``state_dict``/``load_state_dict`` (as ``gyre.data.batches``)."""
     return callable(getattr(dataset, "state_dict", None)) and callable(getattr(dataset, "load_state_dict", None))
 
 

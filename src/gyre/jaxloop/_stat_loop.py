@@ -1,6 +1,4 @@
-"""jaxloop's ``StatLoop``: a :class:`~gyre.jaxloop.Loop` that adds statistics (the ``STAT_*``
-names) to its outputs.
-"""
+"""jaxloop's ``StatLoop``: a loop that adds statistics (the ``STAT_*`` names) to its outputs."""
 
 from __future__ import annotations
 
@@ -123,14 +121,12 @@ class StatLoop(Loop):
 
 @jax.jit
 def _done_marker(leaf: Any) -> Any:
-    """A one-element array computed once ``leaf`` is: waiting for it later costs nothing,
-    even after ``leaf`` itself was donated to the next step."""
+    """A one-element array done when ``leaf`` is (still waitable after ``leaf`` is donated)."""
     return leaf.ravel()[:1]
 
 
 def _last_output(outputs: Any) -> Any:
-    """An array the loop's last step output (done when that step is: waiting for it needs no
-    compiled call of its own, which costs a dispatch), or None."""
+    """An array the loop's last step output (done when that step is), or None."""
     for values in (outputs.values() if isinstance(outputs, Mapping) else ()):
         if isinstance(values, list) and values:
             found = _array_in(values[-1])
@@ -140,8 +136,7 @@ def _last_output(outputs: Any) -> Any:
 
 
 def _array_in(value: Any) -> Any:
-    """The first ``jax.Array`` in ``value`` (a pytree, or mappings such as a ``Logs``
-    collection), or None."""
+    """The first ``jax.Array`` in ``value`` (a pytree or mapping), or None."""
     if isinstance(value, jax.Array):
         return value
     children = value.values() if isinstance(value, Mapping) else jax.tree_util.tree_leaves(value)
@@ -153,10 +148,8 @@ def _array_in(value: Any) -> Any:
 
 
 class _Throughput:
-    """``steps_per_sec`` one loop late, waiting for the previous loop's last-step marker only.
-
-    Waiting for each loop's own state would leave the device idle between inner loops.
-    """
+    """``steps_per_sec`` one loop late, waiting only for the previous loop's last-step marker
+    (waiting for each loop's own state would idle the device between inner loops)."""
 
     def __init__(self) -> None:
         self.seen: float | None = None  # when the previous measured loop was seen done

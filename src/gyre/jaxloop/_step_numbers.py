@@ -1,7 +1,4 @@
-"""jaxloop's step number action: ``StepNumberAction`` writes the state's step through a
-``StepNumberWriter`` (in memory) or a ``LocalFileStepNumberWriter``, so another job can read
-how far training got.
-"""
+"""jaxloop's ``StepNumberAction`` and its writers: how far training got, for another job to read."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""jaxloop's early stopping: ``EarlyStoppingAction`` raises :class:`StopTrainingError` when a
-``MetricMonitoringStopHandler`` says a monitored output stopped improving.
-"""
+"""jaxloop's early stopping: ``EarlyStoppingAction``, ``MetricMonitoringStopHandler``, ``StopTrainingError``."""
 
 from __future__ import annotations
 
