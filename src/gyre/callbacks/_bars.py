@@ -1,9 +1,5 @@
-"""Progress bars: ``keras_bar`` (a Keras-style line) and ``tqdm_bar``.
-
-They never wait for the device (they show the newest finished step's values) and rate-limit
-their redraws; at the loop's end they draw the final values and end their line. In a
-multi-process run only process 0 draws.
-"""
+"""Progress bars: ``keras_bar`` and ``tqdm_bar``; they never wait for the device, rate-limit their
+redraws, draw the final values at the loop's end, and draw on process 0 only."""
 
 from __future__ import annotations
 
@@ -152,7 +148,6 @@ class KerasBar(_Bar):
         self._in_loop = loop is not None
         steps = self._steps = elapsed.steps + 1
         if self._t_first is None:
-            # The first call comes after the first step compiled: time the rate from here.
             self._t_first, self._step_first = now, steps
             self._closed = False
         interval = self._interval

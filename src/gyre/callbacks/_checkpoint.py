@@ -1,12 +1,5 @@
-"""``checkpoint``: save a run with orbax, keep the latest and the best checkpoints, load the newest
-good one to resume exactly.
-
-Saves are asynchronous and atomic (a half-written checkpoint is never loaded); a background
-failure is raised at the next save or wait, naming its step. Loading verifies the record, the
-leaves' paths, shapes and dtypes, and each array's CRC-32, skipping a damaged checkpoint with
-a warning. A directory belongs to one run: another run's checkpoints there are refused
-unless this object resumed from them or ``overwrite=True``.
-"""
+"""``checkpoint``: save a run with orbax (asynchronous, atomic, verified on load), keep the latest
+and the best checkpoints, and resume exactly from the newest good one; a directory belongs to one run."""
 
 from __future__ import annotations
 
@@ -33,9 +26,7 @@ _SAVING: set[Checkpoint] = set()  # with a save in flight: kept alive until it i
 
 
 def _finish_saves_at_exit() -> None:
-    """Waits for every checkpoint's background saves when the program ends: a script that ends
-    right after ``ckpt(elapsed, state)`` keeps its checkpoint (orbax's threads would otherwise
-    find their executors shut and leave only a temporary folder)."""
+    """Waits for every checkpoint's background saves at exit, so a script's last save lands on disk."""
     for ckpt in list(_SAVING):
         try:
             ckpt.wait_until_finished()
@@ -132,12 +123,9 @@ class Checkpoint(Checkpointer):
     # -- the directory belongs to one run ----------------------------------------------------
 
     def on_loop_start(self) -> None:
-        """Claims the directory for this run, as the first save does; call it before training to
-        fail at once.
-
-        Refuses another run's checkpoints (:class:`FileExistsError`) unless resumed from them or
-        ``overwrite=True`` (then deletes them); sets damaged step directories aside as ``N.corrupt``
-        and deletes unfinished saves.
+        """Claims the directory for this run, as the first save does (call it to fail before training):
+        refuses another run's checkpoints (:class:`FileExistsError`) unless resumed from them or
+        ``overwrite=True`` (then deletes them); sets damaged steps aside as ``N.corrupt``.
 
         Example:
             >>> import tempfile, gyre, jax.numpy as jnp

@@ -1,9 +1,5 @@
-"""What makes a checkpoint trustworthy: each array leaf's path, shape, dtype and CRC-32 recorded at
-save, compared before and after a restore.
-
-The CRC-32 is of the leaf's bytes in C order, from one host copy of the state (about 1 GB/s;
-``checksums=False`` turns it off); a leaf split over processes has none.
-"""
+"""What makes a checkpoint trustworthy: each leaf's path, shape, dtype and CRC-32 (of its bytes in C
+order; none for a leaf split over processes), recorded at save and compared around a restore."""
 
 from __future__ import annotations
 
@@ -21,8 +17,7 @@ Leaf = dict[str, Any]  # {"path": str, "shape": [int], "dtype": str, "crc32": in
 
 
 class Unreadable(Exception):
-    """A checkpoint that must not be loaded: ``kind`` is ``"corrupt"`` (damaged files, bad checksum)
-    or ``"fit"`` (another tree)."""
+    """A checkpoint that must not be loaded: ``kind`` is ``"corrupt"`` or ``"fit"`` (another tree)."""
 
     def __init__(self, kind: str, reason: str) -> None:
         super().__init__(reason)
@@ -31,8 +26,7 @@ class Unreadable(Exception):
 
 
 def leaf_path(path: tuple[Any, ...]) -> str:
-    """A leaf's key path as ``"params/Dense_0/kernel"`` (dict keys, attributes and indices alike, so
-    dict and dataclass states match)."""
+    """A leaf's key path as ``"params/Dense_0/kernel"`` (dict and dataclass states alike)."""
     return jax.tree_util.keystr(tuple(path), simple=True, separator="/")
 
 
@@ -60,23 +54,20 @@ def _crc(host: Any) -> int:
 
 
 def _in_host_memory(x: Any) -> bool:
-    """Whether ``x`` is held whole by this process's CPU devices, so ``np.asarray`` reads it in
-    place without a transfer."""
+    """Whether ``x`` is held whole by this process's CPU devices (read in place)."""
     return isinstance(x, jax.Array) and x.is_fully_addressable and all(
         d.platform == "cpu" for d in x.sharding.device_set)
 
 
 def _host_values(leaves: list[Any]) -> list[Any]:
-    """The host values of ``leaves``: in place when already on the host, the others in one
-    transfer."""
+    """The host values of ``leaves``, the ones not on the host in one transfer."""
     away = [x for x in leaves if not _in_host_memory(x)]
     fetched = iter(fetch(away) if away else ())
     return [np.asarray(x) if _in_host_memory(x) else next(fetched) for x in leaves]
 
 
 def checksums(leaves: list[Any]) -> list[int | None]:
-    """CRC-32 of each leaf's bytes from one host copy; ``None`` for a leaf no process holds
-    whole."""
+    """CRC-32 of each leaf's bytes; ``None`` for a leaf no process holds whole."""
     readable = [not (isinstance(x, jax.Array) and not x.is_fully_addressable) for x in leaves]
     raw = [jax.random.key_data(x) if _is_key(x) else x for x, ok in zip(leaves, readable, strict=True) if ok]
     host = iter(_host_values(raw))
@@ -132,16 +123,14 @@ def _is_empty(x: Any) -> bool:
 
 
 def empty_nodes(tree: Any) -> list[str]:
-    """The paths of ``tree``'s nodes that hold no leaf (``None``, ``{}``, ``EmptyState()``): what
-    tells adam's state from adamw's."""
+    """The paths of ``tree``'s nodes that hold no leaf (``None``, ``{}``, ``EmptyState()``)."""
     return list(_structure(tree)[2])
 
 
 def mismatch(
     saved: list[Leaf], target: Any, *, where: str = "state", saved_empty: list[str] | None = None
 ) -> str | None:
-    """Why ``target`` cannot receive the saved leaves (paths, shapes, dtypes, empty nodes; never
-    cast), or ``None``."""
+    """Why ``target`` cannot receive the saved leaves (never cast), or ``None``."""
     wanted = {leaf_path(p): leaf_type(x, where=where) for p, x in jax.tree_util.tree_flatten_with_path(target)[0]}
     have = {d["path"]: (tuple(d["shape"]), d["dtype"]) for d in saved}
     problems = [] if saved_empty is None else _one_sided("nodes", empty_nodes(target), saved_empty)
@@ -157,8 +146,7 @@ def mismatch(
 
 
 def abstract(target: Any) -> Any:
-    """The target as orbax restores into it: arrays as sharded ``jax.ShapeDtypeStruct`` (default:
-    the first local device)."""
+    """The target as sharded ``jax.ShapeDtypeStruct`` (default: the first local device)."""
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
 
     def one(x: Any) -> Any:
@@ -213,8 +201,7 @@ def _status_line(text: str, step_dir: str | None) -> str | None:
 
 
 def reason(err: BaseException, step_dir: str | None = None) -> str:
-    """One readable line for an error reading a checkpoint: a TensorStore status as what it means
-    and the file it names."""
+    """One readable line for an error reading a checkpoint (a TensorStore status: its meaning and file)."""
     chain, seen = [err], {id(err)}
     while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and id(nxt) not in seen:
         chain.append(nxt)

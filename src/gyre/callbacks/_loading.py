@@ -19,8 +19,7 @@ Say = Callable[[int, Unreadable, bool], None]
 
 
 def resolve(resume: Any) -> tuple[str, Any]:
-    """``resume`` as ``("latest", None)``, ``("best", None)``, ``("step", n)`` or ``("path",
-    absolute path)``."""
+    """``resume`` as ``("latest"|"best", None)``, ``("step", n)`` or ``("path", absolute path)``."""
     if resume in ("latest", "best"):
         return resume, None
     step = as_integer(resume)
@@ -145,8 +144,7 @@ def nothing_to_restore(directory: str) -> FileNotFoundError:
 
 
 def restore(directory: str | os.PathLike[str], target: Any, step: int | None = None) -> tuple[Any, Elapsed]:
-    """Loads a checkpoint saved by :func:`checkpoint` into the structure of ``target``, writing
-    nothing.
+    """Loads a checkpoint saved by :func:`checkpoint` into the structure of ``target``, writing nothing.
 
     Args:
         directory: the checkpoint directory, or one step's directory (``.../checkpoints/120``).

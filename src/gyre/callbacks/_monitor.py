@@ -1,5 +1,4 @@
-"""The one improvement monitor of every early stopping and best-model ranking: the mode a name
-implies, the improvement rule, and the monitored entry read from the logs."""
+"""The one improvement monitor of every early stopping and best-model ranking."""
 
 from __future__ import annotations
 
@@ -55,8 +54,7 @@ def as_number(value: Any, monitor: str, *, owner: str, step: int) -> float:
     return float(host)
 
 
-# Words that name a value to maximise, as a word of the monitored name ("accuracy_test",
-# "val_f1") or its start ("acc1"); words of a name to minimise (a loss, an error).
+# Words of a monitored name (or, to maximise, its start) that imply its mode.
 MAX_WORDS = ("acc", "accuracy", "auc", "f1", "precision", "recall", "iou", "score", "r2")
 MIN_WORDS = ("loss", "error", "err", "mse", "mae", "rmse", "nll", "perplexity", "ppl", "ce")
 
@@ -99,8 +97,7 @@ def check_min_delta(owner: str, min_delta: Any) -> float:
 
 
 def check_baseline(owner: str, baseline: Any) -> float | None:
-    """``baseline`` as a float (a 0-d numpy or JAX number read once), or ``None``; NaN and
-    non-numbers are errors naming ``owner``."""
+    """``baseline`` as a float (a 0-d array read once), or ``None``; else an error naming ``owner``."""
     if baseline is None:
         return None
     plain = isinstance(baseline, numbers.Real) and not isinstance(baseline, (bool, np.bool_))
@@ -122,8 +119,7 @@ def score(mode: str, value: Any) -> float:
 
 
 class Improvement:
-    """The improvement rule: strictly beyond ``best`` by ``min_delta`` (times ``|best|`` when
-    relative); a NaN never improves; ``wait`` counts misses in a row."""
+    """Strictly beyond ``best`` by ``min_delta`` (times ``|best|`` when relative); NaN never improves."""
 
     def __init__(
         self, mode: str, *, min_delta: float = 0.0, relative: bool = False, patience: Any = None,

@@ -1,8 +1,5 @@
-"""What progress bars show, read from the loop's history without waiting for the device.
-
-As in Keras, losses and metrics are running means over the epoch (the run without epochs);
-stateful metrics and entries not logged this epoch show their last value.
-"""
+"""What progress bars show, read from the loop's history without waiting: as Keras, running means over
+the epoch, the last value for stateful metrics and entries not logged this epoch."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ def check_mode(values: Any, owner: str) -> str:
 
 
 class RunningValues:
-    """Running means over the current epoch (or last values) of the absorbed records' scalar
-    entries."""
+    """Running means over the current epoch (or last values) of the absorbed scalar entries."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
@@ -86,8 +82,7 @@ class BarValues(RunningValues, FollowsHistory):
         self.absorb(self._read(wait=wait))
 
     def read(self, *, wait: bool = False) -> dict[str, float]:
-        """The values to show now (``wait``: every record so far, waiting for the device, at the
-        loop's end)."""
+        """The values to show now (``wait``: every record so far, at the loop's end)."""
         self._send(wait=wait)
         return self.shown()
 

@@ -1,9 +1,5 @@
-"""The files a checkpoint directory holds beside its steps (:attr:`Snapshot.files`, the history's
-blocks).
-
-Process 0 writes each atomically (not fsync'ed); rotation never deletes them;
-``gyre-files.json`` lists them so gyre deletes only what it wrote.
-"""
+"""The files beside a checkpoint directory's steps (:attr:`Snapshot.files`), written atomically by
+process 0 and listed in ``gyre-files.json`` so gyre deletes only what it wrote."""
 
 from __future__ import annotations
 
@@ -23,8 +19,7 @@ _TEMPORARY = ".tmp-gyre-"
 
 
 def check_file_name(name: Any) -> str:
-    """A :attr:`Snapshot.files` name, checked: a relative path that cannot be taken for a step, a
-    temporary folder or gyre's marker."""
+    """A :attr:`Snapshot.files` name, checked: a relative path not taken for a step, temporary or marker."""
     parts = name.split("/") if isinstance(name, str) else []
     top = parts[0] if parts else ""
     if (

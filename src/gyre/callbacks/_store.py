@@ -1,11 +1,7 @@
-"""Where ``gyre.checkpoint`` keeps its checkpoints: orbax's ``CheckpointManager`` and the files
-beside it.
+"""Where ``gyre.checkpoint`` keeps its checkpoints, through orbax's ``CheckpointManager``.
 
-Step ``N`` is ``<root>/N`` (renamed from a temporary name when complete), holding ``state/``,
-``arrays/`` (:attr:`Snapshot.arrays`), orbax's metadata, and ``gyre/metadata``: the JSON
-record (step, clock, meta, metrics, each leaf's path, shape, dtype and CRC-32, and its own
-CRC-32). The history blocks are checksummed through the meta's ``history_crc``. A step that
-cannot be loaded is set aside as ``N.corrupt``, never deleted. Nothing is unpickled.
+Step ``N`` is ``<root>/N``: ``state/``, ``arrays/``, orbax's metadata and ``gyre/metadata``, the
+checksummed JSON record (clock, meta, metrics, each leaf's path, shape, dtype and CRC-32).
 """
 
 from __future__ import annotations
@@ -137,8 +133,7 @@ class Store:
 
             policies: list[Any] = [cm.LatestN(n=self.keep)]
             if self.score is not None and self.keep_best:
-                # BestN alone would rank the newest checkpoint out when its value is poor;
-                # with LatestN beside it the newest always stays.
+                # with LatestN beside BestN the newest always stays
                 policies.append(
                     cm.BestN(get_metric_fn=self.score, reverse=False, n=self.keep_best,
                              keep_checkpoints_without_metrics=False))
@@ -173,8 +168,7 @@ class Store:
         return sorted(int(n) for n in os.listdir(self.root) if n.isdigit() and os.path.isdir(self.step_dir(int(n))))
 
     def steps(self) -> list[int]:
-        """The saved steps (and the one being saved), in increasing order; a step directory without
-        a record is not one."""
+        """The saved steps (and the one being saved), in increasing order."""
         return sorted(s for s in self.manager.all_steps() if self.has_record(s) or not os.path.isdir(self.step_dir(s)))
 
     def latest(self) -> int | None:
@@ -182,8 +176,7 @@ class Store:
         return max(self.steps(), default=None)
 
     def _recorded_metrics(self, step: int) -> Any:
-        """The metrics of step ``step``'s checksummed record; orbax's copy when the record cannot be
-        read."""
+        """The metrics of step ``step``'s record, else orbax's copy."""
         try:
             return self.read_record(step).get("metrics")
         except Unreadable:
@@ -201,8 +194,7 @@ class Store:
     # -- saving ----------------------------------------------------------------------------
 
     def record(self, snapshot: Snapshot, metrics: Mapping[str, float] | None, checksums: bool) -> dict[str, Any]:
-        """The JSON record of a snapshot (checksums computed from one host copy), with its own
-        CRC-32."""
+        """The JSON record of a snapshot, with its own CRC-32."""
         record = {
             "format": FORMAT,
             "step": int(snapshot.step),
@@ -221,8 +213,7 @@ class Store:
     def save(
         self, snapshot: Snapshot, *, metrics: Mapping[str, float] | None, checksums: bool = True, wait: bool = False
     ) -> None:
-        """Writes ``snapshot`` after its files (in the background unless ``wait``), first raising a
-        failed previous save."""
+        """Writes ``snapshot`` after its files (in the background unless ``wait``)."""
         import orbax.checkpoint as ocp
 
         step = int(snapshot.step)
@@ -243,15 +234,13 @@ class Store:
             self.wait()
 
     def finished_pending(self) -> bool:
-        """Whether a background save has ended, so :meth:`wait` returns at once; always ``False`` on
-        several processes (waiting is collective)."""
+        """Whether a background save has ended (always ``False`` on several processes: waiting is collective)."""
         if self.pending is None or self._manager is None or jax.process_count() > 1:
             return False
         return not self._manager.is_saving_in_progress()
 
     def wait(self) -> None:
-        """Blocks until the save in flight is on disk; raises :class:`CheckpointError` naming its
-        step if it failed."""
+        """Blocks until the save in flight is on disk; raises :class:`CheckpointError` if it failed."""
         if self._manager is None or self.pending is None:  # nothing started since the last wait
             return
         step, self.pending = self.pending, None
@@ -304,8 +293,7 @@ class Store:
                              "saved (checksum mismatch: a file was changed after the save)")
 
     def _check_files(self, step: int, record: dict[str, Any]) -> None:
-        """orbax's metadata files must be present and parse (orbax reads some leniently: an emptied
-        one would load)."""
+        """orbax's metadata files must be present and parse (orbax would load an emptied one)."""
         items = ["state"] + (["arrays"] if record.get("arrays") else [])
         _read_json(os.path.join(self.step_dir(step), "_CHECKPOINT_METADATA"), "_CHECKPOINT_METADATA")
         for item in items:
@@ -321,8 +309,7 @@ class Store:
         return abstract(jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), tree))
 
     def read(self, step: int, target_state: Any, target_arrays: Any = None) -> Snapshot:
-        """Step ``step`` restored into ``target_state`` (and ``target_arrays``) and verified, else
-        :class:`Unreadable`."""
+        """Step ``step`` restored into ``target_state`` (and ``target_arrays``) and verified, else :class:`Unreadable`."""
         import orbax.checkpoint as ocp
 
         record = self.read_record(step)
@@ -361,14 +348,12 @@ class Store:
     # -- housekeeping (process 0; the caller syncs) ----------------------------------------
 
     def _remove_unfinished(self) -> None:
-        """Deletes what failed saves left; run at every save and at :meth:`close`, as a failed
-        save's writers may still run."""
+        """Deletes what failed saves left (at every save and at :meth:`close`: their writers may still run)."""
         if self._unfinished and is_main_process():
             self.delete_temporaries({str(s) for s in self._unfinished})
 
     def set_aside(self, step: int, suffix: str = SET_ASIDE) -> str:
-        """Renames step ``step``'s directory to ``N.corrupt`` (or ``N.<suffix>``, ``-2``...) and
-        returns it."""
+        """Renames step ``step``'s directory to ``N.corrupt`` (``-2``... if taken) and returns it."""
         target, n = f"{self.step_dir(step)}{suffix}", 1
         while os.path.exists(target):
             n += 1

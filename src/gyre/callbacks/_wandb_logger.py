@@ -1,7 +1,4 @@
-"""``wandb_logger``: every step's scalar entries sent to a Weights & Biases run (ciclo's name).
-
-Nothing here imports ``wandb``: the run is any object with ``log(data, step=...)``.
-"""
+"""``wandb_logger``: every step's scalar entries sent to a Weights & Biases run (any object with ``log``)."""
 
 from __future__ import annotations
 
@@ -24,8 +21,7 @@ from gyre.parallel.distributed import is_main_process
 
 
 def is_number(value: Any) -> bool:
-    """A real number: a Python one (``bool`` too) or a 0-d numeric array, read by ``shape`` and
-    ``dtype`` only."""
+    """A Python real (``bool`` too) or a 0-d numeric array, by ``shape`` and ``dtype`` only."""
     if isinstance(value, numbers.Real):
         return True
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
@@ -33,8 +29,7 @@ def is_number(value: Any) -> bool:
 
 
 def _column(count: int, rows: np.ndarray, values: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """An entry as (which records hold a scalar number, the numbers with NaN elsewhere), or
-    ``None``."""
+    """An entry as (which records hold a number, the numbers with NaN elsewhere), or ``None``."""
     present, found = np.zeros(count, bool), np.full(count, np.nan)
     if isinstance(values, np.ndarray) and numeric_dtype(values.dtype):
         if values.ndim != 1:
@@ -85,8 +80,7 @@ def scalar_rows(block: Block, keep: np.ndarray | None = None) -> Iterator[tuple[
 
 
 class FollowsHistory:
-    """A position in the calling loop's history (or, called by hand, a history of its own);
-    subclasses define ``_send(wait=...)``."""
+    """A position in the calling loop's history (by hand, its own); subclasses define ``_send``."""
 
     _silent: bool | None = None  # decided at the first call: only process 0 sends
     _reads_history = True  # in a loop, it ignores its logs argument (gyre.engine._tasks.reads_history)
@@ -130,14 +124,11 @@ class FollowsHistory:
 
 
 def _start_of(loop: Any) -> int | None:
-    """Where ``loop``'s records begin in its history, whatever step calls first (a resumed loop's);
-    ``None`` when it does not say."""
+    """Where ``loop``'s records begin in its history (``None`` when it does not say): its records
+    have increasing step counters within the steps it consumed, read from the end."""
     data = getattr(loop, "data", None)
     if data is None:
         return None
-    # A loop commits at most one record per step, with increasing step counters; the records
-    # before it (a resumed checkpoint's, a previous loop's) have smaller counters, or are
-    # followed by a counter that does not increase (a loop that started its clock again).
     newer = int(loop.completed.steps)  # the step in progress, if any, counted
     first, own = newer - int(data.consumed), 0
     parts = [np.asarray(block.clocks["steps"]) for _, block in loop.history.segments()]
