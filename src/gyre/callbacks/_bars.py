@@ -96,10 +96,6 @@ class KerasBar(_Bar):
         file: an open text file (default ``sys.stdout``), not a path.
         values: ``"mean"`` (running means over the epoch) or ``"last"``.
 
-    Raises:
-        ValueError: ``total``, ``width``, ``interval`` or ``values`` out of range.
-        TypeError: ``file`` is not an open file.
-
     Example:
         >>> import gyre, io
         >>> out = io.StringIO()
@@ -254,10 +250,6 @@ class TqdmBar(_Bar):
         interval: seconds between postfix updates.
         values: ``"mean"`` (running means over the epoch) or ``"last"``.
         **tqdm_kwargs: passed to ``tqdm`` (``desc``, ``file``, ``disable``...), checked when made.
-
-    Raises:
-        ValueError: ``total`` or ``interval`` out of range.
-        TypeError: an option tqdm does not take, or ``file`` that is not an open file.
 
     Example:
         >>> import gyre, io

@@ -216,10 +216,6 @@ def wandb_logger(run: Any, *, interval: float = 1.0) -> WandbLogger:
         run: the run ``wandb.init()`` returns, or any object with ``log(data, step=...)``.
         interval: seconds between two sends.
 
-    Raises:
-        TypeError: ``run`` has no ``log`` method.
-        ValueError: ``interval`` is not a number >= 0.
-
     Example:
         >>> import gyre
         >>> class Run:  # stands in for wandb.init()

@@ -20,7 +20,6 @@ class ActionLoop(StatLoop):
     first call, kept across calls) is a multiple of its interval.
 
     Args:
-        step: the step.
         begin_actions: actions run at the start, called ``action(state, None)``.
         end_actions: actions run at the end, called ``action(state, outputs)``.
         **kwargs: :class:`StatLoop`'s ``stat_names``, ``global_batch_size``.
@@ -142,8 +141,7 @@ class EvalLoop(ActionLoop):
     :func:`reduce_outputs` merges the exact means (docs/concepts/named-loops.md: "Evaluation without recompiles").
 
     Args:
-        step: the (eval) step.
-        stat_names: the statistics to add.
+        stat_names: the statistics to add (default: ``loop_time_secs``).
         name: the key of this loop's outputs in an :class:`OuterLoop`'s outputs
             (``"eval"``, then ``"eval_1"``... by position when not given).
         **kwargs: :class:`ActionLoop`'s ``begin_actions``, ``end_actions``,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import inspect
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -433,9 +434,7 @@ def reduce_outputs(outputs: Mapping[str, Any] | None) -> dict[str, Any]:
         elif not values:
             reduced[key] = None
         elif all(hasattr(v, "merge") and hasattr(v, "compute") for v in values):
-            merged = values[0]
-            for other in values[1:]:
-                merged = merged.merge(other)
+            merged = functools.reduce(lambda a, b: a.merge(b), values)
             reduced[key] = np.asarray(jax.device_get(merged.compute()))
         else:
             host = [np.asarray(v) for v in jax.device_get(values)]

@@ -168,11 +168,6 @@ class OuterLoop:
             ``None`` when no train loop ran. Continuous evaluation returns the last evaluated state
             and the last evaluation's outputs (or ``None``) with ``"checkpoint_steps"``.
 
-        Raises:
-            ValueError: ``train_dataset`` is missing, ``train_total_steps`` or
-                ``train_loop_steps`` is not a positive whole number, or the eval specs do
-                not match the eval loops one to one.
-
         Example:
             >>> import gyre
             >>> outer = gyre.jaxloop.OuterLoop(

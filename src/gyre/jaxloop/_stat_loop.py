@@ -34,7 +34,6 @@ class StatLoop(Loop):
     ``life_time_secs`` wait for the state, as jaxloop's do.
 
     Args:
-        step: the step.
         stat_names: the statistics to add.
         global_batch_size: examples per step, for ``examples_per_sec``.
 
