@@ -153,9 +153,6 @@ class Elapsed:
             >>> e = Elapsed().update(8, time=0.1, date=0.1, epoch_steps=1)
             >>> e.epochs, e.step_in_epoch
             (1, 0)
-            >>> e = Elapsed.create().update(32)  # ciclo's form: dated now
-            >>> e.steps, e.samples, e.time >= 0.0
-            (1, 32, True)
         """
         if date is None:
             import time as _time
@@ -231,13 +228,7 @@ class Elapsed:
         instance(period, "what an Elapsed is compared with", Period, kind="a Period",
                  expected="gyre.at(steps=..., samples=..., epochs=..., time=..., date=...)",
                  fix="wrap the bound in gyre.at(...), e.g. elapsed >= gyre.at(steps=100)")
-        return (
-            (period.steps is not None and self.steps >= period.steps)
-            or (period.samples is not None and self.samples >= period.samples)
-            or (period.epochs is not None and self.epochs >= period.epochs)
-            or (period.time is not None and self.time >= period.time)
-            or (period.date is not None and self.date >= period.date)
-        )
+        return any(getattr(self, name) >= value for name, value in period.items())
 
     def passed(self, period: Period) -> bool:
         """True when any quantity set in ``period`` has been exceeded (strictly).

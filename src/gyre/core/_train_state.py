@@ -70,7 +70,7 @@ class TrainState(struct.PyTreeNode, kw_only=True):
     tx: optax.GradientTransformation | None = struct.field(pytree_node=False, default=None)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)  # flax's dataclass(), which sets its own replace
+        super().__init_subclass__(**kwargs)  # flax's dataclass(), which sets its own replace: ours replaces it
         cls.replace = _replace  # type: ignore[method-assign]
 
     @classmethod
@@ -210,17 +210,9 @@ class TrainState(struct.PyTreeNode, kw_only=True):
 
 
 def _replace(self: Any, **changes: Any) -> Any:
-    """``state.replace(**changes)``: a copy with some values changed: fields, and also the
-    names that read as attributes, model collections (``batch_stats=``, which may be new)
-    and extras. (flax's ``struct`` installs its own ``replace`` on every class it builds;
-    :class:`TrainState` and its subclasses install this one after it.)
-
-    ``state.replace(batch_stats=new)`` is ``state.replace(model_state={**state.model_state,
-    "batch_stats": new})``; giving ``model_state=`` as well is an error (one of them).
-
-    Raises:
-        TypeError: an unknown name (with the closest one), or a collection or extra
-            given together with ``model_state=`` or ``extras=``.
+    """``state.replace(**changes)``: a copy with fields, model collections (``batch_stats=``, which
+    may be new) and extras changed; a collection or extra together with ``model_state=`` or
+    ``extras=``, or an unknown name (with the closest one), is a ``TypeError``.
 
     Example:
         >>> import jax.numpy as jnp

@@ -12,15 +12,6 @@ count 0, except ``Concat``, which keeps every value. ``Mean``/``Std`` accumulate
 least, ``Sum`` in int32/float32 at least; the others keep the values' dtype. ``compute()`` of
 an empty metric is 0 (a zero-length array for ``Concat``), never NaN: check ``m.count == 0``.
 ``REDUCTIONS`` maps ``"mean"``, ``"sum"``, ... to the classes (:func:`get_reduction`).
-
-Example:
-    >>> import jax.numpy as jnp
-    >>> m = Mean.empty().update(1.0, count=2).update(4.0, count=1)   # weighted by batch size
-    >>> float(m.compute())
-    2.0
-    >>> whole = Mean.from_stacked(jnp.array([1.0, 4.0]), counts=jnp.array([2.0, 1.0]))
-    >>> float(whole.merge(Mean.empty()).compute())
-    2.0
 """
 
 from __future__ import annotations
@@ -91,10 +82,10 @@ def _column(values: Any, counts: Any, metric: str) -> tuple[jax.Array, jax.Array
     return v, c, c.reshape((steps,) + (1,) * (v.ndim - 1))
 
 
-def _mean_dtype(dtype: Any) -> Any:
-    if jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.complexfloating):
-        return jnp.promote_types(dtype, _F32)
-    return _F32
+def _averaged(v: jax.Array) -> jax.Array:
+    """``v`` in the dtype a mean accumulates in: float32 at least."""
+    floating = jnp.issubdtype(v.dtype, jnp.floating) or jnp.issubdtype(v.dtype, jnp.complexfloating)
+    return v.astype(jnp.promote_types(v.dtype, _F32) if floating else _F32)
 
 
 def _sum_dtype(dtype: Any) -> Any:
@@ -214,8 +205,7 @@ class Mean(Metric):
     @classmethod
     def from_value(cls, value: Any, count: Any = 1) -> Mean:
         """``value`` weighing ``count`` (e.g. a batch's mean loss and the batch size)."""
-        v = _array(value, "Mean")
-        v = v.astype(_mean_dtype(v.dtype))
+        v = _averaged(_array(value, "Mean"))
         c = _count(count, "Mean")
         return cls(total=jnp.where(c > 0, v * c, jnp.zeros_like(v)), count=c)
 
@@ -223,7 +213,7 @@ class Mean(Metric):
     def from_stacked(cls, values: Any, counts: Any = None) -> Mean:
         """One row per step; ``counts`` weigh the rows (all 1 when ``None``)."""
         v, c, w = _column(values, counts, "Mean")
-        v = v.astype(_mean_dtype(v.dtype))
+        v = _averaged(v)
         total = jnp.sum(jnp.where(w > 0, v * w, jnp.zeros_like(v)), axis=0)
         return cls(total=total, count=jnp.sum(c))
 
@@ -444,8 +434,7 @@ class Std(Metric):
     @classmethod
     def from_value(cls, value: Any, count: Any = 1) -> Std:
         """One observation of ``value`` weighing ``count`` (it becomes the shift)."""
-        v = _array(value, "Std")
-        v = v.astype(_mean_dtype(v.dtype))
+        v = _averaged(_array(value, "Std"))
         c = _count(count, "Std")
         zeros = jnp.zeros_like(v)
         return cls(count=c, shift=jnp.where(c > 0, v, zeros), mean=zeros, m2=zeros)
@@ -454,7 +443,7 @@ class Std(Metric):
     def from_stacked(cls, values: Any, counts: Any = None) -> Std:
         """Two passes over the deviations from the first counted row."""
         v, c, w = _column(values, counts, "Std")
-        v = v.astype(_mean_dtype(v.dtype))
+        v = _averaged(v)
         if v.shape[0] == 0:
             zeros = jnp.zeros(v.shape[1:], v.dtype)
             return cls(count=jnp.zeros((), _F32), shift=zeros, mean=zeros, m2=zeros)

@@ -3,29 +3,13 @@
 The function may take ``(state, batch)`` or ``(state)`` and return ``(logs, state)``
 (``None`` for either: none / unchanged), the logs alone or the state alone.
 
-A function that also takes ``mask`` gets the mask of a padded batch (``True`` for real rows):
-an evaluation then pads its last, smaller batch so the step compiles once. It computes means
-over the real rows (``jnp.sum(x * mask) / jnp.sum(mask)``) and passes ``mask=`` to its metric
-objects; without a padded batch it gets its default.
+A function that also takes ``mask`` gets the mask of a padded batch (``True`` for real rows), so
+an evaluation's last, smaller batch compiles once: average over the real rows
+(``jnp.sum(x * mask) / jnp.sum(mask)``) and pass ``mask=`` to metric objects.
 
 Metric objects logged with ``add_stateful_metric`` (anything with ``merge`` and ``compute``)
 are merged into the state's accumulator of that name and logged as its ``compute()``, as in
-ciclo.
-
-Example:
-    >>> import gyre, jax.numpy as jnp, optax
-    >>> from gyre import managed
-    >>> @managed.train_step
-    ... def train_step(state, batch):
-    ...     x, y = batch
-    ...     loss = jnp.mean((x * state.params["w"] - y) ** 2)
-    ...     return gyre.logs().add_loss("mse", loss), state
-    >>> state = managed.ManagedState.create(params={"w": jnp.float32(0.0)}, tx=optax.sgd(0.1))
-    >>> batch = (jnp.ones(8), 2 * jnp.ones(8))
-    >>> for _ in range(50):
-    ...     logs, state = train_step(state, batch)
-    >>> round(float(state.params["w"]), 3), int(state.step)
-    (2.0, 50)
+ciclo. :func:`train_step` and :func:`step` have examples.
 """
 
 from __future__ import annotations
@@ -201,13 +185,6 @@ def step(fn: StepFn | None = None, *, policy: str | MixedPrecision | None = None
         ... def evaluate(state, batch):
         ...     return gyre.logs().add_metric("mean", batch.mean()), state
         >>> logs, _ = evaluate(ManagedState.create(params=()), jnp.arange(4.0))
-        >>> float(logs.metrics.mean)
-        1.5
-        >>> @step
-        ... def masked_mean(state, batch, mask=None):
-        ...     return gyre.logs().add_metric("mean", jnp.sum(batch * mask) / jnp.sum(mask)), state
-        >>> logs, _ = masked_mean(ManagedState.create(params=()), jnp.array([1.0, 2.0, 2.0]),
-        ...                       mask=jnp.array([True, True, False]))
         >>> float(logs.metrics.mean)
         1.5
     """
