@@ -10,7 +10,7 @@ from typing import Any
 import jax
 
 from gyre.core._checks import instance, whole
-from gyre.core._errors import as_integer, describe, explain
+from gyre.core._errors import describe, explain
 
 CLOCK_FIELDS = ("steps", "samples", "epochs", "step_in_epoch", "time", "date")
 
@@ -288,14 +288,15 @@ jax.tree_util.register_pytree_node(
 )
 
 
-def _check_amount(name: str, value: Any, *, integral: bool) -> None:
-    """A Period's amount: a whole number >= 0 (steps, samples, epochs) or a number >= 0 (time)."""
+def _check_amount(name: str, value: Any, *, integral: bool) -> Any:
+    """A Period's amount: a whole number >= 0 (steps, samples, epochs: as an int) or a number >= 0."""
     fix = f"pass {name}=10 (or leave it out)"
     if integral:
-        whole(value, f"{name}=", expected="a whole number >= 0", fix=fix)
-    elif isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:  # NaN too
+        return whole(value, f"{name}=", expected="a whole number >= 0", fix=fix)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:  # NaN too
         raise ValueError(explain(f"{name}= must be a number >= 0", expected="a number >= 0",
                                  received=describe(value), fix=fix))
+    return value
 
 
 class Period:
@@ -324,29 +325,17 @@ class Period:
     ) -> None:
         if isinstance(time, _dt.timedelta):
             time = time.total_seconds()
-        for name, value, integral in (
-            ("steps", steps, True),
-            ("samples", samples, True),
-            ("epochs", epochs, True),
-            ("time", time, False),
-        ):
-            if value is not None:
-                _check_amount(name, value, integral=integral)
-        steps, samples, epochs = (None if v is None else as_integer(v) for v in (steps, samples, epochs))
-        if isinstance(date, _dt.datetime):
-            date = date.timestamp()
-        elif date is not None:
-            _check_amount("date", date, integral=False)
-        if steps is None and samples is None and epochs is None and time is None and date is None:
+        for name, value in zip(self.__slots__, (steps, samples, epochs, time, date), strict=True):
+            if name == "date" and isinstance(value, _dt.datetime):
+                value = value.timestamp()
+            elif value is not None:
+                value = _check_amount(name, value, integral=name not in ("time", "date"))
+            setattr(self, name, value)
+        if not self.items():
             raise ValueError(explain(
                 "a Period needs at least one quantity",
                 expected="one or more of steps=, samples=, epochs=, time=, date=", received="none of them",
                 fix="e.g. gyre.at(steps=1000) or gyre.at(epochs=5)"))
-        self.steps = steps
-        self.samples = samples
-        self.epochs = epochs
-        self.time = time
-        self.date = date
 
     @classmethod
     def create(

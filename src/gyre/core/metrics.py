@@ -314,12 +314,6 @@ class _Selecting(_Valued):
         return type(self)(value=value, count=self.count + other.count)
 
 
-def _row(values: jax.Array, index: jax.Array) -> jax.Array:
-    if values.shape[0] == 0:
-        return jnp.zeros(values.shape[1:], values.dtype)
-    return jnp.take(values, index, axis=0)
-
-
 class First(_Selecting):
     """The value of the first step that counts; 0 when empty.
 
@@ -333,7 +327,7 @@ class First(_Selecting):
 
     @classmethod
     def _choose(cls, values: jax.Array, present: jax.Array, mask: jax.Array) -> jax.Array:
-        return _row(values, jnp.argmax(present))
+        return jnp.take(values, jnp.argmax(present), axis=0)
 
     @staticmethod
     def _pick(a: jax.Array, b: jax.Array, has_a: jax.Array, has_b: jax.Array) -> jax.Array:
@@ -353,7 +347,7 @@ class Last(_Selecting):
 
     @classmethod
     def _choose(cls, values: jax.Array, present: jax.Array, mask: jax.Array) -> jax.Array:
-        return _row(values, present.shape[0] - 1 - jnp.argmax(present[::-1]))
+        return jnp.take(values, present.shape[0] - 1 - jnp.argmax(present[::-1]), axis=0)
 
     @staticmethod
     def _pick(a: jax.Array, b: jax.Array, has_a: jax.Array, has_b: jax.Array) -> jax.Array:
@@ -448,7 +442,7 @@ class Std(Metric):
             zeros = jnp.zeros(v.shape[1:], v.dtype)
             return cls(count=jnp.zeros((), _F32), shift=zeros, mean=zeros, m2=zeros)
         n = jnp.sum(c)
-        shift = jnp.where(jnp.any(c > 0), _row(v, jnp.argmax(c > 0)), jnp.zeros(v.shape[1:], v.dtype))
+        shift = jnp.where(jnp.any(c > 0), jnp.take(v, jnp.argmax(c > 0), axis=0), jnp.zeros(v.shape[1:], v.dtype))
         zeros = jnp.zeros_like(v)
         d = jnp.where(w > 0, v - shift[None], zeros)
         mean = jnp.sum(w * d, axis=0) / _safe(n).astype(v.dtype)
