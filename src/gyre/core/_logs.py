@@ -12,6 +12,7 @@ from typing import Any
 
 import jax
 
+from gyre.core._checks import instance
 from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn
 
 #: The standard collections, in the order a bare name is resolved (see :meth:`Logs.lookup`).
@@ -82,11 +83,8 @@ class Logs(dict):
             >>> Logs().add_entries("metrics", {"a": 1, "b": 2})
             Logs(metrics={'a': 1, 'b': 2})
         """
-        if not isinstance(values, Mapping):
-            raise TypeError(explain(
-                f"add_{collection}() takes a mapping of names to values",
-                expected="a dict like {'accuracy': acc}", received=describe(values),
-                fix="pass a dict, or call the singular form for one value"))
+        instance(values, "values", Mapping, problem=f"add_{collection}() takes a mapping of names to values",
+                 expected="a dict like {'accuracy': acc}", fix="pass a dict, or call the singular form for one value")
         for name, value in values.items():
             self.add_entry(collection, name, value)
         return self
@@ -243,11 +241,9 @@ class Logs(dict):
 
 
 def _check_collections(other: Any) -> None:
-    if not isinstance(other, Mapping):
-        raise TypeError(explain(
-            "logs can only be merged with logs",
-            expected="a gyre.Logs or a dict of collections like {'metrics': {...}}", received=describe(other),
-            fix="build the value with gyre.logs().add_metric(name, value)"))
+    instance(other, "logs", Mapping, problem="logs can only be merged with logs",
+             expected="a gyre.Logs or a dict of collections like {'metrics': {...}}",
+             fix="build the value with gyre.logs().add_metric(name, value)")
     for collection, entries in other.items():
         if not isinstance(entries, Mapping):
             raise TypeError(explain(

@@ -19,7 +19,7 @@ from typing import Any
 import jax
 
 from gyre.core import metrics
-from gyre.core._checks import whole
+from gyre.core._checks import real, whole
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.engine._nan import SKIPPED_STEPS
@@ -116,16 +116,6 @@ def _check_nan_policy(nan_policy: Any) -> None:
         else "pass nan_policy='skip', or leave it out"))
 
 
-def _check_options(accumulate_steps: Any, clip_grad_norm: Any) -> None:
-    whole(accumulate_steps, "accumulate_steps=", minimum=1, fix="pass a positive int",
-          expected="e.g. accumulate_steps=4 to average the gradients of 4 microbatches")
-    if clip_grad_norm is not None and not (isinstance(clip_grad_norm, (int, float)) and clip_grad_norm > 0):
-        raise ValueError(explain(
-            "clip_grad_norm= must be a positive number or None",
-            expected="e.g. clip_grad_norm=1.0", received=describe(clip_grad_norm),
-            fix="pass a positive float, or None for no clipping"))
-
-
 def train_step(
     fn: StepFn | None = None,
     *,
@@ -161,7 +151,10 @@ def train_step(
         >>> round(float(logs.metrics.grad_norm), 3)
         2.828
     """
-    _check_options(accumulate_steps, clip_grad_norm)
+    whole(accumulate_steps, "accumulate_steps=", minimum=1, fix="pass a positive int",
+          expected="e.g. accumulate_steps=4 to average the gradients of 4 microbatches")
+    real(clip_grad_norm, "clip_grad_norm=", above=0, none=True, problem="clip_grad_norm= must be a positive number "
+         "or None", expected="e.g. clip_grad_norm=1.0", fix="pass a positive float, or None for no clipping")
     _check_nan_policy(nan_policy)
     chosen = get_policy(policy)
 
