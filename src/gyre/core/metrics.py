@@ -199,7 +199,6 @@ class Mean(Metric):
 
     @classmethod
     def empty(cls) -> Mean:
-        """Zero total, zero count."""
         return cls(total=jnp.zeros((), _F32), count=jnp.zeros((), _F32))
 
     @classmethod
@@ -211,19 +210,16 @@ class Mean(Metric):
 
     @classmethod
     def from_stacked(cls, values: Any, counts: Any = None) -> Mean:
-        """One row per step; ``counts`` weigh the rows (all 1 when ``None``)."""
         v, c, w = _column(values, counts, "Mean")
         v = _averaged(v)
         total = jnp.sum(jnp.where(w > 0, v * w, jnp.zeros_like(v)), axis=0)
         return cls(total=total, count=jnp.sum(c))
 
     def merge(self, other: Mean) -> Mean:
-        """Totals and counts added."""
         self._check(other)
         return Mean(total=self.total + other.total, count=self.count + other.count)
 
     def compute(self) -> jax.Array:
-        """``total / count`` (0 when empty)."""
         return self.total / _safe(self.count).astype(self.total.dtype)
 
 
@@ -250,7 +246,6 @@ class _Valued(Metric):
         return value
 
     def compute(self) -> jax.Array:
-        """The value."""
         return self.value
 
 
@@ -271,13 +266,11 @@ class Sum(_Valued):
 
     @classmethod
     def from_stacked(cls, values: Any, counts: Any = None) -> Sum:
-        """The sum of the rows whose count is positive."""
         v, c, w = _column(values, counts, "Sum")
         v = cls._cast(v)
         return cls(value=jnp.sum(jnp.where(w > 0, v, jnp.zeros_like(v)), axis=0), count=jnp.sum(c))
 
     def merge(self, other: Sum) -> Sum:
-        """Values and counts added."""
         self._check(other)
         a, b = _aligned(self.value, other.value)
         return Sum(value=a + b, count=self.count + other.count)
@@ -291,7 +284,6 @@ class _Selecting(_Valued):
 
     @classmethod
     def from_stacked(cls, values: Any, counts: Any = None) -> Self:
-        """The value chosen among the rows whose count is positive, in one expression."""
         v, c, w = _column(values, counts, cls.__name__)
         if v.shape[0] == 0:
             return cls(value=jnp.zeros(v.shape[1:], v.dtype), count=jnp.zeros((), _F32))
@@ -421,7 +413,6 @@ class Std(Metric):
 
     @classmethod
     def empty(cls) -> Std:
-        """Zero count, shift, mean and ``m2``."""
         zero = jnp.zeros((), _F32)
         return cls(count=zero, shift=zero, mean=zero, m2=zero)
 
@@ -477,7 +468,6 @@ class Std(Metric):
         return self.m2 / _safe(self.count).astype(self.m2.dtype)
 
     def compute(self) -> jax.Array:
-        """The standard deviation (0 when empty)."""
         return jnp.sqrt(self.variance())
 
 
@@ -502,7 +492,6 @@ class Concat(Metric):
 
     @classmethod
     def empty(cls) -> Concat:
-        """No rows."""
         return cls(values=jnp.zeros((0,), _F32), count=jnp.zeros((), _F32))
 
     @classmethod
@@ -512,7 +501,6 @@ class Concat(Metric):
 
     @classmethod
     def from_stacked(cls, values: Any, counts: Any = None) -> Concat:
-        """The rows of every step, in order."""
         v, c, _ = _column(values, counts, "Concat")
         rows = v if v.ndim == 1 else v.reshape((v.shape[0] * v.shape[1],) + v.shape[2:])
         return cls(values=rows, count=jnp.sum(c))
@@ -534,7 +522,6 @@ class Concat(Metric):
         return Concat(values=jnp.concatenate([self.values, other.values]), count=count)
 
     def compute(self) -> jax.Array:
-        """All the rows."""
         return self.values
 
 
