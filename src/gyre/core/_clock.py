@@ -82,10 +82,9 @@ class Elapsed:
         """
         import time as _time
 
-        for name, value in (("steps", steps), ("samples", samples), ("epochs", epochs)):
-            _check_amount(name, value, integral=True)
-        when = _time.time() if date is None else float(date)
-        return cls(int(steps), int(samples), int(epochs), date=when)
+        given = zip(CLOCK_FIELDS[:3], (steps, samples, epochs), strict=True)
+        counts = [_check_amount(name, value, integral=True) for name, value in given]
+        return cls(*counts, date=_time.time() if date is None else float(date))
 
     @property
     def in_progress(self) -> bool:

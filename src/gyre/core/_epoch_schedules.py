@@ -39,9 +39,7 @@ class EpochEnds(Schedule):
         return frozenset(("epochs", "step_in_epoch"))
 
     def _next_step(self, after: Elapsed, epoch_steps: int | None) -> int | None:
-        """:meth:`gyre.Schedule.next_step`: the first step index ``>= after.steps`` where it
-        fires (``None``: never again), by its own epoch length.
-        """
+        """The first step ``>= after.steps`` where it fires (``None``: never), by its own epoch length."""
         length, position, epoch = self.epoch_steps, after.step_in_epoch, after.epochs
         end = after.steps + length - 1 - position
         if position >= length:  # (an epoch length changed on resume) the epoch rolls at once
