@@ -70,13 +70,8 @@ SHORT_NAMES = {
 
 def hook_name(key: Any) -> str | None:
     """The named point a task-table key names (short names resolved), or ``None``."""
-    if isinstance(key, NamedSchedule):
-        name = key.name
-    elif isinstance(key, str):
-        name = key
-    else:
-        return None
-    return SHORT_NAMES.get(name, name)
+    name = key.name if isinstance(key, NamedSchedule) else key
+    return SHORT_NAMES.get(name, name) if isinstance(name, str) else None
 
 
 on_train_begin = NamedSchedule("on_train_begin")
