@@ -49,8 +49,8 @@ def steps_per_epoch(n: int, batch_size: int, drop_remainder: bool = True) -> int
     return n // batch_size if drop_remainder else -(-n // batch_size)
 
 
-def _as_arrays(arrays: Any) -> tuple[tuple[np.ndarray, ...], bool]:
-    """The arrays as a tuple, and whether a single array (not a sequence) was given."""
+def _as_arrays(arrays: Any, what: str = "the arrays given to batches()") -> tuple[tuple[np.ndarray, ...], bool]:
+    """The arrays as a tuple (checked: >= 1 samples, as many in each), and whether a single array was given."""
     single = hasattr(arrays, "__array__")
     if single:
         arrays = (arrays,)
@@ -59,23 +59,22 @@ def _as_arrays(arrays: Any) -> tuple[tuple[np.ndarray, ...], bool]:
             "batches() takes an array or a non-empty tuple of arrays",
             expected="batches((x_train, y_train), batch_size)", received=describe(arrays),
             fix="pass the arrays as a tuple: batches((x, y), 32)"))
-    out = []
-    for i, array in enumerate(arrays):
-        value = np.asarray(array)
+    out = tuple(np.asarray(a) for a in arrays)
+    for i, (array, value) in enumerate(zip(arrays, out, strict=True)):
         if value.ndim == 0:
             raise ValueError(explain(
                 f"array {i} given to batches() has no leading sample dimension",
                 expected="arrays of shape (n, ...) that share n", received=f"array {i}: {describe(array)}",
                 fix="pass one value per sample, e.g. labels of shape (n,)"))
-        out.append(value)
-    sizes = [a.shape[0] for a in out]
-    if len(set(sizes)) != 1:
-        shapes = ", ".join(f"array {i}: {a.shape}" for i, a in enumerate(out))
+    rows = {a.shape[0] for a in out}
+    if len(rows) != 1 or 0 in rows:
         raise ValueError(explain(
-            "the arrays given to batches() have different numbers of samples",
-            expected="the same leading dimension in every array, e.g. x (n, 64) and y (n,)", received=shapes,
+            f"{what} must hold the same number (>= 1) of examples along their first dimension "
+            f"({'different numbers of samples' if len(rows) != 1 else 'empty arrays'})",
+            expected="the same leading dimension n >= 1 in every array, e.g. x (n, 64) and y (n,)",
+            received=", ".join(str(a.shape) for a in out),
             fix="check that inputs and labels come from the same split"))
-    return tuple(out), single
+    return out, single
 
 
 def epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
@@ -154,11 +153,6 @@ class Batches(Iterator[Batch]):
         epochs = whole(epochs, "epochs", minimum=1, none=True, fix="pass epochs=1 (or None to repeat forever)")
         seed = check_seed(seed)
         n = data[0].shape[0]
-        if n == 0:
-            raise ValueError(explain(
-                "batches() was given empty arrays",
-                expected="at least one sample", received=f"arrays of shapes {[a.shape for a in data]}",
-                fix="check the data split that produced them"))
         shuffle, drop_remainder = flag(shuffle, "shuffle", "batches"), flag(drop_remainder, "drop_remainder", "batches")
         epoch_steps = steps_per_epoch(n, batch_size, drop_remainder)  # refuses an epoch of no batch
         self._data, self._single, self._n = data, single, n

@@ -20,7 +20,7 @@ import numpy as np
 
 from gyre.core._checks import instance, require, whole
 from gyre.core._errors import describe, explain, suggest
-from gyre.data._arrays import Batches, check_seed, epoch_order
+from gyre.data._arrays import Batches, _as_arrays, check_seed, epoch_order
 from gyre.data._augment import augment as augment_batch
 from gyre.data._augment import augmented, check_padding
 
@@ -203,9 +203,10 @@ def _split_arrays(data: Any) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, 
     """``(train arrays, test arrays or None)`` from ``(x, y, ...)`` or a reader's result."""
     if isinstance(data, (tuple, list)) and data:
         if all(_is_array(a) for a in data):
-            return _same_rows(data, "data"), None
+            return _as_arrays(data, "data")[0], None
         if len(data) == 2 and all(isinstance(p, (tuple, list)) and p and all(_is_array(a) for a in p) for p in data):
-            train, test = _same_rows(data[0], "the training arrays"), _same_rows(data[1], "the test arrays")
+            train = _as_arrays(data[0], "the training arrays")[0]
+            test = _as_arrays(data[1], "the test arrays")[0]
             _same_examples(train, test)
             return train, test
     raise TypeError(explain(
@@ -213,18 +214,6 @@ def _split_arrays(data: Any) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, 
         expected="(x, y) numpy arrays, or ((x_train, y_train), (x_test, y_test)) as gyre.data.mnist(path) returns",
         received=describe(data),
         fix="pass gyre.data.arrays((x, y), 128) or gyre.data.arrays(gyre.data.mnist(path), 128)"))
-
-
-def _same_rows(arrays: Any, what: str) -> tuple[np.ndarray, ...]:
-    out = tuple(np.asarray(a) for a in arrays)
-    rows = [a.shape[0] for a in out]
-    if len(set(rows)) != 1 or rows[0] == 0:
-        raise ValueError(explain(
-            f"{what} must hold the same number (>= 1) of examples along their first dimension",
-            expected="e.g. x of shape (n, 28, 28, 1) and y of shape (n,), n >= 1",
-            received=", ".join(str(a.shape) for a in out),
-            fix="pass inputs and labels of the same split, e.g. (x_train, y_train)"))
-    return out
 
 
 def _same_examples(train: tuple[np.ndarray, ...], test: tuple[np.ndarray, ...]) -> None:
