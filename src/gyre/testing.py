@@ -27,8 +27,7 @@ __all__ = [
     "count_compilations",
 ]
 
-#: The ``jax.monitoring`` event JAX records once per program it builds for a backend (XLA
-#: compilation, or retrieval from the persistent compilation cache); ``fun_name`` names it.
+#: The ``jax.monitoring`` event of each program built (or taken from the persistent cache).
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
@@ -66,7 +65,6 @@ class CompilationCounter:
         self._thread: int | None = None
         self._listening = False
 
-    # -- reading ---------------------------------------------------------------------------
     @property
     def count(self) -> int:
         """How many programs were built."""
@@ -86,7 +84,6 @@ class CompilationCounter:
     def __repr__(self) -> str:
         return f"<CompilationCounter count={self.count} names={self.names}>"
 
-    # -- listening -------------------------------------------------------------------------
     def _record(self, name: str, seconds: float) -> None:
         self.compilations.append(Compilation(name, seconds))
 
@@ -94,7 +91,7 @@ class CompilationCounter:
         if event == COMPILE_EVENT and threading.get_ident() == self._thread:
             self._record(str(kwargs.get("fun_name", "?")), float(duration))
 
-    def _start(self) -> None:
+    def __enter__(self) -> CompilationCounter:
         if self._listening:
             raise RuntimeError(explain(
                 "this compilation counter is already counting",
@@ -103,23 +100,12 @@ class CompilationCounter:
         self._thread = threading.get_ident()
         self._listening = True
         jax.monitoring.register_event_duration_secs_listener(self._on_event)
+        return self
 
-    def _stop(self) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if self._listening:
             jax.monitoring.unregister_event_duration_listener(self._on_event)
             self._listening = False
-
-    def __enter__(self) -> CompilationCounter:
-        self._start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stop()
 
 
 def count_compilations() -> CompilationCounter:
@@ -180,17 +166,11 @@ class _Signature:
     @classmethod
     def of(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Signature:
         pairs, treedef = jax.tree_util.tree_flatten_with_path((args, kwargs))
-        leaves = {}
-        for path, leaf in pairs:
-            leaves[_path_text(path)] = _leaf_signature(leaf)
-        return cls(treedef, leaves)
+        return cls(treedef, {_path_text(path): _leaf_signature(leaf) for path, leaf in pairs})
 
     def changes_since(self, before: _Signature, limit: int = 8) -> list[str]:
-        lines = []
-        for path in before.leaves.keys() - self.leaves.keys():
-            lines.append(f"{path}: gone (was {before.leaves[path][0]})")
-        for path in self.leaves.keys() - before.leaves.keys():
-            lines.append(f"{path}: new ({self.leaves[path][0]})")
+        lines = [f"{path}: gone (was {before.leaves[path][0]})" for path in before.leaves.keys() - self.leaves.keys()]
+        lines += [f"{path}: new ({self.leaves[path][0]})" for path in self.leaves.keys() - before.leaves.keys()]
         for path, (kind, placed) in self.leaves.items():
             old = before.leaves.get(path)
             if old is None:
@@ -200,10 +180,8 @@ class _Signature:
             elif old[1] != placed:
                 lines.append(f"{path}: placed {old[1]} -> {placed}")
         if not lines and self.treedef != before.treedef:
-            lines.append(
-                "same leaves, but the tree structure or a static field changed (a container "
-                "type, a flax struct's static field such as a state's strategy or apply_fn)"
-            )
+            lines.append("same leaves, but the tree structure or a static field changed (a container "
+                         "type, a flax struct's static field such as a state's strategy or apply_fn)")
         lines.sort()
         if len(lines) > limit:
             lines = [*lines[:limit], f"... and {len(lines) - limit} more"]
@@ -240,8 +218,7 @@ class CompiledOnceCheck(CompilationCounter):
         self._signatures: dict[int, _Signature] = {}
         functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
 
-    def __getattr__(self, name: str) -> Any:
-        # only reached for names the checker lacks: the wrapped function's attributes
+    def __getattr__(self, name: str) -> Any:  # the wrapped function's attributes
         if name.startswith("__") or name == "fn":
             raise AttributeError(name)
         return getattr(self.fn, name)
@@ -316,16 +293,12 @@ class CompiledOnceCheck(CompilationCounter):
                     lines.append(f"      changed since call {first}:")
                     lines.extend(f"        {change}" for change in changes)
                 else:
-                    lines.append(
-                        f"      the arguments look as at call {first}: the function was "
-                        "re-created (a new jax.jit per call?), a Python value it closes over or "
-                        "a static argument changed, or an operation ran eagerly for the first time"
-                    )
+                    lines.append(f"      the arguments look as at call {first}: the function was "
+                                 "re-created (a new jax.jit per call?), a Python value it closes over or "
+                                 "a static argument changed, or an operation ran eagerly for the first time")
             elif call == first and len(compiled) > 1:
-                lines.append(
-                    "      several programs in one call: the function runs operations outside "
-                    "jit (eagerly, each compiled once per shape), or calls several jitted functions"
-                )
+                lines.append("      several programs in one call: the function runs operations outside "
+                             "jit (eagerly, each compiled once per shape), or calls several jitted functions")
         return "\n".join(lines)
 
 
