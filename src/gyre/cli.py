@@ -170,39 +170,30 @@ def _fit_demo(args: argparse.Namespace) -> int:
         return getattr(args, name) if args.resume is None or "--" + name.replace("_", "-") in given else None
 
     try:
-        result = demo.fit_digits(
-            epochs=option("epochs"),
-            batch_size=option("batch_size"),
-            learning_rate=option("learning_rate"),
-            seed=option("seed"),
-            out=args.out,
-            quiet=args.quiet,
-            resume=args.resume,
-        )
+        result = demo.fit_digits(**{n: option(n) for n in ("epochs", "batch_size", "learning_rate", "seed")},
+                                 out=args.out, quiet=args.quiet, resume=args.resume)
     except demo.DemoArgumentError as err:  # raised before training: a usage error
-        option = "--" + err.argument.replace("_", "-")
-        args.command_parser.error(f"argument {option}: {err.summary}")
-    steps, epochs = result.elapsed.steps, result.elapsed.epochs
+        args.command_parser.error(f"argument --{err.argument.replace('_', '-')}: {err.summary}")
+    return _report(result, result.elapsed.steps, result.elapsed.epochs,
+                   lambda: [f"final test accuracy: {result.test_accuracy:.4f}"])
+
+
+def _report(result: Any, steps: int, epochs: Any, tested: Callable[[], Sequence[str]]) -> int:
+    """Prints a run's outcome (``tested()``: its test lines) and returns the exit code."""
     print(f"run folder: {result.run_dir}")
     if result.preempted:
         print(f"preempted after {steps} steps, saved; continue with: gyre resume {result.run_dir}")
         return EXIT_PREEMPTED
     print(f"trained {steps} steps ({epochs} epochs) in {result.seconds:.1f}s")
-    print(f"final test accuracy: {result.test_accuracy:.4f}")
-    return EXIT_OK
-
-
-def _report(result: Any) -> int:
-    from gyre.trainer._run import metric_lines
-
-    print(f"run folder: {result.run_dir}")
-    if result.preempted:
-        print(f"preempted after {result.steps} steps, saved; continue with: gyre resume {result.run_dir}")
-        return EXIT_PREEMPTED
-    print(f"trained {result.steps} steps ({result.epochs} epochs) in {result.seconds:.1f}s")
-    for line in metric_lines(result.test):
+    for line in tested():
         print(line)
     return EXIT_OK
+
+
+def _report_run(result: Any) -> int:
+    from gyre.trainer._run import metric_lines
+
+    return _report(result, result.steps, result.epochs, lambda: metric_lines(result.test))
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -221,13 +212,13 @@ def _fit(args: argparse.Namespace) -> int:
     from gyre.trainer._run import run_config
 
     overrides = list(args.overrides) + (["trainer.enable_progress_bar=false"] if args.quiet else [])
-    return _report(run_config(args.config, overrides, out=args.out))
+    return _report_run(run_config(args.config, overrides, out=args.out))
 
 
 def _resume(args: argparse.Namespace) -> int:
     from gyre.trainer._run import resume_run
 
-    return _report(resume_run(args.run, quiet=args.quiet))
+    return _report_run(resume_run(args.run, quiet=args.quiet))
 
 
 def _test(args: argparse.Namespace) -> int:
