@@ -51,9 +51,7 @@ class DemoArgumentError(ValueError):
     ``argument --<name>: <summary>``."""
 
     def __init__(self, argument: str, summary: str, *, expected: str, received: str, fix: str) -> None:
-        super().__init__(
-            explain(f"fit_digits: {argument} {summary}", expected=expected, received=received, fix=fix)
-        )
+        super().__init__(explain(f"fit_digits: {argument} {summary}", expected=expected, received=received, fix=fix))
         self.argument = argument
         self.summary = summary
 
@@ -66,31 +64,25 @@ class DemoArgumentError(ValueError):
 MAX_SEED = 2**63 - 1  # what jax.random.key takes (the CLI checks --seed against it too)
 
 
+def _refused(name: str, value: Any, wanted: str, expected: str, example: str) -> DemoArgumentError:
+    return DemoArgumentError(name, f"must be {wanted}, received {describe(value)}", expected=expected,
+                             received=describe(value), fix=f"pass {example}")
+
+
 def _check_whole(name: str, value: Any, *, minimum: int, maximum: int | None, example: str) -> int:
     number = as_integer(value)
     if number is not None and number >= minimum and (maximum is None or number <= maximum):
         return number
     span = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
-    raise DemoArgumentError(
-        name,
-        f"must be a whole number {span}, received {describe(value)}",
-        expected=f"an int {span}, e.g. {example}",
-        received=describe(value),
-        fix=f"pass {example}",
-    )
+    raise _refused(name, value, f"a whole number {span}", f"an int {span}, e.g. {example}", example)
 
 
 def _check_learning_rate(value: Any) -> float:
     good = isinstance(value, numbers.Real) and not isinstance(value, bool)
     if good and math.isfinite(value) and value > 0:  # type: ignore[arg-type]
         return float(value)  # type: ignore[arg-type]
-    raise DemoArgumentError(
-        "learning_rate",
-        f"must be a finite number > 0, received {describe(value)}",
-        expected="a float such as learning_rate=3e-3",
-        received=describe(value),
-        fix="pass learning_rate=3e-3",
-    )
+    raise _refused("learning_rate", value, "a finite number > 0", "a float such as learning_rate=3e-3",
+                   "learning_rate=3e-3")
 
 
 def _training_samples() -> int:
@@ -207,12 +199,9 @@ def stored_options(run_dir: str | Path) -> dict[str, Any]:
         config = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
     except (OSError, yaml.YAMLError):
         return {}
-    found = {}
-    for name, (section, key) in CONFIG_KEYS.items():
-        value = config.get(section, {}).get(key) if isinstance(config, dict) and isinstance(config.get(section), dict) else None
-        if value is not None:
-            found[name] = value
-    return found
+    sections = config if isinstance(config, dict) else {}
+    return {name: sections[section][key] for name, (section, key) in CONFIG_KEYS.items()
+            if isinstance(sections.get(section), dict) and sections[section].get(key) is not None}
 
 
 def _check_same_data(run_dir: Path, stored: dict[str, Any], chosen: dict[str, Any]) -> None:
