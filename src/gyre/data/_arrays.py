@@ -88,11 +88,9 @@ _IDENTITY = ("samples", "shapes", "batch_size", "drop_remainder", "shuffle", "se
 
 
 class Batches(Iterator[Batch]):
-    """Batches of in-memory arrays, reshuffled every epoch in a deterministic order, with a
-    position a checkpoint saves; arguments are checked at once. ``gyre.data.batches`` is this
-    class. A one-pass iterator with ``epoch_steps`` (read by the loops, so they need no
-    ``epoch_duration``), ``__len__`` (the same, as a ``DataLoader``'s) and
-    ``state_dict``/``load_state_dict`` (JSON-able: a resumed run continues with the next batch).
+    """Batches of in-memory arrays (``gyre.data.batches``), reshuffled every epoch in a
+    deterministic order, with ``epoch_steps`` (so the loops need no ``epoch_duration``), ``len``
+    (the same) and a JSON-able position (``state_dict``/``load_state_dict``) a checkpoint saves.
 
     Args:
         arrays: a tuple of arrays sharing their leading (sample) dimension, e.g. ``(x, y)``;
@@ -111,12 +109,6 @@ class Batches(Iterator[Batch]):
         ValueError: the arrays disagree on the number of samples, ``batch_size < 1``, a
             negative ``seed``, or no whole batch fits in the data with ``drop_remainder``.
 
-    Attributes:
-        epoch_steps: batches in one epoch.
-        epochs: passes over the data (``None``: forever).
-        batch_size: samples per batch.
-        seed: the seed of the shuffles.
-
     Example:
         >>> import numpy as np, gyre
         >>> x = np.arange(10)
@@ -129,11 +121,6 @@ class Batches(Iterator[Batch]):
         >>> again.load_state_dict(saved)
         >>> [next(again).tolist() for _ in range(2)] == after
         True
-        >>> x, y = np.arange(10).reshape(5, 2), np.arange(5)
-        >>> [b[1].tolist() for b in batches((x, y), 2, shuffle=False, epochs=1)]
-        [[0, 1], [2, 3]]
-        >>> [b.tolist() for b in batches(y, 2, shuffle=False, epochs=1, drop_remainder=False)]
-        [[0, 1], [2, 3], [4]]
     """
 
     @keywords_checked
@@ -166,8 +153,7 @@ class Batches(Iterator[Batch]):
             "drop_remainder": self.drop_remainder,
             "shuffle": self.shuffle,
         }
-        self._epoch = 0  # the epoch of the next batch
-        self._position = 0  # its index in the epoch
+        self._epoch, self._position = 0, 0  # the next batch: its epoch and index in it
         self._ready = -1  # the epoch whose order is drawn (-1: none yet)
         self._order: np.ndarray | None = None
 
@@ -318,6 +304,25 @@ def _position_number(value: Any, name: str, *, minimum: int) -> int:
     return whole(value, f"the batches' {name}", minimum=minimum,
                  expected=f"{name} as Batches.state_dict() saved it, e.g. {{'{name}': 3}}",
                  fix="pass the dict that state_dict() returned, unchanged")
+
+
+class Forwarding:
+    """A wrapper of ``self.source``: its position protocol and any attribute it lacks are the source's."""
+
+    source: Any
+
+    def __getattr__(self, name: str) -> Any:  # epoch_steps, index, batch_size, ...
+        if name == "source":
+            raise AttributeError(name)
+        return getattr(self.source, name)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The source's position."""
+        return self.source.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continues the source at the saved position."""
+        self.source.load_state_dict(state)
 
 
 #: The public spelling (``gyre.data.batches((x, y), 32)``): one class, two names.

@@ -5,14 +5,14 @@ batch index)``, so a resumed run draws what the uninterrupted one drew.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from gyre.core._checks import real, whole
 from gyre.core._errors import as_integer, describe, explain
-from gyre.data._arrays import check_seed
+from gyre.data._arrays import Forwarding, check_seed
 
 Seed = int | tuple[int, ...] | np.random.Generator
 
@@ -52,9 +52,8 @@ def check_padding(padding: Any) -> int:
 
 def random_crop(images: Any, key_or_seed: Seed, padding: int = 4) -> np.ndarray:
     """Each image of ``images`` (``(batch, height, width[, channels])``) padded with ``padding``
-    zeros on every side, then cropped back to its size at a random offset, drawn as
-    ``rng.integers(0, 2 * padding + 1, size=(batch, 2))`` (``padding`` keeps it in place), from
-    ``key_or_seed``: a numpy ``Generator`` or a seed (an int, or a tuple such as ``(seed, epoch,
+    zeros on every side, then cropped back to its size at a random offset drawn from
+    ``key_or_seed`` (a numpy ``Generator``, or a seed: an int or a tuple such as ``(seed, epoch,
     index)``). Returns a new array of the same shape and dtype.
 
     Example:
@@ -72,7 +71,7 @@ def random_crop(images: Any, key_or_seed: Seed, padding: int = 4) -> np.ndarray:
     widths = [(0, 0), (padding, padding), (padding, padding)] + [(0, 0)] * (array.ndim - 3)
     padded = np.pad(array, widths)
     out = np.empty_like(array)
-    # One slice per distinct offset (at most (2 * padding + 1) ** 2): faster than a gather.
+    # One slice per distinct offset: faster than a gather.
     codes = offsets[:, 0] * (2 * padding + 1) + offsets[:, 1]
     for code in np.unique(codes):
         members = np.flatnonzero(codes == code)
@@ -107,9 +106,8 @@ def augment(
     images: Any, *, seed: int, epoch: int, index: int, padding: int = 4, flip: bool = True
 ) -> np.ndarray:
     """A random crop with ``padding`` (0: none), then (``flip``) a random horizontal flip of the
-    batch ``images``, drawn from ``default_rng((seed, epoch, index, AUGMENT_STREAM))``: batch
-    ``index`` of ``epoch`` is always augmented the same way, and the stream is apart from
-    :func:`gyre.data.batches`' shuffles, so one ``seed`` for both is safe. Returns a new array.
+    batch ``images``, drawn from ``(seed, epoch, index)`` in a stream apart from
+    :func:`gyre.data.batches`' shuffles (one ``seed`` for both is safe). Returns a new array.
 
     Example:
         >>> x = np.random.default_rng(0).random((4, 8, 8, 1), dtype=np.float32)
@@ -127,7 +125,7 @@ def augment(
     return random_flip(out, rng) if flip else out
 
 
-class Augmented(Iterator[Any]):
+class Augmented(Forwarding, Iterator[Any]):
     """Batches of a resumable source with their images augmented: what :func:`augmented` returns."""
 
     def __init__(self, source: Any, *, seed: int = 0, padding: int = 4, flip: bool = True) -> None:
@@ -160,37 +158,19 @@ class Augmented(Iterator[Any]):
         out = augment(first, seed=self.seed, epoch=epoch, index=index, padding=self.padding, flip=self.flip)
         return (out, *batch[1:]) if isinstance(batch, tuple) else out
 
-    def __getattr__(self, name: str) -> Any:
-        # Anything else (epoch, position, index, batch_size, ...) is the source's.
-        if name == "source":
-            raise AttributeError(name)
-        return getattr(self.source, name)
-
     def __repr__(self) -> str:
         return f"Augmented({self.source!r}, seed={self.seed}, padding={self.padding}, flip={self.flip})"
-
-    def state_dict(self) -> dict[str, Any]:
-        """The source's position (see ``Batches.state_dict``)."""
-        return self.source.state_dict()
 
     def state_dict_at(self, index: int) -> dict[str, Any]:
         """The source's position at batch ``index`` (see ``Batches.state_dict_at``)."""
         return self.source.state_dict_at(index)
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continues the source (and so the augmentation) at the saved position."""
-        self.source.load_state_dict(state)
-
 
 def augmented(source: Any, *, seed: int = 0, padding: int = 4, flip: bool = True) -> Augmented:
     """Every batch of ``source`` (e.g. ``gyre.data.batches((x, y), 128)``) with its images (the
-    batch's first array) passed through :func:`augment`, seeded by ``seed`` (independent of the
-    shuffle's) and the batch's epoch and position; ``padding`` is the crop's largest shift (0:
-    none), ``flip`` a random horizontal flip. The source's ``epoch_steps`` and position protocol
-    are kept, so a resumed run augments the same way.
-
-    Returns:
-        An :class:`Augmented` iterator.
+    batch's first array) passed through :func:`augment`, seeded by ``seed`` and the batch's epoch
+    and position; the source's ``epoch_steps`` and position protocol are kept, so a resumed run
+    augments the same way.
 
     Example:
         >>> import gyre

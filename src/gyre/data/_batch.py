@@ -5,13 +5,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import jax
 import numpy as np
 
 from gyre.core._errors import describe, explain
+from gyre.data._arrays import Forwarding
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +55,7 @@ def _as_supervised(batch: Any) -> SupervisedBatch:
         fix="give it gyre.data.batches((x, y), 128) or another source of (x, y) pairs"))
 
 
-class Supervised(Iterator[SupervisedBatch]):
+class Supervised(Forwarding, Iterator[SupervisedBatch]):
     """What :func:`supervised` returns: the source's batches as :class:`SupervisedBatch`,
     with its length, epoch length and position protocol (``state_dict`` ...)."""
 
@@ -79,19 +80,6 @@ class Supervised(Iterator[SupervisedBatch]):
 
     def __len__(self) -> int:
         return len(self.source)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "source":
-            raise AttributeError(name)
-        return getattr(self.source, name)  # epoch_steps, state_dict, load_state_dict, ...
-
-    def state_dict(self) -> dict[str, Any]:
-        """The source's position."""
-        return self.source.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continues the source at the saved position."""
-        self.source.load_state_dict(state)
 
     def __repr__(self) -> str:
         return f"supervised({self.source!r})"

@@ -90,9 +90,6 @@ class GrainBatches(Iterator[tuple[np.ndarray, ...]]):
     element per batch. Its position is :class:`~gyre.data.Batches`' ``state_dict``, so either
     path resumes the other.
 
-    Attributes:
-        epoch_steps: batches per epoch. epochs: ``None`` (endless). batch_size, seed: as given.
-
     Example:
         >>> import numpy as np, gyre
         >>> x = np.arange(12.0).reshape(6, 2)
@@ -304,9 +301,8 @@ def arrays(
         augment: ``None``; ``True`` or ``{"padding": 4, "flip": True, "seed": ...}``: random
             crop and flip of the training images (the first array), repeated on resume.
         workers: ``0``: numpy in the calling thread; ``>= 1``: the same batches from a grain
-            pipeline on that many threads (``pip install 'gyre[grain]'``). Worth it only when a
-            batch costs milliseconds (augmented images) and cores are idle
-            (``benchmarks/data_sources.py``).
+            pipeline on that many threads (``pip install 'gyre[grain]'``), worth it only when a
+            batch costs milliseconds (augmented images) and cores are idle.
 
     Returns:
         :class:`Sources` ``(train, val, test)``: ``train`` is endless, knows its
@@ -314,8 +310,7 @@ def arrays(
         :class:`GrainBatches`); ``val``/``test`` are :class:`EvalBatches` or ``None``.
 
     Raises:
-        TypeError, ValueError: ``data`` has another form, arrays disagree on their first
-            dimension, a bad ``validation``, ``augment`` or ``workers`` (the message says).
+        TypeError, ValueError: a bad ``data``, ``validation``, ``augment`` or ``workers``.
         ImportError: ``workers >= 1`` without grain.
 
     Example:
