@@ -71,27 +71,20 @@ def arguments(
     """Every keyword value of one batch (see :data:`KEYWORDS`)."""
     model_state = getattr(state, "model_state", None)
     out: dict[str, Any] = {
-        "preds": preds,
-        "logits": preds,
-        "y_pred": preds,
-        "target": labels,
-        "labels": labels,
-        "y_true": labels,
+        **dict.fromkeys(("preds", "logits", "y_pred"), preds),
+        **dict.fromkeys(("target", "labels", "y_true"), labels),
         "sample_weight": sample_weight,
         "mask": None if sample_weight is None else jnp.asarray(sample_weight) > 0,
         "inputs": inputs,
         "params": getattr(state, "params", None),
         "batch_stats": None if not isinstance(model_state, Mapping) else model_state.get("batch_stats"),
         "model_state": model_state,
-        "state": state,
-        "module": state,
+        **dict.fromkeys(("state", "module"), state),
         "key_seq": None if key is None else KeySeq(key),
     }
     for spread in (labels, inputs):
         if isinstance(spread, Mapping):
-            for name, value in spread.items():
-                if isinstance(name, str) and name not in out:
-                    out[name] = value
+            out.update({k: v for k, v in spread.items() if isinstance(k, str) and k not in out})
     return out
 
 

@@ -29,7 +29,13 @@ def _batch_weight(preds: Any, sample_weight: Any) -> jax.Array:
     return jnp.float32(1.0)
 
 
-class Accuracy(struct.PyTreeNode):
+class _BatchUpdates:
+    def batch_updates(self, **keywords: Any) -> Any:
+        """``reset().update(...)`` (jax_metrics' name)."""
+        return self.reset().update(**keywords)  # type: ignore[attr-defined]
+
+
+class Accuracy(_BatchUpdates, struct.PyTreeNode):
     """Running accuracy of ``argmax(preds)`` (or ``logits=``) against integer or one-hot ``labels=``
     / ``target=``.
 
@@ -93,10 +99,6 @@ class Accuracy(struct.PyTreeNode):
             counts = jnp.broadcast_to(w.reshape(w.shape + (1,) * (hits.ndim - w.ndim)), hits.shape).reshape(-1)
         return Accuracy(hits=self.hits.merge(core.Mean.from_stacked(hits.reshape(-1), counts)))
 
-    def batch_updates(self, **keywords: Any) -> Accuracy:
-        """``reset().update(...)`` (jax_metrics' name)."""
-        return self.reset().update(**keywords)
-
     def merge(self, other: Accuracy) -> Accuracy:
         """Both accuracies' predictions together."""
         return Accuracy(hits=self.hits.merge(other.hits))
@@ -106,7 +108,7 @@ class Accuracy(struct.PyTreeNode):
         return self.hits.compute()
 
 
-class Mean(struct.PyTreeNode):
+class Mean(_BatchUpdates, struct.PyTreeNode):
     """Running mean of a logged value (default ``"loss"``), weighted by the batch's sample weight,
     else its size.
 
@@ -149,10 +151,6 @@ class Mean(struct.PyTreeNode):
         count = _batch_weight(preds, sample_weight)
         return self.replace(mean=self.mean.merge(core.Mean.from_value(value, count)))
 
-    def batch_updates(self, **keywords: Any) -> Mean:
-        """``reset().update(...)`` (jax_metrics' name)."""
-        return self.reset().update(**keywords)
-
     def merge(self, other: Mean) -> Mean:
         """Both means' batches together."""
         return self.replace(mean=self.mean.merge(other.mean))
@@ -162,7 +160,7 @@ class Mean(struct.PyTreeNode):
         return self.mean.compute()
 
 
-class Metrics(struct.PyTreeNode):
+class Metrics(_BatchUpdates, struct.PyTreeNode):
     """Several update-style metrics updated together (jax_metrics' ``Metrics``); ``compute`` gives
     ``{name: value}``.
 
@@ -183,10 +181,6 @@ class Metrics(struct.PyTreeNode):
     def update(self, **keywords: Any) -> Metrics:
         """Every metric with one batch added."""
         return Metrics({name: update(m, keywords) for name, m in self.metrics.items()})
-
-    def batch_updates(self, **keywords: Any) -> Metrics:
-        """``reset().update(...)`` (jax_metrics' name)."""
-        return self.reset().update(**keywords)
 
     def merge(self, other: Metrics) -> Metrics:
         """Each metric merged with its namesake."""

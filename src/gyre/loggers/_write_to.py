@@ -49,8 +49,7 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         self._train = False
 
     def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
-        # once it follows this loop's history, the step path is a count and, mostly, one
-        # comparison (_skipped and _follow would find nothing to do)
+        # once it follows this loop's history, _skipped and _follow would find nothing to do
         if not (self._silent is False and loop is not None and loop.history is self._history):
             if self._skipped():
                 return
@@ -190,12 +189,6 @@ def write_to(writer: Writer, *, every: int = 1, write_every: int = 1) -> WriteTo
         step 0: loss=1
         step 1: loss=0.5
         step 2: loss=0.25
-        >>> writer.close()
-        >>> writer = gyre.ConsoleWriter()
-        >>> _ = gyre.loop(None, range(7), {gyre.every(1): step, **gyre.write_to(writer, write_every=3)})
-        step 0: loss=1
-        step 3: loss=0.125
-        step 6: loss=0.015625
         >>> writer.close()
     """
     return WriteTo(writer, every=every, write_every=write_every)
