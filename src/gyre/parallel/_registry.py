@@ -13,9 +13,6 @@ from gyre.parallel._strategy import Strategy
 StrategyConstructor = Callable[[], "Strategy"]
 C = TypeVar("C", bound=Callable[[], Any])
 
-
-# -- the registry ------------------------------------------------------------------------------
-
 #: Every strategy name and the constructor it stands for (see :func:`register_strategy`).
 STRATEGIES: dict[str, StrategyConstructor] = {}
 
@@ -39,27 +36,18 @@ def register_strategy(
     one.
 
     ciclo's signature: ``register_strategy(name, constructor=fn)``, or ``register_strategy(name)``
-    as a decorator returning the constructor unchanged. The constructor is called with no
-    arguments at each lookup.
-
-    Args:
-        replace: allow replacing a registered name.
+    as a decorator returning the constructor unchanged; the constructor is called with no
+    arguments at each lookup; ``replace`` allows replacing a registered name.
 
     Raises:
         ValueError: the name is taken (without ``replace``), or not a string.
         TypeError: the constructor is not callable.
 
     Example:
-        >>> import gyre, jax, numpy as np
+        >>> import gyre
         >>> gyre.register_strategy("doc_jit_keep", constructor=lambda: gyre.Jit(donate=False))
         >>> gyre.get_strategy("doc_jit_keep").donate
         False
-        >>> @gyre.register_strategy("doc_two_devices")
-        ... def two_devices():
-        ...     mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:2]), ("data",))
-        ...     return gyre.DataParallel(mesh=mesh)
-        >>> gyre.get_strategy("doc_two_devices").data_size
-        2
     """
     if not isinstance(name, str) or not name:
         raise ValueError(explain(

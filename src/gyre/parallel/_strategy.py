@@ -80,10 +80,7 @@ class Strategy:
             (2,)
         """
         shardings = self.state_sharding(state)
-        if jax.process_count() > 1:
-            # Global arrays are built by a compiled identity from host values that every
-            # process holds alike (device_put onto a global sharding makes arrays orbax
-            # cannot save).
+        if jax.process_count() > 1:  # a compiled identity: device_put makes arrays orbax cannot save
             return jax.jit(lambda tree: tree, out_shardings=shardings)(jax.device_get(state))
         # copy: the state is donated to its step, which must not delete the caller's arrays
         return place(_numbers_as_arrays(state), shardings, copy=True)
@@ -133,9 +130,8 @@ class Strategy:
         """``step`` compiled for this strategy, the new state kept on :meth:`state_sharding` and the
         logs replicated.
 
-        One compiled function serves every state structure. The state is donated unless the
-        strategy or this call says ``donate=False`` (evaluation should not donate). Batches must be
-        placed by :meth:`place_batch`; ``state`` is not needed. ``jit_kwargs`` go to ``jax.jit``.
+        The state is donated unless the strategy or this call says ``donate=False`` (evaluation
+        should not donate). Batches must be placed by :meth:`place_batch`; ``state`` is not needed.
 
         Example:
             >>> import gyre, jax.numpy as jnp
@@ -152,8 +148,7 @@ class Strategy:
         step = self._traced_in_context(step)
         replicated = self.replicated()
 
-        def constrain(sharding: Sharding, subtree: Any) -> Any:
-            # ``state_sharding`` may give one sharding for a whole subtree (a flax box).
+        def constrain(sharding: Sharding, subtree: Any) -> Any:  # one sharding may cover a subtree (a flax box)
             return jax.tree_util.tree_map(
                 lambda x: jax.lax.with_sharding_constraint(x, sharding) if isinstance(x, jax.Array) else x,
                 subtree,
@@ -221,9 +216,6 @@ class Strategy:
         return fn
 
 
-# -- helpers -----------------------------------------------------------------------------------
-
-
 def check_jit_options(options: Mapping[str, Any]) -> None:
     """Raises ``TypeError`` (jaxloop's type) for an option ``jax.jit`` does not have, before
     compiling."""
@@ -262,8 +254,5 @@ def _local_share(n: int) -> int:
 
 
 def _numbers_as_arrays(tree: Any) -> Any:
-    """Python numbers in a state become arrays, so the first step sees the same types as the
-    next ones (a Python float in, an array out, would compile the step twice)."""
-    return jax.tree_util.tree_map(
-        lambda x: np.asarray(x) if isinstance(x, bool | int | float | complex) else x, tree
-    )
+    """Python numbers as arrays, so the first step sees the types of the next (one compilation)."""
+    return jax.tree_util.tree_map(lambda x: np.asarray(x) if isinstance(x, bool | int | float | complex) else x, tree)

@@ -97,10 +97,8 @@ def initialize(
     """
     if coordinator_address is None:
         coordinator_address = os.environ.get(ENV_COORDINATOR) or None
-    if num_processes is None:
-        num_processes = _env_int(ENV_NUM_PROCESSES)
-    if process_id is None:
-        process_id = _env_int(ENV_PROCESS_ID)
+    num_processes = _env_int(ENV_NUM_PROCESSES) if num_processes is None else num_processes
+    process_id = _env_int(ENV_PROCESS_ID) if process_id is None else process_id
     _check_address(coordinator_address)
     _check_int("num_processes", num_processes, low=1)
     _check_int("process_id", process_id, low=0)
@@ -125,10 +123,8 @@ def initialize(
             fix="move gyre.distributed.initialize(...) to the top of the script, right "
             "after the imports (importing gyre and jax is fine)"))
     try:
-        jax.distributed.initialize(
-            coordinator_address, num_processes, process_id,
-            local_device_ids=local_device_ids, **kwargs,
-        )
+        jax.distributed.initialize(coordinator_address, num_processes, process_id,
+                                   local_device_ids=local_device_ids, **kwargs)
     except (ValueError, TypeError) as err:
         given = {"coordinator_address": coordinator_address, "num_processes": num_processes, "process_id": process_id}
         missing = [name for name, value in given.items() if value is None]
@@ -188,8 +184,8 @@ def is_main_process() -> bool:
 
 
 def main_process_only(fn: F) -> F:
-    """Decorator: ``fn`` runs on process 0 only, returning ``None`` elsewhere; never for
-    computations every process must join (they would hang).
+    """Decorator: ``fn`` runs on process 0 only, returning ``None`` elsewhere (never use it on
+    computations every process must join: they would hang).
 
     Example:
         >>> import gyre
@@ -203,8 +199,6 @@ def main_process_only(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if jax.process_index() != 0:
-            return None
-        return fn(*args, **kwargs)
+        return fn(*args, **kwargs) if jax.process_index() == 0 else None
 
     return wrapper  # type: ignore[return-value]
