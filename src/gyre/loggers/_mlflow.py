@@ -42,8 +42,7 @@ def _tracking_uri(uri: Any) -> tuple[str, bool]:
 
 
 def _reach(uri: str) -> None:
-    """Raises at once when nothing listens at a server's address (MLflow's client retries for
-    minutes)."""
+    """Raises at once when nothing listens at a server's address (MLflow's client retries for minutes)."""
     parts = urllib.parse.urlsplit(uri)
     if urllib.request.getproxies().get(parts.scheme):
         return
@@ -122,9 +121,7 @@ class MLflowWriter(Writer):
         metrics = [Metric(name, float(value), now, step) for name, value in values.items()]
         self._client.log_batch(self.run_id, metrics=metrics)
 
-    def _scalar_block(self, block: Block, keep: np.ndarray | None) -> None:
-        # The steps write_to hands over go out in batches of up to _BATCH metrics (one request
-        # to a tracking server per batch, not one per step), timed at their step's own moment.
+    def _scalar_block(self, block: Block, keep: np.ndarray | None) -> None:  # one request per _BATCH metrics
         from mlflow.entities import Metric
 
         metrics = []

@@ -53,10 +53,7 @@ class _TextFileWriter(Writer):
 
 class CSVWriter(_TextFileWriter):
     """Writes scalars to a CSV file (created or truncated at once, its folder too): ``step``, then a
-    column per name.
-
-    A name that appears late rewrites the file once with the wider header (earlier rows get an
-    empty cell), so every row lines up with the header.
+    column per name; a name that appears late rewrites the file once with the wider header.
 
     Example:
         >>> import gyre, os, tempfile

@@ -1,10 +1,6 @@
 """``TensorBoardWriter``: TensorBoard event files, written with tensorboardX's protos and
-``RecordWriter`` (no TensorFlow).
-
-It skips tensorboardX's ``SummaryWriter`` (a second queue and thread, many times the Python
-per step) and encodes the blocks :func:`gyre.write_to` hands over together
-(:mod:`gyre.loggers._tfrecord`), byte for byte what tensorboardX writes. The ``crc32c``
-package (in the ``tensorboard`` extra) makes the checksums fast.
+``RecordWriter`` (no TensorFlow, no ``SummaryWriter`` thread); the blocks :func:`gyre.write_to`
+hands over are encoded together (:mod:`gyre.loggers._tfrecord`), byte for byte as tensorboardX would.
 """
 
 from __future__ import annotations
@@ -39,11 +35,8 @@ _TENSORFLOW_BINS = _tensorflow_bins()
 
 
 class TensorBoardWriter(Writer):
-    """Writes TensorBoard event files into ``logdir``, created if missing (``pip install
-    'gyre[tensorboard]'``).
-
-    Events reach the disk at ``flush()``, ``close()`` and when the buffer fills; each writer
-    writes its own event file.
+    """Writes its own TensorBoard event file into ``logdir``, created if missing (``pip install
+    'gyre[tensorboard]'``); events reach the disk at ``flush()``, ``close()`` and when the buffer fills.
 
     Raises:
         ImportError: tensorboardX is not installed.
@@ -88,8 +81,7 @@ class TensorBoardWriter(Writer):
 
         self._w.write(Event(wall_time=time.time(), **fields).SerializeToString())
 
-    def _scalars(self, step: int, values: dict[str, float]) -> None:
-        # One event per step; the event of each set of names is built once, only numbers change.
+    def _scalars(self, step: int, values: dict[str, float]) -> None:  # one event per set of names, reused
         names = tuple(values)
         if names not in self._templates:
             from tensorboardX.proto.event_pb2 import Event
@@ -106,8 +98,7 @@ class TensorBoardWriter(Writer):
         self._w.write(event.SerializeToString())
 
     def _scalar_block(self, block: Block, keep: np.ndarray | None) -> None:
-        # A run's events are encoded at once (gyre.loggers._tfrecord); each event's wall time is
-        # its step's own (the history's clock), not the moment it is written.
+        # each event's wall time is its step's own (the history's clock), not the moment it is written
         out, encoder = getattr(self._w, "_writer", None), self._encoder  # the file under the framing
         for _, names, steps, dates, values in scalar_runs(block, keep):
             data = None if out is None or encoder is None else encoder.encode(names, steps, dates, values)

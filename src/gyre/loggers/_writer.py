@@ -1,13 +1,7 @@
-"""The one writer contract, :class:`Writer`: typed values in, written on a background thread.
-
-Public methods check shapes on the caller's thread (no value is read) and queue; the writer's
-thread moves values to the host and writes them, so the caller never waits for the device
-(CLU's ``AsyncWriter`` is the model). Only process 0 writes.
-
-A new writer subclasses :class:`Writer`, lists ``kinds``, and defines the matching
-``_scalars`` / ``_histograms`` / ``_images`` / ``_texts`` / ``_hparams`` (plus ``_open``,
-``_flush``, ``_close``), which get host values on the writer's thread; one that writes a run
-of records at once overrides ``_scalar_block``.
+"""The one writer contract, :class:`Writer`: public methods check shapes on the caller's thread
+(no value is read) and queue; the writer's thread moves values to the host and writes them
+(CLU's ``AsyncWriter`` is the model). Only process 0 writes. A new writer lists ``kinds`` and
+defines the matching ``_scalars`` / ``_histograms`` / ... (``_scalar_block`` for a run at once).
 """
 
 from __future__ import annotations
@@ -34,8 +28,7 @@ from gyre.parallel.distributed import is_main_process
 KINDS = ("scalars", "histograms", "images", "texts", "hparams")
 
 #: A block is written in slices of about this many seconds, the writer's thread yielding the GIL
-#: between them so a host-bound loop's thread is not starved (whole blocks and tiny slices were
-#: both slower).
+#: between them so a host-bound loop's thread is not starved.
 SLICE_SECONDS = 0.001
 _WRITERS: list[type[Writer]] = []  # every writer class, in the order they were defined
 _OPEN: weakref.WeakSet[Writer] = weakref.WeakSet()  # writers with a thread, closed at exit
@@ -44,8 +37,7 @@ _UNCONVERTED = {"flush": "_flush", "close": "_close", "runs": "_scalar_block"}  
 
 @atexit.register
 def _close_at_exit() -> None:
-    """Writes what open writers still hold when the interpreter exits (their threads are
-    daemons, which would otherwise die with queued values); errors are not raised then."""
+    """Writes what open writers still hold at exit (their daemon threads would die with it)."""
     for writer in list(_OPEN):
         with contextlib.suppress(Exception):  # nothing can be raised to anyone at exit
             writer.close()
@@ -150,8 +142,6 @@ class Writer:
         self._closed = False
         if self.active:
             self._open()
-
-    # -- the public contract ---------------------------------------------------------------
 
     def write_scalars(self, step: int, values: Mapping[str, Any]) -> None:
         """Queues numbers (Python, numpy, or 0-d device arrays) to be written at ``step``.
@@ -288,8 +278,6 @@ class Writer:
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
-    # -- what a subclass defines (run on the writer's thread, host values) -----------------
-
     def _open(self) -> None:
         """Opens the backend (on the caller's thread, process 0 only)."""
 
@@ -298,8 +286,6 @@ class Writer:
 
     def _close(self) -> None:
         """Closes the backend."""
-
-    # -- machinery -------------------------------------------------------------------------
 
     @property
     def _who(self) -> str:
