@@ -53,24 +53,20 @@ class NumpyLoader(Iterable[Any]):
         return f"NumpyLoader({self.loader!r})"
 
 
-def _require(module: str, package: str, adapter: str) -> None:
-    require(module, f"gyre.data.{adapter}", package=package,
+def _numpy_loader(loader: Any, package: str, adapter: str, example: str) -> NumpyLoader:
+    """``loader`` as a :class:`NumpyLoader` once ``package`` imports and ``loader`` is re-iterable."""
+    require(package, f"gyre.data.{adapter}", package=package,
             fix=f"pip install {package}, or pass gyre.data.batches((x, y), batch_size) instead")
-
-
-def _check_iterable(loader: Any, adapter: str, example: str) -> None:
     if not isinstance(loader, Iterable) or isinstance(loader, Iterator):
         raise TypeError(explain(
             f"{adapter}() takes a re-iterable loader (one pass per epoch)",
             expected=example, received=describe(loader), fix="pass the loader itself, not iter(loader)"))
+    return NumpyLoader(loader)
 
 
 def from_torch(loader: Any) -> NumpyLoader:
     """A ``torch.utils.data.DataLoader`` (or any re-iterable of torch tensors) whose batches come
-    out as numpy, re-iterable (one epoch per pass) and with its ``len``. Needs torch.
-
-    Returns:
-        A :class:`NumpyLoader`.
+    out as numpy (a :class:`NumpyLoader`), re-iterable (one epoch per pass) and with its ``len``.
 
     Raises:
         ImportError: torch is not installed (the message says ``pip install torch``).
@@ -85,17 +81,12 @@ def from_torch(loader: Any) -> NumpyLoader:
         ...     print("gyre.data.from_torch needs torch, which is not installed")
         gyre.data.from_torch needs torch, which is not installed
     """
-    _require("torch", "torch", "from_torch")
-    _check_iterable(loader, "from_torch", "torch.utils.data.DataLoader(dataset, batch_size=128)")
-    return NumpyLoader(loader)
+    return _numpy_loader(loader, "torch", "from_torch", "torch.utils.data.DataLoader(dataset, batch_size=128)")
 
 
 def from_tf(dataset: Any) -> NumpyLoader:
     """A batched ``tf.data.Dataset`` (or any re-iterable of TensorFlow tensors) whose batches come
-    out as numpy, re-iterable and with its ``len`` when finite. Needs TensorFlow.
-
-    Returns:
-        A :class:`NumpyLoader`.
+    out as numpy (a :class:`NumpyLoader`), re-iterable and with its ``len`` when finite.
 
     Raises:
         ImportError: TensorFlow is not installed (the message says ``pip install tensorflow``).
@@ -110,6 +101,4 @@ def from_tf(dataset: Any) -> NumpyLoader:
         ...     print("gyre.data.from_tf needs tensorflow, which is not installed")
         gyre.data.from_tf needs tensorflow, which is not installed
     """
-    _require("tensorflow", "tensorflow", "from_tf")
-    _check_iterable(dataset, "from_tf", "tf.data.Dataset.from_tensor_slices((x, y)).batch(128)")
-    return NumpyLoader(dataset)
+    return _numpy_loader(dataset, "tensorflow", "from_tf", "tf.data.Dataset.from_tensor_slices((x, y)).batch(128)")
