@@ -1,17 +1,13 @@
-"""Model adapters: one pure ``apply`` for flax linen, flax nnx and equinox models.
-
-An adapter turns a model into ``params``, ``model_state`` (mutable collections such as
-``batch_stats``) and a static, pure ``apply`` (one ``jax.jit`` region with the step)::
+"""Model adapters: a flax linen, flax nnx or equinox model as ``params``, ``model_state`` (mutable
+collections such as ``batch_stats``) and a static, pure ``apply``::
 
     outputs, model_state = adapter.apply(params, model_state, inputs, training=..., rngs=...)
 
-``rngs`` maps ``adapter.rng_streams`` to the step's keys; it is empty in evaluation. The
-trainer's nnx and linen modes are built on the same pieces.
+``rngs`` maps ``adapter.rng_streams`` to the step's keys (empty in evaluation).
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from gyre.core._errors import describe, explain
+from gyre.frameworks._calling import _parameters
 
 Rngs = Mapping[str, jax.Array]
 
@@ -66,14 +63,8 @@ class Adapter:
 
 def _flag_kwargs(fn: Callable[..., Any], training: bool, accepted: Sequence[str] = FLAG_ARGS) -> dict[str, bool]:
     """``{"training": training}`` (or ``train``/``deterministic``, among ``accepted``) when ``fn`` takes it."""
-    try:
-        names = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return {}
-    for name in accepted:
-        if name in names:
-            return {name: training if name in TRAINING_ARGS else not training}
-    return {}
+    names = {p.name for p in _parameters(fn) or ()}
+    return next(({n: training if n in TRAINING_ARGS else not training} for n in accepted if n in names), {})
 
 
 def shapes_of(inputs: Any) -> Any:
@@ -113,8 +104,7 @@ class LinenAdapter(Adapter):
         self.rng_streams = tuple(rng_streams)
         self.collections = tuple(collections)
         self.flags = tuple(flags)  # the names of the training flag the module is called with
-        #: what the model reported at initialisation (``{"losses": {...}}``), for the names
-        self.reported: dict[str, Any] = {}
+        self.reported: dict[str, Any] = {}  # what the model reported at initialisation, for the names
 
     def apply(
         self, params: Any, model_state: Mapping[str, Any], inputs: Any, *, training: bool, rngs: Rngs
@@ -284,10 +274,7 @@ def _init_equinox(module: Any, batched: bool) -> tuple[Adapter, Any, dict[str, A
 
     params, train_static = eqx.partition(module, eqx.is_inexact_array)
     _, eval_static = eqx.partition(eqx.nn.inference_mode(module), eqx.is_inexact_array)
-    try:
-        takes_key = "key" in inspect.signature(module.__call__).parameters
-    except (TypeError, ValueError):
-        takes_key = False
+    takes_key = any(p.name == "key" for p in _parameters(module.__call__) or ())
     adapter = EquinoxAdapter(module, train_static=train_static, eval_static=eval_static, takes_key=takes_key, batched=batched)
     return adapter, params, {}
 
