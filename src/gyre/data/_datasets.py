@@ -18,10 +18,8 @@ def _check_test_size(test_size: object) -> float:
 
 
 def stratified_split(labels: np.ndarray, *, test_size: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of a deterministic train/test split that keeps the class proportions.
-
-    The test set holds ``ceil(test_size * n)`` samples, shared among the classes in proportion,
-    drawn with ``default_rng(seed)``; both index arrays are shuffled.
+    """Indices of a deterministic train/test split that keeps the class proportions: the test set
+    holds ``ceil(test_size * n)`` samples, drawn with ``default_rng(seed)``; both are shuffled.
 
     Args:
         labels: one integer class label per sample, a 1-D array (floats, one-hot rows or a
@@ -53,8 +51,7 @@ def stratified_split(labels: np.ndarray, *, test_size: float, seed: int) -> tupl
             expected="an int array of shape (n,), e.g. np.array([0, 2, 1, 0])",
             received=f"an array of shape {labels.shape} and dtype {labels.dtype}", fix=fix))
     classes, counts = np.unique(labels, return_counts=True)
-    # Largest-remainder apportionment: the test set holds ceil(test_size * n) samples in all,
-    # each class its share rounded down plus one for the largest fractional parts.
+    # largest remainder: each class its share rounded down, plus one for the largest fractional parts
     shares = test_size * counts
     held = np.floor(shares).astype(int)
     missing = int(np.ceil(test_size * len(labels))) - int(held.sum())
@@ -70,9 +67,8 @@ def stratified_split(labels: np.ndarray, *, test_size: float, seed: int) -> tupl
 
 
 def digits(*, test_size: float = 0.2, seed: int = 0) -> Split:
-    """The scikit-learn digits (1,797 8x8 grey images of 0-9), split into train and test.
-
-    Needs scikit-learn (``pip install 'gyre[examples]'``); nothing is downloaded.
+    """The scikit-learn digits (1,797 8x8 grey images of 0-9), split into train and test (needs
+    ``pip install 'gyre[examples]'``; nothing is downloaded).
 
     Args:
         test_size: fraction held out for the test set, stratified by class.

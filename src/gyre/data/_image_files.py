@@ -171,21 +171,17 @@ def _idx_dataset(path: str | os.PathLike[str], dataset: str) -> Split:
 
 
 def mnist(path: str | os.PathLike[str]) -> Split:
-    """MNIST read from its four IDX files in the folder ``path`` (gzipped or not).
-
-    The files (https://yann.lecun.com/exdb/mnist/): ``train-images-idx3-ubyte``,
+    """MNIST read from its four IDX files in the folder ``path`` (``train-images-idx3-ubyte``,
     ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``, each
-    with or without ``.gz``.
+    with or without ``.gz``; https://yann.lecun.com/exdb/mnist/).
 
     Returns:
         ``((x_train, y_train), (x_test, y_test))``: images float32 in [0, 1] shaped
         ``(N, 28, 28, 1)`` (60,000 train, 10,000 test), labels int32 in 0-9.
 
     Raises:
-        FileNotFoundError: the folder or a file is missing (the message lists the files and
-            where to get them).
-        ValueError: a file is corrupt (magic number, dimensions, size, label count or value,
-            gzip).
+        FileNotFoundError: the folder or a file is missing (the message says where to get them).
+        ValueError: a file is corrupt (magic number, dimensions, size, labels, gzip).
 
     Example:
         >>> import gzip, tempfile
@@ -259,10 +255,8 @@ def _cifar_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def cifar10(path: str | os.PathLike[str]) -> Split:
-    """CIFAR-10 read from its binary version (https://www.cs.toronto.edu/~kriz/cifar.html).
-
-    ``path`` is the folder ``cifar-10-batches-bin`` (or the one above it) holding
-    ``data_batch_1.bin`` ... ``data_batch_5.bin`` and ``test_batch.bin``.
+    """CIFAR-10 read from its binary version in ``path``: the folder ``cifar-10-batches-bin`` (or
+    the one above it) holding ``data_batch_1.bin`` ... ``data_batch_5.bin`` and ``test_batch.bin``.
 
     Returns:
         ``((x_train, y_train), (x_test, y_test))``: images float32 in [0, 1] shaped
@@ -270,7 +264,7 @@ def cifar10(path: str | os.PathLike[str]) -> Split:
 
     Raises:
         FileNotFoundError: the folder or a file is missing (also when the archive is packed).
-        ValueError: a file's size is not a multiple of 3,073 bytes, or a label is above 9.
+        ValueError: a file is corrupt (its size, or a label above 9).
 
     Example:
         >>> import tempfile
