@@ -66,7 +66,6 @@ class FlaxState(managed.ManagedState, kw_only=True):
     metric_fns: tuple[tuple[str, calling.Call], ...] = struct.field(pytree_node=False, default=())
     logs_full_path: bool = struct.field(pytree_node=False, default=False)
 
-    # -- the maths -------------------------------------------------------------------------
     def _forward(self, inputs: Any, training: bool) -> tuple[Any, Any, dict[str, Any]]:
         assert self.adapter is not None
         rngs = self.step_rngs(*self.adapter.rng_streams) if training else {}
@@ -225,22 +224,13 @@ def _state_class(accumulate_steps: int, clip_grad_norm: float | None, policy: st
     if accumulate_steps == 1 and clip_grad_norm is None and policy is None:
         return FlaxState
     key = (accumulate_steps, clip_grad_norm, policy)
-    cls = _CLASSES.get(key)
-    if cls is None:
-        cls = type(
-            "FlaxState",
-            (FlaxState,),
-            {
-                "train_step": managed.train_step(
-                    FlaxState._train, accumulate_steps=accumulate_steps, clip_grad_norm=clip_grad_norm, policy=policy
-                ),
-                "test_step": managed.step(FlaxState._test, policy=policy),
-                "predict_step": managed.step(FlaxState._predict, policy=policy),
-                "__module__": __name__,
-            },
-        )
-        _CLASSES[key] = cls
-    return cls
+    if key not in _CLASSES:
+        train = managed.train_step(FlaxState._train, accumulate_steps=accumulate_steps, clip_grad_norm=clip_grad_norm,
+                                   policy=policy)
+        _CLASSES[key] = type("FlaxState", (FlaxState,), {
+            "train_step": train, "test_step": managed.step(FlaxState._test, policy=policy),
+            "predict_step": managed.step(FlaxState._predict, policy=policy), "__module__": __name__})
+    return _CLASSES[key]
 
 
 def _named(kind: str, given: Any) -> dict[str, Any]:
@@ -337,20 +327,10 @@ def create_flax_state(
     for name in [*losses_, *aux_losses]:  # ciclo's running means of the losses
         if f"avg_{name}" not in metrics_:
             states[f"avg_{name}"] = _metrics.Mean(name)
-    cls = _state_class(accumulate_steps, clip_grad_norm, policy)
-    return cls.create(
-        params=params,
-        tx=tx,
-        strategy=strategy,
-        apply_fn=adapter.apply,
-        rng=key,
-        model_state=model_state,
-        metric_states=states,
-        adapter=adapter,
-        loss_fns=loss_calls,
-        metric_fns=tuple(fns),
-        logs_full_path=bool(logs_full_path),
-    )
+    return _state_class(accumulate_steps, clip_grad_norm, policy).create(
+        params=params, tx=tx, strategy=strategy, apply_fn=adapter.apply, rng=key, model_state=model_state,
+        metric_states=states, adapter=adapter, loss_fns=loss_calls, metric_fns=tuple(fns),
+        logs_full_path=bool(logs_full_path))
 
 
 def _check_names(losses: Mapping[str, Any], metrics: Mapping[str, Any]) -> None:
