@@ -49,7 +49,6 @@ class Partitioner:
     def __hash__(self) -> int:
         return hash((type(self), self.strategy))
 
-    # -- jaxloop's properties --------------------------------------------------------------------
     @property
     def mesh(self) -> Mesh | None:
         """The device mesh (``None`` on one device)."""
@@ -65,12 +64,10 @@ class Partitioner:
 
     @property
     def sharding(self) -> Any:
-        """The state's sharding as jaxloop reports it: ``None`` on one device, the replicated
-        sharding for data parallelism, the tree of shardings of the last initialised state
-        otherwise."""
+        """The state's sharding as jaxloop reports it (``None`` on one device; else the shardings of
+        the last initialised state)."""
         return self._last_state_sharding
 
-    # -- jaxloop's methods -----------------------------------------------------------------------
     def shard_batch(self, batch: Any) -> Any:
         """The batch placed on the strategy's batch sharding.
 
@@ -112,12 +109,8 @@ class Partitioner:
         donate: bool = False,
         **jit_kwargs: Any,
     ) -> Callable[..., Any]:
-        """jaxloop's ``partition``: ``fn(state, batch, **kwargs)`` compiled by the strategy,
-        returning whatever ``fn`` returns.
-
-        Outputs stay where XLA propagates them (nothing is gathered). ``donate=True`` donates the
-        state unless ``jit_kwargs`` names its own donation; other ``jit_kwargs`` go to ``jax.jit``
-        (an unknown one raises ``TypeError`` at once).
+        """jaxloop's ``partition``: ``fn(state, batch, **kwargs)`` compiled by the strategy (see
+        :meth:`gyre.Strategy.jit`), its outputs where XLA propagates them (nothing is gathered).
 
         Example:
             >>> import gyre, jax.numpy as jnp

@@ -32,8 +32,7 @@ class SPMD(DataParallel):
         rules: ``(logical_name, mesh_axis)`` pairs in order of precedence; by default flax's
             rules when the strategy is built. A box's own rules win.
         data_axis: the mesh axis (or axes) the batch is split over.
-        donate: donate the state to the compiled step.
-        donate_args: ciclo's name for ``donate``.
+        donate, donate_args: donate the state to the compiled step (``donate_args``: ciclo's name).
 
     Example:
         >>> import flax.linen as nn, gyre, jax, jax.numpy as jnp, numpy as np
@@ -147,9 +146,7 @@ class SPMD(DataParallel):
     def _traced_in_context(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         rules, mesh = self.rules, self.mesh
 
-        def under_rules(*args: Any, **kwargs: Any) -> Any:
-            # the rules and the mesh let the model's nn.with_logical_constraint calls constrain
-            # its activations
+        def under_rules(*args: Any, **kwargs: Any) -> Any:  # for the model's nn.with_logical_constraint
             with nn.logical_axis_rules(rules), jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
                 return fn(*args, **kwargs)
 
