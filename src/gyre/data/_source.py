@@ -28,8 +28,7 @@ AUGMENT_OPTIONS = ("padding", "flip", "seed")
 
 
 class Sources(NamedTuple):
-    """What :func:`arrays` returns: ``train``, ``val`` and ``test`` (``None`` when there is no such
-    split).
+    """What :func:`arrays` returns: ``train``, ``val`` and ``test`` (``None``: no such split).
 
     Example:
         >>> import numpy as np, gyre
@@ -107,7 +106,8 @@ class GrainBatches(Iterator[tuple[np.ndarray, ...]]):
 
     def __init__(self, arrays: tuple[np.ndarray, ...], batch_size: int, *, shuffle: bool, seed: int,
                  drop_remainder: bool, augment: Mapping[str, Any] | None, workers: int) -> None:
-        grain = _import_grain()
+        grain = require("grain", "gyre.data.arrays(..., workers>=1) (it runs on grain)", extra="grain",
+                        fix="pip install 'gyre[grain]', or pass workers=0 (the numpy path, the same batches)")
         self._plan = Batches(arrays, batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder)
         self._data, self._augment = self._plan._data, augment
         self.epoch_steps, self.epochs = self._plan.epoch_steps, None
@@ -187,11 +187,6 @@ class GrainBatches(Iterator[tuple[np.ndarray, ...]]):
                 f"epoch_steps={self.epoch_steps}, seed={self.seed}, index={self.index})")
 
 
-def _import_grain() -> Any:
-    return require("grain", "gyre.data.arrays(..., workers>=1) (it runs on grain)", extra="grain",
-                   fix="pip install 'gyre[grain]', or pass workers=0 (the numpy path, the same batches)")
-
-
 def _is_array(value: Any) -> bool:
     return hasattr(value, "__array__") and np.ndim(value) >= 1
 
@@ -214,8 +209,7 @@ def _split_arrays(data: Any) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, 
 
 
 def _same_examples(train: tuple[np.ndarray, ...], test: tuple[np.ndarray, ...]) -> None:
-    """The test arrays hold examples of the training arrays' shapes (a model trained on one
-    cannot evaluate the other)."""
+    """Refuses test examples of other shapes than the training examples'."""
     shapes = [a.shape[1:] for a in train], [a.shape[1:] for a in test]
     if shapes[0] != shapes[1]:
         raise ValueError(explain(
