@@ -14,14 +14,15 @@ from gyre.core._errors import explain
 from gyre.frameworks._calling import weighted_mean
 
 
-def _target(target: Any, labels: Any, loss: str) -> jax.Array:
+def _arrays(preds: Any, target: Any, labels: Any, loss: str) -> tuple[jax.Array, jax.Array]:
+    """``(preds, target)`` as arrays (``target``, else ``labels``), or an error when there is none."""
     value = labels if target is None else target
     if value is None:
         raise TypeError(explain(
             f"{loss} needs the batch's labels",
             expected=f"{loss}(preds=..., target=...) (or labels=)", received="target=None",
             fix="give batches as (inputs, labels)"))
-    return jnp.asarray(value)
+    return jnp.asarray(preds), jnp.asarray(value)
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,7 @@ class Crossentropy:
         self, *, preds: Any, target: Any = None, labels: Any = None, sample_weight: Any = None, **_: Any
     ) -> jax.Array:
         """The batch's mean cross-entropy (weighted by ``sample_weight``)."""
-        preds = jnp.asarray(preds)
-        target = _target(target, labels, "Crossentropy")
+        preds, target = _arrays(preds, target, labels, "Crossentropy")
         if self.binary:
             target = target.astype(preds.dtype)
         elif target.ndim == preds.ndim - 1:
@@ -83,8 +83,8 @@ class MeanSquaredError:
         self, *, preds: Any, target: Any = None, labels: Any = None, sample_weight: Any = None, **_: Any
     ) -> jax.Array:
         """The batch's mean squared error (weighted by ``sample_weight``)."""
-        preds = jnp.asarray(preds)
-        target = _target(target, labels, "MeanSquaredError").astype(preds.dtype)
+        preds, target = _arrays(preds, target, labels, "MeanSquaredError")
+        target = target.astype(preds.dtype)
         per_example = (preds - target) ** 2
         if per_example.ndim > 1:
             per_example = jnp.mean(per_example, axis=tuple(range(1, per_example.ndim)))
