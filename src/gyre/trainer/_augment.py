@@ -130,38 +130,26 @@ class GaussianNoiseLinen(AugmentationLinen):
 @dataclasses.dataclass
 class BaseAugmentationNNXConfig:
     """The base of an augmentation's typed config; ``class_name`` is set when its augmentation is
-    defined.
-
-    Example: see :class:`BaseAugmentationNNX`.
-    """
+    defined (example: :class:`BaseAugmentationNNX`)."""
 
     class_name: ClassVar[str | None] = None
 
 
 @dataclasses.dataclass
 class BaseAugmentationLinenConfig(BaseAugmentationNNXConfig):
-    """:class:`BaseAugmentationNNXConfig` for linen augmentations.
-
-    Example: see :class:`BaseAugmentationLinen`.
-    """
+    """:class:`BaseAugmentationNNXConfig` for linen augmentations (example: :class:`BaseAugmentationLinen`)."""
 
 
 @dataclasses.dataclass
 class BasePreprocessingNNXConfig:
-    """The base of a preprocessing's typed config.
-
-    Example: see :class:`BasePreprocessingNNX`.
-    """
+    """The base of a preprocessing's typed config (example: :class:`BasePreprocessingNNX`)."""
 
     class_name: ClassVar[str | None] = None
 
 
 @dataclasses.dataclass
 class BasePreprocessingLinenConfig(BasePreprocessingNNXConfig):
-    """:class:`BasePreprocessingNNXConfig` for linen preprocessing modules.
-
-    Example: see :class:`BasePreprocessingLinen`.
-    """
+    """:class:`BasePreprocessingNNXConfig` for linen preprocessing (example: :class:`BasePreprocessingLinen`)."""
 
 
 class BaseAugmentationNNX(RegistersSubclasses, Augmentation, metaclass=NNXBase):
@@ -273,7 +261,7 @@ def _section(config: Any, key: str) -> dict[str, Any] | None:
 
 def wrap_model(config: Any, model: Any, mode: str) -> tuple[Any, Any]:
     """``(model wrapped by trainer.augmentation, trainer.preprocessing or None)``."""
-    from gyre.config import MODELS, validate_component
+    from gyre.trainer._setup import component
 
     built = []
     for key in ("augmentation", "preprocessing"):
@@ -281,9 +269,7 @@ def wrap_model(config: Any, model: Any, mode: str) -> tuple[Any, Any]:
         if section is None:
             built.append(None)
             continue
-        kwargs = validate_component("models", section, where=f"trainer.{key}",
-                                    extra_allowed=("rngs", "wrapped_model"))
-        cls = MODELS.get(section["class_name"], where=f"trainer.{key}.class_name")
+        cls, kwargs = component("models", section, f"trainer.{key}", ("rngs", "wrapped_model"))
         supplied: dict[str, Any] = {}
         if key == "augmentation":
             supplied["wrapped_model"] = model

@@ -193,15 +193,12 @@ def build_dataset_module(config: Any) -> Any:
         gyre.config.ConfigError: dataset.constructor names code to import: my_project.data.build
         ...
     """
-    from gyre.config import DATASETS, validate_component
+    from gyre.trainer._setup import component, plain_section
 
-    data = config.to_dict() if callable(getattr(config, "to_dict", None)) else config
-    if not isinstance(data, Mapping):
-        raise TypeError(explain(
-            "build_dataset_module takes the dataset section",
-            expected="a mapping with class_name (or jax_trainer's constructor), e.g. "
-        "{'class_name': 'CIFAR10Dataset', 'data_dir': 'data/'}",
-            received=describe(config), fix="pass config.dataset"))
+    data = plain_section(config)
+    instance(data, "dataset", Mapping, problem="build_dataset_module takes the dataset section",
+             expected="a mapping with class_name (or jax_trainer's constructor), e.g. "
+             "{'class_name': 'CIFAR10Dataset', 'data_dir': 'data/'}", fix="pass config.dataset")
     data = jax_trainer_dataset(dict(data))
-    kwargs = validate_component("datasets", data, where="dataset")
-    return DATASETS.get(data["class_name"], where="dataset.class_name")(**kwargs)
+    cls, kwargs = component("datasets", data, "dataset")
+    return cls(**kwargs)

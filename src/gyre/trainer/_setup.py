@@ -14,19 +14,26 @@ from gyre.core._errors import describe, explain
 LOGGER_KEYS = ("log_dir", "log_steps_every", "tool_config", "log_file_verbosity")
 
 
+def component(kind: str, section: Mapping[str, Any], where: str, extra_allowed: tuple[str, ...] = ()) -> tuple[Any, Any]:
+    """``(registered class, checked keyword arguments)`` of a component section."""
+    from gyre.config import REGISTRIES, validate_component
+
+    kwargs = validate_component(kind, section, where=where, extra_allowed=extra_allowed)
+    return REGISTRIES[kind].get(section["class_name"], where=f"{where}.class_name"), kwargs
+
+
 def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
     """The validated trainer config: ``given`` with ``options`` on top (logger keys: ``logger``)."""
     from gyre.config import TrainerConfig
 
     config_class = getattr(cls, "config_class", None) or TrainerConfig
+    given = plain_section(given)
     if given is None:
         data: dict[str, Any] = {}
     elif isinstance(given, Mapping):
         data = dict(given)
     elif hasattr(given, "model_dump"):
         data = given.model_dump(exclude_unset=False)
-    elif callable(getattr(given, "to_dict", None)):  # an ml_collections.ConfigDict (jax_trainer's configs)
-        data = dict(given.to_dict())
     else:
         raise TypeError(explain(
             "the trainer config must be a mapping or a gyre.config.TrainerConfig",
@@ -62,12 +69,11 @@ def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
             "config with model: {class_name: MyModel, ...}"))
     from flax import nnx
 
-    from gyre.config import MODELS, model_kind, validate_component
+    from gyre.config import model_kind
     from gyre.trainer._interfaces import build_registered
 
     section = jax_trainer_component(dict(section), "model")  # jax_trainer's name + hparams
-    kwargs = validate_component("models", section, where="model", extra_allowed=("rngs",))
-    factory = MODELS.get(section["class_name"], where="model.class_name")
+    factory, kwargs = component("models", section, "model", ("rngs",))
     # a flax class is built by its own API (a given model_mode that contradicts it is the
     # trainer's explained error once built); a factory function by model_mode
     if (model_kind(section["class_name"]) or config.model_mode) == "nnx":
@@ -97,15 +103,12 @@ def build_optimizer_of(section: Any, *, run_steps: int | None = None, deferred: 
 
 def build_callbacks(config: Any) -> list[Any]:
     """The callbacks of ``trainer.callbacks``, in order (``class_name`` defaults to the name)."""
-    from gyre.config import CALLBACKS, validate_component
-
     out = []
     for name, section in (config.callbacks or {}).items():
         section = dict(section or {})
         section.setdefault("class_name", name)
-        where = f"trainer.callbacks.{name}"
-        kwargs = validate_component("callbacks", section, where=where)
-        out.append(CALLBACKS.get(section["class_name"], where=f"{where}.class_name")(**kwargs))
+        cls, kwargs = component("callbacks", section, f"trainer.callbacks.{name}")
+        out.append(cls(**kwargs))
     return out
 
 
@@ -115,11 +118,9 @@ def build_writer(config: Any, log_dir: Path) -> Any:
 
     tool = config.logger.tool_config
     if tool is not None:
-        from gyre.config import LOGGERS, validate_component
-
         section = dict(tool) if isinstance(tool, Mapping) else tool.model_dump()
-        kwargs = validate_component("loggers", section, where="trainer.logger.tool_config", extra_allowed=("log_dir",))
-        return LOGGERS.get(section["class_name"], where="trainer.logger.tool_config.class_name")(**kwargs, log_dir=str(log_dir))
+        cls, kwargs = component("loggers", section, "trainer.logger.tool_config", ("log_dir",))
+        return cls(**kwargs, log_dir=str(log_dir))
     if importlib.util.find_spec("tensorboardX") is not None:
         return TensorBoardWriter(log_dir / "tensorboard")
     return CSVWriter(log_dir / "metrics.csv")
