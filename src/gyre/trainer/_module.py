@@ -18,6 +18,8 @@ from gyre.core._checks import whole
 from gyre.core._errors import describe, explain
 from gyre.core._train_state import TrainState
 from gyre.engine._epochs import first_batch, training_data
+from gyre.trainer import _setup as setup
+from gyre.trainer import _training as training
 from gyre.trainer._checks import check_batch, check_user_methods
 from gyre.trainer._config import TrainerModuleConfig
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
@@ -46,6 +48,15 @@ def batch_part(batch: Any, keys: tuple[str, ...], position: int, what: str) -> A
         expected=f"an (inputs, targets) tuple, a dict with {keys[0]!r} or {keys[2]!r}, or a batch with "
     f".{keys[0]} (jax_trainer's SupervisedBatch)",
         received=describe(batch), fix=f"override batch_to_{what}(self, batch) in your trainer to return the {what}"))
+
+
+def _no_loss(trainer: Any, method: str) -> NotImplementedError:
+    return NotImplementedError(explain(
+        "the trainer has no loss function",
+        expected=f"a subclass of gyre.TrainerModule defining {method}",
+        received=f"{type(trainer).__name__} without it",
+        fix="def loss_function(self, model, batch, train=True): ... return loss, {'acc': acc} (nnx), or "
+        "def loss_function_linen(self, params, state, batch, rng, train=True): ... return loss, (mutable, metrics)"))
 
 
 class TrainerState(TrainState):
@@ -112,26 +123,18 @@ class TrainerModule:
     ) -> None:
         from gyre.config import TrainerConfig
         from gyre.trainer._augment import forward_module, wrap_model
-        from gyre.trainer._setup import (
-            build_callbacks,
-            build_model,
-            build_optimizer_of,
-            plain_section,
-            strategy_of_mesh,
-            trainer_config_of,
-        )
 
-        model_config, optimizer_config = plain_section(model_config), plain_section(optimizer_config)
+        model_config, optimizer_config = setup.plain_section(model_config), setup.plain_section(optimizer_config)
 
         if trainer_config is None and isinstance(config, TrainerConfig):
             trainer_config, config = config, None  # the fork's TrainerModule(config=config.trainer, ...)
-        self.config = trainer_config_of(type(self), trainer_config, options)
+        self.config = setup.trainer_config_of(type(self), trainer_config, options)
         self.full_config = config
         self.model_config = dict(model_config) if model_config is not None else None
         self.optimizer_config = optimizer_config
-        self.model = model if model is not None else build_model(self.config, model_config)
+        self.model = model if model is not None else setup.build_model(self.config, model_config)
         # a schedule that lasts "the run" is built when train_model knows the run's length
-        self.optimizer = optimizer if optimizer is not None else build_optimizer_of(optimizer_config, deferred=True)
+        self.optimizer = optimizer if optimizer is not None else setup.build_optimizer_of(optimizer_config, deferred=True)
         mode = model_mode_of(self.model)
         given = set(options) | set(trainer_config if isinstance(trainer_config, Mapping)
                                    else getattr(trainer_config, "model_fields_set", ()))
@@ -149,7 +152,7 @@ class TrainerModule:
         self._adapter: Any = NNXModel(self.model) if mode == "nnx" else LinenModel(forward_module(self.model))
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.log_dir = Path(self.config.logger.log_dir or Path("runs", stamp))
-        self.callbacks = build_callbacks(self.config) + list(callbacks)
+        self.callbacks = setup.build_callbacks(self.config) + list(callbacks)
         self._specs: dict[str, Any] | None = None
         self._writer: Any = None
         self._files: Any = None
@@ -158,7 +161,7 @@ class TrainerModule:
         self._input_spec: tuple[tuple[int, ...], Any] | None = None
         self.history: Any = None
         if mesh is not None:
-            self._strategy = strategy_of_mesh(mesh)
+            self._strategy = setup.strategy_of_mesh(mesh)
         for cb in self.callbacks:
             cb.bind(self)
         if exmp_input is not None:
@@ -205,12 +208,7 @@ class TrainerModule:
             Traceback (most recent call last):
             NotImplementedError: ...
         """
-        raise NotImplementedError(explain(
-            "the trainer has no loss function",
-            expected="a subclass of gyre.TrainerModule defining loss_function(self, model, batch, train) (nnx) or "
-            "loss_function_linen(self, params, state, batch, rng, train) (linen)",
-            received=f"{type(self).__name__} without it",
-            fix="def loss_function(self, model, batch, train=True): ... return loss, {'acc': acc}"))
+        raise _no_loss(self, "loss_function(self, model, batch, train) (nnx)")
 
     def loss_function_linen(self, params: Any, state: Any, batch: Any, rng: jax.Array, train: bool = True) -> Any:
         """linen: ``loss`` or ``(loss, (mutable_variables, metrics))``; use
@@ -221,13 +219,7 @@ class TrainerModule:
             Traceback (most recent call last):
             NotImplementedError: ...
         """
-        raise NotImplementedError(explain(
-            "the trainer has no linen loss function",
-            expected="a subclass of gyre.TrainerModule defining loss_function_linen(self, params, state, batch, rng, "
-            "train) for a linen model",
-            received=f"{type(self).__name__} without it",
-            fix="def loss_function_linen(self, params, state, batch, rng, train=True): logits, mutable = "
-            "self.model_linen_apply(params, state, batch[0], rng, train); ... return loss, (mutable, metrics)"))
+        raise _no_loss(self, "loss_function_linen(self, params, state, batch, rng, train) (linen)")
 
     def model_linen_apply(self, params: Any, state: Any, input: Any, rng: jax.Array, train: bool = True) -> tuple[Any, Any]:  # noqa: A002
         """Runs the linen model: ``(outputs, mutable_variables)``; ``rng`` is the dropout key.
@@ -326,17 +318,12 @@ class TrainerModule:
     def strategy(self) -> Any:
         """How steps run: ``eager`` with ``debug``, ``jit`` on one device, else data parallel."""
         if getattr(self, "_strategy", None) is None:
-            from gyre.trainer._setup import strategy_of
-
-            self._strategy = strategy_of(self.config)
+            self._strategy = setup.strategy_of(self.config)
         return self._strategy
 
     def bind_model(self) -> Any:
         """The trained model: the nnx module holding the state's parameters, or the bound linen
-        module.
-
-        Example: see :meth:`init_model`.
-        """
+        module (example: :meth:`init_model`)."""
         self._require_state("bind_model")
         if self.model_mode == "nnx":
             return self._adapter.update_module(self.state.params, self.state.model_state[NNX_REST])
@@ -407,16 +394,12 @@ class TrainerModule:
     def writer(self) -> Any:
         """The run's writer (``logger.tool_config``; TensorBoard by default)."""
         if self._writer is None:
-            from gyre.trainer._setup import build_writer
-
-            self._writer = build_writer(self.config, self.log_dir)
+            self._writer = setup.build_writer(self.config, self.log_dir)
         return self._writer
 
     def close_writer(self) -> None:
-        """Closes the run's writer if one was opened (``gyre fit`` does at the run's end).
-
-        Example: see the class.
-        """
+        """Closes the run's writer if one was opened (``gyre fit`` does at the run's end; example:
+        the class)."""
         if self._writer is not None:
             self._writer.close()
 
@@ -495,7 +478,6 @@ class TrainerModule:
 
         Example: see the class.
         """
-        from gyre.trainer import _training as training
         from gyre.trainer._hooks import TrainingRun
 
         epochs = whole(self.config.train_epochs if num_epochs is None else num_epochs, "train_model: num_epochs",
@@ -567,10 +549,8 @@ class TrainerModule:
 
         Example: see :meth:`eval_model`.
         """
-        from gyre.trainer._training import host_values, named_loaders
-
         self._require_state("test_model")
-        loaders = named_loaders(test_loader, "test")
+        loaders = training.named_loaders(test_loader, "test")
         if apply_callbacks:
             for cb in self.callbacks:
                 cb.on_test_epoch_start(epoch_idx)
@@ -580,7 +560,7 @@ class TrainerModule:
         if apply_callbacks:
             for cb in self.callbacks:
                 cb.on_test_epoch_end(metrics, epoch_idx)
-        return host_values(metrics)
+        return training.host_values(metrics)
 
     @classmethod
     def load_from_checkpoint(
