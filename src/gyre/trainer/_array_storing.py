@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gyre.core._checks import instance
 from gyre.core._errors import describe, explain
 
 _TREE = "__gyre_tree__"
@@ -80,11 +81,9 @@ def spec_to_array(spec: ArraySpec) -> Any:
         >>> spec_to_array(ArraySpec(shape=(2,), dtype=jnp.int32, device="cpu", value=7))
         Array([7, 7], dtype=int32)
     """
-    if not isinstance(spec, ArraySpec):
-        raise TypeError(explain(
-            "spec_to_array takes an ArraySpec",
-            expected="ArraySpec(shape=..., dtype=..., device=..., value=...)", received=describe(spec),
-            fix="build the spec with array_to_spec(array) or ArraySpec(...)"))
+    instance(spec, "spec", ArraySpec, problem="spec_to_array takes an ArraySpec",
+             expected="ArraySpec(shape=..., dtype=..., device=..., value=...)",
+             fix="build the spec with array_to_spec(array) or ArraySpec(...)")
     if spec.device == "numpy":
         return np.full(spec.shape, spec.value, dtype=spec.dtype)
     return jax.device_put(jnp.full(spec.shape, spec.value, dtype=spec.dtype), _device(spec.device))

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from gyre.core._checks import require
+from gyre.core._checks import instance, require
 from gyre.core._errors import describe, explain
 
 
@@ -25,12 +25,10 @@ def matplotlib_canvas(who: str) -> tuple[Any, Any]:
 def figure_image(figure: Any) -> np.ndarray:
     """A matplotlib figure drawn as an ``(height, width, 3)`` uint8 RGB image."""
     Figure, FigureCanvasAgg = matplotlib_canvas("log_figure")
-    if not isinstance(figure, Figure):
-        raise TypeError(explain(
-            "log_figure takes a matplotlib figure",
-            expected="a matplotlib.figure.Figure (plt.figure(), fig of plt.subplots())", received=describe(figure),
-            fix="pass the figure, e.g. fig, ax = plt.subplots(); ...; trainer.log_figure('name', fig)"))
-    canvas = FigureCanvasAgg(figure)
+    canvas = FigureCanvasAgg(instance(
+        figure, "figure", Figure, problem="log_figure takes a matplotlib figure",
+        expected="a matplotlib.figure.Figure (plt.figure(), fig of plt.subplots())",
+        fix="pass the figure, e.g. fig, ax = plt.subplots(); ...; trainer.log_figure('name', fig)"))
     canvas.draw()
     return np.array(canvas.buffer_rgba(), dtype=np.uint8)[..., :3]
 

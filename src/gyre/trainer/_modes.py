@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gyre.core._checks import scalar
+from gyre.core._checks import instance, scalar
 from gyre.core._errors import describe, explain, suggest
 from gyre.core._host import numeric_dtype
 
@@ -178,11 +178,8 @@ def parse_metrics(
 ) -> tuple[dict[str, MetricSpec], dict[str, tuple[Any, Any | None]]]:
     """``(specs, values)`` of a metrics dict, checked at trace time (types, dtypes, shapes only);
     ``where`` names the dict's source."""
-    if not isinstance(out, Mapping):
-        raise TypeError(explain(
-            f"{where}: the metrics must be a dict",
-            expected="a dict from names to values or options dicts, e.g. {'acc': acc}", received=describe(out),
-            fix="return the metrics as a dict"))
+    instance(out, "metrics", Mapping, problem=f"{where}: the metrics must be a dict",
+             expected="a dict from names to values or options dicts, e.g. {'acc': acc}", fix="return the metrics as a dict")
     specs: dict[str, MetricSpec] = {}
     values: dict[str, tuple[Any, Any | None]] = {}
     for key, entry in out.items():

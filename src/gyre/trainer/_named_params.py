@@ -5,18 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from gyre.core._errors import describe, explain
+from gyre.core._checks import instance
 from gyre.trainer._inspection import count_params
 
 
 def _module(module: Any, who: str) -> Any:
     from flax import nnx
 
-    if not isinstance(module, nnx.Module):
-        raise TypeError(explain(
-            f"{who} takes a flax nnx module",
-            expected="an nnx.Module (e.g. nnx.Linear(2, 3, rngs=nnx.Rngs(0)))", received=describe(module),
-            fix="pass the model object; for linen parameters use gyre.trainer's count of a params pytree"))
+    instance(module, "module", nnx.Module, problem=f"{who} takes a flax nnx module",
+             expected="an nnx.Module (e.g. nnx.Linear(2, 3, rngs=nnx.Rngs(0)))",
+             fix="pass the model object; for linen parameters use gyre.trainer's count of a params pytree")
     return nnx
 
 

@@ -346,10 +346,5 @@ def run_test(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def metric_lines(metrics: Mapping[str, Any]) -> list[str]:
     """``name: value`` lines of the scalar metrics (times left out), sorted by name."""
-    lines = []
-    for key in sorted(metrics):
-        value = metrics[key]
-        if key.endswith("/time") or not isinstance(value, (int, float)) or isinstance(value, bool):
-            continue
-        lines.append(f"{key}: {value:.8g}" if math.isfinite(value) else f"{key}: {value}")
-    return lines
+    return [f"{k}: {v:.8g}" if math.isfinite(v) else f"{k}: {v}"
+            for k, v in sorted(_scalars(metrics).items()) if not k.endswith("/time")]

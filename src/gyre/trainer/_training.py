@@ -32,8 +32,7 @@ def named_loaders(loader: Any, phase: str) -> list[tuple[str, Any]]:
             + phase + "_<name>/...')",
             received="an empty dict" if not loader else f"entries {bad[:3]!r} ({describe(loader[bad[0]])})",
             fix="pass one loader, or a dict of named loaders; a batch dict goes inside a list: [{'x': ..., 'y': ...}]"))
-    names = list(loader)
-    return [(phase if i == 0 else f"{phase}_{name}", loader[name]) for i, name in enumerate(names)]
+    return [(phase if i == 0 else f"{phase}_{name}", value) for i, (name, value) in enumerate(loader.items())]
 
 
 def build_deferred_optimizer(trainer: Any, run_steps: int) -> None:
