@@ -113,9 +113,7 @@ class CIFAR10Dataset(_ImageDataset):
 
     Args:
         data_dir: the folder of ``cifar-10-batches-bin`` (or that folder itself).
-        global_batch_size: examples per batch.
         local_batch_size: jax_trainer's per-process batch; only checked (``global / processes``).
-        val_size: training images held out for validation.
         split_seed: the seed of the split and of the training shuffles.
         normalize: subtract CIFAR-10's channel means, divide by their deviations.
         num_workers: accepted for jax_trainer's configs (the arrays are in memory).

@@ -22,6 +22,13 @@ PHASE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")  # a phase, or a named loader's mo
 _RESERVED = ("epoch", "step")
 
 
+def write_json(path: str, record: Any, **options: Any) -> None:
+    """Writes ``record`` as JSON to ``path`` through a temporary file (no half-written file)."""
+    with open(path + ".tmp", "w") as out:
+        json.dump(record, out, **options)
+    os.replace(path + ".tmp", path)
+
+
 class EpochMetricFiles(Writer):
     """Writes ``<directory>/metrics/<phase>_epoch_NNNN.json``, one file per phase and epoch; see
     :meth:`flush`.
@@ -94,11 +101,7 @@ class EpochMetricFiles(Writer):
         epoch, step, values = jax.device_get((epoch, step, list(metrics.values())))
         record: dict[str, Any] = {"epoch": int(epoch), "step": int(step)}
         record.update((name, float(v)) for name, v in zip(metrics, values, strict=True))
-        path = self.path(phase, int(epoch))
-        temporary = path + ".tmp"
-        with open(temporary, "w") as out:
-            json.dump(record, out)
-        os.replace(temporary, path)
+        write_json(self.path(phase, int(epoch)), record)
 
     def __repr__(self) -> str:
         return f"EpochMetricFiles({os.path.dirname(self.directory)!r})"

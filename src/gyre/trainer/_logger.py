@@ -6,7 +6,6 @@ writer's folder, and ``log_image`` / ``log_embedding`` pass their step, mode and
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -23,7 +22,7 @@ from gyre.config._tool_configs import TensorboardConfig
 from gyre.config._tools import build_tool_writer
 from gyre.core._checks import instance
 from gyre.core._errors import describe, explain
-from gyre.trainer._epoch_files import EpochMetricFiles
+from gyre.trainer._epoch_files import EpochMetricFiles, write_json
 from gyre.trainer._metric_dicts import get_metrics
 from gyre.trainer._modes import LogFreq
 from gyre.trainer._tool_logger import ToolLoggerInterface
@@ -193,10 +192,7 @@ class Logger:
         kept = {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool))}
         folder = os.path.join(self.log_dir, "metrics")
         os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, f"{filename}.json")
-        with open(path + ".tmp", "w") as out:
-            json.dump(kept, out, indent=4)
-        os.replace(path + ".tmp", path)
+        write_json(os.path.join(folder, f"{filename}.json"), kept, indent=4)
 
     def log_image(
         self, key: str, image: Any, step: int | None = None, log_postfix: str = "", logging_mode: str | None = None

@@ -20,8 +20,13 @@ from gyre.core._train_state import TrainState
 from gyre.engine._epochs import first_batch, training_data
 from gyre.trainer import _setup as setup
 from gyre.trainer import _training as training
+from gyre.trainer._augment import forward_module, wrap_model
 from gyre.trainer._checks import check_batch, check_user_methods
 from gyre.trainer._config import TrainerModuleConfig
+from gyre.trainer._epoch_files import EpochMetricFiles
+from gyre.trainer._hooks import TrainingRun
+from gyre.trainer._inspection import count_params, write_tabulation
+from gyre.trainer._media import figure_image, write_embedding
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
 from gyre.trainer._model import NNX_REST, LinenModel, NNXModel, lazy_init_nnx, model_mode_of
 from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder
@@ -122,7 +127,6 @@ class TrainerModule:
         **options: Any,
     ) -> None:
         from gyre.config import TrainerConfig
-        from gyre.trainer._augment import forward_module, wrap_model
 
         model_config, optimizer_config = setup.plain_section(model_config), setup.plain_section(optimizer_config)
 
@@ -260,8 +264,6 @@ class TrainerModule:
             extras={EPOCH: MetricAccumulator.init(specs, shapes), WINDOW: MetricAccumulator.init(specs, shapes)}
         ))
         if getattr(self.config, "tabulate_model", False):
-            from gyre.trainer._inspection import write_tabulation
-
             write_tabulation(self, exmp_input)
         return self.state
 
@@ -275,8 +277,6 @@ class TrainerModule:
             >>> t.num_model_params()
             8
         """
-        from gyre.trainer._inspection import count_params
-
         if self.state is not None:
             return count_params(self.state.params)
         if self.model_mode == "nnx":
@@ -427,8 +427,6 @@ class TrainerModule:
             ...                   log_dir=tempfile.mkdtemp())
             >>> t.log_figure("val/curve", Figure(figsize=(2, 2), dpi=20))
         """
-        from gyre.trainer._media import figure_image
-
         self.log_image(key, figure_image(figure), step)
 
     def log_embedding(self, key: str, encodings: Any, step: int | None = None, metadata: Any = None,
@@ -445,8 +443,6 @@ class TrainerModule:
             >>> (t.log_dir / "tensorboard" / "projector_config.pbtxt").is_file()
             True
         """
-        from gyre.trainer._media import write_embedding
-
         if jax.process_index() == 0:
             write_embedding(self.log_dir / "tensorboard", key, self.global_step if step is None else step,
                             encodings, metadata, images)
@@ -478,8 +474,6 @@ class TrainerModule:
 
         Example: see the class.
         """
-        from gyre.trainer._hooks import TrainingRun
-
         epochs = whole(self.config.train_epochs if num_epochs is None else num_epochs, "train_model: num_epochs",
                        minimum=1, unit="epochs", expected="num_epochs=5 (or trainer.train_epochs in the config)",
                        fix="pass num_epochs=5")
@@ -587,8 +581,6 @@ class TrainerModule:
     @property
     def _epoch_files(self) -> Any:
         if self._files is None:
-            from gyre.trainer._epoch_files import EpochMetricFiles
-
             self._files = EpochMetricFiles(self.log_dir)
         return self._files
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from gyre.core._errors import describe, explain, warn
 from gyre.trainer._curves import plot_curves
+from gyre.trainer._epoch_files import EpochMetricFiles
 from gyre.trainer._run_log import LOG_FILE, run_logging
 
 
@@ -196,7 +197,11 @@ def run_config(
         elapsed, history = trainer.elapsed, trainer.history
         test = _scalars(outcome.get("test", {}))
         if test:
-            _write_test_file(folder, test, elapsed)
+            files = EpochMetricFiles(folder)
+            try:
+                files.write("test", max(elapsed.epochs, 1), max(elapsed.steps - 1, 0), dict(test))
+            finally:
+                files.close()
             trainer.writer.write_scalars(max(elapsed.steps - 1, 0), {k: v for k, v in test.items() if not k.endswith("/time")})
         _end_log(log, trainer, config, elapsed, seconds, test or _scalars(outcome.get("val", {})))
         if history is not None:
@@ -271,16 +276,6 @@ def _check_fresh(folder: Path) -> None:
 
 def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-
-def _write_test_file(folder: Path, test: Mapping[str, float], elapsed: Any) -> None:
-    from gyre.trainer._epoch_files import EpochMetricFiles
-
-    files = EpochMetricFiles(folder)
-    try:
-        files.write("test", max(elapsed.epochs, 1), max(elapsed.steps - 1, 0), dict(test))
-    finally:
-        files.close()
 
 
 def _monitored(config: Any) -> dict[str, str]:

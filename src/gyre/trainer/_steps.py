@@ -113,9 +113,6 @@ class StepBuilder:
             metrics = {**metrics, **tree_stats(sown)}
         return loss, metrics, model_state
 
-    def values(self, loss: Any, metrics: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-        return {"loss": loss, **metrics, **extra}
-
     # -- the training step --------------------------------------------------------------------
 
     def train_step(self, *, step_logs: bool) -> Callable[[Any, Any], tuple[Logs | None, Any]]:
@@ -130,7 +127,7 @@ class StepBuilder:
         def step(state: Any, batch: Any) -> tuple[Logs | None, Any]:
             loss, metrics, grads, new = train_update(objective, state, batch)[:4]
             extra = self.inspected(state.params, grads)
-            values = self.values(loss, metrics, extra)
+            values = {"loss": loss, **metrics, **extra}
             specs, parsed = parse_metrics(values, where=self.loss_name)
             count = batch_size_of(batch, t.batch_to_input(batch))
             extras = dict(new.extras)
@@ -156,7 +153,7 @@ class StepBuilder:
             rng = state.rng if train else self.eval_rng(state)
             loss, metrics, _ = self.forward(state.params, state, batch, rng, train=train, mask=mask)
             extra = self.inspected(state.params, state.params) if train else {}  # grads are shaped as params
-            found["specs"], parsed = parse_metrics(self.values(loss, metrics, extra), where=self.loss_name)
+            found["specs"], parsed = parse_metrics({"loss": loss, **metrics, **extra}, where=self.loss_name)
             return parsed
 
         shapes = jax.eval_shape(probe, state, batch, mask)
@@ -194,7 +191,7 @@ class StepBuilder:
 
         def step(state: Any, acc: Any, batch: Any, mask: Any = None) -> Any:
             loss, metrics, _ = self.forward(state.params, state, batch, self.eval_rng(state), train=False, mask=mask)
-            specs, parsed = parse_metrics(self.values(loss, metrics, {}), where=self.loss_name)
+            specs, parsed = parse_metrics({"loss": loss, **metrics}, where=self.loss_name)
             count = batch_size_of(batch, t.batch_to_input(batch)) if mask is None else jnp.sum(mask)
             acc = acc.update(specs, parsed, count)
             return acc, ConcatCollector.select(specs, parsed)
