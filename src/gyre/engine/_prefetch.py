@@ -25,18 +25,13 @@ Placer = Callable[[Any], Any]
 
 
 def _placer(sharding: Any) -> Placer:
-    """The function that moves one batch to the devices (:mod:`gyre.core._placement` does the
-    moving, the same function a strategy's ``place_batch`` uses)."""
-    # a Strategy, recognised by its method, so this module (in the loop layer) never imports
-    # the parallel layer above it
+    """The function that moves one batch to the devices (a Strategy is recognised by its method)."""
     place_batch = getattr(sharding, "place_batch", None)
     if callable(place_batch):
         return place_batch
     if sharding is None:
         if jax.process_count() > 1:
-            # A batch on one local device cannot feed a global computation: leave it on the
-            # host, where the step's strategy (or jit) turns it into a global array.
-            return lambda batch: batch
+            return lambda batch: batch  # on the host: the step's strategy (or jit) makes it global
         return lambda batch: jax.tree_util.tree_map(lambda x: jax.device_put(x) if is_array(x) else x, batch)
     if isinstance(sharding, Sharding) or (is_sharding_tree(sharding) and jax.tree_util.tree_leaves(sharding)):
         return lambda batch: place(batch, sharding)
@@ -84,29 +79,19 @@ class PrefetchIterator(Iterator[Any]):
     def _pull(self) -> None:
         """Takes one item from the source and places it; the end (or an error) is queued in
         its position, so earlier batches are still delivered first."""
-        source = self._source
-        if source is None:
-            return
-        if self._limit is not None and self.pulled >= self._limit:
-            self._queue.append(_End(None))
-            self._source = None
-            return
         try:
-            item = next(source)
-        except StopIteration:
-            self._queue.append(_End(None))
-            self._source = None
-            return
-        except Exception as err:  # noqa: BLE001 - delivered at its position, see __next__
-            self._queue.append(_End(err))
-            self._source = None
-            return
-        self.pulled += 1
-        try:
+            if self._limit is not None and self.pulled >= self._limit:
+                raise StopIteration
+            item = next(self._source)  # type: ignore[arg-type]
+            self.pulled += 1
             self._queue.append(self._place(item))
-        except Exception as err:  # noqa: BLE001 - a batch that cannot be placed
-            self._queue.append(_End(err))
-            self._source = None
+            return
+        except StopIteration:
+            end = _End(None)
+        except Exception as err:  # noqa: BLE001 - delivered at its position (a source or a placement error)
+            end = _End(err)
+        self._queue.append(end)
+        self._source = None
 
     def __next__(self) -> Any:
         queue = self._queue
@@ -144,18 +129,13 @@ class Prefetch:
     def __init__(
         self, iterable: Iterable[Any], size: int, place: Placer, limit: int | None = None
     ) -> None:
-        self.source = iterable
+        self.source = self.wrapped_dataset = iterable
         self.size = size
         self.limit = limit
         self._place = place
 
     def __iter__(self) -> PrefetchIterator:
         return PrefetchIterator(iter(self.source), self.size, self._place, self.limit)
-
-    @property
-    def wrapped_dataset(self) -> Any:
-        """The source (for messages about the loop's dataset)."""
-        return self.source
 
     @property
     def epoch_steps(self) -> int | None:
