@@ -1,10 +1,7 @@
-"""The NaN/Inf policy of a loop: ``nan_policy="raise"`` (the default), ``"skip"``, ``"ignore"``
-(what each does and what is checked: docs/concepts/nan-policy.md).
+"""A loop's ``nan_policy`` (``"raise"``, ``"skip"``, ``"ignore"``: docs/concepts/nan-policy.md).
 
-:class:`FiniteCheck` reads the history's values as they reach the host (after each block, or
-every :data:`POLL_EVERY` steps or :data:`POLL_SECONDS`), never waiting; what is still on the
-device is checked before a checkpoint saves and when the outermost loop ends. With several
-processes only those two moments check, so every process stops at the same step.
+:class:`FiniteCheck` reads values as they reach the host, never waiting; what is still on the device
+is checked before a checkpoint saves and when the outermost loop ends (with several processes, only then).
 """
 
 from __future__ import annotations
@@ -220,13 +217,11 @@ class FiniteCheck:
         self.countdown = POLL_EVERY  # a landing during the read above asks for no other read
 
     def after_block(self) -> None:
-        """Called after each block of a loop that runs in blocks: checks the records whose
-        values are computed (the others at the next block). Never waits."""
+        """After each block: checks the records already computed (the others at the next block)."""
         if self.lagged:
             self._read()
 
-    def _landed(self) -> None:
-        """The history landed records on the host: read them at the next :meth:`poll`."""
+    def _landed(self) -> None:  # records reached the host: read them at the next poll
         self.countdown = 0
 
     def check(self, current: Logs | None = None, clock: Elapsed | None = None, *, wait: bool = True) -> None:
@@ -365,19 +360,13 @@ def _number(value: Any) -> Any:
 def _columns(clocks: list[Elapsed], logs: Logs, *, stacked: bool) -> Block:
     """Logs not in the history yet (a step's, or a chunk's stacked rows) as columns, their
     checked entries read from the device in one transfer."""
-    wanted = {
-        (c, n): v
-        for c, n, v in logs.entries()
-        if c in CHECKED or (c == "stateful_metrics" and n == SKIPPED_STEPS)
-    }
-    host = fetch(wanted)
+    host = fetch({(c, n): v for c, n, v in logs.entries()
+                  if c in CHECKED or (c == "stateful_metrics" and n == SKIPPED_STEPS)})
     count = len(clocks)
     entries = {}
     for key, value in host.items():
-        array = np.asarray(value) if not isinstance(value, np.ndarray) else value
-        if not stacked:
-            array = array[None]
-        entries[key] = (np.arange(count), array[:count] if stacked else array)
+        array = np.asarray(value)
+        entries[key] = (np.arange(count), array[:count] if stacked else array[None])
     fields = ("steps", "samples", "epochs", "step_in_epoch")
     return Block(count, {f: np.asarray([getattr(c, f) for c in clocks]) for f in fields}, entries)
 
@@ -397,12 +386,9 @@ def finite_check(
     import jax
 
     initial = None
-    if skipping:
+    if skipping:  # a copy: the state is donated to its first step
         count = skipped_steps_of(state)
-        if count is not None:  # a copy: the state is donated to its first step
-            initial = jax.numpy.array(count, copy=True)
-        else:
-            initial = np.zeros((), np.int32)
+        initial = np.zeros((), np.int32) if count is None else jax.numpy.array(count, copy=True)
     return FiniteCheck(
         history, clock, start=len(history), initial_skips=initial, lagged=jax.process_count() == 1, policy=policy
     )
