@@ -1,9 +1,8 @@
 """Binding a callback's parameters to the loop's values, once, before the loop starts.
 
-A callback gets ``state``, ``batch``, ``elapsed``, ``logs``, ``loop`` (ciclo's ``loop_state``)
-by parameter name, or, when it uses none of these names, the first ``n`` by position. Mixing
-the two, or a near miss of a name (``elapsd``), is refused. A ``mask`` parameter gets the mask
-of a padded evaluation's batch (see :class:`Masked`).
+A callback gets ``state``, ``batch``, ``elapsed``, ``logs``, ``loop`` (ciclo's ``loop_state``) by
+name, or, when it uses none of these names, the first ``n`` by position; mixing the two, or a near
+miss (``elapsd``), is refused. ``mask`` gets a padded evaluation batch's mask (:class:`Masked`).
 """
 
 from __future__ import annotations
@@ -111,23 +110,19 @@ def bind(fn: Any) -> Invoker:
     if isinstance(fn, Invoker):
         return fn
     if isinstance(fn, StateMethod):
-        method = fn.method
-        idx, kw, mask = _planned(method, 1)
-        name = callback_name(method)
-        call = _make(method, idx, kw, True, mask, name)
-        return Invoker(fn, call, name, takes_mask=mask is not None, uses=_uses((0, *idx), kw))
-    loop_callback = getattr(fn, "__loop_callback__", None)
-    if callable(loop_callback) and not isinstance(fn, type):
-        return Invoker(fn, lambda s, b, e, lg, lp: loop_callback(lp), callback_name(fn), uses=frozenset({"loop"}))
-    instance(fn, "a callback", Callable, kind="callable", fix="pass a function or an object with __call__",
-             expected="a function of (state, batch, elapsed, logs, loop), or any callable")
-    idx, kw, mask = _planned(fn, 0)
-    name = callback_name(fn)
-    return Invoker(fn, _make(fn, idx, kw, False, mask, name), name, takes_mask=mask is not None, uses=_uses(idx, kw))
-
-
-def _uses(idx: tuple[int, ...], kw: tuple[tuple[str, int], ...]) -> frozenset[str]:
-    return frozenset(ARG_NAMES[i] for i in (*idx, *(i for _, i in kw)))
+        target, offset = fn.method, 1
+    else:
+        loop_callback = getattr(fn, "__loop_callback__", None)
+        if callable(loop_callback) and not isinstance(fn, type):
+            return Invoker(fn, lambda s, b, e, lg, lp: loop_callback(lp), callback_name(fn), uses=frozenset({"loop"}))
+        instance(fn, "a callback", Callable, kind="callable", fix="pass a function or an object with __call__",
+                 expected="a function of (state, batch, elapsed, logs, loop), or any callable")
+        target, offset = fn, 0
+    idx, kw, mask = _planned(target, offset)
+    idx = (0, *idx) if offset else idx  # a state's method: the state is its self
+    name = callback_name(target)
+    uses = frozenset(ARG_NAMES[i] for i in (*idx, *(i for _, i in kw)))
+    return Invoker(fn, _make(target, idx, kw, mask, name), name, takes_mask=mask is not None, uses=uses)
 
 
 _PLANS: weakref.WeakKeyDictionary[Any, dict[int, Plan]] = weakref.WeakKeyDictionary()
@@ -173,20 +168,12 @@ _P = inspect.Parameter
 _POSITIONAL = (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)
 
 
-def _mask_param(params: list[inspect.Parameter]) -> inspect.Parameter | None:
-    """The callback's ``mask`` parameter, when it can be passed by keyword."""
-    for p in params:
-        if p.name == MASK and p.kind in (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY):
-            return p
-    return None
-
-
 Plan = tuple[tuple[int, ...], tuple[tuple[str, int], ...], str | None]
 
 
 def _plan(fn: Any, params: list[inspect.Parameter], offset: int) -> Plan:
     """Which values go to which parameter: (positional indices, keyword pairs, mask kind)."""
-    found = _mask_param(params)
+    found = next((p for p in params if p.name == MASK and p.kind in (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY)), None)
     mask = None if found is None else ("required" if found.default is _P.empty else "optional")
     names = {n for n, i in _INDEX.items() if i >= offset}
     _check_defaulted_misses(fn, [p for p in params if p.default is None and p.name not in names])
@@ -288,50 +275,28 @@ def _mixed(fn: Any, params: list[inspect.Parameter], unknown: list[inspect.Param
         "defaults; binding by position would hand them the wrong values"))
 
 
-def _make(
-    fn: Any,
-    idx: tuple[int, ...],
-    kw: tuple[tuple[str, int], ...],
-    self_is_state: bool,
-    mask: str | None = None,
-    name: str = "",
-) -> Call:
-    if self_is_state:
-        idx = (0, *idx)
-    if mask is not None:
-        return _masked(fn, idx, kw, mask == "required", name)
+def _make(fn: Any, idx: tuple[int, ...], kw: tuple[tuple[str, int], ...], mask: str | None, name: str) -> Call:
+    if mask is None:
+        return lambda *args: fn(*[args[i] for i in idx], **{k: args[i] for k, i in kw})
 
-    def call(*args: Any) -> Any:
-        return fn(*[args[i] for i in idx], **{k: args[i] for k, i in kw})
-
-    return call
-
-
-def _masked(fn: Any, idx: tuple[int, ...], kw: tuple[tuple[str, int], ...], required: bool, name: str) -> Call:
-    """The call of a callback with ``mask``: a :class:`Masked` batch is split in two."""
-
-    def call_masked(*args: Any) -> Any:
+    def call_masked(*args: Any) -> Any:  # a Masked batch is split in two
         batch = args[1]
         if type(batch) is Masked:
             args = (args[0], batch.batch, *args[2:])
             return fn(*[args[i] for i in idx], **{k: args[i] for k, i in kw}, mask=batch.mask)
-        if required:
-            raise TypeError(_no_mask(name))
+        if mask == "required":
+            raise TypeError(explain(
+                f"callback {name} needs a mask (its mask parameter has no default), and this loop's "
+                "batches are not padded",
+                expected="a mask only where an evaluation pads its batches: the on_test_step callbacks "
+                "of gyre.test_loop (or of train_loop's test_dataset=) that take mask",
+                received=f"{name} called with an unpadded batch (a training step, a plain gyre.loop, or "
+                "a point other than on_test_step and its batch callbacks)",
+                fix="give mask a default (def step(state, batch, mask=None)) and read None as 'every "
+                "row is real', or register the step at gyre.on_test_step"))
         return fn(*[args[i] for i in idx], **{k: args[i] for k, i in kw})
 
     return call_masked
-
-
-def _no_mask(name: str) -> str:
-    return explain(
-        f"callback {name} needs a mask (its mask parameter has no default), and this loop's "
-        "batches are not padded",
-        expected="a mask only where an evaluation pads its batches: the on_test_step callbacks "
-        "of gyre.test_loop (or of train_loop's test_dataset=) that take mask",
-        received=f"{name} called with an unpadded batch (a training step, a plain gyre.loop, or "
-        "a point other than on_test_step and its batch callbacks)",
-        fix="give mask a default (def step(state, batch, mask=None)) and read None as 'every "
-        "row is real', or register the step at gyre.on_test_step")
 
 
 def inject(fn: Callable[..., Any]) -> Callable[..., Any]:
