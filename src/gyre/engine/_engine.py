@@ -23,7 +23,6 @@ from gyre.engine._resume import (
     final_save,
     find_checkpointer,
     prepare,
-    restore_objects,
     resume_from,
 )
 from gyre.engine._split import split_tasks
@@ -296,8 +295,6 @@ def loop(
     # the clock of the step in progress, fused chunks' included (for where the check noticed)
     ls._nan = finite_check(policy, ls.history, lambda: clock_iter.elapsed, skipping=skipping, state=ls.state)
     prepare(ls, table, starts + ends, resumed)
-    if resumed is not None:
-        restore_objects(ls, resumed)
     with guarded(catch_interrupt=catch_keyboard_interrupt) as preemption:
         ls.preempted = preemption.check
         try:

@@ -73,8 +73,7 @@ def find_checkpointer(tasks: Sequence[Task], extra: Sequence[Invoker], resume: A
 
 
 def _past(stop: Any, snapshot: Snapshot, resume: Any) -> None:
-    """Refuses a ``stop`` the checkpoint is already past (the loop would return at once with
-    the saved run's state and clock, as if it had trained to ``stop``)."""
+    """Refuses a ``stop`` the checkpoint is already past (the loop would train nothing)."""
     period = check_stop(stop)
     clock = snapshot.elapsed
     past = [
@@ -103,8 +102,7 @@ def resume_from(
     _past(stop, snapshot, resume)
     snapshot.source = checkpoint
     count = int(snapshot.meta.get("history", 0))
-    where = f"the checkpoint of step {snapshot.step}"
-    loaded = load_history(checkpoint.read_file, count, where)
+    loaded = load_history(checkpoint.read_file, count, f"the checkpoint of step {snapshot.step}")
     if len(history):
         warn(
             f"resume={resume!r}: the loop continues the history saved with step {snapshot.step} "
@@ -113,24 +111,9 @@ def resume_from(
     return snapshot.state, loaded, snapshot.elapsed, snapshot
 
 
-def restore_objects(ls: LoopState, snapshot: Snapshot) -> None:
-    """Hands the schedules, callbacks and data of a resumed loop their saved state."""
-    meta = snapshot.meta
-    arrays = snapshot.arrays.get("resumables", {})
-    missing = load_state_dicts(ls.resumables, meta.get("resumables", {}), arrays)
-    if missing:
-        warn(
-            f"resuming from step {snapshot.step}: nothing was saved for {missing} (the loop's "
-            "callbacks differ from the saved run's), so they start afresh"
-        )
-    if ls.data is not None and meta.get("data") is not None:
-        ls.data.load_state_dict(meta["data"])
-
-
 def prepare(ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], resumed: Snapshot | None) -> None:
-    """Tells the loop's checkpoints their resumables and history files, then lets them claim
-    their directories before the first step.
-    """
+    """Tells the loop's checkpoints their resumables and history files, lets them claim their
+    directories before the first step, then hands a resumed loop's objects and data their state."""
     ls.resumables = collect(tasks, extra)
     ls.checkpoints = checkpointers(tasks, extra)
     source = None if resumed is None else resumed.source or next(iter(ls.checkpoints), None)
@@ -144,11 +127,21 @@ def prepare(ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], resu
             ls.history_saved[id(each)] = (count, int(crc))
     for each in ls.checkpoints:
         each.on_loop_start()  # another run's checkpoints are refused now, not at the first save
+    if resumed is None:
+        return
+    meta = resumed.meta
+    missing = load_state_dicts(ls.resumables, meta.get("resumables", {}), resumed.arrays.get("resumables", {}))
+    if missing:
+        warn(
+            f"resuming from step {resumed.step}: nothing was saved for {missing} (the loop's "
+            "callbacks differ from the saved run's), so they start afresh"
+        )
+    if ls.data is not None and meta.get("data") is not None:
+        ls.data.load_state_dict(meta["data"])
 
 
 def final_save(ls: LoopState, *, wait: bool) -> None:
-    """Saves the end of the loop through each of its checkpoints (``ls.checkpoints``, from
-    :func:`prepare`), unless that step is saved."""
+    """Saves the end of the loop through each of its checkpoints, unless that step is saved."""
     ls.run_saves(wait=wait)
     step = int(ls.completed.steps)
     for checkpoint in ls.checkpoints:
