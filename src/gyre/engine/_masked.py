@@ -17,9 +17,8 @@ from gyre.engine._engine import prefetched
 
 
 def mask_wanted(callbacks: Sequence[Any], where: str) -> tuple[list[Invoker], bool]:
-    """The ``on_test_step`` callbacks bound, and whether they take ``mask`` (then the
-    evaluation pads its batches). All or none must: a step without it would count the padding
-    rows in its means."""
+    """The ``on_test_step`` callbacks bound, and whether they take ``mask`` (all or none must:
+    a step without it would count the padding rows in its means)."""
     invokers = [bind(cb) for cb in callbacks]
     takers = [i.name for i in invokers if i.takes_mask]
     others = [i.name for i in invokers if not i.takes_mask]
@@ -36,11 +35,9 @@ def mask_wanted(callbacks: Sequence[Any], where: str) -> tuple[list[Invoker], bo
 
 
 class MaskedBatches:
-    """The batches of ``dataset`` padded (:func:`gyre.data.padded`) to ``batch_size`` or the
-    first one's size (learnt anew each pass), as :class:`~gyre.engine._binding.Masked` items
-    whose ``rows`` (counted on the host, ``batch_size_fn`` of the batch before padding) weigh
-    them; with a managed state's strategy, placed ``prefetch`` batches ahead. The one padded
-    evaluation: ``test_loop``, ``fit`` and jaxloop's ``EvalLoop`` iterate it."""
+    """``dataset`` padded to ``batch_size`` (or the first batch's size) as :class:`Masked` items
+    weighed by their host-counted ``rows``, placed ``prefetch`` ahead on a managed state's devices.
+    The one padded evaluation: ``test_loop``, ``fit`` and jaxloop's ``EvalLoop`` iterate it."""
 
     def __init__(
         self,
@@ -88,15 +85,10 @@ def real_rows(batch: Masked) -> int:
 
 
 def unmasking(fn: Any) -> Invoker:
-    """``fn`` bound for a padded evaluation: a callback that takes ``mask`` splits the
-    :class:`~gyre.engine._binding.Masked` batch itself; any other gets the padded batch.
-    """
+    """``fn`` bound for a padded evaluation: one that takes ``mask`` splits the :class:`Masked`
+    batch itself; any other gets the padded batch."""
     inner = bind(fn)
     if inner.takes_mask:
         return inner
     call = inner.call
-
-    def unmasked(s: Any, b: Any, e: Any, lg: Any, lp: Any) -> Any:
-        return call(s, b.batch if type(b) is Masked else b, e, lg, lp)
-
-    return Invoker(inner.fn, unmasked, inner.name)
+    return Invoker(inner.fn, lambda s, b, e, lg, lp: call(s, b.batch if type(b) is Masked else b, e, lg, lp), inner.name)

@@ -46,11 +46,21 @@ def split_tasks(tasks: Sequence[Task], steps: int) -> ChunkPlan:
         pending: list[Invoker] = []
         for invoker in task.invokers:
             if is_fusable(invoker.fn):
-                _take_step(plan, task, invoker, steps)
+                if plan.step is not None:
+                    raise ValueError(explain(
+                        f"steps_per_call={steps} fuses one step, and the table has two",
+                        expected="one compiled step on every step", received=f"{plan.step.name} and {invoker.name}",
+                        fix="combine them into one jitted function, or run with steps_per_call=1"))
+                plan.step, plan.step_task = invoker, task
                 plan.add(task, pending)
                 pending = []
             elif point and not is_chunk_safe(invoker.fn):
-                _not_compiled(task, invoker, steps)
+                raise TypeError(explain(
+                    f"with steps_per_call={steps}, the {task.key!r} callback {invoker.name} must be a compiled step",
+                    expected="a jax.jit-wrapped step or a managed step (gyre.FusableStep)",
+                    received=describe(step_function(invoker.fn)),
+                    fix="wrap it: jax.jit(step, donate_argnums=0); move other callbacks to another "
+                    "point (e.g. on_train_batch_end); or use steps_per_call=1"))
             else:
                 pending.append(invoker)
         plan.add(task, pending)
@@ -77,20 +87,3 @@ def _no_step(tasks: Sequence[Task], steps: int) -> None:
         received="no jax.jit function or managed step on every step",
         fix="wrap the step: jax.jit(step, donate_argnums=0); or use steps_per_call=1"))
 
-
-def _take_step(plan: ChunkPlan, task: Task, invoker: Invoker, steps: int) -> None:
-    if plan.step is not None:
-        raise ValueError(explain(
-            f"steps_per_call={steps} fuses one step, and the table has two",
-            expected="one compiled step on every step", received=f"{plan.step.name} and {invoker.name}",
-            fix="combine them into one jitted function, or run with steps_per_call=1"))
-    plan.step, plan.step_task = invoker, task
-
-
-def _not_compiled(task: Task, invoker: Invoker, steps: int) -> None:
-    raise TypeError(explain(
-        f"with steps_per_call={steps}, the {task.key!r} callback {invoker.name} must be a compiled step",
-        expected="a jax.jit-wrapped step or a managed step (gyre.FusableStep)",
-        received=describe(step_function(invoker.fn)),
-        fix="wrap it: jax.jit(step, donate_argnums=0); move other callbacks to another "
-        "point (e.g. on_train_batch_end); or use steps_per_call=1"))
