@@ -1,15 +1,12 @@
-"""Predefined loops with named schedules: ``train_loop``, ``test_loop``, ``predict_loop``.
+"""``train_loop``, ``test_loop``, ``predict_loop``: :func:`gyre.loop` over a table of named points.
 
-Each is :func:`gyre.loop` over a table built from named points (:mod:`gyre.core._hooks`).
-A callback reaches a named point as a value under a named schedule in ``tasks``
-(``{gyre.on_train_step: step}``, or ciclo's strings ``"on_train_step"``/``"train_step"``), as
-an object in ``callbacks=`` with a method of that name, or as a method of the state's class
-(``train_step``, ``test_step``, ``predict_step``, ``reset_step``, also with the ``on_``
-prefix), used only for points the other two leave empty.
+A callback reaches a named point under its schedule in ``tasks`` (``{gyre.on_train_step: step}``
+or ciclo's strings), as a method of a ``callbacks=`` object, or as a method of the state's class
+(``train_step``...; only for points the other two leave empty).
 
-Order within a training step: ``on_reset_step`` and ``on_epoch_begin`` (first step of an
-epoch), ``on_train_batch_begin``, ``on_train_step``, the clock-scheduled tasks, then on an
-epoch's last step the evaluation and ``on_epoch_end``, and last ``on_train_batch_end``.
+Order within a training step: ``on_reset_step`` and ``on_epoch_begin`` (an epoch's first step),
+``on_train_batch_begin``, ``on_train_step``, the clock-scheduled tasks, then on an epoch's last
+step the evaluation and ``on_epoch_end``, and last ``on_train_batch_end``.
 """
 
 from __future__ import annotations
@@ -49,8 +46,8 @@ DEFAULT_TEST_AGGREGATION: dict[str, str] = {
 
 
 class NamedHooks:
-    """Callbacks sorted by named point, plus the clock-scheduled entries, for one loop: its
-    task table, then its callback objects, then the methods of the state's class."""
+    """One loop's callbacks by named point (tasks, then callback objects, then state methods),
+    and its clock-scheduled entries."""
 
     def __init__(
         self,
@@ -64,7 +61,7 @@ class NamedHooks:
         self.loop_name = loop_name
         self.accepted = tuple(dict.fromkeys((*hooks, *extra)))
         self.named: dict[str, list[Any]] = {h: [] for h in self.accepted}
-        self.in_tasks: set[str] = set()  # the named points the task table fills
+        self.in_tasks: set[str] = set()
         self.clock: dict[Any, list[Any]] = {}
         self._add_tasks(tasks)
         self._add_callbacks(callbacks)
@@ -275,9 +272,8 @@ def predict_loop(
 
 
 def _check_steps(hooks: NamedHooks, test_dataset: Any) -> str | None:
-    """A test step (in the tasks) with no test set to run it on is refused. Returns the
-    warning for a train loop with nothing to train (given once the run has ended, so a door
-    error that stops it first is not preceded by it), or ``None``."""
+    """Refuses a test step with no test set; returns the warning for nothing to train (given
+    once the run has ended, after any door error), or ``None``."""
     if test_dataset is None and "on_test_step" in hooks.in_tasks:
         raise ValueError(explain(
             "train_loop got a test step but no test_dataset to run it on",
@@ -359,8 +355,7 @@ def _epoch_tasks(
 
 
 def _epoch_users(hooks: NamedHooks, evaluation: Any) -> str:
-    """What needs the epoch's end, in the user's words: the evaluation, and only the named
-    points that the user filled."""
+    """What needs the epoch's end, in the user's words."""
     parts = ["an evaluation on test_dataset= (run at the end of each epoch)"] if evaluation is not None else []
     filled = [h for h in ("on_reset_step", "on_epoch_begin", "on_epoch_end") if hooks.named[h]]
     if filled:
