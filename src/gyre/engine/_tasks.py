@@ -73,8 +73,7 @@ class When(Schedule):
         return first_firing(self.predicate, clock, epoch_steps, self._cycle(epoch_steps))
 
     def _in_epoch(self, clock: Elapsed, epoch_steps: int) -> int | None:
-        """next_step of a predicate of step_in_epoch alone: tried once on each step of an
-        epoch, then looked up."""
+        """next_step of a predicate of step_in_epoch alone: tried once per step of an epoch."""
         firing = self._firing.get(epoch_steps)
         if firing is None:
             if self.in_epoch is not None:  # (an epoch of thousands of steps: not tried on each)
@@ -144,7 +143,6 @@ class LoopElement:
     """
 
     def default_schedule(self) -> Schedule:
-        """The schedule the element runs under when spread into a table (every step)."""
         return every(1)
 
     def keys(self) -> list[Schedule]:
@@ -171,8 +169,7 @@ class LoopCallbackBase(LoopElement):
 
 
 class FunctionCallback(LoopCallbackBase):
-    """What :func:`callback` returns: a function called ciclo's way (by position: state,
-    batch, elapsed, loop_state), its return normalised to ``(logs, state)``."""
+    """What :func:`callback` returns: ``fn`` called by position, its return made ``(logs, state)``."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
@@ -210,8 +207,7 @@ def callback(fn: Callable[..., Any]) -> FunctionCallback:
 
 
 class Task:
-    """One entry of a compiled task table: its ``key`` as given, its ``schedule`` (``None``:
-    every step, not asked) and its bound callbacks (``invokers``, in list order)."""
+    """One entry of a compiled task table; ``schedule`` ``None``: every step, not asked."""
 
     __slots__ = ("key", "schedule", "invokers")
 
@@ -286,15 +282,15 @@ def warn_if_untrained(tasks: Sequence[Task], logs: Any = None, *, state: Any = N
     A named loop trains when it has a train step point; a plain ``gyre.loop`` when its state is
     not ``None``, its first step logged a loss and it is not nested in another loop.
     """
-    if _no_gradients(tasks, logs, outermost):
-        return
+    losses = logs.get("losses") if isinstance(logs, Mapping) else None
     points = [t for t in tasks if isinstance(t.key, StepPoint)]
+    if _no_gradients(tasks, losses, points, outermost):
+        return
     if points:
         for task in points:
             if task.key.expects_state and task.invokers and not any(inv.returned_state for inv in task.invokers):
                 _untrained(f"the {task.key!r} callbacks", task.invokers, "a train step")
         return
-    losses = logs.get("losses") if isinstance(logs, Mapping) else None
     if state is None or not losses or not outermost:
         return
     invokers = [inv for task in tasks for inv in task.invokers]
@@ -306,10 +302,8 @@ def warn_if_untrained(tasks: Sequence[Task], logs: Any = None, *, state: Any = N
         )
 
 
-def _no_gradients(tasks: Sequence[Task], logs: Any, outermost: bool) -> bool:
+def _no_gradients(tasks: Sequence[Task], losses: Any, points: list[Task], outermost: bool) -> bool:
     """Warns (and returns True) when the loss's only state-returning steps are ``managed.step``."""
-    losses = logs.get("losses") if isinstance(logs, Mapping) else None
-    points = [t for t in tasks if isinstance(t.key, StepPoint)]
     if not losses or not outermost or (points and not any(t.key.expects_state for t in points)):
         return False  # (test_loop and predict_loop do not train)
     invokers = [inv for task in tasks for inv in task.invokers]
