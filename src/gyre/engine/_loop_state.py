@@ -1,7 +1,5 @@
-"""``LoopState``, the one owner of a running loop's state, clock and logs, and :func:`fold`, the
-one place a callback's return is read, on every path of the engine (docs/concepts/named-loops.md: "What a callback
-returns").
-"""
+"""``LoopState``, the owner of a running loop's state, clock and logs, and :func:`fold`, the one
+place a callback's return is read (docs/concepts/named-loops.md: "What a callback returns")."""
 
 from __future__ import annotations
 
@@ -62,25 +60,17 @@ class LoopState:
         self.stop_requested = False
         self.stop_reason = ""
         self._completed: Callable[[], Elapsed] = lambda: self.elapsed.completed()
-        #: what a checkpoint carries besides the state (see :mod:`gyre.engine._resumables`)
-        self.resumables: dict[str, Any] = {}
-        #: the data position's keeper (``state_dict``/``load_state_dict``), or None
+        self.resumables: dict[str, Any] = {}  # what a checkpoint carries besides the state
         self.data: Any = None
-        #: checkpoints that asked to save at the end of this step, with their metrics
-        self.saves: list[tuple[Any, dict[str, float] | None]] = []
-        #: the loop's checkpoints, polled after each step for a failed background save
+        self.saves: list[tuple[Any, dict[str, float] | None]] = []  # asked for at this step's end
         self.checkpoints: list[Any] = []
-        #: per checkpoint (by id): history records already written to its directory
-        self.history_saved: dict[int, tuple[int, int]] = {}  # records written, their CRC-32
-        #: ``preempted(first, end) -> bool``, asked after steps ``first`` to ``end - 1`` (see
-        #: :mod:`gyre.engine._preempt`)
+        #: per checkpoint (by id): the history records written to its directory, their CRC-32
+        self.history_saved: dict[int, tuple[int, int]] = {}
+        #: ``preempted(first, end)``, asked after steps ``first`` to ``end - 1`` (:mod:`gyre.engine._preempt`)
         self.preempted: Callable[[int, int], bool] = lambda first, end: False
-        #: the state when the current step started (what an exception hands back)
-        self.step_start: Any = None
-        self._nan: Any = None  # the loop's FiniteCheck (gyre.engine._nan), None for "ignore"
-        #: how the loop runs its table: ``"blocks"``, ``"fused"`` or ``"steps"``, and why
-        #: not in blocks (a :class:`gyre.engine._blocks.Plan`)
-        self.plan: Any = None
+        self.step_start: Any = None  # the state when the current step started (what an error hands back)
+        self._nan: Any = None  # the loop's FiniteCheck, None for "ignore"
+        self.plan: Any = None  # how the loop runs its table (a gyre.engine._blocks.Plan)
 
     def snapshot(self, owner: Any = None, metrics: dict[str, float] | None = None) -> Snapshot:
         """What a checkpoint saves now: state, clock, resumables, data position, new records.
@@ -191,8 +181,7 @@ class LoopState:
 
 
 class ReplaceState:
-    """A state returned by :func:`replace_state`: taken as the new state whatever its
-    structure."""
+    """What :func:`replace_state` returns: taken as the new state whatever its structure."""
 
     __slots__ = ("state",)
 
@@ -213,11 +202,14 @@ def replace_state(state: Any) -> ReplaceState:
 
 
 def fold(out: Any, logs: Logs, state: Any, invoker: Invoker) -> Any:
-    """Folds a callback's return value into the step's ``logs``; returns the new state (what
-    each kind of return means: the module docs and docs/concepts/named-loops.md)."""
+    """Folds a callback's return value into the step's ``logs``; returns the new state."""
     if type(out) is tuple:
         if len(out) != 2:
-            _not_a_pair(out, invoker)
+            raise TypeError(explain(
+                f"callback {invoker.name} returned a {len(out)}-tuple",
+                expected="None, Logs, a new state, or a pair (logs, state)",
+                received=f"a tuple of {len(out)} values: ({', '.join(type(v).__name__ for v in out)})",
+                fix="return (logs, state); use None in the pair for what did not change"))
         first, second = out
         if type(first) is Logs:
             logs.merge(first)
@@ -245,8 +237,7 @@ def fold(out: Any, logs: Logs, state: Any, invoker: Invoker) -> Any:
 
 
 def _changed(new: Any, old: Any) -> bool:
-    """Whether two states of one structure differ in a value (read once, on the host; a
-    buffer donated by the step cannot be read and counts as unchanged)."""
+    """Whether two states of one structure differ in a value (a donated buffer counts as unchanged)."""
     import numpy as np
 
     try:
@@ -256,14 +247,6 @@ def _changed(new: Any, old: Any) -> bool:
         )
     except (RuntimeError, ValueError, TypeError):
         return False
-
-
-def _not_a_pair(out: tuple[Any, ...], invoker: Invoker) -> None:
-    raise TypeError(explain(
-        f"callback {invoker.name} returned a {len(out)}-tuple",
-        expected="None, Logs, a new state, or a pair (logs, state)",
-        received=f"a tuple of {len(out)} values: ({', '.join(type(v).__name__ for v in out)})",
-        fix="return (logs, state); use None in the pair for what did not change"))
 
 
 def _merge_other(first: Any, second: Any, logs: Logs, invoker: Invoker) -> None:
@@ -284,9 +267,7 @@ def _merge_other(first: Any, second: Any, logs: Logs, invoker: Invoker) -> None:
 
 
 def check_structure(new: Any, old: Any, invoker: Invoker) -> None:
-    """Raises a clear error when a callback's returned state does not have the structure of
-    the current state (a state of ``None`` takes any structure: it is not set yet).
-    """
+    """Refuses a returned state whose structure is not the current state's (``None`` takes any)."""
     if old is None:
         return
     before, after = jax.tree_util.tree_structure(old), jax.tree_util.tree_structure(new)
@@ -312,9 +293,7 @@ def run_callbacks(
     batch: Any = None,
     logs: Logs | None = None,
 ) -> Logs:
-    """Runs bound callbacks in order, folding their returns into ``logs`` and
-    ``loop_state.state``; stops after a callback that requests a stop. Returns the logs.
-    """
+    """Runs bound callbacks in order, folding their returns; stops after one that requests a stop."""
     logs = Logs() if logs is None else logs
     loop_state.elapsed = elapsed
     loop_state.logs = logs
