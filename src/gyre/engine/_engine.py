@@ -77,13 +77,6 @@ def _check_steps_per_call(steps_per_call: Any) -> int | str:
     return "auto" if steps_per_call == "auto" else check_steps(steps_per_call, "steps_per_call")
 
 
-def _check_history(history: Any) -> History:
-    if history is None:
-        return History()
-    return instance(history, "history=", History, kind="a gyre.History", fix="pass the second value a loop returned",
-                    expected="the history a previous loop returned, gyre.history(), or None")
-
-
 def _check_epoch_schedules(tasks: Sequence[Task], clock: Elapse) -> None:
     if clock.epoch_steps is not None:
         return
@@ -275,7 +268,9 @@ def loop(
     if steps != "auto" and steps > 1:
         split_tasks(table, steps)  # refuses a table without a step to fuse
     starts, ends = [bind(cb) for cb in as_list(on_start)], [bind(cb) for cb in as_list(on_end)]
-    history = _check_history(history)
+    history = History() if history is None else instance(
+        history, "history=", History, kind="a gyre.History", fix="pass the second value a loop returned",
+        expected="the history a previous loop returned, gyre.history(), or None")
     resume = check_resume(resume)
     checkpoint = find_checkpointer(table, starts + ends, resume)
     resumed = None
@@ -292,7 +287,6 @@ def loop(
     ls.plan, chunks = plan_loop(table, clock_iter, state, steps)
     ls._completed = clock_iter.peek_completed
     ls.data = data.follow(clock_iter)
-    # the clock of the step in progress, fused chunks' included (for where the check noticed)
     ls._nan = finite_check(policy, ls.history, lambda: clock_iter.elapsed, skipping=skipping, state=ls.state)
     prepare(ls, table, starts + ends, resumed)
     with guarded(catch_interrupt=catch_keyboard_interrupt) as preemption:

@@ -28,23 +28,15 @@ REDUCTIONS = ("last", "first", "mean", "sum", "min", "max", "std", "concat")
 Piece = tuple[np.ndarray, Any]
 
 
-def _check_reduction(reduction: Any) -> None:
-    if callable(reduction) or reduction in REDUCTIONS:
-        return
-    raise ValueError(explain(
-        f"unknown aggregation {reduction!r}",
-        expected=f"one of {list(REDUCTIONS)}, a callable list -> value, or a dict {{collection: aggregation}}",
-        received=describe(reduction),
-        fix="e.g. aggregation='mean' or aggregation={'metrics': 'mean', 'stateful_metrics': 'last'}"))
-
-
 def check_aggregation(aggregation: Aggregation) -> None:
     """Raises a clear error for an aggregation that :func:`aggregate` would not understand."""
-    if isinstance(aggregation, Mapping):
-        for reduction in aggregation.values():
-            _check_reduction(reduction)
-    else:
-        _check_reduction(aggregation)
+    for reduction in aggregation.values() if isinstance(aggregation, Mapping) else (aggregation,):
+        if not (callable(reduction) or reduction in REDUCTIONS):
+            raise ValueError(explain(
+                f"unknown aggregation {reduction!r}",
+                expected=f"one of {list(REDUCTIONS)}, a callable list -> value, or a dict {{collection: aggregation}}",
+                received=describe(reduction),
+                fix="e.g. aggregation='mean' or aggregation={'metrics': 'mean', 'stateful_metrics': 'last'}"))
 
 
 def _values(pieces: Sequence[Piece]) -> list[Any]:
@@ -67,8 +59,7 @@ def _stacked(parts: list[Any]) -> Any:
 
 @functools.cache
 def _compiled_reduction(reduction: str) -> Callable[[list[Any], Any], Any]:
-    """``reduction`` over stacked columns as one compiled call (not five or six eager
-    operations each evaluation), compiled once per reduction and number of rows."""
+    """``reduction`` over stacked columns as one compiled call (once per reduction and row count)."""
     metric = get_reduction(reduction)
     return jax.jit(lambda parts, counts: metric.from_stacked(_stacked(parts), counts).compute())
 
@@ -208,11 +199,10 @@ class InnerLoop(LoopElement):
                 expected="(state, history, elapsed), e.g. lambda state: gyre.test_loop(state, data); "
                 "the history may also be a list of ciclo's records ({collection: {entry: value}})",
                 received=describe(result), fix="return the result of gyre.loop / gyre.test_loop from the function"))
-        inner_state, inner_history = result[0], records
-        out = suffixed(aggregate(inner_history, self.aggregation), self.name)
+        out = suffixed(aggregate(records, self.aggregation), self.name)
         if logs:
             self._check_clash(out, logs)
-        return out, (inner_state if self.output_state else None)
+        return out, (result[0] if self.output_state else None)
 
     def _check_clash(self, out: Logs, logs: Logs) -> None:
         """Refuses entries whose names the outer step already logged (the two series would mix)."""
