@@ -1,13 +1,7 @@
-"""A training loader turned into one resumable stream of ``epochs`` epochs, so that a whole
-training run is one loop of the engine (one clock, one checkpoint story) while the trainer and
-:func:`gyre.fit` still speak in epochs.
-
-* A loader with ``state_dict``/``load_state_dict`` and ``epoch_steps`` (``gyre.data.batches``)
-  is iterated as it is, for ``epochs × epoch_steps`` steps: its own position resumes it.
-* Any other re-iterable loader (a list of batches, a torch ``DataLoader``, a function's fresh
-  generator each epoch) is iterated once per epoch by :class:`EpochStream`, which knows its
-  epoch and position; resuming skips the batches the checkpoint had consumed (exact for a
-  loader that gives the same batches in each pass, or reshuffles from its own seed).
+"""A training loader as one resumable stream of ``epochs`` epochs, so a trainer or fit run is one
+loop of the engine. A loader with its own position (``gyre.data.batches``) is used as it is; any
+other re-iterable one is read once per epoch by :class:`EpochStream`, whose resume skips the
+batches consumed (exact for a loader giving the same batches each pass, or seeded reshuffles).
 """
 
 from __future__ import annotations
@@ -21,10 +15,8 @@ from gyre.engine._elapse import dataset_epoch_steps
 
 
 def epoch_length(loader: Any, *, what: str) -> int:
-    """The batches of one pass over ``loader`` (``epoch_steps`` or ``len``); an error when it
-    has neither or none.
-    """
-    steps = dataset_epoch_steps(loader)  # the engine's own reading: epoch_steps, else len
+    """The batches of one pass over ``loader`` (``epoch_steps`` or ``len``), else the error."""
+    steps = dataset_epoch_steps(loader)
     if steps is None:
         try:
             size: int | None = len(loader)
@@ -40,19 +32,12 @@ def epoch_length(loader: Any, *, what: str) -> int:
 
 
 def is_iterator(loader: Any) -> bool:
-    """Whether ``loader`` is a one-pass iterator (it has ``__next__``); asked without
-    calling ``iter``, which may start a loader's workers.
-    """
+    """Whether ``loader`` is a one-pass iterator, asked without ``iter`` (it may start workers)."""
     return callable(getattr(loader, "__next__", None))
 
 
 class EpochStream:
-    """``epochs`` passes over a re-iterable loader as one resumable iterator.
-
-    Attributes:
-        epoch_steps: batches per epoch.
-        epochs: passes in all.
-    """
+    """``epochs`` passes over a re-iterable loader as one resumable iterator."""
 
     def __init__(self, loader: Any, *, epochs: int) -> None:
         if is_iterator(loader):
@@ -124,8 +109,7 @@ def training_data(loader: Any, epochs: int, most: int | None = None) -> tuple[An
 
 
 def first_batch(loader: Any) -> Any:
-    """One batch of ``loader`` to build the model from, without moving a resumable
-    loader's position (a copy of its state is restored)."""
+    """One batch of ``loader`` to build the model from, its position (if it has one) restored."""
     saved = loader.state_dict() if hasattr(loader, "state_dict") else None
     batch = next(iter(loader))
     if saved is not None:

@@ -48,10 +48,8 @@ def is_fusable(fn: Any) -> bool:
     return _compat.is_jitted(fn) or callable(getattr(fn, "fuse", None))
 
 
-#: Steps per iteration of a fused ``lax.scan``. Two, not one: a step that updates a weight
-#: before its last read makes XLA copy the in-place loop carry every iteration; with two, the
-#: second step writes it after the first's reads (``benchmarks/fused_steps.py``). The price is
-#: a loop body twice as long to compile.
+#: Steps per iteration of a fused ``lax.scan``: with one, a step that updates a weight before its
+#: last read makes XLA copy the loop carry every iteration (``benchmarks/fused_steps.py``).
 UNROLL = 2
 
 

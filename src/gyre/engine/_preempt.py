@@ -1,7 +1,5 @@
-"""Preemption: SIGTERM (and Ctrl-C, when caught) ends a loop cleanly at a step boundary
-(docs/concepts/checkpoints.md: "Resume after a crash"). Only the outermost loop on the main thread installs handlers; on
-several processes every one stops at the same step, through JAX's preemption sync point.
-"""
+"""Preemption: SIGTERM (and a caught Ctrl-C) ends the outermost loop cleanly at a step boundary;
+on several processes every one stops at the same step (JAX's preemption sync point)."""
 
 from __future__ import annotations
 
@@ -67,12 +65,11 @@ class Preemption:
             self.check = lambda first, end=None: False  # an evaluation inside a step runs to its end
             return self
         if jax.process_count() > 1:
-            # JAX's runtime handles SIGTERM and agrees on the step; a Ctrl-C on one process
-            # alone cannot be agreed on, so it keeps its default meaning there.
+            # JAX's runtime handles SIGTERM and agrees on the step (a Ctrl-C keeps its meaning)
             from jax.experimental import multihost_utils
 
-            reached = multihost_utils.reached_preemption_sync_point  # asked at every step: the
-            self.check = lambda first, end=None: any(map(reached, range(first, end or first + 1)))  # agreed one
+            reached = multihost_utils.reached_preemption_sync_point  # asked at every step
+            self.check = lambda first, end=None: any(map(reached, range(first, end or first + 1)))
             return self
         signals: tuple[int, ...] = (signal.SIGTERM,)
         if self.catch_interrupt:
