@@ -35,11 +35,8 @@ Call = Callable[[Any, Any, Any, Any, Any], Any]
 
 
 class Masked:
-    """A padded batch and ``mask``, its real rows (``True``): what a padded evaluation carries.
-
-    Callbacks with a ``mask`` parameter get ``batch`` and ``mask=``, the others ``batch``.
-    ``rows`` is the real rows the clock counts (``None`` once stacked or placed).
-    """
+    """A padded evaluation's batch and ``mask`` (``True``: a real row); ``rows``: the real rows
+    the clock counts (``None`` once stacked or placed)."""
 
     __slots__ = ("batch", "mask", "rows")
 

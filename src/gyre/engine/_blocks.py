@@ -31,9 +31,7 @@ from gyre.engine._tasks import StepPoint, Task, between_steps, reads_history
 #: The longest a block lasts (it also ends after ROWS steps).
 BLOCK_SECONDS = 0.5
 #: ``steps_per_call="auto"``: the steps it tries fused per call when dispatching a block's steps
-#: took at least HOST_BOUND of the block's time (a heavier step does not try: one compile of the
-#: fused step saved), and keeps when a fused chunk's steps took under FASTER of a block's (a CPU
-#: MLP whose dispatch is a sixth of its step gains: loop_overhead.py --fused-table --hidden 256).
+#: took at least HOST_BOUND of its time, and keeps when they then took under FASTER of a block's.
 AUTO_STEPS = 100
 AUTO_TIMED = 32  # the steps of the block it times
 HOST_BOUND = 0.1
@@ -45,8 +43,7 @@ def _fusable(plan: ChunkPlan) -> bool:
 
 
 class Plan(NamedTuple):
-    """How a loop runs its table (``loop.plan``): ``"blocks"``, ``"fused"`` (``steps_per_call``)
-    or ``"steps"`` (the general per-step path), and why not in blocks."""
+    """How a loop runs its table (``loop.plan``): ``"blocks"``, ``"fused"`` or ``"steps"``, and why."""
 
     path: str
     reason: str | None = None
@@ -71,8 +68,7 @@ def _deadline(task: Task) -> float | None:
 
 
 def plan_table(table: Sequence[Task], elapse: Elapse, state: Any = None, steps: int = 1) -> ChunkPlan | str:
-    """The table sorted for blocks (the step, the events before and after it, the observers),
-    or why it runs step by step."""
+    """The table sorted for blocks, or why it runs step by step."""
     try:
         plan = split_tasks(table, steps)
     except (TypeError, ValueError):
@@ -97,8 +93,8 @@ def plan_table(table: Sequence[Task], elapse: Elapse, state: Any = None, steps: 
 
 
 def plan_loop(table: Sequence[Task], elapse: Elapse, state: Any, steps: int | str) -> tuple[Plan, ChunkPlan | None]:
-    """The loop's :class:`Plan` and, to run in blocks or fused, the table sorted; a table that
-    cannot run as ``steps_per_call`` asks runs step by step, and a fused one says so."""
+    """The loop's :class:`Plan` and, to run in blocks or fused, the table sorted (a fused table
+    that cannot fuse warns and runs step by step)."""
     planned = plan_table(table, elapse, state, 1 if steps == "auto" else steps)  # type: ignore[arg-type]
     if not isinstance(planned, str):
         return Plan("fused" if steps != "auto" and steps > 1 else "blocks"), planned  # type: ignore[operator]
@@ -251,8 +247,7 @@ class BlockRunner(ChunkRunner):
         return logs
 
     def timed(self) -> float | None:
-        """Runs one block (or chunk) between two waits for the device; its seconds per step,
-        or None when the loop ended."""
+        """Runs one block (or chunk) between two device waits; its seconds per step, or None at the end."""
         jax.block_until_ready(self.ls.state)
         start, steps = _time.perf_counter(), self.elapse.elapsed.steps
         self.run(chunks=1)
@@ -397,10 +392,8 @@ _CHOSEN: weakref.WeakKeyDictionary[Any, dict[Any, str | None]] = weakref.WeakKey
 
 
 def run_auto(plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, *, outermost: bool = True) -> None:
-    """``steps_per_call="auto"``: times blocks against a fused chunk, runs on the faster way.
-
-    The choice is kept per step and argument shapes, so later loops over them do not measure.
-    """
+    """``steps_per_call="auto"``: times blocks against a fused chunk, runs on the faster way
+    (the choice is kept per step and argument shapes)."""
     blocks = BlockRunner(plan, elapse, loop_state, outermost=outermost)
     fused = FusedBlockRunner(plan, elapse, loop_state, AUTO_STEPS, outermost=outermost)
     batch = elapse.pull(elapse.complete())  # the first step's: its shapes key the choice

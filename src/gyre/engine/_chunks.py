@@ -57,8 +57,7 @@ _row = jax.jit(_take_row)
 
 
 def _identities(logs: Logs) -> list[tuple[str, str, int]]:
-    """What ``logs`` holds, by entry and value identity: equal lists mean nothing was added
-    or replaced."""
+    """What ``logs`` holds, by entry and value identity (equal lists: nothing added or replaced)."""
     return [(c, n, id(v)) for c, n, v in logs.entries()]
 
 
@@ -81,8 +80,7 @@ class ChunkRunner:
         self.between: dict[int, Logs] = {}
 
     def run(self, chunks: int | None = None) -> None:
-        """Runs chunks until the data, the stop or a stop request ends the loop (or, given
-        ``chunks``, after that many)."""
+        """Runs chunks until the loop ends (or, given ``chunks``, that many)."""
         while not self.ls.stop_requested and (chunks is None or chunks > 0):
             chunks = None if chunks is None else chunks - 1
             chunk = self.start()
@@ -129,8 +127,7 @@ class ChunkRunner:
         raise NotImplementedError
 
     def execute(self, chunk: Chunk) -> Logs:
-        """Calls the fused step on the chunk, then runs the tasks after it and commits;
-        returns the chunk's stacked logs."""
+        """Calls the fused step, runs the tasks after it and commits; returns the stacked logs."""
         logs = self.call(chunk)
         self.settle(chunk, logs)
         return logs

@@ -117,8 +117,7 @@ class _Later(Iterator[Any]):
 
 
 class DataTracker:
-    """A loop's dataset, with the position of the batches the loop has consumed (what the
-    engine exposes as ``loop.data``; built by :func:`track_data`)."""
+    """A loop's dataset and the position of the batches it consumed (``loop.data``)."""
 
     def __init__(self, dataset: Any, data_resume: str = "restart", *, track: bool = True) -> None:
         self.data_resume = check_data_resume(data_resume)
@@ -177,8 +176,7 @@ class DataTracker:
         return target.get_state if self._kind == "grain" else target.state_dict
 
     def read_ahead(self, size: int) -> None:
-        """Says that the batches will be read up to ``size`` ahead of the loop's use
-        (``prefetch_to_device`` calls it), so positions are kept that far back."""
+        """Keeps positions ``size`` batches back: the batches are read that far ahead of use."""
         self._ahead = max(self._ahead, int(size))
         if self._recorder is not None:
             self._recorder.keep(self._ahead + 8)
@@ -216,8 +214,7 @@ class DataTracker:
 
     @property
     def consumed(self) -> int:
-        """Batches this loop has consumed: the steps its clock has completed (the step in
-        progress included) since :meth:`follow`."""
+        """Batches consumed since :meth:`follow` (the step in progress included)."""
         clock = self._clock
         if clock is None:
             raise RuntimeError("gyre internal error: the data tracker follows no clock (call follow())")
@@ -398,9 +395,7 @@ def _decode(text: Any, encoding: Any) -> bytes:
 
 
 def to_json(value: Any, where: str) -> Any:
-    """``value`` with numpy numbers and arrays as Python ones and tuples as lists, or an
-    explained ``TypeError`` naming the first part JSON cannot hold.
-    """
+    """``value`` as JSON values (numpy as Python, tuples as lists), or the explained ``TypeError``."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (np.generic, np.ndarray)):

@@ -223,8 +223,7 @@ class Elapse:
         return now - self._t0, self._d0 + now
 
     def pull(self, clock: Elapsed) -> Any:
-        """The batch of the step whose clock is ``clock``, or :data:`END` when the stop is
-        reached at ``clock`` or the data has ended."""
+        """The batch of the step at ``clock``, or :data:`END` (the stop or the data's end)."""
         if self.stop is not None and clock.reached(self.stop):
             return END
         try:
@@ -266,8 +265,7 @@ class Elapse:
         return self.elapsed._after(self._pending, time, date, self.epoch_steps)
 
     def warn_if_short(self, stopped: bool) -> None:
-        """Says once when the data ended before ``stop`` (a loop that silently ran 46 of 1000
-        steps looks like a finished one)."""
+        """Says once when the data ended before ``stop``."""
         if self.exhausted and self.stop is not None and not stopped and not self.elapsed.reached(self.stop):
             warn(
                 f"the data ended after {self.elapsed.steps} steps, before stop={self.stop!r}: "

@@ -64,8 +64,7 @@ def _decode_column(column: dict[str, Any]) -> Any:
 
 
 def _column_text(values: Any) -> str:
-    """``json.dumps(_encode_column(values))``, written directly for a numpy column: its base64
-    text needs no escaping, so the JSON encoder need not scan it character by character."""
+    """``json.dumps(_encode_column(values))``, a numpy column's base64 written without the encoder."""
     if isinstance(values, np.ndarray) and values.dtype != object:
         data = base64.b64encode(np.ascontiguousarray(values).tobytes()).decode()
         return f'{{"dtype": {json.dumps(values.dtype.name)}, "shape": {json.dumps(list(values.shape[1:]))}, "bytes": "{data}"}}'
@@ -73,8 +72,7 @@ def _column_text(values: Any) -> str:
 
 
 def encode_block(block: Block, start: int) -> bytes:
-    """A block of host columns as the history file of records ``start`` on: the text
-    ``json.dumps`` gives of the block's object (see the module's docstring), byte for byte."""
+    """A block of host columns as the history file of records ``start`` on (``json.dumps``'s text)."""
     clocks = ", ".join(f"{json.dumps(f)}: {_column_text(np.asarray(block.clocks[f]))}" for f in CLOCK_FIELDS)
     entries = ", ".join(
         f"[{json.dumps(c)}, {json.dumps(n)}, {json.dumps(None if len(rows) == block.count else rows.tolist())}, "

@@ -143,10 +143,8 @@ class LoopState:
             self._nan.check(self.logs, self.elapsed)
 
     def request_stop(self, reason: str = "") -> None:
-        """Asks the loop to stop after this callback: the step counts as completed, ``on_end`` runs.
-
-        ``reason`` (a string) becomes ``history.stop_reason``.
-        """
+        """Asks the loop to stop after this callback (the step completes, ``on_end`` runs);
+        ``reason`` becomes ``history.stop_reason``."""
         if not isinstance(reason, str):
             raise TypeError(explain(
                 "request_stop takes a reason (a string), and stops after the current step",

@@ -102,9 +102,8 @@ def skips(fn: Any) -> bool:
 
 
 def apply_nan_policy(tasks: Any, policy: str) -> tuple[Any, bool]:
-    """The table to run under ``policy`` (managed train steps in their skipping form under
-    ``"skip"``, an error when there is none), and whether a step skips.
-    """
+    """The table to run under ``policy`` (managed train steps skipping under ``"skip"``), and
+    whether a step skips."""
     table = check_table(tasks)
     if policy == "skip":
         table = {key: [_skipping(cb) for cb in as_list(cbs)] for key, cbs in table.items()}
@@ -225,9 +224,8 @@ class FiniteCheck:
         self.countdown = 0
 
     def check(self, current: Logs | None = None, clock: Elapsed | None = None, *, wait: bool = True) -> None:
-        """Checks every record not checked yet (waiting for the device when ``wait``), ``current``
-        (the step in progress, at ``clock``) last; raises :class:`NonFiniteError`.
-        """
+        """Checks every record not checked yet (waiting when ``wait``), then ``current``, the step
+        in progress at ``clock``."""
         self._read(wait=wait)
         if not wait:
             return

@@ -47,11 +47,8 @@ def _handler(signum: int, frame: Any) -> None:
 
 
 class Preemption:
-    """Installs the handlers for the duration of the outermost loop (a context manager).
-
-    ``check(first, end=first + 1)``, asked after steps ``first`` to ``end - 1``, says whether
-    to stop now.
-    """
+    """Installs the handlers for the outermost loop; ``check(first, end=first + 1)``, asked after
+    steps ``first`` to ``end - 1``, says whether to stop now."""
 
     def __init__(self, *, catch_interrupt: bool, outermost: bool) -> None:
         self.catch_interrupt = catch_interrupt

@@ -181,8 +181,7 @@ class Ring:
         self.large = []
 
     def function(self, treedef: Any) -> tuple[Any, dict[str, Any]]:
-        """The open layout's ring step for states of structure ``treedef`` (see
-        :func:`_ring_function`)."""
+        """The open layout's ring step for states of structure ``treedef``."""
         return _ring_function(self.invoker, self.step, self.layout, self.sized, treedef)  # type: ignore[arg-type]
 
     def call(self, state: Any, batch: Any) -> Any:

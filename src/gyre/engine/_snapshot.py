@@ -52,9 +52,8 @@ class Checkpointer(LoopElement):
         return None
 
     def continue_from(self, step: int) -> dict[str, Any] | None:
-        """Called when the loop resumed at ``step`` through another checkpointer; returns the
-        ``meta`` of this one's newest checkpoint up to ``step``, or ``None``.
-        """
+        """After a resume at ``step`` through another checkpointer: the ``meta`` of this one's
+        newest checkpoint up to ``step``, or ``None``."""
         return None
 
     def save_snapshot(self, snapshot: Snapshot, *, wait: bool = False) -> None:  # pragma: no cover

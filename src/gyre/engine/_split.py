@@ -13,8 +13,7 @@ from gyre.engine._tasks import StepPoint, Task, is_chunk_safe
 
 
 class ChunkPlan:
-    """The step to fuse (its bound callback and the task it belongs to) and the tasks that run
-    before a chunk (``before``), after it (``after``) and once after it (``display``)."""
+    """The step to fuse (and its task) and the tasks run before a chunk, after it and once after it."""
 
     def __init__(self) -> None:
         self.step: Invoker | None = None

@@ -48,10 +48,8 @@ def _in_buffers(value: Any, buffers: dict[Any, list[np.ndarray]]) -> bool:
 
 
 class Stager:
-    """Stacks each chunk's host batches into a few reused, aligned buffers (fresh ones page-fault).
-
-    A buffer is reused once the call that read it has finished (:meth:`release`).
-    """
+    """Stacks each chunk's host batches into a few aligned buffers, reused once the call that
+    read them has finished (:meth:`release`); fresh ones page-fault."""
 
     def __init__(self, slots: int = 3) -> None:
         self._slots = slots

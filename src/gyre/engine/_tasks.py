@@ -277,11 +277,8 @@ def loop_end_hooks(tasks: Sequence[Task]) -> list[Callable[[], Any]]:
 
 
 def warn_if_untrained(tasks: Sequence[Task], logs: Any = None, *, state: Any = None, outermost: bool = True) -> None:
-    """Warns once, after the first step, when a training loop's callbacks returned no state.
-
-    A named loop trains when it has a train step point; a plain ``gyre.loop`` when its state is
-    not ``None``, its first step logged a loss and it is not nested in another loop.
-    """
+    """Warns once, after the first step, when a training loop's callbacks returned no state (a
+    plain ``gyre.loop`` trains when its state is set, its first step logged a loss and it is outermost)."""
     losses = logs.get("losses") if isinstance(logs, Mapping) else None
     points = [t for t in tasks if isinstance(t.key, StepPoint)]
     if _no_gradients(tasks, losses, points, outermost):
