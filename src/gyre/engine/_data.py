@@ -117,7 +117,8 @@ class _Later(Iterator[Any]):
 
 
 class DataTracker:
-    """A loop's dataset and the position of the batches it consumed (``loop.data``)."""
+    """A loop's dataset and the position of the batches it consumed (``loop.data``). ``track=False``:
+    no position is kept for batches read ahead of their use (``state_dict()`` then fails there)."""
 
     def __init__(self, dataset: Any, data_resume: str = "restart", *, track: bool = True) -> None:
         self.data_resume = check_data_resume(data_resume)
@@ -420,9 +421,4 @@ def _not_json(where: str, value: Any, what: str) -> TypeError:
         "rebuild anything else from them in load_state_dict()"))
 
 
-def track_data(dataset: Any, data_resume: str = "restart", *, track: bool = True) -> DataTracker:
-    """The dataset a loop is given, with the position of the batches the loop consumes (see the
-    module docs). ``track=False``: no position is kept for batches read ahead of their use
-    (nothing per step; ``state_dict()`` then only works in a loop that does not read ahead).
-    """
-    return DataTracker(dataset, data_resume, track=track)
+track_data = DataTracker
