@@ -39,9 +39,7 @@ def check_stop(stop: Any, name: str = "stop") -> StopLike:
 
 def steps_only(period: Period | None) -> int | None:
     """The step count of a Period that counts steps and nothing else, else None."""
-    if period is not None and [name for name, _ in period.items()] == ["steps"]:
-        return period.steps
-    return None
+    return period.steps if period is not None and [name for name, _ in period.items()] == ["steps"] else None
 
 
 def epoch_steps_of(epoch_duration: Any, dataset: Any) -> int | None:
@@ -113,13 +111,12 @@ def check_dataset(dataset: Any) -> Iterator[Any]:
 def _looks_like_arrays(dataset: Any) -> bool:
     """A tuple of 2 or 3 arrays of equal length but different shapes or dtypes (whole
     features and labels; several batches would look alike)."""
-    if type(dataset) is not tuple or not 2 <= len(dataset) <= 3:
-        return False
-    if not all(hasattr(x, "shape") and hasattr(x, "dtype") and len(x.shape) >= 1 for x in dataset):
-        return False
-    if len({x.shape[0] for x in dataset}) != 1:
-        return False
-    return len({(tuple(x.shape), str(x.dtype)) for x in dataset}) > 1
+    return (
+        type(dataset) is tuple and 2 <= len(dataset) <= 3
+        and all(hasattr(x, "shape") and hasattr(x, "dtype") and len(x.shape) >= 1 for x in dataset)
+        and len({x.shape[0] for x in dataset}) == 1
+        and len({(tuple(x.shape), str(x.dtype)) for x in dataset}) > 1
+    )
 
 
 def size_function(batch_size_fn: Any) -> BatchSizeFn:
