@@ -208,13 +208,12 @@ def loop(
         on_start: callbacks run once before the first step (their logs are not committed).
         on_end: callbacks run once at the end, also after a stop request or Ctrl-C; their logs are
             committed with the final clock. Table callbacks' ``on_loop_end()`` run after them.
-        history: a history to append to; a new one by default.
-        elapsed: the clock to continue from (the third value a previous loop returned).
+        history, elapsed: a history to append to and the clock to continue from (what a previous
+            loop returned); new ones by default.
         catch_keyboard_interrupt: Ctrl-C ends the outermost loop cleanly (``on_end`` runs, a
             warning says where) instead of raising; nested loops re-raise.
-        batch_size_fn: samples in a batch: a function of the list of leaf shapes (ciclo's form),
-            or of the batch when its parameter is named ``batch``; by default the leading
-            dimension the batch's arrays share.
+        batch_size_fn: samples in a batch, from the list of leaf shapes (ciclo's form) or the
+            batch (a parameter named ``batch``); by default the arrays' leading dimension.
         metadata: anything, exposed to callbacks as ``loop.metadata``.
         epoch_duration: steps per epoch; by default ``len(dataset)`` when it has one.
         clock: seconds source (default ``time.monotonic``).
@@ -244,10 +243,9 @@ def loop(
         Exception: whatever a callback raised, carrying ``err.state`` and ``err.elapsed``, the last
             consistent state and its clock.
 
-    Callbacks take ``state``, ``batch``, ``elapsed``, ``logs``, ``loop`` by parameter name, or else
-    the first ``n`` by position, and return ``None``, :class:`~gyre.Logs`, a state, or
-    ``(logs, state)`` (docs/concepts/named-loops.md: "What a callback returns"). SIGTERM finishes the step, saves and
-    ends the loop.
+    Callbacks take ``state``, ``batch``, ``elapsed``, ``logs``, ``loop`` by name, or else the first
+    ``n`` by position, and return ``None``, :class:`~gyre.Logs`, a state, or ``(logs, state)``.
+    SIGTERM finishes the step, saves and ends the loop.
 
     Example:
         >>> import gyre, jax, jax.numpy as jnp

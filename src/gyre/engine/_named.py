@@ -179,8 +179,6 @@ def test_loop(
     then ``on_test_end``.
 
     Args:
-        state: the state to evaluate.
-        dataset: the evaluation batches.
         tasks: ``{named or clock schedule: callbacks}``.
         callbacks: objects registered under the named points whose names they have as methods.
         stop: steps or a Period (default: the whole dataset).
