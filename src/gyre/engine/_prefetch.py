@@ -114,12 +114,8 @@ class PrefetchIterator(Iterator[Any]):
 class SizedPrefetchIterator(PrefetchIterator):
     """A :class:`PrefetchIterator` over a one-shot source with ``len()``, reported as its own."""
 
-    def __init__(self, source: Any, size: int, place: Placer, limit: int | None = None) -> None:
-        super().__init__(source, size, place, limit)
-        self._sized = source
-
     def __len__(self) -> int:
-        n = len(self._sized)
+        n = len(self.wrapped_dataset)
         return n if self._limit is None else min(n, self._limit)
 
 
