@@ -276,12 +276,14 @@ def _make(fn: Any, idx: tuple[int, ...], kw: tuple[tuple[str, int], ...], mask: 
     if mask is None:
         return lambda *args: fn(*[args[i] for i in idx], **{k: args[i] for k, i in kw})
 
+    required = mask == "required"
+
     def call_masked(*args: Any) -> Any:  # a Masked batch is split in two
         batch = args[1]
         if type(batch) is Masked:
             args = (args[0], batch.batch, *args[2:])
             return fn(*[args[i] for i in idx], **{k: args[i] for k, i in kw}, mask=batch.mask)
-        if mask == "required":
+        if required:
             raise TypeError(explain(
                 f"callback {name} needs a mask (its mask parameter has no default), and this loop's "
                 "batches are not padded",
