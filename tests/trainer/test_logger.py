@@ -42,6 +42,19 @@ def test_step_window_and_epoch_are_written_and_reset(tmp_path):
     assert record["epoch"] == 1 and record["step"] == 3 and record["train/loss"] == 3.0
 
 
+def test_the_fork_s_reset_methods_are_kept(tmp_path):
+    # the fork's own tests call these private names (kpoeppel/jax_trainer tests/logger)
+    logger = csv_logger(tmp_path, log_steps_every=5)
+    logger.start_epoch(1)
+    logger.log_step(update_metrics(None, {"loss": 1.0}, train=True, batch_size=2))
+    assert logger.step_count == 1
+    logger._reset_step_metrics()
+    assert logger.step_count == 0
+    logger._reset_epoch_metrics()
+    assert logger.epoch_metrics == {} and logger.epoch_step_count == 0
+    logger.finalize("success")
+
+
 def test_evaluation_epochs_have_no_postfix_and_log_dir_is_the_run_folder(tmp_path):
     logger = csv_logger(tmp_path)
     logger.start_epoch(2, mode="val")
