@@ -54,3 +54,21 @@ def test_host_path_still_times_gyre_s_own_step_call():
     inside, outside = (float(cell) for cell in row.group(1).split("|")[-2:])
     assert inside > 0 and outside > 0
     assert re.search(r"^target: .* -> (PASS|FAIL) \([+-]\d+\.\d us", done.stdout, re.M)
+
+
+def test_ab_checkouts_reads_each_side_against_its_own_hand_loop_and_lists_what_fell(tmp_path):
+    """``ab_checkouts.py`` (two versions of gyre in alternating processes): its verdict line
+    names a variant whose new / base, paired by process, fell by more than the tolerance."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import ab_checkouts
+    finally:
+        sys.path.pop(0)
+    base = [{"loop": 1.00, "fit": 0.90}, {"loop": 0.95, "fit": 0.92}]
+    new = [{"loop": 1.01, "fit": 0.80}, {"loop": 0.96, "fit": 0.85}]
+    text = ab_checkouts.compare(base, new, tolerance=0.02)
+    assert "| loop | 0.975 | 0.985 | 1.010 (1.010..1.011) |" in text
+    assert "| fit | 0.910 | 0.825 | 0.906 (0.889..0.924) |" in text
+    assert text.endswith("lower than base by more than 2%: fit")
+    src = ab_checkouts.extract("HEAD", str(tmp_path))
+    assert os.path.isfile(os.path.join(src, "gyre", "__init__.py"))
