@@ -858,7 +858,7 @@ def test_resuming_an_older_step_refuses_the_later_ones_unless_overwrite(tmp_path
 def test_a_directory_holding_only_leftovers_is_cleaned_for_a_new_run(tmp_path):
     (tmp_path / "4").mkdir()  # an empty step directory
     (tmp_path / "5.orbax-checkpoint-tmp").mkdir()  # a save cut short
-    from gyre.callbacks._snapshot_files import Files
+    from gyre.callbacks._store import Files
 
     Files(str(tmp_path)).write({"history/000000000000.json": b"a dead run's block"})
     ckpt = gyre.checkpoint(tmp_path)

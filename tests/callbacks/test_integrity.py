@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from gyre.callbacks._integrity import (
+from gyre.callbacks._store import (
     Unreadable,
     abstract,
     checksums,

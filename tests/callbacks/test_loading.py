@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.callbacks import _loading
-from gyre.callbacks._integrity import Unreadable
-from gyre.callbacks._store import CheckpointError, Store
+from gyre.callbacks import _checkpoint
+from gyre.callbacks._store import CheckpointError, Store, Unreadable
 from gyre.core._clock import Elapsed
 from gyre.engine._snapshot import Snapshot
 
@@ -36,18 +35,18 @@ def empty_step(root, step):
 
 
 def test_resolve_each_kind_of_request(tmp_path):
-    assert _loading.resolve("latest") == ("latest", None)
-    assert _loading.resolve("best") == ("best", None)
-    assert _loading.resolve(np.int64(40)) == ("step", 40)
-    assert _loading.resolve(0) == ("step", 0)
-    assert _loading.resolve(tmp_path / "ckpt" / "40") == ("path", str(tmp_path / "ckpt" / "40"))
-    assert _loading.resolve("ckpt/40")[1] == os.path.abspath("ckpt/40")
+    assert _checkpoint.resolve("latest") == ("latest", None)
+    assert _checkpoint.resolve("best") == ("best", None)
+    assert _checkpoint.resolve(np.int64(40)) == ("step", 40)
+    assert _checkpoint.resolve(0) == ("step", 0)
+    assert _checkpoint.resolve(tmp_path / "ckpt" / "40") == ("path", str(tmp_path / "ckpt" / "40"))
+    assert _checkpoint.resolve("ckpt/40")[1] == os.path.abspath("ckpt/40")
 
 
 @pytest.mark.parametrize("resume", [True, -1, 1.5, b"latest", "", ["latest"]])
 def test_resolve_refuses_what_names_no_checkpoint(resume):
     with pytest.raises(TypeError) as info:
-        _loading.resolve(resume)
+        _checkpoint.resolve(resume)
     lines = str(info.value).splitlines()
     assert lines[0] == "resume= names the checkpoint to continue from"
     assert lines[3] == "  fix: resume='latest'"
@@ -55,11 +54,11 @@ def test_resolve_refuses_what_names_no_checkpoint(resume):
 
 def test_step_of_path(tmp_path):
     save_steps(tmp_path, [4]).close()
-    assert _loading.step_of_path(str(tmp_path / "4")) == (str(tmp_path), 4)
-    assert _loading.step_of_path(str(tmp_path / "4") + "/") == (str(tmp_path), 4)
+    assert _checkpoint.step_of_path(str(tmp_path / "4")) == (str(tmp_path), 4)
+    assert _checkpoint.step_of_path(str(tmp_path / "4") + "/") == (str(tmp_path), 4)
     for bad in (tmp_path, tmp_path / "5"):
         with pytest.raises(FileNotFoundError, match="resume= names a path that is not a checkpoint"):
-            _loading.step_of_path(str(bad))
+            _checkpoint.step_of_path(str(bad))
 
 
 def test_the_first_readable_step_is_loaded_and_the_bad_ones_said_once(tmp_path):
@@ -70,12 +69,12 @@ def test_the_first_readable_step_is_loaded_and_the_bad_ones_said_once(tmp_path):
     def say(step, problem, more):
         said.append((step, problem.reason, more))
 
-    snapshot, failures = _loading.first_readable(store, [3, 2, 1], target(), None, say)
+    snapshot, failures = _checkpoint.first_readable(store, [3, 2, 1], target(), None, say)
     assert snapshot.step == 2 and [s for s, _ in failures] == [3]
     assert said == [(3, "the step directory is empty", True)]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        once = _loading.saying(str(tmp_path), warned)
+        once = _checkpoint.saying(str(tmp_path), warned)
         problem = Unreadable("corrupt", "a file is missing (state/d/ab)")
         once(3, problem, True)
         once(3, problem, True)
@@ -91,7 +90,7 @@ def test_when_no_step_fits_one_error_says_why(tmp_path):
     store = save_steps(tmp_path, [1, 2], dtype=jnp.int32)
     with pytest.warns(UserWarning, match="dtype of w: saved int32, target float32"):
         with pytest.raises(ValueError) as info:
-            _loading.first_readable(store, [2, 1], target(), None, _loading.saying(str(tmp_path), set()))
+            _checkpoint.first_readable(store, [2, 1], target(), None, _checkpoint.saying(str(tmp_path), set()))
     lines = str(info.value).splitlines()
     assert lines[0] == (
         f"the checkpoints in {tmp_path} do not fit target_state (they are not damaged: the state given has another tree)"
@@ -113,7 +112,7 @@ def test_when_every_step_is_damaged_one_error_lists_them(tmp_path):
     empty_step(tmp_path, 1)
     empty_step(tmp_path, 2)
     with pytest.raises(CheckpointError) as info:
-        _loading.first_readable(store, [2, 1], target(), None, lambda *a: None)
+        _checkpoint.first_readable(store, [2, 1], target(), None, lambda *a: None)
     assert str(info.value).splitlines()[:3] == [
         f"no checkpoint in {tmp_path} can be loaded",
         "  expected: at least one intact checkpoint",
@@ -124,9 +123,9 @@ def test_when_every_step_is_damaged_one_error_lists_them(tmp_path):
 
 def test_one_step_loads_or_raises_without_fallback(tmp_path):
     store = save_steps(tmp_path, [1, 2])
-    assert np.asarray(_loading.one_step(store, 1, target(), None).state["w"]).tolist() == [1.0] * 3
+    assert np.asarray(_checkpoint.one_step(store, 1, target(), None).state["w"]).tolist() == [1.0] * 3
     with pytest.raises(FileNotFoundError) as info:
-        _loading.one_step(store, 7, target(), None)
+        _checkpoint.one_step(store, 7, target(), None)
     assert str(info.value).splitlines()[:3] == [
         f"no checkpoint for step 7 in {tmp_path}",
         "  expected: one of the saved steps [1, 2]",
@@ -134,21 +133,21 @@ def test_one_step_loads_or_raises_without_fallback(tmp_path):
     ]
     empty_step(tmp_path, 2)
     with pytest.raises(CheckpointError, match="the checkpoint of step 2 .* cannot be loaded") as info:
-        _loading.one_step(store, 2, target(), None)
+        _checkpoint.one_step(store, 2, target(), None)
     assert "received: the step directory is empty" in str(info.value) and info.value.step == 2
     with pytest.raises(ValueError, match="do not fit target_state"):
-        _loading.one_step(store, 1, {"w": jnp.zeros(4)}, None)
+        _checkpoint.one_step(store, 1, {"w": jnp.zeros(4)}, None)
     store.close()
 
 
 def test_best_without_a_monitor_and_without_values():
-    assert str(_loading.no_monitor("resume=")).splitlines() == [
+    assert str(_checkpoint.no_monitor("resume=")).splitlines() == [
         "resume= 'best' needs a checkpoint that monitors a value",
         "  expected: gyre.checkpoint(directory, monitor='loss_test', mode='min')",
         "  received: a checkpoint without monitor=",
         "  fix: pass monitor= to gyre.checkpoint, or resume='latest'",
     ]
-    assert str(_loading.no_best("/c", "loss_test")).splitlines()[0] == (
+    assert str(_checkpoint.no_best("/c", "loss_test")).splitlines()[0] == (
         "no checkpoint in /c has a value of 'loss_test' to rank it by"
     )
 

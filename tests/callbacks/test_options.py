@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.callbacks._options import check_directory, check_keep, check_monitor
+from gyre.callbacks._checkpoint import check_directory, check_keep, check_monitor
 
 
 def test_a_directory_is_made_absolute_and_may_not_exist_yet(tmp_path, monkeypatch):

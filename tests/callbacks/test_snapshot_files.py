@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from gyre.callbacks._snapshot_files import MARKER, Files, check_file_name
+from gyre.callbacks._store import MARKER, Files, check_file_name
 
 
 @pytest.mark.parametrize(

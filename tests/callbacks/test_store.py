@@ -10,12 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gyre.callbacks._integrity import Unreadable
 from gyre.callbacks._store import (
     RECORD_FILE,
     RECORD_ITEM,
     CheckpointError,
     Store,
+    Unreadable,
     as_json,
     record_crc,
 )

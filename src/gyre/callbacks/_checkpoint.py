@@ -4,20 +4,25 @@ and the best checkpoints, and resume exactly from the newest good one; a directo
 from __future__ import annotations
 
 import concurrent.futures.thread  # noqa: F401  (its exit hook must be registered before ours)
+import contextlib
 import os
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from gyre.callbacks import _loading, _monitor
-from gyre.callbacks._integrity import Unreadable
-from gyre.callbacks._options import check_directory, check_keep, check_monitor
-from gyre.callbacks._snapshot_files import Files
-from gyre.callbacks._store import CheckpointError, Store, sync
-from gyre.core._checks import instance, whole
+from gyre.callbacks import _monitor
+from gyre.callbacks._store import (
+    RECORD_FILE,
+    RECORD_ITEM,
+    CheckpointError,
+    Files,
+    Store,
+    Unreadable,
+    sync,
+)
+from gyre.core._checks import instance, path, whole
 from gyre.core._clock import Elapsed
-from gyre.core._errors import describe, explain, flag, keywords_checked, warn
+from gyre.core._errors import as_integer, describe, explain, flag, keywords_checked, warn
 from gyre.core._logs import Logs
 from gyre.engine._snapshot import Checkpointer, Snapshot
 from gyre.parallel.distributed import is_main_process
@@ -285,7 +290,7 @@ class Checkpoint(Checkpointer):
             _SAVING.add(self)
         self._last = step
 
-    @contextmanager
+    @contextlib.contextmanager
     def _failures(self) -> Iterator[None]:
         """Keeps the bookkeeping right when a save fails (the failed step is not saved)."""
         try:
@@ -358,14 +363,14 @@ class Checkpoint(Checkpointer):
             (3, [3.0, 3.0])
             >>> ckpt.close(); tmp.cleanup()
         """
-        kind, value = _loading.resolve(resume)
+        kind, value = resolve(resume)
         self.wait_until_finished()
-        store, say = self._store, _loading.saying(self.directory, self._warned)
+        store, say = self._store, saying(self.directory, self._warned)
         if kind == "path":
-            root, step = _loading.step_of_path(value)
+            root, step = step_of_path(value)
             if os.path.realpath(root) != os.path.realpath(self.directory):
                 source = Store(root, read_only=True)
-                snapshot = _loading.one_step(source, step, target_state, target_arrays)
+                snapshot = one_step(source, step, target_state, target_arrays)
                 self._source = source
                 if self._claimed and is_main_process():
                     store.files.copy_from(source.files)
@@ -373,16 +378,16 @@ class Checkpoint(Checkpointer):
                 return snapshot
             kind, value = "step", step
         if kind == "step":
-            snapshot = _loading.one_step(store, value, target_state, target_arrays)
+            snapshot = one_step(store, value, target_state, target_arrays)
         else:
             if kind == "best" and self.monitor is None:
-                raise _loading.no_monitor("resume=")
+                raise no_monitor("resume=")
             if not store.on_disk():
                 return self._fresh()
             candidates = store.ranked() if kind == "best" else store.on_disk()[::-1]
             if not candidates:
-                raise _loading.no_best(self.directory, self.monitor)  # type: ignore[arg-type]
-            snapshot, failures = _loading.first_readable(store, candidates, target_state, target_arrays, say)
+                raise no_best(self.directory, self.monitor)  # type: ignore[arg-type]
+            snapshot, failures = first_readable(store, candidates, target_state, target_arrays, say)
             self._unreadable |= {s for s, e in failures if e.kind == "corrupt"}
         self._resumed = snapshot.step
         if not self._claimed:
@@ -439,8 +444,8 @@ class Checkpoint(Checkpointer):
         if step is None:
             self.wait_until_finished()
             if not self._store.on_disk():
-                raise _loading.nothing_to_restore(self.directory)
-        snapshot = self.load_snapshot("latest" if step is None else _loading.as_step(step), target_state)
+                raise nothing_to_restore(self.directory)
+        snapshot = self.load_snapshot("latest" if step is None else as_step(step), target_state)
         assert snapshot is not None
         return snapshot.state, snapshot.elapsed
 
@@ -526,3 +531,234 @@ class Checkpoint(Checkpointer):
 
 checkpoint = Checkpoint  # ciclo's name: one class, two spellings
 
+
+# -- what checkpoint accepts ---------------------------------------------------------------------
+
+def check_directory(directory: Any) -> str:
+    path = os.fspath(instance(directory, "directory", (str, os.PathLike), problem="checkpoint's directory must be a path",
+                              expected="a str or os.PathLike (pathlib.Path) naming a directory",
+                              fix="gyre.checkpoint('runs/exp1/checkpoints')"))
+    if not isinstance(path, str) or not path:
+        raise ValueError(explain(
+            "checkpoint's directory must be a non-empty path",
+            expected="a directory name such as 'checkpoints'", received=describe(directory),
+            fix="gyre.checkpoint('runs/exp1/checkpoints')"))
+    path = os.path.abspath(os.path.expanduser(path))  # orbax requires an absolute path
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(explain(
+            "checkpoint's directory exists and is not a directory",
+            expected="a directory, or a path where one can be created", received=f"the file {path!r}",
+            fix="choose another path, or remove the file"))
+    existing = path
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ValueError(explain(
+            "checkpoint's directory cannot be created: a file is in the way",
+            expected="a directory, or a path where one can be created",
+            received=f"{path!r}, under the file {existing!r}", fix="choose another path"))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(explain(
+            "checkpoint's directory cannot be written",
+            expected="a directory you can write to, or one that can be created",
+            received=f"{path!r}" + (f", under {existing!r}" if existing != path else "")
+            + ", which is not writable",
+            fix="choose a directory you can write to, e.g. under runs/"))
+    return path
+
+
+def check_keep(keep: Any, keep_best: Any, monitor: Any) -> tuple[int, int]:
+    kept = whole(keep, "checkpoint's keep", minimum=1, expected="keep=3 (how many of the latest checkpoints "
+                 "to keep on disk; the newest is what a run resumes from, so at least 1)",
+                 fix="pass keep as a positive int; keep=1 keeps only the latest")
+    best = whole(keep_best, "checkpoint's keep_best", expected="keep_best=2 (how many of the best checkpoints "
+                 "by monitor to keep as well)", fix="pass keep_best as an int >= 0 (0: keep only the latest)")
+    if best and monitor is None:
+        raise ValueError(explain(
+            "checkpoint's keep_best needs a monitored value to rank checkpoints by",
+            expected="keep_best=2 together with monitor='loss_test' (and mode=)",
+            received=f"keep_best={best} without monitor=", fix="gyre.checkpoint(directory, keep_best=2, "
+            "monitor='loss_test', mode='min'), or leave keep_best=0"))
+    return kept, best
+
+
+def check_monitor(monitor: Any, mode: Any) -> None:
+    _monitor.check_name(monitor, "checkpoint's monitor must be the name of a logged value, or None",
+               "'loss_test' or 'metrics.accuracy_test'", "gyre.checkpoint(directory, monitor='loss_test', mode='min')",
+               optional=True)
+    _monitor.monitor_mode("checkpoint", monitor, mode, strict=False, auto=False)
+
+
+# -- which checkpoint a run continues from -------------------------------------------------------
+
+Say = Callable[[int, Unreadable, bool], None]
+
+
+def resolve(resume: Any) -> tuple[str, Any]:
+    """``resume`` as ``("latest"|"best", None)``, ``("step", n)`` or ``("path", absolute path)``."""
+    if resume in ("latest", "best"):
+        return resume, None
+    step = as_integer(resume)
+    if step is not None and step >= 0:
+        return "step", step
+    if isinstance(resume, (str, os.PathLike)) and not isinstance(resume, bytes) and os.fspath(resume):
+        return "path", os.path.abspath(os.path.expanduser(os.fspath(resume)))
+    raise TypeError(explain(
+        "resume= names the checkpoint to continue from",
+        expected="'latest', 'best', a step number (120), a checkpoint's path "
+        "('runs/exp1/checkpoints/120'), or None to start fresh",
+        received=describe(resume), fix="resume='latest'"))
+
+
+def step_of_path(path: str) -> tuple[str, int]:
+    """``(root, step)`` of a checkpoint's directory, else a clear ``FileNotFoundError``."""
+    name = os.path.basename(path.rstrip(os.sep))
+    if name.isdigit() and os.path.isfile(os.path.join(path, RECORD_ITEM, RECORD_FILE)):
+        return os.path.dirname(path.rstrip(os.sep)), int(name)
+    raise FileNotFoundError(explain(
+        "resume= names a path that is not a checkpoint",
+        expected="the directory of one saved step, e.g. 'runs/exp1/checkpoints/120' "
+        f"(holding {RECORD_ITEM}/{RECORD_FILE})",
+        received=repr(path) + ("" if os.path.exists(path) else " (it does not exist)"),
+        fix="pass a step directory of a checkpoint directory, or resume='latest'"))
+
+
+def saying(root: str, warned: set[int]) -> Say:
+    """A ``say(step, problem, more)`` that warns once per checkpoint, in one line."""
+
+    def say(step: int, problem: Unreadable, more: bool) -> None:
+        if step in warned:
+            return
+        warned.add(step)
+        then = "; trying the previous one" if more else ""
+        warn(f"checkpoint {os.path.join(root, str(step))} is not loaded: {problem.reason}{then}", UserWarning)
+
+    return say
+
+
+def does_not_fit(root: str, failures: Sequence[tuple[int, Unreadable]]) -> ValueError:
+    """The error for a target no checkpoint fits (the newest failure first)."""
+    received = "; ".join(f"step {s}: {e.reason}" for s, e in failures if e.kind == "fit")
+    return ValueError(explain(
+        f"the checkpoints in {root} do not fit target_state (they are not damaged: the "
+        "state given has another tree)",
+        expected="a target_state with the tree, leaves, shapes and dtypes of the saved "
+        "state (a dtype is never cast)",
+        received=received, fix="build target_state as the run that saved them built it (the same model, "
+        "optimizer and state class, e.g. by running its init function again); to train "
+        "another model, give it a new directory"))
+
+
+def first_readable(
+    store: Store, steps: Sequence[int], target_state: Any, target_arrays: Any, say: Say
+) -> tuple[Snapshot, list[tuple[int, Unreadable]]]:
+    """The first of ``steps`` that loads, with the failures before it; raises when none does."""
+    failures: list[tuple[int, Unreadable]] = []
+    for i, step in enumerate(steps):
+        try:
+            return store.read(step, target_state, target_arrays), failures
+        except Unreadable as problem:
+            say(step, problem, i + 1 < len(steps))
+            failures.append((step, problem))
+    if any(e.kind == "fit" for _, e in failures):
+        raise does_not_fit(store.root, failures)
+    raise CheckpointError(explain(
+        f"no checkpoint in {store.root} can be loaded",
+        expected="at least one intact checkpoint", received="; ".join(f"step {s}: {e.reason}" for s, e in failures),
+        fix="restore the directory from a backup, or start over with a new directory or "
+        "gyre.checkpoint(..., overwrite=True)"))
+
+
+def one_step(store: Store, step: int, target_state: Any, target_arrays: Any) -> Snapshot:
+    """Step ``step``, or an error saying why it cannot be loaded (no fallback)."""
+    on_disk = store.on_disk()
+    if step not in on_disk:
+        raise FileNotFoundError(explain(
+            f"no checkpoint for step {step} in {store.root}",
+            expected=f"one of the saved steps {on_disk}", received=describe(step),
+            fix="pass one of the saved steps, or 'latest' for the newest good one"))
+    try:
+        return store.read(step, target_state, target_arrays)
+    except Unreadable as problem:
+        if problem.kind == "fit":
+            raise does_not_fit(store.root, [(step, problem)]) from None
+        raise CheckpointError(explain(
+            f"the checkpoint of step {step} in {store.root} cannot be loaded",
+            expected="an intact checkpoint", received=problem.reason,
+            fix=f"load another step (on disk: {on_disk}), or 'latest', which skips damaged checkpoints"), step=step) from None
+
+
+def no_monitor(owner: str) -> ValueError:
+    """The error for ``"best"`` without a monitor."""
+    return ValueError(explain(
+        f"{owner} 'best' needs a checkpoint that monitors a value",
+        expected="gyre.checkpoint(directory, monitor='loss_test', mode='min')",
+        received="a checkpoint without monitor=", fix="pass monitor= to gyre.checkpoint, or resume='latest'"))
+
+
+def no_best(root: str, monitor: str) -> FileNotFoundError:
+    """The error for ``"best"`` when no checkpoint has a monitored value."""
+    return FileNotFoundError(explain(
+        f"no checkpoint in {root} has a value of {monitor!r} to rank it by",
+        expected=f"checkpoints saved where {monitor!r} was logged",
+        received="checkpoints without metrics (saved at the end of a loop, or by another configuration)",
+        fix="resume='latest', or pass the step to resume from"))
+
+
+def as_step(step: Any) -> int:
+    return whole(step, "step=", problem="step= must be a saved step number", fix="step=ckpt.latest_step()",
+                 expected="an int >= 0 (one of ckpt.all_steps()), or None for the latest", error=TypeError)
+
+
+def nothing_to_restore(directory: str) -> FileNotFoundError:
+    return FileNotFoundError(explain(
+        f"no checkpoint to restore in {directory}",
+        expected="a directory holding at least one saved step",
+        received="an empty directory (or one with only unfinished saves)",
+        fix="check the directory, or start from a fresh state when there is nothing to "
+        "resume: resume='latest' on the loop does both"))
+
+
+def restore(directory: str | os.PathLike[str], target: Any, step: int | None = None) -> tuple[Any, Elapsed]:
+    """Loads a checkpoint saved by :func:`checkpoint` into the structure of ``target``, writing nothing.
+
+    Args:
+        directory: the checkpoint directory, or one step's directory (``.../checkpoints/120``).
+        target: concrete arrays or ``jax.ShapeDtypeStruct`` leaves with shardings, which the
+            arrays get (any device count); a dtype is never cast.
+        step: the step to load (default: the newest that loads, damaged or misfitting ones
+            skipped with a warning).
+
+    Returns:
+        ``(state, elapsed)``.
+
+    Example:
+        >>> import tempfile, gyre, jax.numpy as jnp
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> with gyre.checkpoint(tmp.name) as ckpt:
+        ...     ckpt(gyre.Elapsed(steps=3), {"w": jnp.full(2, 3.0)})
+        >>> state, elapsed = gyre.restore(tmp.name, {"w": jnp.zeros(2)})
+        >>> state["w"].tolist(), elapsed.steps
+        ([3.0, 3.0], 3)
+        >>> tmp.cleanup()
+    """
+    root = os.path.abspath(os.path.expanduser(path(
+        directory, "gyre.restore's directory must be a path", fix="gyre.restore('runs/exp1/checkpoints', target)",
+        expected="a str or os.PathLike naming a checkpoint directory")))
+    if not os.path.isdir(root):
+        raise nothing_to_restore(root)
+    if step is None and os.path.basename(root).isdigit():
+        with contextlib.suppress(FileNotFoundError):
+            root, step = step_of_path(root)
+    store = Store(root, read_only=True)
+    try:
+        if step is not None:
+            snapshot = one_step(store, as_step(step), target, None)
+        else:
+            steps = store.on_disk()[::-1]
+            if not steps:
+                raise nothing_to_restore(root)
+            snapshot, _ = first_readable(store, steps, target, None, saying(root, set()))
+    finally:
+        store.close()
+    return snapshot.state, snapshot.elapsed
