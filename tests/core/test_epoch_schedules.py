@@ -3,7 +3,7 @@
 import pytest
 
 from gyre.core._clock import Elapsed
-from gyre.core._epoch_schedules import EpochEnds, periodic
+from gyre.core._schedules import EpochEnds, periodic
 
 
 def clocks(epoch_steps, steps):

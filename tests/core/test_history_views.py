@@ -1,4 +1,4 @@
-"""The views and exports of a history (core/_history_views): collect, to_records, to_csv,
+"""The views and exports of a history (core/_history): collect, to_records, to_csv,
 plot and their errors."""
 
 import numpy as np

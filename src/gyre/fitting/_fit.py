@@ -17,10 +17,10 @@ import jax.numpy as jnp
 
 from gyre.core._checks import choice, whole
 from gyre.core._clock import infer_batch_size
-from gyre.core._epoch_schedules import EpochEnds, periodic
 from gyre.core._errors import describe, explain, keywords_checked
 from gyre.core._history import History
 from gyre.core._logs import Logs
+from gyre.core._schedules import EpochEnds, periodic
 from gyre.core._train_state import TrainState
 from gyre.data._padding import accepts_mask, padded
 from gyre.data._source import refuse_sources

@@ -9,8 +9,8 @@ from typing import Any
 
 import jax
 
-from gyre.core._epoch_schedules import periodic
 from gyre.core._logs import Logs
+from gyre.core._schedules import periodic
 from gyre.trainer._callback import overrides_training_step
 from gyre.trainer._metrics import metric_names, scalars_for_writers
 from gyre.trainer._steps import EPOCH, WINDOW
