@@ -528,16 +528,7 @@ class Concat(Metric):
 # -- the registry ------------------------------------------------------------------------------
 
 #: The reductions by name, for aggregation tables: ``{"metrics": "mean", "outputs": "concat"}``.
-REDUCTIONS: dict[str, type[Metric]] = {
-    "mean": Mean,
-    "sum": Sum,
-    "first": First,
-    "last": Last,
-    "min": Min,
-    "max": Max,
-    "std": Std,
-    "concat": Concat,
-}
+REDUCTIONS: dict[str, type[Metric]] = {m.reduction: m for m in (Mean, Sum, First, Last, Min, Max, Std, Concat)}
 
 
 def get_reduction(name: str | type[Metric]) -> type[Metric]:
