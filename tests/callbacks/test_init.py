@@ -37,11 +37,10 @@ def test_each_factory_returns_the_exported_class(factory):
 
 def test_existing_import_paths_still_work():
     # gyre.callbacks.checkpoint is the factory (as in ciclo); the modules are private.
-    from gyre.callbacks._bars import KerasBar, TqdmBar, keras_bar, tqdm_bar
+    from gyre.callbacks._bars import BarValues, KerasBar, TqdmBar, keras_bar, tqdm_bar
     from gyre.callbacks._checkpoint import Checkpoint, checkpoint
-    from gyre.callbacks._early_stopping import EarlyStopping, early_stopping
+    from gyre.callbacks._monitor import EarlyStopping, early_stopping
     from gyre.callbacks._noop import noop
-    from gyre.callbacks._shown import BarValues  # noqa: F401
 
     assert gyre.keras_bar is gyre.callbacks.keras_bar is keras_bar
     assert gyre.tqdm_bar is gyre.callbacks.tqdm_bar is tqdm_bar
@@ -52,3 +51,4 @@ def test_existing_import_paths_still_work():
     assert (KerasBar, TqdmBar, Checkpoint, EarlyStopping) == (
         gyre.callbacks.KerasBar, gyre.callbacks.TqdmBar, gyre.callbacks.Checkpoint,
         gyre.callbacks.EarlyStopping)
+    assert BarValues.__module__ == "gyre.callbacks._bars"

@@ -1,11 +1,11 @@
-"""gyre.callbacks._shown: what progress bars show (running means over the epoch, or last
+"""gyre.callbacks._bars: what progress bars show (running means over the epoch, or last
 values), read from the loop's history without ever waiting for the device."""
 
 import numpy as np
 import pytest
 
 import gyre
-from gyre.callbacks._shown import BarValues, RunningValues, check_mode
+from gyre.callbacks._bars import BarValues, RunningValues, check_mode
 from gyre.core._history import Block as Columns
 
 

@@ -19,8 +19,8 @@ from gyre.callbacks._bars import tqdm_bar as tqdm_bar
 from gyre.callbacks._checkpoint import Checkpoint as Checkpoint
 from gyre.callbacks._checkpoint import checkpoint as checkpoint
 from gyre.callbacks._checkpoint import restore as restore
-from gyre.callbacks._early_stopping import EarlyStopping as EarlyStopping
-from gyre.callbacks._early_stopping import early_stopping as early_stopping
+from gyre.callbacks._monitor import EarlyStopping as EarlyStopping
+from gyre.callbacks._monitor import early_stopping as early_stopping
 from gyre.callbacks._noop import NoOp as NoOp
 from gyre.callbacks._noop import noop as noop
 from gyre.callbacks._store import CheckpointError as CheckpointError
