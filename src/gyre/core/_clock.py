@@ -260,10 +260,6 @@ class Elapsed:
             return NotImplemented
         return all(getattr(self, n) == getattr(other, n) for n in CLOCK_FIELDS)
 
-    def __ne__(self, other: object) -> bool:
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
-
     __hash__ = None  # type: ignore[assignment]
 
     def to_dict(self) -> dict[str, float]:

@@ -169,14 +169,8 @@ class Logs(dict):
                 mine.update(entries)
         return self
 
-    @property
-    def updates(self) -> None:
-        """Write-only: ``logs.updates = other`` merges ``other`` in (``None`` is ignored)."""
-        raise AttributeError("logs.updates is write-only: assign logs to it to merge them in")
-
-    @updates.setter
-    def updates(self, other: Mapping[str, Mapping[str, Any]] | None) -> None:
-        self.merge(other)
+    # reading it falls through to __getattr__, which says it is write-only
+    updates = property(None, merge, doc="Write-only: ``logs.updates = other`` merges ``other`` in (``None`` is ignored).")
 
     def entries(self) -> Iterator[tuple[str, str, Any]]:
         """Every ``(collection, name, value)``."""
