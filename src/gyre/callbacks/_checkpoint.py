@@ -584,8 +584,8 @@ def check_keep(keep: Any, keep_best: Any, monitor: Any) -> tuple[int, int]:
 
 def check_monitor(monitor: Any, mode: Any) -> None:
     _monitor.check_name(monitor, "checkpoint's monitor must be the name of a logged value, or None",
-               "'loss_test' or 'metrics.accuracy_test'", "gyre.checkpoint(directory, monitor='loss_test', mode='min')",
-               optional=True)
+                        "'loss_test' or 'metrics.accuracy_test'",
+                        "gyre.checkpoint(directory, monitor='loss_test', mode='min')", optional=True)
     _monitor.monitor_mode("checkpoint", monitor, mode, strict=False, auto=False)
 
 
