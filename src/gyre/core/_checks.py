@@ -35,7 +35,8 @@ def whole(
 
     ``none`` allows ``None``; ``device`` returns a 0-d JAX integer unread (no device wait).
     """
-    if (value is None and none) or (device and _device_integer(value)):
+    device_integer = device and isinstance(value, jax.Array) and value.ndim == 0 and value.dtype.kind in "iu"
+    if (value is None and none) or device_integer:
         return value
     number = as_integer(value)
     if number is not None and number >= minimum and (maximum is None or number <= maximum):
@@ -45,11 +46,6 @@ def whole(
     unit = f"of {unit} " if unit else ""
     raise _fail(error, problem or f"{name} must be a whole number {unit}{bound}", expected or wanted, value,
                 fix or f"pass {wanted}")
-
-
-def _device_integer(value: object) -> bool:
-    """Whether ``value`` is a 0-d integer JAX array."""
-    return isinstance(value, jax.Array) and value.ndim == 0 and value.dtype.kind in "iu"
 
 
 def path(value: Any, problem: str, *, expected: str, fix: str) -> str:

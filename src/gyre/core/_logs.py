@@ -170,7 +170,7 @@ class Logs(dict):
         return self
 
     # reading it falls through to __getattr__, which says it is write-only
-    updates = property(None, merge, doc="Write-only: ``logs.updates = other`` merges ``other`` in (``None`` is ignored).")
+    updates = property(None, merge, doc="Write-only: ``logs.updates = other`` merges ``other`` in (``None``: nothing).")
 
     def entries(self) -> Iterator[tuple[str, str, Any]]:
         """Every ``(collection, name, value)``."""

@@ -128,7 +128,8 @@ class TrainState(struct.PyTreeNode, kw_only=True):
         declared = {f: d for f, d in cls.__dataclass_fields__.items() if f not in TrainState.__dataclass_fields__}
         fields = {k: v for k, v in extras.items() if k in declared}
         rest = {k: v for k, v in extras.items() if k not in declared}
-        missing = sorted(f for f, d in declared.items() if f not in fields and _required(d))
+        missing = sorted(f for f, d in declared.items()
+                         if f not in fields and d.default is dataclasses.MISSING is d.default_factory)
         if missing:
             raise TypeError(explain(
                 f"{cls.__name__}.create is missing the field(s) {missing}",
@@ -251,10 +252,6 @@ def _replace(self: Any, **changes: Any) -> Any:
 
 
 TrainState.replace = _replace  # type: ignore[method-assign]
-
-
-def _required(field: Any) -> bool:
-    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
 class _UnknownAttribute(AttributeError):

@@ -88,14 +88,6 @@ def _averaged(v: jax.Array) -> jax.Array:
     return v.astype(jnp.promote_types(v.dtype, _F32) if floating else _F32)
 
 
-def _sum_dtype(dtype: Any) -> Any:
-    if dtype == jnp.bool_:
-        return jnp.int32
-    if jnp.issubdtype(dtype, jnp.integer):
-        return jnp.promote_types(dtype, jnp.int32)
-    return jnp.promote_types(dtype, _F32)
-
-
 def _weak(x: jax.Array) -> bool:
     return bool(jax.typeof(x).weak_type)
 
@@ -262,7 +254,10 @@ class Sum(_Valued):
 
     @staticmethod
     def _cast(value: jax.Array) -> jax.Array:
-        return value.astype(_sum_dtype(value.dtype))
+        if value.dtype == jnp.bool_:
+            return value.astype(jnp.int32)
+        wider = jnp.int32 if jnp.issubdtype(value.dtype, jnp.integer) else _F32
+        return value.astype(jnp.promote_types(value.dtype, wider))
 
     @classmethod
     def from_stacked(cls, values: Any, counts: Any = None) -> Sum:
