@@ -241,14 +241,10 @@ class Elapsed:
 
     # Comparisons with a Period (ciclo's operators): ``>=`` reached, ``>`` passed, and ``<`` /
     # ``<=`` their negations; ``==`` is true when any quantity of the period is exactly hit.
-    def __ge__(self, period: Period) -> bool:
-        return self.reached(period)
+    __ge__, __gt__ = reached, passed
 
     def __lt__(self, period: Period) -> bool:
         return not self.reached(period)
-
-    def __gt__(self, period: Period) -> bool:
-        return self.passed(period)
 
     def __le__(self, period: Period) -> bool:
         return not self.passed(period)
