@@ -127,11 +127,11 @@ def _finish(clock: Elapse, ls: LoopState, ends: list[Any], table: Sequence[Task]
 def _failed(err: BaseException, ls: LoopState, clock: Elapse, saving: Sequence[Any]) -> None:
     """Attaches the last consistent ``err.state``/``err.elapsed`` and finishes saves in flight."""
     start = ls.step_start
-    if start is not None and _alive(start):
+    if start is not None and alive(start):
         state, elapsed = start, clock.elapsed.replace()
     else:
         state, elapsed = ls.state, clock.peek_completed().replace()
-    if not _alive(state):
+    if not alive(state):
         state = None
         err.add_note("gyre: err.state is None: the state's arrays were donated to the step that failed")
     err.state, err.elapsed = state, elapsed  # type: ignore[attr-defined]
@@ -142,7 +142,7 @@ def _failed(err: BaseException, ls: LoopState, clock: Elapse, saving: Sequence[A
             err.add_note(f"gyre: a checkpoint save also failed: {other}")
 
 
-def _alive(tree: Any) -> bool:
+def alive(tree: Any) -> bool:
     import jax
 
     return not any(getattr(x, "is_deleted", lambda: False)() for x in jax.tree_util.tree_leaves(tree))

@@ -20,6 +20,7 @@ from gyre.core._errors import as_pair, explain, warn
 from gyre.core._host import numeric_dtype
 from gyre.data._padding import accepts_mask, padded
 from gyre.engine._elapse import samples
+from gyre.engine._engine import alive
 from gyre.engine._nan import NonFiniteError, check_nan_policy
 from gyre.engine._preempt import Preemption, guarded
 from gyre.parallel._partitioners import step_name
@@ -211,7 +212,7 @@ class Loop:
             with preemption() as preempted:
                 steps(run, data, numbers, preempted)
         except BaseException as err:
-            err.state = run.state if _alive(run.state) else None  # type: ignore[attr-defined]
+            err.state = run.state if alive(run.state) else None  # type: ignore[attr-defined]
             raise
         finally:
             self._pads = None
@@ -303,11 +304,6 @@ _HOOKS = ("_run_one_step", "_get_next_batch", "update_outputs")
 def _default_hooks(loop: Loop) -> bool:
     """Whether ``loop`` runs jaxloop's per-step hooks as :class:`Loop` defines them."""
     return all(getattr(type(loop), name) is getattr(Loop, name) and name not in vars(loop) for name in _HOOKS)
-
-
-def _alive(tree: Any) -> bool:
-    """Whether no array of ``tree`` was donated (deleted)."""
-    return not any(getattr(x, "is_deleted", lambda: False)() for x in jax.tree_util.tree_leaves(tree))
 
 
 @contextlib.contextmanager

@@ -8,10 +8,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
-import numpy as np
 
 from gyre.core._checks import whole
 from gyre.jaxloop._loop import Loop, Output, State
+from gyre.steps._step import count_params
 
 STAT_PREFIX = "jaxloop"
 STAT_NUM_PARAMS = f"{STAT_PREFIX}/num_params"
@@ -102,8 +102,8 @@ class StatLoop(Loop):
         if STAT_NUM_PARAMS in names:
             if getattr(self._step, "num_params", None) is None and hasattr(self._step, "compute_num_params"):
                 self._step.compute_num_params(state)
-            outputs[STAT_NUM_PARAMS] = getattr(self._step, "num_params", None) or int(sum(
-                np.size(x) for x in jax.tree_util.tree_leaves(getattr(state, "params", state))))
+            outputs[STAT_NUM_PARAMS] = getattr(self._step, "num_params", None) or count_params(
+                getattr(state, "params", state))
         stats = {
             STAT_NUM_FLOPS: getattr(self._step, "num_flops", None) or 0,
             STAT_INIT_TIME: self._init_time,

@@ -37,6 +37,11 @@ _log = logging.getLogger(__name__)
 _STEP_ACTION = "StepNumberAction(writer, interval=10)"  # the action an error's fix shows
 
 
+def count_params(params: Any) -> int:
+    """The number of parameters (array elements) in ``params``."""
+    return int(sum(np.size(leaf) for leaf in jax.tree_util.tree_leaves(params)))
+
+
 class Step:
     """One train or eval step in jaxloop's shape: override :meth:`run` (and optionally
     :meth:`preprocess_batch`, :meth:`begin`, :meth:`end`).
@@ -263,7 +268,7 @@ class Step:
             >>> step.compute_num_params(step.initialize_model((1, 5)))
             18
         """
-        self._num_params = int(sum(np.size(x) for x in jax.tree_util.tree_leaves(state.params)))
+        self._num_params = count_params(state.params)
         return self._num_params
 
     def compute_num_flops(self, state: TrainState, batch: Batch) -> float:

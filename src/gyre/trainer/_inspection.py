@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gyre.config._transforms import parameter_path
+from gyre.steps._step import count_params
 
 STATS = ("min", "max", "mean", "std")
 
@@ -30,11 +31,6 @@ def tree_stats(tree: Any, suffix: str = "") -> dict[str, jax.Array]:
         else:
             out.update({f"{name}_{op}": getattr(jnp, op)(value) for op in STATS})
     return out
-
-
-def count_params(params: Any) -> int:
-    """The number of parameters (array elements) in ``params``."""
-    return int(sum(np.size(leaf) for leaf in jax.tree_util.tree_leaves(params)))
 
 
 def _nnx_table(model: Any) -> str:
