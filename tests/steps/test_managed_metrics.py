@@ -116,6 +116,6 @@ def test_a_metric_object_without_an_accumulator_is_explained():
 def test_a_metric_object_is_anything_with_merge_and_compute():
     # moved from the private module's docstring example
     from gyre.core.metrics import Mean
-    from gyre.steps._managed_metrics import _is_metric
+    from gyre.steps.managed import _is_metric
 
     assert _is_metric(Mean.empty()) and not _is_metric(1.0)

@@ -17,8 +17,12 @@ import optax
 from gyre.core._errors import explain
 from gyre.core._logs import Logs
 from gyre.engine._nan import SKIPPED_STEPS
-from gyre.steps._managed_call import _shapes
 from gyre.steps._precision import MixedPrecision
+
+
+def _shapes(tree: Any, limit: int = 300) -> str:
+    text = str(jax.tree_util.tree_map(lambda x: f"{jnp.result_type(x)}{list(jnp.shape(x))}", tree))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class Update(NamedTuple):

@@ -14,26 +14,409 @@ ciclo. :func:`train_step` and :func:`step` have examples.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
 
 from gyre.core import metrics
 from gyre.core._checks import real, whole
+from gyre.core._compat import cache_size
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
+from gyre.core._train_state import TrainState
+from gyre.data._padding import accepts_mask
+from gyre.engine._binding import Masked
+from gyre.engine._fuse import scanned
 from gyre.engine._nan import SKIPPED_STEPS
-from gyre.steps._managed_call import StepFn as StepFn
-from gyre.steps._managed_call import _call, _check_params, _takes_batch
-from gyre.steps._managed_call import check_floating_loss as check_floating_loss
-from gyre.steps._managed_call import total_loss as total_loss
-from gyre.steps._managed_metrics import _is_metric
-from gyre.steps._managed_metrics import merge_stateful_metrics as merge_stateful_metrics
-from gyre.steps._managed_state import ManagedState as ManagedState
-from gyre.steps._managed_step import ManagedStep as ManagedStep
+from gyre.engine._tasks import LoopElement
+from gyre.parallel._registry import get_strategy
+from gyre.parallel._strategies import Jit
+from gyre.parallel._strategy import Strategy
 from gyre.steps._precision import MixedPrecision, get_policy
+from gyre.steps._update import _shapes, train_update
 from gyre.steps._update import skip_non_finite as skip_non_finite
-from gyre.steps._update import train_update
+
+StepFn = Callable[[Any, Any], tuple[Logs, Any]]
+
+
+# -- calling the user's function -----------------------------------------------------------------
+
+
+def _takes_batch(fn: Callable[..., Any], where: str) -> bool:
+    """Whether ``fn`` takes ``(state, batch)`` (else ``(state)``)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    P = inspect.Parameter
+    if any(p.kind is P.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+    if not positional:
+        raise TypeError(explain(
+            f"{where} cannot be a managed step: it takes no state",
+            expected="fn(state, batch) -> (logs, state), or fn(state) -> state",
+            received=f"signature {inspect.signature(fn)}", fix="def step(state, batch): ..."))
+    required = [p for p in positional if p.default is P.empty]
+    if len(required) > 2:
+        raise TypeError(explain(
+            f"{where} takes {len(required)} arguments; a managed step gets (state, batch)",
+            expected="fn(state, batch) or fn(state)", received=f"signature {inspect.signature(fn)}",
+            fix="drop the other parameters (ciclo's elapsed: the state's step counter is "
+            "state.step, and its per-step key state.step_key()), or give them defaults"))
+    return len(positional) >= 2
+
+
+def _as_pair(out: Any, state: Any, where: str) -> tuple[Any, Any]:
+    """``(logs, state)`` from what the function returned: the pair (``None`` parts: none /
+    unchanged), the logs or the state."""
+    if isinstance(out, tuple) and len(out) == 2:
+        logs, new = out
+        if type(logs) is type(state) and isinstance(new, Mapping) and type(new) is not type(state):
+            raise TypeError(explain(
+                f"{where} returned (state, logs): the pair is in the wrong order",
+                expected="(logs, state)", received=f"({type(logs).__name__}, {type(new).__name__})",
+                fix="return logs, state"))
+        if logs is not None and not isinstance(logs, Mapping):
+            raise TypeError(explain(
+                f"{where} must return (logs, state)",
+                expected="a pair: (gyre.logs().add_loss(...), state)",
+                received=f"a pair whose first value is {describe(logs)}", fix="return logs, state"))
+        return (Logs() if logs is None else logs), (state if new is None else new)
+    if out is None:
+        return Logs(), state
+    if type(out) is type(state):
+        return Logs(), out
+    if isinstance(out, Mapping):
+        return out, state
+    raise TypeError(explain(
+        f"{where} must return (logs, state)",
+        expected="a pair: (gyre.logs().add_loss(...), state), the logs, or the state", received=describe(out),
+        fix="return logs, state"))
+
+
+def _call(fn: Callable[..., Any], takes_batch: bool, state: Any, batch: Any, where: str) -> tuple[Any, Any]:
+    if type(batch) is Masked:  # a padded batch: its mask goes to the function
+        if not accepts_mask(fn):
+            raise TypeError(_takes_no_mask(fn))
+        out = fn(state, batch.batch, mask=batch.mask)
+    else:
+        out = fn(state, batch) if takes_batch else fn(state)
+    return _as_pair(out, state, where)
+
+
+def _takes_no_mask(fn: Any) -> str:
+    where = getattr(fn, "__qualname__", "the step")
+    return explain(
+        f"{where} got the mask of a padded batch, and takes no mask",
+        expected="a function with a mask parameter: def step(state, batch, mask=None)",
+        received=f"signature {inspect.signature(fn)}",
+        fix="add mask=None to the function and leave the padded rows out of its means "
+        "(jnp.sum(x * mask) / jnp.sum(mask)), or call the step without mask=")
+
+
+def _check_params(given: Any, returned: Any, where: str) -> None:
+    """A clear error when the function returned params unlike those it received (the step computes
+    their update itself)."""
+    if returned is given:
+        return
+    same = jax.tree_util.tree_structure(given) == jax.tree_util.tree_structure(returned) and all(
+        jnp.shape(a) == jnp.shape(b) and jnp.result_type(a) == jnp.result_type(b)
+        for a, b in zip(jax.tree_util.tree_leaves(given), jax.tree_util.tree_leaves(returned), strict=True))
+    if not same:
+        raise ValueError(explain(
+            f"{where} returned params of another structure or shape than it received",
+            expected=f"the params it received: {_shapes(given)}", received=_shapes(returned),
+            fix="a managed train step computes the params update itself from the logged "
+            "losses: return the state you received, changing only model_state or extras "
+            "(return logs, state); to update params yourself write a plain jax.jit step"))
+
+
+# -- losses ------------------------------------------------------------------------------------
+
+
+def check_floating_loss(name: str, value: Any, where: str) -> None:
+    """A clear error for an integer or bool loss, whose gradient is silently zero."""
+    dtype = jnp.result_type(value)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        raise TypeError(explain(
+            f"loss {name!r} of {where} is {dtype}: its gradient would be zero",
+            expected="a floating-point loss (float32, bfloat16, ...)", received=f"a loss of dtype {dtype}",
+            fix="compute the loss in floating point (cast its inputs with .astype(jnp.float32) "
+            "before the arithmetic); log counts and accuracies with add_metric instead"))
+
+
+def total_loss(logs: Any, where: str = "train_step") -> jax.Array:
+    """The sum of the losses in ``logs``, in float32; a clear error when there are none or one is
+    not a floating scalar."""
+    losses = logs.get("losses") if isinstance(logs, dict) else None
+    if not losses:
+        raise ValueError(explain(
+            f"{where} logged no loss to differentiate",
+            expected="the step to log at least one scalar with logs.add_loss(name, value)",
+            received="logs with collections " + (repr(sorted(logs)) if isinstance(logs, dict) else describe(logs)),
+            fix="return (gyre.logs().add_loss('loss', loss), state); metrics logged with "
+            "add_metric are not differentiated"))
+    total = jnp.zeros((), jnp.float32)
+    for name, value in losses.items():
+        shape = jnp.shape(value)
+        if shape != ():
+            raise ValueError(explain(
+                f"loss {name!r} is not a scalar",
+                expected="a scalar loss (shape ()) per add_loss", received=f"shape {shape}",
+                fix=f"reduce it before logging, e.g. logs.add_loss({name!r}, per_example.mean())"))
+        check_floating_loss(name, value, where)
+        total = total + jnp.asarray(value, jnp.float32)
+    return total
+
+
+# -- stateful metrics ------------------------------------------------------------------------------
+
+
+def _is_metric(value: Any) -> bool:
+    return not isinstance(value, jax.Array) and all(callable(getattr(value, m, None)) for m in ("merge", "compute"))
+
+
+def _accumulator(state: Any, name: str, value: Any, where: str) -> tuple[Any, bool]:
+    """The state's accumulator ``name`` and whether it is a field (else an extra)."""
+    fields = getattr(type(state), "__dataclass_fields__", {})
+    extras = getattr(state, "extras", None) if "extras" in fields else None
+    if name in fields and name != "extras":
+        found, is_field = getattr(state, name), True
+    elif isinstance(extras, Mapping) and name in extras:
+        found, is_field = extras[name], False
+    else:
+        kind = type(value).__name__
+        raise ValueError(explain(
+            f"{where} logged the metric object {name!r} ({kind}) as a stateful metric, but the "
+            f"state has no {name!r} to accumulate it in",
+            expected=f"a state field or extra named {name!r} holding an empty {kind}",
+            received=f"a {type(state).__name__} with fields {sorted(f for f in fields if f != 'extras')}",
+            fix=f"create the state with {name}={kind}.empty() (ManagedState.create(..., {name}=...)) "
+            f"or declare `{name}: {kind}` in your state class; reset it with "
+            f"state.replace({name}={kind}.empty()); or log {name}.compute() for this batch alone"))
+    if type(found) is not type(value):
+        raise TypeError(explain(
+            f"state.{name} cannot accumulate the stateful metric {name!r} logged by {where}",
+            expected=f"state.{name} of the logged metric's type, {type(value).__name__}",
+            received=f"state.{name} = {describe(found)}",
+            fix=f"initialise it with {type(value).__name__}.empty()"))
+    return found, is_field
+
+
+def merge_stateful_metrics(logs: Any, state: Any, where: str = "step") -> tuple[Any, Any]:
+    """Merges each metric object of ``logs.stateful_metrics`` into the state's accumulator of that
+    name and logs its ``compute()``."""
+    entries = logs.get("stateful_metrics") if isinstance(logs, Mapping) else None
+    if not entries or not any(_is_metric(v) for v in entries.values()):
+        return logs, state
+    values: dict[str, Any] = {}
+    for name, value in entries.items():
+        if not _is_metric(value):
+            values[name] = value
+            continue
+        accumulator, is_field = _accumulator(state, name, value, where)
+        merged = accumulator.merge(value)
+        state = state.replace(**{name: merged}) if is_field else state.replace(extras={**state.extras, name: merged})
+        result = merged.compute()
+        if isinstance(result, Mapping):
+            values.update({str(k): v for k, v in result.items()})
+        else:
+            values[name] = result
+    out = Logs().merge({c: v for c, v in logs.items() if c != "stateful_metrics"})
+    return out.add_stateful_metrics(values), state
+
+
+class ManagedState(TrainState, kw_only=True):
+    """A :class:`~gyre.TrainState` with a static strategy, placed on its devices.
+
+    Subclasses may declare fields (``ema_params: Any``), which ``create`` takes as keywords.
+    ``skipped_steps`` (int32, 0 at creation) counts the updates ``nan_policy="skip"`` dropped; a
+    checkpoint keeps it.
+
+    Example:
+        >>> import jax.numpy as jnp, optax
+        >>> s = ManagedState.create(params=jnp.zeros(4), tx=optax.adam(1e-3), strategy="jit")
+        >>> s.strategy.name, s.with_strategy("eager").strategy.name
+        ('jit', 'eager')
+    """
+
+    strategy: Strategy = struct.field(pytree_node=False, default_factory=Jit)
+    skipped_steps: jax.Array = struct.field(default_factory=lambda: jnp.zeros((), jnp.int32))
+
+    @classmethod
+    def create(  # type: ignore[override]
+        cls,
+        *,
+        params: Any,
+        tx: optax.GradientTransformation | None = None,
+        strategy: str | Strategy = "jit",
+        apply_fn: Callable[..., Any] | None = None,
+        rng: Any = None,
+        model_state: Any = None,
+        **extra: Any,
+    ) -> Any:
+        """A state at step 0 placed for ``strategy`` (a name or a :class:`~gyre.Strategy`).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> ManagedState.create(params=jnp.zeros(2), strategy="fsdp").strategy.name
+            'fsdp'
+        """
+        chosen = get_strategy(strategy)
+        state = super().create(
+            params=params, tx=tx, apply_fn=apply_fn, rng=rng, model_state=model_state,
+            strategy=chosen, **extra)
+        return chosen.place_state(state)
+
+    def with_strategy(self, strategy: str | Strategy) -> Any:
+        """The same state under another strategy, moved onto its devices.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> ManagedState.create(params=jnp.zeros(2)).with_strategy("data_parallel").strategy.name
+            'data_parallel'
+        """
+        chosen = get_strategy(strategy)
+        return chosen.place_state(self.replace(strategy=chosen))
+
+
+_DEFAULT = Jit()
+
+
+def _strategy_of(state: Any) -> Strategy:
+    strategy = getattr(state, "strategy", None)
+    return strategy if isinstance(strategy, Strategy) else _DEFAULT
+
+
+class ManagedStep(LoopElement):
+    """A step compiled per strategy; built by :func:`train_step` and :func:`step`.
+
+    Call it as ``step(state, batch)`` (``mask=`` for a padded batch when the function takes
+    it), as a method of the state when it is a class attribute, or spread it into a task table
+    (``{**train_step, gyre.every(100): [...]}``, under ``every(1)`` as in ciclo). ``nan_policy``
+    is ``"skip"`` when it drops non-finite updates, else ``None``.
+
+    Example:
+        >>> import gyre
+        >>> from gyre.steps.managed import step
+        >>> count = step(lambda s, b: (gyre.logs().add_metric("b", b), s))
+        >>> [repr(k) for k in {**count}]
+        ['every(steps=1)']
+    """
+
+    def __init__(
+        self,
+        fn: StepFn,
+        pure: StepFn,
+        *,
+        kind: str,
+        nan_policy: str | None = None,
+        make: Callable[[bool], StepFn] | None = None,
+    ) -> None:
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self.pure = pure
+        self.kind = kind
+        self.trains = kind == "train_step"  # read by the loops: a managed.step never trains
+        self.nan_policy = nan_policy
+        self._make = make  # builds the pure step, skipping or not (train steps only)
+        self.takes_mask = accepts_mask(fn)
+        self._variants: dict[str, ManagedStep] = {}
+        # A training step replaces the state: donate it. Other steps (evaluation, prediction)
+        # return it unchanged and callers keep using the one they passed: never donate.
+        self.donates: bool | None = None if kind == "train_step" else False
+        # One compiled function per strategy; jax.jit itself retraces for states of another
+        # structure (the strategy constrains shardings inside the trace).
+        self._compiled: dict[tuple[Strategy, bool], StepFn] = {}
+        self._last: tuple[Strategy | None, StepFn | None] = (None, None)
+
+    def __repr__(self) -> str:
+        return f"<gyre managed {self.kind} {getattr(self._fn, '__qualname__', self._fn)!r}>"
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def _get(self, strategy: Strategy, state: Any, fused: bool) -> StepFn:
+        run = self._compiled.get((strategy, fused))
+        if run is None:
+            pure, axis = (scanned(self.pure), 1) if fused else (self.pure, 0)
+            run = self._compiled[(strategy, fused)] = strategy.compile(pure, state, batch_axis=axis, donate=self.donates)
+        return run
+
+    def __call__(self, state: Any, batch: Any = None, mask: Any = None) -> tuple[Logs, Any]:
+        if mask is not None:
+            if not self.takes_mask:
+                raise TypeError(_takes_no_mask(self._fn))
+            batch = Masked(batch, mask)
+        strategy = _strategy_of(state)
+        last_strategy, run = self._last
+        if strategy is not last_strategy or run is None:
+            run = self._get(strategy, state, fused=False)
+            self._last = (strategy, run)
+        if strategy.data_size > 1:  # one device: jax.jit moves host batches itself
+            batch = strategy.place_batch(batch)
+        return run(state, batch)
+
+    def fuse(self, steps: int) -> StepFn:
+        """``(state, batches) -> (logs, state)`` running one step per row of stacked ``batches`` in
+        one ``lax.scan``; logs come back stacked.
+
+        Example:
+            >>> import gyre, jax.numpy as jnp
+            >>> from gyre import managed
+            >>> count = managed.step(lambda s, b: (gyre.logs().add_metric("b", b.sum()), s))
+            >>> logs, _ = count.fuse(3)(managed.ManagedState.create(params=()), jnp.ones((3, 2)))
+            >>> logs.metrics.b.tolist()
+            [2.0, 2.0, 2.0]
+        """
+
+        def fused(state: Any, batches: Any) -> tuple[Logs, Any]:
+            strategy = _strategy_of(state)
+            run = self._get(strategy, state, fused=True)
+            if strategy.data_size > 1:  # one device: jax.jit moves host batches itself
+                batches = strategy.place_batch(batches, axis=1)
+            return run(state, batches)
+
+        return fused
+
+    def with_nan_policy(self, policy: str) -> ManagedStep:
+        """This step as a loop with ``nan_policy=policy`` runs it: under ``"skip"``, a train step
+        that drops non-finite updates; else this step.
+
+        Example:
+            >>> import gyre, jax.numpy as jnp
+            >>> from gyre.steps.managed import train_step
+            >>> fit = train_step(lambda s, b: (gyre.logs().add_loss("l", jnp.sum(s.params * b)), s))
+            >>> fit.nan_policy, fit.with_nan_policy("skip").nan_policy, fit.with_nan_policy("raise") is fit
+            (None, 'skip', True)
+        """
+        if policy != "skip" or self.nan_policy == "skip" or self._make is None:
+            return self
+        if policy not in self._variants:
+            self._variants[policy] = ManagedStep(self._fn, self._make(True), kind=self.kind, nan_policy="skip", make=self._make)
+        return self._variants[policy]
+
+    def compiled_count(self) -> int:
+        """How many programs this step's compiled functions hold, its skipping form's included (for
+        tests).
+
+        Example:
+            >>> from gyre.steps.managed import step
+            >>> step(lambda s, b: (None, s)).compiled_count()
+            0
+        """
+        own = sum(cache_size(f) for f in self._compiled.values())
+        return own + sum(v.compiled_count() for v in self._variants.values())
+
 
 # -- the train step: the user's function as train_update's objective (the sum of its logged losses) --
 
