@@ -15,7 +15,7 @@ import pytest
 import gyre
 from gyre import jaxloop
 from gyre.jaxloop import STOP_LOOP, EvalSpec
-from gyre.jaxloop import _orbax_format as orbax_format
+from gyre.jaxloop import _actions as orbax_format
 
 
 class Regress(gyre.Step):

@@ -20,8 +20,11 @@ from gyre.jaxloop._action_loop import EvalLoop as EvalLoop
 from gyre.jaxloop._action_loop import TrainLoop as TrainLoop
 from gyre.jaxloop._actions import Action as Action
 from gyre.jaxloop._actions import CheckpointAction as CheckpointAction
+from gyre.jaxloop._actions import LocalFileStepNumberWriter as LocalFileStepNumberWriter
 from gyre.jaxloop._actions import MetricType as MetricType
 from gyre.jaxloop._actions import MetricWithMetadata as MetricWithMetadata
+from gyre.jaxloop._actions import StepNumberAction as StepNumberAction
+from gyre.jaxloop._actions import StepNumberWriter as StepNumberWriter
 from gyre.jaxloop._actions import SummaryAction as SummaryAction
 from gyre.jaxloop._loop import Loop as Loop
 from gyre.jaxloop._loop import reduce_outputs as reduce_outputs
@@ -42,9 +45,6 @@ from gyre.jaxloop._stat_loop import STAT_NUM_PARAMS as STAT_NUM_PARAMS
 from gyre.jaxloop._stat_loop import STAT_PREFIX as STAT_PREFIX
 from gyre.jaxloop._stat_loop import STAT_STEPS_PER_SEC as STAT_STEPS_PER_SEC
 from gyre.jaxloop._stat_loop import StatLoop as StatLoop
-from gyre.jaxloop._step_numbers import LocalFileStepNumberWriter as LocalFileStepNumberWriter
-from gyre.jaxloop._step_numbers import StepNumberAction as StepNumberAction
-from gyre.jaxloop._step_numbers import StepNumberWriter as StepNumberWriter
 from gyre.jaxloop._stopping import EarlyStoppingAction as EarlyStoppingAction
 from gyre.jaxloop._stopping import MetricMonitoringStopHandler as MetricMonitoringStopHandler
 from gyre.jaxloop._stopping import StopTrainingError as StopTrainingError

@@ -1,24 +1,28 @@
-"""jaxloop's actions: the :class:`Action` base, ``SummaryAction`` (writes) and ``CheckpointAction`` (saves)."""
+"""jaxloop's actions: the :class:`Action` base, ``SummaryAction`` (writes), ``CheckpointAction`` (saves, in gyre's
+format or jaxloop's: a bare orbax ``CheckpointManager``'s) and ``StepNumberAction`` with its writers."""
 
 from __future__ import annotations
 
 import enum
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from gyre.callbacks._checkpoint import Checkpoint, checkpoint
+from gyre.core import _checks as checks
 from gyre.core._checks import choice
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
+from gyre.core._host import numeric_dtype
 from gyre.core._logs import Logs
 from gyre.engine._snapshot import Snapshot
-from gyre.jaxloop import _orbax_format as orbax_format
 from gyre.jaxloop._loop import reduce_outputs, state_step
 from gyre.steps._actions import check_interval
+from gyre.steps._restore import restore_pytree
 
 Output = dict[str, Any]
 DATA_META = "jaxloop_data"  # the key of the training data's position in a checkpoint's meta
@@ -294,7 +298,7 @@ class CheckpointAction(Action):
             self._checkpoint = ckpt_manager
         elif isinstance(ckpt_manager, str | os.PathLike):
             self._checkpoint = checkpoint(ckpt_manager, keep=keep)
-        elif orbax_format.is_manager(ckpt_manager):
+        elif is_manager(ckpt_manager):
             self._manager = ckpt_manager
         else:
             raise TypeError(explain(
@@ -336,8 +340,10 @@ class CheckpointAction(Action):
             (True, False)
         """
         if self._manager is not None:
-            metrics = orbax_format.host_metrics(reduce_outputs(_bare(outputs))) if outputs else None
-            return orbax_format.save(self._manager, step, state, metrics)
+            import orbax.checkpoint as ocp
+
+            metrics = host_metrics(reduce_outputs(_bare(outputs))) if outputs else None
+            return bool(self._manager.save(step, metrics=metrics, args=ocp.args.PyTreeSave(state)))
         ckpt = self._checkpoint
         assert ckpt is not None
         before = ckpt.saved_step()
@@ -373,3 +379,114 @@ class CheckpointAction(Action):
 
 def _bare(outputs: Output) -> Output:
     return {k: v for k, v in outputs.items() if not isinstance(v, MetricWithMetadata)}
+
+
+# -- jaxloop's checkpoint format ----------------------------------------------------------------
+
+
+def is_manager(obj: Any) -> bool:
+    """Whether ``obj`` is an orbax ``CheckpointManager``."""
+    from orbax.checkpoint import CheckpointManager
+
+    return isinstance(obj, CheckpointManager)
+
+
+def steps_in(directory: str | os.PathLike[str]) -> list[int]:
+    """The complete steps an orbax manager saved in ``directory``, oldest first."""
+    from orbax.checkpoint import utils
+
+    if not os.path.isdir(os.fspath(directory)):
+        return []
+    return sorted(int(s) for s in utils.checkpoint_steps(os.fspath(directory)))
+
+
+def host_metrics(reduced: dict[str, Any]) -> dict[str, float]:
+    """The numbers among a loop's reduced outputs, as Python floats (for orbax's ``best_fn``)."""
+    return {k: float(v) for k, v in reduced.items() if np.ndim(v) == 0 and np.asarray(v).dtype != bool and numeric_dtype(np.asarray(v).dtype)}
+
+
+def read_orbax(step_obj: Any, state: Any, directory: str | os.PathLike[str], step: int, transforms: Any) -> Any:
+    """Step ``step`` of ``directory`` read into ``state``'s structure and shardings."""
+    restore_model = getattr(step_obj, "restore_model", None)
+    if callable(restore_model):
+        return restore_model(state, directory, step=step, transforms=transforms)
+    return restore_pytree(state, directory, step, transforms=transforms)
+
+
+# -- step numbers ------------------------------------------------------------------------------
+
+
+class StepNumberWriter:
+    """Where :class:`StepNumberAction` writes the step number; this one keeps it in memory.
+
+    Example:
+        >>> import gyre
+        >>> w = gyre.jaxloop.StepNumberWriter(); w.write(step_number=7); w.last
+        7
+    """
+
+    def __init__(self) -> None:
+        self.last: int | None = None
+
+    def write(self, step_number: int) -> None:
+        """Records ``step_number`` (jaxloop's argument name)."""
+        self.last = int(step_number)
+
+
+class LocalFileStepNumberWriter(StepNumberWriter):
+    """Writes the step number to a local file as ``timestamp_ms:<ms>,step_number:<n>`` (jaxloop's
+    entry). The file is created empty at construction and replaced atomically by each write,
+    so it holds the latest entry only (jaxloop appends a line each time).
+
+    Example:
+        >>> import os, tempfile, gyre
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     w = gyre.jaxloop.LocalFileStepNumberWriter(os.path.join(tmp, "step.txt"))
+        ...     w.write(step_number=12)
+        ...     open(os.path.join(tmp, "step.txt")).read().split(",")[1].strip()
+        'step_number:12'
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__()
+        self.path = checks.path(path, "LocalFileStepNumberWriter needs a file path", expected="a str or os.PathLike path",
+                                fix="pass LocalFileStepNumberWriter('runs/exp/step.txt')")
+        self._replace("")
+
+    def write(self, step_number: int) -> None:
+        """Writes ``step_number`` to the file, with the time (its folder is created)."""
+        super().write(step_number)
+        self._replace(f"timestamp_ms:{time.time() * 1000.0},step_number:{int(step_number)}\n")
+
+    def _replace(self, text: str) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.path)
+
+
+class StepNumberAction(Action):
+    """Writes the state's step number through a :class:`StepNumberWriter`.
+
+    Example:
+        >>> import gyre
+        >>> writer = gyre.jaxloop.StepNumberWriter()
+        >>> gyre.jaxloop.StepNumberAction(writer)({"step": 40}, None)
+        >>> writer.last
+        40
+    """
+
+    def __init__(self, step_writer: StepNumberWriter, interval: int = 1) -> None:
+        super().__init__(interval=interval)
+        if not callable(getattr(step_writer, "write", None)):
+            raise TypeError(explain(
+                "StepNumberAction needs a step number writer",
+                expected="an object with write(step_number), e.g. LocalFileStepNumberWriter(path)",
+                received=describe(step_writer),
+                fix="pass StepNumberAction(gyre.jaxloop.LocalFileStepNumberWriter(path))"))
+        self._step_number_writer = step_writer
+
+    def __call__(self, state: Any, outputs: Output | None = None, **kwargs: Any) -> None:
+        """Writes the step number."""
+        self._step_number_writer.write(step_number=_step_of(state))

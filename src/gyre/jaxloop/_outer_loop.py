@@ -13,9 +13,8 @@ import jax
 from gyre.callbacks._checkpoint import checkpoint
 from gyre.core._checks import instance, whole
 from gyre.core._errors import describe, explain
-from gyre.jaxloop import _orbax_format as orbax_format
 from gyre.jaxloop._action_loop import ActionLoop, EvalLoop
-from gyre.jaxloop._actions import DATA_META, CheckpointAction, SummaryAction
+from gyre.jaxloop._actions import DATA_META, CheckpointAction, SummaryAction, read_orbax, steps_in
 from gyre.jaxloop._loop import Loop, _as_iterator, state_step
 from gyre.jaxloop._specs import CheckpointSpec, EvalContext, EvalSpec, has_position
 from gyre.jaxloop._stat_loop import STAT_PREFIX
@@ -196,10 +195,10 @@ class OuterLoop:
             action.wait_until_finished()
         ckpt = next((a.checkpoint for a in same if a.checkpoint is not None), None) or checkpoint(spec.directory)
         if ckpt.latest_step() is None:  # none of gyre's: the newest an orbax manager wrote (jaxloop's format)
-            steps = orbax_format.steps_in(spec.directory)
+            steps = steps_in(spec.directory)
             if not steps:
                 return state
-            state = orbax_format.restore(self._train_loop.step, state, spec.directory, steps[-1], spec.transforms)
+            state = read_orbax(self._train_loop.step, state, spec.directory, steps[-1], spec.transforms)
             _log.info("train    | resumed from checkpoint %s of %s (jaxloop's format)", steps[-1], spec.directory)
             return state
         _no_transforms(spec)
@@ -338,7 +337,7 @@ class OuterLoop:
                 stopping = bool(stop_fn())
                 ckpt = checkpoint(directory) if os.path.isdir(directory) else None
                 gyre_steps = ckpt.all_steps() if ckpt else []
-                steps = gyre_steps or orbax_format.steps_in(directory)  # gyre's, else jaxloop's format
+                steps = gyre_steps or steps_in(directory)  # gyre's, else jaxloop's format
                 new = [s for s in steps if s > last]
                 if new and gyre_steps:
                     _no_transforms(spec)
@@ -347,7 +346,7 @@ class OuterLoop:
                     for i, (loop, eval_spec) in enumerate(zip(self._eval_loops, specs, strict=True)):
                         if not self._due(i, eval_spec, is_continuous_eval=True, step_num=step, loop_count=0):
                             continue
-                        here = restored if restored is not None else orbax_format.restore(
+                        here = restored if restored is not None else read_orbax(
                             loop.step, state, directory, step, spec.transforms)  # jaxloop's format: each loop's step reads it
                         eval_state, outputs = self._run_eval(i, eval_spec, here)
                     evaluated.append(step)
