@@ -12,15 +12,15 @@ Example:
     step 1: loss=0.5
 """
 
-from gyre.loggers._console import ConsoleWriter as ConsoleWriter
 from gyre.loggers._mlflow import MLflowWriter as MLflowWriter
-from gyre.loggers._multi import MultiWriter as MultiWriter
+from gyre.loggers._plain_files import ConsoleWriter as ConsoleWriter
 from gyre.loggers._plain_files import CSVWriter as CSVWriter
 from gyre.loggers._plain_files import JSONLWriter as JSONLWriter
 from gyre.loggers._tensorboard import TensorBoardWriter as TensorBoardWriter
 from gyre.loggers._wandb import WandbWriter as WandbWriter
 from gyre.loggers._write_to import WriteTo as WriteTo
 from gyre.loggers._write_to import write_to as write_to
+from gyre.loggers._writer import MultiWriter as MultiWriter
 from gyre.loggers._writer import Writer as Writer
 from gyre.loggers._writer import WriterError as WriterError
 
