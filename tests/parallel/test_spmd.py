@@ -1,4 +1,4 @@
-"""The spmd strategy (gyre.parallel._spmd) on a flax model with logical axis annotations."""
+"""The spmd strategy (gyre.parallel._strategies) on a flax model with logical axis annotations."""
 
 import warnings
 

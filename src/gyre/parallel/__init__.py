@@ -14,9 +14,9 @@ from gyre.parallel._partitioners import SingleDevicePartitioner as SingleDeviceP
 from gyre.parallel._partitioners import SPMDPartitioner as SPMDPartitioner
 from gyre.parallel._registry import get_strategy as get_strategy
 from gyre.parallel._registry import register_strategy as register_strategy
-from gyre.parallel._spmd import SPMD as SPMD
 from gyre.parallel._strategies import FSDP as FSDP
 from gyre.parallel._strategies import JIT as JIT
+from gyre.parallel._strategies import SPMD as SPMD
 from gyre.parallel._strategies import DataParallel as DataParallel
 from gyre.parallel._strategies import Eager as Eager
 from gyre.parallel._strategies import Jit as Jit

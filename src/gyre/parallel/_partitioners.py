@@ -14,8 +14,7 @@ from jax.sharding import Mesh, Sharding
 
 from gyre.core._errors import as_pair
 from gyre.parallel._registry import get_strategy
-from gyre.parallel._spmd import SPMD, Rules
-from gyre.parallel._strategies import DataParallel, Jit
+from gyre.parallel._strategies import SPMD, DataParallel, Jit, Rules
 from gyre.parallel._strategy import Strategy, check_jit_options
 
 #: The strategy of :class:`SPMDPartitioner`, under its former name.

@@ -6,8 +6,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 from gyre.core._errors import describe, explain, suggest
-from gyre.parallel._spmd import SPMD
-from gyre.parallel._strategies import FSDP, DataParallel, Eager, Jit
+from gyre.parallel._strategies import FSDP, SPMD, DataParallel, Eager, Jit
 from gyre.parallel._strategy import Strategy
 
 StrategyConstructor = Callable[[], "Strategy"]
