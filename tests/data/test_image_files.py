@@ -1,4 +1,4 @@
-"""gyre.data._image_files: MNIST / Fashion-MNIST IDX and CIFAR-10 binary readers, on small files
+"""gyre.data._datasets: MNIST / Fashion-MNIST IDX and CIFAR-10 binary readers, on small files
 written here (the IDX and CIFAR formats built by hand, independently of the readers)."""
 
 import gzip

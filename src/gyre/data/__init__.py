@@ -25,11 +25,11 @@ from gyre.data._augment import random_flip as random_flip
 from gyre.data._batch import Supervised as Supervised
 from gyre.data._batch import SupervisedBatch as SupervisedBatch
 from gyre.data._batch import supervised as supervised
+from gyre.data._datasets import cifar10 as cifar10
 from gyre.data._datasets import digits as digits
+from gyre.data._datasets import fashion_mnist as fashion_mnist
+from gyre.data._datasets import mnist as mnist
 from gyre.data._datasets import stratified_split as stratified_split
-from gyre.data._image_files import cifar10 as cifar10
-from gyre.data._image_files import fashion_mnist as fashion_mnist
-from gyre.data._image_files import mnist as mnist
 from gyre.data._padding import Padded as Padded
 from gyre.data._padding import accepts_mask as accepts_mask
 from gyre.data._padding import pad_batch as pad_batch
