@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.loggers._tfrecord import ScalarEvents, _record, varint_length
+from gyre.loggers._tensorboard import ScalarEvents, _record, varint_length
 
 from .readers import tensorboard_events
 
