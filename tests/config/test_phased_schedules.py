@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from gyre.config import build_schedule
-from gyre.config._phased_schedules import ExponentialSchedule, WarmupCosineDecaySchedule
+from gyre.config._schedules import ExponentialSchedule, WarmupCosineDecaySchedule
 from tests.config.test_schedules import SEED, at, f32
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from gyre.config import SCHEDULES, build_schedule
-from gyre.config._simple_schedules import ConstantSchedule, CosineSchedule, LinearSchedule
+from gyre.config._schedules import ConstantSchedule, CosineSchedule, LinearSchedule
 from tests.config.test_schedules import at, f32
 
 

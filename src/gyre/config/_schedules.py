@@ -3,9 +3,12 @@
 A learning rate is a number (a constant) or a section whose ``class_name`` is registered in
 :data:`~gyre.config.SCHEDULES`, under both its short and ``Schedule``-suffixed name
 (``Cosine``, ``CosineSchedule``). Each is an ``optax.Schedule`` (pure ``jax.numpy``), exact at
-the values its docstring names, holding its last value past its total.
+the values its docstring names (each phase's end too), holding its last value past its total,
+and carries ``total_steps`` (``None`` when it has no length). They take jax_trainer's keys
+(``init_value``, ``end_value``, ``steps``, ``decay_factor``) beside optax's.
 """
 
+import math
 import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -13,7 +16,6 @@ from typing import Any
 import jax.numpy as jnp
 import optax
 
-from gyre.config._phased_schedules import ExponentialSchedule, WarmupCosineDecaySchedule
 from gyre.config._registry import SCHEDULES
 from gyre.config._sections import (
     at,
@@ -21,14 +23,274 @@ from gyre.config._sections import (
     class_name_of,
     flag,
     here,
+    length,
     real,
     run_length,
     who,
     whole,
 )
-from gyre.config._simple_schedules import ConstantSchedule, CosineSchedule, LinearSchedule, close
 from gyre.core._errors import describe, explain
 from gyre.core._lr_schedule import phases, total_steps
+
+_F32 = jnp.float32
+
+
+def ramp(a: float, b: float, n: int) -> Any:
+    """The piece from ``a`` to ``b`` over ``n`` steps, exact at both ends (unlike optax's
+    ``linear_schedule``)."""
+    return lambda t: a + (b - a) * (t.astype(_F32) / n)
+
+
+def cosine(init: float, end: float, n: int, power: float) -> Any:
+    """The cosine piece from ``init`` to ``end`` over ``n`` steps, exact at both ends (unlike
+    optax's)."""
+    def piece(t: Any) -> Any:
+        c = 0.5 * (1.0 + jnp.cos(jnp.pi * (t.astype(_F32) / n)))
+        return init - (init - end) * (1.0 - c**power)
+
+    return piece
+
+
+def close(a: float, b: float) -> bool:
+    """Whether two config values are the same number (numpy's ``allclose`` tolerances, the fork's)."""
+    return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-8)
+
+
+def disagree(name: str, what: str, given: str, fix: str) -> ValueError:
+    """The error of two keys of one schedule that say different things."""
+    return ValueError(
+        explain(f"{who(name)}: {what}", expected=what.split(": ", 1)[-1], received=given, fix=fix)
+    )
+
+
+def one_of(name: str, a_key: str, a: object, b_key: str, b: object) -> object:
+    """The value of two keys that are two names of one setting (either, or both if equal)."""
+    if a is not None and b is not None and a != b:
+        raise disagree(
+            name, f"{a_key} and {b_key} are two names of one setting: they must agree",
+            f"{a_key}: {a!r}, {b_key}: {b!r}", "keep only one of them",
+        )
+    return a if a is not None else b
+
+
+def decayed_end(
+    name: str, base: float, factor: float | None, end: float | None, default: float,
+    factor_key: str = "decay_factor",
+) -> float:
+    """The end value ``base * factor``: ``factor``, or ``end`` (both must agree), or the ``default``
+    factor."""
+    if factor is not None and end is not None and not close(end, base * factor):
+        raise disagree(
+            name, f"end_value and {factor_key} disagree: end_value = {base!r} * {factor_key} = {base * factor!r}",
+            f"end_value: {end!r}, {factor_key}: {factor!r}", "keep only one of them",
+        )
+    if end is not None:
+        return end
+    return base * (default if factor is None else factor)
+
+
+def ConstantSchedule(  # noqa: N802 (config class names)
+    *,
+    value: float | None = None,
+    init_value: float | None = None,
+    end_value: float | None = None,
+    steps: int | None = None,
+) -> optax.Schedule:
+    """The same learning rate at every step: ``value``, or ``init_value`` (jax_trainer's key).
+
+    ``steps`` is its length inside a ``ConcatSchedule``.
+    """
+    name = "ConstantSchedule"
+    given = one_of(name, "value", value, "init_value", init_value)
+    if given is None:
+        raise ValueError(explain(
+            f"{who(name)} needs its value",
+            expected="value: <the learning rate> (or init_value, jax_trainer's key)",
+            received="neither value nor init_value", fix="write value: 0.001"))
+    v = real("value" if value is not None else "init_value", given)
+    if end_value is not None and not close(real("end_value", end_value), v):
+        raise disagree(name, f"end_value of a constant must equal its value: {v!r}",
+                       f"end_value: {end_value!r}", "drop end_value, or use a LinearSchedule to change the rate")
+    return phases([], v, total=None if steps is None else whole("steps", steps, minimum=0))
+
+
+def LinearSchedule(  # noqa: N802
+    *, init_value: float, end_value: float, steps: int | None = None
+) -> optax.Schedule:
+    """From ``init_value`` at step 0 linearly to ``end_value`` at ``steps`` (left out: the run's),
+    then ``end_value``.
+    """
+    a, b = real("init_value", init_value), real("end_value", end_value)
+    n = length("steps", steps, name="LinearSchedule")
+    return phases([(n, ramp(a, b, n))], b, total=n)
+
+
+def CosineSchedule(  # noqa: N802
+    *,
+    init_value: float,
+    decay_steps: int | None = None,
+    alpha: float | None = None,
+    exponent: float = 1.0,
+    steps: int | None = None,
+    decay_factor: float | None = None,
+    end_value: float | None = None,
+) -> optax.Schedule:
+    """Cosine decay from ``init_value`` to ``alpha * init_value`` at ``decay_steps``, then constant
+    (optax's formula).
+
+    jax_trainer's ``steps``, ``decay_factor`` and ``end_value`` name ``decay_steps``, ``alpha`` and
+    ``init_value * alpha``. The factor left out is 0.1 with ``steps``, else 0.0.
+    """
+    name = "CosineSchedule"
+    init = real("init_value", init_value)
+    n = length("steps" if decay_steps is None else "decay_steps", one_of(name, "decay_steps", decay_steps, "steps", steps),
+               name=name, keys="steps or decay_steps")
+    factor = one_of(name, "alpha", alpha, "decay_factor", decay_factor)
+    factor = None if factor is None else real("alpha" if alpha is not None else "decay_factor", factor)
+    end_given = None if end_value is None else real("end_value", end_value)
+    end = decayed_end(name, init, factor, end_given, 0.1 if steps is not None else 0.0)
+    return phases([(n, cosine(init, end, n, real("exponent", exponent, above=0.0)))], end, total=n)
+
+
+def ExponentialSchedule(  # noqa: N802
+    *,
+    init_value: float,
+    decay_rate: float | None = None,
+    transition_steps: int | None = None,
+    warmup_steps: int = 0,
+    cooldown_steps: int = 0,
+    steps: int | None = None,
+    end_factor: float | None = None,
+    end_value: float | None = None,
+    staircase: bool = False,
+) -> optax.Schedule:
+    """Linear warmup, exponential decay, linear cooldown to 0 (the kpoeppel fork's keys and maths).
+
+    Warmup rises from 0 to ``init_value`` over ``warmup_steps``; the decay multiplies by
+    ``decay_rate`` every ``transition_steps`` (default: the whole decay with ``steps``, else 1
+    step; ``staircase`` floors the exponent), or reaches exactly ``init_value * end_factor``
+    (or ``end_value``) at its end; the cooldown is the last ``cooldown_steps`` before ``steps``.
+    With ``steps`` the value holds past it. ``warmup_steps + cooldown_steps > steps`` is an error.
+    """
+    name = "ExponentialSchedule"
+    init = real("init_value", init_value)
+    warmup = whole("warmup_steps", warmup_steps, minimum=0)
+    cooldown = whole("cooldown_steps", cooldown_steps, minimum=0)
+    period = None if transition_steps is None else whole("transition_steps", transition_steps, minimum=1)
+    stairs = flag("staircase", staircase)
+    neither = decay_rate is None and end_factor is None and end_value is None
+    if (decay_rate is not None and end_factor is not None) or (neither and steps is None):
+        raise ValueError(explain(
+            f"{who(name)} needs exactly one of decay_rate and end_factor (or end_value)",
+            expected="decay_rate: the factor per period (with steps and no transition_steps: reached at steps), "
+            "or end_factor: the fraction of init_value reached at the decay's end",
+            received=f"decay_rate={decay_rate!r}, end_factor={end_factor!r}, end_value={end_value!r}",
+            fix="keep one of them (with steps, decay_rate left out is 0.1)"))
+    decay_rate = 0.1 if neither else decay_rate  # the fork's default: the rate reached at steps
+    if steps is None and (cooldown or decay_rate is None):
+        raise ValueError(explain(
+            f"{here('steps')} is required with cooldown_steps or end_factor",
+            expected="steps: the schedule's total number of steps",
+            received=f"cooldown_steps={cooldown}, end_factor={end_factor!r}, end_value={end_value!r}, no steps",
+            fix="add steps: <total training steps>"))
+    total = None if steps is None else whole("steps", steps, minimum=1)
+    if total is not None:
+        fits("warmup_steps + cooldown_steps", warmup + cooldown, total, name)
+    if decay_rate is None and (stairs or period not in (None, 1)):
+        raise ValueError(explain(
+            f"{who(name)}: end_factor sets the whole decay: staircase and transition_steps do not apply",
+            expected="staircase: false and no transition_steps with end_factor",
+            received=f"staircase={stairs}, transition_steps={period}",
+            fix="drop staircase/transition_steps, or give decay_rate instead of end_factor"))
+    if total is not None and (decay_rate is None or period is None):  # the period is the whole decay
+        fits("warmup_steps + cooldown_steps (the decay needs >= 1 step)", warmup + cooldown + 1, total, name)
+        period = total - cooldown - warmup
+    given_end = None if end_value is None else real("end_value", end_value)
+    if decay_rate is None:  # end_factor or end_value: the decay reaches it exactly
+        base = None if end_factor is None else real("end_factor", end_factor, above=0.0)
+        if given_end is not None:
+            if (given_end / init if init else 0.0) <= 0.0:
+                raise ValueError(explain(
+                    f"{here('end_value')} must be a fraction of init_value (same sign, not 0)",
+                    expected="end_value = init_value * end_factor with end_factor > 0 (an exponential decay never reaches 0)",
+                    received=f"end_value: {given_end!r}, init_value: {init!r}",
+                    fix="write end_factor: 0.1, and cooldown_steps to end at 0"))
+            decayed_end(name, init, base, given_end, 0.0, factor_key="end_factor")  # they agree
+            base = given_end / init if base is None else base
+        end = init * base  # type: ignore[operator]
+    else:
+        base = real("decay_rate", decay_rate, above=0.0)
+        exponent = None if total is None else (total - cooldown - warmup) / period  # type: ignore[operator]
+        end = None if exponent is None else init * base ** (math.floor(exponent) if stairs else exponent)
+        if given_end is not None and (end is None or not close(given_end, end)):
+            raise disagree(
+                name, f"end_value and decay_rate disagree: the decay ends at {end!r}",
+                f"end_value: {given_end!r}, decay_rate: {base!r}, steps: {total}",
+                "keep only one of them (end_value alone reaches it exactly)",
+            )
+    pieces = [(warmup, ramp(0.0, init, warmup))] if warmup else []
+    decaying = optax.exponential_decay(init, period or 1, base, staircase=stairs)
+    pieces.append((None if total is None else total - cooldown - warmup, lambda t: decaying(t.astype(_F32))))  # float32, as ever
+    if total is None:  # the decay goes on
+        return phases(pieces, None)
+    if cooldown:  # from exactly the decay's end, linearly to 0 at total
+        pieces.append((cooldown, lambda t: jnp.where(t == 0, _F32(end), end * ((cooldown - t).astype(_F32) / cooldown))))
+    return phases(pieces, 0.0 if cooldown else end, total=total)
+
+
+def fits(what: str, used: int, total: int, name: str, *, from_run: bool = False) -> None:
+    """Refuses phases (``what``: ``used`` steps) longer than the schedule's ``total``."""
+    if used <= total:
+        return
+    run = " (the run's length: epochs x batches per epoch)" if from_run else ""
+    raise ValueError(explain(
+        f"{who(name)}: the schedule's phases exceed its total: {what} = {used} > steps = {total}{run}",
+        expected=f"{what} <= steps", received=f"{what} = {used}, steps = {total}",
+        fix="train longer (trainer.train_epochs, or smaller batches), or shorten the phases"
+        if from_run else "raise steps, or shorten the phases"))
+
+
+def WarmupCosineDecaySchedule(  # noqa: N802
+    *,
+    peak_value: float,
+    init_value: float = 0.0,
+    warmup_steps: int = 0,
+    decay_steps: int | None = None,
+    steps: int | None = None,
+    decay_factor: float | None = None,
+    end_value: float | None = None,
+    exponent: float = 1.0,
+) -> optax.Schedule:
+    """Linear warmup to ``peak_value`` over ``warmup_steps``, then cosine decay to the end value
+    over ``decay_steps``.
+
+    ``decay_steps`` excludes the warmup (jax_trainer's meaning, not optax's); give ``steps``,
+    ``decay_steps`` or both (they must agree). The end value is ``end_value`` or ``peak_value *
+    decay_factor`` (default ``decay_factor`` 0.1).
+    """
+    name = "WarmupCosineDecaySchedule"
+    init, peak = real("init_value", init_value), real("peak_value", peak_value)
+    warmup, power = whole("warmup_steps", warmup_steps, minimum=0), real("exponent", exponent, above=0.0)
+    if decay_steps is None:
+        total = length("steps", steps, name=name, keys="steps or decay_steps")
+        fits("warmup_steps (the decay needs >= 1 step)", warmup + 1, total, name, from_run=steps is None)
+        decay = total - warmup
+    else:
+        decay = whole("decay_steps", decay_steps, minimum=1)
+        total = warmup + decay if steps is None else whole("steps", steps, minimum=1)
+        fits("warmup_steps + decay_steps", warmup + decay, total, name)
+        if warmup + decay != total:
+            raise ValueError(explain(
+                f"{here('steps')} must equal warmup_steps + decay_steps (the end value is reached at steps)",
+                expected=f"steps: {warmup + decay}",
+                received=f"steps: {total}, warmup_steps: {warmup}, decay_steps: {decay}",
+                fix=f"write steps: {warmup + decay}, or decay_steps: {total - warmup}, or drop one of them"))
+    factor = None if decay_factor is None else real("decay_factor", decay_factor)
+    end = decayed_end(name, peak, factor, None if end_value is None else real("end_value", end_value), 0.1)
+    pieces = [(warmup, ramp(init, peak, warmup))] if warmup else []
+    decaying = cosine(peak, end, decay, power)  # held at peak_value before step 0, as before
+    return phases([*pieces, (decay, lambda t: decaying(jnp.maximum(t, 0)))], end, total=total)
+
 
 #: What a config may write for a learning rate: a number or a schedule section.
 ScheduleConfig = float | Mapping[str, Any]

@@ -19,15 +19,15 @@ from gyre.config._components import ConfigError
 from gyre.config._optim import SGD as _sgd
 from gyre.config._optim import AdamW as _adamw
 from gyre.config._optim import Lamb as _lamb
-from gyre.config._phased_schedules import ExponentialSchedule as _exponential
-from gyre.config._phased_schedules import WarmupCosineDecaySchedule as _warmup_cosine
 from gyre.config._registry import REGISTRIES
 from gyre.config._schedules import ConcatSchedule as _concat
+from gyre.config._schedules import ConstantSchedule as _constant
+from gyre.config._schedules import CosineSchedule as _cosine
+from gyre.config._schedules import ExponentialSchedule as _exponential
+from gyre.config._schedules import LinearSchedule as _linear
+from gyre.config._schedules import WarmupCosineDecaySchedule as _warmup_cosine
+from gyre.config._schedules import decayed_end
 from gyre.config._sections import real, whole
-from gyre.config._simple_schedules import ConstantSchedule as _constant
-from gyre.config._simple_schedules import CosineSchedule as _cosine
-from gyre.config._simple_schedules import LinearSchedule as _linear
-from gyre.config._simple_schedules import decayed_end
 from gyre.config._transforms import DEFAULT_DECAY_REGEX, Transform
 from gyre.config._transforms import GradClipNorm as _clip_norm
 from gyre.config._transforms import GradClipValue as _clip_value
