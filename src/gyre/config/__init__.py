@@ -42,33 +42,33 @@ from gyre.config._transforms import WeightDecayTransform as WeightDecayTransform
 from gyre.config._transforms import build_transform as build_transform
 from gyre.config._transforms import build_transforms as build_transforms
 from gyre.config._transforms import parameter_path as parameter_path
-from gyre.config._typed import SGD as SGD
-from gyre.config._typed import AdamW as AdamW
-from gyre.config._typed import ConcatSchedule as ConcatSchedule
-from gyre.config._typed import ConstantSchedule as ConstantSchedule
-from gyre.config._typed import CosineSchedule as CosineSchedule
-from gyre.config._typed import ExponentialSchedule as ExponentialSchedule
-from gyre.config._typed import GradientTransformInterface as GradientTransformInterface
-from gyre.config._typed import Lamb as Lamb
-from gyre.config._typed import LinearSchedule as LinearSchedule
-from gyre.config._typed import OptimizerInterface as OptimizerInterface
-from gyre.config._typed import ScheduleInterface as ScheduleInterface
-from gyre.config._typed import WarmupCosineDecaySchedule as WarmupCosineDecaySchedule
+from gyre.config._typed_configs import SGD as SGD
+from gyre.config._typed_configs import AdamW as AdamW
 from gyre.config._typed_configs import AdamWConfig as AdamWConfig
 from gyre.config._typed_configs import BaseOptimizerConfig as BaseOptimizerConfig
 from gyre.config._typed_configs import BaseScheduleConfig as BaseScheduleConfig
+from gyre.config._typed_configs import ConcatSchedule as ConcatSchedule
 from gyre.config._typed_configs import ConcatScheduleConfig as ConcatScheduleConfig
+from gyre.config._typed_configs import ConstantSchedule as ConstantSchedule
 from gyre.config._typed_configs import ConstantScheduleConfig as ConstantScheduleConfig
+from gyre.config._typed_configs import CosineSchedule as CosineSchedule
 from gyre.config._typed_configs import CosineScheduleConfig as CosineScheduleConfig
+from gyre.config._typed_configs import ExponentialSchedule as ExponentialSchedule
 from gyre.config._typed_configs import ExponentialScheduleConfig as ExponentialScheduleConfig
 from gyre.config._typed_configs import GradClipNormConfig as GradClipNormConfig
 from gyre.config._typed_configs import GradClipValueConfig as GradClipValueConfig
 from gyre.config._typed_configs import GradientTransformConfig as GradientTransformConfig
+from gyre.config._typed_configs import GradientTransformInterface as GradientTransformInterface
+from gyre.config._typed_configs import Lamb as Lamb
 from gyre.config._typed_configs import LambConfig as LambConfig
+from gyre.config._typed_configs import LinearSchedule as LinearSchedule
 from gyre.config._typed_configs import LinearScheduleConfig as LinearScheduleConfig
+from gyre.config._typed_configs import OptimizerInterface as OptimizerInterface
+from gyre.config._typed_configs import ScheduleInterface as ScheduleInterface
 from gyre.config._typed_configs import SGDConfig as SGDConfig
 from gyre.config._typed_configs import TypedConfig as TypedConfig
 from gyre.config._typed_configs import TypedConfigError as TypedConfigError
+from gyre.config._typed_configs import WarmupCosineDecaySchedule as WarmupCosineDecaySchedule
 from gyre.config._typed_configs import (
     WarmupCosineDecayScheduleConfig as WarmupCosineDecayScheduleConfig,
 )

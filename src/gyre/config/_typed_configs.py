@@ -1,38 +1,48 @@
 """Typed config values in the kpoeppel fork's form
-(``SGDConfig(learning_rate=LinearScheduleConfig(...))``).
+(``SGDConfig(learning_rate=LinearScheduleConfig(...))``), and the classes they build.
 
 Each ``XConfig`` is a frozen dataclass whose ``class_name`` is the registered ``X`` and whose
 ``to_dict()`` is the same YAML section; it is checked when made, by the registered builders.
 Unlike the fork: a length left out is ``None`` (not ``-1``) under gyre's rule for left-out
 lengths, ``ConcatScheduleConfig`` has no default ``schedules``, a warmup-cosine may have no
 warmup, and ``WeightDecayConfig.before_optimizer`` left out is coupled decay in ``transforms``.
+
+``X(XConfig(...))`` and ``X(**keys)`` build the same component: a schedule instance is the
+``optax.Schedule`` with ``config`` and ``total_steps``; an optimizer instance is the
+``optax.GradientTransformation`` with ``scheduler``, ``config`` and, for AdamW and Lamb,
+``weight_decay`` and ``weight_decay_mask``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, Union
 
-from gyre.config._components import ConfigError
+import optax
+
+from gyre.config._components import ConfigError, to_dict
 from gyre.config._optim import SGD as _sgd
 from gyre.config._optim import AdamW as _adamw
 from gyre.config._optim import Lamb as _lamb
-from gyre.config._registry import REGISTRIES
+from gyre.config._optim import _weight_decay as _decay_and_mask
+from gyre.config._registry import REGISTRIES, SCHEDULES, ConfigTyped
 from gyre.config._schedules import ConcatSchedule as _concat
 from gyre.config._schedules import ConstantSchedule as _constant
 from gyre.config._schedules import CosineSchedule as _cosine
 from gyre.config._schedules import ExponentialSchedule as _exponential
 from gyre.config._schedules import LinearSchedule as _linear
 from gyre.config._schedules import WarmupCosineDecaySchedule as _warmup_cosine
-from gyre.config._schedules import decayed_end
-from gyre.config._sections import real, whole
+from gyre.config._schedules import build_schedule, decayed_end
+from gyre.config._sections import check_keys, here, real, whole
 from gyre.config._transforms import DEFAULT_DECAY_REGEX, Transform
 from gyre.config._transforms import GradClipNorm as _clip_norm
 from gyre.config._transforms import GradClipValue as _clip_value
 from gyre.config._transforms import WeightDecay as _weight_decay
 from gyre.core._errors import describe, explain, suggest
+from gyre.core._lr_schedule import total_steps
 
 
 class TypedConfigError(ConfigError, AssertionError):
@@ -453,3 +463,132 @@ class LambConfig(BaseOptimizerConfig):
     eps: float = 1e-6
     eps_root: float = 0.0
     weight_decay: float | WeightDecayConfig = dataclasses.field(default_factory=WeightDecayConfig)
+
+
+# -- the classes they build ------------------------------------------------------------------
+
+
+def _config_or_keys(cls: type, config: Any, keys: Mapping[str, Any]) -> None:
+    """Checks that exactly one of a typed config and keys came, of the class's config type."""
+    wanted = cls.config_class  # type: ignore[attr-defined]
+    if config is not None and (keys or not isinstance(config, wanted)):
+        raise TypeError(explain(
+            f"{cls.__name__} takes a {wanted.__name__} or keyword arguments, not both",
+            expected=f"{cls.__name__}({wanted.__name__}(...)) or {cls.__name__}(<keys of the section>)",
+            received=f"{describe(config)} and keys {sorted(keys)}",
+            fix=f"pass the fields in the {wanted.__name__}, or pass keys alone"))
+    if config is None:
+        check_keys(wanted.builder, cls.__name__, keys, where=here() or cls.__name__)
+
+
+class ScheduleInterface(metaclass=ConfigTyped):
+    """A learning-rate schedule of the fork's form: ``Schedule(config)`` or ``Schedule(**keys)``;
+    ``cfgtype`` annotates a config field.
+
+    Example:
+        >>> s = LinearSchedule(LinearScheduleConfig(init_value=1.0, end_value=0.0, steps=4))
+        >>> float(s(2)), s.total_steps, isinstance(s, ScheduleInterface)
+        (0.5, 4, True)
+    """
+
+    config_class: ClassVar[type[BaseScheduleConfig]] = BaseScheduleConfig
+
+    def __init__(self, config: BaseScheduleConfig | None = None, /, **keys: Any) -> None:
+        _config_or_keys(type(self), config, keys)
+        self.config: BaseScheduleConfig | None = config
+        self.keys: dict[str, Any] = config.keys() if config is not None else dict(keys)
+        builder = self.config_class.builder
+        self._schedule = config.built if config is not None else builder(**keys)  # type: ignore[misc]
+        self.total_steps: int | None = total_steps(self._schedule)
+
+    def __call__(self, count: Any) -> Any:
+        """The learning rate at step ``count`` (a float32 array)."""
+        return self._schedule(count)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config if self.config is not None else self.keys})"
+
+
+def _component_class(interface: type, config_class: type[TypedConfig]) -> Any:
+    """The class named ``config_class.class_name`` over its builder, registered (a schedule under its
+    short name too)."""
+    name, config, schedule = config_class.class_name, config_class.__name__, interface is ScheduleInterface
+    shows = ".total_steps\n        10" if schedule else ".scheduler\n        0.1"
+    cls = type(name, (interface,), {
+        "config_class": config_class,
+        "__module__": "gyre.config",
+        "__doc__": f"The {name}{'' if schedule else ' optimizer'} of a {config} or of a section's keys "
+        f"(see gyre.config.{config}).\n\n"
+        f"    Example:\n        >>> {name}({config}{_EXAMPLES.get(name, '(learning_rate=0.1)')}){shows}\n",
+        "__wrapped__": config_class.builder,  # the section's keys (inspect.signature follows it)
+    })
+    REGISTRIES[config_class.registry].register(cls)
+    if schedule:
+        SCHEDULES.register(name.removesuffix("Schedule"))(cls)
+    return cls
+
+
+_EXAMPLES = {  # the generated schedule classes' examples (an optimizer's: learning_rate=0.1)
+    "ConstantSchedule": "(init_value=0.1, steps=10)",
+    "LinearSchedule": "(init_value=0.1, end_value=0.0, steps=10)",
+    "CosineSchedule": "(init_value=0.1, steps=10)",
+    "ExponentialSchedule": "(init_value=0.1, steps=10)",
+    "ConcatSchedule": "(schedules={'a': ConstantScheduleConfig(init_value=0.1, steps=10)})",
+    "WarmupCosineDecaySchedule": "(peak_value=0.1, warmup_steps=2, decay_steps=8)",
+}
+
+ConstantSchedule = _component_class(ScheduleInterface, ConstantScheduleConfig)
+LinearSchedule = _component_class(ScheduleInterface, LinearScheduleConfig)
+CosineSchedule = _component_class(ScheduleInterface, CosineScheduleConfig)
+ExponentialSchedule = _component_class(ScheduleInterface, ExponentialScheduleConfig)
+ConcatSchedule = _component_class(ScheduleInterface, ConcatScheduleConfig)
+WarmupCosineDecaySchedule = _component_class(ScheduleInterface, WarmupCosineDecayScheduleConfig)
+
+
+def _scheduler(rate: Any) -> Any:
+    """The fork's ``optimizer.scheduler``: a number as a float, else the built schedule."""
+    if isinstance(rate, BaseScheduleConfig):
+        return SCHEDULES.get(rate.class_name)(rate)  # type: ignore[arg-type]
+    if isinstance(rate, (numbers.Real, str)) and not isinstance(rate, bool):
+        return real("learning_rate", rate, minimum=0.0)
+    return build_schedule(rate, where=here("learning_rate"))
+
+
+class OptimizerInterface(optax.GradientTransformationExtraArgs, metaclass=ConfigTyped):
+    """An optimizer of the fork's form: ``Optimizer(config)`` or ``Optimizer(**keys)``, with
+    ``scheduler`` and ``config``.
+
+    Example:
+        >>> tx = SGD(SGDConfig(learning_rate=0.5))
+        >>> isinstance(tx, optax.GradientTransformation), tx.scheduler
+        (True, 0.5)
+    """
+
+    config_class: ClassVar[type[BaseOptimizerConfig]] = BaseOptimizerConfig
+    config: BaseOptimizerConfig | None
+    scheduler: Any
+
+    def __new__(cls, config: Any = None, /, *rest: Any, **keys: Any) -> OptimizerInterface:
+        if rest:  # (init, update): a copy, or the namedtuple's own rebuilding
+            return super().__new__(cls, config, *rest)
+        _config_or_keys(cls, config, keys)
+        if config is not None:
+            scheduler, tx = _scheduler(config.learning_rate), config.built
+        else:
+            scheduler = _scheduler(keys["learning_rate"])
+            tx = cls.config_class.builder(**{**keys, "learning_rate": scheduler})  # type: ignore[misc]
+        self = super().__new__(cls, tx.init, tx.update)
+        self.config, self.scheduler = config, scheduler
+        if "weight_decay" in inspect.signature(cls.config_class.builder).parameters:
+            decay = getattr(config, "weight_decay", None) if config is not None else keys.get("weight_decay")
+            decay = {"value": 0.0} if decay is None else decay  # AdamW's 0.0, Lamb's default section
+            self.weight_decay, self.weight_decay_mask = _decay_and_mask(to_dict(decay))
+        return self
+
+
+SGD = _component_class(OptimizerInterface, SGDConfig)
+AdamW = _component_class(OptimizerInterface, AdamWConfig)
+Lamb = _component_class(OptimizerInterface, LambConfig)
+
+#: The fork's name of what a transform config builds: gyre's :class:`~gyre.config.Transform`.
+GradientTransformInterface = Transform
