@@ -171,10 +171,8 @@ def fit(
     run_dir = run_folder(log_dir, log_name, resume)
     if progress and resume is None and os.path.basename(run_dir) != log_name:
         print(f"gyre.fit: {log_name!r} holds an earlier run; this one is in {run_dir}")
-    names = {
-        n: _eval_names(eval_step, state, ds, n, batch_size_fn)
-        for n, ds in (("test", test_ds), ("val", val_ds)) if ds is not None
-    }
+    evaluated = {n: ds for n, ds in (("test", test_ds), ("val", val_ds)) if ds is not None}
+    names = {n: _eval_names(eval_step, state, ds, n, batch_size_fn) for n, ds in evaluated.items()}
     monitor_name = _monitor_name(monitor, names["val"]) if "val" in names else None
 
     if isinstance(save_every_minutes, bool) or not isinstance(save_every_minutes, (int, float)) or not (
@@ -185,8 +183,7 @@ def fit(
             expected="save_every_minutes=10 (minutes between checkpoints), or 0 for every epoch's end",
             received=describe(save_every_minutes), fix="pass save_every_minutes=10"))
     evaluations = [
-        _evaluation(eval_step, ds, name, chosen, batch_size_fn)  # type: ignore[arg-type]
-        for ds, name in ((test_ds, "test"), (val_ds, "val")) if ds is not None
+        _evaluation(eval_step, ds, n, chosen, batch_size_fn) for n, ds in evaluated.items()  # type: ignore[arg-type]
     ]
     ckpt = checkpoint(
         os.path.join(run_dir, "checkpoints"), keep=1,
@@ -204,10 +201,12 @@ def fit(
             tasks[evaluation] = evaluations
         tasks[clock or EpochEnds(epoch_steps, "save")] = [ckpt]
     else:  # ranked where the validation ran (model selection); elsewhere saved for resuming only
+
+        def save(loop: Any) -> None:  # kept by recency
+            loop.request_save(ckpt, None)
+
         tasks[evaluation] = [*evaluations, ckpt]
-        tasks[clock or EpochEnds(epoch_steps, "save", every=eval_freq, last=epochs, others=True)] = [
-            _unranked_save(ckpt)
-        ]
+        tasks[clock or EpochEnds(epoch_steps, "save", every=eval_freq, last=epochs, others=True)] = [save]
     writer = TensorBoardWriter(run_dir)
     callbacks: list[Any] = [write_to(writer, every=epoch_steps)]
     if progress:
@@ -375,15 +374,6 @@ def _check_eval_signature(eval_step: Any) -> None:
             expected="def eval_step(state, batch): ... (the state first, as Jax Fit's)",
             received=f"eval_step{inspect.signature(eval_step)}",
             fix="swap the two parameters: def eval_step(state, batch)"))
-
-
-def _unranked_save(ckpt: Any) -> Callable[[Any], None]:
-    """Saves through ``ckpt`` (for resuming) where no validation ran, kept by recency."""
-
-    def save(loop: Any) -> None:
-        loop.request_save(ckpt, None)
-
-    return save
 
 
 def _eval_names(eval_step: Any, state: Any, ds: Any, name: str, batch_size_fn: Any = None) -> list[str]:

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gyre.config import learning_rate_of
 from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
@@ -51,9 +52,14 @@ def _loss_pair(out: Any) -> tuple[Any, Mapping[str, Any]]:
 
 
 def make_train_step(loss_fn: Callable[..., Any], state: TrainState, strategy: Strategy | None = None) -> Any:
-    """fit's compiled training step ``(state, (x, y)) -> (logs, state)``, cached per loss, collections and strategy."""
+    """fit's compiled training step ``(state, (x, y)) -> (logs, state)``, cached per loss (a second fit
+    call must not trace it again), model collections, step argument, strategy and ``train=``."""
     strategy = None if strategy is None or plain_jit(strategy) else strategy
-    cached, key = _cache_of(loss_fn, state, strategy)
+    key = (tuple(state.model_state), _takes_step(loss_fn), strategy, model_takes_train(state.apply_fn))
+    try:
+        cached = _STEPS.setdefault(loss_fn, {})
+    except TypeError:  # not weakly referable: compiled per call
+        cached = {}
     if key not in cached:
         step = _train_step_fn(loss_fn, key[0], key[1], key[3])
         cached[key] = jax.jit(step, donate_argnums=0) if strategy is None else StrategyStep(step, strategy)
@@ -86,16 +92,6 @@ class StrategyStep:
             return run(state, batches)
 
         return fused
-
-
-def _cache_of(loss_fn: Any, state: TrainState, strategy: Strategy | None) -> tuple[dict[Any, Any], Any]:
-    """The compiled steps of ``loss_fn`` (one per model collections, step argument and
-    strategy: a second fit call must not trace it again), and this call's key."""
-    key = (tuple(state.model_state), _takes_step(loss_fn), strategy, model_takes_train(state.apply_fn))
-    try:
-        return _STEPS.setdefault(loss_fn, {}), key
-    except TypeError:  # not weakly referable: compiled per call
-        return {}, key
 
 
 def model_takes_train(apply_fn: Any) -> bool:
@@ -232,7 +228,7 @@ def _train_step_fn(
         for name, value in loss_dict.items():
             if name != "loss":
                 logs.add_loss(str(name), value)
-        rate = _learning_rate(new_state.opt_state)
+        rate = learning_rate_of(new_state.opt_state)
         if rate is not None:
             logs.add_metric("learning_rate", rate)
         return logs, new_state
@@ -269,9 +265,3 @@ def check_split(strategy: Strategy, train_ds: Any) -> None:
 
 
 _STEPS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
-
-
-def _learning_rate(opt_state: Any) -> Any:
-    from gyre.config._optim import learning_rate_of
-
-    return learning_rate_of(opt_state)
