@@ -34,8 +34,8 @@ from gyre.config._schema import TrainerConfig as TrainerConfig
 from gyre.config._schema import model_kind as model_kind
 from gyre.config._sections import RunLengthUnknown as RunLengthUnknown
 from gyre.config._sections import run_length as run_length
-from gyre.config._tool_configs import TensorboardConfig as TensorboardConfig
-from gyre.config._tool_configs import WandbConfig as WandbConfig
+from gyre.config._tools import TensorboardConfig as TensorboardConfig
+from gyre.config._tools import WandbConfig as WandbConfig
 from gyre.config._tools import build_tool_writer as build_tool_writer
 from gyre.config._transforms import Transform as Transform
 from gyre.config._transforms import WeightDecayTransform as WeightDecayTransform

@@ -40,22 +40,8 @@ from gyre.config._optim import optax_optimizer, unknown_optimizer
 from gyre.config._registry import REGISTRIES
 from gyre.config._schedules import build_schedule
 from gyre.config._sections import RunLengthUnknown
-from gyre.config._tool_configs import TensorboardConfig, WandbConfig
+from gyre.config._tools import TensorboardConfig, WandbConfig, tool_section, validate_tool_section
 from gyre.core._errors import describe, explain, suggest
-
-
-def validate_tool_section(section: Any, *, where: str = "trainer.logger.tool_config") -> dict[str, Any]:
-    """Checks a ``tool_config`` section against ``LOGGERS``; a ``log_dir`` key is an error (the
-    trainer's)."""
-    data = section_mapping(section, where)
-    if "log_dir" in data:
-        raise ConfigError(explain(
-            f"{where}.log_dir is not a key of a tool logger",
-            expected="the writer's folder from trainer.logger.log_dir (the run folder) or tool_config.save_dir",
-            received=f"log_dir: {describe(data['log_dir'])}",
-            fix=f"move it to trainer.logger.log_dir, or write it as {where}.save_dir"))
-    return check_section("loggers", data, where=where, extra_allowed=("log_dir",))
-
 
 # -- the top-level schema ---------------------------------------------------------------------
 
@@ -160,26 +146,6 @@ class LoggerConfig(_Section):
     @field_serializer("tool_config")
     def _tool_section(self, value: Any) -> dict[str, Any] | None:
         return None if value is None else dict(value)
-
-
-_TOOLS = {"tensorboard": "TensorboardToolLogger", "wandb": "WandBToolLogger", "mlflow": "MLflowToolLogger",
-          "csv": "CSVToolLogger"}
-
-
-def tool_section(tool: Any, project_name: Any, tool_config: Any, *, where: str) -> dict[str, Any]:
-    """The ``tool_config`` of jax_trainer's ``tool`` / ``project_name`` keys."""
-    name = _TOOLS.get(tool.lower()) if isinstance(tool, str) else None
-    if name is None or tool_config is not None:
-        raise ConfigError(explain(
-            f"{where}.tool must be one of {', '.join(['TensorBoard', 'WandB', 'MLflow', 'CSV'])}, without tool_config"
-            if tool_config is None else f"{where} has both tool and tool_config",
-            expected="tool: TensorBoard (jax_trainer's form), or tool_config: {class_name: TensorboardToolLogger, ...}",
-            received=f"tool: {describe(tool)}" + ("" if tool_config is None else f", tool_config: {describe(tool_config)}"),
-            fix="keep one of them" if tool_config is not None else "write tool: TensorBoard" + suggest(str(tool), ["TensorBoard", "WandB", "MLflow", "CSV"])))
-    section = {"class_name": name}
-    if name == "WandBToolLogger" and project_name is not None:
-        section["project"] = project_name
-    return section
 
 
 class _NamedSectionMeta(type(_Section)):  # type: ignore[misc]

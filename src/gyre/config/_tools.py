@@ -1,27 +1,142 @@
-"""Tool loggers: ``trainer.logger.tool_config`` sections built into gyre writers, under
-jax_trainer's names.
+"""Tool loggers: ``trainer.logger.tool_config`` sections (or the fork's typed
+:class:`TensorboardConfig` / :class:`WandbConfig`) built into gyre writers, under jax_trainer's names.
 
 Each writes into ``save_dir`` (default: a folder of the run) ``/name/version``, empty parts left
 out; ``version`` ``None`` with ``use_timestamp_version`` is the time now. ``log_dir`` is the
-trainer's, never the config's.
+trainer's, never the config's. Unlike the fork, an empty ``save_dir`` of a typed config means the
+run folder, and the timestamp version is local time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any, ClassVar, Literal
 
-from gyre.config._components import lookup
+from gyre.config._components import ConfigError, check_section, lookup, section_mapping
 from gyre.config._registry import register_logger
-from gyre.config._schema import validate_tool_section
-from gyre.config._tool_configs import timestamp
-from gyre.core._checks import path
+from gyre.core._checks import instance, path
+from gyre.core._errors import describe, explain, suggest
 from gyre.loggers._mlflow import MLflowWriter
 from gyre.loggers._plain_files import CSVWriter
 from gyre.loggers._tensorboard import TensorBoardWriter
 from gyre.loggers._wandb import WandbWriter
 from gyre.loggers._writer import Writer
+
+
+def timestamp() -> str:
+    """The version of a run left without one: the local time to the millisecond."""
+    return datetime.now().strftime("%Y%m%d_%H%M%S_%f")[:-3]
+
+
+@dataclasses.dataclass
+class _ToolConfig(Mapping):
+    """What both configs share: the folder, the version and the mapping view."""
+
+    class_name: ClassVar[str] = ""
+    save_dir: str = ""
+    version: str = ""
+    use_timestamp_version: bool = True
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            kinds, wanted, example = (
+                ((bool,), "bool", "False") if field.name == "use_timestamp_version"
+                else ((str, type(None)), "str or None", "'my_run'") if field.default is None
+                else ((str,), "str", "'my_run'"))
+            instance(getattr(self, field.name), field.name, kinds, expected=wanted,
+                     problem=f"{type(self).__name__}.{field.name} has the wrong type",
+                     fix=f"{type(self).__name__}({field.name}={example})")
+        if not self.version and self.use_timestamp_version:
+            self.version = timestamp()
+
+    def _section(self) -> dict[str, Any]:
+        keys = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {"class_name": self.class_name,
+                **{k: v for k, v in keys.items() if v is not None and not (k == "save_dir" and not v)}}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._section()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._section())
+
+    def __len__(self) -> int:
+        return len(self._section())
+
+
+@dataclasses.dataclass(eq=True)
+class TensorboardConfig(_ToolConfig):
+    """The ``TensorboardToolLogger`` section: event files in ``save_dir/name/version``.
+
+    Attributes:
+        save_dir: the folder (``""``: the run folder's ``tensorboard/``).
+        name: a subfolder (``""``: none).
+        version: the run's subfolder (``""`` with ``use_timestamp_version``: the time now).
+
+    Example:
+        >>> config = TensorboardConfig(save_dir="logs", version="run1")
+        >>> dict(config)
+        {'class_name': 'TensorboardToolLogger', 'save_dir': 'logs', 'version': 'run1', 'use_timestamp_version': True, 'name': ''}
+    """
+
+    class_name: ClassVar[str] = "TensorboardToolLogger"
+    name: str = ""
+
+
+@dataclasses.dataclass(eq=True)
+class WandbConfig(_ToolConfig):
+    """The ``WandBToolLogger`` section: a W&B run (offline unless ``WANDB_MODE`` says otherwise).
+
+    Attributes:
+        save_dir: where W&B writes its ``wandb/`` folder (``""``: the run folder).
+        version: the run's id (``""`` with ``use_timestamp_version``: the time now).
+        entity: the W&B team or user.
+
+    Example:
+        >>> WandbConfig(project="digits", version="1")["project"]
+        'digits'
+    """
+
+    class_name: ClassVar[str] = "WandBToolLogger"
+    name: str | None = None
+    project: str | None = None
+    entity: str | None = None
+
+
+def validate_tool_section(section: Any, *, where: str = "trainer.logger.tool_config") -> dict[str, Any]:
+    """Checks a ``tool_config`` section against ``LOGGERS``; a ``log_dir`` key is an error (the
+    trainer's)."""
+    data = section_mapping(section, where)
+    if "log_dir" in data:
+        raise ConfigError(explain(
+            f"{where}.log_dir is not a key of a tool logger",
+            expected="the writer's folder from trainer.logger.log_dir (the run folder) or tool_config.save_dir",
+            received=f"log_dir: {describe(data['log_dir'])}",
+            fix=f"move it to trainer.logger.log_dir, or write it as {where}.save_dir"))
+    return check_section("loggers", data, where=where, extra_allowed=("log_dir",))
+
+
+_TOOLS = {"tensorboard": "TensorboardToolLogger", "wandb": "WandBToolLogger", "mlflow": "MLflowToolLogger",
+          "csv": "CSVToolLogger"}
+
+
+def tool_section(tool: Any, project_name: Any, tool_config: Any, *, where: str) -> dict[str, Any]:
+    """The ``tool_config`` of jax_trainer's ``tool`` / ``project_name`` keys."""
+    name = _TOOLS.get(tool.lower()) if isinstance(tool, str) else None
+    if name is None or tool_config is not None:
+        raise ConfigError(explain(
+            f"{where}.tool must be one of {', '.join(['TensorBoard', 'WandB', 'MLflow', 'CSV'])}, without tool_config"
+            if tool_config is None else f"{where} has both tool and tool_config",
+            expected="tool: TensorBoard (jax_trainer's form), or tool_config: {class_name: TensorboardToolLogger, ...}",
+            received=f"tool: {describe(tool)}" + ("" if tool_config is None else f", tool_config: {describe(tool_config)}"),
+            fix="keep one of them" if tool_config is not None else "write tool: TensorBoard" + suggest(str(tool), ["TensorBoard", "WandB", "MLflow", "CSV"])))
+    section = {"class_name": name}
+    if name == "WandBToolLogger" and project_name is not None:
+        section["project"] = project_name
+    return section
 
 
 def _run_folder(log_dir: Any, who: str) -> str:

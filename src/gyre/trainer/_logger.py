@@ -18,8 +18,7 @@ import jax
 import numpy as np
 
 from gyre.config._schema import LoggerConfig
-from gyre.config._tool_configs import TensorboardConfig
-from gyre.config._tools import build_tool_writer
+from gyre.config._tools import TensorboardConfig, build_tool_writer
 from gyre.core._checks import instance
 from gyre.core._errors import describe, explain
 from gyre.trainer._epoch_files import EpochMetricFiles, write_json
