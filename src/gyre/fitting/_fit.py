@@ -161,7 +161,8 @@ def fit(
     if is_pair_of_arrays(test_ds) or is_pair_of_arrays(val_ds):  # Keras's validation_data=(x, y)
         rows = infer_batch_size(first_batch(train_ds), strict=False, default=0)
         test_ds, val_ds = eval_batches(test_ds, rows), eval_batches(val_ds, rows)
-    epochs = _check_arguments(state, num_epochs, eval_freq, test_ds, val_ds, eval_step, mode)
+    evaluated = {n: ds for n, ds in (("test", test_ds), ("val", val_ds)) if ds is not None}
+    epochs = _check_arguments(state, num_epochs, eval_freq, evaluated, eval_step, mode)
     _check_run_options(log_name, hparams)
     chosen = get_strategy(strategy)  # an unknown name: the registered ones, the closest first
     if not plain_jit(chosen):
@@ -171,7 +172,6 @@ def fit(
     run_dir = run_folder(log_dir, log_name, resume)
     if progress and resume is None and os.path.basename(run_dir) != log_name:
         print(f"gyre.fit: {log_name!r} holds an earlier run; this one is in {run_dir}")
-    evaluated = {n: ds for n, ds in (("test", test_ds), ("val", val_ds)) if ds is not None}
     names = {n: _eval_names(eval_step, state, ds, n, batch_size_fn) for n, ds in evaluated.items()}
     monitor_name = _monitor_name(monitor, names["val"]) if "val" in names else None
 
@@ -261,7 +261,7 @@ def _check_run_options(log_name: Any, hparams: Any) -> None:
 
 
 def _check_arguments(
-    state: Any, num_epochs: Any, eval_freq: Any, test_ds: Any, val_ds: Any, eval_step: Any, mode: Any
+    state: Any, num_epochs: Any, eval_freq: Any, evaluated: dict[str, Any], eval_step: Any, mode: Any
 ) -> int:
     if not isinstance(state, TrainState) or state.apply_fn is None or state.tx is None:
         missing = "a gyre.TrainState" if not isinstance(state, TrainState) else (
@@ -279,9 +279,8 @@ def _check_arguments(
            fix="pass mode='max' or mode='min'.")
     if eval_step is not None:
         _check_eval_signature(eval_step)
-    for ds, name in ((test_ds, "test_ds"), (val_ds, "val_ds")):
-        if ds is None:
-            continue
+    for split, ds in evaluated.items():
+        name = f"{split}_ds"
         refuse_sources(ds, name)
         if eval_step is None:
             raise ValueError(explain(
