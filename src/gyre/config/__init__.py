@@ -1,6 +1,8 @@
 """Typed configs: registries of components, the YAML schema, optimizer/schedule/transform builders."""
 
 from gyre.config._components import ConfigError as ConfigError
+from gyre.config._components import RunLengthUnknown as RunLengthUnknown
+from gyre.config._components import run_length as run_length
 from gyre.config._components import validate_component as validate_component
 from gyre.config._components import validate_nested as validate_nested
 from gyre.config._jax_trainer import from_jax_trainer as from_jax_trainer
@@ -32,8 +34,6 @@ from gyre.config._schema import Config as Config
 from gyre.config._schema import LoggerConfig as LoggerConfig
 from gyre.config._schema import TrainerConfig as TrainerConfig
 from gyre.config._schema import model_kind as model_kind
-from gyre.config._sections import RunLengthUnknown as RunLengthUnknown
-from gyre.config._sections import run_length as run_length
 from gyre.config._tools import TensorboardConfig as TensorboardConfig
 from gyre.config._tools import WandbConfig as WandbConfig
 from gyre.config._tools import build_tool_writer as build_tool_writer

@@ -15,11 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from gyre.config._components import to_dict
-from gyre.config._jax_trainer import as_mapping, from_jax_trainer, is_jax_trainer_section
-from gyre.config._registry import OPTIMIZERS
-from gyre.config._schedules import ScheduleConfig, build_schedule
-from gyre.config._sections import (
+from gyre.config._components import (
     at,
     call_section,
     check_keys,
@@ -29,8 +25,12 @@ from gyre.config._sections import (
     real,
     run_length,
     run_steps,
+    to_dict,
     whole,
 )
+from gyre.config._jax_trainer import as_mapping, from_jax_trainer, is_jax_trainer_section
+from gyre.config._registry import OPTIMIZERS
+from gyre.config._schedules import ScheduleConfig, build_schedule
 from gyre.config._transforms import (
     Transform,
     TransformsConfig,

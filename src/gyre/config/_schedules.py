@@ -16,8 +16,7 @@ from typing import Any
 import jax.numpy as jnp
 import optax
 
-from gyre.config._registry import SCHEDULES
-from gyre.config._sections import (
+from gyre.config._components import (
     at,
     call_section,
     class_name_of,
@@ -29,6 +28,7 @@ from gyre.config._sections import (
     who,
     whole,
 )
+from gyre.config._registry import SCHEDULES
 from gyre.core._errors import describe, explain
 from gyre.core._lr_schedule import phases, total_steps
 

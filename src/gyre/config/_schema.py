@@ -21,6 +21,7 @@ from pydantic import (
 
 from gyre.config._components import (
     ConfigError,
+    RunLengthUnknown,
     check_section,
     check_signature,
     each_section,
@@ -39,7 +40,6 @@ from gyre.config._jax_trainer import (
 from gyre.config._optim import optax_optimizer, unknown_optimizer
 from gyre.config._registry import REGISTRIES
 from gyre.config._schedules import build_schedule
-from gyre.config._sections import RunLengthUnknown
 from gyre.config._tools import TensorboardConfig, WandbConfig, tool_section, validate_tool_section
 from gyre.core._errors import describe, explain, suggest
 

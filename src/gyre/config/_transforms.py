@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Literal
 import jax
 import optax
 
+from gyre.config._components import call_section, class_name_of, flag, here, real, who
 from gyre.config._registry import TRANSFORMS, ConfigTyped
-from gyre.config._sections import call_section, class_name_of, flag, here, real, who
 from gyre.core._checks import choice, instance
 from gyre.core._errors import describe, explain
 

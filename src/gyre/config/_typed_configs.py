@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal, Union
 
 import optax
 
-from gyre.config._components import ConfigError, to_dict
+from gyre.config._components import ConfigError, check_keys, here, real, to_dict, whole
 from gyre.config._optim import SGD as _sgd
 from gyre.config._optim import AdamW as _adamw
 from gyre.config._optim import Lamb as _lamb
@@ -37,7 +37,6 @@ from gyre.config._schedules import ExponentialSchedule as _exponential
 from gyre.config._schedules import LinearSchedule as _linear
 from gyre.config._schedules import WarmupCosineDecaySchedule as _warmup_cosine
 from gyre.config._schedules import build_schedule, decayed_end
-from gyre.config._sections import check_keys, here, real, whole
 from gyre.config._transforms import DEFAULT_DECAY_REGEX, Transform
 from gyre.config._transforms import GradClipNorm as _clip_norm
 from gyre.config._transforms import GradClipValue as _clip_value
