@@ -156,15 +156,9 @@ class BaseScheduleConfig(TypedConfig):
     steps: int | None = None
 
     def __post_init__(self) -> None:
-        def base() -> None:
-            if self.init_value is not None:
-                real("init_value", self.init_value)
-            if self.end_value is not None:
-                real("end_value", self.end_value)
-            if self.steps is not None:
-                whole("steps", self.steps, minimum=0)
-
-        checked(base)
+        for key, check, bounds in (("init_value", real, {}), ("end_value", real, {}), ("steps", whole, {"minimum": 0})):
+            if getattr(self, key) is not None:
+                checked(check, key=key, value=getattr(self, key), **bounds)
         super().__post_init__()
 
     def derive(self, key: str, value: Any) -> None:
