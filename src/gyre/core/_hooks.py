@@ -74,8 +74,21 @@ def hook_name(key: Any) -> str | None:
     return SHORT_NAMES.get(name, name) if isinstance(name, str) else None
 
 
-#: One named point per name of ``ALL_HOOKS``, in its order.
-(on_train_begin, on_epoch_begin, on_reset_step, on_train_batch_begin, on_train_step, on_epoch_end,
- on_train_batch_end, on_train_end, on_test_begin, on_test_batch_begin, on_test_step, on_test_batch_end,
- on_test_end, on_predict_begin, on_predict_batch_begin, on_predict_step, on_predict_batch_end,
- on_predict_end) = map(NamedSchedule, ALL_HOOKS)
+on_train_begin = NamedSchedule("on_train_begin")
+on_epoch_begin = NamedSchedule("on_epoch_begin")
+on_reset_step = NamedSchedule("on_reset_step")
+on_train_batch_begin = NamedSchedule("on_train_batch_begin")
+on_train_step = NamedSchedule("on_train_step")
+on_epoch_end = NamedSchedule("on_epoch_end")
+on_train_batch_end = NamedSchedule("on_train_batch_end")
+on_train_end = NamedSchedule("on_train_end")
+on_test_begin = NamedSchedule("on_test_begin")
+on_test_batch_begin = NamedSchedule("on_test_batch_begin")
+on_test_step = NamedSchedule("on_test_step")
+on_test_batch_end = NamedSchedule("on_test_batch_end")
+on_test_end = NamedSchedule("on_test_end")
+on_predict_begin = NamedSchedule("on_predict_begin")
+on_predict_batch_begin = NamedSchedule("on_predict_batch_begin")
+on_predict_step = NamedSchedule("on_predict_step")
+on_predict_batch_end = NamedSchedule("on_predict_batch_end")
+on_predict_end = NamedSchedule("on_predict_end")
