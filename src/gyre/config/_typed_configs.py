@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import numbers
-import typing
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, Union
 
@@ -531,8 +530,12 @@ _EXAMPLES = {  # the generated schedule classes' examples (an optimizer's: learn
     "WarmupCosineDecaySchedule": "(peak_value=0.1, warmup_steps=2, decay_steps=8)",
 }
 
-ConstantSchedule, LinearSchedule, CosineSchedule, ExponentialSchedule, ConcatSchedule, WarmupCosineDecaySchedule = (
-    _component_class(ScheduleInterface, config) for config in typing.get_args(ScheduleConfigs))
+ConstantSchedule = _component_class(ScheduleInterface, ConstantScheduleConfig)
+LinearSchedule = _component_class(ScheduleInterface, LinearScheduleConfig)
+CosineSchedule = _component_class(ScheduleInterface, CosineScheduleConfig)
+ExponentialSchedule = _component_class(ScheduleInterface, ExponentialScheduleConfig)
+ConcatSchedule = _component_class(ScheduleInterface, ConcatScheduleConfig)
+WarmupCosineDecaySchedule = _component_class(ScheduleInterface, WarmupCosineDecayScheduleConfig)
 
 
 def _scheduler(rate: Any) -> Any:
