@@ -6,8 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gyre.trainer._metrics import MetricAccumulator
-from gyre.trainer._modes import MetricSpec, parse_metrics
+from gyre.trainer._metrics import MetricAccumulator, MetricSpec, parse_metrics
 from tests.trainer.test_metrics import metrics_of
 
 

@@ -4,8 +4,7 @@ item 2)."""
 import jax.numpy as jnp
 import pytest
 
-from gyre.trainer._metrics import ConcatCollector
-from gyre.trainer._modes import MetricSpec
+from gyre.trainer._metrics import ConcatCollector, MetricSpec
 
 
 def test_concat_collector():

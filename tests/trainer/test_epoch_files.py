@@ -13,8 +13,7 @@ import pytest
 
 import gyre
 from gyre.trainer._epoch_files import EpochMetricFiles
-from gyre.trainer._metrics import add_time, name_metrics, scalars_for_writers
-from gyre.trainer._modes import MetricSpec
+from gyre.trainer._metrics import MetricSpec, add_time, name_metrics, scalars_for_writers
 
 
 def read(path):

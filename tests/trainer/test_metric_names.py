@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from gyre.trainer._metrics import (
+    MetricSpec,
     add_time,
     logged_name,
     metric_names,
@@ -13,7 +14,6 @@ from gyre.trainer._metrics import (
     scalars_for_writers,
     time_name,
 )
-from gyre.trainer._modes import MetricSpec
 
 
 def test_names():

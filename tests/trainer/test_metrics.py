@@ -13,10 +13,10 @@ from gyre.trainer._metrics import (
     MetricAccumulator,
     add_time,
     name_metrics,
+    parse_metrics,
     scalars_for_writers,
     select_specs,
 )
-from gyre.trainer._modes import parse_metrics
 
 
 def metrics_of(v, n, k):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gyre.trainer._modes import LogFreq, LogMetricMode, LogMode, MetricSpec, parse_metrics
+from gyre.trainer._metrics import LogFreq, LogMetricMode, LogMode, MetricSpec, parse_metrics
 
 
 def test_enums_are_str_enums_found_by_name_in_any_case():

@@ -22,8 +22,7 @@ from gyre.config._tools import TensorboardConfig, build_tool_writer
 from gyre.core._checks import instance
 from gyre.core._errors import describe, explain
 from gyre.trainer._epoch_files import EpochMetricFiles, write_json
-from gyre.trainer._metric_dicts import get_metrics
-from gyre.trainer._modes import LogFreq
+from gyre.trainer._metrics import LogFreq, get_metrics
 from gyre.trainer._tool_logger import ToolLoggerInterface
 
 LOGGER = logging.getLogger(__name__)

@@ -1,14 +1,21 @@
-"""The trainer's metric modes on device: the names metrics are logged under (``train/<key>_step``,
-``train/<key>_epoch``, ``val/<key>``, ``test/<key>``; a key holding ``/`` is not prefixed, and
-``<phase>/time`` is reserved for the phase's seconds), the accumulator a compiled step carries
-(one monoid of :mod:`gyre.core.metrics` per non-CONCAT metric, packed in one flat device vector
-per dtype; MEAN weighs each step by its ``count``, else the batch size, the other modes weigh
-steps alike, and a ``count`` of 0 leaves a step out), and the host-side collector of the CONCAT
-values, which grow with the steps.
+"""jax_trainer's metric options and how they are logged.
+
+:func:`parse_metrics` reads a loss function's metrics dict: names to values or to ``{"value": v,
+"mode": ..., "log_freq": ..., "log_mode": ..., "count": ...}`` (defaults MEAN, ANY, ANY, no count;
+enum names in any case). The names metrics are logged under: ``train/<key>_step``,
+``train/<key>_epoch``, ``val/<key>``, ``test/<key>`` (a key holding ``/`` is not prefixed, and
+``<phase>/time`` is reserved for the phase's seconds). :class:`MetricAccumulator` is what a
+compiled step carries: one monoid of :mod:`gyre.core.metrics` per non-CONCAT metric, packed in one
+flat device vector per dtype; MEAN weighs each step by its ``count``, else the batch size, the
+other modes weigh steps alike, and a ``count`` of 0 leaves a step out. :class:`ConcatCollector`
+keeps the CONCAT values on the host. :func:`update_metrics` / :func:`get_metrics` are the kpoeppel
+fork's metric dicts (``<name>_step`` / ``<name>_epoch`` entries of running sums); unlike the fork,
+a MEAN with a ``count`` is a mean, a reset MAX / MIN starts empty, and STD is exact.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
 import numbers
@@ -20,10 +27,208 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from flax.core import FrozenDict, freeze, unfreeze
 
-from gyre.core._errors import ExplainedKeyError, describe, explain
+from gyre.core._checks import instance, scalar
+from gyre.core._errors import ExplainedKeyError, describe, explain, suggest
+from gyre.core._host import numeric_dtype
 from gyre.core.metrics import Last, Max, Mean, Metric, Min, Std, Sum
-from gyre.trainer._modes import LogFreq, LogMetricMode, LogMode, MetricSpec, is_numeric
+
+
+class _NamedEnum(enum.StrEnum):
+    """A str enum whose members are also found by their name in any case (``"Max"``)."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        if isinstance(value, str):
+            return cls.__members__.get(value.upper())
+        return None
+
+
+class LogMetricMode(_NamedEnum):
+    """How a metric's per-step values are reduced over an epoch (or a window of steps).
+
+    ``MEAN`` is weighted by the batch size or the metric's ``count``; ``SINGLE`` keeps the
+    last value; ``STD`` is the population deviation; ``CONCAT`` values go to callbacks only.
+
+    Example:
+        >>> LogMetricMode("max") is LogMetricMode.MAX is LogMetricMode("MAX")
+        True
+    """
+
+    MEAN = "mean"
+    SUM = "sum"
+    SINGLE = "single"
+    MAX = "max"
+    MIN = "min"
+    STD = "std"
+    CONCAT = "concat"
+
+
+class LogFreq(_NamedEnum):
+    """When a training metric is logged: every ``log_steps_every`` steps, at each epoch's end, or
+    both.
+
+    Example:
+        >>> LogFreq("epoch")
+        <LogFreq.EPOCH: 'epoch'>
+    """
+
+    STEP = "step"
+    EPOCH = "epoch"
+    ANY = "any"
+
+
+class LogMode(_NamedEnum):
+    """In which phases a metric is logged (``EVAL``: validation and test).
+
+    Example:
+        >>> [m.value for m in LogMode]
+        ['train', 'val', 'test', 'eval', 'any']
+    """
+
+    TRAIN = "train"
+    VAL = "val"
+    TEST = "test"
+    EVAL = "eval"
+    ANY = "any"
+
+
+#: the keys of a metric's options dict
+OPTIONS = ("value", "mode", "log_freq", "log_mode", "count")
+_ENUMS: dict[str, type[_NamedEnum]] = {"mode": LogMetricMode, "log_freq": LogFreq, "log_mode": LogMode}
+
+
+def _member(enum_cls: type[_NamedEnum], value: Any, *, problem: str, fix_example: str) -> Any:
+    """``value`` as a member of ``enum_cls`` (a member, or its name in any case)."""
+    if isinstance(value, enum_cls):
+        return value
+    if isinstance(value, str):
+        try:
+            return enum_cls(value)
+        except ValueError:
+            pass
+    names = [m.value for m in enum_cls]
+    hint = suggest(value.lower(), names) if isinstance(value, str) else ""
+    raise ValueError(explain(
+        problem + hint,
+        expected=f"a {enum_cls.__name__} or one of the names {', '.join(map(repr, names))}", received=describe(value),
+        fix=fix_example))
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A metric's key, reduction, frequency and phases (hashable; strings become the enums).
+
+    Example:
+        >>> spec = MetricSpec("acc", "max", log_mode="val")
+        >>> spec.mode, spec.log_freq, spec.log_mode
+        (<LogMetricMode.MAX: 'max'>, <LogFreq.ANY: 'any'>, <LogMode.VAL: 'val'>)
+        >>> hash(spec) == hash(MetricSpec("acc", LogMetricMode.MAX, LogFreq.ANY, LogMode.VAL))
+        True
+    """
+
+    name: str
+    mode: LogMetricMode = LogMetricMode.MEAN
+    log_freq: LogFreq = LogFreq.ANY
+    log_mode: LogMode = LogMode.ANY
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(explain(
+                "a metric's name must be a non-empty str",
+                expected="a name such as 'loss' or 'val/top5'", received=describe(self.name),
+                fix="name the metric with a str key in the metrics dict"))
+        for option, enum_cls in _ENUMS.items():
+            value = _member(
+                enum_cls, getattr(self, option),
+                problem=f"metric {self.name!r}: unknown {option} {getattr(self, option)!r}.",
+                fix_example=f"e.g. {option}={enum_cls.__name__}.{next(iter(enum_cls)).name}",
+            )
+            object.__setattr__(self, option, value)
+
+
+def is_numeric(value: Any) -> bool:
+    """A number or a numeric array (a tracer too): its dtype, never its contents."""
+    if isinstance(value, numbers.Real):  # bool, int, float, numpy real scalars
+        return True
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or not hasattr(value, "shape"):
+        return False
+    return numeric_dtype(dtype)
+
+
+def _bad_value(where: str, key: str, value: Any, what: str = "value") -> TypeError:
+    return TypeError(explain(
+        f"{where}: the {what} of metric {key!r} is not a number",
+        expected="a number or a 0-d numeric array"
+        if what == "count" else "a number or an array of numbers (bool, int or float)",
+        received=describe(value),
+        fix=f"return a number or an array for {key!r}, e.g. {{{key!r}: jnp.mean(x)}}"
+        if what == "value" else "pass the number of examples, e.g. 'count': batch_size"))
+
+
+def _options(where: str, key: str, entry: Mapping[Any, Any]) -> dict[str, Any]:
+    """The options dict of one metric, checked (keys only; values are checked by the caller)."""
+    for option in entry:
+        if option in OPTIONS:
+            continue
+        fix = "remove it" if not isinstance(option, str) else f"remove {option!r}"
+        if option == "value2":
+            fix = "remove 'value2': gyre's STD is exact from the values alone"
+        raise ValueError(explain(
+            f"{where}: metric {key!r} has an unknown option {option!r}."
+            + (suggest(option, OPTIONS) if isinstance(option, str) else ""),
+            expected=f"options among {', '.join(map(repr, OPTIONS))}",
+            received=f"the options {', '.join(map(repr, entry))}", fix=fix))
+    if "value" not in entry:
+        raise ValueError(explain(
+            f"{where}: metric {key!r} is an options dict without a 'value'",
+            expected="{'value': v, 'mode': ..., 'log_freq': ..., 'log_mode': ..., 'count': ...}"
+            " (every key but 'value' optional)",
+            received=f"the options {', '.join(map(repr, entry)) or '(none)'}",
+            fix=f"add the metric's value: {{{key!r}: {{'value': v, ...}}}}"))
+    return dict(entry)
+
+
+def parse_metrics(
+    out: Mapping[str, Any], *, where: str
+) -> tuple[dict[str, MetricSpec], dict[str, tuple[Any, Any | None]]]:
+    """``(specs, values)`` of a metrics dict, checked at trace time (types, dtypes, shapes only);
+    ``where`` names the dict's source."""
+    instance(out, "metrics", Mapping, problem=f"{where}: the metrics must be a dict",
+             expected="a dict from names to values or options dicts, e.g. {'acc': acc}", fix="return the metrics as a dict")
+    specs: dict[str, MetricSpec] = {}
+    values: dict[str, tuple[Any, Any | None]] = {}
+    for key, entry in out.items():
+        if not isinstance(key, str) or not key:
+            raise TypeError(explain(
+                f"{where}: a metric's name must be a non-empty str",
+                expected="str keys such as 'acc' or 'val/top5'", received=describe(key),
+                fix="name every metric with a str"))
+        options = _options(where, key, entry) if isinstance(entry, Mapping) else {"value": entry}
+        value, count = options["value"], options.get("count")
+        if not is_numeric(value):
+            raise _bad_value(where, key, value)
+        if count is not None:
+            if not is_numeric(count):
+                raise _bad_value(where, key, count, "count")
+            scalar(count, "count", problem=f"{where}: the count of metric {key!r} must be one number",
+                   expected="a number or a 0-d array: how many examples the value stands for",
+                   fix="pass the step's total weight, e.g. 'count': mask.sum()")
+        chosen = {}
+        for option, enum_cls in _ENUMS.items():
+            if option in options:
+                chosen[option] = _member(
+                    enum_cls, options[option],
+                    problem=f"{where}: metric {key!r} has an unknown {option} {options[option]!r}.",
+                    fix_example=f"e.g. {{{key!r}: {{'value': v, {option!r}: "
+                    f"{enum_cls.__name__}.{next(iter(enum_cls)).name}}}}}",
+                )
+        specs[key] = MetricSpec(key, **chosen)
+        values[key] = (value, count)
+    return specs, values
+
 
 PHASES = ("train", "val", "test")
 FREQS = ("step", "epoch")
@@ -448,3 +653,117 @@ def _rows(value: Any, stacked: bool) -> jax.Array:
     if value.ndim <= 1:
         return value
     return value.reshape((value.shape[0] * value.shape[1],) + value.shape[2:])
+
+
+_KEYS = ("value", "count", "mode")
+
+
+def _kept(spec: MetricSpec, train: bool) -> list[LogFreq]:
+    """The frequencies of the entries a metric feeds in this phase (evaluation: ``epoch``)."""
+    if not train:
+        return [] if spec.log_mode is LogMode.TRAIN else [LogFreq.EPOCH]
+    return [freq for freq in (LogFreq.STEP, LogFreq.EPOCH)
+            if spec.log_mode in PHASE_MODES["train"] and spec.log_freq in FREQ_MODES[freq.value]]
+
+
+def _fold(
+    entry: dict[str, Any] | None, spec: MetricSpec, freq: LogFreq, value: Any, count: Any, batch_size: Any
+) -> dict[str, Any]:
+    """``entry`` (of frequency ``freq``) with one step's ``value`` added under ``spec.mode``."""
+    mode = spec.mode
+    if mode is LogMetricMode.CONCAT:
+        raise ValueError(explain(
+            f"update_metrics: metric {spec.name!r} has mode CONCAT",
+            expected="MEAN, SUM, SINGLE, MAX, MIN or STD (the fork's modes)", received="LogMetricMode.CONCAT",
+            fix="log it through a TrainerModule, which keeps CONCAT metrics for callbacks"))
+    fresh = entry is None
+    entry = {"value": 0.0, "count": 0} if fresh else dict(entry)
+    if mode is LogMetricMode.MEAN:
+        weight = batch_size if count is None else count
+        entry["value"], entry["count"] = entry["value"] + value * weight, entry["count"] + weight
+    else:
+        if mode in (LogMetricMode.SUM, LogMetricMode.STD):
+            entry["value"] = entry["value"] + value
+        elif mode is LogMetricMode.SINGLE or fresh:
+            entry["value"] = value
+        else:
+            pick = jnp.maximum if mode is LogMetricMode.MAX else jnp.minimum
+            entry["value"] = jnp.where(jnp.asarray(entry["count"]) > 0, pick(entry["value"], value), value)
+        if mode is LogMetricMode.STD:
+            entry["value2"] = entry.get("value2", 0.0) + value * value
+        entry["count"] = entry["count"] + 1
+    entry.update(mode=mode, log_freq=freq, log_mode=spec.log_mode)
+    return entry
+
+
+def update_metrics(
+    global_metrics: Mapping[str, Any] | None, step_metrics: Mapping[str, Any], train: bool, batch_size: Any
+) -> FrozenDict:
+    """Folds one step's metrics (values or options dicts) into the running entries (jittable).
+
+    Args:
+        global_metrics: the entries so far (``None``: none yet).
+        train: a training step (``_step`` and ``_epoch`` entries) or an evaluation one (``_epoch``).
+        batch_size: MEAN's weight when a metric gives no ``count``.
+
+    Example:
+        >>> m = update_metrics(None, {"loss": 0.5}, train=True, batch_size=4)
+        >>> m = update_metrics(m, {"loss": 1.0}, train=True, batch_size=4)
+        >>> m["loss_epoch"]["value"], m["loss_epoch"]["count"]
+        (6.0, 8)
+    """
+    specs, values = parse_metrics(step_metrics, where="update_metrics: step_metrics")
+    entries = {} if global_metrics is None else dict(unfreeze(global_metrics))
+    for name, spec in specs.items():
+        value, count = values[name]
+        for freq in _kept(spec, bool(train)):
+            key = f"{name}_{freq.value}"
+            entries[key] = _fold(entries.get(key), spec, freq, value, count, batch_size)
+    return freeze(entries)
+
+
+def _monoid(key: str, entry: Any) -> Metric:
+    """The gyre monoid holding an entry's running sums (on the host)."""
+    if not isinstance(entry, Mapping) or any(k not in entry for k in _KEYS):
+        raise ValueError(explain(
+            f"get_metrics: entry {key!r} is not a metric entry",
+            expected="a dict with 'value', 'count' and 'mode' (as update_metrics makes them)",
+            received=describe(entry), fix="build the entries with update_metrics"))
+    mode = MetricSpec(key, entry["mode"]).mode
+    value, count = jnp.asarray(entry["value"], jnp.float32), jnp.asarray(entry["count"], jnp.float32)
+    if mode is LogMetricMode.MEAN:
+        return Mean(total=value, count=count)
+    if mode is LogMetricMode.SUM:
+        return Sum(value=value, count=count)
+    if mode is LogMetricMode.STD:
+        mean = value / jnp.maximum(count, 1.0)
+        m2 = jnp.maximum(jnp.asarray(entry.get("value2", 0.0), jnp.float32) - count * mean * mean, 0.0)
+        return Std(count=count, shift=jnp.zeros_like(mean), mean=mean, m2=m2)
+    return MONOIDS[mode](value=jnp.asarray(entry["value"]), count=count)
+
+
+def get_metrics(
+    global_metrics: Mapping[str, Any], log_freq: LogFreq = LogFreq.ANY, reset_metrics: bool = True
+) -> tuple[FrozenDict, dict[str, Any]]:
+    """``(entries, host)``: the ``log_freq`` entries reduced on the host by metric name, and reset
+    if ``reset_metrics``.
+
+    Example:
+        >>> m = update_metrics(None, {"acc": {"value": 0.5, "mode": "max"}}, True, 8)
+        >>> m, host = get_metrics(m, LogFreq.EPOCH)
+        >>> float(host["acc"]), m["acc_epoch"]["count"].tolist()
+        (0.5, 0)
+    """
+    freq = LogFreq(log_freq)
+    entries = dict(unfreeze(global_metrics)) if isinstance(global_metrics, FrozenDict) else dict(global_metrics)
+    chosen = [k for k, e in entries.items()
+              if freq is LogFreq.ANY or LogFreq(e.get("log_freq", LogFreq.ANY)) is freq]
+    host_entries = jax.device_get({k: entries[k] for k in chosen})  # one transfer
+    host = {k.rsplit("_", 1)[0]: np.asarray(_monoid(k, host_entries[k]).compute())[()] for k in chosen}
+    if reset_metrics:
+        for key in chosen:
+            entries[key] = {**entries[key], **{
+                field: jnp.zeros_like(entries[key][field]) for field in ("value", "count", "value2")
+                if field in entries[key]
+            }}
+    return freeze(entries), host

@@ -19,9 +19,8 @@ from gyre.engine._masked import MaskedBatches
 from gyre.engine._ring import arg_shapes
 from gyre.steps._update import train_update
 from gyre.trainer._augment import prepare
-from gyre.trainer._metrics import ConcatCollector, MetricAccumulator, metric_names
+from gyre.trainer._metrics import ConcatCollector, MetricAccumulator, metric_names, parse_metrics
 from gyre.trainer._model import NNX_REST
-from gyre.trainer._modes import parse_metrics
 
 EPOCH = "train_epoch_metrics"  # the epoch's accumulator, in TrainState.extras
 WINDOW = "train_window_metrics"  # the accumulator of the steps since the last step log
