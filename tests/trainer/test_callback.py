@@ -8,10 +8,16 @@ import pytest
 
 import gyre
 from gyre.config import CALLBACKS
-from gyre.trainer._callback import Callback, overrides_training_step
-from gyre.trainer._confusion import ConfusionMatrixCallback
-from gyre.trainer._monitors import GradientSpikeMonitor, LearningRateMonitor
-from gyre.trainer._utility_callbacks import DisableGC, EarlyStopping, JAXProfiler
+from gyre.trainer._callback import (
+    Callback,
+    ConfusionMatrixCallback,
+    DisableGC,
+    EarlyStopping,
+    GradientSpikeMonitor,
+    JAXProfiler,
+    LearningRateMonitor,
+    overrides_training_step,
+)
 
 from .fakes import FakeTrainer, drive
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.trainer._confusion import ConfusionMatrixCallback, _cell, _normalize, confusion_matrix
+from gyre.trainer._callback import ConfusionMatrixCallback, _cell, _normalize, confusion_matrix
 
 from ..loggers.readers import tensorboard_values
 from .fakes import FakeTrainer, RecordingWriter, drive

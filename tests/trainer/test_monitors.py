@@ -11,8 +11,8 @@ import pytest
 
 import gyre
 from gyre.core._errors import LoopWarning
-from gyre.trainer import _monitors
-from gyre.trainer._monitors import GradientSpikeMonitor, LearningRateMonitor
+from gyre.trainer import _callback as _monitors
+from gyre.trainer._callback import GradientSpikeMonitor, LearningRateMonitor
 
 from .fakes import FakeTrainer, RecordingWriter, drive
 

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from gyre.core._errors import LoopWarning
-from gyre.trainer._callback import Callback
-from gyre.trainer._utility_callbacks import DisableGC, EarlyStopping, JAXProfiler
+from gyre.trainer._callback import Callback, DisableGC, EarlyStopping, JAXProfiler
 
 from .fakes import FakeTrainer, drive
 

@@ -22,7 +22,15 @@ from gyre.trainer._augment import BasePreprocessingNNXConfig as BasePreprocessin
 from gyre.trainer._augment import GaussianNoise as GaussianNoise
 from gyre.trainer._augment import GaussianNoiseLinen as GaussianNoiseLinen
 from gyre.trainer._callback import Callback as Callback
+from gyre.trainer._callback import ConfusionMatrixCallback as ConfusionMatrixCallback
+from gyre.trainer._callback import DisableGC as DisableGC
+from gyre.trainer._callback import EarlyStopping as EarlyStopping
+from gyre.trainer._callback import GradientSpikeMonitor as GradientSpikeMonitor
+from gyre.trainer._callback import JAXProfiler as JAXProfiler
+from gyre.trainer._callback import LearningRateMonitor as LearningRateMonitor
+from gyre.trainer._callback import ModelCheckpoint as ModelCheckpoint
 from gyre.trainer._callback import TrainerView as TrainerView
+from gyre.trainer._callback import confusion_matrix as confusion_matrix
 from gyre.trainer._classifier import AugmentedImgClassifierTrainer as AugmentedImgClassifierTrainer
 from gyre.trainer._classifier import (
     AugmentedImgClassifierTrainerConfig as AugmentedImgClassifierTrainerConfig,
@@ -35,8 +43,6 @@ from gyre.trainer._classifier import SimpleClassifierLinen as SimpleClassifierLi
 from gyre.trainer._classifier import SimpleCNN as SimpleCNN
 from gyre.trainer._classifier import SimpleCNNLinen as SimpleCNNLinen
 from gyre.trainer._config import TrainerModuleConfig as TrainerModuleConfig
-from gyre.trainer._confusion import ConfusionMatrixCallback as ConfusionMatrixCallback
-from gyre.trainer._confusion import confusion_matrix as confusion_matrix
 from gyre.trainer._datasets import CIFAR10Config as CIFAR10Config
 from gyre.trainer._datasets import CIFAR10Dataset as CIFAR10Dataset
 from gyre.trainer._datasets import DatasetModule as DatasetModule
@@ -54,17 +60,11 @@ from gyre.trainer._metrics import MetricAccumulator as MetricAccumulator
 from gyre.trainer._metrics import MetricSpec as MetricSpec
 from gyre.trainer._metrics import get_metrics as get_metrics
 from gyre.trainer._metrics import update_metrics as update_metrics
-from gyre.trainer._model_checkpoint import ModelCheckpoint as ModelCheckpoint
 from gyre.trainer._module import TrainerModule as TrainerModule
-from gyre.trainer._monitors import GradientSpikeMonitor as GradientSpikeMonitor
-from gyre.trainer._monitors import LearningRateMonitor as LearningRateMonitor
 from gyre.trainer._named_params import count_parameters as count_parameters
 from gyre.trainer._named_params import module_named_params as module_named_params
 from gyre.trainer._setup import init_ddp_mesh as init_ddp_mesh
 from gyre.trainer._tool_logger import ToolLoggerInterface as ToolLoggerInterface
-from gyre.trainer._utility_callbacks import DisableGC as DisableGC
-from gyre.trainer._utility_callbacks import EarlyStopping as EarlyStopping
-from gyre.trainer._utility_callbacks import JAXProfiler as JAXProfiler
 
 __all__ = [
     "Augmentation", "AugmentationLinen", "CIFAR10Dataset", "Callback", "ConfusionMatrixCallback", "DigitsDataset", "DisableGC", "EarlyStopping", "EpochMetricFiles",

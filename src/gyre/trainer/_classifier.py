@@ -15,8 +15,8 @@ from pydantic import Field
 from gyre.config._registry import register_dataset, register_model, register_trainer
 from gyre.core._checks import whole
 from gyre.core._errors import describe, explain
+from gyre.trainer._callback import ConfusionMatrixCallback, confusion_matrix
 from gyre.trainer._config import TrainerModuleConfig
-from gyre.trainer._confusion import ConfusionMatrixCallback, confusion_matrix
 from gyre.trainer._module import TrainerModule
 
 #: a count of classes, units or layers (>= 1)

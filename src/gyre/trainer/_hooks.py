@@ -167,7 +167,7 @@ class TrainingRun:
 
     def state_dict(self) -> dict[str, Any]:
         """The trainer's callbacks' states, by their position and class."""
-        from gyre.trainer._model_checkpoint import stored_config
+        from gyre.trainer._callback import stored_config
 
         if self._config is None:
             self._config = stored_config(self.trainer)

@@ -569,7 +569,7 @@ class TrainerModule:
 
         Example: see ``tests/trainer/test_trainer.py`` (it needs a trained run).
         """
-        from gyre.trainer._model_checkpoint import find_checkpoint, read_model
+        from gyre.trainer._callback import find_checkpoint, read_model
 
         given = {k: v for k, v in (("model", model), ("optimizer", optimizer)) if v is not None}
         trainer, store, step, exmp_input = find_checkpoint(cls, path, exmp_batch=exmp_batch, **given)

@@ -49,7 +49,7 @@ def best_test_metrics(trainer: Any, test_loader: Any, epoch: int) -> dict[str, A
     """The test metrics of the best checkpoint by the monitored validation metric (the
     final model when no ModelCheckpoint ranks them, with a warning when one saved none):
     never chosen on the test set."""
-    from gyre.trainer._model_checkpoint import ModelCheckpoint
+    from gyre.trainer._callback import ModelCheckpoint
 
     final = trainer.state
     checkpoints = [cb for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint)]
@@ -72,7 +72,7 @@ def store_config(trainer: Any, cached: tuple[str, str] | None) -> tuple[str, str
 
     from gyre.config import dump_config
     from gyre.config._yaml import warn_changed_settings
-    from gyre.trainer._model_checkpoint import stored_config
+    from gyre.trainer._callback import stored_config
 
     stored = stored_config(trainer)
     key = json.dumps(stored, default=repr)  # (a snapshot: the model's settings may be changed in place)
