@@ -218,7 +218,7 @@ def test_the_augmented_trainer_is_built_from_its_config_section(tmp_path):
 import jax  # noqa: E402
 
 from gyre.trainer import GaussianNoiseLinen  # noqa: E402
-from gyre.trainer._augment import _takes_rng, augment_linen  # noqa: E402
+from gyre.trainer._model import _takes_rng, augment_linen  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -266,7 +266,7 @@ def test_only_an_augment_taking_rng_is_given_it():
 def test_the_forward_module_of_an_augmentation_wrapper_is_the_model_it_wraps():
     from flax import linen
 
-    from gyre.trainer._augment import AugmentationLinen, forward_module
+    from gyre.trainer._model import AugmentationLinen, forward_module
 
     dense = linen.Dense(1)
     assert forward_module(AugmentationLinen(wrapped_model=dense)) is dense

@@ -12,7 +12,7 @@ from flax import linen, nnx
 
 from gyre.config import MODELS, ConfigError, TrainerConfig, validate_component
 from gyre.trainer import BaseModelLinen, BaseModelNNX
-from gyre.trainer._interfaces import built_from_config
+from gyre.trainer._model import built_from_config
 from gyre.trainer._setup import build_model
 
 
@@ -131,7 +131,7 @@ def test_flax_transforms_of_a_registered_linen_model_register_nothing():
 def test_a_registered_factory_is_built_from_its_config_keys_and_what_the_trainer_supplies():
     from flax import nnx
 
-    from gyre.trainer._interfaces import build_registered
+    from gyre.trainer._model import build_registered
 
     layer = build_registered(nnx.Linear, {"in_features": 2, "out_features": 3}, rngs=nnx.Rngs(0))
     assert layer.kernel.shape == (2, 3)

@@ -1,16 +1,446 @@
-"""The trainer's two model modes over the adapters of :mod:`gyre.frameworks`. An nnx module's
-non-parameter state (batch statistics, rng counters) lives in ``model_state[NNX_REST]``; a
-linen module's other collections in ``model_state``, its step key ``fold_in(rng, step)``.
+"""The trainer's models. The kpoeppel fork's model bases (``BaseModelNNX``, ``BaseModelLinen``):
+defining a subclass registers it in :data:`gyre.config.MODELS` with its dataclass config
+(``config_class``, a ``config`` annotation, or its ``__init__``'s), so ``model: {class_name:
+MyModel, ...}`` builds ``MyModel(MyModelConfig(**keys))``; a subclass named as a built-in model
+takes the name, warned. Augmentation and preprocessing inside the compiled step, as the fork does
+them on ``(inputs, targets)`` pairs: an augmentation wraps the model and changes each training
+batch; a preprocessing module changes every batch; a linen augmentation holds no variables: its
+wrapped model is initialised and run alone, as in the fork. The two model modes over the adapters
+of :mod:`gyre.frameworks`: an nnx module's non-parameter state (batch statistics, rng counters)
+lives in ``model_state[NNX_REST]``; a linen module's other collections in ``model_state``, its
+step key ``fold_in(rng, step)``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import inspect
+import typing
+import warnings
+from typing import Any, ClassVar
 
 import jax
+import jax.numpy as jnp
+from flax import linen, nnx
 
+from gyre.config._registry import MODELS, ConfigTyped, register_model
+from gyre.core._checks import real
 from gyre.core._errors import describe, explain
 from gyre.frameworks._adapters import LinenAdapter, adapt, framework_of, init_linen
+
+_REPLACED = ("the model name {name!r} was gyre's built-in {old}; it now builds {new} (a config's "
+             "class_name: {name} names yours). Rename your class to keep both.")
+
+
+def _annotation(owner: Any, annotations: dict[str, Any]) -> Any:
+    try:
+        return typing.get_type_hints(owner).get("config")
+    except Exception:  # noqa: BLE001 (a forward reference: refused below as not a class)
+        return annotations["config"]
+
+
+def _own_config_class(cls: type) -> type | None:
+    """The config class a subclass defines itself, or ``None`` (a base, or a class flax derives)."""
+    init = vars(cls).get("__init__")
+    if vars(cls).get("config_class") is not None:
+        found = vars(cls)["config_class"]
+    elif "config" in vars(cls).get("__annotations__", {}):
+        found = _annotation(cls, vars(cls)["__annotations__"])
+    elif "config" in getattr(init, "__annotations__", {}):
+        found = _annotation(init, init.__annotations__)
+        if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
+            return None  # config: Any (a base's own __init__) names no config class
+    else:
+        return None
+    if any(vars(base).get("config_class") is found for base in cls.__mro__[1:]):
+        return None  # a copy of a registered class (flax's nn.vmap, nn.remat): its config is the original's
+    if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
+        raise TypeError(explain(
+            f"the model {cls.__name__}'s config must be a dataclass",
+            expected="config_class = MyModelConfig (or config: MyModelConfig), a @dataclass of the model's keys",
+            received=describe(found),
+            fix=f"decorate the config class with @dataclasses.dataclass and set config_class = it (an "
+            f"annotation that is a string cannot always be resolved), or derive {cls.__name__} from "
+            "nnx.Module / linen.Module and register it with @gyre.config.register_model"))
+    return found
+
+
+def _register(cls: type) -> None:
+    config = _own_config_class(cls)
+    if config is None:
+        return
+    name = cls.__name__
+    old = MODELS.get(name) if name in MODELS else None
+    replace = old is not None and getattr(old, "__module__", "").startswith("gyre.")
+    if replace and old is not cls:
+        warnings.warn(_REPLACED.format(name=name, old=f"{old.__module__}.{old.__qualname__}",
+                                       new=f"{cls.__module__}.{cls.__qualname__}"), stacklevel=3)
+    MODELS.register(name, replace=replace)(cls)
+    config.class_name = name  # type: ignore[attr-defined]
+    cls.config_class = config  # type: ignore[attr-defined]
+    cls.__wrapped__ = config  # type: ignore[attr-defined]  # a section's keys: the config's fields
+
+
+class ModelBase(ConfigTyped):
+    """The metaclass of the fork's bases: ``cfgtype`` joins the registered subclasses' configs."""
+
+    def typed_configs(cls) -> list[type]:
+        found = []
+        for name in MODELS:
+            model = MODELS.get(name)
+            if isinstance(model, type) and issubclass(model, cls):
+                config = vars(model).get("config_class")
+                if config is not None and config not in found:
+                    found.append(config)
+        return found
+
+
+class NNXBase(type(nnx.Module), ModelBase):  # type: ignore[misc]
+    """:class:`ModelBase` for nnx modules (with nnx's own metaclass)."""
+
+
+class RegistersSubclasses:
+    """The mixin of the fork's bases: defining a subclass registers it with its typed config."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register(cls)
+
+
+class BaseModelNNX(RegistersSubclasses, nnx.Module, metaclass=NNXBase):
+    """The base of an nnx model built from its typed config: ``Model(config, rngs=...)``.
+
+    Example:
+        >>> import dataclasses
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> @dataclasses.dataclass
+        ... class TinyNetConfig:
+        ...     features: int = 2
+        >>> class TinyNet(BaseModelNNX):
+        ...     config_class = TinyNetConfig
+        ...     def __init__(self, config: TinyNetConfig, rngs: nnx.Rngs):
+        ...         super().__init__(config)
+        ...         self.dense = nnx.Linear(3, config.features, rngs=rngs)
+        ...     def __call__(self, x, train=True):
+        ...         return self.dense(x)
+        >>> TinyNetConfig.class_name, TinyNet.cfgtype is TinyNetConfig or TinyNetConfig in TinyNet.cfgtype.__args__
+        ('TinyNet', True)
+        >>> TinyNet(TinyNetConfig(4), rngs=nnx.Rngs(0))(jnp.ones((1, 3))).shape
+        (1, 4)
+    """
+
+    config_class: ClassVar[type | None] = None
+
+    def __init__(self, config: Any, **kwargs: Any) -> None:
+        self.config = config
+
+
+class BaseModelLinen(RegistersSubclasses, linen.Module, metaclass=ModelBase):
+    """The base of a linen model built from its typed config, a ``config`` field of the model's
+    dataclass.
+
+    Example:
+        >>> import dataclasses
+        >>> import jax, jax.numpy as jnp
+        >>> from flax import linen
+        >>> @dataclasses.dataclass
+        ... class TinyLinenConfig:
+        ...     features: int = 2
+        >>> class TinyLinen(BaseModelLinen):
+        ...     config_class = TinyLinenConfig  # or the annotation alone, where it is not a string
+        ...     config: TinyLinenConfig
+        ...     @linen.compact
+        ...     def __call__(self, x, train=True):
+        ...         return linen.Dense(self.config.features)(x)
+        >>> model = TinyLinen(TinyLinenConfig(4))
+        >>> TinyLinenConfig.class_name, model.init(jax.random.key(0), jnp.ones((1, 3)))["params"]["Dense_0"]["kernel"].shape
+        ('TinyLinen', (3, 4))
+    """
+
+
+def built_from_config(factory: Any) -> bool:
+    """Whether a registered model is built from its typed config (it subclasses a fork's base)."""
+    return isinstance(factory, type) and issubclass(factory, RegistersSubclasses)
+
+
+def build_registered(factory: Any, keys: dict[str, Any], **supplied: Any) -> Any:
+    """``Model(Config(**keys), **supplied)`` for the fork's bases, else
+    ``factory(**keys, **supplied)``."""
+    if not built_from_config(factory):
+        return factory(**keys, **supplied)
+    config = factory.config_class(**keys)
+    if issubclass(factory, linen.Module):
+        return factory(config=config, **supplied)
+    return factory(config, **supplied)
+
+
+AUGMENTATION_STREAM = 7  # the constant a linen augmentation's key is folded with
+
+
+class Augmentation(nnx.Module):
+    """The base of an nnx augmentation: calls go to ``wrapped_model``; subclasses override
+    :meth:`augment`.
+
+    ``rngs`` gets an ``augmentation`` stream seeded by ``trainer.augmentation_seed``; draw
+    from ``self.rngs.augmentation()``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> aug = Augmentation(wrapped_model=nnx.Linear(2, 1, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(0))
+        >>> aug(jnp.ones((3, 2))).shape, aug.augment((1, 2))
+        ((3, 1), (1, 2))
+    """
+
+    def __init__(self, wrapped_model: nnx.Module, *, rngs: nnx.Rngs) -> None:
+        self.wrapped_model = wrapped_model
+        self.rngs = rngs
+
+    def augment(self, batch: Any) -> Any:
+        """The training batch (an ``(inputs, targets)`` pair), augmented; by default as it is."""
+        return batch
+
+    def __call__(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.wrapped_model(x, *args, **kwargs)
+
+
+class AugmentationLinen(linen.Module):
+    """The base of a linen augmentation; :meth:`augment` draws from
+    ``self.make_rng("augmentation")``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from flax import linen
+        >>> aug = AugmentationLinen(wrapped_model=linen.Dense(1))
+        >>> aug.apply(aug.init(jax.random.key(0), jnp.ones((3, 2))), jnp.ones((3, 2))).shape
+        (3, 1)
+    """
+
+    wrapped_model: linen.Module
+
+    def augment(self, batch: Any) -> Any:
+        """The training batch (an ``(inputs, targets)`` pair), augmented; by default as it is."""
+        return batch
+
+    def __call__(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.wrapped_model(x, *args, **kwargs)
+
+
+def _scale(value: Any, who: str) -> float:
+    """A noise deviation: a finite float >= 0 (a YAML string such as ``"1e-2"`` too)."""
+    return real(value, f"{who}'s scale", minimum=0.0, text=True, fix="write scale: 0.1 (the noise's standard deviation)")
+
+
+@register_model
+class GaussianNoise(Augmentation):
+    """Adds Gaussian noise of deviation ``scale`` to the inputs of each training batch.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> aug = GaussianNoise(scale=0.5, wrapped_model=nnx.Linear(2, 1, rngs=nnx.Rngs(0)),
+        ...                     rngs=nnx.Rngs(0, augmentation=1))
+        >>> x, y = aug.augment((jnp.zeros((4, 2)), jnp.arange(4)))
+        >>> bool(jnp.all(x != 0)), y.tolist()
+        (True, [0, 1, 2, 3])
+    """
+
+    def __init__(self, scale: float = 0.1, *, wrapped_model: nnx.Module, rngs: nnx.Rngs) -> None:
+        super().__init__(wrapped_model, rngs=rngs)
+        self.scale = _scale(scale, "GaussianNoise")
+
+    def augment(self, batch: Any) -> Any:
+        x, y = batch
+        return x + self.scale * jax.random.normal(self.rngs.augmentation(), jnp.shape(x), jnp.result_type(x)), y
+
+
+@register_model
+class GaussianNoiseLinen(AugmentationLinen):
+    """:class:`GaussianNoise` for linen models.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from flax import linen
+        >>> aug = GaussianNoiseLinen(wrapped_model=linen.Dense(1), scale=0.5)
+        >>> x, _ = aug.apply({}, (jnp.zeros((4, 2)), None), method="augment", rngs={"augmentation": jax.random.key(0)})
+        >>> bool(jnp.all(x != 0))
+        True
+    """
+
+    scale: float = 0.1
+
+    def __post_init__(self) -> None:
+        _scale(self.scale, "GaussianNoiseLinen")
+        super().__post_init__()
+
+    def augment(self, batch: Any) -> Any:
+        x, y = batch
+        return x + self.scale * jax.random.normal(self.make_rng("augmentation"), jnp.shape(x), jnp.result_type(x)), y
+
+
+# -- the kpoeppel fork's bases (jax_trainer.interfaces): subclasses registered with their
+# typed configs, built as Module(Config(**keys), ...) (gyre.trainer._model)
+
+
+@dataclasses.dataclass
+class BaseAugmentationNNXConfig:
+    """The base of an augmentation's typed config; ``class_name`` is set when its augmentation is
+    defined (example: :class:`BaseAugmentationNNX`)."""
+
+    class_name: ClassVar[str | None] = None
+
+
+@dataclasses.dataclass
+class BaseAugmentationLinenConfig(BaseAugmentationNNXConfig):
+    """:class:`BaseAugmentationNNXConfig` for linen augmentations (example: :class:`BaseAugmentationLinen`)."""
+
+
+@dataclasses.dataclass
+class BasePreprocessingNNXConfig:
+    """The base of a preprocessing's typed config (example: :class:`BasePreprocessingNNX`)."""
+
+    class_name: ClassVar[str | None] = None
+
+
+@dataclasses.dataclass
+class BasePreprocessingLinenConfig(BasePreprocessingNNXConfig):
+    """:class:`BasePreprocessingNNXConfig` for linen preprocessing (example: :class:`BasePreprocessingLinen`)."""
+
+
+class BaseAugmentationNNX(RegistersSubclasses, Augmentation, metaclass=NNXBase):
+    """An nnx :class:`Augmentation` built from its typed config:
+    ``Aug(config, wrapped_model=..., rngs=...)``.
+
+    A subclass names its config (``config_class`` or a ``config`` annotation) and is registered.
+
+    Example:
+        >>> import dataclasses, jax.numpy as jnp
+        >>> from flax import nnx
+        >>> @dataclasses.dataclass
+        ... class ShiftConfig(BaseAugmentationNNXConfig):
+        ...     by: float = 1.0
+        >>> class Shift(BaseAugmentationNNX):
+        ...     config_class = ShiftConfig
+        ...     def augment(self, batch):
+        ...         return batch[0] + self.config.by, batch[1]
+        >>> aug = Shift(ShiftConfig(2.0), wrapped_model=nnx.Linear(1, 1, rngs=nnx.Rngs(0)))
+        >>> ShiftConfig.class_name, aug.augment((jnp.zeros(2), None))[0].tolist()
+        ('Shift', [2.0, 2.0])
+    """
+
+    def __init__(self, config: Any, wrapped_model: nnx.Module, rngs: nnx.Rngs | None = None, **kwargs: Any) -> None:
+        self.config = config
+        self.wrapped_model = wrapped_model
+        if rngs is not None:
+            self.rngs = rngs
+
+
+class BaseAugmentationLinen(RegistersSubclasses, AugmentationLinen, metaclass=ModelBase):
+    """A linen :class:`AugmentationLinen` built from its typed config; a subclass declares
+    ``config: MyConfig``.
+
+    Example:
+        >>> import dataclasses
+        >>> from flax import linen
+        >>> @dataclasses.dataclass
+        ... class FlipConfig(BaseAugmentationLinenConfig):
+        ...     axis: int = 1
+        >>> class Flip(BaseAugmentationLinen):
+        ...     config_class = FlipConfig  # the annotation alone, where it is not a string
+        ...     config: FlipConfig
+        ...     def augment(self, batch):
+        ...         return batch
+        >>> FlipConfig.class_name, Flip(config=FlipConfig(), wrapped_model=linen.Dense(1)).config.axis
+        ('Flip', 1)
+    """
+
+
+class BasePreprocessingNNX(RegistersSubclasses, nnx.Module, metaclass=NNXBase):
+    """An nnx preprocessing built from its typed config; ``preprocess(batch)`` changes every batch.
+
+    Example:
+        >>> import dataclasses
+        >>> @dataclasses.dataclass
+        ... class ScaleConfig(BasePreprocessingNNXConfig):
+        ...     factor: float = 2.0
+        >>> class Scale(BasePreprocessingNNX):
+        ...     config_class = ScaleConfig
+        ...     def preprocess(self, batch):
+        ...         return batch[0] * self.config.factor, batch[1]
+        >>> Scale(ScaleConfig()).preprocess((1.5, 0))
+        (3.0, 0)
+    """
+
+    def __init__(self, config: Any, **kwargs: Any) -> None:
+        self.config = config
+
+    def preprocess(self, batch: Any) -> Any:
+        """The batch (an ``(inputs, targets)`` pair), preprocessed; by default as it is."""
+        return batch
+
+
+class BasePreprocessingLinen(RegistersSubclasses, linen.Module, metaclass=ModelBase):
+    """A linen preprocessing built from its typed config; a subclass declares ``config: MyConfig``.
+
+    Example:
+        >>> import dataclasses
+        >>> @dataclasses.dataclass
+        ... class KeepConfig(BasePreprocessingLinenConfig):
+        ...     pass
+        >>> class Keep(BasePreprocessingLinen):
+        ...     config_class = KeepConfig
+        ...     config: KeepConfig
+        >>> Keep(config=KeepConfig()).preprocess((1, 2))
+        (1, 2)
+    """
+
+    def preprocess(self, batch: Any) -> Any:
+        """The batch (an ``(inputs, targets)`` pair), preprocessed; by default as it is."""
+        return batch
+
+    def __call__(self, batch: Any) -> Any:
+        return batch
+
+
+def forward_module(model: Any) -> Any:
+    """The linen module a trainer runs: a linen augmentation's wrapped model, else ``model``."""
+    return model.wrapped_model if isinstance(model, AugmentationLinen) else model
+
+
+def _takes_rng(method: Any) -> bool:
+    """Whether a linen ``augment`` takes the fork's ``rng=`` keyword (named, or ``**kwargs``)."""
+    try:
+        params = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any((p.name == "rng" and p.kind is not p.POSITIONAL_ONLY) or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def augment_linen(module: Any, params: Any, pair: Any, key: jax.Array) -> Any:
+    """``module.augment(pair)``, ``key`` its ``augmentation`` stream (and ``rng=`` if taken)."""
+    kwargs = {"rng": {"augmentation": key}} if _takes_rng(type(module).augment) else {}
+    return module.apply({"params": params}, pair, method="augment", rngs={"augmentation": key}, **kwargs)
+
+
+def prepare(trainer: Any, model: Any, params: Any, batch: Any, rng: jax.Array, *, train: bool) -> Any:
+    """The batch the loss function gets: preprocessed, and augmented in training."""
+    config = trainer.config
+    augmenting = train and getattr(config, "augmentation", None) is not None
+    pre = trainer.preprocessing
+    if pre is None and not augmenting:
+        return batch
+    pair = (trainer.batch_to_input(batch), trainer.batch_to_target(batch))
+    if pre is not None:
+        pair = pre.preprocess(pair) if isinstance(pre, nnx.Module) else pre.apply({}, pair, method="preprocess")
+    if augmenting:
+        if model is not None:
+            pair = model.augment(pair)
+        else:
+            key = jax.random.fold_in(rng, AUGMENTATION_STREAM)
+            pair = augment_linen(trainer.model, params, pair, key)
+    return pair
+
 
 NNX_REST = "nnx"  # the key of the nnx model's non-parameter state in TrainState.model_state
 _FLAGS = ("train",)  # jax_trainer's name of the training flag
@@ -32,8 +462,6 @@ def model_mode_of(model: Any) -> str:
 def lazy_init_nnx(module: Any, exmp_input: Any) -> bool:
     """Initialises a module's uninitialised ``nnx.bridge.ToNNX`` layers by one call on
     ``exmp_input``; ``True`` if any."""
-    from flax import nnx
-
     pending = [
         node for _, node in nnx.iter_graph(module)
         if isinstance(node, nnx.bridge.ToNNX) and not any(isinstance(v, nnx.Variable) for v in vars(node).values())
@@ -65,16 +493,12 @@ class NNXModel:
 
     def _split(self, module: Any) -> tuple[Any, Any]:
         """The module's parameters and the rest of its state, left in training mode."""
-        from flax import nnx
-
         module.train()
         return nnx.split(module, nnx.Param, ...)[1:]
 
     @staticmethod
     def _state(template: Any, pure: Any) -> Any:
         """An nnx ``State`` shaped as ``template`` holding ``pure``'s values."""
-        from flax import nnx
-
         state = jax.tree.map(lambda x: x, template)
         nnx.replace_by_pure_dict(state, pure)
         return state
@@ -90,14 +514,10 @@ class NNXModel:
 
     def rest_of(self, module: Any) -> Any:
         """What a merged module holds besides its parameters, as a plain dict."""
-        from flax import nnx
-
         return nnx.split(module, nnx.Param, ...)[2].to_pure_dict()
 
     def update_module(self, params: Any, rest: Any) -> Any:
         """Writes trained states back into the user's module object and returns it."""
-        from flax import nnx
-
         nnx.update(self.module, self._state(self._params, params), self._state(self._rest, rest))
         return self.module
 

@@ -20,7 +20,6 @@ from gyre.core._train_state import TrainState
 from gyre.engine._epochs import first_batch, training_data
 from gyre.trainer import _setup as setup
 from gyre.trainer import _training as training
-from gyre.trainer._augment import forward_module, wrap_model
 from gyre.trainer._checks import check_batch, check_user_methods
 from gyre.trainer._config import TrainerModuleConfig
 from gyre.trainer._epoch_files import EpochMetricFiles
@@ -28,7 +27,14 @@ from gyre.trainer._hooks import TrainingRun
 from gyre.trainer._inspection import count_params, write_tabulation
 from gyre.trainer._media import figure_image, write_embedding
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
-from gyre.trainer._model import NNX_REST, LinenModel, NNXModel, lazy_init_nnx, model_mode_of
+from gyre.trainer._model import (
+    NNX_REST,
+    LinenModel,
+    NNXModel,
+    forward_module,
+    lazy_init_nnx,
+    model_mode_of,
+)
 from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder
 
 INPUT_KEYS = ("input", "inputs", "x", "image", "images")
@@ -149,7 +155,7 @@ class TrainerModule:
                 received=f"model_mode={self.config.model_mode!r}, model {type(self.model).__name__}",
                 fix=f"set trainer.model_mode: {mode}"))
         self.model_mode = mode
-        self.model, self.preprocessing = wrap_model(self.config, self.model, mode)
+        self.model, self.preprocessing = setup.wrap_model(self.config, self.model, mode)
         check_user_methods(self, TrainerModule, mode)
         # a linen augmentation is initialised and run as the fork does: its wrapped model
         # alone (the fork's apply_fn), the augmentation's own __call__ never called

@@ -7,9 +7,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from flax import nnx
+
 from gyre.config._jax_trainer import jax_trainer_component
 from gyre.core._checks import instance
 from gyre.core._errors import describe, explain
+from gyre.trainer._model import build_registered
 
 LOGGER_KEYS = ("log_dir", "log_steps_every", "tool_config", "log_file_verbosity")
 
@@ -67,10 +70,7 @@ def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
             received="neither",
             fix="TrainerModule(model=MyModel(rngs=nnx.Rngs(0)), optimizer=optax.adam(1e-3)), or a "
             "config with model: {class_name: MyModel, ...}"))
-    from flax import nnx
-
     from gyre.config import model_kind
-    from gyre.trainer._interfaces import build_registered
 
     section = jax_trainer_component(dict(section), "model")  # jax_trainer's name + hparams
     factory, kwargs = component("models", section, "model", ("rngs",))
@@ -79,6 +79,37 @@ def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
     if (model_kind(section["class_name"]) or config.model_mode) == "nnx":
         return build_registered(factory, kwargs, rngs=nnx.Rngs(config.seed))
     return build_registered(factory, kwargs)
+
+
+def _section(config: Any, key: str) -> dict[str, Any] | None:
+    section = getattr(config, key, None)
+    if section is None:
+        return None
+    if not isinstance(section, Mapping) or not isinstance(section.get("class_name"), str):
+        raise TypeError(explain(
+            f"trainer.{key} must name a registered module",
+            expected="{'class_name': 'GaussianNoise', ...} (a class registered with @gyre.config.register_model)",
+            received=describe(section), fix=f"{key}: {{class_name: GaussianNoise, scale: 0.1}}"))
+    return dict(section)
+
+
+def wrap_model(config: Any, model: Any, mode: str) -> tuple[Any, Any]:
+    """``(model wrapped by trainer.augmentation, trainer.preprocessing or None)``."""
+    built = []
+    for key in ("augmentation", "preprocessing"):
+        section = _section(config, key)
+        if section is None:
+            built.append(None)
+            continue
+        cls, kwargs = component("models", section, f"trainer.{key}", ("rngs", "wrapped_model"))
+        supplied: dict[str, Any] = {}
+        if key == "augmentation":
+            supplied["wrapped_model"] = model
+            if mode == "nnx":
+                supplied["rngs"] = nnx.Rngs(config.seed, augmentation=config.augmentation_seed)
+        built.append(build_registered(cls, kwargs, **supplied))
+    augmented, preprocessing = built
+    return (augmented if augmented is not None else model), preprocessing
 
 
 def build_optimizer_of(section: Any, *, run_steps: int | None = None, deferred: bool = False) -> Any:

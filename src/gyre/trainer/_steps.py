@@ -18,9 +18,8 @@ from gyre.data._padding import accepts_mask
 from gyre.engine._masked import MaskedBatches
 from gyre.engine._ring import arg_shapes
 from gyre.steps._update import train_update
-from gyre.trainer._augment import prepare
 from gyre.trainer._metrics import ConcatCollector, MetricAccumulator, metric_names, parse_metrics
-from gyre.trainer._model import NNX_REST
+from gyre.trainer._model import NNX_REST, prepare
 
 EPOCH = "train_epoch_metrics"  # the epoch's accumulator, in TrainState.extras
 WINDOW = "train_window_metrics"  # the accumulator of the steps since the last step log
