@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.trainer._epoch_files import EpochMetricFiles
+from gyre.trainer._logger import EpochMetricFiles
 from gyre.trainer._metrics import MetricSpec, add_time, name_metrics, scalars_for_writers
 
 

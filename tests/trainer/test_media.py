@@ -8,7 +8,7 @@ from flax import nnx
 from matplotlib.figure import Figure
 
 import gyre
-from gyre.trainer._media import figure_image, write_embedding
+from gyre.trainer._logger import figure_image, write_embedding
 from tests.loggers.readers import tensorboard_values
 
 

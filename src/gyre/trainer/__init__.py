@@ -1,14 +1,6 @@
 """The trainer rung: jax_trainer's ``TrainerModule``, its metric modes and callbacks, on gyre's
 engine, checkpoints and writers (see :mod:`gyre.trainer._module`)."""
 
-from gyre.trainer._array_storing import ArraySpec as ArraySpec
-from gyre.trainer._array_storing import array_to_spec as array_to_spec
-from gyre.trainer._array_storing import convert_from_array_spec as convert_from_array_spec
-from gyre.trainer._array_storing import convert_to_array_spec as convert_to_array_spec
-from gyre.trainer._array_storing import load_pytree as load_pytree
-from gyre.trainer._array_storing import np_array_to_spec as np_array_to_spec
-from gyre.trainer._array_storing import save_pytree as save_pytree
-from gyre.trainer._array_storing import spec_to_array as spec_to_array
 from gyre.trainer._callback import Callback as Callback
 from gyre.trainer._callback import ConfusionMatrixCallback as ConfusionMatrixCallback
 from gyre.trainer._callback import DisableGC as DisableGC
@@ -37,8 +29,17 @@ from gyre.trainer._datasets import DatasetModule as DatasetModule
 from gyre.trainer._datasets import MNISTConfig as MNISTConfig
 from gyre.trainer._datasets import MNISTDataset as MNISTDataset
 from gyre.trainer._datasets import build_dataset_module as build_dataset_module
-from gyre.trainer._epoch_files import EpochMetricFiles as EpochMetricFiles
+from gyre.trainer._logger import ArraySpec as ArraySpec
+from gyre.trainer._logger import EpochMetricFiles as EpochMetricFiles
 from gyre.trainer._logger import Logger as Logger
+from gyre.trainer._logger import ToolLoggerInterface as ToolLoggerInterface
+from gyre.trainer._logger import array_to_spec as array_to_spec
+from gyre.trainer._logger import convert_from_array_spec as convert_from_array_spec
+from gyre.trainer._logger import convert_to_array_spec as convert_to_array_spec
+from gyre.trainer._logger import load_pytree as load_pytree
+from gyre.trainer._logger import np_array_to_spec as np_array_to_spec
+from gyre.trainer._logger import save_pytree as save_pytree
+from gyre.trainer._logger import spec_to_array as spec_to_array
 from gyre.trainer._metrics import LogFreq as LogFreq
 from gyre.trainer._metrics import LogMetricMode as LogMetricMode
 from gyre.trainer._metrics import LogMode as LogMode
@@ -64,7 +65,6 @@ from gyre.trainer._module import TrainerModule as TrainerModule
 from gyre.trainer._named_params import count_parameters as count_parameters
 from gyre.trainer._named_params import module_named_params as module_named_params
 from gyre.trainer._setup import init_ddp_mesh as init_ddp_mesh
-from gyre.trainer._tool_logger import ToolLoggerInterface as ToolLoggerInterface
 
 __all__ = [
     "Augmentation", "AugmentationLinen", "CIFAR10Dataset", "Callback", "ConfusionMatrixCallback", "DigitsDataset", "DisableGC", "EarlyStopping", "EpochMetricFiles",

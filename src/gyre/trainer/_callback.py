@@ -41,7 +41,7 @@ from gyre.core._errors import ExplainedKeyError, as_integer, describe, explain, 
 from gyre.core._host import fetch, numeric_dtype
 from gyre.engine._snapshot import Snapshot
 from gyre.loggers._writer import Writer
-from gyre.trainer._media import matplotlib_canvas
+from gyre.trainer._logger import matplotlib_canvas
 
 STATUSES = ("success", "failed", "stopped")
 _MEMBERS = ("log_dir", "state", "writer", "global_step", "stop_training", "learning_rate")

@@ -22,10 +22,9 @@ from gyre.trainer import _setup as setup
 from gyre.trainer import _training as training
 from gyre.trainer._checks import check_batch, check_user_methods
 from gyre.trainer._config import TrainerModuleConfig
-from gyre.trainer._epoch_files import EpochMetricFiles
 from gyre.trainer._hooks import TrainingRun
 from gyre.trainer._inspection import count_params, write_tabulation
-from gyre.trainer._media import figure_image, write_embedding
+from gyre.trainer._logger import EpochMetricFiles, figure_image, write_embedding
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
 from gyre.trainer._model import (
     NNX_REST,

@@ -19,7 +19,7 @@ from typing import Any
 
 from gyre.core._errors import describe, explain, warn
 from gyre.trainer._curves import plot_curves
-from gyre.trainer._epoch_files import EpochMetricFiles
+from gyre.trainer._logger import EpochMetricFiles
 from gyre.trainer._run_log import LOG_FILE, run_logging
 
 

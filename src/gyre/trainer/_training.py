@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from gyre.core._errors import describe, explain, warn
-from gyre.trainer._epoch_files import PHASE_NAME
+from gyre.trainer._logger import PHASE_NAME
 
 
 def named_loaders(loader: Any, phase: str) -> list[tuple[str, Any]]:
