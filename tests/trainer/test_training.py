@@ -19,7 +19,7 @@ from gyre.trainer import (
     ImgClassifierTrainer,
     ModelCheckpoint,
 )
-from gyre.trainer._training import host_values
+from gyre.trainer._module import host_values
 from tests.loggers.readers import tensorboard_values
 from tests.trainer.helpers import leaves, mlp, trainer
 

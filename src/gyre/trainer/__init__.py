@@ -22,13 +22,14 @@ from gyre.trainer._classifier import SimpleClassifier as SimpleClassifier
 from gyre.trainer._classifier import SimpleClassifierLinen as SimpleClassifierLinen
 from gyre.trainer._classifier import SimpleCNN as SimpleCNN
 from gyre.trainer._classifier import SimpleCNNLinen as SimpleCNNLinen
-from gyre.trainer._config import TrainerModuleConfig as TrainerModuleConfig
 from gyre.trainer._datasets import CIFAR10Config as CIFAR10Config
 from gyre.trainer._datasets import CIFAR10Dataset as CIFAR10Dataset
 from gyre.trainer._datasets import DatasetModule as DatasetModule
 from gyre.trainer._datasets import MNISTConfig as MNISTConfig
 from gyre.trainer._datasets import MNISTDataset as MNISTDataset
 from gyre.trainer._datasets import build_dataset_module as build_dataset_module
+from gyre.trainer._inspection import count_parameters as count_parameters
+from gyre.trainer._inspection import module_named_params as module_named_params
 from gyre.trainer._logger import ArraySpec as ArraySpec
 from gyre.trainer._logger import EpochMetricFiles as EpochMetricFiles
 from gyre.trainer._logger import Logger as Logger
@@ -62,8 +63,7 @@ from gyre.trainer._model import BasePreprocessingNNXConfig as BasePreprocessingN
 from gyre.trainer._model import GaussianNoise as GaussianNoise
 from gyre.trainer._model import GaussianNoiseLinen as GaussianNoiseLinen
 from gyre.trainer._module import TrainerModule as TrainerModule
-from gyre.trainer._named_params import count_parameters as count_parameters
-from gyre.trainer._named_params import module_named_params as module_named_params
+from gyre.trainer._setup import TrainerModuleConfig as TrainerModuleConfig
 from gyre.trainer._setup import init_ddp_mesh as init_ddp_mesh
 
 __all__ = [

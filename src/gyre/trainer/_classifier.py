@@ -16,8 +16,8 @@ from gyre.config._registry import register_dataset, register_model, register_tra
 from gyre.core._checks import whole
 from gyre.core._errors import describe, explain
 from gyre.trainer._callback import ConfusionMatrixCallback, confusion_matrix
-from gyre.trainer._config import TrainerModuleConfig
 from gyre.trainer._module import TrainerModule
+from gyre.trainer._setup import TrainerModuleConfig
 
 #: a count of classes, units or layers (>= 1)
 Count = Annotated[int, Field(ge=1)]

@@ -1,18 +1,22 @@
-"""Looking inside the model while it trains, as the kpoeppel jax_trainer fork does: per-tensor
-``min`` / ``max`` / ``mean`` / ``std`` of parameters, gradients and sown values, named by path
-(``conv1.kernel_mean``, ``conv1.kernel.grad_std``), and the model's summary files.
+"""Looking inside the model, as the kpoeppel jax_trainer fork does: per-tensor ``min`` / ``max`` /
+``mean`` / ``std`` of parameters, gradients and sown values while it trains, named by path
+(``conv1.kernel_mean``, ``conv1.kernel.grad_std``), the model's summary files, and the fork's
+parameter helpers for flax nnx modules.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import linen, nnx
 
 from gyre.config._transforms import parameter_path
+from gyre.core._checks import instance
 from gyre.steps._step import count_params
 
 STATS = ("min", "max", "mean", "std")
@@ -35,8 +39,6 @@ def tree_stats(tree: Any, suffix: str = "") -> dict[str, jax.Array]:
 
 def _nnx_table(model: Any) -> str:
     """Each nnx submodule's path, class and parameter count (``nnx.tabulate`` fails on bridges)."""
-    from flax import nnx
-
     rows = []
     for path, node in nnx.iter_graph(model):
         if isinstance(node, nnx.Module):
@@ -53,8 +55,6 @@ def _nnx_table(model: Any) -> str:
 def write_tabulation(trainer: Any, exmp_input: Any) -> None:
     """Writes the model's summary (``model.txt``) and its parameters (``params.txt``) into the
     trainer's run folder (process 0 only)."""
-    from flax import linen
-
     if jax.process_index() != 0:
         return
     state = trainer.state
@@ -71,3 +71,43 @@ def write_tabulation(trainer: Any, exmp_input: Any) -> None:
     os.makedirs(trainer.log_dir, exist_ok=True)
     (trainer.log_dir / "model.txt").write_text(str(table))
     (trainer.log_dir / "params.txt").write_text("\n".join(lines) + "\n")
+
+
+def _nnx_module(module: Any, who: str) -> None:
+    instance(module, "module", nnx.Module, problem=f"{who} takes a flax nnx module",
+             expected="an nnx.Module (e.g. nnx.Linear(2, 3, rngs=nnx.Rngs(0)))",
+             fix="pass the model object; for linen parameters use gyre.trainer's count of a params pytree")
+
+
+def module_named_params(module: Any, recursive: bool = False) -> Iterator[tuple[str, Any]]:
+    """The ``(name, nnx.Param)`` pairs of ``module``'s attributes; ``recursive``: submodules' first,
+    as ``<sub>.<param>``.
+
+    Example:
+        >>> from flax import nnx
+        >>> [name for name, _ in module_named_params(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))]
+        ['bias', 'kernel']
+    """
+    _nnx_module(module, "module_named_params")
+    attributes = sorted(vars(module).items())
+    if recursive:
+        for child_name, child in attributes:
+            if isinstance(child, nnx.Module):
+                for name, param in module_named_params(child, recursive=True):
+                    yield f"{child_name}.{name}", param
+    for name, value in attributes:
+        if isinstance(value, nnx.Param) and value.get_value() is not None:
+            yield name, value
+
+
+def count_parameters(module: Any) -> int:
+    """The number of parameter elements in an nnx module (every ``nnx.Param`` of its graph, unlike
+    the fork).
+
+    Example:
+        >>> from flax import nnx
+        >>> count_parameters(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+        9
+    """
+    _nnx_module(module, "count_parameters")
+    return count_params(nnx.state(module, nnx.Param))

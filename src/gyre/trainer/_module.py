@@ -4,6 +4,8 @@ subclass it and write a loss function."""
 from __future__ import annotations
 
 import datetime
+import inspect
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,20 +13,18 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from gyre.config._registry import register_trainer
 from gyre.core._checks import whole
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, suggest, warn
 from gyre.core._train_state import TrainState
 from gyre.engine._epochs import first_batch, training_data
 from gyre.trainer import _setup as setup
-from gyre.trainer import _training as training
-from gyre.trainer._checks import check_batch, check_user_methods
-from gyre.trainer._config import TrainerModuleConfig
 from gyre.trainer._hooks import TrainingRun
 from gyre.trainer._inspection import count_params, write_tabulation
-from gyre.trainer._logger import EpochMetricFiles, figure_image, write_embedding
+from gyre.trainer._logger import PHASE_NAME, EpochMetricFiles, figure_image, write_embedding
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
 from gyre.trainer._model import (
     NNX_REST,
@@ -34,6 +34,7 @@ from gyre.trainer._model import (
     lazy_init_nnx,
     model_mode_of,
 )
+from gyre.trainer._setup import TrainerModuleConfig
 from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder
 
 INPUT_KEYS = ("input", "inputs", "x", "image", "images")
@@ -67,6 +68,98 @@ def _no_loss(trainer: Any, method: str) -> NotImplementedError:
         received=f"{type(trainer).__name__} without it",
         fix="def loss_function(self, model, batch, train=True): ... return loss, {'acc': acc} (nnx), or "
         "def loss_function_linen(self, params, state, batch, rng, train=True): ... return loss, (mutable, metrics)"))
+
+
+#: what the trainer passes to each user method, by position after ``self``
+CALLS = {
+    "loss_function": ("model", "batch", "train"),
+    "loss_function_linen": ("params", "state", "batch", "rng", "train"),
+    "batch_to_input": ("batch",),
+}
+
+
+def check_user_methods(trainer: Any, base: type, mode: str) -> None:
+    """A ``TypeError`` when the loss function for ``mode`` or ``batch_to_input`` misfits."""
+    name = "loss_function" if mode == "nnx" else "loss_function_linen"
+    cls = type(trainer)
+    if getattr(cls, name, None) is getattr(base, name, None):
+        defined = [
+            m for k in cls.__mro__ if k is not base and k is not object for m in vars(k)
+            if m != name and callable(getattr(cls, m, None)) and not m.startswith("__")
+        ]
+        hint = suggest(name, defined)
+        if hint:
+            raise TypeError(
+                explain(
+                    f"{cls.__name__} defines no {name}.{hint}",
+                    expected=f"a method {name}(self, {', '.join(CALLS[name])}=True)",
+                    received=f"the methods {sorted(defined)}",
+                    fix=f"rename it to {name}",
+                )
+            )
+        return  # the base's own NotImplementedError explains it at the first step
+    for method in (name, "batch_to_input"):
+        fn = getattr(trainer, method)
+        args = CALLS[method]
+        # the loss function as the compiled step calls it: train by keyword
+        positional, keywords = (args[:-1], {"train": True}) if method == name else (args, {})
+        try:
+            inspect.signature(fn).bind(*positional, **keywords)
+        except TypeError as err:
+            raise TypeError(
+                explain(
+                    f"{cls.__name__}.{method} cannot take the trainer's arguments ({', '.join(args)})",
+                    expected=f"def {method}(self, {', '.join(args)}{'=True' if keywords else ''})",
+                    received=f"def {method}{inspect.signature(fn)} ({err})",
+                    fix=f"give {method} the parameters {', '.join(args)}",
+                )
+            ) from None
+        except ValueError:  # no signature to read (a builtin): trust it
+            pass
+
+
+def check_batch(batch: Any) -> None:
+    """Raises a ``TypeError`` when a batch is not a pytree of arrays."""
+    for leaf in jax.tree_util.tree_leaves(batch):
+        if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, complex, bool)):
+            name = type(leaf).__name__
+            raise TypeError(
+                explain(
+                    f"a batch holds a {name}, which JAX cannot put in a compiled step",
+                    expected="a pytree of arrays: tuples, lists, dicts, or a class registered as a pytree",
+                    received=f"a {name} leaf ({type(leaf).__module__}.{name})",
+                    fix=f"register {name} as a pytree (@flax.struct.dataclass, or "
+                    f"jax.tree_util.register_dataclass({name}, data_fields=[...], meta_fields=[])), "
+                    "or use gyre.data.SupervisedBatch",
+                )
+            )
+
+
+def named_loaders(loader: Any, phase: str) -> list[tuple[str, Any]]:
+    """``[(mode, loader)]`` of a ``val_loader`` / ``test_loader`` argument: one loader is the
+    ``phase``; a dict of several (the kpoeppel jax_trainer fork's ``{"val": v1, "ood": v2}``)
+    names its first ``phase`` and the others ``<phase>_<name>`` (``val_ood/acc``); ``None``: none."""
+    if loader is None:
+        return []
+    if not isinstance(loader, Mapping):
+        return [(phase, loader)]
+    bad = [k for k, v in loader.items() if not isinstance(k, str) or not PHASE_NAME.match(f"{phase}_{k}")
+           or hasattr(v, "shape") or not hasattr(v, "__iter__")]
+    if not loader or bad:
+        raise TypeError(explain(
+            f"a dict given as the {phase} loader must map names to loaders",
+            expected=f"{{'{phase}': loader, 'ood': other_loader}}: lowercase names (letters, digits, _), each "
+            "an iterable of batches (the first is logged as '" + phase + "/...', the others as '"
+            + phase + "_<name>/...')",
+            received="an empty dict" if not loader else f"entries {bad[:3]!r} ({describe(loader[bad[0]])})",
+            fix="pass one loader, or a dict of named loaders; a batch dict goes inside a list: [{'x': ..., 'y': ...}]"))
+    return [(phase if i == 0 else f"{phase}_{name}", value) for i, (name, value) in enumerate(loader.items())]
+
+
+def host_values(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """Metrics with scalars as Python floats (one transfer for all), arrays as numpy."""
+    host = jax.device_get(dict(metrics))
+    return {k: float(v) if jnp.ndim(v) == 0 else v for k, v in host.items()}
 
 
 class TrainerState(TrainState):
@@ -486,13 +579,15 @@ class TrainerModule:
             self.init_model(first_batch(train_loader))
         data, epoch_steps = training_data(train_loader, epochs, getattr(self.config, "max_steps_per_epoch", None))
         if self.optimizer is None:  # its schedule lasts the run: now its length is known
-            training.build_deferred_optimizer(self, epochs * epoch_steps)
+            self.optimizer = setup.build_optimizer_of(self.optimizer_config, run_steps=epochs * epoch_steps)
+            self.state = self.strategy.place_state(
+                self.state.replace(tx=self.optimizer, opt_state=self.optimizer.init(self.state.params)))
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._config_yaml = training.store_config(self, self._config_yaml)
+        self._store_config()
         self.writer.write_scalars(self.global_step, {"param/num_model_params": self.num_model_params()})
-        run = TrainingRun(self, training.named_loaders(val_loader, "val"), specs=self._specs or {}, builder=self._builder,
+        run = TrainingRun(self, named_loaders(val_loader, "val"), specs=self._specs or {}, builder=self._builder,
                           files=self._epoch_files)
-        training.named_loaders(test_loader, "test")  # a bad dict of test loaders is explained before training
+        named_loaders(test_loader, "test")  # a bad dict of test loaders is explained before training
         step_logs = bool(run.step_callbacks or self.config.detect_nans)
         key = f"train{int(step_logs)}"  # compiled once per trainer
         if key not in self._compiled:
@@ -506,13 +601,53 @@ class TrainerModule:
             raise
         finally:
             self._run = None
-        result: dict[Any, Any] = {e: training.host_values(m) for e, m in sorted(run.val_history.items())}  # result[5]["val/acc"]
+        result: dict[Any, Any] = {e: host_values(m) for e, m in sorted(run.val_history.items())}  # result[5]["val/acc"]
         if run.val_history:
             result["val"] = result[max(run.val_history)]
         if test_loader is not None and self.history.stop_reason != "preempted":
-            result["test"] = training.best_test_metrics(self, test_loader, self._elapsed.epochs)
+            result["test"] = self._best_test_metrics(test_loader, self._elapsed.epochs)
         self.writer.flush()
         return result
+
+    def _best_test_metrics(self, test_loader: Any, epoch: int) -> dict[str, Any]:
+        """The test metrics of the best checkpoint by the monitored validation metric (the
+        final model when no ModelCheckpoint ranks them, with a warning when one saved none):
+        never chosen on the test set."""
+        from gyre.trainer._callback import ModelCheckpoint
+
+        final = self.state
+        checkpoints = [cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)]
+        best = next((cb for cb in checkpoints if cb.best_step() is not None), None)
+        if best is not None:
+            self.state = best.restore_best(final)
+        elif checkpoints:
+            warn(checkpoints[0].none_saved())
+        try:
+            return self.test_model(test_loader, apply_callbacks=True, epoch_idx=epoch)
+        finally:
+            self.state = final
+
+    def _store_config(self) -> None:
+        """Writes the resolved config in the run folder (``config.yaml``): the whole config when
+        the trainer was built from one, else the trainer's own sections; the last text written
+        is kept in ``_config_yaml`` (YAML takes milliseconds per call)."""
+        import yaml
+
+        from gyre.config import dump_config
+        from gyre.config._yaml import warn_changed_settings
+        from gyre.trainer._callback import stored_config
+
+        stored = stored_config(self)
+        key = json.dumps(stored, default=repr)  # (a snapshot: the model's settings may be changed in place)
+        if self._config_yaml is not None and self._config_yaml[0] == key:
+            text = self._config_yaml[1]
+        else:
+            text = dump_config(self.full_config) if self.full_config is not None else yaml.safe_dump(stored, sort_keys=False)
+        path = self.log_dir / "config.yaml"
+        if self.config.resume is not None and path.is_file():
+            warn_changed_settings(path, yaml.safe_load(text))
+        path.write_text(text)
+        self._config_yaml = key, text
 
     def eval_model(self, data_loader: Any, mode: str = "val", epoch_idx: int = 0) -> dict[str, Any]:
         """The metrics of one evaluation pass, named ``<mode>/<key>`` (device values).
@@ -549,7 +684,7 @@ class TrainerModule:
         Example: see :meth:`eval_model`.
         """
         self._require_state("test_model")
-        loaders = training.named_loaders(test_loader, "test")
+        loaders = named_loaders(test_loader, "test")
         if apply_callbacks:
             for cb in self.callbacks:
                 cb.on_test_epoch_start(epoch_idx)
@@ -559,7 +694,7 @@ class TrainerModule:
         if apply_callbacks:
             for cb in self.callbacks:
                 cb.on_test_epoch_end(metrics, epoch_idx)
-        return training.host_values(metrics)
+        return host_values(metrics)
 
     @classmethod
     def load_from_checkpoint(

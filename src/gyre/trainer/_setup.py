@@ -1,20 +1,68 @@
-"""Building a trainer's parts from its config sections, through :mod:`gyre.config`'s registries."""
+"""The trainer's config (``TrainerModuleConfig``: the ``trainer`` keys of :class:`gyre.TrainerModule`
+beyond every trainer's), and building a trainer's parts from its config sections, through
+:mod:`gyre.config`'s registries."""
 
 from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from flax import nnx
+from pydantic import Field, field_validator
 
 from gyre.config._jax_trainer import jax_trainer_component
+from gyre.config._schema import TrainerConfig
 from gyre.core._checks import instance
 from gyre.core._errors import describe, explain
 from gyre.trainer._model import build_registered
 
 LOGGER_KEYS = ("log_dir", "log_steps_every", "tool_config", "log_file_verbosity")
+
+
+class TrainerModuleConfig(TrainerConfig):
+    """The keys of :class:`gyre.TrainerModule`'s ``trainer`` section.
+
+    Attributes:
+        seed_eval: the seed of the evaluation's random key; ``None``: the training seed's.
+        max_steps_per_epoch: at most this many steps make an epoch (the next continues the
+            loader); ``None``: the loader's whole pass.
+        log_param_stats: log each parameter's min, max, mean and std every step.
+        log_grad_stats: the same of each gradient; ``log_intermediates``: of each sown value.
+        nan_keys: with ``detect_nans``, the training values whose NaN or Inf stops the run;
+            ``None``: all of them.
+        tabulate_model: write ``model.txt`` and ``params.txt`` into the run folder.
+        augmentation: a registered module changing each training batch, e.g.
+            ``{class_name: GaussianNoise, scale: 0.1}``; ``preprocessing``: every batch.
+
+    Example:
+        >>> TrainerModuleConfig(nan_keys=["train/loss"], seed_eval=0).nan_keys
+        ('loss',)
+    """
+
+    seed_eval: int | None = None
+    max_steps_per_epoch: Annotated[int, Field(ge=1)] | None = None
+    log_param_stats: bool = False
+    log_grad_stats: bool = False
+    log_intermediates: bool = False
+    nan_keys: tuple[str, ...] | None = None
+    tabulate_model: bool = False
+    augmentation: dict[str, Any] | None = None
+    augmentation_seed: int = 44
+    preprocessing: dict[str, Any] | None = None
+
+    @field_validator("nan_keys", mode="before")
+    @classmethod
+    def _nan_keys(cls, value: object) -> object:
+        if value is None:
+            return None
+        if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(k, str) and k for k in value):
+            raise ValueError(explain(
+                "trainer.nan_keys must be a list of training value names",
+                expected="e.g. ['train/loss'] or ['loss', 'acc'] (null: every value)", received=describe(value),
+                fix="nan_keys: [train/loss]"))
+        return tuple(k.removeprefix("train/") for k in value)
 
 
 def component(kind: str, section: Mapping[str, Any], where: str, extra_allowed: tuple[str, ...] = ()) -> tuple[Any, Any]:
@@ -27,8 +75,6 @@ def component(kind: str, section: Mapping[str, Any], where: str, extra_allowed: 
 
 def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
     """The validated trainer config: ``given`` with ``options`` on top (logger keys: ``logger``)."""
-    from gyre.config import TrainerConfig
-
     config_class = getattr(cls, "config_class", None) or TrainerConfig
     given = plain_section(given)
     if given is None:
