@@ -398,13 +398,13 @@ SAVE_PARTS = (
     ("  orbax CheckpointManager.save", "orbax.checkpoint.checkpoint_manager", "CheckpointManager.save"),
 )
 PARTS = ENGINE_PARTS + (
-    ("trainer: TrainingRun.log_window", "gyre.trainer._hooks", "TrainingRun.log_window"),
-    ("trainer: TrainingRun.on_epoch_begin", "gyre.trainer._hooks", "TrainingRun.on_epoch_begin"),
-    ("trainer: TrainingRun.on_epoch_end", "gyre.trainer._hooks", "TrainingRun.on_epoch_end"),
+    ("trainer: TrainingRun.log_window", "gyre.trainer._steps", "TrainingRun.log_window"),
+    ("trainer: TrainingRun.on_epoch_begin", "gyre.trainer._steps", "TrainingRun.on_epoch_begin"),
+    ("trainer: TrainingRun.on_epoch_end", "gyre.trainer._steps", "TrainingRun.on_epoch_end"),
     ("  evaluate (validation pass)", "gyre.trainer._steps", "StepBuilder.evaluate"),
     ("    MetricAccumulator.compute", "gyre.trainer._metrics", "MetricAccumulator.compute"),
-    ("  TrainingRun._write_files", "gyre.trainer._hooks", "TrainingRun._write_files"),
-    ("  scalars_for_writers", "gyre.trainer._hooks", "scalars_for_writers"),
+    ("  TrainingRun._write_files", "gyre.trainer._steps", "TrainingRun._write_files"),
+    ("  scalars_for_writers", "gyre.trainer._steps", "scalars_for_writers"),
     ("writer: WriteTo._send", "gyre.loggers._write_to", "WriteTo._send"),
 ) + SAVE_PARTS
 

@@ -71,7 +71,7 @@ def test_plot_to_a_file_leaves_the_users_backend_and_pyplot_figures_alone(tmp_pa
     import matplotlib
     import matplotlib.pyplot as plt
 
-    from gyre.trainer._curves import plot_curves
+    from gyre.trainer._run import plot_curves
 
     before = matplotlib.get_backend()
     matplotlib.use("svg")  # a backend of the user's, not the Agg the figures are saved with

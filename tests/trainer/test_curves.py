@@ -1,11 +1,11 @@
-"""gyre.trainer._curves: a run's curves.png, read at a glance (the demo's plot)."""
+"""gyre.trainer._run: a run's curves.png, read at a glance (the demo's plot)."""
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import gyre
-from gyre.trainer import _curves
+from gyre.trainer import _run as _curves
 
 
 def test_each_metric_is_one_panel_with_one_name_per_series():

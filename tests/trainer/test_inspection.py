@@ -9,7 +9,7 @@ import pytest
 from flax import linen, nnx
 
 import gyre
-from gyre.trainer._inspection import count_params, tree_stats
+from gyre.trainer._model import count_params, tree_stats
 from tests.trainer.helpers import trainer
 
 

@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from gyre.trainer._run_log import LOG_FILE, run_logging
+from gyre.trainer._run import LOG_FILE, run_logging
 
 
 def messages(folder):

@@ -15,21 +15,19 @@ from gyre.trainer._classifier import AugmentedImgClassifierTrainer as AugmentedI
 from gyre.trainer._classifier import (
     AugmentedImgClassifierTrainerConfig as AugmentedImgClassifierTrainerConfig,
 )
+from gyre.trainer._classifier import CIFAR10Config as CIFAR10Config
+from gyre.trainer._classifier import CIFAR10Dataset as CIFAR10Dataset
+from gyre.trainer._classifier import DatasetModule as DatasetModule
 from gyre.trainer._classifier import DigitsDataset as DigitsDataset
 from gyre.trainer._classifier import ImgClassifierConfig as ImgClassifierConfig
 from gyre.trainer._classifier import ImgClassifierTrainer as ImgClassifierTrainer
+from gyre.trainer._classifier import MNISTConfig as MNISTConfig
+from gyre.trainer._classifier import MNISTDataset as MNISTDataset
 from gyre.trainer._classifier import SimpleClassifier as SimpleClassifier
 from gyre.trainer._classifier import SimpleClassifierLinen as SimpleClassifierLinen
 from gyre.trainer._classifier import SimpleCNN as SimpleCNN
 from gyre.trainer._classifier import SimpleCNNLinen as SimpleCNNLinen
-from gyre.trainer._datasets import CIFAR10Config as CIFAR10Config
-from gyre.trainer._datasets import CIFAR10Dataset as CIFAR10Dataset
-from gyre.trainer._datasets import DatasetModule as DatasetModule
-from gyre.trainer._datasets import MNISTConfig as MNISTConfig
-from gyre.trainer._datasets import MNISTDataset as MNISTDataset
-from gyre.trainer._datasets import build_dataset_module as build_dataset_module
-from gyre.trainer._inspection import count_parameters as count_parameters
-from gyre.trainer._inspection import module_named_params as module_named_params
+from gyre.trainer._classifier import build_dataset_module as build_dataset_module
 from gyre.trainer._logger import ArraySpec as ArraySpec
 from gyre.trainer._logger import EpochMetricFiles as EpochMetricFiles
 from gyre.trainer._logger import Logger as Logger
@@ -62,6 +60,8 @@ from gyre.trainer._model import BasePreprocessingNNX as BasePreprocessingNNX
 from gyre.trainer._model import BasePreprocessingNNXConfig as BasePreprocessingNNXConfig
 from gyre.trainer._model import GaussianNoise as GaussianNoise
 from gyre.trainer._model import GaussianNoiseLinen as GaussianNoiseLinen
+from gyre.trainer._model import count_parameters as count_parameters
+from gyre.trainer._model import module_named_params as module_named_params
 from gyre.trainer._module import TrainerModule as TrainerModule
 from gyre.trainer._setup import TrainerModuleConfig as TrainerModuleConfig
 from gyre.trainer._setup import init_ddp_mesh as init_ddp_mesh

@@ -22,20 +22,21 @@ from gyre.core._errors import describe, explain, suggest, warn
 from gyre.core._train_state import TrainState
 from gyre.engine._epochs import first_batch, training_data
 from gyre.trainer import _setup as setup
-from gyre.trainer._hooks import TrainingRun
-from gyre.trainer._inspection import count_params, write_tabulation
+from gyre.trainer._callback import ModelCheckpoint, find_checkpoint, read_model, stored_config
 from gyre.trainer._logger import PHASE_NAME, EpochMetricFiles, figure_image, write_embedding
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
 from gyre.trainer._model import (
     NNX_REST,
     LinenModel,
     NNXModel,
+    count_params,
     forward_module,
     lazy_init_nnx,
     model_mode_of,
+    write_tabulation,
 )
 from gyre.trainer._setup import TrainerModuleConfig
-from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder
+from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder, TrainingRun
 
 INPUT_KEYS = ("input", "inputs", "x", "image", "images")
 TARGET_KEYS = ("target", "targets", "label", "labels", "y")
@@ -208,7 +209,7 @@ class TrainerModule:
     config_class: ClassVar[Any] = TrainerModuleConfig
     _state: Any = None  # the state while no loop runs
     _elapsed: Any = None  # the last run's clock
-    _run: Any = None  # the running train_model's TrainingRun (gyre.trainer._hooks)
+    _run: Any = None  # the running train_model's TrainingRun (gyre.trainer._steps)
 
     def __init__(
         self,
@@ -613,8 +614,6 @@ class TrainerModule:
         """The test metrics of the best checkpoint by the monitored validation metric (the
         final model when no ModelCheckpoint ranks them, with a warning when one saved none):
         never chosen on the test set."""
-        from gyre.trainer._callback import ModelCheckpoint
-
         final = self.state
         checkpoints = [cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)]
         best = next((cb for cb in checkpoints if cb.best_step() is not None), None)
@@ -635,7 +634,6 @@ class TrainerModule:
 
         from gyre.config import dump_config
         from gyre.config._yaml import warn_changed_settings
-        from gyre.trainer._callback import stored_config
 
         stored = stored_config(self)
         key = json.dumps(stored, default=repr)  # (a snapshot: the model's settings may be changed in place)
@@ -709,8 +707,6 @@ class TrainerModule:
 
         Example: see ``tests/trainer/test_trainer.py`` (it needs a trained run).
         """
-        from gyre.trainer._callback import find_checkpoint, read_model
-
         given = {k: v for k, v in (("model", model), ("optimizer", optimizer)) if v is not None}
         trainer, store, step, exmp_input = find_checkpoint(cls, path, exmp_batch=exmp_batch, **given)
         trainer.state = read_model(store, step, trainer._build_state(exmp_input))

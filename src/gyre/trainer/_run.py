@@ -1,26 +1,178 @@
 """A whole run from a config: the job behind ``gyre fit CONFIG``, ``gyre resume RUN`` and
 ``gyre test RUN``. The run folder gets ``config.yaml``, ``checkpoints/``, ``resume/``,
-``metrics/*.json``, the writer's logs, ``history.csv`` and ``curves.png``.
+``metrics/*.json``, the writer's logs, ``run.log`` (jax_trainer's ``log_file_verbosity``; the
+console gets ``stderrthreshold``), ``history.csv`` and ``curves.png``: one panel per metric with
+its step, epoch-mean and validation series, x in epochs, a loss on a log scale, other panels
+zoomed past the first epoch, the best checkpoint marked.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import logging
 import math
 import os
 import random
 import shutil
+import sys
 import time
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gyre.core._errors import describe, explain, warn
-from gyre.trainer._curves import plot_curves
 from gyre.trainer._logger import EpochMetricFiles
-from gyre.trainer._run_log import LOG_FILE, run_logging
+
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+LOG_FILE = "run.log"
+
+
+def _level(key: str, name: object) -> int:
+    if name not in LEVELS:
+        raise ValueError(explain(
+            f"trainer.logger.{key} must be one of {', '.join(LEVELS)}",
+            expected="debug, info, warning or error", received=describe(name), fix=f"write {key}: warning"))
+    return LEVELS[name]  # type: ignore[index]
+
+
+@contextlib.contextmanager
+def run_logging(log_dir: str | Path, *, file_level: str = "info", stderr_level: str = "warning") -> Iterator[logging.Logger]:
+    """Within the block ``<log_dir>/run.log`` records logging from ``file_level`` (and warnings),
+    stderr from ``stderr_level``; yields the ``gyre.run`` logger."""
+    file_at, console_at = _level("log_file_verbosity", file_level), _level("stderrthreshold", stderr_level)
+    root, log = logging.getLogger(), logging.getLogger("gyre.run")
+    Path(log_dir).mkdir(parents=True, exist_ok=True)
+    file_handler = logging.FileHandler(Path(log_dir) / LOG_FILE, encoding="utf-8", delay=True)
+    file_handler.setLevel(file_at)
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%d %H:%M:%S"))
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(console_at)
+    console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handlers = [file_handler] if root.handlers else [file_handler, console]  # a configured root keeps its own console
+    old_level, show = root.level, warnings.showwarning
+
+    def show_and_log(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        record = log.makeRecord(log.name, logging.WARNING, filename, lineno, "%s: %s", (category.__name__, message), None)
+        if file_handler.level <= logging.WARNING:  # to the file only: Python shows it on stderr
+            file_handler.handle(record)
+        show(message, category, filename, lineno, file, line)
+
+    root.setLevel(min(file_at, console_at, root.level or logging.WARNING))
+    for handler in handlers:
+        root.addHandler(handler)
+    warnings.showwarning = show_and_log
+    try:
+        yield log
+    finally:
+        warnings.showwarning = show
+        for handler in handlers:
+            root.removeHandler(handler)
+        root.setLevel(old_level)
+        file_handler.close()
+
+
+#: the prefixes of a metric's series, and the names they are shown under
+KINDS = (("", "train, per step"), ("train/", "train, epoch mean"), ("val/", "validation"), ("test/", "test"))
+
+
+def series_groups(names: Sequence[str]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Panels: ``(metric, [(entry, label), ...])``, one entry per kind of series; window means
+    (``train/<m>_step``) beside per-step values, times and the epoch counter are left out."""
+    panels: dict[str, dict[str, str]] = {}
+    for name in names:
+        prefix, _, rest = name.rpartition("/")
+        prefix = prefix + "/" if prefix else ""
+        if prefix not in ("", "train/", "val/", "test/"):
+            continue
+        base = rest.removesuffix("_epoch")
+        step_window = rest.endswith("_step") and prefix == "train/"
+        base = base.removesuffix("_step")
+        if base in ("time", "epoch") or (step_window and base in names):
+            continue
+        label = dict(KINDS)[prefix] if not step_window else "train, window mean"
+        panels.setdefault(base, {}).setdefault(label, name)
+    order = [label for _, label in KINDS] + ["train, window mean"]
+    return [(base, sorted(((n, lbl) for lbl, n in by.items()), key=lambda p: order.index(p[1]))) for base, by in panels.items()]
+
+
+def best_step(history: Any, monitor: str | None, mode: str = "max") -> int | None:
+    """The step of the best ``monitor`` value (the first of equals, as a checkpoint keeps it),
+    counted as completed steps (a checkpoint's number); ``None`` without one."""
+    if monitor is None:
+        return None
+    steps, values = history.collect("steps", monitor)
+    if not values:
+        return None
+    sign = 1.0 if mode == "max" else -1.0
+    best = max(range(len(values)), key=lambda i: (sign * float(values[i]), -i))
+    return int(steps[best]) + 1
+
+
+def _zoom(ax: Any, curves: list[tuple[list[float], list[float], bool]], start: float) -> None:
+    """Limits the y-axis to where the curves differ: their values after ``start`` (a step
+    series by its 5th percentile, its noise left out), with a margin."""
+    import numpy as np
+
+    low, high = [], []
+    for xs, ys, per_step in curves:
+        kept = np.array([y for x, y in zip(xs, ys, strict=True) if x > start + 1e-9 and math.isfinite(y)])
+        if kept.size:
+            low.append(np.percentile(kept, 5) if per_step else kept.min())
+            high.append(kept.max())
+    if low:
+        lo, hi = min(low), max(high)
+        pad = max((hi - lo) * 0.1, 1e-3)
+        ax.set_ylim(lo - pad, hi + pad)
+
+
+def plot_curves(
+    history: Any, path: str | os.PathLike[str], *, title: str | None = None,
+    monitor: str | None = None, mode: str = "max",
+) -> None:
+    """Draws ``history``'s scalar series into the PNG ``path``, marking the best ``monitor`` value
+    by ``mode`` (the checkpoint's metric; see the module docs)."""
+    from matplotlib.figure import Figure  # no pyplot: the user's backend and figures are left alone
+
+    names = history.names()
+    panels = series_groups([*names.get("losses", []), *names.get("metrics", [])])
+    if not panels:
+        return
+    positions, epochs = history.collect("step_in_epoch"), history.collect("epochs")
+    epoch = max(positions) + 1 if positions and epochs and max(epochs) > 0 else None
+    scale = (lambda s: (s + 1) / epoch) if epoch else (lambda s: s + 1)
+    best = best_step(history, monitor, mode)
+    fig = Figure(figsize=(5.2 * len(panels), 3.8))
+    axes = fig.subplots(1, len(panels), squeeze=False)
+    for ax, (base, entries) in zip(axes[0], panels, strict=True):
+        curves = []
+        for name, label in entries:
+            steps, values = history.collect("steps", name)
+            xs, ys = [scale(s) for s in steps], [float(v) for v in values]
+            per_step = label == "train, per step"
+            style = {"linewidth": 0.8, "alpha": 0.45} if per_step else {"marker": "o", "markersize": 3.5}
+            ax.plot(xs, ys, label=label, **style)
+            curves.append((xs, ys, per_step))
+            if name == monitor and best is not None:  # the best value itself, starred
+                y = ys[[s + 1 for s in steps].index(best)]
+                ax.plot([scale(best - 1)], [y], marker="*", markersize=13, color="black", linestyle="none")
+        if "loss" in base and all(y > 0 for _, ys, _ in curves for y in ys if math.isfinite(y)):
+            ax.set_yscale("log")
+        else:
+            _zoom(ax, curves, start=1.0 if epoch else 0.0)
+        if best is not None:
+            ax.axvline(scale(best - 1), color="0.3", linestyle=":", linewidth=1.2,
+                       label=f"best checkpoint ({monitor}, {'epoch' if epoch else 'step'} {scale(best - 1):g})")
+        ax.set_title(base)
+        ax.set_xlabel("epoch" if epoch else "step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(os.fspath(path), dpi=100)
 
 
 class RunError(ValueError):
@@ -138,7 +290,7 @@ def run_steps_of(config: Any, dataset: Any) -> int | None:
 
 def build_dataset(config: Any) -> Any:
     """The dataset of the config's ``dataset`` section, with its three loaders checked."""
-    from gyre.trainer._datasets import build_dataset_module
+    from gyre.trainer._classifier import build_dataset_module
 
     dataset = build_dataset_module(config.dataset)
     name = config.dataset["class_name"]
@@ -189,7 +341,8 @@ def run_config(
             shutil.rmtree(made)  # a run that could not start leaves no run folder behind
         raise
     _start_log(log, source, config, dataset)
-    kept = _KeptConfig(folder / "config.yaml", config.trainer.resume is not None)
+    yaml_path = folder / "config.yaml"  # a resumed run's, put back (with a note) when the resume fails
+    kept = yaml_path.read_text() if config.trainer.resume is not None and yaml_path.is_file() else None
     start = time.perf_counter()
     try:
         outcome = trainer.train_model(dataset.train_loader, dataset.val_loader, dataset.test_loader)
@@ -208,7 +361,10 @@ def run_config(
             history.to_csv(str(folder / "history.csv"))
             plot_curves(history, folder / "curves.png", title=folder.name, **_monitored(config))
     except BaseException as err:
-        kept.restore(err)
+        if kept is not None:
+            yaml_path.write_text(kept)
+            err.add_note(f"gyre: {yaml_path} is kept as the run wrote it; continue the run with its own "
+                         f"config: gyre resume {folder}")
         if isinstance(err, FloatingPointError):  # gyre.NonFiniteError: the checkpoints hold the last good state
             err.add_note(f"run folder: {folder}")
         raise
@@ -241,23 +397,6 @@ def _end_log(log: Any, trainer: Any, config: Any, elapsed: Any, seconds: float, 
              ", ".join(metric_lines(metrics)) or "no metrics")
     final = {f"hparams/{k}": v for k, v in metrics.items() if not k.endswith("/time")}
     trainer.writer.write_hparams(flatten_configdict(config), final)
-
-
-class _KeptConfig:
-    """A resumed run's ``config.yaml`` as it was, put back (with a note) when the resume fails."""
-
-    def __init__(self, path: Path, resuming: bool) -> None:
-        self.path = path
-        self.text = path.read_text() if resuming and path.is_file() else None
-
-    def restore(self, err: BaseException) -> None:
-        if self.text is None:
-            return
-        self.path.write_text(self.text)
-        err.add_note(
-            f"gyre: {self.path} is kept as the run wrote it; continue the run with its own "
-            f"config: gyre resume {self.path.parent}"
-        )
 
 
 def _check_fresh(folder: Path) -> None:
