@@ -13,7 +13,7 @@ from flax import linen, nnx
 from gyre.config import MODELS, ConfigError, TrainerConfig, validate_component
 from gyre.trainer import BaseModelLinen, BaseModelNNX
 from gyre.trainer._model import built_from_config
-from gyre.trainer._setup import build_model
+from gyre.trainer._module import build_model
 
 
 @dataclasses.dataclass

@@ -4,7 +4,7 @@ import pytest
 
 import gyre
 from gyre.config import ConfigError
-from gyre.trainer._setup import (
+from gyre.trainer._module import (
     build_callbacks,
     build_optimizer_of,
     build_writer,
@@ -83,7 +83,7 @@ def test_a_registered_flax_class_is_built_by_its_own_api_and_a_factory_by_model_
 
     import gyre.trainer  # noqa: F401 (registers SimpleCNN and SimpleCNNLinen)
     from gyre.config import TrainerConfig
-    from gyre.trainer._setup import build_model
+    from gyre.trainer._module import build_model
 
     left_out = TrainerConfig()  # model_mode left out (nnx by default)
     assert isinstance(build_model(left_out, {"class_name": "SimpleCNNLinen", "c_hid": 4}), linen.Module)
@@ -97,7 +97,7 @@ def test_init_ddp_mesh_is_a_data_axis_over_every_device_that_the_trainer_takes()
     import jax
 
     from gyre.trainer import init_ddp_mesh
-    from gyre.trainer._setup import strategy_of_mesh
+    from gyre.trainer._module import strategy_of_mesh
 
     mesh = init_ddp_mesh()
     assert mesh.axis_names == ("data",) and mesh.size == jax.device_count()
@@ -108,6 +108,6 @@ def test_init_ddp_mesh_is_a_data_axis_over_every_device_that_the_trainer_takes()
 def test_a_config_dict_section_becomes_a_plain_mapping():
     from ml_collections import ConfigDict
 
-    from gyre.trainer._setup import plain_section
+    from gyre.trainer._module import plain_section
 
     assert (plain_section(ConfigDict({"lr": 0.1})), plain_section(0.1)) == ({"lr": 0.1}, 0.1)

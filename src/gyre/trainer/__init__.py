@@ -63,8 +63,8 @@ from gyre.trainer._model import GaussianNoiseLinen as GaussianNoiseLinen
 from gyre.trainer._model import count_parameters as count_parameters
 from gyre.trainer._model import module_named_params as module_named_params
 from gyre.trainer._module import TrainerModule as TrainerModule
-from gyre.trainer._setup import TrainerModuleConfig as TrainerModuleConfig
-from gyre.trainer._setup import init_ddp_mesh as init_ddp_mesh
+from gyre.trainer._module import TrainerModuleConfig as TrainerModuleConfig
+from gyre.trainer._module import init_ddp_mesh as init_ddp_mesh
 
 __all__ = [
     "Augmentation", "AugmentationLinen", "CIFAR10Dataset", "Callback", "ConfusionMatrixCallback", "DigitsDataset", "DisableGC", "EarlyStopping", "EpochMetricFiles",

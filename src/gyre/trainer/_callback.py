@@ -35,6 +35,7 @@ import numpy as np
 
 from gyre.callbacks._monitor import Improvement, check_min_delta, check_name, monitor_mode, score
 from gyre.callbacks._store import Store
+from gyre.config import TRAINERS, config_to_dict, load_config
 from gyre.config._registry import register_callback
 from gyre.core._checks import instance, real, whole
 from gyre.core._errors import ExplainedKeyError, as_integer, describe, explain, suggest, warn
@@ -691,8 +692,6 @@ def read_model(store: Store, step: int, state: Any, optimizer: bool = False) -> 
 
 def stored_config(trainer: Any) -> dict[str, Any]:
     """The config a checkpoint stores: the whole config, else the trainer's known sections."""
-    from gyre.config import config_to_dict
-
     if trainer.full_config is not None:
         return config_to_dict(trainer.full_config)
     return {
@@ -742,15 +741,11 @@ def find_checkpoint(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any 
     meta = store.read_record(step).get("meta", {})
     trainer = _rebuild(cls, meta.get("config") or {}, given)
     if exmp_batch is None and meta.get("input"):
-        import numpy as np
-
         exmp_batch = (np.zeros(meta["input"]["shape"], meta["input"]["dtype"]),)
     return trainer, store, step, None if exmp_batch is None else trainer.batch_to_input(exmp_batch)
 
 
 def _rebuild(cls: type, config: dict[str, Any], given: dict[str, Any]) -> Any:
-    from gyre.config import TRAINERS, load_config
-
     if all(k in config for k in ("trainer", "model", "optimizer", "dataset")):
         full = load_config(config)
         name = full.trainer.class_name

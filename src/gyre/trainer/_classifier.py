@@ -18,16 +18,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import linen, nnx
+from jax.sharding import Mesh
 from pydantic import Field
 
+from gyre.config import DATASETS
 from gyre.config._jax_trainer import jax_trainer_dataset
 from gyre.config._registry import ConfigTyped, register_dataset, register_model, register_trainer
 from gyre.core._checks import instance, whole
 from gyre.core._errors import describe, explain
-from gyre.data import arrays, cifar10, mnist, supervised
+from gyre.data import arrays, batches, cifar10, digits, mnist, stratified_split, supervised
 from gyre.trainer._callback import ConfusionMatrixCallback, confusion_matrix
-from gyre.trainer._module import TrainerModule
-from gyre.trainer._setup import TrainerModuleConfig, component, plain_section
+from gyre.trainer._module import TrainerModule, TrainerModuleConfig, component, plain_section
 
 #: a count of classes, units or layers (>= 1)
 Count = Annotated[int, Field(ge=1)]
@@ -321,8 +322,6 @@ class DigitsDataset:
         self, global_batch_size: int = 128, val_size: int = 200, split_seed: int = 42,
         eval_batch_size: int | None = None, normalize: bool = True, image_shape: bool = False,
     ) -> None:
-        from gyre.data import batches, digits, stratified_split
-
         (x, y), (xt, yt) = digits()
         if not normalize:
             x, xt = x * 16.0, xt * 16.0
@@ -357,10 +356,6 @@ class DatasetConfig:
         """The data set this config names, built from its fields (the fork's
         ``config.instantiate(DatasetModule, mesh)``). The loaders give host batches; the
         trainer shards them over its own ``mesh=``, so ``mesh`` is only checked."""
-        from jax.sharding import Mesh
-
-        from gyre.config import DATASETS
-
         name = type(self).__name__
         if interface is not None and not (isinstance(interface, type) and issubclass(interface, DatasetModule)):
             raise TypeError(explain(

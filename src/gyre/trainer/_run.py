@@ -23,8 +23,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from gyre.callbacks._monitor import monitor_mode
+from gyre.config import (
+    TRAINERS,
+    Config,
+    RunLengthUnknown,
+    build_optimizer,
+    config_to_dict,
+    dump_config,
+    flatten_configdict,
+    load_config,
+    run_length,
+)
 from gyre.core._errors import describe, explain, warn
+from gyre.trainer._classifier import build_dataset_module
 from gyre.trainer._logger import EpochMetricFiles
+from gyre.trainer._module import TrainerModule
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 LOG_FILE = "run.log"
@@ -114,8 +130,6 @@ def best_step(history: Any, monitor: str | None, mode: str = "max") -> int | Non
 def _zoom(ax: Any, curves: list[tuple[list[float], list[float], bool]], start: float) -> None:
     """Limits the y-axis to where the curves differ: their values after ``start`` (a step
     series by its 5th percentile, its noise left out), with a margin."""
-    import numpy as np
-
     low, high = [], []
     for xs, ys, per_step in curves:
         kept = np.array([y for x, y in zip(xs, ys, strict=True) if x > start + 1e-9 and math.isfinite(y)])
@@ -267,8 +281,6 @@ class RunResult:
 
 def resolve_config(source: Any, overrides: Sequence[str] = ()) -> Any:
     """The validated config of ``source`` with ``overrides``, its optimizer built (fails early)."""
-    from gyre.config import Config, RunLengthUnknown, build_optimizer, config_to_dict, load_config
-
     if isinstance(source, Config):
         source = config_to_dict(source)
     config = load_config(source, list(overrides))
@@ -290,8 +302,6 @@ def run_steps_of(config: Any, dataset: Any) -> int | None:
 
 def build_dataset(config: Any) -> Any:
     """The dataset of the config's ``dataset`` section, with its three loaders checked."""
-    from gyre.trainer._classifier import build_dataset_module
-
     dataset = build_dataset_module(config.dataset)
     name = config.dataset["class_name"]
     missing = [a for a in ("train_loader", "val_loader", "test_loader") if not hasattr(dataset, a)]
@@ -312,8 +322,6 @@ def run_config(
 ) -> RunResult:
     """Trains and tests what a config describes, in ``run_dir`` or a timestamped folder of ``out``
     (a ``ConfigError`` or :class:`RunError` comes before any training)."""
-    from gyre.config import TRAINERS, config_to_dict, dump_config, load_config, run_length
-
     config = resolve_config(source, overrides)
     made = None
     if run_dir is None and not config.trainer.logger.log_dir:  # None or "" (the fork's "no folder"); base_log_dir: jax_trainer's out
@@ -380,8 +388,6 @@ def run_config(
 
 def _start_log(log: Any, source: Any, config: Any, dataset: Any) -> None:
     """Seeds Python's and numpy's global generators with the config's ``seed``, and logs the run."""
-    import numpy as np
-
     random.seed(config.seed)
     np.random.seed(config.seed % 2**32)
     steps = run_steps_of(config, dataset)
@@ -391,8 +397,6 @@ def _start_log(log: Any, source: Any, config: Any, dataset: Any) -> None:
 
 def _end_log(log: Any, trainer: Any, config: Any, elapsed: Any, seconds: float, metrics: Mapping[str, float]) -> None:
     """Logs the run's end, and writes the config as hyperparameters with the final metrics."""
-    from gyre.config import flatten_configdict
-
     log.info("trained %d steps (%d epochs) in %.1fs; %s", elapsed.steps, elapsed.epochs, seconds,
              ", ".join(metric_lines(metrics)) or "no metrics")
     final = {f"hparams/{k}": v for k, v in metrics.items() if not k.endswith("/time")}
@@ -419,8 +423,6 @@ def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 def _monitored(config: Any) -> dict[str, str]:
     """The ``ModelCheckpoint``'s monitor and mode, for ``curves.png``; empty without one."""
-    from gyre.callbacks._monitor import monitor_mode
-
     for name, section in config.trainer.callbacks.items():
         if section.get("class_name", name) == "ModelCheckpoint" and section.get("monitor"):
             return {"monitor": section["monitor"],
@@ -457,8 +459,6 @@ def resume_run(run: str | os.PathLike[str], *, quiet: bool = False) -> RunResult
 
 def run_test(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The test metrics of a run's best checkpoint (or the one ``path`` names), on its dataset."""
-    from gyre.trainer._module import TrainerModule
-
     target = Path(path).expanduser()
     if not target.exists():
         find_run_dir(target)  # raises the explained error

@@ -14,13 +14,17 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from gyre.callbacks import checkpoint, keras_bar
+from gyre.core import after, on_train_step
 from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.core._schedules import periodic
 from gyre.data._padding import accepts_mask
+from gyre.engine import train_loop
 from gyre.engine._masked import MaskedBatches
 from gyre.engine._ring import arg_shapes
+from gyre.loggers import write_to
 from gyre.steps._update import train_update
 from gyre.trainer._callback import overrides_training_step, stored_config
 from gyre.trainer._metrics import (
@@ -291,11 +295,6 @@ class TrainingRun:
 
     def run(self, data: Any, step: Any, epochs: int, epoch_steps: int) -> tuple[Any, Any, Any]:
         """Trains ``epochs`` epochs of ``epoch_steps`` steps: ``(state, history, elapsed)``."""
-        from gyre.callbacks import checkpoint, keras_bar
-        from gyre.core import after, on_train_step
-        from gyre.engine import train_loop
-        from gyre.loggers import write_to
-
         t, config = self.trainer, self.trainer.config
         tasks: dict[Any, Any] = {on_train_step: step}
         every = config.logger.log_steps_every
