@@ -23,7 +23,6 @@ import gc
 import json
 import math
 import numbers
-import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -35,7 +34,7 @@ import numpy as np
 
 from gyre.callbacks._monitor import Improvement, check_min_delta, check_name, monitor_mode, score
 from gyre.callbacks._store import Store
-from gyre.config import TRAINERS, config_to_dict, load_config
+from gyre.config import config_to_dict
 from gyre.config._registry import register_callback
 from gyre.core._checks import instance, real, whole
 from gyre.core._errors import ExplainedKeyError, as_integer, describe, explain, suggest, warn
@@ -706,63 +705,6 @@ def input_spec(trainer: Any) -> dict[str, Any] | None:
     """The shape and dtype of the model's input (a linen model is rebuilt from it)."""
     spec = getattr(trainer, "_input_spec", None)
     return None if spec is None else {"shape": list(spec[0]), "dtype": str(spec[1])}
-
-
-def _find(path: str | os.PathLike[str]) -> tuple[Path, int | None]:
-    """The checkpoints folder and step that ``path`` names."""
-    p = Path(path).expanduser().resolve()
-    if (p / "checkpoints").is_dir():
-        return p / "checkpoints", None
-    if p.name.isdigit() and p.parent.is_dir():
-        return p.parent, int(p.name)
-    if p.is_dir():
-        return p, None
-    raise FileNotFoundError(explain(
-        "load_from_checkpoint found no checkpoint there",
-        expected="a run folder (holding checkpoints/), a checkpoints folder, or one step's folder", received=str(p),
-        fix="pass the run folder that train_model wrote (trainer.log_dir)"))
-
-
-def find_checkpoint(cls: type, path: str | os.PathLike[str], *, exmp_batch: Any = None,
-                    **given: Any) -> tuple[Any, Store, int, Any]:
-    """``(trainer, store, step, example input)`` of the model checkpoint ``path`` names (the best)."""
-    folder, step = _find(path)
-    store = Store(str(folder), read_only=True)
-    if step is None:
-        steps = store.steps()
-        if not steps:
-            raise FileNotFoundError(explain(
-                "load_from_checkpoint found no model checkpoint",
-                expected="a folder written by ModelCheckpoint", received=f"{folder} holding no step",
-                fix="train with a ModelCheckpoint callback, or pass a run folder that has one"))
-        mode = "min" if store.read_record(steps[-1]).get("meta", {}).get("mode") == "min" else "max"
-        scores = {s: score(mode, store.read_record(s).get("meta", {}).get("value")) for s in steps}
-        step = max(scores, key=scores.__getitem__) if max(scores.values()) > -math.inf else max(steps)
-    meta = store.read_record(step).get("meta", {})
-    trainer = _rebuild(cls, meta.get("config") or {}, given)
-    if exmp_batch is None and meta.get("input"):
-        exmp_batch = (np.zeros(meta["input"]["shape"], meta["input"]["dtype"]),)
-    return trainer, store, step, None if exmp_batch is None else trainer.batch_to_input(exmp_batch)
-
-
-def _rebuild(cls: type, config: dict[str, Any], given: dict[str, Any]) -> Any:
-    if all(k in config for k in ("trainer", "model", "optimizer", "dataset")):
-        full = load_config(config)
-        name = full.trainer.class_name
-        trainer_cls = TRAINERS.get(name, where="trainer.class_name") if name in TRAINERS else cls
-        return trainer_cls(full.trainer, full.model, full.optimizer, config=full, **given)
-    name = config.get("trainer_class")
-    trainer_cls = TRAINERS.get(name) if isinstance(name, str) and name in TRAINERS and cls.__name__ == "TrainerModule" else cls
-    missing = [k for k in ("model", "optimizer") if config.get(k) is None and k not in given]
-    if missing:
-        raise TypeError(explain(
-            f"this checkpoint cannot rebuild the trainer's {' and '.join(missing)}",
-            expected="a trainer built from config sections (model_config=, optimizer_config= or a YAML "
-            "config), whose sections the checkpoint stores",
-            received=f"a checkpoint of a trainer given {' and '.join(f'{k}=<object>' for k in missing)} directly",
-            fix="pass them again: load_from_checkpoint(path, "
-            + ", ".join(f"{k}=..." for k in missing) + ")"))
-    return trainer_cls(config.get("trainer"), config.get("model"), config.get("optimizer"), **given)
 
 
 LR_NAME = "optimizer/lr"

@@ -9,6 +9,7 @@ import datetime
 import importlib.util
 import inspect
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,12 +23,16 @@ from flax import nnx, struct
 from jax.sharding import Mesh
 from pydantic import Field, field_validator
 
+from gyre.callbacks._monitor import score
+from gyre.callbacks._store import Store
 from gyre.config import (
     REGISTRIES,
+    TRAINERS,
     RunLengthUnknown,
     build_optimizer,
     dump_config,
     learning_rate_of,
+    load_config,
     model_kind,
     validate_component,
 )
@@ -41,7 +46,7 @@ from gyre.core._train_state import TrainState
 from gyre.engine._epochs import first_batch, training_data
 from gyre.loggers import CSVWriter, TensorBoardWriter
 from gyre.parallel import DataParallel, get_strategy
-from gyre.trainer._callback import ModelCheckpoint, find_checkpoint, read_model, stored_config
+from gyre.trainer._callback import ModelCheckpoint, read_model, stored_config
 from gyre.trainer._logger import PHASE_NAME, EpochMetricFiles, figure_image, write_embedding
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
 from gyre.trainer._model import (
@@ -934,7 +939,34 @@ class TrainerModule:
         Example: see ``tests/trainer/test_trainer.py`` (it needs a trained run).
         """
         given = {k: v for k, v in (("model", model), ("optimizer", optimizer)) if v is not None}
-        trainer, store, step, exmp_input = find_checkpoint(cls, path, exmp_batch=exmp_batch, **given)
+        p = Path(path).expanduser().resolve()
+        if (p / "checkpoints").is_dir():
+            folder, step = p / "checkpoints", None
+        elif p.name.isdigit() and p.parent.is_dir():
+            folder, step = p.parent, int(p.name)
+        elif p.is_dir():
+            folder, step = p, None
+        else:
+            raise FileNotFoundError(explain(
+                "load_from_checkpoint found no checkpoint there",
+                expected="a run folder (holding checkpoints/), a checkpoints folder, or one step's folder",
+                received=str(p), fix="pass the run folder that train_model wrote (trainer.log_dir)"))
+        store = Store(str(folder), read_only=True)
+        if step is None:  # the best model by the metric it was saved for
+            steps = store.steps()
+            if not steps:
+                raise FileNotFoundError(explain(
+                    "load_from_checkpoint found no model checkpoint",
+                    expected="a folder written by ModelCheckpoint", received=f"{folder} holding no step",
+                    fix="train with a ModelCheckpoint callback, or pass a run folder that has one"))
+            mode = "min" if store.read_record(steps[-1]).get("meta", {}).get("mode") == "min" else "max"
+            scores = {s: score(mode, store.read_record(s).get("meta", {}).get("value")) for s in steps}
+            step = max(scores, key=scores.__getitem__) if max(scores.values()) > -math.inf else max(steps)
+        meta = store.read_record(step).get("meta", {})
+        trainer = _rebuild(cls, meta.get("config") or {}, given)
+        if exmp_batch is None and meta.get("input"):
+            exmp_batch = (np.zeros(meta["input"]["shape"], meta["input"]["dtype"]),)
+        exmp_input = None if exmp_batch is None else trainer.batch_to_input(exmp_batch)
         trainer.state = read_model(store, step, trainer._build_state(exmp_input))
         return trainer
 
@@ -945,3 +977,23 @@ class TrainerModule:
         if self._files is None:
             self._files = EpochMetricFiles(self.log_dir)
         return self._files
+
+
+def _rebuild(cls: type, config: dict[str, Any], given: dict[str, Any]) -> Any:
+    if all(k in config for k in ("trainer", "model", "optimizer", "dataset")):
+        full = load_config(config)
+        name = full.trainer.class_name
+        trainer_cls = TRAINERS.get(name, where="trainer.class_name") if name in TRAINERS else cls
+        return trainer_cls(full.trainer, full.model, full.optimizer, config=full, **given)
+    name = config.get("trainer_class")
+    trainer_cls = TRAINERS.get(name) if isinstance(name, str) and name in TRAINERS and cls.__name__ == "TrainerModule" else cls
+    missing = [k for k in ("model", "optimizer") if config.get(k) is None and k not in given]
+    if missing:
+        raise TypeError(explain(
+            f"this checkpoint cannot rebuild the trainer's {' and '.join(missing)}",
+            expected="a trainer built from config sections (model_config=, optimizer_config= or a YAML "
+            "config), whose sections the checkpoint stores",
+            received=f"a checkpoint of a trainer given {' and '.join(f'{k}=<object>' for k in missing)} directly",
+            fix="pass them again: load_from_checkpoint(path, "
+            + ", ".join(f"{k}=..." for k in missing) + ")"))
+    return trainer_cls(config.get("trainer"), config.get("model"), config.get("optimizer"), **given)
