@@ -94,14 +94,14 @@ def test_the_config_catalogue_lists_every_registered_name():
 
 
 def test_the_catalogue_of_phlippes_names_is_what_gyre_reads():
-    from gyre.config import _jax_trainer, _schema
+    from gyre.config import _jax_trainer, _tools
 
     listed = dict(_catalogue("phlippe-catalogue"))
     assert listed["`optimizer.name`"] == set(_jax_trainer._NAMES)
     assert listed["`optimizer.scheduler.name`"] == set(_jax_trainer.SCHEDULERS)
     assert listed["`optimizer.transforms`"] == set(_jax_trainer.TRANSFORM_KEYS)
     assert listed["`dataset.constructor`"] == set(_jax_trainer.DATASET_CONSTRUCTORS)
-    assert {name.lower() for name in listed["`trainer.logger.tool`"]} == set(_schema._TOOLS)
+    assert {name.lower() for name in listed["`trainer.logger.tool`"]} == set(_tools._TOOLS)
 
 
 # -- the seed's YAML, as it is ----------------------------------------------------------------
