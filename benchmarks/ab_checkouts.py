@@ -24,6 +24,12 @@ From the repository root::
 
     .venv/bin/python benchmarks/ab_checkouts.py --base 015430f --pairs 5 -- --hidden 32 --rounds 3
     .venv/bin/python benchmarks/ab_checkouts.py --base HEAD~10 -- --hidden 8 --dispatch-wait-us 200 --rounds 3
+    .venv/bin/python benchmarks/ab_checkouts.py --base 9f4a01d --pairs 10 -- --hidden 32 --rounds 5 --variant gyre.loop
+
+On a 2-vCPU VM, ratios of the same gyre move by up to 10% between processes: 4 pairs of 3
+rounds each could not tell a change from noise, 10 pairs of 5 rounds of one or two variants
+(``--variant``, fewer compilations per process) could. The hand-written reference rows
+(``hand-written keeping its outputs``, no gyre in them) show how far noise alone moves a row.
 
 Everything after ``--`` goes to the benchmark (``--json`` is added).
 """

@@ -96,6 +96,7 @@ From the repository root::
     .venv/bin/python benchmarks/loop_overhead.py --fused-table --hidden 8 --auto-target 3 --steps 4000
     .venv/bin/python benchmarks/loop_overhead.py --fused-table --hidden 256 --auto-target 0.97 --steps 4000
     .venv/bin/python benchmarks/loop_overhead.py --profile        # cProfile of gyre.loop
+    .venv/bin/python benchmarks/loop_overhead.py --hidden 32 --variant gyre.loop --variant gyre.fit
 
 ``--profile`` runs the ``gyre.loop`` variant under :mod:`cProfile` (after the warm-up) and
 prints the 25 functions with the most own time, with their time per training step, to show
@@ -674,8 +675,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help=f"the variant --profile runs (default {LOOP})")
     parser.add_argument("--profile-top", type=int, default=25,
                         help="functions --profile lists, by own time (default 25)")
+    parser.add_argument("--variant", dest="variants", action="append", default=None,
+                        help="only this variant (repeat it for several; the hand-written loop always "
+                        "runs): fewer compilations, so more rounds in the same time")
     bench_json.add_option(parser)
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.variants or ()) - set(VARIANTS))
+    if unknown:
+        parser.error(f"--variant: unknown {unknown}; the variants are {list(VARIANTS)}")
     if min(args.steps, args.rounds, args.hidden, args.steps_per_call) < 1:
         parser.error("--steps, --rounds, --hidden and --steps-per-call must be >= 1")
     if args.dispatch_wait_us < 0:
@@ -692,12 +699,13 @@ def build_runners(args: argparse.Namespace, step: Step, batches: list[Batch], lo
         return fused_runners(step, data, args.steps)
     k = args.steps_per_call
     runners = make_runners(step, data, args.steps, logdir, steps_per_call=k)
-    if not args.profile or args.profile_variant in (TRAINER, FIT):
+    wanted = {HAND, *args.variants} if args.variants else set(VARIANTS)
+    if (not args.profile and wanted & {TRAINER, FIT}) or (args.profile and args.profile_variant in (TRAINER, FIT)):
         trainer, fit_state = make_rungs(batches, args.hidden, args.seed, logdir, k)
         runners.update(rung_runners(trainer, fit_state, data, logdir, k))
     if args.profile:
         return {args.profile_variant: runners[args.profile_variant]}
-    return {name: runners[name] for name in VARIANTS}
+    return {name: runners[name] for name in VARIANTS if name in wanted}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
