@@ -959,10 +959,13 @@ class TrainerModule:
                     "load_from_checkpoint found no model checkpoint",
                     expected="a folder written by ModelCheckpoint", received=f"{folder} holding no step",
                     fix="train with a ModelCheckpoint callback, or pass a run folder that has one"))
-            mode = "min" if store.read_record(steps[-1]).get("meta", {}).get("mode") == "min" else "max"
-            scores = {s: score(mode, store.read_record(s).get("meta", {}).get("value")) for s in steps}
+            metas = {s: store.read_record(s).get("meta", {}) for s in steps}
+            mode = "min" if metas[steps[-1]].get("mode") == "min" else "max"
+            scores = {s: score(mode, m.get("value")) for s, m in metas.items()}
             step = max(scores, key=scores.__getitem__) if max(scores.values()) > -math.inf else max(steps)
-        meta = store.read_record(step).get("meta", {})
+            meta = metas[step]
+        else:
+            meta = store.read_record(step).get("meta", {})
         trainer = _rebuild(cls, meta.get("config") or {}, given)
         if exmp_batch is None and meta.get("input"):
             exmp_batch = (np.zeros(meta["input"]["shape"], meta["input"]["dtype"]),)
