@@ -34,7 +34,11 @@ of 64, for ``--steps`` steps, several ways, all in one process and on the same d
 * ``hand-written + orbax at the end`` (a reference, no target): the hand-written loop plus
   one orbax ``CheckpointManager.save`` of the parameters and optimizer state when it ends,
   waited for: the work the trainer and fit add at the end of a run, which a run of a few
-  thousand short steps does not amortise. Their rows also give the ratio to it;
+  thousand short steps does not amortise. fit's row also gives the ratio to it;
+* ``hand-written over the trainer's step + orbax at the end`` (a reference, no target): the
+  trainer's own compiled step (it also computes accuracy and adds both values to its epoch and
+  window sums) in the hand-written loop, then the same orbax save: the trainer's row also gives
+  the ratio to it, which is what the trainer's loop costs apart from what its step computes;
 * ``hand-written keeping its outputs`` (a reference, no target): the hand-written loop that
   keeps what jaxloop's loops return, every step's logs appended to per-key lists that start
   afresh every 100 steps (an inner loop's outputs). ``jaxloop.OuterLoop``'s row also gives the
@@ -152,6 +156,7 @@ LEARNING_RATE = 1e-3
 HAND = "hand-written"
 HAND_SAVE = "hand-written + orbax at the end"
 HAND_KEEP = "hand-written keeping its outputs"
+HAND_TRAINER = "hand-written over the trainer's step + orbax at the end"
 LOOP = "gyre.loop"
 TRAIN_LOOP = "gyre.train_loop"
 OUTER_LOOP = "jaxloop.OuterLoop"
@@ -160,12 +165,13 @@ WRITE_TO = "gyre.loop + write_to(TensorBoardWriter)"
 TRAINER = "TrainerModule.train_model"
 FIT = "gyre.fit"
 AUTO = 'gyre.loop, steps_per_call="auto"'
-VARIANTS = (HAND, LOOP, TRAIN_LOOP, OUTER_LOOP, WRITE_TO, TRAINER, FIT, HAND_SAVE, HAND_KEEP, AUTO)
+VARIANTS = (HAND, LOOP, TRAIN_LOOP, OUTER_LOOP, WRITE_TO, TRAINER, FIT, HAND_SAVE, HAND_KEEP, HAND_TRAINER, AUTO)
 FIXED_K = (1, 10, 100)  # the fixed steps_per_call of --fused-table
-REFERENCES = (HAND, HAND_SAVE, HAND_KEEP)  # rows without a target
+REFERENCES = (HAND, HAND_SAVE, HAND_KEEP, HAND_TRAINER)  # rows without a target
 #: the hand-written loop doing the same work as a variant (a checkpoint at the end; the outputs
-#: jaxloop's contract returns): that variant's row also gives the ratio to it
-LIKE_FOR_LIKE = {TRAINER: HAND_SAVE, FIT: HAND_SAVE, OUTER_LOOP: HAND_KEEP}
+#: jaxloop's contract returns; the trainer's own compiled step, which also computes accuracy and
+#: keeps its epoch and window sums): that variant's row also gives the ratio to it
+LIKE_FOR_LIKE = {TRAINER: HAND_TRAINER, FIT: HAND_SAVE, OUTER_LOOP: HAND_KEEP}
 
 
 class NullSink(io.TextIOBase):
@@ -368,19 +374,24 @@ def make_runners(
         return jax.block_until_ready(state)
 
     def hand_written_save(state: State) -> State:
-        import orbax.checkpoint as ocp
-
         params, opt_state = hand_written(state)
-        manager = ocp.CheckpointManager(os.path.join(logdir, f"orbax{next(runs)}"),
-                                        options=ocp.CheckpointManagerOptions(max_to_keep=1))
-        manager.save(steps, args=ocp.args.StandardSave({"params": params, "opt_state": opt_state}))
-        manager.wait_until_finished()
-        manager.close()
+        orbax_save(os.path.join(logdir, f"orbax{next(runs)}"), steps, params, opt_state)
         return params, opt_state
 
     return {HAND: hand_written, LOOP: loop_runner(step, data, steps, steps_per_call), TRAIN_LOOP: with_train_loop,
             OUTER_LOOP: with_outer_loop, WRITE_TO: with_write_to, HAND_SAVE: hand_written_save,
             HAND_KEEP: hand_written_keep, AUTO: loop_runner(step, data, steps, "auto")}
+
+
+def orbax_save(directory: str, step: int, params: Any, opt_state: Any) -> None:
+    """What the hand-written loops save at their end: orbax's ``StandardSave`` of the
+    parameters and optimizer state, waited for."""
+    import orbax.checkpoint as ocp
+
+    manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=1))
+    manager.save(step, args=ocp.args.StandardSave({"params": params, "opt_state": opt_state}))
+    manager.wait_until_finished()
+    manager.close()
 
 
 def make_rungs(batches: Sequence[Batch], hidden: int, seed: int, logdir: str, steps_per_call: int) -> tuple[Any, Any]:
@@ -418,9 +429,19 @@ def rung_runners(trainer: Any, fit_state: Any, data: Iterable[Batch], logdir: st
                             log_name=f"fit{next(runs)}", progress=False, steps_per_call=steps_per_call)
         return jax.block_until_ready(state)
 
-    trainer_run.initial = trainer.state  # type: ignore[attr-defined]
+    def trainer_step_by_hand(state: Any) -> Any:
+        """The trainer's own compiled step (made by its first ``train_model``: the warm-up) in
+        a Python loop, then the hand-written loops' orbax save: what the trainer's step costs
+        without the trainer's loop around it."""
+        step = next(fn for name, fn in trainer._compiled.items() if name.startswith("train"))
+        for batch in data:
+            _, state = step(state, batch)
+        orbax_save(os.path.join(logdir, f"orbax-trainer{next(runs)}"), 0, state.params, state.opt_state)
+        return jax.block_until_ready(state)
+
+    trainer_run.initial = trainer_step_by_hand.initial = trainer.state  # type: ignore[attr-defined]
     fit_run.initial = fit_state  # type: ignore[attr-defined]
-    return {TRAINER: trainer_run, FIT: fit_run}
+    return {TRAINER: trainer_run, FIT: fit_run, HAND_TRAINER: trainer_step_by_hand}
 
 
 def fused_runners(step: Step, data: Iterable[Batch], steps: int) -> dict[str, Runner]:
