@@ -365,30 +365,25 @@ class Checkpoint(Checkpointer):
         """
         kind, value = resolve(resume)
         self.wait_until_finished()
-        store, say = self._store, saying(self.directory, self._warned)
+        store = self._store
         if kind == "path":
-            root, step = step_of_path(value)
+            root, value = step_of_path(value)
             if os.path.realpath(root) != os.path.realpath(self.directory):
                 source = Store(root, read_only=True)
-                snapshot = one_step(source, step, target_state, target_arrays)
+                snapshot = one_step(source, value, target_state, target_arrays)
                 self._source = source
                 if self._claimed and is_main_process():
                     store.files.copy_from(source.files)
                     self._source = None
                 return snapshot
-            kind, value = "step", step
-        if kind == "step":
-            snapshot = one_step(store, value, target_state, target_arrays)
-        else:
-            if kind == "best" and self.monitor is None:
-                raise no_monitor("resume=")
-            if not store.on_disk():
-                return self._fresh()
-            candidates = store.ranked() if kind == "best" else store.on_disk()[::-1]
-            if not candidates:
-                raise no_best(self.directory, self.monitor)  # type: ignore[arg-type]
-            snapshot, failures = first_readable(store, candidates, target_state, target_arrays, say)
-            self._unreadable |= {s for s, e in failures if e.kind == "corrupt"}
+        if kind == "best" and self.monitor is None:
+            raise no_monitor("resume=")
+        found = pick(store, kind if kind in ("latest", "best") else value, target_state, target_arrays,
+                     saying(self.directory, self._warned), self.monitor)
+        if found is None:
+            return self._fresh()
+        snapshot, failures = found
+        self._unreadable |= {s for s, e in failures if e.kind == "corrupt"}
         self._resumed = snapshot.step
         if not self._claimed:
             self._last = snapshot.step
@@ -669,6 +664,21 @@ def first_readable(
         "gyre.checkpoint(..., overwrite=True)"))
 
 
+def pick(
+    store: Store, which: str | int, target_state: Any, target_arrays: Any, say: Say, monitor: str | None = None
+) -> tuple[Snapshot, list[tuple[int, Unreadable]]] | None:
+    """The checkpoint ``which`` names, with the failures met: a step (no fallback), else the first that loads
+    of the steps on disk, newest first (``"latest"``) or best first (``"best"``); ``None`` when there is none."""
+    if not isinstance(which, str):
+        return one_step(store, which, target_state, target_arrays), []
+    if not store.on_disk():
+        return None
+    steps = store.ranked() if which == "best" else store.on_disk()[::-1]
+    if not steps:
+        raise no_best(store.root, monitor)  # type: ignore[arg-type]
+    return first_readable(store, steps, target_state, target_arrays, say)
+
+
 def one_step(store: Store, step: int, target_state: Any, target_arrays: Any) -> Snapshot:
     """Step ``step``, or an error saying why it cannot be loaded (no fallback)."""
     on_disk = store.on_disk()
@@ -752,13 +762,9 @@ def restore(directory: str | os.PathLike[str], target: Any, step: int | None = N
             root, step = step_of_path(root)
     store = Store(root, read_only=True)
     try:
-        if step is not None:
-            snapshot = one_step(store, as_step(step), target, None)
-        else:
-            steps = store.on_disk()[::-1]
-            if not steps:
-                raise nothing_to_restore(root)
-            snapshot, _ = first_readable(store, steps, target, None, saying(root, set()))
+        found = pick(store, "latest" if step is None else as_step(step), target, None, saying(root, set()))
     finally:
         store.close()
-    return snapshot.state, snapshot.elapsed
+    if found is None:
+        raise nothing_to_restore(root)
+    return found[0].state, found[0].elapsed
