@@ -145,9 +145,10 @@ def mismatch(
     saved: list[Leaf], target: Any, *, where: str = "state", saved_empty: list[str] | None = None
 ) -> str | None:
     """Why ``target`` cannot receive the saved leaves (never cast), or ``None``."""
-    wanted = {leaf_path(p): leaf_type(x, where=where) for p, x in jax.tree_util.tree_flatten_with_path(target)[0]}
+    leaves, paths, empty = _structure(target)
+    wanted = {p: leaf_type(x, where=where) for p, x in zip(paths, leaves, strict=True)}
     have = {d["path"]: (tuple(d["shape"]), d["dtype"]) for d in saved}
-    problems = [] if saved_empty is None else _one_sided("nodes", empty_nodes(target), saved_empty)
+    problems = [] if saved_empty is None else _one_sided("nodes", empty, saved_empty)
     problems += _one_sided("leaves", wanted, have)
     hidden = 0
     for i, what in enumerate(("shape", "dtype")):
@@ -176,8 +177,8 @@ def abstract(target: Any) -> Any:
 def verify(saved: list[Leaf], restored: Any) -> None:
     """Raises :class:`Unreadable` when a restored leaf's checksum is not the saved one."""
     expected = {d["path"]: d.get("crc32") for d in saved}
-    flat = jax.tree_util.tree_flatten_with_path(restored)[0]
-    checked = [(leaf_path(p), x) for p, x in flat if expected.get(leaf_path(p)) is not None]
+    leaves, paths, _ = _structure(restored)
+    checked = [(p, x) for p, x in zip(paths, leaves, strict=True) if expected.get(p) is not None]
     if not checked:
         return
     sums = checksums([x for _, x in checked])
