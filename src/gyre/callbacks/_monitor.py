@@ -26,11 +26,12 @@ def check_name(monitor: Any, problem: str, example: str, fix: str, *, optional: 
     raise TypeError(explain(problem, expected=f"a logged name, e.g. {example}", received=describe(monitor), fix=fix))
 
 
-def find(logs: Logs | None, monitor: str, *, owner: str, step: int, fix: str) -> Any:
-    """The value logged as ``monitor`` (``"name"`` or ``"collection.name"``), else an error listing the logged entries."""
+def find(logs: Logs | None, monitor: str, *, owner: str, step: int, fix: str) -> float:
+    """The value logged as ``monitor`` (``"name"`` or ``"collection.name"``) read by :func:`as_number`, else an
+    error listing the logged entries."""
     found, value = (False, None) if logs is None else logs.lookup(monitor)
     if found:
-        return value
+        return as_number(value, monitor, owner=owner, step=step)
     available = [] if logs is None else sorted({f"{c}.{n}" for c, n, _ in logs.entries()})
     raise ExplainedKeyError(explain(
         f"{owner} monitors {monitor!r}, which was not logged at step {step}",
@@ -250,7 +251,6 @@ class EarlyStopping(Improvement, LoopElement):
             fix="monitor one of the received names (evaluation entries carry the test "
             "suffix, e.g. 'loss_test'), and run early stopping where it is logged "
             "(it registers itself on on_epoch_end, after evaluation)")
-        value = as_number(value, self.monitor, owner="early_stopping", step=elapsed.steps)
         self.evaluations += 1
         if self.since is None:
             self.since = elapsed.replace()  # a plain copy: not the clock of a step in progress
