@@ -316,11 +316,6 @@ class Checkpoint(Checkpointer):
 
     # -- loading -----------------------------------------------------------------------------
 
-    def _fresh(self) -> None:
-        if not self._said_fresh:
-            self._said_fresh = True
-            warn(f"checkpoint: no checkpoint in {self.directory}: starting fresh", UserWarning)
-
     def load_snapshot(self, resume: Any, target_state: Any, *, target_arrays: Any = None) -> Snapshot | None:
         """The snapshot ``resume`` names, restored into the structure of ``target_state``; marks
         this object as resumed.
@@ -373,7 +368,10 @@ class Checkpoint(Checkpointer):
         found = pick(store, kind if kind in ("latest", "best") else value, target_state, target_arrays,
                      saying(self.directory, self._warned), self.monitor)
         if found is None:
-            return self._fresh()
+            if not self._said_fresh:
+                self._said_fresh = True
+                warn(f"checkpoint: no checkpoint in {self.directory}: starting fresh", UserWarning)
+            return None
         snapshot, failures = found
         self._unreadable |= {s for s, e in failures if e.kind == "corrupt"}
         self._resumed = snapshot.step
