@@ -69,7 +69,7 @@ def test_the_first_readable_step_is_loaded_and_the_bad_ones_said_once(tmp_path):
     def say(step, problem, more):
         said.append((step, problem.reason, more))
 
-    snapshot, failures = _checkpoint.first_readable(store, [3, 2, 1], target(), None, say)
+    snapshot, failures = _checkpoint.pick(store, "latest", target(), None, say)
     assert snapshot.step == 2 and [s for s, _ in failures] == [3]
     assert said == [(3, "the step directory is empty", True)]
     with warnings.catch_warnings(record=True) as caught:
@@ -90,7 +90,7 @@ def test_when_no_step_fits_one_error_says_why(tmp_path):
     store = save_steps(tmp_path, [1, 2], dtype=jnp.int32)
     with pytest.warns(UserWarning, match="dtype of w: saved int32, target float32"):
         with pytest.raises(ValueError) as info:
-            _checkpoint.first_readable(store, [2, 1], target(), None, _checkpoint.saying(str(tmp_path), set()))
+            _checkpoint.pick(store, "latest", target(), None, _checkpoint.saying(str(tmp_path), set()))
     lines = str(info.value).splitlines()
     assert lines[0] == (
         f"the checkpoints in {tmp_path} do not fit target_state (they are not damaged: the state given has another tree)"
@@ -112,7 +112,7 @@ def test_when_every_step_is_damaged_one_error_lists_them(tmp_path):
     empty_step(tmp_path, 1)
     empty_step(tmp_path, 2)
     with pytest.raises(CheckpointError) as info:
-        _checkpoint.first_readable(store, [2, 1], target(), None, lambda *a: None)
+        _checkpoint.pick(store, "latest", target(), None, lambda *a: None)
     assert str(info.value).splitlines()[:3] == [
         f"no checkpoint in {tmp_path} can be loaded",
         "  expected: at least one intact checkpoint",
@@ -121,11 +121,11 @@ def test_when_every_step_is_damaged_one_error_lists_them(tmp_path):
     store.close()
 
 
-def test_one_step_loads_or_raises_without_fallback(tmp_path):
+def test_a_named_step_loads_or_raises_without_fallback(tmp_path):
     store = save_steps(tmp_path, [1, 2])
-    assert np.asarray(_checkpoint.one_step(store, 1, target(), None).state["w"]).tolist() == [1.0] * 3
+    assert np.asarray(_checkpoint.pick(store, 1, target(), None, None)[0].state["w"]).tolist() == [1.0] * 3
     with pytest.raises(FileNotFoundError) as info:
-        _checkpoint.one_step(store, 7, target(), None)
+        _checkpoint.pick(store, 7, target(), None, None)
     assert str(info.value).splitlines()[:3] == [
         f"no checkpoint for step 7 in {tmp_path}",
         "  expected: one of the saved steps [1, 2]",
@@ -133,10 +133,10 @@ def test_one_step_loads_or_raises_without_fallback(tmp_path):
     ]
     empty_step(tmp_path, 2)
     with pytest.raises(CheckpointError, match="the checkpoint of step 2 .* cannot be loaded") as info:
-        _checkpoint.one_step(store, 2, target(), None)
+        _checkpoint.pick(store, 2, target(), None, None)
     assert "received: the step directory is empty" in str(info.value) and info.value.step == 2
     with pytest.raises(ValueError, match="do not fit target_state"):
-        _checkpoint.one_step(store, 1, {"w": jnp.zeros(4)}, None)
+        _checkpoint.pick(store, 1, {"w": jnp.zeros(4)}, None, None)
     store.close()
 
 

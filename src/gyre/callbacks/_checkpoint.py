@@ -352,12 +352,12 @@ class Checkpoint(Checkpointer):
         """
         kind, value = resolve(resume)
         self.wait_until_finished()
-        store = self._store
+        store, say = self._store, saying(self.directory, self._warned)
         if kind == "path":
             root, value = step_of_path(value)
             if os.path.realpath(root) != os.path.realpath(self.directory):
                 source = Store(root, read_only=True)
-                snapshot = one_step(source, value, target_state, target_arrays)
+                snapshot = pick(source, value, target_state, target_arrays, say)[0]  # type: ignore[index]
                 self._source = source
                 if self._claimed and is_main_process():
                     store.files.copy_from(source.files)
@@ -365,8 +365,7 @@ class Checkpoint(Checkpointer):
                 return snapshot
         if kind == "best" and self.monitor is None:
             raise no_monitor("resume=")
-        found = pick(store, kind if kind in ("latest", "best") else value, target_state, target_arrays,
-                     saying(self.directory, self._warned), self.monitor)
+        found = pick(store, kind if kind in ("latest", "best") else value, target_state, target_arrays, say, self.monitor)
         if found is None:
             if not self._said_fresh:
                 self._said_fresh = True
@@ -634,10 +633,33 @@ def does_not_fit(root: str, failures: Sequence[tuple[int, Unreadable]]) -> Value
         "another model, give it a new directory"))
 
 
-def first_readable(
-    store: Store, steps: Sequence[int], target_state: Any, target_arrays: Any, say: Say
-) -> tuple[Snapshot, list[tuple[int, Unreadable]]]:
-    """The first of ``steps`` that loads, with the failures before it; raises when none does."""
+def pick(
+    store: Store, which: str | int, target_state: Any, target_arrays: Any, say: Say, monitor: str | None = None
+) -> tuple[Snapshot, list[tuple[int, Unreadable]]] | None:
+    """The checkpoint ``which`` names, with the failures met: a step (no fallback), else the first that loads
+    of the steps on disk, newest first (``"latest"``) or best first (``"best"``); ``None`` when there is none."""
+    on_disk = store.on_disk()
+    if not isinstance(which, str):
+        if which not in on_disk:
+            raise FileNotFoundError(explain(
+                f"no checkpoint for step {which} in {store.root}",
+                expected=f"one of the saved steps {on_disk}", received=describe(which),
+                fix="pass one of the saved steps, or 'latest' for the newest good one"))
+        try:
+            return store.read(which, target_state, target_arrays), []
+        except Unreadable as problem:
+            if problem.kind == "fit":
+                raise does_not_fit(store.root, [(which, problem)]) from None
+            raise CheckpointError(explain(
+                f"the checkpoint of step {which} in {store.root} cannot be loaded",
+                expected="an intact checkpoint", received=problem.reason,
+                fix=f"load another step (on disk: {on_disk}), or 'latest', which skips damaged checkpoints"),
+                step=which) from None
+    if not on_disk:
+        return None
+    steps = store.ranked() if which == "best" else on_disk[::-1]
+    if not steps:
+        raise no_best(store.root, monitor)  # type: ignore[arg-type]
     failures: list[tuple[int, Unreadable]] = []
     for i, step in enumerate(steps):
         try:
@@ -652,40 +674,6 @@ def first_readable(
         expected="at least one intact checkpoint", received="; ".join(f"step {s}: {e.reason}" for s, e in failures),
         fix="restore the directory from a backup, or start over with a new directory or "
         "gyre.checkpoint(..., overwrite=True)"))
-
-
-def pick(
-    store: Store, which: str | int, target_state: Any, target_arrays: Any, say: Say, monitor: str | None = None
-) -> tuple[Snapshot, list[tuple[int, Unreadable]]] | None:
-    """The checkpoint ``which`` names, with the failures met: a step (no fallback), else the first that loads
-    of the steps on disk, newest first (``"latest"``) or best first (``"best"``); ``None`` when there is none."""
-    if not isinstance(which, str):
-        return one_step(store, which, target_state, target_arrays), []
-    if not store.on_disk():
-        return None
-    steps = store.ranked() if which == "best" else store.on_disk()[::-1]
-    if not steps:
-        raise no_best(store.root, monitor)  # type: ignore[arg-type]
-    return first_readable(store, steps, target_state, target_arrays, say)
-
-
-def one_step(store: Store, step: int, target_state: Any, target_arrays: Any) -> Snapshot:
-    """Step ``step``, or an error saying why it cannot be loaded (no fallback)."""
-    on_disk = store.on_disk()
-    if step not in on_disk:
-        raise FileNotFoundError(explain(
-            f"no checkpoint for step {step} in {store.root}",
-            expected=f"one of the saved steps {on_disk}", received=describe(step),
-            fix="pass one of the saved steps, or 'latest' for the newest good one"))
-    try:
-        return store.read(step, target_state, target_arrays)
-    except Unreadable as problem:
-        if problem.kind == "fit":
-            raise does_not_fit(store.root, [(step, problem)]) from None
-        raise CheckpointError(explain(
-            f"the checkpoint of step {step} in {store.root} cannot be loaded",
-            expected="an intact checkpoint", received=problem.reason,
-            fix=f"load another step (on disk: {on_disk}), or 'latest', which skips damaged checkpoints"), step=step) from None
 
 
 def no_monitor(owner: str) -> ValueError:
