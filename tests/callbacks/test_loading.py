@@ -140,8 +140,10 @@ def test_a_named_step_loads_or_raises_without_fallback(tmp_path):
     store.close()
 
 
-def test_best_without_a_monitor_and_without_values():
-    assert str(_checkpoint.no_monitor("resume=")).splitlines() == [
+def test_best_without_a_monitor_and_without_values(tmp_path):
+    with pytest.raises(ValueError) as info:
+        gyre.checkpoint(tmp_path).load_snapshot("best", target())
+    assert str(info.value).splitlines() == [
         "resume= 'best' needs a checkpoint that monitors a value",
         "  expected: gyre.checkpoint(directory, monitor='loss_test', mode='min')",
         "  received: a checkpoint without monitor=",

@@ -364,7 +364,10 @@ class Checkpoint(Checkpointer):
                     self._source = None
                 return snapshot
         if kind == "best" and self.monitor is None:
-            raise no_monitor("resume=")
+            raise ValueError(explain(
+                "resume= 'best' needs a checkpoint that monitors a value",
+                expected="gyre.checkpoint(directory, monitor='loss_test', mode='min')",
+                received="a checkpoint without monitor=", fix="pass monitor= to gyre.checkpoint, or resume='latest'"))
         found = pick(store, kind if kind in ("latest", "best") else value, target_state, target_arrays, say, self.monitor)
         if found is None:
             if not self._said_fresh:
@@ -674,14 +677,6 @@ def pick(
         expected="at least one intact checkpoint", received="; ".join(f"step {s}: {e.reason}" for s, e in failures),
         fix="restore the directory from a backup, or start over with a new directory or "
         "gyre.checkpoint(..., overwrite=True)"))
-
-
-def no_monitor(owner: str) -> ValueError:
-    """The error for ``"best"`` without a monitor."""
-    return ValueError(explain(
-        f"{owner} 'best' needs a checkpoint that monitors a value",
-        expected="gyre.checkpoint(directory, monitor='loss_test', mode='min')",
-        received="a checkpoint without monitor=", fix="pass monitor= to gyre.checkpoint, or resume='latest'"))
 
 
 def no_best(root: str, monitor: str) -> FileNotFoundError:
