@@ -144,20 +144,6 @@ def _missing(dataset: str, folder: Path, names: list[str], *, gz: bool) -> FileN
         else f"download them from {SOURCES[dataset]} and pass the extracted folder"))
 
 
-def _idx_paths(folder: Path, dataset: str) -> list[Path]:
-    found, missing = [], []
-    for name in (n for pair in IDX_FILES for n in pair):
-        for candidate in (folder / name, folder / f"{name}.gz"):
-            if candidate.is_file():
-                found.append(candidate)
-                break
-        else:
-            missing.append(name)
-    if missing:
-        raise _missing(dataset, folder, missing, gz=True)
-    return found
-
-
 def _read(path: Path) -> bytes:
     raw = path.read_bytes()
     if path.suffix != ".gz":
@@ -239,9 +225,18 @@ def _images(pixels: np.ndarray) -> np.ndarray:
 
 def _idx_dataset(path: str | os.PathLike[str], dataset: str) -> Split:
     folder = _folder(path, dataset)
-    paths = _idx_paths(folder, dataset)
+    found, missing = [], []
+    for name in (n for pair in IDX_FILES for n in pair):
+        for candidate in (folder / name, folder / f"{name}.gz"):
+            if candidate.is_file():
+                found.append(candidate)
+                break
+        else:
+            missing.append(name)
+    if missing:
+        raise _missing(dataset, folder, missing, gz=True)
     out = []
-    for image_path, label_path in (paths[0:2], paths[2:4]):
+    for image_path, label_path in (found[0:2], found[2:4]):
         images = read_idx(image_path, magic=IMAGES_MAGIC, shape=(28, 28))
         labels = read_idx(label_path, magic=LABELS_MAGIC, shape=())
         if len(images) != len(labels):

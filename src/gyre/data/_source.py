@@ -199,24 +199,19 @@ def _split_arrays(data: Any) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, 
         if len(data) == 2 and all(isinstance(p, (tuple, list)) and p and all(_is_array(a) for a in p) for p in data):
             train = _as_arrays(data[0], "the training arrays")[0]
             test = _as_arrays(data[1], "the test arrays")[0]
-            _same_examples(train, test)
+            shapes = [a.shape[1:] for a in train], [a.shape[1:] for a in test]
+            if shapes[0] != shapes[1]:
+                raise ValueError(explain(
+                    "the test arrays' examples differ in shape from the training arrays'",
+                    expected=f"per-example shapes {shapes[0]} (the training arrays', after the first dimension)",
+                    received=f"{shapes[1]}",
+                    fix="pass the test split of the same data, with the same preprocessing (reshape, one-hot)"))
             return train, test
     raise TypeError(explain(
         "arrays() takes a tuple of arrays sharing their first dimension, or a reader's result",
         expected="(x, y) numpy arrays, or ((x_train, y_train), (x_test, y_test)) as gyre.data.mnist(path) returns",
         received=describe(data),
         fix="pass gyre.data.arrays((x, y), 128) or gyre.data.arrays(gyre.data.mnist(path), 128)"))
-
-
-def _same_examples(train: tuple[np.ndarray, ...], test: tuple[np.ndarray, ...]) -> None:
-    """Refuses test examples of other shapes than the training examples'."""
-    shapes = [a.shape[1:] for a in train], [a.shape[1:] for a in test]
-    if shapes[0] != shapes[1]:
-        raise ValueError(explain(
-            "the test arrays' examples differ in shape from the training arrays'",
-            expected=f"per-example shapes {shapes[0]} (the training arrays', after the first dimension)",
-            received=f"{shapes[1]}",
-            fix="pass the test split of the same data, with the same preprocessing (reshape, one-hot)"))
 
 
 def _held_out(validation: Any, n: int) -> int:
