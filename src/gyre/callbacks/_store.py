@@ -280,12 +280,11 @@ class Files:
 
     def write(self, files: Mapping[str, bytes]) -> None:
         """Writes each file atomically (the caller writes on process 0 only)."""
-        names = [check_file_name(name) for name in files]
-        for name in names:
-            path = self._path(name)
+        paths = {name: self._path(name) for name in files}  # every name checked before one is written
+        for name, path in paths.items():
             os.makedirs(os.path.dirname(path), exist_ok=True)
             _write_atomically(path, bytes(files[name]))
-        self._mark({name.split("/")[0] for name in names})
+        self._mark({name.split("/")[0] for name in paths})
 
     def _mark(self, names: set[str]) -> None:
         current = self.tops()
