@@ -68,8 +68,7 @@ class _Template:
         self.places = np.array(
             [*range(wall, wall + 8), *range(step, step + k), *(s + i for s in slots for i in range(4))], np.int64)
         size = len(data)
-        header = struct.pack("<Q", size)
-        self.header = np.frombuffer(header + struct.pack("<I", _masked(crc32c(header))), np.uint8)
+        self.header = np.frombuffer(_record(data, crc32c)[:12], np.uint8)  # the length and its masked CRC
         self.crc = crc32c(data)
         zeros = bytearray(size)
         base = crc32c(bytes(zeros))
