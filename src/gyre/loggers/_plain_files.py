@@ -14,18 +14,6 @@ from gyre.core._errors import explain
 from gyre.loggers._writer import Writer
 
 
-def _path(who: str, path: Any) -> str:
-    path = checks.path(path, f"{who} needs a file path", expected="a str or pathlib.Path, e.g. 'runs/metrics.csv'",
-                       fix=f"gyre.{who}('runs/metrics.csv')")
-    if os.path.isdir(path):
-        name = "metrics.jsonl" if who == "JSONLWriter" else "metrics.csv"
-        raise IsADirectoryError(explain(
-            f"{who} needs a file path, and {path!r} is a folder",
-            expected="the path of the file to write (created, or replaced)", received=f"the folder {path!r}",
-            fix=f"gyre.{who}(os.path.join({path!r}, {name!r}))"))
-    return path
-
-
 class _TextFileWriter(Writer):
     """A writer of scalars to one text file, created (or truncated) at once, its folder too."""
 
@@ -34,7 +22,15 @@ class _TextFileWriter(Writer):
     _file: TextIO | None = None
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = _path(type(self).__name__, path)
+        who = type(self).__name__
+        self.path = checks.path(path, f"{who} needs a file path", expected="a str or pathlib.Path, e.g. "
+                                "'runs/metrics.csv'", fix=f"gyre.{who}('runs/metrics.csv')")
+        if os.path.isdir(self.path):
+            name = "metrics.jsonl" if who == "JSONLWriter" else "metrics.csv"
+            raise IsADirectoryError(explain(
+                f"{who} needs a file path, and {self.path!r} is a folder",
+                expected="the path of the file to write (created, or replaced)", received=f"the folder {self.path!r}",
+                fix=f"gyre.{who}(os.path.join({self.path!r}, {name!r}))"))
         super().__init__()
 
     def _open(self) -> None:
