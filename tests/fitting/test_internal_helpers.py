@@ -12,13 +12,13 @@ import optax
 import gyre
 from gyre.fitting._fit import eval_entries, final_metrics, run_folder
 from gyre.fitting._fit_steps import (
-    StrategyStep,
     apply_error_fix,
     leaf_shapes,
     make_train_step,
     model_shape_error,
     model_takes_train,
 )
+from gyre.steps._compiled import StrategyStep
 
 
 def test_make_train_step_trains_one_step_and_logs_the_total_and_the_named_losses():

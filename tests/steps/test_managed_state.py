@@ -21,7 +21,7 @@ def test_a_state_counts_no_skipped_steps_and_keeps_the_count_under_another_strat
 
 
 def test_a_state_without_a_strategy_runs_under_the_default_jit():
-    from gyre.steps.managed import _strategy_of
+    from gyre.steps._compiled import strategy_of
 
     plain = gyre.TrainState.create(params=jnp.zeros(2))
-    assert _strategy_of(plain).name == "jit" and _strategy_of(fresh(strategy="eager")).name == "eager"
+    assert strategy_of(plain).name == "jit" and strategy_of(fresh(strategy="eager")).name == "eager"

@@ -19,10 +19,10 @@ from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.core._train_state import TrainState
 from gyre.engine._epochs import first_batch
-from gyre.engine._fuse import scanned
 from gyre.fitting._fit_checks import check_labels, optimizer_error, split_batch
 from gyre.parallel._strategies import Jit
 from gyre.parallel._strategy import Strategy
+from gyre.steps._compiled import StrategyStep
 from gyre.steps._update import train_update
 
 
@@ -64,34 +64,6 @@ def make_train_step(loss_fn: Callable[..., Any], state: TrainState, strategy: St
         step = _train_step_fn(loss_fn, key[0], key[1], key[3])
         cached[key] = jax.jit(step, donate_argnums=0) if strategy is None else StrategyStep(step, strategy)
     return cached[key]
-
-
-class StrategyStep:
-    """A ``(state, batch) -> (logs, state)`` step compiled by a strategy, placing batches; ``fuse(k)`` scans ``k``."""
-
-    def __init__(self, step: Callable[[Any, Any], tuple[Logs, Any]], strategy: Strategy) -> None:
-        self.step, self.strategy = step, strategy
-        self._run = strategy.compile(step)
-        self._place = strategy.mesh is not None  # one device: jit moves host batches itself
-        self._fused: dict[int, Callable[[Any, Any], tuple[Logs, Any]]] = {}
-
-    def __call__(self, state: Any, batch: Any) -> tuple[Logs, Any]:
-        if self._place:
-            batch = self.strategy.place_batch(batch)
-        return self._run(state, batch)
-
-    def fuse(self, steps: int) -> Callable[[Any, Any], tuple[Logs, Any]]:
-        """``(state, batches) -> (logs, state)``: ``steps`` steps, one per row of ``batches``."""
-        run = self._fused.get(steps)
-        if run is None:
-            run = self._fused[steps] = self.strategy.compile(scanned(self.step), batch_axis=1)
-
-        def fused(state: Any, batches: Any) -> tuple[Logs, Any]:
-            if self._place:
-                batches = self.strategy.place_batch(batches, axis=1)
-            return run(state, batches)
-
-        return fused
 
 
 def model_takes_train(apply_fn: Any) -> bool:

@@ -32,18 +32,15 @@ from gyre.core._logs import Logs
 from gyre.core._train_state import TrainState
 from gyre.data._padding import accepts_mask
 from gyre.engine._binding import Masked
-from gyre.engine._fuse import scanned
 from gyre.engine._nan import SKIPPED_STEPS
 from gyre.engine._tasks import LoopElement
 from gyre.parallel._registry import get_strategy
 from gyre.parallel._strategies import Jit
 from gyre.parallel._strategy import Strategy
+from gyre.steps._compiled import StepFn, StrategyStep
 from gyre.steps._precision import MixedPrecision, get_policy
 from gyre.steps._update import _shapes, train_update
 from gyre.steps._update import skip_non_finite as skip_non_finite
-
-StepFn = Callable[[Any, Any], tuple[Logs, Any]]
-
 
 # -- calling the user's function -----------------------------------------------------------------
 
@@ -287,15 +284,7 @@ class ManagedState(TrainState, kw_only=True):
         return chosen.place_state(self.replace(strategy=chosen))
 
 
-_DEFAULT = Jit()
-
-
-def _strategy_of(state: Any) -> Strategy:
-    strategy = getattr(state, "strategy", None)
-    return strategy if isinstance(strategy, Strategy) else _DEFAULT
-
-
-class ManagedStep(LoopElement):
+class ManagedStep(StrategyStep, LoopElement):
     """A step compiled per strategy; built by :func:`train_step` and :func:`step`.
 
     Call it as ``step(state, batch)`` (``mask=`` for a padded batch when the function takes
@@ -321,8 +310,8 @@ class ManagedStep(LoopElement):
         make: Callable[[bool], StepFn] | None = None,
     ) -> None:
         functools.update_wrapper(self, fn)
+        super().__init__(pure)
         self._fn = fn
-        self.pure = pure
         self.kind = kind
         self.trains = kind == "train_step"  # read by the loops: a managed.step never trains
         self.nan_policy = nan_policy
@@ -331,11 +320,7 @@ class ManagedStep(LoopElement):
         self._variants: dict[str, ManagedStep] = {}
         # A training step replaces the state: donate it. Other steps (evaluation, prediction)
         # return it unchanged and callers keep using the one they passed: never donate.
-        self.donates: bool | None = None if kind == "train_step" else False
-        # One compiled function per strategy; jax.jit itself retraces for states of another
-        # structure (the strategy constrains shardings inside the trace).
-        self._compiled: dict[tuple[Strategy, bool], StepFn] = {}
-        self._last: tuple[Strategy | None, StepFn | None] = (None, None)
+        self.donates = None if kind == "train_step" else False
 
     def __repr__(self) -> str:
         return f"<gyre managed {self.kind} {getattr(self._fn, '__qualname__', self._fn)!r}>"
@@ -345,48 +330,15 @@ class ManagedStep(LoopElement):
             return self
         return functools.partial(self, obj)
 
-    def _get(self, strategy: Strategy, state: Any, fused: bool) -> StepFn:
-        run = self._compiled.get((strategy, fused))
-        if run is None:
-            pure, axis = (scanned(self.pure), 1) if fused else (self.pure, 0)
-            run = self._compiled[(strategy, fused)] = strategy.compile(pure, state, batch_axis=axis, donate=self.donates)
-        return run
+    def _places(self, strategy: Strategy) -> bool:  # a mesh with one data shard: left to jax.jit, unlike fit's step
+        return strategy.data_size > 1
 
     def __call__(self, state: Any, batch: Any = None, mask: Any = None) -> tuple[Logs, Any]:
         if mask is not None:
             if not self.takes_mask:
                 raise TypeError(_takes_no_mask(self._fn))
             batch = Masked(batch, mask)
-        strategy = _strategy_of(state)
-        last_strategy, run = self._last
-        if strategy is not last_strategy or run is None:
-            run = self._get(strategy, state, fused=False)
-            self._last = (strategy, run)
-        if strategy.data_size > 1:  # one device: jax.jit moves host batches itself
-            batch = strategy.place_batch(batch)
-        return run(state, batch)
-
-    def fuse(self, steps: int) -> StepFn:
-        """``(state, batches) -> (logs, state)`` running one step per row of stacked ``batches`` in
-        one ``lax.scan``; logs come back stacked.
-
-        Example:
-            >>> import gyre, jax.numpy as jnp
-            >>> from gyre import managed
-            >>> count = managed.step(lambda s, b: (gyre.logs().add_metric("b", b.sum()), s))
-            >>> logs, _ = count.fuse(3)(managed.ManagedState.create(params=()), jnp.ones((3, 2)))
-            >>> logs.metrics.b.tolist()
-            [2.0, 2.0, 2.0]
-        """
-
-        def fused(state: Any, batches: Any) -> tuple[Logs, Any]:
-            strategy = _strategy_of(state)
-            run = self._get(strategy, state, fused=True)
-            if strategy.data_size > 1:  # one device: jax.jit moves host batches itself
-                batches = strategy.place_batch(batches, axis=1)
-            return run(state, batches)
-
-        return fused
+        return super().__call__(state, batch)
 
     def with_nan_policy(self, policy: str) -> ManagedStep:
         """This step as a loop with ``nan_policy=policy`` runs it: under ``"skip"``, a train step
