@@ -18,7 +18,6 @@ from gyre.fitting._fit_steps import (
     model_shape_error,
     model_takes_train,
 )
-from gyre.steps._compiled import StrategyStep
 
 
 def test_make_train_step_trains_one_step_and_logs_the_total_and_the_named_losses():
@@ -33,12 +32,6 @@ def test_make_train_step_trains_one_step_and_logs_the_total_and_the_named_losses
 
     logs, s = make_train_step(mse, s)(s, (jnp.ones((4, 2)), jnp.zeros(4)))
     assert (int(s.step), sorted(logs["losses"])) == (1, ["loss", "mse"])
-
-
-def test_strategy_step_runs_one_step_and_fused_steps():
-    add = StrategyStep(lambda s, b: (gyre.logs(), s + b.sum()), gyre.get_strategy("jit"))
-    assert float(add(jnp.zeros(()), jnp.ones(4))[1]) == 4.0
-    assert float(add.fuse(2)(jnp.zeros(()), jnp.ones((2, 4)))[1]) == 8.0
 
 
 def test_model_takes_train_reads_the_module_or_the_function():

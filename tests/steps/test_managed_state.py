@@ -3,7 +3,6 @@
 import jax.numpy as jnp
 import pytest
 
-import gyre
 from gyre import managed
 from tests.steps._managed_helpers import fresh, init_params
 
@@ -18,10 +17,3 @@ def test_a_state_counts_no_skipped_steps_and_keeps_the_count_under_another_strat
     assert state.skipped_steps.dtype == jnp.int32 and int(state.skipped_steps) == 0
     moved = state.replace(skipped_steps=jnp.int32(2)).with_strategy("jit")
     assert moved.strategy.name == "jit" and int(moved.skipped_steps) == 2
-
-
-def test_a_state_without_a_strategy_runs_under_the_default_jit():
-    from gyre.steps._compiled import strategy_of
-
-    plain = gyre.TrainState.create(params=jnp.zeros(2))
-    assert strategy_of(plain).name == "jit" and strategy_of(fresh(strategy="eager")).name == "eager"
