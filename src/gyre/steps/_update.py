@@ -133,14 +133,24 @@ def _split_micro(batch: Any, k: int) -> Any:
 # -- skipping non-finite updates ------------------------------------------------------------------
 
 
+def state_slot(state: Any, name: str) -> tuple[Any, Callable[[Any, Any], Any]] | None:
+    """The state's field or extra ``name`` and how to replace it, else ``None``."""
+    fields = getattr(type(state), "__dataclass_fields__", {})
+    if name in fields and name != "extras":
+        return getattr(state, name), lambda s, value: s.replace(**{name: value})
+    extras = getattr(state, "extras", None) if "extras" in fields else None
+    if isinstance(extras, Mapping) and name in extras:
+        return extras[name], lambda s, value: s.replace(extras={**s.extras, name: value})
+    return None
+
+
 def _skip_counter(state: Any, where: str) -> tuple[Any, Callable[[Any, Any], Any]]:
     """The state's count of skipped steps and how to replace it (a field, or an extra)."""
+    slot = state_slot(state, SKIPPED_STEPS)
+    if slot is not None:
+        return slot
     fields = getattr(type(state), "__dataclass_fields__", {})
-    if SKIPPED_STEPS in fields:
-        return getattr(state, SKIPPED_STEPS), lambda s, count: s.replace(**{SKIPPED_STEPS: count})
     extras = getattr(state, "extras", None) if "extras" in fields else None
-    if isinstance(extras, Mapping) and SKIPPED_STEPS in extras:
-        return extras[SKIPPED_STEPS], lambda s, count: s.replace(extras={**s.extras, SKIPPED_STEPS: count})
     raise TypeError(explain(
         f"{where} skips non-finite updates (nan_policy='skip'), but its state has no "
         "skipped_steps to count them in",

@@ -39,7 +39,7 @@ from gyre.parallel._strategies import Jit
 from gyre.parallel._strategy import Strategy
 from gyre.steps._compiled import StepFn, StrategyStep
 from gyre.steps._precision import MixedPrecision, get_policy
-from gyre.steps._update import _shapes, train_update
+from gyre.steps._update import _shapes, state_slot, train_update
 from gyre.steps._update import skip_non_finite as skip_non_finite
 
 # -- calling the user's function -----------------------------------------------------------------
@@ -180,15 +180,11 @@ def _is_metric(value: Any) -> bool:
     return not isinstance(value, jax.Array) and all(callable(getattr(value, m, None)) for m in ("merge", "compute"))
 
 
-def _accumulator(state: Any, name: str, value: Any, where: str) -> tuple[Any, bool]:
-    """The state's accumulator ``name`` and whether it is a field (else an extra)."""
-    fields = getattr(type(state), "__dataclass_fields__", {})
-    extras = getattr(state, "extras", None) if "extras" in fields else None
-    if name in fields and name != "extras":
-        found, is_field = getattr(state, name), True
-    elif isinstance(extras, Mapping) and name in extras:
-        found, is_field = extras[name], False
-    else:
+def _accumulator(state: Any, name: str, value: Any, where: str) -> tuple[Any, Callable[[Any, Any], Any]]:
+    """The state's accumulator ``name`` and how to replace it (a field, or an extra)."""
+    slot = state_slot(state, name)
+    if slot is None:
+        fields = getattr(type(state), "__dataclass_fields__", {})
         kind = type(value).__name__
         raise ValueError(explain(
             f"{where} logged the metric object {name!r} ({kind}) as a stateful metric, but the "
@@ -198,13 +194,14 @@ def _accumulator(state: Any, name: str, value: Any, where: str) -> tuple[Any, bo
             fix=f"create the state with {name}={kind}.empty() (ManagedState.create(..., {name}=...)) "
             f"or declare `{name}: {kind}` in your state class; reset it with "
             f"state.replace({name}={kind}.empty()); or log {name}.compute() for this batch alone"))
+    found = slot[0]
     if type(found) is not type(value):
         raise TypeError(explain(
             f"state.{name} cannot accumulate the stateful metric {name!r} logged by {where}",
             expected=f"state.{name} of the logged metric's type, {type(value).__name__}",
             received=f"state.{name} = {describe(found)}",
             fix=f"initialise it with {type(value).__name__}.empty()"))
-    return found, is_field
+    return slot
 
 
 def merge_stateful_metrics(logs: Any, state: Any, where: str = "step") -> tuple[Any, Any]:
@@ -218,9 +215,9 @@ def merge_stateful_metrics(logs: Any, state: Any, where: str = "step") -> tuple[
         if not _is_metric(value):
             values[name] = value
             continue
-        accumulator, is_field = _accumulator(state, name, value, where)
+        accumulator, put = _accumulator(state, name, value, where)
         merged = accumulator.merge(value)
-        state = state.replace(**{name: merged}) if is_field else state.replace(extras={**state.extras, name: merged})
+        state = put(state, merged)
         result = merged.compute()
         if isinstance(result, Mapping):
             values.update({str(k): v for k, v in result.items()})
