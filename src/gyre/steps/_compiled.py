@@ -34,15 +34,15 @@ class StrategyStep:
         self._compiled: dict[tuple[Strategy, bool], StepFn] = {}
         self._last: tuple[Strategy | None, StepFn | None, bool] = (None, None, False)
 
-    def _places(self, strategy: Strategy) -> bool:
-        """Whether batches are placed for ``strategy`` (one device: jax.jit moves host batches itself)."""
+    def _places(self, strategy: Strategy) -> bool:  # one device: jax.jit moves host batches itself
         return strategy.mesh is not None
 
     def _get(self, strategy: Strategy, state: Any, fused: bool) -> StepFn:
         run = self._compiled.get((strategy, fused))
         if run is None:
             pure, axis = (scanned(self.pure), 1) if fused else (self.pure, 0)
-            run = self._compiled[(strategy, fused)] = strategy.compile(pure, state, batch_axis=axis, donate=self.donates)
+            run = strategy.compile(pure, state, batch_axis=axis, donate=self.donates)
+            self._compiled[(strategy, fused)] = run
         return run
 
     def __call__(self, state: Any, batch: Any) -> tuple[Logs, Any]:
