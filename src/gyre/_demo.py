@@ -8,9 +8,10 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gyre.core._checks import require
 from gyre.core._clock import Elapsed
@@ -61,28 +62,56 @@ class DemoArgumentError(ValueError):
         return cls(err.argument, err.summary, expected=err.expected, received=err.received, fix=err.fix)
 
 
-MAX_SEED = 2**63 - 1  # what jax.random.key takes (the CLI checks --seed against it too)
+MAX_SEED = 2**63 - 1  # what jax.random.key takes
 
 
-def _refused(name: str, value: Any, wanted: str, expected: str, example: str) -> DemoArgumentError:
-    return DemoArgumentError(name, f"must be {wanted}, received {describe(value)}", expected=expected,
-                             received=describe(value), fix=f"pass {example}")
+class Option(NamedTuple):
+    """A demo option: its default, where the demo's config holds it, the ``gyre fit CONFIG``
+    override that sets it there, and its check (``value``: the value checked, or ``None``)."""
+
+    default: Any
+    where: tuple[str, str]
+    config_key: str
+    example: str
+    value: Callable[[Any], Any]
+    wanted: str
+    expected: str
 
 
-def _check_whole(name: str, value: Any, *, minimum: int, maximum: int | None, example: str) -> int:
-    number = as_integer(value)
-    if number is not None and number >= minimum and (maximum is None or number <= maximum):
-        return number
+def _whole(example: str, minimum: int, maximum: int | None = None) -> tuple[Callable[[Any], Any], str, str]:
     span = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
-    raise _refused(name, value, f"a whole number {span}", f"an int {span}, e.g. {example}", example)
+
+    def value(given: Any) -> int | None:
+        number = as_integer(given)
+        return number if number is not None and minimum <= number and (maximum is None or number <= maximum) else None
+
+    return value, f"a whole number {span}", f"an int {span}, e.g. {example}"
 
 
-def _check_learning_rate(value: Any) -> float:
-    good = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if good and math.isfinite(value) and value > 0:  # type: ignore[arg-type]
-        return float(value)  # type: ignore[arg-type]
-    raise _refused("learning_rate", value, "a finite number > 0", "a float such as learning_rate=3e-3",
-                   "learning_rate=3e-3")
+def _rate(given: Any) -> float | None:
+    good = isinstance(given, numbers.Real) and not isinstance(given, bool) and math.isfinite(given) and given > 0
+    return float(given) if good else None  # type: ignore[arg-type]
+
+
+#: The demo's options, in the order they are checked (the CLI's --epochs, --batch-size, ...).
+OPTIONS = {
+    "epochs": Option(15, ("trainer", "train_epochs"), "trainer.train_epochs=N", "epochs=10", *_whole("epochs=10", 1)),
+    "batch_size": Option(64, ("dataset", "global_batch_size"), "dataset.global_batch_size=N", "batch_size=64",
+                         *_whole("batch_size=64", 1)),
+    "learning_rate": Option(3e-3, ("optimizer", "learning_rate"), "optimizer.learning_rate=LR", "learning_rate=3e-3",
+                            _rate, "a finite number > 0", "a float such as learning_rate=3e-3"),
+    "seed": Option(0, ("trainer", "seed"), "seed=N", "seed=0", *_whole("seed=0", 0, MAX_SEED)),
+}
+
+
+def check_option(name: str, given: Any) -> Any:
+    """The value of the demo option ``name``, checked (the CLI's check of it too)."""
+    option = OPTIONS[name]
+    value = option.value(given)
+    if value is None:
+        raise DemoArgumentError(name, f"must be {option.wanted}, received {describe(given)}",
+                                expected=option.expected, received=describe(given), fix=f"pass {option.example}")
+    return value
 
 
 def _training_samples() -> int:
@@ -141,15 +170,6 @@ def digits_config(
     }
 
 
-#: The demo's options when not given (a resumed run: its own, from its ``config.yaml``).
-DEFAULTS: dict[str, Any] = {"epochs": 15, "batch_size": 64, "learning_rate": 3e-3, "seed": 0}
-#: Where each option lives in the demo's config.
-CONFIG_KEYS = {
-    "epochs": ("trainer", "train_epochs"), "batch_size": ("dataset", "global_batch_size"),
-    "learning_rate": ("optimizer", "learning_rate"), "seed": ("trainer", "seed"),
-}
-
-
 def fit_digits(
     *,
     epochs: int | None = None,
@@ -170,11 +190,8 @@ def fit_digits(
     run_dir = None if resume is None else _resume_dir(resume)
     stored = {} if run_dir is None else stored_options(run_dir)
     given = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed}
-    chosen = {k: stored.get(k, DEFAULTS[k]) if v is None else v for k, v in given.items()}
-    epochs = _check_whole("epochs", chosen["epochs"], minimum=1, maximum=None, example="epochs=10")
-    batch_size = _check_whole("batch_size", chosen["batch_size"], minimum=1, maximum=None, example="batch_size=64")
-    learning_rate = _check_learning_rate(chosen["learning_rate"])
-    seed = _check_whole("seed", chosen["seed"], minimum=0, maximum=MAX_SEED, example="seed=0")
+    chosen = {k: check_option(k, stored.get(k, OPTIONS[k].default) if v is None else v) for k, v in given.items()}
+    epochs, batch_size, learning_rate, seed = chosen.values()
     if run_dir is not None:
         _check_same_data(run_dir, stored, {"batch_size": batch_size, "seed": seed})
     check_out(out)
@@ -200,7 +217,7 @@ def stored_options(run_dir: str | Path) -> dict[str, Any]:
     except (OSError, yaml.YAMLError):
         return {}
     sections = config if isinstance(config, dict) else {}
-    return {name: sections[section][key] for name, (section, key) in CONFIG_KEYS.items()
+    return {name: sections[section][key] for name, (_, (section, key), *_) in OPTIONS.items()
             if isinstance(sections.get(section), dict) and sections[section].get(key) is not None}
 
 

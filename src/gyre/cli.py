@@ -6,14 +6,14 @@ RUN``, ``test RUN`` and ``config CONFIG``, a thin shell over :mod:`gyre.trainer.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gyre._demo import MAX_SEED
+from gyre._demo import MAX_SEED as MAX_SEED  # the CLI checks --seed with the demo's bound
+from gyre._demo import OPTIONS, check_option
 from gyre._version import __version__
 
 #: Exit codes of the ``gyre`` command.
@@ -33,24 +33,16 @@ EXIT_CODES = f"""exit codes:
      config.yaml); a second signal stops at once"""
 
 
-def _argument(convert: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Callable[[str], Any]:
-    """An argparse ``type``: ``convert(text)`` if it parses and passes ``ok``, else an error."""
+def _demo_option(name: str, convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse ``type``: the text converted, then checked as the demo checks its option ``name``."""
 
     def parse(text: str) -> Any:
         try:
-            value = convert(text)
-        except ValueError:
-            value = None
-        if value is None or not ok(value):
-            raise argparse.ArgumentTypeError(f"expected {expected}, received {text!r}")
-        return value
+            return check_option(name, convert(text))
+        except ValueError:  # a DemoArgumentError too
+            raise argparse.ArgumentTypeError(f"expected {OPTIONS[name].wanted}, received {text!r}") from None
 
     return parse
-
-
-_positive_int = _argument(int, lambda v: v >= 1, "a whole number >= 1")
-_positive_float = _argument(float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
-_seed = _argument(int, lambda v: 0 <= v <= MAX_SEED, f"a whole number from 0 to {MAX_SEED}")
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -70,15 +62,6 @@ class _Given(argparse.Action):
         setattr(namespace, self.dest, values)
         namespace.demo_options = (*getattr(namespace, "demo_options", ()), self.option_strings[0])
 
-
-#: the demo's options, and the config key that does the same with a config
-DEMO_KEYS = {
-    "--epochs": "trainer.train_epochs=N",
-    "--batch-size": "dataset.global_batch_size=N",
-    "--learning-rate": "optimizer.learning_rate=LR",
-    "--seed": "seed=N",
-    "--resume": "(use: gyre resume RUN_FOLDER)",
-}
 
 _OVERRIDES_HELP = "dotted.key=value overrides of the config, e.g. trainer.train_epochs=3 optimizer.learning_rate=1e-3"
 
@@ -119,11 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--out", default="runs", help="folder that holds the run folders")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
     demo = fit.add_argument_group("the digits demo (without CONFIG)")
-    demo.add_argument("--epochs", type=_positive_int, default=15, action=_Given, help="passes over the training set")
-    demo.add_argument("--batch-size", type=_positive_int, default=64, action=_Given, help="samples per step")
-    demo.add_argument("--learning-rate", type=_positive_float, default=3e-3, action=_Given, help="Adam's learning rate")
-    demo.add_argument("--seed", type=_seed, default=0, action=_Given,
-                      help="seed of the validation split, the shuffles and the initial parameters")
+    for name, convert, summary in (
+        ("epochs", int, "passes over the training set"), ("batch_size", int, "samples per step"),
+        ("learning_rate", float, "Adam's learning rate"),
+        ("seed", int, "seed of the validation split, the shuffles and the initial parameters"),
+    ):
+        demo.add_argument("--" + name.replace("_", "-"), type=_demo_option(name, convert),
+                          default=OPTIONS[name].default, action=_Given, help=summary)
     demo.add_argument(
         "--resume", metavar="RUN_FOLDER", default=None, action=_Given,
         help="continue a stopped demo run (SIGTERM, a crash) in its run folder, from its newest good "
@@ -170,7 +155,7 @@ def _fit_demo(args: argparse.Namespace) -> int:
         return getattr(args, name) if args.resume is None or "--" + name.replace("_", "-") in given else None
 
     try:
-        result = demo.fit_digits(**{n: option(n) for n in ("epochs", "batch_size", "learning_rate", "seed")},
+        result = demo.fit_digits(**{n: option(n) for n in OPTIONS},
                                  out=args.out, quiet=args.quiet, resume=args.resume)
     except demo.DemoArgumentError as err:  # raised before training: a usage error
         args.command_parser.error(f"argument --{err.argument.replace('_', '-')}: {err.summary}")
@@ -205,9 +190,10 @@ def _fit(args: argparse.Namespace) -> int:
         return _fit_demo(args)
     if args.demo_options:
         option = args.demo_options[0]
+        demo = OPTIONS.get(option[2:].replace("-", "_"))
         args.command_parser.error(
             f"argument {option}: belongs to the digits demo (gyre fit without a config); with a config, "
-            f"write {DEMO_KEYS[option]}"
+            f"write {demo.config_key if demo else '(use: gyre resume RUN_FOLDER)'}"
         )
     from gyre.trainer._run import run_config
 
