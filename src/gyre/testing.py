@@ -166,7 +166,9 @@ class _Signature:
     @classmethod
     def of(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Signature:
         pairs, treedef = jax.tree_util.tree_flatten_with_path((args, kwargs))
-        return cls(treedef, {_path_text(path): _leaf_signature(leaf) for path, leaf in pairs})
+        return cls(treedef, {  # a leaf's path: args[1][0], kwargs['x']
+            ("args" if getattr(head, "idx", None) == 0 else "kwargs") + jax.tree_util.keystr(tuple(rest)):
+                _leaf_signature(leaf) for (head, *rest), leaf in pairs})
 
     def changes_since(self, before: _Signature, limit: int = 8) -> list[str]:
         lines = [f"{path}: gone (was {before.leaves[path][0]})" for path in before.leaves.keys() - self.leaves.keys()]
@@ -186,13 +188,6 @@ class _Signature:
         if len(lines) > limit:
             lines = [*lines[:limit], f"... and {len(lines) - limit} more"]
         return lines
-
-
-def _path_text(path: tuple[Any, ...]) -> str:
-    """``args[1][0]`` / ``kwargs['x']`` for a leaf of ``(args, kwargs)``."""
-    head, *rest = path
-    where = "args" if getattr(head, "idx", None) == 0 else "kwargs"
-    return where + jax.tree_util.keystr(tuple(rest))
 
 
 # -- assert_compiled_once ---------------------------------------------------------------------
