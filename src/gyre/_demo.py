@@ -30,7 +30,7 @@ def make_run_dir(out: str | Path, *, now: _dt.datetime | None = None) -> Path:
         DemoArgumentError: ``out`` is a file, or the folder cannot be created there.
     """
     try:
-        return _run.make_run_dir(check_out(out), now=now)
+        return _run.make_run_dir(out, now=now)
     except _run.RunError as err:
         raise DemoArgumentError.of(err) from None
 
