@@ -141,10 +141,27 @@ def _test_factory(test_dataset: Any) -> Callable[[], Iterable[Any]]:
     return lambda: test_dataset
 
 
-def _run_simple(
-    hooks: NamedHooks, kind: str, state: Any, dataset: Iterable[Any], *, masked: bool = False, **kwargs: Any
+def _evaluation_loop(
+    kind: str, state: Any, dataset: Any, tasks: Tasks | None, callbacks: Sequence[Any] | None, **kwargs: Any
 ) -> tuple[Any, History, Elapsed]:
+    """``test_loop`` (``kind`` "test") or ``predict_loop`` ("predict") with the loop's other arguments."""
+    where = f"{kind}_loop"
+    kwargs["nan_policy"] = check_nan_policy(kwargs["nan_policy"], where)
+    hooks = NamedHooks(where, TEST_HOOKS if kind == "test" else PREDICT_HOOKS, tasks, callbacks, state)
     named = hooks.named
+    if kind == "test":
+        steps, masked = mask_wanted(named["on_test_step"], where)
+        masked = masked and hasattr(dataset, "__iter__")  # (not iterable: the loop explains)
+    else:
+        steps, masked = [bind(cb) for cb in named["on_predict_step"]], False
+        for step in steps:
+            step.read_only = True  # a changed state is said once (see fold)
+    named[f"on_{kind}_step"] = steps
+    if masked and not isinstance(dataset, MaskedBatches):  # (fit gives its own, padded to split over the devices)
+        dataset = MaskedBatches(
+            dataset, state, stop=kwargs["stop"], initial=kwargs["elapsed"], batch_size_fn=kwargs["batch_size_fn"])
+    if masked:
+        kwargs.update(batch_size_fn=real_rows, prefetch=0)  # (placed ahead by MaskedBatches)
     around = (lambda callbacks: [unmasking(cb) for cb in callbacks]) if masked else list
     table: dict[Any, list[Any]] = {}
     table[EachStep(f"on_{kind}_batch_begin")] = around(named[f"on_{kind}_batch_begin"])
@@ -203,22 +220,10 @@ def test_loop(
         >>> history.collect("x")
         [1, 2, 3]
     """
-    policy = check_nan_policy(nan_policy, "test_loop")
-    hooks = NamedHooks("test_loop", TEST_HOOKS, tasks, callbacks, state)
-    steps, masked = mask_wanted(hooks.named["on_test_step"], "test_loop")
-    masked = masked and hasattr(dataset, "__iter__")  # (not iterable: the loop explains)
-    extra: dict[str, Any] = {}
-    if masked:
-        hooks.named["on_test_step"] = steps
-        if not isinstance(dataset, MaskedBatches):  # (fit gives its own, padded to split over the devices)
-            dataset = MaskedBatches(dataset, state, stop=stop, initial=elapsed, batch_size_fn=batch_size_fn)
-        batch_size_fn, extra["prefetch"] = real_rows, 0  # (placed ahead by MaskedBatches)
-    return _run_simple(
-        hooks, "test", state, dataset, masked=masked, stop=stop, history=history, elapsed=elapsed,
-        resume=resume, batch_size_fn=batch_size_fn, metadata=metadata,
-        catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
-        nan_policy=policy, data_resume=data_resume, **extra,
-    )
+    return _evaluation_loop(
+        "test", state, dataset, tasks, callbacks, stop=stop, history=history, elapsed=elapsed, resume=resume,
+        batch_size_fn=batch_size_fn, metadata=metadata, clock=clock, steps_per_call=steps_per_call,
+        catch_keyboard_interrupt=catch_keyboard_interrupt, nan_policy=nan_policy, data_resume=data_resume)
 
 
 @keywords_checked
@@ -255,18 +260,10 @@ def predict_loop(
         >>> history.collect("outputs.y")
         [2, 4]
     """
-    policy = check_nan_policy(nan_policy, "predict_loop")
-    hooks = NamedHooks("predict_loop", PREDICT_HOOKS, tasks, callbacks, state)
-    steps = hooks.named["on_predict_step"] = [bind(cb) for cb in hooks.named["on_predict_step"]]
-    for step in steps:
-        step.read_only = True  # a changed state is said once (see fold)
-    return _run_simple(
-        hooks, "predict", state, dataset, stop=stop, history=history, elapsed=elapsed, resume=resume,
-        batch_size_fn=batch_size_fn, metadata=metadata,
-        catch_keyboard_interrupt=catch_keyboard_interrupt, clock=clock, steps_per_call=steps_per_call,
-        nan_policy=policy,
-        data_resume=data_resume,
-    )
+    return _evaluation_loop(
+        "predict", state, dataset, tasks, callbacks, stop=stop, history=history, elapsed=elapsed, resume=resume,
+        batch_size_fn=batch_size_fn, metadata=metadata, clock=clock, steps_per_call=steps_per_call,
+        catch_keyboard_interrupt=catch_keyboard_interrupt, nan_policy=nan_policy, data_resume=data_resume)
 
 
 def _check_steps(hooks: NamedHooks, test_dataset: Any) -> str | None:
@@ -347,18 +344,13 @@ def _epoch_tasks(
     named = hooks.named
     epoch_begin = named["on_reset_step"] + named["on_epoch_begin"]
     epoch_end = ([evaluation] if evaluation is not None else []) + named["on_epoch_end"]
-    if epoch_steps is None and (epoch_begin or epoch_end):
-        raise ValueError(epochs_unknown(f"train_loop with {_epoch_users(hooks, evaluation)}", dataset))
+    if epoch_steps is None and (epoch_begin or epoch_end):  # what needs the epoch's end, in the user's words:
+        users = ["an evaluation on test_dataset= (run at the end of each epoch)"] if evaluation is not None else []
+        filled = [h for h in ("on_reset_step", "on_epoch_begin", "on_epoch_end") if named[h]]
+        if filled:
+            users.append(f"callbacks on {filled}")
+        raise ValueError(epochs_unknown(f"train_loop with {' and '.join(users)}", dataset))
     return epoch_begin, epoch_end
-
-
-def _epoch_users(hooks: NamedHooks, evaluation: Any) -> str:
-    """What needs the epoch's end, in the user's words."""
-    parts = ["an evaluation on test_dataset= (run at the end of each epoch)"] if evaluation is not None else []
-    filled = [h for h in ("on_reset_step", "on_epoch_begin", "on_epoch_end") if hooks.named[h]]
-    if filled:
-        parts.append(f"callbacks on {filled}")
-    return " and ".join(parts)
 
 
 @keywords_checked
@@ -453,8 +445,7 @@ def train_loop(
         on_end=named["on_train_end"], history=history, elapsed=elapsed, resume=resume,
         catch_keyboard_interrupt=catch_keyboard_interrupt, batch_size_fn=batch_size_fn,
         metadata=metadata, epoch_duration=epoch_steps, clock=clock, steps_per_call=steps_per_call,
-        nan_policy=policy,
-        data_resume=data_resume,
+        nan_policy=policy, data_resume=data_resume,
     )
     if idle:
         warn(idle)
