@@ -153,14 +153,14 @@ def _evaluation_loop(
         steps, masked = mask_wanted(named["on_test_step"], where)
         masked = masked and hasattr(dataset, "__iter__")  # (not iterable: the loop explains)
     else:
-        steps, masked = [bind(cb) for cb in named["on_predict_step"]], False
-        for step in steps:
+        named["on_predict_step"], masked = [bind(cb) for cb in named["on_predict_step"]], False
+        for step in named["on_predict_step"]:
             step.read_only = True  # a changed state is said once (see fold)
-    named[f"on_{kind}_step"] = steps
-    if masked and not isinstance(dataset, MaskedBatches):  # (fit gives its own, padded to split over the devices)
-        dataset = MaskedBatches(
-            dataset, state, stop=kwargs["stop"], initial=kwargs["elapsed"], batch_size_fn=kwargs["batch_size_fn"])
     if masked:
+        named["on_test_step"] = steps
+        if not isinstance(dataset, MaskedBatches):  # (fit gives its own, padded to split over the devices)
+            dataset = MaskedBatches(
+                dataset, state, stop=kwargs["stop"], initial=kwargs["elapsed"], batch_size_fn=kwargs["batch_size_fn"])
         kwargs.update(batch_size_fn=real_rows, prefetch=0)  # (placed ahead by MaskedBatches)
     around = (lambda callbacks: [unmasking(cb) for cb in callbacks]) if masked else list
     table: dict[Any, list[Any]] = {}
