@@ -49,13 +49,6 @@ def _decode_value(value: Any) -> Any:
     return value
 
 
-def _encode_column(values: Any) -> dict[str, Any]:
-    if isinstance(values, np.ndarray) and values.dtype != object:
-        data = base64.b64encode(np.ascontiguousarray(values).tobytes()).decode()
-        return {"dtype": values.dtype.name, "shape": list(values.shape[1:]), "bytes": data}
-    return {"values": [_encode_value(v) for v in values]}
-
-
 def _decode_column(column: dict[str, Any]) -> Any:
     if "values" in column:
         return [_decode_value(v) for v in column["values"]]
@@ -64,11 +57,11 @@ def _decode_column(column: dict[str, Any]) -> Any:
 
 
 def _column_text(values: Any) -> str:
-    """``json.dumps(_encode_column(values))``, a numpy column's base64 written without the encoder."""
+    """A column as JSON text; a numpy column's as base64 raw bytes, written without the encoder."""
     if isinstance(values, np.ndarray) and values.dtype != object:
         data = base64.b64encode(np.ascontiguousarray(values).tobytes()).decode()
         return f'{{"dtype": {json.dumps(values.dtype.name)}, "shape": {json.dumps(list(values.shape[1:]))}, "bytes": "{data}"}}'
-    return json.dumps(_encode_column(values))
+    return json.dumps({"values": [_encode_value(v) for v in values]})
 
 
 def encode_block(block: Block, start: int) -> bytes:
