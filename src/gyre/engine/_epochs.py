@@ -49,20 +49,17 @@ class EpochStream:
         self.epochs = epochs
         self.epoch_steps = epoch_length(loader, what="train_loader")
         self._start = 0  # the index of the first batch the next iteration yields
-        self._index = 0
+        self.index = 0  # batches handed out (resumed runs count from the saved position)
 
     def __iter__(self) -> Iterator[Any]:
-        return self._batches()
-
-    def _batches(self) -> Iterator[Any]:
         epoch, skip = divmod(self._start, self.epoch_steps)
-        self._index = self._start
+        self.index = self._start
         while epoch < self.epochs:
             count = 0
             for count, batch in enumerate(self.loader, start=1):  # noqa: B007
                 if count <= skip:
                     continue
-                self._index += 1
+                self.index += 1
                 yield batch
             if count != self.epoch_steps:
                 raise ValueError(explain(
@@ -72,14 +69,9 @@ class EpochStream:
                     fix="give a loader with a fixed number of batches (drop the last, short one)"))
             epoch, skip = epoch + 1, 0
 
-    @property
-    def index(self) -> int:
-        """How many batches were handed out (resumed runs count from the saved position)."""
-        return self._index
-
     def state_dict(self) -> dict[str, int]:
         """The position after the batches handed out so far."""
-        return self.state_dict_at(self._index)
+        return self.state_dict_at(self.index)
 
     def state_dict_at(self, index: int) -> dict[str, int]:
         """The position once ``index`` batches are consumed (the loop reads ahead of its use)."""
@@ -88,7 +80,7 @@ class EpochStream:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continues after ``state``'s position at the next iteration."""
-        self._start = self._index = int(state["epoch"]) * self.epoch_steps + int(state["position"])
+        self._start = self.index = int(state["epoch"]) * self.epoch_steps + int(state["position"])
 
 
 def training_data(loader: Any, epochs: int, most: int | None = None) -> tuple[Any, int]:
