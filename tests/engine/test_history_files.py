@@ -1,4 +1,4 @@
-"""History blocks in a checkpoint (``gyre.engine._history_files``): exact values, chains, the
+"""History blocks in a checkpoint (``gyre.engine._snapshot``): exact values, chains, the
 blocks of a dead run that must never be read, and the blocks of the previous format."""
 
 import json
@@ -12,7 +12,7 @@ import pytest
 import gyre
 from gyre.core._history import History
 from gyre.core._logs import Logs
-from gyre.engine._history_files import block_name, chain_crc, encode_block, load_history, new_block
+from gyre.engine._snapshot import block_name, chain_crc, encode_block, load_history, new_block
 
 
 def _history(n, start=0):
@@ -147,7 +147,7 @@ def test_a_chain_of_blocks_from_any_start_loads_the_same_records(start):
     [1.5, "a", None, np.float32(2)], [1, 2, True, 2.5],
 ])
 def test_a_column_round_trips_exactly_to_the_bit_and_type(column):
-    from gyre.engine._history_files import _column_text, _decode_column
+    from gyre.engine._snapshot import _column_text, _decode_column
 
     back = _decode_column(json.loads(_column_text(column)))
     if isinstance(column, np.ndarray):

@@ -1,4 +1,4 @@
-"""What a checkpoint carries of a loop's objects (``gyre.engine._resumables``)."""
+"""What a checkpoint carries of a loop's objects (``gyre.engine._snapshot``)."""
 
 import math
 
@@ -7,8 +7,14 @@ import numpy as np
 import pytest
 
 import gyre
-from gyre.engine._resumables import checkpointers, collect, join_arrays, split_arrays, state_dicts
-from gyre.engine._snapshot import Checkpointer
+from gyre.engine._snapshot import (
+    Checkpointer,
+    checkpointers,
+    collect,
+    join_arrays,
+    split_arrays,
+    state_dicts,
+)
 from gyre.engine._tasks import compile_tasks
 
 

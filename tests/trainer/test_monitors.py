@@ -241,7 +241,7 @@ def test_state_survives_a_real_checkpoint_round_trip(tmp_path, chunk):
     (which refuses zero-size arrays: nothing pending must not give one)."""
     import orbax.checkpoint as ocp
 
-    from gyre.engine._resumables import join_arrays, split_arrays
+    from gyre.engine._snapshot import join_arrays, split_arrays
 
     monitor = GradientSpikeMonitor(ema_decay=0.5)
     monitor.bind(FakeTrainer(tmp_path))

@@ -23,8 +23,7 @@ import numpy as np
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
 from gyre.core._host import fetch, to_python
-from gyre.engine._history_files import chain_crc
-from gyre.engine._snapshot import Snapshot
+from gyre.engine._snapshot import Snapshot, chain_crc
 from gyre.parallel.distributed import is_main_process
 
 Leaf = dict[str, Any]  # {"path": str, "shape": [int], "dtype": str, "crc32": int | None}

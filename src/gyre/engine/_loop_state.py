@@ -14,9 +14,7 @@ from gyre.core._errors import describe, explain, warn
 from gyre.core._history import History
 from gyre.core._logs import Logs
 from gyre.engine._binding import Invoker
-from gyre.engine._history_files import new_block
-from gyre.engine._resumables import state_dicts
-from gyre.engine._snapshot import Snapshot
+from gyre.engine._snapshot import Snapshot, new_block, state_dicts
 
 
 class LoopState:

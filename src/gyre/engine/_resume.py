@@ -12,10 +12,16 @@ from gyre.core._errors import describe, explain, warn
 from gyre.core._history import History
 from gyre.engine._binding import Invoker
 from gyre.engine._elapse import check_stop
-from gyre.engine._history_files import chain_crc, load_history
 from gyre.engine._loop_state import LoopState
-from gyre.engine._resumables import checkpointers, collect, load_state_dicts
-from gyre.engine._snapshot import Checkpointer, Snapshot
+from gyre.engine._snapshot import (
+    Checkpointer,
+    Snapshot,
+    chain_crc,
+    checkpointers,
+    collect,
+    load_history,
+    load_state_dicts,
+)
 from gyre.engine._tasks import Task
 
 _WORDS = ("latest", "best")

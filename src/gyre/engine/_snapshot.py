@@ -1,14 +1,38 @@
 """What a checkpoint of a running loop holds (:class:`Snapshot`), and :class:`Checkpointer`, the
 protocol through which the engine saves and resumes (``gyre.checkpoint`` implements it).
+
+Its ``meta["resumables"]``: the state of the table's objects with ``state_dict()`` and
+``load_state_dict(d)`` (docs/concepts/checkpoints.md: "Resume after a crash"): JSON values and
+arrays (arrays through orbax, nothing pickled), named by class and rank (``"EarlyStopping#2"``),
+so a table built the same way finds them.
+
+Its ``files``: the history as appended JSON blocks of columns, so a save writes new records only.
+Each save writes ``history/<first record, 12 digits>.json``; the checkpoint's meta holds its
+record count and the chain's CRC-32, so blocks a dead run wrote later are never read. Numpy
+columns are stored as base64 raw bytes (exact to the bit). Format 1 blocks are still read.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import math
+import re
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 from typing import Any
 
-from gyre.core._clock import Elapsed
-from gyre.engine._tasks import LoopElement
+import numpy as np
+
+from gyre.core._clock import CLOCK_FIELDS, Elapsed
+from gyre.core._errors import describe, explain
+from gyre.core._history import Block, History
+from gyre.core._host import to_python
+from gyre.core._logs import Logs, put
+from gyre.engine._binding import Invoker
+from gyre.engine._tasks import LoopElement, Task
 
 
 @dataclass
@@ -80,3 +104,258 @@ class Checkpointer(LoopElement):
     def wait_until_finished(self) -> None:  # pragma: no cover
         """Blocks until every save started so far is on disk (raises a failed one)."""
         raise NotImplementedError
+
+
+# -- the objects whose state a checkpoint carries --------------------------------------------------
+
+_ARRAY = "__gyre_array__"
+
+
+def has_state(obj: Any) -> bool:
+    """Whether ``obj`` has the ``state_dict``/``load_state_dict`` pair."""
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+
+
+def owner_of(fn: Any) -> Any:
+    """The object a callback belongs to: the instance behind a bound method, else itself."""
+    owner = getattr(fn, "__self__", None)
+    return fn if owner is None or isinstance(owner, type) else owner
+
+
+def _candidates(tasks: Sequence[Task], extra: Iterable[Invoker]) -> Iterable[Any]:
+    for task in tasks:
+        if task.schedule is not None:
+            yield task.schedule
+        for invoker in task.invokers:
+            yield owner_of(invoker.fn)
+    for invoker in extra:
+        yield owner_of(invoker.fn)
+
+
+def collect(tasks: Sequence[Task], extra: Iterable[Invoker] = ()) -> dict[str, Any]:
+    """The resumable objects of a table (and ``extra`` callbacks) by name, not checkpoints."""
+    found: dict[str, Any] = {}
+    seen: set[int] = set()
+    counts: dict[str, int] = {}
+    for obj in _candidates(tasks, extra):
+        if id(obj) in seen or not has_state(obj) or isinstance(obj, Checkpointer):
+            continue
+        seen.add(id(obj))
+        kind = type(obj).__name__
+        counts[kind] = counts.get(kind, 0) + 1
+        found[kind if counts[kind] == 1 else f"{kind}#{counts[kind]}"] = obj
+    return found
+
+
+def checkpointers(tasks: Sequence[Task], extra: Iterable[Invoker] = ()) -> list[Checkpointer]:
+    """The checkpoints of a task table, each once, in table order."""
+    found: list[Checkpointer] = []
+    for obj in _candidates(tasks, extra):
+        if isinstance(obj, Checkpointer) and all(obj is not c for c in found):
+            found.append(obj)
+    return found
+
+
+# -- state dicts: JSON with arrays set aside -------------------------------------------------------
+
+
+def _is_array(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (str, bytes))
+
+
+def split_arrays(tree: Any, arrays: dict[str, Any], where: str) -> Any:
+    """``tree`` with every array replaced by a reference into ``arrays``, so the rest is JSON."""
+    if tree is None or isinstance(tree, (bool, str)):
+        return tree
+    if isinstance(tree, (Integral, Real)) and not _is_array(tree):
+        return _json_number(tree, where)
+    if isinstance(tree, np.generic):
+        return _json_number(to_python(tree), where)
+    if _is_array(tree):
+        key = f"a{len(arrays)}"  # orbax item keys: plain names
+        arrays[key] = tree
+        return {_ARRAY: key}
+    if isinstance(tree, Mapping):
+        out = {}
+        for key, value in tree.items():
+            if not isinstance(key, str):
+                _not_json(where, f"a key {describe(key)}")
+            out[key] = split_arrays(value, arrays, f"{where}.{key}")
+        return out
+    if isinstance(tree, (list, tuple)):
+        return [split_arrays(v, arrays, f"{where}.{i}") for i, v in enumerate(tree)]
+    _not_json(where, describe(tree))
+
+
+def _json_number(value: Any, where: str) -> Any:
+    if isinstance(value, bool) or isinstance(value, Integral):
+        return int(value)
+    value = float(value)
+    return value if math.isfinite(value) else {"__gyre_float__": repr(value)}
+
+
+def _not_json(where: str, what: str) -> None:
+    raise TypeError(explain(
+        f"the state_dict value at {where} cannot be saved in a checkpoint",
+        expected="JSON values (dicts with str keys, lists, str, numbers, bool, None) and arrays",
+        received=what, fix="return plain values and arrays from state_dict(); flatten a pytree with "
+        "jax.tree_util.tree_leaves and rebuild it in load_state_dict"))
+
+
+def join_arrays(tree: Any, arrays: Mapping[str, Any]) -> Any:
+    """The inverse of :func:`split_arrays`."""
+    if isinstance(tree, Mapping):
+        if set(tree) == {_ARRAY}:
+            return arrays[tree[_ARRAY]]
+        if set(tree) == {"__gyre_float__"}:
+            return float(tree["__gyre_float__"])
+        return {k: join_arrays(v, arrays) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [join_arrays(v, arrays) for v in tree]
+    return tree
+
+
+def state_dicts(objects: Mapping[str, Any], arrays: dict[str, Any]) -> dict[str, Any]:
+    """The JSON side of every object's ``state_dict()``, arrays set aside into ``arrays``."""
+    out = {}
+    for name, obj in objects.items():
+        values = obj.state_dict()
+        if not isinstance(values, Mapping):
+            raise TypeError(explain(
+                f"{name}.state_dict() must return a dict",
+                expected="a dict of JSON values and arrays", received=describe(values),
+                fix="return e.g. {'count': self.count} from state_dict()"))
+        out[name] = split_arrays(values, arrays, name)
+    return out
+
+
+def load_state_dicts(objects: Mapping[str, Any], saved: Mapping[str, Any], arrays: Mapping[str, Any]) -> list[str]:
+    """Hands every object its saved ``state_dict``; returns the names with nothing saved."""
+    missing = []
+    for name, obj in objects.items():
+        if name in saved:
+            obj.load_state_dict(join_arrays(saved[name], arrays))
+        else:
+            missing.append(name)
+    return missing
+
+
+# -- the history's files ---------------------------------------------------------------------------
+
+FOLDER = "history"
+FORMAT = 2
+_HEADER = re.compile(rb'\{"format": \d+, "start": \d+, "stop": (\d+),')
+
+
+def block_name(start: int) -> str:
+    """The file of the block whose first record is ``start``."""
+    return f"{FOLDER}/{start:012d}.json"
+
+
+def _encode_value(value: Any) -> Any:
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if hasattr(value, "dtype") and hasattr(value, "shape"):
+        array = np.asarray(value)
+        return {"dtype": array.dtype.name, "shape": list(array.shape), "data": array.tolist()}
+    raise TypeError(explain(
+        "a history value cannot be saved in a checkpoint",
+        expected="numbers, strings or arrays in the logs", received=f"a {type(value).__name__}",
+        fix="log arrays or numbers (e.g. gyre.logs().add_metric(name, value))"))
+
+
+def _decode_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        return np.asarray(value["data"], dtype=np.dtype(value["dtype"])).reshape(value["shape"])
+    return value
+
+
+def _decode_column(column: dict[str, Any]) -> Any:
+    if "values" in column:
+        return [_decode_value(v) for v in column["values"]]
+    flat = np.frombuffer(base64.b64decode(column["bytes"]), dtype=np.dtype(column["dtype"]))
+    return flat.reshape((-1, *column["shape"])).copy()
+
+
+def _column_text(values: Any) -> str:
+    """A column as JSON text; a numpy column's as base64 raw bytes, written without the encoder."""
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        data = base64.b64encode(np.ascontiguousarray(values).tobytes()).decode()
+        return f'{{"dtype": {json.dumps(values.dtype.name)}, "shape": {json.dumps(list(values.shape[1:]))}, "bytes": "{data}"}}'
+    return json.dumps({"values": [_encode_value(v) for v in values]})
+
+
+def encode_block(block: Block, start: int) -> bytes:
+    """A block of host columns as the history file of records ``start`` on (``json.dumps``'s text)."""
+    clocks = ", ".join(f"{json.dumps(f)}: {_column_text(np.asarray(block.clocks[f]))}" for f in CLOCK_FIELDS)
+    entries = ", ".join(
+        f"[{json.dumps(c)}, {json.dumps(n)}, {json.dumps(None if len(rows) == block.count else rows.tolist())}, "
+        f"{_column_text(values)}]"
+        for (c, n), (rows, values) in block.entries.items()
+    )
+    orders = json.dumps([[i, [list(k) for k in keys]] for i, keys in (block.orders or {}).items()])
+    return (
+        f'{{"format": {FORMAT}, "start": {json.dumps(start)}, "stop": {json.dumps(start + block.count)}, '
+        f'"clocks": {{{clocks}}}, "batch_sizes": {json.dumps(list(block.sizes))}, "entries": [{entries}], '
+        f'"orders": {orders}}}'
+    ).encode()
+
+
+def new_block(history: History, start: int) -> tuple[str, bytes] | None:
+    """The file of the records after ``start`` (``None`` when there are none)."""
+    return None if len(history) <= start else (block_name(start), encode_block(history.read(start, wait=True), start))
+
+
+def _decoded(data: dict[str, Any], keep: int) -> Block:
+    """The first ``keep`` records of a history file (format 1 or 2) as a host block."""
+    if data["format"] == 1:
+        scratch = History()
+        for row in data["records"][:keep]:
+            logs = Logs()
+            for collection, entries in row["logs"].items():
+                for name, value in entries.items():
+                    put(logs, collection, name, _decode_value(value))
+            scratch.commit(Elapsed.from_dict(row["elapsed"]), logs, batch_size=row["batch_size"])
+        return scratch.read(0, wait=True)
+    count = data["stop"] - data["start"]
+    return Block(
+        count,
+        {f: _decode_column(data["clocks"][f]) for f in CLOCK_FIELDS},
+        {
+            (c, n): (np.arange(count) if rows is None else np.asarray(rows, np.int64), _decode_column(column))
+            for c, n, rows, column in data["entries"]
+        },
+        data["batch_sizes"],
+        {i: tuple(map(tuple, keys)) for i, keys in data["orders"]} or None,
+    ).take(0, keep)
+
+
+def chain_crc(read: Callable[[str], bytes | None], count: int) -> int | None:
+    """The running CRC-32 of the blocks holding the first ``count`` records, in their order:
+    what a checkpoint's meta holds as ``history_crc``; ``None`` when a block is missing or not one."""
+    crc, start = 0, 0
+    while start < count:
+        data = read(block_name(start))
+        header = _HEADER.match(data) if data is not None else None
+        if header is None or int(header.group(1)) <= start:
+            return None
+        crc, start = zlib.crc32(data, crc), int(header.group(1))
+    return crc
+
+
+def load_history(read: Callable[[str], bytes | None], count: int, where: str) -> History:
+    """The first ``count`` records, read from the chain of blocks with ``read`` (a file of the
+    checkpoint directory, ``None`` when absent); ``where`` names the checkpoint in messages."""
+    history, start = History(), 0
+    while start < count:
+        data = read(block_name(start))
+        if data is None:
+            raise FileNotFoundError(
+                explain(f"the history of {where} is incomplete", received=f"no block starting at record {start}",
+                        expected=f"{count} records in {FOLDER}/, in blocks from record 0",
+                        fix="resume from another checkpoint, or pass resume=None to start afresh")
+            )
+        block = json.loads(data)
+        history.extend(_decoded(block, count - start))
+        start = block["stop"]
+    return history
