@@ -179,11 +179,9 @@ class InnerLoop(LoopElement):
                 received="''", fix="inner_loop('test', fn), or train_loop(..., test_name='test')"))
         instance(name, "inner_loop's name", str, none=True, kind="a string", expected="inner_loop('test', fn)",
                  fix="pass the suffix as the first argument")
-        if not callable(fn):
-            raise TypeError(explain(
-                "inner_loop needs a function state -> (state, history, elapsed)",
-                expected="e.g. lambda state: gyre.test_loop(state, test_data)", received=describe(fn),
-                fix="wrap the inner loop in a function of the state"))
+        instance(fn, "inner_loop's function", Callable, problem="inner_loop needs a function state -> (state, history, "
+                 "elapsed)", expected="e.g. lambda state: gyre.test_loop(state, test_data)",
+                 fix="wrap the inner loop in a function of the state")
         check_aggregation(aggregation)
         self.name, self.fn, self.aggregation = name, fn, aggregation
         self.output_state = flag(output_state, "output_state", "inner_loop")

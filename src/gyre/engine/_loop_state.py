@@ -9,6 +9,7 @@ from typing import Any
 
 import jax
 
+from gyre.core._checks import instance
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, warn
 from gyre.core._history import History
@@ -143,12 +144,10 @@ class LoopState:
     def request_stop(self, reason: str = "") -> None:
         """Asks the loop to stop after this callback (the step completes, ``on_end`` runs);
         ``reason`` becomes ``history.stop_reason``."""
-        if not isinstance(reason, str):
-            raise TypeError(explain(
-                "request_stop takes a reason (a string), and stops after the current step",
-                expected="loop.request_stop() or loop.request_stop('validation plateaued')", received=describe(reason),
-                fix="to stop at a given step, pass it to the loop: stop=5 (or stop=gyre.at(epochs=2)); to stop now, "
-                "call request_stop() with no argument or a string"))
+        instance(reason, "request_stop's reason", str, problem="request_stop takes a reason (a string), and stops "
+                 "after the current step", expected="loop.request_stop() or loop.request_stop('validation plateaued')",
+                 fix="to stop at a given step, pass it to the loop: stop=5 (or stop=gyre.at(epochs=2)); to stop now, "
+                 "call request_stop() with no argument or a string")
         self.stop_requested = True
         self.stop_reason = reason
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from gyre.core._checks import instance
 from gyre.core._clock import CLOCK_FIELDS, Elapsed
 from gyre.core._errors import describe, explain
 from gyre.core._history import Block, History
@@ -219,12 +220,9 @@ def state_dicts(objects: Mapping[str, Any], arrays: dict[str, Any]) -> dict[str,
     """The JSON side of every object's ``state_dict()``, arrays set aside into ``arrays``."""
     out = {}
     for name, obj in objects.items():
-        values = obj.state_dict()
-        if not isinstance(values, Mapping):
-            raise TypeError(explain(
-                f"{name}.state_dict() must return a dict",
-                expected="a dict of JSON values and arrays", received=describe(values),
-                fix="return e.g. {'count': self.count} from state_dict()"))
+        values = instance(obj.state_dict(), f"{name}.state_dict()", Mapping, problem=f"{name}.state_dict() must "
+                          "return a dict", expected="a dict of JSON values and arrays",
+                          fix="return e.g. {'count': self.count} from state_dict()")
         out[name] = split_arrays(values, arrays, name)
     return out
 

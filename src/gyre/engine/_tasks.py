@@ -11,7 +11,7 @@ from typing import Any
 
 from gyre.core._checks import instance
 from gyre.core._clock import Elapsed
-from gyre.core._errors import describe, explain, suggest, warn
+from gyre.core._errors import explain, suggest, warn
 from gyre.core._hooks import ALL_HOOKS, NamedSchedule
 from gyre.core._logs import Logs
 from gyre.core._schedules import UNSOLVED, Schedule, as_schedule, every, first_firing
@@ -198,11 +198,9 @@ def callback(fn: Callable[..., Any]) -> FunctionCallback:
         >>> gyre.loop(None, [3, 4], {**log})[1].collect("b")
         [3, 4]
     """
-    if not callable(fn):
-        raise TypeError(explain(
-            "gyre.callback needs a function",
-            expected="a function of (state, batch, elapsed, loop_state), or a prefix of them",
-            received=describe(fn), fix="pass the function itself: gyre.callback(my_fn)"))
+    instance(fn, "gyre.callback's argument", Callable, problem="gyre.callback needs a function",
+             expected="a function of (state, batch, elapsed, loop_state), or a prefix of them",
+             fix="pass the function itself: gyre.callback(my_fn)")
     return FunctionCallback(fn)
 
 
