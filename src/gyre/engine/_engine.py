@@ -13,11 +13,12 @@ from gyre.core._logs import Logs
 from gyre.engine._binding import bind
 from gyre.engine._blocks import BlockRunner, FusedBlockRunner, plan_loop, run_auto
 from gyre.engine._data import track_data
-from gyre.engine._elapse import Elapse, StopLike, check_stop, epochs_unknown, steps_only
+from gyre.engine._elapse import Elapse, StopLike, epochs_unknown
 from gyre.engine._fuse import check_steps
 from gyre.engine._loop_state import LoopState, fold, run_callbacks
 from gyre.engine._nan import apply_nan_policy, check_nan_policy, finite_check
 from gyre.engine._preempt import Preemption, depth, guarded, requested
+from gyre.engine._prefetch import prefetched
 from gyre.engine._resume import (
     check_resume,
     final_save,
@@ -84,21 +85,6 @@ def _check_epoch_schedules(tasks: Sequence[Task], clock: Elapse) -> None:
         reads = task.schedule.reads() if task.schedule is not None else None
         if reads and reads & {"epochs", "step_in_epoch"}:
             raise ValueError(epochs_unknown(f"the schedule {task.key!r} of {[i.name for i in task.invokers]}"))
-
-
-def prefetched(dataset: Any, state: Any, size: int, stop: Any, initial: Elapsed | None) -> Any:
-    """The dataset placed ahead on the state's strategy's devices (managed states only)."""
-    strategy = getattr(state, "strategy", None)
-    if not size or not callable(getattr(strategy, "place_batch", None)) or not getattr(strategy, "compiles", False):
-        return dataset
-    if not hasattr(dataset, "__iter__"):
-        return dataset  # Elapse raises the explanation
-    from gyre.engine._prefetch import prefetch_to_device
-
-    steps = steps_only(check_stop(stop))
-    done = initial.completed().steps if initial is not None else 0
-    limit = None if steps is None else max(steps - done, 0)
-    return prefetch_to_device(dataset, size=size, sharding=strategy, limit=limit)
 
 
 def _finish(clock: Elapse, ls: LoopState, ends: list[Any], table: Sequence[Task], *, cut: bool = False) -> Elapsed:

@@ -13,7 +13,7 @@ from gyre.core._errors import explain
 from gyre.data._padding import padded
 from gyre.engine._binding import Invoker, Masked, bind
 from gyre.engine._elapse import StopLike, dataset_epoch_steps, size_function
-from gyre.engine._engine import prefetched
+from gyre.engine._prefetch import prefetched
 
 
 def mask_wanted(callbacks: Sequence[Any], where: str) -> tuple[list[Invoker], bool]:

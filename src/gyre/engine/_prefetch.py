@@ -10,10 +10,11 @@ import jax
 from jax.sharding import Sharding
 
 from gyre.core._checks import whole
+from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
 from gyre.core._placement import is_array, is_sharding_tree, place
 from gyre.engine._data import DataTracker
-from gyre.engine._elapse import dataset_epoch_steps
+from gyre.engine._elapse import check_stop, dataset_epoch_steps, steps_only
 
 
 class BatchPlacer(Protocol):
@@ -205,3 +206,16 @@ def prefetch_to_device(
     if one_shot:
         return (SizedPrefetchIterator if sized else PrefetchIterator)(iterable, size, place, limit)  # type: ignore[arg-type]
     return (SizedPrefetch if sized else Prefetch)(iterable, size, place, limit)
+
+
+def prefetched(dataset: Any, state: Any, size: int, stop: Any, initial: Elapsed | None) -> Any:
+    """The dataset placed ahead on the state's strategy's devices (managed states only)."""
+    strategy = getattr(state, "strategy", None)
+    if not size or not callable(getattr(strategy, "place_batch", None)) or not getattr(strategy, "compiles", False):
+        return dataset
+    if not hasattr(dataset, "__iter__"):
+        return dataset  # Elapse raises the explanation
+    steps = steps_only(check_stop(stop))
+    done = initial.completed().steps if initial is not None else 0
+    limit = None if steps is None else max(steps - done, 0)
+    return prefetch_to_device(dataset, size=size, sharding=strategy, limit=limit)
