@@ -16,7 +16,7 @@ from gyre.core._checks import choice
 from gyre.core._clock import Elapsed
 from gyre.core._errors import explain
 from gyre.core._history import Block, History
-from gyre.core._host import fetch
+from gyre.core._host import fetch, to_python
 from gyre.core._logs import Logs
 from gyre.engine._binding import StateMethod
 from gyre.engine._tasks import as_list, check_table
@@ -297,7 +297,7 @@ class FiniteCheck:
         step = int(columns.clocks["steps"][row])
         collection, name = key
         now = self.clock()
-        clock = ", ".join(f"{f}={_number(columns.clocks[f][row])}" for f in ("epochs", "step_in_epoch", "samples"))
+        clock = ", ".join(f"{f}={to_python(columns.clocks[f][row])}" for f in ("epochs", "step_in_epoch", "samples"))
         if now.in_progress and now.steps > step:
             later = f"; the loop noticed it during step {now.steps}"
         elif not now.in_progress and now.steps > step + 1:
@@ -349,10 +349,6 @@ def _count_before_last(columns: Block, before: int | None) -> int | None:
     if entry is None or len(entry[0]) < 2:
         return before
     return int(np.asarray(entry[1]).reshape(len(entry[0]))[-2])
-
-
-def _number(value: Any) -> Any:
-    return value.item() if hasattr(value, "item") else value
 
 
 def _columns(clocks: list[Elapsed], logs: Logs, *, stacked: bool) -> Block:
