@@ -21,25 +21,6 @@ Callback = Callable[..., Any]
 Tasks = Mapping[Any, Callback | Sequence[Callback]]
 
 
-class StepPoint(Schedule):
-    """The schedule of a named loop's step point: fires every step; its callbacks are fused."""
-
-    fires_always = True
-
-    def __init__(self, name: str, *, expects_state: bool = False) -> None:
-        self.name = name
-        self.expects_state = expects_state
-
-    def __call__(self, elapsed: Elapsed) -> bool:
-        return True
-
-    def reads(self) -> frozenset[str]:
-        return frozenset()
-
-    def __repr__(self) -> str:
-        return self.name
-
-
 class When(Schedule):
     """A named loop's own stateless schedule over the counters in ``reads``."""
 
@@ -99,6 +80,14 @@ class EachStep(When):
 
     def __init__(self, label: str) -> None:
         super().__init__(lambda e: True, label)
+
+
+class StepPoint(EachStep):
+    """The schedule of a named loop's step point: fires every step; its callbacks are fused."""
+
+    def __init__(self, name: str, *, expects_state: bool = False) -> None:
+        super().__init__(name)
+        self.expects_state = expects_state
 
 
 class ChunkSafe:
