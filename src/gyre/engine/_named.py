@@ -311,8 +311,7 @@ def _evaluation(
             received="test_dataset= and nothing registered at on_test_step",
             fix="add {gyre.on_test_step: test_step} to the tasks, or leave test_dataset out"))
     mask_wanted(named["on_test_step"], "train_loop")  # (mixed: an error before training)
-    test_tasks = {h: named[h] for h in TEST_HOOKS if h != "on_reset_step"}
-    test_tasks["on_reset_step"] = named["on_reset_step"]
+    test_tasks = {h: named[h] for h in TEST_HOOKS}
 
     evaluations = [0]
 
@@ -334,8 +333,7 @@ def _evaluation(
         evaluations[0] += 1
         return result
 
-    options = {"aggregation": aggregation, **dict(inner_loop_kwargs or {})}
-    return inner_loop(test_name, evaluate, **options)
+    return inner_loop(test_name, evaluate, **{"aggregation": aggregation, **dict(inner_loop_kwargs or {})})
 
 
 def _epoch_tasks(
