@@ -15,11 +15,11 @@ from gyre.engine._binding import Masked, bind
 from gyre.engine._blocks import plan_table
 from gyre.engine._chunks import first_firing
 from gyre.engine._elapse import Elapse, epochs_unknown, source_of
+from gyre.engine._engine import depth, guarded
 from gyre.engine._fuse import scanned, step_body
 from gyre.engine._inner import check_aggregation, suffixed
 from gyre.engine._masked import mask_wanted, real_rows, unmasking
 from gyre.engine._nan import apply_nan_policy, check_nan_policy, finite_check, skipped_steps_of
-from gyre.engine._preempt import depth, guarded
 from gyre.engine._ring import ringable
 from gyre.engine._snapshot import chain_crc, has_state, new_block
 from gyre.engine._tasks import Task, compile_tasks

@@ -65,7 +65,7 @@ class LoopState:
         self.checkpoints: list[Any] = []
         #: per checkpoint (by id): the history records written to its directory, their CRC-32
         self.history_saved: dict[int, tuple[int, int]] = {}
-        #: ``preempted(first, end)``, asked after steps ``first`` to ``end - 1`` (:mod:`gyre.engine._preempt`)
+        #: ``preempted(first, end)``, asked after steps ``first`` to ``end - 1`` (``_engine.Preemption``)
         self.preempted: Callable[[int, int], bool] = lambda first, end: False
         self.step_start: Any = None  # the state when the current step started (what an error hands back)
         self._nan: Any = None  # the loop's FiniteCheck, None for "ignore"

@@ -20,9 +20,8 @@ from gyre.core._errors import as_pair, explain, warn
 from gyre.core._host import numeric_dtype
 from gyre.data._padding import accepts_mask, padded
 from gyre.engine._elapse import samples
-from gyre.engine._engine import alive
+from gyre.engine._engine import Preemption, alive, guarded
 from gyre.engine._nan import NonFiniteError, check_nan_policy
-from gyre.engine._preempt import Preemption, guarded
 from gyre.parallel._partitioners import step_name
 
 Output = dict[str, Any]
