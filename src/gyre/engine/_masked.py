@@ -59,20 +59,17 @@ class MaskedBatches:
         self._size_of = size_function(batch_size_fn)
         self._prefetch = prefetch
 
-    def _padded(self, rows: deque[int]) -> Iterator[Masked]:
+    def __iter__(self) -> Iterator[Masked]:
+        rows: deque[int] = deque()
+
         def counted() -> Iterator[Any]:
             for batch in self.wrapped_dataset:
                 rows.append(self._size_of(batch))
                 yield batch
 
-        for full, mask in padded(counted(), self.batch_size):
-            yield Masked(full, mask)
-
-    def __iter__(self) -> Iterator[Masked]:
-        rows: deque[int] = deque()
-        placed = prefetched(self._padded(rows), self._state, self._prefetch, self._stop, self._initial)
-        for item in placed:  # in order: the placed items are the padded ones, one for one
-            item.rows = rows.popleft()
+        items = (Masked(full, mask) for full, mask in padded(counted(), self.batch_size))
+        for item in prefetched(items, self._state, self._prefetch, self._stop, self._initial):
+            item.rows = rows.popleft()  # in order: the placed items are the padded ones, one for one
             yield item
 
     def __repr__(self) -> str:
