@@ -268,7 +268,8 @@ def warn_if_untrained(tasks: Sequence[Task], logs: Any = None, *, state: Any = N
     plain ``gyre.loop`` trains when its state is set, its first step logged a loss and it is outermost)."""
     losses = logs.get("losses") if isinstance(logs, Mapping) else None
     points = [t for t in tasks if isinstance(t.key, StepPoint)]
-    if _no_gradients(tasks, losses, points, outermost):
+    invokers = [inv for task in tasks for inv in task.invokers]
+    if _no_gradients(invokers, losses, points, outermost):
         return
     if points:
         for task in points:
@@ -277,7 +278,6 @@ def warn_if_untrained(tasks: Sequence[Task], logs: Any = None, *, state: Any = N
         return
     if state is None or not losses or not outermost:
         return
-    invokers = [inv for task in tasks for inv in task.invokers]
     if invokers and not any(inv.returned_state for inv in invokers):
         every_step = [inv for task in tasks if task.schedule is None for inv in task.invokers] or invokers
         _untrained(
@@ -286,11 +286,10 @@ def warn_if_untrained(tasks: Sequence[Task], logs: Any = None, *, state: Any = N
         )
 
 
-def _no_gradients(tasks: Sequence[Task], losses: Any, points: list[Task], outermost: bool) -> bool:
+def _no_gradients(invokers: list[Invoker], losses: Any, points: list[Task], outermost: bool) -> bool:
     """Warns (and returns True) when the loss's only state-returning steps are ``managed.step``."""
     if not losses or not outermost or (points and not any(t.key.expects_state for t in points)):
         return False  # (test_loop and predict_loop do not train)
-    invokers = [inv for task in tasks for inv in task.invokers]
     static = [inv for inv in invokers if getattr(inv.fn, "trains", None) is False]
     if not static or any(inv.returned_state and getattr(inv.fn, "trains", True) for inv in invokers):
         return False
