@@ -13,11 +13,13 @@ def test_concat_collector():
     assert collector.keys == ("p",)
     assert collector.compute()["p"].shape == (0,)
     collector.add({"p": jnp.float32(1.0), "m": 0.0})  # a scalar is one row
-    collector.add_stacked({"p": jnp.array([2.0, 3.0])})  # two fused steps of one scalar
+    collector.add({"p": jnp.float32(2.0)})  # two steps of one scalar
+    collector.add({"p": jnp.float32(3.0)})
     collector.add({"p": (jnp.array([4.0]), None)})
     assert collector.compute()["p"].tolist() == [1.0, 2.0, 3.0, 4.0]
     collector.reset()
-    collector.add_stacked({"p": jnp.arange(6.0).reshape(2, 3)})  # two steps of three rows
+    collector.add({"p": jnp.arange(3.0)})  # two steps of three rows
+    collector.add({"p": jnp.arange(3.0, 6.0)})
     assert collector.compute()["p"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     collector.reset()
     collector.add({"p": jnp.ones((2, 3))})

@@ -12,10 +12,10 @@ from gyre.trainer._metrics import (
     ConcatCollector,
     MetricAccumulator,
     add_time,
+    metric_names,
     name_metrics,
     parse_metrics,
     scalars_for_writers,
-    select_specs,
 )
 
 
@@ -66,8 +66,8 @@ def run():
     """Two training epochs (a window of WINDOW steps), each followed by a validation and a
     test over the same steps, through one compiled step per phase kind."""
     example = {k: (jnp.float32(0), None) for k in SPECS}
-    epoch_specs = select_specs(SPECS, "train", "epoch")
-    window_specs = select_specs(SPECS, "train", "step")
+    epoch_specs = {key: SPECS[key] for key in metric_names(SPECS, "train", "epoch")}
+    window_specs = {key: SPECS[key] for key in metric_names(SPECS, "train", "step")}
     acc = MetricAccumulator.init(epoch_specs, example)
     window = MetricAccumulator.init(window_specs, example)
     eval_acc = MetricAccumulator.init(SPECS, example)

@@ -304,13 +304,6 @@ def metric_names(
     return names
 
 
-def select_specs(
-    specs: Mapping[str, MetricSpec], phase: str, freq: str = "epoch"
-) -> dict[str, MetricSpec]:
-    """The specs of the metrics logged in ``phase`` at ``freq``."""
-    return {key: specs[key] for key in metric_names(specs, phase, freq)}
-
-
 def name_metrics(
     computed: Mapping[str, Any], specs: Mapping[str, MetricSpec], phase: str, freq: str = "epoch"
 ) -> dict[str, Any]:
@@ -600,35 +593,26 @@ class ConcatCollector:
 
     def __init__(self, specs: Mapping[str, MetricSpec]) -> None:
         self.keys = tuple(k for k, s in specs.items() if s.mode is LogMetricMode.CONCAT)
-        self._parts: dict[str, list[tuple[Any, bool]]] = {k: [] for k in self.keys}
+        self._parts: dict[str, list[Any]] = {k: [] for k in self.keys}
 
     @staticmethod
     def select(specs: Mapping[str, MetricSpec], values: Values) -> dict[str, Any]:
         """The CONCAT metrics' values, for a compiled step to return (jittable)."""
         return {k: values[k][0] for k, s in specs.items() if s.mode is LogMetricMode.CONCAT}
 
-    def _add(self, values: Mapping[str, Any], stacked: bool) -> None:
+    def add(self, values: Mapping[str, Any]) -> None:
+        """Keeps one step's CONCAT values (arrays, or ``(value, count)`` pairs)."""
         for key in self.keys:
             if key not in values:
                 raise _missing(key, "value")
             value = values[key]
-            if isinstance(value, tuple):
-                value = value[0]
-            self._parts[key].append((value, stacked))
-
-    def add(self, values: Mapping[str, Any]) -> None:
-        """Keeps one step's CONCAT values (arrays, or ``(value, count)`` pairs)."""
-        self._add(values, stacked=False)
-
-    def add_stacked(self, values: Mapping[str, Any]) -> None:
-        """Keeps the CONCAT values of several fused steps (leading axis: the steps)."""
-        self._add(values, stacked=True)
+            self._parts[key].append(value[0] if isinstance(value, tuple) else value)
 
     def compute(self) -> dict[str, jax.Array]:
         """Every CONCAT metric's rows so far, one device array each (of one shape)."""
         out = {}
         for key, parts in self._parts.items():
-            rows = [_rows(v, stacked) for v, stacked in parts]
+            rows = [jnp.atleast_1d(jnp.asarray(v)) for v in parts]
             if not rows:
                 out[key] = jnp.zeros((0,), jnp.float32)
                 continue
@@ -644,15 +628,6 @@ class ConcatCollector:
     def reset(self) -> None:
         """Forgets every value (at the start of an epoch or a window)."""
         self._parts = {k: [] for k in self.keys}
-
-
-def _rows(value: Any, stacked: bool) -> jax.Array:
-    value = jnp.asarray(value)
-    if not stacked:
-        return jnp.atleast_1d(value)
-    if value.ndim <= 1:
-        return value
-    return value.reshape((value.shape[0] * value.shape[1],) + value.shape[2:])
 
 
 _KEYS = ("value", "count", "mode")
