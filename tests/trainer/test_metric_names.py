@@ -7,10 +7,8 @@ import pytest
 
 from gyre.trainer._metrics import (
     MetricSpec,
-    add_time,
     logged_name,
     metric_names,
-    name_metrics,
     scalars_for_writers,
     time_name,
 )
@@ -43,15 +41,6 @@ def test_name_errors():
     with pytest.raises(ValueError, match=r"metric 'time' would be logged as 'val/time', the name of the epoch's duration"):
         metric_names({"time": MetricSpec("time")}, "val")
     assert metric_names({"time": MetricSpec("time")}, "train", "epoch") == {"time": "train/time_epoch"}
-    with pytest.raises(KeyError, match=r"metric 'acc' has no computed value"):
-        name_metrics({}, {"acc": MetricSpec("acc")}, "test")
-
-
-def test_add_time_errors():
-    with pytest.raises(TypeError, match=r"val/time must be a host number of seconds"):
-        add_time({}, "val", jnp.float32(1.0))
-    with pytest.raises(ValueError, match=r"'test/time' is already a metric"):
-        add_time({"test/time": 1.0}, "test", 2.0)
 
 
 def test_scalars_for_writers_keeps_numbers_only():

@@ -11,9 +11,7 @@ import gyre
 from gyre.trainer._metrics import (
     ConcatCollector,
     MetricAccumulator,
-    add_time,
     metric_names,
-    name_metrics,
     parse_metrics,
     scalars_for_writers,
 )
@@ -61,6 +59,11 @@ def _eval_step(acc, v, n, k):
     return acc.update(specs, values, n), ConcatCollector.select(specs, values)
 
 
+def named(computed, phase, freq="epoch"):
+    """The computed values by logged name, as the trainer names them."""
+    return {name: computed[key] for key, name in metric_names(SPECS, phase, freq).items()}
+
+
 @pytest.fixture(scope="module")
 def run():
     """Two training epochs (a window of WINDOW steps), each followed by a validation and a
@@ -87,11 +90,11 @@ def run():
                     window_collector.add(concat)
                     if i % WINDOW == 0:
                         computed = {**window.compute(), **window_collector.compute()}
-                        out["windows"].append(name_metrics(computed, SPECS, "train", "step"))
+                        out["windows"].append(named(computed, "train", "step"))
                         window = window.reset()
                         window_collector.reset()
-                epoch = name_metrics({**acc.compute(), **collector.compute()}, SPECS, "train", "epoch")
-            out["train"].append(add_time(epoch, "train", 1.25))
+                epoch = named({**acc.compute(), **collector.compute()}, "train", "epoch")
+            out["train"].append({**epoch, "train/time": 1.25})
             for phase in ("val", "test"):
                 eval_acc = eval_acc.reset()
                 eval_collector.reset()
@@ -99,7 +102,7 @@ def run():
                     eval_acc, concat = evaluate(eval_acc, jnp.float32(v), jnp.float32(n), jnp.float32(k))
                     eval_collector.add(concat)
                 computed = {**eval_acc.compute(), **eval_collector.compute()}
-                out[phase].append(add_time(name_metrics(computed, SPECS, phase), phase, 0.5))
+                out[phase].append({**named(computed, phase), f"{phase}/time": 0.5})
     return jax.device_get(out)
 
 

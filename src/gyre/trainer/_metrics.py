@@ -304,18 +304,6 @@ def metric_names(
     return names
 
 
-def name_metrics(
-    computed: Mapping[str, Any], specs: Mapping[str, MetricSpec], phase: str, freq: str = "epoch"
-) -> dict[str, Any]:
-    """The computed values of the metrics logged in ``phase`` at ``freq``, by logged name."""
-    out = {}
-    for key, name in metric_names(specs, phase, freq).items():
-        if key not in computed:
-            raise _missing(key, "computed value")
-        out[name] = computed[key]
-    return out
-
-
 def is_scalar(value: Any) -> bool:
     """Whether ``value`` is one number or a 0-d numeric array (reads no value)."""
     return isinstance(value, numbers.Real) or (getattr(value, "shape", None) == () and is_numeric(value))
@@ -334,22 +322,6 @@ def scalars_for_writers(
         if phase == "train" or freq == "epoch"
     }
     return {name: v for name, v in metrics.items() if name not in concat and is_scalar(v)}
-
-
-def add_time(metrics: Mapping[str, Any], phase: str, seconds: float) -> dict[str, Any]:
-    """``metrics`` with ``<phase>/time``, the phase's seconds."""
-    name = time_name(phase)
-    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
-        raise TypeError(explain(
-            f"{name} must be a host number of seconds",
-            expected="a float such as time.perf_counter() - start", received=describe(seconds),
-            fix="measure the time on the host with time.perf_counter()"))
-    if name in metrics:
-        raise ValueError(explain(
-            f"{name!r} is already a metric",
-            expected=f"no metric named {name!r} (it is the phase's duration)",
-            received=f"the metrics {', '.join(map(repr, metrics))}", fix="rename that metric"))
-    return {**metrics, name: float(seconds)}
 
 
 #: the monoid of each mode but CONCAT
