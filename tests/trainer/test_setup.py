@@ -95,13 +95,15 @@ def test_a_registered_flax_class_is_built_by_its_own_api_and_a_factory_by_model_
 
 def test_init_ddp_mesh_is_a_data_axis_over_every_device_that_the_trainer_takes():
     import jax
+    import optax
+    from flax import nnx
 
     from gyre.trainer import init_ddp_mesh
-    from gyre.trainer._module import strategy_of_mesh
 
     mesh = init_ddp_mesh()
     assert mesh.axis_names == ("data",) and mesh.size == jax.device_count()
-    strategy = strategy_of_mesh(mesh)
+    strategy = gyre.TrainerModule(model=nnx.Linear(3, 2, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1), mesh=mesh,
+                                  log_dir="unused").strategy
     assert strategy.name == "data_parallel" and strategy.data_axis == ("data",)
 
 

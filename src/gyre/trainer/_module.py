@@ -253,14 +253,6 @@ def init_ddp_mesh() -> Any:
     return DataParallel(data_axis="data").mesh
 
 
-def strategy_of_mesh(mesh: Any) -> Any:
-    """Data parallelism over the trainer's ``mesh=``: batches split over its first axis."""
-    instance(mesh, "the trainer's mesh", Mesh, kind="a jax.sharding.Mesh",
-             expected="jax.sharding.Mesh(np.asarray(jax.devices()), ('data',)), or None (trainer.num_devices decides)",
-             fix="pass mesh=jax.sharding.Mesh(np.asarray(jax.devices()), ('data',)) or leave it out")
-    return DataParallel(mesh=mesh, data_axis=mesh.axis_names[0])
-
-
 def strategy_of(config: Any) -> Any:
     """The strategy a trainer config asks for (see ``TrainerModule.strategy``)."""
     if config.debug:
@@ -500,8 +492,12 @@ class TrainerModule:
         self._config_yaml: tuple[str, str] | None = None  # the last config.yaml written
         self._input_spec: tuple[tuple[int, ...], Any] | None = None
         self.history: Any = None
-        if mesh is not None:
-            self._strategy = strategy_of_mesh(mesh)
+        if mesh is not None:  # data parallel over the mesh's first axis
+            instance(mesh, "the trainer's mesh", Mesh, kind="a jax.sharding.Mesh",
+                     expected="jax.sharding.Mesh(np.asarray(jax.devices()), ('data',)), or None "
+                     "(trainer.num_devices decides)",
+                     fix="pass mesh=jax.sharding.Mesh(np.asarray(jax.devices()), ('data',)) or leave it out")
+            self._strategy = DataParallel(mesh=mesh, data_axis=mesh.axis_names[0])
         for cb in self.callbacks:
             cb.bind(self)
         if exmp_input is not None:
@@ -722,7 +718,6 @@ class TrainerModule:
         """
         if self.state is None:
             return None
-
         return learning_rate_of(self.state.opt_state)
 
     @property
@@ -847,9 +842,7 @@ class TrainerModule:
         return result
 
     def _best_test_metrics(self, test_loader: Any, epoch: int) -> dict[str, Any]:
-        """The test metrics of the best checkpoint by the monitored validation metric (the
-        final model when no ModelCheckpoint ranks them, with a warning when one saved none):
-        never chosen on the test set."""
+        """The test metrics of the best ModelCheckpoint (else the final model): never chosen on the test set."""
         final = self.state
         checkpoints = [cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)]
         best = next((cb for cb in checkpoints if cb.best_step() is not None), None)
@@ -863,9 +856,7 @@ class TrainerModule:
             self.state = final
 
     def _store_config(self) -> None:
-        """Writes the resolved config in the run folder (``config.yaml``): the whole config when
-        the trainer was built from one, else the trainer's own sections; the last text written
-        is kept in ``_config_yaml`` (YAML takes milliseconds per call)."""
+        """Writes ``config.yaml`` (the last text is kept: YAML takes milliseconds per call)."""
         stored = stored_config(self)
         key = json.dumps(stored, default=repr)  # (a snapshot: the model's settings may be changed in place)
         if self._config_yaml is not None and self._config_yaml[0] == key:

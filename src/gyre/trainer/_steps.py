@@ -189,8 +189,7 @@ class StepBuilder:
 
     def accepts_mask(self) -> bool:
         """Whether the loss function takes ``mask``: then evaluation pads its last batch."""
-        t = self.trainer
-        return accepts_mask(t.loss_function if self.mode == "nnx" else t.loss_function_linen)
+        return accepts_mask(getattr(self.trainer, self.loss_name))
 
     def eval_step(self) -> Callable[..., Any]:
         """``(state, accumulator, batch, mask=None) -> (accumulator, CONCAT values)``."""
@@ -337,9 +336,8 @@ class TrainingRun:
         self.before_step = False
 
     def on_train_batch_end(self, elapsed: Any, logs: Any) -> None:
-        values = dict(logs.get("losses", {}) if logs else {})
-        values.update(logs.get("metrics", {}) if logs else {})
-        values.update(logs.get("stateful_metrics", {}) if logs else {})  # those nan_keys leaves unchecked
+        # stateful_metrics: the values nan_keys leaves unchecked
+        values = {k: v for c in ("losses", "metrics", "stateful_metrics") for k, v in (logs or {}).get(c, {}).items()}
         for cb in self.step_callbacks:
             cb.on_training_step(values, elapsed.epochs + 1, elapsed.steps + 1)
 
@@ -388,19 +386,15 @@ class TrainingRun:
             for cb in t.callbacks:
                 cb.on_validation_epoch_end(val, epoch)
             logged.update(val)
-        self._write_files(elapsed.steps, epoch, train, evals)
+        self.files.write("train", epoch, elapsed.steps, scalars_for_writers(train, self.specs))
+        for mode, metrics in evals.items():
+            self.files.write(mode, epoch, elapsed.steps, scalars_for_writers(metrics, self.builder.eval_specs_cached))
         logs = self._logs(scalars_for_writers(logged, {**self.specs, **self.builder.eval_specs_cached}), "epoch")
         logs = logs.add_metric("epoch", epoch)  # the epoch beside the global step, for every series
         if self.stop_reason:
             loop.request_stop(self.stop_reason)
         self._epoch_start = time.perf_counter()
         return logs, state.replace(extras={**state.extras, EPOCH: fresh})
-
-    def _write_files(self, step: int, epoch: int, train: dict[str, Any], evals: dict[str, Any]) -> None:
-        """The epoch's files: ``train``, and one per validation loader (``evals``: mode -> metrics)."""
-        self.files.write("train", epoch, step, scalars_for_writers(train, self.specs))
-        for mode, metrics in evals.items():
-            self.files.write(mode, epoch, step, scalars_for_writers(metrics, self.builder.eval_specs_cached))
 
     def on_train_end(self) -> None:
         for cb in self.trainer.callbacks:
