@@ -817,8 +817,7 @@ class TrainerModule:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._store_config()
         self.writer.write_scalars(self.global_step, {"param/num_model_params": self.num_model_params()})
-        run = TrainingRun(self, named_loaders(val_loader, "val"), specs=self._specs or {}, builder=self._builder,
-                          files=self._epoch_files)
+        run = TrainingRun(self, named_loaders(val_loader, "val"))
         named_loaders(test_loader, "test")  # a bad dict of test loaders is explained before training
         step_logs = bool(run.step_callbacks or self.config.detect_nans)
         key = f"train{int(step_logs)}"  # compiled once per trainer

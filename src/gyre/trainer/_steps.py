@@ -270,11 +270,9 @@ _roll = jax.jit(lambda acc: (acc.compute(), acc.reset()))
 class TrainingRun:
     """Named-loop callback of one :meth:`TrainerModule.train_model` call."""
 
-    def __init__(self, trainer: Any, val_loaders: list[tuple[str, Any]], *, specs: Any, builder: Any,
-                 files: Any) -> None:
-        self.trainer = trainer
-        self.val_loaders = val_loaders
-        self.specs, self.builder, self.files = specs, builder, files
+    def __init__(self, trainer: Any, val_loaders: list[tuple[str, Any]]) -> None:
+        self.trainer, self.val_loaders = trainer, val_loaders
+        self.specs, self.builder, self.files = trainer._specs or {}, trainer._builder, trainer._epoch_files
         self.step_callbacks = [cb for cb in trainer.callbacks if overrides_training_step(cb)]
         if not self.step_callbacks:  # a call per step costs: the engine skips a hook that is None
             self.on_train_batch_end = None  # type: ignore[assignment]
