@@ -109,8 +109,17 @@ class Callback:
     _clock: Callable[[], float] = staticmethod(time.monotonic)
 
     def __init__(self, *, every_n_epochs: int = 1, every_n_minutes: float | None = None) -> None:
-        self.every_n_epochs = _every_n_epochs(type(self).__name__, every_n_epochs)
-        self.every_n_minutes = _every_n_minutes(type(self).__name__, every_n_minutes)
+        owner = type(self).__name__  # -1 (jax_trainer's default): every epoch, and no minutes
+        self.every_n_epochs = 1 if as_integer(every_n_epochs) == -1 else whole(
+            every_n_epochs, f"{owner}: every_n_epochs", minimum=1,
+            fix="pass every_n_epochs=1, or 2 for every other epoch",
+            expected="an int >= 1 (1 runs every epoch; -1, jax_trainer's default, means 1)")
+        number = isinstance(every_n_minutes, numbers.Real) and not isinstance(every_n_minutes, bool)
+        self.every_n_minutes = None if number and every_n_minutes == -1 else real(
+            every_n_minutes, f"{owner}: every_n_minutes", above=0, none=True,
+            problem=f"{owner}: every_n_minutes must be a number > 0, or None",
+            fix="pass every_n_minutes=30, or leave it out",
+            expected="None (epochs only), or minutes > 0, e.g. 30 (-1, jax_trainer's 'off', means None)")
         self.trainer = None
         self._last_fired: dict[str, float] = {}  # phase -> clock time its filtered end ran
         self._decided: dict[str, tuple[int, bool]] = {}  # phase -> (epoch, fires)
@@ -278,23 +287,6 @@ def _check_state(cb: Callback, d: Any, keys: tuple[str, ...]) -> dict[str, Any]:
             fix="resume with the callbacks (and their order) of the run that wrote the "
         "checkpoint"))
     return dict(d)
-
-
-def _every_n_epochs(owner: str, value: Any) -> int:
-    """``every_n_epochs`` checked; -1 (jax_trainer's default) means every epoch."""
-    if as_integer(value) == -1:
-        return 1
-    return whole(value, f"{owner}: every_n_epochs", minimum=1, fix="pass every_n_epochs=1, or 2 for every other epoch",
-                 expected="an int >= 1 (1 runs every epoch; -1, jax_trainer's default, means 1)")
-
-
-def _every_n_minutes(owner: str, value: Any) -> float | None:
-    """``every_n_minutes`` checked; -1 (jax_trainer's 'off') means ``None``."""
-    if isinstance(value, numbers.Real) and not isinstance(value, bool) and value == -1:
-        return None
-    return real(value, f"{owner}: every_n_minutes", above=0, none=True,
-                problem=f"{owner}: every_n_minutes must be a number > 0, or None", fix="pass every_n_minutes=30, or leave it out",
-                expected="None (epochs only), or minutes > 0, e.g. 30 (-1, jax_trainer's 'off', means None)")
 
 
 PROFILE_FOLDER = "profile"
