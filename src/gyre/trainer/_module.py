@@ -168,27 +168,20 @@ def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
     return build_registered(factory, kwargs)
 
 
-def _section(config: Any, key: str) -> dict[str, Any] | None:
-    section = getattr(config, key, None)
-    if section is None:
-        return None
-    if not isinstance(section, Mapping) or not isinstance(section.get("class_name"), str):
-        raise TypeError(explain(
-            f"trainer.{key} must name a registered module",
-            expected="{'class_name': 'GaussianNoise', ...} (a class registered with @gyre.config.register_model)",
-            received=describe(section), fix=f"{key}: {{class_name: GaussianNoise, scale: 0.1}}"))
-    return dict(section)
-
-
 def wrap_model(config: Any, model: Any, mode: str) -> tuple[Any, Any]:
     """``(model wrapped by trainer.augmentation, trainer.preprocessing or None)``."""
     built = []
     for key in ("augmentation", "preprocessing"):
-        section = _section(config, key)
+        section = getattr(config, key, None)
         if section is None:
             built.append(None)
             continue
-        cls, kwargs = component("models", section, f"trainer.{key}", ("rngs", "wrapped_model"))
+        if not isinstance(section, Mapping) or not isinstance(section.get("class_name"), str):
+            raise TypeError(explain(
+                f"trainer.{key} must name a registered module",
+                expected="{'class_name': 'GaussianNoise', ...} (a class registered with @gyre.config.register_model)",
+                received=describe(section), fix=f"{key}: {{class_name: GaussianNoise, scale: 0.1}}"))
+        cls, kwargs = component("models", dict(section), f"trainer.{key}", ("rngs", "wrapped_model"))
         supplied: dict[str, Any] = {}
         if key == "augmentation":
             supplied["wrapped_model"] = model
