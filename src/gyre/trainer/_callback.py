@@ -614,7 +614,7 @@ class ModelCheckpoint(_CleansUp):
         self.ranked = candidates[: self.save_top_k]
         payload = _model_tree(t.state, self.save_optimizer_state)
         meta = {"config": stored_config(t), "epoch": epoch_idx, "monitor": self.monitor, "mode": self.mode,
-                "value": value, "input": input_spec(t)}
+                "value": value, "input": getattr(t, "_input_spec", None)}
         self.store.save(
             Snapshot(step=step, state=payload, elapsed=t.elapsed, meta=meta), metrics={self.monitor: value}
         )
@@ -691,12 +691,6 @@ def stored_config(trainer: Any) -> dict[str, Any]:
         "optimizer": trainer.optimizer_config,
         "trainer_class": type(trainer).__name__,
     }
-
-
-def input_spec(trainer: Any) -> dict[str, Any] | None:
-    """The shape and dtype of the model's input (a linen model is rebuilt from it)."""
-    spec = getattr(trainer, "_input_spec", None)
-    return None if spec is None else {"shape": list(spec[0]), "dtype": str(spec[1])}
 
 
 LR_NAME = "optimizer/lr"

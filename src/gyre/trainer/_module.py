@@ -483,7 +483,7 @@ class TrainerModule:
         self._files: Any = None
         self._compiled: dict[str, Any] = {}
         self._config_yaml: tuple[str, str] | None = None  # the last config.yaml written
-        self._input_spec: tuple[tuple[int, ...], Any] | None = None
+        self._input_spec: dict[str, Any] | None = None  # the model input's shape and dtype, for checkpoints
         self.history: Any = None
         if mesh is not None:  # data parallel over the mesh's first axis
             instance(mesh, "the trainer's mesh", Mesh, kind="a jax.sharding.Mesh",
@@ -628,7 +628,7 @@ class TrainerModule:
             params, model_state = self._adapter.init(key, exmp_input)
         leaves = jax.tree_util.tree_leaves(exmp_input)
         if leaves:
-            self._input_spec = (tuple(jnp.shape(leaves[0])), jnp.result_type(leaves[0]))
+            self._input_spec = {"shape": list(jnp.shape(leaves[0])), "dtype": str(jnp.result_type(leaves[0]))}
         strategy = self.strategy
         # the engine places batches ahead on the state's strategy; on one CPU device that
         # placement costs more than jit's own conversion of numpy batches, so it is left out
