@@ -694,7 +694,8 @@ class TrainerModule:
         loop = self._loop
         if loop is None:
             return 0 if self._elapsed is None else self._elapsed.steps
-        return self._run.global_step
+        clock = loop.elapsed  # the step in progress counts once it ran (not in an epoch's start hooks)
+        return clock.steps + (clock.in_progress and not self._run.before_step)
 
     def learning_rate(self) -> jax.Array | None:
         """The current learning rate (a device scalar) if the optimizer keeps it

@@ -284,12 +284,6 @@ class TrainingRun:
         self._config: dict[str, Any] | None = None
         self._named: dict[str, dict[str, str]] = {}
 
-    @property
-    def global_step(self) -> int:
-        """Training steps completed, counting the step in progress once it ran."""
-        clock = self.loop.elapsed
-        return clock.steps + (clock.in_progress and not self.before_step)
-
     def run(self, data: Any, step: Any, epochs: int, epoch_steps: int) -> tuple[Any, Any, Any]:
         """Trains ``epochs`` epochs of ``epoch_steps`` steps: ``(state, history, elapsed)``."""
         t, config = self.trainer, self.trainer.config
