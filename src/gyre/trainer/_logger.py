@@ -609,20 +609,17 @@ class Logger:
         epoch_metrics.update(self.epoch_metrics)
         final = self._finalize_metrics(epoch_metrics)
         self.log_metrics(final, step=self.epoch_idx, log_postfix="epoch" if self.logging_mode == "train" else "")
-        if save_metrics:
-            self._epoch_file(final)
+        if save_metrics:  # the scalars, in metrics/<mode>_epoch_NNNN.json
+            if self._files is None:
+                self._files = EpochMetricFiles(self.log_dir)
+            scalars = {k: v for k, v in final.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            self._files.write(self.logging_mode, self.epoch_idx, self.full_step_counter, scalars)
+            self._files.flush()
         if self.logging_mode == "train" and 0 < self.epoch_step_count < self.log_steps_every:
             metrics, _ = get_metrics(metrics, log_freq=LogFreq.STEP, reset_metrics=True)
             self._reset_step_metrics()
         self._reset_epoch_metrics()
         return metrics, final
-
-    def _epoch_file(self, final: Mapping[str, Any]) -> None:
-        if self._files is None:
-            self._files = EpochMetricFiles(self.log_dir)
-        scalars = {k: v for k, v in final.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        self._files.write(self.logging_mode, self.epoch_idx, self.full_step_counter, scalars)
-        self._files.flush()
 
     def save_metrics(self, filename: str, metrics: Mapping[str, Any]) -> None:
         """Writes the numbers, strings and booleans of ``metrics`` to
