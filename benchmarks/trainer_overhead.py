@@ -403,7 +403,7 @@ PARTS = ENGINE_PARTS + (
     ("trainer: TrainingRun.on_epoch_end", "gyre.trainer._steps", "TrainingRun.on_epoch_end"),
     ("  evaluate (validation pass)", "gyre.trainer._steps", "StepBuilder.evaluate"),
     ("    MetricAccumulator.compute", "gyre.trainer._metrics", "MetricAccumulator.compute"),
-    ("  TrainingRun._write_files", "gyre.trainer._steps", "TrainingRun._write_files"),
+    ("  EpochMetricFiles.write", "gyre.trainer._logger", "EpochMetricFiles.write"),
     ("  scalars_for_writers", "gyre.trainer._steps", "scalars_for_writers"),
     ("writer: WriteTo._send", "gyre.loggers._write_to", "WriteTo._send"),
 ) + SAVE_PARTS
