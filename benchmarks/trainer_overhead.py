@@ -388,7 +388,7 @@ ENGINE_PARTS = (
     ("    Ring.seal (the block's logs)", "gyre.engine._ring", "Ring.seal"),
     ("    BlockRunner._run_between (tasks between steps)", "gyre.engine._blocks", "BlockRunner._run_between"),
     ("engine: History.commit_block", "gyre.core._history", "History.commit_block"),
-    ("engine: NanGuard.after_block (the NaN check)", "gyre.engine._nan", "NanGuard.after_block"),
+    ("engine: FiniteCheck.after_block (the NaN check)", "gyre.engine._nan", "FiniteCheck.after_block"),
 )
 SAVE_PARTS = (
     ("engine: LoopState.run_saves (the checkpoint)", "gyre.engine._loop_state", "LoopState.run_saves"),
