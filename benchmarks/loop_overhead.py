@@ -415,6 +415,7 @@ def rung_runners(trainer: Any, fit_state: Any, data: Iterable[Batch], logdir: st
     """The ``TrainerModule.train_model`` and ``gyre.fit`` variants: one epoch of ``data``
     from a fresh copy of the runner's ``initial`` state, each run in a fresh folder."""
     import fit_overhead
+    import trainer_overhead
 
     runs = iter(range(1 << 30))
 
@@ -433,7 +434,7 @@ def rung_runners(trainer: Any, fit_state: Any, data: Iterable[Batch], logdir: st
         """The trainer's own compiled step (made by its first ``train_model``: the warm-up) in
         a Python loop, then the hand-written loops' orbax save: what the trainer's step costs
         without the trainer's loop around it."""
-        step = next(fn for name, fn in trainer._compiled.items() if name.startswith("train"))
+        step = trainer_overhead.train_step_of(trainer)
         for batch in data:
             _, state = step(state, batch)
         orbax_save(os.path.join(logdir, f"orbax-trainer{next(runs)}"), 0, state.params, state.opt_state)

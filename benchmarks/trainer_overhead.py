@@ -547,10 +547,16 @@ def best_of_5(
     return state, hand_state, best, hand_best
 
 
+def train_step_of(trainer: Any) -> Callable[..., Any]:
+    """The trainer's compiled training step, ``(state, batch) -> (logs, state)``, once its first
+    ``train_model`` made it (a private name of gyre: ``trainer._compiled``)."""
+    return next(v for k, v in trainer._compiled.items() if k.startswith("train"))
+
+
 def dispatch_alone(trainer: Any, hand_step: Callable[..., Any], hand_state: Any, batches: list[Arrays]) -> None:
     """The trainer's compiled step and the hand-written one, each alone in a bare Python
     loop over the same batches (best of 5): what the state's structure costs per call."""
-    step = next(v for k, v in trainer._compiled.items() if k.startswith("train"))
+    step = train_step_of(trainer)
     state, hand_state, trainer_best, hand_best = best_of_5(step, trainer.state, hand_step, hand_state, batches)
     trainer.state = state
     n = len(batches)
