@@ -51,10 +51,11 @@ def run(data, extra=(), **kwargs):
 
 
 @pytest.mark.parametrize("steps_per_call, patches", [
-    (1, {}), ("auto", {"HOST_BOUND": 0.0, "FASTER": math.inf}), ("auto", {"HOST_BOUND": 2.0}),
+    (1, {}), ("auto", {"HOST_BOUND": 0.0, "FASTER": math.inf}), ("auto", {"HOST_BOUND": 2.0, "SHORT_STEP": 0.0}),
+    ("auto", {"HOST_BOUND": 2.0, "FASTER": math.inf}),  # a dispatch that looks cheap, but a short step: tried
 ])
 def test_blocks_compute_what_the_per_step_path_computes_bit_for_bit(steps_per_call, patches, monkeypatch):
-    for name, value in patches.items():  # "auto" that always fuses, or never does
+    for name, value in patches.items():  # "auto" that always fuses, never does, or tries a short step
         monkeypatch.setattr(_blocks, name, value)
     monkeypatch.setattr(_blocks, "_CHOSEN", weakref.WeakKeyDictionary())  # measured afresh
     # 800 batches: several blocks, and a last batch of another shape, whose logs (the rows

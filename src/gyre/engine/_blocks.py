@@ -31,10 +31,13 @@ from gyre.engine._tasks import StepPoint, Task, between_steps, reads_history
 #: The longest a block lasts (it also ends after ROWS steps).
 BLOCK_SECONDS = 0.5
 #: ``steps_per_call="auto"``: the steps it tries fused per call when dispatching a block's steps
-#: took at least HOST_BOUND of its time, and keeps when they then took under FASTER of a block's.
+#: took at least HOST_BOUND of its time or a step took under SHORT_STEP seconds (fusing such short
+#: steps can pay when their dispatch looked cheap: the CPU MLP of benchmarks/loop_overhead.py
+#: --hidden 256; trying costs one compilation), and keeps when they then took under FASTER of a block's.
 AUTO_STEPS = 100
 AUTO_TIMED = 32  # the steps of the block it times
 HOST_BOUND = 0.1
+SHORT_STEP = 1e-3
 FASTER = 0.9
 
 
@@ -415,7 +418,8 @@ def run_auto(plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, *, outermos
         blocks.run(chunks=1)
         blocks.limit = AUTO_TIMED
         per_step = None if ended() else blocks.timed()
-        if per_step is not None and _fusable(plan) and blocks.dispatched >= HOST_BOUND * per_step:
+        if per_step is not None and _fusable(plan) and (
+                blocks.dispatched >= HOST_BOUND * per_step or per_step < SHORT_STEP):
             fused.carry = blocks.carry
             fused.run(chunks=1)
             fused_per_step = None if ended() else fused.timed()

@@ -102,8 +102,8 @@ def fit(
         val_ds: validation batches, recorded as ``<name>_val``; the best checkpoint by
             ``monitor`` is kept in ``<log_dir>/<log_name>/checkpoints``.
         resume: ``"latest"`` continues exactly from the newest checkpoint of this run.
-        steps_per_call: fuse this many training steps into one call, or ``"auto"`` (fuse only when
-            dispatching the steps costs most of their time, measured on the first ones).
+        steps_per_call: fuse this many training steps into one call, or ``"auto"`` (fuse 100 per
+            call when that measured faster on the first steps).
         log_dir: the folder holding the runs.
         progress: show a Keras-style progress bar.
         save_every_minutes: minutes between two checkpoints for resuming (one is also saved
