@@ -428,7 +428,8 @@ def test_a_schedule_without_its_length_lasts_the_run():
         for _ in range(1001):
             _, s = tx_.update({"w": jnp.ones(1)}, s, end)
         np.testing.assert_allclose(float(learning_rate_of(s)), 1e-4, rtol=1e-5)
-    with pytest.raises(RunLengthUnknown, match=r"needs steps or decay_steps: no run length is known"):
+    with pytest.raises(RunLengthUnknown, match=r"needs steps or decay_steps: no run length is known") as err:
         build_optimizer({"class_name": "AdamW", "learning_rate": rate})
+    assert "build_optimizer(section, run_steps=<the run's steps>)" in str(err.value)  # the keyword it takes
     with pytest.raises(ValueError, match=r"run_steps must be a whole number >= 1"):
         build_optimizer({"class_name": "AdamW", "learning_rate": rate}, run_steps=0)

@@ -535,7 +535,7 @@ def length(key: str, value: object, *, name: str, keys: str = "") -> int:
             expected=f"{key}: the schedule's number of steps (left out, it is the run's: epochs x batches per epoch, "
             "known when the trainer or gyre fit builds the optimizer)",
             received=f"no {key}",
-            fix=f"write {key}: <steps>, or build it with build_optimizer(section, total_steps=<the run's steps>)"))
+            fix=f"write {key}: <steps>, or build it with build_optimizer(section, run_steps=<the run's steps>)"))
     return steps
 
 
