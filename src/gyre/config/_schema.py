@@ -172,7 +172,7 @@ class TrainerConfig(_Section, metaclass=_NamedSectionMeta):
         detect_nans: stop on a NaN or Inf loss or metric (default); ``false`` trains through them.
         model_mode: ``"nnx"`` or ``"linen"``.
         steps_per_call: training steps fused into one compiled call, or ``"auto"``: gyre measures
-            the first steps and fuses 100 per call only when dispatching them costs most of their time.
+            the first steps and fuses 100 per call only when that measured faster.
         num_devices: devices for data parallelism (default: all).
         resume: ``"latest"`` resumes from the run's latest checkpoint.
         resume_every_minutes: minutes between checkpoints in ``<log_dir>/resume`` (one is also
