@@ -155,11 +155,8 @@ def section_mapping(value: Any, where: str) -> dict[str, Any]:
              expected="a section of 'key: value' lines",
              fix=f"write {where or 'the config'} as a YAML mapping (indented 'key: value' lines)", error=ConfigError)
     for key in value:
-        if not isinstance(key, str):
-            raise ConfigError(explain(
-                f"{where or 'the config'} has a key that is not a string",
-                expected="string keys", received=describe(key),
-                fix="quote the key, or correct the indentation"))
+        instance(key, "a key", str, problem=f"{where or 'the config'} has a key that is not a string",
+                 expected="string keys", fix="quote the key, or correct the indentation", error=ConfigError)
     return dict(value)
 
 

@@ -157,15 +157,12 @@ def apply_override(data: dict[str, Any], override: str) -> None:
             fix="quote the value, e.g. key='text: with colon'")) from None
     node = data
     for i, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        elif not isinstance(child, dict):
-            raise ConfigError(explain(
-                f"the override {override!r} goes through {'.'.join(parts[: i + 1])}, which is not a section",
-                expected=f"{'.'.join(parts[: i + 1])} to be a mapping of keys", received=describe(child),
-                fix=f"override the whole value instead: {'.'.join(parts[: i + 1])}={{key: value, ...}}"))
-        node = child
+        if node.get(part) is None:
+            node[part] = {}
+        path = ".".join(parts[: i + 1])
+        node = instance(node[part], path, dict, problem=f"the override {override!r} goes through {path}, which is not a section",
+                        expected=f"{path} to be a mapping of keys", error=ConfigError,
+                        fix=f"override the whole value instead: {path}={{key: value, ...}}")
     node[parts[-1]] = value
 
 

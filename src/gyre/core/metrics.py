@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from gyre.core._checks import scalar
+from gyre.core._checks import instance, scalar
 from gyre.core._errors import describe, explain
 
 _F32 = jnp.float32
@@ -539,11 +539,8 @@ def get_reduction(name: str | type[Metric]) -> type[Metric]:
     """
     if isinstance(name, type) and issubclass(name, Metric):
         return name
-    if not isinstance(name, str):
-        raise TypeError(explain(
-            "a reduction is named by a string",
-            expected=f"one of {sorted(REDUCTIONS)} or a gyre.core.metrics.Metric class",
-            received=describe(name), fix="e.g. 'mean'"))
+    instance(name, "a reduction", str, problem="a reduction is named by a string", fix="e.g. 'mean'",
+             expected=f"one of {sorted(REDUCTIONS)} or a gyre.core.metrics.Metric class")
     found = REDUCTIONS.get(name)
     if found is not None:
         return found
