@@ -63,9 +63,10 @@ def random_crop(images: Any, key_or_seed: Seed, padding: int = 4) -> np.ndarray:
                [7., 8., 9.],
                [0., 0., 0.]], dtype=float32)
     """
-    array = _images(images, "random_crop")
-    rng = _rng(key_or_seed)
-    padding = check_padding(padding)
+    return _crop(_images(images, "random_crop"), _rng(key_or_seed), check_padding(padding))
+
+
+def _crop(array: np.ndarray, rng: np.random.Generator, padding: int) -> np.ndarray:
     n, height, width = array.shape[:3]
     offsets = rng.integers(0, 2 * padding + 1, size=(n, 2))
     widths = [(0, 0), (padding, padding), (padding, padding)] + [(0, 0)] * (array.ndim - 3)
@@ -93,6 +94,10 @@ def random_flip(images: Any, key_or_seed: Seed, p: float = 0.5) -> np.ndarray:
     rng = _rng(key_or_seed)
     p = real(p, "p", minimum=0, maximum=1, problem="the flip probability p must be a number in [0, 1]",
              expected="e.g. p=0.5 (half the images mirrored)", fix="pass p=0.5")
+    return _flip(array, rng, p)
+
+
+def _flip(array: np.ndarray, rng: np.random.Generator, p: float = 0.5) -> np.ndarray:
     flip = (rng.random(array.shape[0]) < p).reshape((-1,) + (1,) * (array.ndim - 1))
     return np.where(flip, array[:, :, ::-1], array)
 
@@ -120,9 +125,14 @@ def augment(
     numbers = [whole(value, f"augment's {name}", expected=f"{name} as an int >= 0, e.g. {name}=0",
                      fix="pass the seed, the epoch and the batch's index in the epoch as ints")
                for name, value in (("seed", seed), ("epoch", epoch), ("index", index))]
-    rng = np.random.default_rng((*numbers, AUGMENT_STREAM))
-    out = random_crop(images, rng, padding)
-    return random_flip(out, rng) if flip else out
+    return augment_checked(_images(images, "random_crop"), *numbers, check_padding(padding), flip)
+
+
+def augment_checked(array: np.ndarray, seed: int, epoch: int, index: int, padding: int, flip: bool) -> np.ndarray:
+    """:func:`augment` of arguments already checked (a batch of images, whole numbers)."""
+    rng = np.random.default_rng((seed, epoch, index, AUGMENT_STREAM))
+    out = _crop(array, rng, padding)
+    return _flip(out, rng) if flip else out
 
 
 class Augmented(Forwarding, Iterator[Any]):
@@ -155,7 +165,7 @@ class Augmented(Forwarding, Iterator[Any]):
             epoch, index = int(state["epoch"]), int(state["position"])
         batch = next(self.source)
         first = batch[0] if isinstance(batch, tuple) else batch
-        out = augment(first, seed=self.seed, epoch=epoch, index=index, padding=self.padding, flip=self.flip)
+        out = augment_checked(_images(first, "random_crop"), self.seed, epoch, index, self.padding, self.flip)
         return (out, *batch[1:]) if isinstance(batch, tuple) else out
 
     def __repr__(self) -> str:

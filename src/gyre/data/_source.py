@@ -21,8 +21,7 @@ import numpy as np
 from gyre.core._checks import instance, require, whole
 from gyre.core._errors import describe, explain, suggest
 from gyre.data._arrays import Batches, _as_arrays, check_seed, epoch_order
-from gyre.data._augment import augment as augment_batch
-from gyre.data._augment import augmented, check_padding
+from gyre.data._augment import augment_checked, augmented, check_padding
 
 AUGMENT_OPTIONS = ("padding", "flip", "seed")
 
@@ -136,8 +135,9 @@ class GrainBatches(Iterator[tuple[np.ndarray, ...]]):
             batch = tuple(a[rows] for a in self._data)
         else:
             batch = tuple(a[start : start + self.batch_size] for a in self._data)
-        if self._augment is not None:
-            batch = (augment_batch(batch[0], epoch=epoch, index=position, **self._augment), *batch[1:])
+        if (options := self._augment) is not None:  # checked by arrays(): the images are (n, h, w[, c])
+            images = augment_checked(batch[0], options["seed"], epoch, position, options["padding"], options["flip"])
+            batch = (images, *batch[1:])
         return batch
 
     def __iter__(self) -> GrainBatches:
@@ -255,8 +255,8 @@ def _augment_options(augment: Any, seed: int, images: np.ndarray) -> dict[str, A
             expected="x shaped (n, height, width) or (n, height, width, channels)",
             received=f"x of shape {images.shape}",
             fix="reshape flat images first, e.g. x.reshape(-1, 8, 8, 1), or leave augment=None"))
-    instance(options.get("flip", True), "augment's flip", bool, expected="flip=True or flip=False",
-             fix="pass {'flip': True}")
+    options["flip"] = instance(options.get("flip", True), "augment's flip", bool, expected="flip=True or flip=False",
+                               fix="pass {'flip': True}")
     default = int(np.random.SeedSequence(seed, spawn_key=(2,)).generate_state(1)[0])
     options["seed"] = check_seed(options.get("seed", default))
     options["padding"] = check_padding(options.get("padding", 4))
