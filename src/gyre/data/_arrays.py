@@ -82,6 +82,15 @@ def epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
     return np.random.default_rng((seed, epoch)).permutation(n)
 
 
+def gather(data: tuple[np.ndarray, ...], order: np.ndarray | None, position: int, size: int) -> tuple[np.ndarray, ...]:
+    """Batch ``position`` (``size`` rows) of each array, through ``order`` (``None``: as stored)."""
+    start = position * size
+    if order is None:
+        return tuple(a[start : start + size] for a in data)
+    rows = order[start : start + size]
+    return tuple(a[rows] for a in data)
+
+
 #: The arguments that decide which batches a :class:`Batches` hands out, saved with its
 #: position so a position is never loaded into batches that would give other data.
 _IDENTITY = ("samples", "shapes", "batch_size", "drop_remainder", "shuffle", "seed")
@@ -172,14 +181,7 @@ class Batches(Iterator[Batch]):
             self._order = epoch_order(self.seed, epoch, self._n) if self.shuffle else None
             self._ready = epoch
         position = self._position
-        start = position * self.batch_size
-        end = start + self.batch_size
-        order = self._order
-        if order is None:
-            batch = tuple(a[start:end] for a in self._data)
-        else:
-            index = order[start:end]
-            batch = tuple(a[index] for a in self._data)
+        batch = gather(self._data, self._order, position, self.batch_size)
         position += 1
         if position == self.epoch_steps:
             self._epoch, self._position = epoch + 1, 0

@@ -20,7 +20,7 @@ import numpy as np
 
 from gyre.core._checks import instance, require, whole
 from gyre.core._errors import describe, explain, suggest
-from gyre.data._arrays import Batches, _as_arrays, check_seed, epoch_order
+from gyre.data._arrays import Batches, _as_arrays, check_seed, epoch_order, gather
 from gyre.data._augment import augment_checked, augmented, check_padding
 
 AUGMENT_OPTIONS = ("padding", "flip", "seed")
@@ -129,12 +129,7 @@ class GrainBatches(Iterator[tuple[np.ndarray, ...]]):
 
     def _batch(self, index: int) -> tuple[np.ndarray, ...]:
         epoch, position = divmod(int(index), self.epoch_steps)
-        start = position * self.batch_size
-        if self.shuffle:
-            rows = self._order(epoch)[start : start + self.batch_size]
-            batch = tuple(a[rows] for a in self._data)
-        else:
-            batch = tuple(a[start : start + self.batch_size] for a in self._data)
+        batch = gather(self._data, self._order(epoch) if self.shuffle else None, position, self.batch_size)
         if (options := self._augment) is not None:  # checked by arrays(): the images are (n, h, w[, c])
             images = augment_checked(batch[0], options["seed"], epoch, position, options["padding"], options["flip"])
             batch = (images, *batch[1:])
