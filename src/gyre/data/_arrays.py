@@ -166,9 +166,6 @@ class Batches(Iterator[Batch]):
         self._ready = -1  # the epoch whose order is drawn (-1: none yet)
         self._order: np.ndarray | None = None
 
-    def __iter__(self) -> Batches:
-        return self
-
     def __len__(self) -> int:
         """Batches per epoch (:attr:`epoch_steps`), as a torch ``DataLoader``'s ``len``."""
         return self.epoch_steps

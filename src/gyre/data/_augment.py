@@ -149,9 +149,6 @@ class Augmented(Forwarding, Iterator[Any]):
         self.source, self.epoch_steps = source, steps
         self.seed, self.padding, self.flip = check_seed(seed), check_padding(padding), bool(flip)
 
-    def __iter__(self) -> Augmented:
-        return self
-
     def __len__(self) -> int:
         """Batches per epoch, the source's (see :meth:`gyre.data.Batches.__len__`)."""
         return self.epoch_steps

@@ -135,9 +135,6 @@ class GrainBatches(Iterator[tuple[np.ndarray, ...]]):
             batch = (images, *batch[1:])
         return batch
 
-    def __iter__(self) -> GrainBatches:
-        return self
-
     def __len__(self) -> int:
         """Batches per epoch (see :meth:`gyre.data.Batches.__len__`)."""
         return self.epoch_steps
