@@ -10,6 +10,7 @@ from typing import Any
 import jax
 
 from gyre.core._errors import describe, explain
+from gyre.data._source import EvalBatches
 
 
 def split_batch(batch: Any) -> tuple[Any, Any]:
@@ -72,14 +73,8 @@ def is_pair_of_arrays(ds: Any) -> bool:
 
 
 def eval_batches(ds: Any, batch_size: int) -> Any:
-    """``ds`` as fit iterates it for an evaluation: ``(x, y)`` arrays become a list of
-    ``batch_size`` slices (the last one smaller); anything else is returned as it is.
-    """
-    if not is_pair_of_arrays(ds):
-        return ds
-    x, y = ds
-    size = max(int(batch_size), 1)
-    return [(x[i : i + size], y[i : i + size]) for i in range(0, int(x.shape[0]), size)]
+    """``ds`` as fit evaluates it: ``(x, y)`` arrays as the list of their ``EvalBatches``, else as it is."""
+    return list(EvalBatches(ds, max(int(batch_size), 1))) if is_pair_of_arrays(ds) else ds
 
 
 def refuse_array_pair(train_ds: Any) -> None:
