@@ -108,7 +108,8 @@ class GrainBatches(Iterator[tuple[np.ndarray, ...]]):
         grain = require("grain", "gyre.data.arrays(..., workers>=1) (it runs on grain)", extra="grain",
                         fix="pip install 'gyre[grain]', or pass workers=0 (the numpy path, the same batches)")
         self._plan = Batches(arrays, batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder)
-        self._data, self._augment = self._plan._data, augment
+        self._data = self._plan._data
+        self._augment = _augment_options(augment, self._plan.seed, self._data[0])  # checked once, here: not per batch
         self.epoch_steps, self.epochs = self._plan.epoch_steps, None
         self.batch_size, self.seed, self.shuffle = self._plan.batch_size, self._plan.seed, self._plan.shuffle
         self._orders: dict[int, np.ndarray] = {}
@@ -130,7 +131,7 @@ class GrainBatches(Iterator[tuple[np.ndarray, ...]]):
     def _batch(self, index: int) -> tuple[np.ndarray, ...]:
         epoch, position = divmod(int(index), self.epoch_steps)
         batch = gather(self._data, self._order(epoch) if self.shuffle else None, position, self.batch_size)
-        if (options := self._augment) is not None:  # checked by arrays(): the images are (n, h, w[, c])
+        if (options := self._augment) is not None:
             images = augment_checked(batch[0], options["seed"], epoch, position, options["padding"], options["flip"])
             batch = (images, *batch[1:])
         return batch
