@@ -49,8 +49,12 @@ def test_a_masked_eval_step_weighs_a_batch_by_its_real_rows_and_keeps_explicit_c
 
     from gyre.trainer._metrics import MetricAccumulator
 
+    masked = []
+
     class Counted(ImgClassifierTrainer):
         def loss_function(self, model, batch, train=True, mask=None):
+            if not train:
+                masked.append(mask is not None)
             loss, metrics = super().loss_function(model, batch, train, mask)
             return loss, {**metrics, "five": {"value": jnp.float32(5.0), "count": 3}}
 
@@ -58,13 +62,14 @@ def test_a_masked_eval_step_weighs_a_batch_by_its_real_rows_and_keeps_explicit_c
     t = trainer(tmp_path, cls=Counted)
     t.init_model((x, np.zeros(4, np.int32)))
     builder = t._builder
-    assert builder.accepts_mask()
     batch, mask = (x, np.array([0, 1, 1, 1], np.int32)), np.array([True, False, False, False])
     specs, shapes = builder.specs(t.state, batch, train=False, mask=mask)
     acc, _ = jax.jit(builder.eval_step())(t.state, MetricAccumulator.init(specs, shapes), batch, mask)
     weights = {k: float(m.count) for k, m in acc.metrics.items()}
     assert weights == {"loss": 1.0, "acc": 1.0, "five": 3.0}  # mask.sum() rows; an explicit count stays
+    masked.clear()
     alone = t.eval_model([(x[:1], batch[1][:1])])  # the real row by itself
+    assert masked and all(masked)  # the trainer evaluates this loss function with a mask
     got = acc.compute()
     assert float(got["loss"]) == pytest.approx(float(alone["val/loss"]), abs=1e-6)
     assert float(got["acc"]) == float(alone["val/acc"])

@@ -208,9 +208,12 @@ def test_an_evaluation_pads_its_last_batch_compiles_once_and_its_means_are_exact
 
 
 def test_a_loss_function_without_mask_gets_exact_means_with_one_more_compilation(tmp_path):
+    sizes = []
+
     class Plain(ImgClassifierTrainer):
         def loss_function(self, model, batch, train=True):
             x, y = batch
+            sizes.append(len(y))  # when traced
             logits = model(x)
             loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
             return loss, {"acc": (logits.argmax(-1) == y).mean(), "pred": {"value": logits.argmax(-1), "mode": "concat"}}
@@ -219,9 +222,10 @@ def test_a_loss_function_without_mask_gets_exact_means_with_one_more_compilation
     model = mlp()
     t = trainer(tmp_path, model=model, cls=Plain)
     t.init_model(loader[0])
-    assert not t._builder.accepts_mask()
+    sizes.clear()
     with gyre.testing.count_compilations() as compiled:
         out = host_values(t.eval_model(loader))
+    assert sorted(set(sizes)) == [40, 64]  # no mask: the last batch reaches the loss unpadded
     assert len(_step_compilations(compiled)) == 2  # the batch of 40 is its own shape
     acc, loss = _exact_means(model, x, y)
     assert abs(out["val/acc"] - acc) <= 1e-6 and abs(out["val/loss"] - loss) <= 1e-6
@@ -229,8 +233,12 @@ def test_a_loss_function_without_mask_gets_exact_means_with_one_more_compilation
 
 
 def test_concat_values_of_a_padded_batch_keep_the_real_rows_only(tmp_path):
+    masked = []
+
     class WithPredictions(ImgClassifierTrainer):
         def loss_function(self, model, batch, train=True, mask=None):
+            if not train:
+                masked.append(mask is not None)
             loss, metrics = super().loss_function(model, batch, train, mask)
             return loss, {**metrics, "pred": {"value": model(batch[0]).argmax(-1), "mode": "concat"}}
 
@@ -238,21 +246,29 @@ def test_concat_values_of_a_padded_batch_keep_the_real_rows_only(tmp_path):
     model = mlp()
     t = trainer(tmp_path, model=model, cls=WithPredictions)
     t.init_model(loader[0])
-    assert t._builder.accepts_mask()
     out = host_values(t.eval_model(loader))
+    assert masked and all(masked)  # the evaluation passed the loss function a mask
     assert out["val/pred"].tolist() == np.asarray(model(jnp.asarray(x)).argmax(-1)).tolist()
 
 
 def test_a_linen_classifier_pads_and_masks_too(tmp_path):
     from gyre.trainer import SimpleClassifierLinen
 
+    masked = []
+
+    class Linen(ImgClassifierTrainer):
+        def loss_function_linen(self, params, state, batch, rng, train=True, mask=None):
+            if not train:
+                masked.append(mask is not None)
+            return super().loss_function_linen(params, state, batch, rng, train, mask)
+
     x, y, loader = _thousand_examples()
     loader = [(x[:8], y[:8]), (x[8:11], y[8:11])]
-    t = trainer(tmp_path, model=SimpleClassifierLinen(c_hid=8))
+    t = trainer(tmp_path, model=SimpleClassifierLinen(c_hid=8), cls=Linen)
     t.init_model(loader[0])
-    assert t._builder.accepts_mask()
     with gyre.testing.count_compilations() as compiled:
         out = host_values(t.eval_model(loader))
+    assert masked and all(masked)  # the evaluation passed the loss function a mask
     assert len(_step_compilations(compiled)) == 1
     whole = host_values(t.eval_model([(x[:11], y[:11])]))
     assert abs(out["val/acc"] - whole["val/acc"]) <= 1e-6 and abs(out["val/loss"] - whole["val/loss"]) <= 1e-6

@@ -187,10 +187,6 @@ class StepBuilder:
 
     # -- the evaluation step ------------------------------------------------------------------
 
-    def accepts_mask(self) -> bool:
-        """Whether the loss function takes ``mask``: then evaluation pads its last batch."""
-        return accepts_mask(getattr(self.trainer, self.loss_name))
-
     def eval_step(self) -> Callable[..., Any]:
         """``(state, accumulator, batch, mask=None) -> (accumulator, CONCAT values)``."""
         t = self.trainer
@@ -216,7 +212,7 @@ class StepBuilder:
         if "step" not in self._eval:
             self._eval["step"] = self.eval_step() if self.trainer.config.debug else jax.jit(self.eval_step())
             self._eval["compute"] = jax.jit(lambda a: a.compute())
-            self._eval["masked"] = self.accepts_mask()  # (a signature read once, not every evaluation)
+            self._eval["masked"] = accepts_mask(getattr(self.trainer, self.loss_name))  # read once
         run, masked = self._eval["step"], self._eval["masked"]
         acc = collector = None
         for item in MaskedBatches(loader) if masked else loader:  # the engine's padded evaluation
