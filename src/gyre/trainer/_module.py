@@ -60,7 +60,7 @@ from gyre.trainer._model import (
     model_mode_of,
     write_tabulation,
 )
-from gyre.trainer._steps import EPOCH, WINDOW, StepBuilder, TrainingRun
+from gyre.trainer._steps import EPOCH, LOSS_FUNCTION, WINDOW, StepBuilder, TrainingRun
 
 LOGGER_KEYS = ("log_dir", "log_steps_every", "tool_config", "log_file_verbosity")
 
@@ -305,7 +305,7 @@ CALLS = {
 
 def check_user_methods(trainer: Any, base: type, mode: str) -> None:
     """A ``TypeError`` when the loss function for ``mode`` or ``batch_to_input`` misfits."""
-    name = "loss_function" if mode == "nnx" else "loss_function_linen"
+    name = LOSS_FUNCTION[mode]
     cls = type(trainer)
     if getattr(cls, name, None) is getattr(base, name, None):
         defined = [

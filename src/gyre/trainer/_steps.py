@@ -38,6 +38,7 @@ from gyre.trainer._model import NNX_REST, prepare, tree_stats
 
 EPOCH = "train_epoch_metrics"  # the epoch's accumulator, in TrainState.extras
 WINDOW = "train_window_metrics"  # the accumulator of the steps since the last step log
+LOSS_FUNCTION = {"nnx": "loss_function", "linen": "loss_function_linen"}  # the trainer's method, by model mode
 
 
 def loss_output(out: Any, *, mode: str, name: str) -> tuple[Any, Mapping[str, Any], Any]:
@@ -90,7 +91,7 @@ class StepBuilder:
         self.trainer = trainer
         self.model = adapter
         self.mode = adapter.mode
-        self.loss_name = "loss_function" if self.mode == "nnx" else "loss_function_linen"
+        self.loss_name = LOSS_FUNCTION[self.mode]
         self.eval_specs_cached: dict[str, Any] = {}
         self._eval: dict[str, Any] = {}  # the compiled evaluation, its reduction, its specs by batch structure
 
@@ -106,13 +107,13 @@ class StepBuilder:
             module = self.model.merge(params, state.model_state[NNX_REST], train=train)
             batch = prepare(t, module, params, batch, rng, train=train)
             out = t.loss_function(module, batch, train=train, **kw)
-            loss, metrics, _ = loss_output(out, mode="nnx", name="loss_function")
+            loss, metrics, _ = loss_output(out, mode="nnx", name=self.loss_name)
             sown = nnx.pop(module, nnx.Intermediate)  # sown values never enter the carried state
             model_state = {**state.model_state, NNX_REST: self.model.rest_of(module)}
         else:
             batch = prepare(t, None, params, batch, rng, train=train)
             out = t.loss_function_linen(params, state, batch, rng, train=train, **kw)
-            loss, metrics, mutable = loss_output(out, mode="linen", name="loss_function_linen")
+            loss, metrics, mutable = loss_output(out, mode="linen", name=self.loss_name)
             mutable = dict(mutable or {})
             sown = mutable.pop("intermediates", {})
             model_state = dict(state.model_state)
