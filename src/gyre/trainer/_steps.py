@@ -6,7 +6,7 @@ carrying the trainer callbacks' state into every checkpoint."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
 import jax
@@ -84,6 +84,13 @@ def batch_size_of(batch: Any, inputs: Any) -> Any:
     return infer_batch_size(inputs)  # the engine's rule: the leading dimension the arrays share
 
 
+def nan_checked(logs: Logs, values: Mapping[str, Any], checked: Container[str] | None) -> Logs:
+    """``values`` into ``logs`` in order: metrics, or stateful metrics (the NaN check skips them) if not ``checked``."""
+    for key, value in values.items():
+        logs = logs.add_metric(key, value) if checked is None or key in checked else logs.add_stateful_metric(key, value)
+    return logs
+
+
 class StepBuilder:
     """Builds a :class:`~gyre.TrainerModule`'s compiled functions."""
 
@@ -146,12 +153,10 @@ class StepBuilder:
             new = new.replace(extras=extras)
             if not step_logs:
                 return None, new
-            checked = getattr(t.config, "nan_keys", None)  # None: all; the others are not NaN-checked
+            checked = getattr(t.config, "nan_keys", None)
             logs = Logs().add_loss("loss", loss) if checked is None or "loss" in checked else Logs().add_stateful_metric("loss", loss)
-            for key, (value, _) in parsed.items():
-                if key != "loss" and specs[key].mode != "concat":
-                    logs = logs.add_metric(key, value) if checked is None or key in checked else logs.add_stateful_metric(key, value)
-            return logs, new
+            values = {k: v for k, (v, _) in parsed.items() if k != "loss" and specs[k].mode != "concat"}
+            return nan_checked(logs, values, checked), new
 
         return step
 
@@ -340,13 +345,12 @@ class TrainingRun:
     log_window._between_steps = True  # type: ignore[attr-defined]  # a block runs it between its steps
 
     def _logs(self, values: dict[str, Any], freq: str) -> Logs:
-        """``values`` as logs for the NaN check (with ``nan_keys``, only those it names)."""
+        """``values`` as logs for the NaN check (with ``nan_keys``, only those it names), checked ones first."""
         keys = getattr(self.trainer.config, "nan_keys", None)
         if keys is None:
-            return Logs().add_metrics(values)
+            return nan_checked(Logs(), values, None)
         checked = {name for key, name in self._names(freq).items() if key in keys}
-        return (Logs().add_metrics({k: v for k, v in values.items() if k in checked})
-                .add_stateful_metrics({k: v for k, v in values.items() if k not in checked}))
+        return nan_checked(Logs(), dict(sorted(values.items(), key=lambda kv: kv[0] not in checked)), checked)
 
     def _names(self, freq: str) -> dict[str, str]:
         if freq not in self._named:
