@@ -316,6 +316,10 @@ PHASE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")  # a phase, or a named loader's mo
 _RESERVED = ("epoch", "step")
 
 
+def python_numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 def write_json(path: str, record: Any, **options: Any) -> None:
     """Writes ``record`` as JSON to ``path`` through a temporary file (no half-written file)."""
     with open(path + ".tmp", "w") as out:
@@ -612,8 +616,7 @@ class Logger:
         if save_metrics:  # the scalars, in metrics/<mode>_epoch_NNNN.json
             if self._files is None:
                 self._files = EpochMetricFiles(self.log_dir)
-            scalars = {k: v for k, v in final.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            self._files.write(self.logging_mode, self.epoch_idx, self.full_step_counter, scalars)
+            self._files.write(self.logging_mode, self.epoch_idx, self.full_step_counter, python_numbers(final))
             self._files.flush()
         if self.logging_mode == "train" and 0 < self.epoch_step_count < self.log_steps_every:
             metrics, _ = get_metrics(metrics, log_freq=LogFreq.STEP, reset_metrics=True)

@@ -39,7 +39,7 @@ from gyre.config import (
 )
 from gyre.core._errors import describe, explain, warn
 from gyre.trainer._classifier import build_dataset_module
-from gyre.trainer._logger import EpochMetricFiles
+from gyre.trainer._logger import EpochMetricFiles, python_numbers
 from gyre.trainer._module import TrainerModule
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
@@ -356,7 +356,7 @@ def run_config(
         outcome = trainer.train_model(dataset.train_loader, dataset.val_loader, dataset.test_loader)
         seconds = time.perf_counter() - start
         elapsed, history = trainer.elapsed, trainer.history
-        test = _scalars(outcome.get("test", {}))
+        test = python_numbers(outcome.get("test", {}))
         if test:
             files = EpochMetricFiles(folder)
             try:
@@ -364,7 +364,7 @@ def run_config(
             finally:
                 files.close()
             trainer.writer.write_scalars(max(elapsed.steps - 1, 0), {k: v for k, v in test.items() if not k.endswith("/time")})
-        _end_log(log, trainer, config, elapsed, seconds, test or _scalars(outcome.get("val", {})))
+        _end_log(log, trainer, config, elapsed, seconds, test or python_numbers(outcome.get("val", {})))
         if history is not None:
             history.to_csv(str(folder / "history.csv"))
             plot_curves(history, folder / "curves.png", title=folder.name, **_monitored(config))
@@ -381,7 +381,7 @@ def run_config(
         logs.close()
     preempted = history is not None and history.stop_reason == "preempted"
     return RunResult(
-        folder, config, trainer, _scalars(outcome.get("val", {})), test,
+        folder, config, trainer, python_numbers(outcome.get("val", {})), test,
         elapsed.steps, elapsed.epochs, seconds, preempted,
     )
 
@@ -415,10 +415,6 @@ def _check_fresh(folder: Path) -> None:
             fix=f"continue it with: gyre resume {folder}; or choose another folder: "
             "trainer.logger.log_dir=runs/<name> (or remove it)",
         )
-
-
-def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def _monitored(config: Any) -> dict[str, str]:
@@ -481,4 +477,4 @@ def run_test(path: str | os.PathLike[str]) -> dict[str, Any]:
 def metric_lines(metrics: Mapping[str, Any]) -> list[str]:
     """``name: value`` lines of the scalar metrics (times left out), sorted by name."""
     return [f"{k}: {v:.8g}" if math.isfinite(v) else f"{k}: {v}"
-            for k, v in sorted(_scalars(metrics).items()) if not k.endswith("/time")]
+            for k, v in sorted(python_numbers(metrics).items()) if not k.endswith("/time")]
