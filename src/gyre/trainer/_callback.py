@@ -550,6 +550,11 @@ def read_metric(owner: str, metrics: dict[str, Any], monitor: str, epoch_idx: in
     return float(np.reshape(fetch(value), ()))
 
 
+def best_first(mode: str, pairs: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
+    """``(value, step)`` pairs by :func:`score`, best first; of equals, the earlier stays first."""
+    return sorted(pairs, key=lambda vs: -score(mode, vs[0]))
+
+
 @register_callback
 class ModelCheckpoint(_CleansUp):
     """Keeps the best ``save_top_k`` models by ``monitor`` (a validation metric).
@@ -608,7 +613,7 @@ class ModelCheckpoint(_CleansUp):
         t = self.trainer
         assert t is not None
         step = int(t.global_step)
-        candidates = sorted([*self.ranked, (value, step)], key=lambda vs: -score(self.mode, vs[0]))
+        candidates = best_first(self.mode, [*self.ranked, (value, step)])
         if (value, step) not in candidates[: self.save_top_k]:
             return
         self.ranked = candidates[: self.save_top_k]

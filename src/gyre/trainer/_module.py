@@ -46,7 +46,7 @@ from gyre.core._train_state import TrainState
 from gyre.engine._epochs import first_batch, training_data
 from gyre.loggers import CSVWriter, TensorBoardWriter
 from gyre.parallel import DataParallel, get_strategy
-from gyre.trainer._callback import ModelCheckpoint, read_model, stored_config
+from gyre.trainer._callback import ModelCheckpoint, best_first, read_model, stored_config
 from gyre.trainer._logger import PHASE_NAME, EpochMetricFiles, figure_image, write_embedding
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
 from gyre.trainer._model import (
@@ -945,8 +945,8 @@ class TrainerModule:
                     fix="train with a ModelCheckpoint callback, or pass a run folder that has one"))
             metas = {s: store.read_record(s).get("meta", {}) for s in steps}
             mode = "min" if metas[steps[-1]].get("mode") == "min" else "max"
-            scores = {s: score(mode, m.get("value")) for s, m in metas.items()}
-            step = max(scores, key=scores.__getitem__) if max(scores.values()) > -math.inf else max(steps)
+            value, step = best_first(mode, [(m.get("value"), s) for s, m in metas.items()])[0]
+            step = step if score(mode, value) > -math.inf else max(steps)  # no finite value: the newest
             meta = metas[step]
         else:
             meta = store.read_record(step).get("meta", {})
