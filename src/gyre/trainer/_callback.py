@@ -745,6 +745,7 @@ class LearningRateMonitor(Callback):
 CHUNK = 1024  # per-step rows kept on the device in buffers of this many steps
 
 
+@jax.jit
 def _spike_update(carry: dict[str, jax.Array], value: Any, decay: jax.Array, threshold: jax.Array):
     """One step of the spike monitor on the device; the row goes into ``rows`` if carried."""
     value = jnp.asarray(value).astype(jnp.float32)
@@ -764,9 +765,6 @@ def _spike_update(carry: dict[str, jax.Array], value: Any, decay: jax.Array, thr
         new["rows"] = jax.lax.dynamic_update_slice(carry["rows"], row, (carry["pos"], jnp.int32(0)))
         new["pos"] = carry["pos"] + 1
     return new
-
-
-_UPDATE = jax.jit(_spike_update)
 
 
 @register_callback
@@ -853,7 +851,7 @@ class GradientSpikeMonitor(Callback):
         if value is None:  # the first step (or a step without the metric): find it, or explain
             self._key = self._find(step_metrics)
             value = step_metrics[self._key]
-        self._carry = _UPDATE(self._carry, value, *self._consts)
+        self._carry = _spike_update(self._carry, value, *self._consts)
         self._window_steps += 1
         if self.log_to_disk:
             self._steps.append((int(global_step), int(epoch_idx)))
