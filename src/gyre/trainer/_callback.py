@@ -950,8 +950,8 @@ def confusion_matrix(labels: Any, predictions: Any, num_classes: int) -> jax.Arr
         >>> confusion_matrix(jnp.array([0, 1, 1, 2, -1]), jnp.array([0, 1, 2, 2, 0]), 3).tolist()
         [[1, 0, 0], [0, 1, 1], [0, 0, 1]]
     """
-    num_classes = whole(num_classes, "confusion_matrix: num_classes", minimum=1, expected="a Python int, e.g. 10",
-                        fix="pass the number of classes, e.g. confusion_matrix(labels, preds, 10)")
+    n = whole(num_classes, "confusion_matrix: num_classes", minimum=1, expected="a Python int, e.g. 10",
+              fix="pass the number of classes, e.g. confusion_matrix(labels, preds, 10)")
     labels, predictions = jnp.asarray(labels), jnp.asarray(predictions)
     for name, value in (("labels", labels), ("predictions", predictions)):
         if not jnp.issubdtype(value.dtype, jnp.integer):
@@ -965,7 +965,6 @@ def confusion_matrix(labels: Any, predictions: Any, num_classes: int) -> jax.Arr
             expected="one prediction per label (the same shape)",
             received=f"labels {labels.shape}, predictions {predictions.shape}",
             fix="take the argmax over the class axis only: logits.argmax(-1)"))
-    n = int(num_classes)
     labels, predictions = labels.reshape(-1), predictions.reshape(-1)
     valid = (labels >= 0) & (labels < n) & (predictions >= 0) & (predictions < n)
     cells = jnp.where(valid, labels * n + predictions, 0).astype(jnp.int32)
