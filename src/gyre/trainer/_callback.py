@@ -594,8 +594,7 @@ class ModelCheckpoint(_CleansUp):
     @property
     def directory(self) -> Path:
         """``<log_dir>/checkpoints``."""
-        assert self.trainer is not None
-        return Path(self.trainer.log_dir).resolve() / "checkpoints"
+        return Path(self._bound().log_dir).resolve() / "checkpoints"
 
     @property
     def store(self) -> Store:
@@ -610,8 +609,7 @@ class ModelCheckpoint(_CleansUp):
         value = read_metric("ModelCheckpoint", eval_metrics, self.monitor, epoch_idx)  # a host read
         if math.isnan(value):
             return
-        t = self.trainer
-        assert t is not None
+        t = self._bound()
         step = int(t.global_step)
         candidates = best_first(self.mode, [*self.ranked, (value, step)])
         if (value, step) not in candidates[: self.save_top_k]:
