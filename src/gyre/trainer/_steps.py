@@ -172,8 +172,6 @@ class StepBuilder:
             return parsed
 
         shapes = jax.eval_shape(probe, state, batch, mask)
-        if not train:
-            self.eval_specs_cached = found["specs"]
         return found["specs"], shapes
 
     def inspected(self, params: Any, grads: Any) -> dict[str, Any]:
