@@ -436,3 +436,16 @@ def test_an_empty_log_dir_means_a_new_run_folder_holding_everything(tmp_path, mo
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert {"config.yaml", "checkpoints", "resume", "history.csv"} <= {p.name for p in run_dir.iterdir()}
+
+
+def test_a_schedule_without_steps_lasts_the_steps_max_steps_per_epoch_leaves(tmp_path):
+    out = tmp_path / "runs"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a 5-step schedule fits a run of 5 steps: no "lasts" warning
+        code, _, err = gyre("fit", MLP, *SMALL, "trainer.train_epochs=1", "trainer.max_steps_per_epoch=5",
+                            "optimizer.learning_rate={class_name: Linear, init_value: 0.001, end_value: 0.0, steps: 5}",
+                            "--out", out)
+    assert code == 0, err
+    (run_dir,) = out.iterdir()
+    text = (run_dir / "run.log").read_text()
+    assert "run: ImgClassifierTrainer, 5 training steps (1 epochs)" in text and "trained 5 steps (1 epochs)" in text

@@ -292,12 +292,14 @@ def resolve_config(source: Any, overrides: Sequence[str] = ()) -> Any:
 
 
 def run_steps_of(config: Any, dataset: Any) -> int | None:
-    """The run's training steps (``train_epochs`` x batches per epoch), or ``None`` if unknown."""
+    """The run's training steps (``train_epochs`` x batches per epoch, at most
+    ``max_steps_per_epoch``), or ``None`` if unknown."""
     loader = dataset.train_loader
     per_epoch = getattr(loader, "epoch_steps", None)
     if per_epoch is None and hasattr(loader, "__len__"):
         per_epoch = len(loader)
-    return None if not per_epoch else config.trainer.train_epochs * int(per_epoch)
+    most = getattr(config.trainer, "max_steps_per_epoch", None)
+    return None if not per_epoch else config.trainer.train_epochs * min(int(per_epoch), most or int(per_epoch))
 
 
 def build_dataset(config: Any) -> Any:
