@@ -52,3 +52,14 @@ def test_the_plot_has_epochs_a_log_loss_a_zoomed_accuracy_the_best_checkpoint_an
     assert bottom > 0.5 and top < 1.0  # zoomed on the values past the first epoch, not 0..1
     assert _curves.best_step(h, "val/acc", "max") == 4  # the first epoch's end: the checkpoint numbered 4
     assert max(x for line in acc.get_lines() for x in line.get_xdata()) == 2.0  # the last step ends epoch 2
+
+
+def test_the_best_checkpoint_marker_skips_a_nan_as_the_checkpoint_does():
+    h = gyre.history()
+    for step, acc in ((3, float("nan")), (7, 0.8), (11, 0.8)):
+        h.commit(gyre.Elapsed(steps=step), gyre.logs().add_metric("val/acc", acc))
+    assert _curves.best_step(h, "val/acc", "max") == 8  # not the NaN; of equals, the earlier
+    assert _curves.best_step(h, "val/acc", "min") == 8
+    nan = gyre.history()
+    nan.commit(gyre.Elapsed(steps=3), gyre.logs().add_metric("val/acc", float("nan")))
+    assert _curves.best_step(nan, "val/acc", "max") is None
