@@ -35,6 +35,7 @@ from gyre.engine._resume import (
     prepare,
     resume_from,
 )
+from gyre.engine._snapshot import checkpointers
 from gyre.engine._split import split_tasks
 from gyre.engine._tasks import (
     Callback,
@@ -339,7 +340,8 @@ def loop(
         history, "history=", History, kind="a gyre.History", fix="pass the second value a loop returned",
         expected="the history a previous loop returned, gyre.history(), or None")
     resume = check_resume(resume)
-    checkpoint = find_checkpointer(table, starts + ends, resume)
+    found = checkpointers(table, starts + ends)
+    checkpoint = find_checkpointer(found, resume)
     resumed = None
     if resume is not None:
         state, history, elapsed, resumed = resume_from(checkpoint, resume, state, history, elapsed, stop)  # type: ignore[arg-type]
@@ -355,7 +357,7 @@ def loop(
     ls._completed = clock_iter.peek_completed
     ls.data = data.follow(clock_iter)
     ls._nan = finite_check(policy, ls.history, lambda: clock_iter.elapsed, skipping=skipping, state=ls.state)
-    prepare(ls, table, starts + ends, resumed)
+    prepare(ls, table, starts + ends, found, resumed)
     with guarded(catch_interrupt=catch_keyboard_interrupt) as preemption:
         ls.preempted = preemption.check
         try:

@@ -17,7 +17,6 @@ from gyre.engine._snapshot import (
     Checkpointer,
     Snapshot,
     chain_crc,
-    checkpointers,
     collect,
     load_history,
     load_state_dicts,
@@ -59,9 +58,8 @@ def _one_directory_each(found: Sequence[Checkpointer]) -> None:
                 "the best in one: gyre.checkpoint(directory, keep=3, keep_best=1, monitor='loss_test')"))
 
 
-def find_checkpointer(tasks: Sequence[Task], extra: Sequence[Invoker], resume: Any) -> Checkpointer | None:
-    """The checkpoint a loop resumes through, or ``None``; refuses two sharing a directory."""
-    found = checkpointers(tasks, extra)
+def find_checkpointer(found: Sequence[Checkpointer], resume: Any) -> Checkpointer | None:
+    """The checkpoint (of a loop's ``found``) it resumes through, or ``None``; refuses two sharing a directory."""
     _one_directory_each(found)
     if resume is not None and not found:
         raise ValueError(explain(
@@ -117,11 +115,13 @@ def resume_from(
     return snapshot.state, loaded, snapshot.elapsed, snapshot
 
 
-def prepare(ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], resumed: Snapshot | None) -> None:
-    """Tells the loop's checkpoints their resumables and history files, lets them claim their
-    directories before the first step, then hands a resumed loop's objects and data their state."""
+def prepare(
+    ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], found: list[Checkpointer], resumed: Snapshot | None
+) -> None:
+    """Tells the loop's checkpoints (``found``) their resumables and history files, lets them claim
+    their directories before the first step, then hands a resumed loop's objects and data their state."""
     ls.resumables = collect(tasks, extra)
-    ls.checkpoints = checkpointers(tasks, extra)
+    ls.checkpoints = found
     source = None if resumed is None else resumed.source or next(iter(ls.checkpoints), None)
     for each in ls.checkpoints if resumed is not None else ():
         meta = resumed.meta if each is source else each.continue_from(resumed.step)
