@@ -193,13 +193,6 @@ class Checkpoint(Checkpointer):
 
     # -- saving ------------------------------------------------------------------------------
 
-    def _monitored(self, logs: Logs | None, clock: Elapsed) -> float:  # jaxloop's CheckpointAction calls it too
-        return _monitor.find(
-            logs, self.monitor, owner="checkpoint", step=clock.steps,  # type: ignore[arg-type]
-            fix="monitor one of the received names (evaluation entries carry the test suffix, e.g. 'loss_test'), "
-            "and save where it is logged (the checkpoint registers itself on on_epoch_end, after evaluation); "
-            "when calling it by hand, pass the logs: ckpt(elapsed, state, logs)")
-
     def __call__(self, elapsed: Elapsed, state: Any, logs: Logs | None = None, loop: Any = None) -> None:
         """Saves the run asynchronously (in a loop, through ``loop.request_save``); skips a step
         already saved.
@@ -227,7 +220,7 @@ class Checkpoint(Checkpointer):
                 received=f"ckpt({describe(elapsed, 40)}, {describe(state, 40)})",
                 fix="pass the elapsed from gyre.elapse(...) or a loop first: ckpt(elapsed, state)"))
         step = int(clock.steps)
-        metrics = {self.monitor: self._monitored(logs, clock)} if self.monitor is not None else None
+        metrics = monitored(self, logs, clock)
         if step in self._saved or step == self._resumed:
             return None
         if callable(getattr(loop, "request_save", None)):
@@ -520,6 +513,15 @@ class Checkpoint(Checkpointer):
 
 
 checkpoint = Checkpoint  # ciclo's name: one class, two spellings
+
+
+def monitored(ckpt: Checkpoint, logs: Logs | None, clock: Elapsed) -> dict[str, float] | None:
+    """``{monitor: value}`` of ``logs``, what ``ckpt`` ranks a save by (``None`` without a monitor)."""
+    return None if ckpt.monitor is None else {ckpt.monitor: _monitor.find(
+        logs, ckpt.monitor, owner="checkpoint", step=clock.steps,
+        fix="monitor one of the received names (evaluation entries carry the test suffix, e.g. 'loss_test'), "
+        "and save where it is logged (the checkpoint registers itself on on_epoch_end, after evaluation); "
+        "when calling it by hand, pass the logs: ckpt(elapsed, state, logs)")}
 
 
 # -- what checkpoint accepts ---------------------------------------------------------------------

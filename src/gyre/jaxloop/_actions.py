@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from gyre.callbacks._checkpoint import Checkpoint, checkpoint
+from gyre.callbacks._checkpoint import Checkpoint, checkpoint, monitored
 from gyre.core import _checks as checks
 from gyre.core._checks import choice
 from gyre.core._clock import Elapsed
@@ -352,7 +352,7 @@ class CheckpointAction(Action):
         if ckpt.monitor is not None:  # best-k ranks by the loop's (reduced) output
             reduced = reduce_outputs(_bare(outputs or {}))
             logs = Logs().add_entries("metrics", {k: v for k, v in reduced.items() if _is_scalar(v)})
-            metrics = {ckpt.monitor: ckpt._monitored(logs, elapsed)}
+            metrics = monitored(ckpt, logs, elapsed)
         meta = {} if self.data_source is None else {DATA_META: self.data_source.state_dict()}
         ckpt.save_snapshot(Snapshot(step=step, state=state, elapsed=elapsed, meta=meta, metrics=metrics))
         return ckpt.saved_step() != before  # a step saved already (or older) is skipped
