@@ -41,7 +41,8 @@ def test_one_shot_iterators_and_sources_with_a_position_are_told_apart():
     import numpy as np
 
     import gyre
-    from gyre.jaxloop._specs import has_position, is_one_shot
+    from gyre.engine._snapshot import has_state
+    from gyre.jaxloop._specs import is_one_shot
 
     assert (is_one_shot(iter([1, 2])), is_one_shot([1, 2])) == (True, False)
-    assert (has_position(gyre.data.batches(np.zeros((4, 1)), 2)), has_position([1])) == (True, False)
+    assert (has_state(gyre.data.batches(np.zeros((4, 1)), 2)), has_state([1])) == (True, False)

@@ -13,10 +13,11 @@ import jax
 from gyre.callbacks._checkpoint import checkpoint
 from gyre.core._checks import instance, whole
 from gyre.core._errors import describe, explain
+from gyre.engine._snapshot import has_state
 from gyre.jaxloop._action_loop import ActionLoop, EvalLoop
 from gyre.jaxloop._actions import DATA_META, CheckpointAction, SummaryAction, read_orbax, steps_in
 from gyre.jaxloop._loop import Loop, _as_iterator, state_step
-from gyre.jaxloop._specs import CheckpointSpec, EvalContext, EvalSpec, has_position
+from gyre.jaxloop._specs import CheckpointSpec, EvalContext, EvalSpec
 from gyre.jaxloop._stat_loop import STAT_PREFIX
 from gyre.jaxloop._stopping import StopTrainingError
 
@@ -184,7 +185,7 @@ class OuterLoop:
 
     def _resume(self, state: Any, train_dataset: Any) -> Any:
         mine = [a for a in self._actions(self._train_loop) if isinstance(a, CheckpointAction)]
-        source = train_dataset if has_position(train_dataset) else None
+        source = train_dataset if has_state(train_dataset) else None
         for action in mine:
             action.data_source = source
         spec = self._checkpoint_spec
@@ -294,7 +295,7 @@ class OuterLoop:
         loop = self._eval_loops[i]
         if spec.dataset_iterator is not None:  # it wins over dataset=, as in jaxloop
             data = spec.dataset_iterator
-        elif has_position(spec.dataset) and iter(spec.dataset) is spec.dataset:
+        elif has_state(spec.dataset) and iter(spec.dataset) is spec.dataset:
             data = self._from_start(spec.dataset)
         else:
             data = iter(spec.dataset)  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ from typing import Any
 
 from gyre.core._checks import instance, real, whole
 from gyre.core._errors import explain
+from gyre.engine._snapshot import has_state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,15 +48,10 @@ class EvalContext:
 
 
 def is_one_shot(dataset: Any) -> bool:
-    """Whether ``dataset`` is its own iterator, without a position to put it back (:func:`has_position`)."""
-    if not isinstance(dataset, Iterator) or has_position(dataset):
+    """Whether ``dataset`` is its own iterator, without a position (``state_dict``) to put it back."""
+    if not isinstance(dataset, Iterator) or has_state(dataset):
         return False
     return iter(dataset) is dataset
-
-
-def has_position(dataset: Any) -> bool:
-    """Whether ``dataset`` has ``state_dict``/``load_state_dict`` (as ``gyre.data.batches``)."""
-    return callable(getattr(dataset, "state_dict", None)) and callable(getattr(dataset, "load_state_dict", None))
 
 
 @dataclasses.dataclass(frozen=True)
