@@ -203,8 +203,7 @@ class OuterLoop:
             _log.info("train    | resumed from checkpoint %s of %s (jaxloop's format)", steps[-1], spec.directory)
             return state
         _no_transforms(spec)
-        ckpt.wait_until_finished()
-        snapshot = ckpt.load_snapshot("latest", state)
+        snapshot = ckpt.load_snapshot("latest", state)  # (after the saves in flight)
         if snapshot is None:
             return state
         state = snapshot.state
