@@ -9,11 +9,10 @@ import pytest
 import gyre
 from gyre.engine._snapshot import (
     Checkpointer,
-    checkpointers,
-    collect,
     join_arrays,
     split_arrays,
     state_dicts,
+    table_objects,
 )
 from gyre.engine._tasks import compile_tasks
 
@@ -49,7 +48,7 @@ class Ckpt(Checkpointer):
 def test_objects_are_named_by_class_and_rank_once_each():
     a, b = Stateful(), Stateful()
     table = compile_tasks({gyre.every(1): [a, b.step, a.step], gyre.every(2): [len, Ckpt()]})
-    found = collect(table)
+    found = table_objects(table)[0]
     assert list(found) == ["Stateful", "Stateful#2", "Every"]  # every(2) too; every(1) is stateless
     assert found["Stateful"] is a and found["Stateful#2"] is b
 
@@ -57,7 +56,8 @@ def test_objects_are_named_by_class_and_rank_once_each():
 def test_checkpoints_are_found_once_and_not_collected():
     ck = Ckpt()
     table = compile_tasks({gyre.every(1): [ck], gyre.every(2): [ck]})
-    assert checkpointers(table) == [ck] and list(collect(table)) == ["Every"]
+    resumables, checkpoints = table_objects(table)
+    assert checkpoints == [ck] and list(resumables) == ["Every"]
 
 
 def test_arrays_are_set_aside_and_json_values_kept():

@@ -35,7 +35,7 @@ from gyre.engine._resume import (
     prepare,
     resume_from,
 )
-from gyre.engine._snapshot import checkpointers
+from gyre.engine._snapshot import table_objects
 from gyre.engine._split import split_tasks
 from gyre.engine._tasks import (
     Callback,
@@ -340,7 +340,7 @@ def loop(
         history, "history=", History, kind="a gyre.History", fix="pass the second value a loop returned",
         expected="the history a previous loop returned, gyre.history(), or None")
     resume = check_resume(resume)
-    found = checkpointers(table, starts + ends)
+    resumables, found = table_objects(table, starts + ends)
     checkpoint = find_checkpointer(found, resume)
     resumed = None
     if resume is not None:
@@ -357,7 +357,7 @@ def loop(
     ls._completed = clock_iter.peek_completed
     ls.data = data.follow(clock_iter)
     ls._nan = finite_check(policy, ls.history, lambda: clock_iter.elapsed, skipping=skipping, state=ls.state)
-    prepare(ls, table, starts + ends, found, resumed)
+    prepare(ls, resumables, found, resumed)
     with guarded(catch_interrupt=catch_keyboard_interrupt) as preemption:
         ls.preempted = preemption.check
         try:

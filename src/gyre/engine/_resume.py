@@ -10,18 +10,15 @@ from typing import Any
 from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain, warn
 from gyre.core._history import History
-from gyre.engine._binding import Invoker
 from gyre.engine._elapse import check_stop
 from gyre.engine._loop_state import LoopState
 from gyre.engine._snapshot import (
     Checkpointer,
     Snapshot,
     chain_crc,
-    collect,
     load_history,
     load_state_dicts,
 )
-from gyre.engine._tasks import Task
 
 _WORDS = ("latest", "best")
 
@@ -115,13 +112,10 @@ def resume_from(
     return snapshot.state, loaded, snapshot.elapsed, snapshot
 
 
-def prepare(
-    ls: LoopState, tasks: Sequence[Task], extra: Sequence[Invoker], found: list[Checkpointer], resumed: Snapshot | None
-) -> None:
+def prepare(ls: LoopState, resumables: dict[str, Any], found: list[Checkpointer], resumed: Snapshot | None) -> None:
     """Tells the loop's checkpoints (``found``) their resumables and history files, lets them claim
     their directories before the first step, then hands a resumed loop's objects and data their state."""
-    ls.resumables = collect(tasks, extra)
-    ls.checkpoints = found
+    ls.resumables, ls.checkpoints = resumables, found
     source = None if resumed is None else resumed.source or next(iter(ls.checkpoints), None)
     for each in ls.checkpoints if resumed is not None else ():
         meta = resumed.meta if each is source else each.continue_from(resumed.step)

@@ -133,28 +133,24 @@ def _candidates(tasks: Sequence[Task], extra: Iterable[Invoker]) -> Iterable[Any
         yield owner_of(invoker.fn)
 
 
-def collect(tasks: Sequence[Task], extra: Iterable[Invoker] = ()) -> dict[str, Any]:
-    """The resumable objects of a table (and ``extra`` callbacks) by name, not checkpoints."""
-    found: dict[str, Any] = {}
+def table_objects(tasks: Sequence[Task], extra: Iterable[Invoker] = ()) -> tuple[dict[str, Any], list[Checkpointer]]:
+    """The resumable objects of a table (and ``extra`` callbacks) by name, and its checkpoints,
+    each once, in table order."""
+    resumables: dict[str, Any] = {}
+    checkpoints: list[Checkpointer] = []
     seen: set[int] = set()
     counts: dict[str, int] = {}
     for obj in _candidates(tasks, extra):
-        if id(obj) in seen or not has_state(obj) or isinstance(obj, Checkpointer):
+        if id(obj) in seen:
             continue
         seen.add(id(obj))
-        kind = type(obj).__name__
-        counts[kind] = counts.get(kind, 0) + 1
-        found[kind if counts[kind] == 1 else f"{kind}#{counts[kind]}"] = obj
-    return found
-
-
-def checkpointers(tasks: Sequence[Task], extra: Iterable[Invoker] = ()) -> list[Checkpointer]:
-    """The checkpoints of a task table, each once, in table order."""
-    found: list[Checkpointer] = []
-    for obj in _candidates(tasks, extra):
-        if isinstance(obj, Checkpointer) and all(obj is not c for c in found):
-            found.append(obj)
-    return found
+        if isinstance(obj, Checkpointer):
+            checkpoints.append(obj)
+        elif has_state(obj):
+            kind = type(obj).__name__
+            counts[kind] = counts.get(kind, 0) + 1
+            resumables[kind if counts[kind] == 1 else f"{kind}#{counts[kind]}"] = obj
+    return resumables, checkpoints
 
 
 # -- state dicts: JSON with arrays set aside -------------------------------------------------------
