@@ -555,6 +555,12 @@ def best_first(mode: str, pairs: list[tuple[Any, int]]) -> list[tuple[Any, int]]
     return sorted(pairs, key=lambda vs: -score(mode, vs[0]))
 
 
+def best_of(mode: str, pairs: list[tuple[Any, int]]) -> int | None:
+    """The step of the best ``(value, step)`` pair (:func:`best_first`); ``None`` when no value is a number."""
+    value, step = best_first(mode, pairs)[0]
+    return step if score(mode, value) > -math.inf else None
+
+
 @register_callback
 class ModelCheckpoint(_CleansUp):
     """Keeps the best ``save_top_k`` models by ``monitor`` (a validation metric).

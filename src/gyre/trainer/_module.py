@@ -9,7 +9,6 @@ import datetime
 import importlib.util
 import inspect
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,7 +22,6 @@ from flax import nnx, struct
 from jax.sharding import Mesh
 from pydantic import Field, field_validator
 
-from gyre.callbacks._monitor import score
 from gyre.callbacks._store import Store
 from gyre.config import (
     REGISTRIES,
@@ -46,7 +44,7 @@ from gyre.core._train_state import TrainState
 from gyre.engine._epochs import first_batch, training_data
 from gyre.loggers import CSVWriter, TensorBoardWriter
 from gyre.parallel import DataParallel, get_strategy
-from gyre.trainer._callback import ModelCheckpoint, best_first, read_model, stored_config
+from gyre.trainer._callback import ModelCheckpoint, best_of, read_model, stored_config
 from gyre.trainer._logger import PHASE_NAME, EpochMetricFiles, figure_image, write_embedding
 from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
 from gyre.trainer._model import (
@@ -945,8 +943,8 @@ class TrainerModule:
                     fix="train with a ModelCheckpoint callback, or pass a run folder that has one"))
             metas = {s: store.read_record(s).get("meta", {}) for s in steps}
             mode = "min" if metas[steps[-1]].get("mode") == "min" else "max"
-            value, step = best_first(mode, [(m.get("value"), s) for s, m in metas.items()])[0]
-            step = step if score(mode, value) > -math.inf else max(steps)  # no finite value: the newest
+            best = best_of(mode, [(m.get("value"), s) for s, m in metas.items()])
+            step = max(steps) if best is None else best  # no finite value: the newest
             meta = metas[step]
         else:
             meta = store.read_record(step).get("meta", {})

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from gyre.callbacks._monitor import monitor_mode, score
+from gyre.callbacks._monitor import monitor_mode
 from gyre.config import (
     TRAINERS,
     Config,
@@ -38,7 +38,7 @@ from gyre.config import (
     run_length,
 )
 from gyre.core._errors import describe, explain, warn
-from gyre.trainer._callback import best_first
+from gyre.trainer._callback import best_of
 from gyre.trainer._classifier import build_dataset_module
 from gyre.trainer._logger import EpochMetricFiles, python_numbers
 from gyre.trainer._module import TrainerModule
@@ -123,8 +123,8 @@ def best_step(history: Any, monitor: str | None, mode: str = "max") -> int | Non
     steps, values = history.collect("steps", monitor)
     if not values:
         return None
-    value, step = best_first(mode, list(zip(values, steps, strict=True)))[0]
-    return int(step) + 1 if score(mode, value) > -math.inf else None  # (no number: no best)
+    step = best_of(mode, list(zip(values, steps, strict=True)))
+    return None if step is None else int(step) + 1  # (no number: no best)
 
 
 def _zoom(ax: Any, curves: list[tuple[list[float], list[float], bool]], start: float) -> None:
