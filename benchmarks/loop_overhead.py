@@ -43,6 +43,8 @@ of 64, for ``--steps`` steps, several ways, all in one process and on the same d
   keeps what jaxloop's loops return, every step's logs appended to per-key lists that start
   afresh every 100 steps (an inner loop's outputs). ``jaxloop.OuterLoop``'s row also gives the
   ratio to it;
+* (``rung_slope.py`` times the trainer, fit and these references at two run lengths and
+  splits each into a per-step and a once-per-run cost);
 * ``gyre.loop, steps_per_call="auto"``: the ``gyre.loop`` variant letting gyre choose how many
   steps to fuse per call (skipped, with "auto: not supported yet", by a gyre that refuses it).
 
