@@ -63,3 +63,14 @@ def test_the_best_checkpoint_marker_skips_a_nan_as_the_checkpoint_does():
     nan = gyre.history()
     nan.commit(gyre.Elapsed(steps=3), gyre.logs().add_metric("val/acc", float("nan")))
     assert _curves.best_step(nan, "val/acc", "max") is None
+
+
+def test_a_monitor_that_no_validation_logged_marks_no_best_and_still_draws(tmp_path):
+    # a run whose epochs end before its first validation (train_epochs < check_val_every_n_epoch,
+    # or a SIGTERM in epoch 1) logged no val/acc: gyre fit drew no curves.png and exited with 2
+    h = gyre.history()
+    for step in range(4):
+        h.commit(gyre.Elapsed(steps=step, step_in_epoch=step), gyre.logs().add_loss("loss", 1.0 / (step + 1)))
+    assert _curves.best_step(h, "val/acc", "max") is None
+    _curves.plot_curves(h, tmp_path / "curves.png", monitor="val/acc", mode="max")
+    assert (tmp_path / "curves.png").is_file()

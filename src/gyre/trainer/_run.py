@@ -118,8 +118,9 @@ def series_groups(names: Sequence[str]) -> list[tuple[str, list[tuple[str, str]]
 def best_step(history: Any, monitor: str | None, mode: str = "max") -> int | None:
     """The step of the best ``monitor`` value (the first of equals, as a checkpoint keeps it),
     counted as completed steps (a checkpoint's number); ``None`` without one."""
-    if monitor is None:
-        return None
+    logged = {n for names in history.names().values() for n in names}
+    if monitor is None or (monitor not in logged and monitor.rpartition(".")[2] not in logged):
+        return None  # never logged (no validation ran: too few epochs, or a stop before the first)
     steps, values = history.collect("steps", monitor)
     if not values:
         return None
