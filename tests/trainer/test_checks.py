@@ -50,3 +50,13 @@ def test_a_batch_that_is_not_a_pytree_is_explained_before_tracing(tmp_path):
     good = gyre.data.SupervisedBatch(batch.input, batch.target)
     t.init_model(good)
     assert t.state is not None
+
+
+@pytest.mark.parametrize("loader, error", [
+    ([], r"needs to know how many batches one epoch of train_loader holds(.|\n)*its length is 0"),
+    ((b for b in []), r"the training loader is an iterator"),
+])
+def test_an_empty_or_one_pass_train_loader_is_explained_before_the_model_is_built_from_it(tmp_path, loader, error):
+    # the model is built from the loader's first batch: an empty list or a generator gave a bare StopIteration
+    with pytest.raises(TypeError, match=error):
+        trainer(tmp_path).train_model(loader)

@@ -799,9 +799,10 @@ class TrainerModule:
         epochs = whole(self.config.train_epochs if num_epochs is None else num_epochs, "train_model: num_epochs",
                        minimum=1, unit="epochs", expected="num_epochs=5 (or trainer.train_epochs in the config)",
                        fix="pass num_epochs=5")
+        # the loader is checked first: an empty one or a generator gets its explanation, not a StopIteration
+        data, epoch_steps = training_data(train_loader, epochs, getattr(self.config, "max_steps_per_epoch", None))
         if self.state is None:
             self.init_model(first_batch(train_loader))
-        data, epoch_steps = training_data(train_loader, epochs, getattr(self.config, "max_steps_per_epoch", None))
         if self.optimizer is None:  # its schedule lasts the run: now its length is known
             self.optimizer = build_optimizer_of(self.optimizer_config, run_steps=epochs * epoch_steps)
             self.state = self.strategy.place_state(
