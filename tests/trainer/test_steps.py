@@ -26,6 +26,13 @@ def test_a_loss_function_that_returns_no_loss_is_explained(tmp_path, digits):
     with pytest.raises(TypeError, match=r"no scalar loss(.|\n)*an array of shape \(32, 10\)"):
         trainer(tmp_path, cls=VectorLoss).train_model(digits.train_loader)
 
+    class CountLoss(ImgClassifierTrainer):  # an int loss: JAX's "grad requires real-valued outputs" before
+        def loss_function(self, model, batch, train=True):
+            return jnp.sum(model(batch[0]).argmax(-1) != batch[1]), {}
+
+    with pytest.raises(TypeError, match=r"loss_function returned an integer or boolean loss(.|\n)*dtype int32"):
+        trainer(tmp_path, cls=CountLoss).train_model(digits.train_loader)
+
 
 def test_what_a_loss_function_may_return():
     from gyre.trainer._steps import batch_size_of, loss_output
