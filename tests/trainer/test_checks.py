@@ -60,3 +60,12 @@ def test_an_empty_or_one_pass_train_loader_is_explained_before_the_model_is_buil
     # the model is built from the loader's first batch: an empty list or a generator gave a bare StopIteration
     with pytest.raises(TypeError, match=error):
         trainer(tmp_path).train_model(loader)
+
+
+@pytest.mark.parametrize("optimizer", [{"class_name": "SGD", "learning_rate": 0.1}, 1e-3])
+def test_a_config_section_passed_as_optimizer_is_named_at_construction(tmp_path, optimizer):
+    # it failed at train_model's first batch as "tx= must be an optax optimizer": a name the user never wrote
+    from tests.trainer.helpers import mlp
+
+    with pytest.raises(TypeError, match=r"TrainerModule's optimizer= must be an optax optimizer(.|\n)*optimizer_config="):
+        gyre.trainer.ImgClassifierTrainer(model=mlp(), optimizer=optimizer, log_dir=str(tmp_path))

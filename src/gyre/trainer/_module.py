@@ -17,6 +17,7 @@ from typing import Annotated, Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import yaml
 from flax import nnx, struct
 from jax.sharding import Mesh
@@ -456,6 +457,10 @@ class TrainerModule:
         self.model_config = dict(model_config) if model_config is not None else None
         self.optimizer_config = optimizer_config
         self.model = model if model is not None else build_model(self.config, model_config)
+        instance(optimizer, "TrainerModule's optimizer=", optax.GradientTransformation, none=True, kind="an optax optimizer",
+                 expected="an optax optimizer object, e.g. optax.adamw(1e-3); a config section or a learning rate "
+                 "goes in optimizer_config=",
+                 fix="pass optimizer=optax.adamw(1e-3), or optimizer_config={'class_name': 'AdamW', 'learning_rate': 1e-3}")
         # a schedule that lasts "the run" is built when train_model knows the run's length
         self.optimizer = optimizer if optimizer is not None else build_optimizer_of(optimizer_config, deferred=True)
         mode = model_mode_of(self.model)
