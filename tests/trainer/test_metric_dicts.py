@@ -66,6 +66,18 @@ def test_a_constant_std_is_exactly_zero():  # the fork added 1e-6 under the root
     assert get_metrics(metrics)[1]["s"] == 0.0
 
 
+def test_std_of_values_far_from_zero_keeps_its_precision():  # a plain sum of squares in float32 lost it
+    import numpy as np
+
+    values = (1000.0 + 0.01 * np.random.default_rng(0).normal(size=50)).astype(np.float32)
+    metrics = None
+    for repeat in range(2):  # and again after the reset
+        for v in values:
+            metrics = update_metrics(metrics, {"s": {"value": jnp.float32(v), "mode": "std"}}, train=False, batch_size=1)
+        metrics, host = get_metrics(metrics)
+        assert float(host["s"]) == pytest.approx(np.std(values.astype(np.float64)), rel=1e-3), repeat  # was 0.4, not 0.01
+
+
 def test_update_runs_inside_jit_with_array_values():
     @jax.jit
     def step(values):

@@ -636,8 +636,12 @@ def _fold(
         else:
             pick = jnp.maximum if mode is LogMetricMode.MAX else jnp.minimum
             entry["value"] = jnp.where(jnp.asarray(entry["count"]) > 0, pick(entry["value"], value), value)
-        if mode is LogMetricMode.STD:
-            entry["value2"] = entry.get("value2", 0.0) + value * value
+        if mode is LogMetricMode.STD:  # squares about the window's first value: no float32 cancellation
+            shift = value if fresh else jnp.where(jnp.asarray(entry["count"]) > 0, entry.get("shift", 0.0), value)
+            delta = value - shift
+            entry["shift"] = shift
+            entry["delta"] = entry.get("delta", 0.0) + delta
+            entry["value2"] = entry.get("value2", 0.0) + delta * delta
         entry["count"] = entry["count"] + 1
     entry.update(mode=mode, log_freq=freq, log_mode=spec.log_mode)
     return entry
@@ -684,8 +688,12 @@ def _monoid(key: str, entry: Any) -> Metric:
         return Sum(value=value, count=count)
     if mode is LogMetricMode.STD:
         mean = value / jnp.maximum(count, 1.0)
-        m2 = jnp.maximum(jnp.asarray(entry.get("value2", 0.0), jnp.float32) - count * mean * mean, 0.0)
-        return Std(count=count, shift=jnp.zeros_like(mean), mean=mean, m2=m2)
+        if "delta" in entry:  # value2: the squares about shift, delta: the sum of the values less shift
+            delta = jnp.asarray(entry["delta"], jnp.float32)
+            m2 = jnp.asarray(entry["value2"], jnp.float32) - delta * delta / jnp.maximum(count, 1.0)
+        else:  # an entry made elsewhere: value2 is the plain sum of squares
+            m2 = jnp.asarray(entry.get("value2", 0.0), jnp.float32) - count * mean * mean
+        return Std(count=count, shift=jnp.zeros_like(mean), mean=mean, m2=jnp.maximum(m2, 0.0))
     return MONOIDS[mode](value=jnp.asarray(entry["value"]), count=count)
 
 
@@ -710,7 +718,7 @@ def get_metrics(
     if reset_metrics:
         for key in chosen:
             entries[key] = {**entries[key], **{
-                field: jnp.zeros_like(entries[key][field]) for field in ("value", "count", "value2")
+                field: jnp.zeros_like(entries[key][field]) for field in ("value", "count", "value2", "delta")
                 if field in entries[key]
             }}
     return freeze(entries), host
