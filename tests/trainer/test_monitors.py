@@ -272,3 +272,18 @@ def test_norms_replicated_over_a_mesh_as_a_data_parallel_step_gives_them(tmp_pat
     drive([GradientSpikeMonitor(ema_decay=0.5)], trainer, epochs=2, steps=3,
           step_metrics=lambda e, s: {"grad_norm": jax.device_put(jnp.float32(NORMS[s - 1]), replicated)})
     assert _as_rows(_lines(tmp_path / "grad_spikes.jsonl")) == ROWS
+
+
+def test_a_constant_rate_reaches_tensorboard_from_a_real_trainer(tmp_path, digits):
+    # the rate is the optimizer state's own array, donated to the next step: the writer's thread
+    # read it deleted ("Array has been deleted") and the run died with a WriterError
+    from gyre.trainer import ImgClassifierTrainer
+    from tests.loggers.readers import tensorboard_values
+
+    t = ImgClassifierTrainer({"train_epochs": 3, "enable_progress_bar": False, "logger": {"log_dir": str(tmp_path)},
+                              "callbacks": {"LearningRateMonitor": {}}},
+                             {"class_name": "SimpleClassifier", "c_hid": 8}, {"class_name": "SGD", "learning_rate": 0.05})
+    t.train_model(digits.train_loader)
+    t.close_writer()
+    rates = tensorboard_values(str(tmp_path / "tensorboard"))["optimizer/lr"]
+    assert [round(v.simple_value, 6) for _, v in rates] == [0.05] * 3

@@ -715,7 +715,10 @@ class TrainerModule:
         """
         if self.state is None:
             return None
-        return learning_rate_of(self.state.opt_state)
+        rate = learning_rate_of(self.state.opt_state)
+        # a copy (on the device, no host read): the state's own array is donated to the next step,
+        # which deletes it while a writer's thread may still be about to read it
+        return None if rate is None else jnp.array(rate, copy=True)
 
     @property
     def writer(self) -> Any:
