@@ -69,3 +69,16 @@ def test_a_config_section_passed_as_optimizer_is_named_at_construction(tmp_path,
 
     with pytest.raises(TypeError, match=r"TrainerModule's optimizer= must be an optax optimizer(.|\n)*optimizer_config="):
         gyre.trainer.ImgClassifierTrainer(model=mlp(), optimizer=optimizer, log_dir=str(tmp_path))
+
+
+def test_a_second_train_model_into_the_same_log_dir_is_explained_in_the_trainers_words(tmp_path):
+    # it was the checkpoint's refusal: "resume='latest' on the loop ... gyre.checkpoint(directory,
+    # overwrite=True)", options a TrainerModule user does not have
+    import numpy as np
+
+    x = np.zeros((8, 64), np.float32)
+    data = [(x, np.zeros(8, np.int32))] * 2
+    trainer(tmp_path, train_epochs=1).train_model(data)
+    with pytest.raises(FileExistsError, match=r"the trainer's log_dir .* already holds a run \(resume/\)(.|\n)*resume='latest'"):
+        trainer(tmp_path, train_epochs=1).train_model(data)
+    assert trainer(tmp_path, train_epochs=1, resume="latest").train_model(data, num_epochs=2) == {}  # epoch 2

@@ -816,6 +816,7 @@ class TrainerModule:
             self.state = self.strategy.place_state(
                 self.state.replace(tx=self.optimizer, opt_state=self.optimizer.init(self.state.params)))
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._check_fresh()
         self._store_config()
         self.writer.write_scalars(self.global_step, {"param/num_model_params": self.num_model_params()})
         run = TrainingRun(self, named_loaders(val_loader, "val"))
@@ -840,6 +841,18 @@ class TrainerModule:
             result["test"] = self._best_test_metrics(test_loader, self._elapsed.epochs)
         self.writer.flush()
         return result
+
+    def _check_fresh(self) -> None:
+        """Without ``resume``, ``log_dir`` must hold no run's checkpoints (a second ``train_model``
+        call, or another run's folder): said in the trainer's words, not the checkpoint's."""
+        taken = [n for n in ("resume", "checkpoints") if (self.log_dir / n).is_dir() and any((self.log_dir / n).iterdir())]
+        if self.config.resume is None and taken:
+            raise FileExistsError(explain(
+                f"the trainer's log_dir {str(self.log_dir)!r} already holds a run ({', '.join(n + '/' for n in taken)})",
+                expected="a new or empty log_dir, or resume='latest' to continue the run saved there",
+                received=f"{', '.join(n + '/' for n in taken)} with checkpoints (an earlier train_model call, or another run)",
+                fix="continue it: build the trainer with resume='latest' (trainer.resume: latest; train_model(num_epochs=N) "
+                "then trains up to N epochs in all), or pass another log_dir"))
 
     def _best_test_metrics(self, test_loader: Any, epoch: int) -> dict[str, Any]:
         """The test metrics of the best ModelCheckpoint (else the final model): never chosen on the test set."""
