@@ -131,3 +131,13 @@ def test_gyre_config_of_no_classes_exits_2_naming_the_key(capsys):
 
     assert cli.main(["config", DIGITS_MLP, "model.num_classes=0"]) == 2
     assert "fix: set model.num_classes to a value greater than or equal to 1" in capsys.readouterr().err
+
+
+def test_a_num_classes_other_than_the_models_is_refused_not_a_confusion_matrix_that_drops_pairs():
+    # trainer.num_classes 5 on a 10-class model: a 5x5 matrix that counted 89 of 200 examples
+    from gyre.trainer._classifier import classification_metrics
+
+    logits, labels = jnp.zeros((4, 10)), jnp.array([0, 3, 7, 9])
+    with pytest.raises(ValueError, match=r"trainer.num_classes is 5 but the model gives 10 logits(.|\n)*num_classes: 10"):
+        classification_metrics(logits, labels, 5)
+    assert int(classification_metrics(logits, labels, 10)[1]["conf_matrix"]["value"].sum()) == 4

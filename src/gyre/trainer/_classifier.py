@@ -63,6 +63,12 @@ def classification_metrics(
         acc = jnp.sum(jnp.where(mask, correct, False)) / real
     metrics: dict[str, Any] = {"acc": acc}
     if conf_matrix or (conf_matrix is None and num_classes):
+        if num_classes and num_classes != logits.shape[-1]:  # the matrix would drop every pair outside it
+            raise ValueError(explain(
+                f"trainer.num_classes is {num_classes} but the model gives {logits.shape[-1]} logits per example",
+                expected=f"num_classes equal to the model's classes ({logits.shape[-1]})",
+                received=f"num_classes: {num_classes}, logits of shape {tuple(logits.shape)}",
+                fix=f"set trainer.num_classes: {logits.shape[-1]} (or the model's num_classes: {num_classes})"))
         counted = labels if mask is None else jnp.where(mask, labels, -1)  # -1: not counted
         matrix = confusion_matrix(counted, logits.argmax(-1), num_classes or logits.shape[-1])
         metrics["conf_matrix"] = {"value": matrix, "mode": "sum", "log_freq": "epoch", "log_mode": "eval"}
