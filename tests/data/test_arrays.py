@@ -1,6 +1,7 @@
 """gyre.data._arrays: array batching, steps_per_epoch, and their errors."""
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -253,6 +254,19 @@ def test_load_state_dict_from_other_batches_says_what_differs():
         batches((np.zeros((12, 3)), y), 4, seed=1).load_state_dict(saved)
     with pytest.raises(ValueError, match="samples: saved 12, here 11"):
         batches(_data(11), 4, seed=1).load_state_dict(saved)
+
+
+def test_load_state_dict_from_other_values_of_the_same_shapes_is_refused():
+    # the arguments and shapes alone let a position of other data through: a resumed run
+    # continued, silently, on reversed inputs (their labels no longer theirs)
+    x, y = _data(12)
+    saved = json.loads(json.dumps(batches((x, y), 4, seed=1).state_dict()))
+    for other in ((x[::-1], y), (x * 2.0, y), (x.astype(np.float64), y), (x, y[::-1])):
+        with pytest.raises(ValueError, match="data: saved .*checksum of sampled rows"):
+            batches(other, 4, seed=1).load_state_dict(saved)
+    batches((x.copy(), y.copy()), 4, seed=1).load_state_dict(saved)  # equal values: the same data
+    old = {k: v for k, v in saved.items() if k != "data"}  # a position saved before the checksum
+    batches((x[::-1], y), 4, seed=1).load_state_dict(old)
 
 
 def test_the_seed_is_not_checked_when_nothing_is_shuffled():

@@ -5,6 +5,7 @@ position ``(epoch, index)`` is all a resumed run needs.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -93,7 +94,25 @@ def gather(data: tuple[np.ndarray, ...], order: np.ndarray | None, position: int
 
 #: The arguments that decide which batches a :class:`Batches` hands out, saved with its
 #: position so a position is never loaded into batches that would give other data.
-_IDENTITY = ("samples", "shapes", "batch_size", "drop_remainder", "shuffle", "seed")
+_IDENTITY = ("samples", "shapes", "batch_size", "drop_remainder", "shuffle", "seed", "data")
+
+#: The rows :func:`fingerprint` reads of each array (spread evenly over the samples).
+FINGERPRINT_ROWS = 64
+
+
+def fingerprint(data: tuple[np.ndarray, ...]) -> int:
+    """A CRC-32 of the arrays' dtypes and of :data:`FINGERPRINT_ROWS` rows spread over them: the
+    same arrays give the same number in any process, other values of the same shapes (reordered,
+    normalised otherwise, another split) almost surely another. It reads those rows only (object
+    arrays are left out: their bytes are addresses)."""
+    n = data[0].shape[0]
+    rows = np.unique(np.linspace(0, n - 1, min(n, FINGERPRINT_ROWS)).astype(np.int64))
+    crc = 0
+    for array in data:
+        crc = zlib.crc32(array.dtype.str.encode(), crc)
+        if not array.dtype.hasobject:
+            crc = zlib.crc32(np.ascontiguousarray(array[rows]).tobytes(), crc)
+    return crc
 
 
 class Batches(Iterator[Batch]):
@@ -161,6 +180,7 @@ class Batches(Iterator[Batch]):
             "batch_size": batch_size,
             "drop_remainder": self.drop_remainder,
             "shuffle": self.shuffle,
+            "data": fingerprint(data),
         }
         self._epoch, self._position = 0, 0  # the next batch: its epoch and index in it
         self._ready = -1  # the epoch whose order is drawn (-1: none yet)
@@ -210,7 +230,7 @@ class Batches(Iterator[Batch]):
             >>> it = batches(np.zeros((10, 3)), 5, seed=1)
             >>> _ = next(it); _ = next(it)
             >>> it.state_dict()
-            {'epoch': 1, 'position': 0, 'seed': 1, 'samples': 10, 'shapes': [[3]], 'batch_size': 5, 'drop_remainder': True, 'shuffle': True}
+            {'epoch': 1, 'position': 0, 'seed': 1, 'samples': 10, 'shapes': [[3]], 'batch_size': 5, 'drop_remainder': True, 'shuffle': True, 'data': 3057346571}
         """
         return self.state_dict_at(self.index)
 
@@ -280,13 +300,15 @@ class Batches(Iterator[Batch]):
             if key == "shapes" and isinstance(saved, (list, tuple)):
                 saved = [list(s) if isinstance(s, (list, tuple)) else s for s in saved]
             if saved != here[key]:
-                differ.append(f"{key}: saved {saved!r}, here {here[key]!r}")
+                differ.append(f"{key}: saved {saved!r}, here {here[key]!r}" + (
+                    " (a checksum of sampled rows: the arrays hold other values or another order)"
+                    if key == "data" else ""))
         if differ:
             raise ValueError(explain(
                 "the position comes from batches built with other arguments, so it would "
                 "continue with other data",
-                expected="a state_dict() of batches over the same arrays, with the same "
-                "batch_size, seed, shuffle and drop_remainder",
+                expected="a state_dict() of batches over the same arrays (the same values, in the "
+                "same order), with the same batch_size, seed, shuffle and drop_remainder",
                 received="; ".join(differ),
                 fix="build the batches as the run that saved the position did (the saved "
                 "values above), or start a new run instead of resuming"))
