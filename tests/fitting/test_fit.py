@@ -269,6 +269,8 @@ def test_an_eval_step_returning_a_non_scalar_is_an_error(tmp_path):
         ({"test": make_data(8)}, ValueError, "no eval_step"),
         ({"test": iter(make_data(8)), "eval_step": accuracy}, TypeError, "iterator"),
         ({"val_ds": make_data(8), "eval_step": accuracy, "monitor": "acc"}, ValueError, "not a metric of eval_step"),
+        ({"test": [], "eval_step": accuracy}, ValueError, "empty test_ds"),  # was a bare StopIteration
+        ({"val_ds": [], "eval_step": accuracy}, ValueError, "empty val_ds"),
     ],
 )
 def test_bad_arguments(tmp_path, kwargs, error, match):

@@ -378,7 +378,14 @@ def _check_eval_signature(eval_step: Any) -> None:
 def _eval_names(eval_step: Any, state: Any, ds: Any, name: str, batch_size_fn: Any = None) -> list[str]:
     """The names ``eval_step`` records, checked (scalars) on one batch's shapes before training,
     and the batch's examples countable (the weight of its means)."""
-    batch = first_batch(ds)
+    try:
+        batch = first_batch(ds)
+    except StopIteration:  # else a bare StopIteration from deep in the engine
+        raise ValueError(explain(
+            f"fit got an empty {name}_ds: it gives no batch to evaluate",
+            expected=f"{name}_ds with at least one (x, y) batch",
+            received=f"{name}_ds={describe(ds, 60)}, which gives no batch",
+            fix=f"check the split that made it, or leave {name}_ds out")) from None
     if batch_size_fn is None:
         infer_batch_size(batch)  # refuses arrays that disagree on their leading dimension
     if accepts_mask(eval_step):
