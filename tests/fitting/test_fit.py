@@ -265,6 +265,8 @@ def test_an_eval_step_returning_a_non_scalar_is_an_error(tmp_path):
     [
         ({"num_epochs": 0}, ValueError, "num_epochs >= 1"),
         ({"eval_freq": 0}, ValueError, "eval_freq >= 1"),
+        ({"num_epochs": 2.0}, ValueError, "whole number num_epochs >= 1"),  # was "needs num_epochs >= 1" of 2.0
+        ({"eval_freq": 1.5}, ValueError, "whole number eval_freq >= 1"),
         ({"mode": "best"}, ValueError, "mode must be 'min' or 'max'"),
         ({"test": make_data(8)}, ValueError, "no eval_step"),
         ({"test": iter(make_data(8)), "eval_step": accuracy}, TypeError, "iterator"),

@@ -271,9 +271,9 @@ def _check_arguments(
             f"fit needs a gyre.TrainState with apply_fn and tx (missing: {missing})",
             expected="gyre.TrainState.create(apply_fn=model.apply, params=..., tx=optax.adam(1e-3))",
             received=describe(state), fix="create the state with apply_fn=model.apply and an optax optimizer tx="))
-    epochs = whole(num_epochs, "num_epochs", minimum=1, problem="fit needs num_epochs >= 1",
+    epochs = whole(num_epochs, "num_epochs", minimum=1, problem="fit needs a whole number num_epochs >= 1",
                    expected="num_epochs=10", fix="pass a whole number of epochs, e.g. num_epochs=10")
-    whole(eval_freq, "eval_freq", minimum=1, problem="fit needs eval_freq >= 1 (epochs between evaluations)",
+    whole(eval_freq, "eval_freq", minimum=1, problem="fit needs a whole number eval_freq >= 1 (epochs between evaluations)",
           expected="eval_freq=1", fix="pass a whole number of epochs, e.g. eval_freq=1")
     choice(mode, "fit: mode", ("min", "max"), expected="'max' (accuracy) or 'min' (a loss)",
            fix="pass mode='max' or mode='min'.")
