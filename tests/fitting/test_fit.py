@@ -280,6 +280,13 @@ def test_bad_arguments(tmp_path, kwargs, error, match):
         run(tmp_path, **kwargs)
 
 
+def test_a_state_donated_to_an_earlier_fit_is_refused_before_training(tmp_path):
+    state = make_state()
+    run(tmp_path / "first", state)  # donates the state's arrays
+    with pytest.raises(ValueError, match=r"(?s)donated to an earlier training.*fix: continue from what fit returned"):
+        run(tmp_path / "again", state)  # was XLA's "Buffer has been deleted or donated" from the first step
+
+
 def test_a_state_without_apply_fn_is_an_error(tmp_path):
     state = gyre.TrainState.create(params={"w": jnp.zeros(2)}, tx=optax.sgd(0.1))
     with pytest.raises(TypeError, match=r"missing: apply_fn"):
