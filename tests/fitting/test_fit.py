@@ -336,6 +336,19 @@ def test_a_mask_aware_eval_step_compiles_once_and_its_means_are_exact(tmp_path):
     assert abs(history.collect("ce_test")[0] - ce) <= 1e-6
 
 
+def test_a_mask_aware_eval_step_gets_a_list_padded_to_its_largest_batch_whichever_comes_first(tmp_path):
+    def masked(state, batch, mask=None):
+        x, y = batch
+        return jnp.sum((jnp.argmax(_logits(state, x), -1) == y) * mask) / jnp.sum(mask)
+
+    x, y, _ = _thousand()
+    test = [(x[:40], y[:40]), (x[40:140], y[40:140]), (x[140:240], y[140:240])]  # the short batch first
+    with gyre.testing.count_compilations() as compiled:  # was: pad_batch refused 100 rows after the training
+        state, history = run(tmp_path, test=test, eval_step=jax.jit(masked), train=make_data(n=8))
+    assert compiled.names.count("jit(masked)") == 1, compiled.names
+    assert abs(history.collect("accuracy_test")[0] - _exact(state, x[:240], y[:240])[0]) <= 1e-6
+
+
 def test_an_eval_step_without_mask_gets_exact_means_with_one_more_compilation(tmp_path):
     @jax.jit
     def plain(state, batch):

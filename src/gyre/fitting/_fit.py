@@ -89,9 +89,10 @@ def fit(
         loss_fn: ``(logits, labels) -> (loss, loss_dict)``; may take ``step=`` (the step).
         eval_step: ``(state, batch) -> metric or {name: metric}`` (scalars); a bare value
             is recorded as ``accuracy``. Needed with ``test_ds`` or ``val_ds``. One that
-            accepts a keyword ``mask`` gets every batch padded to the first one's size (it
-            compiles once) and ``mask``, a bool vector of its real rows: it must return means
-            over them (``sum(x * mask) / mask.sum()``), and each batch weighs its real rows.
+            accepts a keyword ``mask`` gets every batch padded to one size (it compiles once:
+            a list's largest batch, else the first one's) and ``mask``, a bool vector of its
+            real rows: it must return means over them (``sum(x * mask) / mask.sum()``), and
+            each batch weighs its real rows.
         eval_freq: evaluate every this many epochs (and after the last one).
         num_epochs: epochs to train (>= 1).
         log_name: the run's folder under ``log_dir`` (TensorBoard events, checkpoints): one
@@ -333,7 +334,10 @@ def _evaluation(
         return strategy.place_batch(batch)  # type: ignore[union-attr]
 
     if accepts_mask(eval_step):
-        size = -(-infer_batch_size(first_batch(ds), strict=False, default=0) // share) * share if share else None
+        # a list's largest batch (any of them may be the short one), else the first one's size
+        batches = ds if isinstance(ds, (list, tuple)) and ds else [first_batch(ds)]
+        rows = max(infer_batch_size(batch, strict=False, default=0) for batch in batches)
+        size = -(-rows // share) * share if share else (rows or None)
         data: Any = MaskedBatches(ds, batch_size_fn=batch_size_fn, batch_size=size)  # re-iterable as ds is
 
         def test_step(state: Any, batch: Any, mask: Any = None) -> Logs:
