@@ -208,6 +208,15 @@ def test_a_script_run_again_trains_in_a_new_numbered_folder_and_resume_continues
     newest.close()
 
 
+def test_resume_into_training_data_of_another_epoch_length_is_refused(tmp_path):
+    run(tmp_path, train=make_data(48, 8), num_epochs=1)  # 6 batches per epoch, saved at step 6
+    for other in (make_data(40, 8), make_data(48, 4)):  # was: continued silently, epochs misaligned
+        with pytest.raises(ValueError, match=r"(?s)a run of 6 batches per epoch, and train_ds now gives (5|12).*fix:"):
+            run(tmp_path, train=other, num_epochs=2, resume="latest")
+    state, _ = run(tmp_path, train=make_data(48, 8), num_epochs=2, resume="latest")  # the same data continues
+    assert int(state.step) == 12
+
+
 def test_hparams_are_written_with_the_final_metrics(tmp_path, monkeypatch):
     written = []
     monkeypatch.setattr(gyre.TensorBoardWriter, "write_hparams", lambda self, p, m=None: written.append((p, m)))

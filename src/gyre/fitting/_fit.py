@@ -29,7 +29,7 @@ from gyre.engine._epochs import first_batch, is_iterator, training_data
 from gyre.engine._inner import inner_loop
 from gyre.engine._masked import MaskedBatches
 from gyre.engine._nan import check_nan_policy
-from gyre.fitting._fit_checks import eval_batches, is_pair_of_arrays, refuse_array_pair
+from gyre.fitting._fit_checks import EpochLength, eval_batches, is_pair_of_arrays, refuse_array_pair
 from gyre.fitting._fit_steps import (
     check_split,
     leaf_shapes,
@@ -209,7 +209,7 @@ def fit(
         tasks[evaluation] = [*evaluations, ckpt]
         tasks[clock or EpochEnds(epoch_steps, "save", every=eval_freq, last=epochs, others=True)] = [save]
     writer = TensorBoardWriter(run_dir)
-    callbacks: list[Any] = [write_to(writer, every=epoch_steps)]
+    callbacks: list[Any] = [write_to(writer, every=epoch_steps), EpochLength(epoch_steps)]
     if progress:
         callbacks.insert(0, keras_bar(total=epochs * epoch_steps))
     try:
