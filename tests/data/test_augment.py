@@ -182,3 +182,26 @@ def test_the_augmentation_stream_is_not_the_shuffle_stream_of_the_same_seed():
             gyre.data.augment(x, seed=seed, epoch=0, index=0, flip=False),
             gyre.data.random_crop(x, np.random.default_rng((seed, 0, 0, AUGMENT_STREAM)), 4),
         )
+
+
+def test_a_position_saved_with_another_augmentation_is_refused():
+    # the saved position held the source's arguments only: a resume that augmented with another
+    # seed, padding or flip (or not at all) drew other images than the run that saved it, silently
+    x, y = np.random.default_rng(0).random((12, 4, 4, 1), dtype=np.float32), np.arange(12)
+    source = lambda: gyre.data.batches((x, y), 4, seed=0)  # noqa: E731
+    saved = json.loads(json.dumps(augmented(source(), seed=1, padding=1).state_dict()))
+    for other in (dict(seed=2, padding=1), dict(seed=1, padding=2), dict(seed=1, padding=1, flip=False)):
+        with pytest.raises(ValueError, match="augmented otherwise"):
+            augmented(source(), **other).load_state_dict(saved)
+    with pytest.raises(ValueError, match="augment: saved .*here none"):
+        source().load_state_dict(saved)
+    with pytest.raises(ValueError, match=r"(?s)augmented otherwise.*None: the run did not augment"):
+        augmented(source(), seed=1, padding=1).load_state_dict(source().state_dict())
+    same = augmented(source(), seed=1, padding=1)
+    same.load_state_dict(saved)  # the same augmentation continues
+    grain = gyre.data.arrays((x, y), 4, augment={"seed": 1, "padding": 1}, workers=1).train
+    with pytest.raises(ValueError, match="augmented otherwise"):  # grain's path checks it as numpy's
+        grain.load_state_dict(augmented(source(), seed=1, padding=2).state_dict())
+    grain.load_state_dict(saved)
+    assert np.array_equal(next(grain)[0], next(same)[0])
+    grain.close()

@@ -303,6 +303,8 @@ class Batches(Iterator[Batch]):
                 differ.append(f"{key}: saved {saved!r}, here {here[key]!r}" + (
                     " (a checksum of sampled rows: the arrays hold other values or another order)"
                     if key == "data" else ""))
+        if state.get("augment") is not None:  # saved by augmented batches: these draw no augmentation
+            differ.append(f"augment: saved {state['augment']!r}, here none")
         if differ:
             raise ValueError(explain(
                 "the position comes from batches built with other arguments, so it would "

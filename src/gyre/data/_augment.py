@@ -135,6 +135,29 @@ def augment_checked(array: np.ndarray, seed: int, epoch: int, index: int, paddin
     return _flip(out, rng) if flip else out
 
 
+def with_augment(state: dict[str, Any], seed: int, padding: int, flip: bool) -> dict[str, Any]:
+    """A source's position ``state`` with the augmentation that draws its images, saved with it."""
+    return {**state, "augment": {"seed": seed, "padding": padding, "flip": flip}}
+
+
+def checked_augment(state: Any, seed: int, padding: int, flip: bool) -> Any:
+    """``state`` without its ``"augment"`` entry, once that entry matches this augmentation; else
+    the explained error. A position without one passes when saved before augmentations were
+    saved (no ``"data"`` either: ``Batches`` saves that since), else it was never augmented."""
+    if not isinstance(state, dict) or ("augment" not in state and "data" not in state):
+        return state
+    here = {"seed": seed, "padding": padding, "flip": flip}
+    if state.get("augment") != here:
+        raise ValueError(explain(
+            "the position comes from batches augmented otherwise, so a resumed run would draw "
+            "other crops and flips than the run that saved it",
+            expected=f"the saved augmentation {state.get('augment')!r} (None: the run did not augment)",
+            received=f"augmentation {here!r}",
+            fix="augment as the run that saved the position did (seed, padding, flip), or start a "
+            "new run instead of resuming"))
+    return {key: value for key, value in state.items() if key != "augment"}
+
+
 class Augmented(Forwarding, Iterator[Any]):
     """Batches of a resumable source with their images augmented: what :func:`augmented` returns."""
 
@@ -168,9 +191,17 @@ class Augmented(Forwarding, Iterator[Any]):
     def __repr__(self) -> str:
         return f"Augmented({self.source!r}, seed={self.seed}, padding={self.padding}, flip={self.flip})"
 
+    def state_dict(self) -> dict[str, Any]:
+        """The source's position, with this augmentation (checked by :meth:`load_state_dict`)."""
+        return with_augment(self.source.state_dict(), self.seed, self.padding, self.flip)
+
     def state_dict_at(self, index: int) -> dict[str, Any]:
-        """The source's position at batch ``index`` (see ``Batches.state_dict_at``)."""
-        return self.source.state_dict_at(index)
+        """The source's position at batch ``index`` (see ``Batches.state_dict_at``), with this augmentation."""
+        return with_augment(self.source.state_dict_at(index), self.seed, self.padding, self.flip)
+
+    def load_state_dict(self, state: Any) -> None:
+        """Continues the source at the saved position; a position augmented otherwise is refused."""
+        self.source.load_state_dict(checked_augment(state, self.seed, self.padding, self.flip))
 
 
 def augmented(source: Any, *, seed: int = 0, padding: int = 4, flip: bool = True) -> Augmented:

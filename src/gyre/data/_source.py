@@ -21,7 +21,13 @@ import numpy as np
 from gyre.core._checks import instance, require, whole
 from gyre.core._errors import describe, explain, suggest
 from gyre.data._arrays import Batches, _as_arrays, check_seed, epoch_order, gather
-from gyre.data._augment import augment_checked, augmented, check_padding
+from gyre.data._augment import (
+    augment_checked,
+    augmented,
+    check_padding,
+    checked_augment,
+    with_augment,
+)
 
 AUGMENT_OPTIONS = ("padding", "flip", "seed")
 
@@ -153,16 +159,21 @@ class GrainBatches(Iterator[tuple[np.ndarray, ...]]):
         return self._start if self._it is None else int(self._it.get_state()["next_index"])
 
     def state_dict(self) -> dict[str, Any]:
-        """The position of the next batch, as ``gyre.data.Batches.state_dict`` gives it."""
-        return self._plan.state_dict_at(self.index)
+        """The position of the next batch, as ``gyre.data.Batches.state_dict`` gives it (with
+        ``augment``'s settings, as ``gyre.data.augmented``'s)."""
+        return self.state_dict_at(self.index)
 
     def state_dict_at(self, index: int) -> dict[str, Any]:
         """The :meth:`state_dict` at batch ``index`` (see ``Batches.state_dict_at``)."""
-        return self._plan.state_dict_at(index)
+        state = self._plan.state_dict_at(index)
+        options = self._augment
+        return state if options is None else with_augment(state, options["seed"], options["padding"], options["flip"])
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continues with the batch ``state`` points at (checked as ``Batches.load_state_dict``
-        checks it: a position of other data is an error)."""
+        checks it: a position of other data, or augmented otherwise, is an error)."""
+        if (options := self._augment) is not None:
+            state = checked_augment(dict(state), options["seed"], options["padding"], options["flip"])
         self._plan.load_state_dict(state)
         self._start = self._plan.index
         if self._it is not None:
