@@ -217,6 +217,13 @@ def test_resume_into_training_data_of_another_epoch_length_is_refused(tmp_path):
     assert int(state.step) == 12
 
 
+def test_resume_past_num_epochs_says_it_in_fits_words(tmp_path):
+    run(tmp_path, num_epochs=2)  # saved at step 12
+    with pytest.raises(ValueError, match="past stop") as info:  # the engine's stop=, which fit's user never passed
+        run(tmp_path, num_epochs=1, resume="latest")
+    assert "num_epochs x batches per epoch = 1 x 6 = 6 steps: pass a larger num_epochs" in "".join(info.value.__notes__)
+
+
 def test_hparams_are_written_with_the_final_metrics(tmp_path, monkeypatch):
     written = []
     monkeypatch.setattr(gyre.TensorBoardWriter, "write_hparams", lambda self, p, m=None: written.append((p, m)))
