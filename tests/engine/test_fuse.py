@@ -229,3 +229,20 @@ def test_a_non_donating_jit_is_not_donated_when_fused():
     kept = jnp.zeros(3)
     gyre.fuse(step, 2)(kept, np.ones((2, 3), np.float32))
     assert not kept.is_deleted()
+
+
+@pytest.mark.parametrize("steps_per_call", [2, 3, 4, 8])
+def test_fused_steps_keep_the_batch_order_across_a_short_batch(steps_per_call):
+    # a short last batch of each epoch ends a chunk and is carried to the next one; the ring
+    # that runs that short chunk once pulled the batches after it from the data, before the
+    # carried one, so steps_per_call=K ran the epoch's next batches out of order
+    @jax.jit
+    def step(state, batch):
+        return gyre.logs().add_metric("first", batch[0]), state + 1
+
+    rows = np.arange(50, dtype=np.float32)
+    data = [rows[i:i + 16] for i in range(0, 50, 16)] * 3  # sizes 16, 16, 16, 2, ...
+    _, history, elapsed = gyre.loop(jnp.int32(0), data, {gyre.every(1): step}, steps_per_call=steps_per_call)
+    assert elapsed.steps == len(data)
+    assert history.collect("first") == [float(b[0]) for b in data]
+    assert history.collect("samples") == list(np.cumsum([0] + [len(b) for b in data[:-1]]))

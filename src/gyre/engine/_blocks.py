@@ -373,6 +373,7 @@ class FusedBlockRunner(BlockRunner):
                 break
             if _shapes(batch) != first:
                 self.carry = (batch, [])
+                self.n = len(chunk.batches)  # the ring must not pull past the carried batch
                 break
             chunk.batches.append(batch)
             chunk.sizes.append(self.elapse.size_of(batch))
