@@ -4,9 +4,11 @@ structure refused while tracing (nothing runs), the state donated only when the 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import gyre
+from gyre import managed
 from gyre.engine._binding import bind
 from gyre.engine._ring import LARGEST, ROWS, Ring, RingMismatch, donates, ringable
 
@@ -108,3 +110,22 @@ def test_every_dtype_comes_back_bit_for_bit():
         want = np.stack([np.asarray(x)] * 2) if name != "i32" else np.array([x, x + 1], np.int32)
         assert got.dtype == np.asarray(x).dtype, name
         assert got.tobytes() == want.tobytes(), name
+
+
+def test_an_eager_managed_step_runs_op_by_op_in_a_loop_and_donates_nothing():
+    # strategy="eager" is ciclo's debugging mode (prints and breakpoints work): the loop once
+    # compiled its managed step into the ring anyway, with the state donated, so a print saw
+    # tracers and the arrays the state was made from were deleted
+    seen = []
+
+    @managed.train_step
+    def train_step(state, batch):
+        seen.append(isinstance(batch, jax.core.Tracer))
+        return gyre.logs().add_loss("loss", jnp.mean((batch @ state.params["w"]) ** 2)), state
+
+    params = {"w": jnp.ones(3)}
+    state = managed.ManagedState.create(params=params, tx=optax.sgd(0.1), strategy="eager")
+    assert not ringable(train_step, state)
+    _, history, elapsed = gyre.loop(state, [np.ones((4, 3), np.float32)] * 3, {gyre.every(1): train_step})
+    assert elapsed.steps == 3 and seen == [False] * 3 and len(history.collect("loss")) == 3
+    assert not params["w"].is_deleted()

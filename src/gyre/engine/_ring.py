@@ -154,6 +154,8 @@ def ringable(step: Any, state: Any) -> bool:
         return True  # its calls, such as gyre.testing.assert_compiled_once, is called each step)
     strategy = getattr(state, "strategy", None)
     own = getattr(step, "__dict__", {})  # (not a wrapper's delegated attributes)
+    if not getattr(strategy, "compiles", True):  # "eager": the step runs op by op, as asked
+        return False
     return "pure" in own and "donates" in own and getattr(strategy, "data_size", 1) == 1
 
 
