@@ -13,7 +13,7 @@ import numpy as np
 
 from gyre.core._checks import choice, instance, real, whole
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import ExplainedKeyError, describe, explain, suggest
+from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn
 from gyre.core._host import fetch, to_python
 from gyre.core._logs import Logs
 from gyre.engine._tasks import LoopElement
@@ -241,6 +241,7 @@ class EarlyStopping(Improvement, LoopElement):
         self.since: Elapsed | None = None  # the clock of the first evaluation or the last improvement
         self.evaluations = 0
         self.stopped_step: int | None = None
+        self._given_back = False  # on_train_end ran in this loop (it returns the best state)
 
     def __call__(self, state: Any, elapsed: Any, logs: Logs, loop: Any = None) -> None:
         value = find(
@@ -279,11 +280,24 @@ class EarlyStopping(Improvement, LoopElement):
 
     def on_train_end(self, state: Any) -> Any:
         """Returns the best state when ``restore_best_weights`` (whatever ended the loop)."""
+        self._given_back = True
         if self.restore_best_weights and self.best_state is not None:
             if isinstance(self.best_state, _Leaves):
                 self.best_state = self.best_state.like(state)
             return self.best_state
         return None
+
+    def on_loop_end(self) -> None:
+        """At the end of a loop whose table holds it: says when ``restore_best_weights`` had no
+        ``on_train_end`` to give the best state back (a plain loop without ``on_end=``)."""
+        given, self._given_back = self._given_back, False
+        if self.restore_best_weights and self.best_state is not None and not given:
+            warn(explain(
+                f"early_stopping({self.monitor!r}, restore_best_weights=True) kept the best state "
+                f"(step {self.best_step}), but nothing gave it back: the loop returned its last state",
+                expected="its on_train_end among the loop's end callbacks",
+                received="a loop without on_end=es.on_train_end (gyre.loop, or a train_loop task table)",
+                fix="pass on_end=es.on_train_end to gyre.loop, or give it to train_loop(callbacks=[es])"))
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint saves: the counters, the best value and the best weights' leaves.
