@@ -187,6 +187,30 @@ def test_overrides_and_steps_that_forget_to_return_are_explained():
         assert fix in str(info.value) and "a missing return gives None" in str(info.value)
 
 
+@pytest.mark.parametrize("hooked", [False, True])
+def test_a_step_that_returns_outputs_and_state_swapped_is_explained(hooked):
+    # (outputs, state) read the state as outputs: a TrainState said it had no attribute
+    # 'items', and a dict state got its keys as outputs
+    class Hooked(jaxloop.Loop):
+        def update_outputs(self, loop_outputs, step_outputs):
+            return super().update_outputs(loop_outputs, step_outputs)
+
+    def swapped(state, batch, per_loop_step_number, **kwargs):
+        return {"loss": batch}, state
+
+    def not_a_dict(state, batch, per_loop_step_number, **kwargs):
+        return state, batch
+
+    kind = Hooked if hooked else jaxloop.Loop
+    state = gyre.TrainState.create(params={"w": jnp.zeros(2)})
+    with pytest.raises(TypeError, match=r"swapped returned outputs that are not a dict: the pair looks swapped") as info:
+        kind(swapped)(state, [1.0, 2.0])
+    assert "return state, {'loss': loss} (the state first)" in str(info.value)
+    assert info.value.state is state  # the last state a step returned, not the outputs
+    with pytest.raises(TypeError, match=r"not_a_dict returned outputs that are not a dict\n"):
+        kind(not_a_dict)(state, [1.0, 2.0])
+
+
 def test_get_next_batch_and_run_one_step_are_the_per_batch_hooks_called_once_per_step():
     calls = []
 

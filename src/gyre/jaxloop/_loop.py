@@ -16,7 +16,7 @@ import numpy as np
 
 from gyre.core._checks import instance, whole
 from gyre.core._clock import infer_batch_size
-from gyre.core._errors import as_pair, explain, warn
+from gyre.core._errors import as_pair, describe, explain, warn
 from gyre.core._host import numeric_dtype
 from gyre.data._padding import accepts_mask, padded
 from gyre.engine._elapse import samples
@@ -121,7 +121,7 @@ class Loop:
             {'loss': [0.5]}
         """
         if step_outputs is not None:
-            for key, value in step_outputs.items():
+            for key, value in _items((None, step_outputs), self._step):
                 loop_outputs[key].append(value)
         return loop_outputs
 
@@ -153,6 +153,8 @@ class Loop:
         if type(result) is not tuple or len(result) != 2:  # explained, or a list read as a pair
             result = as_pair(result, step_name(self._step))
         step_state, step_outputs = result
+        if step_outputs is not None:
+            _items(result, self._step)  # (outputs and state swapped: said before either is used)
         if return_state_from_step:
             state = step_state
         loop_outputs = self.update_outputs(loop_outputs, step_outputs)
@@ -262,10 +264,16 @@ class Loop:
                     return
                 if type(result) is not tuple or len(result) != 2:
                     result = as_pair(result, step_name(step))
+                items = result[1]
+                if items is not None:
+                    try:  # (no call per step: the explained error only when they are no dict)
+                        items = items.items()
+                    except AttributeError:
+                        _items(result, step)
                 if keep:
                     state = result[0]
-                if result[1] is not None:
-                    for key, value in result[1].items():
+                if items is not None:
+                    for key, value in items:
                         outputs[key].append(value)
                 if preempted(n):
                     run.preempted = True
@@ -286,6 +294,21 @@ class Loop:
         state, dataset = as_pair(self.begin(state, dataset), f"{who}.begin", "(state, dataset)", "state, dataset")
         state, outputs = self.run(state, dataset, num_steps, **kwargs)
         return as_pair(self.end(state, outputs), f"{who}.end", "(state, outputs)", "state, outputs")
+
+
+def _items(result: tuple[Any, Any], step: Any) -> Any:
+    """The items of a step's outputs (``result[1]``), or the explained error when they are no dict."""
+    try:
+        return result[1].items()
+    except AttributeError:
+        pass
+    swapped = isinstance(result[0], Mapping) and not isinstance(result[1], Mapping)
+    raise TypeError(explain(
+        f"{step_name(step)} returned outputs that are not a dict"
+        + (": the pair looks swapped, (outputs, state)" if swapped else ""),
+        expected="(state, outputs) with outputs a dict of named values, or None",
+        received=f"({describe(result[0])}, {describe(result[1])})" if swapped else describe(result[1]),
+        fix="return state, {'loss': loss}" + (" (the state first)" if swapped else "")))
 
 
 class _Run:
