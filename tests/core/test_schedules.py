@@ -345,3 +345,34 @@ def test_a_schedule_given_a_string_is_refused(make):
         make()
     with pytest.raises(TypeError, match=r"unknown schedule 'every' in the task table"):
         gyre.loop(0, [1], {"every": lambda state: state})
+
+
+@pytest.mark.filterwarnings("ignore:steps_per_call=4 cannot fuse this table:gyre.LoopWarning")  # every(samples=...)
+def test_a_schedule_reused_in_a_new_loop_starts_anew():
+    # a table built once and run twice (a notebook cell run again, a helper's schedule): the
+    # stateful schedules kept the first loop's switch points and last firings, so the second
+    # loop fired after(steps=5) from step 0 and every(samples=...) never
+    @jax.jit
+    def step(state, batch):
+        return gyre.logs().add_metric("b", batch.sum()), state + 1
+
+    schedules = {
+        "after": (gyre.after(steps=5), [5, 6, 7, 8, 9, 10, 11]),
+        "after_every": (gyre.after(steps=5).every(3), [5, 8, 11]),
+        "piecewise": (gyre.piecewise(gyre.every(1), {gyre.at(steps=4): gyre.every(3)}), [0, 1, 2, 3, 4, 7, 10]),
+        "samples": (gyre.every(samples=9), [0, 3, 6, 9]),
+        "time": (gyre.every(time=1.0), [0, 4, 8]),
+    }
+    data = [np.ones(3, np.float32)] * 12
+    for name, (schedule, expected) in schedules.items():
+        for steps_per_call in (1, 1, 4):
+            seen, ticks = [], iter(range(1000))
+            gyre.loop(jnp.int32(0), data, {gyre.every(1): step, schedule: lambda elapsed, seen=seen: seen.append(elapsed.steps)},
+                      steps_per_call=steps_per_call, clock=lambda ticks=ticks: next(ticks) / 4)
+            if name != "time":  # (a fused chunk reads the clock less often)
+                assert seen == expected, (name, steps_per_call, seen)
+            else:
+                assert seen[0] == 0, (name, steps_per_call, seen)
+    s = gyre.every(samples=10)  # a clock that continues (elapsed= of the loop before) goes on counting
+    assert [s(gyre.Elapsed(steps=i, samples=4 * i)) for i in range(6)] == [True, False, False, True, False, True]
+    assert not s(gyre.Elapsed(steps=6, samples=24)) and s(gyre.Elapsed(steps=0, samples=0))

@@ -360,7 +360,8 @@ class Every(Schedule):
             return elapsed.step_in_epoch == 0 and elapsed.epochs % self.amount == 0
         value = elapsed.samples if self.unit == "samples" else elapsed.time
         bucket = math.floor(value / self.amount)
-        if self._last is None or bucket > self._last:
+        # (a clock behind the last firing is a new loop's, the schedule reused: it starts anew)
+        if self._last is None or bucket != self._last:
             self._last = bucket
             return True
         return False
@@ -433,7 +434,14 @@ class Piecewise(Schedule):
         self.schedules = [as_schedule(s) for s in pieces.values()]
         self._origins: list[Elapsed | None] = [None] * len(self.periods)
 
+    def _rewind(self, clock: Elapsed) -> None:
+        """Forgets the switch points of an earlier loop: a clock before one of them is a new
+        loop's (the schedule reused in another loop, or a re-run), which starts anew."""
+        if any(o is not None and clock.steps < o.steps for o in self._origins):
+            self._origins = [None] * len(self.periods)
+
     def __call__(self, elapsed: Elapsed) -> bool:
+        self._rewind(elapsed)
         active = -1
         for i, period in enumerate(self.periods):
             if self._origins[i] is None and elapsed.reached(period):
@@ -455,6 +463,7 @@ class Piecewise(Schedule):
         # Candidates: each switch point not reached yet (recording it changes the state), and
         # the active piece's own step (or state change), solved on its relative clock. Pieces
         # that may still become active must be solvable too, so the answer stays known.
+        self._rewind(clock)
         active = max((i for i, o in enumerate(self._origins) if o is not None), default=-1)
         later = self.schedules[active:] if active >= 0 else [self.initial, *self.schedules]
         if any(part.next_step(Elapsed(), epoch_steps=epoch_steps) is UNSOLVED for part in later[1:]):

@@ -61,12 +61,15 @@ def _next(task: Task, clock: Elapsed, epoch_steps: int | None) -> Any:
     return UNSOLVED if solve is None else solve(clock, epoch_steps=epoch_steps)
 
 
-def _deadline(task: Task) -> float | None:
-    """When an ``every(time=...)`` task can next fire, in loop seconds, else None."""
+def _deadline(task: Task, now: float = math.inf) -> float | None:
+    """When an ``every(time=...)`` task can next fire, in loop seconds (the loop's clock at
+    ``now`` seconds), else None."""
     schedule = task.schedule
     if isinstance(schedule, Every) and schedule.unit == "time":
         last = schedule.state_dict().get("last")
-        return -math.inf if last is None else (last + 1) * schedule.amount
+        if last is None or now < last * schedule.amount:  # (behind its last firing: a new loop's, at once)
+            return -math.inf
+        return (last + 1) * schedule.amount
     return None
 
 
@@ -193,7 +196,7 @@ class BlockRunner(ChunkRunner):
         later = clock._after(chunk.sizes[0], clock.time, clock.date, epoch_steps)
         for tasks, start, extra in ((self.plan.before, later, 0), (self.after, clock, 1)):
             for task in tasks:
-                timed = _deadline(task)
+                timed = _deadline(task, clock.time)
                 if timed is not None:
                     deadline = min(deadline, timed)
                 elif (e := _next(task, start, epoch_steps)) is not None:
