@@ -379,3 +379,30 @@ def test_a_state_of_none_is_made_by_the_first_step_in_a_block():
                                 on_end=lambda loop: plans.append(loop.plan))
     assert plans == [Plan("blocks")] and float(out["total"]) == 10.0
     assert history.collect("total") == [2.0, 4.0, 6.0, 8.0, 10.0]
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 3, 4, 8])
+def test_a_callback_at_an_event_reads_the_history_of_every_step_before_it(steps_per_call):
+    # a block's (or fused chunk's) rows were committed after the tasks at its last step ran, so
+    # a callback reading loop.history at step 5 saw step 0 alone with blocks (steps 0-3 with
+    # steps_per_call=3), where step by step it sees steps 0 to 4
+    @jax.jit
+    def step(state, batch):
+        return gyre.logs().add_loss("loss", batch.sum() + state), state + 1.0
+
+    def python_step(state, batch):
+        return gyre.logs().add_loss("loss", jnp.asarray(batch.sum() + state)), state + 1.0
+
+    def run(train_step, **kwargs):
+        seen = []
+
+        def look(loop, elapsed):
+            seen.append((elapsed.steps, loop.history.collect("steps"), loop.history.collect("loss")))
+
+        data = [np.full(2, i, np.float32) for i in range(23)]
+        _, history, _ = gyre.loop(jnp.float32(0), data, {gyre.every(1): train_step, gyre.every(5): look}, **kwargs)
+        return seen, history.collect("steps", "loss")
+
+    expected, records = run(python_step)  # step by step
+    assert [steps for _, steps, _ in expected][1] == [0, 1, 2, 3, 4]
+    assert run(step, steps_per_call=steps_per_call) == (expected, records)

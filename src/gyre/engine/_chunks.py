@@ -157,8 +157,11 @@ class ChunkRunner:
         nan = self.ls._nan
         if nan is not None:  # checked by a checkpoint after the chunk, before it is committed
             nan.pending = (chunk.clocks, logs)
+        done = 0
+        if k > 1 and chunk.after and chunk.after[-1]:  # the tasks after its last step read the
+            done = self.commit_leading(chunk, logs)  # history as step by step: all rows before it
         last = self.after_chunk(chunk, logs)
-        self.commit(chunk, logs, last)
+        self.commit(chunk, logs, last, done)
         if nan is not None:
             nan.pending = None
             self.poll(nan, k)
@@ -210,13 +213,29 @@ class ChunkRunner:
             )
         return found
 
-    def commit(self, chunk: Chunk, logs: Logs, last: Logs | None) -> None:
-        """Commits the chunk's records: first step, the stacked middle rows, the last step."""
-        history, clocks, sizes, first = self.ls.history, chunk.clocks, chunk.sizes, chunk.first
+    def commit(self, chunk: Chunk, logs: Logs, last: Logs | None, done: int = 0) -> None:
+        """Commits the chunk's records from row ``done`` (those before it are committed): first
+        step, the stacked middle rows, the last step."""
         between, self.between = self.between, {}
-        k = len(clocks)
-        start, stop = 0, k
-        if (first or 0 in between) and (k > 1 or last is None):
+        k = len(chunk.clocks)
+        self._commit_rows(chunk, logs, done, k - 1 if last is not None else k, between)
+        if last:
+            self.ls.history.commit(chunk.clocks[-1], last, batch_size=chunk.sizes[-1])
+
+    def commit_leading(self, chunk: Chunk, logs: Logs) -> int:
+        """Commits the chunk's rows before its last (with what was logged between them);
+        returns how many."""
+        k = len(chunk.clocks)
+        between = {row: self.between.pop(row) for row in list(self.between) if row < k - 1}
+        self._commit_rows(chunk, logs, 0, k - 1, between)
+        return k - 1
+
+    def _commit_rows(self, chunk: Chunk, logs: Logs, lo: int, hi: int, between: dict[int, Logs]) -> None:
+        """Commits rows ``lo`` to ``hi - 1``: the first step's own record when it logged before the
+        step, the stacked rows, and the rows logged between steps."""
+        history, clocks, sizes, first = self.ls.history, chunk.clocks, chunk.sizes, chunk.first
+        start = lo
+        if lo == 0 and hi > 0 and (first or 0 in between):
             head = Logs().merge(first)
             if logs:
                 head.merge(_row(logs, 0))
@@ -224,17 +243,13 @@ class ChunkRunner:
                 head.merge(between.pop(0))
             history.commit(clocks[0], head, batch_size=sizes[0])
             start = 1
-        if last is not None:
-            stop = k - 1
-        if logs and stop > start:
-            epoch_steps = self.elapse.epoch_steps
-            history.commit_block(clocks[start], sizes[start:stop], logs, epoch_steps=epoch_steps, start=start,
-                                 between={row - start: extra for row, extra in between.items()})
+        if logs and hi > start:
+            history.commit_block(clocks[start], sizes[start:hi], logs, epoch_steps=self.elapse.epoch_steps, start=start,
+                                 between={row - start: extra for row, extra in between.items() if start <= row < hi})
         else:  # steps that log nothing: the rows logged between them alone
             for row, extra in sorted(between.items()):
-                history.commit(clocks[row], extra, batch_size=sizes[row])
-        if last:
-            history.commit(clocks[-1], last, batch_size=sizes[-1])
+                if start <= row < hi:
+                    history.commit(clocks[row], extra, batch_size=sizes[row])
 
     def poll(self, nan: Any, steps: int) -> None:
         """The NaN check after a chunk of ``steps`` steps."""
