@@ -285,3 +285,23 @@ def test_restore_best_weights_without_on_train_end_says_the_best_state_was_not_g
         es = gyre.early_stopping("loss", patience=1, restore_best_weights=True)
         state, _, _ = gyre.train_loop(0, range(4), {gyre.on_train_step: evaluate}, callbacks=[es], epoch_duration=1)
         assert state == 20
+
+
+def test_an_early_stopping_reused_in_a_new_loop_starts_anew_and_a_continued_clock_goes_on():
+    # the same object in a second loop from step 0 (a re-run) kept the first loop's best and
+    # wait, and stopped the new run at its first evaluation
+    values = [3, 2, 2.5, 2.4, 2.6, 1, 0.5, 0.4]
+    es = gyre.early_stopping("loss", patience=2)
+    for _ in range(2):
+        _, _, elapsed = run(values, es)
+        assert elapsed.steps == 4 and es.best == 2.0 and es.best_step == 1 and es.stopped_step == 3
+    # a loop that continues the clock (elapsed=) continues the count
+    es = gyre.early_stopping("loss", patience=3)
+
+    def evaluate(state, elapsed):
+        return gyre.logs().add_loss("loss", jnp.float32(values[elapsed.steps % 8])), state + 1
+
+    _, _, elapsed = gyre.loop(0, range(3), {gyre.every(1): [evaluate, es]})
+    assert (elapsed.steps, es.best, es.wait) == (3, 2.0, 1)
+    _, _, elapsed = gyre.loop(0, range(8), {gyre.every(1): [evaluate, es]}, elapsed=elapsed)
+    assert elapsed.steps == 5 and es.stopped_step == 4  # 2.4 and 2.6 after 2.5: three without improving

@@ -244,6 +244,8 @@ class EarlyStopping(Improvement, LoopElement):
         self._given_back = False  # on_train_end ran in this loop (it returns the best state)
 
     def __call__(self, state: Any, elapsed: Any, logs: Logs, loop: Any = None) -> None:
+        if self.since is not None and elapsed.steps < self.since.steps:
+            self.reset()  # a clock behind the one it counted from: a new loop's (reused, re-run), which starts anew
         value = find(
             logs,
             self.monitor,
