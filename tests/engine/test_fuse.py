@@ -246,3 +246,19 @@ def test_fused_steps_keep_the_batch_order_across_a_short_batch(steps_per_call):
     assert elapsed.steps == len(data)
     assert history.collect("first") == [float(b[0]) for b in data]
     assert history.collect("samples") == list(np.cumsum([0] + [len(b) for b in data[:-1]]))
+
+
+def test_a_fused_step_that_changes_the_state_dtype_is_explained():
+    # an int32 state that a float batch promotes: step by step JAX promotes it, fused it is the
+    # scan's carry, and lax.scan's own "carry input and carry output must have equal types" came out
+    @jax.jit
+    def step(state, batch):
+        return gyre.logs().add_loss("loss", state * 1.0), state + batch
+
+    data = [np.float32(1.5)] * 7
+    state, _, _ = gyre.loop(jnp.int32(0), data, {gyre.every(1): step})
+    assert float(state) == 10.5
+    with pytest.raises(TypeError, match="a fused step returned its state with other types than it received") as info:
+        gyre.loop(jnp.int32(0), data, {gyre.every(1): step}, steps_per_call=3)
+    assert "has type int32[] but the corresponding output carry component has type float32[]" in str(info.value)
+    assert "jnp.float32(0)" in str(info.value) and "steps_per_call=1" in str(info.value)
