@@ -262,3 +262,12 @@ def test_a_fused_step_that_changes_the_state_dtype_is_explained():
         gyre.loop(jnp.int32(0), data, {gyre.every(1): step}, steps_per_call=3)
     assert "has type int32[] but the corresponding output carry component has type float32[]" in str(info.value)
     assert "jnp.float32(0)" in str(info.value) and "steps_per_call=1" in str(info.value)
+
+    @jax.jit
+    def makes_its_state(state, batch):  # (the ring path runs it: a state the first step makes)
+        state = jnp.float32(0) if state is None else state
+        return gyre.logs().add_metric("x", state), state + batch
+
+    assert float(gyre.loop(None, data, {gyre.every(1): makes_its_state})[0]) == 10.5
+    with pytest.raises(TypeError, match="The input carry state is a <class 'NoneType'>"):
+        gyre.loop(None, data, {gyre.every(1): makes_its_state}, steps_per_call=3)

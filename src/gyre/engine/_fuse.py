@@ -60,16 +60,17 @@ def scan_steps(
     try:
         return jax.lax.scan(body, state, batches, length=length, unroll=UNROLL)
     except TypeError as err:
-        if "carry input and carry output must have equal types" not in str(err):
+        if "carry input and carry output must have" not in str(err):  # (equal types, the same tree)
             raise
-        lines = [line.strip() for line in str(err).splitlines() if "has type" in line]
+        lines = [line.strip() for line in str(err).splitlines() if line.strip().startswith("The input carry")]
         raise TypeError(explain(
             "a fused step returned its state with other types than it received",
             expected="a step whose returned state has the dtypes, shapes and tree of the state it "
             "receives (fused steps pass the state from one step to the next inside one lax.scan)",
             received=lines[0] if lines else str(err).splitlines()[0],
-            fix="give the initial state the types the step returns (e.g. jnp.float32(0), not an int "
-            "that a float update promotes), or cast in the step; or run with steps_per_call=1")) from err
+            fix="give the initial state the types and tree the step returns (e.g. jnp.float32(0), not "
+            "an int that a float update promotes; not None for a state the first step makes), or "
+            "cast in the step; or run with steps_per_call=1")) from err
 
 
 def scanned(step: Callable[[Any, Any], tuple[Any, Any]]) -> Callable[[Any, Any], tuple[Any, Any]]:
