@@ -271,3 +271,17 @@ def test_a_fused_step_that_changes_the_state_dtype_is_explained():
     assert float(gyre.loop(None, data, {gyre.every(1): makes_its_state})[0]) == 10.5
     with pytest.raises(TypeError, match="The input carry state is a <class 'NoneType'>"):
         gyre.loop(None, data, {gyre.every(1): makes_its_state}, steps_per_call=3)
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 2, 4, 8])
+def test_a_failing_chunk_leaves_the_clock_of_the_state_on_the_error(steps_per_call):
+    # a fused chunk (or a short one run through the ring) that failed counted every batch it
+    # had pulled: err.elapsed said 8 or 9 steps where err.state had made 5
+    @jax.jit
+    def step(state, batch):
+        return gyre.logs().add_metric("x", state), state + batch @ jnp.ones(3)
+
+    data = [np.ones(3, np.float32)] * 5 + [np.ones(4, np.float32)] * 5  # the 6th batch cannot run
+    with pytest.raises(TypeError, match="dot_general") as info:
+        gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, steps_per_call=steps_per_call)
+    assert float(info.value.state) == 15.0 and info.value.elapsed.steps == 5

@@ -235,8 +235,10 @@ class BlockRunner(ChunkRunner):
             self.ring.open(self.ls.state, chunk.batches[0])  # type: ignore[union-attr]
         try:
             logs, last = self._ringed(chunk, sizes)
-        except BaseException:
+        except BaseException as err:
             logs, k = self.partial
+            if not isinstance(err, KeyboardInterrupt):  # the clock of the step that failed (err.elapsed
+                sizes = sizes[:k + 1]  # matches err.state), not of batches pulled after it
             clocks = BlockClocks(chunk.clocks[0], sizes, epoch_steps)
             self.elapse.advance(clocks, sizes)
             between, self.between = self.between, {}

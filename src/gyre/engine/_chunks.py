@@ -135,7 +135,6 @@ class ChunkRunner:
     def call(self, chunk: Chunk) -> Logs:
         """Runs the chunk's steps (one fused call); the clock counts them, the last in progress."""
         k = len(chunk.batches)
-        advanced = False
         try:
             fused = self.fused.get(k)
             if fused is None:
@@ -144,11 +143,13 @@ class ChunkRunner:
             logs, self.ls.state = fused(self.ls.state, stacked)
             del stacked
             self.stager.release(slot, jax.tree_util.tree_leaves(logs))
+        except KeyboardInterrupt:  # interrupted: the chunk's batches were consumed, count them
             self.elapse.advance(chunk.clocks, chunk.sizes)
-            advanced = True
-        finally:
-            if not advanced:  # interrupted: the chunk's batches were consumed, count them
-                self.elapse.advance(chunk.clocks, chunk.sizes)
+            raise
+        except BaseException:  # failed: the state is the chunk's start, and so is the clock
+            self.elapse.advance(chunk.clocks[:1], chunk.sizes[:1])  # (err.elapsed matches err.state)
+            raise
+        self.elapse.advance(chunk.clocks, chunk.sizes)
         return logs
 
     def settle(self, chunk: Chunk, logs: Logs) -> None:
