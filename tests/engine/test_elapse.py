@@ -2,6 +2,8 @@
 
 import itertools
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -245,3 +247,19 @@ def test_a_batch_size_fn_returning_anything_but_a_whole_number_is_refused_at_the
     *_, elapsed = gyre.loop(0, [1, 2], {gyre.every(1): lambda state: state},
                             batch_size_fn=lambda batch: next(sizes))
     assert elapsed.samples == 7 and type(elapsed.samples) is int
+
+
+def test_a_loop_whose_data_gives_no_batch_says_so():
+    # a generator that an earlier loop exhausted gave a loop of no step, silently (with a stop,
+    # the loop already said the data ended before it)
+    @jax.jit
+    def step(state, batch):
+        return gyre.logs().add_metric("s", state), state + batch
+
+    batches = (np.float32(1) for _ in range(3))
+    assert gyre.loop(jnp.float32(0), batches, {gyre.every(1): step})[2].steps == 3
+    with pytest.warns(gyre.LoopWarning, match="the data gave no batch, so the loop ran no step"):
+        state, _, elapsed = gyre.loop(jnp.float32(0), batches, {gyre.every(1): step})
+    assert elapsed.steps == 0 and float(state) == 0.0
+    with pytest.warns(gyre.LoopWarning, match="the data ended after 0 steps, before stop"):
+        gyre.loop(jnp.float32(0), [], {gyre.every(1): step}, stop=3)

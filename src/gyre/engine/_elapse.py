@@ -199,6 +199,7 @@ class Elapse:
         self.size_of = size_function(batch_size_fn)
         self._clock = clock or _time.monotonic
         base = _check_initial(initial)
+        self._first = base.steps  # the clock's steps when this loop began
         start = self._clock()
         # time counts seconds inside loops; date is the wall clock moved by the same amount.
         self._t0 = start - base.time
@@ -261,13 +262,20 @@ class Elapse:
         time, date = self.now()
         return self.elapsed._after(self._pending, time, date, self.epoch_steps)
 
-    def warn_if_short(self, stopped: bool) -> None:
-        """Says once when the data ended before ``stop``."""
+    def warn_if_short(self, stopped: bool, *, nested: bool = False) -> None:
+        """Says once when the data ended before ``stop``, or gave no batch at all (an outermost
+        loop: an evaluation's caller says it)."""
         if self.exhausted and self.stop is not None and not stopped and not self.elapsed.reached(self.stop):
             warn(
                 f"the data ended after {self.elapsed.steps} steps, before stop={self.stop!r}: "
                 "the loop ran every batch it was given (repeat the data for more epochs, e.g. "
                 "gyre.data.batches(..., epochs=None), or lower stop)"
+            )
+        elif self.exhausted and not stopped and not nested and self.elapsed.steps == self._first:
+            warn(
+                "the data gave no batch, so the loop ran no step and returned the state it was "
+                "given: an empty dataset, or a generator or iterator that an earlier loop "
+                "exhausted (make a new one for each loop, or pass a list)"
             )
 
 

@@ -192,7 +192,7 @@ def _finish(clock: Elapse, ls: LoopState, ends: list[Any], table: Sequence[Task]
             f"stopped after {final.steps} steps, saved them, and ran its end callbacks; run it "
             "again with resume='latest' to continue"
         )
-    clock.warn_if_short(ls.stop_requested)
+    clock.warn_if_short(ls.stop_requested, nested=depth() > 1)
     return final
 
 
