@@ -117,6 +117,29 @@ def test_a_run_that_does_not_return_a_pair_is_explained():
         assert "a missing return gives None" in str(info.value)
 
 
+def test_a_begin_or_end_that_does_not_return_a_pair_is_explained():
+    # was: "cannot unpack non-iterable NoneType object" from Step.__call__
+    class NoBegin(gyre.Step):
+        def begin(self, state, batch):
+            state, batch  # noqa: B018  (the return was forgotten)
+
+        def run(self, state, batch):
+            return state, {"loss": batch.sum()}
+
+    class NoEnd(NoBegin):
+        def begin(self, state, batch):
+            return state, batch
+
+        def end(self, state, outputs):
+            outputs["extra"] = 1.0  # the return was forgotten
+
+    for cls, hook, names in ((NoBegin, "begin", "(state, batch)"), (NoEnd, "end", "(state, outputs)")):
+        step = cls(jax.random.key(0), nn.Dense(1))
+        with pytest.raises(TypeError, match=f"{cls.__name__}.{hook} must return \\{names[:-1]}\\)") as info:
+            step(step.initialize_model((1, 2)), jnp.ones((4, 2)))
+        assert "received: NoneType None" in str(info.value) and "a missing return gives None" in str(info.value)
+
+
 def test_as_callback_runs_in_gyre_loop_and_eval_step_keeps_the_state():
     train = MLPStep(jax.random.key(0), MLP(), optimizer=optax.adam(1e-2), train=True)
     evaluate = MLPStep(jax.random.key(0), MLP(), train=False)  # no optimizer, as in jaxloop

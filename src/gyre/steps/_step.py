@@ -21,7 +21,7 @@ import optax
 from flax.core import FrozenDict
 
 from gyre.core._checks import instance, whole
-from gyre.core._errors import describe, explain
+from gyre.core._errors import as_pair, describe, explain
 from gyre.core._logs import Logs
 from gyre.core._train_state import TrainState, check_optimizer
 from gyre.parallel._partitioners import Partitioner, SingleDevicePartitioner
@@ -446,11 +446,17 @@ class Step:
             _run_actions(self._begin_actions, n, state, None)
         batch = self.preprocess_batch(batch)
         batch = self.shard_batch(batch) if self._should_shard_batch else batch
-        state, batch = self.begin(state, batch)
+        begun = self.begin(state, batch)
+        if type(begun) is not tuple or len(begun) != 2:  # (a missing return: explained, not "cannot unpack")
+            begun = as_pair(begun, f"{type(self).__name__}.begin", "(state, batch)", "state, batch")
+        state, batch = begun
         if log_num_flops and self._num_flops is None:
             _log.info("Step flops: %s", self._count_flops(state, batch, **kwargs))
         state, outputs = self._get_run()(state, batch, **kwargs)
-        state, outputs = self.end(state, outputs)
+        ended = self.end(state, outputs)
+        if type(ended) is not tuple or len(ended) != 2:
+            ended = as_pair(ended, f"{type(self).__name__}.end")
+        state, outputs = ended
         if n and self._end_actions:
             _run_actions(self._end_actions, n, state, outputs)
         return state, outputs
