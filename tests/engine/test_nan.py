@@ -418,3 +418,23 @@ def test_finite_check_reads_nothing_between_saves_with_several_processes():
         check.poll()  # every process must stop at the same step: only check() reads
     with pytest.raises(gyre.NonFiniteError):
         check.check()
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 4])
+@pytest.mark.parametrize("every", [14, 1000])
+def test_the_error_hands_back_a_state_and_a_clock_that_belong_together(tmp_path, every, steps_per_call):
+    # was: the state at the start of the last block with the clock after it (state after 29 steps,
+    # elapsed.steps 42; after 1 step, 99 without a checkpoint): resuming from the pair skipped steps
+    @jax.jit
+    def step(state, batch):
+        loss = jnp.where(state["n"] >= 40, jnp.nan, 1.0)
+        return gyre.logs().add_loss("loss", loss), {"n": state["n"] + 1, "w": state["w"] * 1.0}
+
+    ckpt = gyre.checkpoint(str(tmp_path / "ckpt"), keep=1)
+    with pytest.raises(gyre.NonFiniteError) as info:
+        gyre.loop({"n": jnp.int32(0), "w": jnp.ones(3)}, range(100), {gyre.every(1): step, gyre.every(every): ckpt},
+                  stop=100, steps_per_call=steps_per_call)
+    err = info.value
+    assert err.step == 40 and err.state is not None
+    assert int(err.state["n"]) == err.elapsed.steps
+    ckpt.close()

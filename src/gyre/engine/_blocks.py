@@ -339,6 +339,7 @@ class BlockRunner(ChunkRunner):
                     sizes.append(size_of(batch))
         except BaseException:
             ls.step_start = ls.state = unflatten(treedef, leaves)
+            ls.start_clock = None  # (the clock stops at the step that raised: see call)
             ring.ring = rows  # type: ignore[union-attr]
             counted = ring.untag(tags)  # type: ignore[union-attr]
             if sized:

@@ -91,7 +91,7 @@ class ChunkRunner:
                 if chunk.first:
                     self.ls.history.commit(chunk.clocks[0], chunk.first, batch_size=chunk.sizes[0])
                 return
-            self.ls.step_start = self.ls.state
+            self.ls.step_start, self.ls.start_clock = self.ls.state, chunk.clocks[0]
             self.extend(chunk)
             logs = self.execute(chunk)
             if not self.fused_once:

@@ -199,8 +199,8 @@ def _finish(clock: Elapse, ls: LoopState, ends: list[Any], table: Sequence[Task]
 def _failed(err: BaseException, ls: LoopState, clock: Elapse, saving: Sequence[Any]) -> None:
     """Attaches the last consistent ``err.state``/``err.elapsed`` and finishes saves in flight."""
     start = ls.step_start
-    if start is not None and alive(start):
-        state, elapsed = start, clock.elapsed.replace()
+    if start is not None and alive(start):  # (a chunk's start state, with the chunk's first clock: the
+        state, elapsed = start, (ls.start_clock or clock.elapsed).replace()  # clock moved past it)
     else:
         state, elapsed = ls.state, clock.peek_completed().replace()
     if not alive(state):

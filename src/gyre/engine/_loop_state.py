@@ -46,7 +46,7 @@ class LoopState:
         "state", "history", "elapsed", "logs", "batch", "metadata",
         "stop_requested", "stop_reason", "_completed", "_nan",
         "resumables", "data", "saves", "history_saved", "preempted", "step_start",
-        "checkpoints", "plan",
+        "start_clock", "checkpoints", "plan",
     )
 
     def __init__(self, state: Any, history: History, elapsed: Elapsed, metadata: Any = None) -> None:
@@ -68,6 +68,8 @@ class LoopState:
         #: ``preempted(first, end)``, asked after steps ``first`` to ``end - 1`` (``_engine.Preemption``)
         self.preempted: Callable[[int, int], bool] = lambda first, end: False
         self.step_start: Any = None  # the state when the current step started (what an error hands back)
+        #: the clock of ``step_start`` when it is a chunk's first step (None: the loop's clock now)
+        self.start_clock: Elapsed | None = None
         self._nan: Any = None  # the loop's FiniteCheck, None for "ignore"
         self.plan: Any = None  # how the loop runs its table (a gyre.engine._blocks.Plan)
 
