@@ -82,3 +82,25 @@ def test_a_second_train_model_into_the_same_log_dir_is_explained_in_the_trainers
     with pytest.raises(FileExistsError, match=r"the trainer's log_dir .* already holds a run \(resume/\)(.|\n)*resume='latest'"):
         trainer(tmp_path, train_epochs=1).train_model(data)
     assert trainer(tmp_path, train_epochs=1, resume="latest").train_model(data, num_epochs=2) == {}  # epoch 2
+
+
+def test_concat_metrics_returned_in_training_are_said_to_be_dropped_there(tmp_path):
+    # was: silently absent from on_training_step, the epoch's metrics and the writers
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+
+    class Labels(gyre.TrainerModule):
+        def loss_function(self, model, batch, train=True):
+            x, y = batch
+            loss = ((model(x)[:, 0] - y) ** 2).mean()
+            return loss, {"ids": {"value": y, "mode": "concat"}, "seen": {"value": y, "mode": "concat", "log_mode": "eval"}}
+
+    from flax import nnx
+
+    batch = (jnp.ones((4, 3)), jnp.arange(4, dtype=jnp.float32))
+    t = Labels(model=nnx.Linear(3, 1, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1), log_dir=str(tmp_path),
+               enable_progress_bar=False)
+    with pytest.warns(gyre.LoopWarning, match=r"(?s)returns the CONCAT metrics \['ids'\] in training.*fix: give them log_mode 'eval'"):
+        t.init_model(batch)
+    assert np.asarray(t.state.step) == 0

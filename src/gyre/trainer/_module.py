@@ -47,7 +47,7 @@ from gyre.loggers import CSVWriter, TensorBoardWriter
 from gyre.parallel import DataParallel, get_strategy
 from gyre.trainer._callback import ModelCheckpoint, best_of, read_model, stored_config
 from gyre.trainer._logger import PHASE_NAME, EpochMetricFiles, figure_image, write_embedding
-from gyre.trainer._metrics import MetricAccumulator, scalars_for_writers
+from gyre.trainer._metrics import LogMetricMode, LogMode, MetricAccumulator, scalars_for_writers
 from gyre.trainer._model import (
     NNX_REST,
     LinenModel,
@@ -588,6 +588,15 @@ class TrainerModule:
         state = self._build_state(exmp_input)
         specs, shapes = self._builder.specs(state, exmp_batch, train=True)
         self._specs = specs
+        concat = sorted(k for k, spec in specs.items() if spec.mode is LogMetricMode.CONCAT
+                        and spec.log_mode in (LogMode.TRAIN, LogMode.ANY))
+        if concat:  # (else dropped in silence: training keeps no per-example values)
+            warn(explain(
+                f"{self._builder.loss_name} returns the CONCAT metrics {concat} in training, where the trainer "
+                "does not collect them: no training callback or writer gets them",
+                expected="CONCAT metrics in evaluation, where callbacks get them joined over the loader",
+                received=f"{concat} logged in training (log_mode 'any' or 'train')",
+                fix="give them log_mode 'eval' (evaluation only), or a mode such as 'mean' to log them in training"))
         self.state = self.strategy.place_state(state.replace(
             extras={EPOCH: MetricAccumulator.init(specs, shapes), WINDOW: MetricAccumulator.init(specs, shapes)}
         ))
