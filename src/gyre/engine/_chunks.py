@@ -143,13 +143,8 @@ class ChunkRunner:
             logs, self.ls.state = fused(self.ls.state, stacked)
             del stacked
             self.stager.release(slot, jax.tree_util.tree_leaves(logs))
-        except KeyboardInterrupt:  # interrupted: the chunk's batches were consumed, count them
-            self.elapse.advance(chunk.clocks, chunk.sizes)
-            raise
-        except BaseException:  # failed: the state is the chunk's start, and so is the clock
-            self.elapse.advance(chunk.clocks[:1], chunk.sizes[:1])  # (err.elapsed matches err.state)
-            raise
-        self.elapse.advance(chunk.clocks, chunk.sizes)
+        finally:  # the chunk's batches were consumed (a failure hands back the chunk's start state
+            self.elapse.advance(chunk.clocks, chunk.sizes)  # with its first clock: ls.start_clock)
         return logs
 
     def settle(self, chunk: Chunk, logs: Logs) -> None:
