@@ -25,6 +25,7 @@ from gyre.core._train_state import TrainState
 from gyre.data._padding import accepts_mask, padded
 from gyre.data._source import refuse_sources
 from gyre.engine import _named
+from gyre.engine._engine import alive
 from gyre.engine._epochs import first_batch, is_iterator, training_data
 from gyre.engine._inner import inner_loop
 from gyre.engine._masked import MaskedBatches
@@ -279,7 +280,7 @@ def _check_arguments(
             f"fit needs a gyre.TrainState with apply_fn and tx (missing: {missing})",
             expected="gyre.TrainState.create(apply_fn=model.apply, params=..., tx=optax.adam(1e-3))",
             received=describe(state), fix="create the state with apply_fn=model.apply and an optax optimizer tx="))
-    if any(isinstance(leaf, jax.Array) and leaf.is_deleted() for leaf in jax.tree_util.tree_leaves(state)):
+    if not alive(state):
         raise ValueError(explain(
             "fit got a state whose arrays were donated to an earlier training (fit donates the "
             "state it trains: its arrays are deleted, and XLA would refuse them deep in the first step)",
