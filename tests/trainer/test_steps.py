@@ -30,7 +30,7 @@ def test_a_loss_function_that_returns_no_loss_is_explained(tmp_path, digits):
         def loss_function(self, model, batch, train=True):
             return jnp.sum(model(batch[0]).argmax(-1) != batch[1]), {}
 
-    with pytest.raises(TypeError, match=r"loss_function returned an integer or boolean loss(.|\n)*dtype int32"):
+    with pytest.raises(TypeError, match=r"loss 'loss' of loss_function is int32(.|\n)*dtype int32"):
         trainer(tmp_path, cls=CountLoss).train_model(digits.train_loader)
 
 

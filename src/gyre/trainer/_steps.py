@@ -26,6 +26,7 @@ from gyre.engine._masked import MaskedBatches
 from gyre.engine._ring import arg_shapes
 from gyre.loggers import write_to
 from gyre.steps._update import train_update
+from gyre.steps.managed import check_floating_loss
 from gyre.trainer._callback import overrides_training_step, stored_config
 from gyre.trainer._metrics import (
     ConcatCollector,
@@ -139,12 +140,7 @@ class StepBuilder:
         def objective(inner: Any, batch: Any) -> tuple[Any, tuple[dict[str, Any], Any]]:
             rng = jax.random.fold_in(inner.rng, inner.step)
             loss, metrics, model_state = self.forward(inner.params, inner, batch, rng, train=True)
-            if not jnp.issubdtype(jnp.result_type(loss), jnp.floating):  # else JAX's "grad requires real-valued outputs"
-                raise TypeError(explain(
-                    f"{self.loss_name} returned an integer or boolean loss, which has no gradient",
-                    expected="a floating-point scalar loss (e.g. float32)", received=f"a loss of dtype {jnp.result_type(loss)}",
-                    fix="compute the loss in floats, e.g. optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(); "
-                    "a count belongs in the metrics: {'errors': {'value': n, 'mode': 'sum'}}"))
+            check_floating_loss("loss", loss, self.loss_name)  # else JAX's "grad requires real-valued outputs"
             return loss, (metrics, inner.replace(model_state=model_state))
 
         def step(state: Any, batch: Any) -> tuple[Logs | None, Any]:
