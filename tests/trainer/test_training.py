@@ -108,7 +108,7 @@ def test_data_parallel_over_num_devices_trains_like_one_device(tmp_path):
 def test_debug_runs_the_steps_without_jit(tmp_path, digits):
     t = trainer(tmp_path, debug=True, train_epochs=1)
     out = t.train_model(digits.train_loader, digits.val_loader)
-    step = t._compiled["train1"]  # detect_nans (the default) has the step return its logs
+    step = t._compiled["train"]
     assert t.strategy.name == "eager" and not hasattr(step, "lower")  # not a jax.jit function
     assert out["val"]["val/acc"] > 0.5
 
@@ -121,6 +121,18 @@ def test_detect_nans_stops_with_the_step_named(tmp_path, digits):
 
     with pytest.raises(gyre.NonFiniteError, match="step 0"):
         trainer(tmp_path, cls=Diverges, detect_nans=True).train_model(digits.train_loader)
+
+
+def test_detect_nans_false_only_stops_stopping_the_writers_get_every_steps_values_alike(tmp_path, digits):
+    runs = {}
+    for detect in (True, False):  # detect_nans sets the NaN policy: it changes nothing a run writes
+        t = trainer(tmp_path / str(detect), train_epochs=1, detect_nans=detect, max_steps_per_epoch=6)
+        t.train_model(DigitsDataset(global_batch_size=32, val_size=200).train_loader)
+        runs[detect] = t, tensorboard_values(str(tmp_path / str(detect) / "tensorboard"))
+    (on, written_on), (off, written_off) = runs[True], runs[False]
+    assert [s for s, _ in written_off["loss"]] == [s for s, _ in written_on["loss"]] == list(range(6))
+    assert written_off["loss"] == written_on["loss"] and written_off["acc"] == written_on["acc"]
+    assert off.history.collect("loss") == on.history.collect("loss")
 
 
 def test_dropout_draws_fresh_masks_every_step(tmp_path, digits):

@@ -830,13 +830,11 @@ class TrainerModule:
         self.writer.write_scalars(self.global_step, {"param/num_model_params": self.num_model_params()})
         run = TrainingRun(self, named_loaders(val_loader, "val"))
         named_loaders(test_loader, "test")  # a bad dict of test loaders is explained before training
-        step_logs = bool(run.step_callbacks or self.config.detect_nans)
-        key = f"train{int(step_logs)}"  # compiled once per trainer
-        if key not in self._compiled:
-            self._compiled[key] = self.strategy.compile(self._builder.train_step(step_logs=step_logs), donate=True)
+        if "train" not in self._compiled:  # compiled once per trainer
+            self._compiled["train"] = self.strategy.compile(self._builder.train_step(), donate=True)
         self._run = run
         try:
-            self._state, self.history, self._elapsed = run.run(data, self._compiled[key], epochs, epoch_steps)
+            self._state, self.history, self._elapsed = run.run(data, self._compiled["train"], epochs, epoch_steps)
         except BaseException:
             if run.loop is not None:  # what the loop had when it failed
                 self._state, self._elapsed = run.loop.state, run.loop.elapsed

@@ -133,8 +133,9 @@ class StepBuilder:
 
     # -- the training step --------------------------------------------------------------------
 
-    def train_step(self, *, step_logs: bool) -> Callable[[Any, Any], tuple[Logs | None, Any]]:
-        """``(state, batch) -> (logs, state)``; ``step_logs`` also returns the step's values."""
+    def train_step(self) -> Callable[[Any, Any], tuple[Logs, Any]]:
+        """``(state, batch) -> (logs, state)``: the logs hold the step's own values, which the
+        writers get every step and the NaN check reads (``detect_nans`` only sets its policy)."""
         t = self.trainer
 
         def objective(inner: Any, batch: Any) -> tuple[Any, tuple[dict[str, Any], Any]]:
@@ -143,7 +144,7 @@ class StepBuilder:
             check_floating_loss("loss", loss, self.loss_name)  # else JAX's "grad requires real-valued outputs"
             return loss, (metrics, inner.replace(model_state=model_state))
 
-        def step(state: Any, batch: Any) -> tuple[Logs | None, Any]:
+        def step(state: Any, batch: Any) -> tuple[Logs, Any]:
             loss, metrics, grads, new = train_update(objective, state, batch)[:4]
             extra = self.inspected(state.params, grads)
             values = {"loss": loss, **metrics, **extra}
@@ -153,8 +154,6 @@ class StepBuilder:
             extras[EPOCH] = extras[EPOCH].update(specs, parsed, count)
             extras[WINDOW] = extras[WINDOW].update(specs, parsed, count)
             new = new.replace(extras=extras)
-            if not step_logs:
-                return None, new
             checked = getattr(t.config, "nan_keys", None)
             logs = Logs().add_loss("loss", loss) if checked is None or "loss" in checked else Logs().add_stateful_metric("loss", loss)
             values = {k: v for k, (v, _) in parsed.items() if k != "loss" and specs[k].mode != "concat"}
