@@ -84,6 +84,28 @@ def test_a_second_train_model_into_the_same_log_dir_is_explained_in_the_trainers
     assert trainer(tmp_path, train_epochs=1, resume="latest").train_model(data, num_epochs=2) == {}  # epoch 2
 
 
+@pytest.mark.filterwarnings("ignore:resuming the run in .* with settings other than")
+def test_a_resume_into_a_loader_of_another_epoch_length_is_refused(tmp_path):
+    # was: resumed 10 saved steps with 8-batch epochs as epoch 1 at step 10 (clock: epochs=1 at
+    # step 16), so num_epochs=2 ended after 16 steps, one epoch short and its validation lost
+    import numpy as np
+
+    x = np.zeros((8, 64), np.float32)
+    batch = (x, np.zeros(8, np.int32))
+    trainer(tmp_path, train_epochs=1).train_model([batch] * 10)
+    with pytest.raises(ValueError, match=r"(?s)the trainer: resume continues a run of 10 batches per epoch, "
+                       r"and train_loader now gives 8.*fix: .*or train in a new log_dir without resume"):
+        trainer(tmp_path, train_epochs=1, resume="latest").train_model([batch] * 8, num_epochs=2)
+    with pytest.raises(ValueError, match="a run of 10 batches per epoch, and train_loader now gives 6"):
+        trainer(tmp_path, train_epochs=1, resume="latest", max_steps_per_epoch=6).train_model([batch] * 10, num_epochs=2)
+    resumed = trainer(tmp_path, train_epochs=1, resume="latest")
+    resumed.train_model([batch] * 10, num_epochs=2)
+    assert resumed.global_step == 20
+    with pytest.raises(ValueError, match="past stop=10") as info:  # the engine's stop, said in the trainer's terms
+        trainer(tmp_path, train_epochs=1, resume="latest").train_model([batch] * 10)
+    assert "num_epochs x batches per epoch = 1 x 10 = 10 steps: pass train_model a larger num_epochs" in info.value.__notes__[0]
+
+
 def test_concat_metrics_returned_in_training_are_said_to_be_dropped_there(tmp_path):
     # was: silently absent from on_training_step, the epoch's metrics and the writers
     import jax.numpy as jnp

@@ -83,6 +83,35 @@ class EpochStream:
         self._start = self.index = int(state["epoch"]) * self.epoch_steps + int(state["position"])
 
 
+class EpochLength:
+    """A run's batches per epoch, saved in its checkpoints (a callback for its ``state_dict``):
+    a resume into training data of another length is refused, since the saved clock's epochs,
+    the evaluations and the data position would no longer line up (a loader of other length
+    continued silently, with an evaluation lost or the data ending early). ``who`` and
+    ``data`` name the rung and its argument; ``fix`` is how that rung starts a new run."""
+
+    def __init__(self, epoch_steps: int, *, who: str, data: str, fix: str) -> None:
+        self.epoch_steps, self.who, self.data, self.fix = int(epoch_steps), who, data, fix
+
+    def on_train_end(self) -> None:
+        """Nothing to do: the object rides in the loop for its ``state_dict``."""
+
+    def state_dict(self) -> dict[str, int]:
+        """The batches per epoch of the run that saves."""
+        return {"epoch_steps": self.epoch_steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Refuses a checkpoint saved with another epoch length."""
+        saved = state.get("epoch_steps")
+        if saved is not None and saved != self.epoch_steps:
+            raise ValueError(explain(
+                f"{self.who}: resume continues a run of {saved} batches per epoch, and {self.data} now gives "
+                f"{self.epoch_steps}",
+                expected=f"{self.data} of {saved} batches per epoch, as in the run that saved the checkpoint",
+                received=f"{self.data} of {self.epoch_steps} batches per epoch (other data or another batch size)",
+                fix=f"pass the saved run's training data and batch size to continue it, or {self.fix}"))
+
+
 def training_data(loader: Any, epochs: int, most: int | None = None) -> tuple[Any, int]:
     """The stream of ``epochs`` epochs and its batches per epoch (at most ``most``)."""
     refuse_sources(loader, "the training data")

@@ -73,6 +73,11 @@ def find_checkpointer(found: Sequence[Checkpointer], resume: Any) -> Checkpointe
     return found[0] if found else None
 
 
+class PastStopError(ValueError):
+    """``resume`` found a checkpoint already past the loop's ``stop``. A rung that works its
+    ``stop`` out from its own arguments catches it to add a note in their terms."""
+
+
 def _past(stop: Any, snapshot: Snapshot, resume: Any) -> None:
     """Refuses a ``stop`` the checkpoint is already past (the loop would train nothing)."""
     period = check_stop(stop)
@@ -83,7 +88,7 @@ def _past(stop: Any, snapshot: Snapshot, resume: Any) -> None:
         if name in ("steps", "samples", "epochs") and getattr(clock, name) > value
     ]
     if past:
-        raise ValueError(explain(
+        raise PastStopError(explain(
             f"resume={resume!r} continues from step {snapshot.step}, which is past stop={stop!r}: "
             "the loop would train nothing and return the saved state",
             expected=f"a stop beyond the checkpoint's clock (step {clock.steps}, epoch {clock.epochs})",

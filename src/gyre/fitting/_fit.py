@@ -26,11 +26,12 @@ from gyre.data._padding import accepts_mask, padded
 from gyre.data._source import refuse_sources
 from gyre.engine import _named
 from gyre.engine._engine import alive
-from gyre.engine._epochs import first_batch, is_iterator, training_data
+from gyre.engine._epochs import EpochLength, first_batch, is_iterator, training_data
 from gyre.engine._inner import inner_loop
 from gyre.engine._masked import MaskedBatches
 from gyre.engine._nan import check_nan_policy
-from gyre.fitting._fit_checks import EpochLength, eval_batches, is_pair_of_arrays, refuse_array_pair
+from gyre.engine._resume import PastStopError
+from gyre.fitting._fit_checks import eval_batches, is_pair_of_arrays, refuse_array_pair
 from gyre.fitting._fit_steps import (
     check_split,
     leaf_shapes,
@@ -210,7 +211,8 @@ def fit(
         tasks[evaluation] = [*evaluations, ckpt]
         tasks[clock or EpochEnds(epoch_steps, "save", every=eval_freq, last=epochs, others=True)] = [save]
     writer = TensorBoardWriter(run_dir)
-    callbacks: list[Any] = [write_to(writer, every=epoch_steps), EpochLength(epoch_steps)]
+    callbacks: list[Any] = [write_to(writer, every=epoch_steps), EpochLength(epoch_steps, who="fit", data="train_ds",
+                fix="start a new run (resume=None trains in a new folder, <log_name>-<n>)")]
     if progress:
         callbacks.insert(0, keras_bar(total=epochs * epoch_steps))
     try:
@@ -221,12 +223,11 @@ def fit(
         )
         if hparams is not None:
             writer.write_hparams(dict(hparams), final_metrics(history))
-    except ValueError as err:
-        if "which is past stop=" in str(err):  # the engine's words: stop is fit's, not the user's
-            err.add_note(
-                f"gyre.fit: its stop is num_epochs x batches per epoch = {epochs} x {epoch_steps} = "
-                f"{epochs * epoch_steps} steps: pass a larger num_epochs to continue the saved run, "
-                "or resume=None to start a new one")
+    except PastStopError as err:  # the engine's words: stop is fit's, not the user's
+        err.add_note(
+            f"gyre.fit: its stop is num_epochs x batches per epoch = {epochs} x {epoch_steps} = "
+            f"{epochs * epoch_steps} steps: pass a larger num_epochs to continue the saved run, "
+            "or resume=None to start a new one")
         raise
     finally:
         ckpt.close()

@@ -89,35 +89,6 @@ def refuse_array_pair(train_ds: Any) -> None:
             "resumable); test_ds=(x, y) and val_ds=(x, y) are evaluated as they are"))
 
 
-class EpochLength:
-    """fit's batches per epoch, saved in its checkpoints (a callback for its ``state_dict``): a
-    resume into training data of another length is refused, since the saved clock's epochs, the
-    evaluations and the data position would no longer line up (a list or loader of other
-    length continued silently, with an evaluation lost or the data ending early)."""
-
-    def __init__(self, epoch_steps: int) -> None:
-        self.epoch_steps = int(epoch_steps)
-
-    def on_train_end(self) -> None:
-        """Nothing to do: the object rides in the loop for its ``state_dict``."""
-
-    def state_dict(self) -> dict[str, int]:
-        """The batches per epoch of the run that saves."""
-        return {"epoch_steps": self.epoch_steps}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Refuses a checkpoint saved with another epoch length."""
-        saved = state.get("epoch_steps")
-        if saved is not None and saved != self.epoch_steps:
-            raise ValueError(explain(
-                f"fit: resume continues a run of {saved} batches per epoch, and train_ds now gives "
-                f"{self.epoch_steps}",
-                expected=f"train_ds of {saved} batches per epoch, as in the run that saved the checkpoint",
-                received=f"train_ds of {self.epoch_steps} batches per epoch (other data or another batch size)",
-                fix="pass the saved run's training data and batch size to continue it, or start a new "
-                "run (resume=None trains in a new folder, <log_name>-<n>)"))
-
-
 def _strings(obj: Any, seen: set[int], depth: int = 0) -> Iterable[str]:
     """The strings held by an optax transformation: in its functions' closures, partials,
     and the tuples, lists and dict values they hold."""

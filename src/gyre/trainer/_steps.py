@@ -22,7 +22,9 @@ from gyre.core._logs import Logs
 from gyre.core._schedules import periodic
 from gyre.data._padding import accepts_mask
 from gyre.engine import train_loop
+from gyre.engine._epochs import EpochLength
 from gyre.engine._masked import MaskedBatches
+from gyre.engine._resume import PastStopError
 from gyre.engine._ring import arg_shapes
 from gyre.loggers import write_to
 from gyre.steps._update import train_update
@@ -293,7 +295,9 @@ class TrainingRun:
         if every:
             tasks[after(steps=every - 1).every(every)] = self.log_window
         resume_ckpt = checkpoint(str((t.log_dir / "resume").resolve()), keep=1)
-        callbacks: list[Any] = [self, write_to(t.writer, every=max(1, min(every or epoch_steps, epoch_steps)))]
+        callbacks: list[Any] = [self, write_to(t.writer, every=max(1, min(every or epoch_steps, epoch_steps))),
+                                EpochLength(epoch_steps, who="the trainer", data="train_loader",
+                                            fix="train in a new log_dir without resume")]
         if config.resume_every_minutes:  # on a clock (a save costs tens of ms; small epochs take less): and at the end
             tasks[periodic(60.0 * config.resume_every_minutes)] = resume_ckpt
         else:
@@ -309,6 +313,12 @@ class TrainingRun:
             )
             status = "stopped" if out[1].stop_reason else "success"
             return out
+        except PastStopError as err:  # the engine's words: stop is the trainer's, not the user's
+            err.add_note(
+                f"the trainer: its stop is num_epochs x batches per epoch = {epochs} x {epoch_steps} = "
+                f"{epochs * epoch_steps} steps: pass train_model a larger num_epochs (or a larger "
+                "trainer.train_epochs) to continue the saved run, or train in a new log_dir without resume")
+            raise
         finally:
             for cb in t.callbacks:
                 cb.finalize(status)
