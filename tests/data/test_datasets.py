@@ -98,3 +98,24 @@ def test_stratified_split_keeps_the_proportions_of_unbalanced_classes():
 def test_stratified_split_refuses_float_or_2d_labels(labels, match):
     with pytest.raises(ValueError, match=match):
         stratified_split(labels, test_size=0.5, seed=0)
+
+
+def test_a_whole_split_given_as_training_data_is_explained(split, tmp_path):
+    # was: a loop or fit iterated digits() as two batches (all 1,437 training rows, then all 360
+    # test rows), and batches(digits(), 64) failed in numpy ("inhomogeneous shape")
+    import jax.numpy as jnp
+    import optax
+
+    import gyre
+
+    assert split.train[0].shape == (1437, 64) and split.test[1].shape == (360,)  # it still unpacks as a tuple
+    step = {gyre.every(1): lambda state, batch: (gyre.logs(), state)}
+    with pytest.raises(TypeError, match=r"(?s)the dataset is the whole result of a built-in data set.*"
+                       r"received: Split\(train=\(x, y\) of shapes \(\(1437, 64\), \(1437,\)\).*gyre.data.batches"):
+        gyre.loop(0, split, step, stop=3)
+    with pytest.raises(TypeError, match=r"(?s)hold tuples of arrays where arrays belong.*\(1437, 64\)"):
+        gyre.data.batches(split, 64)
+    state = gyre.TrainState.create(apply_fn=lambda p, x: x @ p, params=jnp.zeros((64, 10)), tx=optax.sgd(0.1))
+    with pytest.raises(TypeError, match="the training data is the whole result of a built-in data set"):
+        gyre.fit(state, split, loss_fn=lambda logits, y: optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(),
+                 num_epochs=1, log_dir=str(tmp_path), progress=False)

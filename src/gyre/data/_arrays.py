@@ -60,6 +60,15 @@ def _as_arrays(arrays: Any, what: str = "the arrays given to batches()") -> tupl
             "batches() takes an array or a non-empty tuple of arrays",
             expected="batches((x_train, y_train), batch_size)", received=describe(arrays),
             fix="pass the arrays as a tuple: batches((x, y), 32)"))
+    nested = [i for i, a in enumerate(arrays) if isinstance(a, tuple) and all(hasattr(e, "shape") for e in a)]
+    if nested:  # a data set's (train, test) split, or (x, y) pairs of several splits
+        raise TypeError(explain(
+            f"{what} hold tuples of arrays where arrays belong, "
+            "e.g. a data set's whole (train, test) split",
+            expected="arrays of shape (n, ...): batches((x_train, y_train), batch_size)",
+            received=f"item {nested[0]}: a tuple of arrays of shapes {[tuple(e.shape) for e in arrays[nested[0]]]}",
+            fix="unpack the split and batch its training part: (x, y), test = gyre.data.digits(); "
+            "batches((x, y), 64, seed=0)"))
     out = tuple(np.asarray(a) for a in arrays)
     for i, (array, value) in enumerate(zip(arrays, out, strict=True)):
         if value.ndim == 0:

@@ -10,6 +10,7 @@ import gzip
 import os
 import zlib
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -17,7 +18,20 @@ from gyre.core._checks import real, require
 from gyre.core._errors import describe, explain
 from gyre.data._arrays import check_seed
 
-Split = tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+class Split(NamedTuple):
+    """What the built-in data sets return: ``(train, test)``, each an ``(x, y)`` pair of arrays.
+    It unpacks as a tuple; a loop given it whole (not one part, batched) refuses it.
+
+    Example:
+        >>> import numpy as np
+        >>> (x, y), test = Split((np.zeros((4, 2)), np.arange(4)), (np.ones((2, 2)), np.arange(2)))
+        >>> x.shape, test[0].shape
+        ((4, 2), (2, 2))
+    """
+
+    train: tuple[np.ndarray, np.ndarray]
+    test: tuple[np.ndarray, np.ndarray]
 
 
 def _check_test_size(test_size: object) -> float:
@@ -97,7 +111,7 @@ def digits(*, test_size: float = 0.2, seed: int = 0) -> Split:
     x = (np.asarray(bunch.data, dtype=np.float32) / 16.0).reshape(-1, 64)
     y = np.asarray(bunch.target, dtype=np.int32)
     train, test = stratified_split(y, test_size=test_size, seed=seed)
-    return (x[train], y[train]), (x[test], y[test])
+    return Split((x[train], y[train]), (x[test], y[test]))
 
 
 IMAGES_MAGIC = 0x00000803  # unsigned bytes, 3 dimensions
@@ -246,7 +260,7 @@ def _idx_dataset(path: str | os.PathLike[str], dataset: str) -> Split:
                 received=f"{len(images)} images in {image_path}, {len(labels)} labels in {label_path}",
                 fix="download both files again from the same release"))
         out.append((_images(images)[..., None], _check_labels(label_path, labels)))
-    return out[0], out[1]
+    return Split(out[0], out[1])
 
 
 def mnist(path: str | os.PathLike[str]) -> Split:
@@ -359,4 +373,4 @@ def cifar10(path: str | os.PathLike[str]) -> Split:
     folder = _cifar_folder(path)
     parts = [_cifar_file(folder / name) for name in CIFAR_TRAIN]
     train = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
-    return train, _cifar_file(folder / CIFAR_TEST)
+    return Split(train, _cifar_file(folder / CIFAR_TEST))

@@ -28,6 +28,7 @@ from gyre.data._augment import (
     checked_augment,
     with_augment,
 )
+from gyre.data._datasets import Split
 
 AUGMENT_OPTIONS = ("padding", "flip", "seed")
 
@@ -48,7 +49,8 @@ class Sources(NamedTuple):
 
 
 def refuse_sources(value: Any, what: str) -> None:
-    """Raises a clear error when ``value`` is the whole :class:`Sources` triple, not one part."""
+    """Raises a clear error when ``value`` is the whole :class:`Sources` triple or a built-in data
+    set's whole :class:`~gyre.data._datasets.Split`, not one part."""
     if isinstance(value, Sources):
         raise TypeError(explain(
             f"{what} is the whole result of gyre.data.arrays(...), a (train, val, test) triple",
@@ -57,6 +59,17 @@ def refuse_sources(value: Any, what: str) -> None:
             received=f"Sources(train={value.train!r}, val={value.val!r}, test={value.test!r})",
             fix="pass sources.train as the training data and sources.val / sources.test as "
             "the evaluation data"))
+    if isinstance(value, Split):
+        shapes = [tuple(tuple(a.shape) for a in part) for part in value]
+        raise TypeError(explain(
+            f"{what} is the whole result of a built-in data set (gyre.data.digits(), mnist, "
+            "fashion_mnist, cifar10): its (train, test) pair of (x, y) arrays, which would be iterated "
+            "as two batches of every row",
+            expected="batches of its training part",
+            received=f"Split(train=(x, y) of shapes {shapes[0]}, test=(x, y) of shapes {shapes[1]})",
+            fix="unpack and batch it: (x, y), (x_test, y_test) = gyre.data.digits(); "
+            "gyre.data.batches((x, y), 64, seed=0); or gyre.data.arrays(gyre.data.digits(), 64) "
+            "for its train, val and test parts"))
 
 
 class EvalBatches:

@@ -17,6 +17,7 @@ import jax
 from gyre.core._checks import instance, whole
 from gyre.core._clock import BatchSizeFn, Elapsed, Period, infer_batch_size
 from gyre.core._errors import as_integer, describe, explain, warn
+from gyre.data._source import refuse_sources
 
 StopLike = int | Period | None
 
@@ -66,7 +67,9 @@ def dataset_epoch_steps(dataset: Any) -> int | None:
 
 
 def check_iterable(dataset: Any) -> None:
-    """Raises the explained error for a dataset a loop cannot iterate (an array, a dict, a pair)."""
+    """Raises the explained error for a dataset a loop cannot iterate (an array, a dict, a pair,
+    a data set's whole train/test split)."""
+    refuse_sources(dataset, "the dataset")
     if _looks_like_arrays(dataset):
         shapes = ", ".join(str(tuple(x.shape)) for x in dataset)
         raise TypeError(explain(
