@@ -255,3 +255,22 @@ def test_a_bare_array_or_a_dict_of_arrays_is_refused_as_a_dataset(door):
 def test_inner_loop_output_state_given_a_string_is_refused():
     with pytest.raises(TypeError, match=r"(?s)output_state must be True or False.*str 'no'"):
         gyre.inner_loop("test", lambda state: (state, gyre.History(), None), output_state="no")
+
+
+@pytest.mark.parametrize("build, typo, fix", [
+    (lambda: gyre.every(stpes=5), "stpes", "steps"),
+    (lambda: gyre.after(step=5), "step", "steps"),
+    (lambda: gyre.at(epoch=2), "epoch", "epochs"),
+    (lambda: gyre.early_stopping("loss", patiance=3), "patiance", "patience"),
+    (lambda: gyre.keras_bar(totl=5), "totl", "total"),
+    (lambda: gyre.elapse([1], stpo=5), "stpo", "stop"),
+    (lambda: gyre.inner_loop("val", lambda state: state, agregation="mean"), "agregation", "aggregation"),
+    (lambda: gyre.jaxloop.EvalSpec(dataset=[1], num_step=3), "num_step", "num_steps"),
+    (lambda: gyre.jaxloop.OuterLoop(train_loop=None, eval_loop=[]), "eval_loop", "eval_loops"),
+    (lambda: gyre.trainer.EarlyStopping(monitr="val/loss"), "monitr", "monitor"),
+    (lambda: gyre.trainer.ModelCheckpoint(save_topk=2), "save_topk", "save_top_k"),
+])
+def test_a_misspelt_keyword_of_a_schedule_or_callback_names_the_closest_one(build, typo, fix):
+    # was: Python's bare "got an unexpected keyword argument", without the names it takes
+    with pytest.raises(TypeError, match=rf"(?s)unexpected keyword argument '{typo}'.*did you mean {fix}=\?"):
+        build()

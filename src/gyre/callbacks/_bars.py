@@ -17,7 +17,7 @@ import numpy as np
 from gyre.callbacks._wandb_logger import FollowsHistory
 from gyre.core._checks import choice, real, whole
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import describe, explain, suggest
+from gyre.core._errors import describe, explain, keywords_checked, suggest
 from gyre.core._history import Block
 from gyre.core._host import numeric_dtype
 from gyre.core._logs import Logs
@@ -189,6 +189,7 @@ class KerasBar(_Bar):
         True
     """
 
+    @keywords_checked
     def __init__(
         self,
         total: int | Period | None = None,

@@ -13,7 +13,7 @@ import numpy as np
 
 from gyre.core._checks import choice, instance, real, whole
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import ExplainedKeyError, describe, explain, suggest, warn
+from gyre.core._errors import ExplainedKeyError, describe, explain, keywords_checked, suggest, warn
 from gyre.core._host import fetch, to_python
 from gyre.core._logs import Logs
 from gyre.engine._tasks import LoopElement
@@ -191,6 +191,7 @@ class EarlyStopping(Improvement, LoopElement):
         (4, 2, 2.0)
     """
 
+    @keywords_checked
     def __init__(
         self,
         monitor: str,

@@ -10,7 +10,7 @@ from typing import Any
 import jax
 
 from gyre.core._checks import instance, whole
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, keywords_checked
 
 CLOCK_FIELDS = ("steps", "samples", "epochs", "step_in_epoch", "time", "date")
 
@@ -366,6 +366,7 @@ class Period:
         return "Period(" + ", ".join(f"{n}={v!r}" for n, v in self.items()) + ")"
 
 
+@keywords_checked
 def at(
     steps: int | None = None,
     *,

@@ -13,7 +13,7 @@ from typing import Any
 
 from gyre.core._checks import instance, real, whole
 from gyre.core._clock import Elapsed, Period
-from gyre.core._errors import explain
+from gyre.core._errors import explain, keywords_checked
 
 ScheduleLike = Callable[[Elapsed], bool]
 
@@ -396,6 +396,7 @@ class Every(Schedule):
         return f"every({self.unit}={self.amount!r})"
 
 
+@keywords_checked
 def every(
     steps: int | None = None,
     *,
@@ -577,6 +578,7 @@ def piecewise(initial: ScheduleLike, pieces: Mapping[Period, ScheduleLike]) -> P
     return Piecewise(initial, pieces)
 
 
+@keywords_checked
 def after(
     steps: int | None = None,
     *,

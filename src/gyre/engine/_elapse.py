@@ -16,7 +16,7 @@ import jax
 
 from gyre.core._checks import instance, whole
 from gyre.core._clock import BatchSizeFn, Elapsed, Period, infer_batch_size
-from gyre.core._errors import as_integer, describe, explain, warn
+from gyre.core._errors import as_integer, describe, explain, keywords_checked, warn
 from gyre.data._source import refuse_sources
 
 StopLike = int | Period | None
@@ -185,6 +185,7 @@ class Elapse:
         [0, 1, 2]
     """
 
+    @keywords_checked
     def __init__(
         self,
         dataset: Iterable[Any],

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gyre.core._checks import instance
-from gyre.core._errors import describe, explain, flag
+from gyre.core._errors import describe, explain, flag, keywords_checked
 from gyre.core._history import History, history
 from gyre.core._logs import Logs
 from gyre.core.metrics import get_reduction
@@ -161,6 +161,7 @@ class InnerLoop(LoopElement):
         0.75
     """
 
+    @keywords_checked
     def __init__(
         self,
         name: str | None | Callable[[Any], tuple[Any, History, Any]],

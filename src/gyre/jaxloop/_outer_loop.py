@@ -12,7 +12,7 @@ import jax
 
 from gyre.callbacks._checkpoint import checkpoint
 from gyre.core._checks import instance, whole
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, keywords_checked
 from gyre.engine._snapshot import has_state
 from gyre.jaxloop._action_loop import ActionLoop, EvalLoop
 from gyre.jaxloop._actions import DATA_META, CheckpointAction, SummaryAction, read_orbax, steps_in
@@ -73,6 +73,7 @@ class OuterLoop:
         (6, [4, 5], [4], False)
     """
 
+    @keywords_checked
     def __init__(
         self,
         train_loop: ActionLoop | Loop | None = None,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from gyre.core._checks import instance, real, whole
-from gyre.core._errors import explain
+from gyre.core._errors import explain, keywords_checked
 from gyre.engine._snapshot import has_state
 
 
@@ -102,6 +102,9 @@ class EvalSpec:
         instance(self.should_eval_fn, "EvalSpec's should_eval_fn", Callable, none=True, kind="callable",
                  problem="EvalSpec's should_eval_fn must be callable", expected="a function EvalContext -> bool",
                  fix="pass should_eval_fn=lambda ctx: ctx.step >= 1000")
+
+
+EvalSpec.__init__ = keywords_checked(EvalSpec.__init__)  # type: ignore[method-assign]  # a typo: the closest field
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,7 +37,15 @@ from gyre.callbacks._store import Store
 from gyre.config import config_to_dict
 from gyre.config._registry import register_callback
 from gyre.core._checks import instance, real, whole
-from gyre.core._errors import ExplainedKeyError, as_integer, describe, explain, suggest, warn
+from gyre.core._errors import (
+    ExplainedKeyError,
+    as_integer,
+    describe,
+    explain,
+    keywords_checked,
+    suggest,
+    warn,
+)
 from gyre.core._host import fetch, numeric_dtype
 from gyre.engine._snapshot import Snapshot
 from gyre.loggers._writer import Writer
@@ -465,6 +473,7 @@ class EarlyStopping(Callback, Improvement):
 
     mode_from_monitor = True  # a config's mode against the monitor's name is refused (config/_schema)
 
+    @keywords_checked
     def __init__(
         self,
         *,
@@ -579,6 +588,7 @@ class ModelCheckpoint(_CleansUp):
 
     mode_from_monitor = True  # a config's mode against the monitor's name is refused (config/_schema)
 
+    @keywords_checked
     def __init__(
         self,
         monitor: str = "val/loss",
