@@ -84,7 +84,6 @@ def test_a_second_train_model_into_the_same_log_dir_is_explained_in_the_trainers
     assert trainer(tmp_path, train_epochs=1, resume="latest").train_model(data, num_epochs=2) == {}  # epoch 2
 
 
-@pytest.mark.filterwarnings("ignore:resuming the run in .* with settings other than")
 def test_a_resume_into_a_loader_of_another_epoch_length_is_refused(tmp_path):
     # was: resumed 10 saved steps with 8-batch epochs as epoch 1 at step 10 (clock: epochs=1 at
     # step 16), so num_epochs=2 ended after 16 steps, one epoch short and its validation lost
@@ -98,6 +97,9 @@ def test_a_resume_into_a_loader_of_another_epoch_length_is_refused(tmp_path):
         trainer(tmp_path, train_epochs=1, resume="latest").train_model([batch] * 8, num_epochs=2)
     with pytest.raises(ValueError, match="a run of 10 batches per epoch, and train_loader now gives 6"):
         trainer(tmp_path, train_epochs=1, resume="latest", max_steps_per_epoch=6).train_model([batch] * 10, num_epochs=2)
+    # a refused resume leaves the saved run's config.yaml (it recorded max_steps_per_epoch: 6, and the
+    # next resume warned of a change 6 -> None the saved run never had)
+    assert "max_steps_per_epoch: null" in (tmp_path / "config.yaml").read_text()
     resumed = trainer(tmp_path, train_epochs=1, resume="latest")
     resumed.train_model([batch] * 10, num_epochs=2)
     assert resumed.global_step == 20

@@ -826,7 +826,6 @@ class TrainerModule:
                 self.state.replace(tx=self.optimizer, opt_state=self.optimizer.init(self.state.params)))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._check_fresh()
-        self._store_config()
         self.writer.write_scalars(self.global_step, {"param/num_model_params": self.num_model_params()})
         run = TrainingRun(self, named_loaders(val_loader, "val"))
         named_loaders(test_loader, "test")  # a bad dict of test loaders is explained before training
@@ -876,7 +875,8 @@ class TrainerModule:
             self.state = final
 
     def _store_config(self) -> None:
-        """Writes ``config.yaml`` (the last text is kept: YAML takes milliseconds per call)."""
+        """Writes ``config.yaml`` once the loop has started, i.e. after a resume was accepted (the
+        last text is kept: YAML takes milliseconds per call)."""
         stored = stored_config(self)
         key = json.dumps(stored, default=repr)  # (a snapshot: the model's settings may be changed in place)
         if self._config_yaml is not None and self._config_yaml[0] == key:

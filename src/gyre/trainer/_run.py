@@ -352,7 +352,7 @@ def run_config(
             shutil.rmtree(made)  # a run that could not start leaves no run folder behind
         raise
     _start_log(log, source, config, dataset)
-    yaml_path = folder / "config.yaml"  # a resumed run's, put back (with a note) when the resume fails
+    yaml_path = folder / "config.yaml"  # a resumed run's: train_model rewrites it once the resume is accepted
     kept = yaml_path.read_text() if config.trainer.resume is not None and yaml_path.is_file() else None
     start = time.perf_counter()
     try:
@@ -372,8 +372,7 @@ def run_config(
             history.to_csv(str(folder / "history.csv"))
             plot_curves(history, folder / "curves.png", title=folder.name, **_monitored(config))
     except BaseException as err:
-        if kept is not None:
-            yaml_path.write_text(kept)
+        if kept is not None and yaml_path.read_text() == kept:  # e.g. a refused resume
             err.add_note(f"gyre: {yaml_path} is kept as the run wrote it; continue the run with its own "
                          f"config: gyre resume {folder}")
         if isinstance(err, FloatingPointError):  # gyre.NonFiniteError: the checkpoints hold the last good state

@@ -328,6 +328,7 @@ class TrainingRun:
 
     def on_train_begin(self, loop: Any) -> None:
         self.loop = loop
+        self.trainer._store_config()  # not before: a refused resume leaves the saved run's config.yaml
         for cb in self.trainer.callbacks:
             cb.on_training_start()
 
