@@ -275,6 +275,13 @@ def test_a_refused_resume_keeps_the_runs_config_and_gyre_resume_still_works(tmp_
     assert "trained 2 steps (1 epochs)" in capsys.readouterr().out
 
 
+def test_a_nan_at_the_first_step_is_not_called_a_divergence():
+    assert "lower optimizer.learning_rate" in cli.diverged_fix(1)
+    fix = cli.diverged_fix(0)
+    assert "labels outside the model's classes" in fix and "trainer.detect_nans=false" in fix
+    assert "lower optimizer.learning_rate" not in fix
+
+
 def test_a_nan_is_noticed_within_a_block_and_the_fix_is_in_the_commands_terms(tmp_path, capsys):
     argv = ["fit", "--learning-rate", "1e30", "--quiet", "--out", str(tmp_path)]  # 15 epochs, 285 steps
     assert cli.main(argv) == cli.EXIT_NON_FINITE

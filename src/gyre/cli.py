@@ -265,7 +265,11 @@ def _notes(err: BaseException) -> str:
 
 
 def diverged_fix(step: int) -> str:
-    """The fix of a diverged training, in the command line's terms."""
+    """The fix of a diverged training (of a NaN at the first step), in the command line's terms."""
+    from gyre.engine._nan import FIRST_STEP
+
+    if step == 0:
+        return f"{FIRST_STEP}; trainer.detect_nans=false records such values without stopping"
     return (
         "the training diverged: lower optimizer.learning_rate (gyre fit CONFIG "
         "optimizer.learning_rate=1e-4; the demo: --learning-rate 1e-4), clip the gradients (in "

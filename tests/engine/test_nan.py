@@ -47,6 +47,23 @@ def test_raise_names_the_first_non_finite_step_and_entry(steps_per_call):
     assert isinstance(err, FloatingPointError)
 
 
+def test_a_nan_at_the_first_step_points_at_the_data_not_at_a_divergence():
+    # was: "the training diverged: lower the learning rate", for labels 1..10 of a 10-class model
+    import optax
+
+    def step(state, batch):
+        x, labels = batch
+        loss = optax.softmax_cross_entropy_with_integer_labels(x @ state, labels).mean()
+        return gyre.logs().add_loss("loss", loss), state
+
+    batch = (jnp.ones((4, 3)), jnp.array([1, 5, 9, 10]))  # 10 is outside the 10 classes
+    with pytest.raises(gyre.NonFiniteError, match='"loss" is nan at step 0') as info:
+        gyre.loop(jnp.zeros((3, 10)), [batch], {gyre.every(1): step})
+    fix = str(info.value).splitlines()[3]
+    assert "labels outside the model's classes" in fix and "NaN/Inf inputs" in fix and "nan_policy='skip'" in fix
+    assert "diverged: lower the learning rate" not in fix
+
+
 def test_raise_on_an_infinite_metric_says_how_to_keep_a_metric_that_may_be_nan():
     def step(state, batch):
         return gyre.logs().add_loss("loss", jnp.float32(1)).add_metric("ratio", jnp.float32(batch) / 0.0), state

@@ -35,6 +35,14 @@ POLL_SECONDS = 0.5
 Key = tuple[str, str]
 
 
+FIRST_STEP = (
+    "the first step's value comes before any update, not from a diverged training: check the batch "
+    "of step 0 for NaN/Inf inputs and for labels outside the model's classes (optax's "
+    "*_with_integer_labels losses give NaN for a label < 0 or >= the number of logits, e.g. labels "
+    "1..10 for 10 classes), and the model's initial parameters"
+)
+
+
 class NonFiniteError(FloatingPointError):
     """A loop logged a NaN or infinite loss or metric (``nan_policy="raise"``, the default).
 
@@ -325,7 +333,7 @@ class FiniteCheck:
                 "they count them in state.skipped_steps); nan_policy='ignore' records them "
                 "without stopping"
             )
-        fix = (
+        fix = f"{FIRST_STEP}; {then}" if step == 0 else (
             "the training diverged: lower the learning rate, clip the gradients "
             "(optax.clip_by_global_norm(1.0), or @gyre.managed.train_step(clip_grad_norm=1.0)), "
             f"and check the batch of step {step} for NaN/Inf inputs; {then}"
