@@ -224,3 +224,17 @@ def test_a_state_without_parameters_to_train_is_refused():
         gyre.TrainState.create(params=None, tx=optax.sgd(0.1))
     gyre.TrainState.create(params={}, tx=optax.identity())  # jaxloop's tests build mock states so
     gyre.TrainState.create(params=(), rng=0)  # a state that is not trained: no parameters is fine
+
+
+def test_params_holding_a_function_such_as_a_whole_equinox_model_are_explained():
+    # was: optax's "zeros_like requires ndarray or scalar arguments, got custom_jvp" from tx.init
+    import equinox as eqx
+    import jax
+
+    model = eqx.nn.MLP(4, 2, width_size=3, depth=1, key=jax.random.key(0))
+    with pytest.raises(TypeError, match=r"(?s)ManagedState.create: params holds a leaf that is not an array, "
+                       r"at params.activation.*eqx.partition\(model, eqx.is_inexact_array\)"):
+        gyre.managed.ManagedState.create(params=model, tx=optax.adam(1e-3))
+    params, _ = eqx.partition(model, eqx.is_inexact_array)
+    assert gyre.TrainState.create(params=params, tx=optax.adam(1e-3)).step == 0
+    assert gyre.TrainState.create(params={"w": 1.0, "on": True}).params["w"] == 1.0  # numbers are leaves

@@ -116,6 +116,7 @@ class TrainState(struct.PyTreeNode, kw_only=True):
                 received="params=None",
                 fix="pass params=model.init(key, x)['params']; for a state that holds no "
                 "parameters, params=()"))
+        _check_leaves(params, cls.__name__)
         model_state = dict(model_state or {})
         if batch_stats is not None:
             if "batch_stats" in model_state:
@@ -282,3 +283,18 @@ def _unknown_attribute(state: Any, name: str, model_state: Any, extras: Any) -> 
         f"or an extra ({extra or 'none'})",
         received=repr(name), fix=(f"use {hint.split(chr(39))[1]!r}" if hint else "check the name")
         + "; values passed to create() that are not fields are kept in extras")
+
+
+def _check_leaves(params: Any, owner: str) -> None:
+    """Refuses ``params`` with a leaf that is no array or number (a whole equinox model's
+    functions), which optax's ``init`` would fail on with its own words."""
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        if not (hasattr(leaf, "dtype") or isinstance(leaf, (bool, int, float, complex))):
+            raise TypeError(explain(
+                f"{owner}.create: params holds a leaf that is not an array, at params{jax.tree_util.keystr(path)}",
+                expected="a pytree of arrays (or numbers) only: the values the optimizer updates",
+                received=describe(leaf),
+                fix="for an equinox model, split it: params, static = eqx.partition(model, "
+                "eqx.is_inexact_array), pass params=params and call eqx.combine(state.params, static) in "
+                "the step (or gyre.create_flax_state(model, ...), which splits it); else keep functions "
+                "and settings out of params"))
