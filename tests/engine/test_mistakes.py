@@ -274,3 +274,28 @@ def test_a_misspelt_keyword_of_a_schedule_or_callback_names_the_closest_one(buil
     # was: Python's bare "got an unexpected keyword argument", without the names it takes
     with pytest.raises(TypeError, match=rf"(?s)unexpected keyword argument '{typo}'.*did you mean {fix}=\?"):
         build()
+
+
+def test_a_state_an_earlier_training_consumed_is_explained_by_the_loop_and_the_step():
+    # was: XLA's "Buffer has been deleted or donated" from the first step (a re-run notebook cell),
+    # and the loop's note blamed "the step that failed"
+    import jax.numpy as jnp
+    import optax
+
+    from gyre import managed
+
+    @managed.train_step
+    def train_step(state, batch):
+        return gyre.logs().add_loss("loss", jnp.mean((batch @ state.params["w"]) ** 2)), state
+
+    state = managed.ManagedState.create(params={"w": jnp.ones(3)}, tx=optax.sgd(0.1))
+    data = [jnp.ones((4, 3))] * 2
+    trained, _, _ = gyre.train_loop(state, data, {gyre.on_train_step: train_step})  # donates state
+    with pytest.raises(ValueError, match=r"(?s)the loop got a state whose arrays were donated.*"
+                       r"fix: continue from what the loop returned \(state, history, elapsed = gyre.loop"):
+        gyre.train_loop(state, data, {gyre.on_train_step: train_step})
+    _, newer = train_step(trained, data[0])
+    with pytest.raises(ValueError, match=r"(?s)the step got a state whose arrays were donated.*"
+                       r"logs, state = train_step\(state, batch\)"):
+        train_step(trained, data[0])
+    assert newer.step == 3

@@ -215,7 +215,24 @@ def _failed(err: BaseException, ls: LoopState, clock: Elapse, saving: Sequence[A
 
 
 def alive(tree: Any) -> bool:
-    return not any(getattr(x, "is_deleted", lambda: False)() for x in jax.tree_util.tree_leaves(tree))
+    """Whether no array of ``tree`` is deleted (donated); a tracer counts as alive."""
+    return not any(getattr(x, "is_deleted", lambda: False)() for x in jax.tree_util.tree_leaves(tree)
+                   if not isinstance(x, jax.core.Tracer))
+
+
+def refuse_donated(state: Any, who: str, returned: str) -> None:
+    """Refuses a state whose arrays an earlier training consumed (a compiled training step donates
+    its state), which XLA would refuse deep in the first step; ``returned`` shows the call that
+    gives the state to go on with."""
+    if not alive(state):
+        raise ValueError(explain(
+            f"{who} got a state whose arrays were donated to an earlier training (a compiled training "
+            "step donates the state it is given: its arrays are deleted, and XLA would refuse them "
+            "deep in the first step)",
+            expected=f"a state no training has consumed: the one {who} returned, or a fresh one",
+            received="a state with deleted arrays (passed to a training step, a loop or fit before)",
+            fix=f"continue from what {who} returned ({returned}), or create the state again "
+            "(TrainState.create(..., params=jax.tree.map(jnp.copy, params)) keeps params for another run)"))
 
 
 def _interrupted(ls: LoopState, clock: Elapse, catch: bool) -> None:
@@ -345,6 +362,8 @@ def loop(
     resumed = None
     if resume is not None:
         state, history, elapsed, resumed = resume_from(checkpoint, resume, state, history, elapsed, stop)  # type: ignore[arg-type]
+    if resumed is None:  # (a resumed loop's given state is only the shape of the restored one)
+        refuse_donated(state, "the loop", "state, history, elapsed = gyre.loop(state, ...)")
     data = track_data(dataset, data_resume)
     dataset = prefetched(data, state, prefetch, stop, elapsed)
     clock_iter = Elapse(

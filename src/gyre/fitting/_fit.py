@@ -25,7 +25,7 @@ from gyre.core._train_state import TrainState
 from gyre.data._padding import accepts_mask, padded
 from gyre.data._source import refuse_sources
 from gyre.engine import _named
-from gyre.engine._engine import alive
+from gyre.engine._engine import refuse_donated
 from gyre.engine._epochs import EpochLength, first_batch, is_iterator, training_data
 from gyre.engine._inner import inner_loop
 from gyre.engine._masked import MaskedBatches
@@ -281,15 +281,7 @@ def _check_arguments(
             f"fit needs a gyre.TrainState with apply_fn and tx (missing: {missing})",
             expected="gyre.TrainState.create(apply_fn=model.apply, params=..., tx=optax.adam(1e-3))",
             received=describe(state), fix="create the state with apply_fn=model.apply and an optax optimizer tx="))
-    if not alive(state):
-        raise ValueError(explain(
-            "fit got a state whose arrays were donated to an earlier training (fit donates the "
-            "state it trains: its arrays are deleted, and XLA would refuse them deep in the first step)",
-            expected="a state no training has consumed: the one fit returned, or a fresh one",
-            received="a gyre.TrainState with deleted arrays (passed to fit, or a loop, before)",
-            fix="continue from what fit returned (state, history = gyre.fit(state, ...)), or create "
-            "the state again (TrainState.create(..., params=jax.tree.map(jnp.copy, params)) keeps "
-            "params for another run)"))
+    refuse_donated(state, "fit", "state, history = gyre.fit(state, ...)")
     epochs = whole(num_epochs, "num_epochs", minimum=1, problem="fit needs a whole number num_epochs >= 1",
                    expected="num_epochs=10", fix="pass a whole number of epochs, e.g. num_epochs=10")
     whole(eval_freq, "eval_freq", minimum=1, problem="fit needs a whole number eval_freq >= 1 (epochs between evaluations)",

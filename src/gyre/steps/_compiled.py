@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gyre.core._logs import Logs
+from gyre.engine._engine import refuse_donated
 from gyre.engine._fuse import scanned
 from gyre.parallel._strategies import Jit
 from gyre.parallel._strategy import Strategy
@@ -53,7 +54,11 @@ class StrategyStep:
             self._last = (strategy, run, place)
         if place:
             batch = strategy.place_batch(batch)
-        return run(state, batch)
+        try:
+            return run(state, batch)
+        except Exception:  # XLA's "Buffer has been deleted or donated": said in a step's terms
+            refuse_donated(state, "the step", "logs, state = train_step(state, batch)")
+            raise
 
     def fuse(self, steps: int) -> StepFn:
         """``(state, batches) -> (logs, state)`` running one step per row of stacked ``batches`` in
