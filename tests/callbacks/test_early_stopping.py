@@ -264,27 +264,30 @@ def test_a_baseline_with_a_shape_but_no_dtype_is_explained():
         gyre.early_stopping("loss", patience=1, baseline=Shaped())
 
 
-def test_restore_best_weights_without_on_train_end_says_the_best_state_was_not_given_back():
-    # ciclo's early_stopping gives the best state back in a plain loop; gyre's gives it back
-    # through on_train_end, which a plain gyre.loop only runs when on_end= names it: without
-    # it the loop returned its last state silently
-    values = [3.0, 1.0, 2.0, 5.0]
+def test_restore_best_weights_gives_the_best_state_to_the_loop_it_stops_as_ciclo_does():
+    # ciclo's early_stopping returns the best state when it stops the loop; gyre's returned the
+    # last state there unless on_end=es.on_train_end was given, and only warned
+    values = [3.0, 1.0, 2.0, 5.0, 0.5]
 
     def evaluate(state, elapsed):
         return gyre.logs().add_loss("loss", jnp.float32(values[elapsed.steps])), state + 10
 
-    es = gyre.early_stopping("loss", patience=1, restore_best_weights=True)
-    with pytest.warns(gyre.LoopWarning, match=r"kept the best state \(step 1\), but nothing gave it back"):
-        state, _, _ = gyre.loop(0, range(4), {gyre.every(1): [evaluate, es]})
-    assert state == 30  # the last state, as said
-    es = gyre.early_stopping("loss", patience=1, restore_best_weights=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        state, _, _ = gyre.loop(0, range(4), {gyre.every(1): [evaluate, es]}, on_end=es.on_train_end)
+        es = gyre.early_stopping("loss", patience=1, restore_best_weights=True)
+        state, _, elapsed = gyre.loop(0, range(5), {gyre.every(1): [evaluate, es]})
+        assert (state, elapsed.steps, es.stopped_step) == (20, 3, 2)  # stopped at step 2, best of step 1
+        es = gyre.early_stopping("loss", patience=1, restore_best_weights=True)
+        state, _, _ = gyre.loop(0, range(5), {gyre.every(1): [evaluate, es]}, on_end=es.on_train_end)
         assert state == 20
         es = gyre.early_stopping("loss", patience=1, restore_best_weights=True)
-        state, _, _ = gyre.train_loop(0, range(4), {gyre.on_train_step: evaluate}, callbacks=[es], epoch_duration=1)
+        state, _, _ = gyre.train_loop(0, range(5), {gyre.on_train_step: evaluate}, callbacks=[es], epoch_duration=1)
         assert state == 20
+    # a loop that ends before patience runs out has only on_train_end to give the best state back
+    es = gyre.early_stopping("loss", patience=3, restore_best_weights=True)
+    with pytest.warns(gyre.LoopWarning, match=r"kept the best state \(step 1\), but nothing gave it back"):
+        state, _, _ = gyre.loop(0, range(3), {gyre.every(1): [evaluate, es]})
+    assert state == 30  # the last state, as said
 
 
 def test_an_early_stopping_reused_in_a_new_loop_starts_anew_and_a_continued_clock_goes_on():

@@ -168,8 +168,9 @@ class EarlyStopping(Improvement, LoopElement):
         mode: ``"min"``, ``"max"``, or ``"auto"``: ``"max"`` when a word of the name says higher
             is better (``accuracy``, ``f1``, ``auc``, ``score``...), else ``"min"``.
         baseline: a value to beat; until it is beaten, evaluations count against patience.
-        restore_best_weights: when the loop ends, return the best evaluation's state (a copy is
-            kept on the device).
+        restore_best_weights: the loop it stops returns the best evaluation's state, as ciclo's
+            does; a loop ended otherwise returns it through ``on_train_end`` (a copy is kept on
+            the device).
         initial_patience: first evaluations that cannot count against patience (they still
             record the best).
 
@@ -244,7 +245,7 @@ class EarlyStopping(Improvement, LoopElement):
         self.stopped_step: int | None = None
         self._given_back = False  # on_train_end ran in this loop (it returns the best state)
 
-    def __call__(self, state: Any, elapsed: Any, logs: Logs, loop: Any = None) -> None:
+    def __call__(self, state: Any, elapsed: Any, logs: Logs, loop: Any = None) -> tuple[None, Any] | None:
         if self.since is not None and elapsed.steps < self.since.steps:
             self.reset()  # a clock behind the one it counted from: a new loop's (reused, re-run), which starts anew
         value = find(
@@ -278,11 +279,16 @@ class EarlyStopping(Improvement, LoopElement):
             loop.request_stop(
                 f"early stopping: {self.monitor} (mode {self.mode!r}) did not improve for {how_long} "
                 f"(best {self.best:.6g} at step {self.best_step})")
+            best = self.on_train_end(state)  # as ciclo: the loop it stops returns the best state
+            if best is not None:
+                return None, best
+        return None
 
     on_epoch_end = __call__
 
     def on_train_end(self, state: Any) -> Any:
-        """Returns the best state when ``restore_best_weights`` (whatever ended the loop)."""
+        """Returns the best state when ``restore_best_weights`` (whatever ended the loop; the
+        loop it stops gets it at once, as ciclo's)."""
         self._given_back = True
         if self.restore_best_weights and self.best_state is not None:
             if isinstance(self.best_state, _Leaves):
