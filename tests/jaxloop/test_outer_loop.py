@@ -361,6 +361,41 @@ def test_resume_continues_the_data_of_gyre_batches_at_the_next_batch(tmp_path):
     assert float(resumed["total"]) == float(expected["total"]) and int(resumed["step"]) == 11
 
 
+def test_resume_says_when_the_training_data_cannot_continue_after_the_checkpoint(tmp_path):
+    """A generator (jaxloop's guide feeds one) cannot be put back after the checkpoint: the
+    resumed run trains on other batches than the uninterrupted one, so it says so, once; with
+    gyre.data.batches it continues exactly and says nothing."""
+    import warnings
+
+    import gyre
+
+    xs = np.arange(40, dtype=np.float32)
+
+    def run(directory, total, data):
+        def step(state, batch, n, **kwargs):
+            return {"step": state["step"] + 1, "total": state["total"] + batch.sum()}, {}
+
+        train = jaxloop.TrainLoop(step, end_actions=[jaxloop.CheckpointAction(directory)])
+        outer = jaxloop.OuterLoop(train_loop=train, checkpoint_spec=jaxloop.CheckpointSpec(directory))
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            outer(_ckpt_state(), train_dataset=data(), train_total_steps=total, train_loop_steps=3)
+        return [str(w.message) for w in said if "resuming from checkpoint" in str(w.message)]
+
+    def generator():
+        return (b for b in gyre.data.batches(xs, 2, seed=3))
+
+    assert run(str(tmp_path / "a"), 5, generator) == []  # nothing to resume from
+    said = run(str(tmp_path / "a"), 11, generator)
+    assert len(said) == 1 and "resuming from checkpoint 5" in said[0] and "a generator" in said[0]
+    assert "gyre.data.batches" in said[0]
+    assert run(str(tmp_path / "b"), 5, lambda: gyre.data.batches(xs, 2, seed=3)) == []
+    assert run(str(tmp_path / "b"), 11, lambda: gyre.data.batches(xs, 2, seed=3)) == []
+    # checkpoints saved without a position (by the generator's run), resumed with gyre's batches
+    said = run(str(tmp_path / "a"), 14, lambda: gyre.data.batches(xs, 2, seed=3))
+    assert len(said) == 1 and "the checkpoint holds no data position" in said[0]
+
+
 def test_the_outer_loop_reads_the_state_step_once_and_counts_the_rest(monkeypatch):
     from gyre.jaxloop import _outer_loop
 

@@ -12,7 +12,7 @@ import jax
 
 from gyre.callbacks._checkpoint import checkpoint
 from gyre.core._checks import instance, whole
-from gyre.core._errors import describe, explain, keywords_checked
+from gyre.core._errors import describe, explain, keywords_checked, warn
 from gyre.engine._snapshot import has_state
 from gyre.jaxloop._action_loop import ActionLoop, EvalLoop
 from gyre.jaxloop._actions import DATA_META, CheckpointAction, SummaryAction, read_orbax, steps_in
@@ -184,7 +184,7 @@ class OuterLoop:
         finally:
             self._close_actions()
 
-    def _resume(self, state: Any, train_dataset: Any) -> Any:
+    def _resume(self, state: Any, train_dataset: Any, passes: bool) -> Any:
         mine = [a for a in self._actions(self._train_loop) if isinstance(a, CheckpointAction)]
         source = train_dataset if has_state(train_dataset) else None
         for action in mine:
@@ -211,6 +211,13 @@ class OuterLoop:
         position = (snapshot.meta or {}).get(DATA_META)
         if position is not None and source is not None:
             source.load_state_dict(position)  # the next batch is the one after the checkpoint
+        elif snapshot.step and not passes:  # other batches than the run that saved it would have had
+            why = (f"the training data (a {type(train_dataset).__name__}) cannot save its position"
+                   if source is None else "the checkpoint holds no data position")
+            warn(f"resuming from checkpoint {snapshot.step} of {spec.directory}: {why}, so training continues "
+                 "with the data where it is now (a new iterator: its first batch), not with the batch after "
+                 "the checkpoint's; pass a source with state_dict()/load_state_dict() (gyre.data.batches, "
+                 "gyre.data.arrays(...).train) to continue exactly")
         _log.info("train    | resumed from checkpoint %s of %s", ckpt.saved_step(), spec.directory)
         return state
 
@@ -220,11 +227,11 @@ class OuterLoop:
         train = self._train_loop
         assert train is not None
         self._marker(write=False)
-        state = self._resume(state, train_dataset)
+        epochs = loop_steps is None and not isinstance(train_dataset, Iterator)
+        state = self._resume(state, train_dataset, epochs)  # (one pass per loop: each starts afresh)
         step = state_step(state) or 0
         if log:
             _log.info("train    | step: %6d | training until step %6d.", step, total)
-        epochs = loop_steps is None and not isinstance(train_dataset, Iterator)
         shared = None if epochs else _as_iterator(train_dataset)
         if step and loop_steps and isinstance(train, ActionLoop):
             train.loop_count = step // loop_steps
