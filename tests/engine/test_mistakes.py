@@ -214,6 +214,15 @@ def test_a_misspelt_keyword_of_a_loop_names_the_closest_one(door):
         door(0, [1], num_epochs=3)
 
 
+def test_elapse_given_the_loops_elapsed_keyword_names_initial():
+    # a hand-written loop resumed as the loops are (elapsed=) got Python's bare TypeError
+    with pytest.raises(TypeError, match=r"(?s)Elapse\(\) got an unexpected keyword argument 'elapsed'.*use initial="):
+        gyre.elapse(range(3), stop=2, elapsed=None)
+    with pytest.raises(TypeError, match=r"(?s)'stpo'.*did you mean stop=\?"):
+        gyre.elapse(range(3), stpo=2)
+    assert [e.steps for e, _ in gyre.elapse(range(9), stop=4, initial=gyre.Elapsed.create().replace(steps=2))] == [2, 3]
+
+
 def test_a_misspelt_keyword_of_checkpoint_and_batches_names_the_closest_one(tmp_path):
     with pytest.raises(TypeError, match=r"(?s)'max_to_keep'.*use keep= \(gyre's name for max_to_keep\)"):
         gyre.checkpoint(tmp_path / "c", max_to_keep=2)

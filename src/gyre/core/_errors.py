@@ -99,6 +99,7 @@ KEYWORD_ALIASES: dict[str, tuple[str, ...]] = {
     "ckpt_dir": ("directory",),
     "checkpoint_dir": ("directory",),
     "path": ("directory",),
+    "elapsed": ("initial",),  # gyre.elapse continues a clock from initial= (the loops: elapsed=)
 }
 
 
