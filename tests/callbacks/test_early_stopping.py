@@ -256,6 +256,43 @@ def test_a_restored_best_state_saves_again_before_the_loop_ends():
     assert restored == {"a": 1.0, "b": 2.0}
 
 
+def test_two_early_stoppings_reordered_on_resume_are_refused_instead_of_swapping_their_bests(tmp_path):
+    """Two early stoppings are told apart in a checkpoint by their order; resumed in the other
+    order, the one on the loss took the accuracy's best (0.75) and the other the loss's, in
+    silence, and their stopping decisions followed the wrong values."""
+    values = [3.0, 2.0, 0.5, 0.25, 0.6, 0.7, 0.8]
+
+    def run(order, crash_at=None, resume=None):
+        loss = gyre.early_stopping("loss", patience=10, mode="min")
+        acc = gyre.early_stopping("acc", patience=10, mode="max")
+
+        def crash(elapsed):
+            if elapsed.steps == crash_at:
+                raise RuntimeError("killed")
+
+        def evaluate(state, elapsed):
+            v = jnp.float32(values[elapsed.steps])
+            return gyre.logs().add_loss("loss", v).add_metric("acc", 1 - v), state + 1
+
+        stoppers = [loss, acc] if order == "loss first" else [acc, loss]
+        gyre.loop(jnp.int32(0), range(len(values)), {gyre.every(1): [crash, evaluate, *stoppers],
+                  gyre.every(2): gyre.checkpoint(tmp_path / "ckpt")}, stop=len(values), resume=resume,
+                  data_resume="skip")
+        return loss, acc
+
+    with pytest.raises(RuntimeError, match="killed"):
+        run("loss first", crash_at=5)
+    with pytest.raises(ValueError, match=r"(?s)early_stopping\('acc', mode='max'\) was given the state of an early "
+                       r"stopping on another value.*received: the state_dict\(\) of early_stopping\('loss', mode='min'\)"
+                       r".*in its order"):
+        run("acc first", resume="latest")
+    loss, acc = run("loss first", resume="latest")  # the saved order resumes as before
+    assert (loss.best, acc.best) == (0.25, 0.75)
+    es = gyre.early_stopping("loss", patience=2)
+    es.load_state_dict({"best": 0.5, "wait": 1})  # a state saved by an older gyre (no monitor) still loads
+    assert es.best == 0.5
+
+
 def test_a_baseline_with_a_shape_but_no_dtype_is_explained():
     class Shaped:
         shape = ()

@@ -318,6 +318,7 @@ class EarlyStopping(Improvement, LoopElement):
         """
         best = self.best_state
         return {
+            "monitor": self.monitor, "mode": self.mode,  # whose state it is: checked when loaded
             "best": self.best, "best_step": self.best_step, "wait": self.wait, "evaluations": self.evaluations,
             "since": None if self.since is None else self.since.to_dict(),
             "stopped_step": self.stopped_step,
@@ -334,6 +335,16 @@ class EarlyStopping(Improvement, LoopElement):
             >>> es.best, es.wait
             (0.5, 1)
         """
+        saved = values.get("monitor", self.monitor), values.get("mode", self.mode)  # (absent: an older gyre's)
+        if saved != (self.monitor, self.mode):
+            raise ValueError(explain(
+                f"early_stopping({self.monitor!r}, mode={self.mode!r}) was given the state of an early "
+                f"stopping on another value, so it would compare {self.monitor} with a best "
+                f"{saved[0]} of {values.get('best')!r}",
+                expected=f"the state_dict() of early_stopping({self.monitor!r}, mode={self.mode!r})",
+                received=f"the state_dict() of early_stopping({saved[0]!r}, mode={saved[1]!r})",
+                fix="resume with the callbacks of the run that saved the checkpoint, in its order (two early "
+                "stoppings are told apart by their order), or start a new run"))
         self.best, self.wait = values.get("best"), values.get("wait", 0)
         self.best_step = values.get("best_step")
         self.evaluations = values.get("evaluations", 0)
