@@ -174,6 +174,34 @@ def test_restore_skips_a_damaged_newest_one_with_a_warning(tmp_path):
     assert (tmp_path / "2").is_dir()  # a reader changes nothing
 
 
+def _add_one(state):
+    return gyre.logs().add_metric("w0", state["w"][0]), {"w": state["w"] + 1.0}
+
+
+def test_restore_loads_a_step_directory_copied_without_the_history_and_resume_says_what_is_missing(tmp_path):
+    """A loop's checkpoint keeps its history beside the step directories (history/): the latest
+    step directory copied alone (to another machine) could not be loaded, even by gyre.restore,
+    which returns no history, and the reason said a file "was changed after the save"."""
+    run = tmp_path / "run"
+    ckpt = gyre.checkpoint(run)
+    gyre.loop(target(), range(4), {gyre.every(1): _add_one, gyre.every(2): ckpt})
+    ckpt.close()
+    copy = tmp_path / "copy"
+    shutil.copytree(run / "4", copy / "4")
+    for where, step in ((copy, None), (copy / "4", None), (copy, 4)):
+        state, elapsed = gyre.restore(where, target(), step=step)
+        assert elapsed.steps == 4 and np.asarray(state["w"]).tolist() == [4.0] * 3
+    with pytest.warns(UserWarning, match=r"history blocks \(history/, beside the step directories\) are missing: a "
+                      r"step directory copied without them.*gyre.restore\(directory, target\) still loads"), \
+            pytest.raises(CheckpointError, match="no checkpoint in .* can be loaded"):
+        gyre.loop(target(), range(6), {gyre.every(1): _add_one, gyre.every(2): gyre.checkpoint(copy)},
+                  resume="latest")
+    block = sorted((run / "history").iterdir())[-1]
+    block.write_bytes(block.read_bytes().replace(b'"bytes": "', b'"bytes": "A', 1))  # altered, not missing
+    with pytest.warns(UserWarning, match=r"history blocks \(history/\) differ from those saved \(checksum mismatch"):
+        assert gyre.checkpoint(run).restore(target())[1].steps == 3  # a loop's restore checks the history
+
+
 def test_restore_with_nothing_there(tmp_path):
     for where in (tmp_path, tmp_path / "missing"):
         with pytest.raises(FileNotFoundError) as info:

@@ -642,10 +642,12 @@ def does_not_fit(root: str, failures: Sequence[tuple[int, Unreadable]]) -> Value
 
 
 def pick(
-    store: Store, which: str | int, target_state: Any, target_arrays: Any, say: Say, monitor: str | None = None
+    store: Store, which: str | int, target_state: Any, target_arrays: Any, say: Say, monitor: str | None = None,
+    *, history: bool = True,
 ) -> tuple[Snapshot, list[tuple[int, Unreadable]]] | None:
     """The checkpoint ``which`` names, with the failures met: a step (no fallback), else the first that loads
-    of the steps on disk, newest first (``"latest"``) or best first (``"best"``); ``None`` when there is none."""
+    of the steps on disk, newest first (``"latest"``) or best first (``"best"``); ``None`` when there is none.
+    ``history=False``: for a load that returns no history (its blocks are not checked)."""
     on_disk = store.on_disk()
     if not isinstance(which, str):
         if which not in on_disk:
@@ -654,7 +656,7 @@ def pick(
                 expected=f"one of the saved steps {on_disk}", received=describe(which),
                 fix="pass one of the saved steps, or 'latest' for the newest good one"))
         try:
-            return store.read(which, target_state, target_arrays), []
+            return store.read(which, target_state, target_arrays, history=history), []
         except Unreadable as problem:
             if problem.kind == "fit":
                 raise does_not_fit(store.root, [(which, problem)]) from None
@@ -671,7 +673,7 @@ def pick(
     failures: list[tuple[int, Unreadable]] = []
     for i, step in enumerate(steps):
         try:
-            return store.read(step, target_state, target_arrays), failures
+            return store.read(step, target_state, target_arrays, history=history), failures
         except Unreadable as problem:
             say(step, problem, i + 1 < len(steps))
             failures.append((step, problem))
@@ -740,7 +742,8 @@ def restore(directory: str | os.PathLike[str], target: Any, step: int | None = N
             root, step = step_of_path(root)
     store = Store(root, read_only=True)
     try:
-        found = pick(store, "latest" if step is None else as_step(step), target, None, saying(root, set()))
+        found = pick(store, "latest" if step is None else as_step(step), target, None, saying(root, set()),
+                     history=False)  # (it returns no history: a step directory copied alone loads)
     finally:
         store.close()
     if found is None:
