@@ -394,6 +394,7 @@ def test_resume_says_when_the_training_data_cannot_continue_after_the_checkpoint
     # checkpoints saved without a position (by the generator's run), resumed with gyre's batches
     said = run(str(tmp_path / "a"), 14, lambda: gyre.data.batches(xs, 2, seed=3))
     assert len(said) == 1 and "the checkpoint holds no data position" in said[0]
+    assert run(str(tmp_path / "a"), 14, generator) == []  # a finished run: nothing trains, nothing to say
 
 
 def test_the_outer_loop_reads_the_state_step_once_and_counts_the_rest(monkeypatch):

@@ -184,7 +184,7 @@ class OuterLoop:
         finally:
             self._close_actions()
 
-    def _resume(self, state: Any, train_dataset: Any, passes: bool) -> Any:
+    def _resume(self, state: Any, train_dataset: Any, passes: bool, total: int) -> Any:
         mine = [a for a in self._actions(self._train_loop) if isinstance(a, CheckpointAction)]
         source = train_dataset if has_state(train_dataset) else None
         for action in mine:
@@ -211,7 +211,7 @@ class OuterLoop:
         position = (snapshot.meta or {}).get(DATA_META)
         if position is not None and source is not None:
             source.load_state_dict(position)  # the next batch is the one after the checkpoint
-        elif snapshot.step and not passes:  # other batches than the run that saved it would have had
+        elif 0 < snapshot.step < total and not passes:  # other batches than the uninterrupted run's
             why = (f"the training data (a {type(train_dataset).__name__}) cannot save its position"
                    if source is None else "the checkpoint holds no data position")
             warn(f"resuming from checkpoint {snapshot.step} of {spec.directory}: {why}, so training continues "
@@ -228,7 +228,7 @@ class OuterLoop:
         assert train is not None
         self._marker(write=False)
         epochs = loop_steps is None and not isinstance(train_dataset, Iterator)
-        state = self._resume(state, train_dataset, epochs)  # (one pass per loop: each starts afresh)
+        state = self._resume(state, train_dataset, epochs, total)  # (one pass per loop: each starts afresh)
         step = state_step(state) or 0
         if log:
             _log.info("train    | step: %6d | training until step %6d.", step, total)
