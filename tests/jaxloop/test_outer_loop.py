@@ -212,6 +212,42 @@ def test_a_stop_training_error_is_handled(tmp_path):
     assert os.path.exists(os.path.join(directory, jaxloop.STOP_FILE_NAME))
 
 
+@pytest.mark.parametrize("crash_at", [6, 8])  # before the best's patience ran out, and at the stop
+def test_a_resumed_run_stops_where_the_uninterrupted_one_does(tmp_path, crash_at):
+    # was: the early stopping's best and patience were not in the checkpoint, so a run crashed at
+    # step 6 and resumed stopped at step 14 instead of 10 (and at 8: trained on instead of stopping)
+    losses = {2: 3.0, 4: 1.0, 6: 2.0, 8: 0.5, 10: 0.9, 12: 0.8, 14: 0.7, 16: 0.6}
+
+    class Crash(Exception):
+        pass
+
+    class CrashAt(jaxloop.Action):
+        def __init__(self, step):
+            super().__init__()
+            self.step = step
+
+        def __call__(self, state, outputs, **kwargs):
+            if int(state["step"]) == self.step:
+                raise Crash
+
+    def run(directory, crash=None):
+        actions = [jaxloop.CheckpointAction(directory), *([CrashAt(crash)] if crash else [])]
+        train = jaxloop.TrainLoop(lambda s, b, n: ({"step": s["step"] + 1, "total": s["total"] + b.sum()}, {}),
+                                  end_actions=actions)
+        early = jaxloop.EarlyStoppingAction(jaxloop.MetricMonitoringStopHandler("loss", patience=2, mode="min"))
+        evals = jaxloop.EvalLoop(lambda s, b, n: (s, {"loss": losses[int(s["step"])]}), end_actions=[early])
+        outer = jaxloop.OuterLoop(train_loop=train, eval_loops=[evals], checkpoint_spec=jaxloop.CheckpointSpec(directory))
+        state, outputs = outer(_ckpt_state(), train_dataset=gyre.data.batches(np.ones(40, np.float32), 1),
+                               train_total_steps=16, train_loop_steps=2, eval_specs=[EvalSpec(dataset=[0])])
+        return int(state["step"]), outputs[STOP_LOOP], early.handler.get_best_info()
+
+    whole = run(str(tmp_path / "whole"))
+    assert whole == (12, True, (0.5, 8))
+    with pytest.raises(Crash):
+        run(str(tmp_path / "crashed"), crash=crash_at)
+    assert run(str(tmp_path / "crashed")) == whole
+
+
 def test_a_stop_training_error_from_a_train_action_returns_the_loop_state():
     class StopAt(jaxloop.Action):
         def __call__(self, state, outputs, **kwargs):

@@ -26,6 +26,7 @@ from gyre.steps._restore import restore_pytree
 
 Output = dict[str, Any]
 DATA_META = "jaxloop_data"  # the key of the training data's position in a checkpoint's meta
+STOPPERS_META = "jaxloop_stoppers"  # the key of the early stopping handlers' states
 _log = logging.getLogger(__name__)
 
 
@@ -292,6 +293,9 @@ class CheckpointAction(Action):
         """The training data whose position (``state_dict()``) is saved with each state;
         an :class:`~gyre.jaxloop.OuterLoop` sets it when its train dataset has one
         (``gyre.data.batches``). Checkpoints in jaxloop's format do not hold it."""
+        self.stoppers: list[Any] = []
+        """The stop handlers of the outer loop's early stopping actions, whose ``state_dict()`` is
+        saved with each state (an :class:`~gyre.jaxloop.OuterLoop` sets them)."""
         self._manager: Any = None
         self._checkpoint: Checkpoint | None = None
         if isinstance(ckpt_manager, Checkpoint):
@@ -354,6 +358,8 @@ class CheckpointAction(Action):
             logs = Logs().add_entries("metrics", {k: v for k, v in reduced.items() if _is_scalar(v)})
             metrics = monitored(ckpt, logs, elapsed)
         meta = {} if self.data_source is None else {DATA_META: self.data_source.state_dict()}
+        if self.stoppers:
+            meta[STOPPERS_META] = [handler.state_dict() for handler in self.stoppers]
         ckpt.save_snapshot(Snapshot(step=step, state=state, elapsed=elapsed, meta=meta, metrics=metrics))
         return ckpt.saved_step() != before  # a step saved already (or older) is skipped
 

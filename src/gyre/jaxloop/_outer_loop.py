@@ -15,11 +15,18 @@ from gyre.core._checks import instance, whole
 from gyre.core._errors import describe, explain, keywords_checked, warn
 from gyre.engine._snapshot import has_state
 from gyre.jaxloop._action_loop import ActionLoop, EvalLoop
-from gyre.jaxloop._actions import DATA_META, CheckpointAction, SummaryAction, read_orbax, steps_in
+from gyre.jaxloop._actions import (
+    DATA_META,
+    STOPPERS_META,
+    CheckpointAction,
+    SummaryAction,
+    read_orbax,
+    steps_in,
+)
 from gyre.jaxloop._loop import Loop, _as_iterator, state_step
 from gyre.jaxloop._specs import CheckpointSpec, EvalContext, EvalSpec
 from gyre.jaxloop._stat_loop import STAT_PREFIX
-from gyre.jaxloop._stopping import StopTrainingError
+from gyre.jaxloop._stopping import EarlyStoppingAction, StopTrainingError
 
 STOP_LOOP = f"{STAT_PREFIX}/stop_loop"
 STOP_FILE_NAME = "STOPPED"
@@ -108,6 +115,7 @@ class OuterLoop:
         self._eval_counts = [0] * len(self._eval_loops)
         self._eval_starts: dict[int, tuple[Any, Any]] = {}  # id(dataset): (dataset, first position)
         self._said_empty: set[int] = set()  # eval iterators already said to be exhausted
+        self._resumed_before_eval = False  # a resume from a train loop end whose evaluations follow
 
     @property
     def eval_names(self) -> list[str]:
@@ -187,8 +195,9 @@ class OuterLoop:
     def _resume(self, state: Any, train_dataset: Any, passes: bool, total: int) -> Any:
         mine = [a for a in self._actions(self._train_loop) if isinstance(a, CheckpointAction)]
         source = train_dataset if has_state(train_dataset) else None
+        stoppers = [a.handler for a in self._all_actions() if isinstance(a, EarlyStoppingAction)]
         for action in mine:
-            action.data_source = source
+            action.data_source, action.stoppers = source, stoppers
         spec = self._checkpoint_spec
         if spec is None:
             return state
@@ -208,6 +217,14 @@ class OuterLoop:
         if snapshot is None:
             return state
         state = snapshot.state
+        saved = (snapshot.meta or {}).get(STOPPERS_META)
+        if saved is not None and len(saved) == len(stoppers):  # (their best values and patience waited)
+            for handler, values in zip(stoppers, saved, strict=True):
+                handler.load_state_dict(values)
+            self._resumed_before_eval = True  # saved at a train loop's end, before its evaluations
+        elif saved is not None:
+            warn(f"resuming from checkpoint {snapshot.step}: it holds {len(saved)} early stopping states and the "
+                 f"loops have {len(stoppers)} EarlyStoppingAction(s), so they start afresh")
         position = (snapshot.meta or {}).get(DATA_META)
         if position is not None and source is not None:
             source.load_state_dict(position)  # the next batch is the one after the checkpoint
@@ -228,6 +245,7 @@ class OuterLoop:
         assert train is not None
         self._marker(write=False)
         epochs = loop_steps is None and not isinstance(train_dataset, Iterator)
+        self._resumed_before_eval = False
         state = self._resume(state, train_dataset, epochs, total)  # (one pass per loop: each starts afresh)
         step = state_step(state) or 0
         if log:
@@ -240,6 +258,10 @@ class OuterLoop:
         evals: dict[str, Any] = {}
         stop = ran_any = preempted = False
         try:
+            if self._resumed_before_eval and loop_steps and step % loop_steps == 0 and step < total:
+                # the evaluations the run made after that loop, which its early stoppings' saved states
+                # precede: a crash before or after them resumes to the same decisions
+                stop = self._evaluate(state, step, total, {}, specs, evals)
             while step < total and not stop:
                 want = total - step if num_steps is None else min(num_steps, total - step)
                 data = _as_iterator(train_dataset) if epochs else shared
@@ -272,7 +294,7 @@ class OuterLoop:
                 action.wait_until_finished()
         if not preempted:
             self._marker(write=True)
-        if not ran_any:
+        if not ran_any and not stop:
             return state, None  # as jaxloop: no train loop ran (the target was reached already)
         return state, {**outputs, **evals, STOP_LOOP: stop}
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax.numpy as jnp
 
 from gyre.callbacks._monitor import Improvement, check_baseline, monitor_mode
 from gyre.core._checks import instance, real, whole
-from gyre.core._errors import suggest
+from gyre.core._errors import explain, suggest
 from gyre.jaxloop._actions import Action, Output, _step_of
 from gyre.jaxloop._loop import reduce_outputs
 
@@ -101,6 +101,37 @@ class MetricMonitoringStopHandler(Improvement):
     def get_best_info(self) -> tuple[float, int]:
         """``(best_metric, best_step)``."""
         return self.best, self.best_step
+
+    def state_dict(self) -> dict[str, Any]:
+        """What an :class:`~gyre.jaxloop.OuterLoop`'s checkpoints save of it: the best value and
+        step and the checks waited since, so a resumed run stops where the uninterrupted one does.
+
+        Example:
+            >>> handler = MetricMonitoringStopHandler("loss", patience=2)
+            >>> _ = handler.update_state(0.5, 3); _ = handler.update_state(0.7, 4)
+            >>> again = MetricMonitoringStopHandler("loss", patience=2)
+            >>> again.load_state_dict(handler.state_dict())
+            >>> again.get_best_info(), again.wait
+            ((0.5, 3), 1)
+        """
+        return {"monitor": self.monitored_metric, "mode": self.mode, "best": self.best if self._initialized else None,
+                "best_step": self.best_step, "wait": self.wait, "initialized": self._initialized}
+
+    def load_state_dict(self, values: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict` (of a handler on the same metric and mode)."""
+        saved = values.get("monitor"), values.get("mode")
+        if saved != (self.monitored_metric, self.mode):
+            raise ValueError(explain(
+                f"MetricMonitoringStopHandler({self.monitored_metric!r}, mode={self.mode!r}) was given the state "
+                "of a handler on another metric",
+                expected=f"the state_dict() of a handler on {self.monitored_metric!r} (mode {self.mode!r})",
+                received=f"a handler's on {saved[0]!r} (mode {saved[1]!r})",
+                fix="resume with the early stopping actions of the run that saved the checkpoint, in its order, "
+                "or start a new run"))
+        if values.get("initialized"):
+            self.best = float(values["best"])
+        self._initialized = bool(values.get("initialized"))
+        self.best_step, self.wait = int(values.get("best_step") or 0), int(values.get("wait") or 0)
 
     @property
     def _patience_left(self) -> int:
