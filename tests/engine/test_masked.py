@@ -65,6 +65,16 @@ def test_fused_test_steps_compile_once_and_stay_exact():
     assert mean == pytest.approx(EXACT, abs=1e-6)
 
 
+def test_a_list_whose_short_batch_comes_first_is_padded_to_its_largest_batch():
+    # was: padded to the first batch's 40 rows, then pad_batch's "the batch holds more rows than
+    # the size to pad to" at the second batch, a function the test_loop user never called
+    def reversed_step(state, batch, mask=None):
+        return masked_step(state, batch, mask)
+
+    with gyre.testing.assert_compiled_once(jax.jit(reversed_step)) as step:
+        assert evaluate(step, data=TEST[::-1]) == pytest.approx(EXACT, abs=1e-6)
+
+
 def test_a_step_without_mask_runs_unpadded_with_an_exact_mean():
     seen = []
 

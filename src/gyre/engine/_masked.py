@@ -34,8 +34,16 @@ def mask_wanted(callbacks: Sequence[Any], where: str) -> tuple[list[Invoker], bo
     return invokers, bool(takers)
 
 
+def largest_batch(dataset: Any, size_of: Any) -> int | None:
+    """The rows a padded evaluation of ``dataset`` pads to when known before it runs: a list's
+    largest batch (its short batch may come first); ``None`` for other data (the first batch's)."""
+    if isinstance(dataset, (list, tuple)) and dataset:
+        return max(size_of(batch) for batch in dataset)
+    return None
+
+
 class MaskedBatches:
-    """``dataset`` padded to ``batch_size`` (or the first batch's size) as :class:`Masked` items
+    """``dataset`` padded to ``batch_size`` (else a list's largest batch, or the first batch's size) as :class:`Masked` items
     weighed by their host-counted ``rows``, placed ``prefetch`` ahead on a managed state's devices.
     The one padded evaluation: ``test_loop``, ``fit`` and jaxloop's ``EvalLoop`` iterate it."""
 
@@ -51,12 +59,12 @@ class MaskedBatches:
         batch_size: int | None = None,
     ) -> None:
         self.wrapped_dataset = dataset
-        self.batch_size = batch_size
+        self._size_of = size_function(batch_size_fn)
+        self.batch_size = batch_size if batch_size is not None else largest_batch(dataset, self._size_of)
         self.epoch_steps = dataset_epoch_steps(dataset)
         self._state = state
         self._stop = stop
         self._initial = initial
-        self._size_of = size_function(batch_size_fn)
         self._prefetch = prefetch
 
     def __iter__(self) -> Iterator[Masked]:

@@ -28,7 +28,7 @@ from gyre.engine import _named
 from gyre.engine._engine import refuse_donated
 from gyre.engine._epochs import EpochLength, first_batch, is_iterator, training_data
 from gyre.engine._inner import inner_loop
-from gyre.engine._masked import MaskedBatches
+from gyre.engine._masked import MaskedBatches, largest_batch
 from gyre.engine._nan import check_nan_policy
 from gyre.engine._resume import PastStopError
 from gyre.fitting._fit_checks import eval_batches, is_pair_of_arrays, refuse_array_pair
@@ -335,9 +335,10 @@ def _evaluation(
         return strategy.place_batch(batch)  # type: ignore[union-attr]
 
     if accepts_mask(eval_step):
-        # a list's largest batch (any of them may be the short one), else the first one's size
-        batches = ds if isinstance(ds, (list, tuple)) and ds else [first_batch(ds)]
-        rows = max(infer_batch_size(batch, strict=False, default=0) for batch in batches)
+        def size_of(batch: Any) -> int:
+            return infer_batch_size(batch, strict=False, default=0)
+
+        rows = largest_batch(ds, size_of) or size_of(first_batch(ds))
         size = -(-rows // share) * share if share else (rows or None)
         data: Any = MaskedBatches(ds, batch_size_fn=batch_size_fn, batch_size=size)  # re-iterable as ds is
 
