@@ -63,7 +63,8 @@ class _Given(argparse.Action):
         namespace.demo_options = (*getattr(namespace, "demo_options", ()), self.option_strings[0])
 
 
-_OVERRIDES_HELP = "dotted.key=value overrides of the config, e.g. trainer.train_epochs=3 optimizer.learning_rate=1e-3"
+_OVERRIDES_HELP = ("dotted.key=value overrides of the config, e.g. trainer.train_epochs=3 optimizer.learning_rate=1e-3; "
+                   "~dotted.key removes a key, e.g. ~trainer.callbacks.LearningRateMonitor (=null keeps a callback)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -274,6 +274,17 @@ def test_an_override_may_add_a_callback_or_fill_an_empty_section(seed, monkeypat
                                                  "mode": "min", "save_top_k": 1, "every_n_epochs": 1}
 
 
+def test_a_tilde_override_removes_a_callback_which_null_keeps_with_its_defaults(seed):
+    # was: no way to drop a callback from the command line; LearningRateMonitor=null kept it
+    kept = load_config(seed, ["trainer.callbacks.LearningRateMonitor=null"])
+    assert "LearningRateMonitor" in kept.trainer.callbacks
+    removed = load_config(seed, ["~trainer.callbacks.LearningRateMonitor"])
+    assert "LearningRateMonitor" not in removed.trainer.callbacks
+    with pytest.raises(ConfigError, match=r"(?s)removes trainer.callbacks.LearningRateMoniter, which the config "
+                       r"does not hold.*Did you mean 'LearningRateMonitor'"):
+        load_config(seed, ["~trainer.callbacks.LearningRateMoniter"])
+
+
 def test_overriding_a_key_that_does_not_exist_is_caught_by_the_schema(seed):
     with pytest.raises(ConfigError, match=r"unknown key trainer\.callbacks\.TestOnlyCheckpoint\.mdoe .*"
                                           r"Did you mean 'mode'\?"):

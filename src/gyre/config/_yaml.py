@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from gyre.config._components import ConfigError, plain, section_mapping, to_dict
 from gyre.config._schema import Config
 from gyre.core._checks import instance
-from gyre.core._errors import describe, explain, warn
+from gyre.core._errors import describe, explain, suggest, warn
 
 _FLOAT = "tag:yaml.org,2002:float"
 _BOOL = "tag:yaml.org,2002:bool"
@@ -136,10 +136,21 @@ def _read(source: str | os.PathLike[str]) -> Any:
 
 def apply_override(data: dict[str, Any], override: str) -> None:
     """Sets one ``dotted.key=value`` override in ``data`` in place (the value read as YAML; missing
-    sections created)."""
+    sections created), or removes a key with ``~dotted.key`` (as Hydra does: ``key=null`` keeps a
+    callback with its defaults).
+
+    Example:
+        >>> data = {"trainer": {"callbacks": {"LearningRateMonitor": None}}}
+        >>> apply_override(data, "~trainer.callbacks.LearningRateMonitor")
+        >>> data
+        {'trainer': {'callbacks': {}}}
+    """
     instance(override, "an override", str, kind="a 'dotted.key=value' string",
              expected="a str such as 'trainer.train_epochs=3'",
              fix="pass overrides as a list of strings", error=ConfigError)
+    if override.startswith("~") and "=" not in override:
+        _remove(data, override)
+        return
     key, sep, text = override.partition("=")
     parts = key.strip().split(".")
     if not sep or not all(parts):
@@ -164,6 +175,24 @@ def apply_override(data: dict[str, Any], override: str) -> None:
                         expected=f"{path} to be a mapping of keys", error=ConfigError,
                         fix=f"override the whole value instead: {path}={{key: value, ...}}")
     node[parts[-1]] = value
+
+
+def _remove(data: dict[str, Any], override: str) -> None:
+    """Removes the key ``~dotted.key`` names, or explains why there is none."""
+    parts = override[1:].strip().split(".")
+    node: Any = data
+    for i, part in enumerate(parts):
+        if not isinstance(node, dict) or part not in node:
+            where = ".".join(parts[:i]) or "the config"
+            held = sorted(node) if isinstance(node, dict) else []
+            raise ConfigError(explain(
+                f"the override {override!r} removes {'.'.join(parts)}, which the config does not hold",
+                expected=f"a key of {where}: {held}" if held else f"a section at {where}",
+                received=f"{part!r}{suggest(part, held)}",
+                fix="check the dotted path against the config file"))
+        if i == len(parts) - 1:
+            del node[part]
+        node = node[part] if i < len(parts) - 1 else None
 
 
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any], overrides: Sequence[str] = ()) -> Config:
