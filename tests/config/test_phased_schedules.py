@@ -217,3 +217,29 @@ def test_bad_schedule_values(section, match):
     section = {k: v for k, v in section.items() if v is not None}
     with pytest.raises((ValueError, TypeError), match=match):
         build_schedule(section)
+
+
+def test_an_exponential_schedule_that_needs_a_length_lasts_the_run_when_it_leaves_steps_out():
+    # end_factor / end_value / cooldown_steps need a length: left out, it is the run's, as the
+    # length of every other schedule (it was refused even where the trainer knew the run's)
+    from gyre.config import OptimizerBuilder, load_config, run_length
+
+    with run_length(12):
+        s = build_schedule({"class_name": "Exponential", "init_value": 1.0, "end_factor": 0.25})
+        c = build_schedule({"class_name": "Exponential", "init_value": 1.0, "decay_rate": 0.5, "cooldown_steps": 4})
+    assert s.total_steps == c.total_steps == 12
+    np.testing.assert_allclose(at(s, 0, 6, 12, 13), [1.0, 0.5, 0.25, 0.25], rtol=1e-6)
+    np.testing.assert_allclose(at(c, 0, 8, 10, 12), [1.0, 0.5, 0.25, 0.0], rtol=1e-6)
+    # a config is valid without it (the trainer builds the optimizer once the run's length is known)
+    config = load_config({
+        "trainer": {"train_epochs": 2}, "model": {"class_name": "SimpleClassifier"},
+        "optimizer": {"class_name": "SGD", "learning_rate": {"class_name": "Exponential", "init_value": 0.1, "end_factor": 0.01}},
+        "dataset": {"class_name": "DigitsDataset"}})
+    assert config.optimizer["learning_rate"]["end_factor"] == 0.01
+    # jax_trainer's exponential_decay with end_lr_factor: decay_steps defaults to the run's length
+    _, schedule = OptimizerBuilder({"name": "sgd", "lr": 0.1, "scheduler": {
+        "name": "exponential_decay", "end_lr_factor": 0.01}}).build_optimizer(num_epochs=2, num_train_steps_per_epoch=6)
+    np.testing.assert_allclose(at(schedule, 0, 6, 12), [0.1, 0.01, 0.001], rtol=1e-5)
+    # outside a run the length is still required
+    with pytest.raises(ValueError, match="steps is required with cooldown_steps or end_factor"):
+        build_schedule({"class_name": "Exponential", "init_value": 1.0, "end_factor": 0.25})

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import optax
 
 from gyre.config._components import (
+    RunLengthUnknown,
     at,
     call_section,
     class_name_of,
@@ -25,6 +26,7 @@ from gyre.config._components import (
     length,
     real,
     run_length,
+    run_steps,
     who,
     whole,
 )
@@ -170,7 +172,8 @@ def ExponentialSchedule(  # noqa: N802
     ``decay_rate`` every ``transition_steps`` (default: the whole decay with ``steps``, else 1
     step; ``staircase`` floors the exponent), or reaches exactly ``init_value * end_factor``
     (or ``end_value``) at its end; the cooldown is the last ``cooldown_steps`` before ``steps``.
-    With ``steps`` the value holds past it. ``warmup_steps + cooldown_steps > steps`` is an error.
+    With ``steps`` the value holds past it; ``end_factor``, ``end_value`` and ``cooldown_steps`` need
+    it (left out: the run's). ``warmup_steps + cooldown_steps > steps`` is an error.
     """
     name = "ExponentialSchedule"
     init = real("init_value", init_value)
@@ -187,15 +190,19 @@ def ExponentialSchedule(  # noqa: N802
             received=f"decay_rate={decay_rate!r}, end_factor={end_factor!r}, end_value={end_value!r}",
             fix="keep one of them (with steps, decay_rate left out is 0.1)"))
     decay_rate = 0.1 if neither else decay_rate  # the fork's default: the rate reached at steps
-    if steps is None and (cooldown or decay_rate is None):
-        raise ValueError(explain(
-            f"{here('steps')} is required with cooldown_steps or end_factor",
-            expected="steps: the schedule's total number of steps",
-            received=f"cooldown_steps={cooldown}, end_factor={end_factor!r}, end_value={end_value!r}, no steps",
-            fix="add steps: <total training steps>"))
+    from_run = steps is None and bool(cooldown or decay_rate is None)
+    if from_run:  # a length is needed: left out, it is the run's (as every schedule's)
+        steps = run_steps()
+        if steps is None:
+            raise RunLengthUnknown(explain(
+                f"{here('steps')} is required with cooldown_steps or end_factor",
+                expected="steps: the schedule's total number of steps (left out, the run's: epochs x "
+                "batches per epoch, known when the trainer or gyre fit builds the optimizer)",
+                received=f"cooldown_steps={cooldown}, end_factor={end_factor!r}, end_value={end_value!r}, no steps",
+                fix="add steps: <total training steps>"))
     total = None if steps is None else whole("steps", steps, minimum=1)
     if total is not None:
-        fits("warmup_steps + cooldown_steps", warmup + cooldown, total, name)
+        fits("warmup_steps + cooldown_steps", warmup + cooldown, total, name, from_run=from_run)
     if decay_rate is None and (stairs or period not in (None, 1)):
         raise ValueError(explain(
             f"{who(name)}: end_factor sets the whole decay: staircase and transition_steps do not apply",
