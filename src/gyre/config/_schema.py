@@ -173,7 +173,7 @@ class TrainerConfig(_Section, metaclass=_NamedSectionMeta):
         model_mode: ``"nnx"`` or ``"linen"``.
         steps_per_call: training steps fused into one compiled call, or ``"auto"``: gyre measures
             the first steps and fuses 100 per call only when that measured faster.
-        num_devices: devices for data parallelism (default: all).
+        num_devices: devices for data parallelism (default: one device, no data parallelism).
         resume: ``"latest"`` resumes from the run's latest checkpoint.
         resume_every_minutes: minutes between checkpoints in ``<log_dir>/resume`` (one is also
             saved when training ends, stops or is preempted); ``0``: every epoch's end.
