@@ -244,6 +244,27 @@ def test_a_loss_function_without_mask_gets_exact_means_with_one_more_compilation
     assert out["val/pred"].shape == (1000,)
 
 
+def test_over_several_devices_a_batch_that_does_not_split_is_evaluated_whole(tmp_path):
+    # 1,000 digits in batches of 60: the last holds 40; neither 60 nor 40 splits over 8 devices.
+    # A loss function without mask got its short last batch refused over 8 devices (one device
+    # evaluated it), and a masked one every batch; gyre.fit evaluates such batches whole.
+    class Plain(ImgClassifierTrainer):
+        def loss_function(self, model, batch, train=True):
+            x, y = batch
+            logits = model(x)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), {"acc": (logits.argmax(-1) == y).mean()}
+
+    x, y, _ = _thousand_examples()
+    loader = [(x[i : i + 60], y[i : i + 60]) for i in range(0, 1000, 60)]
+    for cls in (Plain, ImgClassifierTrainer):
+        model = mlp()
+        t = trainer(tmp_path / cls.__name__, model=model, cls=cls, num_devices=8)
+        t.init_model(loader[0])
+        out = host_values(t.eval_model(loader))
+        acc, loss = _exact_means(model, x, y)
+        assert abs(out["val/acc"] - acc) <= 1e-6 and abs(out["val/loss"] - loss) <= 1e-5
+
+
 def test_concat_values_of_a_padded_batch_keep_the_real_rows_only(tmp_path):
     masked = []
 

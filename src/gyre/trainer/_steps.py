@@ -212,10 +212,13 @@ class StepBuilder:
 
         When the loss function takes ``mask``, a batch smaller than the first is padded to its
         size and masked (one compilation; CONCAT values are cut back to the real rows); else it
-        runs as it is (one more compilation)."""
+        runs as it is (one more compilation). Over several devices, a batch that does not split
+        over them runs whole, unsplit."""
         start = time.perf_counter()
         strategy = self.trainer.strategy
         single = strategy.mesh is None  # jit takes numpy batches as they are, faster than placing them
+        share = 0 if single else strategy.lift_batch_size(1)  # a batch that does not split over the
+        # devices (a short last one the loss function does not mask) is evaluated whole, as gyre.fit's
         if "step" not in self._eval:
             self._eval["step"] = self.eval_step() if self.trainer.config.debug else jax.jit(self.eval_step())
             self._eval["compute"] = jax.jit(lambda a: a.compute())
@@ -227,7 +230,8 @@ class StepBuilder:
             if acc is None:
                 specs, acc = self._eval_start(state, batch, mask)
                 collector = ConcatCollector(specs)
-            args = (batch, mask) if single else strategy.place_batch((batch, mask))
+            whole = single or infer_batch_size(batch, strict=False, default=0) % share != 0
+            args = (batch, mask) if whole else strategy.place_batch((batch, mask))
             if mask is None:
                 acc, concat = run(state, acc, args[0])
             else:
