@@ -115,7 +115,9 @@ class Strategy:
                     f"the data axis{'' if jax.process_count() == 1 else ', all processes together'})",
                     received=f"{where} with shape {shape}",
                     fix=f"use a batch size such as {max(n, shape[axis] - shape[axis] % n)}, "
-                    "drop the remainder batch, or pad it"))
+                    "drop the remainder batch (gyre.data.batches drops it unless drop_remainder=False), "
+                    "or pad it (a test step that takes mask= gets every batch padded to the first one's "
+                    "size, and masks the padding)"))
 
     # -- compilation -------------------------------------------------------------------------
     def compile(
