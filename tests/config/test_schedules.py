@@ -58,6 +58,25 @@ def test_concat_takes_built_schedules_and_numbers():
 
 
 
+def test_a_listed_schedule_that_leaves_its_length_out_lasts_its_part_of_the_run():
+    # up to the next boundary; the last one to the run's end (or to the Concat's steps). The
+    # last one lasted the whole run after its boundary (a 12-step run: a cosine of 12 steps from
+    # step 3, cut at 75%, with a warning telling to leave out the length that was left out)
+    from gyre.config import run_length
+
+    cosine = {"class_name": "Cosine", "init_value": 1.0}
+    with run_length(12):
+        last = build_schedule({"class_name": "Concat", "schedules": [0.5, cosine], "boundaries": [3]})
+        first = build_schedule({"class_name": "Concat", "schedules": [cosine, 0.25], "boundaries": [6]})
+    assert last.total_steps == 12
+    np.testing.assert_allclose(at(last, 2, 3, 7, 11, 12), [0.5, 1.0, 0.5 + 0.5 * np.cos(np.pi * 4 / 9), 0.5 - 0.5 * np.cos(np.pi / 9), 0.0],
+                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(at(first, 0, 3, 5, 6), [1.0, 0.5, 0.5 - 0.5 * np.cos(np.pi / 6), 0.25], rtol=1e-5)
+    declared = build_schedule({"class_name": "Concat", "schedules": [0.5, cosine], "boundaries": [3], "steps": 7})
+    assert declared.total_steps == 7
+    np.testing.assert_allclose(at(declared, 3, 5, 7), [1.0, 0.5, 0.0], atol=1e-7)
+
+
 def linear(a, b, n):
     return {"class_name": "LinearSchedule", "init_value": a, "end_value": b, "steps": n}
 

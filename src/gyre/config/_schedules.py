@@ -317,7 +317,8 @@ def ConcatSchedule(  # noqa: N802
     ``schedules`` is either a mapping of names to sections, each with its ``steps`` (the
     kpoeppel fork's form; ``steps`` is their sum and ``check_continuity``, default true, refuses
     a jump at a boundary), or a list of schedules with ``boundaries``, the absolute steps at
-    which ``schedules[i + 1]`` takes over.
+    which ``schedules[i + 1]`` takes over (one that leaves its length out lasts up to the next
+    boundary, the last one up to ``steps``, else the run's end).
     """
     named = isinstance(schedules, Mapping)
     if isinstance(schedules, str) or not isinstance(schedules, (Sequence, Mapping)) or not schedules:
@@ -334,7 +335,7 @@ def ConcatSchedule(  # noqa: N802
     else:
         names = [f"schedules[{i}]" for i in range(len(schedules))]
         marks = _boundaries(boundaries, len(schedules))
-        built = [build_schedule(s, where=here(f"schedules[{i}]")) for i, s in enumerate(schedules)]
+        built = _listed_parts(schedules, marks, None if steps is None else whole("steps", steps, minimum=1))
         last = total_steps(built[-1])
         total = None if last is None else (marks[-1] if marks else 0) + last
         lengths = [b - a for a, b in zip([0, *marks], marks, strict=False)] + [last]  # type: ignore[list-item]
@@ -372,6 +373,18 @@ def _named_parts(schedules: Mapping[str, Any], boundaries: object) -> tuple[list
             built.append(part)
             lengths.append(n)
     return built, lengths
+
+
+def _listed_parts(schedules: Sequence[Any], marks: list[int], steps: int | None) -> list[Any]:
+    """The schedules of a list, each that leaves its length out lasting its part: up to the next
+    boundary, the last one to ``steps`` (the ConcatSchedule's), else to the run's end."""
+    start, end = (marks[-1] if marks else 0), (run_steps() if steps is None else steps)
+    spans = [b - a for a, b in zip([0, *marks], marks, strict=False)] + [None if end is None else max(end - start, 1)]
+    built = []
+    for i, (section, span) in enumerate(zip(schedules, spans, strict=True)):
+        with run_length(span):
+            built.append(build_schedule(section, where=here(f"schedules[{i}]")))
+    return built
 
 
 def _boundaries(boundaries: object, count: int) -> list[int]:
