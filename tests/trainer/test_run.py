@@ -245,6 +245,20 @@ def test_a_nan_stops_a_config_run_by_default_long_before_its_end(tmp_path):
     assert "trainer.detect_nans=false" in err and "test/" not in out
 
 
+def test_num_gpus_that_the_device_count_does_not_follow_warns(tmp_path):
+    # jax_trainer's num_gpus is not read: num_gpus: 4 trained on one device without a word
+    short = ["model.c_hid=8", "trainer.train_epochs=1", "trainer.max_steps_per_epoch=2", "trainer.enable_progress_bar=false"]
+    with pytest.warns(UserWarning, match=r"num_gpus: 4 is not read: the trainer trains on trainer.num_devices "
+                      r"devices, here 1(.|\n)*fix: set trainer.num_devices: 4"):
+        code, out, err = gyre("fit", MLP, *short, "num_gpus=4", f"trainer.logger.log_dir={tmp_path / 'a'}")
+    assert code == 0, out + err
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, out, err = gyre("fit", MLP, *short, "num_gpus=4", "trainer.num_devices=4", f"trainer.logger.log_dir={tmp_path / 'b'}")
+    assert code == 0, out + err
+    assert not [w for w in caught if "num_gpus" in str(w.message)]
+
+
 def test_gyre_test_of_a_folder_that_is_no_run(tmp_path):
     code, _, err = gyre("test", tmp_path / "nope")
     assert code == 2 and "is not a run folder (it does not exist)" in err and "Traceback" not in err

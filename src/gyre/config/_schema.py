@@ -309,7 +309,8 @@ class Config(_Section):
     Attributes:
         seed: the run's seed (Python's and numpy's in ``gyre fit``); left out, ``trainer.seed``;
             both given and different is an error.
-        num_gpus: kept for jax_trainer's configs (``trainer.num_devices`` picks the devices).
+        num_gpus: kept for jax_trainer's configs, not read (``trainer.num_devices`` picks the devices;
+            ``gyre fit`` warns when ``num_gpus`` above 1 differs from it).
 
     Example:
         >>> from gyre.config import register_dataset, register_model, register_optimizer

@@ -395,6 +395,14 @@ def _start_log(log: Any, source: Any, config: Any, dataset: Any) -> None:
     steps = run_steps_of(config, dataset)
     log.info("config: %s (seed %d)", source if isinstance(source, (str, os.PathLike)) else "a mapping", config.seed)
     log.info("run: %s, %s training steps (%d epochs)", config.trainer.class_name, steps or "?", config.trainer.train_epochs)
+    devices = config.trainer.num_devices or 1
+    if config.num_gpus > 1 and config.num_gpus != devices:  # jax_trainer's key, which nothing reads
+        warn(explain(
+            f"num_gpus: {config.num_gpus} is not read: the trainer trains on trainer.num_devices devices, here {devices}",
+            expected="trainer.num_devices: the devices to train data-parallel on (left out: one)",
+            received=f"num_gpus: {config.num_gpus}, trainer.num_devices: {config.trainer.num_devices}",
+            fix=f"set trainer.num_devices: {config.num_gpus} (override: trainer.num_devices={config.num_gpus}), "
+            "or remove num_gpus"), UserWarning)
 
 
 def _end_log(log: Any, trainer: Any, config: Any, elapsed: Any, seconds: float, metrics: Mapping[str, float]) -> None:
