@@ -44,6 +44,8 @@ def test_lr_unknown_warns_once_and_writes_nothing(tmp_path):
         drive([LearningRateMonitor()], trainer, epochs=3)
     assert len([w for w in caught if "learning rate" in str(w.message)]) == 1
     assert trainer.writer.calls == []
+    # the fix names the config key that hides it (a schedule alone does not keep it)
+    assert "optimizer.log_learning_rate: false" in str(caught[0].message)
 
 
 def test_lr_with_a_writer_that_writes_no_scalars_is_silent(tmp_path):

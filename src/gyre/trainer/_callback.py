@@ -749,8 +749,9 @@ class LearningRateMonitor(Callback):
                 self._warned = True
                 warn(
                     "LearningRateMonitor: the trainer cannot tell the learning rate, so none is "
-                    "written; build the optimizer with optax.inject_hyperparams or give it a "
-                    "schedule to see it"
+                    "written; a config's optimizer keeps it unless it says optimizer.log_learning_rate: "
+                    "false (remove that line), and an optax optimizer of your own keeps it when built "
+                    "with optax.inject_hyperparams"
                 )
             return
         self._write("scalars", {LR_NAME: rate})
