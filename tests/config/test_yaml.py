@@ -309,6 +309,13 @@ def test_a_bad_override_is_named(seed, override, message):
         load_config(seed, [override])
 
 
+def test_an_override_through_a_list_is_told_to_write_the_whole_list():
+    data = {"optimizer": {"transforms": [{"class_name": "GradClipNorm", "max_norm": 1.0}]}}
+    with pytest.raises(ConfigError, match=r"goes through optimizer\.transforms, which is not a section(.|\n)*"
+                                          r"fix: override the whole value instead: optimizer\.transforms=\[\.\.\.\]"):
+        apply_override(data, "optimizer.transforms.0.max_norm=2")  # it offered a mapping of keys
+
+
 def test_overrides_must_be_a_list_of_strings(seed):
     with pytest.raises(ConfigError, match=r"overrides must be a list of 'dotted\.key=value' strings(.|\n)*"
                                           r"fix: wrap it in a list: \['trainer\.train_epochs=3'\]"):

@@ -171,9 +171,10 @@ def apply_override(data: dict[str, Any], override: str) -> None:
         if node.get(part) is None:
             node[part] = {}
         path = ".".join(parts[: i + 1])
+        whole = f"{path}=[...] (the whole list, in YAML)" if isinstance(node[part], list) else f"{path}={{key: value, ...}}"
         node = instance(node[part], path, dict, problem=f"the override {override!r} goes through {path}, which is not a section",
                         expected=f"{path} to be a mapping of keys", error=ConfigError,
-                        fix=f"override the whole value instead: {path}={{key: value, ...}}")
+                        fix=f"override the whole value instead: {whole}")
     node[parts[-1]] = value
 
 
