@@ -85,3 +85,16 @@ def test_no_validation_tests_the_final_model_and_says_so(tmp_path, digits):
                                              r"the test scores the final model"):
         out = t.train_model(digits.train_loader, digits.val_loader, digits.test_loader)
     assert "test/acc" in out["test"] and 1 not in out
+
+
+def test_two_model_checkpoints_are_refused_before_training(tmp_path):
+    # both saved into <log_dir>/checkpoints: the second save collided in orbax's temporary folder,
+    # a CheckpointError (and, from gyre fit, a traceback) once training had ended
+    with pytest.raises(ValueError, match=r"the trainer has 2 ModelCheckpoint callbacks(.|\n)*"
+                                         r"ModelCheckpoint\(monitor='val/acc', mode='max'\), "
+                                         r"ModelCheckpoint\(monitor='val/loss', mode='min'\)"):
+        trainer(tmp_path, callbacks=[ModelCheckpoint(monitor="val/acc"), ModelCheckpoint(monitor="val/loss")])
+    with pytest.raises(ValueError, match="2 ModelCheckpoint callbacks"):  # one from the config, one given
+        trainer(tmp_path, callbacks=[ModelCheckpoint(monitor="val/acc")],
+                trainer_config={"callbacks": {"ModelCheckpoint": {"monitor": "val/loss"}}})
+    trainer(tmp_path, callbacks=[ModelCheckpoint(monitor="val/acc", save_top_k=3)])  # one is fine

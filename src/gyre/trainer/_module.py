@@ -221,6 +221,17 @@ def build_callbacks(config: Any) -> list[Any]:
     return out
 
 
+def check_one_checkpoint(callbacks: Sequence[Any]) -> None:
+    """Refuses two ``ModelCheckpoint`` callbacks: both would save into ``<log_dir>/checkpoints``."""
+    found = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
+    if len(found) > 1:
+        raise ValueError(explain(
+            f"the trainer has {len(found)} ModelCheckpoint callbacks, which would all save into <log_dir>/checkpoints",
+            expected="one ModelCheckpoint (it keeps the save_top_k best models by its monitor)",
+            received=", ".join(f"ModelCheckpoint(monitor={cb.monitor!r}, mode={cb.mode!r})" for cb in found),
+            fix="keep one in trainer.callbacks (and in callbacks=); raise its save_top_k to keep more models"))
+
+
 def build_writer(config: Any, log_dir: Path) -> Any:
     """The writer of ``logger.tool_config`` (default TensorBoard, or CSV without tensorboardX)."""
     tool = config.logger.tool_config
@@ -481,6 +492,7 @@ class TrainerModule:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.log_dir = Path(self.config.logger.log_dir or Path("runs", stamp))
         self.callbacks = build_callbacks(self.config) + list(callbacks)
+        check_one_checkpoint(self.callbacks)
         self._specs: dict[str, Any] | None = None
         self._writer: Any = None
         self._files: Any = None
