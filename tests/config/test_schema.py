@@ -354,6 +354,15 @@ def test_several_mistakes_are_all_named():
     assert all("\n  fix: " in m for m in caught.value.mistakes)
 
 
+def test_a_run_folder_under_the_home_folder_is_there_not_in_a_folder_named_tilde(monkeypatch, tmp_path):
+    # YAML does not expand "~": log_dir: ~/exp/run1 trained into ./~/exp/run1, and printed "~/exp/run1"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    logger = LoggerConfig(log_dir="~/exp/run1", base_log_dir="~/exp")
+    assert (logger.log_dir, logger.base_log_dir) == (str(tmp_path / "exp" / "run1"), str(tmp_path / "exp"))
+    assert TrainerConfig(logger={"log_dir": "~/a"}).logger.log_dir == str(tmp_path / "a")
+    assert LoggerConfig(log_dir="runs/~x").log_dir == "runs/~x"  # only a leading ~
+
+
 def test_a_bad_logger_key_names_its_path():
     with pytest.raises(ConfigError, match=r"unknown key trainer\.logger\.log_step_every in trainer\.logger\. "
                                           r"Did you mean 'log_steps_every'\?"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import os
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -93,7 +94,8 @@ class LoggerConfig(_Section):
     """``trainer.logger``: where and how often the trainer logs.
 
     Attributes:
-        log_dir: the run folder (default: chosen by the trainer; the string ``None`` is none).
+        log_dir: the run folder (default: chosen by the trainer; the string ``None`` is none; a
+            leading ``~`` is the home folder, here and in ``base_log_dir``).
         log_steps_every: log step metrics every this many steps (0: per epoch only).
         tool_config: a writer section checked against ``LOGGERS``, or a typed
             :class:`~gyre.config.TensorboardConfig` / :class:`~gyre.config.WandbConfig`.
@@ -130,6 +132,9 @@ class LoggerConfig(_Section):
         data = dict(data)
         if data.get("log_dir") == "None":
             data["log_dir"] = None
+        for key in ("log_dir", "base_log_dir"):  # "~/runs/a" is the home's, not a folder named "~"
+            if isinstance(data.get(key), str) and data[key].startswith("~"):
+                data[key] = os.path.expanduser(data[key])
         if "tool" in data or "project_name" in data:
             data["tool_config"] = tool_section(data.pop("tool", "TensorBoard"), data.pop("project_name", None),
                                                data.get("tool_config"), where=cls.section_path)
