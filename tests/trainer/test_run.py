@@ -259,6 +259,14 @@ def test_num_gpus_that_the_device_count_does_not_follow_warns(tmp_path):
     assert not [w for w in caught if "num_gpus" in str(w.message)]
 
 
+def test_an_out_folder_under_the_home_folder_is_there(monkeypatch, tmp_path):
+    # gyre fit CONFIG --out=~/runs: the shell leaves that ~ alone; it made a folder named "~"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    run_dir = _run.make_run_dir("~/runs")
+    assert run_dir.parent == tmp_path / "home" / "runs" and not (tmp_path / "~").exists()
+
+
 def test_gyre_test_of_a_folder_that_is_no_run(tmp_path):
     code, _, err = gyre("test", tmp_path / "nope")
     assert code == 2 and "is not a run folder (it does not exist)" in err and "Traceback" not in err

@@ -232,7 +232,7 @@ def check_out(out: str | os.PathLike[str]) -> Path:
             received=describe(out),
             fix="pass out='runs'",
         )
-    path = Path(out)
+    path = Path(out).expanduser()  # --out=~/runs reaches us unexpanded (the shell expands a word's start only)
     if path.exists() and not path.is_dir():
         raise _out_error(path, f"{str(path)!r} is a file, not a folder to hold the run folders")
     existing = path
