@@ -58,6 +58,17 @@ def test_save_dir_replaces_the_run_folder_and_a_timestamp_can_be_the_version(tmp
     assert explicit.logdir == str(tmp_path / "tensorboard" / "v1")  # a given version wins
 
 
+def test_a_save_dir_under_the_home_folder_is_there(tmp_path, monkeypatch):
+    # the seed's tool_config.save_dir written as ~/tb made a folder named "~" in the working directory
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    for section in ({"class_name": "TensorboardToolLogger", "save_dir": "~/tb", "version": "0"},
+                    {"class_name": "CSVToolLogger", "save_dir": "~/tb", "version": "1"}):
+        writer = build_tool_writer(section, log_dir=tmp_path / "run")
+        writer.close()
+    assert sorted(os.listdir(tmp_path / "home" / "tb")) == ["0", "1"] and not (tmp_path / "~").exists()
+
+
 def test_csv_writes_metrics_csv(tmp_path):
     with build_tool_writer({"class_name": "CSVToolLogger", "name": "digits", "version": "1"},
                            log_dir=tmp_path) as writer:

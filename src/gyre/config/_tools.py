@@ -152,7 +152,8 @@ def _version(version: str | None, use_timestamp_version: bool) -> str:
 
 
 def _folder(base: str, name: str, version: str) -> str:
-    return os.path.join(base, *[part for part in (name, version) if part])
+    # a leading ~ is the home folder (YAML leaves it as written), as in trainer.logger.log_dir
+    return os.path.join(os.path.expanduser(base), *[part for part in (name, version) if part])
 
 
 @register_logger("TensorboardToolLogger")
@@ -192,7 +193,7 @@ def wandb_tool_logger(
         options["id"] = run_id
     if entity:
         options["entity"] = entity
-    folder = save_dir if save_dir is not None else run
+    folder = os.path.expanduser(save_dir) if save_dir is not None else run
     return WandbWriter(project=project, run=name or None, mode=mode, dir=folder, **options)
 
 
