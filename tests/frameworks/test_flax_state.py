@@ -579,3 +579,15 @@ def test_masked_weight_zeroes_the_padded_rows():
 
     assert _masked_weight(None, jnp.array([True, False])).tolist() == [1.0, 0.0]
     assert _masked_weight(jnp.array([[2.0], [3.0]]), jnp.array([True, False])).tolist() == [[2.0], [0.0]]
+
+
+def test_a_linen_states_apply_fn_is_flaxs_own():
+    # was: the adapter's apply, so apply_fn({"params": state.params}, x) as ciclo's and flax's
+    # TrainState take it raised "LinenAdapter.apply() missing 1 required positional argument"
+    from flax import linen as nn
+
+    model = nn.Dense(3)
+    state = gyre.create_flax_state(model, inputs=jnp.zeros((1, 4)), tx=optax.sgd(0.1),
+                                   losses={"l": optax.softmax_cross_entropy_with_integer_labels})
+    x = jnp.ones((2, 4))
+    np.testing.assert_allclose(state.apply_fn({"params": state.params}, x), model.apply({"params": state.params}, x))

@@ -327,8 +327,11 @@ def create_flax_state(
     for name in [*losses_, *aux_losses]:  # ciclo's running means of the losses
         if f"avg_{name}" not in metrics_:
             states[f"avg_{name}"] = _metrics.Mean(name)
+    # a linen state's apply_fn is flax's own (apply_fn({"params": p}, x), as ciclo's and flax's
+    # TrainState hold it); the steps call the adapter
+    apply_fn = adapter.module.apply if adapter.framework == "linen" else adapter.apply
     return _state_class(accumulate_steps, clip_grad_norm, policy).create(
-        params=params, tx=tx, strategy=strategy, apply_fn=adapter.apply, rng=key, model_state=model_state,
+        params=params, tx=tx, strategy=strategy, apply_fn=apply_fn, rng=key, model_state=model_state,
         metric_states=states, adapter=adapter, loss_fns=loss_calls, metric_fns=tuple(fns),
         logs_full_path=bool(logs_full_path))
 
