@@ -8,7 +8,8 @@ import optax
 import pytest
 
 import gyre
-from gyre.fitting._fit_steps import _loss_pair, check_split, make_train_step, plain_jit
+from gyre.engine._epochs import check_split
+from gyre.fitting._fit_steps import _loss_pair, make_train_step, plain_jit
 from tests.fitting.test_fit import ce, make_state
 
 
@@ -53,10 +54,13 @@ def test_only_the_default_jit_skips_the_strategy_path():
 
 
 def test_a_batch_the_devices_cannot_split_is_found_before_training():
+    import functools
+
     dp = gyre.get_strategy("data_parallel")
-    check_split(dp, [batch(16), batch(8)])  # multiples of 8 pass
+    check = functools.partial(check_split, who="fit", name="train_ds", single="strategy='jit'")  # fit's words
+    check(dp, [batch(16), batch(8)])  # multiples of 8 pass
     with pytest.raises(ValueError, match=r"(?s)batch of 12 examples.*batch 1 of train_ds.*batch size of 16 or 8"):
-        check_split(dp, [batch(16), batch(12)])
+        check(dp, [batch(16), batch(12)])
     with pytest.raises(ValueError, match=r"(?s)batch of 4 examples.*batch size of 8 \("):
-        check_split(dp, iter([batch(4)]))
-    check_split(gyre.get_strategy("jit"), [batch(3)])  # one device: anything splits
+        check(dp, iter([batch(4)]))
+    check(gyre.get_strategy("jit"), [batch(3)])  # one device: anything splits

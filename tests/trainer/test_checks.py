@@ -128,3 +128,16 @@ def test_concat_metrics_returned_in_training_are_said_to_be_dropped_there(tmp_pa
     with pytest.warns(gyre.LoopWarning, match=r"(?s)returns the CONCAT metrics \['ids'\] in training.*fix: give them log_mode 'eval'"):
         t.init_model(batch)
     assert np.asarray(t.state.step) == 0
+
+
+def test_a_training_batch_the_devices_cannot_split_is_refused_before_training(tmp_path):
+    # was: found when the loader reached it (here after 3 steps), as gyre.fit had checked before training
+    import numpy as np
+
+    x, y = np.zeros((16, 64), np.float32), np.zeros(16, np.int32)
+    loader = [(x, y)] * 3 + [(x[:12], y[:12])]
+    t = trainer(tmp_path, num_devices=8, train_epochs=1)
+    with pytest.raises(ValueError, match=r"(?s)the trainer: a training batch of 12 examples cannot be split over "
+                       r"the 8 devices.*batch 3 of train_loader.*or trainer.num_devices=1"):
+        t.train_model(loader)
+    assert t.global_step == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain
 from gyre.data._source import refuse_sources
 from gyre.engine._elapse import dataset_epoch_steps
@@ -127,6 +128,28 @@ def training_data(loader: Any, epochs: int, most: int | None = None) -> tuple[An
         return loader, min(steps, most or steps)
     stream = EpochStream(loader, epochs=epochs)
     return stream, min(stream.epoch_steps, most or stream.epoch_steps)
+
+
+def check_split(strategy: Any, data: Any, *, who: str, name: str, single: str) -> None:
+    """A clear error, before training, for a training batch ``strategy`` cannot split over its
+    devices (every batch of a list or tuple; the first of any other source). ``who`` and
+    ``name`` name the rung and its data argument, ``single`` its one-device setting."""
+    share = strategy.lift_batch_size(1)  # this process's devices on the data axis
+    if share == 1:
+        return
+    items = enumerate(data) if isinstance(data, (list, tuple)) else [(0, first_batch(data))]
+    for index, batch in items:
+        rows = infer_batch_size(batch, strict=False, default=0)
+        if rows % share:
+            lower, upper = rows - rows % share, rows + share - rows % share
+            raise ValueError(explain(
+                f"{who}: a training batch of {rows} examples cannot be split over the {share} devices "
+                f"of strategy {strategy.name!r}",
+                expected=f"every training batch a multiple of {share} examples (each device gets "
+                f"batch_size / {share})",
+                received=f"batch {index} of {name} with {rows} examples",
+                fix=f"use a batch size of {upper}" + (f" or {lower}" if lower else "")
+                + f" (gyre.data.batches(..., drop_remainder=True) drops a smaller last batch), or {single}"))
 
 
 def first_batch(loader: Any) -> Any:

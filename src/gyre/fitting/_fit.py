@@ -26,14 +26,13 @@ from gyre.data._padding import accepts_mask, padded
 from gyre.data._source import refuse_sources
 from gyre.engine import _named
 from gyre.engine._engine import refuse_donated
-from gyre.engine._epochs import EpochLength, first_batch, is_iterator, training_data
+from gyre.engine._epochs import EpochLength, check_split, first_batch, is_iterator, training_data
 from gyre.engine._inner import inner_loop
 from gyre.engine._masked import MaskedBatches, largest_batch
 from gyre.engine._nan import check_nan_policy
 from gyre.engine._resume import PastStopError
 from gyre.fitting._fit_checks import eval_batches, is_pair_of_arrays, refuse_array_pair
 from gyre.fitting._fit_steps import (
-    check_split,
     leaf_shapes,
     make_train_step,
     plain_jit,
@@ -169,7 +168,7 @@ def fit(
     _check_run_options(log_name, hparams)
     chosen = get_strategy(strategy)  # an unknown name: the registered ones, the closest first
     if not plain_jit(chosen):
-        check_split(chosen, train_ds)
+        check_split(chosen, train_ds, who="fit", name="train_ds", single="strategy='jit'")
         state = chosen.place_state(state)  # a copy: the caller's arrays are not donated
     data, epoch_steps = training_data(train_ds, epochs)
     run_dir = run_folder(log_dir, log_name, resume)

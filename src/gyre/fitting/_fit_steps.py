@@ -14,11 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from gyre.config import learning_rate_of
-from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain
 from gyre.core._logs import Logs
 from gyre.core._train_state import TrainState
-from gyre.engine._epochs import first_batch
 from gyre.fitting._fit_checks import check_labels, optimizer_error, split_batch
 from gyre.parallel._strategies import Jit
 from gyre.parallel._strategy import Strategy
@@ -212,28 +210,6 @@ def plain_jit(strategy: Strategy) -> bool:
     """Whether ``strategy`` is the default: one ``jax.jit`` on the default device, donating
     (fit's own step, batches left for jit to move)."""
     return type(strategy) is Jit and strategy.device is None and strategy.donate
-
-
-def check_split(strategy: Strategy, train_ds: Any) -> None:
-    """A clear error, before training, for a training batch the strategy cannot split over
-    its devices (every batch of a list or tuple; the first of any other source)."""
-    share = strategy.lift_batch_size(1)  # this process's devices on the data axis
-    if share == 1:
-        return
-    items = enumerate(train_ds) if isinstance(train_ds, (list, tuple)) else [(0, first_batch(train_ds))]
-    for index, batch in items:
-        rows = infer_batch_size(batch, strict=False, default=0)
-        if rows % share:
-            lower, upper = rows - rows % share, rows + share - rows % share
-            raise ValueError(explain(
-                f"fit: a training batch of {rows} examples cannot be split over the {share} devices "
-                f"of strategy {strategy.name!r}",
-                expected=f"every training batch a multiple of {share} examples (each device gets "
-                f"batch_size / {share})",
-                received=f"batch {index} of train_ds with {rows} examples",
-                fix=f"use a batch size of {upper}" + (f" or {lower}" if lower else "")
-                + " (gyre.data.batches(..., drop_remainder=True) drops a smaller last batch), "
-                "or strategy='jit'"))
 
 
 _STEPS: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()

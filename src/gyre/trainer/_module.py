@@ -42,7 +42,7 @@ from gyre.config._yaml import warn_changed_settings
 from gyre.core._checks import instance, whole
 from gyre.core._errors import describe, explain, suggest, warn
 from gyre.core._train_state import TrainState
-from gyre.engine._epochs import first_batch, training_data
+from gyre.engine._epochs import check_split, first_batch, training_data
 from gyre.loggers import CSVWriter, TensorBoardWriter
 from gyre.parallel import DataParallel, get_strategy
 from gyre.trainer._callback import ModelCheckpoint, best_of, read_model, stored_config
@@ -830,6 +830,8 @@ class TrainerModule:
                        fix="pass num_epochs=5")
         # the loader is checked first: an empty one or a generator gets its explanation, not a StopIteration
         data, epoch_steps = training_data(train_loader, epochs, getattr(self.config, "max_steps_per_epoch", None))
+        if self.strategy.mesh is not None:  # a batch the devices cannot split: said before training
+            check_split(self.strategy, train_loader, who="the trainer", name="train_loader", single="trainer.num_devices=1")
         if self.state is None:
             self.init_model(first_batch(train_loader))
         if self.optimizer is None:  # its schedule lasts the run: now its length is known
