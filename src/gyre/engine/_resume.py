@@ -77,6 +77,11 @@ class PastStopError(ValueError):
     """``resume`` found a checkpoint already past the loop's ``stop``. A rung that works its
     ``stop`` out from its own arguments catches it to add a note in their terms."""
 
+    def note_epochs(self, who: str, epochs: int, epoch_steps: int, fix: str) -> None:
+        """Notes that ``who``'s stop is ``epochs`` epochs of ``epoch_steps`` batches, and ``fix``."""
+        self.add_note(f"{who}: its stop is num_epochs x batches per epoch = {epochs} x {epoch_steps} = "
+                      f"{epochs * epoch_steps} steps: {fix}")
+
 
 def _past(stop: Any, snapshot: Snapshot, resume: Any) -> None:
     """Refuses a ``stop`` the checkpoint is already past (the loop would train nothing)."""

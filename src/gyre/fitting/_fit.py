@@ -223,10 +223,8 @@ def fit(
         if hparams is not None:
             writer.write_hparams(dict(hparams), final_metrics(history))
     except PastStopError as err:  # the engine's words: stop is fit's, not the user's
-        err.add_note(
-            f"gyre.fit: its stop is num_epochs x batches per epoch = {epochs} x {epoch_steps} = "
-            f"{epochs * epoch_steps} steps: pass a larger num_epochs to continue the saved run, "
-            "or resume=None to start a new one")
+        err.note_epochs("gyre.fit", epochs, epoch_steps,
+                        "pass a larger num_epochs to continue the saved run, or resume=None to start a new one")
         raise
     finally:
         ckpt.close()

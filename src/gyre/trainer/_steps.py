@@ -318,10 +318,8 @@ class TrainingRun:
             status = "stopped" if out[1].stop_reason else "success"
             return out
         except PastStopError as err:  # the engine's words: stop is the trainer's, not the user's
-            err.add_note(
-                f"the trainer: its stop is num_epochs x batches per epoch = {epochs} x {epoch_steps} = "
-                f"{epochs * epoch_steps} steps: pass train_model a larger num_epochs (or a larger "
-                "trainer.train_epochs) to continue the saved run, or train in a new log_dir without resume")
+            err.note_epochs("the trainer", epochs, epoch_steps, "pass train_model a larger num_epochs (or a larger "
+                            "trainer.train_epochs) to continue the saved run, or train in a new log_dir without resume")
             raise
         finally:
             for cb in t.callbacks:
