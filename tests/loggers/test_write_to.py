@@ -334,3 +334,28 @@ def test_a_bfloat16_training_step_reaches_the_csv_and_the_bar(tmp_path):
     rows = list(csv.DictReader((tmp_path / "m.csv").open()))
     assert [r["step"] for r in rows] == ["0", "1", "2"] and float(rows[0]["mse"]) == 1.0
     assert "mse: " in out.getvalue().splitlines()[-1]
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 4])
+@pytest.mark.parametrize("named", [False, True])
+def test_a_loop_that_fails_sends_the_records_of_its_steps(named, steps_per_call):
+    # was: a NaN (or any error) ended the loop without sending the history's records: of 40 steps,
+    # the writer had step 0 alone, the steps before the NaN never written
+    @jax.jit
+    def step(state, batch):
+        return gyre.logs().add_loss("loss", jnp.where(batch == 30, jnp.nan, batch)), state + 1
+
+    writer, run = Recorder(), []
+    logger = gyre.wandb_logger(type("Run", (), {"log": lambda self, data, step: run.append(step)})(), interval=60)
+    data = [jnp.float32(i) for i in range(40)]
+    with pytest.raises(gyre.NonFiniteError, match="at step 30"):
+        if named:
+            gyre.train_loop(jnp.float32(0), data, {gyre.on_train_step: step}, steps_per_call=steps_per_call,
+                            callbacks=[gyre.write_to(writer), logger])
+        else:
+            gyre.loop(jnp.float32(0), data, {gyre.every(1): [step], **gyre.write_to(writer), gyre.always(): logger},
+                      steps_per_call=steps_per_call)
+    steps = [s for s, _ in writer.calls]
+    assert steps[:31] == list(range(31)) and run[:31] == list(range(31)) and writer.flushes >= 1
+    assert [v["loss"] for _, v in writer.calls[:30]] == [float(i) for i in range(30)]
+    assert writer.calls[30][1]["loss"] != writer.calls[30][1]["loss"]  # the NaN itself

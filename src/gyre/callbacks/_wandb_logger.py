@@ -194,6 +194,7 @@ class WandbLogger(FollowsHistory, ChunkSafe, LoopElement):
 
     on_loop_end = flush
     on_train_end = flush
+    _on_loop_failed = flush  # a failed loop's records are sent too (gyre.engine._engine._send_recorded)
 
     def _send(self, *, wait: bool) -> None:
         block = self._read(wait=wait)

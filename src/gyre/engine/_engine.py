@@ -385,8 +385,19 @@ def loop(
                 ls._nan.check(wait=preemption.outermost)
         except BaseException as err:
             _failed(err, ls, clock_iter, ls.checkpoints)
+            _send_recorded(err, table)
             raise
     return ls.state, ls.history, final
+
+
+def _send_recorded(err: BaseException, table: Sequence[Task]) -> None:
+    """After a failure, callbacks that send the history elsewhere (``write_to``, ``wandb_logger``:
+    their ``_on_loop_failed``) send the records it holds: the steps before a NaN are the ones to see."""
+    for hook in loop_end_hooks(table, "_on_loop_failed"):
+        try:
+            hook()
+        except Exception as other:  # noqa: BLE001 - the loop's own error is the one to raise
+            err.add_note(f"gyre: sending the history's records after the failure also failed: {other}")
 
 
 def _run(

@@ -251,13 +251,13 @@ def _check_key(key: Any) -> None:
             received=f"the string {key!r}", fix="use a schedule object." + suggest(key, ALL_HOOKS)))
 
 
-def loop_end_hooks(tasks: Sequence[Task]) -> list[Callable[[], Any]]:
-    """The ``on_loop_end()`` methods of a table's callback objects, each object once."""
+def loop_end_hooks(tasks: Sequence[Task], name: str = "on_loop_end") -> list[Callable[[], Any]]:
+    """The ``on_loop_end()`` methods (or ``name``'s) of a table's callback objects, each object once."""
     hooks: dict[int, Callable[[], Any]] = {}
     for task in tasks:
         for invoker in task.invokers:
             for obj in (invoker.fn, getattr(invoker.fn, "__self__", None)):  # a bound method's object too
-                hook = getattr(obj, "on_loop_end", None)
+                hook = getattr(obj, name, None)
                 if callable(hook) and id(obj) not in hooks:
                     hooks[id(obj)] = hook
     return list(hooks.values())

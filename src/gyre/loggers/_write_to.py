@@ -120,6 +120,7 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         self.writer.flush()
 
     on_loop_end = flush
+    _on_loop_failed = flush  # a failed loop's records are sent too (gyre.engine._engine._send_recorded)
 
     def on_train_end(self) -> None:
         """In a ``train_loop``: sends the rest and flushes the writer (see :meth:`flush`)."""
