@@ -34,6 +34,25 @@ def test_scalars_histograms_images_texts_and_hparams_are_read_back(tmp_path):
     assert "_hparams_/experiment" in values and values["final_accuracy"][0][1].simple_value == pytest.approx(0.9)
 
 
+@pytest.mark.parametrize("by_block", [False, True])
+def test_an_hparams_metric_that_has_a_curve_adds_no_point_at_step_0(tmp_path, by_block):
+    # was: write_hparams wrote each metric at step 0, so gyre.fit(hparams=...) put the final
+    # accuracy_test at the start of the accuracy_test curve (steps [19, 39, 0])
+    writer = gyre.TensorBoardWriter(tmp_path)
+    if by_block:
+        gyre.loop(None, range(3), {gyre.every(1): lambda elapsed: gyre.logs().add_metric("acc", 0.5 + elapsed.steps),
+                                   **gyre.write_to(writer)})
+    else:
+        for step in range(3):
+            writer.write_scalars(step, {"acc": 0.5 + step})
+    writer.write_hparams({"lr": 0.1}, {"acc": 2.5, "final_loss": 0.25})
+    writer.close()
+    values = tensorboard_values(str(tmp_path))
+    assert [(s, v.simple_value) for s, v in values["acc"]] == [(0, 0.5), (1, 1.5), (2, 2.5)]
+    assert [(s, v.simple_value) for s, v in values["final_loss"]] == [(0, 0.25)]  # a metric of its own: written
+    assert "_hparams_/experiment" in values
+
+
 def test_a_missing_tensorboardx_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorboardX", None)
     with pytest.raises(ImportError, match=r"pip install 'gyre\[tensorboard\]'"):

@@ -215,6 +215,7 @@ class TensorBoardWriter(Writer):
         self._w: Any = None
         self._templates: dict[tuple[str, ...], tuple[Any, list[Any]]] = {}
         self._encoder: ScalarEvents | None = None  # made with the event file
+        self._series: set[str] = set()  # the scalar names written: a curve write_hparams leaves alone
         super().__init__()
 
     def _open(self) -> None:
@@ -238,6 +239,7 @@ class TensorBoardWriter(Writer):
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:  # one event per set of names, reused
         names = tuple(values)
+        self._series.update(names)
         if names not in self._templates:
             from tensorboardX.proto.event_pb2 import Event
 
@@ -256,6 +258,7 @@ class TensorBoardWriter(Writer):
         # each event's wall time is its step's own (the history's clock), not the moment it is written
         out, encoder = getattr(self._w, "_writer", None), self._encoder  # the file under the framing
         for _, names, steps, dates, values in scalar_runs(block, keep):
+            self._series.update(names)
             data = None if out is None or encoder is None else encoder.encode(names, steps, dates, values)
             if data is None:
                 for step, row in zip(steps.tolist(), values.tolist(), strict=True):
@@ -288,8 +291,10 @@ class TensorBoardWriter(Writer):
         metrics = metrics or {}
         for summary in hparams(params, metrics):
             self._event(summary=summary)
-        if metrics:
-            self._scalars(0, metrics)
+        # a metric with a curve already (fit's accuracy_test) is read from its last point; written
+        # again at step 0 it put the final value at the curve's start
+        if new := {k: v for k, v in metrics.items() if k not in self._series}:
+            self._scalars(0, new)
 
     def _flush(self) -> None:
         self._w.flush()
