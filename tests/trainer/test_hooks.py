@@ -123,6 +123,8 @@ def test_metric_modes_route_to_their_phases_files_and_writers(tmp_path, digits):
     assert "train/per_epoch_step" not in names and "train/seen_step" in names
     assert np.asarray(t.history.collect("train/seen_step")).tolist()[:2] == [32 * 4, 32 * 4]
     written = tensorboard_values(str(tmp_path / "tensorboard"))
+    # was: each training step wrote them all under their bare names (detect_nans' per-step logs)
+    assert {"val_only", "test_only", "per_epoch"}.isdisjoint(written) and {"acc", "seen"} <= set(written)
     assert "val/labels" not in written and sorted(s for s, _ in written["val/acc"]) == [
         digits.train_loader.epoch_steps - 1, 2 * digits.train_loader.epoch_steps - 1
     ]

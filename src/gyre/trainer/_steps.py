@@ -31,6 +31,8 @@ from gyre.steps._update import train_update
 from gyre.steps.managed import check_floating_loss
 from gyre.trainer._callback import overrides_training_step, stored_config
 from gyre.trainer._metrics import (
+    FREQ_MODES,
+    PHASE_MODES,
     ConcatCollector,
     MetricAccumulator,
     metric_names,
@@ -158,7 +160,10 @@ class StepBuilder:
             new = new.replace(extras=extras)
             checked = getattr(t.config, "nan_keys", None)
             logs = Logs().add_loss("loss", loss) if checked is None or "loss" in checked else Logs().add_stateful_metric("loss", loss)
-            values = {k: v for k, (v, _) in parsed.items() if k != "loss" and specs[k].mode != "concat"}
+            # a step logs what training logs per step: not a log_mode 'val'/'test'/'eval' metric, nor
+            # a log_freq 'epoch' one (its epoch value is checked for NaN at the epoch's end)
+            values = {k: v for k, (v, _) in parsed.items() if k != "loss" and specs[k].mode != "concat"
+                      and specs[k].log_mode in PHASE_MODES["train"] and specs[k].log_freq in FREQ_MODES["step"]}
             return nan_checked(logs, values, checked), new
 
         return step
