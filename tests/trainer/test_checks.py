@@ -1,6 +1,7 @@
 """Checks of a trainer subclass's methods at construction."""
 
 
+import numpy as np
 import pytest
 
 import gyre
@@ -140,4 +141,18 @@ def test_a_training_batch_the_devices_cannot_split_is_refused_before_training(tm
     with pytest.raises(ValueError, match=r"(?s)the trainer: a training batch of 12 examples cannot be split over "
                        r"the 8 devices.*batch 3 of train_loader.*or trainer.num_devices=1"):
         t.train_model(loader)
+    assert t.global_step == 0
+
+
+@pytest.mark.parametrize("where", ["val", "test", "dict"])
+def test_an_endless_evaluation_loader_is_refused_before_training(tmp_path, where):
+    # was: val_loader=gyre.data.batches((x, y), 64), the trainer's own training source, made the
+    # first validation read batches forever (a hang, no error)
+    x, y = np.zeros((64, 64), np.float32), np.zeros(64, np.int32)
+    train, endless = gyre.data.batches((x, y), 32), gyre.data.batches((x, y), 32)
+    loaders = {"val": {"val_loader": endless}, "test": {"test_loader": endless},
+               "dict": {"val_loader": {"main": [(x, y)], "ood": endless}}}[where]
+    t = trainer(tmp_path, train_epochs=1)
+    with pytest.raises(ValueError, match=r"(?s)loader repeats forever.*received: Batches with epochs=None"):
+        t.train_model(train, **loaders)
     assert t.global_step == 0

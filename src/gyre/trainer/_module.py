@@ -377,7 +377,7 @@ def named_loaders(loader: Any, phase: str) -> list[tuple[str, Any]]:
     if loader is None:
         return []
     if not isinstance(loader, Mapping):
-        return [(phase, loader)]
+        return [(phase, _finite(loader, phase))]
     bad = [k for k, v in loader.items() if not isinstance(k, str) or not PHASE_NAME.match(f"{phase}_{k}")
            or hasattr(v, "shape") or not hasattr(v, "__iter__")]
     if not loader or bad:
@@ -388,7 +388,21 @@ def named_loaders(loader: Any, phase: str) -> list[tuple[str, Any]]:
             + phase + "_<name>/...')",
             received="an empty dict" if not loader else f"entries {bad[:3]!r} ({describe(loader[bad[0]])})",
             fix="pass one loader, or a dict of named loaders; a batch dict goes inside a list: [{'x': ..., 'y': ...}]"))
-    return [(phase if i == 0 else f"{phase}_{name}", value) for i, (name, value) in enumerate(loader.items())]
+    return [(phase if i == 0 else f"{phase}_{name}", _finite(value, f"{phase} ({name!r})"))
+            for i, (name, value) in enumerate(loader.items())]
+
+
+def _finite(loader: Any, phase: str) -> Any:
+    """``loader``, unless it repeats forever (``gyre.data.batches`` without ``epochs``, a training
+    source), which an evaluation would read without end."""
+    if hasattr(loader, "epoch_steps") and getattr(loader, "epochs", 0) is None:
+        raise ValueError(explain(
+            f"the {phase} loader repeats forever: an evaluation over it would never end",
+            expected="a loader that ends: a list of batches, gyre.data.arrays(...)'s val or test, or "
+            "a DataLoader", received=f"{type(loader).__name__} with epochs=None (endless)",
+            fix="gyre.data.arrays((x, y), 64, validation=0.1) gives val batches; or a list: "
+            "list(gyre.data.batches((x_val, y_val), 64, shuffle=False, epochs=1, drop_remainder=False))"))
+    return loader
 
 
 def host_values(metrics: Mapping[str, Any]) -> dict[str, Any]:
