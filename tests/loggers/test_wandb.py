@@ -37,7 +37,7 @@ def test_an_offline_run_holds_every_value_at_its_step(offline):
         kind = record.WhichOneof("record_type")
         if kind == "history":
             row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
-            history[row["_step"]] = row
+            history.setdefault(row["gyre/step"], {}).update(row)  # each write its own row, at its step
         elif kind == "config":
             config.update({item.key: json.loads(item.value_json) for item in record.config.update})
         elif kind == "summary":
@@ -48,6 +48,29 @@ def test_an_offline_run_holds_every_value_at_its_step(offline):
     assert history[3]["note"] == "hello" and history[3]["weights/_type"] == "histogram"
     assert len(history[3]["weights/values"]) == 5 and history[3]["digit/_type"] == "images/separated"
     assert config["learning_rate"] == 0.1 and summary["final"] == 0.9
+
+
+def test_a_direct_write_of_a_later_step_does_not_drop_write_to_s_rows(offline):
+    # was: W&B's step= drops a value whose step is below the last logged; write_to's rows arrive
+    # late, after a callback's histogram of step 10, so the loss of steps 0..19 was lost
+    writer = gyre.WandbWriter(project="gyre-tests", run="t", dir=offline)
+
+    def histogram(elapsed):
+        writer.write_histograms(elapsed.steps, {"w": np.arange(4.0)})
+
+    def step(elapsed):
+        return gyre.logs().add_loss("loss", float(elapsed.steps))
+
+    gyre.loop(None, range(30), {gyre.every(1): step, gyre.every(10): histogram, **gyre.write_to(writer)})
+    writer.close()
+    loss, hist = {}, []
+    for record in wandb_records(str(offline)):
+        if record.WhichOneof("record_type") == "history":
+            row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            if "loss" in row:
+                loss[row["gyre/step"]] = row["loss"]
+            hist += [row["gyre/step"]] * ("w/_type" in row)
+    assert loss == {s: float(s) for s in range(30)} and hist == [0, 10, 20]
 
 
 def test_a_missing_wandb_names_the_extra(monkeypatch):

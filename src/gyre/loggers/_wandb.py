@@ -12,11 +12,15 @@ from gyre.loggers._writer import Writer
 
 #: The modes ``wandb.init`` accepts (its settings refuse any other, with a pydantic error).
 WANDB_MODES = ("offline", "online", "disabled", "shared", "dryrun", "run")
+#: The x-axis of every value: W&B's own ``step=`` drops a value whose step is below the last one
+#: logged, and ``write_to``'s rows arrive after a callback's direct writes of later steps.
+STEP_KEY = "gyre/step"
 
 
 class WandbWriter(Writer):
     """Writes to a W&B run that it starts (``pip install 'gyre[wandb]'``); ``close()`` finishes it.
-    Steps must never decrease.
+    Each value is logged beside its step as ``gyre/step``, every chart's x-axis, so values may
+    arrive out of step order (W&B's own ``step=`` drops those).
 
     Args:
         mode: ``"offline"`` (default: files only, ``wandb sync`` uploads later), ``"online"`` or
@@ -63,9 +67,14 @@ class WandbWriter(Writer):
             os.makedirs(self.dir, exist_ok=True)
         options = {"reinit": "create_new", **self.init_kwargs}
         self.run = wandb.init(project=self.project, name=self.name, mode=self.mode, dir=self.dir, **options)
+        self.run.define_metric(STEP_KEY)
+        self.run.define_metric("*", step_metric=STEP_KEY)
+
+    def _log(self, step: int, data: dict[str, Any]) -> None:
+        self.run.log({STEP_KEY: step, **data})
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
-        self.run.log(dict(values), step=step)
+        self._log(step, values)
 
     def _histograms(self, step: int, arrays: dict[str, np.ndarray], num_buckets: int | None) -> None:
         import wandb
@@ -74,15 +83,15 @@ class WandbWriter(Writer):
             name: wandb.Histogram(np_histogram=np.histogram(np.asarray(a, np.float64).ravel(), bins=num_buckets or 64))
             for name, a in arrays.items()
         }
-        self.run.log(data, step=step)
+        self._log(step, data)
 
     def _images(self, step: int, images: dict[str, np.ndarray]) -> None:
         import wandb
 
-        self.run.log({name: [wandb.Image(image) for image in batch] for name, batch in images.items()}, step=step)
+        self._log(step, {name: [wandb.Image(image) for image in batch] for name, batch in images.items()})
 
     def _texts(self, step: int, texts: dict[str, str]) -> None:
-        self.run.log(dict(texts), step=step)
+        self._log(step, dict(texts))
 
     def _hparams(self, params: dict[str, Any], metrics: dict[str, float] | None) -> None:
         self.run.config.update(params, allow_val_change=True)
