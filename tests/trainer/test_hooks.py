@@ -162,7 +162,8 @@ def test_every_callback_from_a_config_in_one_run(tmp_path, digits):
     ]
     written = tensorboard_values(str(tmp_path / "tensorboard"))
     rates = [(step, value.simple_value) for step, value in written["optimizer/lr"]]
-    assert [s for s, _ in rates] == [0, per_epoch, 2 * per_epoch, 3 * per_epoch]
+    # at the step of the update that used it (was: one step later, at the next epoch's first step)
+    assert [s for s, _ in rates] == [0, per_epoch - 1, 2 * per_epoch - 1, 3 * per_epoch - 1]
     # the rate the last update used (optax.inject_hyperparams), read without a host sync
     assert rates[0][1] == pytest.approx(0.01, rel=1e-5)
     assert rates[1][1] == pytest.approx(0.01 * (1 - (per_epoch - 1) / 200), rel=1e-5)

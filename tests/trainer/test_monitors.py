@@ -13,6 +13,7 @@ import gyre
 from gyre.core._errors import LoopWarning
 from gyre.trainer import _callback as _monitors
 from gyre.trainer._callback import GradientSpikeMonitor, LearningRateMonitor
+from tests.loggers.readers import tensorboard_values
 
 from .fakes import FakeTrainer, RecordingWriter, drive
 
@@ -24,7 +25,7 @@ def test_lr_written_at_filtered_epoch_starts_as_the_unread_device_value(tmp_path
     trainer = FakeTrainer(tmp_path, lr=lr)
     drive([LearningRateMonitor(every_n_epochs=2)], trainer, epochs=4, steps=3)
     calls = trainer.writer.of("scalars")
-    assert [(step, list(values)) for step, values in calls] == [(3, ["optimizer/lr"]), (9, ["optimizer/lr"])]
+    assert [(step, list(values)) for step, values in calls] == [(2, ["optimizer/lr"]), (8, ["optimizer/lr"])]
     assert all(values["optimizer/lr"] is lr for _, values in calls)  # passed as it is: not read
     assert sync_detector.explicit == 0
 
@@ -35,7 +36,27 @@ def test_lr_arrives_in_a_real_writer(tmp_path):
     drive([LearningRateMonitor()], trainer, epochs=2, steps=2)
     trainer.writer.close()
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert lines == [{"step": 0, "optimizer/lr": 0.5}, {"step": 2, "optimizer/lr": 0.5}]
+    assert lines == [{"step": 0, "optimizer/lr": 0.5}, {"step": 1, "optimizer/lr": 0.5}]
+
+
+def test_lr_is_written_at_the_step_that_used_it(tmp_path):
+    # was: lr(3), the rate of the last update, written at step 4 beside step 4's values (which used
+    # lr(4)): a rate dropping at an epoch's first step showed the drop one epoch late
+    import optax
+    from flax import nnx
+
+    class Fit(gyre.TrainerModule):
+        def loss_function(self, model, batch, train=True):
+            return ((model(batch[0])[:, 0] - batch[1]) ** 2).mean(), {}
+
+    x = np.linspace(-1, 1, 64, dtype=np.float32)[:, None]
+    t = Fit(model=nnx.Linear(1, 1, rngs=nnx.Rngs(0)), train_epochs=3, enable_progress_bar=False, log_dir=str(tmp_path),
+            optimizer=optax.inject_hyperparams(optax.sgd)(learning_rate=lambda count: 1.0 / (count + 1.0)),
+            callbacks=[LearningRateMonitor()])
+    t.train_model(gyre.data.batches((x, 3 * x[:, 0]), 16, seed=0))  # 4 steps an epoch
+    t.close_writer()
+    written = tensorboard_values(str(tmp_path / "tensorboard"))["optimizer/lr"]
+    assert [(s, v.simple_value) for s, v in written] == [(0, 1.0), (3, 0.25), (7, 0.125)]  # 1 / (step + 1)
 
 
 def test_lr_unknown_warns_once_and_writes_nothing(tmp_path):

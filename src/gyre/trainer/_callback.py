@@ -719,7 +719,7 @@ SPIKES_FILE = "grad_spikes.jsonl"
 @register_callback
 class LearningRateMonitor(Callback):
     """Writes ``trainer.learning_rate()`` as ``optimizer/lr`` at each filtered training epoch's
-    start.
+    start, at the step of the update that used it (the previous epoch's last; 0 at the first).
 
     When the trainer cannot tell the rate, nothing is written and a warning says so once.
 
@@ -754,7 +754,11 @@ class LearningRateMonitor(Callback):
                     "with optax.inject_hyperparams"
                 )
             return
-        self._write("scalars", {LR_NAME: rate})
+        # the rate the last update used (optax.inject_hyperparams keeps that one): the step before
+        # global_step, as every series is written at the step that made it (step 0: the initial rate)
+        trainer = self._bound()
+        if "scalars" in trainer.writer.kinds:
+            trainer.writer.write_scalars(max(int(trainer.global_step) - 1, 0), {LR_NAME: rate})
 
 
 CHUNK = 1024  # per-step rows kept on the device in buffers of this many steps
