@@ -174,3 +174,16 @@ def test_a_writer_slower_than_the_loop_makes_it_wait_instead_of_queueing_without
 def test_the_writers_that_support_a_kind_integer_dtypes_and_images_made_uint8():
     assert _writer.supporters("histograms") == ["TensorBoardWriter", "WandbWriter"]
     assert _writer.as_uint8_images("x", np.ones((2, 2, 1), np.float32)).shape == (1, 2, 2, 1)
+
+
+@pytest.mark.parametrize(("make", "given", "meant"), [
+    (lambda tmp: gyre.TensorBoardWriter(log_dir=str(tmp)), "log_dir", "logdir"),  # torch's SummaryWriter
+    (lambda tmp: gyre.MLflowWriter(str(tmp / "ml"), experiment="e"), "experiment", "experiment_name"),
+    (lambda tmp: gyre.CSVWriter(pth=str(tmp / "m.csv")), "pth", "path"),
+    (lambda tmp: gyre.write_to(gyre.ConsoleWriter(), evry=10), "evry", "every"),
+    (lambda tmp: gyre.keras_bar(totl=10), "totl", "total"),
+])
+def test_a_misspelt_keyword_names_the_closest_one(tmp_path, make, given, meant):
+    # was: Python's bare "unexpected keyword argument", naming no keyword the writer takes
+    with pytest.raises(TypeError, match=rf"(?s)unexpected keyword argument '{given}'.*did you mean {meant}="):
+        make(tmp_path)

@@ -14,7 +14,7 @@ import numpy as np
 
 from gyre.callbacks._wandb_logger import scalar_runs
 from gyre.core._checks import path, require
-from gyre.core._errors import explain, suggest
+from gyre.core._errors import explain, keywords_checked, suggest
 from gyre.core._history import Block
 from gyre.loggers._writer import Writer
 
@@ -87,6 +87,7 @@ class MLflowWriter(Writer):
 
     kinds = frozenset({"scalars", "images", "texts", "hparams"})
 
+    @keywords_checked
     def __init__(
         self,
         tracking_uri: str | os.PathLike[str] = "mlruns",

@@ -10,7 +10,7 @@ import sys
 from typing import Any, TextIO
 
 from gyre.core import _checks as checks
-from gyre.core._errors import explain
+from gyre.core._errors import explain, keywords_checked
 from gyre.loggers._writer import Writer
 
 
@@ -21,6 +21,7 @@ class _TextFileWriter(Writer):
     _newline: str | None = None  # open()'s newline=
     _file: TextIO | None = None
 
+    @keywords_checked
     def __init__(self, path: str | os.PathLike[str]) -> None:
         who = type(self).__name__
         self.path = checks.path(path, f"{who} needs a file path", expected="a str or pathlib.Path, e.g. "

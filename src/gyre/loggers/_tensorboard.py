@@ -22,6 +22,7 @@ import numpy as np
 
 from gyre.callbacks._wandb_logger import scalar_runs
 from gyre.core._checks import path, require
+from gyre.core._errors import keywords_checked
 from gyre.core._history import Block
 from gyre.loggers._writer import Writer
 
@@ -208,6 +209,7 @@ class TensorBoardWriter(Writer):
 
     kinds = frozenset({"scalars", "histograms", "images", "texts", "hparams"})
 
+    @keywords_checked  # log_dir= (torch's SummaryWriter) names logdir=
     def __init__(self, logdir: str | os.PathLike[str]) -> None:
         self.logdir = path(logdir, "TensorBoardWriter needs a folder for its event files",
                            expected="a str or pathlib.Path, e.g. 'runs/tensorboard'",

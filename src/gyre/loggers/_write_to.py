@@ -9,6 +9,7 @@ import numpy as np
 from gyre.callbacks._wandb_logger import FollowsHistory, scalar_runs
 from gyre.core._checks import instance, whole
 from gyre.core._clock import Elapsed
+from gyre.core._errors import keywords_checked
 from gyre.core._history import Block
 from gyre.core._logs import Logs
 from gyre.engine._tasks import ChunkSafe, LoopElement
@@ -163,6 +164,7 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         return f"gyre.write_to({self.writer!r}, every={self.every}{extra})"
 
 
+@keywords_checked
 def write_to(writer: Writer, *, every: int = 1, write_every: int = 1) -> WriteTo:
     """A callback that sends every step's scalar entries to a writer, at their own 0-based steps.
 
