@@ -156,3 +156,15 @@ def test_an_endless_evaluation_loader_is_refused_before_training(tmp_path, where
     with pytest.raises(ValueError, match=r"(?s)loader repeats forever.*received: Batches with epochs=None"):
         t.train_model(train, **loaders)
     assert t.global_step == 0
+
+
+@pytest.mark.parametrize("val", ["one_pass", "generator"])
+def test_a_one_pass_val_loader_for_several_validations_is_refused_before_training(tmp_path, val):
+    # was: the second validation found it used up, and said "the val loader gave no batch ...
+    # received: an empty Batches ... check the val split (its size and batch size)", after training
+    x, y = np.zeros((64, 64), np.float32), np.zeros(64, np.int32)
+    loader = {"one_pass": gyre.data.batches((x, y), 32, epochs=1), "generator": ((x, y) for _ in range(2))}[val]
+    t = trainer(tmp_path, train_epochs=2)
+    with pytest.raises(TypeError, match=r"(?s)val loader is an iterator: the first of the run's 2 validations"):
+        t.train_model(gyre.data.batches((x, y), 32), val_loader=loader)
+    assert t.global_step == 0

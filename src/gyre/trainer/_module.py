@@ -10,7 +10,7 @@ import importlib.util
 import inspect
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -390,6 +390,19 @@ def named_loaders(loader: Any, phase: str) -> list[tuple[str, Any]]:
             fix="pass one loader, or a dict of named loaders; a batch dict goes inside a list: [{'x': ..., 'y': ...}]"))
     return [(phase if i == 0 else f"{phase}_{name}", _finite(value, f"{phase} ({name!r})"))
             for i, (name, value) in enumerate(loader.items())]
+
+
+def _reusable(loaders: list[tuple[str, Any]], validations: int) -> None:
+    """Refuses a one-pass iterator as a loader read by more than one validation: the first uses it up."""
+    for mode, loader in loaders if validations > 1 else ():
+        if isinstance(loader, Iterator) and iter(loader) is loader:
+            raise TypeError(explain(
+                f"the {mode} loader is an iterator: the first of the run's {validations} validations would use it "
+                "up, and the second would find no batch",
+                expected="a loader read again at every validation: a list of batches, gyre.data.arrays(...)'s "
+                "val, or a DataLoader", received=f"{type(loader).__name__} (iter(loader) is loader)",
+                fix="pass list(...) of its batches, e.g. list(gyre.data.batches((x_val, y_val), 64, shuffle=False, "
+                "epochs=1, drop_remainder=False))"))
 
 
 def _finite(loader: Any, phase: str) -> Any:
@@ -856,6 +869,8 @@ class TrainerModule:
         self._check_fresh()
         self.writer.write_scalars(self.global_step, {"param/num_model_params": self.num_model_params()})
         run = TrainingRun(self, named_loaders(val_loader, "val"))
+        every = self.config.check_val_every_n_epoch
+        _reusable(run.val_loaders, epochs // every if every else 0)
         named_loaders(test_loader, "test")  # a bad dict of test loaders is explained before training
         if "train" not in self._compiled:  # compiled once per trainer
             self._compiled["train"] = self.strategy.compile(self._builder.train_step(), donate=True)
