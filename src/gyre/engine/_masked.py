@@ -1,5 +1,5 @@
-"""Padded evaluations: a test step that takes ``mask`` gets batches padded to the first one's size
-and compiles once (docs/concepts/named-loops.md: "Evaluation without recompiles").
+"""Padded evaluations: a test step that takes ``mask`` gets batches padded to one size (a
+list's largest batch, else the first one's) and compiles once (docs/concepts/named-loops.md: "Evaluation without recompiles").
 """
 
 from __future__ import annotations

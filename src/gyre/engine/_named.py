@@ -208,8 +208,8 @@ def test_loop(
     Returns:
         ``(state, history, elapsed)``.
 
-    An ``on_test_step`` that takes ``mask`` gets every batch padded to the first one's size and
-    compiles once (docs/concepts/named-loops.md: "Evaluation without recompiles"); mixing steps with and without
+    An ``on_test_step`` that takes ``mask`` gets every batch padded to one size (a list's largest
+    batch, else the first one's) and compiles once (docs/concepts/named-loops.md: "Evaluation without recompiles"); mixing steps with and without
     ``mask`` is an error.
 
     Example:

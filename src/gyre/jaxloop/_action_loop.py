@@ -136,8 +136,8 @@ class EvalLoop(ActionLoop):
     """The evaluation loop: an :class:`ActionLoop` adding ``loop_time_secs`` by default.
 
     A step that takes the keyword ``mask`` (a :class:`gyre.Step` whose ``run`` does, or
-    ``step(state, batch, n, mask=None, **kwargs)``) gets batches padded to the first one's size
-    and compiles once; return ``Mean.from_stacked(per_example, mask)`` and
+    ``step(state, batch, n, mask=None, **kwargs)``) gets batches padded to one size (a list's
+    largest batch, else the first one's) and compiles once; return ``Mean.from_stacked(per_example, mask)`` and
     :func:`reduce_outputs` merges the exact means (docs/concepts/named-loops.md: "Evaluation without recompiles").
 
     Args:

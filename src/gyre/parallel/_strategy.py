@@ -116,8 +116,8 @@ class Strategy:
                     received=f"{where} with shape {shape}",
                     fix=f"use a batch size such as {max(n, shape[axis] - shape[axis] % n)}, "
                     "drop the remainder batch (gyre.data.batches drops it unless drop_remainder=False), "
-                    "or pad it (a test step that takes mask= gets every batch padded to the first one's "
-                    "size, and masks the padding)"))
+                    "or pad it (a test step that takes mask= gets every batch padded to one size, a "
+                    "list's largest batch or the first one's, and masks the padding)"))
 
     # -- compilation -------------------------------------------------------------------------
     def compile(
