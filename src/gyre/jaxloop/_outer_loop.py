@@ -115,7 +115,6 @@ class OuterLoop:
         self._eval_counts = [0] * len(self._eval_loops)
         self._eval_starts: dict[int, tuple[Any, Any]] = {}  # id(dataset): (dataset, first position)
         self._said_empty: set[int] = set()  # eval iterators already said to be exhausted
-        self._resumed_before_eval = False  # a resume from a train loop end whose evaluations follow
 
     @property
     def eval_names(self) -> list[str]:
@@ -192,7 +191,9 @@ class OuterLoop:
         finally:
             self._close_actions()
 
-    def _resume(self, state: Any, train_dataset: Any, passes: bool, total: int) -> Any:
+    def _resume(self, state: Any, train_dataset: Any, passes: bool, total: int) -> tuple[Any, bool]:
+        """The state to train from, and whether it was saved at a train loop's end before that loop's
+        evaluations (a checkpoint holding the early stoppings' states: they follow it)."""
         mine = [a for a in self._actions(self._train_loop) if isinstance(a, CheckpointAction)]
         source = train_dataset if has_state(train_dataset) else None
         stoppers = [a.handler for a in self._all_actions() if isinstance(a, EarlyStoppingAction)]
@@ -200,7 +201,7 @@ class OuterLoop:
             action.data_source, action.stoppers = source, stoppers
         spec = self._checkpoint_spec
         if spec is None:
-            return state
+            return state, False
         same = [a for a in mine if os.path.abspath(a.directory) == spec.directory]
         for action in same:
             action.wait_until_finished()
@@ -208,20 +209,20 @@ class OuterLoop:
         if ckpt.latest_step() is None:  # none of gyre's: the newest an orbax manager wrote (jaxloop's format)
             steps = steps_in(spec.directory)
             if not steps:
-                return state
+                return state, False
             state = read_orbax(self._train_loop.step, state, spec.directory, steps[-1], spec.transforms)
             _log.info("train    | resumed from checkpoint %s of %s (jaxloop's format)", steps[-1], spec.directory)
-            return state
+            return state, False
         _no_transforms(spec)
         snapshot = ckpt.load_snapshot("latest", state)  # (after the saves in flight)
         if snapshot is None:
-            return state
+            return state, False
         state = snapshot.state
         saved = (snapshot.meta or {}).get(STOPPERS_META)
-        if saved is not None and len(saved) == len(stoppers):  # (their best values and patience waited)
+        loaded = saved is not None and len(saved) == len(stoppers)
+        if loaded:  # (their best values and patience waited)
             for handler, values in zip(stoppers, saved, strict=True):
                 handler.load_state_dict(values)
-            self._resumed_before_eval = True  # saved at a train loop's end, before its evaluations
         elif saved is not None:
             warn(f"resuming from checkpoint {snapshot.step}: it holds {len(saved)} early stopping states and the "
                  f"loops have {len(stoppers)} EarlyStoppingAction(s), so they start afresh")
@@ -236,7 +237,7 @@ class OuterLoop:
                  "the checkpoint's; pass a source with state_dict()/load_state_dict() (gyre.data.batches, "
                  "gyre.data.arrays(...).train) to continue exactly")
         _log.info("train    | resumed from checkpoint %s of %s", ckpt.saved_step(), spec.directory)
-        return state
+        return state, loaded
 
     def _train(
         self, state: Any, train_dataset: Any, total: int, loop_steps: int | None, specs: list[EvalSpec], log: bool
@@ -245,8 +246,7 @@ class OuterLoop:
         assert train is not None
         self._marker(write=False)
         epochs = loop_steps is None and not isinstance(train_dataset, Iterator)
-        self._resumed_before_eval = False
-        state = self._resume(state, train_dataset, epochs, total)  # (one pass per loop: each starts afresh)
+        state, before_eval = self._resume(state, train_dataset, epochs, total)  # (passes: each starts afresh)
         step = state_step(state) or 0
         if log:
             _log.info("train    | step: %6d | training until step %6d.", step, total)
@@ -258,7 +258,7 @@ class OuterLoop:
         evals: dict[str, Any] = {}
         stop = ran_any = preempted = False
         try:
-            if self._resumed_before_eval and loop_steps and step % loop_steps == 0 and step < total:
+            if before_eval and loop_steps and step % loop_steps == 0 and step < total:
                 # the evaluations the run made after that loop, which its early stoppings' saved states
                 # precede: a crash before or after them resumes to the same decisions
                 stop = self._evaluate(state, step, total, {}, specs, evals)
