@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -150,6 +151,17 @@ class Improvement:
     def exhausted(self) -> bool:
         """Whether ``wait`` reached a whole-number ``patience``."""
         return isinstance(self.patience, int) and self.wait >= self.patience
+
+    def refuse_other(self, values: Mapping[str, Any], monitor: str, kind: str, one: str, fix: str) -> None:
+        """Refuses a ``state_dict`` saved by ``one`` on another value or mode (checkpoints tell
+        two of a kind apart by their order); one without ``monitor``/``mode`` (older) loads."""
+        saved = values.get("monitor", monitor), values.get("mode", self.mode)
+        if saved != (monitor, self.mode):
+            raise ValueError(explain(
+                f"{kind}({monitor!r}, mode={self.mode!r}) was given the state of {one} on another value, "
+                f"so it would compare {monitor} with a best {saved[0]} of {values.get('best')!r}",
+                expected=f"the state_dict() of {kind}({monitor!r}, mode={self.mode!r})",
+                received=f"the state_dict() of {kind}({saved[0]!r}, mode={saved[1]!r})", fix=fix))
 
 
 class EarlyStopping(Improvement, LoopElement):
@@ -335,16 +347,9 @@ class EarlyStopping(Improvement, LoopElement):
             >>> es.best, es.wait
             (0.5, 1)
         """
-        saved = values.get("monitor", self.monitor), values.get("mode", self.mode)  # (absent: an older gyre's)
-        if saved != (self.monitor, self.mode):
-            raise ValueError(explain(
-                f"early_stopping({self.monitor!r}, mode={self.mode!r}) was given the state of an early "
-                f"stopping on another value, so it would compare {self.monitor} with a best "
-                f"{saved[0]} of {values.get('best')!r}",
-                expected=f"the state_dict() of early_stopping({self.monitor!r}, mode={self.mode!r})",
-                received=f"the state_dict() of early_stopping({saved[0]!r}, mode={saved[1]!r})",
-                fix="resume with the callbacks of the run that saved the checkpoint, in its order (two early "
-                "stoppings are told apart by their order), or start a new run"))
+        self.refuse_other(values, self.monitor, "early_stopping", "an early stopping",
+                          fix="resume with the callbacks of the run that saved the checkpoint, in its order (two "
+                          "early stoppings are told apart by their order), or start a new run")
         self.best, self.wait = values.get("best"), values.get("wait", 0)
         self.best_step = values.get("best_step")
         self.evaluations = values.get("evaluations", 0)

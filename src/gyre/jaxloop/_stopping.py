@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from gyre.callbacks._monitor import Improvement, check_baseline, monitor_mode
 from gyre.core._checks import instance, real, whole
-from gyre.core._errors import explain, suggest
+from gyre.core._errors import suggest
 from gyre.jaxloop._actions import Action, Output, _step_of
 from gyre.jaxloop._loop import reduce_outputs
 
@@ -119,15 +119,9 @@ class MetricMonitoringStopHandler(Improvement):
 
     def load_state_dict(self, values: Mapping[str, Any]) -> None:
         """Restores :meth:`state_dict` (of a handler on the same metric and mode)."""
-        saved = values.get("monitor"), values.get("mode")
-        if saved != (self.monitored_metric, self.mode):
-            raise ValueError(explain(
-                f"MetricMonitoringStopHandler({self.monitored_metric!r}, mode={self.mode!r}) was given the state "
-                "of a handler on another metric",
-                expected=f"the state_dict() of a handler on {self.monitored_metric!r} (mode {self.mode!r})",
-                received=f"a handler's on {saved[0]!r} (mode {saved[1]!r})",
-                fix="resume with the early stopping actions of the run that saved the checkpoint, in its order, "
-                "or start a new run"))
+        self.refuse_other(values, self.monitored_metric, "MetricMonitoringStopHandler", "a handler",
+                          fix="resume with the early stopping actions of the run that saved the checkpoint, in its "
+                          "order, or start a new run")
         if values.get("initialized"):
             self.best = float(values["best"])
         self._initialized = bool(values.get("initialized"))
