@@ -163,12 +163,13 @@ class Callback:
                 fix="give the callback to a TrainerModule (it binds it), or call bind() first"))
         return self.trainer
 
-    def _write(self, kind: str, values: Mapping[str, Any]) -> None:
-        """Writes ``values`` (``"scalars"``, ``"images"``) at the global step, if the writer can."""
+    def _write(self, kind: str, values: Mapping[str, Any], back: int = 0) -> None:
+        """Writes ``values`` (``"scalars"``, ``"images"``) at the global step (``back`` steps
+        before it, not below 0), if the writer can."""
         trainer = self._bound()
         writer = trainer.writer
         if kind in writer.kinds:
-            getattr(writer, f"write_{kind}")(int(trainer.global_step), values)
+            getattr(writer, f"write_{kind}")(max(int(trainer.global_step) - back, 0), values)
 
     # -- filtering ----------------------------------------------------------------------------
 
@@ -756,9 +757,7 @@ class LearningRateMonitor(Callback):
             return
         # the rate the last update used (optax.inject_hyperparams keeps that one): the step before
         # global_step, as every series is written at the step that made it (step 0: the initial rate)
-        trainer = self._bound()
-        if "scalars" in trainer.writer.kinds:
-            trainer.writer.write_scalars(max(int(trainer.global_step) - 1, 0), {LR_NAME: rate})
+        self._write("scalars", {LR_NAME: rate}, back=1)
 
 
 CHUNK = 1024  # per-step rows kept on the device in buffers of this many steps
