@@ -139,8 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     config = command(
         "config", "print a config, validated, with every default",
-        "Validate CONFIG with its overrides (and build its optimizer, so a schedule whose\n"
-        "phases exceed its total fails here too), then print it as YAML with every default filled in.",
+        "Validate CONFIG with its overrides (and build its optimizer and callbacks, so a schedule\n"
+        "whose phases exceed its total, or a value a callback refuses, fails here too), then print\n"
+        "it as YAML with every default filled in.",
     )
     config.add_argument("config", metavar="CONFIG", help="a YAML config")
     config.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=_OVERRIDES_HELP)

@@ -303,7 +303,15 @@ def test_a_misspelt_key_in_each_section_fails_before_training(tmp_path, override
         (["fit", MLP, "model.class_name=SimpleMLP"], "unknown models name 'SimpleMLP' at model.class_name"),
         (["fit", MLP, "trainer.class_name=Trainer"], "unknown trainers name 'Trainer'"),
         (["fit", MLP, "model"], "malformed override 'model'"),
-        (["fit", MLP, "model.act_fn=swish"], "unknown activation 'swish'"),  # the model's own check
+        (["fit", MLP, "model.act_fn=swish"], "invalid value at model.act_fn"),  # the parameter's Literal
+        (["config", MLP, "model.act_fn=gelux"], "invalid value at model.act_fn. Did you mean 'gelu'?"),
+        # what a constructor refuses names the section it was built from; gyre config builds the callbacks
+        (["config", MLP, "trainer.callbacks.EarlyStopping.patience=-1"],
+         "patience must be a whole number >= 1"),
+        (["config", MLP, "trainer.callbacks.ModelCheckpoint.save_top_k=-3"],
+         "(raised by ModelCheckpoint, built from the config's trainer.callbacks.ModelCheckpoint)"),
+        (["fit", MLP, "dataset.global_batch_size=0"],
+         "(raised by DigitsDataset, built from the config's dataset)"),
         (["fit", MLP, "trainer.train_epochs=[1"], "the value of the override 'trainer.train_epochs=[1' is not valid YAML"),
         (["fit", MLP, "trainer.train_epochs=two"], "trainer.train_epochs"),
         (["config", MLP, "optimizer.learning_rate={class_name: WarmupCosineDecay, peak_value: 0.1, "

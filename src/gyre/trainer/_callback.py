@@ -593,7 +593,7 @@ class ModelCheckpoint(_CleansUp):
     def __init__(
         self,
         monitor: str = "val/loss",
-        mode: str = "auto",
+        mode: Literal["min", "max", "auto"] = "auto",
         save_top_k: int = 1,
         save_optimizer_state: bool = False,
         every_n_epochs: int = 1,

@@ -11,7 +11,7 @@ import dataclasses
 import inspect
 import typing
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +28,7 @@ from gyre.core._checks import instance, whole
 from gyre.core._errors import describe, explain
 from gyre.data import arrays, batches, cifar10, digits, mnist, stratified_split, supervised
 from gyre.trainer._callback import ConfusionMatrixCallback, confusion_matrix
-from gyre.trainer._module import TrainerModule, TrainerModuleConfig, component, plain_section
+from gyre.trainer._module import TrainerModule, TrainerModuleConfig, build_component, plain_section
 
 #: a count of classes, units or layers (>= 1)
 Count = Annotated[int, Field(ge=1)]
@@ -36,6 +36,8 @@ Count = Annotated[int, Field(ge=1)]
 Rate = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "silu": jax.nn.silu, "tanh": jnp.tanh}
+#: an activation's name (a config's value is checked against these, naming its key)
+Activation = Literal["relu", "gelu", "silu", "tanh"]
 
 
 def activation(name: str) -> Any:
@@ -172,7 +174,7 @@ class SimpleClassifier(nnx.Module):
     """
 
     def __init__(
-        self, c_hid: Count = 64, num_classes: Count = 10, act_fn: str = "relu", batch_norm: bool = False,
+        self, c_hid: Count = 64, num_classes: Count = 10, act_fn: Activation = "relu", batch_norm: bool = False,
         dropout: Rate = 0.0, num_layers: Count = 1, input_dim: Count | None = None, *, rngs: nnx.Rngs,
     ) -> None:
         self.act = activation(act_fn)
@@ -224,7 +226,7 @@ class SimpleCNN(nnx.Module):
     """
 
     def __init__(
-        self, c_hid: Count = 16, num_classes: Count = 10, act_fn: str = "relu", image_size: Count = 8,
+        self, c_hid: Count = 16, num_classes: Count = 10, act_fn: Activation = "relu", image_size: Count = 8,
         channels: Count = 1, dropout: Rate = 0.0, *, rngs: nnx.Rngs,
     ) -> None:
         self.act = activation(act_fn)
@@ -259,7 +261,7 @@ class SimpleClassifierLinen(linen.Module):
 
     c_hid: Count = 64
     num_classes: Count = 10
-    act_fn: str = "relu"
+    act_fn: Activation = "relu"
     batch_norm: bool = False
     dropout: Rate = 0.0
     num_layers: Count = 1
@@ -290,7 +292,7 @@ class SimpleCNNLinen(linen.Module):
 
     c_hid: Count = 16
     num_classes: Count = 10
-    act_fn: str = "relu"
+    act_fn: Activation = "relu"
     image_size: Count = 8
     channels: Count = 1
     dropout: Rate = 0.0
@@ -519,5 +521,4 @@ def build_dataset_module(config: Any) -> Any:
              expected="a mapping with class_name (or jax_trainer's constructor), e.g. "
              "{'class_name': 'CIFAR10Dataset', 'data_dir': 'data/'}", fix="pass config.dataset")
     data = jax_trainer_dataset(dict(data))
-    cls, kwargs = component("datasets", data, "dataset")
-    return cls(**kwargs)
+    return build_component("datasets", data, "dataset")

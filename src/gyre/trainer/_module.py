@@ -108,10 +108,18 @@ class TrainerModuleConfig(TrainerConfig):
         return tuple(k.removeprefix("train/") for k in value)
 
 
-def component(kind: str, section: Mapping[str, Any], where: str, extra_allowed: tuple[str, ...] = ()) -> tuple[Any, Any]:
-    """``(registered class, checked keyword arguments)`` of a component section."""
+def build_component(
+    kind: str, section: Mapping[str, Any], where: str, extra_allowed: tuple[str, ...] = (), **supplied: Any
+) -> Any:
+    """The registered component of a config section, built from its checked keys and
+    ``supplied``; what its constructor refuses gets a note naming the section ``where``."""
     kwargs = validate_component(kind, section, where=where, extra_allowed=extra_allowed)
-    return REGISTRIES[kind].get(section["class_name"], where=f"{where}.class_name"), kwargs
+    factory = REGISTRIES[kind].get(section["class_name"], where=f"{where}.class_name")
+    try:
+        return build_registered(factory, kwargs, **supplied)
+    except (ValueError, TypeError) as err:
+        err.add_note(f"(raised by {section['class_name']}, built from the config's {where})")
+        raise
 
 
 def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
@@ -159,12 +167,11 @@ def build_model(config: Any, section: Mapping[str, Any] | None) -> Any:
             "config with model: {class_name: MyModel, ...}"))
 
     section = jax_trainer_component(dict(section), "model")  # jax_trainer's name + hparams
-    factory, kwargs = component("models", section, "model", ("rngs",))
     # a flax class is built by its own API (a given model_mode that contradicts it is the
     # trainer's explained error once built); a factory function by model_mode
     if (model_kind(section["class_name"]) or config.model_mode) == "nnx":
-        return build_registered(factory, kwargs, rngs=nnx.Rngs(config.seed))
-    return build_registered(factory, kwargs)
+        return build_component("models", section, "model", ("rngs",), rngs=nnx.Rngs(config.seed))
+    return build_component("models", section, "model", ("rngs",))
 
 
 def wrap_model(config: Any, model: Any, mode: str) -> tuple[Any, Any]:
@@ -180,13 +187,12 @@ def wrap_model(config: Any, model: Any, mode: str) -> tuple[Any, Any]:
                 f"trainer.{key} must name a registered module",
                 expected="{'class_name': 'GaussianNoise', ...} (a class registered with @gyre.config.register_model)",
                 received=describe(section), fix=f"{key}: {{class_name: GaussianNoise, scale: 0.1}}"))
-        cls, kwargs = component("models", dict(section), f"trainer.{key}", ("rngs", "wrapped_model"))
         supplied: dict[str, Any] = {}
         if key == "augmentation":
             supplied["wrapped_model"] = model
             if mode == "nnx":
                 supplied["rngs"] = nnx.Rngs(config.seed, augmentation=config.augmentation_seed)
-        built.append(build_registered(cls, kwargs, **supplied))
+        built.append(build_component("models", dict(section), f"trainer.{key}", ("rngs", "wrapped_model"), **supplied))
     augmented, preprocessing = built
     return (augmented if augmented is not None else model), preprocessing
 
@@ -216,8 +222,7 @@ def build_callbacks(config: Any) -> list[Any]:
     for name, section in (config.callbacks or {}).items():
         section = dict(section or {})
         section.setdefault("class_name", name)
-        cls, kwargs = component("callbacks", section, f"trainer.callbacks.{name}")
-        out.append(cls(**kwargs))
+        out.append(build_component("callbacks", section, f"trainer.callbacks.{name}"))
     return out
 
 
@@ -237,8 +242,7 @@ def build_writer(config: Any, log_dir: Path) -> Any:
     tool = config.logger.tool_config
     if tool is not None:
         section = dict(tool) if isinstance(tool, Mapping) else tool.model_dump()
-        cls, kwargs = component("loggers", section, "trainer.logger.tool_config", ("log_dir",))
-        return cls(**kwargs, log_dir=str(log_dir))
+        return build_component("loggers", section, "trainer.logger.tool_config", ("log_dir",), log_dir=str(log_dir))
     if importlib.util.find_spec("tensorboardX") is not None:
         return TensorBoardWriter(log_dir / "tensorboard")
     return CSVWriter(log_dir / "metrics.csv")

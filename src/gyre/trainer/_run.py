@@ -41,7 +41,7 @@ from gyre.core._errors import describe, explain, warn
 from gyre.trainer._callback import best_of
 from gyre.trainer._classifier import build_dataset_module
 from gyre.trainer._logger import EpochMetricFiles, python_numbers
-from gyre.trainer._module import TrainerModule
+from gyre.trainer._module import TrainerModule, build_callbacks
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 LOG_FILE = "run.log"
@@ -281,10 +281,12 @@ class RunResult:
 
 
 def resolve_config(source: Any, overrides: Sequence[str] = ()) -> Any:
-    """The validated config of ``source`` with ``overrides``, its optimizer built (fails early)."""
+    """The validated config of ``source`` with ``overrides``, its optimizer and callbacks built
+    (what their constructors refuse fails here, before any data is read)."""
     if isinstance(source, Config):
         source = config_to_dict(source)
     config = load_config(source, list(overrides))
+    build_callbacks(config.trainer)
     try:
         build_optimizer(config.optimizer, where="optimizer")
     except RunLengthUnknown:
