@@ -37,6 +37,19 @@ def test_exponential_decay_is_per_transition_step_with_warmup_and_cooldown():
     np.testing.assert_allclose(rates(schedule_of(end), 10), [0.25], rtol=1e-6)
 
 
+def test_exponential_decay_goes_on_past_decay_steps_without_a_cooldown_as_jax_trainer():
+    # jax_trainer builds optax.warmup_exponential_decay_schedule with no end: a decay_steps shorter
+    # than the run sets only the rate (gyre held the rate from decay_steps on)
+    steps = jnp.arange(40)
+    for scheduler, rate in (({"decay_rate": 0.9, "decay_steps": 10}, 0.9),
+                            ({"end_lr_factor": 0.25, "decay_steps": 10}, 0.25 ** (1 / 10)),
+                            ({"end_lr": 0.25, "decay_steps": 10, "warmup_steps": 2}, 0.25 ** (1 / 8))):
+        section = {"name": "adam", "lr": 1.0, "scheduler": {"name": "exponential_decay", **scheduler}}
+        expected = optax.warmup_exponential_decay_schedule(0.0, 1.0, scheduler.get("warmup_steps", 0), 1, rate)
+        np.testing.assert_allclose(schedule_of(section, run=40)(steps), expected(steps), rtol=1e-6)
+        assert schedule_of(section, run=40)(20) < 0.25 * 0.9  # past decay_steps, still decaying
+
+
 def test_warmup_cosine_decay_counts_the_warmup_in_decay_steps_and_reads_alpha():
     section = {"name": "sgd", "lr": 1.0, "scheduler": {"name": "warmup_cosine_decay", "warmup_steps": 2, "decay_steps": 10}}
     schedule = schedule_of(section)

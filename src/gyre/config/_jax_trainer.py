@@ -133,10 +133,18 @@ def _schedule(lr: Any, config: Mapping[str, Any], where: str) -> Any:
     if name == "exponential_decay":
         known = ("decay_rate", "end_lr", "end_lr_factor", "warmup_steps", "cooldown_steps", "transition_steps", "staircase")
         _unknown(config, known, f"{where}.scheduler")
+        warmup, cooldown = config.get("warmup_steps", 0), config.get("cooldown_steps", 0)
         out = {"class_name": "ExponentialSchedule", "init_value": lr, **steps,
-               "warmup_steps": config.get("warmup_steps", 0), "cooldown_steps": config.get("cooldown_steps", 0)}
-        if config.get("decay_rate") is not None:  # per transition_steps (1 by default), as jax_trainer
-            return {**out, "decay_rate": config["decay_rate"], "transition_steps": config.get("transition_steps", 1),
+               "warmup_steps": warmup, "cooldown_steps": cooldown}
+        rate = config.get("decay_rate")
+        factor = config.get("end_lr_factor") if config.get("end_lr") is None else config["end_lr"] / lr
+        if rate is None and factor is not None and steps and not cooldown and "transition_steps" not in config \
+                and not config.get("staircase"):
+            rate = factor ** (1.0 / (decay_steps - warmup))  # as jax_trainer: the rate that reaches it at decay_steps
+        if rate is not None:  # per transition_steps (1 by default); without a cooldown, jax_trainer's decay
+            if not cooldown:  # goes on past decay_steps
+                out.pop("steps", None)
+            return {**out, "decay_rate": rate, "transition_steps": config.get("transition_steps", 1),
                     "staircase": config.get("staircase", False)}
         for key, target in (("end_lr", "end_value"), ("end_lr_factor", "end_factor")):
             if config.get(key) is not None:
