@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -73,6 +74,30 @@ def test_restored_clock_continues_the_run(tmp_path):
     state, _, elapsed = gyre.loop(state, [1.0] * 2, {gyre.every(1): [add_batch]}, elapsed=clock)
     assert elapsed.steps == 6
     assert np.asarray(state["w"])[0, 0] == 6.0
+
+
+def test_a_run_continued_by_hand_warns_that_its_data_restarts_and_resume_continues_it(tmp_path):
+    # restore() brings back the state and the clock; gyre's batches started again at batch 0 silently
+    x = np.arange(20, dtype=np.float32)
+
+    def first(state, batch):
+        return gyre.logs().add_metric("first", batch[0]), state + 1
+
+    def run(folder, stop, **kwargs):
+        ckpt = gyre.checkpoint(tmp_path / folder)
+        state, elapsed = ckpt.restore(jnp.int32(0)) if kwargs.pop("by_hand", False) else (jnp.int32(0), None)
+        _, history, _ = gyre.loop(state, gyre.data.batches(x, 2, shuffle=False),
+                                  {gyre.every(1): [first], gyre.every(3): [ckpt]}, stop=stop, elapsed=elapsed, **kwargs)
+        ckpt.close()
+        return history.collect("first")
+
+    assert run("a", 6) == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    with pytest.warns(UserWarning, match=r"(?s)continues step 6 of a checkpoint restored by hand.*"
+                      r"expected: the data at the saved position: Batches at epoch 0, batch 6\n"
+                      r"  received: Batches at epoch 0, batch 0\n  fix: continue with resume='latest'"):
+        assert run("a", 8, by_hand=True) == [0.0, 2.0]  # what it warns of
+    assert run("b", 8, resume="latest")[-2:] == [12.0, 14.0]  # the fix: batches 6 and 7
 
 
 def test_train_loop_self_registers_on_epoch_end(tmp_path):
@@ -407,7 +432,6 @@ def _saved_steps_in(directory):
 # -- issue 10: keep and keep_best, resume, integrity, one run per directory ---------------------
 
 import glob  # noqa: E402
-import shutil  # noqa: E402
 import warnings  # noqa: E402
 
 import optax  # noqa: E402

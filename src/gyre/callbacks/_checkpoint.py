@@ -109,6 +109,7 @@ class Checkpoint(Checkpointer):
         self._claimed = False  # the directory is this run's (checked at the first save)
         self._resumed: int | None = None  # the step of this directory the run resumed from
         self._source: Store | None = None  # a checkpoint directory elsewhere it resumed from
+        self._by_hand: Snapshot | None = None  # what restore() loaded
         self._unreadable: set[int] = set()  # damaged steps met while loading: set aside later
         self._warned: set[int] = set()
         self._said_fresh = False
@@ -430,7 +431,12 @@ class Checkpoint(Checkpointer):
                 raise nothing_to_restore(self.directory)
         snapshot = self.load_snapshot("latest" if step is None else as_step(step), target_state)
         assert snapshot is not None
+        self._by_hand = snapshot
         return snapshot.state, snapshot.elapsed
+
+    def restored(self) -> Snapshot | None:
+        """The snapshot :meth:`restore` loaded, or ``None``."""
+        return self._by_hand
 
     # -- files -------------------------------------------------------------------------------
 

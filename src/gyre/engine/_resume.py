@@ -138,6 +138,7 @@ def prepare(ls: LoopState, resumables: dict[str, Any], found: list[Checkpointer]
     for each in ls.checkpoints:
         each.on_loop_start()  # another run's checkpoints are refused now, not at the first save
     if resumed is None:
+        _warn_restored_by_hand(ls)
         return
     meta = resumed.meta
     missing = load_state_dicts(ls.resumables, meta.get("resumables", {}), resumed.arrays.get("resumables", {}))
@@ -148,6 +149,35 @@ def prepare(ls: LoopState, resumables: dict[str, Any], found: list[Checkpointer]
         )
     if ls.data is not None and meta.get("data") is not None:
         ls.data.load_state_dict(meta["data"])
+
+
+def _warn_restored_by_hand(ls: LoopState) -> None:
+    """A loop continuing the clock of a checkpoint restored by hand (``ckpt.restore``), whose data
+    that saves its own position (gyre's batches, grain) starts elsewhere than the saved position:
+    a warning, as the data position comes back only through ``resume=``."""
+    for each in ls.checkpoints:
+        snapshot = each.restored()
+        saved = None if snapshot is None else snapshot.meta.get("data")
+        if saved is None or saved.get("kind") == "count" or ls.data is None or snapshot.step != ls.elapsed.steps:
+            continue  # (a list or a generator given again starts again: its position is not its own)
+        now = ls.data.state_dict()
+        if now.get("state") == saved.get("state"):
+            continue
+        warn(explain(
+            f"the loop continues step {snapshot.step} of a checkpoint restored by hand, but its data starts "
+            "elsewhere than where that run stopped: restore() brings back the state and the clock, not the "
+            "data position (nor the callbacks' states and the history)",
+            expected=f"the data at the saved position: {_position(saved)}", received=_position(now),
+            fix="continue with resume='latest' (the checkpoint in the loop's table, the state as the structure) "
+            "instead of restore(); data started afresh on purpose needs nothing"), UserWarning)
+        return
+
+
+def _position(data: dict[str, Any]) -> str:
+    state = data.get("state")
+    if isinstance(state, dict) and "position" in state:  # gyre's batches
+        return f"{data.get('source')} at epoch {state.get('epoch', 0)}, batch {state['position']}"
+    return f"{data.get('source')} at {state!r}"
 
 
 def final_save(ls: LoopState, *, wait: bool) -> None:

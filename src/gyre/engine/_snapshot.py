@@ -81,6 +81,11 @@ class Checkpointer(LoopElement):
         newest checkpoint up to ``step``, or ``None``."""
         return None
 
+    def restored(self) -> Snapshot | None:
+        """The snapshot a by-hand restore (not ``resume=``) loaded, or ``None``: a loop that
+        continues its clock warns of the data position it does not bring back. The default: ``None``."""
+        return None
+
     def save_snapshot(self, snapshot: Snapshot, *, wait: bool = False) -> None:  # pragma: no cover
         """Saves ``snapshot`` (asynchronously unless ``wait``); skips a step already saved."""
         raise NotImplementedError
