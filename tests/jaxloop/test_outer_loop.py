@@ -248,6 +248,46 @@ def test_a_resumed_run_stops_where_the_uninterrupted_one_does(tmp_path, crash_at
     assert run(str(tmp_path / "crashed")) == whole
 
 
+@pytest.mark.parametrize("crash_at", [4, 5])  # between the save at 4 and its evaluation, and after it
+def test_a_resumed_run_counts_and_makes_the_evaluations_of_the_uninterrupted_one(tmp_path, crash_at):
+    # was: without early stopping, a crash between the save at a loop end and that loop's evaluation
+    # lost the evaluation (no replay), and EvalContext.eval_count started again at 0 after a resume
+    class Crash(Exception):
+        pass
+
+    def run(directory, crash=None):
+        def step(s, b, n, **kwargs):
+            if crash == 5 and int(s["step"]) == 4:
+                raise Crash
+            return {"step": s["step"] + 1, "total": s["total"] + b.sum()}, {}
+
+        class CrashAt(jaxloop.Action):
+            def __call__(self, state, outputs, **kwargs):
+                if crash == 4 and int(state["step"]) == 4:
+                    raise Crash
+
+        def should_eval(ctx):
+            counts.append((ctx.step, ctx.eval_count))
+            return True
+
+        train = jaxloop.TrainLoop(step, end_actions=[jaxloop.CheckpointAction(directory), CrashAt()])
+        evals = jaxloop.EvalLoop(lambda s, b, n: (s, {"at": s["step"]}), end_actions=[Record(seen, "eval")])
+        outer = jaxloop.OuterLoop(train_loop=train, eval_loops=[evals], checkpoint_spec=jaxloop.CheckpointSpec(directory))
+        outer(_ckpt_state(), train_dataset=gyre.data.batches(np.ones(40, np.float32), 1), train_total_steps=8,
+              train_loop_steps=2, eval_specs=[EvalSpec(dataset=[0], should_eval_fn=should_eval)])
+
+    counts, seen = [], []
+    run(str(tmp_path / "whole"))
+    assert counts == [(2, 0), (4, 1), (6, 2), (8, 3)] and [s for _, s, _ in seen] == [2, 4, 6, 8]
+    counts.clear()
+    seen.clear()
+    with pytest.raises(Crash):
+        run(str(tmp_path / "crashed"), crash=crash_at)
+    run(str(tmp_path / "crashed"))
+    before = [(2, 0), (4, 1)] if crash_at == 5 else [(2, 0)]
+    assert counts == [*before, (4, 1), (6, 2), (8, 3)]  # the resume replays the evaluation at 4, counted as 1
+
+
 def test_a_stop_training_error_from_a_train_action_returns_the_loop_state():
     class StopAt(jaxloop.Action):
         def __call__(self, state, outputs, **kwargs):

@@ -27,6 +27,7 @@ from gyre.steps._restore import restore_pytree
 Output = dict[str, Any]
 DATA_META = "jaxloop_data"  # the key of the training data's position in a checkpoint's meta
 STOPPERS_META = "jaxloop_stoppers"  # the key of the early stopping handlers' states
+EVALS_META = "jaxloop_evals"  # the key of the outer loop's evaluation counts (before the loop end's evaluations)
 _log = logging.getLogger(__name__)
 
 
@@ -296,6 +297,9 @@ class CheckpointAction(Action):
         self.stoppers: list[Any] = []
         """The stop handlers of the outer loop's early stopping actions, whose ``state_dict()`` is
         saved with each state (an :class:`~gyre.jaxloop.OuterLoop` sets them)."""
+        self.eval_counts: list[int] | None = None
+        """How many times each eval loop of the outer loop ran, saved with each state (an
+        :class:`~gyre.jaxloop.OuterLoop` sets it: its ``EvalContext.eval_count`` continue on resume)."""
         self._manager: Any = None
         self._checkpoint: Checkpoint | None = None
         if isinstance(ckpt_manager, Checkpoint):
@@ -360,6 +364,8 @@ class CheckpointAction(Action):
         meta = {} if self.data_source is None else {DATA_META: self.data_source.state_dict()}
         if self.stoppers:
             meta[STOPPERS_META] = [handler.state_dict() for handler in self.stoppers]
+        if self.eval_counts is not None:
+            meta[EVALS_META] = list(self.eval_counts)
         ckpt.save_snapshot(Snapshot(step=step, state=state, elapsed=elapsed, meta=meta, metrics=metrics))
         return ckpt.saved_step() != before  # a step saved already (or older) is skipped
 

@@ -17,6 +17,7 @@ from gyre.engine._snapshot import has_state
 from gyre.jaxloop._action_loop import ActionLoop, EvalLoop
 from gyre.jaxloop._actions import (
     DATA_META,
+    EVALS_META,
     STOPPERS_META,
     CheckpointAction,
     SummaryAction,
@@ -193,12 +194,13 @@ class OuterLoop:
 
     def _resume(self, state: Any, train_dataset: Any, passes: bool, total: int) -> tuple[Any, bool]:
         """The state to train from, and whether it was saved at a train loop's end before that loop's
-        evaluations (a checkpoint holding the early stoppings' states: they follow it)."""
+        evaluations (a checkpoint holding the evaluation counts or the early stoppings' states: they
+        follow it)."""
         mine = [a for a in self._actions(self._train_loop) if isinstance(a, CheckpointAction)]
         source = train_dataset if has_state(train_dataset) else None
         stoppers = [a.handler for a in self._all_actions() if isinstance(a, EarlyStoppingAction)]
         for action in mine:
-            action.data_source, action.stoppers = source, stoppers
+            action.data_source, action.stoppers, action.eval_counts = source, stoppers, self._eval_counts
         spec = self._checkpoint_spec
         if spec is None:
             return state, False
@@ -218,6 +220,9 @@ class OuterLoop:
         if snapshot is None:
             return state, False
         state = snapshot.state
+        counts = (snapshot.meta or {}).get(EVALS_META)
+        if counts is not None and len(counts) == len(self._eval_counts):  # EvalContext.eval_count goes on
+            self._eval_counts[:] = [int(c) for c in counts]
         saved = (snapshot.meta or {}).get(STOPPERS_META)
         loaded = saved is not None and len(saved) == len(stoppers)
         if loaded:  # (their best values and patience waited)
@@ -237,7 +242,7 @@ class OuterLoop:
                  "the checkpoint's; pass a source with state_dict()/load_state_dict() (gyre.data.batches, "
                  "gyre.data.arrays(...).train) to continue exactly")
         _log.info("train    | resumed from checkpoint %s of %s", ckpt.saved_step(), spec.directory)
-        return state, loaded
+        return state, loaded or counts is not None  # (counts: saved by a train loop's CheckpointAction)
 
     def _train(
         self, state: Any, train_dataset: Any, total: int, loop_steps: int | None, specs: list[EvalSpec], log: bool
