@@ -33,9 +33,14 @@ def tensorboard_events(logdir):
 
 
 def tensorboard_values(logdir):
-    """``{tag: [(step, value_proto), ...]}`` of every summary value written."""
+    """``{tag: [(step, value_proto), ...]}`` of every summary value written, less those a later
+    ``SessionLog`` START purges as TensorBoard does (a resumed run's: the values at its step or later)."""
+    from tensorboardX.proto.event_pb2 import SessionLog
+
     found = {}
     for event in tensorboard_events(logdir):
+        if event.HasField("session_log") and event.session_log.status == SessionLog.START:
+            found = {tag: [(s, v) for s, v in values if s < event.step] for tag, values in found.items()}
         for value in event.summary.value:
             found.setdefault(value.tag, []).append((event.step, value))
     return found

@@ -104,6 +104,37 @@ def test_a_run_resumed_at_an_epochs_last_step_writes_no_evaluation_step(tmp_path
     assert written == [(s, float(s)) for s in range(7)]
 
 
+@pytest.mark.parametrize("kind", ["loop", "train_loop"])
+def test_a_run_resumed_after_a_crash_writes_each_step_once_to_tensorboard(tmp_path, kind):
+    # was: the crashed run had written steps 5 and 6 after its checkpoint at 5, and the resumed run's
+    # new event file wrote them again: TensorBoard read two points at each (no purge_step)
+    class Crash(Exception):
+        pass
+
+    def crash_at_7(elapsed):
+        if elapsed.steps == 7:
+            raise Crash
+
+    def step(state, batch):
+        return gyre.logs().add_loss("loss", state), state + 1.0
+
+    tb = str(tmp_path / "tb")
+    for crash in (True, False):
+        writer = gyre.TensorBoardWriter(tb)
+        data = gyre.data.batches((jnp.arange(10.0),), 1, epochs=1)
+        steps, save = [step, *([crash_at_7] if crash else [])], gyre.checkpoint(str(tmp_path / "ck"))
+        with contextlib.suppress(Crash):
+            if kind == "loop":
+                tasks = {gyre.every(1): [*steps, gyre.write_to(writer)], gyre.every(5): save}
+                gyre.loop(jnp.float32(0), data, tasks, stop=10, resume="latest")
+            else:
+                gyre.train_loop(jnp.float32(0), data, {gyre.every(1): steps, gyre.every(5): save},
+                                callbacks=[gyre.write_to(writer)], stop=10, resume="latest")
+        writer.close()
+    written = tensorboard_values(tb)["loss"]  # (the reader purges as TensorBoard does)
+    assert [(s, v.simple_value) for s, v in sorted(written, key=lambda x: x[0])] == [(s, float(s)) for s in range(10)]
+
+
 @pytest.mark.parametrize("run", ["test_loop", "predict_loop"])
 def test_in_a_test_or_predict_loop_it_writes_that_loops_steps(run):
     writer = Recorder()

@@ -46,7 +46,7 @@ class LoopState:
         "state", "history", "elapsed", "logs", "batch", "metadata",
         "stop_requested", "stop_reason", "_completed", "_nan",
         "resumables", "data", "saves", "history_saved", "preempted", "step_start",
-        "start_clock", "checkpoints", "plan",
+        "start_clock", "checkpoints", "plan", "resumed_step",
     )
 
     def __init__(self, state: Any, history: History, elapsed: Elapsed, metadata: Any = None) -> None:
@@ -72,6 +72,9 @@ class LoopState:
         self.start_clock: Elapsed | None = None
         self._nan: Any = None  # the loop's FiniteCheck, None for "ignore"
         self.plan: Any = None  # how the loop runs its table (a gyre.engine._blocks.Plan)
+        #: the completed steps of the checkpoint the loop resumed from (None: not resumed); a writer's
+        #: events of later steps, written before a crash, are the ones this run writes again
+        self.resumed_step: int | None = None
 
     def snapshot(self, owner: Any = None, metrics: dict[str, float] | None = None) -> Snapshot:
         """What a checkpoint saves now: state, clock, resumables, data position, new records.

@@ -140,6 +140,7 @@ def prepare(ls: LoopState, resumables: dict[str, Any], found: list[Checkpointer]
     if resumed is None:
         _warn_restored_by_hand(ls)
         return
+    ls.resumed_step = int(resumed.step)
     meta = resumed.meta
     missing = load_state_dicts(ls.resumables, meta.get("resumables", {}), resumed.arrays.get("resumables", {}))
     if missing:

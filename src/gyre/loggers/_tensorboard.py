@@ -298,6 +298,13 @@ class TensorBoardWriter(Writer):
         if new := {k: v for k, v in metrics.items() if k not in self._series}:
             self._scalars(0, new)
 
+    def _purge(self, step: int) -> None:
+        # tensorboardX's SummaryWriter(purge_step=step): TensorBoard drops the events of earlier files
+        # (and earlier in this one) at step or later when it reads this SessionLog START
+        from tensorboardX.proto.event_pb2 import SessionLog
+
+        self._event(step=step, session_log=SessionLog(status=SessionLog.START))
+
     def _flush(self) -> None:
         self._w.flush()
 

@@ -48,8 +48,18 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         self._written: frozenset[str] = frozenset()  # names of the last row written (thinning)
         self._due = 0  # the step at which it next reads the history
         self._train = False
+        self._told: Any = None  # the resumed loop whose resume the writer was told of
+
+    def _tell_resume(self, loop: Any) -> None:
+        """Tells the writer, once per loop, that ``loop`` resumed from a checkpoint: the steps from it on
+        are written again (TensorBoard then drops the earlier run's, as SummaryWriter's ``purge_step``)."""
+        step = getattr(loop, "resumed_step", None)
+        if step is not None and self._told is not loop and not self._skipped():
+            self._told = loop
+            self.writer._resumed(step)
 
     def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
+        self._tell_resume(loop)
         # once it follows this loop's history, _skipped and _follow would find nothing to do
         if not (self._silent is False and loop is not None and loop.history is self._history):
             if self._skipped():
@@ -63,7 +73,7 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
             self._send(wait=False)
             self._due = elapsed.steps + self.every
 
-    def on_train_begin(self) -> None:
+    def on_train_begin(self, loop: Any = None) -> None:
         """In a ``train_loop``: evaluations reach the writer through the training history only from
         here on.
 
@@ -74,6 +84,7 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
             >>> callback.sent
             0
         """
+        self._tell_resume(loop)  # before anything of this run is written
         self._train = True
 
     def on_train_batch_end(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:

@@ -32,7 +32,7 @@ KINDS = ("scalars", "histograms", "images", "texts", "hparams")
 SLICE_SECONDS = 0.001
 _WRITERS: list[type[Writer]] = []  # every writer class, in the order they were defined
 _OPEN: weakref.WeakSet[Writer] = weakref.WeakSet()  # writers with a thread, closed at exit
-_UNCONVERTED = {"flush": "_flush", "close": "_close", "runs": "_scalar_block"}  # queued kind: method
+_UNCONVERTED = {"flush": "_flush", "close": "_close", "runs": "_scalar_block", "resumed": "_purge"}  # queued kind: method
 
 
 @atexit.register
@@ -278,8 +278,16 @@ class Writer:
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
+    def _resumed(self, step: int) -> None:
+        """Queues word that a run resumed from a checkpoint of ``step`` completed steps: what it had
+        written at ``step`` or later, before it stopped, is written again (``write_to`` says it)."""
+        self._submit("resumed", int(step))
+
     def _open(self) -> None:
         """Opens the backend (on the caller's thread, process 0 only)."""
+
+    def _purge(self, step: int) -> None:
+        """Drops what an earlier run wrote at ``step`` or later, where the backend can (see :meth:`_resumed`)."""
 
     def _flush(self) -> None:
         """Flushes the backend."""
@@ -430,6 +438,10 @@ class MultiWriter(Writer):
         for writer in self.writers:
             if kind in writer.kinds:
                 writer._submit(kind, *args, batched=batched)
+
+    def _resumed(self, step: int) -> None:
+        for writer in self.writers:
+            writer._resumed(step)
 
     def _all(self, method: str) -> None:
         first: BaseException | None = None
