@@ -1,6 +1,7 @@
 """MLflowWriter: the local file store holds the metrics at their steps, the params, texts
 and images; MLflow has no histograms; a missing mlflow names the extra."""
 
+import re
 import sys
 
 import numpy as np
@@ -90,3 +91,35 @@ def test_a_server_uri_with_no_server_fails_at_once_with_the_cause():
     with pytest.raises(ConnectionError, match=f"no MLflow tracking server answers at http://127.0.0.1:{port}") as info:
         gyre.MLflowWriter(f"http://127.0.0.1:{port}")
     assert time.perf_counter() - start < 10 and "mlflow server" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["acc@top1", "val//loss", "/loss", "loss/"])
+def test_a_name_mlflow_refuses_is_refused_at_the_call_and_the_others_are_kept(tmp_path, name):
+    # was: the write was queued, MLflow refused the whole log_batch on the writer's thread (loss too),
+    # and the WriterError came at the next call
+    from mlflow.tracking import MlflowClient
+
+    with gyre.MLflowWriter(tmp_path / "mlruns") as writer:
+        writer.write_scalars(0, {"loss": 1.0})
+        with pytest.raises(ValueError, match=rf"(?s)cannot write the metric '{re.escape(name)}'.*alphanumerics, underscores.*fix: rename it"):
+            writer.write_scalars(1, {"loss": 0.5, name: 0.9})
+        with pytest.raises(ValueError, match=rf"the param '{re.escape(name)}'"):
+            writer.write_hparams({name: 1})
+        with pytest.raises(ValueError, match=rf"the metric '{re.escape(name)}'"):
+            gyre.MultiWriter([writer]).write_scalars(1, {name: 0.9})  # (not closed: it would close writer)
+        writer.write_scalars(2, {"loss": 0.25, "a-b.c d:e/f_1": 1.0})  # every character MLflow takes
+    history = MlflowClient(writer.tracking_uri).get_metric_history(writer.run_id, "loss")
+    assert [(m.step, m.value) for m in history] == [(0, 1.0), (2, 0.25)]
+
+
+def test_write_to_refuses_a_history_entry_mlflow_refuses_before_sending_its_block(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    def step(state, batch):
+        return gyre.logs().add_loss("loss", state).add_metric("acc@top1", state), state + 1.0
+
+    writer = gyre.MLflowWriter(tmp_path / "mlruns")
+    with pytest.raises(ValueError, match="(?s)cannot write the metric 'acc@top1'.*fix: rename it, e.g. 'acc_top1'"):
+        gyre.loop(np.float32(0), range(3), {gyre.every(1): [step, gyre.write_to(writer)]})
+    writer.close()
+    assert MlflowClient(writer.tracking_uri).get_metric_history(writer.run_id, "loss") == []  # nothing sent

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import posixpath
+import re
 import socket
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,28 @@ from gyre.core._history import Block
 from gyre.loggers._writer import Writer
 
 _BATCH = 1000  # metrics per log_batch: MLflow's limit for one request
+_NAME = re.compile(r"[/\w.\- :]*")  # MLflow's characters for metric and param names (colons: not on Windows)
+NAME_RULE = ("alphanumerics, underscores (_), dashes (-), periods (.), spaces ( ), colons (:) and slashes (/), "
+             "as a relative path in normal form (no leading /, no // or . or .. parts, no trailing /)")
+
+
+def _refused(name: str) -> bool:
+    """Whether MLflow refuses ``name`` as a metric or param name (mlflow.utils.validation's rule)."""
+    norm = posixpath.normpath(name)
+    return not _NAME.fullmatch(name) or norm != name or norm == "." or norm.startswith(("..", "/"))
+
+
+def check_names(names: Iterable[Any], what: str) -> None:
+    """Refuses, before anything is sent, a name MLflow would refuse: it refuses the whole batch
+    holding it, so the other values of that request were lost too."""
+    for name in names:
+        if isinstance(name, str) and _refused(name):
+            fixed = posixpath.normpath(re.sub(r"[^/\w.\- :]", "_", name)).strip("/.") or "value"
+            raise ValueError(explain(
+                f"MLflowWriter cannot write the {what} {name!r}: MLflow refuses the name (and with it every "
+                "value sent in the same request)",
+                expected=f"a name of {NAME_RULE}", received=repr(name),
+                fix=f"rename it, e.g. {fixed!r}"))
 
 
 def _tracking_uri(uri: Any) -> tuple[str, bool]:
@@ -100,6 +125,7 @@ class MLflowWriter(Writer):
         self.run_name = run_name
         self.run_id: str | None = None
         self._client: Any = None
+        self._names_ok: set[str] = set()  # the history's entry names checked already
         super().__init__()
 
     def _open(self) -> None:
@@ -114,6 +140,28 @@ class MLflowWriter(Writer):
         found = self._client.get_experiment_by_name(self.experiment_name)
         experiment = found.experiment_id if found else self._client.create_experiment(self.experiment_name)
         self.run_id = self._client.create_run(experiment, run_name=self.run_name).info.run_id
+
+    def _submit(self, kind: str, *args: Any, batched: bool = False) -> None:
+        # on the caller's thread (also through a MultiWriter): a name MLflow refuses raises here
+        if batched:
+            self._check_block(args[0])
+        elif kind == "scalars":
+            check_names(args[1], "metric")
+        elif kind == "hparams":
+            check_names(args[0], "param")
+            check_names(args[1] or (), "metric")
+        super()._submit(kind, *args, batched=batched)
+
+    def _check_block(self, block: Block) -> None:
+        """The names of a history block's scalars (write_to's), each checked once."""
+        for key, entry in block.entries.items():
+            name = key[1]
+            if name in self._names_ok:
+                continue
+            if not _refused(name):
+                self._names_ok.add(name)
+            elif next(scalar_runs(Block(block.count, block.clocks, {key: entry})), None) is not None:
+                check_names([name], "metric")  # a number MLflow would get (an array per record it does not)
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         from mlflow.entities import Metric
