@@ -86,7 +86,7 @@ def test_pngs_at_filtered_validation_epochs_and_test_with_the_right_size(tmp_pat
                                                        "val_epoch_0004.png"]
     images = trainer.writer.of("images")
     assert [(step, list(values)) for step, values in images] == [
-        (4, ["val/confusion_matrix"]), (8, ["val/confusion_matrix"]), (8, ["test/confusion_matrix"])]
+        (3, ["val/confusion_matrix"]), (7, ["val/confusion_matrix"]), (7, ["test/confusion_matrix"])]  # the last step's index
     for path, (_, values) in zip(["val_epoch_0002.png", "val_epoch_0004.png", "test_epoch_0004.png"], images,
                                  strict=True):
         assert (folder / path).read_bytes()[:8] == PNG
@@ -114,9 +114,9 @@ def test_the_image_is_read_back_from_tensorboard(tmp_path):
     writer.close()
     values = tensorboard_values(str(tmp_path / "tb"))
     assert sorted(values) == ["test/confusion_matrix", "val/confusion_matrix"]
-    assert [step for step, _ in values["val/confusion_matrix"]] == [2, 4, 6, 8]
+    assert [step for step, _ in values["val/confusion_matrix"]] == [1, 3, 5, 7]  # beside each validation's scalars
     (step, value), = values["test/confusion_matrix"]
-    assert step == 8 and (value.image.height, value.image.width) == (40, 60)
+    assert step == 7 and (value.image.height, value.image.width) == (40, 60)
     assert value.image.encoded_image_string[:8] == PNG
 
 

@@ -58,3 +58,31 @@ def test_bad_embeddings_are_explained(tmp_path, args, match):
 def test_a_figure_that_is_not_one_is_explained(tmp_path):
     with pytest.raises(TypeError, match=r"(?s)log_figure takes a matplotlib figure.*received: ndarray"):
         _trainer(tmp_path).log_figure("x", np.zeros((2, 2)))
+
+
+def test_a_validations_images_are_at_its_scalars_step(tmp_path):
+    # was: the confusion matrix and a log_image of on_validation_epoch_end were written at
+    # global_step (4, 8), one step after the validation's scalars (3, 7)
+    from gyre.trainer import Callback, ConfusionMatrixCallback, confusion_matrix
+
+    class Sample(Callback):
+        def on_validation_epoch_end(self, eval_metrics, epoch_idx):
+            self.trainer.log_image("val/sample", np.ones((4, 4, 3)))
+
+    class T(gyre.TrainerModule):
+        def loss_function(self, model, batch, train=True):
+            x, y = batch
+            logits = model(x)
+            loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+            return loss, {"conf_matrix": {"value": confusion_matrix(y, logits.argmax(-1), 2), "mode": "sum",
+                                          "log_mode": "eval"}}
+
+    x = np.random.default_rng(0).normal(size=(32, 3)).astype(np.float32)
+    loader = [(x[i:i + 8], (x[i:i + 8, 0] > 0).astype(np.int32)) for i in range(0, 32, 8)]
+    t = T(model=nnx.Linear(3, 2, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1), log_dir=str(tmp_path),
+          enable_progress_bar=False, callbacks=[ConfusionMatrixCallback(figsize=(2, 2), dpi=20), Sample()])
+    t.train_model(loader, loader, num_epochs=2)
+    t.close_writer()
+    written = {k: [s for s, _ in v] for k, v in tensorboard_values(str(tmp_path / "tensorboard")).items()}
+    assert written["val/loss"] == [3, 7]
+    assert written["val/confusion_matrix"] == written["val/sample"] == [3, 7]

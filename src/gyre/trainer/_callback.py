@@ -1084,7 +1084,7 @@ class ConfusionMatrixCallback(Callback):
             rgba = self._render(np.asarray(matrix, np.float64), key, epoch_idx,
                                 folder / f"{name}_epoch_{epoch_idx:04d}.png")
             images[f"{phase}/confusion_matrix" if len(keys) == 1 else f"{phase}/{stem}"] = rgba[..., :3]
-        self._write("images", images)
+        self._write("images", images, back=1)  # beside the evaluation's scalars: the last trained step's index
 
     def _render(self, matrix: np.ndarray, key: str, epoch_idx: int, path: Path) -> np.ndarray:
         """Draws the picture into the PNG ``path``; returns it as an (height, width, 4) uint8 RGBA array."""

@@ -787,7 +787,8 @@ class TrainerModule:
 
     def log_image(self, key: str, image: Any, step: int | None = None) -> None:
         """Sends an image (``(H, W)`` or ``(H, W, C)``, in [0, 1] or uint8) to the writer; ``step``
-        defaults to the global step.
+        defaults to the last trained step's index (``global_step - 1``, at least 0), where that
+        step's and its validation's scalars are.
 
         Example:
             >>> import optax, tempfile, numpy as np
@@ -796,7 +797,7 @@ class TrainerModule:
             ...                   log_dir=tempfile.mkdtemp())
             >>> t.log_image("val/sample", np.zeros((8, 8, 3)))
         """
-        self.writer.write_images(self.global_step if step is None else step, {key: image})
+        self.writer.write_images(max(self.global_step - 1, 0) if step is None else step, {key: image})
 
     def log_figure(self, key: str, figure: Any, step: int | None = None) -> None:
         """Sends a matplotlib figure to the writer as an image.
