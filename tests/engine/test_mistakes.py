@@ -3,6 +3,8 @@ names the problem, what was received and the fix, never a silent wrong result.""
 
 import itertools
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -151,9 +153,34 @@ def test_ctrl_c_says_once_where_the_loop_stopped():
         if elapsed.steps == 3:
             raise KeyboardInterrupt
 
-    with pytest.warns(gyre.LoopWarning, match=r"interrupted \(Ctrl-C\) during step 3: the loop stopped after 4 steps"):
+    with pytest.warns(gyre.LoopWarning, match=r"interrupted \(Ctrl-C\) during step 3: the loop stopped after 3 steps"):
         _, _, elapsed = gyre.loop(None, range(10), {gyre.every(1): interrupt})
-    assert elapsed.steps == 4
+    assert elapsed.steps == 3  # (step 3 did not complete)
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 2])
+def test_ctrl_c_raised_before_the_step_leaves_the_clock_at_the_state(steps_per_call):
+    # was: a KeyboardInterrupt from on_train_batch_begin at step 3 (no signal handler of gyre's saw it)
+    # returned a state of 3 steps with elapsed.steps == 4, so a run continued from them skipped step 3
+    @jax.jit
+    def step(state, batch):
+        return gyre.logs().add_loss("loss", state), state + batch
+
+    class Interrupt:
+        def on_train_batch_begin(self, elapsed):
+            if elapsed.steps == 3 and not done:
+                done.append(1)
+                raise KeyboardInterrupt
+
+    done = []
+    data = jnp.arange(1.0, 11.0)
+    with pytest.warns(gyre.LoopWarning, match=r"during step 3: the loop stopped after 3 steps"):
+        state, history, elapsed = gyre.train_loop(jnp.float32(0), list(data), {gyre.on_train_step: step},
+                                                  callbacks=[Interrupt()], steps_per_call=steps_per_call)
+    assert float(state) == 6.0 and elapsed.steps == 3 and history.collect("steps") == [0, 1, 2]
+    state, history, elapsed = gyre.train_loop(state, list(data[elapsed.steps:]), {gyre.on_train_step: step},
+                                              elapsed=elapsed, history=history)
+    assert float(state) == float(data.sum()) and elapsed.steps == 10 and history.collect("steps") == list(range(10))
 
 
 def test_ctrl_c_during_an_evaluation_is_not_swallowed_by_it():

@@ -259,6 +259,10 @@ class Elapse:
         self.elapsed, self._pending = self.peek_completed(), None
         return self.elapsed
 
+    def forget_step(self) -> None:
+        """Drops the step in progress, which did not run: its batch is not counted as consumed."""
+        self.elapsed, self._pending = self.elapsed.replace(), None  # (a copy without the in-progress mark)
+
     def peek_completed(self) -> Elapsed:
         """The clock as it will be when the step in progress completes (changes nothing)."""
         if self._pending is None:

@@ -249,15 +249,20 @@ def _interrupted(ls: LoopState, clock: Elapse, catch: bool) -> None:
         raise err
     if not catch:
         raise KeyboardInterrupt
+    if clock.batch_size is not None and ls.start_clock is None and ls.state is ls.step_start:
+        # raised before any task of the step in progress changed the state (a callback before the step,
+        # or a Ctrl-C without gyre's handler): that step did not run, and the clock does not count it
+        clock.forget_step()
     ls.request_stop("KeyboardInterrupt")
     ls.saves.clear()  # asked for by the step that was cut short
     unsaved = (
         f"; step {clock.elapsed.steps} was cut short, so no checkpoint saves it (resume='latest' "
         "redoes it)" if ls.checkpoints else ""
     )
+    done = clock.elapsed.steps + (clock.batch_size is not None)
     warn(
         f"interrupted (Ctrl-C) during step {clock.elapsed.steps}: the loop stopped after "
-        f"{clock.elapsed.steps + (clock.batch_size is not None)} steps and ran its end callbacks{unsaved}"
+        f"{done} step{'' if done == 1 else 's'} and ran its end callbacks{unsaved}"
     )
 
 
