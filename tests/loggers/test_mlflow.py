@@ -112,6 +112,13 @@ def test_a_name_mlflow_refuses_is_refused_at_the_call_and_the_others_are_kept(tm
     assert [(m.step, m.value) for m in history] == [(0, 1.0), (2, 0.25)]
 
 
+def test_a_name_longer_than_mlflow_takes_is_refused_at_the_call(tmp_path):
+    with gyre.MLflowWriter(tmp_path / "mlruns") as writer:
+        writer.write_scalars(0, {"x" * 250: 1.0})  # MLflow's longest
+        with pytest.raises(ValueError, match=r"(?s)the metric 'x{60}'... \(251 characters\).*at most 250 characters"):
+            writer.write_scalars(1, {"x" * 251: 1.0})
+
+
 def test_write_to_refuses_a_history_entry_mlflow_refuses_before_sending_its_block(tmp_path):
     from mlflow.tracking import MlflowClient
 

@@ -23,14 +23,17 @@ from gyre.loggers._writer import Writer
 
 _BATCH = 1000  # metrics per log_batch: MLflow's limit for one request
 _NAME = re.compile(r"[/\w.\- :]*")  # MLflow's characters for metric and param names (colons: not on Windows)
-NAME_RULE = ("alphanumerics, underscores (_), dashes (-), periods (.), spaces ( ), colons (:) and slashes (/), "
-             "as a relative path in normal form (no leading /, no // or . or .. parts, no trailing /)")
+_LONGEST = 250  # MLflow's MAX_ENTITY_KEY_LENGTH
+NAME_RULE = (f"at most {_LONGEST} characters: alphanumerics, underscores (_), dashes (-), periods (.), spaces ( ), "
+             "colons (:) and slashes (/), as a relative path in normal form (no leading /, no // or . or .. parts, "
+             "no trailing /)")
 
 
 def _refused(name: str) -> bool:
     """Whether MLflow refuses ``name`` as a metric or param name (mlflow.utils.validation's rule)."""
     norm = posixpath.normpath(name)
-    return not _NAME.fullmatch(name) or norm != name or norm == "." or norm.startswith(("..", "/"))
+    return (len(name) > _LONGEST or not _NAME.fullmatch(name) or norm != name or norm == "."
+            or norm.startswith(("..", "/")))
 
 
 def check_names(names: Iterable[Any], what: str) -> None:
@@ -38,12 +41,14 @@ def check_names(names: Iterable[Any], what: str) -> None:
     holding it, so the other values of that request were lost too."""
     for name in names:
         if isinstance(name, str) and _refused(name):
-            fixed = posixpath.normpath(re.sub(r"[^/\w.\- :]", "_", name)).strip("/.") or "value"
+            fixed = posixpath.normpath(re.sub(r"[^/\w.\- :]", "_", name)).strip("/.")[:_LONGEST] or "value"
+            shown = repr(name) if len(name) <= 80 else f"{name[:60]!r}... ({len(name)} characters)"
             raise ValueError(explain(
-                f"MLflowWriter cannot write the {what} {name!r}: MLflow refuses the name (and with it every "
+                f"MLflowWriter cannot write the {what} {shown}: MLflow refuses the name (and with it every "
                 "value sent in the same request)",
-                expected=f"a name of {NAME_RULE}", received=repr(name),
-                fix=f"rename it, e.g. {fixed!r}"))
+                expected=f"a name of {NAME_RULE}", received=shown,
+                fix=f"rename it, e.g. {fixed!r}" if len(name) <= _LONGEST
+                else f"rename it: shorten it to {_LONGEST} characters or fewer, of the characters expected"))
 
 
 def _tracking_uri(uri: Any) -> tuple[str, bool]:
