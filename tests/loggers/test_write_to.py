@@ -3,6 +3,7 @@ loop language and in the named loops, without a host sync on the step path."""
 
 import contextlib
 import csv
+import json
 
 import jax
 import jax.numpy as jnp
@@ -133,6 +134,35 @@ def test_a_run_resumed_after_a_crash_writes_each_step_once_to_tensorboard(tmp_pa
         writer.close()
     written = tensorboard_values(tb)["loss"]  # (the reader purges as TensorBoard does)
     assert [(s, v.simple_value) for s, v in sorted(written, key=lambda x: x[0])] == [(s, float(s)) for s in range(10)]
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_a_run_resumed_after_a_crash_keeps_the_earlier_rows_of_a_csv_or_jsonl_file(tmp_path, kind):
+    # was: the resumed run's writer truncated the file, which then held steps 5-9 only
+    class Crash(Exception):
+        pass
+
+    def crash_at_7(elapsed):
+        if elapsed.steps == 7:
+            raise Crash
+
+    def step(state, batch):
+        return gyre.logs().add_loss("loss", state), state + 1.0
+
+    path = str(tmp_path / f"metrics.{kind}")
+    for crash in (True, False):
+        writer = gyre.CSVWriter(path) if kind == "csv" else gyre.JSONLWriter(path)
+        data = gyre.data.batches((jnp.arange(10.0),), 1, epochs=1)
+        tasks = {gyre.every(1): [step, *([crash_at_7] if crash else []), gyre.write_to(writer)],
+                 gyre.every(5): gyre.checkpoint(str(tmp_path / "ck"))}
+        with contextlib.suppress(Crash):
+            gyre.loop(jnp.float32(0), data, tasks, stop=10, resume="latest")
+        writer.close()
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f)) if kind == "csv" else [json.loads(line) for line in f]
+    assert [(int(r["step"]), float(r["loss"])) for r in rows] == [(s, float(s)) for s in range(10)]
+    gyre.CSVWriter(path).close() if kind == "csv" else gyre.JSONLWriter(path).close()
+    assert open(path).read() == ""  # a run that does not resume still starts the file afresh
 
 
 @pytest.mark.parametrize("run", ["test_loop", "predict_loop"])

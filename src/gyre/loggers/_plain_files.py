@@ -4,6 +4,7 @@ record per write."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import sys
@@ -15,7 +16,8 @@ from gyre.loggers._writer import Writer
 
 
 class _TextFileWriter(Writer):
-    """A writer of scalars to one text file, created (or truncated) at once, its folder too."""
+    """A writer of scalars to one text file, created (or truncated) at once, its folder too; a run
+    resumed from a checkpoint (``write_to`` tells it) keeps the earlier run's records of the steps before."""
 
     kinds = frozenset({"scalars"})
     _newline: str | None = None  # open()'s newline=
@@ -36,7 +38,21 @@ class _TextFileWriter(Writer):
 
     def _open(self) -> None:
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        try:  # what an earlier run wrote: kept in part if this run resumes it (_purge), before any write
+            with open(self.path, newline=self._newline) as earlier:
+                self._earlier: str | None = earlier.read()
+        except (FileNotFoundError, UnicodeDecodeError):
+            self._earlier = None
         self._file = open(self.path, "w", newline=self._newline)  # noqa: SIM115 (closed by close())
+
+    def _purge(self, step: int) -> None:
+        earlier, self._earlier = self._earlier, None
+        if earlier and self._file is not None and self._file.tell() == 0:
+            self._keep(earlier, step)
+
+    def _keep(self, earlier: str, step: int) -> None:
+        """Writes again the records of ``earlier`` (the file's text at open) of steps before ``step``."""
+        raise NotImplementedError
 
     def _flush(self) -> None:
         if self._file is not None:
@@ -52,7 +68,8 @@ class _TextFileWriter(Writer):
 
 class CSVWriter(_TextFileWriter):
     """Writes scalars to a CSV file (created or truncated at once, its folder too): ``step``, then a
-    column per name; a name that appears late rewrites the file once with the wider header.
+    column per name; a name that appears late rewrites the file once with the wider header. A run
+    resumed from a checkpoint keeps the earlier run's rows of the steps before the resumed one.
 
     Example:
         >>> import gyre, os, tempfile
@@ -72,6 +89,15 @@ class CSVWriter(_TextFileWriter):
     def _open(self) -> None:
         self._header = ["step"]
         super()._open()
+
+    def _keep(self, earlier: str, step: int) -> None:
+        reader = csv.DictReader(io.StringIO(earlier, newline=""))
+        rows = [row for row in reader if row.get("step", "").lstrip("-").isdigit() and int(row["step"]) < step]
+        if rows and reader.fieldnames and reader.fieldnames[0] == "step":
+            self._header = list(reader.fieldnames)
+            writer = csv.DictWriter(self._file, self._header, restval="")  # type: ignore[arg-type]
+            writer.writeheader()
+            writer.writerows(rows)
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         assert self._file is not None
@@ -97,7 +123,7 @@ class CSVWriter(_TextFileWriter):
 
 class JSONLWriter(_TextFileWriter):
     """Writes scalars as JSON lines, one ``{"step": ..., name: value}`` per write (file created or
-    truncated at once; non-finite as ``NaN``).
+    truncated at once, a resumed run keeping the earlier run's lines before its step; non-finite as ``NaN``).
 
     Example:
         >>> import gyre, pathlib, tempfile
@@ -106,6 +132,16 @@ class JSONLWriter(_TextFileWriter):
         ...     print(pathlib.Path(writer.path).read_text(), end="")
         {"step": 0, "loss": 1.0}
     """
+
+    def _keep(self, earlier: str, step: int) -> None:
+        assert self._file is not None
+        for line in earlier.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # (a line cut short by the crash)
+            if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] < step:
+                self._file.write(line + "\n")
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         assert self._file is not None
