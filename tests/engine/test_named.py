@@ -242,6 +242,15 @@ def test_an_evaluation_that_sees_no_batch_is_refused():
                         test_dataset=lambda: [], epoch_duration=2)
 
 
+def test_lightnings_start_hooks_are_pointed_at_gyres_begin_hooks():
+    # was: on_train_batch_start -> "Did you mean 'on_train_batch_end'?", on_epoch_start -> 'on_loop_start'
+    for name, meant in (("on_train_batch_start", "on_train_batch_begin"), ("on_epoch_start", "on_epoch_begin")):
+        callbacks = type("Callbacks", (), {"on_train_step": lambda self, state: state, name: lambda self: None})
+        with pytest.raises(ValueError, match=rf"(?s){name}' that is no named point.*Did you mean '{meant}'\? "
+                           r"\(Lightning's on_\.\.\._start is on_\.\.\._begin here"):
+            gyre.train_loop(0, range(2), callbacks=[callbacks()])
+
+
 def test_a_callback_object_with_a_misspelt_hook_beside_a_good_one_is_refused():
     class Callbacks:
         def on_train_step(self, state):

@@ -109,7 +109,7 @@ class NamedHooks:
                     "that is no named point: it would never be called",
                     expected=f"methods named after the points of {self.loop_name}: {list(self.accepted)}",
                     received=f"{name!r}",
-                    fix="rename it." + (suggest(name, KNOWN_HOOKS) or " (Methods of your own: "
+                    fix="rename it." + (_hook_hint(name) or " (Methods of your own: "
                     "a name that does not start with on_.)")))
 
     def _add_state_methods(self, state: Any) -> None:
@@ -448,3 +448,11 @@ def train_loop(
     if idle:
         warn(idle)
     return result
+
+
+def _hook_hint(name: str) -> str:
+    """The named point a misnamed method means: Lightning's ``on_..._start`` is ``on_..._begin``."""
+    begin = name.removesuffix("_start") + "_begin"
+    if name.endswith("_start") and begin in KNOWN_HOOKS:
+        return f" Did you mean {begin!r}? (Lightning's on_..._start is on_..._begin here, as in Keras.)"
+    return suggest(name, KNOWN_HOOKS)
