@@ -192,6 +192,26 @@ def test_main_process_only_runs_on_process_zero(monkeypatch):
     assert record(gyre.Elapsed()) is None and calls == [0, 1]
 
 
+def test_one_device_strategies_are_refused_with_several_processes(monkeypatch, tmp_path):
+    """With several processes, 'jit' would train one model per process on that process's rows
+    (only process 0's logged: a silent wrong run), then fail in orbax at the first save."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    with pytest.raises(ValueError, match="strategy 'jit' runs on one device, and this run has 2 processes"):
+        gyre.managed.ManagedState.create(params={"w": np.zeros(2, np.float32)}, tx=optax.sgd(0.1), strategy="jit")
+    with pytest.raises(ValueError, match="strategy='data_parallel'"):
+        gyre.get_strategy("jit").compile(lambda s, b: (gyre.logs(), s))
+    state = gyre.TrainState.create(apply_fn=lambda v, x, **_: x @ v["params"]["w"],
+                                   params={"w": jnp.zeros((3, 2))}, tx=optax.sgd(0.1))
+    with pytest.raises(ValueError, match="runs on one device"):
+        gyre.fit(state, [(np.ones((4, 3), np.float32), np.zeros(4, np.int32))],
+                 loss_fn=lambda logits, y: (logits.sum(), {}), num_epochs=1, log_dir=str(tmp_path), progress=False)
+    assert gyre.get_strategy("eager").compile(lambda s, b: (gyre.logs(), s)) is not None  # eager: uncompiled, for debugging
+
+
 PREEMPT_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_preempt_worker.py")
 
 

@@ -39,7 +39,7 @@ from gyre.fitting._fit_steps import (
     reraise_explained,
 )
 from gyre.parallel._registry import get_strategy
-from gyre.parallel._strategy import Strategy
+from gyre.parallel._strategy import Strategy, refuse_one_device
 
 BARE_METRIC = "accuracy"
 """The name a bare value returned by ``eval_step`` is recorded under (``accuracy_test``)."""
@@ -167,6 +167,7 @@ def fit(
     epochs = _check_arguments(state, num_epochs, eval_freq, evaluated, eval_step, mode)
     _check_run_options(log_name, hparams)
     chosen = get_strategy(strategy)  # an unknown name: the registered ones, the closest first
+    refuse_one_device(chosen)  # several processes: before training, not at the first save
     if not plain_jit(chosen):
         check_split(chosen, train_ds, who="fit", name="train_ds", single="strategy='jit'")
         state = chosen.place_state(state)  # a copy: the caller's arrays are not donated

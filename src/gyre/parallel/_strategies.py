@@ -14,7 +14,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDev
 
 from gyre.core._checks import whole
 from gyre.core._errors import describe, explain, suggest
-from gyre.parallel._strategy import Strategy
+from gyre.parallel._strategy import Strategy, refuse_one_device
 
 
 class Eager(Strategy):
@@ -65,6 +65,10 @@ class Jit(Strategy):
 
     def replicated(self) -> Sharding:
         return SingleDeviceSharding(self.device or jax.devices()[0])
+
+    def place_state(self, state: Any) -> Any:
+        refuse_one_device(self)
+        return super().place_state(state)
 
 
 class DataParallel(Strategy):

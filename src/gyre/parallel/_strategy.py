@@ -146,6 +146,7 @@ class Strategy:
         if not self.compiles:  # eager: the step as it is
             return step
         if self.mesh is None:
+            refuse_one_device(self)
             return self.jit(step, donate=self.donate if donate is None else donate, **jit_kwargs)
         step = self._traced_in_context(step)
         replicated = self.replicated()
@@ -228,6 +229,21 @@ def check_jit_options(options: Mapping[str, Any]) -> None:
                 f"compile() got an unexpected keyword argument {name!r}.{suggest(name, known)}",
                 expected=f"options of jax.jit: {', '.join(known)}", received=f"{name}={options[name]!r}",
                 fix=f"drop {name}=, or spell it as jax.jit does"))
+
+
+def refuse_one_device(strategy: Strategy) -> None:
+    """Raises when a compiled one-device strategy would run in a run of several processes: each
+    process would train a model of its own on its own rows (only process 0's logged, its
+    checkpoints refused by orbax)."""
+    if strategy.compiles and strategy.mesh is None and jax.process_count() > 1:
+        raise ValueError(explain(
+            f"strategy {strategy.name!r} runs on one device, and this run has {jax.process_count()} processes",
+            expected="a strategy over every process's devices, so that the processes train one model "
+            "on one global batch: 'data_parallel', 'fsdp' or 'spmd'",
+            received=f"strategy {strategy.name!r} in process {jax.process_index()} of {jax.process_count()} "
+            "(each process would train its own model on its own rows)",
+            fix="pass strategy='data_parallel' (gyre.fit, ManagedState.create), set trainer.num_devices: "
+            f"{jax.device_count()} for the trainer, or use jaxloop's DataParallelPartitioner"))
 
 
 def _jit_options(jit_kwargs: Mapping[str, Any], donate: bool) -> dict[str, Any]:
