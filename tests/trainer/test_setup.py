@@ -8,6 +8,7 @@ from gyre.trainer._module import (
     build_callbacks,
     build_optimizer_of,
     build_writer,
+    devices_of_every_process,
     strategy_of,
     trainer_config_of,
 )
@@ -45,6 +46,21 @@ def test_strategies_and_a_missing_optimizer():
     with pytest.raises(TypeError, match="the trainer has no optimizer"):
         build_optimizer_of(None)
     assert build_optimizer_of(1e-3) is not None  # a bare rate: Adam
+
+
+def test_num_devices_takes_as_many_devices_of_every_process():
+    """Two processes of two devices: num_devices=2 took process 0's two (devices[:2]), and
+    process 1 failed deep in JAX, unable to read arrays on devices it does not have."""
+    from collections import namedtuple
+
+    device = namedtuple("device", "id process_index")
+    devices = [device(0, 0), device(1, 0), device(2, 1), device(3, 1)]
+    assert [d.id for d in devices_of_every_process(devices, 2)] == [0, 2]
+    assert [d.id for d in devices_of_every_process(devices, 4)] == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="num_devices=3 cannot be shared evenly by the 2 processes"):
+        devices_of_every_process(devices, 3)
+    one = [device(0, 0), device(1, 0), device(2, 0)]
+    assert [d.id for d in devices_of_every_process(one, 2)] == [0, 1]
 
 
 def test_a_schedule_lasting_the_run_is_built_when_train_model_knows_its_length(tmp_path, digits):

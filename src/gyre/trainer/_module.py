@@ -273,7 +273,22 @@ def strategy_of(config: Any) -> Any:
             f"num_devices={n} but only {len(devices)} devices are visible",
             expected=f"num_devices between 1 and {len(devices)}", received=f"num_devices={n}",
             fix=f"set trainer.num_devices: {len(devices)} (or leave it out for one device)"))
-    return DataParallel(mesh=Mesh(np.asarray(devices[:n]), ("data",)))
+    return DataParallel(mesh=Mesh(np.asarray(devices_of_every_process(devices, n)), ("data",)))
+
+
+def devices_of_every_process(devices: list[Any], n: int) -> list[Any]:
+    """``n`` of ``devices``, as many of each process's own (``devices[:n]`` would leave the
+    later processes none of theirs: they could not feed their rows)."""
+    processes = sorted({d.process_index for d in devices})
+    if len(processes) == 1:
+        return devices[:n]
+    if n % len(processes):
+        raise ValueError(explain(
+            f"num_devices={n} cannot be shared evenly by the {len(processes)} processes",
+            expected=f"a multiple of {len(processes)}: each process trains on num_devices / "
+            f"{len(processes)} of its own devices", received=f"num_devices={n}",
+            fix=f"set trainer.num_devices: {len(devices)} (every device of every process)"))
+    return [d for p in processes for d in [d for d in devices if d.process_index == p][: n // len(processes)]]
 
 
 INPUT_KEYS = ("input", "inputs", "x", "image", "images")
