@@ -24,6 +24,19 @@ def test_batch_not_divisible_by_the_device_count():
     assert "test step that takes mask=" in str(err.value)
 
 
+def test_a_process_batch_not_divisible_by_its_devices_names_the_per_process_size(monkeypatch):
+    """With several processes each feeds its share: 3 rows over 2 processes of 2 devices said
+    'a batch of 3 cannot be split over 4 devices ... a batch size such as 4', though 2 per
+    process (a global 4) would do and the batch given is one process's."""
+    import jax
+
+    monkeypatch.setattr(jax, "process_count", lambda: 2)  # 8 devices: 4 of each process
+    with pytest.raises(ValueError, match="this process's batch of 6 cannot be split evenly over its 4 devices") as err:
+        gyre.DataParallel().check_batch((np.zeros((6, 2)), np.zeros(6)))
+    assert "a multiple of 4" in str(err.value) and "such as 4" in str(err.value)
+    gyre.DataParallel().check_batch((np.zeros((4, 2)), np.zeros(4)))  # 4 per process: 8 in all
+
+
 @pytest.mark.parametrize("strategy", ["jit", "data_parallel", "fsdp", "spmd"])
 def test_creating_a_state_never_aliases_the_callers_arrays(strategy):
     # device_put onto a replicated sharding reuses the source buffer on its own device, even

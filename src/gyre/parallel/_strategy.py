@@ -105,10 +105,21 @@ class Strategy:
         n = self.data_size
         if n == 1:
             return
+        share = _local_share(n)
         for path, leaf in jax.tree_util.tree_leaves_with_path(batch):
             shape = np.shape(leaf)
-            if len(shape) > axis and shape[axis] % _local_share(n) != 0:
+            if len(shape) > axis and shape[axis] % share != 0:
                 where = jax.tree_util.keystr(path) or "the batch"
+                if share != n:  # several processes: the batch is this process's share of the global one
+                    rows, processes = shape[axis], jax.process_count()
+                    raise ValueError(explain(
+                        f"this process's batch of {rows} cannot be split evenly over its {share} devices",
+                        expected=f"each process's batch a multiple of {share} (the {n} devices on the data "
+                        f"axis are {processes} processes' {share}; the global batch is the {processes} batches together)",
+                        received=f"{where} with shape {shape} in process {jax.process_index()}",
+                        fix=f"feed each process a batch such as {max(share, rows - rows % share)} (its rows of the "
+                        "global batch), or drop the remainder batch (gyre.data.batches drops it unless "
+                        "drop_remainder=False)"))
                 raise ValueError(explain(
                     f"a batch of {shape[axis]} cannot be split evenly over {n} devices",
                     expected=f"a batch size that is a multiple of {n} (the devices on "
