@@ -326,9 +326,14 @@ def _evaluation(
     mesh, batches are placed on its devices: masked ones padded to a multiple of them, an unpadded
     batch that does not split passed whole; weights are read from the host batches."""
     share = strategy.lift_batch_size(1) if strategy is not None and strategy.mesh is not None else 0
+    if share and jax.process_count() > 1 and not accepts_mask(eval_step) and isinstance(ds, (list, tuple)):
+        for batch in ds:  # said before training, not at the first evaluation
+            _refuse_unsplit(infer_batch_size(batch, strict=False, default=0), share, name)
 
     def place(batch: Any) -> Any:
         if not share or infer_batch_size(batch, strict=False, default=0) % share:
+            if share and jax.process_count() > 1:
+                _refuse_unsplit(infer_batch_size(batch, strict=False, default=0), share, name)
             return batch
         return strategy.place_batch(batch)  # type: ignore[union-attr]
 
@@ -353,6 +358,21 @@ def _evaluation(
         return _named.test_loop(state, data, {"on_test_step": test_step}, nan_policy="ignore", batch_size_fn=batch_size_fn)
 
     return inner_loop(name, evaluate, aggregation=_named.DEFAULT_TEST_AGGREGATION)
+
+
+def _refuse_unsplit(rows: int, share: int, name: str) -> None:
+    """With several processes a batch is one process's rows: one that does not split over its
+    devices cannot be evaluated whole (each process would weigh only its own rows, and the
+    processes would log different means)."""
+    if rows % share:
+        raise ValueError(explain(
+            f"fit: a batch of {name}_ds with {rows} rows cannot be split over this process's {share} "
+            f"devices, and with {jax.process_count()} processes it cannot be evaluated whole",
+            expected=f"every {name}_ds batch a multiple of {share} rows in each process, or an eval_step "
+            "that takes mask= (every batch padded to one size, the padding masked)",
+            received=f"a batch of {rows} rows in process {jax.process_index()}",
+            fix="def eval_step(state, batch, mask): return means over the real rows "
+            "(jnp.sum(x * mask) / mask.sum()), or drop the short last batch"))
 
 
 def _call_eval(eval_step: Callable[..., Any], name: str, state: Any, batch: Any, **mask: Any) -> Any:
