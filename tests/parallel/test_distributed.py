@@ -212,6 +212,30 @@ def test_one_device_strategies_are_refused_with_several_processes(monkeypatch, t
     assert gyre.get_strategy("eager").compile(lambda s, b: (gyre.logs(), s)) is not None  # eager: uncompiled, for debugging
 
 
+def test_a_state_that_differs_between_processes_is_refused(monkeypatch):
+    """Each process gives its copy of a replicated state, and JAX trusts them to agree: a state
+    initialised per process (process 1 with other parameters) trained on silently, the copies
+    0.5 apart to the end, the loss a mix of both."""
+    import jax
+    import optax
+    from jax.experimental import multihost_utils
+
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    other = {"value": False}
+
+    def gather(mine):  # process 1's digest: the same, or another state's
+        return np.stack([mine, mine + 1 if other["value"] else mine])
+
+    monkeypatch.setattr(multihost_utils, "process_allgather", gather)
+    params = {"w": np.ones((4, 2), np.float32), "b": np.zeros(2, np.float32)}
+    state = gyre.managed.ManagedState.create(params=params, tx=optax.sgd(0.1), strategy="data_parallel")
+    assert np.asarray(state.params["w"]).sum() == 8
+    other["value"] = True
+    with pytest.raises(ValueError, match="the processes hold different initial states") as err:
+        gyre.managed.ManagedState.create(params=params, tx=optax.sgd(0.1), strategy="data_parallel")
+    assert "processes [1]" in str(err.value) and "same seed" in str(err.value)
+
+
 PREEMPT_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_preempt_worker.py")
 
 

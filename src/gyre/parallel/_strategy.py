@@ -3,6 +3,7 @@ on ``jax.sharding``."""
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -81,7 +82,9 @@ class Strategy:
         """
         shardings = self.state_sharding(state)
         if jax.process_count() > 1:  # a compiled identity: device_put makes arrays orbax cannot save
-            return jax.jit(lambda tree: tree, out_shardings=shardings)(jax.device_get(state))
+            host = jax.device_get(state)
+            refuse_differing_states(host)
+            return jax.jit(lambda tree: tree, out_shardings=shardings)(host)
         # copy: the state is donated to its step, which must not delete the caller's arrays
         return place(_numbers_as_arrays(state), shardings, copy=True)
 
@@ -255,6 +258,33 @@ def refuse_one_device(strategy: Strategy) -> None:
             "(each process would train its own model on its own rows)",
             fix="pass strategy='data_parallel' (gyre.fit, ManagedState.create), set trainer.num_devices: "
             f"{jax.device_count()} for the trainer, or use jaxloop's DataParallelPartitioner"))
+
+
+def refuse_differing_states(host_state: Any) -> None:
+    """Raises unless every process holds the same state (one gather of a digest): the processes
+    each give their own copy of a replicated value, and JAX trusts them to agree; a state
+    initialised per process (its own seed) would train on as copies that never meet."""
+    from jax.experimental import multihost_utils
+
+    digest = hashlib.blake2b(digest_size=8)
+    for leaf in jax.tree_util.tree_leaves(host_state):
+        try:
+            array = np.asarray(leaf)
+        except Exception:  # noqa: BLE001 - a leaf with no numbers (a key, an object): not compared
+            continue
+        if array.dtype.kind in "biufc":
+            digest.update(f"{array.shape}{array.dtype}".encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
+    every = np.asarray(multihost_utils.process_allgather(np.frombuffer(digest.digest(), np.uint32)))
+    differ = [i for i in range(len(every)) if not np.array_equal(every[i], every[0])]
+    if differ:
+        raise ValueError(explain(
+            "the processes hold different initial states",
+            expected="the same parameters and optimizer state in every process (a replicated state is "
+            "each process's own copy, trusted to be equal)",
+            received=f"a state in processes {differ} that differs from process 0's",
+            fix="initialise with the same seed in every process (jax.random.key(0), not a key or a numpy "
+            "generator seeded by the process index), or load the same checkpoint in all of them"))
 
 
 def _jit_options(jit_kwargs: Mapping[str, Any], donate: bool) -> dict[str, Any]:
