@@ -144,6 +144,23 @@ def test_a_training_batch_the_devices_cannot_split_is_refused_before_training(tm
     assert t.global_step == 0
 
 
+def test_an_evaluation_batch_that_does_not_split_is_refused_with_several_processes(tmp_path, monkeypatch):
+    # was: run whole, so each of 2 processes evaluated only its own rows of the short last batch
+    # (a validation of 326 digits logged val/acc 0.7802 where one process gives 0.7822, and a
+    # val/loss that differed between the processes)
+    import jax
+
+    x, y = np.zeros((8, 64), np.float32), np.zeros(8, np.int32)
+    t = trainer(tmp_path, num_devices=8, train_epochs=1)
+    t.init_model((x, y))
+    loader = [(x[:6], y[:6]), (x[:5], y[:5])]  # padded to the largest, 6 rows (the loss takes mask=)
+    assert "val/loss" in t.eval_model(loader)  # one process: the 6 rows run whole
+    monkeypatch.setattr(jax, "process_count", lambda: 2)  # 8 devices: 4 of each process
+    with pytest.raises(ValueError, match=r"(?s)a val batch of 6 rows cannot be split over this process's 4 "
+                       r"devices, and with 2 processes.*make the largest val batch a multiple of 4"):
+        t.eval_model(loader)
+
+
 @pytest.mark.parametrize("where", ["val", "test", "dict"])
 def test_an_endless_evaluation_loader_is_refused_before_training(tmp_path, where):
     # was: val_loader=gyre.data.batches((x, y), 64), the trainer's own training source, made the

@@ -235,7 +235,19 @@ class StepBuilder:
             if acc is None:
                 specs, acc = self._eval_start(state, batch, mask)
                 collector = ConcatCollector(specs)
-            whole = single or infer_batch_size(batch, strict=False, default=0) % share != 0
+            rows = infer_batch_size(batch, strict=False, default=0)
+            whole = single or rows % share != 0
+            if whole and not single and jax.process_count() > 1:  # each process holds only its rows
+                raise ValueError(explain(
+                    f"a {mode} batch of {rows} rows cannot be split over this process's {share} devices, "
+                    f"and with {jax.process_count()} processes it cannot be evaluated whole",
+                    expected=f"every {mode} batch a multiple of {share} rows in each process (its rows of the "
+                    "global batch)" + (", the size every batch is padded to (a list's largest, else the first)" if masked else ""),
+                    received=f"a batch of {rows} rows in process {jax.process_index()}"
+                    + (" (the size the batches are padded to)" if masked else ""),
+                    fix=f"make the largest {mode} batch a multiple of {share} rows in each process" if masked else
+                    "drop the short last batch, choose an evaluation batch size that splits, or give the loss "
+                    "function a mask parameter (batches padded to one size)"))
             args = (batch, mask) if whole else strategy.place_batch((batch, mask))
             if mask is None:
                 acc, concat = run(state, acc, args[0])
