@@ -126,3 +126,30 @@ def test_a_typed_dataset_config_explains_a_bad_interface_or_mesh(tmp_path):
     assert "fix:" in str(err.value)
     with pytest.raises(TypeError, match="mesh must be a jax.sharding.Mesh"):
         config.instantiate(None, "data")
+
+
+def test_with_several_processes_each_gets_its_share_of_every_batch(tmp_path, monkeypatch):
+    # was: every process fed the whole global batch, so the global batch held each row once per
+    # process: sum metrics and sample counts doubled on 2 processes (the means agreed)
+    import jax
+
+    from gyre.trainer import DigitsDataset
+
+    one = DigitsDataset(global_batch_size=64, val_size=200, eval_batch_size=100)
+    expected = next(iter(one.train_loader))
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    for index in (0, 1):
+        monkeypatch.setattr(jax, "process_index", lambda index=index: index)
+        digits = DigitsDataset(global_batch_size=64, val_size=200, eval_batch_size=100)
+        x, y = next(iter(digits.train_loader))
+        np.testing.assert_array_equal(x, expected[0][32 * index : 32 * (index + 1)])
+        assert y.tolist() == expected[1][32 * index : 32 * (index + 1)].tolist()
+        assert [len(b[1]) for b in digits.val_loader] == [50, 50] and len(digits.test_loader) == 4
+        assert digits.train_loader.epoch_steps == one.train_loader.epoch_steps
+        assert digits.train_loader.state_dict() == {**one.train_loader.state_dict_at(1)}  # one position for all
+        mnist = MNISTDataset(str(_mnist(tmp_path / f"mnist{index}")), global_batch_size=4, val_size=2)
+        batch = next(iter(mnist.val_loader))
+        assert isinstance(batch, SupervisedBatch) and batch.size == 1
+    with pytest.raises(ValueError, match=r"(?s)a batch of 201 rows cannot be shared evenly by 2 processes.*"
+                       r"fix: choose batch sizes \(global_batch_size, eval_batch_size, val_size\) divisible by 2"):
+        DigitsDataset(global_batch_size=64, val_size=201)

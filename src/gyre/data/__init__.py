@@ -22,8 +22,10 @@ from gyre.data._augment import augment as augment
 from gyre.data._augment import augmented as augmented
 from gyre.data._augment import random_crop as random_crop
 from gyre.data._augment import random_flip as random_flip
+from gyre.data._batch import ProcessShare as ProcessShare
 from gyre.data._batch import Supervised as Supervised
 from gyre.data._batch import SupervisedBatch as SupervisedBatch
+from gyre.data._batch import process_share as process_share
 from gyre.data._batch import supervised as supervised
 from gyre.data._datasets import cifar10 as cifar10
 from gyre.data._datasets import digits as digits
@@ -46,6 +48,7 @@ __all__ = [
     "GrainBatches",
     "NumpyLoader",
     "Padded",
+    "ProcessShare",
     "Sources",
     "Supervised",
     "SupervisedBatch",
@@ -62,6 +65,7 @@ __all__ = [
     "mnist",
     "pad_batch",
     "padded",
+    "process_share",
     "random_crop",
     "random_flip",
     "steps_per_epoch",

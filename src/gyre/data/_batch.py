@@ -1,5 +1,6 @@
 """``SupervisedBatch`` (jax_trainer's batch type: ``input``, ``target``, ``size``) and
-:func:`supervised`, which turns a source of ``(x, y)`` batches into one of them.
+:func:`supervised`, which turns a source of ``(x, y)`` batches into one of them;
+:func:`process_share`, which gives each of several processes its rows of every batch.
 """
 
 from __future__ import annotations
@@ -96,3 +97,78 @@ def supervised(source: Any) -> Supervised:
         ('SupervisedBatch', 4, 2)
     """
     return Supervised(source)
+
+
+class ProcessShare(Forwarding, Iterator[Any]):
+    """What :func:`process_share` returns: this process's rows of each batch of ``source``, with
+    the source's length, epoch length and position protocol (``state_dict`` ...)."""
+
+    def __init__(self, source: Any, index: int | None = None, count: int | None = None) -> None:
+        if not hasattr(source, "__iter__"):
+            raise TypeError(explain(
+                "process_share() needs a source of batches",
+                expected="an iterable of batches, e.g. gyre.data.batches((x, y), 128)",
+                received=describe(source), fix="process_share(gyre.data.batches((x, y), 128))"))
+        self.source = source
+        self.index = jax.process_index() if index is None else index
+        self.count = jax.process_count() if count is None else count
+        self._it: Iterator[Any] | None = source if isinstance(source, Iterator) else None
+        sizes = [_rows(b) for b in source] if isinstance(source, (list, tuple)) else [getattr(source, "batch_size", None)]
+        for size in sizes:  # known before the first batch: refused at once, not after an epoch
+            self._check(size)
+
+    def _check(self, rows: Any) -> None:
+        if isinstance(rows, int) and rows % self.count:
+            raise ValueError(explain(
+                f"a batch of {rows} rows cannot be shared evenly by {self.count} processes",
+                expected=f"batches of a multiple of {self.count} rows (each process feeds its share of the "
+                "global batch)", received=f"a batch of {rows} rows",
+                fix=f"choose batch sizes (global_batch_size, eval_batch_size, val_size) divisible by {self.count}"))
+
+    def _share(self, batch: Any) -> Any:
+        rows = _rows(batch)
+        self._check(rows)
+        size = rows // self.count
+        start = self.index * size
+        return jax.tree_util.tree_map(lambda a: a[start : start + size], batch)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._it is not None:  # a resumable iterator: one stream
+            return self
+        return (self._share(b) for b in self.source)  # a re-iterable loader: a fresh pass
+
+    def __next__(self) -> Any:
+        if self._it is None:
+            self._it = iter(self.source)
+        return self._share(next(self._it))
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __repr__(self) -> str:
+        return f"process_share({self.source!r})"
+
+
+def _rows(batch: Any) -> int:
+    return int(np.shape(jax.tree_util.tree_leaves(batch)[0])[0])
+
+
+def process_share(source: Any) -> Any:
+    """This process's rows of each batch of ``source``: of ``P`` processes (``jax.process_count()``),
+    process ``i`` gets rows ``[i * n / P, (i + 1) * n / P)`` of a batch of ``n``, so processes that all
+    read the same batches feed each global batch once (docs/how-to/multi-host.md). With one process,
+    ``source`` itself. Its length, epoch length and position (``state_dict``) are the source's.
+
+    Raises:
+        ValueError: a batch whose rows the processes cannot share evenly (a list's batches and a
+            ``batch_size`` are checked at once).
+
+    Example:
+        >>> import numpy as np, gyre
+        >>> train = gyre.data.batches(np.arange(8), 4, shuffle=False)
+        >>> gyre.data.process_share(train) is train  # one process
+        True
+        >>> next(ProcessShare(train, index=1, count=2)).tolist()  # process 1 of 2: its half
+        [2, 3]
+    """
+    return source if jax.process_count() == 1 else ProcessShare(source)

@@ -26,7 +26,16 @@ from gyre.config._jax_trainer import jax_trainer_dataset
 from gyre.config._registry import ConfigTyped, register_dataset, register_model, register_trainer
 from gyre.core._checks import instance, whole
 from gyre.core._errors import describe, explain
-from gyre.data import arrays, batches, cifar10, digits, mnist, stratified_split, supervised
+from gyre.data import (
+    arrays,
+    batches,
+    cifar10,
+    digits,
+    mnist,
+    process_share,
+    stratified_split,
+    supervised,
+)
 from gyre.trainer._callback import ConfusionMatrixCallback, confusion_matrix
 from gyre.trainer._module import TrainerModule, TrainerModuleConfig, build_component, plain_section
 
@@ -340,9 +349,9 @@ class DigitsDataset:
                          expected=f"a whole number in 1..{len(y) - 1}")
         train_idx, val_idx = stratified_split(y, test_size=val_size / len(y), seed=split_seed)
         self.global_batch_size = global_batch_size
-        self.train_loader = batches((x[train_idx], y[train_idx]), global_batch_size, seed=split_seed)
-        self.val_loader = _fixed_batches(x[val_idx], y[val_idx], eval_batch_size)
-        self.test_loader = _fixed_batches(xt, yt, eval_batch_size)
+        self.train_loader = process_share(batches((x[train_idx], y[train_idx]), global_batch_size, seed=split_seed))
+        self.val_loader = process_share(_fixed_batches(x[val_idx], y[val_idx], eval_batch_size))
+        self.test_loader = process_share(_fixed_batches(xt, yt, eval_batch_size))
 
 
 def _fixed_batches(x: np.ndarray, y: np.ndarray, size: int | None) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -421,9 +430,9 @@ class _ImageDataset(DatasetModule):
         (x, y), (xt, yt) = (self._prepared(*train, normalize), self._prepared(*test, normalize))
         sources = arrays(((x, y), (xt, yt)), size, validation=val_size, seed=split_seed)
         self.global_batch_size = size
-        self.train_loader = supervised(sources.train)
-        self.val_loader = supervised(sources.val)
-        self.test_loader = supervised(sources.test)
+        self.train_loader = process_share(supervised(sources.train))
+        self.val_loader = process_share(supervised(sources.val))
+        self.test_loader = process_share(supervised(sources.test))
 
     def _prepared(self, images: np.ndarray, labels: np.ndarray, normalize: bool) -> tuple[np.ndarray, np.ndarray]:
         if normalize:
