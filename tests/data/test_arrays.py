@@ -256,6 +256,21 @@ def test_load_state_dict_from_other_batches_says_what_differs():
         batches(_data(11), 4, seed=1).load_state_dict(saved)
 
 
+def test_a_process_resuming_process_0s_position_over_its_own_rows_is_pointed_at_process_share(monkeypatch):
+    # each process fed batches of its own rows; a checkpoint holds process 0's position, so process 1's
+    # resume was told to "build the batches as the run that saved the position did"
+    import jax
+
+    x, y = _data(12)
+    saved = batches((x[:6], y[:6]), 2, seed=1).state_dict()  # process 0's rows
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"(?s)data: saved .*fix: with several processes a checkpoint holds "
+                       r"process 0's position.*gyre\.data\.process_share\(gyre\.data\.batches\(\.\.\.\)\)"):
+        batches((x[6:], y[6:]), 2, seed=1).load_state_dict(saved)  # process 1's rows
+    with pytest.raises(ValueError, match="fix: build the batches as the run that saved"):  # another difference
+        batches((x[6:], y[6:]), 3, seed=1).load_state_dict(saved)
+
+
 def test_load_state_dict_from_other_values_of_the_same_shapes_is_refused():
     # the arguments and shapes alone let a position of other data through: a resumed run
     # continued, silently, on reversed inputs (their labels no longer theirs)

@@ -315,13 +315,19 @@ class Batches(Iterator[Batch]):
         if state.get("augment") is not None:  # saved by augmented batches: these draw no augmentation
             differ.append(f"augment: saved {state['augment']!r}, here none")
         if differ:
+            import jax  # (only here: gyre.data's arrays need numpy alone)
+
+            several = jax.process_count() > 1 and all(d.startswith(("data:", "samples:")) for d in differ)
             raise ValueError(explain(
                 "the position comes from batches built with other arguments, so it would "
                 "continue with other data",
                 expected="a state_dict() of batches over the same arrays (the same values, in the "
                 "same order), with the same batch_size, seed, shuffle and drop_remainder",
                 received="; ".join(differ),
-                fix="build the batches as the run that saved the position did (the saved "
+                fix="with several processes a checkpoint holds process 0's position, which batches of "
+                "other rows in this process cannot take: give every process the same arrays and "
+                "gyre.data.process_share(gyre.data.batches(...)), which feeds each its rows" if several
+                else "build the batches as the run that saved the position did (the saved "
                 "values above), or start a new run instead of resuming"))
 
     def __repr__(self) -> str:
