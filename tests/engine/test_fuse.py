@@ -285,3 +285,24 @@ def test_a_failing_chunk_leaves_the_clock_of_the_state_on_the_error(steps_per_ca
     with pytest.raises(TypeError, match="dot_general") as info:
         gyre.loop(jnp.float32(0), data, {gyre.every(1): step}, steps_per_call=steps_per_call)
     assert float(info.value.state) == 15.0 and info.value.elapsed.steps == 5
+
+
+@pytest.mark.filterwarnings("ignore:steps_per_call=.*cannot fuse this table:gyre.LoopWarning")  # per_step
+@pytest.mark.parametrize("steps_per_call", [1, 2, 3, 7, "auto"])
+@pytest.mark.parametrize("per_step", [False, True])
+@pytest.mark.parametrize("donate", [(), (0,)])
+def test_a_dataset_that_raises_hands_back_a_state_and_clock_that_match(steps_per_call, per_step, donate):
+    # the data raising between two steps of a block handed back the state after step 16 with
+    # the clock of step 16 in progress (16 steps); and step by step, a state not donated, the
+    # state before step 16 with the clock after it (17): resuming from either repeats a step
+    def data():
+        for i in range(40):
+            if i == 17:
+                raise ValueError("record 17 is corrupt")
+            yield np.ones(3, np.float32)
+
+    step = jax.jit(lambda state, batch: (gyre.logs().add_metric("x", state), state + batch[0]), donate_argnums=donate)
+    tasks = {gyre.every(1): [step, *([lambda: None] if per_step else [])], gyre.every(5): [lambda: None]}
+    with pytest.raises(ValueError, match="record 17 is corrupt") as info:
+        gyre.loop(jnp.float32(0), data(), tasks, steps_per_call=steps_per_call)
+    assert float(info.value.state) == info.value.elapsed.steps

@@ -299,7 +299,7 @@ class BlockRunner(ChunkRunner):
             it, n, deadline = iter(chunk.batches[1:]), len(chunk.batches), math.inf
         sized = ring.sized and not pulled  # type: ignore[union-attr]
         batch = chunk.batches[0]
-        last, k, tags, in_step, fire = batch, 0, [], False, self._fire
+        last, k, tags, in_step, pulling, fire = batch, 0, [], False, False, self._fire
         try:
             while True:
                 try:
@@ -329,7 +329,11 @@ class BlockRunner(ChunkRunner):
                     fire = self._fire
                 if k == n or now() >= deadline:
                     break
-                batch = next(it, END)
+                try:
+                    batch = next(it, END)
+                except BaseException:
+                    pulling = True  # the data raised after k steps: the state and clock after them
+                    raise
                 if pulled:
                     continue
                 if batch is END:
@@ -338,7 +342,8 @@ class BlockRunner(ChunkRunner):
                 if not sized:
                     sizes.append(size_of(batch))
         except BaseException:
-            ls.step_start = ls.state = unflatten(treedef, leaves)
+            ls.state = unflatten(treedef, leaves)
+            ls.step_start = None if pulling else ls.state
             ls.start_clock = None  # (the clock stops at the step that raised: see call)
             ring.ring = rows  # type: ignore[union-attr]
             counted = ring.untag(tags)  # type: ignore[union-attr]

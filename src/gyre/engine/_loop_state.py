@@ -115,6 +115,7 @@ class LoopState:
             checkpoint.poll()
         if self.preempted(step if first is None else first, step + 1) and not self.stop_requested:
             self.request_stop("preempted")
+        self.step_start = None  # the step is done: an error before the next one (the data's) hands back the state now
 
     def request_save(self, checkpoint: Any, metrics: dict[str, float] | None = None) -> None:
         """Asks the engine to save through ``checkpoint`` once this step has completed."""
