@@ -305,4 +305,33 @@ def test_a_dataset_that_raises_hands_back_a_state_and_clock_that_match(steps_per
     tasks = {gyre.every(1): [step, *([lambda: None] if per_step else [])], gyre.every(5): [lambda: None]}
     with pytest.raises(ValueError, match="record 17 is corrupt") as info:
         gyre.loop(jnp.float32(0), data(), tasks, steps_per_call=steps_per_call)
-    assert float(info.value.state) == info.value.elapsed.steps
+    assert float(info.value.state) == info.value.elapsed.steps == 17
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 2, 3, 7, "auto"])
+def test_a_fused_chunk_runs_the_batches_it_pulled_before_the_data_raised(steps_per_call):
+    # a fused chunk whose data raised dropped the batches it had pulled: continuing over the
+    # same iterator from err.state then skipped batch 16 with steps_per_call=2 or 3
+    class Flaky:
+        def __init__(self):
+            self.i = 0
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            i, self.i = self.i, self.i + 1
+            if i == 17:
+                raise ValueError("record 17 is corrupt")
+            if i >= 30:
+                raise StopIteration
+            return np.full(3, float(i), np.float32)
+
+    step = jax.jit(lambda state, batch: (gyre.logs().add_metric("x", state), state + batch[0]))
+    data = Flaky()
+    with pytest.raises(ValueError, match="record 17 is corrupt") as info:
+        gyre.loop(jnp.float32(0), data, {gyre.every(1): step, gyre.every(5): lambda: None}, steps_per_call=steps_per_call)
+    assert float(info.value.state) == sum(range(17)) and info.value.elapsed.steps == 17
+    state, _, elapsed = gyre.loop(info.value.state, data, {gyre.every(1): step}, elapsed=info.value.elapsed,
+                                  steps_per_call=steps_per_call)
+    assert float(state) == sum(range(30)) - 17 and elapsed.steps == 29

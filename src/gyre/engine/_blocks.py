@@ -20,7 +20,7 @@ from gyre.core._errors import warn
 from gyre.core._history import block_clocks
 from gyre.core._logs import Logs
 from gyre.core._schedules import UNSOLVED, Every
-from gyre.engine._chunks import Chunk, ChunkRunner, _asks, first_firing
+from gyre.engine._chunks import Chunk, ChunkRunner, Raised, _asks, first_firing
 from gyre.engine._elapse import END, Elapse, steps_only
 from gyre.engine._fuse import is_fusable, step_function
 from gyre.engine._loop_state import LoopState, run_callbacks
@@ -378,7 +378,12 @@ class FusedBlockRunner(BlockRunner):
         first = _shapes(chunk.batches[0])
         ringed = self.n < self.steps and self.ring is not None  # solved short: not pulled here
         while len(chunk.batches) < self.n and now() < deadline and not ringed:
-            batch = next(it, END)
+            try:
+                batch = next(it, END)
+            except Exception as err:  # noqa: BLE001 - raised once the batches pulled have run
+                self.carry = (Raised(err), [])
+                self.n = len(chunk.batches)
+                break
             if batch is END:
                 self.elapse.exhausted = True
                 break

@@ -34,6 +34,16 @@ class Chunk:
         self.row: Logs | None = None  # the last step's logs, when its call gave them
 
 
+class Raised:
+    """What the data raised while a chunk pulled its batches: raised where the next chunk starts,
+    once the steps of the batches pulled before it have run, as step by step."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
 def _asks(task: Task, clock: Elapsed) -> bool:
     return task.schedule is None or bool(task.schedule(clock))
 
@@ -107,6 +117,8 @@ class ChunkRunner:
         self.carry = None
         if batch is END:
             return None
+        if type(batch) is Raised:
+            raise batch.error
         size = self.elapse.size_of(batch)
         clock = clock.started(size, self.elapse.epoch_steps)
         chunk = Chunk(batch, size, clock, len(self.plan.display))
