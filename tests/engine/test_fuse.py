@@ -335,3 +335,33 @@ def test_a_fused_chunk_runs_the_batches_it_pulled_before_the_data_raised(steps_p
     state, _, elapsed = gyre.loop(info.value.state, data, {gyre.every(1): step}, elapsed=info.value.elapsed,
                                   steps_per_call=steps_per_call)
     assert float(state) == sum(range(30)) - 17 and elapsed.steps == 29
+
+
+@pytest.mark.filterwarnings("ignore:steps_per_call=.*cannot fuse this table:gyre.LoopWarning")  # per_step
+@pytest.mark.parametrize("steps_per_call", [1, 2, 3, 7, "auto"])
+@pytest.mark.parametrize("per_step", [False, True])
+def test_an_iterator_that_ended_is_not_asked_again(steps_per_call, per_step):
+    # blocks and fused chunks asked an iterator for a batch again after its StopIteration: one
+    # that starts a new pass then (an epoch iterator) trained on to stop=50, where step by step
+    # ended with the data after 30 steps
+    class Passes:
+        def __init__(self):
+            self.i, self.pulls = 0, 0
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            self.pulls += 1
+            i, self.i = self.i, self.i + 1
+            if i == 30:
+                self.i = 0
+                raise StopIteration
+            return np.full(3, float(i), np.float32)
+
+    step = jax.jit(lambda state, batch: (gyre.logs().add_metric("x", state), state + batch[0]))
+    tasks = {gyre.every(1): [step, *([lambda: None] if per_step else [])], gyre.every(4): [lambda: None]}
+    data = Passes()
+    with pytest.warns(gyre.LoopWarning, match="the data ended after 30 steps, before stop="):
+        state, _, elapsed = gyre.loop(jnp.float32(0), data, tasks, stop=50, steps_per_call=steps_per_call)
+    assert (float(state), elapsed.steps, data.pulls) == (sum(range(30)), 30, 31)

@@ -386,6 +386,7 @@ class FusedBlockRunner(BlockRunner):
                 break
             if batch is END:
                 self.elapse.exhausted = True
+                self.n = len(chunk.batches)  # nor past the data's end
                 break
             if _shapes(batch) != first:
                 self.carry = (batch, [])

@@ -226,8 +226,8 @@ class Elapse:
 
     def pull(self, clock: Elapsed) -> Any:
         """The batch of the step at ``clock``, or :data:`END` (the stop or the data's end)."""
-        if self.stop is not None and clock.reached(self.stop):
-            return END
+        if self.exhausted or (self.stop is not None and clock.reached(self.stop)):
+            return END  # (an iterator is not asked again once it ended: some start a new pass)
         try:
             return next(self._it)
         except StopIteration:
