@@ -370,6 +370,27 @@ def test_write_every_writes_multiples_evaluations_and_the_last_step(steps_per_ca
     assert callback.sent == 35 and "write_every=10" in repr(callback)
 
 
+@pytest.mark.parametrize("steps_per_call", [1, 2, 3, 7])
+def test_write_every_in_a_train_loop_writes_no_step_before_an_evaluation(steps_per_call):
+    # the end of each evaluation (a loop of its own) flushed as if the run had ended: the last
+    # training record read then was written as "the last step" (18, 28, 38 of a 43-step run;
+    # and with steps_per_call > 1, whose blocks commit earlier, 8 too)
+    @jax.jit
+    def train_step(state, batch):
+        return gyre.logs().add_loss("loss", state), state + 1.0
+
+    @jax.jit
+    def test_step(state, batch):
+        return gyre.logs().add_loss("loss", state)
+
+    writer = Recorder()
+    gyre.train_loop(jnp.float32(0), [jnp.ones(2)] * 43, {gyre.on_train_step: train_step, gyre.on_test_step: test_step},
+                    callbacks=[gyre.write_to(writer, write_every=7)], test_dataset=lambda: [jnp.ones(2)],
+                    epoch_duration=10, steps_per_call=steps_per_call)
+    assert [step for step, _ in writer.calls] == [0, 7, 9, 14, 19, 21, 28, 29, 35, 39, 42]
+    assert writer.calls[2] == (9, {"loss": 9.0, "loss_test": 10.0})
+
+
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True, "10"])
 def test_a_bad_write_every_is_refused(bad):
     with pytest.raises((ValueError, TypeError), match="write_every must be a whole number of steps >= 1"):

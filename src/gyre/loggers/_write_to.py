@@ -131,13 +131,17 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         self._send(wait=True)
         self.writer.flush()
 
-    on_loop_end = flush
-    _on_loop_failed = flush  # a failed loop's records are sent too (gyre.engine._engine._send_recorded)
+    on_loop_end = flush  # (in a train_loop, an evaluation's end too: its last record is not the run's)
+
+    def _on_loop_failed(self) -> None:
+        """A failed loop's records are sent too (``gyre.engine._engine._send_recorded``)."""
+        self._train = False
+        self.flush()
 
     def on_train_end(self) -> None:
         """In a ``train_loop``: sends the rest and flushes the writer (see :meth:`flush`)."""
-        self.flush()
         self._train = False
+        self.flush()
 
     def on_test_end(self) -> None:
         """In a ``test_loop`` or ``predict_loop``: sends the rest and flushes the writer."""
@@ -151,7 +155,7 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
         if block.count and self.write_every == 1:  # turned into runs of rows on the writer's thread
             self.writer._write_block(block)
         elif block.count:  # which rows to write depends on the previous ones: decided here, in order
-            keep = self._thinned(block, last=wait)
+            keep = self._thinned(block, last=wait and not self._train)  # (the run's last step)
             if keep.any():
                 self.writer._write_block(block, keep)
         self.sent += block.count
