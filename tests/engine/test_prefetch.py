@@ -191,6 +191,28 @@ def test_loops_prefetch_for_managed_states_by_default():
     assert untouched == [np.ndarray]
 
 
+@pytest.mark.parametrize("steps_per_call", [1, 3])
+def test_a_stop_in_epochs_takes_no_batch_beyond_it(steps_per_call):
+    # prefetching stopped only at a stop in steps: stop=gyre.at(epochs=2) took two batches more
+    # from an iterator, which a later loop over it then skipped (another result than prefetch=0)
+    state = managed.ManagedState.create(params=jnp.zeros(()), tx=optax.sgd(0.1), strategy="jit")
+    pulled = []
+
+    def source():
+        for i in range(100):
+            pulled.append(i)
+            yield np.full((4, 2), float(i), np.float32)
+
+    data = source()
+    step = managed.step(lambda state, batch: (gyre.logs().add_metric("x", batch[0, 0]), state))
+    _, _, elapsed = gyre.loop(state, data, {gyre.every(1): step}, stop=gyre.at(epochs=2), epoch_duration=6,
+                              steps_per_call=steps_per_call)
+    assert elapsed.steps == 12 and pulled == list(range(12))
+    _, _, elapsed = gyre.loop(state, data, {gyre.every(1): step}, stop=gyre.at(epochs=3), epoch_duration=6,
+                              elapsed=elapsed, steps_per_call=steps_per_call)
+    assert elapsed.steps == 18 and pulled == list(range(18))
+
+
 def test_fused_loops_prefetch_too_and_train_as_step_by_step():
     @managed.train_step
     def train_step(state, batch):

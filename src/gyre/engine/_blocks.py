@@ -21,7 +21,7 @@ from gyre.core._history import block_clocks
 from gyre.core._logs import Logs
 from gyre.core._schedules import UNSOLVED, Every
 from gyre.engine._chunks import Chunk, ChunkRunner, Raised, _asks, first_firing
-from gyre.engine._elapse import END, Elapse, steps_only
+from gyre.engine._elapse import END, Elapse, stop_index
 from gyre.engine._fuse import is_fusable, step_function
 from gyre.engine._loop_state import LoopState, run_callbacks
 from gyre.engine._ring import ROWS, Ring, RingMismatch, arg_shapes, ringable
@@ -116,20 +116,7 @@ def plan_loop(table: Sequence[Task], elapse: Elapse, state: Any, steps: int | st
 
 def _stop_step(elapse: Elapse, clock: Elapsed) -> int | None | bool:
     """The step index the loop stops before (None: no stop; False: not solvable)."""
-    stop = elapse.stop
-    if stop is None:
-        return None
-    steps = steps_only(stop)
-    if steps is not None:
-        return steps
-    given = dict(stop.items())
-    if set(given) - {"steps", "epochs"} or elapse.epoch_steps is None:
-        return False
-    ends = [given["steps"]] if "steps" in given else []
-    if "epochs" in given:
-        e = elapse.epoch_steps
-        ends.append(clock.steps + (given["epochs"] - clock.epochs) * e - clock.step_in_epoch)
-    return max(min(ends), clock.steps)
+    return stop_index(elapse.stop, clock, elapse.epoch_steps)
 
 
 class BlockClocks(Sequence[Elapsed]):

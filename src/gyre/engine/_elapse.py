@@ -43,6 +43,23 @@ def steps_only(period: Period | None) -> int | None:
     return period.steps if period is not None and [name for name, _ in period.items()] == ["steps"] else None
 
 
+def stop_index(stop: Period | None, clock: Elapsed, epoch_steps: int | None) -> int | None | bool:
+    """The step index a loop at ``clock`` stops before: ``None`` without a stop, ``False`` when
+    it cannot be solved in advance (samples, time, or epochs of unknown length)."""
+    if stop is None:
+        return None
+    steps = steps_only(stop)
+    if steps is not None:
+        return steps
+    given = dict(stop.items())
+    if set(given) - {"steps", "epochs"} or epoch_steps is None:
+        return False
+    ends = [given["steps"]] if "steps" in given else []
+    if "epochs" in given:
+        ends.append(clock.steps + (given["epochs"] - clock.epochs) * epoch_steps - clock.step_in_epoch)
+    return max(min(ends), clock.steps)
+
+
 def epoch_steps_of(epoch_duration: Any, dataset: Any) -> int | None:
     """Steps per epoch: ``epoch_duration``, else the dataset's own, else None."""
     if isinstance(epoch_duration, Period) and steps_only(epoch_duration) is not None:

@@ -370,7 +370,7 @@ def loop(
     if resumed is None:  # (a resumed loop's given state is only the shape of the restored one)
         refuse_donated(state, "the loop", "state, history, elapsed = gyre.loop(state, ...)")
     data = track_data(dataset, data_resume)
-    dataset = prefetched(data, state, prefetch, stop, elapsed)
+    dataset = prefetched(data, state, prefetch, stop, elapsed, epoch_duration)
     clock_iter = Elapse(
         dataset, stop=stop, initial=elapsed, epoch_duration=epoch_duration,
         batch_size_fn=batch_size_fn, clock=clock,

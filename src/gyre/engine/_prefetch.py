@@ -14,7 +14,7 @@ from gyre.core._clock import Elapsed
 from gyre.core._errors import describe, explain
 from gyre.core._placement import is_array, is_sharding_tree, place
 from gyre.engine._data import DataTracker
-from gyre.engine._elapse import check_stop, dataset_epoch_steps, steps_only
+from gyre.engine._elapse import check_stop, dataset_epoch_steps, epoch_steps_of, stop_index
 
 
 class BatchPlacer(Protocol):
@@ -208,14 +208,15 @@ def prefetch_to_device(
     return (SizedPrefetch if sized else Prefetch)(iterable, size, place, limit)
 
 
-def prefetched(dataset: Any, state: Any, size: int, stop: Any, initial: Elapsed | None) -> Any:
-    """The dataset placed ahead on the state's strategy's devices (managed states only)."""
+def prefetched(dataset: Any, state: Any, size: int, stop: Any, initial: Elapsed | None, epoch_duration: Any = None) -> Any:
+    """The dataset placed ahead on the state's strategy's devices (managed states only), never
+    beyond a stop in steps, or in epochs of a known length."""
     strategy = getattr(state, "strategy", None)
     if not size or not callable(getattr(strategy, "place_batch", None)) or not getattr(strategy, "compiles", False):
         return dataset
     if not hasattr(dataset, "__iter__"):
         return dataset  # Elapse raises the explanation
-    steps = steps_only(check_stop(stop))
-    done = initial.completed().steps if initial is not None else 0
-    limit = None if steps is None else max(steps - done, 0)
+    clock = initial.completed() if initial is not None else Elapsed()
+    steps = stop_index(check_stop(stop), clock, epoch_steps_of(epoch_duration, dataset))
+    limit = None if steps is None or steps is False else max(steps - clock.steps, 0)
     return prefetch_to_device(dataset, size=size, sharding=strategy, limit=limit)
