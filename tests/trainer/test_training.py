@@ -88,6 +88,27 @@ def test_fused_steps_change_nothing(tmp_path, digits):
                                    np.asarray(b.history.collect("train/loss_step")), rtol=1e-5)
 
 
+def test_fused_steps_with_a_per_step_callback_say_so_in_the_trainers_words(tmp_path, digits):
+    # the engine's warning named its own hooks (TrainingRun.on_train_batch_end,
+    # WriteTo.on_train_batch_end) and told a trainer user to give them schedules
+    class EveryStep(Callback):
+        def __init__(self):
+            super().__init__()
+            self.steps = []
+
+        def on_training_step(self, step_metrics, epoch_idx, global_step):
+            self.steps.append(global_step)
+
+    spy = EveryStep()
+    t = trainer(tmp_path, steps_per_call=3, train_epochs=1, callbacks=[spy])
+    with pytest.warns(gyre.LoopWarning) as caught:
+        t.train_model(digits.train_loader, digits.val_loader)
+    texts = [str(w.message) for w in caught if issubclass(w.category, gyre.LoopWarning)]
+    assert any("trainer.steps_per_call=3" in m and "EveryStep overrides on_training_step" in m for m in texts)
+    assert not any("TrainingRun" in m or "cannot fuse this table" in m for m in texts)
+    assert spy.steps == list(range(1, digits.train_loader.epoch_steps + 1))
+
+
 def test_data_parallel_over_num_devices_trains_like_one_device(tmp_path):
     results = []
     for n in (1, 4):

@@ -17,7 +17,7 @@ from flax import nnx
 from gyre.callbacks import checkpoint, keras_bar
 from gyre.core import after, on_train_step
 from gyre.core._clock import infer_batch_size
-from gyre.core._errors import describe, explain
+from gyre.core._errors import describe, explain, warn
 from gyre.core._logs import Logs
 from gyre.core._schedules import periodic
 from gyre.data._padding import accepts_mask
@@ -329,7 +329,7 @@ class TrainingRun:
         try:
             out = train_loop(
                 t.state, data, tasks, callbacks=callbacks, stop=epochs * epoch_steps,
-                epoch_duration=epoch_steps, steps_per_call=config.steps_per_call,
+                epoch_duration=epoch_steps, steps_per_call=self._steps_per_call(config.steps_per_call),
                 resume=config.resume, nan_policy="raise" if config.detect_nans else "ignore",
             )
             status = "stopped" if out[1].stop_reason else "success"
@@ -342,6 +342,18 @@ class TrainingRun:
             for cb in t.callbacks:
                 cb.finalize(status)
             resume_ckpt.close()
+
+    def _steps_per_call(self, steps: Any) -> Any:
+        """``trainer.steps_per_call``; 1, with a warning in the trainer's words, when a callback's
+        ``on_training_step`` runs after every step (the engine's would name its own hooks)."""
+        if steps in (1, "auto") or not self.step_callbacks:
+            return steps
+        names = ", ".join(sorted({type(cb).__name__ for cb in self.step_callbacks}))
+        warn(f"trainer.steps_per_call={steps} cannot fuse steps, so training runs step by step (the same "
+             f"results, one call per step): {names} overrides on_training_step, which runs after every step. "
+             "Do that work in on_training_epoch_end (or on_filtered_training_epoch_end) to fuse steps, or "
+             "set trainer.steps_per_call: 1")
+        return 1
 
     # -- engine hooks -------------------------------------------------------------------------
 
