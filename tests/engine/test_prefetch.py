@@ -213,6 +213,29 @@ def test_a_stop_in_epochs_takes_no_batch_beyond_it(steps_per_call):
     assert elapsed.steps == 18 and pulled == list(range(18))
 
 
+@pytest.mark.parametrize("steps_per_call", [1, 3])
+def test_a_loop_a_callback_stops_puts_gyres_batches_back_after_the_last_one_it_used(steps_per_call):
+    # prefetch read 2 batches past a stop a callback asked for: a next loop over the same
+    # gyre.data.batches skipped them (other parameters than with prefetch=0)
+    step = managed.step(lambda state, batch: (gyre.logs().add_metric("x", batch[0, 0]), state))
+
+    def stop_at_5(loop, elapsed):
+        if elapsed.steps == 5:
+            loop.request_stop("enough")
+
+    seen = {}
+    for prefetch in (0, 2):
+        state = managed.ManagedState.create(params=jnp.zeros(()), tx=optax.sgd(0.1), strategy="jit")
+        data = gyre.data.batches(np.arange(80.0).reshape(40, 2), 2, shuffle=False)
+        _, history, elapsed = gyre.loop(state, data, {gyre.every(1): step, gyre.every(5): stop_at_5}, stop=20, prefetch=prefetch,
+                                        steps_per_call=steps_per_call)
+        assert elapsed.steps == 6 and data.index == 6
+        _, history, _ = gyre.loop(state, data, {gyre.every(1): step}, stop=9, elapsed=elapsed, history=history,
+                                  prefetch=prefetch, steps_per_call=steps_per_call)
+        seen[prefetch] = history.collect("x")
+    assert seen[2] == seen[0] == [4.0 * i for i in range(9)]
+
+
 def test_fused_loops_prefetch_too_and_train_as_step_by_step():
     @managed.train_step
     def train_step(state, batch):

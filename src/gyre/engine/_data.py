@@ -259,6 +259,20 @@ class DataTracker:
             )
         return self._capture()()
 
+    def give_back(self) -> None:
+        """At the loop's end: a source that keeps its own position and was read ahead of the steps
+        (prefetch, a fused chunk) is put back after the batches the loop consumed, so a next loop
+        over it continues there. A plain iterator cannot be put back (``prefetch_to_device`` says so)."""
+        if self._clock is None:
+            return
+        consumed = self.consumed
+        if self._indexed:
+            if self.dataset.index > self._base + consumed:
+                self.dataset.load_state_dict(self.dataset.state_dict_at(self._base + consumed))
+        elif self._recorder is not None and self._recorder.pulled > consumed and isinstance(self._target, Iterator):
+            state = self._recorder.state_after(consumed)
+            (self._target.set_state if self._kind == "grain" else self._target.load_state_dict)(state)
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Puts the dataset at the position ``state`` names, before the first batch is pulled.
 

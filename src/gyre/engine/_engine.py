@@ -177,6 +177,8 @@ def _finish(clock: Elapse, ls: LoopState, ends: list[Any], table: Sequence[Task]
     """Ends a loop: completes the clock, saves the last step unless ``cut``, runs end hooks."""
     final = clock.complete()
     ls.batch = None
+    if ls.data is not None:
+        ls.data.give_back()
     preempted = ls.stop_reason == "preempted"
     if not cut:
         final_save(ls, wait=preempted)
@@ -314,7 +316,9 @@ def loop(
             ``"auto"`` times the first steps and fuses 100 per call when that measured faster,
             else 1.
         prefetch: batches placed ahead on a managed state's devices (0: off); never beyond a
-            ``stop`` given in steps.
+            ``stop`` given in steps (or epochs of a known length). When a callback stops the loop
+            earlier, ``gyre.data.batches`` (and iterators that save their position) are put back
+            after the last batch used; a plain iterator loses the batches read ahead.
         resume: continue from the loop's ``gyre.checkpoint``: ``"latest"`` (a fresh start when
             there is none), ``"best"``, a saved step, or a path. State, clock, history, stateful
             schedules and callbacks, and the data position are restored; ``state`` gives the
