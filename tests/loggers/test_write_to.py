@@ -105,33 +105,42 @@ def test_a_run_resumed_at_an_epochs_last_step_writes_no_evaluation_step(tmp_path
     assert written == [(s, float(s)) for s in range(7)]
 
 
-@pytest.mark.parametrize("kind", ["loop", "train_loop"])
-def test_a_run_resumed_after_a_crash_writes_each_step_once_to_tensorboard(tmp_path, kind):
-    # was: the crashed run had written steps 5 and 6 after its checkpoint at 5, and the resumed run's
-    # new event file wrote them again: TensorBoard read two points at each (no purge_step)
-    class Crash(Exception):
-        pass
+class _Crash(Exception):
+    pass
+
+
+def _crash_at_7_and_resume(tmp_path, make_writer, kind="loop"):
+    """A 10-step run checkpointed every 5 steps, crashed at step 7, then resumed with a new writer
+    from ``make_writer()`` into the same place."""
 
     def crash_at_7(elapsed):
         if elapsed.steps == 7:
-            raise Crash
+            raise _Crash
 
     def step(state, batch):
         return gyre.logs().add_loss("loss", state), state + 1.0
 
-    tb = str(tmp_path / "tb")
     for crash in (True, False):
-        writer = gyre.TensorBoardWriter(tb)
+        writer = make_writer()
         data = gyre.data.batches((jnp.arange(10.0),), 1, epochs=1)
         steps, save = [step, *([crash_at_7] if crash else [])], gyre.checkpoint(str(tmp_path / "ck"))
-        with contextlib.suppress(Crash):
+        resume = None if crash else "latest"
+        with contextlib.suppress(_Crash):
             if kind == "loop":
                 tasks = {gyre.every(1): [*steps, gyre.write_to(writer)], gyre.every(5): save}
-                gyre.loop(jnp.float32(0), data, tasks, stop=10, resume=None if crash else "latest")
+                gyre.loop(jnp.float32(0), data, tasks, stop=10, resume=resume)
             else:
                 gyre.train_loop(jnp.float32(0), data, {gyre.every(1): steps, gyre.every(5): save},
-                                callbacks=[gyre.write_to(writer)], stop=10, resume=None if crash else "latest")
+                                callbacks=[gyre.write_to(writer)], stop=10, resume=resume)
         writer.close()
+
+
+@pytest.mark.parametrize("kind", ["loop", "train_loop"])
+def test_a_run_resumed_after_a_crash_writes_each_step_once_to_tensorboard(tmp_path, kind):
+    # was: the crashed run had written steps 5 and 6 after its checkpoint at 5, and the resumed run's
+    # new event file wrote them again: TensorBoard read two points at each (no purge_step)
+    tb = str(tmp_path / "tb")
+    _crash_at_7_and_resume(tmp_path, lambda: gyre.TensorBoardWriter(tb), kind)
     written = tensorboard_values(tb)["loss"]  # (the reader purges as TensorBoard does)
     assert [(s, v.simple_value) for s, v in sorted(written, key=lambda x: x[0])] == [(s, float(s)) for s in range(10)]
 
@@ -139,29 +148,13 @@ def test_a_run_resumed_after_a_crash_writes_each_step_once_to_tensorboard(tmp_pa
 @pytest.mark.parametrize("kind", ["csv", "jsonl"])
 def test_a_run_resumed_after_a_crash_keeps_the_earlier_rows_of_a_csv_or_jsonl_file(tmp_path, kind):
     # was: the resumed run's writer truncated the file, which then held steps 5-9 only
-    class Crash(Exception):
-        pass
-
-    def crash_at_7(elapsed):
-        if elapsed.steps == 7:
-            raise Crash
-
-    def step(state, batch):
-        return gyre.logs().add_loss("loss", state), state + 1.0
-
     path = str(tmp_path / f"metrics.{kind}")
-    for crash in (True, False):
-        writer = gyre.CSVWriter(path) if kind == "csv" else gyre.JSONLWriter(path)
-        data = gyre.data.batches((jnp.arange(10.0),), 1, epochs=1)
-        tasks = {gyre.every(1): [step, *([crash_at_7] if crash else []), gyre.write_to(writer)],
-                 gyre.every(5): gyre.checkpoint(str(tmp_path / "ck"))}
-        with contextlib.suppress(Crash):
-            gyre.loop(jnp.float32(0), data, tasks, stop=10, resume=None if crash else "latest")
-        writer.close()
+    writer = gyre.CSVWriter if kind == "csv" else gyre.JSONLWriter
+    _crash_at_7_and_resume(tmp_path, lambda: writer(path))
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f)) if kind == "csv" else [json.loads(line) for line in f]
     assert [(int(r["step"]), float(r["loss"])) for r in rows] == [(s, float(s)) for s in range(10)]
-    gyre.CSVWriter(path).close() if kind == "csv" else gyre.JSONLWriter(path).close()
+    writer(path).close()
     assert open(path).read() == ""  # a run that does not resume still starts the file afresh
 
 

@@ -56,34 +56,49 @@ def _as_supervised(batch: Any) -> SupervisedBatch:
         fix="give it gyre.data.batches((x, y), 128) or another source of (x, y) pairs"))
 
 
-class Supervised(Forwarding, Iterator[SupervisedBatch]):
-    """What :func:`supervised` returns: the source's batches as :class:`SupervisedBatch`,
-    with its length, epoch length and position protocol (``state_dict`` ...)."""
+class _EachBatch(Forwarding, Iterator[Any]):
+    """A source's batches, each converted by :meth:`_convert`, with the source's length, epoch
+    length and position protocol (``state_dict`` ...); ``name`` is the public function's."""
+
+    name = ""
 
     def __init__(self, source: Any) -> None:
         if not hasattr(source, "__iter__"):
             raise TypeError(explain(
-                "supervised() needs a source of batches",
+                f"{self.name}() needs a source of batches",
                 expected="an iterable of (x, y) batches, e.g. gyre.data.batches((x, y), 128)",
-                received=describe(source), fix="supervised(gyre.data.batches((x, y), 128))"))
+                received=describe(source), fix=f"{self.name}(gyre.data.batches((x, y), 128))"))
         self.source = source
         self._it: Iterator[Any] | None = source if isinstance(source, Iterator) else None
 
-    def __iter__(self) -> Iterator[SupervisedBatch]:
+    def _convert(self, batch: Any) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Any]:
         if self._it is not None:  # a resumable iterator: one stream
             return self
-        return (_as_supervised(b) for b in self.source)  # a re-iterable loader: a fresh pass
+        return (self._convert(b) for b in self.source)  # a re-iterable loader: a fresh pass
 
-    def __next__(self) -> SupervisedBatch:
+    def __next__(self) -> Any:
         if self._it is None:
             self._it = iter(self.source)
-        return _as_supervised(next(self._it))
+        return self._convert(next(self._it))
 
     def __len__(self) -> int:
         return len(self.source)
 
     def __repr__(self) -> str:
-        return f"supervised({self.source!r})"
+        return f"{self.name}({self.source!r})"
+
+
+class Supervised(_EachBatch):
+    """What :func:`supervised` returns: the source's batches as :class:`SupervisedBatch`,
+    with its length, epoch length and position protocol (``state_dict`` ...)."""
+
+    name = "supervised"
+
+    def _convert(self, batch: Any) -> SupervisedBatch:
+        return _as_supervised(batch)
 
 
 def supervised(source: Any) -> Supervised:
@@ -99,20 +114,16 @@ def supervised(source: Any) -> Supervised:
     return Supervised(source)
 
 
-class ProcessShare(Forwarding, Iterator[Any]):
+class ProcessShare(_EachBatch):
     """What :func:`process_share` returns: this process's rows of each batch of ``source``, with
     the source's length, epoch length and position protocol (``state_dict`` ...)."""
 
+    name = "process_share"
+
     def __init__(self, source: Any, index: int | None = None, count: int | None = None) -> None:
-        if not hasattr(source, "__iter__"):
-            raise TypeError(explain(
-                "process_share() needs a source of batches",
-                expected="an iterable of batches, e.g. gyre.data.batches((x, y), 128)",
-                received=describe(source), fix="process_share(gyre.data.batches((x, y), 128))"))
-        self.source = source
+        super().__init__(source)
         self.index = jax.process_index() if index is None else index
         self.count = jax.process_count() if count is None else count
-        self._it: Iterator[Any] | None = source if isinstance(source, Iterator) else None
         sizes = [_rows(b) for b in source] if isinstance(source, (list, tuple)) else [getattr(source, "batch_size", None)]
         for size in sizes:  # known before the first batch: refused at once, not after an epoch
             self._check(size)
@@ -125,28 +136,12 @@ class ProcessShare(Forwarding, Iterator[Any]):
                 "global batch)", received=f"a batch of {rows} rows",
                 fix=f"choose batch sizes (global_batch_size, eval_batch_size, val_size) divisible by {self.count}"))
 
-    def _share(self, batch: Any) -> Any:
+    def _convert(self, batch: Any) -> Any:
         rows = _rows(batch)
         self._check(rows)
         size = rows // self.count
         start = self.index * size
         return jax.tree_util.tree_map(lambda a: a[start : start + size], batch)
-
-    def __iter__(self) -> Iterator[Any]:
-        if self._it is not None:  # a resumable iterator: one stream
-            return self
-        return (self._share(b) for b in self.source)  # a re-iterable loader: a fresh pass
-
-    def __next__(self) -> Any:
-        if self._it is None:
-            self._it = iter(self.source)
-        return self._share(next(self._it))
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def __repr__(self) -> str:
-        return f"process_share({self.source!r})"
 
 
 def _rows(batch: Any) -> int:
