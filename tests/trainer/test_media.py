@@ -68,6 +68,7 @@ def test_a_validations_images_are_at_its_scalars_step(tmp_path):
     class Sample(Callback):
         def on_validation_epoch_end(self, eval_metrics, epoch_idx):
             self.trainer.log_image("val/sample", np.ones((4, 4, 3)))
+            self.trainer.log_embedding("val/features", np.eye(2))  # (was at global_step too)
 
     class T(gyre.TrainerModule):
         def loss_function(self, model, batch, train=True):
@@ -86,3 +87,5 @@ def test_a_validations_images_are_at_its_scalars_step(tmp_path):
     written = {k: [s for s, _ in v] for k, v in tensorboard_values(str(tmp_path / "tensorboard")).items()}
     assert written["val/loss"] == [3, 7]
     assert written["val/confusion_matrix"] == written["val/sample"] == [3, 7]
+    projector = (tmp_path / "tensorboard" / "projector_config.pbtxt").read_text()
+    assert 'tensor_name: "val/features:3"' in projector and 'tensor_name: "val/features:7"' in projector

@@ -767,6 +767,12 @@ class TrainerModule:
         clock = loop.elapsed  # the step in progress counts once it ran (not in an epoch's start hooks)
         return clock.steps + (clock.in_progress and not self._run.before_step)
 
+    @property
+    def _last_step(self) -> int:
+        """The last trained step's index (``global_step - 1``, at least 0): the x-axis step of its
+        scalars, its validation's, and of what a validation hook writes without ``step=``."""
+        return max(self.global_step - 1, 0)
+
     def learning_rate(self) -> jax.Array | None:
         """The current learning rate (a device scalar) if the optimizer keeps it
         (``optax.inject_hyperparams``), else ``None``.
@@ -812,7 +818,7 @@ class TrainerModule:
             ...                   log_dir=tempfile.mkdtemp())
             >>> t.log_image("val/sample", np.zeros((8, 8, 3)))
         """
-        self.writer.write_images(max(self.global_step - 1, 0) if step is None else step, {key: image})
+        self.writer.write_images(self._last_step if step is None else step, {key: image})
 
     def log_figure(self, key: str, figure: Any, step: int | None = None) -> None:
         """Sends a matplotlib figure to the writer as an image.
@@ -830,7 +836,7 @@ class TrainerModule:
     def log_embedding(self, key: str, encodings: Any, step: int | None = None, metadata: Any = None,
                       images: Any = None) -> None:
         """Writes embeddings (optional labels and ``(N, H, W, C)`` pictures) for TensorBoard's
-        projector.
+        projector; ``step`` defaults to the last trained step's index, as :meth:`log_image`'s.
 
         Example:
             >>> import optax, tempfile, numpy as np
@@ -842,7 +848,7 @@ class TrainerModule:
             True
         """
         if jax.process_index() == 0:
-            write_embedding(self.log_dir / "tensorboard", key, self.global_step if step is None else step,
+            write_embedding(self.log_dir / "tensorboard", key, self._last_step if step is None else step,
                             encodings, metadata, images)
 
     def stop_training(self, reason: str) -> None:
@@ -973,7 +979,7 @@ class TrainerModule:
         self._require_state("eval_model")
         metrics = self._builder.evaluate(data_loader, mode, self.state)
         files = self._epoch_files
-        step = max(self.global_step - 1, 0)  # the last trained step's index: the x-axis of every series
+        step = self._last_step  # the x-axis of every series
         files.write(mode, epoch, step, scalars_for_writers(metrics, self._builder.eval_specs_cached))
         files.flush()  # on disk when the call returns, as jax_trainer's logger writes it
         return metrics
