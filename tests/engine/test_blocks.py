@@ -3,6 +3,7 @@ step writing its logs into a device ring, and computes what the per-step path co
 
 import math
 import os
+import re
 import weakref
 
 import jax
@@ -217,6 +218,29 @@ def test_auto_measures_once_per_step_and_shapes_and_later_loops_take_its_choice(
     assert results[0] == results[1]
     gyre.loop(jnp.float32(0), [np.ones(5, np.float32)] * 300, {gyre.every(1): add_step}, steps_per_call="auto")
     assert len(timed) == 4  # other shapes: measured again
+
+
+def test_auto_says_in_the_plan_why_it_ran_one_step_per_call(monkeypatch):
+    # was: Plan(path='blocks', reason=None) whatever the cause (too short a run, a compute-bound step)
+    monkeypatch.setattr(_blocks, "_CHOSEN", weakref.WeakKeyDictionary())
+    plans = []
+
+    def run(n, data=None):
+        data = data if data is not None else [np.full(3, i % 7, np.float32) for i in range(n)]
+        gyre.loop(jnp.float32(0), data, {gyre.every(1): add_step}, steps_per_call="auto",
+                  on_end=lambda loop: plans.append(loop.plan))
+        return plans[-1]
+
+    assert run(10) == ("blocks", "steps_per_call='auto' ran one step per call: the run ended before its steps were timed")
+    monkeypatch.setattr(_blocks, "HOST_BOUND", math.inf)  # no step is host-bound
+    monkeypatch.setattr(_blocks, "SHORT_STEP", 0.0)
+    assert re.fullmatch(r"steps_per_call='auto' ran one step per call: a step takes \d+ us, its call \d+ of them, "
+                        r"so fusing would not pay", run(60, [np.ones(4, np.float32)] * 60).reason)
+    monkeypatch.setattr(_blocks, "HOST_BOUND", 0.0)
+    monkeypatch.setattr(_blocks, "FASTER", 0.0)  # fusing never pays
+    assert re.fullmatch(r"steps_per_call='auto' ran one step per call: \d+ us per step fused against \d+",
+                        run(300, [np.ones(5, np.float32)] * 300).reason)
+    assert run(300, [np.ones(5, np.float32)] * 300).reason.endswith("(measured by an earlier loop over this step)")
 
 
 @pytest.mark.parametrize("batch_size_fn", [None, lambda batch: batch.shape[0]])

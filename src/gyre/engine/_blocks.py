@@ -396,7 +396,7 @@ class FusedBlockRunner(BlockRunner):
 
 #: ``steps_per_call="auto"``'s choices, per step function and argument shapes: a later loop
 #: over the same step and shapes (each epoch's, each evaluation's) takes it without measuring.
-_CHOSEN: weakref.WeakKeyDictionary[Any, dict[Any, str | None]] = weakref.WeakKeyDictionary()
+_CHOSEN: weakref.WeakKeyDictionary[Any, dict[Any, tuple[str | None, str | None]]] = weakref.WeakKeyDictionary()
 
 
 def run_auto(plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, *, outermost: bool = True) -> None:
@@ -415,16 +415,21 @@ def run_auto(plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, *, outermos
     def ended() -> bool:
         return loop_state.stop_requested or elapse.exhausted
 
-    reason = chosen.get(shapes)
-    if reason is not None:
-        reason += " (measured by an earlier loop over this step)"
-    elif shapes not in chosen:
+    reason, unfused = None, "steps_per_call='auto' ran one step per call: the run ended before its steps were timed"
+    if shapes in chosen:
+        earlier = " (measured by an earlier loop over this step)"
+        reason, unfused = (None if text is None else text + earlier for text in chosen[shapes])
+    else:
         blocks.limit = 1  # the step compiles
         blocks.run(chunks=1)
         blocks.limit = AUTO_TIMED
         per_step = None if ended() else blocks.timed()
-        if per_step is not None and _fusable(plan) and (
-                blocks.dispatched >= HOST_BOUND * per_step or per_step < SHORT_STEP):
+        if per_step is not None and not _fusable(plan):
+            unfused = "steps_per_call='auto' ran one step per call: the table cannot fuse (see steps_per_call=2's warning)"
+        elif per_step is not None and blocks.dispatched < HOST_BOUND * per_step and per_step >= SHORT_STEP:
+            unfused = (f"steps_per_call='auto' ran one step per call: a step takes {per_step * 1e6:.0f} us, "
+                       f"its call {blocks.dispatched * 1e6:.0f} of them, so fusing would not pay")
+        elif per_step is not None:
             fused.carry = blocks.carry
             fused.run(chunks=1)
             fused_per_step = None if ended() else fused.timed()
@@ -432,10 +437,17 @@ def run_auto(plan: ChunkPlan, elapse: Elapse, loop_state: LoopState, *, outermos
             if fused_per_step is not None and fused_per_step < FASTER * per_step:
                 reason = (f"steps_per_call='auto' chose {AUTO_STEPS}: {fused_per_step * 1e6:.0f} us per step "
                           f"against {per_step * 1e6:.0f}")
+            elif fused_per_step is not None:
+                unfused = (f"steps_per_call='auto' ran one step per call: {fused_per_step * 1e6:.0f} us per step "
+                           f"fused against {per_step * 1e6:.0f}")
+            else:
+                unfused = "steps_per_call='auto' fused the steps it timed, and the run ended before it could compare"
         if per_step is not None:
-            chosen[shapes] = reason
+            chosen[shapes] = (reason, None if reason else unfused)
     blocks.limit = ROWS
     if reason is None or ended():
+        if reason is None and loop_state.plan is not None:
+            loop_state.plan = Plan(loop_state.plan.path, unfused)
         blocks.run()
         return
     loop_state.plan = Plan("fused", reason)
