@@ -152,6 +152,23 @@ def check_split(strategy: Any, data: Any, *, who: str, name: str, single: str) -
                 + f" (gyre.data.batches(..., drop_remainder=True) drops a smaller last batch), or {single}"))
 
 
+def refuse_unsplit_evaluation(rows: int, share: int, what: str, *, expected: str, received: str = "",
+                              fix: str) -> None:
+    """With several processes a batch is one process's rows: an evaluation batch of ``rows`` that
+    does not split over this process's ``share`` devices cannot be evaluated whole (each process
+    would weigh only its own rows, and the processes would log different means). ``what`` names
+    the batch (``"a val batch"``); ``expected`` and ``received`` add the rung's words."""
+    import jax
+
+    if rows % share == 0 or jax.process_count() == 1:
+        return
+    raise ValueError(explain(
+        f"{what} of {rows} rows cannot be split over this process's {share} devices, and with "
+        f"{jax.process_count()} processes it cannot be evaluated whole",
+        expected=f"every such batch a multiple of {share} rows in each process (its rows of the global batch)"
+        + expected, received=f"a batch of {rows} rows in process {jax.process_index()}{received}", fix=fix))
+
+
 def first_batch(loader: Any) -> Any:
     """One batch of ``loader`` to build the model from, its position (if it has one) restored."""
     saved = loader.state_dict() if hasattr(loader, "state_dict") else None

@@ -26,7 +26,14 @@ from gyre.data._padding import accepts_mask, padded
 from gyre.data._source import refuse_sources
 from gyre.engine import _named
 from gyre.engine._engine import refuse_donated
-from gyre.engine._epochs import EpochLength, check_split, first_batch, is_iterator, training_data
+from gyre.engine._epochs import (
+    EpochLength,
+    check_split,
+    first_batch,
+    is_iterator,
+    refuse_unsplit_evaluation,
+    training_data,
+)
 from gyre.engine._inner import inner_loop
 from gyre.engine._masked import MaskedBatches, largest_batch
 from gyre.engine._nan import check_nan_policy
@@ -361,18 +368,11 @@ def _evaluation(
 
 
 def _refuse_unsplit(rows: int, share: int, name: str) -> None:
-    """With several processes a batch is one process's rows: one that does not split over its
-    devices cannot be evaluated whole (each process would weigh only its own rows, and the
-    processes would log different means)."""
-    if rows % share:
-        raise ValueError(explain(
-            f"fit: a batch of {name}_ds with {rows} rows cannot be split over this process's {share} "
-            f"devices, and with {jax.process_count()} processes it cannot be evaluated whole",
-            expected=f"every {name}_ds batch a multiple of {share} rows in each process, or an eval_step "
-            "that takes mask= (every batch padded to one size, the padding masked)",
-            received=f"a batch of {rows} rows in process {jax.process_index()}",
-            fix="def eval_step(state, batch, mask): return means over the real rows "
-            "(jnp.sum(x * mask) / mask.sum()), or drop the short last batch"))
+    refuse_unsplit_evaluation(
+        rows, share, f"fit: a {name}_ds batch",
+        expected=", or an eval_step that takes mask= (every batch padded to one size, the padding masked)",
+        fix="def eval_step(state, batch, mask): return means over the real rows "
+        "(jnp.sum(x * mask) / mask.sum()), or drop the short last batch")
 
 
 def _call_eval(eval_step: Callable[..., Any], name: str, state: Any, batch: Any, **mask: Any) -> Any:

@@ -22,7 +22,7 @@ from gyre.core._logs import Logs
 from gyre.core._schedules import periodic
 from gyre.data._padding import accepts_mask
 from gyre.engine import train_loop
-from gyre.engine._epochs import EpochLength
+from gyre.engine._epochs import EpochLength, refuse_unsplit_evaluation
 from gyre.engine._masked import MaskedBatches
 from gyre.engine._resume import PastStopError
 from gyre.engine._ring import arg_shapes
@@ -237,17 +237,14 @@ class StepBuilder:
                 collector = ConcatCollector(specs)
             rows = infer_batch_size(batch, strict=False, default=0)
             whole = single or rows % share != 0
-            if whole and not single and jax.process_count() > 1:  # each process holds only its rows
-                raise ValueError(explain(
-                    f"a {mode} batch of {rows} rows cannot be split over this process's {share} devices, "
-                    f"and with {jax.process_count()} processes it cannot be evaluated whole",
-                    expected=f"every {mode} batch a multiple of {share} rows in each process (its rows of the "
-                    "global batch)" + (", the size every batch is padded to (a list's largest, else the first)" if masked else ""),
-                    received=f"a batch of {rows} rows in process {jax.process_index()}"
-                    + (" (the size the batches are padded to)" if masked else ""),
+            if whole and not single:  # several processes: each holds only its rows
+                refuse_unsplit_evaluation(
+                    rows, share, f"a {mode} batch",
+                    expected=", the size every batch is padded to (a list's largest, else the first)" if masked else "",
+                    received=" (the size the batches are padded to)" if masked else "",
                     fix=f"make the largest {mode} batch a multiple of {share} rows in each process" if masked else
                     "drop the short last batch, choose an evaluation batch size that splits, or give the loss "
-                    "function a mask parameter (batches padded to one size)"))
+                    "function a mask parameter (batches padded to one size)")
             args = (batch, mask) if whole else strategy.place_batch((batch, mask))
             if mask is None:
                 acc, concat = run(state, acc, args[0])
