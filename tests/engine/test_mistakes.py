@@ -158,6 +158,25 @@ def test_ctrl_c_says_once_where_the_loop_stopped():
     assert elapsed.steps == 3  # (step 3 did not complete)
 
 
+def test_ctrl_c_from_the_data_ends_every_steps_per_call_after_the_same_steps():
+    # was: with steps_per_call=2 or 3, a KeyboardInterrupt raised while a fused chunk pulled its batches
+    # dropped the batches it had pulled: 16 or 15 steps where step by step made 17
+    @jax.jit
+    def step(state, batch):
+        return gyre.logs().add_loss("loss", state), state + batch
+
+    def data():
+        for i in range(40):
+            if i == 17:
+                raise KeyboardInterrupt
+            yield jnp.float32(1)
+
+    for steps_per_call in (1, 2, 3):
+        with pytest.warns(gyre.LoopWarning, match="the loop stopped after 17 steps"):
+            state, _, elapsed = gyre.loop(jnp.float32(0), data(), {gyre.every(1): step}, steps_per_call=steps_per_call)
+        assert (float(state), elapsed.steps) == (17.0, 17), steps_per_call
+
+
 @pytest.mark.filterwarnings("ignore:steps_per_call=2 cannot fuse this table")  # (K=2: its step-by-step fallback)
 @pytest.mark.parametrize("steps_per_call", [1, 2])
 def test_ctrl_c_raised_before_the_step_leaves_the_clock_at_the_state(steps_per_call):

@@ -367,7 +367,7 @@ class FusedBlockRunner(BlockRunner):
         while len(chunk.batches) < self.n and now() < deadline and not ringed:
             try:
                 batch = next(it, END)
-            except Exception as err:  # noqa: BLE001 - raised once the batches pulled have run
+            except BaseException as err:  # noqa: BLE001 - raised once the batches pulled have run (Ctrl-C too)
                 self.carry = (Raised(err), [])
                 self.n = len(chunk.batches)
                 break
