@@ -35,6 +35,8 @@ class Strategy:
     def __init__(self, *, donate: bool | None = None, donate_args: bool | None = None) -> None:
         self.donate = _donation(donate, donate_args)
 
+    _rows_agreed = False  # several processes: their first batches had the same number of rows
+
     # -- identity ----------------------------------------------------------------------------
     def _key(self) -> tuple[Any, ...]:
         return (type(self), self.donate)
@@ -101,6 +103,9 @@ class Strategy:
         if all(isinstance(x, jax.Array) and x.sharding == self.batch_sharding(x, axis=axis) for x in leaves):
             return batch  # already placed (prefetched): nothing to move or check
         self.check_batch(batch, axis=axis)
+        if jax.process_count() > 1 and not self._rows_agreed:  # once: the processes' first batches
+            refuse_differing_batches(batch, axis)
+            self._rows_agreed = True
         return place(batch, lambda leaf: self.batch_sharding(leaf, axis=axis))
 
     def check_batch(self, batch: Any, *, axis: int = 0) -> None:
@@ -285,6 +290,23 @@ def refuse_differing_states(host_state: Any) -> None:
             received=f"a state in processes {differ} that differs from process 0's",
             fix="initialise with the same seed in every process (jax.random.key(0), not a key or a numpy "
             "generator seeded by the process index), or load the same checkpoint in all of them"))
+
+
+def refuse_differing_batches(batch: Any, axis: int = 0) -> None:
+    """Raises unless every process's batch has as many rows (one gather, at the first batch): each
+    gives its rows of one global batch, and JAX trusts them to agree; processes feeding 8 and 6 rows
+    trained on silently, each logging another loss."""
+    from jax.experimental import multihost_utils
+
+    rows = [np.shape(leaf)[axis] for leaf in jax.tree_util.tree_leaves(batch) if np.ndim(leaf) > axis]
+    every = np.asarray(multihost_utils.process_allgather(np.asarray(rows[:1] or [0], np.int64)))
+    if len(set(every.ravel().tolist())) > 1:
+        raise ValueError(explain(
+            "the processes feed batches of different sizes",
+            expected="the same number of rows in every process's batch (its rows of one global batch)",
+            received=f"rows per process: {every.ravel().tolist()}",
+            fix="give every process the same batch size (global batch / processes), e.g. "
+            "gyre.data.process_share(gyre.data.batches((x, y), global_batch)) over the same arrays"))
 
 
 def _jit_options(jit_kwargs: Mapping[str, Any], donate: bool) -> dict[str, Any]:
