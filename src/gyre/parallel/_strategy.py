@@ -35,7 +35,7 @@ class Strategy:
     def __init__(self, *, donate: bool | None = None, donate_args: bool | None = None) -> None:
         self.donate = _donation(donate, donate_args)
 
-    _rows_agreed = False  # several processes: their first batches had the same number of rows
+    _rows_agreed = False  # its first batch was placed (several processes: with as many rows in each)
 
     # -- identity ----------------------------------------------------------------------------
     def _key(self) -> tuple[Any, ...]:
@@ -103,8 +103,9 @@ class Strategy:
         if all(isinstance(x, jax.Array) and x.sharding == self.batch_sharding(x, axis=axis) for x in leaves):
             return batch  # already placed (prefetched): nothing to move or check
         self.check_batch(batch, axis=axis)
-        if jax.process_count() > 1 and not self._rows_agreed:  # once: the processes' first batches
-            refuse_differing_batches(batch, axis)
+        if not self._rows_agreed:  # once: the processes' first batches
+            if jax.process_count() > 1:
+                refuse_differing_batches(batch, axis)
             self._rows_agreed = True
         return place(batch, lambda leaf: self.batch_sharding(leaf, axis=axis))
 
