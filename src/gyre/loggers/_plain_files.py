@@ -54,6 +54,14 @@ class _TextFileWriter(Writer):
         """Writes again the records of ``earlier`` (the file's text at open) of steps before ``step``."""
         raise NotImplementedError
 
+    def _scalars(self, step: int, values: dict[str, float]) -> None:
+        self._earlier = None  # this run writes: a resume's word came before (no earlier text to keep)
+        self._record(step, values)
+
+    def _record(self, step: int, values: dict[str, float]) -> None:
+        """Writes one record of ``values`` at ``step``."""
+        raise NotImplementedError
+
     def _flush(self) -> None:
         if self._file is not None:
             self._file.flush()
@@ -99,7 +107,7 @@ class CSVWriter(_TextFileWriter):
             writer.writeheader()
             writer.writerows(rows)
 
-    def _scalars(self, step: int, values: dict[str, float]) -> None:
+    def _record(self, step: int, values: dict[str, float]) -> None:
         assert self._file is not None
         if new := [name for name in values if name not in self._header]:
             self._widen(new)
@@ -143,7 +151,7 @@ class JSONLWriter(_TextFileWriter):
             if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] < step:
                 self._file.write(line + "\n")
 
-    def _scalars(self, step: int, values: dict[str, float]) -> None:
+    def _record(self, step: int, values: dict[str, float]) -> None:
         assert self._file is not None
         self._file.write(json.dumps({"step": step, **values}) + "\n")
 
