@@ -266,12 +266,18 @@ def refuse_one_device(strategy: Strategy) -> None:
             f"{jax.device_count()} for the trainer, or use jaxloop's DataParallelPartitioner"))
 
 
+def _gathered(mine: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """Every process's ``mine`` (one gather), and the processes whose value is not process 0's."""
+    from jax.experimental import multihost_utils
+
+    every = np.asarray(multihost_utils.process_allgather(mine))
+    return every, [i for i in range(len(every)) if not np.array_equal(every[i], every[0])]
+
+
 def refuse_differing_states(host_state: Any) -> None:
     """Raises unless every process holds the same state (one gather of a digest): the processes
     each give their own copy of a replicated value, and JAX trusts them to agree; a state
     initialised per process (its own seed) would train on as copies that never meet."""
-    from jax.experimental import multihost_utils
-
     digest = hashlib.blake2b(digest_size=8)
     for leaf in jax.tree_util.tree_leaves(host_state):
         try:
@@ -281,8 +287,7 @@ def refuse_differing_states(host_state: Any) -> None:
         if array.dtype.kind in "biufc":
             digest.update(f"{array.shape}{array.dtype}".encode())
             digest.update(np.ascontiguousarray(array).tobytes())
-    every = np.asarray(multihost_utils.process_allgather(np.frombuffer(digest.digest(), np.uint32)))
-    differ = [i for i in range(len(every)) if not np.array_equal(every[i], every[0])]
+    _, differ = _gathered(np.frombuffer(digest.digest(), np.uint32))
     if differ:
         raise ValueError(explain(
             "the processes hold different initial states",
@@ -297,11 +302,9 @@ def refuse_differing_batches(batch: Any, axis: int = 0) -> None:
     """Raises unless every process's batch has as many rows (one gather, at the first batch): each
     gives its rows of one global batch, and JAX trusts them to agree; processes feeding 8 and 6 rows
     trained on silently, each logging another loss."""
-    from jax.experimental import multihost_utils
-
     rows = [np.shape(leaf)[axis] for leaf in jax.tree_util.tree_leaves(batch) if np.ndim(leaf) > axis]
-    every = np.asarray(multihost_utils.process_allgather(np.asarray(rows[:1] or [0], np.int64)))
-    if len(set(every.ravel().tolist())) > 1:
+    every, differ = _gathered(np.asarray(rows[:1] or [0], np.int64))
+    if differ:
         raise ValueError(explain(
             "the processes feed batches of different sizes",
             expected="the same number of rows in every process's batch (its rows of one global batch)",
