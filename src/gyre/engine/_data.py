@@ -176,6 +176,11 @@ class DataTracker:
         target = self._target
         return target.get_state if self._kind == "grain" else target.state_dict
 
+    def _restore(self) -> Callable[[Any], Any]:
+        """What puts the source at a captured position (:meth:`_capture`'s twin)."""
+        target = self._target
+        return target.set_state if self._kind == "grain" else target.load_state_dict
+
     def read_ahead(self, size: int) -> None:
         """Keeps positions ``size`` batches back: the batches are read that far ahead of use."""
         self._ahead = max(self._ahead, int(size))
@@ -270,8 +275,7 @@ class DataTracker:
             if self.dataset.index > self._base + consumed:
                 self.dataset.load_state_dict(self.dataset.state_dict_at(self._base + consumed))
         elif self._recorder is not None and self._recorder.pulled > consumed and isinstance(self._target, Iterator):
-            state = self._recorder.state_after(consumed)
-            (self._target.set_state if self._kind == "grain" else self._target.load_state_dict)(state)
+            self._restore()(self._recorder.state_after(consumed))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Puts the dataset at the position ``state`` names, before the first batch is pulled.
@@ -294,16 +298,13 @@ class DataTracker:
         if kind == "grain":
             if state.get("encoding") is not None:
                 saved = _decode(saved, state.get("encoding"))
-            apply = self._target.set_state
-        else:
-            if self._it is not None and self._target is self.dataset and self._it is not self.dataset:
-                raise RuntimeError(
-                    f"gyre internal error: the position of {source} was loaded after its "
-                    "iterator was made"
-                )
-            apply = self._target.load_state_dict
+        elif self._it is not None and self._target is self.dataset and self._it is not self.dataset:
+            raise RuntimeError(
+                f"gyre internal error: the position of {source} was loaded after its "
+                "iterator was made"
+            )
         try:
-            apply(saved)
+            self._restore()(saved)
         except Exception as err:
             err.add_note(f"(while restoring the data position of a {source} from a checkpoint)")
             raise
