@@ -338,9 +338,11 @@ def _evaluation(
             _refuse_unsplit(infer_batch_size(batch, strict=False, default=0), share, name)
 
     def place(batch: Any) -> Any:
-        if not share or infer_batch_size(batch, strict=False, default=0) % share:
-            if share and jax.process_count() > 1:
-                _refuse_unsplit(infer_batch_size(batch, strict=False, default=0), share, name)
+        if not share:
+            return batch
+        rows = infer_batch_size(batch, strict=False, default=0)
+        if rows % share:
+            _refuse_unsplit(rows, share, name)  # several processes: it cannot run whole
             return batch
         return strategy.place_batch(batch)  # type: ignore[union-attr]
 
