@@ -40,7 +40,7 @@ class Raised:
 
     __slots__ = ("error",)
 
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, error: BaseException) -> None:  # (a KeyboardInterrupt too)
         self.error = error
 
 
