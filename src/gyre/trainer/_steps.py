@@ -235,7 +235,7 @@ class StepBuilder:
             if acc is None:
                 specs, acc = self._eval_start(state, batch, mask)
                 collector = ConcatCollector(specs)
-            rows = infer_batch_size(batch, strict=False, default=0)
+            rows = 0 if single else infer_batch_size(batch, strict=False, default=0)  # (jit: not needed)
             whole = single or rows % share != 0
             if whole and not single:  # several processes: each holds only its rows
                 refuse_unsplit_evaluation(
