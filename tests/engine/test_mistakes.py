@@ -171,10 +171,15 @@ def test_ctrl_c_from_the_data_ends_every_steps_per_call_after_the_same_steps():
                 raise KeyboardInterrupt
             yield jnp.float32(1)
 
+    # (and the warning named step 16, which had completed, as the step cut short at K = 1)
+    said = r"while the batch of step 17 was pulled: the loop stopped after 17 steps and ran its end callbacks$"
     for steps_per_call in (1, 2, 3):
-        with pytest.warns(gyre.LoopWarning, match="the loop stopped after 17 steps"):
+        with pytest.warns(gyre.LoopWarning, match=said):
             state, _, elapsed = gyre.loop(jnp.float32(0), data(), {gyre.every(1): step}, steps_per_call=steps_per_call)
         assert (float(state), elapsed.steps) == (17.0, 17), steps_per_call
+    with pytest.warns(gyre.LoopWarning, match=said):  # the general path: a Python step
+        state, _, elapsed = gyre.loop(0.0, data(), {gyre.every(1): lambda state, batch: state + float(batch)})
+    assert (state, elapsed.steps) == (17.0, 17)
 
 
 @pytest.mark.filterwarnings("ignore:steps_per_call=2 cannot fuse this table")  # (K=2: its step-by-step fallback)

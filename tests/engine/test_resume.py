@@ -181,6 +181,11 @@ def test_an_exception_hands_back_the_last_consistent_state_and_clock():
     assert info.value.elapsed.steps == 5
     assert int(info.value.state["n"]) == 5
 
+    # a loop without a state (state=None, callbacks only): was 5, so a run continued from it skipped step 4
+    with pytest.raises(Boom) as info:
+        gyre.loop(None, range(10), {gyre.every(1): boom})
+    assert (info.value.state, info.value.elapsed.steps) == (None, 4)
+
 
 def test_resume_needs_a_checkpoint_and_a_known_kind():
     with pytest.raises(ValueError, match="needs a checkpoint in the loop"):

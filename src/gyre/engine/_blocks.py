@@ -23,7 +23,7 @@ from gyre.core._schedules import UNSOLVED, Every
 from gyre.engine._chunks import Chunk, ChunkRunner, Raised, _asks, first_firing
 from gyre.engine._elapse import END, Elapse, stop_index
 from gyre.engine._fuse import is_fusable, step_function
-from gyre.engine._loop_state import LoopState, run_callbacks
+from gyre.engine._loop_state import BETWEEN_STEPS, LoopState, run_callbacks
 from gyre.engine._ring import ROWS, Ring, RingMismatch, arg_shapes, ringable
 from gyre.engine._split import ChunkPlan, split_tasks
 from gyre.engine._tasks import StepPoint, Task, between_steps, reads_history
@@ -330,7 +330,7 @@ class BlockRunner(ChunkRunner):
                     sizes.append(size_of(batch))
         except BaseException:
             ls.state = unflatten(treedef, leaves)
-            ls.step_start = None if pulling else ls.state
+            ls.step_start = BETWEEN_STEPS if pulling else ls.state
             ls.start_clock = None  # (the clock stops at the step that raised: see call)
             ring.ring = rows  # type: ignore[union-attr]
             counted = ring.untag(tags)  # type: ignore[union-attr]

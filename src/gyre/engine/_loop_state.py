@@ -17,6 +17,8 @@ from gyre.core._logs import Logs
 from gyre.engine._binding import Invoker
 from gyre.engine._snapshot import Snapshot, new_block, state_dicts
 
+BETWEEN_STEPS: Any = object()  #: ``LoopState.step_start`` while no step is in progress
+
 
 class LoopState:
     """What a callback that takes a ``loop`` parameter sees, and how it asks to stop.
@@ -67,7 +69,9 @@ class LoopState:
         self.history_saved: dict[int, tuple[int, int]] = {}
         #: ``preempted(first, end)``, asked after steps ``first`` to ``end - 1`` (``_engine.Preemption``)
         self.preempted: Callable[[int, int], bool] = lambda first, end: False
-        self.step_start: Any = None  # the state when the current step started (what an error hands back)
+        #: the state when the current step started (what an error hands back); BETWEEN_STEPS when none
+        #: is in progress (the next batch is being pulled): a state may be None itself
+        self.step_start: Any = BETWEEN_STEPS
         #: the clock of ``step_start`` when it is a chunk's first step (None: the loop's clock now)
         self.start_clock: Elapsed | None = None
         self._nan: Any = None  # the loop's FiniteCheck, None for "ignore"
@@ -115,7 +119,7 @@ class LoopState:
             checkpoint.poll()
         if self.preempted(step if first is None else first, step + 1) and not self.stop_requested:
             self.request_stop("preempted")
-        self.step_start = None  # the step is done: an error before the next one (the data's) hands back the state now
+        self.step_start = BETWEEN_STEPS  # the step is done: an error before the next one (the data's) hands back the state now
 
     def request_save(self, checkpoint: Any, metrics: dict[str, float] | None = None) -> None:
         """Asks the engine to save through ``checkpoint`` once this step has completed."""
