@@ -1,6 +1,7 @@
 """TensorBoardWriter: the event file holds every value at its step (read back without
 TensorFlow), and a missing tensorboardX names the extra."""
 
+import itertools
 import sys
 
 import jax.numpy as jnp
@@ -70,6 +71,23 @@ def test_two_writers_on_one_folder_write_two_files(tmp_path):
             writer.write_scalars(step, {"loss": float(step)})
     assert len(list(tmp_path.iterdir())) == 2
     assert [s for s, _ in tensorboard_values(str(tmp_path))["loss"]] == [0, 1]
+
+
+def test_a_resumed_writers_file_sorts_after_the_crashed_ones_within_one_second(tmp_path, monkeypatch):
+    # TensorBoard reads a folder's event files in name order, and a resume's purge drops only the
+    # points read before it. The 10th file of a process, made in the same second as the 9th, was
+    # named '...<pid>.10', before '...<pid>.9': the crashed run's points at the resumed step and
+    # later were read after the purge, and TensorBoard showed steps 6 and 7 twice
+    monkeypatch.setattr("gyre.loggers._tensorboard._FILES", itertools.count(9))
+    monkeypatch.setattr("gyre.loggers._tensorboard.time.time", lambda: 1_700_000_000.5)
+    with gyre.TensorBoardWriter(tmp_path) as crashed:  # checkpointed at 6, crashed during 8
+        for step in range(8):
+            crashed.write_scalars(step, {"loss": float(step)})
+    with gyre.TensorBoardWriter(tmp_path) as resumed:
+        resumed._resumed(6)
+        for step in range(6, 10):
+            resumed.write_scalars(step, {"loss": float(step)})
+    assert [s for s, _ in tensorboard_values(str(tmp_path))["loss"]] == list(range(10))
 
 
 def test_steps_with_changing_scalar_names_keep_each_value_at_its_step(tmp_path, monkeypatch):

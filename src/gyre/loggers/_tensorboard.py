@@ -175,7 +175,7 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-_FILES = itertools.count()  # two writers of one process never share an event file
+_FILES = itertools.count()  # two writers of one process never share an event file; padded, names sort in order
 
 
 def _tensorflow_bins() -> list[float]:
@@ -228,7 +228,7 @@ class TensorBoardWriter(Writer):
 
         if "://" not in self.logdir:  # s3:// and gs:// folders are tensorboardX's to open
             os.makedirs(self.logdir, exist_ok=True)
-        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILES)}"
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILES):06d}"
         self._w = RecordWriter(os.path.join(self.logdir, name))
         self._encoder = ScalarEvents(Event, crc32c)
         self._event(file_version="brain.Event:2")
