@@ -73,6 +73,19 @@ def test_the_parameter_count_is_logged_when_training_starts(tmp_path):
     assert seen["param/num_model_params"] == t.num_model_params() == 64 * 16 + 16 + 16 * 10 + 10
 
 
+def test_a_resumed_run_logs_no_second_parameter_count(tmp_path):
+    # was: train_model wrote it at global_step 0, before the loop restored the checkpoint, so
+    # each resume added a point at step 0, which TensorBoard's purge (from the resumed step) kept
+    counts = []
+    for resume in (None, "latest", "latest"):  # a finished run, resumed twice
+        t = trainer(tmp_path, train_epochs=1, resume=resume, resume_every_minutes=0)
+        write = t.writer.write_scalars
+        t.writer.write_scalars = lambda step, values, write=write: (
+            counts.append(step) if "param/num_model_params" in values else None, write(step, values))
+        t.train_model(_data())
+    assert counts == [0]
+
+
 def test_a_linen_model_has_no_parameter_count_before_it_is_built(tmp_path):
     t = trainer(tmp_path, model=SowingLinen(), model_mode="linen")
     with pytest.raises(RuntimeError, match="num_model_params needs a trained or initialised model"):

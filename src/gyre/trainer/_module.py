@@ -893,7 +893,6 @@ class TrainerModule:
                 self.state.replace(tx=self.optimizer, opt_state=self.optimizer.init(self.state.params)))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._check_fresh()
-        self.writer.write_scalars(self.global_step, {"param/num_model_params": self.num_model_params()})
         run = TrainingRun(self, named_loaders(val_loader, "val"))
         every = self.config.check_val_every_n_epoch
         _reusable(run.val_loaders, epochs // every if every else 0)

@@ -357,6 +357,8 @@ class TrainingRun:
     def on_train_begin(self, loop: Any) -> None:
         self.loop = loop
         self.trainer._store_config()  # not before: a refused resume leaves the saved run's config.yaml
+        if loop.resumed_step is None:  # a resumed run has its point from the run that started it
+            self.trainer.writer.write_scalars(loop.elapsed.steps, {"param/num_model_params": self.trainer.num_model_params()})
         for cb in self.trainer.callbacks:
             cb.on_training_start()
 
