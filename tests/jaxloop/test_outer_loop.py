@@ -246,12 +246,14 @@ def test_a_resumed_run_stops_where_the_uninterrupted_one_does(tmp_path, crash_at
     with pytest.raises(Crash):
         run(str(tmp_path / "crashed"), crash=crash_at)
     assert run(str(tmp_path / "crashed")) == whole
+    assert run(str(tmp_path / "crashed")) == whole  # resumed at its stop: stops there again
 
 
 @pytest.mark.parametrize("crash_at", [4, 5])  # between the save at 4 and its evaluation, and after it
 def test_a_resumed_run_counts_and_makes_the_evaluations_of_the_uninterrupted_one(tmp_path, crash_at):
     # was: without early stopping, a crash between the save at a loop end and that loop's evaluation
-    # lost the evaluation (no replay), and EvalContext.eval_count started again at 0 after a resume
+    # lost the evaluation (no replay), and EvalContext.eval_count started again at 0 after a resume;
+    # then a crash after the evaluation (at 5) replayed it: its summaries were written twice at step 4
     class Crash(Exception):
         pass
 
@@ -271,21 +273,25 @@ def test_a_resumed_run_counts_and_makes_the_evaluations_of_the_uninterrupted_one
             return True
 
         train = jaxloop.TrainLoop(step, end_actions=[jaxloop.CheckpointAction(directory), CrashAt()])
-        evals = jaxloop.EvalLoop(lambda s, b, n: (s, {"at": s["step"]}), end_actions=[Record(seen, "eval")])
+        evals = jaxloop.EvalLoop(lambda s, b, n: (s, {"at": s["step"]}),
+                                 end_actions=[Record(seen, "eval"), jaxloop.SummaryAction(writer)])
         outer = jaxloop.OuterLoop(train_loop=train, eval_loops=[evals], checkpoint_spec=jaxloop.CheckpointSpec(directory))
         outer(_ckpt_state(), train_dataset=gyre.data.batches(np.ones(40, np.float32), 1), train_total_steps=8,
               train_loop_steps=2, eval_specs=[EvalSpec(dataset=[0], should_eval_fn=should_eval)])
 
-    counts, seen = [], []
+    counts, seen, writer = [], [], FakeWriter()
     run(str(tmp_path / "whole"))
     assert counts == [(2, 0), (4, 1), (6, 2), (8, 3)] and [s for _, s, _ in seen] == [2, 4, 6, 8]
+    assert [step for _, step, values in writer.calls if "at" in values] == [2, 4, 6, 8]
     counts.clear()
     seen.clear()
+    writer.calls.clear()
     with pytest.raises(Crash):
         run(str(tmp_path / "crashed"), crash=crash_at)
     run(str(tmp_path / "crashed"))
-    before = [(2, 0), (4, 1)] if crash_at == 5 else [(2, 0)]
-    assert counts == [*before, (4, 1), (6, 2), (8, 3)]  # the resume replays the evaluation at 4, counted as 1
+    # the resume runs the evaluation at 4 if the crash came before it (4), not again after it (5)
+    assert counts == [(2, 0), (4, 1), (6, 2), (8, 3)] and [s for _, s, _ in seen] == [2, 4, 6, 8]
+    assert [step for _, step, values in writer.calls if "at" in values] == [2, 4, 6, 8]
 
 
 def test_a_stop_training_error_from_a_train_action_returns_the_loop_state():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -31,6 +32,7 @@ from gyre.jaxloop._stopping import EarlyStoppingAction, StopTrainingError
 
 STOP_LOOP = f"{STAT_PREFIX}/stop_loop"
 STOP_FILE_NAME = "STOPPED"
+EVALUATED_FILE_NAME = "jaxloop_evaluated.json"  # the last loop ends whose evaluations completed
 Output = dict[str, Any]
 _log = logging.getLogger(__name__)
 
@@ -116,6 +118,7 @@ class OuterLoop:
         self._eval_counts = [0] * len(self._eval_loops)
         self._eval_starts: dict[int, tuple[Any, Any]] = {}  # id(dataset): (dataset, first position)
         self._said_empty: set[int] = set()  # eval iterators already said to be exhausted
+        self._noting = False  # whether completed evaluations are noted beside gyre's checkpoints (_record_evaluated)
 
     @property
     def eval_names(self) -> list[str]:
@@ -192,10 +195,10 @@ class OuterLoop:
         finally:
             self._close_actions()
 
-    def _resume(self, state: Any, train_dataset: Any, passes: bool, total: int) -> tuple[Any, bool]:
-        """The state to train from, and whether it was saved at a train loop's end before that loop's
+    def _resume(self, state: Any, train_dataset: Any, passes: bool, total: int) -> tuple[Any, bool, bool]:
+        """The state to train from; whether it was saved at a train loop's end before that loop's
         evaluations (a checkpoint holding the evaluation counts or the early stoppings' states: they
-        follow it)."""
+        follow it), which are run again unless they completed; and whether those that completed stopped."""
         mine = [a for a in self._actions(self._train_loop) if isinstance(a, CheckpointAction)]
         source = train_dataset if has_state(train_dataset) else None
         stoppers = [a.handler for a in self._all_actions() if isinstance(a, EarlyStoppingAction)]
@@ -203,27 +206,31 @@ class OuterLoop:
             action.data_source, action.stoppers, action.eval_counts = source, stoppers, self._eval_counts
         spec = self._checkpoint_spec
         if spec is None:
-            return state, False
+            return state, False, False
         same = [a for a in mine if os.path.abspath(a.directory) == spec.directory]
+        self._noting = any(a.checkpoint is not None for a in same)  # gyre's checkpoints: they hold the counts
         for action in same:
             action.wait_until_finished()
         ckpt = next((a.checkpoint for a in same if a.checkpoint is not None), None) or checkpoint(spec.directory)
         if ckpt.latest_step() is None:  # none of gyre's: the newest an orbax manager wrote (jaxloop's format)
             steps = steps_in(spec.directory)
             if not steps:
-                return state, False
+                return state, False, False
             state = read_orbax(self._train_loop.step, state, spec.directory, steps[-1], spec.transforms)
             _log.info("train    | resumed from checkpoint %s of %s (jaxloop's format)", steps[-1], spec.directory)
-            return state, False
+            return state, False, False
         _no_transforms(spec)
         snapshot = ckpt.load_snapshot("latest", state)  # (after the saves in flight)
         if snapshot is None:
-            return state, False
-        state = snapshot.state
-        counts = (snapshot.meta or {}).get(EVALS_META)
+            return state, False, False
+        state, meta = snapshot.state, snapshot.meta or {}
+        done = self._evaluated(snapshot.step) if EVALS_META in meta else None
+        if done is not None:  # the loop end's evaluations ran after the save: what they left, not a replay
+            meta = {**meta, EVALS_META: done["evals"], STOPPERS_META: done["stoppers"]}
+        counts = meta.get(EVALS_META)
         if counts is not None and len(counts) == len(self._eval_counts):  # EvalContext.eval_count goes on
             self._eval_counts[:] = [int(c) for c in counts]
-        saved = (snapshot.meta or {}).get(STOPPERS_META)
+        saved = meta.get(STOPPERS_META)
         loaded = saved is not None and len(saved) == len(stoppers)
         if loaded:  # (their best values and patience waited)
             for handler, values in zip(stoppers, saved, strict=True):
@@ -231,7 +238,7 @@ class OuterLoop:
         elif saved is not None:
             warn(f"resuming from checkpoint {snapshot.step}: it holds {len(saved)} early stopping states and the "
                  f"loops have {len(stoppers)} EarlyStoppingAction(s), so they start afresh")
-        position = (snapshot.meta or {}).get(DATA_META)
+        position = meta.get(DATA_META)
         if position is not None and source is not None:
             source.load_state_dict(position)  # the next batch is the one after the checkpoint
         elif 0 < snapshot.step < total and not passes:  # other batches than the uninterrupted run's
@@ -242,7 +249,9 @@ class OuterLoop:
                  "the checkpoint's; pass a source with state_dict()/load_state_dict() (gyre.data.batches, "
                  "gyre.data.arrays(...).train) to continue exactly")
         _log.info("train    | resumed from checkpoint %s of %s", ckpt.saved_step(), spec.directory)
-        return state, loaded or counts is not None  # (counts: saved by a train loop's CheckpointAction)
+        if done is not None:
+            return state, False, bool(done["stop"])
+        return state, loaded or counts is not None, False  # (counts: saved by a train loop's CheckpointAction)
 
     def _train(
         self, state: Any, train_dataset: Any, total: int, loop_steps: int | None, specs: list[EvalSpec], log: bool
@@ -251,7 +260,7 @@ class OuterLoop:
         assert train is not None
         self._marker(write=False)
         epochs = loop_steps is None and not isinstance(train_dataset, Iterator)
-        state, before_eval = self._resume(state, train_dataset, epochs, total)  # (passes: each starts afresh)
+        state, before_eval, stopped = self._resume(state, train_dataset, epochs, total)  # (passes: each starts afresh)
         step = state_step(state) or 0
         if log:
             _log.info("train    | step: %6d | training until step %6d.", step, total)
@@ -261,12 +270,14 @@ class OuterLoop:
         num_steps = loop_steps - step % loop_steps if (step and loop_steps) else loop_steps
         outputs: Output = {}
         evals: dict[str, Any] = {}
-        stop = ran_any = preempted = False
+        ran_any = preempted = False
+        stop = stopped
         try:
             if before_eval and loop_steps and step % loop_steps == 0 and step < total:
                 # the evaluations the run made after that loop, which its early stoppings' saved states
-                # precede: a crash before or after them resumes to the same decisions
+                # precede: a crash before them resumes to the same decisions (after them: not run again)
                 stop = self._evaluate(state, step, total, {}, specs, evals)
+                self._record_evaluated(step, stop)
             while step < total and not stop:
                 want = total - step if num_steps is None else min(num_steps, total - step)
                 data = _as_iterator(train_dataset) if epochs else shared
@@ -285,6 +296,7 @@ class OuterLoop:
                     break
                 stop = _stop_flag(outputs)
                 stop = self._evaluate(state, step, total, outputs, specs, evals) or stop
+                self._record_evaluated(step, stop)
                 if ran < want and not epochs:
                     _log.warning("train    | the training data ended at step %d, before step %d", step, total)
                     break
@@ -429,6 +441,35 @@ class OuterLoop:
                     errors.append(err)
         if errors:
             raise errors[0]
+
+    def _record_evaluated(self, step: int, stop: bool) -> None:
+        """Notes in the checkpoint directory that loop end ``step``'s evaluations completed, with the
+        counts and early stoppings' states after them and the stop decided, so that a resume from the
+        checkpoint saved at ``step`` (before them) does not run them again: their summaries were
+        written. The last two loop ends are kept (the newest save may still be in flight)."""
+        spec = self._checkpoint_spec
+        if spec is None or not self._noting or not self._eval_loops or jax.process_index() != 0:
+            return
+        stoppers = [a.handler.state_dict() for a in self._all_actions() if isinstance(a, EarlyStoppingAction)]
+        kept = [e for e in self._read_evaluated() if e["step"] < step][-1:]
+        path = os.path.join(spec.directory, EVALUATED_FILE_NAME)
+        os.makedirs(spec.directory, exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump([*kept, {"step": step, "evals": list(self._eval_counts), "stoppers": stoppers, "stop": stop}], f)
+        os.replace(path + ".tmp", path)
+
+    def _read_evaluated(self) -> list[dict[str, Any]]:
+        assert self._checkpoint_spec is not None
+        try:
+            with open(os.path.join(self._checkpoint_spec.directory, EVALUATED_FILE_NAME)) as f:
+                entries = json.load(f)
+        except (OSError, ValueError):
+            return []
+        return [e for e in entries if isinstance(e, dict) and isinstance(e.get("step"), int)] if isinstance(entries, list) else []
+
+    def _evaluated(self, step: int) -> dict[str, Any] | None:
+        """What loop end ``step``'s evaluations left, if they completed (:meth:`_record_evaluated`)."""
+        return next((e for e in self._read_evaluated() if e["step"] == step), None)
 
     def _marker(self, *, write: bool) -> None:
         """Writes the ``STOPPED`` marker when training ends, or removes a stale one when it starts."""
