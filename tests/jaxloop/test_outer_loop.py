@@ -1,6 +1,8 @@
 """gyre.jaxloop.OuterLoop: train loops with evaluations, resume alignment, stopping, and
 continuous evaluation of checkpoints."""
 
+import contextlib
+import json
 import os
 import signal
 
@@ -292,6 +294,41 @@ def test_a_resumed_run_counts_and_makes_the_evaluations_of_the_uninterrupted_one
     # the resume runs the evaluation at 4 if the crash came before it (4), not again after it (5)
     assert counts == [(2, 0), (4, 1), (6, 2), (8, 3)] and [s for _, s, _ in seen] == [2, 4, 6, 8]
     assert [step for _, step, values in writer.calls if "at" in values] == [2, 4, 6, 8]
+
+
+@pytest.mark.parametrize("crash_at", [4, 5])  # between the save at 4 and its evaluation, and after it
+def test_a_resumed_run_keeps_the_rows_a_jsonl_writer_had_and_writes_each_once(tmp_path, crash_at):
+    # was: SummaryAction never told its writer of the resume, so the resumed run's JSONLWriter, which
+    # starts its file afresh, dropped the crashed run's rows of steps 2 and 4 (the file held 6 and 8)
+    class Crash(Exception):
+        pass
+
+    def run(crash=None):
+        def step(s, b, n, **kwargs):
+            if crash == 5 and int(s["step"]) == 4:
+                raise Crash
+            return {"step": s["step"] + 1, "total": s["total"] + b.sum()}, {"loss": s["total"]}
+
+        class CrashAt(jaxloop.Action):
+            def __call__(self, state, outputs, **kwargs):
+                if crash == 4 and int(state["step"]) == 4:
+                    raise Crash
+
+        directory = str(tmp_path / "ckpt")
+        writer = gyre.JSONLWriter(str(tmp_path / "m.jsonl"))  # a new process: a new writer
+        train = jaxloop.TrainLoop(step, end_actions=[jaxloop.CheckpointAction(directory), jaxloop.SummaryAction(writer),
+                                                     CrashAt()])
+        evals = jaxloop.EvalLoop(lambda s, b, n: (s, {"at": s["total"]}), end_actions=[jaxloop.SummaryAction(writer)])
+        outer = jaxloop.OuterLoop(train_loop=train, eval_loops=[evals], checkpoint_spec=jaxloop.CheckpointSpec(directory))
+        with contextlib.suppress(Crash):
+            outer(_ckpt_state(), train_dataset=gyre.data.batches(np.ones(40, np.float32), 1), train_total_steps=8,
+                  train_loop_steps=2, eval_specs=[EvalSpec(dataset=[0])])
+        with open(tmp_path / "m.jsonl") as f:
+            return [(r["step"], r.get("loss", r.get("at"))) for r in map(json.loads, f)]
+
+    before = run(crash=crash_at)
+    assert before == [(2, 0.5), (2, 2.0), (4, 2.5)] + ([(4, 4.0)] if crash_at == 5 else [])  # (the mean loss)
+    assert run() == [(s, v) for t in (2, 4, 6, 8) for s, v in ((t, t - 1.5), (t, float(t)))]
 
 
 def test_a_stop_training_error_from_a_train_action_returns_the_loop_state():

@@ -21,6 +21,7 @@ from gyre.core._host import numeric_dtype
 from gyre.core._logs import Logs
 from gyre.engine._snapshot import Snapshot
 from gyre.jaxloop._loop import reduce_outputs, state_step
+from gyre.loggers import Writer
 from gyre.steps._actions import check_interval
 from gyre.steps._restore import restore_pytree
 
@@ -232,6 +233,13 @@ class SummaryAction(Action):
             method(step, values)
         if self._flush_each_call and callable(getattr(self._writer, "flush", None)):
             self._writer.flush()
+
+    def _resumed(self, step: int) -> None:
+        """Tells a gyre writer that the run resumed and writes again from ``step`` on (as ``write_to``
+        does): a CSV or JSONL file keeps the earlier rows (it was started afresh), TensorBoard drops
+        the later points of the earlier files."""
+        if isinstance(self._writer, Writer):
+            self._writer._resumed(step)
 
     def close(self) -> None:
         """Flushes and closes the writer, once (an :class:`OuterLoop` calls it when it ends)."""

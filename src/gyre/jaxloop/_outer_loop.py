@@ -248,6 +248,9 @@ class OuterLoop:
                  "with the data where it is now (a new iterator: its first batch), not with the batch after "
                  "the checkpoint's; pass a source with state_dict()/load_state_dict() (gyre.data.batches, "
                  "gyre.data.arrays(...).train) to continue exactly")
+        for action in self._all_actions():  # the loop end's summaries were written: rows after it are again
+            if isinstance(action, SummaryAction):
+                action._resumed(snapshot.step + 1)
         _log.info("train    | resumed from checkpoint %s of %s", ckpt.saved_step(), spec.directory)
         if done is not None:
             return state, False, bool(done["stop"])
