@@ -25,7 +25,7 @@ from gyre.engine._blocks import BlockRunner, FusedBlockRunner, plan_loop, run_au
 from gyre.engine._data import track_data
 from gyre.engine._elapse import Elapse, StopLike, epochs_unknown
 from gyre.engine._fuse import check_steps
-from gyre.engine._loop_state import BETWEEN_STEPS, LoopState, fold, run_callbacks
+from gyre.engine._loop_state import BETWEEN_STEPS, CHUNK_RAN, LoopState, fold, run_callbacks
 from gyre.engine._nan import apply_nan_policy, check_nan_policy, finite_check
 from gyre.engine._prefetch import prefetched
 from gyre.engine._resume import (
@@ -201,7 +201,7 @@ def _finish(clock: Elapse, ls: LoopState, ends: list[Any], table: Sequence[Task]
 def _failed(err: BaseException, ls: LoopState, clock: Elapse, saving: Sequence[Any]) -> None:
     """Attaches the last consistent ``err.state``/``err.elapsed`` and finishes saves in flight."""
     start = ls.step_start
-    if start is not BETWEEN_STEPS and alive(start):  # (a chunk's start state, with the chunk's first clock: the
+    if start is not BETWEEN_STEPS and start is not CHUNK_RAN and alive(start):  # (a chunk's start state, with the chunk's first clock: the
         state, elapsed = start, (ls.start_clock or clock.elapsed).replace()  # clock moved past it)
     else:
         state, elapsed = ls.state, clock.peek_completed().replace()

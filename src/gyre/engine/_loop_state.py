@@ -18,6 +18,9 @@ from gyre.engine._binding import Invoker
 from gyre.engine._snapshot import Snapshot, new_block, state_dicts
 
 BETWEEN_STEPS: Any = object()  #: ``LoopState.step_start`` while no step is in progress
+#: ``LoopState.step_start`` while the tasks after a chunk's last step run: the chunk's steps made the
+#: state they are given, so an error hands that state back with every step of the chunk counted
+CHUNK_RAN: Any = object()
 
 
 class LoopState:
