@@ -297,3 +297,22 @@ def test_prefetching_keeps_the_epoch_length_of_the_source():
     state = managed.ManagedState.create(params=jnp.zeros(()), tx=optax.sgd(0.1), strategy="data_parallel")
     _, _, elapsed = gyre.loop(state, [np.zeros((16, 2), np.float32)] * 10, {}, stop=3)
     assert (elapsed.steps, elapsed.epochs, elapsed.step_in_epoch) == (3, 0, 3)
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 3])
+def test_ctrl_c_from_the_data_stops_after_the_same_steps_with_prefetch(steps_per_call):
+    # prefetch let a KeyboardInterrupt the source raised (Ctrl-C while a batch is read) out while it
+    # read ahead: the loop stopped 2 steps early (after 5 steps, not 7) and named the wrong batch
+    def source():
+        for i in range(10):
+            if i == 7:
+                raise KeyboardInterrupt
+            yield np.full((4, 2), float(i), np.float32)
+
+    step = managed.step(lambda state, batch: (gyre.logs().add_metric("x", batch[0, 0]), state))
+    for prefetch in (0, 2):
+        state = managed.ManagedState.create(params=jnp.zeros(()), tx=optax.sgd(0.1), strategy="jit")
+        with pytest.warns(gyre.LoopWarning, match="while the batch of step 7 was pulled: the loop stopped after 7 steps"):
+            _, history, elapsed = gyre.loop(state, source(), {gyre.every(1): step}, prefetch=prefetch,
+                                            steps_per_call=steps_per_call)
+        assert elapsed.steps == 7 and history.collect("x") == [float(i) for i in range(7)], prefetch

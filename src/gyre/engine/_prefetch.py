@@ -89,8 +89,8 @@ class PrefetchIterator(Iterator[Any]):
             return
         except StopIteration:
             end = _End(None)
-        except Exception as err:  # noqa: BLE001 - delivered at its position (a source or a placement error)
-            end = _End(err)
+        except (Exception, KeyboardInterrupt) as err:  # noqa: BLE001 - delivered at its position (a source or a
+            end = _End(err)  # placement error; a Ctrl-C too: the batches pulled before it run first, as without prefetch)
         self._queue.append(end)
         self._source = None
 
@@ -162,9 +162,9 @@ def prefetch_to_device(
 
     The source is read on the caller's thread, in order, never more than ``size`` items ahead of
     the consumer. ``len()`` and ``epoch_steps`` are the source's. An error from the source or a
-    placement reaches the consumer at that batch's position. Stopping early leaves up to ``size``
-    items taken but not delivered: keep using the prefetch object (it continues), or pass
-    ``limit``.
+    placement (a KeyboardInterrupt too) reaches the consumer at that batch's position. Stopping
+    early leaves up to ``size`` items taken but not delivered: keep using the prefetch object (it
+    continues), or pass ``limit``.
 
     Args:
         iterable: the batches, on the host (numpy) or anywhere.
