@@ -5,6 +5,7 @@ import numpy as np
 import optax
 import pytest
 
+import gyre
 from gyre.fitting._fit_checks import (
     check_labels,
     eval_batches,
@@ -96,3 +97,11 @@ def test_a_pair_of_arrays_as_train_ds_is_refused_with_an_explanation():
     with pytest.raises(TypeError, match="fit trains on batches, and train_ds is a pair of arrays"):
         refuse_array_pair((np.zeros((8, 2)), np.zeros(8)))
     refuse_array_pair([(np.zeros((8, 2)), np.zeros(8))])  # batches pass
+
+
+def test_empty_training_data_is_explained_in_fits_words(tmp_path):
+    # the error named the trainer's argument: "the trainer needs to know how many batches one
+    # epoch of train_loader holds", where fit's argument is train_ds
+    with pytest.raises(TypeError, match=r"one epoch of train_ds holds(.|\n)*its length is 0") as err:
+        gyre.fit(make_state(), [], loss_fn=one_hot_ce, num_epochs=1, log_dir=str(tmp_path), progress=False)
+    assert "train_loader" not in str(err.value) and "trainer" not in str(err.value)

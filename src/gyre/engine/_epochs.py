@@ -24,7 +24,7 @@ def epoch_length(loader: Any, *, what: str) -> int:
         except TypeError:
             size = None
         raise TypeError(explain(
-            f"the trainer needs to know how many batches one epoch of {what} holds",
+            f"training needs to know how many batches one epoch of {what} holds",
             expected="a loader with len() (a list of batches, a torch DataLoader) or "
         "gyre.data.batches(...), with at least one batch",
             received=describe(loader) + ("" if size is None else f" (its length is {size})"),
@@ -40,7 +40,7 @@ def is_iterator(loader: Any) -> bool:
 class EpochStream:
     """``epochs`` passes over a re-iterable loader as one resumable iterator."""
 
-    def __init__(self, loader: Any, *, epochs: int) -> None:
+    def __init__(self, loader: Any, *, epochs: int, what: str = "train_loader") -> None:
         if is_iterator(loader):
             raise TypeError(explain(
                 "the training loader is an iterator, which one epoch would exhaust",
@@ -48,7 +48,7 @@ class EpochStream:
                 received=describe(loader), fix="pass the loader itself, not iter(loader) or a generator"))
         self.loader = loader
         self.epochs = epochs
-        self.epoch_steps = epoch_length(loader, what="train_loader")
+        self.epoch_steps = epoch_length(loader, what=what)
         self._start = 0  # the index of the first batch the next iteration yields
         self.index = 0  # batches handed out (resumed runs count from the saved position)
 
@@ -113,20 +113,21 @@ class EpochLength:
                 fix=f"pass the saved run's training data and batch size to continue it, or {self.fix}"))
 
 
-def training_data(loader: Any, epochs: int, most: int | None = None) -> tuple[Any, int]:
-    """The stream of ``epochs`` epochs and its batches per epoch (at most ``most``)."""
+def training_data(loader: Any, epochs: int, most: int | None = None, *, what: str = "train_loader") -> tuple[Any, int]:
+    """The stream of ``epochs`` epochs and its batches per epoch (at most ``most``); ``what`` names
+    the rung's argument in errors."""
     refuse_sources(loader, "the training data")
     if hasattr(loader, "state_dict") and hasattr(loader, "load_state_dict") and is_iterator(loader):
-        steps = epoch_length(loader, what="train_loader")
+        steps = epoch_length(loader, what=what)
         available = getattr(loader, "epochs", None)
         if available is not None and available < epochs:
             raise ValueError(explain(
                 "the training loader ends before the last epoch",
                 expected=f"a loader of at least {epochs} epochs (or endless: epochs=None)",
                 received=f"{loader!r} with epochs={available}",
-                fix="build it with gyre.data.batches(..., epochs=None); the trainer stops it"))
+                fix="build it with gyre.data.batches(..., epochs=None); training stops it at the last epoch"))
         return loader, min(steps, most or steps)
-    stream = EpochStream(loader, epochs=epochs)
+    stream = EpochStream(loader, epochs=epochs, what=what)
     return stream, min(stream.epoch_steps, most or stream.epoch_steps)
 
 

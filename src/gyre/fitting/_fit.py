@@ -178,7 +178,7 @@ def fit(
     if not plain_jit(chosen):
         check_split(chosen, train_ds, who="fit", name="train_ds", single="strategy='jit'")
         state = chosen.place_state(state)  # a copy: the caller's arrays are not donated
-    data, epoch_steps = training_data(train_ds, epochs)
+    data, epoch_steps = training_data(train_ds, epochs, what="train_ds")
     run_dir = run_folder(log_dir, log_name, resume)
     if progress and resume is None and os.path.basename(run_dir) != log_name:
         print(f"gyre.fit: {log_name!r} holds an earlier run; this one is in {run_dir}")
