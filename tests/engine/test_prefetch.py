@@ -316,3 +316,11 @@ def test_ctrl_c_from_the_data_stops_after_the_same_steps_with_prefetch(steps_per
             _, history, elapsed = gyre.loop(state, source(), {gyre.every(1): step}, prefetch=prefetch,
                                             steps_per_call=steps_per_call)
         assert elapsed.steps == 7 and history.collect("x") == [float(i) for i in range(7)], prefetch
+
+
+def test_the_loop_checks_prefetch_whatever_the_state():
+    # prefetch=-1 passed with a state of another kind (unused there), and a managed state then
+    # refused it in prefetch_to_device's words ("prefetch size ... size=2")
+    for state in (None, managed.ManagedState.create(params=jnp.zeros(()), tx=optax.sgd(0.1), strategy="jit")):
+        with pytest.raises(ValueError, match=r"prefetch must be a whole number of batches >= 0(.|\n)*received: int -1"):
+            gyre.loop(state, [np.zeros((4, 2), np.float32)], {gyre.every(1): lambda: None}, prefetch=-1)

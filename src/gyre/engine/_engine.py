@@ -15,7 +15,7 @@ from typing import Any
 
 import jax
 
-from gyre.core._checks import instance
+from gyre.core._checks import instance, whole
 from gyre.core._clock import Elapsed, Period
 from gyre.core._errors import describe, explain, flag, keywords_checked, warn
 from gyre.core._history import History
@@ -361,6 +361,9 @@ def loop(
     tasks, skipping = apply_nan_policy(tasks, policy)
     table = compile_tasks(tasks)
     steps = _check_steps_per_call(steps_per_call)
+    # (checked for every state, though only a managed one's uses it: a state changed later must not make it fail)
+    prefetch = whole(prefetch, "prefetch", unit="batches", none=True, fix="pass prefetch=2, or prefetch=0 for none",
+                     expected="prefetch=2 (two batches placed ahead while a step runs), or 0 for none")
     if steps != "auto" and steps > 1:
         split_tasks(table, steps)  # refuses a table without a step to fuse
     starts, ends = [bind(cb) for cb in as_list(on_start)], [bind(cb) for cb in as_list(on_end)]
