@@ -391,3 +391,18 @@ def test_an_event_that_raises_after_a_chunk_hands_back_the_state_it_was_given(st
     state, _, elapsed = gyre.loop(info.value.state, data, tasks, stop=8, elapsed=info.value.elapsed,
                                   steps_per_call=steps_per_call)
     assert (float(state), elapsed.steps) == (496.0, 8)
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 3])
+def test_text_in_a_batch_of_a_compiled_step_is_explained(steps_per_call):
+    # JAX's error named gyre's wrapper ("Error interpreting argument to <function
+    # step_body.<locals>.body>") at K = 1, and at K = 3 said "data type 'a.png' not understood"
+    @jax.jit
+    def step(state, batch):
+        return gyre.logs().add_metric("x", batch[0].sum()), state + 1
+
+    good = (np.ones(2, np.float32), 0)
+    for data, done in (([(np.ones(2, np.float32), "a.png")] * 3, 0), ([good] * 3 + [(np.ones(2, np.float32), "d.png")] * 3, 3)):
+        with pytest.raises(TypeError, match=r"a batch holds text(.|\n)*received: batch\[1\] = '.\.png'") as info:
+            gyre.loop(jnp.int32(0), data, {gyre.every(1): step}, steps_per_call=steps_per_call)
+        assert int(info.value.state) == info.value.elapsed.steps == done

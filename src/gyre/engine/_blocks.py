@@ -20,7 +20,7 @@ from gyre.core._errors import warn
 from gyre.core._history import block_clocks
 from gyre.core._logs import Logs
 from gyre.core._schedules import UNSOLVED, Every
-from gyre.engine._chunks import Chunk, ChunkRunner, Raised, _asks, first_firing
+from gyre.engine._chunks import Chunk, ChunkRunner, Raised, _asks, explain_text, first_firing
 from gyre.engine._elapse import END, Elapse, stop_index
 from gyre.engine._fuse import is_fusable, step_function
 from gyre.engine._loop_state import BETWEEN_STEPS, LoopState, run_callbacks
@@ -161,6 +161,7 @@ class BlockRunner(ChunkRunner):
         self.n, self.deadline = ROWS, math.inf  # the block's steps, and when it ends at the latest
         self.limit = steps  # the most steps of a block ("auto" measures shorter ones)
         self.partial: tuple[Logs, int] = (Logs(), 0)
+        self.failed: Any = None  # the batch of the step that raised
         self.dispatched = 0.0  # seconds per step the last block took to dispatch its steps
         #: a block's last row comes from its seal (the same compiled call) when a callback
         #: at its end may read or add to it: all but the observers that read the history
@@ -218,8 +219,12 @@ class BlockRunner(ChunkRunner):
         """Runs the block's steps; if one raises, the steps before it stay counted."""
         start = _time.perf_counter()
         sizes, epoch_steps = chunk.sizes, self.elapse.epoch_steps
-        if self.ring.ring is None:  # type: ignore[union-attr]
-            self.ring.open(self.ls.state, chunk.batches[0])  # type: ignore[union-attr]
+        try:
+            if self.ring.ring is None:  # type: ignore[union-attr]
+                self.ring.open(self.ls.state, chunk.batches[0])  # type: ignore[union-attr]
+        except TypeError as err:  # (the step traced on the first batch)
+            explain_text(err, chunk.batches[:1])
+            raise
         try:
             logs, last = self._ringed(chunk, sizes)
         except BaseException as err:
@@ -232,6 +237,7 @@ class BlockRunner(ChunkRunner):
             if k and logs:
                 self.ls.history.commit_block(clocks[0], sizes[:k], logs, epoch_steps=epoch_steps,
                                              between={row: extra for row, extra in between.items() if row < k})
+            explain_text(err, [self.failed])
             raise
         self.dispatched = (_time.perf_counter() - start) / len(sizes)
         chunk.row = self.ring.last_row  # type: ignore[union-attr]
@@ -339,7 +345,7 @@ class BlockRunner(ChunkRunner):
             if sized and in_step:  # the step that raised counts its batch, as when sized on the host
                 with contextlib.suppress(Exception):  # (not when its size is the error: leaves that disagree)
                     sizes.append(size_of(batch))
-            self.partial = ring.seal(), k  # type: ignore[union-attr]
+            self.partial, self.failed = (ring.seal(), k), batch  # type: ignore[union-attr]
             raise
         ls.state = unflatten(treedef, leaves)
         ring.ring = rows  # type: ignore[union-attr]

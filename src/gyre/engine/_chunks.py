@@ -10,6 +10,7 @@ from typing import Any
 import jax
 
 from gyre.core._clock import Elapsed
+from gyre.core._errors import explain
 from gyre.core._logs import Logs
 from gyre.engine._elapse import END, Elapse
 from gyre.engine._fuse import FusedStep, fuse, returned_state
@@ -42,6 +43,23 @@ class Raised:
 
     def __init__(self, error: BaseException) -> None:  # (a KeyboardInterrupt too)
         self.error = error
+
+
+def explain_text(err: BaseException, batches: Sequence[Any]) -> None:
+    """Raises a compiled step's ``TypeError`` over a batch that holds text (a file name beside the
+    arrays) as the explained error; JAX's names gyre's wrapper of the step, and K > 1 another one."""
+    if not isinstance(err, TypeError):
+        return
+    for batch in batches:
+        for path, leaf in jax.tree_util.tree_leaves_with_path(batch):
+            if isinstance(leaf, str | bytes):
+                raise TypeError(explain(
+                    "a batch holds text, and a compiled step takes arrays and numbers only",
+                    expected="batches whose leaves are arrays or numbers (a jax.jit or managed step, and "
+                    "steps_per_call > 1, trace every leaf of the batch)",
+                    received=f"batch{jax.tree_util.keystr(path)} = {leaf!r}",
+                    fix="keep the text out of the batch (e.g. an index into a list of names), or make it an "
+                    "array; a plain Python step takes any batch")) from err
 
 
 def _asks(task: Task, clock: Elapsed) -> bool:
@@ -155,6 +173,9 @@ class ChunkRunner:
             logs, self.ls.state = fused(self.ls.state, stacked)
             del stacked
             self.stager.release(slot, jax.tree_util.tree_leaves(logs))
+        except TypeError as err:
+            explain_text(err, chunk.batches)
+            raise
         finally:  # the chunk's batches were consumed (a failure hands back the chunk's start state
             self.elapse.advance(chunk.clocks, chunk.sizes)  # with its first clock: ls.start_clock)
         return logs
