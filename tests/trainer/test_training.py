@@ -202,6 +202,15 @@ def test_a_crashed_run_resumes_from_its_last_epoch_checkpoint_bit_identical(tmp_
         assert np.array_equal(a, b)
 
 
+def test_a_crashed_run_leaves_the_trainer_a_state_and_a_clock_that_belong_together(tmp_path, digits):
+    # the trainer kept the loop's state (5 steps made) with the loop's clock of the step in
+    # progress: global_step and elapsed.steps said 4
+    t = trainer(tmp_path, train_epochs=1, callbacks=[CrashAt(5)])
+    with pytest.raises(RuntimeError, match="the machine died") as info:
+        t.train_model(digits.train_loader)
+    assert int(t.state.step) == t.global_step == t.elapsed.steps == info.value.elapsed.steps == 5
+
+
 # -- evaluation without recompiles: the last, smaller batch padded and masked -----------------
 
 

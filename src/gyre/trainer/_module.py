@@ -902,9 +902,11 @@ class TrainerModule:
         self._run = run
         try:
             self._state, self.history, self._elapsed = run.run(data, self._compiled["train"], epochs, epoch_steps)
-        except BaseException:
-            if run.loop is not None:  # what the loop had when it failed
-                self._state, self._elapsed = run.loop.state, run.loop.elapsed
+        except BaseException as err:
+            if run.loop is not None:  # the pair the loop handed back with its error (the loop's own clock
+                state = getattr(err, "state", None)  # is the step in progress; None: donated arrays)
+                self._state = run.loop.state if state is None else state
+                self._elapsed = getattr(err, "elapsed", run.loop.elapsed)
             raise
         finally:
             self._run = None
