@@ -174,12 +174,16 @@ def test_an_exception_hands_back_the_last_consistent_state_and_clock():
     assert info.value.elapsed.steps == 4
     assert int(info.value.state["n"]) == 4
 
-    # after a donating step: the state the step produced, counted as completed
+    # after the step: the state the step produced, counted as completed, whether or not the step
+    # donates (without donation it was the state before the step, 4 steps, though the step's batch
+    # was used: a run continued over the same data from it skipped a batch), and in blocks too
     donating = jax.jit(_step.__wrapped__, donate_argnums=0)
-    with pytest.raises(Boom) as info:
-        gyre.loop(_state(), [jnp.ones(2)] * 10, {gyre.every(1): [donating, boom]})
-    assert info.value.elapsed.steps == 5
-    assert int(info.value.state["n"]) == 5
+    for step, tasks in ((donating, lambda s: {gyre.every(1): [s, boom]}), (_step, lambda s: {gyre.every(1): [s, boom]}),
+                        (_step, lambda s: {gyre.every(1): s, gyre.every(2): boom})):
+        with pytest.raises(Boom) as info:
+            gyre.loop(_state(), [jnp.ones(2)] * 10, tasks(step))
+        assert info.value.elapsed.steps == 5
+        assert int(info.value.state["n"]) == 5
 
     # a loop without a state (state=None, callbacks only): was 5, so a run continued from it skipped step 4
     with pytest.raises(Boom) as info:

@@ -14,7 +14,7 @@ from gyre.core._errors import explain
 from gyre.core._logs import Logs
 from gyre.engine._elapse import END, Elapse
 from gyre.engine._fuse import FusedStep, fuse, returned_state
-from gyre.engine._loop_state import CHUNK_RAN, LoopState, run_callbacks
+from gyre.engine._loop_state import STEP_RAN, LoopState, run_callbacks
 from gyre.engine._split import ChunkPlan
 from gyre.engine._staging import Stager
 from gyre.engine._tasks import Task, reads_history, warn_if_untrained
@@ -189,7 +189,7 @@ class ChunkRunner:
         done = 0
         if k > 1 and chunk.after and chunk.after[-1]:  # the tasks after its last step read the
             done = self.commit_leading(chunk, logs)  # history as step by step: all rows before it
-        start, self.ls.step_start = self.ls.step_start, CHUNK_RAN  # (an error in the tasks after the
+        start, self.ls.step_start = self.ls.step_start, STEP_RAN  # (an error in the tasks after the
         last = self.after_chunk(chunk, logs)  # chunk's last step: its start state is stale, the data used)
         self.ls.step_start = start
         self.commit(chunk, logs, last, done)

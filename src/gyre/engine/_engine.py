@@ -25,7 +25,7 @@ from gyre.engine._blocks import BlockRunner, FusedBlockRunner, plan_loop, run_au
 from gyre.engine._data import track_data
 from gyre.engine._elapse import Elapse, StopLike, epochs_unknown
 from gyre.engine._fuse import check_steps
-from gyre.engine._loop_state import BETWEEN_STEPS, CHUNK_RAN, LoopState, fold, run_callbacks
+from gyre.engine._loop_state import BETWEEN_STEPS, STEP_RAN, LoopState, fold, run_callbacks
 from gyre.engine._nan import apply_nan_policy, check_nan_policy, finite_check
 from gyre.engine._prefetch import prefetched
 from gyre.engine._resume import (
@@ -132,17 +132,22 @@ def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState, *, outermost:
     for now, batch in clock:
         logs = Logs()
         ls.elapsed, ls.logs, ls.batch, ls.step_start = now, logs, batch, ls.state
-        for task in tasks:
-            schedule = task.schedule
-            if schedule is None or schedule(now):
-                for invoker in task.invokers:
-                    out = invoker.call(ls.state, batch, now, logs, ls)
-                    if out is not None:
-                        ls.state = fold(out, logs, ls.state, invoker)
+        try:
+            for task in tasks:
+                schedule = task.schedule
+                if schedule is None or schedule(now):
+                    for invoker in task.invokers:
+                        out = invoker.call(ls.state, batch, now, logs, ls)
+                        if out is not None:
+                            ls.state = fold(out, logs, ls.state, invoker)
+                        if ls.stop_requested:
+                            break
                     if ls.stop_requested:
                         break
-                if ls.stop_requested:
-                    break
+        except BaseException:
+            if ls.state is not ls.step_start:  # a task after the step raised: the state it was given, the
+                ls.step_start = STEP_RAN  # step counted (as a block's), whether or not the step donated
+            raise
         if logs:
             commit(now, logs, clock._pending)
         if nan is not None:
@@ -201,7 +206,7 @@ def _finish(clock: Elapse, ls: LoopState, ends: list[Any], table: Sequence[Task]
 def _failed(err: BaseException, ls: LoopState, clock: Elapse, saving: Sequence[Any]) -> None:
     """Attaches the last consistent ``err.state``/``err.elapsed`` and finishes saves in flight."""
     start = ls.step_start
-    if start is not BETWEEN_STEPS and start is not CHUNK_RAN and alive(start):  # (a chunk's start state, with the chunk's first clock: the
+    if start is not BETWEEN_STEPS and start is not STEP_RAN and alive(start):  # (a chunk's start state, with the chunk's first clock: the
         state, elapsed = start, (ls.start_clock or clock.elapsed).replace()  # clock moved past it)
     else:
         state, elapsed = ls.state, clock.peek_completed().replace()

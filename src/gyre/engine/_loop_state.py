@@ -18,9 +18,10 @@ from gyre.engine._binding import Invoker
 from gyre.engine._snapshot import Snapshot, new_block, state_dicts
 
 BETWEEN_STEPS: Any = object()  #: ``LoopState.step_start`` while no step is in progress
-#: ``LoopState.step_start`` while the tasks after a chunk's last step run: the chunk's steps made the
-#: state they are given, so an error hands that state back with every step of the chunk counted
-CHUNK_RAN: Any = object()
+#: ``LoopState.step_start`` once the step in progress made the state its later tasks are given (the
+#: tasks after a chunk's last step, or a task after one that changed the state): an error hands that
+#: state back with the step (every step of the chunk) counted, as the data that fed it was used
+STEP_RAN: Any = object()
 
 
 class LoopState:
