@@ -324,3 +324,22 @@ def test_the_loop_checks_prefetch_whatever_the_state():
     for state in (None, managed.ManagedState.create(params=jnp.zeros(()), tx=optax.sgd(0.1), strategy="jit")):
         with pytest.raises(ValueError, match=r"prefetch must be a whole number of batches >= 0(.|\n)*received: int -1"):
             gyre.loop(state, [np.zeros((4, 2), np.float32)], {gyre.every(1): lambda: None}, prefetch=-1)
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 3])
+def test_a_loop_that_raises_puts_gyres_batches_back_after_the_last_one_it_used(steps_per_call):
+    # after an error, prefetch left gyre.data.batches 2 batches past err.elapsed (index 7 where 5
+    # steps had used 5): a loop continued over it from err.state skipped them, unlike prefetch=0
+    step = managed.step(lambda state, batch: (gyre.logs().add_metric("x", batch[0, 0]), state))
+
+    def fails_at_4(elapsed):
+        if elapsed.steps == 4:
+            raise KeyError("once")
+
+    for prefetch in (0, 2):
+        state = managed.ManagedState.create(params=jnp.zeros(()), tx=optax.sgd(0.1), strategy="jit")
+        data = gyre.data.batches(np.arange(80.0).reshape(40, 2), 2, shuffle=False)
+        with pytest.raises(KeyError) as info:
+            gyre.loop(state, data, {gyre.every(1): step, gyre.every(2): fails_at_4}, stop=20, prefetch=prefetch,
+                      steps_per_call=steps_per_call)
+        assert info.value.elapsed.steps == data.index == 5, prefetch

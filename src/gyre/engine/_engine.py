@@ -214,6 +214,11 @@ def _failed(err: BaseException, ls: LoopState, clock: Elapse, saving: Sequence[A
         state = None
         err.add_note("gyre: err.state is None: the state's arrays were donated to the step that failed")
     err.state, err.elapsed = state, elapsed  # type: ignore[attr-defined]
+    if ls.data is not None:  # data read ahead (prefetch, a fused chunk) is put back after the batches used,
+        try:  # as at a loop's end: a loop continued over it from err.state skips none, with or without prefetch
+            ls.data.give_back()
+        except Exception as other:  # noqa: BLE001 - the loop's own error is the one to raise
+            err.add_note(f"gyre: putting the data back after the batches used also failed: {other}")
     for checkpoint in saving:
         try:
             checkpoint.wait_until_finished()
@@ -324,8 +329,9 @@ def loop(
             else 1.
         prefetch: batches placed ahead on a managed state's devices (0: off); never beyond a
             ``stop`` given in steps (or epochs of a known length). When a callback stops the loop
-            earlier, ``gyre.data.batches`` (and iterators that save their position) are put back
-            after the last batch used; a plain iterator loses the batches read ahead.
+            earlier, or an error ends it, ``gyre.data.batches`` (and iterators that save their
+            position) are put back after the last batch used; a plain iterator loses the batches
+            read ahead.
         resume: continue from the loop's ``gyre.checkpoint``: ``"latest"`` (a fresh start when
             there is none), ``"best"``, a saved step, or a path. State, clock, history, stateful
             schedules and callbacks, and the data position are restored; ``state`` gives the
