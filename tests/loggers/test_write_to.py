@@ -109,9 +109,9 @@ class _Crash(Exception):
     pass
 
 
-def _crash_at_7_and_resume(tmp_path, make_writer, kind="loop"):
+def _crash_at_7_and_resume(tmp_path, make_writer, kind="loop", between=None):
     """A 10-step run checkpointed every 5 steps, crashed at step 7, then resumed with a new writer
-    from ``make_writer()`` into the same place."""
+    from ``make_writer()`` into the same place (after ``between()``, if given)."""
 
     def crash_at_7(elapsed):
         if elapsed.steps == 7:
@@ -121,6 +121,8 @@ def _crash_at_7_and_resume(tmp_path, make_writer, kind="loop"):
         return gyre.logs().add_loss("loss", state), state + 1.0
 
     for crash in (True, False):
+        if not crash and between is not None:
+            between()
         writer = make_writer()
         data = gyre.data.batches((jnp.arange(10.0),), 1, epochs=1)
         steps, save = [step, *([crash_at_7] if crash else [])], gyre.checkpoint(str(tmp_path / "ck"))
@@ -156,6 +158,24 @@ def test_a_run_resumed_after_a_crash_keeps_the_earlier_rows_of_a_csv_or_jsonl_fi
     assert [(int(r["step"]), float(r["loss"])) for r in rows] == [(s, float(s)) for s in range(10)]
     writer(path).close()
     assert open(path).read() == ""  # a run that does not resume still starts the file afresh
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_a_resumed_run_drops_the_last_line_a_killed_run_left_cut_short(tmp_path, kind):
+    # was: a killed run's file ends where its buffer was last written out, mid-line; the CSV's cut
+    # line was kept as a record ("3" of "3,3.0": a row at step 3 without a loss; "9,9.2" of
+    # "9,9.25" would be a wrong value) when the resume was at a later step
+    path = str(tmp_path / f"metrics.{kind}")
+    writer = gyre.CSVWriter if kind == "csv" else gyre.JSONLWriter
+
+    def kill_within_step_3():
+        text = open(path, newline="").read()
+        open(path, "w", newline="").write(text[: text.index("3," if kind == "csv" else '{"step": 3') + 1])
+
+    _crash_at_7_and_resume(tmp_path, lambda: writer(path), between=kill_within_step_3)
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f)) if kind == "csv" else [json.loads(line) for line in f]
+    assert [(int(r["step"]), float(r["loss"])) for r in rows] == [(s, float(s)) for s in (0, 1, 2, 6, 7, 8, 9)]
 
 
 @pytest.mark.parametrize("run", ["test_loop", "predict_loop"])

@@ -48,7 +48,9 @@ class _TextFileWriter(Writer):
     def _purge(self, step: int) -> None:
         earlier, self._earlier = self._earlier, None
         if earlier and self._file is not None and self._file.tell() == 0:
-            self._keep(earlier, step)
+            # a last line without its end was cut short by the crash (a killed run's file ends where
+            # its buffer was last written out): "9,9.2" of "9,9.25", or "1" of "10,10.25", is no record
+            self._keep(earlier[: earlier.rfind("\n") + 1], step)
 
     def _keep(self, earlier: str, step: int) -> None:
         """Writes again the records of ``earlier`` (the file's text at open) of steps before ``step``."""
@@ -147,7 +149,7 @@ class JSONLWriter(_TextFileWriter):
             try:
                 record = json.loads(line)
             except ValueError:
-                continue  # (a line cut short by the crash)
+                continue  # (a line the user broke)
             if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] < step:
                 self._file.write(line + "\n")
 
