@@ -109,9 +109,10 @@ class _Crash(Exception):
     pass
 
 
-def _crash_at_7_and_resume(tmp_path, make_writer, kind="loop", between=None):
+def _crash_at_7_and_resume(tmp_path, make_writer, kind="loop", between=None, before=None):
     """A 10-step run checkpointed every 5 steps, crashed at step 7, then resumed with a new writer
-    from ``make_writer()`` into the same place (after ``between()``, if given)."""
+    from ``make_writer()`` into the same place (after ``between()``, if given); the task ``before``
+    runs before write_to at each step."""
 
     def crash_at_7(elapsed):
         if elapsed.steps == 7:
@@ -125,7 +126,8 @@ def _crash_at_7_and_resume(tmp_path, make_writer, kind="loop", between=None):
             between()
         writer = make_writer()
         data = gyre.data.batches((jnp.arange(10.0),), 1, epochs=1)
-        steps, save = [step, *([crash_at_7] if crash else [])], gyre.checkpoint(str(tmp_path / "ck"))
+        steps = [step, *([before] if before else []), *([crash_at_7] if crash else [])]
+        save = gyre.checkpoint(str(tmp_path / "ck"))
         resume = None if crash else "latest"
         with contextlib.suppress(_Crash):
             if kind == "loop":
@@ -145,6 +147,23 @@ def test_a_run_resumed_after_a_crash_writes_each_step_once_to_tensorboard(tmp_pa
     _crash_at_7_and_resume(tmp_path, lambda: gyre.TensorBoardWriter(tb), kind)
     written = tensorboard_values(tb)["loss"]  # (the reader purges as TensorBoard does)
     assert [(s, v.simple_value) for s, v in sorted(written, key=lambda x: x[0])] == [(s, float(s)) for s in range(10)]
+
+
+def test_what_a_resumed_loop_writes_before_write_to_runs_is_not_purged_by_it(tmp_path):
+    # was: write_to told TensorBoard of the resume at its first call, after the tasks before it in the
+    # table: their values of the resumed step (6) came before the purge and TensorBoard dropped them
+    tb = str(tmp_path / "tb")
+    writers = []
+
+    def make_writer():
+        writers.append(gyre.TensorBoardWriter(tb))
+        return writers[-1]
+
+    def mine(elapsed):
+        writers[-1].write_scalars(elapsed.steps, {"mine": float(elapsed.steps)})
+
+    _crash_at_7_and_resume(tmp_path, make_writer, before=mine)
+    assert sorted(s for s, _ in tensorboard_values(tb)["mine"]) == list(range(10))
 
 
 @pytest.mark.parametrize("kind", ["csv", "jsonl"])

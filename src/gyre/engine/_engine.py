@@ -402,6 +402,9 @@ def loop(
     ls.data = data.follow(clock_iter)
     ls._nan = finite_check(policy, ls.history, lambda: clock_iter.elapsed, skipping=skipping, state=ls.state)
     prepare(ls, resumables, found, resumed)
+    if ls.resumed_step is not None:  # before anything of this run is written (write_to: TensorBoard's purge)
+        for hook in loop_end_hooks(table, "_on_loop_resumed"):
+            hook(ls)
     with guarded(catch_interrupt=catch_keyboard_interrupt) as preemption:
         ls.preempted = preemption.check
         try:

@@ -58,6 +58,8 @@ class WriteTo(FollowsHistory, ChunkSafe, LoopElement):
             self._told = loop
             self.writer._resumed(step)
 
+    _on_loop_resumed = _tell_resume  # (the engine's word at a resumed loop's start, before any task or on_start)
+
     def __call__(self, elapsed: Elapsed, logs: Logs, loop: Any = None) -> None:
         self._tell_resume(loop)
         # once it follows this loop's history, _skipped and _follow would find nothing to do
