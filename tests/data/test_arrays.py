@@ -335,3 +335,12 @@ def test_an_epochs_order_is_fixed_by_seed_and_epoch_and_differs_between_epochs()
     first = epoch_order(0, 0, 5).tolist()
     assert first == epoch_order(0, 0, 5).tolist() != epoch_order(0, 1, 5).tolist()
     assert sorted(first) == [0, 1, 2, 3, 4]  # a permutation of the rows
+
+
+def test_process_share_keeps_a_batchs_scalar_leaves_whole():
+    # was: IndexError 'tuple index out of range' (the first leaf, 'lr', taken for the rows) on
+    # several processes only; a strategy replicates such a leaf, so each process keeps it whole
+    from gyre.data._batch import ProcessShare
+
+    share = ProcessShare([{"lr": 0.1, "x": np.arange(4)}, {"lr": 0.2, "x": np.arange(4, 8)}], index=1, count=2)
+    assert [(b["lr"], b["x"].tolist()) for b in share] == [(0.1, [2, 3]), (0.2, [6, 7])]

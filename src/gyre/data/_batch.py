@@ -138,14 +138,18 @@ class ProcessShare(_EachBatch):
 
     def _convert(self, batch: Any) -> Any:
         rows = _rows(batch)
+        if rows is None:
+            return batch
         self._check(rows)
         size = rows // self.count
         start = self.index * size
-        return jax.tree_util.tree_map(lambda a: a[start : start + size], batch)
+        return jax.tree_util.tree_map(lambda a: a[start : start + size] if np.ndim(a) else a, batch)
 
 
-def _rows(batch: Any) -> int:
-    return int(np.shape(jax.tree_util.tree_leaves(batch)[0])[0])
+def _rows(batch: Any) -> int | None:
+    """The rows of ``batch``'s first leaf with a leading axis (a scalar leaf, such as a batch's
+    learning rate, has none: every process keeps it whole, as a strategy replicates it)."""
+    return next((int(np.shape(leaf)[0]) for leaf in jax.tree_util.tree_leaves(batch) if np.ndim(leaf)), None)
 
 
 def process_share(source: Any) -> Any:
