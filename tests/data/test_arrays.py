@@ -344,3 +344,14 @@ def test_process_share_keeps_a_batchs_scalar_leaves_whole():
 
     share = ProcessShare([{"lr": 0.1, "x": np.arange(4)}, {"lr": 0.2, "x": np.arange(4, 8)}], index=1, count=2)
     assert [(b["lr"], b["x"].tolist()) for b in share] == [(0.1, [2, 3]), (0.2, [6, 7])]
+
+
+def test_process_share_refuses_an_evaluations_last_batch_it_cannot_share_at_once():
+    # was: accepted, then refused at the last batch of the first evaluation, after an epoch of
+    # training (MNIST's val of 1001 rows in batches of 100 over 2 processes: a last batch of 1 row)
+    from gyre.data._batch import ProcessShare
+    from gyre.data._source import EvalBatches
+
+    ProcessShare(EvalBatches((np.arange(1000),), 100), index=0, count=2)
+    with pytest.raises(ValueError, match="a batch of 1 rows cannot be shared evenly by 2 processes"):
+        ProcessShare(EvalBatches((np.arange(1001),), 100), index=0, count=2)

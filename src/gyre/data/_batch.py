@@ -124,7 +124,11 @@ class ProcessShare(_EachBatch):
         super().__init__(source)
         self.index = jax.process_index() if index is None else index
         self.count = jax.process_count() if count is None else count
-        sizes = [_rows(b) for b in source] if isinstance(source, (list, tuple)) else [getattr(source, "batch_size", None)]
+        if isinstance(source, (list, tuple)):
+            sizes = [_rows(b) for b in source]
+        else:  # an evaluation's EvalBatches also knows its last, smaller batch
+            size, samples = getattr(source, "batch_size", None), getattr(source, "samples", None)
+            sizes = [size, samples % size if isinstance(samples, int) and isinstance(size, int) and size > 0 else None]
         for size in sizes:  # known before the first batch: refused at once, not after an epoch
             self._check(size)
 
