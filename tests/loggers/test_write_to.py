@@ -197,6 +197,33 @@ def test_a_resumed_run_drops_the_last_line_a_killed_run_left_cut_short(tmp_path,
     assert [(int(r["step"]), float(r["loss"])) for r in rows] == [(s, float(s)) for s in (0, 1, 2, 6, 7, 8, 9)]
 
 
+_EDITS = {  # a CSV of step,loss rows as a user's tool saves it again
+    "excel": lambda rows: "\ufeffstep,loss\r\n" + "".join(f"{s},{v}\r\n" for s, v in rows),
+    "pandas": lambda rows: ",step,loss\n" + "".join(f"{i},{s},{v}\n" for i, (s, v) in enumerate(rows)),
+    "reordered": lambda rows: "loss,step\n" + "".join(f"{v},{s}\n" for s, v in rows),
+    "float steps": lambda rows: "step,loss\n" + "".join(f"{s}.0,{v}\n" for s, v in rows),
+    "a note": lambda rows: "step,loss\n" + "".join(f"{s},{v}{',checked' if s == 1 else ''}\n" for s, v in rows),
+}
+
+
+@pytest.mark.parametrize("edit", list(_EDITS))
+def test_a_resumed_run_keeps_the_rows_of_a_csv_file_the_user_saved_again(tmp_path, edit):
+    # was: the earlier rows were dropped (the file truncated) when the header did not start with
+    # 'step' (a BOM, pandas' index column, other columns first) or a step read '1.0'; a row with a
+    # field beyond the header failed the writer's thread (WriterError) and dropped them too
+    path = str(tmp_path / "metrics.csv")
+
+    def save_again():
+        with open(path, newline="") as f:
+            rows = [(int(r["step"]), r["loss"]) for r in csv.DictReader(f)]
+        open(path, "w", newline="").write(_EDITS[edit](rows))
+
+    _crash_at_7_and_resume(tmp_path, lambda: gyre.CSVWriter(path), between=save_again)
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(int(float(r["step"])), float(r["loss"])) for r in rows] == [(s, float(s)) for s in range(10)]
+
+
 @pytest.mark.parametrize("run", ["test_loop", "predict_loop"])
 def test_in_a_test_or_predict_loop_it_writes_that_loops_steps(run):
     writer = Recorder()

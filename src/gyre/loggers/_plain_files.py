@@ -50,11 +50,21 @@ class _TextFileWriter(Writer):
         if earlier and self._file is not None and self._file.tell() == 0:
             # a last line without its end was cut short by the crash (a killed run's file ends where
             # its buffer was last written out): "9,9.2" of "9,9.25", or "1" of "10,10.25", is no record
-            self._keep(earlier[: earlier.rfind("\n") + 1], step)
+            self._keep(earlier[: earlier.rfind("\n") + 1].removeprefix("\ufeff"), step)  # (a BOM: saved by Excel)
 
     def _keep(self, earlier: str, step: int) -> None:
         """Writes again the records of ``earlier`` (the file's text at open) of steps before ``step``."""
         raise NotImplementedError
+
+    @staticmethod
+    def _before(value: Any, step: int) -> bool:
+        """Whether a record's ``step`` (``5``; ``"5"`` or ``"5.0"`` in a CSV a spreadsheet saved) is before ``step``."""
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                return False
+        return isinstance(value, int | float) and not isinstance(value, bool) and float(value).is_integer() and value < step
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         self._earlier = None  # this run writes: a resume's word came before (no earlier text to keep)
@@ -102,9 +112,10 @@ class CSVWriter(_TextFileWriter):
 
     def _keep(self, earlier: str, step: int) -> None:
         reader = csv.DictReader(io.StringIO(earlier, newline=""))
-        rows = [row for row in reader if row.get("step", "").lstrip("-").isdigit() and int(row["step"]) < step]
-        if rows and reader.fieldnames and reader.fieldnames[0] == "step":
-            self._header = list(reader.fieldnames)
+        names = [name for name in reader.fieldnames or () if name and name != "step"]  # ("": pandas' index)
+        rows = [{name: row.get(name) for name in ["step", *names]} for row in reader if self._before(row.get("step"), step)]
+        if rows:  # (the step column first, as this writer writes it; fields beyond the header dropped)
+            self._header = ["step", *names]
             writer = csv.DictWriter(self._file, self._header, restval="")  # type: ignore[arg-type]
             writer.writeheader()
             writer.writerows(rows)
@@ -150,7 +161,7 @@ class JSONLWriter(_TextFileWriter):
                 record = json.loads(line)
             except ValueError:
                 continue  # (a line the user broke)
-            if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] < step:
+            if isinstance(record, dict) and self._before(record.get("step"), step):
                 self._file.write(line + "\n")
 
     def _record(self, step: int, values: dict[str, float]) -> None:
