@@ -197,6 +197,31 @@ def test_a_resumed_run_drops_the_last_line_a_killed_run_left_cut_short(tmp_path,
     assert [(int(r["step"]), float(r["loss"])) for r in rows] == [(s, float(s)) for s in (0, 1, 2, 6, 7, 8, 9)]
 
 
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_a_writer_that_wrote_the_failed_loop_resumed_in_the_same_process_writes_each_step_once(tmp_path, kind):
+    # was: its own records of the steps from the resumed one were kept (a notebook's cell run again
+    # after the crash, with the writer of an earlier cell): step 6 twice in a run crashed at 7, resumed at 6
+    path = str(tmp_path / f"metrics.{kind}")
+    writer = gyre.CSVWriter(path) if kind == "csv" else gyre.JSONLWriter(path)
+
+    def step(state, batch):
+        return gyre.logs().add_loss("loss", state), state + 1.0
+
+    def crash_at_7(elapsed):
+        if elapsed.steps == 7:
+            raise _Crash
+
+    for steps, resume in (([step, crash_at_7], None), ([step], "latest")):
+        with contextlib.suppress(_Crash):
+            gyre.loop(jnp.float32(0), gyre.data.batches((jnp.arange(10.0),), 1, epochs=1),
+                      {gyre.every(1): [*steps, gyre.write_to(writer)], gyre.every(5): gyre.checkpoint(str(tmp_path / "ck"))},
+                      stop=10, resume=resume)
+    writer.close()
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f)) if kind == "csv" else [json.loads(line) for line in f]
+    assert [(int(r["step"]), float(r["loss"])) for r in rows] == [(s, float(s)) for s in range(10)]
+
+
 _EDITS = {  # a CSV of step,loss rows as a user's tool saves it again
     "excel": lambda rows: "\ufeffstep,loss\r\n" + "".join(f"{s},{v}\r\n" for s, v in rows),
     "pandas": lambda rows: ",step,loss\n" + "".join(f"{i},{s},{v}\n" for i, (s, v) in enumerate(rows)),

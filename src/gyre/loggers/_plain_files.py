@@ -47,13 +47,18 @@ class _TextFileWriter(Writer):
 
     def _purge(self, step: int) -> None:
         earlier, self._earlier = self._earlier, None
-        if earlier and self._file is not None and self._file.tell() == 0:
+        if self._file is not None and self._file.tell():  # this writer wrote already (a loop that failed
+            self._file.close()  # earlier in this process, resumed with it): the steps from ``step`` go
+            with open(self.path, newline=self._newline) as own:
+                earlier = own.read()
+            self._file = open(self.path, "w", newline=self._newline)  # noqa: SIM115 (closed by close())
+        if earlier and self._file is not None:
             # a last line without its end was cut short by the crash (a killed run's file ends where
             # its buffer was last written out): "9,9.2" of "9,9.25", or "1" of "10,10.25", is no record
             self._keep(earlier[: earlier.rfind("\n") + 1].removeprefix("\ufeff"), step)  # (a BOM: saved by Excel)
 
     def _keep(self, earlier: str, step: int) -> None:
-        """Writes again the records of ``earlier`` (the file's text at open) of steps before ``step``."""
+        """Writes again the records of ``earlier`` (the file's text) of steps before ``step``."""
         raise NotImplementedError
 
     @staticmethod
@@ -111,6 +116,7 @@ class CSVWriter(_TextFileWriter):
         super()._open()
 
     def _keep(self, earlier: str, step: int) -> None:
+        self._header = ["step"]
         reader = csv.DictReader(io.StringIO(earlier, newline=""))
         names = [name for name in reader.fieldnames or () if name and name != "step"]  # ("": pandas' index)
         rows = [{name: row.get(name) for name in ["step", *names]} for row in reader if self._before(row.get("step"), step)]
