@@ -112,6 +112,17 @@ def test_a_name_mlflow_refuses_is_refused_at_the_call_and_the_others_are_kept(tm
     assert [(m.step, m.value) for m in history] == [(0, 1.0), (2, 0.25)]
 
 
+@pytest.mark.parametrize("name", ["epoch:3", "acc@1", "größe"])
+def test_an_image_name_mlflows_log_image_refuses_is_refused_at_the_call(tmp_path, name):
+    # was: queued; log_image refused the key on the writer's thread (its rule has no colon and is ASCII
+    # only, unlike a metric's), the image was lost and the WriterError came at the next call
+    with gyre.MLflowWriter(tmp_path / "mlruns") as writer:
+        with pytest.raises(ValueError, match=rf"(?s)cannot write the image '{name}'.*ASCII alphanumerics.*fix: rename it"):
+            writer.write_images(0, {name: np.zeros((4, 4, 3))})
+        writer.write_images(0, {"val/a-b.c d_1": np.zeros((4, 4, 3))})  # every character log_image takes
+        writer.write_scalars(0, {"loss": 1.0})
+
+
 def test_a_name_longer_than_mlflow_takes_is_refused_at_the_call(tmp_path):
     with gyre.MLflowWriter(tmp_path / "mlruns") as writer:
         writer.write_scalars(0, {"x" * 250: 1.0})  # MLflow's longest

@@ -36,11 +36,21 @@ def _refused(name: str) -> bool:
             or norm.startswith(("..", "/")))
 
 
+_IMAGE_KEY = re.compile(r"[a-zA-Z0-9_\-./ ]+")  # MLflow's log_image(key=) characters: no colon, ASCII only
+IMAGE_RULE = "ASCII alphanumerics, underscores (_), dashes (-), periods (.), spaces ( ) and slashes (/)"
+
+
 def check_names(names: Iterable[Any], what: str) -> None:
     """Refuses, before anything is sent, a name MLflow would refuse: it refuses the whole batch
-    holding it, so the other values of that request were lost too."""
+    holding it, so the other values of that request were lost too (an image: on the writer's thread)."""
+    image = what == "image"
     for name in names:
-        if isinstance(name, str) and _refused(name):
+        if isinstance(name, str) and image and not _IMAGE_KEY.fullmatch(name):
+            raise ValueError(explain(
+                f"MLflowWriter cannot write the image {name!r}: MLflow's log_image refuses the key",
+                expected=f"a name of {IMAGE_RULE}", received=repr(name),
+                fix=f"rename it, e.g. {re.sub(r'[^a-zA-Z0-9_./ -]', '_', name) or 'image'!r}"))
+        if isinstance(name, str) and not image and _refused(name):
             fixed = posixpath.normpath(re.sub(r"[^/\w.\- :]", "_", name)).strip("/.")[:_LONGEST] or "value"
             shown = repr(name) if len(name) <= 80 else f"{name[:60]!r}... ({len(name)} characters)"
             raise ValueError(explain(
@@ -152,6 +162,8 @@ class MLflowWriter(Writer):
             self._check_block(args[0])
         elif kind == "scalars":
             check_names(args[1], "metric")
+        elif kind == "images":
+            check_names(args[1], "image")
         elif kind == "hparams":
             check_names(args[0], "param")
             check_names(args[1] or (), "metric")
