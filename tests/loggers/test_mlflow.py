@@ -123,6 +123,20 @@ def test_an_image_name_mlflows_log_image_refuses_is_refused_at_the_call(tmp_path
         writer.write_scalars(0, {"loss": 1.0})
 
 
+def test_a_param_written_again_with_another_value_is_refused_at_the_call(tmp_path):
+    # was: queued; MLflow refused the request ('Changing param values is not allowed') on the writer's
+    # thread, with the other params and metrics of that call, and the WriterError came at close
+    from mlflow.tracking import MlflowClient
+
+    with gyre.MLflowWriter(tmp_path / "mlruns") as writer:
+        writer.write_hparams({"lr": 0.1, "layers": 2})
+        with pytest.raises(ValueError, match=r"(?s)the param 'lr' again with another value.*expected: lr=0.1"):
+            writer.write_hparams({"lr": 0.2, "seed": 3})
+        writer.write_hparams({"lr": 0.1, "seed": 3}, {"acc": 0.9})  # the same value again: MLflow takes it
+    run = MlflowClient(writer.tracking_uri).get_run(writer.run_id)
+    assert run.data.params == {"lr": "0.1", "layers": "2", "seed": "3"} and run.data.metrics == {"acc": 0.9}
+
+
 def test_a_name_longer_than_mlflow_takes_is_refused_at_the_call(tmp_path):
     with gyre.MLflowWriter(tmp_path / "mlruns") as writer:
         writer.write_scalars(0, {"x" * 250: 1.0})  # MLflow's longest

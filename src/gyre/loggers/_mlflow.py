@@ -141,6 +141,7 @@ class MLflowWriter(Writer):
         self.run_id: str | None = None
         self._client: Any = None
         self._names_ok: set[str] = set()  # the history's entry names checked already
+        self._params: dict[str, str] = {}  # the params written, as MLflow keeps them (str)
         super().__init__()
 
     def _open(self) -> None:
@@ -167,7 +168,22 @@ class MLflowWriter(Writer):
         elif kind == "hparams":
             check_names(args[0], "param")
             check_names(args[1] or (), "metric")
+            self._check_params(args[0])
         super()._submit(kind, *args, batched=batched)
+
+    def _check_params(self, params: dict[str, Any]) -> None:
+        """Refuses a param written before with another value (MLflow refuses the whole request:
+        'Changing param values is not allowed', on the writer's thread), then remembers these."""
+        for name, value in params.items():
+            before = self._params.get(name)
+            if before is not None and before != str(value):
+                raise ValueError(explain(
+                    f"MLflowWriter cannot write the param {name!r} again with another value: MLflow keeps "
+                    "a run's first value of each param and refuses a change (with the whole request)",
+                    expected=f"{name}={before} (the value written before), or a new name",
+                    received=f"{name}={value}", fix=f"write it under another name (e.g. '{name}_2'), or "
+                    "as a metric if it changes during the run"))
+        self._params.update((name, str(value)) for name, value in params.items())
 
     def _check_block(self, block: Block) -> None:
         """The names of a history block's scalars (write_to's), each checked once."""
