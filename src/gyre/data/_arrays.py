@@ -345,22 +345,16 @@ def _position_number(value: Any, name: str, *, minimum: int) -> int:
 
 
 class Forwarding:
-    """A wrapper of ``self.source``: its position protocol and any attribute it lacks are the source's."""
+    """A wrapper of ``self.source``: its position protocol (``state_dict``/``load_state_dict``, grain's
+    ``get_state``/``set_state``) and any attribute it lacks are the source's, only where the source has
+    them: a wrapped list or generator has no position, as the list or the generator itself."""
 
     source: Any
 
-    def __getattr__(self, name: str) -> Any:  # epoch_steps, index, batch_size, ...
+    def __getattr__(self, name: str) -> Any:  # epoch_steps, index, batch_size, state_dict, ...
         if name == "source":
             raise AttributeError(name)
         return getattr(self.source, name)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The source's position."""
-        return self.source.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continues the source at the saved position."""
-        self.source.load_state_dict(state)
 
 
 #: The public spelling (``gyre.data.batches((x, y), 32)``): one class, two names.
