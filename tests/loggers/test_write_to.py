@@ -4,6 +4,7 @@ loop language and in the named loops, without a host sync on the step path."""
 import contextlib
 import csv
 import json
+import time
 
 import jax
 import jax.numpy as jnp
@@ -220,6 +221,26 @@ def test_a_writer_that_wrote_the_failed_loop_resumed_in_the_same_process_writes_
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f)) if kind == "csv" else [json.loads(line) for line in f]
     assert [(int(r["step"]), float(r["loss"])) for r in rows] == [(s, float(s)) for s in range(10)]
+
+
+def test_a_checkpoints_steps_are_on_disk_soon_after_its_save_so_a_killed_run_resumed_keeps_them(tmp_path):
+    # was: the rows sat in the writer's buffer until it was full or closed: a run killed at step 7
+    # left no row (one killed at 950 and saved at 801: rows 0-506), so the resumed run's file had
+    # nothing before the resumed step (rows 507-800 lost); each save now has write_to flush its rows
+    path = str(tmp_path / "metrics.csv")
+    left = []
+
+    def read_at_7(elapsed):  # what a kill at step 7 leaves (the writer's thread given a moment)
+        if elapsed.steps == 7 and not left:
+            deadline = time.monotonic() + 5.0
+            while open(path).read().count("\n") < 7 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            left.append(open(path, newline="").read())
+
+    _crash_at_7_and_resume(tmp_path, lambda: gyre.CSVWriter(path), before=read_at_7,
+                           between=lambda: open(path, "w", newline="").write(left[0]))
+    with open(path, newline="") as f:
+        assert [int(r["step"]) for r in csv.DictReader(f)] == list(range(10))
 
 
 _EDITS = {  # a CSV of step,loss rows as a user's tool saves it again

@@ -402,6 +402,7 @@ def loop(
     ls.data = data.follow(clock_iter)
     ls._nan = finite_check(policy, ls.history, lambda: clock_iter.elapsed, skipping=skipping, state=ls.state)
     prepare(ls, resumables, found, resumed)
+    ls.on_saved = loop_end_hooks(table, "_on_saved")
     if ls.resumed_step is not None:  # before anything of this run is written (write_to: TensorBoard's purge)
         for hook in loop_end_hooks(table, "_on_loop_resumed"):
             hook(ls)

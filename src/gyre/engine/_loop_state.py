@@ -52,7 +52,7 @@ class LoopState:
         "state", "history", "elapsed", "logs", "batch", "metadata",
         "stop_requested", "stop_reason", "_completed", "_nan",
         "resumables", "data", "saves", "history_saved", "preempted", "step_start",
-        "start_clock", "checkpoints", "plan", "resumed_step",
+        "start_clock", "checkpoints", "plan", "resumed_step", "on_saved",
     )
 
     def __init__(self, state: Any, history: History, elapsed: Elapsed, metadata: Any = None) -> None:
@@ -83,6 +83,8 @@ class LoopState:
         #: the completed steps of the checkpoint the loop resumed from (None: not resumed); a writer's
         #: events of later steps, written before a crash, are the ones this run writes again
         self.resumed_step: int | None = None
+        #: called after each save (write_to's ``_on_saved``: what a resume keeps must be on disk by then)
+        self.on_saved: list[Callable[[], Any]] = []
 
     def snapshot(self, owner: Any = None, metrics: dict[str, float] | None = None) -> Snapshot:
         """What a checkpoint saves now: state, clock, resumables, data position, new records.
@@ -135,6 +137,8 @@ class LoopState:
         saves, self.saves = self.saves, []
         for checkpoint, metrics in saves:
             checkpoint.save_snapshot(self.snapshot(checkpoint, metrics), wait=wait)
+        for hook in self.on_saved if saves else ():
+            hook()
 
     def check_finite(self) -> None:
         """Raises :class:`gyre.NonFiniteError` if a NaN or Inf loss or metric was logged so far.

@@ -248,6 +248,11 @@ class Writer:
         self._queue.join()
         self._raise_pending()
 
+    def _flush_soon(self) -> None:
+        """Queues a flush of what is queued before it, without waiting (see :meth:`flush`)."""
+        if not self._closed and self.active and self._thread is not None:
+            self._submit("flush")
+
     def close(self) -> None:
         """Writes what is queued, closes the backend and stops the thread; a second call does
         nothing, a write after raises.
@@ -442,6 +447,10 @@ class MultiWriter(Writer):
     def _resumed(self, step: int) -> None:
         for writer in self.writers:
             writer._resumed(step)
+
+    def _flush_soon(self) -> None:
+        for writer in self.writers:
+            writer._flush_soon()
 
     def _all(self, method: str) -> None:
         first: BaseException | None = None
