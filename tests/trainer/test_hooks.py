@@ -75,6 +75,30 @@ def test_callbacks_see_their_hooks_in_order_filtered_by_every_n_epochs(tmp_path,
     assert steps[0][2] == ["acc", "loss"]
 
 
+def test_an_epochs_last_step_reaches_on_training_step_before_the_epochs_end(tmp_path, digits):
+    # was: the engine runs on_epoch_end before that step's on_train_batch_end, so its on_training_step
+    # came after on_training_epoch_end and the validation, with their values in step_metrics
+    # (train/loss_epoch, val/acc, epoch, ...); GradientSpikeMonitor counted it in the next epoch
+    calls = []
+
+    class Both(Callback):
+        def on_training_step(self, step_metrics, epoch_idx, global_step):
+            calls.append((global_step, epoch_idx, {"acc", "loss"} <= set(step_metrics) and not any(
+                k == "epoch" or k.startswith("val/") or k.endswith(("_epoch", "/time")) for k in step_metrics)))
+
+        def on_training_epoch_end(self, train_metrics, epoch_idx):
+            calls.append(f"train_end {epoch_idx}")
+
+        def on_validation_epoch_end(self, eval_metrics, epoch_idx):
+            calls.append(f"val_end {epoch_idx}")
+
+    t = trainer(tmp_path, train_epochs=2, num_classes=None, callbacks=[Both()])
+    t.train_model(digits.train_loader, digits.val_loader)
+    n = digits.train_loader.epoch_steps
+    assert calls == [*[(g, 1, True) for g in range(1, n + 1)], "train_end 1", "val_end 1",
+                     *[(g, 2, True) for g in range(n + 1, 2 * n + 1)], "train_end 2", "val_end 2"]
+
+
 class ModeMetrics(ImgClassifierTrainer):
     """Every metric mode and routing in one loss function."""
 

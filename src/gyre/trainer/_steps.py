@@ -304,6 +304,7 @@ class TrainingRun:
         self.val_history: dict[int, dict[str, Any]] = {}
         self._config: dict[str, Any] | None = None
         self._named: dict[str, dict[str, str]] = {}
+        self._stepped = -1  # the step whose on_training_step ran
 
     def run(self, data: Any, step: Any, epochs: int, epoch_steps: int) -> tuple[Any, Any, Any]:
         """Trains ``epochs`` epochs of ``epoch_steps`` steps: ``(state, history, elapsed)``."""
@@ -370,6 +371,11 @@ class TrainingRun:
         self.before_step = False
 
     def on_train_batch_end(self, elapsed: Any, logs: Any) -> None:
+        if elapsed.steps != self._stepped:  # (an epoch's last step: run by on_epoch_end already)
+            self._training_step(elapsed, logs)
+
+    def _training_step(self, elapsed: Any, logs: Any) -> None:
+        self._stepped = elapsed.steps
         # stateful_metrics: the values nan_keys leaves unchecked
         values = {k: v for c in ("losses", "metrics", "stateful_metrics") for k, v in (logs or {}).get(c, {}).items()}
         for cb in self.step_callbacks:
@@ -399,6 +405,8 @@ class TrainingRun:
 
     def on_epoch_end(self, state: Any, elapsed: Any, loop: Any) -> tuple[Logs, Any]:
         t = self.trainer
+        if self.step_callbacks:  # the epoch's last step, before its end, as jax_trainer (the engine's
+            self._training_step(elapsed, loop.logs)  # on_train_batch_end of that step comes after on_epoch_end)
         epoch = elapsed.epochs + 1  # the clock counts the epoch once its end hooks ran
         seconds = time.perf_counter() - self._epoch_start
         values, fresh = _roll(state.extras[EPOCH])
