@@ -141,6 +141,27 @@ def _crash_at_7_and_resume(tmp_path, make_writer, kind="loop", between=None, bef
 
 
 @pytest.mark.parametrize("kind", ["loop", "train_loop"])
+def test_a_run_resumed_at_its_stop_keeps_every_row_of_a_jsonl_file(tmp_path, kind):
+    # was: a resume of a run already at its stop ran no step, so write_to never told the writer
+    # of the resume, and the file (truncated when the writer opened it) ended empty: the finished
+    # run's 10 rows were lost
+    path = str(tmp_path / "metrics.jsonl")
+    step = jax.jit(lambda state, batch: (gyre.logs().add_loss("loss", state), state + 1.0))
+    for resume, steps_per_call in ((None, 2), ("latest", 1), ("latest", 2)):  # finished, then resumed twice with nothing to do
+        writer, save = gyre.JSONLWriter(path), gyre.checkpoint(str(tmp_path / "ck"))
+        data = gyre.data.batches((jnp.arange(10.0),), 1, epochs=1)
+        if kind == "loop":
+            tasks = {gyre.every(1): [step, gyre.write_to(writer)], gyre.every(5): save}
+            gyre.loop(jnp.float32(0), data, tasks, stop=10, resume=resume, steps_per_call=steps_per_call)
+        else:
+            gyre.train_loop(jnp.float32(0), data, {gyre.every(1): step, gyre.every(5): save},
+                            callbacks=[gyre.write_to(writer)], stop=10, resume=resume, steps_per_call=steps_per_call)
+        writer.close()
+        with open(path) as f:
+            assert [(r["step"], r["loss"]) for r in map(json.loads, f)] == [(s, float(s)) for s in range(10)]
+
+
+@pytest.mark.parametrize("kind", ["loop", "train_loop"])
 def test_a_run_resumed_after_a_crash_writes_each_step_once_to_tensorboard(tmp_path, kind):
     # was: the crashed run had written steps 5 and 6 after its checkpoint at 5, and the resumed run's
     # new event file wrote them again: TensorBoard read two points at each (no purge_step)
