@@ -197,8 +197,32 @@ def test_a_run_resumed_after_a_crash_keeps_the_earlier_rows_of_a_csv_or_jsonl_fi
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f)) if kind == "csv" else [json.loads(line) for line in f]
     assert [(int(r["step"]), float(r["loss"])) for r in rows] == [(s, float(s)) for s in range(10)]
-    writer(path).close()
-    assert open(path).read() == ""  # a run that does not resume still starts the file afresh
+    before = open(path).read()
+    writer(path).close()  # was: emptied, so a resume the loop refused (PastStopError) lost every row
+    assert open(path).read() == before  # a writer closed without writing leaves the file as it was
+    with writer(path) as fresh:
+        fresh.write_scalars(0, {"loss": 5.0})
+    with open(path, newline="") as f:  # a run that writes without resuming starts the file afresh
+        rows = list(csv.DictReader(f)) if kind == "csv" else [json.loads(line) for line in f]
+    assert [(int(r["step"]), float(r["loss"])) for r in rows] == [(0, 5.0)]
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_a_resume_the_loop_refuses_leaves_the_csv_or_jsonl_file_as_it_was(tmp_path, kind):
+    # was: the writer truncated the file when it opened and the refused resume never told it to keep
+    # the rows, so a finished 10-step run resumed with stop=5 (PastStopError) left 0 rows
+    path, ckpt = str(tmp_path / f"metrics.{kind}"), str(tmp_path / "ckpt")
+    writer = gyre.CSVWriter if kind == "csv" else gyre.JSONLWriter
+
+    def step(state, batch):
+        return gyre.logs().add_loss("loss", state), state + 1.0
+
+    for resume, stop in ((None, 10), ("latest", 5)):
+        refused = pytest.raises(ValueError, match="past stop=5") if resume else contextlib.nullcontext()
+        with writer(path) as w, refused:
+            gyre.loop(0.0, range(10), {gyre.every(1): [step, gyre.write_to(w)], gyre.every(5): gyre.checkpoint(ckpt)},
+                      stop=stop, resume=resume)
+        assert len(open(path).read().splitlines()) == 10 + (kind == "csv")
 
 
 @pytest.mark.parametrize("kind", ["csv", "jsonl"])

@@ -17,7 +17,8 @@ from gyre.loggers._writer import Writer
 
 class _TextFileWriter(Writer):
     """A writer of scalars to one text file, created (or truncated) at once, its folder too; a run
-    resumed from a checkpoint (``write_to`` tells it) keeps the earlier run's records of the steps before."""
+    resumed from a checkpoint (``write_to`` tells it) keeps the earlier run's records of the steps before,
+    and a writer closed without writing leaves the file as it was."""
 
     kinds = frozenset({"scalars"})
     _newline: str | None = None  # open()'s newline=
@@ -85,6 +86,8 @@ class _TextFileWriter(Writer):
 
     def _close(self) -> None:
         if self._file is not None:
+            if self._earlier and not self._file.tell():  # nothing written nor resumed (a resume the loop
+                self._file.write(self._earlier)  # refused, say): the file is left as it was, not emptied
             self._file.close()
 
     def __repr__(self) -> str:
