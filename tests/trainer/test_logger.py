@@ -90,3 +90,43 @@ def test_mistakes_are_explained(tmp_path):
         Logger(42, {})
     with pytest.raises(ConfigError, match="log_step_every"):
         Logger({"log_step_every": 3}, {})
+
+
+def test_the_trainers_test_metrics_reach_its_writer_as_jax_trainers_logger_writes_them(tmp_path):
+    """test_model and eval_model wrote their metrics to metrics/<mode>_epoch_NNNN.json only: the
+    event file of a run with a test had no test/* tag (jax_trainer's eval_model logs them through
+    its tool logger). They are written at the last trained step, the step of the validations."""
+    import numpy as np
+    import optax
+    from flax import nnx
+
+    import gyre
+    from tests.loggers.readers import tensorboard_values
+
+    class Mean(gyre.TrainerModule):
+        def loss_function(self, model, batch, train=True):
+            return (model(batch[0]) ** 2).mean(), {}
+
+    x = np.random.default_rng(0).normal(size=(32, 3)).astype(np.float32)
+    loader = [(x[i:i + 8],) for i in range(0, 32, 8)]
+    t = Mean(model=nnx.Linear(3, 1, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1), log_dir=str(tmp_path / "tb"),
+             enable_progress_bar=False)
+    t.init_model(loader[0])
+    before = t.test_model(loader)  # before training: step 0
+    out = t.train_model(loader, loader, test_loader=loader, num_epochs=1)  # its test: at step 3
+    again = t.eval_model(loader, mode="val", epoch_idx=1)
+    t.close_writer()
+    written = tensorboard_values(str(tmp_path / "tb" / "tensorboard"))
+    assert [s for s, _ in written["test/loss"]] == [0, 3] and [s for s, _ in written["test/time"]] == [0, 3]
+    assert [v.simple_value for _, v in written["test/loss"]] == pytest.approx([before["test/loss"], out["test"]["test/loss"]])
+    assert [s for s, _ in written["val/loss"]] == [3, 3]  # the training's validation, then eval_model's
+    assert [v.simple_value for _, v in written["val/loss"]] == pytest.approx([out["val"]["val/loss"], float(again["val/loss"])])
+
+    csv_trainer = Mean(model=nnx.Linear(3, 1, rngs=nnx.Rngs(0)), optimizer=optax.sgd(0.1),
+                       logger={"log_dir": str(tmp_path / "csv"), "tool_config": {"class_name": "CSVToolLogger"}})
+    csv_trainer.init_model(loader[0])
+    tested = csv_trainer.test_model({"test": loader, "half": loader[:2]})
+    csv_trainer.close_writer()
+    first, second = rows(tmp_path / "csv")  # a row per loader, at step 0
+    assert first["step"] == second["step"] == "0" and float(first["test/loss"]) == pytest.approx(tested["test/loss"])
+    assert float(second["test_half/loss"]) == pytest.approx(tested["test_half/loss"])

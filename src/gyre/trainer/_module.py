@@ -962,7 +962,9 @@ class TrainerModule:
     def eval_model(self, data_loader: Any, mode: str = "val", epoch_idx: int = 0) -> dict[str, Any]:
         """The metrics of one evaluation pass, named ``<mode>/<key>`` (device values).
 
-        Scalars are also written to ``<log_dir>/metrics/<mode>_epoch_<epoch_idx:04d>.json``.
+        Scalars are also written to ``<log_dir>/metrics/<mode>_epoch_<epoch_idx:04d>.json`` and,
+        as jax_trainer's logger writes them, to the run's writer, at the last trained step (the
+        step of the validations' values; 0 before training).
 
         Example:
             >>> import optax, tempfile, jax.numpy as jnp
@@ -981,8 +983,10 @@ class TrainerModule:
         metrics = self._builder.evaluate(data_loader, mode, self.state)
         files = self._epoch_files
         step = self._last_step  # the x-axis of every series
-        files.write(mode, epoch, step, scalars_for_writers(metrics, self._builder.eval_specs_cached))
+        scalars = scalars_for_writers(metrics, self._builder.eval_specs_cached)
+        files.write(mode, epoch, step, scalars)
         files.flush()  # on disk when the call returns, as jax_trainer's logger writes it
+        self.writer.write_scalars(step, scalars)
         return metrics
 
     def test_model(self, test_loader: Any, apply_callbacks: bool = False, epoch_idx: int = 0) -> dict[str, Any]:

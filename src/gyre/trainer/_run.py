@@ -368,7 +368,6 @@ def run_config(
                 files.write("test", max(elapsed.epochs, 1), max(elapsed.steps - 1, 0), dict(test))
             finally:
                 files.close()
-            trainer.writer.write_scalars(max(elapsed.steps - 1, 0), {k: v for k, v in test.items() if not k.endswith("/time")})
         _end_log(log, trainer, config, elapsed, seconds, test or python_numbers(outcome.get("val", {})))
         if history is not None:
             history.to_csv(str(folder / "history.csv"))
