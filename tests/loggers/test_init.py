@@ -26,3 +26,9 @@ def test_readme_writers_section_runs(tmp_path, run_readme, capsys):
     values = tensorboard_values(str(tmp_path / "runs" / "writers" / "tensorboard"))
     assert [s for s, _ in values["loss"]] == list(range(50))
     assert [s for s, _ in values["w"]] == [50] and "_hparams_/experiment" in values
+
+
+def test_the_writers_pages_resume_example_runs_as_written(tmp_path, run_readme, capsys):
+    run_readme("On resume", page="docs/how-to/writers.md")
+    assert capsys.readouterr().out == f"{list(range(7))}\n{list(range(10))}\n"
+    assert (tmp_path / "runs" / "resume" / "ckpt" / "6").is_dir()  # the checkpoint it resumed from
