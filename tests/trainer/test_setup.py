@@ -17,6 +17,11 @@ from gyre.trainer._module import (
 def test_logger_keys_given_as_trainer_keywords_go_to_the_logger_section(tmp_path):
     config = trainer_config_of(gyre.TrainerModule, {"train_epochs": 2}, {"log_dir": tmp_path, "log_steps_every": 7})
     assert config.logger.log_dir == str(tmp_path) and config.logger.log_steps_every == 7 and config.train_epochs == 2
+    # beside logger={...}: was dropped (log_dir fell back to runs/<time>, log_steps_every to 50), silently
+    config = trainer_config_of(gyre.TrainerModule, {"logger": {"log_steps_every": 3}},
+                               {"log_dir": tmp_path, "logger": {"tool_config": {"class_name": "CSVToolLogger"}}, "log_steps_every": 7})
+    assert (config.logger.log_dir, config.logger.log_steps_every) == (str(tmp_path), 7)
+    assert config.logger.tool_config["class_name"] == "CSVToolLogger"
     with pytest.raises(ConfigError, match=r"unknown key trainer\.train_epoch(.|\n)*Did you mean 'train_epochs'"):
         trainer_config_of(gyre.TrainerModule, None, {"train_epoch": 2})
     with pytest.raises(TypeError, match="must be a mapping or a gyre.config.TrainerConfig"):

@@ -140,6 +140,8 @@ def trainer_config_of(cls: type, given: Any, options: Mapping[str, Any]) -> Any:
             fix="pass trainer_config=config.trainer, or keyword options (train_epochs=5)"))
     options = dict(options)
     moved = {k: options.pop(k) for k in LOGGER_KEYS if k in options}
+    if "logger" in options:  # logger={...} beside log_dir=...: the keywords go into it (not replaced by it)
+        data["logger"] = options.pop("logger")
     if moved:  # logger keys given as trainer keywords (log_dir=..., log_steps_every=...)
         logger = data.get("logger") or {}
         logger = dict(logger) if isinstance(logger, Mapping) else logger.model_dump()
