@@ -106,6 +106,7 @@ class ChunkRunner:
         self.after = plan.after  # the tasks after the step that end a chunk where they fire
         #: logs of the tasks a block ran between its steps, by the block's row (see BlockRunner)
         self.between: dict[int, Logs] = {}
+        self.last: Logs | None = None  # the last step's record while the tasks after a chunk run
 
     def run(self, chunks: int | None = None) -> None:
         """Runs chunks until the loop ends (or, given ``chunks``, that many)."""
@@ -138,7 +139,8 @@ class ChunkRunner:
         if type(batch) is Raised:
             raise batch.error
         size = self.elapse.size_of(batch)
-        clock = clock.started(size, self.elapse.epoch_steps)
+        clock = clock.replace().started(size, self.elapse.epoch_steps)  # (the loop's clock is not marked
+        # in progress: a Ctrl-C in a task before the step hands back a clock that a next loop continues at)
         chunk = Chunk(batch, size, clock, len(self.plan.display))
         self.run_lazily(self.plan.before, answers, clock, batch, chunk.first)
         return chunk
@@ -190,7 +192,13 @@ class ChunkRunner:
         if k > 1 and chunk.after and chunk.after[-1]:  # the tasks after its last step read the
             done = self.commit_leading(chunk, logs)  # history as step by step: all rows before it
         start, self.ls.step_start = self.ls.step_start, STEP_RAN  # (an error in the tasks after the
-        last = self.after_chunk(chunk, logs)  # chunk's last step: its start state is stale, the data used)
+        self.last = None  # chunk's last step: its start state is stale, the data used)
+        try:
+            last = self.after_chunk(chunk, logs)
+        except BaseException:  # the chunk's steps are counted: their rows go to the history, the last
+            row = Logs().merge(self._last_row(chunk, logs)) if logs else Logs()  # with what was logged on it
+            self.commit(chunk, logs, row.merge(self.last or (chunk.first if k == 1 else Logs())), done)
+            raise
         self.ls.step_start = start
         self.commit(chunk, logs, last, done)
         if nan is not None:
@@ -206,7 +214,7 @@ class ChunkRunner:
         if not after and not shown and extra is None:
             return None
         k = len(chunk.clocks)
-        last = Logs()
+        last = self.last = Logs()  # (what a failure commits as the last step's record)
         alone = bool(chunk.first) and k == 1
         if alone:
             last.merge(chunk.first)

@@ -278,7 +278,12 @@ class Elapse:
 
     def forget_step(self) -> None:
         """Drops the step in progress, which did not run: its batch is not counted as consumed."""
-        self.elapsed, self._pending = self.elapsed.replace(), None  # (a copy without the in-progress mark)
+        self.rewind(self.elapsed)
+
+    def rewind(self, clock: Elapsed) -> None:
+        """Goes back to ``clock`` (of a step not run yet): the batches of the steps after it are not
+        counted as consumed, nor is a step in progress."""
+        self.elapsed, self._pending = clock.replace(), None  # (a copy without the in-progress mark)
 
     def peek_completed(self) -> Elapsed:
         """The clock as it will be when the step in progress completes (changes nothing)."""

@@ -24,7 +24,7 @@ from gyre.engine._binding import bind
 from gyre.engine._blocks import BlockRunner, FusedBlockRunner, plan_loop, run_auto
 from gyre.engine._data import track_data
 from gyre.engine._elapse import Elapse, StopLike, epochs_unknown
-from gyre.engine._fuse import check_steps
+from gyre.engine._fuse import check_steps, is_fusable
 from gyre.engine._loop_state import BETWEEN_STEPS, STEP_RAN, LoopState, fold, run_callbacks
 from gyre.engine._nan import apply_nan_policy, check_nan_policy, finite_check
 from gyre.engine._prefetch import prefetched
@@ -129,9 +129,11 @@ def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState, *, outermost:
     commit = ls.history.commit_owned  # each step's logs are made for it: no copy
     nan = ls._nan
     first = True
+    compiled = {id(inv) for task in tasks for inv in task.invokers if is_fusable(inv.fn)}
     for now, batch in clock:
         logs = Logs()
         ls.elapsed, ls.logs, ls.batch, ls.step_start = now, logs, batch, ls.state
+        ran = False  # a compiled step returned (a state of None stays None: identity cannot tell)
         try:
             for task in tasks:
                 schedule = task.schedule
@@ -140,13 +142,16 @@ def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState, *, outermost:
                         out = invoker.call(ls.state, batch, now, logs, ls)
                         if out is not None:
                             ls.state = fold(out, logs, ls.state, invoker)
+                            ran = ran or id(invoker) in compiled
                         if ls.stop_requested:
                             break
                     if ls.stop_requested:
                         break
         except BaseException:
-            if ls.state is not ls.step_start:  # a task after the step raised: the state it was given, the
-                ls.step_start = STEP_RAN  # step counted (as a block's), whether or not the step donated
+            if ran or ls.state is not ls.step_start:  # a task after the step raised: the state it was given,
+                ls.step_start = STEP_RAN  # the step counted (as a block's), whether or not the step donated,
+                if logs:  # and its logs in the history with it
+                    commit(now, logs, clock._pending)
             raise
         if logs:
             commit(now, logs, clock._pending)
@@ -208,6 +213,7 @@ def _failed(err: BaseException, ls: LoopState, clock: Elapse, saving: Sequence[A
     start = ls.step_start
     if start is not BETWEEN_STEPS and start is not STEP_RAN and alive(start):  # (a chunk's start state, with the chunk's first clock: the
         state, elapsed = start, (ls.start_clock or clock.elapsed).replace()  # clock moved past it)
+        clock.rewind(elapsed)  # the batches of the steps not counted are not consumed: the data is put back before them
     else:
         state, elapsed = ls.state, clock.peek_completed().replace()
     if not alive(state):
