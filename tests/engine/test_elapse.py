@@ -129,6 +129,15 @@ def test_check_stop_accepts_integral_numbers_periods_and_none():
     assert steps_only(None) is None
 
 
+def test_a_stop_every_clock_has_reached_is_refused_as_stop_0_is():
+    # stop=0 was refused, while stop=gyre.at(steps=0) (or epochs=0, time=0, or steps=0 beside epochs=5:
+    # whichever comes first) ran no step without a word
+    for stop in (gyre.at(steps=0), gyre.at(epochs=0), gyre.at(time=0), gyre.at(steps=0, epochs=5)):
+        with pytest.raises(ValueError, match="a Period without a quantity of 0(.|\n)*received: Period"):
+            gyre.loop(None, range(3), {gyre.every(1): lambda: None}, stop=stop)
+    assert check_stop(gyre.at(steps=3, time=0.5)) == gyre.at(steps=3, time=0.5)
+
+
 def test_epoch_length_from_epoch_duration_or_len():
     assert epoch_steps_of(None, [1, 2, 3]) == 3
     assert epoch_steps_of(gyre.at(steps=4), iter([])) == 4

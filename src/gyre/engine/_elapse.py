@@ -26,16 +26,21 @@ END = object()
 
 
 def check_stop(stop: Any, name: str = "stop") -> StopLike:
-    """A loop's ``stop``: a whole number of steps >= 1, a Period, or None."""
-    if stop is None or isinstance(stop, Period):
+    """A loop's ``stop``: a whole number of steps >= 1, a Period (no quantity 0: reached at once), or None."""
+    if stop is None:
         return stop
-    steps = as_integer(stop)
-    if steps is not None and steps >= 1:
-        return Period(steps=steps)
+    if isinstance(stop, Period):
+        if all(n == "date" or v for n, v in stop.items()):
+            return stop
+    else:
+        steps = as_integer(stop)
+        if steps is not None and steps >= 1:
+            return Period(steps=steps)
+    zeros = isinstance(stop, Period)  # (gyre.at(steps=0): every clock has reached it, so no step would run)
     raise ValueError(explain(
-        f"{name}= must be a number of steps >= 1, a Period, or None",
+        f"{name}= must be a number of steps >= 1, a Period" + (" without a quantity of 0" if zeros else "") + ", or None",
         expected=f"{name}=1000, {name}=gyre.at(epochs=5), or {name}=None (until the data ends)",
-        received=describe(stop), fix=f"pass a positive number of steps, e.g. {name}=100"))
+        received=repr(stop) if zeros else describe(stop), fix=f"pass a positive number of steps, e.g. {name}=100"))
 
 
 def steps_only(period: Period | None) -> int | None:

@@ -316,7 +316,8 @@ def loop(
         tasks: ``{schedule: callback or [callbacks]}``, run in table order (never modified); a
             schedule is any callable ``elapsed -> bool``. A :class:`~gyre.LoopElement` (a bar)
             spreads into it under its default schedule: ``{**gyre.keras_bar(total=n)}``.
-        stop: steps (a whole number >= 1) or a :class:`Period`; ``None`` runs until the data ends.
+        stop: steps (a whole number >= 1) or a :class:`Period` (none of its quantities 0: every clock
+            has reached it); ``None`` runs until the data ends.
         on_start: callbacks run once before the first step (their logs are not committed).
         on_end: callbacks run once at the end, also after a stop request or Ctrl-C; their logs are
             committed with the final clock. Table callbacks' ``on_loop_end()`` run after them.
