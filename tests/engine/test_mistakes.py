@@ -360,3 +360,12 @@ def test_a_state_an_earlier_training_consumed_is_explained_by_the_loop_and_the_s
                        r"logs, state = train_step\(state, batch\)"):
         train_step(trained, data[0])
     assert newer.step == 3
+
+
+def test_a_state_whose_dict_mixes_key_types_is_explained_at_the_door():
+    # was: JAX's bare "Comparator raised exception while sorting pytree dictionary keys" from the
+    # loop's first look at the state, naming neither the dict nor its keys
+    for state, where in (({0: jnp.zeros(2), "w": jnp.zeros(2)}, r"state with keys \[0, 'w'\]"),
+                         ({"p": {1: 0.0, "b": 0.0}}, r"state\['p'\] with keys \[1, 'b'\]")):
+        with pytest.raises(ValueError, match=rf"(?s)dict whose keys mix types.*received: {where}.*fix: make them one type"):
+            gyre.loop(state, [1.0], {gyre.every(1): lambda state: state})

@@ -242,7 +242,19 @@ def refuse_donated(state: Any, who: str, returned: str) -> None:
     """Refuses a state whose arrays an earlier training consumed (a compiled training step donates
     its state), which XLA would refuse deep in the first step; ``returned`` shows the call that
     gives the state to go on with."""
-    if not alive(state):
+    try:
+        consumed = not alive(state)
+    except ValueError as err:  # JAX sorts a dict's keys to flatten it
+        found = _mixed_keys(state, "state")
+        if found is None:
+            raise
+        raise ValueError(explain(
+            f"{who} got a state with a dict whose keys mix types, and JAX sorts a dict's keys to flatten it "
+            "(its own error: 'Comparator raised exception while sorting pytree dictionary keys')",
+            expected="the keys of each dict of the state of one type (all str, or all int)",
+            received=f"{found[0]} with keys {found[1]!r}",
+            fix="make them one type, e.g. {str(k): v for k, v in d.items()}")) from err
+    if consumed:
         raise ValueError(explain(
             f"{who} got a state whose arrays were donated to an earlier training (a compiled training "
             "step donates the state it is given: its arrays are deleted, and XLA would refuse them "
@@ -251,6 +263,25 @@ def refuse_donated(state: Any, who: str, returned: str) -> None:
             received="a state with deleted arrays (passed to a training step, a loop or fit before)",
             fix=f"continue from what {who} returned ({returned}), or create the state again "
             "(TrainState.create(..., params=jax.tree.map(jnp.copy, params)) keeps params for another run)"))
+
+
+def _mixed_keys(tree: Any, path: str) -> tuple[str, list[Any]] | None:
+    """The path and keys of the first dict in ``tree`` whose keys cannot be sorted, else None."""
+    if isinstance(tree, dict):
+        try:
+            sorted(tree)
+        except TypeError:
+            return path, list(tree)
+        items: Iterable[tuple[Any, Any]] = tree.items()
+    elif isinstance(tree, list | tuple):
+        items = enumerate(tree)
+    else:
+        return None
+    for key, value in items:
+        found = _mixed_keys(value, f"{path}[{key!r}]")
+        if found is not None:
+            return found
+    return None
 
 
 def _interrupted(ls: LoopState, clock: Elapse, catch: bool) -> None:
