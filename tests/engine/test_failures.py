@@ -136,3 +136,25 @@ def test_a_ctrl_c_before_a_blocks_step_returns_a_completed_clock():
     state, history, elapsed = gyre.loop(jnp.float32(0), _data(), {gyre.every(3): _Fails(3, KeyboardInterrupt),
                                                                   gyre.every(1): _step}, prefetch=0)
     assert (elapsed.steps, elapsed.in_progress) == (3, False)
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 3])
+@pytest.mark.parametrize("step_by_step", [False, True])
+def test_a_nan_error_hands_back_the_steps_its_history_holds(step_by_step, steps_per_call, tmp_path):
+    # a NaN at step 7 found by the save after step 10: blocks handed back the state and clock of
+    # their last block's start (1 step; 7 fused) with 11 rows in the history; step by step, the
+    # state and clock before step 10 (10) with its row committed (11) and its batch put back
+    @jax.jit
+    def counts(state, batch):
+        return gyre.logs().add_loss("loss", batch.sum()), state + 1
+
+    x = np.ones((N * 4, 2), np.float32)
+    x[7] = np.nan
+    data, history = gyre.data.batches(x, 1, shuffle=False, epochs=1), gyre.History()
+    ckpt = gyre.checkpoint(str(tmp_path))
+    table = {gyre.every(1): [counts, _noop] if step_by_step else counts, gyre.every(10): ckpt}
+    with pytest.raises(gyre.NonFiniteError) as info:
+        gyre.loop(jnp.float32(0), data, table, history=history, steps_per_call=steps_per_call, prefetch=0)
+    err = info.value
+    ckpt.close()
+    assert err.step == 7 and int(err.state) == err.elapsed.steps == len(history) == data.index >= 10

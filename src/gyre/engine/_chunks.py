@@ -191,15 +191,14 @@ class ChunkRunner:
         done = 0
         if k > 1 and chunk.after and chunk.after[-1]:  # the tasks after its last step read the
             done = self.commit_leading(chunk, logs)  # history as step by step: all rows before it
-        start, self.ls.step_start = self.ls.step_start, STEP_RAN  # (an error in the tasks after the
-        self.last = None  # chunk's last step: its start state is stale, the data used)
+        self.ls.step_start = STEP_RAN  # (an error in the tasks after the chunk's last step, in its commit, its
+        self.last = None  # NaN check or a save: its start state is stale, the data used, the rows committed)
         try:
             last = self.after_chunk(chunk, logs)
         except BaseException:  # the chunk's steps are counted: their rows go to the history, the last
             row = Logs().merge(self._last_row(chunk, logs)) if logs else Logs()  # with what was logged on it
             self.commit(chunk, logs, row.merge(self.last or (chunk.first if k == 1 else Logs())), done)
             raise
-        self.ls.step_start = start
         self.commit(chunk, logs, last, done)
         if nan is not None:
             nan.pending = None

@@ -153,6 +153,7 @@ def run_steps(tasks: Sequence[Task], clock: Elapse, ls: LoopState, *, outermost:
                 if logs:  # and its logs in the history with it
                     commit(now, logs, clock._pending)
             raise
+        ls.step_start = STEP_RAN  # the step ran: an error in its commit, NaN check or save counts it, as its row
         if logs:
             commit(now, logs, clock._pending)
         if nan is not None:
