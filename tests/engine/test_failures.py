@@ -158,3 +158,42 @@ def test_a_nan_error_hands_back_the_steps_its_history_holds(step_by_step, steps_
     err = info.value
     ckpt.close()
     assert err.step == 7 and int(err.state) == err.elapsed.steps == len(history) == data.index >= 10
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 3])
+def test_a_step_that_raises_leaves_its_batch_to_the_next_loop(steps_per_call):
+    # the step raising on batch 5 (here: a batch of other shape, refused while tracing) handed back
+    # 5 steps and the state after them, with the data after batch 5: a loop continued over it skipped it
+    @jax.jit
+    def strict(state, batch):
+        if batch.shape != (1, 2):
+            raise Boom("a batch of another shape")
+        return gyre.logs().add_metric("s", state + 1), state + 1
+
+    data_list = [np.ones((1, 2), np.float32)] * 12
+    data_list[5] = np.ones((2, 2), np.float32)
+
+    class Source:  # a source that saves its position, over a list
+        def __init__(self):
+            self.i = 0
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            if self.i == len(data_list):
+                raise StopIteration
+            self.i += 1
+            return data_list[self.i - 1]
+
+        def state_dict(self):
+            return {"i": self.i}
+
+        def load_state_dict(self, state):
+            self.i = state["i"]
+
+    for table in ({gyre.every(1): strict}, {gyre.every(1): [strict, _noop]}):
+        source, history = Source(), gyre.History()
+        with pytest.raises(Boom) as info:
+            gyre.loop(jnp.float32(0), source, table, history=history, steps_per_call=steps_per_call)
+        assert int(info.value.state) == info.value.elapsed.steps == len(history) == source.i == 5
