@@ -197,3 +197,28 @@ def test_a_step_that_raises_leaves_its_batch_to_the_next_loop(steps_per_call):
         with pytest.raises(Boom) as info:
             gyre.loop(jnp.float32(0), source, table, history=history, steps_per_call=steps_per_call)
         assert int(info.value.state) == info.value.elapsed.steps == len(history) == source.i == 5
+
+
+@pytest.mark.parametrize("error", [Boom, KeyboardInterrupt])
+def test_a_task_between_a_blocks_steps_that_raises_counts_the_step_before_it(error):
+    # a task run between a block's steps (_between_steps, as the trainer's log window) raising after
+    # step 4 handed back the state after 5 steps with 5 rows, but a clock of 4 and the data at 4
+    class Window:
+        _between_steps = True
+
+        def __call__(self, state):
+            if int(state) >= 4:
+                raise error("once")
+            return gyre.logs().add_metric("seen", state), None
+
+    @jax.jit
+    def counts(state, batch):
+        return gyre.logs().add_metric("s", state + 1), state + 1
+
+    data, history = _data(), gyre.History()
+    try:
+        state, history, elapsed = gyre.loop(jnp.float32(0), data, {gyre.every(1): counts, gyre.every(2): Window()},
+                                            history=history, prefetch=0)
+    except Boom as err:
+        state, elapsed = err.state, err.elapsed
+    assert int(state) == elapsed.steps == len(history) == data.index == 5

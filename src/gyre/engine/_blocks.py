@@ -23,7 +23,7 @@ from gyre.core._schedules import UNSOLVED, Every
 from gyre.engine._chunks import Chunk, ChunkRunner, Raised, _asks, explain_text, first_firing
 from gyre.engine._elapse import END, Elapse, stop_index
 from gyre.engine._fuse import is_fusable, step_function
-from gyre.engine._loop_state import BETWEEN_STEPS, LoopState, run_callbacks
+from gyre.engine._loop_state import BETWEEN_STEPS, STEP_RAN, LoopState, run_callbacks
 from gyre.engine._ring import ROWS, Ring, RingMismatch, arg_shapes, ringable
 from gyre.engine._split import ChunkPlan, split_tasks
 from gyre.engine._tasks import StepPoint, Task, between_steps, reads_history
@@ -292,7 +292,7 @@ class BlockRunner(ChunkRunner):
             it, n, deadline = iter(chunk.batches[1:]), len(chunk.batches), math.inf
         sized = ring.sized and not pulled  # type: ignore[union-attr]
         batch = chunk.batches[0]
-        last, k, tags, in_step, pulling, fire = batch, 0, [], False, False, self._fire
+        last, k, tags, in_step, pulling, between, fire = batch, 0, [], False, False, False, self._fire
         try:
             while True:
                 try:
@@ -315,7 +315,9 @@ class BlockRunner(ChunkRunner):
                     treedef = out["def"]
                     fn, out = ring.function(treedef)  # type: ignore[union-attr]
                 if k == fire:
+                    between = True  # (a task between steps that raises: the step before it ran and counts)
                     leaves, structure = flatten(self._run_between(chunk, k, batch, unflatten(treedef, leaves)))
+                    between = False
                     if structure != treedef:  # (a task's gyre.replace_state)
                         treedef = structure
                         fn, out = ring.function(treedef)  # type: ignore[union-attr]
@@ -336,7 +338,7 @@ class BlockRunner(ChunkRunner):
                     sizes.append(size_of(batch))
         except BaseException:
             ls.state = unflatten(treedef, leaves)
-            ls.step_start = BETWEEN_STEPS if pulling else ls.state
+            ls.step_start = BETWEEN_STEPS if pulling else STEP_RAN if between else ls.state
             ls.start_clock = None  # (the clock stops at the step that raised: see call)
             ring.ring = rows  # type: ignore[union-attr]
             counted = ring.untag(tags)  # type: ignore[union-attr]
