@@ -158,6 +158,22 @@ def test_ctrl_c_says_once_where_the_loop_stopped():
     assert elapsed.steps == 3  # (step 3 did not complete)
 
 
+def test_ctrl_c_from_a_task_before_a_compiled_step_says_that_step_did_not_run():
+    # the block path has no step in progress while its tasks before the step run: was worded as if
+    # the batch had been pulled when it raised
+    @jax.jit
+    def step(state, batch):
+        return gyre.logs().add_loss("loss", state), state + batch
+
+    def interrupt(elapsed):
+        if elapsed.steps == 3:
+            raise KeyboardInterrupt
+
+    with pytest.warns(gyre.LoopWarning, match=r"\(Ctrl-C\) before step 3 ran: the loop stopped after 3 steps"):
+        state, _, elapsed = gyre.loop(jnp.float32(0), [jnp.float32(1)] * 10, {gyre.every(3): interrupt, gyre.every(1): step})
+    assert (float(state), elapsed.steps) == (3.0, 3)
+
+
 def test_ctrl_c_from_the_data_ends_every_steps_per_call_after_the_same_steps():
     # was: with steps_per_call=2 or 3, a KeyboardInterrupt raised while a fused chunk pulled its batches
     # dropped the batches it had pulled: 16 or 15 steps where step by step made 17
@@ -172,7 +188,7 @@ def test_ctrl_c_from_the_data_ends_every_steps_per_call_after_the_same_steps():
             yield jnp.float32(1)
 
     # (and the warning named step 16, which had completed, as the step cut short at K = 1)
-    said = r"while the batch of step 17 was pulled: the loop stopped after 17 steps and ran its end callbacks$"
+    said = r"before step 17 ran: the loop stopped after 17 steps and ran its end callbacks$"
     for steps_per_call in (1, 2, 3):
         with pytest.warns(gyre.LoopWarning, match=said):
             state, _, elapsed = gyre.loop(jnp.float32(0), data(), {gyre.every(1): step}, steps_per_call=steps_per_call)

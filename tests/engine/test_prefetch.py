@@ -312,7 +312,7 @@ def test_ctrl_c_from_the_data_stops_after_the_same_steps_with_prefetch(steps_per
     step = managed.step(lambda state, batch: (gyre.logs().add_metric("x", batch[0, 0]), state))
     for prefetch in (0, 2):
         state = managed.ManagedState.create(params=jnp.zeros(()), tx=optax.sgd(0.1), strategy="jit")
-        with pytest.warns(gyre.LoopWarning, match="while the batch of step 7 was pulled: the loop stopped after 7 steps"):
+        with pytest.warns(gyre.LoopWarning, match="before step 7 ran: the loop stopped after 7 steps"):
             _, history, elapsed = gyre.loop(state, source(), {gyre.every(1): step}, prefetch=prefetch,
                                             steps_per_call=steps_per_call)
         assert elapsed.steps == 7 and history.collect("x") == [float(i) for i in range(7)], prefetch

@@ -306,8 +306,8 @@ def _interrupted(ls: LoopState, clock: Elapse, catch: bool) -> None:
     ls.request_stop("KeyboardInterrupt")
     ls.saves.clear()  # asked for by the step that was cut short
     done = clock.elapsed.steps + (clock.batch_size is not None)
-    if ls.step_start is BETWEEN_STEPS:  # between two steps: the data raised while the next batch was pulled
-        where, unsaved = f"while the batch of step {done} was pulled", ""
+    if ls.step_start is BETWEEN_STEPS:  # no step in progress: the data raised, or a task before the step
+        where, unsaved = f"before step {done} ran", ""
     else:
         where = f"during step {clock.elapsed.steps}"
         unsaved = (f"; step {clock.elapsed.steps} was cut short, so no checkpoint saves it (resume='latest' "
