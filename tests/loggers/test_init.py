@@ -30,5 +30,5 @@ def test_readme_writers_section_runs(tmp_path, run_readme, capsys):
 
 def test_the_writers_pages_resume_example_runs_as_written(tmp_path, run_readme, capsys):
     run_readme("On resume", page="docs/how-to/writers.md")
-    assert capsys.readouterr().out == f"{list(range(7))}\n{list(range(10))}\n"
+    assert capsys.readouterr().out == f"{list(range(8))}\n{list(range(10))}\n"
     assert (tmp_path / "runs" / "resume" / "ckpt" / "6").is_dir()  # the checkpoint it resumed from
