@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from gyre.core._clock import infer_batch_size
 from gyre.core._errors import describe, explain
 from gyre.data._arrays import Forwarding
 
@@ -125,7 +126,7 @@ class ProcessShare(_EachBatch):
         self.index = jax.process_index() if index is None else index
         self.count = jax.process_count() if count is None else count
         if isinstance(source, (list, tuple)):
-            sizes = [_rows(b) for b in source]
+            sizes = [infer_batch_size(b, strict=False, default=0) for b in source]
         else:  # an evaluation's EvalBatches also knows its last, smaller batch
             size, samples = getattr(source, "batch_size", None), getattr(source, "samples", None)
             sizes = [size, samples % size if isinstance(samples, int) and isinstance(size, int) and size > 0 else None]
@@ -141,19 +142,14 @@ class ProcessShare(_EachBatch):
                 fix=f"choose batch sizes (global_batch_size, eval_batch_size, val_size) divisible by {self.count}"))
 
     def _convert(self, batch: Any) -> Any:
-        rows = _rows(batch)
-        if rows is None:
+        # (the first array leaf's leading axis: a scalar leaf, such as a batch's learning rate, has
+        rows = infer_batch_size(batch, strict=False, default=0)  # none: every process keeps it whole)
+        if not rows:
             return batch
         self._check(rows)
         size = rows // self.count
         start = self.index * size
         return jax.tree_util.tree_map(lambda a: a[start : start + size] if np.ndim(a) else a, batch)
-
-
-def _rows(batch: Any) -> int | None:
-    """The rows of ``batch``'s first leaf with a leading axis (a scalar leaf, such as a batch's
-    learning rate, has none: every process keeps it whole, as a strategy replicates it)."""
-    return next((int(np.shape(leaf)[0]) for leaf in jax.tree_util.tree_leaves(batch) if np.ndim(leaf)), None)
 
 
 def process_share(source: Any) -> Any:
